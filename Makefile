@@ -1,0 +1,49 @@
+# kompute_dml: every target sets up what it needs first (scripts/setup.sh is idempotent).
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.kdml-ready
+PYTEST_ARGS ?=
+
+.PHONY: all setup test test-fast bench fuzz spirv lint typecheck info clean distclean
+
+all: test
+
+# Re-run the set-up when its inputs change; a warm tree skips straight through.
+$(STAMP): scripts/setup.sh scripts/kp-0.9.0-kompute-dml.patch requirements-dev.txt pyproject.toml setup.py
+	bash scripts/setup.sh
+	@touch $@
+
+setup: $(STAMP)
+	@bash scripts/setup.sh >/dev/null   # cheap re-check (packages, kp, SPIR-V)
+
+spirv: $(STAMP)
+	$(PY) tools/build_spirv.py
+
+# The whole suite under VK_LAYER_KHRONOS_validation with synchronization validation;
+# any validation message fails the run (tests/conftest.py).
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+bench: setup
+	$(VENV)/bin/kompute-dml bench --json benchmarks/out/latest.json
+
+fuzz: setup
+	KDML_HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q tests -k "property or fuzz" $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+typecheck: lint
+
+info: setup
+	$(VENV)/bin/kompute-dml info
+
+clean:
+	rm -rf kompute_dml/spirv build *.egg-info .pytest_cache .ruff_cache .mypy_cache benchmarks/out
+
+distclean: clean
+	rm -rf $(VENV) .cache

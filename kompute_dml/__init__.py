@@ -1,0 +1,36 @@
+"""kompute_dml: DirectML operator semantics as Vulkan compute shaders, through Kompute."""
+
+from __future__ import annotations
+
+from .device import Device, Recording, list_devices
+from .dtypes import DataType, FeatureLevel
+from .errors import DeviceError, DMLError, InvalidArgumentError, OutOfMemoryError, UnsupportedError
+from .functional import copy, default_device, identity
+from .memory import Buffer, Tensor
+from .ops import ActivationIdentityDesc, CopyDesc
+from .tensor_desc import TensorDesc, calc_buffer_tensor_size
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ActivationIdentityDesc",
+    "Buffer",
+    "CopyDesc",
+    "DMLError",
+    "DataType",
+    "Device",
+    "DeviceError",
+    "FeatureLevel",
+    "InvalidArgumentError",
+    "OutOfMemoryError",
+    "Recording",
+    "Tensor",
+    "TensorDesc",
+    "UnsupportedError",
+    "__version__",
+    "calc_buffer_tensor_size",
+    "copy",
+    "default_device",
+    "identity",
+    "list_devices",
+]

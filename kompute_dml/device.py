@@ -1,0 +1,250 @@
+"""Device: one kp.Manager on one Vulkan physical device, at one DirectML feature level."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+import types
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import kp
+import numpy as np
+
+from .dtypes import HIGHEST_FEATURE_LEVEL, FeatureLevel
+from .errors import DeviceError, DMLError, InvalidArgumentError, OutOfMemoryError, UnsupportedError, invalid
+from .memory import Buffer, Tensor, packed_desc_for
+from .runtime import EncodedDispatch, PipelineCache, record_dispatches
+from .tensor_desc import TensorDesc, validate_desc
+from .vulkan_info import PhysicalDeviceInfo, physical_devices
+
+
+def list_devices() -> list[dict[str, Any]]:
+    """Every Vulkan physical device the loader reports, with its limits."""
+    return [d.as_dict() for d in physical_devices()]
+
+
+def _coerce_feature_level(level: object) -> FeatureLevel:
+    if level is None:
+        return HIGHEST_FEATURE_LEVEL
+    if isinstance(level, FeatureLevel):
+        return level
+    if isinstance(level, str):
+        name = level.upper().replace(".", "_")
+        name = name if name.startswith("FL_") else f"FL_{name}"
+        if name in FeatureLevel.__members__:
+            return FeatureLevel[name]
+        raise invalid("feature_level", f"{level!r} is not a DML_FEATURE_LEVEL")
+    if isinstance(level, (int, np.integer)) and not isinstance(level, bool):
+        value = int(level)
+        if value in FeatureLevel._value2member_map_:
+            return FeatureLevel(value)
+        if value > HIGHEST_FEATURE_LEVEL and value in (0x6300, 0x6400):
+            raise UnsupportedError(
+                f"feature_level: 0x{value:x} is above the highest level implemented (0x{HIGHEST_FEATURE_LEVEL:x})"
+            )
+        raise invalid("feature_level", f"0x{value:x} is not a DML_FEATURE_LEVEL value")
+    raise invalid("feature_level", f"must be a FeatureLevel, got {type(level).__name__}")
+
+
+class Device:
+    """A Vulkan device running DirectML operators at `feature_level`.
+
+    Thread-safe: kp is not, so every kp call happens under one re-entrant lock.
+    """
+
+    def __init__(self, device_index: int = 0, feature_level: FeatureLevel | int | None = None) -> None:
+        self.feature_level = _coerce_feature_level(feature_level)
+        infos = physical_devices()
+        if not infos:
+            raise DeviceError("no Vulkan physical device found (install mesa-vulkan-drivers for lavapipe)")
+        if isinstance(device_index, bool) or not isinstance(device_index, (int, np.integer)):
+            raise invalid("device_index", f"must be an integer, got {type(device_index).__name__}")
+        if not 0 <= int(device_index) < len(infos):
+            raise invalid("device_index", f"must be in [0, {len(infos)}), got {device_index}")
+        self.index = int(device_index)
+        self.info: PhysicalDeviceInfo = infos[self.index]
+        self.name = self.info.name
+        self.device_type = self.info.device_type
+        self.limits: Mapping[str, Any] = types.MappingProxyType(dict(self.info.limits))
+        self._lock = threading.RLock()
+        try:
+            self._mgr = kp.Manager(self.index)
+        except Exception as e:  # kp raises plain RuntimeError
+            raise DeviceError(f"could not create a Vulkan device on {self.name}: {e}") from e
+        self._pipelines = PipelineCache(self)
+        self._replays: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
+        self._replay_capacity = 256
+        self._live_buffers: weakref.WeakValueDictionary[int, Buffer] = weakref.WeakValueDictionary()
+        self._closed = False
+        self._dummy = Buffer(self, 16)  # bound where an optional tensor is absent
+
+    def __repr__(self) -> str:
+        return f"Device({self.index}, {self.name!r}, feature_level={self.feature_level.name})"
+
+    # ---- memory ------------------------------------------------------------------
+    def _alloc_words(self, words: int) -> Any:
+        self._check_open()
+        with self._lock:
+            try:
+                t = self._mgr.tensor_t(np.zeros(words, dtype=np.uint32), kp.TensorTypes.device)
+                self._sync_to_device([t])
+            except MemoryError as e:
+                raise OutOfMemoryError(f"could not allocate {words * 4} bytes: {e}") from e
+            except RuntimeError as e:
+                msg = str(e)
+                if "OutOfDeviceMemory" in msg or "OutOfHostMemory" in msg or "memory" in msg.lower():
+                    raise OutOfMemoryError(f"could not allocate {words * 4} bytes of device memory: {msg}") from e
+                raise DeviceError(f"buffer allocation failed: {msg}") from e
+            return t
+
+    def _track_buffer(self, buf: Buffer) -> None:
+        self._live_buffers[buf.serial] = buf
+        weakref.finalize(buf, Device._buffer_released, weakref.ref(self), buf.serial)
+
+    @staticmethod
+    def _buffer_released(dev_ref: weakref.ref[Device], serial: int) -> None:
+        dev = dev_ref()
+        if dev is None or dev._closed:
+            return
+        with dev._lock:
+            dev._pipelines.forget_buffer(serial)
+            for key in [k for k in dev._replays if serial in k[1]]:
+                del dev._replays[key]
+
+    def _sync_to_device(self, tensors: list[Any]) -> None:
+        self._eval([kp.OpTensorSyncDevice(tensors)])
+
+    def _sync_to_host(self, tensors: list[Any]) -> None:
+        self._eval([kp.OpTensorSyncLocal(tensors)])
+
+    def _eval(self, ops: list[Any]) -> None:
+        with self._lock:
+            seq = self._mgr.sequence()
+            for op in ops:
+                seq.record(op)
+            self._run(seq)
+
+    def _run(self, seq: Any) -> None:
+        try:
+            seq.eval()
+        except RuntimeError as e:
+            raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
+
+    def buffer(self, nbytes_or_data: int | bytes | bytearray | np.ndarray) -> Buffer:
+        """Device memory: a size in bytes, or data (bytes, bytearray, numpy array) to upload."""
+        if isinstance(nbytes_or_data, (bytes, bytearray, memoryview, np.ndarray)):
+            data = nbytes_or_data
+            n = data.nbytes if isinstance(data, (np.ndarray, memoryview)) else len(data)
+            if n == 0:
+                raise invalid("data", "must not be empty")
+            buf = Buffer(self, n)
+            buf.write(data)
+            return buf
+        return Buffer(self, nbytes_or_data)  # type: ignore[arg-type]
+
+    def tensor(self, array: Any) -> Tensor:
+        """Upload a numpy array as a packed tensor (a 0-d array becomes sizes (1,))."""
+        arr = np.ascontiguousarray(array)
+        desc = packed_desc_for(arr)
+        buf = Buffer(self, desc.byte_size)
+        buf.write(arr)
+        return Tensor(buf, desc, 0)
+
+    def empty(self, desc: TensorDesc) -> Tensor:
+        """A new buffer holding one tensor of `desc` at offset 0 (contents zero)."""
+        validate_desc(desc, "desc")
+        return Tensor(Buffer(self, desc.byte_size), desc, 0)
+
+    # ---- operators ---------------------------------------------------------------
+    def compile(self, op_desc: Any) -> Any:
+        """Validate an operator descriptor at this device's feature level and pick its shaders."""
+        from .ops import compile_operator
+
+        self._check_open()
+        return compile_operator(self, op_desc)
+
+    @contextlib.contextmanager
+    def record(self) -> Iterator[Recording]:
+        """Record many executions into one submission, submitted when the block exits."""
+        rec = Recording(self)
+        yield rec
+        rec.submit()
+
+    def _submit(self, dispatches: list[EncodedDispatch], replay_key: tuple[Any, ...] | None = None) -> None:
+        with self._lock:
+            seq = self._replays.get(replay_key) if replay_key is not None else None
+            if seq is None:
+                seq = self._mgr.sequence()
+                record_dispatches(seq, dispatches)
+                if replay_key is not None:
+                    self._replays[replay_key] = seq
+                    while len(self._replays) > self._replay_capacity:
+                        self._replays.popitem(last=False)
+            else:
+                self._replays.move_to_end(replay_key)
+            self._run(seq)
+            for d in dispatches:
+                for b in d.write_buffers:
+                    b._device_newer = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DeviceError("the device has been closed")
+
+    def close(self) -> None:
+        """Release every Vulkan object of this device."""
+        with self._lock:
+            if self._closed:
+                return
+            self._replays.clear()
+            self._pipelines.clear()
+            self._closed = True
+            self._mgr.destroy()
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "pipelines": len(self._pipelines),
+            "pipeline_hits": self._pipelines.hits,
+            "pipeline_misses": self._pipelines.misses,
+            "recorded_sequences": len(self._replays),
+            "live_buffers": len(self._live_buffers),
+        }
+
+
+class Recording:
+    """Executions gathered by `with dev.record() as rec:`; one submission at the end.
+
+    Each `rec.execute` validates its bindings at once (so a bad call raises inside the
+    block and nothing is submitted); dependent dispatches get memory barriers.
+    """
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self._dispatches: list[EncodedDispatch] = []
+        self._done = False
+
+    def execute(self, op: Any, inputs: Any, outputs: Any) -> None:
+        if self._done:
+            raise DMLError("this recording was already submitted")
+        if op.device is not self.device:
+            raise InvalidArgumentError("op: was compiled for another Device")
+        self._dispatches.extend(op._encode(inputs, outputs))
+
+    def submit(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        if self._dispatches:
+            self.device._submit(self._dispatches)
+
+    def __len__(self) -> int:
+        return len(self._dispatches)

@@ -1,0 +1,100 @@
+"""DML_ACTIVATION_IDENTITY (seed 004) and kompute_dml's all-type strided COPY.
+
+Both are a bitwise strided copy; variants differ only by element width. When input and
+output are both dense in the same element order after merging dimensions, the packed
+16-byte-per-invocation variant is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import invalid
+from ..layout import check_no_overlap, merge_dims
+from ..registry import ACTIVATION_IDENTITY, COPY, OperatorSupport
+from ..runtime import DispatchPlan, grid_for
+from ..tensor_desc import TensorDesc
+from .base import CompiledOperator, validate_tensors
+
+if TYPE_CHECKING:
+    from ..device import Device
+
+# data-type family (element width in bytes) -> SPIR-V variant
+COPY_VARIANTS = {1: "copy_b8", 2: "copy_b16", 4: "copy_b32", 8: "copy_b64"}
+PACKED_VARIANT = "copy_packed"
+LOCAL_SIZE = 256
+MAX_RANK = 8
+
+
+@dataclass(frozen=True)
+class ActivationIdentityDesc:
+    """DML_ACTIVATION_IDENTITY_OPERATOR_DESC: OutputTensor = InputTensor (in place allowed)."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+
+
+@dataclass(frozen=True)
+class CopyDesc:
+    """kompute_dml extension: strided element copy of any of the eleven data types."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+
+
+class CompiledCopy(CompiledOperator):
+    allows_inplace = True
+
+
+def plan_copy(src: TensorDesc, dst: TensorDesc, max_groups: int = 65535) -> list[DispatchPlan]:
+    """Dispatches copying every element of src (binding 0) to dst (binding 1)."""
+    width = dst.data_type.size
+    sizes, (s_in, s_out) = merge_dims(dst.sizes, src.effective_strides, dst.effective_strides)
+    if len(sizes) == 1 and (sizes[0] == 1 or (s_in[0] == 1 and s_out[0] == 1)):
+        nbytes = sizes[0] * width
+        invocations = nbytes // 16 + (1 if nbytes % 16 else 0)
+        return [
+            DispatchPlan(
+                variant=PACKED_VARIANT, bindings=(0, 1), push=(0, 0, nbytes),
+                groups=grid_for(invocations, LOCAL_SIZE, max_groups), writes=(1,),
+                offset_slots=((0, 0, 16), (1, 1, 16)),
+            )
+        ]
+    rank = len(sizes)
+    pad = [0] * (MAX_RANK - rank)
+    count = dst.element_count
+    per_inv = max(1, 4 // width)
+    push = (0, 0, count, rank, *sizes, *pad, *s_in, *pad, *s_out, *pad)
+    return [
+        DispatchPlan(
+            variant=COPY_VARIANTS[width], bindings=(0, 1), push=tuple(push),
+            groups=grid_for(-(-count // per_inv), LOCAL_SIZE, max_groups), writes=(1,),
+            offset_slots=((0, 0, width), (1, 1, width)),
+        )
+    ]
+
+
+def _compile(device: Device, desc: ActivationIdentityDesc | CopyDesc, support: OperatorSupport) -> CompiledOperator:
+    fields = ("input_tensor", "output_tensor")
+    validate_tensors(support, device.feature_level, desc, fields, ("output_tensor",))
+    i, o = desc.input_tensor, desc.output_tensor
+    if i.data_type != o.data_type:
+        raise invalid("output_tensor.data_type", f"must equal input_tensor's ({i.data_type.name}), got {o.data_type.name}")
+    if i.dimension_count != o.dimension_count:
+        raise invalid(
+            "output_tensor.sizes", f"dimension count must equal input_tensor's ({i.dimension_count}), got {o.dimension_count}"
+        )
+    if i.sizes != o.sizes:
+        raise invalid("output_tensor.sizes", f"must equal input_tensor's {i.sizes}, got {o.sizes}")
+    check_no_overlap(o.sizes, o.effective_strides, "output_tensor")
+    plans = plan_copy(i, o, device.limits["max_compute_work_group_count"][0])
+    return CompiledCopy(device, desc, support, ("input_tensor",), ("output_tensor",), plans)
+
+
+def compile_identity(device: Device, desc: ActivationIdentityDesc) -> CompiledOperator:
+    return _compile(device, desc, ACTIVATION_IDENTITY)
+
+
+def compile_copy(device: Device, desc: CopyDesc) -> CompiledOperator:
+    return _compile(device, desc, COPY)

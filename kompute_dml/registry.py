@@ -1,0 +1,177 @@
+"""The support tables of the specification, in one place.
+
+Each operator lists, per feature level at which its support changed, the dimension
+counts and data types of every tensor field (transcribed from the "Tensor support"
+tables of seeds 000-004). These tables drive validation (UnsupportedError) and the
+support matrix printed by `kompute-dml info` and the README.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .dtypes import DataType, FeatureLevel
+from .errors import UnsupportedError
+from .tensor_desc import TensorDesc
+
+D = DataType
+FL = FeatureLevel
+FLOATS = frozenset({D.FLOAT32, D.FLOAT16})
+INTS_8_32 = frozenset({D.INT32, D.INT16, D.INT8, D.UINT32, D.UINT16, D.UINT8})
+ALL_TYPES = frozenset(DataType)
+
+
+@dataclass(frozen=True)
+class TensorSupport:
+    field: str  # the descriptor field, snake_case
+    kind: str  # "input", "optional input" or "output"
+    dims: tuple[int, int]  # inclusive range of dimension counts
+    types: frozenset[DataType]
+
+
+@dataclass(frozen=True)
+class LevelSupport:
+    level: FeatureLevel
+    tensors: tuple[TensorSupport, ...]
+
+    def tensor(self, field: str) -> TensorSupport:
+        return next(t for t in self.tensors if t.field == field)
+
+
+@dataclass(frozen=True)
+class OperatorSupport:
+    name: str  # DML_OPERATOR_<name>, or a kompute_dml extension
+    op_type: int | None  # DML_OPERATOR_TYPE value (None for extensions)
+    levels: tuple[LevelSupport, ...]  # ascending by level
+
+    @property
+    def introduced(self) -> FeatureLevel:
+        return self.levels[0].level
+
+    def at(self, level: FeatureLevel) -> LevelSupport | None:
+        """The table in force at `level` (the highest row not above it)."""
+        found = None
+        for row in self.levels:
+            if row.level <= level:
+                found = row
+        return found
+
+    def require(self, level: FeatureLevel) -> LevelSupport:
+        row = self.at(level)
+        if row is None:
+            raise UnsupportedError(
+                f"{self.name}: introduced at DML_FEATURE_LEVEL_{self.introduced.label}, "
+                f"the device's feature level is {level.label}"
+            )
+        return row
+
+    def check_tensor(self, level: FeatureLevel, field: str, desc: TensorDesc) -> None:
+        """UnsupportedError unless desc's data type and dimension count are in the table."""
+        t = self.require(level).tensor(field)
+        lo, hi = t.dims
+        n = desc.dimension_count
+        if not lo <= n <= hi:
+            raise UnsupportedError(
+                f"{field}: {self.name} supports {lo}" + (f" to {hi}" if hi != lo else "")
+                + f" dimensions at feature level {level.label}, got {n}"
+            )
+        if desc.data_type not in t.types:
+            names = ", ".join(sorted(d.name for d in t.types))
+            raise UnsupportedError(
+                f"{field}: {self.name} does not support {desc.data_type.name} at feature level "
+                f"{level.label} (supported: {names})"
+            )
+
+
+def _row(level: FeatureLevel, *tensors: tuple[str, str, tuple[int, int], frozenset[DataType]]) -> LevelSupport:
+    return LevelSupport(level, tuple(TensorSupport(*t) for t in tensors))
+
+
+ACTIVATION_IDENTITY = OperatorSupport(
+    "ACTIVATION_IDENTITY", 38,
+    (
+        _row(FL.FL_1_0, ("input_tensor", "input", (4, 4), FLOATS), ("output_tensor", "output", (4, 4), FLOATS)),
+        _row(FL.FL_2_0, ("input_tensor", "input", (4, 5), FLOATS), ("output_tensor", "output", (4, 5), FLOATS)),
+        _row(FL.FL_3_0, ("input_tensor", "input", (1, 8), FLOATS), ("output_tensor", "output", (1, 8), FLOATS)),
+    ),
+)
+
+DIAGONAL_MATRIX = OperatorSupport(
+    "DIAGONAL_MATRIX", 93,
+    (
+        _row(FL.FL_2_0, ("output_tensor", "output", (4, 4), FLOATS)),
+        _row(FL.FL_2_1, ("output_tensor", "output", (4, 4), FLOATS | INTS_8_32)),
+        _row(FL.FL_4_0, ("output_tensor", "output", (2, 4), FLOATS | INTS_8_32)),
+        _row(FL.FL_5_1, ("output_tensor", "output", (2, 4), ALL_TYPES)),
+    ),
+)
+
+DIAGONAL_MATRIX1 = OperatorSupport(
+    "DIAGONAL_MATRIX1", 163,
+    (
+        _row(
+            FL.FL_5_1,
+            ("input_tensor", "optional input", (2, 4), ALL_TYPES),
+            ("output_tensor", "output", (2, 4), ALL_TYPES),
+        ),
+    ),
+)
+
+MATRIX_MULTIPLY_INTEGER_TO_FLOAT = OperatorSupport(
+    "MATRIX_MULTIPLY_INTEGER_TO_FLOAT", 170,
+    (
+        _row(
+            FL.FL_6_2,
+            ("a_tensor", "input", (2, 4), INTS_8_32),
+            ("a_scale_tensor", "input", (1, 4), FLOATS),
+            ("a_zero_point_tensor", "optional input", (1, 4), INTS_8_32),
+            ("b_tensor", "input", (2, 4), INTS_8_32),
+            ("b_scale_tensor", "input", (1, 4), FLOATS),
+            ("b_zero_point_tensor", "optional input", (1, 4), INTS_8_32),
+            ("bias_tensor", "optional input", (2, 4), FLOATS),
+            ("output_tensor", "output", (2, 4), FLOATS),
+        ),
+    ),
+)
+
+# kompute_dml's own strided copy (ONNX Identity): every type, 1-8 dimensions, all levels.
+COPY = OperatorSupport(
+    "COPY", None,
+    (_row(FL.FL_1_0, ("input_tensor", "input", (1, 8), ALL_TYPES), ("output_tensor", "output", (1, 8), ALL_TYPES)),),
+)
+
+OPERATORS: tuple[OperatorSupport, ...] = (
+    ACTIVATION_IDENTITY, DIAGONAL_MATRIX, DIAGONAL_MATRIX1, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, COPY,
+)
+
+
+def _dims_text(dims: tuple[int, int]) -> str:
+    return str(dims[0]) if dims[0] == dims[1] else f"{dims[0]}-{dims[1]}"
+
+
+def support_matrix(level: FeatureLevel) -> list[dict[str, str]]:
+    """Rows (operator, tensor, kind, dimension counts, data types) in force at `level`."""
+    rows = []
+    for op in OPERATORS:
+        row = op.at(level)
+        if row is None:
+            rows.append({"operator": op.name, "tensor": "-", "kind": "-", "dims": "-",
+                         "types": f"needs feature level {op.introduced.label}"})
+            continue
+        for t in row.tensors:
+            types = ", ".join(d.name for d in sorted(t.types, key=lambda d: d.value))
+            rows.append({"operator": op.name, "tensor": t.field, "kind": t.kind, "dims": _dims_text(t.dims),
+                         "types": types})
+    return rows
+
+
+def support_history() -> list[dict[str, str]]:
+    """Every row of every table (for the README): operator, level, tensor, dims, types."""
+    out = []
+    for op in OPERATORS:
+        for row in op.levels:
+            for t in row.tensors:
+                types = ", ".join(d.name for d in sorted(t.types, key=lambda d: d.value))
+                out.append({"operator": op.name, "level": row.level.label, "tensor": t.field,
+                            "kind": t.kind, "dims": _dims_text(t.dims), "types": types})
+    return out

@@ -1,0 +1,62 @@
+"""Loads the SPIR-V variants built by tools/build_spirv.py, refusing missing or stale ones."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+from pathlib import Path
+
+from .errors import DeviceError
+
+SPIRV_DIR = Path(__file__).resolve().parent / "spirv"
+# Present in a source checkout / editable install; absent in an installed wheel.
+SOURCE_DIR = Path(__file__).resolve().parent.parent / "shaders"
+FIX = "rebuild it with `make spirv` (or `pip install -e .`, which runs the same build)"
+
+
+class ShaderBuildError(DeviceError):
+    """The SPIR-V for a shader variant is missing or older than its GLSL source."""
+
+
+@functools.lru_cache(maxsize=1)
+def _manifest() -> dict[str, dict[str, object]]:
+    path = SPIRV_DIR / "manifest.json"
+    try:
+        data: dict[str, dict[str, object]] = json.loads(path.read_text())
+        return data
+    except (OSError, ValueError):
+        raise ShaderBuildError(f"SPIR-V manifest {path} is missing: {FIX}") from None
+
+
+@functools.lru_cache(maxsize=1)
+def _builder():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("_kdml_build_spirv", SOURCE_DIR.parent / "tools" / "build_spirv.py")
+    if spec is None or spec.loader is None:
+        return None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@functools.lru_cache(maxsize=None)
+def load_spirv(name: str) -> bytes:
+    entry = _manifest().get(name)
+    spv = SPIRV_DIR / f"{name}.spv"
+    if entry is None or not spv.exists():
+        raise ShaderBuildError(f"SPIR-V variant {name!r} is missing from {SPIRV_DIR}: {FIX}")
+    src = SOURCE_DIR / str(entry["source"])
+    if src.exists() and (SOURCE_DIR.parent / "tools" / "build_spirv.py").exists():
+        builder = _builder()
+        if builder is not None:
+            defines = {str(k): str(v) for k, v in dict(entry["defines"]).items()}  # type: ignore[call-overload]
+            if builder.source_digest(src, defines, SOURCE_DIR) != entry["sha256"]:
+                raise ShaderBuildError(f"SPIR-V variant {name!r} is stale: {src.name} changed since it was built; {FIX}")
+    data = spv.read_bytes()
+    if len(data) % 4 or data[:4] != b"\x03\x02\x23\x07":
+        raise ShaderBuildError(f"{spv} is not a SPIR-V module: {FIX}")
+    return data
+
+
+def variant_names() -> list[str]:
+    return sorted(_manifest())

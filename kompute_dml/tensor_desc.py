@@ -1,0 +1,195 @@
+"""DML_BUFFER_TENSOR_DESC: the descriptor dataclass, its size formula and its rules.
+
+Construction only normalises types (lists become tuples); the rules are checked by
+`validate_desc`, which every operator runs at compile time, so a bad descriptor is
+reported by `Device.compile` with the name of the operator field it sits in.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .dtypes import DataType
+from .errors import InvalidArgumentError, invalid
+
+MAX_DIMENSIONS = 8  # DML_TENSOR_DIMENSION_COUNT_MAX1
+MAX_ELEMENTS = 2**32 - 1
+UINT32_MAX = 2**32 - 1
+UINT64_MAX = 2**64 - 1
+TENSOR_FLAG_NONE = 0
+TENSOR_FLAG_OWNED_BY_DML = 1
+MINIMUM_BUFFER_TENSOR_ALIGNMENT = 16  # DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT
+
+
+def _as_int(value: object, field_name: str) -> int:
+    if isinstance(value, bool):
+        raise invalid(field_name, f"must be an integer, got {value!r}")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise invalid(field_name, f"must be an integer, got {value!r}") from None
+
+
+def _as_int_tuple(values: object, field_name: str) -> tuple[int, ...]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) and not hasattr(values, "__iter__"):
+        raise invalid(field_name, f"must be a sequence of integers, got {values!r}")
+    return tuple(_as_int(v, f"{field_name}[{i}]") for i, v in enumerate(values))  # type: ignore[attr-defined]
+
+
+def packed_strides(sizes: Sequence[int]) -> tuple[int, ...]:
+    """Row-major strides in elements, last dimension fastest."""
+    strides = [1] * len(sizes)
+    acc = 1
+    for i in range(len(sizes) - 1, -1, -1):
+        strides[i] = acc
+        acc *= sizes[i]
+    return tuple(strides)
+
+
+def calc_buffer_tensor_size(data_type: DataType | int, sizes: Sequence[int], strides: Sequence[int] | None = None) -> int:
+    """DMLCalcBufferTensorSize in exact integer arithmetic (DirectMLX overflows in 32 bits)."""
+    dt = DataType.coerce(data_type)
+    sizes_t = _as_int_tuple(sizes, "sizes")
+    if strides is None:
+        count = math.prod(sizes_t)
+    else:
+        strides_t = _as_int_tuple(strides, "strides")
+        if len(strides_t) != len(sizes_t):
+            raise invalid("strides", f"has {len(strides_t)} entries but sizes has {len(sizes_t)}")
+        count = sum((s - 1) * st for s, st in zip(sizes_t, strides_t)) + 1
+    nbytes = count * dt.size
+    return (nbytes + 3) & ~3
+
+
+@dataclass(frozen=True)
+class TensorDesc:
+    """DML_BUFFER_TENSOR_DESC. Strides are in elements; None means packed."""
+
+    data_type: DataType
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...] | None = None
+    total_tensor_size_in_bytes: int | None = None
+    guaranteed_base_offset_alignment: int = 0
+    flags: int = 0
+    _valid: bool = field(default=False, init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        # Normalise what can be normalised; remember whether the rules hold so that
+        # validate_desc can report the first broken one later with its field name.
+        dt = self.data_type
+        try:
+            dt = DataType.coerce(dt)
+        except InvalidArgumentError:
+            pass
+        object.__setattr__(self, "data_type", dt)
+        try:
+            object.__setattr__(self, "sizes", _as_int_tuple(self.sizes, "sizes"))
+        except InvalidArgumentError:
+            object.__setattr__(self, "sizes", tuple(self.sizes) if hasattr(self.sizes, "__iter__") else self.sizes)
+        if self.strides is not None:
+            try:
+                object.__setattr__(self, "strides", _as_int_tuple(self.strides, "strides"))
+            except InvalidArgumentError:
+                if hasattr(self.strides, "__iter__"):
+                    object.__setattr__(self, "strides", tuple(self.strides))
+        try:
+            _check(self, "tensor")
+            ok = True
+        except InvalidArgumentError:
+            ok = False
+        object.__setattr__(self, "_valid", ok)
+        if ok and self.total_tensor_size_in_bytes is None:
+            object.__setattr__(self, "total_tensor_size_in_bytes", self.minimum_size_in_bytes)
+
+    # -- derived values (only meaningful for a valid descriptor) --------------------
+    @property
+    def dimension_count(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def element_count(self) -> int:
+        return math.prod(self.sizes)
+
+    @property
+    def effective_strides(self) -> tuple[int, ...]:
+        return self.strides if self.strides is not None else packed_strides(self.sizes)
+
+    @property
+    def minimum_size_in_bytes(self) -> int:
+        return calc_buffer_tensor_size(self.data_type, self.sizes, self.strides)
+
+    @property
+    def byte_size(self) -> int:
+        """Bytes a binding of this descriptor covers (TotalTensorSizeInBytes)."""
+        assert self.total_tensor_size_in_bytes is not None
+        return self.total_tensor_size_in_bytes
+
+    def same_layout(self, other: TensorDesc) -> bool:
+        """Same type, sizes and element addresses (None strides == packed strides)."""
+        return (
+            self.data_type == other.data_type
+            and self.sizes == other.sizes
+            and self.effective_strides == other.effective_strides
+        )
+
+    @classmethod
+    def packed(cls, data_type: DataType | int, sizes: Sequence[int]) -> TensorDesc:
+        return cls(DataType.coerce(data_type), tuple(sizes))
+
+
+def _check(desc: TensorDesc, name: str) -> None:
+    if not isinstance(desc.data_type, DataType):
+        raise invalid(f"{name}.data_type", f"{desc.data_type!r} is not a DML_TENSOR_DATA_TYPE (1..11)")
+    sizes = _as_int_tuple(desc.sizes, f"{name}.sizes")
+    if not 1 <= len(sizes) <= MAX_DIMENSIONS:
+        raise invalid(f"{name}.sizes", f"dimension count must be 1 to {MAX_DIMENSIONS}, got {len(sizes)}")
+    for i, s in enumerate(sizes):
+        if s < 1:
+            raise invalid(f"{name}.sizes[{i}]", f"every size must be at least 1, got {s}")
+        if s > UINT32_MAX:
+            raise invalid(f"{name}.sizes[{i}]", f"sizes are UINT32, got {s}")
+    if math.prod(sizes) > MAX_ELEMENTS:
+        raise invalid(f"{name}.sizes", f"a tensor may hold at most 2^32-1 elements, got {math.prod(sizes)}")
+    if desc.strides is not None:
+        strides = _as_int_tuple(desc.strides, f"{name}.strides")
+        if len(strides) != len(sizes):
+            raise invalid(f"{name}.strides", f"must have one entry per dimension ({len(sizes)}), got {len(strides)}")
+        for i, st in enumerate(strides):
+            if st < 0 or st > UINT32_MAX:
+                raise invalid(f"{name}.strides[{i}]", f"strides are UINT32 element counts, got {st}")
+    minimum = calc_buffer_tensor_size(desc.data_type, sizes, desc.strides)
+    if desc.total_tensor_size_in_bytes is not None:
+        total = _as_int(desc.total_tensor_size_in_bytes, f"{name}.total_tensor_size_in_bytes")
+        if total < minimum:
+            raise invalid(
+                f"{name}.total_tensor_size_in_bytes",
+                f"must be at least DMLCalcBufferTensorSize = {minimum}, got {total}",
+            )
+        if total > UINT64_MAX:
+            raise invalid(f"{name}.total_tensor_size_in_bytes", "must fit in UINT64")
+    align = _as_int(desc.guaranteed_base_offset_alignment, f"{name}.guaranteed_base_offset_alignment")
+    if align != 0:
+        if align < 0 or align & (align - 1):
+            raise invalid(f"{name}.guaranteed_base_offset_alignment", f"must be 0 or a power of two, got {align}")
+        if align < desc.data_type.size:
+            raise invalid(
+                f"{name}.guaranteed_base_offset_alignment",
+                f"must be at least the element size ({desc.data_type.size} bytes), got {align}",
+            )
+    flags = _as_int(desc.flags, f"{name}.flags")
+    if flags not in (TENSOR_FLAG_NONE, TENSOR_FLAG_OWNED_BY_DML):
+        raise invalid(f"{name}.flags", f"must be DML_TENSOR_FLAG_NONE (0) or OWNED_BY_DML (1), got {flags}")
+
+
+def validate_desc(desc: object, name: str, *, output: bool = False) -> TensorDesc:
+    """Check every DML_BUFFER_TENSOR_DESC rule; `name` is the operator field (e.g. 'input_tensor')."""
+    if not isinstance(desc, TensorDesc):
+        raise invalid(name, f"must be a TensorDesc, got {type(desc).__name__}")
+    if not desc._valid:
+        _check(desc, name)  # raises with the precise rule
+    if output and desc.flags & TENSOR_FLAG_OWNED_BY_DML:
+        raise invalid(f"{name}.flags", "DML_TENSOR_FLAG_OWNED_BY_DML is valid on inputs only")
+    return desc

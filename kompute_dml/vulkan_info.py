@@ -1,0 +1,172 @@
+"""Physical-device facts straight from the Vulkan loader (kp exposes only a few).
+
+Uses ctypes on libvulkan.so.1: a throwaway VkInstance, vkEnumeratePhysicalDevices (same
+order kp uses for its device index), vkGetPhysicalDeviceProperties and
+vkGetPhysicalDeviceMemoryProperties. Only the leading part of VkPhysicalDeviceLimits is
+declared; the rest of the struct is covered by a generous byte tail.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import DeviceError
+
+u32 = ctypes.c_uint32
+u64 = ctypes.c_uint64
+
+DEVICE_TYPES = {0: "other", 1: "integrated-gpu", 2: "discrete-gpu", 3: "virtual-gpu", 4: "cpu"}
+
+
+class _Limits(ctypes.Structure):
+    _fields_ = [
+        ("maxImageDimension1D", u32), ("maxImageDimension2D", u32), ("maxImageDimension3D", u32),
+        ("maxImageDimensionCube", u32), ("maxImageArrayLayers", u32), ("maxTexelBufferElements", u32),
+        ("maxUniformBufferRange", u32), ("maxStorageBufferRange", u32), ("maxPushConstantsSize", u32),
+        ("maxMemoryAllocationCount", u32), ("maxSamplerAllocationCount", u32),
+        ("bufferImageGranularity", u64), ("sparseAddressSpaceSize", u64),
+        ("maxBoundDescriptorSets", u32),
+        ("maxPerStageDescriptorSamplers", u32), ("maxPerStageDescriptorUniformBuffers", u32),
+        ("maxPerStageDescriptorStorageBuffers", u32), ("maxPerStageDescriptorSampledImages", u32),
+        ("maxPerStageDescriptorStorageImages", u32), ("maxPerStageDescriptorInputAttachments", u32),
+        ("maxPerStageResources", u32),
+        ("maxDescriptorSetSamplers", u32), ("maxDescriptorSetUniformBuffers", u32),
+        ("maxDescriptorSetUniformBuffersDynamic", u32), ("maxDescriptorSetStorageBuffers", u32),
+        ("maxDescriptorSetStorageBuffersDynamic", u32), ("maxDescriptorSetSampledImages", u32),
+        ("maxDescriptorSetStorageImages", u32), ("maxDescriptorSetInputAttachments", u32),
+        ("maxVertexInputAttributes", u32), ("maxVertexInputBindings", u32),
+        ("maxVertexInputAttributeOffset", u32), ("maxVertexInputBindingStride", u32),
+        ("maxVertexOutputComponents", u32),
+        ("maxTessellationGenerationLevel", u32), ("maxTessellationPatchSize", u32),
+        ("maxTessellationControlPerVertexInputComponents", u32),
+        ("maxTessellationControlPerVertexOutputComponents", u32),
+        ("maxTessellationControlPerPatchOutputComponents", u32),
+        ("maxTessellationControlTotalOutputComponents", u32),
+        ("maxTessellationEvaluationInputComponents", u32),
+        ("maxTessellationEvaluationOutputComponents", u32),
+        ("maxGeometryShaderInvocations", u32), ("maxGeometryInputComponents", u32),
+        ("maxGeometryOutputComponents", u32), ("maxGeometryOutputVertices", u32),
+        ("maxGeometryTotalOutputComponents", u32),
+        ("maxFragmentInputComponents", u32), ("maxFragmentOutputAttachments", u32),
+        ("maxFragmentDualSrcAttachments", u32), ("maxFragmentCombinedOutputResources", u32),
+        ("maxComputeSharedMemorySize", u32), ("maxComputeWorkGroupCount", u32 * 3),
+        ("maxComputeWorkGroupInvocations", u32), ("maxComputeWorkGroupSize", u32 * 3),
+        ("_rest", ctypes.c_uint8 * 512),
+    ]
+
+
+class _Properties(ctypes.Structure):
+    _fields_ = [
+        ("apiVersion", u32), ("driverVersion", u32), ("vendorID", u32), ("deviceID", u32),
+        ("deviceType", u32), ("deviceName", ctypes.c_char * 256), ("pipelineCacheUUID", ctypes.c_uint8 * 16),
+        ("limits", _Limits),
+        ("_tail", ctypes.c_uint8 * 256),
+    ]
+
+
+class _MemoryType(ctypes.Structure):
+    _fields_ = [("propertyFlags", u32), ("heapIndex", u32)]
+
+
+class _MemoryHeap(ctypes.Structure):
+    _fields_ = [("size", u64), ("flags", u32)]
+
+
+class _MemoryProperties(ctypes.Structure):
+    _fields_ = [
+        ("memoryTypeCount", u32), ("memoryTypes", _MemoryType * 32),
+        ("memoryHeapCount", u32), ("memoryHeaps", _MemoryHeap * 16),
+    ]
+
+
+class _AppInfo(ctypes.Structure):
+    _fields_ = [
+        ("sType", u32), ("pNext", ctypes.c_void_p), ("pApplicationName", ctypes.c_char_p),
+        ("applicationVersion", u32), ("pEngineName", ctypes.c_char_p), ("engineVersion", u32),
+        ("apiVersion", u32),
+    ]
+
+
+class _InstanceCreateInfo(ctypes.Structure):
+    _fields_ = [
+        ("sType", u32), ("pNext", ctypes.c_void_p), ("flags", u32),
+        ("pApplicationInfo", ctypes.POINTER(_AppInfo)),
+        ("enabledLayerCount", u32), ("ppEnabledLayerNames", ctypes.c_void_p),
+        ("enabledExtensionCount", u32), ("ppEnabledExtensionNames", ctypes.c_void_p),
+    ]
+
+
+@dataclass(frozen=True)
+class PhysicalDeviceInfo:
+    index: int
+    name: str
+    device_type: str
+    api_version: str
+    vendor_id: int
+    device_id: int
+    limits: dict[str, Any] = field(default_factory=dict)
+    memory_heaps: tuple[int, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index, "name": self.name, "device_type": self.device_type,
+            "api_version": self.api_version, "vendor_id": self.vendor_id, "device_id": self.device_id,
+            "limits": dict(self.limits), "memory_heaps": list(self.memory_heaps),
+        }
+
+
+def _version(v: int) -> str:
+    return f"{v >> 22}.{(v >> 12) & 0x3FF}.{v & 0xFFF}"
+
+
+@functools.lru_cache(maxsize=1)
+def physical_devices() -> tuple[PhysicalDeviceInfo, ...]:
+    try:
+        lib = ctypes.CDLL("libvulkan.so.1")
+    except OSError as e:
+        raise DeviceError(f"Vulkan loader libvulkan.so.1 not found ({e}); run `make test` to install it") from e
+    app = _AppInfo(0, None, b"kompute_dml", 1, b"kompute_dml", 1, (1 << 22) | (1 << 12))
+    info = _InstanceCreateInfo(1, None, 0, ctypes.pointer(app), 0, None, 0, None)
+    instance = ctypes.c_void_p()
+    lib.vkCreateInstance.restype = ctypes.c_int32
+    res = lib.vkCreateInstance(ctypes.byref(info), None, ctypes.byref(instance))
+    if res != 0:
+        raise DeviceError(f"vkCreateInstance failed with VkResult {res}: no usable Vulkan driver")
+    try:
+        count = u32(0)
+        lib.vkEnumeratePhysicalDevices(instance, ctypes.byref(count), None)
+        handles = (ctypes.c_void_p * max(count.value, 1))()
+        lib.vkEnumeratePhysicalDevices(instance, ctypes.byref(count), handles)
+        out = []
+        for i in range(count.value):
+            props = _Properties()
+            lib.vkGetPhysicalDeviceProperties(ctypes.c_void_p(handles[i]), ctypes.byref(props))
+            mem = _MemoryProperties()
+            lib.vkGetPhysicalDeviceMemoryProperties(ctypes.c_void_p(handles[i]), ctypes.byref(mem))
+            lim = props.limits
+            limits = {
+                "max_storage_buffer_range": lim.maxStorageBufferRange,
+                "max_push_constants_size": lim.maxPushConstantsSize,
+                "max_compute_work_group_count": tuple(lim.maxComputeWorkGroupCount),
+                "max_compute_work_group_size": tuple(lim.maxComputeWorkGroupSize),
+                "max_compute_work_group_invocations": lim.maxComputeWorkGroupInvocations,
+                "max_compute_shared_memory_size": lim.maxComputeSharedMemorySize,
+                "max_memory_allocation_count": lim.maxMemoryAllocationCount,
+                "max_bound_descriptor_sets": lim.maxBoundDescriptorSets,
+                "max_per_stage_descriptor_storage_buffers": lim.maxPerStageDescriptorStorageBuffers,
+            }
+            heaps = tuple(mem.memoryHeaps[h].size for h in range(mem.memoryHeapCount))
+            out.append(
+                PhysicalDeviceInfo(
+                    index=i, name=props.deviceName.decode(errors="replace"),
+                    device_type=DEVICE_TYPES.get(props.deviceType, "other"),
+                    api_version=_version(props.apiVersion), vendor_id=props.vendorID,
+                    device_id=props.deviceID, limits=limits, memory_heaps=heaps,
+                )
+            )
+        return tuple(out)
+    finally:
+        lib.vkDestroyInstance(instance, None)

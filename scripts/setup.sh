@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# One-command, idempotent set-up for kompute_dml on Debian 12 (run as root).
+#   1. Debian packages (Vulkan loader + lavapipe + validation layers + glslang)
+#   2. a virtual environment at .venv
+#   3. kp 0.9.0 built offline from its PyPI source, wheel cached in .cache/wheels
+#   4. the project installed in editable mode (which compiles the SPIR-V)
+# Each step is skipped when its result is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+VENV="$ROOT/.venv"
+PY="$VENV/bin/python"
+WHEELS="$ROOT/.cache/wheels"
+# A machine-wide copy of the kp wheel lets a fresh clone skip the 70 s build.
+SHARED_WHEELS="${KDML_WHEEL_CACHE:-/var/cache/kompute-dml/wheels}"
+KP_VERSION=0.9.0
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+# ---- 1. Debian packages -------------------------------------------------------
+DEB_PACKAGES=(libvulkan-dev libvulkan1 mesa-vulkan-drivers glslang-tools spirv-tools
+              libfmt-dev pybind11-dev vulkan-validationlayers vulkan-tools
+              cmake g++ make patch python3-venv python3-dev)
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing Debian packages: ${missing[*]}"
+  if [ "$(id -u)" != 0 ]; then echo "need root to apt-get install ${missing[*]}" >&2; exit 1; fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# ---- 2. virtual environment -----------------------------------------------------
+if [ ! -x "$PY" ]; then
+  say "creating $VENV"
+  python3 -m venv "$VENV"
+fi
+stamp_reqs="$VENV/.requirements.sha"
+reqs_sha=$(sha256sum requirements-dev.txt | cut -d' ' -f1)
+if [ "$(cat "$stamp_reqs" 2>/dev/null)" != "$reqs_sha" ]; then
+  say "installing Python requirements"
+  "$PY" -m pip install -q --upgrade pip
+  "$PY" -m pip install -q -r requirements-dev.txt
+  echo "$reqs_sha" > "$stamp_reqs"
+fi
+
+# ---- 3. kp, patched, built offline and cached -------------------------------------
+# scripts/kp-0.9.0-kompute-dml.patch exposes kp::OpMemoryBarrier to Python (needed
+# to order dependent dispatches inside one submission) and fixes a missing comma in
+# kp's setup.py that drops -DPYTHON_EXECUTABLE. The patched build is 0.9.0+kdml1.
+KP_LOCAL_VERSION="$KP_VERSION+kdml1"
+PATCH="$ROOT/scripts/kp-$KP_VERSION-kompute-dml.patch"
+patch_sha=$(sha256sum "$PATCH" | cut -c1-12)
+kp_ok() { "$PY" -c "import kp, sys; sys.exit(0 if hasattr(kp, 'OpMemoryBarrier') else 1)" 2>/dev/null; }
+if ! kp_ok; then
+  mkdir -p "$WHEELS/$patch_sha"
+  whl=$(ls "$WHEELS/$patch_sha"/kp-*.whl 2>/dev/null | head -1 || true)
+  if [ -z "$whl" ] && ls "$SHARED_WHEELS/$patch_sha"/kp-*.whl >/dev/null 2>&1; then
+    cp "$SHARED_WHEELS/$patch_sha"/kp-*.whl "$WHEELS/$patch_sha"/
+    whl=$(ls "$WHEELS/$patch_sha"/kp-*.whl | head -1)
+  fi
+  if [ -z "$whl" ]; then
+    say "building kp $KP_LOCAL_VERSION from its PyPI source (offline, about 70 s)"
+    build="$ROOT/.cache/kp-build"
+    rm -rf "$build" && mkdir -p "$build"
+    "$PY" -m pip download -q --no-deps --no-binary :all: -d "$build" "kp==$KP_VERSION"
+    tar xzf "$build/kp-$KP_VERSION.tar.gz" -C "$build"
+    patch -d "$build/kp-$KP_VERSION" -p1 < "$PATCH"
+    PATH="$VENV/bin:$PATH" \
+    KOMPUTE_OPT_INSTALL=OFF \
+    KOMPUTE_OPT_USE_BUILT_IN_VULKAN_HEADER=OFF \
+    KOMPUTE_OPT_USE_BUILT_IN_FMT=OFF \
+    KOMPUTE_OPT_USE_BUILT_IN_PYBIND11=OFF \
+    KOMPUTE_OPT_DISABLE_VULKAN_VERSION_CHECK=ON \
+    KOMPUTE_OPT_DISABLE_VK_DEBUG_LAYERS=ON \
+      "$PY" -m pip wheel -q --no-build-isolation --no-deps -w "$WHEELS/$patch_sha" "$build/kp-$KP_VERSION"
+    whl=$(ls "$WHEELS/$patch_sha"/kp-*.whl | head -1)
+    rm -rf "$build"
+    { mkdir -p "$SHARED_WHEELS/$patch_sha" && cp "$whl" "$SHARED_WHEELS/$patch_sha"/; } 2>/dev/null || true
+  fi
+  say "installing $(basename "$whl")"
+  "$PY" -m pip install -q --no-deps --force-reinstall "$whl"
+  kp_ok || { echo "kp installed but OpMemoryBarrier is missing" >&2; exit 1; }
+fi
+
+# ---- 4. the project, editable, with its SPIR-V ----------------------------------
+if ! "$PY" -c "import kompute_dml" 2>/dev/null || [ ! -x "$VENV/bin/kompute-dml" ]; then
+  say "installing kompute_dml in editable mode"
+  "$PY" -m pip install -q --no-build-isolation --no-deps -e .
+fi
+# Always re-check the SPIR-V: cheap when nothing changed, rebuilds stale variants.
+"$PY" tools/build_spirv.py --quiet
+say "ready: $("$PY" -c 'import kp, kompute_dml; print("kompute_dml", kompute_dml.__version__)')"

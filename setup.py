@@ -1,0 +1,20 @@
+"""Build hook: compile the GLSL shaders to SPIR-V whenever the package is built or
+installed (also `pip install -e .`). Metadata lives in pyproject.toml."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+
+
+class BuildPyWithSpirv(build_py):
+    def run(self) -> None:
+        subprocess.check_call([sys.executable, str(ROOT / "tools" / "build_spirv.py")])
+        super().run()
+
+
+setup(cmdclass={"build_py": BuildPyWithSpirv})

@@ -1,0 +1,128 @@
+"""Shared test utilities: random layouts, poisoned outputs with guard bytes, byte checks."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+import kompute_dml as kdml
+from kompute_dml.layout import element_offsets
+from kompute_dml.tensor_desc import packed_strides
+
+ALL_TYPES = list(kdml.DataType)
+
+
+def random_values(rng: np.random.Generator, dt: kdml.DataType, shape: Sequence[int]) -> np.ndarray:
+    """Random elements covering the type's range, with edge values mixed in."""
+    npd = dt.numpy_dtype
+    n = math.prod(shape)
+    if dt.is_float:
+        vals = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)
+        edges = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, np.finfo(npd).max, np.finfo(npd).tiny], npd)
+        out = vals.astype(npd)
+    else:
+        info = np.iinfo(npd)
+        out = rng.integers(info.min, info.max, size=n, dtype=npd, endpoint=True)
+        edges = np.array([info.min, info.max, 0, 1], npd)
+    k = min(n, len(edges))
+    if k:
+        pos = rng.choice(n, size=k, replace=False)
+        out[pos] = edges[:k]
+    return out.reshape(shape)
+
+
+def random_strides(
+    rng: np.random.Generator, sizes: Sequence[int], *, allow_broadcast: bool, max_gap: int = 3
+) -> tuple[int, ...]:
+    """Non-overlapping strides in a random dimension order with random gaps; optionally
+    some broadcast (stride 0) dimensions (inputs only)."""
+    order = rng.permutation(len(sizes))
+    strides = [0] * len(sizes)
+    acc = 1
+    for d in order[::-1]:  # innermost first
+        if allow_broadcast and rng.random() < 0.2:
+            strides[d] = 0
+            continue
+        strides[d] = acc * int(rng.integers(1, max_gap + 1)) if rng.random() < 0.5 else acc
+        acc = strides[d] * sizes[d]
+    return tuple(strides)
+
+
+def place(
+    dev: kdml.Device,
+    rng: np.random.Generator,
+    desc: kdml.TensorDesc,
+    values: np.ndarray | None = None,
+    *,
+    guard: int | None = None,
+) -> tuple[kdml.Tensor, bytes]:
+    """A tensor of `desc` at a random 16-byte-aligned offset in a buffer of random bytes,
+    with guard bytes after it; the elements are set to `values` if given.
+    Returns the tensor and the buffer's bytes before any operator ran."""
+    align = max(16, desc.guaranteed_base_offset_alignment or 0)
+    offset = int(rng.integers(0, 8)) * align
+    guard = int(rng.integers(1, 64)) if guard is None else guard
+    nbytes = offset + desc.byte_size + guard
+    init = rng.integers(0, 256, nbytes, dtype=np.uint8)
+    if values is not None:
+        init = write_elements(init, offset, desc, values)
+    buf = dev.buffer(init.tobytes())
+    return kdml.Tensor(buf, desc, offset), init.tobytes()
+
+
+def element_byte_positions(offset: int, desc: kdml.TensorDesc) -> np.ndarray:
+    size = desc.data_type.size
+    offs = element_offsets(desc.sizes, desc.effective_strides) * size + offset
+    return (offs[:, None] + np.arange(size)[None, :]).reshape(-1)
+
+
+def write_elements(raw: np.ndarray, offset: int, desc: kdml.TensorDesc, values: np.ndarray) -> np.ndarray:
+    raw = raw.copy()
+    vals = np.ascontiguousarray(np.broadcast_to(values, desc.sizes), dtype=desc.data_type.numpy_dtype)
+    pos = element_byte_positions(offset, desc)
+    raw[pos] = np.frombuffer(vals.tobytes(), dtype=np.uint8)  # broadcast strides: last write wins, same values
+    return raw
+
+
+def poison_against(t: kdml.Tensor, expected: np.ndarray, rng: np.random.Generator) -> bytes:
+    """Set every output element to bytes that differ from the expected ones (so an element
+    the operator forgets to write is always caught); returns the buffer's new bytes."""
+    raw = np.frombuffer(t.buffer.read(), dtype=np.uint8).copy()
+    pos = element_byte_positions(t.offset, t.desc)
+    exp = np.frombuffer(np.ascontiguousarray(expected, dtype=t.desc.data_type.numpy_dtype).tobytes(), np.uint8)
+    raw[pos] = exp ^ rng.integers(1, 256, exp.size, dtype=np.uint8)
+    t.buffer.write(raw.tobytes())
+    return raw.tobytes()
+
+
+def assert_output(t: kdml.Tensor, before: bytes, expected: np.ndarray) -> None:
+    """Elements bitwise equal to `expected`; every other byte of the buffer unchanged."""
+    after = np.frombuffer(t.buffer.read(), dtype=np.uint8)
+    prior = np.frombuffer(before, dtype=np.uint8)
+    mask = np.ones(after.size, bool)
+    mask[element_byte_positions(t.offset, t.desc)] = False
+    changed = np.nonzero((after != prior) & mask)[0]
+    assert changed.size == 0, f"{changed.size} bytes outside the output changed, first at {changed[:8]}"
+    got = read_logical(after, t.offset, t.desc)
+    exp = np.ascontiguousarray(np.broadcast_to(expected, t.desc.sizes), dtype=t.desc.data_type.numpy_dtype)
+    gb = got.view(f"u{got.dtype.itemsize}")
+    eb = exp.view(f"u{exp.dtype.itemsize}")
+    bad = np.argwhere(gb != eb)
+    assert bad.size == 0, f"{len(bad)} elements differ, first at {bad[:4].tolist()}: got {got[tuple(bad[0])]} want {exp[tuple(bad[0])]}"
+
+
+def read_logical(raw: bytes | np.ndarray, offset: int, desc: kdml.TensorDesc) -> np.ndarray:
+    """The tensor `desc` describes at byte `offset` of `raw`, read with numpy only."""
+    buf = np.frombuffer(bytes(raw) if not isinstance(raw, np.ndarray) else raw.tobytes(), dtype=np.uint8)
+    size = desc.data_type.size
+    pos = element_offsets(desc.sizes, desc.effective_strides) * size + offset
+    gathered = buf[(pos[:, None] + np.arange(size)[None, :]).reshape(-1)]
+    return gathered.view(desc.data_type.numpy_dtype).reshape(desc.sizes).copy()
+
+
+__all__ = [
+    "ALL_TYPES", "assert_output", "read_logical", "element_byte_positions", "packed_strides", "place", "poison_against",
+    "random_strides", "random_values", "write_elements",
+]
