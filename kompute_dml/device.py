@@ -31,6 +31,11 @@ def _coerce_feature_level(level: object) -> FeatureLevel:
         return HIGHEST_FEATURE_LEVEL
     if isinstance(level, FeatureLevel):
         return level
+    if isinstance(level, str) and level.lower().startswith("0x"):
+        try:
+            level = int(level, 16)
+        except ValueError:
+            raise invalid("feature_level", f"{level!r} is not a DML_FEATURE_LEVEL") from None
     if isinstance(level, str):
         name = level.upper().replace(".", "_")
         name = name if name.startswith("FL_") else f"FL_{name}"

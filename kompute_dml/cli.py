@@ -1,0 +1,85 @@
+"""`kompute-dml`: info (devices, limits, support matrix), bench, run MODEL.onnx."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from . import __version__
+    from .device import Device, _coerce_feature_level, list_devices
+    from .errors import DMLError
+    from .registry import support_matrix
+
+    console = Console()
+    try:
+        devices = list_devices()
+        level = _coerce_feature_level(args.feature_level)
+    except DMLError as e:
+        console.print(f"[red]error:[/red] {e}")
+        return 2
+    if args.json:
+        print(json.dumps({"version": __version__, "feature_level": level.label, "devices": devices,
+                          "support": support_matrix(level)}, indent=1, default=list))
+        return 0
+    console.print(f"kompute_dml {__version__}")
+    for d in devices:
+        console.print(f"[bold]device {d['index']}[/bold]: {d['name']} ({d['device_type']}, Vulkan {d['api_version']})")
+        for k, v in d["limits"].items():
+            console.print(f"  {k:42} {v}")
+        console.print(f"  {'memory heaps (bytes)':42} {list(d['memory_heaps'])}")
+    try:
+        dev = Device(args.device, level)
+        console.print(f"feature level: {dev.feature_level.name} (0x{int(dev.feature_level):x}); "
+                      f"matrix-product kernel family: {'cpu' if dev.device_type == 'cpu' else 'gpu'}")
+        dev.close()
+    except DMLError as e:
+        console.print(f"[red]device {args.device} unusable:[/red] {e}")
+        return 2
+    table = Table(title=f"Support at feature level {level.label}")
+    for col in ("operator", "tensor", "kind", "dims", "types"):
+        table.add_column(col)
+    for row in support_matrix(level):
+        table.add_row(*(row[c] for c in ("operator", "tensor", "kind", "dims", "types")))
+    console.print(table)
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
+    from .bench import main as bench_main
+
+    return int(bench_main(rest) or 0)
+
+
+def _cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
+    from .onnx_run import main as run_main
+
+    return int(run_main(rest) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kompute-dml", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+    info = sub.add_parser("info", help="devices, feature level, limits and the support matrix")
+    info.add_argument("--device", type=int, default=0)
+    info.add_argument("--feature-level", default=None, help="e.g. 5_1 or 0x5100 (default: highest implemented)")
+    info.add_argument("--json", action="store_true", help="machine-readable output")
+    sub.add_parser("bench", help="benchmarks with peers side by side (see `kompute-dml bench --help`)", add_help=False)
+    sub.add_parser("run", help="run an ONNX model through the backend (see `kompute-dml run --help`)", add_help=False)
+    args, rest = ap.parse_known_args(argv)
+    if args.command == "info":
+        if rest:
+            ap.error(f"unrecognized arguments: {' '.join(rest)}")
+        return _cmd_info(args)
+    handler: Any = {"bench": _cmd_bench, "run": _cmd_run}[args.command]
+    return handler(args, rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

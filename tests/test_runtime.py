@@ -1,0 +1,145 @@
+"""Runtime: descriptors and their size formula, devices, buffers, recordings with
+dependent dispatches (checked by synchronization validation)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kompute_dml as kdml
+
+DT = kdml.DataType
+
+
+# ---- DMLCalcBufferTensorSize: the examples of notes/directml.md -----------------------
+@pytest.mark.parametrize(
+    "dt,sizes,strides,expected",
+    [
+        (DT.FLOAT32, (1, 3, 224, 224), None, 602112),
+        (DT.FLOAT16, (3,), None, 8),
+        (DT.FLOAT32, (2, 3), (5, 1), 32),
+        (DT.UINT8, (1,), None, 4),
+        (DT.INT64, (2, 2), (0, 0), 8),
+        (DT.UINT8, (65536, 65536), (65536, 1), 2**32),  # past 32 bits: exact in Python ints
+    ],
+)
+def test_calc_buffer_tensor_size(dt, sizes, strides, expected):
+    assert kdml.calc_buffer_tensor_size(dt, sizes, strides) == expected
+
+
+def test_desc_defaults_and_hash():
+    a = kdml.TensorDesc(DT.FLOAT32, [2, 3])
+    b = kdml.TensorDesc(DT.FLOAT32, (2, 3), None, 24)
+    assert a == b and hash(a) == hash(b)
+    assert a.total_tensor_size_in_bytes == 24
+    assert kdml.DataType.from_numpy(np.int16) is DT.INT16
+    assert DT.FLOAT16.numpy_dtype == np.float16 and DT.UINT64.size == 8
+    assert kdml.FeatureLevel.FL_6_2 == 0x6200
+
+
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        (dict(sizes=(0, 3)), "sizes[0]"),
+        (dict(sizes=()), "sizes"),
+        (dict(sizes=(1,) * 9), "sizes"),
+        (dict(sizes=(2, 3), strides=(1,)), "strides"),
+        (dict(sizes=(2, 3), total_tensor_size_in_bytes=20), "total_tensor_size_in_bytes"),
+        (dict(sizes=(2, 3), guaranteed_base_offset_alignment=3), "guaranteed_base_offset_alignment"),
+        (dict(sizes=(2, 3), guaranteed_base_offset_alignment=2), "guaranteed_base_offset_alignment"),
+        (dict(sizes=(65536, 65536)), "sizes"),
+        (dict(sizes=(2, 3), flags=4), "flags"),
+    ],
+)
+def test_desc_rules_raise_at_compile(dev, kwargs, field):
+    bad = kdml.TensorDesc(DT.FLOAT32, **kwargs)
+    good = kdml.TensorDesc(DT.FLOAT32, (2, 3))
+    with pytest.raises(kdml.InvalidArgumentError, match=f"input_tensor.{field.split('[')[0]}"):
+        dev.compile(kdml.ActivationIdentityDesc(bad, good))
+
+
+def test_limits(dev):
+    assert dev.limits["max_storage_buffer_range"] >= 2**27
+    assert dev.limits["max_push_constants_size"] >= 128
+    assert len(dev.limits["max_compute_work_group_count"]) == 3
+    assert kdml.list_devices()[0]["name"] == dev.name
+
+
+def test_buffer_roundtrip(dev, rng):
+    data = rng.integers(0, 256, 1000, dtype=np.uint8)
+    buf = dev.buffer(data)
+    assert buf.nbytes == 1000 and buf.read() == data.tobytes()
+    buf.write(b"\x01\x02\x03", offset=997)
+    assert buf.read(995, 5) == bytes([data[995], data[996], 1, 2, 3])
+    with pytest.raises(kdml.InvalidArgumentError):
+        buf.write(b"\x00" * 4, offset=998)
+    with pytest.raises(kdml.InvalidArgumentError):
+        buf.read(990, 20)
+
+
+def test_dependent_chain_in_one_recording(dev, rng):
+    """A -> B -> C -> D -> A: each dispatch reads what the previous one wrote. Barriers
+    make it correct; synchronization validation checks there is no hazard."""
+    n = 4099
+    x = rng.standard_normal(n).astype(np.float32)
+    bufs = [dev.tensor(x)] + [dev.empty(kdml.TensorDesc(DT.FLOAT32, (n,))) for _ in range(3)]
+    rev = kdml.TensorDesc(DT.FLOAT32, (n,), (1,))
+    op = dev.compile(kdml.ActivationIdentityDesc(rev, rev))
+    with dev.record() as rec:
+        for i in range(8):
+            rec.execute(op, [bufs[i % 4]], [bufs[(i + 1) % 4]])
+    for b in bufs:
+        assert np.array_equal(b.numpy(), x)
+
+
+def test_recording_discarded_on_error(dev, rng):
+    x = dev.tensor(np.ones(8, np.float32))
+    y = dev.tensor(np.zeros(8, np.float32))
+    op = dev.compile(kdml.ActivationIdentityDesc(x.desc, y.desc))
+    with pytest.raises(kdml.InvalidArgumentError), dev.record() as rec:
+        rec.execute(op, [x], [y])
+        rec.execute(op, [x], [dev.tensor(np.zeros(4, np.float32))])
+    assert not y.numpy().any()  # nothing was submitted
+
+
+def test_binding_must_match_compiled_desc(dev):
+    x = dev.tensor(np.ones((2, 4), np.float32))
+    y = dev.tensor(np.zeros((2, 4), np.float32))
+    op = dev.compile(kdml.ActivationIdentityDesc(x.desc, y.desc))
+    with pytest.raises(kdml.InvalidArgumentError, match="output_tensor"):
+        op.execute([x], [dev.tensor(np.zeros((4, 2), np.float32))])
+    with pytest.raises(kdml.InvalidArgumentError, match="input_tensor"):
+        op.execute([None], [y])
+    with pytest.raises(kdml.InvalidArgumentError, match="outputs"):
+        op.execute([x], [])
+    assert not y.numpy().any()
+    op.execute([x], [y])
+    assert y.numpy().all()
+
+
+def test_output_may_not_overlap_input_except_in_place(dev):
+    buf = dev.buffer(64)
+    d = kdml.TensorDesc(DT.FLOAT32, (8,))
+    a = kdml.Tensor(buf, d, 0)
+    b = kdml.Tensor(buf, d, 16)
+    op = dev.compile(kdml.ActivationIdentityDesc(d, d))
+    with pytest.raises(kdml.InvalidArgumentError, match="overlaps"):
+        op.execute([a], [b])
+    op.execute([a], [a])
+
+
+def test_offsets_must_be_aligned(dev):
+    buf = dev.buffer(64)
+    with pytest.raises(kdml.InvalidArgumentError, match="16"):
+        kdml.Tensor(buf, kdml.TensorDesc(DT.FLOAT32, (2,)), 8)
+    with pytest.raises(kdml.InvalidArgumentError, match="guaranteed_base_offset_alignment"):
+        kdml.Tensor(buf, kdml.TensorDesc(DT.FLOAT32, (2,), guaranteed_base_offset_alignment=32), 16)
+    with pytest.raises(kdml.InvalidArgumentError, match="exceeds"):
+        kdml.Tensor(buf, kdml.TensorDesc(DT.FLOAT32, (16,)), 16)
+
+
+def test_missing_spirv_is_a_clear_error():
+    from kompute_dml.shaders import ShaderBuildError, load_spirv
+
+    with pytest.raises(ShaderBuildError, match="make spirv"):
+        load_spirv("no_such_variant")
