@@ -188,7 +188,7 @@ class Device:
                     self._replays[replay_key] = seq
                     while len(self._replays) > self._replay_capacity:
                         self._replays.popitem(last=False)
-            else:
+            elif replay_key is not None:
                 self._replays.move_to_end(replay_key)
             self._run(seq)
             for d in dispatches:

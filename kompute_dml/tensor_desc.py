@@ -7,6 +7,7 @@ reported by `Device.compile` with the name of the operator field it sits in.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 from collections.abc import Sequence
@@ -34,7 +35,7 @@ def _as_int(value: object, field_name: str) -> int:
 
 
 def _as_int_tuple(values: object, field_name: str) -> tuple[int, ...]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) and not hasattr(values, "__iter__"):
+    if isinstance(values, (str, bytes)) or (not isinstance(values, Sequence) and not hasattr(values, "__iter__")):
         raise invalid(field_name, f"must be a sequence of integers, got {values!r}")
     return tuple(_as_int(v, f"{field_name}[{i}]") for i, v in enumerate(values))  # type: ignore[attr-defined]
 
@@ -80,10 +81,8 @@ class TensorDesc:
         # Normalise what can be normalised; remember whether the rules hold so that
         # validate_desc can report the first broken one later with its field name.
         dt = self.data_type
-        try:
+        with contextlib.suppress(InvalidArgumentError):
             dt = DataType.coerce(dt)
-        except InvalidArgumentError:
-            pass
         object.__setattr__(self, "data_type", dt)
         try:
             object.__setattr__(self, "sizes", _as_int_tuple(self.sizes, "sizes"))

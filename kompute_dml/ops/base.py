@@ -128,9 +128,9 @@ class CompiledOperator:
             and out.desc.same_layout(other.desc)
         ):
             return  # exact in-place execution, which DirectML allows for this operator
-        if out.desc.element_count <= _EXACT_ALIAS_LIMIT and other.desc.element_count <= _EXACT_ALIAS_LIMIT:
-            if not (_byte_set(out) & _byte_set(other)):
-                return
+        small = out.desc.element_count <= _EXACT_ALIAS_LIMIT and other.desc.element_count <= _EXACT_ALIAS_LIMIT
+        if small and not (_byte_set(out) & _byte_set(other)):
+            return
         rule = "may alias an input only for exact in-place execution" if self.allows_inplace else "may not alias"
         raise invalid(out_name, f"overlaps {other_name} in the same buffer: {self.support.name}'s output {rule}")
 
