@@ -27,7 +27,7 @@ _serials = itertools.count(1)
 
 def _as_bytes_view(data: object) -> memoryview:
     if isinstance(data, np.ndarray):
-        return memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+        return np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
     if isinstance(data, (bytes, bytearray, memoryview)):
         return memoryview(data).cast("B")
     raise invalid("data", f"must be bytes, bytearray or a numpy array, got {type(data).__name__}")
