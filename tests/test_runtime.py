@@ -143,3 +143,25 @@ def test_missing_spirv_is_a_clear_error():
 
     with pytest.raises(ShaderBuildError, match="make spirv"):
         load_spirv("no_such_variant")
+
+
+def test_stale_spirv_is_a_clear_error(tmp_path, monkeypatch):
+    """Editing a shader without rebuilding is refused, naming the fix."""
+    import shutil
+
+    from kompute_dml import shaders
+
+    root = shaders.SOURCE_DIR.parent
+    shutil.copytree(root / "shaders", tmp_path / "shaders")
+    shutil.copytree(root / "tools", tmp_path / "tools")
+    src = tmp_path / "shaders" / "copy.comp"
+    src.write_text(src.read_text() + "\n// edited\n")
+    monkeypatch.setattr(shaders, "SOURCE_DIR", tmp_path / "shaders")
+    shaders.load_spirv.cache_clear()
+    shaders._builder.cache_clear()
+    try:
+        with pytest.raises(shaders.ShaderBuildError, match=r"stale.*make spirv"):
+            shaders.load_spirv("copy_b8")
+    finally:
+        shaders.load_spirv.cache_clear()
+        shaders._builder.cache_clear()
