@@ -26,6 +26,32 @@ def list_devices() -> list[dict[str, Any]]:
     return [d.as_dict() for d in physical_devices()]
 
 
+_HOST_HEADROOM = 512 << 20  # bytes of host RAM a CPU device always leaves free
+
+
+def _host_available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (None where it cannot be read)."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _coerce_budget(budget: object, info: PhysicalDeviceInfo) -> int:
+    if budget is None:
+        heaps = sum(info.memory_heaps)
+        return heaps if heaps > 0 else 1 << 31
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
+        raise invalid("memory_budget", f"must be a number of bytes (int) or None, got {type(budget).__name__}")
+    if budget < 4096:
+        raise invalid("memory_budget", f"must be at least 4096 bytes, got {budget}")
+    return int(budget)
+
+
 def _coerce_feature_level(level: object) -> FeatureLevel:
     if level is None:
         return HIGHEST_FEATURE_LEVEL
@@ -60,7 +86,13 @@ class Device:
     Thread-safe: kp is not, so every kp call happens under one re-entrant lock.
     """
 
-    def __init__(self, device_index: int = 0, feature_level: FeatureLevel | int | None = None) -> None:
+    def __init__(
+        self,
+        device_index: int = 0,
+        feature_level: FeatureLevel | int | None = None,
+        *,
+        memory_budget: int | None = None,
+    ) -> None:
         self.feature_level = _coerce_feature_level(feature_level)
         infos = physical_devices()
         if not infos:
@@ -74,6 +106,9 @@ class Device:
         self.name = self.info.name
         self.device_type = self.info.device_type
         self.limits: Mapping[str, Any] = types.MappingProxyType(dict(self.info.limits))
+        self.memory_budget = _coerce_budget(memory_budget, self.info)
+        self._allocated = 0  # bytes of Vulkan memory held by live buffers (device + staging copies)
+        self._allocations = 0  # vkAllocateMemory calls held by live buffers
         self._lock = threading.RLock()
         try:
             self._mgr = kp.Manager(self.index)
@@ -91,30 +126,67 @@ class Device:
 
     # ---- memory ------------------------------------------------------------------
     def _alloc_words(self, words: int) -> Any:
-        self._check_open()
+        """One kp `device` tensor of `words` zeroed 32-bit words (device memory + staging copy).
+
+        kp 0.9 ignores the VkResult of vkAllocateMemory and binds the null handle it leaves,
+        which crashes the process (seen on lavapipe under RLIMIT_AS). So allocation failure
+        is never left to the driver: every request is checked first against this Device's
+        memory budget (default: the size of its memory heaps), the allocation-count limit and,
+        on a CPU device (whose "device memory" is the process's RAM), the host's available
+        memory; OutOfMemoryError is raised before kp is called."""
+        nbytes = words * 4
+        cost = 2 * nbytes  # kp allocates a device-local buffer and a host-visible staging buffer
         with self._lock:
+            self._check_open()
+            if self._allocated + cost > self.memory_budget:
+                raise OutOfMemoryError(
+                    f"could not allocate {nbytes} bytes: this Device holds {self._allocated} bytes of its "
+                    f"{self.memory_budget}-byte memory budget (each buffer takes its size twice: device "
+                    "memory and a staging copy); free buffers or raise Device(memory_budget=...)"
+                )
+            max_count = int(self.limits.get("max_memory_allocation_count") or 4096)
+            if self._allocations + 2 > max_count:
+                raise OutOfMemoryError(
+                    f"could not allocate a buffer: {self._allocations} Vulkan allocations are live, "
+                    f"maxMemoryAllocationCount is {max_count}"
+                )
+            if self.device_type == "cpu":
+                avail = _host_available_bytes()
+                # the staging copy, the device copy and the zeroed upload array, plus headroom
+                if avail is not None and 3 * nbytes + _HOST_HEADROOM > avail:
+                    raise OutOfMemoryError(
+                        f"could not allocate {nbytes} bytes: the host (whose RAM is this CPU device's "
+                        f"memory) has only {avail} bytes available"
+                    )
             try:
                 t = self._mgr.tensor_t(np.zeros(words, dtype=np.uint32), kp.TensorTypes.device)
                 self._sync_to_device([t])
             except MemoryError as e:
-                raise OutOfMemoryError(f"could not allocate {words * 4} bytes: {e}") from e
+                raise OutOfMemoryError(f"could not allocate {nbytes} bytes: {e}") from e
             except RuntimeError as e:
                 msg = str(e)
                 if "OutOfDeviceMemory" in msg or "OutOfHostMemory" in msg or "memory" in msg.lower():
-                    raise OutOfMemoryError(f"could not allocate {words * 4} bytes of device memory: {msg}") from e
+                    raise OutOfMemoryError(f"could not allocate {nbytes} bytes of device memory: {msg}") from e
                 raise DeviceError(f"buffer allocation failed: {msg}") from e
+            self._allocated += cost
+            self._allocations += 2
             return t
 
     def _track_buffer(self, buf: Buffer) -> None:
         self._live_buffers[buf.serial] = buf
-        weakref.finalize(buf, Device._buffer_released, weakref.ref(self), buf.serial)
+        cost = 2 * buf._kp.size() * 4
+        weakref.finalize(buf, Device._buffer_released, weakref.ref(self), buf.serial, cost)
 
     @staticmethod
-    def _buffer_released(dev_ref: weakref.ref[Device], serial: int) -> None:
+    def _buffer_released(dev_ref: weakref.ref[Device], serial: int, cost: int = 0) -> None:
         dev = dev_ref()
-        if dev is None or dev._closed:
+        if dev is None:
             return
         with dev._lock:
+            dev._allocated -= cost
+            dev._allocations -= 2
+            if dev._closed:
+                return
             dev._pipelines.forget_buffer(serial)
             for key in [k for k in dev._replays if serial in k[1]]:
                 del dev._replays[key]
@@ -127,6 +199,7 @@ class Device:
 
     def _eval(self, ops: list[Any]) -> None:
         with self._lock:
+            self._check_open()
             seq = self._mgr.sequence()
             for op in ops:
                 seq.record(op)
@@ -180,6 +253,7 @@ class Device:
 
     def _submit(self, dispatches: list[EncodedDispatch], replay_key: tuple[Any, ...] | None = None) -> None:
         with self._lock:
+            self._check_open()
             seq = self._replays.get(replay_key) if replay_key is not None else None
             if seq is None:
                 seq = self._mgr.sequence()
@@ -222,6 +296,7 @@ class Device:
             "pipeline_misses": self._pipelines.misses,
             "recorded_sequences": len(self._replays),
             "live_buffers": len(self._live_buffers),
+            "allocated_bytes": self._allocated,
         }
 
 
@@ -240,9 +315,11 @@ class Recording:
     def execute(self, op: Any, inputs: Any, outputs: Any) -> None:
         if self._done:
             raise DMLError("this recording was already submitted")
-        if op.device is not self.device:
-            raise InvalidArgumentError("op: was compiled for another Device")
-        self._dispatches.extend(op._encode(inputs, outputs))
+        if getattr(op, "device", None) is not self.device:
+            raise InvalidArgumentError("op: was compiled for another Device (or is not a compiled operator)")
+        with self.device._lock:  # the check and the kp calls of encoding in one critical section
+            self.device._check_open()
+            self._dispatches.extend(op._encode(inputs, outputs))
 
     def submit(self) -> None:
         if self._done:

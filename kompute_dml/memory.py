@@ -57,12 +57,12 @@ class Buffer:
         self.serial = next(_serials)
         words = -(-nbytes // 16) * 4
         self._kp = device._alloc_words(words)
+        device._track_buffer(self)  # at once: the finalizer returns the memory to the budget
         # The mapped staging memory. kp 0.9's data() returns an array with stride 0
         # (every element aliases the first), so re-stride it over the whole mapping.
         raw = self._kp.data()
         self._host = np.lib.stride_tricks.as_strided(raw, shape=(words,), strides=(4,)).view(np.uint8)
         self._device_newer = False
-        device._track_buffer(self)
 
     def __repr__(self) -> str:
         return f"Buffer(nbytes={self.nbytes}, serial={self.serial})"
@@ -85,6 +85,7 @@ class Buffer:
         if n == 0:
             return
         with self.device._lock:
+            self.device._check_open()  # the mapping is gone once the device is closed
             self._pull()
             self._host[off : off + n] = np.frombuffer(view, dtype=np.uint8)
             self.device._sync_to_device([self._kp])
@@ -94,6 +95,7 @@ class Buffer:
             nbytes = self.nbytes - operator.index(offset) if isinstance(offset, int) else 0
         off, n = self._check_range(offset, nbytes, "read")
         with self.device._lock:
+            self.device._check_open()
             self._pull()
             return self._host[off : off + n].tobytes()
 
