@@ -5,9 +5,9 @@ from __future__ import annotations
 from .device import Device, Recording, list_devices
 from .dtypes import DataType, FeatureLevel
 from .errors import DeviceError, DMLError, InvalidArgumentError, OutOfMemoryError, UnsupportedError
-from .functional import copy, default_device, identity
+from .functional import copy, default_device, diagonal_matrix, diagonal_matrix1, eye_like, identity, tril, triu
 from .memory import Buffer, Tensor
-from .ops import ActivationIdentityDesc, CopyDesc
+from .ops import ActivationIdentityDesc, CopyDesc, DiagonalMatrix1Desc, DiagonalMatrixDesc
 from .tensor_desc import TensorDesc, calc_buffer_tensor_size
 
 __version__ = "0.1.0"
@@ -20,6 +20,8 @@ __all__ = [
     "DataType",
     "Device",
     "DeviceError",
+    "DiagonalMatrix1Desc",
+    "DiagonalMatrixDesc",
     "FeatureLevel",
     "InvalidArgumentError",
     "OutOfMemoryError",
@@ -31,6 +33,11 @@ __all__ = [
     "calc_buffer_tensor_size",
     "copy",
     "default_device",
+    "diagonal_matrix",
+    "diagonal_matrix1",
+    "eye_like",
     "identity",
     "list_devices",
+    "tril",
+    "triu",
 ]

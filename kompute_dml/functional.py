@@ -6,14 +6,18 @@ Each accepts kompute_dml Tensors or numpy arrays (uploaded to the tensor's devic
 
 from __future__ import annotations
 
+import math
+import operator
 import threading
 from typing import Any
 
 import numpy as np
 
 from .device import Device
+from .dtypes import DataType, FeatureLevel
 from .errors import invalid
 from .memory import Tensor
+from .ops.diagonal import INT32_MAX, INT32_MIN, DiagonalMatrix1Desc, DiagonalMatrixDesc
 from .ops.identity import ActivationIdentityDesc, CopyDesc
 from .tensor_desc import TensorDesc
 
@@ -86,3 +90,201 @@ def identity(x: Any, *, out: Tensor | None = None, device: Device | None = None)
 def copy(x: Any, *, out: Tensor | None = None, device: Device | None = None) -> Tensor:
     """Strided element-wise copy of any of the eleven data types (ONNX Identity)."""
     return _unary_copy(x, CopyDesc, out, device)
+
+
+# ---- DIAGONAL_MATRIX / DIAGONAL_MATRIX1 helpers (docs/diagonal.md) --------------------
+def _compile_diag(dev: Device, desc: Any, value: Any) -> Any:
+    # -0.0 == 0.0 and NaN != NaN: such values would alias or miss in compile_cached's
+    # descriptor-keyed cache, so those descriptors are compiled directly.
+    if isinstance(value, (float, np.floating)) and (math.isnan(value) or (value == 0 and math.copysign(1.0, value) < 0)):
+        return dev.compile(desc)
+    return compile_cached(dev, desc)
+
+
+def _check_out(out: Any, dev: Device, sizes: tuple[int, ...], dt: DataType) -> None:
+    if not isinstance(out, Tensor):
+        raise invalid("out", f"must be a kompute_dml Tensor, got {type(out).__name__}")
+    if out.device is not dev:
+        raise invalid("out", "belongs to another Device")
+    if out.desc.sizes != sizes:
+        raise invalid("out", f"sizes must be {sizes}, got {out.desc.sizes}")
+    if out.desc.data_type != dt:
+        raise invalid("out", f"data type must be {dt.name}, got {out.desc.data_type.name}")
+
+
+def _sizes_tuple(sizes: Any, field: str = "sizes") -> tuple[int, ...]:
+    try:
+        return tuple(operator.index(s) for s in sizes)
+    except TypeError:
+        raise invalid(field, f"must be a sequence of integers, got {sizes!r}") from None
+
+
+def _int_k(k: Any) -> int:
+    if isinstance(k, (bool, np.bool_)):
+        raise invalid("k", f"must be an integer, got {k!r}")
+    try:
+        return operator.index(k)
+    except TypeError:
+        raise invalid("k", f"must be an integer, got {k!r}") from None
+
+
+def _clamp_k(k: int, rows: int, cols: int) -> int:
+    """ONNX's int64 k clamped to [-rows, cols] (beyond which EyeLike/Trilu no longer change),
+    then into [INT32_MIN, INT32_MAX - 1] so that k and k + 1 are DirectML INTs."""
+    k = min(max(k, -rows), cols)
+    return min(max(k, INT32_MIN), INT32_MAX - 1)
+
+
+def diagonal_matrix(
+    sizes: Any,
+    *,
+    offset: int = 0,
+    value: float = 1.0,
+    data_type: Any = DataType.FLOAT32,
+    out: Tensor | None = None,
+    device: Device | None = None,
+) -> Tensor:
+    """DML_DIAGONAL_MATRIX: a new tensor of `sizes` (2-4 dims; leading dims are a batch) with
+    Output[.., y, x] = value where y + offset == x, else 0.
+
+    `offset` is an int32, `value` a FLOAT converted to `data_type` (floats rounded to nearest
+    even, integers truncated toward zero and saturated, NaN -> 0). The output is packed
+    unless `out` (a Tensor of those sizes and that data type, any strides) is given."""
+    dev = _device_of(out, device=device)
+    dt = DataType.coerce(data_type, "data_type")
+    sizes_t = _sizes_tuple(sizes)
+    if out is not None:
+        _check_out(out, dev, sizes_t, dt)
+    desc = out.desc if out is not None else TensorDesc(dt, sizes_t)
+    op = _compile_diag(dev, DiagonalMatrixDesc(desc, offset, value), value)
+    if out is None:
+        out = dev.empty(desc)
+    op.execute([], [out])
+    return out
+
+
+def diagonal_matrix1(
+    x: Any = None,
+    *,
+    sizes: Any = None,
+    data_type: Any = None,
+    value: Any = 0,
+    diagonal_fill_begin: int,
+    diagonal_fill_end: int,
+    out: Tensor | None = None,
+    device: Device | None = None,
+) -> Tensor:
+    """DML_DIAGONAL_MATRIX1: topX = x - y; where (End >= Begin) ^ (topX >= Begin) ^ (topX < End)
+    the output is `value`, elsewhere the element of `x` (a Tensor or numpy array, any strides
+    including broadcast), or 0 when `x` is None.
+
+    With `x`, `sizes` and `data_type` default to x's (and must match them if given); without
+    `x` they are required (or taken from `out`). `value` is a Python number read as the data
+    type: exact for 64-bit integers; InvalidArgumentError if the type cannot represent it.
+    Begin/End are int32. The output is packed unless `out` is given."""
+    dev = _device_of(x, out, device=device)
+    if out is not None and not isinstance(out, Tensor):
+        raise invalid("out", f"must be a kompute_dml Tensor, got {type(out).__name__}")
+    xt = as_tensor(x, dev) if x is not None else None
+    if xt is not None:
+        in_desc = xt.desc
+        if sizes is not None and _sizes_tuple(sizes) != in_desc.sizes:
+            raise invalid("sizes", f"must equal x's sizes {in_desc.sizes}, got {tuple(sizes)}")
+        if data_type is not None and DataType.coerce(data_type, "data_type") != in_desc.data_type:
+            raise invalid("data_type", f"must equal x's data type ({in_desc.data_type.name}), got {data_type!r}")
+        sizes_t, dt = in_desc.sizes, in_desc.data_type
+    else:
+        in_desc = None
+        if sizes is None and out is not None:
+            sizes = out.desc.sizes
+        if data_type is None and out is not None:
+            data_type = out.desc.data_type
+        if sizes is None:
+            raise invalid("sizes", "is required when x is None")
+        if data_type is None:
+            raise invalid("data_type", "is required when x is None")
+        sizes_t, dt = _sizes_tuple(sizes), DataType.coerce(data_type, "data_type")
+    if out is not None:
+        _check_out(out, dev, sizes_t, dt)
+    out_desc = out.desc if out is not None else TensorDesc(dt, sizes_t)
+    desc = DiagonalMatrix1Desc(in_desc, out_desc, dt, value, diagonal_fill_begin, diagonal_fill_end)
+    op = _compile_diag(dev, desc, value)
+    if out is None:
+        out = dev.empty(out_desc)
+    op.execute([xt], [out])
+    return out
+
+
+def eye_like(
+    x: Any, k: int = 0, *, data_type: Any = None, out: Tensor | None = None, device: Device | None = None
+) -> Tensor:
+    """ONNX EyeLike through DML_DIAGONAL_MATRIX: a 2-D tensor shaped like `x` (a 2-D Tensor or
+    numpy array, whose values are not read, or a shape tuple) with ones where
+    column == row + k, zeros elsewhere.
+
+    `data_type` defaults to x's type (FLOAT32 for a shape tuple). `k` is ONNX's int64, clamped
+    to [-rows, cols] before it becomes DirectML's int32 Offset, so any k works. Below feature
+    level 4_0 (DIAGONAL_MATRIX is 4-D only there) the output is written through a {1,1,rows,cols}
+    view of the same memory."""
+    if isinstance(x, Tensor):
+        shape, src_dt = x.desc.sizes, x.desc.data_type
+    elif isinstance(x, np.ndarray):
+        shape, src_dt = tuple(x.shape), DataType.from_numpy(x.dtype)
+    elif isinstance(x, (tuple, list)):
+        shape, src_dt = _sizes_tuple(x, "x"), DataType.FLOAT32
+    else:
+        raise invalid("x", f"must be a Tensor, a numpy array or a shape tuple, got {type(x).__name__}")
+    if len(shape) != 2:
+        raise invalid("x", f"EyeLike takes a 2-D tensor, got {len(shape)} dimensions")
+    dev = _device_of(x, out, device=device)
+    dt = DataType.coerce(data_type, "data_type") if data_type is not None else src_dt
+    rows, cols = shape
+    offset = _clamp_k(_int_k(k), rows, cols)
+    if out is not None:
+        _check_out(out, dev, shape, dt)
+    desc = out.desc if out is not None else TensorDesc(dt, shape)
+    run_desc = desc
+    if dev.feature_level < FeatureLevel.FL_4_0:
+        s0, s1 = desc.effective_strides
+        run_desc = TensorDesc(
+            dt, (1, 1, rows, cols), (0, 0, s0, s1), desc.total_tensor_size_in_bytes, desc.guaranteed_base_offset_alignment
+        )
+    op = compile_cached(dev, DiagonalMatrixDesc(run_desc, offset, 1.0))
+    if out is None:
+        out = dev.empty(desc)
+    op.execute([], [out if run_desc is desc else Tensor(out.buffer, run_desc, out.offset)])
+    return out
+
+
+def _trilu(x: Any, k: Any, upper: bool, out: Tensor | None, device: Device | None) -> Tensor:
+    dev = _device_of(x, out, device=device)
+    kk = _int_k(k)
+    xt = as_tensor(x, dev)
+    d = xt.desc
+    if d.dimension_count < 2:
+        raise invalid("x", f"Trilu needs at least 2 dimensions, got {d.dimension_count}")
+    rows, cols = d.sizes[-2], d.sizes[-1]
+    kc = _clamp_k(kk, rows, cols)
+    begin, end = (INT32_MIN, kc) if upper else (kc + 1, INT32_MAX)
+    if out is not None:
+        _check_out(out, dev, d.sizes, d.data_type)
+    out_desc = out.desc if out is not None else TensorDesc(d.data_type, d.sizes)
+    op = compile_cached(dev, DiagonalMatrix1Desc(d, out_desc, d.data_type, 0, begin, end))
+    if out is None:
+        out = dev.empty(out_desc)
+    op.execute([xt], [out])
+    return out
+
+
+def triu(x: Any, k: Any = 0, *, out: Tensor | None = None, device: Device | None = None) -> Tensor:
+    """ONNX Trilu(upper=1) / numpy.triu on the last two dims of a 2-4-D tensor: keeps the
+    elements with column - row >= k, zeros the rest (DIAGONAL_MATRIX1, Begin = INT32_MIN,
+    End = k, Value 0). k is int64, clamped to [-rows, cols] first, so |k| >= 2^31 works."""
+    return _trilu(x, k, True, out, device)
+
+
+def tril(x: Any, k: Any = 0, *, out: Tensor | None = None, device: Device | None = None) -> Tensor:
+    """ONNX Trilu(upper=0) / numpy.tril on the last two dims of a 2-4-D tensor: keeps the
+    elements with column - row <= k, zeros the rest (DIAGONAL_MATRIX1, Begin = k + 1,
+    End = INT32_MAX, Value 0). k is int64, clamped to [-rows, cols] first."""
+    return _trilu(x, k, False, out, device)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import invalid
+from .diagonal import DiagonalMatrix1Desc, DiagonalMatrixDesc, compile_diagonal_matrix, compile_diagonal_matrix1
 from .identity import ActivationIdentityDesc, CopyDesc, compile_copy, compile_identity
 
 if TYPE_CHECKING:
@@ -14,6 +15,8 @@ if TYPE_CHECKING:
 COMPILERS: dict[type, Callable[[Device, Any], Any]] = {
     ActivationIdentityDesc: compile_identity,
     CopyDesc: compile_copy,
+    DiagonalMatrixDesc: compile_diagonal_matrix,
+    DiagonalMatrix1Desc: compile_diagonal_matrix1,
 }
 
 
@@ -28,4 +31,4 @@ def compile_operator(device: Device, op_desc: Any) -> Any:
     return fn(device, op_desc)
 
 
-__all__ = ["ActivationIdentityDesc", "CopyDesc", "compile_operator", "register"]
+__all__ = ["ActivationIdentityDesc", "CopyDesc", "DiagonalMatrix1Desc", "DiagonalMatrixDesc", "compile_operator", "register"]
