@@ -1,0 +1,98 @@
+"""ONNX's own node conformance cases for EyeLike, Trilu and Identity, run by
+`onnx.backend.test.BackendTest` through kompute_dml.onnx_backend.Backend.
+
+onnx 1.23 builds these cases in memory (inputs from unseeded numpy random, so every run
+sees new data). Only the 24 cases below are included, by exact name; each is run and
+counted, and each must have run its node on the Vulkan device (no CPU fallback).
+"""
+
+from __future__ import annotations
+
+import unittest
+import warnings
+
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from onnx.backend.test import BackendTest  # noqa: E402
+
+from kompute_dml.onnx_backend import VULKAN, Backend, BackendRep  # noqa: E402
+
+CASES = [
+    "test_eyelike_without_dtype", "test_eyelike_with_dtype", "test_eyelike_populate_off_main_diagonal",
+    "test_identity", "test_identity_sequence", "test_identity_opt",
+    "test_triu", "test_triu_neg", "test_triu_out_neg_out", "test_triu_pos", "test_triu_out_pos",
+    "test_triu_square", "test_triu_square_neg", "test_triu_one_row", "test_triu_zero",
+    "test_tril", "test_tril_neg", "test_tril_out_neg", "test_tril_pos", "test_tril_out_pos",
+    "test_tril_square", "test_tril_square_neg", "test_tril_one_row_neg", "test_tril_zero",
+]
+
+
+class CountingBackend(Backend):
+    """The backend under test, recording every prepared model and every run."""
+
+    reps: list[BackendRep] = []
+    runs = 0
+
+    @classmethod
+    def prepare(cls, model, device="CPU", **kwargs):  # type: ignore[override]
+        rep = super().prepare(model, device, **kwargs)
+        cls.reps.append(rep)
+        original = rep.run
+
+        def run(inputs, **kw):
+            CountingBackend.runs += 1
+            return original(inputs, **kw)
+
+        rep.run = run  # type: ignore[method-assign]
+        return rep
+
+
+with warnings.catch_warnings():  # building every node case warns about casts we do not use
+    warnings.simplefilter("ignore")
+    _runner = BackendTest(CountingBackend, __name__)
+for _name in CASES:
+    _runner.include(f"^{_name}_cpu$")
+_NodeCase = _runner.test_cases["OnnxBackendNodeModelTest"]
+_NodeCase.__test__ = False  # run below, one case at a time; not collected as a whole by pytest
+
+_executed: set[str] = set()
+
+
+def test_case_list_is_exactly_the_24() -> None:
+    assert len(CASES) == len(set(CASES)) == 24
+    for name in CASES:
+        assert hasattr(_NodeCase, f"{name}_cpu"), f"onnx has no node case {name}"
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_onnx_node_case(name: str) -> None:
+    CountingBackend.reps.clear()
+    CountingBackend.runs = 0
+    result = unittest.TestResult()
+    case = _NodeCase(f"{name}_cpu")
+    case.run(result)
+    problems = [f"{t}: {tb}" for t, tb in result.errors + result.failures]
+    assert not problems, "\n".join(problems)
+    assert not result.skipped, result.skipped
+    assert result.testsRun == 1
+    # Really executed: the runner prepared a model through our backend and ran it.
+    assert len(CountingBackend.reps) == 1 and CountingBackend.runs >= 1
+    rep = CountingBackend.reps[0]
+    op = rep.graph.node[0].op_type
+    assert [p.target for p in rep.placement] == [VULKAN], rep.summary()
+    assert rep.last_run.runtime_fallbacks == 0, rep.last_run.events
+    assert op in ("EyeLike", "Trilu", "Identity")
+    _executed.add(name)
+
+
+def test_all_24_cases_were_executed() -> None:
+    """Runs after the parametrized cases (file order); counts what really ran."""
+    ran = set(_executed)
+    if len(ran) < 24:
+        # Run alone (e.g. `-k executed`): execute them here so the count is still real.
+        for name in CASES:
+            if name not in ran:
+                test_onnx_node_case(name)
+    assert _executed == set(CASES) and len(_executed) == 24
