@@ -310,6 +310,9 @@ class Recording:
     def __init__(self, device: Device) -> None:
         self.device = device
         self._dispatches: list[EncodedDispatch] = []
+        # The bound tensors, kept alive until submission: a buffer collected mid-recording
+        # would otherwise take its pipelines (still referenced by these dispatches) with it.
+        self._keep: list[Any] = []
         self._done = False
 
     def execute(self, op: Any, inputs: Any, outputs: Any) -> None:
@@ -320,13 +323,18 @@ class Recording:
         with self.device._lock:  # the check and the kp calls of encoding in one critical section
             self.device._check_open()
             self._dispatches.extend(op._encode(inputs, outputs))
+            self._keep.append((op, list(inputs), list(outputs)))
 
     def submit(self) -> None:
         if self._done:
             return
         self._done = True
-        if self._dispatches:
-            self.device._submit(self._dispatches)
+        try:
+            if self._dispatches:
+                self.device._submit(self._dispatches)
+        finally:
+            self._dispatches = []
+            self._keep = []
 
     def __len__(self) -> int:
         return len(self._dispatches)

@@ -98,14 +98,16 @@ class PipelineCache:
             np.asarray(plan.push, dtype=np.uint32),
         )
         self._entries[key] = algo
+        # Evicted algorithms are dropped, not destroy()ed: a recorded replay sequence or a
+        # pending Recording may still hold them, and kp frees an algorithm when its last
+        # reference goes (explicit destroy() here crashed those later submissions).
         while len(self._entries) > self.capacity:
-            _, old = self._entries.popitem(last=False)
-            old.destroy()
+            self._entries.popitem(last=False)
         return algo
 
     def forget_buffer(self, serial: int) -> None:
         for key in [k for k in self._entries if serial in k[1]]:
-            self._entries.pop(key).destroy()
+            del self._entries[key]
 
     def clear(self) -> None:
         for algo in self._entries.values():
