@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 # data-type family (element width in bytes) -> SPIR-V variant
 COPY_VARIANTS = {1: "copy_b8", 2: "copy_b16", 4: "copy_b32", 8: "copy_b64"}
 PACKED_VARIANT = "copy_packed"
+PACKED_TAIL_VARIANT = "copy_packed_tail"
 LOCAL_SIZE = 256
 MAX_RANK = 8
 
@@ -52,15 +53,23 @@ def plan_copy(src: TensorDesc, dst: TensorDesc, max_groups: int = 65535) -> list
     width = dst.data_type.size
     sizes, (s_in, s_out) = merge_dims(dst.sizes, src.effective_strides, dst.effective_strides)
     if len(sizes) == 1 and (sizes[0] == 1 or (s_in[0] == 1 and s_out[0] == 1)):
+        # Whole work groups of 16-byte vectors without a branch, then the rest (< 256
+        # vectors and the last 1..15 bytes) in one invocation (see copy_packed.comp).
         nbytes = sizes[0] * width
-        invocations = nbytes // 16 + (1 if nbytes % 16 else 0)
-        return [
-            DispatchPlan(
-                variant=PACKED_VARIANT, bindings=(0, 1), push=(0, 0, nbytes),
-                groups=grid_for(invocations, LOCAL_SIZE, max_groups), writes=(1,),
+        bulk = (nbytes // 16) // LOCAL_SIZE * LOCAL_SIZE
+        plans = []
+        if bulk:
+            plans.append(DispatchPlan(
+                variant=PACKED_VARIANT, bindings=(0, 1), push=(0, 0, bulk),
+                groups=grid_for(bulk, LOCAL_SIZE, max_groups), writes=(1,),
                 offset_slots=((0, 0, 16), (1, 1, 16)),
-            )
-        ]
+            ))
+        if nbytes > bulk * 16:
+            plans.append(DispatchPlan(
+                variant=PACKED_TAIL_VARIANT, bindings=(0, 1), push=(0, 0, nbytes, bulk),
+                groups=(1, 1, 1), writes=(1,), offset_slots=((0, 0, 16), (1, 1, 16)),
+            ))
+        return plans
     rank = len(sizes)
     pad = [0] * (MAX_RANK - rank)
     count = dst.element_count
