@@ -605,6 +605,10 @@ class BackendRep(_OnnxBackendRep):
                 raise ValueError(f"input {name!r}: expected {exp}, got {v.dtype}")
         return feeds
 
+    def check_inputs(self, inputs: Any) -> None:
+        """Raise ValueError (naming the input) if `inputs` cannot be fed to this model."""
+        self._normalize_inputs(inputs)
+
     def run(self, inputs: Any, **kwargs: Any) -> Any:
         stats = RunStats()
         self.last_run = stats

@@ -1,0 +1,214 @@
+"""`kompute-dml run MODEL.onnx --input name=file.npy ... [--output out.npz]`.
+
+Runs an ONNX model through kompute_dml.onnx_backend (supported nodes on the Vulkan
+device, the rest on the CPU fallback), prints where every node ran and how long it took,
+and writes the outputs to a .npz file. User errors (a missing or unreadable file, a
+missing or unknown input, a wrong type) print one clear line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class UsageError(Exception):
+    """A problem with the command line or its files: reported in one line, exit status 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="kompute-dml run",
+        description="Run an ONNX model through the kompute_dml backend (Vulkan + CPU fallback).",
+    )
+    ap.add_argument("model", help="the .onnx file")
+    ap.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE",
+                    help="an input from a .npy file (repeat for each input); FILE.npz loads every array in it "
+                         "by name when given without NAME=")
+    ap.add_argument("--output", "-o", default=None, metavar="OUT.npz", help="write the outputs here (.npz)")
+    ap.add_argument("--device", default="CPU", help="ONNX device string: CPU (the default Vulkan device) or VULKAN:<n>")
+    ap.add_argument("--feature-level", default=None, help="DirectML feature level, e.g. 6_2 (default: highest)")
+    ap.add_argument("--fallback", default="auto", choices=["auto", "onnxruntime", "reference"],
+                    help="CPU fallback engine (auto: onnxruntime, then onnx's reference evaluator)")
+    ap.add_argument("--repeat", type=int, default=1, help="timed runs after the first (default 1)")
+    ap.add_argument("--placement", action="store_true", help="also list every node with where it runs")
+    ap.add_argument("--compare-onnxruntime", action="store_true",
+                    help="also run the model with onnxruntime's CPU provider and report the difference and timing")
+    return ap
+
+
+def _load_inputs(specs: list[str]) -> dict[str, Any]:
+    feeds: dict[str, Any] = {}
+    for spec in specs:
+        name, sep, file = spec.partition("=")
+        if not sep:
+            name, file = "", spec
+        path = Path(file)
+        if not file:
+            raise UsageError(f"--input {spec!r}: expected NAME=FILE.npy")
+        if not path.is_file():
+            raise UsageError(f"--input {spec!r}: no such file: {file}")
+        try:
+            with open(path, "rb") as f:
+                magic = f.read(6)
+        except OSError as e:
+            raise UsageError(f"--input {spec!r}: cannot read {file}: {e.strerror}") from None
+        if magic != b"\x93NUMPY" and not magic.startswith(b"PK"):
+            raise UsageError(f"--input {spec!r}: {file} is not a numpy .npy or .npz file")
+        try:
+            data = np.load(path, allow_pickle=False)
+        except Exception as e:
+            raise UsageError(f"--input {spec!r}: cannot read {file} ({e})") from None
+        if isinstance(data, np.lib.npyio.NpzFile):
+            with data:
+                arrays = {k: data[k] for k in data.files}
+            if name:
+                if name not in arrays:
+                    if len(arrays) != 1:
+                        raise UsageError(f"--input {spec!r}: {file} holds {sorted(arrays)}, not {name!r}")
+                    arrays = {name: next(iter(arrays.values()))}
+                feeds[name] = arrays[name]
+            else:
+                feeds.update(arrays)
+        else:
+            if not name:
+                raise UsageError(f"--input {spec!r}: expected NAME=FILE.npy")
+            feeds[name] = data
+    return feeds
+
+
+def _flatten_outputs(names: list[str], values: list[Any]) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for name, v in zip(names, values):
+        if v is None:
+            continue
+        if isinstance(v, list):
+            for i, e in enumerate(v):
+                out[f"{name}.{i}"] = np.asarray(e)
+        else:
+            out[name] = np.asarray(v)
+    return out
+
+
+def _describe(v: Any) -> str:
+    if v is None:
+        return "absent (optional)"
+    if isinstance(v, list):
+        return f"sequence of {len(v)}"
+    a = np.asarray(v)
+    return f"{a.dtype} {list(a.shape)}"
+
+
+def _run(args: argparse.Namespace) -> int:
+    import onnx
+
+    from .errors import DMLError
+    from .onnx_backend import Backend
+
+    model_path = Path(args.model)
+    if not model_path.is_file():
+        raise UsageError(f"no such model file: {args.model}")
+    try:
+        model = onnx.load(str(model_path))
+    except Exception as e:
+        raise UsageError(f"cannot read {args.model} as an ONNX model ({str(e).splitlines()[0] if str(e) else e})") \
+            from None
+    if args.repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+    feeds = _load_inputs(args.input)
+
+    t0 = time.perf_counter()
+    try:
+        rep = Backend.prepare(model, args.device, feature_level=args.feature_level, fallback=args.fallback)
+    except (ValueError, DMLError) as e:
+        raise UsageError(f"cannot prepare the model: {e}") from None
+    t_prepare = time.perf_counter() - t0
+    names = rep.feed_names
+    missing = [n for n in names if n not in feeds]
+    if missing:
+        raise UsageError(f"missing input(s) {missing}: give each as --input NAME=FILE.npy (model inputs: {names})")
+    unknown = [n for n in feeds if n not in rep.input_names]
+    if unknown:
+        raise UsageError(f"unknown input(s) {unknown}; the model's inputs are {names}")
+    try:
+        rep.check_inputs(feeds)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+    print(f"model: {model_path} ({len(model.graph.node)} nodes)")
+    print(rep.summary())
+    if args.placement:
+        for p in rep.placement:
+            where = f"{p.target}:{p.operator}" + (f" (sub-graph {p.segment})" if p.segment is not None else "")
+            print(f"  [{p.index:4}] {p.op_type:28} {p.name[:40]:40} {where}{'  - ' + p.reason if p.reason else ''}")
+
+    try:
+        t0 = time.perf_counter()
+        outputs = list(rep.run(feeds))
+        t_first = time.perf_counter() - t0
+        times = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            outputs = list(rep.run(feeds))
+            times.append(time.perf_counter() - t0)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    st = rep.last_run
+    print(f"timing: prepare {t_prepare * 1e3:.1f} ms, first run {t_first * 1e3:.1f} ms, "
+          f"median of {len(times)} runs {statistics.median(times) * 1e3:.2f} ms "
+          f"(vulkan nodes {st.vulkan_seconds * 1e3:.2f} ms, cpu sub-graphs {st.cpu_seconds * 1e3:.2f} ms); "
+          f"transfers per run: {st.uploads} uploads, {st.downloads} downloads")
+    for ev in st.events:
+        print(f"note: {ev}")
+    for name, v in zip(rep.output_names, outputs):
+        print(f"output {name}: {_describe(v)}")
+
+    if args.compare_onnxruntime:
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        ref = sess.run(rep.output_names, feeds)
+        ort_times = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            sess.run(rep.output_names, feeds)
+            ort_times.append(time.perf_counter() - t0)
+        print(f"onnxruntime CPU: median of {len(ort_times)} runs {statistics.median(ort_times) * 1e3:.2f} ms")
+        for name, a, b in zip(rep.output_names, outputs, ref):
+            if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape and a.size:
+                diff = np.abs(a.astype(np.float64) - b.astype(np.float64)).max()
+                print(f"  {name}: max |kompute_dml - onnxruntime| = {diff:.3g}")
+
+    if args.output:
+        out_path = Path(args.output)
+        try:
+            np.savez(out_path, **_flatten_outputs(rep.output_names, outputs))
+        except OSError as e:
+            raise UsageError(f"cannot write {args.output}: {e}") from None
+        print(f"wrote {out_path if out_path.suffix == '.npz' else str(out_path) + '.npz'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
+    args = ap.parse_args(argv)
+    try:
+        return _run(args)
+    except UsageError as e:
+        print(f"kompute-dml run: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # keep the command line free of tracebacks; say what failed
+        print(f"kompute-dml run: failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
