@@ -27,6 +27,8 @@ _serials = itertools.count(1)
 
 def _as_bytes_view(data: object) -> memoryview:
     if isinstance(data, np.ndarray):
+        if data.dtype.hasobject:
+            raise invalid("data", "a numpy array of Python objects (dtype object) has no raw bytes to upload")
         return np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
     if isinstance(data, (bytes, bytearray, memoryview)):
         return memoryview(data).cast("B")

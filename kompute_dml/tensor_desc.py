@@ -40,6 +40,11 @@ def _as_int_tuple(values: object, field_name: str) -> tuple[int, ...]:
     return tuple(_as_int(v, f"{field_name}[{i}]") for i, v in enumerate(values))  # type: ignore[attr-defined]
 
 
+def _tupleable(values: object) -> bool:
+    """A container to keep as a tuple for the error report (not a string: its characters are no sizes)."""
+    return hasattr(values, "__iter__") and not isinstance(values, (str, bytes, bytearray))
+
+
 def packed_strides(sizes: Sequence[int]) -> tuple[int, ...]:
     """Row-major strides in elements, last dimension fastest."""
     strides = [1] * len(sizes)
@@ -52,6 +57,8 @@ def packed_strides(sizes: Sequence[int]) -> tuple[int, ...]:
 
 def calc_buffer_tensor_size(data_type: DataType | int, sizes: Sequence[int], strides: Sequence[int] | None = None) -> int:
     """DMLCalcBufferTensorSize in exact integer arithmetic (DirectMLX overflows in 32 bits)."""
+    if data_type is None:
+        raise invalid("data_type", "None is not a DML_TENSOR_DATA_TYPE (1..11)")
     dt = DataType.coerce(data_type)
     sizes_t = _as_int_tuple(sizes, "sizes")
     if strides is None:
@@ -81,18 +88,20 @@ class TensorDesc:
         # Normalise what can be normalised; remember whether the rules hold so that
         # validate_desc can report the first broken one later with its field name.
         dt = self.data_type
-        with contextlib.suppress(InvalidArgumentError):
-            dt = DataType.coerce(dt)
+        if dt is not None:  # np.dtype(None) is float64: None must stay an error, not FLOAT64
+            with contextlib.suppress(InvalidArgumentError):
+                dt = DataType.coerce(dt)
         object.__setattr__(self, "data_type", dt)
         try:
             object.__setattr__(self, "sizes", _as_int_tuple(self.sizes, "sizes"))
         except InvalidArgumentError:
-            object.__setattr__(self, "sizes", tuple(self.sizes) if hasattr(self.sizes, "__iter__") else self.sizes)
+            if _tupleable(self.sizes):
+                object.__setattr__(self, "sizes", tuple(self.sizes))
         if self.strides is not None:
             try:
                 object.__setattr__(self, "strides", _as_int_tuple(self.strides, "strides"))
             except InvalidArgumentError:
-                if hasattr(self.strides, "__iter__"):
+                if _tupleable(self.strides):
                     object.__setattr__(self, "strides", tuple(self.strides))
         try:
             _check(self, "tensor")
