@@ -7,7 +7,13 @@ from .dtypes import DataType, FeatureLevel
 from .errors import DeviceError, DMLError, InvalidArgumentError, OutOfMemoryError, UnsupportedError
 from .functional import copy, default_device, diagonal_matrix, diagonal_matrix1, eye_like, identity, tril, triu
 from .memory import Buffer, Tensor
-from .ops import ActivationIdentityDesc, CopyDesc, DiagonalMatrix1Desc, DiagonalMatrixDesc
+from .ops import (
+    ActivationIdentityDesc,
+    CopyDesc,
+    DiagonalMatrix1Desc,
+    DiagonalMatrixDesc,
+    MatrixMultiplyIntegerToFloatDesc,
+)
 from .tensor_desc import TensorDesc, calc_buffer_tensor_size
 
 __version__ = "0.1.0"
@@ -24,6 +30,7 @@ __all__ = [
     "DiagonalMatrixDesc",
     "FeatureLevel",
     "InvalidArgumentError",
+    "MatrixMultiplyIntegerToFloatDesc",
     "OutOfMemoryError",
     "Recording",
     "Tensor",

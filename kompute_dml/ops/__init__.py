@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import invalid
 from .diagonal import DiagonalMatrix1Desc, DiagonalMatrixDesc, compile_diagonal_matrix, compile_diagonal_matrix1
 from .identity import ActivationIdentityDesc, CopyDesc, compile_copy, compile_identity
+from .matmul_integer import MatrixMultiplyIntegerToFloatDesc, compile_matmul_integer
 
 if TYPE_CHECKING:
     from ..device import Device
@@ -17,6 +18,7 @@ COMPILERS: dict[type, Callable[[Device, Any], Any]] = {
     CopyDesc: compile_copy,
     DiagonalMatrixDesc: compile_diagonal_matrix,
     DiagonalMatrix1Desc: compile_diagonal_matrix1,
+    MatrixMultiplyIntegerToFloatDesc: compile_matmul_integer,
 }
 
 
@@ -31,4 +33,5 @@ def compile_operator(device: Device, op_desc: Any) -> Any:
     return fn(device, op_desc)
 
 
-__all__ = ["ActivationIdentityDesc", "CopyDesc", "DiagonalMatrix1Desc", "DiagonalMatrixDesc", "compile_operator", "register"]
+__all__ = ["ActivationIdentityDesc", "CopyDesc", "DiagonalMatrix1Desc", "DiagonalMatrixDesc",
+    "MatrixMultiplyIntegerToFloatDesc", "compile_operator", "register"]
