@@ -1,0 +1,445 @@
+"""kompute_dml.onnx_backend: MatMulIntegerToFloat / DynamicQuantizeMatMul against onnxruntime's
+CPU provider and a float64 numpy reference; partitioning, placement and transfers of mixed
+models; fallbacks; empty tensors; run_node; the `kompute-dml run` command."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+
+import kompute_dml as kdml  # noqa: E402
+from kompute_dml.onnx_backend import CPU, VULKAN, Backend, dynamic_quantize_uint8  # noqa: E402
+
+OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+PAIRS = {"u8u8": (np.uint8, np.uint8), "u8s8": (np.uint8, np.int8), "s8s8": (np.int8, np.int8),
+         "s8u8": (np.int8, np.uint8)}
+
+
+def _model(nodes, inputs, outputs, initializers=()):
+    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    return helper.make_model(g, opset_imports=OPSETS, ir_version=10)
+
+
+def _vi(name, arr):
+    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape))
+
+
+def _ort(model, feeds):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _rand_q(rng, dtype, shape):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, size=shape, dtype=np.int64).astype(dtype)
+
+
+def _ref_mmitf(a, b, a_scale, b_scale, a_zp, b_zp, bias):
+    """float64: ((A - azp) * as) @ ((B - bzp) * bs) + bias, and a bound on |terms| for tolerances."""
+    ad = (a.astype(np.float64) - (0 if a_zp is None else np.float64(a_zp))) * np.float64(a_scale)
+    bzp = 0 if b_zp is None else b_zp.astype(np.float64)
+    bd = (b.astype(np.float64) - bzp) * b_scale.astype(np.float64)
+    out = np.matmul(ad, bd)
+    bound = np.matmul(np.abs(ad), np.abs(bd))
+    if bias is not None:
+        out = out + bias.astype(np.float64)
+        bound = bound + np.abs(bias.astype(np.float64))
+    return out, bound
+
+
+def _assert_close(got, ref, bound, rel=2e-6):
+    got = np.asarray(got, dtype=np.float64)
+    assert got.shape == ref.shape
+    err = np.abs(got - ref)
+    tol = rel * bound + 1e-6
+    bad = err > tol
+    assert not bad.any(), f"{bad.sum()} elements off; worst {err.max():.3g} (tol {tol[bad].min():.3g})"
+
+
+needs_mmitf = pytest.mark.skipif(not hasattr(kdml, "matmul_integer_to_float"),
+                                 reason="kdml.matmul_integer_to_float has not landed")
+
+
+def _mmitf_case(rng, pair, a_shape, b_shape, *, zp, bias, per_column, b_const):
+    ta, tb = PAIRS[pair]
+    n = b_shape[-1]
+    a = _rand_q(rng, ta, a_shape)
+    b = _rand_q(rng, tb, b_shape)
+    a_scale = np.array(rng.uniform(0.001, 0.05), dtype=np.float32)
+    b_scale = (rng.uniform(0.001, 0.05, size=(n,)) if per_column else np.array(rng.uniform(0.001, 0.05))).astype(
+        np.float32)
+    a_zp = _rand_q(rng, ta, ()) if zp else None
+    b_zp = (_rand_q(rng, tb, (n,)) if per_column else _rand_q(rng, tb, ())) if zp else None
+    bias_v = rng.uniform(-1, 1, size=(n,)).astype(np.float32) if bias else None
+    names = ["A", "B", "a_scale", "b_scale", "a_zero_point" if zp else "", "b_zero_point" if zp else "",
+             "bias" if bias else ""]
+    while names[-1] == "":
+        names.pop()
+    values = {"A": a, "B": b, "a_scale": a_scale, "b_scale": b_scale, "a_zero_point": a_zp, "b_zero_point": b_zp,
+              "bias": bias_v}
+    consts = {"B", "b_scale", "b_zero_point", "bias"} if b_const else set()
+    node = helper.make_node("MatMulIntegerToFloat", names, ["Y"], domain="com.microsoft")
+    inputs = [_vi(k, values[k]) for k in names if k and k not in consts]
+    inits = [numpy_helper.from_array(values[k], k) for k in names if k and k in consts]
+    out_shape = np.matmul(np.zeros(a_shape, np.float32), np.zeros(b_shape, np.float32)).shape
+    model = _model([node], inputs, [helper.make_tensor_value_info("Y", T.FLOAT, list(out_shape))], inits)
+    feeds = {k: values[k] for k in names if k and k not in consts}
+    ref = _ref_mmitf(a, b, a_scale, b_scale, a_zp, b_zp, bias_v)
+    return model, feeds, ref
+
+
+@needs_mmitf
+@pytest.mark.parametrize("pair", sorted(PAIRS))
+@pytest.mark.parametrize("zp", [False, True], ids=["nozp", "zp"])
+@pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
+@pytest.mark.parametrize("per_column", [False, True], ids=["tensor", "column"])
+def test_matmul_integer_to_float_vs_onnxruntime(rng, pair, zp, bias, per_column):
+    b_const = bool(rng.integers(2))
+    model, feeds, (ref, bound) = _mmitf_case(rng, pair, (4, 128), (128, 128), zp=zp, bias=bias,
+                                             per_column=per_column, b_const=b_const)
+    rep = Backend.prepare(model, "CPU")
+    assert [p.target for p in rep.placement] == [VULKAN]
+    assert rep.placement[0].operator == "MATRIX_MULTIPLY_INTEGER_TO_FLOAT"
+    (got,) = rep.run(feeds)
+    assert rep.last_run.runtime_fallbacks == 0 and rep.last_run.vulkan_nodes == 1
+    assert got.dtype == np.float32
+    _assert_close(got, ref, bound)
+    try:
+        (theirs,) = _ort(model, feeds)
+    except Exception as e:  # onnxruntime's CPU kernel does not take every type pair
+        if pair != "s8u8":
+            raise
+        pytest.skip(f"onnxruntime's CPU kernel refuses {pair}: {str(e).splitlines()[0][:120]} "
+                    "(checked against the float64 reference above)")
+    _assert_close(theirs, ref, bound, rel=1e-5)
+    _assert_close(got, np.asarray(theirs, np.float64), bound, rel=1e-5)
+
+
+@needs_mmitf
+@pytest.mark.parametrize("a_shape,b_shape", [((5, 4, 3), (3, 4)), ((15, 14, 13), (15, 13, 27)), ((2, 1, 3, 8), (4, 8, 5)),
+                                             ((7, 16), (3, 16, 9)), ((16,), (16, 6)), ((4, 16), (16,))])
+@pytest.mark.parametrize("pair", ["u8s8", "s8s8"])
+def test_matmul_integer_to_float_broadcast_shapes(rng, a_shape, b_shape, pair):
+    model, feeds, (ref, bound) = _mmitf_case(rng, pair, a_shape, b_shape, zp=True, bias=len(b_shape) > 1,
+                                             per_column=len(b_shape) > 1, b_const=True)
+    rep = Backend.prepare(model, "CPU")
+    (got,) = rep.run(feeds)
+    assert rep.last_run.runtime_fallbacks == 0, rep.last_run.events
+    _assert_close(got, ref, bound)
+    (theirs,) = _ort(model, feeds)
+    assert np.shape(theirs) == got.shape
+    _assert_close(got, np.asarray(theirs, np.float64), bound, rel=1e-5)
+
+
+@needs_mmitf
+def test_matmul_integer_to_float_float16_output(rng):
+    a = np.array([[11, 7, 3], [10, 6, 2]], np.uint8)
+    b = np.array([[1, 4], [2, 5], [3, 6]], np.uint8)
+    a_scale = np.array(0.0107, np.float16)
+    b_scale = np.array([1.10, 1.123], np.float16)
+    b_zp = np.array([98, 71], np.uint8)
+    a_zp = np.array(5, np.uint8)
+    node = helper.make_node("MatMulIntegerToFloat", ["A", "B", "as", "bs", "az", "bz"], ["Y"], domain="com.microsoft")
+    model = _model([node], [_vi("A", a)], [helper.make_tensor_value_info("Y", T.FLOAT16, [2, 2])],
+                   [numpy_helper.from_array(v, k) for k, v in (("B", b), ("as", a_scale), ("bs", b_scale),
+                                                               ("az", a_zp), ("bz", b_zp))])
+    rep = Backend.prepare(model, "CPU")
+    (got,) = rep.run({"A": a})
+    assert got.dtype == np.float16
+    ref, bound = _ref_mmitf(a, b, a_scale.astype(np.float64), b_scale, a_zp, b_zp, None)
+    np.testing.assert_allclose(got.astype(np.float64), ref, rtol=2e-3, atol=2e-3 * bound.max())
+
+
+# ---- DynamicQuantizeMatMul ---------------------------------------------------------------
+def _dql_model():
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])
+    return _model([node], [helper.make_tensor_value_info("x", T.FLOAT, None)],
+                  [helper.make_tensor_value_info(n, t, None) for n, t in (("y", T.UINT8), ("s", T.FLOAT),
+                                                                          ("z", T.UINT8))])
+
+
+@pytest.mark.parametrize("kind", ["normal", "positive", "negative", "zeros", "constant", "wide", "ties"])
+def test_dynamic_quantize_uint8_matches_onnxruntime(rng, kind):
+    x = {
+        "normal": rng.standard_normal((7, 33)),
+        "positive": rng.uniform(0.5, 3.0, (5, 9)),
+        "negative": rng.uniform(-4.0, -0.1, (5, 9)),
+        "zeros": np.zeros((3, 4)),
+        "constant": np.full((3, 4), 2.5),
+        "wide": rng.standard_normal((4, 64)) * 1e4,
+        "ties": np.array([[-1.0, 0.0, 0.5, 1.5, 2.5, 255.0 / 2]]) * (255.0 / 255.0),
+    }[kind].astype(np.float32)
+    q, s, z = dynamic_quantize_uint8(x)
+    y, s_ref, z_ref = _ort(_dql_model(), {"x": x})
+    assert np.float32(s) == np.float32(s_ref) and np.uint8(z) == np.uint8(z_ref)
+    np.testing.assert_array_equal(q, y)
+
+
+@needs_mmitf
+@pytest.mark.parametrize("b_type", [np.int8, np.uint8])
+@pytest.mark.parametrize("zp", [False, True], ids=["nozp", "zp"])
+@pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
+@pytest.mark.parametrize("per_column", [False, True], ids=["tensor", "column"])
+def test_dynamic_quantize_matmul_vs_onnxruntime(rng, b_type, zp, bias, per_column):
+    m, k, n = 6, 96, 40
+    a = (rng.standard_normal((2, m, k)) * rng.uniform(0.1, 4)).astype(np.float32)
+    b = _rand_q(rng, b_type, (k, n))
+    b_scale = (rng.uniform(0.001, 0.05, size=(n,)) if per_column else np.array(0.02)).astype(np.float32)
+    b_zp = (_rand_q(rng, b_type, (n,)) if per_column else _rand_q(rng, b_type, ())) if zp else None
+    bias_v = rng.uniform(-1, 1, size=(n,)).astype(np.float32) if bias else None
+    names = ["A", "B", "b_scale", "b_zero_point" if zp else "", "bias" if bias else ""]
+    while names[-1] == "":
+        names.pop()
+    vals = {"B": b, "b_scale": b_scale, "b_zero_point": b_zp, "bias": bias_v}
+    node = helper.make_node("DynamicQuantizeMatMul", names, ["Y"], domain="com.microsoft")
+    model = _model([node], [_vi("A", a)], [helper.make_tensor_value_info("Y", T.FLOAT, [2, m, n])],
+                   [numpy_helper.from_array(vals[x], x) for x in names[1:] if x])
+    rep = Backend.prepare(model, "CPU")
+    assert [p.target for p in rep.placement] == [VULKAN]
+    (got,) = rep.run({"A": a})
+    assert rep.last_run.runtime_fallbacks == 0
+    q, s, z = dynamic_quantize_uint8(a)
+    ref, bound = _ref_mmitf(q, b, s, b_scale, z, b_zp, bias_v)
+    _assert_close(got, ref, bound)
+    (theirs,) = _ort(model, {"A": a})
+    _assert_close(got, np.asarray(theirs, np.float64), bound, rel=1e-5)
+
+
+# ---- mixed models: partition, placement, transfers ---------------------------------------------
+def _mixed_model():
+    """x -Trilu-> t1 -Identity-> t2 -Relu(cpu)-> r -Trilu(lower, k)-> t3 -Identity-> y1
+                                              r -Add(cpu) with EyeLike(r)-> y2"""
+    nodes = [
+        helper.make_node("Trilu", ["x"], ["t1"], name="triu"),
+        helper.make_node("Identity", ["t1"], ["t2"], name="id1"),
+        helper.make_node("Relu", ["t2"], ["r"], name="relu"),
+        helper.make_node("Trilu", ["r", "k"], ["t3"], upper=0, name="tril"),
+        helper.make_node("Identity", ["t3"], ["y1"], name="id2"),
+        helper.make_node("EyeLike", ["r"], ["e"], k=1, name="eye"),
+        helper.make_node("Add", ["r", "e"], ["y2"], name="add"),
+        helper.make_node("Neg", ["y2"], ["y3"], name="neg"),
+    ]
+    return _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, [5, 6]),
+                          helper.make_tensor_value_info("k", T.INT64, [])],
+                  [helper.make_tensor_value_info("y1", T.FLOAT, [5, 6]),
+                   helper.make_tensor_value_info("y3", T.FLOAT, [5, 6])])
+
+
+def test_mixed_model_placement_and_transfers(rng, monkeypatch):
+    model = _mixed_model()
+    rep = Backend.prepare(model, "CPU")
+    where = {p.name: p.target for p in rep.placement}
+    assert where == {"triu": VULKAN, "id1": VULKAN, "relu": CPU, "tril": VULKAN, "id2": VULKAN, "eye": VULKAN,
+                     "add": CPU, "neg": CPU}
+    ops = {p.name: p.operator for p in rep.placement}
+    assert ops["triu"] == ops["tril"] == "DIAGONAL_MATRIX1" and ops["eye"] == "DIAGONAL_MATRIX"
+    assert ops["id1"] == "COPY" and ops["relu"] == "onnxruntime"
+    # Add and Neg are consecutive fallback nodes: one CPU sub-graph; Relu is another.
+    segs = {p.name: p.segment for p in rep.placement if p.target == CPU}
+    assert segs["add"] == segs["neg"] != segs["relu"]
+    assert len(rep.segments) == 2
+    s = rep.summary()
+    assert "5 of 8 nodes on Vulkan" in s and "3 nodes fall back to the CPU in 2 sub-graph(s)" in s
+
+    # Count every download of a device tensor and every upload.
+    downloads, uploads = [], []
+    real_numpy, real_tensor = kdml.Tensor.numpy, rep.device.tensor
+    monkeypatch.setattr(kdml.Tensor, "numpy", lambda self: downloads.append(self) or real_numpy(self))
+    monkeypatch.setattr(rep.device, "tensor", lambda arr: uploads.append(arr) or real_tensor(arr))
+
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    k = np.array(-1, np.int64)
+    y1, y3 = rep.run({"x": x, "k": k})
+    r = np.maximum(np.triu(x), 0)
+    np.testing.assert_array_equal(y1, np.tril(r, -1))
+    np.testing.assert_array_equal(y3, -(r + np.eye(5, 6, 1, dtype=np.float32)))
+    st = rep.last_run
+    assert st.vulkan_nodes == 5 and st.cpu_segments == 2 and st.runtime_fallbacks == 0
+    # x goes up once; t1 -> Identity stays on the device; t2 comes down once for Relu;
+    # r goes up once for Trilu (EyeLike needs only its shape); t3 -> Identity stays on the
+    # device; y1 and e come down once each.
+    assert st.uploads == len(uploads) == 2
+    assert st.downloads == len(downloads) == 3
+
+
+def test_fallback_for_types_the_device_cannot_take(rng):
+    nodes = [helper.make_node("EyeLike", ["b"], ["e"], name="eye_bool"),
+             helper.make_node("Trilu", ["b"], ["t"], name="triu_bool"),
+             helper.make_node("Identity", ["s"], ["s2"], name="id_str"),
+             helper.make_node("EyeLike", ["x"], ["e2"], dtype=T.BOOL, name="eye_to_bool"),
+             helper.make_node("Identity", ["x"], ["x2"], name="id_ok")]
+    model = _model(nodes, [helper.make_tensor_value_info("b", T.BOOL, [3, 4]),
+                           helper.make_tensor_value_info("s", T.STRING, [2]),
+                           helper.make_tensor_value_info("x", T.INT32, [3, 3])],
+                   [helper.make_tensor_value_info(n, t, None) for n, t in
+                    (("e", T.BOOL), ("t", T.BOOL), ("s2", T.STRING), ("e2", T.BOOL), ("x2", T.INT32))])
+    rep = Backend.prepare(model, "CPU")
+    where = {p.name: (p.target, p.reason) for p in rep.placement}
+    assert where["id_ok"][0] == VULKAN
+    for name in ("eye_bool", "triu_bool", "id_str", "eye_to_bool"):
+        assert where[name][0] == CPU and "not a DirectML type" in where[name][1], where[name]
+    b = rng.integers(0, 2, (3, 4)).astype(bool)
+    s = np.array(["a", "bc"], dtype=object)
+    x = rng.integers(-9, 9, (3, 3)).astype(np.int32)
+    e, t, s2, e2, x2 = rep.run({"b": b, "s": s, "x": x})
+    np.testing.assert_array_equal(e, np.eye(3, 4, dtype=bool))
+    np.testing.assert_array_equal(t, np.triu(b))
+    assert list(s2) == ["a", "bc"]
+    np.testing.assert_array_equal(e2, np.eye(3, dtype=bool))
+    np.testing.assert_array_equal(x2, x)
+
+
+def test_runtime_fallback_when_types_are_only_known_at_run_time(rng):
+    # No declared element type: the static placement says Vulkan; the bool input sends it to the CPU.
+    node = helper.make_node("Trilu", ["x"], ["y"], name="t")
+    g = helper.make_graph([node], "g", [helper.make_value_info("x", onnx.TypeProto())],
+                          [onnx.ValueInfoProto(name="y")])
+    model = helper.make_model(g, opset_imports=OPSETS, ir_version=10)
+    rep = Backend.prepare(model, "CPU")
+    assert rep.placement[0].target == VULKAN
+    b = rng.integers(0, 2, (4, 4)).astype(bool)
+    (y,) = rep.run([b])
+    np.testing.assert_array_equal(y, np.triu(b))
+    assert rep.last_run.runtime_fallbacks == 1 and "ran on the CPU" in rep.last_run.events[0]
+    f = rng.standard_normal((4, 4)).astype(np.float32)
+    (y,) = rep.run([f])
+    np.testing.assert_array_equal(y, np.triu(f))
+    assert rep.last_run.runtime_fallbacks == 0
+
+
+def test_empty_tensors_give_empty_outputs_without_dispatch(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("no dispatch expected for an empty tensor")
+
+    for name in ("eye_like", "triu", "tril", "copy", "matmul_integer_to_float"):
+        monkeypatch.setattr(kdml, name, boom, raising=False)
+    nodes = [helper.make_node("Trilu", ["x"], ["t"]), helper.make_node("Identity", ["x"], ["i"]),
+             helper.make_node("EyeLike", ["x"], ["e"], dtype=T.FLOAT),
+             helper.make_node("MatMulIntegerToFloat", ["a", "b", "s", "s"], ["m"], domain="com.microsoft"),
+             helper.make_node("MatMulIntegerToFloat", ["a0", "b0", "s", "s", "", "", "bias"], ["m0"],
+                              domain="com.microsoft")]
+    x = np.zeros((0, 4), np.int64)
+    a = np.zeros((2, 0, 8), np.uint8)
+    b = np.zeros((8, 3), np.int8)
+    a0 = np.zeros((2, 5, 0), np.uint8)
+    b0 = np.zeros((0, 3), np.int8)
+    s = np.array(0.5, np.float32)
+    bias = np.array([1, 2, 3], np.float32)
+    feeds = {"x": x, "a": a, "b": b, "s": s, "a0": a0, "b0": b0, "bias": bias}
+    model = _model(nodes, [_vi(k, v) for k, v in feeds.items()],
+                   [helper.make_tensor_value_info(n, t, None) for n, t in
+                    (("t", T.INT64), ("i", T.INT64), ("e", T.FLOAT), ("m", T.FLOAT), ("m0", T.FLOAT))])
+    rep = Backend.prepare(model, "CPU")
+    t, i, e, m, m0 = rep.run(feeds)
+    assert t.shape == i.shape == e.shape == (0, 4) and t.dtype == np.int64 and e.dtype == np.float32
+    assert m.shape == (2, 0, 3) and m.dtype == np.float32
+    np.testing.assert_array_equal(m0, np.broadcast_to(bias, (2, 5, 3)))
+    assert rep.last_run.runtime_fallbacks == 0 and rep.last_run.uploads == 0
+
+
+def test_identity_sequence_and_optional_stay_on_device(rng):
+    seq_t = helper.make_sequence_type_proto(helper.make_tensor_type_proto(T.FLOAT, None))
+    opt_t = helper.make_optional_type_proto(helper.make_tensor_type_proto(T.INT8, None))
+    nodes = [helper.make_node("Identity", ["s"], ["s2"]), helper.make_node("Identity", ["o"], ["o2"])]
+    g = helper.make_graph(nodes, "g", [helper.make_value_info("s", seq_t), helper.make_value_info("o", opt_t)],
+                          [helper.make_value_info("s2", seq_t), helper.make_value_info("o2", opt_t)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)], ir_version=8)
+    rep = Backend.prepare(model, "CPU")
+    assert [p.target for p in rep.placement] == [VULKAN, VULKAN]
+    seq = [rng.standard_normal((2, 3)).astype(np.float32), np.array(1.5, np.float32),
+           np.zeros((0, 2), np.float32)]
+    s2, o2 = rep.run([seq, None])
+    assert o2 is None and len(s2) == 3
+    for got, want in zip(s2, seq):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    o = rng.integers(-100, 100, (7,)).astype(np.int8)
+    _, o2 = rep.run([[], o])
+    np.testing.assert_array_equal(o2, o)
+
+
+def test_reference_evaluator_fallback(rng):
+    model = _mixed_model()
+    rep = Backend.prepare(model, "CPU", fallback="reference")
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    y1, y3 = rep.run({"x": x, "k": np.array(2, np.int64)})
+    r = np.maximum(np.triu(x), 0)
+    np.testing.assert_array_equal(y1, np.tril(r, 2))
+    np.testing.assert_allclose(y3, -(r + np.eye(5, 6, 1, dtype=np.float32)))
+    assert {p.operator for p in rep.placement if p.target == CPU} == {"reference"}
+
+
+def test_exclude_ops_and_rank_5_trilu(rng):
+    x = rng.standard_normal((2, 3, 2, 4, 5)).astype(np.float32)
+    node = helper.make_node("Trilu", ["x", "k"], ["y"])
+    model = _model([node], [_vi("x", x), helper.make_tensor_value_info("k", T.INT64, [])],
+                   [helper.make_tensor_value_info("y", T.FLOAT, list(x.shape))])
+    rep = Backend.prepare(model, "CPU")
+    for k in (-2, 0, 3, 2**40, -(2**63)):
+        (y,) = rep.run({"x": x, "k": np.array(k, np.int64)})
+        np.testing.assert_array_equal(y, np.triu(x, max(min(k, 99), -99)))
+        assert rep.last_run.vulkan_nodes == 1
+    cpu = Backend.prepare(model, "CPU", exclude_ops=["Trilu"])
+    assert cpu.placement[0].target == CPU and cpu.placement[0].reason == "excluded by the caller"
+
+
+def test_run_node_and_devices(rng):
+    assert Backend.supports_device("CPU") and Backend.supports_device("VULKAN:0")
+    assert not Backend.supports_device("CUDA")
+    x = rng.integers(-50, 50, (3, 4, 4)).astype(np.int16)
+    (y,) = Backend.run_node(helper.make_node("Trilu", ["x", "k"], ["y"], upper=0), [x, np.array(1, np.int64)])
+    np.testing.assert_array_equal(y, np.tril(x, 1))
+    (e,) = Backend.run_node(helper.make_node("EyeLike", ["x"], ["y"], dtype=T.DOUBLE, k=-1), [x[0]])
+    np.testing.assert_array_equal(e, np.eye(4, k=-1))
+    with pytest.raises(ValueError, match="missing input"):
+        Backend.prepare(_mixed_model(), "CPU").run({"x": np.zeros((5, 6), np.float32)})
+
+
+# ---- the command line -------------------------------------------------------------------------
+def test_cli_run(tmp_path, rng, capsys):
+    from kompute_dml.onnx_run import main
+
+    onnx.save(_mixed_model(), tmp_path / "m.onnx")
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "k.npy", np.array(0, np.int64))
+    out = tmp_path / "out.npz"
+    rc = main([str(tmp_path / "m.onnx"), "--input", f"x={tmp_path / 'x.npy'}", "--input",
+               f"k={tmp_path / 'k.npy'}", "--output", str(out), "--placement"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "5 of 8 nodes on Vulkan" in text and "timing:" in text and "vulkan:DIAGONAL_MATRIX1" in text
+    with np.load(out) as z:
+        np.testing.assert_array_equal(z["y1"], np.tril(np.maximum(np.triu(x), 0)))
+
+    (tmp_path / "bad.npy").write_text("not numpy")
+    cases = [
+        ([str(tmp_path / "m.onnx"), "--input", f"x={tmp_path / 'x.npy'}"], "missing input"),
+        ([str(tmp_path / "m.onnx"), "--input", f"x={tmp_path / 'bad.npy'}", "--input", f"k={tmp_path / 'k.npy'}"],
+         "not a numpy"),
+        ([str(tmp_path / "m.onnx"), "--input", f"x={tmp_path / 'nope.npy'}"], "no such file"),
+        ([str(tmp_path / "nope.onnx")], "no such model file"),
+        ([str(tmp_path / "x.npy")], "cannot read"),
+        ([str(tmp_path / "m.onnx"), "--input", f"x={tmp_path / 'k.npy'}", "--input", f"k={tmp_path / 'k.npy'}"],
+         "expected float32"),
+    ]
+    for argv, msg in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err, err
+
+
+def test_cli_entry_point_exit_status(tmp_path):
+    onnx.save(_mixed_model(), tmp_path / "m.onnx")
+    exe = [sys.executable, "-m", "kompute_dml.cli", "run", str(tmp_path / "m.onnx")]
+    p = subprocess.run(exe, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "missing input" in p.stderr and "Traceback" not in p.stderr
