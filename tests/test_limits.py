@@ -1,0 +1,165 @@
+"""Device limits: what is refused (buffers beyond maxStorageBufferRange, memory beyond the
+Device's budget) and what is split (dispatches beyond maxComputeWorkGroupCount are folded
+into a 2-D grid). See docs/reliability.md."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import kompute_dml as kdml
+import kompute_dml.device as kdevice
+from kompute_dml.runtime import grid_for
+
+DT = kdml.DataType
+TD = kdml.TensorDesc
+MiB = 1 << 20
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+# ---- maxStorageBufferRange: refused ---------------------------------------------------------------
+def test_buffer_beyond_max_storage_buffer_range_is_refused(dev):
+    limit = dev.limits["max_storage_buffer_range"]
+    before = dev.stats()["allocated_bytes"]
+    with pytest.raises(kdml.InvalidArgumentError, match=r"^nbytes: .*maxStorageBufferRange"):
+        dev.buffer(limit + 1)
+    with pytest.raises(kdml.InvalidArgumentError, match="maxStorageBufferRange"):
+        dev.empty(TD(DT.UINT8, (limit + 16,)))
+    with pytest.raises(kdml.InvalidArgumentError, match="maxStorageBufferRange"):
+        dev.tensor(np.zeros(limit // 4 + 1, np.float32))  # np.zeros is lazy: no 128 MiB touched
+    assert dev.stats()["allocated_bytes"] == before
+
+
+def test_buffer_of_exactly_max_storage_buffer_range(dev):
+    limit = dev.limits["max_storage_buffer_range"]
+    buf = dev.buffer(limit)
+    buf.write(b"\x01\x02\x03\x04", limit - 4)
+    assert buf.read(limit - 8) == b"\0\0\0\0\x01\x02\x03\x04"
+    del buf
+    gc.collect()
+
+
+# ---- maxComputeWorkGroupCount: split into a 2-D grid ------------------------------------------------
+def test_grid_for_folds_beyond_the_limit():
+    assert grid_for(65535 * 256, 256) == (65535, 1, 1)
+    gx, gy, gz = grid_for(65535 * 256 + 1, 256)
+    assert gy == 2 and gx <= 65535 and gx * gy * 256 >= 65535 * 256 + 1 and gz == 1
+    gx, gy, _ = grid_for(2**32 - 1, 64)
+    assert gx <= 65535 and gy <= 65535 and gx * gy * 64 >= 2**32 - 1
+
+
+@pytest.mark.parametrize("dt", [DT.UINT8, DT.FLOAT16], ids=lambda d: d.name)
+def test_subword_copy_beyond_max_work_group_count(dev, rng, dt):
+    """A strided copy of a sub-word type needing > 65535 work groups on x: the per-element
+    (STORE_FIELD) path with its grid folded into y. The transpose of a (cols, 2) array."""
+    per_invocation = 4 // dt.size
+    cols = 65535 * 256 * per_invocation // 2 + 256
+    x = rng.integers(0, 256, cols * 2 * dt.size, dtype=np.uint8).view(dt.numpy_dtype).reshape(cols, 2)
+    src = TD(dt, (2, cols), (1, 2))  # the transpose of x
+    dst = TD(dt, (2, cols))
+    op = dev.compile(kdml.CopyDesc(src, dst))
+    assert op.plans[0].groups[0] <= 65535 and op.plans[0].groups[1] > 1
+    guard = 64
+    ybuf = dev.buffer(np.full(dst.byte_size + guard, 0xA5, np.uint8))
+    op.execute([kdml.Tensor(dev.tensor(x).buffer, src)], [kdml.Tensor(ybuf, dst)])
+    raw = np.frombuffer(ybuf.read(), np.uint8)
+    assert (raw[dst.byte_size:] == 0xA5).all(), "guard bytes after the output changed"
+    got = raw[: 2 * cols * dt.size].view(f"u{dt.size}").reshape(2, cols)
+    assert np.array_equal(got, x.T.view(f"u{dt.size}"))
+
+
+def test_diagonal_beyond_max_work_group_count(dev):
+    """DIAGONAL_MATRIX over a UINT8 matrix of 67 M elements: > 65535 groups of 256 words."""
+    rows, cols = 8192, 8193
+    desc = TD(DT.UINT8, (rows, cols))
+    op = dev.compile(kdml.DiagonalMatrixDesc(desc, offset=3, value=7.9))
+    assert op.plans[0].groups[1] > 1
+    y = dev.buffer(np.full(desc.byte_size + 64, 0xA5, np.uint8))
+    op.execute([], [kdml.Tensor(y, desc)])
+    raw = np.frombuffer(y.read(), np.uint8)
+    assert (raw[desc.byte_size :] == 0xA5).all()
+    assert np.array_equal(raw[: rows * cols].reshape(rows, cols), 7 * np.eye(rows, cols, 3, dtype=np.uint8))
+
+
+# ---- memory exhaustion: OutOfMemoryError, device still usable --------------------------------------
+def _identity_works(d: kdml.Device) -> None:
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    y = kdml.identity(d.tensor(x))
+    assert np.array_equal(y.numpy(), x)
+
+
+def test_out_of_memory_at_budget_then_recovers():
+    d = kdml.Device(memory_budget=8 * MiB)
+    try:
+        bufs = []
+        with pytest.raises(kdml.OutOfMemoryError, match="memory budget") as ei:
+            for _ in range(100):
+                bufs.append(d.buffer(MiB))
+        assert isinstance(ei.value, MemoryError) and isinstance(ei.value, kdml.DMLError)
+        assert 2 <= len(bufs) <= 4  # each buffer costs twice its size (device + staging memory)
+        bufs[0].write(b"still here")
+        assert bufs[0].read(0, 10) == b"still here"
+        _identity_works(d)
+        n = len(bufs)
+        bufs.clear()
+        gc.collect()
+        assert d.stats()["live_buffers"] == 1  # the device's own 16-byte dummy
+        again = [d.buffer(MiB) for _ in range(n)]  # the memory came back to the budget
+        _identity_works(d)
+        del again
+    finally:
+        d.close()
+
+
+def test_out_of_memory_when_the_host_runs_low(monkeypatch):
+    """On a CPU device the 'device memory' is this process's RAM: an allocation that would
+    leave the host without headroom is refused before the driver is asked (kp 0.9 ignores
+    vkAllocateMemory's result and crashes on a failed allocation)."""
+    d = kdml.Device()
+    try:
+        if d.device_type != "cpu":
+            pytest.skip("host-memory check applies to CPU Vulkan devices")
+        monkeypatch.setattr(kdevice, "_host_available_bytes", lambda: 600 * MiB)
+        small = d.buffer(MiB)  # 3 MiB + 512 MiB headroom fits in 600 MiB
+        with pytest.raises(kdml.OutOfMemoryError, match="host"):
+            d.buffer(64 * MiB)
+        monkeypatch.undo()
+        small.write(b"ok")
+        _identity_works(d)
+    finally:
+        d.close()
+
+
+@pytest.mark.slow
+def test_out_of_memory_with_the_default_budget():
+    """Allocate 120 MiB buffers until the default budget (the device's memory heaps: 2 GiB on
+    lavapipe) refuses; the process stays alive, RSS stays near the budget, everything is
+    freed afterwards and the device works."""
+    d = kdml.Device()
+    try:
+        budget = d.memory_budget
+        assert budget == sum(d.info.memory_heaps)
+        rss0 = _rss()
+        bufs = []
+        with pytest.raises(kdml.OutOfMemoryError, match="memory budget"):
+            for _ in range(64):
+                bufs.append(d.buffer(120 * MiB))
+        peak = _rss() - rss0
+        print(f"\n{len(bufs)} buffers of 120 MiB before OutOfMemoryError; budget {budget >> 20} MiB, "
+              f"RSS grew {peak >> 20} MiB")
+        assert len(bufs) == budget // (2 * 120 * MiB) or len(bufs) == budget // (2 * 120 * MiB) - 1
+        assert peak <= budget + 256 * MiB
+        bufs[-1].write(b"last")
+        assert bufs[-1].read(0, 4) == b"last"
+        bufs.clear()
+        gc.collect()
+        assert d.stats()["allocated_bytes"] == 32  # the dummy buffer only
+        _identity_works(d)
+    finally:
+        d.close()
