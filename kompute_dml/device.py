@@ -16,7 +16,7 @@ import numpy as np
 from .dtypes import HIGHEST_FEATURE_LEVEL, FeatureLevel
 from .errors import DeviceError, DMLError, InvalidArgumentError, OutOfMemoryError, UnsupportedError, invalid
 from .memory import Buffer, Tensor, packed_desc_for
-from .runtime import EncodedDispatch, PipelineCache, record_dispatches
+from .runtime import EncodedDispatch, PipelineCache, encode, record_dispatches
 from .tensor_desc import TensorDesc, validate_desc
 from .vulkan_info import PhysicalDeviceInfo, physical_devices
 
@@ -269,6 +269,28 @@ class Device:
                 for b in d.write_buffers:
                     b._device_newer = True
 
+    def _submit_recording(self, items: list[tuple[Any, list[Any]]]) -> None:
+        """Submit a recording's executions. Its kp sequence is cached like an eager
+        operator's: a recording of the same operators on the same buffers and offsets
+        (a loop body, say) replays it without encoding or recording anything."""
+        key = (
+            "rec",
+            tuple(t.buffer.serial for _, bound in items for t in bound if t is not None),
+            tuple((op.serial, tuple(t.offset if t is not None else -1 for t in bound)) for op, bound in items),
+        )
+        with self._lock:
+            self._check_open()
+            seq = self._replays.get(key)
+            if seq is None:
+                self._submit([encode(self, plan, bound) for op, bound in items for plan in op.plans], replay_key=key)
+                return
+            self._replays.move_to_end(key)
+            self._run(seq)
+            for op, bound in items:
+                for plan in op.plans:
+                    for i in plan.writes:
+                        bound[i].buffer._device_newer = True
+
     def _check_open(self) -> None:
         if self._closed:
             raise DeviceError("the device has been closed")
@@ -309,10 +331,12 @@ class Recording:
 
     def __init__(self, device: Device) -> None:
         self.device = device
-        self._dispatches: list[EncodedDispatch] = []
-        # The bound tensors, kept alive until submission: a buffer collected mid-recording
-        # would otherwise take its pipelines (still referenced by these dispatches) with it.
-        self._keep: list[Any] = []
+        # (op, validated bindings): encoded at submission, unless the device has this very
+        # recording (same ops, same buffers and offsets) cached as a kp sequence already.
+        # Holding the bindings keeps the bound tensors alive until submission: a buffer
+        # collected mid-recording would otherwise take its pipelines with it.
+        self._items: list[tuple[Any, list[Any]]] = []
+        self._count = 0
         self._done = False
 
     def execute(self, op: Any, inputs: Any, outputs: Any) -> None:
@@ -320,21 +344,20 @@ class Recording:
             raise DMLError("this recording was already submitted")
         if getattr(op, "device", None) is not self.device:
             raise InvalidArgumentError("op: was compiled for another Device (or is not a compiled operator)")
-        with self.device._lock:  # the check and the kp calls of encoding in one critical section
+        with self.device._lock:
             self.device._check_open()
-            self._dispatches.extend(op._encode(inputs, outputs))
-            self._keep.append((op, list(inputs), list(outputs)))
+            self._items.append((op, op._check_bindings(inputs, outputs)))
+            self._count += len(op.plans)
 
     def submit(self) -> None:
         if self._done:
             return
         self._done = True
         try:
-            if self._dispatches:
-                self.device._submit(self._dispatches)
+            if self._count:
+                self.device._submit_recording(self._items)
         finally:
-            self._dispatches = []
-            self._keep = []
+            self._items = []
 
     def __len__(self) -> int:
-        return len(self._dispatches)
+        return self._count
