@@ -43,6 +43,7 @@ from onnx.backend.base import BackendRep as _OnnxBackendRep
 from onnx.backend.base import namedtupledict
 
 import kompute_dml as kdml
+from kompute_dml.memory import packed_desc_for
 
 MS_DOMAIN = "com.microsoft"
 VULKAN = "vulkan"
@@ -501,6 +502,11 @@ class BackendRep(_OnnxBackendRep):
             names = item.inputs if kind == CPU else _node_inputs(g.node[item])
             for name in names:
                 self._last_use[name] = s
+        keep = set(self.output_names) | set(self.input_names)
+        self._free_after: list[list[str]] = [[] for _ in plan]
+        for name, s in self._last_use.items():
+            if name not in keep:
+                self._free_after[s].append(name)
         return plan
 
     def _make_placement(self) -> list[NodePlacement]:
@@ -564,11 +570,14 @@ class BackendRep(_OnnxBackendRep):
             return [self.host(v, stats) for v in value]
         return value
 
+    def is_constant(self, name: str | None) -> bool:
+        return name is not None and name in self.constants and name not in self._feeds_now
+
     def to_device(self, value: Any, stats: RunStats, name: str | None = None) -> kdml.Tensor:
         """The kdml.Tensor for a (non-empty) tensor value; constants are uploaded once."""
         if isinstance(value, DeviceValue):
             return value.tensor
-        if name is not None and name in self.constants and name not in self._feeds_now:
+        if self.is_constant(name):
             dv = self._device_constants.get(name)
             if dv is None:
                 arr = self._constant_host(name)
@@ -578,6 +587,26 @@ class BackendRep(_OnnxBackendRep):
             return dv.tensor
         stats.uploads += 1
         return self.device.tensor(np.ascontiguousarray(value))
+
+    def upload_group(self, arrays: list[np.ndarray], stats: RunStats) -> list[kdml.Tensor]:
+        """Upload several small host arrays in one buffer (one transfer), 16-byte aligned."""
+        if len(arrays) == 1:
+            stats.uploads += 1
+            return [self.device.tensor(np.ascontiguousarray(arrays[0]))]
+        parts, descs, offsets, total = [], [], [], 0
+        for a in arrays:
+            a = np.ascontiguousarray(a)
+            desc = packed_desc_for(a)
+            parts.append(a.reshape(-1).view(np.uint8))
+            descs.append(desc)
+            offsets.append(total)
+            total += -(-desc.byte_size // 16) * 16
+        raw = np.zeros(total, np.uint8)
+        for part, off in zip(parts, offsets):
+            raw[off : off + part.size] = part
+        buf = self.device.buffer(raw)
+        stats.uploads += 1
+        return [kdml.Tensor(buf, d, o) for d, o in zip(descs, offsets)]
 
     # ---- running ----------------------------------------------------------------------
     def _normalize_inputs(self, inputs: Any) -> dict[str, Any]:
@@ -617,7 +646,6 @@ class BackendRep(_OnnxBackendRep):
         self._feeds_now = set(feeds)
         env: dict[str, Any] = dict(feeds)
         g = self.graph
-        keep = set(self.output_names)
 
         def lookup(name: str) -> Any:
             if name in env:
@@ -638,9 +666,8 @@ class BackendRep(_OnnxBackendRep):
                 node = g.node[item]
                 self._run_device_node(item, node, lookup, env, stats)
                 stats.vulkan_seconds += time.perf_counter() - ts
-            for name in [n for n, last in self._last_use.items() if last == s and n not in keep and n in env]:
-                if name not in feeds:
-                    del env[name]
+            for name in self._free_after[s]:
+                env.pop(name, None)
         results = [self.host(lookup(n), stats) for n in self.output_names]
         self._refresh_engines()
         stats.total_seconds = time.perf_counter() - t0
@@ -828,14 +855,23 @@ def _mm_integer_to_float(rep: BackendRep, node: onnx.NodeProto, a: Any, a_name: 
             base = base + np.asarray(rep.host(bias, stats), dtype=out_dt)
         return final(base.astype(out_dt))
 
-    def dev(v: Any, name: str | None) -> Any:
-        return None if v is None else rep.to_device(v, stats, name)
-
-    t = kdml.matmul_integer_to_float(
-        dev(a, a_name), dev(b, b_name), dev(a_scale, a_scale_name), dev(b_scale, b_scale_name),
-        dev(a_zp, a_zp_name), dev(b_zp, b_zp_name), dev(bias, bias_name),
-        out_data_type=kdml.DataType.from_numpy(out_dt), device=rep.device,
-    )
+    # Device values and constants are bound as they are; the other host values (typically
+    # A and its scale and zero point, fresh from a CPU sub-graph) go up in one transfer.
+    args = [(a, a_name), (b, b_name), (a_scale, a_scale_name), (b_scale, b_scale_name), (a_zp, a_zp_name),
+            (b_zp, b_zp_name), (bias, bias_name)]
+    bound: list[Any] = [None] * len(args)
+    pending = []
+    for i, (v, name) in enumerate(args):
+        if v is None:
+            continue
+        if isinstance(v, DeviceValue) or rep.is_constant(name):
+            bound[i] = rep.to_device(v, stats, name)
+        else:
+            pending.append(i)
+    if pending:
+        for i, t in zip(pending, rep.upload_group([np.asarray(args[i][0]) for i in pending], stats)):
+            bound[i] = t
+    t = kdml.matmul_integer_to_float(*bound, out_data_type=kdml.DataType.from_numpy(out_dt), device=rep.device)
     return final(DeviceValue(t, out_shape, out_dt))
 
 
