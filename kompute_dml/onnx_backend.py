@@ -433,7 +433,7 @@ class BackendRep(_OnnxBackendRep):
                 return f"output type {dt} is not supported"
         return ""
 
-    def _partition(self) -> list[tuple[str, list[int]]]:
+    def _partition(self) -> list[tuple[str, Any]]:
         """Order the nodes into steps, each all-Vulkan or all-CPU, greedily making CPU
         sub-graphs maximal: while a kind has ready nodes, they are all taken."""
         g = self.graph
@@ -577,7 +577,7 @@ class BackendRep(_OnnxBackendRep):
         """The kdml.Tensor for a (non-empty) tensor value; constants are uploaded once."""
         if isinstance(value, DeviceValue):
             return value.tensor
-        if self.is_constant(name):
+        if name is not None and self.is_constant(name):
             dv = self._device_constants.get(name)
             if dv is None:
                 arr = self._constant_host(name)
@@ -871,7 +871,8 @@ def _mm_integer_to_float(rep: BackendRep, node: onnx.NodeProto, a: Any, a_name: 
     if pending:
         for i, t in zip(pending, rep.upload_group([np.asarray(args[i][0]) for i in pending], stats)):
             bound[i] = t
-    t = kdml.matmul_integer_to_float(*bound, out_data_type=kdml.DataType.from_numpy(out_dt), device=rep.device)
+    mmitf = kdml.matmul_integer_to_float  # type: ignore[attr-defined]
+    t = mmitf(*bound, out_data_type=kdml.DataType.from_numpy(out_dt), device=rep.device)
     return final(DeviceValue(t, out_shape, out_dt))
 
 

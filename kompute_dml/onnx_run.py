@@ -188,7 +188,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.output:
         out_path = Path(args.output)
         try:
-            np.savez(out_path, **_flatten_outputs(rep.output_names, outputs))
+            arrays: dict[str, Any] = _flatten_outputs(rep.output_names, outputs)
+            np.savez(out_path, **arrays)
         except OSError as e:
             raise UsageError(f"cannot write {args.output}: {e}") from None
         print(f"wrote {out_path if out_path.suffix == '.npz' else str(out_path) + '.npz'}")
