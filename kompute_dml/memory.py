@@ -58,11 +58,12 @@ class Buffer:
         self.nbytes = nbytes
         self.serial = next(_serials)
         words = -(-nbytes // 16) * 4
-        self._kp = device._alloc_words(words)
-        device._track_buffer(self)  # at once: the finalizer returns the memory to the budget
-        # The mapped staging memory. kp 0.9's data() returns an array with stride 0
-        # (every element aliases the first), so re-stride it over the whole mapping.
-        raw = self._kp.data()
+        with device._lock:  # no close() between the allocation and taking its mapping
+            self._kp = device._alloc_words(words)
+            device._track_buffer(self)  # at once: the finalizer returns the memory to the budget
+            # The mapped staging memory. kp 0.9's data() returns an array with stride 0
+            # (every element aliases the first), so re-stride it over the whole mapping.
+            raw = self._kp.data()
         self._host = np.lib.stride_tricks.as_strided(raw, shape=(words,), strides=(4,)).view(np.uint8)
         self._device_newer = False
 
