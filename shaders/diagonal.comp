@@ -23,13 +23,15 @@
 //
 // Work decomposition. The host orders the output's dimensions by decreasing stride (memory
 // order) and finds the innermost ones that are contiguous: they form "runs" of L elements at
-// consecutive addresses. Invocation (run r, word k) handles the elements of run r that fall in
-// the k-th 32-bit word the run touches (ELEMS_PER_WORD of them for 8/16-bit types, one element
-// for 32/64-bit types). When all bytes of that word are elements of the run it is written
-// whole, without atomics (the fast path: a packed innermost dimension); only the words a run
-// shares with bytes that are not its elements (run ends, gaps, odd strides) use STORE_FIELD.
-// Consecutive invocations write consecutive words: coalesced, one pass, and the no-input
-// variants never read memory.
+// consecutive addresses (a packed output is one run). The words a run touches are cut into
+// chunks of 16 bytes (UNITS units: 32-bit words, or 64-bit elements); invocation (run r,
+// chunk c) computes the elements of run r in chunk c. A word whose bytes are all elements
+// of the run is written whole with a plain store, four of them as one 16-byte store when the
+// chunk is aligned (the fast path: packed innermost dimension, no atomics); only the words
+// a run shares with bytes that are not its elements (run ends, gaps, odd strides) use
+// STORE_FIELD. Consecutive invocations write consecutive 16-byte chunks: coalesced, one
+// pass, and the no-input variants never read memory. Index arithmetic (divisions) happens
+// once per invocation; the elements of the chunk are then walked with carries.
 
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -38,17 +40,21 @@ layout(local_size_x = 256) in;
 
 #if HAS_INPUT
 layout(std430, binding = 0) readonly buffer InBuf { uint src[]; };
-layout(std430, binding = 1) buffer OutBuf { uint dst[]; };
+#define OUT_BINDING 1
 #else
-layout(std430, binding = 0) buffer OutBuf { uint dst[]; };
+#define OUT_BINDING 0
 #endif
+// Two views of the output: 16-byte stores of aligned whole chunks, and words (plain stores
+// or STORE_FIELD's atomics). Binding offsets are multiples of 16 bytes.
+layout(std430, binding = OUT_BINDING) writeonly buffer OutBuf4 { uvec4 dst4[]; };
+layout(std430, binding = OUT_BINDING) buffer OutBuf { uint dst[]; };
 
 #define MAX_RANK 4
 layout(push_constant) uniform PC {
     uint out_off;     // 0: output element 0, in elements (binding offset / element size)
     uint in_off;      // 1: input element 0, in elements
-    uint total;       // 2: invocations = runs * words_per_run
-    uint words;       // 3: words per run (invocations per run)
+    uint total;       // 2: invocations = runs * chunks
+    uint chunks;      // 3: 16-byte chunks per run (invocations per run)
     uint run_len;     // 4: L, elements per run
     uint rank;        // 5: dimensions (memory order, outermost first), 1..4
     uint split;       // 6: dimensions [split, rank) form a run
@@ -70,6 +76,11 @@ layout(push_constant) uniform PC {
 #else
 #define ELEMS_PER_WORD (32u / ELEM_BITS)
 #endif
+#if ELEM_BITS == 64
+#define UNITS 2u   // a unit is one 64-bit element (two words)
+#else
+#define UNITS 4u   // a unit is one 32-bit word
+#endif
 
 void main() {
     // Invocation index without 32-bit overflow however the grid was folded.
@@ -79,8 +90,8 @@ void main() {
     if (gl_LocalInvocationID.x >= pc.total - base_inv) return;
     uint inv = base_inv + gl_LocalInvocationID.x;
 
-    uint r = inv / pc.words;
-    uint k = inv - r * pc.words;
+    uint r = inv / pc.chunks;
+    uint c = inv - r * pc.chunks;
 
     uint coord[MAX_RANK + 1];
     coord[MAX_RANK] = 0u;  // absent row/column dimension
@@ -92,15 +103,15 @@ void main() {
         rem /= pc.size[d];
         run_base += coord[d] * pc.out_stride[d];
     }
-    // Elements of this run in word k of the words it touches.
+    // Unit k of the run holds run positions [k*E - phase, (k+1)*E - phase) (E elements per
+    // word); the first unit starts at lane `phase`.
     uint phase = run_base % ELEMS_PER_WORD;
-    uint lane0 = (k == 0u) ? phase : 0u;
-    uint p0 = k * ELEMS_PER_WORD + lane0 - phase;  // first element (position in the run)
-    if (p0 >= pc.run_len) return;
-    uint n = min(ELEMS_PER_WORD - lane0, pc.run_len - p0);
+    uint k0 = c * UNITS;
+    uint p = (k0 == 0u) ? 0u : k0 * ELEMS_PER_WORD - phase;  // first element (run position)
+    if (p >= pc.run_len) return;
 
-    // Inner coordinates of p0.
-    rem = p0;
+    // Inner coordinates of p.
+    rem = p;
     for (int d = int(pc.rank) - 1; d >= int(pc.split); --d) {
         coord[d] = rem % pc.size[d];
         rem /= pc.size[d];
@@ -108,69 +119,116 @@ void main() {
 #if HAS_INPUT
     uint in_addr = pc.in_off;
     for (uint d = 0u; d < pc.rank; ++d) in_addr += coord[d] * pc.in_stride[d];
+    uint in_step = pc.in_stride[pc.rank - 1u];
 #endif
-    uint out_addr = run_base + p0;  // the run is contiguous
+    // Walking the innermost dimension changes t by +1 (it is x), -1 (y) or 0 (a batch
+    // dimension); the outer coordinates are only touched when it wraps.
+    uint last = pc.rank - 1u;
+    uint ci = coord[last];
+    uint t_step = (last == pc.xpos ? 1u : 0u) - (last == pc.ypos ? 1u : 0u);  // mod 2^32
+    uint t = coord[pc.xpos] + pc.rows_m1 - coord[pc.ypos];
 
-    uint word = 0u;
-    for (uint i = 0u; i < ELEMS_PER_WORD; ++i) {
-        if (i >= n) break;
-        uint y = coord[pc.ypos];
-        uint x = coord[pc.xpos];
-        uint t = x + pc.rows_m1 - y;
-        bool use_value = (pc.normal != 0u) != (t >= pc.ub);
-        use_value = use_value != (t < pc.ue);
+    uint wv[4];          // the chunk's words
+    uint shift[UNITS];   // per unit (sub-word): first bit and bit count that are run elements
+    uint nbits[UNITS];
+    uint units = 0u;
+    for (uint u = 0u; u < UNITS; ++u) {
+        if (p >= pc.run_len) break;
+        uint lane0 = (k0 + u == 0u) ? phase : 0u;
+        uint n = min(ELEMS_PER_WORD - lane0, pc.run_len - p);
+        uint word = 0u;
+        for (uint i = 0u; i < ELEMS_PER_WORD; ++i) {
+            if (i >= n) break;
+            bool use_value = (pc.normal != 0u) != (t >= pc.ub);
+            use_value = use_value != (t < pc.ue);
 #if ELEM_BITS == 64
-        uint lo = 0u, hi = 0u;
-        if (use_value) {
-            lo = pc.val_lo;
-            hi = pc.val_hi;
-        }
+            uint lo = 0u, hi = 0u;
+            if (use_value) {
+                lo = pc.val_lo;
+                hi = pc.val_hi;
+            }
 #if HAS_INPUT
-        else {
-            lo = src[2u * in_addr];
-            hi = src[2u * in_addr + 1u];
-        }
+            else {
+                lo = src[2u * in_addr];
+                hi = src[2u * in_addr + 1u];
+            }
 #endif
-        dst[2u * out_addr] = lo;
-        dst[2u * out_addr + 1u] = hi;
-#elif ELEM_BITS == 32
-        uint v = use_value ? pc.val_lo : 0u;
-#if HAS_INPUT
-        if (!use_value) v = src[in_addr];
-#endif
-        dst[out_addr] = v;
+            wv[2u * u] = lo;
+            wv[2u * u + 1u] = hi;
 #else
-        uint v = use_value ? pc.val_lo : 0u;
+            uint v = use_value ? pc.val_lo : 0u;
 #if HAS_INPUT
-        if (!use_value) {
-            v = bitfieldExtract(src[in_addr / ELEMS_PER_WORD], int((in_addr % ELEMS_PER_WORD) * uint(ELEM_BITS)),
-                                ELEM_BITS);
+#if ELEM_BITS == 32
+            if (!use_value) v = src[in_addr];
+#else
+            if (!use_value) {
+                v = bitfieldExtract(src[in_addr / ELEMS_PER_WORD],
+                                    int((in_addr % ELEMS_PER_WORD) * uint(ELEM_BITS)), ELEM_BITS);
+            }
+#endif
+#endif
+#if ELEM_BITS == 32
+            word = v;
+#else
+            word |= (v & ((1u << ELEM_BITS) - 1u)) << ((lane0 + i) * uint(ELEM_BITS));
+#endif
+#endif
+            // Next element of the run (row-major over the run's dimensions).
+            ci += 1u;
+            t += t_step;
+#if HAS_INPUT
+            in_addr += in_step;
+#endif
+            if (ci == pc.size[last]) {
+                // Carry into the run's outer dimensions (at most once per innermost row);
+                // past the run's end this only disturbs coordinates no longer used.
+                ci = 0u;
+                coord[last] = 0u;
+                for (int d = int(last) - 1; d >= int(pc.split); --d) {
+                    coord[d] += 1u;
+                    if (coord[d] < pc.size[d]) break;
+                    coord[d] = 0u;
+                }
+                t = coord[pc.xpos] + pc.rows_m1 - coord[pc.ypos];
+#if HAS_INPUT
+                in_addr = pc.in_off;
+                for (uint d = 0u; d < pc.rank; ++d) in_addr += coord[d] * pc.in_stride[d];
+#endif
+            }
         }
+#if ELEM_BITS < 64
+        wv[u] = word;
 #endif
-        word |= (v & ((1u << ELEM_BITS) - 1u)) << ((lane0 + i) * uint(ELEM_BITS));
-#endif
-        // Next element of the run (row-major over the run's dimensions, with carries).
-        for (int d = int(pc.rank) - 1; d >= int(pc.split); --d) {
-            coord[d] += 1u;
-#if HAS_INPUT
-            in_addr += pc.in_stride[d];
-#endif
-            if (coord[d] < pc.size[d]) break;
-#if HAS_INPUT
-            in_addr -= coord[d] * pc.in_stride[d];
-#endif
-            coord[d] = 0u;
-        }
-        out_addr += 1u;
+        shift[u] = lane0 * uint(ELEM_BITS);
+        nbits[u] = n * uint(ELEM_BITS);
+        p += n;
+        units = u + 1u;
     }
+
+    // First word of the chunk, in 32-bit words.
+#if ELEM_BITS == 64
+    uint w0 = 2u * (run_base + k0);
+#else
+    uint w0 = run_base / ELEMS_PER_WORD + k0;
+#endif
+    bool all_whole = (units == UNITS) && (w0 % 4u == 0u);
 #if ELEM_BITS < 32
-    uint w = (run_base + p0) / ELEMS_PER_WORD;
-    if (n == ELEMS_PER_WORD) {
-        dst[w] = word;  // every byte of this word is an element of the run
-    } else {
-        uint bits = n * uint(ELEM_BITS);
-        uint shift = lane0 * uint(ELEM_BITS);
-        STORE_FIELD(dst, w, shift, bits, word >> shift);
-    }
+    for (uint u = 0u; u < UNITS; ++u) all_whole = all_whole && (nbits[u] == 32u);
 #endif
+    if (all_whole) {
+        dst4[w0 / 4u] = uvec4(wv[0], wv[1], wv[2], wv[3]);
+        return;
+    }
+    for (uint u = 0u; u < units; ++u) {
+#if ELEM_BITS == 64
+        dst[w0 + 2u * u] = wv[2u * u];
+        dst[w0 + 2u * u + 1u] = wv[2u * u + 1u];
+#else
+        if (nbits[u] == 32u) {
+            dst[w0 + u] = wv[u];  // every byte of this word is an element of the run
+        } else {
+            STORE_FIELD(dst, w0 + u, shift[u], nbits[u], wv[u] >> shift[u]);
+        }
+#endif
+    }
 }

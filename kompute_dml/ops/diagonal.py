@@ -213,10 +213,11 @@ def plan_diagonal(
         run_len *= dims[split][0]
     runs = math.prod(d[0] for d in dims[:split])
     if width >= 4 or all(d[1] % e == 0 for d in dims[:split]):
-        words = -(-run_len // e)  # every run starts on a word boundary
+        units = -(-run_len // e)  # every run starts on a word boundary
     else:
-        words = -(-(run_len + e - 1) // e)
-    total = runs * words
+        units = -(-(run_len + e - 1) // e)  # words a run of run_len elements can touch
+    chunks = -(-units // (2 if width == 8 else 4))  # 16 bytes per invocation
+    total = runs * chunks
     roles = [d[3] for d in dims]
     ypos = roles.index("y") if "y" in roles else _ABSENT
     xpos = roles.index("x") if "x" in roles else _ABSENT
@@ -226,7 +227,7 @@ def plan_diagonal(
     ue = min(max(end + rows - 1, 0), span)
     pad = [0] * (MAX_RANK - rank)
     push = (
-        0, 0, total, words, run_len, rank, split, ypos, xpos, rows - 1, ub, ue, int(end >= begin),
+        0, 0, total, chunks, run_len, rank, split, ypos, xpos, rows - 1, ub, ue, int(end >= begin),
         value_bits & 0xFFFFFFFF, (value_bits >> 32) & 0xFFFFFFFF,
         *[d[0] for d in dims], *pad,
         *[d[1] for d in dims], *pad,
