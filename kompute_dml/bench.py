@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import gc
 import importlib
 import importlib.metadata
 import json
@@ -340,10 +341,10 @@ def _our_matmul(kdml: Any, dev: Any, a: np.ndarray, b: np.ndarray) -> tuple[Call
         return None, None, f"{type(e).__name__}: {e}"
 
 
-def matmul_cases(kdml: Any, dev: Any, sizes: list[int], ort_ok: bool, rng: Any) -> list[Case]:
+def matmul_cases(kdml: Any, dev: Any, sizes: list[int], a_types: list[Any], ort_ok: bool, rng: Any) -> list[Case]:
     cases = []
     for n in sizes:
-        for a_dt in (np.int8, np.uint8):
+        for a_dt in a_types:
             a = _rand(rng, (n, n), a_dt)
             b = _rand(rng, (n, n), np.int8)
             ours, eager, err = _our_matmul(kdml, dev, a, b)
@@ -447,31 +448,33 @@ def latency(kdml: Any, dev: Any, reps: int) -> dict[str, Any]:
     }
 
 
-def suite(kdml: Any, dev: Any, quick: bool, ort_ok: bool, rng: Any) -> list[Case]:
+def suite(kdml: Any, dev: Any, quick: bool, ort_ok: bool, rng: Any) -> list[tuple[str, Callable[[], Case]]]:
+    """(label, factory) per row: each row's tensors exist only while it runs (a 2 GiB heap,
+    and every buffer is held twice: device memory + staging)."""
     mib64 = (4096, 4096)
-    if quick:
-        cases = identity_cases(kdml, dev, [("float32", (64, 64)), ("float32", (512, 512))], ort_ok, rng)
-        cases += copy_cases(kdml, dev, [("int8", (512, 512), False), ("float32", (256, 256), True)], rng)
-    else:
-        cases = identity_cases(kdml, dev, [
-            ("float32", (64, 64)), ("float32", (1024, 1024)), ("float32", mib64),
-            ("float16", (1024, 1024)), ("uint8", (8192, 8192)),
-        ], ort_ok, rng)
-        cases += copy_cases(kdml, dev, [
-            ("float32", mib64, False), ("int8", (4096, 4096), False), ("float32", (2048, 2048), True),
-        ], rng)
+    out: list[tuple[str, Callable[[], Case]]] = []
+
+    def add(op: str, fn: Callable[..., list[Case]], spec: tuple[Any, ...], *extra: Any) -> None:
+        label = f"{op} {spec[0]} {_fmt_shape(spec[1])}"
+        out.append((label, lambda: fn(kdml, dev, [spec], *extra)[0]))
+
+    ident = [("float32", (64, 64)), ("float32", (512, 512))] if quick else [
+        ("float32", (64, 64)), ("float32", (1024, 1024)), ("float32", mib64), ("float16", (1024, 1024)), ("float16", mib64)]
+    for spec in ident:
+        add("ACTIVATION_IDENTITY", identity_cases, spec, ort_ok, rng)
+    cp = [("int8", (512, 512), False), ("float32", (256, 256), True)] if quick else [
+        ("float32", mib64, False), ("uint8", (8192, 8192), False), ("int8", (1024, 1024), False), ("float32", (2048, 2048), True)]
+    for spec in cp:
+        add("COPY", copy_cases, spec, rng)
     if hasattr(kdml, "DiagonalMatrixDesc"):
         sz = [(64, 64), (512, 512)] if quick else [(64, 64), (1024, 1024), (4096, 4096)]
-        cases += diagonal_cases(kdml, dev, [("float32", s) for s in sz], ort_ok)
-        if not quick:
-            cases += diagonal_cases(kdml, dev, [("float16", (4096, 4096))], ort_ok)
+        for spec in [("float32", s) for s in sz] + ([] if quick else [("float16", mib64)]):
+            add("DIAGONAL_MATRIX", diagonal_cases, spec, ort_ok)
     if hasattr(kdml, "DiagonalMatrix1Desc"):
         sz = [(64, 64), (512, 512)] if quick else [(64, 64), (1024, 1024), (4096, 4096)]
-        tri = [("float32", s, True) for s in sz]
-        if not quick:
-            tri.append(("float32", (4096, 4096), False))
-        cases += trilu_cases(kdml, dev, tri, ort_ok, rng)
-    return cases
+        for spec in [("float32", s, True) for s in sz] + ([] if quick else [("float32", mib64, False)]):
+            add("DIAGONAL_MATRIX1", trilu_cases, spec, ort_ok, rng)
+    return out
 
 
 def matmul_from_peer_module(quick: bool) -> list[dict[str, Any]] | None:
@@ -571,6 +574,51 @@ def render(console: Any, result: dict[str, Any]) -> None:
     console.print(g)
 
 
+def markdown(result: dict[str, Any]) -> str:
+    """The run as Markdown: machine, the table, latency, goals (for benchmarks/RESULTS.md)."""
+    m = result["machine"]
+    lines = [
+        f"Command: `{result['command']}` ({result['date']}, {result['seconds']:.0f} s, median of {result['rounds']} interleaved rounds)",
+        "",
+        f"Machine: {m['cpu_model']}, {m['cpu_cores']} cores ({', '.join(m['cpu_features'])}), load average at the end "
+        f"{', '.join(f'{x:.1f}' for x in (m.get('load_average') or []))}; device {m['device']} ({m['feature_level']}); "
+        f"kp {m['kp']}, numpy {m['numpy']}, onnxruntime {m['onnxruntime']}, onnx {m['onnx']}, Python {m['python']}.",
+        "",
+        f"Ceiling: numpy.copyto of 64 MiB into an existing array, {result['ceiling_gbps']:.1f} GB/s (read + write), "
+        "also sampled in every memory-bound row's rounds (`% ceil` uses that row's own samples).",
+        "",
+        "| operator | dtype | shape | unit | ours | us/op | eager us | numpy | ours/numpy | ort | ours/ort | % ceil |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in result["rows"]:
+        u = "gbps" if r["metric"] == "GB/s" else "gops"
+        if "ours_s" not in r and "numpy_s" not in r:
+            lines.append(f"| {r['op']} | {r['dtype']} | {' '.join(map(str, r['shape']))} | {r['metric']} | "
+                         f"not measured: {r.get('error', '')[:90]} | | | | | | | |")
+            continue
+        lines.append("| " + " | ".join([
+            r["op"], r["dtype"], _fmt_shape(tuple(r["shape"])), r["metric"], _f(r.get(f"ours_{u}")),
+            _f(r["ours_s"] * 1e6, 1) if "ours_s" in r else "-", _f(r["eager_s"] * 1e6, 1) if "eager_s" in r else "-",
+            _f(r.get(f"numpy_{u}")), _f(r.get("ratio_numpy")), _f(r.get(f"ort_{u}")), _f(r.get("ratio_ort")),
+            _f(100 * r["fraction_of_ceiling"], 1) if "fraction_of_ceiling" in r else "-",
+        ]) + " |")
+    lat = result["latency"]
+    lines += [
+        "",
+        f"Latency ({lat['op']}, median of {lat['reps']}): eager `op.execute` {lat['eager_execute_us']:.1f} us; "
+        f"eager functional `kdml.identity(x)` {lat['eager_functional_us']:.1f} us; "
+        f"recorded, 100 per submission: {lat['recorded_per_op_us_distinct_outputs']:.1f} us/op (distinct outputs), "
+        f"{lat['recorded_per_op_us_same_output']:.1f} (same output), {lat['recorded_per_op_us_chain']:.1f} (chained, a barrier each).",
+        "",
+        "| goal | target | measured | met |",
+        "| --- | --- | ---: | --- |",
+    ]
+    for g in result["goals"]:
+        met = "-" if g["met"] is None else ("yes" if g["met"] else "**no**")
+        lines.append(f"| {g['goal']} | {g['target']} | {_f(g['measured'])} | {met} |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(result: dict[str, Any], path: str) -> None:
     import matplotlib
 
@@ -620,6 +668,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", metavar="FILE.png", help="chart ours against peers (matplotlib, Agg)")
     ap.add_argument("--only", metavar="SUBSTR", help="only operators whose name contains SUBSTR (case-insensitive)")
     ap.add_argument("--rounds", type=int, default=None, help="samples per figure (default 15, quick 5)")
+    ap.add_argument("--markdown", metavar="FILE.md", help="write the table, latency and goals as Markdown")
     ap.add_argument("--no-ort", action="store_true", help="skip the onnxruntime peers")
     ap.add_argument("--device", type=int, default=0)
     args = ap.parse_args(argv)
@@ -641,10 +690,12 @@ def main(argv: list[str] | None = None) -> int:
         np.copyto(ceil_b, ceil_a)
 
     cases = suite(kdml, dev, args.quick, ort_ok, rng)
-    mm_sizes = [128] if args.quick else [256, 1024]
-    cases += matmul_cases(kdml, dev, mm_sizes, ort_ok, rng)
+    for n in [128] if args.quick else [256, 1024]:
+        for a_dt in (np.int8, np.uint8):
+            cases.append((f"MATRIX_MULTIPLY_INTEGER_TO_FLOAT {np.dtype(a_dt).name} {n}^3",
+                          lambda n=n, a_dt=a_dt: matmul_cases(kdml, dev, [n], [a_dt], ort_ok, rng)[0]))
     if args.only:
-        cases = [c for c in cases if args.only.lower() in c.op.lower()]
+        cases = [c for c in cases if args.only.lower() in c[0].lower()]
     rows: list[dict[str, Any]] = []
     matmul_module = None
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -653,9 +704,15 @@ def main(argv: list[str] | None = None) -> int:
         prog.update(task, description="ceiling")
         ceil_s = interleaved({"c": ceiling_fn}, rounds)["c"]
         prog.advance(task)
-        for c in cases:
-            prog.update(task, description=f"{c.op} {c.dtype} {_fmt_shape(c.shape)}")
-            rows.append(run_case(c, rounds, ceiling_fn))
+        for label, make in cases:
+            prog.update(task, description=label)
+            try:
+                rows.append(run_case(make(), rounds, ceiling_fn))
+            except Exception as e:  # one broken operator must not hide the others' figures
+                op, dt, shape = [*label.split(" ", 2), "", ""][:3]
+                rows.append({"op": op, "dtype": dt, "shape": [shape], "metric": "GOPS" if "MATRIX_MULTIPLY" in op else "GB/s",
+                             "amount": 0, "memory_bound": "MATRIX_MULTIPLY" not in op, "error": f"{type(e).__name__}: {e}"})
+            gc.collect()  # free this row's buffers before the next row allocates
             prog.advance(task)
         prog.update(task, description="latency")
         lat = latency(kdml, dev, 7 if args.quick else 25)
@@ -689,6 +746,10 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))
         console.print(f"wrote {args.json}")
+    if args.markdown:
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text(markdown(result))
+        console.print(f"wrote {args.markdown}")
     if args.plot:
         Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
         plot(result, args.plot)
