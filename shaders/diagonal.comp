@@ -50,26 +50,38 @@ layout(std430, binding = OUT_BINDING) writeonly buffer OutBuf4 { uvec4 dst4[]; }
 layout(std430, binding = OUT_BINDING) buffer OutBuf { uint dst[]; };
 
 #define MAX_RANK 4
-layout(push_constant) uniform PC {
+layout(push_constant) uniform PC {    // 30 words = 120 bytes
     uint out_off;     // 0: output element 0, in elements (binding offset / element size)
     uint in_off;      // 1: input element 0, in elements
     uint total;       // 2: invocations = runs * chunks
     uint chunks;      // 3: 16-byte chunks per run (invocations per run)
     uint run_len;     // 4: L, elements per run
-    uint rank;        // 5: dimensions (memory order, outermost first), 1..4
-    uint split;       // 6: dimensions [split, rank) form a run
-    uint ypos;        // 7: index of the row dimension among them (MAX_RANK: absent, y = 0)
-    uint xpos;        // 8: index of the column dimension (MAX_RANK: absent, x = 0)
-    uint rows_m1;     // 9: rows - 1
-    uint ub;          // 10: shifted, clamped DiagonalFillBegin
-    uint ue;          // 11: shifted, clamped DiagonalFillEnd
-    uint normal;      // 12: End >= Begin (on the original int32 values)
-    uint val_lo;      // 13: Value's bit pattern (low word; the element for sub-word types)
-    uint val_hi;      // 14: high word (64-bit types)
-    uint size[MAX_RANK];        // 15..18
-    uint out_stride[MAX_RANK];  // 19..22
-    uint in_stride[MAX_RANK];   // 23..26
+    uint dims;        // 5: rank | split << 4 | ypos << 8 | xpos << 12 (see below)
+    uint rows_m1;     // 6: rows - 1
+    uint ub;          // 7: shifted, clamped DiagonalFillBegin
+    uint ue;          // 8: shifted, clamped DiagonalFillEnd
+    uint normal;      // 9: End >= Begin (on the original int32 values)
+    uint val_lo;      // 10: Value's bit pattern (low word; the element for sub-word types)
+    uint val_hi;      // 11: high word (64-bit types)
+    uint div_shifts;  // 12: 6-bit shift pairs of the magic divisions: chunks, then size[0..3]
+    uint chunks_magic;          // 13
+    uint size[MAX_RANK];        // 14..17
+    uint out_stride[MAX_RANK];  // 18..21
+    uint in_stride[MAX_RANK];   // 22..25
+    uint size_magic[MAX_RANK];  // 26..29
 } pc;
+// dims: rank = dimensions in memory order (outermost first), 1..4; dimensions [split, rank)
+// form a run; ypos / xpos = index of the row / column dimension (MAX_RANK: absent, so 0).
+
+// n / d for a run-time invariant d without a hardware division (Granlund & Montgomery,
+// "Division by invariant integers using multiplication", fig. 4.1): exact for every 32-bit
+// n; the host computes magic = floor(2^32 (2^l - d) / d) + 1 and sh = (l - 1) << 1 | min(l, 1)
+// with l = ceil(log2 d).
+uint fast_div(uint n, uint magic, uint sh) {
+    uint hi, lo;
+    umulExtended(n, magic, hi, lo);
+    return (hi + ((n - hi) >> (sh & 1u))) >> (sh >> 1);
+}
 
 #if ELEM_BITS >= 32
 #define ELEMS_PER_WORD 1u
@@ -90,7 +102,9 @@ void main() {
     if (gl_LocalInvocationID.x >= pc.total - base_inv) return;
     uint inv = base_inv + gl_LocalInvocationID.x;
 
-    uint r = inv / pc.chunks;
+    uint rank = pc.dims & 15u, split = (pc.dims >> 4) & 15u;
+    uint ypos = (pc.dims >> 8) & 15u, xpos = (pc.dims >> 12) & 15u;
+    uint r = fast_div(inv, pc.chunks_magic, pc.div_shifts & 63u);
     uint c = inv - r * pc.chunks;
 
     uint coord[MAX_RANK + 1];
@@ -98,9 +112,10 @@ void main() {
     // Outer coordinates from the run index.
     uint rem = r;
     uint run_base = pc.out_off;
-    for (int d = int(pc.split) - 1; d >= 0; --d) {
-        coord[d] = rem % pc.size[d];
-        rem /= pc.size[d];
+    for (int d = int(split) - 1; d >= 0; --d) {
+        uint q = fast_div(rem, pc.size_magic[d], (pc.div_shifts >> (6 * d + 6)) & 63u);
+        coord[d] = rem - q * pc.size[d];
+        rem = q;
         run_base += coord[d] * pc.out_stride[d];
     }
     // Unit k of the run holds run positions [k*E - phase, (k+1)*E - phase) (E elements per
@@ -112,21 +127,22 @@ void main() {
 
     // Inner coordinates of p.
     rem = p;
-    for (int d = int(pc.rank) - 1; d >= int(pc.split); --d) {
-        coord[d] = rem % pc.size[d];
-        rem /= pc.size[d];
+    for (int d = int(rank) - 1; d >= int(split); --d) {
+        uint q = fast_div(rem, pc.size_magic[d], (pc.div_shifts >> (6 * d + 6)) & 63u);
+        coord[d] = rem - q * pc.size[d];
+        rem = q;
     }
 #if HAS_INPUT
     uint in_addr = pc.in_off;
-    for (uint d = 0u; d < pc.rank; ++d) in_addr += coord[d] * pc.in_stride[d];
-    uint in_step = pc.in_stride[pc.rank - 1u];
+    for (uint d = 0u; d < rank; ++d) in_addr += coord[d] * pc.in_stride[d];
+    uint in_step = pc.in_stride[rank - 1u];
 #endif
     // Walking the innermost dimension changes t by +1 (it is x), -1 (y) or 0 (a batch
     // dimension); the outer coordinates are only touched when it wraps.
-    uint last = pc.rank - 1u;
+    uint last = rank - 1u;
     uint ci = coord[last];
-    uint t_step = (last == pc.xpos ? 1u : 0u) - (last == pc.ypos ? 1u : 0u);  // mod 2^32
-    uint t = coord[pc.xpos] + pc.rows_m1 - coord[pc.ypos];
+    uint t_step = (last == xpos ? 1u : 0u) - (last == ypos ? 1u : 0u);  // mod 2^32
+    uint t = coord[xpos] + pc.rows_m1 - coord[ypos];
 
     uint wv[4];          // the chunk's words
     uint shift[UNITS];   // per unit (sub-word): first bit and bit count that are run elements
@@ -184,15 +200,15 @@ void main() {
                 // past the run's end this only disturbs coordinates no longer used.
                 ci = 0u;
                 coord[last] = 0u;
-                for (int d = int(last) - 1; d >= int(pc.split); --d) {
+                for (int d = int(last) - 1; d >= int(split); --d) {
                     coord[d] += 1u;
                     if (coord[d] < pc.size[d]) break;
                     coord[d] = 0u;
                 }
-                t = coord[pc.xpos] + pc.rows_m1 - coord[pc.ypos];
+                t = coord[xpos] + pc.rows_m1 - coord[ypos];
 #if HAS_INPUT
                 in_addr = pc.in_off;
-                for (uint d = 0u; d < pc.rank; ++d) in_addr += coord[d] * pc.in_stride[d];
+                for (uint d = 0u; d < rank; ++d) in_addr += coord[d] * pc.in_stride[d];
 #endif
             }
         }

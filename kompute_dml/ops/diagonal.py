@@ -171,6 +171,15 @@ def diagonal_value_bits(value: object, dt: DataType, field: str = "value") -> in
 
 
 # ---- plans -------------------------------------------------------------------------
+def div_magic(d: int) -> tuple[int, int]:
+    """(magic, shifts) for the shader's fast_div: n // d exact for every uint32 n
+    (Granlund & Montgomery 1994, fig. 4.1); shifts = (l - 1) << 1 | min(l, 1), l = ceil(log2 d)."""
+    assert 1 <= d < 2**32
+    ell = (d - 1).bit_length()
+    magic = (2**32 * (2**ell - d)) // d + 1
+    return magic & 0xFFFFFFFF, (max(ell - 1, 0) << 1) | min(ell, 1)
+
+
 def _variant(width: int, has_input: bool) -> str:
     return f"diag_{'in_' if has_input else ''}b{8 * width}"
 
@@ -226,14 +235,17 @@ def plan_diagonal(
     ub = min(max(begin + rows - 1, 0), span)
     ue = min(max(end + rows - 1, 0), span)
     pad = [0] * (MAX_RANK - rank)
+    magics = [div_magic(max(1, chunks))] + [div_magic(d[0]) for d in dims]
+    shifts = sum(sh << (6 * i) for i, (_, sh) in enumerate(magics))
     push = (
-        0, 0, total, chunks, run_len, rank, split, ypos, xpos, rows - 1, ub, ue, int(end >= begin),
-        value_bits & 0xFFFFFFFF, (value_bits >> 32) & 0xFFFFFFFF,
+        0, 0, total, chunks, run_len, rank | split << 4 | ypos << 8 | xpos << 12, rows - 1, ub, ue, int(end >= begin),
+        value_bits & 0xFFFFFFFF, (value_bits >> 32) & 0xFFFFFFFF, shifts, magics[0][0],
         *[d[0] for d in dims], *pad,
         *[d[1] for d in dims], *pad,
         *[d[2] for d in dims], *pad,
+        *[m for m, _ in magics[1:]], *pad,
     )
-    assert len(push) * 4 <= 128
+    assert len(push) == 30  # 120 bytes <= 128
     slots = [(0, out_index, width)]
     if inp is not None:
         slots.append((1, 0, width))
