@@ -5,7 +5,17 @@ from __future__ import annotations
 from .device import Device, Recording, list_devices
 from .dtypes import DataType, FeatureLevel
 from .errors import DeviceError, DMLError, InvalidArgumentError, OutOfMemoryError, UnsupportedError
-from .functional import copy, default_device, diagonal_matrix, diagonal_matrix1, eye_like, identity, tril, triu
+from .functional import (
+    copy,
+    default_device,
+    diagonal_matrix,
+    diagonal_matrix1,
+    eye_like,
+    identity,
+    matmul_integer_to_float,
+    tril,
+    triu,
+)
 from .memory import Buffer, Tensor
 from .ops import (
     ActivationIdentityDesc,
@@ -45,6 +55,7 @@ __all__ = [
     "eye_like",
     "identity",
     "list_devices",
+    "matmul_integer_to_float",
     "tril",
     "triu",
 ]
