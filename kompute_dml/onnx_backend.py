@@ -827,6 +827,20 @@ def _mm_integer_to_float(rep: BackendRep, node: onnx.NodeProto, a: Any, a_name: 
     except ValueError as e:
         raise ValueError(f"{node.op_type} {node.name!r}: batch shapes do not broadcast: {e}") from None
     n = b_shape[-1]
+    a_batch, b_batch = a_shape[:-2], b_shape[:-2]
+    if len(out_shape) > 4:  # the operator takes at most two batch dimensions: fold them into one
+        if a_batch and b_batch and a_batch != b_batch:
+            raise FallbackNeeded(f"{len(out_shape) - 2} broadcast batch dimensions")
+        if a_batch:
+            a = _reshaped(rep, a, (math.prod(a_batch), *a_shape[-2:]), stats)
+            a_name = None
+        if b_batch:
+            b = _reshaped(rep, b, (math.prod(b_batch), *b_shape[-2:]), stats)
+            b_name = None
+        folded = out_shape
+        out_shape = (math.prod(out_shape[:-2]), *out_shape[-2:])
+    else:
+        folded = None
     if int(np.prod(_value_shape(a_scale))) != 1:
         raise FallbackNeeded("a_scale is not a scalar")
     if a_zp is not None and int(np.prod(_value_shape(a_zp))) != 1:
@@ -842,10 +856,9 @@ def _mm_integer_to_float(rep: BackendRep, node: onnx.NodeProto, a: Any, a_name: 
         raise FallbackNeeded("b_zero_point type differs from B")
 
     def final(v: Any) -> Any:
-        if not squeeze:
-            return v
-        shape = tuple(s for i, s in enumerate(out_shape) if i - len(out_shape) not in squeeze)
-        return _reshaped(rep, v, shape, stats)
+        full = folded or out_shape
+        shape = tuple(s for i, s in enumerate(full) if i - len(full) not in squeeze)
+        return v if shape == _value_shape(v) else _reshaped(rep, v, shape, stats)
 
     if math.prod(out_shape) == 0:
         return final(np.zeros(out_shape, dtype=out_dt))
