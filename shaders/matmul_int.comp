@@ -24,12 +24,25 @@
 // 8-bit: |sum| < 256 * 255^2 < 2^24), and the block sums are added into a compensated
 // (hi, lo) pair (Neumaier), so the error stays a few float32 ulps of sum |a'||b'| for any K.
 //
-// @variant mmi_cpu_p8   FAMILY=0 PACKED=1 W=8  BR=4 BC=4 LX=8
-// @variant mmi_cpu_p16  FAMILY=0 PACKED=1 W=16 BR=4 BC=4 LX=8
-// @variant mmi_cpu_p32  FAMILY=0 PACKED=1 W=32 BR=4 BC=4 LX=8
-// @variant mmi_cpu_g8   FAMILY=0 PACKED=0 W=8  BR=4 BC=4 LX=8
-// @variant mmi_cpu_g16  FAMILY=0 PACKED=0 W=16 BR=4 BC=4 LX=8
-// @variant mmi_cpu_g32  FAMILY=0 PACKED=0 W=32 BR=4 BC=4 LX=8
+// CPU packed variants: 6x8 outputs per invocation (r1: 1x8, for M <= 2); "v" variants load
+// B as uvec2 (the dispatcher checks N % 8 == 0 and 2-word-aligned B rows).
+// @variant mmi_cpu_p8v     FAMILY=0 PACKED=1 W=8  BR=6 BC=8 LX=8 BVEC=2
+// @variant mmi_cpu_p16v    FAMILY=0 PACKED=1 W=16 BR=6 BC=8 LX=8 BVEC=2
+// @variant mmi_cpu_p32v    FAMILY=0 PACKED=1 W=32 BR=6 BC=8 LX=8 BVEC=2
+// @variant mmi_cpu_p8      FAMILY=0 PACKED=1 W=8  BR=6 BC=8 LX=8 BVEC=1
+// @variant mmi_cpu_p16     FAMILY=0 PACKED=1 W=16 BR=6 BC=8 LX=8 BVEC=1
+// @variant mmi_cpu_p32     FAMILY=0 PACKED=1 W=32 BR=6 BC=8 LX=8 BVEC=1
+// @variant mmi_cpu_p8v_r1  FAMILY=0 PACKED=1 W=8  BR=1 BC=8 LX=8 BVEC=2
+// @variant mmi_cpu_p16v_r1 FAMILY=0 PACKED=1 W=16 BR=1 BC=8 LX=8 BVEC=2
+// @variant mmi_cpu_p32v_r1 FAMILY=0 PACKED=1 W=32 BR=1 BC=8 LX=8 BVEC=2
+// @variant mmi_cpu_p8_r1   FAMILY=0 PACKED=1 W=8  BR=1 BC=8 LX=8 BVEC=1
+// @variant mmi_cpu_p16_r1  FAMILY=0 PACKED=1 W=16 BR=1 BC=8 LX=8 BVEC=1
+// @variant mmi_cpu_p32_r1  FAMILY=0 PACKED=1 W=32 BR=1 BC=8 LX=8 BVEC=1
+// CPU generic variants (any strides, element loads): 4x4 outputs per invocation.
+// @variant mmi_cpu_g8      FAMILY=0 PACKED=0 W=8  BR=4 BC=4 LX=8
+// @variant mmi_cpu_g16     FAMILY=0 PACKED=0 W=16 BR=4 BC=4 LX=8
+// @variant mmi_cpu_g32     FAMILY=0 PACKED=0 W=32 BR=4 BC=4 LX=8
+// GPU family (shared-memory tiles; packed rows detected at run time from a flag):
 // @variant mmi_gpu_8    FAMILY=1 W=8
 // @variant mmi_gpu_16   FAMILY=1 W=16
 // @variant mmi_gpu_32   FAMILY=1 W=32
@@ -40,11 +53,15 @@
 #define EPW (32 / W)                 // elements per word
 #define ELEM_MASK ((W == 32) ? 0xFFFFFFFFu : ((1u << W) - 1u))
 #define KBLOCK 256u                  // K values per float block before the compensated add
+#ifndef BVEC
+#define BVEC 1
+#endif
 
 layout(std430, binding = 0) readonly buffer ABuf { uint a_buf[]; };
 layout(std430, binding = 1) readonly buffer ASBuf { uint as_buf[]; };
 layout(std430, binding = 2) readonly buffer AZBuf { uint azp_buf[]; };
 layout(std430, binding = 3) readonly buffer BBuf { uint b_buf[]; };
+layout(std430, binding = 3) readonly buffer BBuf2 { uvec2 b_buf2[]; };
 layout(std430, binding = 4) readonly buffer BSBuf { uint bs_buf[]; };
 layout(std430, binding = 5) readonly buffer BZBuf { uint bzp_buf[]; };
 layout(std430, binding = 6) readonly buffer BiasBuf { uint bias_buf[]; };
@@ -237,8 +254,19 @@ void main() {
             uint brow = b_base_w + kw * EPW * b_sk_w;
             for (uint j = 0u; j < EPW; ++j) {
                 float bv[BC];
+                uint bws[BCW];
+#if BVEC == 2
+                // two words per load: half the per-lane load loops (lavapipe)
+                for (uint q = 0u; q < BCW / 2u; ++q) {
+                    uvec2 v2 = b_buf2[(brow + j * b_sk_w + bw_col[2u * q]) / 2u];
+                    bws[2u * q] = v2.x;
+                    bws[2u * q + 1u] = v2.y;
+                }
+#else
+                for (uint q = 0u; q < BCW; ++q) bws[q] = b_buf[brow + j * b_sk_w + bw_col[q]];
+#endif
                 for (uint q = 0u; q < BCW; ++q) {
-                    uint bw = b_buf[brow + j * b_sk_w + bw_col[q]] ^ b_xw;
+                    uint bw = bws[q] ^ b_xw;
                     for (uint e = 0u; e < EPW; ++e) bv[q * EPW + e] = dq(FIELD(bw, e), bzf[q * EPW + e]);
                 }
                 for (uint r = 0u; r < BR; ++r) {

@@ -297,7 +297,7 @@ def test_packed_variant_k_multiples(dev, rng, k):
         op, *_ = run_case(dev, rng, a_dt=a_dt, b_dt=b_dt, out_dt=DT.FLOAT32, M=6, K=k, N=4 * (k // 4) + 8,
                           a_scale="row", b_scale="col", layout="packed")
         if kernel_family(dev) == "cpu":
-            assert op.variants == [f"mmi_cpu_p{width}"]
+            assert op.variants[0].startswith(f"mmi_cpu_p{width}")
 
 
 # ---- accuracy at the extremes ----------------------------------------------------------

@@ -38,9 +38,13 @@ OUTPUT_FIELDS = ("output_tensor",)
 SIGNED = {D.INT8, D.INT16, D.INT32}
 KERNEL_ENV = "KDML_MATMUL_KERNEL"
 
-# CPU family: rows x columns of outputs per invocation, invocations per work group (must
-# match the @variant lines of shaders/matmul_int.comp).
-CPU_BLOCK = (4, 4)
+# CPU family: rows x columns of outputs per invocation and invocations per work group (must
+# match the @variant lines of shaders/matmul_int.comp). Packed rows: 6x8 (1x8 when M is
+# tiny); any other layout: 4x4 with element loads.
+CPU_PACKED_BLOCK = (6, 8)
+CPU_SMALL_M_BLOCK = (1, 8)
+CPU_SMALL_M = 3  # M at or below this takes the 1x8 block
+CPU_GENERIC_BLOCK = (4, 4)
 CPU_LOCAL = 8
 GPU_TILE = (64, 64)
 GPU_LOCAL = 256
@@ -223,8 +227,15 @@ def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, max_groups: int) 
 
     wbits = 8 * width
     if family == "cpu":
-        br, bc = CPU_BLOCK
-        variant = f"mmi_cpu_{'p' if a_packed and b_packed else 'g'}{wbits}"
+        if a_packed and b_packed:
+            # uvec2 loads of B need N % 8 == 0 and rows starting on even words
+            vec = n % 8 == 0 and all(s % (2 * epw) == 0 for s in (b_st[0], b_st[1], b_st[2]))
+            small = m <= CPU_SMALL_M
+            br, bc = CPU_SMALL_M_BLOCK if small else CPU_PACKED_BLOCK
+            variant = f"mmi_cpu_p{wbits}{'v' if vec else ''}{'_r1' if small else ''}"
+        else:
+            br, bc = CPU_GENERIC_BLOCK
+            variant = f"mmi_cpu_g{wbits}"
         groups = -(-n // bc)
         groups = -(-groups // CPU_LOCAL) * -(-m // br) * t
     else:
