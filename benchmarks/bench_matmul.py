@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""MATRIX_MULTIPLY_INTEGER_TO_FLOAT against its peers, side by side in one run.
+
+For each shape (M, K, N) and type pair (int8 x int8, uint8 x int8; per-tensor scales and
+zero points, FLOAT32 output) it times:
+  - kompute_dml: the median of re-evaluations of an already compiled operator with bound
+    tensors (one warm-up first), i.e. one recorded submission per call;
+  - onnxruntime CPU: com.microsoft MatMulIntegerToFloat (B, scales and zero points as
+    initializers, as in quantized models), median of session.run calls after a warm-up;
+  - numpy: float32 matmul of the same shape (the unquantized baseline).
+GOPS = 2*M*N*K / seconds. Ratios are ours / peer in speed (>1: we are faster).
+
+`run(quick)` returns the rows; `python benchmarks/bench_matmul.py [--quick]` prints a table.
+Timings on a shared machine are noisy: compare the peers within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+import kompute_dml as kdml
+
+D = kdml.DataType
+PAIRS = {"s8s8": (np.int8, np.int8), "u8s8": (np.uint8, np.int8)}
+BIG = (1024, 1024, 1024)
+TRANSFORMER_M = (1, 16, 128, 512)
+TRANSFORMER_KN = (384, 1536)
+
+
+def shapes(quick: bool) -> list[tuple[int, int, int]]:
+    if quick:
+        return [BIG, (128, 384, 1536), (1, 1536, 384)]
+    return [BIG] + [(m, k, n) for m in TRANSFORMER_M for k in TRANSFORMER_KN for n in TRANSFORMER_KN]
+
+
+def _median_time(fn: Any, reps: int, min_total: float = 0.0) -> float:
+    fn()  # warm-up
+    times = []
+    start = time.perf_counter()
+    while len(times) < reps or (time.perf_counter() - start < min_total and len(times) < 200):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _ort_session(m: int, k: int, n: int, a_dt: Any, b: np.ndarray, a_zp: Any, b_zp: Any) -> Any:
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    a_type = TensorProto.UINT8 if a_dt == np.uint8 else TensorProto.INT8
+    inits = [
+        numpy_helper.from_array(b, "B"),
+        numpy_helper.from_array(np.array(0.02, np.float32), "a_scale"),
+        numpy_helper.from_array(np.array(0.01, np.float32), "b_scale"),
+        numpy_helper.from_array(np.array(a_zp, a_dt), "a_zero_point"),
+        numpy_helper.from_array(np.array(b_zp, b.dtype), "b_zero_point"),
+    ]
+    node = helper.make_node(
+        "MatMulIntegerToFloat", ["A", "B", "a_scale", "b_scale", "a_zero_point", "b_zero_point"], ["Y"],
+        domain="com.microsoft",
+    )
+    graph = helper.make_graph(
+        [node], "mmitf", [helper.make_tensor_value_info("A", a_type, [m, k])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [m, n])], initializer=inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)], ir_version=10
+    )
+    onnx.checker.check_model(model)
+    so = ort.SessionOptions()
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def run(quick: bool = False, device: kdml.Device | None = None) -> list[dict[str, Any]]:
+    """Rows: name, shape, dtypes, seconds, gops, and the peers' seconds / GOPS / ratios."""
+    dev = device or kdml.Device()
+    rng = np.random.default_rng(0)
+    reps = 3 if quick else 7
+    rows: list[dict[str, Any]] = []
+    for m, k, n in shapes(quick):
+        ops = 2.0 * m * n * k
+        a32 = rng.standard_normal((m, k)).astype(np.float32)
+        b32 = rng.standard_normal((k, n)).astype(np.float32)
+        t_np = _median_time(lambda a32=a32, b32=b32: a32 @ b32, reps, 0.2)
+        for pair, (a_dt, b_dt) in PAIRS.items():
+            ia = np.iinfo(a_dt)
+            a = rng.integers(ia.min, ia.max, (m, k), endpoint=True).astype(a_dt)
+            b = rng.integers(-128, 128, (k, n)).astype(b_dt)
+            a_zp = 128 if a_dt == np.uint8 else 3
+            b_zp = 0
+            # ours
+            T = D.from_numpy
+            desc = kdml.MatrixMultiplyIntegerToFloatDesc(
+                kdml.TensorDesc(T(a_dt), (m, k)), kdml.TensorDesc(D.FLOAT32, (1, 1)), kdml.TensorDesc(T(a_dt), (1, 1)),
+                kdml.TensorDesc(T(b_dt), (k, n)), kdml.TensorDesc(D.FLOAT32, (1, 1)), kdml.TensorDesc(T(b_dt), (1, 1)),
+                None, kdml.TensorDesc(D.FLOAT32, (m, n)),
+            )
+            op = dev.compile(desc)
+            ins = [dev.tensor(a), dev.tensor(np.array([[0.02]], np.float32)), dev.tensor(np.array([[a_zp]], a_dt)),
+                   dev.tensor(b), dev.tensor(np.array([[0.01]], np.float32)), dev.tensor(np.array([[b_zp]], b_dt)), None]
+            out = dev.empty(desc.output_tensor)
+            t_ours = _median_time(lambda op=op, ins=ins, out=out: op.execute(ins, [out]), reps, 0.2)
+            got = out.numpy()
+            # onnxruntime
+            sess = _ort_session(m, k, n, a_dt, b, a_zp, b_zp)
+            feed = {"A": a}
+            t_ort = _median_time(lambda sess=sess, feed=feed: sess.run(None, feed), reps, 0.2)
+            ref = sess.run(None, feed)[0]
+            agree = float(np.max(np.abs(got - ref)) / max(1e-30, float(np.max(np.abs(ref)))))
+            rows.append({
+                "name": f"matmul_integer_to_float {pair}",
+                "shape": f"{m}x{k}x{n}",
+                "dtypes": f"{np.dtype(a_dt).name} x {np.dtype(b_dt).name} -> float32",
+                "variant": op.variants[0],
+                "seconds": t_ours,
+                "gops": ops / t_ours / 1e9,
+                "ort_seconds": t_ort,
+                "ort_gops": ops / t_ort / 1e9,
+                "numpy_f32_seconds": t_np,
+                "numpy_f32_gops": ops / t_np / 1e9,
+                "ratio_vs_ort": t_ort / t_ours,
+                "ratio_vs_numpy_f32": t_np / t_ours,
+                "max_rel_diff_vs_ort": agree,
+            })
+    if device is None:
+        dev.close()
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    head = f"{'pair':5s} {'M x K x N':16s} {'variant':15s} {'ours ms':>9s} {'GOPS':>6s} {'ORT ms':>9s} {'GOPS':>6s} " \
+           f"{'np f32 ms':>9s} {'GOPS':>6s} {'x ORT':>6s} {'x np':>6s}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(
+            f"{r['name'].split()[-1]:5s} {r['shape']:16s} {r['variant']:15s} {r['seconds'] * 1e3:9.3f} {r['gops']:6.1f} "
+            f"{r['ort_seconds'] * 1e3:9.3f} {r['ort_gops']:6.1f} {r['numpy_f32_seconds'] * 1e3:9.3f} "
+            f"{r['numpy_f32_gops']:6.1f} {r['ratio_vs_ort']:6.2f} {r['ratio_vs_numpy_f32']:6.2f}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="three shapes, fewer repetitions")
+    args = ap.parse_args()
+    rows = run(args.quick)
+    print(format_table(rows))
+    print("medians per call; GOPS = 2*M*N*K/s; 'x ORT' / 'x np' = peer time / our time (>1: we are faster)")
+
+
+if __name__ == "__main__":
+    main()
