@@ -254,6 +254,8 @@ class CpuSegment:
 
                 so = ort.SessionOptions()
                 so.log_severity_level = 3
+                if os.environ.get("KDML_ORT_SPIN") != "1":
+                    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 if self.rep.cpu_threads:
                     so.intra_op_num_threads = self.rep.cpu_threads
                 sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
