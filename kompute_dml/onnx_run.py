@@ -152,17 +152,20 @@ def _run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         outputs = list(rep.run(feeds))
         t_first = time.perf_counter() - t0
-        times = []
+        times, vk, cpu = [], [], []
         for _ in range(args.repeat):
             t0 = time.perf_counter()
             outputs = list(rep.run(feeds))
             times.append(time.perf_counter() - t0)
+            vk.append(rep.last_run.vulkan_seconds)
+            cpu.append(rep.last_run.cpu_seconds)
     except ValueError as e:
         raise UsageError(str(e)) from None
     st = rep.last_run
     print(f"timing: prepare {t_prepare * 1e3:.1f} ms, first run {t_first * 1e3:.1f} ms, "
           f"median of {len(times)} runs {statistics.median(times) * 1e3:.2f} ms "
-          f"(vulkan nodes {st.vulkan_seconds * 1e3:.2f} ms, cpu sub-graphs {st.cpu_seconds * 1e3:.2f} ms); "
+          f"(medians: vulkan nodes {statistics.median(vk) * 1e3:.2f} ms, cpu sub-graphs "
+          f"{statistics.median(cpu) * 1e3:.2f} ms); "
           f"transfers per run: {st.uploads} uploads, {st.downloads} downloads")
     for ev in st.events:
         print(f"note: {ev}")
