@@ -241,7 +241,7 @@ class CpuSegment:
         g_outputs = [onnx.ValueInfoProto(name=n) for n in self.outputs]
         inits = [rep.constants[n] for n in self.constant_inputs]
         graph = helper.make_graph(nodes, f"kdml_cpu_segment_{self.index}", g_inputs, g_outputs, initializer=inits)
-        model = helper.make_model(graph, opset_imports=list(rep.model.opset_import), ir_version=rep.model.ir_version)
+        model = helper.make_model(graph, opset_imports=list(rep.model.opset_import), ir_version=max(rep.model.ir_version, 4))
         model.functions.extend(rep.model.functions)
         return model
 
