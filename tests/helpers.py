@@ -123,6 +123,14 @@ def read_logical(raw: bytes | np.ndarray, offset: int, desc: kdml.TensorDesc) ->
 
 
 __all__ = [
-    "ALL_TYPES", "assert_output", "read_logical", "element_byte_positions", "packed_strides", "place", "poison_against",
-    "random_strides", "random_values", "write_elements",
+    "ALL_TYPES",
+    "assert_output",
+    "element_byte_positions",
+    "packed_strides",
+    "place",
+    "poison_against",
+    "random_strides",
+    "random_values",
+    "read_logical",
+    "write_elements",
 ]
