@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import threading
 import types
 import weakref
@@ -92,8 +93,15 @@ class Device:
         feature_level: FeatureLevel | int | None = None,
         *,
         memory_budget: int | None = None,
+        transfer_commands: bool | None = None,
     ) -> None:
         self.feature_level = _coerce_feature_level(feature_level)
+        # Dense and row-contiguous copies and fills run as transfer commands
+        # (vkCmdCopyBuffer / vkCmdFillBuffer) unless this is False; KDML_TRANSFER=0 turns
+        # them off by default (every operator then runs as compute shaders only).
+        if transfer_commands is None:
+            transfer_commands = os.environ.get("KDML_TRANSFER", "1") != "0"
+        self.transfer_commands = bool(transfer_commands)
         infos = physical_devices()
         if not infos:
             raise DeviceError("no Vulkan physical device found (install mesa-vulkan-drivers for lavapipe)")
@@ -252,6 +260,8 @@ class Device:
         rec.submit()
 
     def _submit(self, dispatches: list[EncodedDispatch], replay_key: tuple[Any, ...] | None = None) -> None:
+        if all(d.skip for d in dispatches):
+            return  # e.g. an exact in-place copy: nothing to submit
         with self._lock:
             self._check_open()
             seq = self._replays.get(replay_key) if replay_key is not None else None

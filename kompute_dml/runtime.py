@@ -28,7 +28,12 @@ if TYPE_CHECKING:
 # Vulkan flag values (vulkan_core.h)
 ACCESS_SHADER_READ = 0x20
 ACCESS_SHADER_WRITE = 0x40
+ACCESS_TRANSFER_READ = 0x800
+ACCESS_TRANSFER_WRITE = 0x1000
 STAGE_COMPUTE_SHADER = 0x800
+STAGE_TRANSFER = 0x1000
+_ALL_ACCESS = ACCESS_SHADER_READ | ACCESS_SHADER_WRITE | ACCESS_TRANSFER_READ | ACCESS_TRANSFER_WRITE
+_ALL_STAGES = STAGE_COMPUTE_SHADER | STAGE_TRANSFER
 _EMPTY_SPEC = np.zeros((0,), dtype=np.uint32)
 
 
@@ -48,6 +53,32 @@ class DispatchPlan:
     groups: tuple[int, int, int]
     writes: tuple[int, ...]
     offset_slots: tuple[tuple[int, int, int], ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class TransferPlan:
+    """A transfer command on byte ranges of bound tensors' buffers, relative to the
+    tensors' binding offsets: vkCmdCopyBuffer ("copy": `regions` rows are (src byte,
+    dst byte, size); bindings (src, dst)) or vkCmdFillBuffer ("fill": rows are (dst byte,
+    size), both multiples of 4; bindings (dst,); `value` is the 32-bit word written).
+
+    Dense and row-contiguous copies, fills of zeros or of a repeated word: the DMA-style
+    commands every Vulkan device has, and the fastest way to move bytes on lavapipe, whose
+    compute shaders pay a per-lane bounds-checked loop for every buffer access."""
+
+    kind: str
+    bindings: tuple[int, ...]
+    regions: np.ndarray
+    writes: tuple[int, ...]
+    value: int = 0
+
+    @property
+    def variant(self) -> str:
+        return f"transfer:{self.kind}"
+
+    @property
+    def groups(self) -> tuple[int, int, int]:
+        return (0, 0, 0)
 
 
 def grid_for(invocations: int, local_size: int, max_count: int = 65535) -> tuple[int, int, int]:
@@ -70,6 +101,8 @@ class EncodedDispatch:
     reads: frozenset[int]  # buffer serials
     writes: frozenset[int]
     write_buffers: list[Buffer] = field(default_factory=list)
+    op: Any = None  # a prebuilt kp operation (transfers); None = OpAlgoDispatch(algorithm, push)
+    skip: bool = False  # nothing to do (e.g. an exact in-place copy)
 
 
 class PipelineCache:
@@ -118,16 +151,43 @@ class PipelineCache:
         return len(self._entries)
 
 
-def encode(device: Device, plan: DispatchPlan, bound: list[Any]) -> EncodedDispatch:
-    """Resolve a plan against bound Tensors (or None) into a kp dispatch."""
+def encode_transfer(plan: TransferPlan, bound: list[Any]) -> EncodedDispatch:
+    tensors = [bound[i] for i in plan.bindings]
+    dst = tensors[-1]
+    if plan.kind == "copy":
+        src = tensors[0]
+        regions = plan.regions + np.array([src.offset, dst.offset, 0], dtype=np.int64)
+        if src.buffer is dst.buffer:
+            # An exact in-place copy: the bytes are already there (vkCmdCopyBuffer forbids
+            # overlapping regions; the binding checks allow no other overlap).
+            regions = regions[regions[:, 0] != regions[:, 1]]
+        op = kp.OpCopyRegions(src.buffer._kp, dst.buffer._kp, regions.reshape(-1).tolist())
+        reads = frozenset({src.buffer.serial}) - {dst.buffer.serial}
+        return EncodedDispatch(
+            algorithm=None, push=np.zeros(0, np.uint32), tensors=[src.buffer._kp, dst.buffer._kp], reads=reads,
+            writes=frozenset({dst.buffer.serial}), write_buffers=[dst.buffer], op=op, skip=len(regions) == 0,
+        )
+    regions = plan.regions + np.array([dst.offset, 0], dtype=np.int64)
+    op = kp.OpFillRegions(dst.buffer._kp, regions.reshape(-1).tolist(), int(plan.value) & 0xFFFFFFFF)
+    return EncodedDispatch(
+        algorithm=None, push=np.zeros(0, np.uint32), tensors=[dst.buffer._kp], reads=frozenset(),
+        writes=frozenset({dst.buffer.serial}), write_buffers=[dst.buffer], op=op, skip=len(regions) == 0,
+    )
+
+
+def encode(device: Device, plan: DispatchPlan | TransferPlan, bound: list[Any]) -> EncodedDispatch:
+    """Resolve a plan against bound Tensors (or None) into a kp operation."""
+    if isinstance(plan, TransferPlan):
+        return encode_transfer(plan, bound)
     buffers = []
     for idx in plan.bindings:
         t = bound[idx] if idx is not None else None
         buffers.append(t.buffer if t is not None else device._dummy)
     push = np.asarray(plan.push, dtype=np.uint32).copy()
-    for word, idx, unit in plan.offset_slots:
+    for word, idx, unit, *extra in plan.offset_slots:
         t = bound[idx]
-        push[word] = (t.offset // unit) if t is not None else 0
+        # optional 4th entry: a constant added to the offset (in units)
+        push[word] = ((t.offset // unit) if t is not None else 0) + (extra[0] if extra else 0)
     algo = device._pipelines.get(plan, buffers)
     writes = frozenset(bound[i].buffer.serial for i in plan.writes)
     reads = frozenset(b.serial for b in buffers) - writes
@@ -141,29 +201,22 @@ def record_dispatches(seq: Any, dispatches: list[EncodedDispatch]) -> int:
     """Record dispatches into a kp sequence with the barriers their hazards need.
 
     A barrier covers every buffer touched since the previous barrier (its execution
-    dependency orders all earlier compute work; its buffer memory barriers make every
-    pending write visible), so the access sets can be reset after it."""
+    dependency orders all earlier compute and transfer work; its buffer memory barriers
+    make every pending write visible), so the access sets can be reset after it."""
     written: set[int] = set()
     read: set[int] = set()
     touched: dict[int, Any] = {}
     barriers = 0
     for d in dispatches:
+        if d.skip:
+            continue
         if (d.reads & written) or (d.writes & (written | read)):
-            seq.record(
-                kp.OpMemoryBarrier(
-                    list(touched.values()),
-                    ACCESS_SHADER_READ | ACCESS_SHADER_WRITE,
-                    ACCESS_SHADER_READ | ACCESS_SHADER_WRITE,
-                    STAGE_COMPUTE_SHADER,
-                    STAGE_COMPUTE_SHADER,
-                    True,
-                )
-            )
+            seq.record(kp.OpMemoryBarrier(list(touched.values()), _ALL_ACCESS, _ALL_ACCESS, _ALL_STAGES, _ALL_STAGES, True))
             barriers += 1
             written.clear()
             read.clear()
             touched.clear()
-        seq.record(kp.OpAlgoDispatch(d.algorithm, d.push))
+        seq.record(d.op if d.op is not None else kp.OpAlgoDispatch(d.algorithm, d.push))
         written |= d.writes
         read |= d.reads
         for t in d.tensors:

@@ -39,7 +39,7 @@ def _builder():  # type: ignore[no-untyped-def]
     return mod
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_spirv(name: str) -> bytes:
     entry = _manifest().get(name)
     spv = SPIRV_DIR / f"{name}.spv"

@@ -49,12 +49,13 @@ fi
 
 # ---- 3. kp, patched, built offline and cached -------------------------------------
 # scripts/kp-0.9.0-kompute-dml.patch exposes kp::OpMemoryBarrier to Python (needed
-# to order dependent dispatches inside one submission) and fixes a missing comma in
-# kp's setup.py that drops -DPYTHON_EXECUTABLE. The patched build is 0.9.0+kdml1.
-KP_LOCAL_VERSION="$KP_VERSION+kdml1"
+# to order dependent dispatches inside one submission), adds OpCopyRegions and
+# OpFillRegions (vkCmdCopyBuffer / vkCmdFillBuffer on byte ranges), and fixes a missing comma in
+# kp's setup.py that drops -DPYTHON_EXECUTABLE. The patched build is 0.9.0+kdml2.
+KP_LOCAL_VERSION="$KP_VERSION+kdml2"
 PATCH="$ROOT/scripts/kp-$KP_VERSION-kompute-dml.patch"
 patch_sha=$(sha256sum "$PATCH" | cut -c1-12)
-kp_ok() { "$PY" -c "import kp, sys; sys.exit(0 if hasattr(kp, 'OpMemoryBarrier') else 1)" 2>/dev/null; }
+kp_ok() { "$PY" -c "import kp, sys; sys.exit(0 if all(hasattr(kp, n) for n in ('OpMemoryBarrier', 'OpCopyRegions', 'OpFillRegions')) else 1)" 2>/dev/null; }
 if ! kp_ok; then
   mkdir -p "$WHEELS/$patch_sha"
   whl=$(ls "$WHEELS/$patch_sha"/kp-*.whl 2>/dev/null | head -1 || true)
@@ -83,7 +84,7 @@ if ! kp_ok; then
   fi
   say "installing $(basename "$whl")"
   "$PY" -m pip install -q --no-deps --force-reinstall "$whl"
-  kp_ok || { echo "kp installed but OpMemoryBarrier is missing" >&2; exit 1; }
+  kp_ok || { echo "kp installed but the kompute_dml patch ops are missing" >&2; exit 1; }
 fi
 
 # ---- 4. the project, editable, with its SPIR-V ----------------------------------

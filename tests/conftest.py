@@ -63,8 +63,22 @@ def dev() -> kdml.Device:
     d.close()
 
 
+@pytest.fixture(scope="session")
+def dev_shader() -> kdml.Device:
+    """A device that runs every operator as compute shaders (no transfer commands)."""
+    d = kdml.Device(transfer_commands=False)
+    yield d
+    d.close()
+
+
+@pytest.fixture(params=["transfer", "shader"])
+def xdev(request, dev, dev_shader) -> kdml.Device:
+    """Both execution paths: transfer-assisted (the default) and shaders only."""
+    return dev if request.param == "transfer" else dev_shader
+
+
 @pytest.fixture
-def rng(request) -> "np.random.Generator":  # noqa: F821
+def rng(request) -> np.random.Generator:  # noqa: F821
     import numpy as np
 
     # Fresh data every run, reproducible from the printed seed when a test fails.

@@ -153,25 +153,25 @@ SEED_DM1 = [
 
 @pytest.mark.parametrize("seed", ["000", "001"])
 @pytest.mark.parametrize("case", range(len(SEED_DM)))
-def test_seed_diagonal_matrix(dev, rng, seed, case):
+def test_seed_diagonal_matrix(xdev, rng, seed, case):
     offset, value, sizes, expected = SEED_DM[case]
     desc = kdml.TensorDesc(DT.FLOAT32, sizes)
     exp = np.array(expected, np.float32)
-    y, _ = place(dev, rng, desc)
+    y, _ = place(xdev, rng, desc)
     before = poison_against(y, exp, rng)
-    dev.compile(kdml.DiagonalMatrixDesc(desc, offset=offset, value=value)).execute([], [y])
+    xdev.compile(kdml.DiagonalMatrixDesc(desc, offset=offset, value=value)).execute([], [y])
     assert_output(y, before, exp)
 
 
 @pytest.mark.parametrize("case", range(len(SEED_DM1)))
-def test_seed_diagonal_matrix1(dev, rng, case):
+def test_seed_diagonal_matrix1(xdev, rng, case):
     x_vals, value, begin, end, expected = SEED_DM1[case]
     desc = kdml.TensorDesc(DT.FLOAT32, (4, 5))
-    x = dev.tensor(np.array(x_vals, np.float32)) if x_vals is not None else None
+    x = xdev.tensor(np.array(x_vals, np.float32)) if x_vals is not None else None
     exp = np.array(expected, np.float32)
-    y, _ = place(dev, rng, desc)
+    y, _ = place(xdev, rng, desc)
     before = poison_against(y, exp, rng)
-    op = dev.compile(kdml.DiagonalMatrix1Desc(desc if x is not None else None, desc, DT.FLOAT32, value, begin, end))
+    op = xdev.compile(kdml.DiagonalMatrix1Desc(desc if x is not None else None, desc, DT.FLOAT32, value, begin, end))
     op.execute([x], [y])
     assert_output(y, before, exp)
 
@@ -180,7 +180,7 @@ def test_seed_diagonal_matrix1(dev, rng, case):
 @pytest.mark.parametrize("layout", ["packed", "strided", "transposed"])
 @pytest.mark.parametrize("rank", [2, 3, 4])
 @pytest.mark.parametrize("dt", ALL_TYPES, ids=lambda d: d.name)
-def test_diagonal_matrix_random(dev, rng, dt, rank, layout):
+def test_diagonal_matrix_random(xdev, rng, dt, rank, layout):
     sizes = random_sizes(rng, rank)
     rows, cols = sizes[-2:]
     offset = [int(rng.integers(-rows - 1, cols + 2)), 0, I32_MIN, I32_MAX][int(rng.integers(0, 4)) if rng.random() < 0.3 else 0]
@@ -188,24 +188,24 @@ def test_diagonal_matrix_random(dev, rng, dt, rank, layout):
         value = float(rng.choice([1.0, -2.5, 0.1, 7.0, 1e-3, -0.0, 65504.0, 3.0e38]))
     else:
         value = float(rng.uniform(-300, 300))
-    run_dm(dev, rng, dt, sizes, out_strides_for(rng, sizes, layout), offset, value)
+    run_dm(xdev, rng, dt, sizes, out_strides_for(rng, sizes, layout), offset, value)
 
 
 @pytest.mark.parametrize("out_layout", ["packed", "strided", "transposed"])
 @pytest.mark.parametrize("in_layout", ["none", "packed", "strided", "broadcast"])
 @pytest.mark.parametrize("rank", [2, 3, 4])
 @pytest.mark.parametrize("dt", ALL_TYPES, ids=lambda d: d.name)
-def test_diagonal_matrix1_random(dev, rng, dt, rank, in_layout, out_layout):
+def test_diagonal_matrix1_random(xdev, rng, dt, rank, in_layout, out_layout):
     sizes = random_sizes(rng, rank)
     rows, cols = sizes[-2:]
     extra = [int(rng.integers(-rows - 2, cols + 3)) for _ in range(6)]
     begin, end = bound_values(rng, extra), bound_values(rng, extra)
     value = py_value(random_values(rng, dt, (1,))[0], dt)
-    run_dm1(dev, rng, dt, sizes, in_layout, out_strides_for(rng, sizes, out_layout), begin, end, value)
+    run_dm1(xdev, rng, dt, sizes, in_layout, out_strides_for(rng, sizes, out_layout), begin, end, value)
 
 
 @pytest.mark.parametrize("dt", [DT.INT8, DT.UINT16, DT.FLOAT16], ids=lambda d: d.name)
-def test_sub_word_boundaries(dev, rng, dt):
+def test_sub_word_boundaries(xdev, rng, dt):
     """8/16-bit outputs: every column count around the word size, packed rows crossing
     words, gapped rows (partial words at both ends), odd strides and transposes."""
     for rows in (1, 2, 3, 5):
@@ -216,40 +216,40 @@ def test_sub_word_boundaries(dev, rng, dt):
                 begin, end = (int(rng.integers(-3, 4)), int(rng.integers(-3, 4)))
                 value = py_value(random_values(rng, dt, (1,))[0], dt)
                 in_layout = ["none", "packed", "strided", "broadcast"][int(rng.integers(0, 4))]
-                run_dm1(dev, rng, dt, sizes, in_layout, strides, begin, end, value)
-            run_dm(dev, rng, dt, sizes, (cols + 1, 1), int(rng.integers(-2, 3)), 3.0)
+                run_dm1(xdev, rng, dt, sizes, in_layout, strides, begin, end, value)
+            run_dm(xdev, rng, dt, sizes, (cols + 1, 1), int(rng.integers(-2, 3)), 3.0)
 
 
-def test_packed_output_is_one_run(dev):
+def test_packed_output_is_one_run(dev_shader):
     """Fast path: a packed (or batch-gapped but word-aligned) output is written word by word."""
-    op = dev.compile(kdml.DiagonalMatrixDesc(kdml.TensorDesc(DT.INT8, (3, 5, 7))))
+    op = dev_shader.compile(kdml.DiagonalMatrixDesc(kdml.TensorDesc(DT.INT8, (3, 5, 7))))
     push = op.plans[0].push
     assert (push[5] >> 4) & 15 == 0 and push[4] == 105 and push[3] == 7  # split, run_len, 16-byte chunks per run
-    op = dev.compile(kdml.DiagonalMatrixDesc(kdml.TensorDesc(DT.UINT8, (3, 5, 7), (40, 7, 1))))
+    op = dev_shader.compile(kdml.DiagonalMatrixDesc(kdml.TensorDesc(DT.UINT8, (3, 5, 7), (40, 7, 1))))
     push = op.plans[0].push
     assert push[4] == 35 and push[3] == 3  # runs of 35 bytes (9 words), starting on word boundaries
-    op = dev.compile(kdml.DiagonalMatrixDesc(kdml.TensorDesc(DT.UINT8, (3, 5, 7), (1, 21, 3))))
+    op = dev_shader.compile(kdml.DiagonalMatrixDesc(kdml.TensorDesc(DT.UINT8, (3, 5, 7), (1, 21, 3))))
     assert op.plans[0].push[4] == 105  # a permuted but dense output is one run too
 
 
-def test_batch_merge(dev):
-    a = dev.compile(kdml.DiagonalMatrixDesc(kdml.TensorDesc(DT.FLOAT32, (2, 3, 4, 5), (90, 30, 5, 1))))
+def test_batch_merge(dev_shader):
+    a = dev_shader.compile(kdml.DiagonalMatrixDesc(kdml.TensorDesc(DT.FLOAT32, (2, 3, 4, 5), (90, 30, 5, 1))))
     assert a.plans[0].push[5] & 15 == 3  # two batch dimensions merged into one (+ y, x)
-    b = dev.compile(kdml.DiagonalMatrixDesc(kdml.TensorDesc(DT.FLOAT32, (2, 3, 4, 5), (80, 20, 5, 1))))
+    b = dev_shader.compile(kdml.DiagonalMatrixDesc(kdml.TensorDesc(DT.FLOAT32, (2, 3, 4, 5), (80, 20, 5, 1))))
     assert b.plans[0].push[5] & 15 == 4
 
 
-def test_folded_grid(dev, rng):
+def test_folded_grid(dev_shader, rng):
     """A grid folded into y (runtime.grid_for), with spare groups past the end."""
     for dt, sizes in ((DT.FLOAT32, (7, 1001)), (DT.INT8, (3, 31, 331)), (DT.UINT64, (2, 11, 357))):
         desc = kdml.TensorDesc(dt, sizes)
-        op = dev.compile(kdml.DiagonalMatrix1Desc(desc, desc, dt, 5, -3, 4))
+        op = dev_shader.compile(kdml.DiagonalMatrix1Desc(desc, desc, dt, 5, -3, 4))
         op.plans[:] = plan_diagonal(desc, desc, -3, 4, value1_bits(5, dt), 1, max_groups=4)
         assert op.plans[0].groups[1] > 1
         xs = random_values(rng, dt, sizes)
-        x, x_raw = place(dev, rng, desc, xs)
+        x, x_raw = place(dev_shader, rng, desc, xs)
         expected = ref_dm1(sizes, -3, 4, np.array(5, dt.numpy_dtype), dt, read_logical(x_raw, x.offset, desc))
-        y, _ = place(dev, rng, desc)
+        y, _ = place(dev_shader, rng, desc)
         before = poison_against(y, expected, rng)
         op.execute([x], [y])
         assert_output(y, before, expected)
@@ -270,7 +270,7 @@ def test_diagonal_matrix_value_conversion(dev, rng, dt):
         assert ref_dm_value(0.1, dt) == np.float64(np.float32(0.1)) != 0.1
 
 
-def test_value_extremes_64bit(dev, rng):
+def test_value_extremes_64bit(xdev, rng):
     cases = {
         DT.INT64: [-(2**63), 2**63 - 1, -1, 2**53 + 1, -(2**62) - 12345],
         DT.UINT64: [2**64 - 1, 2**63, 2**53 + 1, 0xDEADBEEFCAFEF00D],
@@ -285,7 +285,7 @@ def test_value_extremes_64bit(dev, rng):
     for dt, vals in cases.items():
         for v in vals:
             for in_layout in ("none", "strided"):
-                run_dm1(dev, rng, dt, (3, 5), in_layout, None, -1, 2, v)
+                run_dm1(xdev, rng, dt, (3, 5), in_layout, None, -1, 2, v)
     # exactness of the pattern itself
     assert value1_bits(2**64 - 1, DT.UINT64) == 2**64 - 1
     assert value1_bits(-(2**63), DT.INT64) == 2**63
@@ -446,21 +446,21 @@ def test_triu_tril_huge_k(dev, rng, shape):
                 )
 
 
-def test_triu_tril_numpy_and_strided(dev, rng):
+def test_triu_tril_numpy_and_strided(xdev, rng):
     x_np = random_values(rng, DT.FLOAT16, (3, 4, 6))
-    assert np.array_equal(kdml.triu(x_np, -1, device=dev).numpy(), np.triu(x_np, -1), equal_nan=True)
+    assert np.array_equal(kdml.triu(x_np, -1, device=xdev).numpy(), np.triu(x_np, -1), equal_nan=True)
     desc = kdml.TensorDesc(DT.FLOAT16, (3, 4, 6), random_strides(rng, (3, 4, 6), allow_broadcast=True))
-    x, raw = place(dev, rng, desc)
+    x, raw = place(xdev, rng, desc)
     xv = read_logical(raw, x.offset, desc)
     out_desc = kdml.TensorDesc(DT.FLOAT16, (3, 4, 6), random_strides(rng, (3, 4, 6), allow_broadcast=False))
-    out, _ = place(dev, rng, out_desc)
+    out, _ = place(xdev, rng, out_desc)
     before = poison_against(out, np.tril(xv, 2), rng)
     assert kdml.tril(x, 2, out=out) is out
     assert_output(out, before, np.tril(xv, 2))
     with pytest.raises(kdml.InvalidArgumentError, match="^k"):
         kdml.triu(x, 1.5)
     with pytest.raises(kdml.InvalidArgumentError, match="^x"):
-        kdml.triu(np.arange(3.0, dtype=np.float32), device=dev)
+        kdml.triu(np.arange(3.0, dtype=np.float32), device=xdev)
 
 
 def test_eye_like(dev, rng):
@@ -522,17 +522,17 @@ def test_diagonal_matrix_helpers(dev, rng):
         kdml.diagonal_matrix1(x_np, value=1e39, diagonal_fill_begin=0, diagonal_fill_end=1, device=dev)
 
 
-def test_dm_equals_dm1(dev, rng):
+def test_dm_equals_dm1(xdev, rng):
     """Seed 002's remark: DIAGONAL_MATRIX == DIAGONAL_MATRIX1 with Begin = Offset, End = Offset + 1."""
     for dt in ALL_TYPES:
         sizes = random_sizes(rng, 3)
         offset = int(rng.integers(-sizes[-2], sizes[-1] + 1))
         v = 3.0 if dt.is_float or dt.is_signed else 200.0
-        a = kdml.diagonal_matrix(sizes, offset=offset, value=v, data_type=dt, device=dev).numpy()
+        a = kdml.diagonal_matrix(sizes, offset=offset, value=v, data_type=dt, device=xdev).numpy()
         b = kdml.diagonal_matrix1(sizes=sizes, data_type=dt, value=v, diagonal_fill_begin=offset,
-                                  diagonal_fill_end=offset + 1, device=dev).numpy()
+                                  diagonal_fill_end=offset + 1, device=xdev).numpy()
         assert np.array_equal(a, b)
     for offset in (I32_MIN, I32_MAX):
-        assert not kdml.diagonal_matrix((3, 3), offset=offset, device=dev).numpy().any()
-    assert math.isclose(float(kdml.diagonal_matrix((2, 2), value=0.1, data_type=DT.FLOAT64, device=dev).numpy()[0, 0]),
+        assert not kdml.diagonal_matrix((3, 3), offset=offset, device=xdev).numpy().any()
+    assert math.isclose(float(kdml.diagonal_matrix((2, 2), value=0.1, data_type=DT.FLOAT64, device=xdev).numpy()[0, 0]),
                         float(np.float32(0.1)), rel_tol=0, abs_tol=0)

@@ -46,29 +46,29 @@ def run_copy(dev, rng, desc_cls, dt, sizes, layout):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("rank", range(1, 9))
 @pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
-def test_identity_matches_numpy(dev, rng, dt, rank, layout):
-    run_copy(dev, rng, kdml.ActivationIdentityDesc, dt, random_sizes(rng, rank), layout)
+def test_identity_matches_numpy(xdev, rng, dt, rank, layout):
+    run_copy(xdev, rng, kdml.ActivationIdentityDesc, dt, random_sizes(rng, rank), layout)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("rank", [1, 2, 3, 4, 5, 8])
 @pytest.mark.parametrize("dt", ALL_TYPES, ids=lambda d: d.name)
-def test_copy_all_types(dev, rng, dt, rank, layout):
-    run_copy(dev, rng, kdml.CopyDesc, dt, random_sizes(rng, rank), layout)
+def test_copy_all_types(xdev, rng, dt, rank, layout):
+    run_copy(xdev, rng, kdml.CopyDesc, dt, random_sizes(rng, rank), layout)
 
 
 @pytest.mark.parametrize("dt", ALL_TYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 15, 16, 17, 1000, 4099])
-def test_copy_packed_tails(dev, rng, dt, n):
+def test_copy_packed_tails(xdev, rng, dt, n):
     """Packed fast path: every length around the 16-byte vector and word boundaries."""
-    run_copy(dev, rng, kdml.CopyDesc, dt, (n,), "packed")
+    run_copy(xdev, rng, kdml.CopyDesc, dt, (n,), "packed")
 
 
-def test_identity_in_place(dev, rng):
+def test_identity_in_place(xdev, rng):
     desc = kdml.TensorDesc(DT.FLOAT16, (3, 5, 7), (70, 14, 2))
-    x, raw = place(dev, rng, desc)
+    x, raw = place(xdev, rng, desc)
     expected = read_logical(raw, x.offset, desc)
-    op = dev.compile(kdml.ActivationIdentityDesc(desc, desc))
+    op = xdev.compile(kdml.ActivationIdentityDesc(desc, desc))
     op.execute([x], [x])
     assert_output(x, raw, expected)
 

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 from ..errors import invalid
 from ..layout import check_no_overlap, merge_dims
 from ..registry import ACTIVATION_IDENTITY, COPY, OperatorSupport
-from ..runtime import DispatchPlan, grid_for
+from ..runtime import DispatchPlan, TransferPlan, grid_for
 from ..tensor_desc import TensorDesc
+from ..transfer_plans import plan_copy_transfer
 from .base import CompiledOperator, validate_tensors
 
 if TYPE_CHECKING:
@@ -48,9 +49,16 @@ class CompiledCopy(CompiledOperator):
     allows_inplace = True
 
 
-def plan_copy(src: TensorDesc, dst: TensorDesc, max_groups: int = 65535) -> list[DispatchPlan]:
-    """Dispatches copying every element of src (binding 0) to dst (binding 1)."""
+def plan_copy(
+    src: TensorDesc, dst: TensorDesc, max_groups: int = 65535, transfers: bool = False
+) -> list[DispatchPlan | TransferPlan]:
+    """Dispatches copying every element of src (binding 0) to dst (binding 1): a transfer
+    copy when rows are contiguous in both (and `transfers`), else a compute shader."""
     width = dst.data_type.size
+    if transfers:
+        t = plan_copy_transfer(dst.sizes, src.effective_strides, dst.effective_strides, width)
+        if t is not None:
+            return [t]
     sizes, (s_in, s_out) = merge_dims(dst.sizes, src.effective_strides, dst.effective_strides)
     if len(sizes) == 1 and (sizes[0] == 1 or (s_in[0] == 1 and s_out[0] == 1)):
         # Whole work groups of 16-byte vectors without a branch, then the rest (< 256
@@ -97,7 +105,7 @@ def _compile(device: Device, desc: ActivationIdentityDesc | CopyDesc, support: O
     if i.sizes != o.sizes:
         raise invalid("output_tensor.sizes", f"must equal input_tensor's {i.sizes}, got {o.sizes}")
     check_no_overlap(o.sizes, o.effective_strides, "output_tensor")
-    plans = plan_copy(i, o, device.limits["max_compute_work_group_count"][0])
+    plans = plan_copy(i, o, device.limits["max_compute_work_group_count"][0], device.transfer_commands)
     return CompiledCopy(device, desc, support, ("input_tensor",), ("output_tensor",), plans)
 
 
