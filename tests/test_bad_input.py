@@ -607,6 +607,117 @@ def _(c):
     return lambda: op.execute([x], [x])
 
 
+# ---- MATRIX_MULTIPLY_INTEGER_TO_FLOAT ------------------------------------------------------------
+A8 = TD(DT.INT8, (3, 4))  # M = 3, K = 4
+B8 = TD(DT.INT8, (4, 5))  # K = 4, N = 5
+SCALE = TD(DT.FLOAT32, (1, 1))
+OUT = TD(DT.FLOAT32, (3, 5))
+
+
+def mmi(a: Any = A8, a_scale: Any = SCALE, a_zp: Any = None, b: Any = B8, b_scale: Any = SCALE, b_zp: Any = None,
+        bias: Any = None, out: Any = OUT, device: str = "dev") -> Callable[[Ctx], object]:
+    return lambda c: getattr(c, device).compile(
+        kdml.MatrixMultiplyIntegerToFloatDesc(a, a_scale, a_zp, b, b_scale, b_zp, bias, out)
+    )
+
+
+simple("mmi-k-mismatch", IAE, "b_tensor.sizes", r"must equal a_tensor's K \(4\), got 6", mmi(b=TD(DT.INT8, (6, 5))))
+simple("mmi-batch-mismatch", IAE, "b_tensor.sizes", "batch and channel sizes must equal a_tensor's",
+       mmi(a=TD(DT.INT8, (2, 3, 4)), b=TD(DT.INT8, (3, 4, 5)), out=TD(DT.FLOAT32, (2, 3, 5))))
+simple("mmi-rank-mismatch", IAE, "b_tensor.sizes", "dimension count must equal a_tensor's", mmi(b=TD(DT.INT8, (1, 4, 5))))
+simple("mmi-a-b-width-mismatch", IAE, "b_tensor.data_type", "must have a_tensor's width", mmi(b=TD(DT.INT16, (4, 5))))
+simple("mmi-a-scale-output-type", IAE, "a_scale_tensor.data_type", r"must equal output_tensor's \(FLOAT32\)",
+       mmi(a_scale=TD(DT.FLOAT16, (1, 1))))
+simple("mmi-b-scale-output-type", IAE, "b_scale_tensor.data_type", "must equal output_tensor's",
+       mmi(b_scale=TD(DT.FLOAT32, (1, 1)), a_scale=TD(DT.FLOAT16, (1, 1)), out=TD(DT.FLOAT16, (3, 5))))
+simple("mmi-bias-type", IAE, "bias_tensor.data_type", "must equal output_tensor's", mmi(bias=TD(DT.FLOAT16, (3, 5))))
+simple("mmi-a-scale-shape", IAE, "a_scale_tensor.sizes", r"per row\).*M = 3", mmi(a_scale=TD(DT.FLOAT32, (1, 3))))
+simple("mmi-b-scale-shape", IAE, "b_scale_tensor.sizes", r"per column\).*N = 5", mmi(b_scale=TD(DT.FLOAT32, (5, 1))))
+simple("mmi-a-zero-point-shape", IAE, "a_zero_point_tensor.sizes", "M = 3", mmi(a_zp=TD(DT.INT8, (2, 1))))
+simple("mmi-b-zero-point-shape", IAE, "b_zero_point_tensor.sizes", "N = 5", mmi(b_zp=TD(DT.INT8, (1, 4))))
+simple("mmi-a-zero-point-type", IAE, "a_zero_point_tensor.data_type", r"must equal a_tensor's \(INT8\)",
+       mmi(a_zp=TD(DT.UINT8, (1, 1))))
+simple("mmi-b-zero-point-type", IAE, "b_zero_point_tensor.data_type", "must equal b_tensor's", mmi(b_zp=TD(DT.UINT8, (1, 1))))
+simple("mmi-zero-point-rank", IAE, "a_zero_point_tensor.sizes", "dimension count must equal a_scale_tensor's",
+       mmi(a_zp=TD(DT.INT8, (1, 1, 1))))
+simple("mmi-output-sizes", IAE, "output_tensor.sizes", r"must be \(3, 5\)", mmi(out=TD(DT.FLOAT32, (3, 6))))
+simple("mmi-bias-sizes", IAE, "bias_tensor.sizes", "must equal output_tensor's", mmi(bias=TD(DT.FLOAT32, (1, 5))))
+simple("mmi-output-overlap", IAE, "output_tensor.strides", "share one address|non-overlapping",
+       mmi(out=TD(DT.FLOAT32, (3, 5), (1, 1))))
+simple("mmi-output-int", UNS, "output_tensor", "does not support INT32", mmi(out=TD(DT.INT32, (3, 5))))
+simple("mmi-a-float", UNS, "a_tensor", "does not support FLOAT32", mmi(a=TD(DT.FLOAT32, (3, 4))))
+simple("mmi-a-64-bit", UNS, "a_tensor", "does not support INT64", mmi(a=TD(DT.INT64, (3, 4)), b=TD(DT.INT64, (4, 5))))
+simple("mmi-a-1d", UNS, "a_tensor", "supports 2 to 4 dimensions", mmi(a=TD(DT.INT8, (4,))))
+simple("mmi-a-5d", UNS, "a_tensor", "supports 2 to 4 dimensions",
+       mmi(a=TD(DT.INT8, (1, 1, 1, 3, 4)), b=TD(DT.INT8, (1, 1, 1, 4, 5)), out=TD(DT.FLOAT32, (1, 1, 1, 3, 5))))
+simple("mmi-a-scale-none", IAE, "a_scale_tensor", "is required", mmi(a_scale=None))
+simple("mmi-b-none", IAE, "b_tensor", "is required", mmi(b=None))
+simple("mmi-not-at-fl10", UNS, "MATRIX_MULTIPLY_INTEGER_TO_FLOAT", "introduced at DML_FEATURE_LEVEL_6_2", mmi(device="fl10"))
+
+
+def _mmi_bound(c: Ctx, bias: bool = False) -> tuple[Any, list[Any], kdml.Tensor]:
+    desc = kdml.MatrixMultiplyIntegerToFloatDesc(A8, SCALE, None, B8, SCALE, None, OUT if bias else None, OUT)
+    op = c.op(desc)
+    ins = [c.tensor(A8), c.tensor(SCALE), None, c.tensor(B8), c.tensor(SCALE), None, c.tensor(OUT) if bias else None]
+    return op, ins, c.tensor(OUT)
+
+
+@case("mmi-exec-too-few-inputs", IAE, "inputs", "takes 7")
+def _(c):
+    op, ins, out = _mmi_bound(c)
+    return lambda: op.execute(ins[:3], [out])
+
+
+@case("mmi-exec-bind-absent-bias", IAE, "bias_tensor", "was absent")
+def _(c):
+    op, ins, out = _mmi_bound(c)
+    ins[6] = c.tensor(OUT)
+    return lambda: op.execute(ins, [out])
+
+
+@case("mmi-exec-missing-bias", IAE, "bias_tensor", "is required")
+def _(c):
+    op, ins, out = _mmi_bound(c, bias=True)
+    ins[6] = None
+    return lambda: op.execute(ins, [out])
+
+
+@case("mmi-exec-scale-desc-differs", IAE, "b_scale_tensor", "differs from the compiled one")
+def _(c):
+    op, ins, out = _mmi_bound(c)
+    ins[4] = c.tensor(TD(DT.FLOAT32, (1, 5)))
+    return lambda: op.execute(ins, [out])
+
+
+@case("mmi-exec-output-aliases-bias", IAE, "output_tensor", "overlaps bias_tensor")
+def _(c):
+    op, ins, _out = _mmi_bound(c, bias=True)
+    return lambda: op.execute(ins, [ins[6]])
+
+
+# ---- functional helpers -------------------------------------------------------------------------
+Z33 = np.zeros((3, 3), np.float32)
+simple("fn-identity-string", IAE, "x", "must be a Tensor or a numpy array", lambda c: kdml.identity("abc", device=c.dev))
+simple("fn-identity-int32", UNS, "input_tensor", "does not support INT32", lambda c: kdml.identity(np.zeros(3, np.int32), device=c.dev))
+simple("fn-copy-none", IAE, "x", "must be a Tensor or a numpy array", lambda c: kdml.copy(None, device=c.dev))
+simple("fn-copy-bool-array", IAE, "dtype", "no DirectML data type", lambda c: kdml.copy(np.zeros(3, bool), device=c.dev))
+simple("fn-triu-1d", IAE, "x", "at least 2 dimensions", lambda c: kdml.triu(np.zeros(3, np.float32), device=c.dev))
+simple("fn-tril-k-nan", IAE, "k", "integer", lambda c: kdml.tril(Z33, k=math.nan, device=c.dev))
+simple("fn-triu-k-string", IAE, "k", "integer", lambda c: kdml.triu(Z33, k="1", device=c.dev))
+simple("fn-eye-like-3d", IAE, "x", "2-D", lambda c: kdml.eye_like(np.zeros((2, 3, 4)), device=c.dev))
+simple("fn-eye-like-k-float", IAE, "k", "integer", lambda c: kdml.eye_like((2, 3), 1.5, device=c.dev))
+simple("fn-diagonal-matrix1-end-int64", IAE, "diagonal_fill_end", "INT",
+       lambda c: kdml.diagonal_matrix1(Z33, diagonal_fill_begin=0, diagonal_fill_end=2**40, device=c.dev))
+simple("fn-matmul-shapes", IAE, "b", "does not multiply",
+       lambda c: kdml.matmul_integer_to_float(np.zeros((2, 3), np.int8), np.zeros((4, 2), np.int8), 1.0, 1.0, device=c.dev))
+
+
+@case("fn-identity-out-of-other-device", IAE, "output_tensor", "belongs to another Device")
+def _(c):
+    out = c.tensor(F32, device=c.other)
+    return lambda: kdml.identity(np.zeros((2, 3), np.float32), out=out, device=c.dev)
+
+
 # ---- the harness ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def devices():
