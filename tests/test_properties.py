@@ -15,7 +15,7 @@ import itertools
 import math
 
 import numpy as np
-from helpers import assert_output, place, poison_against, read_logical
+from helpers import assert_output, element_byte_positions, place, poison_against, read_logical
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -252,3 +252,119 @@ def test_property_diagonal_matrix1(dev, dout, data, seed, recorded):
     assert_output(y, before, expected)
     if x is not None:
         assert x.buffer.read() == x_raw
+
+
+# ---- MATRIX_MULTIPLY_INTEGER_TO_FLOAT ----------------------------------------------------------
+INT_TYPES = {1: (DT.INT8, DT.UINT8), 2: (DT.INT16, DT.UINT16), 4: (DT.INT32, DT.UINT32)}
+
+
+@st.composite
+def mmi_case(draw):
+    out_dt = draw(st.sampled_from([DT.FLOAT32, DT.FLOAT16]))
+    width = draw(st.sampled_from([1, 2] if out_dt == DT.FLOAT16 else [1, 2, 4]))
+    a_dt = draw(st.sampled_from(INT_TYPES[width]))
+    b_dt = draw(st.sampled_from(INT_TYPES[width]))  # signedness may differ (API.md)
+    rank = draw(st.integers(2, 4))
+    batch = tuple(draw(st.lists(st.integers(1, 3), min_size=rank - 2, max_size=rank - 2)))
+    m, k, n = draw(st.integers(1, 13)), draw(st.integers(1, 40)), draw(st.integers(1, 13))
+    a = draw(desc_st(a_dt, (*batch, m, k), broadcast=True), label="a")
+    b = draw(desc_st(b_dt, (*batch, k, n), broadcast=True), label="b")
+    out = draw(desc_st(out_dt, (*batch, m, n), broadcast=False), label="out")
+    qrank = draw(st.sampled_from([1, rank]))
+
+    def quant(dt: DT, per: str, count: int, optional: bool):
+        if optional and not draw(st.booleans()):
+            return None, None
+        mode = draw(st.sampled_from(["tensor", per]))
+        if mode == "tensor":
+            sizes = (1,) * qrank
+        elif qrank == 1:
+            sizes = (count,)
+        else:
+            sizes = (1,) * (qrank - 2) + ((count, 1) if per == "row" else (1, count))
+        return draw(desc_st(dt, sizes, broadcast=False)), mode
+
+    a_scale = quant(out_dt, "row", m, False)
+    a_zp = quant(a_dt, "row", m, True)
+    b_scale = quant(out_dt, "col", n, False)
+    b_zp = quant(b_dt, "col", n, True)
+    bias = draw(desc_st(out_dt, out.sizes, broadcast=True), label="bias") if draw(st.booleans()) else None
+    return a, a_scale, a_zp, b, b_scale, b_zp, bias, out
+
+
+def _q2d(values: np.ndarray, mode: str | None, count: int) -> np.ndarray:
+    """A scale / zero point as a (count, 1) column (per row), (1, count) row (per column), (1, 1)."""
+    if mode is None:
+        return np.zeros((1, 1))
+    flat = values.reshape(-1).astype(np.float64)
+    if mode == "tensor":
+        return flat.reshape(1, 1)
+    return flat.reshape(count, 1) if mode == "row" else flat.reshape(1, count)
+
+
+@SETTINGS
+@given(case=mmi_case(), seed=st.integers(0, 2**32 - 1), recorded=st.booleans())
+def test_property_matmul_integer_to_float(dev, case, seed, recorded):
+    a_d, (as_d, as_mode), (az_d, az_mode), b_d, (bs_d, bs_mode), (bz_d, bz_mode), bias_d, out_d = case
+    rng = np.random.default_rng(seed)
+    m = a_d.sizes[-2]
+    n = b_d.sizes[-1]
+    out_dt = out_d.data_type
+    x_a, raw_a = place(dev, rng, a_d)  # integers: random bytes cover the whole range
+    x_b, raw_b = place(dev, rng, b_d)
+    a = read_logical(raw_a, x_a.offset, a_d).astype(np.float64)
+    b = read_logical(raw_b, x_b.offset, b_d).astype(np.float64)
+    zps = []
+    for d in (az_d, bz_d):
+        if d is None:
+            zps.append((None, None))
+        else:
+            t, raw = place(dev, rng, d)
+            zps.append((t, read_logical(raw, t.offset, d)))
+    azp = _q2d(zps[0][1], az_mode, m) if az_d is not None else np.zeros((1, 1))
+    bzp = _q2d(zps[1][1], bz_mode, n) if bz_d is not None else np.zeros((1, 1))
+    a1 = a - azp
+    b1 = b - bzp
+    # scales chosen so the result stays well inside the output type's range
+    unit_mag = np.abs(a1) @ np.abs(b1)
+    limit = 1e3 if out_dt == DT.FLOAT16 else 1e30
+    s = math.sqrt(limit / max(1.0, float(unit_mag.max())))
+    scale_vals = []
+    for d in (as_d, bs_d):
+        v = (rng.uniform(0.5, 1.0, d.sizes) * rng.choice([-1, 1], d.sizes) * s).astype(out_dt.numpy_dtype)
+        t, raw = place(dev, rng, d, v)
+        scale_vals.append((t, read_logical(raw, t.offset, d)))
+    asc = _q2d(scale_vals[0][1], as_mode, m)
+    bsc = _q2d(scale_vals[1][1], bs_mode, n)
+    if bias_d is not None:
+        bias_v = (rng.standard_normal(bias_d.sizes) * 4).astype(out_dt.numpy_dtype)
+        x_bias, raw_bias = place(dev, rng, bias_d, bias_v)
+        bias = read_logical(raw_bias, x_bias.offset, bias_d).astype(np.float64)
+    else:
+        x_bias, bias = None, np.zeros((1, 1))
+    ref = (a1 * asc) @ (b1 * bsc) + bias
+    mag = np.abs(a1 * asc) @ np.abs(b1 * bsc) + np.abs(bias)
+    y, _ = place(dev, rng, out_d)
+    expected = np.broadcast_to(ref, out_d.sizes).astype(out_dt.numpy_dtype)
+    before = poison_against(y, expected, rng)
+    inputs_before = [t.buffer.read() for t in (x_a, x_b, scale_vals[0][0], scale_vals[1][0]) if t is not None]
+    op = dev.compile(kdml.MatrixMultiplyIntegerToFloatDesc(a_d, as_d, az_d, b_d, bs_d, bz_d, bias_d, out_d))
+    _run(dev, op, [x_a, scale_vals[0][0], zps[0][0], x_b, scale_vals[1][0], zps[1][0], x_bias], [y], recorded)
+    # every byte outside the output unchanged
+    after = np.frombuffer(y.buffer.read(), np.uint8)
+    mask = np.ones(after.size, bool)
+    mask[element_byte_positions(y.offset, out_d)] = False
+    assert (after[mask] == np.frombuffer(before, np.uint8)[mask]).all(), "bytes outside the output changed"
+    got = read_logical(after, y.offset, out_d).astype(np.float64)
+    ref = np.broadcast_to(ref, out_d.sizes)
+    mag = np.broadcast_to(mag, out_d.sizes)
+    if out_dt == DT.FLOAT16:
+        tol = 1e-3 * mag + np.abs(ref) * 2.0**-11 + 2.0**-24
+    else:
+        tol = 1e-4 * mag + 1e-37
+    bad = np.argwhere(~(np.abs(got - ref) <= tol))
+    assert bad.size == 0, (
+        f"{len(bad)} of {got.size} out of tolerance, first at {bad[:3].tolist()}: got {got[tuple(bad[0])]!r}, "
+        f"want {ref[tuple(bad[0])]!r}"
+    )
+    assert inputs_before == [t.buffer.read() for t in (x_a, x_b, scale_vals[0][0], scale_vals[1][0]) if t is not None]
