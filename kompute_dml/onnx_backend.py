@@ -30,6 +30,7 @@ import dataclasses
 import heapq
 import math
 import os
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -351,6 +352,14 @@ class BackendRep(_OnnxBackendRep):
         self.output_names = [o.name for o in g.output]
         self._host_constants: dict[str, np.ndarray] = {}
         self._feeds_now: set[str] = set()
+        # Device buffers each node reuses from run to run (keyed by node, role, slot, layout):
+        # the device's pipeline cache is keyed by the bound buffers, so fresh buffers on
+        # every run would rebuild every pipeline on every run.
+        self._arena: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
+        self.arena_capacity = 4096
+        self._cur_node = -1
+        self._slot = 0
+        self._run_lock = threading.Lock()
         self._device_constants: dict[str, DeviceValue] = {}
         self.declared_types = self._infer_types(model)
         self.opset = {o.domain if o.domain != "ai.onnx" else "": o.version for o in model.opset_import}
@@ -587,28 +596,62 @@ class BackendRep(_OnnxBackendRep):
                 self._device_constants[name] = dv
                 stats.constant_uploads += 1
             return dv.tensor
-        stats.uploads += 1
-        return self.device.tensor(np.ascontiguousarray(value))
+        return self.upload_group([np.asarray(value)], stats)[0]
+
+    def _arena_get(self, key: tuple[Any, ...]) -> Any:
+        hit = self._arena.get(key)
+        if hit is not None:
+            self._arena.move_to_end(key)
+        return hit
+
+    def _arena_put(self, key: tuple[Any, ...], value: Any) -> None:
+        self._arena[key] = value
+        while len(self._arena) > self.arena_capacity:
+            self._arena.popitem(last=False)
+
+    def out_tensor(self, sizes: Sequence[int], dtype: Any) -> kdml.Tensor:
+        """The current node's next output buffer, the same one on every run of this layout."""
+        desc = kdml.TensorDesc(kdml.DataType.from_numpy(dtype), tuple(sizes) if len(sizes) else (1,))
+        self._slot += 1
+        key = (self._cur_node, "out", self._slot, desc)
+        t = self._arena_get(key)
+        if t is None:
+            t = self.device.empty(desc)
+            self._arena_put(key, t)
+        return t
 
     def upload_group(self, arrays: list[np.ndarray], stats: RunStats) -> list[kdml.Tensor]:
-        """Upload several small host arrays in one buffer (one transfer), 16-byte aligned."""
+        """Upload host arrays for the current node in one transfer, into a buffer (16-byte
+        aligned parts) that this node reuses on every run with the same layouts."""
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        descs = [packed_desc_for(a) for a in arrays]
+        self._slot += 1
+        key = (self._cur_node, "in", self._slot, tuple(descs))
+        hit = self._arena_get(key)
+        if hit is None:
+            offsets, total = [], 0
+            for d in descs:
+                offsets.append(total)
+                total += -(-d.byte_size // 16) * 16
+            buf = self.device.buffer(total)
+            hit = (buf, offsets, [kdml.Tensor(buf, d, o) for d, o in zip(descs, offsets)], total)
+            self._arena_put(key, hit)
+        buf, offsets, tensors, total = hit
         if len(arrays) == 1:
-            stats.uploads += 1
-            return [self.device.tensor(np.ascontiguousarray(arrays[0]))]
-        parts, descs, offsets, total = [], [], [], 0
-        for a in arrays:
-            a = np.ascontiguousarray(a)
-            desc = packed_desc_for(a)
-            parts.append(a.reshape(-1).view(np.uint8))
-            descs.append(desc)
-            offsets.append(total)
-            total += -(-desc.byte_size // 16) * 16
-        raw = np.zeros(total, np.uint8)
-        for part, off in zip(parts, offsets):
-            raw[off : off + part.size] = part
-        buf = self.device.buffer(raw)
+            buf.write(arrays[0])
+        else:
+            raw = np.zeros(total, np.uint8)
+            for a, off in zip(arrays, offsets):
+                raw[off : off + a.nbytes] = a.reshape(-1).view(np.uint8)
+            buf.write(raw)
         stats.uploads += 1
-        return [kdml.Tensor(buf, d, o) for d, o in zip(descs, offsets)]
+        return list(tensors)
+
+    def release(self) -> None:
+        """Drop the device buffers kept for reuse between runs (and the uploaded constants)."""
+        with self._run_lock:
+            self._arena.clear()
+            self._device_constants.clear()
 
     # ---- running ----------------------------------------------------------------------
     def _normalize_inputs(self, inputs: Any) -> dict[str, Any]:
@@ -641,6 +684,11 @@ class BackendRep(_OnnxBackendRep):
         self._normalize_inputs(inputs)
 
     def run(self, inputs: Any, **kwargs: Any) -> Any:
+        """Run the model (one run at a time per prepared model: device buffers are reused)."""
+        with self._run_lock:
+            return self._run(inputs)
+
+    def _run(self, inputs: Any) -> Any:
         stats = RunStats()
         self.last_run = stats
         t0 = time.perf_counter()
@@ -679,6 +727,7 @@ class BackendRep(_OnnxBackendRep):
                          stats: RunStats) -> None:
         ins = [lookup(n) if n else None for n in node.input]
         handler = _HANDLERS[node.op_type]
+        self._cur_node, self._slot = idx, 0
         try:
             outs = handler(self, node, ins, stats)
             stats.vulkan_nodes += 1
@@ -740,7 +789,7 @@ def _h_eyelike(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: Run
     k = int(_attr(node, "k", 0))
     if 0 in shape:
         return [np.zeros(shape, dtype=dt)]
-    t = kdml.eye_like(shape, k, data_type=data_type, device=rep.device)
+    t = kdml.eye_like(shape, k, data_type=data_type, out=rep.out_tensor(shape, dt), device=rep.device)
     return [DeviceValue(t, shape, dt)]
 
 
@@ -761,7 +810,7 @@ def _h_trilu(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunSt
         x = _reshaped(rep, x, work_shape, stats)
     xt = rep.to_device(x, stats, node.input[0])
     fn = kdml.triu if upper else kdml.tril
-    t = fn(xt, k, device=rep.device)
+    t = fn(xt, k, out=rep.out_tensor(work_shape, dt), device=rep.device)
     out = DeviceValue(t, work_shape, dt)
     if work_shape != shape:
         out = _reshaped(rep, out, shape, stats)
@@ -774,7 +823,7 @@ def _copy_value(rep: BackendRep, v: Any, stats: RunStats, name: str | None) -> A
     if 0 in shape:
         return np.array(rep.host(v, stats), copy=True)
     xt = rep.to_device(v, stats, name)
-    return DeviceValue(kdml.copy(xt, device=rep.device), shape, dt)
+    return DeviceValue(kdml.copy(xt, out=rep.out_tensor(xt.desc.sizes, dt), device=rep.device), shape, dt)
 
 
 def _h_identity(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
@@ -887,7 +936,8 @@ def _mm_integer_to_float(rep: BackendRep, node: onnx.NodeProto, a: Any, a_name: 
         for i, t in zip(pending, rep.upload_group([np.asarray(args[i][0]) for i in pending], stats)):
             bound[i] = t
     mmitf = kdml.matmul_integer_to_float  # type: ignore[attr-defined]
-    t = mmitf(*bound, out_data_type=kdml.DataType.from_numpy(out_dt), device=rep.device)
+    t = mmitf(*bound, out_data_type=kdml.DataType.from_numpy(out_dt), out=rep.out_tensor(out_shape, out_dt),
+              device=rep.device)
     return final(DeviceValue(t, out_shape, out_dt))
 
 
