@@ -224,9 +224,11 @@ class CpuSegment:
                 if name not in produced and name not in inputs:
                     inputs.append(name)
             produced.update(o for o in node.output if o)
-        # Constant initializers travel inside the sub-model; everything else is fed.
-        self.constant_inputs = [n for n in inputs if n in rep.constants]
-        self.inputs = [n for n in inputs if n not in rep.constants]
+        # Constant initializers travel inside the sub-model; everything else (including graph
+        # inputs whose initializer is only a default) is fed.
+        fixed = [n for n in inputs if n in rep.constants and n not in rep.input_names]
+        self.constant_inputs = fixed
+        self.inputs = [n for n in inputs if n not in fixed]
         self.produced = produced
         self.outputs: list[str] = []  # set by the rep once every segment is known
         self.engine: str | None = None
@@ -341,7 +343,6 @@ class BackendRep(_OnnxBackendRep):
         self.cpu_threads = cpu_threads
         self.exclude_ops = set(exclude_ops)
         self.last_run = RunStats()
-        self._notes: list[str] = []
         g = model.graph
         self.constants: dict[str, TensorProto] = {t.name: t for t in g.initializer}
         for sp in g.sparse_initializer:  # rare: densified once
@@ -362,7 +363,6 @@ class BackendRep(_OnnxBackendRep):
         self._run_lock = threading.Lock()
         self._device_constants: dict[str, DeviceValue] = {}
         self.declared_types = self._infer_types(model)
-        self.opset = {o.domain if o.domain != "ai.onnx" else "": o.version for o in model.opset_import}
 
         self._placement_static: list[tuple[str, str, str]] = [self._static_target(n) for n in g.node]
         self._steps = self._partition()

@@ -456,3 +456,23 @@ def test_cli_entry_point_exit_status(tmp_path):
     exe = [sys.executable, "-m", "kompute_dml.cli", "run", str(tmp_path / "m.onnx")]
     p = subprocess.run(exe, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "missing input" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_graph_input_with_a_default_initializer(rng):
+    """An initializer that is also a graph input is a default the caller may override."""
+    w0 = np.arange(6, dtype=np.float32).reshape(2, 3)
+    nodes = [helper.make_node("Add", ["x", "w"], ["s"]), helper.make_node("Identity", ["w"], ["wi"])]
+    model = _model(nodes, [_vi("x", w0), _vi("w", w0)], [_vi("s", w0), _vi("wi", w0)],
+                   [numpy_helper.from_array(w0, "w")])
+    rep = Backend.prepare(model, "CPU")
+    assert rep.feed_names == ["x"]
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    s, wi = rep.run({"x": x})
+    np.testing.assert_array_equal(s, x + w0)
+    np.testing.assert_array_equal(wi, w0)
+    w1 = rng.standard_normal((2, 3)).astype(np.float32)
+    s, wi = rep.run({"x": x, "w": w1})
+    np.testing.assert_array_equal(s, x + w1)
+    np.testing.assert_array_equal(wi, w1)
+    s, wi = rep.run([x])
+    np.testing.assert_array_equal(wi, w0)
