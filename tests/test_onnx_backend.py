@@ -476,3 +476,32 @@ def test_graph_input_with_a_default_initializer(rng):
     np.testing.assert_array_equal(wi, w1)
     s, wi = rep.run([x])
     np.testing.assert_array_equal(wi, w0)
+
+
+def test_feature_level_below_an_operator_sends_it_to_the_cpu(rng):
+    model = _mixed_model()
+    rep = Backend.prepare(model, "CPU", feature_level="4_0")
+    where = {p.name: (p.target, p.reason) for p in rep.placement}
+    assert where["tril"] == (CPU, "DIAGONAL_MATRIX1 needs feature level 0x5100")
+    assert where["id1"][0] == VULKAN and where["eye"][0] == VULKAN
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    y1, y3 = rep.run({"x": x, "k": np.array(0, np.int64)})
+    r = np.maximum(np.triu(x), 0)
+    np.testing.assert_array_equal(y1, np.tril(r))
+    np.testing.assert_array_equal(y3, -(r + np.eye(5, 6, 1, dtype=np.float32)))
+    assert rep.device.feature_level == kdml.FeatureLevel.FL_4_0
+
+
+def test_cli_run_npz_inputs(tmp_path, rng, capsys):
+    from kompute_dml.onnx_run import main
+
+    onnx.save(_mixed_model(), tmp_path / "m.onnx")
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    np.savez(tmp_path / "feeds.npz", x=x, k=np.array(1, np.int64))
+    rc = main([str(tmp_path / "m.onnx"), "--input", str(tmp_path / "feeds.npz"), "--output",
+               str(tmp_path / "o.npz"), "--repeat", "2", "--compare-onnxruntime", "--fallback", "reference"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "max |kompute_dml - onnxruntime| = 0" in text and "(reference 3)" in text
+    with np.load(tmp_path / "o.npz") as z:
+        np.testing.assert_array_equal(z["y1"], np.tril(np.maximum(np.triu(x), 0), 1))
