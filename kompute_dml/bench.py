@@ -464,16 +464,16 @@ def suite(kdml: Any, dev: Any, quick: bool, ort_ok: bool, rng: Any) -> list[tupl
         add("ACTIVATION_IDENTITY", identity_cases, spec, ort_ok, rng)
     cp = [("int8", (512, 512), False), ("float32", (256, 256), True)] if quick else [
         ("float32", mib64, False), ("uint8", (8192, 8192), False), ("int8", (1024, 1024), False), ("float32", (2048, 2048), True)]
-    for spec in cp:
-        add("COPY", copy_cases, spec, rng)
+    for cspec in cp:
+        add("COPY", copy_cases, cspec, rng)
     if hasattr(kdml, "DiagonalMatrixDesc"):
         sz = [(64, 64), (512, 512)] if quick else [(64, 64), (1024, 1024), (4096, 4096)]
         for spec in [("float32", s) for s in sz] + ([] if quick else [("float16", mib64)]):
             add("DIAGONAL_MATRIX", diagonal_cases, spec, ort_ok)
     if hasattr(kdml, "DiagonalMatrix1Desc"):
         sz = [(64, 64), (512, 512)] if quick else [(64, 64), (1024, 1024), (4096, 4096)]
-        for spec in [("float32", s, True) for s in sz] + ([] if quick else [("float32", mib64, False)]):
-            add("DIAGONAL_MATRIX1", trilu_cases, spec, ort_ok, rng)
+        for tspec in [("float32", s, True) for s in sz] + ([] if quick else [("float32", mib64, False)]):
+            add("DIAGONAL_MATRIX1", trilu_cases, tspec, ort_ok, rng)
     return out
 
 

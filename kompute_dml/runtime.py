@@ -184,10 +184,9 @@ def encode(device: Device, plan: DispatchPlan | TransferPlan, bound: list[Any]) 
         t = bound[idx] if idx is not None else None
         buffers.append(t.buffer if t is not None else device._dummy)
     push = np.asarray(plan.push, dtype=np.uint32).copy()
-    for word, idx, unit, *extra in plan.offset_slots:
+    for word, idx, unit in plan.offset_slots:
         t = bound[idx]
-        # optional 4th entry: a constant added to the offset (in units)
-        push[word] = ((t.offset // unit) if t is not None else 0) + (extra[0] if extra else 0)
+        push[word] = (t.offset // unit) if t is not None else 0
     algo = device._pipelines.get(plan, buffers)
     writes = frozenset(bound[i].buffer.serial for i in plan.writes)
     reads = frozenset(b.serial for b in buffers) - writes

@@ -12,7 +12,7 @@ from ..errors import InvalidArgumentError, invalid
 from ..layout import element_offsets
 from ..memory import Tensor, calc_span_bytes, check_binding_range
 from ..registry import OperatorSupport
-from ..runtime import DispatchPlan, EncodedDispatch, encode
+from ..runtime import DispatchPlan, EncodedDispatch, TransferPlan, encode
 from ..tensor_desc import TensorDesc, validate_desc
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class CompiledOperator:
         support: OperatorSupport,
         input_fields: tuple[str, ...],
         output_fields: tuple[str, ...],
-        plans: list[DispatchPlan],
+        plans: list[DispatchPlan | TransferPlan],
     ) -> None:
         self.device = device
         self.desc = desc

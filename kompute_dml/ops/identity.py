@@ -65,7 +65,7 @@ def plan_copy(
         # vectors and the last 1..15 bytes) in one invocation (see copy_packed.comp).
         nbytes = sizes[0] * width
         bulk = (nbytes // 16) // LOCAL_SIZE * LOCAL_SIZE
-        plans = []
+        plans: list[DispatchPlan | TransferPlan] = []
         if bulk:
             plans.append(DispatchPlan(
                 variant=PACKED_VARIANT, bindings=(0, 1), push=(0, 0, bulk),
@@ -83,13 +83,14 @@ def plan_copy(
     count = dst.element_count
     per_inv = max(1, 4 // width)
     push = (0, 0, count, rank, *sizes, *pad, *s_in, *pad, *s_out, *pad)
-    return [
+    plan: list[DispatchPlan | TransferPlan] = [
         DispatchPlan(
             variant=COPY_VARIANTS[width], bindings=(0, 1), push=tuple(push),
             groups=grid_for(-(-count // per_inv), LOCAL_SIZE, max_groups), writes=(1,),
             offset_slots=((0, 0, width), (1, 1, width)),
         )
     ]
+    return plan
 
 
 def _compile(device: Device, desc: ActivationIdentityDesc | CopyDesc, support: OperatorSupport) -> CompiledOperator:
