@@ -361,6 +361,7 @@ class BackendRep(_OnnxBackendRep):
         self._cur_node = -1
         self._slot = 0
         self._run_lock = threading.Lock()
+        self._run_uploads: dict[tuple[Any, ...], list[kdml.Tensor]] = {}
         self._device_constants: dict[str, DeviceValue] = {}
         self.declared_types = self._infer_types(model)
 
@@ -596,7 +597,7 @@ class BackendRep(_OnnxBackendRep):
                 self._device_constants[name] = dv
                 stats.constant_uploads += 1
             return dv.tensor
-        return self.upload_group([np.asarray(value)], stats)[0]
+        return self.upload_group([np.asarray(value)], stats, (name,))[0]
 
     def _arena_get(self, key: tuple[Any, ...]) -> Any:
         hit = self._arena.get(key)
@@ -620,9 +621,15 @@ class BackendRep(_OnnxBackendRep):
             self._arena_put(key, t)
         return t
 
-    def upload_group(self, arrays: list[np.ndarray], stats: RunStats) -> list[kdml.Tensor]:
+    def upload_group(self, arrays: list[np.ndarray], stats: RunStats,
+                     names: tuple[str | None, ...] | None = None) -> list[kdml.Tensor]:
         """Upload host arrays for the current node in one transfer, into a buffer (16-byte
-        aligned parts) that this node reuses on every run with the same layouts."""
+        aligned parts) that this node reuses on every run with the same layouts. When every
+        array is a named graph value, a later node of the same run that needs the same values
+        binds the same upload (e.g. the Q, K and V products of one quantized activation)."""
+        named = names is not None and all(names)
+        if named and names in self._run_uploads:
+            return list(self._run_uploads[names])
         arrays = [np.ascontiguousarray(a) for a in arrays]
         descs = [packed_desc_for(a) for a in arrays]
         self._slot += 1
@@ -645,6 +652,8 @@ class BackendRep(_OnnxBackendRep):
                 raw[off : off + a.nbytes] = a.reshape(-1).view(np.uint8)
             buf.write(raw)
         stats.uploads += 1
+        if named:
+            self._run_uploads[names] = tensors  # type: ignore[index]
         return list(tensors)
 
     def release(self) -> None:
@@ -694,6 +703,7 @@ class BackendRep(_OnnxBackendRep):
         t0 = time.perf_counter()
         feeds = self._normalize_inputs(inputs)
         self._feeds_now = set(feeds)
+        self._run_uploads = {}
         env: dict[str, Any] = dict(feeds)
         g = self.graph
 
@@ -933,7 +943,8 @@ def _mm_integer_to_float(rep: BackendRep, node: onnx.NodeProto, a: Any, a_name: 
         else:
             pending.append(i)
     if pending:
-        for i, t in zip(pending, rep.upload_group([np.asarray(args[i][0]) for i in pending], stats)):
+        group = rep.upload_group([np.asarray(args[i][0]) for i in pending], stats, tuple(args[i][1] for i in pending))
+        for i, t in zip(pending, group):
             bound[i] = t
     mmitf = kdml.matmul_integer_to_float  # type: ignore[attr-defined]
     t = mmitf(*bound, out_data_type=kdml.DataType.from_numpy(out_dt), out=rep.out_tensor(out_shape, out_dt),

@@ -505,3 +505,28 @@ def test_cli_run_npz_inputs(tmp_path, rng, capsys):
     assert "max |kompute_dml - onnxruntime| = 0" in text and "(reference 3)" in text
     with np.load(tmp_path / "o.npz") as z:
         np.testing.assert_array_equal(z["y1"], np.tril(np.maximum(np.triu(x), 0), 1))
+
+
+def test_products_sharing_a_host_activation_upload_it_once(rng):
+    """Q/K/V-style: three products of one quantized activation; A, its scale and zero point
+    go up once per run, and the second run rebuilds no pipeline."""
+    a = _rand_q(rng, np.uint8, (2, 5, 16))
+    s, z = np.array(0.03, np.float32), np.array(7, np.uint8)
+    ws = {f"w{i}": _rand_q(rng, np.int8, (16, 8)) for i in range(3)}
+    nodes = [helper.make_node("MatMulIntegerToFloat", ["a", f"w{i}", "s", "bs", "z"], [f"y{i}"],
+                              domain="com.microsoft") for i in range(3)]
+    inits = [numpy_helper.from_array(w, n) for n, w in ws.items()] + [
+        numpy_helper.from_array(np.array(0.01, np.float32), "bs")]
+    model = _model(nodes, [_vi("a", a), _vi("s", s), _vi("z", z)],
+                   [helper.make_tensor_value_info(f"y{i}", T.FLOAT, None) for i in range(3)], inits)
+    rep = Backend.prepare(model, "CPU")
+    for run in range(2):
+        misses = rep.device.stats()["pipeline_misses"]
+        outs = rep.run({"a": a, "s": s, "z": z})
+        assert rep.last_run.uploads == 1 and rep.last_run.downloads == 3
+        assert rep.last_run.constant_uploads == (4 if run == 0 else 0)
+        if run:
+            assert rep.device.stats()["pipeline_misses"] == misses
+        for i, y in enumerate(outs):
+            ref, bound = _ref_mmitf(a, ws[f"w{i}"], s, np.array(0.01), z, None, None)
+            _assert_close(y, ref, bound)
