@@ -97,14 +97,21 @@ def poison_against(t: kdml.Tensor, expected: np.ndarray, rng: np.random.Generato
     return raw.tobytes()
 
 
-def assert_output(t: kdml.Tensor, before: bytes, expected: np.ndarray) -> None:
-    """Elements bitwise equal to `expected`; every other byte of the buffer unchanged."""
+def assert_outside_unchanged(t: kdml.Tensor, before: bytes) -> np.ndarray:
+    """Every byte of t's buffer that is not one of t's elements is as in `before`;
+    returns the buffer's bytes now."""
     after = np.frombuffer(t.buffer.read(), dtype=np.uint8)
     prior = np.frombuffer(before, dtype=np.uint8)
     mask = np.ones(after.size, bool)
     mask[element_byte_positions(t.offset, t.desc)] = False
     changed = np.nonzero((after != prior) & mask)[0]
     assert changed.size == 0, f"{changed.size} bytes outside the output changed, first at {changed[:8]}"
+    return after
+
+
+def assert_output(t: kdml.Tensor, before: bytes, expected: np.ndarray) -> None:
+    """Elements bitwise equal to `expected`; every other byte of the buffer unchanged."""
+    after = assert_outside_unchanged(t, before)
     got = read_logical(after, t.offset, t.desc)
     exp = np.ascontiguousarray(np.broadcast_to(expected, t.desc.sizes), dtype=t.desc.data_type.numpy_dtype)
     gb = got.view(f"u{got.dtype.itemsize}")
@@ -125,6 +132,7 @@ def read_logical(raw: bytes | np.ndarray, offset: int, desc: kdml.TensorDesc) ->
 __all__ = [
     "ALL_TYPES",
     "assert_output",
+    "assert_outside_unchanged",
     "element_byte_positions",
     "packed_strides",
     "place",
