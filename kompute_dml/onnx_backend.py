@@ -365,6 +365,7 @@ class BackendRep(_OnnxBackendRep):
         self._device_constants: dict[str, DeviceValue] = {}
         self.declared_types = self._infer_types(model)
 
+        self._validate_graph()
         self._placement_static: list[tuple[str, str, str]] = [self._static_target(n) for n in g.node]
         self._steps = self._partition()
         self.placement = self._make_placement()
@@ -393,6 +394,36 @@ class BackendRep(_OnnxBackendRep):
         if tp is None or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.elem_type:
             return None
         return _np_dtype_of_onnx(tp.tensor_type.elem_type)
+
+    def _validate_graph(self) -> None:
+        """Refuse, with a ValueError naming the node, what no engine could run: a value that
+        nothing provides, and mapped nodes whose declared attributes or ranks break ONNX's rules."""
+        g = self.graph
+        known = set(self.input_names) | set(self.constants)
+        produced = {o for node in g.node for o in node.output if o}
+        for i, node in enumerate(g.node):
+            label = f"node {i} ({node.op_type} {node.name!r})"
+            for name in _node_inputs(node):
+                if name not in known and name not in produced:
+                    raise ValueError(f"{label} reads {name!r}, which no graph input, initializer or node provides")
+            domain = node.domain if node.domain != "ai.onnx" else ""
+            if domain:
+                continue
+            rank = self._declared_rank(node.input[0]) if node.input else None
+            if node.op_type == "EyeLike":
+                dt_attr = _attr(node, "dtype")
+                if dt_attr is not None and _np_dtype_of_onnx(dt_attr) is None:
+                    raise ValueError(f"{label}: dtype {dt_attr} is not an ONNX tensor element type")
+                if rank is not None and rank != 2:
+                    raise ValueError(f"{label}: EyeLike takes a 2-D input, declared rank {rank}")
+            elif node.op_type == "Trilu" and rank is not None and rank < 2:
+                raise ValueError(f"{label}: Trilu takes an input of rank >= 2, declared rank {rank}")
+
+    def _declared_rank(self, name: str) -> int | None:
+        tp = self.declared_types.get(name)
+        if tp is None or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+            return None
+        return len(tp.tensor_type.shape.dim)
 
     def _static_target(self, node: onnx.NodeProto) -> tuple[str, str, str]:
         """(target, operator, reason) from what is known before any input arrives."""
@@ -790,11 +821,11 @@ def _h_eyelike(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: Run
     x = ins[0]
     shape = _value_shape(x)
     if len(shape) != 2:
-        raise FallbackNeeded(f"EyeLike needs a 2-D input, got rank {len(shape)}")
+        raise ValueError(f"EyeLike {node.name!r} takes a 2-D input, got shape {shape}")
     dt_attr = _attr(node, "dtype")
     dt = _np_dtype_of_onnx(dt_attr) if dt_attr is not None else _value_dtype(x)
     if dt is None:
-        raise FallbackNeeded(f"dtype {dt_attr} has no numpy type")
+        raise ValueError(f"EyeLike {node.name!r}: dtype {dt_attr} is not an ONNX tensor element type")
     data_type = _dml_type(dt, "output")
     k = int(_attr(node, "k", 0))
     if 0 in shape:
@@ -811,7 +842,7 @@ def _h_trilu(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     k = _scalar_int(rep, ins[1], stats) if len(ins) > 1 and ins[1] is not None else 0
     upper = int(_attr(node, "upper", 1))
     if len(shape) < 2:
-        raise FallbackNeeded(f"Trilu needs rank >= 2, got {len(shape)}")
+        raise ValueError(f"Trilu {node.name!r} takes an input of rank >= 2, got shape {shape}")
     if 0 in shape:
         return [np.zeros(shape, dtype=dt)]
     work_shape = shape
@@ -906,11 +937,18 @@ def _mm_integer_to_float(rep: BackendRep, node: onnx.NodeProto, a: Any, a_name: 
         raise FallbackNeeded("a_scale is not a scalar")
     if a_zp is not None and int(np.prod(_value_shape(a_zp))) != 1:
         raise FallbackNeeded("a_zero_point is not a scalar")
-    for what, v in (("b_scale", b_scale), ("b_zero_point", b_zp)):
-        if v is not None and int(np.prod(_value_shape(v))) != 1 and _value_shape(v) != (n,):
-            raise FallbackNeeded(f"{what} of shape {_value_shape(v)} is neither a scalar nor ({n},)")
-    if bias is not None and _value_shape(bias) != (n,):
-        raise FallbackNeeded(f"bias of shape {_value_shape(bias)} is not ({n},)")
+    for what, v in (("b_scale", b_scale), ("b_zero_point", b_zp), ("bias", bias)):
+        if v is None:
+            continue
+        vs = _value_shape(v)
+        allowed = (n,) if what == "bias" else (1, n)
+        if len(vs) == 1 and vs[0] not in allowed:
+            # No engine takes this: ONNX wants a scalar or one value per column of B.
+            raise ValueError(f"{node.op_type} {node.name!r}: {what} has {vs[0]} elements; B has {n} columns")
+        if what == "bias" and vs != (n,):
+            raise FallbackNeeded(f"bias of shape {vs} is not ({n},)")
+        if what != "bias" and math.prod(vs) != 1 and vs != (n,):
+            raise FallbackNeeded(f"{what} of shape {vs} is neither a scalar nor ({n},)")
     if a_zp is not None and _value_dtype(a_zp) != _value_dtype(a):
         raise FallbackNeeded("a_zero_point type differs from A")
     if b_zp is not None and _value_dtype(b_zp) != _value_dtype(b):

@@ -530,3 +530,38 @@ def test_products_sharing_a_host_activation_upload_it_once(rng):
         for i, y in enumerate(outs):
             ref, bound = _ref_mmitf(a, ws[f"w{i}"], s, np.array(0.01), z, None, None)
             _assert_close(y, ref, bound)
+
+
+@pytest.mark.parametrize("case", ["trilu-1d", "trilu-0d", "trilu-1d-undeclared", "eyelike-3d", "eyelike-dtype",
+                                  "undefined-value", "b-scale-length", "bias-length"])
+def test_invalid_models_raise_value_errors_naming_the_problem(case):
+    f32 = np.zeros((3, 4), np.float32)
+    if case.startswith("trilu"):
+        x = np.zeros(5, np.float32) if case != "trilu-0d" else np.array(1, np.float32)
+        shape = None if case.endswith("undeclared") else list(x.shape)
+        model = _model([helper.make_node("Trilu", ["x"], ["y"])], [helper.make_tensor_value_info("x", T.FLOAT, shape)],
+                       [onnx.ValueInfoProto(name="y")])
+        feeds, match = [x], "Trilu .*rank >= 2"
+    elif case == "eyelike-3d":
+        model = _model([helper.make_node("EyeLike", ["x"], ["y"])], [helper.make_tensor_value_info("x", T.FLOAT, None)],
+                       [onnx.ValueInfoProto(name="y")])
+        feeds, match = [np.zeros((2, 3, 4), np.float32)], "EyeLike .*2-D"
+    elif case == "eyelike-dtype":
+        model = _model([helper.make_node("EyeLike", ["x"], ["y"], dtype=999)], [_vi("x", f32)],
+                       [onnx.ValueInfoProto(name="y")])
+        feeds, match = [f32], "dtype 999"
+    elif case == "undefined-value":
+        model = _model([helper.make_node("Identity", ["nope"], ["y"])], [_vi("x", f32)], [onnx.ValueInfoProto(name="y")])
+        feeds, match = [f32], "'nope', which no graph input"
+    else:
+        a, b = np.ones((2, 3), np.uint8), np.ones((3, 5), np.int8)
+        bs = np.ones(4 if case == "b-scale-length" else 1, np.float32)
+        bias = np.ones(4, np.float32)
+        names = ["a", "b", "s", "bs"] + (["", "", "bias"] if case == "bias-length" else [])
+        node = helper.make_node("MatMulIntegerToFloat", names, ["y"], domain="com.microsoft")
+        vals = {"a": a, "b": b, "s": np.array(1, np.float32), "bs": bs, "bias": bias}
+        model = _model([node], [_vi(n, vals[n]) for n in names if n], [onnx.ValueInfoProto(name="y")])
+        feeds = [vals[n] for n in names if n]
+        match = "b_scale has 4 elements; B has 5 columns" if case == "b-scale-length" else "bias has 4 elements"
+    with pytest.raises(ValueError, match=match):
+        Backend.run_model(model, feeds)
