@@ -289,14 +289,22 @@ class CpuSegment:
             except Exception as e:
                 if self.rep.fallback == "onnxruntime":
                     raise
-                # Second choice: the reference evaluator, for this signature from now on.
+                first = f"onnxruntime: {str(e).strip().splitlines()[0][:300]}"
+            # Second choice: the reference evaluator (kept for this signature if it succeeds).
+            try:
                 from onnx.reference import ReferenceEvaluator
 
                 ref = ReferenceEvaluator(self._sub_model(values))
-                self._runners[key] = ("reference", ref)
-                self.engine = "reference"
-                self.rep._note(f"segment {self.index}: onnxruntime failed at run time ({e}); using the reference")
-                return list(ref.run(self.outputs, feeds))
+                outs = list(ref.run(self.outputs, feeds))
+            except Exception as e2:
+                ops = sorted({self.rep.graph.node[i].op_type for i in self.node_indices})
+                raise RuntimeError(f"no CPU fallback could run the sub-graph of {ops}: {first}; "
+                                   f"reference: {str(e2).strip().splitlines()[0][:300]}") from e2
+            self._runners[key] = ("reference", ref)
+            self.engine = "reference"
+            self.rep._note(f"CPU sub-graph {self.index}: onnxruntime failed at run time ({first}); "
+                           "the reference evaluator ran it")
+            return outs
         return list(impl.run(self.outputs, feeds))
 
 

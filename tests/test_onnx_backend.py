@@ -565,3 +565,16 @@ def test_invalid_models_raise_value_errors_naming_the_problem(case):
         match = "b_scale has 4 elements; B has 5 columns" if case == "b-scale-length" else "bias has 4 elements"
     with pytest.raises(ValueError, match=match):
         Backend.run_model(model, feeds)
+
+
+def test_cpu_subgraph_failing_at_run_time_reports_both_engines():
+    model = _model([helper.make_node("Add", ["x", "y"], ["z"])],
+                   [helper.make_tensor_value_info("x", T.FLOAT, None), helper.make_tensor_value_info("y", T.FLOAT, None)],
+                   [onnx.ValueInfoProto(name="z")])
+    rep = Backend.prepare(model, "CPU")
+    with pytest.raises(RuntimeError, match=r"no CPU fallback could run the sub-graph of \['Add'\]: onnxruntime: .*; "
+                                           r"reference: "):
+        rep.run([np.ones((2, 3), np.float32), np.ones((4,), np.float32)])
+    (z,) = rep.run([np.ones((2, 3), np.float32), np.ones((3,), np.float32)])  # still on onnxruntime
+    np.testing.assert_array_equal(z, np.full((2, 3), 2, np.float32))
+    assert rep.segments[0].engine == "onnxruntime"
