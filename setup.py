@@ -9,6 +9,9 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
+# The SPIR-V data package is generated (and git-ignored); it must exist before setuptools
+# collects packages, which happens before build_py fills it.
+(ROOT / "kompute_dml" / "spirv").mkdir(exist_ok=True)
 
 
 class BuildPyWithSpirv(build_py):
