@@ -7,9 +7,8 @@ a node that neither the device nor any CPU fallback can run RuntimeError("no CPU
 could run ..."), device failures kdml.DMLError; unparsable bytes raise protobuf's
 DecodeError. Absurd but valid attributes (EyeLike k = 2**62, Trilu k = -2**62) must give
 ONNX's answer. Every test has a timeout (pytest-timeout), so a hang fails.
-
-Cases marked xfail(strict=True) are backend bugs found here (see docs/reliability.md):
-they fail loudly (XPASS) once fixed, so the marker can be removed.
+The FIXED_BUGS cases were backend bugs found by this file and since fixed (see
+docs/reliability.md); they stay as regression tests.
 """
 
 from __future__ import annotations
@@ -98,7 +97,7 @@ BAD: list[Bad] = [
         kdml.InvalidArgumentError, "feature_level"),
 ]
 
-KNOWN_BUGS: list[Bad] = [
+FIXED_BUGS: list[Bad] = [
     # ONNX Trilu needs rank >= 2: the backend sends a 1-D input to the CPU fallback, whose
     # np.triu broadcasting returns a (5, 5) matrix for a (5,) input instead of an error.
     Bad("trilu-1d", _run(_unary("Trilu", [5]), [np.zeros(5, np.float32)]), ValueError, "Trilu"),
@@ -129,11 +128,8 @@ def test_fuzz_onnx_malformed(case):
     _check_bad(case)
 
 
-@pytest.mark.parametrize(
-    "case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="backend bug")) for c in KNOWN_BUGS],
-    ids=lambda c: c.id,
-)
-def test_fuzz_onnx_known_backend_bugs(case):
+@pytest.mark.parametrize("case", FIXED_BUGS, ids=lambda c: c.id)
+def test_fuzz_onnx_fixed_backend_bugs(case):
     _check_bad(case)
 
 
@@ -190,7 +186,7 @@ def onnx_case(draw):
             attrs["dtype"] = helper.np_dtype_to_tensor_dtype(np.dtype(draw(st.sampled_from(NP_TYPES))))
         return op, seed, shape, dt, attrs, None
     if op == "Trilu":
-        shape = tuple(draw(st.lists(dims, min_size=2, max_size=5)))  # rank < 2: see KNOWN_BUGS
+        shape = tuple(draw(st.lists(dims, min_size=2, max_size=5)))  # rank < 2: see FIXED_BUGS
         k = draw(st.one_of(st.none(), small, big))
         return op, seed, shape, draw(st.sampled_from(NP_TYPES)), {"upper": draw(st.integers(0, 1))}, k
     if op == "Identity":
