@@ -11,7 +11,8 @@ zero points, FLOAT32 output) it times:
   - numpy: float32 matmul of the same shape (the unquantized baseline).
 GOPS = 2*M*N*K / seconds. Ratios are ours / peer in speed (>1: we are faster).
 
-`run(quick)` returns the rows; `python benchmarks/bench_matmul.py [--quick]` prints a table.
+`run(quick, rounds=1)` returns the rows; `python benchmarks/bench_matmul.py [--quick] [--rounds N]`
+prints a table (N > 1: ours and onnxruntime alternate N times per shape; medians of the rounds).
 Timings on a shared machine are noisy: compare the peers within one run.
 """
 
@@ -79,8 +80,12 @@ def _ort_session(m: int, k: int, n: int, a_dt: Any, b: np.ndarray, a_zp: Any, b_
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def run(quick: bool = False, device: kdml.Device | None = None) -> list[dict[str, Any]]:
-    """Rows: name, shape, dtypes, seconds, gops, and the peers' seconds / GOPS / ratios."""
+def run(quick: bool = False, device: kdml.Device | None = None, rounds: int = 1) -> list[dict[str, Any]]:
+    """Rows: name, shape, dtypes, seconds, gops, and the peers' seconds / GOPS / ratios.
+
+    With rounds > 1 each shape is timed `rounds` times, alternating ours and onnxruntime
+    (a pause after each peer lets its spinning worker threads settle), and the reported
+    times are the medians of the per-round medians."""
     dev = device or kdml.Device()
     rng = np.random.default_rng(0)
     reps = 3 if quick else 7
@@ -88,8 +93,6 @@ def run(quick: bool = False, device: kdml.Device | None = None) -> list[dict[str
     for m, k, n in shapes(quick):
         ops = 2.0 * m * n * k
         cases = []
-        # ours first for both pairs: onnxruntime's and numpy's BLAS worker threads spin for a
-        # while after each call and would take the cores lavapipe's threads need.
         for pair, (a_dt, b_dt) in PAIRS.items():
             ia = np.iinfo(a_dt)
             a = rng.integers(ia.min, ia.max, (m, k), endpoint=True).astype(a_dt)
@@ -106,30 +109,45 @@ def run(quick: bool = False, device: kdml.Device | None = None) -> list[dict[str
             ins = [dev.tensor(a), dev.tensor(np.array([[0.02]], np.float32)), dev.tensor(np.array([[a_zp]], a_dt)),
                    dev.tensor(b), dev.tensor(np.array([[0.01]], np.float32)), dev.tensor(np.array([[b_zp]], b_dt)), None]
             out = dev.empty(desc.output_tensor)
-            t_ours = _median_time(lambda op=op, ins=ins, out=out: op.execute(ins, [out]), reps, 0.2)
-            cases.append((pair, a_dt, b_dt, a, b, a_zp, b_zp, op.variants[0], t_ours, out.numpy()))
-        for pair, a_dt, b_dt, a, b, a_zp, b_zp, variant, t_ours, got in cases:
-            sess = _ort_session(m, k, n, a_dt, b, a_zp, b_zp)
-            feed = {"A": a}
-            t_ort = _median_time(lambda sess=sess, feed=feed: sess.run(None, feed), reps, 0.2)
-            ref = sess.run(None, feed)[0]
-            del sess
+            cases.append({"pair": pair, "a_dt": a_dt, "b_dt": b_dt, "a": a, "op": op, "ins": ins, "out": out,
+                          "b": b, "a_zp": a_zp, "b_zp": b_zp, "ours": [], "ort": []})
+        for _ in range(max(1, rounds)):
+            # ours first for both pairs: onnxruntime's and numpy's BLAS worker threads spin for a
+            # while after each call and would take the cores lavapipe's threads need.
+            for c in cases:
+                c["ours"].append(_median_time(lambda c=c: c["op"].execute(c["ins"], [c["out"]]), reps, 0.2))
+            for c in cases:
+                # a fresh session per round, deleted right after: a live session's thread pool
+                # slowed lavapipe's threads 2-3x when kept across our timings
+                sess = _ort_session(m, k, n, c["a_dt"], c["b"], c["a_zp"], c["b_zp"])
+                feed = {"A": c["a"]}
+                c["ort"].append(_median_time(lambda sess=sess, feed=feed: sess.run(None, feed), reps, 0.2))
+                c["ref"] = sess.run(None, feed)[0]
+                del sess
+            time.sleep(0.1)  # let spinning peer threads settle before ours runs again
+        for c in cases:
+            ref = c["ref"]
+            got = c["out"].numpy()
             agree = float(np.max(np.abs(got - ref)) / max(1e-30, float(np.max(np.abs(ref)))))
+            t_ours, t_ort = statistics.median(c["ours"]), statistics.median(c["ort"])
             rows.append({
-                "name": f"matmul_integer_to_float {pair}",
+                "name": f"matmul_integer_to_float {c['pair']}",
                 "shape": f"{m}x{k}x{n}",
-                "dtypes": f"{np.dtype(a_dt).name} x {np.dtype(b_dt).name} -> float32",
-                "variant": variant,
+                "dtypes": f"{np.dtype(c['a_dt']).name} x {np.dtype(c['b_dt']).name} -> float32",
+                "variant": c["op"].variants[0],
                 "seconds": t_ours,
                 "gops": ops / t_ours / 1e9,
                 "ort_seconds": t_ort,
                 "ort_gops": ops / t_ort / 1e9,
+                "rounds": len(c["ours"]),
+                "ratio_per_round": [o / s for o, s in zip(c["ort"], c["ours"])],
                 "max_rel_diff_vs_ort": agree,
             })
+        del cases
         a32 = rng.standard_normal((m, k)).astype(np.float32)
         b32 = rng.standard_normal((k, n)).astype(np.float32)
         t_np = _median_time(lambda a32=a32, b32=b32: a32 @ b32, reps, 0.2)
-        for r in rows[-len(cases):]:
+        for r in rows[-len(PAIRS):]:
             r["numpy_f32_seconds"] = t_np
             r["numpy_f32_gops"] = ops / t_np / 1e9
             r["ratio_vs_ort"] = r["ort_seconds"] / r["seconds"]
@@ -156,9 +174,15 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="three shapes, fewer repetitions")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="alternate ours / onnxruntime this many times per shape and report medians")
     args = ap.parse_args()
-    rows = run(args.quick)
+    rows = run(args.quick, rounds=args.rounds)
     print(format_table(rows))
+    if args.rounds > 1:
+        for r in rows:
+            print(f"{r['name'].split()[-1]} {r['shape']}: x ORT per round "
+                  + " ".join(f"{x:.2f}" for x in r["ratio_per_round"]))
     print("medians per call; GOPS = 2*M*N*K/s; 'x ORT' / 'x np' = peer time / our time (>1: we are faster)")
 
 
