@@ -2,8 +2,12 @@
 // The value band of DIAGONAL_MATRIX / DIAGONAL_MATRIX1 over an output whose other
 // elements were already written by transfer commands (zero fill or input copy): each
 // invocation writes at most one element, x = y + begin + k for k < band, if 0 <= x < cols.
-// Used for narrow bands (a diagonal) of 32/64-bit outputs; see ops/diagonal.py.
+// Used for narrow bands (a diagonal); see ops/diagonal.py. 8/16-bit elements are merged
+// into their word with STORE_FIELD (the neighbours are other output elements, already
+// written by the fill, and possibly other invocations' band elements).
 //
+// @variant diag_band_b8  ELEM_BITS=8
+// @variant diag_band_b16 ELEM_BITS=16
 // @variant diag_band_b32 ELEM_BITS=32
 // @variant diag_band_b64 ELEM_BITS=64
 
@@ -11,7 +15,11 @@
 #include "common.glsl"
 
 layout(local_size_x = 64) in;
+#if ELEM_BITS >= 32
 layout(std430, binding = 0) writeonly buffer OutBuf { uint dst[]; };
+#else
+layout(std430, binding = 0) buffer OutBuf { uint dst[]; };
+#endif
 
 layout(push_constant) uniform PC {
     uint out_off;     // element offset of element 0
@@ -43,7 +51,11 @@ void main() {
 #if ELEM_BITS == 64
     dst[2u * e] = pc.value_lo;
     dst[2u * e + 1u] = pc.value_hi;
-#else
+#elif ELEM_BITS == 32
     dst[e] = pc.value_lo;
+#else
+    const uint per_word = 32u / uint(ELEM_BITS);
+    uint sh = (e % per_word) * uint(ELEM_BITS);
+    STORE_FIELD(dst, e / per_word, sh, uint(ELEM_BITS), pc.value_lo);
 #endif
 }

@@ -113,3 +113,22 @@ def test_recording_mixes_transfers_and_dispatches(dev, rng):
     expected = np.eye(128, 128, 1, dtype=np.float32).T * 3
     assert np.array_equal(a.numpy(), expected)
     assert np.array_equal(c.numpy(), expected)
+
+
+@pytest.mark.parametrize("dt", [DT.FLOAT16, DT.INT8, DT.UINT8, DT.INT16, DT.UINT16], ids=lambda d: d.name)
+@pytest.mark.parametrize("shape,offset", [((2, 3, 40, 52), 0), ((1, 1, 64, 36), -5), ((3, 9, 17), 2)])
+def test_sub_word_diagonal_matrix_fill_and_band(dev, rng, dt, shape, offset):
+    """8/16-bit DIAGONAL_MATRIX: a zero fill of whole words, then the diagonal merged into
+    its words by the band shader (atomics); every byte around the output unchanged."""
+    desc = kdml.TensorDesc(dt, shape)
+    op = dev.compile(kdml.DiagonalMatrixDesc(desc, offset=offset, value=-3.0 if dt.is_signed else 3.0))
+    if desc.byte_size % 4 == 0 and (shape[-1] * dt.size) % 4 == 0:
+        assert kinds(op) == ["transfer:fill", f"diag_band_b{8 * dt.size}"]
+    rows, cols = shape[-2:]
+    v = -3 if dt.is_signed else 3
+    eye = np.eye(rows, cols, offset, dtype=bool)
+    expected = np.broadcast_to(np.where(eye, dt.numpy_dtype.type(v), dt.numpy_dtype.type(0)), shape)
+    out, _ = place(dev, rng, desc)
+    before = poison_against(out, expected, rng)
+    op.execute([], [out])
+    assert_output(out, before, expected)

@@ -292,8 +292,8 @@ def plan_diagonal_transfer(
 ) -> list[DispatchPlan | TransferPlan] | None:
     """Transfer-assisted plan, or None where only the shader applies."""
     width = out.data_type.size
-    if width < 4:
-        return None  # fills need 4-byte granularity
+    if width < 4 and (inp is not None or not 0 < end - begin <= BAND_SHADER_MAX):
+        return None  # fills of Value or of input ranges need 4-byte granularity
     sizes, ostr = list(out.sizes), list(out.effective_strides)
     rows, cols = sizes[-2], sizes[-1]
     if cols > 1 and ostr[-1] != 1:
@@ -306,7 +306,7 @@ def plan_diagonal_transfer(
         return None
     lo, hi = value_bits & 0xFFFFFFFF, (value_bits >> 32) & 0xFFFFFFFF
     band = end - begin
-    use_band_shader = inp is None and 0 < band <= BAND_SHADER_MAX and nrows > 16
+    use_band_shader = inp is None and 0 < band <= BAND_SHADER_MAX and (nrows > 16 or width < 4)
     if not use_band_shader and width == 8 and lo != hi:
         return None  # a 64-bit Value that is not a repeated 32-bit word cannot be filled
     out_rows = element_offsets(sizes[:-1], ostr[:-1]) * width
@@ -317,6 +317,8 @@ def plan_diagonal_transfer(
         if zero is None:
             return None
         whole = np.stack([zero.regions[:, 1], zero.regions[:, 2]], 1)
+        if width < 4 and np.any(whole % 4):
+            return None  # a fill covers whole words only
         plans.append(TransferPlan("fill", (out_index,), fill_regions(whole), (out_index,), 0))
         if value_bits == 0:
             return plans
