@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import sys
 import threading
 import types
 import weakref
@@ -146,6 +147,10 @@ class Device:
         cost = 2 * nbytes  # kp allocates a device-local buffer and a host-visible staging buffer
         with self._lock:
             self._check_open()
+            if self._allocated + cost > self.memory_budget and self._trim_pools():
+                import gc
+
+                gc.collect()  # pooled buffers just released: let their memory go first
             if self._allocated + cost > self.memory_budget:
                 raise OutOfMemoryError(
                     f"could not allocate {nbytes} bytes: this Device holds {self._allocated} bytes of its "
@@ -179,6 +184,17 @@ class Device:
             self._allocated += cost
             self._allocations += 2
             return t
+
+    def _trim_pools(self) -> int:
+        """Drop the functional helpers' pooled buffers that nothing else uses (see
+        functional.py); returns how many were dropped."""
+        pool = self.__dict__.get("_helper_pool")
+        if not pool:
+            return 0
+        keep = [b for b in pool if sys.getrefcount(b) > 3]  # the pool, `b`, the argument
+        dropped = len(pool) - len(keep)
+        pool[:] = keep
+        return dropped
 
     def _track_buffer(self, buf: Buffer) -> None:
         self._live_buffers[buf.serial] = buf
@@ -328,6 +344,7 @@ class Device:
             "pipeline_misses": self._pipelines.misses,
             "recorded_sequences": len(self._replays),
             "live_buffers": len(self._live_buffers),
+            "pooled_buffers": len(self.__dict__.get("_helper_pool", ())),
             "allocated_bytes": self._allocated,
         }
 

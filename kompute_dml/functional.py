@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
 import threading
 from typing import Any
 
@@ -16,11 +17,11 @@ import numpy as np
 from .device import Device
 from .dtypes import DataType, FeatureLevel
 from .errors import UnsupportedError, invalid
-from .memory import Tensor
+from .memory import Buffer, Tensor, packed_desc_for
 from .ops.diagonal import INT32_MAX, INT32_MIN, DiagonalMatrix1Desc, DiagonalMatrixDesc
 from .ops.identity import ActivationIdentityDesc, CopyDesc
 from .ops.matmul_integer import MatrixMultiplyIntegerToFloatDesc
-from .tensor_desc import TensorDesc
+from .tensor_desc import TensorDesc, validate_desc
 
 _default: Device | None = None
 _default_lock = threading.Lock()
@@ -44,13 +45,62 @@ def _device_of(*values: Any, device: Device | None = None) -> Device:
     return default_device()
 
 
+# ---- buffer reuse --------------------------------------------------------------------
+# kp binds whole buffers into each pipeline, so a fresh buffer costs a pipeline build
+# (0.5-60 ms on lavapipe, by shader size). Helpers therefore draw their outputs and
+# uploads from a small per-device pool and reuse a buffer once nothing outside the pool
+# references it (CPython reference counts); its cached pipelines are then reused too.
+POOL_MAX_BYTES = 256 << 20
+POOL_MAX_BUFFERS = 64
+
+
+def _pool_take(device: Device, nbytes: int) -> Buffer:
+    pool: list[Buffer] = device.__dict__.setdefault("_helper_pool", [])
+    with device._lock:
+        for i in range(len(pool)):
+            b = pool[i]
+            # references: the pool's list, `b`, getrefcount's argument
+            if b.nbytes == nbytes and sys.getrefcount(b) == 3:
+                pool.append(pool.pop(i))  # most recently used last
+                return b
+            del b
+        buf = Buffer(device, nbytes)
+        pool.append(buf)
+        total = sum(x.nbytes for x in pool)
+        i = 0
+        while (total > POOL_MAX_BYTES or len(pool) > POOL_MAX_BUFFERS) and i < len(pool) - 1:
+            b = pool[i]
+            if sys.getrefcount(b) == 3:  # free: forget it (freed with its last reference)
+                total -= b.nbytes
+                del pool[i]
+            else:
+                i += 1
+            del b
+        return buf
+
+
+def pooled_empty(device: Device, desc: TensorDesc) -> Tensor:
+    """An output tensor for a helper (contents undefined: the operator writes every element)."""
+    validate_desc(desc, "out")
+    return Tensor(_pool_take(device, desc.byte_size), desc, 0)
+
+
+def pooled_upload(device: Device, array: np.ndarray) -> Tensor:
+    """Upload a numpy array as a packed tensor into a pooled buffer."""
+    arr = np.ascontiguousarray(array)
+    desc = packed_desc_for(arr)
+    buf = _pool_take(device, desc.byte_size)
+    buf.write(arr)
+    return Tensor(buf, desc, 0)
+
+
 def as_tensor(x: Any, device: Device, field: str = "x") -> Tensor:
     if isinstance(x, Tensor):
         if x.device is not device:
             raise invalid(field, "belongs to another Device")
         return x
     if isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
-        return device.tensor(np.asarray(x))
+        return pooled_upload(device, np.asarray(x))
     raise invalid(field, f"must be a Tensor or a numpy array, got {type(x).__name__}")
 
 
@@ -77,7 +127,7 @@ def _unary_copy(x: Any, desc_type: type, out: Tensor | None, device: Device | No
     dev = _device_of(x, out, device=device)
     t = as_tensor(x, dev)
     if out is None:
-        out = dev.empty(_packed_like(t.desc))
+        out = pooled_empty(dev, _packed_like(t.desc))
     op = compile_cached(dev, desc_type(t.desc, out.desc))
     op.execute([t], [out])
     return out
@@ -159,7 +209,7 @@ def diagonal_matrix(
     desc = out.desc if out is not None else TensorDesc(dt, sizes_t)
     op = _compile_diag(dev, DiagonalMatrixDesc(desc, offset, value), value)
     if out is None:
-        out = dev.empty(desc)
+        out = pooled_empty(dev, desc)
     op.execute([], [out])
     return out
 
@@ -211,7 +261,7 @@ def diagonal_matrix1(
     desc = DiagonalMatrix1Desc(in_desc, out_desc, dt, value, diagonal_fill_begin, diagonal_fill_end)
     op = _compile_diag(dev, desc, value)
     if out is None:
-        out = dev.empty(out_desc)
+        out = pooled_empty(dev, out_desc)
     op.execute([xt], [out])
     return out
 
@@ -252,7 +302,7 @@ def eye_like(
         )
     op = compile_cached(dev, DiagonalMatrixDesc(run_desc, offset, 1.0))
     if out is None:
-        out = dev.empty(desc)
+        out = pooled_empty(dev, desc)
     op.execute([], [out if run_desc is desc else Tensor(out.buffer, run_desc, out.offset)])
     return out
 
@@ -272,7 +322,7 @@ def _trilu(x: Any, k: Any, upper: bool, out: Tensor | None, device: Device | Non
     out_desc = out.desc if out is not None else TensorDesc(d.data_type, d.sizes)
     op = compile_cached(dev, DiagonalMatrix1Desc(d, out_desc, d.data_type, 0, begin, end))
     if out is None:
-        out = dev.empty(out_desc)
+        out = pooled_empty(dev, out_desc)
     op.execute([xt], [out])
     return out
 
@@ -358,7 +408,7 @@ def matmul_integer_to_float(
         if not isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
             raise invalid(field, f"must be a Tensor or a numpy array, got {type(x).__name__}")
         arr = np.asarray(x)
-        return dev.tensor(arr.astype(dt.numpy_dtype) if arr.dtype != dt.numpy_dtype else arr)
+        return pooled_upload(dev, arr.astype(dt.numpy_dtype) if arr.dtype != dt.numpy_dtype else arr)
 
     sa, sta = ta.desc.sizes, ta.desc.effective_strides
     sb, stb = tb.desc.sizes, tb.desc.effective_strides
@@ -380,7 +430,7 @@ def matmul_integer_to_float(
     b_desc = TensorDesc(tb.desc.data_type, (*batch, k, n), _mm_broadcast_strides(sb, stb, (*batch, k, n), "b"))
     res = (*batch, *(() if a_vec else (m,)), *(() if b_vec else (n,))) or (1,)
     if out is None:
-        out = dev.empty(TensorDesc(out_dt, res))
+        out = pooled_empty(dev, TensorDesc(out_dt, res))
     else:
         _check_out(out, dev, res, out_dt)
     keep = [True] * len(batch) + [not a_vec, not b_vec]
