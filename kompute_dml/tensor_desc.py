@@ -8,6 +8,7 @@ reported by `Device.compile` with the name of the operator field it sits in.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import operator
 from collections.abc import Sequence
@@ -121,8 +122,8 @@ class TensorDesc:
     def element_count(self) -> int:
         return math.prod(self.sizes)
 
-    @property
-    def effective_strides(self) -> tuple[int, ...]:
+    @functools.cached_property
+    def effective_strides(self) -> tuple[int, ...]:  # cached: read on every binding check
         return self.strides if self.strides is not None else packed_strides(self.sizes)
 
     @property
