@@ -1,0 +1,129 @@
+"""Static analysis of a prepared model: declared types, graph validation, where each node
+can run before any input arrives."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+import kompute_dml as kdml
+
+from .graph import _attr, _node_inputs, _np_dtype_of_onnx
+from .values import _DEVICE_OPS, _DML_NUMPY, _FLOAT_OUT, _QUANT_TYPES, CPU, VULKAN
+
+
+class GraphAnalysis:
+    """BackendRep's analysis methods (a mixin: the attributes below are set by BackendRep.__init__)."""
+
+    graph: onnx.GraphProto
+    device: kdml.Device
+    constants: dict[str, TensorProto]
+    input_names: list[str]
+    exclude_ops: set[str]
+    declared_types: dict[str, onnx.TypeProto]
+
+    # ---- analysis -------------------------------------------------------------
+    @staticmethod
+    def _infer_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+        types: dict[str, onnx.TypeProto] = {}
+        inferred = model
+        try:
+            if model.ByteSize() < 1_800_000_000:
+                inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        except Exception:
+            inferred = model
+        g = inferred.graph
+        for vi in list(g.value_info) + list(g.input) + list(g.output):
+            if vi.type.WhichOneof("value") is not None:
+                types[vi.name] = vi.type
+        for t in model.graph.initializer:
+            types.setdefault(t.name, helper.make_tensor_type_proto(t.data_type, list(t.dims)))
+        return types
+
+    def _elem_dtype(self, name: str) -> np.dtype | None:
+        tp = self.declared_types.get(name)
+        if tp is None or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.elem_type:
+            return None
+        return _np_dtype_of_onnx(tp.tensor_type.elem_type)
+
+    def _validate_graph(self) -> None:
+        """Refuse, with a ValueError naming the node, what no engine could run: a value that
+        nothing provides, and mapped nodes whose declared attributes or ranks break ONNX's rules."""
+        g = self.graph
+        known = set(self.input_names) | set(self.constants)
+        produced = {o for node in g.node for o in node.output if o}
+        for i, node in enumerate(g.node):
+            label = f"node {i} ({node.op_type} {node.name!r})"
+            for name in _node_inputs(node):
+                if name not in known and name not in produced:
+                    raise ValueError(f"{label} reads {name!r}, which no graph input, initializer or node provides")
+            domain = node.domain if node.domain != "ai.onnx" else ""
+            if domain:
+                continue
+            rank = self._declared_rank(node.input[0]) if node.input else None
+            if node.op_type == "EyeLike":
+                dt_attr = _attr(node, "dtype")
+                if dt_attr is not None and _np_dtype_of_onnx(dt_attr) is None:
+                    raise ValueError(f"{label}: dtype {dt_attr} is not an ONNX tensor element type")
+                if rank is not None and rank != 2:
+                    raise ValueError(f"{label}: EyeLike takes a 2-D input, declared rank {rank}")
+            elif node.op_type == "Trilu" and rank is not None and rank < 2:
+                raise ValueError(f"{label}: Trilu takes an input of rank >= 2, declared rank {rank}")
+
+    def _declared_rank(self, name: str) -> int | None:
+        tp = self.declared_types.get(name)
+        if tp is None or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+            return None
+        return len(tp.tensor_type.shape.dim)
+
+    def _static_target(self, node: onnx.NodeProto) -> tuple[str, str, str]:
+        """(target, operator, reason) from what is known before any input arrives."""
+        domain = node.domain if node.domain != "ai.onnx" else ""
+        key = (node.op_type, domain)
+        if key not in _DEVICE_OPS:
+            return CPU, "", "no kompute_dml operator"
+        op_name, helper_name, level = _DEVICE_OPS[key]
+        if node.op_type in self.exclude_ops:
+            return CPU, "", "excluded by the caller"
+        if not hasattr(kdml, helper_name):
+            return CPU, "", f"kdml.{helper_name} not available"
+        if int(self.device.feature_level) < level:
+            return CPU, "", f"{op_name} needs feature level 0x{level:x}"
+        reason = self._static_type_check(node)
+        if reason:
+            return CPU, "", reason
+        return VULKAN, op_name, ""
+
+    def _static_type_check(self, node: onnx.NodeProto) -> str:
+        t = node.op_type
+        if t == "EyeLike":
+            dt_attr = _attr(node, "dtype")
+            dt = _np_dtype_of_onnx(dt_attr) if dt_attr is not None else self._elem_dtype(node.input[0])
+            if dt is not None and dt not in _DML_NUMPY:
+                return f"output type {dt} is not a DirectML type"
+        elif t == "Trilu":
+            dt = self._elem_dtype(node.input[0])
+            if dt is not None and dt not in _DML_NUMPY:
+                return f"type {dt} is not a DirectML type"
+        elif t == "Identity":
+            tp = self.declared_types.get(node.input[0])
+            while tp is not None and tp.WhichOneof("value") in ("sequence_type", "optional_type"):
+                tp = tp.sequence_type.elem_type if tp.WhichOneof("value") == "sequence_type" else tp.optional_type.elem_type
+            if tp is not None and tp.WhichOneof("value") == "tensor_type" and tp.tensor_type.elem_type:
+                dt = _np_dtype_of_onnx(tp.tensor_type.elem_type)
+                if dt is None or dt not in _DML_NUMPY:
+                    return f"type {dt or tp.tensor_type.elem_type} is not a DirectML type"
+            elif tp is not None and tp.WhichOneof("value") not in (None, "tensor_type"):
+                return f"{tp.WhichOneof('value')} values stay on the CPU"
+        elif t in ("MatMulIntegerToFloat", "DynamicQuantizeMatMul"):
+            qi = [0, 1] if t == "MatMulIntegerToFloat" else [1]
+            for i in qi:
+                dt = self._elem_dtype(node.input[i]) if len(node.input) > i else None
+                if dt is not None and dt not in _QUANT_TYPES:
+                    return f"input {i} type {dt} is not int8/uint8"
+            si = 2 if t == "MatMulIntegerToFloat" else 0
+            dt = self._elem_dtype(node.input[si]) if len(node.input) > si else None
+            if dt is not None and dt not in (_FLOAT_OUT if t == "MatMulIntegerToFloat" else {np.dtype(np.float32)}):
+                return f"output type {dt} is not supported"
+        return ""

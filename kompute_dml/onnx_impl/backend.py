@@ -1,0 +1,118 @@
+"""Backend (onnx.backend.base.Backend): device strings, model loading, prepare / run_model / run_node.
+
+See the docstring of kompute_dml.onnx_backend for how a model is run."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+from onnx.backend.base import Backend as _OnnxBackend
+
+import kompute_dml as kdml
+
+from .graph import _type_proto_of_value
+from .rep import BackendRep
+
+# ---------------------------------------------------------------------------------
+# the backend
+# ---------------------------------------------------------------------------------
+_devices: dict[tuple[int, str], kdml.Device] = {}
+
+
+def _parse_device(device: str) -> int | None:
+    """Vulkan device index for an ONNX device string, or None if not ours."""
+    text = str(device).strip().upper()
+    kind, _, idx = text.partition(":")
+    if kind not in ("CPU", "VULKAN"):
+        return None
+    if kind == "CPU":
+        return -1 if not idx or idx == "0" else None
+    try:
+        return int(idx) if idx else -1
+    except ValueError:
+        return None
+
+
+def _kdml_device(device: str, feature_level: Any = None) -> kdml.Device:
+    index = _parse_device(device)
+    if index is None:
+        raise ValueError(f"device {device!r} is not supported; use 'CPU' (the default Vulkan device) or 'VULKAN:<n>'")
+    if feature_level is None and index == -1:
+        return kdml.default_device()
+    key = (max(index, 0), str(feature_level))
+    dev = _devices.get(key)
+    if dev is None or dev._closed:
+        dev = kdml.Device(max(index, 0), feature_level)
+        _devices[key] = dev
+    return dev
+
+
+def _load_model(model: Any) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray)):
+        return onnx.load_from_string(bytes(model))
+    if isinstance(model, (str, os.PathLike)):
+        return onnx.load(str(Path(model)))
+    raise TypeError(f"model must be a ModelProto, bytes or a path, got {type(model).__name__}")
+
+
+class Backend(_OnnxBackend):
+    """kompute_dml as an ONNX backend (see the module docstring)."""
+
+    @classmethod
+    def is_compatible(cls, model: Any, device: str = "CPU", **kwargs: Any) -> bool:
+        return _parse_device(device) is not None
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return _parse_device(device) is not None
+
+    @classmethod
+    def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> BackendRep:
+        """Options: feature_level (a kdml.FeatureLevel or its name), fallback ("auto":
+        onnxruntime then the reference evaluator; "onnxruntime"; "reference"), exclude_ops
+        (op types to keep on the CPU), cpu_threads (onnxruntime intra-op threads), kdml_device."""
+        proto = _load_model(model)
+        dev = kwargs.pop("kdml_device", None) or _kdml_device(device, kwargs.pop("feature_level", None))
+        kwargs.pop("feature_level", None)
+        allowed = {"fallback", "exclude_ops", "cpu_threads"}
+        return BackendRep(proto, dev, **{k: v for k, v in kwargs.items() if k in allowed})
+
+    @classmethod
+    def run_model(cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any) -> Any:
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU",
+                 outputs_info: Sequence[tuple[Any, tuple[int, ...]]] | None = None, **kwargs: Any) -> Any:
+        """Run one node on inputs given in its input order (None for an absent optional input)."""
+        if isinstance(inputs, dict):
+            inputs = [inputs.get(n) for n in node.input]
+        inputs = list(inputs)
+        g_inputs, feeds = [], {}
+        for name, v in zip(node.input, inputs):
+            if not name or v is None:
+                continue
+            g_inputs.append(helper.make_value_info(name, _type_proto_of_value(np.asarray(v) if not isinstance(
+                v, list) else v, None)))
+            feeds[name] = v
+        g_outputs = [onnx.ValueInfoProto(name=o) for o in node.output if o]
+        graph = helper.make_graph([node], "kdml_run_node", g_inputs, g_outputs)
+        opsets = [helper.make_opsetid("", kwargs.pop("opset_version", onnx.defs.onnx_opset_version()))]
+        if node.domain and node.domain != "ai.onnx":
+            opsets.append(helper.make_opsetid(node.domain, 1))
+        model = helper.make_model(graph, opset_imports=opsets, ir_version=10)
+        return cls.prepare(model, device, **kwargs).run(feeds)
+
+
+prepare = Backend.prepare
+run_model = Backend.run_model
+run_node = Backend.run_node
+supports_device = Backend.supports_device

@@ -1,0 +1,93 @@
+"""Graph helpers: the names a node reads, attributes, types of runtime values, sparse initializers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .values import _is_tensor_value, _value_dtype, _value_shape
+
+
+# ---------------------------------------------------------------------------------
+# graph helpers
+# ---------------------------------------------------------------------------------
+def _subgraph_free_names(graph: onnx.GraphProto) -> set[str]:
+    """Names a (sub)graph reads from an enclosing scope."""
+    defined = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    defined |= {i.values.name for i in graph.sparse_initializer}
+    used: set[str] = set()
+    for node in graph.node:
+        for name in _node_inputs(node):
+            if name not in defined:
+                used.add(name)
+        defined.update(o for o in node.output if o)
+    used.update(o.name for o in graph.output if o.name not in defined)
+    return used
+
+
+def _node_inputs(node: onnx.NodeProto) -> list[str]:
+    """Explicit inputs (non-empty) plus the outer-scope names its graph attributes read."""
+    names = [i for i in node.input if i]
+    for attr in node.attribute:
+        graphs = list(attr.graphs)
+        if attr.HasField("g"):
+            graphs.append(attr.g)
+        for g in graphs:
+            for name in sorted(_subgraph_free_names(g)):
+                if name not in names:
+                    names.append(name)
+    return names
+
+
+def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _np_dtype_of_onnx(elem_type: int) -> np.dtype | None:
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except Exception:
+        return None
+
+
+def _type_proto_of_value(value: Any, declared: onnx.TypeProto | None) -> onnx.TypeProto:
+    """A TypeProto for a runtime value: element type and rank, every dimension unknown."""
+    if _is_tensor_value(value):
+        dt = _value_dtype(value)
+        if dt.kind == "O":
+            elem = TensorProto.STRING
+        else:
+            elem = helper.np_dtype_to_tensor_dtype(dt)
+        return helper.make_tensor_type_proto(elem, [None] * len(_value_shape(value)))
+    if isinstance(value, list) and value:
+        return helper.make_sequence_type_proto(_type_proto_of_value(value[0], None))
+    if declared is not None:
+        return declared
+    if isinstance(value, list):
+        raise ValueError("cannot type an empty sequence without a declared type")
+    raise ValueError("cannot type an absent optional value without a declared type")
+
+
+def _signature(value: Any) -> Any:
+    if _is_tensor_value(value):
+        return ("t", str(_value_dtype(value)), len(_value_shape(value)))
+    if isinstance(value, list):
+        return ("s", _signature(value[0]) if value else None)
+    if value is None:
+        return ("none",)
+    return ("?", type(value).__name__)
+
+
+def _densify(sp: onnx.SparseTensorProto) -> np.ndarray:
+    vals = numpy_helper.to_array(sp.values).reshape(-1)
+    idx = numpy_helper.to_array(sp.indices)
+    dense = np.zeros(int(np.prod(sp.dims)), dtype=vals.dtype)
+    flat = idx.reshape(-1) if idx.ndim == 1 else np.ravel_multi_index(idx.T, tuple(sp.dims))
+    dense[flat] = vals
+    return dense.reshape(tuple(sp.dims))

@@ -1,0 +1,272 @@
+"""Device handlers: one per ONNX node kind that runs on the Vulkan device."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+import kompute_dml as kdml
+
+from .graph import _attr, _np_dtype_of_onnx
+from .quantize import dynamic_quantize_uint8
+from .values import (
+    _DML_NUMPY,
+    _FLOAT_OUT,
+    _QUANT_TYPES,
+    DeviceValue,
+    FallbackNeeded,
+    RunStats,
+    _is_tensor_value,
+    _value_dtype,
+    _value_shape,
+)
+
+if TYPE_CHECKING:
+    from .rep import BackendRep
+
+
+# ---------------------------------------------------------------------------------
+# device handlers: (rep, node, input values, stats) -> output values
+# ---------------------------------------------------------------------------------
+def _dml_type(dt: np.dtype, what: str) -> kdml.DataType:
+    if dt not in _DML_NUMPY:
+        raise FallbackNeeded(f"{what} type {dt} is not a DirectML type")
+    return kdml.DataType.from_numpy(dt)
+
+
+def _scalar_int(rep: BackendRep, v: Any, stats: RunStats) -> int:
+    arr = np.asarray(rep.host(v, stats))
+    if arr.size != 1:
+        raise ValueError(f"expected a single value, got shape {arr.shape}")
+    return int(arr.reshape(-1)[0])
+
+
+def _reshaped(rep: BackendRep, v: Any, shape: tuple[int, ...], stats: RunStats) -> Any:
+    """A value with another shape of the same size: a host reshape, or a new packed view of
+    the same device buffer."""
+    if isinstance(v, DeviceValue):
+        t = v.tensor
+        if t.desc.strides is not None:
+            raise FallbackNeeded("strided device tensor")
+        desc = kdml.TensorDesc(t.desc.data_type, shape if shape else (1,))
+        return DeviceValue(kdml.Tensor(t.buffer, desc, t.offset), shape, v.dtype)
+    return np.asarray(rep.host(v, stats)).reshape(shape)
+
+
+def _h_eyelike(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    x = ins[0]
+    shape = _value_shape(x)
+    if len(shape) != 2:
+        raise ValueError(f"EyeLike {node.name!r} takes a 2-D input, got shape {shape}")
+    dt_attr = _attr(node, "dtype")
+    dt = _np_dtype_of_onnx(dt_attr) if dt_attr is not None else _value_dtype(x)
+    if dt is None:
+        raise ValueError(f"EyeLike {node.name!r}: dtype {dt_attr} is not an ONNX tensor element type")
+    data_type = _dml_type(dt, "output")
+    k = int(_attr(node, "k", 0))
+    if 0 in shape:
+        return [np.zeros(shape, dtype=dt)]
+    t = kdml.eye_like(shape, k, data_type=data_type, out=rep.out_tensor(shape, dt), device=rep.device)
+    return [DeviceValue(t, shape, dt)]
+
+
+def _h_trilu(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    x = ins[0]
+    shape = _value_shape(x)
+    dt = _value_dtype(x)
+    _dml_type(dt, "input")
+    k = _scalar_int(rep, ins[1], stats) if len(ins) > 1 and ins[1] is not None else 0
+    upper = int(_attr(node, "upper", 1))
+    if len(shape) < 2:
+        raise ValueError(f"Trilu {node.name!r} takes an input of rank >= 2, got shape {shape}")
+    if 0 in shape:
+        return [np.zeros(shape, dtype=dt)]
+    work_shape = shape
+    if len(shape) > 4:  # DIAGONAL_MATRIX1 takes 2-4 dimensions: fold the batch dimensions
+        work_shape = (math.prod(shape[:-2]), *shape[-2:])
+        x = _reshaped(rep, x, work_shape, stats)
+    xt = rep.to_device(x, stats, node.input[0])
+    fn = kdml.triu if upper else kdml.tril
+    t = fn(xt, k, out=rep.out_tensor(work_shape, dt), device=rep.device)
+    out = DeviceValue(t, work_shape, dt)
+    if work_shape != shape:
+        out = _reshaped(rep, out, shape, stats)
+    return [out]
+
+
+def _copy_value(rep: BackendRep, v: Any, stats: RunStats, name: str | None) -> Any:
+    shape = _value_shape(v)
+    dt = _value_dtype(v)
+    if 0 in shape:
+        return np.array(rep.host(v, stats), copy=True)
+    xt = rep.to_device(v, stats, name)
+    return DeviceValue(kdml.copy(xt, out=rep.out_tensor(xt.desc.sizes, dt), device=rep.device), shape, dt)
+
+
+def _h_identity(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    v = ins[0]
+    if v is None:
+        return [None]
+    if isinstance(v, list):
+        for e in v:
+            if not _is_tensor_value(e):
+                raise FallbackNeeded("nested sequence")
+            _dml_type(_value_dtype(e), "element")
+        return [[_copy_value(rep, e, stats, None) for e in v]]
+    if not _is_tensor_value(v):
+        raise FallbackNeeded(f"value of type {type(v).__name__}")
+    _dml_type(_value_dtype(v), "input")
+    return [_copy_value(rep, v, stats, node.input[0])]
+
+
+def _matmul_out_shape(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[int, ...]:
+    batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    return (*batch, a_shape[-2], b_shape[-1])
+
+
+def _mm_integer_to_float(rep: BackendRep, node: onnx.NodeProto, a: Any, a_name: str | None, b: Any, b_name: str | None,
+                         a_scale: Any, a_scale_name: str | None, b_scale: Any, b_scale_name: str,
+                         a_zp: Any, a_zp_name: str | None, b_zp: Any, b_zp_name: str | None,
+                         bias: Any, bias_name: str | None, stats: RunStats) -> Any:
+    a_shape, b_shape = _value_shape(a), _value_shape(b)
+    for what, v in (("A", a), ("B", b)):
+        if _value_dtype(v) not in _QUANT_TYPES:
+            raise FallbackNeeded(f"{what} type {_value_dtype(v)} is not int8/uint8")
+        if len(_value_shape(v)) < 1:
+            raise FallbackNeeded(f"{what} is a scalar")
+    out_dt = _value_dtype(a_scale)
+    if out_dt not in _FLOAT_OUT:
+        raise FallbackNeeded(f"scale type {out_dt} is not float32/float16")
+    squeeze = []
+    if len(a_shape) == 1:
+        a_shape = (1, a_shape[0])
+        a = _reshaped(rep, a, a_shape, stats)
+        a_name = None
+        squeeze.append(-2)
+    if len(b_shape) == 1:
+        b_shape = (b_shape[0], 1)
+        b = _reshaped(rep, b, b_shape, stats)
+        b_name = None
+        squeeze.append(-1)
+    if a_shape[-1] != b_shape[-2]:
+        raise ValueError(f"{node.op_type} {node.name!r}: A {a_shape} and B {b_shape} do not multiply")
+    try:
+        out_shape = _matmul_out_shape(a_shape, b_shape)
+    except ValueError as e:
+        raise ValueError(f"{node.op_type} {node.name!r}: batch shapes do not broadcast: {e}") from None
+    n = b_shape[-1]
+    a_batch, b_batch = a_shape[:-2], b_shape[:-2]
+    if len(out_shape) > 4:  # the operator takes at most two batch dimensions: fold them into one
+        if a_batch and b_batch and a_batch != b_batch:
+            raise FallbackNeeded(f"{len(out_shape) - 2} broadcast batch dimensions")
+        if a_batch:
+            a = _reshaped(rep, a, (math.prod(a_batch), *a_shape[-2:]), stats)
+            a_name = None
+        if b_batch:
+            b = _reshaped(rep, b, (math.prod(b_batch), *b_shape[-2:]), stats)
+            b_name = None
+        folded = out_shape
+        out_shape = (math.prod(out_shape[:-2]), *out_shape[-2:])
+    else:
+        folded = None
+    if int(np.prod(_value_shape(a_scale))) != 1:
+        raise FallbackNeeded("a_scale is not a scalar")
+    if a_zp is not None and int(np.prod(_value_shape(a_zp))) != 1:
+        raise FallbackNeeded("a_zero_point is not a scalar")
+    for what, v in (("b_scale", b_scale), ("b_zero_point", b_zp), ("bias", bias)):
+        if v is None:
+            continue
+        vs = _value_shape(v)
+        allowed = (n,) if what == "bias" else (1, n)
+        if len(vs) == 1 and vs[0] not in allowed:
+            # No engine takes this: ONNX wants a scalar or one value per column of B.
+            raise ValueError(f"{node.op_type} {node.name!r}: {what} has {vs[0]} elements; B has {n} columns")
+        if what == "bias" and vs != (n,):
+            raise FallbackNeeded(f"bias of shape {vs} is not ({n},)")
+        if what != "bias" and math.prod(vs) != 1 and vs != (n,):
+            raise FallbackNeeded(f"{what} of shape {vs} is neither a scalar nor ({n},)")
+    if a_zp is not None and _value_dtype(a_zp) != _value_dtype(a):
+        raise FallbackNeeded("a_zero_point type differs from A")
+    if b_zp is not None and _value_dtype(b_zp) != _value_dtype(b):
+        raise FallbackNeeded("b_zero_point type differs from B")
+
+    def final(v: Any) -> Any:
+        full = folded or out_shape
+        shape = tuple(s for i, s in enumerate(full) if i - len(full) not in squeeze)
+        return v if shape == _value_shape(v) else _reshaped(rep, v, shape, stats)
+
+    if math.prod(out_shape) == 0:
+        return final(np.zeros(out_shape, dtype=out_dt))
+    if a_shape[-1] == 0:  # K = 0: the sum is empty, only the bias remains
+        base = np.zeros(out_shape, dtype=out_dt)
+        if bias is not None:
+            base = base + np.asarray(rep.host(bias, stats), dtype=out_dt)
+        return final(base.astype(out_dt))
+
+    # Device values and constants are bound as they are; the other host values (typically
+    # A and its scale and zero point, fresh from a CPU sub-graph) go up in one transfer.
+    args = [(a, a_name), (b, b_name), (a_scale, a_scale_name), (b_scale, b_scale_name), (a_zp, a_zp_name),
+            (b_zp, b_zp_name), (bias, bias_name)]
+    bound: list[Any] = [None] * len(args)
+    pending = []
+    for i, (v, name) in enumerate(args):
+        if v is None:
+            continue
+        if isinstance(v, DeviceValue) or rep.is_constant(name):
+            bound[i] = rep.to_device(v, stats, name)
+        else:
+            pending.append(i)
+    if pending:
+        group = rep.upload_group([np.asarray(args[i][0]) for i in pending], stats, tuple(args[i][1] for i in pending))
+        for i, t in zip(pending, group):
+            bound[i] = t
+    mmitf = kdml.matmul_integer_to_float  # type: ignore[attr-defined]
+    t = mmitf(*bound, out_data_type=kdml.DataType.from_numpy(out_dt), out=rep.out_tensor(out_shape, out_dt),
+              device=rep.device)
+    return final(DeviceValue(t, out_shape, out_dt))
+
+
+def _in(ins: list[Any], node: onnx.NodeProto, i: int) -> tuple[Any, str | None]:
+    if i < len(ins) and node.input[i]:
+        return ins[i], node.input[i]
+    return None, None
+
+
+def _h_mmitf(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    a, an = _in(ins, node, 0)
+    b, bn = _in(ins, node, 1)
+    a_s, a_sn = _in(ins, node, 2)
+    b_s, b_sn = _in(ins, node, 3)
+    a_zp, a_zpn = _in(ins, node, 4)
+    b_zp, b_zpn = _in(ins, node, 5)
+    bias, bias_n = _in(ins, node, 6)
+    return [_mm_integer_to_float(rep, node, a, an, b, bn or "", a_s, a_sn, b_s, b_sn or "", a_zp, a_zpn,
+                                 b_zp, b_zpn, bias, bias_n, stats)]
+
+
+def _h_dqmm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    a, _ = _in(ins, node, 0)
+    b, bn = _in(ins, node, 1)
+    b_s, b_sn = _in(ins, node, 2)
+    b_zp, b_zpn = _in(ins, node, 3)
+    bias, bias_n = _in(ins, node, 4)
+    if _value_dtype(a) != np.float32:
+        raise FallbackNeeded(f"A type {_value_dtype(a)} is not float32")
+    if _value_dtype(b_s) != np.float32:
+        raise FallbackNeeded(f"b_scale type {_value_dtype(b_s)} is not float32")
+    # Quantize A on the host, with ONNX Runtime's CPU kernel's parameters.
+    q, scale, zp = dynamic_quantize_uint8(rep.host(a, stats))
+    return [_mm_integer_to_float(rep, node, q, None, b, bn or "", np.array(scale, np.float32), None, b_s,
+                                 b_sn or "", np.array(zp, np.uint8), None, b_zp, b_zpn, bias, bias_n, stats)]
+
+
+_HANDLERS = {
+    "EyeLike": _h_eyelike,
+    "Trilu": _h_trilu,
+    "Identity": _h_identity,
+    "MatMulIntegerToFloat": _h_mmitf,
+    "DynamicQuantizeMatMul": _h_dqmm,
+}

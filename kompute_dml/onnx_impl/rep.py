@@ -1,0 +1,288 @@
+"""BackendRep: a prepared model (partition into Vulkan nodes and CPU sub-graphs, and the run loop)."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import heapq
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+from onnx.backend.base import BackendRep as _OnnxBackendRep
+from onnx.backend.base import namedtupledict
+
+import kompute_dml as kdml
+
+from .analysis import GraphAnalysis
+from .fallback import CpuSegment
+from .graph import _densify, _node_inputs
+from .handlers import _HANDLERS
+from .transfers import ValueTransfers
+from .values import CPU, VULKAN, DeviceValue, FallbackNeeded, NodePlacement, RunStats, _is_tensor_value
+
+
+# ---------------------------------------------------------------------------------
+# the prepared model
+# ---------------------------------------------------------------------------------
+class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
+    """A prepared model. `placement` lists where every node runs; `summary()` says it in
+    one paragraph; `run(inputs)` returns the outputs (numpy arrays, lists for sequences,
+    None for absent optionals); `last_run` holds the RunStats of the latest run."""
+
+    def __init__(self, model: onnx.ModelProto, device: kdml.Device, *, fallback: str = "auto",
+                 exclude_ops: Iterable[str] = (), cpu_threads: int | None = None) -> None:
+        if fallback not in ("auto", "onnxruntime", "reference"):
+            raise ValueError(f"fallback must be 'auto', 'onnxruntime' or 'reference', got {fallback!r}")
+        self.model = model
+        self.graph = model.graph
+        self.device = device
+        self.fallback = fallback
+        self.cpu_threads = cpu_threads
+        self.exclude_ops = set(exclude_ops)
+        self.last_run = RunStats()
+        g = model.graph
+        self.constants: dict[str, TensorProto] = {t.name: t for t in g.initializer}
+        for sp in g.sparse_initializer:  # rare: densified once
+            self.constants[sp.values.name] = numpy_helper.from_array(_densify(sp), sp.values.name)
+        # Graph inputs that have an initializer are overridable defaults, not constants.
+        self.input_names = [i.name for i in g.input]
+        self.feed_names = [i.name for i in g.input if i.name not in self.constants]
+        self.output_names = [o.name for o in g.output]
+        self._host_constants: dict[str, np.ndarray] = {}
+        self._feeds_now: set[str] = set()
+        # Device buffers each node reuses from run to run (keyed by node, role, slot, layout):
+        # the device's pipeline cache is keyed by the bound buffers, so fresh buffers on
+        # every run would rebuild every pipeline on every run.
+        self._arena: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
+        self.arena_capacity = 4096
+        self._cur_node = -1
+        self._slot = 0
+        self._run_lock = threading.Lock()
+        self._run_uploads: dict[tuple[Any, ...], list[kdml.Tensor]] = {}
+        self._device_constants: dict[str, DeviceValue] = {}
+        self.declared_types = self._infer_types(model)
+
+        self._validate_graph()
+        self._placement_static: list[tuple[str, str, str]] = [self._static_target(n) for n in g.node]
+        self._steps = self._partition()
+        self.placement = self._make_placement()
+        self._single_node_segments: dict[int, CpuSegment] = {}
+
+
+    # ---- placement ------------------------------------------------------------
+    def _partition(self) -> list[tuple[str, Any]]:
+        """Order the nodes into steps, each all-Vulkan or all-CPU, greedily making CPU
+        sub-graphs maximal: while a kind has ready nodes, they are all taken."""
+        g = self.graph
+        n = len(g.node)
+        producer: dict[str, int] = {}
+        for i, node in enumerate(g.node):
+            for o in node.output:
+                if o:
+                    producer[o] = i
+        users: list[list[int]] = [[] for _ in range(n)]
+        indeg = [0] * n
+        for i, node in enumerate(g.node):
+            deps = {producer[name] for name in _node_inputs(node) if name in producer and producer[name] != i}
+            indeg[i] = len(deps)
+            for d in deps:
+                users[d].append(i)
+        kinds = [t[0] for t in self._placement_static]
+        ready: dict[str, list[int]] = {VULKAN: [], CPU: []}
+        for i in range(n):
+            if indeg[i] == 0:
+                heapq.heappush(ready[kinds[i]], i)
+        steps: list[tuple[str, list[int]]] = []
+        done = 0
+        current = None
+        while ready[VULKAN] or ready[CPU]:
+            if current is None:
+                current = min((ready[k][0], k) for k in (VULKAN, CPU) if ready[k])[1]
+            elif not ready[current]:
+                current = CPU if current == VULKAN else VULKAN
+            batch: list[int] = []
+            while ready[current]:
+                i = heapq.heappop(ready[current])
+                batch.append(i)
+                for u in users[i]:
+                    indeg[u] -= 1
+                    if indeg[u] == 0:
+                        heapq.heappush(ready[kinds[u]], u)
+            done += len(batch)
+            if current == VULKAN:
+                steps.extend((VULKAN, [i]) for i in batch)
+            else:
+                steps.append((CPU, batch))
+            current = CPU if current == VULKAN else VULKAN
+        if done != n:
+            raise ValueError("the graph has a cycle (or reads a value no node, input or initializer provides)")
+        # CPU segments, and which of their values later steps (or the graph outputs) read.
+        self.segments: list[CpuSegment] = []
+        later_reads: set[str] = set(self.output_names)
+        plan: list[tuple[str, Any]] = []
+        for kind, idx in steps:
+            if kind == CPU:
+                seg = CpuSegment(self, len(self.segments), idx)
+                self.segments.append(seg)
+                plan.append((CPU, seg))
+            else:
+                plan.append((VULKAN, idx[0]))
+        for kind, item in reversed(plan):
+            if kind == CPU:
+                item.outputs = [o for i in item.node_indices for o in g.node[i].output if o and o in later_reads]
+                later_reads.update(item.inputs)
+            else:
+                later_reads.update(_node_inputs(g.node[item]))
+        # Last reader of every value, to free it as soon as possible.
+        self._last_use: dict[str, int] = {}
+        for s, (kind, item) in enumerate(plan):
+            names = item.inputs if kind == CPU else _node_inputs(g.node[item])
+            for name in names:
+                self._last_use[name] = s
+        keep = set(self.output_names) | set(self.input_names)
+        self._free_after: list[list[str]] = [[] for _ in plan]
+        for name, s in self._last_use.items():
+            if name not in keep:
+                self._free_after[s].append(name)
+        return plan
+
+    def _make_placement(self) -> list[NodePlacement]:
+        seg_of = {i: s.index for s in self.segments for i in s.node_indices}
+        engine = {"auto": "onnxruntime", "onnxruntime": "onnxruntime", "reference": "reference"}[self.fallback]
+        out = []
+        for i, node in enumerate(self.graph.node):
+            target, op, reason = self._placement_static[i]
+            domain = node.domain if node.domain != "ai.onnx" else ""
+            out.append(NodePlacement(i, node.name, node.op_type, domain, target,
+                                     op if target == VULKAN else engine, seg_of.get(i), reason))
+        return out
+
+    def _refresh_engines(self) -> None:
+        self.placement = [
+            dataclasses.replace(p, operator=self.segments[p.segment].engine or p.operator)
+            if p.segment is not None else p
+            for p in self.placement
+        ]
+
+    def summary(self) -> str:
+        """Where the nodes run, in a few lines."""
+        vk = [p for p in self.placement if p.target == VULKAN]
+        cpu = [p for p in self.placement if p.target == CPU]
+        lines = [f"{len(vk)} of {len(self.placement)} nodes on Vulkan ({self.device.name}, "
+                 f"feature level {self.device.feature_level.name})"]
+        counts = collections.Counter((p.op_type, p.operator) for p in vk)
+        for (op, dml), c in sorted(counts.items()):
+            lines.append(f"  vulkan  {op} x{c} -> {dml}")
+        engines = collections.Counter(p.operator for p in cpu)
+        eng = ", ".join(f"{e} {c}" for e, c in sorted(engines.items())) or "none"
+        lines.append(f"{len(cpu)} nodes fall back to the CPU in {len(self.segments)} sub-graph(s) ({eng})")
+        cpu_counts = collections.Counter(p.op_type for p in cpu)
+        if cpu_counts:
+            lines.append("  cpu     " + ", ".join(f"{op} x{c}" for op, c in sorted(cpu_counts.items())))
+        reasons = collections.Counter(f"{p.op_type}: {p.reason}" for p in cpu
+                                      if p.reason and p.reason != "no kompute_dml operator")
+        for r, c in sorted(reasons.items()):
+            lines.append(f"  cpu because {r} (x{c})")
+        return "\n".join(lines)
+
+    def _note(self, msg: str) -> None:
+        self.last_run.events.append(msg)
+    # ---- running ----------------------------------------------------------------------
+    def _normalize_inputs(self, inputs: Any) -> dict[str, Any]:
+        if isinstance(inputs, dict):
+            feeds = dict(inputs)
+            unknown = [k for k in feeds if k not in self.input_names]
+            if unknown:
+                raise ValueError(f"unknown input(s) {unknown}; the model's inputs are {self.feed_names}")
+        else:
+            if _is_tensor_value(inputs) and not isinstance(inputs, DeviceValue):
+                inputs = [inputs]
+            seq = list(inputs)
+            names = self.feed_names if len(seq) <= len(self.feed_names) else self.input_names
+            if len(seq) > len(names):
+                raise ValueError(f"{len(seq)} inputs given; the model takes {len(self.feed_names)}: {self.feed_names}")
+            feeds = dict(zip(names, seq))
+        missing = [n for n in self.feed_names if n not in feeds]
+        if missing:
+            raise ValueError(f"missing input(s) {missing}; the model's inputs are {self.feed_names}")
+        for name, v in list(feeds.items()):
+            if isinstance(v, (np.generic, int, float, bool)):
+                feeds[name] = v = np.asarray(v)
+            exp = self._elem_dtype(name)
+            if isinstance(v, np.ndarray) and exp is not None and v.dtype != exp and v.dtype.kind != "O":
+                raise ValueError(f"input {name!r}: expected {exp}, got {v.dtype}")
+        return feeds
+
+    def check_inputs(self, inputs: Any) -> None:
+        """Raise ValueError (naming the input) if `inputs` cannot be fed to this model."""
+        self._normalize_inputs(inputs)
+
+    def run(self, inputs: Any, **kwargs: Any) -> Any:
+        """Run the model (one run at a time per prepared model: device buffers are reused)."""
+        with self._run_lock:
+            return self._run(inputs)
+
+    def _run(self, inputs: Any) -> Any:
+        stats = RunStats()
+        self.last_run = stats
+        t0 = time.perf_counter()
+        feeds = self._normalize_inputs(inputs)
+        self._feeds_now = set(feeds)
+        self._run_uploads = {}
+        env: dict[str, Any] = dict(feeds)
+        g = self.graph
+
+        def lookup(name: str) -> Any:
+            if name in env:
+                return env[name]
+            if name in self.constants:
+                return self._constant_host(name)
+            raise KeyError(f"value {name!r} is not available (missing input?)")
+
+        for s, (kind, item) in enumerate(self._steps):
+            ts = time.perf_counter()
+            if kind == CPU:
+                vals = [self.host(lookup(n), stats) for n in item.inputs]
+                outs = item.run(vals)
+                env.update(zip(item.outputs, outs))
+                stats.cpu_segments += 1
+                stats.cpu_seconds += time.perf_counter() - ts
+            else:
+                node = g.node[item]
+                self._run_device_node(item, node, lookup, env, stats)
+                stats.vulkan_seconds += time.perf_counter() - ts
+            for name in self._free_after[s]:
+                env.pop(name, None)
+        results = [self.host(lookup(n), stats) for n in self.output_names]
+        self._refresh_engines()
+        stats.total_seconds = time.perf_counter() - t0
+        return namedtupledict("Outputs", self.output_names)(*results)
+
+    def _run_device_node(self, idx: int, node: onnx.NodeProto, lookup: Any, env: dict[str, Any],
+                         stats: RunStats) -> None:
+        ins = [lookup(n) if n else None for n in node.input]
+        handler = _HANDLERS[node.op_type]
+        self._cur_node, self._slot = idx, 0
+        try:
+            outs = handler(self, node, ins, stats)
+            stats.vulkan_nodes += 1
+        except (FallbackNeeded, kdml.UnsupportedError) as e:
+            stats.runtime_fallbacks += 1
+            self._note(f"node {idx} ({node.op_type} {node.name!r}) ran on the CPU: {e}")
+            seg = self._single_node_segments.get(idx)
+            if seg is None:
+                seg = CpuSegment(self, -1 - idx, [idx])
+                seg.outputs = [o for o in node.output if o]
+                self._single_node_segments[idx] = seg
+            vals = [self.host(lookup(n), stats) for n in seg.inputs]
+            outs = seg.run(vals)
+            env.update(zip(seg.outputs, outs))
+            return
+        for name, v in zip(node.output, outs):
+            if name:
+                env[name] = v

@@ -1,0 +1,132 @@
+"""Moving values between host and device for a prepared model: constants uploaded once,
+downloads cached, and the buffer arena each node reuses from run to run."""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from onnx import TensorProto, numpy_helper
+
+import kompute_dml as kdml
+from kompute_dml.memory import packed_desc_for
+
+from .values import DeviceValue, RunStats
+
+
+class ValueTransfers:
+    """BackendRep's value methods (a mixin: the attributes below are set by BackendRep.__init__)."""
+
+    device: kdml.Device
+    constants: dict[str, TensorProto]
+    arena_capacity: int
+    _host_constants: dict[str, np.ndarray]
+    _feeds_now: set[str]
+    _arena: collections.OrderedDict[tuple[Any, ...], Any]
+    _cur_node: int
+    _slot: int
+    _run_lock: threading.Lock
+    _run_uploads: dict[tuple[Any, ...], list[kdml.Tensor]]
+    _device_constants: dict[str, DeviceValue]
+
+    # ---- values ------------------------------------------------------------------
+    def _constant_host(self, name: str) -> np.ndarray:
+        arr = self._host_constants.get(name)
+        if arr is None:
+            arr = numpy_helper.to_array(self.constants[name])
+            self._host_constants[name] = arr
+        return arr
+
+    def host(self, value: Any, stats: RunStats) -> Any:
+        """The host form of a value (numpy / list / None), downloading device tensors once."""
+        if isinstance(value, DeviceValue):
+            if value._host is None:
+                value._host = value.tensor.numpy().reshape(value.shape)
+                stats.downloads += 1
+            return value._host
+        if isinstance(value, list):
+            return [self.host(v, stats) for v in value]
+        return value
+
+    def is_constant(self, name: str | None) -> bool:
+        return name is not None and name in self.constants and name not in self._feeds_now
+
+    def to_device(self, value: Any, stats: RunStats, name: str | None = None) -> kdml.Tensor:
+        """The kdml.Tensor for a (non-empty) tensor value; constants are uploaded once."""
+        if isinstance(value, DeviceValue):
+            return value.tensor
+        if name is not None and self.is_constant(name):
+            dv = self._device_constants.get(name)
+            if dv is None:
+                arr = self._constant_host(name)
+                dv = DeviceValue(self.device.tensor(np.ascontiguousarray(arr)), arr.shape, arr.dtype)
+                self._device_constants[name] = dv
+                stats.constant_uploads += 1
+            return dv.tensor
+        return self.upload_group([np.asarray(value)], stats, (name,))[0]
+
+    def _arena_get(self, key: tuple[Any, ...]) -> Any:
+        hit = self._arena.get(key)
+        if hit is not None:
+            self._arena.move_to_end(key)
+        return hit
+
+    def _arena_put(self, key: tuple[Any, ...], value: Any) -> None:
+        self._arena[key] = value
+        while len(self._arena) > self.arena_capacity:
+            self._arena.popitem(last=False)
+
+    def out_tensor(self, sizes: Sequence[int], dtype: Any) -> kdml.Tensor:
+        """The current node's next output buffer, the same one on every run of this layout."""
+        desc = kdml.TensorDesc(kdml.DataType.from_numpy(dtype), tuple(sizes) if len(sizes) else (1,))
+        self._slot += 1
+        key = (self._cur_node, "out", self._slot, desc)
+        t = self._arena_get(key)
+        if t is None:
+            t = self.device.empty(desc)
+            self._arena_put(key, t)
+        return t
+
+    def upload_group(self, arrays: list[np.ndarray], stats: RunStats,
+                     names: tuple[str | None, ...] | None = None) -> list[kdml.Tensor]:
+        """Upload host arrays for the current node in one transfer, into a buffer (16-byte
+        aligned parts) that this node reuses on every run with the same layouts. When every
+        array is a named graph value, a later node of the same run that needs the same values
+        binds the same upload (e.g. the Q, K and V products of one quantized activation)."""
+        named = names is not None and all(names)
+        if named and names in self._run_uploads:
+            return list(self._run_uploads[names])
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        descs = [packed_desc_for(a) for a in arrays]
+        self._slot += 1
+        key = (self._cur_node, "in", self._slot, tuple(descs))
+        hit = self._arena_get(key)
+        if hit is None:
+            offsets, total = [], 0
+            for d in descs:
+                offsets.append(total)
+                total += -(-d.byte_size // 16) * 16
+            buf = self.device.buffer(total)
+            hit = (buf, offsets, [kdml.Tensor(buf, d, o) for d, o in zip(descs, offsets)], total)
+            self._arena_put(key, hit)
+        buf, offsets, tensors, total = hit
+        if len(arrays) == 1:
+            buf.write(arrays[0])
+        else:
+            raw = np.zeros(total, np.uint8)
+            for a, off in zip(arrays, offsets):
+                raw[off : off + a.nbytes] = a.reshape(-1).view(np.uint8)
+            buf.write(raw)
+        stats.uploads += 1
+        if named:
+            self._run_uploads[names] = tensors  # type: ignore[index]
+        return list(tensors)
+
+    def release(self) -> None:
+        """Drop the device buffers kept for reuse between runs (and the uploaded constants)."""
+        with self._run_lock:
+            self._arena.clear()
+            self._device_constants.clear()

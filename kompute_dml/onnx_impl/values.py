@@ -1,0 +1,96 @@
+"""Constants, device values and run statistics shared by the ONNX backend's modules."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+import kompute_dml as kdml
+
+MS_DOMAIN = "com.microsoft"
+VULKAN = "vulkan"
+CPU = "cpu"
+
+# The numpy types a DirectML tensor can hold (DataType.from_numpy accepts exactly these).
+_DML_NUMPY = {np.dtype(t) for t in (np.float32, np.float16, np.uint32, np.uint16, np.uint8, np.int32, np.int16,
+                                     np.int8, np.float64, np.uint64, np.int64)}
+_QUANT_TYPES = {np.dtype(np.int8), np.dtype(np.uint8)}
+_FLOAT_OUT = {np.dtype(np.float32), np.dtype(np.float16)}
+
+# (op_type, domain) -> (DirectML operator, kdml helper, lowest feature level it needs)
+_DEVICE_OPS: dict[tuple[str, str], tuple[str, str, int]] = {
+    ("EyeLike", ""): ("DIAGONAL_MATRIX", "eye_like", 0x2000),
+    ("Trilu", ""): ("DIAGONAL_MATRIX1", "triu", 0x5100),
+    ("Identity", ""): ("COPY", "copy", 0x1000),
+    ("MatMulIntegerToFloat", MS_DOMAIN): ("MATRIX_MULTIPLY_INTEGER_TO_FLOAT", "matmul_integer_to_float", 0x6200),
+    ("DynamicQuantizeMatMul", MS_DOMAIN): ("MATRIX_MULTIPLY_INTEGER_TO_FLOAT", "matmul_integer_to_float", 0x6200),
+}
+
+
+class FallbackNeeded(Exception):
+    """Raised by a device handler when this node, with these runtime values, must run on the CPU."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NodePlacement:
+    """Where one node runs: target "vulkan" (operator = the DirectML operator) or "cpu"
+    (operator = the fallback engine; segment = the index of its CPU sub-graph)."""
+
+    index: int
+    name: str
+    op_type: str
+    domain: str
+    target: str
+    operator: str
+    segment: int | None = None
+    reason: str = ""
+
+
+# ---------------------------------------------------------------------------------
+# values
+# ---------------------------------------------------------------------------------
+class DeviceValue:
+    """A tensor that lives on the device: the kdml.Tensor plus its ONNX shape and dtype
+    (a rank-0 ONNX tensor is a 1-element DirectML tensor). The host copy is cached."""
+
+    __slots__ = ("_host", "dtype", "shape", "tensor")
+
+    def __init__(self, tensor: kdml.Tensor, shape: Sequence[int], dtype: Any) -> None:
+        self.tensor = tensor
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self._host: np.ndarray | None = None
+
+    def __repr__(self) -> str:
+        return f"DeviceValue({self.dtype}, shape={self.shape})"
+
+
+def _value_shape(v: Any) -> tuple[int, ...]:
+    return v.shape if isinstance(v, DeviceValue) else tuple(np.shape(v))
+
+
+def _value_dtype(v: Any) -> np.dtype:
+    return v.dtype if isinstance(v, DeviceValue) else np.asarray(v).dtype
+
+
+def _is_tensor_value(v: Any) -> bool:
+    return isinstance(v, (DeviceValue, np.ndarray, np.generic))
+
+
+@dataclasses.dataclass
+class RunStats:
+    """What one `rep.run` did: transfers between host and device, and where time went."""
+
+    uploads: int = 0
+    constant_uploads: int = 0
+    downloads: int = 0
+    vulkan_nodes: int = 0
+    cpu_segments: int = 0
+    runtime_fallbacks: int = 0
+    vulkan_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    total_seconds: float = 0.0
+    events: list[str] = dataclasses.field(default_factory=list)
