@@ -180,15 +180,16 @@ def _float_value_as(value: float, dt: DT) -> np.generic:
     if dt.is_float:
         with np.errstate(over="ignore"):
             return dt.numpy_dtype.type(v32)
+    # Integers, computed another way than the library does: with numpy on float64
+    # (exact for every float32), NaN first to 0, then clip (saturates +-inf too), then
+    # truncate toward zero.
     info = np.iinfo(dt.numpy_dtype)
-    f = float(v32)
-    if math.isnan(f):
-        n = 0
-    elif math.isinf(f):
-        n = int(info.max) if f > 0 else int(info.min)
-    else:
-        n = min(max(math.trunc(f), int(info.min)), int(info.max))
-    return dt.numpy_dtype.type(n)
+    f = np.nan_to_num(np.float64(v32), nan=0.0, posinf=np.inf, neginf=-np.inf)
+    if f >= float(info.max):  # float(max) of a 64-bit type rounds up past max
+        return dt.numpy_dtype.type(info.max)
+    if f <= float(info.min):
+        return dt.numpy_dtype.type(info.min)
+    return dt.numpy_dtype.type(int(np.trunc(f)))
 
 
 @st.composite
