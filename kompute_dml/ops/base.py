@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, invalid
+from ..errors import invalid
 from ..layout import element_offsets
 from ..memory import Tensor, calc_span_bytes, check_binding_range
 from ..registry import OperatorSupport
-from ..runtime import DispatchPlan, EncodedDispatch, TransferPlan, encode
+from ..runtime import DispatchPlan, TransferPlan, encode
 from ..tensor_desc import TensorDesc, validate_desc
 
 if TYPE_CHECKING:
@@ -129,17 +129,12 @@ class CompiledOperator:
         ):
             return  # exact in-place execution, which DirectML allows for this operator
         small = out.desc.element_count <= _EXACT_ALIAS_LIMIT and other.desc.element_count <= _EXACT_ALIAS_LIMIT
-        if small and not (_byte_set(out) & _byte_set(other)):
-            return
+        if small and not np.isin(_byte_positions(out), _byte_positions(other)).any():
+            return  # interleaved in one buffer, but no byte in common
         rule = "may alias an input only for exact in-place execution" if self.allows_inplace else "may not alias"
         raise invalid(out_name, f"overlaps {other_name} in the same buffer: {self.support.name}'s output {rule}")
 
     # ---- execution ---------------------------------------------------------------
-    def _encode(self, inputs: Any, outputs: Any) -> list[EncodedDispatch]:
-        bound = self._check_bindings(inputs, outputs)
-        with self.device._lock:
-            return [encode(self.device, plan, bound) for plan in self.plans]
-
     def execute(self, inputs: Any, outputs: Any) -> None:
         """Run the operator on the bound tensors; returns when the device is done."""
         bound = self._check_bindings(inputs, outputs)
@@ -166,12 +161,8 @@ class CompiledOperator:
             dev._submit(dispatches, replay_key=key)
 
 
-def _byte_set(t: Tensor) -> set[int]:
+def _byte_positions(t: Tensor) -> np.ndarray:
     offs = element_offsets(t.desc.sizes, t.desc.effective_strides) * t.desc.data_type.size + t.offset
     size = t.desc.data_type.size
-    return set((offs[:, None] + np.arange(size)[None, :]).reshape(-1).tolist())
+    return (offs[:, None] + np.arange(size)[None, :]).reshape(-1)
 
-
-def check_same(field: str, what: str, a: object, b: object, other: str) -> None:
-    if a != b:
-        raise InvalidArgumentError(f"{field}: {what} must equal {other}'s ({b}), got {a}")
