@@ -313,9 +313,14 @@ class Device:
             self._replays.move_to_end(key)
             self._run(seq)
             for op, bound in items:
-                for plan in op.plans:
-                    for i in plan.writes:
-                        bound[i].buffer._device_newer = True
+                self._mark_written(op.plans, bound)
+
+    @staticmethod
+    def _mark_written(plans: Any, bound: list[Any]) -> None:
+        """After a replayed submission: the buffers its plans write are newer on the device."""
+        for plan in plans:
+            for i in plan.writes:
+                bound[i].buffer._device_newer = True
 
     def _check_open(self) -> None:
         if self._closed:

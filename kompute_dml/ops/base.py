@@ -151,11 +151,7 @@ class CompiledOperator:
             if key in dev._replays:
                 dev._replays.move_to_end(key)
                 dev._run(dev._replays[key])
-                for plan in self.plans:
-                    for i in plan.writes:
-                        t = bound[i]
-                        assert t is not None
-                        t.buffer._device_newer = True
+                dev._mark_written(self.plans, bound)
                 return
             dispatches = [encode(dev, plan, bound) for plan in self.plans]
             dev._submit(dispatches, replay_key=key)
