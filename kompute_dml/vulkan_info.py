@@ -149,6 +149,7 @@ def physical_devices() -> tuple[PhysicalDeviceInfo, ...]:
             lim = props.limits
             limits = {
                 "max_storage_buffer_range": lim.maxStorageBufferRange,
+                "max_texel_buffer_elements": lim.maxTexelBufferElements,
                 "max_push_constants_size": lim.maxPushConstantsSize,
                 "max_compute_work_group_count": tuple(lim.maxComputeWorkGroupCount),
                 "max_compute_work_group_size": tuple(lim.maxComputeWorkGroupSize),

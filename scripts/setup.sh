@@ -51,11 +51,14 @@ fi
 # scripts/kp-0.9.0-kompute-dml.patch exposes kp::OpMemoryBarrier to Python (needed
 # to order dependent dispatches inside one submission), adds OpCopyRegions and
 # OpFillRegions (vkCmdCopyBuffer / vkCmdFillBuffer on byte ranges), and fixes a missing comma in
-# kp's setup.py that drops -DPYTHON_EXECUTABLE. The patched build is 0.9.0+kdml2.
-KP_LOCAL_VERSION="$KP_VERSION+kdml2"
+# kp's setup.py that drops -DPYTHON_EXECUTABLE; it also lets shaders bind tensors as uniform
+# texel buffers (descriptor types read from the SPIR-V; kp.kdml_patch_level = 3).
+# The patched build is 0.9.0+kdml3.
+KP_LOCAL_VERSION="$KP_VERSION+kdml3"
+KP_PATCH_LEVEL=3
 PATCH="$ROOT/scripts/kp-$KP_VERSION-kompute-dml.patch"
 patch_sha=$(sha256sum "$PATCH" | cut -c1-12)
-kp_ok() { "$PY" -c "import kp, sys; sys.exit(0 if all(hasattr(kp, n) for n in ('OpMemoryBarrier', 'OpCopyRegions', 'OpFillRegions')) else 1)" 2>/dev/null; }
+kp_ok() { "$PY" -c "import kp, sys; sys.exit(0 if getattr(kp, 'kdml_patch_level', 0) >= $KP_PATCH_LEVEL and all(hasattr(kp, n) for n in ('OpMemoryBarrier', 'OpCopyRegions', 'OpFillRegions')) else 1)" 2>/dev/null; }
 if ! kp_ok; then
   mkdir -p "$WHEELS/$patch_sha"
   whl=$(ls "$WHEELS/$patch_sha"/kp-*.whl 2>/dev/null | head -1 || true)

@@ -24,6 +24,12 @@
 // 8-bit: |sum| < 256 * 255^2 < 2^24), and the block sums are added into a compensated
 // (hi, lo) pair (Neumaier), so the error stays a few float32 ulps of sum |a'||b'| for any K.
 //
+// CPU texel variant (8-bit, the fast path on lavapipe): A and B bound as uniform texel
+// buffers (usamplerBuffer, viewed as R32G32B32A32_UINT by kompute_dml's kp build), so one
+// texelFetch reads 16 bytes per lane with vector loads instead of lavapipe's per-lane SSBO
+// loop; 8x16 outputs per invocation. The dispatcher checks 16-byte-aligned A and B rows
+// with unit inner stride, K % 16 == 0 and N % 16 == 0.
+// @variant mmi_cpu_t8      FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8
 // CPU packed variants: 6x8 outputs per invocation (r1: 1x8, for M <= 2); "v" variants load
 // B as uvec2 (the dispatcher checks N % 8 == 0 and 2-word-aligned B rows).
 // @variant mmi_cpu_p8v     FAMILY=0 PACKED=1 W=8  BR=6 BC=8 LX=8 BVEC=2
@@ -48,6 +54,7 @@
 // @variant mmi_gpu_32   FAMILY=1 W=32
 
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
 #define EPW (32 / W)                 // elements per word
@@ -56,12 +63,22 @@
 #ifndef BVEC
 #define BVEC 1
 #endif
+#ifndef TEXEL
+#define TEXEL 0
+#endif
 
+#if TEXEL
+layout(binding = 0) uniform usamplerBuffer a_tex;   // texel = 4 words
+layout(binding = 3) uniform usamplerBuffer b_tex;
+#else
 layout(std430, binding = 0) readonly buffer ABuf { uint a_buf[]; };
+#endif
 layout(std430, binding = 1) readonly buffer ASBuf { uint as_buf[]; };
 layout(std430, binding = 2) readonly buffer AZBuf { uint azp_buf[]; };
+#if !TEXEL
 layout(std430, binding = 3) readonly buffer BBuf { uint b_buf[]; };
 layout(std430, binding = 3) readonly buffer BBuf2 { uvec2 b_buf2[]; };
+#endif
 layout(std430, binding = 4) readonly buffer BSBuf { uint bs_buf[]; };
 layout(std430, binding = 5) readonly buffer BZBuf { uint bzp_buf[]; };
 layout(std430, binding = 6) readonly buffer BiasBuf { uint bias_buf[]; };
@@ -91,6 +108,7 @@ layout(push_constant) uniform PC { uint w[32]; } pc;
 #define F_F16 0x10000000u
 #define F_A_PACKED 0x20000000u
 #define F_B_PACKED 0x40000000u
+#define F_NEVER 0x80000000u          // never set: see the texel variant's K loop
 #define P_FLAGS pc.w[11]
 #define P_A_SB LO28(pc.w[12])
 #define P_A_SC LO28(pc.w[13])
@@ -242,6 +260,45 @@ void main() {
     const uint b_sk_w = P_B_SK / EPW;
     const uint b_base_w = b_base / EPW;
 
+#if TEXEL
+    // K in chunks of 16 (4 words = one texel of each A row; 16 B rows of one texel each).
+    // lavapipe implements texelFetch as a function call, and LLVM keeps values that live
+    // across calls in memory: all fetches of a chunk come first, under a branch on a bit
+    // that is never set (F_NEVER), so the calls sit in their own block and the
+    // multiply-adds that follow work from registers.
+    const uint KW = K / EPW;                  // a multiple of 4 (K % 16 == 0)
+    const uint KBW = KBLOCK / EPW;
+    for (uint kw0 = 0u; kw0 < KW; kw0 += KBW) {
+        uint kw1 = min(KW, kw0 + KBW);
+        [[unroll]] for (uint r = 0u; r < BR; ++r)
+            [[unroll]] for (uint c = 0u; c < BC; ++c) acc[r][c] = 0.0;
+        for (uint kw = kw0; kw < kw1; kw += 4u) {
+            uvec4 at[BR];
+            uvec4 bt[16];
+            uint brow0 = b_base_w + kw * EPW * b_sk_w + bw_col[0];
+            if ((flags & F_NEVER) == 0u) {
+                [[unroll]] for (uint r = 0u; r < BR; ++r) at[r] = texelFetch(a_tex, int((awb[r] + kw) >> 2u)) ^ a_xw;
+                [[unroll]] for (uint kk = 0u; kk < 16u; ++kk)
+                    bt[kk] = texelFetch(b_tex, int((brow0 + kk * b_sk_w) >> 2u)) ^ b_xw;
+            } else {
+                [[unroll]] for (uint r = 0u; r < BR; ++r) at[r] = uvec4(0u);
+                [[unroll]] for (uint kk = 0u; kk < 16u; ++kk) bt[kk] = uvec4(0u);
+            }
+            [[unroll]] for (uint kk = 0u; kk < 16u; ++kk) {
+                float av[BR];
+                [[unroll]] for (uint r = 0u; r < BR; ++r) av[r] = dq(FIELD(at[r][kk / 4u], kk % 4u), azf[r]);
+                [[unroll]] for (uint q = 0u; q < 4u; ++q)
+                    [[unroll]] for (uint e = 0u; e < 4u; ++e) {
+                        float bv = dq(FIELD(bt[kk][q], e), bzf[q * 4u + e]);
+                        [[unroll]] for (uint r = 0u; r < BR; ++r)
+                            acc[r][q * 4u + e] = fma(av[r], bv, acc[r][q * 4u + e]);
+                    }
+            }
+        }
+        [[unroll]] for (uint r = 0u; r < BR; ++r)
+            [[unroll]] for (uint c = 0u; c < BC; ++c) comp_add(hi[r][c], lo[r][c], acc[r][c]);
+    }
+#else
     const uint KW = K / EPW;                  // whole words of K
     const uint KBW = KBLOCK / EPW;            // words per float block
     for (uint kw0 = 0u; kw0 < KW; kw0 += KBW) {
@@ -303,6 +360,7 @@ void main() {
             for (uint c = 0u; c < BC; ++c) comp_add(hi[r][c], lo[r][c], acc[r][c]);
     }
 #endif
+#endif  // TEXEL
 #else
     // Generic strides: one element load per value.
     const uint a_sk = P_A_SK, b_sk = P_B_SK, b_sn = P_B_SN;

@@ -23,6 +23,7 @@ from kompute_dml.ops.matmul_integer import KERNEL_ENV, kernel_family
 DT = kdml.DataType
 FL = kdml.FeatureLevel
 FAMILIES = ["cpu", "gpu"]
+TEXEL_FAMILIES = ["cpu", "cpu-ssbo"]  # the CPU family with and without the texel variant
 INT_PAIRS = {
     8: [(DT.INT8, DT.INT8), (DT.UINT8, DT.UINT8), (DT.UINT8, DT.INT8), (DT.INT8, DT.UINT8)],
     16: [(DT.INT16, DT.INT16), (DT.UINT16, DT.UINT16), (DT.UINT16, DT.INT16), (DT.INT16, DT.UINT16)],
@@ -103,6 +104,15 @@ def run_case(
     def strides_for(sizes, is_input):
         if layout == "packed":
             return None
+        if layout == "rows16" and is_input:
+            # unit inner stride, rows padded by whole 16-byte texels, batch dimensions packed
+            # outside the rows or broadcast (stride 0): the texel variant's layouts
+            st = [sizes[-1] + 16 * int(rng.integers(0, 3)), 1]
+            acc = sizes[-2] * st[0]
+            for s in reversed(sizes[:-2]):
+                st.insert(0, 0 if rng.random() < 0.4 else acc)
+                acc *= s
+            return tuple(st)
         if layout == "broadcast" and is_input:
             return random_strides(rng, sizes, allow_broadcast=True)
         if layout == "transposed" and is_input:
@@ -194,7 +204,7 @@ def test_ort_cases_m4_k128_n128(dev, rng, family, pair, zp_bias, b_scale):
     zp, bias = zp_bias
     op, *_ = run_case(dev, rng, a_dt=pair[0], b_dt=pair[1], out_dt=DT.FLOAT32, M=4, K=128, N=128, b_scale=b_scale,
                       a_zp=zp, b_zp=zp, bias=bias, qdims=2)
-    assert op.variants[0].startswith(f"mmi_{family}")
+    assert op.variants[0] == ("mmi_cpu_t8" if family == "cpu" else "mmi_gpu_8")
 
 
 def test_ort_float16_case(dev, rng, family):
@@ -295,6 +305,91 @@ def test_packed_variant_k_multiples(dev, rng, k):
             assert op.variants[0].startswith(f"mmi_cpu_p{width}")
 
 
+# ---- the texel variant (8-bit, 16-byte-aligned rows) --------------------------------------
+@pytest.mark.parametrize("kernel", TEXEL_FAMILIES)
+@pytest.mark.parametrize("out_dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+@pytest.mark.parametrize("pair", INT_PAIRS[8], ids=lambda p: f"{p[0].name}x{p[1].name}")
+def test_texel_variant_differential(dev, rng, monkeypatch, kernel, pair, out_dt):
+    """Shapes and layouts the texel variant takes (K, N multiples of 16, rows on 16-byte
+    texels, batch broadcast) against the float64 reference; 'cpu-ssbo' runs the same cases
+    on the storage-buffer variants."""
+    monkeypatch.setenv(KERNEL_ENV, kernel)
+    for _ in range(2):
+        rank = int(rng.integers(2, 5))
+        batch = tuple(int(rng.integers(1, 3)) for _ in range(rank - 2))
+        M = int(rng.integers(4, 30))
+        K = 16 * int(rng.integers(1, 20))
+        N = 16 * int(rng.integers(1, 5))
+        op, *_ = run_case(
+            dev, rng, a_dt=pair[0], b_dt=pair[1], out_dt=out_dt, M=M, K=K, N=N, batch=batch, rank=rank,
+            a_scale=str(rng.choice(["tensor", "row"])), b_scale=str(rng.choice(["tensor", "col"])),
+            a_zp=bool(rng.random() < 0.7), b_zp=bool(rng.random() < 0.7), bias=bool(rng.random() < 0.6),
+            layout=str(rng.choice(["packed", "rows16"])),
+        )
+        assert (op.variants[0] == "mmi_cpu_t8") == (kernel == "cpu")
+
+
+@pytest.mark.parametrize("mkn", [(4, 16, 16), (9, 16, 48), (31, 48, 16), (130, 64, 80)], ids=str)
+def test_texel_variant_edges(dev, rng, monkeypatch, mkn):
+    """Row blocks cut by M (the invocation's last rows are clamped), one K chunk, N = 16."""
+    monkeypatch.setenv(KERNEL_ENV, "cpu")
+    M, K, N = mkn
+    a_dt, b_dt = INT_PAIRS[8][int(rng.integers(0, 4))]
+    op, *_ = run_case(dev, rng, a_dt=a_dt, b_dt=b_dt, out_dt=DT.FLOAT32, M=M, K=K, N=N, a_scale="row",
+                      b_scale="col")
+    assert op.variants[0] == "mmi_cpu_t8"
+
+
+@pytest.mark.parametrize("mkn", [(3, 16, 16), (8, 24, 16), (8, 16, 24)], ids=str)
+def test_texel_variant_not_taken(dev, rng, monkeypatch, mkn):
+    """M <= 3 or K, N not multiples of 16: the storage-buffer variants, still correct."""
+    monkeypatch.setenv(KERNEL_ENV, "cpu")
+    M, K, N = mkn
+    op, *_ = run_case(dev, rng, a_dt=DT.UINT8, b_dt=DT.INT8, out_dt=DT.FLOAT32, M=M, K=K, N=N)
+    assert op.variants[0].startswith("mmi_cpu_p8")
+
+
+def test_texel_variant_unaligned_row_stride(dev, rng, monkeypatch):
+    """A row stride that is a multiple of 4 but not of 16 bytes: not the texel variant."""
+    monkeypatch.setenv(KERNEL_ENV, "cpu")
+    M, K, N = 8, 32, 16
+    a = rng.integers(-128, 128, (M, K)).astype(np.int8)
+    b = rng.integers(-128, 128, (K, N)).astype(np.int8)
+    a_desc = kdml.TensorDesc(DT.INT8, (M, K), (K + 4, 1))
+    desc = kdml.MatrixMultiplyIntegerToFloatDesc(
+        a_desc, kdml.TensorDesc(DT.FLOAT32, (1, 1)), None,
+        kdml.TensorDesc(DT.INT8, (K, N)), kdml.TensorDesc(DT.FLOAT32, (1, 1)), None, None,
+        kdml.TensorDesc(DT.FLOAT32, (M, N)))
+    op = dev.compile(desc)
+    assert op.variants[0] == "mmi_cpu_p8v"
+    a_t, _ = place(dev, rng, a_desc, a)
+    out = dev.empty(desc.output_tensor)
+    one = np.ones((1, 1), np.float32)
+    op.execute([a_t, dev.tensor(one), None, dev.tensor(b), dev.tensor(one), None, None], [out])
+    assert np.array_equal(out.numpy(), (a.astype(np.float64) @ b).astype(np.float32))
+
+
+@pytest.mark.parametrize("pair", [(DT.UINT8, DT.INT8), (DT.INT8, DT.INT8)], ids=lambda p: f"{p[0].name}x{p[1].name}")
+def test_texel_variant_large_k_extremes(dev, rng, monkeypatch, pair):
+    """K = 40000 at the types' extremes: block sums beyond int32, compensated accumulation."""
+    monkeypatch.setenv(KERNEL_ENV, "cpu")
+    a_dt, b_dt = pair
+    ia, ib = np.iinfo(a_dt.numpy_dtype), np.iinfo(b_dt.numpy_dtype)
+    M, K, N = 5, 40000, 16
+    a = np.full((M, K), ia.min, a_dt.numpy_dtype)
+    a[1, ::3] = ia.max
+    a[4] = rng.integers(ia.min, ia.max, K, endpoint=True)
+    b = np.full((K, N), ib.max, b_dt.numpy_dtype)
+    b[::7, 2] = ib.min
+    vals = {"a": a, "b": b, "azp": np.array([[ia.max]], a_dt.numpy_dtype), "bzp": np.array([[ib.min]], b_dt.numpy_dtype),
+            "a_scale": np.array([[1.0]], np.float32), "b_scale": np.array([[1.0]], np.float32)}
+    op, out, ref, _ = run_case(dev, rng, a_dt=a_dt, b_dt=b_dt, out_dt=DT.FLOAT32, M=M, K=K, N=N, a_zp="same",
+                               b_zp="same", bias=False, qdims=2, values=vals)
+    assert op.variants[0] == "mmi_cpu_t8"
+    assert abs(ref[0, 0]) > 2**31
+    assert np.allclose(out.numpy(), ref, rtol=1e-6)
+
+
 # ---- accuracy at the extremes ----------------------------------------------------------
 @pytest.mark.parametrize("pair", INT_PAIRS[32], ids=lambda p: f"{p[0].name}x{p[1].name}")
 def test_32bit_extremes(dev, rng, family, pair):
@@ -354,6 +449,8 @@ def test_kernel_family_choice(dev, monkeypatch):
     monkeypatch.setenv(KERNEL_ENV, "gpu")
     assert kernel_family(dev) == "gpu"
     assert kernel_family(dev, "cpu") == "cpu"
+    monkeypatch.setenv(KERNEL_ENV, "CPU-SSBO")
+    assert kernel_family(dev) == "cpu-ssbo"
     monkeypatch.setenv(KERNEL_ENV, "tpu")
     with pytest.raises(kdml.InvalidArgumentError, match="kernel"):
         kernel_family(dev)

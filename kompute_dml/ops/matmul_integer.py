@@ -5,10 +5,12 @@ Output[b,c,m,n] = sum_k ((A[b,c,m,k] - AZP[m]) * AScale[m]) * ((B[b,c,k,n] - BZP
 
 One dispatch of shaders/matmul_int.comp. Two kernel families: register-blocked (no shared
 memory, no barrier) for CPU Vulkan devices such as lavapipe, shared-memory tiles for GPUs;
-`KDML_MATMUL_KERNEL=cpu|gpu` (or `compile_matmul_integer(..., kernel=...)`) forces one.
-Within the CPU family a packed variant reads whole words when A's and B's rows are
-word-aligned with unit inner stride; any other layout takes the generic (element-load)
-variant. See docs/matmul.md.
+`KDML_MATMUL_KERNEL=cpu|cpu-ssbo|gpu` (or `compile_matmul_integer(..., kernel=...)`) forces
+one. Within the CPU family, 8-bit inputs with 16-byte-aligned rows (K and N multiples of 16)
+take the texel variant, which reads A and B through uniform texel buffers (`cpu-ssbo` turns it
+off); otherwise a packed variant reads whole words when A's and B's rows are word-aligned with
+unit inner stride, and any other layout takes the generic (element-load) variant. See
+docs/matmul.md.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import kp
 
 from ..dtypes import DataType
 from ..errors import UnsupportedError, invalid
@@ -41,6 +45,9 @@ KERNEL_ENV = "KDML_MATMUL_KERNEL"
 # CPU family: rows x columns of outputs per invocation and invocations per work group (must
 # match the @variant lines of shaders/matmul_int.comp). Packed rows: 6x8 (1x8 when M is
 # tiny); any other layout: 4x4 with element loads.
+CPU_TEXEL_BLOCK = (8, 16)
+CPU_TEXEL_ALIGN = 16  # bytes: one R32G32B32A32_UINT texel
+KP_TEXEL_PATCH_LEVEL = 3  # kp builds from scripts/setup.sh bind usamplerBuffer as texel buffers
 CPU_PACKED_BLOCK = (6, 8)
 CPU_SMALL_M_BLOCK = (1, 8)
 CPU_SMALL_M = 3  # M at or below this takes the 1x8 block
@@ -104,15 +111,35 @@ def _quant_stride(desc: TensorDesc | None, field: str, count: int, per: str) -> 
     return strides[axis]
 
 
+KERNELS = ("cpu", "cpu-ssbo", "gpu")
+
+
 def kernel_family(device: Device, kernel: str | None = None) -> str:
-    """'cpu' or 'gpu': the explicit choice, else KDML_MATMUL_KERNEL, else by device type."""
+    """'cpu', 'cpu-ssbo' (the CPU family without the texel variant) or 'gpu': the explicit
+    choice, else KDML_MATMUL_KERNEL, else by device type."""
     choice = kernel if kernel is not None else os.environ.get(KERNEL_ENV, "auto")
     choice = (choice or "auto").strip().lower()
     if choice == "auto":
         return "cpu" if device.device_type == "cpu" else "gpu"
-    if choice not in ("cpu", "gpu"):
-        raise invalid("kernel", f"must be 'cpu', 'gpu' or 'auto' (also via {KERNEL_ENV}), got {choice!r}")
+    if choice not in KERNELS:
+        raise invalid("kernel", f"must be 'cpu', 'cpu-ssbo', 'gpu' or 'auto' (also via {KERNEL_ENV}), "
+                      f"got {choice!r}")
     return choice
+
+
+def texel_eligible(device: Device, width: int, m: int, k: int, n: int, a_st: list[int], b_st: list[int]) -> bool:
+    """The texel variant's conditions: 8-bit inputs, more than CPU_SMALL_M rows, A and B rows
+    with unit inner stride starting on 16-byte texels (K, N and the outer strides multiples
+    of 16; binding offsets always are), and a texel-element limit that covers any buffer."""
+    limits = device.limits
+    texels = limits.get("max_texel_buffer_elements", 0)
+    return (
+        getattr(kp, "kdml_patch_level", 0) >= KP_TEXEL_PATCH_LEVEL
+        and width == 1 and m > CPU_SMALL_M and k % CPU_TEXEL_ALIGN == 0 and n % CPU_TEXEL_ALIGN == 0
+        and a_st[3] == 1 and b_st[3] == 1
+        and all(s % CPU_TEXEL_ALIGN == 0 for s in (*a_st[:3], *b_st[:3]))
+        and texels * CPU_TEXEL_ALIGN >= limits["max_storage_buffer_range"]
+    )
 
 
 def _check(desc: MatrixMultiplyIntegerToFloatDesc) -> None:
@@ -161,13 +188,14 @@ def compile_matmul_integer(
     validate_tensors(MATRIX_MULTIPLY_INTEGER_TO_FLOAT, device.feature_level, desc, FIELDS, OUTPUT_FIELDS)
     _check(desc)
     family = kernel_family(device, kernel)
-    plan = _plan(desc, family, device.limits["max_compute_work_group_count"][0])
+    plan = _plan(desc, family, device)
     return CompiledOperator(
         device, desc, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, INPUT_FIELDS, OUTPUT_FIELDS, [plan]
     )
 
 
-def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, max_groups: int) -> DispatchPlan:
+def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -> DispatchPlan:
+    max_groups = device.limits["max_compute_work_group_count"][0]
     a, b, out = desc.a_tensor, desc.b_tensor, desc.output_tensor
     width = a.data_type.size
     epw = 4 // width
@@ -226,7 +254,11 @@ def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, max_groups: int) 
         words[wi] |= ((t >> (4 * i)) & 0xF) << 28
 
     wbits = 8 * width
-    if family == "cpu":
+    if family == "cpu" and texel_eligible(device, width, m, k, n, a_st, b_st):
+        br, bc = CPU_TEXEL_BLOCK
+        variant = f"mmi_cpu_t{wbits}"
+        groups = -(-(-(-n // bc)) // CPU_LOCAL) * -(-m // br) * t
+    elif family in ("cpu", "cpu-ssbo"):
         if a_packed and b_packed:
             # uvec2 loads of B need N % 8 == 0 and rows starting on even words
             vec = n % 8 == 0 and all(s % (2 * epw) == 0 for s in (b_st[0], b_st[1], b_st[2]))
