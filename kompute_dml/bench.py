@@ -62,8 +62,12 @@ def _calibrate(fn: Callable[[], Any], target: float) -> int:
     return int(min(1000, max(1, target / max(dt, 1e-7))))
 
 
-def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, warmup: int = 2, target: float = 3e-4) -> dict[str, list[float]]:
-    """Seconds per call of each callable: `rounds` samples each, taken round-robin."""
+def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, warmup: int = 2, target: float = 3e-4,
+                settle: float = 0.0) -> dict[str, list[float]]:
+    """Seconds per call of each callable: `rounds` samples each, taken round-robin. `settle`
+    seconds of sleep before each sample let the previous contender's worker threads
+    (onnxruntime's and OpenBLAS's spin after a call; lavapipe's do not) stop competing for
+    the cores."""
     for f in fns.values():
         for _ in range(warmup):
             f()
@@ -72,6 +76,8 @@ def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, warmup: int = 2,
     for _ in range(rounds):
         for k, f in fns.items():
             n = inner[k]
+            if settle:
+                time.sleep(settle)
             t0 = time.perf_counter()
             for _ in range(n):
                 f()
@@ -127,12 +133,14 @@ def machine_info(dev: Any) -> dict[str, Any]:
 
 # ---- onnxruntime peers -------------------------------------------------------------
 class OrtPeer:
-    """One single-node model run through IOBinding into pre-allocated outputs."""
+    """One single-node model run through IOBinding into pre-allocated outputs; `constants`
+    become initializers (as weights are in a model, so onnxruntime may pre-pack them)."""
 
     def __init__(self, node: Any, inputs: dict[str, np.ndarray], out_name: str, out_shape: tuple[int, ...],
-                 out_dtype: Any, opset: int = 21, ms_domain: bool = False) -> None:
+                 out_dtype: Any, opset: int = 21, ms_domain: bool = False,
+                 constants: dict[str, np.ndarray] | None = None) -> None:
         import onnxruntime as ort
-        from onnx import helper
+        from onnx import helper, numpy_helper
 
         def vi(name: str, arr_dtype: Any, shape: tuple[int, ...]) -> Any:
             return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(arr_dtype)), list(shape))
@@ -141,6 +149,7 @@ class OrtPeer:
             [node], "bench",
             [vi(k, v.dtype, v.shape) for k, v in inputs.items()],
             [vi(out_name, out_dtype, out_shape)],
+            initializer=[numpy_helper.from_array(v, k) for k, v in (constants or {}).items()],
         )
         opsets = [helper.make_opsetid("", opset)]
         if ms_domain:
@@ -314,8 +323,10 @@ def _ort_mmitf(a: np.ndarray, b: np.ndarray) -> OrtPeer:
     from onnx import helper
     m, n = a.shape[0], b.shape[1]
     node = helper.make_node("MatMulIntegerToFloat", ["A", "B", "a_scale", "b_scale"], ["Y"], domain="com.microsoft")
-    feeds = {"A": a, "B": b, "a_scale": np.array([0.02], np.float32), "b_scale": np.array([0.03], np.float32)}
-    return OrtPeer(node, feeds, "Y", (m, n), np.float32, ms_domain=True)
+    # B and the scales are initializers, as a quantized model's weights are: onnxruntime
+    # pre-packs B once (as a graph input it would re-pack B on every call, about 2x slower).
+    consts = {"B": b, "a_scale": np.array([0.02], np.float32), "b_scale": np.array([0.03], np.float32)}
+    return OrtPeer(node, {"A": a}, "Y", (m, n), np.float32, ms_domain=True, constants=consts)
 
 
 def _our_matmul(kdml: Any, dev: Any, a: np.ndarray, b: np.ndarray) -> tuple[Callable[[], Any] | None, Callable[[], Any] | None, str | None]:
@@ -372,7 +383,9 @@ def run_case(case: Case, rounds: int, ceiling_fn: Callable[[], Any] | None) -> d
         fns["eager"] = case.eager
     if ceiling_fn is not None and case.memory_bound:
         fns["ceiling"] = ceiling_fn
-    samples = interleaved(fns, rounds)
+    # multi-threaded compute-bound peers: settle between samples (see `interleaved`; OpenBLAS
+    # threads spin for about 0.1 s after a call)
+    samples = interleaved(fns, rounds, settle=0.0 if case.memory_bound else 0.15)
     t = {k: _median(v) for k, v in samples.items()}
     row: dict[str, Any] = {
         "op": case.op, "dtype": case.dtype, "shape": list(case.shape), "metric": case.metric,
