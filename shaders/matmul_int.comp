@@ -28,8 +28,14 @@
 // buffers (usamplerBuffer, viewed as R32G32B32A32_UINT by kompute_dml's kp build), so one
 // texelFetch reads 16 bytes per lane with vector loads instead of lavapipe's per-lane SSBO
 // loop; 8x16 outputs per invocation. The dispatcher checks 16-byte-aligned A and B rows
-// with unit inner stride, K % 16 == 0 and N % 16 == 0.
-// @variant mmi_cpu_t8      FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8
+// with unit inner stride, K % 16 == 0 and N % 16 == 0. Its output type and whether a bias is
+// bound are compile-time (OUTH, BIAS): lavapipe runs both sides of a run-time branch with lane
+// masks, so the unused FLOAT16 store and a zero bias's per-lane loads cost a tenth of the time
+// at 1024^3 (measured with benchmarks/bench_matmul.py).
+// @variant mmi_cpu_t8      FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8 OUTH=0 BIAS=1
+// @variant mmi_cpu_t8_nb   FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8 OUTH=0 BIAS=0
+// @variant mmi_cpu_t8h     FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8 OUTH=1 BIAS=1
+// @variant mmi_cpu_t8h_nb  FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8 OUTH=1 BIAS=0
 // CPU packed variants: 6x8 outputs per invocation (r1: 1x8, for M <= 2); "v" variants load
 // B as uvec2 (the dispatcher checks N % 8 == 0 and 2-word-aligned B rows).
 // @variant mmi_cpu_p8v     FAMILY=0 PACKED=1 W=8  BR=6 BC=8 LX=8 BVEC=2
@@ -65,6 +71,9 @@
 #endif
 #ifndef TEXEL
 #define TEXEL 0
+#endif
+#ifndef BIAS
+#define BIAS 1                       // 0: no bias bound (the dispatcher binds a dummy), none read
 #endif
 
 #if TEXEL
@@ -199,7 +208,11 @@ layout(local_size_x = LX) in;
 void main() {
     const uint M = P_M, N = P_N, K = P_K, C = P_C, flags = P_FLAGS;
     const uint T = matrix_count();
+#ifdef OUTH
+    const bool f16 = OUTH != 0;               // compile-time output type (see the texel variants)
+#else
     const bool f16 = (flags & F_F16) != 0u;
+#endif
     const uint a_xe = ((flags & F_A_SIGNED) != 0u) ? (1u << (W - 1)) : 0u;  // per element
     const uint b_xe = ((flags & F_B_SIGNED) != 0u) ? (1u << (W - 1)) : 0u;
 #if W == 8
@@ -394,7 +407,11 @@ void main() {
         for (uint c = 0u; c < BC; ++c) {
             uint n = n0 + c;
             if (live && m < M && n < N) {
+#if BIAS
                 float bias = LOAD_REAL(bias_buf, bias_base + m * P_BI_SM + n * P_BI_SN, f16);
+#else
+                const float bias = 0.0;
+#endif
                 float v = (hi[r][c] + lo[r][c]) * (asc * bsc[c]) + bias;
                 store_one(o_base + m * P_O_SM + n * P_O_SN, v, f16);
             }

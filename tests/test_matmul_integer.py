@@ -204,7 +204,7 @@ def test_ort_cases_m4_k128_n128(dev, rng, family, pair, zp_bias, b_scale):
     zp, bias = zp_bias
     op, *_ = run_case(dev, rng, a_dt=pair[0], b_dt=pair[1], out_dt=DT.FLOAT32, M=4, K=128, N=128, b_scale=b_scale,
                       a_zp=zp, b_zp=zp, bias=bias, qdims=2)
-    assert op.variants[0] == ("mmi_cpu_t8" if family == "cpu" else "mmi_gpu_8")
+    assert op.variants[0] == (texel_name(DT.FLOAT32, bias) if family == "cpu" else "mmi_gpu_8")
 
 
 def test_ort_float16_case(dev, rng, family):
@@ -306,6 +306,11 @@ def test_packed_variant_k_multiples(dev, rng, k):
 
 
 # ---- the texel variant (8-bit, 16-byte-aligned rows) --------------------------------------
+def texel_name(out_dt, bias):
+    """The texel variant's name: output type and bias presence are compile-time."""
+    return "mmi_cpu_t8" + ("h" if out_dt == DT.FLOAT16 else "") + ("" if bias else "_nb")
+
+
 @pytest.mark.parametrize("kernel", TEXEL_FAMILIES)
 @pytest.mark.parametrize("out_dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
 @pytest.mark.parametrize("pair", INT_PAIRS[8], ids=lambda p: f"{p[0].name}x{p[1].name}")
@@ -314,7 +319,7 @@ def test_texel_variant_differential(dev, rng, monkeypatch, kernel, pair, out_dt)
     texels, batch broadcast) against the float64 reference; 'cpu-ssbo' runs the same cases
     on the storage-buffer variants."""
     monkeypatch.setenv(KERNEL_ENV, kernel)
-    for _ in range(2):
+    for bias in (True, False):  # both compile-time bias variants
         rank = int(rng.integers(2, 5))
         batch = tuple(int(rng.integers(1, 3)) for _ in range(rank - 2))
         M = int(rng.integers(4, 30))
@@ -323,10 +328,10 @@ def test_texel_variant_differential(dev, rng, monkeypatch, kernel, pair, out_dt)
         op, *_ = run_case(
             dev, rng, a_dt=pair[0], b_dt=pair[1], out_dt=out_dt, M=M, K=K, N=N, batch=batch, rank=rank,
             a_scale=str(rng.choice(["tensor", "row"])), b_scale=str(rng.choice(["tensor", "col"])),
-            a_zp=bool(rng.random() < 0.7), b_zp=bool(rng.random() < 0.7), bias=bool(rng.random() < 0.6),
+            a_zp=bool(rng.random() < 0.7), b_zp=bool(rng.random() < 0.7), bias=bias,
             layout=str(rng.choice(["packed", "rows16"])),
         )
-        assert (op.variants[0] == "mmi_cpu_t8") == (kernel == "cpu")
+        assert (op.variants[0] == texel_name(out_dt, bias)) == (kernel == "cpu")
 
 
 @pytest.mark.parametrize("mkn", [(4, 16, 16), (9, 16, 48), (31, 48, 16), (130, 64, 80)], ids=str)
@@ -337,7 +342,7 @@ def test_texel_variant_edges(dev, rng, monkeypatch, mkn):
     a_dt, b_dt = INT_PAIRS[8][int(rng.integers(0, 4))]
     op, *_ = run_case(dev, rng, a_dt=a_dt, b_dt=b_dt, out_dt=DT.FLOAT32, M=M, K=K, N=N, a_scale="row",
                       b_scale="col")
-    assert op.variants[0] == "mmi_cpu_t8"
+    assert op.variants[0] == texel_name(DT.FLOAT32, True)
 
 
 @pytest.mark.parametrize("mkn", [(3, 16, 16), (8, 24, 16), (8, 16, 24)], ids=str)
@@ -385,7 +390,7 @@ def test_texel_variant_large_k_extremes(dev, rng, monkeypatch, pair):
             "a_scale": np.array([[1.0]], np.float32), "b_scale": np.array([[1.0]], np.float32)}
     op, out, ref, _ = run_case(dev, rng, a_dt=a_dt, b_dt=b_dt, out_dt=DT.FLOAT32, M=M, K=K, N=N, a_zp="same",
                                b_zp="same", bias=False, qdims=2, values=vals)
-    assert op.variants[0] == "mmi_cpu_t8"
+    assert op.variants[0] == texel_name(DT.FLOAT32, False)
     assert abs(ref[0, 0]) > 2**31
     assert np.allclose(out.numpy(), ref, rtol=1e-6)
 

@@ -256,7 +256,9 @@ def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -
     wbits = 8 * width
     if family == "cpu" and texel_eligible(device, width, m, k, n, a_st, b_st):
         br, bc = CPU_TEXEL_BLOCK
-        variant = f"mmi_cpu_t{wbits}"
+        # output type and bias presence are compile-time in the texel variants
+        f16 = "h" if out.data_type == D.FLOAT16 else ""
+        variant = f"mmi_cpu_t{wbits}{f16}{'' if desc.bias_tensor is not None else '_nb'}"
         groups = -(-(-(-n // bc)) // CPU_LOCAL) * -(-m // br) * t
     elif family in ("cpu", "cpu-ssbo"):
         if a_packed and b_packed:
