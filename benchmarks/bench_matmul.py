@@ -2,7 +2,7 @@
 """MATRIX_MULTIPLY_INTEGER_TO_FLOAT against its peers, side by side in one run.
 
 For each shape (M, K, N) and type pair (int8 x int8, uint8 x int8; per-tensor scales and
-zero points, FLOAT32 output) it times:
+zero points, FLOAT32 output; with --bias also a bias of N values on both sides) it times:
   - kompute_dml: the median of re-evaluations of an already compiled operator with bound
     tensors (one warm-up first), i.e. one recorded submission per call; measured before the
     peers of the same shape (their worker threads spin after each call);
@@ -11,7 +11,8 @@ zero points, FLOAT32 output) it times:
   - numpy: float32 matmul of the same shape (the unquantized baseline).
 GOPS = 2*M*N*K / seconds. Ratios are ours / peer in speed (>1: we are faster).
 
-`run(quick, rounds=1)` returns the rows; `python benchmarks/bench_matmul.py [--quick] [--rounds N]`
+`run(quick, rounds=1, bias=False)` returns the rows;
+`python benchmarks/bench_matmul.py [--quick] [--rounds N] [--bias]`
 prints a table (N > 1: ours and onnxruntime alternate N times per shape; medians of the rounds).
 Timings on a shared machine are noisy: compare the peers within one run.
 """
@@ -51,7 +52,8 @@ def _median_time(fn: Any, reps: int, min_total: float = 0.0) -> float:
     return statistics.median(times)
 
 
-def _ort_session(m: int, k: int, n: int, a_dt: Any, b: np.ndarray, a_zp: Any, b_zp: Any) -> Any:
+def _ort_session(m: int, k: int, n: int, a_dt: Any, b: np.ndarray, a_zp: Any, b_zp: Any,
+                 bias: np.ndarray | None = None) -> Any:
     import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
@@ -64,10 +66,11 @@ def _ort_session(m: int, k: int, n: int, a_dt: Any, b: np.ndarray, a_zp: Any, b_
         numpy_helper.from_array(np.array(a_zp, a_dt), "a_zero_point"),
         numpy_helper.from_array(np.array(b_zp, b.dtype), "b_zero_point"),
     ]
-    node = helper.make_node(
-        "MatMulIntegerToFloat", ["A", "B", "a_scale", "b_scale", "a_zero_point", "b_zero_point"], ["Y"],
-        domain="com.microsoft",
-    )
+    names = ["A", "B", "a_scale", "b_scale", "a_zero_point", "b_zero_point"]
+    if bias is not None:
+        inits.append(numpy_helper.from_array(bias, "bias"))
+        names.append("bias")
+    node = helper.make_node("MatMulIntegerToFloat", names, ["Y"], domain="com.microsoft")
     graph = helper.make_graph(
         [node], "mmitf", [helper.make_tensor_value_info("A", a_type, [m, k])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [m, n])], initializer=inits,
@@ -80,7 +83,8 @@ def _ort_session(m: int, k: int, n: int, a_dt: Any, b: np.ndarray, a_zp: Any, b_
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def run(quick: bool = False, device: kdml.Device | None = None, rounds: int = 1) -> list[dict[str, Any]]:
+def run(quick: bool = False, device: kdml.Device | None = None, rounds: int = 1,
+        bias: bool = False) -> list[dict[str, Any]]:
     """Rows: name, shape, dtypes, seconds, gops, and the peers' seconds / GOPS / ratios.
 
     With rounds > 1 each shape is timed `rounds` times, alternating ours and onnxruntime
@@ -99,18 +103,22 @@ def run(quick: bool = False, device: kdml.Device | None = None, rounds: int = 1)
             b = rng.integers(-128, 128, (k, n)).astype(b_dt)
             a_zp = 128 if a_dt == np.uint8 else 3
             b_zp = 0
+            bias_v = rng.standard_normal(n).astype(np.float32) if bias else None
+            # ONNX's (N,) bias: one value per column, stride 0 along M
+            bias_desc = kdml.TensorDesc(D.FLOAT32, (m, n), (0, 1)) if bias else None
             T = D.from_numpy
             desc = kdml.MatrixMultiplyIntegerToFloatDesc(
                 kdml.TensorDesc(T(a_dt), (m, k)), kdml.TensorDesc(D.FLOAT32, (1, 1)), kdml.TensorDesc(T(a_dt), (1, 1)),
                 kdml.TensorDesc(T(b_dt), (k, n)), kdml.TensorDesc(D.FLOAT32, (1, 1)), kdml.TensorDesc(T(b_dt), (1, 1)),
-                None, kdml.TensorDesc(D.FLOAT32, (m, n)),
+                bias_desc, kdml.TensorDesc(D.FLOAT32, (m, n)),
             )
             op = dev.compile(desc)
             ins = [dev.tensor(a), dev.tensor(np.array([[0.02]], np.float32)), dev.tensor(np.array([[a_zp]], a_dt)),
-                   dev.tensor(b), dev.tensor(np.array([[0.01]], np.float32)), dev.tensor(np.array([[b_zp]], b_dt)), None]
+                   dev.tensor(b), dev.tensor(np.array([[0.01]], np.float32)), dev.tensor(np.array([[b_zp]], b_dt)),
+                   kdml.Tensor(dev.tensor(bias_v).buffer, bias_desc) if bias else None]
             out = dev.empty(desc.output_tensor)
             cases.append({"pair": pair, "a_dt": a_dt, "b_dt": b_dt, "a": a, "op": op, "ins": ins, "out": out,
-                          "b": b, "a_zp": a_zp, "b_zp": b_zp, "ours": [], "ort": []})
+                          "b": b, "a_zp": a_zp, "b_zp": b_zp, "bias": bias_v, "ours": [], "ort": []})
         for _ in range(max(1, rounds)):
             # ours first for both pairs: onnxruntime's and numpy's BLAS worker threads spin for a
             # while after each call and would take the cores lavapipe's threads need.
@@ -119,7 +127,7 @@ def run(quick: bool = False, device: kdml.Device | None = None, rounds: int = 1)
             for c in cases:
                 # a fresh session per round, deleted right after: a live session's thread pool
                 # slowed lavapipe's threads 2-3x when kept across our timings
-                sess = _ort_session(m, k, n, c["a_dt"], c["b"], c["a_zp"], c["b_zp"])
+                sess = _ort_session(m, k, n, c["a_dt"], c["b"], c["a_zp"], c["b_zp"], c["bias"])
                 feed = {"A": c["a"]}
                 c["ort"].append(_median_time(lambda sess=sess, feed=feed: sess.run(None, feed), reps, 0.2))
                 c["ref"] = sess.run(None, feed)[0]
@@ -131,7 +139,7 @@ def run(quick: bool = False, device: kdml.Device | None = None, rounds: int = 1)
             agree = float(np.max(np.abs(got - ref)) / max(1e-30, float(np.max(np.abs(ref)))))
             t_ours, t_ort = statistics.median(c["ours"]), statistics.median(c["ort"])
             rows.append({
-                "name": f"matmul_integer_to_float {c['pair']}",
+                "name": f"matmul_integer_to_float {c['pair']}{'+bias' if bias else ''}",
                 "shape": f"{m}x{k}x{n}",
                 "dtypes": f"{np.dtype(c['a_dt']).name} x {np.dtype(c['b_dt']).name} -> float32",
                 "variant": c["op"].variants[0],
@@ -159,12 +167,12 @@ def run(quick: bool = False, device: kdml.Device | None = None, rounds: int = 1)
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    head = f"{'pair':5s} {'M x K x N':16s} {'variant':15s} {'ours ms':>9s} {'GOPS':>6s} {'ORT ms':>9s} {'GOPS':>6s} " \
+    head = f"{'pair':10s} {'M x K x N':16s} {'variant':15s} {'ours ms':>9s} {'GOPS':>6s} {'ORT ms':>9s} {'GOPS':>6s} " \
            f"{'np f32 ms':>9s} {'GOPS':>6s} {'x ORT':>6s} {'x np':>6s}"
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
-            f"{r['name'].split()[-1]:5s} {r['shape']:16s} {r['variant']:15s} {r['seconds'] * 1e3:9.3f} {r['gops']:6.1f} "
+            f"{r['name'].split()[-1]:10s} {r['shape']:16s} {r['variant']:15s} {r['seconds'] * 1e3:9.3f} {r['gops']:6.1f} "
             f"{r['ort_seconds'] * 1e3:9.3f} {r['ort_gops']:6.1f} {r['numpy_f32_seconds'] * 1e3:9.3f} "
             f"{r['numpy_f32_gops']:6.1f} {r['ratio_vs_ort']:6.2f} {r['ratio_vs_numpy_f32']:6.2f}"
         )
@@ -176,8 +184,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="three shapes, fewer repetitions")
     ap.add_argument("--rounds", type=int, default=1,
                     help="alternate ours / onnxruntime this many times per shape and report medians")
+    ap.add_argument("--bias", action="store_true", help="add a bias of N values (ONNX's (N,) bias) on both sides")
     args = ap.parse_args()
-    rows = run(args.quick, rounds=args.rounds)
+    rows = run(args.quick, rounds=args.rounds, bias=args.bias)
     print(format_table(rows))
     if args.rounds > 1:
         for r in rows:

@@ -28,14 +28,21 @@
 // buffers (usamplerBuffer, viewed as R32G32B32A32_UINT by kompute_dml's kp build), so one
 // texelFetch reads 16 bytes per lane with vector loads instead of lavapipe's per-lane SSBO
 // loop; 8x16 outputs per invocation. The dispatcher checks 16-byte-aligned A and B rows
-// with unit inner stride, K % 16 == 0 and N % 16 == 0. Its output type and whether a bias is
-// bound are compile-time (OUTH, BIAS): lavapipe runs both sides of a run-time branch with lane
-// masks, so the unused FLOAT16 store and a zero bias's per-lane loads cost a tenth of the time
-// at 1024^3 (measured with benchmarks/bench_matmul.py).
-// @variant mmi_cpu_t8      FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8 OUTH=0 BIAS=1
-// @variant mmi_cpu_t8_nb   FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8 OUTH=0 BIAS=0
-// @variant mmi_cpu_t8h     FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8 OUTH=1 BIAS=1
-// @variant mmi_cpu_t8h_nb  FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8 OUTH=1 BIAS=0
+// with unit inner stride, K % 16 == 0 and N % 16 == 0. The output store and the bias mode are
+// compile-time, because lavapipe runs both sides of a run-time branch with lane masks, so an
+// unused store path or bias load costs every call (see docs/matmul.md):
+//   OUTH 1: FLOAT16 output; OUTH 0 with STORE4 1: FLOAT32 rows stored as uvec4 (unit N stride,
+//   row starts on 16 bytes); OUTH 0, STORE4 0 ("s"): FLOAT32, one store per element;
+//   BIAS 0 ("_nb"): none; 1: any strides; 2 ("_bn"): one value per column, the ONNX (N,) bias.
+// @variant mmi_cpu_t8       FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8 OUTH=0 STORE4=1 BIAS=1
+// @variant mmi_cpu_t8_nb    FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8 OUTH=0 STORE4=1 BIAS=0
+// @variant mmi_cpu_t8_bn    FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8 OUTH=0 STORE4=1 BIAS=2
+// @variant mmi_cpu_t8s      FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8 OUTH=0 BIAS=1
+// @variant mmi_cpu_t8s_nb   FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8 OUTH=0 BIAS=0
+// @variant mmi_cpu_t8s_bn   FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8 OUTH=0 BIAS=2
+// @variant mmi_cpu_t8h      FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8 OUTH=1 BIAS=1
+// @variant mmi_cpu_t8h_nb   FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8 OUTH=1 BIAS=0
+// @variant mmi_cpu_t8h_bn   FAMILY=0 PACKED=1 TEXEL=1 W=8 BR=8 BC=16 LX=8 OUTH=1 BIAS=2
 // CPU packed variants: 6x8 outputs per invocation (r1: 1x8, for M <= 2); "v" variants load
 // B as uvec2 (the dispatcher checks N % 8 == 0 and 2-word-aligned B rows).
 // @variant mmi_cpu_p8v     FAMILY=0 PACKED=1 W=8  BR=6 BC=8 LX=8 BVEC=2
@@ -72,8 +79,11 @@
 #ifndef TEXEL
 #define TEXEL 0
 #endif
+#ifndef STORE4
+#define STORE4 0
+#endif
 #ifndef BIAS
-#define BIAS 1                       // 0: no bias bound (the dispatcher binds a dummy), none read
+#define BIAS 1                       // 0: no bias read; 1: any strides; 2: bias stride along M is 0
 #endif
 
 #if TEXEL
@@ -92,6 +102,9 @@ layout(std430, binding = 4) readonly buffer BSBuf { uint bs_buf[]; };
 layout(std430, binding = 5) readonly buffer BZBuf { uint bzp_buf[]; };
 layout(std430, binding = 6) readonly buffer BiasBuf { uint bias_buf[]; };
 layout(std430, binding = 7) buffer OutBuf { uint out_buf[]; };
+#if STORE4
+layout(std430, binding = 7) buffer OutBuf4 { uvec4 out_buf4[]; };
+#endif
 
 // 32 words (see matmul_integer.py, _push_words). Offsets and strides are in elements of the
 // tensor's own type. Every size and stride is below 2^28 (a binding holds at most
@@ -401,13 +414,45 @@ void main() {
     uint bias_base = P_BIAS_OFF + bi * P_BI_SB + ci * P_BI_SC;
     float bsc[BC];
     for (uint c = 0u; c < BC; ++c) bsc[c] = LOAD_REAL(bs_buf, P_BS_OFF + bcol[c] * P_BS_S, f16);
+#if BIAS == 2
+    float bias_n[BC];                         // the same for every row of the block
+    for (uint c = 0u; c < BC; ++c) bias_n[c] = LOAD_REAL(bias_buf, bias_base + bcol[c] * P_BI_SN, f16);
+#endif
+#if STORE4
+    // FLOAT32 rows: BC = 16 outputs of a row in BC / 4 uvec4 stores, one lane loop each (N % 16
+    // == 0, so a live block's columns are all in range)
+    for (uint r = 0u; r < BR; ++r) {
+        uint m = m0 + r;
+        float asc = LOAD_REAL(as_buf, P_AS_OFF + min(m, M - 1u) * P_AS_S, false);
+        if (live && m < M) {
+            uint o4 = (o_base + m * P_O_SM + n0) >> 2u;
+            [[unroll]] for (uint q = 0u; q < BC / 4u; ++q) {
+                vec4 v;
+                [[unroll]] for (uint e = 0u; e < 4u; ++e) {
+                    uint c = q * 4u + e;
+#if BIAS == 2
+                    float bias = bias_n[c];
+#elif BIAS == 1
+                    float bias = LOAD_REAL(bias_buf, bias_base + m * P_BI_SM + (n0 + c) * P_BI_SN, false);
+#else
+                    const float bias = 0.0;
+#endif
+                    v[e] = (hi[r][c] + lo[r][c]) * (asc * bsc[c]) + bias;
+                }
+                out_buf4[o4 + q] = floatBitsToUint(v);
+            }
+        }
+    }
+#else
     for (uint r = 0u; r < BR; ++r) {
         uint m = m0 + r;
         float asc = LOAD_REAL(as_buf, P_AS_OFF + min(m, M - 1u) * P_AS_S, f16);
         for (uint c = 0u; c < BC; ++c) {
             uint n = n0 + c;
             if (live && m < M && n < N) {
-#if BIAS
+#if BIAS == 2
+                float bias = bias_n[c];
+#elif BIAS == 1
                 float bias = LOAD_REAL(bias_buf, bias_base + m * P_BI_SM + n * P_BI_SN, f16);
 #else
                 const float bias = 0.0;
@@ -417,6 +462,7 @@ void main() {
             }
         }
     }
+#endif
 }
 
 #else

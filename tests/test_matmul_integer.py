@@ -95,7 +95,9 @@ def run_case(
     dev, rng, *, a_dt, b_dt, out_dt, M, K, N, batch=(), rank=2, a_scale="tensor", b_scale="tensor",
     a_zp=True, b_zp=True, bias=True, qdims=None, layout="packed", values=None, check=True,
 ):
-    """Build, place, poison, execute and check one case; returns the output tensor."""
+    """Build, place, poison, execute and check one case; returns the output tensor.
+    bias: False, True (the layout's strides) or "n" (one value per column: stride 0 along M and
+    the batch dimensions, as ONNX's (N,) bias)."""
     lead = tuple(batch)
     assert len(lead) == rank - 2
     a_sizes, b_sizes, o_sizes = (*lead, M, K), (*lead, K, N), (*lead, M, N)
@@ -127,7 +129,11 @@ def run_case(
     a_desc = kdml.TensorDesc(a_dt, a_sizes, strides_for(a_sizes, True))
     b_desc = kdml.TensorDesc(b_dt, b_sizes, strides_for(b_sizes, True))
     o_desc = kdml.TensorDesc(out_dt, o_sizes, strides_for(o_sizes, False))
-    bias_desc = kdml.TensorDesc(out_dt, o_sizes, strides_for(o_sizes, True)) if bias else None
+    if bias == "n":
+        bias_st = (0,) * (rank - 1) + (int(rng.integers(1, 3)),)
+        bias_desc = kdml.TensorDesc(out_dt, o_sizes, bias_st)
+    else:
+        bias_desc = kdml.TensorDesc(out_dt, o_sizes, strides_for(o_sizes, True)) if bias else None
     as_desc = kdml.TensorDesc(out_dt, quant_sizes(a_scale, M, qd, "row"))
     bs_desc = kdml.TensorDesc(out_dt, quant_sizes(b_scale, N, qd, "col"))
     az_mode = a_scale if a_zp == "same" else ("row" if rng.random() < 0.5 else "tensor")
@@ -204,7 +210,7 @@ def test_ort_cases_m4_k128_n128(dev, rng, family, pair, zp_bias, b_scale):
     zp, bias = zp_bias
     op, *_ = run_case(dev, rng, a_dt=pair[0], b_dt=pair[1], out_dt=DT.FLOAT32, M=4, K=128, N=128, b_scale=b_scale,
                       a_zp=zp, b_zp=zp, bias=bias, qdims=2)
-    assert op.variants[0] == (texel_name(DT.FLOAT32, bias) if family == "cpu" else "mmi_gpu_8")
+    assert op.variants[0] == (texel_name(op.desc.output_tensor, bias) if family == "cpu" else "mmi_gpu_8")
 
 
 def test_ort_float16_case(dev, rng, family):
@@ -306,9 +312,18 @@ def test_packed_variant_k_multiples(dev, rng, k):
 
 
 # ---- the texel variant (8-bit, 16-byte-aligned rows) --------------------------------------
-def texel_name(out_dt, bias):
-    """The texel variant's name: output type and bias presence are compile-time."""
-    return "mmi_cpu_t8" + ("h" if out_dt == DT.FLOAT16 else "") + ("" if bias else "_nb")
+def texel_name(out_desc, bias):
+    """The texel variant's name: the output store and the bias mode (run_case's bias) are
+    compile-time. FLOAT32 rows with unit N stride on 16-byte boundaries are stored as uvec4."""
+    mode = "_bn" if bias == "n" else ("" if bias else "_nb")
+    st = out_desc.effective_strides
+    if out_desc.data_type == DT.FLOAT16:
+        store = "h"
+    elif st[-1] == 1 and all(x % 4 == 0 for x in st[:-1]):
+        store = ""
+    else:
+        store = "s"
+    return "mmi_cpu_t8" + store + mode
 
 
 @pytest.mark.parametrize("kernel", TEXEL_FAMILIES)
@@ -319,7 +334,7 @@ def test_texel_variant_differential(dev, rng, monkeypatch, kernel, pair, out_dt)
     texels, batch broadcast) against the float64 reference; 'cpu-ssbo' runs the same cases
     on the storage-buffer variants."""
     monkeypatch.setenv(KERNEL_ENV, kernel)
-    for bias in (True, False):  # both compile-time bias variants
+    for bias in (True, False, "n"):  # the three compile-time bias modes
         rank = int(rng.integers(2, 5))
         batch = tuple(int(rng.integers(1, 3)) for _ in range(rank - 2))
         M = int(rng.integers(4, 30))
@@ -331,7 +346,7 @@ def test_texel_variant_differential(dev, rng, monkeypatch, kernel, pair, out_dt)
             a_zp=bool(rng.random() < 0.7), b_zp=bool(rng.random() < 0.7), bias=bias,
             layout=str(rng.choice(["packed", "rows16"])),
         )
-        assert (op.variants[0] == texel_name(out_dt, bias)) == (kernel == "cpu")
+        assert (op.variants[0] == texel_name(op.desc.output_tensor, bias)) == (kernel == "cpu")
 
 
 @pytest.mark.parametrize("mkn", [(4, 16, 16), (9, 16, 48), (31, 48, 16), (130, 64, 80)], ids=str)
@@ -342,7 +357,45 @@ def test_texel_variant_edges(dev, rng, monkeypatch, mkn):
     a_dt, b_dt = INT_PAIRS[8][int(rng.integers(0, 4))]
     op, *_ = run_case(dev, rng, a_dt=a_dt, b_dt=b_dt, out_dt=DT.FLOAT32, M=M, K=K, N=N, a_scale="row",
                       b_scale="col")
-    assert op.variants[0] == texel_name(DT.FLOAT32, True)
+    assert op.variants[0] == texel_name(op.desc.output_tensor, True)
+
+
+@pytest.mark.parametrize("bias", [True, False, "n"], ids=str)
+@pytest.mark.parametrize("out_layout", ["packed", "padded", "strided"])
+def test_texel_variant_stores(dev, rng, monkeypatch, out_layout, bias):
+    """Every FLOAT32 store and bias mode: packed and padded rows (row stride N + 4) take the
+    uvec4 row stores (the pad stays untouched), an N stride of 2 the per-element stores."""
+    monkeypatch.setenv(KERNEL_ENV, "cpu")
+    M, K, N = 11, 48, 32
+    a = rng.integers(-128, 128, (M, K)).astype(np.int8)
+    b = rng.integers(0, 256, (K, N)).astype(np.uint8)
+    o_strides = {"packed": None, "padded": (N + 4, 1), "strided": (2 * N, 2)}[out_layout]
+    o_desc = kdml.TensorDesc(DT.FLOAT32, (M, N), o_strides)
+    bias_v = (rng.standard_normal(N) * 10).astype(np.float32)
+    bias_desc = {True: kdml.TensorDesc(DT.FLOAT32, (M, N)), "n": kdml.TensorDesc(DT.FLOAT32, (M, N), (0, 1)),
+                 False: None}[bias]
+    bias_full = np.broadcast_to(bias_v, (M, N)) if bias == "n" else (rng.standard_normal((M, N)) * 10).astype(np.float32)
+    desc = kdml.MatrixMultiplyIntegerToFloatDesc(
+        kdml.TensorDesc(DT.INT8, (M, K)), kdml.TensorDesc(DT.FLOAT32, (1, 1)), None,
+        kdml.TensorDesc(DT.UINT8, (K, N)), kdml.TensorDesc(DT.FLOAT32, (1, N)), None, bias_desc, o_desc)
+    op = dev.compile(desc)
+    assert op.variants[0] == texel_name(o_desc, bias)
+    out, _ = place(dev, rng, o_desc)
+    before = out.buffer.read()
+    b_scale = rng.uniform(0.5, 2.0, (1, N)).astype(np.float32)
+    bias_t = None
+    if bias == "n":
+        bias_t = kdml.Tensor(dev.tensor(bias_v).buffer, bias_desc)
+    elif bias:
+        bias_t = dev.tensor(bias_full)
+    op.execute([dev.tensor(a), dev.tensor(np.full((1, 1), 0.5, np.float32)), None, dev.tensor(b),
+                dev.tensor(b_scale), None, bias_t], [out])
+    ref = (a.astype(np.float64) @ b.astype(np.float64)) * 0.5 * b_scale.astype(np.float64)
+    if bias:
+        ref += bias_full
+    raw = assert_outside_unchanged(out, before)  # random bytes before: every element is written
+    got = np.frombuffer(raw[element_byte_positions(out.offset, o_desc)].tobytes(), np.float32).reshape(M, N)
+    assert np.allclose(got, ref, rtol=1e-6, atol=1e-3)
 
 
 @pytest.mark.parametrize("mkn", [(3, 16, 16), (8, 24, 16), (8, 16, 24)], ids=str)
@@ -390,7 +443,7 @@ def test_texel_variant_large_k_extremes(dev, rng, monkeypatch, pair):
             "a_scale": np.array([[1.0]], np.float32), "b_scale": np.array([[1.0]], np.float32)}
     op, out, ref, _ = run_case(dev, rng, a_dt=a_dt, b_dt=b_dt, out_dt=DT.FLOAT32, M=M, K=K, N=N, a_zp="same",
                                b_zp="same", bias=False, qdims=2, values=vals)
-    assert op.variants[0] == texel_name(DT.FLOAT32, False)
+    assert op.variants[0] == "mmi_cpu_t8_nb"
     assert abs(ref[0, 0]) > 2**31
     assert np.allclose(out.numpy(), ref, rtol=1e-6)
 

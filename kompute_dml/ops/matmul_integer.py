@@ -256,9 +256,23 @@ def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -
     wbits = 8 * width
     if family == "cpu" and texel_eligible(device, width, m, k, n, a_st, b_st):
         br, bc = CPU_TEXEL_BLOCK
-        # output type and bias presence are compile-time in the texel variants
-        f16 = "h" if out.data_type == D.FLOAT16 else ""
-        variant = f"mmi_cpu_t{wbits}{f16}{'' if desc.bias_tensor is not None else '_nb'}"
+        # output store and bias mode are compile-time in the texel variants. Store: FLOAT16 (h),
+        # FLOAT32 rows as uvec4 when they have unit N stride and start on 16 bytes (binding
+        # offsets always do), else FLOAT32 per element (s). Bias: none (_nb), one value per
+        # column (_bn: stride 0 along M, the ONNX (N,) bias) or any strides.
+        if out.data_type == D.FLOAT16:
+            store = "h"
+        elif o_st[3] == 1 and all(s % 4 == 0 for s in o_st[:3]):
+            store = ""
+        else:
+            store = "s"
+        if desc.bias_tensor is None:
+            bias_mode = "_nb"
+        elif bias_st[2] == 0:
+            bias_mode = "_bn"
+        else:
+            bias_mode = ""
+        variant = f"mmi_cpu_t{wbits}{store}{bias_mode}"
         groups = -(-(-(-n // bc)) // CPU_LOCAL) * -(-m // br) * t
     elif family in ("cpu", "cpu-ssbo"):
         if a_packed and b_packed:
