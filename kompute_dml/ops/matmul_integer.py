@@ -194,6 +194,10 @@ def compile_matmul_integer(
     )
 
 
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -> DispatchPlan:
     max_groups = device.limits["max_compute_work_group_count"][0]
     a, b, out = desc.a_tensor, desc.b_tensor, desc.output_tensor
@@ -273,7 +277,7 @@ def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -
         else:
             bias_mode = ""
         variant = f"mmi_cpu_t{wbits}{store}{bias_mode}"
-        groups = -(-(-(-n // bc)) // CPU_LOCAL) * -(-m // br) * t
+        groups = _cdiv(_cdiv(n, bc), CPU_LOCAL) * _cdiv(m, br) * t
     elif family in ("cpu", "cpu-ssbo"):
         if a_packed and b_packed:
             # uvec2 loads of B need N % 8 == 0 and rows starting on even words
