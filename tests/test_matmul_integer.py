@@ -311,15 +311,29 @@ def test_packed_variant_k_multiples(dev, rng, k):
             assert op.variants[0].startswith(f"mmi_cpu_p{width}")
 
 
+def large_k_extremes(a_dt, b_dt, M, K, N):
+    """run_case values whose 8-bit sums exceed int32 at large K: A at its minimum (row 1 at its
+    maximum every third k), B at its maximum (column 2 at its minimum every seventh k), zero
+    points at the opposite ends, unit scales."""
+    ia, ib = np.iinfo(a_dt.numpy_dtype), np.iinfo(b_dt.numpy_dtype)
+    a = np.full((M, K), ia.min, a_dt.numpy_dtype)
+    a[1, ::3] = ia.max
+    b = np.full((K, N), ib.max, b_dt.numpy_dtype)
+    b[::7, 2] = ib.min
+    return {"a": a, "b": b, "azp": np.array([[ia.max]], a_dt.numpy_dtype), "bzp": np.array([[ib.min]], b_dt.numpy_dtype),
+            "a_scale": np.array([[1.0]], np.float32), "b_scale": np.array([[1.0]], np.float32)}
+
+
 # ---- the texel variant (8-bit, 16-byte-aligned rows) --------------------------------------
 def texel_name(out_desc, bias):
     """The texel variant's name: the output store and the bias mode (run_case's bias) are
-    compile-time. FLOAT32 rows with unit N stride on 16-byte boundaries are stored as uvec4."""
+    compile-time. FLOAT32 rows with unit N stride on 16-byte boundaries are stored as uvec4
+    (the stride of a size-1 dimension is never used)."""
     mode = "_bn" if bias == "n" else ("" if bias else "_nb")
-    st = out_desc.effective_strides
+    st, sizes = out_desc.effective_strides, out_desc.sizes
     if out_desc.data_type == DT.FLOAT16:
         store = "h"
-    elif st[-1] == 1 and all(x % 4 == 0 for x in st[:-1]):
+    elif st[-1] == 1 and all(x % 4 == 0 for x, n in zip(st[:-1], sizes[:-1]) if n > 1):
         store = ""
     else:
         store = "s"
@@ -432,15 +446,10 @@ def test_texel_variant_large_k_extremes(dev, rng, monkeypatch, pair):
     """K = 40000 at the types' extremes: block sums beyond int32, compensated accumulation."""
     monkeypatch.setenv(KERNEL_ENV, "cpu")
     a_dt, b_dt = pair
-    ia, ib = np.iinfo(a_dt.numpy_dtype), np.iinfo(b_dt.numpy_dtype)
     M, K, N = 5, 40000, 16
-    a = np.full((M, K), ia.min, a_dt.numpy_dtype)
-    a[1, ::3] = ia.max
-    a[4] = rng.integers(ia.min, ia.max, K, endpoint=True)
-    b = np.full((K, N), ib.max, b_dt.numpy_dtype)
-    b[::7, 2] = ib.min
-    vals = {"a": a, "b": b, "azp": np.array([[ia.max]], a_dt.numpy_dtype), "bzp": np.array([[ib.min]], b_dt.numpy_dtype),
-            "a_scale": np.array([[1.0]], np.float32), "b_scale": np.array([[1.0]], np.float32)}
+    vals = large_k_extremes(a_dt, b_dt, M, K, N)
+    ia = np.iinfo(a_dt.numpy_dtype)
+    vals["a"][4] = rng.integers(ia.min, ia.max, K, endpoint=True)
     op, out, ref, _ = run_case(dev, rng, a_dt=a_dt, b_dt=b_dt, out_dt=DT.FLOAT32, M=M, K=K, N=N, a_zp="same",
                                b_zp="same", bias=False, qdims=2, values=vals)
     assert op.variants[0] == "mmi_cpu_t8_nb"
@@ -481,14 +490,8 @@ def test_32bit_cancellation(dev, rng, family):
 def test_8bit_large_k(dev, rng, family, pair):
     """K = 40000: an int32 sum of (a - zpa)(b - zpb) = +-255^2 per term would overflow."""
     a_dt, b_dt = pair
-    ia, ib = np.iinfo(a_dt.numpy_dtype), np.iinfo(b_dt.numpy_dtype)
     M, K, N = 3, 40000, 5
-    a = np.full((M, K), ia.min, a_dt.numpy_dtype)
-    a[1, ::3] = ia.max
-    b = np.full((K, N), ib.max, b_dt.numpy_dtype)
-    b[::7, 2] = ib.min
-    vals = {"a": a, "b": b, "azp": np.array([[ia.max]], a_dt.numpy_dtype), "bzp": np.array([[ib.min]], b_dt.numpy_dtype),
-            "a_scale": np.array([[1.0]], np.float32), "b_scale": np.array([[1.0]], np.float32)}
+    vals = large_k_extremes(a_dt, b_dt, M, K, N)
     _, out, ref, _ = run_case(dev, rng, a_dt=a_dt, b_dt=b_dt, out_dt=DT.FLOAT32, M=M, K=K, N=N, a_zp="same",
                               b_zp="same", bias=False, qdims=2, values=vals)
     assert abs(ref[0, 0]) > 2**31  # beyond int32 accumulation

@@ -258,28 +258,31 @@ def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -
         words[wi] |= ((t >> (4 * i)) & 0xF) << 28
 
     wbits = 8 * width
-    if family == "cpu" and texel_eligible(device, width, m, k, n, a_st, b_st):
-        br, bc = CPU_TEXEL_BLOCK
-        # output store and bias mode are compile-time in the texel variants. Store: FLOAT16 (h),
-        # FLOAT32 rows as uvec4 when they have unit N stride and start on 16 bytes (binding
-        # offsets always do), else FLOAT32 per element (s). Bias: none (_nb), one value per
-        # column (_bn: stride 0 along M, the ONNX (N,) bias) or any strides.
-        if out.data_type == D.FLOAT16:
-            store = "h"
-        elif o_st[3] == 1 and all(s % 4 == 0 for s in o_st[:3]):
-            store = ""
-        else:
-            store = "s"
-        if desc.bias_tensor is None:
-            bias_mode = "_nb"
-        elif bias_st[2] == 0:
-            bias_mode = "_bn"
-        else:
-            bias_mode = ""
-        variant = f"mmi_cpu_t{wbits}{store}{bias_mode}"
-        groups = _cdiv(_cdiv(n, bc), CPU_LOCAL) * _cdiv(m, br) * t
-    elif family in ("cpu", "cpu-ssbo"):
-        if a_packed and b_packed:
+    if family == "gpu":
+        tm, tn = GPU_TILE
+        variant = f"mmi_gpu_{wbits}"
+        groups = _cdiv(n, tn) * _cdiv(m, tm) * t
+    else:  # the CPU family ('cpu', or 'cpu-ssbo' without the texel variant)
+        if family == "cpu" and texel_eligible(device, width, m, k, n, a_st, b_st):
+            br, bc = CPU_TEXEL_BLOCK
+            # output store and bias mode are compile-time in the texel variants. Store: FLOAT16 (h),
+            # FLOAT32 rows as uvec4 when they have unit N stride and start on 16 bytes (binding
+            # offsets always do), else FLOAT32 per element (s). Bias: none (_nb), one value per
+            # column (_bn: stride 0 along M, the ONNX (N,) bias) or any strides.
+            if out.data_type == D.FLOAT16:
+                store = "h"
+            elif o_st[3] == 1 and all(s % 4 == 0 for s in o_st[:3]):
+                store = ""
+            else:
+                store = "s"
+            if desc.bias_tensor is None:
+                bias_mode = "_nb"
+            elif bias_st[2] == 0:
+                bias_mode = "_bn"
+            else:
+                bias_mode = ""
+            variant = f"mmi_cpu_t{wbits}{store}{bias_mode}"
+        elif a_packed and b_packed:
             # uvec2 loads of B need N % 8 == 0 and rows starting on even words
             vec = n % 8 == 0 and all(s % (2 * epw) == 0 for s in (b_st[0], b_st[1], b_st[2]))
             small = m <= CPU_SMALL_M
@@ -288,12 +291,7 @@ def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -
         else:
             br, bc = CPU_GENERIC_BLOCK
             variant = f"mmi_cpu_g{wbits}"
-        groups = -(-n // bc)
-        groups = -(-groups // CPU_LOCAL) * -(-m // br) * t
-    else:
-        tm, tn = GPU_TILE
-        variant = f"mmi_gpu_{wbits}"
-        groups = -(-n // tn) * -(-m // tm) * t
+        groups = _cdiv(_cdiv(n, bc), CPU_LOCAL) * _cdiv(m, br) * t
     # offset slots: push word <- binding offset / element size (bindings: inputs then output)
     sizes = [a.data_type.size, desc.a_scale_tensor.data_type.size,
              a.data_type.size, b.data_type.size, desc.b_scale_tensor.data_type.size,
