@@ -36,8 +36,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
         console.print(f"  {'memory heaps (bytes)':42} {list(d['memory_heaps'])}")
     try:
         dev = Device(args.device, level)
-        console.print(f"feature level: {dev.feature_level.name} (0x{int(dev.feature_level):x}); "
-                      f"matrix-product kernel family: {'cpu' if dev.device_type == 'cpu' else 'gpu'}")
+        console.print(f"feature level: {dev.feature_level.name} (0x{int(dev.feature_level):x})")
+        console.print(f"capabilities: {', '.join(sorted(dev.capabilities)) or 'none'}")
+        console.print("policy: " + ", ".join(f"{k} {v}" for k, v in dev.policy.describe().items()))
         dev.close()
     except DMLError as e:
         console.print(f"[red]device {args.device} unusable:[/red] {e}")

@@ -17,6 +17,7 @@ import numpy as np
 
 from .dtypes import HIGHEST_FEATURE_LEVEL, FeatureLevel
 from .errors import DeviceError, DMLError, InvalidArgumentError, OutOfMemoryError, UnsupportedError, invalid
+from .policy import policy_for, requested_capabilities
 from .memory import Buffer, Tensor, packed_desc_for
 from .runtime import EncodedDispatch, PipelineCache, encode, record_dispatches
 from .tensor_desc import TensorDesc, validate_desc
@@ -95,14 +96,10 @@ class Device:
         *,
         memory_budget: int | None = None,
         transfer_commands: bool | None = None,
+        features: Any = None,
     ) -> None:
         self.feature_level = _coerce_feature_level(feature_level)
-        # Dense and row-contiguous copies and fills run as transfer commands
-        # (vkCmdCopyBuffer / vkCmdFillBuffer) unless this is False; KDML_TRANSFER=0 turns
-        # them off by default (every operator then runs as compute shaders only).
-        if transfer_commands is None:
-            transfer_commands = os.environ.get("KDML_TRANSFER", "1") != "0"
-        self.transfer_commands = bool(transfer_commands)
+        requested = requested_capabilities(features)
         infos = physical_devices()
         if not infos:
             raise DeviceError("no Vulkan physical device found (install mesa-vulkan-drivers for lavapipe)")
@@ -116,6 +113,13 @@ class Device:
         self.device_type = self.info.device_type
         self.limits: Mapping[str, Any] = types.MappingProxyType(dict(self.info.limits))
         self.memory_budget = _coerce_budget(memory_budget, self.info)
+        # The optional capabilities enabled on this device (none until the runtime enables
+        # device features), and the per-device policy that picks paths and kernel families.
+        # Dense and row-contiguous copies and fills run as transfer commands where the policy
+        # says so; `transfer_commands` (or KDML_TRANSFER=0/1) overrides that choice.
+        self.capabilities: frozenset[str] = frozenset() if requested is None else frozenset()
+        self.policy = policy_for(self.device_type, self.capabilities, self.limits, transfer_commands=transfer_commands)
+        self.transfer_commands = self.policy.transfer_commands
         self._allocated = 0  # bytes of Vulkan memory held by live buffers (device + staging copies)
         self._allocations = 0  # vkAllocateMemory calls held by live buffers
         self._lock = threading.RLock()

@@ -53,6 +53,7 @@ class DispatchPlan:
     groups: tuple[int, int, int]
     writes: tuple[int, ...]
     offset_slots: tuple[tuple[int, int, int], ...] = ()
+    spec: tuple[int, ...] = ()  # specialization constants (uint32 words, constant_id 0, 1, ...)
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,7 +117,7 @@ class PipelineCache:
         self.misses = 0
 
     def get(self, plan: DispatchPlan, buffers: list[Buffer]) -> Any:
-        key = (plan.variant, tuple(b.serial for b in buffers), plan.groups, len(plan.push))
+        key = (plan.variant, tuple(b.serial for b in buffers), plan.groups, len(plan.push), plan.spec)
         algo = self._entries.get(key)
         if algo is not None:
             self._entries.move_to_end(key)
@@ -127,7 +128,7 @@ class PipelineCache:
             [b._kp for b in buffers],
             load_spirv(plan.variant),
             list(plan.groups),
-            _EMPTY_SPEC,
+            np.asarray(plan.spec, dtype=np.uint32) if plan.spec else _EMPTY_SPEC,
             np.asarray(plan.push, dtype=np.uint32),
         )
         self._entries[key] = algo

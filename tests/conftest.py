@@ -71,10 +71,19 @@ def dev_shader() -> kdml.Device:
     d.close()
 
 
+@pytest.fixture(scope="session")
+def dev_transfer() -> kdml.Device:
+    """A device that runs dense copies and fills as transfer commands, whatever its policy."""
+    d = kdml.Device(transfer_commands=True)
+    yield d
+    d.close()
+
+
 @pytest.fixture(params=["transfer", "shader"])
-def xdev(request, dev, dev_shader) -> kdml.Device:
-    """Both execution paths: transfer-assisted (the default) and shaders only."""
-    return dev if request.param == "transfer" else dev_shader
+def xdev(request, dev_transfer, dev_shader) -> kdml.Device:
+    """Both execution paths, on every device: transfer-assisted and shaders only (the
+    device policy picks one of them by default)."""
+    return dev_transfer if request.param == "transfer" else dev_shader
 
 
 @pytest.fixture

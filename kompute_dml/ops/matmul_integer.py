@@ -116,11 +116,12 @@ KERNELS = ("cpu", "cpu-ssbo", "gpu")
 
 def kernel_family(device: Device, kernel: str | None = None) -> str:
     """'cpu', 'cpu-ssbo' (the CPU family without the texel variant) or 'gpu': the explicit
-    choice, else KDML_MATMUL_KERNEL, else by device type."""
+    choice, else KDML_MATMUL_KERNEL, else the device policy's."""
     choice = kernel if kernel is not None else os.environ.get(KERNEL_ENV, "auto")
     choice = (choice or "auto").strip().lower()
     if choice == "auto":
-        return "cpu" if device.device_type == "cpu" else "gpu"
+        family = device.policy.matmul_family
+        return family if family in KERNELS else "gpu"
     if choice not in KERNELS:
         raise invalid("kernel", f"must be 'cpu', 'cpu-ssbo', 'gpu' or 'auto' (also via {KERNEL_ENV}), "
                       f"got {choice!r}")

@@ -1,0 +1,99 @@
+"""Per-device policy: which execution path and kernel family a device gets.
+
+One object decides, from the device type, its enabled capabilities and its limits, what
+the dispatcher uses; operators ask it and never branch on the device type themselves.
+Every choice here is a measured one (figures in docs/ and benchmarks/RESULTS.md):
+
+- lavapipe (a CPU device): transfer commands (vkCmdCopyBuffer / vkCmdFillBuffer) move
+  bytes several times faster than its compute shaders, whose every buffer access is a
+  bounds-checked per-lane loop; its matrix products want the register-blocked "cpu"
+  family (no shared memory, no barriers).
+- discrete GPUs (measured on an NVIDIA H100, ../shared/notes/gpu.md): the same transfer
+  commands are 2-3x slower than compute shaders (50x for one region per row), so every
+  operator runs as shaders; matrix products take tiled "gpu" kernels, or cooperative-matrix
+  kernels on the tensor cores where the device enabled them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+# Names of the optional device capabilities kompute_dml knows (dev.capabilities holds the
+# enabled subset). Each is one Vulkan feature (or extension + feature) the runtime turns on
+# when the physical device reports it.
+CAPABILITIES = (
+    "storage_buffer_8bit",  # VkPhysicalDevice8BitStorageFeatures.storageBuffer8BitAccess
+    "storage_buffer_16bit",  # VkPhysicalDevice16BitStorageFeatures.storageBuffer16BitAccess
+    "shader_int8",  # VkPhysicalDeviceShaderFloat16Int8Features.shaderInt8
+    "shader_float16",  # VkPhysicalDeviceShaderFloat16Int8Features.shaderFloat16
+    "shader_int16",  # VkPhysicalDeviceFeatures.shaderInt16
+    "shader_int64",  # VkPhysicalDeviceFeatures.shaderInt64
+    "integer_dot_product",  # VkPhysicalDeviceShaderIntegerDotProductFeatures
+    "subgroup_size_control",  # VkPhysicalDeviceSubgroupSizeControlFeatures (+ computeFullSubgroups)
+    "vulkan_memory_model",  # VkPhysicalDeviceVulkanMemoryModelFeatures
+    "cooperative_matrix",  # VK_KHR_cooperative_matrix
+)
+
+FEATURES_ENV = "KDML_FEATURES"
+
+
+def requested_capabilities(features: object) -> frozenset[str] | None:
+    """The capabilities a caller allows: `features` (an iterable of names, "none", or None
+    for the environment's KDML_FEATURES, itself "all" when unset). None means all."""
+    from .errors import invalid
+
+    if features is None:
+        features = os.environ.get(FEATURES_ENV, "all")
+    if isinstance(features, str):
+        text = features.strip().lower()
+        if text in ("", "all"):
+            return None
+        if text == "none":
+            return frozenset()
+        names = [n.strip() for n in text.split(",") if n.strip()]
+    else:
+        try:
+            names = [str(n) for n in features]  # type: ignore[attr-defined]
+        except TypeError:
+            raise invalid("features", f"must be 'all', 'none' or a list of capability names, got {features!r}") from None
+    unknown = sorted(set(names) - set(CAPABILITIES))
+    if unknown:
+        raise invalid("features", f"unknown capability {', '.join(unknown)} (known: {', '.join(CAPABILITIES)}, all, none)")
+    return frozenset(names)
+
+
+@dataclass(frozen=True)
+class DevicePolicy:
+    """The measured choices for one device. `describe()` is what `kompute-dml info` prints."""
+
+    name: str  # which policy ("cpu", "discrete-gpu", ...)
+    transfer_commands: bool  # dense copies and fills as transfer commands instead of shaders
+    matmul_family: str  # "cpu" | "gpu" | "coopmat"
+    capabilities: frozenset[str]
+
+    def has(self, capability: str) -> bool:
+        return capability in self.capabilities
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "policy": self.name,
+            "transfer_commands": self.transfer_commands,
+            "matmul_family": self.matmul_family,
+        }
+
+
+def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, transfer_commands: bool | None = None) -> DevicePolicy:
+    """The policy of a device; `transfer_commands` (or KDML_TRANSFER=0/1) overrides that one choice."""
+    if device_type == "cpu":
+        policy = DevicePolicy("cpu", transfer_commands=True, matmul_family="cpu", capabilities=capabilities)
+    else:
+        family = "coopmat" if "cooperative_matrix" in capabilities else "gpu"
+        policy = DevicePolicy(device_type, transfer_commands=False, matmul_family=family, capabilities=capabilities)
+    if transfer_commands is None:
+        env = os.environ.get("KDML_TRANSFER")
+        transfer_commands = None if env is None else env != "0"
+    if transfer_commands is not None:
+        policy = replace(policy, transfer_commands=bool(transfer_commands))
+    return policy
