@@ -72,6 +72,9 @@ class DevicePolicy:
     transfer_commands: bool  # dense copies and fills as transfer commands instead of shaders
     matmul_family: str  # "cpu" | "gpu" | "coopmat"
     capabilities: frozenset[str]
+    # Variant family of the memory-bound operators (copies, DIAGONAL_MATRIX[1]): "cpu" keeps
+    # lavapipe's branch-free one-vector shaders; "gpu" takes the multi-vector, row-tiled ones.
+    memory_kernel: str = "cpu"
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -81,6 +84,7 @@ class DevicePolicy:
             "policy": self.name,
             "transfer_commands": self.transfer_commands,
             "matmul_family": self.matmul_family,
+            "memory_kernel": self.memory_kernel,
         }
 
 
@@ -90,7 +94,9 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
         policy = DevicePolicy("cpu", transfer_commands=True, matmul_family="cpu", capabilities=capabilities)
     else:
         family = "coopmat" if "cooperative_matrix" in capabilities else "gpu"
-        policy = DevicePolicy(device_type, transfer_commands=False, matmul_family=family, capabilities=capabilities)
+        policy = DevicePolicy(
+            device_type, transfer_commands=False, matmul_family=family, capabilities=capabilities, memory_kernel="gpu"
+        )
     if transfer_commands is None:
         env = os.environ.get("KDML_TRANSFER")
         transfer_commands = None if env is None else env != "0"
