@@ -34,6 +34,7 @@ from ..runtime import DispatchPlan, TransferPlan, grid_for
 from ..tensor_desc import TensorDesc
 from ..transfer_plans import MAX_ROWS, fill_regions, plan_copy_transfer
 from .base import CompiledOperator, validate_tensors
+from .gpu_memory import plan_diagonal_gpu
 
 if TYPE_CHECKING:
     from ..device import Device
@@ -362,6 +363,10 @@ def _plan(
         plans = plan_diagonal_transfer(out, inp, begin, end, bits, out_index, _max_groups(device))
         if plans is not None:
             return plans
+    if device.policy.memory_kernel == "gpu":
+        gpu = plan_diagonal_gpu(out, inp, begin, end, bits, out_index, _max_groups(device))
+        if gpu is not None:
+            return list(gpu)
     return list(plan_diagonal(out, inp, begin, end, bits, out_index, _max_groups(device)))
 
 

@@ -2,7 +2,9 @@
 
 Both are a bitwise strided copy; variants differ only by element width. When input and
 output are both dense in the same element order after merging dimensions, the packed
-16-byte-per-invocation variant is used.
+16-byte-per-invocation variant is used. Devices whose policy has memory_kernel "gpu" take
+the multi-vector, row-tiled and shared-memory-transposing variants of gpu_memory.py where
+their preconditions hold.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ..runtime import DispatchPlan, TransferPlan, grid_for
 from ..tensor_desc import TensorDesc
 from ..transfer_plans import plan_copy_transfer
 from .base import CompiledOperator, validate_tensors
+from .gpu_memory import plan_copy_gpu
 
 if TYPE_CHECKING:
     from ..device import Device
@@ -50,15 +53,20 @@ class CompiledCopy(CompiledOperator):
 
 
 def plan_copy(
-    src: TensorDesc, dst: TensorDesc, max_groups: int = 65535, transfers: bool = False
+    src: TensorDesc, dst: TensorDesc, max_groups: int = 65535, transfers: bool = False, kernel: str = "cpu"
 ) -> list[DispatchPlan | TransferPlan]:
     """Dispatches copying every element of src (binding 0) to dst (binding 1): a transfer
-    copy when rows are contiguous in both (and `transfers`), else a compute shader."""
+    copy when rows are contiguous in both (and `transfers`), else compute shaders of the
+    `kernel` family (DevicePolicy.memory_kernel)."""
     width = dst.data_type.size
     if transfers:
         t = plan_copy_transfer(dst.sizes, src.effective_strides, dst.effective_strides, width)
         if t is not None:
             return [t]
+    if kernel == "gpu":
+        gpu = plan_copy_gpu(src, dst, max_groups)
+        if gpu is not None:
+            return list(gpu)
     sizes, (s_in, s_out) = merge_dims(dst.sizes, src.effective_strides, dst.effective_strides)
     if len(sizes) == 1 and (sizes[0] == 1 or (s_in[0] == 1 and s_out[0] == 1)):
         # Whole work groups of 16-byte vectors without a branch, then the rest (< 256
@@ -106,7 +114,9 @@ def _compile(device: Device, desc: ActivationIdentityDesc | CopyDesc, support: O
     if i.sizes != o.sizes:
         raise invalid("output_tensor.sizes", f"must equal input_tensor's {i.sizes}, got {o.sizes}")
     check_no_overlap(o.sizes, o.effective_strides, "output_tensor")
-    plans = plan_copy(i, o, device.limits["max_compute_work_group_count"][0], device.transfer_commands)
+    plans = plan_copy(
+        i, o, device.limits["max_compute_work_group_count"][0], device.transfer_commands, device.policy.memory_kernel
+    )
     return CompiledCopy(device, desc, support, ("input_tensor",), ("output_tensor",), plans)
 
 
