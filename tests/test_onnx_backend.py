@@ -1,6 +1,7 @@
-"""kompute_dml.onnx_backend: MatMulIntegerToFloat / DynamicQuantizeMatMul against onnxruntime's
-CPU provider and a float64 numpy reference; partitioning, placement and transfers of mixed
-models; fallbacks; empty tensors; run_node; the `kompute-dml run` command."""
+"""kompute_dml.onnx_backend: MatMulIntegerToFloat / DynamicQuantizeMatMul against exact integer
+arithmetic (tests/onnx_reference.py), and against onnxruntime's CPU provider where a probe shows
+it exact on this processor (tests/ort_exactness.py); partitioning, placement and transfers of
+mixed models; fallbacks; empty tensors; run_node; the `kompute-dml run` command."""
 
 from __future__ import annotations
 
@@ -15,13 +16,16 @@ ort = pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto as T  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
+from onnx_reference import assert_product, dynamic_quantize_linear, mmitf_exact  # noqa: E402
+from ort_exactness import PAIRS, skip_unless_exact  # noqa: E402
 
 import kompute_dml as kdml  # noqa: E402
 from kompute_dml.onnx_backend import CPU, VULKAN, Backend, dynamic_quantize_uint8  # noqa: E402
 
 OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
-PAIRS = {"u8u8": (np.uint8, np.uint8), "u8s8": (np.uint8, np.int8), "s8s8": (np.int8, np.int8),
-         "s8u8": (np.int8, np.uint8)}
+# "exact": kompute_dml against int64 arithmetic; "onnxruntime": onnxruntime against the same
+# exact reference, and kompute_dml beside it, where the probe shows onnxruntime exact here.
+ORACLES = ["exact", "onnxruntime"]
 
 
 def _model(nodes, inputs, outputs, initializers=()):
@@ -41,28 +45,6 @@ def _ort(model, feeds):
 def _rand_q(rng, dtype, shape):
     info = np.iinfo(dtype)
     return rng.integers(info.min, info.max + 1, size=shape, dtype=np.int64).astype(dtype)
-
-
-def _ref_mmitf(a, b, a_scale, b_scale, a_zp, b_zp, bias):
-    """float64: ((A - azp) * as) @ ((B - bzp) * bs) + bias, and a bound on |terms| for tolerances."""
-    ad = (a.astype(np.float64) - (0 if a_zp is None else np.float64(a_zp))) * np.float64(a_scale)
-    bzp = 0 if b_zp is None else b_zp.astype(np.float64)
-    bd = (b.astype(np.float64) - bzp) * b_scale.astype(np.float64)
-    out = np.matmul(ad, bd)
-    bound = np.matmul(np.abs(ad), np.abs(bd))
-    if bias is not None:
-        out = out + bias.astype(np.float64)
-        bound = bound + np.abs(bias.astype(np.float64))
-    return out, bound
-
-
-def _assert_close(got, ref, bound, rel=2e-6):
-    got = np.asarray(got, dtype=np.float64)
-    assert got.shape == ref.shape
-    err = np.abs(got - ref)
-    tol = rel * bound + 1e-6
-    bad = err > tol
-    assert not bad.any(), f"{bad.sum()} elements off; worst {err.max():.3g} (tol {tol[bad].min():.3g})"
 
 
 needs_mmitf = pytest.mark.skipif(not hasattr(kdml, "matmul_integer_to_float"),
@@ -93,58 +75,55 @@ def _mmitf_case(rng, pair, a_shape, b_shape, *, zp, bias, per_column, b_const):
     out_shape = np.matmul(np.zeros(a_shape, np.float32), np.zeros(b_shape, np.float32)).shape
     model = _model([node], inputs, [helper.make_tensor_value_info("Y", T.FLOAT, list(out_shape))], inits)
     feeds = {k: values[k] for k in names if k and k not in consts}
-    ref = _ref_mmitf(a, b, a_scale, b_scale, a_zp, b_zp, bias_v)
-    return model, feeds, ref
+    return model, feeds, mmitf_exact(a, b, a_scale, b_scale, a_zp, b_zp, bias_v)
 
 
 @needs_mmitf
+@pytest.mark.parametrize("oracle", ORACLES)
 @pytest.mark.parametrize("pair", sorted(PAIRS))
 @pytest.mark.parametrize("zp", [False, True], ids=["nozp", "zp"])
 @pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
 @pytest.mark.parametrize("per_column", [False, True], ids=["tensor", "column"])
-def test_matmul_integer_to_float_vs_onnxruntime(rng, pair, zp, bias, per_column):
+def test_matmul_integer_to_float(rng, pair, zp, bias, per_column, oracle):
+    if oracle == "onnxruntime":
+        skip_unless_exact(*PAIRS[pair], "MatMulIntegerToFloat")
     b_const = bool(rng.integers(2))
-    model, feeds, (ref, bound) = _mmitf_case(rng, pair, (4, 128), (128, 128), zp=zp, bias=bias,
-                                             per_column=per_column, b_const=b_const)
+    model, feeds, exact = _mmitf_case(rng, pair, (4, 128), (128, 128), zp=zp, bias=bias, per_column=per_column,
+                                      b_const=b_const)
     rep = Backend.prepare(model, "CPU")
     assert [p.target for p in rep.placement] == [VULKAN]
     assert rep.placement[0].operator == "MATRIX_MULTIPLY_INTEGER_TO_FLOAT"
     (got,) = rep.run(feeds)
     assert rep.last_run.runtime_fallbacks == 0 and rep.last_run.vulkan_nodes == 1
     assert got.dtype == np.float32
-    _assert_close(got, ref, bound)
-    if pair == "s8u8":
-        # onnxruntime's CPU kernel has no signed-A / unsigned-B MatMulIntegerToFloat: the
-        # float64 reference above is the only comparison for this pair.
-        with pytest.raises(Exception, match="NOT_IMPLEMENTED|Could not find an implementation"):
-            _ort(model, feeds)
-        return
-    (theirs,) = _ort(model, feeds)
-    _assert_close(theirs, ref, bound, rel=1e-5)
-    _assert_close(got, np.asarray(theirs, np.float64), bound, rel=1e-5)
+    assert_product(got, exact, what="kompute_dml")
+    if oracle == "onnxruntime":
+        (theirs,) = _ort(model, feeds)
+        assert_product(theirs, exact, what="onnxruntime")
 
 
 @needs_mmitf
+@pytest.mark.parametrize("oracle", ORACLES)
 @pytest.mark.parametrize("a_shape,b_shape", [((5, 4, 3), (3, 4)), ((15, 14, 13), (15, 13, 27)), ((2, 1, 3, 8), (4, 8, 5)),
                                              ((7, 16), (3, 16, 9)), ((16,), (16, 6)), ((4, 16), (16,)),
                                              ((2, 3, 2, 4, 8), (8, 5)), ((2, 3, 2, 4, 8), (2, 3, 2, 8, 5)),
                                              ((8,), (2, 3, 2, 8, 5)), ((3, 1, 2, 4, 8), (2, 8, 5))])
 @pytest.mark.parametrize("pair", ["u8s8", "s8s8"])
-def test_matmul_integer_to_float_broadcast_shapes(rng, a_shape, b_shape, pair):
+def test_matmul_integer_to_float_broadcast_shapes(rng, a_shape, b_shape, pair, oracle):
+    if oracle == "onnxruntime":
+        skip_unless_exact(*PAIRS[pair], "MatMulIntegerToFloat")
     # onnxruntime takes per-column B parameters of shape (N,) only for a 2-D B.
-    model, feeds, (ref, bound) = _mmitf_case(rng, pair, a_shape, b_shape, zp=True, bias=len(b_shape) > 1,
-                                             per_column=len(b_shape) == 2, b_const=True)
+    model, feeds, exact = _mmitf_case(rng, pair, a_shape, b_shape, zp=True, bias=len(b_shape) > 1,
+                                      per_column=len(b_shape) == 2, b_const=True)
     rep = Backend.prepare(model, "CPU")
     (got,) = rep.run(feeds)
-    # More than two batch dimensions are folded into one unless they broadcast against each
-    # other; that case runs on the CPU.
-    a_b, b_b = a_shape[:-2], b_shape[:-2]
-    expect_cpu = len(np.broadcast_shapes(a_b, b_b)) > 2 and bool(a_b) and bool(b_b) and a_b != b_b
-    assert rep.last_run.runtime_fallbacks == int(expect_cpu), rep.last_run.events
-    _assert_close(got, ref, bound)
-    (theirs,) = _ort(model, feeds)
-    assert np.shape(theirs) == got.shape
-    _assert_close(got, np.asarray(theirs, np.float64), bound, rel=1e-5)
+    # More than two batch dimensions are folded into one (broadcast on the host first where
+    # they broadcast against each other): every product runs on the device.
+    assert rep.last_run.runtime_fallbacks == 0 and rep.last_run.vulkan_nodes == 1, rep.last_run.events
+    assert_product(got, exact, what="kompute_dml")
+    if oracle == "onnxruntime":
+        (theirs,) = _ort(model, feeds)
+        assert_product(theirs, exact, what="onnxruntime")
 
 
 @needs_mmitf
@@ -162,8 +141,21 @@ def test_matmul_integer_to_float_float16_output(rng):
     rep = Backend.prepare(model, "CPU")
     (got,) = rep.run({"A": a})
     assert got.dtype == np.float16
-    ref, bound = _ref_mmitf(a, b, a_scale.astype(np.float64), b_scale, a_zp, b_zp, None)
-    np.testing.assert_allclose(got.astype(np.float64), ref, rtol=2e-3, atol=2e-3 * bound.max())
+    # A float16 output cannot show a unit error of the sum; within a float16 ulp of the epilogue.
+    assert_product(got, mmitf_exact(a, b, a_scale, b_scale, a_zp, b_zp), resolve_units=False)
+
+
+def test_assert_product_sees_one_unit_of_the_integer_product(rng):
+    """The oracle itself: a result off by one unit of the integer sum anywhere fails it."""
+    _, _, exact = _mmitf_case(rng, "u8s8", (4, 128), (128, 128), zp=True, bias=True, per_column=True, b_const=True)
+    good = exact.float32_results()[0]
+    assert_product(good, exact)
+    for step in (-1, 1):
+        bad = good.copy()
+        i = tuple(int(rng.integers(s)) for s in bad.shape)
+        bad[i] = exact.float32_results(exact.acc + step)[0][i]
+        with pytest.raises(AssertionError, match="1 of 512 outputs differ from the exact product"):
+            assert_product(bad, exact)
 
 
 # ---- DynamicQuantizeMatMul ---------------------------------------------------------------
@@ -176,6 +168,8 @@ def _dql_model():
 
 @pytest.mark.parametrize("kind", ["normal", "positive", "negative", "zeros", "constant", "wide", "ties"])
 def test_dynamic_quantize_uint8_matches_onnxruntime(rng, kind):
+    """kompute_dml's host quantization against onnxruntime (float32 operations, exact on any CPU)
+    and the independent reference of tests/onnx_reference.py."""
     x = {
         "normal": rng.standard_normal((7, 33)),
         "positive": rng.uniform(0.5, 3.0, (5, 9)),
@@ -189,14 +183,20 @@ def test_dynamic_quantize_uint8_matches_onnxruntime(rng, kind):
     y, s_ref, z_ref = _ort(_dql_model(), {"x": x})
     assert np.float32(s) == np.float32(s_ref) and np.uint8(z) == np.uint8(z_ref)
     np.testing.assert_array_equal(q, y)
+    q2, s2, z2 = dynamic_quantize_linear(x)
+    assert np.float32(s) == s2 and np.uint8(z) == z2
+    np.testing.assert_array_equal(q, q2)
 
 
 @needs_mmitf
+@pytest.mark.parametrize("oracle", ORACLES)
 @pytest.mark.parametrize("b_type", [np.int8, np.uint8])
 @pytest.mark.parametrize("zp", [False, True], ids=["nozp", "zp"])
 @pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
 @pytest.mark.parametrize("per_column", [False, True], ids=["tensor", "column"])
-def test_dynamic_quantize_matmul_vs_onnxruntime(rng, b_type, zp, bias, per_column):
+def test_dynamic_quantize_matmul(rng, b_type, zp, bias, per_column, oracle):
+    if oracle == "onnxruntime":
+        skip_unless_exact(np.uint8, b_type, "DynamicQuantizeMatMul")
     m, k, n = 6, 96, 40
     a = (rng.standard_normal((2, m, k)) * rng.uniform(0.1, 4)).astype(np.float32)
     b = _rand_q(rng, b_type, (k, n))
@@ -214,11 +214,12 @@ def test_dynamic_quantize_matmul_vs_onnxruntime(rng, b_type, zp, bias, per_colum
     assert [p.target for p in rep.placement] == [VULKAN]
     (got,) = rep.run({"A": a})
     assert rep.last_run.runtime_fallbacks == 0
-    q, s, z = dynamic_quantize_uint8(a)
-    ref, bound = _ref_mmitf(q, b, s, b_scale, z, b_zp, bias_v)
-    _assert_close(got, ref, bound)
-    (theirs,) = _ort(model, {"A": a})
-    _assert_close(got, np.asarray(theirs, np.float64), bound, rel=1e-5)
+    q, s, z = dynamic_quantize_linear(a)
+    exact = mmitf_exact(q, b, s, b_scale, z, b_zp, bias_v)
+    assert_product(got, exact, what="kompute_dml")
+    if oracle == "onnxruntime":
+        (theirs,) = _ort(model, {"A": a})
+        assert_product(theirs, exact, what="onnxruntime")
 
 
 # ---- mixed models: partition, placement, transfers ---------------------------------------------
@@ -528,8 +529,7 @@ def test_products_sharing_a_host_activation_upload_it_once(rng):
         if run:
             assert rep.device.stats()["pipeline_misses"] == misses
         for i, y in enumerate(outs):
-            ref, bound = _ref_mmitf(a, ws[f"w{i}"], s, np.array(0.01), z, None, None)
-            _assert_close(y, ref, bound)
+            assert_product(y, mmitf_exact(a, ws[f"w{i}"], s, np.array(0.01, np.float32), z), what=f"y{i}")
 
 
 @pytest.mark.parametrize("case", ["trilu-1d", "trilu-0d", "trilu-1d-undeclared", "eyelike-3d", "eyelike-dtype",
