@@ -1,0 +1,194 @@
+"""The `kompute-dml bench` command: options, the run, the result dictionary (see __init__)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import importlib.util
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .cases import Env, RowSpec, gpu_rows, recorded, suite
+from .cpu_peers import ort_available
+from .gpu_peers import GpuPeer, load_peers
+from .harness import CEILING_BYTES, Batched, interleaved, latency, machine_info, median, run_case
+from .report import goals, render, write_outputs
+
+GPU_CEILING_BYTES = 1 << 30
+GPU_PEERS = ("torch", "cupy")
+
+
+def matmul_from_peer_module(quick: bool) -> list[dict[str, Any]] | None:
+    """benchmarks/bench_matmul.py's run(quick), when the source tree has it."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_matmul.py"
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location("_kdml_bench_matmul", path)
+    if spec is None or spec.loader is None:
+        return None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    if not hasattr(mod, "run"):
+        return None
+    rows = mod.run(quick)
+    return [dict(r) for r in rows] if rows else []
+
+
+def _error_row(spec: RowSpec, e: Exception) -> dict[str, Any]:
+    """A row whose set-up failed: one broken operator must not hide the others' figures."""
+    return {"op": spec.op, "dtype": spec.dtype, "shape": list(spec.shape), "metric": spec.metric, "amount": 0,
+            "memory_bound": spec.metric == "GB/s", "error": f"{type(e).__name__}: {e}"}
+
+
+def gpu_ceiling(kdml: Any, dev: Any, peers: list[GpuPeer], nbytes: int, rounds: int) -> tuple[float, str]:
+    """GB/s of the best sample of an nbytes device-to-device copy, and what copied: the first
+    GPU peer, else ours (ACTIVATION_IDENTITY, 10 per recording)."""
+    mib = nbytes >> 20
+    for p in peers:
+        try:
+            return p.ceiling(nbytes, rounds), f"{p.name} copy of {mib} MiB"
+        except Exception:  # e.g. out of memory: fall back to ours
+            continue
+    desc = kdml.TensorDesc(kdml.DataType.FLOAT32, (nbytes // 4,))
+    x, y = dev.empty(desc), dev.empty(desc)
+    op = dev.compile(kdml.ActivationIdentityDesc(x.desc, y.desc))
+    best = min(interleaved({"c": Batched(recorded(dev, op, [x], [y])(10), 10)}, rounds)["c"])
+    return 2 * nbytes / best / 1e9, f"ours (identity, recorded) copy of {mib} MiB"
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    from . import __doc__ as doc
+
+    ap = argparse.ArgumentParser(prog="kompute-dml bench", description=(doc or "").split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes, few rounds: seconds (a GPU run: about a minute)")
+    ap.add_argument("--json", metavar="FILE", help="write every figure and the machine description")
+    ap.add_argument("--plot", metavar="FILE.png", help="chart ours against peers (matplotlib, Agg)")
+    ap.add_argument("--only", metavar="SUBSTR", help="only rows whose label (operator dtype shape) contains SUBSTR "
+                    "(case-insensitive)")
+    ap.add_argument("--rounds", type=int, default=None, help="samples per figure (default 15, quick 5)")
+    ap.add_argument("--markdown", metavar="FILE.md", help="write the table, latency and goals as Markdown")
+    ap.add_argument("--no-ort", action="store_true", help="skip the onnxruntime peers")
+    ap.add_argument("--gpu", choices=("auto", "on", "off"), default="auto",
+                    help="GPU rows, ours recorded, PyTorch/CuPy peers, one device copy ceiling (auto: when the "
+                    "device policy is not 'cpu')")
+    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch peers")
+    ap.add_argument("--no-cupy", action="store_true", help="skip the CuPy peers")
+    ap.add_argument("--torch-device", default="cuda", help="where the torch peers run (default cuda; 'cpu' exercises "
+                    "the GPU rows' code on a machine without one)")
+    ap.add_argument("--device", type=int, default=0)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    import kompute_dml as kdml
+
+    from . import __doc__ as doc
+
+    t_start = time.perf_counter()
+    dev = kdml.Device(args.device)
+    policy = getattr(getattr(dev, "policy", None), "name", getattr(dev, "device_type", "cpu"))
+    gpu_mode = args.gpu == "on" or (args.gpu == "auto" and policy != "cpu")
+    console = Console() if sys.stdout.isatty() else Console(width=210 if gpu_mode else 170)
+    rounds = args.rounds or (5 if args.quick else 15)
+    names = [n for n in GPU_PEERS if gpu_mode and not getattr(args, f"no_{n}")]
+    peers, skipped = load_peers(names, args.torch_device)
+    env = Env(kdml, dev, np.random.default_rng(0), ort=ort_available() and not args.no_ort, gpu=peers)
+    specs = suite(env, args.quick) + (gpu_rows(env, args.quick) if gpu_mode else [])
+    if args.only:
+        specs = [s for s in specs if args.only.lower() in s.label.lower()]
+
+    ceil_a = np.ones(CEILING_BYTES // 4, np.float32)
+    ceil_b = np.empty_like(ceil_a)
+    ceiling_fn: Callable[[], Any] | None = None if gpu_mode else (lambda: np.copyto(ceil_b, ceil_a))
+    rows: list[dict[str, Any]] = []
+    matmul_module = None
+    ceil_s: list[float] = []
+    ceiling_gbps = None
+    ceiling_label = "numpy.copyto 64 MiB"
+    ceiling_method = "numpy.copyto of 64 MiB float32 into an existing array, median, before and after the suite " \
+                     "(% ceil uses each row's own samples of it)"
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True,
+                  disable=not console.is_terminal) as prog:
+        task = prog.add_task("bench", total=len(specs) + 3)
+        prog.update(task, description="ceiling")
+        if gpu_mode:
+            nbytes = GPU_CEILING_BYTES >> (2 if args.quick else 0)
+            ceiling_gbps, ceiling_label = gpu_ceiling(kdml, dev, peers, nbytes, max(rounds, 5))
+            ceiling_method = f"the best of {max(rounds, 5)} samples of a {ceiling_label} (device to device, 10 per sample)"
+        else:
+            ceil_s = interleaved({"c": ceiling_fn}, rounds)["c"]  # type: ignore[dict-item]
+        prog.advance(task)
+        for spec in specs:
+            prog.update(task, description=spec.label)
+            t_row = time.perf_counter()
+            try:
+                row = run_case(spec.make(), rounds, ceiling_fn, recorded=gpu_mode, ceiling_gbps=ceiling_gbps)
+            except Exception as e:
+                row = _error_row(spec, e)
+            row["row_seconds"] = time.perf_counter() - t_row
+            rows.append(row)
+            gc.collect()  # free this row's buffers before the next row allocates
+            prog.advance(task)
+        prog.update(task, description="latency")
+        lat = latency(kdml, dev, 7 if args.quick else 25)
+        for p in peers:
+            if hasattr(p, "latency"):
+                lat.update(p.latency(7 if args.quick else 25))
+        prog.advance(task)
+        wants_mm = not args.only or "matmul" in args.only.lower() or "matrix" in args.only.lower()
+        # bench_matmul.py times eager submissions (one wait per call): on a GPU that measures
+        # the submission latency, not the kernel, so a GPU run leaves it out
+        if wants_mm and not gpu_mode:
+            prog.update(task, description="benchmarks/bench_matmul.py")
+            try:
+                matmul_module = matmul_from_peer_module(args.quick)
+            except Exception as e:
+                matmul_module = [{"error": f"{type(e).__name__}: {e}"}]
+        prog.advance(task)
+        if not gpu_mode:
+            ceil_s += interleaved({"c": ceiling_fn}, rounds)["c"]  # type: ignore[dict-item]
+            ceiling_gbps = 2 * CEILING_BYTES / median(ceil_s) / 1e9
+    machine = machine_info(dev)
+    gpu_info: dict[str, Any] = {}
+    for p in peers:
+        gpu_info.update(p.describe())
+    result: dict[str, Any] = {
+        "command": "kompute-dml bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "rounds": rounds,
+        "mode": "gpu" if gpu_mode else "cpu",
+        "timing": "recorded" if gpu_mode else "execute",
+        "method": (doc or "").split("Method.")[1].strip() if doc and "Method." in doc else "",
+        "machine": machine,
+        "gpu_peers": gpu_info,
+        "gpu_peers_skipped": skipped,
+        "ceiling_gbps": ceiling_gbps,
+        "ceiling_method": ceiling_method,
+        "ceiling_label": ceiling_label,
+        "rows": rows,
+        "latency": lat,
+        "matmul_module": matmul_module,
+        "seconds": None,
+    }
+    result["goals"] = goals(rows, lat, gpu=gpu_mode)
+    result["seconds"] = time.perf_counter() - t_start
+    render(console, result)
+    write_outputs(console, result, args.json, args.markdown, args.plot)
+    console.print(f"{result['seconds']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,314 @@
+"""Timing for `kompute-dml bench`: interleaved rounds, medians, batches, one row's figures.
+
+The peers protocol: a contender is a callable that does its work and returns when the work
+is complete. A synchronous call (numpy, onnxruntime, an eager `op.execute`) is one
+execution; a `Batched` contender does `count` executions per call and waits once at the end
+(N executions in one `dev.record()`; N CUDA launches then synchronize), and its figure is
+the time per execution. A row's batched contenders share one N (`choose_batch`), so that
+ours and a GPU peer amortize their one wait over the same number of executions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# The CPU device's copy ceiling: numpy.copyto of this many bytes, sampled in the rounds of
+# every memory-bound row (a GPU device's ceiling is measured once per run instead).
+CEILING_BYTES = 64 << 20
+# A batch lasts about this long: one submission's or synchronize's fixed cost (~0.6 ms for a
+# kp eval on the H100, ../shared/notes/gpu.md) then weighs about 3% of a sample.
+BATCH_TARGET_S = 0.02
+BATCH_MIN = 2
+BATCH_MAX = 256
+
+Make = Callable[[int], Callable[[], Any]]  # N -> a callable doing N executions, then waiting
+
+
+class Batched:
+    """A callable doing `count` executions per call (see the module docstring)."""
+
+    def __init__(self, fn: Callable[[], Any], count: int) -> None:
+        self.fn = fn
+        self.count = count
+
+    def __call__(self) -> None:
+        self.fn()
+
+
+# ---- timing ------------------------------------------------------------------------
+def _calibrate(fn: Callable[[], Any], target: float) -> int:
+    t0 = time.perf_counter()
+    fn()
+    dt = time.perf_counter() - t0
+    return int(min(1000, max(1, target / max(dt, 1e-7))))
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, warmup: int = 2, target: float = 3e-4,
+                settle: float = 0.0) -> dict[str, list[float]]:
+    """Seconds per execution of each callable: `rounds` samples each, taken round-robin, so
+    that a shared machine's noise hits every contender alike. A sample repeats its callable
+    until it lasts about `target` (the timer's resolution then does not matter for
+    microsecond calls). `settle` seconds of sleep before each sample let the previous
+    contender's worker threads (onnxruntime's and OpenBLAS's spin after a call; lavapipe's
+    do not) stop competing for the cores."""
+    for f in fns.values():
+        for _ in range(warmup):
+            f()
+    inner = {k: _calibrate(f, target) for k, f in fns.items()}
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, f in fns.items():
+            n = inner[k]
+            if settle:
+                time.sleep(settle)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                f()
+            samples[k].append((time.perf_counter() - t0) / (n * getattr(f, "count", 1)))
+    return samples
+
+
+def median(xs: list[float]) -> float:
+    return float(np.median(xs)) if xs else float("nan")
+
+
+def batch_count(seconds: float, executions: int, target: float = BATCH_TARGET_S) -> int:
+    """Executions per batch so that a batch lasts about `target`, given that `executions`
+    took `seconds`; within [BATCH_MIN, BATCH_MAX]."""
+    per = seconds / max(executions, 1)
+    return int(min(BATCH_MAX, max(BATCH_MIN, round(target / max(per, 1e-9)))))
+
+
+def choose_batch(make: Make, target: float = BATCH_TARGET_S) -> int:
+    """N for a row: grow a trial batch (x4) until it lasts half the target, then scale. The
+    first call of each trial size records and compiles; the second is timed."""
+    n = 1
+    while True:
+        f = make(n)
+        f()
+        t0 = time.perf_counter()
+        f()
+        dt = time.perf_counter() - t0
+        if dt >= target / 2 or n >= BATCH_MAX:
+            return batch_count(dt, n, target)
+        n = min(BATCH_MAX, n * 4)
+
+
+# ---- one row -----------------------------------------------------------------------
+@dataclass
+class Case:
+    """One benchmark row. `ours` is one synchronous execution (`op.execute`); `ours_batch`
+    makes N executions in one `dev.record()` (used when the run times ours recorded);
+    `peers` are synchronous CPU peers; `gpu_peers` make N launches then wait. `check` and
+    `peer_checks` compare outputs with an independent numpy reference after the timing."""
+
+    op: str
+    dtype: str
+    shape: tuple[int, ...]
+    metric: str  # "GB/s" or "GOPS"
+    amount: float  # bytes moved (read + written) or operations
+    ours: Callable[[], Any] | None
+    eager: Callable[[], Any] | None = None
+    peers: dict[str, Callable[[], Any]] = field(default_factory=dict)
+    check: Callable[[], bool] | None = None
+    note: str = ""
+    memory_bound: bool = True
+    error: str | None = None
+    ours_batch: Make | None = None
+    gpu_peers: dict[str, Make] = field(default_factory=dict)
+    peer_checks: dict[str, Callable[[], bool]] = field(default_factory=dict)
+    peer_errors: dict[str, str] = field(default_factory=dict)
+
+    def peer_names(self) -> list[str]:
+        return [*self.peers, *self.gpu_peers]
+
+
+def _unit(metric: str) -> str:
+    return "gbps" if metric == "GB/s" else "gops"
+
+
+def summarize(case: Case, times: dict[str, float], ceiling_gbps: float | None) -> dict[str, Any]:
+    """A row's figures from median seconds per execution: throughput of ours and each peer,
+    ratios ours / peer (as throughput: > 1 means ours is faster), and for memory-bound rows
+    each contender's fraction of the copy ceiling."""
+    row: dict[str, Any] = {
+        "op": case.op, "dtype": case.dtype, "shape": list(case.shape), "metric": case.metric,
+        "amount": case.amount, "note": case.note, "memory_bound": case.memory_bound,
+    }
+    u = _unit(case.metric)
+    names = ["ours", *case.peer_names()]
+    for k in names:
+        if k in times:
+            row[f"{k}_s"] = times[k]
+            row[f"{k}_{u}"] = case.amount / times[k] / 1e9
+    if "eager" in times:
+        row["eager_s"] = times["eager"]
+    for p in case.peer_names():
+        if "ours_s" in row and f"{p}_s" in row:
+            row[f"ratio_{p}"] = row[f"{p}_s"] / row["ours_s"]
+    if ceiling_gbps and case.memory_bound:
+        row["ceiling_gbps"] = ceiling_gbps
+        for k in names:
+            if f"{k}_gbps" in row:
+                row["fraction_of_ceiling" if k == "ours" else f"fraction_of_ceiling_{k}"] = row[f"{k}_gbps"] / ceiling_gbps
+    if case.error:
+        row["error"] = case.error
+    return row
+
+
+def run_case(case: Case, rounds: int, ceiling_fn: Callable[[], Any] | None = None, *, recorded: bool = False,
+             ceiling_gbps: float | None = None) -> dict[str, Any]:
+    """Time one row. `ceiling_fn` (a CEILING_BYTES copy) is sampled in the row's rounds when
+    given; else `ceiling_gbps`, the run's one measurement, is the memory rows' ceiling."""
+    errors = dict(case.peer_errors)
+    batch: int | None = None
+    fns: dict[str, Callable[[], Any]] = {}
+    if recorded and case.ours_batch is not None:
+        batch = choose_batch(case.ours_batch)
+        fns["ours"] = Batched(case.ours_batch(batch), batch)
+    elif case.ours is not None:
+        fns["ours"] = case.ours
+    fns.update(case.peers)
+    for k, make in case.gpu_peers.items():
+        try:
+            if batch is None:
+                batch = choose_batch(make)
+            fns[k] = Batched(make(batch), batch)
+        except Exception as e:  # a peer that cannot run this row leaves the others' figures
+            errors[k] = f"{type(e).__name__}: {e}"
+    if case.eager is not None:
+        fns["eager"] = case.eager
+    for k, f in list(fns.items()):  # one trial call each: a failing peer is reported, not fatal
+        if k == "ours":
+            continue
+        try:
+            f()
+        except Exception as e:
+            errors[k] = f"{type(e).__name__}: {e}"
+            del fns[k]
+    if ceiling_fn is not None and case.memory_bound:
+        fns["ceiling"] = ceiling_fn
+    # multi-threaded compute-bound CPU peers: settle between samples (see `interleaved`;
+    # OpenBLAS threads spin for about 0.1 s after a call)
+    settle = 0.15 if not case.memory_bound and case.peers else 0.0
+    samples = interleaved(fns, rounds, settle=settle)
+    times = {k: median(v) for k, v in samples.items()}
+    ceil = 2 * CEILING_BYTES / times["ceiling"] / 1e9 if "ceiling" in times else ceiling_gbps
+    row = summarize(case, times, ceil)
+    row["timing"] = "recorded" if "ours" in fns and isinstance(fns["ours"], Batched) else "execute"
+    if batch is not None:
+        row["batch"] = batch
+    if case.check is not None and "ours" in fns:
+        try:
+            row["correct"] = bool(case.check())
+        except Exception as e:
+            row["correct"] = False
+            row["error"] = f"check failed: {e}"
+    for k, chk in case.peer_checks.items():
+        if k in fns:
+            try:
+                row.setdefault("peer_correct", {})[k] = bool(chk())
+            except Exception as e:
+                errors[k] = f"check failed: {type(e).__name__}: {e}"
+    if errors:
+        row["peer_errors"] = errors
+    row["rounds"] = rounds
+    return row
+
+
+# ---- machine -----------------------------------------------------------------------
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def machine_info(dev: Any) -> dict[str, Any]:
+    flags = ""
+    with contextlib.suppress(OSError, StopIteration):
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    policy = getattr(dev, "policy", None)
+    return {
+        "cpu_model": _cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "cpu_cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpu_features": [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512vnni") if f" {f}" in flags],
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "device": dev.name,
+        "device_type": getattr(dev, "device_type", None),
+        "policy": policy.describe() if policy is not None else None,
+        "feature_level": dev.feature_level.name,
+        "kp": version("kp"),
+        "kompute_dml": version("kompute_dml") or version("kompute-dml"),
+        "numpy": np.__version__,
+        "onnxruntime": version("onnxruntime"),
+        "onnx": version("onnx"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "env": {k: os.environ[k] for k in ("LP_NUM_THREADS", "LP_NATIVE_VECTOR_WIDTH", "KDML_TRANSFER", "KDML_FEATURES",
+                                           "KDML_MATMUL_KERNEL") if k in os.environ},
+    }
+
+
+def latency(kdml: Any, dev: Any, reps: int) -> dict[str, Any]:
+    """Eager small-op latency and recorded small ops (100 per submission)."""
+    a = np.ones((64, 64), np.float32)
+    x = dev.tensor(a)
+    y = dev.empty(x.desc)
+    op = dev.compile(kdml.ActivationIdentityDesc(x.desc, y.desc))
+    outs = [dev.empty(x.desc) for _ in range(100)]
+    chain = [x, *outs]
+
+    def rec_same() -> None:
+        with dev.record() as r:
+            for _ in range(100):
+                r.execute(op, [x], [y])
+
+    def rec_distinct() -> None:
+        with dev.record() as r:
+            for o in outs:
+                r.execute(op, [x], [o])
+
+    def rec_chain() -> None:  # each reads what the previous wrote: a barrier before each
+        with dev.record() as r:
+            for i in range(100):
+                r.execute(op, [chain[i]], [chain[i + 1]])
+
+    s = interleaved({
+        "eager_execute": lambda: op.execute([x], [y]),
+        "eager_functional": lambda: kdml.identity(x),
+        "recorded_100_same_output": rec_same,
+        "recorded_100_distinct_outputs": rec_distinct,
+        "recorded_100_chain": rec_chain,
+    }, reps, target=0)
+    m = {k: median(v) for k, v in s.items()}
+    return {
+        "op": "ACTIVATION_IDENTITY float32 64x64",
+        "eager_execute_us": m["eager_execute"] * 1e6,
+        "eager_functional_us": m["eager_functional"] * 1e6,
+        "recorded_per_op_us_same_output": m["recorded_100_same_output"] * 1e6 / 100,
+        "recorded_per_op_us_distinct_outputs": m["recorded_100_distinct_outputs"] * 1e6 / 100,
+        "recorded_per_op_us_chain": m["recorded_100_chain"] * 1e6 / 100,
+        "reps": reps,
+    }
