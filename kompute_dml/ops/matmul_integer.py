@@ -111,19 +111,20 @@ def _quant_stride(desc: TensorDesc | None, field: str, count: int, per: str) -> 
     return strides[axis]
 
 
-KERNELS = ("cpu", "cpu-ssbo", "gpu")
+KERNELS = ("cpu", "cpu-ssbo", "gpu", "coopmat", "coopmat-emulated")
 
 
 def kernel_family(device: Device, kernel: str | None = None) -> str:
-    """'cpu', 'cpu-ssbo' (the CPU family without the texel variant) or 'gpu': the explicit
-    choice, else KDML_MATMUL_KERNEL, else the device policy's."""
+    """'cpu', 'cpu-ssbo' (the CPU family without the texel variant), 'gpu', 'coopmat' (tensor
+    cores, ops/matmul_coop.py) or 'coopmat-emulated' (its kernel without tensor cores, for
+    tests): the explicit choice, else KDML_MATMUL_KERNEL, else the device policy's."""
     choice = kernel if kernel is not None else os.environ.get(KERNEL_ENV, "auto")
     choice = (choice or "auto").strip().lower()
     if choice == "auto":
         family = device.policy.matmul_family
         return family if family in KERNELS else "gpu"
     if choice not in KERNELS:
-        raise invalid("kernel", f"must be 'cpu', 'cpu-ssbo', 'gpu' or 'auto' (also via {KERNEL_ENV}), "
+        raise invalid("kernel", f"must be one of {', '.join(map(repr, KERNELS))} or 'auto' (also via {KERNEL_ENV}), "
                       f"got {choice!r}")
     return choice
 
@@ -189,7 +190,14 @@ def compile_matmul_integer(
     validate_tensors(MATRIX_MULTIPLY_INTEGER_TO_FLOAT, device.feature_level, desc, FIELDS, OUTPUT_FIELDS)
     _check(desc)
     family = kernel_family(device, kernel)
-    plan = _plan(desc, family, device)
+    plan = None
+    if family.startswith("coopmat"):  # 8-bit inputs, K within int32 exactness; else the GPU family
+        from .matmul_coop import plan_coop  # late: matmul_coop imports this module
+
+        plan = plan_coop(device, desc, emulate=family == "coopmat-emulated")
+        family = "gpu"
+    if plan is None:
+        plan = _plan(desc, family, device)
     return CompiledOperator(
         device, desc, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, INPUT_FIELDS, OUTPUT_FIELDS, [plan]
     )

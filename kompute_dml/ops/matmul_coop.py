@@ -1,0 +1,265 @@
+"""MATRIX_MULTIPLY_INTEGER_TO_FLOAT on cooperative matrices (tensor cores): the "coopmat" family.
+
+shaders/matmul_coop.comp, for 8-bit A and B on devices with the `cooperative_matrix` capability
+(VK_KHR_cooperative_matrix, s8 x s8 -> s32 at 16x16x32): every byte becomes a signed byte (an
+unsigned operand is XOR-ed with 0x80 and its zero point shifted by 128), the tensor cores sum
+a'b', and the zero points are corrected through row sums of A and column sums of B in the
+epilogue, which also applies scales and bias and writes FLOAT32 or FLOAT16 in any layout.
+The integer result is exact while K * 255^2 < 2^31 (K <= KMAX); larger K, other widths and
+devices without the capability take the other families (`plan_coop` returns None).
+
+Per operand, the load mode follows the layout (see the shader): A `r` (k contiguous), `c` (m
+contiguous), `g` (any strides); B `r` (n contiguous, transposed into shared memory), `n` (n
+contiguous, kept row-major), `c` (k contiguous), `g`. The vector modes need every other stride
+a multiple of 16 bytes. Tile sizes are specialization constants chosen per shape by
+`choose_config` (`TileConfig`s; benchmarks/bench_coop.py --sweep times alternatives).
+`coopmat-emulated` runs the same kernel with the tensor-core operations emulated by plain
+subgroup code (no device feature): how the tests exercise it on devices without the capability.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..dtypes import DataType
+from ..errors import UnsupportedError
+from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
+from ..runtime import DispatchPlan, grid_for
+from ..shaders import check_capabilities
+from .base import CompiledOperator, validate_tensors
+from .matmul_integer import (
+    _LIMIT28,
+    FIELDS,
+    INPUT_FIELDS,
+    OUTPUT_FIELDS,
+    SIGNED,
+    MatrixMultiplyIntegerToFloatDesc,
+    _check,
+    _pad4,
+    _quant_stride,
+)
+
+if TYPE_CHECKING:
+    from ..device import Device
+
+CAPABILITY = "cooperative_matrix"
+KMAX = (2**31 - 1) // (255 * 255)  # 33025: |sum_k (a' - za')(b' - zb')| < 2^31 up to here
+VEC = 16  # bytes per vector load: strides of the vector modes are multiples of it
+EMULATED_SLOTS = 32  # shader EMU_SLOTS: accumulator elements per invocation (256 / smallest subgroup)
+
+_F_A_SIGNED = 1 << 26
+_F_B_SIGNED = 1 << 27
+_F_F16 = 1 << 28
+_F_SUM_A = 1 << 29
+_F_SUM_B = 1 << 30
+# the cooperative-matrix shape the kernel uses, as VkCooperativeMatrixPropertiesKHR lists it:
+# M, N, K, A, B, C, result (VK_COMPONENT_TYPE_SINT8_KHR = 3, SINT32_KHR = 5), scope (subgroup = 3)
+S8_SHAPE = (16, 16, 32, 3, 3, 5, 5)
+SCOPE_SUBGROUP = 3
+_A_MODES = {"r": 1, "c": 2, "g": 0}
+_B_MODES = {"r": 2, "n": 3, "c": 1, "g": 0}
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Specialization constants: a BM x BN tile per work group, BK of K per step, a WM x WN block
+    of 16 x 16 accumulators per subgroup; GROUP_M tile rows walked together; `b_rows`: how an
+    n-contiguous B is staged ("r": transposed to k-contiguous, "n": kept row-major)."""
+
+    bm: int
+    bn: int
+    bk: int
+    wm: int
+    wn: int
+    group_m: int = 8
+    b_rows: str = "r"
+
+    def subgroups(self) -> int:
+        return (self.bm // self.wm) * (self.bn // self.wn)
+
+    def spec(self, subgroup_size: int) -> tuple[int, ...]:
+        """constant_id 0..7 of matmul_coop.comp (0 is also local_size_x_id)."""
+        return (self.subgroups() * subgroup_size, self.bm, self.bn, self.bk, self.wm, self.wn, subgroup_size,
+                self.group_m)
+
+    def shared_bytes(self, b_mode: int) -> int:
+        ks = self.bk // 16 + 1
+        b_tile = self.bk * (self.bn // 16 + 1) if b_mode == 3 else self.bn * ks
+        return 16 * 2 * (self.bm * ks + b_tile) + 4 * (self.bm + self.bn)
+
+    def problems(self, subgroup_size: int, a_mode: int, b_mode: int, limits: object) -> list[str]:
+        """Why this configuration cannot run (empty: it can); the shader's assumptions."""
+        out = []
+        bm, bn, bk, wm, wn = self.bm, self.bn, self.bk, self.wm, self.wn
+        if min(wm, wn) < 16 or wm % 16 or wn % 16 or bm % wm or bn % wn:
+            out.append("WM, WN multiples of 16 dividing BM, BN")
+        if bk % 32 or not 32 <= bk <= 256:
+            out.append("BK a multiple of 32 in [32, 256]")
+        if self.group_m < 1:
+            out.append("GROUP_M >= 1")
+        wg = self.subgroups() * subgroup_size
+        get = getattr(limits, "get", lambda key, default=None: default)
+        if wg > min(get("max_compute_work_group_invocations", 1024), get("max_compute_work_group_size", (1024,))[0]):
+            out.append(f"{wg} invocations exceed the device's work-group limit")
+        for tmn, mode in ((bm, a_mode), (bn, b_mode)):
+            if mode == 3:
+                cols = bn // 4
+                parts = wg // cols if wg >= cols else 1
+                if bk % parts:
+                    out.append("column sums: BK divisible by the parts per column")
+            else:
+                parts = wg // tmn if wg >= tmn else 1
+                if (bk // 4) % parts:
+                    out.append("row sums: BK / 4 divisible by the parts per row")
+        ks = bk // 16 + 1
+        b_tile = bk * (bn // 16 + 1) if b_mode == 3 else bn * ks
+        if self.subgroups() * 64 > 2 * (bm * ks + b_tile):
+            out.append("the accumulator staging (64 uvec4 per subgroup) must fit in the tiles")
+        if self.shared_bytes(b_mode) > get("max_compute_shared_memory_size", 16384):
+            out.append(f"{self.shared_bytes(b_mode)} bytes of shared memory exceed the device's limit")
+        return out
+
+
+# Default tiles by shape (the H100 sweep in benchmarks/bench_coop.py decides the final ones).
+LARGE = TileConfig(128, 128, 64, 64, 32)
+MEDIUM = TileConfig(64, 64, 64, 32, 32)
+NARROW = TileConfig(32, 64, 64, 32, 16)
+DECODE = TileConfig(16, 32, 128, 16, 16)
+TARGET_TILES = 96  # work groups wanted in flight (an H100 has 132 SMs)
+
+
+def choose_config(m: int, n: int, t: int) -> TileConfig:
+    """The largest tile that still gives TARGET_TILES work groups; M <= 16 (decoding) the thin one."""
+    if m <= 16:
+        return DECODE
+    for cfg in (LARGE, MEDIUM, NARROW):
+        if -(-m // cfg.bm) * -(-n // cfg.bn) * t >= TARGET_TILES:
+            return cfg
+    return NARROW
+
+
+def subgroup_size(device: Device) -> int:
+    """Invocations per subgroup: the device's (limits "subgroup_size" where the runtime reads it),
+    else 8 on CPU devices (lavapipe) and 32 on GPUs (NVIDIA; the H100 reports 32)."""
+    size = device.limits.get("subgroup_size")
+    return int(size) if size else (8 if device.device_type == "cpu" else 32)
+
+
+def _vec_ok(*strides: int) -> bool:
+    return all(s % VEC == 0 for s in strides)
+
+
+def operand_modes(a_sz: list[int], a_st: list[int], b_sz: list[int], b_st: list[int], b_rows: str) -> tuple[str, str]:
+    """Load modes ('r', 'c', 'g' for A; 'r' or 'n', 'c', 'g' for B) for padded sizes and byte strides."""
+    m, k, n = a_sz[2], a_sz[3], b_sz[3]
+    if (k == 1 or a_st[3] == 1) and _vec_ok(a_st[0], a_st[1], a_st[2]):
+        am = "r"
+    elif (m == 1 or a_st[2] == 1) and _vec_ok(a_st[0], a_st[1], a_st[3]):
+        am = "c"
+    else:
+        am = "g"
+    if (n == 1 or b_st[3] == 1) and _vec_ok(b_st[0], b_st[1], b_st[2]):
+        bm = b_rows
+    elif (k == 1 or b_st[2] == 1) and _vec_ok(b_st[0], b_st[1], b_st[3]):
+        bm = "c"
+    else:
+        bm = "g"
+    return am, bm
+
+
+def has_shape(device: Device) -> bool:
+    """The device lists the s8 16x16x32 subgroup shape (or lists none: a runtime that does not read
+    them, where the capability stands for it)."""
+    shapes = getattr(device, "cooperative_matrix_shapes", ())
+    return not shapes or any(tuple(s[:7]) == S8_SHAPE and s[8] == SCOPE_SUBGROUP for s in shapes)
+
+
+def require_capability(device: Device, emulate: bool) -> None:
+    if not emulate and CAPABILITY not in device.capabilities:
+        enabled = ", ".join(sorted(device.capabilities)) or "none"
+        raise UnsupportedError(f"kernel: 'coopmat' needs the device capability '{CAPABILITY}' (VK_KHR_cooperative_matrix), "
+                               f"which {device.name} did not enable (enabled: {enabled})")
+
+
+def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, emulate: bool = False,
+              config: TileConfig | None = None) -> DispatchPlan | None:
+    """The coopmat dispatch for a validated descriptor, or None where the family does not apply
+    (inputs wider than 8 bits, K > KMAX, a device without the s8 shape). Raises UnsupportedError
+    where the device lacks the capability (or a forced `config` cannot run)."""
+    require_capability(device, emulate)
+    a, b, out = desc.a_tensor, desc.b_tensor, desc.output_tensor
+    if a.data_type.size != 1 or not (emulate or has_shape(device)):
+        return None
+    a_sz, a_st = _pad4(a)
+    b_sz, b_st = _pad4(b)
+    _, o_st = _pad4(out)
+    bias_st = _pad4(desc.bias_tensor)[1] if desc.bias_tensor is not None else [0, 0, 0, 0]
+    nb, nc, m, k = a_sz
+    n = b_sz[3]
+    t = nb * nc
+    if k > KMAX:
+        return None
+    sg = subgroup_size(device)
+    cfg = config if config is not None else choose_config(m, n, t)
+    am, bmode = operand_modes(a_sz, a_st, b_sz, b_st, cfg.b_rows)
+    a_mode, b_mode = _A_MODES[am], _B_MODES[bmode]
+    problems = cfg.problems(sg, a_mode, b_mode, device.limits)
+    if emulate and sg < 256 // EMULATED_SLOTS:
+        problems.append(f"the emulation needs subgroups of at least {256 // EMULATED_SLOTS} invocations")
+    if problems:
+        raise UnsupportedError(f"kernel: tile configuration {cfg} cannot run here: {'; '.join(problems)}")
+    if t >= _LIMIT28 or nc >= 1 << 26:
+        raise UnsupportedError(f"a_tensor.sizes: at most 2^28-1 matrices and 2^26-1 channels, got {nb} x {nc}")
+
+    as_s = _quant_stride(desc.a_scale_tensor, "a_scale_tensor", m, "row")
+    az_s = _quant_stride(desc.a_zero_point_tensor, "a_zero_point_tensor", m, "row")
+    bs_s = _quant_stride(desc.b_scale_tensor, "b_scale_tensor", n, "col")
+    bz_s = _quant_stride(desc.b_zero_point_tensor, "b_zero_point_tensor", n, "col")
+    a_signed, b_signed = a.data_type in SIGNED, b.data_type in SIGNED
+    flags = (_F_A_SIGNED if a_signed else 0) | (_F_B_SIGNED if b_signed else 0)
+    flags |= _F_F16 if out.data_type == DataType.FLOAT16 else 0
+    # RA is needed where B's shifted zero point can be nonzero, CB where A's can
+    flags |= _F_SUM_A if (desc.b_zero_point_tensor is not None or not b_signed) else 0
+    flags |= _F_SUM_B if (desc.a_zero_point_tensor is not None or not a_signed) else 0
+    words = [0] * 32
+    words[8], words[9], words[10] = m, n, k
+    words[11] = nc | flags
+    words[12:16] = a_st
+    words[16:20] = b_st
+    words[20:24] = o_st
+    words[24:28] = bias_st
+    words[28:32] = [as_s, az_s, bs_s, bz_s]
+    for w in words[8:11] + words[12:32]:
+        if w >= _LIMIT28:
+            raise UnsupportedError(f"a size or stride of {w} elements is beyond the shader's 28-bit range")
+    for i, wi in enumerate((8, 9, 10, 12, 13, 14, 15)):  # T in the top nibbles, as matmul_int.comp
+        words[wi] |= ((t >> (4 * i)) & 0xF) << 28
+
+    variant = f"mmc8{'x' if emulate else ''}_{am}{bmode}"
+    check_capabilities(variant, device.capabilities)
+    groups = -(-m // cfg.bm) * -(-n // cfg.bn) * t
+    sizes = [a.data_type.size, desc.a_scale_tensor.data_type.size, a.data_type.size, b.data_type.size,
+             desc.b_scale_tensor.data_type.size, b.data_type.size, out.data_type.size, out.data_type.size]
+    return DispatchPlan(
+        variant=variant,
+        bindings=tuple(range(8)),
+        push=tuple(words),
+        groups=grid_for(groups, 1, device.limits["max_compute_work_group_count"][0]),
+        writes=(7,),
+        offset_slots=tuple((i, i, sizes[i]) for i in range(8)),
+        spec=cfg.spec(sg),
+    )
+
+
+def compile_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, emulate: bool = False,
+                 config: TileConfig | None = None) -> CompiledOperator:
+    """The operator on the coopmat family with an explicit tile configuration (tests and
+    benchmarks/bench_coop.py --sweep); UnsupportedError where the family does not apply."""
+    validate_tensors(MATRIX_MULTIPLY_INTEGER_TO_FLOAT, device.feature_level, desc, FIELDS, OUTPUT_FIELDS)
+    _check(desc)
+    plan = plan_coop(device, desc, emulate=emulate, config=config)
+    if plan is None:
+        raise UnsupportedError(f"kernel: the coopmat family takes 8-bit A and B with K <= {KMAX} on a device "
+                               f"listing the s8 16x16x32 shape")
+    return CompiledOperator(device, desc, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, INPUT_FIELDS, OUTPUT_FIELDS, [plan])

@@ -1,0 +1,412 @@
+#version 450
+// DML_MATRIX_MULTIPLY_INTEGER_TO_FLOAT on cooperative matrices (VK_KHR_cooperative_matrix: tensor
+// cores), 8-bit A and B:
+//   Output[b,c,m,n] = AScale[m] * BScale[n] * sum_k (A[m,k] - AZP[m]) * (B[k,n] - BZP[n]) + Bias[m,n]
+//
+// Every operand byte becomes a signed byte a' (unsigned inputs: a ^ 0x80 = a - 128, and the same
+// for their zero points), so one s8 x s8 -> s32 shape serves all four signedness pairs:
+//   sum_k (a' - za')(b' - zb') = S - zb' * RA - za' * CB + K * za' * zb'
+// with S = sum_k a'b' (the cooperative matrices), RA[m] = sum_k a'[m,k] and CB[n] = sum_k b'[k,n]
+// (summed from the shared-memory tiles while the tensor cores work). The whole expression is
+// evaluated in wrapping 32-bit integers: |true value| <= K * 255^2 < 2^31 for K <= 33025 (the
+// dispatcher sends larger K to another family), so the int32 result is exact; it is converted to
+// float once and scaled: float(v) * (AScale * BScale) + Bias, without contraction (`precise`).
+//
+// Work: a work group computes a BM x BN output tile of one matrix; its WG / SG subgroups each own a
+// WM x WN block of 16 x 16 int32 accumulators. K advances BK at a time through two shared-memory
+// stages (global -> registers for step s + 1 while the tensor cores consume step s, one barrier
+// per step). Tiles are stored k-contiguous, 16 k per uvec4, rows skewed by 16 bytes (the A
+// operand row-major, B column-major: the tensor cores' native int8 layouts); `_?n` variants keep
+// a row-major B row-major. Tile sizes are specialization constants (constant_id below;
+// kompute_dml/ops/matmul_coop.py checks and picks them); the load modes per operand are variants:
+//   A: r (k contiguous), c (m contiguous, transposed into the tile), g (any strides, byte loads)
+//   B: r (n contiguous, transposed into the tile), n (n contiguous, kept row-major),
+//      c (k contiguous), g (any strides)
+// Push constants: the 32 words of matmul_int.comp (offsets, sizes, strides in elements, T in the
+// top nibbles); flags in word 11: A signed, B signed, FLOAT16 output, row sums of A needed
+// (B zero point possibly nonzero), column sums of B needed (A zero point possibly nonzero).
+// @variant mmc8_rr  TARGET=vulkan1.2 AL=1 BL=2
+// @variant mmc8_rn  TARGET=vulkan1.2 AL=1 BL=3
+// @variant mmc8_rc  TARGET=vulkan1.2 AL=1 BL=1
+// @variant mmc8_rg  TARGET=vulkan1.2 AL=1 BL=0
+// @variant mmc8_cr  TARGET=vulkan1.2 AL=2 BL=2
+// @variant mmc8_cn  TARGET=vulkan1.2 AL=2 BL=3
+// @variant mmc8_cc  TARGET=vulkan1.2 AL=2 BL=1
+// @variant mmc8_cg  TARGET=vulkan1.2 AL=2 BL=0
+// @variant mmc8_gr  TARGET=vulkan1.2 AL=0 BL=2
+// @variant mmc8_gn  TARGET=vulkan1.2 AL=0 BL=3
+// @variant mmc8_gc  TARGET=vulkan1.2 AL=0 BL=1
+// @variant mmc8_gg  TARGET=vulkan1.2 AL=0 BL=0
+// Emulated variants (EMULATE=1): the same kernel with each cooperative-matrix operation done by
+// plain subgroup code (a fixed element-to-invocation mapping, bytes read from the same shared
+// tiles with the same offsets, strides and layouts). They need no device feature, so the tests
+// run the whole kernel around the tensor-core instructions (staging, transposes, sums, tile
+// walk, epilogue) on lavapipe; KDML_MATMUL_KERNEL=coopmat-emulated selects them.
+// @variant mmc8x_rr  EMULATE=1 AL=1 BL=2
+// @variant mmc8x_rn  EMULATE=1 AL=1 BL=3
+// @variant mmc8x_rc  EMULATE=1 AL=1 BL=1
+// @variant mmc8x_rg  EMULATE=1 AL=1 BL=0
+// @variant mmc8x_cr  EMULATE=1 AL=2 BL=2
+// @variant mmc8x_cn  EMULATE=1 AL=2 BL=3
+// @variant mmc8x_cc  EMULATE=1 AL=2 BL=1
+// @variant mmc8x_cg  EMULATE=1 AL=2 BL=0
+// @variant mmc8x_gr  EMULATE=1 AL=0 BL=2
+// @variant mmc8x_gn  EMULATE=1 AL=0 BL=3
+// @variant mmc8x_gc  EMULATE=1 AL=0 BL=1
+// @variant mmc8x_gg  EMULATE=1 AL=0 BL=0
+
+#ifndef EMULATE
+#define EMULATE 0
+#endif
+#if !EMULATE
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int8 : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int32 : require
+#endif
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 256;      // invocations per work group = (BM/WM)*(BN/WN)*SG
+layout(constant_id = 1) const uint BM = 128;      // tile rows (multiple of WM)
+layout(constant_id = 2) const uint BN = 128;      // tile columns (multiple of WN)
+layout(constant_id = 3) const uint BK = 64;       // K per step (multiple of 32)
+layout(constant_id = 4) const uint WM = 64;       // subgroup block rows (multiple of 16)
+layout(constant_id = 5) const uint WN = 32;       // subgroup block columns (multiple of 16)
+layout(constant_id = 6) const uint SG = 32;       // subgroup size
+layout(constant_id = 7) const uint GROUP_M = 8;   // tile rows walked together (L2 reuse)
+
+const uint FM = WM / 16u, FN = WN / 16u;          // accumulators per subgroup: FM x FN
+const uint SGM = BM / WM;                         // subgroups along M
+const uint KS = BK / 16u + 1u;                    // k-contiguous tile row stride, uvec4
+const uint A_TILE = BM * KS;
+#if BL == 3
+const uint BS = BN / 16u + 1u;                    // row-major B tile row stride, uvec4
+const uint B_TILE = BK * BS;
+#else
+const uint BS = 0u;
+const uint B_TILE = BN * KS;
+#endif
+// two stages of A then two of B; after the K loop, 16 x 16 int32 staging per subgroup
+shared uvec4 smem[2u * (A_TILE + B_TILE)];
+shared int sumA[BM];                              // RA of the tile's rows
+shared int sumB[BN];                              // CB of the tile's columns
+
+layout(std430, binding = 0) readonly buffer ABuf { uint a_buf[]; };
+layout(std430, binding = 0) readonly buffer ABuf4 { uvec4 a_buf4[]; };
+layout(std430, binding = 1) readonly buffer ASBuf { uint as_buf[]; };
+layout(std430, binding = 2) readonly buffer AZBuf { uint azp_buf[]; };
+layout(std430, binding = 3) readonly buffer BBuf { uint b_buf[]; };
+layout(std430, binding = 3) readonly buffer BBuf4 { uvec4 b_buf4[]; };
+layout(std430, binding = 4) readonly buffer BSBuf { uint bs_buf[]; };
+layout(std430, binding = 5) readonly buffer BZBuf { uint bzp_buf[]; };
+layout(std430, binding = 6) readonly buffer BiasBuf { uint bias_buf[]; };
+layout(std430, binding = 7) buffer OutBuf { uint out_buf[]; };
+layout(std430, binding = 7) buffer OutBuf2 { uvec2 out_buf2[]; };
+
+layout(push_constant) uniform PC { uint w[32]; } pc;
+
+#define LO28(x) ((x) & 0x0FFFFFFFu)
+#define P_A_OFF pc.w[0]
+#define P_AS_OFF pc.w[1]
+#define P_AZP_OFF pc.w[2]
+#define P_B_OFF pc.w[3]
+#define P_BS_OFF pc.w[4]
+#define P_BZP_OFF pc.w[5]
+#define P_BIAS_OFF pc.w[6]
+#define P_OUT_OFF pc.w[7]
+#define P_M LO28(pc.w[8])
+#define P_N LO28(pc.w[9])
+#define P_K LO28(pc.w[10])
+#define P_C (pc.w[11] & 0x03FFFFFFu)
+#define F_A_SIGNED 0x04000000u
+#define F_B_SIGNED 0x08000000u
+#define F_F16 0x10000000u
+#define F_SUM_A 0x20000000u
+#define F_SUM_B 0x40000000u
+#define P_FLAGS pc.w[11]
+#define P_A_SB LO28(pc.w[12])
+#define P_A_SC LO28(pc.w[13])
+#define P_A_SM LO28(pc.w[14])
+#define P_A_SK LO28(pc.w[15])
+#define P_B_SB pc.w[16]
+#define P_B_SC pc.w[17]
+#define P_B_SK pc.w[18]
+#define P_B_SN pc.w[19]
+#define P_O_SB pc.w[20]
+#define P_O_SC pc.w[21]
+#define P_O_SM pc.w[22]
+#define P_O_SN pc.w[23]
+#define P_BI_SB pc.w[24]
+#define P_BI_SC pc.w[25]
+#define P_BI_SM pc.w[26]
+#define P_BI_SN pc.w[27]
+#define P_AS_S pc.w[28]
+#define P_AZP_S pc.w[29]
+#define P_BS_S pc.w[30]
+#define P_BZP_S pc.w[31]
+
+uint matrix_count() {
+    return (pc.w[8] >> 28) | ((pc.w[9] >> 28) << 4) | ((pc.w[10] >> 28) << 8) | ((pc.w[12] >> 28) << 12)
+         | ((pc.w[13] >> 28) << 16) | ((pc.w[14] >> 28) << 20) | ((pc.w[15] >> 28) << 24);
+}
+
+// ---- operand staging (shaders/matmul_coop_load.glsl, once per operand) --------------------------
+#define LD_MODE AL
+#define LD_TMN BM
+#define LD_BUF a_buf
+#define LD_BUF4 a_buf4
+#define LD_REGS regs_a
+#define LD_PART part_a
+#define LD_SUMS sumA
+#define LD_UNITS units_a
+#define LD_COLS cols_a
+#define LD_PARTS parts_a
+#define LD_ITEMS items_a
+#define LD_MASK16 mask16_a
+#define LD_LOAD load_a
+#define LD_STORE store_a
+#define LD_SUM sum_a
+#define LD_FLUSH flush_a
+#include "matmul_coop_load.glsl"
+#undef LD_MODE
+#undef LD_TMN
+#undef LD_BUF
+#undef LD_BUF4
+#undef LD_REGS
+#undef LD_PART
+#undef LD_SUMS
+#undef LD_UNITS
+#undef LD_COLS
+#undef LD_PARTS
+#undef LD_ITEMS
+#undef LD_MASK16
+#undef LD_LOAD
+#undef LD_STORE
+#undef LD_SUM
+#undef LD_FLUSH
+#define LD_MODE BL
+#define LD_TMN BN
+#define LD_BUF b_buf
+#define LD_BUF4 b_buf4
+#define LD_REGS regs_b
+#define LD_PART part_b
+#define LD_SUMS sumB
+#define LD_UNITS units_b
+#define LD_COLS cols_b
+#define LD_PARTS parts_b
+#define LD_ITEMS items_b
+#define LD_MASK16 mask16_b
+#define LD_LOAD load_b
+#define LD_STORE store_b
+#define LD_SUM sum_b
+#define LD_FLUSH flush_b
+#include "matmul_coop_load.glsl"
+
+// ---- the cooperative-matrix operations (or their emulation) ------------------------------------
+#if EMULATE
+#define LAYOUT_ROW 0
+#define LAYOUT_COL 1
+#define EMU_SLOTS 32                              // 256 elements / the smallest subgroup (8 lanes)
+struct EmuFrag { uint base; uint stride; int order; };
+struct EmuAcc { int v[EMU_SLOTS]; };              // element lane + t * subgroup size in v[t]
+#define ACC_TYPE EmuAcc
+#define A_FRAG EmuFrag
+#define B_FRAG EmuFrag
+#define LOAD_FRAG(f, element, stride, order) f = EmuFrag(element, stride, order)
+#define MULADD(a, b, c) emu_muladd(a, b, c)
+#define STORE_ACC(c, element, stride) emu_store(c, element, stride)
+
+EmuAcc emu_zero() {
+    EmuAcc c;
+    for (uint t = 0u; t < EMU_SLOTS; ++t) c.v[t] = 0;
+    return c;
+}
+#define ACC_ZERO emu_zero()
+
+int emu_byte(uint addr) {   // the signed byte at byte address addr of smem
+    uint w = smem[addr >> 4u][(addr >> 2u) & 3u];
+    return int(w << (24u - 8u * (addr & 3u))) >> 24;
+}
+
+// c + a (16 x 32, row-major) * b (32 x 16), both read from smem as coopMatLoad would
+EmuAcc emu_muladd(EmuFrag a, EmuFrag b, EmuAcc c) {
+    for (uint t = 0u; t < 256u / gl_SubgroupSize; ++t) {
+        uint e = gl_SubgroupInvocationID + t * gl_SubgroupSize;
+        uint r = e >> 4u, col = e & 15u;
+        int s = 0;
+        for (uint k = 0u; k < 32u; ++k) {
+            uint bb = (b.order == LAYOUT_COL) ? (b.base + col * b.stride) * 16u + k : (b.base + k * b.stride) * 16u + col;
+            s += emu_byte((a.base + r * a.stride) * 16u + k) * emu_byte(bb);
+        }
+        c.v[t] += s;
+    }
+    return c;
+}
+
+void emu_store(EmuAcc c, uint base, uint stride) {   // row-major int32 rows, stride in uvec4
+    for (uint t = 0u; t < 256u / gl_SubgroupSize; ++t) {
+        uint e = gl_SubgroupInvocationID + t * gl_SubgroupSize;
+        uint r = e >> 4u, col = e & 15u;
+        smem[base + r * stride + (col >> 2u)][col & 3u] = uint(c.v[t]);
+    }
+}
+#else
+#define LAYOUT_ROW gl_CooperativeMatrixLayoutRowMajor
+#define LAYOUT_COL gl_CooperativeMatrixLayoutColumnMajor
+#define ACC_TYPE coopmat<int32_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define A_FRAG coopmat<int8_t, gl_ScopeSubgroup, 16, 32, gl_MatrixUseA>
+#define B_FRAG coopmat<int8_t, gl_ScopeSubgroup, 32, 16, gl_MatrixUseB>
+#define ACC_ZERO ACC_TYPE(0)
+#define LOAD_FRAG(f, element, stride, order) coopMatLoad(f, smem, element, stride, order)
+#define MULADD(a, b, c) coopMatMulAdd(a, b, c)
+#define STORE_ACC(c, element, stride) coopMatStore(c, smem, element, stride, gl_CooperativeMatrixLayoutRowMajor)
+#endif
+
+// ---- epilogue helpers -------------------------------------------------------------------------
+int s8(uint byte) { return int(byte << 24u) >> 24; }
+
+// A FLOAT32 or FLOAT16 element (scales, bias) at element index idx.
+float load_real(uint word, uint idx, bool f16) {
+    return f16 ? unpackHalf2x16(word >> ((idx & 1u) * 16u)).x : uintBitsToFloat(word);
+}
+#define LOAD_REAL(buf, idx, f16) load_real(buf[(f16) ? ((idx) >> 1u) : (idx)], (idx), (f16))
+#define ZP(buf, idx) bitfieldExtract(buf[(idx) >> 2u], int(8u * ((idx) & 3u)), 8)
+
+void store_one(uint o, float v, bool f16) {
+    if (f16) {
+        uint h = packHalf2x16(vec2(v, 0.0)) & 0xFFFFu;
+        uint sh = (o & 1u) * 16u;
+        STORE_FIELD(out_buf, o >> 1u, sh, 16u, h);
+    } else {
+        out_buf[o] = floatBitsToUint(v);
+    }
+}
+
+void main() {
+    const uint M = P_M, N = P_N, K = P_K, C = P_C, flags = P_FLAGS;
+    const uint T = matrix_count();
+    const bool f16 = (flags & F_F16) != 0u;
+    const uint a_xe = ((flags & F_A_SIGNED) != 0u) ? 0u : 0x80u;   // unsigned -> signed byte
+    const uint b_xe = ((flags & F_B_SIGNED) != 0u) ? 0u : 0x80u;
+    const bool need_ra = (flags & F_SUM_A) != 0u, need_cb = (flags & F_SUM_B) != 0u;
+
+    // tile of this work group: matrices outermost, then groups of GROUP_M tile rows walked
+    // column by column so that neighbouring work groups share A rows and B columns in L2
+    const uint NT = (N + BN - 1u) / BN, MT = (M + BM - 1u) / BM;
+    const uint L = linear_group_id();
+    const uint bc = L / (NT * MT);
+    if (bc >= T) return;   // a folded grid over-covers; uniform over the work group
+    const uint q = L % (NT * MT);
+    const uint group = q / (GROUP_M * NT), first_m = group * GROUP_M;
+    const uint rows_in_group = min(MT - first_m, GROUP_M);
+    const uint mt = first_m + (q % (GROUP_M * NT)) % rows_in_group;
+    const uint nt = (q % (GROUP_M * NT)) / rows_in_group;
+    const uint m0 = mt * BM, n0 = nt * BN;
+    const uint bi = bc / C, ci = bc % C;
+    const uint a_base = P_A_OFF + bi * P_A_SB + ci * P_A_SC;
+    const uint b_base = P_B_OFF + bi * P_B_SB + ci * P_B_SC;
+
+    const uint sg = gl_SubgroupID;
+    const uint wm0 = (sg % SGM) * WM, wn0 = (sg / SGM) * WN;
+    const uint tid = gl_LocalInvocationID.x;
+
+    for (uint i = tid; i < BM; i += WG) sumA[i] = 0;
+    for (uint i = tid; i < BN; i += WG) sumB[i] = 0;
+    [[unroll]] for (uint i = 0u; i < part_a.length(); ++i) part_a[i] = 0;
+    [[unroll]] for (uint i = 0u; i < part_b.length(); ++i) part_b[i] = 0;
+
+    ACC_TYPE acc[FM * FN];
+    [[unroll]] for (uint i = 0u; i < FM * FN; ++i) acc[i] = ACC_ZERO;
+
+    const uint steps = (K + BK - 1u) / BK;
+    load_a(a_base, P_A_SM, P_A_SK, M, K, m0, 0u, a_xe);
+    load_b(b_base, P_B_SN, P_B_SK, N, K, n0, 0u, b_xe);
+    store_a(0u);
+    store_b(2u * A_TILE);
+    barrier();
+
+    for (uint s = 0u; s < steps; ++s) {
+        const uint cur = s & 1u;
+        const uint a_tile = cur * A_TILE, b_tile = 2u * A_TILE + cur * B_TILE;
+        const bool more = s + 1u < steps;
+        if (more) {   // next step's loads are in flight while this step computes
+            load_a(a_base, P_A_SM, P_A_SK, M, K, m0, (s + 1u) * BK, a_xe);
+            load_b(b_base, P_B_SN, P_B_SK, N, K, n0, (s + 1u) * BK, b_xe);
+        }
+        if (need_ra) sum_a(a_tile);
+        if (need_cb) sum_b(b_tile);
+        [[unroll]] for (uint kk = 0u; kk < BK / 32u; ++kk) {
+            A_FRAG fa[FM];
+            [[unroll]] for (uint i = 0u; i < FM; ++i)
+                LOAD_FRAG(fa[i], a_tile + (wm0 + 16u * i) * KS + 2u * kk, KS, LAYOUT_ROW);
+            [[unroll]] for (uint j = 0u; j < FN; ++j) {
+                B_FRAG fb;
+#if BL == 3
+                LOAD_FRAG(fb, b_tile + 32u * kk * BS + (wn0 + 16u * j) / 16u, BS, LAYOUT_ROW);
+#else
+                LOAD_FRAG(fb, b_tile + (wn0 + 16u * j) * KS + 2u * kk, KS, LAYOUT_COL);
+#endif
+                [[unroll]] for (uint i = 0u; i < FM; ++i) acc[i * FN + j] = MULADD(fa[i], fb, acc[i * FN + j]);
+            }
+        }
+        if (more) {
+            store_a((1u - cur) * A_TILE);
+            store_b(2u * A_TILE + (1u - cur) * B_TILE);
+        }
+        barrier();
+    }
+    if (need_ra) flush_a();
+    if (need_cb) flush_b();
+    barrier();   // sums complete; the tiles are free for the accumulator staging
+
+    // ---- epilogue: each accumulator through this subgroup's 16 x 16 staging (its elements'
+    // positions among the invocations are the implementation's); two adjacent columns per step
+    const uint lane = gl_SubgroupInvocationID;
+    const uint stage = sg * 64u;                  // 16 rows x 4 uvec4
+    const uint o_base = P_OUT_OFF + bi * P_O_SB + ci * P_O_SC;
+    const uint bias_base = P_BIAS_OFF + bi * P_BI_SB + ci * P_BI_SC;
+    const uint o_sn = P_O_SN;
+    [[unroll]] for (uint i = 0u; i < FM; ++i) {
+        [[unroll]] for (uint j = 0u; j < FN; ++j) {
+            STORE_ACC(acc[i * FN + j], stage, 4u);
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            for (uint p = lane; p < 128u; p += gl_SubgroupSize) {
+                const uint r = p >> 3u, c = (p & 7u) * 2u;
+                const uint ml = wm0 + 16u * i + r, nl = wn0 + 16u * j + c;
+                const uint m = m0 + ml, n = n0 + nl;
+                if (m >= M || n >= N) continue;
+                const uvec4 quad = smem[stage + r * 4u + (c >> 2u)];
+                const int za = s8((ZP(azp_buf, P_AZP_OFF + m * P_AZP_S) ^ a_xe) & 0xFFu);
+                const int ra = sumA[ml] - int(K) * za;   // RA - K za', wrapping
+                const float asc = LOAD_REAL(as_buf, P_AS_OFF + m * P_AS_S, f16);
+                const bool both = n + 1u < N;
+                float val[2];
+                [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+                    const uint ne = min(n + e, N - 1u);
+                    const int zb = s8((ZP(bzp_buf, P_BZP_OFF + ne * P_BZP_S) ^ b_xe) & 0xFFu);
+                    const int v = int(quad[(c & 3u) + e]) - zb * ra - za * sumB[nl + e];
+                    const float bsc = LOAD_REAL(bs_buf, P_BS_OFF + ne * P_BS_S, f16);
+                    const float bias = LOAD_REAL(bias_buf, bias_base + m * P_BI_SM + ne * P_BI_SN, f16);
+                    precise float prod = float(v) * (asc * bsc);
+                    precise float res = prod + bias;
+                    val[e] = res;
+                }
+                const uint o = o_base + m * P_O_SM + n * o_sn;
+                if (both && o_sn == 1u && (o & 1u) == 0u) {
+                    // both elements of one 32-bit (FLOAT16) or 64-bit (FLOAT32) unit are ours
+                    if (f16) out_buf[o >> 1u] = packHalf2x16(vec2(val[0], val[1]));
+                    else out_buf2[o >> 1u] = floatBitsToUint(vec2(val[0], val[1]));
+                } else {
+                    store_one(o, val[0], f16);
+                    if (both) store_one(o + o_sn, val[1], f16);
+                }
+            }
+            subgroupBarrier();   // the staging is rewritten by the next accumulator
+        }
+    }
+}
