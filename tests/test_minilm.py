@@ -71,6 +71,7 @@ def test_minilm_embeddings(minilm, model_path):
     assert r["vulkan_nodes"] == 36 and r["runtime_fallbacks"] == 0
     for _, key in minilm.COSINES:
         assert len(r[key]) == len(minilm.SENTENCES)
+    for key in ("cosine_vs_exact", "cosine_vs_onnxruntime"):  # onnxruntime's own accuracy is information only
         assert min(r[key]) >= 0.99, (key, r[key])
 
 
