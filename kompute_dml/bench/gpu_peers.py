@@ -84,6 +84,10 @@ class GpuPeer:
             return run
         return make
 
+    def poisoned(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An output that the work writes only in part starts as POISON (see cases.py)."""
+        return self.put(np.full(shape, 99, dtype))
+
     def check(self, out: Any, ref: Ref) -> Callable[[], bool]:
         return lambda: bool(np.array_equal(self.to_numpy(out), ref()))
 
@@ -152,7 +156,7 @@ class TorchPeer(GpuPeer):
                 "torch_device_name": t.cuda.get_device_name(self.device) if self.cuda else "cpu"}
 
     def eye(self, shape: tuple[int, int], dtype: Any, offset: int, value: float, ref: Ref) -> tuple[Make, Callable[[], bool]]:
-        dst = self.empty(shape, dtype)
+        dst = self.poisoned(shape, dtype)
         rows, cols = shape
         if offset == 0 and value == 1:
             step: Callable[[], Any] = lambda: self.torch.eye(rows, cols, out=dst)  # noqa: E731
@@ -166,7 +170,7 @@ class TorchPeer(GpuPeer):
 
     def trilu(self, a: np.ndarray | None, shape: tuple[int, int], dtype: Any, upper: bool, k: int, value: Any,
               ref: Ref) -> tuple[Make, Callable[[], bool]]:
-        dst = self.empty(shape, dtype)
+        dst = self.poisoned(shape, dtype)
         if a is not None:
             src = self.put(a)
             fn = self.torch.triu if upper else self.torch.tril
@@ -274,7 +278,7 @@ class ArrayModulePeer(GpuPeer):
     def eye(self, shape: tuple[int, int], dtype: Any, offset: int, value: float, ref: Ref) -> tuple[Make, Callable[[], bool]]:
         if offset != 0:
             raise NotImplementedError("fill_diagonal writes the main diagonal only")
-        dst = self.empty(shape, dtype)
+        dst = self.poisoned(shape, dtype)
 
         def step() -> None:
             dst.fill(0)

@@ -167,14 +167,15 @@ def summarize(case: Case, times: dict[str, float], ceiling_gbps: float | None) -
 
 
 def run_case(case: Case, rounds: int, ceiling_fn: Callable[[], Any] | None = None, *, recorded: bool = False,
-             ceiling_gbps: float | None = None) -> dict[str, Any]:
+             ceiling_gbps: float | None = None, batch_target: float = BATCH_TARGET_S) -> dict[str, Any]:
     """Time one row. `ceiling_fn` (a CEILING_BYTES copy) is sampled in the row's rounds when
-    given; else `ceiling_gbps`, the run's one measurement, is the memory rows' ceiling."""
+    given; else `ceiling_gbps`, the run's one measurement, is the memory rows' ceiling.
+    Batched contenders run N executions per call, N chosen for `batch_target` seconds."""
     errors = dict(case.peer_errors)
     batch: int | None = None
     fns: dict[str, Callable[[], Any]] = {}
     if recorded and case.ours_batch is not None:
-        batch = choose_batch(case.ours_batch)
+        batch = choose_batch(case.ours_batch, batch_target)
         fns["ours"] = Batched(case.ours_batch(batch), batch)
     elif case.ours is not None:
         fns["ours"] = case.ours
@@ -182,7 +183,7 @@ def run_case(case: Case, rounds: int, ceiling_fn: Callable[[], Any] | None = Non
     for k, make in case.gpu_peers.items():
         try:
             if batch is None:
-                batch = choose_batch(make)
+                batch = choose_batch(make, batch_target)
             fns[k] = Batched(make(batch), batch)
         except Exception as e:  # a peer that cannot run this row leaves the others' figures
             errors[k] = f"{type(e).__name__}: {e}"
