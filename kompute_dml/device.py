@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import os
@@ -83,6 +84,30 @@ def _coerce_feature_level(level: object) -> FeatureLevel:
     raise invalid("feature_level", f"must be a FeatureLevel, got {type(level).__name__}")
 
 
+_MANAGER_LOCK = threading.Lock()  # kp.kdml_request_features applies to the next kp.Manager
+_LIVE_DEVICES: weakref.WeakSet[Device] = weakref.WeakSet()
+
+
+def _create_manager(index: int, requested: frozenset[str] | None) -> Any:
+    spin_us = os.environ.get("KDML_WAIT_SPIN_US")
+    with _MANAGER_LOCK:
+        if hasattr(kp, "kdml_request_features"):
+            kp.kdml_request_features(None if requested is None else sorted(requested))
+        if spin_us is not None and hasattr(kp, "kdml_set_wait_spin_ns"):
+            kp.kdml_set_wait_spin_ns(max(0, int(float(spin_us) * 1000)))
+        return kp.Manager(index)
+
+
+@atexit.register
+def _close_live_devices() -> None:
+    """Release every Device's Vulkan objects while the interpreter is intact: left to the
+    garbage collector at exit, kp objects die in any order, after the Vulkan driver's own
+    teardown has begun ("free(): invalid pointer" and SIGABRT seen on NVIDIA's driver)."""
+    for d in list(_LIVE_DEVICES):
+        with contextlib.suppress(Exception):
+            d.close()
+
+
 class Device:
     """A Vulkan device running DirectML operators at `feature_level`.
 
@@ -117,16 +142,21 @@ class Device:
         # device features), and the per-device policy that picks paths and kernel families.
         # Dense and row-contiguous copies and fills run as transfer commands where the policy
         # says so; `transfer_commands` (or KDML_TRANSFER=0/1) overrides that choice.
-        self.capabilities: frozenset[str] = frozenset() if requested is None else frozenset()
-        self.policy = policy_for(self.device_type, self.capabilities, self.limits, transfer_commands=transfer_commands)
-        self.transfer_commands = self.policy.transfer_commands
         self._allocated = 0  # bytes of Vulkan memory held by live buffers (device + staging copies)
         self._allocations = 0  # vkAllocateMemory calls held by live buffers
         self._lock = threading.RLock()
         try:
-            self._mgr = kp.Manager(self.index)
+            self._mgr = _create_manager(self.index, requested)
         except Exception as e:  # kp raises plain RuntimeError
             raise DeviceError(f"could not create a Vulkan device on {self.name}: {e}") from e
+        enabled = getattr(self._mgr, "kdml_enabled_features", lambda: [])()
+        self.capabilities = frozenset(str(n) for n in enabled)
+        # (M, N, K, A, B, C, result type (VkComponentTypeKHR), saturating, scope) per shape
+        shapes = getattr(self._mgr, "kdml_cooperative_matrix_shapes", lambda: [])()
+        self.cooperative_matrix_shapes: tuple[tuple[int, ...], ...] = tuple(tuple(int(v) for v in s) for s in shapes)
+        self.policy = policy_for(self.device_type, self.capabilities, self.limits, transfer_commands=transfer_commands)
+        self.transfer_commands = self.policy.transfer_commands
+        _LIVE_DEVICES.add(self)
         self._pipelines = PipelineCache(self)
         self._replays: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
         self._replay_capacity = 256
@@ -382,7 +412,10 @@ class Recording:
             raise InvalidArgumentError("op: was compiled for another Device (or is not a compiled operator)")
         with self.device._lock:
             self.device._check_open()
-            self._items.append((op, op._check_bindings(inputs, outputs)))
+            bound = op._check_bindings(inputs, outputs)
+            if op.is_inplace_noop(bound):
+                return
+            self._items.append((op, bound))
             self._count += len(op.plans)
 
     def submit(self) -> None:

@@ -35,6 +35,14 @@ def _as_bytes_view(data: object) -> memoryview:
     raise invalid("data", f"must be bytes, bytearray or a numpy array, got {type(data).__name__}")
 
 
+def buffer_words(nbytes: int, limit: int) -> int:
+    """32-bit words allocated for a buffer of `nbytes`: whole 16-byte units (so that uvec4
+    accesses never leave the allocation), or whole words where 16-byte units would pass the
+    device's maxStorageBufferRange (4 GiB - 1 on NVIDIA: its last 16-byte unit)."""
+    words16 = -(-nbytes // 16) * 4
+    return words16 if words16 * 4 <= limit else -(-nbytes // 4)
+
+
 class Buffer:
     """A range of device memory, `nbytes` long (allocated in whole 16-byte units)."""
 
@@ -54,10 +62,17 @@ class Buffer:
                 f"{nbytes} exceeds the device's maxStorageBufferRange ({limit} bytes): a buffer must be "
                 "bindable as one storage buffer; split the data over several buffers",
             )
+        words = buffer_words(nbytes, limit)
+        if words * 4 > limit:
+            raise invalid(
+                "nbytes",
+                f"{nbytes} bytes round up to {words * 4} bytes of whole 32-bit words, beyond the device's "
+                f"maxStorageBufferRange ({limit} bytes), so no shader could bind the buffer whole; "
+                f"the largest buffer on this device is {limit // 4 * 4} bytes",
+            )
         self.device = device
         self.nbytes = nbytes
         self.serial = next(_serials)
-        words = -(-nbytes // 16) * 4
         with device._lock:  # no close() between the allocation and taking its mapping
             self._kp = device._alloc_words(words)
             device._track_buffer(self)  # at once: the finalizer returns the memory to the budget

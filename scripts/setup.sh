@@ -52,10 +52,12 @@ fi
 # to order dependent dispatches inside one submission), adds OpCopyRegions and
 # OpFillRegions (vkCmdCopyBuffer / vkCmdFillBuffer on byte ranges), and fixes a missing comma in
 # kp's setup.py that drops -DPYTHON_EXECUTABLE; it also lets shaders bind tensors as uniform
-# texel buffers (descriptor types read from the SPIR-V; kp.kdml_patch_level = 3).
-# The patched build is 0.9.0+kdml3.
-KP_LOCAL_VERSION="$KP_VERSION+kdml3"
-KP_PATCH_LEVEL=3
+# texel buffers (descriptor types read from the SPIR-V; level 3). Level 4 enables the optional
+# device features the physical device reports (a pNext chain, on a Vulkan instance of the
+# loader's version), reuses one fence per sequence (polled, then a blocking wait) and computes
+# buffer sizes in 64 bits. The patched build is 0.9.0+kdml4 (pyproject.toml pins it).
+KP_LOCAL_VERSION="$KP_VERSION+kdml4"
+KP_PATCH_LEVEL=4
 PATCH="$ROOT/scripts/kp-$KP_VERSION-kompute-dml.patch"
 patch_sha=$(sha256sum "$PATCH" | cut -c1-12)
 kp_ok() { "$PY" -c "import kp, sys; sys.exit(0 if getattr(kp, 'kdml_patch_level', 0) >= $KP_PATCH_LEVEL and all(hasattr(kp, n) for n in ('OpMemoryBarrier', 'OpCopyRegions', 'OpFillRegions')) else 1)" 2>/dev/null; }

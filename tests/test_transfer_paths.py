@@ -21,6 +21,12 @@ def reference(x, rows, cols, begin, end, value, dt):
     return np.where(use, np.asarray(value, dt.numpy_dtype), base)
 
 
+@pytest.fixture
+def dev(dev_transfer):
+    """The transfer-assisted plans, on every device: its policy may prefer shaders."""
+    return dev_transfer
+
+
 def kinds(op):
     return [p.variant for p in op.plans]
 

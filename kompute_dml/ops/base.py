@@ -134,11 +134,27 @@ class CompiledOperator:
         rule = "may alias an input only for exact in-place execution" if self.allows_inplace else "may not alias"
         raise invalid(out_name, f"overlaps {other_name} in the same buffer: {self.support.name}'s output {rule}")
 
+    def is_inplace_noop(self, bound: list[Tensor | None]) -> bool:
+        """An exact in-place execution of an operator that copies its input (identity):
+        every output element would be rewritten with its own bytes, so nothing runs. (A
+        shader reading and writing one word through two bindings is also where drivers
+        differ: NVIDIA's lost sub-word in-place values.)"""
+        if not self.allows_inplace:
+            return False
+        n_in = len(self.input_fields)
+        return all(
+            out is not None and any(
+                x is not None and x.buffer is out.buffer and x.offset == out.offset and x.desc.same_layout(out.desc)
+                for x in bound[:n_in]
+            )
+            for out in bound[n_in:]
+        )
+
     # ---- execution ---------------------------------------------------------------
     def execute(self, inputs: Any, outputs: Any) -> None:
         """Run the operator on the bound tensors; returns when the device is done."""
         bound = self._check_bindings(inputs, outputs)
-        if not self.plans:
+        if not self.plans or self.is_inplace_noop(bound):
             return
         key = (
             self.serial,

@@ -1,0 +1,110 @@
+"""Device capabilities (optional Vulkan features the runtime enabled) and the per-device
+policy that picks execution paths and kernel families from them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import kompute_dml as kdml
+from kompute_dml.policy import CAPABILITIES, policy_for, requested_capabilities
+
+LIMITS = {"max_storage_buffer_range": 1 << 27}
+
+
+def test_policy_rules():
+    cpu = policy_for("cpu", frozenset({"shader_int8"}), LIMITS, transfer_commands=None)
+    assert (cpu.name, cpu.transfer_commands, cpu.matmul_family) == ("cpu", True, "cpu")
+    gpu = policy_for("discrete-gpu", frozenset(), LIMITS, transfer_commands=None)
+    assert (gpu.transfer_commands, gpu.matmul_family) == (False, "gpu")
+    coop = policy_for("discrete-gpu", frozenset({"cooperative_matrix"}), LIMITS, transfer_commands=None)
+    assert coop.matmul_family == "coopmat" and coop.has("cooperative_matrix")
+    assert policy_for("cpu", frozenset(), LIMITS, transfer_commands=False).transfer_commands is False
+
+
+def test_transfer_environment_override(monkeypatch):
+    monkeypatch.setenv("KDML_TRANSFER", "0")
+    assert policy_for("cpu", frozenset(), LIMITS).transfer_commands is False
+    monkeypatch.setenv("KDML_TRANSFER", "1")
+    assert policy_for("discrete-gpu", frozenset(), LIMITS).transfer_commands is True
+
+
+def test_requested_capabilities(monkeypatch):
+    monkeypatch.delenv("KDML_FEATURES", raising=False)
+    assert requested_capabilities(None) is None
+    assert requested_capabilities("none") == frozenset()
+    assert requested_capabilities("all") is None
+    assert requested_capabilities("shader_int8, storage_buffer_8bit") == {"shader_int8", "storage_buffer_8bit"}
+    assert requested_capabilities(["integer_dot_product"]) == {"integer_dot_product"}
+    monkeypatch.setenv("KDML_FEATURES", "none")
+    assert requested_capabilities(None) == frozenset()
+    with pytest.raises(kdml.InvalidArgumentError, match=r"^features: unknown capability warp_drive"):
+        requested_capabilities("warp_drive")
+    with pytest.raises(kdml.InvalidArgumentError, match="^features"):
+        kdml.Device(features=["shader_int8", "warp_drive"])
+
+
+def test_device_capabilities_are_known_names(dev):
+    assert dev.capabilities <= set(CAPABILITIES)
+    assert dev.policy.capabilities == dev.capabilities
+    if "cooperative_matrix" in dev.capabilities:
+        assert dev.cooperative_matrix_shapes, "cooperative matrices enabled but no shape reported"
+
+
+def test_features_none_enables_nothing():
+    d = kdml.Device(features="none")
+    try:
+        assert d.capabilities == frozenset()
+        assert d.policy.matmul_family != "coopmat"
+        y = kdml.identity(d.tensor(np.full(5, 3.5, np.float32)))
+        assert (y.numpy() == 3.5).all()
+    finally:
+        d.close()
+
+
+def test_features_restrict_to_a_subset(dev):
+    """Asking for a subset of what the device enabled gives exactly that subset."""
+    if not dev.capabilities:
+        pytest.skip(f"{dev.name} enabled no optional capability (KDML_FEATURES=none, or the device has none)")
+    subset = sorted(dev.capabilities)[: max(1, len(dev.capabilities) // 2)]
+    d = kdml.Device(features=subset)
+    try:
+        assert d.capabilities == frozenset(subset)
+    finally:
+        d.close()
+
+
+def test_features_environment(monkeypatch):
+    monkeypatch.setenv("KDML_FEATURES", "none")
+    d = kdml.Device()
+    try:
+        assert d.capabilities == frozenset()
+    finally:
+        d.close()
+
+
+@pytest.mark.parametrize("close", [False, True])
+def test_process_exit_without_close_is_clean(close):
+    """Devices, buffers, pipelines and recorded sequences left for the interpreter's exit:
+    kompute_dml closes every live Device first (regression: NVIDIA's driver aborted with
+    'free(): invalid pointer' when the garbage collector tore kp objects down after it)."""
+    code = textwrap.dedent(f"""
+        import numpy as np, kompute_dml as kdml
+        d = kdml.Device()
+        x = d.tensor(np.arange(64, dtype=np.float32))
+        y = kdml.identity(x)
+        with d.record() as rec:
+            op = d.compile(kdml.ActivationIdentityDesc(x.desc, x.desc))
+            rec.execute(op, [x], [d.empty(x.desc)])
+        assert (y.numpy() == np.arange(64)).all()
+        if {close}:
+            d.close()
+        print("done")
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip().endswith("done"), (p.returncode, p.stdout, p.stderr[-2000:])
+    assert "free()" not in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
