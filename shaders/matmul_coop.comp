@@ -232,13 +232,16 @@ int emu_byte(uint addr) {   // the signed byte at byte address addr of smem
     return int(w << (24u - 8u * (addr & 3u))) >> 24;
 }
 
-// c + a (16 x 32, row-major) * b (32 x 16), both read from smem as coopMatLoad would
+// c + a (16 x 32, row-major) * b (32 x 16), both read from smem as coopMatLoad would. The k loop
+// is unrolled: lavapipe (gallivm) ends every loop of a shader once all of them together have run
+// 65535 iterations per invocation (LP_MAX_TGSI_LOOP_ITERATIONS, one counter per function, silently),
+// which a K loop of emulated products would otherwise reach at K of a few thousand.
 EmuAcc emu_muladd(EmuFrag a, EmuFrag b, EmuAcc c) {
     for (uint t = 0u; t < 256u / gl_SubgroupSize; ++t) {
         uint e = gl_SubgroupInvocationID + t * gl_SubgroupSize;
         uint r = e >> 4u, col = e & 15u;
         int s = 0;
-        for (uint k = 0u; k < 32u; ++k) {
+        [[unroll]] for (uint k = 0u; k < 32u; ++k) {
             uint bb = (b.order == LAYOUT_COL) ? (b.base + col * b.stride) * 16u + k : (b.base + k * b.stride) * 16u + col;
             s += emu_byte((a.base + r * a.stride) * 16u + k) * emu_byte(bb);
         }

@@ -150,8 +150,8 @@ void LD_SUM(uint tile) {
         if (item < LD_ITEMS) {
             uint col = item % LD_COLS, part = item / LD_COLS;
             uint even = 0u, odd = 0u;   // bytes 0, 2 and 1, 3 of each word, 16-bit lanes
-            for (uint r = part * rows; r < (part + 1u) * rows; ++r) {
-                uint w = smem[tile + r * BS + (col >> 2u)][col & 3u] ^ 0x80808080u;
+            [[unroll]] for (uint j = 0u; j < rows; ++j) {   // unrolled: see emu_muladd (lavapipe)
+                uint w = smem[tile + (part * rows + j) * BS + (col >> 2u)][col & 3u] ^ 0x80808080u;
                 even += w & 0x00FF00FFu;
                 odd += (w >> 8u) & 0x00FF00FFu;
             }
@@ -169,7 +169,8 @@ void LD_SUM(uint tile) {
         if (item < LD_ITEMS) {
             uint row = item / LD_PARTS, part = item % LD_PARTS;
             uint lanes = 0u;
-            for (uint w = part * words; w < (part + 1u) * words; ++w) {
+            [[unroll]] for (uint j = 0u; j < words; ++j) {   // unrolled: see emu_muladd (lavapipe)
+                uint w = part * words + j;
                 uint v = smem[tile + row * KS + (w >> 2u)][w & 3u] ^ 0x80808080u;
                 lanes += (v & 0x00FF00FFu) + ((v >> 8u) & 0x00FF00FFu);
             }

@@ -12,7 +12,7 @@ Per operand, the load mode follows the layout (see the shader): A `r` (k contigu
 contiguous), `g` (any strides); B `r` (n contiguous, transposed into shared memory), `n` (n
 contiguous, kept row-major), `c` (k contiguous), `g`. The vector modes need every other stride
 a multiple of 16 bytes. Tile sizes are specialization constants chosen per shape by
-`choose_config` (`TileConfig`s; benchmarks/bench_coop.py --sweep times alternatives).
+`candidate_configs` (`TileConfig`s; benchmarks/bench_coop.py --sweep times alternatives).
 `coopmat-emulated` runs the same kernel with the tensor-core operations emulated by plain
 subgroup code (no device feature): how the tests exercise it on devices without the capability.
 """
@@ -129,14 +129,17 @@ DECODE = TileConfig(16, 32, 128, 16, 16)
 TARGET_TILES = 96  # work groups wanted in flight (an H100 has 132 SMs)
 
 
-def choose_config(m: int, n: int, t: int) -> TileConfig:
-    """The largest tile that still gives TARGET_TILES work groups; M <= 16 (decoding) the thin one."""
+def candidate_configs(m: int, n: int, t: int) -> list[TileConfig]:
+    """Tiles in order of preference: the largest that still gives TARGET_TILES work groups
+    first (M <= 16, decoding: the thin one), then the smaller ones (for devices where it does
+    not fit)."""
     if m <= 16:
-        return DECODE
-    for cfg in (LARGE, MEDIUM, NARROW):
+        return [DECODE, NARROW]
+    order = [LARGE, MEDIUM, NARROW]
+    for i, cfg in enumerate(order):
         if -(-m // cfg.bm) * -(-n // cfg.bn) * t >= TARGET_TILES:
-            return cfg
-    return NARROW
+            return order[i:]
+    return [NARROW, DECODE]
 
 
 def subgroup_size(device: Device) -> int:
@@ -201,12 +204,14 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, emulate
     if k > KMAX:
         return None
     sg = subgroup_size(device)
-    cfg = config if config is not None else choose_config(m, n, t)
-    am, bmode = operand_modes(a_sz, a_st, b_sz, b_st, cfg.b_rows)
-    a_mode, b_mode = _A_MODES[am], _B_MODES[bmode]
-    problems = cfg.problems(sg, a_mode, b_mode, device.limits)
-    if emulate and sg < 256 // EMULATED_SLOTS:
-        problems.append(f"the emulation needs subgroups of at least {256 // EMULATED_SLOTS} invocations")
+    for cfg in [config] if config is not None else candidate_configs(m, n, t):
+        am, bmode = operand_modes(a_sz, a_st, b_sz, b_st, cfg.b_rows)
+        a_mode, b_mode = _A_MODES[am], _B_MODES[bmode]
+        problems = cfg.problems(sg, a_mode, b_mode, device.limits)
+        if emulate and sg < 256 // EMULATED_SLOTS:
+            problems.append(f"the emulation needs subgroups of at least {256 // EMULATED_SLOTS} invocations")
+        if not problems:
+            break
     if problems:
         raise UnsupportedError(f"kernel: tile configuration {cfg} cannot run here: {'; '.join(problems)}")
     if t >= _LIMIT28 or nc >= 1 << 26:
