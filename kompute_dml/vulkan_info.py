@@ -99,6 +99,26 @@ class _InstanceCreateInfo(ctypes.Structure):
     ]
 
 
+class _Maintenance3(ctypes.Structure):  # VkPhysicalDeviceMaintenance3Properties (Vulkan 1.1)
+    _fields_ = [("sType", u32), ("pNext", ctypes.c_void_p), ("maxPerSetDescriptors", u32),
+                ("maxMemoryAllocationSize", u64)]
+
+
+class _Properties2(ctypes.Structure):  # VkPhysicalDeviceProperties2; the properties as raw bytes
+    _fields_ = [("sType", u32), ("pNext", ctypes.c_void_p), ("properties", ctypes.c_uint8 * 1024)]
+
+
+def _max_allocation_size(lib: Any, handle: int) -> int | None:
+    """maxMemoryAllocationSize: the largest single vkAllocateMemory (4 GiB - 2 MiB on an H100)."""
+    m3 = _Maintenance3(1000168000, None, 0, 0)
+    p2 = _Properties2(1000059001, ctypes.cast(ctypes.pointer(m3), ctypes.c_void_p))
+    fn = getattr(lib, "vkGetPhysicalDeviceProperties2", None)
+    if fn is None:
+        return None
+    fn(ctypes.c_void_p(handle), ctypes.byref(p2))
+    return int(m3.maxMemoryAllocationSize) or None
+
+
 @dataclass(frozen=True)
 class PhysicalDeviceInfo:
     index: int
@@ -158,6 +178,7 @@ def physical_devices() -> tuple[PhysicalDeviceInfo, ...]:
                 "max_memory_allocation_count": lim.maxMemoryAllocationCount,
                 "max_bound_descriptor_sets": lim.maxBoundDescriptorSets,
                 "max_per_stage_descriptor_storage_buffers": lim.maxPerStageDescriptorStorageBuffers,
+                "max_memory_allocation_size": _max_allocation_size(lib, handles[i]) if props.apiVersion >= (1 << 22) | (1 << 12) else None,
             }
             heaps = tuple(mem.memoryHeaps[h].size for h in range(mem.memoryHeapCount))
             out.append(

@@ -43,9 +43,9 @@ def test_validation_layer_reports_invalid_dispatch(tmp_path):
         algo = m.algorithm([a, b], spv, {grid!r}, np.zeros(0, np.uint32), np.zeros(3, np.uint32))
         m.sequence().record(kp.OpAlgoDispatch(algo, np.zeros(3, np.uint32))).eval()
     """)
-    subprocess.run([sys.executable, "-c", code], env=env, timeout=120, capture_output=True)
+    p = subprocess.run([sys.executable, "-c", code], env=env, timeout=120, capture_output=True, text=True)
     text = log.read_text() if log.exists() else ""
-    assert _VUID[axis] in text, text[:2000]
+    assert _VUID[axis] in text, (grid, p.returncode, p.stderr[-1500:], text[:2000])
 
 
 def test_session_layer_is_enabled():
