@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""The cooperative-matrix (tensor core) MATRIX_MULTIPLY_INTEGER_TO_FLOAT kernels against torch._int_mm.
+
+Run on a GPU whose kompute_dml Device has the `cooperative_matrix` capability (the H100):
+    PYTHONPATH=. python3 benchmarks/bench_coop.py [--rounds 7] [--sweep] [--json out.json]
+1. Correctness first: small and odd shapes through every load mode, and sampled rows of each
+   timed shape, against numpy int64 (bitwise FLOAT32); FAIL lines mean the timings are void.
+2. Timing, per shape (M x K x N): ours = N executions in one `dev.record()` (the recorded
+   sequence replays), seconds per execution = median over rounds; torch = N launches then
+   torch.cuda.synchronize(), same accounting, rounds interleaved with ours. Rows:
+     gemm  s8 x s8, unit scales, no zero point or bias (ours still runs its epilogue and
+           writes FLOAT32) vs torch._int_mm (int32 out) with B column-major (cuBLASLt's fast
+           layout; M padded to 32 when M <= 16, which _int_mm needs). Ours with B row-major
+           (`_rr`, staged transposed) and column-major (`_rc`).
+     quant u8 A with a zero point, s8 B, per-column B scale, (N,) bias, FLOAT32 out (the
+           quantized-transformer case) vs torch: A ^ 0x80 -> int8, _int_mm, then
+           acc * s + (K*za'*zb - za'*colsum(B)) * s + bias - rowsum(A')*zb*s (colsum of the
+           weight precomputed, as onnxruntime pre-packs it).
+   TOPS = 2*M*N*K / s / 1e12; ratio = torch seconds / ours seconds (> 1: ours faster).
+3. --sweep: the same shapes through alternative tile configurations (specialization
+   constants BM BN BK WM WN GROUP_M and the row-major-B staging), each checked on sampled
+   rows before it is timed, to pick the defaults of kompute_dml/ops/matmul_coop.py.
+--emulate runs the emulated kernels instead (any device; slow; for a dry run of the script).
+Budget: under 5 minutes on the H100 (about 2 without --sweep).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+import kompute_dml as kdml
+from kompute_dml.ops.matmul_coop import CAPABILITY, LARGE, MEDIUM, NARROW, TileConfig, compile_coop
+
+D = kdml.DataType
+SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (512, 384, 1536), (128, 384, 1536), (1, 4096, 4096), (16, 4096, 4096)]
+QUICK_SHAPES = [(64, 256, 96), (16, 512, 64)]
+SWEEP = [
+    LARGE, MEDIUM, NARROW,
+    TileConfig(128, 128, 32, 64, 32), TileConfig(128, 128, 64, 64, 64), TileConfig(128, 128, 64, 32, 64),
+    TileConfig(128, 256, 32, 64, 64), TileConfig(256, 128, 32, 64, 64), TileConfig(128, 128, 64, 64, 32, b_rows="n"),
+    TileConfig(128, 128, 64, 64, 32, group_m=1), TileConfig(128, 128, 64, 64, 32, group_m=16),
+    TileConfig(64, 128, 64, 32, 32), TileConfig(32, 128, 64, 32, 32), TileConfig(16, 64, 128, 16, 16),
+    TileConfig(16, 32, 256, 16, 16), TileConfig(16, 128, 64, 16, 32),
+]
+SAMPLE_ROWS = 4  # rows of a timed shape compared with numpy int64
+BATCH_TARGET = 0.05  # seconds per timed call (N executions)
+
+
+def cfg_name(c: TileConfig) -> str:
+    return f"{c.bm}x{c.bn}x{c.bk} w{c.wm}x{c.wn} g{c.group_m}{'' if c.b_rows == 'r' else ' Brow'}"
+
+
+# ---- one operator on the device ---------------------------------------------------------------
+class Ours:
+    """One MATRIX_MULTIPLY_INTEGER_TO_FLOAT case on the device, its inputs bound."""
+
+    def __init__(self, dev: kdml.Device, a: np.ndarray, b: np.ndarray, *, b_colmajor: bool, quant: bool,
+                 out_dt: kdml.DataType = D.FLOAT32, emulate: bool = False, config: TileConfig | None = None,
+                 rng: np.random.Generator | None = None, uploads: dict[Any, Any] | None = None) -> None:
+        rng = rng or np.random.default_rng(0)
+        m, k = a.shape
+        n = b.shape[1]
+        self.dev, self.a, self.b, self.quant = dev, a, b, quant
+        a_desc = kdml.TensorDesc(D.from_numpy(a.dtype), (m, k))
+        b_desc = kdml.TensorDesc(D.from_numpy(b.dtype), (k, n), (1, k) if b_colmajor else None)
+        b_buf = np.ascontiguousarray(b.T) if b_colmajor else b
+        self.a_scale = np.array([[0.02 if quant else 1.0]], np.float32)
+        self.b_scale = (rng.uniform(0.005, 0.02, (1, n)) if quant else np.ones((1, 1))).astype(np.float32)
+        self.azp = np.array([[int(rng.integers(100, 156))]], a.dtype) if quant else None
+        self.bias = rng.standard_normal(n).astype(np.float32) if quant else None
+        f = kdml.TensorDesc
+        uploads = {} if uploads is None else uploads  # arrays already on the device, by identity
+        t = lambda x: uploads.setdefault((id(x), x.shape), dev.tensor(x))  # noqa: E731
+        desc = kdml.MatrixMultiplyIntegerToFloatDesc(
+            a_desc, f(out_dt, (1, 1)), f(a_desc.data_type, (1, 1)) if quant else None, b_desc,
+            f(out_dt, self.b_scale.shape), None, f(out_dt, (m, n), (0, 1)) if quant else None, f(out_dt, (m, n)))
+        self.op = compile_coop(dev, desc, emulate=emulate, config=config) if (config or emulate) else dev.compile(desc)
+        self.b_buf = b_buf  # (kept alive: `uploads` is keyed by identity)
+        bias_t = kdml.Tensor(dev.tensor(self.bias).buffer, desc.bias_tensor) if quant else None
+        self.ins = [t(a), dev.tensor(self.a_scale.astype(out_dt.numpy_dtype)), dev.tensor(self.azp) if quant else None,
+                    kdml.Tensor(t(b_buf).buffer, b_desc), dev.tensor(self.b_scale.astype(out_dt.numpy_dtype)), None, bias_t]
+        self.out = dev.empty(desc.output_tensor)
+
+    def expected_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The kernel's result on `rows`: int64 sums, then float32(S) * (sa * sb) + bias."""
+        a = self.a[rows].astype(np.int64) - (int(self.azp[0, 0]) if self.quant else 0)
+        s = a @ self.b.astype(np.int64)
+        res = s.astype(np.float32) * (self.a_scale[0, 0] * self.b_scale) + (self.bias if self.quant else np.float32(0))
+        return res.astype(self.out.desc.data_type.numpy_dtype)
+
+    def check(self, rows: np.ndarray | None = None) -> bool:
+        self.run(1)()
+        got = self.out.numpy()
+        rows = np.arange(got.shape[0]) if rows is None else rows
+        exp = self.expected_rows(rows)
+        return bool(np.array_equal(got[rows].view(np.uint32 if got.dtype == np.float32 else np.uint16),
+                                   exp.view(np.uint32 if exp.dtype == np.float32 else np.uint16)))
+
+    def run(self, n: int) -> Any:
+        def call() -> None:
+            with self.dev.record() as r:
+                for _ in range(n):
+                    r.execute(self.op, self.ins, [self.out])
+        return call
+
+
+# ---- torch peers -----------------------------------------------------------------------------
+def torch_peers(a: np.ndarray, b: np.ndarray, quant_case: Ours | None) -> dict[str, Any] | None:
+    """Make-functions (N -> callable doing N launches then synchronize) for torch._int_mm with B
+    column-major and row-major, and (quant_case) _int_mm plus dequantization."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    cuda = torch.device("cuda")
+    m, k = a.shape
+    n = b.shape[1]
+    mp = m if m > 16 else 32
+    a_pad = np.zeros((mp, k), a.dtype)
+    a_pad[:m] = a
+    a_dev = torch.from_numpy(a_pad).to(cuda)
+    b_cm = torch.from_numpy(np.ascontiguousarray(b.T)).to(cuda).t()
+    b_rm = torch.from_numpy(np.ascontiguousarray(b)).to(cuda)
+    acc = torch.empty((mp, n), dtype=torch.int32, device=cuda)
+
+    def batch(step: Any) -> Any:
+        def make(count: int) -> Any:
+            def call() -> None:
+                for _ in range(count):
+                    step()
+                torch.cuda.synchronize()
+            return call
+        return make
+
+    peers: dict[str, Any] = {}
+    if a.dtype == np.int8:
+        peers["torch_int_mm_Bcol"] = batch(lambda: torch._int_mm(a_dev, b_cm, out=acc))
+        peers["torch_int_mm_Brow"] = batch(lambda: torch._int_mm(a_dev, b_rm, out=acc))
+    if quant_case is not None:
+        q = quant_case
+        a8 = torch.empty((mp, k), dtype=torch.int8, device=cuda)
+        a8_u = a8.view(torch.uint8)
+        za = int(q.azp[0, 0]) - 128  # a - za == (a ^ 0x80 as int8) - (za - 128)
+        s = torch.from_numpy((q.a_scale[0, 0] * q.b_scale).astype(np.float32)).to(cuda)  # (1, N)
+        colsum = b.astype(np.int64).sum(0)
+        col = (q.a_scale[0, 0] * q.b_scale[0].astype(np.float64)) * (-za * colsum) + q.bias
+        col_dev = torch.from_numpy(col.astype(np.float32)).to(cuda)
+        out = torch.empty((m, n), dtype=torch.float32, device=cuda)
+        acc_m = acc[:m]
+
+        def full() -> None:
+            torch.bitwise_xor(a_dev, 128, out=a8_u)
+            torch._int_mm(a8, b_cm, out=acc)
+            torch.mul(acc_m, s, out=out)
+            out.add_(col_dev)   # B has no zero point: no rowsum(A) term
+        peers["torch_int_mm+dequant"] = batch(full)
+    return peers
+
+
+# ---- timing ----------------------------------------------------------------------------------
+def per_call(fn: Any) -> float:
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def time_interleaved(makes: dict[str, Any], rounds: int) -> dict[str, float]:
+    """Seconds per execution of each make(N), N chosen so that a call lasts about BATCH_TARGET;
+    rounds taken round-robin; the median."""
+    calls = {}
+    for name, make in makes.items():
+        one = per_call(make(1))
+        n = int(min(200, max(2, BATCH_TARGET / max(one, 1e-6))))
+        calls[name] = (make(n), n)
+        calls[name][0]()  # record / warm up
+    samples: dict[str, list[float]] = {k: [] for k in calls}
+    for _ in range(rounds):
+        for name, (fn, n) in calls.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - t0) / n)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def random_inputs(rng: np.random.Generator, m: int, k: int, n: int, a_dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    lo = 0 if a_dtype == np.uint8 else -128
+    a = rng.integers(lo, lo + 256, (m, k), dtype=np.int16).astype(a_dtype)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int16).astype(np.int8)
+    return a, b
+
+
+# ---- the three parts -------------------------------------------------------------------------
+def correctness(dev: kdml.Device, emulate: bool, rng: np.random.Generator) -> bool:
+    ok = True
+    print("correctness (whole outputs, bitwise against numpy int64 -> float32):")
+    for (m, k, n), a_dt, b_col, quant, out_dt in [
+        ((37, 100, 45), np.int8, False, False, D.FLOAT32), ((64, 256, 80), np.uint8, False, True, D.FLOAT32),
+        ((130, 512, 96), np.uint8, True, True, D.FLOAT32), ((33, 64, 48), np.int8, True, False, D.FLOAT32),
+        ((200, 1000, 300), np.uint8, False, True, D.FLOAT32), ((48, 4096, 64), np.int8, False, False, D.FLOAT32),
+    ]:
+        a, b = random_inputs(rng, m, k, n, a_dt)
+        case = Ours(dev, a, b, b_colmajor=b_col, quant=quant, out_dt=out_dt, emulate=emulate, rng=rng)
+        good = case.check()
+        ok &= good
+        print(f"  {m}x{k}x{n} {'u8' if a_dt == np.uint8 else 's8'}xs8 B {'col' if b_col else 'row'}-major "
+              f"{'quant' if quant else 'gemm'} {case.op.variants[0]}: {'OK' if good else 'FAIL'}")
+    return ok
+
+
+def timing(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, emulate: bool,
+           rng: np.random.Generator) -> list[dict[str, Any]]:
+    rows = []
+    print(f"\ntiming (median of {rounds} rounds; TOPS = 2MNK/s; ratio = torch s / ours s):")
+    for m, k, n in shapes:
+        ops = 2.0 * m * n * k
+        sample = np.unique(np.linspace(0, m - 1, SAMPLE_ROWS).astype(int))
+        a8, b = random_inputs(rng, m, k, n, np.int8)
+        au, _ = random_inputs(rng, m, k, n, np.uint8)
+        cases = {"ours_gemm_Brow": Ours(dev, a8, b, b_colmajor=False, quant=False, emulate=emulate, rng=rng),
+                 "ours_gemm_Bcol": Ours(dev, a8, b, b_colmajor=True, quant=False, emulate=emulate, rng=rng),
+                 "ours_quant_Brow": Ours(dev, au, b, b_colmajor=False, quant=True, emulate=emulate, rng=rng)}
+        checks = {name: c.check(sample) for name, c in cases.items()}
+        makes = {name: c.run for name, c in cases.items()}
+        makes.update((torch_peers(a8, b, None) or {}) | (torch_peers(au, b, cases["ours_quant_Brow"]) or {}))
+        t = time_interleaved(makes, rounds)
+        row = {"shape": [m, k, n], "seconds": t, "checks": checks,
+               "variants": {name: c.op.variants[0] for name, c in cases.items()},
+               "spec": {name: list(c.op.plans[0].spec) for name, c in cases.items()}}
+        rows.append(row)
+        print(f"  {m}x{k}x{n}:")
+        for name, sec in t.items():
+            note = ""
+            if name in cases:
+                note = f"{cases[name].op.variants[0]} spec {cases[name].op.plans[0].spec}" + ("" if checks[name] else "  FAIL")
+            print(f"    {name:22s} {sec * 1e3:9.4f} ms {ops / sec / 1e12:8.2f} TOPS  {note}")
+        best = t.get("torch_int_mm_Bcol")
+        if best:
+            for name in ("ours_gemm_Brow", "ours_gemm_Bcol"):
+                print(f"    ratio {name} / torch_int_mm_Bcol: {best / t[name]:.3f}")
+        if "torch_int_mm+dequant" in t:
+            print(f"    ratio ours_quant_Brow / torch_int_mm+dequant: {t['torch_int_mm+dequant'] / t['ours_quant_Brow']:.3f}")
+    return rows
+
+
+def sweep(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, emulate: bool,
+          rng: np.random.Generator) -> list[dict[str, Any]]:
+    rows = []
+    print(f"\nsweep (s8 x s8 gemm, B row-major unless noted; median of {rounds} rounds):")
+    for m, k, n in shapes:
+        ops = 2.0 * m * n * k
+        a, b = random_inputs(rng, m, k, n, np.int8)
+        sample = np.unique(np.linspace(0, m - 1, SAMPLE_ROWS).astype(int))
+        print(f"  {m}x{k}x{n}:")
+        uploads: dict[Any, Any] = {}
+        for cfg in SWEEP:
+            try:
+                case = Ours(dev, a, b, b_colmajor=False, quant=False, emulate=emulate, config=cfg, rng=rng, uploads=uploads)
+            except kdml.UnsupportedError as e:
+                print(f"    {cfg_name(cfg):28s} cannot run: {str(e).split(': ', 2)[-1][:90]}")
+                continue
+            good = case.check(sample)
+            sec = time_interleaved({"x": case.run}, rounds)["x"] if good else float("nan")
+            rows.append({"shape": [m, k, n], "config": cfg_name(cfg), "seconds": sec, "check": good})
+            print(f"    {cfg_name(cfg):28s} {sec * 1e3:9.4f} ms {ops / sec / 1e12:8.2f} TOPS" + ("" if good else "  FAIL"))
+            del case
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--sweep", action="store_true", help="also time alternative tile configurations")
+    ap.add_argument("--emulate", action="store_true", help="the emulated kernels (no tensor cores; a dry run)")
+    ap.add_argument("--quick", action="store_true", help="small shapes only (a dry run)")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    dev = kdml.Device()
+    print(f"device: {dev.name}; capabilities: {', '.join(sorted(dev.capabilities)) or 'none'}; "
+          f"matmul family: {dev.policy.matmul_family}")
+    if CAPABILITY not in dev.capabilities and not args.emulate:
+        print(f"no {CAPABILITY} capability on this device: nothing to measure (--emulate runs the emulated kernels)")
+        return 2
+    rng = np.random.default_rng(2026)
+    t0 = time.perf_counter()
+    ok = correctness(dev, args.emulate, rng)
+    shapes = QUICK_SHAPES if args.quick else SHAPES
+    result: dict[str, Any] = {"device": dev.name, "correct": ok, "timing": timing(dev, shapes, args.rounds, args.emulate, rng)}
+    if args.sweep:
+        result["sweep"] = sweep(dev, shapes, max(3, args.rounds // 2), args.emulate, rng)
+    print(f"\ncorrectness: {'all OK' if ok else 'FAILURES (timings void)'}; {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
