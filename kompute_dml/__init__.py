@@ -12,10 +12,10 @@ from .functional import (
     diagonal_matrix1,
     eye_like,
     identity,
-    matmul_integer_to_float,
     tril,
     triu,
 )
+from .functional_matmul import matmul_integer_to_float
 from .memory import Buffer, Tensor
 from .ops import (
     ActivationIdentityDesc,

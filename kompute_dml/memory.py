@@ -1,28 +1,26 @@
-"""Buffers (device memory as 32-bit words) and Tensors (a desc laid over a buffer range).
+"""Buffers (device memory, in whole 16-byte units) and Tensors (a desc laid over a buffer range).
 
-Every data type travels as raw 32-bit words, so no optional Vulkan feature is needed.
-A Buffer is one kp tensor of type `device` (device-local memory plus a host-visible
-staging copy). The staging copy is kept coherent lazily: writes go staging -> device
-at once; after a dispatch writes the buffer, the next host read pulls device -> staging.
+A Buffer checks its arguments and holds a runtime DeviceMemory, which owns the kp side
+(device-local words, the mapped staging copy, lazy coherence); all Vulkan work goes
+through the device's Engine.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-import operator
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .dtypes import DataType
 from .errors import DMLError, InvalidArgumentError, OutOfMemoryError, invalid
+from .ints import as_int, cdiv
 from .tensor_desc import MINIMUM_BUFFER_TENSOR_ALIGNMENT, TensorDesc, packed_strides, validate_desc
 
 if TYPE_CHECKING:
     from .device import Device
-
-_serials = itertools.count(1)
+    from .runtime import DeviceMemory
 
 
 def _as_bytes_view(data: object) -> memoryview:
@@ -35,24 +33,31 @@ def _as_bytes_view(data: object) -> memoryview:
     raise invalid("data", f"must be bytes, bytearray or a numpy array, got {type(data).__name__}")
 
 
-def buffer_words(nbytes: int, limit: int) -> int:
+def largest_buffer(limits: Mapping[str, Any]) -> int:
+    """The largest buffer a device takes: whole 32-bit words within maxStorageBufferRange (a
+    shader binds the buffer whole) and within maxMemoryAllocationSize rounded down to 64 KiB
+    (one allocation holds it, at the drivers' allocation granularity; NVIDIA: 4 GiB - 2 MiB)."""
+    largest = int(limits["max_storage_buffer_range"]) // 4 * 4
+    alloc = limits.get("max_memory_allocation_size")
+    return min(largest, alloc - alloc % 65536) if alloc else largest
+
+
+def buffer_words(nbytes: int, largest: int) -> int:
     """32-bit words allocated for a buffer of `nbytes`: whole 16-byte units (so that uvec4
     accesses never leave the allocation), or whole words where 16-byte units would pass the
-    device's maxStorageBufferRange (4 GiB - 1 on NVIDIA: its last 16-byte unit)."""
-    words16 = -(-nbytes // 16) * 4
-    return words16 if words16 * 4 <= limit else -(-nbytes // 4)
+    largest buffer (maxStorageBufferRange 4 GiB - 1: its last 16-byte unit)."""
+    words16 = cdiv(nbytes, 16) * 4
+    return words16 if words16 * 4 <= largest else cdiv(nbytes, 4)
+
+
+_RANGE_RULE = "an integer (offset and size are integers)"
 
 
 class Buffer:
     """A range of device memory, `nbytes` long (allocated in whole 16-byte units)."""
 
     def __init__(self, device: Device, nbytes: int) -> None:
-        if isinstance(nbytes, bool):
-            raise invalid("nbytes", "must be an integer")
-        try:
-            nbytes = operator.index(nbytes)
-        except TypeError:
-            raise invalid("nbytes", f"must be an integer, got {type(nbytes).__name__}") from None
+        nbytes = as_int(nbytes, "nbytes")
         if nbytes < 1:
             raise invalid("nbytes", f"must be at least 1, got {nbytes}")
         limit = device.limits["max_storage_buffer_range"]
@@ -62,35 +67,27 @@ class Buffer:
                 f"{nbytes} exceeds the device's maxStorageBufferRange ({limit} bytes): a buffer must be "
                 "bindable as one storage buffer; split the data over several buffers",
             )
-        words = buffer_words(nbytes, limit)
-        if words * 4 > limit:
+        largest = largest_buffer(device.limits)
+        words = buffer_words(nbytes, largest)
+        if words * 4 > largest:
+            alloc = device.limits.get("max_memory_allocation_size")
             raise invalid(
                 "nbytes",
-                f"{nbytes} bytes round up to {words * 4} bytes of whole 32-bit words, beyond the device's "
-                f"maxStorageBufferRange ({limit} bytes), so no shader could bind the buffer whole; "
-                f"the largest buffer on this device is {limit // 4 * 4} bytes",
+                f"{nbytes} bytes take {words * 4} bytes of whole 32-bit words, beyond what one storage buffer "
+                f"binds (maxStorageBufferRange {limit} bytes) or one allocation holds (maxMemoryAllocationSize "
+                f"{alloc} bytes, in 64 KiB units); the largest buffer on this device is {largest} bytes",
             )
         self.device = device
         self.nbytes = nbytes
-        self.serial = next(_serials)
-        with device._lock:  # no close() between the allocation and taking its mapping
-            self._kp = device._alloc_words(words)
-            device._track_buffer(self)  # at once: the finalizer returns the memory to the budget
-            # The mapped staging memory. kp 0.9's data() returns an array with stride 0
-            # (every element aliases the first), so re-stride it over the whole mapping.
-            raw = self._kp.data()
-        self._host = np.lib.stride_tricks.as_strided(raw, shape=(words,), strides=(4,)).view(np.uint8)
-        self._device_newer = False
+        # The runtime side; released (and returned to the memory budget) with this Buffer.
+        self.memory: DeviceMemory = device.engine.allocate(words)
+        self.serial = self.memory.serial
 
     def __repr__(self) -> str:
         return f"Buffer(nbytes={self.nbytes}, serial={self.serial})"
 
     def _check_range(self, offset: object, nbytes: object, field: str) -> tuple[int, int]:
-        try:
-            off = operator.index(offset)  # type: ignore[arg-type]
-            n = operator.index(nbytes)  # type: ignore[arg-type]
-        except TypeError:
-            raise invalid(field, "offset and size must be integers") from None
+        off, n = as_int(offset, field, _RANGE_RULE), as_int(nbytes, field, _RANGE_RULE)
         if off < 0 or n < 0:
             raise invalid(field, f"offset ({off}) and size ({n}) must not be negative")
         if off + n > self.nbytes:
@@ -100,46 +97,26 @@ class Buffer:
     def write(self, data: object, offset: int = 0) -> None:
         view = _as_bytes_view(data)
         off, n = self._check_range(offset, view.nbytes, "data")
-        if n == 0:
-            return
-        with self.device._lock:
-            self.device._check_open()  # the mapping is gone once the device is closed
-            self._pull()
-            self._host[off : off + n] = np.frombuffer(view, dtype=np.uint8)
-            self.device._sync_to_device([self._kp])
+        if n:
+            self.memory.write(off, np.frombuffer(view, dtype=np.uint8))
 
     def read(self, offset: int = 0, nbytes: int | None = None) -> bytes:
-        if nbytes is None:
-            nbytes = self.nbytes - operator.index(offset) if isinstance(offset, int) else 0
+        if nbytes is None:  # to the end
+            nbytes = self.nbytes - as_int(offset, "read", _RANGE_RULE)
         off, n = self._check_range(offset, nbytes, "read")
-        with self.device._lock:
-            self.device._check_open()
-            self._pull()
-            return self._host[off : off + n].tobytes()
-
-    def _pull(self) -> None:
-        if self._device_newer:
-            self.device._sync_to_host([self._kp])
-            self._device_newer = False
-
-    def numpy_words(self) -> np.ndarray:
-        """A copy of the whole buffer as bytes (uint8)."""
-        return np.frombuffer(self.read(), dtype=np.uint8).copy()
+        return self.memory.read(off, n)
 
 
 class Tensor:
     """A binding: the range of `buffer` starting at byte `offset`, laid out by `desc`."""
 
+    __slots__ = ("buffer", "desc", "offset")
+
     def __init__(self, buffer: Buffer, desc: TensorDesc, offset: int = 0) -> None:
         if not isinstance(buffer, Buffer):
             raise invalid("buffer", f"must be a kompute_dml Buffer, got {type(buffer).__name__}")
         validate_desc(desc, "desc")
-        if isinstance(offset, bool):
-            raise invalid("offset", "must be an integer")
-        try:
-            offset = operator.index(offset)
-        except TypeError:
-            raise invalid("offset", f"must be an integer, got {type(offset).__name__}") from None
+        offset = as_int(offset, "offset")
         check_binding_range(buffer, desc, offset, "tensor")
         self.buffer = buffer
         self.desc = desc

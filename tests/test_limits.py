@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kompute_dml as kdml
-import kompute_dml.device as kdevice
+import kompute_dml.runtime.budget as kbudget
 from kompute_dml.runtime import grid_for
 
 DT = kdml.DataType
@@ -152,7 +152,7 @@ def test_out_of_memory_when_the_host_runs_low(monkeypatch):
     try:
         if d.device_type != "cpu":
             pytest.skip("host-memory check applies to CPU Vulkan devices")
-        monkeypatch.setattr(kdevice, "_host_available_bytes", lambda: 600 * MiB)
+        monkeypatch.setattr(kbudget, "host_available_bytes", lambda: 600 * MiB)
         small = d.buffer(MiB)  # 3 MiB + 512 MiB headroom fits in 600 MiB
         with pytest.raises(kdml.OutOfMemoryError, match="host"):
             d.buffer(64 * MiB)

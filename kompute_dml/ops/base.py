@@ -1,9 +1,13 @@
-"""What every compiled operator shares: binding checks, encoding, eager execution."""
+"""What every compiled operator shares: binding checks and eager execution.
+
+`bind` is the hot path of every execution (eager or recorded): it runs every binding rule
+once per call, in one pass over the tensors, and builds the replay key on the way.
+"""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -12,8 +16,8 @@ from ..errors import invalid
 from ..layout import element_offsets
 from ..memory import Tensor, calc_span_bytes, check_binding_range
 from ..registry import OperatorSupport
-from ..runtime import DispatchPlan, TransferPlan, encode
-from ..tensor_desc import TensorDesc, validate_desc
+from ..runtime import DispatchPlan, TransferPlan
+from ..tensor_desc import MINIMUM_BUFFER_TENSOR_ALIGNMENT, TensorDesc, validate_desc
 
 if TYPE_CHECKING:
     from ..device import Device
@@ -43,6 +47,12 @@ def validate_tensors(
             support.check_tensor(level, f, t)
 
 
+def _offset_unit(desc: TensorDesc) -> int:
+    """The offset every binding of `desc` must be a multiple of (16 and the guaranteed
+    alignment, both powers of two)."""
+    return max(MINIMUM_BUFFER_TENSOR_ALIGNMENT, desc.guaranteed_base_offset_alignment)
+
+
 class CompiledOperator:
     """An operator descriptor validated for one device, with its dispatch plans."""
 
@@ -58,13 +68,21 @@ class CompiledOperator:
         plans: list[DispatchPlan | TransferPlan],
     ) -> None:
         self.device = device
+        self.engine = device.engine
         self.desc = desc
         self.support = support
         self.input_fields = input_fields
         self.output_fields = output_fields
         self.plans = plans
         self.serial = next(_op_serials)
-        self._descs: list[TensorDesc | None] = [getattr(desc, f) for f in (*input_fields, *output_fields)]
+        names = (*input_fields, *output_fields)
+        descs: list[TensorDesc | None] = [getattr(desc, f) for f in names]
+        # per binding: (field, compiled desc, offset unit, bytes the binding covers)
+        self._slots = tuple(
+            (name, d, _offset_unit(d) if d is not None else 0, d.byte_size if d is not None else 0)
+            for name, d in zip(names, descs)
+        )
+        self._n_in = len(input_fields)
 
     def __repr__(self) -> str:
         return f"<compiled {self.support.name} ({len(self.plans)} dispatch(es)) on {self.device.name}>"
@@ -74,49 +92,64 @@ class CompiledOperator:
         return [p.variant for p in self.plans]
 
     # ---- bindings ----------------------------------------------------------------
-    def _check_list(self, values: Any, fields: tuple[str, ...], what: str) -> list[Any]:
+    def _check_list(self, values: Any, fields: tuple[str, ...], what: str) -> None:
         if not isinstance(values, (list, tuple)):
             raise invalid(what, f"must be a list of tensors ({', '.join(fields) or 'none'}), got {type(values).__name__}")
         if len(values) != len(fields):
             raise invalid(what, f"{self.support.name} takes {len(fields)} ({', '.join(fields) or 'none'}), got {len(values)}")
-        return list(values)
 
-    def _check_bindings(self, inputs: Any, outputs: Any) -> list[Tensor | None]:
-        bound = self._check_list(inputs, self.input_fields, "inputs") + self._check_list(
-            outputs, self.output_fields, "outputs"
-        )
-        names = (*self.input_fields, *self.output_fields)
-        for name, desc, t in zip(names, self._descs, bound):
+    def bind(self, inputs: Any, outputs: Any) -> tuple[list[Tensor | None], Hashable]:
+        """Check every binding rule; returns the bound tensors (inputs then outputs) and the
+        key naming this execution (operator, buffers, offsets) for the replay cache."""
+        if (type(inputs) is not list and type(inputs) is not tuple) or len(inputs) != self._n_in:
+            self._check_list(inputs, self.input_fields, "inputs")
+        if (type(outputs) is not list and type(outputs) is not tuple) or len(outputs) != len(self.output_fields):
+            self._check_list(outputs, self.output_fields, "outputs")
+        bound: list[Tensor | None] = [*inputs, *outputs]
+        key: list[Any] = [self.serial]
+        device = self.device
+        for (name, desc, unit, size), t in zip(self._slots, bound):
             if desc is None:
                 if t is not None:
                     raise invalid(name, "was absent (None) when the operator was compiled; bind None")
+                key += (None, None)
                 continue
-            if t is None:
-                raise invalid(name, "is required: got None")
-            if not isinstance(t, Tensor):
-                raise invalid(name, f"must be a kompute_dml Tensor, got {type(t).__name__}")
-            if t.device is not self.device:
+            if type(t) is not Tensor:
+                self._refuse(name, t)
+            buf = t.buffer  # type: ignore[union-attr]
+            off = t.offset  # type: ignore[union-attr]
+            if buf.device is not device:
                 raise invalid(name, "belongs to another Device")
-            if not t.desc.same_layout(desc):
+            tdesc = t.desc  # type: ignore[union-attr]
+            if tdesc is not desc and not tdesc.same_layout(desc):
                 raise invalid(
                     name,
-                    f"bound tensor ({t.desc.data_type.name}, sizes {t.desc.sizes}, strides {t.desc.effective_strides}) "
+                    f"bound tensor ({tdesc.data_type.name}, sizes {tdesc.sizes}, strides {tdesc.effective_strides}) "
                     f"differs from the compiled one ({desc.data_type.name}, sizes {desc.sizes}, "
                     f"strides {desc.effective_strides})",
                 )
-            check_binding_range(t.buffer, desc, t.offset, name)
-        n_in = len(self.input_fields)
+            if off < 0 or off % unit or off + size > buf.nbytes:
+                check_binding_range(buf, desc, off, name)  # raises with the rule broken
+            key += (buf.serial, off)
+        n_in = self._n_in
         for oi in range(n_in, len(bound)):
             out = bound[oi]
-            for j, other in enumerate(bound):
-                if j == oi or other is None or out is None or (j > oi and j >= n_in):
-                    continue
-                self._check_alias(names[oi], out, names[j], other, is_input=j < n_in)
-        return bound
+            if out is None:
+                continue
+            for j in range(oi):  # every input, and the outputs before this one
+                other = bound[j]
+                if other is not None and other.buffer is out.buffer:
+                    self._check_alias(self._slots[oi][0], out, self._slots[j][0], other, is_input=j < n_in)
+        return bound, tuple(key)
+
+    @staticmethod
+    def _refuse(name: str, t: object) -> None:
+        if t is None:
+            raise invalid(name, "is required: got None")
+        if not isinstance(t, Tensor):
+            raise invalid(name, f"must be a kompute_dml Tensor, got {type(t).__name__}")
 
     def _check_alias(self, out_name: str, out: Tensor, other_name: str, other: Tensor, is_input: bool) -> None:
-        if out.buffer is not other.buffer:
-            return
         a0, a1 = out.offset, out.offset + calc_span_bytes(out.desc)
         b0, b1 = other.offset, other.offset + calc_span_bytes(other.desc)
         if a1 <= b0 or b1 <= a0:
@@ -153,28 +186,15 @@ class CompiledOperator:
     # ---- execution ---------------------------------------------------------------
     def execute(self, inputs: Any, outputs: Any) -> None:
         """Run the operator on the bound tensors; returns when the device is done."""
-        bound = self._check_bindings(inputs, outputs)
-        if not self.plans or self.is_inplace_noop(bound):
+        bound, key = self.bind(inputs, outputs)
+        if not self.plans or (self.allows_inplace and self.is_inplace_noop(bound)):
             return
-        key = (
-            self.serial,
-            tuple(t.buffer.serial for t in bound if t is not None),
-            tuple(t.offset if t is not None else -1 for t in bound),
-        )
-        dev = self.device
-        with dev._lock:
-            dev._check_open()
-            if key in dev._replays:
-                dev._replays.move_to_end(key)
-                dev._run(dev._replays[key])
-                dev._mark_written(self.plans, bound)
-                return
-            dispatches = [encode(dev, plan, bound) for plan in self.plans]
-            dev._submit(dispatches, replay_key=key)
+        # the key of a one-execution submission: an eager execution and a recording of
+        # just this execution replay the same kp sequence
+        self.engine.submit((key,), ((self.plans, bound),))
 
 
 def _byte_positions(t: Tensor) -> np.ndarray:
     offs = element_offsets(t.desc.sizes, t.desc.effective_strides) * t.desc.data_type.size + t.offset
     size = t.desc.data_type.size
     return (offs[:, None] + np.arange(size)[None, :]).reshape(-1)
-

@@ -1,0 +1,21 @@
+"""The runtime: the only package of kompute_dml that imports kp.
+
+- `plans`: DispatchPlan, TransferPlan, grid_for: what a compiled operator hands over (no kp)
+- `engine`: Engine, one per Device: the kp Manager, the lock, submission with one replay
+  path for eager executions and recordings, the caches and the buffer pool
+- `memory`: DeviceMemory, the kp side of a Buffer (device words + mapped staging copy)
+- `budget`: the allocation rules (memory budget, allocation count, host memory)
+- `pipelines`, `encode`, `pool`: cached kp algorithms; plans -> kp operations and barriers;
+  the functional helpers' buffer pool
+
+Operators (kompute_dml/ops) import the plans from here; memory.py and device.py build on
+the Engine; nothing here imports them back.
+"""
+
+from __future__ import annotations
+
+from .engine import KP_PATCH_LEVEL, Engine, Work
+from .memory import DeviceMemory
+from .plans import DispatchPlan, Plan, TransferPlan, grid_for
+
+__all__ = ["KP_PATCH_LEVEL", "DeviceMemory", "DispatchPlan", "Engine", "Plan", "TransferPlan", "Work", "grid_for"]

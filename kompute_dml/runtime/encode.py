@@ -1,0 +1,113 @@
+"""Plans resolved against bound tensors into kp operations, and recorded into a kp sequence
+with the barriers their hazards need.
+
+A bound tensor is what ops/base.py binds (a kompute_dml Tensor): `.buffer.memory` is its
+DeviceMemory and `.offset` its byte offset; None is an absent optional tensor.
+
+kp 0.9 records no compute->compute barrier; kompute_dml builds kp with a small patch
+(scripts/kp-0.9.0-kompute-dml.patch) that exposes kp::OpMemoryBarrier, and a sequence gets
+one before every dispatch that touches a buffer an earlier dispatch wrote (RAW, WAW) or
+read (WAR).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import kp
+import numpy as np
+
+from .memory import DeviceMemory
+from .pipelines import PipelineCache
+from .plans import DispatchPlan, Plan, TransferPlan
+
+# Vulkan flag values (vulkan_core.h)
+ACCESS_SHADER_READ = 0x20
+ACCESS_SHADER_WRITE = 0x40
+ACCESS_TRANSFER_READ = 0x800
+ACCESS_TRANSFER_WRITE = 0x1000
+STAGE_COMPUTE_SHADER = 0x800
+STAGE_TRANSFER = 0x1000
+_ALL_ACCESS = ACCESS_SHADER_READ | ACCESS_SHADER_WRITE | ACCESS_TRANSFER_READ | ACCESS_TRANSFER_WRITE
+_ALL_STAGES = STAGE_COMPUTE_SHADER | STAGE_TRANSFER
+
+
+@dataclass
+class EncodedDispatch:
+    op: Any  # the kp operation to record
+    tensors: list[Any]  # the kp tensors it touches (for the barrier before a later hazard)
+    reads: frozenset[int]  # DeviceMemory serials
+    writes: frozenset[int]
+    skip: bool = False  # nothing to do (e.g. an exact in-place copy)
+
+
+def _transfer(plan: TransferPlan, bound: Sequence[Any]) -> EncodedDispatch:
+    tensors = [bound[i] for i in plan.bindings]
+    dst = tensors[-1]
+    dst_mem: DeviceMemory = dst.buffer.memory
+    if plan.kind == "copy":
+        src = tensors[0]
+        src_mem: DeviceMemory = src.buffer.memory
+        regions = plan.regions + np.array([src.offset, dst.offset, 0], dtype=np.int64)
+        if src_mem is dst_mem:
+            # An exact in-place copy: the bytes are already there (vkCmdCopyBuffer forbids
+            # overlapping regions; the binding checks allow no other overlap).
+            regions = regions[regions[:, 0] != regions[:, 1]]
+        op = kp.OpCopyRegions(src_mem.tensor, dst_mem.tensor, regions.reshape(-1).tolist())
+        return EncodedDispatch(
+            op, [src_mem.tensor, dst_mem.tensor], frozenset({src_mem.serial}) - {dst_mem.serial},
+            frozenset({dst_mem.serial}), skip=len(regions) == 0,
+        )
+    regions = plan.regions + np.array([dst.offset, 0], dtype=np.int64)
+    op = kp.OpFillRegions(dst_mem.tensor, regions.reshape(-1).tolist(), int(plan.value) & 0xFFFFFFFF)
+    return EncodedDispatch(op, [dst_mem.tensor], frozenset(), frozenset({dst_mem.serial}), skip=len(regions) == 0)
+
+
+def encode(plan: Plan, bound: Sequence[Any], pipelines: PipelineCache, dummy: DeviceMemory) -> EncodedDispatch:
+    """Resolve a plan against bound tensors (or None) into a kp operation; `dummy` is bound
+    where a shader binding's tensor is absent."""
+    if isinstance(plan, TransferPlan):
+        return _transfer(plan, bound)
+    assert isinstance(plan, DispatchPlan)
+    memories: list[DeviceMemory] = []
+    for idx in plan.bindings:
+        t = bound[idx] if idx is not None else None
+        memories.append(t.buffer.memory if t is not None else dummy)
+    push = np.asarray(plan.push, dtype=np.uint32).copy()
+    for word, idx, unit in plan.offset_slots:
+        t = bound[idx]
+        push[word] = (t.offset // unit) if t is not None else 0
+    algo = pipelines.get(plan, memories)
+    writes = frozenset(bound[i].buffer.memory.serial for i in plan.writes)
+    reads = frozenset(m.serial for m in memories) - writes
+    return EncodedDispatch(kp.OpAlgoDispatch(algo, push), [m.tensor for m in memories], reads, writes)
+
+
+def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch]) -> int:
+    """Record dispatches into a kp sequence with the barriers their hazards need; returns
+    how many barriers it recorded.
+
+    A barrier covers every buffer touched since the previous barrier (its execution
+    dependency orders all earlier compute and transfer work; its buffer memory barriers
+    make every pending write visible), so the access sets can be reset after it."""
+    written: set[int] = set()
+    read: set[int] = set()
+    touched: dict[int, Any] = {}
+    barriers = 0
+    for d in dispatches:
+        if d.skip:
+            continue
+        if (d.reads & written) or (d.writes & (written | read)):
+            seq.record(kp.OpMemoryBarrier(list(touched.values()), _ALL_ACCESS, _ALL_ACCESS, _ALL_STAGES, _ALL_STAGES, True))
+            barriers += 1
+            written.clear()
+            read.clear()
+            touched.clear()
+        seq.record(d.op)
+        written |= d.writes
+        read |= d.reads
+        for t in d.tensors:
+            touched[id(t)] = t
+    return barriers

@@ -1,0 +1,231 @@
+"""Engine: the one owner of a Device's execution (the kp Manager and everything made from it).
+
+It holds the lock (kp is not thread-safe, so every kp call happens under one re-entrant
+lock), allocation under the memory budget, the pipeline cache, the replay cache, the
+functional helpers' buffer pool, and submission. Everything above it (memory.Buffer,
+ops/base.CompiledOperator, device.Device, device.Recording) calls the public methods here.
+
+Submission has one path, for eager executions and recordings alike: a list of executions,
+each (plans, bound tensors), under a key naming the operators,
+buffers and offsets. The first submission of a key encodes the plans, records them with
+their barriers into a kp sequence and caches it; every later one replays that sequence
+without encoding or recording anything.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import gc
+import itertools
+import os
+import threading
+import weakref
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import kp
+import numpy as np
+
+from ..errors import DeviceError, OutOfMemoryError
+from .budget import MemoryBudget
+from .encode import encode, record_dispatches
+from .memory import DeviceMemory
+from .pipelines import PipelineCache
+from .plans import Plan
+from .pool import BufferPool
+
+# One execution of an operator: its plans and the bound tensors (inputs then outputs; None
+# where an optional tensor is absent).
+Work = tuple[Sequence[Plan], Sequence[Any]]
+
+KP_PATCH_LEVEL: int = getattr(kp, "kdml_patch_level", 0)  # scripts/kp-0.9.0-kompute-dml.patch
+REPLAY_CAPACITY = 256
+
+_serials = itertools.count(1)
+_MANAGER_LOCK = threading.Lock()  # kp.kdml_request_features applies to the next kp.Manager
+_LIVE: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _create_manager(index: int, requested: frozenset[str] | None) -> Any:
+    spin_us = os.environ.get("KDML_WAIT_SPIN_US")
+    with _MANAGER_LOCK:
+        if hasattr(kp, "kdml_request_features"):
+            kp.kdml_request_features(None if requested is None else sorted(requested))
+        if spin_us is not None and hasattr(kp, "kdml_set_wait_spin_ns"):
+            kp.kdml_set_wait_spin_ns(max(0, int(float(spin_us) * 1000)))
+        return kp.Manager(index)
+
+
+@atexit.register
+def _close_live_engines() -> None:
+    """Release every live Device's Vulkan objects while the interpreter is intact: left to
+    the garbage collector at exit, kp objects die in any order, after the Vulkan driver's
+    own teardown has begun ("free(): invalid pointer" and SIGABRT seen on NVIDIA's driver)."""
+    for engine in list(_LIVE):
+        with contextlib.suppress(Exception):
+            engine.close()
+
+
+class _Replay:
+    """A cached submission: its kp sequence (None: nothing to run), the serials of the
+    buffers it binds, and per execution the binding indices its plans write."""
+
+    __slots__ = ("memories", "seq", "writes")
+
+    def __init__(self, seq: Any, memories: frozenset[int], writes: tuple[tuple[int, ...], ...]) -> None:
+        self.seq = seq
+        self.memories = memories
+        self.writes = writes
+
+
+class Engine:
+    """The kp Manager of one Vulkan physical device and everything that runs on it.
+
+    `requested` restricts the optional capabilities enabled (None: all the device has).
+    """
+
+    def __init__(
+        self, index: int, requested: frozenset[str] | None, *, memory_budget: int, max_allocations: int,
+        host_memory: bool, device_name: str = "",
+    ) -> None:
+        self.lock = threading.RLock()
+        try:
+            self.manager = _create_manager(index, requested)
+        except Exception as e:  # kp raises plain RuntimeError
+            raise DeviceError(f"could not create a Vulkan device on {device_name or index}: {e}") from e
+        self.closed = False
+        _LIVE.add(self)
+        enabled: list[Any] = getattr(self.manager, "kdml_enabled_features", lambda: [])()
+        self.capabilities = frozenset(str(n) for n in enabled)
+        # (M, N, K, A, B, C, result type (VkComponentTypeKHR), saturating, scope) per shape
+        shapes: list[Any] = getattr(self.manager, "kdml_cooperative_matrix_shapes", lambda: [])()
+        self.cooperative_matrix_shapes: tuple[tuple[int, ...], ...] = tuple(tuple(int(v) for v in s) for s in shapes)
+        self.budget = MemoryBudget(memory_budget, max_allocations, host_memory)
+        self.pipelines = PipelineCache(self.manager)
+        self.pool = BufferPool()
+        self._replays: collections.OrderedDict[Hashable, _Replay] = collections.OrderedDict()
+        self._live: weakref.WeakValueDictionary[int, DeviceMemory] = weakref.WeakValueDictionary()
+        self.dummy = self.allocate(4)  # bound where an optional tensor is absent
+
+    # ---- memory ------------------------------------------------------------------------
+    def check_open(self) -> None:
+        if self.closed:
+            raise DeviceError("the device has been closed")
+
+    def allocate(self, words: int) -> DeviceMemory:
+        """`words` zeroed 32-bit words of device memory (+ staging copy), under the budget."""
+        nbytes = words * 4
+        with self.lock:
+            self.check_open()
+            if not self.budget.fits(nbytes) and self.pool.trim():
+                gc.collect()  # pooled buffers just released: let their memory go first
+            self.budget.check(nbytes)
+            try:
+                tensor = self.manager.tensor_t(np.zeros(words, dtype=np.uint32), kp.TensorTypes.device)
+                self._eval_ops([kp.OpTensorSyncDevice([tensor])])
+            except MemoryError as e:
+                raise OutOfMemoryError(f"could not allocate {nbytes} bytes: {e}") from e
+            except (RuntimeError, DeviceError) as e:
+                msg = str(e)
+                if "OutOfDeviceMemory" in msg or "OutOfHostMemory" in msg or "memory" in msg.lower():
+                    raise OutOfMemoryError(f"could not allocate {nbytes} bytes of device memory: {msg}") from e
+                raise DeviceError(f"buffer allocation failed: {msg}") from e
+            self.budget.take(nbytes)
+            memory = DeviceMemory(self, tensor, words, next(_serials))
+            self._live[memory.serial] = memory
+            # at once: the finalizer returns the memory to the budget
+            weakref.finalize(memory, Engine._released, weakref.ref(self), memory.serial, nbytes)
+            return memory
+
+    @staticmethod
+    def _released(engine_ref: weakref.ref[Engine], serial: int, nbytes: int) -> None:
+        engine = engine_ref()
+        if engine is None:
+            return
+        with engine.lock:
+            engine.budget.give_back(nbytes)
+            if engine.closed:
+                return
+            engine.pipelines.forget_memory(serial)
+            for key in [k for k, r in engine._replays.items() if serial in r.memories]:
+                del engine._replays[key]
+
+    def sync_to_device(self, memory: DeviceMemory) -> None:
+        self._eval_ops([kp.OpTensorSyncDevice([memory.tensor])])
+
+    def sync_to_host(self, memory: DeviceMemory) -> None:
+        self._eval_ops([kp.OpTensorSyncLocal([memory.tensor])])
+
+    def _eval_ops(self, ops: list[Any]) -> None:
+        with self.lock:
+            self.check_open()
+            seq = self.manager.sequence()
+            for op in ops:
+                seq.record(op)
+            self._run(seq)
+
+    @staticmethod
+    def _run(seq: Any) -> None:
+        try:
+            seq.eval()
+        except RuntimeError as e:
+            raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
+
+    # ---- submission --------------------------------------------------------------------
+    def submit(self, key: Hashable, work: Sequence[Work]) -> None:
+        """Run executions in one submission and wait. `key` names what the executions bind
+        (operators, buffer serials, offsets): equal keys replay one cached kp sequence."""
+        with self.lock:
+            if self.closed:
+                raise DeviceError("the device has been closed")
+            replay = self._replays.get(key)
+            if replay is None:
+                replay = self._record(work)
+                self._replays[key] = replay
+                if len(self._replays) > REPLAY_CAPACITY:
+                    self._replays.popitem(last=False)
+            else:
+                self._replays.move_to_end(key)
+            if replay.seq is None:
+                return  # e.g. an exact in-place copy: nothing to submit
+            try:
+                replay.seq.eval()
+            except RuntimeError as e:
+                raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
+            for (_plans, bound), writes in zip(work, replay.writes):  # their host copies are now stale
+                for i in writes:
+                    bound[i].buffer.memory.device_newer = True
+
+    def _record(self, work: Sequence[Work]) -> _Replay:
+        dispatches = [encode(plan, bound, self.pipelines, self.dummy) for plans, bound in work for plan in plans]
+        memories = frozenset(t.buffer.memory.serial for _plans, bound in work for t in bound if t is not None)
+        writes = tuple(tuple(sorted({i for plan in plans for i in plan.writes})) for plans, _bound in work)
+        if all(d.skip for d in dispatches):
+            return _Replay(None, memories, writes)
+        seq = self.manager.sequence()
+        record_dispatches(seq, dispatches)
+        return _Replay(seq, memories, writes)
+
+    # ---- state ---------------------------------------------------------------------------
+    def stats(self) -> dict[str, int]:
+        return {
+            "pipelines": len(self.pipelines),
+            "pipeline_hits": self.pipelines.hits,
+            "pipeline_misses": self.pipelines.misses,
+            "recorded_sequences": len(self._replays),
+            "live_buffers": len(self._live),
+            "pooled_buffers": len(self.pool),
+            "allocated_bytes": self.budget.allocated,
+        }
+
+    def close(self) -> None:
+        """Release every Vulkan object; later calls raise DeviceError."""
+        with self.lock:
+            if self.closed:
+                return
+            self._replays.clear()
+            self.pipelines.clear()
+            self.closed = True
+            self.manager.destroy()

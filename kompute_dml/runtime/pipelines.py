@@ -1,0 +1,68 @@
+"""Cached kp algorithms (a compute pipeline + its descriptor set each).
+
+kp builds one pipeline + descriptor set per `Manager.algorithm(...)` call and binds whole
+buffers, so an algorithm is cached per (shader variant, bound buffers, grid, push-constant
+size, specialization constants). Push constants carry everything else (binding offsets,
+shapes, strides, parameters) and are given at each dispatch.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..shaders import load_spirv
+from .memory import DeviceMemory
+from .plans import DispatchPlan
+
+_EMPTY_SPEC = np.zeros((0,), dtype=np.uint32)
+
+
+class PipelineCache:
+    """LRU cache of kp algorithms keyed by (variant, buffer serials, grid, push size, spec)."""
+
+    def __init__(self, manager: Any, capacity: int = 512) -> None:
+        self.manager = manager
+        self.capacity = capacity
+        self._entries: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, plan: DispatchPlan, memories: Sequence[DeviceMemory]) -> Any:
+        key = (plan.variant, tuple(m.serial for m in memories), plan.groups, len(plan.push), plan.spec)
+        algo = self._entries.get(key)
+        if algo is not None:
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return algo
+        self.misses += 1
+        algo = self.manager.algorithm(
+            [m.tensor for m in memories],
+            load_spirv(plan.variant),
+            list(plan.groups),
+            np.asarray(plan.spec, dtype=np.uint32) if plan.spec else _EMPTY_SPEC,
+            np.asarray(plan.push, dtype=np.uint32),
+        )
+        self._entries[key] = algo
+        # Evicted algorithms are dropped, not destroy()ed: a recorded replay sequence or a
+        # pending Recording may still hold them, and kp frees an algorithm when its last
+        # reference goes (explicit destroy() here crashed those later submissions).
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+        return algo
+
+    def forget_memory(self, serial: int) -> None:
+        """Drop the algorithms bound to a released buffer."""
+        for key in [k for k in self._entries if serial in k[1]]:
+            del self._entries[key]
+
+    def clear(self) -> None:
+        for algo in self._entries.values():
+            algo.destroy()
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,70 @@
+"""What a compiled operator hands the runtime: shader dispatches and transfer commands,
+described independently of the buffers they will be bound to (no kp here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ints import cdiv
+
+
+@dataclass(frozen=True)
+class DispatchPlan:
+    """One shader dispatch of a compiled operator, independent of the bound buffers.
+
+    `bindings[i]` is the index, in the operator's flat binding list (inputs then outputs),
+    of the tensor bound at shader binding i (None binds the device's dummy buffer).
+    `offset_slots` are (push-constant word, binding list index, unit in bytes): at encode
+    time the word receives that tensor's byte offset divided by the unit.
+    """
+
+    variant: str
+    bindings: tuple[int | None, ...]
+    push: tuple[int, ...]
+    groups: tuple[int, int, int]
+    writes: tuple[int, ...]
+    offset_slots: tuple[tuple[int, int, int], ...] = ()
+    spec: tuple[int, ...] = ()  # specialization constants (uint32 words, constant_id 0, 1, ...)
+
+
+@dataclass(frozen=True, eq=False)
+class TransferPlan:
+    """A transfer command on byte ranges of bound tensors' buffers, relative to the
+    tensors' binding offsets: vkCmdCopyBuffer ("copy": `regions` rows are (src byte,
+    dst byte, size); bindings (src, dst)) or vkCmdFillBuffer ("fill": rows are (dst byte,
+    size), both multiples of 4; bindings (dst,); `value` is the 32-bit word written).
+
+    Dense and row-contiguous copies, fills of zeros or of a repeated word: the DMA-style
+    commands every Vulkan device has, and the fastest way to move bytes on lavapipe, whose
+    compute shaders pay a per-lane bounds-checked loop for every buffer access."""
+
+    kind: str
+    bindings: tuple[int, ...]
+    regions: np.ndarray
+    writes: tuple[int, ...]
+    value: int = 0
+
+    @property
+    def variant(self) -> str:
+        return f"transfer:{self.kind}"
+
+    @property
+    def groups(self) -> tuple[int, int, int]:
+        return (0, 0, 0)
+
+
+Plan = DispatchPlan | TransferPlan
+
+
+def grid_for(invocations: int, local_size: int, max_count: int = 65535) -> tuple[int, int, int]:
+    """Work-group grid covering `invocations`, folded into y beyond max_count groups."""
+    groups = max(1, cdiv(invocations, local_size))
+    if groups <= max_count:
+        return (groups, 1, 1)
+    gy = cdiv(groups, max_count)
+    gx = cdiv(groups, gy)
+    if gy > max_count:
+        raise ValueError(f"{invocations} invocations exceed the dispatch grid")
+    return (gx, gy, 1)
