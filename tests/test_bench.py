@@ -21,7 +21,8 @@ from kompute_dml.cli import main as cli_main
 def test_bench_quick_json(tmp_path, capsys):
     out = tmp_path / "bench.json"
     png = tmp_path / "bench.png"
-    assert cli_main(["bench", "--quick", "--rounds", "2", "--json", str(out), "--plot", str(png)]) == 0
+    # --gpu off: the same rows and peers on every device (a GPU device would add GPU rows)
+    assert cli_main(["bench", "--quick", "--rounds", "2", "--gpu", "off", "--json", str(out), "--plot", str(png)]) == 0
     printed = capsys.readouterr().out
     assert "ceiling" in printed and "latency" in printed
     r = json.loads(out.read_text())
@@ -54,9 +55,27 @@ def test_bench_quick_json(tmp_path, capsys):
     assert png.stat().st_size > 10_000
 
 
+def test_bench_gpu_mode_without_gpu_peers(tmp_path, capsys):
+    """GPU mode end to end on one row: ours recorded, the ceiling measured once by ours (no
+    GPU peer asked for), the GPU goals."""
+    out = tmp_path / "bench.json"
+    md = tmp_path / "bench.md"
+    argv = ["bench", "--quick", "--rounds", "2", "--gpu", "on", "--no-torch", "--no-cupy", "--only", "float32 4096x4000",
+            "--json", str(out), "--markdown", str(md)]
+    assert cli_main(argv) == 0
+    r = json.loads(out.read_text())
+    assert r["mode"] == "gpu" and r["timing"] == "recorded" and r["gpu_peers"] == {}
+    assert r["ceiling_label"].startswith("ours") and r["ceiling_gbps"] > 0
+    [row] = r["rows"]
+    assert row["op"] == "COPY (strided)" and row["correct"] is True and row["batch"] >= 2
+    assert row["fraction_of_ceiling"] == pytest.approx(row["ours_gbps"] / r["ceiling_gbps"])
+    assert "PyTorch" in r["goals"][0]["goal"] and r["goals"][0]["measured"] is None
+    assert "| COPY (strided) | float32 | 4096x4000 | GB/s |" in md.read_text()
+
+
 # ---- arithmetic on given figures ---------------------------------------------------------
-def _case(metric: str = "GB/s", memory_bound: bool = True) -> Case:
-    return Case("COPY", "float32", (1024, 1024), metric, 8e9, ours=None, memory_bound=memory_bound,
+def _case(metric: str = "GB/s", memory_bound: bool = True, shape: tuple[int, ...] = (1024, 1024)) -> Case:
+    return Case("COPY", "float32", shape, metric, 8e9, ours=None, memory_bound=memory_bound,
                 peers={"numpy": lambda: None}, gpu_peers={"torch": lambda n: lambda: None})
 
 
@@ -108,25 +127,30 @@ def _result(rows: list[dict], gpu: bool) -> dict:
 def test_markdown_without_gpu_peers_keeps_the_cpu_columns():
     row = summarize(Case("COPY", "int8", (4096, 4096), "GB/s", 8e9, ours=None, peers={"numpy": lambda: None}),
                     {"ours": 2.0, "numpy": 4.0}, ceiling_gbps=16.0)
-    text = markdown(_result([row], gpu=False))
-    assert "| operator | dtype | shape | unit | ours | us/op | eager us | numpy | ours/numpy | % ceil |" in text
-    assert "| COPY | int8 | 4096x4096 | GB/s | 4.00 | 2000000 | - | 2.00 | 2.00 | 25.0 |" in text
+    lines = markdown(_result([row], gpu=False)).splitlines()
+    assert "| operator | dtype | shape | unit | ours | us/op | eager us | numpy | ours/numpy | % ceil |" in lines
+    assert "| COPY | int8 | 4096x4096 | GB/s | 4.00 | 2000000 | - | 2.00 | 2.00 | 25.0 |" in lines
+    text = "\n".join(lines)
     assert "torch" not in text
 
 
 def test_markdown_and_goals_with_gpu_peers():
-    big = summarize(_case(), {"ours": 2.0, "torch": 1.0}, ceiling_gbps=16.0)  # 8 GB moved: a large row
+    big = summarize(_case(shape=(4096, 4096)), {"ours": 2.0, "torch": 1.0}, ceiling_gbps=16.0)  # 64 MiB: counts
+    small = summarize(_case(shape=(4096, 4095)), {"ours": 9.0, "torch": 1.0}, ceiling_gbps=16.0)  # < 64 MiB: not a goal
     mm = summarize(Case("MATRIX_MULTIPLY_INTEGER_TO_FLOAT", "int8x int8", (16, 4096, 4096), "GOPS", 5e11, ours=None,
                         memory_bound=False, gpu_peers={"torch": lambda n: lambda: None, "torch_int_mm": lambda n: lambda: None}),
                    {"ours": 1.0, "torch": 0.5, "torch_int_mm": 0.25}, ceiling_gbps=16.0)
-    result = _result([big, mm], gpu=True)
+    result = _result([big, small, mm], gpu=True)
     assert peers_in(result["rows"]) == ["torch", "torch_int_mm"]
-    text = markdown(result)
-    assert "| eager us | torch | ours/torch | torch_int_mm | ours/torch_int_mm | % ceil | torch % ceil |" in text
-    assert "| COPY | float32 | 1024x1024 | GB/s | 4.00 | 2000000 | - | 8.00 | 0.50 | - | - | 25.0 | 50.0 |" in text
-    assert "| 500.00 | 1000000 | - | 1000 | 0.50 | 2000 | 0.25 | - | - |" in text
+    lines = markdown(result).splitlines()
+    assert ("| operator | dtype | shape | unit | ours | us/op | eager us | torch | ours/torch | torch_int_mm | "
+            "ours/torch_int_mm | % ceil | torch % ceil |") in lines
+    assert "| COPY | float32 | 4096x4096 | GB/s | 4.00 | 2000000 | - | 8.00 | 0.50 | - | - | 25.0 | 50.0 |" in lines
+    assert ("| MATRIX_MULTIPLY_INTEGER_TO_FLOAT | int8x int8 | 16x4096x4096 | GOPS | 500.00 | 1000000 | - | 1000 | 0.50 | "
+            "2000 | 0.25 | - | - |") in lines
     g = {x["goal"].split(" (")[0]: x for x in result["goals"]}
     assert g["memory-bound rows from 64 MiB vs PyTorch CUDA"]["measured"] == pytest.approx(0.5)
+    assert "worst of 1;" in result["goals"][0]["goal"]
     assert g["memory-bound rows from 64 MiB vs PyTorch CUDA"]["met"] is False
     assert g["eager small-op latency"]["met"] is True and g["recorded small op"]["met"] is True
 
@@ -174,5 +198,9 @@ def test_gpu_rows_with_torch_on_the_host(dev):
     from kompute_dml.bench.gpu_peers import TorchPeer
 
     pytest.importorskip("torch")
-    env = Env(kdml, dev, np.random.default_rng(8), cpu_peers=False, gpu=[TorchPeer("cpu")])
+    peer = TorchPeer("cpu")
+    env = Env(kdml, dev, np.random.default_rng(8), cpu_peers=False, gpu=[peer])
     _check_rows(env, "torch", set())
+    assert peer.ceiling(1 << 20, rounds=2) > 0
+    lat = peer.latency(reps=2)
+    assert lat["torch_copy_synchronize_us"] > 0 and lat["torch_per_launch_us"] > 0

@@ -55,6 +55,8 @@ def gpu_ceiling(kdml: Any, dev: Any, peers: list[GpuPeer], nbytes: int, rounds: 
             return p.ceiling(nbytes, rounds), f"{p.name} copy of {mib} MiB"
         except Exception:  # e.g. out of memory: fall back to ours
             continue
+    nbytes = min(nbytes, dev.limits["max_storage_buffer_range"] >> 20 << 20)  # one buffer each (lavapipe: 128 MiB)
+    mib = nbytes >> 20
     desc = kdml.TensorDesc(kdml.DataType.FLOAT32, (nbytes // 4,))
     x, y = dev.empty(desc), dev.empty(desc)
     op = dev.compile(kdml.ActivationIdentityDesc(x.desc, y.desc))
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         task = prog.add_task("bench", total=len(specs) + 3)
         prog.update(task, description="ceiling")
         if gpu_mode:
-            nbytes = GPU_CEILING_BYTES >> (2 if args.quick else 0)
+            nbytes = GPU_CEILING_BYTES >> (4 if args.quick else 0)  # quick: 64 MiB
             ceiling_gbps, ceiling_label = gpu_ceiling(kdml, dev, peers, nbytes, max(rounds, 5))
             ceiling_method = f"the best of {max(rounds, 5)} samples of a {ceiling_label} (device to device, 10 per sample)"
         else:
@@ -139,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             row["row_seconds"] = time.perf_counter() - t_row
             rows.append(row)
             gc.collect()  # free this row's buffers before the next row allocates
+            for p in peers:
+                p.release()
             prog.advance(task)
         prog.update(task, description="latency")
         lat = latency(kdml, dev, 7 if args.quick else 25)

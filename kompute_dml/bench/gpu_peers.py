@@ -61,6 +61,9 @@ class GpuPeer:
     def describe(self) -> dict[str, Any]:
         return {}
 
+    def release(self) -> None:
+        """Give cached device memory back between rows (ours allocates from the same GPU)."""
+
     # -- the rows' work: a peer without an equivalent raises NotImplementedError (reported
     # in the row as that peer's error)
     def eye(self, shape: tuple[int, int], dtype: Any, offset: int, value: float, ref: Ref) -> tuple[Make, Callable[[], bool]]:
@@ -149,6 +152,10 @@ class TorchPeer(GpuPeer):
 
     def copy_step(self, src: Any, dst: Any) -> Callable[[], Any]:
         return lambda: dst.copy_(src)
+
+    def release(self) -> None:
+        if self.cuda:
+            self.torch.cuda.empty_cache()
 
     def describe(self) -> dict[str, Any]:
         t = self.torch
@@ -274,6 +281,11 @@ class ArrayModulePeer(GpuPeer):
 
     def describe(self) -> dict[str, Any]:
         return {self.name: getattr(self.xp, "__version__", None)}
+
+    def release(self) -> None:
+        pool = getattr(self.xp, "get_default_memory_pool", None)
+        if pool is not None:
+            pool().free_all_blocks()
 
     def eye(self, shape: tuple[int, int], dtype: Any, offset: int, value: float, ref: Ref) -> tuple[Make, Callable[[], bool]]:
         if offset != 0:

@@ -15,6 +15,7 @@ import numpy as np
 from .cases import fmt_shape
 
 PEER_ORDER = ("numpy", "ort", "torch", "torch_int_mm", "cupy")
+CPU_PEERS = ("numpy", "ort")
 SHORT = {"numpy": "np", "torch_int_mm": "int_mm"}
 PLOT_LABELS = {"numpy": "numpy", "ort": "onnxruntime CPU", "torch": "PyTorch CUDA", "torch_int_mm": "torch._int_mm (GEMM only)",
                "cupy": "CuPy"}
@@ -47,6 +48,14 @@ def _ceil_pct(row: dict[str, Any], who: str = "ours") -> str:
 
 
 # ---- goals -------------------------------------------------------------------------------
+def _tensor_bytes(row: dict[str, Any]) -> int:
+    """The size of a memory-bound row's output tensor (0 where its dtype is not one type)."""
+    try:
+        return int(np.prod(row["shape"])) * np.dtype(row["dtype"]).itemsize
+    except TypeError:
+        return 0
+
+
 def goals(rows: list[dict[str, Any]], lat: dict[str, Any], gpu: bool = False) -> list[dict[str, Any]]:
     """The targets this run is measured against: the CPU device's (lavapipe) or, for a GPU
     run, issue 14's (every large memory-bound row >= 0.95x PyTorch; latency)."""
@@ -63,7 +72,7 @@ def goals(rows: list[dict[str, Any]], lat: dict[str, Any], gpu: bool = False) ->
         add(name, f">= {need}", val, None if val is None else bool(val >= need))
 
     if gpu:
-        big = [r for r in rows if r.get("memory_bound") and r["amount"] >= 2 * (64 << 20) - 1 and "ratio_torch" in r]
+        big = [r for r in rows if r.get("memory_bound") and "ratio_torch" in r and _tensor_bytes(r) >= 64 << 20]
         worst = min((r["ratio_torch"] for r in big), default=None)
         met = sum(r["ratio_torch"] >= GPU_RATIO_GOAL for r in big)
         add(f"memory-bound rows from 64 MiB vs PyTorch CUDA (worst of {len(big)}; {met} met)", f">= {GPU_RATIO_GOAL}",
@@ -164,7 +173,8 @@ def markdown(result: dict[str, Any]) -> str:
     m = result["machine"]
     rows = result["rows"]
     peers = peers_in(rows)
-    gpu_pct = [p for p in peers if any(f"fraction_of_ceiling_{p}" in r for r in rows)]
+    # the GPU peers' own fractions of the ceiling (the JSON has the CPU peers' too)
+    gpu_pct = [p for p in peers if p not in CPU_PEERS and any(f"fraction_of_ceiling_{p}" in r for r in rows)]
     gpu = "".join(f", {k} {v}" for k, v in (result.get("gpu_peers") or {}).items())
     lines = [
         f"Command: `{result['command']}` ({result['date']}, {result['seconds']:.0f} s, median of {result['rounds']} interleaved rounds)",
