@@ -32,8 +32,9 @@
 // Full chunks: for the diagonals, t = x + rows - 1 - y runs over [t0, t0 + N) and the band
 // test can only change where t crosses ub or ue, so a chunk crossing neither is uniform:
 // Value splat, zeros, or the input's 16 bytes. Input chunks are one uvec4 load when the
-// input's row is contiguous (x stride 1) and starts at the output row's 16-byte phase,
-// else N gathered elements. Only chunks crossing a band edge are computed per element.
+// input's row is contiguous (x stride 1) and starts at the output row's 16-byte phase, one
+// element repeated when x is broadcast (stride 0), else N gathered elements. Only chunks
+// crossing a band edge are computed per element.
 
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -152,6 +153,16 @@ uvec4 full_chunk(uint x0, uint y, uint in_row, uint phase) {
 #endif
 #if HAS_INPUT
     if (pc.in_xs == 1u && in_row % N == phase) return src4[(in_row + x0) / N];
+    if (pc.in_xs == 0u) {  // x broadcast: one element, repeated
+#if ELEM_BITS == 64
+        return uvec4(src[2u * in_row], src[2u * in_row + 1u], src[2u * in_row], src[2u * in_row + 1u]);
+#elif ELEM_BITS == 32
+        return uvec4(src[in_row]);
+#else
+        uint e = bitfieldExtract(src[in_row / E], int((in_row % E) * W), ELEM_BITS);
+        return uvec4(e * (0xFFFFFFFFu / ((1u << W) - 1u)));  // e in every lane of the word
+#endif
+    }
     return chunk_elements(x0, y, in_row);
 #else
     return uvec4(0u);
