@@ -126,6 +126,12 @@ class TensorDesc:
     def effective_strides(self) -> tuple[int, ...]:  # cached: read on every binding check
         return self.strides if self.strides is not None else packed_strides(self.sizes)
 
+    @functools.cached_property
+    def layout(self) -> tuple[DataType, tuple[int, ...], tuple[int, ...]]:
+        """(type, sizes, strides): equal for descriptors that address the same elements
+        (cached: compared on every binding check)."""
+        return (self.data_type, self.sizes, self.effective_strides)
+
     @property
     def minimum_size_in_bytes(self) -> int:
         return calc_buffer_tensor_size(self.data_type, self.sizes, self.strides)
@@ -138,11 +144,7 @@ class TensorDesc:
 
     def same_layout(self, other: TensorDesc) -> bool:
         """Same type, sizes and element addresses (None strides == packed strides)."""
-        return (
-            self.data_type == other.data_type
-            and self.sizes == other.sizes
-            and self.effective_strides == other.effective_strides
-        )
+        return self.layout == other.layout
 
     @classmethod
     def packed(cls, data_type: DataType | int, sizes: Sequence[int]) -> TensorDesc:

@@ -121,7 +121,7 @@ class CompiledOperator:
             if buf.device is not device:
                 raise invalid(name, "belongs to another Device")
             tdesc = t.desc  # type: ignore[union-attr]
-            if tdesc is not desc and not tdesc.same_layout(desc):
+            if tdesc is not desc and tdesc.layout != desc.layout:
                 raise invalid(
                     name,
                     f"bound tensor ({tdesc.data_type.name}, sizes {tdesc.sizes}, strides {tdesc.effective_strides}) "
@@ -174,14 +174,18 @@ class CompiledOperator:
         differ: NVIDIA's lost sub-word in-place values.)"""
         if not self.allows_inplace:
             return False
-        n_in = len(self.input_fields)
-        return all(
-            out is not None and any(
-                x is not None and x.buffer is out.buffer and x.offset == out.offset and x.desc.same_layout(out.desc)
-                for x in bound[:n_in]
-            )
-            for out in bound[n_in:]
-        )
+        n_in = self._n_in
+        inputs = bound[:n_in]
+        for out in bound[n_in:]:
+            if out is None:
+                return False
+            buf, off = out.buffer, out.offset
+            for x in inputs:
+                if x is not None and x.buffer is buf and x.offset == off and x.desc.same_layout(out.desc):
+                    break
+            else:
+                return False
+        return True
 
     # ---- execution ---------------------------------------------------------------
     def execute(self, inputs: Any, outputs: Any) -> None:
