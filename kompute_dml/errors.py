@@ -26,7 +26,3 @@ class DeviceError(DMLError):
 def invalid(field: str, rule: str) -> InvalidArgumentError:
     """Build an InvalidArgumentError whose message always starts with the field name."""
     return InvalidArgumentError(f"{field}: {rule}")
-
-
-def unsupported(field: str, rule: str) -> UnsupportedError:
-    return UnsupportedError(f"{field}: {rule}")

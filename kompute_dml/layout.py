@@ -74,7 +74,3 @@ def element_offsets(sizes: Sequence[int], strides: Sequence[int]) -> np.ndarray:
     for s, st in zip(sizes, strides):
         off = (off[:, None] + np.arange(s, dtype=np.int64)[None, :] * st).reshape(-1)
     return off
-
-
-def byte_span(offset: int, nbytes: int) -> tuple[int, int]:
-    return offset, offset + nbytes

@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .dtypes import DataType
 from .errors import InvalidArgumentError, invalid
+from .ints import as_int, as_int_tuple
 
 MAX_DIMENSIONS = 8  # DML_TENSOR_DIMENSION_COUNT_MAX1
 MAX_ELEMENTS = 2**32 - 1
@@ -24,21 +24,6 @@ UINT64_MAX = 2**64 - 1
 TENSOR_FLAG_NONE = 0
 TENSOR_FLAG_OWNED_BY_DML = 1
 MINIMUM_BUFFER_TENSOR_ALIGNMENT = 16  # DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT
-
-
-def _as_int(value: object, field_name: str) -> int:
-    if isinstance(value, bool):
-        raise invalid(field_name, f"must be an integer, got {value!r}")
-    try:
-        return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise invalid(field_name, f"must be an integer, got {value!r}") from None
-
-
-def _as_int_tuple(values: object, field_name: str) -> tuple[int, ...]:
-    if isinstance(values, (str, bytes)) or (not isinstance(values, Sequence) and not hasattr(values, "__iter__")):
-        raise invalid(field_name, f"must be a sequence of integers, got {values!r}")
-    return tuple(_as_int(v, f"{field_name}[{i}]") for i, v in enumerate(values))  # type: ignore[attr-defined]
 
 
 def _tupleable(values: object) -> bool:
@@ -61,11 +46,11 @@ def calc_buffer_tensor_size(data_type: DataType | int, sizes: Sequence[int], str
     if data_type is None:
         raise invalid("data_type", "None is not a DML_TENSOR_DATA_TYPE (1..11)")
     dt = DataType.coerce(data_type)
-    sizes_t = _as_int_tuple(sizes, "sizes")
+    sizes_t = as_int_tuple(sizes, "sizes")
     if strides is None:
         count = math.prod(sizes_t)
     else:
-        strides_t = _as_int_tuple(strides, "strides")
+        strides_t = as_int_tuple(strides, "strides")
         if len(strides_t) != len(sizes_t):
             raise invalid("strides", f"has {len(strides_t)} entries but sizes has {len(sizes_t)}")
         count = sum((s - 1) * st for s, st in zip(sizes_t, strides_t)) + 1
@@ -94,13 +79,13 @@ class TensorDesc:
                 dt = DataType.coerce(dt)
         object.__setattr__(self, "data_type", dt)
         try:
-            object.__setattr__(self, "sizes", _as_int_tuple(self.sizes, "sizes"))
+            object.__setattr__(self, "sizes", as_int_tuple(self.sizes, "sizes"))
         except InvalidArgumentError:
             if _tupleable(self.sizes):
                 object.__setattr__(self, "sizes", tuple(self.sizes))
         if self.strides is not None:
             try:
-                object.__setattr__(self, "strides", _as_int_tuple(self.strides, "strides"))
+                object.__setattr__(self, "strides", as_int_tuple(self.strides, "strides"))
             except InvalidArgumentError:
                 if _tupleable(self.strides):
                     object.__setattr__(self, "strides", tuple(self.strides))
@@ -154,7 +139,7 @@ class TensorDesc:
 def _check(desc: TensorDesc, name: str) -> None:
     if not isinstance(desc.data_type, DataType):
         raise invalid(f"{name}.data_type", f"{desc.data_type!r} is not a DML_TENSOR_DATA_TYPE (1..11)")
-    sizes = _as_int_tuple(desc.sizes, f"{name}.sizes")
+    sizes = as_int_tuple(desc.sizes, f"{name}.sizes")
     if not 1 <= len(sizes) <= MAX_DIMENSIONS:
         raise invalid(f"{name}.sizes", f"dimension count must be 1 to {MAX_DIMENSIONS}, got {len(sizes)}")
     for i, s in enumerate(sizes):
@@ -165,7 +150,7 @@ def _check(desc: TensorDesc, name: str) -> None:
     if math.prod(sizes) > MAX_ELEMENTS:
         raise invalid(f"{name}.sizes", f"a tensor may hold at most 2^32-1 elements, got {math.prod(sizes)}")
     if desc.strides is not None:
-        strides = _as_int_tuple(desc.strides, f"{name}.strides")
+        strides = as_int_tuple(desc.strides, f"{name}.strides")
         if len(strides) != len(sizes):
             raise invalid(f"{name}.strides", f"must have one entry per dimension ({len(sizes)}), got {len(strides)}")
         for i, st in enumerate(strides):
@@ -173,7 +158,7 @@ def _check(desc: TensorDesc, name: str) -> None:
                 raise invalid(f"{name}.strides[{i}]", f"strides are UINT32 element counts, got {st}")
     minimum = calc_buffer_tensor_size(desc.data_type, sizes, desc.strides)
     if desc.total_tensor_size_in_bytes is not None:
-        total = _as_int(desc.total_tensor_size_in_bytes, f"{name}.total_tensor_size_in_bytes")
+        total = as_int(desc.total_tensor_size_in_bytes, f"{name}.total_tensor_size_in_bytes")
         if total < minimum:
             raise invalid(
                 f"{name}.total_tensor_size_in_bytes",
@@ -181,7 +166,7 @@ def _check(desc: TensorDesc, name: str) -> None:
             )
         if total > UINT64_MAX:
             raise invalid(f"{name}.total_tensor_size_in_bytes", "must fit in UINT64")
-    align = _as_int(desc.guaranteed_base_offset_alignment, f"{name}.guaranteed_base_offset_alignment")
+    align = as_int(desc.guaranteed_base_offset_alignment, f"{name}.guaranteed_base_offset_alignment")
     if align != 0:
         if align < 0 or align & (align - 1):
             raise invalid(f"{name}.guaranteed_base_offset_alignment", f"must be 0 or a power of two, got {align}")
@@ -190,7 +175,7 @@ def _check(desc: TensorDesc, name: str) -> None:
                 f"{name}.guaranteed_base_offset_alignment",
                 f"must be at least the element size ({desc.data_type.size} bytes), got {align}",
             )
-    flags = _as_int(desc.flags, f"{name}.flags")
+    flags = as_int(desc.flags, f"{name}.flags")
     if flags not in (TENSOR_FLAG_NONE, TENSOR_FLAG_OWNED_BY_DML):
         raise invalid(f"{name}.flags", f"must be DML_TENSOR_FLAG_NONE (0) or OWNED_BY_DML (1), got {flags}")
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from ..ints import cdiv
 from ..layout import merge_dims
 from ..runtime import DispatchPlan, grid_for
 from ..tensor_desc import TensorDesc
@@ -57,7 +58,7 @@ def plan_copy_packed_gpu(nbytes: int, max_groups: int) -> list[DispatchPlan]:
     if nvec:
         plans.append(DispatchPlan(
             variant="copy_vec", bindings=(0, 1), push=(0, 0, nvec),
-            groups=_groups(-(-nvec // (LOCAL_SIZE * VECS)), max_groups), writes=(1,),
+            groups=_groups(cdiv(nvec, LOCAL_SIZE * VECS), max_groups), writes=(1,),
             offset_slots=((0, 0, 16), (1, 1, 16)), spec=_spec(),
         ))
     if nbytes > nvec * 16:
@@ -81,11 +82,11 @@ def plan_rows(
         ypos += 3 - len(outer)  # the unused dimensions are padded in front
     outer = [(1, 0, 0)] * (3 - len(outer)) + list(outer)
     n = 16 // width
-    cmax = -(-(cols + n - 1) // n)  # chunks a row can touch
-    tpr = min(LOCAL_SIZE, 1 << max(0, (-(-cmax // VECS) - 1).bit_length()))
-    spans = -(-cmax // (tpr * VECS))
+    cmax = cdiv(cols + n - 1, n)  # chunks a row can touch
+    tpr = min(LOCAL_SIZE, 1 << max(0, (cdiv(cmax, VECS) - 1).bit_length()))
+    spans = cdiv(cmax, tpr * VECS)
     nrows = math.prod(d[0] for d in outer)
-    ngroups = -(-nrows // (LOCAL_SIZE // tpr)) * spans
+    ngroups = cdiv(nrows, LOCAL_SIZE // tpr) * spans
     magics = [div_magic(spans)] + [div_magic(d[0]) for d in outer]
     packed = sum(sh << (6 * i) for i, (_, sh) in enumerate(magics)) | ypos << 24 | (tpr.bit_length() - 1) << 26
     rows_m1, ub, ue, normal, value = band
@@ -149,7 +150,7 @@ def _plan_tile(
     bout = [0] * (2 - len(bout)) + bout
     size_a, size_b = sizes[a], sizes[-1]
     tb_elems = 16 if width == 8 else 32 * per_word
-    tiles_a, tiles_b = -(-size_a // 32), -(-size_b // tb_elems)
+    tiles_a, tiles_b = cdiv(size_a, 32), cdiv(size_b, tb_elems)
     ngroups = tiles_a * tiles_b * bsizes[0] * bsizes[1]
     mb, ma, m1 = div_magic(tiles_b), div_magic(tiles_a), div_magic(bsizes[1])
     push = (
