@@ -59,7 +59,7 @@ def _coerce_feature_level(level: object) -> FeatureLevel:
         raise invalid("feature_level", f"{level!r} is not a DML_FEATURE_LEVEL")
     if isinstance(level, (int, np.integer)) and not isinstance(level, bool):
         value = int(level)
-        if value in FeatureLevel._value2member_map_:
+        if value in {m.value for m in FeatureLevel}:
             return FeatureLevel(value)
         if value > HIGHEST_FEATURE_LEVEL and value in (0x6300, 0x6400):
             raise UnsupportedError(

@@ -30,7 +30,7 @@ def default_device() -> Device:
     """The device functional helpers use when given numpy arrays (device 0, highest level)."""
     global _default
     with _default_lock:
-        if _default is None or _default._closed:
+        if _default is None or _default.closed:
             _default = Device()
         return _default
 
