@@ -156,19 +156,24 @@ def numpy_reference(row: Row, x: np.ndarray | None) -> np.ndarray:
 
 
 # ---- torch -------------------------------------------------------------------------
-def torch_module() -> Any:
+def torch_module(device: str) -> Any:
     try:
         import torch
     except ImportError:
         return None
-    return torch if torch.cuda.is_available() else None
+    return torch if device == "cpu" or torch.cuda.is_available() else None
 
 
-def torch_step(torch: Any, row: Row, x: np.ndarray | None) -> tuple[Callable[[], Any], Callable[[], np.ndarray]]:
+def torch_sync(torch: Any, device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def torch_step(torch: Any, device: str, row: Row, x: np.ndarray | None) -> tuple[Callable[[], Any], Callable[[], np.ndarray]]:
     dtype = getattr(torch, TORCH_DT[row.dt])
-    dst = torch.empty(row.shape, dtype=dtype, device="cuda")
+    dst = torch.empty(row.shape, dtype=dtype, device=device)
     if row.kind in ("copy", "identity"):
-        base = torch.from_numpy(x).cuda()
+        base = torch.from_numpy(x).to(device)
         view = base.as_strided(row.shape, row.strides) if row.strides else base.view(row.shape)
 
         def step() -> Any:
@@ -182,7 +187,7 @@ def torch_step(torch: Any, row: Row, x: np.ndarray | None) -> tuple[Callable[[],
                 dst.zero_()
                 return dst.diagonal(row.k).fill_(1)
     elif row.with_input:
-        xt = torch.from_numpy(x).cuda()
+        xt = torch.from_numpy(x).to(device)
         fn = torch.triu if row.upper else torch.tril
 
         def step() -> Any:
@@ -212,15 +217,21 @@ def ours_runner(dev: kdml.Device, op: Any, ins: list[Any], outs: list[Any]) -> C
     return run
 
 
-def torch_runner(torch: Any, step: Callable[[], Any]) -> Callable[[int], float]:
+def torch_runner(torch: Any, device: str, step: Callable[[], Any]) -> Callable[[int], float]:
     def run(n: int) -> float:
-        torch.cuda.synchronize()
+        torch_sync(torch, device)
         t0 = time.perf_counter()
         for _ in range(n):
             step()
-        torch.cuda.synchronize()
+        torch_sync(torch, device)
         return time.perf_counter() - t0
     return run
+
+
+def torch_name(torch: Any, device: str) -> str:
+    if torch is None:
+        return "not used"
+    return f"{torch.__version__} " + (f"CUDA {torch.cuda.get_device_name()}" if device == "cuda" else "CPU")
 
 
 def bench_row(dev: kdml.Device, default: Any, row: Row, variants: list[str], torch: Any, args: Any) -> dict[str, Any]:
@@ -243,8 +254,8 @@ def bench_row(dev: kdml.Device, default: Any, row: Row, variants: list[str], tor
     configure(dev, "default", default)
     fetch_torch = None
     if torch is not None:
-        step, fetch_torch = torch_step(torch, row, x)
-        runners["torch"] = torch_runner(torch, step)
+        step, fetch_torch = torch_step(torch, args.torch_device, row, x)
+        runners["torch"] = torch_runner(torch, args.torch_device, step)
     # Each contender's N: a sample of about args.target_ms (the slope cancels the fixed cost,
     # so N need not be shared); the first calls also build pipelines and recorded sequences.
     counts: dict[str, int] = {}
@@ -304,15 +315,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target-ms", type=float, default=25.0, help="approximate length of one sample")
     ap.add_argument("--max-n", type=int, default=200)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--torch-device", default="cuda", choices=("cuda", "cpu"),
+                    help="cpu: torch's CPU kernels as the peer (checks this script's torch side anywhere)")
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    torch = None if args.no_torch else torch_module()
+    torch = None if args.no_torch else torch_module(args.torch_device)
     dev = kdml.Device()
     default = dev.policy
     print(f"device: {dev.name} ({dev.device_type}); default policy: {default.describe()}; "
-          f"torch: {'CUDA ' + torch.cuda.get_device_name() if torch else 'not used'}")
+          f"torch: {torch_name(torch, args.torch_device)}")
     wanted = [w.strip() for w in args.rows.split(",") if w.strip()]
     results = []
     t_start = time.perf_counter()
