@@ -208,10 +208,11 @@ def slope(run: Callable[[int], float], n: int) -> float:
 
 
 def ours_runner(dev: kdml.Device, op: Any, ins: list[Any], outs: list[Any]) -> Callable[[int], float]:
+    """Execution i writes outs[i % len(outs)] (see --outputs)."""
     def run(n: int) -> float:
         with dev.record() as rec:
-            for _ in range(n):
-                rec.execute(op, ins, outs)
+            for i in range(n):
+                rec.execute(op, ins, [outs[i % len(outs)]])
             t0 = time.perf_counter()
         return time.perf_counter() - t0
     return run
@@ -241,7 +242,8 @@ def bench_row(dev: kdml.Device, default: Any, row: Row, variants: list[str], tor
     if x is not None:
         base = dev.tensor(x)
         src = kdml.Tensor(base.buffer, src_desc, 0) if row.kind in ("copy", "identity") else base
-    out = dev.empty(out_desc)
+    outs = [dev.empty(out_desc) for _ in range(args.outputs)]
+    out = outs[0]
     ins = [] if row.kind == "diag" else [src]
     runners: dict[str, Callable[[int], float]] = {}
     plans: dict[str, str] = {}
@@ -250,7 +252,7 @@ def bench_row(dev: kdml.Device, default: Any, row: Row, variants: list[str], tor
         configure(dev, v, default)
         ops[v] = dev.compile(desc)
         plans[v] = "+".join(p.variant for p in ops[v].plans)
-        runners[v] = ours_runner(dev, ops[v], ins, [out])
+        runners[v] = ours_runner(dev, ops[v], ins, outs)
     configure(dev, "default", default)
     fetch_torch = None
     if torch is not None:
@@ -318,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--torch-device", default="cuda", choices=("cuda", "cpu"),
                     help="cpu: torch's CPU kernels as the peer (checks this script's torch side anywhere)")
     ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--outputs", type=int, default=1,
+                    help="ours cycles over this many outputs: with 2, consecutive executions write different "
+                         "buffers and need no barrier between them (a diagnostic of the barrier's cost)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
