@@ -8,10 +8,12 @@ tensors every time (so every call after the first replays a cached kp sequence):
 - eager: one `op.execute(...)` per call, timed one by one; the median of R calls (us).
 - recorded: `with dev.record() as rec:` around 100 `rec.execute(...)`, total time / 100;
   the median of R/100 recordings (us per op).
-- floor: one bare kp sequence (a single memory barrier) evaluated R times through kp
-  directly: the submission + fence wait no Python layer can remove (us).
-- python: eager - floor, the cost of kompute_dml's own path (binding checks, replay-cache
-  lookup, submission bookkeeping) plus the dispatch itself.
+- floor: one bare kp sequence evaluated R times through kp directly: a single memory
+  barrier (the submission + fence wait no Python layer can remove), and a single 16 KiB
+  vkCmdCopyBuffer (the same bytes the identity moves) (us).
+- python: eager - copy floor, the cost of kompute_dml's own path (binding checks,
+  replay-cache lookup, submission bookkeeping); on the shader path it also holds the
+  difference between a compute dispatch and a transfer command.
 
 Numbers come from this machine only; nothing here asserts a target (H100 targets for the
 lead: eager <= 20 us, recorded <= 8 us per op).
@@ -59,23 +61,29 @@ def _recorded(dev: kdml.Device, op: object, x: kdml.Tensor, y: kdml.Tensor, reco
     return times
 
 
-def _floor(device_index: int, repeats: int) -> list[float]:
+def _floors(device_index: int, repeats: int, nbytes: int) -> tuple[list[float], list[float]]:
     import kp  # outside kompute_dml: only to measure what kp itself costs
 
     mgr = kp.Manager(device_index)
     try:
-        t = mgr.tensor_t(np.zeros(16, dtype=np.uint32), kp.TensorTypes.device)
-        seq = mgr.sequence()
-        seq.record(kp.OpMemoryBarrier([t], ACCESS_ALL, ACCESS_ALL, STAGES_ALL, STAGES_ALL, True))
-        for _ in range(50):
-            seq.eval()
-        times = []
-        clock = time.perf_counter_ns
-        for _ in range(repeats):
-            t0 = clock()
-            seq.eval()
-            times.append((clock() - t0) / 1000)
-        return times
+        src = mgr.tensor_t(np.zeros(nbytes // 4, dtype=np.uint32), kp.TensorTypes.device)
+        dst = mgr.tensor_t(np.zeros(nbytes // 4, dtype=np.uint32), kp.TensorTypes.device)
+        barrier = mgr.sequence()
+        barrier.record(kp.OpMemoryBarrier([src], ACCESS_ALL, ACCESS_ALL, STAGES_ALL, STAGES_ALL, True))
+        copy = mgr.sequence()
+        copy.record(kp.OpCopyRegions(src, dst, [0, 0, nbytes]))
+        out = []
+        for seq in (barrier, copy):
+            for _ in range(50):
+                seq.eval()
+            times = []
+            clock = time.perf_counter_ns
+            for _ in range(repeats):
+                t0 = clock()
+                seq.eval()
+                times.append((clock() - t0) / 1000)
+            out.append(times)
+        return out[0], out[1]
     finally:
         mgr.destroy()
 
@@ -103,12 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"device: {dev.name} ({dev.device_type}), policy {dev.policy.name}, copies as {path}")
     finally:
         dev.close()
-    floor = _floor(args.device, args.repeats)
-    e, r, f = statistics.median(eager), statistics.median(recorded), statistics.median(floor)
+    barrier, copy = _floors(args.device, args.repeats, 64 * 64 * 4)
+    e, r = statistics.median(eager), statistics.median(recorded)
+    fb, fc = statistics.median(barrier), statistics.median(copy)
     print(f"eager    64x64 identity: median {e:8.2f} us  (p10 {np.percentile(eager, 10):.2f}, p90 {np.percentile(eager, 90):.2f})")
     print(f"recorded 64x64 identity: median {r:8.2f} us per op (100 ops per recording)")
-    print(f"floor (bare kp sequence eval): median {f:8.2f} us")
-    print(f"python path (eager - floor):   {e - f:8.2f} us")
+    print(f"floor, bare kp sequence: median {fb:8.2f} us (one barrier), {fc:8.2f} us (one 16 KiB copy)")
+    print(f"python path (eager - copy floor): {e - fc:8.2f} us")
     return 0
 
 
