@@ -15,7 +15,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     from . import __version__
     from .device import Device, _coerce_feature_level, list_devices
     from .errors import DMLError
-    from .registry import support_matrix
+    from .ops import SPECS, support_matrix
 
     console = Console()
     try:
@@ -26,7 +26,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
         return 2
     if args.json:
         print(json.dumps({"version": __version__, "feature_level": level.label, "devices": devices,
-                          "support": support_matrix(level)}, indent=1, default=list))
+                          "operators": [_spec_row(s) for s in SPECS], "support": support_matrix(level)},
+                         indent=1, default=list))
         return 0
     console.print(f"kompute_dml {__version__}")
     for d in devices:
@@ -43,6 +44,14 @@ def _cmd_info(args: argparse.Namespace) -> int:
     except DMLError as e:
         console.print(f"[red]device {args.device} unusable:[/red] {e}")
         return 2
+    ops = Table(title="Operators (kompute_dml/ops/<op>.py SPECS)")
+    for col in ("operator", "descriptor", "inputs", "outputs", "helpers", "ONNX", "variants"):
+        ops.add_column(col)
+    for s in SPECS:
+        r = _spec_row(s)
+        ops.add_row(r["operator"], r["descriptor"], ", ".join(r["inputs"]) or "-", ", ".join(r["outputs"]),
+                    ", ".join(r["helpers"]) or "-", ", ".join(r["onnx"]) or "-", str(len(r["variants"])))
+    console.print(ops)
     table = Table(title=f"Support at feature level {level.label}")
     for col in ("operator", "tensor", "kind", "dims", "types"):
         table.add_column(col)
@@ -50,6 +59,14 @@ def _cmd_info(args: argparse.Namespace) -> int:
         table.add_row(*(row[c] for c in ("operator", "tensor", "kind", "dims", "types")))
     console.print(table)
     return 0
+
+
+def _spec_row(spec: Any) -> dict[str, Any]:
+    """One operator's spec as plain values (the `info` table and its --json)."""
+    return {"operator": spec.name, "descriptor": spec.desc_type.__name__, "introduced": spec.introduced.label,
+            "inputs": list(spec.inputs), "outputs": list(spec.outputs), "helpers": list(spec.helpers),
+            "onnx": [f"{o.domain + '.' if o.domain else ''}{o.op_type}" for o in spec.onnx],
+            "variants": sorted(spec.variants)}
 
 
 def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:

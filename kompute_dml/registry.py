@@ -2,12 +2,15 @@
 
 Each operator lists, per feature level at which its support changed, the dimension
 counts and data types of every tensor field (transcribed from the "Tensor support"
-tables of seeds 000-004). These tables drive validation (UnsupportedError) and the
-support matrix printed by `kompute-dml info` and the README.
+tables of seeds 000-004), its tensor fields in the descriptor's (= binding) order: inputs,
+then outputs. Each operator's spec (kompute_dml/ops/<op>.py, `SPEC`) refers to its table;
+the binding order, validation (UnsupportedError), `kompute-dml info` and the README matrix
+come from it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .dtypes import DataType, FeatureLevel
@@ -43,6 +46,32 @@ class OperatorSupport:
     name: str  # DML_OPERATOR_<name>, or a kompute_dml extension
     op_type: int | None  # DML_OPERATOR_TYPE value (None for extensions)
     levels: tuple[LevelSupport, ...]  # ascending by level
+
+    def __post_init__(self) -> None:
+        first = [(t.field, t.kind == "output") for t in self.levels[0].tensors]
+        for row in self.levels:
+            if [(t.field, t.kind == "output") for t in row.tensors] != first:
+                raise ValueError(f"{self.name}: the tensor fields at level {row.level.label} differ from level "
+                                 f"{self.introduced.label}'s")
+        kinds = [is_out for _, is_out in first]
+        if kinds != sorted(kinds):
+            raise ValueError(f"{self.name}: inputs must precede outputs (the binding order)")
+        if [row.level for row in self.levels] != sorted(row.level for row in self.levels):
+            raise ValueError(f"{self.name}: levels must ascend")
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The input fields, in binding order (optional ones included)."""
+        return tuple(t.field for t in self.levels[0].tensors if t.kind != "output")
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(t.field for t in self.levels[0].tensors if t.kind == "output")
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Every tensor field, in binding order (inputs then outputs)."""
+        return self.inputs + self.outputs
 
     @property
     def introduced(self) -> FeatureLevel:
@@ -140,38 +169,25 @@ COPY = OperatorSupport(
     (_row(FL.FL_1_0, ("input_tensor", "input", (1, 8), ALL_TYPES), ("output_tensor", "output", (1, 8), ALL_TYPES)),),
 )
 
-OPERATORS: tuple[OperatorSupport, ...] = (
-    ACTIVATION_IDENTITY, DIAGONAL_MATRIX, DIAGONAL_MATRIX1, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, COPY,
-)
-
 
 def _dims_text(dims: tuple[int, int]) -> str:
     return str(dims[0]) if dims[0] == dims[1] else f"{dims[0]}-{dims[1]}"
 
 
-def support_matrix(level: FeatureLevel) -> list[dict[str, str]]:
+def types_text(types: frozenset[DataType]) -> str:
+    return ", ".join(d.name for d in sorted(types, key=lambda d: d.value))
+
+
+def support_matrix(level: FeatureLevel, operators: Sequence[OperatorSupport]) -> list[dict[str, str]]:
     """Rows (operator, tensor, kind, dimension counts, data types) in force at `level`."""
     rows = []
-    for op in OPERATORS:
+    for op in operators:
         row = op.at(level)
         if row is None:
             rows.append({"operator": op.name, "tensor": "-", "kind": "-", "dims": "-",
                          "types": f"needs feature level {op.introduced.label}"})
             continue
         for t in row.tensors:
-            types = ", ".join(d.name for d in sorted(t.types, key=lambda d: d.value))
             rows.append({"operator": op.name, "tensor": t.field, "kind": t.kind, "dims": _dims_text(t.dims),
-                         "types": types})
+                         "types": types_text(t.types)})
     return rows
-
-
-def support_history() -> list[dict[str, str]]:
-    """Every row of every table (for the README): operator, level, tensor, dims, types."""
-    out = []
-    for op in OPERATORS:
-        for row in op.levels:
-            for t in row.tensors:
-                types = ", ".join(d.name for d in sorted(t.types, key=lambda d: d.value))
-                out.append({"operator": op.name, "level": row.level.label, "tensor": t.field,
-                            "kind": t.kind, "dims": _dims_text(t.dims), "types": types})
-    return out

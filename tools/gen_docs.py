@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Regenerate the generated sections of README.md from the code (the support tables in
-kompute_dml/registry.py). `--check` exits 1 if README.md is out of date (tests run it)."""
+"""Regenerate the generated sections of README.md from the code: the operator specs
+(`kompute_dml.ops.SPECS`: descriptor, bindings, helpers, ONNX nodes) and their support tables
+(kompute_dml/registry.py). `--check` exits 1 if README.md is out of date (tests run it)."""
 
 from __future__ import annotations
 
@@ -16,19 +17,27 @@ END = "<!-- support-matrix:end -->"
 
 def support_markdown() -> str:
     sys.path.insert(0, str(ROOT))
-    from kompute_dml.registry import OPERATORS
+    from kompute_dml.ops import SPECS
+    from kompute_dml.registry import types_text
 
     lines = []
-    for op in OPERATORS:
+    for spec in SPECS:
+        op = spec.support
         kind = f"DML_OPERATOR_TYPE {op.op_type}" if op.op_type is not None else "kompute_dml extension"
         lines.append(f"**{op.name}** ({kind}; from feature level {op.introduced.label})\n")
+        bindings = ", ".join(spec.inputs) + " -> " + ", ".join(spec.outputs) if spec.inputs else ", ".join(spec.outputs)
+        uses = [f"`kdml.{spec.desc_type.__name__}` ({bindings})"]
+        if spec.helpers:
+            uses.append("helpers " + ", ".join(f"`kdml.{h}`" for h in spec.helpers))
+        if spec.onnx:
+            uses.append("ONNX " + ", ".join(f"{o.domain + '.' if o.domain else ''}{o.op_type}" for o in spec.onnx))
+        lines.append("; ".join(uses) + "\n")
         lines.append("| from level | tensor | kind | dimensions | data types |")
         lines.append("| --- | --- | --- | --- | --- |")
         for row in op.levels:
             for t in row.tensors:
                 dims = str(t.dims[0]) if t.dims[0] == t.dims[1] else f"{t.dims[0]} to {t.dims[1]}"
-                types = ", ".join(d.name for d in sorted(t.types, key=lambda d: d.value))
-                lines.append(f"| {row.level.label} | {t.field} | {t.kind} | {dims} | {types} |")
+                lines.append(f"| {row.level.label} | {t.field} | {t.kind} | {dims} | {types_text(t.types)} |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

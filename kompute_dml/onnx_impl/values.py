@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 import kompute_dml as kdml
+from kompute_dml.ops import ONNX_PLACEMENT
 
 MS_DOMAIN = "com.microsoft"
 VULKAN = "vulkan"
@@ -20,14 +21,9 @@ _DML_NUMPY = {np.dtype(t) for t in (np.float32, np.float16, np.uint32, np.uint16
 _QUANT_TYPES = {np.dtype(np.int8), np.dtype(np.uint8)}
 _FLOAT_OUT = {np.dtype(np.float32), np.dtype(np.float16)}
 
-# (op_type, domain) -> (DirectML operator, kdml helper, lowest feature level it needs)
-_DEVICE_OPS: dict[tuple[str, str], tuple[str, str, int]] = {
-    ("EyeLike", ""): ("DIAGONAL_MATRIX", "eye_like", 0x2000),
-    ("Trilu", ""): ("DIAGONAL_MATRIX1", "triu", 0x5100),
-    ("Identity", ""): ("COPY", "copy", 0x1000),
-    ("MatMulIntegerToFloat", MS_DOMAIN): ("MATRIX_MULTIPLY_INTEGER_TO_FLOAT", "matmul_integer_to_float", 0x6200),
-    ("DynamicQuantizeMatMul", MS_DOMAIN): ("MATRIX_MULTIPLY_INTEGER_TO_FLOAT", "matmul_integer_to_float", 0x6200),
-}
+# (op_type, domain) -> (DirectML operator, kdml helper, lowest feature level it needs), from the
+# operator specs' `onnx` entries (kompute_dml/ops/<op>.py SPECS)
+_DEVICE_OPS: dict[tuple[str, str], tuple[str, str, int]] = ONNX_PLACEMENT
 
 
 class FallbackNeeded(Exception):

@@ -1,37 +1,48 @@
-"""Operator registry: descriptor class -> compile function."""
+"""The operators: every module's SPECS (kompute_dml/ops/spec.py) and what is derived from them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..dtypes import FeatureLevel
 from ..errors import invalid
-from .diagonal import DiagonalMatrix1Desc, DiagonalMatrixDesc, compile_diagonal_matrix, compile_diagonal_matrix1
-from .identity import ActivationIdentityDesc, CopyDesc, compile_copy, compile_identity
-from .matmul_integer import MatrixMultiplyIntegerToFloatDesc, compile_matmul_integer
+from ..registry import support_matrix as _support_matrix
+from . import diagonal, identity, matmul_integer
+from .diagonal import DiagonalMatrix1Desc, DiagonalMatrixDesc
+from .identity import ActivationIdentityDesc, CopyDesc
+from .matmul_integer import MatrixMultiplyIntegerToFloatDesc
+from .spec import OperatorSpec, check_plans, onnx_placement
 
 if TYPE_CHECKING:
     from ..device import Device
 
-COMPILERS: dict[type, Callable[[Device, Any], Any]] = {
-    ActivationIdentityDesc: compile_identity,
-    CopyDesc: compile_copy,
-    DiagonalMatrixDesc: compile_diagonal_matrix,
-    DiagonalMatrix1Desc: compile_diagonal_matrix1,
-    MatrixMultiplyIntegerToFloatDesc: compile_matmul_integer,
-}
-
-
-def register(desc_type: type, compiler: Callable[[Device, Any], Any]) -> None:
-    COMPILERS[desc_type] = compiler
+SPECS: tuple[OperatorSpec, ...] = (*identity.SPECS, *diagonal.SPECS, *matmul_integer.SPECS)
+BY_DESC: dict[type, OperatorSpec] = {s.desc_type: s for s in SPECS}
+BY_NAME: dict[str, OperatorSpec] = {s.name: s for s in SPECS}
+COMPILERS: dict[type, Callable[[Device, Any], Any]] = {s.desc_type: s.compile for s in SPECS}
+# (ONNX op type, domain) -> (operator, kdml helper, lowest feature level): the backend's placement
+ONNX_PLACEMENT = onnx_placement(SPECS)
+if len(BY_DESC) != len(SPECS) or len(BY_NAME) != len(SPECS):
+    raise ValueError("two operator specs share a descriptor class or a name")
 
 
 def compile_operator(device: Device, op_desc: Any) -> Any:
-    fn = COMPILERS.get(type(op_desc))
-    if fn is None:
+    spec = BY_DESC.get(type(op_desc))
+    if spec is None:
         raise invalid("op_desc", f"{type(op_desc).__name__} is not an operator descriptor of kompute_dml")
-    return fn(device, op_desc)
+    compiled = spec.compile(device, op_desc)
+    check_plans(spec, compiled.plans)
+    return compiled
 
 
-__all__ = ["ActivationIdentityDesc", "CopyDesc", "DiagonalMatrix1Desc", "DiagonalMatrixDesc",
-    "MatrixMultiplyIntegerToFloatDesc", "compile_operator", "register"]
+def support_matrix(level: FeatureLevel) -> list[dict[str, str]]:
+    """Every operator's support rows in force at `level` (`kompute-dml info`)."""
+    return _support_matrix(level, [s.support for s in SPECS])
+
+
+__all__ = [
+    "BY_DESC", "BY_NAME", "COMPILERS", "ONNX_PLACEMENT", "SPECS", "ActivationIdentityDesc", "CopyDesc",
+    "DiagonalMatrix1Desc", "DiagonalMatrixDesc", "MatrixMultiplyIntegerToFloatDesc", "OperatorSpec",
+    "compile_operator", "support_matrix",
+]

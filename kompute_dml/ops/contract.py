@@ -140,10 +140,10 @@ FAMILIES: tuple[ShaderFamily, ...] = (
 )
 
 
-def by_variant() -> dict[str, ShaderFamily]:
+def by_variant(families: tuple[ShaderFamily, ...] = FAMILIES) -> dict[str, ShaderFamily]:
     """variant name -> its family (ValueError where two families expand to one name)."""
     out: dict[str, ShaderFamily] = {}
-    for fam in FAMILIES:
+    for fam in families:
         for v in fam.variants:
             if v in out:
                 raise ValueError(f"variant {v} is named by shader families {out[v].key} and {fam.key}")
@@ -243,17 +243,19 @@ def _text(layout: list[tuple[str, float, int]] | list[tuple[str, int, int]]) -> 
     return "{" + ", ".join(parts) + f"}} ({sum(n for *_, n in layout)} words)"
 
 
-def check_build(declared: dict[str, str], built: dict[str, bytes]) -> tuple[list[str], set[str]]:
+def check_build(
+    declared: dict[str, str], built: dict[str, bytes], families: tuple[ShaderFamily, ...] = FAMILIES
+) -> tuple[list[str], set[str]]:
     """(errors, variants whose SPIR-V breaks the contract) for the `// @variant` names of the
     shaders (`declared`: variant -> source file name) and the modules built from them."""
     errors: list[str] = []
     try:
-        families = by_variant()
+        family_of = by_variant(families)
     except ValueError as e:
         return [str(e)], set()
-    for source in sorted(set(declared.values()) | {f.source for f in FAMILIES}):
+    for source in sorted(set(declared.values()) | {f.source for f in families}):
         in_glsl = {v for v, s in declared.items() if s == source}
-        in_table = {v for v, f in families.items() if f.source == source}
+        in_table = {v for v, f in family_of.items() if f.source == source}
         if in_glsl - in_table:
             errors.append(f"shaders/{source} declares variant(s) {', '.join(sorted(in_glsl - in_table))} that no "
                           f"family of kompute_dml/ops/contract.py names")
@@ -262,7 +264,7 @@ def check_build(declared: dict[str, str], built: dict[str, bytes]) -> tuple[list
                           f"that no `// @variant` line of shaders/{source} declares")
     bad = set()
     for name, data in sorted(built.items()):
-        fam = families.get(name)
+        fam = family_of.get(name)
         if fam is None:
             continue  # reported above
         problems = check_variant(fam, name, data)

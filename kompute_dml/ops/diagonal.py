@@ -33,8 +33,10 @@ from ..registry import DIAGONAL_MATRIX, DIAGONAL_MATRIX1
 from ..runtime import DispatchPlan, TransferPlan, grid_for
 from ..tensor_desc import TensorDesc
 from ..transfer_plans import MAX_ROWS, fill_regions, plan_copy_transfer
+from . import contract
 from .base import CompiledOperator, validate_tensors
 from .gpu_memory import plan_diagonal_gpu
+from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
@@ -423,3 +425,13 @@ __all__ = [
     "diagonal_value_bits",
     "value1_bits",
 ]
+
+# ---- specs (kompute_dml/ops/spec.py) ------------------------------------------------------
+_C = contract
+SPECS = (
+    OperatorSpec(DiagonalMatrixDesc, DIAGONAL_MATRIX, compile_diagonal_matrix, (_C.DIAG, _C.DIAG_BAND, _C.ROWS_DIAG),
+                 helpers=("diagonal_matrix", "eye_like"), onnx=(OnnxOp("EyeLike", "", "eye_like"),)),
+    OperatorSpec(DiagonalMatrix1Desc, DIAGONAL_MATRIX1, compile_diagonal_matrix1,
+                 (_C.DIAG, _C.DIAG_IN, _C.DIAG_BAND, _C.ROWS_DIAG, _C.ROWS_DIAG_IN),
+                 helpers=("diagonal_matrix1", "triu", "tril"), onnx=(OnnxOp("Trilu", "", "triu"),)),
+)

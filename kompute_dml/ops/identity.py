@@ -18,8 +18,10 @@ from ..registry import ACTIVATION_IDENTITY, COPY, OperatorSupport
 from ..runtime import DispatchPlan, TransferPlan, grid_for
 from ..tensor_desc import TensorDesc
 from ..transfer_plans import plan_copy_transfer
+from . import contract
 from .base import CompiledOperator, validate_tensors
 from .gpu_memory import plan_copy_gpu
+from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
@@ -126,3 +128,12 @@ def compile_identity(device: Device, desc: ActivationIdentityDesc) -> CompiledOp
 
 def compile_copy(device: Device, desc: CopyDesc) -> CompiledOperator:
     return _compile(device, desc, COPY)
+
+
+# ---- specs (kompute_dml/ops/spec.py) ------------------------------------------------------
+_COPY_SHADERS = (contract.COPY, contract.COPY_PACKED, contract.COPY_PACKED_TAIL, contract.COPY_VEC, contract.COPY_TILE,
+                 contract.ROWS_COPY)
+SPECS = (
+    OperatorSpec(ActivationIdentityDesc, ACTIVATION_IDENTITY, compile_identity, _COPY_SHADERS, helpers=("identity",)),
+    OperatorSpec(CopyDesc, COPY, compile_copy, _COPY_SHADERS, helpers=("copy",), onnx=(OnnxOp("Identity", "", "copy"),)),
+)

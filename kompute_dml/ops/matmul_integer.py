@@ -27,18 +27,17 @@ from ..layout import check_no_overlap
 from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
 from ..runtime import DispatchPlan, grid_for
 from ..tensor_desc import TensorDesc
+from . import contract
 from .base import CompiledOperator, validate_tensors
+from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
 
 D = DataType
-FIELDS = (
-    "a_tensor", "a_scale_tensor", "a_zero_point_tensor", "b_tensor", "b_scale_tensor",
-    "b_zero_point_tensor", "bias_tensor", "output_tensor",
-)
-INPUT_FIELDS = FIELDS[:-1]
-OUTPUT_FIELDS = ("output_tensor",)
+FIELDS = MATRIX_MULTIPLY_INTEGER_TO_FLOAT.fields  # binding order, from the support table
+INPUT_FIELDS = MATRIX_MULTIPLY_INTEGER_TO_FLOAT.inputs
+OUTPUT_FIELDS = MATRIX_MULTIPLY_INTEGER_TO_FLOAT.outputs
 SIGNED = {D.INT8, D.INT16, D.INT32}
 KERNEL_ENV = "KDML_MATMUL_KERNEL"
 
@@ -314,3 +313,16 @@ def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -
         writes=(7,),
         offset_slots=slots,
     )
+
+
+# ---- spec (kompute_dml/ops/spec.py) -------------------------------------------------------
+_MS = "com.microsoft"
+SPECS = (
+    OperatorSpec(
+        MatrixMultiplyIntegerToFloatDesc, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, compile_matmul_integer,
+        (contract.MMI_TEXEL, contract.MMI_PACKED, contract.MMI_GENERIC, contract.MMI_GPU, contract.MMC),
+        helpers=("matmul_integer_to_float",),
+        onnx=(OnnxOp("MatMulIntegerToFloat", _MS, "matmul_integer_to_float"),
+              OnnxOp("DynamicQuantizeMatMul", _MS, "matmul_integer_to_float")),
+    ),
+)

@@ -1,0 +1,113 @@
+"""One spec per operator: what an operator is, declared once at the end of its module (`SPECS`).
+
+An `OperatorSpec` joins the descriptor class, the seed's support table (whose tensor fields,
+in order, are the binding order: inputs then outputs), the compile function, the shader
+families its plans dispatch (kompute_dml/ops/contract.py), the functional helpers and the ONNX
+nodes placed on it. `kompute_dml.ops` collects the specs into SPECS; the compile table,
+`kompute-dml info`, the README support matrix (tools/gen_docs.py), the ONNX placement and the
+spec-driven tests (tests/test_specs.py) are derived from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..dtypes import FeatureLevel
+from ..errors import DeviceError
+from ..registry import OperatorSupport
+from .contract import ShaderFamily, by_variant
+
+_FAMILY_OF = by_variant()
+
+
+class ContractError(DeviceError):
+    """A dispatch plan disagrees with the host/shader contract: a kompute_dml bug, refused
+    before anything is recorded."""
+
+
+@dataclass(frozen=True)
+class OnnxOp:
+    """An ONNX node type the backend runs on this operator, through kdml.<helper>."""
+
+    op_type: str
+    domain: str  # "" for the default (ai.onnx) domain, e.g. "com.microsoft"
+    helper: str
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    desc_type: type
+    support: OperatorSupport
+    compile: Callable[..., Any]  # (Device, descriptor) -> CompiledOperator
+    shaders: tuple[ShaderFamily, ...]  # every family a plan of this operator may dispatch
+    helpers: tuple[str, ...] = ()  # kdml functional helpers built on it
+    onnx: tuple[OnnxOp, ...] = ()
+    variants: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "variants", frozenset(v for fam in self.shaders for v in fam.variants))
+        if not dataclasses.is_dataclass(self.desc_type):
+            raise TypeError(f"{self.name}: the descriptor {self.desc_type!r} is not a dataclass")
+        annotations = {f.name: str(f.type) for f in dataclasses.fields(self.desc_type)}
+        order = [n for n in annotations if n in self.fields]
+        if order != list(self.fields):
+            raise TypeError(f"{self.name}: {self.desc_type.__name__}'s tensor fields {order} differ from the support "
+                            f"table's {list(self.fields)} (names and binding order)")
+        for t in self.support.levels[0].tensors:
+            ann = annotations[t.field]
+            optional = "None" in ann
+            if "TensorDesc" not in ann or optional != (t.kind == "optional input"):
+                raise TypeError(f"{self.name}: {self.desc_type.__name__}.{t.field} is annotated {ann!r}, the table "
+                                f"says {t.kind!r}")
+
+    @property
+    def name(self) -> str:
+        return self.support.name
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return self.support.inputs
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return self.support.outputs
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return self.support.fields
+
+    @property
+    def introduced(self) -> FeatureLevel:
+        return self.support.introduced
+
+
+def check_plans(spec: OperatorSpec, plans: Sequence[Any]) -> None:
+    """ContractError unless every shader dispatch names a variant of one of the spec's families
+    and carries exactly that family's push-constant words (transfer plans have no shader)."""
+    for plan in plans:
+        push = getattr(plan, "push", None)
+        if push is None:
+            continue
+        fam = _FAMILY_OF.get(plan.variant)
+        if fam is None or plan.variant not in spec.variants:
+            keys = ", ".join(f.key for f in spec.shaders)
+            raise ContractError(f"{spec.name}: planned shader variant {plan.variant!r}, which none of its shader "
+                                f"families ({keys}; kompute_dml/ops/contract.py) names")
+        if len(push) != fam.words:
+            raise ContractError(f"{spec.name}: variant {plan.variant!r} planned with {len(push)} push-constant words, "
+                                f"shaders/{fam.source} declares {fam.words} (kompute_dml/ops/contract.py, {fam.key})")
+
+
+def onnx_placement(specs: Sequence[OperatorSpec]) -> dict[tuple[str, str], tuple[str, str, int]]:
+    """(ONNX op type, domain) -> (operator name, kdml helper, the operator's lowest feature level)."""
+    out: dict[tuple[str, str], tuple[str, str, int]] = {}
+    for spec in specs:
+        for node in spec.onnx:
+            key = (node.op_type, node.domain)
+            if key in out:
+                raise ValueError(f"ONNX {node.op_type} is placed on both {out[key][0]} and {spec.name}")
+            out[key] = (spec.name, node.helper, int(spec.introduced))
+    return out
