@@ -203,7 +203,7 @@ class Recording:
             raise InvalidArgumentError("op: was compiled for another Device (or is not a compiled operator)")
         self.device.engine.check_open()
         bound, key = op.bind(inputs, outputs)
-        if op.is_inplace_noop(bound):
+        if key is None:  # an exact in-place no-op
             return
         self._keys.append(key)
         self._work.append((op.plans, bound))

@@ -83,6 +83,7 @@ class CompiledOperator:
             for name, d in zip(names, descs)
         )
         self._n_in = len(input_fields)
+        self._pairs = tuple((oi, j) for oi in range(self._n_in, len(names)) for j in range(oi))
 
     def __repr__(self) -> str:
         return f"<compiled {self.support.name} ({len(self.plans)} dispatch(es)) on {self.device.name}>"
@@ -98,9 +99,10 @@ class CompiledOperator:
         if len(values) != len(fields):
             raise invalid(what, f"{self.support.name} takes {len(fields)} ({', '.join(fields) or 'none'}), got {len(values)}")
 
-    def bind(self, inputs: Any, outputs: Any) -> tuple[list[Tensor | None], Hashable]:
+    def bind(self, inputs: Any, outputs: Any) -> tuple[list[Tensor | None], Hashable | None]:
         """Check every binding rule; returns the bound tensors (inputs then outputs) and the
-        key naming this execution (operator, buffers, offsets) for the replay cache."""
+        key naming this execution (operator, buffers, offsets) for the replay cache, None
+        where the execution is an exact in-place no-op (`is_inplace_noop`: nothing to run)."""
         if (type(inputs) is not list and type(inputs) is not tuple) or len(inputs) != self._n_in:
             self._check_list(inputs, self.input_fields, "inputs")
         if (type(outputs) is not list and type(outputs) is not tuple) or len(outputs) != len(self.output_fields):
@@ -131,15 +133,14 @@ class CompiledOperator:
             if off < 0 or off % unit or off + size > buf.nbytes:
                 check_binding_range(buf, desc, off, name)  # raises with the rule broken
             key += (buf.serial, off)
-        n_in = self._n_in
-        for oi in range(n_in, len(bound)):
-            out = bound[oi]
-            if out is None:
-                continue
-            for j in range(oi):  # every input, and the outputs before this one
-                other = bound[j]
-                if other is not None and other.buffer is out.buffer:
-                    self._check_alias(self._slots[oi][0], out, self._slots[j][0], other, is_input=j < n_in)
+        shared = False  # an output and an input in one buffer
+        for oi, j in self._pairs:  # each output against every input and the outputs before it
+            out, other = bound[oi], bound[j]
+            if out is not None and other is not None and other.buffer is out.buffer:
+                self._check_alias(self._slots[oi][0], out, self._slots[j][0], other, is_input=j < self._n_in)
+                shared = shared or j < self._n_in
+        if shared and self.allows_inplace and self.is_inplace_noop(bound):
+            return bound, None
         return bound, tuple(key)
 
     @staticmethod
@@ -191,7 +192,7 @@ class CompiledOperator:
     def execute(self, inputs: Any, outputs: Any) -> None:
         """Run the operator on the bound tensors; returns when the device is done."""
         bound, key = self.bind(inputs, outputs)
-        if not self.plans or (self.allows_inplace and self.is_inplace_noop(bound)):
+        if key is None or not self.plans:
             return
         # the key of a one-execution submission: an eager execution and a recording of
         # just this execution replay the same kp sequence

@@ -1,0 +1,146 @@
+"""The runtime engine's one replay path, the exact in-place no-op, buffer release, and the
+integer helpers every argument goes through (kompute_dml/runtime/engine.py, kompute_dml/ints.py)."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import kompute_dml as kdml
+from kompute_dml.ints import as_int, as_int_tuple, cdiv
+
+DT = kdml.DataType
+TD = kdml.TensorDesc
+
+
+def _identity(dev, sizes=(8, 8)):
+    desc = TD(DT.FLOAT32, sizes)
+    return dev.compile(kdml.ActivationIdentityDesc(desc, desc)), desc
+
+
+def test_eager_and_one_execution_recording_share_a_sequence(rng):
+    with kdml.Device() as dev:
+        op, desc = _identity(dev)
+        x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
+        y = dev.empty(desc)
+        base = dev.stats()["recorded_sequences"]
+        op.execute([x], [y])
+        assert dev.stats()["recorded_sequences"] == base + 1
+        y.buffer.write(np.zeros(64, np.float32))
+        with dev.record() as rec:
+            rec.execute(op, [x], [y])
+        assert dev.stats()["recorded_sequences"] == base + 1  # replayed, not recorded again
+        assert np.array_equal(y.numpy(), x.numpy())
+        with dev.record() as rec:  # two executions: a sequence of their own
+            rec.execute(op, [x], [y])
+            rec.execute(op, [y], [x])
+        assert dev.stats()["recorded_sequences"] == base + 2
+
+
+def test_replays_see_new_data_and_mark_outputs(rng):
+    """A replayed submission runs on the buffers' current contents, and the host reads what
+    it wrote (the host copy is refreshed after every submission that writes the buffer)."""
+    with kdml.Device() as dev:
+        op, desc = _identity(dev)
+        x, y = dev.empty(desc), dev.empty(desc)
+        for _ in range(3):
+            data = rng.standard_normal(desc.sizes).astype(np.float32)
+            x.write_numpy(data)
+            op.execute([x], [y])
+            assert np.array_equal(y.numpy(), data)
+        assert dev.stats()["recorded_sequences"] == 1
+
+
+@pytest.mark.parametrize("recorded", [False, True])
+def test_exact_in_place_identity_runs_nothing(rng, recorded):
+    with kdml.Device() as dev:
+        op, desc = _identity(dev)
+        data = rng.standard_normal(desc.sizes).astype(np.float32)
+        x = dev.tensor(data)
+        before = dev.stats()
+        if recorded:
+            with dev.record() as rec:
+                rec.execute(op, [x], [x])
+            assert len(rec) == 0
+        else:
+            op.execute([x], [x])
+        after = dev.stats()
+        assert after["recorded_sequences"] == before["recorded_sequences"]
+        assert after["pipeline_misses"] == before["pipeline_misses"]
+        assert np.array_equal(x.numpy(), data)
+        # not a no-op: the same buffer at another offset is refused, a different layout too
+        y = kdml.Tensor(x.buffer, TD(DT.FLOAT32, (8, 8), (1, 8)), 0)
+        with pytest.raises(kdml.InvalidArgumentError, match="overlaps"):
+            dev.compile(kdml.ActivationIdentityDesc(desc, y.desc)).execute([x], [y])
+
+
+def test_released_buffers_leave_the_caches(rng):
+    with kdml.Device(transfer_commands=False) as dev:
+        op, desc = _identity(dev)
+        x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
+        base = dev.stats()
+        for _ in range(3):
+            y = dev.empty(desc)
+            op.execute([x], [y])
+            del y
+            gc.collect()
+        after = dev.stats()
+        assert after["recorded_sequences"] == base["recorded_sequences"]
+        assert after["pipelines"] == base["pipelines"]
+        assert after["live_buffers"] == base["live_buffers"]
+        assert after["allocated_bytes"] == base["allocated_bytes"]
+
+
+def test_closed_device_refuses_every_path(rng):
+    dev = kdml.Device()
+    op, desc = _identity(dev)
+    x, y = dev.tensor(np.ones(desc.sizes, np.float32)), dev.empty(desc)
+    dev.close()
+    assert dev.closed
+    for action in (lambda: op.execute([x], [y]), lambda: x.numpy(), lambda: dev.buffer(16),
+                   lambda: dev.compile(kdml.ActivationIdentityDesc(desc, desc))):
+        with pytest.raises(kdml.DeviceError, match="closed"):
+            action()
+    with pytest.raises(kdml.DeviceError, match="closed"), dev.record() as rec:
+        rec.execute(op, [x], [y])
+
+
+def test_buffer_offsets_take_numpy_integers_and_refuse_bools(dev):
+    buf = dev.buffer(64)
+    buf.write(b"abcd", np.int64(16))
+    assert buf.read(np.uint8(16), np.int32(4)) == b"abcd"
+    assert len(buf.read(np.int64(48))) == 16
+    with pytest.raises(kdml.InvalidArgumentError, match="^data: must be an integer"):
+        buf.write(b"x", True)
+    with pytest.raises(kdml.InvalidArgumentError, match="^nbytes: must be an integer, got bool"):
+        dev.buffer(True)
+    with pytest.raises(kdml.InvalidArgumentError, match="^offset: must be an integer, got float"):
+        kdml.Tensor(buf, TD(DT.FLOAT32, (4,)), 16.0)
+
+
+def test_as_int():
+    assert as_int(np.int16(-3), "f") == -3 and type(as_int(np.uint64(2**63), "f")) is int
+    for bad in (True, np.bool_(False), 1.0, "1", None, np.array([1, 2])):
+        with pytest.raises(kdml.InvalidArgumentError, match=r"^f\.g: must be an integer, got "):
+            as_int(bad, "f.g")
+    with pytest.raises(kdml.InvalidArgumentError, match="^memory_budget: must be a number of bytes"):
+        kdml.Device(memory_budget=2.0**20)
+
+
+def test_as_int_tuple():
+    assert as_int_tuple(np.array([3, 4]), "sizes") == (3, 4)
+    assert as_int_tuple(range(3), "sizes") == (0, 1, 2)
+    with pytest.raises(kdml.InvalidArgumentError, match=r"^sizes\[1\]: must be an integer"):
+        as_int_tuple((1, 2.5), "sizes")
+    for bad in ("12", b"12", 5, np.array(7)):
+        with pytest.raises(kdml.InvalidArgumentError, match="^sizes: must be a sequence of integers"):
+            as_int_tuple(bad, "sizes")
+
+
+@pytest.mark.parametrize("a", [0, 1, 15, 16, 17, 2**40 + 1])
+@pytest.mark.parametrize("b", [1, 4, 16, 65535])
+def test_cdiv(a, b):
+    q = cdiv(a, b)
+    assert q * b >= a and (q - 1) * b < a
