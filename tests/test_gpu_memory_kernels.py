@@ -81,13 +81,14 @@ def copy_layouts(dt):
         ("batch_pitch", (3, 5, 7, 50), (1000, 170, 52, 1), (2000, 400, 55, 1), "rows_copy"),
         ("transpose", (67, 45 * e), (1, 67), None, "copy_tile"),
         ("transpose_batch", (3, 40, 33 * e), (40 * 33 * e, 1, 40), None, "copy_tile"),
-        ("transpose_2batch", (2, 3, 35, 8 * e), (3 * 35 * 8 * e * 2, 35 * 8 * e, 1, 35), None, "copy_tile"),
+        ("transpose_2batch", (2, 3, 35, 16 * e), (3 * 35 * 16 * e * 2, 35 * 16 * e, 1, 35), None, "copy_tile"),
+        ("narrow_transpose", (2, 300), (1, 2), None, "rows_copy"),  # under half a tile: gathered
         ("transpose_out", (45 * e, 67), None, (1, 45 * e), "copy_tile"),
         ("strided_out", (20, 30), None, (60, 2), "copy_b"),
     ]
 
 
-@pytest.mark.parametrize("case", range(12))
+@pytest.mark.parametrize("case", range(13))
 @pytest.mark.parametrize("dt", ALL_TYPES, ids=lambda d: d.name)
 def test_copy_layouts(dev_gpu, rng, dt, case):
     name, sizes, in_strides, out_strides, prefix = copy_layouts(dt)[case]

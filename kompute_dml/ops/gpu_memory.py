@@ -23,6 +23,7 @@ from ..ints import cdiv
 from ..layout import merge_dims
 from ..runtime import DispatchPlan, grid_for
 from ..tensor_desc import TensorDesc
+from . import contract
 
 LOCAL_SIZE = 256
 # Chunks (16-byte vectors) per invocation: the VECS specialization constant. A module
@@ -30,6 +31,10 @@ LOCAL_SIZE = 256
 VECS = 4
 # Diagonal rows shorter than this stay on diag_*, whose chunks span rows.
 MIN_DIAG_ROW_BYTES = 64
+# copy_tile's tiles are 32 A-positions by 32 output words: below half a tile in either
+# direction most of its invocations would idle, and rows_copy's gather does better.
+MIN_TILE_A = 16
+MIN_TILE_B_BYTES = 64
 # Beyond this a row's chunk arithmetic could wrap 32 bits in mem_rows.comp.
 MAX_ROW_BYTES = 1 << 31
 _NO_Y = 3  # ypos when no outer dimension is y
@@ -57,13 +62,13 @@ def plan_copy_packed_gpu(nbytes: int, max_groups: int) -> list[DispatchPlan]:
     plans = []
     if nvec:
         plans.append(DispatchPlan(
-            variant="copy_vec", bindings=(0, 1), push=(0, 0, nvec),
+            variant=contract.COPY_VEC.name(), bindings=(0, 1), push=(0, 0, nvec),
             groups=_groups(cdiv(nvec, LOCAL_SIZE * VECS), max_groups), writes=(1,),
             offset_slots=((0, 0, 16), (1, 1, 16)), spec=_spec(),
         ))
     if nbytes > nvec * 16:
         plans.append(DispatchPlan(
-            variant="copy_packed_tail", bindings=(0, 1), push=(0, 0, nbytes, nvec),
+            variant=contract.COPY_PACKED_TAIL.name(), bindings=(0, 1), push=(0, 0, nbytes, nvec),
             groups=(1, 1, 1), writes=(1,), offset_slots=((0, 0, 16), (1, 1, 16)),
         ))
     return plans
@@ -128,7 +133,7 @@ def plan_copy_gpu(src: TensorDesc, dst: TensorDesc, max_groups: int) -> list[Dis
             return [tile]
     outer = list(zip(sizes[:-1], s_out[:-1], s_in[:-1]))
     plan = plan_rows(
-        f"rows_copy_b{8 * width}", width, sizes[-1], s_in[-1], outer, _NO_Y, (0, 0, 0, 0, 0), (0, 1), slots, 1,
+        contract.ROWS_COPY.name(bits=8 * width), width, sizes[-1], s_in[-1], outer, _NO_Y, (0, 0, 0, 0, 0), (0, 1), slots, 1,
         max_groups,
     )
     return None if plan is None else [plan]
@@ -138,6 +143,8 @@ def _plan_tile(
     sizes: Sequence[int], s_in: Sequence[int], s_out: Sequence[int], width: int, max_groups: int
 ) -> DispatchPlan | None:
     a = list(s_in[:-1]).index(1)
+    if sizes[a] < MIN_TILE_A or sizes[-1] * width < MIN_TILE_B_BYTES:
+        return None
     rest = [d for d in range(len(sizes) - 1) if d != a]
     bsizes, (bin_, bout) = merge_dims([sizes[d] for d in rest], [s_in[d] for d in rest], [s_out[d] for d in rest])
     if len(bsizes) > 2:
@@ -158,7 +165,7 @@ def _plan_tile(
         mb[1] | ma[1] << 6 | m1[1] << 12, *bsizes, m1[0], *[s & 0xFFFFFFFF for s in bin_], *bout, 0,
     )
     return DispatchPlan(
-        variant=f"copy_tile_b{8 * width}", bindings=(0, 1), push=tuple(int(v) for v in push),
+        variant=contract.COPY_TILE.name(bits=8 * width), bindings=(0, 1), push=tuple(int(v) for v in push),
         groups=_groups(ngroups, max_groups), writes=(1,), offset_slots=((0, 1, width), (1, 0, width)), spec=_spec(),
     )
 
@@ -189,9 +196,9 @@ def plan_diagonal_gpu(
     bindings: tuple[int, ...]
     slots: tuple[tuple[int, int, int], ...]
     if inp is None:
-        variant, bindings, slots = f"rows_diag_b{8 * width}", (out_index,), ((0, out_index, width),)
+        variant, bindings, slots = contract.ROWS_DIAG.name(bits=8 * width), (out_index,), ((0, out_index, width),)
     else:
-        variant, bindings, slots = f"rows_diag_in_b{8 * width}", (0, out_index), ((0, out_index, width), (1, 0, width))
+        variant, bindings, slots = contract.ROWS_DIAG_IN.name(bits=8 * width), (0, out_index), ((0, out_index, width), (1, 0, width))
     plan = plan_rows(
         variant, width, cols, istr[-1], outer, ypos, band, bindings, slots, out_index, max_groups
     )
