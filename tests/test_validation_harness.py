@@ -11,7 +11,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-
 _VUID = ("VUID-vkCmdDispatch-groupCountX-00386", "VUID-vkCmdDispatch-groupCountY-00387",
          "VUID-vkCmdDispatch-groupCountZ-00388")
 

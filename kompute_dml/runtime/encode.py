@@ -4,10 +4,11 @@ with the barriers their hazards need.
 A bound tensor is what ops/base.py binds (a kompute_dml Tensor): `.buffer.memory` is its
 DeviceMemory and `.offset` its byte offset; None is an absent optional tensor.
 
-kp 0.9 records no compute->compute barrier; kompute_dml builds kp with a small patch
-(scripts/kp-0.9.0-kompute-dml.patch) that exposes kp::OpMemoryBarrier, and a sequence gets
-one before every dispatch that touches a buffer an earlier dispatch wrote (RAW, WAW) or
-read (WAR).
+kp 0.9 records no compute->compute barrier, and one transfer->compute barrier per bound
+tensor before every dispatch; kompute_dml builds kp with a patch
+(scripts/kp-0.9.0-kompute-dml.patch) whose OpDispatch records the dispatch alone and whose
+OpGlobalBarrier records one global memory barrier: a sequence gets one at its start and one
+before every dispatch that touches a buffer an earlier dispatch wrote (RAW, WAW) or read (WAR).
 """
 
 from __future__ import annotations
@@ -82,32 +83,34 @@ def encode(plan: Plan, bound: Sequence[Any], pipelines: PipelineCache, dummy: De
     algo = pipelines.get(plan, memories)
     writes = frozenset(bound[i].buffer.memory.serial for i in plan.writes)
     reads = frozenset(m.serial for m in memories) - writes
-    return EncodedDispatch(kp.OpAlgoDispatch(algo, push), [m.tensor for m in memories], reads, writes)
+    # kp.OpDispatch records no barrier of its own (kp's OpAlgoDispatch records one per bound
+    # tensor before every dispatch); record_dispatches orders the sequence with global barriers.
+    return EncodedDispatch(kp.OpDispatch(algo, push.tolist()), [m.tensor for m in memories], reads, writes)
 
 
 def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch]) -> int:
     """Record dispatches into a kp sequence with the barriers their hazards need; returns
-    how many barriers it recorded.
+    how many barriers it recorded between dispatches.
 
-    A barrier covers every buffer touched since the previous barrier (its execution
-    dependency orders all earlier compute and transfer work; its buffer memory barriers
-    make every pending write visible), so the access sets can be reset after it."""
+    Every barrier is one global memory barrier (one vkCmdPipelineBarrier, whatever the
+    buffers): its execution dependency orders all earlier compute and transfer work of the
+    queue, earlier submissions included, and it makes every pending write visible. The
+    sequence starts with one (the uploads and dispatches of earlier submissions), and one
+    goes before every dispatch that reads what an earlier one wrote (RAW) or writes what an
+    earlier one touched (WAW, WAR); the access sets are reset after it."""
+    seq.record(kp.OpGlobalBarrier(_ALL_ACCESS, _ALL_ACCESS, _ALL_STAGES, _ALL_STAGES))
     written: set[int] = set()
     read: set[int] = set()
-    touched: dict[int, Any] = {}
     barriers = 0
     for d in dispatches:
         if d.skip:
             continue
         if (d.reads & written) or (d.writes & (written | read)):
-            seq.record(kp.OpMemoryBarrier(list(touched.values()), _ALL_ACCESS, _ALL_ACCESS, _ALL_STAGES, _ALL_STAGES, True))
+            seq.record(kp.OpGlobalBarrier(_ALL_ACCESS, _ALL_ACCESS, _ALL_STAGES, _ALL_STAGES))
             barriers += 1
             written.clear()
             read.clear()
-            touched.clear()
         seq.record(d.op)
         written |= d.writes
         read |= d.reads
-        for t in d.tensors:
-            touched[id(t)] = t
     return barriers
