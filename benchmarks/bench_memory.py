@@ -265,6 +265,8 @@ def bench_row(dev: kdml.Device, default: Any, row: Row, variants: list[str], tor
         r(2)
         per = max(r(3) / 3, 1e-7)
         counts[k] = int(min(args.max_n, max(3, args.target_ms / 1e3 / per)))
+        r(1)  # the recordings the samples replay (a recording of new length is encoded once)
+        r(counts[k])
     samples: dict[str, list[float]] = {k: [] for k in runners}
     for _ in range(args.rounds):
         for k, r in runners.items():
