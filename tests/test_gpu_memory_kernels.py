@@ -295,3 +295,23 @@ def test_other_vecs_settings(dev_gpu, rng, monkeypatch, vecs, dt):
         assert run_copy(dev_gpu, rng, dt, sizes, in_strides, out_strides)[0].startswith(prefix)
     for out_layout, in_layout in [("pitch", "none"), ("odd_pitch", "pitch"), ("packed", "packed")]:
         run_diagonal1(dev_gpu, rng, dt, out_layout, in_layout)
+
+
+@pytest.mark.parametrize("dt", ALL_TYPES, ids=lambda d: d.name)
+def test_diagonal1_random_layouts(dev_gpu, rng, dt):
+    """Random output and input strides (any dimension order, gaps, broadcast inputs): the gpu
+    kernel where x is contiguous in the output, diag_* elsewhere, the same bytes either way."""
+    for _ in range(4):
+        batch = [int(rng.integers(1, 4)) for _ in range(int(rng.integers(0, 3)))]
+        sizes = (*batch, int(rng.integers(1, 30)), int(rng.integers(64 // dt.size, 64 // dt.size + 60)))
+        out_desc = kdml.TensorDesc(dt, sizes, random_strides(rng, sizes, allow_broadcast=False))
+        in_desc = kdml.TensorDesc(dt, sizes, random_strides(rng, sizes, allow_broadcast=True)) if rng.random() < 0.7 else None
+        x, raw = place(dev_gpu, rng, in_desc) if in_desc is not None else (None, b"")
+        begin, end = BANDS[int(rng.integers(len(BANDS)))]
+        value = some_value(rng, dt)
+        expected = band_reference(sizes, begin, end, value, dt, None if x is None else read_logical(raw, x.offset, in_desc))
+        op = dev_gpu.compile(kdml.DiagonalMatrix1Desc(in_desc, out_desc, dt, value, begin, end))
+        out, _ = place(dev_gpu, rng, out_desc)
+        before = poison_against(out, expected, rng)
+        op.execute([x], [out])
+        assert_output(out, before, expected)
