@@ -185,7 +185,7 @@ def div_magic(d: int) -> tuple[int, int]:
 
 
 def _variant(width: int, has_input: bool) -> str:
-    return f"diag_{'in_' if has_input else ''}b{8 * width}"
+    return (contract.DIAG_IN if has_input else contract.DIAG).name(bits=8 * width)
 
 
 def plan_diagonal(
@@ -342,7 +342,7 @@ def plan_diagonal_transfer(
         bstr = [0, 0, *ostr[:-2]][-2:]
         push = (0, nrows * band, band, rows, cols, b & 0xFFFFFFFF, ostr[-2], bsizes[1], bstr[1], bstr[0], lo, hi)
         plans.append(DispatchPlan(
-            variant=f"diag_band_b{8 * width}", bindings=(out_index,), push=tuple(int(v) for v in push),
+            variant=contract.DIAG_BAND.name(bits=8 * width), bindings=(out_index,), push=tuple(int(v) for v in push),
             groups=grid_for(nrows * band, BAND_LOCAL_SIZE, max_groups), writes=(out_index,),
             offset_slots=((0, out_index, width),),
         ))

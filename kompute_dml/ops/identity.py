@@ -27,9 +27,9 @@ if TYPE_CHECKING:
     from ..device import Device
 
 # data-type family (element width in bytes) -> SPIR-V variant
-COPY_VARIANTS = {1: "copy_b8", 2: "copy_b16", 4: "copy_b32", 8: "copy_b64"}
-PACKED_VARIANT = "copy_packed"
-PACKED_TAIL_VARIANT = "copy_packed_tail"
+COPY_VARIANTS = {w: contract.COPY.name(bits=8 * w) for w in (1, 2, 4, 8)}
+PACKED_VARIANT = contract.COPY_PACKED.name()
+PACKED_TAIL_VARIANT = contract.COPY_PACKED_TAIL.name()
 LOCAL_SIZE = 256
 MAX_RANK = 8
 

@@ -268,7 +268,7 @@ def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -
     wbits = 8 * width
     if family == "gpu":
         tm, tn = GPU_TILE
-        variant = f"mmi_gpu_{wbits}"
+        variant = contract.MMI_GPU.name(bits=wbits)
         groups = _cdiv(n, tn) * _cdiv(m, tm) * t
     else:  # the CPU family ('cpu', or 'cpu-ssbo' without the texel variant)
         if family == "cpu" and texel_eligible(device, width, m, k, n, a_st, b_st):
@@ -289,16 +289,16 @@ def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -
                 bias_mode = "_bn"
             else:
                 bias_mode = ""
-            variant = f"mmi_cpu_t{wbits}{store}{bias_mode}"
+            variant = contract.MMI_TEXEL.name(bits=wbits, store=store, bias=bias_mode)
         elif a_packed and b_packed:
             # uvec2 loads of B need N % 8 == 0 and rows starting on even words
             vec = n % 8 == 0 and all(s % (2 * epw) == 0 for s in (b_st[0], b_st[1], b_st[2]))
             small = m <= CPU_SMALL_M
             br, bc = CPU_SMALL_M_BLOCK if small else CPU_PACKED_BLOCK
-            variant = f"mmi_cpu_p{wbits}{'v' if vec else ''}{'_r1' if small else ''}"
+            variant = contract.MMI_PACKED.name(bits=wbits, vec="v" if vec else "", rows="_r1" if small else "")
         else:
             br, bc = CPU_GENERIC_BLOCK
-            variant = f"mmi_cpu_g{wbits}"
+            variant = contract.MMI_GENERIC.name(bits=wbits)
         groups = _cdiv(_cdiv(n, bc), CPU_LOCAL) * _cdiv(m, br) * t
     # offset slots: push word <- binding offset / element size (bindings: inputs then output)
     sizes = [a.data_type.size, desc.a_scale_tensor.data_type.size,
