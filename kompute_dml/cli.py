@@ -44,14 +44,16 @@ def _cmd_info(args: argparse.Namespace) -> int:
     except DMLError as e:
         console.print(f"[red]device {args.device} unusable:[/red] {e}")
         return 2
-    ops = Table(title="Operators (kompute_dml/ops/<op>.py SPECS)")
-    for col in ("operator", "descriptor", "inputs", "outputs", "helpers", "ONNX", "variants"):
-        ops.add_column(col)
+    console.print("[bold]operators[/bold] (SPECS of kompute_dml/ops/<op>.py):")
     for s in SPECS:
         r = _spec_row(s)
-        ops.add_row(r["operator"], r["descriptor"], ", ".join(r["inputs"]) or "-", ", ".join(r["outputs"]),
-                    ", ".join(r["helpers"]) or "-", ", ".join(r["onnx"]) or "-", str(len(r["variants"])))
-    console.print(ops)
+        line = (f"  {r['operator']} (from {r['introduced']}): kdml.{r['descriptor']}"
+                f"({', '.join(r['inputs'])} -> {', '.join(r['outputs'])}); {len(r['variants'])} shader variants")
+        if r["helpers"]:
+            line += "; helpers " + ", ".join(r["helpers"])
+        if r["onnx"]:
+            line += "; ONNX " + ", ".join(r["onnx"])
+        console.print(line, highlight=False)
     table = Table(title=f"Support at feature level {level.label}")
     for col in ("operator", "tensor", "kind", "dims", "types"):
         table.add_column(col)
