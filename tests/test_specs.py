@@ -11,8 +11,8 @@ import contextlib
 import dataclasses
 import io
 import json
-import types
 
+import numpy as np
 import pytest
 
 import kompute_dml as kdml
@@ -21,6 +21,7 @@ from kompute_dml.ops import BY_NAME, COMPILERS, ONNX_PLACEMENT, SPECS
 from kompute_dml.ops.contract import by_variant
 from kompute_dml.ops.spec import ContractError, OnnxOp, OperatorSpec, check_plans
 from kompute_dml.registry import OperatorSupport
+from kompute_dml.runtime import DispatchPlan, TransferPlan
 
 DT = kdml.DataType
 FL = kdml.FeatureLevel
@@ -95,7 +96,7 @@ def test_compiled_operator_follows_its_spec(level_devices, spec):
         op = level_devices(level).compile(EXAMPLES[spec.name]())
         assert (op.input_fields, op.output_fields) == (spec.inputs, spec.outputs)
         for plan in op.plans:
-            if hasattr(plan, "push"):
+            if isinstance(plan, DispatchPlan):
                 assert plan.variant in spec.variants
                 assert len(plan.push) == families[plan.variant].words
 
@@ -161,16 +162,19 @@ def test_binding_counts(dev, spec):
         op.execute([None] * n_in, [None] * (n_out + 1))
 
 
+def _plan(variant: str, words: int) -> DispatchPlan:
+    return DispatchPlan(variant=variant, bindings=(0, 1), push=(0,) * words, groups=(1, 1, 1), writes=(1,))
+
+
 def test_check_plans_refuses_drift():
     spec = BY_NAME["COPY"]
-    ok = types.SimpleNamespace(variant="copy_vec", push=(0, 0, 1))
-    check_plans(spec, [ok, types.SimpleNamespace(variant="transfer:copy")])
+    check_plans(spec, [_plan("copy_vec", 3), TransferPlan("copy", (0, 1), np.zeros((1, 3), np.int64), (1,))])
     with pytest.raises(ContractError, match="^COPY: planned shader variant 'copy_b128'"):
-        check_plans(spec, [types.SimpleNamespace(variant="copy_b128", push=(0,) * 28)])
+        check_plans(spec, [_plan("copy_b128", 28)])
     with pytest.raises(ContractError, match="^COPY: planned shader variant 'diag_b32'"):
-        check_plans(spec, [types.SimpleNamespace(variant="diag_b32", push=(0,) * 30)])  # another operator's
+        check_plans(spec, [_plan("diag_b32", 30)])  # another operator's
     with pytest.raises(ContractError, match=r"^COPY: variant 'copy_vec' planned with 4 push-constant words, .* 3"):
-        check_plans(spec, [types.SimpleNamespace(variant="copy_vec", push=(0, 0, 1, 0))])
+        check_plans(spec, [_plan("copy_vec", 4)])
 
 
 def test_spec_refuses_a_descriptor_that_disagrees_with_its_table():

@@ -18,6 +18,7 @@ from typing import Any
 from ..dtypes import FeatureLevel
 from ..errors import DeviceError
 from ..registry import OperatorSupport
+from ..runtime import DispatchPlan
 from .contract import ShaderFamily, by_variant
 
 _FAMILY_OF = by_variant()
@@ -88,9 +89,9 @@ def check_plans(spec: OperatorSpec, plans: Sequence[Any]) -> None:
     """ContractError unless every shader dispatch names a variant of one of the spec's families
     and carries exactly that family's push-constant words (transfer plans have no shader)."""
     for plan in plans:
-        push = getattr(plan, "push", None)
-        if push is None:
+        if not isinstance(plan, DispatchPlan):
             continue
+        push = plan.push
         fam = _FAMILY_OF.get(plan.variant)
         if fam is None or plan.variant not in spec.variants:
             keys = ", ".join(f.key for f in spec.shaders)
