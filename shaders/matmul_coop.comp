@@ -37,32 +37,48 @@
 // @variant mmc8_gn  TARGET=vulkan1.2 AL=0 BL=3
 // @variant mmc8_gc  TARGET=vulkan1.2 AL=0 BL=1
 // @variant mmc8_gg  TARGET=vulkan1.2 AL=0 BL=0
-// Emulated variants (EMULATE=1): the same kernel with each cooperative-matrix operation done by
-// plain subgroup code (a fixed element-to-invocation mapping, bytes read from the same shared
-// tiles with the same offsets, strides and layouts). They need no device feature, so the tests
-// run the whole kernel around the tensor-core instructions (staging, transposes, sums, tile
-// walk, epilogue) on lavapipe; KDML_MATMUL_KERNEL=coopmat-emulated selects them.
-// @variant mmc8x_rr  EMULATE=1 AL=1 BL=2
-// @variant mmc8x_rn  EMULATE=1 AL=1 BL=3
-// @variant mmc8x_rc  EMULATE=1 AL=1 BL=1
-// @variant mmc8x_rg  EMULATE=1 AL=1 BL=0
-// @variant mmc8x_cr  EMULATE=1 AL=2 BL=2
-// @variant mmc8x_cn  EMULATE=1 AL=2 BL=3
-// @variant mmc8x_cc  EMULATE=1 AL=2 BL=1
-// @variant mmc8x_cg  EMULATE=1 AL=2 BL=0
-// @variant mmc8x_gr  EMULATE=1 AL=0 BL=2
-// @variant mmc8x_gn  EMULATE=1 AL=0 BL=3
-// @variant mmc8x_gc  EMULATE=1 AL=0 BL=1
-// @variant mmc8x_gg  EMULATE=1 AL=0 BL=0
+// Without tensor cores (MMA=1, 2; shaders/matmul_coop_mma.glsl): the same kernel with each
+// cooperative-matrix operation done by subgroup code on the same shared tiles, with the same
+// offsets, strides and layouts: `mmc8d_*` (family `dot`) keep register blocks of A rows and B
+// columns as words of 4 k and sum them with OpSDot (the integer_dot_product capability);
+// `mmc8x_*` (family `coopmat-emulated`) sum byte products one at a time and need no device
+// feature, so the tests run the whole kernel around the tensor-core instructions on any device.
+// @variant mmc8x_rr  MMA=1 AL=1 BL=2
+// @variant mmc8x_rn  MMA=1 AL=1 BL=3
+// @variant mmc8x_rc  MMA=1 AL=1 BL=1
+// @variant mmc8x_rg  MMA=1 AL=1 BL=0
+// @variant mmc8x_cr  MMA=1 AL=2 BL=2
+// @variant mmc8x_cn  MMA=1 AL=2 BL=3
+// @variant mmc8x_cc  MMA=1 AL=2 BL=1
+// @variant mmc8x_cg  MMA=1 AL=2 BL=0
+// @variant mmc8x_gr  MMA=1 AL=0 BL=2
+// @variant mmc8x_gn  MMA=1 AL=0 BL=3
+// @variant mmc8x_gc  MMA=1 AL=0 BL=1
+// @variant mmc8x_gg  MMA=1 AL=0 BL=0
+// @variant mmc8d_rr  MMA=2 AL=1 BL=2
+// @variant mmc8d_rn  MMA=2 AL=1 BL=3
+// @variant mmc8d_rc  MMA=2 AL=1 BL=1
+// @variant mmc8d_rg  MMA=2 AL=1 BL=0
+// @variant mmc8d_cr  MMA=2 AL=2 BL=2
+// @variant mmc8d_cn  MMA=2 AL=2 BL=3
+// @variant mmc8d_cc  MMA=2 AL=2 BL=1
+// @variant mmc8d_cg  MMA=2 AL=2 BL=0
+// @variant mmc8d_gr  MMA=2 AL=0 BL=2
+// @variant mmc8d_gn  MMA=2 AL=0 BL=3
+// @variant mmc8d_gc  MMA=2 AL=0 BL=1
+// @variant mmc8d_gg  MMA=2 AL=0 BL=0
 
-#ifndef EMULATE
-#define EMULATE 0
+#ifndef MMA
+#define MMA 0                                      // 0 cooperative matrices, 1 emulated, 2 OpSDot
 #endif
-#if !EMULATE
+#if MMA == 0
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int8 : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int32 : require
+#endif
+#if MMA == 2
+#extension GL_EXT_spirv_intrinsics : require
 #endif
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_control_flow_attributes : require
@@ -206,68 +222,8 @@ uint matrix_count() {
 #define LD_FLUSH flush_b
 #include "matmul_coop_load.glsl"
 
-// ---- the cooperative-matrix operations (or their emulation) ------------------------------------
-#if EMULATE
-#define LAYOUT_ROW 0
-#define LAYOUT_COL 1
-#define EMU_SLOTS 32                              // 256 elements / the smallest subgroup (8 lanes)
-struct EmuFrag { uint base; uint stride; int order; };
-struct EmuAcc { int v[EMU_SLOTS]; };              // element lane + t * subgroup size in v[t]
-#define ACC_TYPE EmuAcc
-#define A_FRAG EmuFrag
-#define B_FRAG EmuFrag
-#define LOAD_FRAG(f, element, stride, order) f = EmuFrag(element, stride, order)
-#define MULADD(a, b, c) emu_muladd(a, b, c)
-#define STORE_ACC(c, element, stride) emu_store(c, element, stride)
-
-EmuAcc emu_zero() {
-    EmuAcc c;
-    for (uint t = 0u; t < EMU_SLOTS; ++t) c.v[t] = 0;
-    return c;
-}
-#define ACC_ZERO emu_zero()
-
-int emu_byte(uint addr) {   // the signed byte at byte address addr of smem
-    uint w = smem[addr >> 4u][(addr >> 2u) & 3u];
-    return int(w << (24u - 8u * (addr & 3u))) >> 24;
-}
-
-// c + a (16 x 32, row-major) * b (32 x 16), both read from smem as coopMatLoad would. The k loop
-// is unrolled: lavapipe (gallivm) ends every loop of a shader once all of them together have run
-// 65535 iterations per invocation (LP_MAX_TGSI_LOOP_ITERATIONS, one counter per function, silently),
-// which a K loop of emulated products would otherwise reach at K of a few thousand.
-EmuAcc emu_muladd(EmuFrag a, EmuFrag b, EmuAcc c) {
-    for (uint t = 0u; t < 256u / gl_SubgroupSize; ++t) {
-        uint e = gl_SubgroupInvocationID + t * gl_SubgroupSize;
-        uint r = e >> 4u, col = e & 15u;
-        int s = 0;
-        [[unroll]] for (uint k = 0u; k < 32u; ++k) {
-            uint bb = (b.order == LAYOUT_COL) ? (b.base + col * b.stride) * 16u + k : (b.base + k * b.stride) * 16u + col;
-            s += emu_byte((a.base + r * a.stride) * 16u + k) * emu_byte(bb);
-        }
-        c.v[t] += s;
-    }
-    return c;
-}
-
-void emu_store(EmuAcc c, uint base, uint stride) {   // row-major int32 rows, stride in uvec4
-    for (uint t = 0u; t < 256u / gl_SubgroupSize; ++t) {
-        uint e = gl_SubgroupInvocationID + t * gl_SubgroupSize;
-        uint r = e >> 4u, col = e & 15u;
-        smem[base + r * stride + (col >> 2u)][col & 3u] = uint(c.v[t]);
-    }
-}
-#else
-#define LAYOUT_ROW gl_CooperativeMatrixLayoutRowMajor
-#define LAYOUT_COL gl_CooperativeMatrixLayoutColumnMajor
-#define ACC_TYPE coopmat<int32_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
-#define A_FRAG coopmat<int8_t, gl_ScopeSubgroup, 16, 32, gl_MatrixUseA>
-#define B_FRAG coopmat<int8_t, gl_ScopeSubgroup, 32, 16, gl_MatrixUseB>
-#define ACC_ZERO ACC_TYPE(0)
-#define LOAD_FRAG(f, element, stride, order) coopMatLoad(f, smem, element, stride, order)
-#define MULADD(a, b, c) coopMatMulAdd(a, b, c)
-#define STORE_ACC(c, element, stride) coopMatStore(c, smem, element, stride, gl_CooperativeMatrixLayoutRowMajor)
-#endif
+// ---- the cooperative-matrix operations, or their replacements (shaders/matmul_coop_mma.glsl) -----
+#include "matmul_coop_mma.glsl"
 
 // ---- epilogue helpers -------------------------------------------------------------------------
 int s8(uint byte) { return int(byte << 24u) >> 24; }
@@ -345,13 +301,13 @@ void main() {
         [[unroll]] for (uint kk = 0u; kk < BK / 32u; ++kk) {
             A_FRAG fa[FM];
             [[unroll]] for (uint i = 0u; i < FM; ++i)
-                LOAD_FRAG(fa[i], a_tile + (wm0 + 16u * i) * KS + 2u * kk, KS, LAYOUT_ROW);
+                LOAD_A(fa[i], a_tile + (wm0 + 16u * i) * KS + 2u * kk, KS);
             [[unroll]] for (uint j = 0u; j < FN; ++j) {
                 B_FRAG fb;
 #if BL == 3
-                LOAD_FRAG(fb, b_tile + 32u * kk * BS + (wn0 + 16u * j) / 16u, BS, LAYOUT_ROW);
+                LOAD_B(fb, b_tile + 32u * kk * BS + (wn0 + 16u * j) / 16u, BS, LAYOUT_ROW);
 #else
-                LOAD_FRAG(fb, b_tile + (wn0 + 16u * j) * KS + 2u * kk, KS, LAYOUT_COL);
+                LOAD_B(fb, b_tile + (wn0 + 16u * j) * KS + 2u * kk, KS, LAYOUT_COL);
 #endif
                 [[unroll]] for (uint i = 0u; i < FM; ++i) acc[i * FN + j] = MULADD(fa[i], fb, acc[i * FN + j]);
             }

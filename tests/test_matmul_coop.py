@@ -1,10 +1,11 @@
 """The cooperative-matrix family (shaders/matmul_coop.comp, kompute_dml/ops/matmul_coop.py)
 against exact int64 references.
 
-Two runs of one kernel: 'coopmat' (tensor cores; only where dev.capabilities has
-cooperative_matrix, skipped elsewhere) and 'coopmat-emulated' (the same kernel with each
-cooperative-matrix operation done by plain subgroup code; any device, so CI runs every
-staging mode, transpose, sum, tile walk and epilogue path on lavapipe). Expected values:
+Three runs of one kernel: 'coopmat' (tensor cores; only where dev.capabilities has
+cooperative_matrix, skipped elsewhere), 'dot' (each cooperative-matrix operation done by
+subgroup code summing OpSDot; where the device has integer_dot_product) and
+'coopmat-emulated' (the same with plain integer code; any device, so CI runs every staging
+mode, transpose, sum, tile walk and epilogue path on lavapipe). Expected values:
 S = sum_k (A - AZP)(B - BZP) in int64, then float32(S) * (AScale * BScale) + Bias in float32
 numpy, which is what the kernel computes (uncontracted); FLOAT32 outputs must match bitwise,
 FLOAT16 within one FLOAT16 step of that float32 rounded (packHalf2x16's rounding mode is the
@@ -19,26 +20,26 @@ from helpers import assert_outside_unchanged, place, poison_against, random_stri
 from test_matmul_integer import quant_sizes
 
 import kompute_dml as kdml
-from kompute_dml.ops.matmul_coop import CAPABILITY, DECODE, KMAX, MEDIUM, NARROW, TileConfig, compile_coop
+from kompute_dml.ops.matmul_coop import CAPABILITY, DECODE, FAMILIES, KMAX, MEDIUM, NARROW, TileConfig, compile_coop
 from kompute_dml.ops.matmul_integer import KERNEL_ENV
 from kompute_dml.shaders import check_capabilities, required_capabilities, variant_names
 
 DT = kdml.DataType
 PAIRS = [(DT.INT8, DT.INT8), (DT.UINT8, DT.UINT8), (DT.UINT8, DT.INT8), (DT.INT8, DT.UINT8)]
 PAIR_IDS = [f"{a.name}x{b.name}" for a, b in PAIRS]
-NO_COOP = f"device has no {CAPABILITY} capability (VK_KHR_cooperative_matrix): the tensor-core run is skipped"
 
 
-@pytest.fixture(params=["coopmat", "coopmat-emulated"])
+@pytest.fixture(params=list(FAMILIES))
 def family(request, dev, monkeypatch):
-    if request.param == "coopmat" and CAPABILITY not in dev.capabilities:
-        pytest.skip(NO_COOP)
+    cap = FAMILIES[request.param][1]
+    if cap is not None and cap not in dev.capabilities:
+        pytest.skip(f"device has no {cap} capability: the {request.param!r} run is skipped")
     monkeypatch.setenv(KERNEL_ENV, request.param)
     return request.param
 
 
 def variant(family: str, modes: str) -> str:
-    return f"mmc8{'x' if family == 'coopmat-emulated' else ''}_{modes}"
+    return f"mmc8{FAMILIES[family][0]}_{modes}"
 
 
 # ---- layouts ------------------------------------------------------------------------------
@@ -151,7 +152,7 @@ def run_case(dev, rng, *, pair, out_dt=DT.FLOAT32, M, K, N, batch=(), a_layout=N
     inputs_before = [t.buffer.read() if t is not None else None for t in tensors]
     desc = kdml.MatrixMultiplyIntegerToFloatDesc(a_desc, as_desc, az_desc, b_desc, bs_desc, bz_desc, bias_desc, o_desc)
     if config is not None:
-        op = compile_coop(dev, desc, emulate=family == "coopmat-emulated", config=config)
+        op = compile_coop(dev, desc, family=family, config=config)
     else:
         op = dev.compile(desc)
     op.execute(tensors, [out])
@@ -310,4 +311,4 @@ def test_impossible_config_refused(dev):
         kdml.TensorDesc(DT.INT8, (4, 8)), kdml.TensorDesc(DT.FLOAT32, (1, 1)), None, kdml.TensorDesc(DT.INT8, (8, 3)),
         kdml.TensorDesc(DT.FLOAT32, (1, 1)), None, None, kdml.TensorDesc(DT.FLOAT32, (4, 3)))
     with pytest.raises(kdml.UnsupportedError, match="^kernel: tile configuration"):
-        compile_coop(dev, desc, emulate=True, config=TileConfig(64, 64, 48, 32, 32))
+        compile_coop(dev, desc, family="coopmat-emulated", config=TileConfig(64, 64, 48, 32, 32))

@@ -132,7 +132,7 @@ MMI_PACKED = family("mmi_packed", "matmul_int.comp", "mmi_cpu_p{bits}{vec}{rows}
 MMI_GENERIC = family("mmi_generic", "matmul_int.comp", "mmi_cpu_g{bits}", MATMUL_PUSH, (8, 1, 1), bits=(8, 16, 32))
 MMI_GPU = family("mmi_gpu", "matmul_int.comp", "mmi_gpu_{bits}", MATMUL_PUSH, (16, 16, 1), bits=(8, 16, 32))
 MMC = family("mmc", "matmul_coop.comp", "mmc8{emulated}_{a}{b}", MATMUL_PUSH, None,
-             emulated=("", "x"), a=("r", "c", "g"), b=("r", "n", "c", "g"))
+             emulated=("", "x", "d"), a=("r", "c", "g"), b=("r", "n", "c", "g"))
 
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,

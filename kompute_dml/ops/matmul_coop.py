@@ -13,8 +13,10 @@ contiguous), `g` (any strides); B `r` (n contiguous, transposed into shared memo
 contiguous, kept row-major), `c` (k contiguous), `g`. The vector modes need every other stride
 a multiple of 16 bytes. Tile sizes are specialization constants chosen per shape by
 `candidate_configs` (`TileConfig`s; benchmarks/bench_coop.py --sweep times alternatives).
-`coopmat-emulated` runs the same kernel with the tensor-core operations emulated by plain
-subgroup code (no device feature): how the tests exercise it on devices without the capability.
+Without tensor cores the same kernel runs with each cooperative-matrix operation done by plain
+subgroup code on the same shared tiles: family `dot` sums 4 byte products per OpSDot (the
+`integer_dot_product` capability; GPUs without cooperative matrices), `coopmat-emulated` with
+shifts and multiplies (no device feature: how the tests run the whole kernel on any device).
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ if TYPE_CHECKING:
 CAPABILITY = "cooperative_matrix"
 KMAX = (2**31 - 1) // (255 * 255)  # 33025: |sum_k (a' - za')(b' - zb')| < 2^31 up to here
 VEC = 16  # bytes per vector load: strides of the vector modes are multiples of it
-EMULATED_SLOTS = 32  # shader EMU_SLOTS: accumulator elements per invocation (256 / smallest subgroup)
+# family -> (variant infix, the capability it needs): tensor cores, OpSDot, plain integer code
+FAMILIES = {"coopmat": ("", CAPABILITY), "dot": ("d", "integer_dot_product"), "coopmat-emulated": ("x", None)}
+BLOCK_SUBGROUPS = (8, 16, 32, 64, 128)  # subgroup sizes whose invocations tile a 16 x 16 block (MMA != 0)
 
 _F_A_SIGNED = 1 << 26
 _F_B_SIGNED = 1 << 27
@@ -178,21 +182,22 @@ def has_shape(device: Device) -> bool:
     return not shapes or any(tuple(s[:7]) == S8_SHAPE and s[8] == SCOPE_SUBGROUP for s in shapes)
 
 
-def require_capability(device: Device, emulate: bool) -> None:
-    if not emulate and CAPABILITY not in device.capabilities:
+def require_capability(device: Device, family: str) -> None:
+    cap = FAMILIES[family][1]
+    if cap is not None and cap not in device.capabilities:
         enabled = ", ".join(sorted(device.capabilities)) or "none"
-        raise UnsupportedError(f"kernel: 'coopmat' needs the device capability '{CAPABILITY}' (VK_KHR_cooperative_matrix), "
+        raise UnsupportedError(f"kernel: '{family}' needs the device capability '{cap}', "
                                f"which {device.name} did not enable (enabled: {enabled})")
 
 
-def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, emulate: bool = False,
+def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family: str = "coopmat",
               config: TileConfig | None = None) -> DispatchPlan | None:
     """The coopmat dispatch for a validated descriptor, or None where the family does not apply
     (inputs wider than 8 bits, K > KMAX, a device without the s8 shape). Raises UnsupportedError
     where the device lacks the capability (or a forced `config` cannot run)."""
-    require_capability(device, emulate)
+    require_capability(device, family)
     a, b, out = desc.a_tensor, desc.b_tensor, desc.output_tensor
-    if a.data_type.size != 1 or not (emulate or has_shape(device)):
+    if a.data_type.size != 1 or (family == "coopmat" and not has_shape(device)):
         return None
     a_sz, a_st = _pad4(a)
     b_sz, b_st = _pad4(b)
@@ -208,8 +213,8 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, emulate
         am, bmode = operand_modes(a_sz, a_st, b_sz, b_st, cfg.b_rows)
         a_mode, b_mode = _A_MODES[am], _B_MODES[bmode]
         problems = cfg.problems(sg, a_mode, b_mode, device.limits)
-        if emulate and sg < 256 // EMULATED_SLOTS:
-            problems.append(f"the emulation needs subgroups of at least {256 // EMULATED_SLOTS} invocations")
+        if family != "coopmat" and sg not in BLOCK_SUBGROUPS:
+            problems.append(f"family {family!r} needs a subgroup size in {BLOCK_SUBGROUPS}, got {sg}")
         if not problems:
             break
     if problems:
@@ -241,7 +246,7 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, emulate
     for i, wi in enumerate((8, 9, 10, 12, 13, 14, 15)):  # T in the top nibbles, as matmul_int.comp
         words[wi] |= ((t >> (4 * i)) & 0xF) << 28
 
-    variant = f"mmc8{'x' if emulate else ''}_{am}{bmode}"
+    variant = f"mmc8{FAMILIES[family][0]}_{am}{bmode}"
     check_capabilities(variant, device.capabilities)
     groups = -(-m // cfg.bm) * -(-n // cfg.bn) * t
     sizes = [a.data_type.size, desc.a_scale_tensor.data_type.size, a.data_type.size, b.data_type.size,
@@ -257,13 +262,13 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, emulate
     )
 
 
-def compile_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, emulate: bool = False,
+def compile_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family: str = "coopmat",
                  config: TileConfig | None = None) -> CompiledOperator:
     """The operator on the coopmat family with an explicit tile configuration (tests and
     benchmarks/bench_coop.py --sweep); UnsupportedError where the family does not apply."""
     validate_tensors(MATRIX_MULTIPLY_INTEGER_TO_FLOAT, device.feature_level, desc, FIELDS, OUTPUT_FIELDS)
     _check(desc)
-    plan = plan_coop(device, desc, emulate=emulate, config=config)
+    plan = plan_coop(device, desc, family=family, config=config)
     if plan is None:
         raise UnsupportedError(f"kernel: the coopmat family takes 8-bit A and B with K <= {KMAX} on a device "
                                f"listing the s8 16x16x32 shape")

@@ -110,13 +110,14 @@ def _quant_stride(desc: TensorDesc | None, field: str, count: int, per: str) -> 
     return strides[axis]
 
 
-KERNELS = ("cpu", "cpu-ssbo", "gpu", "coopmat", "coopmat-emulated")
+KERNELS = ("cpu", "cpu-ssbo", "gpu", "coopmat", "dot", "coopmat-emulated")
 
 
 def kernel_family(device: Device, kernel: str | None = None) -> str:
     """'cpu', 'cpu-ssbo' (the CPU family without the texel variant), 'gpu', 'coopmat' (tensor
-    cores, ops/matmul_coop.py) or 'coopmat-emulated' (its kernel without tensor cores, for
-    tests): the explicit choice, else KDML_MATMUL_KERNEL, else the device policy's."""
+    cores, ops/matmul_coop.py), 'dot' (its kernel on integer dot products) or 'coopmat-emulated'
+    (on plain integer code, for tests): the explicit choice, else KDML_MATMUL_KERNEL, else the
+    device policy's."""
     choice = kernel if kernel is not None else os.environ.get(KERNEL_ENV, "auto")
     choice = (choice or "auto").strip().lower()
     if choice == "auto":
@@ -190,10 +191,10 @@ def compile_matmul_integer(
     _check(desc)
     family = kernel_family(device, kernel)
     plan = None
-    if family.startswith("coopmat"):  # 8-bit inputs, K within int32 exactness; else the GPU family
+    if family in ("coopmat", "dot", "coopmat-emulated"):  # 8-bit, K within int32 exactness; else GPU family
         from .matmul_coop import plan_coop  # late: matmul_coop imports this module
 
-        plan = plan_coop(device, desc, emulate=family == "coopmat-emulated")
+        plan = plan_coop(device, desc, family=family)
         family = "gpu"
     if plan is None:
         plan = _plan(desc, family, device)
