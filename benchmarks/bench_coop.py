@@ -11,7 +11,9 @@ Run on a GPU whose kompute_dml Device has the `cooperative_matrix` capability (t
      gemm  s8 x s8, unit scales, no zero point or bias (ours still runs its epilogue and
            writes FLOAT32) vs torch._int_mm (int32 out) with B column-major (cuBLASLt's fast
            layout; M padded to 32 when M <= 16, which _int_mm needs). Ours with B row-major
-           (`_rr`, staged transposed) and column-major (`_rc`).
+           (`_rr`, staged transposed) and column-major (`_rc`); also (unless --no-compare) the
+           same B row-major gemm through the `dot` family (OpSDot, no tensor cores; where the
+           device has integer_dot_product) and the portable `gpu` family (float FMAs).
      quant u8 A with a zero point, s8 B, per-column B scale, (N,) bias, FLOAT32 out (the
            quantized-transformer case) vs torch: A ^ 0x80 -> int8, _int_mm, then
            acc * s + (K*za'*zb - za'*colsum(B)) * s + bias - rowsum(A')*zb*s (colsum of the
@@ -20,7 +22,8 @@ Run on a GPU whose kompute_dml Device has the `cooperative_matrix` capability (t
 3. --sweep: the same shapes through alternative tile configurations (specialization
    constants BM BN BK WM WN GROUP_M and the row-major-B staging), each checked on sampled
    rows before it is timed, to pick the defaults of kompute_dml/ops/matmul_coop.py.
---emulate runs the emulated kernels instead (any device; slow; for a dry run of the script).
+--family dot|coopmat-emulated times that family in place of `coopmat` (coopmat-emulated runs on
+any device: a slow dry run of the script).
 Budget: under 5 minutes on the H100 (about 2 without --sweep).
 """
 
@@ -36,7 +39,8 @@ from typing import Any
 import numpy as np
 
 import kompute_dml as kdml
-from kompute_dml.ops.matmul_coop import CAPABILITY, LARGE, MEDIUM, NARROW, TileConfig, compile_coop
+from kompute_dml.ops.matmul_coop import FAMILIES, LARGE, MEDIUM, NARROW, TileConfig, compile_coop
+from kompute_dml.ops.matmul_integer import compile_matmul_integer
 
 D = kdml.DataType
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (512, 384, 1536), (128, 384, 1536), (1, 4096, 4096), (16, 4096, 4096)]
@@ -62,7 +66,7 @@ class Ours:
     """One MATRIX_MULTIPLY_INTEGER_TO_FLOAT case on the device, its inputs bound."""
 
     def __init__(self, dev: kdml.Device, a: np.ndarray, b: np.ndarray, *, b_colmajor: bool, quant: bool,
-                 out_dt: kdml.DataType = D.FLOAT32, emulate: bool = False, config: TileConfig | None = None,
+                 out_dt: kdml.DataType = D.FLOAT32, family: str = "coopmat", config: TileConfig | None = None,
                  rng: np.random.Generator | None = None, uploads: dict[Any, Any] | None = None) -> None:
         rng = rng or np.random.default_rng(0)
         m, k = a.shape
@@ -81,7 +85,10 @@ class Ours:
         desc = kdml.MatrixMultiplyIntegerToFloatDesc(
             a_desc, f(out_dt, (1, 1)), f(a_desc.data_type, (1, 1)) if quant else None, b_desc,
             f(out_dt, self.b_scale.shape), None, f(out_dt, (m, n), (0, 1)) if quant else None, f(out_dt, (m, n)))
-        self.op = compile_coop(dev, desc, emulate=emulate, config=config) if (config or emulate) else dev.compile(desc)
+        if config is not None:
+            self.op = compile_coop(dev, desc, family=family, config=config)
+        else:
+            self.op = compile_matmul_integer(dev, desc, kernel=family)
         self.b_buf = b_buf  # (kept alive: `uploads` is keyed by identity)
         bias_t = kdml.Tensor(dev.tensor(self.bias).buffer, desc.bias_tensor) if quant else None
         self.ins = [t(a), dev.tensor(self.a_scale.astype(out_dt.numpy_dtype)), dev.tensor(self.azp) if quant else None,
@@ -100,6 +107,8 @@ class Ours:
         got = self.out.numpy()
         rows = np.arange(got.shape[0]) if rows is None else rows
         exp = self.expected_rows(rows)
+        if not self.op.variants[0].startswith("mmc8"):  # the portable families sum in float: not bitwise
+            return bool(np.allclose(got[rows], exp, rtol=1e-6, atol=1e-6))
         return bool(np.array_equal(got[rows].view(np.uint32 if got.dtype == np.float32 else np.uint16),
                                    exp.view(np.uint32 if exp.dtype == np.float32 else np.uint16)))
 
@@ -200,7 +209,7 @@ def random_inputs(rng: np.random.Generator, m: int, k: int, n: int, a_dtype: Any
 
 
 # ---- the three parts -------------------------------------------------------------------------
-def correctness(dev: kdml.Device, emulate: bool, rng: np.random.Generator) -> bool:
+def correctness(dev: kdml.Device, family: str, rng: np.random.Generator) -> bool:
     ok = True
     print("correctness (whole outputs, bitwise against numpy int64 -> float32):")
     for (m, k, n), a_dt, b_col, quant, out_dt in [
@@ -209,7 +218,7 @@ def correctness(dev: kdml.Device, emulate: bool, rng: np.random.Generator) -> bo
         ((200, 1000, 300), np.uint8, False, True, D.FLOAT32), ((48, 4096, 64), np.int8, False, False, D.FLOAT32),
     ]:
         a, b = random_inputs(rng, m, k, n, a_dt)
-        case = Ours(dev, a, b, b_colmajor=b_col, quant=quant, out_dt=out_dt, emulate=emulate, rng=rng)
+        case = Ours(dev, a, b, b_colmajor=b_col, quant=quant, out_dt=out_dt, family=family, rng=rng)
         good = case.check()
         ok &= good
         print(f"  {m}x{k}x{n} {'u8' if a_dt == np.uint8 else 's8'}xs8 B {'col' if b_col else 'row'}-major "
@@ -217,7 +226,7 @@ def correctness(dev: kdml.Device, emulate: bool, rng: np.random.Generator) -> bo
     return ok
 
 
-def timing(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, emulate: bool,
+def timing(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, family: str, compare: bool,
            rng: np.random.Generator) -> list[dict[str, Any]]:
     rows = []
     print(f"\ntiming (median of {rounds} rounds; TOPS = 2MNK/s; ratio = torch s / ours s):")
@@ -226,9 +235,13 @@ def timing(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, em
         sample = np.unique(np.linspace(0, m - 1, SAMPLE_ROWS).astype(int))
         a8, b = random_inputs(rng, m, k, n, np.int8)
         au, _ = random_inputs(rng, m, k, n, np.uint8)
-        cases = {"ours_gemm_Brow": Ours(dev, a8, b, b_colmajor=False, quant=False, emulate=emulate, rng=rng),
-                 "ours_gemm_Bcol": Ours(dev, a8, b, b_colmajor=True, quant=False, emulate=emulate, rng=rng),
-                 "ours_quant_Brow": Ours(dev, au, b, b_colmajor=False, quant=True, emulate=emulate, rng=rng)}
+        cases = {"ours_gemm_Brow": Ours(dev, a8, b, b_colmajor=False, quant=False, family=family, rng=rng),
+                 "ours_gemm_Bcol": Ours(dev, a8, b, b_colmajor=True, quant=False, family=family, rng=rng),
+                 "ours_quant_Brow": Ours(dev, au, b, b_colmajor=False, quant=True, family=family, rng=rng)}
+        if compare:
+            for other in ("dot", "gpu"):
+                if other != family and (other == "gpu" or FAMILIES[other][1] in dev.capabilities):
+                    cases[f"{other}_gemm_Brow"] = Ours(dev, a8, b, b_colmajor=False, quant=False, family=other, rng=rng)
         checks = {name: c.check(sample) for name, c in cases.items()}
         makes = {name: c.run for name, c in cases.items()}
         makes.update((torch_peers(a8, b, None) or {}) | (torch_peers(au, b, cases["ours_quant_Brow"]) or {}))
@@ -245,14 +258,18 @@ def timing(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, em
             print(f"    {name:22s} {sec * 1e3:9.4f} ms {ops / sec / 1e12:8.2f} TOPS  {note}")
         best = t.get("torch_int_mm_Bcol")
         if best:
-            for name in ("ours_gemm_Brow", "ours_gemm_Bcol"):
-                print(f"    ratio {name} / torch_int_mm_Bcol: {best / t[name]:.3f}")
+            for name in ("ours_gemm_Brow", "ours_gemm_Bcol", "dot_gemm_Brow", "gpu_gemm_Brow"):
+                if name in t:
+                    print(f"    ratio {name} / torch_int_mm_Bcol: {best / t[name]:.3f}")
+        for name in ("dot_gemm_Brow", "gpu_gemm_Brow"):
+            if name in t:
+                print(f"    ratio ours_gemm_Brow / {name}: {t[name] / t['ours_gemm_Brow']:.3f}")
         if "torch_int_mm+dequant" in t:
             print(f"    ratio ours_quant_Brow / torch_int_mm+dequant: {t['torch_int_mm+dequant'] / t['ours_quant_Brow']:.3f}")
     return rows
 
 
-def sweep(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, emulate: bool,
+def sweep(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, family: str,
           rng: np.random.Generator) -> list[dict[str, Any]]:
     rows = []
     print(f"\nsweep (s8 x s8 gemm, B row-major unless noted; median of {rounds} rounds):")
@@ -264,7 +281,7 @@ def sweep(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, emu
         uploads: dict[Any, Any] = {}
         for cfg in SWEEP:
             try:
-                case = Ours(dev, a, b, b_colmajor=False, quant=False, emulate=emulate, config=cfg, rng=rng, uploads=uploads)
+                case = Ours(dev, a, b, b_colmajor=False, quant=False, family=family, config=cfg, rng=rng, uploads=uploads)
             except kdml.UnsupportedError as e:
                 print(f"    {cfg_name(cfg):28s} cannot run: {str(e).split(': ', 2)[-1][:90]}")
                 continue
@@ -280,23 +297,26 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--sweep", action="store_true", help="also time alternative tile configurations")
-    ap.add_argument("--emulate", action="store_true", help="the emulated kernels (no tensor cores; a dry run)")
+    ap.add_argument("--family", default="coopmat", choices=list(FAMILIES), help="the family timed as ours")
+    ap.add_argument("--no-compare", action="store_true", help="skip the dot and gpu family rows")
     ap.add_argument("--quick", action="store_true", help="small shapes only (a dry run)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     dev = kdml.Device()
     print(f"device: {dev.name}; capabilities: {', '.join(sorted(dev.capabilities)) or 'none'}; "
           f"matmul family: {dev.policy.matmul_family}")
-    if CAPABILITY not in dev.capabilities and not args.emulate:
-        print(f"no {CAPABILITY} capability on this device: nothing to measure (--emulate runs the emulated kernels)")
+    cap = FAMILIES[args.family][1]
+    if cap is not None and cap not in dev.capabilities:
+        print(f"no {cap} capability on this device: nothing to measure (--family coopmat-emulated runs anywhere)")
         return 2
     rng = np.random.default_rng(2026)
     t0 = time.perf_counter()
-    ok = correctness(dev, args.emulate, rng)
+    ok = correctness(dev, args.family, rng)
     shapes = QUICK_SHAPES if args.quick else SHAPES
-    result: dict[str, Any] = {"device": dev.name, "correct": ok, "timing": timing(dev, shapes, args.rounds, args.emulate, rng)}
+    result: dict[str, Any] = {"device": dev.name, "correct": ok,
+                              "timing": timing(dev, shapes, args.rounds, args.family, not args.no_compare, rng)}
     if args.sweep:
-        result["sweep"] = sweep(dev, shapes, max(3, args.rounds // 2), args.emulate, rng)
+        result["sweep"] = sweep(dev, shapes, max(3, args.rounds // 2), args.family, rng)
     print(f"\ncorrectness: {'all OK' if ok else 'FAILURES (timings void)'}; {time.perf_counter() - t0:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
