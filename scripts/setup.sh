@@ -56,10 +56,11 @@ fi
 # device features the physical device reports (a pNext chain, on a Vulkan instance of the
 # loader's version), reuses one fence per sequence (polled, then a blocking wait) and computes
 # buffer sizes in 64 bits; level 5 adds OpDispatch (a dispatch without kp's per-tensor barriers)
-# and OpGlobalBarrier (one global memory barrier). The patched build is 0.9.0+kdml5
-# (pyproject.toml pins it).
-KP_LOCAL_VERSION="$KP_VERSION+kdml5"
-KP_PATCH_LEVEL=5
+# and OpGlobalBarrier (one global memory barrier); level 6 destroys every live Manager from an
+# atexit callback (no kp object outlives the interpreter into the driver's own exit handlers).
+# The patched build is 0.9.0+kdml6 (pyproject.toml pins it).
+KP_LOCAL_VERSION="$KP_VERSION+kdml6"
+KP_PATCH_LEVEL=6
 PATCH="$ROOT/scripts/kp-$KP_VERSION-kompute-dml.patch"
 patch_sha=$(sha256sum "$PATCH" | cut -c1-12)
 kp_ok() { "$PY" -c "import kp, sys; sys.exit(0 if getattr(kp, 'kdml_patch_level', 0) >= $KP_PATCH_LEVEL and all(hasattr(kp, n) for n in ('OpMemoryBarrier', 'OpCopyRegions', 'OpFillRegions', 'OpDispatch', 'OpGlobalBarrier')) else 1)" 2>/dev/null; }

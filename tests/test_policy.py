@@ -108,3 +108,26 @@ def test_process_exit_without_close_is_clean(close):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stdout.strip().endswith("done"), (p.returncode, p.stdout, p.stderr[-2000:])
     assert "free()" not in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
+
+
+def test_raw_kp_process_exit_is_clean():
+    """kp objects left alive at exit without kompute_dml: the patched kp destroys every live
+    Manager from an atexit callback (regression: SIGABRT at exit on NVIDIA's driver)."""
+    from pathlib import Path
+
+    spv = Path(__file__).resolve().parent.parent / "kompute_dml" / "spirv" / "copy_packed.spv"
+    code = textwrap.dedent(f"""
+        import kp, numpy as np
+        m = kp.Manager()
+        a = m.tensor_t(np.arange(16, dtype=np.uint32), kp.TensorTypes.device)
+        b = m.tensor_t(np.zeros(16, np.uint32), kp.TensorTypes.device)
+        algo = m.algorithm([a, b], open({str(spv)!r}, 'rb').read(), [1, 1, 1], np.zeros(0, np.uint32),
+                           np.zeros(3, np.uint32))
+        seq = m.sequence()
+        seq.record(kp.OpAlgoDispatch(algo, np.zeros(3, np.uint32))).eval()
+        print("done")
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip().endswith("done"), (p.returncode, p.stdout, p.stderr[-2000:])
+    assert "free()" not in p.stderr, p.stderr[-2000:]
+
