@@ -127,7 +127,7 @@ class Engine:
                 self._eval_ops([kp.OpTensorSyncDevice([tensor])])
             except MemoryError as e:
                 raise OutOfMemoryError(f"could not allocate {nbytes} bytes: {e}") from e
-            except (RuntimeError, DeviceError) as e:
+            except RuntimeError as e:  # kp's C++ exceptions, or the upload's DeviceError
                 msg = str(e)
                 if "OutOfDeviceMemory" in msg or "OutOfHostMemory" in msg or "memory" in msg.lower():
                     raise OutOfMemoryError(f"could not allocate {nbytes} bytes of device memory: {msg}") from e
@@ -190,7 +190,7 @@ class Engine:
                 self._replays.move_to_end(key)
             if replay.seq is None:
                 return  # e.g. an exact in-place copy: nothing to submit
-            try:
+            try:  # _run inlined: this is every execution's path
                 replay.seq.eval()
             except RuntimeError as e:
                 raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
