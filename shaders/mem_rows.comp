@@ -25,18 +25,25 @@
 // ends word by word, with STORE_FIELD for a word the row shares with other bytes, so bytes
 // outside the output never change. A work group covers a span of 256 * VECS chunks of one
 // row (short rows: 2^k threads per row, several rows per group); invocation `lane` takes
-// chunks lane, lane + threads, ... (contiguous per load instruction), computes or loads all
-// its full chunks before storing any. Row coordinates cost one magic division per outer
+// chunks lane, lane + threads, ... (contiguous per store instruction). The spans cover the
+// ceil(cols / N) chunks of a row that starts on the grid; a row starting mid-chunk can touch
+// one more, always partial, which lane 0 of the row's last span writes (so a row of whole
+// chunks has no work group without work). Row coordinates cost one magic division per outer
 // dimension per invocation; within a row no division is needed.
 //
-// Full chunks: for the diagonals, t = x + rows - 1 - y runs over [t0, t0 + N) and the band
-// test can only change where t crosses ub or ue, so a chunk crossing neither is uniform:
-// Value splat, zeros, or the input's 16 bytes. Input chunks are one uvec4 load when the
-// input's row is contiguous (x stride 1) and starts at the output row's 16-byte phase, one
-// element repeated when x is broadcast (stride 0), else N gathered elements. Only chunks
-// crossing a band edge are computed per element.
+// Full chunks are computed a word at a time for every element width, the same work for 8-bit
+// as for 32-bit elements: for the diagonals, t = x + rows - 1 - y runs over [t0, t0 + N) and
+// the elements taking Value are those whose t is inside (normal band, End >= Begin) or
+// outside (End < Begin) [band_lo, band_hi), an element range [r0, r1) of the chunk; a chunk
+// entirely on one side is the Value splat or the input's (or zero's) 16 bytes, a chunk
+// crossing an edge is merged word by word with bit masks of [r0, r1). Input chunks are one
+// uvec4 load when the input's row is contiguous (x stride 1) and starts at the output row's
+// 16-byte phase, one element repeated when x is broadcast (stride 0), else N gathered
+// elements; a chunk entirely of Value reads no input. MODE 1 has no loads and stores each
+// chunk as it is computed; the modes with an input issue all their chunks' loads first.
 
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "gpu_common.glsl"
 
@@ -46,7 +53,7 @@ layout(local_size_x = 256) in;
 #define HAS_BAND (MODE != 0)
 #define W uint(ELEM_BITS)
 #define N (128u / W)  // elements per 16-byte chunk
-#if ELEM_BITS < 32
+#if ELEM_BITS <= 32
 #define E (32u / W)   // elements per 32-bit word
 #endif
 
@@ -84,12 +91,107 @@ layout(push_constant) uniform PC {  // 27 words = 108 bytes
 } pc;
 // ypos: which outer dimension is y (3: none, y == 0); tpr_log2: log2 of the invocations per row.
 
+// Bits [0, n) of a word, n <= 32.
+uint low_bits(uint n) { return n >= 32u ? 0xFFFFFFFFu : (1u << n) - 1u; }
+
+#if ELEM_BITS == 64
+#define VALUE4 uvec4(pc.val_lo, pc.val_hi, pc.val_lo, pc.val_hi)
+#else
+#define VALUE4 uvec4(pc.val_lo)
+#endif
+
+#if HAS_BAND
+// The band as one t-range: End >= Begin gives Value inside [ub, ue), End < Begin (then
+// ue <= ub after the host's monotone clamping) Value outside [ue, ub).
+bool band_normal() { return pc.normal != 0u; }
+uint band_lo() { return band_normal() ? pc.ub : pc.ue; }
+uint band_hi() { return band_normal() ? pc.ue : pc.ub; }
+bool use_value(uint t) { return (t >= band_lo() && t < band_hi()) == band_normal(); }
+
+// The chunk element j whose t = t0 + j is the first at or past b, clamped to [0, N].
+uint chunk_index(uint b, uint t0) { return b > t0 ? min(b - t0, N) : 0u; }
+
+// The bits of word u (0..3) of a chunk that hold its elements [r0, r1) (0 <= r0 <= r1 <= N).
+uint range_mask(uint u, uint r0, uint r1) {
+#if ELEM_BITS == 64
+    uint e = u >> 1u;
+    return (e >= r0 && e < r1) ? 0xFFFFFFFFu : 0u;
+#else
+    uint first = u * E;
+    uint lo = clamp(r0, first, first + E) - first;
+    uint hi = clamp(r1, first, first + E) - first;
+    return low_bits(hi * W) & ~low_bits(lo * W);
+#endif
+}
+#endif
+
+#if HAS_INPUT
+#if ELEM_BITS <= 32
+// Input element ia (in elements from the binding's start), in the low W bits.
+uint in_element(uint ia) {
+#if ELEM_BITS == 32
+    return src[ia];
+#else
+    return bitfieldExtract(src[ia / E], int((ia % E) * W), ELEM_BITS);
+#endif
+}
+#endif
+
+// The input's N elements under a full chunk whose first element is x0 of the row.
+uvec4 input_chunk(uint x0, uint in_row, uint phase) {
+    if (pc.in_xs == 1u && in_row % N == phase) return src4[(in_row + x0) / N];
+    if (pc.in_xs == 0u) {  // x broadcast: one element, repeated
+#if ELEM_BITS == 64
+        return uvec4(src[2u * in_row], src[2u * in_row + 1u], src[2u * in_row], src[2u * in_row + 1u]);
+#else
+        return uvec4(in_element(in_row) * (0xFFFFFFFFu / low_bits(W)));  // in every lane of the word
+#endif
+    }
+    uvec4 v;
+    [[unroll]] for (uint u = 0u; u < 4u; ++u) {
+#if ELEM_BITS == 64
+        v[u] = src[2u * (in_row + (x0 + (u >> 1u)) * pc.in_xs) + (u & 1u)];
+#else
+        uint word = 0u;
+        [[unroll]] for (uint i = 0u; i < E; ++i) word |= in_element(in_row + (x0 + u * E + i) * pc.in_xs) << (i * W);
+        v[u] = word;
+#endif
+    }
+    return v;
+}
+#endif
+
+// A full chunk (all N elements in the row, x0 = its first x).
+uvec4 full_chunk(uint x0, uint y, uint in_row, uint phase) {
+#if HAS_BAND
+    uint t0 = x0 + pc.rows_m1 - y;
+    uint r0 = chunk_index(band_lo(), t0), r1 = chunk_index(band_hi(), t0);
+    bool whole = r0 == 0u && r1 == N, empty = r0 == r1;  // [r0, r1) covers the chunk / none of it
+    if (band_normal() ? whole : empty) return VALUE4;
+#endif
+#if HAS_INPUT
+    uvec4 v = input_chunk(x0, in_row, phase);
+#else
+    uvec4 v = uvec4(0u);
+#endif
+#if HAS_BAND
+    if (!(band_normal() ? empty : whole)) {  // an edge crosses the chunk
+        uvec4 val = VALUE4;
+        uint flip = band_normal() ? 0u : 0xFFFFFFFFu;
+        [[unroll]] for (uint u = 0u; u < 4u; ++u) {
+            uint m = range_mask(u, r0, r1) ^ flip;
+            v[u] = (val[u] & m) | (v[u] & ~m);
+        }
+    }
+#endif
+    return v;
+}
+
 #if ELEM_BITS == 64
 // One 64-bit element at x of the row (two words).
 uvec2 element(uint x, uint y, uint in_row) {
 #if HAS_BAND
-    uint t = x + pc.rows_m1 - y;
-    if (((pc.normal != 0u) != (t >= pc.ub)) != (t < pc.ue)) return uvec2(pc.val_lo, pc.val_hi);
+    if (use_value(x + pc.rows_m1 - y)) return uvec2(pc.val_lo, pc.val_hi);
 #endif
 #if HAS_INPUT
     uint ia = in_row + x * pc.in_xs;
@@ -102,74 +204,19 @@ uvec2 element(uint x, uint y, uint in_row) {
 // One element at x of the row, in the low W bits.
 uint element(uint x, uint y, uint in_row) {
 #if HAS_BAND
-    uint t = x + pc.rows_m1 - y;
-    if (((pc.normal != 0u) != (t >= pc.ub)) != (t < pc.ue)) return pc.val_lo & (0xFFFFFFFFu >> (32u - W));
+    if (use_value(x + pc.rows_m1 - y)) return pc.val_lo & (0xFFFFFFFFu >> (32u - W));
 #endif
 #if HAS_INPUT
-    uint ia = in_row + x * pc.in_xs;
-#if ELEM_BITS == 32
-    return src[ia];
-#else
-    return bitfieldExtract(src[ia / E], int((ia % E) * W), ELEM_BITS);
-#endif
+    return in_element(in_row + x * pc.in_xs);
 #else
     return 0u;
 #endif
 }
 #endif
 
-// The N elements x0 .. x0 + N - 1 of the row, one by one.
-uvec4 chunk_elements(uint x0, uint y, uint in_row) {
-    uint w[4];
-#if ELEM_BITS == 64
-    uvec2 e0 = element(x0, y, in_row), e1 = element(x0 + 1u, y, in_row);
-    w[0] = e0.x; w[1] = e0.y; w[2] = e1.x; w[3] = e1.y;
-#elif ELEM_BITS == 32
-    for (uint u = 0u; u < 4u; ++u) w[u] = element(x0 + u, y, in_row);
-#else
-    for (uint u = 0u; u < 4u; ++u) {
-        uint word = 0u;
-        for (uint i = 0u; i < E; ++i) word |= element(x0 + u * E + i, y, in_row) << (i * W);
-        w[u] = word;
-    }
-#endif
-    return uvec4(w[0], w[1], w[2], w[3]);
-}
-
-// A full chunk (all N elements in the row, x0 = its first x): whole-chunk cases first.
-uvec4 full_chunk(uint x0, uint y, uint in_row, uint phase) {
-#if HAS_BAND
-    uint t0 = x0 + pc.rows_m1 - y;
-    // the band test changes inside the chunk iff ub or ue lies in (t0, t0 + N)
-    bool crosses = (pc.ub - t0 - 1u < N - 1u) || (pc.ue - t0 - 1u < N - 1u);
-    if (crosses) return chunk_elements(x0, y, in_row);
-    if (((pc.normal != 0u) != (t0 >= pc.ub)) != (t0 < pc.ue)) {
-#if ELEM_BITS == 64
-        return uvec4(pc.val_lo, pc.val_hi, pc.val_lo, pc.val_hi);
-#else
-        return uvec4(pc.val_lo);
-#endif
-    }
-#endif
-#if HAS_INPUT
-    if (pc.in_xs == 1u && in_row % N == phase) return src4[(in_row + x0) / N];
-    if (pc.in_xs == 0u) {  // x broadcast: one element, repeated
-#if ELEM_BITS == 64
-        return uvec4(src[2u * in_row], src[2u * in_row + 1u], src[2u * in_row], src[2u * in_row + 1u]);
-#elif ELEM_BITS == 32
-        return uvec4(src[in_row]);
-#else
-        uint e = bitfieldExtract(src[in_row / E], int((in_row % E) * W), ELEM_BITS);
-        return uvec4(e * (0xFFFFFFFFu / ((1u << W) - 1u)));  // e in every lane of the word
-#endif
-    }
-    return chunk_elements(x0, y, in_row);
-#else
-    return uvec4(0u);
-#endif
-}
-
-// A partial chunk (c at a row end): element by element, only this row's bytes.
+// A partial chunk (c at a row end): element by element, only this row's bytes (and only
+// this row's input elements are read: the aligned 16 bytes around them may lie past the
+// input's buffer).
 void edge_chunk(uint c, uint phase, uint a0, uint y, uint in_row) {
     uint w0 = (a0 + c) * 4u;  // first word of the chunk
 #if ELEM_BITS == 64
@@ -233,12 +280,13 @@ void main() {
 
     uint threads = 1u << tpr_log2;
     uint c0 = span * (threads * VECS) + lane;
+#if HAS_INPUT
     uvec4 v[VECS];
-    for (uint k = 0u; k < VECS; ++k) {
+    [[unroll]] for (uint k = 0u; k < VECS; ++k) {
         uint c = c0 + k * threads;
         if (c * N >= phase && c * N + N <= end) v[k] = full_chunk(c * N - phase, y, in_row, phase);
     }
-    for (uint k = 0u; k < VECS; ++k) {
+    [[unroll]] for (uint k = 0u; k < VECS; ++k) {
         uint c = c0 + k * threads;
         if (c * N >= end) break;
         if (c * N >= phase && c * N + N <= end) {
@@ -246,5 +294,20 @@ void main() {
         } else {
             edge_chunk(c, phase, a0, y, in_row);
         }
+    }
+#else
+    [[unroll]] for (uint k = 0u; k < VECS; ++k) {
+        uint c = c0 + k * threads;
+        if (c * N >= end) break;
+        if (c * N >= phase && c * N + N <= end) {
+            dst4[a0 + c] = full_chunk(c * N - phase, y, in_row, phase);
+        } else {
+            edge_chunk(c, phase, a0, y, in_row);
+        }
+    }
+#endif
+    if (lane == 0u && span + 1u == pc.spans) {  // the partial chunk past the spans (see the header)
+        uint c = pc.spans * (threads * VECS);
+        if (c * N < end) edge_chunk(c, phase, a0, y, in_row);
     }
 }

@@ -13,7 +13,7 @@ import pytest
 from helpers import ALL_TYPES, assert_output, place, poison_against, random_strides, read_logical
 
 import kompute_dml as kdml
-from kompute_dml.ops import gpu_memory
+from kompute_dml.ops import contract, gpu_memory
 from kompute_dml.ops.diagonal import value1_bits
 
 DT = kdml.DataType
@@ -315,3 +315,57 @@ def test_diagonal1_random_layouts(dev_gpu, rng, dt):
         before = poison_against(out, expected, rng)
         op.execute([x], [out])
         assert_output(out, before, expected)
+
+
+# ---- the chunk mapping: spans of whole chunks, the partial chunk past them --------------
+@pytest.mark.parametrize("dt", [DT.INT8, DT.FLOAT16, DT.FLOAT32, DT.UINT64], ids=lambda d: d.name)
+@pytest.mark.parametrize("vecs", [1, 4])
+@pytest.mark.parametrize("long_rows", [False, True], ids=["4_lanes", "256_lanes"])
+def test_rows_one_chunk_past_the_spans(dev_gpu, rng, monkeypatch, dt, vecs, long_rows):
+    """Rows whose whole-chunk count fills their spans exactly: on the 16-byte grid no work
+    group is left without work (one span per row here), and rows starting at every other
+    phase (pitch cols + 1) end in the partial chunk past the spans, which lane 0 of the last
+    span writes; diagonals without and with input, and a strided copy."""
+    monkeypatch.setattr(gpu_memory, "VECS", vecs)
+    n = 16 // dt.size
+    cols = (256 if long_rows else 4) * vecs * n
+    packed_desc = kdml.TensorDesc(dt, (17, cols))
+    plan = dev_gpu.compile(kdml.DiagonalMatrixDesc(packed_desc, 0, 1.0)).plans[0]
+    assert plan.push[contract.ROWS_DIAG.offset("spans")] == 1
+    assert plan.push[contract.ROWS_DIAG.offset("ngroups")] == (17 if long_rows else 1)
+    out_desc = kdml.TensorDesc(dt, (17, cols), (cols + 1, 1))
+    in_desc = kdml.TensorDesc(dt, (17, cols), (cols + 3, 1))
+    x, raw = place(dev_gpu, rng, in_desc)
+    for inp in (None, x):
+        for begin, end in [(0, 1), (I32_MIN, 3), (cols - 2, 5)]:
+            value = some_value(rng, dt)
+            src = None if inp is None else read_logical(raw, x.offset, in_desc)
+            expected = band_reference((17, cols), begin, end, value, dt, src)
+            op = dev_gpu.compile(kdml.DiagonalMatrix1Desc(None if inp is None else in_desc, out_desc, dt, value, begin, end))
+            assert variants(op)[0].startswith("rows_diag")
+            out, _ = place(dev_gpu, rng, out_desc)
+            before = poison_against(out, expected, rng)
+            op.execute([inp], [out])
+            assert_output(out, before, expected)
+    assert run_copy(dev_gpu, rng, dt, (17, cols), (cols + 3, 1), (cols + 1, 1)) == [f"rows_copy_b{8 * dt.size}"]
+
+
+@pytest.mark.parametrize("dt", ALL_TYPES, ids=lambda d: d.name)
+def test_band_edges_at_every_position_of_a_chunk(dev_gpu, rng, dt):
+    """Band edges crossing a 16-byte chunk at each element position (the word masks of a
+    crossing chunk), both edges in one chunk, normal and inverted bands, with and without
+    input, every data type."""
+    n = 16 // dt.size
+    sizes = (n + 1, 4 * n)  # y = 0..n: the edges x = y + k move through every position
+    x, raw = place(dev_gpu, rng, kdml.TensorDesc(dt, sizes))
+    for in_desc in (None, kdml.TensorDesc(dt, sizes)):
+        src = None if in_desc is None else read_logical(raw, x.offset, in_desc)
+        for begin, end in [(0, 1), (1, 3), (2, 2 + n), (3, 0), (n, -n), (1, 1), (-1, n + 1), (I32_MIN, 2), (5, I32_MAX)]:
+            value = some_value(rng, dt)
+            expected = band_reference(sizes, begin, end, value, dt, src)
+            op = dev_gpu.compile(kdml.DiagonalMatrix1Desc(in_desc, kdml.TensorDesc(dt, sizes), dt, value, begin, end))
+            assert variants(op) == [f"rows_diag{'_in' if in_desc is not None else ''}_b{8 * dt.size}"]
+            out, _ = place(dev_gpu, rng, kdml.TensorDesc(dt, sizes))
+            before = poison_against(out, expected, rng)
+            op.execute([None if in_desc is None else x], [out])
+            assert_output(out, before, expected)

@@ -86,10 +86,13 @@ def plan_rows(
     if ypos != _NO_Y:
         ypos += 3 - len(outer)  # the unused dimensions are padded in front
     outer = [(1, 0, 0)] * (3 - len(outer)) + list(outer)
-    n = 16 // width
-    cmax = cdiv(cols + n - 1, n)  # chunks a row can touch
-    tpr = min(LOCAL_SIZE, 1 << max(0, (cdiv(cmax, VECS) - 1).bit_length()))
-    spans = cdiv(cmax, tpr * VECS)
+    # The spans cover the chunks of a row that starts on the 16-byte grid. A row starting
+    # mid-chunk touches one more, a partial one, which lane 0 of its last span writes:
+    # counting that chunk here would add a span with nothing to do to every row of whole
+    # chunks (one work group in two for 16 KiB rows of 8-bit elements).
+    chunks = cdiv(cols, 16 // width)
+    tpr = min(LOCAL_SIZE, 1 << max(0, (cdiv(chunks, VECS) - 1).bit_length()))
+    spans = cdiv(chunks, tpr * VECS)
     nrows = math.prod(d[0] for d in outer)
     ngroups = cdiv(nrows, LOCAL_SIZE // tpr) * spans
     magics = [div_magic(spans)] + [div_magic(d[0]) for d in outer]
