@@ -37,8 +37,7 @@ _ALL_STAGES = STAGE_COMPUTE_SHADER | STAGE_TRANSFER
 
 @dataclass
 class EncodedDispatch:
-    op: Any  # the kp operation to record
-    tensors: list[Any]  # the kp tensors it touches (for the barrier before a later hazard)
+    op: Any  # the kp operation to record (it holds the kp tensors it touches)
     reads: frozenset[int]  # DeviceMemory serials
     writes: frozenset[int]
     skip: bool = False  # nothing to do (e.g. an exact in-place copy)
@@ -58,12 +57,11 @@ def _transfer(plan: TransferPlan, bound: Sequence[Any]) -> EncodedDispatch:
             regions = regions[regions[:, 0] != regions[:, 1]]
         op = kp.OpCopyRegions(src_mem.tensor, dst_mem.tensor, regions.reshape(-1).tolist())
         return EncodedDispatch(
-            op, [src_mem.tensor, dst_mem.tensor], frozenset({src_mem.serial}) - {dst_mem.serial},
-            frozenset({dst_mem.serial}), skip=len(regions) == 0,
+            op, frozenset({src_mem.serial}) - {dst_mem.serial}, frozenset({dst_mem.serial}), skip=len(regions) == 0
         )
     regions = plan.regions + np.array([dst.offset, 0], dtype=np.int64)
     op = kp.OpFillRegions(dst_mem.tensor, regions.reshape(-1).tolist(), int(plan.value) & 0xFFFFFFFF)
-    return EncodedDispatch(op, [dst_mem.tensor], frozenset(), frozenset({dst_mem.serial}), skip=len(regions) == 0)
+    return EncodedDispatch(op, frozenset(), frozenset({dst_mem.serial}), skip=len(regions) == 0)
 
 
 def encode(plan: Plan, bound: Sequence[Any], pipelines: PipelineCache, dummy: DeviceMemory) -> EncodedDispatch:
@@ -85,7 +83,7 @@ def encode(plan: Plan, bound: Sequence[Any], pipelines: PipelineCache, dummy: De
     reads = frozenset(m.serial for m in memories) - writes
     # kp.OpDispatch records no barrier of its own (kp's OpAlgoDispatch records one per bound
     # tensor before every dispatch); record_dispatches orders the sequence with global barriers.
-    return EncodedDispatch(kp.OpDispatch(algo, push.tolist()), [m.tensor for m in memories], reads, writes)
+    return EncodedDispatch(kp.OpDispatch(algo, push.tolist()), reads, writes)
 
 
 def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch]) -> int:
