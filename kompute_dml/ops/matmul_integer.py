@@ -19,13 +19,11 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import kp
-
 from ..dtypes import DataType
 from ..errors import UnsupportedError, invalid
 from ..layout import check_no_overlap
 from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
-from ..runtime import DispatchPlan, grid_for
+from ..runtime import KP_PATCH_LEVEL, DispatchPlan, grid_for
 from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
@@ -136,7 +134,7 @@ def texel_eligible(device: Device, width: int, m: int, k: int, n: int, a_st: lis
     limits = device.limits
     texels = limits.get("max_texel_buffer_elements", 0)
     return (
-        getattr(kp, "kdml_patch_level", 0) >= KP_TEXEL_PATCH_LEVEL
+        KP_PATCH_LEVEL >= KP_TEXEL_PATCH_LEVEL
         and width == 1 and m > CPU_SMALL_M and k % CPU_TEXEL_ALIGN == 0 and n % CPU_TEXEL_ALIGN == 0
         and a_st[3] == 1 and b_st[3] == 1
         and all(s % CPU_TEXEL_ALIGN == 0 for s in (*a_st[:3], *b_st[:3]))
