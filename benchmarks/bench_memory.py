@@ -4,7 +4,12 @@ variant choice, against PyTorch CUDA in the same process (issue 14 item 1).
 
     PYTHONPATH=. python3 benchmarks/bench_memory.py                    # the H100 table
     PYTHONPATH=. python3 benchmarks/bench_memory.py --variants default,gpu,gpu:vecs=8,cpu,transfer
+    PYTHONPATH=. python3 benchmarks/bench_memory.py --rows DIAGONAL,triu,tril   # the diagonal rows only
     .venv/bin/python benchmarks/bench_memory.py --small                # lavapipe, no torch
+
+--rows keeps the rows whose name contains one of the comma-separated words (case-sensitive):
+DIAGONAL (DIAGONAL_MATRIX), triu / tril (DIAGONAL_MATRIX1 with and without input), copy,
+identity, int8, f32, ...
 
 Contenders per row: torch (when importable with CUDA: copy_, eye(out=), triu/tril(out=), or
 the two-kernel equivalents named in the row) and ours once per variant choice:
@@ -86,6 +91,9 @@ def rows(small: bool) -> list[Row]:
         Row(f"DIAGONAL_MATRIX f32 {c}^2 offset 7", "diag", DT.FLOAT32, (c, c), k=7, torch_note="zero_ + fill diagonal"),
         Row(f"DIAGONAL_MATRIX int8 {c}^2", "diag", DT.INT8, (c, c), k=0, torch_note="eye(out=)"),
         Row(f"DIAGONAL_MATRIX int8 {c}^2 offset -5", "diag", DT.INT8, (c, c), k=-5, torch_note="zero_ + fill diagonal"),
+        # rows at every 16-byte phase: partial chunks at both ends of each row
+        Row(f"DIAGONAL_MATRIX int8 {c - 1}^2", "diag", DT.INT8, (c - 1, c - 1), k=0, torch_note="eye(out=)"),
+        Row(f"DIAGONAL_MATRIX int16 {c}^2", "diag", DT.INT16, (c, c), k=0, torch_note="eye(out=)"),
         Row(f"triu f32 {a}^2 k=1", "trilu", DT.FLOAT32, (a, a), k=1),
         Row(f"tril f32 {a}^2 k=-1", "trilu", DT.FLOAT32, (a, a), k=-1, upper=False),
         Row(f"triu f32 {a}^2 no input", "trilu", DT.FLOAT32, (a, a), k=1, with_input=False, torch_note="fill_ + triu_"),
@@ -94,6 +102,8 @@ def rows(small: bool) -> list[Row]:
         Row(f"triu int8 {c}^2", "trilu", DT.INT8, (c, c), k=0),
         Row(f"tril int8 {c}^2", "trilu", DT.INT8, (c, c), k=3, upper=False),
         Row(f"triu int8 {c}^2 no input", "trilu", DT.INT8, (c, c), k=0, with_input=False, torch_note="fill_ + triu_"),
+        Row(f"tril int16 {c}^2 no input", "trilu", DT.INT16, (c, c), k=0, upper=False, with_input=False,
+            torch_note="fill_ + tril_"),
         Row(f"triu int64 {a}^2", "trilu", DT.INT64, (a, a), k=2),
     ]
 
