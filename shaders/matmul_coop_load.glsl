@@ -40,6 +40,7 @@ int LD_PART[(LD_ITEMS + WG - 1u) / WG];
 
 // The bytes of v at and past byte `keep` (0..16) set to zero.
 uvec4 LD_MASK16(uvec4 v, uint keep) {
+    if (keep >= 16u) return v;   // the common case: a whole chunk
     [[unroll]] for (uint q = 0u; q < 4u; ++q) {
         uint n = uint(clamp(int(keep) - int(4u * q), 0, 4));
         v[q] &= (n == 4u) ? 0xFFFFFFFFu : ((1u << (8u * n)) - 1u);
