@@ -24,7 +24,7 @@ Run on a GPU whose kompute_dml Device has the `cooperative_matrix` capability (t
    rows before it is timed, to pick the defaults of kompute_dml/ops/matmul_coop.py.
 --family dot|coopmat-emulated times that family in place of `coopmat` (coopmat-emulated runs on
 any device: a slow dry run of the script).
-Budget: under 5 minutes on the H100 (about 2 without --sweep).
+Budget: the sweep stops once --budget seconds (default 270) have passed since the start.
 """
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ def timing(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, fa
 
 
 def sweep(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, family: str,
-          rng: np.random.Generator) -> list[dict[str, Any]]:
+          rng: np.random.Generator, deadline: float) -> list[dict[str, Any]]:
     rows = []
     print(f"\nsweep (s8 x s8 gemm, B row-major unless noted; median of {rounds} rounds):")
     for m, k, n in shapes:
@@ -280,6 +280,9 @@ def sweep(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, fam
         print(f"  {m}x{k}x{n}:")
         uploads: dict[Any, Any] = {}
         for cfg in SWEEP:
+            if time.perf_counter() > deadline:
+                print("    (sweep stopped: --budget seconds spent)")
+                return rows
             try:
                 case = Ours(dev, a, b, b_colmajor=False, quant=False, family=family, config=cfg, rng=rng, uploads=uploads)
             except kdml.UnsupportedError as e:
@@ -301,6 +304,7 @@ def main() -> int:
     ap.add_argument("--no-compare", action="store_true", help="skip the dot and gpu family rows")
     ap.add_argument("--quick", action="store_true", help="small shapes only (a dry run)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--budget", type=float, default=270.0, help="seconds after which the sweep stops (default 270)")
     args = ap.parse_args()
     dev = kdml.Device()
     print(f"device: {dev.name}; capabilities: {', '.join(sorted(dev.capabilities)) or 'none'}; "
@@ -316,7 +320,7 @@ def main() -> int:
     result: dict[str, Any] = {"device": dev.name, "correct": ok,
                               "timing": timing(dev, shapes, args.rounds, args.family, not args.no_compare, rng)}
     if args.sweep:
-        result["sweep"] = sweep(dev, shapes, max(3, args.rounds // 2), args.family, rng)
+        result["sweep"] = sweep(dev, shapes, max(3, args.rounds // 2), args.family, rng, t0 + args.budget)
     print(f"\ncorrectness: {'all OK' if ok else 'FAILURES (timings void)'}; {time.perf_counter() - t0:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
