@@ -13,14 +13,14 @@ from rich.table import Table
 
 def _cmd_info(args: argparse.Namespace) -> int:
     from . import __version__
-    from .device import Device, _coerce_feature_level, list_devices
+    from .device import Device, coerce_feature_level, list_devices
     from .errors import DMLError
     from .ops import SPECS, support_matrix
 
     console = Console()
     try:
         devices = list_devices()
-        level = _coerce_feature_level(args.feature_level)
+        level = coerce_feature_level(args.feature_level)
     except DMLError as e:
         console.print(f"[red]error:[/red] {e}")
         return 2

@@ -41,7 +41,7 @@ def _coerce_budget(budget: object, info: PhysicalDeviceInfo) -> int:
     return value
 
 
-def _coerce_feature_level(level: object) -> FeatureLevel:
+def coerce_feature_level(level: object) -> FeatureLevel:
     if level is None:
         return HIGHEST_FEATURE_LEVEL
     if isinstance(level, FeatureLevel):
@@ -84,7 +84,7 @@ class Device:
         transfer_commands: bool | None = None,
         features: Any = None,
     ) -> None:
-        self.feature_level = _coerce_feature_level(feature_level)
+        self.feature_level = coerce_feature_level(feature_level)
         requested = requested_capabilities(features)
         infos = physical_devices()
         if not infos:
@@ -160,7 +160,6 @@ class Device:
     def closed(self) -> bool:
         return self.engine.closed
 
-    _closed = closed  # the name kompute_dml/onnx_impl reads
 
     def close(self) -> None:
         """Release every Vulkan object of this device."""

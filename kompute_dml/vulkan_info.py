@@ -108,6 +108,9 @@ class _Properties2(ctypes.Structure):  # VkPhysicalDeviceProperties2; the proper
     _fields_ = [("sType", u32), ("pNext", ctypes.c_void_p), ("properties", ctypes.c_uint8 * 1024)]
 
 
+_VULKAN_1_1 = (1 << 22) | (1 << 12)
+
+
 def _max_allocation_size(lib: Any, handle: int) -> int | None:
     """maxMemoryAllocationSize: the largest single vkAllocateMemory (4 GiB - 2 MiB on an H100)."""
     m3 = _Maintenance3(1000168000, None, 0, 0)
@@ -178,7 +181,9 @@ def physical_devices() -> tuple[PhysicalDeviceInfo, ...]:
                 "max_memory_allocation_count": lim.maxMemoryAllocationCount,
                 "max_bound_descriptor_sets": lim.maxBoundDescriptorSets,
                 "max_per_stage_descriptor_storage_buffers": lim.maxPerStageDescriptorStorageBuffers,
-                "max_memory_allocation_size": _max_allocation_size(lib, handles[i]) if props.apiVersion >= (1 << 22) | (1 << 12) else None,
+                "max_memory_allocation_size": (
+                    _max_allocation_size(lib, int(handles[i] or 0)) if props.apiVersion >= _VULKAN_1_1 else None
+                ),
             }
             heaps = tuple(mem.memoryHeaps[h].size for h in range(mem.memoryHeapCount))
             out.append(

@@ -30,8 +30,6 @@ CYCLE_EXCEPTIONS: set[tuple[str, str]] = {
     # the late `from .matmul_coop import plan_coop` in matmul_integer.py, while matmul_coop.py
     # imports matmul_integer.py: what both share belongs in a third module
     ("kompute_dml.ops.matmul_integer", "kompute_dml.ops.matmul_coop"),
-    # bench/command.py's late `from . import __doc__`: the text belongs in a module of its own
-    ("kompute_dml.bench.command", "kompute_dml.bench"),
 }
 
 

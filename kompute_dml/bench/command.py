@@ -65,7 +65,7 @@ def gpu_ceiling(kdml: Any, dev: Any, peers: list[GpuPeer], nbytes: int, rounds: 
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    from . import __doc__ as doc
+    from .method import __doc__ as doc
 
     ap = argparse.ArgumentParser(prog="kompute-dml bench", description=(doc or "").split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, few rounds: seconds (a GPU run: about a minute)")
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import kompute_dml as kdml
 
-    from . import __doc__ as doc
+    from .method import __doc__ as doc
 
     t_start = time.perf_counter()
     dev = kdml.Device(args.device)

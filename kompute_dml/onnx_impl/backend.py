@@ -47,7 +47,7 @@ def _kdml_device(device: str, feature_level: Any = None) -> kdml.Device:
         return kdml.default_device()
     key = (max(index, 0), str(feature_level))
     dev = _devices.get(key)
-    if dev is None or dev._closed:
+    if dev is None or dev.closed:
         dev = kdml.Device(max(index, 0), feature_level)
         _devices[key] = dev
     return dev

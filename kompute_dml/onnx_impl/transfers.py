@@ -12,6 +12,7 @@ import numpy as np
 from onnx import TensorProto, numpy_helper
 
 import kompute_dml as kdml
+from kompute_dml.ints import cdiv
 from kompute_dml.memory import packed_desc_for
 
 from .values import DeviceValue, RunStats
@@ -108,7 +109,7 @@ class ValueTransfers:
             offsets, total = [], 0
             for d in descs:
                 offsets.append(total)
-                total += -(-d.byte_size // 16) * 16
+                total += cdiv(d.byte_size, 16) * 16
             buf = self.device.buffer(total)
             hit = (buf, offsets, [kdml.Tensor(buf, d, o) for d, o in zip(descs, offsets)], total)
             self._arena_put(key, hit)

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..dtypes import DataType
 from ..errors import invalid
+from ..ints import cdiv
 from ..layout import check_no_overlap, merge_dims
 from ..registry import DIAGONAL_MATRIX, DIAGONAL_MATRIX1
 from ..runtime import DispatchPlan, TransferPlan, grid_for
@@ -226,10 +227,10 @@ def plan_diagonal(
         run_len *= dims[split][0]
     runs = math.prod(d[0] for d in dims[:split])
     if width >= 4 or all(d[1] % e == 0 for d in dims[:split]):
-        units = -(-run_len // e)  # every run starts on a word boundary
+        units = cdiv(run_len, e)  # every run starts on a word boundary
     else:
-        units = -(-(run_len + e - 1) // e)  # words a run of run_len elements can touch
-    chunks = -(-units // (2 if width == 8 else 4))  # 16 bytes per invocation
+        units = cdiv(run_len + e - 1, e)  # words a run of run_len elements can touch
+    chunks = cdiv(units, 2 if width == 8 else 4)  # 16 bytes per invocation
     total = runs * chunks
     roles = [d[3] for d in dims]
     ypos = roles.index("y") if "y" in roles else _ABSENT

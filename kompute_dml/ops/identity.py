@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import invalid
+from ..ints import cdiv
 from ..layout import check_no_overlap, merge_dims
 from ..registry import ACTIVATION_IDENTITY, COPY, OperatorSupport
 from ..runtime import DispatchPlan, TransferPlan, grid_for
@@ -96,7 +97,7 @@ def plan_copy(
     plan: list[DispatchPlan | TransferPlan] = [
         DispatchPlan(
             variant=COPY_VARIANTS[width], bindings=(0, 1), push=tuple(push),
-            groups=grid_for(-(-count // per_inv), LOCAL_SIZE, max_groups), writes=(1,),
+            groups=grid_for(cdiv(count, per_inv), LOCAL_SIZE, max_groups), writes=(1,),
             offset_slots=((0, 0, width), (1, 1, width)),
         )
     ]

@@ -1,0 +1,36 @@
+"""`kompute-dml bench`: every operator against its peers, in one run.
+
+Usage: kompute-dml bench [--quick] [--json FILE] [--plot FILE.png] [--markdown FILE.md]
+       [--only SUBSTR] [--rounds N] [--gpu {auto,on,off}] [--no-ort] [--no-torch] [--no-cupy]
+
+Method. Each row times several callables *interleaved*: one sample of ours, one of each
+peer (and, on a CPU device, one of the machine's copy ceiling) per round, so that the noise
+of a shared machine hits all of them alike; each figure is the median over the rounds,
+after a warm-up. A sample repeats its callable enough times to last ~0.3 ms (so that the
+timer's resolution does not matter for microsecond calls) and is divided by that count.
+
+- CPU device (lavapipe; the device policy "cpu"): ours is the re-evaluation of an already
+  compiled operator with already bound tensors (`op.execute(...)`, which replays the cached
+  kp sequence, and waits); the ceiling is numpy.copyto of 64 MiB, sampled in every
+  memory-bound row's rounds.
+- GPU device (any other policy, or --gpu on): ours is N executions of the compiled operator
+  in one `dev.record()` (one submission, then the wait), time per execution; PyTorch CUDA
+  (and CuPy where installed) join as peers with N launches and then one synchronize, the
+  same N as ours (chosen per row so that a batch lasts ~20 ms); rows from 64 MiB to 1 GiB
+  and large matrix products are added (GPU peers only: the CPU peers would take seconds a
+  call there). The ceiling is measured once per run: the best sample of a 1 GiB
+  device-to-device copy by torch (`copy_`), else by ours (identity, recorded).
+- `eager`: the full functional call (`kdml.identity(x)` ...: compile-cache lookup, pooled
+  output allocation, execute, wait).
+- numpy: copyto into an existing array / zero + fill_diagonal into an existing array /
+  np.triu, np.tril / float32 matmul.
+- ort: onnxruntime's CPU provider through IOBinding with pre-allocated outputs (Identity,
+  EyeLike, Trilu, com.microsoft MatMulIntegerToFloat), models built with onnx.helper,
+  ir_version 10.
+- torch / cupy: see kompute_dml/bench/gpu_peers.py (copy_, eye(out=), triu/tril(out=),
+  _int_mm with and without the dequantization).
+
+Bytes moved count bytes read plus bytes written (identity/copy: 2 x size; diagonal
+matrix: the output written; triu/tril with input: 2 x size); GOPS = 2*M*N*K / time.
+Every row's output is checked against an independent numpy reference after its timing.
+"""
