@@ -20,9 +20,16 @@ spirv: $(STAMP)
 	$(PY) tools/build_spirv.py
 
 # The whole suite under VK_LAYER_KHRONOS_validation with synchronization validation;
-# any validation message fails the run (tests/conftest.py).
+# any validation message fails the run (tests/conftest.py). Then a representative part again
+# with every optional device feature off (KDML_FEATURES=none: the portable baseline on a VkDevice
+# created without the pNext chain): capabilities and policy, the engine's submission paths, the
+# runtime's recordings and barriers, and the matrix-product families with their capability
+# refusals and fallbacks. The operators' own shaders use no optional feature, so the rest of the
+# suite runs them identically either way.
+FEATURELESS_TESTS := tests/test_policy.py tests/test_engine.py tests/test_runtime.py tests/test_matmul_coop.py
 test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+	KDML_FEATURES=none $(PY) -m pytest -q -p no:cacheprovider $(FEATURELESS_TESTS)
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
