@@ -131,3 +131,21 @@ def test_raw_kp_process_exit_is_clean():
     assert p.returncode == 0 and p.stdout.strip().endswith("done"), (p.returncode, p.stdout, p.stderr[-2000:])
     assert "free()" not in p.stderr, p.stderr[-2000:]
 
+
+
+def test_pipeline_refuses_a_variant_needing_a_disabled_capability():
+    """Below the operators' own compile-time checks, the runtime refuses to build a pipeline
+    from a variant that needs a feature the device did not enable (the driver never sees it)."""
+    from kompute_dml.runtime import DispatchPlan
+    from kompute_dml.shaders import required_capabilities
+
+    d = kdml.Device(features="none")
+    try:
+        needy = [v for v in ("mmc8_rr", "mmc8d_rr") if required_capabilities(v)]
+        if not needy:
+            pytest.skip("no SPIR-V variant that needs an optional capability was built")
+        plan = DispatchPlan(variant=needy[0], bindings=(None,), push=(0,), groups=(1, 1, 1), writes=())
+        with pytest.raises(kdml.UnsupportedError, match=f"{needy[0]}.*did not enable"):
+            d.engine.pipelines.get(plan, [d.engine.dummy])
+    finally:
+        d.close()

@@ -32,7 +32,7 @@ def compile_operator(device: Device, op_desc: Any) -> Any:
     if spec is None:
         raise invalid("op_desc", f"{type(op_desc).__name__} is not an operator descriptor of kompute_dml")
     compiled = spec.compile(device, op_desc)
-    check_plans(spec, compiled.plans)
+    check_plans(spec, compiled.plans, device.capabilities)
     return compiled
 
 

@@ -19,6 +19,7 @@ from ..dtypes import FeatureLevel
 from ..errors import DeviceError
 from ..registry import OperatorSupport
 from ..runtime import DispatchPlan
+from ..shaders import check_capabilities
 from .contract import ShaderFamily, by_variant
 
 _FAMILY_OF = by_variant()
@@ -85,12 +86,15 @@ class OperatorSpec:
         return self.support.introduced
 
 
-def check_plans(spec: OperatorSpec, plans: Sequence[Any]) -> None:
+def check_plans(spec: OperatorSpec, plans: Sequence[Any], capabilities: frozenset[str] | None = None) -> None:
     """ContractError unless every shader dispatch names a variant of one of the spec's families
-    and carries exactly that family's push-constant words (transfer plans have no shader)."""
+    and carries exactly that family's push-constant words (transfer plans have no shader);
+    UnsupportedError where a variant needs a capability outside `capabilities` (the device's)."""
     for plan in plans:
         if not isinstance(plan, DispatchPlan):
             continue
+        if capabilities is not None:
+            check_capabilities(plan.variant, capabilities)
         push = plan.push
         fam = _FAMILY_OF.get(plan.variant)
         if fam is None or plan.variant not in spec.variants:

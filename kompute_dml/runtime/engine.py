@@ -103,7 +103,7 @@ class Engine:
         shapes: list[Any] = getattr(self.manager, "kdml_cooperative_matrix_shapes", lambda: [])()
         self.cooperative_matrix_shapes: tuple[tuple[int, ...], ...] = tuple(tuple(int(v) for v in s) for s in shapes)
         self.budget = MemoryBudget(memory_budget, max_allocations, host_memory)
-        self.pipelines = PipelineCache(self.manager)
+        self.pipelines = PipelineCache(self.manager, self.capabilities)
         self.pool = BufferPool()
         self._replays: collections.OrderedDict[Hashable, _Replay] = collections.OrderedDict()
         self._live: weakref.WeakValueDictionary[int, DeviceMemory] = weakref.WeakValueDictionary()

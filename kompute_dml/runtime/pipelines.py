@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..shaders import load_spirv
+from ..shaders import check_capabilities, load_spirv
 from .memory import DeviceMemory
 from .plans import DispatchPlan
 
@@ -24,8 +24,9 @@ _EMPTY_SPEC = np.zeros((0,), dtype=np.uint32)
 class PipelineCache:
     """LRU cache of kp algorithms keyed by (variant, buffer serials, grid, push size, spec)."""
 
-    def __init__(self, manager: Any, capacity: int = 512) -> None:
+    def __init__(self, manager: Any, capabilities: frozenset[str] = frozenset(), capacity: int = 512) -> None:
         self.manager = manager
+        self.capabilities = capabilities  # the device's enabled optional features
         self.capacity = capacity
         self._entries: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
         self.hits = 0
@@ -39,6 +40,9 @@ class PipelineCache:
             self.hits += 1
             return algo
         self.misses += 1
+        # A variant needing a feature the device did not enable is refused, never handed to the
+        # driver (operators check at compile time too; this holds for any caller).
+        check_capabilities(plan.variant, self.capabilities)
         algo = self.manager.algorithm(
             [m.tensor for m in memories],
             load_spirv(plan.variant),
