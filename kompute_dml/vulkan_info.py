@@ -111,15 +111,22 @@ class _Properties2(ctypes.Structure):  # VkPhysicalDeviceProperties2; the proper
 _VULKAN_1_1 = (1 << 22) | (1 << 12)
 
 
-def _max_allocation_size(lib: Any, handle: int) -> int | None:
-    """maxMemoryAllocationSize: the largest single vkAllocateMemory (4 GiB - 2 MiB on an H100)."""
-    m3 = _Maintenance3(1000168000, None, 0, 0)
+class _Subgroup(ctypes.Structure):  # VkPhysicalDeviceSubgroupProperties (Vulkan 1.1)
+    _fields_ = [("sType", u32), ("pNext", ctypes.c_void_p), ("subgroupSize", u32), ("supportedStages", u32),
+                ("supportedOperations", u32), ("quadOperationsInAllStages", u32)]
+
+
+def _properties_1_1(lib: Any, handle: int) -> tuple[int | None, int | None]:
+    """(maxMemoryAllocationSize, subgroupSize): the largest single vkAllocateMemory (4 GiB - 2 MiB
+    on an H100) and the default subgroup width (32 there, 8 on lavapipe)."""
+    sub = _Subgroup(1000094000, None, 0, 0, 0, 0)
+    m3 = _Maintenance3(1000168000, ctypes.cast(ctypes.pointer(sub), ctypes.c_void_p), 0, 0)
     p2 = _Properties2(1000059001, ctypes.cast(ctypes.pointer(m3), ctypes.c_void_p))
     fn = getattr(lib, "vkGetPhysicalDeviceProperties2", None)
     if fn is None:
-        return None
+        return None, None
     fn(ctypes.c_void_p(handle), ctypes.byref(p2))
-    return int(m3.maxMemoryAllocationSize) or None
+    return int(m3.maxMemoryAllocationSize) or None, int(sub.subgroupSize) or None
 
 
 @dataclass(frozen=True)
@@ -181,10 +188,12 @@ def physical_devices() -> tuple[PhysicalDeviceInfo, ...]:
                 "max_memory_allocation_count": lim.maxMemoryAllocationCount,
                 "max_bound_descriptor_sets": lim.maxBoundDescriptorSets,
                 "max_per_stage_descriptor_storage_buffers": lim.maxPerStageDescriptorStorageBuffers,
-                "max_memory_allocation_size": (
-                    _max_allocation_size(lib, int(handles[i] or 0)) if props.apiVersion >= _VULKAN_1_1 else None
-                ),
             }
+            alloc, subgroup = (
+                _properties_1_1(lib, int(handles[i] or 0)) if props.apiVersion >= _VULKAN_1_1 else (None, None)
+            )
+            limits["max_memory_allocation_size"] = alloc
+            limits["subgroup_size"] = subgroup
             heaps = tuple(mem.memoryHeaps[h].size for h in range(mem.memoryHeapCount))
             out.append(
                 PhysicalDeviceInfo(
