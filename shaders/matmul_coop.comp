@@ -67,9 +67,24 @@
 // @variant mmc8d_gn  MMA=2 AL=0 BL=3
 // @variant mmc8d_gc  MMA=2 AL=0 BL=1
 // @variant mmc8d_gg  MMA=2 AL=0 BL=0
+// Ablations (benchmarks/bench_coop.py --ablate; WRONG RESULTS by design, never dispatched: the
+// dispatcher cannot name them): each removes one part of the `_rc` kernel so that the time it
+// leaves shows what that part costs. ABL=1 no global loads in the K loop (the staged first tile
+// is reused); 2 no fragment loads from shared memory in the K loop (the first step's fragments
+// are reused); 3 neither fragment loads nor MMAs (global -> shared pipeline and epilogue only);
+// 4 no epilogue (the int32 accumulators stored straight to the output); 5 the old epilogue (a
+// loop of runtime trip count around each accumulator, as before the fix: see main()).
+// @variant mmc8a1_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=1
+// @variant mmc8a2_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=2
+// @variant mmc8a3_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=3
+// @variant mmc8a4_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=4
+// @variant mmc8a5_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=5
 
 #ifndef MMA
 #define MMA 0                                      // 0 cooperative matrices, 1 emulated, 2 OpSDot
+#endif
+#ifndef ABL
+#define ABL 0                                      // ablation (see above); 0: the real kernel
 #endif
 #if MMA == 0
 #extension GL_KHR_cooperative_matrix : require
@@ -288,16 +303,32 @@ void main() {
     store_b(2u * A_TILE);
     barrier();
 
+#if ABL == 2
+    // the first step's fragments, reused by every step
+    A_FRAG fa0[FM];
+    B_FRAG fb0[FN];
+    [[unroll]] for (uint i = 0u; i < FM; ++i) LOAD_A(fa0[i], (wm0 + 16u * i) * KS, KS);
+    [[unroll]] for (uint j = 0u; j < FN; ++j) LOAD_B(fb0[j], 2u * A_TILE + (wn0 + 16u * j) * KS, KS, LAYOUT_COL);
+#endif
     for (uint s = 0u; s < steps; ++s) {
         const uint cur = s & 1u;
         const uint a_tile = cur * A_TILE, b_tile = 2u * A_TILE + cur * B_TILE;
+#if ABL == 1
+        const bool more = false;
+#else
         const bool more = s + 1u < steps;
+#endif
         if (more) {   // next step's loads are in flight while this step computes
             load_a(a_base, P_A_SM, P_A_SK, M, K, m0, (s + 1u) * BK, a_xe);
             load_b(b_base, P_B_SN, P_B_SK, N, K, n0, (s + 1u) * BK, b_xe);
         }
         if (need_ra) sum_a(a_tile);
         if (need_cb) sum_b(b_tile);
+#if ABL == 2
+        [[unroll]] for (uint kk = 0u; kk < BK / 32u; ++kk)
+            [[unroll]] for (uint j = 0u; j < FN; ++j)
+                [[unroll]] for (uint i = 0u; i < FM; ++i) acc[i * FN + j] = MULADD(fa0[i], fb0[j], acc[i * FN + j]);
+#elif ABL != 3
         [[unroll]] for (uint kk = 0u; kk < BK / 32u; ++kk) {
             A_FRAG fa[FM];
             [[unroll]] for (uint i = 0u; i < FM; ++i)
@@ -312,6 +343,7 @@ void main() {
                 [[unroll]] for (uint i = 0u; i < FM; ++i) acc[i * FN + j] = MULADD(fa[i], fb, acc[i * FN + j]);
             }
         }
+#endif
         if (more) {
             store_a((1u - cur) * A_TILE);
             store_b(2u * A_TILE + (1u - cur) * B_TILE);
@@ -322,8 +354,22 @@ void main() {
     if (need_cb) flush_b();
     barrier();   // sums complete; the tiles are free for the accumulator staging
 
+#if ABL == 4
+    // ablation: no epilogue; the int32 sums of whole 16 x 16 blocks written as they are
+    [[unroll]] for (uint i = 0u; i < FM; ++i)
+        [[unroll]] for (uint j = 0u; j < FN; ++j) {
+            const uint m = m0 + wm0 + 16u * i, n = n0 + wn0 + 16u * j;
+            if (m + 16u <= M && n + 16u <= N)
+                coopMatStore(acc[i * FN + j], out_buf, P_OUT_OFF + m * P_O_SM + n, P_O_SM, LAYOUT_ROW);
+        }
+    return;
+#endif
     // ---- epilogue: each accumulator through this subgroup's 16 x 16 staging (its elements'
-    // positions among the invocations are the implementation's); two adjacent columns per step
+    // positions among the invocations are the implementation's); two adjacent columns per step.
+    // On tensor cores the pair loop has a fixed trip count and is unrolled: with a loop of runtime
+    // trip count inside it, a driver may keep the accumulator loops rolled, and one accumulator
+    // indexed at run time puts the whole array in local memory, for the K loop too (the suspected
+    // cause of the 20x slowdown the H100 showed; ABL=5 keeps the old loop to compare).
     const uint lane = gl_SubgroupInvocationID;
     const uint stage = sg * 64u;                  // 16 rows x 4 uvec4
     const uint o_base = P_OUT_OFF + bi * P_O_SB + ci * P_O_SC;
@@ -334,7 +380,12 @@ void main() {
             STORE_ACC(acc[i * FN + j], stage, 4u);
             subgroupMemoryBarrierShared();
             subgroupBarrier();
+#if MMA == 0 && ABL != 5
+            [[unroll]] for (uint t = 0u; t < 128u / SG; ++t) {
+                const uint p = lane + t * SG;
+#else
             for (uint p = lane; p < 128u; p += gl_SubgroupSize) {
+#endif
                 const uint r = p >> 3u, c = (p & 7u) * 2u;
                 const uint ml = wm0 + 16u * i + r, nl = wn0 + 16u * j + c;
                 const uint m = m0 + ml, n = n0 + nl;

@@ -26,11 +26,7 @@ LINE_LIMIT_EXCEPTIONS: dict[str, str] = {}
 
 # Import edges (importer, imported) still forming a cycle, owned by other work in progress.
 # Expected to be empty.
-CYCLE_EXCEPTIONS: set[tuple[str, str]] = {
-    # the late `from .matmul_coop import plan_coop` in matmul_integer.py, while matmul_coop.py
-    # imports matmul_integer.py: what both share belongs in a third module
-    ("kompute_dml.ops.matmul_integer", "kompute_dml.ops.matmul_coop"),
-}
+CYCLE_EXCEPTIONS: set[tuple[str, str]] = set()
 
 
 def _module_name(path: Path) -> str:

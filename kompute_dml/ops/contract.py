@@ -133,10 +133,13 @@ MMI_GENERIC = family("mmi_generic", "matmul_int.comp", "mmi_cpu_g{bits}", MATMUL
 MMI_GPU = family("mmi_gpu", "matmul_int.comp", "mmi_gpu_{bits}", MATMUL_PUSH, (16, 16, 1), bits=(8, 16, 32))
 MMC = family("mmc", "matmul_coop.comp", "mmc8{emulated}_{a}{b}", MATMUL_PUSH, None,
              emulated=("", "x", "d"), a=("r", "c", "g"), b=("r", "n", "c", "g"))
+# ablations of mmc8_rc (benchmarks/bench_coop.py --ablate): wrong results by design, never dispatched
+MMC_ABLATION = family("mmc_ablation", "matmul_coop.comp", "mmc8a{part}_rc", MATMUL_PUSH, None,
+                      part=(1, 2, 3, 4, 5))
 
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
-    ROWS_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC,
+    ROWS_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMC_ABLATION,
 )
 
 

@@ -26,20 +26,21 @@ from typing import TYPE_CHECKING
 
 from ..dtypes import DataType
 from ..errors import UnsupportedError
+from ..ints import cdiv
 from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
 from ..runtime import DispatchPlan, grid_for
 from ..shaders import check_capabilities
 from .base import CompiledOperator, validate_tensors
-from .matmul_integer import (
-    _LIMIT28,
+from .matmul_common import (
     FIELDS,
     INPUT_FIELDS,
+    LIMIT28,
     OUTPUT_FIELDS,
     SIGNED,
     MatrixMultiplyIntegerToFloatDesc,
-    _check,
-    _pad4,
-    _quant_stride,
+    check_desc,
+    pad4,
+    quant_stride,
 )
 
 if TYPE_CHECKING:
@@ -61,6 +62,9 @@ _F_SUM_B = 1 << 30
 # M, N, K, A, B, C, result (VK_COMPONENT_TYPE_SINT8_KHR = 3, SINT32_KHR = 5), scope (subgroup = 3)
 S8_SHAPE = (16, 16, 32, 3, 3, 5, 5)
 SCOPE_SUBGROUP = 3
+# ablations of mmc8_rc (shaders/matmul_coop.comp, ABL=n): what each leaves out of the kernel
+ABLATIONS = {1: "no global loads in the K loop", 2: "no fragment loads in the K loop",
+             3: "no fragment loads or MMAs", 4: "no epilogue (raw int32 store)", 5: "old epilogue loop"}
 _A_MODES = {"r": 1, "c": 2, "g": 0}
 _B_MODES = {"r": 2, "n": 3, "c": 1, "g": 0}
 
@@ -100,6 +104,8 @@ class TileConfig:
             out.append("WM, WN multiples of 16 dividing BM, BN")
         if bk % 32 or not 32 <= bk <= 256:
             out.append("BK a multiple of 32 in [32, 256]")
+        if not 1 <= subgroup_size <= 128 or 128 % subgroup_size:
+            out.append("a subgroup size dividing 128 (the epilogue's fixed pair loop)")
         if self.group_m < 1:
             out.append("GROUP_M >= 1")
         wg = self.subgroups() * subgroup_size
@@ -141,7 +147,7 @@ def candidate_configs(m: int, n: int, t: int) -> list[TileConfig]:
         return [DECODE, NARROW]
     order = [LARGE, MEDIUM, NARROW]
     for i, cfg in enumerate(order):
-        if -(-m // cfg.bm) * -(-n // cfg.bn) * t >= TARGET_TILES:
+        if cdiv(m, cfg.bm) * cdiv(n, cfg.bn) * t >= TARGET_TILES:
             return order[i:]
     return [NARROW, DECODE]
 
@@ -191,18 +197,20 @@ def require_capability(device: Device, family: str) -> None:
 
 
 def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family: str = "coopmat",
-              config: TileConfig | None = None) -> DispatchPlan | None:
+              config: TileConfig | None = None, ablation: int = 0) -> DispatchPlan | None:
     """The coopmat dispatch for a validated descriptor, or None where the family does not apply
     (inputs wider than 8 bits, K > KMAX, a device without the s8 shape). Raises UnsupportedError
-    where the device lacks the capability (or a forced `config` cannot run)."""
+    where the device lacks the capability (or a forced `config` cannot run). `ablation` (1..5,
+    benchmarks/bench_coop.py --ablate only) takes the `mmc8a<n>_rc` kernel that leaves a part
+    out: its results are wrong by design."""
     require_capability(device, family)
     a, b, out = desc.a_tensor, desc.b_tensor, desc.output_tensor
     if a.data_type.size != 1 or (family == "coopmat" and not has_shape(device)):
         return None
-    a_sz, a_st = _pad4(a)
-    b_sz, b_st = _pad4(b)
-    _, o_st = _pad4(out)
-    bias_st = _pad4(desc.bias_tensor)[1] if desc.bias_tensor is not None else [0, 0, 0, 0]
+    a_sz, a_st = pad4(a)
+    b_sz, b_st = pad4(b)
+    _, o_st = pad4(out)
+    bias_st = pad4(desc.bias_tensor)[1] if desc.bias_tensor is not None else [0, 0, 0, 0]
     nb, nc, m, k = a_sz
     n = b_sz[3]
     t = nb * nc
@@ -219,13 +227,13 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family:
             break
     if problems:
         raise UnsupportedError(f"kernel: tile configuration {cfg} cannot run here: {'; '.join(problems)}")
-    if t >= _LIMIT28 or nc >= 1 << 26:
+    if t >= LIMIT28 or nc >= 1 << 26:
         raise UnsupportedError(f"a_tensor.sizes: at most 2^28-1 matrices and 2^26-1 channels, got {nb} x {nc}")
 
-    as_s = _quant_stride(desc.a_scale_tensor, "a_scale_tensor", m, "row")
-    az_s = _quant_stride(desc.a_zero_point_tensor, "a_zero_point_tensor", m, "row")
-    bs_s = _quant_stride(desc.b_scale_tensor, "b_scale_tensor", n, "col")
-    bz_s = _quant_stride(desc.b_zero_point_tensor, "b_zero_point_tensor", n, "col")
+    as_s = quant_stride(desc.a_scale_tensor, "a_scale_tensor", m, "row")
+    az_s = quant_stride(desc.a_zero_point_tensor, "a_zero_point_tensor", m, "row")
+    bs_s = quant_stride(desc.b_scale_tensor, "b_scale_tensor", n, "col")
+    bz_s = quant_stride(desc.b_zero_point_tensor, "b_zero_point_tensor", n, "col")
     a_signed, b_signed = a.data_type in SIGNED, b.data_type in SIGNED
     flags = (_F_A_SIGNED if a_signed else 0) | (_F_B_SIGNED if b_signed else 0)
     flags |= _F_F16 if out.data_type == DataType.FLOAT16 else 0
@@ -241,14 +249,19 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family:
     words[24:28] = bias_st
     words[28:32] = [as_s, az_s, bs_s, bz_s]
     for w in words[8:11] + words[12:32]:
-        if w >= _LIMIT28:
+        if w >= LIMIT28:
             raise UnsupportedError(f"a size or stride of {w} elements is beyond the shader's 28-bit range")
     for i, wi in enumerate((8, 9, 10, 12, 13, 14, 15)):  # T in the top nibbles, as matmul_int.comp
         words[wi] |= ((t >> (4 * i)) & 0xF) << 28
 
     variant = f"mmc8{FAMILIES[family][0]}_{am}{bmode}"
+    if ablation:
+        if (family, am, bmode) != ("coopmat", "r", "c") or ablation not in ABLATIONS:
+            raise UnsupportedError(f"ablation: {ablation} must be one of {sorted(ABLATIONS)}, on the coopmat family "
+                                   f"with A row-major and B column-major")
+        variant = f"mmc8a{ablation}_rc"
     check_capabilities(variant, device.capabilities)
-    groups = -(-m // cfg.bm) * -(-n // cfg.bn) * t
+    groups = cdiv(m, cfg.bm) * cdiv(n, cfg.bn) * t
     sizes = [a.data_type.size, desc.a_scale_tensor.data_type.size, a.data_type.size, b.data_type.size,
              desc.b_scale_tensor.data_type.size, b.data_type.size, out.data_type.size, out.data_type.size]
     return DispatchPlan(
@@ -263,12 +276,12 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family:
 
 
 def compile_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family: str = "coopmat",
-                 config: TileConfig | None = None) -> CompiledOperator:
+                 config: TileConfig | None = None, ablation: int = 0) -> CompiledOperator:
     """The operator on the coopmat family with an explicit tile configuration (tests and
     benchmarks/bench_coop.py --sweep); UnsupportedError where the family does not apply."""
     validate_tensors(MATRIX_MULTIPLY_INTEGER_TO_FLOAT, device.feature_level, desc, FIELDS, OUTPUT_FIELDS)
-    _check(desc)
-    plan = plan_coop(device, desc, family=family, config=config)
+    check_desc(desc)
+    plan = plan_coop(device, desc, family=family, config=config, ablation=ablation)
     if plan is None:
         raise UnsupportedError(f"kernel: the coopmat family takes 8-bit A and B with K <= {KMAX} on a device "
                                f"listing the s8 16x16x32 shape")

@@ -16,27 +16,33 @@ docs/matmul.md.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..dtypes import DataType
 from ..errors import UnsupportedError, invalid
-from ..layout import check_no_overlap
+from ..ints import cdiv
 from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
 from ..runtime import KP_PATCH_LEVEL, DispatchPlan, grid_for
-from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
+from .matmul_common import (
+    FIELDS,
+    INPUT_FIELDS,
+    OUTPUT_FIELDS,
+    SIGNED,
+    MatrixMultiplyIntegerToFloatDesc,
+)
+from .matmul_common import LIMIT28 as _LIMIT28
+from .matmul_common import check_desc as _check
+from .matmul_common import pad4 as _pad4
+from .matmul_common import quant_stride as _quant_stride
+from .matmul_coop import plan_coop
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
 
 D = DataType
-FIELDS = MATRIX_MULTIPLY_INTEGER_TO_FLOAT.fields  # binding order, from the support table
-INPUT_FIELDS = MATRIX_MULTIPLY_INTEGER_TO_FLOAT.inputs
-OUTPUT_FIELDS = MATRIX_MULTIPLY_INTEGER_TO_FLOAT.outputs
-SIGNED = {D.INT8, D.INT16, D.INT32}
 KERNEL_ENV = "KDML_MATMUL_KERNEL"
 
 # CPU family: rows x columns of outputs per invocation and invocations per work group (must
@@ -58,54 +64,7 @@ _F_B_SIGNED = 1 << 27
 _F_F16 = 1 << 28
 _F_A_PACKED = 1 << 29
 _F_B_PACKED = 1 << 30
-_LIMIT28 = 1 << 28
 
-
-@dataclass(frozen=True)
-class MatrixMultiplyIntegerToFloatDesc:
-    """DML_MATRIX_MULTIPLY_INTEGER_TO_FLOAT_OPERATOR_DESC (optional tensors may be None)."""
-
-    a_tensor: TensorDesc
-    a_scale_tensor: TensorDesc
-    a_zero_point_tensor: TensorDesc | None
-    b_tensor: TensorDesc
-    b_scale_tensor: TensorDesc
-    b_zero_point_tensor: TensorDesc | None
-    bias_tensor: TensorDesc | None
-    output_tensor: TensorDesc
-
-
-def _pad4(desc: TensorDesc) -> tuple[list[int], list[int]]:
-    """Sizes and strides left-padded to 4 dimensions; strides of size-1 dimensions are 0."""
-    sizes = [1] * (4 - desc.dimension_count) + list(desc.sizes)
-    strides = [0] * (4 - desc.dimension_count) + list(desc.effective_strides)
-    strides = [0 if s == 1 else st for s, st in zip(sizes, strides)]
-    return sizes, strides
-
-
-def _quant_stride(desc: TensorDesc | None, field: str, count: int, per: str) -> int:
-    """Stride along the per-row (per='row', sizes {..,M,1}) or per-column (per='col',
-    sizes {..,1,N}) axis of a scale / zero-point tensor; 0 for per-tensor."""
-    if desc is None:
-        return 0
-    sizes = tuple(desc.sizes)
-    strides = desc.effective_strides
-    d = len(sizes)
-    if all(s == 1 for s in sizes):
-        return 0
-    if per == "row":
-        want = (1, 1, count, 1)[4 - d:] if d > 1 else (count,)
-        axis = d - 2 if d > 1 else 0
-        shape = "{1,1,1,1} (per tensor) or {1,1,M,1} (per row)"
-    else:
-        want = (1, 1, 1, count)[4 - d:]
-        axis = d - 1
-        shape = "{1,1,1,1} (per tensor) or {1,1,1,N} (per column)"
-    if sizes != want:
-        n = "M" if per == "row" else "N"
-        raise invalid(f"{field}.sizes", f"must be {shape} with {n} = {count} (fewer leading ones for fewer dimensions), "
-                      f"got {sizes}")
-    return strides[axis]
 
 
 KERNELS = ("cpu", "cpu-ssbo", "gpu", "coopmat", "dot", "coopmat-emulated")
@@ -142,46 +101,6 @@ def texel_eligible(device: Device, width: int, m: int, k: int, n: int, a_st: lis
     )
 
 
-def _check(desc: MatrixMultiplyIntegerToFloatDesc) -> None:
-    a, b, out = desc.a_tensor, desc.b_tensor, desc.output_tensor
-    az, bz, bias = desc.a_zero_point_tensor, desc.b_zero_point_tensor, desc.bias_tensor
-    as_, bs = desc.a_scale_tensor, desc.b_scale_tensor
-    # dimension counts
-    for f, t in (("b_tensor", b), ("output_tensor", out), ("bias_tensor", bias)):
-        if t is not None and t.dimension_count != a.dimension_count:
-            raise invalid(f"{f}.sizes", f"dimension count must equal a_tensor's ({a.dimension_count}), "
-                          f"got {t.dimension_count}")
-    for f, t in (("a_zero_point_tensor", az), ("b_scale_tensor", bs), ("b_zero_point_tensor", bz)):
-        if t is not None and t.dimension_count != as_.dimension_count:
-            raise invalid(f"{f}.sizes", f"dimension count must equal a_scale_tensor's ({as_.dimension_count}), "
-                          f"got {t.dimension_count}")
-    # data types
-    if b.data_type.size != a.data_type.size:
-        raise invalid("b_tensor.data_type", f"must have a_tensor's width ({a.data_type.name}, "
-                      f"{8 * a.data_type.size} bits), got {b.data_type.name}")
-    if az is not None and az.data_type != a.data_type:
-        raise invalid("a_zero_point_tensor.data_type", f"must equal a_tensor's ({a.data_type.name}), got {az.data_type.name}")
-    if bz is not None and bz.data_type != b.data_type:
-        raise invalid("b_zero_point_tensor.data_type", f"must equal b_tensor's ({b.data_type.name}), got {bz.data_type.name}")
-    for f, t in (("a_scale_tensor", as_), ("b_scale_tensor", bs), ("bias_tensor", bias)):
-        if t is not None and t.data_type != out.data_type:
-            raise invalid(f"{f}.data_type", f"must equal output_tensor's ({out.data_type.name}), got {t.data_type.name}")
-    # sizes
-    *batch_a, m, k = a.sizes
-    *batch_b, kb, n = b.sizes
-    if kb != k:
-        raise invalid("b_tensor.sizes", f"K (size {len(b.sizes) - 2}) must equal a_tensor's K ({k}), got {kb}")
-    if tuple(batch_b) != tuple(batch_a):
-        raise invalid("b_tensor.sizes", f"batch and channel sizes must equal a_tensor's {tuple(batch_a)} "
-                      f"(broadcast with stride 0), got {tuple(batch_b)}")
-    want = (*batch_a, m, n)
-    if tuple(out.sizes) != want:
-        raise invalid("output_tensor.sizes", f"must be {want} ({{batch, channel, M, N}}), got {out.sizes}")
-    if bias is not None and tuple(bias.sizes) != tuple(out.sizes):
-        raise invalid("bias_tensor.sizes", f"must equal output_tensor's {out.sizes}, got {bias.sizes}")
-    check_no_overlap(out.sizes, out.effective_strides, "output_tensor")
-
-
 def compile_matmul_integer(
     device: Device, desc: MatrixMultiplyIntegerToFloatDesc, kernel: str | None = None
 ) -> CompiledOperator:
@@ -190,8 +109,6 @@ def compile_matmul_integer(
     family = kernel_family(device, kernel)
     plan = None
     if family in ("coopmat", "dot", "coopmat-emulated"):  # 8-bit, K within int32 exactness; else GPU family
-        from .matmul_coop import plan_coop  # late: matmul_coop imports this module
-
         plan = plan_coop(device, desc, family=family)
         family = "gpu"
     if plan is None:
@@ -199,10 +116,6 @@ def compile_matmul_integer(
     return CompiledOperator(
         device, desc, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, INPUT_FIELDS, OUTPUT_FIELDS, [plan]
     )
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -> DispatchPlan:
@@ -268,7 +181,7 @@ def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -
     if family == "gpu":
         tm, tn = GPU_TILE
         variant = contract.MMI_GPU.name(bits=wbits)
-        groups = _cdiv(n, tn) * _cdiv(m, tm) * t
+        groups = cdiv(n, tn) * cdiv(m, tm) * t
     else:  # the CPU family ('cpu', or 'cpu-ssbo' without the texel variant)
         if family == "cpu" and texel_eligible(device, width, m, k, n, a_st, b_st):
             br, bc = CPU_TEXEL_BLOCK
@@ -298,7 +211,7 @@ def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -
         else:
             br, bc = CPU_GENERIC_BLOCK
             variant = contract.MMI_GENERIC.name(bits=wbits)
-        groups = _cdiv(_cdiv(n, bc), CPU_LOCAL) * _cdiv(m, br) * t
+        groups = cdiv(cdiv(n, bc), CPU_LOCAL) * cdiv(m, br) * t
     # offset slots: push word <- binding offset / element size (bindings: inputs then output)
     sizes = [a.data_type.size, desc.a_scale_tensor.data_type.size,
              a.data_type.size, b.data_type.size, desc.b_scale_tensor.data_type.size,
