@@ -2,7 +2,7 @@
 """The cooperative-matrix (tensor core) MATRIX_MULTIPLY_INTEGER_TO_FLOAT kernels against torch._int_mm.
 
 Run on a GPU whose kompute_dml Device has the `cooperative_matrix` capability (the H100):
-    PYTHONPATH=. python3 benchmarks/bench_coop.py [--rounds 7] [--sweep] [--json out.json]
+    PYTHONPATH=. python3 benchmarks/bench_coop.py [--rounds 7] [--sweep | --ablate] [--json out.json]
 1. Correctness first: small and odd shapes through every load mode, and sampled rows of each
    timed shape, against numpy int64 (bitwise FLOAT32); FAIL lines mean the timings are void.
 2. Timing, per shape (M x K x N): ours = N executions in one `dev.record()` (the recorded
@@ -22,6 +22,8 @@ Run on a GPU whose kompute_dml Device has the `cooperative_matrix` capability (t
 3. --sweep: the same shapes through alternative tile configurations (specialization
    constants BM BN BK WM WN GROUP_M and the row-major-B staging), each checked on sampled
    rows before it is timed, to pick the defaults of kompute_dml/ops/matmul_coop.py.
+--ablate: after the timing, which part of the kernel costs the time (benchmarks/coop_ablate.py:
+variants that leave one part out, wrong results by design), then a compact summary table LAST.
 --family dot|coopmat-emulated times that family in place of `coopmat` (coopmat-emulated runs on
 any device: a slow dry run of the script).
 Budget: the sweep stops once --budget seconds (default 270) have passed since the start.
@@ -37,6 +39,7 @@ import time
 from typing import Any
 
 import numpy as np
+from coop_ablate import ablate, summary  # benchmarks/ (the script's directory)
 
 import kompute_dml as kdml
 from kompute_dml.ops.matmul_coop import FAMILIES, LARGE, MEDIUM, NARROW, TileConfig, compile_coop
@@ -67,7 +70,8 @@ class Ours:
 
     def __init__(self, dev: kdml.Device, a: np.ndarray, b: np.ndarray, *, b_colmajor: bool, quant: bool,
                  out_dt: kdml.DataType = D.FLOAT32, family: str = "coopmat", config: TileConfig | None = None,
-                 rng: np.random.Generator | None = None, uploads: dict[Any, Any] | None = None) -> None:
+                 rng: np.random.Generator | None = None, uploads: dict[Any, Any] | None = None,
+                 ablation: int = 0) -> None:
         rng = rng or np.random.default_rng(0)
         m, k = a.shape
         n = b.shape[1]
@@ -86,7 +90,7 @@ class Ours:
             a_desc, f(out_dt, (1, 1)), f(a_desc.data_type, (1, 1)) if quant else None, b_desc,
             f(out_dt, self.b_scale.shape), None, f(out_dt, (m, n), (0, 1)) if quant else None, f(out_dt, (m, n)))
         if config is not None:
-            self.op = compile_coop(dev, desc, family=family, config=config)
+            self.op = compile_coop(dev, desc, family=family, config=config, ablation=ablation)
         else:
             self.op = compile_matmul_integer(dev, desc, kernel=family)
         self.b_buf = b_buf  # (kept alive: `uploads` is keyed by identity)
@@ -303,6 +307,7 @@ def main() -> int:
     ap.add_argument("--family", default="coopmat", choices=list(FAMILIES), help="the family timed as ours")
     ap.add_argument("--no-compare", action="store_true", help="skip the dot and gpu family rows")
     ap.add_argument("--quick", action="store_true", help="small shapes only (a dry run)")
+    ap.add_argument("--ablate", action="store_true", help="also time the ablation variants (coop_ablate.py)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--budget", type=float, default=270.0, help="seconds after which the sweep stops (default 270)")
     args = ap.parse_args()
@@ -321,6 +326,9 @@ def main() -> int:
                               "timing": timing(dev, shapes, args.rounds, args.family, not args.no_compare, rng)}
     if args.sweep:
         result["sweep"] = sweep(dev, shapes, max(3, args.rounds // 2), args.family, rng, t0 + args.budget)
+    if args.ablate and args.family == "coopmat":
+        result["ablation"] = ablate(dev, args.rounds, rng, Ours, time_interleaved, torch_peers, random_inputs, cfg_name)
+        summary(result["ablation"], result["timing"])
     print(f"\ncorrectness: {'all OK' if ok else 'FAILURES (timings void)'}; {time.perf_counter() - t0:.0f} s")
     if args.json:
         with open(args.json, "w") as f:

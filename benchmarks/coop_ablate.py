@@ -1,0 +1,88 @@
+"""`bench_coop.py --ablate`: which part of the cooperative-matrix kernel costs the time.
+
+The `mmc8a<n>_rc` variants of shaders/matmul_coop.comp each leave one part of the `_rc` kernel
+(A row-major, B column-major) out; ABLATIONS in kompute_dml/ops/matmul_coop.py names them. Their
+results are WRONG BY DESIGN (except a5, the previous epilogue, which is still exact) and the
+dispatcher never picks them. If leaving a part out brings the time close to the MMA-bound figure,
+that part was the bottleneck:
+  a1 no global loads      -> the global -> shared pipeline (coalescing, latency, barriers)
+  a2 no fragment loads    -> coopMatLoad from shared memory (bank conflicts, byte-wise lowering)
+  a3 no loads nor MMAs    -> what is left: global pipeline plus epilogue
+  a4 no epilogue          -> the epilogue, or accumulators demoted to local memory by it
+  a5 the old epilogue     -> the fix's effect (the fixed kernel against the kernel before it)
+Also the fixed kernel at other tile configurations, and torch._int_mm (B column-major) as peer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kompute_dml.ops.matmul_coop import ABLATIONS, LARGE, TileConfig
+
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]
+CONFIGS = [TileConfig(128, 256, 32, 64, 64), TileConfig(64, 64, 64, 32, 32), TileConfig(16, 64, 128, 16, 16)]
+
+
+def ablate(dev: Any, rounds: int, rng: np.random.Generator, ours: Any, time_interleaved: Any,
+           torch_peers: Any, random_inputs: Any, cfg_name: Any) -> list[dict[str, Any]]:
+    """Times the fixed kernel, each ablation and the peer on SHAPES; prints per shape and returns
+    rows {name, shape, seconds, tops, check} (check None: an ablation, wrong by design)."""
+    rows: list[dict[str, Any]] = []
+    print(f"\nablation (s8 gemm, B column-major, tiles {cfg_name(LARGE)} unless noted; median of {rounds} rounds):")
+    for m, k, n in SHAPES:
+        ops = 2.0 * m * n * k
+        a, b = random_inputs(rng, m, k, n, np.int8)
+        sample = np.unique(np.linspace(0, m - 1, 4).astype(int))
+        uploads: dict[Any, Any] = {}
+        cases: dict[str, Any] = {}
+        checks: dict[str, bool | None] = {}
+        entries = [("fixed mmc8_rc", LARGE, 0)] + [(f"a{i} {what}", LARGE, i) for i, what in ABLATIONS.items()]
+        entries += [(f"fixed {cfg_name(c)}", c, 0) for c in CONFIGS]
+        for name, cfg, abl in entries:
+            try:
+                case = ours(dev, a, b, b_colmajor=True, quant=False, config=cfg, ablation=abl, rng=rng,
+                            uploads=uploads)
+            except Exception as e:  # a configuration this device cannot run: reported, skipped
+                print(f"    {name:44s} cannot run: {str(e)[:100]}")
+                continue
+            cases[name] = case
+            checks[name] = case.check(sample) if abl in (0, 5) else None
+        makes = {name: c.run for name, c in cases.items()}
+        peers = torch_peers(a, b, None) or {}
+        if "torch_int_mm_Bcol" in peers:
+            makes["torch _int_mm B col-major"] = peers["torch_int_mm_Bcol"]
+        t = time_interleaved(makes, rounds)
+        print(f"  {m}x{k}x{n}:")
+        for name, sec in t.items():
+            chk = checks.get(name)
+            note = "" if name not in checks else ("(wrong by design)" if chk is None else ("OK" if chk else "FAIL"))
+            print(f"    {name:44s} {sec * 1e3:9.4f} ms {ops / sec / 1e12:8.2f} TOPS  {note}")
+            rows.append({"name": name, "shape": [m, k, n], "seconds": sec, "tops": ops / sec / 1e12, "check": chk})
+        del cases
+    return rows
+
+
+def summary(ablation_rows: list[dict[str, Any]], timing_rows: list[dict[str, Any]]) -> None:
+    """The compact table printed last: TOPS per ablation and shape, then ours vs torch per shape."""
+    shapes = [tuple(s) for s in SHAPES]
+    names = list(dict.fromkeys(r["name"] for r in ablation_rows))
+    by = {(r["name"], tuple(r["shape"])): r for r in ablation_rows}
+    print("\nSUMMARY ablation, TOPS (2MNK/s); check OK/FAIL on exact kernels, '-' on ablations (wrong by design)")
+    print(f"  {'kernel / part left out':44s}" + "".join(f"{'x'.join(map(str, s)):>16s}" for s in shapes) + "  check")
+    for name in names:
+        cells = [by.get((name, s)) for s in shapes]
+        vals = "".join(f"{c['tops']:16.1f}" if c else f"{'-':>16s}" for c in cells)
+        chks = {c["check"] for c in cells if c}
+        chk = "-" if chks == {None} else ("OK" if chks <= {True, None} else "FAIL")
+        print(f"  {name:44s}{vals}  {chk}")
+    if timing_rows:
+        print("SUMMARY timing, TOPS: ours gemm B row / B col, quant; torch _int_mm B col, _int_mm+dequant")
+        for row in timing_rows:
+            t, (m, k, n) = row["seconds"], row["shape"]
+            ops = 2.0 * m * n * k
+            keys = ("ours_gemm_Brow", "ours_gemm_Bcol", "ours_quant_Brow", "torch_int_mm_Bcol", "torch_int_mm+dequant")
+            tops = [f"{ops / t[key] / 1e12:9.2f}" if key in t else f"{'-':>9s}" for key in keys]
+            bad = [name for name, ok in row["checks"].items() if not ok]
+            print(f"  {m}x{k}x{n:<6d} " + " ".join(tops) + (f"  FAIL {bad}" if bad else "  OK"))
