@@ -12,19 +12,14 @@
 // dispatcher sends larger K to another family), so the int32 result is exact; it is converted to
 // float once and scaled: float(v) * (AScale * BScale) + Bias, without contraction (`precise`).
 //
-// Work: a work group computes a BM x BN output tile of one matrix; its WG / SG subgroups each own a
-// WM x WN block of 16 x 16 int32 accumulators. K advances BK at a time through two shared-memory
-// stages (global -> registers for step s + 1 while the tensor cores consume step s, one barrier
-// per step). Tiles are stored k-contiguous, 16 k per uvec4, rows skewed by 16 bytes (the A
-// operand row-major, B column-major: the tensor cores' native int8 layouts); `_?n` variants keep
-// a row-major B row-major. Tile sizes are specialization constants (constant_id below;
-// kompute_dml/ops/matmul_coop.py checks and picks them); the load modes per operand are variants:
-//   A: r (k contiguous), c (m contiguous, transposed into the tile), g (any strides, byte loads)
-//   B: r (n contiguous, transposed into the tile), n (n contiguous, kept row-major),
-//      c (k contiguous), g (any strides)
-// Push constants: the 32 words of matmul_int.comp (offsets, sizes, strides in elements, T in the
-// top nibbles); flags in word 11: A signed, B signed, FLOAT16 output, row sums of A needed
-// (B zero point possibly nonzero), column sums of B needed (A zero point possibly nonzero).
+// Work: a work group computes a BM x BN output tile; its WG / SG subgroups each own a WM x WN block
+// of 16 x 16 int32 accumulators. K advances BK at a time through two shared-memory stages (global
+// -> registers for step s + 1 while the tensor cores consume step s, one barrier per step). Tiles
+// are k-contiguous, 16 k per uvec4, rows skewed by 16 bytes (A row-major, B column-major: the
+// tensor cores' native int8 layouts); `_?n` keeps a row-major B row-major. Tile sizes are
+// specialization constants (kompute_dml/ops/matmul_coop.py picks them); load modes per operand
+// (A: r k-contiguous, c m-contiguous, g any; B: r / n n-contiguous, c, g) are variants. Push
+// constants: the 32 words of matmul_int.comp; flags in word 11 (see F_* below).
 // @variant mmc8_rr  TARGET=vulkan1.2 AL=1 BL=2
 // @variant mmc8_rn  TARGET=vulkan1.2 AL=1 BL=3
 // @variant mmc8_rc  TARGET=vulkan1.2 AL=1 BL=1
@@ -37,12 +32,9 @@
 // @variant mmc8_gn  TARGET=vulkan1.2 AL=0 BL=3
 // @variant mmc8_gc  TARGET=vulkan1.2 AL=0 BL=1
 // @variant mmc8_gg  TARGET=vulkan1.2 AL=0 BL=0
-// Without tensor cores (MMA=1, 2; shaders/matmul_coop_mma.glsl): the same kernel with each
-// cooperative-matrix operation done by subgroup code on the same shared tiles, with the same
-// offsets, strides and layouts: `mmc8d_*` (family `dot`) keep register blocks of A rows and B
-// columns as words of 4 k and sum them with OpSDot (the integer_dot_product capability);
-// `mmc8x_*` (family `coopmat-emulated`) sum byte products one at a time and need no device
-// feature, so the tests run the whole kernel around the tensor-core instructions on any device.
+// Without tensor cores (MMA=1, 2; matmul_coop_mma.glsl) each cooperative-matrix operation is subgroup
+// code on the same tiles: `mmc8d_*` (family `dot`) with OpSDot, `mmc8x_*` (`coopmat-emulated`) byte
+// products, no device feature: the tests run the whole kernel around the tensor-core calls anywhere.
 // @variant mmc8x_rr  MMA=1 AL=1 BL=2
 // @variant mmc8x_rn  MMA=1 AL=1 BL=3
 // @variant mmc8x_rc  MMA=1 AL=1 BL=1
@@ -67,13 +59,8 @@
 // @variant mmc8d_gn  MMA=2 AL=0 BL=3
 // @variant mmc8d_gc  MMA=2 AL=0 BL=1
 // @variant mmc8d_gg  MMA=2 AL=0 BL=0
-// Ablations (benchmarks/bench_coop.py --ablate; WRONG RESULTS by design, never dispatched: the
-// dispatcher cannot name them): each removes one part of the `_rc` kernel so that the time it
-// leaves shows what that part costs. ABL=1 no global loads in the K loop (the staged first tile
-// is reused); 2 no fragment loads from shared memory in the K loop (the first step's fragments
-// are reused); 3 neither fragment loads nor MMAs (global -> shared pipeline and epilogue only);
-// 4 no epilogue (the int32 accumulators stored straight to the output); 5 the old epilogue (a
-// loop of runtime trip count around each accumulator, as before the fix: see main()).
+// Ablations of `_rc` (bench_coop.py --ablate; wrong results by design, never dispatched): ABL=1 no
+// global loads, 2 no fragment loads, 3 neither nor MMAs, 4 no epilogue, 5 the old epilogue loop.
 // @variant mmc8a1_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=1
 // @variant mmc8a2_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=2
 // @variant mmc8a3_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=3
@@ -303,8 +290,7 @@ void main() {
     store_b(2u * A_TILE);
     barrier();
 
-#if ABL == 2
-    // the first step's fragments, reused by every step
+#if ABL == 2   // the first step's fragments, reused by every step
     A_FRAG fa0[FM];
     B_FRAG fb0[FN];
     [[unroll]] for (uint i = 0u; i < FM; ++i) LOAD_A(fa0[i], (wm0 + 16u * i) * KS, KS);
@@ -313,11 +299,7 @@ void main() {
     for (uint s = 0u; s < steps; ++s) {
         const uint cur = s & 1u;
         const uint a_tile = cur * A_TILE, b_tile = 2u * A_TILE + cur * B_TILE;
-#if ABL == 1
-        const bool more = false;
-#else
-        const bool more = s + 1u < steps;
-#endif
+        const bool more = ABL != 1 && s + 1u < steps;   // ablation 1: the first tile only
         if (more) {   // next step's loads are in flight while this step computes
             load_a(a_base, P_A_SM, P_A_SK, M, K, m0, (s + 1u) * BK, a_xe);
             load_b(b_base, P_B_SN, P_B_SK, N, K, n0, (s + 1u) * BK, b_xe);
@@ -354,24 +336,18 @@ void main() {
     if (need_cb) flush_b();
     barrier();   // sums complete; the tiles are free for the accumulator staging
 
-#if ABL == 4
-    // ablation: no epilogue; the int32 sums of whole 16 x 16 blocks written as they are
-    [[unroll]] for (uint i = 0u; i < FM; ++i)
-        [[unroll]] for (uint j = 0u; j < FN; ++j) {
-            const uint m = m0 + wm0 + 16u * i, n = n0 + wn0 + 16u * j;
-            if (m + 16u <= M && n + 16u <= N)
-                coopMatStore(acc[i * FN + j], out_buf, P_OUT_OFF + m * P_O_SM + n, P_O_SM, LAYOUT_ROW);
-        }
+#if ABL == 4   // no epilogue: the int32 sums of whole 16 x 16 blocks stored as they are
+    [[unroll]] for (uint i = 0u; i < FM; ++i) [[unroll]] for (uint j = 0u; j < FN; ++j) {
+        const uint m = m0 + wm0 + 16u * i, n = n0 + wn0 + 16u * j;
+        if (m + 16u <= M && n + 16u <= N) coopMatStore(acc[i * FN + j], out_buf, P_OUT_OFF + m * P_O_SM + n, P_O_SM, LAYOUT_ROW);
+    }
     return;
 #endif
-    // ---- epilogue: each accumulator through this subgroup's 16 x 16 staging (its elements'
-    // positions among the invocations are the implementation's); two adjacent columns per step.
-    // On tensor cores the pair loop has a fixed trip count and is unrolled: with a loop of runtime
-    // trip count inside it, a driver may keep the accumulator loops rolled, and one accumulator
-    // indexed at run time puts the whole array in local memory, for the K loop too (the suspected
-    // cause of the 20x slowdown the H100 showed; ABL=5 keeps the old loop to compare).
+    // ---- epilogue: each accumulator through this subgroup's 16 x 16 staging, two columns per step.
+    // Tensor cores: the pair loop has a fixed trip count, unrolled (a runtime loop inside may keep
+    // the accumulator loops rolled, and one accumulator indexed at run time puts all in local memory)
     const uint lane = gl_SubgroupInvocationID;
-    const uint stage = sg * 64u;                  // 16 rows x 4 uvec4
+    const uint stage = sg * 64u;   // 16 rows x 4 uvec4
     const uint o_base = P_OUT_OFF + bi * P_O_SB + ci * P_O_SC;
     const uint bias_base = P_BIAS_OFF + bi * P_BI_SB + ci * P_BI_SC;
     const uint o_sn = P_O_SN;
