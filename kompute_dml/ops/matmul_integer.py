@@ -232,7 +232,8 @@ _MS = "com.microsoft"
 SPECS = (
     OperatorSpec(
         MatrixMultiplyIntegerToFloatDesc, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, compile_matmul_integer,
-        (contract.MMI_TEXEL, contract.MMI_PACKED, contract.MMI_GENERIC, contract.MMI_GPU, contract.MMC),
+        (contract.MMI_TEXEL, contract.MMI_PACKED, contract.MMI_GENERIC, contract.MMI_GPU, contract.MMC,
+         contract.MMC_ABLATION),  # the ablations: benchmarks/coop_ablate.py only, never the dispatcher
         helpers=("matmul_integer_to_float",),
         onnx=(OnnxOp("MatMulIntegerToFloat", _MS, "matmul_integer_to_float"),
               OnnxOp("DynamicQuantizeMatMul", _MS, "matmul_integer_to_float")),
