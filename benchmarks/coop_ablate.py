@@ -2,7 +2,7 @@
 
 The `mmc8a<n>_rc` variants of shaders/matmul_coop.comp each leave one part of the `_rc` kernel
 (A row-major, B column-major) out; ABLATIONS in kompute_dml/ops/matmul_coop.py names them. Their
-results are WRONG BY DESIGN (except a5, the previous epilogue, which is still exact) and the
+results are WRONG BY DESIGN (except a5, a6 and a7, exact kernels timed for comparison) and the
 dispatcher never picks them. If leaving a part out brings the time close to the MMA-bound figure,
 that part was the bottleneck:
   a1 no global loads      -> the global -> shared pipeline (coalescing, latency, barriers)
@@ -10,6 +10,10 @@ that part was the bottleneck:
   a3 no loads nor MMAs    -> what is left: global pipeline plus epilogue
   a4 no epilogue          -> the epilogue, or accumulators demoted to local memory by it
   a5 the old epilogue     -> the fix's effect (the fixed kernel against the kernel before it)
+  a6 the old pipeline     -> PIPE=1: each load's bytes sign-flipped and masked as loaded, so every
+                             invocation waited for its loads before its MMAs (the default, PIPE=2,
+                             does that at the shared store, after the MMAs)
+  a7 two steps ahead      -> PIPE=3: loads of step s + 2 issued at step s, two register sets
 Also the fixed kernel at other tile configurations, and torch._int_mm (B column-major) as peer.
 """
 
@@ -19,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from kompute_dml.ops.matmul_coop import ABLATIONS, LARGE, TileConfig
+from kompute_dml.ops.matmul_coop import ABLATIONS, EXACT_ABLATIONS, LARGE, TileConfig
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]
 CONFIGS = [TileConfig(128, 256, 32, 64, 64), TileConfig(64, 64, 64, 32, 32), TileConfig(16, 64, 128, 16, 16)]
@@ -48,7 +52,7 @@ def ablate(dev: Any, rounds: int, rng: np.random.Generator, ours: Any, time_inte
                 print(f"    {name:44s} cannot run: {str(e)[:100]}")
                 continue
             cases[name] = case
-            checks[name] = case.check(sample) if abl in (0, 5) else None
+            checks[name] = case.check(sample) if abl == 0 or abl in EXACT_ABLATIONS else None
         makes = {name: c.run for name, c in cases.items()}
         peers = torch_peers(a, b, None) or {}
         if "torch_int_mm_Bcol" in peers:

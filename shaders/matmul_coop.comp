@@ -16,10 +16,9 @@
 // of 16 x 16 int32 accumulators. K advances BK at a time through two shared-memory stages (global
 // -> registers for step s + 1 while the tensor cores consume step s, one barrier per step). Tiles
 // are k-contiguous, 16 k per uvec4, rows skewed by 16 bytes (A row-major, B column-major: the
-// tensor cores' native int8 layouts); `_?n` keeps a row-major B row-major. Tile sizes are
-// specialization constants (kompute_dml/ops/matmul_coop.py picks them); load modes per operand
-// (A: r k-contiguous, c m-contiguous, g any; B: r / n n-contiguous, c, g) are variants. Push
-// constants: the 32 words of matmul_int.comp; flags in word 11 (see F_* below).
+// tensor cores' native int8 layouts); `_?n` keeps a row-major B row-major. Tile sizes: specialization
+// constants (kompute_dml/ops/matmul_coop.py picks them); variants: load modes per operand (A: r
+// k-contiguous, c m-contiguous, g any; B: r / n n-contiguous, c, g). Push: matmul_int.comp's 32 words.
 // @variant mmc8_rr  TARGET=vulkan1.2 AL=1 BL=2
 // @variant mmc8_rn  TARGET=vulkan1.2 AL=1 BL=3
 // @variant mmc8_rc  TARGET=vulkan1.2 AL=1 BL=1
@@ -59,13 +58,17 @@
 // @variant mmc8d_gn  MMA=2 AL=0 BL=3
 // @variant mmc8d_gc  MMA=2 AL=0 BL=1
 // @variant mmc8d_gg  MMA=2 AL=0 BL=0
-// Ablations of `_rc` (bench_coop.py --ablate; wrong results by design, never dispatched): ABL=1 no
-// global loads, 2 no fragment loads, 3 neither nor MMAs, 4 no epilogue, 5 the old epilogue loop.
+// `_rc` for bench_coop.py --ablate, never dispatched: ABL=1 no global loads, 2 no fragment loads, 3
+// neither nor MMAs, 4 no epilogue (all wrong by design); exact: 5 the old epilogue loop, PIPE=1 the
+// old global -> shared pipeline (loads consumed as issued: matmul_coop_load.glsl), PIPE=3 global
+// loads two steps ahead in two register sets (the default, PIPE=2, one step ahead).
 // @variant mmc8a1_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=1
 // @variant mmc8a2_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=2
 // @variant mmc8a3_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=3
 // @variant mmc8a4_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=4
 // @variant mmc8a5_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=5
+// @variant mmc8a6_rc  TARGET=vulkan1.2 AL=1 BL=1 PIPE=1
+// @variant mmc8a7_rc  TARGET=vulkan1.2 AL=1 BL=1 PIPE=3
 
 #ifndef MMA
 #define MMA 0                                      // 0 cooperative matrices, 1 emulated, 2 OpSDot
@@ -172,7 +175,7 @@ uint matrix_count() {
          | ((pc.w[13] >> 28) << 16) | ((pc.w[14] >> 28) << 20) | ((pc.w[15] >> 28) << 24);
 }
 
-// ---- operand staging (shaders/matmul_coop_load.glsl, once per operand) --------------------------
+// ---- operand staging (shaders/matmul_coop_load.glsl, once per operand; it #undefs the LD_*) ------
 #define LD_MODE AL
 #define LD_TMN BM
 #define LD_BUF a_buf
@@ -190,22 +193,6 @@ uint matrix_count() {
 #define LD_SUM sum_a
 #define LD_FLUSH flush_a
 #include "matmul_coop_load.glsl"
-#undef LD_MODE
-#undef LD_TMN
-#undef LD_BUF
-#undef LD_BUF4
-#undef LD_REGS
-#undef LD_PART
-#undef LD_SUMS
-#undef LD_UNITS
-#undef LD_COLS
-#undef LD_PARTS
-#undef LD_ITEMS
-#undef LD_MASK16
-#undef LD_LOAD
-#undef LD_STORE
-#undef LD_SUM
-#undef LD_FLUSH
 #define LD_MODE BL
 #define LD_TMN BN
 #define LD_BUF b_buf
@@ -284,10 +271,16 @@ void main() {
     [[unroll]] for (uint i = 0u; i < FM * FN; ++i) acc[i] = ACC_ZERO;
 
     const uint steps = (K + BK - 1u) / BK;
-    load_a(a_base, P_A_SM, P_A_SK, M, K, m0, 0u, a_xe);
-    load_b(b_base, P_B_SN, P_B_SK, N, K, n0, 0u, b_xe);
-    store_a(0u);
-    store_b(2u * A_TILE);
+    // step t: global -> register set `slot` -> shared stage t & 1
+#define LOAD_STEP(slot, t) { load_a(slot, a_base, P_A_SM, P_A_SK, M, K, m0, (t) * BK, a_xe); \
+                             load_b(slot, b_base, P_B_SN, P_B_SK, N, K, n0, (t) * BK, b_xe); }
+#define STORE_STEP(slot, t) { store_a(slot, ((t) & 1u) * A_TILE, M, K, m0, (t) * BK, a_xe); \
+                              store_b(slot, 2u * A_TILE + ((t) & 1u) * B_TILE, N, K, n0, (t) * BK, b_xe); }
+    LOAD_STEP(0u, 0u)
+    STORE_STEP(0u, 0u)
+#if PIPE == 3   // step t's loads in register set t & 1; step 1's in flight from here on
+    if (ABL != 1 && steps > 1u) LOAD_STEP(1u, 1u)
+#endif
     barrier();
 
 #if ABL == 2   // the first step's fragments, reused by every step
@@ -300,10 +293,11 @@ void main() {
         const uint cur = s & 1u;
         const uint a_tile = cur * A_TILE, b_tile = 2u * A_TILE + cur * B_TILE;
         const bool more = ABL != 1 && s + 1u < steps;   // ablation 1: the first tile only
-        if (more) {   // next step's loads are in flight while this step computes
-            load_a(a_base, P_A_SM, P_A_SK, M, K, m0, (s + 1u) * BK, a_xe);
-            load_b(b_base, P_B_SN, P_B_SK, N, K, n0, (s + 1u) * BK, b_xe);
-        }
+#if PIPE == 3   // two steps ahead: loads in flight during this step's and the next step's MMAs
+        if (ABL != 1 && s + 2u < steps) { if (cur == 0u) LOAD_STEP(0u, s + 2u) else LOAD_STEP(1u, s + 2u) }
+#else   // the next step's loads are in flight while this step computes (until STORE_STEP)
+        if (more) LOAD_STEP(0u, s + 1u)
+#endif
         if (need_ra) sum_a(a_tile);
         if (need_cb) sum_b(b_tile);
 #if ABL == 2
@@ -326,10 +320,11 @@ void main() {
             }
         }
 #endif
-        if (more) {
-            store_a((1u - cur) * A_TILE);
-            store_b(2u * A_TILE + (1u - cur) * B_TILE);
-        }
+#if PIPE == 3   // constant register-set indices (a runtime one would put the sets in local memory)
+        if (more) { if (cur == 0u) STORE_STEP(1u, s + 1u) else STORE_STEP(0u, s + 1u) }
+#else
+        if (more) STORE_STEP(0u, s + 1u)
+#endif
         barrier();
     }
     if (need_ra) flush_a();

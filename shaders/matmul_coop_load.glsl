@@ -14,15 +14,22 @@
 // padding (rows past M or N, k past K) is 0, which adds nothing to products or sums.
 // Strides, offsets and sizes are in bytes (elements of an 8-bit type).
 
+#ifndef PIPE
+#define PIPE 2   // global -> shared pipeline: 2 loads consumed at the store, 1 at the load (LD_LOAD)
+#endif
+#ifndef LD_SLOTS   // staging register sets: PIPE 3 loads two steps ahead (slot = step parity)
+#define LD_SLOTS ((PIPE == 3) ? 2u : 1u)
+#endif
+
 #if LD_MODE == 2
 const uint LD_UNITS = (BK / 4u) * (LD_TMN / 16u);          // 4 k rows x 16 columns each
-uvec4 LD_REGS[4u * ((LD_UNITS + WG - 1u) / WG)];
+uvec4 LD_REGS[LD_SLOTS * 4u * ((LD_UNITS + WG - 1u) / WG)];
 #elif LD_MODE == 3
 const uint LD_UNITS = BK * (LD_TMN / 16u);                 // one uvec4 of one k row each
-uvec4 LD_REGS[(LD_UNITS + WG - 1u) / WG];
+uvec4 LD_REGS[LD_SLOTS * ((LD_UNITS + WG - 1u) / WG)];
 #else
 const uint LD_UNITS = LD_TMN * (BK / 16u);                 // 16 k of one row each
-uvec4 LD_REGS[(LD_UNITS + WG - 1u) / WG];
+uvec4 LD_REGS[LD_SLOTS * ((LD_UNITS + WG - 1u) / WG)];
 #endif
 
 #if LD_MODE == 3
@@ -48,44 +55,60 @@ uvec4 LD_MASK16(uvec4 v, uint keep) {
     return v;
 }
 
-// Global -> registers for the tile at (mn0, k0). base: the matrix's first byte; s_mn, s_k:
-// strides; MN, K: extents; xe: 0x80 for an unsigned operand, else 0.
-void LD_LOAD(uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn0, uint k0, uint xe) {
+#ifndef COOP_KEEP_DEFINED
+#define COOP_KEEP_DEFINED
+// Staging register i of an operand in load mode `mode` (1..3) with tile size tmn: its element
+// (mn, k) and how many of its 16 bytes lie inside the matrix (0: none, nothing is loaded).
+uint coop_keep(uint mode, uint tmn, uint i, uint MN, uint K, uint mn0, uint k0, out uint mn, out uint k) {
     const uint tid = gl_LocalInvocationID.x;
-    const uint xw = xe * 0x01010101u;
-#if LD_MODE == 2
-    [[unroll]] for (uint i = 0u; i < LD_REGS.length() / 4u; ++i) {
-        uint u = tid + i * WG;
-        uint kg = u % (BK / 4u), mq = u / (BK / 4u);   // k group fastest: see the store's banks
-        uint mn = mn0 + 16u * mq;
-        bool ok = u < LD_UNITS && mn < MN;
-        uint keep = ok ? min(16u, MN - mn) : 0u;
-        [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-            uint k = k0 + 4u * kg + j;
-            uvec4 v = uvec4(0u);
-            if (ok && k < K) v = LD_MASK16(LD_BUF4[(base + k * s_k + mn) >> 4u] ^ xw, keep);
-            LD_REGS[4u * i + j] = v;
-        }
+    bool ok;
+    if (mode == 2u) {   // 4 registers per unit of 4 k rows x 16 columns, k group fastest
+        uint u = tid + (i / 4u) * WG;
+        mn = mn0 + 16u * (u / (BK / 4u));
+        k = k0 + 4u * (u % (BK / 4u)) + i % 4u;
+        ok = u < (BK / 4u) * (tmn / 16u) && mn < MN && k < K;
+        return ok ? min(16u, MN - mn) : 0u;
     }
-#elif LD_MODE == 3
-    [[unroll]] for (uint i = 0u; i < LD_REGS.length(); ++i) {
-        uint u = tid + i * WG;
-        uint nq = u % (LD_TMN / 16u), kr = u / (LD_TMN / 16u);
-        uint k = k0 + kr, mn = mn0 + 16u * nq;
+    uint u = tid + i * WG;
+    if (mode == 3u) {   // one row of k, 16 columns
+        mn = mn0 + 16u * (u % (tmn / 16u));
+        k = k0 + u / (tmn / 16u);
+        ok = u < BK * (tmn / 16u) && k < K && mn < MN;
+        return ok ? min(16u, MN - mn) : 0u;
+    }
+    mn = mn0 + u / (BK / 16u);   // mode 1: 16 k of one row
+    k = k0 + 16u * (u % (BK / 16u));
+    ok = u < tmn * (BK / 16u) && mn < MN && k < K;
+    return ok ? min(16u, K - k) : 0u;
+}
+#endif
+
+// Global -> registers for the tile at (mn0, k0). base: the matrix's first byte; s_mn, s_k:
+// strides; MN, K: extents; xe: 0x80 for an unsigned operand, else 0; slot: the register set. PIPE 2: the registers
+// hold the bytes as loaded and nothing reads them until LD_STORE, after this step's MMAs, so the
+// loads stay in flight meanwhile (PIPE 1, the kernel before: sign flip and masking right here,
+// which made every invocation wait for its loads before its MMAs).
+void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn0, uint k0, uint xe) {
+#if LD_MODE != 0
+    const uint nr = LD_REGS.length() / LD_SLOTS;
+    [[unroll]] for (uint i = 0u; i < nr; ++i) {
+        uint mn, k;
+        uint keep = coop_keep(LD_MODE, LD_TMN, i, MN, K, mn0, k0, mn, k);
         uvec4 v = uvec4(0u);
-        if (u < LD_UNITS && k < K && mn < MN) v = LD_MASK16(LD_BUF4[(base + k * s_k + mn) >> 4u] ^ xw, MN - mn);
-        LD_REGS[i] = v;
+        if (keep != 0u) v = LD_BUF4[(base + (LD_MODE == 1 ? mn * s_mn + k : k * s_k + mn)) >> 4u];
+#if PIPE == 1
+        v = LD_MASK16(v ^ (xe * 0x01010101u), keep);
+#endif
+        LD_REGS[slot * nr + i] = v;
     }
 #else
-    [[unroll]] for (uint i = 0u; i < LD_REGS.length(); ++i) {
+    const uint tid = gl_LocalInvocationID.x, nr = LD_REGS.length() / LD_SLOTS;
+    [[unroll]] for (uint i = 0u; i < nr; ++i) {
         uint u = tid + i * WG;
         uint kq = u % (BK / 16u), row = u / (BK / 16u);
         uint mn = mn0 + row, k = k0 + 16u * kq;
         uvec4 v = uvec4(0u);
         if (u < LD_UNITS && mn < MN && k < K) {
-#if LD_MODE == 1
-            v = LD_MASK16(LD_BUF4[(base + mn * s_mn + k) >> 4u] ^ xw, K - k);
-#else
             uint at = base + mn * s_mn + k * s_k;
             [[unroll]] for (uint e = 0u; e < 16u; ++e) {
                 if (k + e < K) {
@@ -94,25 +117,30 @@ void LD_LOAD(uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn0, uint k0,
                     v[e >> 2u] |= byte << (8u * (e & 3u));
                 }
             }
-#endif
         }
-        LD_REGS[i] = v;
+        LD_REGS[slot * nr + i] = v;
     }
 #endif
 }
 
-// Registers -> the shared tile starting at smem[tile].
-void LD_STORE(uint tile) {
-    const uint tid = gl_LocalInvocationID.x;
+// Registers -> the shared tile starting at smem[tile] (the load's MN, K, mn0, k0, xe).
+void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe) {
+    const uint tid = gl_LocalInvocationID.x, nr = LD_REGS.length() / LD_SLOTS;
+#if LD_MODE != 0 && PIPE != 1
+    [[unroll]] for (uint i = 0u; i < nr; ++i) {   // sign flip, padding zeroed
+        uint mn, k;
+        LD_REGS[slot * nr + i] = LD_MASK16(LD_REGS[slot * nr + i] ^ (xe * 0x01010101u), coop_keep(LD_MODE, LD_TMN, i, MN, K, mn0, k0, mn, k));
+    }
+#endif
 #if LD_MODE == 2
-    [[unroll]] for (uint i = 0u; i < LD_REGS.length() / 4u; ++i) {
+    [[unroll]] for (uint i = 0u; i < nr / 4u; ++i) {
         uint u = tid + i * WG;
         if (u < LD_UNITS) {
             uint kg = u % (BK / 4u), mq = u / (BK / 4u);
             // 4 k rows (a, b, c, d) x 16 columns -> 16 words, one per column, bytes in k order
             [[unroll]] for (uint q = 0u; q < 4u; ++q) {
-                uint a = LD_REGS[4u * i][q], b = LD_REGS[4u * i + 1u][q];
-                uint c = LD_REGS[4u * i + 2u][q], d = LD_REGS[4u * i + 3u][q];
+                uint a = LD_REGS[slot * nr + 4u * i][q], b = LD_REGS[slot * nr + 4u * i + 1u][q];
+                uint c = LD_REGS[slot * nr + 4u * i + 2u][q], d = LD_REGS[slot * nr + 4u * i + 3u][q];
                 uint t0 = (a & 0x00FF00FFu) | ((b & 0x00FF00FFu) << 8u);   // a0 b0 a2 b2
                 uint t1 = ((a >> 8u) & 0x00FF00FFu) | (b & 0xFF00FF00u);   // a1 b1 a3 b3
                 uint t2 = (c & 0x00FF00FFu) | ((d & 0x00FF00FFu) << 8u);   // c0 d0 c2 d2
@@ -127,14 +155,14 @@ void LD_STORE(uint tile) {
         }
     }
 #elif LD_MODE == 3
-    [[unroll]] for (uint i = 0u; i < LD_REGS.length(); ++i) {
+    [[unroll]] for (uint i = 0u; i < nr; ++i) {
         uint u = tid + i * WG;
-        if (u < LD_UNITS) smem[tile + (u / (LD_TMN / 16u)) * BS + u % (LD_TMN / 16u)] = LD_REGS[i];
+        if (u < LD_UNITS) smem[tile + (u / (LD_TMN / 16u)) * BS + u % (LD_TMN / 16u)] = LD_REGS[slot * nr + i];
     }
 #else
-    [[unroll]] for (uint i = 0u; i < LD_REGS.length(); ++i) {
+    [[unroll]] for (uint i = 0u; i < nr; ++i) {
         uint u = tid + i * WG;
-        if (u < LD_UNITS) smem[tile + (u / (BK / 16u)) * KS + u % (BK / 16u)] = LD_REGS[i];
+        if (u < LD_UNITS) smem[tile + (u / (BK / 16u)) * KS + u % (BK / 16u)] = LD_REGS[slot * nr + i];
     }
 #endif
 }
@@ -199,3 +227,21 @@ void LD_FLUSH() {
     }
 #endif
 }
+
+// the next operand's inclusion defines them anew
+#undef LD_MODE
+#undef LD_TMN
+#undef LD_BUF
+#undef LD_BUF4
+#undef LD_REGS
+#undef LD_PART
+#undef LD_SUMS
+#undef LD_UNITS
+#undef LD_COLS
+#undef LD_PARTS
+#undef LD_ITEMS
+#undef LD_MASK16
+#undef LD_LOAD
+#undef LD_STORE
+#undef LD_SUM
+#undef LD_FLUSH

@@ -20,7 +20,7 @@ from helpers import assert_outside_unchanged, place, poison_against, random_stri
 from test_matmul_integer import quant_sizes
 
 import kompute_dml as kdml
-from kompute_dml.ops.matmul_coop import CAPABILITY, DECODE, FAMILIES, KMAX, MEDIUM, NARROW, TileConfig, compile_coop
+from kompute_dml.ops.matmul_coop import CAPABILITY, DECODE, EXACT_ABLATIONS, FAMILIES, KMAX, MEDIUM, NARROW, TileConfig, compile_coop
 from kompute_dml.ops.matmul_integer import KERNEL_ENV
 from kompute_dml.shaders import check_capabilities, required_capabilities, variant_names
 
@@ -103,7 +103,8 @@ def check_output(out, before, exp):
 
 
 def run_case(dev, rng, *, pair, out_dt=DT.FLOAT32, M, K, N, batch=(), a_layout=None, b_layout=None, o_layout=None,
-             a_q="tensor", b_q="tensor", a_zp=None, b_zp=None, bias=None, values=None, config=None, family=None):
+             a_q="tensor", b_q="tensor", a_zp=None, b_zp=None, bias=None, values=None, config=None, family=None,
+             ablation=0):
     """Build, place, poison, execute and check one case. a_zp / b_zp: None, 'tensor', 'row' / 'col';
     bias: None, 'full' (random strides, broadcast allowed) or 'n' (one value per column)."""
     a_dt, b_dt = pair
@@ -151,8 +152,8 @@ def run_case(dev, rng, *, pair, out_dt=DT.FLOAT32, M, K, N, batch=(), a_layout=N
     before = poison_against(out, exp, rng)
     inputs_before = [t.buffer.read() if t is not None else None for t in tensors]
     desc = kdml.MatrixMultiplyIntegerToFloatDesc(a_desc, as_desc, az_desc, b_desc, bs_desc, bz_desc, bias_desc, o_desc)
-    if config is not None:
-        op = compile_coop(dev, desc, family=family, config=config)
+    if config is not None or ablation:
+        op = compile_coop(dev, desc, family=family, config=config, ablation=ablation)
     else:
         op = dev.compile(desc)
     op.execute(tensors, [out])
@@ -312,3 +313,15 @@ def test_impossible_config_refused(dev):
         kdml.TensorDesc(DT.FLOAT32, (1, 1)), None, None, kdml.TensorDesc(DT.FLOAT32, (4, 3)))
     with pytest.raises(kdml.UnsupportedError, match="^kernel: tile configuration"):
         compile_coop(dev, desc, family="coopmat-emulated", config=TileConfig(64, 64, 48, 32, 32))
+
+
+@pytest.mark.parametrize("K", [130, 1000])
+@pytest.mark.parametrize("ablation", EXACT_ABLATIONS)
+def test_exact_ablations(dev, rng, ablation, K):
+    """The exact `mmc8a<n>_rc` kernels that bench_coop.py --ablate times beside the default (5 the
+    old epilogue loop; 6, 7 the global -> shared pipeline before the fix and two steps ahead) give
+    exact results too, over an odd and an even number of K steps with a partial last chunk."""
+    if "cooperative_matrix" not in dev.capabilities:
+        pytest.skip("the ablation kernels are tensor-core variants: no cooperative_matrix capability")
+    run_case(dev, rng, pair=(DT.UINT8, DT.INT8), M=200, K=K, N=300, a_layout="row", b_layout="col",
+             a_zp="row", b_zp="col", bias="n", family="coopmat", ablation=ablation)
