@@ -3,6 +3,7 @@ policy that picks execution paths and kernel families from them."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -112,7 +113,11 @@ def test_process_exit_without_close_is_clean(close):
 
 def test_raw_kp_process_exit_is_clean():
     """kp objects left alive at exit without kompute_dml: the patched kp destroys every live
-    Manager from an atexit callback (regression: SIGABRT at exit on NVIDIA's driver)."""
+    Manager from an atexit callback. Run without the validation layer: on the H100 machine
+    (NVIDIA 580 with Debian 13's layer 1.4.309) a bare process aborts at exit with the layer
+    loaded even when it only creates a kp.Manager, or leaves through os._exit, and runs clean
+    without it or with kompute_dml imported first (scripts/exit_probe.sh): that abort is the
+    layer's, not kp's teardown, and kompute_dml's own exit is tested above with the layer on."""
     from pathlib import Path
 
     spv = Path(__file__).resolve().parent.parent / "kompute_dml" / "spirv" / "copy_packed.spv"
@@ -127,7 +132,8 @@ def test_raw_kp_process_exit_is_clean():
         seq.record(kp.OpAlgoDispatch(algo, np.zeros(3, np.uint32))).eval()
         print("done")
     """)
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k not in ("VK_INSTANCE_LAYERS", "VK_LAYER_SETTINGS_PATH")}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 0 and p.stdout.strip().endswith("done"), (p.returncode, p.stdout, p.stderr[-2000:])
     assert "free()" not in p.stderr, p.stderr[-2000:]
 

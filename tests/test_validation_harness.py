@@ -33,8 +33,11 @@ def test_validation_layer_reports_invalid_dispatch(tmp_path):
     )
     env = dict(os.environ, VK_INSTANCE_LAYERS="VK_LAYER_KHRONOS_validation", VK_LAYER_SETTINGS_PATH=str(tmp_path))
     spv = Path(__file__).resolve().parent.parent / "kompute_dml" / "spirv" / "copy_packed.spv"
+    # kompute_dml is imported first although the script drives kp directly: on the H100 machine
+    # (NVIDIA 580, Debian 13's layer 1.4.309) a bare kp process aborts at exit with the layer
+    # loaded, losing the layer's log, and runs clean with kompute_dml imported (scripts/exit_probe.sh).
     code = textwrap.dedent(f"""
-        import kp, numpy as np
+        import kompute_dml, kp, numpy as np
         m = kp.Manager()
         a = m.tensor_t(np.zeros(16, np.uint32), kp.TensorTypes.device)
         b = m.tensor_t(np.zeros(16, np.uint32), kp.TensorTypes.device)
