@@ -2,7 +2,7 @@
 
 The `mmc8a<n>_rc` variants of shaders/matmul_coop.comp each leave one part of the `_rc` kernel
 (A row-major, B column-major) out; ABLATIONS in kompute_dml/ops/matmul_coop.py names them. Their
-results are WRONG BY DESIGN (except a5, a6 and a7, exact kernels timed for comparison) and the
+results are WRONG BY DESIGN (except a5-a8, exact kernels timed for comparison) and the
 dispatcher never picks them. If leaving a part out brings the time close to the MMA-bound figure,
 that part was the bottleneck:
   a1 no global loads      -> the global -> shared pipeline (coalescing, latency, barriers)
@@ -14,6 +14,10 @@ that part was the bottleneck:
                              invocation waited for its loads before its MMAs (the default, PIPE=2,
                              does that at the shared store, after the MMAs)
   a7 two steps ahead      -> PIPE=3: loads of step s + 2 issued at step s, two register sets
+  a8 the previous staging -> FAST=0: the default before the interior fast path (every chunk's
+                             position by div/mod and bounds-checked at load and store); the
+                             default (FAST=1) takes per-invocation offsets computed once and, on
+                             tiles wholly inside the matrices, adds constants per step
 Also the fixed kernel at other tile configurations, and torch._int_mm (B column-major) as peer.
 """
 

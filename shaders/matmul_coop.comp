@@ -61,14 +61,16 @@
 // `_rc` for bench_coop.py --ablate, never dispatched: ABL=1 no global loads, 2 no fragment loads, 3
 // neither nor MMAs, 4 no epilogue (all wrong by design); exact: 5 the old epilogue loop, PIPE=1 the
 // old global -> shared pipeline (loads consumed as issued: matmul_coop_load.glsl), PIPE=3 global
-// loads two steps ahead in two register sets (the default, PIPE=2, one step ahead).
+// loads two steps ahead in two register sets (the default, PIPE=2, one step ahead), FAST=0 the
+// staging before the interior fast path (every chunk bounds-checked, addresses per load).
 // @variant mmc8a1_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=1
 // @variant mmc8a2_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=2
 // @variant mmc8a3_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=3
 // @variant mmc8a4_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=4
 // @variant mmc8a5_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=5
-// @variant mmc8a6_rc  TARGET=vulkan1.2 AL=1 BL=1 PIPE=1
+// @variant mmc8a6_rc  TARGET=vulkan1.2 AL=1 BL=1 PIPE=1 FAST=0
 // @variant mmc8a7_rc  TARGET=vulkan1.2 AL=1 BL=1 PIPE=3
+// @variant mmc8a8_rc  TARGET=vulkan1.2 AL=1 BL=1 FAST=0
 
 #ifndef MMA
 #define MMA 0                                      // 0 cooperative matrices, 1 emulated, 2 OpSDot
@@ -177,6 +179,7 @@ uint matrix_count() {
 
 // ---- operand staging (shaders/matmul_coop_load.glsl, once per operand; it #undefs the LD_*) ------
 #define LD_MODE AL
+#define LD_OP a
 #define LD_TMN BM
 #define LD_BUF a_buf
 #define LD_BUF4 a_buf4
@@ -194,6 +197,7 @@ uint matrix_count() {
 #define LD_FLUSH flush_a
 #include "matmul_coop_load.glsl"
 #define LD_MODE BL
+#define LD_OP b
 #define LD_TMN BN
 #define LD_BUF b_buf
 #define LD_BUF4 b_buf4
@@ -271,6 +275,8 @@ void main() {
     [[unroll]] for (uint i = 0u; i < FM * FN; ++i) acc[i] = ACC_ZERO;
 
     const uint steps = (K + BK - 1u) / BK;
+    setup_a(a_base, P_A_SM, P_A_SK, m0);   // the fast path's per-invocation offsets, once
+    setup_b(b_base, P_B_SN, P_B_SK, n0);
     // step t: global -> register set `slot` -> shared stage t & 1
 #define LOAD_STEP(slot, t) { load_a(slot, a_base, P_A_SM, P_A_SK, M, K, m0, (t) * BK, a_xe); \
                              load_b(slot, b_base, P_B_SN, P_B_SK, N, K, n0, (t) * BK, b_xe); }

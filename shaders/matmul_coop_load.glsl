@@ -17,6 +17,17 @@
 #ifndef PIPE
 #define PIPE 2   // global -> shared pipeline: 2 loads consumed at the store, 1 at the load (LD_LOAD)
 #endif
+#ifndef FAST   // 1: interior tiles skip all bounds work (addresses from LD_SETUP); 0: the kernel before
+#define FAST 1
+#endif
+#ifndef LD_CAT
+#define LD_CAT2(x, y) x##_##y
+#define LD_CAT(x, y) LD_CAT2(x, y)
+#endif
+#define LD_SETUP LD_CAT(setup, LD_OP)   // names of this operand's fast-path state (LD_OP: a or b)
+#define LD_Q0 LD_CAT(q0, LD_OP)
+#define LD_S0 LD_CAT(s0, LD_OP)
+#define LD_AT LD_CAT(fast_at, LD_OP)
 #ifndef LD_SLOTS   // staging register sets: PIPE 3 loads two steps ahead (slot = step parity)
 #define LD_SLOTS ((PIPE == 3) ? 2u : 1u)
 #endif
@@ -83,6 +94,34 @@ uint coop_keep(uint mode, uint tmn, uint i, uint MN, uint K, uint mn0, uint k0, 
 }
 #endif
 
+// Fast path: units in rows of LD_R (mode 1: 16-k chunks of a row; 3: 16-column chunks of a k row;
+// 2: 4-k groups of a 16-column unit). Where WG is a multiple of LD_R every register of this
+// invocation sits a fixed distance from the first, so LD_SETUP computes its global (uvec4 index,
+// step 0) and shared offsets once; each interior step adds constants (no div/mod, no bounds).
+// (macros, not spec-constant globals: glslang misplaces those combined ones in function blocks)
+#if LD_MODE == 1
+#define LD_R (BK / 16u)
+#elif LD_MODE == 3
+#define LD_R (LD_TMN / 16u)
+#else
+#define LD_R (BK / 4u)
+#endif
+#define LD_FAST (FAST != 0 && LD_MODE != 0 && WG % LD_R == 0u)
+#define LD_RSTEP (WG / LD_R)   // rows per register
+uint LD_Q0, LD_S0;
+void LD_SETUP(uint base, uint s_mn, uint s_k, uint mn0) {
+    const uint r0 = gl_LocalInvocationID.x / LD_R, c = gl_LocalInvocationID.x % LD_R;
+    if (LD_MODE == 1) { LD_Q0 = (base + (mn0 + r0) * s_mn + 16u * c) >> 4u; LD_S0 = r0 * KS + c; }
+    else if (LD_MODE == 3) { LD_Q0 = (base + r0 * s_k + mn0 + 16u * c) >> 4u; LD_S0 = r0 * BS + c; }
+    else { LD_Q0 = (base + 4u * c * s_k + mn0 + 16u * r0) >> 4u; LD_S0 = 0u; }
+}
+// uvec4 index of register i at k0 (interior steps only)
+uint LD_AT(uint i, uint s_mn, uint s_k, uint k0) {
+    if (LD_MODE == 1) return LD_Q0 + (k0 >> 4u) + i * LD_RSTEP * (s_mn >> 4u);
+    if (LD_MODE == 3) return LD_Q0 + (k0 >> 4u) * s_k + i * LD_RSTEP * (s_k >> 4u);
+    return LD_Q0 + (k0 >> 4u) * s_k + (i / 4u) * LD_RSTEP + (i % 4u) * (s_k >> 4u);
+}
+
 // Global -> registers for the tile at (mn0, k0). base: the matrix's first byte; s_mn, s_k:
 // strides; MN, K: extents; xe: 0x80 for an unsigned operand, else 0; slot: the register set. PIPE 2: the registers
 // hold the bytes as loaded and nothing reads them until LD_STORE, after this step's MMAs, so the
@@ -91,6 +130,18 @@ uint coop_keep(uint mode, uint tmn, uint i, uint MN, uint K, uint mn0, uint k0, 
 void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn0, uint k0, uint xe) {
 #if LD_MODE != 0
     const uint nr = LD_REGS.length() / LD_SLOTS;
+    if (LD_FAST && mn0 + LD_TMN <= MN && k0 + BK <= K) {   // the whole tile inside (uniform)
+        const uint tid = gl_LocalInvocationID.x, per = (LD_MODE == 2) ? 4u : 1u;
+        [[unroll]] for (uint i = 0u; i < nr; ++i) {
+            uvec4 v = uvec4(0u);
+            if (LD_UNITS % WG == 0u || tid + (i / per) * WG < LD_UNITS) v = LD_BUF4[LD_AT(i, s_mn, s_k, k0)];
+#if PIPE == 1
+            v ^= uvec4(xe * 0x01010101u);
+#endif
+            LD_REGS[slot * nr + i] = v;
+        }
+        return;
+    }
     [[unroll]] for (uint i = 0u; i < nr; ++i) {
         uint mn, k;
         uint keep = coop_keep(LD_MODE, LD_TMN, i, MN, K, mn0, k0, mn, k);
@@ -127,9 +178,12 @@ void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn
 void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe) {
     const uint tid = gl_LocalInvocationID.x, nr = LD_REGS.length() / LD_SLOTS;
 #if LD_MODE != 0 && PIPE != 1
+    const bool inside = LD_FAST && mn0 + LD_TMN <= MN && k0 + BK <= K;   // nothing to mask
     [[unroll]] for (uint i = 0u; i < nr; ++i) {   // sign flip, padding zeroed
         uint mn, k;
-        LD_REGS[slot * nr + i] = LD_MASK16(LD_REGS[slot * nr + i] ^ (xe * 0x01010101u), coop_keep(LD_MODE, LD_TMN, i, MN, K, mn0, k0, mn, k));
+        uvec4 v = LD_REGS[slot * nr + i] ^ (xe * 0x01010101u);
+        if (!inside) v = LD_MASK16(v, coop_keep(LD_MODE, LD_TMN, i, MN, K, mn0, k0, mn, k));
+        LD_REGS[slot * nr + i] = v;
     }
 #endif
 #if LD_MODE == 2
@@ -157,12 +211,14 @@ void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe)
 #elif LD_MODE == 3
     [[unroll]] for (uint i = 0u; i < nr; ++i) {
         uint u = tid + i * WG;
-        if (u < LD_UNITS) smem[tile + (u / (LD_TMN / 16u)) * BS + u % (LD_TMN / 16u)] = LD_REGS[slot * nr + i];
+        if (LD_FAST) { if (LD_UNITS % WG == 0u || u < LD_UNITS) smem[tile + LD_S0 + i * LD_RSTEP * BS] = LD_REGS[slot * nr + i]; }
+        else if (u < LD_UNITS) smem[tile + (u / (LD_TMN / 16u)) * BS + u % (LD_TMN / 16u)] = LD_REGS[slot * nr + i];
     }
 #else
     [[unroll]] for (uint i = 0u; i < nr; ++i) {
         uint u = tid + i * WG;
-        if (u < LD_UNITS) smem[tile + (u / (BK / 16u)) * KS + u % (BK / 16u)] = LD_REGS[slot * nr + i];
+        if (LD_FAST) { if (LD_UNITS % WG == 0u || u < LD_UNITS) smem[tile + LD_S0 + i * LD_RSTEP * KS] = LD_REGS[slot * nr + i]; }
+        else if (u < LD_UNITS) smem[tile + (u / (BK / 16u)) * KS + u % (BK / 16u)] = LD_REGS[slot * nr + i];
     }
 #endif
 }
@@ -245,3 +301,11 @@ void LD_FLUSH() {
 #undef LD_STORE
 #undef LD_SUM
 #undef LD_FLUSH
+#undef LD_OP
+#undef LD_SETUP
+#undef LD_Q0
+#undef LD_S0
+#undef LD_R
+#undef LD_FAST
+#undef LD_RSTEP
+#undef LD_AT

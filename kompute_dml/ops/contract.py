@@ -135,7 +135,7 @@ MMC = family("mmc", "matmul_coop.comp", "mmc8{emulated}_{a}{b}", MATMUL_PUSH, No
              emulated=("", "x", "d"), a=("r", "c", "g"), b=("r", "n", "c", "g"))
 # ablations of mmc8_rc (benchmarks/bench_coop.py --ablate): wrong results by design, never dispatched
 MMC_ABLATION = family("mmc_ablation", "matmul_coop.comp", "mmc8a{part}_rc", MATMUL_PUSH, None,
-                      part=(1, 2, 3, 4, 5, 6, 7))
+                      part=(1, 2, 3, 4, 5, 6, 7, 8))
 
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,

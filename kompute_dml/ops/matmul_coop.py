@@ -65,10 +65,12 @@ SCOPE_SUBGROUP = 3
 # ablations of mmc8_rc (shaders/matmul_coop.comp, ABL=n): what each leaves out of the kernel
 ABLATIONS = {1: "no global loads in the K loop", 2: "no fragment loads in the K loop",
              3: "no fragment loads or MMAs", 4: "no epilogue (raw int32 store)", 5: "old epilogue loop",
-             6: "old global->shared pipeline (PIPE=1)", 7: "loads two steps ahead (PIPE=3)"}
+             6: "old global->shared pipeline (PIPE=1)", 7: "loads two steps ahead (PIPE=3)",
+             8: "previous staging (FAST=0, no fast path)"}
 # the ablations that are exact kernels (the others' results are wrong by design): 6 and 7 are the
-# global -> shared pipeline before the fix and a deeper one, timed beside the default (PIPE=2)
-EXACT_ABLATIONS = (5, 6, 7)
+# global -> shared pipeline before the first fix and a deeper one, 8 the staging before the
+# interior fast path (the default before it), timed beside the default (PIPE=2, FAST=1)
+EXACT_ABLATIONS = (5, 6, 7, 8)
 _A_MODES = {"r": 1, "c": 2, "g": 0}
 _B_MODES = {"r": 2, "n": 3, "c": 1, "g": 0}
 
@@ -204,7 +206,7 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family:
               config: TileConfig | None = None, ablation: int = 0) -> DispatchPlan | None:
     """The coopmat dispatch for a validated descriptor, or None where the family does not apply
     (inputs wider than 8 bits, K > KMAX, a device without the s8 shape). Raises UnsupportedError
-    where the device lacks the capability (or a forced `config` cannot run). `ablation` (1..7,
+    where the device lacks the capability (or a forced `config` cannot run). `ablation` (1..8,
     benchmarks/bench_coop.py --ablate only) takes the `mmc8a<n>_rc` kernel that leaves a part
     out: its results are wrong by design."""
     require_capability(device, family)
