@@ -18,11 +18,13 @@ that part was the bottleneck:
                              position by div/mod and bounds-checked at load and store); the
                              default (FAST=1) takes per-invocation offsets computed once and, on
                              tiles wholly inside the matrices, adds constants per step
-Also the fixed kernel at other tile configurations, and torch._int_mm (B column-major) as peer.
+Also the fixed kernel at other tile configurations, row-major B transposed (`_rr`) or kept (`_rn`),
+gemm and quantized (the `ours_quant_Brow` case), and torch._int_mm (B column-major) as peer.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -42,16 +44,25 @@ def ablate(dev: Any, rounds: int, rng: np.random.Generator, ours: Any, time_inte
     for m, k, n in SHAPES:
         ops = 2.0 * m * n * k
         a, b = random_inputs(rng, m, k, n, np.int8)
+        au = a.view(np.uint8)  # the quantized rows' A: the same bytes, unsigned (one object: uploads)
         sample = np.unique(np.linspace(0, m - 1, 4).astype(int))
         uploads: dict[Any, Any] = {}
         cases: dict[str, Any] = {}
         checks: dict[str, bool | None] = {}
-        entries = [("fixed mmc8_rc", LARGE, 0)] + [(f"a{i} {what}", LARGE, i) for i, what in ABLATIONS.items()]
-        entries += [(f"fixed {cfg_name(c)}", c, 0) for c in CONFIGS]
-        for name, cfg, abl in entries:
+        # (name, tiles, ablation, B column-major, quantized: u8 A with a zero point, bias, B scales)
+        entries = [("fixed mmc8_rc", LARGE, 0, True, False)]
+        entries += [(f"a{i} {what}", LARGE, i, True, False) for i, what in ABLATIONS.items()]
+        entries += [(f"fixed {cfg_name(c)}", c, 0, True, False) for c in CONFIGS]
+        # row-major B (ONNX weights): transposed into k-contiguous tiles (`_rr`, the default) or
+        # kept row-major for coopMatLoad RowMajor (`_rn`); gemm and the quantized case
+        for quant in (False, True):
+            for rows in ("r", "n"):
+                what = "quant u8 A+zp" if quant else "gemm"
+                entries.append((f"{what} B row-major mmc8_r{rows}", replace(LARGE, b_rows=rows), 0, False, quant))
+        for name, cfg, abl, b_col, quant in entries:
             try:
-                case = ours(dev, a, b, b_colmajor=True, quant=False, config=cfg, ablation=abl, rng=rng,
-                            uploads=uploads)
+                case = ours(dev, au if quant else a, b, b_colmajor=b_col, quant=quant, config=cfg,
+                            ablation=abl, rng=rng, uploads=uploads)
             except Exception as e:  # a configuration this device cannot run: reported, skipped
                 print(f"    {name:44s} cannot run: {str(e)[:100]}")
                 continue
