@@ -56,9 +56,9 @@ def ablate(dev: Any, rounds: int, rng: np.random.Generator, ours: Any, time_inte
         # row-major B (ONNX weights): transposed into k-contiguous tiles (`_rr`, the default) or
         # kept row-major for coopMatLoad RowMajor (`_rn`); gemm and the quantized case
         for quant in (False, True):
-            for rows in ("r", "n"):
+            for b_rows in ("r", "n"):
                 what = "quant u8 A+zp" if quant else "gemm"
-                entries.append((f"{what} B row-major mmc8_r{rows}", replace(LARGE, b_rows=rows), 0, False, quant))
+                entries.append((f"{what} B row-major mmc8_r{b_rows}", replace(LARGE, b_rows=b_rows), 0, False, quant))
         for name, cfg, abl, b_col, quant in entries:
             try:
                 case = ours(dev, au if quant else a, b, b_colmajor=b_col, quant=quant, config=cfg,
