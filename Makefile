@@ -23,8 +23,8 @@ spirv: $(STAMP)
 # any validation message fails the run (tests/conftest.py). Then a representative part again
 # with every optional device feature off (KDML_FEATURES=none: the portable baseline on a VkDevice
 # created without the pNext chain): capabilities and policy, the engine's submission paths, the
-# runtime.s recordings and barriers, and the matrix-product families with their capability
-# refusals and fallbacks. The operators' own shaders use no optional feature, so the rest of the
+# runtime's recordings and barriers, and the portable matrix-product families with their
+# fallbacks. The operators' own shaders use no optional feature, so the rest of the
 # suite runs them identically either way.
 # `make test` (CI) leaves out the tests marked slow (soak, the MiniLM model with its torch
 # install, the ONNX conformance sweep, filling the default memory budget): with them the suite
