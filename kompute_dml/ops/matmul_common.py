@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..dtypes import DataType
-from ..errors import invalid
+from ..errors import UnsupportedError, invalid
 from ..layout import check_no_overlap
 from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
 from ..tensor_desc import TensorDesc
@@ -107,3 +107,24 @@ def check_desc(desc: MatrixMultiplyIntegerToFloatDesc) -> None:
     if bias is not None and tuple(bias.sizes) != tuple(out.sizes):
         raise invalid("bias_tensor.sizes", f"must equal output_tensor's {out.sizes}, got {bias.sizes}")
     check_no_overlap(out.sizes, out.effective_strides, "output_tensor")
+
+
+def push_words(m: int, n: int, k: int, nc_flags: int, a_st: list[int], b_st: list[int], o_st: list[int],
+               bias_st: list[int], quant: list[int]) -> list[int]:
+    """The 32 push-constant words both matrix-product shaders share (matmul_int.comp and
+    matmul_coop.comp): words 8-10 M, N, K; 11 channels | flags; 12-31 the strides of A, B, the
+    output and the bias, then the four quantization strides. UnsupportedError for a size or
+    stride beyond the 28-bit fields. Words 0-7 (offsets) are the caller's."""
+    words = [0] * 32
+    words[8], words[9], words[10] = m, n, k
+    words[11] = nc_flags
+    words[12:16] = a_st
+    words[16:20] = b_st
+    words[20:24] = o_st
+    words[24:28] = bias_st
+    words[28:32] = quant
+    for w in words[8:11] + words[12:32]:
+        if w >= LIMIT28:
+            raise UnsupportedError(f"a size or stride of {w} elements is beyond the shader's 28-bit range")
+    return words
+

@@ -40,6 +40,7 @@ from .matmul_common import (
     MatrixMultiplyIntegerToFloatDesc,
     check_desc,
     pad4,
+    push_words,
     quant_stride,
 )
 
@@ -246,17 +247,7 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family:
     # RA is needed where B's shifted zero point can be nonzero, CB where A's can
     flags |= _F_SUM_A if (desc.b_zero_point_tensor is not None or not b_signed) else 0
     flags |= _F_SUM_B if (desc.a_zero_point_tensor is not None or not a_signed) else 0
-    words = [0] * 32
-    words[8], words[9], words[10] = m, n, k
-    words[11] = nc | flags
-    words[12:16] = a_st
-    words[16:20] = b_st
-    words[20:24] = o_st
-    words[24:28] = bias_st
-    words[28:32] = [as_s, az_s, bs_s, bz_s]
-    for w in words[8:11] + words[12:32]:
-        if w >= LIMIT28:
-            raise UnsupportedError(f"a size or stride of {w} elements is beyond the shader's 28-bit range")
+    words = push_words(m, n, k, nc | flags, a_st, b_st, o_st, bias_st, [as_s, az_s, bs_s, bz_s])
     for i, wi in enumerate((8, 9, 10, 12, 13, 14, 15)):  # T in the top nibbles, as matmul_int.comp
         words[wi] |= ((t >> (4 * i)) & 0xF) << 28
 

@@ -31,6 +31,7 @@ from .matmul_common import (
     OUTPUT_FIELDS,
     SIGNED,
     MatrixMultiplyIntegerToFloatDesc,
+    push_words,
 )
 from .matmul_common import LIMIT28 as _LIMIT28
 from .matmul_common import check_desc as _check
@@ -160,19 +161,9 @@ def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -
         flags |= _F_A_PACKED
     if b_packed:
         flags |= _F_B_PACKED
-    words = [0] * 32
-    words[8], words[9], words[10] = m, n, k
-    words[11] = nc | flags
-    words[12:16] = a_st
-    words[16:20] = b_st
-    words[20:24] = o_st
-    words[24:28] = bias_st
-    words[28:32] = [as_s, az_s, bs_s, bz_s]
     if nc >= 1 << 26:
         raise UnsupportedError(f"a_tensor.sizes: at most 2^26-1 channels, got {nc}")
-    for w in words[8:11] + words[12:32]:
-        if w >= _LIMIT28:
-            raise UnsupportedError(f"a size or stride of {w} elements is beyond the shader's 28-bit range")
+    words = push_words(m, n, k, nc | flags, a_st, b_st, o_st, bias_st, [as_s, az_s, bs_s, bz_s])
     # T = batch * channel in the top nibbles of words 8, 9, 10, 12, 13, 14, 15
     for i, wi in enumerate((8, 9, 10, 12, 13, 14, 15)):
         words[wi] |= ((t >> (4 * i)) & 0xF) << 28
