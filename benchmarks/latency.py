@@ -14,6 +14,9 @@ tensors every time (so every call after the first replays a cached kp sequence):
 - python: eager - copy floor, the cost of kompute_dml's own path (binding checks,
   replay-cache lookup, submission bookkeeping); on the shader path it also holds the
   difference between a compute dispatch and a transfer command.
+- breakdown: the binding checks alone (`op.bind`), the operator's own cached kp sequence
+  evaluated directly (what the eager call submits: its GPU work plus kp's submission and
+  wait), and eager - that sequence: the Python path exactly.
 
 Numbers come from this machine only; nothing here asserts a target (H100 targets for the
 lead: eager <= 20 us, recorded <= 8 us per op).
@@ -61,6 +64,28 @@ def _recorded(dev: kdml.Device, op: object, x: kdml.Tensor, y: kdml.Tensor, reco
     return times
 
 
+def _breakdown(op: object, x: kdml.Tensor, y: kdml.Tensor, repeats: int) -> tuple[float, float]:
+    """Median us of op.bind alone and of evaluating the op's cached kp sequence directly.
+    Reaches into the engine's replay cache on purpose: this is a measurement of it."""
+    ins, outs = [x], [y]
+    bind = op.bind  # type: ignore[attr-defined]
+    clock = time.perf_counter_ns
+    t0 = clock()
+    for _ in range(repeats):
+        bind(ins, outs)
+    bind_us = (clock() - t0) / 1000 / repeats
+    _bound, key = bind(ins, outs)
+    seq = op.engine._replays[(key,)].seq  # type: ignore[attr-defined]
+    for _ in range(50):
+        seq.eval()
+    times = []
+    for _ in range(repeats):
+        t0 = clock()
+        seq.eval()
+        times.append((clock() - t0) / 1000)
+    return bind_us, statistics.median(times)
+
+
 def _floors(device_index: int, repeats: int, nbytes: int) -> tuple[list[float], list[float]]:
     import kp  # outside kompute_dml: only to measure what kp itself costs
 
@@ -104,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             eager = _eager(op, x, y, args.repeats)
             recorded = _recorded(dev, op, x, y, max(5, args.repeats // 100))
+            bind_us, seq_us = _breakdown(op, x, y, args.repeats)
         finally:
             gc.enable()
         assert np.array_equal(y.numpy(), x.numpy())
@@ -118,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"recorded 64x64 identity: median {r:8.2f} us per op (100 ops per recording)")
     print(f"floor, bare kp sequence: median {fb:8.2f} us (one barrier), {fc:8.2f} us (one 16 KiB copy)")
     print(f"python path (eager - copy floor): {e - fc:8.2f} us")
+    print(f"breakdown: op.bind {bind_us:.2f} us; the op's own kp sequence {seq_us:.2f} us; "
+          f"eager - that sequence {e - seq_us:.2f} us")
     return 0
 
 
