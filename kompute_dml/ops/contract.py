@@ -136,10 +136,13 @@ MMC = family("mmc", "matmul_coop.comp", "mmc8{emulated}_{a}{b}", MATMUL_PUSH, No
 # ablations of mmc8_rc (benchmarks/bench_coop.py --ablate): wrong results by design, never dispatched
 MMC_ABLATION = family("mmc_ablation", "matmul_coop.comp", "mmc8a{part}_rc", MATMUL_PUSH, None,
                       part=(1, 2, 3, 4, 5, 6, 7, 8))
+# exact 16/32-bit integer product on GPUs (ops/matmul_wide.py): TR x TC outputs per invocation
+MMW = family("mmw", "matmul_wide.comp", "mmw{bits}_r{tr}c{tc}", MATMUL_PUSH, (16, 16, 1), bits=(16, 32),
+             tr=(4, 8), tc=(4,))
 
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
-    ROWS_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMC_ABLATION,
+    ROWS_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMC_ABLATION, MMW,
 )
 
 
