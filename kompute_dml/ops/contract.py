@@ -139,10 +139,12 @@ MMC_ABLATION = family("mmc_ablation", "matmul_coop.comp", "mmc8a{part}_rc", MATM
 # exact 16/32-bit integer product on GPUs (ops/matmul_wide.py): TR x TC outputs per invocation
 MMW = family("mmw", "matmul_wide.comp", "mmw{bits}_r{tr}c{tc}", MATMUL_PUSH, (16, 16, 1), bits=(16, 32),
              tr=(4, 8), tc=(4,))
+# few rows of A (decoding, ops/matmul_gemv.py), B n-contiguous: plain integer code, or OpSDot (`d`)
+MMG = family("mmg", "matmul_gemv.comp", "mmg8{dot}_{b}", MATMUL_PUSH, None, dot=("", "d"), b=("r",))
 
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
-    ROWS_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMC_ABLATION, MMW,
+    ROWS_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMC_ABLATION, MMW, MMG,
 )
 
 

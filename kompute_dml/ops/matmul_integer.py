@@ -38,6 +38,8 @@ from .matmul_common import check_desc as _check
 from .matmul_common import pad4 as _pad4
 from .matmul_common import quant_stride as _quant_stride
 from .matmul_coop import plan_coop
+from .matmul_gemv import SMALL_M, plan_gemv
+from .matmul_wide import plan_wide
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
@@ -68,14 +70,15 @@ _F_B_PACKED = 1 << 30
 
 
 
-KERNELS = ("cpu", "cpu-ssbo", "gpu", "coopmat", "dot", "coopmat-emulated")
+KERNELS = ("cpu", "cpu-ssbo", "gpu", "coopmat", "dot", "coopmat-emulated", "gemv", "wide")
 
 
 def kernel_family(device: Device, kernel: str | None = None) -> str:
     """'cpu', 'cpu-ssbo' (the CPU family without the texel variant), 'gpu', 'coopmat' (tensor
     cores, ops/matmul_coop.py), 'dot' (its kernel on integer dot products) or 'coopmat-emulated'
-    (on plain integer code, for tests): the explicit choice, else KDML_MATMUL_KERNEL, else the
-    device policy's."""
+    (on plain integer code, for tests), 'gemv' (few rows of A, ops/matmul_gemv.py), 'wide' (exact
+    16/32-bit, ops/matmul_wide.py; automatic GPU families take it for those widths): the explicit
+    choice, else KDML_MATMUL_KERNEL, else the device policy's."""
     choice = kernel if kernel is not None else os.environ.get(KERNEL_ENV, "auto")
     choice = (choice or "auto").strip().lower()
     if choice == "auto":
@@ -109,8 +112,19 @@ def compile_matmul_integer(
     _check(desc)
     family = kernel_family(device, kernel)
     plan = None
-    if family in ("coopmat", "dot", "coopmat-emulated"):  # 8-bit, K within int32 exactness; else GPU family
+    # few rows of A (decoding): the gemv family first, when forced or for an automatic GPU family;
+    # where it does not apply (None), a forced 'gemv' falls back to the device policy's family
+    auto = (kernel if kernel is not None else os.environ.get(KERNEL_ENV, "auto") or "auto").strip().lower() == "auto"
+    if family == "gemv" or (auto and family in ("gpu", "coopmat", "dot") and desc.a_tensor.sizes[-2] <= SMALL_M):
+        plan = plan_gemv(device, desc)
+        if plan is None and family == "gemv":
+            family = kernel_family(device, "auto")
+    if plan is None and family in ("coopmat", "dot", "coopmat-emulated"):  # 8-bit, K within int32 exactness; else GPU family
         plan = plan_coop(device, desc, family=family)
+        family = "wide"  # 16/32-bit inputs (or K beyond the coop limit): below
+    # 16/32-bit inputs on every GPU family but a forced 'gpu': the exact kernel (ops/matmul_wide.py)
+    if plan is None and (family == "wide" or (auto and family == "gpu")):
+        plan = plan_wide(device, desc)  # None for 8-bit: the GPU family
         family = "gpu"
     if plan is None:
         plan = _plan(desc, family, device)
@@ -224,7 +238,7 @@ SPECS = (
     OperatorSpec(
         MatrixMultiplyIntegerToFloatDesc, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, compile_matmul_integer,
         (contract.MMI_TEXEL, contract.MMI_PACKED, contract.MMI_GENERIC, contract.MMI_GPU, contract.MMC,
-         contract.MMC_ABLATION),  # the ablations: benchmarks/coop_ablate.py only, never the dispatcher
+         contract.MMG, contract.MMW, contract.MMC_ABLATION),  # the ablations: benchmarks/coop_ablate.py only, never the dispatcher
         helpers=("matmul_integer_to_float",),
         onnx=(OnnxOp("MatMulIntegerToFloat", _MS, "matmul_integer_to_float"),
               OnnxOp("DynamicQuantizeMatMul", _MS, "matmul_integer_to_float")),

@@ -1,0 +1,229 @@
+"""MATRIX_MULTIPLY_INTEGER_TO_FLOAT for few rows of A (decoding: M = 1..16): the "gemv" family.
+
+shaders/matmul_gemv.comp, 8-bit A and B with B n-contiguous (row-major, ONNX's weight layout):
+memory-bound shapes where the tiled families waste most of their 16-row tiles. Every invocation
+streams NCOL columns of B along K with one vector load per row (uvec4 / uvec2 / uint, the widest
+the strides allow) and keeps MT x NCOL int32 sums in registers; a work group splits K across its
+invocations and reduces (subgroup butterfly, then shared memory), so N = 4096 already gives 128
+work groups. Bytes are made signed and zero points corrected through row and column sums as in
+ops/matmul_coop.py (exact in int32 for K <= KMAX). Variants: `mmg8d_r` (OpSDot, the
+`integer_dot_product` capability) where the device enabled it, else `mmg8_r` (core GLSL 450,
+32-bit words). `plan_gemv` returns None where the family does not apply (wider inputs, K > KMAX,
+B not n-contiguous, M > MAX_M): the other families take it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..dtypes import DataType
+from ..errors import UnsupportedError
+from ..ints import cdiv
+from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
+from ..runtime import DispatchPlan, grid_for
+from ..shaders import check_capabilities
+from . import contract
+from .base import CompiledOperator, validate_tensors
+from .matmul_common import (
+    FIELDS,
+    INPUT_FIELDS,
+    LIMIT28,
+    OUTPUT_FIELDS,
+    SIGNED,
+    MatrixMultiplyIntegerToFloatDesc,
+    check_desc,
+    pad4,
+    push_words,
+    quant_stride,
+)
+from .matmul_coop import KMAX, subgroup_size
+
+if TYPE_CHECKING:
+    from ..device import Device
+
+# Automatic GPU families hand matrices of at most SMALL_M rows to this family (ops/matmul_integer.py);
+# a first guess until benchmarks/bench_decode.py's H100 run sets the policy.
+SMALL_M = 16
+MAX_M = 64  # beyond this (forced kernel="gemv" only) B would be re-read for too many row tiles
+MAX_MT = 16  # rows per work group: the accumulators' compile-time bound
+DOT_CAPABILITY = "integer_dot_product"
+ACC_REGISTERS = 64  # MT x NCOL int32 sums per invocation, kept in registers
+
+_F_A_SIGNED = 1 << 26
+_F_B_SIGNED = 1 << 27
+_F_F16 = 1 << 28
+_F_SUM_A = 1 << 29
+_F_SUM_B = 1 << 30
+_F_A_WORDS = 1 << 31
+
+
+@dataclass(frozen=True)
+class GemvConfig:
+    """Specialization constants of matmul_gemv.comp: WG invocations, MT rows of A and NL x NCOL
+    columns per work group (NCOL bytes of a B row per load), KC k per staged chunk of A."""
+
+    wg: int
+    mt: int
+    ncol: int
+    nl: int
+    kc: int
+
+    def spec(self) -> tuple[int, ...]:
+        return (self.wg, self.mt, self.ncol, self.nl, self.kc)
+
+    @property
+    def tile_n(self) -> int:
+        return self.nl * self.ncol
+
+    def shared_bytes(self) -> int:
+        return self.mt * self.kc + 4 * (self.mt * self.tile_n + self.tile_n + self.mt)
+
+    def problems(self, subgroup: int, limits: object) -> list[str]:
+        """Why this configuration cannot run (empty: it can): the shader's assumptions."""
+        out = []
+        get = getattr(limits, "get", lambda key, default=None: default)
+        if self.ncol not in (4, 8, 16):
+            out.append("NCOL 4, 8 or 16")
+        if not 1 <= self.mt <= MAX_MT:
+            out.append(f"MT in 1..{MAX_MT}")
+        if self.nl < 1 or self.nl & (self.nl - 1) or subgroup % self.nl:
+            out.append(f"NL a power of two dividing the subgroup size {subgroup}")
+        if self.wg < subgroup or self.wg % subgroup or self.wg % self.nl:
+            out.append(f"WG a multiple of the subgroup size {subgroup}")
+        kl = max(1, self.wg // max(1, self.nl))
+        if self.kc < 4 * kl or self.kc % (4 * kl):
+            out.append(f"KC a multiple of 4 * WG / NL = {4 * kl}")
+        if self.wg > min(get("max_compute_work_group_invocations", 1024), get("max_compute_work_group_size", (1024,))[0]):
+            out.append(f"{self.wg} invocations exceed the device's work-group limit")
+        if self.shared_bytes() > get("max_compute_shared_memory_size", 16384):
+            out.append(f"{self.shared_bytes()} bytes of shared memory exceed the device's limit")
+        return out
+
+
+def rows_per_group(m: int) -> int:
+    """MT: the smallest power of two >= M, at most MAX_MT (larger M: several row tiles)."""
+    mt = 1
+    while mt < min(m, MAX_MT):
+        mt *= 2
+    return mt
+
+
+def default_config(m: int, subgroup: int, ncol_max: int = 16, *, gpu: bool = True) -> GemvConfig:
+    """MT from M; NCOL as wide as ACC_REGISTERS and the layout allow; 32 columns per work group
+    (128 work groups at N = 4096); 4 (GPU) or 2 (CPU) groups of 4 k rows per invocation and chunk."""
+    mt = rows_per_group(m)
+    ncol = min(ncol_max, max(4, ACC_REGISTERS // mt))
+    wg = 256 if gpu else 8 * subgroup
+    nl = min(subgroup, max(1, 32 // ncol))
+    return GemvConfig(wg, mt, ncol, nl, 4 * (wg // nl) * (4 if gpu else 2))
+
+
+def sweep_configs(m: int, subgroup: int, ncol_max: int = 16) -> list[GemvConfig]:
+    """The default, then alternatives for benchmarks/bench_decode.py: 16 and 64 columns per work
+    group, half and twice the loads in flight, 128 and 512 invocations."""
+    base = default_config(m, subgroup, ncol_max)
+    out = [base]
+    kl = base.wg // base.nl
+    for nl in (base.nl // 2, base.nl * 2):
+        if nl >= 1 and subgroup % nl == 0:
+            out.append(GemvConfig(base.wg, base.mt, base.ncol, nl, 4 * (base.wg // nl) * 4))
+    out.append(GemvConfig(base.wg, base.mt, base.ncol, base.nl, 4 * kl * 2))
+    out.append(GemvConfig(base.wg, base.mt, base.ncol, base.nl, 4 * kl * 8))
+    for wg in (128, 512):
+        out.append(GemvConfig(wg, base.mt, base.ncol, base.nl, 4 * (wg // base.nl) * 4))
+    if base.ncol > 4:  # narrower loads, twice the lanes along N
+        out.append(GemvConfig(base.wg, base.mt, base.ncol // 2, min(subgroup, base.nl * 2), 4 * kl * 4))
+    return out
+
+
+def variant_for(device: Device, dot: bool | None = None) -> str:
+    """`mmg8d_r` (OpSDot) where the device enabled integer_dot_product (or dot=True), else `mmg8_r`."""
+    use_dot = DOT_CAPABILITY in device.capabilities if dot is None else dot
+    return contract.MMG.name(dot="d" if use_dot else "", b="r")
+
+
+def _b_ncol(b_sz: list[int], b_st: list[int]) -> int:
+    """The widest load (16, 8, 4 bytes) a n-contiguous B allows (4 also for rows off 4-byte
+    boundaries: the shader then combines two words), 0 where B is not n-contiguous."""
+    if not (b_sz[3] == 1 or b_st[3] == 1):
+        return 0
+    for width in (16, 8):
+        if all(s % width == 0 for s in b_st[:3]):
+            return width
+    return 4
+
+
+def plan_gemv(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, dot: bool | None = None,
+              config: GemvConfig | None = None) -> DispatchPlan | None:
+    """The gemv dispatch for a validated descriptor, or None where the family does not apply.
+    `dot` forces the OpSDot (True) or portable (False) variant; `config` the specialization
+    constants (UnsupportedError where they cannot run here)."""
+    a, b, out = desc.a_tensor, desc.b_tensor, desc.output_tensor
+    if a.data_type.size != 1:
+        return None
+    a_sz, a_st = pad4(a)
+    b_sz, b_st = pad4(b)
+    _, o_st = pad4(out)
+    bias_st = pad4(desc.bias_tensor)[1] if desc.bias_tensor is not None else [0, 0, 0, 0]
+    nb, nc, m, k = a_sz
+    n = b_sz[3]
+    t = nb * nc
+    ncol_max = _b_ncol(b_sz, b_st)
+    if k > KMAX or m > MAX_M or ncol_max == 0:
+        return None
+    if t >= LIMIT28 or nc >= 1 << 26:
+        raise UnsupportedError(f"a_tensor.sizes: at most 2^28-1 matrices and 2^26-1 channels, got {nb} x {nc}")
+    sg = subgroup_size(device)
+    cfg = config or default_config(m, sg, ncol_max, gpu=device.device_type != "cpu")
+    problems = cfg.problems(sg, device.limits)
+    if cfg.ncol > ncol_max:
+        problems.append(f"B's strides allow loads of at most {ncol_max} bytes, not NCOL = {cfg.ncol}")
+    if problems:
+        raise UnsupportedError(f"kernel: gemv configuration {cfg} cannot run here: {'; '.join(problems)}")
+
+    as_s = quant_stride(desc.a_scale_tensor, "a_scale_tensor", m, "row")
+    az_s = quant_stride(desc.a_zero_point_tensor, "a_zero_point_tensor", m, "row")
+    bs_s = quant_stride(desc.b_scale_tensor, "b_scale_tensor", n, "col")
+    bz_s = quant_stride(desc.b_zero_point_tensor, "b_zero_point_tensor", n, "col")
+    a_signed, b_signed = a.data_type in SIGNED, b.data_type in SIGNED
+    flags = (_F_A_SIGNED if a_signed else 0) | (_F_B_SIGNED if b_signed else 0)
+    flags |= _F_F16 if out.data_type == DataType.FLOAT16 else 0
+    # RA is needed where B's shifted zero point can be nonzero, CB where A's can (as matmul_coop)
+    flags |= _F_SUM_A if (desc.b_zero_point_tensor is not None or not b_signed) else 0
+    flags |= _F_SUM_B if (desc.a_zero_point_tensor is not None or not a_signed) else 0
+    # A rows on 4-byte boundaries with unit k stride: staged a word at a time (binding offsets are
+    # multiples of 16 bytes); otherwise byte by byte
+    if (k == 1 or a_st[3] == 1) and all(s % 4 == 0 for s in a_st[:3]):
+        flags |= _F_A_WORDS
+    words = push_words(m, n, k, nc | flags, a_st, b_st, o_st, bias_st, [as_s, az_s, bs_s, bz_s])
+    for i, wi in enumerate((8, 9, 10, 12, 13, 14, 15)):  # T in the top nibbles, as matmul_int.comp
+        words[wi] |= ((t >> (4 * i)) & 0xF) << 28
+
+    variant = variant_for(device, dot)
+    check_capabilities(variant, device.capabilities)
+    groups = cdiv(n, cfg.tile_n) * cdiv(m, cfg.mt) * t
+    sizes = [a.data_type.size, desc.a_scale_tensor.data_type.size, a.data_type.size, b.data_type.size,
+             desc.b_scale_tensor.data_type.size, b.data_type.size, out.data_type.size, out.data_type.size]
+    return DispatchPlan(
+        variant=variant,
+        bindings=tuple(range(8)),
+        push=tuple(words),
+        groups=grid_for(groups, 1, device.limits["max_compute_work_group_count"][0]),
+        writes=(7,),
+        offset_slots=tuple((i, i, sizes[i]) for i in range(8)),
+        spec=cfg.spec(),
+    )
+
+
+def compile_gemv(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, dot: bool | None = None,
+                 config: GemvConfig | None = None) -> CompiledOperator:
+    """The operator on the gemv family with an explicit variant / configuration (tests and
+    benchmarks/bench_decode.py); UnsupportedError where the family does not apply."""
+    validate_tensors(MATRIX_MULTIPLY_INTEGER_TO_FLOAT, device.feature_level, desc, FIELDS, OUTPUT_FIELDS)
+    check_desc(desc)
+    plan = plan_gemv(device, desc, dot=dot, config=config)
+    if plan is None:
+        raise UnsupportedError(f"kernel: the gemv family takes 8-bit A and B with K <= {KMAX}, M <= {MAX_M} and B "
+                               f"n-contiguous (row-major)")
+    return CompiledOperator(device, desc, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, INPUT_FIELDS, OUTPUT_FIELDS, [plan])
