@@ -18,6 +18,10 @@ tensors every time (so every call after the first replays a cached kp sequence):
   evaluated directly (what the eager call submits: its GPU work plus kp's submission and
   wait), and eager - that sequence: the Python path exactly.
 
+--sizes: eager latency of packed FLOAT32 identities from 16 KiB to 16 MiB, through shaders
+and through transfer commands (two Devices, alternating), to place the policy's size below
+which a GPU copies by transfer commands (DevicePolicy.transfer_below).
+
 Numbers come from this machine only; nothing here asserts a target (H100 targets for the
 lead: eager <= 20 us, recorded <= 8 us per op).
 """
@@ -113,12 +117,42 @@ def _floors(device_index: int, repeats: int, nbytes: int) -> tuple[list[float], 
         mgr.destroy()
 
 
+def _sizes(device_index: int, repeats: int) -> None:
+    devs = {"shaders": kdml.Device(device_index, transfer_commands=False),
+            "transfer": kdml.Device(device_index, transfer_commands=True)}
+    try:
+        print("eager identity, median us:   bytes   shaders  transfer  (policy default picks)")
+        default = kdml.Device(device_index)
+        for kib in (16, 64, 256, 1024, 4096, 16384):
+            n = kib * 256
+            desc = kdml.TensorDesc(kdml.DataType.FLOAT32, (n,))
+            ops = {}
+            for name, dev in devs.items():
+                x = dev.tensor(np.arange(n, dtype=np.float32))
+                ops[name] = (dev.compile(kdml.ActivationIdentityDesc(desc, desc)), x, dev.empty(desc))
+            picked = default.compile(kdml.ActivationIdentityDesc(desc, desc)).variants
+            medians = {k: [] for k in ops}
+            for _ in range(5):  # alternate the paths in rounds
+                for name, (op, x, y) in ops.items():
+                    medians[name].append(statistics.median(_eager(op, x, y, max(50, repeats // 10))))
+            row = "  ".join(f"{statistics.median(v):8.2f}" for v in medians.values())
+            print(f"{'':28}{kib * 1024:8d}  {row}  ({','.join(picked) or 'none'})")
+        default.close()
+    finally:
+        for dev in devs.values():
+            dev.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--shader-only", action="store_true", help="Device(transfer_commands=False)")
     p.add_argument("--repeats", type=int, default=5000)
+    p.add_argument("--sizes", action="store_true", help="shaders vs transfer commands by size")
     args = p.parse_args(argv)
+    if args.sizes:
+        _sizes(args.device, args.repeats)
+        return 0
     dev = kdml.Device(args.device, transfer_commands=False if args.shader_only else None)
     try:
         desc = kdml.TensorDesc(kdml.DataType.FLOAT32, (64, 64))

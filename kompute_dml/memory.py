@@ -108,9 +108,15 @@ class Buffer:
 
 
 class Tensor:
-    """A binding: the range of `buffer` starting at byte `offset`, laid out by `desc`."""
+    """A binding: the range of `buffer` starting at byte `offset`, laid out by `desc`.
 
-    __slots__ = ("buffer", "desc", "offset")
+    Immutable (make a new Tensor for another range): a compiled operator may then take a
+    binding it has already checked by the identity of its Tensor objects alone."""
+
+    __slots__ = ("__weakref__", "buffer", "desc", "offset")
+    buffer: Buffer
+    desc: TensorDesc
+    offset: int
 
     def __init__(self, buffer: Buffer, desc: TensorDesc, offset: int = 0) -> None:
         if not isinstance(buffer, Buffer):
@@ -118,9 +124,16 @@ class Tensor:
         validate_desc(desc, "desc")
         offset = as_int(offset, "offset")
         check_binding_range(buffer, desc, offset, "tensor")
-        self.buffer = buffer
-        self.desc = desc
-        self.offset = offset
+        setattr_ = object.__setattr__
+        setattr_(self, "buffer", buffer)
+        setattr_(self, "desc", desc)
+        setattr_(self, "offset", offset)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Tensor is immutable: make a new Tensor instead of setting {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Tensor is immutable: {name!r} cannot be deleted")
 
     @property
     def device(self) -> Device:

@@ -37,6 +37,10 @@ CAPABILITIES = (
 )
 
 FEATURES_ENV = "KDML_FEATURES"
+# Bytes up to which a discrete GPU copies by transfer commands (DevicePolicy.transfer_below):
+# measured on the H100 by `benchmarks/latency.py --sizes`, eager FLOAT32 identity, median us,
+# shaders / transfer commands: PLACEHOLDER
+GPU_TRANSFER_BELOW = 0
 
 
 def requested_capabilities(features: object) -> frozenset[str] | None:
@@ -75,9 +79,17 @@ class DevicePolicy:
     # Variant family of the memory-bound operators (copies, DIAGONAL_MATRIX[1]): "cpu" keeps
     # lavapipe's branch-free one-vector shaders; "gpu" takes the multi-vector, row-tiled ones.
     memory_kernel: str = "cpu"
+    # Dense copies of at most this many bytes run as transfer commands even where
+    # `transfer_commands` is False: a small vkCmdCopyBuffer completes sooner than a dispatch
+    # (H100: see GPU_TRANSFER_BELOW), while large ones run at a fraction of a shader's speed.
+    transfer_below: int = 0
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
+
+    def copies_by_transfer(self, nbytes: int) -> bool:
+        """Whether a dense copy writing `nbytes` runs as transfer commands."""
+        return self.transfer_commands or nbytes <= self.transfer_below
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -85,6 +97,7 @@ class DevicePolicy:
             "transfer_commands": self.transfer_commands,
             "matmul_family": self.matmul_family,
             "memory_kernel": self.memory_kernel,
+            "transfer_below": self.transfer_below,
         }
 
 
@@ -95,11 +108,12 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
     else:
         family = "coopmat" if "cooperative_matrix" in capabilities else "gpu"
         policy = DevicePolicy(
-            device_type, transfer_commands=False, matmul_family=family, capabilities=capabilities, memory_kernel="gpu"
+            device_type, transfer_commands=False, matmul_family=family, capabilities=capabilities, memory_kernel="gpu",
+            transfer_below=GPU_TRANSFER_BELOW,
         )
     if transfer_commands is None:
         env = os.environ.get("KDML_TRANSFER")
         transfer_commands = None if env is None else env != "0"
     if transfer_commands is not None:
-        policy = replace(policy, transfer_commands=bool(transfer_commands))
+        policy = replace(policy, transfer_commands=bool(transfer_commands), transfer_below=0)
     return policy

@@ -118,7 +118,8 @@ def _compile(device: Device, desc: ActivationIdentityDesc | CopyDesc, support: O
         raise invalid("output_tensor.sizes", f"must equal input_tensor's {i.sizes}, got {o.sizes}")
     check_no_overlap(o.sizes, o.effective_strides, "output_tensor")
     plans = plan_copy(
-        i, o, device.limits["max_compute_work_group_count"][0], device.transfer_commands, device.policy.memory_kernel
+        i, o, device.limits["max_compute_work_group_count"][0], device.policy.copies_by_transfer(o.byte_size),
+        device.policy.memory_kernel,
     )
     return CompiledCopy(device, desc, support, ("input_tensor",), ("output_tensor",), plans)
 

@@ -1,0 +1,94 @@
+"""The compiled operator's last-binding cache (ops/base.py CompiledOperator.bind) and the
+immutable Tensor it relies on: a repeated execution on the same Tensor objects skips the
+binding checks, anything else is checked in full, and the cache keeps no tensor alive."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import kompute_dml as kdml
+from kompute_dml.policy import DevicePolicy, policy_for
+
+DT = kdml.DataType
+TD = kdml.TensorDesc
+
+
+def _identity(dev, sizes=(8, 8)):
+    desc = TD(DT.FLOAT32, sizes)
+    return dev.compile(kdml.ActivationIdentityDesc(desc, desc)), desc
+
+
+def test_tensor_is_immutable(dev):
+    t = dev.empty(TD(DT.FLOAT32, (4,)))
+    for name, value in (("offset", 16), ("desc", TD(DT.INT32, (4,))), ("buffer", t.buffer), ("other", 1)):
+        with pytest.raises(AttributeError, match="immutable"):
+            setattr(t, name, value)
+    with pytest.raises(AttributeError, match="immutable"):
+        del t.offset
+    assert t.offset == 0 and t.desc.data_type == DT.FLOAT32
+
+
+def test_repeated_binding_runs_and_new_objects_are_checked(dev, rng):
+    op, desc = _identity(dev)
+    x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
+    y = dev.empty(desc)
+    for _ in range(3):  # the second and third calls take the cached binding
+        y.buffer.write(np.full(64, np.nan, np.float32))
+        op.execute([x], [y])
+        assert np.array_equal(y.numpy(), x.numpy())
+    # same objects, wrong arity or container: still refused
+    with pytest.raises(kdml.InvalidArgumentError, match="inputs"):
+        op.execute([x, x], [])
+    with pytest.raises(kdml.InvalidArgumentError, match="outputs"):
+        op.execute([x], [y, y])
+    with pytest.raises(kdml.InvalidArgumentError, match="inputs"):
+        op.execute(x, [y])
+    # another tensor of another layout, after the cached one: checked in full
+    wrong = dev.empty(TD(DT.INT32, desc.sizes))
+    with pytest.raises(kdml.InvalidArgumentError, match="output_tensor"):
+        op.execute([x], [wrong])
+    with pytest.raises(kdml.InvalidArgumentError, match="output_tensor"):
+        op.execute([x], [None])
+    # an alias the cache never saw: the overlap rule still holds
+    big = dev.empty(TD(DT.FLOAT32, (256,)))
+    a, b = kdml.Tensor(big.buffer, desc, 0), kdml.Tensor(big.buffer, TD(DT.FLOAT32, (8, 8), (16, 2)), 16)
+    with pytest.raises(kdml.InvalidArgumentError, match="overlaps"):
+        op.execute([a], [b])
+    op.execute([x], [y])  # back to the first binding
+    assert np.array_equal(y.numpy(), x.numpy())
+
+
+def test_cache_keeps_no_tensor_alive(rng):
+    with kdml.Device() as dev:
+        op, desc = _identity(dev)
+        x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
+        y = dev.empty(desc)
+        op.execute([x], [y])
+        op.execute([x], [y])
+        live = dev.stats()["live_buffers"]
+        ref = weakref.ref(y)
+        del y
+        gc.collect()
+        assert ref() is None
+        assert dev.stats()["live_buffers"] == live - 1
+        # a dead cached tensor's slot given None: refused, not taken from the cache
+        with pytest.raises(kdml.InvalidArgumentError, match="output_tensor"):
+            op.execute([x], [None])
+        z = dev.empty(desc)
+        op.execute([x], [z])
+        assert np.array_equal(z.numpy(), x.numpy())
+
+
+def test_small_copies_by_transfer_rule():
+    limits = {"max_compute_work_group_count": (65535, 65535, 65535)}
+    gpu = policy_for("discrete-gpu", frozenset(), limits, transfer_commands=None)
+    assert gpu.copies_by_transfer(gpu.transfer_below) is True
+    assert gpu.copies_by_transfer(gpu.transfer_below + 1) is False
+    forced = policy_for("discrete-gpu", frozenset(), limits, transfer_commands=False)
+    assert forced.transfer_below == 0 and forced.copies_by_transfer(1) is False
+    cpu = DevicePolicy("cpu", transfer_commands=True, matmul_family="cpu", capabilities=frozenset())
+    assert cpu.copies_by_transfer(1 << 40) is True
