@@ -90,6 +90,52 @@ def _breakdown(op: object, x: kdml.Tensor, y: kdml.Tensor, repeats: int) -> tupl
     return bind_us, statistics.median(times)
 
 
+def _sequences(op: object, x: kdml.Tensor, y: kdml.Tensor, repeats: int) -> None:
+    """What each part of the op's kp sequence costs: the same dispatch with and without the
+    leading global barrier, beside barrier-only and copy sequences (kp directly, on the
+    engine's own kp objects: a measurement of the runtime, not a use of it)."""
+    import kp
+
+    from kompute_dml.runtime.encode import _ALL_ACCESS, _ALL_STAGES, encode
+
+    eng = op.engine  # type: ignore[attr-defined]
+    bound = [x, y]
+    disp = encode(op.plans[0], bound, eng.pipelines, eng.dummy).op  # type: ignore[attr-defined]
+    xs, ys = x.buffer.memory.tensor, y.buffer.memory.tensor
+
+    def barrier() -> object:
+        return kp.OpGlobalBarrier(_ALL_ACCESS, _ALL_ACCESS, _ALL_STAGES, _ALL_STAGES)
+
+    variants = {
+        "barrier": [barrier()],
+        "barrier+barrier": [barrier(), barrier()],
+        "dispatch": [disp],
+        "barrier+dispatch": [barrier(), disp],
+        "copy": [kp.OpCopyRegions(xs, ys, [0, 0, 16384])],
+        "barrier+copy": [barrier(), kp.OpCopyRegions(xs, ys, [0, 0, 16384])],
+        "barrier+dispatch+dispatch": [barrier(), disp, barrier(), disp],
+    }
+    seqs = {}
+    for name, ops in variants.items():
+        seq = eng.manager.sequence()
+        for o in ops:
+            seq.record(o)
+        seqs[name] = seq
+    times: dict[str, list[float]] = {k: [] for k in seqs}
+    clock = time.perf_counter_ns
+    for _ in range(5):  # rounds, alternating the variants
+        for name, seq in seqs.items():
+            for _ in range(50):
+                seq.eval()
+            t = []
+            for _ in range(max(100, repeats // 5)):
+                t0 = clock()
+                seq.eval()
+                t.append((clock() - t0) / 1000)
+            times[name].append(statistics.median(t))
+    print("kp sequences, median us:", "  ".join(f"{k} {statistics.median(v):.2f}" for k, v in times.items()))
+
+
 def _floors(device_index: int, repeats: int, nbytes: int) -> tuple[list[float], list[float]]:
     import kp  # outside kompute_dml: only to measure what kp itself costs
 
@@ -149,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shader-only", action="store_true", help="Device(transfer_commands=False)")
     p.add_argument("--repeats", type=int, default=5000)
     p.add_argument("--sizes", action="store_true", help="shaders vs transfer commands by size")
+    p.add_argument("--sequences", action="store_true", help="the op's kp sequence taken apart (barrier, dispatch, copy)")
     args = p.parse_args(argv)
     if args.sizes:
         _sizes(args.device, args.repeats)
@@ -164,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
             eager = _eager(op, x, y, args.repeats)
             recorded = _recorded(dev, op, x, y, max(5, args.repeats // 100))
             bind_us, seq_us = _breakdown(op, x, y, args.repeats)
+            if args.sequences:
+                _sequences(op, x, y, args.repeats)
         finally:
             gc.enable()
         assert np.array_equal(y.numpy(), x.numpy())
