@@ -1,0 +1,227 @@
+"""The small-M ("decode") family (shaders/matmul_gemv.comp, kompute_dml/ops/matmul_gemv.py)
+against exact int64 references.
+
+Two variants, each on the device that selects it: `mmg8d_r` (OpSDot) on the session device
+where it enabled integer_dot_product (lavapipe does; skipped elsewhere), `mmg8_r` (plain 32-bit
+integer code) on a Device(features="none"), which must pick it. The family is forced with
+KDML_MATMUL_KERNEL=gemv (the CPU policy never picks it by itself). Cases are built, placed,
+poisoned and checked by test_matmul_coop.run_case: S = sum_k (A - AZP)(B - BZP) in int64, then
+float32(S) * (AScale * BScale) + Bias, FLOAT32 bitwise, FLOAT16 within one step; every byte
+outside the output unchanged, inputs unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import test_matmul_coop as coop
+from test_matmul_coop import PAIR_IDS, PAIRS, run_case
+
+import kompute_dml as kdml
+from kompute_dml.ops.matmul_coop import KMAX
+from kompute_dml.ops.matmul_gemv import MAX_M, GemvConfig, compile_gemv, sweep_configs
+from kompute_dml.ops.matmul_integer import KERNEL_ENV
+from kompute_dml.shaders import required_capabilities
+
+DT = kdml.DataType
+VARIANTS = {"dot": "mmg8d_r", "portable": "mmg8_r"}
+
+
+@pytest.fixture(scope="module")
+def dev_none():
+    d = kdml.Device(features="none")
+    yield d
+    d.close()
+
+
+@pytest.fixture(params=list(VARIANTS))
+def gdev(request, dev, dev_none, monkeypatch):
+    """(device, expected variant) with the gemv family forced."""
+    if request.param == "dot" and "integer_dot_product" not in dev.capabilities:
+        pytest.skip("device has no integer_dot_product capability: the OpSDot run is skipped")
+    monkeypatch.setenv(KERNEL_ENV, "gemv")
+    return (dev if request.param == "dot" else dev_none), VARIANTS[request.param]
+
+
+def gemv_case(gdev, rng, config=None, monkeypatch=None, **kw):
+    """run_case through the gemv family; asserts the variant. `config` (with `monkeypatch`): the
+    explicit specialization constants, through compile_gemv in place of run_case's compile_coop."""
+    d, want = gdev
+    if config is not None:
+        sg = int(d.limits.get("subgroup_size") or 32)
+        if config.problems(sg, d.limits):
+            pytest.skip(f"{config} does not fit this device: {config.problems(sg, d.limits)}")
+        monkeypatch.setattr(coop, "compile_coop", lambda dev, desc, **_: compile_gemv(dev, desc, config=config))
+    op, out, s = run_case(d, rng, config=config, **kw)
+    assert op.variants == [want]
+    return op, out, s
+
+
+# ---- zero points, scales, signedness, output types ---------------------------------------
+@pytest.mark.parametrize("out_dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+@pytest.mark.parametrize("pair", PAIRS, ids=PAIR_IDS)
+def test_zero_points_and_scales(gdev, rng, pair, out_dt):
+    """Every zero-point mode (absent, per tensor, per row / column), scale mode and bias mode, M in
+    1..16, odd K and N, B packed (rows off 4-byte boundaries when N % 4 != 0) or padded rows."""
+    for a_zp, b_zp, a_q, b_q, bias in [(None, None, "tensor", "tensor", None), ("tensor", "tensor", "row", "col", "full"),
+                                       ("row", "col", "tensor", "col", "n"), ("row", None, "row", "tensor", None),
+                                       (None, "col", "row", "col", "full"), ("tensor", "col", "tensor", "tensor", "n")]:
+        M, K, N = int(rng.integers(1, 17)), int(rng.integers(1, 300)), int(rng.integers(1, 90))
+        gemv_case(gdev, rng, pair=pair, out_dt=out_dt, M=M, K=K, N=N, a_q=a_q, b_q=b_q, a_zp=a_zp, b_zp=b_zp,
+                  bias=bias, a_layout=str(rng.choice(["row", "random", "none"])), b_layout=str(rng.choice(["row", "none"])))
+
+
+# ---- shapes: tiles not multiples, row tiles, edges --------------------------------------------
+@pytest.mark.parametrize("M", [1, 2, 3, 7, 16])
+def test_rows(gdev, rng, M):
+    """Every row tile (MT 1, 2, 4, 8, 16) with K and N off every tile (partial vector loads at N's edge)."""
+    for K, N in [(1, 1), (3, 17), (17, 3), (129, 70)]:
+        gemv_case(gdev, rng, pair=PAIRS[int(rng.integers(0, 4))], M=M, K=K, N=N, a_layout="row",
+                  b_layout=str(rng.choice(["row", "none"])), a_zp="row", b_zp="col", a_q="row", b_q="col", bias="n")
+
+
+@pytest.mark.parametrize("mkn", [(1, 4095, 33), (16, 4095, 19), (2, 600, 4095), (7, 64, 4096)], ids=str)
+def test_long_edges(gdev, rng, mkn):
+    """K = 4095 (several staged chunks, partial last group of 4) and N = 4095 / 4096 (many tiles)."""
+    M, K, N = mkn
+    gemv_case(gdev, rng, pair=PAIRS[int(rng.integers(0, 4))], M=M, K=K, N=N, a_layout="row", b_layout="none",
+              a_zp="tensor", b_zp="col", a_q="tensor", b_q="col", bias="n")
+
+
+@pytest.mark.parametrize("M", [17, 40])
+def test_beyond_small_m_forced(gdev, rng, M):
+    """kernel='gemv' with more rows than one work group holds: several row tiles over the same B."""
+    gemv_case(gdev, rng, pair=(DT.UINT8, DT.INT8), M=M, K=100, N=37, a_layout="row", b_layout="row",
+              a_zp="row", b_zp="col", a_q="row", b_q="col", bias="full")
+
+
+# ---- outputs and batches -------------------------------------------------------------------
+@pytest.mark.parametrize("o_layout", ["packed", "padded", "transposed", "strided"])
+@pytest.mark.parametrize("out_dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+def test_output_layouts(gdev, rng, out_dt, o_layout):
+    """Packed rows (pair stores), rows of N + 1 (odd starts: FLOAT16 half-word atomics), column-major
+    and random strides; 3-D and 4-D batches with broadcast inputs; guard bytes unchanged."""
+    for M, K, N, batch in [(5, 40, 22, (3,)), (16, 64, 35, (2, 2)), (1, 77, 9, (2, 3))]:
+        gemv_case(gdev, rng, pair=PAIRS[int(rng.integers(0, 4))], out_dt=out_dt, M=M, K=K, N=N, batch=batch,
+                  a_layout=str(rng.choice(["row", "random"])), b_layout="row", o_layout=o_layout, a_zp="row",
+                  b_zp="tensor", bias="full")
+
+
+# ---- exactness at large K --------------------------------------------------------------------
+@pytest.mark.parametrize("K", [4096, 16384, pytest.param(KMAX, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("pair", PAIRS, ids=PAIR_IDS)
+def test_large_k_extremes(gdev, rng, pair, K):
+    """|A - AZP| = |B - BZP| = 255 for every k (sums of +-K * 255^2), and a mixed row; exact in int32."""
+    a_dt, b_dt = pair
+    ia, ib = np.iinfo(a_dt.numpy_dtype), np.iinfo(b_dt.numpy_dtype)
+    M, N = 3, 5
+    a = np.full((M, K), ia.max, a_dt.numpy_dtype)
+    a[1] = ia.min
+    a[2] = rng.integers(ia.min, ia.max, K, endpoint=True)
+    b = np.full((K, N), ib.min, b_dt.numpy_dtype)
+    b[:, 1] = ib.max
+    b[::3, 3] = ib.max
+    vals = {"a": a, "b": b, "azp": np.array([[ia.min], [ia.max], [ia.min]], a_dt.numpy_dtype),
+            "bzp": np.array([[ib.max, ib.min, ib.max, ib.max, ib.min]], b_dt.numpy_dtype),
+            "a_scale": np.ones((1, 1)), "b_scale": np.ones((1, 1))}
+    _, out, s = gemv_case(gdev, rng, pair=pair, M=M, K=K, N=N, a_layout="row", b_layout="row", a_zp="row",
+                          b_zp="col", values=vals)
+    assert np.abs(s).max() == K * 255 * 255  # the extremes were reached
+    assert np.array_equal(out.numpy(), s.astype(np.float32))
+
+
+# ---- specialization constants ----------------------------------------------------------------
+CONFIGS = [GemvConfig(64, 4, 16, 2, 256), GemvConfig(64, 4, 16, 1, 512), GemvConfig(32, 2, 8, 4, 32),
+           GemvConfig(16, 16, 4, 8, 8), GemvConfig(64, 1, 4, 4, 64), GemvConfig(128, 8, 8, 8, 256)]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "wg{}_mt{}_n{}x{}_kc{}".format(*c.spec()))
+def test_configs(gdev, rng, config, monkeypatch):
+    """Other load widths, lanes along N, work-group sizes and chunk lengths (one K group per chunk,
+    K beyond several chunks), over M up to twice MT."""
+    for M, K, N in [(config.mt, 3 * config.kc + 5, 45), (min(2 * config.mt, MAX_M), 70, 16), (1, 1, 3)]:
+        gemv_case(gdev, rng, config, monkeypatch, pair=PAIRS[int(rng.integers(0, 4))], M=M, K=K, N=N,
+                  a_layout="row", b_layout="row", a_zp="row", b_zp="col", a_q="row", b_q="col", bias="n")
+
+
+@pytest.mark.slow  # GPU-sized work groups and chunks: long pipeline compiles on lavapipe (~60 s per variant)
+def test_sweep_configs_run(gdev, rng, monkeypatch):
+    """The alternatives benchmarks/bench_decode.py times (for the CPU's subgroup size) are exact too."""
+    for config in sweep_configs(1, 8):
+        gemv_case(gdev, rng, config, monkeypatch, pair=(DT.UINT8, DT.INT8), M=1, K=700, N=40, a_layout="row",
+                  b_layout="row", a_zp="tensor", b_q="col", bias="n")
+
+
+def test_impossible_config_refused(dev):
+    desc = kdml.MatrixMultiplyIntegerToFloatDesc(
+        kdml.TensorDesc(DT.INT8, (4, 8)), kdml.TensorDesc(DT.FLOAT32, (1, 1)), None, kdml.TensorDesc(DT.INT8, (8, 3)),
+        kdml.TensorDesc(DT.FLOAT32, (1, 1)), None, None, kdml.TensorDesc(DT.FLOAT32, (4, 3)))
+    with pytest.raises(kdml.UnsupportedError, match="^kernel: gemv configuration"):
+        compile_gemv(dev, desc, config=GemvConfig(64, 4, 12, 2, 100))
+
+
+# ---- where the family does not apply, capabilities ---------------------------------------------
+def _desc(a_dt, b_dt, M, K, N, b_strides=None):
+    return kdml.MatrixMultiplyIntegerToFloatDesc(
+        kdml.TensorDesc(a_dt, (M, K)), kdml.TensorDesc(DT.FLOAT32, (1, 1)), None, kdml.TensorDesc(b_dt, (K, N), b_strides),
+        kdml.TensorDesc(DT.FLOAT32, (1, 1)), None, None, kdml.TensorDesc(DT.FLOAT32, (M, N)))
+
+
+@pytest.mark.parametrize("why", ["b_col_major", "k_beyond_kmax", "m_beyond_max", "int16"])
+def test_falls_back(dev, rng, monkeypatch, why):
+    """Layouts and shapes the family does not take run on the device policy's family, exactly."""
+    monkeypatch.setenv(KERNEL_ENV, "gemv")
+    M, K, N, dt, b_st = 2, 50, 7, DT.INT8, None
+    if why == "b_col_major":
+        b_st = (1, K)
+    elif why == "k_beyond_kmax":
+        K = KMAX + 1
+    elif why == "m_beyond_max":
+        M = MAX_M + 1
+    else:
+        dt = DT.INT16
+    a = rng.integers(-3, 4, (M, K)).astype(dt.numpy_dtype)
+    b = rng.integers(-3, 4, (K, N)).astype(dt.numpy_dtype)
+    desc = _desc(dt, dt, M, K, N, b_st)
+    op = dev.compile(desc)
+    assert not op.variants[0].startswith("mmg")
+    b_buf = np.ascontiguousarray(b.T) if b_st else b
+    one = np.ones((1, 1), np.float32)
+    out = dev.empty(desc.output_tensor)
+    op.execute([dev.tensor(a), dev.tensor(one), None, kdml.Tensor(dev.tensor(b_buf).buffer, desc.b_tensor),
+                dev.tensor(one), None, None], [out])
+    assert np.array_equal(out.numpy(), (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32))
+
+
+def test_cpu_policy_never_picks_gemv(dev, monkeypatch):
+    """Automatic choice on a CPU device (lavapipe): its own family, also for one row."""
+    monkeypatch.delenv(KERNEL_ENV, raising=False)
+    if dev.policy.matmul_family != "cpu":
+        pytest.skip("not a CPU-policy device")
+    assert not dev.compile(_desc(DT.UINT8, DT.INT8, 1, 64, 32)).variants[0].startswith("mmg")
+
+
+def test_variant_capabilities(dev_none):
+    assert required_capabilities("mmg8d_r") == {"integer_dot_product"}
+    assert required_capabilities("mmg8_r") == frozenset()
+    with pytest.raises(kdml.UnsupportedError, match="^kernel: .*integer_dot_product"):
+        compile_gemv(dev_none, _desc(DT.INT8, DT.INT8, 1, 8, 4), dot=True)
+
+
+def test_recorded_executions(gdev, rng):
+    d, want = gdev
+    M, K, N = 4, 300, 48
+    a = rng.integers(0, 256, (M, K)).astype(np.uint8)
+    b = rng.integers(-128, 128, (K, N)).astype(np.int8)
+    one = np.ones((1, 1), np.float32)
+    desc = _desc(DT.UINT8, DT.INT8, M, K, N)
+    op = d.compile(desc)
+    assert op.variants == [want]
+    ins = [d.tensor(a), d.tensor(one), None, d.tensor(b), d.tensor(one), None, None]
+    outs = [d.empty(desc.output_tensor) for _ in range(3)]
+    with d.record() as rec:
+        for o in outs:
+            rec.execute(op, ins, [o])
+    ref = (a.astype(np.int64) @ b).astype(np.float32)
+    for o in outs:
+        assert np.array_equal(o.numpy(), ref)
