@@ -1,0 +1,124 @@
+"""The exact GPU kernel of MATRIX_MULTIPLY_INTEGER_TO_FLOAT for 16- and 32-bit A and B
+(shaders/matmul_wide.comp, contract family `mmw`, kernel name "wide").
+
+The integer sum S = sum_k (A - AZP)(B - BZP) is computed exactly in multi-word integers
+(core GLSL 450, 32-bit words only) and rounded once to float; the epilogue is the portable
+families' (float(S) * (AScale * BScale) + Bias). No tensor-core or integer-dot-product path
+exists for 16/32-bit inputs, so GPUs take this family for them (ops/matmul_integer.py); the
+`gpu` family (float products, compensated block sums) stays available as kernel="gpu".
+The caller has validated the descriptor (matmul_common.check_desc). See docs/matmul.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..dtypes import DataType
+from ..errors import UnsupportedError
+from ..ints import cdiv
+from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
+from ..runtime import DispatchPlan, grid_for
+from . import contract
+from .base import CompiledOperator, validate_tensors
+from .matmul_common import (
+    FIELDS,
+    INPUT_FIELDS,
+    LIMIT28,
+    OUTPUT_FIELDS,
+    SIGNED,
+    MatrixMultiplyIntegerToFloatDesc,
+    check_desc,
+    pad4,
+    push_words,
+    quant_stride,
+)
+
+if TYPE_CHECKING:
+    from ..device import Device
+
+D = DataType
+LOCAL = (16, 16)  # work-group size of every variant
+# outputs per invocation (rows, columns), by input width: the work-group tile is 16x that.
+# Both widths have the 4x4 and 8x4 variants; benchmarks/bench_wide.py --sweep times them.
+DEFAULT_BLOCK = {2: (8, 4), 4: (8, 4)}
+BLOCKS = ((4, 4), (8, 4))
+
+# matmul_int.comp's flag bits of word 11 (matmul_wide.comp reads the same words)
+F_A_SIGNED = 1 << 26
+F_B_SIGNED = 1 << 27
+F_F16 = 1 << 28
+F_A_PACKED = 1 << 29
+F_B_PACKED = 1 << 30
+
+
+def variant_for(width: int, block: tuple[int, int]) -> str:
+    return contract.MMW.name(bits=8 * width, tr=block[0], tc=block[1])
+
+
+def plan_wide(
+    device: Device, desc: MatrixMultiplyIntegerToFloatDesc, block: tuple[int, int] | None = None
+) -> DispatchPlan | None:
+    """One dispatch of the exact kernel, or None for 8-bit inputs (not this family's).
+    `block`: outputs per invocation (one of BLOCKS; default DEFAULT_BLOCK[width])."""
+    a, b, out = desc.a_tensor, desc.b_tensor, desc.output_tensor
+    width = a.data_type.size
+    if width == 1:
+        return None
+    block = DEFAULT_BLOCK[width] if block is None else block
+    variant = variant_for(width, block)  # ValueError for a block the family lacks
+    epw = 4 // width
+    a_sz, a_st = pad4(a)
+    b_sz, b_st = pad4(b)
+    _, o_st = pad4(out)
+    bias_st = pad4(desc.bias_tensor)[1] if desc.bias_tensor is not None else [0, 0, 0, 0]
+    nb, nc, m, k = a_sz
+    n = b_sz[3]
+    t = nb * nc
+    if t >= LIMIT28:
+        raise UnsupportedError(f"a_tensor.sizes: at most 2^28-1 matrices (batch x channel), got {t}")
+    if nc >= 1 << 26:
+        raise UnsupportedError(f"a_tensor.sizes: at most 2^26-1 channels, got {nc}")
+    quant = [quant_stride(desc.a_scale_tensor, "a_scale_tensor", m, "row"),
+             quant_stride(desc.a_zero_point_tensor, "a_zero_point_tensor", m, "row"),
+             quant_stride(desc.b_scale_tensor, "b_scale_tensor", n, "col"),
+             quant_stride(desc.b_zero_point_tensor, "b_zero_point_tensor", n, "col")]
+    # Packed rows: unit inner stride and word-aligned rows (binding offsets are multiples of 16
+    # bytes); the kernel then reads whole words, two 16-bit values per word.
+    a_packed = (k == 1 or a_st[3] == 1) and all(s % epw == 0 for s in a_st[:3])
+    b_packed = (n == 1 or b_st[3] == 1) and all(s % epw == 0 for s in b_st[:3])
+    if k == 1:
+        a_st[3] = 1
+    if n == 1:
+        b_st[3] = 1
+    flags = ((F_A_SIGNED if a.data_type in SIGNED else 0) | (F_B_SIGNED if b.data_type in SIGNED else 0)
+             | (F_F16 if out.data_type == D.FLOAT16 else 0)
+             | (F_A_PACKED if a_packed else 0) | (F_B_PACKED if b_packed else 0))
+    words = push_words(m, n, k, nc | flags, a_st, b_st, o_st, bias_st, quant)
+    for i, wi in enumerate((8, 9, 10, 12, 13, 14, 15)):  # T = batch x channel in the top nibbles
+        words[wi] |= ((t >> (4 * i)) & 0xF) << 28
+    tile_m, tile_n = LOCAL[1] * block[0], LOCAL[0] * block[1]
+    groups = cdiv(n, tile_n) * cdiv(m, tile_m) * t
+    # offset slots: push word i <- binding i's offset / element size (inputs, then the output)
+    sizes = [a.data_type.size, desc.a_scale_tensor.data_type.size, a.data_type.size, b.data_type.size,
+             desc.b_scale_tensor.data_type.size, b.data_type.size, out.data_type.size, out.data_type.size]
+    return DispatchPlan(
+        variant=variant,
+        bindings=tuple(range(8)),
+        push=tuple(words),
+        groups=grid_for(groups, 1, device.limits["max_compute_work_group_count"][0]),
+        writes=(7,),
+        offset_slots=tuple((i, i, sizes[i]) for i in range(8)),
+    )
+
+
+def compile_wide(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, block: tuple[int, int] | None = None
+                 ) -> CompiledOperator:
+    """The operator on this family with a chosen `block` (benchmarks/bench_wide.py --sweep and the
+    tests; the dispatcher takes the default through plan_wide)."""
+    validate_tensors(MATRIX_MULTIPLY_INTEGER_TO_FLOAT, device.feature_level, desc, FIELDS, OUTPUT_FIELDS)
+    check_desc(desc)
+    plan = plan_wide(device, desc, block)
+    if plan is None:
+        raise UnsupportedError(f"a_tensor.data_type: the 'wide' kernel takes 16- or 32-bit inputs, got "
+                               f"{desc.a_tensor.data_type.name}")
+    return CompiledOperator(device, desc, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, INPUT_FIELDS, OUTPUT_FIELDS, [plan])
