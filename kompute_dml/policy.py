@@ -37,10 +37,12 @@ CAPABILITIES = (
 )
 
 FEATURES_ENV = "KDML_FEATURES"
-# Bytes up to which a discrete GPU copies by transfer commands (DevicePolicy.transfer_below):
-# measured on the H100 by `benchmarks/latency.py --sizes`, eager FLOAT32 identity, median us,
-# shaders / transfer commands: PLACEHOLDER
-GPU_TRANSFER_BELOW = 0
+# Bytes up to which a discrete GPU copies by transfer commands (DevicePolicy.transfer_below).
+# H100, `benchmarks/latency.py --sizes` (eager FLOAT32 identity, median us, shaders vs transfer
+# commands, two runs): 16 KiB 21.4 / 19.6 and 23.0 / 20.8; 64 KiB 20.2 / 20.2 and 22.3 / 21.1;
+# 256 KiB 20.3 / 20.2 and 21.7 / 21.3; 1 MiB 20.2 / 22.1 and 20.4 / 22.1; 16 MiB 26.6 / 61.6.
+# `--sequences`: a barrier + 16 KiB copy sequence 16.8 us, barrier + dispatch 18.4-18.6.
+GPU_TRANSFER_BELOW = 256 * 1024
 
 
 def requested_capabilities(features: object) -> frozenset[str] | None:
