@@ -76,7 +76,7 @@ class DevicePolicy:
 
     name: str  # which policy ("cpu", "discrete-gpu", ...)
     transfer_commands: bool  # dense copies and fills as transfer commands instead of shaders
-    matmul_family: str  # "cpu" | "gpu" | "coopmat"
+    matmul_family: str  # "cpu" | "gpu" | "dot" | "coopmat"
     capabilities: frozenset[str]
     # Variant family of the memory-bound operators (copies, DIAGONAL_MATRIX[1]): "cpu" keeps
     # lavapipe's branch-free one-vector shaders; "gpu" takes the multi-vector, row-tiled ones.
@@ -108,7 +108,16 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
     if device_type == "cpu":
         policy = DevicePolicy("cpu", transfer_commands=True, matmul_family="cpu", capabilities=capabilities)
     else:
-        family = "coopmat" if "cooperative_matrix" in capabilities else "gpu"
+        # tensor cores where enabled; else the same tiled kernel on OpSDot where the device has
+        # integer dot products: on the H100 with cooperative matrices turned off, `dot` ran
+        # 7-8x the `gpu` family at 1x4096x4096 and 16x4096x4096 (benchmarks/bench_coop.py's
+        # dot_gemm_Brow / gpu_gemm_Brow rows: 0.74 vs 0.11 and 13.4 vs 1.77 TOPS)
+        if "cooperative_matrix" in capabilities:
+            family = "coopmat"
+        elif "integer_dot_product" in capabilities:
+            family = "dot"
+        else:
+            family = "gpu"
         policy = DevicePolicy(
             device_type, transfer_commands=False, matmul_family=family, capabilities=capabilities, memory_kernel="gpu",
             transfer_below=GPU_TRANSFER_BELOW,

@@ -24,6 +24,11 @@ def test_policy_rules():
     assert (gpu.transfer_commands, gpu.matmul_family) == (False, "gpu")
     coop = policy_for("discrete-gpu", frozenset({"cooperative_matrix"}), LIMITS, transfer_commands=None)
     assert coop.matmul_family == "coopmat" and coop.has("cooperative_matrix")
+    dot = policy_for("discrete-gpu", frozenset({"integer_dot_product"}), LIMITS, transfer_commands=None)
+    assert dot.matmul_family == "dot"
+    both = policy_for("discrete-gpu", frozenset({"integer_dot_product", "cooperative_matrix"}), LIMITS)
+    assert both.matmul_family == "coopmat"
+    assert policy_for("cpu", frozenset({"integer_dot_product"}), LIMITS).matmul_family == "cpu"
     assert policy_for("cpu", frozenset(), LIMITS, transfer_commands=False).transfer_commands is False
 
 
