@@ -213,6 +213,22 @@ void main() {
     [[unroll]] for (uint m = 0u; m < MT; ++m) ra[m] = 0;
 
     for (uint k0 = 0u; k0 < K; k0 += KC) {
+        // this chunk's rows of B first, so that they are in flight while A is staged; interior chunks
+        // (all rows inside K, all columns inside N on a vector boundary: all but the edges) load
+        // unconditionally; elsewhere rows past K get the pattern that the sign flip turns into 0
+        uvec4 rb[4u * U];
+        if (whole && k0 + KC <= K) {
+            [[unroll]] for (uint i = 0u; i < U; ++i)
+                [[unroll]] for (uint r = 0u; r < 4u; ++r)
+                    rb[4u * i + r] = b_row(b_base + (k0 + 4u * (ks + KL * i) + r) * sk + nc0, nc0, N, true, 0u);
+        } else {
+            [[unroll]] for (uint i = 0u; i < U; ++i) {
+                const uint k = k0 + 4u * (ks + KL * i);
+                [[unroll]] for (uint r = 0u; r < 4u; ++r)
+                    rb[4u * i + r] = (k + r < K && nc0 < N) ? b_row(b_base + (k + r) * sk + nc0, nc0, N, whole, b_xe4)
+                                                            : uvec4(b_xe4);
+            }
+        }
         barrier();   // the previous chunk of A is consumed (and red is zeroed, the first time)
         [[unroll]] for (uint i = 0u; i < (MT * KW + WG - 1u) / WG; ++i) {
             const uint u = tid + i * WG;
@@ -222,14 +238,6 @@ void main() {
             }
         }
         barrier();
-        // every load of the chunk first (rows past K: the pattern that the sign flip turns into 0)
-        uvec4 rb[4u * U];
-        [[unroll]] for (uint i = 0u; i < U; ++i) {
-            const uint k = k0 + 4u * (ks + KL * i);
-            [[unroll]] for (uint r = 0u; r < 4u; ++r)
-                rb[4u * i + r] = (k + r < K && nc0 < N) ? b_row(b_base + (k + r) * sk + nc0, nc0, N, whole, b_xe4)
-                                                        : uvec4(b_xe4);
-        }
         [[unroll]] for (uint i = 0u; i < U; ++i) {
             const uint kw = ks + KL * i;
 #if DOT
