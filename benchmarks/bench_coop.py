@@ -22,6 +22,8 @@ Run on a GPU whose kompute_dml Device has the `cooperative_matrix` capability (t
 3. --sweep: the same shapes through alternative tile configurations (specialization
    constants BM BN BK WM WN GROUP_M and the row-major-B staging), each checked on sampled
    rows before it is timed, to pick the defaults of kompute_dml/ops/matmul_coop.py.
+--staging: in place of the timing table, the staging options of TileConfig against the default
+(coop_ablate.staging; SUMMARY staging printed last; about 3-4 minutes on the H100).
 --ablate: after the timing, which part of the kernel costs the time (benchmarks/coop_ablate.py:
 variants that leave one part out, wrong results by design), then a compact summary table LAST.
 --family dot|coopmat-emulated times that family in place of `coopmat` (coopmat-emulated runs on
@@ -39,7 +41,7 @@ import time
 from typing import Any
 
 import numpy as np
-from coop_ablate import ablate, summary  # benchmarks/ (the script's directory)
+from coop_ablate import ablate, staging, staging_summary, summary  # benchmarks/ (the script's directory)
 
 import kompute_dml as kdml
 from kompute_dml.ops.matmul_coop import FAMILIES, LARGE, MEDIUM, NARROW, TileConfig, compile_coop
@@ -61,7 +63,9 @@ BATCH_TARGET = 0.05  # seconds per timed call (N executions)
 
 
 def cfg_name(c: TileConfig) -> str:
-    return f"{c.bm}x{c.bn}x{c.bk} w{c.wm}x{c.wn} g{c.group_m}{'' if c.b_rows == 'r' else ' Brow'}"
+    opts = (f"{'' if c.b_rows == 'r' else ' Brow'}{'' if c.stages == 2 else f' {c.stages}st'}"
+            f"{' lean' if c.lean else ''}{' stmap' if c.stmap else ''}")
+    return f"{c.bm}x{c.bn}x{c.bk} w{c.wm}x{c.wn} g{c.group_m}{opts}"
 
 
 # ---- one operator on the device ---------------------------------------------------------------
@@ -308,6 +312,9 @@ def main() -> int:
     ap.add_argument("--no-compare", action="store_true", help="skip the dot and gpu family rows")
     ap.add_argument("--quick", action="store_true", help="small shapes only (a dry run)")
     ap.add_argument("--ablate", action="store_true", help="also time the ablation variants (coop_ablate.py)")
+    ap.add_argument("--staging", action="store_true",
+                    help="time the staging options of TileConfig against the default (coop_ablate.staging) "
+                         "in place of the timing table")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--budget", type=float, default=270.0, help="seconds after which the sweep stops (default 270)")
     args = ap.parse_args()
@@ -322,13 +329,19 @@ def main() -> int:
     t0 = time.perf_counter()
     ok = correctness(dev, args.family, rng)
     shapes = QUICK_SHAPES if args.quick else SHAPES
-    result: dict[str, Any] = {"device": dev.name, "correct": ok,
-                              "timing": timing(dev, shapes, args.rounds, args.family, not args.no_compare, rng)}
+    result: dict[str, Any] = {"device": dev.name, "correct": ok}
+    if args.staging:
+        result["staging"] = staging(dev, args.rounds, rng, Ours, time_interleaved, torch_peers, random_inputs, cfg_name,
+                                    args.family, args.quick)
+    else:
+        result["timing"] = timing(dev, shapes, args.rounds, args.family, not args.no_compare, rng)
     if args.sweep:
         result["sweep"] = sweep(dev, shapes, max(3, args.rounds // 2), args.family, rng, t0 + args.budget)
     if args.ablate and args.family == "coopmat":
         result["ablation"] = ablate(dev, args.rounds, rng, Ours, time_interleaved, torch_peers, random_inputs, cfg_name)
-        summary(result["ablation"], result["timing"])
+        summary(result["ablation"], result.get("timing", []))
+    if "staging" in result:
+        staging_summary(result["staging"])
     print(f"\ncorrectness: {'all OK' if ok else 'FAILURES (timings void)'}; {time.perf_counter() - t0:.0f} s")
     if args.json:
         with open(args.json, "w") as f:

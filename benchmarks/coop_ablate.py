@@ -20,6 +20,15 @@ that part was the bottleneck:
                              tiles wholly inside the matrices, adds constants per step
 Also the fixed kernel at other tile configurations, row-major B transposed (`_rr`) or kept (`_rn`),
 gemm and quantized (the `ours_quant_Brow` case), and torch._int_mm (B column-major) as peer.
+
+`bench_coop.py --staging` (`staging` below): the staging options of TileConfig (kompute_dml/ops/
+matmul_coop.py) against the dispatcher's default in the same interleaved rounds, each checked on
+sampled rows first: `stmap` (conflict-free 16-byte shared stores), `lean` (signedness and sums
+fixed in the pipeline: no XOR for signed operands, no sum code without zero points), one shared
+stage with BK 128 (`stages=1`: two barriers per 128 k), larger subgroup blocks and work-group
+tiles; on s8 gemm with B column-major (8192^3, 4096^3) against torch._int_mm, and on the quantized
+case (u8 A with a zero point, B row-major transposed `Br` or kept `Bn`, column scales, bias) against
+torch._int_mm + dequantization. SUMMARY staging is printed last.
 """
 
 from __future__ import annotations
@@ -105,3 +114,96 @@ def summary(ablation_rows: list[dict[str, Any]], timing_rows: list[dict[str, Any
             tops = [f"{ops / t[key] / 1e12:9.2f}" if key in t else f"{'-':>9s}" for key in keys]
             bad = [name for name, ok in row["checks"].items() if not ok]
             print(f"  {m}x{k}x{n:<6d} " + " ".join(tops) + (f"  FAIL {bad}" if bad else "  OK"))
+
+
+# ---- --staging: the staging options of TileConfig against the default, one interleaved run ------
+GEMM_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096)]
+QUANT_SHAPES = [(512, 384, 1536), (128, 384, 1536), (4096, 4096, 4096)]
+
+
+def staging_entries(m: int, k: int, n: int, quant: bool) -> list[tuple[str, TileConfig | None]]:
+    """(name, config) pairs timed for one shape; config None: the dispatcher's default."""
+    from kompute_dml.ops.matmul_coop import candidate_configs
+    base = candidate_configs(m, n, 1)[0]
+    out: list[tuple[str, TileConfig | None]] = [("default", None)]
+    if quant:  # B row-major: transposed (`_rr`, the default) or kept (`_rn`), each with the options
+        for b_rows in ("r", "n"):
+            c = replace(base, b_rows=b_rows)
+            out += [(f"B{b_rows} stmap", replace(c, stmap=True)), (f"B{b_rows} lean", replace(c, lean=True)),
+                    (f"B{b_rows} lean stmap", replace(c, lean=True, stmap=True))]
+        out.insert(1, ("Bn", replace(base, b_rows="n")))
+        if base.bk == 64:
+            out.append(("Bn BK128 1 stage lean", replace(base, b_rows="n", bk=128, stages=1, lean=True)))
+        return out
+    c = base
+    out += [("stmap", replace(c, stmap=True)), ("lean", replace(c, lean=True)),
+            ("lean stmap", replace(c, lean=True, stmap=True)),
+            ("BK128 1 stage", replace(c, bk=128, stages=1)), ("BK128 1 stage lean", replace(c, bk=128, stages=1, lean=True)),
+            ("w64x64 (4 subgroups) lean stmap", replace(c, wn=64, lean=True, stmap=True)),
+            ("128x256x32 w64x64 lean stmap", TileConfig(128, 256, 32, 64, 64, lean=True, stmap=True)),
+            ("128x256x64 w64x64 1 stage lean stmap", TileConfig(128, 256, 64, 64, 64, stages=1, lean=True, stmap=True)),
+            ("256x128x64 w64x64 1 stage lean stmap", TileConfig(256, 128, 64, 64, 64, stages=1, lean=True, stmap=True)),
+            ("128x128x64 w32x32 (16 subgroups) lean stmap", replace(c, wm=32, wn=32, lean=True, stmap=True))]
+    return out
+
+
+def staging(dev: Any, rounds: int, rng: np.random.Generator, ours: Any, time_interleaved: Any,
+            torch_peers: Any, random_inputs: Any, cfg_name: Any, family: str = "coopmat",
+            quick: bool = False) -> list[dict[str, Any]]:
+    """Times, per shape, the default kernel and each staging option (interleaved rounds, sampled
+    rows checked bitwise first) beside torch; prints per shape, returns rows for staging_summary.
+    quick: two small shapes (a dry run, e.g. with family coopmat-emulated on lavapipe)."""
+    rows: list[dict[str, Any]] = []
+    print(f"\nstaging options (median of {rounds} rounds; x default = default s / this s, > 1 faster):")
+    shapes = ([((256, 256, 192), False), ((96, 384, 160), True)] if quick else
+              [(s, False) for s in GEMM_SHAPES] + [(s, True) for s in QUANT_SHAPES])
+    for (m, k, n), quant in shapes:
+        ops = 2.0 * m * n * k
+        a, b = random_inputs(rng, m, k, n, np.uint8 if quant else np.int8)
+        sample = np.unique(np.linspace(0, m - 1, 4).astype(int))
+        uploads: dict[Any, Any] = {}
+        cases: dict[str, Any] = {}
+        checks: dict[str, bool] = {}
+        configs = dict(staging_entries(m, k, n, quant))
+        for name, cfg in configs.items():
+            try:  # gemm: s8 x s8, B column-major (mmc8_rc); quant: u8 A + zero point, B row-major
+                case = ours(dev, a, b, b_colmajor=not quant, quant=quant, config=cfg, rng=rng, uploads=uploads,
+                            family=family)
+            except Exception as e:  # a configuration this device cannot run: reported, skipped
+                print(f"    {name:44s} cannot run: {str(e)[:100]}")
+                continue
+            cases[name] = case
+            checks[name] = case.check(sample)
+        makes = {name: c.run for name, c in cases.items()}
+        peers = (torch_peers(a, b, cases.get("default")) or {}) if quant else (torch_peers(a, b, None) or {})
+        peer = "torch_int_mm+dequant" if quant else "torch_int_mm_Bcol"
+        if peer in peers:
+            makes[peer] = peers[peer]
+        t = time_interleaved(makes, rounds)
+        what = "quant u8 A+zp, B row-major, col scales, bias" if quant else "gemm s8, B column-major"
+        print(f"  {m}x{k}x{n} {what}:")
+        for name, sec in t.items():
+            c = cases.get(name)
+            note = "" if c is None else (f"{c.op.variants[0]} {cfg_name(configs[name]) if configs[name] else 'dispatcher'} "
+                                         f"{'OK' if checks[name] else 'FAIL'}")
+            rel = t["default"] / sec if "default" in t else float("nan")
+            vs = t[peer] / sec if peer in t else float("nan")
+            print(f"    {name:44s} {sec * 1e3:9.4f} ms {ops / sec / 1e12:8.2f} TOPS  x default {rel:5.3f}  "
+                  f"x {peer} {vs:5.3f}  {note}")
+            rows.append({"name": name, "shape": [m, k, n], "quant": quant, "seconds": sec, "tops": ops / sec / 1e12,
+                         "x_default": rel, "x_peer": vs, "check": checks.get(name)})
+        del cases
+    return rows
+
+
+def staging_summary(rows: list[dict[str, Any]]) -> None:
+    """The compact table printed last: per shape, each entry's TOPS and its ratio to the default."""
+    print("\nSUMMARY staging: TOPS (x default: > 1 faster than the current default; x peer: > 1 faster than torch)")
+    shape = None
+    for r in rows:
+        key = (tuple(r["shape"]), r["quant"])
+        if key != shape:
+            shape = key
+            print(f"  {'x'.join(map(str, r['shape']))} {'quant' if r['quant'] else 'gemm'}:")
+        chk = "" if r["check"] is None else ("OK" if r["check"] else "FAIL")
+        print(f"    {r['name']:44s} {r['tops']:8.2f}  x default {r['x_default']:5.3f}  x peer {r['x_peer']:5.3f}  {chk}")

@@ -13,8 +13,9 @@
 // float once and scaled: float(v) * (AScale * BScale) + Bias, without contraction (`precise`).
 //
 // Work: a work group computes a BM x BN output tile; its WG / SG subgroups each own a WM x WN block
-// of 16 x 16 int32 accumulators. K advances BK at a time through two shared-memory stages (global
-// -> registers for step s + 1 while the tensor cores consume step s, one barrier per step). Tiles
+// of 16 x 16 int32 accumulators. K advances BK at a time through STAGES shared-memory stages (global
+// -> registers for step s + 1 while the tensor cores consume step s; two stages: one barrier per
+// step; one stage, for a BK whose two stages exceed the shared memory: two). Tiles
 // are k-contiguous, 16 k per uvec4, rows skewed by 16 bytes (A row-major, B column-major: the
 // tensor cores' native int8 layouts); `_?n` keeps a row-major B row-major. Tile sizes: specialization
 // constants (kompute_dml/ops/matmul_coop.py picks them); variants: load modes per operand (A: r
@@ -101,6 +102,9 @@ layout(constant_id = 4) const uint WM = 64;       // subgroup block rows (multip
 layout(constant_id = 5) const uint WN = 32;       // subgroup block columns (multiple of 16)
 layout(constant_id = 6) const uint SG = 32;       // subgroup size
 layout(constant_id = 7) const uint GROUP_M = 8;   // tile rows walked together (L2 reuse)
+layout(constant_id = 8) const uint STAGES = 2;    // shared-memory stages: 2 or 1
+layout(constant_id = 9) const uint KFLAGS = 0u;   // bit 31 set: the F_* flags, fixed at pipeline creation
+layout(constant_id = 10) const uint STMAP = 0u;   // 1: conflict-free staging map (coop_tid)
 
 const uint FM = WM / 16u, FN = WN / 16u;          // accumulators per subgroup: FM x FN
 const uint SGM = BM / WM;                         // subgroups along M
@@ -113,8 +117,8 @@ const uint B_TILE = BK * BS;
 const uint BS = 0u;
 const uint B_TILE = BN * KS;
 #endif
-// two stages of A then two of B; after the K loop, 16 x 16 int32 staging per subgroup
-shared uvec4 smem[2u * (A_TILE + B_TILE)];
+const uint B_BASE = STAGES * A_TILE;              // the stages of A, then those of B; after the
+shared uvec4 smem[STAGES * (A_TILE + B_TILE)];    // K loop, 16 x 16 int32 staging per subgroup
 shared int sumA[BM];                              // RA of the tile's rows
 shared int sumB[BN];                              // CB of the tile's columns
 
@@ -177,42 +181,21 @@ uint matrix_count() {
          | ((pc.w[13] >> 28) << 16) | ((pc.w[14] >> 28) << 20) | ((pc.w[15] >> 28) << 24);
 }
 
-// ---- operand staging (shaders/matmul_coop_load.glsl, once per operand; it #undefs the LD_*) ------
+// ---- operand staging (shaders/matmul_coop_load.glsl, once per operand; it #undefs the LD_*; its
+// functions and registers are named <name>_a, <name>_b: load_a, store_a, regs_a, ...) -------------
 #define LD_MODE AL
 #define LD_OP a
 #define LD_TMN BM
 #define LD_BUF a_buf
 #define LD_BUF4 a_buf4
-#define LD_REGS regs_a
-#define LD_PART part_a
 #define LD_SUMS sumA
-#define LD_UNITS units_a
-#define LD_COLS cols_a
-#define LD_PARTS parts_a
-#define LD_ITEMS items_a
-#define LD_MASK16 mask16_a
-#define LD_LOAD load_a
-#define LD_STORE store_a
-#define LD_SUM sum_a
-#define LD_FLUSH flush_a
 #include "matmul_coop_load.glsl"
 #define LD_MODE BL
 #define LD_OP b
 #define LD_TMN BN
 #define LD_BUF b_buf
 #define LD_BUF4 b_buf4
-#define LD_REGS regs_b
-#define LD_PART part_b
 #define LD_SUMS sumB
-#define LD_UNITS units_b
-#define LD_COLS cols_b
-#define LD_PARTS parts_b
-#define LD_ITEMS items_b
-#define LD_MASK16 mask16_b
-#define LD_LOAD load_b
-#define LD_STORE store_b
-#define LD_SUM sum_b
-#define LD_FLUSH flush_b
 #include "matmul_coop_load.glsl"
 
 // ---- the cooperative-matrix operations, or their replacements (shaders/matmul_coop_mma.glsl) -----
@@ -239,7 +222,8 @@ void store_one(uint o, float v, bool f16) {
 }
 
 void main() {
-    const uint M = P_M, N = P_N, K = P_K, C = P_C, flags = P_FLAGS;
+    const uint M = P_M, N = P_N, K = P_K, C = P_C;
+    const uint flags = ((KFLAGS & 0x80000000u) != 0u) ? KFLAGS : P_FLAGS;   // KFLAGS: XOR, sums folded
     const uint T = matrix_count();
     const bool f16 = (flags & F_F16) != 0u;
     const uint a_xe = ((flags & F_A_SIGNED) != 0u) ? 0u : 0x80u;   // unsigned -> signed byte
@@ -280,8 +264,8 @@ void main() {
     // step t: global -> register set `slot` -> shared stage t & 1
 #define LOAD_STEP(slot, t) { load_a(slot, a_base, P_A_SM, P_A_SK, M, K, m0, (t) * BK, a_xe); \
                              load_b(slot, b_base, P_B_SN, P_B_SK, N, K, n0, (t) * BK, b_xe); }
-#define STORE_STEP(slot, t) { store_a(slot, ((t) & 1u) * A_TILE, M, K, m0, (t) * BK, a_xe); \
-                              store_b(slot, 2u * A_TILE + ((t) & 1u) * B_TILE, N, K, n0, (t) * BK, b_xe); }
+#define STORE_STEP(slot, t) { store_a(slot, ((t) % STAGES) * A_TILE, M, K, m0, (t) * BK, a_xe); \
+                              store_b(slot, B_BASE + ((t) % STAGES) * B_TILE, N, K, n0, (t) * BK, b_xe); }
     LOAD_STEP(0u, 0u)
     STORE_STEP(0u, 0u)
 #if PIPE == 3   // step t's loads in register set t & 1; step 1's in flight from here on
@@ -293,14 +277,14 @@ void main() {
     A_FRAG fa0[FM];
     B_FRAG fb0[FN];
     [[unroll]] for (uint i = 0u; i < FM; ++i) LOAD_A(fa0[i], (wm0 + 16u * i) * KS, KS);
-    [[unroll]] for (uint j = 0u; j < FN; ++j) LOAD_B(fb0[j], 2u * A_TILE + (wn0 + 16u * j) * KS, KS, LAYOUT_COL);
+    [[unroll]] for (uint j = 0u; j < FN; ++j) LOAD_B(fb0[j], B_BASE + (wn0 + 16u * j) * KS, KS, LAYOUT_COL);
 #endif
     for (uint s = 0u; s < steps; ++s) {
-        const uint cur = s & 1u;
-        const uint a_tile = cur * A_TILE, b_tile = 2u * A_TILE + cur * B_TILE;
+        const uint cur = s % STAGES, par = s & 1u;   // shared stage; register set (PIPE 3)
+        const uint a_tile = cur * A_TILE, b_tile = B_BASE + cur * B_TILE;
         const bool more = ABL != 1 && s + 1u < steps;   // ablation 1: the first tile only
 #if PIPE == 3   // two steps ahead: loads in flight during this step's and the next step's MMAs
-        if (ABL != 1 && s + 2u < steps) { if (cur == 0u) LOAD_STEP(0u, s + 2u) else LOAD_STEP(1u, s + 2u) }
+        if (ABL != 1 && s + 2u < steps) { if (par == 0u) LOAD_STEP(0u, s + 2u) else LOAD_STEP(1u, s + 2u) }
 #else   // the next step's loads are in flight while this step computes (until STORE_STEP)
         if (more) LOAD_STEP(0u, s + 1u)
 #endif
@@ -326,8 +310,9 @@ void main() {
             }
         }
 #endif
+        if (STAGES == 1u) barrier();   // one stage: read by every subgroup before it is rewritten
 #if PIPE == 3   // constant register-set indices (a runtime one would put the sets in local memory)
-        if (more) { if (cur == 0u) STORE_STEP(1u, s + 1u) else STORE_STEP(0u, s + 1u) }
+        if (more) { if (par == 0u) STORE_STEP(1u, s + 1u) else STORE_STEP(0u, s + 1u) }
 #else
         if (more) STORE_STEP(0u, s + 1u)
 #endif

@@ -7,9 +7,8 @@
 //                bytes: uvec4 loads of 4 k rows x 16 columns, transposed to k-contiguous words
 //             3: B only, N contiguous as in mode 2, stored row-major ([BK][BS] tile, n contiguous)
 //   LD_TMN    the tile's M or N size (BM or BN); LD_BUF / LD_BUF4 the operand as uint / uvec4;
-//   LD_REGS, LD_PART: this invocation's staging registers and row-sum partials;
-//   LD_SUMS:  the shared per-row (A) or per-column (B) sums; LD_LOAD, LD_STORE, LD_SUM, LD_FLUSH:
-//   the function names.
+//   LD_SUMS   the shared per-row (A) or per-column (B) sums; LD_OP a or b (names: LD_REGS and
+//   LD_PART, this invocation's staging registers and row-sum partials, are regs_a, part_a, ...).
 // Every value is stored as a signed byte: unsigned inputs are XOR-ed with 0x80 (x - 128), and
 // padding (rows past M or N, k past K) is 0, which adds nothing to products or sums.
 // Strides, offsets and sizes are in bytes (elements of an 8-bit type).
@@ -24,7 +23,18 @@
 #define LD_CAT2(x, y) x##_##y
 #define LD_CAT(x, y) LD_CAT2(x, y)
 #endif
-#define LD_SETUP LD_CAT(setup, LD_OP)   // names of this operand's fast-path state (LD_OP: a or b)
+#define LD_REGS LD_CAT(regs, LD_OP)      // this operand's names (LD_OP: a or b): regs_a, load_a, ...
+#define LD_PART LD_CAT(part, LD_OP)
+#define LD_UNITS LD_CAT(units, LD_OP)
+#define LD_COLS LD_CAT(cols, LD_OP)
+#define LD_PARTS LD_CAT(parts, LD_OP)
+#define LD_ITEMS LD_CAT(items, LD_OP)
+#define LD_MASK16 LD_CAT(mask16, LD_OP)
+#define LD_LOAD LD_CAT(load, LD_OP)
+#define LD_STORE LD_CAT(store, LD_OP)
+#define LD_SUM LD_CAT(sum, LD_OP)
+#define LD_FLUSH LD_CAT(flush, LD_OP)
+#define LD_SETUP LD_CAT(setup, LD_OP)
 #define LD_Q0 LD_CAT(q0, LD_OP)
 #define LD_S0 LD_CAT(s0, LD_OP)
 #define LD_AT LD_CAT(fast_at, LD_OP)
@@ -68,6 +78,19 @@ uvec4 LD_MASK16(uvec4 v, uint keep) {
 
 #ifndef COOP_KEEP_DEFINED
 #define COOP_KEEP_DEFINED
+// The staging index of this invocation in load mode `mode`: its invocation index, except (STMAP)
+// in mode 1 with chunks of BK / 16 < 8 per row, where a row's chunks at stride KS (odd) would put
+// two of the 8 invocations of a 16-byte shared-store phase in one bank group (BK 64: chunks 0 and
+// 8 of rows 0 and 1): there lane l of a warp takes row l % 8 (+ 8 per chunk round) and chunk
+// (l / 8) % (BK / 16), so a phase stores 8 rows of one chunk (8 bank groups), and the warp still
+// loads the same whole rows (the same sectors). A permutation within each 32 invocations.
+uint coop_tid(uint mode) {
+    const uint tid = gl_LocalInvocationID.x, r = BK / 16u;
+    if (mode != 1u || STMAP == 0u || WG % 32u != 0u || r >= 8u) return tid;
+    const uint lane = tid & 31u, ph = lane >> 3u;
+    return (tid & ~31u) + ((lane & 7u) + 8u * (ph / r)) * r + ph % r;
+}
+
 // Staging register i of an operand in load mode `mode` (1..3) with tile size tmn: its element
 // (mn, k) and how many of its 16 bytes lie inside the matrix (0: none, nothing is loaded).
 uint coop_keep(uint mode, uint tmn, uint i, uint MN, uint K, uint mn0, uint k0, out uint mn, out uint k) {
@@ -87,6 +110,7 @@ uint coop_keep(uint mode, uint tmn, uint i, uint MN, uint K, uint mn0, uint k0, 
         ok = u < BK * (tmn / 16u) && k < K && mn < MN;
         return ok ? min(16u, MN - mn) : 0u;
     }
+    u = coop_tid(mode) + i * WG;
     mn = mn0 + u / (BK / 16u);   // mode 1: 16 k of one row
     k = k0 + 16u * (u % (BK / 16u));
     ok = u < tmn * (BK / 16u) && mn < MN && k < K;
@@ -110,7 +134,7 @@ uint coop_keep(uint mode, uint tmn, uint i, uint MN, uint K, uint mn0, uint k0, 
 #define LD_RSTEP (WG / LD_R)   // rows per register
 uint LD_Q0, LD_S0;
 void LD_SETUP(uint base, uint s_mn, uint s_k, uint mn0) {
-    const uint r0 = gl_LocalInvocationID.x / LD_R, c = gl_LocalInvocationID.x % LD_R;
+    const uint r0 = coop_tid(LD_MODE) / LD_R, c = coop_tid(LD_MODE) % LD_R;
     if (LD_MODE == 1) { LD_Q0 = (base + (mn0 + r0) * s_mn + 16u * c) >> 4u; LD_S0 = r0 * KS + c; }
     else if (LD_MODE == 3) { LD_Q0 = (base + r0 * s_k + mn0 + 16u * c) >> 4u; LD_S0 = r0 * BS + c; }
     else { LD_Q0 = (base + 4u * c * s_k + mn0 + 16u * r0) >> 4u; LD_S0 = 0u; }
@@ -131,7 +155,7 @@ void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn
 #if LD_MODE != 0
     const uint nr = LD_REGS.length() / LD_SLOTS;
     if (LD_FAST && mn0 + LD_TMN <= MN && k0 + BK <= K) {   // the whole tile inside (uniform)
-        const uint tid = gl_LocalInvocationID.x, per = (LD_MODE == 2) ? 4u : 1u;
+        const uint tid = coop_tid(LD_MODE), per = (LD_MODE == 2) ? 4u : 1u;
         [[unroll]] for (uint i = 0u; i < nr; ++i) {
             uvec4 v = uvec4(0u);
             if (LD_UNITS % WG == 0u || tid + (i / per) * WG < LD_UNITS) v = LD_BUF4[LD_AT(i, s_mn, s_k, k0)];
@@ -216,7 +240,7 @@ void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe)
     }
 #else
     [[unroll]] for (uint i = 0u; i < nr; ++i) {
-        uint u = tid + i * WG;
+        uint u = coop_tid(LD_MODE) + i * WG;
         if (LD_FAST) { if (LD_UNITS % WG == 0u || u < LD_UNITS) smem[tile + LD_S0 + i * LD_RSTEP * KS] = LD_REGS[slot * nr + i]; }
         else if (u < LD_UNITS) smem[tile + (u / (BK / 16u)) * KS + u % (BK / 16u)] = LD_REGS[slot * nr + i];
     }

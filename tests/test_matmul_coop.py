@@ -211,6 +211,28 @@ def test_tiles_not_multiples(dev, rng, family, config, mkn):
              a_zp="tensor", b_zp="col", a_q="row", b_q="col", bias="n", config=config, family=family)
 
 
+# the staging options of TileConfig (timed by bench_coop.py --staging): one shared stage (two
+# barriers per step), signedness and sums folded into the pipeline (lean), the conflict-free
+# shared-store map (stmap: a permutation of the k-contiguous chunks among the invocations)
+STAGING = [TileConfig(64, 64, 64, 32, 16, stmap=True), TileConfig(64, 64, 32, 32, 16, lean=True, stmap=True),
+           TileConfig(64, 64, 128, 32, 16, stages=1, lean=True, stmap=True),
+           TileConfig(64, 32, 64, 16, 32, b_rows="n", stages=1, lean=True)]
+
+
+@pytest.mark.parametrize("config", STAGING, ids=lambda c: f"{c.bm}x{c.bn}x{c.bk}_s{c.stages}{'_lean' * c.lean}"
+                         f"{'_stmap' * c.stmap}_{c.b_rows}")
+def test_staging_options(dev, rng, family, config):
+    """Interior tiles (the fast path) and edge tiles over several K steps, for each flag set a
+    lean pipeline folds: signedness pairs, zero points on either side, FLOAT16 output."""
+    skip_unless_fits(dev, family, config)
+    for pair, a_zp, b_zp, b_layout, out_dt in [(PAIRS[0], None, None, "col", DT.FLOAT32),
+                                               (PAIRS[2], "row", None, "row", DT.FLOAT32),
+                                               (PAIRS[3], None, "col", "row", DT.FLOAT16),
+                                               (PAIRS[1], "tensor", "col", "col", DT.FLOAT32)]:
+        run_case(dev, rng, pair=pair, out_dt=out_dt, M=70, K=140, N=66, a_layout="row", b_layout=b_layout,
+                 a_zp=a_zp, b_zp=b_zp, a_q="row", b_q="col", bias="n", config=config, family=family)
+
+
 # ---- outputs: strides, padding, FLOAT16 words and half-words --------------------------------
 @pytest.mark.parametrize("o_layout", ["packed", "padded", "transposed", "strided"])
 @pytest.mark.parametrize("out_dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)

@@ -59,6 +59,7 @@ _F_B_SIGNED = 1 << 27
 _F_F16 = 1 << 28
 _F_SUM_A = 1 << 29
 _F_SUM_B = 1 << 30
+_F_KNOWN = 1 << 31  # KFLAGS (constant_id 9): the flags are these, not the push word's
 # the cooperative-matrix shape the kernel uses, as VkCooperativeMatrixPropertiesKHR lists it:
 # M, N, K, A, B, C, result (VK_COMPONENT_TYPE_SINT8_KHR = 3, SINT32_KHR = 5), scope (subgroup = 3)
 S8_SHAPE = (16, 16, 32, 3, 3, 5, 5)
@@ -80,7 +81,12 @@ _B_MODES = {"r": 2, "n": 3, "c": 1, "g": 0}
 class TileConfig:
     """Specialization constants: a BM x BN tile per work group, BK of K per step, a WM x WN block
     of 16 x 16 accumulators per subgroup; GROUP_M tile rows walked together; `b_rows`: how an
-    n-contiguous B is staged ("r": transposed to k-contiguous, "n": kept row-major)."""
+    n-contiguous B is staged ("r": transposed to k-contiguous, "n": kept row-major). Staging
+    options (bench_coop.py --staging times them against the default): `stages` shared-memory
+    stages (2: one barrier per step; 1: two, for a BK whose two stages would not fit); `lean`:
+    signedness, sums and output type fixed at pipeline creation (KFLAGS: no sign-flip XOR for
+    signed operands, no sum code where no zero point needs it; one pipeline per flag set);
+    `stmap`: the conflict-free shared-store map of k-contiguous operands (coop_tid)."""
 
     bm: int
     bn: int
@@ -89,19 +95,26 @@ class TileConfig:
     wn: int
     group_m: int = 8
     b_rows: str = "r"
+    stages: int = 2
+    lean: bool = False
+    stmap: bool = False
 
     def subgroups(self) -> int:
         return (self.bm // self.wm) * (self.bn // self.wn)
 
-    def spec(self, subgroup_size: int) -> tuple[int, ...]:
-        """constant_id 0..7 of matmul_coop.comp (0 is also local_size_x_id)."""
+    def spec(self, subgroup_size: int, flags: int = 0) -> tuple[int, ...]:
+        """constant_id 0..10 of matmul_coop.comp (0 is also local_size_x_id); `flags`: the
+        push word's F_* bits, fixed in the pipeline where `lean`."""
         return (self.subgroups() * subgroup_size, self.bm, self.bn, self.bk, self.wm, self.wn, subgroup_size,
-                self.group_m)
+                self.group_m, self.stages, (flags | _F_KNOWN) if self.lean else 0, int(self.stmap))
+
+    def tile_uvec4(self, b_mode: int) -> int:
+        """uvec4 of one shared stage of A and B."""
+        ks = self.bk // 16 + 1
+        return self.bm * ks + (self.bk * (self.bn // 16 + 1) if b_mode == 3 else self.bn * ks)
 
     def shared_bytes(self, b_mode: int) -> int:
-        ks = self.bk // 16 + 1
-        b_tile = self.bk * (self.bn // 16 + 1) if b_mode == 3 else self.bn * ks
-        return 16 * 2 * (self.bm * ks + b_tile) + 4 * (self.bm + self.bn)
+        return 16 * self.stages * self.tile_uvec4(b_mode) + 4 * (self.bm + self.bn)
 
     def problems(self, subgroup_size: int, a_mode: int, b_mode: int, limits: object) -> list[str]:
         """Why this configuration cannot run (empty: it can); the shader's assumptions."""
@@ -115,6 +128,8 @@ class TileConfig:
             out.append("a subgroup size dividing 128 (the epilogue's fixed pair loop)")
         if self.group_m < 1:
             out.append("GROUP_M >= 1")
+        if self.stages not in (1, 2):
+            out.append("stages 1 or 2")
         wg = self.subgroups() * subgroup_size
         get = getattr(limits, "get", lambda key, default=None: default)
         if wg > min(get("max_compute_work_group_invocations", 1024), get("max_compute_work_group_size", (1024,))[0]):
@@ -129,9 +144,7 @@ class TileConfig:
                 parts = wg // tmn if wg >= tmn else 1
                 if (bk // 4) % parts:
                     out.append("row sums: BK / 4 divisible by the parts per row")
-        ks = bk // 16 + 1
-        b_tile = bk * (bn // 16 + 1) if b_mode == 3 else bn * ks
-        if self.subgroups() * 64 > 2 * (bm * ks + b_tile):
+        if self.subgroups() * 64 > self.stages * self.tile_uvec4(b_mode):
             out.append("the accumulator staging (64 uvec4 per subgroup) must fit in the tiles")
         if self.shared_bytes(b_mode) > get("max_compute_shared_memory_size", 16384):
             out.append(f"{self.shared_bytes(b_mode)} bytes of shared memory exceed the device's limit")
@@ -268,7 +281,7 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family:
         groups=grid_for(groups, 1, device.limits["max_compute_work_group_count"][0]),
         writes=(7,),
         offset_slots=tuple((i, i, sizes[i]) for i in range(8)),
-        spec=cfg.spec(sg),
+        spec=cfg.spec(sg, flags),
     )
 
 
