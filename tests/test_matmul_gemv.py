@@ -144,10 +144,11 @@ def test_configs(gdev, rng, config, monkeypatch):
                   a_layout="row", b_layout="row", a_zp="row", b_zp="col", a_q="row", b_q="col", bias="n")
 
 
-@pytest.mark.slow  # GPU-sized work groups and chunks: long pipeline compiles on lavapipe (~60 s per variant)
-def test_sweep_configs_run(gdev, rng, monkeypatch):
-    """The alternatives benchmarks/bench_decode.py times (for the CPU's subgroup size) are exact too."""
-    for config in sweep_configs(1, 8):
+@pytest.mark.parametrize("gpu", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["cpu", "gpu"])
+def test_sweep_configs_run(gdev, rng, monkeypatch, gpu):
+    """The alternatives benchmarks/bench_decode.py times are exact too (the GPU-sized ones, for a
+    subgroup of 8: slow-marked, long pipeline compiles on lavapipe)."""
+    for config in sweep_configs(1, 8, gpu=gpu):
         gemv_case(gdev, rng, config, monkeypatch, pair=(DT.UINT8, DT.INT8), M=1, K=700, N=40, a_layout="row",
                   b_layout="row", a_zp="tensor", b_q="col", bias="n")
 

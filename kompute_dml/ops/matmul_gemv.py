@@ -119,22 +119,23 @@ def default_config(m: int, subgroup: int, ncol_max: int = 16, *, gpu: bool = Tru
     return GemvConfig(wg, mt, ncol, nl, 4 * (wg // nl) * (4 if gpu else 2))
 
 
-def sweep_configs(m: int, subgroup: int, ncol_max: int = 16) -> list[GemvConfig]:
-    """The default, then alternatives for benchmarks/bench_decode.py: 16 and 64 columns per work
-    group, half and twice the loads in flight, 128 and 512 invocations."""
-    base = default_config(m, subgroup, ncol_max)
+def sweep_configs(m: int, subgroup: int, ncol_max: int = 16, *, gpu: bool = True) -> list[GemvConfig]:
+    """The default, then alternatives for benchmarks/bench_decode.py: half and twice the columns per
+    work group, the loads per chunk and the work group, and half the load width (twice the lanes)."""
+    base = default_config(m, subgroup, ncol_max, gpu=gpu)
+    groups = (base.kc // 4) // (base.wg // base.nl)  # groups of 4 k rows per invocation and chunk
     out = [base]
-    kl = base.wg // base.nl
     for nl in (base.nl // 2, base.nl * 2):
         if nl >= 1 and subgroup % nl == 0:
-            out.append(GemvConfig(base.wg, base.mt, base.ncol, nl, 4 * (base.wg // nl) * 4))
-    out.append(GemvConfig(base.wg, base.mt, base.ncol, base.nl, 4 * kl * 2))
-    out.append(GemvConfig(base.wg, base.mt, base.ncol, base.nl, 4 * kl * 8))
-    for wg in (128, 512):
-        out.append(GemvConfig(wg, base.mt, base.ncol, base.nl, 4 * (wg // base.nl) * 4))
-    if base.ncol > 4:  # narrower loads, twice the lanes along N
-        out.append(GemvConfig(base.wg, base.mt, base.ncol // 2, min(subgroup, base.nl * 2), 4 * kl * 4))
-    return out
+            out.append(GemvConfig(base.wg, base.mt, base.ncol, nl, 4 * (base.wg // nl) * groups))
+    for g in (max(1, groups // 2), groups * 2):
+        out.append(GemvConfig(base.wg, base.mt, base.ncol, base.nl, 4 * (base.wg // base.nl) * g))
+    for wg in (base.wg // 2, base.wg * 2):
+        if wg >= subgroup:
+            out.append(GemvConfig(wg, base.mt, base.ncol, base.nl, 4 * (wg // base.nl) * groups))
+    if base.ncol > 4 and subgroup % (base.nl * 2) == 0:
+        out.append(GemvConfig(base.wg, base.mt, base.ncol // 2, base.nl * 2, 4 * (base.wg // (base.nl * 2)) * groups))
+    return list(dict.fromkeys(out))
 
 
 def variant_for(device: Device, dot: bool | None = None) -> str:
