@@ -162,9 +162,12 @@ def summary(rows: list[dict[str, Any]]) -> None:
     print("\nSUMMARY (us per execution; torch/ours > 1: ours faster)")
     print(f"  {'M x K x N':>16s} {'gemv':>9s} {'best cfg':>9s} {'port':>9s} {'coop':>9s} {'int_mm+dq':>10s} "
           f"{'f16':>9s} {'dq/gemv':>8s}  best configuration")
+    def cell(t: dict[str, float], key: str) -> str:
+        return f"{t[key] * 1e6:9.2f}" if key in t else f"{'-':>9s}"
+
     for r in rows:
         t = r["seconds"]
-        us = lambda key: f"{t[key] * 1e6:9.2f}" if key in t else f"{'-':>9s}"  # noqa: E731
+        us = lambda key: cell(t, key)  # noqa: E731, B023 (used within this iteration)
         best = r.get("best")
         ratio = f"{r['ratio_vs_dequant']:8.3f}" if r.get("ratio_vs_dequant") else f"{'-':>8s}"
         print(f"  {'x'.join(map(str, r['shape'])):>16s} {us('gemv_quant')} "
