@@ -12,6 +12,8 @@ outside the output unchanged, inputs unchanged.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import test_matmul_coop as coop
@@ -19,8 +21,8 @@ from test_matmul_coop import PAIR_IDS, PAIRS, run_case
 
 import kompute_dml as kdml
 from kompute_dml.ops.matmul_coop import KMAX
-from kompute_dml.ops.matmul_gemv import MAX_M, GemvConfig, compile_gemv, sweep_configs
-from kompute_dml.ops.matmul_integer import KERNEL_ENV
+from kompute_dml.ops.matmul_gemv import MAX_M, SMALL_M, GemvConfig, compile_gemv, sweep_configs
+from kompute_dml.ops.matmul_integer import KERNEL_ENV, compile_matmul_integer
 from kompute_dml.shaders import required_capabilities
 
 DT = kdml.DataType
@@ -226,3 +228,17 @@ def test_recorded_executions(gdev, rng):
     ref = (a.astype(np.int64) @ b).astype(np.float32)
     for o in outs:
         assert np.array_equal(o.numpy(), ref)
+
+
+def test_automatic_gpu_policy(dev, rng, monkeypatch):
+    """On a device whose policy family is a GPU one, the automatic choice takes gemv for at most
+    SMALL_M rows (where it applies) and the policy's family beyond; a forced family stays forced."""
+    monkeypatch.delenv(KERNEL_ENV, raising=False)
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, matmul_family="gpu"))
+    gemv = VARIANTS["dot" if "integer_dot_product" in dev.capabilities else "portable"]
+    assert dev.compile(_desc(DT.UINT8, DT.INT8, SMALL_M, 64, 32)).variants == [gemv]
+    assert dev.compile(_desc(DT.UINT8, DT.INT8, SMALL_M + 1, 64, 32)).variants == ["mmi_gpu_8"]
+    assert dev.compile(_desc(DT.UINT8, DT.INT8, 1, 64, 32, (1, 64))).variants == ["mmi_gpu_8"]  # B column-major
+    assert compile_matmul_integer(dev, _desc(DT.INT8, DT.INT8, 1, 64, 32), kernel="gpu").variants == ["mmi_gpu_8"]
+    gemv_case((dev, gemv), rng, pair=(DT.UINT8, DT.INT8), M=3, K=333, N=65, a_layout="row", b_layout="row",
+              a_zp="tensor", b_zp="col", b_q="col", bias="n")
