@@ -22,8 +22,12 @@
 // one word of 4 k per column. Push: matmul_int.comp's 32 words (bit 31 of word 11: A rows are
 // word-aligned with unit k stride; else A is gathered byte by byte). B rows need not start on
 // 4-byte boundaries (packed rows with N % 4 != 0: two words per word).
+// `_c`: B k-contiguous (column-major): no transpose, each invocation loads 16 k of each of its NCOL
+// columns per group (a uvec4 per column where the strides are multiples of 16 bytes).
 // @variant mmg8_r  BL=2
 // @variant mmg8d_r DOT=1 BL=2
+// @variant mmg8_c  BL=1
+// @variant mmg8d_c DOT=1 BL=1
 
 #ifndef DOT
 #define DOT 0
@@ -46,7 +50,12 @@ layout(constant_id = 4) const uint KC = 2048;     // K per staged chunk of A (a 
 
 const uint KL = WG / NL;                          // k-slices
 const uint KW = KC / 4u;                          // words of 4 k per staged row of A
-const uint U = KW / KL;                           // groups of 4 k rows per invocation per chunk
+#if BL == 1
+const uint GK = 16u, NB = NCOL;                   // k per group, uvec4 per group: one per column
+#else
+const uint GK = 4u, NB = 4u;                      // k per group, uvec4 per group: one per k row
+#endif
+const uint U = KC / (GK * KL);                    // groups per invocation per chunk
 const uint TN = NL * NCOL;                        // tile columns
 const uint NW = NCOL / 4u;                        // words per loaded row segment
 const uint RED_CB = MT * TN, RED_RA = MT * TN + TN;
@@ -95,6 +104,7 @@ layout(push_constant) uniform PC { uint w[32]; } pc;
 #define P_B_SB pc.w[16]
 #define P_B_SC pc.w[17]
 #define P_B_SK pc.w[18]
+#define P_B_SN pc.w[19]
 #define P_O_SB pc.w[20]
 #define P_O_SC pc.w[21]
 #define P_O_SM pc.w[22]
@@ -174,6 +184,37 @@ uvec4 b_row(uint at, uint nc0, uint N, bool whole, uint pad) {
     return v;
 }
 
+#if !DOT
+// Portable: the sums of 4 k (signed bytes bv[e * NCOL + c], k e of column c) with each row's word of
+// those 4 k (A_WORD, m in scope), and their column and row sums.
+#define MULADD_4K(A_WORD)                                                                                  \
+    if (need_cb) [[unroll]] for (uint c = 0u; c < NCOL; ++c)                                              \
+        cb[c] += bv[c] + bv[NCOL + c] + bv[2u * NCOL + c] + bv[3u * NCOL + c];                            \
+    [[unroll]] for (uint m = 0u; m < MT; ++m) {                                                           \
+        const int aw = int(A_WORD);                                                                       \
+        const int a0 = bitfieldExtract(aw, 0, 8), a1 = bitfieldExtract(aw, 8, 8);                         \
+        const int a2 = bitfieldExtract(aw, 16, 8), a3 = bitfieldExtract(aw, 24, 8);                       \
+        if (need_ra) ra[m] += a0 + a1 + a2 + a3;                                                          \
+        [[unroll]] for (uint c = 0u; c < NCOL; ++c)                                                       \
+            acc[m * NCOL + c] += a0 * bv[c] + a1 * bv[NCOL + c] + a2 * bv[2u * NCOL + c] + a3 * bv[3u * NCOL + c]; \
+    }
+#endif
+
+// 16 k (k0..) of one B column from byte `at`, words past K replaced by `pad` (bytes past K too):
+// one uvec4 load where they all lie inside K on a 16-byte boundary (`vec`).
+uvec4 b_col(uint at, uint k, uint K, bool vec, uint pad) {
+    if (vec && k + 16u <= K) return b_buf4[at >> 4u];
+    uvec4 v = uvec4(pad);
+    [[unroll]] for (uint q = 0u; q < 4u; ++q) {
+        if (k + 4u * q < K) {
+            const uint w = b_buf[(at >> 2u) + q];
+            const uint keep = (K - k - 4u * q >= 4u) ? 0xFFFFFFFFu : ((1u << (8u * (K - k - 4u * q))) - 1u);
+            v[q] = (w & keep) | (pad & ~keep);
+        }
+    }
+    return v;
+}
+
 void main() {
     const uint M = P_M, N = P_N, K = P_K, C = P_C, flags = P_FLAGS;
     const uint T = matrix_count();
@@ -200,7 +241,12 @@ void main() {
     const uint lane = gl_SubgroupInvocationID;
     const uint nl = lane % NL, ks = gl_SubgroupID * (gl_SubgroupSize / NL) + lane / NL;
     const uint nc0 = n0 + nl * NCOL;
+#if BL == 1
+    const uint sn = P_B_SN;
+    const bool aligned = ((P_B_OFF | P_B_SB | P_B_SC | sn) & 15u) == 0u;   // every column segment
+#else
     const bool aligned = ((P_B_OFF | P_B_SB | P_B_SC | sk) & (NCOL - 1u)) == 0u;   // every row segment
+#endif
     const bool whole = aligned && nc0 + NCOL <= N;
     const uint tid = gl_LocalInvocationID.x;
     for (uint i = tid; i < MT * TN + TN + MT; i += WG) red[i] = 0;
@@ -216,7 +262,21 @@ void main() {
         // this chunk's rows of B first, so that they are in flight while A is staged; interior chunks
         // (all rows inside K, all columns inside N on a vector boundary: all but the edges) load
         // unconditionally; elsewhere rows past K get the pattern that the sign flip turns into 0
-        uvec4 rb[4u * U];
+        uvec4 rb[NB * U];
+#if BL == 1
+        if (whole && k0 + KC <= K) {
+            [[unroll]] for (uint i = 0u; i < U; ++i)
+                [[unroll]] for (uint c = 0u; c < NCOL; ++c)
+                    rb[NCOL * i + c] = b_buf4[(b_base + (nc0 + c) * sn + k0 + 16u * (ks + KL * i)) >> 4u];
+        } else {
+            [[unroll]] for (uint i = 0u; i < U; ++i) {
+                const uint k = k0 + 16u * (ks + KL * i);
+                [[unroll]] for (uint c = 0u; c < NCOL; ++c)
+                    rb[NCOL * i + c] = (k < K && nc0 + c < N) ? b_col(b_base + (nc0 + c) * sn + k, k, K, aligned, b_xe4)
+                                                              : uvec4(b_xe4);
+            }
+        }
+#else
         if (whole && k0 + KC <= K) {
             [[unroll]] for (uint i = 0u; i < U; ++i)
                 [[unroll]] for (uint r = 0u; r < 4u; ++r)
@@ -229,6 +289,7 @@ void main() {
                                                             : uvec4(b_xe4);
             }
         }
+#endif
         barrier();   // the previous chunk of A is consumed (and red is zeroed, the first time)
         [[unroll]] for (uint i = 0u; i < (MT * KW + WG - 1u) / WG; ++i) {
             const uint u = tid + i * WG;
@@ -238,6 +299,29 @@ void main() {
             }
         }
         barrier();
+#if BL == 1
+        [[unroll]] for (uint i = 0u; i < U; ++i) {
+            const uint kw0 = 4u * (ks + KL * i);   // the group's first word of 4 k in the staged rows
+            [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+#if DOT
+                uint bw[NCOL];   // column c, k 4j..4j+3 of the group
+                [[unroll]] for (uint c = 0u; c < NCOL; ++c) bw[c] = rb[NCOL * i + c][j] ^ b_xe4;
+                if (need_cb) [[unroll]] for (uint c = 0u; c < NCOL; ++c) cb[c] += dot4(bw[c], 0x01010101u);
+                [[unroll]] for (uint m = 0u; m < MT; ++m) {
+                    const uint aw = sa[m * KW + kw0 + j];
+                    if (need_ra) ra[m] += dot4(aw, 0x01010101u);
+                    [[unroll]] for (uint c = 0u; c < NCOL; ++c) acc[m * NCOL + c] += dot4(aw, bw[c]);
+                }
+#else
+                int bv[4u * NCOL];   // k 4j + e of column c at bv[e * NCOL + c]
+                [[unroll]] for (uint e = 0u; e < 4u; ++e)
+                    [[unroll]] for (uint c = 0u; c < NCOL; ++c)
+                        bv[e * NCOL + c] = bitfieldExtract(int(rb[NCOL * i + c][j] ^ b_xe4), int(8u * e), 8);
+                MULADD_4K(sa[m * KW + kw0 + j])
+#endif
+            }
+        }
+#else
         [[unroll]] for (uint i = 0u; i < U; ++i) {
             const uint kw = ks + KL * i;
 #if DOT
@@ -265,18 +349,10 @@ void main() {
             [[unroll]] for (uint r = 0u; r < 4u; ++r)
                 [[unroll]] for (uint c = 0u; c < NCOL; ++c)
                     bv[r * NCOL + c] = bitfieldExtract(int(rb[4u * i + r][c >> 2u] ^ b_xe4), int(8u * (c & 3u)), 8);
-            if (need_cb) [[unroll]] for (uint c = 0u; c < NCOL; ++c)
-                cb[c] += bv[c] + bv[NCOL + c] + bv[2u * NCOL + c] + bv[3u * NCOL + c];
-            [[unroll]] for (uint m = 0u; m < MT; ++m) {
-                const int aw = int(sa[m * KW + kw]);
-                const int a0 = bitfieldExtract(aw, 0, 8), a1 = bitfieldExtract(aw, 8, 8);
-                const int a2 = bitfieldExtract(aw, 16, 8), a3 = bitfieldExtract(aw, 24, 8);
-                if (need_ra) ra[m] += a0 + a1 + a2 + a3;
-                [[unroll]] for (uint c = 0u; c < NCOL; ++c)
-                    acc[m * NCOL + c] += a0 * bv[c] + a1 * bv[NCOL + c] + a2 * bv[2u * NCOL + c] + a3 * bv[3u * NCOL + c];
-            }
+            MULADD_4K(sa[m * KW + kw])
 #endif
         }
+#endif
     }
 
     // k-slices: butterfly over the lanes of a subgroup with this nl, then across subgroups in shared

@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 import pytest
 import test_matmul_coop as coop
-from test_matmul_coop import PAIR_IDS, PAIRS, run_case
+from test_matmul_coop import PAIR_IDS, PAIRS, matrix_strides, run_case
 
 import kompute_dml as kdml
 from kompute_dml.ops.matmul_coop import KMAX
@@ -26,7 +26,7 @@ from kompute_dml.ops.matmul_integer import KERNEL_ENV, compile_matmul_integer
 from kompute_dml.shaders import required_capabilities
 
 DT = kdml.DataType
-VARIANTS = {"dot": "mmg8d_r", "portable": "mmg8_r"}
+VARIANTS = {"dot": "mmg8d_r", "portable": "mmg8_r"}  # B n-contiguous; k-contiguous: `_c`
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def gemv_case(gdev, rng, config=None, monkeypatch=None, **kw):
             pytest.skip(f"{config} does not fit this device: {config.problems(sg, d.limits)}")
         monkeypatch.setattr(coop, "compile_coop", lambda dev, desc, **_: compile_gemv(dev, desc, config=config))
     op, out, s = run_case(d, rng, config=config, **kw)
-    assert op.variants == [want]
+    assert op.variants == [want[:-1] + ("c" if str(kw.get("b_layout")).startswith("col") else "r")]
     return op, out, s
 
 
@@ -70,7 +70,7 @@ def test_zero_points_and_scales(gdev, rng, pair, out_dt):
                                        (None, "col", "row", "col", "full"), ("tensor", "col", "tensor", "tensor", "n")]:
         M, K, N = int(rng.integers(1, 17)), int(rng.integers(1, 300)), int(rng.integers(1, 90))
         gemv_case(gdev, rng, pair=pair, out_dt=out_dt, M=M, K=K, N=N, a_q=a_q, b_q=b_q, a_zp=a_zp, b_zp=b_zp,
-                  bias=bias, a_layout=str(rng.choice(["row", "random", "none"])), b_layout=str(rng.choice(["row", "none"])))
+                  bias=bias, a_layout=str(rng.choice(["row", "random", "none"])), b_layout=str(rng.choice(["row", "none", "col"])))
 
 
 # ---- shapes: tiles not multiples, row tiles, edges --------------------------------------------
@@ -79,7 +79,27 @@ def test_rows(gdev, rng, M):
     """Every row tile (MT 1, 2, 4, 8, 16) with K and N off every tile (partial vector loads at N's edge)."""
     for K, N in [(1, 1), (3, 17), (17, 3), (129, 70)]:
         gemv_case(gdev, rng, pair=PAIRS[int(rng.integers(0, 4))], M=M, K=K, N=N, a_layout="row",
-                  b_layout=str(rng.choice(["row", "none"])), a_zp="row", b_zp="col", a_q="row", b_q="col", bias="n")
+                  b_layout=str(rng.choice(["row", "none", "col"])), a_zp="row", b_zp="col", a_q="row", b_q="col",
+                  bias="n")
+
+
+@pytest.mark.parametrize("b_layout", ["col", "col4"])
+@pytest.mark.parametrize("mkn", [(1, 1, 5), (3, 17, 33), (16, 100, 9), (2, 4095, 40), (8, 5000, 3)], ids=str)
+def test_b_column_major(gdev, rng, monkeypatch, b_layout, mkn):
+    """B k-contiguous: columns on 16-byte boundaries (uvec4 loads) and on 4-byte ones only (word
+    loads), K off every group of 16 (bytes past K inside a loaded word), batches with broadcast."""
+    def strides(kind, sizes, rng, broadcast=True):
+        if kind != "col4":
+            return matrix_strides(kind, sizes, rng, broadcast)
+        *lead, r, c = sizes
+        cs = -(-r // 4) * 4 + (4 if r % 16 == 0 else 0)  # a multiple of 4, never of 16 unless r < 4
+        cs += 4 if cs % 16 == 0 else 0
+        return (*[0 if broadcast else c * cs] * len(lead), 1, cs)
+    monkeypatch.setattr(coop, "matrix_strides", strides)
+    M, K, N = mkn
+    batch = () if K > 1000 else ((2,) if rng.random() < 0.5 else (2, 2))
+    gemv_case(gdev, rng, pair=PAIRS[int(rng.integers(0, 4))], M=M, K=K, N=N, batch=batch, a_layout="row",
+              b_layout=b_layout, a_zp="row", b_zp="col", a_q="row", b_q="col", bias="full")
 
 
 @pytest.mark.parametrize("mkn", [(1, 4095, 33), (16, 4095, 19), (2, 600, 4095), (7, 64, 4096)], ids=str)
@@ -110,9 +130,10 @@ def test_output_layouts(gdev, rng, out_dt, o_layout):
 
 
 # ---- exactness at large K --------------------------------------------------------------------
+@pytest.mark.parametrize("b_layout", ["row", "col"])
 @pytest.mark.parametrize("K", [4096, 16384, pytest.param(KMAX, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("pair", PAIRS, ids=PAIR_IDS)
-def test_large_k_extremes(gdev, rng, pair, K):
+def test_large_k_extremes(gdev, rng, pair, K, b_layout):
     """|A - AZP| = |B - BZP| = 255 for every k (sums of +-K * 255^2), and a mixed row; exact in int32."""
     a_dt, b_dt = pair
     ia, ib = np.iinfo(a_dt.numpy_dtype), np.iinfo(b_dt.numpy_dtype)
@@ -126,7 +147,7 @@ def test_large_k_extremes(gdev, rng, pair, K):
     vals = {"a": a, "b": b, "azp": np.array([[ia.min], [ia.max], [ia.min]], a_dt.numpy_dtype),
             "bzp": np.array([[ib.max, ib.min, ib.max, ib.max, ib.min]], b_dt.numpy_dtype),
             "a_scale": np.ones((1, 1)), "b_scale": np.ones((1, 1))}
-    _, out, s = gemv_case(gdev, rng, pair=pair, M=M, K=K, N=N, a_layout="row", b_layout="row", a_zp="row",
+    _, out, s = gemv_case(gdev, rng, pair=pair, M=M, K=K, N=N, a_layout="row", b_layout=b_layout, a_zp="row",
                           b_zp="col", values=vals)
     assert np.abs(s).max() == K * 255 * 255  # the extremes were reached
     assert np.array_equal(out.numpy(), s.astype(np.float32))
@@ -170,13 +191,13 @@ def _desc(a_dt, b_dt, M, K, N, b_strides=None):
         kdml.TensorDesc(DT.FLOAT32, (1, 1)), None, None, kdml.TensorDesc(DT.FLOAT32, (M, N)))
 
 
-@pytest.mark.parametrize("why", ["b_col_major", "k_beyond_kmax", "m_beyond_max", "int16"])
+@pytest.mark.parametrize("why", ["b_strided", "k_beyond_kmax", "m_beyond_max", "int16"])
 def test_falls_back(dev, rng, monkeypatch, why):
     """Layouts and shapes the family does not take run on the device policy's family, exactly."""
     monkeypatch.setenv(KERNEL_ENV, "gemv")
     M, K, N, dt, b_st = 2, 50, 7, DT.INT8, None
-    if why == "b_col_major":
-        b_st = (1, K)
+    if why == "b_strided":  # neither n- nor k-contiguous
+        b_st = (2 * N, 2)
     elif why == "k_beyond_kmax":
         K = KMAX + 1
     elif why == "m_beyond_max":
@@ -188,7 +209,9 @@ def test_falls_back(dev, rng, monkeypatch, why):
     desc = _desc(dt, dt, M, K, N, b_st)
     op = dev.compile(desc)
     assert not op.variants[0].startswith("mmg")
-    b_buf = np.ascontiguousarray(b.T) if b_st else b
+    b_buf = np.zeros((K, 2 * N), b.dtype) if b_st else b
+    if b_st:
+        b_buf[:, ::2] = b
     one = np.ones((1, 1), np.float32)
     out = dev.empty(desc.output_tensor)
     op.execute([dev.tensor(a), dev.tensor(one), None, kdml.Tensor(dev.tensor(b_buf).buffer, desc.b_tensor),
@@ -238,7 +261,8 @@ def test_automatic_gpu_policy(dev, rng, monkeypatch):
     gemv = VARIANTS["dot" if "integer_dot_product" in dev.capabilities else "portable"]
     assert dev.compile(_desc(DT.UINT8, DT.INT8, SMALL_M, 64, 32)).variants == [gemv]
     assert dev.compile(_desc(DT.UINT8, DT.INT8, SMALL_M + 1, 64, 32)).variants == ["mmi_gpu_8"]
-    assert dev.compile(_desc(DT.UINT8, DT.INT8, 1, 64, 32, (1, 64))).variants == ["mmi_gpu_8"]  # B column-major
+    assert dev.compile(_desc(DT.UINT8, DT.INT8, 1, 64, 32, (1, 64))).variants == [gemv[:-1] + "c"]  # B column-major
+    assert dev.compile(_desc(DT.UINT8, DT.INT8, 1, 64, 32, (64, 2))).variants == ["mmi_gpu_8"]  # B strided
     assert compile_matmul_integer(dev, _desc(DT.INT8, DT.INT8, 1, 64, 32), kernel="gpu").variants == ["mmi_gpu_8"]
     gemv_case((dev, gemv), rng, pair=(DT.UINT8, DT.INT8), M=3, K=333, N=65, a_layout="row", b_layout="row",
               a_zp="tensor", b_zp="col", b_q="col", bias="n")

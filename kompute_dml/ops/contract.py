@@ -137,10 +137,11 @@ MMC = family("mmc", "matmul_coop.comp", "mmc8{emulated}_{a}{b}", MATMUL_PUSH, No
 MMC_ABLATION = family("mmc_ablation", "matmul_coop.comp", "mmc8a{part}_rc", MATMUL_PUSH, None,
                       part=(1, 2, 3, 4, 5, 6, 7, 8))
 # exact 16/32-bit integer product on GPUs (ops/matmul_wide.py): TR x TC outputs per invocation
-MMW = family("mmw", "matmul_wide.comp", "mmw{bits}_r{tr}c{tc}", MATMUL_PUSH, (16, 16, 1), bits=(16, 32),
-             tr=(4, 8), tc=(4,))
-# few rows of A (decoding, ops/matmul_gemv.py), B n-contiguous: plain integer code, or OpSDot (`d`)
-MMG = family("mmg", "matmul_gemv.comp", "mmg8{dot}_{b}", MATMUL_PUSH, None, dot=("", "d"), b=("r",))
+# ("l": the variants on 64-bit integer arithmetic, which need the shader_int64 capability)
+MMW = family("mmw", "matmul_wide.comp", "mmw{bits}{ext}_r{tr}c{tc}", MATMUL_PUSH, (16, 16, 1), bits=(16, 32),
+             ext=("", "l"), tr=(4, 8), tc=(4,))
+# few rows of A (decoding, ops/matmul_gemv.py), B n- (r) or k-contiguous (c): integer code, or OpSDot (d)
+MMG = family("mmg", "matmul_gemv.comp", "mmg8{dot}_{b}", MATMUL_PUSH, None, dot=("", "d"), b=("r", "c"))
 
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,

@@ -9,7 +9,9 @@ work groups. Bytes are made signed and zero points corrected through row and col
 ops/matmul_coop.py (exact in int32 for K <= KMAX). Variants: `mmg8d_r` (OpSDot, the
 `integer_dot_product` capability) where the device enabled it, else `mmg8_r` (core GLSL 450,
 32-bit words). `plan_gemv` returns None where the family does not apply (wider inputs, K > KMAX,
-B not n-contiguous, M > MAX_M): the other families take it.
+B neither n- nor k-contiguous (or k-contiguous with columns off 4-byte boundaries), M > MAX_M):
+the other families take it. B k-contiguous (column-major) takes the `_c` variants: no transpose,
+one 16-byte load per column per group of 16 k.
 """
 
 from __future__ import annotations
@@ -61,13 +63,19 @@ _F_A_WORDS = 1 << 31
 @dataclass(frozen=True)
 class GemvConfig:
     """Specialization constants of matmul_gemv.comp: WG invocations, MT rows of A and NL x NCOL
-    columns per work group (NCOL bytes of a B row per load), KC k per staged chunk of A."""
+    columns per work group (B row-major: NCOL bytes of a B row per load; column-major, `col`: one
+    16-byte load per column), KC k per staged chunk of A."""
 
     wg: int
     mt: int
     ncol: int
     nl: int
     kc: int
+    col: bool = False  # for the `_c` variants (B k-contiguous): groups of 16 k instead of 4
+
+    @property
+    def group_k(self) -> int:
+        return 16 if self.col else 4
 
     def spec(self) -> tuple[int, ...]:
         return (self.wg, self.mt, self.ncol, self.nl, self.kc)
@@ -92,8 +100,8 @@ class GemvConfig:
         if self.wg < subgroup or self.wg % subgroup or self.wg % self.nl:
             out.append(f"WG a multiple of the subgroup size {subgroup}")
         kl = max(1, self.wg // max(1, self.nl))
-        if self.kc < 4 * kl or self.kc % (4 * kl):
-            out.append(f"KC a multiple of 4 * WG / NL = {4 * kl}")
+        if self.kc < self.group_k * kl or self.kc % (self.group_k * kl):
+            out.append(f"KC a multiple of {self.group_k} * WG / NL = {self.group_k * kl}")
         if self.wg > min(get("max_compute_work_group_invocations", 1024), get("max_compute_work_group_size", (1024,))[0]):
             out.append(f"{self.wg} invocations exceed the device's work-group limit")
         if self.shared_bytes() > get("max_compute_shared_memory_size", 16384):
@@ -109,39 +117,47 @@ def rows_per_group(m: int) -> int:
     return mt
 
 
-def default_config(m: int, subgroup: int, ncol_max: int = 16, *, gpu: bool = True) -> GemvConfig:
-    """MT from M; NCOL as wide as ACC_REGISTERS and the layout allow; 32 columns per work group
-    (128 work groups at N = 4096); 4 (GPU) or 2 (CPU) groups of 4 k rows per invocation and chunk."""
+def default_config(m: int, subgroup: int, ncol_max: int = 16, *, gpu: bool = True, col: bool = False) -> GemvConfig:
+    """MT from M; NCOL as wide as ACC_REGISTERS and the layout allow (column-major B: at most 8, each
+    column one uvec4 per group); 32 columns per work group (128 work groups at N = 4096); 4 (GPU) or
+    2 (CPU) groups of 4 k rows per invocation and chunk (column-major: 2 or 1 of 16 k)."""
     mt = rows_per_group(m)
-    ncol = min(ncol_max, max(4, ACC_REGISTERS // mt))
+    ncol = min(8 if col else ncol_max, max(4, ACC_REGISTERS // mt))
     wg = 256 if gpu else 8 * subgroup
     nl = min(subgroup, max(1, 32 // ncol))
-    return GemvConfig(wg, mt, ncol, nl, 4 * (wg // nl) * (4 if gpu else 2))
+    groups = (2 if gpu else 1) if col else (4 if gpu else 2)
+    return GemvConfig(wg, mt, ncol, nl, (16 if col else 4) * (wg // nl) * groups, col)
 
 
-def sweep_configs(m: int, subgroup: int, ncol_max: int = 16, *, gpu: bool = True) -> list[GemvConfig]:
+def sweep_configs(m: int, subgroup: int, ncol_max: int = 16, *, gpu: bool = True, col: bool = False) -> list[GemvConfig]:
     """The default, then alternatives for benchmarks/bench_decode.py: half and twice the columns per
-    work group, the loads per chunk and the work group, and half the load width (twice the lanes)."""
-    base = default_config(m, subgroup, ncol_max, gpu=gpu)
-    groups = (base.kc // 4) // (base.wg // base.nl)  # groups of 4 k rows per invocation and chunk
+    work group, the loads per chunk and the work group, and half the columns per invocation (twice
+    the lanes)."""
+    base = default_config(m, subgroup, ncol_max, gpu=gpu, col=col)
+    gk = base.group_k
+    groups = (base.kc // gk) // (base.wg // base.nl)  # groups per invocation and chunk
+
+    def cfg(wg: int, ncol: int, nl: int, g: int) -> GemvConfig:
+        return GemvConfig(wg, base.mt, ncol, nl, gk * (wg // nl) * g, col)
     out = [base]
     for nl in (base.nl // 2, base.nl * 2):
         if nl >= 1 and subgroup % nl == 0:
-            out.append(GemvConfig(base.wg, base.mt, base.ncol, nl, 4 * (base.wg // nl) * groups))
+            out.append(cfg(base.wg, base.ncol, nl, groups))
     for g in (max(1, groups // 2), groups * 2):
-        out.append(GemvConfig(base.wg, base.mt, base.ncol, base.nl, 4 * (base.wg // base.nl) * g))
+        out.append(cfg(base.wg, base.ncol, base.nl, g))
     for wg in (base.wg // 2, base.wg * 2):
         if wg >= subgroup:
-            out.append(GemvConfig(wg, base.mt, base.ncol, base.nl, 4 * (wg // base.nl) * groups))
+            out.append(cfg(wg, base.ncol, base.nl, groups))
     if base.ncol > 4 and subgroup % (base.nl * 2) == 0:
-        out.append(GemvConfig(base.wg, base.mt, base.ncol // 2, base.nl * 2, 4 * (base.wg // (base.nl * 2)) * groups))
+        out.append(cfg(base.wg, base.ncol // 2, base.nl * 2, groups))
     return list(dict.fromkeys(out))
 
 
-def variant_for(device: Device, dot: bool | None = None) -> str:
-    """`mmg8d_r` (OpSDot) where the device enabled integer_dot_product (or dot=True), else `mmg8_r`."""
+def variant_for(device: Device, dot: bool | None = None, col: bool = False) -> str:
+    """`mmg8d_*` (OpSDot) where the device enabled integer_dot_product (or dot=True), else `mmg8_*`;
+    `_c` for B k-contiguous, `_r` n-contiguous."""
     use_dot = DOT_CAPABILITY in device.capabilities if dot is None else dot
-    return contract.MMG.name(dot="d" if use_dot else "", b="r")
+    return contract.MMG.name(dot="d" if use_dot else "", b="c" if col else "r")
 
 
 def _b_ncol(b_sz: list[int], b_st: list[int]) -> int:
@@ -171,14 +187,18 @@ def plan_gemv(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, dot: bo
     n = b_sz[3]
     t = nb * nc
     ncol_max = _b_ncol(b_sz, b_st)
-    if k > KMAX or m > MAX_M or ncol_max == 0:
+    # B k-contiguous (column-major) with columns on 4-byte boundaries: the `_c` variants
+    col = ncol_max == 0 and (k == 1 or b_st[2] == 1) and all(s % 4 == 0 for s in (b_st[0], b_st[1], b_st[3]))
+    if k > KMAX or m > MAX_M or (ncol_max == 0 and not col):
         return None
     if t >= LIMIT28 or nc >= 1 << 26:
         raise UnsupportedError(f"a_tensor.sizes: at most 2^28-1 matrices and 2^26-1 channels, got {nb} x {nc}")
     sg = subgroup_size(device)
-    cfg = config or default_config(m, sg, ncol_max, gpu=device.device_type != "cpu")
+    cfg = config or default_config(m, sg, ncol_max or 16, gpu=device.device_type != "cpu", col=col)
     problems = cfg.problems(sg, device.limits)
-    if cfg.ncol > ncol_max:
+    if cfg.col != col:
+        problems.append(f"B is {'k' if col else 'n'}-contiguous: the configuration needs col={col}")
+    if not col and cfg.ncol > ncol_max:
         problems.append(f"B's strides allow loads of at most {ncol_max} bytes, not NCOL = {cfg.ncol}")
     if problems:
         raise UnsupportedError(f"kernel: gemv configuration {cfg} cannot run here: {'; '.join(problems)}")
@@ -201,7 +221,7 @@ def plan_gemv(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, dot: bo
     for i, wi in enumerate((8, 9, 10, 12, 13, 14, 15)):  # T in the top nibbles, as matmul_int.comp
         words[wi] |= ((t >> (4 * i)) & 0xF) << 28
 
-    variant = variant_for(device, dot)
+    variant = variant_for(device, dot, col)
     check_capabilities(variant, device.capabilities)
     groups = cdiv(n, cfg.tile_n) * cdiv(m, cfg.mt) * t
     sizes = [a.data_type.size, desc.a_scale_tensor.data_type.size, a.data_type.size, b.data_type.size,
@@ -226,5 +246,5 @@ def compile_gemv(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, dot:
     plan = plan_gemv(device, desc, dot=dot, config=config)
     if plan is None:
         raise UnsupportedError(f"kernel: the gemv family takes 8-bit A and B with K <= {KMAX}, M <= {MAX_M} and B "
-                               f"n-contiguous (row-major)")
+                               f"n- or k-contiguous")
     return CompiledOperator(device, desc, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, INPUT_FIELDS, OUTPUT_FIELDS, [plan])
