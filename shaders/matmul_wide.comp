@@ -5,7 +5,7 @@
 // float(S) rounded once (to nearest, ties to even). Same push constants, flags and epilogue
 // order as matmul_int.comp (kompute_dml/ops/matmul_wide.py plans it; see docs/matmul.md).
 //
-// Core GLSL 450 and 32-bit words only (no device feature). Signed inputs and their zero points
+// Core GLSL 450 and 32-bit words only (no device feature; the I64 variants below aside). Signed inputs and their zero points
 // are XOR-ed with the sign bit (x + 2^(W-1) as unsigned), which leaves every difference
 // unchanged, so every element is handled as an unsigned value.
 //   W = 16: a' = A - AZP and b' = B - BZP (|.| <= 65535) are formed when a K slice is staged;
@@ -27,16 +27,34 @@
 // @variant mmw16_r8c4 W=16 TR=8 TC=4
 // @variant mmw32_r4c4 W=32 TR=4 TC=4
 // @variant mmw32_r8c4 W=32 TR=8 TC=4
+// I64 (needs shaderInt64): 64-bit multiply-adds instead. W = 16: one int64 sum of a'*b' per
+// output, no limbs; W = 32: A split into 16-bit limbs, two uint64 sums of limb * B (each
+// < 2^48, so K <= 65536: the planner checks), combined into 96 bits at the end.
+// @variant mmw16l_r4c4 W=16 TR=4 TC=4 I64=1
+// @variant mmw16l_r8c4 W=16 TR=8 TC=4 I64=1
+// @variant mmw32l_r4c4 W=32 TR=4 TC=4 I64=1
+// @variant mmw32l_r8c4 W=32 TR=8 TC=4 I64=1
 
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+#ifndef I64
+#define I64 0
+#endif
+#if I64
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#endif
 
 #define KT 16
 #define TM (16 * TR)
 #define TN (16 * TC)
 #define ELEM_MASK ((W == 32) ? 0xFFFFFFFFu : 0xFFFFu)
 #define FLUSH_SLICES 8u          // W = 16: 128 K per int32 limb sum (see above)
+#if I64 && W == 32
+#define SAH(kk, i) sAh[kk][(i) >> 2][(i) & 3u]
+#else
+#define SAH(kk, i) 0u
+#endif
 layout(local_size_x = 16, local_size_y = 16) in;
 
 layout(std430, binding = 0) readonly buffer ABuf { uint a_buf[]; };
@@ -52,10 +70,6 @@ layout(std430, binding = 7) buffer OutBuf { uint out_buf[]; };
 // elements of each tensor's type; T = Batch * Channel in the top nibbles of words 8-10, 12-15.
 layout(push_constant) uniform PC { uint w[32]; } pc;
 #define LO28(x) ((x) & 0x0FFFFFFFu)
-#define P_M LO28(pc.w[8])
-#define P_N LO28(pc.w[9])
-#define P_K LO28(pc.w[10])
-#define P_C (pc.w[11] & 0x03FFFFFFu)
 #define F_A_SIGNED 0x04000000u
 #define F_B_SIGNED 0x08000000u
 #define F_F16 0x10000000u
@@ -78,28 +92,19 @@ float real_of(uint word, uint idx, bool f16) {
 }
 #define LOAD_REAL(buf, idx, f16) real_of(buf[(f16) ? ((idx) >> 1) : (idx)], (idx), (f16))
 
-void store_one(uint o, float v, bool f16) {
-    if (f16) {
-        uint h = packHalf2x16(vec2(v, 0.0)) & 0xFFFFu;
-        uint sh = (o & 1u) * 16u;
-        STORE_FIELD(out_buf, o >> 1, sh, 16u, h);
-    } else {
-        out_buf[o] = floatBitsToUint(v);
-    }
+void store_one(uint o, float v, bool f16) {  // FLOAT16: the half-word alone (atomics)
+    if (f16) STORE_FIELD(out_buf, o >> 1, (o & 1u) * 16u, 16u, packHalf2x16(vec2(v, 0.0)) & 0xFFFFu)
+    else out_buf[o] = floatBitsToUint(v);
 }
 
 // ---- multi-word integers (word x lowest), modulo 2^96 ------------------------------------
 uvec3 add96(uvec3 a, uvec3 b) {
-    uint c0, c1, c2;
-    uint x = uaddCarry(a.x, b.x, c0);
-    uint y = uaddCarry(a.y, b.y, c1);
+    uint c0, c1, c2, x = uaddCarry(a.x, b.x, c0), y = uaddCarry(a.y, b.y, c1);
     y = uaddCarry(y, c0, c2);
     return uvec3(x, y, a.z + b.z + c1 + c2);
 }
 uvec3 sub96(uvec3 a, uvec3 b) {
-    uint b0, b1, b2;
-    uint x = usubBorrow(a.x, b.x, b0);
-    uint y = usubBorrow(a.y, b.y, b1);
+    uint b0, b1, b2, x = usubBorrow(a.x, b.x, b0), y = usubBorrow(a.y, b.y, b1);
     y = usubBorrow(y, b0, b2);
     return uvec3(x, y, a.z - b.z - b1 - b2);
 }
@@ -138,10 +143,15 @@ float round96(uvec3 v) {
 
 #if W == 16
 shared ivec4 sA[KT][TM / 4];   // [k][m]: a'
-shared ivec4 sBl[KT][TN / 4];  // [k][n]: b' & 255
+shared ivec4 sBl[KT][TN / 4];  // [k][n]: b' & 255 (I64: b')
+#if !I64
 shared ivec4 sBh[KT][TN / 4];  // [k][n]: b' >> 8
+#endif
 #else
-shared uvec4 sA[KT][TM / 4];   // [k][m]: A (biased)
+shared uvec4 sA[KT][TM / 4];   // [k][m]: A (biased; I64: A & 0xFFFF)
+#if I64
+shared uvec4 sAh[KT][TM / 4];  // [k][m]: A >> 16
+#endif
 shared uvec4 sB[KT][TN / 4];   // [k][n]: B (biased)
 shared uvec2 sRowSum[TM];      // sum_k A, 64 bits
 shared uvec2 sColSum[TN];      // sum_k B
@@ -179,7 +189,8 @@ shared uvec2 sColSum[TN];      // sum_k B
     }
 
 void main() {
-    const uint M = P_M, N = P_N, K = P_K, C = P_C, flags = pc.w[11];
+    const uint M = LO28(pc.w[8]), N = LO28(pc.w[9]), K = LO28(pc.w[10]), C = pc.w[11] & 0x03FFFFFFu;
+    const uint flags = pc.w[11];
     const uint T = matrix_count();
     const bool f16 = (flags & F_F16) != 0u;
     const uint a_xe = ((flags & F_A_SIGNED) != 0u) ? (1u << (W - 1)) : 0u;
@@ -219,7 +230,18 @@ void main() {
 #endif
     uint ra[TR], rb[TC];     // the next slice, in flight over this slice's products
 
-#if W == 16
+#if W == 32
+    uvec2 own_sum = uvec2(0u);   // invocations < TM: row sum of A; TM..TM+TN-1: column sum of B
+#endif
+#if I64 && W == 16
+    int64_t acc[TR][TC];
+    [[unroll]] for (uint i = 0u; i < TR; ++i)
+        [[unroll]] for (uint j = 0u; j < TC; ++j) acc[i][j] = 0;
+#elif I64
+    uint64_t accl[TR][TC], acch[TR][TC];
+    [[unroll]] for (uint i = 0u; i < TR; ++i)
+        [[unroll]] for (uint j = 0u; j < TC; ++j) { accl[i][j] = 0ul; acch[i][j] = 0ul; }
+#elif W == 16
     int accl[TR][TC], acch[TR][TC];
     uint slo[TR][TC], shi[TR][TC];
     [[unroll]] for (uint i = 0u; i < TR; ++i)
@@ -228,7 +250,6 @@ void main() {
     uint acc0[TR][TC], acc1[TR][TC], acc2[TR][TC];
     [[unroll]] for (uint i = 0u; i < TR; ++i)
         [[unroll]] for (uint j = 0u; j < TC; ++j) { acc0[i][j] = 0u; acc1[i][j] = 0u; acc2[i][j] = 0u; }
-    uvec2 own_sum = uvec2(0u);   // invocations < TM: row sum of A; TM..TM+TN-1: column sum of B
 #endif
 
     LOAD_SLICE(0u)
@@ -238,9 +259,19 @@ void main() {
         [[unroll]] for (uint j = 0u; j < TR; ++j) sA[la_k + j][la_row >> 2][la_row & 3u] = int(ra[j]) - int(la_z);
         [[unroll]] for (uint j = 0u; j < TC; ++j) {
             int bd = int(rb[j]) - int(lb_z[j]);
+#if I64
+            sBl[lb_k][(lb_n + j) >> 2][(lb_n + j) & 3u] = bd;
+#else
             sBl[lb_k][(lb_n + j) >> 2][(lb_n + j) & 3u] = bd & 255;
             sBh[lb_k][(lb_n + j) >> 2][(lb_n + j) & 3u] = bd >> 8;
+#endif
         }
+#elif I64
+        [[unroll]] for (uint j = 0u; j < TR; ++j) {
+            sA[la_k + j][la_row >> 2][la_row & 3u] = ra[j] & 0xFFFFu;
+            sAh[la_k + j][la_row >> 2][la_row & 3u] = ra[j] >> 16;
+        }
+        [[unroll]] for (uint j = 0u; j < TC; ++j) sB[lb_k][(lb_n + j) >> 2][(lb_n + j) & 3u] = rb[j];
 #else
         [[unroll]] for (uint j = 0u; j < TR; ++j) sA[la_k + j][la_row >> 2][la_row & 3u] = ra[j];
         [[unroll]] for (uint j = 0u; j < TC; ++j) sB[lb_k][(lb_n + j) >> 2][(lb_n + j) & 3u] = rb[j];
@@ -249,7 +280,24 @@ void main() {
         if (k0 + KT < K) LOAD_SLICE(k0 + KT)
         // ---- products
         [[unroll]] for (uint kk = 0u; kk < KT; ++kk) {
-#if W == 16
+#if I64 && W == 16
+            ivec4 av[TR / 4], bv[TC / 4];
+            [[unroll]] for (uint q = 0u; q < TR / 4; ++q) av[q] = sA[kk][ty * (TR / 4) + q];
+            [[unroll]] for (uint q = 0u; q < TC / 4; ++q) bv[q] = sBl[kk][tx * (TC / 4) + q];
+            [[unroll]] for (uint i = 0u; i < TR; ++i)
+                [[unroll]] for (uint j = 0u; j < TC; ++j)
+                    acc[i][j] += int64_t(av[i / 4u][i % 4u]) * int64_t(bv[j / 4u][j % 4u]);
+#elif I64
+            uvec4 al[TR / 4], ah[TR / 4], bv[TC / 4];
+            [[unroll]] for (uint q = 0u; q < TR / 4; ++q) { al[q] = sA[kk][ty * (TR / 4) + q]; ah[q] = sAh[kk][ty * (TR / 4) + q]; }
+            [[unroll]] for (uint q = 0u; q < TC / 4; ++q) bv[q] = sB[kk][tx * (TC / 4) + q];
+            [[unroll]] for (uint i = 0u; i < TR; ++i)
+                [[unroll]] for (uint j = 0u; j < TC; ++j) {
+                    uint64_t b = uint64_t(bv[j / 4u][j % 4u]);
+                    accl[i][j] += uint64_t(al[i / 4u][i % 4u]) * b;
+                    acch[i][j] += uint64_t(ah[i / 4u][i % 4u]) * b;
+                }
+#elif W == 16
             ivec4 av[TR / 4], bl[TC / 4], bh[TC / 4];
             [[unroll]] for (uint q = 0u; q < TR / 4; ++q) av[q] = sA[kk][ty * (TR / 4) + q];
             [[unroll]] for (uint q = 0u; q < TC / 4; ++q) { bl[q] = sBl[kk][tx * (TC / 4) + q]; bh[q] = sBh[kk][tx * (TC / 4) + q]; }
@@ -277,7 +325,7 @@ void main() {
         if (lid < TM + TN) {
             [[unroll]] for (uint kk = 0u; kk < KT; ++kk) {
                 uint v;
-                if (lid < TM) v = sA[kk][lid >> 2][lid & 3u];
+                if (lid < TM) v = sA[kk][lid >> 2][lid & 3u] + (I64 != 0 ? SAH(kk, lid) << 16 : 0u);
                 else v = sB[kk][(lid - TM) >> 2][(lid - TM) & 3u];
                 uint c;
                 own_sum.x = uaddCarry(own_sum.x, v, c);
@@ -286,7 +334,7 @@ void main() {
         }
 #endif
         barrier();
-#if W == 16
+#if W == 16 && !I64
         if (slice % FLUSH_SLICES == FLUSH_SLICES - 1u || k0 + KT >= K) {
             // S += accl + acch * 256 (64-bit two's complement)
             [[unroll]] for (uint i = 0u; i < TR; ++i)
@@ -322,13 +370,20 @@ void main() {
         [[unroll]] for (uint j = 0u; j < TC; ++j) {
             uint n = n0 + tx * TC + j;
             if (n >= N) continue;
-#if W == 16
+#if W == 16 && I64
+            uvec3 s = uvec3(uint(acc[i][j]), uint(acc[i][j] >> 32), uint(acc[i][j] >> 63));
+#elif W == 16
             uvec3 s = uvec3(slo[i][j], shi[i][j], (shi[i][j] >> 31) * 0xFFFFFFFFu);
 #else
             uint bz = (ELEM(bzp_buf, pc.w[5] + n * pc.w[31]) ^ b_xe) & ELEM_MASK;
             uint zh, zl;
             umulExtended(az, bz, zh, zl);
+#if I64
+            uint64_t l = accl[i][j], h = acch[i][j];  // S = l + h * 2^16
+            uvec3 s = add96(uvec3(uint(l), uint(l >> 32), 0u), uvec3(uint(h) << 16, uint(h >> 16), uint(h >> 48)));
+#else
             uvec3 s = uvec3(acc0[i][j], acc1[i][j], acc2[i][j]);
+#endif
             s = sub96(s, mul32x64(bz, rsum));
             s = sub96(s, mul32x64(az, sColSum[tx * TC + j]));
             s = add96(s, mul32x64(K, uvec2(zl, zh)));

@@ -21,7 +21,7 @@ from helpers import assert_outside_unchanged, element_byte_positions, place, ran
 
 import kompute_dml as kdml
 from kompute_dml.ops.matmul_integer import compile_matmul_integer
-from kompute_dml.ops.matmul_wide import BLOCKS, compile_wide
+from kompute_dml.ops.matmul_wide import BLOCKS, INT64_CAPABILITY, compile_wide
 
 DT = kdml.DataType
 PAIRS = [(DT.INT16, DT.INT16), (DT.UINT16, DT.UINT16), (DT.UINT16, DT.INT16), (DT.INT16, DT.UINT16),
@@ -63,7 +63,7 @@ def expected(s: np.ndarray, asc: np.ndarray, bsc: np.ndarray, bias: np.ndarray |
 
 # ---- case runner ------------------------------------------------------------------------
 def run(dev, rng, a, b, azp=None, bzp=None, asc=None, bsc=None, bias=None, *, out_dt=DT.FLOAT32, layouts=None,
-        kernel="wide", block=None, qdims=4):
+        kernel="wide", block=None, int64=None, qdims=4):
     """Place (random offsets, guard bytes, optional strides), poison, execute, return
     (output as float32/float16 array, expected array). a: (..., M, K), b: (..., K, N) already
     broadcast; azp (M,), bzp (N,), asc (M,) or (1,), bsc (N,) or (1,), bias (..., M, N)."""
@@ -101,7 +101,10 @@ def run(dev, rng, a, b, azp=None, bzp=None, asc=None, bsc=None, bias=None, *, ou
     out.buffer.write(raw.tobytes())
     before = raw.tobytes()
     desc = kdml.MatrixMultiplyIntegerToFloatDesc(*descs, o_desc)
-    op = compile_wide(dev, desc, block) if block else compile_matmul_integer(dev, desc, kernel=kernel)
+    if block is not None or int64 is not None:
+        op = compile_wide(dev, desc, block, int64)
+    else:
+        op = compile_matmul_integer(dev, desc, kernel=kernel)
     op.execute(tensors, [out])
     after = assert_outside_unchanged(out, before)
     got = read_logical(after, out.offset, o_desc)
@@ -243,15 +246,43 @@ def test_float16_output(dev, rng, pair):
     assert_exact(got, exp)
 
 
+def needs_int64(dev, int64):
+    if int64 and INT64_CAPABILITY not in dev.capabilities:
+        pytest.skip(f"the device did not enable {INT64_CAPABILITY}")
+
+
+@pytest.mark.parametrize("int64", [False, True], ids=["portable", "int64"])
 @pytest.mark.parametrize("block", BLOCKS, ids=str)
-def test_every_block(dev, rng, block):
-    """Every variant (outputs per invocation) of both widths: partial tiles, zero points."""
-    for a_dt, b_dt in ((DT.INT16, DT.UINT16), (DT.INT32, DT.INT32)):
-        M, K, N = 67, 50, 70
+def test_every_variant(dev, rng, block, int64):
+    """Every variant (outputs per invocation; 32-bit words or 64-bit integers) of both widths:
+    partial tiles, zero points, full-range values, FLOAT32 with scales and a bias."""
+    needs_int64(dev, int64)
+    for a_dt, b_dt in ((DT.INT16, DT.UINT16), (DT.UINT16, DT.UINT16), (DT.INT32, DT.INT32), (DT.UINT32, DT.INT32)):
+        M, K, N = 67, 150, 70
         a, b = ints(rng, a_dt, (M, K)), ints(rng, b_dt, (K, N))
-        op, got, exp, _ = run(dev, rng, a, b, ints(rng, a_dt, (M,)), ints(rng, b_dt, (N,)), block=block)
-        assert op.variants == [f"mmw{8 * a_dt.size}_r{block[0]}c{block[1]}"]
+        asc, bsc = rng.uniform(0.5, 2, M).astype(np.float32), rng.uniform(0.5, 2, N).astype(np.float32)
+        bias = (rng.standard_normal((M, N)) * 1e6).astype(np.float32)
+        op, got, exp, _ = run(dev, rng, a, b, ints(rng, a_dt, (M,)), ints(rng, b_dt, (N,)), asc, bsc, bias,
+                              block=block, int64=int64)
+        assert op.variants == [f"mmw{8 * a_dt.size}{'l' if int64 else ''}_r{block[0]}c{block[1]}"]
         assert_exact(got, exp)
+
+
+def test_int64_variant_refusals(dev):
+    """The 64-bit variant for 32-bit inputs takes K <= 2^16; a device without shader_int64 refuses it."""
+    def desc(dt, k):
+        return kdml.MatrixMultiplyIntegerToFloatDesc(
+            kdml.TensorDesc(dt, (2, k)), kdml.TensorDesc(DT.FLOAT32, (1,)), None, kdml.TensorDesc(dt, (k, 3)),
+            kdml.TensorDesc(DT.FLOAT32, (1,)), None, None, kdml.TensorDesc(DT.FLOAT32, (2, 3)))
+
+    if INT64_CAPABILITY not in dev.capabilities:
+        with pytest.raises(kdml.UnsupportedError, match=f"^kernel: .*{INT64_CAPABILITY}"):
+            compile_wide(dev, desc(DT.INT16, 8), int64=True)
+        return
+    assert compile_wide(dev, desc(DT.INT16, 2**17), int64=True).variants == ["mmw16l_r8c4"]
+    assert compile_wide(dev, desc(DT.INT32, 2**16), int64=True).variants == ["mmw32l_r8c4"]
+    with pytest.raises(kdml.UnsupportedError, match="^a_tensor.sizes: .*K <= 65536"):
+        compile_wide(dev, desc(DT.INT32, 2**16 + 1), int64=True)
 
 
 def test_dispatch(dev, monkeypatch):
@@ -277,14 +308,18 @@ def test_dispatch(dev, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("int64", [False, True], ids=["portable", "int64"])
 @pytest.mark.parametrize("dt", [DT.INT16, DT.INT32], ids=lambda d: d.name)
-def test_large_k(dev, rng, dt):
-    """K = 65536 at the extremes (32-bit sums near 2^80; 16-bit sums beyond 2^47)."""
+def test_large_k(dev, rng, dt, int64):
+    """K = 65536 at the extremes (32-bit sums near 2^80; 16-bit sums beyond 2^47): the
+    64-bit variant's largest K for 32-bit inputs."""
+    needs_int64(dev, int64)
     info = np.iinfo(dt.numpy_dtype)
     M, K, N = 3, 65536, 66
     a = rng.choice(np.array([info.min, info.max], dt.numpy_dtype), (M, K))
     b = rng.choice(np.array([info.min, info.max], dt.numpy_dtype), (K, N))
     a[0], b[:, 0] = info.max, info.min
-    _, got, exp, s = run(dev, rng, a, b, np.array([info.min], dt.numpy_dtype), np.array([info.max], dt.numpy_dtype))
+    _, got, exp, s = run(dev, rng, a, b, np.array([info.min], dt.numpy_dtype), np.array([info.max], dt.numpy_dtype),
+                         int64=int64)
     assert abs(int(s[0, 0])) > 2 ** (79 if dt.size == 4 else 47)
     assert_exact(got, exp)

@@ -42,6 +42,12 @@ LOCAL = (16, 16)  # work-group size of every variant
 # Both widths have the 4x4 and 8x4 variants; benchmarks/bench_wide.py --sweep times them.
 DEFAULT_BLOCK = {2: (8, 4), 4: (8, 4)}
 BLOCKS = ((4, 4), (8, 4))
+# The "l" variants (64-bit integer multiply-adds) need this capability (the build records it
+# from their OpCapability Int64; the runtime refuses them on a device that did not enable it).
+# 32-bit inputs: two uint64 sums of (16-bit limb of A) * B, each < 2^48 per term, so K <= 2^16.
+INT64_CAPABILITY = "shader_int64"
+INT64_KMAX_32 = 1 << 16
+DEFAULT_INT64 = False  # the portable variants, until bench_wide.py measures the "l" ones faster
 
 # matmul_int.comp's flag bits of word 11 (matmul_wide.comp reads the same words)
 F_A_SIGNED = 1 << 26
@@ -51,21 +57,33 @@ F_A_PACKED = 1 << 29
 F_B_PACKED = 1 << 30
 
 
-def variant_for(width: int, block: tuple[int, int]) -> str:
-    return contract.MMW.name(bits=8 * width, tr=block[0], tc=block[1])
+def variant_for(width: int, block: tuple[int, int], int64: bool = False) -> str:
+    return contract.MMW.name(bits=8 * width, ext="l" if int64 else "", tr=block[0], tc=block[1])
 
 
 def plan_wide(
-    device: Device, desc: MatrixMultiplyIntegerToFloatDesc, block: tuple[int, int] | None = None
+    device: Device, desc: MatrixMultiplyIntegerToFloatDesc, block: tuple[int, int] | None = None,
+    int64: bool | None = None,
 ) -> DispatchPlan | None:
     """One dispatch of the exact kernel, or None for 8-bit inputs (not this family's).
-    `block`: outputs per invocation (one of BLOCKS; default DEFAULT_BLOCK[width])."""
+    `block`: outputs per invocation (one of BLOCKS; default DEFAULT_BLOCK[width]); `int64`: the
+    "l" variant (None: DEFAULT_INT64 where the device and K allow it; True: UnsupportedError
+    where they do not)."""
     a, b, out = desc.a_tensor, desc.b_tensor, desc.output_tensor
     width = a.data_type.size
     if width == 1:
         return None
     block = DEFAULT_BLOCK[width] if block is None else block
-    variant = variant_for(width, block)  # ValueError for a block the family lacks
+    has64 = INT64_CAPABILITY in device.capabilities
+    k_ok = width == 2 or a.sizes[-1] <= INT64_KMAX_32
+    if int64 is None:
+        int64 = DEFAULT_INT64 and has64 and k_ok
+    elif int64 and not has64:
+        raise UnsupportedError(f"kernel: the 64-bit 'wide' variants need the device capability {INT64_CAPABILITY}")
+    elif int64 and not k_ok:
+        raise UnsupportedError(f"a_tensor.sizes: the 64-bit 'wide' variant for 32-bit inputs takes K <= {INT64_KMAX_32}, "
+                               f"got {a.sizes[-1]}")
+    variant = variant_for(width, block, int64)  # ValueError for a block the family lacks
     epw = 4 // width
     a_sz, a_st = pad4(a)
     b_sz, b_st = pad4(b)
@@ -111,13 +129,13 @@ def plan_wide(
     )
 
 
-def compile_wide(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, block: tuple[int, int] | None = None
-                 ) -> CompiledOperator:
+def compile_wide(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, block: tuple[int, int] | None = None,
+                 int64: bool | None = None) -> CompiledOperator:
     """The operator on this family with a chosen `block` (benchmarks/bench_wide.py --sweep and the
     tests; the dispatcher takes the default through plan_wide)."""
     validate_tensors(MATRIX_MULTIPLY_INTEGER_TO_FLOAT, device.feature_level, desc, FIELDS, OUTPUT_FIELDS)
     check_desc(desc)
-    plan = plan_wide(device, desc, block)
+    plan = plan_wide(device, desc, block, int64)
     if plan is None:
         raise UnsupportedError(f"a_tensor.data_type: the 'wide' kernel takes 16- or 32-bit inputs, got "
                                f"{desc.a_tensor.data_type.name}")
