@@ -9,17 +9,19 @@ Per width (int16 x int16, int32 x int32) and shape M x K x N (1024^3, 2048^3, 40
 point and per-column B zero points (random), unit FLOAT32 scales, no bias, so that the exact
 result is float32(S), S = sum_k (A - AZP)(B - BZP) rounded once.
 1. Correctness first, on sampled rows of every timed case: `wide` must equal float32(S) bit for
-   bit (FAIL lines void the timings); the `gpu` family's largest error in ulps of float32(S) is
-   printed (it sums in float).
+   bit (FAIL lines void the timings), and so must `wide_i64` (the variant on 64-bit integer
+   multiply-adds, where the device has shader_int64); the `gpu` family's largest error in ulps of
+   float32(S) is printed (it sums in float).
 2. Timing, in the same interleaved rounds (median seconds per execution; N executions per
-   recorded sequence, so that a call lasts about 50 ms): ours `wide` (default block), ours
-   `gpu`, and with torch + CUDA: torch_f64 = float64 matmul of (A - AZP) and (B - BZP) held as
+   recorded sequence, so that a call lasts about 50 ms): ours `wide` (default block, the
+   dispatcher's choice), `wide_i64`, ours `gpu`, and with torch + CUDA: torch_f64 = float64 matmul of (A - AZP) and (B - BZP) held as
    float64 on the GPU (exact for 16-bit while K * max|a'b'| < 2^53: the closest exact peer; for
    32-bit not exact, a speed reference only), torch_f32 = float32 matmul (TF32 off; not exact;
    speed reference). GOPS = 2MNK/s/1e9; ratios = other's seconds / wide's seconds (> 1: wide
    faster).
-3. --sweep: every block (outputs per invocation; ops/matmul_wide.BLOCKS) of the `wide` kernel per
-   shape, checked then timed in one interleaved set; the fastest is printed per shape.
+3. --sweep: every block (outputs per invocation; ops/matmul_wide.BLOCKS) of both flavours
+   (32-bit words, i64) of the `wide` kernel per shape, checked then timed in one interleaved
+   set; the fastest is printed per shape.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import numpy as np
 
 import kompute_dml as kdml
 from kompute_dml.ops.matmul_integer import compile_matmul_integer
-from kompute_dml.ops.matmul_wide import BLOCKS, DEFAULT_BLOCK, compile_wide
+from kompute_dml.ops.matmul_wide import BLOCKS, DEFAULT_BLOCK, INT64_CAPABILITY, compile_wide
 
 D = kdml.DataType
 SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (512, 384, 1536)]
@@ -69,7 +71,7 @@ class Case:
     """A, B, zero points and the operator (kernel `wide` or `gpu`, or a `wide` block), bound."""
 
     def __init__(self, dev: kdml.Device, data: dict[str, np.ndarray], uploads: dict[str, kdml.Tensor], kernel: str,
-                 block: tuple[int, int] | None = None) -> None:
+                 block: tuple[int, int] | None = None, int64: bool | None = None) -> None:
         a, b = data["a"], data["b"]
         m, k = a.shape
         n = b.shape[1]
@@ -78,7 +80,10 @@ class Case:
         desc = kdml.MatrixMultiplyIntegerToFloatDesc(
             f(dt, (m, k)), f(D.FLOAT32, (1, 1)), f(dt, (1, 1)), f(dt, (k, n)), f(D.FLOAT32, (1, 1)), f(dt, (1, n)),
             None, f(D.FLOAT32, (m, n)))
-        self.op = compile_wide(dev, desc, block) if block else compile_matmul_integer(dev, desc, kernel=kernel)
+        if block is not None or int64 is not None:
+            self.op = compile_wide(dev, desc, block, int64)
+        else:
+            self.op = compile_matmul_integer(dev, desc, kernel=kernel)
         self.dev, self.data = dev, data
         one = np.ones((1, 1), np.float32)
         for key in ("a", "azp", "b", "bzp"):  # uploaded once per data set
@@ -178,9 +183,12 @@ def timing(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, rn
             sample = np.unique(np.linspace(0, m - 1, SAMPLE_ROWS).astype(int))
             want = expected_rows(data, sample)
             uploads: dict[str, kdml.Tensor] = {}
-            cases = {"wide": Case(dev, data, uploads, "wide"), "gpu": Case(dev, data, uploads, "gpu")}
+            cases = {"wide": Case(dev, data, uploads, "wide")}
+            if INT64_CAPABILITY in dev.capabilities and (dtype == np.int16 or k <= 1 << 16):
+                cases["wide_i64"] = Case(dev, data, uploads, "wide", int64=True)
+            cases["gpu"] = Case(dev, data, uploads, "gpu")
             errs = {name: c.ulps(sample, want) for name, c in cases.items()}
-            ok &= errs["wide"] == 0.0
+            ok &= all(e == 0.0 for name, e in errs.items() if name.startswith("wide"))
             makes = {name: c.run for name, c in cases.items()} | torch_peers(data)
             t = time_interleaved(makes, rounds)
             print(f"  {width} {m}x{k}x{n}:")
@@ -188,7 +196,7 @@ def timing(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, rn
                 note = ""
                 if name in cases:
                     note = (f"{cases[name].op.variants[0]}  max error {errs[name]:.3g} ulp"
-                            + ("  FAIL (must be exact)" if name == "wide" and errs[name] else ""))
+                            + ("  FAIL (must be exact)" if name.startswith("wide") and errs[name] else ""))
                 elif name == "torch_f64":
                     note = "exact" if width == "int16" and k * 2.0**32 < 2.0**53 else "not exact (speed reference)"
                 else:
@@ -208,7 +216,11 @@ def timing(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, rn
 
 def sweep(dev: kdml.Device, data: dict[str, Any], uploads: dict[str, kdml.Tensor], sample: np.ndarray,
           want: np.ndarray, rounds: int, ops: float) -> dict[str, dict[str, Any]]:
-    cases = {f"{tr}x{tc}": Case(dev, data, uploads, "wide", (tr, tc)) for tr, tc in BLOCKS}
+    flavors = [False]
+    if INT64_CAPABILITY in dev.capabilities and (data["a"].dtype == np.int16 or data["a"].shape[1] <= 1 << 16):
+        flavors = [False, True]
+    cases = {f"{tr}x{tc}{' i64' if i64 else ''}": Case(dev, data, uploads, "wide", (tr, tc), i64)
+             for i64 in flavors for tr, tc in BLOCKS}
     exact = {name: c.ulps(sample, want) == 0.0 for name, c in cases.items()}
     t = time_interleaved({name: c.run for name, c in cases.items()}, max(3, rounds // 2))
     for name, sec in t.items():
