@@ -187,8 +187,10 @@ def plan_gemv(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, dot: bo
     n = b_sz[3]
     t = nb * nc
     ncol_max = _b_ncol(b_sz, b_st)
-    # B k-contiguous (column-major) with columns on 4-byte boundaries: the `_c` variants
-    col = ncol_max == 0 and (k == 1 or b_st[2] == 1) and all(s % 4 == 0 for s in (b_st[0], b_st[1], b_st[3]))
+    # B k-contiguous (column-major) with columns on 4-byte boundaries: the `_c` variants (also for
+    # one contiguous column, which the row-major variants would read a byte per row)
+    col = (k == 1 or b_st[2] == 1) and all(s % 4 == 0 for s in (b_st[0], b_st[1], b_st[3]))
+    col = col and (ncol_max == 0 or n == 1)
     if k > KMAX or m > MAX_M or (ncol_max == 0 and not col):
         return None
     if t >= LIMIT28 or nc >= 1 << 26:
