@@ -10,6 +10,7 @@ executions per recorded sequence, seconds per execution = median over rounds):
                   u8 A with a zero point, s8 B row-major, per-column B scale, (N,) bias, FLOAT32 out
                   (the quantized-transformer case, bench_coop.py's `quant` row)
   gemv_gemm       the same kernel, s8 x s8, unit scales, no zero point or bias
+  gemv_quant_Bcol the quant case with B column-major (k contiguous: the `_c` variants)
   gemv_port_quant the portable variant (no integer dot product) on the quant case
   coop_quant      the coopmat family (tensor cores) on the quant case, where the device has them
   torch_int_mm+dequant   bench_coop.torch_peers: A ^ 0x80, torch._int_mm (A padded to 32 rows, B
@@ -49,10 +50,10 @@ def cfg_name(c: GemvConfig) -> str:
 
 
 def gemv_case(dev: kdml.Device, a: np.ndarray, b: np.ndarray, quant: bool, *, dot: bool | None = None,
-              config: GemvConfig | None = None, uploads: dict[Any, Any] | None = None) -> Ours:
+              config: GemvConfig | None = None, uploads: dict[Any, Any] | None = None, b_col: bool = False) -> Ours:
     """bench_coop.Ours (inputs, scales, bias, its expected rows) with the operator recompiled on the
     gemv family: `dot` the variant, `config` the specialization constants (None: the defaults)."""
-    case = Ours(dev, a, b, b_colmajor=False, quant=quant, family="gemv", uploads=uploads)
+    case = Ours(dev, a, b, b_colmajor=b_col, quant=quant, family="gemv", uploads=uploads)
     if dot is not None or config is not None:
         case.op = compile_gemv(dev, case.op.desc, dot=dot, config=config)
     return case
@@ -94,7 +95,8 @@ def run_shape(dev: kdml.Device, shape: tuple[int, int, int], rounds: int, sweep:
     au, _ = random_inputs(rng, m, k, n, np.uint8)
     uploads: dict[Any, Any] = {}
     cases: dict[str, Ours] = {"gemv_quant": gemv_case(dev, au, b, True, uploads=uploads),
-                              "gemv_gemm": gemv_case(dev, a8, b, False, uploads=uploads)}
+                              "gemv_gemm": gemv_case(dev, a8, b, False, uploads=uploads),
+                              "gemv_quant_Bcol": gemv_case(dev, au, b, True, uploads=uploads, b_col=True)}
     if DOT_CAPABILITY in dev.capabilities:
         cases["gemv_port_quant"] = gemv_case(dev, au, b, True, dot=False, uploads=uploads)
     if COOP_CAPABILITY in dev.capabilities:
@@ -160,7 +162,7 @@ def sweep_shape(dev: kdml.Device, au: np.ndarray, b: np.ndarray, rounds: int, ro
 
 def summary(rows: list[dict[str, Any]]) -> None:
     print("\nSUMMARY (us per execution; torch/ours > 1: ours faster)")
-    print(f"  {'M x K x N':>16s} {'gemv':>9s} {'best cfg':>9s} {'port':>9s} {'coop':>9s} {'int_mm+dq':>10s} "
+    print(f"  {'M x K x N':>16s} {'gemv':>9s} {'best cfg':>9s} {'port':>9s} {'B col':>9s} {'coop':>9s} {'int_mm+dq':>10s} "
           f"{'f16':>9s} {'dq/gemv':>8s}  best configuration")
     def cell(t: dict[str, float], key: str) -> str:
         return f"{t[key] * 1e6:9.2f}" if key in t else f"{'-':>9s}"
@@ -171,7 +173,7 @@ def summary(rows: list[dict[str, Any]]) -> None:
         best = r.get("best")
         ratio = f"{r['ratio_vs_dequant']:8.3f}" if r.get("ratio_vs_dequant") else f"{'-':>8s}"
         print(f"  {'x'.join(map(str, r['shape'])):>16s} {us('gemv_quant')} "
-              f"{best['seconds'] * 1e6 if best else float('nan'):9.2f} {us('gemv_port_quant')} {us('coop_quant')} "
+              f"{best['seconds'] * 1e6 if best else float('nan'):9.2f} {us('gemv_port_quant')} {us('gemv_quant_Bcol')} {us('coop_quant')} "
               f"{us('torch_int_mm+dequant'):>10s} {us('torch_f16')} {ratio}  {best['config'] if best else '-'}"
               + ("" if all(r["checks"].values()) else "  FAIL"))
 
