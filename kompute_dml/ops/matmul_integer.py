@@ -113,12 +113,12 @@ def compile_matmul_integer(
     family = kernel_family(device, kernel)
     plan = None
     # few rows of A (decoding): the gemv family first, when forced or for an automatic GPU family;
-    # where it does not apply (None), a forced 'gemv' falls back to the device policy's family
+    # where it does not apply (None), a forced 'gemv' falls back to the automatic choice
     auto = (kernel if kernel is not None else os.environ.get(KERNEL_ENV, "auto") or "auto").strip().lower() == "auto"
     if family == "gemv" or (auto and family in ("gpu", "coopmat", "dot") and desc.a_tensor.sizes[-2] <= SMALL_M):
         plan = plan_gemv(device, desc)
         if plan is None and family == "gemv":
-            family = kernel_family(device, "auto")
+            family, auto = kernel_family(device, "auto"), True
     if plan is None and family in ("coopmat", "dot", "coopmat-emulated"):  # 8-bit, K within int32 exactness; else GPU family
         plan = plan_coop(device, desc, family=family)
         family = "wide"  # 16/32-bit inputs (or K beyond the coop limit): below
