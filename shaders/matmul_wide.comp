@@ -49,6 +49,7 @@
 #define TM (16 * TR)
 #define TN (16 * TC)
 #define ELEM_MASK ((W == 32) ? 0xFFFFFFFFu : 0xFFFFu)
+#define WORD_OF(i) ((W == 16) ? ((i) >> 1) : (i))  // element index -> word (no i * W: 2^28 * 32 wraps)
 #define FLUSH_SLICES 8u          // W = 16: 128 K per int32 limb sum (see above)
 #if I64 && W == 32
 #define SAH(kk, i) sAh[kk][(i) >> 2][(i) & 3u]
@@ -173,7 +174,7 @@ shared uvec2 sColSum[TN];      // sum_k B
         uint kb = (K0) + la_k;                                                                     \
         uint ia = a_row + kb * a_sk;                                                               \
         if (a_packed && la_ok && kb + TR <= K) {                                                   \
-            [[unroll]] for (uint q = 0u; q < TR * W / 32u; ++q) UNPACK(ra, q, a_buf[ia * W / 32u + q] ^ a_xw) \
+            [[unroll]] for (uint q = 0u; q < TR * W / 32u; ++q) UNPACK(ra, q, a_buf[WORD_OF(ia) + q] ^ a_xw) \
         } else {                                                                                   \
             [[unroll]] for (uint j = 0u; j < TR; ++j)                                              \
                 ra[j] = (la_ok && kb + j < K) ? ((ELEM(a_buf, ia + j * a_sk) ^ a_xe) & ELEM_MASK) : FILL_A; \
@@ -181,7 +182,7 @@ shared uvec2 sColSum[TN];      // sum_k B
         uint k = (K0) + lb_k, nb = n0 + lb_n;                                                      \
         uint ib = b_base + min(k, K - 1u) * b_sk + min(nb, N - 1u) * b_sn;                         \
         if (b_packed && k < K && nb + TC <= N) {                                                   \
-            [[unroll]] for (uint q = 0u; q < TC * W / 32u; ++q) UNPACK(rb, q, b_buf[ib * W / 32u + q] ^ b_xw) \
+            [[unroll]] for (uint q = 0u; q < TC * W / 32u; ++q) UNPACK(rb, q, b_buf[WORD_OF(ib) + q] ^ b_xw) \
         } else {                                                                                   \
             [[unroll]] for (uint j = 0u; j < TC; ++j)                                              \
                 rb[j] = (k < K && nb + j < N) ? ((ELEM(b_buf, ib + j * b_sn) ^ b_xe) & ELEM_MASK) : FILL_B(j); \
