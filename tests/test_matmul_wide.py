@@ -147,7 +147,7 @@ def test_random_exact(dev, rng, pair):
         bsc = rng.uniform(0.5, 2, 1).astype(np.float32)
         bias = (rng.standard_normal((M, N)) * 1e6).astype(np.float32)
         op, got, exp, _ = run(dev, rng, a, b, azp, bzp, asc, bsc, bias)
-        assert op.variants == [f"mmw{8 * pair[0].size}_r8c4"]
+        assert op.variants == [f"mmw{8 * pair[0].size}_r4c4"]  # few work groups: the small block
         assert_exact(got, exp)
 
 
@@ -279,8 +279,8 @@ def test_int64_variant_refusals(dev):
         with pytest.raises(kdml.UnsupportedError, match=f"^kernel: .*{INT64_CAPABILITY}"):
             compile_wide(dev, desc(DT.INT16, 8), int64=True)
         return
-    assert compile_wide(dev, desc(DT.INT16, 2**17), int64=True).variants == ["mmw16l_r8c4"]
-    assert compile_wide(dev, desc(DT.INT32, 2**16), int64=True).variants == ["mmw32l_r8c4"]
+    assert compile_wide(dev, desc(DT.INT16, 2**17), int64=True).variants == ["mmw16l_r4c4"]
+    assert compile_wide(dev, desc(DT.INT32, 2**16), int64=True).variants == ["mmw32l_r4c4"]
     with pytest.raises(kdml.UnsupportedError, match="^a_tensor.sizes: .*K <= 65536"):
         compile_wide(dev, desc(DT.INT32, 2**16 + 1), int64=True)
 
@@ -292,13 +292,16 @@ def test_dispatch(dev, monkeypatch):
 
     monkeypatch.delenv(KERNEL_ENV, raising=False)
 
-    def desc(dt):
+    def desc(dt, m=4, n=3):
         return kdml.MatrixMultiplyIntegerToFloatDesc(
-            kdml.TensorDesc(dt, (4, 8)), kdml.TensorDesc(DT.FLOAT32, (1,)), None, kdml.TensorDesc(dt, (8, 3)),
-            kdml.TensorDesc(DT.FLOAT32, (1,)), None, None, kdml.TensorDesc(DT.FLOAT32, (4, 3)))
+            kdml.TensorDesc(dt, (m, 8)), kdml.TensorDesc(DT.FLOAT32, (1,)), None, kdml.TensorDesc(dt, (8, n)),
+            kdml.TensorDesc(DT.FLOAT32, (1,)), None, None, kdml.TensorDesc(DT.FLOAT32, (m, n)))
 
-    assert compile_matmul_integer(dev, desc(DT.INT16), kernel="wide").variants == ["mmw16_r8c4"]
-    assert compile_matmul_integer(dev, desc(DT.UINT32), kernel="WIDE").variants == ["mmw32_r8c4"]
+    assert compile_matmul_integer(dev, desc(DT.INT16), kernel="wide").variants == ["mmw16_r4c4"]
+    assert compile_matmul_integer(dev, desc(DT.UINT32), kernel="WIDE").variants == ["mmw32_r4c4"]
+    # 128x64 tiles where they make at least MIN_GROUPS work groups (16 x 8 here; 16 x 5 is too few), else 64x64
+    assert compile_matmul_integer(dev, desc(DT.INT16, 2048, 512), kernel="wide").variants == ["mmw16_r8c4"]
+    assert compile_matmul_integer(dev, desc(DT.INT32, 2048, 320), kernel="wide").variants == ["mmw32_r4c4"]
     assert compile_matmul_integer(dev, desc(DT.INT8), kernel="wide").variants == ["mmi_gpu_8"]
     assert compile_matmul_integer(dev, desc(DT.INT16), kernel="gpu").variants == ["mmi_gpu_16"]
     auto = compile_matmul_integer(dev, desc(DT.INT32)).variants[0]

@@ -42,6 +42,8 @@ LOCAL = (16, 16)  # work-group size of every variant
 # Both widths have the 4x4 and 8x4 variants; benchmarks/bench_wide.py --sweep times them.
 DEFAULT_BLOCK = {2: (8, 4), 4: (8, 4)}
 BLOCKS = ((4, 4), (8, 4))
+SMALL_BLOCK = (4, 4)  # where DEFAULT_BLOCK's tiles give fewer than MIN_GROUPS work groups
+MIN_GROUPS = 96  # (a first guess, as matmul_coop's candidate_configs, until the H100 sweep)
 # The "l" variants (64-bit integer multiply-adds) need this capability (the build records it
 # from their OpCapability Int64; the runtime refuses them on a device that did not enable it).
 # 32-bit inputs: two uint64 sums of (16-bit limb of A) * B, each < 2^48 per term, so K <= 2^16.
@@ -66,14 +68,14 @@ def plan_wide(
     int64: bool | None = None,
 ) -> DispatchPlan | None:
     """One dispatch of the exact kernel, or None for 8-bit inputs (not this family's).
-    `block`: outputs per invocation (one of BLOCKS; default DEFAULT_BLOCK[width]); `int64`: the
+    `block`: outputs per invocation (one of BLOCKS; default DEFAULT_BLOCK[width], SMALL_BLOCK where
+    that leaves fewer than MIN_GROUPS work groups); `int64`: the
     "l" variant (None: DEFAULT_INT64 where the device and K allow it; True: UnsupportedError
     where they do not)."""
     a, b, out = desc.a_tensor, desc.b_tensor, desc.output_tensor
     width = a.data_type.size
     if width == 1:
         return None
-    block = DEFAULT_BLOCK[width] if block is None else block
     has64 = INT64_CAPABILITY in device.capabilities
     k_ok = width == 2 or a.sizes[-1] <= INT64_KMAX_32
     if int64 is None:
@@ -83,7 +85,6 @@ def plan_wide(
     elif int64 and not k_ok:
         raise UnsupportedError(f"a_tensor.sizes: the 64-bit 'wide' variant for 32-bit inputs takes K <= {INT64_KMAX_32}, "
                                f"got {a.sizes[-1]}")
-    variant = variant_for(width, block, int64)  # ValueError for a block the family lacks
     epw = 4 // width
     a_sz, a_st = pad4(a)
     b_sz, b_st = pad4(b)
@@ -114,8 +115,12 @@ def plan_wide(
     words = push_words(m, n, k, nc | flags, a_st, b_st, o_st, bias_st, quant)
     for i, wi in enumerate((8, 9, 10, 12, 13, 14, 15)):  # T = batch x channel in the top nibbles
         words[wi] |= ((t >> (4 * i)) & 0xF) << 28
-    tile_m, tile_n = LOCAL[1] * block[0], LOCAL[0] * block[1]
-    groups = cdiv(n, tile_n) * cdiv(m, tile_m) * t
+    if block is None:
+        block = DEFAULT_BLOCK[width]
+        if cdiv(n, LOCAL[0] * block[1]) * cdiv(m, LOCAL[1] * block[0]) * t < MIN_GROUPS:
+            block = SMALL_BLOCK
+    variant = variant_for(width, block, int64)  # ValueError for a block the family lacks
+    groups = cdiv(n, LOCAL[0] * block[1]) * cdiv(m, LOCAL[1] * block[0]) * t
     # offset slots: push word i <- binding i's offset / element size (inputs, then the output)
     sizes = [a.data_type.size, desc.a_scale_tensor.data_type.size, a.data_type.size, b.data_type.size,
              desc.b_scale_tensor.data_type.size, b.data_type.size, out.data_type.size, out.data_type.size]
