@@ -18,7 +18,8 @@ executions per recorded sequence, seconds per execution = median over rounds):
   torch_int_mm_Bcol      torch._int_mm alone (s8 x s8, int32 out)
   torch_f16       torch float16 x @ W (B row-major), a reference point
 Every `ours` row is first checked bitwise on sampled rows against numpy int64 (FAIL: timing void).
-TOPS = 2*M*N*K / s / 1e12; `torch/ours` > 1: ours faster. Then (unless --no-sweep) the quant case
+TOPS = 2*M*N*K / s / 1e12; GB/s of B = K*N bytes / s (the H100's HBM3 streams about 3000: a row near
+that is memory-bound); `torch/ours` > 1: ours faster. Then (unless --no-sweep) the quant case
 through alternative gemv configurations (ops/matmul_gemv.sweep_configs: WG, MT, NCOL x NL, KC), each
 checked, timed in interleaved rounds; `best` names the fastest per shape. SUMMARY is printed last.
 """
@@ -112,7 +113,7 @@ def run_shape(dev: kdml.Device, shape: tuple[int, int, int], rounds: int, sweep:
         if name in cases:
             c = cases[name]
             note = f"{c.op.variants[0]} spec {c.op.plans[0].spec}" + ("" if checks[name] else "  FAIL")
-        print(f"    {name:22s} {sec * 1e6:9.2f} us {ops / sec / 1e12:8.3f} TOPS  {note}")
+        print(f"    {name:22s} {sec * 1e6:9.2f} us {ops / sec / 1e12:8.3f} TOPS {k * n / sec / 1e9:8.1f} GB/s of B  {note}")
     ref = t.get("torch_int_mm+dequant")
     for peer in ("torch_int_mm+dequant", "torch_f16"):
         if peer in t:
