@@ -299,8 +299,9 @@ def test_dispatch(dev, monkeypatch):
 
     assert compile_matmul_integer(dev, desc(DT.INT16), kernel="wide").variants == ["mmw16_r4c4"]
     assert compile_matmul_integer(dev, desc(DT.UINT32), kernel="WIDE").variants == ["mmw32_r4c4"]
-    # 128x64 tiles where they make at least MIN_GROUPS work groups (16 x 8 here; 16 x 5 is too few), else 64x64
-    assert compile_matmul_integer(dev, desc(DT.INT16, 2048, 512), kernel="wide").variants == ["mmw16_r8c4"]
+    # 64x64 tiles (4x4 per invocation) at every size: the H100 sweep's choice; 8x4 when asked
+    assert compile_matmul_integer(dev, desc(DT.INT16, 2048, 512), kernel="wide").variants == ["mmw16_r4c4"]
+    assert compile_wide(dev, desc(DT.INT16, 2048, 512), block=(8, 4)).variants == ["mmw16_r8c4"]
     assert compile_matmul_integer(dev, desc(DT.INT32, 2048, 320), kernel="wide").variants == ["mmw32_r4c4"]
     assert compile_matmul_integer(dev, desc(DT.INT8), kernel="wide").variants == ["mmi_gpu_8"]
     assert compile_matmul_integer(dev, desc(DT.INT16), kernel="gpu").variants == ["mmi_gpu_16"]

@@ -39,17 +39,22 @@ if TYPE_CHECKING:
 D = DataType
 LOCAL = (16, 16)  # work-group size of every variant
 # outputs per invocation (rows, columns), by input width: the work-group tile is 16x that.
-# Both widths have the 4x4 and 8x4 variants; benchmarks/bench_wide.py --sweep times them.
-DEFAULT_BLOCK = {2: (8, 4), 4: (8, 4)}
+# Both widths have the 4x4 and 8x4 variants; benchmarks/bench_wide.py --sweep times them. On
+# the H100 (`bench_wide.py --sweep --rounds 3`) 4x4 won or tied everywhere: 32-bit 8x4 spills
+# its 96-bit accumulators (4096^3: 4x4 3991 GOPS, 8x4 663), 16-bit within 1% at 2048^3 and
+# 4096^3 (12.2-12.5 TOPS) and 4x4 ahead at 1024^3 (10.2 vs 9.5) and 512x384x1536 (6.8 vs 6.3).
+DEFAULT_BLOCK = {2: (4, 4), 4: (4, 4)}
 BLOCKS = ((4, 4), (8, 4))
 SMALL_BLOCK = (4, 4)  # where DEFAULT_BLOCK's tiles give fewer than MIN_GROUPS work groups
-MIN_GROUPS = 96  # (a first guess, as matmul_coop's candidate_configs, until the H100 sweep)
+MIN_GROUPS = 96  # (moot while DEFAULT_BLOCK is SMALL_BLOCK)
 # The "l" variants (64-bit integer multiply-adds) need this capability (the build records it
 # from their OpCapability Int64; the runtime refuses them on a device that did not enable it).
 # 32-bit inputs: two uint64 sums of (16-bit limb of A) * B, each < 2^48 per term, so K <= 2^16.
 INT64_CAPABILITY = "shader_int64"
 INT64_KMAX_32 = 1 << 16
-DEFAULT_INT64 = False  # the portable variants, until bench_wide.py measures the "l" ones faster
+# the portable variants: on the H100 the "l" ones ran 0.08x (16-bit) and 0.77x (32-bit) of them
+# (bench_wide.py: 4096^3 int16 978-1025 vs 12410 GOPS; int32 511 vs 663 at 8x4, 4x4 3991)
+DEFAULT_INT64 = False
 
 # matmul_int.comp's flag bits of word 11 (matmul_wide.comp reads the same words)
 F_A_SIGNED = 1 << 26
