@@ -269,3 +269,18 @@ def test_automatic_gpu_policy(dev, rng, monkeypatch):
     assert compile_matmul_integer(dev, _desc(DT.INT8, DT.INT8, 1, 64, 32), kernel="gpu").variants == ["mmi_gpu_8"]
     gemv_case((dev, gemv), rng, pair=(DT.UINT8, DT.INT8), M=3, K=333, N=65, a_layout="row", b_layout="row",
               a_zp="tensor", b_zp="col", b_q="col", bias="n")
+
+
+def test_default_fits_shared_memory(dev, monkeypatch):
+    """The default configuration shortens its chunks of A to the device's shared memory, and gives
+    the matrix to the other families (None) where even one group per chunk does not fit."""
+    from kompute_dml.ops.matmul_gemv import default_config, plan_gemv
+    desc = _desc(DT.UINT8, DT.INT8, 16, 4096, 64)
+    sg = int(dev.limits.get("subgroup_size") or 32)
+    full = default_config(16, sg, gpu=dev.device_type != "cpu")
+    for limit, fits in ((full.shared_bytes() - 1, True), (64, False)):
+        monkeypatch.setattr(dev, "limits", {**dev.limits, "max_compute_shared_memory_size": limit})
+        plan = plan_gemv(dev, desc)
+        assert (plan is not None) == fits
+        if plan is not None:
+            assert plan.spec[4] < full.kc and GemvConfig(*plan.spec).shared_bytes() <= limit

@@ -16,7 +16,7 @@ one 16-byte load per column per group of 16 k.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..dtypes import DataType
@@ -51,6 +51,7 @@ MAX_M = 64  # beyond this (forced kernel="gemv" only) B would be re-read for too
 MAX_MT = 16  # rows per work group: the accumulators' compile-time bound
 DOT_CAPABILITY = "integer_dot_product"
 ACC_REGISTERS = 64  # MT x NCOL int32 sums per invocation, kept in registers
+LOAD_REGISTERS = 64  # words of B in flight per invocation and chunk (GPU default): 4 k rows x NCOL bytes per group
 
 _F_A_SIGNED = 1 << 26
 _F_B_SIGNED = 1 << 27
@@ -119,13 +120,18 @@ def rows_per_group(m: int) -> int:
 
 def default_config(m: int, subgroup: int, ncol_max: int = 16, *, gpu: bool = True, col: bool = False) -> GemvConfig:
     """MT from M; NCOL as wide as ACC_REGISTERS and the layout allow (column-major B: at most 8, each
-    column one uvec4 per group); 32 columns per work group (128 work groups at N = 4096); 4 (GPU) or
-    2 (CPU) groups of 4 k rows per invocation and chunk (column-major: 2 or 1 of 16 k)."""
+    column one uvec4 per group); 32 columns per work group (128 work groups at N = 4096). Loads in
+    flight per invocation and chunk: on a GPU about LOAD_REGISTERS words (row-major: 16 / NCOL * 4
+    groups of 4 k rows, so narrow columns still keep 256 bytes in flight; column-major: 2 groups of
+    16 k), on a CPU 2 groups (1 column-major)."""
     mt = rows_per_group(m)
     ncol = min(8 if col else ncol_max, max(4, ACC_REGISTERS // mt))
     wg = 256 if gpu else 8 * subgroup
     nl = min(subgroup, max(1, 32 // ncol))
-    groups = (2 if gpu else 1) if col else (4 if gpu else 2)
+    if col:
+        groups = 2 if gpu else 1
+    else:
+        groups = LOAD_REGISTERS // ncol if gpu else 2
     return GemvConfig(wg, mt, ncol, nl, (16 if col else 4) * (wg // nl) * groups, col)
 
 
@@ -197,6 +203,11 @@ def plan_gemv(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, dot: bo
         raise UnsupportedError(f"a_tensor.sizes: at most 2^28-1 matrices and 2^26-1 channels, got {nb} x {nc}")
     sg = subgroup_size(device)
     cfg = config or default_config(m, sg, ncol_max or 16, gpu=device.device_type != "cpu", col=col)
+    if config is None:  # the default: shorter chunks of A where shared memory is short, else other families
+        while cfg.problems(sg, device.limits) and cfg.kc % 2 == 0 and cfg.kc // 2 >= cfg.group_k * (cfg.wg // cfg.nl):
+            cfg = replace(cfg, kc=cfg.kc // 2)
+        if cfg.problems(sg, device.limits):
+            return None
     problems = cfg.problems(sg, device.limits)
     if cfg.col != col:
         problems.append(f"B is {'k' if col else 'n'}-contiguous: the configuration needs col={col}")
