@@ -284,3 +284,17 @@ def test_default_fits_shared_memory(dev, monkeypatch):
         assert (plan is not None) == fits
         if plan is not None:
             assert plan.spec[4] < full.kc and GemvConfig(*plan.spec).shared_bytes() <= limit
+
+
+@pytest.mark.slow  # GPU-sized work groups and chunks: long pipeline compiles on lavapipe
+@pytest.mark.parametrize("col", [False, True], ids=["Brow", "Bcol"])
+@pytest.mark.parametrize("m", [1, 8, 16])
+def test_gpu_defaults(gdev, rng, monkeypatch, m, col):
+    """The GPU default configurations (for a subgroup of 8 here; chunks halved to fit the device's
+    shared memory, as plan_gemv does) over several chunks, exactly."""
+    from kompute_dml.ops.matmul_gemv import default_config
+    config = default_config(m, 8, gpu=True, col=col)
+    while config.problems(8, gdev[0].limits) and config.kc > config.group_k * config.wg // config.nl:
+        config = dataclasses.replace(config, kc=config.kc // 2)
+    gemv_case(gdev, rng, config, monkeypatch, pair=(DT.UINT8, DT.INT8), M=m, K=2 * config.kc + 37, N=70,
+              a_layout="row", b_layout="col" if col else "row", a_zp="row", b_zp="col", b_q="col", bias="n")
