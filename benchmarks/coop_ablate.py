@@ -24,7 +24,8 @@ gemm and quantized (the `ours_quant_Brow` case), and torch._int_mm (B column-maj
 `bench_coop.py --staging` (`staging` below): the staging options of TileConfig (kompute_dml/ops/
 matmul_coop.py) against the dispatcher's default in the same interleaved rounds, each checked on
 sampled rows first: `stmap` (conflict-free 16-byte shared stores), `lean` (signedness and sums
-fixed in the pipeline: no XOR for signed operands, no sum code without zero points), one shared
+fixed in the pipeline: no XOR for signed operands, no sum code without zero points), `cb_mma`
+(B's column sums by MMAs with a ones fragment instead of summing the shared tiles), one shared
 stage with BK 128 (`stages=1`: two barriers per 128 k), larger subgroup blocks and work-group
 tiles; on s8 gemm with B column-major (8192^3, 4096^3) against torch._int_mm, and on the quantized
 case (u8 A with a zero point, B row-major transposed `Br` or kept `Bn`, column scales, bias) against
@@ -132,6 +133,8 @@ def staging_entries(m: int, k: int, n: int, quant: bool) -> list[tuple[str, Tile
             out += [(f"B{b_rows} stmap", replace(c, stmap=True)), (f"B{b_rows} lean", replace(c, lean=True)),
                     (f"B{b_rows} lean stmap", replace(c, lean=True, stmap=True))]
         out.insert(1, ("Bn", replace(base, b_rows="n")))
+        out += [(f"B{b_rows} lean cb_mma{' stmap' * st}", replace(base, b_rows=b_rows, lean=True, cb_mma=True, stmap=st))
+                for b_rows in ("r", "n") for st in (False, True)]
         if base.bk == 64:
             out.append(("Bn BK128 1 stage lean", replace(base, b_rows="n", bk=128, stages=1, lean=True)))
         return out

@@ -61,9 +61,8 @@
 // @variant mmc8d_gg  MMA=2 AL=0 BL=0
 // `_rc` for bench_coop.py --ablate, never dispatched: ABL=1 no global loads, 2 no fragment loads, 3
 // neither nor MMAs, 4 no epilogue (all wrong by design); exact: 5 the old epilogue loop, PIPE=1 the
-// old global -> shared pipeline (loads consumed as issued: matmul_coop_load.glsl), PIPE=3 global
-// loads two steps ahead in two register sets (the default, PIPE=2, one step ahead), FAST=0 the
-// staging before the interior fast path (every chunk bounds-checked, addresses per load).
+// old global -> shared pipeline (matmul_coop_load.glsl), PIPE=3 loads two steps ahead in two register
+// sets (default PIPE=2: one step), FAST=0 the staging before the interior fast path.
 // @variant mmc8a1_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=1
 // @variant mmc8a2_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=2
 // @variant mmc8a3_rc  TARGET=vulkan1.2 AL=1 BL=1 ABL=3
@@ -105,6 +104,7 @@ layout(constant_id = 7) const uint GROUP_M = 8;   // tile rows walked together (
 layout(constant_id = 8) const uint STAGES = 2;    // shared-memory stages: 2 or 1
 layout(constant_id = 9) const uint KFLAGS = 0u;   // bit 31 set: the F_* flags, fixed at pipeline creation
 layout(constant_id = 10) const uint STMAP = 0u;   // 1: conflict-free staging map (coop_tid)
+layout(constant_id = 11) const uint CBMMA = 0u;   // 1: B's column sums by the MMAs (ones x B), not sum_b
 
 const uint FM = WM / 16u, FN = WN / 16u;          // accumulators per subgroup: FM x FN
 const uint SGM = BM / WM;                         // subgroups along M
@@ -181,8 +181,7 @@ uint matrix_count() {
          | ((pc.w[13] >> 28) << 16) | ((pc.w[14] >> 28) << 20) | ((pc.w[15] >> 28) << 24);
 }
 
-// ---- operand staging (shaders/matmul_coop_load.glsl, once per operand; it #undefs the LD_*; its
-// functions and registers are named <name>_a, <name>_b: load_a, store_a, regs_a, ...) -------------
+// ---- operand staging (matmul_coop_load.glsl once per operand: load_a, store_a, ..., load_b, ...) ---
 #define LD_MODE AL
 #define LD_OP a
 #define LD_TMN BM
@@ -229,6 +228,8 @@ void main() {
     const uint a_xe = ((flags & F_A_SIGNED) != 0u) ? 0u : 0x80u;   // unsigned -> signed byte
     const uint b_xe = ((flags & F_B_SIGNED) != 0u) ? 0u : 0x80u;
     const bool need_ra = (flags & F_SUM_A) != 0u, need_cb = (flags & F_SUM_B) != 0u;
+    const bool cb_mma = CBMMA != 0u && need_cb;   // a subgroup's kk share: kk % SGM == its M index
+    const bool cb_split = (BK / 32u) % SGM == 0u;   // (else the subgroups of M index 0 take every kk)
 
     // tile of this work group: matrices outermost, then groups of GROUP_M tile rows walked
     // column by column so that neighbouring work groups share A rows and B columns in L2
@@ -252,11 +253,13 @@ void main() {
 
     for (uint i = tid; i < BM; i += WG) sumA[i] = 0;
     for (uint i = tid; i < BN; i += WG) sumB[i] = 0;
-    [[unroll]] for (uint i = 0u; i < part_a.length(); ++i) part_a[i] = 0;
+    [[unroll]] for (uint i = 0u; i < part_a.length(); ++i) part_a[i] = 0;   // (row-sum partials)
     [[unroll]] for (uint i = 0u; i < part_b.length(); ++i) part_b[i] = 0;
 
     ACC_TYPE acc[FM * FN];
+    ACC_TYPE cbacc[FN];   // ones x B: every row the column sums (CBMMA)
     [[unroll]] for (uint i = 0u; i < FM * FN; ++i) acc[i] = ACC_ZERO;
+    [[unroll]] for (uint j = 0u; j < FN; ++j) cbacc[j] = ACC_ZERO;
 
     const uint steps = (K + BK - 1u) / BK;
     setup_a(a_base, P_A_SM, P_A_SK, m0);   // the fast path's per-invocation offsets, once
@@ -289,7 +292,7 @@ void main() {
         if (more) LOAD_STEP(0u, s + 1u)
 #endif
         if (need_ra) sum_a(a_tile);
-        if (need_cb) sum_b(b_tile);
+        if (need_cb && !cb_mma) sum_b(b_tile);
 #if ABL == 2
         [[unroll]] for (uint kk = 0u; kk < BK / 32u; ++kk)
             [[unroll]] for (uint j = 0u; j < FN; ++j)
@@ -307,6 +310,7 @@ void main() {
                 LOAD_B(fb, b_tile + (wn0 + 16u * j) * KS + 2u * kk, KS, LAYOUT_COL);
 #endif
                 [[unroll]] for (uint i = 0u; i < FM; ++i) acc[i * FN + j] = MULADD(fa[i], fb, acc[i * FN + j]);
+                if (cb_mma && (cb_split ? kk % SGM == sg % SGM : sg % SGM == 0u)) cbacc[j] = ONES_MULADD(fb, cbacc[j]);
             }
         }
 #endif
@@ -319,8 +323,21 @@ void main() {
         barrier();
     }
     if (need_ra) flush_a();
-    if (need_cb) flush_b();
+    if (need_cb && !cb_mma) flush_b();
     barrier();   // sums complete; the tiles are free for the accumulator staging
+    const uint lane = gl_SubgroupInvocationID, stage = sg * 64u;   // this subgroup's 16 x 16 int32 staging
+    if (cb_mma) {   // row 0 of each cbacc: this subgroup's part of CB for its columns
+        [[unroll]] for (uint j = 0u; j < FN; ++j) {
+            STORE_ACC(cbacc[j], stage, 4u);
+            subgroupMemoryBarrierShared(); subgroupBarrier();
+            [[unroll]] for (uint t = 0u; t < (16u + SG - 1u) / SG; ++t) {
+                const uint c = lane + t * SG;
+                if (c < 16u) atomicAdd(sumB[wn0 + 16u * j + c], int(smem[stage + (c >> 2u)][c & 3u]));
+            }
+            subgroupBarrier();
+        }
+        barrier();
+    }
 
 #if ABL == 4   // no epilogue: the int32 sums of whole 16 x 16 blocks stored as they are
     [[unroll]] for (uint i = 0u; i < FM; ++i) [[unroll]] for (uint j = 0u; j < FN; ++j) {
@@ -332,16 +349,13 @@ void main() {
     // ---- epilogue: each accumulator through this subgroup's 16 x 16 staging, two columns per step.
     // Tensor cores: the pair loop has a fixed trip count, unrolled (a runtime loop inside may keep
     // the accumulator loops rolled, and one accumulator indexed at run time puts all in local memory)
-    const uint lane = gl_SubgroupInvocationID;
-    const uint stage = sg * 64u;   // 16 rows x 4 uvec4
     const uint o_base = P_OUT_OFF + bi * P_O_SB + ci * P_O_SC;
     const uint bias_base = P_BIAS_OFF + bi * P_BI_SB + ci * P_BI_SC;
     const uint o_sn = P_O_SN;
     [[unroll]] for (uint i = 0u; i < FM; ++i) {
         [[unroll]] for (uint j = 0u; j < FN; ++j) {
             STORE_ACC(acc[i * FN + j], stage, 4u);
-            subgroupMemoryBarrierShared();
-            subgroupBarrier();
+            subgroupMemoryBarrierShared(); subgroupBarrier();
 #if MMA == 0 && ABL != 5
             [[unroll]] for (uint t = 0u; t < 128u / SG; ++t) {
                 const uint p = lane + t * SG;

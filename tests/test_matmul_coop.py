@@ -213,14 +213,18 @@ def test_tiles_not_multiples(dev, rng, family, config, mkn):
 
 # the staging options of TileConfig (timed by bench_coop.py --staging): one shared stage (two
 # barriers per step), signedness and sums folded into the pipeline (lean), the conflict-free
-# shared-store map (stmap: a permutation of the k-contiguous chunks among the invocations)
+# shared-store map (stmap: a permutation of the k-contiguous chunks among the invocations), B's
+# column sums by MMAs with ones (cb_mma: kk split over the subgroups along M, or all in the first)
 STAGING = [TileConfig(64, 64, 64, 32, 16, stmap=True), TileConfig(64, 64, 32, 32, 16, lean=True, stmap=True),
            TileConfig(64, 64, 128, 32, 16, stages=1, lean=True, stmap=True),
-           TileConfig(64, 32, 64, 16, 32, b_rows="n", stages=1, lean=True)]
+           TileConfig(64, 32, 64, 16, 32, b_rows="n", stages=1, lean=True),
+           TileConfig(64, 64, 64, 32, 16, lean=True, cb_mma=True),
+           TileConfig(64, 32, 64, 16, 32, b_rows="n", cb_mma=True),
+           TileConfig(64, 64, 128, 32, 16, stages=1, cb_mma=True, stmap=True)]
 
 
 @pytest.mark.parametrize("config", STAGING, ids=lambda c: f"{c.bm}x{c.bn}x{c.bk}_s{c.stages}{'_lean' * c.lean}"
-                         f"{'_stmap' * c.stmap}_{c.b_rows}")
+                         f"{'_stmap' * c.stmap}{'_cbmma' * c.cb_mma}_{c.b_rows}")
 def test_staging_options(dev, rng, family, config):
     """Interior tiles (the fast path) and edge tiles over several K steps, for each flag set a
     lean pipeline folds: signedness pairs, zero points on either side, FLOAT16 output."""

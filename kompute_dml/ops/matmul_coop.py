@@ -21,8 +21,8 @@ shifts and multiplies (no device feature: how the tests run the whole kernel on 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from ..dtypes import DataType
 from ..errors import UnsupportedError
@@ -86,7 +86,9 @@ class TileConfig:
     stages (2: one barrier per step; 1: two, for a BK whose two stages would not fit); `lean`:
     signedness, sums and output type fixed at pipeline creation (KFLAGS: no sign-flip XOR for
     signed operands, no sum code where no zero point needs it; one pipeline per flag set);
-    `stmap`: the conflict-free shared-store map of k-contiguous operands (coop_tid)."""
+    `stmap`: the conflict-free shared-store map of k-contiguous operands (coop_tid); `cb_mma`:
+    B's column sums (A's zero point) by extra MMAs of a ones fragment with the B fragments,
+    spread over the subgroups along M, in place of summing the shared tiles every step."""
 
     bm: int
     bn: int
@@ -98,15 +100,16 @@ class TileConfig:
     stages: int = 2
     lean: bool = False
     stmap: bool = False
+    cb_mma: bool = False
 
     def subgroups(self) -> int:
         return (self.bm // self.wm) * (self.bn // self.wn)
 
     def spec(self, subgroup_size: int, flags: int = 0) -> tuple[int, ...]:
-        """constant_id 0..10 of matmul_coop.comp (0 is also local_size_x_id); `flags`: the
+        """constant_id 0..11 of matmul_coop.comp (0 is also local_size_x_id); `flags`: the
         push word's F_* bits, fixed in the pipeline where `lean`."""
         return (self.subgroups() * subgroup_size, self.bm, self.bn, self.bk, self.wm, self.wn, subgroup_size,
-                self.group_m, self.stages, (flags | _F_KNOWN) if self.lean else 0, int(self.stmap))
+                self.group_m, self.stages, (flags | _F_KNOWN) if self.lean else 0, int(self.stmap), int(self.cb_mma))
 
     def tile_uvec4(self, b_mode: int) -> int:
         """uvec4 of one shared stage of A and B."""
@@ -157,6 +160,9 @@ MEDIUM = TileConfig(64, 64, 64, 32, 32)
 NARROW = TileConfig(32, 64, 64, 32, 16)
 DECODE = TileConfig(16, 32, 128, 16, 16)
 TARGET_TILES = 96  # work groups wanted in flight (an H100 has 132 SMs)
+# TileConfig fields set on every default tile: the staging options that bench_coop.py --staging
+# measures against the default (e.g. {"lean": True, "stmap": True, "b_rows": "n"}); none yet
+DEFAULT_OPTIONS: dict[str, Any] = {}
 
 
 def candidate_configs(m: int, n: int, t: int) -> list[TileConfig]:
@@ -164,12 +170,12 @@ def candidate_configs(m: int, n: int, t: int) -> list[TileConfig]:
     first (M <= 16, decoding: the thin one), then the smaller ones (for devices where it does
     not fit)."""
     if m <= 16:
-        return [DECODE, NARROW]
-    order = [LARGE, MEDIUM, NARROW]
-    for i, cfg in enumerate(order):
-        if cdiv(m, cfg.bm) * cdiv(n, cfg.bn) * t >= TARGET_TILES:
-            return order[i:]
-    return [NARROW, DECODE]
+        order = [DECODE, NARROW]
+    else:
+        order = [LARGE, MEDIUM, NARROW]
+        fits = [i for i, cfg in enumerate(order) if cdiv(m, cfg.bm) * cdiv(n, cfg.bn) * t >= TARGET_TILES]
+        order = order[fits[0]:] if fits else [NARROW, DECODE]
+    return [replace(cfg, **DEFAULT_OPTIONS) for cfg in order]
 
 
 def subgroup_size(device: Device) -> int:
