@@ -21,7 +21,15 @@ from test_matmul_coop import PAIR_IDS, PAIRS, matrix_strides, run_case
 
 import kompute_dml as kdml
 from kompute_dml.ops.matmul_coop import KMAX
-from kompute_dml.ops.matmul_gemv import MAX_M, SMALL_M, GemvConfig, compile_gemv, sweep_configs
+from kompute_dml.ops.matmul_gemv import (
+    GPU_ROW_CONFIG_TILED,
+    GPU_ROW_CONFIGS,
+    MAX_M,
+    SMALL_M,
+    GemvConfig,
+    compile_gemv,
+    sweep_configs,
+)
 from kompute_dml.ops.matmul_integer import KERNEL_ENV, compile_matmul_integer
 from kompute_dml.shaders import required_capabilities
 
@@ -177,6 +185,18 @@ def test_sweep_configs_run(gdev, rng, monkeypatch, gpu):
     for config in sweep_configs(1, 8, gpu=gpu):
         gemv_case(gdev, rng, config, monkeypatch, pair=(DT.UINT8, DT.INT8), M=1, K=700, N=40, a_layout="row",
                   b_layout="row", a_zp="tensor", b_q="col", bias="n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mt", [*GPU_ROW_CONFIGS, "tiled"])
+def test_gpu_default_configs(gdev, rng, monkeypatch, mt):
+    """The measured GPU defaults (GPU_ROW_CONFIGS, B row-major), exact wherever they can run: on
+    lavapipe (subgroup 8) all but the tiled one, whose 16 lanes along N need a subgroup of 16."""
+    ncol, nl, kc = GPU_ROW_CONFIG_TILED if mt == "tiled" else GPU_ROW_CONFIGS[mt]
+    config = GemvConfig(256, 16 if mt == "tiled" else mt, ncol, nl, kc)
+    for M, K, N in [(config.mt * (2 if mt == "tiled" else 1), 2 * kc + 37, 70), (1, 5, 3)]:
+        gemv_case(gdev, rng, config, monkeypatch, pair=PAIRS[int(rng.integers(0, 4))], M=M, K=K, N=N,
+                  a_layout="row", b_layout="row", a_zp="row", b_zp="col", a_q="row", b_q="col", bias="n")
 
 
 def test_impossible_config_refused(dev):

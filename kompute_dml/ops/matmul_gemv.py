@@ -44,14 +44,22 @@ from .matmul_coop import KMAX, subgroup_size
 if TYPE_CHECKING:
     from ..device import Device
 
-# Automatic GPU families hand matrices of at most SMALL_M rows to this family (ops/matmul_integer.py);
-# a first guess until benchmarks/bench_decode.py's H100 run sets the policy.
-SMALL_M = 16
+# Automatic GPU families hand matrices of at most SMALL_M rows to this family (ops/matmul_integer.py).
+# H100, benchmarks/bench_decode.py --rounds 5 (quantized, K = N = 4096): gemv 16.3 / 18.6 / 22.3 /
+# 25.2 / 35.5 us at M = 1 / 2 / 4 / 8 / 16 against coopmat's 46.8 / 47.2 / 46.5 / 43.6 / 38.8; at M = 32
+# its best configuration (GPU_ROW_CONFIGS) took 44.1 us against coopmat's 68.1.
+SMALL_M = 32
 MAX_M = 64  # beyond this (forced kernel="gemv" only) B would be re-read for too many row tiles
 MAX_MT = 16  # rows per work group: the accumulators' compile-time bound
 DOT_CAPABILITY = "integer_dot_product"
 ACC_REGISTERS = 64  # MT x NCOL int32 sums per invocation, kept in registers
 LOAD_REGISTERS = 64  # words of B in flight per invocation and chunk (GPU default): 4 k rows x NCOL bytes per group
+
+# B row-major on a GPU, 256 invocations: (NCOL, NL, KC) per MT, the fastest of the H100 sweep
+# (bench_decode.py; gain over the first defaults: 1.12x at M = 1, 1.10x at 2, 1.24x at 4, 1.05x at
+# 8 and 16, 1.45x at 32, which takes two row tiles of 16: GPU_ROW_CONFIG_TILED)
+GPU_ROW_CONFIGS = {1: (8, 4, 1024), 2: (8, 4, 1024), 4: (8, 4, 1024), 8: (4, 8, 512), 16: (4, 8, 256)}
+GPU_ROW_CONFIG_TILED = (4, 16, 256)
 
 _F_A_SIGNED = 1 << 26
 _F_B_SIGNED = 1 << 27
@@ -125,6 +133,9 @@ def default_config(m: int, subgroup: int, ncol_max: int = 16, *, gpu: bool = Tru
     groups of 4 k rows, so narrow columns still keep 256 bytes in flight; column-major: 2 groups of
     16 k), on a CPU 2 groups (1 column-major)."""
     mt = rows_per_group(m)
+    if gpu and not col and ncol_max >= 8 and subgroup % 16 == 0:
+        ncol, nl, kc = GPU_ROW_CONFIGS[mt] if m <= 16 else GPU_ROW_CONFIG_TILED
+        return GemvConfig(256, mt, ncol, nl, kc, col)
     ncol = min(8 if col else ncol_max, max(4, ACC_REGISTERS // mt))
     wg = 256 if gpu else 8 * subgroup
     nl = min(subgroup, max(1, 32 // ncol))
