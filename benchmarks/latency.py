@@ -18,6 +18,9 @@ tensors every time (so every call after the first replays a cached kp sequence):
   evaluated directly (what the eager call submits: its GPU work plus kp's submission and
   wait), and eager - that sequence: the Python path exactly.
 
+--ops: eager latency of other small operators (64x64 DIAGONAL_MATRIX, 64x64 DIAGONAL_MATRIX1
+with input (triu), 16x64x64 int8 MATRIX_MULTIPLY_INTEGER_TO_FLOAT), each compiled once.
+
 --sizes: eager latency of packed FLOAT32 identities from 16 KiB to 16 MiB, through shaders
 and through transfer commands (two Devices, alternating), to place the policy's size below
 which a GPU copies by transfer commands (DevicePolicy.transfer_below).
@@ -41,9 +44,11 @@ ACCESS_ALL = 0x20 | 0x40 | 0x800 | 0x1000  # shader read/write, transfer read/wr
 STAGES_ALL = 0x800 | 0x1000  # compute shader, transfer
 
 
-def _eager(op: object, x: kdml.Tensor, y: kdml.Tensor, repeats: int) -> list[float]:
+def _eager(op: object, x: object, y: object, repeats: int) -> list[float]:
+    """Median-ready us of `repeats` eager executions; x, y: a tensor each, or the lists."""
     run = op.execute  # type: ignore[attr-defined]
-    ins, outs = [x], [y]
+    ins = x if isinstance(x, list) else [x]
+    outs = y if isinstance(y, list) else [y]
     for _ in range(50):
         run(ins, outs)
     times = []
@@ -163,6 +168,29 @@ def _floors(device_index: int, repeats: int, nbytes: int) -> tuple[list[float], 
         mgr.destroy()
 
 
+def _small_ops(dev: kdml.Device, repeats: int) -> None:
+    td, dt = kdml.TensorDesc, kdml.DataType
+    f32 = td(dt.FLOAT32, (64, 64))
+    rng = np.random.default_rng(1)
+    x = dev.tensor(rng.standard_normal((64, 64)).astype(np.float32))
+    y = dev.empty(f32)
+    cases = {
+        "DIAGONAL_MATRIX 64x64": (kdml.DiagonalMatrixDesc(f32, 1, 2.0), [], [y]),
+        "DIAGONAL_MATRIX1 64x64 triu": (kdml.DiagonalMatrix1Desc(f32, f32, dt.FLOAT32, 0.0, -(1 << 31), 0), [x], [y]),
+    }
+    a8, b8, q = td(dt.INT8, (16, 64)), td(dt.INT8, (64, 64)), td(dt.FLOAT32, (1,))
+    a = dev.tensor(rng.integers(-128, 128, (16, 64), dtype=np.int8))
+    b = dev.tensor(rng.integers(-128, 128, (64, 64), dtype=np.int8))
+    s = dev.tensor(np.ones(1, np.float32))
+    cases["MATMUL_INTEGER_TO_FLOAT 16x64x64 int8"] = (
+        kdml.MatrixMultiplyIntegerToFloatDesc(a8, q, None, b8, q, None, None, td(dt.FLOAT32, (16, 64))),
+        [a, s, None, b, s, None, None], [dev.empty(td(dt.FLOAT32, (16, 64)))])
+    for name, (desc, ins, outs) in cases.items():
+        op = dev.compile(desc)
+        times = _eager(op, ins, outs, repeats)  # type: ignore[arg-type]
+        print(f"eager {name}: median {statistics.median(times):.2f} us ({', '.join(op.variants)})")
+
+
 def _sizes(device_index: int, repeats: int) -> None:
     devs = {"shaders": kdml.Device(device_index, transfer_commands=False),
             "transfer": kdml.Device(device_index, transfer_commands=True)}
@@ -195,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shader-only", action="store_true", help="Device(transfer_commands=False)")
     p.add_argument("--repeats", type=int, default=5000)
     p.add_argument("--sizes", action="store_true", help="shaders vs transfer commands by size")
+    p.add_argument("--ops", action="store_true", help="also other small operators, eager")
     p.add_argument("--sequences", action="store_true", help="the op's kp sequence taken apart (barrier, dispatch, copy)")
     args = p.parse_args(argv)
     if args.sizes:
@@ -213,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             bind_us, seq_us = _breakdown(op, x, y, args.repeats)
             if args.sequences:
                 _sequences(op, x, y, args.repeats)
+            if args.ops:
+                _small_ops(dev, args.repeats)
         finally:
             gc.enable()
         assert np.array_equal(y.numpy(), x.numpy())
