@@ -110,6 +110,11 @@ ROWS_PUSH: Push = (
     ("packed", 1), ("in_xs", 1), ("rows_m1", 1), ("ub", 1), ("ue", 1), ("normal", 1), ("val_lo", 1),
     ("val_hi", 1), ("size", 3), ("magic", 3), ("out_stride", 3), ("in_stride", 3),
 )
+FLAT_PUSH: Push = (
+    ("out_off", 1), ("in_off", 1), ("ngroups", 1), ("total", 1), ("cover", 1), ("cols", 1), ("rows", 1),
+    ("cols_magic", 1), ("rows_magic", 1), ("shifts", 1), ("rows_m1", 1), ("ub", 1), ("ue", 1), ("normal", 1),
+    ("val_lo", 1), ("val_hi", 1),
+)
 # matmul_int.comp and matmul_coop.comp index one array (P_* macros name the words; see their headers)
 MATMUL_PUSH: Push = (("w", 32),)
 
@@ -125,6 +130,9 @@ DIAG_IN = family("diag_in", "diagonal.comp", "diag_in_b{bits}", DIAG_PUSH, _L256
 DIAG_BAND = family("diag_band", "diag_band.comp", "diag_band_b{bits}", BAND_PUSH, (64, 1, 1), bits=BITS)
 ROWS_DIAG = family("rows_diag", "mem_rows.comp", "rows_diag_b{bits}", ROWS_PUSH, _L256, bits=BITS)
 ROWS_DIAG_IN = family("rows_diag_in", "mem_rows.comp", "rows_diag_in_b{bits}", ROWS_PUSH, _L256, bits=BITS)
+# packed outputs as one range of 16-byte chunks (ops/gpu_flat.py): rows off the 16-byte grid
+FLAT_DIAG = family("flat_diag", "mem_flat.comp", "flat_diag_b{bits}", FLAT_PUSH, _L256, bits=BITS)
+FLAT_DIAG_IN = family("flat_diag_in", "mem_flat.comp", "flat_diag_in_b{bits}", FLAT_PUSH, _L256, bits=BITS)
 MMI_TEXEL = family("mmi_texel", "matmul_int.comp", "mmi_cpu_t{bits}{store}{bias}", MATMUL_PUSH, (8, 1, 1),
                    bits=(8,), store=("", "s", "h"), bias=("", "_nb", "_bn"))
 MMI_PACKED = family("mmi_packed", "matmul_int.comp", "mmi_cpu_p{bits}{vec}{rows}", MATMUL_PUSH, (8, 1, 1),
@@ -145,7 +153,7 @@ MMG = family("mmg", "matmul_gemv.comp", "mmg8{dot}_{b}", MATMUL_PUSH, None, dot=
 
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
-    ROWS_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMC_ABLATION, MMW, MMG,
+    ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMC_ABLATION, MMW, MMG,
 )
 
 

@@ -36,6 +36,7 @@ from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .diagonal_transfer import plan_diagonal_transfer
+from .gpu_flat import plan_diagonal_flat
 from .gpu_memory import plan_diagonal_gpu
 from .spec import OnnxOp, OperatorSpec
 
@@ -278,7 +279,11 @@ def _plan(
         if plans is not None:
             return plans
     if device.policy.memory_kernel == "gpu":
-        gpu = plan_diagonal_gpu(out, inp, begin, end, bits, out_index, _max_groups(device))
+        # Packed rows off the 16-byte grid: one range of whole chunks (flat) instead of rows
+        # with partial chunks at both ends; rows on the grid and strided layouts: rows_diag.
+        gpu = plan_diagonal_flat(out, inp, begin, end, bits, out_index, _max_groups(device))
+        if gpu is None:
+            gpu = plan_diagonal_gpu(out, inp, begin, end, bits, out_index, _max_groups(device))
         if gpu is not None:
             return list(gpu)
     return list(plan_diagonal(out, inp, begin, end, bits, out_index, _max_groups(device)))
@@ -341,9 +346,10 @@ __all__ = [
 # ---- specs (kompute_dml/ops/spec.py) ------------------------------------------------------
 _C = contract
 SPECS = (
-    OperatorSpec(DiagonalMatrixDesc, DIAGONAL_MATRIX, compile_diagonal_matrix, (_C.DIAG, _C.DIAG_BAND, _C.ROWS_DIAG),
+    OperatorSpec(DiagonalMatrixDesc, DIAGONAL_MATRIX, compile_diagonal_matrix,
+                 (_C.DIAG, _C.DIAG_BAND, _C.ROWS_DIAG, _C.FLAT_DIAG),
                  helpers=("diagonal_matrix", "eye_like"), onnx=(OnnxOp("EyeLike", "", "eye_like"),)),
     OperatorSpec(DiagonalMatrix1Desc, DIAGONAL_MATRIX1, compile_diagonal_matrix1,
-                 (_C.DIAG, _C.DIAG_IN, _C.DIAG_BAND, _C.ROWS_DIAG, _C.ROWS_DIAG_IN),
+                 (_C.DIAG, _C.DIAG_IN, _C.DIAG_BAND, _C.ROWS_DIAG, _C.ROWS_DIAG_IN, _C.FLAT_DIAG, _C.FLAT_DIAG_IN),
                  helpers=("diagonal_matrix1", "triu", "tril"), onnx=(OnnxOp("Trilu", "", "triu"),)),
 )

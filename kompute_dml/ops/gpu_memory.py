@@ -98,7 +98,7 @@ def plan_rows(
     magics = [div_magic(spans)] + [div_magic(d[0]) for d in outer]
     packed = sum(sh << (6 * i) for i, (_, sh) in enumerate(magics)) | ypos << 24 | (tpr.bit_length() - 1) << 26
     rows_m1, ub, ue, normal, value = band
-    lo, hi = _splat(value, width)
+    lo, hi = splat_value(value, width)
     push = (
         0, 0, ngroups, cols, nrows, spans, magics[0][0], packed, in_xs & 0xFFFFFFFF, rows_m1, ub, ue, normal, lo, hi,
         *[d[0] for d in outer], *[m for m, _ in magics[1:]], *[d[1] for d in outer], *[d[2] & 0xFFFFFFFF for d in outer],
@@ -109,7 +109,7 @@ def plan_rows(
     )
 
 
-def _splat(value: int, width: int) -> tuple[int, int]:
+def splat_value(value: int, width: int) -> tuple[int, int]:
     """Value's bit pattern as the words of a chunk: repeated over a word for 8/16 bits."""
     if width == 1:
         return (value & 0xFF) * 0x01010101, 0
