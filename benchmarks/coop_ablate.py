@@ -142,11 +142,11 @@ def staging_entries(m: int, k: int, n: int, quant: bool) -> list[tuple[str, Tile
     out += [("stmap", replace(c, stmap=True)), ("lean", replace(c, lean=True)),
             ("lean stmap", replace(c, lean=True, stmap=True)),
             ("BK128 1 stage", replace(c, bk=128, stages=1)), ("BK128 1 stage lean", replace(c, bk=128, stages=1, lean=True)),
-            ("w64x64 (4 subgroups) lean stmap", replace(c, wn=64, lean=True, stmap=True)),
+            ("128x128x64 w64x64 (4 subgroups) lean stmap", TileConfig(128, 128, 64, 64, 64, lean=True, stmap=True)),
             ("128x256x32 w64x64 lean stmap", TileConfig(128, 256, 32, 64, 64, lean=True, stmap=True)),
             ("128x256x64 w64x64 1 stage lean stmap", TileConfig(128, 256, 64, 64, 64, stages=1, lean=True, stmap=True)),
             ("256x128x64 w64x64 1 stage lean stmap", TileConfig(256, 128, 64, 64, 64, stages=1, lean=True, stmap=True)),
-            ("128x128x64 w32x32 (16 subgroups) lean stmap", replace(c, wm=32, wn=32, lean=True, stmap=True))]
+            ("128x128x64 w32x32 (16 subgroups) lean stmap", TileConfig(128, 128, 64, 32, 32, lean=True, stmap=True))]
     return out
 
 
@@ -164,6 +164,8 @@ def staging(dev: Any, rounds: int, rng: np.random.Generator, ours: Any, time_int
         ops = 2.0 * m * n * k
         a, b = random_inputs(rng, m, k, n, np.uint8 if quant else np.int8)
         sample = np.unique(np.linspace(0, m - 1, 4).astype(int))
+        what = "quant u8 A+zp, B row-major, col scales, bias" if quant else "gemm s8, B column-major"
+        print(f"  {m}x{k}x{n} {what}:")
         uploads: dict[Any, Any] = {}
         cases: dict[str, Any] = {}
         checks: dict[str, bool] = {}
@@ -183,8 +185,6 @@ def staging(dev: Any, rounds: int, rng: np.random.Generator, ours: Any, time_int
         if peer in peers:
             makes[peer] = peers[peer]
         t = time_interleaved(makes, rounds)
-        what = "quant u8 A+zp, B row-major, col scales, bias" if quant else "gemm s8, B column-major"
-        print(f"  {m}x{k}x{n} {what}:")
         for name, sec in t.items():
             c = cases.get(name)
             note = "" if c is None else (f"{c.op.variants[0]} {cfg_name(configs[name]) if configs[name] else 'dispatcher'} "
