@@ -17,6 +17,8 @@ the two-kernel equivalents named in the row) and ours once per variant choice:
   gpu | cpu    shaders only, DevicePolicy.memory_kernel forced to that family
   transfer     transfer commands where they apply, the device's family elsewhere
   gpu:vecs=N   the gpu family with N 16-byte chunks per invocation (default 4)
+  gpu:rows     the gpu family without the flat diagonal plan (rows_diag_* where flat_diag_*
+               would run: packed rows off the 16-byte grid)
 Ours runs N executions in one `with dev.record() as rec:`; the clock starts after the
 executes are recorded, so it times the submission and the GPU work. torch runs N launches,
 then synchronizes. A sample is the slope (t(N) - t(1)) / (N - 1): one submission's or
@@ -43,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import kompute_dml as kdml
-from kompute_dml.ops import gpu_memory
+from kompute_dml.ops import gpu_flat, gpu_memory
 
 DT = kdml.DataType
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
@@ -94,6 +96,10 @@ def rows(small: bool) -> list[Row]:
         # rows at every 16-byte phase: partial chunks at both ends of each row
         Row(f"DIAGONAL_MATRIX int8 {c - 1}^2", "diag", DT.INT8, (c - 1, c - 1), k=0, torch_note="eye(out=)"),
         Row(f"DIAGONAL_MATRIX int16 {c}^2", "diag", DT.INT16, (c, c), k=0, torch_note="eye(out=)"),
+        # packed rows off the 16-byte grid take the flat plan (flat_diag_*) on GPUs
+        Row(f"DIAGONAL_MATRIX int16 {c - 1}x{a - 1}", "diag", DT.INT16, (c - 1, a - 1), k=0, torch_note="eye(out=)"),
+        Row(f"DIAGONAL_MATRIX f32 {c - 1}x{a - 1} offset 3", "diag", DT.FLOAT32, (c - 1, a - 1), k=3,
+            torch_note="zero_ + fill diagonal"),
         Row(f"triu f32 {a}^2 k=1", "trilu", DT.FLOAT32, (a, a), k=1),
         Row(f"tril f32 {a}^2 k=-1", "trilu", DT.FLOAT32, (a, a), k=-1, upper=False),
         Row(f"triu f32 {a}^2 no input", "trilu", DT.FLOAT32, (a, a), k=1, with_input=False, torch_note="fill_ + triu_"),
@@ -102,6 +108,9 @@ def rows(small: bool) -> list[Row]:
         Row(f"triu int8 {c}^2", "trilu", DT.INT8, (c, c), k=0),
         Row(f"tril int8 {c}^2", "trilu", DT.INT8, (c, c), k=3, upper=False),
         Row(f"triu int8 {c}^2 no input", "trilu", DT.INT8, (c, c), k=0, with_input=False, torch_note="fill_ + triu_"),
+        Row(f"triu int8 {c - 1}^2", "trilu", DT.INT8, (c - 1, c - 1), k=0),
+        Row(f"triu int8 {c - 1}^2 no input", "trilu", DT.INT8, (c - 1, c - 1), k=0, with_input=False,
+            torch_note="fill_ + triu_"),
         Row(f"tril int16 {c}^2 no input", "trilu", DT.INT16, (c, c), k=0, upper=False, with_input=False,
             torch_note="fill_ + tril_"),
         Row(f"triu int64 {a}^2", "trilu", DT.INT64, (a, a), k=2),
@@ -113,10 +122,11 @@ def configure(dev: kdml.Device, variant: str, default: Any) -> None:
     """Set the device's policy (read by compile) to a variant choice."""
     family, _, opt = variant.partition(":")
     gpu_memory.VECS = int(opt.split("=")[1]) if opt.startswith("vecs=") else 4
+    gpu_flat.ENABLED = opt != "rows"
     transfer = family == "transfer" or (family == "default" and default.transfer_commands)
     kernel = default.memory_kernel if family in ("default", "transfer") else family
     if kernel not in ("cpu", "gpu"):
-        raise SystemExit(f"--variants: unknown variant {variant!r} (default, gpu, cpu, transfer, gpu:vecs=N)")
+        raise SystemExit(f"--variants: unknown variant {variant!r} (default, gpu, cpu, transfer, gpu:vecs=N, gpu:rows)")
     dev.policy = dataclasses.replace(default, transfer_commands=transfer, memory_kernel=kernel)
     dev.transfer_commands = transfer
 

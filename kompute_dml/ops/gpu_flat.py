@@ -22,6 +22,9 @@ from . import contract, gpu_memory
 
 # Element indices and chunk positions stay below 2^31 in the shader's 32-bit arithmetic.
 MAX_FLAT_ELEMENTS = 1 << 31
+# A module setting so that benchmarks/bench_memory.py (variant gpu:rows) can time rows_diag
+# on the same outputs.
+ENABLED = True
 
 
 def is_packed(desc: TensorDesc) -> bool:
@@ -40,7 +43,7 @@ def plan_diagonal_flat(
     width = out.data_type.size
     rows, cols = out.sizes[-2], out.sizes[-1]
     total = math.prod(out.sizes)
-    if (cols * width) % 16 == 0 or total >= MAX_FLAT_ELEMENTS or not is_packed(out):
+    if not ENABLED or (cols * width) % 16 == 0 or total >= MAX_FLAT_ELEMENTS or not is_packed(out):
         return None
     if inp is not None and not is_packed(inp):
         return None  # broadcast or strided input: rows_diag_in gathers it
