@@ -188,6 +188,10 @@ def test_plan_choice(dev_gpu):
     assert chosen((2, 65, 65), with_input=True, in_strides=(0, 65, 1)) == ["rows_diag_in_b8"]  # broadcast batch
     assert chosen((100, 15), dt=DT.FLOAT32) == ["flat_diag_b32"]  # short rows: flat instead of diag_b32
     assert chosen((100, 15), (16, 1), dt=DT.FLOAT32) == ["diag_b32"]
+    # the shader's 32-bit element and word indices (plans only: nothing is allocated)
+    for dt, sizes in [(DT.INT8, (2**16, 2**15 + 1)), (DT.INT64, (23171, 23171))]:
+        assert gpu_flat.plan_diagonal_flat(kdml.TensorDesc(dt, sizes), None, 0, 1, 1, 0, 65535) is None
+    assert gpu_flat.plan_diagonal_flat(kdml.TensorDesc(DT.INT64, (23169, 23169)), None, 0, 1, 1, 0, 65535)
     cpu = kdml.Device(transfer_commands=False)
     try:
         cpu.policy = dataclasses.replace(cpu.policy, memory_kernel="cpu")

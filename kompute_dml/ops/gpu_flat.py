@@ -20,8 +20,10 @@ from ..runtime import DispatchPlan, grid_for
 from ..tensor_desc import TensorDesc
 from . import contract, gpu_memory
 
-# Element indices and chunk positions stay below 2^31 in the shader's 32-bit arithmetic.
+# Element indices and chunk positions stay below 2^31, word indices below 2^32, in the
+# shader's 32-bit arithmetic.
 MAX_FLAT_ELEMENTS = 1 << 31
+MAX_FLAT_BYTES = 1 << 32
 # A module setting so that benchmarks/bench_memory.py (variant gpu:rows) can time rows_diag
 # on the same outputs.
 ENABLED = True
@@ -43,7 +45,9 @@ def plan_diagonal_flat(
     width = out.data_type.size
     rows, cols = out.sizes[-2], out.sizes[-1]
     total = math.prod(out.sizes)
-    if not ENABLED or (cols * width) % 16 == 0 or total >= MAX_FLAT_ELEMENTS or not is_packed(out):
+    if not ENABLED or (cols * width) % 16 == 0 or not is_packed(out):
+        return None
+    if total >= MAX_FLAT_ELEMENTS or total * width >= MAX_FLAT_BYTES:
         return None
     if inp is not None and not is_packed(inp):
         return None  # broadcast or strided input: rows_diag_in gathers it
