@@ -253,7 +253,7 @@ void main() {
 
     for (uint i = tid; i < BM; i += WG) sumA[i] = 0;
     for (uint i = tid; i < BN; i += WG) sumB[i] = 0;
-    [[unroll]] for (uint i = 0u; i < part_a.length(); ++i) part_a[i] = 0;   // (row-sum partials)
+    [[unroll]] for (uint i = 0u; i < part_a.length(); ++i) part_a[i] = 0;
     [[unroll]] for (uint i = 0u; i < part_b.length(); ++i) part_b[i] = 0;
 
     ACC_TYPE acc[FM * FN];
@@ -264,7 +264,7 @@ void main() {
     const uint steps = (K + BK - 1u) / BK;
     setup_a(a_base, P_A_SM, P_A_SK, m0);   // the fast path's per-invocation offsets, once
     setup_b(b_base, P_B_SN, P_B_SK, n0);
-    // step t: global -> register set `slot` -> shared stage t & 1
+    // step t: global -> register set `slot` -> shared stage t % STAGES
 #define LOAD_STEP(slot, t) { load_a(slot, a_base, P_A_SM, P_A_SK, M, K, m0, (t) * BK, a_xe); \
                              load_b(slot, b_base, P_B_SN, P_B_SK, N, K, n0, (t) * BK, b_xe); }
 #define STORE_STEP(slot, t) { store_a(slot, ((t) % STAGES) * A_TILE, M, K, m0, (t) * BK, a_xe); \
