@@ -280,7 +280,8 @@ def test_k_beyond_kmax_takes_gpu_family(dev, rng, family):
     assert op.variants[0] == "mmi_gpu_8"
 
 
-def test_wider_inputs_take_gpu_family(dev, rng, family):
+def test_wider_inputs_take_wide_family(dev, rng, family):
+    """16/32-bit inputs under a forced 8-bit family: the exact wide family (ops/matmul_wide.py)."""
     a = rng.integers(-300, 300, (4, 9)).astype(np.int16)
     b = rng.integers(-300, 300, (9, 5)).astype(np.int16)
     got = kdml.matmul_integer_to_float(a, b, np.float32(1), np.float32(1), device=dev)
@@ -288,7 +289,7 @@ def test_wider_inputs_take_gpu_family(dev, rng, family):
     desc = kdml.MatrixMultiplyIntegerToFloatDesc(
         kdml.TensorDesc(DT.INT16, (4, 9)), kdml.TensorDesc(DT.FLOAT32, (1, 1)), None, kdml.TensorDesc(DT.INT16, (9, 5)),
         kdml.TensorDesc(DT.FLOAT32, (1, 1)), None, None, kdml.TensorDesc(DT.FLOAT32, (4, 5)))
-    assert dev.compile(desc).variants == ["mmi_gpu_16"]
+    assert dev.compile(desc).variants == ["mmw16_r4c4"]
 
 
 # ---- recordings, refusals, capabilities -------------------------------------------------------
@@ -301,7 +302,8 @@ def test_recorded_executions(dev, rng, family):
         kdml.TensorDesc(DT.UINT8, (M, K)), kdml.TensorDesc(DT.FLOAT32, (1, 1)), None, kdml.TensorDesc(DT.INT8, (K, N)),
         kdml.TensorDesc(DT.FLOAT32, (1, 1)), None, None, kdml.TensorDesc(DT.FLOAT32, (M, N)))
     op = dev.compile(desc)
-    assert op.variants[0] == variant(family, "rr")
+    # B row-major: transposed into shared memory, or kept row-major on tensor cores (TENSOR_CORE_OPTIONS)
+    assert op.variants[0] == variant(family, "rn" if family == "coopmat" else "rr")
     ins = [dev.tensor(a), dev.tensor(one), None, dev.tensor(b), dev.tensor(one), None, None]
     outs = [dev.empty(desc.output_tensor) for _ in range(3)]
     with dev.record() as rec:

@@ -163,19 +163,29 @@ TARGET_TILES = 96  # work groups wanted in flight (an H100 has 132 SMs)
 # TileConfig fields set on every default tile: the staging options that bench_coop.py --staging
 # measures against the default (e.g. {"lean": True, "stmap": True, "b_rows": "n"}); none yet
 DEFAULT_OPTIONS: dict[str, Any] = {}
+# ... and on the tensor cores (family "coopmat"): the winner of the H100 `bench_coop.py --staging
+# --rounds 3` run against the previous default (BK 64, two stages, run-time flags, B transposed),
+# TOPS: 8192^3 gemm 311 vs 196, 4096^3 gemm 299 vs 213, quantized (B kept row-major) 4096^3
+# 191 vs 137, 512x384x1536 35.5 vs 30.9, 128x384x1536 13.0 vs 9.3. One shared stage of BK 128
+# (two barriers per step) keeps twice the bytes in flight per barrier within 48 KB; `lean` fixes
+# signedness, sums and output type per pipeline. stmap and cb_mma were not ahead there.
+TENSOR_CORE_OPTIONS: dict[str, Any] = {"bk": 128, "stages": 1, "lean": True, "b_rows": "n"}
 
 
-def candidate_configs(m: int, n: int, t: int) -> list[TileConfig]:
+def candidate_configs(m: int, n: int, t: int, tensor_cores: bool = False) -> list[TileConfig]:
     """Tiles in order of preference: the largest that still gives TARGET_TILES work groups
     first (M <= 16, decoding: the thin one), then the smaller ones (for devices where it does
-    not fit)."""
+    not fit); with TENSOR_CORE_OPTIONS for the coopmat family, each also as it was before them."""
     if m <= 16:
         order = [DECODE, NARROW]
     else:
         order = [LARGE, MEDIUM, NARROW]
         fits = [i for i, cfg in enumerate(order) if cdiv(m, cfg.bm) * cdiv(n, cfg.bn) * t >= TARGET_TILES]
         order = order[fits[0]:] if fits else [NARROW, DECODE]
-    return [replace(cfg, **DEFAULT_OPTIONS) for cfg in order]
+    plain = [replace(cfg, **DEFAULT_OPTIONS) for cfg in order]
+    if not tensor_cores:
+        return plain
+    return [c for cfg in plain for c in (replace(cfg, **TENSOR_CORE_OPTIONS), cfg)]
 
 
 def subgroup_size(device: Device) -> int:
@@ -243,7 +253,7 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family:
     if k > KMAX:
         return None
     sg = subgroup_size(device)
-    for cfg in [config] if config is not None else candidate_configs(m, n, t):
+    for cfg in [config] if config is not None else candidate_configs(m, n, t, family == "coopmat"):
         am, bmode = operand_modes(a_sz, a_st, b_sz, b_st, cfg.b_rows)
         a_mode, b_mode = _A_MODES[am], _B_MODES[bmode]
         problems = cfg.problems(sg, a_mode, b_mode, device.limits)
