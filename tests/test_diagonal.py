@@ -220,16 +220,18 @@ def test_sub_word_boundaries(xdev, rng, dt):
             run_dm(xdev, rng, dt, sizes, (cols + 1, 1), int(rng.integers(-2, 3)), 3.0)
 
 
-def test_packed_output_is_one_run(dev_shader):
-    """Fast path: a packed (or batch-gapped but word-aligned) output is written word by word."""
-    op = dev_shader.compile(kdml.DiagonalMatrixDesc(kdml.TensorDesc(DT.INT8, (3, 5, 7))))
-    push = op.plans[0].push
-    assert (push[5] >> 4) & 15 == 0 and push[4] == 105 and push[3] == 7  # split, run_len, 16-byte chunks per run
-    op = dev_shader.compile(kdml.DiagonalMatrixDesc(kdml.TensorDesc(DT.UINT8, (3, 5, 7), (40, 7, 1))))
-    push = op.plans[0].push
-    assert push[4] == 35 and push[3] == 3  # runs of 35 bytes (9 words), starting on word boundaries
-    op = dev_shader.compile(kdml.DiagonalMatrixDesc(kdml.TensorDesc(DT.UINT8, (3, 5, 7), (1, 21, 3))))
-    assert op.plans[0].push[4] == 105  # a permuted but dense output is one run too
+def test_packed_output_is_one_run():
+    """Fast path of diagonal.comp (the portable plan, whatever a device's policy takes): a packed
+    (or batch-gapped but word-aligned) output is written word by word."""
+
+    def push(desc):  # DIAGONAL_MATRIX, offset 0: the band [0, 1) of x - y
+        return plan_diagonal(desc, None, 0, 1, value1_bits(1, desc.data_type), 0)[0].push
+
+    p = push(kdml.TensorDesc(DT.INT8, (3, 5, 7)))
+    assert (p[5] >> 4) & 15 == 0 and p[4] == 105 and p[3] == 7  # split, run_len, 16-byte chunks per run
+    p = push(kdml.TensorDesc(DT.UINT8, (3, 5, 7), (40, 7, 1)))
+    assert p[4] == 35 and p[3] == 3  # runs of 35 bytes (9 words), starting on word boundaries
+    assert push(kdml.TensorDesc(DT.UINT8, (3, 5, 7), (1, 21, 3)))[4] == 105  # a permuted but dense output is one run too
 
 
 def test_batch_merge(dev_shader):
