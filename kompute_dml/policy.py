@@ -43,6 +43,12 @@ FEATURES_ENV = "KDML_FEATURES"
 # 256 KiB 20.3 / 20.2 and 21.7 / 21.3; 1 MiB 20.2 / 22.1 and 20.4 / 22.1; 16 MiB 26.6 / 61.6.
 # `--sequences`: a barrier + 16 KiB copy sequence 16.8 us, barrier + dispatch 18.4-18.6.
 GPU_TRANSFER_BELOW = 256 * 1024
+# Rows of A up to which the "dot" family (matmul_coop.comp on OpSDot) beats the tiled "gpu" family
+# (float FMAs); taller matrices take "gpu" (DevicePolicy.matmul_family_for). H100, cooperative
+# matrices unused, `benchmarks/bench_coop.py --rounds 5` (dot_gemm_Brow / gpu_gemm_Brow, TOPS):
+# 16x4096x4096 14.1 / 1.8, 128x384x1536 11.7 / 4.4, 512x384x1536 9.2 / 12.0, 4096^3 13.6 / 20.6,
+# 8192^3 13.9 / 19.3: the crossover lies between 128 and 512 rows. (At most SMALL_M rows take gemv.)
+DOT_MAX_M = 128
 
 
 def requested_capabilities(features: object) -> frozenset[str] | None:
@@ -89,6 +95,10 @@ class DevicePolicy:
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
 
+    def matmul_family_for(self, m: int) -> str:
+        """The matrix-product family for matrices of `m` rows (the "dot" family only up to DOT_MAX_M)."""
+        return "gpu" if self.matmul_family == "dot" and m > DOT_MAX_M else self.matmul_family
+
     def copies_by_transfer(self, nbytes: int) -> bool:
         """Whether a dense copy writing `nbytes` runs as transfer commands."""
         return self.transfer_commands or nbytes <= self.transfer_below
@@ -109,9 +119,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
         policy = DevicePolicy("cpu", transfer_commands=True, matmul_family="cpu", capabilities=capabilities)
     else:
         # tensor cores where enabled; else the same tiled kernel on OpSDot where the device has
-        # integer dot products: on the H100 with cooperative matrices turned off, `dot` ran
-        # 7-8x the `gpu` family at 1x4096x4096 and 16x4096x4096 (benchmarks/bench_coop.py's
-        # dot_gemm_Brow / gpu_gemm_Brow rows: 0.74 vs 0.11 and 13.4 vs 1.77 TOPS)
+        # integer dot products, for matrices of at most DOT_MAX_M rows (see there)
         if "cooperative_matrix" in capabilities:
             family = "coopmat"
         elif "integer_dot_product" in capabilities:

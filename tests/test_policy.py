@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import kompute_dml as kdml
-from kompute_dml.policy import CAPABILITIES, policy_for, requested_capabilities
+from kompute_dml.policy import CAPABILITIES, DOT_MAX_M, policy_for, requested_capabilities
 
 LIMITS = {"max_storage_buffer_range": 1 << 27}
 
@@ -26,6 +26,8 @@ def test_policy_rules():
     assert coop.matmul_family == "coopmat" and coop.has("cooperative_matrix")
     dot = policy_for("discrete-gpu", frozenset({"integer_dot_product"}), LIMITS, transfer_commands=None)
     assert dot.matmul_family == "dot"
+    assert (dot.matmul_family_for(DOT_MAX_M), dot.matmul_family_for(DOT_MAX_M + 1)) == ("dot", "gpu")
+    assert coop.matmul_family_for(1 << 20) == "coopmat" and gpu.matmul_family_for(1) == "gpu"
     both = policy_for("discrete-gpu", frozenset({"integer_dot_product", "cooperative_matrix"}), LIMITS)
     assert both.matmul_family == "coopmat"
     assert policy_for("cpu", frozenset({"integer_dot_product"}), LIMITS).matmul_family == "cpu"

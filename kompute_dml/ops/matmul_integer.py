@@ -119,6 +119,8 @@ def compile_matmul_integer(
         plan = plan_gemv(device, desc)
         if plan is None and family == "gemv":
             family, auto = kernel_family(device, "auto"), True
+    if plan is None and auto:
+        family = device.policy.matmul_family_for(desc.a_tensor.sizes[-2])
     if plan is None and family in ("coopmat", "dot", "coopmat-emulated"):  # 8-bit, K within int32 exactness; else GPU family
         plan = plan_coop(device, desc, family=family)
         family = "wide"  # 16/32-bit inputs (or K beyond the coop limit): below
