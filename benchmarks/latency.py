@@ -21,6 +21,10 @@ tensors every time (so every call after the first replays a cached kp sequence):
 --ops: eager latency of other small operators (64x64 DIAGONAL_MATRIX, 64x64 DIAGONAL_MATRIX1
 with input (triu), 16x64x64 int8 MATRIX_MULTIPLY_INTEGER_TO_FLOAT), each compiled once.
 
+--after-recording: the eager identity right after a recording of 100 executions (to distinct
+outputs) and the second eager call after it, 25 times each (what `kompute-dml bench`'s
+interleaved latency samples see).
+
 --sizes: eager latency of packed FLOAT32 identities from 16 KiB to 16 MiB, through shaders
 and through transfer commands (two Devices, alternating), to place the policy's size below
 which a GPU copies by transfer commands (DevicePolicy.transfer_below).
@@ -191,6 +195,29 @@ def _small_ops(dev: kdml.Device, repeats: int) -> None:
         print(f"eager {name}: median {statistics.median(times):.2f} us ({', '.join(op.variants)})")
 
 
+def _after_recording(dev: kdml.Device, op: object, x: kdml.Tensor, y: kdml.Tensor) -> None:
+    outs = [dev.empty(x.desc) for _ in range(100)]
+    run = op.execute  # type: ignore[attr-defined]
+
+    def rec() -> None:
+        with dev.record() as r:
+            for o in outs:
+                r.execute(op, [x], [o])
+
+    first, second = [], []
+    for _ in range(25):
+        rec()
+        t0 = time.perf_counter_ns()
+        run([x], [y])
+        t1 = time.perf_counter_ns()
+        run([x], [y])
+        t2 = time.perf_counter_ns()
+        first.append((t1 - t0) / 1000)
+        second.append((t2 - t1) / 1000)
+    print(f"eager right after a 100-op recording: median {statistics.median(first):.2f} us; "
+          f"the call after it {statistics.median(second):.2f} us")
+
+
 def _sizes(device_index: int, repeats: int) -> None:
     devs = {"shaders": kdml.Device(device_index, transfer_commands=False),
             "transfer": kdml.Device(device_index, transfer_commands=True)}
@@ -224,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5000)
     p.add_argument("--sizes", action="store_true", help="shaders vs transfer commands by size")
     p.add_argument("--ops", action="store_true", help="also other small operators, eager")
+    p.add_argument("--after-recording", action="store_true", help="eager calls right after a 100-op recording")
     p.add_argument("--sequences", action="store_true", help="the op's kp sequence taken apart (barrier, dispatch, copy)")
     args = p.parse_args(argv)
     if args.sizes:
@@ -244,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
                 _sequences(op, x, y, args.repeats)
             if args.ops:
                 _small_ops(dev, args.repeats)
+            if args.after_recording:
+                _after_recording(dev, op, x, y)
         finally:
             gc.enable()
         assert np.array_equal(y.numpy(), x.numpy())
