@@ -62,6 +62,25 @@ def test_repeated_binding_runs_and_new_objects_are_checked(dev, rng):
     assert np.array_equal(y.numpy(), x.numpy())
 
 
+def test_recent_bindings_survive_other_bindings(dev, rng):
+    """Up to BIND_CACHE bindings are remembered (a recording's binding does not evict the eager
+    one); each still runs on its own tensors, and one more evicts the oldest."""
+    from kompute_dml.ops.base import BIND_CACHE
+
+    op, desc = _identity(dev)
+    x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
+    ys = [dev.empty(desc) for _ in range(BIND_CACHE + 1)]
+    for y in ys:
+        op.execute([x], [y])
+    assert len(op._recent) == BIND_CACHE
+    cached = [r() for r in (entry[0][1] for entry in op._recent)]
+    assert cached == ys[:0:-1]  # most recent first; ys[0] evicted
+    for y in ys:  # every one, cached or not, gets its own output
+        y.buffer.write(np.full(64, np.nan, np.float32))
+        op.execute([x], [y])
+        assert np.array_equal(y.numpy(), x.numpy())
+
+
 def test_cache_keeps_no_tensor_alive(rng):
     with kdml.Device() as dev:
         op, desc = _identity(dev)

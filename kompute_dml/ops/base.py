@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 _op_serials = itertools.count(1)
 # Above this many elements, interleaved (range-overlapping) bindings are refused rather
 # than proven disjoint element by element.
+BIND_CACHE = 4  # bindings per compiled operator whose checks are remembered (CompiledOperator.bind)
 _EXACT_ALIAS_LIMIT = 1 << 20
 
 
@@ -85,10 +86,12 @@ class CompiledOperator:
         )
         self._n_in = len(input_fields)
         self._pairs = tuple((oi, j) for oi in range(self._n_in, len(names)) for j in range(oi))
-        # The last binding that passed every check: weak references to its Tensors (immutable,
-        # so the same objects are the same binding; weak, so the cache keeps no buffer alive)
-        # and bind()'s result. A repeated execution on the same tensors skips the checks.
-        self._last: tuple[tuple[Any, ...], Hashable | None] | None = None
+        # The last BIND_CACHE bindings that passed every check, most recent first: weak
+        # references to their Tensors (immutable, so the same objects are the same binding;
+        # weak, so the cache keeps no buffer alive) and bind()'s key. A repeated execution on
+        # the same tensors skips the checks, also when a recording bound others in between.
+        # (A tuple replaced whole, never mutated: threads binding at once lose at most an entry.)
+        self._recent: tuple[tuple[tuple[Any, ...], Hashable | None], ...] = ()
 
     def __repr__(self) -> str:
         return f"<compiled {self.support.name} ({len(self.plans)} dispatch(es)) on {self.device.name}>"
@@ -108,17 +111,20 @@ class CompiledOperator:
         """Check every binding rule; returns the bound tensors (inputs then outputs) and the
         key naming this execution (operator, buffers, offsets) for the replay cache, None
         where the execution is an exact in-place no-op (`is_inplace_noop`: nothing to run)."""
-        last = self._last
-        if (last is not None and type(inputs) in (list, tuple) and type(outputs) in (list, tuple)
+        if (type(inputs) in (list, tuple) and type(outputs) in (list, tuple)
                 and len(inputs) == self._n_in and len(outputs) == len(self._slots) - self._n_in):
             bound: list[Tensor | None] = [*inputs, *outputs]
-            for ref, t in zip(last[0], bound):
-                if (t is not None) if ref is None else (t is None or ref() is not t):
-                    break
-            else:
-                return bound, last[1]
+            recent = self._recent
+            for i, entry in enumerate(recent):
+                for ref, t in zip(entry[0], bound):
+                    if (t is not None) if ref is None else (t is None or ref() is not t):
+                        break
+                else:
+                    if i:
+                        self._recent = (entry, *recent[:i], *recent[i + 1:])
+                    return bound, entry[1]
         bound, key = self._bind(inputs, outputs)
-        self._last = (tuple(None if t is None else weakref.ref(t) for t in bound), key)
+        self._recent = ((tuple(None if t is None else weakref.ref(t) for t in bound), key), *self._recent[:BIND_CACHE - 1])
         return bound, key
 
     def _bind(self, inputs: Any, outputs: Any) -> tuple[list[Tensor | None], Hashable | None]:
