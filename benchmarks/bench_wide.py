@@ -29,12 +29,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from typing import Any
 
 import numpy as np
+from bench_coop import time_interleaved  # benchmarks/ (the script's directory): the same interleaved timing
 
 import kompute_dml as kdml
 from kompute_dml.ops.matmul_integer import compile_matmul_integer
@@ -45,7 +45,6 @@ SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (512, 384,
 QUICK_SHAPES = [(64, 256, 96), (33, 300, 70)]
 WIDTHS = {"int16": np.int16, "int32": np.int32}
 SAMPLE_ROWS = 4
-BATCH_TARGET = 0.05  # seconds per timed call
 
 
 # ---- exact reference (as tests/test_matmul_wide.py) ------------------------------------------
@@ -147,28 +146,6 @@ def torch_peers(data: dict[str, Any]) -> dict[str, Any]:
             return call
         peers[name] = make
     return peers
-
-
-def time_interleaved(makes: dict[str, Any], rounds: int) -> dict[str, float]:
-    """Median seconds per execution of each make(N), N so that one call lasts about
-    BATCH_TARGET; rounds taken round-robin over the makes."""
-    calls = {}
-    for name, make in makes.items():
-        warm = make(1)
-        warm()
-        t0 = time.perf_counter()
-        warm()
-        one = time.perf_counter() - t0
-        n = int(min(200, max(2, BATCH_TARGET / max(one, 1e-6))))
-        calls[name] = (make(n), n)
-        calls[name][0]()  # record / warm up
-    samples: dict[str, list[float]] = {k: [] for k in calls}
-    for _ in range(rounds):
-        for name, (fn, n) in calls.items():
-            t0 = time.perf_counter()
-            fn()
-            samples[name].append((time.perf_counter() - t0) / n)
-    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 # ---- the parts -----------------------------------------------------------------------------

@@ -249,11 +249,9 @@ def test_output_layouts(dev, rng, family, out_dt, o_layout):
 
 
 # ---- exactness at large K --------------------------------------------------------------------
-@pytest.mark.parametrize("K", [4096, 16384, KMAX])
-@pytest.mark.parametrize("pair", PAIRS, ids=PAIR_IDS)
-def test_large_k_extremes(dev, rng, family, pair, K):
-    """|A - AZP| = |B - BZP| = 255 for every k: sums of +-K * 255^2 (just under 2^31 at K = KMAX) and
-    a mixed row, exact in int32; unit scales, no bias: the output is float32(S)."""
+def extreme_values(rng, pair, K):
+    """M = 3 rows and N = 5 columns whose differences from their zero points are +-255 at every k
+    (rows 0 and 1 against columns 0, 1, 2, 4) and a random row and a mixed column; unit scales."""
     a_dt, b_dt = pair
     ia, ib = np.iinfo(a_dt.numpy_dtype), np.iinfo(b_dt.numpy_dtype)
     M, N = 3, 5
@@ -263,9 +261,17 @@ def test_large_k_extremes(dev, rng, family, pair, K):
     b = np.full((K, N), ib.min, b_dt.numpy_dtype)
     b[:, 1] = ib.max
     b[::3, 3] = ib.max
-    vals = {"a": a, "b": b, "azp": np.array([[ia.min], [ia.max], [ia.min]], a_dt.numpy_dtype),
-            "bzp": np.array([[ib.max, ib.min, ib.max, ib.max, ib.min]], b_dt.numpy_dtype),
-            "a_scale": np.ones((1, 1)), "b_scale": np.ones((1, 1))}
+    return M, N, {"a": a, "b": b, "azp": np.array([[ia.min], [ia.max], [ia.min]], a_dt.numpy_dtype),
+                  "bzp": np.array([[ib.max, ib.min, ib.max, ib.max, ib.min]], b_dt.numpy_dtype),
+                  "a_scale": np.ones((1, 1)), "b_scale": np.ones((1, 1))}
+
+
+@pytest.mark.parametrize("K", [4096, 16384, KMAX])
+@pytest.mark.parametrize("pair", PAIRS, ids=PAIR_IDS)
+def test_large_k_extremes(dev, rng, family, pair, K):
+    """|A - AZP| = |B - BZP| = 255 for every k: sums of +-K * 255^2 (just under 2^31 at K = KMAX) and
+    a mixed row, exact in int32; unit scales, no bias: the output is float32(S)."""
+    M, N, vals = extreme_values(rng, pair, K)
     _, out, s = run_case(dev, rng, pair=pair, M=M, K=K, N=N, a_layout="row", b_layout="row", a_zp="row", b_zp="col",
                          values=vals, config=DECODE, family=family)
     assert np.abs(s).max() == K * 255 * 255  # the extremes were reached

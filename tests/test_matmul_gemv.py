@@ -146,18 +146,7 @@ def test_output_layouts(gdev, rng, out_dt, o_layout):
 @pytest.mark.parametrize("pair", PAIRS, ids=PAIR_IDS)
 def test_large_k_extremes(gdev, rng, pair, K, b_layout):
     """|A - AZP| = |B - BZP| = 255 for every k (sums of +-K * 255^2), and a mixed row; exact in int32."""
-    a_dt, b_dt = pair
-    ia, ib = np.iinfo(a_dt.numpy_dtype), np.iinfo(b_dt.numpy_dtype)
-    M, N = 3, 5
-    a = np.full((M, K), ia.max, a_dt.numpy_dtype)
-    a[1] = ia.min
-    a[2] = rng.integers(ia.min, ia.max, K, endpoint=True)
-    b = np.full((K, N), ib.min, b_dt.numpy_dtype)
-    b[:, 1] = ib.max
-    b[::3, 3] = ib.max
-    vals = {"a": a, "b": b, "azp": np.array([[ia.min], [ia.max], [ia.min]], a_dt.numpy_dtype),
-            "bzp": np.array([[ib.max, ib.min, ib.max, ib.max, ib.min]], b_dt.numpy_dtype),
-            "a_scale": np.ones((1, 1)), "b_scale": np.ones((1, 1))}
+    M, N, vals = coop.extreme_values(rng, pair, K)
     _, out, s = gemv_case(gdev, rng, pair=pair, M=M, K=K, N=N, a_layout="row", b_layout=b_layout, a_zp="row",
                           b_zp="col", values=vals)
     assert np.abs(s).max() == K * 255 * 255  # the extremes were reached

@@ -1,18 +1,23 @@
-"""What the MATRIX_MULTIPLY_INTEGER_TO_FLOAT dispatchers share (ops/matmul_integer.py: the
-portable families; ops/matmul_coop.py: the cooperative-matrix one): the operator's descriptor,
-its validation beyond the support table, and the 4-D view of its tensors' sizes and strides.
-Kept apart so that neither dispatcher imports the other for them (matmul_integer imports
-matmul_coop to dispatch to it)."""
+"""What the MATRIX_MULTIPLY_INTEGER_TO_FLOAT planners share (ops/matmul_integer.py: the portable
+families; matmul_coop.py, matmul_gemv.py, matmul_wide.py: the GPU ones): the operator's
+descriptor, its validation beyond the support table, the 4-D view of its tensors, and the one
+push-constant block and binding list every matrix-product shader takes. Kept apart so that no
+planner imports another for them (matmul_integer imports the others to dispatch to them)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..dtypes import DataType
 from ..errors import UnsupportedError, invalid
 from ..layout import check_no_overlap
 from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
+from ..runtime import DispatchPlan, grid_for
 from ..tensor_desc import TensorDesc
+
+if TYPE_CHECKING:
+    from ..device import Device
 
 D = DataType
 FIELDS = MATRIX_MULTIPLY_INTEGER_TO_FLOAT.fields  # binding order, from the support table
@@ -20,6 +25,19 @@ INPUT_FIELDS = MATRIX_MULTIPLY_INTEGER_TO_FLOAT.inputs
 OUTPUT_FIELDS = MATRIX_MULTIPLY_INTEGER_TO_FLOAT.outputs
 SIGNED = {D.INT8, D.INT16, D.INT32}
 LIMIT28 = 1 << 28  # sizes and strides travel in 28-bit push-constant fields
+# Bits of push word 11 (above the channel count) that every matrix-product shader reads the same
+# way; bits 29-31 are each family's own (packed rows; row / column sums; word staging).
+F_A_SIGNED = 1 << 26
+F_B_SIGNED = 1 << 27
+F_F16 = 1 << 28
+FLAG_BITS = 0xFFFFFFFF & ~(F_A_SIGNED - 1)  # word 11 without the channel count below the flags
+# matmul_coop.comp and matmul_gemv.comp: the row sums of A (RA) are needed where B's shifted
+# zero point can be nonzero, the column sums of B (CB) where A's can
+F_SUM_A = 1 << 29
+F_SUM_B = 1 << 30
+# matmul_int.comp and matmul_wide.comp: A / B rows read as whole words
+F_A_PACKED = 1 << 29
+F_B_PACKED = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -42,6 +60,95 @@ def pad4(desc: TensorDesc) -> tuple[list[int], list[int]]:
     strides = [0] * (4 - desc.dimension_count) + list(desc.effective_strides)
     strides = [0 if s == 1 else st for s, st in zip(sizes, strides)]
     return sizes, strides
+
+
+@dataclass
+class Operands:
+    """The 4-D view every planner starts from: strides of A, B, the output and the bias
+    (zeros without one), and the sizes; `t` matrices of M x K by K x N."""
+
+    a_st: list[int]
+    b_st: list[int]
+    o_st: list[int]
+    bias_st: list[int]
+    nb: int
+    nc: int
+    m: int
+    k: int
+    n: int
+
+    @property
+    def t(self) -> int:
+        return self.nb * self.nc
+
+
+def operands(desc: MatrixMultiplyIntegerToFloatDesc) -> Operands:
+    a_sz, a_st = pad4(desc.a_tensor)
+    b_sz, b_st = pad4(desc.b_tensor)
+    o_st = pad4(desc.output_tensor)[1]
+    bias_st = pad4(desc.bias_tensor)[1] if desc.bias_tensor is not None else [0, 0, 0, 0]
+    nb, nc, m, k = a_sz
+    return Operands(a_st, b_st, o_st, bias_st, nb, nc, m, k, b_sz[3])
+
+
+def packed_rows(ops: Operands, width: int) -> int:
+    """F_A_PACKED / F_B_PACKED (matmul_int.comp, matmul_wide.comp): A rows with unit k stride and
+    B rows with unit n stride, word-aligned (binding offsets are multiples of 16 bytes, so element
+    0 is). A single column's inner stride is set to 1 so that the shader's word reads stay inside."""
+    epw = 4 // width
+    a_st, b_st = ops.a_st, ops.b_st
+    flags = F_A_PACKED if (ops.k == 1 or a_st[3] == 1) and all(s % epw == 0 for s in a_st[:3]) else 0
+    flags |= F_B_PACKED if (ops.n == 1 or b_st[3] == 1) and all(s % epw == 0 for s in b_st[:3]) else 0
+    if ops.k == 1:
+        a_st[3] = 1
+    if ops.n == 1:
+        b_st[3] = 1
+    return flags
+
+
+def sum_flags(desc: MatrixMultiplyIntegerToFloatDesc) -> int:
+    """F_SUM_A / F_SUM_B (matmul_coop.comp, matmul_gemv.comp: bytes made signed, zero points
+    corrected through sums): RA where B's shifted zero point can be nonzero, CB where A's can."""
+    flags = F_SUM_A if desc.b_zero_point_tensor is not None or desc.b_tensor.data_type not in SIGNED else 0
+    return flags | (F_SUM_B if desc.a_zero_point_tensor is not None or desc.a_tensor.data_type not in SIGNED else 0)
+
+
+def matmul_push(desc: MatrixMultiplyIntegerToFloatDesc, ops: Operands, family_flags: int) -> list[int]:
+    """The 32 push words of every matrix-product shader (push_words): the quantization strides,
+    the shared flag bits (signedness, FLOAT16 output) with `family_flags`, and the number of
+    matrices in the top nibbles of words 8-10 and 12-15. UnsupportedError past the counts."""
+    a, b, out = desc.a_tensor, desc.b_tensor, desc.output_tensor
+    t, nc, m, n = ops.t, ops.nc, ops.m, ops.n
+    if t >= LIMIT28 or nc >= 1 << 26:
+        raise UnsupportedError(f"a_tensor.sizes: at most 2^28-1 matrices (batch x channel) and 2^26-1 channels, "
+                               f"got {ops.nb} x {nc}")
+    quant = [quant_stride(desc.a_scale_tensor, "a_scale_tensor", m, "row"),
+             quant_stride(desc.a_zero_point_tensor, "a_zero_point_tensor", m, "row"),
+             quant_stride(desc.b_scale_tensor, "b_scale_tensor", n, "col"),
+             quant_stride(desc.b_zero_point_tensor, "b_zero_point_tensor", n, "col")]
+    flags = (F_A_SIGNED if a.data_type in SIGNED else 0) | (F_B_SIGNED if b.data_type in SIGNED else 0)
+    flags |= (F_F16 if out.data_type == D.FLOAT16 else 0) | family_flags
+    words = push_words(m, n, ops.k, nc | flags, ops.a_st, ops.b_st, ops.o_st, ops.bias_st, quant)
+    for i, wi in enumerate((8, 9, 10, 12, 13, 14, 15)):
+        words[wi] |= ((t >> (4 * i)) & 0xF) << 28
+    return words
+
+
+def matmul_plan(desc: MatrixMultiplyIntegerToFloatDesc, device: Device, variant: str, words: list[int], groups: int,
+                spec: tuple[int, ...] = ()) -> DispatchPlan:
+    """The dispatch: the eight bindings in field order (inputs, then the output), each binding's
+    offset / element size into push word i, `groups` work groups folded to the device's limit."""
+    fields = (desc.a_tensor, desc.a_scale_tensor, desc.a_tensor, desc.b_tensor, desc.b_scale_tensor, desc.b_tensor,
+              desc.output_tensor, desc.output_tensor)  # zero points take their matrix's type, bias the output's
+    return DispatchPlan(
+        variant=variant,
+        bindings=tuple(range(8)),
+        push=tuple(words),
+        groups=grid_for(groups, 1, device.limits["max_compute_work_group_count"][0]),
+        writes=(7,),
+        offset_slots=tuple((i, i, f.data_type.size) for i, f in enumerate(fields)),
+        spec=spec,
+    )
 
 
 def quant_stride(desc: TensorDesc | None, field: str, count: int, per: str) -> int:

@@ -24,24 +24,23 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..dtypes import DataType
 from ..errors import UnsupportedError
 from ..ints import cdiv
 from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
-from ..runtime import DispatchPlan, grid_for
+from ..runtime import DispatchPlan
 from ..shaders import check_capabilities
 from .base import CompiledOperator, validate_tensors
 from .matmul_common import (
     FIELDS,
+    FLAG_BITS,
     INPUT_FIELDS,
-    LIMIT28,
     OUTPUT_FIELDS,
-    SIGNED,
     MatrixMultiplyIntegerToFloatDesc,
     check_desc,
-    pad4,
-    push_words,
-    quant_stride,
+    matmul_plan,
+    matmul_push,
+    operands,
+    sum_flags,
 )
 
 if TYPE_CHECKING:
@@ -54,11 +53,7 @@ VEC = 16  # bytes per vector load: strides of the vector modes are multiples of 
 FAMILIES = {"coopmat": ("", CAPABILITY), "dot": ("d", "integer_dot_product"), "coopmat-emulated": ("x", None)}
 BLOCK_SUBGROUPS = (8, 16, 32, 64, 128)  # subgroup sizes whose invocations tile a 16 x 16 block (MMA != 0)
 
-_F_A_SIGNED = 1 << 26
-_F_B_SIGNED = 1 << 27
-_F_F16 = 1 << 28
-_F_SUM_A = 1 << 29
-_F_SUM_B = 1 << 30
+# push word 11's flag bits are matmul_common's (F_A_SIGNED, F_B_SIGNED, F_F16, F_SUM_A, F_SUM_B)
 _F_KNOWN = 1 << 31  # KFLAGS (constant_id 9): the flags are these, not the push word's
 # the cooperative-matrix shape the kernel uses, as VkCooperativeMatrixPropertiesKHR lists it:
 # M, N, K, A, B, C, result (VK_COMPONENT_TYPE_SINT8_KHR = 3, SINT32_KHR = 5), scope (subgroup = 3)
@@ -160,11 +155,8 @@ MEDIUM = TileConfig(64, 64, 64, 32, 32)
 NARROW = TileConfig(32, 64, 64, 32, 16)
 DECODE = TileConfig(16, 32, 128, 16, 16)
 TARGET_TILES = 96  # work groups wanted in flight (an H100 has 132 SMs)
-# TileConfig fields set on every default tile: the staging options that bench_coop.py --staging
-# measures against the default (e.g. {"lean": True, "stmap": True, "b_rows": "n"}); none yet
-DEFAULT_OPTIONS: dict[str, Any] = {}
-# ... and on the tensor cores (family "coopmat"): the winner of the H100 `bench_coop.py --staging
-# --rounds 3` run against the previous default (BK 64, two stages, run-time flags, B transposed),
+# TileConfig fields set on every default tile on the tensor cores (family "coopmat"): the winner
+# of the H100 `bench_coop.py --staging --rounds 3` run against the previous default (BK 64, two stages, run-time flags, B transposed),
 # TOPS: 8192^3 gemm 311 vs 196, 4096^3 gemm 299 vs 213, quantized (B kept row-major) 4096^3
 # 191 vs 137, 512x384x1536 35.5 vs 30.9, 128x384x1536 13.0 vs 9.3. One shared stage of BK 128
 # (two barriers per step) keeps twice the bytes in flight per barrier within 48 KB; `lean` fixes
@@ -182,10 +174,9 @@ def candidate_configs(m: int, n: int, t: int, tensor_cores: bool = False) -> lis
         order = [LARGE, MEDIUM, NARROW]
         fits = [i for i, cfg in enumerate(order) if cdiv(m, cfg.bm) * cdiv(n, cfg.bn) * t >= TARGET_TILES]
         order = order[fits[0]:] if fits else [NARROW, DECODE]
-    plain = [replace(cfg, **DEFAULT_OPTIONS) for cfg in order]
     if not tensor_cores:
-        return plain
-    return [c for cfg in plain for c in (replace(cfg, **TENSOR_CORE_OPTIONS), cfg)]
+        return order
+    return [c for cfg in order for c in (replace(cfg, **TENSOR_CORE_OPTIONS), cfg)]
 
 
 def subgroup_size(device: Device) -> int:
@@ -240,16 +231,11 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family:
     benchmarks/bench_coop.py --ablate only) takes the `mmc8a<n>_rc` kernel that leaves a part
     out: its results are wrong by design."""
     require_capability(device, family)
-    a, b, out = desc.a_tensor, desc.b_tensor, desc.output_tensor
-    if a.data_type.size != 1 or (family == "coopmat" and not has_shape(device)):
+    if desc.a_tensor.data_type.size != 1 or (family == "coopmat" and not has_shape(device)):
         return None
-    a_sz, a_st = pad4(a)
-    b_sz, b_st = pad4(b)
-    _, o_st = pad4(out)
-    bias_st = pad4(desc.bias_tensor)[1] if desc.bias_tensor is not None else [0, 0, 0, 0]
-    nb, nc, m, k = a_sz
-    n = b_sz[3]
-    t = nb * nc
+    ops = operands(desc)
+    a_st, b_st, m, k, n, t = ops.a_st, ops.b_st, ops.m, ops.k, ops.n, ops.t
+    a_sz, b_sz = [ops.nb, ops.nc, m, k], [ops.nb, ops.nc, k, n]  # B's batch sizes are A's (check_desc)
     if k > KMAX:
         return None
     sg = subgroup_size(device)
@@ -263,22 +249,7 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family:
             break
     if problems:
         raise UnsupportedError(f"kernel: tile configuration {cfg} cannot run here: {'; '.join(problems)}")
-    if t >= LIMIT28 or nc >= 1 << 26:
-        raise UnsupportedError(f"a_tensor.sizes: at most 2^28-1 matrices and 2^26-1 channels, got {nb} x {nc}")
-
-    as_s = quant_stride(desc.a_scale_tensor, "a_scale_tensor", m, "row")
-    az_s = quant_stride(desc.a_zero_point_tensor, "a_zero_point_tensor", m, "row")
-    bs_s = quant_stride(desc.b_scale_tensor, "b_scale_tensor", n, "col")
-    bz_s = quant_stride(desc.b_zero_point_tensor, "b_zero_point_tensor", n, "col")
-    a_signed, b_signed = a.data_type in SIGNED, b.data_type in SIGNED
-    flags = (_F_A_SIGNED if a_signed else 0) | (_F_B_SIGNED if b_signed else 0)
-    flags |= _F_F16 if out.data_type == DataType.FLOAT16 else 0
-    # RA is needed where B's shifted zero point can be nonzero, CB where A's can
-    flags |= _F_SUM_A if (desc.b_zero_point_tensor is not None or not b_signed) else 0
-    flags |= _F_SUM_B if (desc.a_zero_point_tensor is not None or not a_signed) else 0
-    words = push_words(m, n, k, nc | flags, a_st, b_st, o_st, bias_st, [as_s, az_s, bs_s, bz_s])
-    for i, wi in enumerate((8, 9, 10, 12, 13, 14, 15)):  # T in the top nibbles, as matmul_int.comp
-        words[wi] |= ((t >> (4 * i)) & 0xF) << 28
+    words = matmul_push(desc, ops, sum_flags(desc))
 
     variant = f"mmc8{FAMILIES[family][0]}_{am}{bmode}"
     if ablation:
@@ -288,17 +259,7 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family:
         variant = f"mmc8a{ablation}_rc"
     check_capabilities(variant, device.capabilities)
     groups = cdiv(m, cfg.bm) * cdiv(n, cfg.bn) * t
-    sizes = [a.data_type.size, desc.a_scale_tensor.data_type.size, a.data_type.size, b.data_type.size,
-             desc.b_scale_tensor.data_type.size, b.data_type.size, out.data_type.size, out.data_type.size]
-    return DispatchPlan(
-        variant=variant,
-        bindings=tuple(range(8)),
-        push=tuple(words),
-        groups=grid_for(groups, 1, device.limits["max_compute_work_group_count"][0]),
-        writes=(7,),
-        offset_slots=tuple((i, i, sizes[i]) for i in range(8)),
-        spec=cfg.spec(sg, flags),
-    )
+    return matmul_plan(desc, device, variant, words, groups, cfg.spec(sg, words[11] & FLAG_BITS))
 
 
 def compile_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family: str = "coopmat",

@@ -19,25 +19,23 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from ..dtypes import DataType
 from ..errors import UnsupportedError
 from ..ints import cdiv
 from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
-from ..runtime import DispatchPlan, grid_for
+from ..runtime import DispatchPlan
 from ..shaders import check_capabilities
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .matmul_common import (
     FIELDS,
     INPUT_FIELDS,
-    LIMIT28,
     OUTPUT_FIELDS,
-    SIGNED,
     MatrixMultiplyIntegerToFloatDesc,
     check_desc,
-    pad4,
-    push_words,
-    quant_stride,
+    matmul_plan,
+    matmul_push,
+    operands,
+    sum_flags,
 )
 from .matmul_coop import KMAX, subgroup_size
 
@@ -61,11 +59,7 @@ LOAD_REGISTERS = 64  # words of B in flight per invocation and chunk (GPU defaul
 GPU_ROW_CONFIGS = {1: (8, 4, 1024), 2: (8, 4, 1024), 4: (8, 4, 1024), 8: (4, 8, 512), 16: (4, 8, 256)}
 GPU_ROW_CONFIG_TILED = (4, 16, 256)
 
-_F_A_SIGNED = 1 << 26
-_F_B_SIGNED = 1 << 27
-_F_F16 = 1 << 28
-_F_SUM_A = 1 << 29
-_F_SUM_B = 1 << 30
+# push word 11: matmul_common's flag bits (F_A_SIGNED ... F_SUM_B), and A staged as words
 _F_A_WORDS = 1 << 31
 
 
@@ -193,16 +187,11 @@ def plan_gemv(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, dot: bo
     """The gemv dispatch for a validated descriptor, or None where the family does not apply.
     `dot` forces the OpSDot (True) or portable (False) variant; `config` the specialization
     constants (UnsupportedError where they cannot run here)."""
-    a, b, out = desc.a_tensor, desc.b_tensor, desc.output_tensor
-    if a.data_type.size != 1:
+    if desc.a_tensor.data_type.size != 1:
         return None
-    a_sz, a_st = pad4(a)
-    b_sz, b_st = pad4(b)
-    _, o_st = pad4(out)
-    bias_st = pad4(desc.bias_tensor)[1] if desc.bias_tensor is not None else [0, 0, 0, 0]
-    nb, nc, m, k = a_sz
-    n = b_sz[3]
-    t = nb * nc
+    ops = operands(desc)
+    a_st, b_st, m, k, n, t = ops.a_st, ops.b_st, ops.m, ops.k, ops.n, ops.t
+    b_sz = [ops.nb, ops.nc, k, n]  # B's batch sizes are A's (check_desc)
     ncol_max = _b_ncol(b_sz, b_st)
     # B k-contiguous (column-major) with columns on 4-byte boundaries: the `_c` variants (also for
     # one contiguous column, which the row-major variants would read a byte per row)
@@ -210,8 +199,6 @@ def plan_gemv(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, dot: bo
     col = col and (ncol_max == 0 or n == 1)
     if k > KMAX or m > MAX_M or (ncol_max == 0 and not col):
         return None
-    if t >= LIMIT28 or nc >= 1 << 26:
-        raise UnsupportedError(f"a_tensor.sizes: at most 2^28-1 matrices and 2^26-1 channels, got {nb} x {nc}")
     sg = subgroup_size(device)
     cfg = config or default_config(m, sg, ncol_max or 16, gpu=device.device_type != "cpu", col=col)
     if config is None:  # the default: shorter chunks of A where shared memory is short, else other families
@@ -227,38 +214,17 @@ def plan_gemv(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, dot: bo
     if problems:
         raise UnsupportedError(f"kernel: gemv configuration {cfg} cannot run here: {'; '.join(problems)}")
 
-    as_s = quant_stride(desc.a_scale_tensor, "a_scale_tensor", m, "row")
-    az_s = quant_stride(desc.a_zero_point_tensor, "a_zero_point_tensor", m, "row")
-    bs_s = quant_stride(desc.b_scale_tensor, "b_scale_tensor", n, "col")
-    bz_s = quant_stride(desc.b_zero_point_tensor, "b_zero_point_tensor", n, "col")
-    a_signed, b_signed = a.data_type in SIGNED, b.data_type in SIGNED
-    flags = (_F_A_SIGNED if a_signed else 0) | (_F_B_SIGNED if b_signed else 0)
-    flags |= _F_F16 if out.data_type == DataType.FLOAT16 else 0
-    # RA is needed where B's shifted zero point can be nonzero, CB where A's can (as matmul_coop)
-    flags |= _F_SUM_A if (desc.b_zero_point_tensor is not None or not b_signed) else 0
-    flags |= _F_SUM_B if (desc.a_zero_point_tensor is not None or not a_signed) else 0
+    flags = sum_flags(desc)
     # A rows on 4-byte boundaries with unit k stride: staged a word at a time (binding offsets are
     # multiples of 16 bytes); otherwise byte by byte
     if (k == 1 or a_st[3] == 1) and all(s % 4 == 0 for s in a_st[:3]):
         flags |= _F_A_WORDS
-    words = push_words(m, n, k, nc | flags, a_st, b_st, o_st, bias_st, [as_s, az_s, bs_s, bz_s])
-    for i, wi in enumerate((8, 9, 10, 12, 13, 14, 15)):  # T in the top nibbles, as matmul_int.comp
-        words[wi] |= ((t >> (4 * i)) & 0xF) << 28
+    words = matmul_push(desc, ops, flags)
 
     variant = variant_for(device, dot, col)
     check_capabilities(variant, device.capabilities)
     groups = cdiv(n, cfg.tile_n) * cdiv(m, cfg.mt) * t
-    sizes = [a.data_type.size, desc.a_scale_tensor.data_type.size, a.data_type.size, b.data_type.size,
-             desc.b_scale_tensor.data_type.size, b.data_type.size, out.data_type.size, out.data_type.size]
-    return DispatchPlan(
-        variant=variant,
-        bindings=tuple(range(8)),
-        push=tuple(words),
-        groups=grid_for(groups, 1, device.limits["max_compute_work_group_count"][0]),
-        writes=(7,),
-        offset_slots=tuple((i, i, sizes[i]) for i in range(8)),
-        spec=cfg.spec(),
-    )
+    return matmul_plan(desc, device, variant, words, groups, cfg.spec())
 
 
 def compile_gemv(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, dot: bool | None = None,

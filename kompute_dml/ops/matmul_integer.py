@@ -19,24 +19,25 @@ import os
 from typing import TYPE_CHECKING
 
 from ..dtypes import DataType
-from ..errors import UnsupportedError, invalid
+from ..errors import invalid
 from ..ints import cdiv
 from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
-from ..runtime import KP_PATCH_LEVEL, DispatchPlan, grid_for
+from ..runtime import KP_PATCH_LEVEL, DispatchPlan
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .matmul_common import (
+    F_A_PACKED,
+    F_B_PACKED,
     FIELDS,
     INPUT_FIELDS,
     OUTPUT_FIELDS,
-    SIGNED,
     MatrixMultiplyIntegerToFloatDesc,
-    push_words,
+    matmul_plan,
+    matmul_push,
+    operands,
+    packed_rows,
 )
-from .matmul_common import LIMIT28 as _LIMIT28
 from .matmul_common import check_desc as _check
-from .matmul_common import pad4 as _pad4
-from .matmul_common import quant_stride as _quant_stride
 from .matmul_coop import plan_coop
 from .matmul_gemv import SMALL_M, plan_gemv
 from .matmul_wide import plan_wide
@@ -61,12 +62,6 @@ CPU_GENERIC_BLOCK = (4, 4)
 CPU_LOCAL = 8
 GPU_TILE = (64, 64)
 GPU_LOCAL = 256
-
-_F_A_SIGNED = 1 << 26
-_F_B_SIGNED = 1 << 27
-_F_F16 = 1 << 28
-_F_A_PACKED = 1 << 29
-_F_B_PACKED = 1 << 30
 
 
 
@@ -136,53 +131,15 @@ def compile_matmul_integer(
 
 
 def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -> DispatchPlan:
-    max_groups = device.limits["max_compute_work_group_count"][0]
-    a, b, out = desc.a_tensor, desc.b_tensor, desc.output_tensor
+    a, out = desc.a_tensor, desc.output_tensor
     width = a.data_type.size
     epw = 4 // width
-    a_sz, a_st = _pad4(a)
-    b_sz, b_st = _pad4(b)
-    _, o_st = _pad4(out)
-    if desc.bias_tensor is not None:
-        _, bias_st = _pad4(desc.bias_tensor)
-    else:
-        bias_st = [0, 0, 0, 0]
-    nb, nc, m, k = a_sz
-    n = b_sz[3]
-    t = nb * nc
-    if t >= _LIMIT28:
-        raise UnsupportedError(f"a_tensor.sizes: at most 2^28-1 matrices (batch x channel), got {t}")
-    as_s = _quant_stride(desc.a_scale_tensor, "a_scale_tensor", m, "row")
-    az_s = _quant_stride(desc.a_zero_point_tensor, "a_zero_point_tensor", m, "row")
-    bs_s = _quant_stride(desc.b_scale_tensor, "b_scale_tensor", n, "col")
-    bz_s = _quant_stride(desc.b_zero_point_tensor, "b_zero_point_tensor", n, "col")
-
-    # A rows word-aligned with unit k stride; B rows word-aligned with unit n stride
-    # (binding offsets are multiples of 16 bytes, so element 0 is word-aligned).
-    a_packed = (k == 1 or a_st[3] == 1) and all(s % epw == 0 for s in (a_st[0], a_st[1], a_st[2]))
-    b_packed = (n == 1 or b_st[3] == 1) and all(s % epw == 0 for s in (b_st[0], b_st[1], b_st[2]))
-    if k == 1:
-        a_st[3] = 1
-    if n == 1:
-        b_st[3] = 1
-
-    flags = 0
-    if a.data_type in SIGNED:
-        flags |= _F_A_SIGNED
-    if b.data_type in SIGNED:
-        flags |= _F_B_SIGNED
-    if out.data_type == D.FLOAT16:
-        flags |= _F_F16
-    if a_packed:
-        flags |= _F_A_PACKED
-    if b_packed:
-        flags |= _F_B_PACKED
-    if nc >= 1 << 26:
-        raise UnsupportedError(f"a_tensor.sizes: at most 2^26-1 channels, got {nc}")
-    words = push_words(m, n, k, nc | flags, a_st, b_st, o_st, bias_st, [as_s, az_s, bs_s, bz_s])
-    # T = batch * channel in the top nibbles of words 8, 9, 10, 12, 13, 14, 15
-    for i, wi in enumerate((8, 9, 10, 12, 13, 14, 15)):
-        words[wi] |= ((t >> (4 * i)) & 0xF) << 28
+    ops = operands(desc)
+    m, k, n, t = ops.m, ops.k, ops.n, ops.t
+    a_st, b_st, o_st, bias_st = ops.a_st, ops.b_st, ops.o_st, ops.bias_st
+    packed = packed_rows(ops, width)
+    a_packed, b_packed = bool(packed & F_A_PACKED), bool(packed & F_B_PACKED)
+    words = matmul_push(desc, ops, packed)
 
     wbits = 8 * width
     if family == "gpu":
@@ -219,19 +176,7 @@ def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -
             br, bc = CPU_GENERIC_BLOCK
             variant = contract.MMI_GENERIC.name(bits=wbits)
         groups = cdiv(cdiv(n, bc), CPU_LOCAL) * cdiv(m, br) * t
-    # offset slots: push word <- binding offset / element size (bindings: inputs then output)
-    sizes = [a.data_type.size, desc.a_scale_tensor.data_type.size,
-             a.data_type.size, b.data_type.size, desc.b_scale_tensor.data_type.size,
-             b.data_type.size, out.data_type.size, out.data_type.size]
-    slots = tuple((i, i, sizes[i]) for i in range(8))
-    return DispatchPlan(
-        variant=variant,
-        bindings=tuple(range(8)),
-        push=tuple(words),
-        groups=grid_for(groups, 1, max_groups),
-        writes=(7,),
-        offset_slots=slots,
-    )
+    return matmul_plan(desc, device, variant, words, groups)
 
 
 # ---- spec (kompute_dml/ops/spec.py) -------------------------------------------------------

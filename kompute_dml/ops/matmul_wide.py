@@ -17,20 +17,19 @@ from ..dtypes import DataType
 from ..errors import UnsupportedError
 from ..ints import cdiv
 from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
-from ..runtime import DispatchPlan, grid_for
+from ..runtime import DispatchPlan
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .matmul_common import (
     FIELDS,
     INPUT_FIELDS,
-    LIMIT28,
     OUTPUT_FIELDS,
-    SIGNED,
     MatrixMultiplyIntegerToFloatDesc,
     check_desc,
-    pad4,
-    push_words,
-    quant_stride,
+    matmul_plan,
+    matmul_push,
+    operands,
+    packed_rows,
 )
 
 if TYPE_CHECKING:
@@ -56,13 +55,6 @@ INT64_KMAX_32 = 1 << 16
 # (bench_wide.py: 4096^3 int16 978-1025 vs 12410 GOPS; int32 511 vs 663 at 8x4, 4x4 3991)
 DEFAULT_INT64 = False
 
-# matmul_int.comp's flag bits of word 11 (matmul_wide.comp reads the same words)
-F_A_SIGNED = 1 << 26
-F_B_SIGNED = 1 << 27
-F_F16 = 1 << 28
-F_A_PACKED = 1 << 29
-F_B_PACKED = 1 << 30
-
 
 def variant_for(width: int, block: tuple[int, int], int64: bool = False) -> str:
     return contract.MMW.name(bits=8 * width, ext="l" if int64 else "", tr=block[0], tc=block[1])
@@ -77,7 +69,7 @@ def plan_wide(
     that leaves fewer than MIN_GROUPS work groups); `int64`: the
     "l" variant (None: DEFAULT_INT64 where the device and K allow it; True: UnsupportedError
     where they do not)."""
-    a, b, out = desc.a_tensor, desc.b_tensor, desc.output_tensor
+    a = desc.a_tensor
     width = a.data_type.size
     if width == 1:
         return None
@@ -90,53 +82,17 @@ def plan_wide(
     elif int64 and not k_ok:
         raise UnsupportedError(f"a_tensor.sizes: the 64-bit 'wide' variant for 32-bit inputs takes K <= {INT64_KMAX_32}, "
                                f"got {a.sizes[-1]}")
-    epw = 4 // width
-    a_sz, a_st = pad4(a)
-    b_sz, b_st = pad4(b)
-    _, o_st = pad4(out)
-    bias_st = pad4(desc.bias_tensor)[1] if desc.bias_tensor is not None else [0, 0, 0, 0]
-    nb, nc, m, k = a_sz
-    n = b_sz[3]
-    t = nb * nc
-    if t >= LIMIT28:
-        raise UnsupportedError(f"a_tensor.sizes: at most 2^28-1 matrices (batch x channel), got {t}")
-    if nc >= 1 << 26:
-        raise UnsupportedError(f"a_tensor.sizes: at most 2^26-1 channels, got {nc}")
-    quant = [quant_stride(desc.a_scale_tensor, "a_scale_tensor", m, "row"),
-             quant_stride(desc.a_zero_point_tensor, "a_zero_point_tensor", m, "row"),
-             quant_stride(desc.b_scale_tensor, "b_scale_tensor", n, "col"),
-             quant_stride(desc.b_zero_point_tensor, "b_zero_point_tensor", n, "col")]
-    # Packed rows: unit inner stride and word-aligned rows (binding offsets are multiples of 16
-    # bytes); the kernel then reads whole words, two 16-bit values per word.
-    a_packed = (k == 1 or a_st[3] == 1) and all(s % epw == 0 for s in a_st[:3])
-    b_packed = (n == 1 or b_st[3] == 1) and all(s % epw == 0 for s in b_st[:3])
-    if k == 1:
-        a_st[3] = 1
-    if n == 1:
-        b_st[3] = 1
-    flags = ((F_A_SIGNED if a.data_type in SIGNED else 0) | (F_B_SIGNED if b.data_type in SIGNED else 0)
-             | (F_F16 if out.data_type == D.FLOAT16 else 0)
-             | (F_A_PACKED if a_packed else 0) | (F_B_PACKED if b_packed else 0))
-    words = push_words(m, n, k, nc | flags, a_st, b_st, o_st, bias_st, quant)
-    for i, wi in enumerate((8, 9, 10, 12, 13, 14, 15)):  # T = batch x channel in the top nibbles
-        words[wi] |= ((t >> (4 * i)) & 0xF) << 28
+    # Packed rows: the kernel then reads whole words, two 16-bit values per word.
+    ops = operands(desc)
+    m, n, t = ops.m, ops.n, ops.t
+    words = matmul_push(desc, ops, packed_rows(ops, width))
     if block is None:
         block = DEFAULT_BLOCK[width]
         if cdiv(n, LOCAL[0] * block[1]) * cdiv(m, LOCAL[1] * block[0]) * t < MIN_GROUPS:
             block = SMALL_BLOCK
     variant = variant_for(width, block, int64)  # ValueError for a block the family lacks
     groups = cdiv(n, LOCAL[0] * block[1]) * cdiv(m, LOCAL[1] * block[0]) * t
-    # offset slots: push word i <- binding i's offset / element size (inputs, then the output)
-    sizes = [a.data_type.size, desc.a_scale_tensor.data_type.size, a.data_type.size, b.data_type.size,
-             desc.b_scale_tensor.data_type.size, b.data_type.size, out.data_type.size, out.data_type.size]
-    return DispatchPlan(
-        variant=variant,
-        bindings=tuple(range(8)),
-        push=tuple(words),
-        groups=grid_for(groups, 1, device.limits["max_compute_work_group_count"][0]),
-        writes=(7,),
-        offset_slots=tuple((i, i, sizes[i]) for i in range(8)),
-    )
+    return matmul_plan(desc, device, variant, words, groups)
 
 
 def compile_wide(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, block: tuple[int, int] | None = None,
