@@ -25,18 +25,19 @@ spirv: $(STAMP)
 # created without the pNext chain): capabilities and policy, the engine's submission paths, the
 # runtime's recordings and barriers, and the portable matrix-product families with their
 # fallbacks. The operators' own shaders use no optional feature, so the rest of the
-# suite runs them identically either way.
+# suite runs them identically either way. That second run also completes every execution by
+# its fence (KDML_COMPLETION=fence) instead of the default completion word.
 # `make test` (CI) leaves out the tests marked slow (soak, the MiniLM model with its torch
 # install, the ONNX conformance sweep, filling the default memory budget): with them the suite
 # took 17.6 min on a 2-core machine, too close to CI's 20. `make test-all` runs everything.
-FEATURELESS_TESTS := tests/test_policy.py tests/test_engine.py tests/test_runtime.py tests/test_matmul_integer.py -k "not large_k"
+FEATURELESS_TESTS := tests/test_policy.py tests/test_engine.py tests/test_runtime.py tests/test_completion.py tests/test_matmul_integer.py -k "not large_k"
 test: setup
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
-	KDML_FEATURES=none $(PY) -m pytest -q -p no:cacheprovider $(FEATURELESS_TESTS)
+	KDML_FEATURES=none KDML_COMPLETION=fence $(PY) -m pytest -q -p no:cacheprovider $(FEATURELESS_TESTS)
 
 test-all: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
-	KDML_FEATURES=none $(PY) -m pytest -q -p no:cacheprovider $(FEATURELESS_TESTS)
+	KDML_FEATURES=none KDML_COMPLETION=fence $(PY) -m pytest -q -p no:cacheprovider $(FEATURELESS_TESTS)
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)

@@ -1,6 +1,7 @@
 """Per-execution latency of small operators: what the Python path costs on top of Vulkan.
 
     PYTHONPATH=. python3 benchmarks/latency.py [--device N] [--shader-only] [--repeats R]
+        [--ops] [--sequences] [--after-recording] [--sizes] [--memory-kernel gpu|cpu]
 
 Prints, for a 64x64 FLOAT32 ACTIVATION_IDENTITY compiled once and bound to the same
 tensors every time (so every call after the first replays a cached kp sequence):
@@ -9,8 +10,10 @@ tensors every time (so every call after the first replays a cached kp sequence):
 - recorded: `with dev.record() as rec:` around 100 `rec.execute(...)`, total time / 100;
   the median of R/100 recordings (us per op).
 - floor: one bare kp sequence evaluated R times through kp directly: a single memory
-  barrier (the submission + fence wait no Python layer can remove), and a single 16 KiB
-  vkCmdCopyBuffer (the same bytes the identity moves) (us).
+  barrier (the submission + wait no Python layer can remove), and a single 16 KiB
+  vkCmdCopyBuffer (the same bytes the identity moves) (us). Floor sequences complete the
+  way the device's policy completes executions (a completion word or the fence:
+  DevicePolicy.completion, KDML_COMPLETION).
 - python: eager - copy floor, the cost of kompute_dml's own path (binding checks,
   replay-cache lookup, submission bookkeeping); on the shader path it also holds the
   difference between a compute dispatch and a transfer command.
@@ -19,7 +22,11 @@ tensors every time (so every call after the first replays a cached kp sequence):
   wait), and eager - that sequence: the Python path exactly.
 
 --ops: eager latency of other small operators (64x64 DIAGONAL_MATRIX, 64x64 DIAGONAL_MATRIX1
-with input (triu), 16x64x64 int8 MATRIX_MULTIPLY_INTEGER_TO_FLOAT), each compiled once.
+with input (triu), 16x64x64 int8 MATRIX_MULTIPLY_INTEGER_TO_FLOAT), each compiled once, with
+op.bind alone, the op's cached kp sequence evaluated directly, and the device time of its
+commands (kp timestamps around them, x the device's timestampPeriod). The identity's
+breakdown line gives the same device time. --memory-kernel gpu|cpu forces the memory-bound
+operators' kernel family (DevicePolicy.memory_kernel).
 
 --after-recording: the eager identity right after a recording of 100 executions (to distinct
 outputs) and the second eager call after it, 25 times each (what `kompute-dml bench`'s
@@ -36,6 +43,7 @@ lead: eager <= 20 us, recorded <= 8 us per op).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import statistics
 import time
@@ -77,10 +85,9 @@ def _recorded(dev: kdml.Device, op: object, x: kdml.Tensor, y: kdml.Tensor, reco
     return times
 
 
-def _breakdown(op: object, x: kdml.Tensor, y: kdml.Tensor, repeats: int) -> tuple[float, float]:
+def _breakdown(op: object, ins: list, outs: list, repeats: int) -> tuple[float, float]:
     """Median us of op.bind alone and of evaluating the op's cached kp sequence directly.
     Reaches into the engine's replay cache on purpose: this is a measurement of it."""
-    ins, outs = [x], [y]
     bind = op.bind  # type: ignore[attr-defined]
     clock = time.perf_counter_ns
     t0 = clock()
@@ -88,13 +95,13 @@ def _breakdown(op: object, x: kdml.Tensor, y: kdml.Tensor, repeats: int) -> tupl
         bind(ins, outs)
     bind_us = (clock() - t0) / 1000 / repeats
     _bound, key = bind(ins, outs)
-    seq = op.engine._replays[(key,)].seq  # type: ignore[attr-defined]
+    run = op.engine._replays[(key,)].run  # type: ignore[attr-defined]
     for _ in range(50):
-        seq.eval()
+        run()
     times = []
     for _ in range(repeats):
         t0 = clock()
-        seq.eval()
+        run()
         times.append((clock() - t0) / 1000)
     return bind_us, statistics.median(times)
 
@@ -105,16 +112,14 @@ def _sequences(op: object, x: kdml.Tensor, y: kdml.Tensor, repeats: int) -> None
     engine's own kp objects: a measurement of the runtime, not a use of it)."""
     import kp
 
-    from kompute_dml.runtime.encode import _ALL_ACCESS, _ALL_STAGES, encode
+    from kompute_dml.runtime.encode import encode, global_barrier
 
     eng = op.engine  # type: ignore[attr-defined]
     bound = [x, y]
     disp = encode(op.plans[0], bound, eng.pipelines, eng.dummy).op  # type: ignore[attr-defined]
     xs, ys = x.buffer.memory.tensor, y.buffer.memory.tensor
 
-    def barrier() -> object:
-        return kp.OpGlobalBarrier(_ALL_ACCESS, _ALL_ACCESS, _ALL_STAGES, _ALL_STAGES)
-
+    barrier = global_barrier
     variants = {
         "barrier": [barrier()],
         "barrier+barrier": [barrier(), barrier()],
@@ -126,7 +131,7 @@ def _sequences(op: object, x: kdml.Tensor, y: kdml.Tensor, repeats: int) -> None
     }
     seqs = {}
     for name, ops in variants.items():
-        seq = eng.manager.sequence()
+        seq = eng.manager.kdml_word_sequence() if eng.completion_word else eng.manager.sequence()
         for o in ops:
             seq.record(o)
         seqs[name] = seq
@@ -145,16 +150,17 @@ def _sequences(op: object, x: kdml.Tensor, y: kdml.Tensor, repeats: int) -> None
     print("kp sequences, median us:", "  ".join(f"{k} {statistics.median(v):.2f}" for k, v in times.items()))
 
 
-def _floors(device_index: int, repeats: int, nbytes: int) -> tuple[list[float], list[float]]:
+def _floors(device_index: int, repeats: int, nbytes: int, word: bool) -> tuple[list[float], list[float]]:
     import kp  # outside kompute_dml: only to measure what kp itself costs
 
     mgr = kp.Manager(device_index)
     try:
         src = mgr.tensor_t(np.zeros(nbytes // 4, dtype=np.uint32), kp.TensorTypes.device)
         dst = mgr.tensor_t(np.zeros(nbytes // 4, dtype=np.uint32), kp.TensorTypes.device)
-        barrier = mgr.sequence()
+        sequence = mgr.kdml_word_sequence if word else mgr.sequence
+        barrier = sequence()
         barrier.record(kp.OpMemoryBarrier([src], ACCESS_ALL, ACCESS_ALL, STAGES_ALL, STAGES_ALL, True))
-        copy = mgr.sequence()
+        copy = sequence()
         copy.record(kp.OpCopyRegions(src, dst, [0, 0, nbytes]))
         out = []
         for seq in (barrier, copy):
@@ -170,6 +176,27 @@ def _floors(device_index: int, repeats: int, nbytes: int) -> tuple[list[float], 
         return out[0], out[1]
     finally:
         mgr.destroy()
+
+
+def _device_us(dev: kdml.Device, op: object, ins: list, outs: list, repeats: int = 200) -> float:
+    """Median device time of the op's commands (us): kp timestamps around them, in a kp
+    sequence of their own after one global barrier (a measurement of the runtime)."""
+    from kompute_dml.runtime.encode import encode, global_barrier
+
+    eng = dev.engine
+    bound, _key = op.bind(ins, outs)  # type: ignore[attr-defined]
+    ops = [encode(plan, bound, eng.pipelines, eng.dummy).op for plan in op.plans]  # type: ignore[attr-defined]
+    seq = eng.manager.sequence(0, len(ops) + 1)
+    seq.record(global_barrier())
+    for o in ops:
+        seq.record(o)
+    period_us = float(dev.limits.get("timestamp_period_ns") or 1.0) / 1000
+    times = []
+    for _ in range(repeats):
+        seq.eval()
+        ts = seq.get_timestamps()
+        times.append((ts[-1] - ts[1]) * period_us)
+    return statistics.median(times)
 
 
 def _small_ops(dev: kdml.Device, repeats: int) -> None:
@@ -192,7 +219,10 @@ def _small_ops(dev: kdml.Device, repeats: int) -> None:
     for name, (desc, ins, outs) in cases.items():
         op = dev.compile(desc)
         times = _eager(op, ins, outs, repeats)  # type: ignore[arg-type]
-        print(f"eager {name}: median {statistics.median(times):.2f} us ({', '.join(op.variants)})")
+        bind_us, seq_us = _breakdown(op, ins, outs, repeats)
+        print(f"eager {name}: median {statistics.median(times):.2f} us ({', '.join(op.variants)}); "
+              f"op.bind {bind_us:.2f} us, its kp sequence {seq_us:.2f} us, "
+              f"its commands on the device {_device_us(dev, op, ins, outs):.2f} us")
 
 
 def _after_recording(dev: kdml.Device, op: object, x: kdml.Tensor, y: kdml.Tensor) -> None:
@@ -248,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--shader-only", action="store_true", help="Device(transfer_commands=False)")
+    p.add_argument("--memory-kernel", choices=("gpu", "cpu"), help="force DevicePolicy.memory_kernel")
     p.add_argument("--repeats", type=int, default=5000)
     p.add_argument("--sizes", action="store_true", help="shaders vs transfer commands by size")
     p.add_argument("--ops", action="store_true", help="also other small operators, eager")
@@ -258,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         _sizes(args.device, args.repeats)
         return 0
     dev = kdml.Device(args.device, transfer_commands=False if args.shader_only else None)
+    if args.memory_kernel:
+        dev.policy = dataclasses.replace(dev.policy, memory_kernel=args.memory_kernel)
     try:
         desc = kdml.TensorDesc(kdml.DataType.FLOAT32, (64, 64))
         x = dev.tensor(np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32))
@@ -267,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             eager = _eager(op, x, y, args.repeats)
             recorded = _recorded(dev, op, x, y, max(5, args.repeats // 100))
-            bind_us, seq_us = _breakdown(op, x, y, args.repeats)
+            bind_us, seq_us = _breakdown(op, [x], [y], args.repeats)
+            device_us = _device_us(dev, op, [x], [y])
             if args.sequences:
                 _sequences(op, x, y, args.repeats)
             if args.ops:
@@ -278,10 +312,12 @@ def main(argv: list[str] | None = None) -> int:
             gc.enable()
         assert np.array_equal(y.numpy(), x.numpy())
         path = "shaders" if not dev.transfer_commands else "transfer commands"
-        print(f"device: {dev.name} ({dev.device_type}), policy {dev.policy.name}, copies as {path}")
+        print(f"device: {dev.name} ({dev.device_type}), policy {dev.policy.name}, copies as {path}, "
+              f"completion by {dev.policy.completion}")
+        word = dev.engine.completion_word
     finally:
         dev.close()
-    barrier, copy = _floors(args.device, args.repeats, 64 * 64 * 4)
+    barrier, copy = _floors(args.device, args.repeats, 64 * 64 * 4, word)
     e, r = statistics.median(eager), statistics.median(recorded)
     fb, fc = statistics.median(barrier), statistics.median(copy)
     print(f"eager    64x64 identity: median {e:8.2f} us  (p10 {np.percentile(eager, 10):.2f}, p90 {np.percentile(eager, 90):.2f})")
@@ -289,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"floor, bare kp sequence: median {fb:8.2f} us (one barrier), {fc:8.2f} us (one 16 KiB copy)")
     print(f"python path (eager - copy floor): {e - fc:8.2f} us")
     print(f"breakdown: op.bind {bind_us:.2f} us; the op's own kp sequence {seq_us:.2f} us; "
-          f"eager - that sequence {e - seq_us:.2f} us")
+          f"eager - that sequence {e - seq_us:.2f} us; its commands on the device {device_us:.2f} us")
     return 0
 
 

@@ -112,6 +112,7 @@ class Device:
         self.cooperative_matrix_shapes: tuple[tuple[int, ...], ...] = self.engine.cooperative_matrix_shapes
         self.policy = policy_for(self.device_type, self.capabilities, self.limits, transfer_commands=transfer_commands)
         self.transfer_commands = self.policy.transfer_commands
+        self.engine.completion_word = self.policy.completion == "word"
 
     def __repr__(self) -> str:
         return f"Device({self.index}, {self.name!r}, feature_level={self.feature_level.name})"
@@ -173,7 +174,8 @@ class Device:
 
     def stats(self) -> dict[str, int]:
         """Cache and memory counters: pipelines, pipeline_hits, pipeline_misses,
-        recorded_sequences, live_buffers, pooled_buffers, allocated_bytes."""
+        recorded_sequences (word_sequences of them complete by a completion word), live_buffers,
+        pooled_buffers, allocated_bytes."""
         return self.engine.stats()
 
 

@@ -7,6 +7,7 @@ Each accepts kompute_dml Tensors or numpy arrays (uploaded to the tensor's devic
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from typing import Any
@@ -92,7 +93,14 @@ def compile_cached(device: Device, desc: Any) -> Any:
 
 
 def _packed_like(desc: TensorDesc) -> TensorDesc:
-    return TensorDesc(desc.data_type, desc.sizes)
+    return _packed(desc.data_type, desc.sizes)
+
+
+@functools.lru_cache(maxsize=1024)
+def _packed(data_type: DataType, sizes: tuple[int, ...]) -> TensorDesc:
+    # cached: building a TensorDesc checks every rule (tens of microseconds), and an eager
+    # functional call would otherwise build one for its output every time
+    return TensorDesc(data_type, sizes)
 
 
 def _unary_copy(x: Any, desc_type: type, out: Tensor | None, device: Device | None) -> Tensor:

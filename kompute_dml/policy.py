@@ -12,6 +12,8 @@ Every choice here is a measured one (figures in docs/ and benchmarks/RESULTS.md)
   commands are 2-3x slower than compute shaders (50x for one region per row), so every
   operator runs as shaders; matrix products take tiled "gpu" kernels, or cooperative-matrix
   kernels on the tensor cores where the device enabled them.
+- every device: an execution completes by a completion word (its command buffer writes a
+  host-visible word last; the host polls it) rather than by its fence (COMPLETION).
 """
 
 from __future__ import annotations
@@ -49,6 +51,14 @@ GPU_TRANSFER_BELOW = 256 * 1024
 # 16x4096x4096 14.1 / 1.8, 128x384x1536 11.7 / 4.4, 512x384x1536 9.2 / 12.0, 4096^3 13.6 / 20.6,
 # 8192^3 13.9 / 19.3: the crossover lies between 128 and 512 rows. (At most SMALL_M rows take gemv.)
 DOT_MAX_M = 128
+# How an execution learns that the device is done (DevicePolicy.completion; KDML_COMPLETION=fence
+# or word overrides): "word" polls a host-visible word the command buffer writes last (kp patch
+# level 7), "fence" polls the sequence's fence. `bash benchmarks/vk_floor/run.sh` (C, no kp), median
+# us from vkQueueSubmit to completion of barrier + one dispatch, word / fence polled, two runs each:
+# H100 16.25 / 46.36 and 16.85 / 48.57 (the fence reports 2.5-4.5 us after the word, and in the
+# driver's other mode about 30 us after it: p10 of the second run's fence 16.28); lavapipe 62.5 / 85.4.
+COMPLETION_ENV = "KDML_COMPLETION"
+COMPLETIONS = ("word", "fence")
 
 
 def requested_capabilities(features: object) -> frozenset[str] | None:
@@ -91,6 +101,7 @@ class DevicePolicy:
     # `transfer_commands` is False: a small vkCmdCopyBuffer completes sooner than a dispatch
     # (H100: see GPU_TRANSFER_BELOW), while large ones run at a fraction of a shader's speed.
     transfer_below: int = 0
+    completion: str = "word"  # see COMPLETION
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -110,6 +121,7 @@ class DevicePolicy:
             "matmul_family": self.matmul_family,
             "memory_kernel": self.memory_kernel,
             "transfer_below": self.transfer_below,
+            "completion": self.completion,
         }
 
 
@@ -135,4 +147,11 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
         transfer_commands = None if env is None else env != "0"
     if transfer_commands is not None:
         policy = replace(policy, transfer_commands=bool(transfer_commands), transfer_below=0)
+    completion = os.environ.get(COMPLETION_ENV, "").strip().lower()
+    if completion:
+        if completion not in COMPLETIONS:
+            from .errors import invalid
+
+            raise invalid(COMPLETION_ENV, f"must be one of {', '.join(COMPLETIONS)}, got {completion!r}")
+        policy = replace(policy, completion=completion)
     return policy

@@ -17,6 +17,8 @@ from .errors import DeviceError
 
 u32 = ctypes.c_uint32
 u64 = ctypes.c_uint64
+i32 = ctypes.c_int32
+f32 = ctypes.c_float
 
 DEVICE_TYPES = {0: "other", 1: "integrated-gpu", 2: "discrete-gpu", 3: "virtual-gpu", 4: "cpu"}
 
@@ -54,6 +56,22 @@ class _Limits(ctypes.Structure):
         ("maxFragmentDualSrcAttachments", u32), ("maxFragmentCombinedOutputResources", u32),
         ("maxComputeSharedMemorySize", u32), ("maxComputeWorkGroupCount", u32 * 3),
         ("maxComputeWorkGroupInvocations", u32), ("maxComputeWorkGroupSize", u32 * 3),
+        ("subPixelPrecisionBits", u32), ("subTexelPrecisionBits", u32), ("mipmapPrecisionBits", u32),
+        ("maxDrawIndexedIndexValue", u32), ("maxDrawIndirectCount", u32),
+        ("maxSamplerLodBias", f32), ("maxSamplerAnisotropy", f32),
+        ("maxViewports", u32), ("maxViewportDimensions", u32 * 2), ("viewportBoundsRange", f32 * 2),
+        ("viewportSubPixelBits", u32), ("minMemoryMapAlignment", ctypes.c_size_t),
+        ("minTexelBufferOffsetAlignment", u64), ("minUniformBufferOffsetAlignment", u64),
+        ("minStorageBufferOffsetAlignment", u64),
+        ("minTexelOffset", i32), ("maxTexelOffset", u32), ("minTexelGatherOffset", i32), ("maxTexelGatherOffset", u32),
+        ("minInterpolationOffset", f32), ("maxInterpolationOffset", f32), ("subPixelInterpolationOffsetBits", u32),
+        ("maxFramebufferWidth", u32), ("maxFramebufferHeight", u32), ("maxFramebufferLayers", u32),
+        ("framebufferColorSampleCounts", u32), ("framebufferDepthSampleCounts", u32),
+        ("framebufferStencilSampleCounts", u32), ("framebufferNoAttachmentsSampleCounts", u32),
+        ("maxColorAttachments", u32), ("sampledImageColorSampleCounts", u32),
+        ("sampledImageIntegerSampleCounts", u32), ("sampledImageDepthSampleCounts", u32),
+        ("sampledImageStencilSampleCounts", u32), ("storageImageSampleCounts", u32), ("maxSampleMaskWords", u32),
+        ("timestampComputeAndGraphics", u32), ("timestampPeriod", f32),
         ("_rest", ctypes.c_uint8 * 512),
     ]
 
@@ -185,6 +203,7 @@ def physical_devices() -> tuple[PhysicalDeviceInfo, ...]:
                 "max_compute_work_group_size": tuple(lim.maxComputeWorkGroupSize),
                 "max_compute_work_group_invocations": lim.maxComputeWorkGroupInvocations,
                 "max_compute_shared_memory_size": lim.maxComputeSharedMemorySize,
+                "timestamp_period_ns": lim.timestampPeriod,  # one timestamp tick
                 "max_memory_allocation_count": lim.maxMemoryAllocationCount,
                 "max_bound_descriptor_sets": lim.maxBoundDescriptorSets,
                 "max_per_stage_descriptor_storage_buffers": lim.maxPerStageDescriptorStorageBuffers,

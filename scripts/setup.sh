@@ -57,13 +57,18 @@ fi
 # loader's version), reuses one fence per sequence (polled, then a blocking wait) and computes
 # buffer sizes in 64 bits; level 5 adds OpDispatch (a dispatch without kp's per-tensor barriers)
 # and OpGlobalBarrier (one global memory barrier); level 6 destroys every live Manager from an
-# atexit callback (no kp object outlives the interpreter into the driver's own exit handlers).
-# The patched build is 0.9.0+kdml6 (pyproject.toml pins it).
-KP_LOCAL_VERSION="$KP_VERSION+kdml6"
-KP_PATCH_LEVEL=6
+# atexit callback (no kp object outlives the interpreter into the driver's own exit handlers);
+# level 7 adds completion words (Manager.kdml_word_sequence: a sequence polls a host-visible word
+# its command buffer writes last, not its fence; kdml_completion.hpp).
+# The patched build is 0.9.0+kdml7 (pyproject.toml pins it).
+KP_LOCAL_VERSION="$KP_VERSION+kdml7"
+KP_PATCH_LEVEL=7
 PATCH="$ROOT/scripts/kp-$KP_VERSION-kompute-dml.patch"
 patch_sha=$(sha256sum "$PATCH" | cut -c1-12)
-kp_ok() { "$PY" -c "import kp, sys; sys.exit(0 if getattr(kp, 'kdml_patch_level', 0) >= $KP_PATCH_LEVEL and all(hasattr(kp, n) for n in ('OpMemoryBarrier', 'OpCopyRegions', 'OpFillRegions', 'OpDispatch', 'OpGlobalBarrier')) else 1)" 2>/dev/null; }
+# kp counts as installed when it is built from this very patch (a stamp beside the venv) and
+# has the patch's operations.
+kp_stamp="$VENV/.kp-patch.sha"
+kp_ok() { [ "$(cat "$kp_stamp" 2>/dev/null)" = "$patch_sha" ] && "$PY" -c "import kp, sys; sys.exit(0 if getattr(kp, 'kdml_patch_level', 0) >= $KP_PATCH_LEVEL and all(hasattr(kp, n) for n in ('OpMemoryBarrier', 'OpCopyRegions', 'OpFillRegions', 'OpDispatch', 'OpGlobalBarrier')) else 1)" 2>/dev/null; }
 if ! kp_ok; then
   mkdir -p "$WHEELS/$patch_sha"
   whl=$(ls "$WHEELS/$patch_sha"/kp-*.whl 2>/dev/null | head -1 || true)
@@ -92,6 +97,7 @@ if ! kp_ok; then
   fi
   say "installing $(basename "$whl")"
   "$PY" -m pip install -q --no-deps --force-reinstall "$whl"
+  echo "$patch_sha" > "$kp_stamp"
   kp_ok || { echo "kp installed but the kompute_dml patch ops are missing" >&2; exit 1; }
 fi
 

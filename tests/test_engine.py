@@ -144,3 +144,41 @@ def test_as_int_tuple():
 def test_cdiv(a, b):
     q = cdiv(a, b)
     assert q * b >= a and (q - 1) * b < a
+
+
+def test_eager_rerun_only_while_its_submission_is_cached(rng):
+    """execute keeps the engine's cached submission of its last key and reruns it directly;
+    once that submission leaves the cache (evicted, or a buffer it binds released) the
+    rerun is refused and the call goes through submit again."""
+    from kompute_dml.errors import DeviceError
+    from kompute_dml.runtime.engine import REPLAY_CAPACITY
+
+    with kdml.Device() as dev:
+        op, desc = _identity(dev, (4, 4))
+        x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
+        y = dev.empty(desc)
+        op.execute([x], [y])
+        replay = op._last[1]
+        assert replay.live
+        op.execute([x], [y])
+        assert op._last[1] is replay  # the same cached submission, rerun
+        others = [dev.empty(desc) for _ in range(REPLAY_CAPACITY)]
+        for o in others:
+            op.execute([x], [o])
+        assert not replay.live
+        bound, _key = op.bind([x], [y])
+        assert dev.engine.rerun(replay, bound) is False
+        y.write_numpy(np.zeros(desc.sizes, np.float32))
+        op.execute([x], [y])
+        assert np.array_equal(y.numpy(), x.numpy())
+        fresh = op._last[1]
+        assert fresh is not replay and fresh.live
+        del others, o
+        z = dev.empty(desc)
+        op.execute([x], [z])
+        zr = op._last[1]
+        del z
+        gc.collect()
+        assert not zr.live  # its output's memory went, and the submission with it
+    with pytest.raises(DeviceError, match="closed"):
+        op.execute([x], [y])

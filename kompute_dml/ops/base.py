@@ -91,7 +91,10 @@ class CompiledOperator:
         # weak, so the cache keeps no buffer alive) and bind()'s key. A repeated execution on
         # the same tensors skips the checks, also when a recording bound others in between.
         # (A tuple replaced whole, never mutated: threads binding at once lose at most an entry.)
-        self._recent: tuple[tuple[tuple[Any, ...], Hashable | None], ...] = ()
+        self._recent: tuple[tuple[tuple[Any, ...], Hashable | None, tuple[int, ...]], ...] = ()
+        # The key of the last eager execution and the engine's cached submission for it: the
+        # next call with the same key (bind returns the cached key object) reruns it directly.
+        self._last: tuple[Hashable, Any] | None = None
 
     def __repr__(self) -> str:
         return f"<compiled {self.support.name} ({len(self.plans)} dispatch(es)) on {self.device.name}>"
@@ -114,18 +117,31 @@ class CompiledOperator:
         if (type(inputs) in (list, tuple) and type(outputs) in (list, tuple)
                 and len(inputs) == self._n_in and len(outputs) == len(self._slots) - self._n_in):
             bound: list[Tensor | None] = [*inputs, *outputs]
+            ids = tuple(map(id, bound))
             recent = self._recent
             for i, entry in enumerate(recent):
-                for ref, t in zip(entry[0], bound):
-                    if (t is not None) if ref is None else (t is None or ref() is not t):
-                        break
-                else:
+                if entry[2] == ids:  # the same live objects: an entry leaves when one of them dies
                     if i:
                         self._recent = (entry, *recent[:i], *recent[i + 1:])
                     return bound, entry[1]
         bound, key = self._bind(inputs, outputs)
-        self._recent = ((tuple(None if t is None else weakref.ref(t) for t in bound), key), *self._recent[:BIND_CACHE - 1])
+        self._remember(bound, key)
         return bound, key
+
+    def _remember(self, bound: list[Tensor | None], key: Hashable | None) -> None:
+        """Cache a checked binding: (weak references, key, ids of the objects). Each weak
+        reference's callback drops the entry as its tensor dies (before its id can be reused),
+        so equal ids in the cache always mean the same live objects."""
+        ids = tuple(map(id, bound))
+        op_ref = weakref.ref(self)
+
+        def forget(_ref: Any, op_ref: Any = op_ref, ids: tuple[int, ...] = ids) -> None:
+            op = op_ref()
+            if op is not None:
+                op._recent = tuple(e for e in op._recent if e[2] != ids)
+
+        refs = tuple(None if t is None else weakref.ref(t, forget) for t in bound)
+        self._recent = ((refs, key, ids), *(e for e in self._recent[:BIND_CACHE] if e[2] != ids))[:BIND_CACHE]
 
     def _bind(self, inputs: Any, outputs: Any) -> tuple[list[Tensor | None], Hashable | None]:
         if (type(inputs) is not list and type(inputs) is not tuple) or len(inputs) != self._n_in:
@@ -219,9 +235,12 @@ class CompiledOperator:
         bound, key = self.bind(inputs, outputs)
         if key is None or not self.plans:
             return
+        last = self._last
+        if last is not None and last[0] is key and self.engine.rerun(last[1], bound):
+            return
         # the key of a one-execution submission: an eager execution and a recording of
         # just this execution replay the same kp sequence
-        self.engine.submit((key,), ((self.plans, bound),))
+        self._last = (key, self.engine.submit((key,), ((self.plans, bound),)))
 
 
 def _byte_positions(t: Tensor) -> np.ndarray:

@@ -86,6 +86,12 @@ def encode(plan: Plan, bound: Sequence[Any], pipelines: PipelineCache, dummy: De
     return EncodedDispatch(kp.OpDispatch(algo, push.tolist()), reads, writes)
 
 
+def global_barrier() -> Any:
+    """One global memory barrier: every compute and transfer access before it, in this
+    submission and earlier ones, against every such access after it."""
+    return kp.OpGlobalBarrier(_ALL_ACCESS, _ALL_ACCESS, _ALL_STAGES, _ALL_STAGES)
+
+
 def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch]) -> int:
     """Record dispatches into a kp sequence with the barriers their hazards need; returns
     how many barriers it recorded between dispatches.
@@ -96,7 +102,7 @@ def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch]) -> int:
     sequence starts with one (the uploads and dispatches of earlier submissions), and one
     goes before every dispatch that reads what an earlier one wrote (RAW) or writes what an
     earlier one touched (WAW, WAR); the access sets are reset after it."""
-    seq.record(kp.OpGlobalBarrier(_ALL_ACCESS, _ALL_ACCESS, _ALL_STAGES, _ALL_STAGES))
+    seq.record(global_barrier())
     written: set[int] = set()
     read: set[int] = set()
     barriers = 0
@@ -104,7 +110,7 @@ def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch]) -> int:
         if d.skip:
             continue
         if (d.reads & written) or (d.writes & (written | read)):
-            seq.record(kp.OpGlobalBarrier(_ALL_ACCESS, _ALL_ACCESS, _ALL_STAGES, _ALL_STAGES))
+            seq.record(global_barrier())
             barriers += 1
             written.clear()
             read.clear()

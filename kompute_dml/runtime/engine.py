@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import DeviceError, OutOfMemoryError
 from .budget import MemoryBudget
-from .encode import encode, record_dispatches
+from .encode import encode, global_barrier, record_dispatches
 from .memory import DeviceMemory
 from .pipelines import PipelineCache
 from .plans import Plan
@@ -69,15 +69,23 @@ def _close_live_engines() -> None:
 
 
 class _Replay:
-    """A cached submission: its kp sequence (None: nothing to run), the serials of the
-    buffers it binds, and per execution the binding indices its plans write."""
+    """A cached submission: its kp sequence (None: nothing to run) and the call that runs
+    it and waits, the serials of the buffers it binds, and per execution the binding
+    indices its plans write."""
 
-    __slots__ = ("memories", "seq", "writes")
+    __slots__ = ("live", "memories", "run", "seq", "writes")
 
     def __init__(self, seq: Any, memories: frozenset[int], writes: tuple[tuple[int, ...], ...]) -> None:
+        self.live = True  # False once out of the replay cache (Engine.rerun then refuses it)
         self.seq = seq
+        # kdml_run: eval() without looking up a Python object for the returned sequence
+        self.run = None if seq is None else getattr(seq, "kdml_run", seq.eval)
         self.memories = memories
         self.writes = writes
+
+
+def _by_word(seq: Any) -> bool:
+    return bool(getattr(seq, "kdml_completes_by_word", lambda: False)())
 
 
 class Engine:
@@ -105,6 +113,9 @@ class Engine:
         self.budget = MemoryBudget(memory_budget, max_allocations, host_memory)
         self.pipelines = PipelineCache(self.manager, self.capabilities)
         self.pool = BufferPool()
+        # Replayed sequences complete by a completion word where the kp build has them
+        # (patch level 7) and this is True (set from DevicePolicy.completion), else by fence.
+        self.completion_word = False
         self._replays: collections.OrderedDict[Hashable, _Replay] = collections.OrderedDict()
         self._live: weakref.WeakValueDictionary[int, DeviceMemory] = weakref.WeakValueDictionary()
         self.dummy = self.allocate(4)  # bound where an optional tensor is absent
@@ -150,7 +161,7 @@ class Engine:
                 return
             engine.pipelines.forget_memory(serial)
             for key in [k for k, r in engine._replays.items() if serial in r.memories]:
-                del engine._replays[key]
+                engine._replays.pop(key).live = False
 
     def sync_to_device(self, memory: DeviceMemory) -> None:
         self._eval_ops([kp.OpTensorSyncDevice([memory.tensor])])
@@ -159,9 +170,13 @@ class Engine:
         self._eval_ops([kp.OpTensorSyncLocal([memory.tensor])])
 
     def _eval_ops(self, ops: list[Any]) -> None:
+        """Run kp's own transfer operations (uploads, read-backs), after one global barrier:
+        kp's read-back orders only against shader writes, and an execution that completed by
+        a completion word (its fence not yet waited) may have written the buffer by a copy."""
         with self.lock:
             self.check_open()
             seq = self.manager.sequence()
+            seq.record(global_barrier())
             for op in ops:
                 seq.record(op)
             self._run(seq)
@@ -174,9 +189,10 @@ class Engine:
             raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
 
     # ---- submission --------------------------------------------------------------------
-    def submit(self, key: Hashable, work: Sequence[Work]) -> None:
+    def submit(self, key: Hashable, work: Sequence[Work]) -> _Replay:
         """Run executions in one submission and wait. `key` names what the executions bind
-        (operators, buffer serials, offsets): equal keys replay one cached kp sequence."""
+        (operators, buffer serials, offsets): equal keys replay one cached kp sequence.
+        Returns that cached submission, for `rerun`."""
         with self.lock:
             if self.closed:
                 raise DeviceError("the device has been closed")
@@ -185,18 +201,36 @@ class Engine:
                 replay = self._record(work)
                 self._replays[key] = replay
                 if len(self._replays) > REPLAY_CAPACITY:
-                    self._replays.popitem(last=False)
+                    self._replays.popitem(last=False)[1].live = False
             else:
                 self._replays.move_to_end(key)
-            if replay.seq is None:
-                return  # e.g. an exact in-place copy: nothing to submit
-            try:  # _run inlined: this is every execution's path
-                replay.seq.eval()
-            except RuntimeError as e:
-                raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
-            for (_plans, bound), writes in zip(work, replay.writes):  # their host copies are now stale
-                for i in writes:
+            if replay.run is not None:  # None: e.g. an exact in-place copy, nothing to submit
+                try:  # _run inlined: this is every execution's path
+                    replay.run()
+                except RuntimeError as e:
+                    raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
+                for (_plans, bound), writes in zip(work, replay.writes):  # their host copies are now stale
+                    for i in writes:
+                        bound[i].buffer.memory.device_newer = True
+            return replay
+
+    def rerun(self, replay: _Replay, bound: Sequence[Any]) -> bool:
+        """Submit again what `submit` returned for one execution on the same `bound` tensors
+        (the same key), without the cache lookup: an eager operator's repeated call. False,
+        having run nothing, when the submission has left the cache since (then `submit`)."""
+        with self.lock:
+            if self.closed:
+                raise DeviceError("the device has been closed")
+            if not replay.live:
+                return False
+            if replay.run is not None:
+                try:
+                    replay.run()
+                except RuntimeError as e:
+                    raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
+                for i in replay.writes[0]:
                     bound[i].buffer.memory.device_newer = True
+            return True
 
     def _record(self, work: Sequence[Work]) -> _Replay:
         dispatches = [encode(plan, bound, self.pipelines, self.dummy) for plans, bound in work for plan in plans]
@@ -204,7 +238,10 @@ class Engine:
         writes = tuple(tuple(sorted({i for plan in plans for i in plan.writes})) for plans, _bound in work)
         if all(d.skip for d in dispatches):
             return _Replay(None, memories, writes)
-        seq = self.manager.sequence()
+        if self.completion_word and hasattr(self.manager, "kdml_word_sequence"):
+            seq = self.manager.kdml_word_sequence()
+        else:
+            seq = self.manager.sequence()
         record_dispatches(seq, dispatches)
         return _Replay(seq, memories, writes)
 
@@ -215,6 +252,7 @@ class Engine:
             "pipeline_hits": self.pipelines.hits,
             "pipeline_misses": self.pipelines.misses,
             "recorded_sequences": len(self._replays),
+            "word_sequences": sum(1 for r in self._replays.values() if r.seq is not None and _by_word(r.seq)),
             "live_buffers": len(self._live),
             "pooled_buffers": len(self.pool),
             "allocated_bytes": self.budget.allocated,
@@ -225,6 +263,8 @@ class Engine:
         with self.lock:
             if self.closed:
                 return
+            for replay in self._replays.values():
+                replay.live = False
             self._replays.clear()
             self.pipelines.clear()
             self.closed = True

@@ -1,0 +1,166 @@
+"""How an execution learns that the device is done (kp patch level 7, kdml_completion.hpp):
+by a completion word its command buffer writes last, polled before a blocking wait, or by
+its fence (DevicePolicy.completion, KDML_COMPLETION). Both stay tested on every device, the
+validation layer watching (conftest): a word-completed sequence may be submitted again
+before Vulkan has seen its last submission retired, so these tests resubmit, evict, free
+buffers and close devices with such submissions outstanding."""
+
+from __future__ import annotations
+
+import gc
+
+import kp
+import numpy as np
+import pytest
+
+import kompute_dml as kdml
+from kompute_dml.errors import InvalidArgumentError
+from kompute_dml.policy import COMPLETION_ENV, policy_for
+from kompute_dml.runtime.engine import KP_PATCH_LEVEL, REPLAY_CAPACITY
+
+DT = kdml.DataType
+TD = kdml.TensorDesc
+DEFAULT_SPIN_NS = 250_000  # kp patch: Sequence.cpp kdml_wait::spinNsRef
+
+needs_words = pytest.mark.skipif(KP_PATCH_LEVEL < 7, reason="kp built without completion words (patch level < 7)")
+
+
+@pytest.fixture(params=["word", "fence"])
+def completion_dev(request, monkeypatch):
+    monkeypatch.setenv(COMPLETION_ENV, request.param)
+    with kdml.Device() as dev:
+        assert dev.policy.completion == request.param
+        yield dev
+
+
+def _identity(dev, sizes):
+    desc = TD(DT.FLOAT32, sizes)
+    return dev.compile(kdml.ActivationIdentityDesc(desc, desc)), desc
+
+
+def test_policy_completion_default_and_override(monkeypatch):
+    monkeypatch.delenv(COMPLETION_ENV, raising=False)
+    for device_type in ("cpu", "discrete-gpu"):
+        assert policy_for(device_type, frozenset(), {}).completion == "word"
+    monkeypatch.setenv(COMPLETION_ENV, "Fence")
+    assert policy_for("discrete-gpu", frozenset(), {}).completion == "fence"
+    assert policy_for("cpu", frozenset(), {}).describe()["completion"] == "fence"
+    monkeypatch.setenv(COMPLETION_ENV, "semaphore")
+    with pytest.raises(InvalidArgumentError, match=COMPLETION_ENV):
+        policy_for("cpu", frozenset(), {})
+
+
+@needs_words
+def test_replays_complete_the_way_the_policy_says(completion_dev, rng):
+    op, desc = _identity(completion_dev, (16, 16))
+    x = completion_dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
+    y = completion_dev.empty(desc)
+    op.execute([x], [y])
+    stats = completion_dev.stats()
+    assert stats["recorded_sequences"] == 1
+    assert stats["word_sequences"] == (1 if completion_dev.policy.completion == "word" else 0)
+    assert np.array_equal(y.numpy(), x.numpy())
+
+
+def test_back_to_back_and_interleaved_executions(completion_dev, rng):
+    """The same sequence resubmitted at once (on lavapipe and the H100 its fence reports
+    after the word: the next submission goes without one), interleaved with other
+    sequences, host writes and reads; outputs poisoned before every check."""
+    dev = completion_dev
+    op, desc = _identity(dev, (8, 32))
+    diag_desc = TD(DT.INT32, (8, 32))
+    diag = dev.compile(kdml.DiagonalMatrixDesc(diag_desc, offset=1, value=7.0))
+    xs = [dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32)) for _ in range(3)]
+    ys = [dev.empty(desc) for _ in range(3)]
+    d = dev.empty(diag_desc)
+    expected_diag = np.eye(8, 32, k=1, dtype=np.int32) * 7
+    for step in range(40):
+        i = step % 3
+        for _ in range(5):  # back to back: no host access in between
+            op.execute([xs[i]], [ys[i]])
+        if step % 4 == 0:
+            d.write_numpy(np.full(diag_desc.sizes, -1, np.int32))
+            diag.execute([], [d])
+            assert np.array_equal(d.numpy(), expected_diag)
+        if step % 5 == 0:
+            ys[i].write_numpy(np.full(desc.sizes, np.nan, np.float32))
+            new = rng.standard_normal(desc.sizes).astype(np.float32)
+            xs[i].write_numpy(new)
+            op.execute([xs[i]], [ys[i]])
+            assert np.array_equal(ys[i].numpy(), new)
+    with dev.record() as rec:  # a recording of all of them, twice
+        for _ in range(2):
+            for x, y in zip(xs, ys):
+                rec.execute(op, [x], [y])
+    for x, y in zip(xs, ys):
+        assert np.array_equal(y.numpy(), x.numpy())
+
+
+def test_blocking_wait_when_the_spin_is_zero(completion_dev, rng):
+    """No polling at all: every eval blocks at once, on its fence or (a word-completed
+    submission made without one) on the queue."""
+    dev = completion_dev
+    op, desc = _identity(dev, (64, 64))
+    x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
+    y = dev.empty(desc)
+    kp.kdml_set_wait_spin_ns(0)
+    try:
+        for _ in range(20):
+            op.execute([x], [y])
+        y.write_numpy(np.zeros(desc.sizes, np.float32))
+        op.execute([x], [y])
+        assert np.array_equal(y.numpy(), x.numpy())
+    finally:
+        kp.kdml_set_wait_spin_ns(DEFAULT_SPIN_NS)
+
+
+def test_eviction_release_and_close_with_submissions_outstanding(completion_dev, rng):
+    """More distinct executions than the replay cache holds (evicted sequences are destroyed
+    right after their last submission), buffers released while sequences that bound them
+    were just submitted, and a close straight after an execution."""
+    dev = completion_dev
+    op, desc = _identity(dev, (4, 4))
+    x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
+    outs = [dev.empty(desc) for _ in range(REPLAY_CAPACITY + 40)]
+    for y in outs:
+        op.execute([x], [y])
+        op.execute([x], [y])
+    assert dev.stats()["recorded_sequences"] == REPLAY_CAPACITY
+    for y in outs[::37]:
+        assert np.array_equal(y.numpy(), x.numpy())
+    last = outs[-1]
+    del outs, y
+    gc.collect()  # the outputs' memory and every sequence binding it go now
+    assert np.array_equal(last.numpy(), x.numpy())
+    op.execute([x], [last])
+    op.execute([x], [last])
+    dev.close()
+
+
+@needs_words
+def test_kp_word_slots_run_out_into_fence_sequences():
+    """kdml_word_sequence hands out one of 4096 words per live sequence; past that a
+    sequence completes by its fence, and a destroyed sequence's word is handed out again."""
+    mgr = kp.Manager(0)
+    try:
+        t = mgr.tensor_t(np.zeros(4, dtype=np.uint32), kp.TensorTypes.device)
+        seqs = [mgr.kdml_word_sequence() for _ in range(4096)]
+        assert all(s.kdml_completes_by_word() for s in seqs)
+        extra = mgr.kdml_word_sequence()
+        assert not extra.kdml_completes_by_word()
+        for s in (seqs[0], extra):
+            s.record(kp.OpFillRegions(t, [0, 16], 0x01020304))
+            s.kdml_run()
+            s.kdml_run()
+        everything = 0x20 | 0x40 | 0x800 | 0x1000, 0x800 | 0x1000  # accesses, stages
+        read = mgr.sequence()
+        read.record(kp.OpGlobalBarrier(everything[0], everything[0], everything[1], everything[1]))
+        read.record(kp.OpTensorSyncLocal([t]))
+        read.eval()
+        assert (t.data() == 0x01020304).all()
+        seqs[1].destroy()
+        again = mgr.kdml_word_sequence()
+        assert again.kdml_completes_by_word()
+        del seqs, extra, again
+    finally:
+        mgr.destroy()
