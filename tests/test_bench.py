@@ -48,7 +48,7 @@ def test_bench_quick_json(tmp_path, capsys):
             assert row.get("error"), row["op"]
         assert row.get("correct") in (None, True), row
     lat = r["latency"]
-    for key in ("eager_execute_us", "eager_functional_us", "recorded_per_op_us_distinct_outputs",
+    for key in ("eager_execute_us", "eager_after_recording_us", "eager_functional_us", "recorded_per_op_us_distinct_outputs",
                 "recorded_per_op_us_same_output", "recorded_per_op_us_chain"):
         assert lat[key] > 0, key
     assert {g["goal"] for g in r["goals"]} and all("met" in g for g in r["goals"])

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .harness import Batched, Make, interleaved
+from .harness import EAGER_RUN, Batched, Make, interleaved, median
 
 Ref = Callable[[], np.ndarray]  # the numpy reference of a row's output (computed once)
 
@@ -235,14 +235,21 @@ class TorchPeer(GpuPeer):
         return {"torch": self.batch(full), "torch_int_mm": self.batch(gemm)}, check
 
     def latency(self, reps: int) -> dict[str, float]:
-        """The GPU latency peers: a 64x64 float32 copy_ + synchronize; 100 launches + one
-        synchronize, per launch."""
+        """The GPU latency peers, medians like ours (harness.latency): a 64x64 float32 copy_ +
+        synchronize, per call of EAGER_RUN back to back; 100 launches + one synchronize, per
+        launch."""
         src = self.put(np.ones((64, 64), np.float32))
         dst = self.empty((64, 64), np.float32)
         step = self.copy_step(src, dst)
-        s = interleaved({"eager": Batched(self.batch(step)(1), 1), "launch": Batched(self.batch(step)(100), 100)},
+        once = self.batch(step)(1)
+
+        def eager_run() -> None:
+            for _ in range(EAGER_RUN):
+                once()
+
+        s = interleaved({"eager": Batched(eager_run, EAGER_RUN), "launch": Batched(self.batch(step)(100), 100)},
                         reps, target=0)
-        return {"torch_copy_synchronize_us": min(s["eager"]) * 1e6, "torch_per_launch_us": min(s["launch"]) * 1e6}
+        return {"torch_copy_synchronize_us": median(s["eager"]) * 1e6, "torch_per_launch_us": median(s["launch"]) * 1e6}
 
 
 class ArrayModulePeer(GpuPeer):

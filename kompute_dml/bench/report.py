@@ -101,7 +101,10 @@ def _ours_means(result: dict[str, Any]) -> str:
 
 
 def _latency_line(lat: dict[str, Any]) -> str:
-    text = (f"eager op.execute {lat['eager_execute_us']:.1f} us, eager functional {lat['eager_functional_us']:.1f} us; "
+    after = lat.get("eager_after_recording_us")
+    text = (f"eager op.execute {lat['eager_execute_us']:.1f} us"
+            + (f" ({after:.1f} right after a recording)" if after is not None else "")
+            + f", eager functional {lat['eager_functional_us']:.1f} us; "
             f"recorded (100 per submission) {lat['recorded_per_op_us_distinct_outputs']:.1f} us/op distinct outputs, "
             f"{lat['recorded_per_op_us_same_output']:.1f} same output, {lat['recorded_per_op_us_chain']:.1f} chained")
     if "torch_copy_synchronize_us" in lat:
