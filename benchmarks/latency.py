@@ -72,6 +72,19 @@ def _eager(op: object, x: object, y: object, repeats: int) -> list[float]:
     return times
 
 
+def _functional(x: kdml.Tensor, repeats: int) -> list[float]:
+    """us of `kdml.identity(x)` calls (a pooled output each time, dropped at once)."""
+    for _ in range(50):
+        kdml.identity(x)
+    times = []
+    clock = time.perf_counter_ns
+    for _ in range(repeats):
+        t0 = clock()
+        kdml.identity(x)
+        times.append((clock() - t0) / 1000)
+    return times
+
+
 def _recorded(dev: kdml.Device, op: object, x: kdml.Tensor, y: kdml.Tensor, recordings: int, per: int = 100) -> list[float]:
     ins, outs = [x], [y]
     times = []
@@ -299,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.disable()  # a collection inside a timed call is noise, not the path's cost
         try:
             eager = _eager(op, x, y, args.repeats)
+            functional = _functional(x, args.repeats)
             recorded = _recorded(dev, op, x, y, max(5, args.repeats // 100))
             bind_us, seq_us = _breakdown(op, [x], [y], args.repeats)
             device_us = _device_us(dev, op, [x], [y])
@@ -322,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     fb, fc = statistics.median(barrier), statistics.median(copy)
     print(f"eager    64x64 identity: median {e:8.2f} us  (p10 {np.percentile(eager, 10):.2f}, p90 {np.percentile(eager, 90):.2f})")
     print(f"recorded 64x64 identity: median {r:8.2f} us per op (100 ops per recording)")
+    print(f"functional kdml.identity(x), back to back: median {statistics.median(functional):8.2f} us")
     print(f"floor, bare kp sequence: median {fb:8.2f} us (one barrier), {fc:8.2f} us (one 16 KiB copy)")
     print(f"python path (eager - copy floor): {e - fc:8.2f} us")
     print(f"breakdown: op.bind {bind_us:.2f} us; the op's own kp sequence {seq_us:.2f} us; "

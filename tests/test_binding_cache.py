@@ -102,6 +102,26 @@ def test_cache_keeps_no_tensor_alive(rng):
         assert np.array_equal(z.numpy(), x.numpy())
 
 
+def test_dead_tensor_leaves_the_cache_before_its_id_can_return(dev, rng):
+    """The cache matches bindings by the ids of their objects: an entry goes as soon as one
+    of its tensors dies, so a new object at a reused address is checked in full. Here the
+    new view repeats the dead one's id often (CPython reuses the freed block) while having
+    another offset: it must write its own place."""
+    op, desc = _identity(dev, (2, 2))
+    x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
+    buf = dev.buffer(64)
+    for offset in (0, 16, 32, 48, 0, 16, 32, 48):
+        out = kdml.Tensor(buf, desc, offset)
+        buf.write(np.full(16, np.nan, np.float32))
+        op.execute([x], [out])
+        got = np.frombuffer(buf.read(0, 64), np.float32)
+        assert np.array_equal(got[offset // 4: offset // 4 + 4], x.numpy().ravel())
+        assert np.isnan(np.delete(got, range(offset // 4, offset // 4 + 4))).all()
+        assert all(e[0][1]() is not None for e in op._recent)  # no entry outlives its tensor
+        del out
+    assert len(op._recent) == 0  # every output died; x's entries went with them
+
+
 def test_small_copies_by_transfer_rule():
     limits = {"max_compute_work_group_count": (65535, 65535, 65535)}
     gpu = policy_for("discrete-gpu", frozenset(), limits, transfer_commands=None)

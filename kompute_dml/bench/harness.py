@@ -307,9 +307,9 @@ def latency(kdml: Any, dev: Any, reps: int) -> dict[str, Any]:
         for _ in range(EAGER_RUN):
             op.execute([x], [y])
 
-    s = interleaved({
-        "eager_execute": Batched(eager_run, EAGER_RUN),
+    s = interleaved({  # a round ends with a recording: the first sample of the next comes after it
         "eager_after_recording": lambda: op.execute([x], [y]),
+        "eager_execute": Batched(eager_run, EAGER_RUN),
         "eager_functional": lambda: kdml.identity(x),
         "recorded_100_same_output": rec_same,
         "recorded_100_distinct_outputs": rec_distinct,

@@ -92,6 +92,7 @@ class CompiledOperator:
         # the same tensors skips the checks, also when a recording bound others in between.
         # (A tuple replaced whole, never mutated: threads binding at once lose at most an entry.)
         self._recent: tuple[tuple[tuple[Any, ...], Hashable | None, tuple[int, ...]], ...] = ()
+        self._forget = _forgetter(weakref.ref(self))
         # The key of the last eager execution and the engine's cached submission for it: the
         # next call with the same key (bind returns the cached key object) reruns it directly.
         self._last: tuple[Hashable, Any] | None = None
@@ -129,19 +130,13 @@ class CompiledOperator:
         return bound, key
 
     def _remember(self, bound: list[Tensor | None], key: Hashable | None) -> None:
-        """Cache a checked binding: (weak references, key, ids of the objects). Each weak
-        reference's callback drops the entry as its tensor dies (before its id can be reused),
-        so equal ids in the cache always mean the same live objects."""
-        ids = tuple(map(id, bound))
-        op_ref = weakref.ref(self)
-
-        def forget(_ref: Any, op_ref: Any = op_ref, ids: tuple[int, ...] = ids) -> None:
-            op = op_ref()
-            if op is not None:
-                op._recent = tuple(e for e in op._recent if e[2] != ids)
-
+        """Cache a checked binding (bind found no entry with these ids): (weak references,
+        key, ids of the objects). Each weak reference's callback drops the entry as its tensor
+        dies (before its id can be reused), so equal ids in the cache always mean the same
+        live objects."""
+        forget = self._forget
         refs = tuple(None if t is None else weakref.ref(t, forget) for t in bound)
-        self._recent = ((refs, key, ids), *(e for e in self._recent[:BIND_CACHE] if e[2] != ids))[:BIND_CACHE]
+        self._recent = ((refs, key, tuple(map(id, bound))), *self._recent[:BIND_CACHE - 1])
 
     def _bind(self, inputs: Any, outputs: Any) -> tuple[list[Tensor | None], Hashable | None]:
         if (type(inputs) is not list and type(inputs) is not tuple) or len(inputs) != self._n_in:
@@ -241,6 +236,18 @@ class CompiledOperator:
         # the key of a one-execution submission: an eager execution and a recording of
         # just this execution replay the same kp sequence
         self._last = (key, self.engine.submit((key,), ((self.plans, bound),)))
+
+
+def _forgetter(op_ref: weakref.ref[CompiledOperator]) -> Any:
+    """The weak-reference callback of an operator's binding cache: drops every entry that
+    holds the dead reference (one function per operator; it keeps the operator weakly)."""
+
+    def forget(ref: Any) -> None:
+        op = op_ref()
+        if op is not None:
+            op._recent = tuple(e for e in op._recent if ref not in e[0])
+
+    return forget
 
 
 def _byte_positions(t: Tensor) -> np.ndarray:
