@@ -7,9 +7,8 @@ DeviceMemory and `.offset` its byte offset; None is an absent optional tensor.
 kp 0.9 records no compute->compute barrier, and one transfer->compute barrier per bound
 tensor before every dispatch; kompute_dml builds kp with a patch
 (scripts/kp-0.9.0-kompute-dml.patch) whose OpDispatch records the dispatch alone and whose
-OpGlobalBarrier records one global memory barrier: a sequence gets one before every dispatch
-that touches a buffer an earlier dispatch wrote (RAW, WAW) or read (WAR), and every submission
-ends with one (so none needs one at its start: see record_dispatches).
+OpGlobalBarrier records one global memory barrier: a sequence gets one at its start and one
+before every dispatch that touches a buffer an earlier dispatch wrote (RAW, WAW) or read (WAR).
 """
 
 from __future__ import annotations
@@ -93,22 +92,17 @@ def global_barrier() -> Any:
     return kp.OpGlobalBarrier(_ALL_ACCESS, _ALL_ACCESS, _ALL_STAGES, _ALL_STAGES)
 
 
-def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch], *, bracket: bool = True) -> int:
+def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch]) -> int:
     """Record dispatches into a kp sequence with the barriers their hazards need; returns
     how many barriers it recorded between dispatches.
 
     Every barrier is one global memory barrier (one vkCmdPipelineBarrier, whatever the
     buffers): its execution dependency orders all earlier compute and transfer work of the
-    queue, earlier submissions included, against all later work, later submissions
-    included, and it makes every pending write visible. One goes before every dispatch that
-    reads what an earlier one wrote (RAW) or writes what an earlier one touched (WAW, WAR);
-    the access sets are reset after it. `bracket`: one more at the start (against earlier
-    submissions) and one at the end (for later ones). The engine leaves them out of a
-    sequence that completes by a completion word, which ends with a full barrier of its own
-    (kp patch, kdml_completion.hpp): every submission of the engine ends with one, so no
-    sequence needs a barrier at its start."""
-    if bracket:
-        seq.record(global_barrier())
+    queue, earlier submissions included, and it makes every pending write visible. The
+    sequence starts with one (the uploads and dispatches of earlier submissions), and one
+    goes before every dispatch that reads what an earlier one wrote (RAW) or writes what an
+    earlier one touched (WAW, WAR); the access sets are reset after it."""
+    seq.record(global_barrier())
     written: set[int] = set()
     read: set[int] = set()
     barriers = 0
@@ -123,6 +117,4 @@ def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch], *, bracke
         seq.record(d.op)
         written |= d.writes
         read |= d.reads
-    if bracket:
-        seq.record(global_barrier())
     return barriers

@@ -170,16 +170,15 @@ class Engine:
         self._eval_ops([kp.OpTensorSyncLocal([memory.tensor])])
 
     def _eval_ops(self, ops: list[Any]) -> None:
-        """Run kp's own transfer operations (uploads, read-backs) between two global barriers
-        (record_dispatches says why every submission ends with one; kp's read-back orders only
-        against shader writes, so the one before it orders it after copies too)."""
+        """Run kp's own transfer operations (uploads, read-backs), after one global barrier:
+        kp's read-back orders only against shader writes, and an execution that completed by
+        a completion word (its fence not yet waited) may have written the buffer by a copy."""
         with self.lock:
             self.check_open()
             seq = self.manager.sequence()
             seq.record(global_barrier())
             for op in ops:
                 seq.record(op)
-            seq.record(global_barrier())
             self._run(seq)
 
     @staticmethod
@@ -243,7 +242,7 @@ class Engine:
             seq = self.manager.kdml_word_sequence()
         else:
             seq = self.manager.sequence()
-        record_dispatches(seq, dispatches, bracket=not _by_word(seq))
+        record_dispatches(seq, dispatches)
         return _Replay(seq, memories, writes)
 
     # ---- state ---------------------------------------------------------------------------
