@@ -55,8 +55,9 @@ DOT_MAX_M = 128
 # or word overrides): "word" polls a host-visible word the command buffer writes last (kp patch
 # level 7), "fence" polls the sequence's fence. `bash benchmarks/vk_floor/run.sh` (C, no kp), median
 # us from vkQueueSubmit to completion of barrier + one dispatch, word / fence polled, two runs each:
-# H100 16.25 / 46.36 and 16.85 / 48.57 (the fence reports 2.5-4.5 us after the word, and in the
-# driver's other mode about 30 us after it: p10 of the second run's fence 16.28); lavapipe 62.5 / 85.4.
+# H100 16.25 / 46.36 and 16.85 / 48.57 (the driver's slow mode for fences: the fence reports about
+# 30 us after the word; p10 of the second run's fence 16.28), in its fast mode 17.01 / 16.97 and
+# 16.93 / 16.73 (the fence then 4.4 us after the word); lavapipe 62.5 / 85.4.
 COMPLETION_ENV = "KDML_COMPLETION"
 COMPLETIONS = ("word", "fence")
 
