@@ -92,8 +92,8 @@ static const VkAccessFlags kAll = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_W
 static const VkPipelineStageFlags kStages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
 
 // How the command buffer writes its completion word: not at all; vkCmdFillBuffer between a
-// barrier from every earlier command and one to the host (what kp's patch records); the same
-// without the barrier to the host; vkCmdUpdateBuffer in place of the fill.
+// barrier from every earlier command and one to the host; the same without the barrier to the
+// host (what kp's patch records); vkCmdUpdateBuffer in place of the fill.
 enum Word { NONE, FILL, FILL_NO_HOST_BARRIER, UPDATE };
 
 static VkCommandBuffer beginCommandBuffer(Ctx& c) {
