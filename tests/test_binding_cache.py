@@ -1,4 +1,4 @@
-"""The compiled operator's last-binding cache (ops/base.py CompiledOperator.bind) and the
+"""The compiled operator's binding cache (ops/base.py CompiledOperator.bind) and the
 immutable Tensor it relies on: a repeated execution on the same Tensor objects skips the
 binding checks, anything else is checked in full, and the cache keeps no tensor alive."""
 
@@ -73,8 +73,8 @@ def test_recent_bindings_survive_other_bindings(dev, rng):
     for y in ys:
         op.execute([x], [y])
     assert len(op._recent) == BIND_CACHE
-    cached = [r() for r in (entry[0][1] for entry in op._recent)]
-    assert cached == ys[:0:-1]  # most recent first; ys[0] evicted
+    cached = [entry[0][1]() for entry in op._recent.values()]
+    assert cached == ys[1:]  # oldest first; ys[0] evicted
     for y in ys:  # every one, cached or not, gets its own output
         y.buffer.write(np.full(64, np.nan, np.float32))
         op.execute([x], [y])
@@ -117,7 +117,7 @@ def test_dead_tensor_leaves_the_cache_before_its_id_can_return(dev, rng):
         got = np.frombuffer(buf.read(0, 64), np.float32)
         assert np.array_equal(got[offset // 4: offset // 4 + 4], x.numpy().ravel())
         assert np.isnan(np.delete(got, range(offset // 4, offset // 4 + 4))).all()
-        assert all(e[0][1]() is not None for e in op._recent)  # no entry outlives its tensor
+        assert all(e[0][1]() is not None for e in op._recent.values())  # no entry outlives its tensor
         del out
     assert len(op._recent) == 0  # every output died; x's entries went with them
 

@@ -26,7 +26,10 @@ if TYPE_CHECKING:
 _op_serials = itertools.count(1)
 # Above this many elements, interleaved (range-overlapping) bindings are refused rather
 # than proven disjoint element by element.
-BIND_CACHE = 4  # bindings per compiled operator whose checks are remembered (CompiledOperator.bind)
+# Bindings per compiled operator whose checks are remembered (CompiledOperator.bind): enough for
+# a recording that runs one operator on a hundred different outputs (kompute-dml bench's
+# "distinct outputs" latency row) to skip the checks the next time.
+BIND_CACHE = 256
 _EXACT_ALIAS_LIMIT = 1 << 20
 
 
@@ -86,12 +89,14 @@ class CompiledOperator:
         )
         self._n_in = len(input_fields)
         self._pairs = tuple((oi, j) for oi in range(self._n_in, len(names)) for j in range(oi))
-        # The last BIND_CACHE bindings that passed every check, most recent first: weak
-        # references to their Tensors (immutable, so the same objects are the same binding;
-        # weak, so the cache keeps no buffer alive) and bind()'s key. A repeated execution on
-        # the same tensors skips the checks, also when a recording bound others in between.
-        # (A tuple replaced whole, never mutated: threads binding at once lose at most an entry.)
-        self._recent: tuple[tuple[tuple[Any, ...], Hashable | None, tuple[int, ...]], ...] = ()
+        # The last BIND_CACHE bindings that passed every check, oldest first, by the ids of
+        # their Tensors: weak references to them (immutable, so the same objects are the same
+        # binding; weak, so the cache keeps no buffer alive) and bind()'s key. A repeated
+        # execution on the same tensors skips the checks, also when a recording bound others
+        # in between. Each weak reference's callback drops its entry as its tensor dies, before
+        # the id can be reused: equal ids in the cache always mean the same live objects.
+        # (Threads binding at once may lose an entry, never find a wrong one.)
+        self._recent: dict[tuple[int, ...], tuple[tuple[Any, ...], Hashable | None]] = {}
         self._forget = _forgetter(weakref.ref(self))
         # The key of the last eager execution and the engine's cached submission for it: the
         # next call with the same key (bind returns the cached key object) reruns it directly.
@@ -118,25 +123,33 @@ class CompiledOperator:
         if (type(inputs) in (list, tuple) and type(outputs) in (list, tuple)
                 and len(inputs) == self._n_in and len(outputs) == len(self._slots) - self._n_in):
             bound: list[Tensor | None] = [*inputs, *outputs]
-            ids = tuple(map(id, bound))
-            recent = self._recent
-            for i, entry in enumerate(recent):
-                if entry[2] == ids:  # the same live objects: an entry leaves when one of them dies
-                    if i:
-                        self._recent = (entry, *recent[:i], *recent[i + 1:])
-                    return bound, entry[1]
+            entry = self._recent.get(tuple(map(id, bound)))
+            if entry is not None:
+                return bound, entry[1]
         bound, key = self._bind(inputs, outputs)
         self._remember(bound, key)
         return bound, key
 
     def _remember(self, bound: list[Tensor | None], key: Hashable | None) -> None:
-        """Cache a checked binding (bind found no entry with these ids): (weak references,
-        key, ids of the objects). Each weak reference's callback drops the entry as its tensor
-        dies (before its id can be reused), so equal ids in the cache always mean the same
-        live objects."""
+        """Cache a checked binding (bind found no entry with these ids), evicting the oldest
+        entry when the cache is full."""
+        ids = tuple(map(id, bound))
         forget = self._forget
-        refs = tuple(None if t is None else weakref.ref(t, forget) for t in bound)
-        self._recent = ((refs, key, tuple(map(id, bound))), *self._recent[:BIND_CACHE - 1])
+        refs: list[_Ref | None] = []
+        for t in bound:
+            if t is None:
+                refs.append(None)
+            else:
+                ref = _Ref(t, forget)
+                ref.ids = ids
+                refs.append(ref)
+        recent = self._recent
+        while len(recent) >= BIND_CACHE:
+            try:
+                del recent[next(iter(recent))]
+            except (KeyError, RuntimeError, StopIteration):  # another thread changed it meanwhile
+                break
+        recent[ids] = (tuple(refs), key)
 
     def _bind(self, inputs: Any, outputs: Any) -> tuple[list[Tensor | None], Hashable | None]:
         if (type(inputs) is not list and type(inputs) is not tuple) or len(inputs) != self._n_in:
@@ -238,14 +251,21 @@ class CompiledOperator:
         self._last = (key, self.engine.submit((key,), ((self.plans, bound),)))
 
 
+class _Ref(weakref.ref):  # type: ignore[type-arg]
+    """A binding-cache weak reference that knows its entry's ids."""
+
+    __slots__ = ("ids",)
+    ids: tuple[int, ...]
+
+
 def _forgetter(op_ref: weakref.ref[CompiledOperator]) -> Any:
-    """The weak-reference callback of an operator's binding cache: drops every entry that
-    holds the dead reference (one function per operator; it keeps the operator weakly)."""
+    """The weak-reference callback of an operator's binding cache: drops the entry of the
+    dead reference (one function per operator; it keeps the operator weakly)."""
 
     def forget(ref: Any) -> None:
         op = op_ref()
         if op is not None:
-            op._recent = tuple(e for e in op._recent if ref not in e[0])
+            op._recent.pop(ref.ids, None)
 
     return forget
 
