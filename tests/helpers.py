@@ -142,3 +142,9 @@ __all__ = [
     "read_logical",
     "write_elements",
 ]
+
+
+def identity_op(dev: kdml.Device, sizes: Sequence[int] = (8, 8)) -> tuple[object, kdml.TensorDesc]:
+    """A compiled packed FLOAT32 ACTIVATION_IDENTITY of `sizes` and its tensor descriptor."""
+    desc = kdml.TensorDesc(kdml.DataType.FLOAT32, tuple(sizes))
+    return dev.compile(kdml.ActivationIdentityDesc(desc, desc)), desc

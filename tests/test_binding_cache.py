@@ -9,6 +9,7 @@ import weakref
 
 import numpy as np
 import pytest
+from helpers import identity_op
 
 import kompute_dml as kdml
 from kompute_dml.policy import DevicePolicy, policy_for
@@ -16,10 +17,6 @@ from kompute_dml.policy import DevicePolicy, policy_for
 DT = kdml.DataType
 TD = kdml.TensorDesc
 
-
-def _identity(dev, sizes=(8, 8)):
-    desc = TD(DT.FLOAT32, sizes)
-    return dev.compile(kdml.ActivationIdentityDesc(desc, desc)), desc
 
 
 def test_tensor_is_immutable(dev):
@@ -33,7 +30,7 @@ def test_tensor_is_immutable(dev):
 
 
 def test_repeated_binding_runs_and_new_objects_are_checked(dev, rng):
-    op, desc = _identity(dev)
+    op, desc = identity_op(dev)
     x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
     y = dev.empty(desc)
     for _ in range(3):  # the second and third calls take the cached binding
@@ -67,7 +64,7 @@ def test_recent_bindings_survive_other_bindings(dev, rng):
     one); each still runs on its own tensors, and one more evicts the oldest."""
     from kompute_dml.ops.base import BIND_CACHE
 
-    op, desc = _identity(dev)
+    op, desc = identity_op(dev)
     x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
     ys = [dev.empty(desc) for _ in range(BIND_CACHE + 1)]
     for y in ys:
@@ -83,7 +80,7 @@ def test_recent_bindings_survive_other_bindings(dev, rng):
 
 def test_cache_keeps_no_tensor_alive(rng):
     with kdml.Device() as dev:
-        op, desc = _identity(dev)
+        op, desc = identity_op(dev)
         x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
         y = dev.empty(desc)
         op.execute([x], [y])
@@ -107,7 +104,7 @@ def test_dead_tensor_leaves_the_cache_before_its_id_can_return(dev, rng):
     of its tensors dies, so a new object at a reused address is checked in full. Here the
     new view repeats the dead one's id often (CPython reuses the freed block) while having
     another offset: it must write its own place."""
-    op, desc = _identity(dev, (2, 2))
+    op, desc = identity_op(dev, (2, 2))
     x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
     buf = dev.buffer(64)
     for offset in (0, 16, 32, 48, 0, 16, 32, 48):

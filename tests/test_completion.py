@@ -12,6 +12,7 @@ import gc
 import kp
 import numpy as np
 import pytest
+from helpers import identity_op
 
 import kompute_dml as kdml
 from kompute_dml.errors import InvalidArgumentError
@@ -33,10 +34,6 @@ def completion_dev(request, monkeypatch):
         yield dev
 
 
-def _identity(dev, sizes):
-    desc = TD(DT.FLOAT32, sizes)
-    return dev.compile(kdml.ActivationIdentityDesc(desc, desc)), desc
-
 
 def test_policy_completion_default_and_override(monkeypatch):
     monkeypatch.delenv(COMPLETION_ENV, raising=False)
@@ -52,7 +49,7 @@ def test_policy_completion_default_and_override(monkeypatch):
 
 @needs_words
 def test_replays_complete_the_way_the_policy_says(completion_dev, rng):
-    op, desc = _identity(completion_dev, (16, 16))
+    op, desc = identity_op(completion_dev, (16, 16))
     x = completion_dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
     y = completion_dev.empty(desc)
     op.execute([x], [y])
@@ -67,7 +64,7 @@ def test_back_to_back_and_interleaved_executions(completion_dev, rng):
     after the word: the next submission goes without one), interleaved with other
     sequences, host writes and reads; outputs poisoned before every check."""
     dev = completion_dev
-    op, desc = _identity(dev, (8, 32))
+    op, desc = identity_op(dev, (8, 32))
     diag_desc = TD(DT.INT32, (8, 32))
     diag = dev.compile(kdml.DiagonalMatrixDesc(diag_desc, offset=1, value=7.0))
     xs = [dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32)) for _ in range(3)]
@@ -100,7 +97,7 @@ def test_blocking_wait_when_the_spin_is_zero(completion_dev, rng):
     """No polling at all: every eval blocks at once, on its fence or (a word-completed
     submission made without one) on the queue."""
     dev = completion_dev
-    op, desc = _identity(dev, (64, 64))
+    op, desc = identity_op(dev, (64, 64))
     x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
     y = dev.empty(desc)
     kp.kdml_set_wait_spin_ns(0)
@@ -119,7 +116,7 @@ def test_eviction_release_and_close_with_submissions_outstanding(completion_dev,
     right after their last submission), buffers released while sequences that bound them
     were just submitted, and a close straight after an execution."""
     dev = completion_dev
-    op, desc = _identity(dev, (4, 4))
+    op, desc = identity_op(dev, (4, 4))
     x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
     outs = [dev.empty(desc) for _ in range(REPLAY_CAPACITY + 40)]
     for y in outs:

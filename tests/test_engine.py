@@ -7,6 +7,7 @@ import gc
 
 import numpy as np
 import pytest
+from helpers import identity_op
 
 import kompute_dml as kdml
 from kompute_dml.ints import as_int, as_int_tuple, cdiv
@@ -15,14 +16,10 @@ DT = kdml.DataType
 TD = kdml.TensorDesc
 
 
-def _identity(dev, sizes=(8, 8)):
-    desc = TD(DT.FLOAT32, sizes)
-    return dev.compile(kdml.ActivationIdentityDesc(desc, desc)), desc
-
 
 def test_eager_and_one_execution_recording_share_a_sequence(rng):
     with kdml.Device() as dev:
-        op, desc = _identity(dev)
+        op, desc = identity_op(dev)
         x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
         y = dev.empty(desc)
         base = dev.stats()["recorded_sequences"]
@@ -43,7 +40,7 @@ def test_replays_see_new_data_and_mark_outputs(rng):
     """A replayed submission runs on the buffers' current contents, and the host reads what
     it wrote (the host copy is refreshed after every submission that writes the buffer)."""
     with kdml.Device() as dev:
-        op, desc = _identity(dev)
+        op, desc = identity_op(dev)
         x, y = dev.empty(desc), dev.empty(desc)
         for _ in range(3):
             data = rng.standard_normal(desc.sizes).astype(np.float32)
@@ -56,7 +53,7 @@ def test_replays_see_new_data_and_mark_outputs(rng):
 @pytest.mark.parametrize("recorded", [False, True])
 def test_exact_in_place_identity_runs_nothing(rng, recorded):
     with kdml.Device() as dev:
-        op, desc = _identity(dev)
+        op, desc = identity_op(dev)
         data = rng.standard_normal(desc.sizes).astype(np.float32)
         x = dev.tensor(data)
         before = dev.stats()
@@ -78,7 +75,7 @@ def test_exact_in_place_identity_runs_nothing(rng, recorded):
 
 def test_released_buffers_leave_the_caches(rng):
     with kdml.Device(transfer_commands=False) as dev:
-        op, desc = _identity(dev)
+        op, desc = identity_op(dev)
         x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
         base = dev.stats()
         for _ in range(3):
@@ -95,7 +92,7 @@ def test_released_buffers_leave_the_caches(rng):
 
 def test_closed_device_refuses_every_path(rng):
     dev = kdml.Device()
-    op, desc = _identity(dev)
+    op, desc = identity_op(dev)
     x, y = dev.tensor(np.ones(desc.sizes, np.float32)), dev.empty(desc)
     dev.close()
     assert dev.closed
@@ -154,7 +151,7 @@ def test_eager_rerun_only_while_its_submission_is_cached(rng):
     from kompute_dml.runtime.engine import REPLAY_CAPACITY
 
     with kdml.Device() as dev:
-        op, desc = _identity(dev, (4, 4))
+        op, desc = identity_op(dev, (4, 4))
         x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
         y = dev.empty(desc)
         op.execute([x], [y])

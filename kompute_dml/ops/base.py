@@ -24,12 +24,12 @@ if TYPE_CHECKING:
     from ..device import Device
 
 _op_serials = itertools.count(1)
-# Above this many elements, interleaved (range-overlapping) bindings are refused rather
-# than proven disjoint element by element.
 # Bindings per compiled operator whose checks are remembered (CompiledOperator.bind): enough for
 # a recording that runs one operator on a hundred different outputs (kompute-dml bench's
 # "distinct outputs" latency row) to skip the checks the next time.
 BIND_CACHE = 256
+# Above this many elements, interleaved (range-overlapping) bindings are refused rather
+# than proven disjoint element by element.
 _EXACT_ALIAS_LIMIT = 1 << 20
 
 
@@ -120,20 +120,21 @@ class CompiledOperator:
         """Check every binding rule; returns the bound tensors (inputs then outputs) and the
         key naming this execution (operator, buffers, offsets) for the replay cache, None
         where the execution is an exact in-place no-op (`is_inplace_noop`: nothing to run)."""
-        if (type(inputs) in (list, tuple) and type(outputs) in (list, tuple)
+        if not (type(inputs) in (list, tuple) and type(outputs) in (list, tuple)
                 and len(inputs) == self._n_in and len(outputs) == len(self._slots) - self._n_in):
-            bound: list[Tensor | None] = [*inputs, *outputs]
-            entry = self._recent.get(tuple(map(id, bound)))
-            if entry is not None:
-                return bound, entry[1]
+            return self._bind(inputs, outputs)  # raises: not lists of this operator's arity
+        bound: list[Tensor | None] = [*inputs, *outputs]
+        ids = tuple(map(id, bound))
+        entry = self._recent.get(ids)
+        if entry is not None:
+            return bound, entry[1]
         bound, key = self._bind(inputs, outputs)
-        self._remember(bound, key)
+        self._remember(bound, key, ids)
         return bound, key
 
-    def _remember(self, bound: list[Tensor | None], key: Hashable | None) -> None:
-        """Cache a checked binding (bind found no entry with these ids), evicting the oldest
-        entry when the cache is full."""
-        ids = tuple(map(id, bound))
+    def _remember(self, bound: list[Tensor | None], key: Hashable | None, ids: tuple[int, ...]) -> None:
+        """Cache a checked binding (`ids`: its objects' ids, which no entry has), evicting the
+        oldest entry when the cache is full."""
         forget = self._forget
         refs: list[_Ref | None] = []
         for t in bound:

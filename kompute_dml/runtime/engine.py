@@ -204,14 +204,7 @@ class Engine:
                     self._replays.popitem(last=False)[1].live = False
             else:
                 self._replays.move_to_end(key)
-            if replay.run is not None:  # None: e.g. an exact in-place copy, nothing to submit
-                try:  # _run inlined: this is every execution's path
-                    replay.run()
-                except RuntimeError as e:
-                    raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
-                for (_plans, bound), writes in zip(work, replay.writes):  # their host copies are now stale
-                    for i in writes:
-                        bound[i].buffer.memory.device_newer = True
+            self._launch(replay, [bound for _plans, bound in work])
             return replay
 
     def rerun(self, replay: _Replay, bound: Sequence[Any]) -> bool:
@@ -223,14 +216,23 @@ class Engine:
                 raise DeviceError("the device has been closed")
             if not replay.live:
                 return False
-            if replay.run is not None:
-                try:
-                    replay.run()
-                except RuntimeError as e:
-                    raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
-                for i in replay.writes[0]:
-                    bound[i].buffer.memory.device_newer = True
+            self._launch(replay, (bound,))
             return True
+
+    @staticmethod
+    def _launch(replay: _Replay, bounds: Sequence[Sequence[Any]]) -> None:
+        """Run a cached submission and wait (nothing where it has no sequence: e.g. an exact
+        in-place copy); `bounds`: each execution's bound tensors, whose written buffers' host
+        copies are then stale. Every execution's path: called under the lock."""
+        if replay.run is None:
+            return
+        try:
+            replay.run()
+        except RuntimeError as e:
+            raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
+        for bound, writes in zip(bounds, replay.writes):
+            for i in writes:
+                bound[i].buffer.memory.device_newer = True
 
     def _record(self, work: Sequence[Work]) -> _Replay:
         dispatches = [encode(plan, bound, self.pipelines, self.dummy) for plans, bound in work for plan in plans]
