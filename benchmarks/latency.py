@@ -32,6 +32,12 @@ operators' kernel family (DevicePolicy.memory_kernel).
 outputs) and the second eager call after it, 25 times each (what `kompute-dml bench`'s
 interleaved latency samples see).
 
+--torch-peer: PyTorch CUDA's 64x64 copy_ + synchronize back to back (the bench's latency peer),
+while this Device is still open and again after closing it.
+
+--cuda-context: the same with a PyTorch CUDA context open on the GPU (kompute-dml bench's
+peers open one in the bench's process).
+
 --sizes: eager latency of packed FLOAT32 identities from 16 KiB to 16 MiB, through shaders
 and through transfer commands (two Devices, alternating), to place the policy's size below
 which a GPU copies by transfer commands (DevicePolicy.transfer_below).
@@ -68,6 +74,25 @@ def _eager(op: object, x: object, y: object, repeats: int) -> list[float]:
     for _ in range(repeats):
         t0 = clock()
         run(ins, outs)
+        times.append((clock() - t0) / 1000)
+    return times
+
+
+def _torch_copy_sync(repeats: int) -> list[float]:
+    """us of PyTorch CUDA `dst.copy_(src); torch.cuda.synchronize()` on 64x64 float32, back to back."""
+    import torch
+
+    src = torch.ones((64, 64), dtype=torch.float32, device="cuda")
+    dst = torch.empty_like(src)
+    for _ in range(50):
+        dst.copy_(src)
+        torch.cuda.synchronize()
+    times = []
+    clock = time.perf_counter_ns
+    for _ in range(repeats):
+        t0 = clock()
+        dst.copy_(src)
+        torch.cuda.synchronize()
         times.append((clock() - t0) / 1000)
     return times
 
@@ -297,7 +322,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ops", action="store_true", help="also other small operators, eager")
     p.add_argument("--after-recording", action="store_true", help="eager calls right after a 100-op recording")
     p.add_argument("--sequences", action="store_true", help="the op's kp sequence taken apart (barrier, dispatch, copy)")
+    p.add_argument("--torch-peer", action="store_true",
+                   help="then PyTorch's 64x64 copy_ + synchronize, with this Device open and after closing it")
+    p.add_argument("--cuda-context", action="store_true",
+                   help="open a PyTorch CUDA context on the GPU first (as kompute-dml bench's peers do)")
     args = p.parse_args(argv)
+    if args.cuda_context:
+        import torch
+
+        torch.zeros(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
     if args.sizes:
         _sizes(args.device, args.repeats)
         return 0
@@ -329,8 +363,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"device: {dev.name} ({dev.device_type}), policy {dev.policy.name}, copies as {path}, "
               f"completion by {dev.policy.completion}")
         word = dev.engine.completion_word
+        torch_open = _torch_copy_sync(args.repeats) if args.torch_peer else None
     finally:
         dev.close()
+    if torch_open is not None:
+        print(f"torch 64x64 copy_ + synchronize: median {statistics.median(torch_open):8.2f} us with this Device open, "
+              f"{statistics.median(_torch_copy_sync(args.repeats)):8.2f} us after closing it")
     barrier, copy = _floors(args.device, args.repeats, 64 * 64 * 4, word)
     e, r = statistics.median(eager), statistics.median(recorded)
     fb, fc = statistics.median(barrier), statistics.median(copy)
