@@ -26,9 +26,13 @@ from kompute_dml.ops.matmul_gemv import (
     GPU_ROW_CONFIGS,
     MAX_M,
     SMALL_M,
+    TINY_B_BYTES,
+    TINY_K,
     GemvConfig,
     compile_gemv,
+    default_config,
     sweep_configs,
+    tiny_config,
 )
 from kompute_dml.ops.matmul_integer import KERNEL_ENV, compile_matmul_integer
 from kompute_dml.shaders import required_capabilities
@@ -186,6 +190,28 @@ def test_gpu_default_configs(gdev, rng, monkeypatch, mt):
     for M, K, N in [(config.mt * (2 if mt == "tiled" else 1), 2 * kc + 37, 70), (1, 5, 3)]:
         gemv_case(gdev, rng, config, monkeypatch, pair=PAIRS[int(rng.integers(0, 4))], M=M, K=K, N=N,
                   a_layout="row", b_layout="row", a_zp="row", b_zp="col", a_q="row", b_q="col", bias="n")
+
+
+@pytest.mark.parametrize("k", [1, 5, 37, 64, 200, TINY_K])
+def test_tiny_configs(gdev, rng, monkeypatch, k):
+    """The tiny-product configurations (one row of A per work group, k-slices sized to K), for this
+    device's subgroup, exact over M up to SMALL_M, N narrower and wider than a tile, odd N."""
+    sg = int(gdev[0].limits.get("subgroup_size") or 32)
+    config = tiny_config(k, sg)
+    assert config.kc >= k and config.mt == 1  # one chunk covers K
+    for M, N in [(SMALL_M, 45), (3, 7), (1, 64)]:
+        gemv_case(gdev, rng, config, monkeypatch, pair=PAIRS[int(rng.integers(0, 4))], M=M, K=k, N=N,
+                  a_layout="row", b_layout="row", a_zp="row", b_zp="col", a_q="row", b_q="col", bias="n")
+
+
+def test_tiny_rule():
+    """A GPU's default is the tiny configuration exactly where B is row-major, K <= TINY_K and
+    B <= TINY_B_BYTES; CPU devices and column-major B keep theirs."""
+    assert default_config(16, 32, gpu=True, k=64, n=64) == tiny_config(64, 32)
+    assert default_config(1, 32, gpu=True, k=TINY_K, n=TINY_B_BYTES // TINY_K) == tiny_config(TINY_K, 32)
+    for m, k, n, gpu, col in [(16, TINY_K + 1, 64, True, False), (16, 256, TINY_B_BYTES // 256 + 1, True, False),
+                              (16, 64, 64, False, False), (16, 64, 64, True, True)]:
+        assert default_config(m, 32, gpu=gpu, col=col, k=k, n=n) == default_config(m, 32, gpu=gpu, col=col)
 
 
 def test_impossible_config_refused(dev):

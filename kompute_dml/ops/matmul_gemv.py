@@ -59,6 +59,16 @@ LOAD_REGISTERS = 64  # words of B in flight per invocation and chunk (GPU defaul
 GPU_ROW_CONFIGS = {1: (8, 4, 1024), 2: (8, 4, 1024), 4: (8, 4, 1024), 8: (4, 8, 512), 16: (4, 8, 256)}
 GPU_ROW_CONFIG_TILED = (4, 16, 256)
 
+# Tiny products (K <= TINY_K and B of at most TINY_B_BYTES, row-major, on a GPU): an eager call's
+# device time is the kernel's critical path (staging, reductions, epilogue), not B's bytes, and B
+# stays in cache however often it is read. So: one row of A per work group (MT = 1: M times the
+# work groups, 4 accumulators each, short butterflies), TINY_NL invocations of 4 columns along N,
+# and only as many k-slices as K has groups of 4 (a whole subgroup at least): one chunk covers K.
+# H100, benchmarks/tiny_matmul.py, eager us (old default -> tiny rule): see benchmarks/RESULTS.md.
+TINY_K = 512
+TINY_B_BYTES = 256 * 1024
+TINY_NL = 8
+
 # push word 11: matmul_common's flag bits (F_A_SIGNED ... F_SUM_B), and A staged as words
 _F_A_WORDS = 1 << 31
 
@@ -120,13 +130,32 @@ def rows_per_group(m: int) -> int:
     return mt
 
 
-def default_config(m: int, subgroup: int, ncol_max: int = 16, *, gpu: bool = True, col: bool = False) -> GemvConfig:
-    """MT from M; NCOL as wide as ACC_REGISTERS and the layout allow (column-major B: at most 8, each
+def tiny_config(k: int, subgroup: int) -> GemvConfig:
+    """The tiny-product configuration (TINY_K): MT = 1, TINY_NL x 4 columns, KL = the power of two
+    nearest below K / 4 in 4..32 (at least a subgroup's worth of invocations), KC covering K."""
+    kl = 4
+    while kl < 32 and 8 * kl <= k:
+        kl *= 2
+    wg = max(TINY_NL * kl, subgroup)
+    step = 4 * (wg // TINY_NL)
+    return GemvConfig(wg, 1, 4, TINY_NL, max(step, -(-k // step) * step))
+
+
+def is_tiny(k: int, n: int) -> bool:
+    return k <= TINY_K and k * n <= TINY_B_BYTES
+
+
+def default_config(m: int, subgroup: int, ncol_max: int = 16, *, gpu: bool = True, col: bool = False,
+                   k: int | None = None, n: int | None = None) -> GemvConfig:
+    """On a GPU with B row-major and the product tiny (K, N given; is_tiny): tiny_config. Else MT
+    from M; NCOL as wide as ACC_REGISTERS and the layout allow (column-major B: at most 8, each
     column one uvec4 per group); 32 columns per work group (128 work groups at N = 4096). Loads in
     flight per invocation and chunk: on a GPU about LOAD_REGISTERS words (row-major: 16 / NCOL * 4
     groups of 4 k rows, so narrow columns still keep 256 bytes in flight; column-major: 2 groups of
     16 k), on a CPU 2 groups (1 column-major)."""
     mt = rows_per_group(m)
+    if gpu and not col and k is not None and n is not None and is_tiny(k, n):
+        return tiny_config(k, subgroup)
     if gpu and not col and ncol_max >= 8 and subgroup % 16 == 0:
         ncol, nl, kc = GPU_ROW_CONFIGS[mt] if m <= 16 else GPU_ROW_CONFIG_TILED
         return GemvConfig(256, mt, ncol, nl, kc, col)
@@ -200,7 +229,7 @@ def plan_gemv(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, dot: bo
     if k > KMAX or m > MAX_M or (ncol_max == 0 and not col):
         return None
     sg = subgroup_size(device)
-    cfg = config or default_config(m, sg, ncol_max or 16, gpu=device.device_type != "cpu", col=col)
+    cfg = config or default_config(m, sg, ncol_max or 16, gpu=device.device_type != "cpu", col=col, k=k, n=n)
     if config is None:  # the default: shorter chunks of A where shared memory is short, else other families
         while cfg.problems(sg, device.limits) and cfg.kc % 2 == 0 and cfg.kc // 2 >= cfg.group_k * (cfg.wg // cfg.nl):
             cfg = replace(cfg, kc=cfg.kc // 2)
