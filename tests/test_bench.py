@@ -204,3 +204,15 @@ def test_gpu_rows_with_torch_on_the_host(dev):
     assert peer.ceiling(1 << 20, rounds=2) > 0
     lat = peer.latency(reps=2)
     assert lat["torch_copy_synchronize_us"] > 0 and lat["torch_per_launch_us"] > 0
+
+
+def test_latency_in_a_process_of_its_own():
+    """latency_proc: our figures from a fresh process (the bench's default), and a clear error
+    naming the side where the process fails."""
+    from kompute_dml.bench import latency_proc
+
+    lat = latency_proc.measure("ours", reps=2)
+    for key in ("eager_execute_us", "eager_after_recording_us", "recorded_per_op_us_chain"):
+        assert lat[key] > 0, key
+    with pytest.raises(RuntimeError, match="^latency of nonesuch"):
+        latency_proc.measure("nonesuch", reps=2)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from . import latency_proc
 from .cases import Env, RowSpec, gpu_rows, recorded, suite
 from .cpu_peers import ort_available
 from .gpu_peers import GpuPeer, load_peers
@@ -64,6 +65,23 @@ def gpu_ceiling(kdml: Any, dev: Any, peers: list[GpuPeer], nbytes: int, rounds: 
     return 2 * nbytes / best / 1e9, f"ours (identity, recorded) copy of {mib} MiB"
 
 
+def _latency(kdml: Any, dev: Any, peers: list[GpuPeer], args: argparse.Namespace) -> dict[str, Any]:
+    """The latency section: each side in a process of its own (latency_proc), or all in this
+    one (--latency-here, and peers that only exist here such as the tests' numpy peer)."""
+    reps = 7 if args.quick else 25
+    here = args.latency_here
+    lat = latency(kdml, dev, reps) if here else latency_proc.measure("ours", reps, args.device)
+    lat["method"] = "in the bench's process" if here else "each side in a process of its own"
+    for p in peers:
+        if hasattr(p, "latency"):
+            try:
+                alone = not here and p.name in GPU_PEERS
+                lat.update(latency_proc.measure(p.name, reps, torch_device=args.torch_device) if alone else p.latency(reps))
+            except Exception as e:  # the run's figures stand without the peer's latency
+                lat[f"{p.name}_error"] = f"{type(e).__name__}: {e}"
+    return lat
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     from .method import __doc__ as doc
 
@@ -84,6 +102,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--torch-device", default="cuda", help="where the torch peers run (default cuda; 'cpu' exercises "
                     "the GPU rows' code on a machine without one)")
     ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--latency-here", action="store_true", help="time the latency section in this process, not in "
+                    "one process per side (python -m kompute_dml.bench.latency_proc)")
     return ap.parse_args(argv)
 
 
@@ -145,13 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                 p.release()
             prog.advance(task)
         prog.update(task, description="latency")
-        lat = latency(kdml, dev, 7 if args.quick else 25)
-        for p in peers:
-            if hasattr(p, "latency"):
-                try:
-                    lat.update(p.latency(7 if args.quick else 25))
-                except Exception as e:  # the run's figures stand without the peer's latency
-                    lat[f"{p.name}_error"] = f"{type(e).__name__}: {e}"
+        lat = _latency(kdml, dev, peers, args)
         prog.advance(task)
         wants_mm = not args.only or "matmul" in args.only.lower() or "matrix" in args.only.lower()
         # bench_matmul.py times eager submissions (one wait per call): on a GPU that measures

@@ -2,6 +2,7 @@
 
 Usage: kompute-dml bench [--quick] [--json FILE] [--plot FILE.png] [--markdown FILE.md]
        [--only SUBSTR] [--rounds N] [--gpu {auto,on,off}] [--no-ort] [--no-torch] [--no-cupy]
+       [--latency-here]
 
 Method. Each row times several callables *interleaved*: one sample of ours, one of each
 peer (and, on a CPU device, one of the machine's copy ceiling) per round, so that the noise
@@ -22,6 +23,9 @@ timer's resolution does not matter for microsecond calls) and is divided by that
   device-to-device copy by torch (`copy_`), else by ours (identity, recorded).
 - `eager`: the full functional call (`kdml.identity(x)` ...: compile-cache lookup, pooled
   output allocation, execute, wait).
+- latency (a 64x64 identity: eager, right after a recording, functional, recorded; torch's
+  copy_ + synchronize): each side in a Python process of its own (kompute_dml/bench/
+  latency_proc.py says why); --latency-here times them in the bench's process.
 - numpy: copyto into an existing array / zero + fill_diagonal into an existing array /
   np.triu, np.tril / float32 matmul.
 - ort: onnxruntime's CPU provider through IOBinding with pre-allocated outputs (Identity,

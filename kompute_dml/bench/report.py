@@ -110,6 +110,8 @@ def _latency_line(lat: dict[str, Any]) -> str:
     if "torch_copy_synchronize_us" in lat:
         text += (f"; torch: copy_ + synchronize {lat['torch_copy_synchronize_us']:.1f} us, "
                  f"{lat['torch_per_launch_us']:.1f} us per launch (100 then synchronize)")
+    if lat.get("method"):
+        text += f" ({lat['method']})"
     return text
 
 

@@ -1,0 +1,68 @@
+"""The bench's latency section, each side in a Python process of its own.
+
+    python -m kompute_dml.bench.latency_proc ours [--device N] [--reps R]
+    python -m kompute_dml.bench.latency_proc torch|cupy [--torch-device cuda] [--reps R]
+
+prints one JSON object: harness.latency's figures for `ours`, the peer's GpuPeer.latency for a
+peer. `kompute-dml bench` runs one process per side (`measure`) because two APIs' contexts on one
+GPU slow each other's submissions, and so does everything else the bench's own process holds. On
+the H100 (see benchmarks/RESULTS.md): ours 15.9 / 16.3 us alone and 18.1 / 18.3 us with a CUDA
+context open (`benchmarks/latency.py` against `latency.py --cuda-context`); harness.latency in a
+bare process 20.0 / 20.3 us against 25.7 us inside `kompute-dml bench --only` (no rows), where
+torch's copy_ + synchronize read 24.2 us. A program that runs small operators is the bare process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from typing import Any
+
+TIMEOUT_S = 600
+
+
+def measure(side: str, reps: int, device: int = 0, torch_device: str = "cuda") -> dict[str, Any]:
+    """The figures of `side` ('ours' or a peer's name) from a fresh process; RuntimeError with
+    the process's last output where it failed."""
+    cmd = [sys.executable, "-m", __name__, side, "--reps", str(reps), "--device", str(device),
+           "--torch-device", torch_device]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"latency of {side} (exit {proc.returncode}): {' | '.join(tail)}")
+    return dict(json.loads(lines[-1]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kompute_dml.bench.latency_proc", description=__doc__.splitlines()[0])
+    ap.add_argument("side", help="'ours', or a GPU peer: torch, cupy")
+    ap.add_argument("--reps", type=int, default=25)
+    ap.add_argument("--device", type=int, default=0, help="our Vulkan device")
+    ap.add_argument("--torch-device", default="cuda")
+    args = ap.parse_args(argv)
+    if args.side == "ours":
+        import kompute_dml as kdml
+
+        from .harness import latency
+
+        dev = kdml.Device(args.device)
+        try:
+            figures = latency(kdml, dev, args.reps)
+        finally:
+            dev.close()
+    else:
+        from .gpu_peers import load_peers
+
+        peers, skipped = load_peers([args.side], args.torch_device)
+        if not peers:
+            raise SystemExit(f"{args.side}: {skipped.get(args.side, 'not a GPU peer')}")
+        figures = peers[0].latency(args.reps)  # type: ignore[attr-defined]
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
