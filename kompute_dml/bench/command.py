@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from . import latency_proc
 from .cases import Env, RowSpec, gpu_rows, recorded, suite
 from .cpu_peers import ort_available
 from .gpu_peers import GpuPeer, load_peers
@@ -68,6 +67,8 @@ def gpu_ceiling(kdml: Any, dev: Any, peers: list[GpuPeer], nbytes: int, rounds: 
 def _latency(kdml: Any, dev: Any, peers: list[GpuPeer], args: argparse.Namespace) -> dict[str, Any]:
     """The latency section: each side in a process of its own (latency_proc), or all in this
     one (--latency-here, and peers that only exist here such as the tests' numpy peer)."""
+    from . import latency_proc  # here, not at the top: `python -m` runs it as __main__ after the package's import
+
     reps = 7 if args.quick else 25
     here = args.latency_here
     lat = latency(kdml, dev, reps) if here else latency_proc.measure("ours", reps, args.device)
