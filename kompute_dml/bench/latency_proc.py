@@ -5,11 +5,12 @@
 
 prints one JSON object: harness.latency's figures for `ours`, the peer's GpuPeer.latency for a
 peer. `kompute-dml bench` runs one process per side (`measure`) because two APIs' contexts on one
-GPU slow each other's submissions, and so does everything else the bench's own process holds. On
-the H100 (see benchmarks/RESULTS.md): ours 15.9 / 16.3 us alone and 18.1 / 18.3 us with a CUDA
-context open (`benchmarks/latency.py` against `latency.py --cuda-context`); harness.latency in a
-bare process 20.0 / 20.3 us against 25.7 us inside `kompute-dml bench --only` (no rows), where
-torch's copy_ + synchronize read 24.2 us. A program that runs small operators is the bare process.
+GPU slow each other's submissions, and so does what the bench's own process holds. On the H100,
+2026-11-22 (benchmarks/RESULTS.md): the eager identity 15.9 / 16.3 us in `benchmarks/latency.py`,
+18.1 / 18.3 us with `--cuda-context`; inside `kompute-dml bench --gpu on --only zz-no-row` (no
+rows; torch and CuPy loaded) 25.7 us, and torch's copy_ + synchronize 24.2 us there, against
+16.6-18.9 us (`latency_proc ours`, four processes) and 14.8-15.2 us (`latency_proc torch`, two
+runs) each in a process of its own. A program that runs small operators is such a process.
 """
 
 from __future__ import annotations
