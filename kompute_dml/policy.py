@@ -45,6 +45,13 @@ FEATURES_ENV = "KDML_FEATURES"
 # 256 KiB 20.3 / 20.2 and 21.7 / 21.3; 1 MiB 20.2 / 22.1 and 20.4 / 22.1; 16 MiB 26.6 / 61.6.
 # `--sequences`: a barrier + 16 KiB copy sequence 16.8 us, barrier + dispatch 18.4-18.6.
 GPU_TRANSFER_BELOW = 256 * 1024
+# Packed outputs of at most this many bytes that depend on the descriptor alone (DIAGONAL_MATRIX,
+# DIAGONAL_MATRIX1 without input) are copied from a constant the operator computes when it
+# compiles (DevicePolicy.constant_below, ops/diagonal_constant.py). H100, `benchmarks/latency.py
+# --ops`, kp timestamps around the commands: the 64x64 FLOAT32 identity's 16 KiB copy 3.10 us, the
+# DIAGONAL_MATRIX kernel on that output 5.15-5.28 us; eager 15.97 / 19.19 us against 19.39 / 21.48
+# (two machines). 64 KiB: a bound on what each such operator keeps on the device.
+GPU_CONSTANT_BELOW = 64 * 1024
 # Rows of A up to which the "dot" family (matmul_coop.comp on OpSDot) beats the tiled "gpu" family
 # (float FMAs); taller matrices take "gpu" (DevicePolicy.matmul_family_for). H100, cooperative
 # matrices unused, `benchmarks/bench_coop.py --rounds 5` (dot_gemm_Brow / gpu_gemm_Brow, TOPS):
@@ -102,6 +109,9 @@ class DevicePolicy:
     # `transfer_commands` is False: a small vkCmdCopyBuffer completes sooner than a dispatch
     # (H100: see GPU_TRANSFER_BELOW), while large ones run at a fraction of a shader's speed.
     transfer_below: int = 0
+    # Outputs that depend on the descriptor alone, packed, of at most this many bytes: copied
+    # from a constant computed at compile time (GPU_CONSTANT_BELOW); 0: never.
+    constant_below: int = 0
     completion: str = "word"  # see COMPLETION
 
     def has(self, capability: str) -> bool:
@@ -122,6 +132,7 @@ class DevicePolicy:
             "matmul_family": self.matmul_family,
             "memory_kernel": self.memory_kernel,
             "transfer_below": self.transfer_below,
+            "constant_below": self.constant_below,
             "completion": self.completion,
         }
 
@@ -141,7 +152,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
             family = "gpu"
         policy = DevicePolicy(
             device_type, transfer_commands=False, matmul_family=family, capabilities=capabilities, memory_kernel="gpu",
-            transfer_below=GPU_TRANSFER_BELOW,
+            transfer_below=GPU_TRANSFER_BELOW, constant_below=GPU_CONSTANT_BELOW,
         )
     if transfer_commands is None:
         env = os.environ.get("KDML_TRANSFER")

@@ -7,6 +7,7 @@ the functional helpers (eye_like, triu, tril with huge k)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -21,6 +22,23 @@ FL = kdml.FeatureLevel
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 FLOAT_TYPES = [DT.FLOAT16, DT.FLOAT32, DT.FLOAT64]
 INT_TYPES = [d for d in ALL_TYPES if d not in FLOAT_TYPES]
+
+
+@pytest.fixture(scope="module")
+def dev_constant():
+    """A device whose policy copies every small packed descriptor-only output from a constant
+    (DevicePolicy.constant_below; the H100 policy's path, here on any device)."""
+    d = kdml.Device()
+    d.policy = dataclasses.replace(d.policy, constant_below=1 << 20)
+    yield d
+    d.close()
+
+
+@pytest.fixture(params=["transfer", "shader", "constant"])
+def ddev(request, dev_transfer, dev_shader, dev_constant) -> kdml.Device:
+    """Every path of the diagonal operators: transfer-assisted, shaders only, and the copy from a
+    constant (packed outputs without input; others fall back to the device's path)."""
+    return {"transfer": dev_transfer, "shader": dev_shader, "constant": dev_constant}[request.param]
 
 
 # ---- independent numpy references --------------------------------------------------
@@ -153,25 +171,25 @@ SEED_DM1 = [
 
 @pytest.mark.parametrize("seed", ["000", "001"])
 @pytest.mark.parametrize("case", range(len(SEED_DM)))
-def test_seed_diagonal_matrix(xdev, rng, seed, case):
+def test_seed_diagonal_matrix(ddev, rng, seed, case):
     offset, value, sizes, expected = SEED_DM[case]
     desc = kdml.TensorDesc(DT.FLOAT32, sizes)
     exp = np.array(expected, np.float32)
-    y, _ = place(xdev, rng, desc)
+    y, _ = place(ddev, rng, desc)
     before = poison_against(y, exp, rng)
-    xdev.compile(kdml.DiagonalMatrixDesc(desc, offset=offset, value=value)).execute([], [y])
+    ddev.compile(kdml.DiagonalMatrixDesc(desc, offset=offset, value=value)).execute([], [y])
     assert_output(y, before, exp)
 
 
 @pytest.mark.parametrize("case", range(len(SEED_DM1)))
-def test_seed_diagonal_matrix1(xdev, rng, case):
+def test_seed_diagonal_matrix1(ddev, rng, case):
     x_vals, value, begin, end, expected = SEED_DM1[case]
     desc = kdml.TensorDesc(DT.FLOAT32, (4, 5))
-    x = xdev.tensor(np.array(x_vals, np.float32)) if x_vals is not None else None
+    x = ddev.tensor(np.array(x_vals, np.float32)) if x_vals is not None else None
     exp = np.array(expected, np.float32)
-    y, _ = place(xdev, rng, desc)
+    y, _ = place(ddev, rng, desc)
     before = poison_against(y, exp, rng)
-    op = xdev.compile(kdml.DiagonalMatrix1Desc(desc if x is not None else None, desc, DT.FLOAT32, value, begin, end))
+    op = ddev.compile(kdml.DiagonalMatrix1Desc(desc if x is not None else None, desc, DT.FLOAT32, value, begin, end))
     op.execute([x], [y])
     assert_output(y, before, exp)
 
@@ -180,7 +198,7 @@ def test_seed_diagonal_matrix1(xdev, rng, case):
 @pytest.mark.parametrize("layout", ["packed", "strided", "transposed"])
 @pytest.mark.parametrize("rank", [2, 3, 4])
 @pytest.mark.parametrize("dt", ALL_TYPES, ids=lambda d: d.name)
-def test_diagonal_matrix_random(xdev, rng, dt, rank, layout):
+def test_diagonal_matrix_random(ddev, rng, dt, rank, layout):
     sizes = random_sizes(rng, rank)
     rows, cols = sizes[-2:]
     offset = [int(rng.integers(-rows - 1, cols + 2)), 0, I32_MIN, I32_MAX][int(rng.integers(0, 4)) if rng.random() < 0.3 else 0]
@@ -188,24 +206,24 @@ def test_diagonal_matrix_random(xdev, rng, dt, rank, layout):
         value = float(rng.choice([1.0, -2.5, 0.1, 7.0, 1e-3, -0.0, 65504.0, 3.0e38]))
     else:
         value = float(rng.uniform(-300, 300))
-    run_dm(xdev, rng, dt, sizes, out_strides_for(rng, sizes, layout), offset, value)
+    run_dm(ddev, rng, dt, sizes, out_strides_for(rng, sizes, layout), offset, value)
 
 
 @pytest.mark.parametrize("out_layout", ["packed", "strided", "transposed"])
 @pytest.mark.parametrize("in_layout", ["none", "packed", "strided", "broadcast"])
 @pytest.mark.parametrize("rank", [2, 3, 4])
 @pytest.mark.parametrize("dt", ALL_TYPES, ids=lambda d: d.name)
-def test_diagonal_matrix1_random(xdev, rng, dt, rank, in_layout, out_layout):
+def test_diagonal_matrix1_random(ddev, rng, dt, rank, in_layout, out_layout):
     sizes = random_sizes(rng, rank)
     rows, cols = sizes[-2:]
     extra = [int(rng.integers(-rows - 2, cols + 3)) for _ in range(6)]
     begin, end = bound_values(rng, extra), bound_values(rng, extra)
     value = py_value(random_values(rng, dt, (1,))[0], dt)
-    run_dm1(xdev, rng, dt, sizes, in_layout, out_strides_for(rng, sizes, out_layout), begin, end, value)
+    run_dm1(ddev, rng, dt, sizes, in_layout, out_strides_for(rng, sizes, out_layout), begin, end, value)
 
 
 @pytest.mark.parametrize("dt", [DT.INT8, DT.UINT16, DT.FLOAT16], ids=lambda d: d.name)
-def test_sub_word_boundaries(xdev, rng, dt):
+def test_sub_word_boundaries(ddev, rng, dt):
     """8/16-bit outputs: every column count around the word size, packed rows crossing
     words, gapped rows (partial words at both ends), odd strides and transposes."""
     for rows in (1, 2, 3, 5):
@@ -216,8 +234,35 @@ def test_sub_word_boundaries(xdev, rng, dt):
                 begin, end = (int(rng.integers(-3, 4)), int(rng.integers(-3, 4)))
                 value = py_value(random_values(rng, dt, (1,))[0], dt)
                 in_layout = ["none", "packed", "strided", "broadcast"][int(rng.integers(0, 4))]
-                run_dm1(xdev, rng, dt, sizes, in_layout, strides, begin, end, value)
-            run_dm(xdev, rng, dt, sizes, (cols + 1, 1), int(rng.integers(-2, 3)), 3.0)
+                run_dm1(ddev, rng, dt, sizes, in_layout, strides, begin, end, value)
+            run_dm(ddev, rng, dt, sizes, (cols + 1, 1), int(rng.integers(-2, 3)), 3.0)
+
+
+def test_constant_path_where_the_policy_allows(dev_constant, rng):
+    """Packed outputs without input within constant_below are one copy from the operator's
+    constant; an input, a strided output or a larger output take the kernels; the constant is
+    never written and the outputs stay exact over repeated and recorded executions."""
+    desc = kdml.TensorDesc(DT.FLOAT32, (2, 5, 7))
+    op = dev_constant.compile(kdml.DiagonalMatrix1Desc(None, desc, DT.FLOAT32, 2.5, -1, 2))
+    assert op.variants == ["transfer:copy"]
+    exp = ref_dm1((2, 5, 7), -1, 2, np.array(2.5, np.float32), DT.FLOAT32, None)
+    (constant,) = op._constants
+    kept = constant.buffer.read()
+    outs = [place(dev_constant, rng, desc)[0] for _ in range(3)]
+    befores = [poison_against(y, exp, rng) for y in outs]
+    op.execute([None], [outs[0]])
+    op.execute([None], [outs[0]])
+    with dev_constant.record() as rec:
+        for y in outs[1:]:
+            rec.execute(op, [None], [y])
+    for y, before in zip(outs, befores):
+        assert_output(y, before, exp)
+    assert constant.buffer.read() == kept
+    strided = kdml.TensorDesc(DT.FLOAT32, (5, 7), (8, 1))
+    assert dev_constant.compile(kdml.DiagonalMatrixDesc(strided, 0, 1.0)).variants != ["transfer:copy"]
+    assert dev_constant.compile(kdml.DiagonalMatrix1Desc(desc, desc, DT.FLOAT32, 0.0, 0, 1)).variants != ["transfer:copy"]
+    big = kdml.TensorDesc(DT.FLOAT32, (1024, 257))  # 1052672 bytes > 1 MiB
+    assert dev_constant.compile(kdml.DiagonalMatrixDesc(big, 0, 1.0)).variants != ["transfer:copy"]
 
 
 def test_packed_output_is_one_run():
@@ -272,7 +317,7 @@ def test_diagonal_matrix_value_conversion(dev, rng, dt):
         assert ref_dm_value(0.1, dt) == np.float64(np.float32(0.1)) != 0.1
 
 
-def test_value_extremes_64bit(xdev, rng):
+def test_value_extremes_64bit(ddev, rng):
     cases = {
         DT.INT64: [-(2**63), 2**63 - 1, -1, 2**53 + 1, -(2**62) - 12345],
         DT.UINT64: [2**64 - 1, 2**63, 2**53 + 1, 0xDEADBEEFCAFEF00D],
@@ -287,7 +332,7 @@ def test_value_extremes_64bit(xdev, rng):
     for dt, vals in cases.items():
         for v in vals:
             for in_layout in ("none", "strided"):
-                run_dm1(xdev, rng, dt, (3, 5), in_layout, None, -1, 2, v)
+                run_dm1(ddev, rng, dt, (3, 5), in_layout, None, -1, 2, v)
     # exactness of the pattern itself
     assert value1_bits(2**64 - 1, DT.UINT64) == 2**64 - 1
     assert value1_bits(-(2**63), DT.INT64) == 2**63
@@ -448,21 +493,21 @@ def test_triu_tril_huge_k(dev, rng, shape):
                 )
 
 
-def test_triu_tril_numpy_and_strided(xdev, rng):
+def test_triu_tril_numpy_and_strided(ddev, rng):
     x_np = random_values(rng, DT.FLOAT16, (3, 4, 6))
-    assert np.array_equal(kdml.triu(x_np, -1, device=xdev).numpy(), np.triu(x_np, -1), equal_nan=True)
+    assert np.array_equal(kdml.triu(x_np, -1, device=ddev).numpy(), np.triu(x_np, -1), equal_nan=True)
     desc = kdml.TensorDesc(DT.FLOAT16, (3, 4, 6), random_strides(rng, (3, 4, 6), allow_broadcast=True))
-    x, raw = place(xdev, rng, desc)
+    x, raw = place(ddev, rng, desc)
     xv = read_logical(raw, x.offset, desc)
     out_desc = kdml.TensorDesc(DT.FLOAT16, (3, 4, 6), random_strides(rng, (3, 4, 6), allow_broadcast=False))
-    out, _ = place(xdev, rng, out_desc)
+    out, _ = place(ddev, rng, out_desc)
     before = poison_against(out, np.tril(xv, 2), rng)
     assert kdml.tril(x, 2, out=out) is out
     assert_output(out, before, np.tril(xv, 2))
     with pytest.raises(kdml.InvalidArgumentError, match="^k"):
         kdml.triu(x, 1.5)
     with pytest.raises(kdml.InvalidArgumentError, match="^x"):
-        kdml.triu(np.arange(3.0, dtype=np.float32), device=xdev)
+        kdml.triu(np.arange(3.0, dtype=np.float32), device=ddev)
 
 
 def test_eye_like(dev, rng):
@@ -524,17 +569,17 @@ def test_diagonal_matrix_helpers(dev, rng):
         kdml.diagonal_matrix1(x_np, value=1e39, diagonal_fill_begin=0, diagonal_fill_end=1, device=dev)
 
 
-def test_dm_equals_dm1(xdev, rng):
+def test_dm_equals_dm1(ddev, rng):
     """Seed 002's remark: DIAGONAL_MATRIX == DIAGONAL_MATRIX1 with Begin = Offset, End = Offset + 1."""
     for dt in ALL_TYPES:
         sizes = random_sizes(rng, 3)
         offset = int(rng.integers(-sizes[-2], sizes[-1] + 1))
         v = 3.0 if dt.is_float or dt.is_signed else 200.0
-        a = kdml.diagonal_matrix(sizes, offset=offset, value=v, data_type=dt, device=xdev).numpy()
+        a = kdml.diagonal_matrix(sizes, offset=offset, value=v, data_type=dt, device=ddev).numpy()
         b = kdml.diagonal_matrix1(sizes=sizes, data_type=dt, value=v, diagonal_fill_begin=offset,
-                                  diagonal_fill_end=offset + 1, device=xdev).numpy()
+                                  diagonal_fill_end=offset + 1, device=ddev).numpy()
         assert np.array_equal(a, b)
     for offset in (I32_MIN, I32_MAX):
-        assert not kdml.diagonal_matrix((3, 3), offset=offset, device=xdev).numpy().any()
-    assert math.isclose(float(kdml.diagonal_matrix((2, 2), value=0.1, data_type=DT.FLOAT64, device=xdev).numpy()[0, 0]),
+        assert not kdml.diagonal_matrix((3, 3), offset=offset, device=ddev).numpy().any()
+    assert math.isclose(float(kdml.diagonal_matrix((2, 2), value=0.1, data_type=DT.FLOAT64, device=ddev).numpy()[0, 0]),
                         float(np.float32(0.1)), rel_tol=0, abs_tol=0)

@@ -71,6 +71,7 @@ class CompiledOperator:
         input_fields: tuple[str, ...],
         output_fields: tuple[str, ...],
         plans: list[DispatchPlan | TransferPlan],
+        constants: list[Tensor] | tuple[Tensor, ...] = (),
     ) -> None:
         self.device = device
         self.engine = device.engine
@@ -79,6 +80,9 @@ class CompiledOperator:
         self.input_fields = input_fields
         self.output_fields = output_fields
         self.plans = plans
+        # Device tensors the operator owns and its plans read (ops/diagonal_constant.py): bound
+        # after the inputs and outputs in every binding, and alive as long as the operator.
+        self._constants: list[Tensor | None] = list(constants)
         self.serial = next(_op_serials)
         names = (*input_fields, *output_fields)
         descs: list[TensorDesc | None] = [getattr(desc, f) for f in names]
@@ -127,10 +131,10 @@ class CompiledOperator:
         ids = tuple(map(id, bound))
         entry = self._recent.get(ids)
         if entry is not None:
-            return bound, entry[1]
+            return (bound + self._constants if self._constants else bound), entry[1]
         bound, key = self._bind(inputs, outputs)
         self._remember(bound, key, ids)
-        return bound, key
+        return (bound + self._constants if self._constants else bound), key
 
     def _remember(self, bound: list[Tensor | None], key: Hashable | None, ids: tuple[int, ...]) -> None:
         """Cache a checked binding (`ids`: its objects' ids, which no entry has), evicting the

@@ -35,6 +35,7 @@ from ..runtime import DispatchPlan, TransferPlan, grid_for
 from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
+from .diagonal_constant import plan_constant
 from .diagonal_transfer import plan_diagonal_transfer
 from .gpu_flat import plan_diagonal_flat
 from .gpu_memory import plan_diagonal_gpu
@@ -295,8 +296,9 @@ def compile_diagonal_matrix(device: Device, desc: DiagonalMatrixDesc) -> Compile
     offset = _int32(desc.offset, "offset")
     bits = diagonal_value_bits(desc.value, o.data_type, "value")
     check_no_overlap(o.sizes, o.effective_strides, "output_tensor")
-    plans = _plan(device, o, None, offset, offset + 1, bits, 0)
-    return CompiledOperator(device, desc, DIAGONAL_MATRIX, (), ("output_tensor",), plans)
+    const = plan_constant(device, o, None, offset, offset + 1, bits, 0)
+    plans, constants = const if const is not None else (_plan(device, o, None, offset, offset + 1, bits, 0), [])
+    return CompiledOperator(device, desc, DIAGONAL_MATRIX, (), ("output_tensor",), plans, constants)
 
 
 def compile_diagonal_matrix1(device: Device, desc: DiagonalMatrix1Desc) -> CompiledOperator:
@@ -330,8 +332,9 @@ def compile_diagonal_matrix1(device: Device, desc: DiagonalMatrix1Desc) -> Compi
     end = _int32(desc.diagonal_fill_end, "diagonal_fill_end")
     check_no_overlap(o.sizes, o.effective_strides, "output_tensor")
     out_index = 1
-    plans = _plan(device, o, i, begin, end, bits, out_index)
-    return CompiledOperator(device, desc, DIAGONAL_MATRIX1, ("input_tensor",), ("output_tensor",), plans)
+    const = plan_constant(device, o, i, begin, end, bits, out_index)
+    plans, constants = const if const is not None else (_plan(device, o, i, begin, end, bits, out_index), [])
+    return CompiledOperator(device, desc, DIAGONAL_MATRIX1, ("input_tensor",), ("output_tensor",), plans, constants)
 
 
 __all__ = [
