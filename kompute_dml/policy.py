@@ -138,7 +138,8 @@ class DevicePolicy:
 
 
 def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, transfer_commands: bool | None = None) -> DevicePolicy:
-    """The policy of a device; `transfer_commands` (or KDML_TRANSFER=0/1) overrides that one choice."""
+    """The policy of a device; `transfer_commands` (or KDML_TRANSFER=0/1) overrides that one choice
+    (and with it the small-size exceptions: transfer_below, constant_below)."""
     if device_type == "cpu":
         policy = DevicePolicy("cpu", transfer_commands=True, matmul_family="cpu", capabilities=capabilities)
     else:
@@ -157,8 +158,8 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
     if transfer_commands is None:
         env = os.environ.get("KDML_TRANSFER")
         transfer_commands = None if env is None else env != "0"
-    if transfer_commands is not None:
-        policy = replace(policy, transfer_commands=bool(transfer_commands), transfer_below=0)
+    if transfer_commands is not None:  # an explicit path: no small-size exceptions to it
+        policy = replace(policy, transfer_commands=bool(transfer_commands), transfer_below=0, constant_below=0)
     completion = os.environ.get(COMPLETION_ENV, "").strip().lower()
     if completion:
         if completion not in COMPLETIONS:
