@@ -26,7 +26,8 @@ with input (triu), 16x64x64 int8 MATRIX_MULTIPLY_INTEGER_TO_FLOAT), each compile
 op.bind alone, the op's cached kp sequence evaluated directly, and the device time of its
 commands (kp timestamps around them, x the device's timestampPeriod). The identity's
 breakdown line gives the same device time. --memory-kernel gpu|cpu forces the memory-bound
-operators' kernel family (DevicePolicy.memory_kernel).
+operators' kernel family (DevicePolicy.memory_kernel); --constant-below BYTES the size up to which
+descriptor-only diagonal outputs are copied from a constant (DevicePolicy.constant_below).
 
 --after-recording: the eager identity right after a recording of 100 executions (to distinct
 outputs) and the second eager call after it, 25 times each (what `kompute-dml bench`'s
@@ -317,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--shader-only", action="store_true", help="Device(transfer_commands=False)")
     p.add_argument("--memory-kernel", choices=("gpu", "cpu"), help="force DevicePolicy.memory_kernel")
+    p.add_argument("--constant-below", type=int, metavar="BYTES", help="force DevicePolicy.constant_below")
     p.add_argument("--repeats", type=int, default=5000)
     p.add_argument("--sizes", action="store_true", help="shaders vs transfer commands by size")
     p.add_argument("--ops", action="store_true", help="also other small operators, eager")
@@ -338,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     dev = kdml.Device(args.device, transfer_commands=False if args.shader_only else None)
     if args.memory_kernel:
         dev.policy = dataclasses.replace(dev.policy, memory_kernel=args.memory_kernel)
+    if args.constant_below is not None:
+        dev.policy = dataclasses.replace(dev.policy, constant_below=args.constant_below)
     try:
         desc = kdml.TensorDesc(kdml.DataType.FLOAT32, (64, 64))
         x = dev.tensor(np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32))

@@ -12,6 +12,8 @@ Every choice here is a measured one (figures in docs/ and benchmarks/RESULTS.md)
   commands are 2-3x slower than compute shaders (50x for one region per row), so every
   operator runs as shaders; matrix products take tiled "gpu" kernels, or cooperative-matrix
   kernels on the tensor cores where the device enabled them.
+- every device: small outputs that depend on the descriptor alone (DIAGONAL_MATRIX without
+  input) are one copy from a constant computed at compile time (CONSTANT_BELOW);
 - every device: an execution completes by a completion word (its command buffer writes a
   host-visible word last; the host polls it) rather than by its fence (COMPLETION).
 """
@@ -47,11 +49,13 @@ FEATURES_ENV = "KDML_FEATURES"
 GPU_TRANSFER_BELOW = 256 * 1024
 # Packed outputs of at most this many bytes that depend on the descriptor alone (DIAGONAL_MATRIX,
 # DIAGONAL_MATRIX1 without input) are copied from a constant the operator computes when it
-# compiles (DevicePolicy.constant_below, ops/diagonal_constant.py). H100, `benchmarks/latency.py
-# --ops`, kp timestamps around the commands: the 64x64 FLOAT32 identity's 16 KiB copy 3.10 us, the
-# DIAGONAL_MATRIX kernel on that output 5.15-5.28 us; eager 15.97 / 19.19 us against 19.39 / 21.48
-# (two machines). 64 KiB: a bound on what each such operator keeps on the device.
-GPU_CONSTANT_BELOW = 64 * 1024
+# compiles (DevicePolicy.constant_below, ops/diagonal_constant.py), on every device. Eager
+# DIAGONAL_MATRIX 64x64 FLOAT32, `benchmarks/latency.py --ops`: H100, kp timestamps around the
+# commands, the 16 KiB copy 3.10 us against the kernel's 5.15-5.28, eager 18.14 / 18.39 us against
+# 19.39 / 21.48 (other processes); lavapipe (`--constant-below 0` / `65536`, alternating) 30.31 /
+# 35.10 us by its zero fill + band kernel against 8.09 / 7.77 by the copy. 64 KiB: a bound on
+# what each such operator keeps on the device.
+CONSTANT_BELOW = 64 * 1024
 # Rows of A up to which the "dot" family (matmul_coop.comp on OpSDot) beats the tiled "gpu" family
 # (float FMAs); taller matrices take "gpu" (DevicePolicy.matmul_family_for). H100, cooperative
 # matrices unused, `benchmarks/bench_coop.py --rounds 5` (dot_gemm_Brow / gpu_gemm_Brow, TOPS):
@@ -110,7 +114,7 @@ class DevicePolicy:
     # (H100: see GPU_TRANSFER_BELOW), while large ones run at a fraction of a shader's speed.
     transfer_below: int = 0
     # Outputs that depend on the descriptor alone, packed, of at most this many bytes: copied
-    # from a constant computed at compile time (GPU_CONSTANT_BELOW); 0: never.
+    # from a constant computed at compile time (CONSTANT_BELOW); 0: never.
     constant_below: int = 0
     completion: str = "word"  # see COMPLETION
 
@@ -141,7 +145,8 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
     """The policy of a device; `transfer_commands` (or KDML_TRANSFER=0/1) overrides that one choice
     (and with it the small-size exceptions: transfer_below, constant_below)."""
     if device_type == "cpu":
-        policy = DevicePolicy("cpu", transfer_commands=True, matmul_family="cpu", capabilities=capabilities)
+        policy = DevicePolicy("cpu", transfer_commands=True, matmul_family="cpu", capabilities=capabilities,
+                              constant_below=CONSTANT_BELOW)
     else:
         # tensor cores where enabled; else the same tiled kernel on OpSDot where the device has
         # integer dot products, for matrices of at most DOT_MAX_M rows (see there)
@@ -153,7 +158,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
             family = "gpu"
         policy = DevicePolicy(
             device_type, transfer_commands=False, matmul_family=family, capabilities=capabilities, memory_kernel="gpu",
-            transfer_below=GPU_TRANSFER_BELOW, constant_below=GPU_CONSTANT_BELOW,
+            transfer_below=GPU_TRANSFER_BELOW, constant_below=CONSTANT_BELOW,
         )
     if transfer_commands is None:
         env = os.environ.get("KDML_TRANSFER")

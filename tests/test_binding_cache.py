@@ -12,7 +12,7 @@ import pytest
 from helpers import identity_op
 
 import kompute_dml as kdml
-from kompute_dml.policy import GPU_CONSTANT_BELOW, DevicePolicy, policy_for
+from kompute_dml.policy import CONSTANT_BELOW, DevicePolicy, policy_for
 
 DT = kdml.DataType
 TD = kdml.TensorDesc
@@ -126,6 +126,6 @@ def test_small_copies_by_transfer_rule():
     assert gpu.copies_by_transfer(gpu.transfer_below + 1) is False
     forced = policy_for("discrete-gpu", frozenset(), limits, transfer_commands=False)
     assert forced.transfer_below == 0 and forced.copies_by_transfer(1) is False
-    assert gpu.constant_below == GPU_CONSTANT_BELOW and forced.constant_below == 0  # an explicit path is kept
+    assert gpu.constant_below == CONSTANT_BELOW and forced.constant_below == 0  # an explicit path is kept
     cpu = DevicePolicy("cpu", transfer_commands=True, matmul_family="cpu", capabilities=frozenset())
     assert cpu.copies_by_transfer(1 << 40) is True
