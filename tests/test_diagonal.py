@@ -583,3 +583,19 @@ def test_dm_equals_dm1(ddev, rng):
         assert not kdml.diagonal_matrix((3, 3), offset=offset, device=ddev).numpy().any()
     assert math.isclose(float(kdml.diagonal_matrix((2, 2), value=0.1, data_type=DT.FLOAT64, device=ddev).numpy()[0, 0]),
                         float(np.float32(0.1)), rel_tol=0, abs_tol=0)
+
+
+def test_constant_bound_through_list_subclasses(dev_constant, rng):
+    """Bindings given as list subclasses take bind's checked path: the constant is bound there too."""
+
+    class Outputs(list):
+        pass
+
+    desc = kdml.TensorDesc(DT.INT16, (3, 4))
+    op = dev_constant.compile(kdml.DiagonalMatrixDesc(desc, 1, 7.0))
+    assert op.variants == ["transfer:copy"]
+    y, _ = place(dev_constant, rng, desc)
+    exp = ref_dm((3, 4), 1, 7.0, DT.INT16)
+    before = poison_against(y, exp, rng)
+    op.execute(Outputs(), Outputs([y]))
+    assert_output(y, before, exp)

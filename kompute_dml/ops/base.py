@@ -121,12 +121,14 @@ class CompiledOperator:
             raise invalid(what, f"{self.support.name} takes {len(fields)} ({', '.join(fields) or 'none'}), got {len(values)}")
 
     def bind(self, inputs: Any, outputs: Any) -> tuple[list[Tensor | None], Hashable | None]:
-        """Check every binding rule; returns the bound tensors (inputs then outputs) and the
-        key naming this execution (operator, buffers, offsets) for the replay cache, None
-        where the execution is an exact in-place no-op (`is_inplace_noop`: nothing to run)."""
+        """Check every binding rule; returns the bound tensors (inputs, outputs, then the
+        operator's own constants) and the key naming this execution (operator, buffers,
+        offsets) for the replay cache, None where the execution is an exact in-place no-op
+        (`is_inplace_noop`: nothing to run)."""
         if not (type(inputs) in (list, tuple) and type(outputs) in (list, tuple)
                 and len(inputs) == self._n_in and len(outputs) == len(self._slots) - self._n_in):
-            return self._bind(inputs, outputs)  # raises: not lists of this operator's arity
+            checked, key = self._bind(inputs, outputs)  # raises unless lists (or subclasses) of this arity
+            return (checked + self._constants if self._constants else checked), key
         bound: list[Tensor | None] = [*inputs, *outputs]
         ids = tuple(map(id, bound))
         entry = self._recent.get(ids)

@@ -14,8 +14,9 @@ from ..ints import cdiv
 class DispatchPlan:
     """One shader dispatch of a compiled operator, independent of the bound buffers.
 
-    `bindings[i]` is the index, in the operator's flat binding list (inputs then outputs),
-    of the tensor bound at shader binding i (None binds the device's dummy buffer).
+    `bindings[i]` is the index, in the operator's flat binding list (inputs, outputs, then
+    the operator's constants), of the tensor bound at shader binding i (None binds the
+    device's dummy buffer).
     `offset_slots` are (push-constant word, binding list index, unit in bytes): at encode
     time the word receives that tensor's byte offset divided by the unit.
     """
