@@ -246,7 +246,7 @@ def test_constant_path_where_the_policy_allows(dev_constant, rng):
     op = dev_constant.compile(kdml.DiagonalMatrix1Desc(None, desc, DT.FLOAT32, 2.5, -1, 2))
     assert op.variants == ["transfer:copy"]
     exp = ref_dm1((2, 5, 7), -1, 2, np.array(2.5, np.float32), DT.FLOAT32, None)
-    (constant,) = op._constants
+    (constant,) = op.constants
     kept = constant.buffer.read()
     outs = [place(dev_constant, rng, desc)[0] for _ in range(3)]
     befores = [poison_against(y, exp, rng) for y in outs]

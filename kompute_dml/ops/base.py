@@ -110,6 +110,11 @@ class CompiledOperator:
         return f"<compiled {self.support.name} ({len(self.plans)} dispatch(es)) on {self.device.name}>"
 
     @property
+    def constants(self) -> tuple[Tensor | None, ...]:
+        """The device tensors the operator owns and its plans read (ops/diagonal_constant.py)."""
+        return tuple(self._constants)
+
+    @property
     def variants(self) -> list[str]:
         return [p.variant for p in self.plans]
 
