@@ -54,6 +54,7 @@ import dataclasses
 import gc
 import statistics
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -63,20 +64,25 @@ ACCESS_ALL = 0x20 | 0x40 | 0x800 | 0x1000  # shader read/write, transfer read/wr
 STAGES_ALL = 0x800 | 0x1000  # compute shader, transfer
 
 
+def _times(call: Callable[[], object], repeats: int) -> list[float]:
+    """us of each of `repeats` back-to-back calls, after 50 untimed ones."""
+    for _ in range(50):
+        call()
+    times = []
+    clock = time.perf_counter_ns
+    for _ in range(repeats):
+        t0 = clock()
+        call()
+        times.append((clock() - t0) / 1000)
+    return times
+
+
 def _eager(op: object, x: object, y: object, repeats: int) -> list[float]:
     """Median-ready us of `repeats` eager executions; x, y: a tensor each, or the lists."""
     run = op.execute  # type: ignore[attr-defined]
     ins = x if isinstance(x, list) else [x]
     outs = y if isinstance(y, list) else [y]
-    for _ in range(50):
-        run(ins, outs)
-    times = []
-    clock = time.perf_counter_ns
-    for _ in range(repeats):
-        t0 = clock()
-        run(ins, outs)
-        times.append((clock() - t0) / 1000)
-    return times
+    return _times(lambda: run(ins, outs), repeats)
 
 
 def _torch_copy_sync(repeats: int) -> list[float]:
@@ -85,30 +91,17 @@ def _torch_copy_sync(repeats: int) -> list[float]:
 
     src = torch.ones((64, 64), dtype=torch.float32, device="cuda")
     dst = torch.empty_like(src)
-    for _ in range(50):
+
+    def step() -> None:
         dst.copy_(src)
         torch.cuda.synchronize()
-    times = []
-    clock = time.perf_counter_ns
-    for _ in range(repeats):
-        t0 = clock()
-        dst.copy_(src)
-        torch.cuda.synchronize()
-        times.append((clock() - t0) / 1000)
-    return times
+
+    return _times(step, repeats)
 
 
 def _functional(x: kdml.Tensor, repeats: int) -> list[float]:
     """us of `kdml.identity(x)` calls (a pooled output each time, dropped at once)."""
-    for _ in range(50):
-        kdml.identity(x)
-    times = []
-    clock = time.perf_counter_ns
-    for _ in range(repeats):
-        t0 = clock()
-        kdml.identity(x)
-        times.append((clock() - t0) / 1000)
-    return times
+    return _times(lambda: kdml.identity(x), repeats)
 
 
 def _recorded(dev: kdml.Device, op: object, x: kdml.Tensor, y: kdml.Tensor, recordings: int, per: int = 100) -> list[float]:

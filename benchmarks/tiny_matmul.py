@@ -11,8 +11,8 @@ for --grid-shapes a grid of gemv configurations (WG, MT, NCOL x NL, one chunk of
 default (`gemv`: the tiny rule, ops/matmul_gemv.TINY_K, where it applies), the decode default it
 replaces there (`gemv-decode`), the automatic choice and the other GPU families, each checked
 bitwise against numpy int64 (FAIL: left out). Ranked by eager latency (`op.execute` back to back,
-median of --repeats / 5), then the fastest --top and every default timed again, median of --repeats,
-in two alternating passes (the better of the two medians). Kernel-only device time (kp timestamps)
+median of --repeats / 5), then the fastest --top and every default timed again: two medians of
+--repeats each, one right after the other, the better of the two. Kernel-only device time (kp timestamps)
 is not used: between sparse tiny dispatches the GPU's clocks drop, and it read 10-40 us for the same
 kernel within one run on the H100. Prints a table per case; nothing is asserted.
 """
@@ -31,6 +31,7 @@ from latency import _eager
 
 import kompute_dml as kdml
 from kompute_dml.errors import UnsupportedError
+from kompute_dml.ints import cdiv
 from kompute_dml.ops.matmul_coop import CAPABILITY as COOP_CAPABILITY
 from kompute_dml.ops.matmul_coop import subgroup_size
 from kompute_dml.ops.matmul_gemv import DOT_CAPABILITY, GemvConfig, default_config
@@ -46,9 +47,7 @@ def gemv_grid(m: int, k: int, n: int, subgroup: int) -> list[GemvConfig]:
         if nl * ncol > max(n, ncol) or wg % nl:
             continue
         step = 4 * (wg // nl)
-        kc = max(step, -(-k // step) * step)
-        cfg = GemvConfig(wg, mt, ncol, nl, kc)
-        out.append(cfg)
+        out.append(GemvConfig(wg, mt, ncol, nl, max(1, cdiv(k, step)) * step))
     return out
 
 

@@ -132,15 +132,16 @@ class CompiledOperator:
         (`is_inplace_noop`: nothing to run)."""
         if not (type(inputs) in (list, tuple) and type(outputs) in (list, tuple)
                 and len(inputs) == self._n_in and len(outputs) == len(self._slots) - self._n_in):
-            checked, key = self._bind(inputs, outputs)  # raises unless lists (or subclasses) of this arity
-            return (checked + self._constants if self._constants else checked), key
-        bound: list[Tensor | None] = [*inputs, *outputs]
-        ids = tuple(map(id, bound))
-        entry = self._recent.get(ids)
-        if entry is not None:
-            return (bound + self._constants if self._constants else bound), entry[1]
-        bound, key = self._bind(inputs, outputs)
-        self._remember(bound, key, ids)
+            bound, key = self._bind(inputs, outputs)  # raises unless lists (or subclasses) of this arity
+        else:
+            bound = [*inputs, *outputs]
+            ids = tuple(map(id, bound))
+            entry = self._recent.get(ids)
+            if entry is not None:
+                key = entry[1]
+            else:
+                bound, key = self._bind(inputs, outputs)
+                self._remember(bound, key, ids)
         return (bound + self._constants if self._constants else bound), key
 
     def _remember(self, bound: list[Tensor | None], key: Hashable | None, ids: tuple[int, ...]) -> None:

@@ -43,6 +43,7 @@ from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
+    from ..memory import Tensor
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
@@ -274,11 +275,16 @@ def _max_groups(device: Device) -> int:
 
 def _plan(
     device: Device, out: TensorDesc, inp: TensorDesc | None, begin: int, end: int, bits: int, out_index: int
-) -> list[DispatchPlan | TransferPlan]:
+) -> tuple[list[DispatchPlan | TransferPlan], list[Tensor]]:
+    """The plans the device's policy picks, and the constants they read (docs/diagonal.md: a
+    small descriptor-only output's copy, else transfer-assisted, GPU or portable kernels)."""
+    const = plan_constant(device, out, inp, begin, end, bits, out_index)
+    if const is not None:
+        return const
     if device.transfer_commands:
         plans = plan_diagonal_transfer(out, inp, begin, end, bits, out_index, _max_groups(device))
         if plans is not None:
-            return plans
+            return plans, []
     if device.policy.memory_kernel == "gpu":
         # Packed rows off the 16-byte grid: one range of whole chunks (flat) instead of rows
         # with partial chunks at both ends; rows on the grid and strided layouts: rows_diag.
@@ -286,8 +292,8 @@ def _plan(
         if gpu is None:
             gpu = plan_diagonal_gpu(out, inp, begin, end, bits, out_index, _max_groups(device))
         if gpu is not None:
-            return list(gpu)
-    return list(plan_diagonal(out, inp, begin, end, bits, out_index, _max_groups(device)))
+            return list(gpu), []
+    return list(plan_diagonal(out, inp, begin, end, bits, out_index, _max_groups(device))), []
 
 
 def compile_diagonal_matrix(device: Device, desc: DiagonalMatrixDesc) -> CompiledOperator:
@@ -296,8 +302,7 @@ def compile_diagonal_matrix(device: Device, desc: DiagonalMatrixDesc) -> Compile
     offset = _int32(desc.offset, "offset")
     bits = diagonal_value_bits(desc.value, o.data_type, "value")
     check_no_overlap(o.sizes, o.effective_strides, "output_tensor")
-    const = plan_constant(device, o, None, offset, offset + 1, bits, 0)
-    plans, constants = const if const is not None else (_plan(device, o, None, offset, offset + 1, bits, 0), [])
+    plans, constants = _plan(device, o, None, offset, offset + 1, bits, 0)
     return CompiledOperator(device, desc, DIAGONAL_MATRIX, (), ("output_tensor",), plans, constants)
 
 
@@ -332,8 +337,7 @@ def compile_diagonal_matrix1(device: Device, desc: DiagonalMatrix1Desc) -> Compi
     end = _int32(desc.diagonal_fill_end, "diagonal_fill_end")
     check_no_overlap(o.sizes, o.effective_strides, "output_tensor")
     out_index = 1
-    const = plan_constant(device, o, i, begin, end, bits, out_index)
-    plans, constants = const if const is not None else (_plan(device, o, i, begin, end, bits, out_index), [])
+    plans, constants = _plan(device, o, i, begin, end, bits, out_index)
     return CompiledOperator(device, desc, DIAGONAL_MATRIX1, ("input_tensor",), ("output_tensor",), plans, constants)
 
 

@@ -139,7 +139,7 @@ def tiny_config(k: int, subgroup: int) -> GemvConfig:
         kl *= 2
     wg = max(TINY_NL * kl, subgroup)
     step = 4 * (wg // TINY_NL)
-    return GemvConfig(wg, 1, 4, TINY_NL, max(step, -(-k // step) * step))
+    return GemvConfig(wg, 1, 4, TINY_NL, max(1, cdiv(k, step)) * step)
 
 
 def is_tiny(k: int, n: int) -> bool:
