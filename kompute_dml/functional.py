@@ -55,7 +55,7 @@ def _pool_take(device: Device, nbytes: int) -> Buffer:
 def pooled_empty(device: Device, desc: TensorDesc) -> Tensor:
     """An output tensor for a helper (contents undefined: the operator writes every element)."""
     validate_desc(desc, "out")
-    return Tensor(_pool_take(device, desc.byte_size), desc, 0)
+    return Tensor.whole(_pool_take(device, desc.byte_size), desc)
 
 
 def pooled_upload(device: Device, array: np.ndarray) -> Tensor:

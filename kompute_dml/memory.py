@@ -110,13 +110,15 @@ class Buffer:
 class Tensor:
     """A binding: the range of `buffer` starting at byte `offset`, laid out by `desc`.
 
-    Immutable (make a new Tensor for another range): a compiled operator may then take a
-    binding it has already checked by the identity of its Tensor objects alone."""
+    Immutable (make a new Tensor for another range). `binding_key` names what it binds
+    (buffer serial, offset, id of desc): a compiled operator remembers the bindings whose
+    checks passed by these keys, and the checks depend on nothing else (ops/base.py)."""
 
-    __slots__ = ("__weakref__", "buffer", "desc", "offset")
+    __slots__ = ("__weakref__", "binding_key", "buffer", "desc", "offset")
     buffer: Buffer
     desc: TensorDesc
     offset: int
+    binding_key: tuple[int, int, int]
 
     def __init__(self, buffer: Buffer, desc: TensorDesc, offset: int = 0) -> None:
         if not isinstance(buffer, Buffer):
@@ -124,10 +126,17 @@ class Tensor:
         validate_desc(desc, "desc")
         offset = as_int(offset, "offset")
         check_binding_range(buffer, desc, offset, "tensor")
-        setattr_ = object.__setattr__
-        setattr_(self, "buffer", buffer)
-        setattr_(self, "desc", desc)
-        setattr_(self, "offset", offset)
+        _fill(self, buffer, desc, offset)
+
+    @classmethod
+    def whole(cls, buffer: Buffer, desc: TensorDesc) -> Tensor:
+        """The library's own tensor over all of a buffer it has just made for a valid `desc`
+        (buffer.nbytes == desc.byte_size): nothing left to check (the functional helpers'
+        outputs, made on every call)."""
+        assert buffer.nbytes == desc.byte_size and desc._valid
+        t = object.__new__(cls)
+        _fill(t, buffer, desc, 0)
+        return t
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Tensor is immutable: make a new Tensor instead of setting {name!r}")
@@ -168,6 +177,14 @@ class Tensor:
             raise InvalidArgumentError("desc.strides: write_numpy needs a packed tensor")
         arr = np.ascontiguousarray(array, dtype=d.data_type.numpy_dtype).reshape(d.sizes)
         self.buffer.write(arr, self.offset)
+
+
+def _fill(t: Tensor, buffer: Buffer, desc: TensorDesc, offset: int) -> None:
+    setattr_ = object.__setattr__
+    setattr_(t, "buffer", buffer)
+    setattr_(t, "desc", desc)
+    setattr_(t, "offset", offset)
+    setattr_(t, "binding_key", (buffer.serial, offset, id(desc)))
 
 
 def calc_span_bytes(desc: TensorDesc) -> int:

@@ -12,6 +12,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .dtypes import DataType
 from .errors import InvalidArgumentError, invalid
@@ -97,6 +98,23 @@ class TensorDesc:
         object.__setattr__(self, "_valid", ok)
         if ok and self.total_tensor_size_in_bytes is None:
             object.__setattr__(self, "total_tensor_size_in_bytes", self.minimum_size_in_bytes)
+
+    def __hash__(self) -> int:
+        # The dataclass's own hash over the compared fields, computed once: descriptors are
+        # immutable, and operator descriptors holding them are cache keys on every call of
+        # a functional helper (functional.compile_cached). (dataclass keeps a __hash__ the
+        # class defines.)
+        h: int | None = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.data_type, self.sizes, self.strides, self.total_tensor_size_in_bytes,
+                      self.guaranteed_base_offset_alignment, self.flags))
+            self.__dict__["_hash"] = h
+        return h
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_hash", None)  # string hashes differ between processes
+        return state
 
     # -- derived values (only meaningful for a valid descriptor) --------------------
     @property

@@ -1,6 +1,7 @@
 """The compiled operator's binding cache (ops/base.py CompiledOperator.bind) and the
-immutable Tensor it relies on: a repeated execution on the same Tensor objects skips the
-binding checks, anything else is checked in full, and the cache keeps no tensor alive."""
+immutable Tensor it relies on: a repeated execution on the same bindings (buffer, offset,
+descriptor object; through new Tensor objects too) skips the binding checks, anything else is
+checked in full, and the cache keeps no buffer alive."""
 
 from __future__ import annotations
 
@@ -69,9 +70,7 @@ def test_recent_bindings_survive_other_bindings(dev, rng):
     ys = [dev.empty(desc) for _ in range(BIND_CACHE + 1)]
     for y in ys:
         op.execute([x], [y])
-    assert len(op._recent) == BIND_CACHE
-    cached = [entry[0][1]() for entry in op._recent.values()]
-    assert cached == ys[1:]  # oldest first; ys[0] evicted
+    assert list(op._recent) == [(x.binding_key, y.binding_key) for y in ys[1:]]  # oldest first; ys[0] evicted
     for y in ys:  # every one, cached or not, gets its own output
         y.buffer.write(np.full(64, np.nan, np.float32))
         op.execute([x], [y])
@@ -99,24 +98,80 @@ def test_cache_keeps_no_tensor_alive(rng):
         assert np.array_equal(z.numpy(), x.numpy())
 
 
-def test_dead_tensor_leaves_the_cache_before_its_id_can_return(dev, rng):
-    """The cache matches bindings by the ids of their objects: an entry goes as soon as one
-    of its tensors dies, so a new object at a reused address is checked in full. Here the
-    new view repeats the dead one's id often (CPython reuses the freed block) while having
-    another offset: it must write its own place."""
+def _count_full_checks(op, monkeypatch) -> list[int]:
+    calls = [0]
+    full = op._bind
+
+    def counting(inputs, outputs):
+        calls[0] += 1
+        return full(inputs, outputs)
+
+    monkeypatch.setattr(op, "_bind", counting)
+    return calls
+
+
+def test_new_tensor_objects_of_a_checked_binding_take_the_cache(dev, rng, monkeypatch):
+    """New Tensor objects over a binding already checked (same buffer, offset and descriptor
+    object) skip the checks; another offset is checked in full and writes its own place."""
     op, desc = identity_op(dev, (2, 2))
     x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
     buf = dev.buffer(64)
-    for offset in (0, 16, 32, 48, 0, 16, 32, 48):
+    checks = _count_full_checks(op, monkeypatch)
+    for n, offset in enumerate((0, 16, 32, 48, 0, 16, 32, 48)):
         out = kdml.Tensor(buf, desc, offset)
         buf.write(np.full(16, np.nan, np.float32))
         op.execute([x], [out])
         got = np.frombuffer(buf.read(0, 64), np.float32)
         assert np.array_equal(got[offset // 4: offset // 4 + 4], x.numpy().ravel())
         assert np.isnan(np.delete(got, range(offset // 4, offset // 4 + 4))).all()
-        assert all(e[0][1]() is not None for e in op._recent.values())  # no entry outlives its tensor
+        assert checks[0] == min(n + 1, 4)  # the second round's objects are new, their bindings not
         del out
-    assert len(op._recent) == 0  # every output died; x's entries went with them
+    assert len(op._recent) == 4
+
+
+def test_a_descriptor_id_is_not_reused_while_its_entry_lives(dev, rng):
+    """The cache names a descriptor by its id and holds it: a descriptor of another layout
+    made after an equal-addressed one died (CPython reuses freed blocks) is still checked."""
+    op, desc = identity_op(dev, (2, 2))
+    x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
+    buf = dev.buffer(16)
+    for _ in range(20):
+        good = TD(DT.FLOAT32, (2, 2))  # equal to the compiled desc, a new object each time
+        op.execute([x], [kdml.Tensor(buf, good, 0)])
+        assert np.array_equal(np.frombuffer(buf.read(0, 16), np.float32), x.numpy().ravel())
+        del good
+        bad = TD(DT.INT32, (2, 2))
+        with pytest.raises(kdml.InvalidArgumentError, match="output_tensor"):
+            op.execute([x], [kdml.Tensor(buf, bad, 0)])
+        del bad
+
+
+def test_functional_calls_take_the_cache(dev, rng, monkeypatch):
+    """kdml.identity's pooled output is a new Tensor on every call over the same buffer and
+    descriptor: after the first call its binding comes from the cache."""
+    x = dev.tensor(rng.standard_normal((8, 8)).astype(np.float32))
+    kdml.identity(x)
+    from kompute_dml.functional import _packed_like, compile_cached
+
+    op = compile_cached(dev, kdml.ActivationIdentityDesc(x.desc, _packed_like(x.desc)))
+    checks = _count_full_checks(op, monkeypatch)
+    for _ in range(3):
+        y = kdml.identity(x)
+        assert np.array_equal(y.numpy(), x.numpy())
+        del y
+    assert checks[0] == 0
+
+
+def test_non_tensors_get_the_documented_error(dev, rng):
+    op, desc = identity_op(dev, (2, 2))
+    x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
+
+    class Impostor:  # an unhashable binding_key must not escape as a TypeError
+        binding_key = [1, 2]
+
+    for bad in (np.zeros((2, 2), np.float32), Impostor(), "y"):
+        with pytest.raises(kdml.InvalidArgumentError, match="output_tensor"):
+            op.execute([x], [bad])
 
 
 def test_small_copies_by_transfer_rule():

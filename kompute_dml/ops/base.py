@@ -7,7 +7,6 @@ once per call, in one pass over the tensors, and builds the replay key on the wa
 from __future__ import annotations
 
 import itertools
-import weakref
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -93,15 +92,15 @@ class CompiledOperator:
         )
         self._n_in = len(input_fields)
         self._pairs = tuple((oi, j) for oi in range(self._n_in, len(names)) for j in range(oi))
-        # The last BIND_CACHE bindings that passed every check, oldest first, by the ids of
-        # their Tensors: weak references to them (immutable, so the same objects are the same
-        # binding; weak, so the cache keeps no buffer alive) and bind()'s key. A repeated
-        # execution on the same tensors skips the checks, also when a recording bound others
-        # in between. Each weak reference's callback drops its entry as its tensor dies, before
-        # the id can be reused: equal ids in the cache always mean the same live objects.
-        # (Threads binding at once may lose an entry, never find a wrong one.)
-        self._recent: dict[tuple[int, ...], tuple[tuple[Any, ...], Hashable | None]] = {}
-        self._forget = _forgetter(weakref.ref(self))
+        # The last BIND_CACHE bindings that passed every check, oldest first, by their tensors'
+        # binding keys (memory.Tensor.binding_key: buffer serial, offset, id of desc; None for
+        # an absent tensor), each with its descs and bind()'s key. The checks depend on nothing
+        # else: a buffer's device and size never change and serials are never reused, and the
+        # entry holds its descs so that no other desc can take their ids while it exists. A
+        # repeated execution on the same bindings skips the checks, through new Tensor objects
+        # too (a functional helper's pooled output), also when a recording bound others in
+        # between; the cache keeps no buffer alive.
+        self._recent: dict[tuple[Any, ...], tuple[tuple[TensorDesc | None, ...], Hashable | None]] = {}
         # The key of the last eager execution and the engine's cached submission for it: the
         # next call with the same key (bind returns the cached key object) reruns it directly.
         self._last: tuple[Hashable, Any] | None = None
@@ -135,34 +134,30 @@ class CompiledOperator:
             bound, key = self._bind(inputs, outputs)  # raises unless lists (or subclasses) of this arity
         else:
             bound = [*inputs, *outputs]
-            ids = tuple(map(id, bound))
-            entry = self._recent.get(ids)
+            keys: tuple[Any, ...] | None
+            try:
+                keys = tuple([None if t is None else t.binding_key for t in bound])
+                entry = self._recent.get(keys)
+            except (AttributeError, TypeError):  # not Tensors: _bind says which rule they break
+                keys = entry = None
             if entry is not None:
                 key = entry[1]
             else:
                 bound, key = self._bind(inputs, outputs)
-                self._remember(bound, key, ids)
+                if keys is not None:
+                    self._remember(bound, key, keys)
         return (bound + self._constants if self._constants else bound), key
 
-    def _remember(self, bound: list[Tensor | None], key: Hashable | None, ids: tuple[int, ...]) -> None:
-        """Cache a checked binding (`ids`: its objects' ids, which no entry has), evicting the
-        oldest entry when the cache is full."""
-        forget = self._forget
-        refs: list[_Ref | None] = []
-        for t in bound:
-            if t is None:
-                refs.append(None)
-            else:
-                ref = _Ref(t, forget)
-                ref.ids = ids
-                refs.append(ref)
+    def _remember(self, bound: list[Tensor | None], key: Hashable | None, keys: tuple[Any, ...]) -> None:
+        """Cache a checked binding under its tensors' binding keys, evicting the oldest entry
+        when the cache is full."""
         recent = self._recent
         while len(recent) >= BIND_CACHE:
             try:
                 del recent[next(iter(recent))]
             except (KeyError, RuntimeError, StopIteration):  # another thread changed it meanwhile
                 break
-        recent[ids] = (tuple(refs), key)
+        recent[keys] = (tuple(None if t is None else t.desc for t in bound), key)
 
     def _bind(self, inputs: Any, outputs: Any) -> tuple[list[Tensor | None], Hashable | None]:
         if (type(inputs) is not list and type(inputs) is not tuple) or len(inputs) != self._n_in:
@@ -262,25 +257,6 @@ class CompiledOperator:
         # the key of a one-execution submission: an eager execution and a recording of
         # just this execution replay the same kp sequence
         self._last = (key, self.engine.submit((key,), ((self.plans, bound),)))
-
-
-class _Ref(weakref.ref):  # type: ignore[type-arg]
-    """A binding-cache weak reference that knows its entry's ids."""
-
-    __slots__ = ("ids",)
-    ids: tuple[int, ...]
-
-
-def _forgetter(op_ref: weakref.ref[CompiledOperator]) -> Any:
-    """The weak-reference callback of an operator's binding cache: drops the entry of the
-    dead reference (one function per operator; it keeps the operator weakly)."""
-
-    def forget(ref: Any) -> None:
-        op = op_ref()
-        if op is not None:
-            op._recent.pop(ref.ids, None)
-
-    return forget
 
 
 def _byte_positions(t: Tensor) -> np.ndarray:
