@@ -6,6 +6,8 @@ variant choice, against PyTorch CUDA in the same process (issue 14 item 1).
     PYTHONPATH=. python3 benchmarks/bench_memory.py --variants default,gpu,gpu:vecs=8,cpu,transfer
     PYTHONPATH=. python3 benchmarks/bench_memory.py --rows DIAGONAL,triu,tril   # the diagonal rows only
     .venv/bin/python benchmarks/bench_memory.py --small                # lavapipe, no torch
+    PYTHONPATH=. python3 benchmarks/bench_memory.py --shrink 128 --variants gpu:vecs=1,gpu:vecs=4
+                                                  # the same rows at 64x64 (small-output kernels)
 
 --rows keeps the rows whose name contains one of the comma-separated words (case-sensitive):
 DIAGONAL (DIAGONAL_MATRIX), triu / tril (DIAGONAL_MATRIX1 with and without input), copy,
@@ -68,11 +70,14 @@ class Row:
 
 
 def size_name(nbytes: int) -> str:
-    return f"{nbytes >> 30} GiB" if nbytes >= 1 << 30 else f"{nbytes >> 20} MiB"
+    for unit, name in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if nbytes >= 1 << unit:
+            return f"{nbytes >> unit} {name}"
+    return f"{nbytes} B"
 
 
-def rows(small: bool) -> list[Row]:
-    s = 8 if small else 1  # --small: every side / 8 (or / 64 for 1-D)
+def rows(shrink: int) -> list[Row]:
+    s = shrink  # every side / s (1-D: / s^2)
     n64, n1g = (1 << 24) // s**2, (1 << 28) // s**2
     a, b, c = 8192 // s, 4096 // s, 16384 // s
     return [
@@ -332,7 +337,9 @@ def print_table(results: list[dict[str, Any]], variants: list[str], with_torch: 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--small", action="store_true", help="sizes / 8 per side (lavapipe)")
+    ap.add_argument("--small", action="store_true", help="sizes / 8 per side (lavapipe): --shrink 8")
+    ap.add_argument("--shrink", type=int, default=1, choices=(1, 2, 4, 8, 16, 32, 64, 128),
+                    help="every side / this (1-D sizes / its square)")
     ap.add_argument("--variants", default="default,gpu,cpu,transfer", help="comma-separated variant choices")
     ap.add_argument("--rows", default="", help="only rows whose name contains one of these comma-separated words")
     ap.add_argument("--rounds", type=int, default=5)
@@ -356,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted = [w.strip() for w in args.rows.split(",") if w.strip()]
     results = []
     t_start = time.perf_counter()
-    for row in rows(args.small):
+    for row in rows(8 if args.small else args.shrink):
         if wanted and not any(w in row.name for w in wanted):
             continue
         res = bench_row(dev, default, row, variants, torch, args)
