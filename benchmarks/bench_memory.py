@@ -18,7 +18,8 @@ the two-kernel equivalents named in the row) and ours once per variant choice:
   default      the device's own policy (Device())
   gpu | cpu    shaders only, DevicePolicy.memory_kernel forced to that family
   transfer     transfer commands where they apply, the device's family elsewhere
-  gpu:vecs=N   the gpu family with N 16-byte chunks per invocation (default 4)
+  gpu:vecs=N   the gpu family with N 16-byte chunks per invocation at every size (by default
+               4, and 1 for outputs up to gpu_memory.SMALL_OUTPUT_BYTES)
   gpu:rows     the gpu family without the flat diagonal plan (rows_diag_* where flat_diag_*
                would run: packed rows off the 16-byte grid)
 Ours runs N executions in one `with dev.record() as rec:`; the clock starts after the
@@ -50,6 +51,7 @@ import kompute_dml as kdml
 from kompute_dml.ops import gpu_flat, gpu_memory
 
 DT = kdml.DataType
+SMALL_OUTPUT_BYTES = gpu_memory.SMALL_OUTPUT_BYTES
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 TORCH_DT = {DT.FLOAT32: "float32", DT.FLOAT16: "float16", DT.INT8: "int8", DT.INT16: "int16", DT.INT64: "int64",
             DT.UINT8: "uint8", DT.INT32: "int32"}
@@ -126,7 +128,9 @@ def rows(shrink: int) -> list[Row]:
 def configure(dev: kdml.Device, variant: str, default: Any) -> None:
     """Set the device's policy (read by compile) to a variant choice."""
     family, _, opt = variant.partition(":")
-    gpu_memory.VECS = int(opt.split("=")[1]) if opt.startswith("vecs=") else 4
+    forced = opt.startswith("vecs=")
+    gpu_memory.VECS = int(opt.split("=")[1]) if forced else 4
+    gpu_memory.SMALL_OUTPUT_BYTES = 0 if forced else SMALL_OUTPUT_BYTES
     gpu_flat.ENABLED = opt != "rows"
     transfer = family == "transfer" or (family == "default" and default.transfer_commands)
     kernel = default.memory_kernel if family in ("default", "transfer") else family

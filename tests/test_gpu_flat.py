@@ -110,6 +110,7 @@ def test_every_short_row_length(dev_gpu, rng, with_input):
 @pytest.mark.parametrize("vecs", [1, 8])
 def test_other_vecs_settings(dev_gpu, rng, monkeypatch, dt, vecs):
     monkeypatch.setattr(gpu_memory, "VECS", vecs)
+    monkeypatch.setattr(gpu_memory, "SMALL_OUTPUT_BYTES", 0)  # VECS for every size
     for sizes, band in [((3, 4097), (0, 1)), ((2, 33, 15), (3, -2)), ((5, 300 + 1), (I32_MIN, 2))]:
         run_band(dev_gpu, rng, dt, sizes, *band, False)
         run_band(dev_gpu, rng, dt, sizes, *band, True)
@@ -120,6 +121,7 @@ def test_folded_grid(dev_gpu, rng, monkeypatch, with_input):
     """More work groups than maxComputeWorkGroupCount[0] (here 3): the grid folds into y and
     the groups past ngroups find nothing to do."""
     monkeypatch.setattr(gpu_memory, "VECS", 1)
+    monkeypatch.setattr(gpu_memory, "SMALL_OUTPUT_BYTES", 0)  # VECS for every size
     sizes, dt, (begin, end) = (7, 2049), DT.INT8, (-2, 3)
     desc = kdml.TensorDesc(dt, sizes)
     op = dev_gpu.compile(kdml.DiagonalMatrix1Desc(desc if with_input else None, desc, dt, 5, begin, end))

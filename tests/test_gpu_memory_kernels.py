@@ -128,9 +128,10 @@ def test_identity_in_place(dev_gpu, rng):
 
 
 @pytest.mark.parametrize("kind", ["packed", "rows", "tile"])
-def test_folded_grids(dev_gpu, rng, kind):
+def test_folded_grids(dev_gpu, rng, monkeypatch, kind):
     """More work groups than maxComputeWorkGroupCount[0] (here 3): the grid folds into y and
     the extra groups of the rectangle find nothing to do."""
+    monkeypatch.setattr(gpu_memory, "SMALL_OUTPUT_BYTES", 0)  # VECS groups: a grid of at most 3 x 3
     sizes, in_strides = {"packed": ((20000,), None), "rows": ((60, 300), (301, 1)), "tile": ((100, 60), (1, 100))}[kind]
     din = kdml.TensorDesc(DT.FLOAT32, sizes, in_strides)
     dout = kdml.TensorDesc(DT.FLOAT32, sizes)
@@ -264,6 +265,19 @@ def test_triu_tril_long_rows(dev_gpu, rng, dt, upper):
         assert got.view(np.uint8).tobytes() == want.view(np.uint8).tobytes()
 
 
+def test_small_outputs_take_one_chunk_per_invocation(dev_gpu):
+    """gpu_memory.vecs_for: outputs up to SMALL_OUTPUT_BYTES run with VECS = 1 (the
+    specialization constant and the grid agree), larger ones with the module's VECS."""
+    limit = gpu_memory.SMALL_OUTPUT_BYTES
+    assert gpu_memory.vecs_for(limit) == 1 and gpu_memory.vecs_for(limit + 1) == gpu_memory.VECS
+    for rows, expect in ((limit // 1024, 1), (limit // 1024 + 1, gpu_memory.VECS)):
+        desc = kdml.TensorDesc(DT.FLOAT32, (rows, 256))  # 1 KiB rows
+        plan = dev_gpu.compile(kdml.DiagonalMatrix1Desc(desc, desc, DT.FLOAT32, 0.0, 0, 2**31 - 1)).plans[0]
+        assert plan.variant == "rows_diag_in_b32" and plan.spec == (expect,)
+        tpr = 64 // expect  # 64 chunks a row
+        assert plan.push[contract.ROWS_DIAG_IN.offset("ngroups")] == -(-rows // (256 // tpr))
+
+
 def test_short_rows_keep_portable_variants(dev_gpu):
     desc = kdml.TensorDesc(DT.FLOAT32, (100, 15), (16, 1))  # 60-byte rows: diag_* chunks span rows
     assert variants(dev_gpu.compile(kdml.DiagonalMatrixDesc(desc))) == ["diag_b32"]
@@ -271,7 +285,8 @@ def test_short_rows_keep_portable_variants(dev_gpu):
     assert variants(dev_gpu.compile(kdml.DiagonalMatrixDesc(tr))) == ["diag_b32"]
 
 
-def test_folded_diagonal_grid(dev_gpu, rng):
+def test_folded_diagonal_grid(dev_gpu, rng, monkeypatch):
+    monkeypatch.setattr(gpu_memory, "SMALL_OUTPUT_BYTES", 0)  # VECS groups: a grid of at most 3 x 3
     desc = kdml.TensorDesc(DT.INT16, (70, 300), (310, 1))
     op = dev_gpu.compile(kdml.DiagonalMatrix1Desc(desc, desc, DT.INT16, -5, -3, 4))
     op.plans[:] = gpu_memory.plan_diagonal_gpu(desc, desc, -3, 4, value1_bits(-5, DT.INT16), 1, max_groups=3)
@@ -285,11 +300,12 @@ def test_folded_diagonal_grid(dev_gpu, rng):
 
 
 @pytest.mark.parametrize("dt", [DT.INT8, DT.FLOAT16, DT.FLOAT32, DT.UINT64], ids=lambda d: d.name)
-@pytest.mark.parametrize("vecs", [1, 2, 8])
+@pytest.mark.parametrize("vecs", [1, 2, 4, 8])
 def test_other_vecs_settings(dev_gpu, rng, monkeypatch, vecs, dt):
     """The VECS specialization constant (chunks per invocation) at other settings than the
     default 4: packed, row and transposing copies, and the diagonal kernels."""
     monkeypatch.setattr(gpu_memory, "VECS", vecs)
+    monkeypatch.setattr(gpu_memory, "SMALL_OUTPUT_BYTES", 0)  # VECS for every size
     for n in [4099, 256 * 8 * 4 + 5]:
         run_copy(dev_gpu, rng, dt, (n,), None, None)
     for case in [0, 2, 7]:
@@ -329,6 +345,7 @@ def test_rows_one_chunk_past_the_spans(dev_gpu, rng, monkeypatch, dt, vecs, long
     phase (pitch cols + 1) end in the partial chunk past the spans, which lane 0 of the last
     span writes; diagonals without and with input, and a strided copy."""
     monkeypatch.setattr(gpu_memory, "VECS", vecs)
+    monkeypatch.setattr(gpu_memory, "SMALL_OUTPUT_BYTES", 0)  # VECS for every size
     n = 16 // dt.size
     cols = (256 if long_rows else 4) * vecs * n
     packed_desc = kdml.TensorDesc(dt, (17, cols))

@@ -51,7 +51,7 @@ def plan_diagonal_flat(
         return None
     if inp is not None and not is_packed(inp):
         return None  # broadcast or strided input: rows_diag_in gathers it
-    vecs = int(gpu_memory.VECS)
+    vecs = gpu_memory.vecs_for(total * width)
     cover = cdiv(total, 16 // width)
     ngroups = cdiv(cover, gpu_memory.LOCAL_SIZE * vecs)
     span = rows + cols - 1  # t = x + rows - 1 - y lies in [0, span - 1]

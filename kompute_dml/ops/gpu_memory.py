@@ -29,6 +29,12 @@ LOCAL_SIZE = 256
 # Chunks (16-byte vectors) per invocation: the VECS specialization constant. A module
 # setting so that benchmarks/bench_memory.py can compare values on a device.
 VECS = 4
+# Outputs of at most this many bytes take one chunk per invocation instead: four times the
+# work groups, for dispatches of a few groups, whose time is latency, not bandwidth. H100,
+# `bench_memory.py --shrink 128` and `--shrink 32` (docs/diagonal.md, "Small outputs"): triu f32 64x64
+# 6.9 -> 10.6 GB/s per execution, triu int8 512x512 114 -> 164, DIAGONAL_MATRIX f32 512x512
+# 222 -> 310; at 4 MiB (`--shrink 8`) neither wins every row, and VECS does at 16 MiB.
+SMALL_OUTPUT_BYTES = 1 << 20
 # Diagonal rows shorter than this stay on diag_*, whose chunks span rows.
 MIN_DIAG_ROW_BYTES = 64
 # copy_tile's tiles are 32 A-positions by 32 output words: below half a tile in either
@@ -52,19 +58,21 @@ def _groups(n: int, max_groups: int) -> tuple[int, int, int]:
     return grid_for(n, 1, max_groups)
 
 
-def _spec() -> tuple[int, ...]:
-    return (int(VECS),)
+def vecs_for(out_bytes: int) -> int:
+    """Chunks per invocation for an output of `out_bytes` bytes."""
+    return 1 if out_bytes <= SMALL_OUTPUT_BYTES else int(VECS)
 
 
 def plan_copy_packed_gpu(nbytes: int, max_groups: int) -> list[DispatchPlan]:
     """A dense copy of `nbytes` bytes (both offsets 16-byte aligned)."""
     nvec = nbytes // 16
+    vecs = vecs_for(nbytes)
     plans = []
     if nvec:
         plans.append(DispatchPlan(
             variant=contract.COPY_VEC.name(), bindings=(0, 1), push=(0, 0, nvec),
-            groups=_groups(cdiv(nvec, LOCAL_SIZE * VECS), max_groups), writes=(1,),
-            offset_slots=((0, 0, 16), (1, 1, 16)), spec=_spec(),
+            groups=_groups(cdiv(nvec, LOCAL_SIZE * vecs), max_groups), writes=(1,),
+            offset_slots=((0, 0, 16), (1, 1, 16)), spec=(vecs,),
         ))
     if nbytes > nvec * 16:
         plans.append(DispatchPlan(
@@ -91,9 +99,10 @@ def plan_rows(
     # counting that chunk here would add a span with nothing to do to every row of whole
     # chunks (one work group in two for 16 KiB rows of 8-bit elements).
     chunks = cdiv(cols, 16 // width)
-    tpr = min(LOCAL_SIZE, 1 << max(0, (cdiv(chunks, VECS) - 1).bit_length()))
-    spans = cdiv(chunks, tpr * VECS)
     nrows = math.prod(d[0] for d in outer)
+    vecs = vecs_for(nrows * cols * width)
+    tpr = min(LOCAL_SIZE, 1 << max(0, (cdiv(chunks, vecs) - 1).bit_length()))
+    spans = cdiv(chunks, tpr * vecs)
     ngroups = cdiv(nrows, LOCAL_SIZE // tpr) * spans
     magics = [div_magic(spans)] + [div_magic(d[0]) for d in outer]
     packed = sum(sh << (6 * i) for i, (_, sh) in enumerate(magics)) | ypos << 24 | (tpr.bit_length() - 1) << 26
@@ -105,7 +114,7 @@ def plan_rows(
     )
     return DispatchPlan(
         variant=variant, bindings=bindings, push=tuple(int(v) for v in push), groups=_groups(ngroups, max_groups),
-        writes=(out_index,), offset_slots=offset_slots, spec=_spec(),
+        writes=(out_index,), offset_slots=offset_slots, spec=(vecs,),
     )
 
 
@@ -169,7 +178,8 @@ def _plan_tile(
     )
     return DispatchPlan(
         variant=contract.COPY_TILE.name(bits=8 * width), bindings=(0, 1), push=tuple(int(v) for v in push),
-        groups=_groups(ngroups, max_groups), writes=(1,), offset_slots=((0, 1, width), (1, 0, width)), spec=_spec(),
+        groups=_groups(ngroups, max_groups), writes=(1,), offset_slots=((0, 1, width), (1, 0, width)),
+        spec=(int(VECS),),
     )
 
 
