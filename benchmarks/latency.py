@@ -31,7 +31,8 @@ descriptor-only diagonal outputs are copied from a constant (DevicePolicy.consta
 
 --after-recording: the eager identity right after a recording of 100 executions (to distinct
 outputs) and the second eager call after it, 25 times each (what `kompute-dml bench`'s
-interleaved latency samples see).
+interleaved latency samples see); the same after a busy wait and a sleep as long as the
+recording, and after an eager execution of another sequence.
 
 --torch-peer: PyTorch CUDA's 64x64 copy_ + synchronize back to back (the bench's latency peer),
 while this Device is still open and again after closing it.
@@ -258,6 +259,10 @@ def _small_ops(dev: kdml.Device, repeats: int) -> None:
 
 
 def _after_recording(dev: kdml.Device, op: object, x: kdml.Tensor, y: kdml.Tensor) -> None:
+    """The eager identity right after something else, and the call after it: a 100-op
+    recording, and three controls that each keep one part of it (the time it takes, as a
+    busy wait with no GPU work, and as a sleep; another sequence's submission: one eager
+    execution to another output; a recording without GPU work is not possible)."""
     outs = [dev.empty(x.desc) for _ in range(100)]
     run = op.execute  # type: ignore[attr-defined]
 
@@ -266,18 +271,35 @@ def _after_recording(dev: kdml.Device, op: object, x: kdml.Tensor, y: kdml.Tenso
             for o in outs:
                 r.execute(op, [x], [o])
 
-    first, second = [], []
-    for _ in range(25):
+    rec()
+    took = []
+    for _ in range(10):
+        t0 = time.perf_counter()
         rec()
-        t0 = time.perf_counter_ns()
-        run([x], [y])
-        t1 = time.perf_counter_ns()
-        run([x], [y])
-        t2 = time.perf_counter_ns()
-        first.append((t1 - t0) / 1000)
-        second.append((t2 - t1) / 1000)
-    print(f"eager right after a 100-op recording: median {statistics.median(first):.2f} us; "
-          f"the call after it {statistics.median(second):.2f} us")
+        took.append(time.perf_counter() - t0)
+    span = statistics.median(took)
+
+    def busy() -> None:
+        end = time.perf_counter() + span
+        while time.perf_counter() < end:
+            pass
+
+    befores = {"a 100-op recording": rec, f"a {span * 1e6:.0f} us busy wait": busy,
+               f"a {span * 1e6:.0f} us sleep": lambda: time.sleep(span),
+               "an eager execution of another sequence": lambda: run([x], [outs[0]])}
+    for name, before in befores.items():
+        first, second = [], []
+        for _ in range(25):
+            before()
+            t0 = time.perf_counter_ns()
+            run([x], [y])
+            t1 = time.perf_counter_ns()
+            run([x], [y])
+            t2 = time.perf_counter_ns()
+            first.append((t1 - t0) / 1000)
+            second.append((t2 - t1) / 1000)
+        print(f"eager right after {name}: median {statistics.median(first):.2f} us; "
+              f"the call after it {statistics.median(second):.2f} us")
 
 
 def _sizes(device_index: int, repeats: int) -> None:
