@@ -6,7 +6,8 @@ of at most DevicePolicy.constant_below bytes.
 Why: an eager execution of a small operator costs the submission's round trip plus its
 commands' time on the device, and there a small copy finishes sooner than any dispatch (H100,
 kp timestamps in `benchmarks/latency.py --ops`: the 64x64 FLOAT32 identity's 16 KiB copy 3.1 us,
-the DIAGONAL_MATRIX kernel on the same output 5.2-5.3 us; policy.CONSTANT_BELOW).
+the DIAGONAL_MATRIX kernel on the same output 5.2-5.3 us at VECS 4, 4.3 at the VECS 1 small
+outputs now take; docs/diagonal.md, policy.CONSTANT_BELOW).
 """
 
 from __future__ import annotations
