@@ -9,8 +9,9 @@ caches, submission). Every live Device's Vulkan objects are released at interpre
 from __future__ import annotations
 
 import contextlib
+import math
 import types
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from .ints import as_int
 from .memory import Buffer, Tensor, packed_desc_for
 from .ops import compile_operator
 from .policy import policy_for, requested_capabilities
-from .runtime import Engine, Work
+from .runtime import DispatchPlan, Engine, Work
 from .tensor_desc import TensorDesc, validate_desc
 from .vulkan_info import PhysicalDeviceInfo, physical_devices
 
@@ -143,11 +144,37 @@ class Device:
         validate_desc(desc, "desc")
         return Tensor(Buffer(self, desc.byte_size), desc, 0)
 
+    def host_array(self, shape: int | tuple[int, ...], dtype: Any = np.uint8) -> np.ndarray:
+        """A zeroed numpy array in host memory this device reads and writes directly
+        (pinned, host-visible Vulkan memory): `buffer.write(a)`, `dev.tensor(a)`,
+        `buffer.read_into(a)` and `tensor.numpy(out=a)` with such an array (or a contiguous
+        view into it) copy between it and device memory without a staging copy. The memory
+        is freed with the last array made from it."""
+        dt = np.dtype(dtype)
+        sizes = (as_int(shape, "shape"),) if not isinstance(shape, tuple) else tuple(as_int(v, "shape") for v in shape)
+        if any(v < 0 for v in sizes):
+            raise invalid("shape", f"sizes must not be negative, got {sizes}")
+        nbytes = math.prod(sizes) * dt.itemsize
+        mem = self.engine.host_memory(max(nbytes, 1))
+        return np.asarray(mem)[:nbytes].view(dt).reshape(sizes)
+
     # ---- operators ---------------------------------------------------------------
     def compile(self, op_desc: Any) -> Any:
         """Validate an operator descriptor at this device's feature level and pick its shaders."""
         self.engine.check_open()
         return compile_operator(self, op_desc)
+
+    def warmup(self, op_descs: Iterable[Any]) -> int:
+        """Compile operator descriptors and create every pipeline their executions will use,
+        so the first execution builds none (kept on disk for later processes: see
+        runtime/disk_cache.py). Returns how many dispatch plans were prepared."""
+        prepared = 0
+        for desc in op_descs:
+            for plan in self.compile(desc).plans:
+                if isinstance(plan, DispatchPlan):
+                    self.engine.prepare(plan)
+                    prepared += 1
+        return prepared
 
     @contextlib.contextmanager
     def record(self) -> Iterator[Recording]:
@@ -173,9 +200,13 @@ class Device:
         self.close()
 
     def stats(self) -> dict[str, int]:
-        """Cache and memory counters: pipelines, pipeline_hits, pipeline_misses,
-        recorded_sequences (word_sequences of them complete by a completion word), live_buffers,
-        pooled_buffers, allocated_bytes."""
+        """Cache and memory counters: programs (pipelines shared per shader variant and
+        specialization constants) and pipelines_created (compiled by the driver),
+        pipelines (their cached descriptor sets: one per bound buffer set), pipeline_hits,
+        pipeline_misses, recorded_sequences (word_sequences of them complete by a completion
+        word), live_buffers, pooled_buffers, allocated_bytes (device memory of live
+        buffers), staging_bytes (host memory the transfers hold), pipeline_cache_loaded_bytes
+        (pipeline cache data read from disk at open)."""
         return self.engine.stats()
 
 

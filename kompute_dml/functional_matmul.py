@@ -4,10 +4,12 @@ parameters and type conversions on the host, one compiled operator on the device
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
 
+from .constants import constant_key, device_constant
 from .device import Device
 from .dtypes import DataType
 from .errors import UnsupportedError, invalid
@@ -47,6 +49,48 @@ def _mm_quant_view(t: Tensor, count: int, per_row: bool, field: str) -> Tensor:
     return Tensor(t.buffer, TensorDesc(d.data_type, sizes, strides), t.offset)
 
 
+_NOT_CACHED = object()
+PREPARED_CAPACITY = 256
+# (id(device), operand keys) -> _Prepared: a repeated call with the same shapes and types
+# builds no descriptor, compiles nothing and uploads no constant (issue 22).
+_prepared: dict[Hashable, _Prepared] = {}
+
+
+class _Prepared:
+    """One call's shape: the compiled operator, the descs binding each operand (None: absent;
+    a Tensor: a device constant) and the result's desc."""
+
+    __slots__ = ("device", "op", "operands", "out_desc", "res_desc")
+
+    def __init__(self, device: Device, op: Any, operands: list[Any], out_desc: TensorDesc, res_desc: TensorDesc) -> None:
+        self.device, self.op, self.operands = device, op, operands
+        self.out_desc, self.res_desc = out_desc, res_desc
+
+    def run(self, args: tuple[Any, ...], out: Tensor | None) -> Tensor:
+        inputs: list[Tensor | None] = []
+        for x, how in zip(args, self.operands):
+            if how is None or isinstance(how, Tensor):
+                inputs.append(how)
+            else:  # the operand's own desc over its binding (checked when first bound)
+                inputs.append(Tensor.trusted(x.buffer, how, x.offset))
+        if out is None:
+            out = pooled_empty(self.device, self.res_desc)
+        self.op.execute(inputs, [Tensor.trusted(out.buffer, self.out_desc, out.offset)])
+        return out
+
+
+def _operand_key(x: Any) -> Hashable:
+    if x is None:
+        return None
+    if isinstance(x, Tensor):
+        return x.desc
+    if isinstance(x, (int, float, np.generic, np.ndarray)) and not isinstance(x, bool):
+        key = constant_key(np.asarray(x))
+        if key is not None:
+            return key
+    return _NOT_CACHED
+
+
 def matmul_integer_to_float(
     a: Any, b: Any, a_scale: Any, b_scale: Any, a_zero_point: Any = None, b_zero_point: Any = None, bias: Any = None,
     *, out_data_type: Any = None, out: Tensor | None = None, device: Device | None = None,
@@ -62,16 +106,42 @@ def matmul_integer_to_float(
     output type on the host when they differ (Tensors of another type take a host round
     trip). The output type is `out_data_type`, else the scale's (FLOAT32 for non-float16
     numpy scales). Returns `out` (packed, of the result shape) or a new tensor.
+
+    A call with device tensors `a` and `b` and the same shapes, types and small host
+    constants (Python numbers, arrays of up to 64 elements) as an earlier one reuses that
+    call's descriptors, compiled operator, binding checks and device-resident constants.
     """
     dev = device_of(a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias, out, device=device)
+    args = (a, a_scale, a_zero_point, b, b_scale, b_zero_point, bias)
+    key: Hashable = _NOT_CACHED
+    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.device is dev and b.device is dev:
+        keys = tuple(_operand_key(x) for x in args)
+        if _NOT_CACHED not in keys and (out is None or (isinstance(out, Tensor) and out.device is dev)):
+            key = (id(dev), keys, out_data_type, None if out is None else out.desc)
+    prep = _prepared.get(key) if key is not _NOT_CACHED else None
+    if prep is None or prep.device is not dev:
+        prep, reusable = _prepare(dev, args, out_data_type, out)
+        if key is not _NOT_CACHED and reusable:
+            if len(_prepared) >= PREPARED_CAPACITY:
+                _prepared.clear()
+            _prepared[key] = prep
+    return prep.run(args, out)
+
+
+def _prepare(dev: Device, args: tuple[Any, ...], out_data_type: Any, out: Tensor | None) -> tuple[_Prepared, bool]:
+    """Descriptors, operator and operands of one call; True where all of it depends only on
+    the call's key (no operand took a host conversion or an upload of its own)."""
+    a, a_scale, a_zero_point, b, b_scale, b_zero_point, bias = args
     ta, tb = as_tensor(a, dev, "a"), as_tensor(b, dev, "b")
     if out_data_type is not None:
         out_dt = DataType.coerce(out_data_type, "out_data_type")
     else:
         sdt = a_scale.desc.data_type if isinstance(a_scale, Tensor) else DataType.from_numpy(np.asarray(a_scale).dtype)
         out_dt = sdt if sdt == DataType.FLOAT16 else DataType.FLOAT32
+    reusable = True
 
     def typed(x: Any, dt: DataType, field: str) -> Tensor | None:
+        nonlocal reusable
         if x is None:
             return None
         if isinstance(x, Tensor):
@@ -80,10 +150,15 @@ def matmul_integer_to_float(
             if x.desc.data_type == dt:
                 return x
             x = x.numpy()
+            reusable = False
         if not isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
             raise invalid(field, f"must be a Tensor or a numpy array, got {type(x).__name__}")
         arr = np.asarray(x)
-        return pooled_upload(dev, arr.astype(dt.numpy_dtype) if arr.dtype != dt.numpy_dtype else arr)
+        arr = arr.astype(dt.numpy_dtype) if arr.dtype != dt.numpy_dtype else arr
+        if reusable and constant_key(np.asarray(x)) is not None:
+            return device_constant(dev, arr)
+        reusable = False
+        return pooled_upload(dev, arr)
 
     sa, sta = ta.desc.sizes, ta.desc.effective_strides
     sb, stb = tb.desc.sizes, tb.desc.effective_strides
@@ -104,9 +179,8 @@ def matmul_integer_to_float(
     a_desc = TensorDesc(ta.desc.data_type, (*batch, m, k), _mm_broadcast_strides(sa, sta, (*batch, m, k), "a"))
     b_desc = TensorDesc(tb.desc.data_type, (*batch, k, n), _mm_broadcast_strides(sb, stb, (*batch, k, n), "b"))
     res = (*batch, *(() if a_vec else (m,)), *(() if b_vec else (n,))) or (1,)
-    if out is None:
-        out = pooled_empty(dev, TensorDesc(out_dt, res))
-    else:
+    res_desc = TensorDesc(out_dt, res)
+    if out is not None:
         check_out(out, dev, res, out_dt)
     keep = [True] * len(batch) + [not a_vec, not b_vec]
 
@@ -114,12 +188,12 @@ def matmul_integer_to_float(
         it = iter(res_strides if any(keep) else ())
         return tuple(next(it) if kp else 0 for kp in keep)
 
-    o_desc = TensorDesc(out_dt, (*batch, m, n), full_strides(out.desc.effective_strides))
+    o_desc = TensorDesc(out_dt, (*batch, m, n), full_strides((out.desc if out is not None else res_desc).effective_strides))
     tbias = typed(bias, out_dt, "bias")
-    bias_desc = None
+    vbias = None
     if tbias is not None:
         bst = _mm_broadcast_strides(tbias.desc.sizes, tbias.desc.effective_strides, res, "bias")
-        bias_desc = TensorDesc(out_dt, (*batch, m, n), full_strides(bst))
+        vbias = Tensor(tbias.buffer, TensorDesc(out_dt, (*batch, m, n), full_strides(bst)), tbias.offset)
     tas = _mm_quant_view(typed(a_scale, out_dt, "a_scale"), m, True, "a_scale")  # type: ignore[arg-type]
     tbs = _mm_quant_view(typed(b_scale, out_dt, "b_scale"), n, False, "b_scale")  # type: ignore[arg-type]
     tz = typed(a_zero_point, ta.desc.data_type, "a_zero_point")
@@ -127,12 +201,23 @@ def matmul_integer_to_float(
     tz = typed(b_zero_point, tb.desc.data_type, "b_zero_point")
     tbz = _mm_quant_view(tz, n, False, "b_zero_point") if tz is not None else None
     desc = MatrixMultiplyIntegerToFloatDesc(
-        a_desc, tas.desc, taz.desc if taz else None, b_desc, tbs.desc, tbz.desc if tbz else None, bias_desc, o_desc
+        a_desc, tas.desc, taz.desc if taz else None, b_desc, tbs.desc, tbz.desc if tbz else None,
+        vbias.desc if vbias else None, o_desc,
     )
     op = compile_cached(dev, desc)
-    op.execute(
-        [Tensor(ta.buffer, a_desc, ta.offset), tas, taz, Tensor(tb.buffer, b_desc, tb.offset), tbs, tbz,
-         Tensor(tbias.buffer, bias_desc, tbias.offset) if tbias is not None and bias_desc is not None else None],
-        [Tensor(out.buffer, o_desc, out.offset)],
-    )
-    return out
+
+    def operand(x: Any, bound: Tensor | None) -> Any:
+        # a device Tensor given by the caller binds through its desc (the Tensor varies per
+        # call); anything the library made (constants, uploads, conversions) is bound as is
+        if bound is None:
+            return None
+        return bound.desc if isinstance(x, Tensor) and x.desc.data_type == bound.desc.data_type else bound
+
+    operands: list[Any] = [a_desc,
+                operand(a_scale, tas), operand(a_zero_point, taz), b_desc,
+                operand(b_scale, tbs), operand(b_zero_point, tbz), operand(bias, vbias)]
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
+        reusable = False
+        operands[0] = Tensor(ta.buffer, a_desc, ta.offset)
+        operands[3] = Tensor(tb.buffer, b_desc, tb.offset)
+    return _Prepared(dev, op, operands, o_desc, res_desc), reusable

@@ -59,10 +59,13 @@ fi
 # and OpGlobalBarrier (one global memory barrier); level 6 destroys every live Manager from an
 # atexit callback (no kp object outlives the interpreter into the driver's own exit handlers);
 # level 7 adds completion words (Manager.kdml_word_sequence: a sequence polls a host-visible word
-# its command buffer writes last, not its fence; kdml_completion.hpp).
-# The patched build is 0.9.0+kdml7 (pyproject.toml pins it).
-KP_LOCAL_VERSION="$KP_VERSION+kdml7"
-KP_PATCH_LEVEL=7
+# its command buffer writes last, not its fence; kdml_completion.hpp); level 8 shares one pipeline
+# per shader variant between algorithms, with a pipeline cache that can be saved and loaded
+# (kdml_programs.hpp), gives the grid at dispatch, and adds storage tensors without staging,
+# host-cached staging memory and asynchronous submission (runtime/staging.py).
+# The patched build is 0.9.0+kdml8 (pyproject.toml pins it).
+KP_LOCAL_VERSION="$KP_VERSION+kdml8"
+KP_PATCH_LEVEL=8
 PATCH="$ROOT/scripts/kp-$KP_VERSION-kompute-dml.patch"
 patch_sha=$(sha256sum "$PATCH" | cut -c1-12)
 # kp counts as installed when it is built from this very patch (a stamp beside the venv) and

@@ -22,6 +22,8 @@ if os.environ.get("KDML_NO_VALIDATION") != "1":
     os.environ["VK_INSTANCE_LAYERS"] = "VK_LAYER_KHRONOS_validation"
     os.environ["VK_LAYER_SETTINGS_PATH"] = str(_VAL_DIR)
 os.environ.setdefault("KDML_VALIDATION_LOG", str(VALIDATION_LOG))
+# The suite's pipeline caches go to a folder of its own (runtime/disk_cache.py), not the user's.
+os.environ.setdefault("KDML_CACHE_DIR", str(_VAL_DIR / "pipeline-cache"))
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from . import transfers
 from .cases import Env, RowSpec, gpu_rows, recorded, suite
 from .cpu_peers import ort_available
 from .gpu_peers import GpuPeer, load_peers
@@ -103,6 +104,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--torch-device", default="cuda", help="where the torch peers run (default cuda; 'cpu' exercises "
                     "the GPU rows' code on a machine without one)")
     ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--no-transfers", action="store_true", help="leave out the transfers and first-call sections")
     ap.add_argument("--latency-here", action="store_true", help="time the latency section in this process, not in "
                     "one process per side (python -m kompute_dml.bench.latency_proc)")
     return ap.parse_args(argv)
@@ -168,6 +170,13 @@ def main(argv: list[str] | None = None) -> int:
         prog.update(task, description="latency")
         lat = _latency(kdml, dev, peers, args)
         prog.advance(task)
+        xfer: list[dict[str, Any]] = []
+        first: list[dict[str, Any]] = []
+        if not args.no_transfers and not args.only:
+            prog.update(task, description="transfers, first calls")
+            torch_dev = args.torch_device if "torch" in [p.name for p in peers] else None
+            xfer = transfers.transfers(kdml, dev, max(rounds, 5), 64 << 20 if not args.quick else 16 << 20, torch_dev)
+            first = transfers.first_calls(kdml, dev, max(rounds, 5))
         wants_mm = not args.only or "matmul" in args.only.lower() or "matrix" in args.only.lower()
         # bench_matmul.py times eager submissions (one wait per call): on a GPU that measures
         # the submission latency, not the kernel, so a GPU run leaves it out
@@ -201,12 +210,18 @@ def main(argv: list[str] | None = None) -> int:
         "ceiling_label": ceiling_label,
         "rows": rows,
         "latency": lat,
+        "transfers": xfer,
+        "first_calls": first,
         "matmul_module": matmul_module,
         "seconds": None,
     }
     result["goals"] = goals(rows, lat, gpu=gpu_mode)
     result["seconds"] = time.perf_counter() - t_start
     render(console, result)
+    if xfer:
+        transfers.render(console, "transfers (median per call)", xfer)
+    if first:
+        transfers.render(console, "first calls against the same call repeated (median)", first)
     write_outputs(console, result, args.json, args.markdown, args.plot)
     console.print(f"{result['seconds']:.1f} s")
     return 0

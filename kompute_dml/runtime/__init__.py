@@ -3,9 +3,11 @@
 - `plans`: DispatchPlan, TransferPlan, grid_for: what a compiled operator hands over (no kp)
 - `engine`: Engine, one per Device: the kp Manager, the lock, submission with one replay
   path for eager executions and recordings, the caches and the buffer pool
-- `memory`: DeviceMemory, the kp side of a Buffer (device words + mapped staging copy)
+- `memory`: DeviceMemory, the kp side of a Buffer (device memory only); `staging`: the
+  transfers by byte range through reusable host-visible slots, and Device.host_array memory
+- `disk_cache`: the device's pipeline cache, kept on disk between processes
 - `budget`: the allocation rules (memory budget, allocation count, host memory)
-- `pipelines`, `encode`, `pool`: cached kp algorithms; plans -> kp operations and barriers;
+- `pipelines`, `encode`, `pool`: cached kp algorithms (descriptor sets over shared pipelines); plans -> kp operations and barriers;
   the functional helpers' buffer pool
 
 Operators (kompute_dml/ops) import the plans from here; memory.py and device.py build on

@@ -34,13 +34,13 @@ class MemoryBudget:
         self.budget = budget
         self.max_allocations = max_allocations
         self.host_memory = host_memory  # the device's memory is this host's RAM (a CPU device)
-        self.allocated = 0  # bytes of Vulkan memory (device + staging copies)
+        self.allocated = 0  # bytes of Vulkan device memory
         self.allocations = 0
 
     @staticmethod
     def cost(nbytes: int) -> int:
-        """kp allocates a device-local buffer and a host-visible staging buffer."""
-        return 2 * nbytes
+        """A buffer is device memory only (transfers go through the engine's staging)."""
+        return nbytes
 
     def fits(self, nbytes: int) -> bool:
         return self.allocated + self.cost(nbytes) <= self.budget
@@ -50,18 +50,17 @@ class MemoryBudget:
         if not self.fits(nbytes):
             raise OutOfMemoryError(
                 f"could not allocate {nbytes} bytes: this Device holds {self.allocated} bytes of its "
-                f"{self.budget}-byte memory budget (each buffer takes its size twice: device "
-                "memory and a staging copy); free buffers or raise Device(memory_budget=...)"
+                f"{self.budget}-byte memory budget; free buffers or raise Device(memory_budget=...)"
             )
-        if self.allocations + 2 > self.max_allocations:
+        if self.allocations + 1 > self.max_allocations:
             raise OutOfMemoryError(
                 f"could not allocate a buffer: {self.allocations} Vulkan allocations are live, "
                 f"maxMemoryAllocationCount is {self.max_allocations}"
             )
         if self.host_memory:
             avail = host_available_bytes()
-            # the staging copy, the device copy and the zeroed upload array, plus headroom
-            if avail is not None and 3 * nbytes + HOST_HEADROOM > avail:
+            # the device copy, plus headroom
+            if avail is not None and nbytes + HOST_HEADROOM > avail:
                 raise OutOfMemoryError(
                     f"could not allocate {nbytes} bytes: the host (whose RAM is this CPU device's "
                     f"memory) has only {avail} bytes available"
@@ -69,8 +68,8 @@ class MemoryBudget:
 
     def take(self, nbytes: int) -> None:
         self.allocated += self.cost(nbytes)
-        self.allocations += 2
+        self.allocations += 1
 
     def give_back(self, nbytes: int) -> None:
         self.allocated -= self.cost(nbytes)
-        self.allocations -= 2
+        self.allocations -= 1

@@ -83,7 +83,7 @@ def encode(plan: Plan, bound: Sequence[Any], pipelines: PipelineCache, dummy: De
     reads = frozenset(m.serial for m in memories) - writes
     # kp.OpDispatch records no barrier of its own (kp's OpAlgoDispatch records one per bound
     # tensor before every dispatch); record_dispatches orders the sequence with global barriers.
-    return EncodedDispatch(kp.OpDispatch(algo, push.tolist()), reads, writes)
+    return EncodedDispatch(kp.OpDispatch(algo, push.tolist(), list(plan.groups)), reads, writes)
 
 
 def global_barrier() -> Any:

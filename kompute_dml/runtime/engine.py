@@ -30,17 +30,23 @@ import numpy as np
 
 from ..errors import DeviceError, OutOfMemoryError
 from .budget import MemoryBudget
+from .disk_cache import DiskPipelineCache
 from .encode import encode, global_barrier, record_dispatches
 from .memory import DeviceMemory
 from .pipelines import PipelineCache
-from .plans import Plan
+from .plans import DispatchPlan, Plan
 from .pool import BufferPool
+from .staging import HostMemory, Staging, host_origin
 
 # One execution of an operator: its plans and the bound tensors (inputs then outputs; None
 # where an optional tensor is absent).
 Work = tuple[Sequence[Plan], Sequence[Any]]
 
 KP_PATCH_LEVEL: int = getattr(kp, "kdml_patch_level", 0)  # scripts/kp-0.9.0-kompute-dml.patch
+REQUIRED_PATCH_LEVEL = 8  # shared pipelines, storage tensors, staging (runtime/staging.py)
+if KP_PATCH_LEVEL < REQUIRED_PATCH_LEVEL:
+    raise ImportError(f"kp is built with kompute_dml's patch level {KP_PATCH_LEVEL}, this code needs "
+                      f"{REQUIRED_PATCH_LEVEL}: run `make setup` (scripts/setup.sh rebuilds kp)")
 REPLAY_CAPACITY = 256
 
 _serials = itertools.count(1)
@@ -51,9 +57,8 @@ _LIVE: weakref.WeakSet[Engine] = weakref.WeakSet()
 def _create_manager(index: int, requested: frozenset[str] | None) -> Any:
     spin_us = os.environ.get("KDML_WAIT_SPIN_US")
     with _MANAGER_LOCK:
-        if hasattr(kp, "kdml_request_features"):
-            kp.kdml_request_features(None if requested is None else sorted(requested))
-        if spin_us is not None and hasattr(kp, "kdml_set_wait_spin_ns"):
+        kp.kdml_request_features(None if requested is None else sorted(requested))
+        if spin_us is not None:
             kp.kdml_set_wait_spin_ns(max(0, int(float(spin_us) * 1000)))
         return kp.Manager(index)
 
@@ -79,13 +84,13 @@ class _Replay:
         self.live = True  # False once out of the replay cache (Engine.rerun then refuses it)
         self.seq = seq
         # kdml_run: eval() without looking up a Python object for the returned sequence
-        self.run = None if seq is None else getattr(seq, "kdml_run", seq.eval)
+        self.run = None if seq is None else seq.kdml_run
         self.memories = memories
         self.writes = writes
 
 
 def _by_word(seq: Any) -> bool:
-    return bool(getattr(seq, "kdml_completes_by_word", lambda: False)())
+    return bool(seq.kdml_completes_by_word())
 
 
 class Engine:
@@ -105,14 +110,19 @@ class Engine:
             raise DeviceError(f"could not create a Vulkan device on {device_name or index}: {e}") from e
         self.closed = False
         _LIVE.add(self)
-        enabled: list[Any] = getattr(self.manager, "kdml_enabled_features", lambda: [])()
+        enabled: list[Any] = self.manager.kdml_enabled_features()
         self.capabilities = frozenset(str(n) for n in enabled)
         # (M, N, K, A, B, C, result type (VkComponentTypeKHR), saturating, scope) per shape
-        shapes: list[Any] = getattr(self.manager, "kdml_cooperative_matrix_shapes", lambda: [])()
+        shapes: list[Any] = self.manager.kdml_cooperative_matrix_shapes()
         self.cooperative_matrix_shapes: tuple[tuple[int, ...], ...] = tuple(tuple(int(v) for v in s) for s in shapes)
         self.budget = MemoryBudget(memory_budget, max_allocations, host_memory)
         self.pipelines = PipelineCache(self.manager, self.capabilities)
+        # One pipeline cache per device, kept on disk between processes (KDML_CACHE_DIR)
+        self.disk_cache = DiskPipelineCache.for_manager(self.manager)
         self.pool = BufferPool()
+        self._misc_seq = self.manager.sequence()  # buffer fills
+        self.staging = Staging(self.manager, self.guarded)
+        self._host: weakref.WeakValueDictionary[int, HostMemory] = weakref.WeakValueDictionary()
         # Replayed sequences complete by a completion word where the kp build has them
         # (patch level 7) and this is True (set from DevicePolicy.completion), else by fence.
         self.completion_word = False
@@ -126,7 +136,7 @@ class Engine:
             raise DeviceError("the device has been closed")
 
     def allocate(self, words: int) -> DeviceMemory:
-        """`words` zeroed 32-bit words of device memory (+ staging copy), under the budget."""
+        """`words` zeroed 32-bit words of device memory (no host copy), under the budget."""
         nbytes = words * 4
         with self.lock:
             self.check_open()
@@ -134,11 +144,11 @@ class Engine:
                 gc.collect()  # pooled buffers just released: let their memory go first
             self.budget.check(nbytes)
             try:
-                tensor = self.manager.tensor_t(np.zeros(words, dtype=np.uint32), kp.TensorTypes.device)
-                self._eval_ops([kp.OpTensorSyncDevice([tensor])])
+                tensor = self.manager.kdml_storage(words)
+                self._transfer_ops([kp.OpFillRegions(tensor, [0, nbytes], 0)])
             except MemoryError as e:
                 raise OutOfMemoryError(f"could not allocate {nbytes} bytes: {e}") from e
-            except RuntimeError as e:  # kp's C++ exceptions, or the upload's DeviceError
+            except RuntimeError as e:  # kp's C++ exceptions, or the fill's DeviceError
                 msg = str(e)
                 if "OutOfDeviceMemory" in msg or "OutOfHostMemory" in msg or "memory" in msg.lower():
                     raise OutOfMemoryError(f"could not allocate {nbytes} bytes of device memory: {msg}") from e
@@ -149,6 +159,30 @@ class Engine:
             # at once: the finalizer returns the memory to the budget
             weakref.finalize(memory, Engine._released, weakref.ref(self), memory.serial, nbytes)
             return memory
+
+    def host_memory(self, nbytes: int) -> HostMemory:
+        """Host-visible memory the device's transfer commands read and write directly
+        (Device.host_array); a transfer from or to it skips the staging copy."""
+        with self.lock:
+            self.check_open()
+            try:
+                mem = HostMemory(self.manager, nbytes)
+            except RuntimeError as e:
+                raise OutOfMemoryError(f"could not allocate {nbytes} bytes of host-visible memory: {e}") from e
+            self._host[id(mem)] = mem
+            return mem
+
+    def write(self, memory: DeviceMemory, offset: int, data: np.ndarray) -> None:
+        """Bytes [offset, offset + len(data)) of `memory` <- `data` (contiguous uint8)."""
+        with self.lock:
+            self.check_open()
+            self.staging.upload(memory, offset, data, host_origin(data, self._host))
+
+    def read_into(self, memory: DeviceMemory, offset: int, out: np.ndarray) -> None:
+        """`out` (contiguous uint8) <- bytes [offset, offset + len(out)) of `memory`."""
+        with self.lock:
+            self.check_open()
+            self.staging.download(memory, offset, out, host_origin(out, self._host))
 
     @staticmethod
     def _released(engine_ref: weakref.ref[Engine], serial: int, nbytes: int) -> None:
@@ -163,28 +197,23 @@ class Engine:
             for key in [k for k, r in engine._replays.items() if serial in r.memories]:
                 engine._replays.pop(key).live = False
 
-    def sync_to_device(self, memory: DeviceMemory) -> None:
-        self._eval_ops([kp.OpTensorSyncDevice([memory.tensor])])
-
-    def sync_to_host(self, memory: DeviceMemory) -> None:
-        self._eval_ops([kp.OpTensorSyncLocal([memory.tensor])])
-
-    def _eval_ops(self, ops: list[Any]) -> None:
-        """Run kp's own transfer operations (uploads, read-backs), after one global barrier:
-        kp's read-back orders only against shader writes, and an execution that completed by
-        a completion word (its fence not yet waited) may have written the buffer by a copy."""
+    def _transfer_ops(self, ops: list[Any]) -> None:
+        """Run transfer commands (fills) after one global barrier (an execution that
+        completed by a completion word may not have had its fence waited yet)."""
         with self.lock:
             self.check_open()
-            seq = self.manager.sequence()
+            seq = self._misc_seq
+            seq.clear()
             seq.record(global_barrier())
             for op in ops:
                 seq.record(op)
-            self._run(seq)
+            self.guarded(seq.kdml_run)
 
     @staticmethod
-    def _run(seq: Any) -> None:
+    def guarded(call: Any) -> None:
+        """Run a kp submission or wait, a kp failure as DeviceError."""
         try:
-            seq.eval()
+            call()
         except RuntimeError as e:
             raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
 
@@ -222,17 +251,13 @@ class Engine:
     @staticmethod
     def _launch(replay: _Replay, bounds: Sequence[Sequence[Any]]) -> None:
         """Run a cached submission and wait (nothing where it has no sequence: e.g. an exact
-        in-place copy); `bounds`: each execution's bound tensors, whose written buffers' host
-        copies are then stale. Every execution's path: called under the lock."""
+        in-place copy). Every execution's path: called under the lock."""
         if replay.run is None:
             return
         try:
             replay.run()
         except RuntimeError as e:
             raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
-        for bound, writes in zip(bounds, replay.writes):
-            for i in writes:
-                bound[i].buffer.memory.device_newer = True
 
     def _record(self, work: Sequence[Work]) -> _Replay:
         dispatches = [encode(plan, bound, self.pipelines, self.dummy) for plans, bound in work for plan in plans]
@@ -240,7 +265,7 @@ class Engine:
         writes = tuple(tuple(sorted({i for plan in plans for i in plan.writes})) for plans, _bound in work)
         if all(d.skip for d in dispatches):
             return _Replay(None, memories, writes)
-        if self.completion_word and hasattr(self.manager, "kdml_word_sequence"):
+        if self.completion_word:
             seq = self.manager.kdml_word_sequence()
         else:
             seq = self.manager.sequence()
@@ -248,8 +273,17 @@ class Engine:
         return _Replay(seq, memories, writes)
 
     # ---- state ---------------------------------------------------------------------------
+    def prepare(self, plan: DispatchPlan) -> None:
+        """Create the shared pipeline `plan` will use (Device.warmup), binding nothing."""
+        with self.lock:
+            self.check_open()
+            self.pipelines.prepare(plan)
+
     def stats(self) -> dict[str, int]:
+        programs, created = self.manager.kdml_program_counts()
         return {
+            "programs": int(programs),  # shared pipelines of this device
+            "pipelines_created": int(created),
             "pipelines": len(self.pipelines),
             "pipeline_hits": self.pipelines.hits,
             "pipeline_misses": self.pipelines.misses,
@@ -258,6 +292,8 @@ class Engine:
             "live_buffers": len(self._live),
             "pooled_buffers": len(self.pool),
             "allocated_bytes": self.budget.allocated,
+            "staging_bytes": self.staging.held_bytes,
+            "pipeline_cache_loaded_bytes": self.disk_cache.loaded_bytes,
         }
 
     def close(self) -> None:
@@ -269,5 +305,6 @@ class Engine:
                 replay.live = False
             self._replays.clear()
             self.pipelines.clear()
+            self.disk_cache.save(self.manager)
             self.closed = True
             self.manager.destroy()

@@ -1,9 +1,11 @@
-"""Cached kp algorithms (a compute pipeline + its descriptor set each).
+"""Cached kp algorithms: the descriptor sets that bind buffers to a shared pipeline.
 
-kp builds one pipeline + descriptor set per `Manager.algorithm(...)` call and binds whole
-buffers, so an algorithm is cached per (shader variant, bound buffers, grid, push-constant
-size, specialization constants). Push constants carry everything else (binding offsets,
-shapes, strides, parameters) and are given at each dispatch.
+With kp patch level 8 a device has one pipeline per (SPIR-V, specialization constants,
+push-constant size, binding count), shared by every kp algorithm that uses it; an algorithm
+is then only a descriptor set (the buffers it binds), cached per (shader variant, bound
+buffers, push-constant size, specialization constants). The grid is given at each dispatch
+(encode.py) and push constants carry everything else (binding offsets, shapes, strides,
+parameters), so a new shape or new buffers never build a pipeline.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ _EMPTY_SPEC = np.zeros((0,), dtype=np.uint32)
 
 
 class PipelineCache:
-    """LRU cache of kp algorithms keyed by (variant, buffer serials, grid, push size, spec)."""
+    """LRU cache of kp algorithms keyed by (variant, buffer serials, push size, spec)."""
 
     def __init__(self, manager: Any, capabilities: frozenset[str] = frozenset(), capacity: int = 512) -> None:
         self.manager = manager
@@ -33,7 +35,7 @@ class PipelineCache:
         self.misses = 0
 
     def get(self, plan: DispatchPlan, memories: Sequence[DeviceMemory]) -> Any:
-        key = (plan.variant, tuple(m.serial for m in memories), plan.groups, len(plan.push), plan.spec)
+        key = (plan.variant, tuple(m.serial for m in memories), len(plan.push), plan.spec)
         algo = self._entries.get(key)
         if algo is not None:
             self._entries.move_to_end(key)
@@ -46,7 +48,7 @@ class PipelineCache:
         algo = self.manager.algorithm(
             [m.tensor for m in memories],
             load_spirv(plan.variant),
-            list(plan.groups),
+            [1, 1, 1],  # unused: OpDispatch gives the grid
             np.asarray(plan.spec, dtype=np.uint32) if plan.spec else _EMPTY_SPEC,
             np.asarray(plan.push, dtype=np.uint32),
         )
@@ -57,6 +59,13 @@ class PipelineCache:
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
         return algo
+
+    def prepare(self, plan: DispatchPlan) -> None:
+        """Create the shared pipeline of `plan`'s variant, spec and push size, binding nothing."""
+        check_capabilities(plan.variant, self.capabilities)
+        self.manager.kdml_prepare_program(
+            load_spirv(plan.variant), len(plan.bindings), [int(v) for v in plan.spec], len(plan.push)
+        )
 
     def forget_memory(self, serial: int) -> None:
         """Drop the algorithms bound to a released buffer."""

@@ -1,9 +1,9 @@
 """The functional helpers' buffer pool (one per device, held by its Engine).
 
-kp binds whole buffers into each pipeline, so a fresh buffer costs a pipeline build
-(0.5-60 ms on lavapipe, by shader size). Helpers therefore draw their outputs and uploads
-from a small pool and reuse a buffer once nothing outside the pool references it (CPython
-reference counts); its cached pipelines are then reused too. Under memory pressure the
+A fresh buffer costs an allocation, a descriptor set and a newly recorded submission (the
+pipeline itself is shared: runtime/pipelines.py). Helpers therefore draw their outputs and
+uploads from a small pool and reuse a buffer once nothing outside the pool references it
+(CPython reference counts); its descriptor sets and recorded submissions are then reused too. Under memory pressure the
 engine drops the pooled buffers nobody holds (`trim`) before refusing an allocation.
 """
 

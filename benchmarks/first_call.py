@@ -1,0 +1,100 @@
+"""First calls in a fresh process: compile + first execute of integer products against the
+same execute repeated, with the pipeline cache on disk (runtime/disk_cache.py) or without.
+
+    python benchmarks/first_call.py                 # uses KDML_CACHE_DIR (default ~/.cache/kompute_dml)
+    KDML_CACHE_DIR=off python benchmarks/first_call.py
+    python benchmarks/first_call.py --shapes 4096x4096x4096 512x384x1536
+
+Run it twice with the cache on: the second process reads what the first compiled
+(`pipeline_cache_loaded_bytes` in its last line). Prints one line per shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+
+import kompute_dml as kdml
+
+
+def _desc(m: int, k: int, n: int) -> kdml.MatrixMultiplyIntegerToFloatDesc:
+    f32 = kdml.TensorDesc(kdml.DataType.FLOAT32, (1, 1, 1, 1))
+    return kdml.MatrixMultiplyIntegerToFloatDesc(
+        kdml.TensorDesc(kdml.DataType.INT8, (1, 1, m, k)), f32, None, kdml.TensorDesc(kdml.DataType.INT8, (1, 1, k, n)),
+        f32, None, None, kdml.TensorDesc(kdml.DataType.FLOAT32, (1, 1, m, n)),
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", nargs="+", default=["4096x4096x4096", "512x384x1536", "520x384x1536", "128x384x1536"])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--breakdown", action="store_true", help="also time the parts of a first execution")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    dev = kdml.Device()
+    open_ms = (time.perf_counter() - t0) * 1e3
+    rng = np.random.default_rng(0)
+    print(f"device {dev.name}: opened in {open_ms:.1f} ms, {json.dumps(dev.stats())}")
+    for shape in args.shapes:
+        m, k, n = (int(v) for v in shape.split("x"))
+        a = dev.tensor(rng.integers(-128, 128, (1, 1, m, k), dtype=np.int8))
+        b = dev.tensor(rng.integers(-128, 128, (1, 1, k, n), dtype=np.int8))
+        s = dev.tensor(np.array([[[[0.5]]]], np.float32))
+        out = dev.empty(kdml.TensorDesc(kdml.DataType.FLOAT32, (1, 1, m, n)))
+        ins = [a, s, None, b, s, None, None]
+        built = dev.stats()["pipelines_created"]
+        t0 = time.perf_counter()
+        op = dev.compile(_desc(m, k, n))
+        t1 = time.perf_counter()
+        op.execute(ins, [out])
+        t2 = time.perf_counter()
+        steady = []
+        for _ in range(args.repeats):
+            t3 = time.perf_counter()
+            op.execute(ins, [out])
+            steady.append(time.perf_counter() - t3)
+        st = statistics.median(steady)
+        print(f"{shape}: compile {1e3 * (t1 - t0):.2f} ms, first execute {1e3 * (t2 - t1):.2f} ms, "
+              f"steady {1e3 * st:.3f} ms, first-call overhead {1e3 * (t2 - t0 - st):.2f} ms, "
+              f"pipelines built {dev.stats()['pipelines_created'] - built}")
+    if args.breakdown:
+        breakdown(dev, rng, args.repeats)
+    print(json.dumps(dev.stats()))
+    dev.close()
+
+
+def breakdown(dev: kdml.Device, rng: np.random.Generator, repeats: int) -> None:
+    """Where a first execution on new buffers spends its time (a 64^3 product): the binding
+    checks, encoding + recording (kp algorithm = descriptor set, kp sequence), the first
+    run of the new command buffer, and a second run of it."""
+    m = k = n = 64
+    op = dev.compile(_desc(m, k, n))
+    engine = dev.engine
+    times: dict[str, list[float]] = {"bind": [], "record": [], "run 1": [], "run 2": []}
+    for _ in range(repeats):
+        a = dev.tensor(rng.integers(-128, 128, (1, 1, m, k), dtype=np.int8))
+        b = dev.tensor(rng.integers(-128, 128, (1, 1, k, n), dtype=np.int8))
+        s = dev.tensor(np.array([[[[0.5]]]], np.float32))
+        out = dev.empty(kdml.TensorDesc(kdml.DataType.FLOAT32, (1, 1, m, n)))
+        t0 = time.perf_counter()
+        bound, _key = op.bind([a, s, None, b, s, None, None], [out])
+        t1 = time.perf_counter()
+        with engine.lock:
+            replay = engine._record([(op.plans, bound)])
+        t2 = time.perf_counter()
+        replay.run()
+        t3 = time.perf_counter()
+        replay.run()
+        t4 = time.perf_counter()
+        for name, v in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            times[name].append(v * 1e6)
+    print("first execution on new buffers, median us: " + ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in times.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""The device's Vulkan pipeline cache, kept on disk between processes.
+
+Every pipeline of a device is created through one VkPipelineCache (kp patch level 8); its
+data is written when the device closes and merged in when a later process opens the same
+device, so that process compiles nothing it has seen. The file is named by the driver's
+pipelineCacheUUID, vendor, device and driver version (a driver update starts a new file),
+in `$KDML_CACHE_DIR` or else `$XDG_CACHE_HOME/kompute_dml` (`~/.cache/kompute_dml`);
+`KDML_CACHE_DIR=off` (or an empty value) turns it off. A file a driver does not accept is
+ignored by the driver; one that cannot be read or written is skipped, never an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+CACHE_ENV = "KDML_CACHE_DIR"
+_OFF = {"", "0", "off", "none", "false"}
+
+
+def cache_dir() -> Path | None:
+    """Where pipeline caches live (None: turned off)."""
+    value = os.environ.get(CACHE_ENV)
+    if value is not None:
+        return None if value.strip().lower() in _OFF else Path(value).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kompute_dml"
+
+
+class DiskPipelineCache:
+    """One device's cache file: loaded once at open, saved at close."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.loaded_bytes = 0  # bytes of cache data the driver accepted at open
+
+    @classmethod
+    def for_manager(cls, manager: Any) -> DiskPipelineCache:
+        folder = cache_dir()
+        if folder is None:
+            return cls(None)
+        cache = cls(folder / f"pipelines-{manager.kdml_pipeline_cache_key()}.bin")
+        cache.load(manager)
+        return cache
+
+    def load(self, manager: Any) -> None:
+        if self.path is None:
+            return
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            return
+        if data and manager.kdml_load_pipeline_cache(data):
+            self.loaded_bytes = len(data)
+
+    def save(self, manager: Any) -> None:
+        """Write the cache data atomically (another process may read it at the same time)."""
+        if self.path is None:
+            return
+        try:
+            data = manager.kdml_pipeline_cache_data()
+            if not data:
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".pipelines-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.path)
+        except (OSError, RuntimeError):
+            with contextlib.suppress(OSError, UnboundLocalError):
+                os.unlink(tmp)

@@ -1,0 +1,190 @@
+"""Transfers between host memory and device buffers, by byte range, through staging.
+
+Device buffers are device memory only (kp storage tensors: no host copy). A transfer of k
+bytes moves exactly those bytes: an upload copies them into a host-visible staging slot and
+records one vkCmdCopyBuffer into the destination range; a download copies the range into a
+slot and from there into the caller's array. Large transfers go in chunks of CHUNK_BYTES
+over SLOTS slots, so the CPU fills (or drains) one slot while the device copies another.
+
+The staging memory is held for the Engine's life, allocated on first use, SLOTS x
+CHUNK_BYTES (16 MiB) at most; it is host-cached where the device offers such memory (kp
+patch level 8), so reading it back runs at memory speed.
+
+Host arrays the user asked the device for (`Device.host_array`, host-visible memory the
+device reads and writes directly) skip the staging copy: the transfer commands copy between
+that memory and the buffer.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import kp
+import numpy as np
+
+from .encode import ACCESS_TRANSFER_WRITE, STAGE_TRANSFER, global_barrier
+
+if TYPE_CHECKING:
+    from .memory import DeviceMemory
+
+CHUNK_BYTES = 8 << 20
+SLOTS = 2
+# Host copies of at least PARALLEL_BYTES are split over COPY_THREADS threads (numpy releases
+# the GIL while it copies): one core's memcpy (7.5 GB/s here, on the H100's host too) is
+# below what PCIe moves (numpy.copyto of 64 MiB on a loaded 2-core machine: 7.5 GB/s with one
+# thread, 11.3 with two). Half the cores at most, so a CPU Vulkan device (lavapipe, whose queue
+# thread does the device side of every copy) keeps the other half.
+PARALLEL_BYTES = 1 << 20
+COPY_THREADS = max(1, min(4, (os.cpu_count() or 1) // 2))
+_copy_pool: ThreadPoolExecutor | None = None
+_copy_pool_lock = threading.Lock()
+
+
+def host_copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """dst[:] = src (1-D uint8 arrays of one size), over several threads when large."""
+    global _copy_pool
+    n = src.size
+    if n < PARALLEL_BYTES or COPY_THREADS == 1:
+        np.copyto(dst, src)
+        return
+    with _copy_pool_lock:
+        if _copy_pool is None:
+            _copy_pool = ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="kdml-copy")
+        pool = _copy_pool
+    step = -(-n // COPY_THREADS)
+    parts = [pool.submit(np.copyto, dst[i : i + step], src[i : i + step]) for i in range(step, n, step)]
+    np.copyto(dst[:step], src[:step])
+    for p in parts:
+        p.result()
+ACCESS_HOST_READ = 0x2000
+STAGE_HOST = 0x4000
+
+
+class HostMemory:
+    """Host-visible memory of one device: a kp host tensor, mapped. `np.asarray(mem)` is
+    its bytes as a uint8 array whose base is `mem` (so arrays made from it keep it alive,
+    and `host_origin` finds it)."""
+
+    __slots__ = ("__weakref__", "nbytes", "ptr", "tensor")
+
+    def __init__(self, manager: Any, nbytes: int) -> None:
+        words = max(1, -(-nbytes // 4))
+        self.tensor = manager.tensor_t(np.zeros(words, dtype=np.uint32), kp.TensorTypes.host)
+        self.nbytes = words * 4
+        self.ptr: int = self.tensor.kdml_bytes().__array_interface__["data"][0]
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.ptr, False), "version": 3}
+
+
+def host_origin(data: np.ndarray, owners: Mapping[int, HostMemory]) -> tuple[HostMemory, int] | None:
+    """(host memory, byte offset) where `data` (contiguous) lies inside one of `owners`
+    (keyed by their ids), else None."""
+    base: Any = data
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    mem = owners.get(id(base))
+    if mem is None or mem is not base or not data.flags.c_contiguous:
+        return None
+    start = data.__array_interface__["data"][0] - mem.ptr
+    if start < 0 or start + data.nbytes > mem.nbytes:
+        return None
+    return mem, start
+
+
+class Staging:
+    """The staging slots of one Engine, and the chunked transfers through them. Callers
+    hold the engine's lock."""
+
+    def __init__(self, manager: Any, run: Callable[[Any], None]) -> None:
+        self.manager = manager
+        self._run = run  # runs a kp call that waits, its failure as DeviceError
+        self._slots: list[tuple[np.ndarray, HostMemory, Any]] = []  # (mapped bytes, memory, sequence)
+        self._direct = manager.sequence()  # transfers from and to the user's host arrays
+
+    @property
+    def held_bytes(self) -> int:
+        return sum(mem.nbytes for _, mem, _ in self._slots)
+
+    def _slot(self, i: int) -> tuple[np.ndarray, HostMemory, Any]:
+        while len(self._slots) <= i:
+            mem = HostMemory(self.manager, CHUNK_BYTES)
+            self._slots.append((np.asarray(mem), mem, self.manager.sequence()))
+        return self._slots[i]
+
+    @staticmethod
+    def _submit(seq: Any, ops: list[Any]) -> None:
+        seq.clear()
+        seq.record(global_barrier())  # after every earlier submission's access to the buffer
+        for op in ops:
+            seq.record(op)
+        seq.kdml_submit()
+
+    def upload(self, dst: DeviceMemory, offset: int, data: np.ndarray, direct: tuple[HostMemory, int] | None) -> None:
+        """Write `data` (contiguous uint8) to bytes [offset, offset + len) of `dst`."""
+        if direct is not None:  # the device reads the user's host array itself
+            mem, start = direct
+            self._submit(self._direct, [kp.OpCopyRegions(mem.tensor, dst.tensor, [start, offset, data.size])])
+            self._run(self._direct.kdml_wait)
+            return
+
+        def fill(slot: np.ndarray, mem: HostMemory, pos: int, k: int) -> list[Any]:
+            host_copy(slot[:k], data[pos : pos + k])
+            return [kp.OpCopyRegions(mem.tensor, dst.tensor, [0, offset + pos, k])]
+
+        self._chunked(data.size, fill, None)
+
+    def download(self, src: DeviceMemory, offset: int, out: np.ndarray, direct: tuple[HostMemory, int] | None) -> None:
+        """Read bytes [offset, offset + len(out)) of `src` into `out` (contiguous uint8)."""
+        to_host = kp.OpGlobalBarrier(ACCESS_TRANSFER_WRITE, ACCESS_HOST_READ, STAGE_TRANSFER, STAGE_HOST)
+        if direct is not None:
+            mem, start = direct
+            self._submit(self._direct, [kp.OpCopyRegions(src.tensor, mem.tensor, [offset, start, out.size]), to_host])
+            self._run(self._direct.kdml_wait)
+            return
+
+        def copy(slot: np.ndarray, mem: HostMemory, pos: int, k: int) -> list[Any]:
+            return [kp.OpCopyRegions(src.tensor, mem.tensor, [offset + pos, 0, k]), to_host]
+
+        def drain(slot: np.ndarray, pos: int, k: int) -> None:
+            host_copy(out[pos : pos + k], slot[:k])
+
+        self._chunked(out.size, copy, drain)
+
+    def _chunked(
+        self, n: int, before: Callable[[np.ndarray, HostMemory, int, int], list[Any]],
+        after: Callable[[np.ndarray, int, int], None] | None,
+    ) -> None:
+        """Move n bytes chunk by chunk: `before` fills a slot (uploads) and returns the
+        commands to submit; `after` drains the slot once they completed (downloads)."""
+        pending: list[tuple[int, int] | None] = [None] * SLOTS  # per slot: (pos, k) in flight
+        pos = chunk = 0
+        try:
+            while pos < n:
+                s = chunk % SLOTS
+                self._finish(pending, s, after)
+                k = min(CHUNK_BYTES, n - pos)
+                slot, mem, seq = self._slot(s)
+                self._submit(seq, before(slot, mem, pos, k))
+                pending[s] = (pos, k)
+                pos += k
+                chunk += 1
+        finally:  # never leave a copy in flight into or out of a slot
+            for s in range(SLOTS):
+                self._finish(pending, s, after)
+
+    def _finish(self, pending: list[tuple[int, int] | None], s: int,
+                after: Callable[[np.ndarray, int, int], None] | None) -> None:
+        entry = pending[s]
+        if entry is None:
+            return
+        pending[s] = None
+        slot, _, seq = self._slots[s]
+        self._run(seq.kdml_wait)
+        if after is not None:
+            after(slot, *entry)

@@ -1,0 +1,209 @@
+"""The runtime at the device's speed (issue 22): transfers by byte range through staging,
+pipelines shared per shader variant, the pipeline cache on disk, warm-up.
+
+Behaviour only, never timings: a partial write touches only its range, chunked transfers
+move every byte, a second execution on new buffers or a new shape builds no pipeline, a
+new process reads the cache an earlier one wrote."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import kompute_dml as kdml
+from kompute_dml.runtime import staging
+
+DT = kdml.DataType
+
+
+def _mm_desc(m: int, k: int = 16, n: int = 8) -> kdml.MatrixMultiplyIntegerToFloatDesc:
+    f32 = kdml.TensorDesc(DT.FLOAT32, (1, 1, 1, 1))
+    return kdml.MatrixMultiplyIntegerToFloatDesc(
+        kdml.TensorDesc(DT.INT8, (1, 1, m, k)), f32, None, kdml.TensorDesc(DT.INT8, (1, 1, k, n)), f32, None, None,
+        kdml.TensorDesc(DT.FLOAT32, (1, 1, m, n)),
+    )
+
+
+def _mm_run(dev: kdml.Device, op, m: int, rng: np.random.Generator, k: int = 16, n: int = 8) -> None:
+    a = rng.integers(-128, 128, (1, 1, m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (1, 1, k, n), dtype=np.int8)
+    s = np.array([[[[0.5]]]], np.float32)
+    out = dev.empty(kdml.TensorDesc(DT.FLOAT32, (1, 1, m, n)))
+    op.execute([dev.tensor(a), dev.tensor(s), None, dev.tensor(b), dev.tensor(s), None, None], [out])
+    expected = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float64) * 0.25
+    np.testing.assert_array_equal(out.numpy(), expected.astype(np.float32))
+
+
+def test_partial_write_touches_only_its_range(dev, rng):
+    """A write of k bytes at an odd offset, after an operator wrote the buffer, changes those
+    k bytes alone (nothing is read back and pushed whole)."""
+    n = 64 << 10
+    base = rng.integers(0, 256, n, dtype=np.uint8)
+    src = dev.buffer(base)
+    dst = dev.buffer(n)
+    desc = kdml.TensorDesc(DT.FLOAT32, (n // 4,))
+    dev.compile(kdml.ActivationIdentityDesc(desc, desc)).execute([kdml.Tensor(src, desc)], [kdml.Tensor(dst, desc)])
+    patch = rng.integers(0, 256, 4096, dtype=np.uint8)
+    dst.write(patch, offset=4099)
+    expected = base.copy()
+    expected[4099 : 4099 + 4096] = patch
+    assert dst.read() == expected.tobytes()
+    assert dst.read(4097, 5) == expected[4097:4102].tobytes()
+
+
+@pytest.mark.parametrize("offset", [0, 3, 4096 + 1])
+def test_chunked_transfers_move_every_byte(dev, rng, monkeypatch, offset):
+    """Transfers larger than a staging chunk go in chunks over the slots, the CPU filling one
+    while the device copies another; every byte arrives, whatever the alignment."""
+    monkeypatch.setattr(staging, "CHUNK_BYTES", 4096)
+    data = rng.integers(0, 256, 5 * 4096 + 123, dtype=np.uint8)
+    buf = dev.buffer(data.size + offset + 7)
+    before = buf.read()
+    buf.write(data, offset=offset)
+    out = np.empty_like(data)
+    buf.read_into(out, offset=offset)
+    np.testing.assert_array_equal(out, data)
+    raw = np.frombuffer(buf.read(), np.uint8)
+    np.testing.assert_array_equal(raw[:offset], np.frombuffer(before, np.uint8)[:offset])
+    np.testing.assert_array_equal(raw[offset + data.size :], np.frombuffer(before, np.uint8)[offset + data.size :])
+
+
+def test_host_array_is_read_and_written_by_the_device(dev, rng):
+    """Device.host_array: uploads from it and downloads into it (also through a view at an
+    offset) are exact; the staging slots are not used for them."""
+    h = dev.host_array((3, 1000), np.float32)
+    assert h.shape == (3, 1000) and h.dtype == np.float32 and not h.any()
+    h[:] = rng.standard_normal((3, 1000)).astype(np.float32)
+    t = dev.tensor(h[1:])  # a contiguous view inside the host memory
+    np.testing.assert_array_equal(t.numpy(), h[1:])
+    held = dev.stats()["staging_bytes"]
+    back = dev.host_array(2000, np.float32)
+    t.buffer.read_into(back)
+    np.testing.assert_array_equal(back.reshape(2, 1000), h[1:])
+    assert dev.stats()["staging_bytes"] == held
+
+
+def test_read_into_checks_its_argument(dev):
+    buf = dev.buffer(64)
+    with pytest.raises(kdml.InvalidArgumentError, match="out"):
+        buf.read_into(np.empty(128, np.uint8))
+    with pytest.raises(kdml.InvalidArgumentError, match="out"):
+        buf.read_into(np.empty((8, 8), np.uint8)[:, ::2])
+
+
+def test_new_buffers_and_shapes_build_no_pipeline(dev, rng):
+    """One pipeline per shader variant: executing a compiled operator on new buffers, or
+    another shape of the same kernel, builds none (only a descriptor set)."""
+    _mm_run(dev, dev.compile(_mm_desc(8)), 8, rng)
+    built = dev.stats()["pipelines_created"]
+    _mm_run(dev, dev.compile(_mm_desc(8)), 8, rng)  # new buffers
+    _mm_run(dev, dev.compile(_mm_desc(24)), 24, rng)  # a new M
+    assert dev.stats()["pipelines_created"] == built
+
+
+def test_warmup_builds_the_pipelines_first(rng):
+    with kdml.Device() as dev:
+        before = dev.stats()["pipelines_created"]
+        assert dev.warmup([_mm_desc(40, 32, 24)]) >= 1
+        built = dev.stats()["pipelines_created"]
+        assert built > before
+        _mm_run(dev, dev.compile(_mm_desc(40, 32, 24)), 40, rng, 32, 24)
+        assert dev.stats()["pipelines_created"] == built
+
+
+_CHILD = textwrap.dedent(
+    """
+    import json, numpy as np, kompute_dml as kdml
+    f32 = kdml.TensorDesc(kdml.DataType.FLOAT32, (1, 1, 1, 1))
+    desc = kdml.MatrixMultiplyIntegerToFloatDesc(
+        kdml.TensorDesc(kdml.DataType.INT8, (1, 1, 8, 16)), f32, None,
+        kdml.TensorDesc(kdml.DataType.INT8, (1, 1, 16, 8)), f32, None, None,
+        kdml.TensorDesc(kdml.DataType.FLOAT32, (1, 1, 8, 8)))
+    dev = kdml.Device()
+    dev.warmup([desc])
+    print(json.dumps(dev.stats()))
+    dev.close()
+    """
+)
+
+
+def _child(env: dict[str, str]) -> dict[str, int]:
+    import json
+
+    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_pipeline_cache_persists_across_processes(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VK_")}  # no validation layer: its own cache
+    env["KDML_CACHE_DIR"] = str(tmp_path)
+    first = _child(env)
+    files = list(tmp_path.glob("pipelines-*.bin"))
+    assert len(files) == 1 and files[0].stat().st_size > 0
+    assert first["pipeline_cache_loaded_bytes"] == 0
+    second = _child(env)
+    assert second["pipeline_cache_loaded_bytes"] == files[0].stat().st_size
+
+
+def test_pipeline_cache_can_be_turned_off(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VK_")}
+    env["KDML_CACHE_DIR"] = "off"
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    env["HOME"] = str(tmp_path)
+    assert _child(env)["pipeline_cache_loaded_bytes"] == 0
+    assert not list(tmp_path.rglob("pipelines-*.bin"))
+
+
+def test_repeated_helper_call_builds_and_uploads_nothing(dev, rng, monkeypatch):
+    """kdml.matmul_integer_to_float called again with the same shapes, types and Python-number
+    scales builds no descriptor, compiles nothing and uploads nothing (the scales live on the
+    device); a new scale value is a new constant, and every result is exact."""
+    from kompute_dml import functional_matmul, memory
+
+    a8 = rng.integers(-128, 128, (16, 32), dtype=np.int8)
+    b8 = rng.integers(-128, 128, (32, 8), dtype=np.int8)
+    a, b = dev.tensor(a8), dev.tensor(b8)
+    ref = (a8.astype(np.int64) @ b8.astype(np.int64)).astype(np.float64)
+
+    def expect(out, s1, s2):
+        np.testing.assert_array_equal(out.numpy(), (ref * np.float32(s1) * np.float32(s2)).astype(np.float32))
+
+    expect(kdml.matmul_integer_to_float(a, b, 0.5, 0.25, device=dev), 0.5, 0.25)
+    writes, descs = [], []
+    monkeypatch.setattr(memory.Buffer, "write", lambda self, *a, **k: writes.append(1))
+    real_desc = functional_matmul.TensorDesc
+    monkeypatch.setattr(functional_matmul, "TensorDesc", lambda *a, **k: descs.append(1) or real_desc(*a, **k))
+    expect(kdml.matmul_integer_to_float(a, b, 0.5, 0.25, device=dev), 0.5, 0.25)
+    assert writes == [] and descs == []
+    monkeypatch.undo()
+    expect(kdml.matmul_integer_to_float(a, b, 0.75, 0.25, device=dev), 0.75, 0.25)
+
+
+def test_host_array_uploads_skip_the_staging_copy(dev, rng, monkeypatch):
+    """A write from Device.host_array memory is copied by the device from that memory: the
+    staging slots' copy is never called."""
+    h = dev.host_array(4096, np.uint8)
+    h[:] = rng.integers(0, 256, 4096, dtype=np.uint8)
+    buf = dev.buffer(4096)
+    chunked = []
+    monkeypatch.setattr(staging.Staging, "_chunked", lambda self, *a: chunked.append(a))
+    buf.write(h)
+    t = dev.tensor(h)
+    monkeypatch.undo()
+    assert chunked == []
+    assert buf.read() == h.tobytes() and t.numpy().tobytes() == h.tobytes()
+
+
+def test_parallel_host_copy_moves_every_byte(monkeypatch, rng):
+    monkeypatch.setattr(staging, "COPY_THREADS", 3)
+    monkeypatch.setattr(staging, "PARALLEL_BYTES", 1000)
+    src = rng.integers(0, 256, 100_003, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    staging.host_copy(dst, src)
+    np.testing.assert_array_equal(dst, src)
