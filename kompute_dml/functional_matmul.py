@@ -12,6 +12,7 @@ from .device import Device
 from .dtypes import DataType
 from .errors import UnsupportedError, invalid
 from .functional import as_tensor, check_out, compile_cached, device_of, pooled_empty, pooled_upload
+from .inputs import as_host_array
 from .memory import Tensor
 from .ops.matmul_integer import MatrixMultiplyIntegerToFloatDesc
 from .tensor_desc import TensorDesc
@@ -68,7 +69,7 @@ def matmul_integer_to_float(
     if out_data_type is not None:
         out_dt = DataType.coerce(out_data_type, "out_data_type")
     else:
-        sdt = a_scale.desc.data_type if isinstance(a_scale, Tensor) else DataType.from_numpy(np.asarray(a_scale).dtype)
+        sdt = a_scale.desc.data_type if isinstance(a_scale, Tensor) else DataType.from_numpy(as_host_array(a_scale, "a_scale").dtype)
         out_dt = sdt if sdt == DataType.FLOAT16 else DataType.FLOAT32
 
     def typed(x: Any, dt: DataType, field: str) -> Tensor | None:
@@ -80,9 +81,7 @@ def matmul_integer_to_float(
             if x.desc.data_type == dt:
                 return x
             x = x.numpy()
-        if not isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
-            raise invalid(field, f"must be a Tensor or a numpy array, got {type(x).__name__}")
-        arr = np.asarray(x)
+        arr = as_host_array(x, field)
         return pooled_upload(dev, arr.astype(dt.numpy_dtype) if arr.dtype != dt.numpy_dtype else arr)
 
     sa, sta = ta.desc.sizes, ta.desc.effective_strides
