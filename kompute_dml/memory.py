@@ -229,13 +229,14 @@ class Tensor:
         d = self.desc
         if d.effective_strides != packed_strides(d.sizes):
             raise InvalidArgumentError("desc.strides: write_numpy needs a packed tensor")
-        arr = as_host_array(array, "array")
+        python = is_python_data(array)  # numpy's guess at its type is checked by conform
+        arr = as_host_array(array, "array", dml=not python)
         shape = tuple(arr.shape)
         if shape != d.sizes and not (shape == () and d.sizes == (1,)):
             rule = "size" if math.prod(shape) != math.prod(d.sizes) else "shape"
             raise invalid("array", f"has shape {shape}, the tensor {d.sizes}: another {rule} (write_numpy does "
                                    "not reshape; reshape the array first)")
-        arr = conform(arr, d.data_type.numpy_dtype, "array", python=is_python_data(array), cast=cast)
+        arr = conform(arr, d.data_type.numpy_dtype, "array", python=python, cast=cast)
         self.buffer.write(np.ascontiguousarray(arr), self.offset)
 
 

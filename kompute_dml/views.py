@@ -112,8 +112,6 @@ def _try_view(t: Tensor, sizes: tuple[int, ...], strides: tuple[int, ...], byte_
 
 def _device_copy(t: Tensor, sizes: tuple[int, ...], strides: tuple[int, ...], byte_off: int) -> Tensor | None:
     esize = t.desc.data_type.size
-    if any(s < 0 for s in strides):
-        return None
     lead = (byte_off % MINIMUM_BUFFER_TENSOR_ALIGNMENT) // esize  # elements before the first, from the boundary
     base = byte_off - lead * esize
     msizes, (mstrides, _) = merge_dims(sizes, strides, packed_strides(sizes))
@@ -136,7 +134,9 @@ def _device_copy(t: Tensor, sizes: tuple[int, ...], strides: tuple[int, ...], by
 def getitem(t: Tensor, key: Any) -> Tensor:
     sizes, strides, off = layout_of(t, key)
     byte_off = t.offset + off * t.desc.data_type.size
-    view = _try_view(t, sizes, strides, byte_off) or _device_copy(t, sizes, strides, byte_off)
+    view = _try_view(t, sizes, strides, byte_off)
+    if view is None and min(strides) >= 0:
+        view = _device_copy(t, sizes, strides, byte_off)
     if view is not None:
         return view
     host = np.ascontiguousarray(t.numpy()[key]).reshape(sizes)  # the host round trip
