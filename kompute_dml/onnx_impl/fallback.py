@@ -20,8 +20,11 @@ if TYPE_CHECKING:
 # CPU fallback sub-graphs
 # ---------------------------------------------------------------------------------
 def _first_line(e: BaseException) -> str:
+    """An error's first line, its middle cut where long (onnxruntime puts a source path and a
+    C++ signature before the reason, which comes last)."""
     text = str(e).strip()
-    return text.splitlines()[0][:300] if text else type(e).__name__
+    line = text.splitlines()[0] if text else type(e).__name__
+    return line if len(line) <= 300 else f"{line[:60]} ... {line[-200:]}"
 
 
 class CpuSegment:
@@ -144,7 +147,7 @@ class CpuSegment:
             except Exception as e:
                 if self.rep.fallback == "onnxruntime":
                     raise
-                first = f"onnxruntime: {str(e).strip().splitlines()[0][:300]}"
+                first = f"onnxruntime: {_first_line(e)}"
             # Second choice: the reference evaluator (kept for this signature if it succeeds).
             try:
                 from onnx.reference import ReferenceEvaluator
