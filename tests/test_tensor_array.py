@@ -184,3 +184,15 @@ def test_write_cast_true_converts_like_astype(dev):
     one = dev.tensor(np.zeros(1, np.float32))
     one.write_numpy(2.5)  # a scalar fills a one-element tensor
     assert one.numpy().tolist() == [2.5]
+
+
+def test_the_readme_example_of_tensors_as_arrays_runs():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.search(r"## Tensors as arrays\n.*?```python\n(.*?)```", text, re.S)
+    assert block, "README.md has no python block under 'Tensors as arrays'"
+    scope: dict = {}
+    exec(compile(block.group(1), "README.md", "exec"), scope)
+    assert scope["row"].buffer is scope["t"].buffer and scope["v"].buffer is not scope["t"].buffer
