@@ -111,6 +111,10 @@ class Buffer:
 class Tensor:
     """A binding: the range of `buffer` starting at byte `offset`, laid out by `desc`.
 
+    Array-like (README.md, "Tensors as arrays"): dtype, shape, ndim, size, nbytes, device,
+    len(), numpy's __array__ (a download), a repr with the values, basic indexing (a view or a
+    copy: kompute_dml/views.py), strict write_numpy.
+
     Immutable (make a new Tensor for another range). `binding_key` names what it binds
     (buffer serial, offset, id of desc): a compiled operator remembers the bindings whose
     checks passed by these keys, and the checks depend on nothing else (ops/base.py)."""
