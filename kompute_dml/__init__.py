@@ -25,6 +25,7 @@ from .ops import (
     MatrixMultiplyIntegerToFloatDesc,
 )
 from .tensor_desc import TensorDesc, calc_buffer_tensor_size
+from .views import getitem as _getitem  # noqa: F401  (registers Tensor.__getitem__)
 
 __version__ = "0.1.0"
 

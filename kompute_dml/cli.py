@@ -7,8 +7,9 @@ import json
 import sys
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
+
+from . import cli_common
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -17,12 +18,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
     from .errors import DMLError
     from .ops import SPECS, support_matrix
 
-    console = Console()
+    console = cli_common.console()
     try:
+        index = cli_common.parse_device(args.device)
         devices = list_devices()
         level = coerce_feature_level(args.feature_level)
-    except DMLError as e:
-        console.print(f"[red]error:[/red] {e}")
+    except (DMLError, cli_common.DeviceArgError) as e:
+        print(f"kompute-dml info: error: {e}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps({"version": __version__, "feature_level": level.label, "devices": devices,
@@ -36,13 +38,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
             console.print(f"  {k:42} {v}")
         console.print(f"  {'memory heaps (bytes)':42} {list(d['memory_heaps'])}")
     try:
-        dev = Device(args.device, level)
+        dev = Device(index, level)
         console.print(f"feature level: {dev.feature_level.name} (0x{int(dev.feature_level):x})")
         console.print(f"capabilities: {', '.join(sorted(dev.capabilities)) or 'none'}")
         console.print("policy: " + ", ".join(f"{k} {v}" for k, v in dev.policy.describe().items()))
         dev.close()
     except DMLError as e:
-        console.print(f"[red]device {args.device} unusable:[/red] {e}")
+        print(f"kompute-dml info: error: device {index} unusable: {e}", file=sys.stderr)
         return 2
     console.print("[bold]operators[/bold] (SPECS of kompute_dml/ops/<op>.py):")
     for s in SPECS:
@@ -56,7 +58,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
         console.print(line, highlight=False)
     table = Table(title=f"Support at feature level {level.label}")
     for col in ("operator", "tensor", "kind", "dims", "types"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for row in support_matrix(level):
         table.add_row(*(row[c] for c in ("operator", "tensor", "kind", "dims", "types")))
     console.print(table)
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kompute-dml", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="devices, feature level, limits and the support matrix")
-    info.add_argument("--device", type=int, default=0)
+    info.add_argument("--device", default="0", help=cli_common.HELP)
     info.add_argument("--feature-level", default=None, help="e.g. 5_1 or 0x5100 (default: highest implemented)")
     info.add_argument("--json", action="store_true", help="machine-readable output")
     sub.add_parser("bench", help="benchmarks with peers side by side (see `kompute-dml bench --help`)", add_help=False)

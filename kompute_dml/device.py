@@ -18,6 +18,7 @@ import numpy as np
 
 from .dtypes import HIGHEST_FEATURE_LEVEL, FeatureLevel
 from .errors import DeviceError, DMLError, InvalidArgumentError, UnsupportedError, invalid
+from .inputs import as_host_array
 from .ints import as_int
 from .memory import Buffer, Tensor, packed_desc_for
 from .ops import compile_operator
@@ -132,8 +133,9 @@ class Device:
         return Buffer(self, nbytes_or_data)  # type: ignore[arg-type]
 
     def tensor(self, array: Any) -> Tensor:
-        """Upload a numpy array as a packed tensor (a 0-d array becomes sizes (1,))."""
-        arr = np.ascontiguousarray(array)
+        """Upload an array as a packed tensor (a 0-d array becomes sizes (1,)): numpy, Python
+        numbers and lists, CPU objects with __array__ / __dlpack__ (kompute_dml/inputs.py)."""
+        arr = np.ascontiguousarray(as_host_array(array, "array"))
         desc = packed_desc_for(arr)
         buf = Buffer(self, desc.byte_size)
         buf.write(arr)

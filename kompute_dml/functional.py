@@ -1,7 +1,9 @@
 """Functional helpers: allocate a packed output, compile (cached), execute, return it.
 
-Each accepts kompute_dml Tensors or numpy arrays (uploaded to the tensor's device, or to
-`device=`, or to the process-wide default device, `kdml.default_device()`).
+Each accepts kompute_dml Tensors or anything kompute_dml/inputs.py takes (numpy arrays, Python
+numbers and lists, CPU objects with __array__ / __dlpack__ such as torch CPU tensors), uploaded
+to the tensor's device, or to `device=`, or to the process-wide default device,
+`kdml.default_device()`.
 `matmul_integer_to_float` is in functional_matmul.py, built on the helpers here.
 """
 
@@ -17,6 +19,7 @@ import numpy as np
 from .device import Device
 from .dtypes import DataType, FeatureLevel
 from .errors import invalid
+from .inputs import as_host_array
 from .ints import as_int, as_int_tuple
 from .memory import Buffer, Tensor, packed_desc_for
 from .ops.diagonal import INT32_MAX, INT32_MIN, DiagonalMatrix1Desc, DiagonalMatrixDesc
@@ -72,9 +75,9 @@ def as_tensor(x: Any, device: Device, field: str = "x") -> Tensor:
         if x.device is not device:
             raise invalid(field, "belongs to another Device")
         return x
-    if isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
-        return pooled_upload(device, np.asarray(x))
-    raise invalid(field, f"must be a Tensor or a numpy array, got {type(x).__name__}")
+    # anything kompute_dml/inputs.py takes: numpy, Python numbers and lists, CPU
+    # __array__ / __dlpack__ objects (a torch CPU tensor)
+    return pooled_upload(device, as_host_array(x, field))
 
 
 _compile_cache: dict[tuple[int, Any], Any] = {}
@@ -243,12 +246,11 @@ def eye_like(
     view of the same memory."""
     if isinstance(x, Tensor):
         shape, src_dt = x.desc.sizes, x.desc.data_type
-    elif isinstance(x, np.ndarray):
-        shape, src_dt = tuple(x.shape), DataType.from_numpy(x.dtype)
     elif isinstance(x, (tuple, list)):
         shape, src_dt = as_int_tuple(x, "x"), DataType.FLOAT32
-    else:
-        raise invalid("x", f"must be a Tensor, a numpy array or a shape tuple, got {type(x).__name__}")
+    else:  # an array (numpy, torch CPU, ...): only its shape and type are read
+        arr = as_host_array(x, "x")
+        shape, src_dt = tuple(arr.shape), DataType.from_numpy(arr.dtype)
     if len(shape) != 2:
         raise invalid("x", f"EyeLike takes a 2-D tensor, got {len(shape)} dimensions")
     dev = device_of(x, out, device=device)

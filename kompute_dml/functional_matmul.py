@@ -14,6 +14,7 @@ from .device import Device
 from .dtypes import DataType
 from .errors import UnsupportedError, invalid
 from .functional import as_tensor, check_out, compile_cached, device_of, pooled_empty, pooled_upload
+from .inputs import as_host_array
 from .memory import Tensor
 from .ops.matmul_integer import MatrixMultiplyIntegerToFloatDesc
 from .tensor_desc import TensorDesc
@@ -136,7 +137,7 @@ def _prepare(dev: Device, args: tuple[Any, ...], out_data_type: Any, out: Tensor
     if out_data_type is not None:
         out_dt = DataType.coerce(out_data_type, "out_data_type")
     else:
-        sdt = a_scale.desc.data_type if isinstance(a_scale, Tensor) else DataType.from_numpy(np.asarray(a_scale).dtype)
+        sdt = a_scale.desc.data_type if isinstance(a_scale, Tensor) else DataType.from_numpy(as_host_array(a_scale, "a_scale").dtype)
         out_dt = sdt if sdt == DataType.FLOAT16 else DataType.FLOAT32
     reusable = True
 
@@ -151,11 +152,9 @@ def _prepare(dev: Device, args: tuple[Any, ...], out_data_type: Any, out: Tensor
                 return x
             x = x.numpy()
             reusable = False
-        if not isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
-            raise invalid(field, f"must be a Tensor or a numpy array, got {type(x).__name__}")
-        arr = np.asarray(x)
+        arr = as_host_array(x, field)
         arr = arr.astype(dt.numpy_dtype) if arr.dtype != dt.numpy_dtype else arr
-        if reusable and constant_key(np.asarray(x)) is not None:
+        if reusable and constant_key(arr) is not None:
             return device_constant(dev, arr)
         reusable = False
         return pooled_upload(dev, arr)

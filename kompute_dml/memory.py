@@ -8,13 +8,14 @@ through the device's Engine.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .dtypes import DataType
 from .errors import DMLError, InvalidArgumentError, OutOfMemoryError, invalid
+from .inputs import as_host_array, conform, is_python_data
 from .ints import as_int, cdiv
 from .tensor_desc import MINIMUM_BUFFER_TENSOR_ALIGNMENT, TensorDesc, packed_strides, validate_desc
 
@@ -124,6 +125,10 @@ class Buffer:
 class Tensor:
     """A binding: the range of `buffer` starting at byte `offset`, laid out by `desc`.
 
+    Array-like (README.md, "Tensors as arrays"): dtype, shape, ndim, size, nbytes, device,
+    len(), numpy's __array__ (a download), a repr with the values, basic indexing (a view or a
+    copy: kompute_dml/views.py), strict write_numpy.
+
     Immutable (make a new Tensor for another range). `binding_key` names what it binds
     (buffer serial, offset, id of desc): a compiled operator remembers the bindings whose
     checks passed by these keys, and the checks depend on nothing else (ops/base.py)."""
@@ -167,6 +172,7 @@ class Tensor:
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"Tensor is immutable: {name!r} cannot be deleted")
 
+    # ---- the array protocol (README.md, "Tensors as arrays") ----------------------
     @property
     def device(self) -> Device:
         return self.buffer.device
@@ -176,20 +182,75 @@ class Tensor:
         return self.desc.data_type
 
     @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype of the elements."""
+        return self.desc.data_type.numpy_dtype
+
+    @property
     def shape(self) -> tuple[int, ...]:
         return self.desc.sizes
 
+    @property
+    def ndim(self) -> int:
+        return len(self.desc.sizes)
+
+    @property
+    def size(self) -> int:
+        """The number of elements."""
+        return math.prod(self.desc.sizes)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the elements (size x itemsize; not the bound range, desc.byte_size)."""
+        return self.size * self.desc.data_type.size
+
+    def __len__(self) -> int:
+        return self.desc.sizes[0]
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """A download (numpy's array protocol). The elements live on the device, so there is
+        no array to share: copy=False raises ValueError, as numpy 2 asks."""
+        if copy is False:
+            raise ValueError("a kompute_dml Tensor cannot be viewed without a copy: its elements are on the device")
+        arr = self.numpy()
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    def __getitem__(self, key: Any) -> Tensor:
+        """Basic indexing (integers, slices with steps, ..., None): a view of the same buffer
+        where DirectML can bind one, else a copy (kompute_dml/views.py says which)."""
+        if _slicer is None:  # kompute_dml/views.py registers itself when kompute_dml is imported
+            raise DMLError("kompute_dml.views is not loaded (import kompute_dml)")
+        return _slicer(self, key)
+
     def __repr__(self) -> str:
         d = self.desc
-        return f"Tensor({d.data_type.name}, sizes={d.sizes}, strides={d.strides}, offset={self.offset})"
+        extra = "" if d.strides is None else f", strides={d.strides}"
+        extra += f", offset={self.offset}" if self.offset else ""
+        dev = self.buffer.device
+        where = f"device={dev.name!r}"
+        try:
+            values = np.array2string(self.numpy(), separator=", ", threshold=64, edgeitems=3, prefix="Tensor(")
+        except DMLError as e:  # a closed device: say so, a repr must not raise
+            values = f"<unreadable: {e}>"
+        return f"Tensor({values}, dtype={self.dtype}, shape={d.sizes}{extra}, {where})"
 
-    def numpy(self) -> np.ndarray:
-        """The elements, read through the strides, as a new array of shape desc.sizes."""
+    def numpy(self, out: np.ndarray | None = None) -> np.ndarray:
+        """The elements, read through the strides, as a new array of shape desc.sizes, or
+        into `out` (a writable C-contiguous array of that shape and type: with one from
+        Device.host_array, a packed tensor is written there by the device itself)."""
         d = self.desc
         span = calc_span_bytes(d)
+        if out is not None:
+            if (not isinstance(out, np.ndarray) or out.shape != d.sizes or out.dtype != d.data_type.numpy_dtype
+                    or not out.flags.c_contiguous or not out.flags.writeable):
+                raise invalid("out", f"must be a writable C-contiguous {d.data_type.numpy_dtype} array of shape {d.sizes}")
         if d.effective_strides == packed_strides(d.sizes):  # straight into the result
-            out = np.empty(d.sizes, dtype=d.data_type.numpy_dtype)
+            if out is None:
+                out = np.empty(d.sizes, dtype=d.data_type.numpy_dtype)
             self.buffer.memory.read_into(self.offset, out)
+            return out
+        if out is not None:
+            np.copyto(out, self.numpy())
             return out
         raw = np.empty(span // d.data_type.size, dtype=d.data_type.numpy_dtype)
         self.buffer.memory.read_into(self.offset, raw)
@@ -198,13 +259,37 @@ class Tensor:
         )
         return np.array(view)
 
-    def write_numpy(self, array: Any) -> None:
-        """Write a packed tensor's elements (only valid for packed descs)."""
+    def write_numpy(self, array: Any, *, cast: bool = False) -> None:
+        """Write every element of a packed tensor from `array` (any input kompute_dml.inputs
+        takes: numpy, Python numbers and lists, CPU __array__ / __dlpack__ objects).
+
+        Strict, like CuPy's ndarray.set: the shape must be the tensor's (a scalar fills a
+        one-element tensor) and the element type the tensor's, or a value-preserving
+        conversion (kompute_dml/inputs.py: numpy's 'safe' casts, Python values that fit);
+        anything else raises InvalidArgumentError before a byte is written. `cast=True`
+        converts the type whatever the values (numpy's astype: wraps, rounds, overflows)."""
         d = self.desc
         if d.effective_strides != packed_strides(d.sizes):
             raise InvalidArgumentError("desc.strides: write_numpy needs a packed tensor")
-        arr = np.ascontiguousarray(array, dtype=d.data_type.numpy_dtype).reshape(d.sizes)
-        self.buffer.write(arr, self.offset)
+        python = is_python_data(array)  # numpy's guess at its type is checked by conform
+        arr = as_host_array(array, "array", dml=not python)
+        shape = tuple(arr.shape)
+        if shape != d.sizes and not (shape == () and d.sizes == (1,)):
+            rule = "size" if math.prod(shape) != math.prod(d.sizes) else "shape"
+            raise invalid("array", f"has shape {shape}, the tensor {d.sizes}: another {rule} (write_numpy does "
+                                   "not reshape; reshape the array first)")
+        arr = conform(arr, d.data_type.numpy_dtype, "array", python=python, cast=cast)
+        self.buffer.write(np.ascontiguousarray(arr), self.offset)
+
+
+# Basic indexing (Tensor.__getitem__) lives in kompute_dml/views.py, which needs the copy
+# operator; the operators sit above this module, so views.py registers itself here.
+_slicer: Callable[[Tensor, Any], Tensor] | None = None
+
+
+def register_slicer(fn: Callable[[Tensor, Any], Tensor]) -> None:
+    global _slicer
+    _slicer = fn
 
 
 def _fill(t: Tensor, buffer: Buffer, desc: TensorDesc, offset: int) -> None:

@@ -18,7 +18,10 @@ DirectML execution provider maps them:
 Every other node (and a mapped node whose types, rank or feature level the device
 operator cannot take) runs on the CPU: the graph is cut into maximal sub-graphs of
 consecutive fallback nodes, each run by an onnxruntime CPU session (the first choice)
-or by `onnx.reference.ReferenceEvaluator` (when onnxruntime refuses the sub-graph).
+or by `onnx.reference.ReferenceEvaluator` (when onnxruntime refuses the sub-graph: reported in
+`rep.placement` and every run's `last_run.events`; with fallback="onnxruntime", `FallbackError`
+instead). Sub-models are written with the IR version and opset onnxruntime loads
+(onnx_impl/ort_compat.py).
 Values produced on the device stay there (`kdml.Tensor`) while only device nodes read
 them; a value is downloaded once, when a fallback sub-graph or a graph output needs it.
 """
@@ -32,8 +35,8 @@ from .onnx_impl.rep import BackendRep
 from .onnx_impl.values import CPU as CPU
 from .onnx_impl.values import MS_DOMAIN as MS_DOMAIN
 from .onnx_impl.values import VULKAN as VULKAN
-from .onnx_impl.values import DeviceValue, NodePlacement, RunStats
+from .onnx_impl.values import DeviceValue, FallbackError, NodePlacement, RunStats
 from .onnx_impl.values import FallbackNeeded as FallbackNeeded
 
-__all__ = ["Backend", "BackendRep", "DeviceValue", "NodePlacement", "RunStats", "dynamic_quantize_uint8",
+__all__ = ["Backend", "BackendRep", "DeviceValue", "FallbackError", "NodePlacement", "RunStats", "dynamic_quantize_uint8",
            "prepare", "run_model", "run_node", "supports_device"]

@@ -3,7 +3,8 @@
 Runs an ONNX model through kompute_dml.onnx_backend (supported nodes on the Vulkan
 device, the rest on the CPU fallback), prints where every node ran and how long it took,
 and writes the outputs to a .npz file. User errors (a missing or unreadable file, a
-missing or unknown input, a wrong type) print one clear line and exit with status 2.
+missing or unknown input, a wrong type, a shape other than the model declares, a device
+this machine lacks) print one clear line and exit with status 2.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .cli_common import HELP, DeviceArgError, parse_device
 
 
 class UsageError(Exception):
@@ -32,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="an input from a .npy file (repeat for each input); FILE.npz loads every array in it "
                          "by name when given without NAME=")
     ap.add_argument("--output", "-o", default=None, metavar="OUT.npz", help="write the outputs here (.npz)")
-    ap.add_argument("--device", default="CPU", help="ONNX device string: CPU (the default Vulkan device) or VULKAN:<n>")
+    ap.add_argument("--device", default="CPU", help=HELP)
     ap.add_argument("--feature-level", default=None, help="DirectML feature level, e.g. 6_2 (default: highest)")
     ap.add_argument("--fallback", default="auto", choices=["auto", "onnxruntime", "reference"],
                     help="CPU fallback engine (auto: onnxruntime, then onnx's reference evaluator)")
@@ -109,7 +112,8 @@ def _run(args: argparse.Namespace) -> int:
     import onnx
 
     from .errors import DMLError
-    from .onnx_backend import Backend
+    from .onnx_backend import Backend, FallbackError
+    from .onnx_impl.ort_compat import for_onnxruntime
 
     model_path = Path(args.model)
     if not model_path.is_file():
@@ -122,11 +126,16 @@ def _run(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")
     feeds = _load_inputs(args.input)
+    try:
+        index = parse_device(args.device)
+    except DeviceArgError as e:
+        raise UsageError(str(e)) from None
+    device = "CPU" if str(args.device).strip().upper() in ("CPU", "CPU:0") else f"VULKAN:{index}"
 
     t0 = time.perf_counter()
     try:
-        rep = Backend.prepare(model, args.device, feature_level=args.feature_level, fallback=args.fallback)
-    except (ValueError, DMLError) as e:
+        rep = Backend.prepare(model, device, feature_level=args.feature_level, fallback=args.fallback)
+    except (ValueError, DMLError, FallbackError) as e:
         raise UsageError(f"cannot prepare the model: {e}") from None
     t_prepare = time.perf_counter() - t0
     names = rep.feed_names
@@ -136,8 +145,8 @@ def _run(args: argparse.Namespace) -> int:
     unknown = [n for n in feeds if n not in rep.input_names]
     if unknown:
         raise UsageError(f"unknown input(s) {unknown}; the model's inputs are {names}")
-    try:
-        rep.check_inputs(feeds)
+    try:  # names, types and the declared shapes (onnx_impl/feeds.py)
+        feeds = rep._normalize_inputs(feeds)
     except ValueError as e:
         raise UsageError(str(e)) from None
 
@@ -146,7 +155,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.placement:
         for p in rep.placement:
             where = f"{p.target}:{p.operator}" + (f" (sub-graph {p.segment})" if p.segment is not None else "")
-            print(f"  [{p.index:4}] {p.op_type:28} {p.name[:40]:40} {where}{'  - ' + p.reason if p.reason else ''}")
+            print(f"  [{p.index:4}] {p.op_type:28} {p.name:40} {where}{'  - ' + p.reason if p.reason else ''}")
 
     try:
         t0 = time.perf_counter()
@@ -159,7 +168,7 @@ def _run(args: argparse.Namespace) -> int:
             times.append(time.perf_counter() - t0)
             vk.append(rep.last_run.vulkan_seconds)
             cpu.append(rep.last_run.cpu_seconds)
-    except ValueError as e:
+    except (ValueError, FallbackError) as e:
         raise UsageError(str(e)) from None
     st = rep.last_run
     print(f"timing: prepare {t_prepare * 1e3:.1f} ms, first run {t_first * 1e3:.1f} ms, "
@@ -175,7 +184,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.compare_onnxruntime:
         import onnxruntime as ort
 
-        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        # the IR version and opset this onnxruntime loads (onnx 1.23 writes newer ones)
+        sess = ort.InferenceSession(for_onnxruntime(model).SerializeToString(), providers=["CPUExecutionProvider"])
         ref = sess.run(rep.output_names, feeds)
         ort_times = []
         for _ in range(args.repeat):

@@ -455,10 +455,10 @@ def _(c):
 
 # ---- dev.tensor / dev.empty ---------------------------------------------------------------------
 simple("dev-tensor-empty-array", IAE, "array.shape", "no empty dimensions", lambda c: c.dev.tensor(np.zeros((0, 3), np.float32)))
-simple("dev-tensor-complex", IAE, "dtype", "no DirectML data type", lambda c: c.dev.tensor(np.zeros(3, np.complex64)))
-simple("dev-tensor-bool", IAE, "dtype", "no DirectML data type", lambda c: c.dev.tensor(np.zeros(3, np.bool_)))
-simple("dev-tensor-strings", IAE, "dtype", "no DirectML data type", lambda c: c.dev.tensor(np.array(["a", "b"])))
-simple("dev-tensor-objects", IAE, "dtype", "no DirectML data type", lambda c: c.dev.tensor(np.array([None, 1], dtype=object)))
+simple("dev-tensor-complex", UNS, "array", "complex64 is not a DirectML data type", lambda c: c.dev.tensor(np.zeros(3, np.complex64)))
+simple("dev-tensor-bool", UNS, "array", "bool is not a DirectML data type", lambda c: c.dev.tensor(np.zeros(3, np.bool_)))
+simple("dev-tensor-strings", UNS, "array", "<U1 is not a DirectML data type", lambda c: c.dev.tensor(np.array(["a", "b"])))
+simple("dev-tensor-objects", UNS, "array", "object is not a DirectML data type", lambda c: c.dev.tensor(np.array([None, 1], dtype=object)))
 simple("dev-empty-not-a-desc", IAE, "desc", "must be a TensorDesc", lambda c: c.dev.empty((2, 3)))
 simple("dev-empty-invalid-desc", IAE, "desc.strides", "one entry per dimension", lambda c: c.dev.empty(TD(DT.FLOAT32, (2, 3), (1,))))
 
@@ -697,10 +697,10 @@ def _(c):
 
 # ---- functional helpers -------------------------------------------------------------------------
 Z33 = np.zeros((3, 3), np.float32)
-simple("fn-identity-string", IAE, "x", "must be a Tensor or a numpy array", lambda c: kdml.identity("abc", device=c.dev))
+simple("fn-identity-string", UNS, "x", "str is not a DirectML data type", lambda c: kdml.identity("abc", device=c.dev))
 simple("fn-identity-int32", UNS, "input_tensor", "does not support INT32", lambda c: kdml.identity(np.zeros(3, np.int32), device=c.dev))
-simple("fn-copy-none", IAE, "x", "must be a Tensor or a numpy array", lambda c: kdml.copy(None, device=c.dev))
-simple("fn-copy-bool-array", IAE, "dtype", "no DirectML data type", lambda c: kdml.copy(np.zeros(3, bool), device=c.dev))
+simple("fn-copy-none", IAE, "x", "must be a numpy array, a Python number or list", lambda c: kdml.copy(None, device=c.dev))
+simple("fn-copy-bool-array", UNS, "x", "bool is not a DirectML data type", lambda c: kdml.copy(np.zeros(3, bool), device=c.dev))
 simple("fn-triu-1d", IAE, "x", "at least 2 dimensions", lambda c: kdml.triu(np.zeros(3, np.float32), device=c.dev))
 simple("fn-tril-k-nan", IAE, "k", "integer", lambda c: kdml.tril(Z33, k=math.nan, device=c.dev))
 simple("fn-triu-k-string", IAE, "k", "integer", lambda c: kdml.triu(Z33, k="1", device=c.dev))

@@ -207,3 +207,17 @@ def test_parallel_host_copy_moves_every_byte(monkeypatch, rng):
     dst = np.zeros_like(src)
     staging.host_copy(dst, src)
     np.testing.assert_array_equal(dst, src)
+
+
+def test_numpy_into_an_array(dev, rng):
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    t = dev.tensor(x)
+    out = dev.host_array((4, 6), np.float32)
+    assert t.numpy(out=out) is out
+    np.testing.assert_array_equal(out, x)
+    strided = kdml.Tensor(t.buffer, kdml.TensorDesc(DT.FLOAT32, (4, 3), (6, 2)))
+    out2 = np.zeros((4, 3), np.float32)
+    strided.numpy(out=out2)
+    np.testing.assert_array_equal(out2, x[:, ::2])
+    with pytest.raises(kdml.InvalidArgumentError, match="out"):
+        t.numpy(out=np.zeros((6, 4), np.float32))

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from ..cli_common import HELP, DeviceArgError, parse_device
+from ..cli_common import console as make_console
 from . import transfers
 from .cases import Env, RowSpec, gpu_rows, recorded, suite
 from .cpu_peers import ort_available
@@ -103,7 +105,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-cupy", action="store_true", help="skip the CuPy peers")
     ap.add_argument("--torch-device", default="cuda", help="where the torch peers run (default cuda; 'cpu' exercises "
                     "the GPU rows' code on a machine without one)")
-    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--device", default="0", help=HELP)
     ap.add_argument("--no-transfers", action="store_true", help="leave out the transfers and first-call sections")
     ap.add_argument("--latency-here", action="store_true", help="time the latency section in this process, not in "
                     "one process per side (python -m kompute_dml.bench.latency_proc)")
@@ -112,7 +114,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     import kompute_dml as kdml
@@ -120,17 +121,29 @@ def main(argv: list[str] | None = None) -> int:
     from .method import __doc__ as doc
 
     t_start = time.perf_counter()
-    dev = kdml.Device(args.device)
+    try:  # one line and status 2 for a device this machine lacks or cannot open
+        args.device = parse_device(args.device)
+        dev = kdml.Device(args.device)
+    except (DeviceArgError, kdml.DMLError) as e:
+        print(f"kompute-dml bench: error: {e}", file=sys.stderr)
+        return 2
     policy = getattr(getattr(dev, "policy", None), "name", getattr(dev, "device_type", "cpu"))
     gpu_mode = args.gpu == "on" or (args.gpu == "auto" and policy != "cpu")
-    console = Console() if sys.stdout.isatty() else Console(width=210 if gpu_mode else 170)
+    console = make_console()
     rounds = args.rounds or (5 if args.quick else 15)
     names = [n for n in GPU_PEERS if gpu_mode and not getattr(args, f"no_{n}")]
     peers, skipped = load_peers(names, args.torch_device)
     env = Env(kdml, dev, np.random.default_rng(0), ort=ort_available() and not args.no_ort, gpu=peers)
     specs = suite(env, args.quick) + (gpu_rows(env, args.quick) if gpu_mode else [])
     if args.only:
-        specs = [s for s in specs if args.only.lower() in s.label.lower()]
+        chosen = [s for s in specs if args.only.lower() in s.label.lower()]
+        matmul_only = not gpu_mode and any(w in args.only.lower() for w in ("matmul", "matrix"))
+        if not chosen and not matmul_only:
+            labels = "; ".join(s.label for s in specs)
+            print(f"kompute-dml bench: error: --only {args.only!r} matches no row; the rows are: {labels}",
+                  file=sys.stderr)
+            return 2
+        specs = chosen
 
     ceil_a = np.ones(CEILING_BYTES // 4, np.float32)
     ceil_b = np.empty_like(ceil_a)

@@ -46,31 +46,51 @@ class Batched:
 
 
 # ---- timing ------------------------------------------------------------------------
-def _calibrate(fn: Callable[[], Any], target: float) -> int:
+def _calibrate(fn: Callable[[], Any], target: float) -> tuple[int, float]:
+    """(calls per sample, seconds of one call)."""
     t0 = time.perf_counter()
     fn()
     dt = time.perf_counter() - t0
-    return int(min(1000, max(1, target / max(dt, 1e-7))))
+    return int(min(1000, max(1, target / max(dt, 1e-7)))), dt
+
+
+# With `steady`, a callable shorter than this gets one untimed call right before each of its
+# samples (see `interleaved`).
+STEADY_BELOW_S = 5e-3
 
 
 def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, warmup: int = 2, target: float = 3e-4,
-                settle: float = 0.0) -> dict[str, list[float]]:
+                settle: float = 0.0, steady: bool = False) -> dict[str, list[float]]:
     """Seconds per execution of each callable: `rounds` samples each, taken round-robin, so
     that a shared machine's noise hits every contender alike. A sample repeats its callable
     until it lasts about `target` (the timer's resolution then does not matter for
     microsecond calls). `settle` seconds of sleep before each sample let the previous
     contender's worker threads (onnxruntime's and OpenBLAS's spin after a call; lavapipe's
-    do not) stop competing for the cores."""
+    do not) stop competing for the cores.
+
+    `steady`: time back-to-back executions, as the latency section's eager figure does. A
+    sample otherwise starts right after the other contenders' (on a CPU device, a 64 MiB
+    numpy copy), when lavapipe's worker threads have gone to sleep: a 64x64 identity read
+    60-180 us/op in the table against 8-11 us back to back. So each callable shorter than
+    STEADY_BELOW_S gets one untimed call before each of its samples (and before calibration)."""
     for f in fns.values():
         for _ in range(warmup):
             f()
-    inner = {k: _calibrate(f, target) for k, f in fns.items()}
+    inner = {}
+    warm = {}
+    for k, f in fns.items():
+        if steady:
+            f()
+        inner[k], dt = _calibrate(f, target)
+        warm[k] = steady and dt < STEADY_BELOW_S
     samples: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(rounds):
         for k, f in fns.items():
             n = inner[k]
             if settle:
                 time.sleep(settle)
+            if warm[k]:
+                f()
             t0 = time.perf_counter()
             for _ in range(n):
                 f()
@@ -202,7 +222,7 @@ def run_case(case: Case, rounds: int, ceiling_fn: Callable[[], Any] | None = Non
     # multi-threaded compute-bound CPU peers: settle between samples (see `interleaved`;
     # OpenBLAS threads spin for about 0.1 s after a call)
     settle = 0.15 if not case.memory_bound and case.peers else 0.0
-    samples = interleaved(fns, rounds, settle=settle)
+    samples = interleaved(fns, rounds, settle=settle, steady=True)
     times = {k: median(v) for k, v in samples.items()}
     ceil = 2 * CEILING_BYTES / times["ceiling"] / 1e9 if "ceiling" in times else ceiling_gbps
     row = summarize(case, times, ceil)

@@ -2,13 +2,23 @@
 
 Usage: kompute-dml bench [--quick] [--json FILE] [--plot FILE.png] [--markdown FILE.md]
        [--only SUBSTR] [--rounds N] [--gpu {auto,on,off}] [--no-ort] [--no-torch] [--no-cupy]
-       [--latency-here]
+       [--latency-here] [--device N|VULKAN:N]
+
+--device takes an index or VULKAN:<index> (as `info` and `run` do); a device this machine lacks
+prints one line and exits with status 2, and so does an --only that matches no row (the line
+lists the rows). Piped output prints tables at their natural width (no name cut).
 
 Method. Each row times several callables *interleaved*: one sample of ours, one of each
 peer (and, on a CPU device, one of the machine's copy ceiling) per round, so that the noise
 of a shared machine hits all of them alike; each figure is the median over the rounds,
 after a warm-up. A sample repeats its callable enough times to last ~0.3 ms (so that the
 timer's resolution does not matter for microsecond calls) and is divided by that count.
+A callable shorter than 5 ms gets one untimed call right before each of its samples, so that
+`us/op` and `eager us` are back-to-back (steady-state) figures, the same thing the latency
+line's eager `op.execute` measures. Without it a sample started right after the other
+contenders' (on a CPU device the 64 MiB ceiling copy), with lavapipe's worker threads asleep,
+and the 64x64 identity row read 60-180 us/op against 8-11 us in the latency line: the table
+measured the first execution after an idle device, the latency line executions in a row.
 
 - CPU device (lavapipe; the device policy "cpu"): ours is the re-evaluation of an already
   compiled operator with already bound tensors (`op.execute(...)`, which replays the cached

@@ -134,7 +134,7 @@ def render(console: Any, result: dict[str, Any]) -> None:
         cols += [(p if p != "torch_int_mm" else "int_mm", "right"), (f"x {SHORT.get(p, p)}", "right")]
     cols += [("% ceil", "right"), ("ok", "center")]
     for col, just in cols:
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
     for r in result["rows"]:
         u = _u(r)
         ok = r.get("correct")
@@ -150,7 +150,7 @@ def render(console: Any, result: dict[str, Any]) -> None:
         mt = Table(title="benchmarks/bench_matmul.py run()", title_justify="left")
         keys = list(dict.fromkeys(k for r in result["matmul_module"] for k in r))
         for k in keys:
-            mt.add_column(k)
+            mt.add_column(k, overflow="fold")
         for r in result["matmul_module"]:
             mt.add_row(*(_f(r.get(k)) if not isinstance(r.get(k), (list, tuple)) else fmt_shape(r[k]) for k in keys))
         console.print(mt)
@@ -164,7 +164,7 @@ def render(console: Any, result: dict[str, Any]) -> None:
                                                                           (r.get("peer_errors") or {}).items()]))
     g = Table(title="goals", title_justify="left")
     for col in ("goal", "target", "measured", "met"):
-        g.add_column(col)
+        g.add_column(col, overflow="fold")
     for x in result["goals"]:
         met = x["met"]
         g.add_row(x["goal"], x["target"], _f(x["measured"]),

@@ -68,11 +68,16 @@ class Backend(_OnnxBackend):
 
     @classmethod
     def is_compatible(cls, model: Any, device: str = "CPU", **kwargs: Any) -> bool:
-        return _parse_device(device) is not None
+        return cls.supports_device(device)
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
-        return _parse_device(device) is not None
+        """True for "CPU" (the default Vulkan device) and for "VULKAN:<n>" where this machine
+        has a Vulkan device n (what `prepare` will then open)."""
+        index = _parse_device(device)
+        if index is None:
+            return False
+        return index < 0 or index < len(kdml.list_devices())
 
     @classmethod
     def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> BackendRep:

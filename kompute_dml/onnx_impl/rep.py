@@ -20,10 +20,11 @@ import kompute_dml as kdml
 
 from .analysis import GraphAnalysis
 from .fallback import CpuSegment
+from .feeds import normalize_inputs
 from .graph import _densify, _node_inputs
 from .handlers import _HANDLERS
 from .transfers import ValueTransfers
-from .values import CPU, VULKAN, DeviceValue, FallbackNeeded, NodePlacement, RunStats, _is_tensor_value
+from .values import CPU, VULKAN, DeviceValue, FallbackError, FallbackNeeded, NodePlacement, RunStats
 
 
 # ---------------------------------------------------------------------------------
@@ -71,6 +72,12 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self._placement_static: list[tuple[str, str, str]] = [self._static_target(n) for n in g.node]
         self._steps = self._partition()
         self.placement = self._make_placement()
+        if fallback == "onnxruntime":  # refuse now what onnxruntime is known to refuse at the run
+            for seg in self.segments:
+                why = seg.ort_obstacle()
+                if why:
+                    raise FallbackError(f"fallback='onnxruntime': CPU sub-graph {seg.index}: {why}; fallback='auto' "
+                                        "lets onnx's reference evaluator run it")
         self._single_node_segments: dict[int, CpuSegment] = {}
 
 
@@ -153,13 +160,15 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
 
     def _make_placement(self) -> list[NodePlacement]:
         seg_of = {i: s.index for s in self.segments for i in s.node_indices}
-        engine = {"auto": "onnxruntime", "onnxruntime": "onnxruntime", "reference": "reference"}[self.fallback]
+        # the engine each sub-graph is expected to run on; the first run settles it (_refresh_engines)
+        engines = [s.expected_engine() for s in self.segments]
         out = []
         for i, node in enumerate(self.graph.node):
             target, op, reason = self._placement_static[i]
             domain = node.domain if node.domain != "ai.onnx" else ""
+            seg = seg_of.get(i)
             out.append(NodePlacement(i, node.name, node.op_type, domain, target,
-                                     op if target == VULKAN else engine, seg_of.get(i), reason))
+                                     op if target == VULKAN else engines[seg] if seg is not None else "", seg, reason))
         return out
 
     def _refresh_engines(self) -> None:
@@ -181,6 +190,9 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         engines = collections.Counter(p.operator for p in cpu)
         eng = ", ".join(f"{e} {c}" for e, c in sorted(engines.items())) or "none"
         lines.append(f"{len(cpu)} nodes fall back to the CPU in {len(self.segments)} sub-graph(s) ({eng})")
+        if cpu and self.fallback == "auto" and not any(s.engine for s in self.segments):
+            lines.append("  (engines as expected before the first run; a sub-graph that onnxruntime refuses runs on "
+                         "onnx's reference evaluator, and each run's last_run.events says so)")
         cpu_counts = collections.Counter(p.op_type for p in cpu)
         if cpu_counts:
             lines.append("  cpu     " + ", ".join(f"{op} x{c}" for op, c in sorted(cpu_counts.items())))
@@ -194,29 +206,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self.last_run.events.append(msg)
     # ---- running ----------------------------------------------------------------------
     def _normalize_inputs(self, inputs: Any) -> dict[str, Any]:
-        if isinstance(inputs, dict):
-            feeds = dict(inputs)
-            unknown = [k for k in feeds if k not in self.input_names]
-            if unknown:
-                raise ValueError(f"unknown input(s) {unknown}; the model's inputs are {self.feed_names}")
-        else:
-            if _is_tensor_value(inputs) and not isinstance(inputs, DeviceValue):
-                inputs = [inputs]
-            seq = list(inputs)
-            names = self.feed_names if len(seq) <= len(self.feed_names) else self.input_names
-            if len(seq) > len(names):
-                raise ValueError(f"{len(seq)} inputs given; the model takes {len(self.feed_names)}: {self.feed_names}")
-            feeds = dict(zip(names, seq))
-        missing = [n for n in self.feed_names if n not in feeds]
-        if missing:
-            raise ValueError(f"missing input(s) {missing}; the model's inputs are {self.feed_names}")
-        for name, v in list(feeds.items()):
-            if isinstance(v, (np.generic, int, float, bool)):
-                feeds[name] = v = np.asarray(v)
-            exp = self._elem_dtype(name)
-            if isinstance(v, np.ndarray) and exp is not None and v.dtype != exp and v.dtype.kind != "O":
-                raise ValueError(f"input {name!r}: expected {exp}, got {v.dtype}")
-        return feeds
+        return normalize_inputs(self, inputs)  # feeds.py: the one input rule, types, declared shapes
 
     def check_inputs(self, inputs: Any) -> None:
         """Raise ValueError (naming the input) if `inputs` cannot be fed to this model."""

@@ -26,6 +26,11 @@ _FLOAT_OUT = {np.dtype(np.float32), np.dtype(np.float16)}
 _DEVICE_OPS: dict[tuple[str, str], tuple[str, str, int]] = ONNX_PLACEMENT
 
 
+class FallbackError(RuntimeError):
+    """fallback="onnxruntime" and onnxruntime cannot run a CPU sub-graph (not installed, or it
+    refuses the sub-model): raised instead of switching engines behind the caller's back."""
+
+
 class FallbackNeeded(Exception):
     """Raised by a device handler when this node, with these runtime values, must run on the CPU."""
 
