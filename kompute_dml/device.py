@@ -23,7 +23,7 @@ from .ints import as_int
 from .memory import Buffer, Tensor, packed_desc_for
 from .ops import compile_operator
 from .policy import policy_for, requested_capabilities
-from .runtime import DispatchPlan, Engine, Work
+from .runtime import DispatchPlan, Engine, Profile, Submission, Work, finished
 from .tensor_desc import TensorDesc, validate_desc
 from .vulkan_info import PhysicalDeviceInfo, physical_devices
 
@@ -185,6 +185,34 @@ class Device:
         yield rec
         rec.submit()
 
+    def synchronize(self) -> None:
+        """Wait for every submission made with `wait=False`."""
+        self.engine.synchronize()
+
+    @contextlib.contextmanager
+    def profile(self) -> Iterator[Profile]:
+        """Device time per dispatch while the block runs: `with dev.profile() as p: ...`,
+        then `print(p)` or `p.rows` / `p.table(by="scope" | "variant")`
+        (kompute_dml/runtime/profile.py). Profiled work runs one submission at a time."""
+        engine = self.engine
+        with engine.lock:
+            engine.check_open()
+            if engine.profile is not None:
+                raise DMLError("a profile is already open on this Device")
+            engine.synchronize()
+            p = Profile(engine.manager, float(self.limits.get("timestamp_period_ns") or 1.0), engine.guarded)
+            engine.profile = p
+        try:
+            yield p
+        finally:
+            with engine.lock:
+                engine.profile = None
+
+    @property
+    def active_profile(self) -> Profile | None:
+        """The profile open on this device (Device.profile), else None."""
+        return self.engine.profile
+
     # ---- state -------------------------------------------------------------------
     @property
     def closed(self) -> bool:
@@ -227,6 +255,7 @@ class Recording:
         # collected mid-recording would otherwise take its pipelines with it.
         self._keys: list[Hashable] = []
         self._work: list[Work] = []
+        self._labels: list[str] = []
         self._count = 0
         self._done = False
 
@@ -241,17 +270,22 @@ class Recording:
             return
         self._keys.append(key)
         self._work.append((op.plans, bound))
+        self._labels.append(op.support.name)
         self._count += len(op.plans)
 
-    def submit(self) -> None:
+    def submit(self, wait: bool = True) -> Submission | None:
+        """Submit the recorded executions (leaving the `with` block does, waiting); with
+        `wait=False`, return at once with a Submission (`wait()`, `done()`)."""
+        engine = self.device.engine
         if self._done:
-            return
+            return None if wait else finished(engine.lock)
         self._done = True
         try:
             if self._count:
-                self.device.engine.submit(tuple(self._keys), self._work)
+                return engine.submit(tuple(self._keys), self._work, wait, self._labels)[1]
+            return None if wait else finished(engine.lock)
         finally:
-            self._keys, self._work = [], []
+            self._keys, self._work, self._labels = [], [], []
 
     def __len__(self) -> int:
         return self._count

@@ -240,10 +240,10 @@ class Tensor:
         Device.host_array, a packed tensor is written there by the device itself)."""
         d = self.desc
         span = calc_span_bytes(d)
-        if out is not None:
-            if (not isinstance(out, np.ndarray) or out.shape != d.sizes or out.dtype != d.data_type.numpy_dtype
-                    or not out.flags.c_contiguous or not out.flags.writeable):
-                raise invalid("out", f"must be a writable C-contiguous {d.data_type.numpy_dtype} array of shape {d.sizes}")
+        if out is not None and (not isinstance(out, np.ndarray) or out.shape != d.sizes
+                                or out.dtype != d.data_type.numpy_dtype or not out.flags.c_contiguous
+                                or not out.flags.writeable):
+            raise invalid("out", f"must be a writable C-contiguous {d.data_type.numpy_dtype} array of shape {d.sizes}")
         if d.effective_strides == packed_strides(d.sizes):  # straight into the result
             if out is None:
                 out = np.empty(d.sizes, dtype=d.data_type.numpy_dtype)

@@ -41,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="CPU fallback engine (auto: onnxruntime, then onnx's reference evaluator)")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs after the first (default 1)")
     ap.add_argument("--placement", action="store_true", help="also list every node with where it runs")
+    ap.add_argument("--profile", action="store_true",
+                    help="after the timed runs, one more run with the device time of every dispatch, per node")
     ap.add_argument("--compare-onnxruntime", action="store_true",
                     help="also run the model with onnxruntime's CPU provider and report the difference and timing")
     return ap
@@ -180,6 +182,12 @@ def _run(args: argparse.Namespace) -> int:
         print(f"note: {ev}")
     for name, v in zip(rep.output_names, outputs):
         print(f"output {name}: {_describe(v)}")
+    if args.profile:
+        with rep.device.profile() as prof:
+            rep.run(feeds)
+        print(f"device time per node (one profiled run; {len(prof.rows)} dispatches, {prof.total_us():.1f} us in all):")
+        for row in prof.table(by="scope"):
+            print(f"  {row['scope']:60} {row['dispatches']:4} dispatch(es) {row['microseconds']:10.2f} us")
 
     if args.compare_onnxruntime:
         import onnxruntime as ort

@@ -95,3 +95,14 @@ def test_run_checks_input_shapes(tmp_path, capsys):
     assert "kompute-dml run: error: input 'x': has shape (3, 5); the model declares (4, 5)" in err
     rc = main(["run", _model(tmp_path, ("rows", 5)), "--input", f"x={tmp_path / 'x.npy'}"])  # symbolic: free
     assert rc == 0, capsys.readouterr().err
+
+
+def test_run_profile_shows_device_time_per_node(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.ones((4, 5), np.float32))
+    rc = main(["run", _model(tmp_path, (4, 5)), "--input", f"x={tmp_path / 'x.npy'}", "--device", "VULKAN:0",
+               "--profile"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "device time per node" in out
+    line = next(ln for ln in out.splitlines() if "Trilu" in ln and "dispatch" in ln)
+    assert float(line.split()[-2]) >= 0

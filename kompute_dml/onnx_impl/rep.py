@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import heapq
 import threading
@@ -258,8 +259,10 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         ins = [lookup(n) if n else None for n in node.input]
         handler = _HANDLERS[node.op_type]
         self._cur_node, self._slot = idx, 0
+        prof = self.device.active_profile  # Device.profile(): rows named by node
         try:
-            outs = handler(self, node, ins, stats)
+            with prof.scope(f"{idx} {node.op_type} {node.name}") if prof else contextlib.nullcontext():
+                outs = handler(self, node, ins, stats)
             stats.vulkan_nodes += 1
         except (FallbackNeeded, kdml.UnsupportedError) as e:
             stats.runtime_fallbacks += 1

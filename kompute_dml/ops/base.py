@@ -16,7 +16,7 @@ from ..errors import invalid
 from ..layout import element_offsets
 from ..memory import Tensor, calc_span_bytes, check_binding_range
 from ..registry import OperatorSupport
-from ..runtime import DispatchPlan, TransferPlan
+from ..runtime import DispatchPlan, Submission, TransferPlan, finished
 from ..tensor_desc import MINIMUM_BUFFER_TENSOR_ALIGNMENT, TensorDesc, validate_desc
 
 if TYPE_CHECKING:
@@ -246,17 +246,23 @@ class CompiledOperator:
         return True
 
     # ---- execution ---------------------------------------------------------------
-    def execute(self, inputs: Any, outputs: Any) -> None:
-        """Run the operator on the bound tensors; returns when the device is done."""
+    def execute(self, inputs: Any, outputs: Any, wait: bool = True) -> Submission | None:
+        """Run the operator on the bound tensors; returns when the device is done, or with
+        `wait=False` at once, with a Submission (`wait()`, `done()`; reading or writing a
+        bound buffer from the host waits for it, runtime/inflight.py)."""
         bound, key = self.bind(inputs, outputs)
         if key is None or not self.plans:
-            return
+            return None if wait else finished(self.engine.lock)
         last = self._last
-        if last is not None and last[0] is key and self.engine.rerun(last[1], bound):
-            return
+        if last is not None and last[0] is key:
+            ran = self.engine.rerun(last[1], bound, wait)
+            if ran is not False:
+                return ran  # type: ignore[return-value]
         # the key of a one-execution submission: an eager execution and a recording of
         # just this execution replay the same kp sequence
-        self._last = (key, self.engine.submit((key,), ((self.plans, bound),)))
+        replay, submission = self.engine.submit((key,), ((self.plans, bound),), wait, (self.support.name,))
+        self._last = (key, replay)
+        return submission
 
 
 def _byte_positions(t: Tensor) -> np.ndarray:

@@ -7,6 +7,8 @@
   transfers by byte range through reusable host-visible slots, and Device.host_array memory
 - `disk_cache`: the device's pipeline cache, kept on disk between processes
 - `budget`: the allocation rules (memory budget, allocation count, host memory)
+- `inflight`: submissions made without waiting (Submission); `profile`: device time per
+  dispatch (Device.profile)
 - `pipelines`, `encode`, `pool`: cached kp algorithms (descriptor sets over shared pipelines); plans -> kp operations and barriers;
   the functional helpers' buffer pool
 
@@ -17,7 +19,12 @@ the Engine; nothing here imports them back.
 from __future__ import annotations
 
 from .engine import KP_PATCH_LEVEL, Engine, Work
+from .inflight import Submission, finished
 from .memory import DeviceMemory
 from .plans import DispatchPlan, Plan, TransferPlan, grid_for
+from .profile import Profile, ProfileRow
 
-__all__ = ["KP_PATCH_LEVEL", "DeviceMemory", "DispatchPlan", "Engine", "Plan", "TransferPlan", "Work", "grid_for"]
+__all__ = [
+    "KP_PATCH_LEVEL", "DeviceMemory", "DispatchPlan", "Engine", "Plan", "Profile", "ProfileRow", "Submission",
+    "TransferPlan", "Work", "finished", "grid_for",
+]

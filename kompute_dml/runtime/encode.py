@@ -92,7 +92,7 @@ def global_barrier() -> Any:
     return kp.OpGlobalBarrier(_ALL_ACCESS, _ALL_ACCESS, _ALL_STAGES, _ALL_STAGES)
 
 
-def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch]) -> int:
+def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch], positions: list[int | None] | None = None) -> int:
     """Record dispatches into a kp sequence with the barriers their hazards need; returns
     how many barriers it recorded between dispatches.
 
@@ -101,20 +101,28 @@ def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch]) -> int:
     queue, earlier submissions included, and it makes every pending write visible. The
     sequence starts with one (the uploads and dispatches of earlier submissions), and one
     goes before every dispatch that reads what an earlier one wrote (RAW) or writes what an
-    earlier one touched (WAW, WAR); the access sets are reset after it."""
+    earlier one touched (WAW, WAR); the access sets are reset after it. `positions`, when
+    given, receives per dispatch the index of kp's timestamp after it (None: skipped)."""
     seq.record(global_barrier())
+    recorded = 1
     written: set[int] = set()
     read: set[int] = set()
     barriers = 0
     for d in dispatches:
         if d.skip:
+            if positions is not None:
+                positions.append(None)
             continue
         if (d.reads & written) or (d.writes & (written | read)):
             seq.record(global_barrier())
+            recorded += 1
             barriers += 1
             written.clear()
             read.clear()
         seq.record(d.op)
+        recorded += 1
+        if positions is not None:  # kp's timestamp after this command (runtime/profile.py)
+            positions.append(recorded)
         written |= d.writes
         read |= d.reads
     return barriers

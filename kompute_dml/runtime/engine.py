@@ -32,10 +32,12 @@ from ..errors import DeviceError, OutOfMemoryError
 from .budget import MemoryBudget
 from .disk_cache import DiskPipelineCache
 from .encode import encode, global_barrier, record_dispatches
+from .inflight import InFlight, Submission, finished
 from .memory import DeviceMemory
 from .pipelines import PipelineCache
 from .plans import DispatchPlan, Plan
 from .pool import BufferPool
+from .profile import Profile
 from .staging import HostMemory, Staging, host_origin
 
 # One execution of an operator: its plans and the bound tensors (inputs then outputs; None
@@ -78,10 +80,14 @@ class _Replay:
     it and waits, the serials of the buffers it binds, and per execution the binding
     indices its plans write."""
 
-    __slots__ = ("live", "memories", "run", "seq", "writes")
+    __slots__ = ("dispatches", "generation", "live", "memories", "run", "running", "seq", "writes")
 
-    def __init__(self, seq: Any, memories: frozenset[int], writes: tuple[tuple[int, ...], ...]) -> None:
+    def __init__(self, seq: Any, memories: frozenset[int], writes: tuple[tuple[int, ...], ...],
+                 dispatches: list[tuple[Any, tuple[str, Plan]]]) -> None:
+        self.dispatches = dispatches  # (encoded command, (operator, plan)): for Profile.run
         self.live = True  # False once out of the replay cache (Engine.rerun then refuses it)
+        self.running = False  # submitted without waiting, not yet waited for (inflight.py)
+        self.generation = 0  # how often it was submitted without waiting
         self.seq = seq
         # kdml_run: eval() without looking up a Python object for the returned sequence
         self.run = None if seq is None else seq.kdml_run
@@ -123,6 +129,8 @@ class Engine:
         self._misc_seq = self.manager.sequence()  # buffer fills
         self.staging = Staging(self.manager, self.guarded)
         self._host: weakref.WeakValueDictionary[int, HostMemory] = weakref.WeakValueDictionary()
+        self.inflight = InFlight(self.guarded)
+        self.profile: Profile | None = None  # set while Device.profile() is open
         # Replayed sequences complete by a completion word where the kp build has them
         # (patch level 7) and this is True (set from DevicePolicy.completion), else by fence.
         self.completion_word = False
@@ -176,12 +184,14 @@ class Engine:
         """Bytes [offset, offset + len(data)) of `memory` <- `data` (contiguous uint8)."""
         with self.lock:
             self.check_open()
+            self.inflight.settle(memory.serial)
             self.staging.upload(memory, offset, data, host_origin(data, self._host))
 
     def read_into(self, memory: DeviceMemory, offset: int, out: np.ndarray) -> None:
         """`out` (contiguous uint8) <- bytes [offset, offset + len(out)) of `memory`."""
         with self.lock:
             self.check_open()
+            self.inflight.settle(memory.serial)
             self.staging.download(memory, offset, out, host_origin(out, self._host))
 
     @staticmethod
@@ -193,6 +203,7 @@ class Engine:
             engine.budget.give_back(nbytes)
             if engine.closed:
                 return
+            engine.inflight.settle(serial)
             engine.pipelines.forget_memory(serial)
             for key in [k for k, r in engine._replays.items() if serial in r.memories]:
                 engine._replays.pop(key).live = False
@@ -218,59 +229,72 @@ class Engine:
             raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
 
     # ---- submission --------------------------------------------------------------------
-    def submit(self, key: Hashable, work: Sequence[Work]) -> _Replay:
-        """Run executions in one submission and wait. `key` names what the executions bind
-        (operators, buffer serials, offsets): equal keys replay one cached kp sequence.
-        Returns that cached submission, for `rerun`."""
+    def submit(self, key: Hashable, work: Sequence[Work], wait: bool = True,
+               labels: Sequence[str] = ()) -> tuple[_Replay, Submission | None]:
+        """Run executions in one submission and wait (`wait=False`: return a Submission to
+        wait for). `key` names what the executions bind (operators, buffer serials, offsets):
+        equal keys replay one cached kp sequence. Returns that cached submission, for
+        `rerun`, and the Submission (None when waited). `labels`: the executions' operator
+        names (Device.profile rows)."""
         with self.lock:
             if self.closed:
                 raise DeviceError("the device has been closed")
             replay = self._replays.get(key)
             if replay is None:
-                replay = self._record(work)
+                replay = self._record(work, labels)
                 self._replays[key] = replay
                 if len(self._replays) > REPLAY_CAPACITY:
                     self._replays.popitem(last=False)[1].live = False
             else:
                 self._replays.move_to_end(key)
-            self._launch(replay, [bound for _plans, bound in work])
-            return replay
+            return replay, self._launch(replay, wait)
 
-    def rerun(self, replay: _Replay, bound: Sequence[Any]) -> bool:
+    def rerun(self, replay: _Replay, bound: Sequence[Any], wait: bool = True) -> bool | Submission | None:
         """Submit again what `submit` returned for one execution on the same `bound` tensors
         (the same key), without the cache lookup: an eager operator's repeated call. False,
-        having run nothing, when the submission has left the cache since (then `submit`)."""
+        having run nothing, when the submission has left the cache since (then `submit`);
+        else what `submit` returns as its Submission (None when waited)."""
         with self.lock:
             if self.closed:
                 raise DeviceError("the device has been closed")
             if not replay.live:
                 return False
-            self._launch(replay, (bound,))
-            return True
+            return self._launch(replay, wait)
 
-    @staticmethod
-    def _launch(replay: _Replay, bounds: Sequence[Sequence[Any]]) -> None:
-        """Run a cached submission and wait (nothing where it has no sequence: e.g. an exact
-        in-place copy). Every execution's path: called under the lock."""
+    def _launch(self, replay: _Replay, wait: bool) -> Submission | None:
+        """Run a cached submission and wait, or start it (nothing where it has no sequence:
+        e.g. an exact in-place copy). Every execution's path: called under the lock."""
         if replay.run is None:
-            return
-        try:
-            replay.run()
-        except RuntimeError as e:
-            raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
+            return None if wait else finished(self.lock)
+        if replay.running:  # its command buffer is still on the device
+            self.inflight.finish(replay)
+        if self.profile is not None:
+            self.profile.run(replay)
+        elif wait:
+            try:
+                replay.run()
+            except RuntimeError as e:
+                raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
+        else:
+            return self.inflight.start(replay, self.lock)
+        return None if wait else finished(self.lock)
 
-    def _record(self, work: Sequence[Work]) -> _Replay:
-        dispatches = [encode(plan, bound, self.pipelines, self.dummy) for plans, bound in work for plan in plans]
+    def synchronize(self) -> None:
+        """Wait for every submission made without waiting."""
+        with self.lock:
+            self.inflight.settle()
+
+    def _record(self, work: Sequence[Work], labels: Sequence[str] = ()) -> _Replay:
+        names = list(labels) + [""] * (len(work) - len(labels))
+        dispatches = [(encode(plan, bound, self.pipelines, self.dummy), (name, plan))
+                      for (plans, bound), name in zip(work, names) for plan in plans]
         memories = frozenset(t.buffer.memory.serial for _plans, bound in work for t in bound if t is not None)
         writes = tuple(tuple(sorted({i for plan in plans for i in plan.writes})) for plans, _bound in work)
-        if all(d.skip for d in dispatches):
-            return _Replay(None, memories, writes)
-        if self.completion_word:
-            seq = self.manager.kdml_word_sequence()
-        else:
-            seq = self.manager.sequence()
-        record_dispatches(seq, dispatches)
-        return _Replay(seq, memories, writes)
+        if all(d.skip for d, _ in dispatches):
+            return _Replay(None, memories, writes, dispatches)
+        seq = self.manager.kdml_word_sequence() if self.completion_word else self.manager.sequence()
+        record_dispatches(seq, [d for d, _ in dispatches])
+        return _Replay(seq, memories, writes, dispatches)
 
     # ---- state ---------------------------------------------------------------------------
     def prepare(self, plan: DispatchPlan) -> None:
@@ -301,6 +325,8 @@ class Engine:
         with self.lock:
             if self.closed:
                 return
+            with contextlib.suppress(DeviceError):
+                self.inflight.settle()
             for replay in self._replays.values():
                 replay.live = False
             self._replays.clear()

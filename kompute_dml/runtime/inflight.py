@@ -1,0 +1,84 @@
+"""Submissions the host has not waited for: `execute(..., wait=False)` and
+`Recording.submit(wait=False)` return a Submission with `wait()` and `done()`.
+
+The device runs submissions in queue order, and every submission starts with a global
+barrier (encode.py), so later work on the device sees what earlier work wrote without the
+host waiting in between. The host waits only where it must:
+- before it reads or writes a buffer an unfinished submission binds (Engine.read_into /
+  write: "reading a tensor waits for the work that writes it"), and before such a buffer is
+  freed;
+- before the same cached kp sequence is submitted again (a command buffer runs once at a
+  time);
+- in Device.synchronize() and Device.close().
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class InFlight:
+    """The cached submissions (engine._Replay) running on the device, by id. Callers hold the
+    engine's lock."""
+
+    def __init__(self, guarded: Callable[[Callable[[], object]], None]) -> None:
+        self._guarded = guarded  # runs a kp wait, its failure as DeviceError
+        self._running: dict[int, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._running)
+
+    def start(self, replay: Any, lock: Any) -> Submission:
+        self._guarded(replay.seq.kdml_submit)
+        replay.generation += 1
+        replay.running = True
+        self._running[id(replay)] = replay
+        return Submission(self, replay, replay.generation, lock)
+
+    def finish(self, replay: Any) -> None:
+        if not replay.running:
+            return
+        try:
+            self._guarded(replay.seq.kdml_wait)
+        finally:
+            replay.running = False
+            self._running.pop(id(replay), None)
+
+    def settle(self, serial: int | None = None) -> None:
+        """Wait for every running submission (that binds buffer `serial`, when given)."""
+        for replay in list(self._running.values()):
+            if serial is None or serial in replay.memories:
+                self.finish(replay)
+
+
+class Submission:
+    """One submission the host did not wait for."""
+
+    __slots__ = ("_generation", "_inflight", "_lock", "_replay")
+
+    def __init__(self, inflight: InFlight | None, replay: Any, generation: int, lock: Any) -> None:
+        self._inflight, self._replay, self._generation, self._lock = inflight, replay, generation, lock
+
+    def _current(self) -> bool:
+        r = self._replay
+        return r is not None and r.running and r.generation == self._generation
+
+    def done(self) -> bool:
+        """True once the device finished this submission (never blocks)."""
+        with self._lock:
+            return not self._current() or bool(self._replay.seq.kdml_done())
+
+    def wait(self) -> None:
+        """Return once the device finished this submission (at once if it had)."""
+        with self._lock:
+            if self._current() and self._inflight is not None:
+                self._inflight.finish(self._replay)
+
+    def __repr__(self) -> str:
+        return f"Submission(done={self.done()})"
+
+
+def finished(lock: Any) -> Submission:
+    """A Submission with nothing to wait for (an execution with nothing to run)."""
+    return Submission(None, None, 0, lock)
