@@ -40,6 +40,16 @@ def _builder():  # type: ignore[no-untyped-def]
     return mod
 
 
+@functools.lru_cache(maxsize=1)
+def _table_inputs() -> dict[str, dict[str, str]]:
+    """Each variant's compile inputs as the family table (kompute_dml/ops/contract) gives them now:
+    its #defines and generated push block. Empty where the tree has no table (an installed wheel)."""
+    builder = _builder()
+    if builder is None or not builder.CONTRACT.exists():
+        return {}
+    return {name: inputs for name, (_, inputs) in builder.discover(shader_dir=SOURCE_DIR).items()}
+
+
 @functools.cache
 def load_spirv(name: str) -> bytes:
     entry = _manifest().get(name)
@@ -50,9 +60,12 @@ def load_spirv(name: str) -> bytes:
     if src.exists() and (SOURCE_DIR.parent / "tools" / "build_spirv.py").exists():
         builder = _builder()
         if builder is not None:
-            defines = {str(k): str(v) for k, v in dict(entry["defines"]).items()}  # type: ignore[call-overload]
+            # the table's inputs where it names the variant (a changed push block or #define is
+            # stale too), else the manifest's (a benchmark overlay's variants)
+            defines = _table_inputs().get(name) or {str(k): str(v) for k, v in dict(entry["defines"]).items()}  # type: ignore[call-overload]
             if builder.source_digest(src, defines, SOURCE_DIR) != entry["sha256"]:
-                raise ShaderBuildError(f"SPIR-V variant {name!r} is stale: {src.name} changed since it was built; {FIX}")
+                raise ShaderBuildError(f"SPIR-V variant {name!r} is stale: {src.name} or its family in "
+                                       f"kompute_dml/ops/contract changed since it was built; {FIX}")
     data = spv.read_bytes()
     if len(data) % 4 or data[:4] != b"\x03\x02\x23\x07":
         raise ShaderBuildError(f"{spv} is not a SPIR-V module: {FIX}")

@@ -32,7 +32,6 @@ from ..shaders import check_capabilities
 from .base import CompiledOperator, validate_tensors
 from .matmul_common import (
     FIELDS,
-    FLAG_BITS,
     INPUT_FIELDS,
     OUTPUT_FIELDS,
     MatrixMultiplyIntegerToFloatDesc,
@@ -40,6 +39,7 @@ from .matmul_common import (
     matmul_plan,
     matmul_push,
     operands,
+    push_flags,
     sum_flags,
 )
 
@@ -53,7 +53,7 @@ VEC = 16  # bytes per vector load: strides of the vector modes are multiples of 
 FAMILIES = {"coopmat": ("", CAPABILITY), "dot": ("d", "integer_dot_product"), "coopmat-emulated": ("x", None)}
 BLOCK_SUBGROUPS = (8, 16, 32, 64, 128)  # subgroup sizes whose invocations tile a 16 x 16 block (MMA != 0)
 
-# push word 11's flag bits are matmul_common's (F_A_SIGNED, F_B_SIGNED, F_F16, F_SUM_A, F_SUM_B)
+# c_flags' flag bits are matmul_common's (F_A_SIGNED, F_B_SIGNED, F_F16, F_SUM_A, F_SUM_B)
 _F_KNOWN = 1 << 31  # KFLAGS (constant_id 9): the flags are these, not the push word's
 # the cooperative-matrix shape the kernel uses, as VkCooperativeMatrixPropertiesKHR lists it:
 # M, N, K, A, B, C, result (VK_COMPONENT_TYPE_SINT8_KHR = 3, SINT32_KHR = 5), scope (subgroup = 3)
@@ -259,7 +259,7 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family:
         variant = f"mmc8a{ablation}_rc"
     check_capabilities(variant, device.capabilities)
     groups = cdiv(m, cfg.bm) * cdiv(n, cfg.bn) * t
-    return matmul_plan(desc, device, variant, words, groups, cfg.spec(sg, words[11] & FLAG_BITS))
+    return matmul_plan(desc, device, variant, words, groups, cfg.spec(sg, push_flags(words)))
 
 
 def compile_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family: str = "coopmat",

@@ -70,7 +70,7 @@ TINY_K = 512
 TINY_B_BYTES = 256 * 1024
 TINY_NL = 8
 
-# push word 11: matmul_common's flag bits (F_A_SIGNED ... F_SUM_B), and A staged as words
+# c_flags: matmul_common's flag bits (F_A_SIGNED ... F_SUM_B), and A staged as words
 _F_A_WORDS = 1 << 31
 
 

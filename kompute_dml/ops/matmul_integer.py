@@ -50,7 +50,7 @@ D = DataType
 KERNEL_ENV = "KDML_MATMUL_KERNEL"
 
 # CPU family: rows x columns of outputs per invocation and invocations per work group (must
-# match the @variant lines of shaders/matmul_int.comp). Packed rows: 6x8 (1x8 when M is
+# match the MMI_* families of kompute_dml/ops/contract). Packed rows: 6x8 (1x8 when M is
 # tiny); any other layout: 4x4 with element loads.
 CPU_TEXEL_BLOCK = (8, 16)
 CPU_TEXEL_ALIGN = 16  # bytes: one R32G32B32A32_UINT texel
