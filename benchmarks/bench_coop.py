@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 from coop_ablate import ablate, staging, staging_summary, summary  # benchmarks/ (the script's directory)
+from overlay_ablation import compile_ablation
 
 import kompute_dml as kdml
 from kompute_dml.ops.matmul_coop import FAMILIES, LARGE, MEDIUM, NARROW, TileConfig, compile_coop
@@ -93,8 +94,10 @@ class Ours:
         desc = kdml.MatrixMultiplyIntegerToFloatDesc(
             a_desc, f(out_dt, (1, 1)), f(a_desc.data_type, (1, 1)) if quant else None, b_desc,
             f(out_dt, self.b_scale.shape), None, f(out_dt, (m, n), (0, 1)) if quant else None, f(out_dt, (m, n)))
-        if config is not None:
-            self.op = compile_coop(dev, desc, family=family, config=config, ablation=ablation)
+        if ablation:
+            self.op = compile_ablation(dev, desc, ablation, config)
+        elif config is not None:
+            self.op = compile_coop(dev, desc, family=family, config=config)
         else:
             self.op = compile_matmul_integer(dev, desc, kernel=family)
         self.b_buf = b_buf  # (kept alive: `uploads` is keyed by identity)

@@ -1,7 +1,8 @@
 """`bench_coop.py --ablate`: which part of the cooperative-matrix kernel costs the time.
 
 The `mmc8a<n>_rc` variants of shaders/matmul_coop.comp each leave one part of the `_rc` kernel
-(A row-major, B column-major) out; ABLATIONS in kompute_dml/ops/matmul_coop.py names them. Their
+(A row-major, B column-major) out; ABLATIONS in benchmarks/overlay_ablation.py (a benchmark-only
+shader overlay, built on first use) names them. Their
 results are WRONG BY DESIGN (except a5-a8, exact kernels timed for comparison) and the
 dispatcher never picks them. If leaving a part out brings the time close to the MMA-bound figure,
 that part was the bottleneck:
@@ -38,8 +39,9 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+from overlay_ablation import ABLATIONS, EXACT_ABLATIONS  # benchmarks/ (the script's directory)
 
-from kompute_dml.ops.matmul_coop import ABLATIONS, EXACT_ABLATIONS, LARGE, TileConfig
+from kompute_dml.ops.matmul_coop import LARGE, TileConfig
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]
 CONFIGS = [TileConfig(128, 256, 32, 64, 64), TileConfig(64, 64, 64, 32, 32), TileConfig(16, 64, 128, 16, 16)]

@@ -12,8 +12,11 @@ Run it twice with the cache on: the second process reads what the first compiled
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -76,6 +79,7 @@ def breakdown(dev: kdml.Device, rng: np.random.Generator, repeats: int) -> None:
     op = dev.compile(_desc(m, k, n))
     engine = dev.engine
     times: dict[str, list[float]] = {"bind": [], "record": [], "run 1": [], "run 2": []}
+    prof = cProfile.Profile()
     for _ in range(repeats):
         a = dev.tensor(rng.integers(-128, 128, (1, 1, m, k), dtype=np.int8))
         b = dev.tensor(rng.integers(-128, 128, (1, 1, k, n), dtype=np.int8))
@@ -85,7 +89,9 @@ def breakdown(dev: kdml.Device, rng: np.random.Generator, repeats: int) -> None:
         bound, _key = op.bind([a, s, None, b, s, None, None], [out])
         t1 = time.perf_counter()
         with engine.lock:
+            prof.enable()
             replay = engine._record([(op.plans, bound)])
+            prof.disable()
         t2 = time.perf_counter()
         replay.run()
         t3 = time.perf_counter()
@@ -94,6 +100,8 @@ def breakdown(dev: kdml.Device, rng: np.random.Generator, repeats: int) -> None:
         for name, v in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
             times[name].append(v * 1e6)
     print("first execution on new buffers, median us: " + ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in times.items()))
+    print("the recording step, by function (cProfile, all repeats):")
+    pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(8)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ Every choice here is a measured one (figures in docs/ and benchmarks/RESULTS.md)
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 # Names of the optional device capabilities kompute_dml knows (dev.capabilities holds the
@@ -60,7 +61,7 @@ CONSTANT_BELOW = 64 * 1024
 # (float FMAs); taller matrices take "gpu" (DevicePolicy.matmul_family_for). H100, cooperative
 # matrices unused, `benchmarks/bench_coop.py --rounds 5` (dot_gemm_Brow / gpu_gemm_Brow, TOPS):
 # 16x4096x4096 14.1 / 1.8, 128x384x1536 11.7 / 4.4, 512x384x1536 9.2 / 12.0, 4096^3 13.6 / 20.6,
-# 8192^3 13.9 / 19.3: the crossover lies between 128 and 512 rows. (At most SMALL_M rows take gemv.)
+# 8192^3 13.9 / 19.3: the crossover lies between 128 and 512 rows. (At most GEMV_MAX_M rows take gemv.)
 DOT_MAX_M = 128
 # How an execution learns that the device is done (DevicePolicy.completion; KDML_COMPLETION=fence
 # or word overrides): "word" polls a host-visible word the command buffer writes last (kp patch
@@ -71,6 +72,41 @@ DOT_MAX_M = 128
 # 16.93 / 16.73 (the fence then 4.4 us after the word); lavapipe 62.5 / 85.4.
 COMPLETION_ENV = "KDML_COMPLETION"
 COMPLETIONS = ("word", "fence")
+# The matrix-product families (MATRIX_MULTIPLY_INTEGER_TO_FLOAT), each planned by the ops module
+# that registers it (ops/matmul_integer.PLANNERS): "cpu" / "cpu-ssbo" (register-blocked; without the
+# texel variant), "gpu" (shared-memory tiles), "coopmat" / "dot" / "coopmat-emulated" (ops/matmul_coop.py:
+# tensor cores, OpSDot, plain code), "gemv" (few rows, ops/matmul_gemv.py), "wide" (exact 16/32-bit,
+# ops/matmul_wide.py). A planner returns None where its family does not take the descriptor; the
+# next candidate then does. KDML_MATMUL_KERNEL (read once, when the policy is made) forces one.
+MATMUL_KERNEL_ENV = "KDML_MATMUL_KERNEL"
+MATMUL_KERNELS = ("cpu", "cpu-ssbo", "gpu", "coopmat", "dot", "coopmat-emulated", "gemv", "wide")
+# Rows of A up to which an automatic GPU family tries the gemv family first. H100,
+# benchmarks/bench_decode.py --rounds 5 (quantized, K = N = 4096): gemv 16.3 / 18.6 / 22.3 / 25.2 /
+# 35.5 us at M = 1 / 2 / 4 / 8 / 16 against coopmat's 46.8 / 47.2 / 46.5 / 43.6 / 38.8; at M = 32 its
+# best configuration took 44.1 us against coopmat's 68.1.
+GEMV_MAX_M = 32
+
+
+def _rows(desc: Any) -> int:
+    return int(desc.a_tensor.sizes[-2])
+
+
+def _always(device: Any, desc: Any) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class KernelCandidate:
+    """One entry of a policy's matrix-product table: `family` is tried where `applies(device,
+    desc)` holds (its planner may still decline: None); `when` says so in words."""
+
+    family: str
+    applies: Callable[[Any, Any], bool] = _always
+    when: str = "always"
+
+
+_GEMV = KernelCandidate("gemv", lambda device, desc: _rows(desc) <= GEMV_MAX_M, f"M <= {GEMV_MAX_M}")
+_DOT = KernelCandidate("dot", lambda device, desc: _rows(desc) <= DOT_MAX_M, f"M <= {DOT_MAX_M}")
 
 
 def requested_capabilities(features: object) -> frozenset[str] | None:
@@ -117,6 +153,8 @@ class DevicePolicy:
     # from a constant computed at compile time (CONSTANT_BELOW); 0: never.
     constant_below: int = 0
     completion: str = "word"  # see COMPLETION
+    # the forced matrix-product family ("auto": none): KDML_MATMUL_KERNEL when the policy was made
+    matmul_kernel: str = field(default_factory=lambda: os.environ.get(MATMUL_KERNEL_ENV, "auto"))
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -124,6 +162,39 @@ class DevicePolicy:
     def matmul_family_for(self, m: int) -> str:
         """The matrix-product family for matrices of `m` rows (the "dot" family only up to DOT_MAX_M)."""
         return "gpu" if self.matmul_family == "dot" and m > DOT_MAX_M else self.matmul_family
+
+    def matmul_kernel_for(self, kernel: str | None = None) -> str:
+        """The forced family (`kernel`, else the policy's override) or "auto"; InvalidArgumentError
+        ("kernel") for a name that is neither."""
+        choice = (self.matmul_kernel if kernel is None else kernel) or "auto"
+        choice = choice.strip().lower()
+        if choice != "auto" and choice not in MATMUL_KERNELS:
+            from .errors import invalid
+
+            raise invalid("kernel", f"must be one of {', '.join(map(repr, MATMUL_KERNELS))} or 'auto' (also via "
+                          f"{MATMUL_KERNEL_ENV}, read when the device is made), got {choice!r}")
+        return choice
+
+    def matmul_table(self, kernel: str | None = None) -> tuple[KernelCandidate, ...]:
+        """The matrix-product families to try, in order, for a forced `kernel` (None: the policy's
+        override, itself "auto" unless KDML_MATMUL_KERNEL was set): the first whose candidate applies
+        and whose planner returns a plan takes the descriptor. Automatic GPU families: gemv for few
+        rows, then the policy's family ("dot" up to DOT_MAX_M rows), "wide" (16/32-bit inputs), "gpu";
+        the CPU family alone on CPU devices. A forced family comes first; where its planner
+        declines, what it falls back to (gemv: the automatic table; the coop families: wide, then gpu)."""
+        choice = self.matmul_kernel_for(kernel)
+        gpu_tail = (KernelCandidate("wide"), KernelCandidate("gpu"))
+        if choice == "auto":
+            family = self.matmul_family if self.matmul_family in MATMUL_KERNELS else "gpu"
+            if family in ("cpu", "cpu-ssbo"):
+                return (KernelCandidate(family),)
+            head = {"coopmat": (KernelCandidate("coopmat"),), "dot": (_DOT,)}.get(family, ())
+            return (_GEMV, *head, *gpu_tail) if family in ("gpu", "coopmat", "dot") else (*head, *gpu_tail)
+        if choice == "gemv":
+            return (KernelCandidate("gemv"), *(c for c in self.matmul_table("auto") if c.family != "gemv"))
+        if choice in ("coopmat", "dot", "coopmat-emulated", "wide"):
+            return (KernelCandidate(choice), *gpu_tail) if choice != "wide" else gpu_tail
+        return (KernelCandidate(choice),)  # cpu, cpu-ssbo, gpu: always plan
 
     def copies_by_transfer(self, nbytes: int) -> bool:
         """Whether a dense copy writing `nbytes` runs as transfer commands."""
@@ -138,7 +209,16 @@ class DevicePolicy:
             "transfer_below": self.transfer_below,
             "constant_below": self.constant_below,
             "completion": self.completion,
+            "matmul_kernel": self.matmul_kernel,
+            "matmul_table": self._table_text(),
         }
+
+    def _table_text(self) -> list[str]:
+        try:
+            table = self.matmul_table()
+        except ValueError as e:  # an unknown KDML_MATMUL_KERNEL: refused when a product compiles
+            return [f"invalid: {e}"]
+        return [c.family + ("" if c.when == "always" else f" ({c.when})") for c in table]
 
 
 def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, transfer_commands: bool | None = None) -> DevicePolicy:

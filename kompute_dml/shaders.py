@@ -20,14 +20,31 @@ class ShaderBuildError(DeviceError):
     """The SPIR-V for a shader variant is missing or older than its GLSL source."""
 
 
+_OVERLAYS: list[Path] = []  # add_overlay: benchmark-only SPIR-V directories
+
+
+def add_overlay(spirv_dir: Path) -> None:
+    """Also load the variants of a benchmark overlay's build (tools/build_spirv.py --overlay;
+    benchmarks/overlay_*.py): its directory's manifest joins the production one for this process."""
+    spirv_dir = Path(spirv_dir).resolve()
+    if spirv_dir not in _OVERLAYS:
+        _OVERLAYS.append(spirv_dir)
+        _manifest.cache_clear()
+        load_spirv.cache_clear()
+
+
 @functools.lru_cache(maxsize=1)
 def _manifest() -> dict[str, dict[str, object]]:
-    path = SPIRV_DIR / "manifest.json"
-    try:
-        data: dict[str, dict[str, object]] = json.loads(path.read_text())
-        return data
-    except (OSError, ValueError):
-        raise ShaderBuildError(f"SPIR-V manifest {path} is missing: {FIX}") from None
+    """variant -> its manifest entry ("dir": where its .spv lies), the production build's and the overlays'."""
+    out: dict[str, dict[str, object]] = {}
+    for spirv_dir in (SPIRV_DIR, *_OVERLAYS):
+        path = spirv_dir / "manifest.json"
+        try:
+            data: dict[str, dict[str, object]] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            raise ShaderBuildError(f"SPIR-V manifest {path} is missing: {FIX}") from None
+        out.update({name: {**entry, "dir": str(spirv_dir)} for name, entry in data.items() if name not in out})
+    return out
 
 
 @functools.lru_cache(maxsize=1)
@@ -40,19 +57,32 @@ def _builder():  # type: ignore[no-untyped-def]
     return mod
 
 
+@functools.lru_cache(maxsize=1)
+def _table_inputs() -> dict[str, dict[str, str]]:
+    """Each variant's compile inputs as the family table (kompute_dml/ops/contract) gives them now:
+    its #defines and generated push block. Empty where the tree has no table (an installed wheel)."""
+    builder = _builder()
+    if builder is None or not builder.CONTRACT.exists():
+        return {}
+    return {name: inputs for name, (_, inputs) in builder.discover(shader_dir=SOURCE_DIR).items()}
+
+
 @functools.cache
 def load_spirv(name: str) -> bytes:
     entry = _manifest().get(name)
-    spv = SPIRV_DIR / f"{name}.spv"
+    spv = Path(str(entry["dir"])) / f"{name}.spv" if entry is not None else SPIRV_DIR / f"{name}.spv"
     if entry is None or not spv.exists():
         raise ShaderBuildError(f"SPIR-V variant {name!r} is missing from {SPIRV_DIR}: {FIX}")
     src = SOURCE_DIR / str(entry["source"])
     if src.exists() and (SOURCE_DIR.parent / "tools" / "build_spirv.py").exists():
         builder = _builder()
         if builder is not None:
-            defines = {str(k): str(v) for k, v in dict(entry["defines"]).items()}  # type: ignore[call-overload]
+            # the table's inputs where it names the variant (a changed push block or #define is
+            # stale too), else the manifest's (a benchmark overlay's variants)
+            defines = _table_inputs().get(name) or {str(k): str(v) for k, v in dict(entry["defines"]).items()}  # type: ignore[call-overload]
             if builder.source_digest(src, defines, SOURCE_DIR) != entry["sha256"]:
-                raise ShaderBuildError(f"SPIR-V variant {name!r} is stale: {src.name} changed since it was built; {FIX}")
+                raise ShaderBuildError(f"SPIR-V variant {name!r} is stale: {src.name} or its family in "
+                                       f"kompute_dml/ops/contract changed since it was built; {FIX}")
     data = spv.read_bytes()
     if len(data) % 4 or data[:4] != b"\x03\x02\x23\x07":
         raise ShaderBuildError(f"{spv} is not a SPIR-V module: {FIX}")

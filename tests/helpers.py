@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -148,3 +149,25 @@ def identity_op(dev: kdml.Device, sizes: Sequence[int] = (8, 8)) -> tuple[object
     """A compiled packed FLOAT32 ACTIVATION_IDENTITY of `sizes` and its tensor descriptor."""
     desc = kdml.TensorDesc(kdml.DataType.FLOAT32, tuple(sizes))
     return dev.compile(kdml.ActivationIdentityDesc(desc, desc)), desc
+
+
+def force_kernel(monkeypatch, dev, kernel: str) -> None:
+    """Force the matrix-product family on `dev` for one test ("auto": none), as KDML_MATMUL_KERNEL
+    does when a device is made (the policy reads it once: setting it later changes nothing)."""
+    import dataclasses
+
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, matmul_kernel=kernel))
+
+
+@functools.cache
+def ablation_overlay():  # type: ignore[no-untyped-def]
+    """benchmarks/overlay_ablation.py (the benchmark-only ablation kernels), loaded by path."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "overlay_ablation.py"
+    spec = importlib.util.spec_from_file_location("overlay_ablation", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

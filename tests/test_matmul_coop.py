@@ -16,12 +16,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import assert_outside_unchanged, place, poison_against, random_strides, random_values, read_logical
+from helpers import (
+    ablation_overlay,
+    assert_outside_unchanged,
+    force_kernel,
+    place,
+    poison_against,
+    random_strides,
+    random_values,
+    read_logical,
+)
 from test_matmul_integer import quant_sizes
 
 import kompute_dml as kdml
-from kompute_dml.ops.matmul_coop import CAPABILITY, DECODE, EXACT_ABLATIONS, FAMILIES, KMAX, MEDIUM, NARROW, TileConfig, compile_coop
-from kompute_dml.ops.matmul_integer import KERNEL_ENV
+from kompute_dml.ops.matmul_coop import CAPABILITY, DECODE, FAMILIES, KMAX, MEDIUM, NARROW, TileConfig, compile_coop
 from kompute_dml.shaders import check_capabilities, required_capabilities, variant_names
 
 DT = kdml.DataType
@@ -34,7 +42,7 @@ def family(request, dev, monkeypatch):
     cap = FAMILIES[request.param][1]
     if cap is not None and cap not in dev.capabilities:
         pytest.skip(f"device has no {cap} capability: the {request.param!r} run is skipped")
-    monkeypatch.setenv(KERNEL_ENV, request.param)
+    force_kernel(monkeypatch, dev, request.param)
     return request.param
 
 
@@ -152,8 +160,10 @@ def run_case(dev, rng, *, pair, out_dt=DT.FLOAT32, M, K, N, batch=(), a_layout=N
     before = poison_against(out, exp, rng)
     inputs_before = [t.buffer.read() if t is not None else None for t in tensors]
     desc = kdml.MatrixMultiplyIntegerToFloatDesc(a_desc, as_desc, az_desc, b_desc, bs_desc, bz_desc, bias_desc, o_desc)
-    if config is not None or ablation:
-        op = compile_coop(dev, desc, family=family, config=config, ablation=ablation)
+    if ablation:
+        op = ablation_overlay().compile_ablation(dev, desc, ablation, config)
+    elif config is not None:
+        op = compile_coop(dev, desc, family=family, config=config)
     else:
         op = dev.compile(desc)
     op.execute(tensors, [out])
@@ -323,7 +333,7 @@ def test_recorded_executions(dev, rng, family):
 def test_refused_without_capability(dev, monkeypatch):
     if CAPABILITY in dev.capabilities:
         pytest.skip(f"device has {CAPABILITY}: nothing to refuse")
-    monkeypatch.setenv(KERNEL_ENV, "coopmat")
+    force_kernel(monkeypatch, dev, "coopmat")
     desc = kdml.MatrixMultiplyIntegerToFloatDesc(
         kdml.TensorDesc(DT.INT8, (4, 8)), kdml.TensorDesc(DT.FLOAT32, (1, 1)), None, kdml.TensorDesc(DT.INT8, (8, 3)),
         kdml.TensorDesc(DT.FLOAT32, (1, 1)), None, None, kdml.TensorDesc(DT.FLOAT32, (4, 3)))
@@ -350,7 +360,7 @@ def test_impossible_config_refused(dev):
 
 
 @pytest.mark.parametrize("K", [130, 1000])
-@pytest.mark.parametrize("ablation", EXACT_ABLATIONS)
+@pytest.mark.parametrize("ablation", ablation_overlay().EXACT_ABLATIONS)
 def test_exact_ablations(dev, rng, ablation, K):
     """The exact `mmc8a<n>_rc` kernels that bench_coop.py --ablate times beside the default (5 the
     old epilogue loop; 6, 7 the global -> shared pipeline before the fix and two steps ahead) give

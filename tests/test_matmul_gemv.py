@@ -17,6 +17,7 @@ import dataclasses
 import numpy as np
 import pytest
 import test_matmul_coop as coop
+from helpers import force_kernel
 from test_matmul_coop import PAIR_IDS, PAIRS, matrix_strides, run_case
 
 import kompute_dml as kdml
@@ -34,7 +35,7 @@ from kompute_dml.ops.matmul_gemv import (
     sweep_configs,
     tiny_config,
 )
-from kompute_dml.ops.matmul_integer import KERNEL_ENV, compile_matmul_integer
+from kompute_dml.ops.matmul_integer import compile_matmul_integer
 from kompute_dml.shaders import required_capabilities
 
 DT = kdml.DataType
@@ -53,8 +54,9 @@ def gdev(request, dev, dev_none, monkeypatch):
     """(device, expected variant) with the gemv family forced."""
     if request.param == "dot" and "integer_dot_product" not in dev.capabilities:
         pytest.skip("device has no integer_dot_product capability: the OpSDot run is skipped")
-    monkeypatch.setenv(KERNEL_ENV, "gemv")
-    return (dev if request.param == "dot" else dev_none), VARIANTS[request.param]
+    d = dev if request.param == "dot" else dev_none
+    force_kernel(monkeypatch, d, "gemv")
+    return d, VARIANTS[request.param]
 
 
 def gemv_case(gdev, rng, config=None, monkeypatch=None, **kw):
@@ -232,7 +234,7 @@ def _desc(a_dt, b_dt, M, K, N, b_strides=None):
 @pytest.mark.parametrize("why", ["b_strided", "k_beyond_kmax", "m_beyond_max", "int16"])
 def test_falls_back(dev, rng, monkeypatch, why):
     """Layouts and shapes the family does not take run on the device policy's family, exactly."""
-    monkeypatch.setenv(KERNEL_ENV, "gemv")
+    force_kernel(monkeypatch, dev, "gemv")
     M, K, N, dt, b_st = 2, 50, 7, DT.INT8, None
     if why == "b_strided":  # neither n- nor k-contiguous
         b_st = (2 * N, 2)
@@ -259,7 +261,7 @@ def test_falls_back(dev, rng, monkeypatch, why):
 
 def test_cpu_policy_never_picks_gemv(dev, monkeypatch):
     """Automatic choice on a CPU device (lavapipe): its own family, also for one row."""
-    monkeypatch.delenv(KERNEL_ENV, raising=False)
+    force_kernel(monkeypatch, dev, "auto")
     if dev.policy.matmul_family != "cpu":
         pytest.skip("not a CPU-policy device")
     assert not dev.compile(_desc(DT.UINT8, DT.INT8, 1, 64, 32)).variants[0].startswith("mmg")
@@ -294,7 +296,7 @@ def test_recorded_executions(gdev, rng):
 def test_automatic_gpu_policy(dev, rng, monkeypatch):
     """On a device whose policy family is a GPU one, the automatic choice takes gemv for at most
     SMALL_M rows (where it applies) and the policy's family beyond; a forced family stays forced."""
-    monkeypatch.delenv(KERNEL_ENV, raising=False)
+    force_kernel(monkeypatch, dev, "auto")
     monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, matmul_family="gpu"))
     gemv = VARIANTS["dot" if "integer_dot_product" in dev.capabilities else "portable"]
     assert dev.compile(_desc(DT.UINT8, DT.INT8, SMALL_M, 64, 32)).variants == [gemv]

@@ -15,10 +15,10 @@ import math
 
 import numpy as np
 import pytest
-from helpers import assert_outside_unchanged, element_byte_positions, place, random_strides, random_values, read_logical
+from helpers import assert_outside_unchanged, element_byte_positions, force_kernel, place, random_strides, random_values, read_logical
 
 import kompute_dml as kdml
-from kompute_dml.ops.matmul_integer import KERNEL_ENV, kernel_family
+from kompute_dml.ops.matmul_integer import kernel_family
 
 DT = kdml.DataType
 FL = kdml.FeatureLevel
@@ -33,8 +33,8 @@ ALL_PAIRS = [p for ps in INT_PAIRS.values() for p in ps]
 
 
 @pytest.fixture(params=FAMILIES)
-def family(request, monkeypatch):
-    monkeypatch.setenv(KERNEL_ENV, request.param)
+def family(request, dev, monkeypatch):
+    force_kernel(monkeypatch, dev, request.param)
     return request.param
 
 
@@ -366,7 +366,7 @@ def test_texel_variant_differential(dev, rng, monkeypatch, kernel, pair, out_dt)
     """Shapes and layouts the texel variant takes (K, N multiples of 16, rows on 16-byte
     texels, batch broadcast) against the float64 reference; 'cpu-ssbo' runs the same cases
     on the storage-buffer variants."""
-    monkeypatch.setenv(KERNEL_ENV, kernel)
+    force_kernel(monkeypatch, dev, kernel)
     for bias in (True, False, "n"):  # the three compile-time bias modes
         rank = int(rng.integers(2, 5))
         batch = tuple(int(rng.integers(1, 3)) for _ in range(rank - 2))
@@ -385,7 +385,7 @@ def test_texel_variant_differential(dev, rng, monkeypatch, kernel, pair, out_dt)
 @pytest.mark.parametrize("mkn", [(4, 16, 16), (9, 16, 48), (31, 48, 16), (130, 64, 80)], ids=str)
 def test_texel_variant_edges(dev, rng, monkeypatch, mkn):
     """Row blocks cut by M (the invocation's last rows are clamped), one K chunk, N = 16."""
-    monkeypatch.setenv(KERNEL_ENV, "cpu")
+    force_kernel(monkeypatch, dev, "cpu")
     M, K, N = mkn
     a_dt, b_dt = INT_PAIRS[8][int(rng.integers(0, 4))]
     op, *_ = run_case(dev, rng, a_dt=a_dt, b_dt=b_dt, out_dt=DT.FLOAT32, M=M, K=K, N=N, a_scale="row",
@@ -398,7 +398,7 @@ def test_texel_variant_edges(dev, rng, monkeypatch, mkn):
 def test_texel_variant_stores(dev, rng, monkeypatch, out_layout, bias):
     """Every FLOAT32 store and bias mode: packed and padded rows (row stride N + 4) take the
     uvec4 row stores (the pad stays untouched), an N stride of 2 the per-element stores."""
-    monkeypatch.setenv(KERNEL_ENV, "cpu")
+    force_kernel(monkeypatch, dev, "cpu")
     M, K, N = 11, 48, 32
     a = rng.integers(-128, 128, (M, K)).astype(np.int8)
     b = rng.integers(0, 256, (K, N)).astype(np.uint8)
@@ -434,7 +434,7 @@ def test_texel_variant_stores(dev, rng, monkeypatch, out_layout, bias):
 @pytest.mark.parametrize("mkn", [(3, 16, 16), (8, 24, 16), (8, 16, 24)], ids=str)
 def test_texel_variant_not_taken(dev, rng, monkeypatch, mkn):
     """M <= 3 or K, N not multiples of 16: the storage-buffer variants, still correct."""
-    monkeypatch.setenv(KERNEL_ENV, "cpu")
+    force_kernel(monkeypatch, dev, "cpu")
     M, K, N = mkn
     op, *_ = run_case(dev, rng, a_dt=DT.UINT8, b_dt=DT.INT8, out_dt=DT.FLOAT32, M=M, K=K, N=N)
     assert op.variants[0].startswith("mmi_cpu_p8")
@@ -442,7 +442,7 @@ def test_texel_variant_not_taken(dev, rng, monkeypatch, mkn):
 
 def test_texel_variant_unaligned_row_stride(dev, rng, monkeypatch):
     """A row stride that is a multiple of 4 but not of 16 bytes: not the texel variant."""
-    monkeypatch.setenv(KERNEL_ENV, "cpu")
+    force_kernel(monkeypatch, dev, "cpu")
     M, K, N = 8, 32, 16
     a = rng.integers(-128, 128, (M, K)).astype(np.int8)
     b = rng.integers(-128, 128, (K, N)).astype(np.int8)
@@ -463,7 +463,7 @@ def test_texel_variant_unaligned_row_stride(dev, rng, monkeypatch):
 @pytest.mark.parametrize("pair", [(DT.UINT8, DT.INT8), (DT.INT8, DT.INT8)], ids=lambda p: f"{p[0].name}x{p[1].name}")
 def test_texel_variant_large_k_extremes(dev, rng, monkeypatch, pair):
     """K = 40000 at the types' extremes: block sums beyond int32, compensated accumulation."""
-    monkeypatch.setenv(KERNEL_ENV, "cpu")
+    force_kernel(monkeypatch, dev, "cpu")
     a_dt, b_dt = pair
     M, K, N = 5, 40000, 16
     vals = large_k_extremes(a_dt, b_dt, M, K, N)
@@ -524,14 +524,14 @@ def test_16bit_large_k_random(dev, rng, family):
 
 # ---- recording, family choice, functional ---------------------------------------------
 def test_kernel_family_choice(dev, monkeypatch):
-    monkeypatch.delenv(KERNEL_ENV, raising=False)
+    force_kernel(monkeypatch, dev, "auto")
     assert kernel_family(dev) == dev.policy.matmul_family  # the per-device policy's (tests/test_policy.py)
-    monkeypatch.setenv(KERNEL_ENV, "gpu")
+    force_kernel(monkeypatch, dev, "gpu")
     assert kernel_family(dev) == "gpu"
     assert kernel_family(dev, "cpu") == "cpu"
-    monkeypatch.setenv(KERNEL_ENV, "CPU-SSBO")
+    force_kernel(monkeypatch, dev, "CPU-SSBO")
     assert kernel_family(dev) == "cpu-ssbo"
-    monkeypatch.setenv(KERNEL_ENV, "tpu")
+    force_kernel(monkeypatch, dev, "tpu")
     with pytest.raises(kdml.InvalidArgumentError, match="kernel"):
         kernel_family(dev)
 

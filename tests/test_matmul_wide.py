@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import assert_outside_unchanged, element_byte_positions, place, random_strides, read_logical
+from helpers import assert_outside_unchanged, element_byte_positions, force_kernel, place, random_strides, read_logical
 
 import kompute_dml as kdml
 from kompute_dml.ops.matmul_integer import compile_matmul_integer
@@ -288,9 +288,7 @@ def test_int64_variant_refusals(dev):
 def test_dispatch(dev, monkeypatch):
     """'wide' for 16/32-bit when forced (or by any GPU policy); 8-bit forced 'wide' takes the
     `gpu` family; this device's automatic choice is unchanged on CPU policies."""
-    from kompute_dml.ops.matmul_integer import KERNEL_ENV
-
-    monkeypatch.delenv(KERNEL_ENV, raising=False)
+    force_kernel(monkeypatch, dev, "auto")
 
     def desc(dt, m=4, n=3):
         return kdml.MatrixMultiplyIntegerToFloatDesc(

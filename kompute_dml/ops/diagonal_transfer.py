@@ -89,11 +89,13 @@ def plan_diagonal_transfer(
         b = max(min(begin, cols), -(rows + band))
         bsizes = [1, 1, *sizes[:-2]][-2:]
         bstr = [0, 0, *ostr[:-2]][-2:]
-        push = (0, nrows * band, band, rows, cols, b & 0xFFFFFFFF, ostr[-2], bsizes[1], bstr[1], bstr[0], lo, hi)
+        fam = contract.DIAG_BAND
+        push = fam.pack(out_off=0, total=nrows * band, band=band, rows=rows, cols=cols, begin=b, row_stride=ostr[-2],
+                        b1_size=bsizes[1], b1_stride=bstr[1], b0_stride=bstr[0], value_lo=lo, value_hi=hi)
         plans.append(DispatchPlan(
-            variant=contract.DIAG_BAND.name(bits=8 * width), bindings=(out_index,), push=tuple(int(v) for v in push),
+            variant=fam.name(bits=8 * width), bindings=(out_index,), push=push,
             groups=grid_for(nrows * band, BAND_LOCAL_SIZE, max_groups), writes=(out_index,),
-            offset_slots=((0, out_index, width),),
+            offset_slots=fam.slots(out_off=(out_index, width)),
         ))
         return plans
     fills = np.concatenate([np.stack([out_rows + r[:, 0] * width, (r[:, 1] - r[:, 0]) * width], 1) for r in value_ranges])

@@ -59,11 +59,13 @@ def plan_diagonal_flat(
     ue = min(max(end + rows - 1, 0), span)
     (cm, cs), (rm, rs) = gpu_memory.div_magic(cols), gpu_memory.div_magic(rows)
     lo, hi = gpu_memory.splat_value(value_bits, width)
-    push = (0, 0, ngroups, total, cover, cols, rows, cm, rm, cs | rs << 6, rows - 1, ub, ue, int(end >= begin), lo, hi)
     family = contract.FLAT_DIAG if inp is None else contract.FLAT_DIAG_IN
+    push = family.pack(out_off=0, in_off=0, ngroups=ngroups, total=total, cover=cover, cols=cols, rows=rows, cols_magic=cm,
+                       rows_magic=rm, shifts=cs | rs << 6, rows_m1=rows - 1, ub=ub, ue=ue, normal=int(end >= begin),
+                       val_lo=lo, val_hi=hi)
     bindings: tuple[int, ...] = (out_index,) if inp is None else (0, out_index)
-    slots = ((0, out_index, width),) if inp is None else ((0, out_index, width), (1, 0, width))
+    slots = family.slots(out_off=(out_index, width)) + (() if inp is None else family.slots(in_off=(0, width)))
     return [DispatchPlan(
-        variant=family.name(bits=8 * width), bindings=bindings, push=tuple(int(v) for v in push),
+        variant=family.name(bits=8 * width), bindings=bindings, push=push,
         groups=grid_for(ngroups, 1, max_groups), writes=(out_index,), offset_slots=slots, spec=(vecs,),
     )]

@@ -69,15 +69,17 @@ def plan_copy_packed_gpu(nbytes: int, max_groups: int) -> list[DispatchPlan]:
     vecs = vecs_for(nbytes)
     plans = []
     if nvec:
+        vec = contract.COPY_VEC
         plans.append(DispatchPlan(
-            variant=contract.COPY_VEC.name(), bindings=(0, 1), push=(0, 0, nvec),
+            variant=vec.name(), bindings=(0, 1), push=vec.pack(in_off=0, out_off=0, count=nvec),
             groups=_groups(cdiv(nvec, LOCAL_SIZE * vecs), max_groups), writes=(1,),
-            offset_slots=((0, 0, 16), (1, 1, 16)), spec=(vecs,),
+            offset_slots=vec.slots(in_off=(0, 16), out_off=(1, 16)), spec=(vecs,),
         ))
     if nbytes > nvec * 16:
+        tail = contract.COPY_PACKED_TAIL
         plans.append(DispatchPlan(
-            variant=contract.COPY_PACKED_TAIL.name(), bindings=(0, 1), push=(0, 0, nbytes, nvec),
-            groups=(1, 1, 1), writes=(1,), offset_slots=((0, 0, 16), (1, 1, 16)),
+            variant=tail.name(), bindings=(0, 1), push=tail.pack(in_off=0, out_off=0, count=nbytes, first_vec=nvec),
+            groups=(1, 1, 1), writes=(1,), offset_slots=tail.slots(in_off=(0, 16), out_off=(1, 16)),
         ))
     return plans
 
@@ -108,12 +110,14 @@ def plan_rows(
     packed = sum(sh << (6 * i) for i, (_, sh) in enumerate(magics)) | ypos << 24 | (tpr.bit_length() - 1) << 26
     rows_m1, ub, ue, normal, value = band
     lo, hi = splat_value(value, width)
-    push = (
-        0, 0, ngroups, cols, nrows, spans, magics[0][0], packed, in_xs & 0xFFFFFFFF, rows_m1, ub, ue, normal, lo, hi,
-        *[d[0] for d in outer], *[m for m, _ in magics[1:]], *[d[1] for d in outer], *[d[2] & 0xFFFFFFFF for d in outer],
+    push = contract.ROWS_PUSH.pack(
+        out_off=0, in_off=0, ngroups=ngroups, cols=cols, nrows=nrows, spans=spans, spans_magic=magics[0][0],
+        packed=packed, in_xs=in_xs & 0xFFFFFFFF, rows_m1=rows_m1, ub=ub, ue=ue, normal=normal, val_lo=lo, val_hi=hi,
+        size=[d[0] for d in outer], magic=[m for m, _ in magics[1:]], out_stride=[d[1] for d in outer],
+        in_stride=[d[2] & 0xFFFFFFFF for d in outer],
     )
     return DispatchPlan(
-        variant=variant, bindings=bindings, push=tuple(int(v) for v in push), groups=_groups(ngroups, max_groups),
+        variant=variant, bindings=bindings, push=push, groups=_groups(ngroups, max_groups),
         writes=(out_index,), offset_slots=offset_slots, spec=(vecs,),
     )
 
@@ -138,7 +142,7 @@ def plan_copy_gpu(src: TensorDesc, dst: TensorDesc, max_groups: int) -> list[Dis
     sizes, (s_in, s_out) = merge_dims([sizes[d] for d in order], [s_in[d] for d in order], [s_out[d] for d in order])
     if s_out[-1] != 1:
         return None  # the output's rows are strided: copy_b*
-    slots = ((0, 1, width), (1, 0, width))
+    slots = contract.ROWS_COPY.slots(out_off=(1, width), in_off=(0, width))
     if s_in[-1] not in (0, 1) and 1 in s_in[:-1]:
         tile = _plan_tile(sizes, s_in, s_out, width, max_groups)
         if tile is not None:
@@ -172,13 +176,16 @@ def _plan_tile(
     tiles_a, tiles_b = cdiv(size_a, 32), cdiv(size_b, tb_elems)
     ngroups = tiles_a * tiles_b * bsizes[0] * bsizes[1]
     mb, ma, m1 = div_magic(tiles_b), div_magic(tiles_a), div_magic(bsizes[1])
-    push = (
-        0, 0, ngroups, size_a, size_b, s_in[-1] & 0xFFFFFFFF, s_out[a], tiles_a, tiles_b, mb[0], ma[0],
-        mb[1] | ma[1] << 6 | m1[1] << 12, *bsizes, m1[0], *[s & 0xFFFFFFFF for s in bin_], *bout, 0,
+    tile = contract.COPY_TILE
+    push = tile.pack(
+        out_off=0, in_off=0, ngroups=ngroups, size_a=size_a, size_b=size_b, in_stride_b=s_in[-1] & 0xFFFFFFFF,
+        out_stride_a=s_out[a], tiles_a=tiles_a, tiles_b=tiles_b, magic_b=mb[0], magic_a=ma[0],
+        shifts=mb[1] | ma[1] << 6 | m1[1] << 12, bsize=bsizes, bmagic1=m1[0], bin=[s & 0xFFFFFFFF for s in bin_],
+        bout=bout, pad_=0,
     )
     return DispatchPlan(
-        variant=contract.COPY_TILE.name(bits=8 * width), bindings=(0, 1), push=tuple(int(v) for v in push),
-        groups=_groups(ngroups, max_groups), writes=(1,), offset_slots=((0, 1, width), (1, 0, width)),
+        variant=tile.name(bits=8 * width), bindings=(0, 1), push=push,
+        groups=_groups(ngroups, max_groups), writes=(1,), offset_slots=tile.slots(out_off=(1, width), in_off=(0, width)),
         spec=(int(VECS),),
     )
 
@@ -209,9 +216,11 @@ def plan_diagonal_gpu(
     bindings: tuple[int, ...]
     slots: tuple[tuple[int, int, int], ...]
     if inp is None:
-        variant, bindings, slots = contract.ROWS_DIAG.name(bits=8 * width), (out_index,), ((0, out_index, width),)
+        fam, bindings, slots = contract.ROWS_DIAG, (out_index,), contract.ROWS_PUSH.slots(out_off=(out_index, width))
     else:
-        variant, bindings, slots = contract.ROWS_DIAG_IN.name(bits=8 * width), (0, out_index), ((0, out_index, width), (1, 0, width))
+        fam, bindings = contract.ROWS_DIAG_IN, (0, out_index)
+        slots = contract.ROWS_PUSH.slots(out_off=(out_index, width), in_off=(0, width))
+    variant = fam.name(bits=8 * width)
     plan = plan_rows(
         variant, width, cols, istr[-1], outer, ypos, band, bindings, slots, out_index, max_groups
     )

@@ -79,26 +79,29 @@ def plan_copy(
         plans: list[DispatchPlan | TransferPlan] = []
         if bulk:
             plans.append(DispatchPlan(
-                variant=PACKED_VARIANT, bindings=(0, 1), push=(0, 0, bulk),
+                variant=PACKED_VARIANT, bindings=(0, 1), push=contract.COPY_PACKED.pack(in_off=0, out_off=0, count=bulk),
                 groups=grid_for(bulk, LOCAL_SIZE, max_groups), writes=(1,),
-                offset_slots=((0, 0, 16), (1, 1, 16)),
+                offset_slots=contract.COPY_PACKED.slots(in_off=(0, 16), out_off=(1, 16)),
             ))
         if nbytes > bulk * 16:
+            tail = contract.COPY_PACKED_TAIL
             plans.append(DispatchPlan(
-                variant=PACKED_TAIL_VARIANT, bindings=(0, 1), push=(0, 0, nbytes, bulk),
-                groups=(1, 1, 1), writes=(1,), offset_slots=((0, 0, 16), (1, 1, 16)),
+                variant=PACKED_TAIL_VARIANT, bindings=(0, 1),
+                push=tail.pack(in_off=0, out_off=0, count=nbytes, first_vec=bulk), groups=(1, 1, 1), writes=(1,),
+                offset_slots=tail.slots(in_off=(0, 16), out_off=(1, 16)),
             ))
         return plans
     rank = len(sizes)
     pad = [0] * (MAX_RANK - rank)
     count = dst.element_count
     per_inv = max(1, 4 // width)
-    push = (0, 0, count, rank, *sizes, *pad, *s_in, *pad, *s_out, *pad)
+    push = contract.COPY.pack(in_off=0, out_off=0, count=count, rank=rank, size=[*sizes, *pad], in_stride=[*s_in, *pad],
+                              out_stride=[*s_out, *pad])
     plan: list[DispatchPlan | TransferPlan] = [
         DispatchPlan(
-            variant=COPY_VARIANTS[width], bindings=(0, 1), push=tuple(push),
+            variant=COPY_VARIANTS[width], bindings=(0, 1), push=push,
             groups=grid_for(cdiv(count, per_inv), LOCAL_SIZE, max_groups), writes=(1,),
-            offset_slots=((0, 0, width), (1, 1, width)),
+            offset_slots=contract.COPY.slots(in_off=(0, width), out_off=(1, width)),
         )
     ]
     return plan

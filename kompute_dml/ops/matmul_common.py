@@ -15,6 +15,7 @@ from ..layout import check_no_overlap
 from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
 from ..runtime import DispatchPlan, grid_for
 from ..tensor_desc import TensorDesc
+from . import contract
 
 if TYPE_CHECKING:
     from ..device import Device
@@ -25,12 +26,17 @@ INPUT_FIELDS = MATRIX_MULTIPLY_INTEGER_TO_FLOAT.inputs
 OUTPUT_FIELDS = MATRIX_MULTIPLY_INTEGER_TO_FLOAT.outputs
 SIGNED = {D.INT8, D.INT16, D.INT32}
 LIMIT28 = 1 << 28  # sizes and strides travel in 28-bit push-constant fields
-# Bits of push word 11 (above the channel count) that every matrix-product shader reads the same
+PUSH = contract.MATMUL_PUSH  # every matrix-product shader's push-constant block
+# members whose top nibbles carry the number of matrices T (shaders/matmul_push.glsl), lowest first
+T_NIBBLES = ("m", "n", "k", "a_sb", "a_sc", "a_sm", "a_sk")
+# the binding offsets' members, in binding (field) order
+OFFSET_MEMBERS = ("a_off", "as_off", "azp_off", "b_off", "bs_off", "bzp_off", "bias_off", "out_off")
+# Bits of c_flags (above the channel count) that every matrix-product shader reads the same
 # way; bits 29-31 are each family's own (packed rows; row / column sums; word staging).
 F_A_SIGNED = 1 << 26
 F_B_SIGNED = 1 << 27
 F_F16 = 1 << 28
-FLAG_BITS = 0xFFFFFFFF & ~(F_A_SIGNED - 1)  # word 11 without the channel count below the flags
+FLAG_BITS = 0xFFFFFFFF & ~(F_A_SIGNED - 1)  # c_flags without the channel count below the flags
 # matmul_coop.comp and matmul_gemv.comp: the row sums of A (RA) are needed where B's shifted
 # zero point can be nonzero, the column sums of B (CB) where A's can
 F_SUM_A = 1 << 29
@@ -113,10 +119,10 @@ def sum_flags(desc: MatrixMultiplyIntegerToFloatDesc) -> int:
     return flags | (F_SUM_B if desc.a_zero_point_tensor is not None or desc.a_tensor.data_type not in SIGNED else 0)
 
 
-def matmul_push(desc: MatrixMultiplyIntegerToFloatDesc, ops: Operands, family_flags: int) -> list[int]:
-    """The 32 push words of every matrix-product shader (push_words): the quantization strides,
-    the shared flag bits (signedness, FLOAT16 output) with `family_flags`, and the number of
-    matrices in the top nibbles of words 8-10 and 12-15. UnsupportedError past the counts."""
+def matmul_push(desc: MatrixMultiplyIntegerToFloatDesc, ops: Operands, family_flags: int) -> tuple[int, ...]:
+    """The push words of every matrix-product shader (MATMUL_PUSH, push_values): the quantization
+    strides, the shared flag bits (signedness, FLOAT16 output) with `family_flags`, and the number
+    of matrices in the top nibbles of T_NIBBLES. UnsupportedError past the counts."""
     a, b, out = desc.a_tensor, desc.b_tensor, desc.output_tensor
     t, nc, m, n = ops.t, ops.nc, ops.m, ops.n
     if t >= LIMIT28 or nc >= 1 << 26:
@@ -128,25 +134,31 @@ def matmul_push(desc: MatrixMultiplyIntegerToFloatDesc, ops: Operands, family_fl
              quant_stride(desc.b_zero_point_tensor, "b_zero_point_tensor", n, "col")]
     flags = (F_A_SIGNED if a.data_type in SIGNED else 0) | (F_B_SIGNED if b.data_type in SIGNED else 0)
     flags |= (F_F16 if out.data_type == D.FLOAT16 else 0) | family_flags
-    words = push_words(m, n, ops.k, nc | flags, ops.a_st, ops.b_st, ops.o_st, ops.bias_st, quant)
-    for i, wi in enumerate((8, 9, 10, 12, 13, 14, 15)):
-        words[wi] |= ((t >> (4 * i)) & 0xF) << 28
-    return words
+    values = push_values(m, n, ops.k, nc | flags, ops.a_st, ops.b_st, ops.o_st, ops.bias_st, quant)
+    for i, name in enumerate(T_NIBBLES):
+        values[name] |= ((t >> (4 * i)) & 0xF) << 28
+    return PUSH.pack(**values)
 
 
-def matmul_plan(desc: MatrixMultiplyIntegerToFloatDesc, device: Device, variant: str, words: list[int], groups: int,
-                spec: tuple[int, ...] = ()) -> DispatchPlan:
+def push_flags(words: tuple[int, ...]) -> int:
+    """The flag bits of packed push words (c_flags without the channel count)."""
+    return words[PUSH.offset("c_flags")] & FLAG_BITS
+
+
+def matmul_plan(desc: MatrixMultiplyIntegerToFloatDesc, device: Device, variant: str, words: tuple[int, ...],
+                groups: int, spec: tuple[int, ...] = ()) -> DispatchPlan:
     """The dispatch: the eight bindings in field order (inputs, then the output), each binding's
-    offset / element size into push word i, `groups` work groups folded to the device's limit."""
+    offset / element size into its OFFSET_MEMBERS member, `groups` work groups folded to the
+    device's limit."""
     fields = (desc.a_tensor, desc.a_scale_tensor, desc.a_tensor, desc.b_tensor, desc.b_scale_tensor, desc.b_tensor,
               desc.output_tensor, desc.output_tensor)  # zero points take their matrix's type, bias the output's
     return DispatchPlan(
         variant=variant,
         bindings=tuple(range(8)),
-        push=tuple(words),
+        push=words,
         groups=grid_for(groups, 1, device.limits["max_compute_work_group_count"][0]),
         writes=(7,),
-        offset_slots=tuple((i, i, f.data_type.size) for i, f in enumerate(fields)),
+        offset_slots=PUSH.slots(**{name: (i, f.data_type.size) for i, (name, f) in enumerate(zip(OFFSET_MEMBERS, fields))}),
         spec=spec,
     )
 
@@ -216,22 +228,20 @@ def check_desc(desc: MatrixMultiplyIntegerToFloatDesc) -> None:
     check_no_overlap(out.sizes, out.effective_strides, "output_tensor")
 
 
-def push_words(m: int, n: int, k: int, nc_flags: int, a_st: list[int], b_st: list[int], o_st: list[int],
-               bias_st: list[int], quant: list[int]) -> list[int]:
-    """The 32 push-constant words both matrix-product shaders share (matmul_int.comp and
-    matmul_coop.comp): words 8-10 M, N, K; 11 channels | flags; 12-31 the strides of A, B, the
-    output and the bias, then the four quantization strides. UnsupportedError for a size or
-    stride beyond the 28-bit fields. Words 0-7 (offsets) are the caller's."""
-    words = [0] * 32
-    words[8], words[9], words[10] = m, n, k
-    words[11] = nc_flags
-    words[12:16] = a_st
-    words[16:20] = b_st
-    words[20:24] = o_st
-    words[24:28] = bias_st
-    words[28:32] = quant
-    for w in words[8:11] + words[12:32]:
-        if w >= LIMIT28:
-            raise UnsupportedError(f"a size or stride of {w} elements is beyond the shader's 28-bit range")
-    return words
+def push_values(m: int, n: int, k: int, nc_flags: int, a_st: list[int], b_st: list[int], o_st: list[int],
+                bias_st: list[int], quant: list[int]) -> dict[str, int]:
+    """MATMUL_PUSH's members by name: M, N, K; channels | flags; the strides (batch, channel,
+    row, column) of A, B, the output and the bias; the four quantization strides; the binding
+    offsets 0 (the runtime's, through offset_slots). UnsupportedError for a size or stride beyond
+    the 28-bit fields."""
+    values = dict(zip(OFFSET_MEMBERS, [0] * 8))
+    values.update(m=m, n=n, k=k, c_flags=nc_flags)
+    for names, st in ((("a_sb", "a_sc", "a_sm", "a_sk"), a_st), (("b_sb", "b_sc", "b_sk", "b_sn"), b_st),
+                      (("o_sb", "o_sc", "o_sm", "o_sn"), o_st), (("bi_sb", "bi_sc", "bi_sm", "bi_sn"), bias_st)):
+        values.update(zip(names, st, strict=True))
+    values.update(zip(("as_s", "azp_s", "bs_s", "bzp_s"), quant, strict=True))
+    for name, v in values.items():
+        if name != "c_flags" and v >= LIMIT28:
+            raise UnsupportedError(f"a size or stride of {v} elements is beyond the shader's 28-bit range")
+    return values
 

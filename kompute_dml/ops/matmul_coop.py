@@ -32,7 +32,6 @@ from ..shaders import check_capabilities
 from .base import CompiledOperator, validate_tensors
 from .matmul_common import (
     FIELDS,
-    FLAG_BITS,
     INPUT_FIELDS,
     OUTPUT_FIELDS,
     MatrixMultiplyIntegerToFloatDesc,
@@ -40,6 +39,7 @@ from .matmul_common import (
     matmul_plan,
     matmul_push,
     operands,
+    push_flags,
     sum_flags,
 )
 
@@ -53,21 +53,12 @@ VEC = 16  # bytes per vector load: strides of the vector modes are multiples of 
 FAMILIES = {"coopmat": ("", CAPABILITY), "dot": ("d", "integer_dot_product"), "coopmat-emulated": ("x", None)}
 BLOCK_SUBGROUPS = (8, 16, 32, 64, 128)  # subgroup sizes whose invocations tile a 16 x 16 block (MMA != 0)
 
-# push word 11's flag bits are matmul_common's (F_A_SIGNED, F_B_SIGNED, F_F16, F_SUM_A, F_SUM_B)
+# c_flags' flag bits are matmul_common's (F_A_SIGNED, F_B_SIGNED, F_F16, F_SUM_A, F_SUM_B)
 _F_KNOWN = 1 << 31  # KFLAGS (constant_id 9): the flags are these, not the push word's
 # the cooperative-matrix shape the kernel uses, as VkCooperativeMatrixPropertiesKHR lists it:
 # M, N, K, A, B, C, result (VK_COMPONENT_TYPE_SINT8_KHR = 3, SINT32_KHR = 5), scope (subgroup = 3)
 S8_SHAPE = (16, 16, 32, 3, 3, 5, 5)
 SCOPE_SUBGROUP = 3
-# ablations of mmc8_rc (shaders/matmul_coop.comp, ABL=n): what each leaves out of the kernel
-ABLATIONS = {1: "no global loads in the K loop", 2: "no fragment loads in the K loop",
-             3: "no fragment loads or MMAs", 4: "no epilogue (raw int32 store)", 5: "old epilogue loop",
-             6: "old global->shared pipeline (PIPE=1)", 7: "loads two steps ahead (PIPE=3)",
-             8: "previous staging (FAST=0, no fast path)"}
-# the ablations that are exact kernels (the others' results are wrong by design): 6 and 7 are the
-# global -> shared pipeline before the first fix and a deeper one, 8 the staging before the
-# interior fast path (the default before it), timed beside the default (PIPE=2, FAST=1)
-EXACT_ABLATIONS = (5, 6, 7, 8)
 _A_MODES = {"r": 1, "c": 2, "g": 0}
 _B_MODES = {"r": 2, "n": 3, "c": 1, "g": 0}
 
@@ -224,12 +215,11 @@ def require_capability(device: Device, family: str) -> None:
 
 
 def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family: str = "coopmat",
-              config: TileConfig | None = None, ablation: int = 0) -> DispatchPlan | None:
+              config: TileConfig | None = None) -> DispatchPlan | None:
     """The coopmat dispatch for a validated descriptor, or None where the family does not apply
     (inputs wider than 8 bits, K > KMAX, a device without the s8 shape). Raises UnsupportedError
-    where the device lacks the capability (or a forced `config` cannot run). `ablation` (1..8,
-    benchmarks/bench_coop.py --ablate only) takes the `mmc8a<n>_rc` kernel that leaves a part
-    out: its results are wrong by design."""
+    where the device lacks the capability (or a forced `config` cannot run). (The ablations of
+    the kernel, wrong by design, are benchmarks/overlay_ablation.py's.)"""
     require_capability(device, family)
     if desc.a_tensor.data_type.size != 1 or (family == "coopmat" and not has_shape(device)):
         return None
@@ -252,23 +242,18 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family:
     words = matmul_push(desc, ops, sum_flags(desc))
 
     variant = f"mmc8{FAMILIES[family][0]}_{am}{bmode}"
-    if ablation:
-        if (family, am, bmode) != ("coopmat", "r", "c") or ablation not in ABLATIONS:
-            raise UnsupportedError(f"ablation: {ablation} must be one of {sorted(ABLATIONS)}, on the coopmat family "
-                                   f"with A row-major and B column-major")
-        variant = f"mmc8a{ablation}_rc"
     check_capabilities(variant, device.capabilities)
     groups = cdiv(m, cfg.bm) * cdiv(n, cfg.bn) * t
-    return matmul_plan(desc, device, variant, words, groups, cfg.spec(sg, words[11] & FLAG_BITS))
+    return matmul_plan(desc, device, variant, words, groups, cfg.spec(sg, push_flags(words)))
 
 
 def compile_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family: str = "coopmat",
-                 config: TileConfig | None = None, ablation: int = 0) -> CompiledOperator:
+                 config: TileConfig | None = None) -> CompiledOperator:
     """The operator on the coopmat family with an explicit tile configuration (tests and
     benchmarks/bench_coop.py --sweep); UnsupportedError where the family does not apply."""
     validate_tensors(MATRIX_MULTIPLY_INTEGER_TO_FLOAT, device.feature_level, desc, FIELDS, OUTPUT_FIELDS)
     check_desc(desc)
-    plan = plan_coop(device, desc, family=family, config=config, ablation=ablation)
+    plan = plan_coop(device, desc, family=family, config=config)
     if plan is None:
         raise UnsupportedError(f"kernel: the coopmat family takes 8-bit A and B with K <= {KMAX} on a device "
                                f"listing the s8 16x16x32 shape")

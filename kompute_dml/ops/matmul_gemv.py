@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UnsupportedError
 from ..ints import cdiv
+from ..policy import GEMV_MAX_M
 from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
 from ..runtime import DispatchPlan
 from ..shaders import check_capabilities
@@ -42,11 +43,9 @@ from .matmul_coop import KMAX, subgroup_size
 if TYPE_CHECKING:
     from ..device import Device
 
-# Automatic GPU families hand matrices of at most SMALL_M rows to this family (ops/matmul_integer.py).
-# H100, benchmarks/bench_decode.py --rounds 5 (quantized, K = N = 4096): gemv 16.3 / 18.6 / 22.3 /
-# 25.2 / 35.5 us at M = 1 / 2 / 4 / 8 / 16 against coopmat's 46.8 / 47.2 / 46.5 / 43.6 / 38.8; at M = 32
-# its best configuration (GPU_ROW_CONFIGS) took 44.1 us against coopmat's 68.1.
-SMALL_M = 32
+# Automatic GPU families try this family for matrices of at most SMALL_M rows (the device policy's
+# table, kompute_dml/policy.py, where the measurements are)
+SMALL_M = GEMV_MAX_M
 MAX_M = 64  # beyond this (forced kernel="gemv" only) B would be re-read for too many row tiles
 MAX_MT = 16  # rows per work group: the accumulators' compile-time bound
 DOT_CAPABILITY = "integer_dot_product"
@@ -70,7 +69,7 @@ TINY_K = 512
 TINY_B_BYTES = 256 * 1024
 TINY_NL = 8
 
-# push word 11: matmul_common's flag bits (F_A_SIGNED ... F_SUM_B), and A staged as words
+# c_flags: matmul_common's flag bits (F_A_SIGNED ... F_SUM_B), and A staged as words
 _F_A_WORDS = 1 << 31
 
 

@@ -5,8 +5,9 @@ Output[b,c,m,n] = sum_k ((A[b,c,m,k] - AZP[m]) * AScale[m]) * ((B[b,c,k,n] - BZP
 
 One dispatch of shaders/matmul_int.comp. Two kernel families: register-blocked (no shared
 memory, no barrier) for CPU Vulkan devices such as lavapipe, shared-memory tiles for GPUs;
-`KDML_MATMUL_KERNEL=cpu|cpu-ssbo|gpu` (or `compile_matmul_integer(..., kernel=...)`) forces
-one. Within the CPU family, 8-bit inputs with 16-byte-aligned rows (K and N multiples of 16)
+which family plans a descriptor is the device policy's table (DevicePolicy.matmul_table, with
+the planners of PLANNERS); `compile_matmul_integer(..., kernel=...)`, or KDML_MATMUL_KERNEL when
+the device is made, forces one. Within the CPU family, 8-bit inputs with 16-byte-aligned rows (K and N multiples of 16)
 take the texel variant, which reads A and B through uniform texel buffers (`cpu-ssbo` turns it
 off); otherwise a packed variant reads whole words when A's and B's rows are word-aligned with
 unit inner stride, and any other layout takes the generic (element-load) variant. See
@@ -15,12 +16,13 @@ docs/matmul.md.
 
 from __future__ import annotations
 
-import os
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..dtypes import DataType
-from ..errors import invalid
 from ..ints import cdiv
+from ..policy import MATMUL_KERNEL_ENV, MATMUL_KERNELS
 from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
 from ..runtime import KP_PATCH_LEVEL, DispatchPlan
 from . import contract
@@ -39,7 +41,7 @@ from .matmul_common import (
 )
 from .matmul_common import check_desc as _check
 from .matmul_coop import plan_coop
-from .matmul_gemv import SMALL_M, plan_gemv
+from .matmul_gemv import plan_gemv
 from .matmul_wide import plan_wide
 from .spec import OnnxOp, OperatorSpec
 
@@ -47,10 +49,10 @@ if TYPE_CHECKING:
     from ..device import Device
 
 D = DataType
-KERNEL_ENV = "KDML_MATMUL_KERNEL"
+KERNEL_ENV = MATMUL_KERNEL_ENV  # read once, by the device's policy
 
 # CPU family: rows x columns of outputs per invocation and invocations per work group (must
-# match the @variant lines of shaders/matmul_int.comp). Packed rows: 6x8 (1x8 when M is
+# match the MMI_* families of kompute_dml/ops/contract). Packed rows: 6x8 (1x8 when M is
 # tiny); any other layout: 4x4 with element loads.
 CPU_TEXEL_BLOCK = (8, 16)
 CPU_TEXEL_ALIGN = 16  # bytes: one R32G32B32A32_UINT texel
@@ -65,23 +67,18 @@ GPU_LOCAL = 256
 
 
 
-KERNELS = ("cpu", "cpu-ssbo", "gpu", "coopmat", "dot", "coopmat-emulated", "gemv", "wide")
+KERNELS = MATMUL_KERNELS
 
 
 def kernel_family(device: Device, kernel: str | None = None) -> str:
-    """'cpu', 'cpu-ssbo' (the CPU family without the texel variant), 'gpu', 'coopmat' (tensor
-    cores, ops/matmul_coop.py), 'dot' (its kernel on integer dot products) or 'coopmat-emulated'
-    (on plain integer code, for tests), 'gemv' (few rows of A, ops/matmul_gemv.py), 'wide' (exact
-    16/32-bit, ops/matmul_wide.py; automatic GPU families take it for those widths): the explicit
-    choice, else KDML_MATMUL_KERNEL, else the device policy's."""
-    choice = kernel if kernel is not None else os.environ.get(KERNEL_ENV, "auto")
-    choice = (choice or "auto").strip().lower()
+    """The forced family (`kernel`, else the policy's KDML_MATMUL_KERNEL override, read when the
+    device was made), else the device policy's family: 'cpu', 'cpu-ssbo' (the CPU family without
+    the texel variant), 'gpu', 'coopmat' (tensor cores, ops/matmul_coop.py), 'dot' (its kernel on
+    integer dot products) or 'coopmat-emulated' (on plain integer code, for tests), 'gemv' (few
+    rows of A, ops/matmul_gemv.py), 'wide' (exact 16/32-bit, ops/matmul_wide.py)."""
+    choice = device.policy.matmul_kernel_for(kernel)
     if choice == "auto":
-        family = device.policy.matmul_family
-        return family if family in KERNELS else "gpu"
-    if choice not in KERNELS:
-        raise invalid("kernel", f"must be one of {', '.join(map(repr, KERNELS))} or 'auto' (also via {KERNEL_ENV}), "
-                      f"got {choice!r}")
+        return device.policy.matmul_family if device.policy.matmul_family in KERNELS else "gpu"
     return choice
 
 
@@ -103,28 +100,17 @@ def texel_eligible(device: Device, width: int, m: int, k: int, n: int, a_st: lis
 def compile_matmul_integer(
     device: Device, desc: MatrixMultiplyIntegerToFloatDesc, kernel: str | None = None
 ) -> CompiledOperator:
+    """The first family of the device policy's table (DevicePolicy.matmul_table: forced by `kernel`
+    or KDML_MATMUL_KERNEL, else the device's) that applies and plans the descriptor."""
     validate_tensors(MATRIX_MULTIPLY_INTEGER_TO_FLOAT, device.feature_level, desc, FIELDS, OUTPUT_FIELDS)
     _check(desc)
-    family = kernel_family(device, kernel)
-    plan = None
-    # few rows of A (decoding): the gemv family first, when forced or for an automatic GPU family;
-    # where it does not apply (None), a forced 'gemv' falls back to the automatic choice
-    auto = (kernel if kernel is not None else os.environ.get(KERNEL_ENV, "auto") or "auto").strip().lower() == "auto"
-    if family == "gemv" or (auto and family in ("gpu", "coopmat", "dot") and desc.a_tensor.sizes[-2] <= SMALL_M):
-        plan = plan_gemv(device, desc)
-        if plan is None and family == "gemv":
-            family, auto = kernel_family(device, "auto"), True
-    if plan is None and auto:
-        family = device.policy.matmul_family_for(desc.a_tensor.sizes[-2])
-    if plan is None and family in ("coopmat", "dot", "coopmat-emulated"):  # 8-bit, K within int32 exactness; else GPU family
-        plan = plan_coop(device, desc, family=family)
-        family = "wide"  # 16/32-bit inputs (or K beyond the coop limit): below
-    # 16/32-bit inputs on every GPU family but a forced 'gpu': the exact kernel (ops/matmul_wide.py)
-    if plan is None and (family == "wide" or (auto and family == "gpu")):
-        plan = plan_wide(device, desc)  # None for 8-bit: the GPU family
-        family = "gpu"
-    if plan is None:
-        plan = _plan(desc, family, device)
+    for candidate in device.policy.matmul_table(kernel):
+        if candidate.applies(device, desc):
+            plan = PLANNERS[candidate.family](device, desc)
+            if plan is not None:
+                break
+    else:  # the tables end in a family that always plans
+        raise AssertionError(f"no matrix-product family planned {desc}")
     return CompiledOperator(
         device, desc, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, INPUT_FIELDS, OUTPUT_FIELDS, [plan]
     )
@@ -179,13 +165,28 @@ def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -
     return matmul_plan(desc, device, variant, words, groups)
 
 
+# The planners of the families the policy's tables name (kompute_dml/policy.py, MATMUL_KERNELS):
+# each returns a plan, or None where its family does not take the descriptor.
+PLANNERS: dict[str, Callable[[Device, MatrixMultiplyIntegerToFloatDesc], DispatchPlan | None]] = {
+    "cpu": lambda device, desc: _plan(desc, "cpu", device),
+    "cpu-ssbo": lambda device, desc: _plan(desc, "cpu-ssbo", device),
+    "gpu": lambda device, desc: _plan(desc, "gpu", device),
+    "coopmat": functools.partial(plan_coop, family="coopmat"),
+    "dot": functools.partial(plan_coop, family="dot"),
+    "coopmat-emulated": functools.partial(plan_coop, family="coopmat-emulated"),
+    "gemv": plan_gemv,
+    "wide": plan_wide,
+}
+assert set(PLANNERS) == set(KERNELS)
+
+
 # ---- spec (kompute_dml/ops/spec.py) -------------------------------------------------------
 _MS = "com.microsoft"
 SPECS = (
     OperatorSpec(
         MatrixMultiplyIntegerToFloatDesc, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, compile_matmul_integer,
         (contract.MMI_TEXEL, contract.MMI_PACKED, contract.MMI_GENERIC, contract.MMI_GPU, contract.MMC,
-         contract.MMG, contract.MMW, contract.MMC_ABLATION),  # the ablations: benchmarks/coop_ablate.py only, never the dispatcher
+         contract.MMG, contract.MMW),
         helpers=("matmul_integer_to_float",),
         onnx=(OnnxOp("MatMulIntegerToFloat", _MS, "matmul_integer_to_float"),
               OnnxOp("DynamicQuantizeMatMul", _MS, "matmul_integer_to_float")),

@@ -2,7 +2,7 @@
 
 An `OperatorSpec` joins the descriptor class, the seed's support table (whose tensor fields,
 in order, are the binding order: inputs then outputs), the compile function, the shader
-families its plans dispatch (kompute_dml/ops/contract.py), the functional helpers and the ONNX
+families its plans dispatch (kompute_dml/ops/contract), the functional helpers and the ONNX
 nodes placed on it. `kompute_dml.ops` collects the specs into SPECS; the compile table,
 `kompute-dml info`, the README support matrix (tools/gen_docs.py), the ONNX placement and the
 spec-driven tests (tests/test_specs.py) are derived from them.
@@ -100,10 +100,10 @@ def check_plans(spec: OperatorSpec, plans: Sequence[Any], capabilities: frozense
         if fam is None or plan.variant not in spec.variants:
             keys = ", ".join(f.key for f in spec.shaders)
             raise ContractError(f"{spec.name}: planned shader variant {plan.variant!r}, which none of its shader "
-                                f"families ({keys}; kompute_dml/ops/contract.py) names")
+                                f"families ({keys}; kompute_dml/ops/contract) names")
         if len(push) != fam.words:
             raise ContractError(f"{spec.name}: variant {plan.variant!r} planned with {len(push)} push-constant words, "
-                                f"shaders/{fam.source} declares {fam.words} (kompute_dml/ops/contract.py, {fam.key})")
+                                f"shaders/{fam.source} declares {fam.words} (kompute_dml/ops/contract, {fam.key})")
 
 
 def onnx_placement(specs: Sequence[OperatorSpec]) -> dict[tuple[str, str], tuple[str, str, int]]:

@@ -31,6 +31,9 @@ class PipelineCache:
         self.capabilities = capabilities  # the device's enabled optional features
         self.capacity = capacity
         self._entries: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
+        # SPIR-V by variant, checked (capabilities, staleness) and read once per device: a new
+        # descriptor set must not cost a file read and a hash of the shader sources
+        self._spirv: dict[str, bytes] = {}
         self.hits = 0
         self.misses = 0
 
@@ -42,12 +45,9 @@ class PipelineCache:
             self.hits += 1
             return algo
         self.misses += 1
-        # A variant needing a feature the device did not enable is refused, never handed to the
-        # driver (operators check at compile time too; this holds for any caller).
-        check_capabilities(plan.variant, self.capabilities)
         algo = self.manager.algorithm(
             [m.tensor for m in memories],
-            load_spirv(plan.variant),
+            self.spirv(plan.variant),
             [1, 1, 1],  # unused: OpDispatch gives the grid
             np.asarray(plan.spec, dtype=np.uint32) if plan.spec else _EMPTY_SPEC,
             np.asarray(plan.push, dtype=np.uint32),
@@ -60,11 +60,19 @@ class PipelineCache:
             self._entries.popitem(last=False)
         return algo
 
+    def spirv(self, variant: str) -> bytes:
+        data = self._spirv.get(variant)
+        if data is None:
+            # A variant needing a feature the device did not enable is refused, never handed to
+            # the driver (operators check at compile time too; this holds for any caller).
+            check_capabilities(variant, self.capabilities)
+            data = self._spirv[variant] = load_spirv(variant)
+        return data
+
     def prepare(self, plan: DispatchPlan) -> None:
         """Create the shared pipeline of `plan`'s variant, spec and push size, binding nothing."""
-        check_capabilities(plan.variant, self.capabilities)
         self.manager.kdml_prepare_program(
-            load_spirv(plan.variant), len(plan.bindings), [int(v) for v in plan.spec], len(plan.push)
+            self.spirv(plan.variant), len(plan.bindings), [int(v) for v in plan.spec], len(plan.push)
         )
 
     def forget_memory(self, serial: int) -> None:

@@ -1,0 +1,78 @@
+"""Benchmark-only shader overlay: the ablations of the cooperative-matrix kernel `mmc8_rc`
+(`bench_coop.py --ablate`, coop_ablate.py). Each `mmc8a<n>_rc` leaves a part of the kernel out or
+takes an older one; most give wrong results by design, so they are not in the production contract
+(kompute_dml/ops/contract), its specs, `kompute-dml info` or kompute_dml/spirv: this file declares
+their family, `load()` builds it (`tools/build_spirv.py --overlay`, into benchmarks/out/) and adds
+it to this process's shaders, `compile_ablation` plans one.
+
+    python tools/build_spirv.py --overlay benchmarks/overlay_ablation.py --out benchmarks/out/spirv_ablation
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+try:  # loaded by tools/build_spirv.py --overlay (standard library only): its copy of the contract
+    contract: Any = sys.modules["_kdml_shader_contract"]
+except KeyError:
+    from kompute_dml.ops import contract
+
+ROOT = Path(__file__).resolve().parent.parent
+SPIRV_DIR = ROOT / "benchmarks" / "out" / "spirv_ablation"
+
+# what each leaves out of mmc8_rc (shaders/matmul_coop.comp), and its #defines
+ABLATIONS = {1: "no global loads in the K loop", 2: "no fragment loads in the K loop",
+             3: "no fragment loads or MMAs", 4: "no epilogue (raw int32 store)", 5: "old epilogue loop",
+             6: "old global->shared pipeline (PIPE=1)", 7: "loads two steps ahead (PIPE=3)",
+             8: "previous staging (FAST=0, no fast path)"}
+_DEFINES = {1: {"ABL": 1}, 2: {"ABL": 2}, 3: {"ABL": 3}, 4: {"ABL": 4}, 5: {"ABL": 5},
+            6: {"PIPE": 1, "FAST": 0}, 7: {"PIPE": 3}, 8: {"FAST": 0}}
+# the ablations that are exact kernels (the others' results are wrong by design): 6 and 7 are the
+# global -> shared pipeline before the first fix and a deeper one, 8 the staging before the
+# interior fast path (the default before it), timed beside the default (PIPE=2, FAST=1)
+EXACT_ABLATIONS = (5, 6, 7, 8)
+
+MMC_ABLATION = contract.family(
+    "mmc_ablation", "matmul_coop.comp", "mmc8a{part}_rc", contract.MATMUL_PUSH, None, part=tuple(ABLATIONS),
+    target=contract.COOP_TARGET, defines=lambda part: {"AL": 1, "BL": 1, **_DEFINES[int(part)]})
+FAMILIES = (MMC_ABLATION,)
+
+
+@functools.cache
+def load() -> None:
+    """Build the overlay where its SPIR-V is missing or stale, and let the runtime load it."""
+    spec = importlib.util.spec_from_file_location("_kdml_build_spirv_overlay", ROOT / "tools" / "build_spirv.py")
+    assert spec is not None and spec.loader is not None
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    if builder.build(quiet=True, families=FAMILIES, out_dir=SPIRV_DIR) != 0:
+        raise RuntimeError(f"the ablation overlay did not build (see above): {SPIRV_DIR}")
+    from kompute_dml import shaders
+
+    shaders.add_overlay(SPIRV_DIR)
+
+
+def compile_ablation(device: Any, desc: Any, ablation: int, config: Any = None) -> Any:
+    """MATRIX_MULTIPLY_INTEGER_TO_FLOAT on `mmc8a<ablation>_rc`: the coopmat family's plan for
+    `desc` (A row-major, B column-major) with the ablated kernel. UnsupportedError elsewhere."""
+    from kompute_dml.errors import UnsupportedError
+    from kompute_dml.ops.base import CompiledOperator
+    from kompute_dml.ops.matmul_common import INPUT_FIELDS, OUTPUT_FIELDS
+    from kompute_dml.ops.matmul_coop import compile_coop
+    from kompute_dml.registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
+    from kompute_dml.shaders import check_capabilities
+
+    if ablation not in ABLATIONS:
+        raise UnsupportedError(f"ablation: {ablation} must be one of {sorted(ABLATIONS)}")
+    plan = compile_coop(device, desc, family="coopmat", config=config).plans[0]
+    if plan.variant != "mmc8_rc":
+        raise UnsupportedError(f"ablation: the ablations are of mmc8_rc (A row-major, B column-major), not {plan.variant}")
+    load()
+    plan = replace(plan, variant=MMC_ABLATION.name(part=ablation))
+    check_capabilities(plan.variant, device.capabilities)
+    return CompiledOperator(device, desc, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, INPUT_FIELDS, OUTPUT_FIELDS, [plan])

