@@ -12,11 +12,8 @@ Run it twice with the cache on: the second process reads what the first compiled
 from __future__ import annotations
 
 import argparse
-import cProfile
 import json
-import pstats
 import statistics
-import sys
 import time
 
 import numpy as np
@@ -73,35 +70,50 @@ def main() -> None:
 
 def breakdown(dev: kdml.Device, rng: np.random.Generator, repeats: int) -> None:
     """Where a first execution on new buffers spends its time (a 64^3 product): the binding
-    checks, encoding + recording (kp algorithm = descriptor set, kp sequence), the first
-    run of the new command buffer, and a second run of it."""
+    checks, encoding + recording (kp algorithm = descriptor set, kp sequence), the first run of
+    the new command buffer and a second run of it; then the kp steps of the recording alone
+    (a sequence created, an algorithm created, a sequence re-recorded and run)."""
+    from kompute_dml.runtime.encode import encode, record_dispatches
+
     m = k = n = 64
     op = dev.compile(_desc(m, k, n))
     engine = dev.engine
-    times: dict[str, list[float]] = {"bind": [], "record": [], "run 1": [], "run 2": []}
-    prof = cProfile.Profile()
+    times: dict[str, list[float]] = {k: [] for k in ("bind", "record", "run 1", "run 2", "new sequence",
+                                                       "new algorithm", "re-record", "run re-recorded", "drop")}
+    scratch = engine.manager.kdml_word_sequence()
+    replay = None
     for _ in range(repeats):
         a = dev.tensor(rng.integers(-128, 128, (1, 1, m, k), dtype=np.int8))
         b = dev.tensor(rng.integers(-128, 128, (1, 1, k, n), dtype=np.int8))
         s = dev.tensor(np.array([[[[0.5]]]], np.float32))
         out = dev.empty(kdml.TensorDesc(kdml.DataType.FLOAT32, (1, 1, m, n)))
+        t = time.perf_counter()
+        replay = None  # the last iteration's submission: its kp sequence is destroyed here
         t0 = time.perf_counter()
+        times["drop"].append((t0 - t) * 1e6)
         bound, _key = op.bind([a, s, None, b, s, None, None], [out])
         t1 = time.perf_counter()
         with engine.lock:
-            prof.enable()
             replay = engine._record([(op.plans, bound)])
-            prof.disable()
-        t2 = time.perf_counter()
-        replay.run()
-        t3 = time.perf_counter()
-        replay.run()
-        t4 = time.perf_counter()
-        for name, v in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            t2 = time.perf_counter()
+            replay.run()
+            t3 = time.perf_counter()
+            replay.run()
+            t4 = time.perf_counter()
+            engine.manager.kdml_word_sequence()
+            t5 = time.perf_counter()
+            engine.pipelines._entries.clear()  # a new descriptor set for the same buffers
+            dispatches = [encode(plan, bound, engine.pipelines, engine.dummy) for plan in op.plans]
+            t6 = time.perf_counter()
+            scratch.clear()
+            record_dispatches(scratch, dispatches)
+            t7 = time.perf_counter()
+            scratch.kdml_run()
+            t8 = time.perf_counter()
+        for name, v in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6, t8 - t7)):
             times[name].append(v * 1e6)
+    del replay
     print("first execution on new buffers, median us: " + ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in times.items()))
-    print("the recording step, by function (cProfile, all repeats):")
-    pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(8)
 
 
 if __name__ == "__main__":
