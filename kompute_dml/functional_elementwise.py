@@ -60,7 +60,7 @@ def _operands(values: tuple[Any, ...], fields: tuple[str, ...], device: Device |
     for x in values[typed]:
         if like is None and isinstance(x, Tensor):
             like = x.desc.data_type.numpy_dtype
-        elif like is None and isinstance(x, np.ndarray) and x.dtype != bool:
+        elif like is None and isinstance(x, (np.ndarray, np.generic)) and x.dtype != bool:
             like = x.dtype
     return dev, [as_tensor(_host(x, f, like), dev, f) for x, f in zip(values, fields)]
 
