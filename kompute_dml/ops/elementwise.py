@@ -192,6 +192,9 @@ def _validate(device: Device, desc: Any, support: OperatorSupport, same_type: tu
         _same(desc, same_type[0], same_type[1:], data_type=True)
 
 
+_ARITH_FAMILIES = {"add": contract.EW_ADD, "sub": contract.EW_SUB, "mul": contract.EW_MUL, "div": contract.EW_DIV}
+
+
 def _arith(op: str, support: OperatorSupport) -> Any:
     def compile_arith(device: Device, desc: Any) -> CompiledOperator:
         act = getattr(desc, "fused_activation", None)
@@ -200,11 +203,8 @@ def _arith(op: str, support: OperatorSupport) -> Any:
                                    f"kompute_dml (FusedActivation must be None), got {type(act).__name__}")
         _validate(device, desc, support, ("a_tensor", "b_tensor", "output_tensor"))
         dt = desc.a_tensor.data_type
-        if op == "div":
-            fam, variant = contract.EW_DIV, contract.EW_DIV.name(t=type_code(dt, True))
-        else:
-            fam, variant = contract.EW_ARITH, contract.EW_ARITH.name(op=op, t=type_code(dt, False))
-        return _compile(device, desc, support, fam, variant, in_place=True)
+        fam = _ARITH_FAMILIES[op]
+        return _compile(device, desc, support, fam, fam.name(t=type_code(dt, op == "div")), in_place=True)
 
     compile_arith.__name__ = f"compile_{support.name.lower()}"
     return compile_arith
@@ -244,16 +244,15 @@ def compile_if(device: Device, desc: ElementWiseIfDesc) -> CompiledOperator:
 
 
 # ---- specs (kompute_dml/ops/spec.py) ------------------------------------------------------
-_ARITH = (contract.EW_ARITH,)
 SPECS = (
-    OperatorSpec(ElementWiseAddDesc, reg.ELEMENT_WISE_ADD, _arith("add", reg.ELEMENT_WISE_ADD), _ARITH,
+    OperatorSpec(ElementWiseAddDesc, reg.ELEMENT_WISE_ADD, _arith("add", reg.ELEMENT_WISE_ADD), (contract.EW_ADD,),
                  helpers=("add",)),
-    OperatorSpec(ElementWiseAdd1Desc, reg.ELEMENT_WISE_ADD1, _arith("add", reg.ELEMENT_WISE_ADD1), _ARITH,
+    OperatorSpec(ElementWiseAdd1Desc, reg.ELEMENT_WISE_ADD1, _arith("add", reg.ELEMENT_WISE_ADD1), (contract.EW_ADD,),
                  helpers=("add",)),
-    OperatorSpec(ElementWiseSubtractDesc, reg.ELEMENT_WISE_SUBTRACT, _arith("sub", reg.ELEMENT_WISE_SUBTRACT), _ARITH,
-                 helpers=("sub",)),
-    OperatorSpec(ElementWiseMultiplyDesc, reg.ELEMENT_WISE_MULTIPLY, _arith("mul", reg.ELEMENT_WISE_MULTIPLY), _ARITH,
-                 helpers=("mul",)),
+    OperatorSpec(ElementWiseSubtractDesc, reg.ELEMENT_WISE_SUBTRACT, _arith("sub", reg.ELEMENT_WISE_SUBTRACT),
+                 (contract.EW_SUB,), helpers=("sub",)),
+    OperatorSpec(ElementWiseMultiplyDesc, reg.ELEMENT_WISE_MULTIPLY, _arith("mul", reg.ELEMENT_WISE_MULTIPLY),
+                 (contract.EW_MUL,), helpers=("mul",)),
     OperatorSpec(ElementWiseDivideDesc, reg.ELEMENT_WISE_DIVIDE, _arith("div", reg.ELEMENT_WISE_DIVIDE),
                  (contract.EW_DIV,), helpers=("div",)),
     OperatorSpec(ElementWiseLogicalEqualsDesc, reg.ELEMENT_WISE_LOGICAL_EQUALS,

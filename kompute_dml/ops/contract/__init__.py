@@ -181,8 +181,9 @@ def _ew(op: str, t: str, ob: object = None, nin: int = 2) -> dict[str, object]:
             "RANK": EW_IF_RANK if op == "if" else EW_RANK}
 
 
-EW_ARITH = family("ew_arith", "elementwise.comp", "ew_{op}_{t}", EW_PUSH, _L256, op=("add", "sub", "mul"), t=_EW_WRAP,
-                  defines=lambda op, t: _ew(op, t))
+EW_ADD = family("ew_add", "elementwise.comp", "ew_add_{t}", EW_PUSH, _L256, t=_EW_WRAP, defines=lambda t: _ew("add", t))
+EW_SUB = family("ew_sub", "elementwise.comp", "ew_sub_{t}", EW_PUSH, _L256, t=_EW_WRAP, defines=lambda t: _ew("sub", t))
+EW_MUL = family("ew_mul", "elementwise.comp", "ew_mul_{t}", EW_PUSH, _L256, t=_EW_WRAP, defines=lambda t: _ew("mul", t))
 EW_DIV = family("ew_div", "elementwise.comp", "ew_div_{t}", EW_PUSH, _L256, t=_EW_SIGNED, defines=lambda t: _ew("div", t))
 EW_EQ = family("ew_eq", "elementwise.comp", "ew_eq_{t}_o{ob}", EW_PUSH, _L256, t=_EW_WRAP, ob=(8, 32),
                defines=lambda t, ob: _ew("eq", t, ob))
@@ -197,7 +198,7 @@ EW_IF = family("ew_if", "elementwise.comp", "ew_if_{t}", EW_IF_PUSH, _L256, t=("
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
-    EW_ARITH, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_IF,
+    EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_IF,
 )
 
 
