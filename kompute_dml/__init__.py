@@ -15,6 +15,7 @@ from .functional import (
     tril,
     triu,
 )
+from .functional_elementwise import add, div, equal, greater_equal, isnan, logical_and, mul, sub, where
 from .functional_matmul import matmul_integer_to_float
 from .memory import Buffer, Tensor
 from .ops import (
@@ -23,6 +24,18 @@ from .ops import (
     DiagonalMatrix1Desc,
     DiagonalMatrixDesc,
     MatrixMultiplyIntegerToFloatDesc,
+)
+from .ops.elementwise import (
+    ElementWiseAdd1Desc,
+    ElementWiseAddDesc,
+    ElementWiseDivideDesc,
+    ElementWiseIfDesc,
+    ElementWiseIsNanDesc,
+    ElementWiseLogicalAndDesc,
+    ElementWiseLogicalEqualsDesc,
+    ElementWiseLogicalGreaterThanOrEqualDesc,
+    ElementWiseMultiplyDesc,
+    ElementWiseSubtractDesc,
 )
 from .tensor_desc import TensorDesc, calc_buffer_tensor_size
 from .views import getitem as _getitem  # noqa: F401  (registers Tensor.__getitem__)
@@ -59,4 +72,26 @@ __all__ = [
     "matmul_integer_to_float",
     "tril",
     "triu",
+]
+# element-wise operators (ops/elementwise.py) and their helpers (functional_elementwise.py)
+__all__ += [
+    "ElementWiseAdd1Desc",
+    "ElementWiseAddDesc",
+    "ElementWiseDivideDesc",
+    "ElementWiseIfDesc",
+    "ElementWiseIsNanDesc",
+    "ElementWiseLogicalAndDesc",
+    "ElementWiseLogicalEqualsDesc",
+    "ElementWiseLogicalGreaterThanOrEqualDesc",
+    "ElementWiseMultiplyDesc",
+    "ElementWiseSubtractDesc",
+    "add",
+    "div",
+    "equal",
+    "greater_equal",
+    "isnan",
+    "logical_and",
+    "mul",
+    "sub",
+    "where",
 ]

@@ -170,6 +170,56 @@ COPY = OperatorSupport(
 )
 
 
+# ---- element-wise operators (kompute_dml/ops/elementwise.py), from their DirectML pages ------
+# FLOAT64 is left out of the arithmetic and comparison tables (DirectML lists it for IF only,
+# which selects bit patterns: exact); every other listed type is implemented exactly.
+INTS_32 = frozenset({D.INT32, D.UINT32})
+INTS_64 = frozenset({D.INT64, D.UINT64})
+NUMERIC = FLOATS | INTS_8_32 | INTS_64  # every type but FLOAT64
+BOOL_OUT = frozenset({D.UINT32, D.UINT8})
+
+
+def _binary(name: str, op_type: int, rows: Sequence[tuple[FeatureLevel, tuple[int, int], frozenset[DataType]]],
+            out_types: frozenset[DataType] | None = None, first: LevelSupport | None = None) -> OperatorSupport:
+    """A, B, Output (the output's types: the inputs', or `out_types` for the logical operators);
+    `first`: a row of its own before `rows`."""
+    return OperatorSupport(name, op_type, (*((first,) if first else ()), *(
+        _row(level, ("a_tensor", "input", dims, types), ("b_tensor", "input", dims, types),
+             ("output_tensor", "output", dims, out_types if out_types is not None else types))
+        for level, dims, types in rows)))
+
+
+_ARITH_ROWS = ((FL.FL_1_0, (4, 5), FLOATS), (FL.FL_2_1, (4, 5), FLOATS | INTS_32), (FL.FL_3_0, (1, 8), FLOATS | INTS_32),
+               (FL.FL_4_1, (1, 8), FLOATS | INTS_32 | INTS_64), (FL.FL_5_1, (1, 8), NUMERIC))
+ELEMENT_WISE_ADD = _binary("ELEMENT_WISE_ADD", 4, _ARITH_ROWS)
+ELEMENT_WISE_ADD1 = _binary("ELEMENT_WISE_ADD1", 89, ((FL.FL_2_0, (4, 5), FLOATS), (FL.FL_3_0, (1, 8), FLOATS)))
+# SUBTRACT's pages list 4 dimensions (not 4 to 5) at 1_0 and 2_1; MULTIPLY's 4 to 5
+ELEMENT_WISE_SUBTRACT = _binary("ELEMENT_WISE_SUBTRACT", 30, ((FL.FL_1_0, (4, 4), FLOATS), (FL.FL_2_1, (4, 4), FLOATS | INTS_32),
+                                                              *_ARITH_ROWS[2:]))
+ELEMENT_WISE_MULTIPLY = _binary("ELEMENT_WISE_MULTIPLY", 24, _ARITH_ROWS)
+ELEMENT_WISE_DIVIDE = _binary("ELEMENT_WISE_DIVIDE", 10, (
+    (FL.FL_1_0, (4, 4), FLOATS), (FL.FL_2_1, (4, 4), FLOATS | INTS_32), (FL.FL_3_0, (1, 8), FLOATS | INTS_32),
+    (FL.FL_5_1, (1, 8), FLOATS | INTS_8_32), (FL.FL_6_0, (1, 8), NUMERIC)))
+_COMPARE_ROWS = ((FL.FL_3_0, (1, 8), FLOATS | INTS_8_32), (FL.FL_4_1, (1, 8), NUMERIC))
+ELEMENT_WISE_LOGICAL_EQUALS = _binary(
+    "ELEMENT_WISE_LOGICAL_EQUALS", 15, ((FL.FL_2_0, (4, 4), FLOATS), (FL.FL_2_1, (4, 4), FLOATS | INTS_8_32), *_COMPARE_ROWS),
+    BOOL_OUT, _row(FL.FL_1_0, ("a_tensor", "input", (4, 4), FLOATS), ("b_tensor", "input", (4, 4), FLOATS),
+                   ("output_tensor", "output", (4, 4), frozenset({D.UINT32}))))
+ELEMENT_WISE_LOGICAL_GREATER_THAN_OR_EQUAL = _binary("ELEMENT_WISE_LOGICAL_GREATER_THAN_OR_EQUAL", 126, _COMPARE_ROWS,
+                                                     BOOL_OUT)
+ELEMENT_WISE_LOGICAL_AND = _binary("ELEMENT_WISE_LOGICAL_AND", 14, (
+    (FL.FL_1_0, (4, 4), frozenset({D.UINT32})), (FL.FL_2_0, (4, 4), BOOL_OUT), (FL.FL_3_0, (1, 8), BOOL_OUT)))
+ELEMENT_WISE_IS_NAN = OperatorSupport("ELEMENT_WISE_IS_NAN", 80, tuple(
+    _row(level, ("input_tensor", "input", dims, FLOATS), ("output_tensor", "output", dims, BOOL_OUT))
+    for level, dims in ((FL.FL_2_0, (4, 4)), (FL.FL_3_0, (1, 8)))))
+_U8 = frozenset({D.UINT8})
+ELEMENT_WISE_IF = OperatorSupport("ELEMENT_WISE_IF", 88, tuple(
+    _row(level, ("condition_tensor", "input", dims, _U8), ("a_tensor", "input", dims, types),
+         ("b_tensor", "input", dims, types), ("output_tensor", "output", dims, types))
+    for level, dims, types in ((FL.FL_2_0, (4, 4), frozenset({D.FLOAT16})), (FL.FL_3_0, (1, 8), FLOATS | INTS_8_32),
+                               (FL.FL_5_0, (1, 8), ALL_TYPES))))
+
+
 def _dims_text(dims: tuple[int, int]) -> str:
     return str(dims[0]) if dims[0] == dims[1] else f"{dims[0]}-{dims[1]}"
 

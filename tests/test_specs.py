@@ -41,6 +41,17 @@ EXAMPLES = {
         TD(DT.UINT8, (1, 1, 8, 5)), TD(DT.FLOAT32, (1, 1, 1, 1)), TD(DT.UINT8, (1, 1, 1, 1)),
         TD(DT.FLOAT32, (1, 1, 4, 5)), TD(DT.FLOAT32, (1, 1, 4, 5)),
     ),
+    "ELEMENT_WISE_ADD": lambda: kdml.ElementWiseAddDesc(F32_4D, F32_4D, F32_4D),
+    "ELEMENT_WISE_ADD1": lambda: kdml.ElementWiseAdd1Desc(F32_4D, F32_4D, F32_4D),
+    "ELEMENT_WISE_SUBTRACT": lambda: kdml.ElementWiseSubtractDesc(F32_4D, F32_4D, F32_4D),
+    "ELEMENT_WISE_MULTIPLY": lambda: kdml.ElementWiseMultiplyDesc(F32_4D, F32_4D, F32_4D),
+    "ELEMENT_WISE_DIVIDE": lambda: kdml.ElementWiseDivideDesc(F32_4D, F32_4D, F32_4D),
+    "ELEMENT_WISE_LOGICAL_EQUALS": lambda: kdml.ElementWiseLogicalEqualsDesc(F32_4D, F32_4D, TD(DT.UINT32, (1, 2, 3, 4))),
+    "ELEMENT_WISE_LOGICAL_GREATER_THAN_OR_EQUAL": lambda: kdml.ElementWiseLogicalGreaterThanOrEqualDesc(
+        F32_4D, F32_4D, TD(DT.UINT8, (1, 2, 3, 4))),
+    "ELEMENT_WISE_LOGICAL_AND": lambda: kdml.ElementWiseLogicalAndDesc(*[TD(DT.UINT32, (1, 2, 3, 4))] * 3),
+    "ELEMENT_WISE_IS_NAN": lambda: kdml.ElementWiseIsNanDesc(F32_4D, TD(DT.UINT8, (1, 2, 3, 4))),
+    "ELEMENT_WISE_IF": lambda: kdml.ElementWiseIfDesc(TD(DT.UINT8, (1, 2, 3, 4)), *[TD(DT.FLOAT16, (1, 2, 3, 4))] * 3),
 }
 IDS = [s.name for s in SPECS]
 FIELD_CASES = [(s, t) for s in SPECS for t in s.support.levels[0].tensors]

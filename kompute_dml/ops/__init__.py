@@ -8,8 +8,20 @@ from typing import TYPE_CHECKING, Any
 from ..dtypes import FeatureLevel
 from ..errors import invalid
 from ..registry import support_matrix as _support_matrix
-from . import diagonal, identity, matmul_integer
+from . import diagonal, elementwise, identity, matmul_integer
 from .diagonal import DiagonalMatrix1Desc, DiagonalMatrixDesc
+from .elementwise import (
+    ElementWiseAdd1Desc,
+    ElementWiseAddDesc,
+    ElementWiseDivideDesc,
+    ElementWiseIfDesc,
+    ElementWiseIsNanDesc,
+    ElementWiseLogicalAndDesc,
+    ElementWiseLogicalEqualsDesc,
+    ElementWiseLogicalGreaterThanOrEqualDesc,
+    ElementWiseMultiplyDesc,
+    ElementWiseSubtractDesc,
+)
 from .identity import ActivationIdentityDesc, CopyDesc
 from .matmul_integer import MatrixMultiplyIntegerToFloatDesc
 from .spec import OperatorSpec, check_plans, onnx_placement
@@ -17,7 +29,7 @@ from .spec import OperatorSpec, check_plans, onnx_placement
 if TYPE_CHECKING:
     from ..device import Device
 
-SPECS: tuple[OperatorSpec, ...] = (*identity.SPECS, *diagonal.SPECS, *matmul_integer.SPECS)
+SPECS: tuple[OperatorSpec, ...] = (*identity.SPECS, *diagonal.SPECS, *matmul_integer.SPECS, *elementwise.SPECS)
 BY_DESC: dict[type, OperatorSpec] = {s.desc_type: s for s in SPECS}
 BY_NAME: dict[str, OperatorSpec] = {s.name: s for s in SPECS}
 COMPILERS: dict[type, Callable[[Device, Any], Any]] = {s.desc_type: s.compile for s in SPECS}
@@ -45,4 +57,9 @@ __all__ = [
     "BY_DESC", "BY_NAME", "COMPILERS", "ONNX_PLACEMENT", "SPECS", "ActivationIdentityDesc", "CopyDesc",
     "DiagonalMatrix1Desc", "DiagonalMatrixDesc", "MatrixMultiplyIntegerToFloatDesc", "OperatorSpec",
     "compile_operator", "support_matrix",
+]
+__all__ += [  # ops/elementwise.py
+    "ElementWiseAdd1Desc", "ElementWiseAddDesc", "ElementWiseDivideDesc", "ElementWiseIfDesc", "ElementWiseIsNanDesc",
+    "ElementWiseLogicalAndDesc", "ElementWiseLogicalEqualsDesc", "ElementWiseLogicalGreaterThanOrEqualDesc",
+    "ElementWiseMultiplyDesc", "ElementWiseSubtractDesc",
 ]

@@ -1,0 +1,74 @@
+"""Dispatch plans of the element-wise operators (ops/elementwise.py, shaders/elementwise.comp).
+
+Every tensor of the operator (inputs, then the output) is addressed through its own strides
+over the output's sizes (a stride of 0 broadcasts). The dimensions are merged where they are
+contiguous in every tensor and size-1 dimensions dropped (layout.merge_dims); the shader
+walks up to `contract.EW_RANK` of them (`EW_IF_RANK` for IF's four tensors). Beyond that the
+host enumerates the smallest merged dimensions, one dispatch per coordinate with per-tensor
+base offsets: with at most 8 dimensions of size >= 2 that is at most two (IF: four) of the
+smallest, whose product is at most count^(1/4) (IF: count^(1/2)).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+from ..errors import UnsupportedError
+from ..ints import cdiv
+from ..layout import merge_dims
+from ..runtime import DispatchPlan, grid_for
+from ..tensor_desc import TensorDesc
+from . import contract
+
+LOCAL_SIZE = 256
+_U32 = 1 << 32
+
+
+def _prefixes(n_tensors: int) -> tuple[str, ...]:
+    """The push-block member prefixes of the operator's tensors, in binding order."""
+    return {2: ("a", "o"), 3: ("a", "b", "o"), 4: ("c", "a", "b", "o")}[n_tensors]
+
+
+def check_addressable(fields: Sequence[str], descs: Sequence[TensorDesc]) -> None:
+    """UnsupportedError where an element index does not fit the shader's 32-bit words (64-bit
+    elements: word 2e + 1)."""
+    for name, d in zip(fields, descs):
+        last = sum((s - 1) * st for s, st in zip(d.sizes, d.effective_strides))
+        limit = _U32 // 2 if d.data_type.size == 8 else _U32
+        if last >= limit:
+            raise UnsupportedError(f"{name}: element index {last} exceeds the 32-bit addressing of the element-wise "
+                                   f"shaders (at most {limit - 1})")
+
+
+def plan_elementwise(family: contract.ShaderFamily, variant: str, descs: Sequence[TensorDesc],
+                     max_groups: int = 65535) -> list[DispatchPlan]:
+    """The dispatches of one element-wise operator: `descs` are its tensors in binding order
+    (the output last), all of the output's sizes."""
+    out = descs[-1]
+    n = len(descs)
+    prefixes = _prefixes(n)
+    rank = contract.EW_IF_RANK if n == 4 else contract.EW_RANK
+    sizes, strides = merge_dims(out.sizes, *(d.effective_strides for d in descs))
+    host = sorted(sorted(range(len(sizes)), key=lambda d: sizes[d])[:max(0, len(sizes) - rank)])
+    inner = [d for d in range(len(sizes)) if d not in host]
+    pad = [1] * (rank - len(inner))
+    count = math.prod(sizes[d] for d in inner)
+    per_inv = max(1, 4 // out.data_type.size)
+    groups = grid_for(cdiv(count, per_inv), LOCAL_SIZE, max_groups)
+    fixed: dict[str, object] = {"count": count, "size": [*pad, *(sizes[d] for d in inner)]}
+    if n == 2:  # IS_NAN: one input, the block's B members unused
+        fixed.update(b_off=0, b_base=0, b_str=[0] * rank)
+    for p, st in zip(prefixes, strides):
+        fixed[f"{p}_off"] = 0
+        fixed[f"{p}_str"] = [0] * len(pad) + [st[d] for d in inner]
+    slots = family.slots(**{f"{p}_off": (i, d.data_type.size) for i, (p, d) in enumerate(zip(prefixes, descs))})
+    plans = []
+    for coord in itertools.product(*(range(sizes[d]) for d in host)):
+        bases = {f"{p}_base": sum(c * st[d] for c, d in zip(coord, host)) for p, st in zip(prefixes, strides)}
+        plans.append(DispatchPlan(
+            variant=variant, bindings=tuple(range(n)), push=family.pack(**fixed, **bases), groups=groups,
+            writes=(n - 1,), offset_slots=slots,
+        ))
+    return plans
