@@ -10,7 +10,8 @@
 // toward zero, x / 0 has every bit set (unsigned: the maximum, signed: -1), INT_MIN / -1 wraps
 // to INT_MIN. 64-bit integers are word pairs (carry, borrow, umulExtended, long division).
 // FLOAT32 arithmetic is the device's (Vulkan: add, subtract, multiply correctly rounded,
-// divide within 2.5 ulp; subnormals as the device's float controls say). FLOAT16 values are
+// divide within 2.5 ulp, large divisors scaled into the range where Vulkan bounds it;
+// subnormals as the device's float controls say). FLOAT16 values are
 // decoded exactly into float32, the operation runs once in float32 and the result is rounded
 // to nearest even into float16 here (integer code, no packHalf2x16). Comparisons and IS_NAN of
 // floats work on the bit patterns (exact whatever the device's denormal mode): NaN compares
@@ -201,6 +202,13 @@ OVAL result(VAL a, VAL b) {
 #elif OP == OP_MUL
     r = x * y;
 #else
+    // Vulkan bounds division (2.5 ulp) only for |y| in [2^-126, 2^126]; beyond it a device may
+    // compute x * (1 / y) with 1 / y flushed to 0 (seen on NVIDIA: MAX / MAX gave 0). Both scaled
+    // by 2^-32 (exact; a quotient that underflows then was below 2^-220, 0 either way).
+    if (abs(y) > 8.50705917e37) {
+        x *= 2.32830644e-10;
+        y *= 2.32830644e-10;
+    }
     r = x / y;
 #endif
     return from_f(r);

@@ -221,3 +221,22 @@ def test_numpy_into_an_array(dev, rng):
     np.testing.assert_array_equal(out2, x[:, ::2])
     with pytest.raises(kdml.InvalidArgumentError, match="out"):
         t.numpy(out=np.zeros((6, 4), np.float32))
+
+
+def test_repeated_transfers_reuse_their_recorded_commands(dev, rng):
+    """The same range written or read again is resubmitted, not re-recorded; the records of a
+    released buffer go with it; every transfer still moves its own bytes."""
+    st = dev.engine.staging
+    buf = dev.buffer(4096)
+    for _ in range(3):
+        data = rng.integers(0, 256, 1000, dtype=np.uint8)
+        buf.write(data, offset=40)
+        assert buf.read(40, 1000) == data.tobytes()
+    keys = [k for k in st._recorded if k[2] == buf.serial]
+    assert sorted(k[0] for k in keys) == ["down", "up"]
+    serial = buf.serial
+    del buf
+    import gc
+
+    gc.collect()
+    assert not [k for k in st._recorded if k[2] == serial]

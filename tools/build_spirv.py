@@ -240,10 +240,7 @@ def build(force: bool = False, quiet: bool = False, families: tuple | None = Non
           shader_dir: Path = SHADER_DIR, out_dir: Path | None = None) -> int:
     """Build the families (default: the contract's, every source of shader_dir checked; else an
     overlay's, only their sources) into out_dir (default OUT_DIR); 0, or 1 after a failure."""
-    glslang = shutil.which("glslangValidator")
-    if glslang is None:
-        print("glslangValidator not found: install Debian's glslang-tools (make test does it)", file=sys.stderr)
-        return 1
+    glslang = shutil.which("glslangValidator")  # needed only where a variant is stale (below)
     every_source = families is None
     families = tuple(load_contract().FAMILIES if families is None else families)
     out_dir = OUT_DIR if out_dir is None else out_dir
@@ -271,9 +268,12 @@ def build(force: bool = False, quiet: bool = False, families: tuple | None = Non
             continue
         manifest[name] = entry
         jobs.append((name, src, defines, out))
+    if jobs and glslang is None:
+        print("glslangValidator not found: install Debian's glslang-tools (make test does it)", file=sys.stderr)
+        return 1
     errors = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        for err in pool.map(lambda j: _compile(glslang, *j, wheel=wheel), jobs):
+        for err in pool.map(lambda j: _compile(str(glslang), *j, wheel=wheel), jobs):
             if err:
                 errors.append(err)
     for stale in out_dir.glob("*.spv"):

@@ -206,6 +206,19 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
     def _note(self, msg: str) -> None:
         self.last_run.events.append(msg)
     # ---- running ----------------------------------------------------------------------
+    def warmup(self, shapes: dict[str, Any]) -> None:
+        """Run once on zero-filled inputs of these shapes (every feed named; zeros are valid
+        token ids and masks for the encoders this backend targets), so a first real run of
+        those shapes builds nothing; the run's statistics are not kept as last_run."""
+        missing = [n for n in self.feed_names if n not in shapes]
+        if missing:
+            raise ValueError(f"warmup: give a shape for every input: {missing} missing (inputs: {self.feed_names})")
+        feeds = {n: np.zeros(tuple(int(v) for v in shapes[n]), dtype=self._elem_dtype(n) or np.float32)
+                 for n in self.feed_names}
+        last = self.last_run
+        self.run(feeds)
+        self.last_run = last
+
     def _normalize_inputs(self, inputs: Any) -> dict[str, Any]:
         return normalize_inputs(self, inputs)  # feeds.py: the one input rule, types, declared shapes
 

@@ -204,6 +204,7 @@ class Engine:
             if engine.closed:
                 return
             engine.inflight.settle(serial)
+            engine.staging.forget(serial)
             engine.pipelines.forget_memory(serial)
             for key in [k for k, r in engine._replays.items() if serial in r.memories]:
                 engine._replays.pop(key).live = False

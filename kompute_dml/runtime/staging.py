@@ -17,6 +17,7 @@ that memory and the buffer.
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 CHUNK_BYTES = 8 << 20
 SLOTS = 2
+RECORDED = 128  # recorded slot transfers kept for resubmission (Staging._sequence)
 # Host copies of at least PARALLEL_BYTES are split over COPY_THREADS threads (numpy releases
 # the GIL while it copies): one core's memcpy (7.5 GB/s here, on the H100's host too) is
 # below what PCIe moves (numpy.copyto of 64 MiB on a loaded 2-core machine: 7.5 GB/s with one
@@ -99,92 +101,121 @@ def host_origin(data: np.ndarray, owners: Mapping[int, HostMemory]) -> tuple[Hos
 
 class Staging:
     """The staging slots of one Engine, and the chunked transfers through them. Callers
-    hold the engine's lock."""
+    hold the engine's lock.
+
+    A slot transfer's commands (a barrier, the copy) are recorded once per (direction, slot,
+    buffer, offset, size) and kept, the last RECORDED of them: re-recording a command buffer
+    costs about 90 us on an H100's host, a resubmission a few; a model's runs move the same
+    ranges every time. Entries binding a released buffer are dropped (`forget`)."""
 
     def __init__(self, manager: Any, run: Callable[[Any], None]) -> None:
         self.manager = manager
         self._run = run  # runs a kp call that waits, its failure as DeviceError
-        self._slots: list[tuple[np.ndarray, HostMemory, Any]] = []  # (mapped bytes, memory, sequence)
+        self._slots: list[tuple[np.ndarray, HostMemory]] = []  # (mapped bytes, memory)
         self._direct = manager.sequence()  # transfers from and to the user's host arrays
+        self._recorded: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
 
     @property
     def held_bytes(self) -> int:
-        return sum(mem.nbytes for _, mem, _ in self._slots)
+        return sum(mem.nbytes for _, mem in self._slots)
 
-    def _slot(self, i: int) -> tuple[np.ndarray, HostMemory, Any]:
+    def _slot(self, i: int) -> tuple[np.ndarray, HostMemory]:
         while len(self._slots) <= i:
             mem = HostMemory(self.manager, CHUNK_BYTES)
-            self._slots.append((np.asarray(mem), mem, self.manager.sequence()))
+            self._slots.append((np.asarray(mem), mem))
         return self._slots[i]
 
-    @staticmethod
-    def _submit(seq: Any, ops: list[Any]) -> None:
-        seq.clear()
+    def forget(self, serial: int) -> None:
+        """Drop the recorded transfers of a released buffer (they hold its kp tensor)."""
+        for key in [k for k in self._recorded if k[2] == serial]:
+            del self._recorded[key]
+
+    def _sequence(self, key: tuple[Any, ...], ops: Callable[[], list[Any]]) -> Any:
+        seq = self._recorded.get(key)
+        if seq is not None:
+            self._recorded.move_to_end(key)
+            return seq
+        seq = self.manager.sequence()
         seq.record(global_barrier())  # after every earlier submission's access to the buffer
+        for op in ops():
+            seq.record(op)
+        self._recorded[key] = seq
+        while len(self._recorded) > RECORDED:
+            self._recorded.popitem(last=False)
+        return seq
+
+    def _direct_copy(self, ops: list[Any]) -> None:
+        seq = self._direct
+        seq.clear()
+        seq.record(global_barrier())
         for op in ops:
             seq.record(op)
         seq.kdml_submit()
+        self._run(seq.kdml_wait)
 
     def upload(self, dst: DeviceMemory, offset: int, data: np.ndarray, direct: tuple[HostMemory, int] | None) -> None:
         """Write `data` (contiguous uint8) to bytes [offset, offset + len) of `dst`."""
         if direct is not None:  # the device reads the user's host array itself
             mem, start = direct
-            self._submit(self._direct, [kp.OpCopyRegions(mem.tensor, dst.tensor, [start, offset, data.size])])
-            self._run(self._direct.kdml_wait)
+            self._direct_copy([kp.OpCopyRegions(mem.tensor, dst.tensor, [start, offset, data.size])])
             return
 
-        def fill(slot: np.ndarray, mem: HostMemory, pos: int, k: int) -> list[Any]:
+        def fill(s: int, pos: int, k: int) -> Any:
+            slot, mem = self._slot(s)
             host_copy(slot[:k], data[pos : pos + k])
-            return [kp.OpCopyRegions(mem.tensor, dst.tensor, [0, offset + pos, k])]
+            return self._sequence(("up", s, dst.serial, offset + pos, k),
+                                  lambda: [kp.OpCopyRegions(mem.tensor, dst.tensor, [0, offset + pos, k])])
 
         self._chunked(data.size, fill, None)
 
     def download(self, src: DeviceMemory, offset: int, out: np.ndarray, direct: tuple[HostMemory, int] | None) -> None:
         """Read bytes [offset, offset + len(out)) of `src` into `out` (contiguous uint8)."""
-        to_host = kp.OpGlobalBarrier(ACCESS_TRANSFER_WRITE, ACCESS_HOST_READ, STAGE_TRANSFER, STAGE_HOST)
+        def to_host() -> Any:
+            return kp.OpGlobalBarrier(ACCESS_TRANSFER_WRITE, ACCESS_HOST_READ, STAGE_TRANSFER, STAGE_HOST)
+
         if direct is not None:
             mem, start = direct
-            self._submit(self._direct, [kp.OpCopyRegions(src.tensor, mem.tensor, [offset, start, out.size]), to_host])
-            self._run(self._direct.kdml_wait)
+            self._direct_copy([kp.OpCopyRegions(src.tensor, mem.tensor, [offset, start, out.size]), to_host()])
             return
 
-        def copy(slot: np.ndarray, mem: HostMemory, pos: int, k: int) -> list[Any]:
-            return [kp.OpCopyRegions(src.tensor, mem.tensor, [offset + pos, 0, k]), to_host]
+        def copy(s: int, pos: int, k: int) -> Any:
+            mem = self._slot(s)[1]
+            return self._sequence(("down", s, src.serial, offset + pos, k),
+                                  lambda: [kp.OpCopyRegions(src.tensor, mem.tensor, [offset + pos, 0, k]), to_host()])
 
-        def drain(slot: np.ndarray, pos: int, k: int) -> None:
-            host_copy(out[pos : pos + k], slot[:k])
+        def drain(s: int, pos: int, k: int) -> None:
+            host_copy(out[pos : pos + k], self._slots[s][0][:k])
 
         self._chunked(out.size, copy, drain)
 
-    def _chunked(
-        self, n: int, before: Callable[[np.ndarray, HostMemory, int, int], list[Any]],
-        after: Callable[[np.ndarray, int, int], None] | None,
-    ) -> None:
-        """Move n bytes chunk by chunk: `before` fills a slot (uploads) and returns the
-        commands to submit; `after` drains the slot once they completed (downloads)."""
-        pending: list[tuple[int, int] | None] = [None] * SLOTS  # per slot: (pos, k) in flight
+    def _chunked(self, n: int, before: Callable[[int, int, int], Any],
+                 after: Callable[[int, int, int], None] | None) -> None:
+        """Move n bytes chunk by chunk over the slots: `before(slot, pos, k)` fills the slot
+        (uploads) and returns the recorded sequence to submit; `after` drains the slot once
+        it completed (downloads)."""
+        pending: list[tuple[Any, int, int] | None] = [None] * SLOTS  # per slot: (sequence, pos, k)
         pos = chunk = 0
         try:
             while pos < n:
                 s = chunk % SLOTS
                 self._finish(pending, s, after)
                 k = min(CHUNK_BYTES, n - pos)
-                slot, mem, seq = self._slot(s)
-                self._submit(seq, before(slot, mem, pos, k))
-                pending[s] = (pos, k)
+                seq = before(s, pos, k)
+                seq.kdml_submit()
+                pending[s] = (seq, pos, k)
                 pos += k
                 chunk += 1
         finally:  # never leave a copy in flight into or out of a slot
             for s in range(SLOTS):
                 self._finish(pending, s, after)
 
-    def _finish(self, pending: list[tuple[int, int] | None], s: int,
-                after: Callable[[np.ndarray, int, int], None] | None) -> None:
+    def _finish(self, pending: list[tuple[Any, int, int] | None], s: int,
+                after: Callable[[int, int, int], None] | None) -> None:
         entry = pending[s]
         if entry is None:
             return
         pending[s] = None
-        slot, _, seq = self._slots[s]
+        seq, pos, k = entry
         self._run(seq.kdml_wait)
         if after is not None:
-            after(slot, *entry)
+            after(s, pos, k)
