@@ -17,13 +17,12 @@ from helpers import identity_op
 import kompute_dml as kdml
 from kompute_dml.errors import InvalidArgumentError
 from kompute_dml.policy import COMPLETION_ENV, policy_for
-from kompute_dml.runtime.engine import KP_PATCH_LEVEL, REPLAY_CAPACITY
+from kompute_dml.runtime.engine import REPLAY_CAPACITY
 
 DT = kdml.DataType
 TD = kdml.TensorDesc
 DEFAULT_SPIN_NS = 250_000  # kp patch: Sequence.cpp kdml_wait::spinNsRef
 
-needs_words = pytest.mark.skipif(KP_PATCH_LEVEL < 7, reason="kp built without completion words (patch level < 7)")
 
 
 @pytest.fixture(params=["word", "fence"])
@@ -47,7 +46,6 @@ def test_policy_completion_default_and_override(monkeypatch):
         policy_for("cpu", frozenset(), {})
 
 
-@needs_words
 def test_replays_complete_the_way_the_policy_says(completion_dev, rng):
     op, desc = identity_op(completion_dev, (16, 16))
     x = completion_dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
@@ -134,7 +132,6 @@ def test_eviction_release_and_close_with_submissions_outstanding(completion_dev,
     dev.close()
 
 
-@needs_words
 def test_kp_word_slots_run_out_into_fence_sequences():
     """kdml_word_sequence hands out one of 4096 words per live sequence; past that a
     sequence completes by its fence, and a destroyed sequence's word is handed out again."""

@@ -24,7 +24,7 @@ from ..dtypes import DataType
 from ..ints import cdiv
 from ..policy import MATMUL_KERNEL_ENV, MATMUL_KERNELS
 from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
-from ..runtime import KP_PATCH_LEVEL, DispatchPlan
+from ..runtime import DispatchPlan
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .matmul_common import (
@@ -56,7 +56,6 @@ KERNEL_ENV = MATMUL_KERNEL_ENV  # read once, by the device's policy
 # tiny); any other layout: 4x4 with element loads.
 CPU_TEXEL_BLOCK = (8, 16)
 CPU_TEXEL_ALIGN = 16  # bytes: one R32G32B32A32_UINT texel
-KP_TEXEL_PATCH_LEVEL = 3  # kp builds from scripts/setup.sh bind usamplerBuffer as texel buffers
 CPU_PACKED_BLOCK = (6, 8)
 CPU_SMALL_M_BLOCK = (1, 8)
 CPU_SMALL_M = 3  # M at or below this takes the 1x8 block
@@ -89,8 +88,7 @@ def texel_eligible(device: Device, width: int, m: int, k: int, n: int, a_st: lis
     limits = device.limits
     texels = limits.get("max_texel_buffer_elements", 0)
     return (
-        KP_PATCH_LEVEL >= KP_TEXEL_PATCH_LEVEL
-        and width == 1 and m > CPU_SMALL_M and k % CPU_TEXEL_ALIGN == 0 and n % CPU_TEXEL_ALIGN == 0
+        width == 1 and m > CPU_SMALL_M and k % CPU_TEXEL_ALIGN == 0 and n % CPU_TEXEL_ALIGN == 0
         and a_st[3] == 1 and b_st[3] == 1
         and all(s % CPU_TEXEL_ALIGN == 0 for s in (*a_st[:3], *b_st[:3]))
         and texels * CPU_TEXEL_ALIGN >= limits["max_storage_buffer_range"]
