@@ -15,11 +15,13 @@ from .functional import (
     tril,
     triu,
 )
+from .functional_cast import cast
 from .functional_elementwise import add, div, equal, greater_equal, isnan, logical_and, mul, sub, where
 from .functional_matmul import matmul_integer_to_float
 from .memory import Buffer, Tensor
 from .ops import (
     ActivationIdentityDesc,
+    CastDesc,
     CopyDesc,
     DiagonalMatrix1Desc,
     DiagonalMatrixDesc,
@@ -95,3 +97,5 @@ __all__ += [
     "sub",
     "where",
 ]
+# CAST (ops/cast.py) and its helper (functional_cast.py)
+__all__ += ["CastDesc", "cast"]

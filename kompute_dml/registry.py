@@ -241,3 +241,13 @@ def support_matrix(level: FeatureLevel, operators: Sequence[OperatorSupport]) ->
             rows.append({"operator": op.name, "tensor": t.field, "kind": t.kind, "dims": _dims_text(t.dims),
                          "types": types_text(t.types)})
     return rows
+
+
+# ---- CAST (kompute_dml/ops/cast.py), from DML_CAST_OPERATOR_DESC's page -----------------------
+# kompute_dml implements the 8- to 32-bit types: the page's INT64 / UINT64 (from 3_0) and FLOAT64
+# (from 4_1) are left out. At 1_0 the page's type list is kept to FLOAT32 and FLOAT16: the rest
+# of that row could not be read in the copies of the page consulted (docs/cast.md).
+CAST = OperatorSupport("CAST", 61, tuple(
+    _row(level, ("input_tensor", "input", dims, types), ("output_tensor", "output", dims, types))
+    for level, dims, types in ((FL.FL_1_0, (4, 4), FLOATS), (FL.FL_3_0, (4, 4), FLOATS | INTS_8_32),
+                               (FL.FL_3_1, (1, 8), FLOATS | INTS_8_32))))

@@ -50,6 +50,7 @@ EXAMPLES = {
     "ELEMENT_WISE_LOGICAL_GREATER_THAN_OR_EQUAL": lambda: kdml.ElementWiseLogicalGreaterThanOrEqualDesc(
         F32_4D, F32_4D, TD(DT.UINT8, (1, 2, 3, 4))),
     "ELEMENT_WISE_LOGICAL_AND": lambda: kdml.ElementWiseLogicalAndDesc(*[TD(DT.UINT32, (1, 2, 3, 4))] * 3),
+    "CAST": lambda: kdml.CastDesc(F32_4D, TD(DT.FLOAT16, F32_4D.sizes)),
     "ELEMENT_WISE_IS_NAN": lambda: kdml.ElementWiseIsNanDesc(F32_4D, TD(DT.UINT8, (1, 2, 3, 4))),
     "ELEMENT_WISE_IF": lambda: kdml.ElementWiseIfDesc(TD(DT.UINT8, (1, 2, 3, 4)), *[TD(DT.FLOAT16, (1, 2, 3, 4))] * 3),
 }

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from ..dtypes import FeatureLevel
 from ..errors import invalid
 from ..registry import support_matrix as _support_matrix
-from . import diagonal, elementwise, identity, matmul_integer
+from . import cast, diagonal, elementwise, identity, matmul_integer
+from .cast import CastDesc
 from .diagonal import DiagonalMatrix1Desc, DiagonalMatrixDesc
 from .elementwise import (
     ElementWiseAdd1Desc,
@@ -29,7 +30,8 @@ from .spec import OperatorSpec, check_plans, onnx_placement
 if TYPE_CHECKING:
     from ..device import Device
 
-SPECS: tuple[OperatorSpec, ...] = (*identity.SPECS, *diagonal.SPECS, *matmul_integer.SPECS, *elementwise.SPECS)
+SPECS: tuple[OperatorSpec, ...] = (*identity.SPECS, *diagonal.SPECS, *matmul_integer.SPECS, *elementwise.SPECS,
+                                  *cast.SPECS)
 BY_DESC: dict[type, OperatorSpec] = {s.desc_type: s for s in SPECS}
 BY_NAME: dict[str, OperatorSpec] = {s.name: s for s in SPECS}
 COMPILERS: dict[type, Callable[[Device, Any], Any]] = {s.desc_type: s.compile for s in SPECS}
@@ -63,3 +65,4 @@ __all__ += [  # ops/elementwise.py
     "ElementWiseLogicalAndDesc", "ElementWiseLogicalEqualsDesc", "ElementWiseLogicalGreaterThanOrEqualDesc",
     "ElementWiseMultiplyDesc", "ElementWiseSubtractDesc",
 ]
+__all__ += ["CastDesc"]  # ops/cast.py

@@ -195,10 +195,17 @@ EW_ISNAN = family("ew_isnan", "elementwise.comp", "ew_isnan_{t}_o{ob}", EW_PUSH,
 EW_IF = family("ew_if", "elementwise.comp", "ew_if_{t}", EW_IF_PUSH, _L256, t=("b8", "b16", "b32", "b64"),
                defines=lambda t: _ew("if", t, nin=3))
 
+# ---- CAST (ops/cast.py, shaders/cast.comp): the element-wise block and plans, a variant per
+# (input type, output type) of the 8- to 32-bit types
+CAST_TYPES = ("f32", "f16", "i8", "u8", "i16", "u16", "i32", "u32")
+CAST = family("cast", "cast.comp", "cast_{i}_{o}", EW_PUSH, _L256, i=CAST_TYPES, o=CAST_TYPES,
+              defines=lambda i, o: {"IN_BITS": EW_TYPES[i][0], "IN_KIND": EW_TYPES[i][1], "OUT_BITS": EW_TYPES[o][0],
+                                    "OUT_KIND": EW_TYPES[o][1], "RANK": EW_RANK})
+
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
-    EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_IF,
+    EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_IF, CAST,
 )
 
 

@@ -1,0 +1,61 @@
+"""DirectML's CAST operator (DML_CAST_OPERATOR_DESC): each element of the input converted to
+the output's data type.
+
+The dispatch plans are the element-wise operators' (ops/elementwise_plan.py: merged
+dimensions, per-tensor strides, stride-0 broadcast, offsets, host-enumerated dimensions beyond
+the shader's rank); the shader is shaders/cast.comp; the conversion rules are in docs/cast.md.
+Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's table
+(InvalidArgumentError / UnsupportedError naming the field), then the page's tensor constraint
+(the same DimensionCount and Sizes: InvalidArgumentError naming output_tensor.sizes), then a
+non-overlapping output and 32-bit element addressing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .. import registry as reg
+from ..errors import invalid
+from ..layout import check_no_overlap
+from ..tensor_desc import TensorDesc
+from . import contract
+from .base import CompiledOperator, validate_tensors
+from .elementwise import CompiledElementWise, type_code
+from .elementwise_plan import check_addressable, plan_elementwise
+from .spec import OperatorSpec
+
+if TYPE_CHECKING:
+    from ..device import Device
+
+
+@dataclass(frozen=True)
+class CastDesc:
+    """DML_CAST_OPERATOR_DESC { InputTensor, OutputTensor }: Output = Input converted to the
+    output's data type. Integers to integers wrap (the low bits of the sign- or zero-extended
+    value); floats to integers truncate toward zero and saturate, NaN gives 0; integers and
+    FLOAT32 to FLOAT16 round to nearest even (overflow: infinity); FLOAT16 to FLOAT32 is exact.
+    DirectML's page states none of these rules: they are kompute_dml's (docs/cast.md)."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+
+
+def compile_cast(device: Device, desc: CastDesc) -> CompiledOperator:
+    support = reg.CAST
+    validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
+    x, y = desc.input_tensor, desc.output_tensor
+    if y.dimension_count != x.dimension_count:
+        raise invalid("output_tensor.sizes", f"dimension count must equal input_tensor's ({x.dimension_count}), "
+                                             f"got {y.dimension_count}")
+    if y.sizes != x.sizes:
+        raise invalid("output_tensor.sizes", f"must equal input_tensor's {x.sizes}, got {y.sizes}")
+    check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
+    check_addressable(support.fields, (x, y))
+    variant = contract.CAST.name(i=type_code(x.data_type, True), o=type_code(y.data_type, True))
+    plans = plan_elementwise(contract.CAST, variant, (x, y), device.limits["max_compute_work_group_count"][0])
+    return CompiledElementWise(device, desc, support, support.inputs, support.outputs, list(plans))
+
+
+# ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
+SPECS = (OperatorSpec(CastDesc, reg.CAST, compile_cast, (contract.CAST,), helpers=("cast",)),)
