@@ -1,0 +1,41 @@
+// float16 <-> float32 conversions on bit patterns, in integer code (exact whatever the device's
+// float controls; no packHalf2x16): shared by elementwise.comp and cast.comp.
+#ifndef KDML_F16_BITS_GLSL
+#define KDML_F16_BITS_GLSL
+
+// float16 bits -> float32 bits, exact (float16 subnormals are float32 normals)
+uint h2f(uint h) {
+    uint s = (h & 0x8000u) << 16;
+    uint e = (h >> 10) & 0x1Fu;
+    uint m = h & 0x3FFu;
+    if (e == 0x1Fu) return s | 0x7F800000u | (m << 13);
+    if (e != 0u) return s | ((e + 112u) << 23) | (m << 13);
+    if (m == 0u) return s;
+    int top = findMSB(m);  // m * 2^-24 = 1.f * 2^(top - 24)
+    return s | (uint(top + 103) << 23) | ((m << uint(23 - top)) & 0x7FFFFFu);
+}
+
+// float32 bits -> float16 bits, rounded to nearest even
+uint f2h(uint x) {
+    uint s = (x >> 16) & 0x8000u;
+    uint ax = x & 0x7FFFFFFFu;
+    if (ax > 0x7F800000u) return s | 0x7E00u;
+    if (ax >= 0x477FF000u) return s | 0x7C00u;  // >= 65520: rounds to infinity
+    int e = int(ax >> 23) - 127;
+    if (e >= -14) {
+        uint v = (uint(e + 15) << 10) | ((ax >> 13) & 0x3FFu);
+        uint rem = ax & 0x1FFFu;
+        if (rem > 0x1000u || (rem == 0x1000u && (v & 1u) != 0u)) v += 1u;
+        return s | v;
+    }
+    if (e < -25) return s;
+    uint m = (ax & 0x7FFFFFu) | 0x800000u;  // value = m * 2^(e - 23); units of 2^-24
+    uint shift = uint(-(e + 1));  // 14 .. 24
+    uint v = m >> shift;
+    uint rem = m & ((1u << shift) - 1u);
+    uint half_ = 1u << (shift - 1u);
+    if (rem > half_ || (rem == half_ && (v & 1u) != 0u)) v += 1u;
+    return s | v;
+}
+
+#endif
