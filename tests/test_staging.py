@@ -240,3 +240,16 @@ def test_repeated_transfers_reuse_their_recorded_commands(dev, rng):
 
     gc.collect()
     assert not [k for k in st._recorded if k[2] == serial]
+
+
+def test_a_damaged_or_foreign_cache_file_is_not_loaded(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VK_")}
+    env["KDML_CACHE_DIR"] = str(tmp_path)
+    _child(env)
+    (path,) = tmp_path.glob("pipelines-*.bin")
+    good = path.read_bytes()
+    for bad in (bytes(7), b"garbage" * 100, good[:16] + bytes(16) + good[32:]):  # short, junk, another UUID
+        path.write_bytes(bad)
+        assert _child(env)["pipeline_cache_loaded_bytes"] == 0
+    path.write_bytes(good)
+    assert _child(env)["pipeline_cache_loaded_bytes"] == len(good)

@@ -6,13 +6,15 @@ device, so that process compiles nothing it has seen. The file is named by the d
 pipelineCacheUUID, vendor, device and driver version (a driver update starts a new file),
 in `$KDML_CACHE_DIR` or else `$XDG_CACHE_HOME/kompute_dml` (`~/.cache/kompute_dml`);
 `KDML_CACHE_DIR=off` (or an empty value) turns it off. A file a driver does not accept is
-ignored by the driver; one that cannot be read or written is skipped, never an error.
+not loaded (its header names another device or driver, or it is damaged); one that cannot be
+read or written is skipped, never an error.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import struct
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,19 @@ def cache_dir() -> Path | None:
         return None if value.strip().lower() in _OFF else Path(value).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "kompute_dml"
+
+
+def _matches(data: bytes, key: str) -> bool:
+    """Whether `data` starts with a VkPipelineCacheHeaderVersionOne of this device (header
+    size, version 1, vendor, device, pipelineCacheUUID): another driver's or a damaged file
+    is not handed to the driver at all."""
+    if len(data) < 32:
+        return False
+    size, version, vendor, device = struct.unpack_from("<4I", data)
+    uuid = data[16:32].hex()
+    parts = key.split("-")
+    return (size >= 32 and version == 1 and len(parts) >= 3 and parts[0] == uuid
+            and int(parts[1], 16) == vendor and int(parts[2], 16) == device)
 
 
 class DiskPipelineCache:
@@ -53,7 +68,7 @@ class DiskPipelineCache:
             data = self.path.read_bytes()
         except OSError:
             return
-        if data and manager.kdml_load_pipeline_cache(data):
+        if _matches(data, manager.kdml_pipeline_cache_key()) and manager.kdml_load_pipeline_cache(data):
             self.loaded_bytes = len(data)
 
     def save(self, manager: Any) -> None:
