@@ -16,6 +16,7 @@ from .functional import (
     triu,
 )
 from .functional_cast import cast
+from .functional_dequantize import dequantize_linear
 from .functional_elementwise import add, div, equal, greater_equal, isnan, logical_and, mul, sub, where
 from .functional_matmul import matmul_integer_to_float
 from .memory import Buffer, Tensor
@@ -27,6 +28,7 @@ from .ops import (
     DiagonalMatrixDesc,
     MatrixMultiplyIntegerToFloatDesc,
 )
+from .ops.dequantize import ElementWiseDequantizeLinearDesc
 from .ops.elementwise import (
     ElementWiseAdd1Desc,
     ElementWiseAddDesc,
@@ -99,3 +101,5 @@ __all__ += [
 ]
 # CAST (ops/cast.py) and its helper (functional_cast.py)
 __all__ += ["CastDesc", "cast"]
+# ELEMENT_WISE_DEQUANTIZE_LINEAR (ops/dequantize.py) and its helper (functional_dequantize.py)
+__all__ += ["ElementWiseDequantizeLinearDesc", "dequantize_linear"]

@@ -251,3 +251,23 @@ CAST = OperatorSupport("CAST", 61, tuple(
     _row(level, ("input_tensor", "input", dims, types), ("output_tensor", "output", dims, types))
     for level, dims, types in ((FL.FL_1_0, (4, 4), FLOATS), (FL.FL_3_0, (4, 4), FLOATS | INTS_8_32),
                                (FL.FL_3_1, (1, 8), FLOATS | INTS_8_32))))
+
+# ---- ELEMENT_WISE_DEQUANTIZE_LINEAR (kompute_dml/ops/dequantize.py), from
+# DML_ELEMENT_WISE_DEQUANTIZE_LINEAR_OPERATOR_DESC's page: ZeroPointTensor is a required input
+# up to 6_0 and an optional one from 6_2; ScaleTensor / OutputTensor gain FLOAT16 at 6_0.
+_F32 = frozenset({D.FLOAT32})
+
+
+def _dq_row(level: FeatureLevel, dims: tuple[int, int], ints: frozenset[DataType], floats: frozenset[DataType],
+            zp_kind: str) -> LevelSupport:
+    return _row(level, ("input_tensor", "input", dims, ints), ("scale_tensor", "input", dims, floats),
+                ("zero_point_tensor", zp_kind, dims, ints), ("output_tensor", "output", dims, floats))
+
+
+ELEMENT_WISE_DEQUANTIZE_LINEAR = OperatorSupport("ELEMENT_WISE_DEQUANTIZE_LINEAR", 34, (
+    _dq_row(FL.FL_1_0, (4, 4), frozenset({D.UINT8}), _F32, "input"),
+    _dq_row(FL.FL_2_1, (4, 4), INTS_8_32, _F32, "input"),
+    _dq_row(FL.FL_3_0, (1, 8), INTS_8_32, _F32, "input"),
+    _dq_row(FL.FL_6_0, (1, 8), INTS_8_32, FLOATS, "input"),
+    _dq_row(FL.FL_6_2, (1, 8), INTS_8_32, FLOATS, "optional input"),
+))

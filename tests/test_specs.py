@@ -51,11 +51,13 @@ EXAMPLES = {
         F32_4D, F32_4D, TD(DT.UINT8, (1, 2, 3, 4))),
     "ELEMENT_WISE_LOGICAL_AND": lambda: kdml.ElementWiseLogicalAndDesc(*[TD(DT.UINT32, (1, 2, 3, 4))] * 3),
     "CAST": lambda: kdml.CastDesc(F32_4D, TD(DT.FLOAT16, F32_4D.sizes)),
+    "ELEMENT_WISE_DEQUANTIZE_LINEAR": lambda: kdml.ElementWiseDequantizeLinearDesc(
+        TD(DT.UINT8, (1, 2, 3, 4)), F32_4D, TD(DT.UINT8, (1, 2, 3, 4)), F32_4D),
     "ELEMENT_WISE_IS_NAN": lambda: kdml.ElementWiseIsNanDesc(F32_4D, TD(DT.UINT8, (1, 2, 3, 4))),
     "ELEMENT_WISE_IF": lambda: kdml.ElementWiseIfDesc(TD(DT.UINT8, (1, 2, 3, 4)), *[TD(DT.FLOAT16, (1, 2, 3, 4))] * 3),
 }
 IDS = [s.name for s in SPECS]
-FIELD_CASES = [(s, t) for s in SPECS for t in s.support.levels[0].tensors]
+FIELD_CASES = [(s, t) for s in SPECS for t in s.support.require(HIGHEST_FEATURE_LEVEL).tensors]
 FIELD_IDS = [f"{s.name}.{t.field}" for s, t in FIELD_CASES]
 
 

@@ -58,7 +58,7 @@ class OperatorSpec:
         if order != list(self.fields):
             raise TypeError(f"{self.name}: {self.desc_type.__name__}'s tensor fields {order} differ from the support "
                             f"table's {list(self.fields)} (names and binding order)")
-        for t in self.support.levels[0].tensors:
+        for t in self.support.levels[-1].tensors:  # a field optional from some level on is annotated `| None`
             ann = annotations[t.field]
             optional = "None" in ann
             if "TensorDesc" not in ann or optional != (t.kind == "optional input"):

@@ -202,10 +202,19 @@ CAST = family("cast", "cast.comp", "cast_{i}_{o}", EW_PUSH, _L256, i=CAST_TYPES,
               defines=lambda i, o: {"IN_BITS": EW_TYPES[i][0], "IN_KIND": EW_TYPES[i][1], "OUT_BITS": EW_TYPES[o][0],
                                     "OUT_KIND": EW_TYPES[o][1], "RANK": EW_RANK})
 
+# ---- ELEMENT_WISE_DEQUANTIZE_LINEAR (ops/dequantize.py, shaders/dequantize.comp): IF's four-tensor
+# element-wise block (c = input, a = scale, b = zero point, o = output) and plans; a variant per
+# (input type, scale / output type, zero point present or absent)
+DQ_IN_TYPES = ("i8", "u8", "i16", "u16", "i32", "u32")
+DEQUANT = family("dequant", "dequantize.comp", "dq_{i}_{o}_{z}", EW_IF_PUSH, _L256, i=DQ_IN_TYPES, o=("f32", "f16"),
+                 z=("zp", "nozp"),
+                 defines=lambda i, o, z: {"IN_BITS": EW_TYPES[i][0], "IN_KIND": EW_TYPES[i][1],
+                                          "OUT_BITS": EW_TYPES[o][0], "HAS_ZP": int(z == "zp"), "RANK": EW_IF_RANK})
+
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
-    EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_IF, CAST,
+    EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_IF, CAST, DEQUANT,
 )
 
 

@@ -1,0 +1,92 @@
+"""DirectML's ELEMENT_WISE_DEQUANTIZE_LINEAR operator
+(DML_ELEMENT_WISE_DEQUANTIZE_LINEAR_OPERATOR_DESC): Output = (Input - ZeroPoint) * Scale.
+
+The dispatch plans are the element-wise operators' (ops/elementwise_plan.py: merged dimensions,
+per-tensor strides, stride-0 broadcast of the scale and zero point, offsets, host-enumerated
+dimensions beyond the shader's rank); the shader is shaders/dequantize.comp; the arithmetic
+rules are in docs/dequantize.md. Validation, in order: DML_BUFFER_TENSOR_DESC rules and the
+feature level's table (InvalidArgumentError / UnsupportedError naming the field; an absent
+zero point below 6_2: "is required"), then the page's tensor constraints (InvalidArgumentError
+naming the field), then a non-overlapping output and 32-bit element addressing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .. import registry as reg
+from ..errors import invalid
+from ..layout import check_no_overlap
+from ..tensor_desc import TensorDesc
+from . import contract
+from .base import CompiledOperator, validate_tensors
+from .elementwise import CompiledElementWise, type_code
+from .elementwise_plan import check_addressable, plan_elementwise
+from .spec import OperatorSpec
+
+if TYPE_CHECKING:
+    from ..device import Device
+
+_ZP = 2  # the zero point's index in the binding list (input, scale, zero point, output)
+
+
+@dataclass(frozen=True)
+class ElementWiseDequantizeLinearDesc:
+    """DML_ELEMENT_WISE_DEQUANTIZE_LINEAR_OPERATOR_DESC { InputTensor, ScaleTensor,
+    ZeroPointTensor, OutputTensor }: f(input, scale, zero_point) = (input - zero_point) * scale.
+    The page's constraints: the four tensors share DimensionCount and Sizes (broadcast through
+    0 strides), Input and ZeroPoint share a DataType, Output and Scale share a DataType.
+    ZeroPointTensor is required up to feature level 6_0 and optional from 6_2 (absent: 0).
+    kompute_dml's rules where the page is silent (docs/dequantize.md): the difference is exact,
+    converted to float32 exactly below 2^24 (32-bit inputs beyond: nearest even), multiplied by
+    the scale once in float32; FLOAT16 outputs round that float32 once to nearest even; a NaN
+    result is the quiet NaN 0x7FC00000 (FLOAT16: 0x7E00); a scale of 0 (undefined on the page)
+    gives the signed zero (or NaN) the product gives."""
+
+    input_tensor: TensorDesc
+    scale_tensor: TensorDesc
+    zero_point_tensor: TensorDesc | None
+    output_tensor: TensorDesc
+
+
+def _same_sizes(x: TensorDesc, field: str, t: TensorDesc) -> None:
+    if t.dimension_count != x.dimension_count:
+        raise invalid(f"{field}.sizes", f"dimension count must equal input_tensor's ({x.dimension_count}), "
+                                        f"got {t.dimension_count}")
+    if t.sizes != x.sizes:
+        raise invalid(f"{field}.sizes", f"must equal input_tensor's {x.sizes}, got {t.sizes}")
+
+
+def compile_dequantize_linear(device: Device, desc: ElementWiseDequantizeLinearDesc) -> CompiledOperator:
+    support = reg.ELEMENT_WISE_DEQUANTIZE_LINEAR
+    validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
+    x, s, z, y = desc.input_tensor, desc.scale_tensor, desc.zero_point_tensor, desc.output_tensor
+    for field, t in (("scale_tensor", s), ("zero_point_tensor", z), ("output_tensor", y)):
+        if t is not None:
+            _same_sizes(x, field, t)
+    if z is not None and z.data_type != x.data_type:
+        raise invalid("zero_point_tensor.data_type", f"must equal input_tensor's ({x.data_type.name}), "
+                                                     f"got {z.data_type.name}")
+    if y.data_type != s.data_type:
+        raise invalid("output_tensor.data_type", f"must equal scale_tensor's ({s.data_type.name}), "
+                                                 f"got {y.data_type.name}")
+    check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
+    present = [(f, t) for f, t in zip(support.fields, (x, s, z, y)) if t is not None]
+    check_addressable([f for f, _ in present], [t for _, t in present])
+    variant = contract.DEQUANT.name(i=type_code(x.data_type, True), o=type_code(s.data_type, True),
+                                    z="zp" if z is not None else "nozp")
+    # an absent zero point: a stand-in of stride 0 for the planner, then the device's dummy buffer
+    zd = z if z is not None else TensorDesc(x.data_type, x.sizes, (0,) * x.dimension_count)
+    plans = plan_elementwise(contract.DEQUANT, variant, (x, s, zd, y), device.limits["max_compute_work_group_count"][0])
+    if z is None:
+        plans = [dataclasses.replace(p, bindings=tuple(None if b == _ZP else b for b in p.bindings),
+                                     offset_slots=tuple(sl for sl in p.offset_slots if sl[1] != _ZP))
+                 for p in plans]
+    return CompiledElementWise(device, desc, support, support.inputs, support.outputs, list(plans))
+
+
+# ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
+SPECS = (OperatorSpec(ElementWiseDequantizeLinearDesc, reg.ELEMENT_WISE_DEQUANTIZE_LINEAR, compile_dequantize_linear,
+                      (contract.DEQUANT,), helpers=("dequantize_linear",)),)
