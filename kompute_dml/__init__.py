@@ -18,6 +18,7 @@ from .functional import (
 from .functional_cast import cast
 from .functional_dequantize import dequantize_linear
 from .functional_elementwise import add, div, equal, greater_equal, isnan, logical_and, mul, sub, where
+from .functional_gather import gather, gather_elements
 from .functional_matmul import matmul_integer_to_float
 from .memory import Buffer, Tensor
 from .ops import (
@@ -41,6 +42,7 @@ from .ops.elementwise import (
     ElementWiseMultiplyDesc,
     ElementWiseSubtractDesc,
 )
+from .ops.gather import GatherDesc, GatherElementsDesc
 from .tensor_desc import TensorDesc, calc_buffer_tensor_size
 from .views import getitem as _getitem  # noqa: F401  (registers Tensor.__getitem__)
 
@@ -103,3 +105,5 @@ __all__ += [
 __all__ += ["CastDesc", "cast"]
 # ELEMENT_WISE_DEQUANTIZE_LINEAR (ops/dequantize.py) and its helper (functional_dequantize.py)
 __all__ += ["ElementWiseDequantizeLinearDesc", "dequantize_linear"]
+# GATHER, GATHER_ELEMENTS (ops/gather.py) and their helpers (functional_gather.py)
+__all__ += ["GatherDesc", "GatherElementsDesc", "gather", "gather_elements"]

@@ -271,3 +271,26 @@ ELEMENT_WISE_DEQUANTIZE_LINEAR = OperatorSupport("ELEMENT_WISE_DEQUANTIZE_LINEAR
     _dq_row(FL.FL_6_0, (1, 8), INTS_8_32, FLOATS, "input"),
     _dq_row(FL.FL_6_2, (1, 8), INTS_8_32, FLOATS, "optional input"),
 ))
+
+# ---- GATHER (kompute_dml/ops/gather.py), from DML_GATHER_OPERATOR_DESC's page ------------------
+# The page's four rows, every type of them (elements moved as bit patterns: FLOAT64 / INT64 /
+# UINT64 as word pairs; INT64 / UINT64 indices as word pairs, range-checked).
+_GATHER_DATA_2_1 = FLOATS | INTS_8_32
+GATHER = OperatorSupport("GATHER", 67, tuple(
+    _row(level, ("input_tensor", "input", dims, data), ("indices_tensor", "input", dims, idx),
+         ("output_tensor", "output", dims, data))
+    for level, dims, data, idx in (
+        (FL.FL_1_0, (4, 4), FLOATS, frozenset({D.UINT32})),
+        (FL.FL_2_1, (4, 4), _GATHER_DATA_2_1, frozenset({D.UINT32})),
+        (FL.FL_3_0, (1, 8), _GATHER_DATA_2_1, frozenset({D.INT64, D.INT32, D.UINT64, D.UINT32})),
+        (FL.FL_4_1, (1, 8), _GATHER_DATA_2_1 | INTS_64 | frozenset({D.FLOAT64}),
+         frozenset({D.INT64, D.INT32, D.UINT64, D.UINT32})))))
+
+# ---- GATHER_ELEMENTS (kompute_dml/ops/gather.py), from DML_GATHER_ELEMENTS_OPERATOR_DESC's page --
+# The rows of 2_1 and 3_0. The copies of the page consulted list a 4_1 row whose contents could
+# not be read: it is left out (docs/gather.md).
+GATHER_ELEMENTS = OperatorSupport("GATHER_ELEMENTS", 107, tuple(
+    _row(level, ("input_tensor", "input", dims, _GATHER_DATA_2_1), ("indices_tensor", "input", dims, idx),
+         ("output_tensor", "output", dims, _GATHER_DATA_2_1))
+    for level, dims, idx in ((FL.FL_2_1, (4, 4), frozenset({D.UINT32})),
+                             (FL.FL_3_0, (1, 8), frozenset({D.INT64, D.INT32, D.UINT64, D.UINT32})))))

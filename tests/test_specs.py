@@ -53,6 +53,10 @@ EXAMPLES = {
     "CAST": lambda: kdml.CastDesc(F32_4D, TD(DT.FLOAT16, F32_4D.sizes)),
     "ELEMENT_WISE_DEQUANTIZE_LINEAR": lambda: kdml.ElementWiseDequantizeLinearDesc(
         TD(DT.UINT8, (1, 2, 3, 4)), F32_4D, TD(DT.UINT8, (1, 2, 3, 4)), F32_4D),
+    "GATHER": lambda: kdml.GatherDesc(TD(DT.FLOAT32, (1, 1, 4, 3)), TD(DT.UINT32, (1, 1, 1, 5)),
+                                      TD(DT.FLOAT32, (1, 1, 5, 3)), axis=2, index_dimensions=1),
+    "GATHER_ELEMENTS": lambda: kdml.GatherElementsDesc(TD(DT.FLOAT32, (1, 2, 4, 3)), TD(DT.UINT32, (1, 2, 5, 3)),
+                                                       TD(DT.FLOAT32, (1, 2, 5, 3)), axis=2),
     "ELEMENT_WISE_IS_NAN": lambda: kdml.ElementWiseIsNanDesc(F32_4D, TD(DT.UINT8, (1, 2, 3, 4))),
     "ELEMENT_WISE_IF": lambda: kdml.ElementWiseIfDesc(TD(DT.UINT8, (1, 2, 3, 4)), *[TD(DT.FLOAT16, (1, 2, 3, 4))] * 3),
 }

@@ -210,11 +210,22 @@ DEQUANT = family("dequant", "dequantize.comp", "dq_{i}_{o}_{z}", EW_IF_PUSH, _L2
                  z=("zp", "nozp"),
                  defines=lambda i, o, z: {"IN_BITS": EW_TYPES[i][0], "IN_KIND": EW_TYPES[i][1],
                                           "OUT_BITS": EW_TYPES[o][0], "HAS_ZP": int(z == "zp"), "RANK": EW_IF_RANK})
+# ---- GATHER (ops/gather.py, shaders/gather.comp): the element-wise plans over the output's sizes
+# (a = input without its axis, b = indices, o = output); the element count is the product of
+# `size` (the shader's), the axis' length and input stride; a variant per element width and
+# index type (i/u 32/64)
+GATHER_PUSH = block("a_off", "b_off", "o_off", "a_base", "b_base", "o_base", f"size[{EW_RANK}]", f"a_str[{EW_RANK}]",
+                    f"b_str[{EW_RANK}]", f"o_str[{EW_RANK}]", "axis_len", "axis_str")
+GATHER_INDEX_TYPES = {"i32": (32, 1), "u32": (32, 0), "i64": (64, 1), "u64": (64, 0)}
+GATHER = family("gather", "gather.comp", "gather_b{bits}_{idx}", GATHER_PUSH, _L256, bits=BITS,
+                idx=tuple(GATHER_INDEX_TYPES),
+                defines=lambda bits, idx: {"ELEM_BITS": bits, "IDX_BITS": GATHER_INDEX_TYPES[idx][0],
+                                           "IDX_SIGNED": GATHER_INDEX_TYPES[idx][1], "RANK": EW_RANK})
 
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
-    EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_IF, CAST, DEQUANT,
+    EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_IF, CAST, DEQUANT, GATHER,
 )
 
 

@@ -1,0 +1,181 @@
+"""DirectML's GATHER and GATHER_ELEMENTS operators (DML_GATHER_OPERATOR_DESC,
+DML_GATHER_ELEMENTS_OPERATOR_DESC): elements of the input picked along `axis` by an indices
+tensor.
+
+Both are planned as an element-wise operation over the output's sizes with three tensors
+(ops/elementwise_plan.py: merged dimensions, per-tensor strides, offsets, host-enumerated
+dimensions beyond the shader's rank): the input with its axis coordinate left out (stride 0
+where an output dimension is an index dimension), the indices (stride 0 where an output
+dimension is an input dimension) and the output; the shader (shaders/gather.comp) adds
+index * the input's axis stride. Elements move as bit patterns (a variant per element width
+and index type). Negative indices of signed index types count from the end of the axis; an
+index outside the axis gives 0 and reads nothing (docs/gather.md).
+Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's table
+(InvalidArgumentError / UnsupportedError naming the field), then the page's constraints
+(InvalidArgumentError whose message starts with the field), then a non-overlapping output and
+32-bit element addressing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import registry as reg
+from ..dtypes import DataType
+from ..errors import UnsupportedError, invalid
+from ..ints import as_int
+from ..layout import check_no_overlap
+from ..registry import OperatorSupport
+from ..tensor_desc import TensorDesc
+from . import contract
+from .base import CompiledOperator, validate_tensors
+from .elementwise import CompiledElementWise
+from .elementwise_plan import check_addressable, plan_elementwise
+from .spec import OperatorSpec
+
+if TYPE_CHECKING:
+    from ..device import Device
+
+_INDEX_CODE = {DataType.INT32: "i32", DataType.UINT32: "u32", DataType.INT64: "i64", DataType.UINT64: "u64"}
+
+
+@dataclass(frozen=True)
+class GatherDesc:
+    """DML_GATHER_OPERATOR_DESC { InputTensor, IndicesTensor, OutputTensor, Axis, IndexDimensions }:
+    output[...] = input[..., indices[...], ...]. All three tensors have one DimensionCount N;
+    axis in [0, N); the indices' last `index_dimensions` sizes are the index dimensions (the
+    others must be 1); OutputTensor.Sizes = {Input.Sizes[0..axis), Indices.Sizes[N - k..N),
+    Input.Sizes[axis + 1..N)} right-aligned to N (leading 1s cropped or added). Negative
+    indices of signed types count from the end of the axis (the page, from feature level 3_0);
+    an index outside the axis gives 0 (kompute_dml's choice: the page only says the output is
+    then incorrect and reads stay within the input)."""
+
+    input_tensor: TensorDesc
+    indices_tensor: TensorDesc
+    output_tensor: TensorDesc
+    axis: int = 0
+    index_dimensions: int = 1
+
+
+@dataclass(frozen=True)
+class GatherElementsDesc:
+    """DML_GATHER_ELEMENTS_OPERATOR_DESC { InputTensor, IndicesTensor, OutputTensor, Axis }:
+    output[i, j, ...] = input[i, .., indices[i, j, ...] (at axis), ...]. All three tensors have
+    one DimensionCount; the indices' sizes equal the input's except at `axis`; the output's
+    sizes equal the indices'. Negative and out-of-range indices as GatherDesc's."""
+
+    input_tensor: TensorDesc
+    indices_tensor: TensorDesc
+    output_tensor: TensorDesc
+    axis: int = 0
+
+
+class _WithAxis:
+    """GATHER's family as plan_elementwise sees it: its element-wise members (`count` left out:
+    the shader multiplies the sizes) plus the axis' length and input stride."""
+
+    def __init__(self, axis_len: int, axis_str: int) -> None:
+        self.axis = {"axis_len": axis_len, "axis_str": axis_str}
+
+    def pack(self, **values: object) -> tuple[int, ...]:
+        values.pop("count")
+        return contract.GATHER.pack(**values, **self.axis)
+
+    def slots(self, **members: tuple[int, int]) -> tuple[tuple[int, int, int], ...]:
+        return contract.GATHER.slots(**members)
+
+
+def _common(device: Device, desc: Any, support: OperatorSupport) -> int:
+    validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
+    x, ind, y = desc.input_tensor, desc.indices_tensor, desc.output_tensor
+    n = x.dimension_count
+    for f, t in (("indices_tensor", ind), ("output_tensor", y)):
+        if t.dimension_count != n:
+            raise invalid(f"{f}.sizes", f"dimension count must equal input_tensor's ({n}), got {t.dimension_count}")
+    if y.data_type != x.data_type:
+        raise invalid("output_tensor.data_type", f"must equal input_tensor's ({x.data_type.name}), "
+                                                 f"got {y.data_type.name}")
+    axis = as_int(desc.axis, "axis")
+    if not 0 <= axis < n:
+        raise invalid("axis", f"must be in [0, {n}) (input_tensor's dimension count), got {axis}")
+    return axis
+
+
+def _compile(device: Device, desc: Any, support: OperatorSupport, axis: int,
+             a_str: list[int], b_str: list[int]) -> CompiledOperator:
+    """The plans: a_str / b_str are the input's (axis left out) and the indices' strides per
+    output dimension."""
+    x, ind, y = desc.input_tensor, desc.indices_tensor, desc.output_tensor
+    check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
+    check_addressable(support.fields, (x, ind, y))
+    if y.element_count >= 1 << 32:
+        raise UnsupportedError(f"output_tensor: {y.element_count} elements exceed the gather shader's 32-bit count")
+    virtual = (TensorDesc(x.data_type, y.sizes, tuple(a_str)), TensorDesc(ind.data_type, y.sizes, tuple(b_str)), y)
+    variant = contract.GATHER.name(bits=8 * x.data_type.size, idx=_INDEX_CODE[ind.data_type])
+    family: Any = _WithAxis(x.sizes[axis], x.effective_strides[axis])
+    plans = plan_elementwise(family, variant, virtual, device.limits["max_compute_work_group_count"][0])
+    return CompiledElementWise(device, desc, support, support.inputs, support.outputs, list(plans))
+
+
+def gather_output_sizes(input_sizes: tuple[int, ...], indices_sizes: tuple[int, ...], axis: int,
+                        index_dimensions: int) -> tuple[tuple[int, ...], list[tuple[str, int]]]:
+    """DML_GATHER's OutputTensor.Sizes and, per output dimension, where it comes from: ("in", d)
+    an input dimension, ("idx", d) an indices dimension, ("pad", -1) an added leading 1.
+    InvalidArgumentError where a cropped leading size is not 1."""
+    n, k = len(input_sizes), index_dimensions
+    src = ([("in", d) for d in range(axis)] + [("idx", d) for d in range(n - k, n)]
+           + [("in", d) for d in range(axis + 1, n)])
+    full = [input_sizes[d] if kind == "in" else indices_sizes[d] for kind, d in src]
+    extra = len(full) - n
+    if extra > 0:
+        if any(s != 1 for s in full[:extra]):
+            raise invalid("output_tensor.sizes", f"{tuple(full)} (input_tensor's sizes around axis {axis} with the "
+                                                 f"indices' last {k}) has {len(full)} dimensions and its leading "
+                                                 f"{extra} are not all 1: they cannot be cropped to {n}")
+        return tuple(full[extra:]), src[extra:]
+    return (1,) * -extra + tuple(full), [("pad", -1)] * -extra + src
+
+
+def compile_gather(device: Device, desc: GatherDesc) -> CompiledOperator:
+    support = reg.GATHER
+    axis = _common(device, desc, support)
+    x, ind, y = desc.input_tensor, desc.indices_tensor, desc.output_tensor
+    n = x.dimension_count
+    k = as_int(desc.index_dimensions, "index_dimensions")
+    # The page's range is [0, IndicesTensor.DimensionCount); its own Example 1 (1-D indices,
+    # IndexDimensions 1) uses k = DimensionCount, which is accepted.
+    if not 0 <= k <= n:
+        raise invalid("index_dimensions", f"must be in [0, {n}] (indices_tensor's dimension count), got {k}")
+    if any(s != 1 for s in ind.sizes[:n - k]):
+        raise invalid("indices_tensor.sizes", f"the {n - k} leading sizes outside index_dimensions ({k}) must be 1, "
+                                              f"got {ind.sizes}")
+    expected, src = gather_output_sizes(x.sizes, ind.sizes, axis, k)
+    if y.sizes != expected:
+        raise invalid("output_tensor.sizes", f"must be {expected} (input_tensor's sizes with axis {axis} replaced "
+                                             f"by the indices' last {k}), got {y.sizes}")
+    xs, js = x.effective_strides, ind.effective_strides
+    a_str = [xs[d] if kind == "in" else 0 for kind, d in src]
+    b_str = [js[d] if kind == "idx" else 0 for kind, d in src]
+    return _compile(device, desc, support, axis, a_str, b_str)
+
+
+def compile_gather_elements(device: Device, desc: GatherElementsDesc) -> CompiledOperator:
+    support = reg.GATHER_ELEMENTS
+    axis = _common(device, desc, support)
+    x, ind, y = desc.input_tensor, desc.indices_tensor, desc.output_tensor
+    if any(a != b for d, (a, b) in enumerate(zip(x.sizes, ind.sizes)) if d != axis):
+        raise invalid("indices_tensor.sizes", f"must equal input_tensor's {x.sizes} except at axis {axis}, "
+                                              f"got {ind.sizes}")
+    if y.sizes != ind.sizes:
+        raise invalid("output_tensor.sizes", f"must equal indices_tensor's {ind.sizes}, got {y.sizes}")
+    a_str = [0 if d == axis else s for d, s in enumerate(x.effective_strides)]
+    return _compile(device, desc, support, axis, a_str, list(ind.effective_strides))
+
+
+# ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
+SPECS = (
+    OperatorSpec(GatherDesc, reg.GATHER, compile_gather, (contract.GATHER,), helpers=("gather",)),
+    OperatorSpec(GatherElementsDesc, reg.GATHER_ELEMENTS, compile_gather_elements, (contract.GATHER,),
+                 helpers=("gather_elements",)),
+)
