@@ -1,8 +1,8 @@
 """Small host constants (scales, zero points, biases of a few elements) kept on the device.
 
 A functional helper given a Python number or a small numpy array for such an operand would
-otherwise upload it on every call (an upload is a submission: about a millisecond on
-lavapipe). Each device keeps the last CAPACITY distinct constants, keyed by type, shape and
+otherwise upload it on every call (a submission each: 1,341-1,655 us a call with Python-float
+scales on the H100 before this cache, issue 22). Each device keeps the last CAPACITY distinct constants, keyed by type, shape and
 bytes; the tensors are the library's own (never handed to the user), so nothing can change
 them.
 """

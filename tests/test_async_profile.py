@@ -84,6 +84,7 @@ def test_buffers_dropped_while_in_flight(dev, rng):
     op.execute(ins, [out], wait=False)
     del ins, out
     gc.collect()  # their memory is released only once the submission finished
+    assert len(dev.engine.inflight) == 0  # the release waited for it
     op2, ins2, out2, expected2 = _mm(dev, rng)
     op2.execute(ins2, [out2])
     np.testing.assert_array_equal(out2.numpy(), expected2)

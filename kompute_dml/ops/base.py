@@ -255,7 +255,7 @@ class CompiledOperator:
             return None if wait else finished(self.engine.lock)
         last = self._last
         if last is not None and last[0] is key:
-            ran = self.engine.rerun(last[1], bound, wait)
+            ran = self.engine.rerun(last[1], wait)
             if ran is not False:
                 return ran  # type: ignore[return-value]
         # the key of a one-execution submission: an eager execution and a recording of

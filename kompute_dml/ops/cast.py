@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import registry as reg
-from ..errors import invalid
 from ..layout import check_no_overlap
 from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
-from .elementwise import CompiledElementWise, type_code
+from .elementwise import CompiledElementWise, check_same, type_code
 from .elementwise_plan import check_addressable, plan_elementwise
 from .spec import OperatorSpec
 
@@ -45,11 +44,7 @@ def compile_cast(device: Device, desc: CastDesc) -> CompiledOperator:
     support = reg.CAST
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     x, y = desc.input_tensor, desc.output_tensor
-    if y.dimension_count != x.dimension_count:
-        raise invalid("output_tensor.sizes", f"dimension count must equal input_tensor's ({x.dimension_count}), "
-                                             f"got {y.dimension_count}")
-    if y.sizes != x.sizes:
-        raise invalid("output_tensor.sizes", f"must equal input_tensor's {x.sizes}, got {y.sizes}")
+    check_same(desc, "input_tensor", ("output_tensor",), data_type=False)
     check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
     check_addressable(support.fields, (x, y))
     variant = contract.CAST.name(i=type_code(x.data_type, True), o=type_code(y.data_type, True))

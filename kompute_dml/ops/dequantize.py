@@ -22,7 +22,7 @@ from ..layout import check_no_overlap
 from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
-from .elementwise import CompiledElementWise, type_code
+from .elementwise import CompiledElementWise, check_same, type_code
 from .elementwise_plan import check_addressable, plan_elementwise
 from .spec import OperatorSpec
 
@@ -51,24 +51,14 @@ class ElementWiseDequantizeLinearDesc:
     output_tensor: TensorDesc
 
 
-def _same_sizes(x: TensorDesc, field: str, t: TensorDesc) -> None:
-    if t.dimension_count != x.dimension_count:
-        raise invalid(f"{field}.sizes", f"dimension count must equal input_tensor's ({x.dimension_count}), "
-                                        f"got {t.dimension_count}")
-    if t.sizes != x.sizes:
-        raise invalid(f"{field}.sizes", f"must equal input_tensor's {x.sizes}, got {t.sizes}")
-
-
 def compile_dequantize_linear(device: Device, desc: ElementWiseDequantizeLinearDesc) -> CompiledOperator:
     support = reg.ELEMENT_WISE_DEQUANTIZE_LINEAR
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     x, s, z, y = desc.input_tensor, desc.scale_tensor, desc.zero_point_tensor, desc.output_tensor
-    for field, t in (("scale_tensor", s), ("zero_point_tensor", z), ("output_tensor", y)):
-        if t is not None:
-            _same_sizes(x, field, t)
-    if z is not None and z.data_type != x.data_type:
-        raise invalid("zero_point_tensor.data_type", f"must equal input_tensor's ({x.data_type.name}), "
-                                                     f"got {z.data_type.name}")
+    present = tuple(f for f in ("scale_tensor", "zero_point_tensor", "output_tensor") if getattr(desc, f) is not None)
+    check_same(desc, "input_tensor", present, data_type=False)
+    if z is not None:
+        check_same(desc, "input_tensor", ("zero_point_tensor",), data_type=True)
     if y.data_type != s.data_type:
         raise invalid("output_tensor.data_type", f"must equal scale_tensor's ({s.data_type.name}), "
                                                  f"got {y.data_type.name}")

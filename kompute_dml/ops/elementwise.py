@@ -143,7 +143,7 @@ class CompiledElementWiseInPlace(CompiledElementWise):
     allows_inplace = True  # the operator's page: "OutputTensor is permitted to alias ... the input tensors"
 
 
-def _same(desc: Any, first: str, others: tuple[str, ...], data_type: bool) -> None:
+def check_same(desc: Any, first: str, others: tuple[str, ...], data_type: bool) -> None:
     """DirectML's tensor constraints: `others` have `first`'s DimensionCount and Sizes (and
     DataType where `data_type`)."""
     ref: TensorDesc = getattr(desc, first)
@@ -185,11 +185,11 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, family: contra
 def _validate(device: Device, desc: Any, support: OperatorSupport, same_type: tuple[str, ...]) -> None:
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     first, *rest = [f for f in support.fields if f != "condition_tensor"]
-    _same(desc, first, tuple(rest), data_type=False)
+    check_same(desc, first, tuple(rest), data_type=False)
     if "condition_tensor" in support.fields:
-        _same(desc, first, ("condition_tensor",), data_type=False)
+        check_same(desc, first, ("condition_tensor",), data_type=False)
     if same_type:
-        _same(desc, same_type[0], same_type[1:], data_type=True)
+        check_same(desc, same_type[0], same_type[1:], data_type=True)
 
 
 _ARITH_FAMILIES = {"add": contract.EW_ADD, "sub": contract.EW_SUB, "mul": contract.EW_MUL, "div": contract.EW_DIV}

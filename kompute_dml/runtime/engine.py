@@ -77,13 +77,11 @@ def _close_live_engines() -> None:
 
 class _Replay:
     """A cached submission: its kp sequence (None: nothing to run) and the call that runs
-    it and waits, the serials of the buffers it binds, and per execution the binding
-    indices its plans write."""
+    it and waits, and the serials of the buffers it binds."""
 
-    __slots__ = ("dispatches", "generation", "live", "memories", "run", "running", "seq", "writes")
+    __slots__ = ("dispatches", "generation", "live", "memories", "run", "running", "seq")
 
-    def __init__(self, seq: Any, memories: frozenset[int], writes: tuple[tuple[int, ...], ...],
-                 dispatches: list[tuple[Any, tuple[str, Plan]]]) -> None:
+    def __init__(self, seq: Any, memories: frozenset[int], dispatches: list[tuple[Any, tuple[str, Plan]]]) -> None:
         self.dispatches = dispatches  # (encoded command, (operator, plan)): for Profile.run
         self.live = True  # False once out of the replay cache (Engine.rerun then refuses it)
         self.running = False  # submitted without waiting, not yet waited for (inflight.py)
@@ -92,7 +90,6 @@ class _Replay:
         # kdml_run: eval() without looking up a Python object for the returned sequence
         self.run = None if seq is None else seq.kdml_run
         self.memories = memories
-        self.writes = writes
 
 
 def _by_word(seq: Any) -> bool:
@@ -250,9 +247,9 @@ class Engine:
                 self._replays.move_to_end(key)
             return replay, self._launch(replay, wait)
 
-    def rerun(self, replay: _Replay, bound: Sequence[Any], wait: bool = True) -> bool | Submission | None:
-        """Submit again what `submit` returned for one execution on the same `bound` tensors
-        (the same key), without the cache lookup: an eager operator's repeated call. False,
+    def rerun(self, replay: _Replay, wait: bool = True) -> bool | Submission | None:
+        """Submit again what `submit` returned, for an execution of the same key, without the
+        cache lookup: an eager operator's repeated call. False,
         having run nothing, when the submission has left the cache since (then `submit`);
         else what `submit` returns as its Submission (None when waited)."""
         with self.lock:
@@ -290,12 +287,11 @@ class Engine:
         dispatches = [(encode(plan, bound, self.pipelines, self.dummy), (name, plan))
                       for (plans, bound), name in zip(work, names) for plan in plans]
         memories = frozenset(t.buffer.memory.serial for _plans, bound in work for t in bound if t is not None)
-        writes = tuple(tuple(sorted({i for plan in plans for i in plan.writes})) for plans, _bound in work)
         if all(d.skip for d, _ in dispatches):
-            return _Replay(None, memories, writes, dispatches)
+            return _Replay(None, memories, dispatches)
         seq = self.manager.kdml_word_sequence() if self.completion_word else self.manager.sequence()
         record_dispatches(seq, [d for d, _ in dispatches])
-        return _Replay(seq, memories, writes, dispatches)
+        return _Replay(seq, memories, dispatches)
 
     # ---- state ---------------------------------------------------------------------------
     def prepare(self, plan: DispatchPlan) -> None:

@@ -36,10 +36,11 @@ CHUNK_BYTES = 8 << 20
 SLOTS = 2
 RECORDED = 128  # recorded slot transfers kept for resubmission (Staging._sequence)
 # Host copies of at least PARALLEL_BYTES are split over COPY_THREADS threads (numpy releases
-# the GIL while it copies): one core's memcpy (7.5 GB/s here, on the H100's host too) is
-# below what PCIe moves (numpy.copyto of 64 MiB on a loaded 2-core machine: 7.5 GB/s with one
-# thread, 11.3 with two). Half the cores at most, so a CPU Vulkan device (lavapipe, whose queue
-# thread does the device side of every copy) keeps the other half.
+# the GIL while it copies): one core's memcpy is below what PCIe moves. On the H100's host
+# (benchmarks/RESULTS.md, the transfers section of `kompute-dml bench`) a 64 MiB upload went
+# from 7.45 GB/s with one thread to 18.9-20.2 with four. Half the cores at most, so a CPU
+# Vulkan device (lavapipe, whose queue thread does the device side of every copy) keeps the
+# other half.
 PARALLEL_BYTES = 1 << 20
 COPY_THREADS = max(1, min(4, (os.cpu_count() or 1) // 2))
 _copy_pool: ThreadPoolExecutor | None = None
@@ -105,7 +106,8 @@ class Staging:
 
     A slot transfer's commands (a barrier, the copy) are recorded once per (direction, slot,
     buffer, offset, size) and kept, the last RECORDED of them: re-recording a command buffer
-    costs about 90 us on an H100's host, a resubmission a few; a model's runs move the same
+    cost about 94 us a transfer on an H100's host (`benchmarks/minilm_profile.py`: staging
+    `_submit`), a resubmission records nothing; a model's runs move the same
     ranges every time. Entries binding a released buffer are dropped (`forget`)."""
 
     def __init__(self, manager: Any, run: Callable[[Any], None]) -> None:
