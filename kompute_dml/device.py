@@ -185,6 +185,16 @@ class Device:
         yield rec
         rec.submit()
 
+    @contextlib.contextmanager
+    def capture(self) -> Iterator[Recording]:
+        """Record every operator execution this thread makes on this device while the block
+        runs (functional helpers included: their outputs are allocated, nothing runs) into
+        one Recording, which the caller submits or compiles (`Recording.compile`). Reading
+        a captured output before submission reads what it held before."""
+        rec = Recording(self)
+        with self.engine.capture_into(rec):
+            yield rec
+
     def synchronize(self) -> None:
         """Wait for every submission made with `wait=False`."""
         self.engine.synchronize()
@@ -287,5 +297,38 @@ class Recording:
         finally:
             self._keys, self._work, self._labels = [], [], []
 
+    def compile(self) -> RecordedProgram:
+        """The recorded executions as a program to run again and again (the same buffers,
+        offsets and operators each time: write new inputs into the bound buffers between
+        runs). Ends the recording."""
+        if self._done:
+            raise DMLError("this recording was already submitted")
+        self._done = True
+        return RecordedProgram(self.device, tuple(self._keys), self._work, self._labels, self._count)
+
     def __len__(self) -> int:
         return self._count
+
+
+class RecordedProgram:
+    """Executions recorded once (Recording.compile), submitted as one kp sequence per `run`;
+    the sequence is recorded at the first run and replayed after (re-recorded only if the
+    engine's replay cache dropped it)."""
+
+    def __init__(self, device: Device, keys: tuple[Hashable, ...], work: list[Work], labels: list[str],
+                 count: int) -> None:
+        self.device = device
+        self._keys, self._work, self._labels = keys, work, labels
+        self.dispatch_count = count
+        self._replay: Any = None
+
+    def run(self, wait: bool = True) -> Submission | None:
+        engine = self.device.engine
+        if not self.dispatch_count:
+            return None if wait else finished(engine.lock)
+        if self._replay is not None:
+            ran = engine.rerun(self._replay, wait)
+            if ran is not False:
+                return ran  # type: ignore[return-value]
+        self._replay, submission = engine.submit(self._keys, self._work, wait, self._labels)
+        return submission

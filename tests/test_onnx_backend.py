@@ -225,7 +225,7 @@ def test_dynamic_quantize_matmul(rng, b_type, zp, bias, per_column, oracle):
 # ---- mixed models: partition, placement, transfers ---------------------------------------------
 def _mixed_model():
     """x -Trilu-> t1 -Identity-> t2 -Relu(cpu)-> r -Trilu(lower, k)-> t3 -Identity-> y1
-                                              r -Add(cpu) with EyeLike(r)-> y2"""
+                                              r -Sum(cpu) with EyeLike(r)-> y2"""
     nodes = [
         helper.make_node("Trilu", ["x"], ["t1"], name="triu"),
         helper.make_node("Identity", ["t1"], ["t2"], name="id1"),
@@ -233,7 +233,7 @@ def _mixed_model():
         helper.make_node("Trilu", ["r", "k"], ["t3"], upper=0, name="tril"),
         helper.make_node("Identity", ["t3"], ["y1"], name="id2"),
         helper.make_node("EyeLike", ["r"], ["e"], k=1, name="eye"),
-        helper.make_node("Add", ["r", "e"], ["y2"], name="add"),
+        helper.make_node("Sum", ["r", "e"], ["y2"], name="add"),
         helper.make_node("Neg", ["y2"], ["y3"], name="neg"),
     ]
     return _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, [5, 6]),
@@ -251,7 +251,7 @@ def test_mixed_model_placement_and_transfers(rng, monkeypatch):
     ops = {p.name: p.operator for p in rep.placement}
     assert ops["triu"] == ops["tril"] == "DIAGONAL_MATRIX1" and ops["eye"] == "DIAGONAL_MATRIX"
     assert ops["id1"] == "COPY" and ops["relu"] == "onnxruntime"
-    # Add and Neg are consecutive fallback nodes: one CPU sub-graph; Relu is another.
+    # Sum and Neg are consecutive fallback nodes: one CPU sub-graph; Relu is another.
     segs = {p.name: p.segment for p in rep.placement if p.target == CPU}
     assert segs["add"] == segs["neg"] != segs["relu"]
     assert len(rep.segments) == 2
@@ -325,7 +325,7 @@ def test_runtime_fallback_when_types_are_only_known_at_run_time(rng):
     b = rng.integers(0, 2, (4, 4)).astype(bool)
     (y,) = rep.run([b])
     np.testing.assert_array_equal(y, np.triu(b))
-    assert rep.last_run.runtime_fallbacks == 1 and "ran on the CPU" in rep.last_run.events[0]
+    assert rep.last_run.runtime_fallbacks == 1 and any("ran on the CPU" in e for e in rep.last_run.events)
     f = rng.standard_normal((4, 4)).astype(np.float32)
     (y,) = rep.run([f])
     np.testing.assert_array_equal(y, np.triu(f))
@@ -570,11 +570,11 @@ def test_invalid_models_raise_value_errors_naming_the_problem(case):
 
 
 def test_cpu_subgraph_failing_at_run_time_reports_both_engines():
-    model = _model([helper.make_node("Add", ["x", "y"], ["z"])],
+    model = _model([helper.make_node("Sum", ["x", "y"], ["z"])],
                    [helper.make_tensor_value_info("x", T.FLOAT, None), helper.make_tensor_value_info("y", T.FLOAT, None)],
                    [onnx.ValueInfoProto(name="z")])
     rep = Backend.prepare(model, "CPU")
-    with pytest.raises(RuntimeError, match=r"no CPU fallback could run the sub-graph of \['Add'\]: onnxruntime: .*; "
+    with pytest.raises(RuntimeError, match=r"no CPU fallback could run the sub-graph of \['Sum'\]: onnxruntime: .*; "
                                            r"reference: "):
         rep.run([np.ones((2, 3), np.float32), np.ones((4,), np.float32)])
     (z,) = rep.run([np.ones((2, 3), np.float32), np.ones((3,), np.float32)])  # still on onnxruntime

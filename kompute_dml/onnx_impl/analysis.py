@@ -10,7 +10,12 @@ from onnx import TensorProto, helper
 import kompute_dml as kdml
 
 from .graph import _attr, _node_inputs, _np_dtype_of_onnx
-from .values import _DEVICE_OPS, _DML_NUMPY, _FLOAT_OUT, _QUANT_TYPES, CPU, VULKAN
+from .handlers_values import VALUE_HANDLERS
+from .host_eval import host_evaluable
+from .values import _DEVICE_OPS, _DML_NUMPY, _FLOAT_OUT, _QUANT_TYPES, CPU, HOST, VULKAN
+
+HOST_REASON = "reads no input data: resolved on the host per input shape"
+VIEW_OPERATOR = "layout view"  # Reshape / Transpose / ...: a new desc, a copy only where needed
 
 
 class GraphAnalysis:
@@ -77,10 +82,27 @@ class GraphAnalysis:
             return None
         return len(tp.tensor_type.shape.dim)
 
+    def _static_targets(self) -> list[tuple[str, str, str]]:
+        """(target, operator, reason) per node. A node reads host-known values when every
+        input is a constant or the output of a host-resolved node (a Shape node needs only
+        its input's shape): such nodes of the types host_eval.py resolves run on the host,
+        once per input shape; the rest go to the device where an operator takes them."""
+        known = {n for n in self.constants if n not in self.input_names}
+        targets = []
+        for node in self.graph.node:
+            if host_evaluable(node) and (node.op_type == "Shape" or all(n in known for n in _node_inputs(node))):
+                targets.append((HOST, "", HOST_REASON))
+                known.update(o for o in node.output if o)
+            else:
+                targets.append(self._static_target(node))
+        return targets
+
     def _static_target(self, node: onnx.NodeProto) -> tuple[str, str, str]:
         """(target, operator, reason) from what is known before any input arrives."""
         domain = node.domain if node.domain != "ai.onnx" else ""
         key = (node.op_type, domain)
+        if not domain and node.op_type in VALUE_HANDLERS and node.op_type not in self.exclude_ops:
+            return VULKAN, VIEW_OPERATOR, ""
         if key not in _DEVICE_OPS:
             return CPU, "", "no kompute_dml operator"
         op_name, helper_name, level = _DEVICE_OPS[key]

@@ -11,6 +11,8 @@ import onnx
 import kompute_dml as kdml
 
 from .graph import _attr, _np_dtype_of_onnx
+from .handlers_math import MATH_HANDLERS
+from .handlers_values import VALUE_HANDLERS
 from .quantize import dynamic_quantize_uint8
 from .values import (
     _DML_NUMPY,
@@ -269,10 +271,14 @@ def _h_dqmm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunSta
                                  b_sn or "", np.array(zp, np.uint8), None, b_zp, b_zpn, bias, bias_n, stats)]
 
 
-_HANDLERS = {
+_SEED_HANDLERS = {
     "EyeLike": _h_eyelike,
     "Trilu": _h_trilu,
     "Identity": _h_identity,
     "MatMulIntegerToFloat": _h_mmitf,
     "DynamicQuantizeMatMul": _h_dqmm,
 }
+
+
+# every ONNX node type a device handler takes (the placement's VULKAN nodes)
+HANDLERS = {**_SEED_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS}

@@ -20,12 +20,14 @@ from onnx.backend.base import namedtupledict
 import kompute_dml as kdml
 
 from .analysis import GraphAnalysis
+from .device_graph import GraphPlan, signature
 from .fallback import CpuSegment
 from .feeds import normalize_inputs
 from .graph import _densify, _node_inputs
-from .handlers import _HANDLERS
+from .handlers import HANDLERS
+from .host_eval import evaluate
 from .transfers import ValueTransfers
-from .values import CPU, VULKAN, DeviceValue, FallbackError, FallbackNeeded, NodePlacement, RunStats
+from .values import CPU, HOST, VULKAN, DeviceValue, FallbackError, FallbackNeeded, NodePlacement, RunStats, _value_shape
 
 
 # ---------------------------------------------------------------------------------
@@ -70,7 +72,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self.declared_types = self._infer_types(model)
 
         self._validate_graph()
-        self._placement_static: list[tuple[str, str, str]] = [self._static_target(n) for n in g.node]
+        self._placement_static: list[tuple[str, str, str]] = self._static_targets()
         self._steps = self._partition()
         self.placement = self._make_placement()
         if fallback == "onnxruntime":  # refuse now what onnxruntime is known to refuse at the run
@@ -80,6 +82,12 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                     raise FallbackError(f"fallback='onnxruntime': CPU sub-graph {seg.index}: {why}; fallback='auto' "
                                         "lets onnx's reference evaluator run it")
         self._single_node_segments: dict[int, CpuSegment] = {}
+        # Whole-graph device programs (device_graph.py), per input signature, when no node
+        # needs the CPU; None records a signature that could not be planned (and why).
+        self.graph_mode = all(t[0] != CPU for t in self._placement_static)
+        self._plans: collections.OrderedDict[Any, GraphPlan | None] = collections.OrderedDict()
+        self.plan_capacity = 8
+        self.plan_refusal = ""
 
 
     # ---- placement ------------------------------------------------------------
@@ -100,7 +108,8 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             indeg[i] = len(deps)
             for d in deps:
                 users[d].append(i)
-        kinds = [t[0] for t in self._placement_static]
+        targets = [t[0] for t in self._placement_static]
+        kinds = [CPU if t == CPU else VULKAN for t in targets]  # host nodes are one-node steps too
         ready: dict[str, list[int]] = {VULKAN: [], CPU: []}
         for i in range(n):
             if indeg[i] == 0:
@@ -123,7 +132,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                         heapq.heappush(ready[kinds[u]], u)
             done += len(batch)
             if current == VULKAN:
-                steps.extend((VULKAN, [i]) for i in batch)
+                steps.extend((targets[i], [i]) for i in batch)
             else:
                 steps.append((CPU, batch))
             current = CPU if current == VULKAN else VULKAN
@@ -139,7 +148,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                 self.segments.append(seg)
                 plan.append((CPU, seg))
             else:
-                plan.append((VULKAN, idx[0]))
+                plan.append((kind, idx[0]))
         for kind, item in reversed(plan):
             if kind == CPU:
                 item.outputs = [o for i in item.node_indices for o in g.node[i].output if o and o in later_reads]
@@ -169,7 +178,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             domain = node.domain if node.domain != "ai.onnx" else ""
             seg = seg_of.get(i)
             out.append(NodePlacement(i, node.name, node.op_type, domain, target,
-                                     op if target == VULKAN else engines[seg] if seg is not None else "", seg, reason))
+                                     op if target != CPU else engines[seg] if seg is not None else "", seg, reason))
         return out
 
     def _refresh_engines(self) -> None:
@@ -183,8 +192,16 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         """Where the nodes run, in a few lines."""
         vk = [p for p in self.placement if p.target == VULKAN]
         cpu = [p for p in self.placement if p.target == CPU]
+        host = [p for p in self.placement if p.target == HOST]
         lines = [f"{len(vk)} of {len(self.placement)} nodes on Vulkan ({self.device.name}, "
                  f"feature level {self.device.feature_level.name})"]
+        if host:
+            hc = collections.Counter(p.op_type for p in host)
+            lines.append(f"{len(host)} nodes read no input data and are resolved on the host per input shape: "
+                         + ", ".join(f"{op} x{c}" for op, c in sorted(hc.items())))
+        if self.graph_mode:
+            lines.append("no node needs the CPU: each input signature runs as one device submission"
+                         + (f" (except: {self.plan_refusal})" if self.plan_refusal else ""))
         counts = collections.Counter((p.op_type, p.operator) for p in vk)
         for (op, dml), c in sorted(counts.items()):
             lines.append(f"  vulkan  {op} x{c} -> {dml}")
@@ -238,6 +255,13 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         feeds = self._normalize_inputs(inputs)
         self._feeds_now = set(feeds)
         self._run_uploads = {}
+        plan = self._plan_for(feeds, stats) if self.graph_mode else None
+        if plan is not None:
+            tv = time.perf_counter()
+            results = plan.run(feeds, stats)
+            stats.vulkan_seconds += time.perf_counter() - tv
+            stats.total_seconds = time.perf_counter() - t0
+            return namedtupledict("Outputs", self.output_names)(*results)
         env: dict[str, Any] = dict(feeds)
         g = self.graph
 
@@ -256,6 +280,11 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                 env.update(zip(item.outputs, outs))
                 stats.cpu_segments += 1
                 stats.cpu_seconds += time.perf_counter() - ts
+            elif kind == HOST:
+                node = g.node[item]
+                outs = self._host_node(item, node, [lookup(n) if n else None for n in node.input], stats)
+                env.update((o, v) for o, v in zip(node.output, outs) if o)
+                stats.host_seconds += time.perf_counter() - ts
             else:
                 node = g.node[item]
                 self._run_device_node(item, node, lookup, env, stats)
@@ -270,7 +299,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
     def _run_device_node(self, idx: int, node: onnx.NodeProto, lookup: Any, env: dict[str, Any],
                          stats: RunStats) -> None:
         ins = [lookup(n) if n else None for n in node.input]
-        handler = _HANDLERS[node.op_type]
+        handler = self.handler_for(node)
         self._cur_node, self._slot = idx, 0
         prof = self.device.active_profile  # Device.profile(): rows named by node
         try:
@@ -280,15 +309,55 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         except (FallbackNeeded, kdml.UnsupportedError) as e:
             stats.runtime_fallbacks += 1
             self._note(f"node {idx} ({node.op_type} {node.name!r}) ran on the CPU: {e}")
-            seg = self._single_node_segments.get(idx)
-            if seg is None:
-                seg = CpuSegment(self, -1 - idx, [idx])
-                seg.outputs = [o for o in node.output if o]
-                self._single_node_segments[idx] = seg
-            vals = [self.host(lookup(n), stats) for n in seg.inputs]
-            outs = seg.run(vals)
+            seg = self._single_node_segment(idx)
+            outs = seg.run([self.host(lookup(n), stats) for n in seg.inputs])
             env.update(zip(seg.outputs, outs))
             return
         for name, v in zip(node.output, outs):
             if name:
                 env[name] = v
+
+    # ---- host nodes, whole-graph plans ------------------------------------------------
+    def handler_for(self, node: onnx.NodeProto) -> Any:
+        return HANDLERS[node.op_type]
+
+    def _single_node_segment(self, idx: int) -> CpuSegment:
+        seg = self._single_node_segments.get(idx)
+        if seg is None:
+            node = self.graph.node[idx]
+            seg = CpuSegment(self, -1 - idx, [idx])
+            seg.outputs = [o for o in node.output if o]
+            self._single_node_segments[idx] = seg
+        return seg
+
+    def _host_node(self, idx: int, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+        """A node that reads no input data (analysis.py): numpy (host_eval.py), else the CPU
+        engine for this one node."""
+        if node.op_type != "Shape":
+            ins = [self.host(v, stats) for v in ins]
+
+        def on_cpu() -> list[Any]:
+            seg = self._single_node_segment(idx)
+            values = dict(zip(node.input, ins))
+            return list(seg.run([values[n] if n in values else self._constant_host(n) for n in seg.inputs]))
+
+        return evaluate(node, ins, _value_shape, on_cpu)
+
+    def _plan_for(self, feeds: dict[str, Any], stats: RunStats) -> GraphPlan | None:
+        """The whole-graph program of these inputs' signature, planned at its first run;
+        None where it cannot be planned (the run goes node by node, and events say why)."""
+        key = signature(feeds)
+        if key in self._plans:
+            self._plans.move_to_end(key)
+            return self._plans[key]
+        try:
+            plan: GraphPlan | None = GraphPlan(self, feeds, stats)
+            stats.planned = True
+        except (FallbackNeeded, kdml.UnsupportedError) as e:
+            plan = None
+            self.plan_refusal = str(e)
+            self._note(f"the graph runs node by node for this input signature: {e}")
+        self._plans[key] = plan
+        while len(self._plans) > self.plan_capacity:
+            self._plans.popitem(last=False)
+        return plan

@@ -45,7 +45,8 @@ class ValueTransfers:
         """The host form of a value (numpy / list / None), downloading device tensors once."""
         if isinstance(value, DeviceValue):
             if value._host is None:
-                value._host = value.tensor.numpy().reshape(value.shape)
+                arr = value.tensor.numpy().reshape(value.shape)
+                value._host = arr.astype(np.bool_) if value.dtype == np.bool_ else arr
                 stats.downloads += 1
             return value._host
         if isinstance(value, list):

@@ -14,6 +14,7 @@ from kompute_dml.ops import ONNX_PLACEMENT
 MS_DOMAIN = "com.microsoft"
 VULKAN = "vulkan"
 CPU = "cpu"
+HOST = "host"  # resolved on the host per input shape (onnx_impl/host_eval.py)
 
 # The numpy types a DirectML tensor can hold (DataType.from_numpy accepts exactly these).
 _DML_NUMPY = {np.dtype(t) for t in (np.float32, np.float16, np.uint32, np.uint16, np.uint8, np.int32, np.int16,
@@ -37,8 +38,9 @@ class FallbackNeeded(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class NodePlacement:
-    """Where one node runs: target "vulkan" (operator = the DirectML operator) or "cpu"
-    (operator = the fallback engine; segment = the index of its CPU sub-graph)."""
+    """Where one node runs: target "vulkan" (operator = the DirectML operator), "host"
+    (reads no input data: resolved once per input shape) or "cpu" (operator = the fallback
+    engine; segment = the index of its CPU sub-graph)."""
 
     index: int
     name: str
@@ -91,7 +93,10 @@ class RunStats:
     vulkan_nodes: int = 0
     cpu_segments: int = 0
     runtime_fallbacks: int = 0
+    submissions: int = 0  # whole-graph device programs submitted (device_graph.py)
+    planned: bool = False  # this run planned its input signature's program
     vulkan_seconds: float = 0.0
     cpu_seconds: float = 0.0
+    host_seconds: float = 0.0  # nodes resolved on the host (host_eval.py)
     total_seconds: float = 0.0
     events: list[str] = dataclasses.field(default_factory=list)

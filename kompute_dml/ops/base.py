@@ -249,7 +249,12 @@ class CompiledOperator:
     def execute(self, inputs: Any, outputs: Any, wait: bool = True) -> Submission | None:
         """Run the operator on the bound tensors; returns when the device is done, or with
         `wait=False` at once, with a Submission (`wait()`, `done()`; reading or writing a
-        bound buffer from the host waits for it, runtime/inflight.py)."""
+        bound buffer from the host waits for it, runtime/inflight.py). Inside
+        `Device.capture()` the execution is recorded, not run."""
+        rec = self.engine.capturing
+        if rec is not None:
+            rec.execute(self, inputs, outputs)
+            return None if wait else finished(self.engine.lock)
         bound, key = self.bind(inputs, outputs)
         if key is None or not self.plans:
             return None if wait else finished(self.engine.lock)

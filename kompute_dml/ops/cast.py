@@ -22,7 +22,7 @@ from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, check_same, type_code
 from .elementwise_plan import check_addressable, plan_elementwise
-from .spec import OperatorSpec
+from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
@@ -53,4 +53,4 @@ def compile_cast(device: Device, desc: CastDesc) -> CompiledOperator:
 
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
-SPECS = (OperatorSpec(CastDesc, reg.CAST, compile_cast, (contract.CAST,), helpers=("cast",)),)
+SPECS = (OperatorSpec(CastDesc, reg.CAST, compile_cast, (contract.CAST,), helpers=("cast",), onnx=(OnnxOp("Cast", "", "cast"),)),)

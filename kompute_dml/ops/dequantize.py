@@ -24,7 +24,7 @@ from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, check_same, type_code
 from .elementwise_plan import check_addressable, plan_elementwise
-from .spec import OperatorSpec
+from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
@@ -79,4 +79,5 @@ def compile_dequantize_linear(device: Device, desc: ElementWiseDequantizeLinearD
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (OperatorSpec(ElementWiseDequantizeLinearDesc, reg.ELEMENT_WISE_DEQUANTIZE_LINEAR, compile_dequantize_linear,
-                      (contract.DEQUANT,), helpers=("dequantize_linear",)),)
+                      (contract.DEQUANT,), helpers=("dequantize_linear",),
+                      onnx=(OnnxOp("DequantizeLinear", "", "dequantize_linear"),)),)

@@ -23,7 +23,7 @@ from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable, plan_elementwise
-from .spec import OperatorSpec
+from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
@@ -246,23 +246,32 @@ def compile_if(device: Device, desc: ElementWiseIfDesc) -> CompiledOperator:
 # ---- specs (kompute_dml/ops/spec.py) ------------------------------------------------------
 SPECS = (
     OperatorSpec(ElementWiseAddDesc, reg.ELEMENT_WISE_ADD, _arith("add", reg.ELEMENT_WISE_ADD), (contract.EW_ADD,),
-                 helpers=("add",)),
+                 helpers=("add",),
+                 onnx=(OnnxOp("Add", "", "add"),)),
     OperatorSpec(ElementWiseAdd1Desc, reg.ELEMENT_WISE_ADD1, _arith("add", reg.ELEMENT_WISE_ADD1), (contract.EW_ADD,),
                  helpers=("add",)),
     OperatorSpec(ElementWiseSubtractDesc, reg.ELEMENT_WISE_SUBTRACT, _arith("sub", reg.ELEMENT_WISE_SUBTRACT),
-                 (contract.EW_SUB,), helpers=("sub",)),
+                 (contract.EW_SUB,), helpers=("sub",),
+                 onnx=(OnnxOp("Sub", "", "sub"),)),
     OperatorSpec(ElementWiseMultiplyDesc, reg.ELEMENT_WISE_MULTIPLY, _arith("mul", reg.ELEMENT_WISE_MULTIPLY),
-                 (contract.EW_MUL,), helpers=("mul",)),
+                 (contract.EW_MUL,), helpers=("mul",),
+                 onnx=(OnnxOp("Mul", "", "mul"),)),
     OperatorSpec(ElementWiseDivideDesc, reg.ELEMENT_WISE_DIVIDE, _arith("div", reg.ELEMENT_WISE_DIVIDE),
-                 (contract.EW_DIV,), helpers=("div",)),
+                 (contract.EW_DIV,), helpers=("div",),
+                 onnx=(OnnxOp("Div", "", "div"),)),
     OperatorSpec(ElementWiseLogicalEqualsDesc, reg.ELEMENT_WISE_LOGICAL_EQUALS,
-                 _compare(contract.EW_EQ, False, reg.ELEMENT_WISE_LOGICAL_EQUALS), (contract.EW_EQ,), helpers=("equal",)),
+                 _compare(contract.EW_EQ, False, reg.ELEMENT_WISE_LOGICAL_EQUALS), (contract.EW_EQ,), helpers=("equal",),
+                 onnx=(OnnxOp("Equal", "", "equal"),)),
     OperatorSpec(ElementWiseLogicalGreaterThanOrEqualDesc, reg.ELEMENT_WISE_LOGICAL_GREATER_THAN_OR_EQUAL,
                  _compare(contract.EW_GE, True, reg.ELEMENT_WISE_LOGICAL_GREATER_THAN_OR_EQUAL), (contract.EW_GE,),
-                 helpers=("greater_equal",)),
+                 helpers=("greater_equal",),
+                 onnx=(OnnxOp("GreaterOrEqual", "", "greater_equal"),)),
     OperatorSpec(ElementWiseLogicalAndDesc, reg.ELEMENT_WISE_LOGICAL_AND, compile_logical_and, (contract.EW_AND,),
-                 helpers=("logical_and",)),
+                 helpers=("logical_and",),
+                 onnx=(OnnxOp("And", "", "logical_and"),)),
     OperatorSpec(ElementWiseIsNanDesc, reg.ELEMENT_WISE_IS_NAN, compile_is_nan, (contract.EW_ISNAN,),
-                 helpers=("isnan",)),
-    OperatorSpec(ElementWiseIfDesc, reg.ELEMENT_WISE_IF, compile_if, (contract.EW_IF,), helpers=("where",)),
+                 helpers=("isnan",),
+                 onnx=(OnnxOp("IsNaN", "", "isnan"),)),
+    OperatorSpec(ElementWiseIfDesc, reg.ELEMENT_WISE_IF, compile_if, (contract.EW_IF,), helpers=("where",),
+                 onnx=(OnnxOp("Where", "", "where"),)),
 )

@@ -32,7 +32,7 @@ from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise
 from .elementwise_plan import check_addressable, plan_elementwise
-from .spec import OperatorSpec
+from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
@@ -175,7 +175,8 @@ def compile_gather_elements(device: Device, desc: GatherElementsDesc) -> Compile
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (
-    OperatorSpec(GatherDesc, reg.GATHER, compile_gather, (contract.GATHER,), helpers=("gather",)),
+    OperatorSpec(GatherDesc, reg.GATHER, compile_gather, (contract.GATHER,), helpers=("gather",), onnx=(OnnxOp("Gather", "", "gather"),)),
     OperatorSpec(GatherElementsDesc, reg.GATHER_ELEMENTS, compile_gather_elements, (contract.GATHER,),
-                 helpers=("gather_elements",)),
+                 helpers=("gather_elements",),
+                 onnx=(OnnxOp("GatherElements", "", "gather_elements"),)),
 )

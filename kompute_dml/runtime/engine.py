@@ -127,6 +127,8 @@ class Engine:
         self.staging = Staging(self.manager, self.guarded)
         self._host: weakref.WeakValueDictionary[int, HostMemory] = weakref.WeakValueDictionary()
         self.inflight = InFlight(self.guarded)
+        # Device.capture(): per thread, the Recording that executions go into instead of running
+        self._capture = threading.local()
         self.profile: Profile | None = None  # set while Device.profile() is open
         # Replayed sequences complete by a completion word where the kp build has them
         # (patch level 7) and this is True (set from DevicePolicy.completion), else by fence.
@@ -276,6 +278,22 @@ class Engine:
         else:
             return self.inflight.start(replay, self.lock)
         return None if wait else finished(self.lock)
+
+    @property
+    def capturing(self) -> Any:
+        """The Recording this thread's executions go into (Device.capture), else None."""
+        return getattr(self._capture, "rec", None)
+
+    @contextlib.contextmanager
+    def capture_into(self, rec: Any) -> Any:
+        previous = self.capturing
+        if previous is not None:
+            raise RuntimeError("a capture is already open on this thread")
+        self._capture.rec = rec
+        try:
+            yield rec
+        finally:
+            self._capture.rec = None
 
     def synchronize(self) -> None:
         """Wait for every submission made without waiting."""

@@ -1,0 +1,215 @@
+"""A whole model as one device program per input signature.
+
+When every node of a model either runs on the device or reads no input data (host_eval.py),
+the first run of each input signature (names, shapes, types) plans the whole graph: host
+nodes are resolved with numpy, device nodes run their handlers (handlers*.py) with the
+device's executions captured (Device.capture), not run, into one RecordedProgram. Values
+stay on the device between nodes, in buffers of this plan (a buffer whose last reader has
+been recorded is reused for a later output: the recording's barriers order the reuse).
+Every run after that writes the inputs into their buffers, submits the program once, and
+reads the outputs back: one upload per input, one submission, one download per output.
+
+PlanContext stands in for the BackendRep that handlers receive in node-by-node runs: the same
+handler code serves both, and a handler that needs a device value on the host while planning
+(a data-dependent shape) raises FallbackNeeded, so the model runs node by node instead."""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import kompute_dml as kdml
+
+from .handlers_values import BOOL, dml_numpy
+from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_shape
+
+if TYPE_CHECKING:
+    from .rep import BackendRep
+
+_MIN_BLOCK = 256
+
+
+def _block(nbytes: int) -> int:
+    """The size class of a plan buffer: powers of two, so a freed buffer fits later outputs."""
+    return max(_MIN_BLOCK, 1 << (max(nbytes, 1) - 1).bit_length())
+
+
+class PlanContext:
+    """What handlers call on their `rep` while a plan is built."""
+
+    def __init__(self, rep: BackendRep) -> None:
+        self.rep = rep
+        self.device = rep.device
+        self.kept: list[Any] = []  # buffers uploaded for this plan (host-known values)
+        self._free: dict[int, list[kdml.Buffer]] = collections.defaultdict(list)
+        self._owned: set[int] = set()  # ids of this plan's reusable buffers
+        self._refs: collections.Counter[int] = collections.Counter()
+        self._by_id: dict[int, kdml.Buffer] = {}
+        self.allocated = 0
+
+    # ---- the BackendRep methods handlers use ----------------------------------------
+    def host(self, value: Any, stats: RunStats) -> Any:
+        if isinstance(value, DeviceValue):
+            raise FallbackNeeded("it needs a value computed on the device on the host while planning")
+        if isinstance(value, list):
+            return [self.host(v, stats) for v in value]
+        return value
+
+    def is_constant(self, name: str | None) -> bool:
+        return self.rep.is_constant(name)
+
+    def to_device(self, value: Any, stats: RunStats, name: str | None = None) -> kdml.Tensor:
+        if isinstance(value, DeviceValue):
+            return value.tensor
+        if name is not None and self.rep.is_constant(name):
+            return self.rep.to_device(value, stats, name)
+        t = self.device.tensor(np.ascontiguousarray(value))
+        self.kept.append(t)
+        stats.constant_uploads += 1
+        return t
+
+    def upload_group(self, arrays: list[np.ndarray], stats: RunStats,
+                     names: tuple[str | None, ...] | None = None) -> list[kdml.Tensor]:
+        return [self.to_device(a, stats, n) for a, n in zip(arrays, names or (None,) * len(arrays))]
+
+    def out_tensor(self, sizes: Any, dtype: Any) -> kdml.Tensor:
+        desc = kdml.TensorDesc(kdml.DataType.from_numpy(dtype), tuple(sizes) if len(sizes) else (1,))
+        size = _block(desc.byte_size)
+        free = self._free[size]
+        if free:
+            buf = free.pop()
+        else:
+            buf = self.device.buffer(size)
+            self._owned.add(id(buf))
+            self._by_id[id(buf)] = buf
+            self.allocated += size
+        return kdml.Tensor.trusted(buf, desc, 0)
+
+    def _note(self, msg: str) -> None:
+        self.rep._note(msg)
+
+    # ---- liveness ----------------------------------------------------------------------
+    def hold(self, value: Any) -> None:
+        if isinstance(value, DeviceValue):
+            self._refs[id(value.tensor.buffer)] += 1
+
+    def drop(self, value: Any) -> None:
+        if not isinstance(value, DeviceValue):
+            return
+        key = id(value.tensor.buffer)
+        self._refs[key] -= 1
+        if self._refs[key] <= 0 and key in self._owned:
+            del self._refs[key]
+            buf = self._by_id[key]
+            self._free[buf.nbytes].append(buf)
+
+
+class GraphPlan:
+    """The program of one input signature; `run(feeds)` returns the outputs in order."""
+
+    def __init__(self, rep: BackendRep, feeds: dict[str, Any], stats: RunStats) -> None:
+        t0 = time.perf_counter()
+        g = rep.graph
+        ctx = PlanContext(rep)
+        env: dict[str, Any] = {}
+        # Every input in one buffer (16-byte aligned parts), written once per run.
+        self.inputs: list[tuple[str, int, int]] = []  # name, byte offset, byte size
+        descs = []
+        total = 0
+        for name, value in feeds.items():
+            if not _is_tensor_value(value):
+                raise FallbackNeeded(f"input {name!r} is not a tensor")
+            arr = np.asarray(value)
+            if arr.dtype != BOOL and arr.dtype not in _dml_types():
+                raise FallbackNeeded(f"input {name!r} of type {arr.dtype}")
+            if arr.size == 0:
+                raise FallbackNeeded(f"input {name!r} is empty")
+            desc = kdml.TensorDesc(kdml.DataType.from_numpy(dml_numpy(arr.dtype)), arr.shape if arr.shape else (1,))
+            self.inputs.append((name, total, arr.nbytes))
+            descs.append((name, desc, total, arr))
+            total += -(-desc.byte_size // 16) * 16
+        self._input_buffer = rep.device.buffer(max(total, 16))
+        self._staging = np.zeros(max(total, 16), np.uint8)
+        for name, desc, off, arr in descs:
+            env[name] = DeviceValue(kdml.Tensor(self._input_buffer, desc, off), arr.shape, arr.dtype)
+        keep = set(rep.output_names)
+        last: dict[str, int] = {}
+        for i, node in enumerate(g.node):
+            for n in node.input:
+                if n:
+                    last[n] = i
+        dying: list[list[str]] = [[] for _ in g.node]
+        for n, i in last.items():
+            if n not in keep and n not in feeds:
+                dying[i].append(n)
+
+        def lookup(name: str) -> Any:
+            if name in env:
+                return env[name]
+            if name in rep.constants:
+                return rep._constant_host(name)
+            raise KeyError(f"value {name!r} is not available (missing input?)")
+
+        self.device_nodes = 0
+        with rep.device.capture() as rec:
+            for i, node in enumerate(g.node):
+                target = rep._placement_static[i][0]
+                ins = [lookup(n) if n else None for n in node.input]
+                if target == HOST:
+                    outs = rep._host_node(i, node, ins, stats)
+                elif target == CPU:
+                    raise FallbackNeeded(f"node {i} ({node.op_type}) runs on the CPU")
+                else:
+                    rep._cur_node, rep._slot = i, 0
+                    outs = rep.handler_for(node)(ctx, node, ins, stats)
+                    self.device_nodes += 1
+                for name, v in zip(node.output, outs):
+                    if name:
+                        env[name] = v
+                        ctx.hold(v)
+                for name in dying[i]:
+                    v = env.pop(name, None)
+                    ctx.drop(v)
+        self.program = rec.compile()
+        self.ctx = ctx
+        self.outputs = [(name, lookup(name)) for name in rep.output_names]
+        self.dispatches = self.program.dispatch_count
+        self.plan_seconds = time.perf_counter() - t0
+
+    def run(self, feeds: dict[str, Any], stats: RunStats) -> list[Any]:
+        raw = self._staging
+        for name, off, nbytes in self.inputs:
+            raw[off:off + nbytes] = np.ascontiguousarray(feeds[name]).reshape(-1).view(np.uint8)
+        self._input_buffer.write(raw)
+        stats.uploads += 1
+        self.program.run()
+        stats.submissions += 1
+        stats.vulkan_nodes += self.device_nodes
+        results = []
+        for _name, v in self.outputs:
+            if isinstance(v, DeviceValue):
+                arr = v.tensor.numpy().reshape(v.shape)
+                stats.downloads += 1
+                results.append(arr.astype(BOOL) if v.dtype == BOOL else arr)
+            elif isinstance(v, list):
+                results.append([np.array(e, copy=True) for e in v])
+            else:
+                results.append(v if v is None else np.array(v, copy=True))
+        return results
+
+    @property
+    def device_bytes(self) -> int:
+        return self.ctx.allocated
+
+
+def _dml_types() -> set[np.dtype]:
+    from .values import _DML_NUMPY
+    return _DML_NUMPY
+
+
+def signature(feeds: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple((n, _value_shape(v), str(np.asarray(v).dtype)) if _is_tensor_value(v) else (n, type(v).__name__)
+                 for n, v in feeds.items())

@@ -1,0 +1,153 @@
+"""Device handlers of element-wise ONNX nodes (Add, Sub, Mul, Div, Where, Equal, And,
+GreaterOrEqual, IsNaN, Cast), Gather, GatherElements and DequantizeLinear, on the operators of
+ops/elementwise.py, ops/cast.py, ops/gather.py and ops/dequantize.py.
+
+ONNX booleans live on the device as UINT8 0 / 1 (DirectML's boolean outputs). What a
+DirectML operator does not take (a type outside its table, a shape it cannot broadcast)
+raises FallbackNeeded or kdml.UnsupportedError: the node runs on the CPU instead."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+import kompute_dml as kdml
+
+from .graph import _attr, _np_dtype_of_onnx
+from .handlers_values import BOOL, device_tensor, dml_numpy
+from .values import _DML_NUMPY, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
+
+if TYPE_CHECKING:
+    from .rep import BackendRep
+
+
+def _operands(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[kdml.Tensor]:
+    for v in ins:
+        dt = _value_dtype(v)
+        if dt != BOOL and dt not in _DML_NUMPY:
+            raise FallbackNeeded(f"type {dt} is not a DirectML type")
+        if 0 in _value_shape(v):
+            raise FallbackNeeded("an empty tensor")
+    return [device_tensor(rep, v, stats, n) for v, n in zip(ins, node.input)]
+
+
+def _out(rep: BackendRep, ins: list[Any], dt: np.dtype) -> tuple[tuple[int, ...], kdml.Tensor]:
+    try:
+        shape = tuple(np.broadcast_shapes(*(_value_shape(v) for v in ins)))
+    except ValueError as e:
+        raise ValueError(f"operand shapes do not broadcast: {e}") from None
+    return shape, rep.out_tensor(shape, dml_numpy(dt))
+
+
+def _binary(fn: Any, bool_out: bool = False) -> Any:
+    def handler(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+        dt = BOOL if bool_out else _value_dtype(ins[0])
+        if _value_dtype(ins[0]) != _value_dtype(ins[1]):
+            raise ValueError(f"{node.op_type} {node.name!r}: operand types differ")
+        tensors = _operands(rep, node, ins, stats)
+        shape, out = _out(rep, ins, dt)
+        return [DeviceValue(fn(*tensors, out=out, device=rep.device), shape, dt)]
+    return handler
+
+
+def _h_where(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    dt = _value_dtype(ins[1])
+    if _value_dtype(ins[0]) != BOOL:
+        raise ValueError(f"Where {node.name!r}: the condition must be boolean")
+    tensors = _operands(rep, node, ins, stats)
+    shape, out = _out(rep, ins, dt)
+    return [DeviceValue(kdml.where(*tensors, out=out, device=rep.device), shape, dt)]
+
+
+def _h_and(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    tensors = _operands(rep, node, ins, stats)
+    shape, out = _out(rep, ins, BOOL)
+    return [DeviceValue(kdml.logical_and(*tensors, out=out, device=rep.device), shape, BOOL)]
+
+
+def _h_isnan(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    (t,) = _operands(rep, node, ins[:1], stats)
+    shape, out = _out(rep, ins[:1], BOOL)
+    return [DeviceValue(kdml.isnan(t, out=out, device=rep.device), shape, BOOL)]
+
+
+def _h_cast(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    to = _np_dtype_of_onnx(int(_attr(node, "to")))
+    src = _value_dtype(ins[0])
+    if to is None or (to != BOOL and to not in _DML_NUMPY):
+        raise FallbackNeeded(f"Cast to {to}")
+    (t,) = _operands(rep, node, ins[:1], stats)
+    shape, out = _out(rep, ins[:1], to)
+    if to == BOOL:  # ONNX: nonzero is true; DirectML's CAST would truncate (0.5 -> 0)
+        if src == BOOL:
+            return [DeviceValue(kdml.copy(t, out=out, device=rep.device), shape, BOOL)]
+        zero = rep.to_device(np.zeros(1, dml_numpy(src)), stats, None)
+        is_zero = kdml.equal(t, zero, out=rep.out_tensor(shape, np.uint8), device=rep.device)
+        one, nil = (rep.to_device(np.array([v], np.uint8), stats, None) for v in (1, 0))
+        return [DeviceValue(kdml.where(is_zero, nil, one, out=out, device=rep.device), shape, BOOL)]
+    return [DeviceValue(kdml.cast(t, kdml.DataType.from_numpy(dml_numpy(to)), out=out, device=rep.device), shape, to)]
+
+
+def _h_gather(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    x, idx = ins[0], ins[1]
+    axis = int(_attr(node, "axis", 0))
+    xs, qs = _value_shape(x), _value_shape(idx)
+    axis = axis + len(xs) if axis < 0 else axis
+    shape = xs[:axis] + qs + xs[axis + 1:]
+    if 0 in shape or 0 in xs:
+        raise FallbackNeeded("an empty tensor")
+    tx, ti = _operands(rep, node, [x, idx], stats)
+    dt = _value_dtype(x)
+    out = rep.out_tensor(shape, dml_numpy(dt))
+    if qs:
+        t = kdml.gather(tx, ti, axis, out=out, device=rep.device)
+    else:  # rank-0 indices: gather with one index, the axis dropped by the out shape
+        view = kdml.Tensor.trusted(out.buffer, kdml.TensorDesc(out.desc.data_type, (*xs[:axis], 1, *xs[axis + 1:])),
+                                   out.offset)
+        kdml.gather(tx, ti, axis, out=view, device=rep.device)
+        t = out
+    return [DeviceValue(t, shape, dt)]
+
+
+def _h_gather_elements(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    axis = int(_attr(node, "axis", 0))
+    tx, ti = _operands(rep, node, ins[:2], stats)
+    shape = _value_shape(ins[1])
+    dt = _value_dtype(ins[0])
+    out = rep.out_tensor(shape, dml_numpy(dt))
+    return [DeviceValue(kdml.gather_elements(tx, ti, axis, out=out, device=rep.device), shape, dt)]
+
+
+def _h_dequantize(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    x, scale = ins[0], ins[1]
+    zp = ins[2] if len(ins) > 2 else None
+    if _value_shape(scale) not in ((), (1,)) or (zp is not None and _value_shape(zp) not in ((), (1,))):
+        raise FallbackNeeded("per-axis DequantizeLinear")  # the axis attribute: not mapped yet
+    if zp is not None and _value_dtype(zp) != _value_dtype(x):
+        raise ValueError(f"DequantizeLinear {node.name!r}: x_zero_point's type differs from x's")
+    present = [v for v in (x, scale, zp) if v is not None]
+    tensors = _operands(rep, node, present, stats)
+    dt = _value_dtype(scale)
+    shape, out = _out(rep, [x], dt)
+    tx, ts = tensors[0], tensors[1]
+    tz = tensors[2] if zp is not None else None
+    return [DeviceValue(kdml.dequantize_linear(tx, ts, tz, out=out, device=rep.device), shape, dt)]
+
+
+MATH_HANDLERS = {
+    "Add": _binary(kdml.add),
+    "Sub": _binary(kdml.sub),
+    "Mul": _binary(kdml.mul),
+    "Div": _binary(kdml.div),
+    "Equal": _binary(kdml.equal, bool_out=True),
+    "GreaterOrEqual": _binary(kdml.greater_equal, bool_out=True),
+    "And": _h_and,
+    "Where": _h_where,
+    "IsNaN": _h_isnan,
+    "Cast": _h_cast,
+    "Gather": _h_gather,
+    "GatherElements": _h_gather_elements,
+    "DequantizeLinear": _h_dequantize,
+}

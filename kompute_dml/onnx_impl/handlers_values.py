@@ -1,0 +1,185 @@
+"""Device handlers of nodes that only re-describe a device value (Reshape, Flatten, Unsqueeze,
+Squeeze, Transpose, Expand): a new TensorDesc over the same bytes where the layout allows,
+else a copy (ACTIVATION_IDENTITY through kdml.copy) into a packed buffer.
+
+A device value's tensor may be strided (a transposed or broadcast view); operators take
+strided inputs, so a view costs nothing until a node needs a packed layout (a Reshape of a
+transposed value: a copy)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+import kompute_dml as kdml
+
+from .graph import _attr
+from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
+
+if TYPE_CHECKING:
+    from .rep import BackendRep
+
+BOOL = np.dtype(np.bool_)
+
+
+def dml_numpy(dt: np.dtype) -> np.dtype:
+    """The numpy type a device tensor of ONNX type `dt` holds (booleans as uint8)."""
+    return np.dtype(np.uint8) if dt == BOOL else dt
+
+
+def device_tensor(rep: BackendRep, v: Any, stats: RunStats, name: str | None) -> kdml.Tensor:
+    """The device tensor of a value: device values as they are, constants uploaded once,
+    host values uploaded (booleans as uint8 0 / 1)."""
+    if isinstance(v, DeviceValue):
+        return v.tensor
+    arr = np.asarray(v)
+    if arr.dtype == BOOL:
+        arr = arr.view(np.uint8)
+        name = None  # the constant's own upload would refuse the boolean type
+    if arr.size == 0:
+        raise FallbackNeeded("an empty tensor")
+    return rep.to_device(arr, stats, name)
+
+
+def as_device(rep: BackendRep, v: Any, stats: RunStats, name: str | None) -> DeviceValue:
+    if isinstance(v, DeviceValue):
+        return v
+    return DeviceValue(device_tensor(rep, v, stats, name), _value_shape(v), _value_dtype(v))
+
+
+def is_packed(t: kdml.Tensor) -> bool:
+    d = t.desc
+    return d.strides is None or tuple(d.strides) == tuple(kdml.TensorDesc(d.data_type, d.sizes).effective_strides)
+
+
+def packed(rep: BackendRep, v: DeviceValue, stats: RunStats) -> DeviceValue:
+    """v itself where its tensor is packed, else a packed copy."""
+    if is_packed(v.tensor):
+        return v
+    t = v.tensor
+    out = rep.out_tensor(t.desc.sizes, dml_numpy(v.dtype))
+    return DeviceValue(kdml.copy(t, out=out, device=rep.device), v.shape, v.dtype)
+
+
+def reshaped(rep: BackendRep, v: Any, shape: tuple[int, ...], stats: RunStats) -> Any:
+    """v with another shape of the same element count: a new packed desc over the same bytes
+    (after a copy where v is strided), or a host reshape."""
+    if not isinstance(v, DeviceValue):
+        return np.asarray(rep.host(v, stats)).reshape(shape)
+    v = packed(rep, v, stats)
+    t = v.tensor
+    desc = kdml.TensorDesc(t.desc.data_type, shape if shape else (1,))
+    return DeviceValue(kdml.Tensor.trusted(t.buffer, desc, t.offset), shape, v.dtype)
+
+
+def strided(v: DeviceValue, sizes: tuple[int, ...], strides: tuple[int, ...]) -> DeviceValue:
+    """A view of v's bytes with other sizes and element strides (a transpose, a broadcast)."""
+    t = v.tensor
+    desc = kdml.TensorDesc(t.desc.data_type, sizes if sizes else (1,), strides if sizes else (0,))
+    return DeviceValue(kdml.Tensor.trusted(t.buffer, desc, t.offset), sizes, v.dtype)
+
+
+def _strides_of(v: DeviceValue) -> tuple[int, ...]:
+    s = v.tensor.desc.effective_strides
+    return tuple(s) if v.shape else ()
+
+
+def _reshape_target(shape: tuple[int, ...], spec: np.ndarray, allowzero: bool) -> tuple[int, ...]:
+    out = [int(d) for d in spec.reshape(-1)]
+    if not allowzero:
+        out = [shape[i] if d == 0 else d for i, d in enumerate(out)]
+    if out.count(-1) > 1:
+        raise ValueError(f"Reshape: more than one -1 in {out}")
+    if -1 in out:
+        known = math.prod(d for d in out if d != -1)
+        total = math.prod(shape)
+        if known == 0 or total % known:
+            raise ValueError(f"Reshape: cannot reshape {shape} to {out}")
+        out[out.index(-1)] = total // known
+    if math.prod(out) != math.prod(shape):
+        raise ValueError(f"Reshape: cannot reshape {shape} to {tuple(out)}")
+    return tuple(out)
+
+
+def _h_reshape(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    x = ins[0]
+    spec = np.asarray(rep.host(ins[1], stats))
+    return [reshaped(rep, x, _reshape_target(_value_shape(x), spec, bool(_attr(node, "allowzero", 0))), stats)]
+
+
+def _h_flatten(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    shape = _value_shape(ins[0])
+    axis = int(_attr(node, "axis", 1))
+    axis = axis + len(shape) if axis < 0 else axis
+    return [reshaped(rep, ins[0], (math.prod(shape[:axis]), math.prod(shape[axis:])), stats)]
+
+
+def _axes(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[int] | None:
+    if len(ins) > 1 and ins[1] is not None:
+        return [int(a) for a in np.asarray(rep.host(ins[1], stats)).reshape(-1)]
+    a = _attr(node, "axes")
+    return None if a is None else [int(v) for v in a]
+
+
+def _h_unsqueeze(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    shape = list(_value_shape(ins[0]))
+    axes = _axes(rep, node, ins, stats) or []
+    rank = len(shape) + len(axes)
+    for a in sorted(a + rank if a < 0 else a for a in axes):
+        shape.insert(a, 1)
+    return [_regrouped(rep, ins[0], tuple(shape), stats)]
+
+
+def _h_squeeze(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    shape = _value_shape(ins[0])
+    axes = _axes(rep, node, ins, stats)
+    drop = {a + len(shape) if a < 0 else a for a in axes} if axes is not None else {i for i, s in enumerate(shape) if s == 1}
+    return [_regrouped(rep, ins[0], tuple(s for i, s in enumerate(shape) if i not in drop), stats)]
+
+
+def _regrouped(rep: BackendRep, x: Any, shape: tuple[int, ...], stats: RunStats) -> Any:
+    """Unsqueeze / Squeeze: only dimensions of size 1 come or go, so a strided view keeps its
+    strides (no copy)."""
+    if not isinstance(x, DeviceValue):
+        return np.asarray(rep.host(x, stats)).reshape(shape)
+    old = [(s, st) for s, st in zip(x.shape, _strides_of(x)) if s != 1]
+    it = iter(old)
+    strides = tuple(1 if s == 1 else next(it)[1] for s in shape)
+    return strided(x, shape, strides)
+
+
+def _h_transpose(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    x = ins[0]
+    shape = _value_shape(x)
+    perm = _attr(node, "perm")
+    perm = list(range(len(shape)))[::-1] if perm is None else [int(p) for p in perm]
+    if not isinstance(x, DeviceValue):
+        return [np.transpose(np.asarray(rep.host(x, stats)), perm)]
+    st = _strides_of(x)
+    return [strided(x, tuple(shape[p] for p in perm), tuple(st[p] for p in perm))]
+
+
+def _h_expand(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    x = ins[0]
+    target = tuple(int(v) for v in np.asarray(rep.host(ins[1], stats)).reshape(-1))
+    shape = _value_shape(x)
+    out = tuple(np.broadcast_shapes(shape, target))
+    if not isinstance(x, DeviceValue):
+        return [np.array(np.broadcast_to(np.asarray(rep.host(x, stats)), out))]
+    pad = len(out) - len(shape)
+    st = (0,) * pad + _strides_of(x)
+    full = (1,) * pad + shape
+    return [strided(x, out, tuple(0 if s == 1 and o != 1 else t for s, o, t in zip(full, out, st)))]
+
+
+VALUE_HANDLERS = {
+    "Reshape": _h_reshape,
+    "Flatten": _h_flatten,
+    "Unsqueeze": _h_unsqueeze,
+    "Squeeze": _h_squeeze,
+    "Transpose": _h_transpose,
+    "Expand": _h_expand,
+}

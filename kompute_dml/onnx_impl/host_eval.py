@@ -1,0 +1,208 @@
+"""Nodes resolved on the host: those that read no value computed from the model's input
+data (Shape, and the arithmetic on shapes and constants that follows it: Gather, Concat,
+Unsqueeze, Range, Equal, Where, ...). They are evaluated once per input shape with numpy
+(operations that are exact in numpy: integer and boolean arithmetic, indexing, copies) and
+cached with the plan; a node type without a numpy form here runs as a one-node sub-model on
+the CPU fallback engine (onnxruntime or onnx's reference evaluator)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .graph import _attr, _np_dtype_of_onnx
+
+
+def _shape(node: onnx.NodeProto, ins: list[Any], shape_of: Callable[[Any], tuple[int, ...]]) -> Any:
+    shape = shape_of(ins[0])
+    r = len(shape)
+    start = int(_attr(node, "start", 0))
+    end = _attr(node, "end")
+    start = max(0, min(r, start + r if start < 0 else start))
+    end = r if end is None else max(0, min(r, int(end) + r if int(end) < 0 else int(end)))
+    return np.array(shape[start:end], dtype=np.int64)
+
+
+def _axes_arg(node: onnx.NodeProto, ins: list[Any], i: int) -> list[int] | None:
+    if len(ins) > i and ins[i] is not None:
+        return [int(v) for v in np.asarray(ins[i]).reshape(-1)]
+    a = _attr(node, "axes")
+    return None if a is None else [int(v) for v in a]
+
+
+def _unsqueeze(node: onnx.NodeProto, ins: list[Any]) -> Any:
+    x = np.asarray(ins[0])
+    axes = _axes_arg(node, ins, 1) or []
+    rank = x.ndim + len(axes)
+    shape = list(x.shape)
+    for a in sorted(a + rank if a < 0 else a for a in axes):
+        shape.insert(a, 1)
+    return x.reshape(shape)
+
+
+def _squeeze(node: onnx.NodeProto, ins: list[Any]) -> Any:
+    x = np.asarray(ins[0])
+    axes = _axes_arg(node, ins, 1)
+    return np.squeeze(x) if axes is None else np.squeeze(x, axis=tuple(axes))
+
+
+def _reshape(node: onnx.NodeProto, ins: list[Any]) -> Any:
+    x = np.asarray(ins[0])
+    spec = [int(v) for v in np.asarray(ins[1]).reshape(-1)]
+    if not int(_attr(node, "allowzero", 0)):
+        spec = [x.shape[i] if d == 0 else d for i, d in enumerate(spec)]
+    return x.reshape(spec)
+
+
+def _flatten(node: onnx.NodeProto, ins: list[Any]) -> Any:
+    x = np.asarray(ins[0])
+    axis = int(_attr(node, "axis", 1))
+    axis = axis + x.ndim if axis < 0 else axis
+    return x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), int(np.prod(x.shape[axis:], dtype=np.int64)))
+
+
+def _slice(node: onnx.NodeProto, ins: list[Any]) -> Any:
+    x = np.asarray(ins[0])
+    starts = np.asarray(ins[1]).reshape(-1)
+    ends = np.asarray(ins[2]).reshape(-1)
+    axes = np.asarray(ins[3]).reshape(-1) if len(ins) > 3 and ins[3] is not None else np.arange(len(starts))
+    steps = np.asarray(ins[4]).reshape(-1) if len(ins) > 4 and ins[4] is not None else np.ones(len(starts), np.int64)
+    index = [slice(None)] * x.ndim
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a = int(a) + x.ndim if a < 0 else int(a)
+        n = x.shape[a]
+        st = int(st)
+        if st == 0:
+            raise ValueError(f"Slice {node.name!r}: a step of 0")
+        s, e = int(s), int(e)
+        s = s + n if s < 0 else s
+        e = e + n if e < 0 else e
+        if st > 0:
+            s, e = min(max(s, 0), n), min(max(e, 0), n)
+        else:
+            s, e = min(max(s, -1), n - 1), min(max(e, -1), n - 1)
+        index[a] = slice(s, e if e >= 0 else None, st)
+    return x[tuple(index)]
+
+
+def _range(node: onnx.NodeProto, ins: list[Any]) -> Any:
+    start, limit, delta = (np.asarray(v).reshape(()) for v in ins[:3])
+    if start.dtype.kind == "f":
+        raise NotImplementedError  # float ranges: the fallback engine's own arithmetic
+    n = max(int(np.ceil((int(limit) - int(start)) / int(delta))), 0)
+    return (int(start) + int(delta) * np.arange(n, dtype=np.int64)).astype(start.dtype)
+
+
+def _constant_of_shape(node: onnx.NodeProto, ins: list[Any]) -> Any:
+    value = _attr(node, "value")
+    v = numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
+    return np.full(tuple(int(d) for d in np.asarray(ins[0]).reshape(-1)), v[0], dtype=v.dtype)
+
+
+def _gather(node: onnx.NodeProto, ins: list[Any]) -> Any:
+    x, idx = np.asarray(ins[0]), np.asarray(ins[1])
+    axis = int(_attr(node, "axis", 0))
+    axis = axis + x.ndim if axis < 0 else axis
+    idx = np.where(idx < 0, idx + x.shape[axis], idx)
+    return np.take(x, idx, axis=axis)
+
+
+def _gather_elements(node: onnx.NodeProto, ins: list[Any]) -> Any:
+    x, idx = np.asarray(ins[0]), np.asarray(ins[1])
+    axis = int(_attr(node, "axis", 0))
+    axis = axis + x.ndim if axis < 0 else axis
+    idx = np.where(idx < 0, idx + x.shape[axis], idx)
+    return np.take_along_axis(x, idx, axis=axis)
+
+
+def _cast(node: onnx.NodeProto, ins: list[Any]) -> Any:
+    to = _np_dtype_of_onnx(int(_attr(node, "to")))
+    x = np.asarray(ins[0])
+    if to is None or x.dtype.kind not in "biu" or to.kind not in "biu":
+        raise NotImplementedError  # float conversions: the fallback engine's rounding rules
+    return (x != 0) if to == np.bool_ else x.astype(to)
+
+
+def _dequantize(node: onnx.NodeProto, ins: list[Any]) -> Any:
+    x, scale = np.asarray(ins[0]), np.asarray(ins[1])
+    zp = np.asarray(ins[2]) if len(ins) > 2 and ins[2] is not None else np.zeros((), x.dtype)
+    if scale.dtype != np.float32 or x.dtype.kind not in "iu" or x.dtype.itemsize > 4:
+        raise NotImplementedError
+    if scale.size != 1 or zp.size != 1:
+        if scale.ndim != 1:
+            raise NotImplementedError  # blocked quantization
+        axis = int(_attr(node, "axis", 1))
+        axis = axis + x.ndim if axis < 0 else axis
+        shape = [1] * x.ndim
+        shape[axis] = -1
+        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    # the difference exactly (int64), then one float32 multiplication, as onnxruntime does
+    return (x.astype(np.int64) - zp.astype(np.int64)).astype(np.float32) * scale
+
+
+def _binary(fn: Callable[[Any, Any], Any], exact_kinds: str = "biu") -> Callable[[onnx.NodeProto, list[Any]], Any]:
+    def run(node: onnx.NodeProto, ins: list[Any]) -> Any:
+        a, b = np.asarray(ins[0]), np.asarray(ins[1])
+        if a.dtype.kind not in exact_kinds or b.dtype.kind not in exact_kinds:
+            raise NotImplementedError  # floats: the fallback engine's arithmetic, not numpy's
+        return np.asarray(fn(a, b)).astype(a.dtype) if fn not in _PREDICATES else np.asarray(fn(a, b))
+    return run
+
+
+_PREDICATES = {np.equal, np.greater_equal, np.greater, np.less, np.less_equal, np.logical_and, np.logical_or}
+
+HOST_EVAL: dict[str, Callable[[onnx.NodeProto, list[Any]], Any]] = {
+    "Unsqueeze": _unsqueeze,
+    "Squeeze": _squeeze,
+    "Reshape": _reshape,
+    "Flatten": _flatten,
+    "Concat": lambda node, ins: np.concatenate([np.asarray(v) for v in ins], axis=int(_attr(node, "axis"))),
+    "Slice": _slice,
+    "Range": _range,
+    "ConstantOfShape": _constant_of_shape,
+    "Gather": _gather,
+    "GatherElements": _gather_elements,
+    "Cast": _cast,
+    "DequantizeLinear": _dequantize,
+    "Identity": lambda node, ins: np.array(ins[0], copy=True),
+    "Transpose": lambda node, ins: np.transpose(np.asarray(ins[0]), _attr(node, "perm")),
+    "Expand": lambda node, ins: np.array(np.broadcast_to(np.asarray(ins[0]), np.broadcast_shapes(
+        np.asarray(ins[0]).shape, tuple(int(v) for v in np.asarray(ins[1]).reshape(-1))))),
+    "Where": lambda node, ins: np.where(np.asarray(ins[0]), np.asarray(ins[1]), np.asarray(ins[2])),
+    "Equal": _binary(np.equal),
+    "GreaterOrEqual": _binary(np.greater_equal),
+    "Greater": _binary(np.greater),
+    "Less": _binary(np.less),
+    "LessOrEqual": _binary(np.less_equal),
+    "And": _binary(np.logical_and, "b"),
+    "Or": _binary(np.logical_or, "b"),
+    "Not": lambda node, ins: np.logical_not(np.asarray(ins[0])),
+    "Add": _binary(np.add),
+    "Sub": _binary(np.subtract),
+    "Mul": _binary(np.multiply),
+}
+
+
+def host_evaluable(node: onnx.NodeProto) -> bool:
+    """A node type the host may resolve (numpy here, or the fallback engine for one node)."""
+    domain = node.domain if node.domain != "ai.onnx" else ""
+    return not domain and (node.op_type in HOST_EVAL or node.op_type == "Shape")
+
+
+def evaluate(node: onnx.NodeProto, ins: list[Any], shape_of: Callable[[Any], tuple[int, ...]],
+             fallback: Callable[[], list[Any]]) -> list[Any]:
+    """The node's outputs from host inputs (`shape_of` gives a value's shape without
+    reading it: Shape of a device value); `fallback` runs it on the CPU engine."""
+    if node.op_type == "Shape":
+        return [_shape(node, ins, shape_of)]
+    fn = HOST_EVAL.get(node.op_type)
+    if fn is not None:
+        try:
+            return [fn(node, ins)]
+        except NotImplementedError:
+            pass
+    return fallback()

@@ -1,0 +1,176 @@
+"""Whole models as one device program (onnx_impl/device_graph.py): shape arithmetic resolved
+on the host per input shape, every other node on the device, one upload, one submission and
+one download per output; results against onnx's reference evaluator and numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+from onnx_reference import mmitf_exact  # noqa: E402
+
+from kompute_dml.onnx_backend import Backend  # noqa: E402
+from kompute_dml.onnx_impl.values import CPU, HOST, VULKAN  # noqa: E402
+
+OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+
+
+def _model(nodes, inputs, outputs, inits=()):
+    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+    return helper.make_model(g, opset_imports=OPSETS, ir_version=10)
+
+
+def _encoder_like(rng, hidden=16, vocab=50):
+    """Embedding lookup (quantized table, DequantizeLinear), a padding mask turned into an
+    additive bias through Cast / Equal / Where / Expand, a head split and merge through
+    Reshape / Transpose with shapes computed from Shape / Gather / Unsqueeze / Concat, and a
+    quantized product (MatMulIntegerToFloat) with a residual Add."""
+    table = rng.integers(0, 256, (vocab, hidden)).astype(np.uint8)
+    w = rng.integers(-128, 128, (hidden, hidden)).astype(np.int8)
+    inits = [
+        numpy_helper.from_array(table, "table"),
+        numpy_helper.from_array(np.array(0.05, np.float32), "t_scale"),
+        numpy_helper.from_array(np.array(128, np.uint8), "t_zp"),
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(np.array(0.01, np.float32), "w_scale"),
+        numpy_helper.from_array(np.array(0.02, np.float32), "a_scale"),
+        numpy_helper.from_array(np.array(0, np.int64), "zero_i"),
+        numpy_helper.from_array(np.array([0], np.int64), "ax0"),
+        numpy_helper.from_array(np.array([1], np.int64), "i1"),
+        numpy_helper.from_array(np.array([2, -1], np.int64), "heads"),
+        numpy_helper.from_array(np.array(-1e4, np.float32), "neg"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "zero_f"),
+        numpy_helper.from_array(np.array([0, 2, 1, 3], np.int64), "unused"),
+    ]
+    n = helper.make_node
+    nodes = [
+        n("Gather", ["table", "ids"], ["emb_q"]),
+        n("DequantizeLinear", ["emb_q", "t_scale", "t_zp"], ["emb"]),
+        n("Shape", ["ids"], ["ids_shape"]),
+        n("Gather", ["ids_shape", "zero_i"], ["batch"]),
+        n("Unsqueeze", ["batch", "ax0"], ["batch1"]),
+        n("Gather", ["ids_shape", "i1"], ["seq1"]),
+        n("Concat", ["batch1", "seq1", "heads"], ["split_shape"], axis=0),
+        n("Reshape", ["emb", "split_shape"], ["split"]),
+        n("Transpose", ["split"], ["heads_first"], perm=[0, 2, 1, 3]),
+        n("Transpose", ["heads_first"], ["back"], perm=[0, 2, 1, 3]),
+        n("Concat", ["batch1", "seq1", "minus1"], ["merge_shape"], axis=0),
+        n("Reshape", ["back", "merge_shape"], ["merged"]),
+        n("Cast", ["mask"], ["mask_b"], to=T.BOOL),
+        n("Where", ["mask_b", "zero_f", "neg"], ["bias"]),
+        n("Unsqueeze", ["bias", "minus1"], ["bias3"]),
+        n("Shape", ["merged"], ["m_shape"]),
+        n("Expand", ["bias3", "m_shape"], ["bias_full"]),
+        n("Add", ["merged", "bias_full"], ["x"]),
+        n("Equal", ["ids", "zero_i"], ["is_pad"]),
+        n("Cast", ["is_pad"], ["is_pad_f"], to=T.FLOAT),
+        n("Unsqueeze", ["is_pad_f", "minus1"], ["pad3"]),
+        n("Add", ["x", "pad3"], ["x2"]),
+        n("MatMulIntegerToFloat", ["xq", "w", "a_scale", "w_scale"], ["proj"], domain="com.microsoft"),
+        n("Add", ["proj", "x2"], ["y"]),
+    ]
+    inits.append(numpy_helper.from_array(np.array([-1], np.int64), "minus1"))
+    inputs = [helper.make_tensor_value_info("ids", T.INT64, ["B", "S"]),
+              helper.make_tensor_value_info("mask", T.INT64, ["B", "S"]),
+              helper.make_tensor_value_info("xq", T.UINT8, ["B", "S", hidden])]
+    outputs = [helper.make_tensor_value_info("y", T.FLOAT, None), helper.make_tensor_value_info("is_pad", T.BOOL, None)]
+    return _model(nodes, inputs, outputs, inits), (table, w)
+
+
+def _feeds(rng, b, s, hidden=16, vocab=50):
+    ids = rng.integers(0, vocab, (b, s)).astype(np.int64)
+    ids[0, -1] = 0
+    mask = (rng.random((b, s)) < 0.8).astype(np.int64)
+    xq = rng.integers(0, 256, (b, s, hidden)).astype(np.uint8)
+    return {"ids": ids, "mask": mask, "xq": xq}
+
+
+def _expected(table, w, feeds):
+    """The graph in numpy: float32 operations in the graph's order; the quantized product
+    from the int64 oracle."""
+    ids, mask = feeds["ids"], feeds["mask"]
+    emb = (table[ids].astype(np.int64) - 128).astype(np.float32) * np.float32(0.05)
+    x = emb + np.where(mask != 0, np.float32(0), np.float32(-1e4))[..., None]
+    is_pad = ids == 0
+    x2 = x + is_pad.astype(np.float32)[..., None]
+    proj = mmitf_exact(feeds["xq"], w, np.float32(0.02), np.float32(0.01), None, None, None)
+    return proj.value + x2, is_pad
+
+
+def test_placement_puts_shape_arithmetic_on_the_host_and_the_rest_on_the_device(rng):
+    model, _ = _encoder_like(rng)
+    rep = Backend.prepare(model, "CPU")
+    where = {(p.index, p.op_type): p.target for p in rep.placement}
+    assert CPU not in where.values() and rep.graph_mode
+    assert all(t == HOST for (i, op), t in where.items() if op in ("Shape", "Concat"))
+    assert where[(0, "Gather")] == VULKAN and where[(3, "Gather")] == HOST
+    s = rep.summary()
+    assert "resolved on the host per input shape" in s and "one device submission" in s
+
+
+def test_whole_graph_runs_as_one_submission_and_matches_the_reference(rng):
+    model, (table, w) = _encoder_like(rng)
+    rep = Backend.prepare(model, "CPU")
+    for b, s in ((2, 5), (2, 5), (3, 7), (1, 1), (3, 7)):
+        feeds = _feeds(rng, b, s)
+        misses = rep.device.stats()["pipeline_misses"]
+        y, is_pad = rep.run(feeds)
+        st = rep.last_run
+        assert st.submissions == 1 and st.uploads == 1 and st.downloads == 2 and st.runtime_fallbacks == 0
+        assert st.cpu_segments == 0
+        want_y, want_pad = _expected(table, w, feeds)
+        np.testing.assert_array_equal(is_pad, want_pad)
+        assert is_pad.dtype == np.bool_
+        np.testing.assert_allclose(y, want_y, rtol=2e-6, atol=1e-5)
+        if not st.planned:  # a signature seen before: nothing is built again
+            assert rep.device.stats()["pipeline_misses"] == misses
+    planned = [k for k, v in rep._plans.items() if v is not None]
+    assert len(planned) == 3
+
+
+def test_plan_buffers_are_reused_without_corrupting_live_values(rng):
+    """A chain of 40 additions, each output dying after the next node: the plan reuses
+    buffers, and every value read later (the first one, at the end) survives."""
+    n = helper.make_node
+    nodes = [n("Add", ["x", "x"], ["v0"])]
+    for i in range(1, 40):
+        nodes.append(n("Add", [f"v{i - 1}", "x"], [f"v{i}"]))
+    nodes.append(n("Sub", ["v39", "v0"], ["y"]))
+    model = _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, [64])],
+                   [helper.make_tensor_value_info("y", T.FLOAT, [64])])
+    rep = Backend.prepare(model, "CPU")
+    x = rng.integers(-50, 50, 64).astype(np.float32)
+    (y,) = rep.run({"x": x})
+    np.testing.assert_array_equal(y, 39 * x)  # small integers: every float operation exact
+    plan = next(iter(rep._plans.values()))
+    assert plan.device_bytes <= 4 * 256  # a handful of 256-byte blocks, not 40
+
+
+def test_data_dependent_shapes_run_node_by_node(rng):
+    """A Reshape whose target shape is computed from input data cannot be planned: the run
+    goes node by node and its events say so."""
+    n = helper.make_node
+    nodes = [n("Add", ["shape_in", "zero"], ["target"]), n("Reshape", ["x", "target"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, [6]),
+                           helper.make_tensor_value_info("shape_in", T.INT64, [2])],
+                   [helper.make_tensor_value_info("y", T.FLOAT, None)],
+                   [numpy_helper.from_array(np.zeros(2, np.int64), "zero")])
+    rep = Backend.prepare(model, "CPU")
+    x = np.arange(6, dtype=np.float32)
+    (y,) = rep.run({"x": x, "shape_in": np.array([2, 3], np.int64)})
+    np.testing.assert_array_equal(y, x.reshape(2, 3))
+    assert rep.last_run.submissions == 0
+    assert any("node by node" in e for e in rep.last_run.events)
+
+
+def test_models_with_cpu_nodes_keep_the_hybrid_path(rng):
+    model = _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "x"], ["y"])],
+                   [helper.make_tensor_value_info("x", T.FLOAT, [4])], [helper.make_tensor_value_info("y", T.FLOAT, [4])])
+    rep = Backend.prepare(model, "CPU")
+    assert not rep.graph_mode
+    x = rng.standard_normal(4).astype(np.float32)
+    (y,) = rep.run({"x": x})
+    np.testing.assert_array_equal(y, np.maximum(x, 0) + x)
