@@ -12,6 +12,7 @@ import kompute_dml as kdml
 
 from .graph import _attr, _np_dtype_of_onnx
 from .handlers_math import MATH_HANDLERS
+from .handlers_nn import NN_HANDLERS, quantize_on_device
 from .handlers_values import VALUE_HANDLERS
 from .quantize import dynamic_quantize_uint8
 from .values import (
@@ -265,10 +266,15 @@ def _h_dqmm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunSta
         raise FallbackNeeded(f"A type {_value_dtype(a)} is not float32")
     if _value_dtype(b_s) != np.float32:
         raise FallbackNeeded(f"b_scale type {_value_dtype(b_s)} is not float32")
-    # Quantize A on the host, with ONNX Runtime's CPU kernel's parameters.
-    q, scale, zp = dynamic_quantize_uint8(rep.host(a, stats))
-    return [_mm_integer_to_float(rep, node, q, None, b, bn or "", np.array(scale, np.float32), None, b_s,
-                                 b_sn or "", np.array(zp, np.uint8), None, b_zp, b_zpn, bias, bias_n, stats)]
+    if hasattr(kdml, "dynamic_quantize_linear") and 0 not in _value_shape(a):
+        # Quantize A on the device (DYNAMIC_QUANTIZE_LINEAR, onnxruntime's rules bit for bit):
+        # A, its scale and zero point never leave it.
+        q, scale, zp = quantize_on_device(rep, a, node.input[0], stats)
+    else:  # on the host, with ONNX Runtime's CPU kernel's parameters
+        qh, sh, zh = dynamic_quantize_uint8(rep.host(a, stats))
+        q, scale, zp = qh, np.array(sh, np.float32), np.array(zh, np.uint8)
+    return [_mm_integer_to_float(rep, node, q, None, b, bn or "", scale, None, b_s,
+                                 b_sn or "", zp, None, b_zp, b_zpn, bias, bias_n, stats)]
 
 
 _SEED_HANDLERS = {
@@ -281,4 +287,4 @@ _SEED_HANDLERS = {
 
 
 # every ONNX node type a device handler takes (the placement's VULKAN nodes)
-HANDLERS = {**_SEED_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS}
+HANDLERS = {**_SEED_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS, **NN_HANDLERS}
