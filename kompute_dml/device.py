@@ -265,9 +265,11 @@ class Recording:
         # collected mid-recording would otherwise take its pipelines with it.
         self._keys: list[Hashable] = []
         self._work: list[Work] = []
-        self._labels: list[str] = []
+        self._labels: list[Any] = []
         self._count = 0
         self._done = False
+        # Profile rows of the executions recorded from now on carry this scope (Device.profile)
+        self.scope = ""
 
     def execute(self, op: Any, inputs: Any, outputs: Any) -> None:
         if self._done:
@@ -280,7 +282,7 @@ class Recording:
             return
         self._keys.append(key)
         self._work.append((op.plans, bound))
-        self._labels.append(op.support.name)
+        self._labels.append((self.scope, op.support.name) if self.scope else op.support.name)
         self._count += len(op.plans)
 
     def submit(self, wait: bool = True) -> Submission | None:
@@ -315,7 +317,7 @@ class RecordedProgram:
     the sequence is recorded at the first run and replayed after (re-recorded only if the
     engine's replay cache dropped it)."""
 
-    def __init__(self, device: Device, keys: tuple[Hashable, ...], work: list[Work], labels: list[str],
+    def __init__(self, device: Device, keys: tuple[Hashable, ...], work: list[Work], labels: list[Any],
                  count: int) -> None:
         self.device = device
         self._keys, self._work, self._labels = keys, work, labels

@@ -163,7 +163,7 @@ class GraphPlan:
                 elif target == CPU:
                     raise FallbackNeeded(f"node {i} ({node.op_type}) runs on the CPU")
                 else:
-                    rep._cur_node, rep._slot = i, 0
+                    rec.scope = f"{i} {node.op_type} {node.name}"  # profile rows: per node
                     outs = rep.handler_for(node)(ctx, node, ins, stats)
                     self.device_nodes += 1
                 for name, v in zip(node.output, outs):

@@ -230,7 +230,7 @@ class Engine:
 
     # ---- submission --------------------------------------------------------------------
     def submit(self, key: Hashable, work: Sequence[Work], wait: bool = True,
-               labels: Sequence[str] = ()) -> tuple[_Replay, Submission | None]:
+               labels: Sequence[Any] = ()) -> tuple[_Replay, Submission | None]:
         """Run executions in one submission and wait (`wait=False`: return a Submission to
         wait for). `key` names what the executions bind (operators, buffer serials, offsets):
         equal keys replay one cached kp sequence. Returns that cached submission, for
@@ -300,7 +300,7 @@ class Engine:
         with self.lock:
             self.inflight.settle()
 
-    def _record(self, work: Sequence[Work], labels: Sequence[str] = ()) -> _Replay:
+    def _record(self, work: Sequence[Work], labels: Sequence[Any] = ()) -> _Replay:
         names = list(labels) + [""] * (len(work) - len(labels))
         dispatches = [(encode(plan, bound, self.pipelines, self.dummy), (name, plan))
                       for (plans, bound), name in zip(work, names) for plan in plans]

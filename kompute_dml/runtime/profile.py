@@ -57,13 +57,16 @@ class Profile:
         record_dispatches(seq, [d for d, _ in dispatches], positions)
         self._guarded(seq.kdml_run)
         ts = seq.get_timestamps()
-        for (_d, (operator, plan)), pos in zip(dispatches, positions):
+        for (_d, (label, plan)), pos in zip(dispatches, positions):
             if pos is None:
                 continue
+            # a recording's label is the operator's name, or (scope, operator) where the
+            # recording named its executions (the ONNX backend's whole-graph programs: nodes)
+            scope, operator = label if isinstance(label, tuple) else (self._scope, label)
             grid = plan.groups if isinstance(plan, DispatchPlan) else None
             variant = plan.variant if isinstance(plan, DispatchPlan) else plan.kind
             us = max(0, int(ts[pos]) - int(ts[pos - 1])) * self._period_us
-            self.rows.append(ProfileRow(self._scope, operator, variant, grid, us))
+            self.rows.append(ProfileRow(scope, operator, variant, grid, us))
 
     def total_us(self) -> float:
         return sum(r.microseconds for r in self.rows)
