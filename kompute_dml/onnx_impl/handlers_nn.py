@@ -1,0 +1,174 @@
+"""Device handlers of a transformer encoder's float nodes: LayerNormalization and
+com.microsoft SkipLayerNormalization (MEAN_VARIANCE_NORMALIZATION1, the skip as ELEMENT_WISE_ADD),
+Softmax (ACTIVATION_SOFTMAX1), Gelu (ACTIVATION_GELU), MatMul and com.microsoft FusedMatMul
+(GEMM), DynamicQuantizeLinear (DYNAMIC_QUANTIZE_LINEAR)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+import kompute_dml as kdml
+
+from .graph import _attr
+from .handlers_values import as_device, strided
+from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
+
+if TYPE_CHECKING:
+    from .rep import BackendRep
+
+
+def _floats(node: onnx.NodeProto, ins: list[Any]) -> np.dtype:
+    dt = _value_dtype(ins[0])
+    if dt not in _FLOAT_OUT:
+        raise FallbackNeeded(f"type {dt} is not float32/float16")
+    for v in ins[1:]:
+        if v is not None and _value_dtype(v) != dt:
+            raise FallbackNeeded("operand types differ")
+    for v in ins:
+        if v is not None and 0 in _value_shape(v):
+            raise FallbackNeeded("an empty tensor")
+    return dt
+
+
+def _dev(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], i: int, stats: RunStats) -> kdml.Tensor | None:
+    if i >= len(ins) or ins[i] is None or not node.input[i]:
+        return None
+    return as_device(rep, ins[i], stats, node.input[i]).tensor
+
+
+def _only_first_output(node: onnx.NodeProto, allowed: int = 1) -> None:
+    if any(o for o in node.output[allowed:]):
+        raise FallbackNeeded(f"optional outputs {list(node.output[allowed:])}")
+
+
+def _opset(rep: Any) -> int:
+    model = getattr(rep, "rep", rep).model
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
+def _h_layer_norm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    _only_first_output(node)
+    dt = _floats(node, ins)
+    shape = _value_shape(ins[0])
+    x, scale, bias = (_dev(rep, node, ins, i, stats) for i in range(3))
+    out = rep.out_tensor(shape, dt)
+    y = kdml.layer_norm(x, scale, bias, axis=int(_attr(node, "axis", -1)), epsilon=float(_attr(node, "epsilon", 1e-5)),
+                        out=out, device=rep.device)
+    return [DeviceValue(y, shape, dt)]
+
+
+def _h_skip_layer_norm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """output = LayerNorm(input + skip (+ bias)) * gamma + beta; the fourth output is the sum."""
+    if any(o for o in node.output[1:3]):
+        raise FallbackNeeded("the mean / inv_std_var outputs")
+    dt = _floats(node, ins)
+    shape = _value_shape(ins[0])
+    if _value_shape(ins[1]) != shape:
+        raise FallbackNeeded(f"skip of shape {_value_shape(ins[1])}")
+    x, skip, gamma, beta, bias = (_dev(rep, node, ins, i, stats) for i in range(5))
+    want_sum = len(node.output) > 3 and bool(node.output[3])
+    total = kdml.add(x, skip, out=rep.out_tensor(shape, dt), device=rep.device)
+    if bias is not None:
+        total = kdml.add(total, bias, out=rep.out_tensor(shape, dt), device=rep.device)
+    y = kdml.layer_norm(total, gamma, beta, axis=-1, epsilon=float(_attr(node, "epsilon", 1e-12)),
+                        out=rep.out_tensor(shape, dt), device=rep.device)
+    outs: list[Any] = [DeviceValue(y, shape, dt), None, None]
+    if want_sum:
+        outs.append(DeviceValue(total, shape, dt))
+    return outs
+
+
+def _h_softmax(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    dt = _floats(node, ins[:1])
+    shape = _value_shape(ins[0])
+    rank = max(len(shape), 1)
+    new = _opset(rep) >= 13
+    axis = int(_attr(node, "axis", -1 if new else 1))
+    axis = axis + rank if axis < 0 else axis
+    axes = (axis,) if new else tuple(range(axis, rank))  # before opset 13: the flattened trailing block
+    x = _dev(rep, node, ins, 0, stats)
+    y = kdml.softmax(x, axes=axes, out=rep.out_tensor(shape, dt), device=rep.device)
+    return [DeviceValue(y, shape, dt)]
+
+
+def _h_gelu(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    if _attr(node, "approximate", b"none") not in (b"none", "none"):
+        raise FallbackNeeded("the tanh approximation")
+    dt = _floats(node, ins[:1])
+    shape = _value_shape(ins[0])
+    y = kdml.gelu(_dev(rep, node, ins, 0, stats), out=rep.out_tensor(shape, dt), device=rep.device)
+    return [DeviceValue(y, shape, dt)]
+
+
+def _swap_last(v: DeviceValue) -> DeviceValue:
+    shape = v.shape
+    st = tuple(v.tensor.desc.effective_strides)
+    return strided(v, (*shape[:-2], shape[-1], shape[-2]), (*st[:-2], st[-1], st[-2]))
+
+
+def _matmul(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats, trans_a: bool, trans_b: bool,
+            alpha: float) -> list[Any]:
+    dt = _floats(node, ins[:2])
+    a, b = (as_device(rep, ins[i], stats, node.input[i]) for i in range(2))
+    if len(a.shape) < 2 or len(b.shape) < 2:
+        raise FallbackNeeded("a 1-D operand")
+    if trans_a:
+        a = _swap_last(a)
+    if trans_b:
+        b = _swap_last(b)
+    try:
+        batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    except ValueError as e:
+        raise ValueError(f"{node.op_type} {node.name!r}: batch shapes do not broadcast: {e}") from None
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"{node.op_type} {node.name!r}: {a.shape} and {b.shape} do not multiply")
+    shape = (*batch, a.shape[-2], b.shape[-1])
+    out = rep.out_tensor(shape, dt)
+    if alpha == 1.0:
+        y = kdml.matmul(a.tensor, b.tensor, out=out, device=rep.device)
+    else:
+        y = kdml.gemm(a.tensor, b.tensor, alpha=alpha, out=out, device=rep.device)
+    return [DeviceValue(y, shape, dt)]
+
+
+def _h_matmul(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    return _matmul(rep, node, ins, stats, False, False, 1.0)
+
+
+def _h_fused_matmul(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    if int(_attr(node, "transBatchA", 0)) or int(_attr(node, "transBatchB", 0)):
+        raise FallbackNeeded("transBatchA / transBatchB")
+    return _matmul(rep, node, ins, stats, bool(_attr(node, "transA", 0)), bool(_attr(node, "transB", 0)),
+                   float(_attr(node, "alpha", 1.0)))
+
+
+def quantize_on_device(rep: BackendRep, x: Any, name: str | None, stats: RunStats) -> tuple[DeviceValue, ...]:
+    """DynamicQuantizeLinear of a float32 value on the device: (y uint8, scale (), zero point ())."""
+    v = as_device(rep, x, stats, name)
+    y = rep.out_tensor(v.shape, np.uint8)
+    s = rep.out_tensor((1,), np.float32)
+    z = rep.out_tensor((1,), np.uint8)
+    kdml.dynamic_quantize_linear(v.tensor, out=y, scale_out=s, zero_point_out=z, device=rep.device)
+    return DeviceValue(y, v.shape, np.uint8), DeviceValue(s, (), np.float32), DeviceValue(z, (), np.uint8)
+
+
+def _h_dynamic_quantize(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    if _value_dtype(ins[0]) != np.float32:
+        raise FallbackNeeded(f"type {_value_dtype(ins[0])} is not float32")
+    if 0 in _value_shape(ins[0]):
+        raise FallbackNeeded("an empty tensor")
+    return list(quantize_on_device(rep, ins[0], node.input[0], stats))
+
+
+NN_HANDLERS = {
+    "LayerNormalization": _h_layer_norm,
+    "SkipLayerNormalization": _h_skip_layer_norm,
+    "Softmax": _h_softmax,
+    "Gelu": _h_gelu,
+    "MatMul": _h_matmul,
+    "FusedMatMul": _h_fused_matmul,
+    "DynamicQuantizeLinear": _h_dynamic_quantize,
+}
