@@ -316,7 +316,8 @@ def check_onnxruntime(p: Prepared, batch: int, seq: int) -> None:
     differ = {k: int(np.count_nonzero(choices[k][0] != q)) + int(choices[k][1] != s) + int(choices[k][2] != z)
               for k, (q, s, z) in ort_choices.items()}
     d = np.abs(ours.astype(np.float64) - theirs)
-    print(f"\n{label}: vs onnxruntime max |diff| {d.max():.3g}; {sum(differ.values())} quantization choices (uint8 values, scales, zero points) differ")
+    print(f"\n{label}: vs onnxruntime max |diff| {d.max():.3g}; {sum(differ.values())} quantization choices "
+          "(uint8 values, scales, zero points) differ")
     if any(differ.values()):
         # Both legitimate roundings (ours checked against onnxruntime's unquantized value): the
         # outputs then differ by a quantization step's consequences, which (a) accounts for.
