@@ -40,15 +40,22 @@ void main() {
     uint first = inv * EPI;
     if (first >= pc.count) return;
     uint coord[RANK];
-    uint rem = first;
-    for (int d = RANK - 1; d >= 0; --d) {
-        coord[d] = rem % pc.size[d];
-        rem /= pc.size[d];
-    }
     uint ea = pc.a_off + pc.a_base, eo = pc.o_off + pc.o_base;
-    for (int d = 0; d < RANK; ++d) {
-        ea += coord[d] * pc.a_str[d];
-        eo += coord[d] * pc.o_str[d];
+    if (pc.size[RANK - 1] == pc.count) {  // one merged dimension (a uniform branch): no divisions
+        for (int d = 0; d < RANK - 1; ++d) coord[d] = 0u;
+        coord[RANK - 1] = first;
+        ea += first * pc.a_str[RANK - 1];
+        eo += first * pc.o_str[RANK - 1];
+    } else {
+        uint rem = first;
+        for (int d = RANK - 1; d >= 0; --d) {
+            coord[d] = rem % pc.size[d];
+            rem /= pc.size[d];
+        }
+        for (int d = 0; d < RANK; ++d) {
+            ea += coord[d] * pc.a_str[d];
+            eo += coord[d] * pc.o_str[d];
+        }
     }
 #if BITS == 32
     o_buf[eo] = gelu_bits(ea);

@@ -30,8 +30,15 @@ bool kdml_is_nan(float x) { return (floatBitsToUint(x) & 0x7FFFFFFFu) > 0x7F8000
 float kdml_exp_neg(float hi, float lo, int scale) {
     precise float k = roundEven(hi * KDML_LOG2E);
     precise float r = ((hi - k * KDML_LN2_HI) - k * KDML_LN2_LO) + lo;
+    // Horner, unrolled by hand: constant indices fold into literals (a loop would index the
+    // array dynamically, which compilers may copy into per-invocation memory)
     precise float p = KDML_EXP_C[7];
-    for (int j = 6; j >= 1; --j) p = p * r + KDML_EXP_C[j];
+    p = p * r + KDML_EXP_C[6];
+    p = p * r + KDML_EXP_C[5];
+    p = p * r + KDML_EXP_C[4];
+    p = p * r + KDML_EXP_C[3];
+    p = p * r + KDML_EXP_C[2];
+    p = p * r + KDML_EXP_C[1];
     p = 1.0 + r * p;
     return p * uintBitsToFloat(uint(127 + scale - int(k)) << 23);
 }
@@ -52,9 +59,23 @@ float kdml_gelu(float x) {
     precise float lo = (xl * (x + xh)) * 0.5;
     precise float e = kdml_exp_neg(hi, lo, 64);  // 2^64 exp(-x^2 / 2)
     int piece = clamp(int(floatBitsToUint(a) >> 23) - 126, 0, 4);
-    precise float u = a - KDML_ERFCX_MID[piece];
-    precise float p = KDML_ERFCX_C[piece][9];
-    for (int j = 8; j >= 0; --j) p = p * u + KDML_ERFCX_C[piece][j];
+    bool p1 = piece == 1, p2 = piece == 2, p3 = piece == 3, p4 = piece == 4;
+    precise float u = a - (p4 ? KDML_ERFCX_MID[4] : p3 ? KDML_ERFCX_MID[3] : p2 ? KDML_ERFCX_MID[2]
+                           : p1 ? KDML_ERFCX_MID[1] : KDML_ERFCX_MID[0]);
+    // the piece's coefficient j by selects (constant indices, no dynamic array indexing)
+#define KDML_RC(j) (p4 ? KDML_ERFCX_C[4][j] : p3 ? KDML_ERFCX_C[3][j] : p2 ? KDML_ERFCX_C[2][j] \
+                    : p1 ? KDML_ERFCX_C[1][j] : KDML_ERFCX_C[0][j])
+    precise float p = KDML_RC(9);
+    p = p * u + KDML_RC(8);
+    p = p * u + KDML_RC(7);
+    p = p * u + KDML_RC(6);
+    p = p * u + KDML_RC(5);
+    p = p * u + KDML_RC(4);
+    p = p * u + KDML_RC(3);
+    p = p * u + KDML_RC(2);
+    p = p * u + KDML_RC(1);
+    p = p * u + KDML_RC(0);
+#undef KDML_RC
     precise float t = e * p;  // 2^64 erfc(a / sqrt 2)
     precise float y;
     if (x < 0.0) {

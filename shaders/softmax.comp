@@ -13,8 +13,8 @@
 //
 // Arithmetic: max over the row (a NaN anywhere makes it NaN), d = x - max rounded once, exp(d) by
 // gelu_math.glsl's kdml_exp_neg (basic arithmetic only; 0 below d = -87.5), the sum compensated
-// (Kahan) per invocation and then a fixed tree over the LANES partial sums, y = exp(d) / sum (one
-// division). Rows of NaN, of +inf, of only -inf give NaN, as the formula does in float64.
+// (Kahan) per invocation and then a fixed tree over the LANES partial sums, y = exp(d) * (1 / sum)
+// (one reciprocal per row). Rows of NaN, of +inf, of only -inf give NaN, as the formula does in float64.
 // FLOAT16 is decoded exactly into float32 and rounded once to nearest even (f16_bits.glsl); an
 // invocation owns EPT = 2 consecutive elements of the row, written as one word where they are one
 // aligned word of the output, else with STORE_FIELD.
@@ -53,33 +53,45 @@ float exp_le0(float d) {
     return kdml_exp_neg(-d, 0.0, 0);
 }
 
-// the row's maximum / sum over its LANES invocations (every invocation of the group calls them)
-float row_max(float v, uint lane) {
-    uint t = gl_LocalInvocationID.x;
-    barrier();
-    red[t] = v;
-    for (uint s = uint(LANES) / 2u; s > 0u; s >>= 1) {
-        barrier();
-        if (lane < s) red[t] = max_nan(red[t], red[t + s]);
+// the row's maximum / sum over its LANES invocations (every invocation of the group calls them):
+// each publishes its value; up to 32 lanes, every lane then reads the row's LANES values and
+// reduces them in registers (one barrier instead of one per tree level), over 32 lanes by a tree
+// in shared memory. Both add in the same fixed binary tree: (i, i + w) for w = LANES / 2 .. 1.
+#if LANES <= 32
+#define ROW_REDUCE(NAME, OP)                                                \
+    float NAME(float v, uint lane) {                                        \
+        uint t = gl_LocalInvocationID.x;                                    \
+        barrier();                                                          \
+        red[t] = v;                                                         \
+        barrier();                                                          \
+        float part[LANES];                                                  \
+        for (uint i = 0u; i < uint(LANES); ++i) part[i] = red[t - lane + i]; \
+        for (uint w = uint(LANES) / 2u; w > 0u; w >>= 1)                    \
+            for (uint i = 0u; i < w; ++i) part[i] = OP(part[i], part[i + w]); \
+        return part[0];                                                     \
     }
-    barrier();
-    return red[t - lane];
+#else
+#define ROW_REDUCE(NAME, OP)                                                \
+    float NAME(float v, uint lane) {                                        \
+        uint t = gl_LocalInvocationID.x;                                    \
+        barrier();                                                          \
+        red[t] = v;                                                         \
+        for (uint s = uint(LANES) / 2u; s > 0u; s >>= 1) {                  \
+            barrier();                                                      \
+            if (lane < s) red[t] = OP(red[t], red[t + s]);                  \
+        }                                                                   \
+        barrier();                                                          \
+        return red[t - lane];                                               \
+    }
+#endif
+
+float add_(float a, float b) {
+    precise float s = a + b;
+    return s;
 }
 
-float row_sum(float v, uint lane) {
-    uint t = gl_LocalInvocationID.x;
-    barrier();
-    red[t] = v;
-    for (uint s = uint(LANES) / 2u; s > 0u; s >>= 1) {
-        barrier();
-        if (lane < s) {
-            precise float w = red[t] + red[t + s];
-            red[t] = w;
-        }
-    }
-    barrier();
-    return red[t - lane];
-}
+ROW_REDUCE(row_max, max_nan)
+ROW_REDUCE(row_sum, add_)
 
 // element k of the row: its offsets from the row's first element, in elements
 void offsets(uint k, out uint xe, out uint ye) {
@@ -89,6 +101,11 @@ void offsets(uint k, out uint xe, out uint ye) {
 #else
     xe = 0u;
     ye = 0u;
+    if (pc.nouter == 7u) {  // one reduced dimension (uniform branch)
+        xe = k * pc.x_str[7];
+        ye = k * pc.y_str[7];
+        return;
+    }
     for (int d = 7; d >= int(pc.nouter); --d) {
         uint c = k % pc.size[d];
         k /= pc.size[d];
@@ -166,13 +183,13 @@ void main() {
             }
         }
     }
-    float total = row_sum(sum - comp, lane);
+    float inv = 1.0 / row_sum(sum - comp, lane);
     if (live) {
         for (uint s = 0u; s < uint(K); ++s) {
             uint k0 = (s * uint(LANES) + lane) * EPT;
             if (k0 < len) {
                 float out_[EPT];
-                for (uint e = 0u; e < EPT; ++e) out_[e] = v[s * EPT + e] / total;
+                for (uint e = 0u; e < EPT; ++e) out_[e] = v[s * EPT + e] * inv;
                 store(yb, k0, out_);
             }
         }
@@ -204,7 +221,7 @@ void main() {
             }
         }
     }
-    float total = row_sum(sum - comp, lane);
+    float inv = 1.0 / row_sum(sum - comp, lane);
     if (live) {
         for (uint i = 0u; i < chunks; ++i) {
             uint k0 = (i * uint(LANES) + lane) * EPT;
@@ -213,7 +230,7 @@ void main() {
                 for (uint e = 0u; e < EPT; ++e) {
                     uint xe, ye;
                     offsets(min(k0 + e, len - 1u), xe, ye);
-                    out_[e] = exp_le0(load(xb + xe) - m) / total;
+                    out_[e] = exp_le0(load(xb + xe) - m) * inv;
                 }
                 store(yb, k0, out_);
             }

@@ -1,6 +1,6 @@
 """ACTIVATION_SOFTMAX1 (ops/activation.py, shaders/softmax.comp) against the float64 reference of
 tests/activation_reference.py within docs/softmax.md's bound: the fast path (one reduced dimension
-of up to 512 float32 / 1024 float16 elements, odd lengths, attention-shaped batch x heads x seq
+of up to 1024 float32 / 2048 float16 elements, odd lengths, attention-shaped batch x heads x seq
 rows, strided rows), every subset of axes over 1-8 dimensions with random strides and broadcast
 inputs, placed at random offsets with guard bytes and poisoned outputs whose every other byte must
 stay unchanged, long rows, folded grids, the rows of NaN and infinities, the helper and refused
@@ -54,8 +54,8 @@ def run(dev, rng, x_desc: TD, y_desc: TD, axes, values: np.ndarray) -> tuple[np.
 
 
 # ---- the fast path: the last dimension ------------------------------------------------------------
-LENGTHS = (1, 2, 3, 7, 16, 17, 31, 32, 33, 63, 64, 100, 127, 128, 255, 256, 257, 384, 511, 512, 513, 1000, 1023,
-           1024, 1025)
+LENGTHS = (1, 2, 3, 7, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 255, 256, 257, 384, 511, 512, 513, 1000, 1023,
+           1024, 1025, 2047, 2048, 2049)
 
 
 @pytest.mark.parametrize("dt", FLOATS, ids=IDS)

@@ -99,7 +99,7 @@ def softmax_axes(axes: object, dimension_count: int) -> tuple[int, ...]:
 
 # A row of at most FAST_ELEMENTS (float16: twice as many) in one reduced dimension is read once,
 # into registers (contract.SMX_FAST); longer or multi-dimensional rows are read three times.
-FAST_LANES, FAST_K = (8, 32), (1, 2, 4, 8, 16)
+FAST_LANES, FAST_K = (8, 32), (1, 2, 4, 8, 16, 32)
 FAST_ELEMENTS = FAST_LANES[-1] * FAST_K[-1]
 GEN_WIDE_ABOVE = 4096  # rows longer than this take 256 invocations (smx_gen g256), else 32
 

@@ -234,7 +234,7 @@ GELU = family("gelu", "gelu.comp", "gelu_{t}", EW_PUSH, _L256, t=("f32", "f16"),
 # registers; smx_gen: any, read three times.
 SMX_PUSH = block("x_off", "y_off", "rows", "len", "nouter", "size[8]", "x_str[8]", "y_str[8]")
 SMX_FAST = family("smx_fast", "softmax.comp", "smx_{t}_l{lanes}_k{k}", SMX_PUSH, _L256, t=("f32", "f16"),
-                  lanes=(8, 32), k=(1, 2, 4, 8, 16),
+                  lanes=(8, 32), k=(1, 2, 4, 8, 16, 32),
                   defines=lambda t, lanes, k: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 1, "K": k})
 SMX_GEN = family("smx_gen", "softmax.comp", "smx_{t}_g{lanes}", SMX_PUSH, _L256, t=("f32", "f16"), lanes=(32, 256),
                  defines=lambda t, lanes: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 0, "K": 1})
