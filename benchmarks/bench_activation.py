@@ -79,7 +79,7 @@ def main() -> None:
         op = dev.compile(desc)
         outs = [kdml.Tensor(dev.buffer(d.byte_size), d, 0) for _ in range(2)]
 
-        def ours(n: int) -> float:
+        def ours(n: int, op: Any = op, xt: Any = xt, outs: Any = outs) -> float:
             with dev.record() as rec:
                 for i in range(n):
                     rec.execute(op, [xt], [outs[i % 2]])
@@ -89,7 +89,8 @@ def main() -> None:
         contenders: dict[str, Any] = {"ours": ours}
         if torch is not None:
             tx = torch.from_numpy(x).cuda()
-            fn = (lambda: torch.softmax(tx, -1)) if kind == "softmax" else (lambda: torch.nn.functional.gelu(tx))
+            fn = ((lambda tx=tx: torch.softmax(tx, -1)) if kind == "softmax"
+                  else (lambda tx=tx: torch.nn.functional.gelu(tx)))
 
             def theirs(n: int, fn: Any = fn) -> float:
                 torch.cuda.synchronize()
