@@ -15,6 +15,7 @@ from .functional import (
     tril,
     triu,
 )
+from .functional_activation import gelu, softmax
 from .functional_cast import cast
 from .functional_dequantize import dequantize_linear
 from .functional_elementwise import add, div, equal, greater_equal, isnan, logical_and, mul, sub, where
@@ -29,6 +30,7 @@ from .ops import (
     DiagonalMatrixDesc,
     MatrixMultiplyIntegerToFloatDesc,
 )
+from .ops.activation import ActivationGeluDesc, ActivationSoftmax1Desc
 from .ops.dequantize import ElementWiseDequantizeLinearDesc
 from .ops.elementwise import (
     ElementWiseAdd1Desc,
@@ -107,3 +109,5 @@ __all__ += ["CastDesc", "cast"]
 __all__ += ["ElementWiseDequantizeLinearDesc", "dequantize_linear"]
 # GATHER, GATHER_ELEMENTS (ops/gather.py) and their helpers (functional_gather.py)
 __all__ += ["GatherDesc", "GatherElementsDesc", "gather", "gather_elements"]
+# ACTIVATION_GELU, ACTIVATION_SOFTMAX1 (ops/activation.py) and their helpers (functional_activation.py)
+__all__ += ["ActivationGeluDesc", "ActivationSoftmax1Desc", "gelu", "softmax"]

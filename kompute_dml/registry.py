@@ -294,3 +294,11 @@ GATHER_ELEMENTS = OperatorSupport("GATHER_ELEMENTS", 107, tuple(
          ("output_tensor", "output", dims, _GATHER_DATA_2_1))
     for level, dims, idx in ((FL.FL_2_1, (4, 4), frozenset({D.UINT32})),
                              (FL.FL_3_0, (1, 8), frozenset({D.INT64, D.INT32, D.UINT64, D.UINT32})))))
+
+# ---- ACTIVATION_GELU, ACTIVATION_SOFTMAX1 (kompute_dml/ops/activation.py), from
+# DML_ACTIVATION_GELU_OPERATOR_DESC's and DML_ACTIVATION_SOFTMAX1_OPERATOR_DESC's pages: both
+# introduced at 5_1, one table each (1 to 8 dimensions, FLOAT32 and FLOAT16).
+ACTIVATION_GELU = OperatorSupport("ACTIVATION_GELU", 157, (
+    _row(FL.FL_5_1, ("input_tensor", "input", (1, 8), FLOATS), ("output_tensor", "output", (1, 8), FLOATS)),))
+ACTIVATION_SOFTMAX1 = OperatorSupport("ACTIVATION_SOFTMAX1", 158, (
+    _row(FL.FL_5_1, ("input_tensor", "input", (1, 8), FLOATS), ("output_tensor", "output", (1, 8), FLOATS)),))

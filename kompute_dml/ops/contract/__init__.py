@@ -222,10 +222,28 @@ GATHER = family("gather", "gather.comp", "gather_b{bits}_{idx}", GATHER_PUSH, _L
                 defines=lambda bits, idx: {"ELEM_BITS": bits, "IDX_BITS": GATHER_INDEX_TYPES[idx][0],
                                            "IDX_SIGNED": GATHER_INDEX_TYPES[idx][1], "RANK": EW_RANK})
 
+# ---- ACTIVATION_GELU (ops/activation.py, shaders/gelu.comp + gelu_math.glsl): the element-wise
+# block and plans, a variant per float type
+GELU = family("gelu", "gelu.comp", "gelu_{t}", EW_PUSH, _L256, t=("f32", "f16"),
+              defines=lambda t: {"BITS": EW_TYPES[t][0], "RANK": EW_RANK})
+# ---- ACTIVATION_SOFTMAX1 (ops/activation.py, shaders/softmax.comp): a row (the elements of the
+# reduced dimensions at one coordinate of the others) per LANES invocations, 256 / LANES rows per
+# work group. Offsets in elements, rows, elements per row (len); per merged dimension its size and
+# the input's and output's strides: [0, nouter) the row dimensions, [nouter, 8) the reduced ones.
+# smx_fast: one reduced dimension (slot 7) of at most K * LANES * (32 / bits) elements, kept in
+# registers; smx_gen: any, read three times.
+SMX_PUSH = block("x_off", "y_off", "rows", "len", "nouter", "size[8]", "x_str[8]", "y_str[8]")
+SMX_FAST = family("smx_fast", "softmax.comp", "smx_{t}_l{lanes}_k{k}", SMX_PUSH, _L256, t=("f32", "f16"),
+                  lanes=(8, 32), k=(1, 2, 4, 8, 16, 32),
+                  defines=lambda t, lanes, k: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 1, "K": k})
+SMX_GEN = family("smx_gen", "softmax.comp", "smx_{t}_g{lanes}", SMX_PUSH, _L256, t=("f32", "f16"), lanes=(32, 256),
+                 defines=lambda t, lanes: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 0, "K": 1})
+
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_IF, CAST, DEQUANT, GATHER,
+    GELU, SMX_FAST, SMX_GEN,
 )
 
 

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""ACTIVATION_SOFTMAX1 (last axis: attention scores, batch x heads x seq x seq) and ACTIVATION_GELU
+(a BERT intermediate activation, batch x seq x 4 hidden) against PyTorch CUDA in the same process.
+
+    PYTHONPATH=. python3 benchmarks/bench_activation.py            # GPU rows (torch CUDA if importable)
+    .venv/bin/python benchmarks/bench_activation.py --small        # lavapipe rows, no torch
+
+Ours runs N executions in one `with dev.record() as rec:` (two outputs, alternating); the clock
+starts after they are recorded, so it times the submission and the GPU work. torch runs N
+launches (torch.softmax(x, -1), torch.nn.functional.gelu(x): the exact erf GELU), then
+synchronizes. A sample is the slope (t(N) - t(1)) / (N - 1); contenders alternate; the figure is
+the median over rounds. GB/s = (input + output bytes) / time; ratio = torch time / ours (> 1:
+ours is faster). Each result is also checked against a float64 reference (max abs error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import kompute_dml as kdml
+
+DT = kdml.DataType
+GPU_ROWS = [("softmax", DT.FLOAT32, (1, 12, 16, 16)), ("softmax", DT.FLOAT32, (8, 12, 128, 128)),
+            ("softmax", DT.FLOAT32, (64, 12, 256, 256)), ("softmax", DT.FLOAT32, (8, 12, 512, 512)),
+            ("softmax", DT.FLOAT32, (8, 12, 127, 127)), ("softmax", DT.FLOAT16, (64, 12, 256, 256)),
+            ("softmax", DT.FLOAT32, (64, 12, 256, 1000)),
+            ("gelu", DT.FLOAT32, (1, 16, 1536)), ("gelu", DT.FLOAT32, (8, 128, 1536)),
+            ("gelu", DT.FLOAT32, (64, 256, 1536)), ("gelu", DT.FLOAT16, (64, 256, 1536))]
+SMALL_ROWS = [("softmax", DT.FLOAT32, (1, 12, 16, 16)), ("softmax", DT.FLOAT32, (2, 12, 128, 128)),
+              ("gelu", DT.FLOAT32, (1, 16, 1536)), ("gelu", DT.FLOAT32, (2, 128, 1536))]
+
+
+def reference(kind: str, x: np.ndarray) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    if kind == "softmax":
+        e = np.exp(x64 - x64.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    erfc = np.vectorize(math.erfc, otypes=[np.float64])
+    return x64 * 0.5 * erfc(-x64 / math.sqrt(2)) if x.size <= 1 << 22 else None  # type: ignore[return-value]
+
+
+def slope(run: Any, n: int) -> float:
+    return (run(n) - run(1)) / (n - 1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--small", action="store_true")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("-n", type=int, default=20)
+    args = ap.parse_args()
+    torch = None
+    if not args.small:
+        try:
+            import torch as _torch
+
+            torch = _torch if _torch.cuda.is_available() else None
+        except ImportError:
+            pass
+    dev = kdml.Device()
+    print(f"device: {dev.name}; torch: {torch.__version__ + ' ' + torch.cuda.get_device_name() if torch else '-'}")
+    print("| op | type | shape | ours us | ours GB/s | torch us | torch GB/s | ratio | variant | max abs err |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
+    rng = np.random.default_rng(0)
+    for kind, dt, shape in SMALL_ROWS if args.small else GPU_ROWS:
+        x = (rng.standard_normal(shape) * (4.0 if kind == "softmax" else 2.0)).astype(dt.numpy_dtype)
+        xt = kdml.Tensor(dev.buffer(x.tobytes()), kdml.TensorDesc(dt, shape), 0)
+        d = kdml.TensorDesc(dt, shape)
+        desc = kdml.ActivationSoftmax1Desc(d, d, (len(shape) - 1,)) if kind == "softmax" else kdml.ActivationGeluDesc(d, d)
+        op = dev.compile(desc)
+        outs = [kdml.Tensor(dev.buffer(d.byte_size), d, 0) for _ in range(2)]
+
+        def ours(n: int, op: Any = op, xt: Any = xt, outs: Any = outs) -> float:
+            with dev.record() as rec:
+                for i in range(n):
+                    rec.execute(op, [xt], [outs[i % 2]])
+                t0 = time.perf_counter()
+            return time.perf_counter() - t0
+
+        contenders: dict[str, Any] = {"ours": ours}
+        if torch is not None:
+            tx = torch.from_numpy(x).cuda()
+            fn = ((lambda tx=tx: torch.softmax(tx, -1)) if kind == "softmax"
+                  else (lambda tx=tx: torch.nn.functional.gelu(tx)))
+
+            def theirs(n: int, fn: Any = fn) -> float:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                torch.cuda.synchronize()
+                return time.perf_counter() - t0
+
+            contenders["torch"] = theirs
+        for run in contenders.values():
+            run(2)  # warm-up
+        samples: dict[str, list[float]] = {k: [] for k in contenders}
+        for _ in range(args.rounds):
+            for k, run in contenders.items():
+                samples[k].append(slope(run, args.n))
+        med = {k: statistics.median(v) for k, v in samples.items()}
+        nbytes = 2 * x.nbytes
+        ref = reference(kind, x)
+        err = float(np.nanmax(np.abs(outs[0].numpy().astype(np.float64) - ref))) if ref is not None else float("nan")
+        t_us = med["torch"] * 1e6 if "torch" in med else float("nan")
+        ratio = med["torch"] / med["ours"] if "torch" in med else float("nan")
+        print(f"| {kind} | {dt.name} | {'x'.join(map(str, shape))} | {med['ours'] * 1e6:.1f} | "
+              f"{nbytes / med['ours'] / 1e9:.0f} | {t_us:.1f} | {nbytes / (t_us * 1e-6) / 1e9:.0f} | {ratio:.2f} | "
+              f"{op.variants[0]} | {err:.2e} |", flush=True)
+    dev.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,268 @@
+"""ACTIVATION_SOFTMAX1 (ops/activation.py, shaders/softmax.comp) against the float64 reference of
+tests/activation_reference.py within docs/softmax.md's bound: the fast path (one reduced dimension
+of up to 1024 float32 / 2048 float16 elements, odd lengths, attention-shaped batch x heads x seq
+rows, strided rows), every subset of axes over 1-8 dimensions with random strides and broadcast
+inputs, placed at random offsets with guard bytes and poisoned outputs whose every other byte must
+stay unchanged, long rows, folded grids, the rows of NaN and infinities, the helper and refused
+descriptors."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from activation_reference import check_close, softmax_bound, softmax_ref
+from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
+
+import kompute_dml as kdml
+from kompute_dml.ops.activation import FAST_ELEMENTS
+
+DT = kdml.DataType
+FL = kdml.FeatureLevel
+TD = kdml.TensorDesc
+FLOATS = (DT.FLOAT32, DT.FLOAT16)
+IDS = ("f32", "f16")
+
+
+def scores(rng, shape, dt: DT, scale: float = 4.0) -> np.ndarray:
+    """Attention-score-like values: normal, scaled, with a padding mask on some rows' tails."""
+    x = rng.standard_normal(shape) * scale
+    if len(shape) >= 1 and shape[-1] > 2 and rng.random() < 0.5:
+        keep = rng.integers(1, shape[-1] + 1, size=shape[:-1])
+        mask = np.arange(shape[-1]) >= keep[..., None]
+        x = np.where(mask, float(np.finfo(dt.numpy_dtype).min), x)  # additive mask, as BERT exports write it
+    return x.astype(dt.numpy_dtype)
+
+
+def run(dev, rng, x_desc: TD, y_desc: TD, axes, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, object]:
+    """Place, poison, run; check every byte outside the output and the input buffer; return the
+    result, the reference and the compiled operator."""
+    x, xraw = place(dev, rng, x_desc, values)
+    y, _ = place(dev, rng, y_desc)
+    xv = read_logical(xraw, x.offset, x_desc)
+    ref = softmax_ref(xv, tuple(axes))
+    before = poison_against(y, np.nan_to_num(ref).astype(y_desc.data_type.numpy_dtype), rng)
+    op = dev.compile(kdml.ActivationSoftmax1Desc(x_desc, y_desc, tuple(axes)))
+    op.execute([x], [y])
+    got = read_logical(assert_outside_unchanged(y, before), y.offset, y_desc)
+    assert x.buffer.read() == xraw
+    n = math.prod(x_desc.sizes[a] for a in set(axes))
+    check_close(got, ref, softmax_bound(ref, n), f"softmax {x_desc.sizes} axes {tuple(axes)}")
+    return got, ref, op
+
+
+# ---- the fast path: the last dimension ------------------------------------------------------------
+LENGTHS = (1, 2, 3, 7, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 255, 256, 257, 384, 511, 512, 513, 1000, 1023,
+           1024, 1025, 2047, 2048, 2049)
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+@pytest.mark.parametrize("length", LENGTHS)
+def test_last_axis(dev, rng, dt, length):
+    """batch x heads x seq rows of `length` scores: the fast path up to FAST_ELEMENTS (float16:
+    twice as many) elements, the general one beyond."""
+    shape = (2, 3, 5, length) if length <= 128 else (2, 3, length)
+    d = TD(dt, shape)
+    _, _, op = run(dev, rng, d, d, (len(shape) - 1,), scores(rng, shape, dt))
+    fast = length <= FAST_ELEMENTS * (4 // dt.size)
+    assert op.variants[0].startswith("smx_" + ("f32" if dt == DT.FLOAT32 else "f16") + ("_l" if fast else "_g"))
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+def test_rows_sum_to_one(dev, rng, dt):
+    x = scores(rng, (64, 129), dt, scale=8.0)
+    y = kdml.softmax(x, device=dev).numpy().astype(np.float64)
+    tol = 129 * (2.0**-11 if dt == DT.FLOAT16 else 2.0**-22)
+    assert np.all(np.abs(y.sum(-1) - 1) <= tol)
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+def test_strided_rows(dev, rng, dt):
+    """The reduced dimension with strides other than 1 (a transposed score tensor), output with gaps."""
+    sizes = (3, 40, 24)
+    for axis in (2, 1, 0):
+        x_desc = TD(dt, sizes, (1, 3, 120))  # column-major
+        y_desc = TD(dt, sizes, (40 * 26, 26, 1) if axis else (1, 3 * 25, 3))
+        run(dev, rng, x_desc, y_desc, (axis,), scores(rng, sizes, dt))
+
+
+# ---- every subset of axes, any layout ----------------------------------------------------------------
+def random_sizes(rng, rank: int, max_elems: int = 600) -> tuple[int, ...]:
+    sizes = [int(rng.integers(1, 7)) for _ in range(rank)]
+    while np.prod(sizes) > max_elems:
+        sizes[int(np.argmax(sizes))] //= 2
+    return tuple(max(1, s) for s in sizes)
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+@pytest.mark.parametrize("rank", range(1, 9))
+def test_axes_subsets(dev, rng, dt, rank):
+    """Random sizes, every non-empty subset of axes (a sample of them from rank 5), random strides
+    (inputs may broadcast), random offsets."""
+    subsets = [s for k in range(1, rank + 1) for s in itertools.combinations(range(rank), k)]
+    if len(subsets) > 12:
+        subsets = [subsets[i] for i in rng.choice(len(subsets), 12, replace=False)] + [tuple(range(rank))]
+    for axes in subsets:
+        sizes = random_sizes(rng, rank)
+        xs = random_strides(rng, sizes, allow_broadcast=True) if rng.random() < 0.7 else None
+        ys = random_strides(rng, sizes, allow_broadcast=False) if rng.random() < 0.7 else None
+        order = rng.permutation(len(axes))
+        run(dev, rng, TD(dt, sizes, xs), TD(dt, sizes, ys), [axes[i] for i in order], scores(rng, sizes, dt))
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+def test_long_rows(dev, rng, dt):
+    """Rows beyond the fast path: one long dimension (256 invocations a row), several reduced
+    dimensions that do not merge."""
+    run(dev, rng, TD(dt, (3, 5000)), TD(dt, (3, 5000)), (1,), scores(rng, (3, 5000), dt))
+    sizes = (6, 5, 7, 30)
+    xs = (1, 6 * 7 * 30, 6, 42)  # no two reduced dimensions contiguous
+    run(dev, rng, TD(dt, sizes, xs), TD(dt, sizes), (0, 1, 3), scores(rng, sizes, dt))
+    run(dev, rng, TD(dt, (2, 70, 80)), TD(dt, (2, 70, 80)), (1, 2), scores(rng, (2, 70, 80), dt))
+
+
+def test_folded_grid(dev, rng, monkeypatch):
+    """More work groups than a grid row holds: the plan folds them into y (grid_for), the shader
+    unfolds them (linear_group_id)."""
+    limits = dict(dev.limits)
+    limits["max_compute_work_group_count"] = (7, 65535, 65535)
+    monkeypatch.setattr(dev, "limits", limits)
+    for shape, axes in (((300, 20), (1,)), ((80, 700), (1,)), ((9, 80, 30), (0, 2))):
+        d = TD(DT.FLOAT32, shape)
+        _, _, op = run(dev, rng, d, d, axes, scores(rng, shape, DT.FLOAT32))
+        assert op.plans[0].groups[1] > 1
+
+
+# ---- special rows -------------------------------------------------------------------------------------
+NINF, INF, NAN = -np.inf, np.inf, np.nan
+F32MAX = float(np.finfo(np.float32).max)
+SPECIAL_ROWS = {
+    "all -inf": [NINF] * 5,                      # (-inf) - (-inf) = NaN: NaN, as DirectML / ONNX (0 / 0)
+    "one NaN": [1.0, NAN, 2.0, 3.0, 0.5],        # NaN propagates to the whole row
+    "+inf": [1.0, INF, 2.0, NINF, 0.5],          # inf - inf = NaN
+    "some -inf": [NINF, 1.0, NINF, 2.0, -3.0],   # exp(-inf) = 0
+    "one element": [7.0, NINF, NINF, NINF, NINF],
+    "equal": [3.25] * 5,                         # 1/5 each
+    "extremes": [F32MAX, -F32MAX, 0.0, F32MAX, -1.0],  # -max - max overflows to -inf: 0
+    "underflow": [0.0, -87.0, -88.0, -100.0, -1e30],
+    "signed zeros": [-0.0, 0.0, -0.0, 0.0, -0.0],
+}
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+@pytest.mark.parametrize("name", SPECIAL_ROWS)
+def test_special_rows(dev, rng, dt, name):
+    row = np.array(SPECIAL_ROWS[name], np.float64)
+    if dt == DT.FLOAT16:
+        row = np.where(np.abs(row) == F32MAX, np.sign(row) * 65504.0, row)
+        row = np.where(row == -1e30, NINF, row)
+    x = np.stack([row, row[::-1], np.roll(row, 2)]).astype(dt.numpy_dtype)
+    d = TD(dt, x.shape)
+    got, _, _ = run(dev, rng, d, d, (1,), x)
+    if name in ("all -inf", "one NaN", "+inf"):
+        assert np.isnan(got).all()
+    if name == "equal":
+        assert np.allclose(got.astype(np.float64), 0.2, rtol=2**-10 if dt == DT.FLOAT16 else 2**-20)
+    if name == "one element":
+        assert (got.astype(np.float64)[[0, 1, 2], [0, 4, 2]] == 1.0).all()
+
+
+def test_single_element_rows_are_one(dev, rng):
+    x = np.array([[-5.0], [0.0], [3e38], [NAN], [INF]], np.float32)
+    y = kdml.softmax(x, device=dev).numpy()
+    assert y[:3, 0].tolist() == [1.0, 1.0, 1.0] and np.isnan(y[3:, 0]).all()
+
+
+# ---- the helper ---------------------------------------------------------------------------------------
+def test_helper(dev, rng):
+    x = scores(rng, (2, 3, 4, 9), DT.FLOAT32)
+    ref = softmax_ref(x, (3,))
+    y = kdml.softmax(x, device=dev)
+    assert y.desc.sizes == x.shape and y.desc.data_type == DT.FLOAT32
+    check_close(y.numpy(), ref, softmax_bound(ref, 9), "helper")
+    for axes, norm in (((-1, 1), (3, 1)), (-2, (2,)), ([0, -4], None), ((0, 1, 2, 3), (0, 1, 2, 3))):
+        if norm is None:
+            with pytest.raises(kdml.InvalidArgumentError, match="^axes: names an axis twice"):
+                kdml.softmax(x, axes=axes, device=dev)
+            continue
+        ref = softmax_ref(x, norm)
+        check_close(kdml.softmax(x, axes=axes, device=dev).numpy(), ref, softmax_bound(ref, 216), f"axes {axes}")
+    out_desc = TD(DT.FLOAT32, x.shape, random_strides(rng, x.shape, allow_broadcast=False))
+    out, _ = place(dev, rng, out_desc)
+    t = kdml.softmax(x, device=dev)
+    assert kdml.softmax(t, axes=(0,), out=out) is out
+    ref = softmax_ref(t.numpy(), (0,))
+    check_close(out.numpy(), ref, softmax_bound(ref, 2), "out=")
+    with pytest.raises(kdml.InvalidArgumentError, match=r"^axes: each axis must be in \[-4, 4\)"):
+        kdml.softmax(x, axes=(4,), device=dev)
+    with pytest.raises(kdml.InvalidArgumentError, match="^axes"):
+        kdml.softmax(x, axes=("a",), device=dev)
+    with pytest.raises(kdml.InvalidArgumentError, match="^out"):
+        kdml.softmax(x, out=kdml.softmax(scores(rng, x.shape, DT.FLOAT16), device=dev))
+    with pytest.raises(kdml.UnsupportedError, match="^input_tensor: ACTIVATION_SOFTMAX1 does not support FLOAT64"):
+        kdml.softmax(x.astype(np.float64), device=dev)
+    x16 = scores(rng, x.shape, DT.FLOAT16)
+    ref = softmax_ref(x16, (1, 3))
+    h = kdml.softmax(x16, axes=(1, 3), device=dev)
+    assert h.desc.data_type == DT.FLOAT16
+    check_close(h.numpy(), ref, softmax_bound(ref, 27), "float16 helper")
+
+
+# ---- refusals -------------------------------------------------------------------------------------
+F = TD(DT.FLOAT32, (2, 3, 4))
+BAD = [
+    (kdml.ActivationSoftmax1Desc(F, F, ()), kdml.InvalidArgumentError, r"^axes: must name at least one axis"),
+    (kdml.ActivationSoftmax1Desc(F, F, (3,)), kdml.InvalidArgumentError, r"^axes\[0\]: must be in \[0, 2\]"),
+    (kdml.ActivationSoftmax1Desc(F, F, (0, -1)), kdml.InvalidArgumentError, r"^axes\[1\]: must be in \[0, 2\]"),
+    (kdml.ActivationSoftmax1Desc(F, F, (1, 1)), kdml.InvalidArgumentError, r"^axes: must not repeat"),
+    (kdml.ActivationSoftmax1Desc(F, F, (True,)), kdml.InvalidArgumentError, r"^axes\[0\]: must be an integer"),
+    (kdml.ActivationSoftmax1Desc(F, F, 2), kdml.InvalidArgumentError, r"^axes: must be a sequence"),
+    (kdml.ActivationSoftmax1Desc(F, TD(DT.FLOAT16, (2, 3, 4)), (2,)), kdml.InvalidArgumentError,
+     r"^output_tensor\.data_type: must equal input_tensor's \(FLOAT32\)"),
+    (kdml.ActivationSoftmax1Desc(F, TD(DT.FLOAT32, (2, 4, 3)), (2,)), kdml.InvalidArgumentError,
+     r"^output_tensor\.sizes: must equal"),
+    (kdml.ActivationSoftmax1Desc(F, TD(DT.FLOAT32, (1, 2, 3, 4)), (2,)), kdml.InvalidArgumentError,
+     r"^output_tensor\.sizes: dimension count"),
+    (kdml.ActivationSoftmax1Desc(F, TD(DT.FLOAT32, (2, 3, 4), (0, 4, 1)), (2,)), kdml.InvalidArgumentError,
+     r"^output_tensor\.strides"),
+    (kdml.ActivationSoftmax1Desc(TD(DT.INT32, (2, 3)), TD(DT.INT32, (2, 3)), (1,)), kdml.UnsupportedError,
+     r"^input_tensor: ACTIVATION_SOFTMAX1 does not support INT32"),
+    (kdml.ActivationSoftmax1Desc(TD(DT.FLOAT64, (2, 3)), TD(DT.FLOAT64, (2, 3)), (1,)), kdml.UnsupportedError,
+     r"^input_tensor: ACTIVATION_SOFTMAX1 does not support FLOAT64"),
+]
+
+
+@pytest.mark.parametrize(("desc", "error", "match"), BAD, ids=[m[1:40] for _, _, m in BAD])
+def test_refused(dev, desc, error, match):
+    with pytest.raises(error, match=match):
+        dev.compile(desc)
+
+
+def test_descriptor_takes_a_list_of_axes(dev):
+    d = kdml.ActivationSoftmax1Desc(F, F, [0, 2])
+    assert d.axes == (0, 2) and hash(d) == hash(kdml.ActivationSoftmax1Desc(F, F, (0, 2)))
+    dev.compile(d)
+
+
+def test_output_may_not_alias_the_input(dev, rng):
+    d = TD(DT.FLOAT32, (4, 8))
+    x, _ = place(dev, rng, d, scores(rng, (4, 8), DT.FLOAT32))
+    op = dev.compile(kdml.ActivationSoftmax1Desc(d, d, (1,)))
+    with pytest.raises(kdml.InvalidArgumentError, match="^output_tensor: overlaps input_tensor"):
+        op.execute([x], [x])
+
+
+@pytest.mark.parametrize("level", [FL.FL_5_0, FL.FL_5_1], ids=str)
+def test_feature_levels(level):
+    d = kdml.Device(feature_level=level)
+    try:
+        desc = kdml.ActivationSoftmax1Desc(F, F, (2,))
+        if level >= FL.FL_5_1:
+            d.compile(desc)
+        else:
+            with pytest.raises(kdml.UnsupportedError, match="^ACTIVATION_SOFTMAX1: introduced at DML_FEATURE_LEVEL_5_1"):
+                d.compile(desc)
+    finally:
+        d.close()
