@@ -32,7 +32,7 @@ from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, check_same, type_code
 from .elementwise_plan import check_addressable, plan_elementwise
-from .spec import OperatorSpec
+from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
@@ -158,7 +158,8 @@ def compile_softmax1(device: Device, desc: ActivationSoftmax1Desc) -> CompiledOp
 
 # ---- specs (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (
-    OperatorSpec(ActivationGeluDesc, reg.ACTIVATION_GELU, compile_gelu, (contract.GELU,), helpers=("gelu",)),
+    OperatorSpec(ActivationGeluDesc, reg.ACTIVATION_GELU, compile_gelu, (contract.GELU,), helpers=("gelu",),
+                 onnx=(OnnxOp("Gelu", "com.microsoft", "gelu"), OnnxOp("Gelu", "", "gelu"))),
     OperatorSpec(ActivationSoftmax1Desc, reg.ACTIVATION_SOFTMAX1, compile_softmax1,
-                 (contract.SMX_FAST, contract.SMX_GEN), helpers=("softmax",)),
+                 (contract.SMX_FAST, contract.SMX_GEN), helpers=("softmax",), onnx=(OnnxOp("Softmax", "", "softmax"),)),
 )
