@@ -21,27 +21,26 @@ ort = pytest.importorskip("onnxruntime")
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _softmax_model(shape=("n", 5)):
+def _sin_model(shape=("n", 5)):
     """What `helper.make_model` writes by default: IR 14, opset 28 (onnx 1.23)."""
-    g = helper.make_graph([helper.make_node("Trilu", ["x"], ["t"]), helper.make_node("Softmax", ["t"], ["y"])], "sm",
+    g = helper.make_graph([helper.make_node("Trilu", ["x"], ["t"]), helper.make_node("Sin", ["t"], ["y"])], "sm",
                           [helper.make_tensor_value_info("x", T.FLOAT, list(shape))],
                           [helper.make_tensor_value_info("y", T.FLOAT, list(shape))])
     return helper.make_model(g)
 
 
-def _softmax(x):
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+def _sin(x):
+    return np.sin(x)
 
 
 def test_a_default_onnx_model_runs_its_cpu_subgraph_on_onnxruntime(rng):
-    model = _softmax_model()
+    model = _sin_model()
     assert model.ir_version > 13 or model.opset_import[0].version > 26, "the case this test is about"
     rep = Backend.prepare(model, "CPU")
     assert [p.operator for p in rep.placement] == ["DIAGONAL_MATRIX1", "onnxruntime"]
     x = rng.standard_normal((4, 5)).astype(np.float32)
     (y,) = rep.run({"x": x})
-    np.testing.assert_allclose(y, _softmax(np.triu(x)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y, _sin(np.triu(x)), rtol=1e-5, atol=1e-6)
     seg = rep.segments[0]
     assert seg.engine == "onnxruntime" and rep.last_run.events == []
     (engine, impl), = seg._runners.values()
@@ -85,14 +84,14 @@ def test_fallback_onnxruntime_never_switches_engines(monkeypatch):
     # without onnxruntime: refused at prepare; auto expects the reference evaluator
     monkeypatch.setattr(fallback_mod, "ort_limits", lambda: None)
     with pytest.raises(FallbackError, match="onnxruntime is not installed"):
-        Backend.prepare(_softmax_model(), "CPU", fallback="onnxruntime")
-    assert Backend.prepare(_softmax_model(), "CPU").placement[1].operator == "reference"
+        Backend.prepare(_sin_model(), "CPU", fallback="onnxruntime")
+    assert Backend.prepare(_sin_model(), "CPU").placement[1].operator == "reference"
 
 
 def test_compare_onnxruntime_on_a_default_onnx_model(tmp_path, rng, capsys):
     from kompute_dml.onnx_run import main
 
-    onnx.save(_softmax_model(), tmp_path / "m.onnx")
+    onnx.save(_sin_model(), tmp_path / "m.onnx")
     x = rng.standard_normal((4, 5)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     rc = main([str(tmp_path / "m.onnx"), "--input", f"x={tmp_path / 'x.npy'}", "--compare-onnxruntime"])
@@ -121,9 +120,9 @@ class CudaDLPack(CpuDLPack):
 
 
 def test_backend_inputs_follow_the_one_input_rule(rng):
-    rep = Backend.prepare(_softmax_model(), "CPU")
+    rep = Backend.prepare(_sin_model(), "CPU")
     x = rng.standard_normal((3, 5)).astype(np.float32)
-    want = _softmax(np.triu(x))
+    want = _sin(np.triu(x))
     np.testing.assert_allclose(rep.run({"x": CpuDLPack(x)}).y, want, rtol=1e-5, atol=1e-6)  # a torch-like CPU tensor
     np.testing.assert_allclose(rep.run([x.tolist()]).y, want, rtol=1e-5, atol=1e-6)  # Python floats that fit
     with pytest.raises(kdml.InvalidArgumentError, match=r"input 'x': .*CUDA.*move it to the CPU"):
@@ -133,12 +132,12 @@ def test_backend_inputs_follow_the_one_input_rule(rng):
 
 
 def test_declared_shapes_are_checked_and_symbolic_dims_are_free(rng):
-    fixed = Backend.prepare(_softmax_model((4, 5)), "CPU")
+    fixed = Backend.prepare(_sin_model((4, 5)), "CPU")
     with pytest.raises(ValueError, match=r"input 'x': has shape \(3, 5\); the model declares \(4, 5\)"):
         fixed.run([np.ones((3, 5), np.float32)])
     with pytest.raises(ValueError, match=r"input 'x': has shape \(4, 5, 1\)"):
         fixed.run([np.ones((4, 5, 1), np.float32)])
-    free = Backend.prepare(_softmax_model(("n", 5)), "CPU")
+    free = Backend.prepare(_sin_model(("n", 5)), "CPU")
     for rows in (1, 7):
         assert free.run([np.ones((rows, 5), np.float32)]).y.shape == (rows, 5)
     with pytest.raises(ValueError, match=r"declares \(\?, 5\)"):
@@ -161,4 +160,4 @@ def test_the_usage_example_of_docs_onnx_md_runs_as_written(capsys):
     x = np.arange(20, dtype=np.float32).reshape(4, 5)
     np.testing.assert_array_equal(scope["y"], np.tril(x, 1))
     assert scope["outputs"].y.shape == (4, 5)
-    np.testing.assert_allclose(scope["outputs"].y, _softmax(np.triu(np.ones((4, 5), np.float32))), rtol=1e-6)
+    np.testing.assert_allclose(scope["outputs"].y, _sin(np.triu(np.ones((4, 5), np.float32))), rtol=1e-6)
