@@ -20,6 +20,7 @@ from .functional_dequantize import dequantize_linear
 from .functional_elementwise import add, div, equal, greater_equal, isnan, logical_and, mul, sub, where
 from .functional_gather import gather, gather_elements
 from .functional_matmul import matmul_integer_to_float
+from .functional_quantize import dynamic_quantize_linear
 from .memory import Buffer, Tensor
 from .ops import (
     ActivationIdentityDesc,
@@ -30,6 +31,7 @@ from .ops import (
     MatrixMultiplyIntegerToFloatDesc,
 )
 from .ops.dequantize import ElementWiseDequantizeLinearDesc
+from .ops.dynamic_quantize import DynamicQuantizeLinearDesc
 from .ops.elementwise import (
     ElementWiseAdd1Desc,
     ElementWiseAddDesc,
@@ -107,3 +109,5 @@ __all__ += ["CastDesc", "cast"]
 __all__ += ["ElementWiseDequantizeLinearDesc", "dequantize_linear"]
 # GATHER, GATHER_ELEMENTS (ops/gather.py) and their helpers (functional_gather.py)
 __all__ += ["GatherDesc", "GatherElementsDesc", "gather", "gather_elements"]
+# DYNAMIC_QUANTIZE_LINEAR (ops/dynamic_quantize.py) and its helper (functional_quantize.py)
+__all__ += ["DynamicQuantizeLinearDesc", "dynamic_quantize_linear"]

@@ -294,3 +294,12 @@ GATHER_ELEMENTS = OperatorSupport("GATHER_ELEMENTS", 107, tuple(
          ("output_tensor", "output", dims, _GATHER_DATA_2_1))
     for level, dims, idx in ((FL.FL_2_1, (4, 4), frozenset({D.UINT32})),
                              (FL.FL_3_0, (1, 8), frozenset({D.INT64, D.INT32, D.UINT64, D.UINT32})))))
+
+# ---- DYNAMIC_QUANTIZE_LINEAR (kompute_dml/ops/dynamic_quantize.py), from
+# DML_DYNAMIC_QUANTIZE_LINEAR_OPERATOR_DESC's page: one row, from 4_0; the four tensors share a
+# DimensionCount (1 to 8), OutputTensor and OutputZeroPointTensor a DataType.
+_Q8 = frozenset({D.INT8, D.UINT8})
+DYNAMIC_QUANTIZE_LINEAR = OperatorSupport("DYNAMIC_QUANTIZE_LINEAR", 148, (
+    _row(FL.FL_4_0, ("input_tensor", "input", (1, 8), FLOATS), ("output_tensor", "output", (1, 8), _Q8),
+         ("output_scale_tensor", "output", (1, 8), _F32), ("output_zero_point_tensor", "output", (1, 8), _Q8)),
+))

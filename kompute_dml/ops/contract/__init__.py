@@ -222,10 +222,30 @@ GATHER = family("gather", "gather.comp", "gather_b{bits}_{idx}", GATHER_PUSH, _L
                 defines=lambda bits, idx: {"ELEM_BITS": bits, "IDX_BITS": GATHER_INDEX_TYPES[idx][0],
                                            "IDX_SIGNED": GATHER_INDEX_TYPES[idx][1], "RANK": EW_RANK})
 
+# ---- DYNAMIC_QUANTIZE_LINEAR (ops/dynamic_quantize.py, shaders/dynamic_quantize.comp): three
+# dispatches (STAGE): the groups' min / max keys into the operator's scratch, the scale and zero
+# point, the quantization. Offsets in elements of each tensor (the zero point's in bytes); `rank`
+# merged dimensions of `size`, the last fastest, with per-tensor strides in elements.
+DQL_IN_TYPES = ("f32", "f16")
+DQL_OUT_TYPES = {"u8": (0, 255), "i8": (-128, 127)}
+DQL_MINMAX_PUSH = block("x_off", "count", "rank", "size[8]", "x_str[8]")
+DQL_PARAMS_PUSH = block("parts", "scale_off", "zp_off")
+DQL_QUANT_PUSH = block("x_off", "y_off", "count", "rank", "size[8]", "x_str[8]", "y_str[8]")
+DQL_MINMAX = family("dql_minmax", "dynamic_quantize.comp", "dql_minmax_{t}", DQL_MINMAX_PUSH, _L256, t=DQL_IN_TYPES,
+                    defines=lambda t: {"STAGE": 1, "IN_BITS": EW_TYPES[t][0]})
+DQL_PARAMS = family("dql_params", "dynamic_quantize.comp", "dql_params_{o}", DQL_PARAMS_PUSH, _L256,
+                    o=tuple(DQL_OUT_TYPES),
+                    defines=lambda o: {"STAGE": 2, "QMIN": DQL_OUT_TYPES[o][0], "QMAX": DQL_OUT_TYPES[o][1]})
+DQL_QUANT = family("dql_quant", "dynamic_quantize.comp", "dql_quant_{t}_{o}", DQL_QUANT_PUSH, _L256, t=DQL_IN_TYPES,
+                   o=tuple(DQL_OUT_TYPES),
+                   defines=lambda t, o: {"STAGE": 3, "IN_BITS": EW_TYPES[t][0], "QMIN": DQL_OUT_TYPES[o][0],
+                                         "QMAX": DQL_OUT_TYPES[o][1]})
+
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_IF, CAST, DEQUANT, GATHER,
+    DQL_MINMAX, DQL_PARAMS, DQL_QUANT,
 )
 
 
