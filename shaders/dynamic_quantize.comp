@@ -9,9 +9,10 @@
 //   scale = hi == lo ? 1 : (hi - lo) / (qmax - qmin) and the zero point
 //   RoundHalfToEven(max(qmin, min(qmax, qmin - lo / scale))) (a NaN gives qmax, as C++'s
 //   std::min does), every float32 operation correctly rounded; writes the scale and zero point
-//   outputs and scratch words 0 (scale bits) and 1 (zero point).
+//   outputs and scratch words 0 (scale bits), 1 (zero point) and 2 (1 / scale, or 0).
 // 3 `dql_quant_*`: y = clamp(round_half_even(x / scale), qmin - zp, qmax - zp) + zp per element,
-//   x / scale correctly rounded; a NaN quotient gives qmin (MLAS: max(NaN, lo) is lo).
+//   x / scale correctly rounded (a multiplication by 1 / scale where that provably rounds the
+//   same: quantize() below); a NaN quotient gives qmin (MLAS: max(NaN, lo) is lo).
 //
 // Division and the range hi - lo = |hi| + |lo| are integer code (f32_exact.glsl): the same bits
 // on every device, subnormals included. FLOAT16 inputs are decoded exactly into float32 first.
@@ -146,18 +147,36 @@ void main() {
         precise float zf = float(QMIN) - uintBitsToFloat(t);  // one float32 subtraction, as ONNX Runtime's
         zp = int(roundEven(clamp(zf, float(QMIN), float(QMAX))));
     }
+    uint rcp = f32_div_bits(0x3F800000u, scale);  // 1 / scale for dql_quant's fast path: 0 unless normal
+    uint re = (rcp >> 23) & 0xFFu;
     scratch[0] = scale;
     scratch[1] = uint(zp);
+    scratch[2] = (re != 0u && re != 0xFFu) ? rcp : 0u;
     scale_buf[pc.scale_off] = scale;
     STORE_FIELD(zp_buf, pc.zp_off >> 2, (pc.zp_off & 3u) * 8u, 8u, uint(zp) & 0xFFu);
 }
 
 #else
 
-uint quantize(uint bits, uint scale, int zp) {
-    uint t = f32_div_bits(bits, scale);
-    if ((t & 0x7FFFFFFFu) > F32_INF) return uint(QMIN) & 0xFFu;
-    float c = clamp(uintBitsToFloat(t), float(QMIN - zp), float(QMAX - zp));
+// round_half_even(x / scale) clamped to [qmin - zp, qmax - zp], + zp. Fast path: t = x * rcp
+// (rcp = 1 / scale correctly rounded, normal; x normal or zero) is within 2^-13.5 of the
+// correctly rounded quotient q where |q| < 300 (two roundings of 2^-24 relative each, q's own
+// half ulp <= 2^-15), so where t is further than 2^-12 from a half-integer, or beyond +-300
+// (clamped either way), t rounds as q does. Elsewhere (near ties, subnormal or non-finite x,
+// scales without a normal reciprocal) the quotient is computed exactly.
+uint quantize(uint bits, uint scale, uint rcp, int zp) {
+    uint e = (bits >> 23) & 0xFFu;
+    if (rcp != 0u && e != 0xFFu && (e != 0u || (bits & 0x7FFFFFFFu) == 0u)) {
+        precise float t = uintBitsToFloat(bits) * uintBitsToFloat(rcp);
+        precise float f = t - floor(t);
+        if (abs(t) >= 300.0 || abs(f - 0.5) > 2.44140625e-4) {
+            float c = clamp(t, float(QMIN - zp), float(QMAX - zp));
+            return uint(int(roundEven(c)) + zp) & 0xFFu;
+        }
+    }
+    uint q = f32_div_bits(bits, scale);
+    if ((q & 0x7FFFFFFFu) > F32_INF) return uint(QMIN) & 0xFFu;
+    float c = clamp(uintBitsToFloat(q), float(QMIN - zp), float(QMAX - zp));
     return uint(int(roundEven(c)) + zp) & 0xFFu;
 }
 
@@ -167,13 +186,14 @@ void main() {
     if (first >= pc.count) return;
     uint scale = scratch[0];
     int zp = int(scratch[1]);
+    uint rcp = scratch[2];
     uint n = min(4u, pc.count - first);
     uint vals[4];
     uint outs[4];
     for (uint k = 0u; k < 4u; ++k) {
         if (k < n) {
             uint i = first + k;
-            vals[k] = quantize(load_x(elem(i, pc.x_off, pc.x_str[0], true)), scale, zp);
+            vals[k] = quantize(load_x(elem(i, pc.x_off, pc.x_str[0], true)), scale, rcp, zp);
             outs[k] = elem(i, pc.y_off, pc.y_str[0], false);
         }
     }

@@ -168,7 +168,7 @@ OVAL result(VAL a) { return f_nan(a) ? 1u : 0u; }
 OVAL result(VAL a, VAL b) {
 #if OP == OP_DIV && IN_KIND == 2
     // correctly rounded in integer code (f32_exact.glsl): Vulkan's OpFDiv may be 2.5 ulp off,
-    // and NVIDIA's computed x * (1 / y) with 1 / y flushed to 0 for |y| > 2^126
+    // and NVIDIA's gave 0 for MAX / MAX (a reciprocal flushed to 0 for |y| > 2^126)
     return from_f32_bits(f32_div_bits(to_f32_bits(a), to_f32_bits(b)));
 #elif OP < OP_DIV && IN_KIND == 2
     precise float x = to_f(a);

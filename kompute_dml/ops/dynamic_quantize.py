@@ -48,7 +48,7 @@ LOCAL_SIZE = 256
 # invocations fill an H100's 132 SMs), at least ELEMENTS_PER_GROUP elements each (16 per invocation)
 MAX_PARTS = 1024
 ELEMENTS_PER_GROUP = 16 * LOCAL_SIZE
-SCRATCH_HEAD = 4  # scratch words before the groups' keys (scale bits, zero point, 2 unused)
+SCRATCH_HEAD = 4  # scratch words before the groups' keys (scale bits, zero point, 1 / scale, unused)
 SCRATCH_WORDS = SCRATCH_HEAD + 2 * MAX_PARTS
 _MAX_RANK = 8
 # the binding list: input, output, scale, zero point, then the operator's scratch
