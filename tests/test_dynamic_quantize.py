@@ -152,6 +152,14 @@ def test_every_type_and_rank(dev, rng, src, dst):
             run(dev, rng, src, dst, random_sizes(rng, rank))
 
 
+def test_packed_lengths(dev, rng):
+    """Packed input and output (16-byte loads; 16 elements per quantizing invocation): lengths
+    around the 4 / 8 / 16-element steps and the group sizes, at random 16-byte aligned offsets."""
+    for n in [*range(1, 41), 255, 256, 257, 4095, 4096, 4097, 16 * 256 + 15]:
+        src, dst = IN_TYPES[n % 2], OUT_TYPES[(n // 2) % 2]
+        run(dev, rng, src, dst, (n,), x_strides=None, y_strides=None)
+
+
 def test_host_unfriendly_layouts(dev, rng):
     """8 dimensions of size >= 2 that do not merge, inputs broadcast along some of them."""
     sizes = (2, 3, 2, 2, 3, 2, 2, 3)

@@ -106,7 +106,8 @@ def plan_dynamic_quantize(desc: DynamicQuantizeLinearDesc, max_groups: int) -> l
     parts = min(MAX_PARTS, max(1, cdiv(n, ELEMENTS_PER_GROUP)))
     sizes, (x_str,) = merge_dims(x.sizes, x.effective_strides)
     f = contract.DQL_MINMAX
-    minmax = DispatchPlan(variant=f.name(t=t), bindings=(_X, _SCRATCH), groups=(parts, 1, 1), writes=(_SCRATCH,),
+    v = "_v" if x_str == [1] else ""  # one dimension of stride 1: 16-byte loads
+    minmax = DispatchPlan(variant=f.name(t=t, v=v), bindings=(_X, _SCRATCH), groups=(parts, 1, 1), writes=(_SCRATCH,),
                           push=f.pack(x_off=0, count=n, **_dims(sizes, x_str)), offset_slots=f.slots(x_off=(_X, xs)))
     f = contract.DQL_PARAMS
     params = DispatchPlan(variant=f.name(o=o), bindings=(_SCRATCH, _SCALE, _ZP), groups=(1, 1, 1),
@@ -114,8 +115,9 @@ def plan_dynamic_quantize(desc: DynamicQuantizeLinearDesc, max_groups: int) -> l
                           offset_slots=f.slots(scale_off=(_SCALE, 4), zp_off=(_ZP, 1)))
     sizes, (x_str, y_str) = merge_dims(x.sizes, x.effective_strides, y.effective_strides)
     f = contract.DQL_QUANT
-    quant = DispatchPlan(variant=f.name(t=t, o=o), bindings=(_X, _SCRATCH, _Y), writes=(_Y,),
-                         groups=grid_for(cdiv(n, 4), LOCAL_SIZE, max_groups),
+    v = "_v" if x_str == y_str == [1] else ""  # both of stride 1: 16 elements per invocation, else 4
+    quant = DispatchPlan(variant=f.name(t=t, o=o, v=v), bindings=(_X, _SCRATCH, _Y), writes=(_Y,),
+                         groups=grid_for(cdiv(n, 16 if v else 4), LOCAL_SIZE, max_groups),
                          push=f.pack(x_off=0, y_off=0, count=n, **_dims(sizes, x_str, y_str)),
                          offset_slots=f.slots(x_off=(_X, xs), y_off=(_Y, ys)))
     return [minmax, params, quant]
