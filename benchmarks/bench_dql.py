@@ -29,8 +29,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
-import kompute_dml as kdml  # noqa: E402
 from quantize_reference import dynamic_quantize_ref  # noqa: E402
+
+import kompute_dml as kdml  # noqa: E402
 
 DT = kdml.DataType
 TD = kdml.TensorDesc
@@ -80,7 +81,7 @@ def torch_chain(x: np.ndarray):
             once()
         torch.cuda.synchronize()
 
-    return once, run
+    return run
 
 
 def main() -> int:
@@ -122,7 +123,7 @@ def main() -> int:
         t_ours = slope(run, args.reps, args.rounds)
         t_torch = None
         if has_torch:
-            once, trun = torch_chain(x)
+            trun = torch_chain(x)
             trun(2)
             t_torch = slope(trun, args.reps, args.rounds)
         y, s, z = outs[0].numpy(), outs[1].numpy()[0], outs[2].numpy()[0]

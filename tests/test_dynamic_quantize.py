@@ -418,6 +418,11 @@ def test_division_is_correctly_rounded(dev, rng):
     a, b = _random_bits(rng, 200_000).view(np.float32), _random_bits(rng, 200_000).view(np.float32)
     with np.errstate(all="ignore"):
         b[:1000] = a[:1000] * F32(3)  # quotients near 1/3
+        for i, steps in enumerate((-2, -1, 1, 2)):  # quotients next to 1, where the spacing changes
+            part = slice(1000 * (i + 2), 1000 * (i + 3))
+            a[part] = b[part]
+            for _ in range(abs(steps)):
+                a[part] = np.nextafter(a[part], np.float32(np.inf if steps > 0 else 0))
     got = kdml.div(a, b, device=dev).numpy()
     with np.errstate(all="ignore"):
         want = a / b
