@@ -153,11 +153,12 @@ def test_every_type_and_rank(dev, rng, src, dst):
 
 
 def test_packed_lengths(dev, rng):
-    """Packed input and output (16-byte loads; 16 elements per quantizing invocation): lengths
-    around the 4 / 8 / 16-element steps and the group sizes, at random 16-byte aligned offsets."""
-    for n in [*range(1, 41), 255, 256, 257, 4095, 4096, 4097, 16 * 256 + 15]:
-        src, dst = IN_TYPES[n % 2], OUT_TYPES[(n // 2) % 2]
-        run(dev, rng, src, dst, (n,), x_strides=None, y_strides=None)
+    """Packed input and output (16-byte loads of 4 FLOAT32 / 8 FLOAT16 elements, 4 loads per
+    quantizing invocation, 1024 per work group): lengths around those steps, at random 16-byte
+    aligned offsets."""
+    for n in [*range(1, 41), 255, 256, 257, 4095, 4096, 4097, 8191, 8192, 8193, 3 * 8192 + 5]:
+        for src in IN_TYPES:
+            run(dev, rng, src, OUT_TYPES[n % 2], (n,), x_strides=None, y_strides=None)
 
 
 def test_host_unfriendly_layouts(dev, rng):

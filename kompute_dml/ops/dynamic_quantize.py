@@ -50,6 +50,7 @@ MAX_PARTS = 1024
 ELEMENTS_PER_GROUP = 16 * LOCAL_SIZE
 SCRATCH_HEAD = 4  # scratch words before the groups' keys (scale bits, zero point, 1 / scale, unused)
 SCRATCH_WORDS = SCRATCH_HEAD + 2 * MAX_PARTS
+QUANT_UNITS = 4  # dql_quant_*_v: 16-byte input loads per invocation (shaders/dynamic_quantize.comp, UNITS)
 _MAX_RANK = 8
 # the binding list: input, output, scale, zero point, then the operator's scratch
 _X, _Y, _SCALE, _ZP, _SCRATCH = range(5)
@@ -115,9 +116,10 @@ def plan_dynamic_quantize(desc: DynamicQuantizeLinearDesc, max_groups: int) -> l
                           offset_slots=f.slots(scale_off=(_SCALE, 4), zp_off=(_ZP, 1)))
     sizes, (x_str, y_str) = merge_dims(x.sizes, x.effective_strides, y.effective_strides)
     f = contract.DQL_QUANT
-    v = "_v" if x_str == y_str == [1] else ""  # both of stride 1: 16 elements per invocation, else 4
+    v = "_v" if x_str == y_str == [1] else ""  # both of stride 1: QUANT_UNITS 16-byte loads per invocation
+    per_inv = QUANT_UNITS * 16 // xs if v else 4
     quant = DispatchPlan(variant=f.name(t=t, o=o, v=v), bindings=(_X, _SCRATCH, _Y), writes=(_Y,),
-                         groups=grid_for(cdiv(n, 16 if v else 4), LOCAL_SIZE, max_groups),
+                         groups=grid_for(cdiv(n, per_inv), LOCAL_SIZE, max_groups),
                          push=f.pack(x_off=0, y_off=0, count=n, **_dims(sizes, x_str, y_str)),
                          offset_slots=f.slots(x_off=(_X, xs), y_off=(_Y, ys)))
     return [minmax, params, quant]
