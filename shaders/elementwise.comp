@@ -10,8 +10,8 @@
 // toward zero, x / 0 has every bit set (unsigned: the maximum, signed: -1), INT_MIN / -1 wraps
 // to INT_MIN. 64-bit integers are word pairs (carry, borrow, umulExtended, long division).
 // FLOAT32 add, subtract and multiply are the device's (Vulkan: correctly rounded; subnormals as
-// the device's float controls say); divide is correctly rounded in integer code
-// (f32_exact.glsl), subnormals included, on every device. FLOAT16 values are
+// the device's float controls say); divide is correctly rounded on every device, subnormals
+// included (f32_exact.glsl: the device's estimate corrected in integer code). FLOAT16 values are
 // decoded exactly into float32, the operation runs once in float32 and the result is rounded
 // to nearest even into float16 here (integer code, no packHalf2x16). Comparisons and IS_NAN of
 // floats work on the bit patterns (exact whatever the device's denormal mode): NaN compares
