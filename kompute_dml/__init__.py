@@ -21,6 +21,7 @@ from .functional_dequantize import dequantize_linear
 from .functional_elementwise import add, div, equal, greater_equal, isnan, logical_and, mul, sub, where
 from .functional_gather import gather, gather_elements
 from .functional_matmul import matmul_integer_to_float
+from .functional_quantize import dynamic_quantize_linear
 from .memory import Buffer, Tensor
 from .ops import (
     ActivationIdentityDesc,
@@ -32,6 +33,7 @@ from .ops import (
 )
 from .ops.activation import ActivationGeluDesc, ActivationSoftmax1Desc
 from .ops.dequantize import ElementWiseDequantizeLinearDesc
+from .ops.dynamic_quantize import DynamicQuantizeLinearDesc
 from .ops.elementwise import (
     ElementWiseAdd1Desc,
     ElementWiseAddDesc,
@@ -111,3 +113,5 @@ __all__ += ["ElementWiseDequantizeLinearDesc", "dequantize_linear"]
 __all__ += ["GatherDesc", "GatherElementsDesc", "gather", "gather_elements"]
 # ACTIVATION_GELU, ACTIVATION_SOFTMAX1 (ops/activation.py) and their helpers (functional_activation.py)
 __all__ += ["ActivationGeluDesc", "ActivationSoftmax1Desc", "gelu", "softmax"]
+# DYNAMIC_QUANTIZE_LINEAR (ops/dynamic_quantize.py) and its helper (functional_quantize.py)
+__all__ += ["DynamicQuantizeLinearDesc", "dynamic_quantize_linear"]

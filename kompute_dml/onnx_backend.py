@@ -13,7 +13,8 @@ DirectML execution provider maps them:
 | Trilu | DIAGONAL_MATRIX1 | `kdml.triu` / `kdml.tril` |
 | Identity (tensor, sequence, optional) | element-wise copy | `kdml.copy` |
 | com.microsoft MatMulIntegerToFloat | MATRIX_MULTIPLY_INTEGER_TO_FLOAT | `kdml.matmul_integer_to_float` |
-| com.microsoft DynamicQuantizeMatMul | host uint8 quantization + MATRIX_MULTIPLY_INTEGER_TO_FLOAT | same |
+| DynamicQuantizeLinear | DYNAMIC_QUANTIZE_LINEAR (uint8) | `kdml.dynamic_quantize_linear` |
+| com.microsoft DynamicQuantizeMatMul | DYNAMIC_QUANTIZE_LINEAR (uint8) of A + MATRIX_MULTIPLY_INTEGER_TO_FLOAT | both |
 
 Every other node (and a mapped node whose types, rank or feature level the device
 operator cannot take) runs on the CPU: the graph is cut into maximal sub-graphs of

@@ -302,3 +302,11 @@ ACTIVATION_GELU = OperatorSupport("ACTIVATION_GELU", 157, (
     _row(FL.FL_5_1, ("input_tensor", "input", (1, 8), FLOATS), ("output_tensor", "output", (1, 8), FLOATS)),))
 ACTIVATION_SOFTMAX1 = OperatorSupport("ACTIVATION_SOFTMAX1", 158, (
     _row(FL.FL_5_1, ("input_tensor", "input", (1, 8), FLOATS), ("output_tensor", "output", (1, 8), FLOATS)),))
+# ---- DYNAMIC_QUANTIZE_LINEAR (kompute_dml/ops/dynamic_quantize.py), from
+# DML_DYNAMIC_QUANTIZE_LINEAR_OPERATOR_DESC's page: one row, from 4_0; the four tensors share a
+# DimensionCount (1 to 8), OutputTensor and OutputZeroPointTensor a DataType.
+_Q8 = frozenset({D.INT8, D.UINT8})
+DYNAMIC_QUANTIZE_LINEAR = OperatorSupport("DYNAMIC_QUANTIZE_LINEAR", 148, (
+    _row(FL.FL_4_0, ("input_tensor", "input", (1, 8), FLOATS), ("output_tensor", "output", (1, 8), _Q8),
+         ("output_scale_tensor", "output", (1, 8), _F32), ("output_zero_point_tensor", "output", (1, 8), _Q8)),
+))

@@ -9,9 +9,9 @@
 // element type (two's complement: the low bits of the 32- or 64-bit result); divide truncates
 // toward zero, x / 0 has every bit set (unsigned: the maximum, signed: -1), INT_MIN / -1 wraps
 // to INT_MIN. 64-bit integers are word pairs (carry, borrow, umulExtended, long division).
-// FLOAT32 arithmetic is the device's (Vulkan: add, subtract, multiply correctly rounded,
-// divide within 2.5 ulp, large divisors scaled into the range where Vulkan bounds it;
-// subnormals as the device's float controls say). FLOAT16 values are
+// FLOAT32 add, subtract and multiply are the device's (Vulkan: correctly rounded; subnormals as
+// the device's float controls say); divide is correctly rounded on every device, subnormals
+// included (f32_exact.glsl: the device's estimate corrected in integer code). FLOAT16 values are
 // decoded exactly into float32, the operation runs once in float32 and the result is rounded
 // to nearest even into float16 here (integer code, no packHalf2x16). Comparisons and IS_NAN of
 // floats work on the bit patterns (exact whatever the device's denormal mode): NaN compares
@@ -91,6 +91,7 @@ uint f_key(uint x) {
 }
 
 #include "f16_bits.glsl"
+#include "f32_exact.glsl"
 
 // float16 bits -> float32, exact; float32 -> float16 bits, nearest even (f16_bits.glsl)
 float f16_to_f32(uint h) { return uintBitsToFloat(h2f(h)); }
@@ -99,9 +100,13 @@ uint f32_to_f16(float f) { return f2h(floatBitsToUint(f)); }
 #if IN_BITS == 32
 float to_f(uint x) { return uintBitsToFloat(x); }
 uint from_f(float f) { return floatBitsToUint(f); }
+uint to_f32_bits(uint x) { return x; }
+uint from_f32_bits(uint b) { return b; }
 #else
 float to_f(uint x) { return f16_to_f32(x); }
 uint from_f(float f) { return f32_to_f16(f); }
+uint to_f32_bits(uint x) { return h2f(x); }
+uint from_f32_bits(uint b) { return f2h(b); }
 #endif
 
 // ---- integers ------------------------------------------------------------------------------
@@ -161,7 +166,11 @@ OVAL result(uint c, VAL a, VAL b) { return c != 0u ? a : b; }
 OVAL result(VAL a) { return f_nan(a) ? 1u : 0u; }
 #else
 OVAL result(VAL a, VAL b) {
-#if OP <= OP_DIV && IN_KIND == 2
+#if OP == OP_DIV && IN_KIND == 2
+    // correctly rounded in integer code (f32_exact.glsl): Vulkan's OpFDiv may be 2.5 ulp off,
+    // and NVIDIA's gave 0 for MAX / MAX (a reciprocal flushed to 0 for |y| > 2^126)
+    return from_f32_bits(f32_div_bits(to_f32_bits(a), to_f32_bits(b)));
+#elif OP < OP_DIV && IN_KIND == 2
     precise float x = to_f(a);
     precise float y = to_f(b);
     precise float r;
@@ -169,17 +178,8 @@ OVAL result(VAL a, VAL b) {
     r = x + y;
 #elif OP == OP_SUB
     r = x - y;
-#elif OP == OP_MUL
-    r = x * y;
 #else
-    // Vulkan bounds division (2.5 ulp) only for |y| in [2^-126, 2^126]; beyond it a device may
-    // compute x * (1 / y) with 1 / y flushed to 0 (seen on NVIDIA: MAX / MAX gave 0). Both scaled
-    // by 2^-32 (exact; a quotient that underflows then was below 2^-220, 0 either way).
-    if (abs(y) > 8.50705917e37) {
-        x *= 2.32830644e-10;
-        y *= 2.32830644e-10;
-    }
-    r = x / y;
+    r = x * y;
 #endif
     return from_f(r);
 #elif OP <= OP_DIV && IN_BITS == 64

@@ -3,10 +3,10 @@ Python integers only: integers exactly (Python ints, wrapped into the type), flo
 rounded once to the output type (correctly rounded for +, -, *, / since float64 has more than
 2p + 2 bits for float32 and float16), comparisons with numpy's IEEE comparisons.
 
-`check_float` accepts, for FLOAT32, the result of the same computation with subnormal inputs
-and results flushed to signed zero (the device's float controls may flush: Vulkan and D3D
-allow it), and for DIVIDE the documented bound (FLOAT32 within 2.5 ulp, FLOAT16 within one
-float16 step of the correctly rounded value)."""
+`check_float` accepts, for FLOAT32 ADD, SUBTRACT and MULTIPLY, the result of the same
+computation with subnormal inputs and results flushed to signed zero (the device's float
+controls may flush: Vulkan and D3D allow it). DIVIDE is correctly rounded on every device
+(integer code, shaders/f32_exact.glsl): only the reference's bits pass, subnormals included."""
 
 from __future__ import annotations
 
@@ -67,20 +67,9 @@ def check_float(op: str, got: np.ndarray, a: np.ndarray, b: np.ndarray, dt: DT) 
     """got (dt) is the reference, elementwise, within the documented allowances."""
     ref = float_ref(op, a, b, dt)
     ok = (_bits(got) == _bits(ref)) | (np.isnan(got) & np.isnan(ref))
-    if dt == DT.FLOAT32:
+    if dt == DT.FLOAT32 and op != "div":
         flushed = float_ref(op, a, b, dt, flush=True)
         ok |= (_bits(got) == _bits(flushed)) | (np.isnan(got) & np.isnan(flushed))
-    if op == "div":
-        with np.errstate(all="ignore"):
-            exact = a.astype(np.float64) / b.astype(np.float64)
-            g = got.astype(np.float64)
-            finite = np.isfinite(ref) & np.isfinite(got)
-            if dt == DT.FLOAT32:
-                ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
-                ok |= finite & (np.abs(g - exact) <= 2.5 * ulp)
-            else:
-                step = np.spacing(np.abs(ref)).astype(np.float64)
-                ok |= finite & (np.abs(g - ref.astype(np.float64)) <= step)
     bad = np.argwhere(~ok)
     assert bad.size == 0, (f"{len(bad)} {dt.name} {op} results differ, first at {bad[:4].tolist()}: "
                            f"{a[tuple(bad[0])]!r} {op} {b[tuple(bad[0])]!r} gave {got[tuple(bad[0])]!r}, "

@@ -66,11 +66,13 @@ def test_minilm_embeddings(minilm, model_path):
     print(f"latency: onnxruntime {r['onnxruntime_ms']:.1f} ms, kompute_dml {r['kompute_dml_ms']:.1f} ms "
           f"(Vulkan {r['kompute_dml_vulkan_ms']:.1f} ms, CPU fallback {r['kompute_dml_cpu_ms']:.1f} ms)")
 
-    # The whole model on the device (shape arithmetic on the host), the 36 quantized products
-    # among it; nothing fell back at run time, one submission per run.
+    # The whole model on the device (shape arithmetic on the host): among its nodes the 36
+    # quantized products (18 MatMulIntegerToFloat + 18 DynamicQuantizeMatMul) and the 6
+    # DynamicQuantizeLinear; nothing fell back at run time.
     vk = [p for p in r["placement"] if p.target == "vulkan"]
     assert [p for p in r["placement"] if p.target == "cpu"] == []
-    assert sum(p.operator == "MATRIX_MULTIPLY_INTEGER_TO_FLOAT" for p in vk) == 36
+    ops = [p.operator for p in vk]
+    assert ops.count("MATRIX_MULTIPLY_INTEGER_TO_FLOAT") == 36 and ops.count("DYNAMIC_QUANTIZE_LINEAR") == 6
     assert r["vulkan_nodes"] == len(vk) and r["runtime_fallbacks"] == 0
     for _, key in minilm.COSINES:
         assert len(r[key]) == len(minilm.SENTENCES)

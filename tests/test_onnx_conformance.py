@@ -1,8 +1,8 @@
-"""ONNX's own node conformance cases for EyeLike, Trilu and Identity, run by
+"""ONNX's own node conformance cases for EyeLike, Trilu, Identity and DynamicQuantizeLinear, run by
 `onnx.backend.test.BackendTest` through kompute_dml.onnx_backend.Backend.
 
 onnx 1.23 builds these cases in memory (inputs from unseeded numpy random, so every run
-sees new data). Only the 24 cases below are included, by exact name; each is run and
+sees new data). Only the 27 cases below are included, by exact name; each is run and
 counted, and each must have run its node on the Vulkan device (no CPU fallback).
 """
 
@@ -26,6 +26,7 @@ CASES = [
     "test_triu_square", "test_triu_square_neg", "test_triu_one_row", "test_triu_zero",
     "test_tril", "test_tril_neg", "test_tril_out_neg", "test_tril_pos", "test_tril_out_pos",
     "test_tril_square", "test_tril_square_neg", "test_tril_one_row_neg", "test_tril_zero",
+    "test_dynamicquantizelinear", "test_dynamicquantizelinear_max_adjusted", "test_dynamicquantizelinear_min_adjusted",
 ]
 
 
@@ -60,8 +61,8 @@ _NodeCase.__test__ = False  # run below, one case at a time; not collected as a 
 _executed: set[str] = set()
 
 
-def test_case_list_is_exactly_the_24() -> None:
-    assert len(CASES) == len(set(CASES)) == 24
+def test_case_list_is_exactly_the_27() -> None:
+    assert len(CASES) == len(set(CASES)) == 27
     for name in CASES:
         assert hasattr(_NodeCase, f"{name}_cpu"), f"onnx has no node case {name}"
 
@@ -83,19 +84,19 @@ def test_onnx_node_case(name: str) -> None:
     op = rep.graph.node[0].op_type
     assert [p.target for p in rep.placement] == [VULKAN], rep.summary()
     assert rep.last_run.runtime_fallbacks == 0, rep.last_run.events
-    assert op in ("EyeLike", "Trilu", "Identity")
+    assert op in ("EyeLike", "Trilu", "Identity", "DynamicQuantizeLinear")
     _executed.add(name)
 
 
-def test_all_24_cases_were_executed() -> None:
+def test_all_27_cases_were_executed() -> None:
     """Runs after the parametrized cases (file order); counts what really ran."""
     ran = set(_executed)
-    if len(ran) < 24:
+    if len(ran) < 27:
         # Run alone (e.g. `-k executed`): execute them here so the count is still real.
         for name in CASES:
             if name not in ran:
                 test_onnx_node_case(name)
-    assert _executed == set(CASES) and len(_executed) == 24
+    assert _executed == set(CASES) and len(_executed) == 27
 
 
 # Random by design: their outputs cannot match the reference's, for any backend.

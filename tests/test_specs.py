@@ -61,6 +61,8 @@ EXAMPLES = {
     "ELEMENT_WISE_IF": lambda: kdml.ElementWiseIfDesc(TD(DT.UINT8, (1, 2, 3, 4)), *[TD(DT.FLOAT16, (1, 2, 3, 4))] * 3),
     "ACTIVATION_GELU": lambda: kdml.ActivationGeluDesc(F32_4D, F32_4D),
     "ACTIVATION_SOFTMAX1": lambda: kdml.ActivationSoftmax1Desc(F32_4D, F32_4D, (3,)),
+    "DYNAMIC_QUANTIZE_LINEAR": lambda: kdml.DynamicQuantizeLinearDesc(
+        F32_4D, TD(DT.UINT8, (1, 2, 3, 4)), TD(DT.FLOAT32, (1, 1, 1, 1)), TD(DT.UINT8, (1, 1, 1, 1))),
 }
 IDS = [s.name for s in SPECS]
 FIELD_CASES = [(s, t) for s in SPECS for t in s.support.require(HIGHEST_FEATURE_LEVEL).tensors]

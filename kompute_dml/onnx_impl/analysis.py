@@ -138,6 +138,10 @@ class GraphAnalysis:
                     return f"type {dt or tp.tensor_type.elem_type} is not a DirectML type"
             elif tp is not None and tp.WhichOneof("value") not in (None, "tensor_type"):
                 return f"{tp.WhichOneof('value')} values stay on the CPU"
+        elif t == "DynamicQuantizeLinear":
+            dt = self._elem_dtype(node.input[0]) if node.input else None
+            if dt is not None and dt != np.float32:
+                return f"input type {dt} is not float32"
         elif t in ("MatMulIntegerToFloat", "DynamicQuantizeMatMul"):
             qi = [0, 1] if t == "MatMulIntegerToFloat" else [1]
             for i in qi:

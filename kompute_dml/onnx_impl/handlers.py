@@ -12,7 +12,7 @@ import kompute_dml as kdml
 
 from .graph import _attr, _np_dtype_of_onnx
 from .handlers_math import MATH_HANDLERS
-from .handlers_nn import NN_HANDLERS, quantize_on_device
+from .handlers_nn import NN_HANDLERS
 from .handlers_values import VALUE_HANDLERS
 from .quantize import dynamic_quantize_uint8
 from .values import (
@@ -256,8 +256,34 @@ def _h_mmitf(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunSt
                                  b_zp, b_zpn, bias, bias_n, stats)]
 
 
+def _quantize(rep: BackendRep, x: Any, name: str | None, stats: RunStats) -> tuple[Any, Any, Any]:
+    """uint8 dynamic quantization of a float32 value with ONNX Runtime's CPU kernel's arithmetic:
+    (y, scale, zero point) of ONNX shapes (x's, (), ()). On the device (DYNAMIC_QUANTIZE_LINEAR,
+    kdml.dynamic_quantize_linear: nothing read back); an empty x on the host (no dispatch)."""
+    if _value_dtype(x) != np.float32:
+        raise FallbackNeeded(f"input type {_value_dtype(x)} is not float32")
+    shape = _value_shape(x)
+    if math.prod(shape) == 0:
+        q, scale, zp = dynamic_quantize_uint8(rep.host(x, stats))
+        return q, np.array(scale, np.float32), np.array(zp, np.uint8)
+    if len(shape) > 8:
+        raise FallbackNeeded(f"rank {len(shape)} exceeds DirectML's 8 dimensions")
+    if isinstance(x, DeviceValue) or rep.is_constant(name):
+        xt = rep.to_device(x, stats, name)
+    else:
+        xt = rep.upload_group([np.asarray(x).reshape(shape or (1,))], stats, (name,) if shape else None)[0]
+    y, s, z = kdml.dynamic_quantize_linear(  # type: ignore[attr-defined]
+        xt, out=rep.out_tensor(xt.desc.sizes, np.uint8), scale_out=rep.out_tensor((), np.float32),
+        zero_point_out=rep.out_tensor((), np.uint8), device=rep.device)
+    return DeviceValue(y, shape, np.uint8), DeviceValue(s, (), np.float32), DeviceValue(z, (), np.uint8)
+
+
+def _h_dql(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    return list(_quantize(rep, ins[0], node.input[0], stats))
+
+
 def _h_dqmm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    a, _ = _in(ins, node, 0)
+    a, an = _in(ins, node, 0)
     b, bn = _in(ins, node, 1)
     b_s, b_sn = _in(ins, node, 2)
     b_zp, b_zpn = _in(ins, node, 3)
@@ -266,15 +292,12 @@ def _h_dqmm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunSta
         raise FallbackNeeded(f"A type {_value_dtype(a)} is not float32")
     if _value_dtype(b_s) != np.float32:
         raise FallbackNeeded(f"b_scale type {_value_dtype(b_s)} is not float32")
-    if hasattr(kdml, "dynamic_quantize_linear") and 0 not in _value_shape(a):
-        # Quantize A on the device (DYNAMIC_QUANTIZE_LINEAR, onnxruntime's rules bit for bit):
-        # A, its scale and zero point never leave it.
-        q, scale, zp = quantize_on_device(rep, a, node.input[0], stats)
-    else:  # on the host, with ONNX Runtime's CPU kernel's parameters
-        qh, sh, zh = dynamic_quantize_uint8(rep.host(a, stats))
-        q, scale, zp = qh, np.array(sh, np.float32), np.array(zh, np.uint8)
-    return [_mm_integer_to_float(rep, node, q, None, b, bn or "", scale, None, b_s,
-                                 b_sn or "", zp, None, b_zp, b_zpn, bias, bias_n, stats)]
+    if _value_dtype(b) not in _QUANT_TYPES:
+        raise FallbackNeeded(f"B type {_value_dtype(b)} is not int8/uint8")
+    # A quantized with ONNX Runtime's CPU kernel's parameters, on the device where A is not empty
+    q, scale, zp = _quantize(rep, a, an, stats)
+    return [_mm_integer_to_float(rep, node, q, None, b, bn or "", scale, None, b_s, b_sn or "", zp, None, b_zp,
+                                 b_zpn, bias, bias_n, stats)]
 
 
 _SEED_HANDLERS = {
@@ -283,6 +306,7 @@ _SEED_HANDLERS = {
     "Identity": _h_identity,
     "MatMulIntegerToFloat": _h_mmitf,
     "DynamicQuantizeMatMul": _h_dqmm,
+    "DynamicQuantizeLinear": _h_dql,
 }
 
 

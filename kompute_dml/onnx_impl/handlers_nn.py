@@ -1,7 +1,7 @@
 """Device handlers of a transformer encoder's float nodes: LayerNormalization and
 com.microsoft SkipLayerNormalization (MEAN_VARIANCE_NORMALIZATION1, the skip as ELEMENT_WISE_ADD),
 Softmax (ACTIVATION_SOFTMAX1), Gelu (ACTIVATION_GELU), MatMul and com.microsoft FusedMatMul
-(GEMM), DynamicQuantizeLinear (DYNAMIC_QUANTIZE_LINEAR)."""
+(GEMM). DynamicQuantizeLinear is in handlers.py, beside DynamicQuantizeMatMul, which uses it."""
 
 from __future__ import annotations
 
@@ -145,24 +145,6 @@ def _h_fused_matmul(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats
                    float(_attr(node, "alpha", 1.0)))
 
 
-def quantize_on_device(rep: BackendRep, x: Any, name: str | None, stats: RunStats) -> tuple[DeviceValue, ...]:
-    """DynamicQuantizeLinear of a float32 value on the device: (y uint8, scale (), zero point ())."""
-    v = as_device(rep, x, stats, name)
-    y = rep.out_tensor(v.shape, np.uint8)
-    s = rep.out_tensor((1,), np.float32)
-    z = rep.out_tensor((1,), np.uint8)
-    kdml.dynamic_quantize_linear(v.tensor, out=y, scale_out=s, zero_point_out=z, device=rep.device)
-    return DeviceValue(y, v.shape, np.uint8), DeviceValue(s, (), np.float32), DeviceValue(z, (), np.uint8)
-
-
-def _h_dynamic_quantize(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    if _value_dtype(ins[0]) != np.float32:
-        raise FallbackNeeded(f"type {_value_dtype(ins[0])} is not float32")
-    if 0 in _value_shape(ins[0]):
-        raise FallbackNeeded("an empty tensor")
-    return list(quantize_on_device(rep, ins[0], node.input[0], stats))
-
-
 NN_HANDLERS = {
     "LayerNormalization": _h_layer_norm,
     "SkipLayerNormalization": _h_skip_layer_norm,
@@ -170,5 +152,4 @@ NN_HANDLERS = {
     "Gelu": _h_gelu,
     "MatMul": _h_matmul,
     "FusedMatMul": _h_fused_matmul,
-    "DynamicQuantizeLinear": _h_dynamic_quantize,
 }

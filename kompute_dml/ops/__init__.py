@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Any
 from ..dtypes import FeatureLevel
 from ..errors import invalid
 from ..registry import support_matrix as _support_matrix
-from . import activation, cast, dequantize, diagonal, elementwise, gather, identity, matmul_integer
+from . import activation, cast, dequantize, diagonal, dynamic_quantize, elementwise, gather, identity, matmul_integer
 from .activation import ActivationGeluDesc, ActivationSoftmax1Desc
 from .cast import CastDesc
 from .dequantize import ElementWiseDequantizeLinearDesc
 from .diagonal import DiagonalMatrix1Desc, DiagonalMatrixDesc
+from .dynamic_quantize import DynamicQuantizeLinearDesc
 from .elementwise import (
     ElementWiseAdd1Desc,
     ElementWiseAddDesc,
@@ -34,7 +35,8 @@ if TYPE_CHECKING:
     from ..device import Device
 
 SPECS: tuple[OperatorSpec, ...] = (*identity.SPECS, *diagonal.SPECS, *matmul_integer.SPECS, *elementwise.SPECS,
-                                  *cast.SPECS, *dequantize.SPECS, *gather.SPECS, *activation.SPECS)
+                                  *cast.SPECS, *dequantize.SPECS, *gather.SPECS, *activation.SPECS,
+                                  *dynamic_quantize.SPECS)
 BY_DESC: dict[type, OperatorSpec] = {s.desc_type: s for s in SPECS}
 BY_NAME: dict[str, OperatorSpec] = {s.name: s for s in SPECS}
 COMPILERS: dict[type, Callable[[Device, Any], Any]] = {s.desc_type: s.compile for s in SPECS}
@@ -72,3 +74,4 @@ __all__ += ["CastDesc"]  # ops/cast.py
 __all__ += ["ElementWiseDequantizeLinearDesc"]  # ops/dequantize.py
 __all__ += ["GatherDesc", "GatherElementsDesc"]  # ops/gather.py
 __all__ += ["ActivationGeluDesc", "ActivationSoftmax1Desc"]  # ops/activation.py
+__all__ += ["DynamicQuantizeLinearDesc"]  # ops/dynamic_quantize.py
