@@ -20,6 +20,7 @@ from .functional_dequantize import dequantize_linear
 from .functional_elementwise import add, div, equal, greater_equal, isnan, logical_and, mul, sub, where
 from .functional_gather import gather, gather_elements
 from .functional_matmul import matmul_integer_to_float
+from .functional_normalization import layer_norm, mean_variance_normalization, skip_layer_norm
 from .memory import Buffer, Tensor
 from .ops import (
     ActivationIdentityDesc,
@@ -43,6 +44,7 @@ from .ops.elementwise import (
     ElementWiseSubtractDesc,
 )
 from .ops.gather import GatherDesc, GatherElementsDesc
+from .ops.mean_variance_normalization import MeanVarianceNormalization1Desc
 from .tensor_desc import TensorDesc, calc_buffer_tensor_size
 from .views import getitem as _getitem  # noqa: F401  (registers Tensor.__getitem__)
 
@@ -107,3 +109,5 @@ __all__ += ["CastDesc", "cast"]
 __all__ += ["ElementWiseDequantizeLinearDesc", "dequantize_linear"]
 # GATHER, GATHER_ELEMENTS (ops/gather.py) and their helpers (functional_gather.py)
 __all__ += ["GatherDesc", "GatherElementsDesc", "gather", "gather_elements"]
+# MEAN_VARIANCE_NORMALIZATION1 (ops/mean_variance_normalization.py) and its helpers (functional_normalization.py)
+__all__ += ["MeanVarianceNormalization1Desc", "layer_norm", "mean_variance_normalization", "skip_layer_norm"]

@@ -59,6 +59,8 @@ EXAMPLES = {
                                                        TD(DT.FLOAT32, (1, 2, 5, 3)), axis=2),
     "ELEMENT_WISE_IS_NAN": lambda: kdml.ElementWiseIsNanDesc(F32_4D, TD(DT.UINT8, (1, 2, 3, 4))),
     "ELEMENT_WISE_IF": lambda: kdml.ElementWiseIfDesc(TD(DT.UINT8, (1, 2, 3, 4)), *[TD(DT.FLOAT16, (1, 2, 3, 4))] * 3),
+    "MEAN_VARIANCE_NORMALIZATION1": lambda: kdml.MeanVarianceNormalization1Desc(
+        F32_4D, TD(DT.FLOAT32, (1, 2, 1, 1)), TD(DT.FLOAT32, (1, 2, 1, 1)), F32_4D, (2, 3), True, 1e-5),
 }
 IDS = [s.name for s in SPECS]
 FIELD_CASES = [(s, t) for s in SPECS for t in s.support.require(HIGHEST_FEATURE_LEVEL).tensors]

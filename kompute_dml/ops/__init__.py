@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..dtypes import FeatureLevel
 from ..errors import invalid
 from ..registry import support_matrix as _support_matrix
-from . import cast, dequantize, diagonal, elementwise, gather, identity, matmul_integer
+from . import cast, dequantize, diagonal, elementwise, gather, identity, matmul_integer, mean_variance_normalization
 from .cast import CastDesc
 from .dequantize import ElementWiseDequantizeLinearDesc
 from .diagonal import DiagonalMatrix1Desc, DiagonalMatrixDesc
@@ -27,13 +27,14 @@ from .elementwise import (
 from .gather import GatherDesc, GatherElementsDesc
 from .identity import ActivationIdentityDesc, CopyDesc
 from .matmul_integer import MatrixMultiplyIntegerToFloatDesc
+from .mean_variance_normalization import MeanVarianceNormalization1Desc
 from .spec import OperatorSpec, check_plans, onnx_placement
 
 if TYPE_CHECKING:
     from ..device import Device
 
 SPECS: tuple[OperatorSpec, ...] = (*identity.SPECS, *diagonal.SPECS, *matmul_integer.SPECS, *elementwise.SPECS,
-                                  *cast.SPECS, *dequantize.SPECS, *gather.SPECS)
+                                  *cast.SPECS, *dequantize.SPECS, *gather.SPECS, *mean_variance_normalization.SPECS)
 BY_DESC: dict[type, OperatorSpec] = {s.desc_type: s for s in SPECS}
 BY_NAME: dict[str, OperatorSpec] = {s.name: s for s in SPECS}
 COMPILERS: dict[type, Callable[[Device, Any], Any]] = {s.desc_type: s.compile for s in SPECS}
@@ -70,3 +71,4 @@ __all__ += [  # ops/elementwise.py
 __all__ += ["CastDesc"]  # ops/cast.py
 __all__ += ["ElementWiseDequantizeLinearDesc"]  # ops/dequantize.py
 __all__ += ["GatherDesc", "GatherElementsDesc"]  # ops/gather.py
+__all__ += ["MeanVarianceNormalization1Desc"]  # ops/mean_variance_normalization.py
