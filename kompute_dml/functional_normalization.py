@@ -81,17 +81,17 @@ def _fit(tensors: list[Tensor | None], axes: tuple[int, ...], lo: int, hi: int) 
                 break
             blocked = blocked or stop
         else:
-            why = f"the layout of {blocked}" if blocked else "the axes (no two neighbouring dimensions are both reduced or both kept)"
-            name = blocked or "axes"
-            raise UnsupportedError(f"{name}: MEAN_VARIANCE_NORMALIZATION1 takes {lo} to {hi} dimensions at this "
-                                   f"feature level and {len(tensors[0].desc.sizes)} do not fold to {hi}: "  # type: ignore[union-attr]
-                                   f"{why} prevents merging them")
+            why = (f"{blocked}'s strides merge no two neighbouring dimensions of one kind (both reduced or both kept)"
+                   if blocked else "no two neighbouring dimensions are both reduced or both kept")
+            n = tensors[0].desc.dimension_count  # type: ignore[union-attr]
+            raise UnsupportedError(f"{blocked or 'axes'}: MEAN_VARIANCE_NORMALIZATION1 takes {lo} to {hi} dimensions "
+                                   f"at this feature level and x's {n} do not fold to {hi}: {why}")
         sizes[i:i + 2] = [sizes[i] * sizes[i + 1]]
         del red[i]
         for st in strides:
             if st is not None:
                 st[i:i + 2] = [st[i + 1]]
-    views = [t if t is None or (st == list(t.desc.effective_strides) and len(sizes) == t.desc.dimension_count)
+    views = [t if t is None or st is None or (st == list(t.desc.effective_strides) and len(sizes) == t.desc.dimension_count)
              else _view(t, sizes, st) for t, st in zip(tensors, strides)]
     return views, tuple(d for d in range(len(sizes)) if red[d])
 

@@ -313,3 +313,179 @@ def test_output_may_not_alias_input(dev):
 def test_descriptor_fields():
     d = _desc(axes=[3, 1])
     assert d.axes == (3, 1) and d.axis_count == 2 and hash(d) == hash(_desc(axes=(3, 1)))
+
+
+# ---- helpers -------------------------------------------------------------------------------------
+def _check(got: kdml.Tensor, x, s, b, axes, nv=True, eps=1e-5):
+    x = np.asarray(x)
+    red = tuple(sorted(a % x.ndim for a in axes))
+    rlen = int(np.prod([x.shape[d] for d in red]))
+    assert got.shape == x.shape and got.dtype == x.dtype
+    with np.errstate(over="ignore"):
+        sb = [None if v is None else np.broadcast_to(np.asarray(v, np.float64), x.shape) for v in (s, b)]
+    assert_within(got.numpy(), x, sb[0], sb[1], red, nv, float(np.float32(eps)),
+                  summation_depth(rlen, DT.from_numpy(x.dtype)))
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+def test_mvn_helper(dev, rng, dt):
+    npd = dt.numpy_dtype
+    for shape, axes, sshape in [((2, 3, 4, 5), (0, 2, 3), (3, 1, 1)), ((2, 3, 4, 5), (-1, -2), (5,)),
+                                ((6,), (0,), (1,)), ((4, 7), (-1,), None), ((2, 2, 2, 2, 2, 2, 2, 3), (1, 3, 7), (3,))]:
+        x = rng.standard_normal(shape).astype(npd)
+        s = None if sshape is None else rng.standard_normal(sshape).astype(npd)
+        b = None if sshape is None else rng.standard_normal(sshape).astype(npd)
+        for nv in (True, False):
+            _check(kdml.mean_variance_normalization(x, s, b, axes=axes, normalize_variance=nv, epsilon=1e-3,
+                                                    device=dev), x, s, b, axes, nv, 1e-3)
+    x = rng.standard_normal((3, 8)).astype(npd)
+    _check(kdml.mean_variance_normalization(x, 2, 0.5, device=dev), x, 2, 0.5, (-1,))  # Python numbers: x's type
+    with pytest.raises(kdml.UnsupportedError, match="^input_tensor: MEAN_VARIANCE_NORMALIZATION1 does not support "
+                                                    "FLOAT64"):
+        kdml.mean_variance_normalization(x.tolist(), device=dev)  # Python lists are float64
+
+
+def test_mvn_helper_strided_tensors_and_out(dev, rng):
+    """Tensors with strides and offsets (views), broadcast scale, a strided out= whose other
+    bytes stay as they were."""
+    base = rng.standard_normal((6, 10, 12)).astype(np.float32)
+    t = dev.tensor(base)[1:5, ::3, 2:11]
+    x = base[1:5, ::3, 2:11]
+    s = dev.tensor(rng.standard_normal((1, 9)).astype(np.float32))
+    od = TD(DT.FLOAT32, x.shape, random_strides(rng, x.shape, allow_broadcast=False))
+    out, _ = place(dev, rng, od)
+    want = mvn_ref(x, s.numpy(), None, (1, 2), True, float(np.float32(1e-5)))
+    before = poison_against(out, want.astype(np.float32), rng)
+    assert kdml.mean_variance_normalization(t, s, None, axes=(1, 2), out=out) is out
+    assert_outside_unchanged(out, before)
+    _check(out, x, s.numpy(), None, (1, 2))
+    with pytest.raises(kdml.InvalidArgumentError, match="^out: sizes must be"):
+        kdml.mean_variance_normalization(t, out=dev.empty(TD(DT.FLOAT32, (4, 4, 8))))
+    with pytest.raises(kdml.InvalidArgumentError, match="^scale: sizes \\(2,\\) do not broadcast"):
+        kdml.mean_variance_normalization(x, np.ones(2, np.float32), device=dev)
+    with pytest.raises(kdml.InvalidArgumentError, match="^axes\\[1\\]: must be in \\[-3, 3\\)"):
+        kdml.mean_variance_normalization(x, axes=(0, 3), device=dev)
+    with pytest.raises(kdml.InvalidArgumentError, match="^axes: must be distinct"):
+        kdml.mean_variance_normalization(x, axes=(0, -3), device=dev)
+    with pytest.raises(kdml.InvalidArgumentError, match="^scale_tensor.data_type: must equal input_tensor's"):
+        kdml.mean_variance_normalization(x, np.ones(9, np.float16), device=dev)
+
+
+def _onnx_layer_norm(x, s, b, axis, eps):
+    import onnx
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    elem = TensorProto.FLOAT if x.dtype == np.float32 else TensorProto.FLOAT16
+    vals = (x, s, b)[:2 + (b is not None)]
+    ins = [helper.make_tensor_value_info(n, elem, v.shape) for n, v in zip(("x", "s", "b"), vals)]
+    node = helper.make_node("LayerNormalization", [i.name for i in ins], ["y"], axis=axis, epsilon=eps)
+    graph = helper.make_graph([node], "ln", ins, [helper.make_tensor_value_info("y", elem, x.shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    onnx.checker.check_model(model)
+    feeds = {"x": x, "s": s, **({"b": b} if b is not None else {})}
+    return ReferenceEvaluator(model).run(None, feeds)[0]
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+def test_layer_norm_against_onnx(dev, rng, dt):
+    """ONNX LayerNormalization's meaning (onnx's reference implementation, float32): normalized
+    over axis..rank-1, scale and bias broadcast to those trailing dimensions."""
+    npd = dt.numpy_dtype
+    for shape, axis, sshape, with_bias in [((2, 5, 384), -1, (384,), True), ((3, 4, 6), -2, (4, 6), True),
+                                           ((3, 4, 6), 1, (1, 6), False), ((7,), 0, (7,), True),
+                                           ((2, 3, 4, 5), 0, (3, 1, 5), True), ((4, 33), -1, (33,), True)]:
+        x = (rng.standard_normal(shape) * 3 + 1).astype(npd)
+        s = rng.standard_normal(sshape).astype(npd)
+        b = rng.standard_normal(sshape).astype(npd) if with_bias else None
+        got = kdml.layer_norm(x, s, b, axis=axis, epsilon=1e-5, device=dev)
+        axes = tuple(range(axis % len(shape), len(shape)))
+        _check(got, x, s, b, axes)
+        ref = _onnx_layer_norm(x, s, b, axis, 1e-5)
+        tol = 2e-5 if dt == DT.FLOAT32 else 4e-3
+        np.testing.assert_allclose(got.numpy().astype(np.float64), ref.astype(np.float64), rtol=tol, atol=tol)
+
+
+def test_layer_norm_refusals(dev):
+    x = np.ones((2, 3, 4), np.float32)
+    with pytest.raises(kdml.InvalidArgumentError, match="^axis: must be in \\[-3, 3\\)"):
+        kdml.layer_norm(x, np.ones(4, np.float32), axis=3, device=dev)
+    with pytest.raises(kdml.InvalidArgumentError, match="^scale: sizes \\(3,\\) do not broadcast to x's normalized"):
+        kdml.layer_norm(x, np.ones(3, np.float32), device=dev)
+    with pytest.raises(kdml.InvalidArgumentError, match="^bias: sizes \\(2, 1, 4\\) do not broadcast"):
+        kdml.layer_norm(x, np.ones(4, np.float32), np.ones((2, 1, 4), np.float32), axis=1, device=dev)
+    with pytest.raises(kdml.InvalidArgumentError, match="^axis: must be an integer"):
+        kdml.layer_norm(x, np.ones(4, np.float32), axis=1.0, device=dev)
+
+
+def test_helper_folds_and_pads_for_the_level(level_dev, rng):
+    """At 2_1 / 3_0 the descriptor is 4-D: fewer dimensions get leading 1s, more are folded
+    where the layouts allow; a scale alone gets a bias of 0 below 5_2 (and the reverse)."""
+    d21 = level_dev(FL.FL_2_1)
+    x3 = rng.standard_normal((3, 5, 16)).astype(np.float32)
+    g = rng.standard_normal(16).astype(np.float32)
+    _check(kdml.layer_norm(x3, g, device=d21), x3, g, None, (2,))
+    x6 = rng.standard_normal((2, 3, 2, 4, 5, 3)).astype(np.float16)
+    _check(kdml.mean_variance_normalization(x6, None, np.float16(0.25), axes=(3, 4, 5), device=d21), x6, None,
+           np.float16(0.25), (3, 4, 5))
+    _check(kdml.mean_variance_normalization(x6, axes=(0, 1, 4), device=d21), x6, None, None, (0, 1, 4))
+    t = d21.tensor(rng.standard_normal((2, 3, 4, 5, 6)).astype(np.float32))[:, ::2, :, ::2, ::3]
+    with pytest.raises(kdml.UnsupportedError, match="^x: MEAN_VARIANCE_NORMALIZATION1 takes 4 to 4 dimensions at "
+                                                    "this feature level and x's 5 do not fold to 4: x's strides"):
+        kdml.mean_variance_normalization(t, axes=(3, 4))
+    tp = d21.tensor(rng.standard_normal((2, 2, 4, 3, 2)).astype(np.float32))  # the same, packed: folds
+    _check(kdml.mean_variance_normalization(tp, axes=(3, 4)), tp.numpy(), None, None, (3, 4))
+    with pytest.raises(kdml.UnsupportedError, match="^axes: MEAN_VARIANCE_NORMALIZATION1 takes 4 to 4"):
+        kdml.mean_variance_normalization(x6, axes=(0, 2, 4), device=d21)
+    d41 = level_dev(FL.FL_4_1)
+    x = rng.standard_normal((4, 24)).astype(np.float32)
+    _check(kdml.layer_norm(x, np.full(24, 1.5, np.float32), device=d41), x, np.float32(1.5), None, (1,))
+    _check(kdml.mean_variance_normalization(x, None, -2.0, device=d41), x, None, -2.0, (1,))
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+def test_skip_layer_norm(dev, rng, dt):
+    """com.microsoft SkipLayerNormalization: s = x + skip (+ bias), each addition rounded to the
+    data type (ELEMENT_WISE_ADD1), then LayerNormalization of s over the last dimension with
+    gamma and beta; `sum_out` also returns s."""
+    npd = dt.numpy_dtype
+    x, skip = (rng.standard_normal((2, 7, 64)).astype(npd) for _ in range(2))
+    gamma_, beta, bias = (rng.standard_normal(64).astype(npd) for _ in range(3))
+    y, s = kdml.skip_layer_norm(x, skip, gamma_, bias, beta, epsilon=1e-12, sum_out=True, device=dev)
+    want_s = (x + skip) + bias  # numpy rounds each addition to the type, as ADD1 does
+    assert np.array_equal(s.numpy(), want_s)
+    _check(y, want_s, gamma_, beta, (2,), eps=1e-12)
+    y2 = kdml.skip_layer_norm(x, skip[0], gamma_, device=dev)  # skip broadcast, no bias or beta
+    _check(y2, x + skip[0], gamma_, None, (2,), eps=1e-12)
+
+
+def test_helpers_only_execute(dev, rng, monkeypatch):
+    """The helpers read nothing back and leave every result to their op.execute calls: captured
+    instead of run, then replayed in one recording, they give the results."""
+    from kompute_dml.memory import Buffer
+    from kompute_dml.ops.base import CompiledOperator
+
+    captured = []
+
+    def forbidden(*a, **k):
+        raise AssertionError("a helper read the device")
+
+    x = rng.standard_normal((3, 5, 48)).astype(np.float32)
+    skip = rng.standard_normal((3, 5, 48)).astype(np.float32)
+    g, b = rng.standard_normal(48).astype(np.float32), rng.standard_normal(48).astype(np.float32)
+    xt, skt = dev.tensor(x), dev.tensor(skip)
+    with monkeypatch.context() as m:
+        m.setattr(CompiledOperator, "execute", lambda self, i, o, wait=True: captured.append((self, i, o)))
+        m.setattr(Buffer, "read", forbidden)
+        m.setattr(Buffer, "read_into", forbidden)
+        y1 = kdml.layer_norm(xt, g, b, device=dev)
+        y2, s2 = kdml.skip_layer_norm(xt, skt, g, b, None, sum_out=True, device=dev)
+        y3 = kdml.mean_variance_normalization(xt, axes=(0, 2), normalize_variance=False, device=dev)
+    assert len(captured) == 5
+    with dev.record() as rec:
+        for op, i, o in captured:
+            rec.execute(op, i, o)
+    _check(y1, x, g, b, (2,))
+    assert np.array_equal(s2.numpy(), (x + skip) + b)
+    _check(y2, (x + skip) + b, g, None, (2,), eps=1e-12)
+    _check(y3, x, None, None, (0, 2), nv=False)
