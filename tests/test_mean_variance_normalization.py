@@ -79,7 +79,8 @@ def run(dev, rng, dt, sizes, axes, *, scale="random", bias="random", nv=True, ep
     op.execute([x, s, b], [y])
     got = read_logical(assert_outside_unchanged(y, before), y.offset, yd)
     rlen = int(np.prod([sizes[d] for d in red]))
-    assert_within(got, xl, sl, bl, red, nv, float(np.float32(eps)), summation_depth(rlen, dt))
+    depth = summation_depth(rlen, int(np.prod(sizes)) // rlen, dt)
+    assert_within(got, xl, sl, bl, red, nv, float(np.float32(eps)), depth)
     assert x.buffer.read() == xraw
     assert s is None or s.buffer.read() == sraw
     assert b is None or b.buffer.read() == braw
@@ -114,13 +115,15 @@ def test_layer_norm_rows(dev, rng, dt, rlen):
 
 
 def test_summation_depth():
-    """The row layout the bound's N comes from (docs/mean_variance_normalization.md)."""
-    assert row_layout(384, DT.FLOAT32) == (7, 1) and summation_depth(384, DT.FLOAT32) == 3 + 7
-    assert row_layout(1024, DT.FLOAT32) == (8, 1) and summation_depth(1024, DT.FLOAT32) == 4 + 8
-    assert row_layout(1024, DT.FLOAT16) == (8, 2) and summation_depth(1024, DT.FLOAT16) == 4 + 8
-    assert row_layout(1, DT.FLOAT32) == (0, 1) and summation_depth(1, DT.FLOAT32) == 1
-    assert row_layout(7, DT.FLOAT16) == (1, 2) and summation_depth(7, DT.FLOAT16) == 2 * 2 + 1
-    assert summation_depth(5000, DT.FLOAT32) == 20 + 8
+    """The row layout the bound's N comes from (docs/mean_variance_normalization.md): at most 8
+    units per invocation, more invocations per row while the dispatch has fewer than 2^17."""
+    assert row_layout(384, 1024, DT.FLOAT32) == (7, 1) and summation_depth(384, 1024, DT.FLOAT32) == 3 + 7
+    assert row_layout(384, 16384, DT.FLOAT32) == (6, 1) and summation_depth(384, 16384, DT.FLOAT32) == 6 + 6
+    assert row_layout(1024, 32768, DT.FLOAT32) == (7, 1) and summation_depth(1024, 32768, DT.FLOAT32) == 8 + 7
+    assert row_layout(1024, 1, DT.FLOAT16) == (8, 2) and summation_depth(1024, 1, DT.FLOAT16) == 2 * 2 + 8
+    assert row_layout(1, 5, DT.FLOAT32) == (0, 1) and summation_depth(1, 5, DT.FLOAT32) == 1
+    assert row_layout(7, 3, DT.FLOAT16) == (2, 2) and summation_depth(7, 3, DT.FLOAT16) == 1 * 2 + 2
+    assert summation_depth(5000, 2, DT.FLOAT32) == 20 + 8
 
 
 def test_bound_is_tight(rng):
@@ -129,7 +132,7 @@ def test_bound_is_tight(rng):
     x = rng.standard_normal((16, 384))
     s, b = rng.standard_normal(384), rng.standard_normal(384)
     y = np.abs(mvn_ref(x, s, b, (1,), True, 1e-5))
-    bound = mvn_bound(x, s, b, (1,), True, 1e-5, summation_depth(384, DT.FLOAT32), False)
+    bound = mvn_bound(x, s, b, (1,), True, 1e-5, summation_depth(384, 16, DT.FLOAT32), False)
     assert bound.max() < 64 * U * max(1.0, y.max())
     assert gamma(16) < 1e-6
 
@@ -160,7 +163,7 @@ def test_gen_layouts(dev, rng, dt):
             got = read_logical(assert_outside_unchanged(y, before), y.offset, yd)
             rlen = int(np.prod([sizes[d] for d in axes]))
             assert_within(got, read_logical(xraw, x.offset, sd), None, None, axes, True, float(np.float32(1e-5)),
-                          summation_depth(rlen, dt))
+                          summation_depth(rlen, int(np.prod(sizes)) // rlen, dt))
     op = dev.compile(kdml.MeanVarianceNormalization1Desc(TD(dt, (2, 3, 4, 5)), None, None, TD(dt, (2, 3, 4, 5)),
                                                          (1, 3), True, 1e-5))
     assert op.variants == [f"mvn_{code}_gen"]
@@ -324,7 +327,7 @@ def _check(got: kdml.Tensor, x, s, b, axes, nv=True, eps=1e-5):
     with np.errstate(over="ignore"):
         sb = [None if v is None else np.broadcast_to(np.asarray(v, np.float64), x.shape) for v in (s, b)]
     assert_within(got.numpy(), x, sb[0], sb[1], red, nv, float(np.float32(eps)),
-                  summation_depth(rlen, DT.from_numpy(x.dtype)))
+                  summation_depth(rlen, x.size // rlen, DT.from_numpy(x.dtype)))
 
 
 @pytest.mark.parametrize("dt", FLOATS, ids=IDS)
