@@ -80,31 +80,28 @@ class MeanVarianceNormalization1Desc:
         return len(self.axes)
 
 
-# The row layout (row_layout): at most CACHE units (elements, or FLOAT16 pairs) per invocation,
-# the registers shaders/mvn.comp keeps between its passes; then, while the whole dispatch has fewer
-# than FILL invocations, rows get more invocations (fewer units each) to fill the device. H100,
-# benchmarks/bench_mvn.py (median us, layouts of 1, 2, 4 and 8 units per invocation): 16 x 384
-# FLOAT32 2.9 / 6.3 / 8.3 / 9.9 (the most invocations win on few rows); 16384 x 384 76 / 45 / 30 /
-# 30; 32768 x 1024 163 / 170 / 169 / 108 (256 invocations per row, 8 barrier levels, lose).
-CACHE = 8
-FILL = 1 << 17
+# The row layout (row_layout): the fewest invocations per row (a power of two, at most the group's
+# 256) that leave each at most CACHE units (FLOAT32: 8 elements, FLOAT16: 4 pairs), the registers
+# shaders/mvn.comp keeps between its passes: fewer invocations, fewer barrier levels. H100,
+# benchmarks/bench_mvn.py, median us with 8 units per invocation / with more invocations per row
+# until the dispatch has 2^17 / with the most (up to 256) per row: 16 x 384 FLOAT32 3.3 / 6.7 /
+# 6.6; 1024 x 384 4.6 / 8.4 / 11.3; 16384 x 384 27.2 / 30.3 / 97.8; 32768 x 1024 99.0 / 105.0 /
+# 190.9; FLOAT16 32768 x 1024 189.6 / 195.5 / 409.6.
+CACHE = {DataType.FLOAT32: 8, DataType.FLOAT16: 4}
 
 
-def row_layout(rlen: int, nrows: int, data_type: DataType) -> tuple[int, int]:
-    """(tpr_log2, EPU): a row's invocations are 2^tpr_log2 (at most the group's 256), each taking
-    units of EPU consecutive elements (FLOAT16: 2, FLOAT32: 1)."""
+def row_layout(rlen: int, data_type: DataType) -> tuple[int, int]:
+    """(tpr_log2, EPU): a row's invocations are 2^tpr_log2, each taking at most CACHE units of EPU
+    consecutive elements (FLOAT16: 2, FLOAT32: 1) where 256 invocations allow it."""
     epu = 2 if data_type == DataType.FLOAT16 else 1
     units = cdiv(rlen, epu)
-    tl = min(WG.bit_length() - 1, (cdiv(units, CACHE) - 1).bit_length())
-    while (nrows << tl) < FILL and (1 << tl) < min(WG, units):
-        tl += 1
-    return tl, epu
+    return min(WG.bit_length() - 1, (cdiv(units, CACHE[data_type]) - 1).bit_length()), epu
 
 
-def summation_depth(rlen: int, nrows: int, data_type: DataType) -> int:
+def summation_depth(rlen: int, data_type: DataType) -> int:
     """The float32 additions on any path of the shader's row sums: an invocation's own elements
     in order, then the pairwise tree (docs/mean_variance_normalization.md's N)."""
-    tl, epu = row_layout(rlen, nrows, data_type)
+    tl, epu = row_layout(rlen, data_type)
     return cdiv(cdiv(rlen, epu), 1 << tl) * epu + tl
 
 
@@ -201,7 +198,7 @@ def compile_mean_variance_normalization1(device: Device, desc: MeanVarianceNorma
     rows = _merged(red, x, strides)
     outer = _merged([d for d in range(x.dimension_count) if d not in red], x, strides)
     rlen, nrows = math.prod(rows[0]), math.prod(outer[0])
-    tl, _ = row_layout(rlen, nrows, x.data_type)
+    tl, _ = row_layout(rlen, x.data_type)
     general = len(rows[0]) > 1 or len(outer[0]) > ROW_OUTER
     flags = (1 if s is not None else 0) | (2 if b is not None else 0) | (4 if nv else 0)
     fam = contract.MVN
