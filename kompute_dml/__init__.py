@@ -21,6 +21,7 @@ from .functional_dequantize import dequantize_linear
 from .functional_elementwise import add, div, equal, greater_equal, isnan, logical_and, mul, sub, where
 from .functional_gather import gather, gather_elements
 from .functional_matmul import matmul_integer_to_float
+from .functional_normalization import layer_norm, mean_variance_normalization, skip_layer_norm
 from .functional_quantize import dynamic_quantize_linear
 from .memory import Buffer, Tensor
 from .ops import (
@@ -47,6 +48,7 @@ from .ops.elementwise import (
     ElementWiseSubtractDesc,
 )
 from .ops.gather import GatherDesc, GatherElementsDesc
+from .ops.mean_variance_normalization import MeanVarianceNormalization1Desc
 from .tensor_desc import TensorDesc, calc_buffer_tensor_size
 from .views import getitem as _getitem  # noqa: F401  (registers Tensor.__getitem__)
 
@@ -115,3 +117,5 @@ __all__ += ["GatherDesc", "GatherElementsDesc", "gather", "gather_elements"]
 __all__ += ["ActivationGeluDesc", "ActivationSoftmax1Desc", "gelu", "softmax"]
 # DYNAMIC_QUANTIZE_LINEAR (ops/dynamic_quantize.py) and its helper (functional_quantize.py)
 __all__ += ["DynamicQuantizeLinearDesc", "dynamic_quantize_linear"]
+# MEAN_VARIANCE_NORMALIZATION1 (ops/mean_variance_normalization.py) and its helpers (functional_normalization.py)
+__all__ += ["MeanVarianceNormalization1Desc", "layer_norm", "mean_variance_normalization", "skip_layer_norm"]

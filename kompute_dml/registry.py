@@ -310,3 +310,11 @@ DYNAMIC_QUANTIZE_LINEAR = OperatorSupport("DYNAMIC_QUANTIZE_LINEAR", 148, (
     _row(FL.FL_4_0, ("input_tensor", "input", (1, 8), FLOATS), ("output_tensor", "output", (1, 8), _Q8),
          ("output_scale_tensor", "output", (1, 8), _F32), ("output_zero_point_tensor", "output", (1, 8), _Q8)),
 ))
+# ---- MEAN_VARIANCE_NORMALIZATION1 (kompute_dml/ops/mean_variance_normalization.py), from
+# DML_MEAN_VARIANCE_NORMALIZATION1_OPERATOR_DESC's page: introduced at 2_1 (4 dimensions), 1 to 8
+# from 3_1, FLOAT32 / FLOAT16 throughout. Scale and bias are optional at every level; below 5_2
+# they are present together (a rule of the page's members, checked when the operator compiles).
+MEAN_VARIANCE_NORMALIZATION1 = OperatorSupport("MEAN_VARIANCE_NORMALIZATION1", 115, tuple(
+    _row(level, ("input_tensor", "input", dims, FLOATS), ("scale_tensor", "optional input", dims, FLOATS),
+         ("bias_tensor", "optional input", dims, FLOATS), ("output_tensor", "output", dims, FLOATS))
+    for level, dims in ((FL.FL_2_1, (4, 4)), (FL.FL_3_1, (1, 8)))))

@@ -63,6 +63,8 @@ EXAMPLES = {
     "ACTIVATION_SOFTMAX1": lambda: kdml.ActivationSoftmax1Desc(F32_4D, F32_4D, (3,)),
     "DYNAMIC_QUANTIZE_LINEAR": lambda: kdml.DynamicQuantizeLinearDesc(
         F32_4D, TD(DT.UINT8, (1, 2, 3, 4)), TD(DT.FLOAT32, (1, 1, 1, 1)), TD(DT.UINT8, (1, 1, 1, 1))),
+    "MEAN_VARIANCE_NORMALIZATION1": lambda: kdml.MeanVarianceNormalization1Desc(
+        F32_4D, TD(DT.FLOAT32, (1, 2, 1, 1)), TD(DT.FLOAT32, (1, 2, 1, 1)), F32_4D, (2, 3), True, 1e-5),
 }
 IDS = [s.name for s in SPECS]
 FIELD_CASES = [(s, t) for s in SPECS for t in s.support.require(HIGHEST_FEATURE_LEVEL).tensors]

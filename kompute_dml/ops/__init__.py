@@ -8,7 +8,18 @@ from typing import TYPE_CHECKING, Any
 from ..dtypes import FeatureLevel
 from ..errors import invalid
 from ..registry import support_matrix as _support_matrix
-from . import activation, cast, dequantize, diagonal, dynamic_quantize, elementwise, gather, identity, matmul_integer
+from . import (
+    activation,
+    cast,
+    dequantize,
+    diagonal,
+    dynamic_quantize,
+    elementwise,
+    gather,
+    identity,
+    matmul_integer,
+    mean_variance_normalization,
+)
 from .activation import ActivationGeluDesc, ActivationSoftmax1Desc
 from .cast import CastDesc
 from .dequantize import ElementWiseDequantizeLinearDesc
@@ -29,6 +40,7 @@ from .elementwise import (
 from .gather import GatherDesc, GatherElementsDesc
 from .identity import ActivationIdentityDesc, CopyDesc
 from .matmul_integer import MatrixMultiplyIntegerToFloatDesc
+from .mean_variance_normalization import MeanVarianceNormalization1Desc
 from .spec import OperatorSpec, check_plans, onnx_placement
 
 if TYPE_CHECKING:
@@ -36,7 +48,7 @@ if TYPE_CHECKING:
 
 SPECS: tuple[OperatorSpec, ...] = (*identity.SPECS, *diagonal.SPECS, *matmul_integer.SPECS, *elementwise.SPECS,
                                   *cast.SPECS, *dequantize.SPECS, *gather.SPECS, *activation.SPECS,
-                                  *dynamic_quantize.SPECS)
+                                  *dynamic_quantize.SPECS, *mean_variance_normalization.SPECS)
 BY_DESC: dict[type, OperatorSpec] = {s.desc_type: s for s in SPECS}
 BY_NAME: dict[str, OperatorSpec] = {s.name: s for s in SPECS}
 COMPILERS: dict[type, Callable[[Device, Any], Any]] = {s.desc_type: s.compile for s in SPECS}
@@ -75,3 +87,4 @@ __all__ += ["ElementWiseDequantizeLinearDesc"]  # ops/dequantize.py
 __all__ += ["GatherDesc", "GatherElementsDesc"]  # ops/gather.py
 __all__ += ["ActivationGeluDesc", "ActivationSoftmax1Desc"]  # ops/activation.py
 __all__ += ["DynamicQuantizeLinearDesc"]  # ops/dynamic_quantize.py
+__all__ += ["MeanVarianceNormalization1Desc"]  # ops/mean_variance_normalization.py

@@ -257,6 +257,15 @@ DQL_QUANT = family("dql_quant", "dynamic_quantize.comp", "dql_quant_{t}_{o}{v}",
                    o=tuple(DQL_OUT_TYPES), v=("", "_v"),
                    defines=lambda t, o, v: {"STAGE": 3, "IN_BITS": EW_TYPES[t][0], "QMIN": DQL_OUT_TYPES[o][0],
                                             "QMAX": DQL_OUT_TYPES[o][1], "PACKED": int(v == "_v")})
+# ---- MEAN_VARIANCE_NORMALIZATION1 (ops/mean_variance_normalization.py, shaders/mvn.comp): a row per
+# 2^tpr_log2 invocations; offsets (elements), epsilon, flags (1 scale, 2 bias, 4 normalize
+# variance), the row length and the number of rows; "row" variants: the row's stride per tensor
+# and up to three outer dimensions (ksize: the inner two's sizes; per-tensor strides); "gen"
+# variants read any geometry from the operator's constant (binding 4) and ignore those members
+MVN_PUSH = block("x_off", "s_off", "b_off", "y_off", "eps:f32", "flags", "rlen", "tpr_log2", "nrows", "x_rs", "s_rs",
+                 "b_rs", "y_rs", "ksize[2]", "x_ks[3]", "s_ks[3]", "b_ks[3]", "y_ks[3]")
+MVN = family("mvn", "mvn.comp", "mvn_{t}_{layout}", MVN_PUSH, _L256, t=("f32", "f16"), layout=("row", "gen"),
+             defines=lambda t, layout: {"ELEM_BITS": EW_TYPES[t][0], "GEN": int(layout == "gen")})
 
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
@@ -264,6 +273,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_IF, CAST, DEQUANT, GATHER,
     GELU, SMX_FAST, SMX_GEN,
     DQL_MINMAX, DQL_PARAMS, DQL_QUANT,
+    MVN,
 )
 
 

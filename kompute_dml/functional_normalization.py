@@ -1,0 +1,173 @@
+"""Functional helpers of MEAN_VARIANCE_NORMALIZATION1 (ops/mean_variance_normalization.py,
+docs/mean_variance_normalization.md): mean-variance normalization over any axes, ONNX
+LayerNormalization, and com.microsoft SkipLayerNormalization as an addition then the
+normalization.
+
+Operands: kompute_dml Tensors or anything kompute_dml/inputs.py takes; Python numbers and lists
+given as scale / bias take x's data type. Scale and bias broadcast to x's shape with numpy's rules
+(stride-0 views: nothing is copied). The result is a new packed Tensor of x's shape and type from
+the device's buffer pool, or `out=` (that shape and type, any strides).
+
+The descriptor's dimension counts come from the device's feature level (1 to 8 from 3_1, exactly
+4 at 2_1 and 3_0): fewer dimensions get leading 1s; more are folded, merging neighbouring
+dimensions that are both reduced or both kept where every tensor's layout allows it (packed ones
+do), leading dimensions first; where no fold is left, UnsupportedError names the tensor whose
+layout prevents it. Below feature level 5_2 (scale and bias present together there) a missing
+scale is a device constant 1 and a missing bias 0, broadcast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import registry as reg
+from .constants import device_constant
+from .device import Device
+from .dtypes import FeatureLevel
+from .errors import UnsupportedError, invalid
+from .functional import _packed, check_out, compile_cached, pooled_empty
+from .functional_elementwise import _operands, add, broadcast_view
+from .ints import as_int, as_int_tuple
+from .memory import Tensor
+from .ops.mean_variance_normalization import MeanVarianceNormalization1Desc
+from .tensor_desc import TensorDesc
+
+_NAMES = ("x", "scale", "bias", "out")
+
+
+def _axes(axes: Any, r: int, field: str = "axes") -> tuple[int, ...]:
+    out = []
+    for i, a in enumerate(as_int_tuple(axes, field)):
+        if not -r <= a < r:
+            raise invalid(f"{field}[{i}]", f"must be in [{-r}, {r}) for x of rank {r}, got {a}")
+        out.append(a % r)
+    if len(set(out)) != len(out):
+        raise invalid(field, f"must be distinct, got {tuple(axes)}")
+    if not out:
+        raise invalid(field, "must name at least one axis")
+    return tuple(out)
+
+
+def _view(t: Tensor, sizes: list[int], strides: list[int]) -> Tensor:
+    d = t.desc
+    desc = TensorDesc(d.data_type, tuple(sizes), tuple(strides),
+                      guaranteed_base_offset_alignment=d.guaranteed_base_offset_alignment)
+    return Tensor.trusted(t.buffer, desc, t.offset)
+
+
+def _fit(tensors: list[Tensor | None], axes: tuple[int, ...], lo: int, hi: int) -> tuple[list[Tensor | None], tuple[int, ...]]:
+    """The tensors (all of one shape) seen with between lo and hi dimensions: leading 1s added,
+    or neighbours of one kind (reduced / kept) merged where every layout allows it, leading ones
+    first. UnsupportedError naming the blocking tensor where they cannot be."""
+    sizes = list(tensors[0].desc.sizes)  # type: ignore[union-attr]
+    strides = [list(t.desc.effective_strides) if t is not None else None for t in tensors]
+    red = [d in axes for d in range(len(sizes))]
+    while len(sizes) < lo:
+        sizes.insert(0, 1)
+        red.insert(0, False)
+        for st in strides:
+            if st is not None:
+                st.insert(0, 0)
+    blocked = None
+    while len(sizes) > hi:
+        for i in range(len(sizes) - 1):
+            if red[i] != red[i + 1]:
+                continue
+            stop = next((f for f, st in zip(_NAMES, strides)
+                         if st is not None and st[i] != st[i + 1] * sizes[i + 1]), None)
+            if stop is None:
+                break
+            blocked = blocked or stop
+        else:
+            why = (f"{blocked}'s strides merge no two neighbouring dimensions of one kind (both reduced or both kept)"
+                   if blocked else "no two neighbouring dimensions are both reduced or both kept")
+            n = tensors[0].desc.dimension_count  # type: ignore[union-attr]
+            raise UnsupportedError(f"{blocked or 'axes'}: MEAN_VARIANCE_NORMALIZATION1 takes {lo} to {hi} dimensions "
+                                   f"at this feature level and x's {n} do not fold to {hi}: {why}")
+        sizes[i:i + 2] = [sizes[i] * sizes[i + 1]]
+        del red[i]
+        for st in strides:
+            if st is not None:
+                st[i:i + 2] = [st[i + 1]]
+    views = [t if t is None or st is None or (st == list(t.desc.effective_strides) and len(sizes) == t.desc.dimension_count)
+             else _view(t, sizes, st) for t, st in zip(tensors, strides)]
+    return views, tuple(d for d in range(len(sizes)) if red[d])
+
+
+def mean_variance_normalization(x: Any, scale: Any = None, bias: Any = None, *, axes: Any = (-1,),
+                                normalize_variance: bool = True, epsilon: float = 1e-5, out: Tensor | None = None,
+                                device: Device | None = None) -> Tensor:
+    """(x - mean) / sqrt(variance + epsilon) * scale + bias, mean and (population) variance over
+    `axes` (negative ones count from the end); without `normalize_variance`, (x - mean) * scale +
+    bias. FLOAT32 / FLOAT16, computed in float32 (DML_MEAN_VARIANCE_NORMALIZATION1)."""
+    given = [(v, f) for v, f in zip((x, scale, bias), _NAMES) if v is not None]
+    dev, made = _operands(tuple(v for v, _ in given), tuple(f for _, f in given), device, slice(0, 1))
+    found = dict(zip((f for _, f in given), made))
+    xt = found["x"]
+    shape, dt = xt.desc.sizes, xt.desc.data_type
+    red = _axes(axes, len(shape))
+    st, bt = (broadcast_view(found[f], shape, f) if f in found else None for f in ("scale", "bias"))
+    level = dev.feature_level
+    if level < FeatureLevel.FL_5_2 and (st is None) != (bt is None):  # present together below 5_2
+        one = device_constant(dev, np.array([1 if st is None else 0], dt.numpy_dtype))
+        filler = broadcast_view(one, shape, "scale" if st is None else "bias")
+        st, bt = (filler, bt) if st is None else (st, filler)
+    if out is not None:
+        check_out(out, dev, shape, dt)
+        yt = out
+    else:
+        yt = pooled_empty(dev, _packed(dt, shape))
+    lo, hi = reg.MEAN_VARIANCE_NORMALIZATION1.require(level).tensor("input_tensor").dims
+    (xv, sv, bv, yv), red = _fit([xt, st, bt, yt], red, lo, hi)
+    assert xv is not None and yv is not None
+    desc = MeanVarianceNormalization1Desc(xv.desc, sv.desc if sv is not None else None,
+                                          bv.desc if bv is not None else None, yv.desc, red, normalize_variance,
+                                          epsilon)
+    compile_cached(dev, desc).execute([xv, sv, bv], [yv])
+    return yt
+
+
+def layer_norm(x: Any, scale: Any, bias: Any = None, *, axis: Any = -1, epsilon: float = 1e-5,
+               out: Tensor | None = None, device: Device | None = None) -> Tensor:
+    """ONNX LayerNormalization (its Y): normalized over dimensions axis..rank-1, times `scale`,
+    plus `bias`; scale and bias broadcast (numpy's rules) to those trailing dimensions,
+    x.shape[axis:]."""
+    given = [(v, f) for v, f in zip((x, scale, bias), _NAMES) if v is not None]
+    dev, made = _operands(tuple(v for v, _ in given), tuple(f for _, f in given), device, slice(0, 1))
+    found = dict(zip((f for _, f in given), made))
+    r = found["x"].desc.dimension_count
+    a = as_int(axis, "axis")
+    if not -r <= a < r:
+        raise invalid("axis", f"must be in [{-r}, {r}) for x of rank {r}, got {a}")
+    a %= r
+    trailing = found["x"].desc.sizes[a:]
+    for f in ("scale", "bias"):
+        t = found.get(f)
+        if t is None:
+            continue
+        ok = t.desc.dimension_count <= len(trailing) and all(
+            s in (1, w) for s, w in zip(t.desc.sizes[::-1], trailing[::-1]))
+        if not ok:
+            raise invalid(f, f"sizes {t.desc.sizes} do not broadcast to x's normalized dimensions {trailing} "
+                             f"(axis {a})")
+    return mean_variance_normalization(found["x"], found.get("scale"), found.get("bias"), axes=tuple(range(a, r)),
+                                       epsilon=epsilon, out=out, device=dev)
+
+
+def skip_layer_norm(x: Any, skip: Any, scale: Any, bias: Any = None, beta: Any = None, *, epsilon: float = 1e-12,
+                    sum_out: bool = False, out: Tensor | None = None,
+                    device: Device | None = None) -> Tensor | tuple[Tensor, Tensor]:
+    """com.microsoft SkipLayerNormalization as two operators: s = x + skip (+ bias) by
+    ELEMENT_WISE_ADD1 (numpy broadcasting; each addition rounded to the data type), then
+    layer_norm(s, scale, beta) over the last dimension (MEAN_VARIANCE_NORMALIZATION1). Returns the
+    normalized output, or (output, s) with `sum_out` (ONNX's input_skip_bias_sum)."""
+    s = add(x, skip, device=device)
+    if bias is not None:
+        s = add(s, bias, out=s)  # in place (ELEMENT_WISE_ADD1 allows it)
+    y = layer_norm(s, scale, beta, axis=-1, epsilon=epsilon, out=out, device=s.device)
+    return (y, s) if sum_out else y
+
+
+__all__ = ["layer_norm", "mean_variance_normalization", "skip_layer_norm"]
