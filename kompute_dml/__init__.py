@@ -19,6 +19,7 @@ from .functional_cast import cast
 from .functional_dequantize import dequantize_linear
 from .functional_elementwise import add, div, equal, greater_equal, isnan, logical_and, mul, sub, where
 from .functional_gather import gather, gather_elements
+from .functional_gemm import gemm, matmul
 from .functional_matmul import matmul_integer_to_float
 from .memory import Buffer, Tensor
 from .ops import (
@@ -43,6 +44,7 @@ from .ops.elementwise import (
     ElementWiseSubtractDesc,
 )
 from .ops.gather import GatherDesc, GatherElementsDesc
+from .ops.gemm import GemmDesc, MatrixTransform
 from .tensor_desc import TensorDesc, calc_buffer_tensor_size
 from .views import getitem as _getitem  # noqa: F401  (registers Tensor.__getitem__)
 
@@ -107,3 +109,5 @@ __all__ += ["CastDesc", "cast"]
 __all__ += ["ElementWiseDequantizeLinearDesc", "dequantize_linear"]
 # GATHER, GATHER_ELEMENTS (ops/gather.py) and their helpers (functional_gather.py)
 __all__ += ["GatherDesc", "GatherElementsDesc", "gather", "gather_elements"]
+# GEMM (ops/gemm.py) and its helpers (functional_gemm.py)
+__all__ += ["GemmDesc", "MatrixTransform", "gemm", "matmul"]

@@ -294,3 +294,11 @@ GATHER_ELEMENTS = OperatorSupport("GATHER_ELEMENTS", 107, tuple(
          ("output_tensor", "output", dims, _GATHER_DATA_2_1))
     for level, dims, idx in ((FL.FL_2_1, (4, 4), frozenset({D.UINT32})),
                              (FL.FL_3_0, (1, 8), frozenset({D.INT64, D.INT32, D.UINT64, D.UINT32})))))
+
+# ---- GEMM (kompute_dml/ops/gemm.py), from DML_GEMM_OPERATOR_DESC's page ------------------------
+# The page's two rows: 4 dimensions from 1_0, 2 to 4 from 4_0 ({[BatchCount], [ChannelCount], ...});
+# FLOAT32 and FLOAT16 for every tensor.
+GEMM = OperatorSupport("GEMM", 54, tuple(
+    _row(level, ("a_tensor", "input", dims, FLOATS), ("b_tensor", "input", dims, FLOATS),
+         ("c_tensor", "optional input", dims, FLOATS), ("output_tensor", "output", dims, FLOATS))
+    for level, dims in ((FL.FL_1_0, (4, 4)), (FL.FL_4_0, (2, 4)))))

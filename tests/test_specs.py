@@ -57,6 +57,9 @@ EXAMPLES = {
                                       TD(DT.FLOAT32, (1, 1, 5, 3)), axis=2, index_dimensions=1),
     "GATHER_ELEMENTS": lambda: kdml.GatherElementsDesc(TD(DT.FLOAT32, (1, 2, 4, 3)), TD(DT.UINT32, (1, 2, 5, 3)),
                                                        TD(DT.FLOAT32, (1, 2, 5, 3)), axis=2),
+    "GEMM": lambda: kdml.GemmDesc(TD(DT.FLOAT32, (1, 2, 4, 3)), TD(DT.FLOAT32, (1, 2, 5, 3)),
+                                  TD(DT.FLOAT32, (1, 2, 4, 5)), TD(DT.FLOAT32, (1, 2, 4, 5)), trans_b=1, alpha=0.5,
+                                  beta=2.0),
     "ELEMENT_WISE_IS_NAN": lambda: kdml.ElementWiseIsNanDesc(F32_4D, TD(DT.UINT8, (1, 2, 3, 4))),
     "ELEMENT_WISE_IF": lambda: kdml.ElementWiseIfDesc(TD(DT.UINT8, (1, 2, 3, 4)), *[TD(DT.FLOAT16, (1, 2, 3, 4))] * 3),
 }

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..dtypes import FeatureLevel
 from ..errors import invalid
 from ..registry import support_matrix as _support_matrix
-from . import cast, dequantize, diagonal, elementwise, gather, identity, matmul_integer
+from . import cast, dequantize, diagonal, elementwise, gather, gemm, identity, matmul_integer
 from .cast import CastDesc
 from .dequantize import ElementWiseDequantizeLinearDesc
 from .diagonal import DiagonalMatrix1Desc, DiagonalMatrixDesc
@@ -25,6 +25,7 @@ from .elementwise import (
     ElementWiseSubtractDesc,
 )
 from .gather import GatherDesc, GatherElementsDesc
+from .gemm import GemmDesc, MatrixTransform
 from .identity import ActivationIdentityDesc, CopyDesc
 from .matmul_integer import MatrixMultiplyIntegerToFloatDesc
 from .spec import OperatorSpec, check_plans, onnx_placement
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from ..device import Device
 
 SPECS: tuple[OperatorSpec, ...] = (*identity.SPECS, *diagonal.SPECS, *matmul_integer.SPECS, *elementwise.SPECS,
-                                  *cast.SPECS, *dequantize.SPECS, *gather.SPECS)
+                                  *cast.SPECS, *dequantize.SPECS, *gather.SPECS, *gemm.SPECS)
 BY_DESC: dict[type, OperatorSpec] = {s.desc_type: s for s in SPECS}
 BY_NAME: dict[str, OperatorSpec] = {s.name: s for s in SPECS}
 COMPILERS: dict[type, Callable[[Device, Any], Any]] = {s.desc_type: s.compile for s in SPECS}
@@ -70,3 +71,4 @@ __all__ += [  # ops/elementwise.py
 __all__ += ["CastDesc"]  # ops/cast.py
 __all__ += ["ElementWiseDequantizeLinearDesc"]  # ops/dequantize.py
 __all__ += ["GatherDesc", "GatherElementsDesc"]  # ops/gather.py
+__all__ += ["GemmDesc", "MatrixTransform"]  # ops/gemm.py
