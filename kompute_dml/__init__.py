@@ -20,6 +20,7 @@ from .functional_cast import cast
 from .functional_dequantize import dequantize_linear
 from .functional_elementwise import add, div, equal, greater_equal, isnan, logical_and, mul, sub, where
 from .functional_gather import gather, gather_elements
+from .functional_gemm import gemm, matmul
 from .functional_matmul import matmul_integer_to_float
 from .functional_normalization import layer_norm, mean_variance_normalization, skip_layer_norm
 from .functional_quantize import dynamic_quantize_linear
@@ -48,6 +49,7 @@ from .ops.elementwise import (
     ElementWiseSubtractDesc,
 )
 from .ops.gather import GatherDesc, GatherElementsDesc
+from .ops.gemm import GemmDesc, MatrixTransform
 from .ops.mean_variance_normalization import MeanVarianceNormalization1Desc
 from .tensor_desc import TensorDesc, calc_buffer_tensor_size
 from .views import getitem as _getitem  # noqa: F401  (registers Tensor.__getitem__)
@@ -119,3 +121,5 @@ __all__ += ["ActivationGeluDesc", "ActivationSoftmax1Desc", "gelu", "softmax"]
 __all__ += ["DynamicQuantizeLinearDesc", "dynamic_quantize_linear"]
 # MEAN_VARIANCE_NORMALIZATION1 (ops/mean_variance_normalization.py) and its helpers (functional_normalization.py)
 __all__ += ["MeanVarianceNormalization1Desc", "layer_norm", "mean_variance_normalization", "skip_layer_norm"]
+# GEMM (ops/gemm.py) and its helpers (functional_gemm.py)
+__all__ += ["GemmDesc", "MatrixTransform", "gemm", "matmul"]

@@ -153,6 +153,10 @@ class DevicePolicy:
     # from a constant computed at compile time (CONSTANT_BELOW); 0: never.
     constant_below: int = 0
     completion: str = "word"  # see COMPLETION
+    # How GEMM (ops/gemm.py) picks its output tile (32 x 32 or 64 x 64, contract.GEMM_BLOCKS):
+    # "work" (CPU devices) the one with the least padded work per unit of speed (GEMM_CPU_B4_RATE),
+    # "parallel" (GPUs) 64 x 64 only where enough such tiles keep the device busy (ops/gemm.py).
+    gemm_tiles: str = "work"
     # the forced matrix-product family ("auto": none): KDML_MATMUL_KERNEL when the policy was made
     matmul_kernel: str = field(default_factory=lambda: os.environ.get(MATMUL_KERNEL_ENV, "auto"))
 
@@ -209,6 +213,7 @@ class DevicePolicy:
             "transfer_below": self.transfer_below,
             "constant_below": self.constant_below,
             "completion": self.completion,
+            "gemm_tiles": self.gemm_tiles,
             "matmul_kernel": self.matmul_kernel,
             "matmul_table": self._table_text(),
         }
@@ -238,7 +243,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
             family = "gpu"
         policy = DevicePolicy(
             device_type, transfer_commands=False, matmul_family=family, capabilities=capabilities, memory_kernel="gpu",
-            transfer_below=GPU_TRANSFER_BELOW, constant_below=CONSTANT_BELOW,
+            transfer_below=GPU_TRANSFER_BELOW, constant_below=CONSTANT_BELOW, gemm_tiles="parallel",
         )
     if transfer_commands is None:
         env = os.environ.get("KDML_TRANSFER")

@@ -318,3 +318,10 @@ MEAN_VARIANCE_NORMALIZATION1 = OperatorSupport("MEAN_VARIANCE_NORMALIZATION1", 1
     _row(level, ("input_tensor", "input", dims, FLOATS), ("scale_tensor", "optional input", dims, FLOATS),
          ("bias_tensor", "optional input", dims, FLOATS), ("output_tensor", "output", dims, FLOATS))
     for level, dims in ((FL.FL_2_1, (4, 4)), (FL.FL_3_1, (1, 8)))))
+# ---- GEMM (kompute_dml/ops/gemm.py), from DML_GEMM_OPERATOR_DESC's page ------------------------
+# The page's two rows: 4 dimensions from 1_0, 2 to 4 from 4_0 ({[BatchCount], [ChannelCount], ...});
+# FLOAT32 and FLOAT16 for every tensor.
+GEMM = OperatorSupport("GEMM", 54, tuple(
+    _row(level, ("a_tensor", "input", dims, FLOATS), ("b_tensor", "input", dims, FLOATS),
+         ("c_tensor", "optional input", dims, FLOATS), ("output_tensor", "output", dims, FLOATS))
+    for level, dims in ((FL.FL_1_0, (4, 4)), (FL.FL_4_0, (2, 4)))))

@@ -16,6 +16,8 @@ from .values import _DEVICE_OPS, _DML_NUMPY, _FLOAT_OUT, _QUANT_TYPES, CPU, HOST
 
 HOST_REASON = "reads no input data: resolved on the host per input shape"
 VIEW_OPERATOR = "layout view"  # Reshape / Transpose / ...: a new desc, a copy only where needed
+# float-only operators (GEMM, the activations, the normalization): other types stay on the CPU
+_FLOAT_NODES = {"MatMul", "FusedMatMul", "Softmax", "Gelu", "LayerNormalization", "SkipLayerNormalization"}
 
 
 class GraphAnalysis:
@@ -142,6 +144,10 @@ class GraphAnalysis:
             dt = self._elem_dtype(node.input[0]) if node.input else None
             if dt is not None and dt != np.float32:
                 return f"input type {dt} is not float32"
+        elif t in _FLOAT_NODES:
+            dt = self._elem_dtype(node.input[0]) if node.input else None
+            if dt is not None and dt not in _FLOAT_OUT:
+                return f"type {dt} is not float32/float16"
         elif t in ("MatMulIntegerToFloat", "DynamicQuantizeMatMul"):
             qi = [0, 1] if t == "MatMulIntegerToFloat" else [1]
             for i in qi:

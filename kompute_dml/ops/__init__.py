@@ -16,6 +16,7 @@ from . import (
     dynamic_quantize,
     elementwise,
     gather,
+    gemm,
     identity,
     matmul_integer,
     mean_variance_normalization,
@@ -38,6 +39,7 @@ from .elementwise import (
     ElementWiseSubtractDesc,
 )
 from .gather import GatherDesc, GatherElementsDesc
+from .gemm import GemmDesc, MatrixTransform
 from .identity import ActivationIdentityDesc, CopyDesc
 from .matmul_integer import MatrixMultiplyIntegerToFloatDesc
 from .mean_variance_normalization import MeanVarianceNormalization1Desc
@@ -48,7 +50,7 @@ if TYPE_CHECKING:
 
 SPECS: tuple[OperatorSpec, ...] = (*identity.SPECS, *diagonal.SPECS, *matmul_integer.SPECS, *elementwise.SPECS,
                                   *cast.SPECS, *dequantize.SPECS, *gather.SPECS, *activation.SPECS,
-                                  *dynamic_quantize.SPECS, *mean_variance_normalization.SPECS)
+                                  *dynamic_quantize.SPECS, *mean_variance_normalization.SPECS, *gemm.SPECS)
 BY_DESC: dict[type, OperatorSpec] = {s.desc_type: s for s in SPECS}
 BY_NAME: dict[str, OperatorSpec] = {s.name: s for s in SPECS}
 COMPILERS: dict[type, Callable[[Device, Any], Any]] = {s.desc_type: s.compile for s in SPECS}
@@ -88,3 +90,4 @@ __all__ += ["GatherDesc", "GatherElementsDesc"]  # ops/gather.py
 __all__ += ["ActivationGeluDesc", "ActivationSoftmax1Desc"]  # ops/activation.py
 __all__ += ["DynamicQuantizeLinearDesc"]  # ops/dynamic_quantize.py
 __all__ += ["MeanVarianceNormalization1Desc"]  # ops/mean_variance_normalization.py
+__all__ += ["GemmDesc", "MatrixTransform"]  # ops/gemm.py

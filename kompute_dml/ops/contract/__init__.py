@@ -266,6 +266,20 @@ MVN_PUSH = block("x_off", "s_off", "b_off", "y_off", "eps:f32", "flags", "rlen",
                  "b_rs", "y_rs", "ksize[2]", "x_ks[3]", "s_ks[3]", "b_ks[3]", "y_ks[3]")
 MVN = family("mvn", "mvn.comp", "mvn_{t}_{layout}", MVN_PUSH, _L256, t=("f32", "f16"), layout=("row", "gen"),
              defines=lambda t, layout: {"ELEM_BITS": EW_TYPES[t][0], "GEN": int(layout == "gen")})
+# ---- GEMM (ops/gemm.py, shaders/gemm.comp): offsets in elements; M, N, K of op(A) x op(B); the
+# number of matrices (batch x channel) and channels; per tensor its batch, channel, row and column
+# strides in elements (A: m, k of op(A), B: k, n of op(B): a transposition is a swap of the two,
+# made on the host); alpha, beta; flags (GEMM_F_*). A variant per element type and register block
+# (BLK x BLK outputs per invocation, a 16 BLK x 16 BLK tile per work group of 16 x 16).
+GEMM_PUSH = block("a_off", "b_off", "c_off", "o_off", "m", "n", "k", "nmat", "nc", "a_sb", "a_sc", "a_sm", "a_sk",
+                  "b_sb", "b_sc", "b_sk", "b_sn", "c_sb", "c_sc", "c_sm", "c_sn", "o_sb", "o_sc", "o_sm", "o_sn",
+                  "alpha:f32", "beta:f32", "flags")
+GEMM_F_HAS_C = 1  # C is bound: Output = alpha * S + beta * C (else alpha * S)
+GEMM_F_A_MFAST = 2  # A's tile is staged with consecutive invocations on consecutive m (else k)
+GEMM_F_B_KFAST = 4  # B's tile is staged with consecutive invocations on consecutive k (else n)
+GEMM_BLOCKS = (2, 4)
+GEMM = family("gemm", "gemm.comp", "gemm_{t}_b{blk}", GEMM_PUSH, (16, 16, 1), t=("f32", "f16"), blk=GEMM_BLOCKS,
+              defines=lambda t, blk: {"F16": int(t == "f16"), "BLK": blk})
 
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
@@ -274,6 +288,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     GELU, SMX_FAST, SMX_GEN,
     DQL_MINMAX, DQL_PARAMS, DQL_QUANT,
     MVN,
+    GEMM,
 )
 
 

@@ -1,0 +1,189 @@
+"""The functional helpers of GEMM (ops/gemm.py, docs/gemm.md): `gemm` (ONNX Gemm, com.microsoft
+FusedMatMul's transA / transB / alpha) and `matmul` (numpy.matmul / ONNX MatMul), both on
+DML_GEMM_OPERATOR_DESC.
+
+Operands are kompute_dml Tensors or anything kompute_dml/inputs.py takes (numpy arrays, Python
+numbers and lists, CPU `__array__` / `__dlpack__` objects); Python data take the other operand's
+data type. A and B share one type, FLOAT32 or FLOAT16 (no promotion; other types are refused by
+the operator's table with UnsupportedError). Shapes follow numpy.matmul: the last two dimensions
+are the matrices (of op(A) and op(B) for gemm's transpositions), the leading ones broadcast
+against each other; a 1-D `a` is a row vector (1, K) and a 1-D `b` a column vector (K, 1), whose
+dimension is dropped from the result (both 1-D: the result has shape (1,), since kompute_dml
+tensors have at least one dimension); a transposition of a 1-D operand changes nothing. gemm's
+`c` broadcasts to the result's shape (numpy's rules, one way: the result's shape is that of the
+product).
+
+Every operand is bound where it lies, with the strides that express the broadcasting (0) and
+any layout it has: nothing is copied. The descriptor is 4-D (every feature level takes it): the
+result's leading dimensions are folded into DirectML's two (batch, channel) where every tensor's
+strides allow it (numpy's broadcasting and packed layouts always do up to two leading
+dimensions, and packed operands with any number); where they do not, UnsupportedError names the
+operand (`kdml.copy` it into a packed tensor first). The result is a new packed Tensor from the
+device's buffer pool, or `out=` (the result's shape and data type, any non-overlapping strides).
+A repeated call with the same operand layouts, flags and scalars reuses its compiled operator.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+
+from .device import Device
+from .errors import UnsupportedError, invalid
+from .functional import _packed, check_out, pooled_empty
+from .functional_elementwise import _operands
+from .layout import merge_dims
+from .memory import Tensor
+from .ops.gemm import GemmDesc, MatrixTransform, as_float32
+from .tensor_desc import TensorDesc
+
+PREPARED_CAPACITY = 512
+# (id(device), descs, flags, scalar bits, out desc) -> (device, compiled operator, the 4-D descs)
+_prepared: dict[Hashable, tuple[Device, Any, tuple[TensorDesc | None, ...], TensorDesc]] = {}
+
+
+def _bits(x: float) -> int:
+    return int(struct.unpack("<I", struct.pack("<f", x))[0])
+
+
+def _lay(sizes: tuple[int, ...], strides: tuple[int, ...], target: tuple[int, ...], field: str) -> list[int]:
+    """Strides laying a tensor of `sizes` over `target` (numpy broadcasting: right-aligned, size
+    1 or missing -> stride 0)."""
+    k = len(target) - len(sizes)
+    if k < 0:
+        raise invalid(field, f"shape {sizes} does not broadcast to {target}")
+    out = []
+    for i, t in enumerate(target):
+        s = sizes[i - k] if i >= k else 1
+        if s == t and t > 1:
+            out.append(strides[i - k])
+        elif s == 1:
+            out.append(0)
+        else:
+            raise invalid(field, f"shape {sizes} does not broadcast to {target}")
+    return out
+
+
+def _fold(batch: tuple[int, ...], strides: list[list[int]], fields: tuple[str, ...]) -> tuple[list[int], list[list[int]]]:
+    """The batch dimensions as DirectML's two (batch, channel): merged where contiguous in every
+    tensor (layout.merge_dims), padded with leading 1s; UnsupportedError naming the first operand
+    that keeps more than two."""
+    sizes, merged = merge_dims(batch, *strides)
+    if len(sizes) <= 2:
+        pad = 2 - len(sizes)
+        return [1] * pad + sizes, [[0] * pad + st for st in merged]
+    out = strides[-1]
+    culprit = next((f for f, st in zip(fields, strides) if len(merge_dims(batch, st, out)[0]) > 2), fields[0])
+    raise UnsupportedError(f"{culprit}: the batch dimensions {batch} do not fold into DirectML GEMM's two (batch, "
+                           f"channel) with this operand's strides (broadcast or strided across more than two of them); "
+                           f"kdml.copy it into a packed tensor first")
+
+
+def gemm(a: Any, b: Any, c: Any = None, *, trans_a: bool = False, trans_b: bool = False, alpha: float = 1.0,
+         beta: float = 1.0, out: Tensor | None = None, device: Device | None = None) -> Tensor:
+    """alpha * op(a) @ op(b) + beta * c on DML_GEMM (op: the transposition of the last two
+    dimensions where trans_a / trans_b); numpy.matmul's shapes and broadcasting, `c` (optional)
+    broadcast to the result. float32 accumulation; see docs/gemm.md for the order and bound."""
+    ta_flag = _flag(trans_a, "trans_a")
+    tb_flag = _flag(trans_b, "trans_b")
+    alpha_f, beta_f = as_float32(alpha, "alpha"), as_float32(beta, "beta")
+    values = (a, b) if c is None else (a, b, c)
+    names = ("a", "b", "c")[:len(values)]
+    dev, ts = _operands(values, names, device, typed=slice(0, 2))
+    ta, tb = ts[0], ts[1]
+    tc = ts[2] if c is not None else None
+    if out is not None and not isinstance(out, Tensor):
+        raise invalid("out", f"must be a kompute_dml Tensor, got {type(out).__name__}")
+    key = (id(dev), ta.desc, tb.desc, None if tc is None else tc.desc, ta_flag, tb_flag, _bits(alpha_f),
+           _bits(beta_f), None if out is None else out.desc)
+    hit = _prepared.get(key)
+    if hit is None or hit[0] is not dev:
+        hit = _prepare(dev, ta, tb, tc, ta_flag, tb_flag, alpha_f, beta_f, out)
+        if len(_prepared) >= PREPARED_CAPACITY:
+            _prepared.clear()
+        _prepared[key] = hit
+    _, op, descs, res_desc = hit
+    bound = [Tensor.trusted(t.buffer, d, t.offset) if t is not None and d is not None else None
+             for t, d in zip((ta, tb, tc), descs[:3])]
+    if out is None:
+        out = pooled_empty(dev, res_desc)
+    elif out.device is not dev:
+        raise invalid("out", "belongs to another Device")
+    op.execute(bound, [Tensor.trusted(out.buffer, descs[3], out.offset)])  # type: ignore[arg-type]
+    return out
+
+
+def matmul(a: Any, b: Any, *, out: Tensor | None = None, device: Device | None = None) -> Tensor:
+    """numpy.matmul (ONNX MatMul) on DML_GEMM: a @ b with numpy's broadcasting and 1-D rules
+    (FLOAT32 or FLOAT16; float32 accumulation, docs/gemm.md)."""
+    return gemm(a, b, out=out, device=device)
+
+
+def _flag(v: Any, field: str) -> bool:
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)) and int(v) in (0, 1):
+        return bool(v)
+    raise invalid(field, f"must be a bool (or DML_MATRIX_TRANSFORM 0 / 1), got {v!r}")
+
+
+def _prepare(dev: Device, ta: Tensor, tb: Tensor, tc: Tensor | None, trans_a: bool, trans_b: bool, alpha: float,
+             beta: float, out: Tensor | None) -> tuple[Device, Any, tuple[TensorDesc | None, ...], TensorDesc]:
+    da, db = ta.desc, tb.desc
+    dt = da.data_type
+    if db.data_type != dt:
+        raise invalid("b", f"data type must be a's ({dt.name}; GEMM's operands share one), got {db.data_type.name}")
+    sa, sta = da.sizes, da.effective_strides
+    sb, stb = db.sizes, db.effective_strides
+    a_vec, b_vec = len(sa) == 1, len(sb) == 1
+    if a_vec:  # a row vector (1, K): trans_a changes nothing
+        sa, sta, trans_a = (1, sa[0]), (0, sta[0]), False
+    if b_vec:  # a column vector (K, 1)
+        sb, stb, trans_b = (sb[0], 1), (stb[0], 0), False
+    m, k = (sa[-1], sa[-2]) if trans_a else (sa[-2], sa[-1])
+    kb, n = (sb[-1], sb[-2]) if trans_b else (sb[-2], sb[-1])
+    if kb != k:
+        raise invalid("b", f"shape {db.sizes}{' (transposed)' if trans_b else ''} does not multiply a's {da.sizes}"
+                           f"{' (transposed)' if trans_a else ''}: K {kb} != {k}")
+    try:
+        batch = tuple(int(x) for x in np.broadcast_shapes(sa[:-2], sb[:-2]))
+    except ValueError:
+        raise invalid("b", f"batch dimensions of {db.sizes} do not broadcast with a's {da.sizes}") from None
+    res = (*batch, *(() if a_vec else (m,)), *(() if b_vec else (n,))) or (1,)
+    res_desc = _packed(dt, res)
+    if out is not None:
+        check_out(out, dev, res, dt)
+    keep = [True] * len(batch) + [not a_vec, not b_vec]
+
+    def full(res_strides: list[int]) -> list[int]:
+        """Strides over (*batch, M, N) from strides over the result's shape (dropped dims: 0)."""
+        it = iter(res_strides)
+        return [next(it) if kp else 0 for kp in keep]
+
+    o_full = full(list((out.desc if out is not None else res_desc).effective_strides))
+    a_full = _lay(sa, sta, (*batch, *sa[-2:]), "a")
+    b_full = _lay(sb, stb, (*batch, *sb[-2:]), "b")
+    c_full = None
+    if tc is not None:
+        if tc.desc.data_type != dt:
+            raise invalid("c", f"data type must be a's ({dt.name}), got {tc.desc.data_type.name}")
+        c_full = full(_lay(tc.desc.sizes, tc.desc.effective_strides, res, "c"))
+    nb = len(batch)
+    strides = [a_full[:nb], b_full[:nb]] + ([c_full[:nb]] if c_full is not None else []) + [o_full[:nb]]
+    fields = ("a", "b", "c", "out") if c_full is not None else ("a", "b", "out")
+    bsz, bst = _fold(batch, strides, fields)
+    if c_full is None:
+        bst.insert(2, [0, 0])
+    a4 = TensorDesc(dt, (*bsz, *sa[-2:]), (*bst[0], *a_full[nb:]))
+    b4 = TensorDesc(dt, (*bsz, *sb[-2:]), (*bst[1], *b_full[nb:]))
+    c4 = TensorDesc(dt, (*bsz, m, n), (*bst[2], *c_full[nb:])) if c_full is not None else None
+    o4 = TensorDesc(dt, (*bsz, m, n), (*bst[3], *o_full[nb:]))
+    desc = GemmDesc(a4, b4, c4, o4, MatrixTransform(int(trans_a)), MatrixTransform(int(trans_b)), alpha, beta)
+    op = dev.compile(desc)
+    return dev, op, (a4, b4, c4, o4), res_desc
+
+
+__all__ = ["gemm", "matmul"]

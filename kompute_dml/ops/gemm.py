@@ -1,0 +1,254 @@
+"""DirectML's GEMM operator (DML_GEMM_OPERATOR_DESC): Output = alpha * op(A) x op(B) + beta * C
+for FLOAT32 and FLOAT16 tensors, op = the identity or a transposition of the last two dimensions.
+
+The page's rules: every tensor has one DataType and one DimensionCount (4 from 1_0; 2 to 4 from
+4_0: { [BatchCount], [ChannelCount], rows, columns }); A is {.., M, K} ({.., K, M} transposed),
+B {.., K, N} ({.., N, K} transposed), the output {.., M, N} and C, when present, the output's
+Sizes. The batch and channel sizes of A, B, C and the output are equal: an operand shared by
+every matrix is expressed by strides of 0 (DirectML's broadcasting), as are a C row or column
+repeated over the output. FusedActivation: None only (UnsupportedError naming the field).
+
+One dispatch (shaders/gemm.comp): every matrix of the batch, every tensor through its own strides
+and offset, float32 accumulation over k in increasing order by fma, the epilogue alpha * S +
+beta * C with each product and the sum rounded once (docs/gemm.md states the order and derives
+the error bound the tests check). Validation, in order: DML_BUFFER_TENSOR_DESC rules and the
+feature level's table (InvalidArgumentError / UnsupportedError naming the field), the fused
+activation, then the page's constraints and the scalar fields (InvalidArgumentError whose message
+starts with the field), then a non-overlapping output and 32-bit element addressing.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import registry as reg
+from ..dtypes import DataType
+from ..errors import UnsupportedError, invalid
+from ..ints import as_int, cdiv
+from ..layout import check_no_overlap
+from ..runtime import DispatchPlan
+from ..tensor_desc import TensorDesc
+from . import contract
+from .base import CompiledOperator, validate_tensors
+from .elementwise_plan import check_addressable
+from .spec import OnnxOp, OperatorSpec
+
+if TYPE_CHECKING:
+    from ..device import Device
+
+SUPPORT = reg.GEMM
+LOCAL = 256  # invocations per work group (16 x 16)
+# A 16 BLK x 16 BLK output tile per work group (contract.GEMM_BLOCKS), chosen by the policy's
+# `gemm_tiles` (choose_block). GPUs ("parallel"): the 64 x 64 tiles (BLK 4, 16 outputs per
+# invocation) where a problem has at least BIG_TILES_MIN of them and M, N > 32, else 32 x 32.
+# CPU devices ("work"): the tile with the least padded work divided by its speed: on lavapipe
+# (2 cores, llvmpipe 256-bit) the 64 x 64 tile computed 4.96-5.00 GFLOPS against 2.08-2.13 for
+# 32 x 32 at 256^3 (FLOAT32 / FLOAT16), 2.18 / 0.86 at 96 x 200 x 130, 3.30 / 1.40 on 16 matrices
+# of 128 x 32 x 128: CPU_B4_RATE.
+BIG_TILES_MIN = 64
+CPU_B4_RATE = 2.4
+_U32 = 1 << 32
+
+
+class MatrixTransform(IntEnum):
+    """DML_MATRIX_TRANSFORM (DirectML.h)."""
+
+    NONE = 0
+    TRANSPOSE = 1
+
+
+DML_MATRIX_TRANSFORM_NONE = MatrixTransform.NONE
+DML_MATRIX_TRANSFORM_TRANSPOSE = MatrixTransform.TRANSPOSE
+
+
+@dataclass(frozen=True)
+class GemmDesc:
+    """DML_GEMM_OPERATOR_DESC { ATensor, BTensor, CTensor (optional), OutputTensor, TransA,
+    TransB, Alpha, Beta, FusedActivation }: Output = alpha * TransA(A) x TransB(B) + beta * C
+    (C absent: alpha * TransA(A) x TransB(B); beta is then ignored). trans_a / trans_b are
+    DML_MATRIX_TRANSFORM values (MatrixTransform.NONE = 0, TRANSPOSE = 1); alpha and beta are
+    FLOATs (Python numbers rounded to float32; a finite value beyond float32's range is refused).
+    fused_activation must be None (kompute_dml implements no fused activation)."""
+
+    a_tensor: TensorDesc
+    b_tensor: TensorDesc
+    c_tensor: TensorDesc | None
+    output_tensor: TensorDesc
+    trans_a: int = MatrixTransform.NONE
+    trans_b: int = MatrixTransform.NONE
+    alpha: float = 1.0
+    beta: float = 1.0
+    fused_activation: Any = None
+
+
+def _transform(value: Any, field: str) -> bool:
+    v = as_int(value, field)
+    if v not in (MatrixTransform.NONE, MatrixTransform.TRANSPOSE):
+        raise invalid(field, f"must be DML_MATRIX_TRANSFORM_NONE (0) or DML_MATRIX_TRANSFORM_TRANSPOSE (1), got {v}")
+    return v == MatrixTransform.TRANSPOSE
+
+
+def as_float32(value: Any, field: str) -> float:
+    """A FLOAT field: a real number (not a bool) rounded to float32; InvalidArgumentError for
+    anything else and for a finite value that float32 cannot hold (it would become infinite)."""
+    if isinstance(value, (bool, np.bool_)) or (not isinstance(value, (int, float)) and not hasattr(value, "__float__")):
+        raise invalid(field, f"must be a real number (a float32 value), got {type(value).__name__}")
+    try:
+        x = float(value)
+        return float(struct.unpack("<f", struct.pack("<f", x))[0])
+    except (TypeError, ValueError) as e:
+        raise invalid(field, f"must be a real number (a float32 value), got {value!r}") from e
+    except OverflowError:
+        raise invalid(field, f"{value!r} is beyond float32's range (|x| < 3.4028235e38)") from None
+
+
+def pad4(desc: TensorDesc) -> tuple[list[int], list[int]]:
+    """Sizes and strides left-padded to 4 dimensions (batch, channel, rows, columns); a size-1
+    dimension's stride is 0."""
+    k = 4 - desc.dimension_count
+    sizes = [1] * k + list(desc.sizes)
+    strides = [0] * k + list(desc.effective_strides)
+    return sizes, [0 if s == 1 else st for s, st in zip(sizes, strides)]
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """What the plan needs: `nb` x `nc` matrices of op(A) M x K by op(B) K x N, and per tensor
+    its (batch, channel, row, column) strides in op() terms (A: b, c, m, k; B: b, c, k, n)."""
+
+    nb: int
+    nc: int
+    m: int
+    n: int
+    k: int
+    a_st: tuple[int, int, int, int]
+    b_st: tuple[int, int, int, int]
+    c_st: tuple[int, int, int, int]
+    o_st: tuple[int, int, int, int]
+
+
+def check_gemm(desc: GemmDesc) -> tuple[GemmShape, float, float]:
+    """The page's constraints and the scalar fields (after validate_tensors); the shape and
+    alpha, beta as float32 values."""
+    a, b, c, y = desc.a_tensor, desc.b_tensor, desc.c_tensor, desc.output_tensor
+    for f in ("b_tensor", "c_tensor", "output_tensor"):
+        t: TensorDesc | None = getattr(desc, f)
+        if t is None:
+            continue
+        if t.data_type != a.data_type:
+            raise invalid(f"{f}.data_type", f"must equal a_tensor's ({a.data_type.name}), got {t.data_type.name}")
+        if t.dimension_count != a.dimension_count:
+            raise invalid(f"{f}.sizes", f"dimension count must equal a_tensor's ({a.dimension_count}), "
+                                        f"got {t.dimension_count}")
+    ta, tb = _transform(desc.trans_a, "trans_a"), _transform(desc.trans_b, "trans_b")
+    alpha, beta = as_float32(desc.alpha, "alpha"), as_float32(desc.beta, "beta")
+    *batch_a, a0, a1 = a.sizes
+    *batch_b, b0, b1 = b.sizes
+    m, k = (a1, a0) if ta else (a0, a1)
+    kb, n = (b1, b0) if tb else (b0, b1)
+    if kb != k:
+        dim = len(b.sizes) - (1 if tb else 2)
+        raise invalid("b_tensor.sizes", f"K (size {dim}{', trans_b' if tb else ''}) must equal a_tensor's K ({k}"
+                                        f"{', trans_a' if ta else ''}), got {kb}")
+    if batch_b != batch_a:
+        raise invalid("b_tensor.sizes", f"batch and channel sizes must equal a_tensor's {tuple(batch_a)} (an operand "
+                                        f"shared by every matrix has stride 0 there), got {tuple(batch_b)}")
+    want = (*batch_a, m, n)
+    if y.sizes != want:
+        raise invalid("output_tensor.sizes", f"must be {want} (a_tensor's batch sizes, M, N), got {y.sizes}")
+    if c is not None and c.sizes != y.sizes:
+        raise invalid("c_tensor.sizes", f"must equal output_tensor's {y.sizes} (broadcast with stride 0), got {c.sizes}")
+    check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
+    sz, a_st = pad4(a)
+    b_st = pad4(b)[1]
+    if ta:
+        a_st[2], a_st[3] = a_st[3], a_st[2]
+    if tb:
+        b_st[2], b_st[3] = b_st[3], b_st[2]
+    c_st = pad4(c)[1] if c is not None else [0, 0, 0, 0]
+    o_st = pad4(y)[1]
+    shape = GemmShape(sz[0], sz[1], m, n, k, tuple(a_st), tuple(b_st), tuple(c_st), tuple(o_st))  # type: ignore[arg-type]
+    return shape, alpha, beta
+
+
+def gemm_grid(total: int, limits: Any) -> tuple[int, int, int]:
+    """`total` work groups as an (x, y, z) grid within the device's maxComputeWorkGroupCount; the
+    shader folds it back (L = x + X (y + Y z)) and returns at once past `total`."""
+    mx, my, mz = (int(v) for v in limits)
+    gx = min(total, mx, 65535)
+    rest = cdiv(total, gx)
+    gy = min(rest, my)
+    gz = cdiv(rest, gy)
+    gy = cdiv(rest, gz)  # balanced: no more idle groups than needed
+    gx = cdiv(total, gy * gz)
+    if gz > mz or gx * gy * gz >= _U32:
+        raise UnsupportedError(f"a_tensor.sizes: {total} work groups exceed the device's dispatch grid "
+                               f"(maxComputeWorkGroupCount {tuple(limits)})")
+    return (gx, gy, gz)
+
+
+def choose_block(rule: str, m: int, n: int, nmat: int) -> int:
+    """BLK (outputs per invocation per side) for M x N outputs of `nmat` matrices (see BIG_TILES_MIN)."""
+    if rule == "work":
+        small = cdiv(m, 32) * cdiv(n, 32) * 32 * 32
+        big = cdiv(m, 64) * cdiv(n, 64) * 64 * 64
+        return 4 if big < small * CPU_B4_RATE else 2
+    tiles64 = cdiv(m, 64) * cdiv(n, 64) * nmat
+    return 4 if tiles64 >= BIG_TILES_MIN and min(m, n) > 32 else 2
+
+
+def plan_gemm(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, beta: float) -> DispatchPlan:
+    dt = desc.a_tensor.data_type
+    blk = choose_block(device.policy.gemm_tiles, shape.m, shape.n, shape.nb * shape.nc)
+    tile = 16 * blk
+    total = cdiv(shape.m, tile) * cdiv(shape.n, tile) * shape.nb * shape.nc
+    if total >= 1 << 31:
+        raise UnsupportedError(f"a_tensor.sizes: {total} tiles of {tile} x {tile} exceed the shader's 31-bit count")
+    a_st, b_st = shape.a_st, shape.b_st
+    # stage along the unit stride: A by m where m is contiguous (a transposed A), B by k where
+    # k is contiguous (a transposed B)
+    flags = contract.GEMM_F_HAS_C if desc.c_tensor is not None else 0
+    if shape.m > 1 and a_st[2] == 1 and not (shape.k > 1 and a_st[3] == 1):
+        flags |= contract.GEMM_F_A_MFAST
+    if shape.k > 1 and b_st[2] == 1 and not (shape.n > 1 and b_st[3] == 1):
+        flags |= contract.GEMM_F_B_KFAST
+    values: dict[str, Any] = dict(a_off=0, b_off=0, c_off=0, o_off=0, m=shape.m, n=shape.n, k=shape.k,
+                                  nmat=shape.nb * shape.nc, nc=shape.nc, alpha=alpha,
+                                  beta=beta if desc.c_tensor is not None else 0.0, flags=flags)
+    for p, st in (("a", a_st), ("b", b_st), ("c", shape.c_st), ("o", shape.o_st)):
+        names = ("sb", "sc", "sm", "sk") if p == "a" else ("sb", "sc", "sk", "sn") if p == "b" else ("sb", "sc", "sm", "sn")
+        values.update({f"{p}_{nm}": s for nm, s in zip(names, st)})
+    size = dt.size
+    fam = contract.GEMM
+    return DispatchPlan(
+        variant=fam.name(t="f16" if dt == DataType.FLOAT16 else "f32", blk=blk),
+        bindings=(0, 1, 2, 3),
+        push=fam.pack(**values),
+        groups=gemm_grid(total, device.limits["max_compute_work_group_count"]),
+        writes=(3,),
+        offset_slots=fam.slots(a_off=(0, size), b_off=(1, size), c_off=(2, size), o_off=(3, size)),
+    )
+
+
+def compile_gemm(device: Device, desc: GemmDesc) -> CompiledOperator:
+    validate_tensors(SUPPORT, device.feature_level, desc, SUPPORT.fields, SUPPORT.outputs)
+    act = desc.fused_activation
+    if act is not None:
+        raise UnsupportedError(f"fused_activation: GEMM with a fused activation is not supported by kompute_dml "
+                               f"(FusedActivation must be None), got {type(act).__name__}")
+    shape, alpha, beta = check_gemm(desc)
+    descs = [getattr(desc, f) for f in SUPPORT.fields]
+    present = [(f, d) for f, d in zip(SUPPORT.fields, descs) if d is not None]
+    check_addressable([f for f, _ in present], [d for _, d in present])
+    plan = plan_gemm(device, desc, shape, alpha, beta)
+    return CompiledOperator(device, desc, SUPPORT, SUPPORT.inputs, SUPPORT.outputs, [plan])
+
+
+# ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
+SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM,), helpers=("gemm", "matmul"),
+                      onnx=(OnnxOp("MatMul", "", "matmul"), OnnxOp("FusedMatMul", "com.microsoft", "gemm"))),)
