@@ -227,4 +227,4 @@ def compile_mean_variance_normalization1(device: Device, desc: MeanVarianceNorma
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (OperatorSpec(MeanVarianceNormalization1Desc, reg.MEAN_VARIANCE_NORMALIZATION1,
                       compile_mean_variance_normalization1, (contract.MVN,),
-                      helpers=("mean_variance_normalization", "layer_norm")),)
+                      helpers=("mean_variance_normalization", "layer_norm", "skip_layer_norm")),)
