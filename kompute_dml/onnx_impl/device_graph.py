@@ -49,6 +49,7 @@ class PlanContext:
         self._refs: collections.Counter[int] = collections.Counter()
         self._by_id: dict[int, kdml.Buffer] = {}
         self.allocated = 0
+        self.memo: dict[int, Any] = {}  # results handlers share within the plan (handlers.py)
 
     # ---- the BackendRep methods handlers use ----------------------------------------
     def host(self, value: Any, stats: RunStats) -> Any:

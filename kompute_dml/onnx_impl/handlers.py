@@ -294,8 +294,16 @@ def _h_dqmm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunSta
         raise FallbackNeeded(f"b_scale type {_value_dtype(b_s)} is not float32")
     if _value_dtype(b) not in _QUANT_TYPES:
         raise FallbackNeeded(f"B type {_value_dtype(b)} is not int8/uint8")
-    # A quantized with ONNX Runtime's CPU kernel's parameters, on the device where A is not empty
-    q, scale, zp = _quantize(rep, a, an, stats)
+    # A quantized with ONNX Runtime's CPU kernel's parameters, on the device where A is not empty;
+    # once per value (a transformer's Q, K and V products share their A)
+    memo = rep.memo
+    hit = memo.get(id(a)) if isinstance(a, DeviceValue) else None
+    if hit is not None and hit[0] is a:
+        q, scale, zp = hit[1]
+    else:
+        q, scale, zp = _quantize(rep, a, an, stats)
+        if isinstance(a, DeviceValue):
+            memo[id(a)] = (a, (q, scale, zp))
     return [_mm_integer_to_float(rep, node, q, None, b, bn or "", scale, None, b_s, b_sn or "", zp, None, b_zp,
                                  b_zpn, bias, bias_n, stats)]
 

@@ -68,6 +68,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self._slot = 0
         self._run_lock = threading.Lock()
         self._run_uploads: dict[tuple[Any, ...], list[kdml.Tensor]] = {}
+        self.memo: dict[int, Any] = {}
         self._device_constants: dict[str, DeviceValue] = {}
         self.declared_types = self._infer_types(model)
 
@@ -255,6 +256,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         feeds = self._normalize_inputs(inputs)
         self._feeds_now = set(feeds)
         self._run_uploads = {}
+        self.memo: dict[int, Any] = {}  # results handlers share within this run (handlers.py)
         plan = self._plan_for(feeds, stats) if self.graph_mode else None
         if plan is not None:
             tv = time.perf_counter()

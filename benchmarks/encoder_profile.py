@@ -1,0 +1,66 @@
+"""Device time per node type of an encoder run through the ONNX backend (Device.profile: one
+timestamp per dispatch of the run's one submission), beside the run's wall time.
+
+    python benchmarks/encoder_profile.py [--model minilm|bert256] [--shape 8x128] [--top 20]
+
+`minilm` is benchmarks/minilm.py's fused model (KDML_MINILM_DIR names a bundle); `bert256` the
+random BERT of benchmarks/encoder_speed.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import encoder_speed  # noqa: E402
+
+from kompute_dml.onnx_backend import Backend  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="minilm", choices=encoder_speed.MODELS)
+    ap.add_argument("--shape", type=encoder_speed.parse_shapes, default=encoder_speed.parse_shapes("8x128"))
+    ap.add_argument("--top", type=int, default=20)
+    args = ap.parse_args()
+    (batch, seq), = args.shape
+    model = encoder_speed.load_model(args.model)
+    rep = Backend.prepare(str(model.path), "CPU")
+    rng = np.random.default_rng(0)
+    feeds = encoder_speed.bert_models.random_feeds(batch, seq, model.vocab, rng)
+    for _ in range(3):
+        rep.run(feeds)
+    walls = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        rep.run(feeds)
+        walls.append((time.perf_counter() - t0) * 1e3)
+    with rep.device.profile() as p:
+        rep.run(feeds)
+    by_op: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
+    for r in p.rows:
+        node_type = r.scope.split(" ")[1] if " " in r.scope else r.scope
+        by_op[f"{node_type} -> {r.operator}"][0] += r.microseconds
+        by_op[f"{node_type} -> {r.operator}"][1] += 1
+    total = p.total_us()
+    print(f"{args.model} {batch}x{seq}: wall median {statistics.median(walls):.2f} ms over 10 runs; "
+          f"device time {total / 1e3:.2f} ms in {len(p.rows)} dispatches (profiled: one timestamp each)")
+    print(f"{'node -> operator':<58} {'us':>9} {'share':>6} {'dispatches':>10}")
+    for name, (us, n) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[:args.top]:
+        print(f"{name[:58]:<58} {us:>9.1f} {us / total:>6.1%} {n:>10}")
+    variants: dict[str, float] = collections.defaultdict(float)
+    for r in p.rows:
+        variants[r.variant] += r.microseconds
+    print("slowest variants: " + ", ".join(f"{v} {us:.0f} us" for v, us in sorted(variants.items(),
+                                                                                 key=lambda kv: -kv[1])[:8]))
+
+
+if __name__ == "__main__":
+    main()
