@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import encoder_speed  # noqa: E402
+import encoder_speed
 
-from kompute_dml.onnx_backend import Backend  # noqa: E402
+from kompute_dml.onnx_backend import Backend
 
 
 def main() -> None:
