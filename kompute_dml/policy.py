@@ -48,6 +48,11 @@ FEATURES_ENV = "KDML_FEATURES"
 # 256 KiB 20.3 / 20.2 and 21.7 / 21.3; 1 MiB 20.2 / 22.1 and 20.4 / 22.1; 16 MiB 26.6 / 61.6.
 # `--sequences`: a barrier + 16 KiB copy sequence 16.8 us, barrier + dispatch 18.4-18.6.
 GPU_TRANSFER_BELOW = 256 * 1024
+# ... and only with at most this many row regions: a copy of many short rows is slow as transfer
+# commands (H100, `benchmarks/encoder_profile.py --shape 1x16`, MiniLM's head merge, a (1, 16,
+# 12, 32) transposed FLOAT32 copy of 192 regions of 128 bytes: 1,615 us for six of them, where
+# a row-copy dispatch takes a few us).
+GPU_TRANSFER_REGIONS = 4
 # Packed outputs of at most this many bytes that depend on the descriptor alone (DIAGONAL_MATRIX,
 # DIAGONAL_MATRIX1 without input) are copied from a constant the operator computes when it
 # compiles (DevicePolicy.constant_below, ops/diagonal_constant.py), on every device. Eager
@@ -149,6 +154,7 @@ class DevicePolicy:
     # `transfer_commands` is False: a small vkCmdCopyBuffer completes sooner than a dispatch
     # (H100: see GPU_TRANSFER_BELOW), while large ones run at a fraction of a shader's speed.
     transfer_below: int = 0
+    transfer_regions: int = 0  # the most row regions such a small copy may have (0: any)
     # Outputs that depend on the descriptor alone, packed, of at most this many bytes: copied
     # from a constant computed at compile time (CONSTANT_BELOW); 0: never.
     constant_below: int = 0
@@ -200,9 +206,11 @@ class DevicePolicy:
             return (KernelCandidate(choice), *gpu_tail) if choice != "wide" else gpu_tail
         return (KernelCandidate(choice),)  # cpu, cpu-ssbo, gpu: always plan
 
-    def copies_by_transfer(self, nbytes: int) -> bool:
-        """Whether a dense copy writing `nbytes` runs as transfer commands."""
-        return self.transfer_commands or nbytes <= self.transfer_below
+    def copies_by_transfer(self, nbytes: int, regions: int = 1) -> bool:
+        """Whether a dense copy writing `nbytes` in `regions` row regions runs as transfer commands."""
+        if self.transfer_commands:
+            return True
+        return nbytes <= self.transfer_below and (not self.transfer_regions or regions <= self.transfer_regions)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -211,6 +219,7 @@ class DevicePolicy:
             "matmul_family": self.matmul_family,
             "memory_kernel": self.memory_kernel,
             "transfer_below": self.transfer_below,
+            "transfer_regions": self.transfer_regions,
             "constant_below": self.constant_below,
             "completion": self.completion,
             "gemm_tiles": self.gemm_tiles,
@@ -243,7 +252,8 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
             family = "gpu"
         policy = DevicePolicy(
             device_type, transfer_commands=False, matmul_family=family, capabilities=capabilities, memory_kernel="gpu",
-            transfer_below=GPU_TRANSFER_BELOW, constant_below=CONSTANT_BELOW, gemm_tiles="parallel",
+            transfer_below=GPU_TRANSFER_BELOW, transfer_regions=GPU_TRANSFER_REGIONS, constant_below=CONSTANT_BELOW,
+            gemm_tiles="parallel",
         )
     if transfer_commands is None:
         env = os.environ.get("KDML_TRANSFER")

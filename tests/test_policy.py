@@ -249,3 +249,26 @@ def test_matmul_kernel_environment_is_read_once(dev, monkeypatch):
         assert d.compile(_texel_desc()).variants == ["mmi_gpu_8"] != auto
     finally:
         d.close()
+
+
+def test_small_copies_go_to_transfer_commands_only_with_few_regions():
+    gpu = policy_for("discrete-gpu", frozenset(), LIMITS, transfer_commands=None)
+    assert gpu.copies_by_transfer(4096) and gpu.copies_by_transfer(4096, regions=4)
+    assert not gpu.copies_by_transfer(4096, regions=192)  # a head merge's many short rows: a shader
+    assert not gpu.copies_by_transfer(16 << 20)
+    cpu = policy_for("cpu", frozenset(), LIMITS, transfer_commands=True)
+    assert cpu.copies_by_transfer(4096, regions=192)
+
+
+def test_a_many_row_copy_runs_as_a_shader_on_a_gpu_policy():
+    from kompute_dml.ops.identity import plan_copy
+    from kompute_dml.runtime import TransferPlan
+
+    src = kdml.TensorDesc(kdml.DataType.FLOAT32, (1, 16, 12, 32), (6144, 32, 512, 1))  # a transposed view
+    dst = kdml.TensorDesc(kdml.DataType.FLOAT32, (1, 16, 12, 32))
+    gpu = policy_for("discrete-gpu", frozenset(), LIMITS, transfer_commands=None)
+    plans = plan_copy(src, dst, 65535, lambda regions: gpu.copies_by_transfer(dst.byte_size, regions), "gpu")
+    assert not any(isinstance(p, TransferPlan) for p in plans)
+    packed = kdml.TensorDesc(kdml.DataType.FLOAT32, (1, 16, 12, 32))
+    plans = plan_copy(packed, dst, 65535, lambda regions: gpu.copies_by_transfer(dst.byte_size, regions), "gpu")
+    assert isinstance(plans[0], TransferPlan)

@@ -10,7 +10,7 @@ their preconditions hold.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import invalid
 from ..ints import cdiv
@@ -56,15 +56,15 @@ class CompiledCopy(CompiledOperator):
 
 
 def plan_copy(
-    src: TensorDesc, dst: TensorDesc, max_groups: int = 65535, transfers: bool = False, kernel: str = "cpu"
+    src: TensorDesc, dst: TensorDesc, max_groups: int = 65535, transfers: Any = False, kernel: str = "cpu"
 ) -> list[DispatchPlan | TransferPlan]:
     """Dispatches copying every element of src (binding 0) to dst (binding 1): a transfer
-    copy when rows are contiguous in both (and `transfers`), else compute shaders of the
-    `kernel` family (DevicePolicy.memory_kernel)."""
+    copy when rows are contiguous in both and `transfers(regions)` (or `transfers` is True),
+    else compute shaders of the `kernel` family (DevicePolicy.memory_kernel)."""
     width = dst.data_type.size
     if transfers:
         t = plan_copy_transfer(dst.sizes, src.effective_strides, dst.effective_strides, width)
-        if t is not None:
+        if t is not None and (transfers is True or transfers(len(t.regions))):
             return [t]
     if kernel == "gpu":
         gpu = plan_copy_gpu(src, dst, max_groups)
@@ -120,9 +120,10 @@ def _compile(device: Device, desc: ActivationIdentityDesc | CopyDesc, support: O
     if i.sizes != o.sizes:
         raise invalid("output_tensor.sizes", f"must equal input_tensor's {i.sizes}, got {o.sizes}")
     check_no_overlap(o.sizes, o.effective_strides, "output_tensor")
+    policy = device.policy
     plans = plan_copy(
-        i, o, device.limits["max_compute_work_group_count"][0], device.policy.copies_by_transfer(o.byte_size),
-        device.policy.memory_kernel,
+        i, o, device.limits["max_compute_work_group_count"][0],
+        lambda regions: policy.copies_by_transfer(o.byte_size, regions), policy.memory_kernel,
     )
     return CompiledCopy(device, desc, support, ("input_tensor",), ("output_tensor",), plans)
 
