@@ -60,6 +60,8 @@ class Row:
     seq: int
     ort_ms: float = float("nan")
     ours_first_ms: float = float("nan")
+    first_plan_ms: float = float("nan")  # of which: planning the input signature's program
+    first_pipelines: int = 0  # pipelines the first run created
     ours_ms: float = float("nan")
     vulkan_ms: float = float("nan")
     cpu_ms: float = float("nan")
@@ -230,9 +232,12 @@ def bench_model(model: Model, shapes: list[tuple[int, int]], repeat: int, seed: 
         ref = sess.run(None, feeds)[0]
         row.ort_ms = _median_ms(lambda f=feeds: sess.run(None, f), repeat)
 
+        created = rep.device.stats()["pipelines_created"]
         t0 = time.perf_counter()
         out = rep.run(feeds)[0]
         row.ours_first_ms = (time.perf_counter() - t0) * 1e3
+        row.first_plan_ms = getattr(rep.last_run, "plan_seconds", 0.0) * 1e3
+        row.first_pipelines = rep.device.stats()["pipelines_created"] - created
         row.ours_ms = _median_ms(lambda f=feeds: rep.run(f), repeat)
         st = rep.last_run
         row.vulkan_ms, row.cpu_ms = st.vulkan_seconds * 1e3, st.cpu_seconds * 1e3
@@ -248,7 +253,8 @@ def bench_model(model: Model, shapes: list[tuple[int, int]], repeat: int, seed: 
             row.torch_note = torch_runner.note
         rows.append(row)
         print(f"  {model.name} {b}x{s}: onnxruntime {row.ort_ms:.2f} ms, kompute_dml {row.ours_ms:.2f} ms "
-              f"(first {row.ours_first_ms:.0f} ms)" + (f", torch {row.torch_ms:.2f} ms" if row.torch_ms else ""),
+              f"(first {row.ours_first_ms:.0f} ms: planning {row.first_plan_ms:.0f} ms, "
+              f"{row.first_pipelines} pipelines created)" + (f", torch {row.torch_ms:.2f} ms" if row.torch_ms else ""),
               flush=True)
     rep.release()
     return rows, meta

@@ -324,6 +324,11 @@ class RecordedProgram:
         self.dispatch_count = count
         self._replay: Any = None
 
+    @property
+    def work(self) -> list[Work]:
+        """The recorded executions: (plans, bound tensors) each."""
+        return self._work
+
     def run(self, wait: bool = True) -> Submission | None:
         engine = self.device.engine
         if not self.dispatch_count:

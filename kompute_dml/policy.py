@@ -155,6 +155,10 @@ class DevicePolicy:
     # (H100: see GPU_TRANSFER_BELOW), while large ones run at a fraction of a shader's speed.
     transfer_below: int = 0
     transfer_regions: int = 0  # the most row regions such a small copy may have (0: any)
+    # Whether the ONNX backend creates, at a model's first run, the pipelines of the variants
+    # other input shapes may pick (onnx_impl/device_graph.py): GPUs, where that makes a new
+    # sequence length's first run cheap; not lavapipe, whose pipeline compiles take seconds.
+    prepare_siblings: bool = False
     # Outputs that depend on the descriptor alone, packed, of at most this many bytes: copied
     # from a constant computed at compile time (CONSTANT_BELOW); 0: never.
     constant_below: int = 0
@@ -220,6 +224,7 @@ class DevicePolicy:
             "memory_kernel": self.memory_kernel,
             "transfer_below": self.transfer_below,
             "transfer_regions": self.transfer_regions,
+            "prepare_siblings": self.prepare_siblings,
             "constant_below": self.constant_below,
             "completion": self.completion,
             "gemm_tiles": self.gemm_tiles,
@@ -253,7 +258,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
         policy = DevicePolicy(
             device_type, transfer_commands=False, matmul_family=family, capabilities=capabilities, memory_kernel="gpu",
             transfer_below=GPU_TRANSFER_BELOW, transfer_regions=GPU_TRANSFER_REGIONS, constant_below=CONSTANT_BELOW,
-            gemm_tiles="parallel",
+            gemm_tiles="parallel", prepare_siblings=True,
         )
     if transfer_commands is None:
         env = os.environ.get("KDML_TRANSFER")

@@ -174,3 +174,29 @@ def test_models_with_cpu_nodes_keep_the_hybrid_path(rng):
     x = rng.standard_normal(4).astype(np.float32)
     (y,) = rep.run({"x": x})
     np.testing.assert_array_equal(y, np.maximum(x, 0) + x)
+
+
+def test_shape_siblings_are_prepared_where_the_policy_says(rng, monkeypatch):
+    """On a policy that prepares them, a model's first plan creates the pipelines of the
+    variants another sequence length picks (softmax's per-row-length variants): a new length's
+    first run then creates none."""
+    import dataclasses
+
+    from kompute_dml.ops.contract import SMX_FAST
+
+    assert set(SMX_FAST.siblings("smx_f32_l8_k4")) >= {"smx_f32_l8_k1", "smx_f32_l32_k8"}
+    assert not any(v.startswith("smx_f16") for v in SMX_FAST.siblings("smx_f32_l8_k4"))
+    model = _model([helper.make_node("Softmax", ["x"], ["y"])], [helper.make_tensor_value_info("x", T.FLOAT, ["n", "m"])],
+                   [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    rep = Backend.prepare(model, "CPU")
+    dev = rep.device
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, prepare_siblings=True))
+    monkeypatch.setattr(dev.engine, "prepared_variants", set())
+    rep.run({"x": rng.standard_normal((3, 5)).astype(np.float32)})
+    created = dev.stats()["pipelines_created"]
+    for m in (17, 100, 300):
+        x = rng.standard_normal((3, m)).astype(np.float32)
+        (y,) = rep.run({"x": x})
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+    assert dev.stats()["pipelines_created"] == created

@@ -16,6 +16,7 @@ handler code serves both, and a handler that needs a device value on the host wh
 from __future__ import annotations
 
 import collections
+import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -176,6 +177,7 @@ class GraphPlan:
                     ctx.drop(v)
         self.program = rec.compile()
         self.ctx = ctx
+        self.siblings_prepared = _prepare_siblings(rep.device, self.program) if rep.device.policy.prepare_siblings else 0
         self.outputs = [(name, lookup(name)) for name in rep.output_names]
         self.dispatches = self.program.dispatch_count
         self.plan_seconds = time.perf_counter() - t0
@@ -204,6 +206,42 @@ class GraphPlan:
     @property
     def device_bytes(self) -> int:
         return self.ctx.allocated
+
+
+# A family with more variants than this is not expanded (the integer products' tile families: their
+# variant is chosen from the matrix sizes the model's weights fix, not from the sequence length).
+_SIBLING_FAMILY_MAX = 32
+
+
+def _prepare_siblings(device: kdml.Device, program: Any) -> int:
+    """Create the pipelines of the variants another input shape of this program's operators may
+    pick (ShaderFamily.siblings: softmax's lanes and elements per lane, GEMM's tile), once per
+    device: a first run of a new sequence length then compiles nothing (they persist on disk too:
+    runtime/disk_cache.py). Returns how many were created now."""
+    from kompute_dml.ops.spec import family_of  # the spec layer owns the variant -> family map
+    from kompute_dml.runtime import DispatchPlan
+
+    engine = device.engine
+    done = engine.prepared_variants
+    created = 0
+    for plans, _bound in program.work:
+        for plan in plans:
+            if not isinstance(plan, DispatchPlan) or plan.variant in done:
+                continue
+            done.add(plan.variant)
+            fam = family_of(plan.variant)
+            if fam is None or len(fam.variants) > _SIBLING_FAMILY_MAX:
+                continue
+            for v in fam.siblings(plan.variant):
+                if v in done:
+                    continue
+                done.add(v)
+                try:
+                    engine.prepare(dataclasses.replace(plan, variant=v))
+                    created += 1
+                except kdml.DMLError:
+                    continue  # a variant the device cannot run (capabilities): never picked here
+    return created
 
 
 def _dml_types() -> set[np.dtype]:

@@ -355,6 +355,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         try:
             plan: GraphPlan | None = GraphPlan(self, feeds, stats)
             stats.planned = True
+            stats.plan_seconds = plan.plan_seconds
         except (FallbackNeeded, kdml.UnsupportedError) as e:
             plan = None
             self.plan_refusal = str(e)

@@ -95,6 +95,7 @@ class RunStats:
     runtime_fallbacks: int = 0
     submissions: int = 0  # whole-graph device programs submitted (device_graph.py)
     planned: bool = False  # this run planned its input signature's program
+    plan_seconds: float = 0.0  # time planning it took (part of total_seconds)
     vulkan_seconds: float = 0.0
     cpu_seconds: float = 0.0
     host_seconds: float = 0.0  # nodes resolved on the host (host_eval.py)

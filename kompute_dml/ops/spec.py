@@ -106,6 +106,11 @@ def check_plans(spec: OperatorSpec, plans: Sequence[Any], capabilities: frozense
                                 f"shaders/{fam.source} declares {fam.words} (kompute_dml/ops/contract, {fam.key})")
 
 
+def family_of(variant: str) -> ShaderFamily | None:
+    """The shader family that names `variant` (None: no family does)."""
+    return _FAMILY_OF.get(variant)
+
+
 def onnx_placement(specs: Sequence[OperatorSpec]) -> dict[tuple[str, str], tuple[str, str, int]]:
     """(ONNX op type, domain) -> (operator name, kdml helper, the operator's lowest feature level)."""
     out: dict[tuple[str, str], tuple[str, str, int]] = {}

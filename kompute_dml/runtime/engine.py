@@ -127,6 +127,9 @@ class Engine:
         self.staging = Staging(self.manager, self.guarded)
         self._host: weakref.WeakValueDictionary[int, HostMemory] = weakref.WeakValueDictionary()
         self.inflight = InFlight(self.guarded)
+        # Variants whose pipelines were created ahead of their first use (the ONNX backend's
+        # shape siblings, onnx_impl/device_graph.py)
+        self.prepared_variants: set[str] = set()
         # Device.capture(): per thread, the Recording that executions go into instead of running
         self._capture = threading.local()
         self.profile: Profile | None = None  # set while Device.profile() is open

@@ -171,6 +171,17 @@ class ShaderFamily:
     def variants(self) -> tuple[str, ...]:
         return tuple(self.template.format(**c) for c in self._combos())
 
+    def siblings(self, variant: str, keep: frozenset[str] = frozenset({"t", "i", "o", "bits", "z"})) -> tuple[str, ...]:
+        """The variants that differ from `variant` only in parameters chosen by shape (tile,
+        lanes, per-lane elements: not the data types, `keep`): what another shape of the same
+        operator may dispatch (the ONNX backend creates their pipelines ahead of time)."""
+        combos = self._combos()
+        mine = next((c for c in combos if self.template.format(**c) == variant), None)
+        if mine is None:
+            return ()
+        return tuple(self.template.format(**c) for c in combos
+                     if all(c[k] == mine[k] for k in mine if k in keep) and c != mine)
+
     def name(self, **values: object) -> str:
         """The variant for these parameter values; ValueError for a value the family lacks."""
         allowed = dict(self.params)
