@@ -229,9 +229,6 @@ def bench_model(model: Model, shapes: list[tuple[int, int]], repeat: int, seed: 
     for b, s in shapes:
         feeds = bert_models.random_feeds(b, s, model.vocab, np.random.default_rng([seed, b, s]))
         row = Row(model.name, b, s)
-        ref = sess.run(None, feeds)[0]
-        row.ort_ms = _median_ms(lambda f=feeds: sess.run(None, f), repeat)
-
         created = rep.device.stats()["pipelines_created"]
         t0 = time.perf_counter()
         out = rep.run(feeds)[0]
@@ -244,7 +241,12 @@ def bench_model(model: Model, shapes: list[tuple[int, int]], repeat: int, seed: 
         row.uploads, row.downloads, row.cpu_segments = st.uploads, st.downloads, st.cpu_segments
         row.submissions = getattr(st, "submissions", None)
         row.vulkan_nodes, row.runtime_fallbacks = st.vulkan_nodes, st.runtime_fallbacks
+        # onnxruntime after ours: its intra-op threads spin for a while after each run and
+        # would take cores from our host thread; a pause lets the previous shape's go idle
+        ref = sess.run(None, feeds)[0]
+        row.ort_ms = _median_ms(lambda f=feeds: sess.run(None, f), repeat)
         row.max_abs_vs_ort = float(np.abs(out.astype(np.float64) - ref).max())
+        time.sleep(0.5)
 
         if torch_runner.module is not None:
             row.torch_ms, row.torch_copy_ms, t_out = torch_runner.time(feeds, repeat)

@@ -84,7 +84,9 @@ class PlanContext:
         if free:
             buf = free.pop()
         else:
-            buf = self.device.buffer(size)
+            # not zeroed (no fill submission per buffer): every output is written before a
+            # later node reads it, and bytes past an output are never read
+            buf = kdml.Buffer(self.device, size, zeroed=False)
             self._owned.add(id(buf))
             self._by_id[id(buf)] = buf
             self.allocated += size

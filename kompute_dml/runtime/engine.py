@@ -145,8 +145,9 @@ class Engine:
         if self.closed:
             raise DeviceError("the device has been closed")
 
-    def allocate(self, words: int) -> DeviceMemory:
-        """`words` zeroed 32-bit words of device memory (no host copy), under the budget."""
+    def allocate(self, words: int, zeroed: bool = True) -> DeviceMemory:
+        """`words` zeroed 32-bit words of device memory (no host copy), under the budget;
+        `zeroed=False` skips the fill (and its submission): contents undefined until written."""
         nbytes = words * 4
         with self.lock:
             self.check_open()
@@ -155,7 +156,8 @@ class Engine:
             self.budget.check(nbytes)
             try:
                 tensor = self.manager.kdml_storage(words)
-                self._transfer_ops([kp.OpFillRegions(tensor, [0, nbytes], 0)])
+                if zeroed:
+                    self._transfer_ops([kp.OpFillRegions(tensor, [0, nbytes], 0)])
             except MemoryError as e:
                 raise OutOfMemoryError(f"could not allocate {nbytes} bytes: {e}") from e
             except RuntimeError as e:  # kp's C++ exceptions, or the fill's DeviceError
