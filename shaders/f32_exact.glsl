@@ -120,6 +120,48 @@ uint f32_div_bits(uint a, uint b) {
     return f32_div_long(a, b);
 }
 
+// a * b for finite non-zero a and b, correctly rounded, subnormal operands and results included
+// (the 48-bit product of the significands by umulExtended, one rounding to the result's precision)
+uint f32_mul_bits(uint a, uint b) {
+    uint s = (a ^ b) & 0x80000000u;
+    uint ma, mb;
+    int xa, xb;
+    f32_unpack(a & 0x7FFFFFFFu, ma, xa);
+    f32_unpack(b & 0x7FFFFFFFu, mb, xb);
+    uint hi, lo;
+    umulExtended(ma, mb, hi, lo);  // P = ma * mb in [2^46, 2^48): hi holds bits 32..47
+    int top = hi >= 0x8000u ? 47 : 46;
+    int e = xa + xb + top - 46;  // |a * b| = P * 2^(e - top)
+    int shift = top - 23;  // keep 24 significant bits ...
+    if (e < -126) shift += -126 - e;  // ... or the subnormal grid's
+    if (shift > 49) return s;  // below half the smallest subnormal
+    uint q, rem_hi, rem_lo, half_hi, half_lo;
+    if (shift >= 32) {
+        uint k = uint(shift - 32);
+        q = hi >> k;
+        rem_hi = hi & ((1u << k) - 1u);
+        rem_lo = lo;
+    } else {
+        q = (hi << uint(32 - shift)) | (lo >> uint(shift));
+        rem_hi = 0u;
+        rem_lo = lo & ((1u << uint(shift)) - 1u);
+    }
+    if (shift >= 33) {
+        half_hi = 1u << uint(shift - 33);
+        half_lo = 0u;
+    } else {
+        half_hi = 0u;
+        half_lo = 1u << uint(shift - 1);
+    }
+    bool above = rem_hi > half_hi || (rem_hi == half_hi && rem_lo > half_lo);
+    bool tie = rem_hi == half_hi && rem_lo == half_lo;
+    if (above || (tie && (q & 1u) != 0u)) q += 1u;
+    // normal: the exponent field plus the significand with its implicit one (a carry to 2^24
+    // moves into the exponent); subnormal: the significand alone (2^23 is the smallest normal)
+    uint bits = e >= -126 ? (uint(e + 126) << 23) + q : q;
+    return s | min(bits, F32_INF);
+}
+
 // |a| + |b| (neither a NaN)
 uint f32_add_abs_bits(uint a, uint b) {
     a &= 0x7FFFFFFFu;

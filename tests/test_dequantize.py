@@ -186,3 +186,18 @@ def test_levels_accept_what_their_table_lists():
             d.compile(desc)
         finally:
             d.close()
+
+
+def test_subnormal_scales_and_products_are_correctly_rounded(dev, rng):
+    """Scales and products in and around the subnormal range take the integer-code product
+    (shaders/f32_exact.glsl f32_mul_bits): every bit as the reference's, on devices that flush
+    subnormals too."""
+    n = 4096
+    x = rng.integers(-(2 ** 31), 2 ** 31, n, dtype=np.int64).astype(np.int32)
+    x[:64] = rng.integers(-3, 4, 64)
+    sub = rng.integers(1, 1 << 23, n // 2, dtype=np.int64).astype(np.uint32).view(np.float32)
+    tiny = (2.0 ** rng.uniform(-160, -100, n - n // 2)).astype(np.float32)
+    s = np.concatenate([sub, tiny]) * np.where(rng.random(n) < 0.5, -1, 1).astype(np.float32)
+    got = kdml.dequantize_linear(x, s, device=dev).numpy()
+    exp = dequantize_ref(x, s, None, DT.FLOAT32)
+    assert got.view(np.uint32).tolist() == exp.view(np.uint32).tolist()
