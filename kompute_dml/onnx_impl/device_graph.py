@@ -45,11 +45,17 @@ class PlanContext:
         self.rep = rep
         self.device = rep.device
         self.kept: list[Any] = []  # buffers uploaded for this plan (host-known values)
+        # Every plan of a model draws on the same buffers (rep.plan_buffers, by size class): runs
+        # of one model never overlap (BackendRep.run holds a lock and waits), so another input
+        # signature's plan reuses them, allocating only what it needs beyond them.
+        self._shared: dict[int, list[kdml.Buffer]] = rep.plan_buffers
         self._free: dict[int, list[kdml.Buffer]] = collections.defaultdict(list)
-        self._owned: set[int] = set()  # ids of this plan's reusable buffers
-        self._refs: collections.Counter[int] = collections.Counter()
         self._by_id: dict[int, kdml.Buffer] = {}
-        self.allocated = 0
+        for size, bufs in self._shared.items():
+            self._free[size] = list(bufs)
+            self._by_id.update((id(b), b) for b in bufs)
+        self._refs: collections.Counter[int] = collections.Counter()
+        self.allocated = 0  # bytes this plan added to the shared buffers
         self.memo: dict[int, Any] = {}  # results handlers share within the plan (handlers.py)
 
     # ---- the BackendRep methods handlers use ----------------------------------------
@@ -87,7 +93,7 @@ class PlanContext:
             # not zeroed (no fill submission per buffer): every output is written before a
             # later node reads it, and bytes past an output are never read
             buf = kdml.Buffer(self.device, size, zeroed=False)
-            self._owned.add(id(buf))
+            self._shared.setdefault(size, []).append(buf)
             self._by_id[id(buf)] = buf
             self.allocated += size
         return kdml.Tensor.trusted(buf, desc, 0)
@@ -105,7 +111,7 @@ class PlanContext:
             return
         key = id(value.tensor.buffer)
         self._refs[key] -= 1
-        if self._refs[key] <= 0 and key in self._owned:
+        if self._refs[key] <= 0 and key in self._by_id:
             del self._refs[key]
             buf = self._by_id[key]
             self._free[buf.nbytes].append(buf)

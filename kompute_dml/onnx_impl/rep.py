@@ -88,6 +88,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self.graph_mode = all(t[0] != CPU for t in self._placement_static)
         self._plans: collections.OrderedDict[Any, GraphPlan | None] = collections.OrderedDict()
         self.plan_capacity = 8
+        self.plan_buffers: dict[int, list[kdml.Buffer]] = {}  # shared by the plans (device_graph.py)
         self.plan_refusal = ""
 
 

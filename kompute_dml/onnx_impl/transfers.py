@@ -32,6 +32,8 @@ class ValueTransfers:
     _run_lock: threading.Lock
     _run_uploads: dict[tuple[Any, ...], list[kdml.Tensor]]
     _device_constants: dict[str, DeviceValue]
+    _plans: Any
+    plan_buffers: dict[int, Any]
 
     # ---- values ------------------------------------------------------------------
     def _constant_host(self, name: str) -> np.ndarray:
@@ -132,3 +134,5 @@ class ValueTransfers:
         with self._run_lock:
             self._arena.clear()
             self._device_constants.clear()
+            self._plans.clear()  # whole-graph programs (device_graph.py) and their buffers
+            self.plan_buffers.clear()
