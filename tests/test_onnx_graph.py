@@ -220,3 +220,23 @@ def test_plans_share_buffers_and_match_node_by_node_bit_for_bit(rng):
             assert g.dtype == w.dtype and np.array_equal(g.view(np.uint8), w.view(np.uint8))
         sizes.append(sum(len(v) for v in graph.plan_buffers.values()))
     assert sizes[3] == sizes[2] and sizes[-1] == sizes[-2]  # a signature seen before allocates nothing
+
+
+@pytest.mark.parametrize(("ta", "tb", "with_c"), [(0, 0, True), (1, 0, True), (0, 1, False), (1, 1, True)])
+def test_onnx_gemm_runs_on_gemm(rng, ta, tb, with_c):
+    m, k, n = 5, 7, 3
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    c = rng.standard_normal((n,)).astype(np.float32)
+    node = helper.make_node("Gemm", ["a", "b", "c"] if with_c else ["a", "b"], ["y"], transA=ta, transB=tb,
+                            alpha=0.5, beta=2.0)
+    model = _model([node], [helper.make_tensor_value_info(x, T.FLOAT, None) for x in "ab"] +
+                   ([helper.make_tensor_value_info("c", T.FLOAT, None)] if with_c else []),
+                   [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    rep = Backend.prepare(model, "CPU")
+    assert rep.placement[0].operator == "GEMM"
+    feeds = {"a": a, "b": b, **({"c": c} if with_c else {})}
+    (y,) = rep.run(feeds)
+    want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (b.T if tb else b)) + (2.0 * c if with_c else 0)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    assert rep.last_run.submissions == 1

@@ -17,7 +17,7 @@ from .values import _DEVICE_OPS, _DML_NUMPY, _FLOAT_OUT, _QUANT_TYPES, CPU, HOST
 HOST_REASON = "reads no input data: resolved on the host per input shape"
 VIEW_OPERATOR = "layout view"  # Reshape / Transpose / ...: a new desc, a copy only where needed
 # float-only operators (GEMM, the activations, the normalization): other types stay on the CPU
-_FLOAT_NODES = {"MatMul", "FusedMatMul", "Softmax", "Gelu", "LayerNormalization", "SkipLayerNormalization"}
+_FLOAT_NODES = {"MatMul", "Gemm", "FusedMatMul", "Softmax", "Gelu", "LayerNormalization", "SkipLayerNormalization"}
 
 
 class GraphAnalysis:

@@ -145,7 +145,24 @@ def _h_fused_matmul(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats
                    float(_attr(node, "alpha", 1.0)))
 
 
+def _h_gemm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """ONNX Gemm: alpha * op(A) op(B) + beta * C (2-D A and B; C broadcast to the result)."""
+    dt = _floats(node, [v for v in ins if v is not None])
+    a, b = (as_device(rep, ins[i], stats, node.input[i]) for i in range(2))
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise ValueError(f"Gemm {node.name!r}: A and B must be 2-D, got {a.shape} and {b.shape}")
+    ta, tb = bool(_attr(node, "transA", 0)), bool(_attr(node, "transB", 0))
+    m = a.shape[1] if ta else a.shape[0]
+    n = b.shape[0] if tb else b.shape[1]
+    c = _dev(rep, node, ins, 2, stats) if len(ins) > 2 else None
+    out = rep.out_tensor((m, n), dt)
+    y = kdml.gemm(a.tensor, b.tensor, c, trans_a=ta, trans_b=tb, alpha=float(_attr(node, "alpha", 1.0)),
+                  beta=float(_attr(node, "beta", 1.0)), out=out, device=rep.device)
+    return [DeviceValue(y, (m, n), dt)]
+
+
 NN_HANDLERS = {
+    "Gemm": _h_gemm,
     "LayerNormalization": _h_layer_norm,
     "SkipLayerNormalization": _h_skip_layer_norm,
     "Softmax": _h_softmax,

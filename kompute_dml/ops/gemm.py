@@ -251,4 +251,5 @@ def compile_gemm(device: Device, desc: GemmDesc) -> CompiledOperator:
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM,), helpers=("gemm", "matmul"),
-                      onnx=(OnnxOp("MatMul", "", "matmul"), OnnxOp("FusedMatMul", "com.microsoft", "gemm"))),)
+                      onnx=(OnnxOp("MatMul", "", "matmul"), OnnxOp("Gemm", "", "gemm"),
+                            OnnxOp("FusedMatMul", "com.microsoft", "gemm"))),)
