@@ -43,6 +43,21 @@ def matmul_from_peer_module(quick: bool) -> list[dict[str, Any]] | None:
     return [dict(r) for r in rows] if rows else []
 
 
+def encoders_from_peer_module(argv: list[str]) -> int | None:
+    """benchmarks/encoder_speed.py's main(argv) (the ONNX backend on whole encoders against
+    onnxruntime CPU and PyTorch CUDA float16), when the source tree has it."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "encoder_speed.py"
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location("_kdml_bench_encoders", path)
+    if spec is None or spec.loader is None:
+        return None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return int(mod.main(argv))
+
+
 def _error_row(spec: RowSpec, e: Exception) -> dict[str, Any]:
     """A row whose set-up failed: one broken operator must not hide the others' figures."""
     return {"op": spec.op, "dtype": spec.dtype, "shape": list(spec.shape), "metric": spec.metric, "amount": 0,
@@ -107,6 +122,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     "the GPU rows' code on a machine without one)")
     ap.add_argument("--device", default="0", help=HELP)
     ap.add_argument("--no-transfers", action="store_true", help="leave out the transfers and first-call sections")
+    ap.add_argument("--encoders", metavar="SHAPES", nargs="?", const="1x16,8x128,64x256", default=None,
+                    help="also run whole encoders through the ONNX backend (benchmarks/encoder_speed.py: MiniLM "
+                         "where its model or KDML_MINILM_DIR is there, a random BERT of hidden 256 where torch is) "
+                         "at these BATCHxSEQUENCE shapes (default 1x16,8x128,64x256)")
     ap.add_argument("--latency-here", action="store_true", help="time the latency section in this process, not in "
                     "one process per side (python -m kompute_dml.bench.latency_proc)")
     return ap.parse_args(argv)
@@ -237,6 +256,13 @@ def main(argv: list[str] | None = None) -> int:
         transfers.render(console, "first calls against the same call repeated (median)", first)
     write_outputs(console, result, args.json, args.markdown, args.plot)
     console.print(f"{result['seconds']:.1f} s")
+    if args.encoders:
+        enc = ["--shapes", args.encoders, "--repeat", str(max(rounds, 5))]
+        if args.json:
+            enc += ["--json", str(Path(args.json).with_suffix(".encoders.json"))]
+        console.print("encoders end to end (benchmarks/encoder_speed.py " + " ".join(enc) + ")")
+        if encoders_from_peer_module(enc) is None:
+            console.print("encoders: n/a (benchmarks/encoder_speed.py is not in this installation's source tree)")
     return 0
 
 
