@@ -33,6 +33,11 @@ def _min_rank(dev: Device, support: reg.OperatorSupport, field: str) -> int:
     return row.tensor(field).dims[0] if row is not None else 1
 
 
+def _device(device: Device | None, out: Any) -> Device | None:
+    """`device`, else out's device (the operands may all be host data)."""
+    return device if device is not None or not isinstance(out, Tensor) else out.device
+
+
 def _view(t: Tensor, n: int) -> Tensor:
     d = _padded(t.desc, n)
     return t if d is t.desc else Tensor(t.buffer, d, t.offset)
@@ -59,7 +64,7 @@ def join(tensors: Sequence[Any], axis: Any = 0, *, out: Tensor | None = None,
     if isinstance(tensors, (str, bytes)) or not isinstance(tensors, Sequence) or not tensors:
         raise invalid("tensors", "must be a non-empty sequence of tensors")
     names = tuple(f"tensors[{i}]" for i in range(len(tensors)))
-    dev, ts = _operands(tuple(tensors), names, device)
+    dev, ts = _operands(tuple(tensors), names, _device(device, out))
     r = ts[0].desc.dimension_count
     dt = ts[0].desc.data_type
     for name, t in zip(names, ts):
@@ -92,7 +97,7 @@ def slice1(x: Any, offsets: Any, sizes: Any, strides: Any, *, out: Tensor | None
            device: Device | None = None) -> Tensor:
     """DML_SLICE1: output[c] = x[start + strides * c] with start[i] = offsets[i] (+ sizes[i] - 1
     where strides[i] < 0), every element the window reaches (the rules: ops/join.Slice1Desc)."""
-    dev, (t,) = _operands((x,), ("x",), device)
+    dev, (t,) = _operands((x,), ("x",), _device(device, out))
     r = t.desc.dimension_count
     vals = []
     for name, v in (("offsets", offsets), ("sizes", sizes), ("strides", strides)):
@@ -157,7 +162,7 @@ def onnx_slice(x: Any, starts: Any, ends: Any, axes: Any = None, steps: Any = No
     """ONNX Slice (opset 10+): starts / ends / axes / steps as the node's inputs, clamped as ONNX
     clamps them against x's sizes, run as one SLICE1. An empty result raises UnsupportedError
     (kompute_dml tensors have at least one element)."""
-    dev, (t,) = _operands((x,), ("x",), device)
+    dev, (t,) = _operands((x,), ("x",), _device(device, out))
     offsets, sizes, strides, shape = onnx_slice_window(t.desc.sizes, starts, ends, axes, steps)
     if 0 in shape:
         raise UnsupportedError(f"onnx_slice: the result of shape {shape} is empty")
