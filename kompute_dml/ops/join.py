@@ -71,7 +71,7 @@ def _limits(device: Device) -> tuple[int, object, str]:
 
 def compile_join(device: Device, desc: JoinDesc) -> CompiledOperator:
     support = reg.JOIN
-    if not isinstance(desc.input_tensors, tuple):
+    if desc.input_tensors is not None and not isinstance(desc.input_tensors, tuple):
         raise invalid("input_tensors", f"must be a tuple of TensorDesc, got {type(desc.input_tensors).__name__}")
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     y = desc.output_tensor
