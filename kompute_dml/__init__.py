@@ -20,8 +20,8 @@ from .functional_cast import cast
 from .functional_dequantize import dequantize_linear
 from .functional_elementwise import add, div, equal, greater_equal, isnan, logical_and, mul, sub, where
 from .functional_gather import gather, gather_elements
-from .functional_join import join, onnx_slice, slice1
 from .functional_gemm import gemm, matmul
+from .functional_join import join, onnx_slice, slice1
 from .functional_matmul import matmul_integer_to_float
 from .functional_normalization import layer_norm, mean_variance_normalization, skip_layer_norm
 from .functional_quantize import dynamic_quantize_linear
@@ -50,8 +50,8 @@ from .ops.elementwise import (
     ElementWiseSubtractDesc,
 )
 from .ops.gather import GatherDesc, GatherElementsDesc
-from .ops.join import JoinDesc, Slice1Desc
 from .ops.gemm import GemmDesc, MatrixTransform
+from .ops.join import JoinDesc, Slice1Desc
 from .ops.mean_variance_normalization import MeanVarianceNormalization1Desc
 from .tensor_desc import TensorDesc, calc_buffer_tensor_size
 from .views import getitem as _getitem  # noqa: F401  (registers Tensor.__getitem__)

@@ -23,7 +23,7 @@ from .errors import UnsupportedError, invalid
 from .functional import _packed, check_out, compile_cached, pooled_empty
 from .functional_elementwise import _operands
 from .functional_gather import _axis, _padded
-from .ints import as_int, as_int_tuple
+from .ints import as_int_tuple
 from .memory import Tensor
 from .ops.join import JoinDesc, Slice1Desc
 
@@ -106,10 +106,11 @@ def slice1(x: Any, offsets: Any, sizes: Any, strides: Any, *, out: Tensor | None
             raise invalid(name, f"must hold {r} values (x's rank), got {len(v)}")
         vals.append(v)
     o, s, st = vals
-    for i in range(r):
-        if s[i] < 1 or st[i] == 0:  # the descriptor's own checks name the rule; the shape needs these
-            what = "sizes" if s[i] < 1 else "strides"
-            raise invalid(what, f"[{i}] must be {'>= 1' if what == 'sizes' else 'non-zero'}, got {vals[1 if what == 'sizes' else 2][i]}")
+    for i in range(r):  # the output shape needs these; the descriptor checks the rest
+        if s[i] < 1:
+            raise invalid("sizes", f"[{i}] must be >= 1 (the window may not be empty), got {s[i]}")
+        if st[i] == 0:
+            raise invalid("strides", f"[{i}] may not be 0")
     shape = tuple(1 + (s[i] - 1) // abs(st[i]) for i in range(r))
     return _slice(dev, t, o, s, st, shape, out)
 
