@@ -21,6 +21,7 @@ from .functional_dequantize import dequantize_linear
 from .functional_elementwise import add, div, equal, greater_equal, isnan, logical_and, mul, sub, where
 from .functional_gather import gather, gather_elements
 from .functional_gemm import gemm, matmul
+from .functional_join import join, onnx_slice, slice1
 from .functional_matmul import matmul_integer_to_float
 from .functional_normalization import layer_norm, mean_variance_normalization, skip_layer_norm
 from .functional_quantize import dynamic_quantize_linear
@@ -50,6 +51,7 @@ from .ops.elementwise import (
 )
 from .ops.gather import GatherDesc, GatherElementsDesc
 from .ops.gemm import GemmDesc, MatrixTransform
+from .ops.join import JoinDesc, Slice1Desc
 from .ops.mean_variance_normalization import MeanVarianceNormalization1Desc
 from .tensor_desc import TensorDesc, calc_buffer_tensor_size
 from .views import getitem as _getitem  # noqa: F401  (registers Tensor.__getitem__)
@@ -115,6 +117,8 @@ __all__ += ["CastDesc", "cast"]
 __all__ += ["ElementWiseDequantizeLinearDesc", "dequantize_linear"]
 # GATHER, GATHER_ELEMENTS (ops/gather.py) and their helpers (functional_gather.py)
 __all__ += ["GatherDesc", "GatherElementsDesc", "gather", "gather_elements"]
+# JOIN, SLICE1 (ops/join.py) and their helpers (functional_join.py)
+__all__ += ["JoinDesc", "Slice1Desc", "join", "onnx_slice", "slice1"]
 # ACTIVATION_GELU, ACTIVATION_SOFTMAX1 (ops/activation.py) and their helpers (functional_activation.py)
 __all__ += ["ActivationGeluDesc", "ActivationSoftmax1Desc", "gelu", "softmax"]
 # DYNAMIC_QUANTIZE_LINEAR (ops/dynamic_quantize.py) and its helper (functional_quantize.py)

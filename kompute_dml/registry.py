@@ -94,9 +94,11 @@ class OperatorSupport:
             )
         return row
 
-    def check_tensor(self, level: FeatureLevel, field: str, desc: TensorDesc) -> None:
-        """UnsupportedError unless desc's data type and dimension count are in the table."""
+    def check_tensor(self, level: FeatureLevel, field: str, desc: TensorDesc, name: str | None = None) -> None:
+        """UnsupportedError unless desc's data type and dimension count are in the table (the
+        message names `name`, default `field`: an array field's element `field[i]`)."""
         t = self.require(level).tensor(field)
+        field = name or field
         lo, hi = t.dims
         n = desc.dimension_count
         if not lo <= n <= hi:
@@ -325,3 +327,18 @@ GEMM = OperatorSupport("GEMM", 54, tuple(
     _row(level, ("a_tensor", "input", dims, FLOATS), ("b_tensor", "input", dims, FLOATS),
          ("c_tensor", "optional input", dims, FLOATS), ("output_tensor", "output", dims, FLOATS))
     for level, dims in ((FL.FL_1_0, (4, 4)), (FL.FL_4_0, (2, 4)))))
+
+# ---- JOIN, SLICE1 (kompute_dml/ops/join.py), from DML_JOIN_OPERATOR_DESC's and
+# DML_SLICE1_OPERATOR_DESC's pages: every row of each (InputTensors is an "Array of inputs";
+# 64-bit elements are moved as word pairs).
+_MOVE_2_1 = FLOATS | INTS_8_32
+_MOVE_4_1 = _MOVE_2_1 | INTS_64 | frozenset({D.FLOAT64})
+JOIN = OperatorSupport("JOIN", 63, tuple(
+    _row(level, ("input_tensors", "input", dims, types), ("output_tensor", "output", dims, types))
+    for level, dims, types in (
+        (FL.FL_1_0, (4, 4), FLOATS | frozenset({D.INT32, D.INT16, D.UINT32, D.UINT16})),
+        (FL.FL_2_1, (4, 4), _MOVE_2_1), (FL.FL_3_0, (4, 5), _MOVE_2_1), (FL.FL_4_1, (1, 8), _MOVE_4_1))))
+SLICE1 = OperatorSupport("SLICE1", 111, tuple(
+    _row(level, ("input_tensor", "input", dims, types), ("output_tensor", "output", dims, types))
+    for level, dims, types in ((FL.FL_2_1, (4, 5), _MOVE_2_1), (FL.FL_3_0, (1, 8), _MOVE_2_1),
+                               (FL.FL_4_1, (1, 8), _MOVE_4_1))))

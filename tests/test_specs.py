@@ -68,6 +68,8 @@ EXAMPLES = {
         F32_4D, TD(DT.UINT8, (1, 2, 3, 4)), TD(DT.FLOAT32, (1, 1, 1, 1)), TD(DT.UINT8, (1, 1, 1, 1))),
     "MEAN_VARIANCE_NORMALIZATION1": lambda: kdml.MeanVarianceNormalization1Desc(
         F32_4D, TD(DT.FLOAT32, (1, 2, 1, 1)), TD(DT.FLOAT32, (1, 2, 1, 1)), F32_4D, (2, 3), True, 1e-5),
+    "JOIN": lambda: kdml.JoinDesc((F32_4D,), F32_4D, 1),
+    "SLICE1": lambda: kdml.Slice1Desc(F32_4D, TD(DT.FLOAT32, (1, 2, 2, 2)), (0, 0, 1, 0), (1, 2, 2, 4), (1, 1, -1, 2)),
 }
 IDS = [s.name for s in SPECS]
 FIELD_CASES = [(s, t) for s in SPECS for t in s.support.require(HIGHEST_FEATURE_LEVEL).tensors]
@@ -87,6 +89,18 @@ def level_devices():
     yield get
     for d in made.values():
         d.close()
+
+
+def _fields(names):
+    """Binding names -> the table's fields (an array field's `field[i]` are `field`)."""
+    return tuple(dict.fromkeys(n.partition("[")[0] for n in names))
+
+
+def _retyped(t, dt):
+    """t (a TensorDesc, or a tuple of them: an array field) with data type dt."""
+    if isinstance(t, tuple):
+        return tuple(TD(dt, x.sizes, x.strides) for x in t)
+    return TD(dt, t.sizes, t.strides)
 
 
 def test_every_operator_has_an_example():
@@ -121,7 +135,7 @@ def test_compiled_operator_follows_its_spec(level_devices, spec):
     families = by_variant()
     for level in (spec.introduced, HIGHEST_FEATURE_LEVEL):
         op = level_devices(level).compile(EXAMPLES[spec.name]())
-        assert (op.input_fields, op.output_fields) == (spec.inputs, spec.outputs)
+        assert (_fields(op.input_fields), _fields(op.output_fields)) == (spec.inputs, spec.outputs)
         for plan in op.plans:
             if isinstance(plan, DispatchPlan):
                 assert plan.variant in spec.variants
@@ -160,8 +174,8 @@ def test_unsupported_type(dev, spec, tensor):
     assert bad is not None and dev.feature_level == HIGHEST_FEATURE_LEVEL
     desc = EXAMPLES[spec.name]()
     t = getattr(desc, tensor.field)
-    with pytest.raises(kdml.UnsupportedError, match=f"^{tensor.field}: {spec.name} does not support {bad.name}"):
-        dev.compile(dataclasses.replace(desc, **{tensor.field: TD(bad, t.sizes, t.strides)}))
+    with pytest.raises(kdml.UnsupportedError, match=rf"^{tensor.field}(\[0\])?: {spec.name} does not support {bad.name}"):
+        dev.compile(dataclasses.replace(desc, **{tensor.field: _retyped(t, bad)}))
 
 
 def _dims(spec: OperatorSpec, field: str) -> tuple[int, int]:
@@ -175,14 +189,16 @@ def test_unsupported_dimension_count(dev, spec, tensor):
     n = hi + 1 if hi < 8 else lo - 1
     desc = EXAMPLES[spec.name]()
     t = getattr(desc, tensor.field)
-    with pytest.raises(kdml.UnsupportedError, match=f"^{tensor.field}: {spec.name} supports {lo}"):
-        dev.compile(dataclasses.replace(desc, **{tensor.field: TD(t.data_type, (1,) * n)}))
+    t = TD(t[0].data_type, (1,) * n) if isinstance(t, tuple) else TD(t.data_type, (1,) * n)
+    with pytest.raises(kdml.UnsupportedError, match=rf"^{tensor.field}(\[0\])?: {spec.name} supports {lo}"):
+        dev.compile(dataclasses.replace(desc, **{tensor.field: (t,) if isinstance(getattr(desc, tensor.field), tuple)
+                                                 else t}))
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_binding_counts(dev, spec):
     op = dev.compile(EXAMPLES[spec.name]())
-    n_in, n_out = len(spec.inputs), len(spec.outputs)
+    n_in, n_out = len(op.input_fields), len(op.output_fields)
     with pytest.raises(kdml.InvalidArgumentError, match=f"^inputs: {spec.name} takes {n_in} "):
         op.execute([None] * (n_in + 1), [None] * n_out)
     with pytest.raises(kdml.InvalidArgumentError, match=f"^outputs: {spec.name} takes {n_out} "):

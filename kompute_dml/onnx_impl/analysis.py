@@ -140,6 +140,10 @@ class GraphAnalysis:
                     return f"type {dt or tp.tensor_type.elem_type} is not a DirectML type"
             elif tp is not None and tp.WhichOneof("value") not in (None, "tensor_type"):
                 return f"{tp.WhichOneof('value')} values stay on the CPU"
+        elif t in ("Concat", "Slice"):
+            dt = self._elem_dtype(node.input[0]) if node.input else None
+            if dt is not None and dt != np.bool_ and dt not in _DML_NUMPY:
+                return f"type {dt} is not a DirectML type"
         elif t == "DynamicQuantizeLinear":
             dt = self._elem_dtype(node.input[0]) if node.input else None
             if dt is not None and dt != np.float32:

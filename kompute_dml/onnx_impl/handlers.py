@@ -13,7 +13,7 @@ import kompute_dml as kdml
 from .graph import _attr, _np_dtype_of_onnx
 from .handlers_math import MATH_HANDLERS
 from .handlers_nn import NN_HANDLERS
-from .handlers_values import VALUE_HANDLERS
+from .handlers_values import MOVE_HANDLERS, VALUE_HANDLERS
 from .quantize import dynamic_quantize_uint8
 from .values import (
     _DML_NUMPY,
@@ -319,4 +319,4 @@ _SEED_HANDLERS = {
 
 
 # every ONNX node type a device handler takes (the placement's VULKAN nodes)
-HANDLERS = {**_SEED_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS, **NN_HANDLERS}
+HANDLERS = {**_SEED_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS, **NN_HANDLERS, **MOVE_HANDLERS}

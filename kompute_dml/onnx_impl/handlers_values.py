@@ -15,9 +15,10 @@ import numpy as np
 import onnx
 
 import kompute_dml as kdml
+from kompute_dml.functional_join import onnx_slice_window
 
 from .graph import _attr
-from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
+from .values import _DML_NUMPY, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
 if TYPE_CHECKING:
     from .rep import BackendRep
@@ -174,6 +175,60 @@ def _h_expand(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunS
     full = (1,) * pad + shape
     return [strided(x, out, tuple(0 if s == 1 and o != 1 else t for s, o, t in zip(full, out, st)))]
 
+
+def _h_concat(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """Concat on JOIN (kdml.join): inputs empty along the axis contribute nothing and are left out."""
+    vals = [v for v in ins if v is not None]
+    dt = _value_dtype(vals[0])
+    r = len(_value_shape(vals[0]))
+    if r == 0:
+        raise ValueError(f"Concat {node.name!r}: inputs must have rank >= 1")
+    axis = int(_attr(node, "axis"))
+    axis = axis + r if axis < 0 else axis
+    for v in vals:
+        if _value_dtype(v) != dt or len(_value_shape(v)) != r:
+            raise ValueError(f"Concat {node.name!r}: inputs differ in type or rank")
+    if dt != BOOL and dt not in _DML_NUMPY:
+        raise FallbackNeeded(f"type {dt} is not a DirectML type")
+    parts = [(v, n) for v, n in zip(ins, node.input) if v is not None and 0 not in _value_shape(v)]
+    if not parts:
+        raise FallbackNeeded("an empty tensor")
+    shape = list(_value_shape(parts[0][0]))
+    shape[axis] = sum(_value_shape(v)[axis] for v, _ in parts)
+    tensors = [device_tensor(rep, v, stats, n) for v, n in parts]
+    out = rep.out_tensor(tuple(shape), dml_numpy(dt))
+    return [DeviceValue(kdml.join(tensors, axis, out=out, device=rep.device), tuple(shape), dt)]
+
+
+def _slice_args(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """starts, ends, axes, steps: the host-known inputs (opset 10+; a device-computed one raises
+    FallbackNeeded while planning) or the attributes (opset 1-9)."""
+    if len(ins) == 1:
+        return [_attr(node, "starts"), _attr(node, "ends"), _attr(node, "axes"), None]
+    args = [np.asarray(rep.host(v, stats)).reshape(-1).tolist() if v is not None else None for v in ins[1:5]]
+    return args + [None] * (4 - len(args))
+
+
+def _h_slice(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """Slice on SLICE1 (kdml.slice1), ONNX's clamping computed on the host from x's shape."""
+    x = ins[0]
+    dt = _value_dtype(x)
+    shape = _value_shape(x)
+    starts, ends, axes, steps = _slice_args(rep, node, ins, stats)
+    if not shape:
+        raise ValueError(f"Slice {node.name!r}: the input must have rank >= 1")
+    offsets, sizes, strides, out_shape = onnx_slice_window(shape, starts, ends, axes, steps)
+    if dt != BOOL and dt not in _DML_NUMPY:
+        raise FallbackNeeded(f"type {dt} is not a DirectML type")
+    if 0 in out_shape or 0 in shape:
+        raise FallbackNeeded("an empty tensor")
+    t = device_tensor(rep, x, stats, node.input[0])
+    out = rep.out_tensor(out_shape, dml_numpy(dt))
+    return [DeviceValue(kdml.slice1(t, offsets, sizes, strides, out=out, device=rep.device), out_shape, dt)]
+
+
+# data movement on operators of their own (JOIN, SLICE1): placed through the specs' `onnx` entries
+MOVE_HANDLERS = {"Concat": _h_concat, "Slice": _h_slice}
 
 VALUE_HANDLERS = {
     "Reshape": _h_reshape,

@@ -18,6 +18,7 @@ from . import (
     gather,
     gemm,
     identity,
+    join,
     matmul_integer,
     mean_variance_normalization,
 )
@@ -41,6 +42,7 @@ from .elementwise import (
 from .gather import GatherDesc, GatherElementsDesc
 from .gemm import GemmDesc, MatrixTransform
 from .identity import ActivationIdentityDesc, CopyDesc
+from .join import JoinDesc, Slice1Desc
 from .matmul_integer import MatrixMultiplyIntegerToFloatDesc
 from .mean_variance_normalization import MeanVarianceNormalization1Desc
 from .spec import OperatorSpec, check_plans, onnx_placement
@@ -50,7 +52,8 @@ if TYPE_CHECKING:
 
 SPECS: tuple[OperatorSpec, ...] = (*identity.SPECS, *diagonal.SPECS, *matmul_integer.SPECS, *elementwise.SPECS,
                                   *cast.SPECS, *dequantize.SPECS, *gather.SPECS, *activation.SPECS,
-                                  *dynamic_quantize.SPECS, *mean_variance_normalization.SPECS, *gemm.SPECS)
+                                  *dynamic_quantize.SPECS, *mean_variance_normalization.SPECS, *gemm.SPECS,
+                                  *join.SPECS)
 BY_DESC: dict[type, OperatorSpec] = {s.desc_type: s for s in SPECS}
 BY_NAME: dict[str, OperatorSpec] = {s.name: s for s in SPECS}
 COMPILERS: dict[type, Callable[[Device, Any], Any]] = {s.desc_type: s.compile for s in SPECS}
@@ -91,3 +94,4 @@ __all__ += ["ActivationGeluDesc", "ActivationSoftmax1Desc"]  # ops/activation.py
 __all__ += ["DynamicQuantizeLinearDesc"]  # ops/dynamic_quantize.py
 __all__ += ["MeanVarianceNormalization1Desc"]  # ops/mean_variance_normalization.py
 __all__ += ["GemmDesc", "MatrixTransform"]  # ops/gemm.py
+__all__ += ["JoinDesc", "Slice1Desc"]  # ops/join.py

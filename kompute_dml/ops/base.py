@@ -35,7 +35,9 @@ _EXACT_ALIAS_LIMIT = 1 << 20
 def validate_tensors(
     support: OperatorSupport, level: Any, desc: Any, fields: Sequence[str], outputs: Sequence[str]
 ) -> None:
-    """Rules of DML_BUFFER_TENSOR_DESC, then the feature-level table, for every present field."""
+    """Rules of DML_BUFFER_TENSOR_DESC, then the feature-level table, for every present field.
+    A field holding a tuple is an array of tensors (DML_JOIN's InputTensors): at least one, each
+    checked under the name `field[i]`."""
     support.require(level)
     for f in fields:
         t = getattr(desc, f)
@@ -44,11 +46,37 @@ def validate_tensors(
             if kind != "optional input":
                 raise invalid(f, "is required")
             continue
+        if isinstance(t, tuple):
+            if not t:
+                raise invalid(f, "must hold at least one tensor (the array's count must be greater than 0)")
+            for i, x in enumerate(t):
+                validate_desc(x, f"{f}[{i}]", output=f in outputs)
+            continue
         validate_desc(t, f, output=f in outputs)
     for f in fields:
         t = getattr(desc, f)
-        if t is not None:
+        if isinstance(t, tuple):
+            for i, x in enumerate(t):
+                support.check_tensor(level, f, x, name=f"{f}[{i}]")
+        elif t is not None:
             support.check_tensor(level, f, t)
+
+
+def field_desc(desc: Any, name: str) -> TensorDesc | None:
+    """The tensor a binding name names: a descriptor field, or `field[i]`, element i of an
+    array field (validate_tensors)."""
+    field, bracket, index = name.partition("[")
+    value = getattr(desc, field)
+    return value[int(index[:-1])] if bracket else value
+
+
+def array_fields(desc: Any, fields: Sequence[str]) -> tuple[str, ...]:
+    """The binding names of `fields`: an array field expands to `field[0]`, `field[1]`, ..."""
+    out: list[str] = []
+    for f in fields:
+        value = getattr(desc, f)
+        out += [f"{f}[{i}]" for i in range(len(value))] if isinstance(value, tuple) else [f]
+    return tuple(out)
 
 
 def _offset_unit(desc: TensorDesc) -> int:
@@ -84,7 +112,7 @@ class CompiledOperator:
         self._constants: list[Tensor | None] = list(constants)
         self.serial = next(_op_serials)
         names = (*input_fields, *output_fields)
-        descs: list[TensorDesc | None] = [getattr(desc, f) for f in names]
+        descs: list[TensorDesc | None] = [field_desc(desc, f) for f in names]
         # per binding: (field, compiled desc, offset unit, bytes the binding covers)
         self._slots = tuple(
             (name, d, _offset_unit(d) if d is not None else 0, d.byte_size if d is not None else 0)

@@ -9,8 +9,13 @@ their preconditions hold.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ..errors import invalid
 from ..ints import cdiv
@@ -105,6 +110,55 @@ def plan_copy(
         )
     ]
     return plan
+
+
+def plan_region_copy(
+    data_type: Any, sizes: Sequence[int], src_strides: Sequence[int], dst_strides: Sequence[int], src_start: int,
+    dst_start: int, src_index: int, dst_index: int, max_groups: int = 65535, transfers: Any = False,
+    kernel: str = "cpu",
+) -> list[DispatchPlan | TransferPlan]:
+    """Dispatches copying the elements dst[dst_start + sum(c * dst_strides)] =
+    src[src_start + sum(c * src_strides)] for every coordinate c < sizes, between the bound
+    tensors at binding-list indices `src_index` and `dst_index`; starts in elements from the
+    bound tensors' offsets; source strides may be negative (every element read lies in the
+    source). The parts of DML_JOIN and the window of DML_SLICE1: a transfer copy (regions moved
+    by the starts) or, where both starts are on the 16-byte grid of a binding and the strides
+    are not negative, any of plan_copy's shader plans with their offset words moved by the
+    starts; else the portable copy_b* with the starts packed into its offset words (its 32-bit
+    address arithmetic wraps, so a negative stride is its two's complement)."""
+    width = data_type.size
+    remap = {0: src_index, 1: dst_index}
+    extra = {src_index: src_start * width, dst_index: dst_start * width}
+    if transfers:
+        t = plan_copy_transfer(sizes, src_strides, dst_strides, width, src_index, dst_index)
+        if t is not None and (transfers is True or transfers(len(t.regions))):
+            regions = t.regions + np.array([extra[src_index], extra[dst_index], 0], dtype=np.int64)
+            return [TransferPlan("copy", t.bindings, regions, t.writes)]
+    if min(src_strides, default=0) >= 0 and extra[src_index] % 16 == 0 and extra[dst_index] % 16 == 0:
+        src = TensorDesc(data_type, tuple(sizes), tuple(src_strides))
+        dst = TensorDesc(data_type, tuple(sizes), tuple(dst_strides))
+        out: list[DispatchPlan | TransferPlan] = []
+        for p in plan_copy(src, dst, max_groups, False, kernel):
+            assert isinstance(p, DispatchPlan)
+            push = list(p.push)
+            for word, idx, unit in p.offset_slots:
+                push[word] += extra[remap[idx]] // unit
+            out.append(dataclasses.replace(
+                p, bindings=tuple(remap[b] for b in p.bindings), writes=tuple(remap[w] for w in p.writes),
+                push=tuple(push), offset_slots=tuple((w, remap[i], u) for w, i, u in p.offset_slots)))
+        return out
+    msizes, (s_in, s_out) = merge_dims(sizes, src_strides, dst_strides)
+    rank = len(msizes)
+    pad = [0] * (MAX_RANK - rank)
+    count = math.prod(sizes)
+    push = contract.COPY.pack(
+        in_off=src_start, out_off=dst_start, count=count, rank=rank, size=[*msizes, *pad],
+        in_stride=[s & 0xFFFFFFFF for s in s_in] + pad, out_stride=[*s_out, *pad])
+    return [DispatchPlan(
+        variant=COPY_VARIANTS[width], bindings=(src_index, dst_index), push=push,
+        groups=grid_for(cdiv(count, max(1, 4 // width)), LOCAL_SIZE, max_groups), writes=(dst_index,),
+        offset_slots=contract.COPY.slots(in_off=(src_index, width), out_off=(dst_index, width)),
+    )]
 
 
 def _compile(device: Device, desc: ActivationIdentityDesc | CopyDesc, support: OperatorSupport) -> CompiledOperator:

@@ -77,7 +77,8 @@ def encode(plan: Plan, bound: Sequence[Any], pipelines: PipelineCache, dummy: De
     push = np.asarray(plan.push, dtype=np.uint32).copy()
     for word, idx, unit in plan.offset_slots:
         t = bound[idx]
-        push[word] = (t.offset // unit) if t is not None else 0
+        if t is not None:  # the packed word (an offset within the tensor, in units) plus the binding's
+            push[word] = (int(push[word]) + t.offset // unit) & 0xFFFFFFFF
     algo = pipelines.get(plan, memories)
     writes = frozenset(bound[i].buffer.memory.serial for i in plan.writes)
     reads = frozenset(m.serial for m in memories) - writes

@@ -18,7 +18,9 @@ class DispatchPlan:
     the operator's constants), of the tensor bound at shader binding i (None binds the
     device's dummy buffer).
     `offset_slots` are (push-constant word, binding list index, unit in bytes): at encode
-    time the word receives that tensor's byte offset divided by the unit.
+    time that tensor's byte offset divided by the unit is added to the packed word (0 for a
+    plan over whole tensors; a plan over part of a tensor, DML_JOIN's, packs the part's start in
+    units there); an absent tensor leaves the packed word.
     """
 
     variant: str

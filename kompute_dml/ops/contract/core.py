@@ -125,7 +125,7 @@ class PushBlock:
 
     def slots(self, **members: tuple[int, int]) -> tuple[tuple[int, int, int], ...]:
         """DispatchPlan.offset_slots: member=(binding-list entry, unit in bytes) -> (push word,
-        entry, unit); the runtime writes the bound tensor's byte offset / unit into that u32 member."""
+        entry, unit); the runtime adds the bound tensor's byte offset / unit to that u32 member."""
         kinds = {m.name: (m.kind, m.words) for m in self.members}
         for name in members:
             if name not in kinds:

@@ -1,0 +1,172 @@
+"""DirectML's JOIN and SLICE1 operators (DML_JOIN_OPERATOR_DESC, DML_SLICE1_OPERATOR_DESC):
+data movement, exact (elements are copied as bit patterns; 64-bit types as word pairs).
+
+Both are strided copies planned by ops/identity.plan_region_copy (the copy shaders of COPY, no
+shader of their own): JOIN is one copy per input into its part of the output (the part starts
+at the sum of the earlier inputs' axis sizes times the output's axis stride), SLICE1 one copy
+from the input window's first copied element with the window strides times the input's
+strides (negative window strides walk backwards). Nothing else of the output is written.
+Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's table
+(InvalidArgumentError / UnsupportedError naming the field, `input_tensors[i]` for JOIN's
+array), then the pages' constraints (InvalidArgumentError whose message starts with the field),
+then a non-overlapping output and 32-bit element addressing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .. import registry as reg
+from ..errors import invalid
+from ..ints import as_int, as_int_tuple
+from ..layout import check_no_overlap
+from ..runtime import DispatchPlan, TransferPlan
+from ..tensor_desc import TensorDesc
+from .base import CompiledOperator, array_fields, validate_tensors
+from .elementwise_plan import check_addressable
+from .identity import _COPY_SHADERS, plan_region_copy
+from .spec import OnnxOp, OperatorSpec
+
+if TYPE_CHECKING:
+    from ..device import Device
+
+
+@dataclass(frozen=True)
+class JoinDesc:
+    """DML_JOIN_OPERATOR_DESC { InputCount, InputTensors, OutputTensor, Axis }: the inputs
+    concatenated along `axis` (InputCount = len(input_tensors) > 0). Every input has the
+    output's DataType, DimensionCount and Sizes except at `axis` (any non-zero size there);
+    the output's axis size is the sum of the inputs'; axis in [0, DimensionCount)."""
+
+    input_tensors: tuple[TensorDesc, ...]
+    output_tensor: TensorDesc
+    axis: int
+
+
+@dataclass(frozen=True)
+class Slice1Desc:
+    """DML_SLICE1_OPERATOR_DESC { InputTensor, OutputTensor, DimensionCount, InputWindowOffsets,
+    InputWindowSizes, InputWindowStrides } (DimensionCount = the length of the three tuples, the
+    tensors' DimensionCount): output[c] = input[start + strides * c], start[i] = offsets[i]
+    (+ sizes[i] - 1 where strides[i] < 0). offsets[i] + sizes[i] <= input sizes[i]; sizes[i] >= 1;
+    strides[i] != 0; 1 <= output sizes[i] <= 1 + (sizes[i] - 1) // |strides[i]|."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+    input_window_offsets: tuple[int, ...]
+    input_window_sizes: tuple[int, ...]
+    input_window_strides: tuple[int, ...]
+
+
+class CompiledCopies(CompiledOperator):
+    """JOIN / SLICE1: copies only (bind's rules are the base class's: an output overlapping an
+    input is refused)."""
+
+
+def _limits(device: Device) -> tuple[int, object, str]:
+    policy = device.policy
+    return (device.limits["max_compute_work_group_count"][0], policy.copies_by_transfer, policy.memory_kernel)
+
+
+def compile_join(device: Device, desc: JoinDesc) -> CompiledOperator:
+    support = reg.JOIN
+    if desc.input_tensors is not None and not isinstance(desc.input_tensors, tuple):
+        raise invalid("input_tensors", f"must be a tuple of TensorDesc, got {type(desc.input_tensors).__name__}")
+    validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
+    y = desc.output_tensor
+    n = y.dimension_count
+    axis = as_int(desc.axis, "axis")
+    if not 0 <= axis < n:
+        raise invalid("axis", f"must be in [0, {n}) (the output's DimensionCount), got {axis}")
+    total = 0
+    for i, x in enumerate(desc.input_tensors):
+        name = f"input_tensors[{i}]"
+        if x.data_type != y.data_type:
+            raise invalid(f"{name}.data_type", f"must equal output_tensor's ({y.data_type.name}), got {x.data_type.name}")
+        if x.dimension_count != n:
+            raise invalid(f"{name}.sizes", f"dimension count must equal output_tensor's ({n}), got {x.dimension_count}")
+        other = [d for d in range(n) if d != axis and x.sizes[d] != y.sizes[d]]
+        if other:
+            raise invalid(f"{name}.sizes", f"must equal output_tensor's sizes {y.sizes} except at axis {axis}, "
+                          f"got {x.sizes}")
+        total += x.sizes[axis]
+    if total != y.sizes[axis]:
+        raise invalid("output_tensor.sizes", f"axis {axis} must be the sum of the inputs' ({total}), "
+                      f"got {y.sizes[axis]}")
+    check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
+    fields = array_fields(desc, support.fields)
+    check_addressable(fields, (*desc.input_tensors, y))
+    max_groups, by_transfer, kernel = _limits(device)
+    out_index = len(desc.input_tensors)
+    ys = y.effective_strides
+    plans: list[DispatchPlan | TransferPlan] = []
+    start = 0
+    for i, x in enumerate(desc.input_tensors):
+        plans += plan_region_copy(
+            y.data_type, x.sizes, x.effective_strides, ys, 0, start * ys[axis], i, out_index, max_groups,
+            lambda regions, nbytes=x.byte_size: by_transfer(nbytes, regions), kernel)  # type: ignore[operator]
+        start += x.sizes[axis]
+    return CompiledCopies(device, desc, support, fields[:-1], fields[-1:], plans)
+
+
+def slice1_window(desc: Slice1Desc) -> tuple[int, tuple[int, ...]]:
+    """Validate the window; (input element index of output[0, ..., 0], input element stride of
+    each output dimension)."""
+    x, y = desc.input_tensor, desc.output_tensor
+    n = x.dimension_count
+    if y.data_type != x.data_type:
+        raise invalid("output_tensor.data_type", f"must equal input_tensor's ({x.data_type.name}), got {y.data_type.name}")
+    if y.dimension_count != n:
+        raise invalid("output_tensor.sizes", f"dimension count must equal input_tensor's ({n}), got {y.dimension_count}")
+    offsets = as_int_tuple(desc.input_window_offsets, "input_window_offsets")
+    sizes = as_int_tuple(desc.input_window_sizes, "input_window_sizes")
+    strides = as_int_tuple(desc.input_window_strides, "input_window_strides")
+    for name, v in (("input_window_offsets", offsets), ("input_window_sizes", sizes),
+                    ("input_window_strides", strides)):
+        if len(v) != n:
+            raise invalid(name, f"must hold DimensionCount = {n} values (the tensors'), got {len(v)}")
+    xs = x.effective_strides
+    start = 0
+    steps = []
+    for i in range(n):
+        o, s, st = offsets[i], sizes[i], strides[i]
+        if o < 0:
+            raise invalid("input_window_offsets", f"[{i}] must be >= 0, got {o}")
+        if s < 1:
+            raise invalid("input_window_sizes", f"[{i}] must be >= 1 (the window may not be empty), got {s}")
+        if o + s > x.sizes[i]:
+            raise invalid("input_window_offsets", f"[{i}] + input_window_sizes[{i}] must be <= input_tensor.sizes[{i}] "
+                          f"({x.sizes[i]}), got {o} + {s}")
+        if st == 0:
+            raise invalid("input_window_strides", f"[{i}] may not be 0")
+        reach = 1 + (s - 1) // abs(st)
+        if not 1 <= y.sizes[i] <= reach:
+            raise invalid("output_tensor.sizes", f"[{i}] must be in [1, {reach}] (1 + (input_window_sizes[{i}] - 1) "
+                          f"/ |input_window_strides[{i}]|), got {y.sizes[i]}")
+        first = o + s - 1 if st < 0 else o
+        start += first * xs[i]
+        steps.append(st * xs[i])
+    return start, tuple(steps)
+
+
+def compile_slice1(device: Device, desc: Slice1Desc) -> CompiledOperator:
+    support = reg.SLICE1
+    validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
+    start, steps = slice1_window(desc)
+    x, y = desc.input_tensor, desc.output_tensor
+    check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
+    check_addressable(support.fields, (x, y))
+    max_groups, by_transfer, kernel = _limits(device)
+    plans = plan_region_copy(y.data_type, y.sizes, steps, y.effective_strides, start, 0, 0, 1, max_groups,
+                             lambda regions: by_transfer(y.byte_size, regions), kernel)  # type: ignore[operator]
+    return CompiledCopies(device, desc, support, support.inputs, support.outputs, plans)
+
+
+# ---- specs (kompute_dml/ops/spec.py) ------------------------------------------------------
+SPECS = (
+    OperatorSpec(JoinDesc, reg.JOIN, compile_join, _COPY_SHADERS, helpers=("join",),
+                 onnx=(OnnxOp("Concat", "", "join"),)),
+    OperatorSpec(Slice1Desc, reg.SLICE1, compile_slice1, _COPY_SHADERS, helpers=("slice1", "onnx_slice"),
+                 onnx=(OnnxOp("Slice", "", "slice1"),)),
+)

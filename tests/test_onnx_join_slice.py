@@ -1,0 +1,126 @@
+"""ONNX Concat and Slice of data on the device (JOIN, SLICE1: onnx_impl/handlers_values.py
+MOVE_HANDLERS) inside a whole-graph plan, against numpy; shape arithmetic stays on the host."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+
+from kompute_dml.onnx_backend import Backend  # noqa: E402
+from kompute_dml.onnx_impl.values import HOST, VULKAN  # noqa: E402
+
+OPSETS = [helper.make_opsetid("", 17)]
+
+
+def _model(nodes, inputs, outputs, inits=()):
+    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+    return helper.make_model(g, opset_imports=OPSETS, ir_version=10)
+
+
+def _i64(name, values):
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def _join_slice_model(elem=T.FLOAT):
+    """a, b: (B, S, 4) and (B, S, 3). Concat on the last axis (data), Slice of the result with
+    negative steps and ends beyond the sizes, Concat of that with a Slice of b along axis 1, a
+    Concat of shape values (host) feeding a Reshape, and an Add of data so Concat / Slice sit
+    between device nodes."""
+    n = helper.make_node
+    inits = [
+        _i64("s_starts", [-1, 100]), _i64("s_ends", [-1000, 0]), _i64("s_axes", [1, 2]), _i64("s_steps", [-1, -2]),
+        _i64("b_starts", [1]), _i64("b_ends", [1 << 40]), _i64("b_axes", [-2]),
+        _i64("minus1", [-1]), _i64("zero", [0]),
+    ]
+    nodes = [
+        n("Add", ["a", "a"], ["a2"]),
+        n("Concat", ["a2", "b"], ["ab"], axis=-1),                                  # (B, S, 7)
+        n("Slice", ["ab", "s_starts", "s_ends", "s_axes", "s_steps"], ["rev"]),   # (B, S, 3): S reversed; 6, 4, 2
+        n("Slice", ["b", "b_starts", "b_ends", "b_axes"], ["b_tail"]),            # (B, S - 1, 3)
+        n("Concat", ["rev", "ab"], ["both"], axis=2),                             # (B, S, 10)
+        n("Shape", ["both"], ["shape"]),
+        n("Slice", ["shape", "zero", "minus1"], ["lead"]),                        # host: (B, S)
+        n("Concat", ["lead", "minus1"], ["target"], axis=0),                      # host
+        n("Reshape", ["both", "target"], ["flat"]),
+        n("Add", ["flat", "flat"], ["y"]),
+    ]
+    inputs = [helper.make_tensor_value_info("a", elem, ["B", "S", 4]),
+              helper.make_tensor_value_info("b", elem, ["B", "S", 3])]
+    outputs = [helper.make_tensor_value_info("y", elem, None), helper.make_tensor_value_info("b_tail", elem, None)]
+    return _model(nodes, inputs, outputs, inits)
+
+
+def _expected(a, b):
+    ab = np.concatenate([a + a, b], axis=-1)
+    rev = ab[:, ::-1, 6:0:-2]  # ends clamp: axis 1 to -1 (all of it), axis 2 start 100 -> 6
+    both = np.concatenate([rev, ab], axis=2)
+    return both + both, b[:, 1:, :]
+
+
+def test_placement():
+    rep = Backend.prepare(_join_slice_model(), "CPU")
+    where = {(p.index, p.op_type): (p.target, p.operator) for p in rep.placement}
+    assert where[(1, "Concat")] == (VULKAN, "JOIN")
+    assert where[(2, "Slice")] == (VULKAN, "SLICE1")
+    assert where[(3, "Slice")] == (VULKAN, "SLICE1")
+    assert where[(4, "Concat")] == (VULKAN, "JOIN")
+    assert where[(6, "Slice")][0] == HOST and where[(7, "Concat")][0] == HOST
+    assert rep.graph_mode
+
+
+@pytest.mark.parametrize(("elem", "dtype"), [(T.FLOAT, np.float32), (T.FLOAT16, np.float16), (T.INT32, np.int32),
+                                             (T.INT64, np.int64)])
+def test_concat_and_slice_run_in_one_submission(rng, elem, dtype):
+    rep = Backend.prepare(_join_slice_model(elem), "CPU")
+    for bsz, s in ((2, 5), (1, 2), (3, 9), (2, 5)):
+        if np.dtype(dtype).kind == "f":
+            a = rng.standard_normal((bsz, s, 4)).astype(dtype)
+            b = rng.standard_normal((bsz, s, 3)).astype(dtype)
+            a[0, 0, 0], b[0, -1, 1] = np.nan, -0.0
+        else:
+            a = rng.integers(-1000, 1000, (bsz, s, 4)).astype(dtype)
+            b = rng.integers(-1000, 1000, (bsz, s, 3)).astype(dtype)
+            b[0, 0, 0] = np.iinfo(dtype).min
+        y, b_tail = rep.run({"a": a, "b": b})
+        st = rep.last_run
+        assert st.submissions == 1 and st.runtime_fallbacks == 0 and st.cpu_segments == 0
+        want_y, want_tail = _expected(a, b)
+        assert y.dtype == np.dtype(dtype) and y.shape == want_y.shape and b_tail.shape == want_tail.shape
+        np.testing.assert_array_equal(y.view(np.uint8), want_y.view(np.uint8))  # bit copies (NaN, -0)
+        np.testing.assert_array_equal(b_tail.view(np.uint8), want_tail.view(np.uint8))
+
+
+def test_concat_of_an_empty_input_and_an_empty_slice():
+    """An input empty along the axis is left out of JOIN; a Slice whose result is empty runs on
+    the CPU (kompute_dml tensors are never empty)."""
+    n = helper.make_node
+    nodes = [n("Add", ["a", "a"], ["a2"]),
+             n("Concat", ["a2", "e"], ["c"], axis=1),
+             n("Slice", ["a2", "st", "en"], ["empty"])]
+    inits = [_i64("st", [0, 5]), _i64("en", [2, 5])]
+    model = _model(nodes, [helper.make_tensor_value_info("a", T.FLOAT, [2, 3]),
+                           helper.make_tensor_value_info("e", T.FLOAT, [2, 0])],
+                   [helper.make_tensor_value_info("c", T.FLOAT, None),
+                    helper.make_tensor_value_info("empty", T.FLOAT, None)], inits)
+    rep = Backend.prepare(model, "CPU")
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    c, empty = rep.run({"a": a, "e": np.zeros((2, 0), np.float32)})
+    np.testing.assert_array_equal(c, a + a)
+    assert empty.shape == (2, 0)
+
+
+def test_slice_with_starts_computed_on_the_device_falls_back():
+    """Starts from device data: the plan refuses (FallbackNeeded) and the run is still right."""
+    n = helper.make_node
+    nodes = [n("Add", ["k", "k"], ["k2"]), n("Slice", ["x", "k2", "en"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, [6]),
+                           helper.make_tensor_value_info("k", T.INT64, [1])],
+                   [helper.make_tensor_value_info("y", T.FLOAT, None)], [_i64("en", [100])])
+    rep = Backend.prepare(model, "CPU")
+    x = np.arange(6, dtype=np.float32)
+    (y,) = rep.run({"x": x, "k": np.array([1], np.int64)})
+    np.testing.assert_array_equal(y, x[2:])
