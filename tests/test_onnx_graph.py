@@ -240,3 +240,25 @@ def test_onnx_gemm_runs_on_gemm(rng, ta, tb, with_c):
     want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (b.T if tb else b)) + (2.0 * c if with_c else 0)
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
     assert rep.last_run.submissions == 1
+
+
+def test_host_slice_clamps_as_onnx_says():
+    """Slice of host-known values (host_eval.py) as the ONNX spec and onnxruntime clamp it:
+    with a negative step a start below -dim is clamped to 0, so element 0 is taken (numpy's
+    slicing, and onnx's reference evaluator, give nothing there)."""
+    ort = pytest.importorskip("onnxruntime")
+    from kompute_dml.onnx_impl.host_eval import HOST_EVAL
+
+    names = ("x", "s", "e", "a", "t")
+    node = helper.make_node("Slice", list(names), ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, T.INT64, None) for n in names],
+                              [helper.make_tensor_value_info("y", T.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.arange(10, dtype=np.int64)
+    for start, end, step in [(-20, -30, -1), (-20, 5, 1), (8, -20, -2), (3, 100, 2), (100, 0, -3), (-1, -11, -1),
+                             (-20, -30, 1)]:
+        ins = [x, np.array([start]), np.array([end]), np.array([0]), np.array([step])]
+        (want,) = sess.run(None, dict(zip(names, ins)))
+        assert HOST_EVAL["Slice"](node, ins).tolist() == want.tolist(), (start, end, step)
+    assert HOST_EVAL["Slice"](node, [x, np.array([-20]), np.array([-30]), np.array([0]), np.array([-1])]).tolist() == [0]

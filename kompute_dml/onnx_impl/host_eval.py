@@ -84,7 +84,7 @@ def _slice(node: onnx.NodeProto, ins: list[Any]) -> Any:
         if st > 0:
             s, e = min(max(s, 0), n), min(max(e, 0), n)
         else:
-            s, e = min(max(s, -1), n - 1), min(max(e, -1), n - 1)
+            s, e = min(max(s, 0), n - 1), min(max(e, -1), n - 1)  # ONNX: start into [0, n-1]
         index[a] = slice(s, e if e >= 0 else None, st)
     return x[tuple(index)]
 
