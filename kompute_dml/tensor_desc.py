@@ -91,13 +91,13 @@ class TensorDesc:
                 if _tupleable(self.strides):
                     object.__setattr__(self, "strides", tuple(self.strides))
         try:
-            _check(self, "tensor")
+            minimum = _check(self, "tensor")
             ok = True
         except InvalidArgumentError:
             ok = False
         object.__setattr__(self, "_valid", ok)
         if ok and self.total_tensor_size_in_bytes is None:
-            object.__setattr__(self, "total_tensor_size_in_bytes", self.minimum_size_in_bytes)
+            object.__setattr__(self, "total_tensor_size_in_bytes", minimum)
 
     def __hash__(self) -> int:
         # The dataclass's own hash over the compared fields, computed once: descriptors are
@@ -154,7 +154,8 @@ class TensorDesc:
         return cls(DataType.coerce(data_type), tuple(sizes))
 
 
-def _check(desc: TensorDesc, name: str) -> None:
+def _check(desc: TensorDesc, name: str) -> int:
+    """Raise InvalidArgumentError for the first broken rule; else DMLCalcBufferTensorSize."""
     if not isinstance(desc.data_type, DataType):
         raise invalid(f"{name}.data_type", f"{desc.data_type!r} is not a DML_TENSOR_DATA_TYPE (1..11)")
     sizes = as_int_tuple(desc.sizes, f"{name}.sizes")
@@ -196,6 +197,7 @@ def _check(desc: TensorDesc, name: str) -> None:
     flags = as_int(desc.flags, f"{name}.flags")
     if flags not in (TENSOR_FLAG_NONE, TENSOR_FLAG_OWNED_BY_DML):
         raise invalid(f"{name}.flags", f"must be DML_TENSOR_FLAG_NONE (0) or OWNED_BY_DML (1), got {flags}")
+    return minimum
 
 
 def validate_desc(desc: object, name: str, *, output: bool = False) -> TensorDesc:
