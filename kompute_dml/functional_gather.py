@@ -44,7 +44,9 @@ def _axis(axis: Any, r: int) -> int:
 
 
 def _run(dev: Device, desc: Any, ins: list[Tensor], shape: tuple[int, ...], out: Tensor | None) -> Tensor:
-    dt = desc.input_tensor.data_type
+    """Compile (cached) and run `desc`, whose output is `shape` padded with leading 1s: into
+    `out` (any strides) or a pooled packed tensor returned with `shape` (GATHER, JOIN, SLICE1)."""
+    dt = desc.output_tensor.data_type
     if out is not None:
         check_out(out, dev, shape, dt)
         od = _padded(out.desc, desc.output_tensor.dimension_count)

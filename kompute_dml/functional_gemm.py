@@ -35,6 +35,7 @@ from .device import Device
 from .errors import UnsupportedError, invalid
 from .functional import _packed, check_out, pooled_empty
 from .functional_elementwise import _operands
+from .functional_matmul import _mm_broadcast_strides
 from .layout import merge_dims
 from .memory import Tensor
 from .ops.gemm import GemmDesc, MatrixTransform, as_float32
@@ -47,24 +48,6 @@ _prepared: dict[Hashable, tuple[Device, Any, tuple[TensorDesc | None, ...], Tens
 
 def _bits(x: float) -> int:
     return int(struct.unpack("<I", struct.pack("<f", x))[0])
-
-
-def _lay(sizes: tuple[int, ...], strides: tuple[int, ...], target: tuple[int, ...], field: str) -> list[int]:
-    """Strides laying a tensor of `sizes` over `target` (numpy broadcasting: right-aligned, size
-    1 or missing -> stride 0)."""
-    k = len(target) - len(sizes)
-    if k < 0:
-        raise invalid(field, f"shape {sizes} does not broadcast to {target}")
-    out = []
-    for i, t in enumerate(target):
-        s = sizes[i - k] if i >= k else 1
-        if s == t and t > 1:
-            out.append(strides[i - k])
-        elif s == 1:
-            out.append(0)
-        else:
-            raise invalid(field, f"shape {sizes} does not broadcast to {target}")
-    return out
 
 
 def _fold(batch: tuple[int, ...], strides: list[list[int]], fields: tuple[str, ...]) -> tuple[list[int], list[list[int]]]:
@@ -164,13 +147,13 @@ def _prepare(dev: Device, ta: Tensor, tb: Tensor, tc: Tensor | None, trans_a: bo
         return [next(it) if kp else 0 for kp in keep]
 
     o_full = full(list((out.desc if out is not None else res_desc).effective_strides))
-    a_full = _lay(sa, sta, (*batch, *sa[-2:]), "a")
-    b_full = _lay(sb, stb, (*batch, *sb[-2:]), "b")
+    a_full = _mm_broadcast_strides(sa, sta, (*batch, *sa[-2:]), "a")
+    b_full = _mm_broadcast_strides(sb, stb, (*batch, *sb[-2:]), "b")
     c_full = None
     if tc is not None:
         if tc.desc.data_type != dt:
             raise invalid("c", f"data type must be a's ({dt.name}), got {tc.desc.data_type.name}")
-        c_full = full(_lay(tc.desc.sizes, tc.desc.effective_strides, res, "c"))
+        c_full = full(_mm_broadcast_strides(tc.desc.sizes, tc.desc.effective_strides, res, "c"))
     nb = len(batch)
     strides = [a_full[:nb], b_full[:nb]] + ([c_full[:nb]] if c_full is not None else []) + [o_full[:nb]]
     fields = ("a", "b", "c", "out") if c_full is not None else ("a", "b", "out")

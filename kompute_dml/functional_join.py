@@ -13,16 +13,15 @@ input's type, any strides). Results are bit copies.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from . import registry as reg
 from .device import Device
 from .errors import UnsupportedError, invalid
-from .functional import _packed, check_out, compile_cached, pooled_empty
+from .functional import _packed
 from .functional_elementwise import _operands
-from .functional_gather import _axis, _padded
+from .functional_gather import _axis, _padded, _run
 from .ints import as_int_tuple
 from .memory import Tensor
 from .ops.join import JoinDesc, Slice1Desc
@@ -41,20 +40,6 @@ def _device(device: Device | None, out: Any) -> Device | None:
 def _view(t: Tensor, n: int) -> Tensor:
     d = _padded(t.desc, n)
     return t if d is t.desc else Tensor(t.buffer, d, t.offset)
-
-
-def _run(dev: Device, desc: Any, ins: list[Tensor], shape: tuple[int, ...], out: Tensor | None) -> Tensor:
-    dt = desc.output_tensor.data_type
-    if out is not None:
-        check_out(out, dev, shape, dt)
-        od = _padded(out.desc, desc.output_tensor.dimension_count)
-        op = compile_cached(dev, dataclasses.replace(desc, output_tensor=od))
-        op.execute(ins, [Tensor(out.buffer, od, out.offset)])
-        return out
-    op = compile_cached(dev, desc)
-    t = pooled_empty(dev, desc.output_tensor)
-    op.execute(ins, [t])
-    return t if t.desc.sizes == shape else Tensor(t.buffer, _packed(dt, shape), t.offset)
 
 
 def join(tensors: Sequence[Any], axis: Any = 0, *, out: Tensor | None = None,

@@ -27,17 +27,24 @@ GPU_CEILING_BYTES = 1 << 30
 GPU_PEERS = ("torch", "cupy")
 
 
-def matmul_from_peer_module(quick: bool) -> list[dict[str, Any]] | None:
-    """benchmarks/bench_matmul.py's run(quick), when the source tree has it."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_matmul.py"
+def _peer_module(name: str) -> Any:
+    """benchmarks/<name>.py of the source tree, loaded (None where this installation has none)."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
     if not path.exists():
         return None
-    spec = importlib.util.spec_from_file_location("_kdml_bench_matmul", path)
+    spec = importlib.util.spec_from_file_location(f"_kdml_bench_{name}", path)
     if spec is None or spec.loader is None:
         return None
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
-    if not hasattr(mod, "run"):
+    return mod
+
+
+def matmul_from_peer_module(quick: bool) -> list[dict[str, Any]] | None:
+    """benchmarks/bench_matmul.py's run(quick), when the source tree has it."""
+    mod = _peer_module("bench_matmul")
+    if mod is None or not hasattr(mod, "run"):
         return None
     rows = mod.run(quick)
     return [dict(r) for r in rows] if rows else []
@@ -46,16 +53,8 @@ def matmul_from_peer_module(quick: bool) -> list[dict[str, Any]] | None:
 def encoders_from_peer_module(argv: list[str]) -> int | None:
     """benchmarks/encoder_speed.py's main(argv) (the ONNX backend on whole encoders against
     onnxruntime CPU and PyTorch CUDA float16), when the source tree has it."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "encoder_speed.py"
-    if not path.exists():
-        return None
-    spec = importlib.util.spec_from_file_location("_kdml_bench_encoders", path)
-    if spec is None or spec.loader is None:
-        return None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return int(mod.main(argv))
+    mod = _peer_module("encoder_speed")
+    return None if mod is None else int(mod.main(argv))
 
 
 def _error_row(spec: RowSpec, e: Exception) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import numpy as np
 
 import kompute_dml as kdml
 
+from .graph import _node_inputs
 from .handlers_values import BOOL, dml_numpy
 from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_shape
 
@@ -148,9 +149,8 @@ class GraphPlan:
         keep = set(rep.output_names)
         last: dict[str, int] = {}
         for i, node in enumerate(g.node):
-            for n in node.input:
-                if n:
-                    last[n] = i
+            for n in _node_inputs(node):
+                last[n] = i
         dying: list[list[str]] = [[] for _ in g.node]
         for n, i in last.items():
             if n not in keep and n not in feeds:

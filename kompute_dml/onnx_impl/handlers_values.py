@@ -16,6 +16,7 @@ import onnx
 
 import kompute_dml as kdml
 from kompute_dml.functional_join import onnx_slice_window
+from kompute_dml.tensor_desc import packed_strides
 
 from .graph import _attr
 from .values import _DML_NUMPY, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
@@ -53,7 +54,7 @@ def as_device(rep: BackendRep, v: Any, stats: RunStats, name: str | None) -> Dev
 
 def is_packed(t: kdml.Tensor) -> bool:
     d = t.desc
-    return d.strides is None or tuple(d.strides) == tuple(kdml.TensorDesc(d.data_type, d.sizes).effective_strides)
+    return d.strides is None or tuple(d.strides) == packed_strides(d.sizes)
 
 
 def packed(rep: BackendRep, v: DeviceValue, stats: RunStats) -> DeviceValue:

@@ -103,20 +103,14 @@ def _constant_of_shape(node: onnx.NodeProto, ins: list[Any]) -> Any:
     return np.full(tuple(int(d) for d in np.asarray(ins[0]).reshape(-1)), v[0], dtype=v.dtype)
 
 
-def _gather(node: onnx.NodeProto, ins: list[Any]) -> Any:
-    x, idx = np.asarray(ins[0]), np.asarray(ins[1])
-    axis = int(_attr(node, "axis", 0))
-    axis = axis + x.ndim if axis < 0 else axis
-    idx = np.where(idx < 0, idx + x.shape[axis], idx)
-    return np.take(x, idx, axis=axis)
-
-
-def _gather_elements(node: onnx.NodeProto, ins: list[Any]) -> Any:
-    x, idx = np.asarray(ins[0]), np.asarray(ins[1])
-    axis = int(_attr(node, "axis", 0))
-    axis = axis + x.ndim if axis < 0 else axis
-    idx = np.where(idx < 0, idx + x.shape[axis], idx)
-    return np.take_along_axis(x, idx, axis=axis)
+def _gather(take: Callable[..., Any]) -> Callable[[onnx.NodeProto, list[Any]], Any]:
+    """Gather (np.take) or GatherElements (np.take_along_axis): negative indices from the end."""
+    def run(node: onnx.NodeProto, ins: list[Any]) -> Any:
+        x, idx = np.asarray(ins[0]), np.asarray(ins[1])
+        axis = int(_attr(node, "axis", 0))
+        axis = axis + x.ndim if axis < 0 else axis
+        return take(x, np.where(idx < 0, idx + x.shape[axis], idx), axis=axis)
+    return run
 
 
 def _cast(node: onnx.NodeProto, ins: list[Any]) -> Any:
@@ -164,8 +158,8 @@ HOST_EVAL: dict[str, Callable[[onnx.NodeProto, list[Any]], Any]] = {
     "Slice": _slice,
     "Range": _range,
     "ConstantOfShape": _constant_of_shape,
-    "Gather": _gather,
-    "GatherElements": _gather_elements,
+    "Gather": _gather(np.take),
+    "GatherElements": _gather(np.take_along_axis),
     "Cast": _cast,
     "DequantizeLinear": _dequantize,
     "Identity": lambda node, ins: np.array(ins[0], copy=True),
