@@ -398,3 +398,27 @@ def test_bert_matrix_exact(prepared, config, batch, seq):
 @pytest.mark.parametrize(("batch", "seq"), SHAPES, ids=[f"{b}x{s}" for b, s in SHAPES])
 def test_bert_matrix_onnxruntime(prepared, config, batch, seq):
     check_onnxruntime(prepared(*config), batch, seq)
+
+
+def test_shape_siblings_prepared_for_a_bert_are_valid(prepared, monkeypatch):
+    """With the GPUs' policy of preparing shape siblings (device_graph._prepare_siblings), every
+    pipeline a small BERT's first plans create is valid Vulkan (the validation layer fails the
+    test otherwise: on the H100 the matmul_gemv configurations once became siblings of each
+    other and gave a zero-length array), and the outputs equal the unprepared backend's."""
+    import dataclasses
+
+    p = prepared(*SMALL)
+    rep = Backend.prepare(p.model, "CPU")
+    dev = rep.device
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, prepare_siblings=True))
+    monkeypatch.setattr(dev.engine, "prepared_variants", set())
+    try:
+        for batch, seq in ((1, 1), (2, 7)):
+            feeds = feeds_for(p, batch, seq)
+            got = rep.run(feeds)
+            want = p.rep.run(feeds)
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(g, w)
+        assert dev.engine.prepared_variants
+    finally:
+        rep.release()

@@ -186,6 +186,9 @@ def test_shape_siblings_are_prepared_where_the_policy_says(rng, monkeypatch):
 
     assert set(SMX_FAST.siblings("smx_f32_l8_k4")) >= {"smx_f32_l8_k1", "smx_f32_l32_k8"}
     assert not any(v.startswith("smx_f16") for v in SMX_FAST.siblings("smx_f32_l8_k4"))
+    # weight layouts and features are not shape siblings (their specialization constants differ)
+    from kompute_dml.ops.contract import MMG
+    assert MMG.siblings("mmg8_r") == ()
     model = _model([helper.make_node("Softmax", ["x"], ["y"])], [helper.make_tensor_value_info("x", T.FLOAT, ["n", "m"])],
                    [helper.make_tensor_value_info("y", T.FLOAT, None)])
     rep = Backend.prepare(model, "CPU")

@@ -234,9 +234,9 @@ GELU = family("gelu", "gelu.comp", "gelu_{t}", EW_PUSH, _L256, t=("f32", "f16"),
 # registers; smx_gen: any, read three times.
 SMX_PUSH = block("x_off", "y_off", "rows", "len", "nouter", "size[8]", "x_str[8]", "y_str[8]")
 SMX_FAST = family("smx_fast", "softmax.comp", "smx_{t}_l{lanes}_k{k}", SMX_PUSH, _L256, t=("f32", "f16"),
-                  lanes=(8, 32), k=(1, 2, 4, 8, 16, 32),
+                  lanes=(8, 32), k=(1, 2, 4, 8, 16, 32), shape=("lanes", "k"),
                   defines=lambda t, lanes, k: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 1, "K": k})
-SMX_GEN = family("smx_gen", "softmax.comp", "smx_{t}_g{lanes}", SMX_PUSH, _L256, t=("f32", "f16"), lanes=(32, 256),
+SMX_GEN = family("smx_gen", "softmax.comp", "smx_{t}_g{lanes}", SMX_PUSH, _L256, t=("f32", "f16"), lanes=(32, 256), shape=("lanes",),
                  defines=lambda t, lanes: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 0, "K": 1})
 # ---- DYNAMIC_QUANTIZE_LINEAR (ops/dynamic_quantize.py, shaders/dynamic_quantize.comp): three
 # dispatches (STAGE): the groups' min / max keys into the operator's scratch, the scale and zero
@@ -249,12 +249,12 @@ DQL_PARAMS_PUSH = block("parts", "scale_off", "zp_off")
 DQL_QUANT_PUSH = block("x_off", "y_off", "count", "rank", "size[8]", "x_str[8]", "y_str[8]")
 # "_v" variants: one dimension of stride 1 (16-byte loads and stores; offsets are 16-byte aligned)
 DQL_MINMAX = family("dql_minmax", "dynamic_quantize.comp", "dql_minmax_{t}{v}", DQL_MINMAX_PUSH, _L256, t=DQL_IN_TYPES,
-                    v=("", "_v"), defines=lambda t, v: {"STAGE": 1, "IN_BITS": EW_TYPES[t][0], "PACKED": int(v == "_v")})
+                    v=("", "_v"), shape=("v",), defines=lambda t, v: {"STAGE": 1, "IN_BITS": EW_TYPES[t][0], "PACKED": int(v == "_v")})
 DQL_PARAMS = family("dql_params", "dynamic_quantize.comp", "dql_params_{o}", DQL_PARAMS_PUSH, _L256,
                     o=tuple(DQL_OUT_TYPES),
                     defines=lambda o: {"STAGE": 2, "QMIN": DQL_OUT_TYPES[o][0], "QMAX": DQL_OUT_TYPES[o][1]})
 DQL_QUANT = family("dql_quant", "dynamic_quantize.comp", "dql_quant_{t}_{o}{v}", DQL_QUANT_PUSH, _L256, t=DQL_IN_TYPES,
-                   o=tuple(DQL_OUT_TYPES), v=("", "_v"),
+                   o=tuple(DQL_OUT_TYPES), v=("", "_v"), shape=("v",),
                    defines=lambda t, o, v: {"STAGE": 3, "IN_BITS": EW_TYPES[t][0], "QMIN": DQL_OUT_TYPES[o][0],
                                             "QMAX": DQL_OUT_TYPES[o][1], "PACKED": int(v == "_v")})
 # ---- MEAN_VARIANCE_NORMALIZATION1 (ops/mean_variance_normalization.py, shaders/mvn.comp): a row per
@@ -278,7 +278,7 @@ GEMM_F_HAS_C = 1  # C is bound: Output = alpha * S + beta * C (else alpha * S)
 GEMM_F_A_MFAST = 2  # A's tile is staged with consecutive invocations on consecutive m (else k)
 GEMM_F_B_KFAST = 4  # B's tile is staged with consecutive invocations on consecutive k (else n)
 GEMM_BLOCKS = (2, 4)
-GEMM = family("gemm", "gemm.comp", "gemm_{t}_b{blk}", GEMM_PUSH, (16, 16, 1), t=("f32", "f16"), blk=GEMM_BLOCKS,
+GEMM = family("gemm", "gemm.comp", "gemm_{t}_b{blk}", GEMM_PUSH, (16, 16, 1), t=("f32", "f16"), blk=GEMM_BLOCKS, shape=("blk",),
               defines=lambda t, blk: {"F16": int(t == "f16"), "BLK": blk})
 
 FAMILIES: tuple[ShaderFamily, ...] = (

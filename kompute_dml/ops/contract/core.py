@@ -156,12 +156,22 @@ class ShaderFamily:
     # a newer target environment (vulkan1.2: cooperative matrices), compiled and validated with the
     # cmeel wheels' tools (tools/build_spirv.py); or a callable of the parameter values giving it
     target: str | Callable[..., str | None] | None = None
+    # the parameters another input shape may choose differently (softmax lanes, a GEMM tile), in
+    # families whose pipelines take no specialization constants: a sibling's pipeline is the
+    # same plan with another variant (ONNX backend, device_graph._prepare_siblings). Parameters
+    # chosen by data type, weight layout or device features are never siblings: their
+    # specialization constants may not fit each other (a matmul_gemv configuration for B
+    # row-major gives a zero-length array in the column-major variant)
+    shape_params: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         fields = {f for _, f, _, _ in string.Formatter().parse(self.template) if f is not None}
         if fields != {k for k, _ in self.params}:
             raise ValueError(f"shader family {self.key}: template {self.template!r} fields {sorted(fields)} "
                              f"differ from its parameters {[k for k, _ in self.params]}")
+        if not set(self.shape_params) <= fields or (self.shape_params and self.local_size is None):
+            raise ValueError(f"shader family {self.key}: shape parameters {self.shape_params} must be template "
+                             f"fields of a family with a fixed local size")
 
     def _combos(self) -> list[dict[str, str]]:
         keys = [k for k, _ in self.params]
@@ -171,16 +181,15 @@ class ShaderFamily:
     def variants(self) -> tuple[str, ...]:
         return tuple(self.template.format(**c) for c in self._combos())
 
-    def siblings(self, variant: str, keep: frozenset[str] = frozenset({"t", "i", "o", "bits", "z"})) -> tuple[str, ...]:
-        """The variants that differ from `variant` only in parameters chosen by shape (tile,
-        lanes, per-lane elements: not the data types, `keep`): what another shape of the same
-        operator may dispatch (the ONNX backend creates their pipelines ahead of time)."""
+    def siblings(self, variant: str) -> tuple[str, ...]:
+        """The variants that differ from `variant` only in `shape_params`: what another shape of
+        the same operator may dispatch (the ONNX backend creates their pipelines ahead of time)."""
         combos = self._combos()
         mine = next((c for c in combos if self.template.format(**c) == variant), None)
-        if mine is None:
+        if mine is None or not self.shape_params:
             return ()
         return tuple(self.template.format(**c) for c in combos
-                     if all(c[k] == mine[k] for k in mine if k in keep) and c != mine)
+                     if all(c[k] == mine[k] for k in mine if k not in self.shape_params) and c != mine)
 
     def name(self, **values: object) -> str:
         """The variant for these parameter values; ValueError for a value the family lacks."""
@@ -239,9 +248,9 @@ class ShaderFamily:
 
 def family(key: str, source: str, template: str, push: PushBlock, local_size: tuple[int, int, int] | None, *,
            defines: Defines = (), target: str | Callable[..., str | None] | None = None,  # type: ignore[assignment]
-           **params: tuple[object, ...]) -> ShaderFamily:
+           shape: tuple[str, ...] = (), **params: tuple[object, ...]) -> ShaderFamily:
     return ShaderFamily(key, source, template, tuple((k, tuple(str(v) for v in vs)) for k, vs in params.items()),
-                        push, local_size, defines, target)
+                        push, local_size, defines, target, shape)
 
 
 def by_variant(families: tuple[ShaderFamily, ...]) -> dict[str, ShaderFamily]:
