@@ -29,6 +29,8 @@ def main() -> None:
     ap.add_argument("--model", default="minilm", choices=encoder_speed.MODELS)
     ap.add_argument("--shape", type=encoder_speed.parse_shapes, default=encoder_speed.parse_shapes("8x128"))
     ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("--host", type=int, default=0, metavar="N",
+                    help="also run N times under cProfile and print the host functions taking the most time")
     args = ap.parse_args()
     (batch, seq), = args.shape
     model = encoder_speed.load_model(args.model)
@@ -60,6 +62,19 @@ def main() -> None:
         variants[r.variant] += r.microseconds
     print("slowest variants: " + ", ".join(f"{v} {us:.0f} us" for v, us in sorted(variants.items(),
                                                                                  key=lambda kv: -kv[1])[:8]))
+    st = rep.last_run
+    print(f"last run: vulkan {st.vulkan_seconds * 1e3:.3f} ms, host {st.host_seconds * 1e3:.3f} ms, "
+          f"{st.submissions} submission(s), {st.uploads} upload(s), {st.downloads} download(s)")
+    if args.host:
+        import cProfile
+        import pstats
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(args.host):
+            rep.run(feeds)
+        prof.disable()
+        print(f"host profile of {args.host} runs (tottime, top {args.top}):")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
 
 
 if __name__ == "__main__":
