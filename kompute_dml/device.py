@@ -23,8 +23,8 @@ from .ints import as_int
 from .memory import Buffer, Tensor, packed_desc_for
 from .ops import compile_operator
 from .policy import policy_for, requested_capabilities
-from .runtime import DispatchPlan, Engine, Profile, Submission, Work, finished
-from .tensor_desc import TensorDesc, validate_desc
+from .runtime import DispatchPlan, Engine, Profile, Submission, TransferPlan, Work, finished
+from .tensor_desc import TensorDesc, packed_strides, validate_desc
 from .vulkan_info import PhysicalDeviceInfo, physical_devices
 
 
@@ -284,6 +284,42 @@ class Recording:
         self._work.append((op.plans, bound))
         self._labels.append((self.scope, op.support.name) if self.scope else op.support.name)
         self._count += len(op.plans)
+
+    def copy_in(self, host: np.ndarray, tensor: Tensor) -> None:
+        """Record a copy of `host` (a contiguous array inside this device's `host_array`
+        memory) into `tensor`'s elements (a packed tensor of `host.nbytes` bytes), ordered before
+        the executions recorded after it: a program's inputs, written on the host between runs
+        and moved by the program's own submission."""
+        self._copy(host, tensor, to_host=False)
+
+    def copy_out(self, tensor: Tensor, host: np.ndarray) -> None:
+        """Record a copy of `tensor`'s elements (packed) into `host` (inside `host_array`
+        memory, `tensor.nbytes` bytes), after the executions recorded before it; the host reads
+        it once the submission completed."""
+        self._copy(host, tensor, to_host=True)
+
+    def _copy(self, host: np.ndarray, tensor: Tensor, to_host: bool) -> None:
+        if self._done:
+            raise DMLError("this recording was already submitted")
+        engine = self.device.engine
+        engine.check_open()
+        if not isinstance(tensor, Tensor) or tensor.buffer.device is not self.device:
+            raise InvalidArgumentError("tensor: must be a kompute_dml Tensor of this device")
+        d = tensor.desc
+        if d.strides is not None and tuple(d.strides) != packed_strides(d.sizes):
+            raise InvalidArgumentError("tensor: must be packed (its elements one contiguous byte range)")
+        where = engine.host_range(host) if isinstance(host, np.ndarray) and host.flags.c_contiguous else None
+        if where is None:
+            raise InvalidArgumentError("host: must be a contiguous array inside this device's Device.host_array memory")
+        if host.nbytes != tensor.nbytes:
+            raise InvalidArgumentError(f"host: {host.nbytes} bytes, the tensor's elements have {tensor.nbytes}")
+        plan = TransferPlan("copy", (0, 1), np.array([[0, 0, host.nbytes]], np.int64), (1,))
+        bound = (tensor, where) if to_host else (where, tensor)
+        self._keys.append(("copy", to_host, where.memory.serial, where.offset, tensor.binding_key, host.nbytes))
+        self._work.append(((plan,), bound))
+        label = "copy out" if to_host else "copy in"
+        self._labels.append((self.scope, label) if self.scope else label)
+        self._count += 1
 
     def submit(self, wait: bool = True) -> Submission | None:
         """Submit the recorded executions (leaving the `with` block does, waiting); with

@@ -253,3 +253,42 @@ def test_a_damaged_or_foreign_cache_file_is_not_loaded(tmp_path):
         assert _child(env)["pipeline_cache_loaded_bytes"] == 0
     path.write_bytes(good)
     assert _child(env)["pipeline_cache_loaded_bytes"] == len(good)
+
+
+def test_a_recorded_program_moves_its_own_inputs_and_outputs(dev, rng):
+    """Recording.copy_in / copy_out: the program copies host memory (Device.host_array) into
+    its input and its output back, in its one submission; every run sees the host's new
+    inputs, and host bytes outside the output's range stay as they were."""
+    f32 = kdml.TensorDesc(DT.FLOAT32, (5, 7))
+    x, y = dev.empty(f32), dev.empty(f32)
+    ident = dev.compile(kdml.ActivationIdentityDesc(f32, f32))
+    h_in = dev.host_array((5, 7), np.float32)
+    h_out = dev.host_array(35 + 8, np.float32)
+    h_out[:] = -7.0  # poison, and guards on both sides
+    with dev.record() as rec:
+        rec.copy_in(h_in, x)
+        rec.execute(ident, [x], [y])
+        rec.copy_out(y, h_out[4:39])
+        prog = rec.compile()
+    for _ in range(3):
+        h_in[:] = rng.standard_normal((5, 7)).astype(np.float32)
+        prog.run()
+        np.testing.assert_array_equal(h_out[4:39].reshape(5, 7), h_in)
+        assert (h_out[:4] == -7.0).all() and (h_out[39:] == -7.0).all()
+
+
+def test_recorded_copies_check_their_arguments(dev):
+    t = dev.empty(kdml.TensorDesc(DT.FLOAT32, (4, 4)))
+    h = dev.host_array(16, np.float32)
+    with dev.record() as rec:
+        with pytest.raises(kdml.InvalidArgumentError, match="^host: must be a contiguous array inside"):
+            rec.copy_in(np.zeros(16, np.float32), t)  # ordinary host memory
+        with pytest.raises(kdml.InvalidArgumentError, match="^host: must be a contiguous"):
+            rec.copy_out(t, dev.host_array(32, np.float32)[::2])
+        with pytest.raises(kdml.InvalidArgumentError, match="^host: 60 bytes"):
+            rec.copy_in(h[:15], t)
+        with pytest.raises(kdml.InvalidArgumentError, match="^tensor: must be packed"):
+            rec.copy_out(t[:, ::2], h[:8])
+        with pytest.raises(kdml.InvalidArgumentError, match="^tensor: must be a kompute_dml Tensor"):
+            rec.copy_in(h, np.zeros(16, np.float32))
+        assert len(rec) == 0

@@ -89,6 +89,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self._plans: collections.OrderedDict[Any, GraphPlan | None] = collections.OrderedDict()
         self.plan_capacity = 8
         self.plan_buffers: dict[int, list[kdml.Buffer]] = {}  # shared by the plans (device_graph.py)
+        self.plan_io: dict[str, np.ndarray] = {}  # host memory of the plans' inputs and outputs (device_graph.py)
         self.plan_refusal = ""
 
 

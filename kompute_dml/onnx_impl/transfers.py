@@ -34,6 +34,7 @@ class ValueTransfers:
     _device_constants: dict[str, DeviceValue]
     _plans: Any
     plan_buffers: dict[int, Any]
+    plan_io: Any
 
     # ---- values ------------------------------------------------------------------
     def _constant_host(self, name: str) -> np.ndarray:
@@ -136,3 +137,4 @@ class ValueTransfers:
             self._device_constants.clear()
             self._plans.clear()  # whole-graph programs (device_graph.py) and their buffers
             self.plan_buffers.clear()
+            self.plan_io.clear()

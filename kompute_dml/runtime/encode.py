@@ -20,7 +20,7 @@ from typing import Any
 import kp
 import numpy as np
 
-from .memory import DeviceMemory
+from .memory import DeviceMemory, HostRange
 from .pipelines import PipelineCache
 from .plans import DispatchPlan, Plan, TransferPlan
 
@@ -29,6 +29,8 @@ ACCESS_SHADER_READ = 0x20
 ACCESS_SHADER_WRITE = 0x40
 ACCESS_TRANSFER_READ = 0x800
 ACCESS_TRANSFER_WRITE = 0x1000
+ACCESS_HOST_READ = 0x2000
+STAGE_HOST = 0x4000
 STAGE_COMPUTE_SHADER = 0x800
 STAGE_TRANSFER = 0x1000
 _ALL_ACCESS = ACCESS_SHADER_READ | ACCESS_SHADER_WRITE | ACCESS_TRANSFER_READ | ACCESS_TRANSFER_WRITE
@@ -41,6 +43,7 @@ class EncodedDispatch:
     reads: frozenset[int]  # DeviceMemory serials
     writes: frozenset[int]
     skip: bool = False  # nothing to do (e.g. an exact in-place copy)
+    to_host: bool = False  # writes host memory the host reads after the submission
 
 
 def _transfer(plan: TransferPlan, bound: Sequence[Any]) -> EncodedDispatch:
@@ -57,7 +60,8 @@ def _transfer(plan: TransferPlan, bound: Sequence[Any]) -> EncodedDispatch:
             regions = regions[regions[:, 0] != regions[:, 1]]
         op = kp.OpCopyRegions(src_mem.tensor, dst_mem.tensor, regions.reshape(-1).tolist())
         return EncodedDispatch(
-            op, frozenset({src_mem.serial}) - {dst_mem.serial}, frozenset({dst_mem.serial}), skip=len(regions) == 0
+            op, frozenset({src_mem.serial}) - {dst_mem.serial}, frozenset({dst_mem.serial}), skip=len(regions) == 0,
+            to_host=isinstance(dst, HostRange),
         )
     regions = plan.regions + np.array([dst.offset, 0], dtype=np.int64)
     op = kp.OpFillRegions(dst_mem.tensor, regions.reshape(-1).tolist(), int(plan.value) & 0xFFFFFFFF)
@@ -126,4 +130,6 @@ def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch], positions
             positions.append(recorded)
         written |= d.writes
         read |= d.reads
+    if any(d.to_host and not d.skip for d in dispatches):  # host reads after the fence
+        seq.record(kp.OpGlobalBarrier(ACCESS_TRANSFER_WRITE, ACCESS_HOST_READ, STAGE_TRANSFER, STAGE_HOST))
     return barriers

@@ -33,7 +33,7 @@ from .budget import MemoryBudget
 from .disk_cache import DiskPipelineCache
 from .encode import encode, global_barrier, record_dispatches
 from .inflight import InFlight, Submission, finished
-from .memory import DeviceMemory
+from .memory import DeviceMemory, HostRange
 from .pipelines import PipelineCache
 from .plans import DispatchPlan, Plan
 from .pool import BufferPool
@@ -178,11 +178,16 @@ class Engine:
         with self.lock:
             self.check_open()
             try:
-                mem = HostMemory(self.manager, nbytes)
+                mem = HostMemory(self.manager, nbytes, next(_serials))
             except RuntimeError as e:
                 raise OutOfMemoryError(f"could not allocate {nbytes} bytes of host-visible memory: {e}") from e
             self._host[id(mem)] = mem
             return mem
+
+    def host_range(self, data: np.ndarray) -> HostRange | None:
+        """Where `data` (contiguous) lies in host memory of this engine (host_memory), else None."""
+        where = host_origin(data, self._host)
+        return None if where is None else HostRange(where[0], where[1], data.nbytes)
 
     def write(self, memory: DeviceMemory, offset: int, data: np.ndarray) -> None:
         """Bytes [offset, offset + len(data)) of `memory` <- `data` (contiguous uint8)."""

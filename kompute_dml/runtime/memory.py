@@ -14,6 +14,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from .engine import Engine
+    from .staging import HostMemory
 
 
 class DeviceMemory:
@@ -44,3 +45,17 @@ class DeviceMemory:
         if nbytes:
             self.read_into(offset, out)
         return out.tobytes()
+
+
+class HostRange:
+    """Bytes [offset, offset + nbytes) of host memory, bound to a recorded transfer like a
+    tensor (encode.py reads `.buffer.memory` and `.offset`): Recording.copy_in / copy_out."""
+
+    __slots__ = ("memory", "nbytes", "offset")
+
+    def __init__(self, memory: HostMemory, offset: int, nbytes: int) -> None:
+        self.memory, self.offset, self.nbytes = memory, offset, nbytes
+
+    @property
+    def buffer(self) -> HostRange:
+        return self

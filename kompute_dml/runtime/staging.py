@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import kp
 import numpy as np
 
-from .encode import ACCESS_TRANSFER_WRITE, STAGE_TRANSFER, global_barrier
+from .encode import ACCESS_HOST_READ, ACCESS_TRANSFER_WRITE, STAGE_HOST, STAGE_TRANSFER, global_barrier
 
 if TYPE_CHECKING:
     from .memory import DeviceMemory
@@ -63,8 +63,6 @@ def host_copy(dst: np.ndarray, src: np.ndarray) -> None:
     np.copyto(dst[:step], src[:step])
     for p in parts:
         p.result()
-ACCESS_HOST_READ = 0x2000
-STAGE_HOST = 0x4000
 
 
 class HostMemory:
@@ -72,13 +70,14 @@ class HostMemory:
     its bytes as a uint8 array whose base is `mem` (so arrays made from it keep it alive,
     and `host_origin` finds it)."""
 
-    __slots__ = ("__weakref__", "nbytes", "ptr", "tensor")
+    __slots__ = ("__weakref__", "nbytes", "ptr", "serial", "tensor")
 
-    def __init__(self, manager: Any, nbytes: int) -> None:
+    def __init__(self, manager: Any, nbytes: int, serial: int = 0) -> None:
         words = max(1, -(-nbytes // 4))
         self.tensor = manager.tensor_t(np.zeros(words, dtype=np.uint32), kp.TensorTypes.host)
         self.nbytes = words * 4
         self.ptr: int = self.tensor.kdml_bytes().__array_interface__["data"][0]
+        self.serial = serial  # unique with the DeviceMemory serials (a recorded transfer's hazards)
 
     @property
     def __array_interface__(self) -> dict[str, Any]:
