@@ -218,14 +218,14 @@ class GraphPlan:
         self.program.run()
         stats.submissions += 1
         stats.vulkan_nodes += self.device_nodes
-        results = []
+        results: list[Any] = []
         for k, (_name, v) in enumerate(self.outputs):
             if isinstance(v, DeviceValue):
-                off = self._out_at.get(k)
-                if off is None:
+                at = self._out_at.get(k)
+                if at is None:
                     arr = v.tensor.numpy().reshape(v.shape)
                 else:  # copied by the program itself
-                    arr = self._out[off:off + v.tensor.nbytes].view(v.tensor.dtype).reshape(v.shape).copy()
+                    arr = self._out[at:at + v.tensor.nbytes].view(v.tensor.dtype).reshape(v.shape).copy()
                 stats.downloads += 1
                 results.append(arr.astype(BOOL) if v.dtype == BOOL else arr)
             elif isinstance(v, list):
