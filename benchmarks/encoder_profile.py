@@ -31,12 +31,28 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--host", type=int, default=0, metavar="N",
                     help="also run N times under cProfile and print the host functions taking the most time")
+    ap.add_argument("--plan-after", type=encoder_speed.parse_shapes, default=None, metavar="SHAPE",
+                    help="run SHAPE first, then profile the host side of --shape's first run (its planning)")
     args = ap.parse_args()
     (batch, seq), = args.shape
     model = encoder_speed.load_model(args.model)
     rep = Backend.prepare(str(model.path), "CPU")
     rng = np.random.default_rng(0)
     feeds = encoder_speed.bert_models.random_feeds(batch, seq, model.vocab, rng)
+    if args.plan_after:
+        import cProfile
+        import pstats
+        (b0, s0), = args.plan_after
+        rep.run(encoder_speed.bert_models.random_feeds(b0, s0, model.vocab, rng))
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.enable()
+        rep.run(feeds)
+        prof.disable()
+        st = rep.last_run
+        print(f"first run of {batch}x{seq} after {b0}x{s0}: {(time.perf_counter() - t0) * 1e3:.1f} ms under cProfile, "
+              f"planning {st.plan_seconds * 1e3:.1f} ms; device {rep.device.stats()}")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
     for _ in range(3):
         rep.run(feeds)
     walls = []
