@@ -24,6 +24,7 @@ import numpy as np
 
 import kompute_dml as kdml
 
+from ..runtime.staging import host_copy
 from .graph import _node_inputs
 from .handlers_values import BOOL, dml_numpy, is_packed
 from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_shape
@@ -224,8 +225,9 @@ class GraphPlan:
                 at = self._out_at.get(k)
                 if at is None:
                     arr = v.tensor.numpy().reshape(v.shape)
-                else:  # copied by the program itself
-                    arr = self._out[at:at + v.tensor.nbytes].view(v.tensor.dtype).reshape(v.shape).copy()
+                else:  # copied by the program itself; the caller's own array
+                    arr = np.empty(v.shape, v.tensor.dtype)
+                    host_copy(arr.reshape(-1).view(np.uint8), self._out[at:at + v.tensor.nbytes])
                 stats.downloads += 1
                 results.append(arr.astype(BOOL) if v.dtype == BOOL else arr)
             elif isinstance(v, list):

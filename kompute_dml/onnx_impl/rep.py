@@ -91,6 +91,8 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self.plan_buffers: dict[int, list[kdml.Buffer]] = {}  # shared by the plans (device_graph.py)
         self.plan_io: dict[str, np.ndarray] = {}  # host memory of the plans' inputs and outputs (device_graph.py)
         self.plan_refusal = ""
+        # the results' type, made once (onnx's namedtupledict builds a class per call: ~40 us)
+        self._outputs_type = namedtupledict("Outputs", self.output_names)
 
 
     # ---- placement ------------------------------------------------------------
@@ -265,7 +267,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             results = plan.run(feeds, stats)
             stats.vulkan_seconds += time.perf_counter() - tv
             stats.total_seconds = time.perf_counter() - t0
-            return namedtupledict("Outputs", self.output_names)(*results)
+            return self._outputs_type(*results)
         env: dict[str, Any] = dict(feeds)
         g = self.graph
 
@@ -298,7 +300,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         results = [self.host(lookup(n), stats) for n in self.output_names]
         self._refresh_engines()
         stats.total_seconds = time.perf_counter() - t0
-        return namedtupledict("Outputs", self.output_names)(*results)
+        return self._outputs_type(*results)
 
     def _run_device_node(self, idx: int, node: onnx.NodeProto, lookup: Any, env: dict[str, Any],
                          stats: RunStats) -> None:
