@@ -74,7 +74,7 @@ def main() -> None:
             times = {False: [], True: []}
             for _ in range(args.rounds):
                 for p, rep in reps.items():
-                    times[p].append(_median_us(lambda r=rep, f=feeds: r.run(f), args.runs))
+                    times[p].append(_median_us(lambda r=rep: r.run(feeds), args.runs))
             both, precise = (statistics.median(times[p]) for p in (False, True))
             print(f"{name} {batch}x{seq}: both stages {both:.1f} us, precise {precise:.1f} us, ratio {precise / both:.3f}")
             for rep in reps.values():
