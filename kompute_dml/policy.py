@@ -163,10 +163,6 @@ class DevicePolicy:
     # from a constant computed at compile time (CONSTANT_BELOW); 0: never.
     constant_below: int = 0
     completion: str = "word"  # see COMPLETION
-    # barriers between recorded commands wait only for the stages of the commands since the
-    # last one (compute or transfer) instead of both (runtime/encode.record_dispatches;
-    # benchmarks/barrier_ab.py measures the two)
-    precise_barriers: bool = False
     # How GEMM (ops/gemm.py) picks its output tile (32 x 32 or 64 x 64, contract.GEMM_BLOCKS):
     # "work" (CPU devices) the one with the least padded work per unit of speed (GEMM_CPU_B4_RATE),
     # "parallel" (GPUs) 64 x 64 only where enough such tiles keep the device busy (ops/gemm.py).
@@ -231,7 +227,6 @@ class DevicePolicy:
             "prepare_siblings": self.prepare_siblings,
             "constant_below": self.constant_below,
             "completion": self.completion,
-            "precise_barriers": self.precise_barriers,
             "gemm_tiles": self.gemm_tiles,
             "matmul_kernel": self.matmul_kernel,
             "matmul_table": self._table_text(),

@@ -44,7 +44,6 @@ class EncodedDispatch:
     writes: frozenset[int]
     skip: bool = False  # nothing to do (e.g. an exact in-place copy)
     to_host: bool = False  # writes host memory the host reads after the submission
-    transfer: bool = False  # a transfer command (else a dispatch): the stage its barriers name
 
 
 def _transfer(plan: TransferPlan, bound: Sequence[Any]) -> EncodedDispatch:
@@ -62,11 +61,11 @@ def _transfer(plan: TransferPlan, bound: Sequence[Any]) -> EncodedDispatch:
         op = kp.OpCopyRegions(src_mem.tensor, dst_mem.tensor, regions.reshape(-1).tolist())
         return EncodedDispatch(
             op, frozenset({src_mem.serial}) - {dst_mem.serial}, frozenset({dst_mem.serial}), skip=len(regions) == 0,
-            to_host=isinstance(dst, HostRange), transfer=True,
+            to_host=isinstance(dst, HostRange),
         )
     regions = plan.regions + np.array([dst.offset, 0], dtype=np.int64)
     op = kp.OpFillRegions(dst_mem.tensor, regions.reshape(-1).tolist(), int(plan.value) & 0xFFFFFFFF)
-    return EncodedDispatch(op, frozenset(), frozenset({dst_mem.serial}), skip=len(regions) == 0, transfer=True)
+    return EncodedDispatch(op, frozenset(), frozenset({dst_mem.serial}), skip=len(regions) == 0)
 
 
 def encode(plan: Plan, bound: Sequence[Any], pipelines: PipelineCache, dummy: DeviceMemory) -> EncodedDispatch:
@@ -98,18 +97,7 @@ def global_barrier() -> Any:
     return kp.OpGlobalBarrier(_ALL_ACCESS, _ALL_ACCESS, _ALL_STAGES, _ALL_STAGES)
 
 
-def _after_stages(before: int) -> Any:
-    """A global memory barrier from the stages `before` (a bit mask of STAGE_COMPUTE_SHADER /
-    STAGE_TRANSFER: the commands since the last barrier) to every later command. The second
-    scope stays both stages: a later command of either stage may touch what a command
-    before an earlier barrier wrote, and is ordered after it only through this chain."""
-    src = ((ACCESS_SHADER_READ | ACCESS_SHADER_WRITE) if before & STAGE_COMPUTE_SHADER else 0) | (
-        (ACCESS_TRANSFER_READ | ACCESS_TRANSFER_WRITE) if before & STAGE_TRANSFER else 0)
-    return kp.OpGlobalBarrier(src, _ALL_ACCESS, before, _ALL_STAGES)
-
-
-def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch], positions: list[int | None] | None = None,
-                      precise: bool = False) -> int:
+def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch], positions: list[int | None] | None = None) -> int:
     """Record dispatches into a kp sequence with the barriers their hazards need; returns
     how many barriers it recorded between dispatches.
 
@@ -119,31 +107,24 @@ def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch], positions
     sequence starts with one (the uploads and dispatches of earlier submissions), and one
     goes before every dispatch that reads what an earlier one wrote (RAW) or writes what an
     earlier one touched (WAW, WAR); the access sets are reset after it. `positions`, when
-    given, receives per dispatch the index of kp's timestamp after it (None: skipped).
-    `precise`: a barrier between commands names as its first scope only the stages of the
-    commands since the last one (compute, transfer or both: DevicePolicy.precise_barriers),
-    not both stages always."""
+    given, receives per dispatch the index of kp's timestamp after it (None: skipped)."""
     seq.record(global_barrier())
     recorded = 1
     written: set[int] = set()
     read: set[int] = set()
     barriers = 0
-    since = 0  # stages of the commands since the last barrier
     for d in dispatches:
         if d.skip:
             if positions is not None:
                 positions.append(None)
             continue
-        stage = STAGE_TRANSFER if d.transfer else STAGE_COMPUTE_SHADER
         if (d.reads & written) or (d.writes & (written | read)):
-            seq.record(_after_stages(since) if precise else global_barrier())
+            seq.record(global_barrier())
             recorded += 1
             barriers += 1
             written.clear()
             read.clear()
-            since = 0
         seq.record(d.op)
-        since |= stage
         recorded += 1
         if positions is not None:  # kp's timestamp after this command (runtime/profile.py)
             positions.append(recorded)

@@ -136,9 +136,6 @@ class Engine:
         # Replayed sequences complete by a completion word where the kp build has them
         # (patch level 7) and this is True (set from DevicePolicy.completion), else by fence.
         self.completion_word = False
-        # Barriers between recorded commands name only the stages on their two sides
-        # (encode.record_dispatches; set from DevicePolicy.precise_barriers)
-        self.precise_barriers = False
         self._replays: collections.OrderedDict[Hashable, _Replay] = collections.OrderedDict()
         self._live: weakref.WeakValueDictionary[int, DeviceMemory] = weakref.WeakValueDictionary()
         self.dummy = self.allocate(4)  # bound where an optional tensor is absent
@@ -282,7 +279,7 @@ class Engine:
         if replay.running:  # its command buffer is still on the device
             self.inflight.finish(replay)
         if self.profile is not None:
-            self.profile.run(replay, self.precise_barriers)
+            self.profile.run(replay)
         elif wait:
             try:
                 replay.run()
@@ -321,7 +318,7 @@ class Engine:
         if all(d.skip for d, _ in dispatches):
             return _Replay(None, memories, dispatches)
         seq = self.manager.kdml_word_sequence() if self.completion_word else self.manager.sequence()
-        record_dispatches(seq, [d for d, _ in dispatches], precise=self.precise_barriers)
+        record_dispatches(seq, [d for d, _ in dispatches])
         return _Replay(seq, memories, dispatches)
 
     # ---- state ---------------------------------------------------------------------------

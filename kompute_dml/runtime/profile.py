@@ -49,12 +49,12 @@ class Profile:
         finally:
             self._scope = outer
 
-    def run(self, replay: Any, precise: bool = False) -> None:
+    def run(self, replay: Any) -> None:
         """Run a cached submission's commands once, timed (called under the engine's lock)."""
         dispatches = replay.dispatches
         seq = self._manager.sequence(0, 2 * len(dispatches) + 2)
         positions: list[int | None] = []
-        record_dispatches(seq, [d for d, _ in dispatches], positions, precise)
+        record_dispatches(seq, [d for d, _ in dispatches], positions)
         self._guarded(seq.kdml_run)
         ts = seq.get_timestamps()
         for (_d, (label, plan)), pos in zip(dispatches, positions):
