@@ -265,15 +265,18 @@ def test_a_recorded_program_moves_its_own_inputs_and_outputs(dev, rng):
     h_in = dev.host_array((5, 7), np.float32)
     h_out = dev.host_array(35 + 8, np.float32)
     h_out[:] = -7.0  # poison, and guards on both sides
-    with dev.record() as rec:
+    z = dev.empty(f32)
+    with dev.capture() as rec:
         rec.copy_in(h_in, x)
         rec.execute(ident, [x], [y])
-        rec.copy_out(y, h_out[4:39])
+        y2 = kdml.add(y, y)  # functional helpers record too (a dispatch after a dispatch)
+        rec.execute(ident, [y2], [z])
+        rec.copy_out(z, h_out[4:39])
         prog = rec.compile()
     for _ in range(3):
         h_in[:] = rng.standard_normal((5, 7)).astype(np.float32)
         prog.run()
-        np.testing.assert_array_equal(h_out[4:39].reshape(5, 7), h_in)
+        np.testing.assert_array_equal(h_out[4:39].reshape(5, 7), h_in + h_in)
         assert (h_out[:4] == -7.0).all() and (h_out[39:] == -7.0).all()
 
 

@@ -93,7 +93,10 @@ def encode(plan: Plan, bound: Sequence[Any], pipelines: PipelineCache, dummy: De
 
 def global_barrier() -> Any:
     """One global memory barrier: every compute and transfer access before it, in this
-    submission and earlier ones, against every such access after it."""
+    submission and earlier ones, against every such access after it. (Naming only the
+    stages of the commands since the last barrier gained nothing on the H100, interleaved in
+    one process: 100 dependent adds 328-497 us against 338-498, the BERT 256/3 program at
+    8 x 128 1,128 us against 1,104.)"""
     return kp.OpGlobalBarrier(_ALL_ACCESS, _ALL_ACCESS, _ALL_STAGES, _ALL_STAGES)
 
 
