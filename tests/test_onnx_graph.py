@@ -268,3 +268,45 @@ def test_host_slice_clamps_as_onnx_says():
         (want,) = sess.run(None, dict(zip(names, ins)))
         assert HOST_EVAL["Slice"](node, ins).tolist() == want.tolist(), (start, end, step)
     assert HOST_EVAL["Slice"](node, [x, np.array([-20]), np.array([-30]), np.array([0]), np.array([-1])]).tolist() == [0]
+
+
+def test_products_sharing_their_activation_run_as_one_and_equal_their_own_products(rng):
+    """Q, K and V (MatMulIntegerToFloat on one quantized activation, constant weights with
+    per-tensor and per-column scales, zero points and biases) run as one product whose column
+    views feed the heads' Reshape / Transpose without a copy; every output's bits equal those
+    of the three products run one by one, in whole-graph and node-by-node runs."""
+    a = rng.integers(0, 256, (2, 5, 16), dtype=np.uint8)
+    inits = []
+    nodes = []
+    for i, n in enumerate((8, 12, 8)):
+        inits += [numpy_helper.from_array(rng.integers(-128, 128, (16, n), dtype=np.int8), f"w{i}"),
+                  numpy_helper.from_array((np.full((), 0.01 * (i + 1)) if i != 1 else
+                                           rng.uniform(0.001, 0.1, n)).astype(np.float32), f"bs{i}"),
+                  numpy_helper.from_array(rng.integers(-3, 4, n if i == 2 else ()).astype(np.int8), f"bz{i}"),
+                  numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), f"bias{i}")]
+        nodes.append(helper.make_node("MatMulIntegerToFloat", ["a", f"w{i}", "s", f"bs{i}", "z", f"bz{i}", f"bias{i}"],
+                                      [f"p{i}"], domain="com.microsoft"))
+        nodes.append(helper.make_node("Reshape", [f"p{i}", f"shape{i}"], [f"r{i}"]))
+        nodes.append(helper.make_node("Transpose", [f"r{i}"], [f"y{i}"], perm=[0, 2, 1, 3]))
+        inits.append(numpy_helper.from_array(np.array([2, 5, 2, n // 2], np.int64), f"shape{i}"))
+    graph = helper.make_graph(nodes, "qkv", [helper.make_tensor_value_info("a", T.UINT8, [2, 5, 16]),
+                                             helper.make_tensor_value_info("s", T.FLOAT, []),
+                                             helper.make_tensor_value_info("z", T.UINT8, [])],
+                              [helper.make_tensor_value_info(f"y{i}", T.FLOAT, None) for i in range(3)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    feeds = {"a": a, "s": np.array(0.02, np.float32), "z": np.array(9, np.uint8)}
+    grouped = Backend.prepare(model, "CPU")
+    single = Backend.prepare(model, "CPU")
+    single.product_groups = {}  # no groups: three products
+    want = single.run(feeds)
+    # the outputs are transposed views (not packed): read after the run, not copied by it
+    assert next(iter(single._plans.values())).dispatches == 3 + 1  # three products, the input copy
+    for mode in (True, False):
+        grouped.graph_mode = mode
+        got = grouped.run(feeds)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32))
+    plan = next(iter(grouped._plans.values()))
+    # one product and the input copy, no copy for the Reshapes of the column views
+    assert plan.dispatches == 1 + 1

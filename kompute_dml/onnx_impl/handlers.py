@@ -10,6 +10,7 @@ import onnx
 
 import kompute_dml as kdml
 
+from . import product_groups
 from .graph import _attr, _np_dtype_of_onnx
 from .handlers_math import MATH_HANDLERS
 from .handlers_nn import NN_HANDLERS
@@ -252,6 +253,10 @@ def _h_mmitf(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     a_zp, a_zpn = _in(ins, node, 4)
     b_zp, b_zpn = _in(ins, node, 5)
     bias, bias_n = _in(ins, node, 6)
+    group = product_groups.group_of(rep, node)
+    if group is not None and isinstance(a, DeviceValue):  # Q, K and V as one product
+        return [product_groups.run(rep, group, node, a, lambda b, bn, bs, bsn, bz, bzn, c, cn: _mm_integer_to_float(
+            rep, node, a, an, b, bn, a_s, a_sn, bs, bsn, a_zp, a_zpn, bz, bzn, c, cn, stats))]
     return [_mm_integer_to_float(rep, node, a, an, b, bn or "", a_s, a_sn, b_s, b_sn or "", a_zp, a_zpn,
                                  b_zp, b_zpn, bias, bias_n, stats)]
 

@@ -66,11 +66,41 @@ def packed(rep: BackendRep, v: DeviceValue, stats: RunStats) -> DeviceValue:
     return DeviceValue(kdml.copy(t, out=out, device=rep.device), v.shape, v.dtype)
 
 
+def view_strides(shape: tuple[int, ...], strides: tuple[int, ...], new: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Element strides that lay `new` over the same elements as (shape, strides) in the same
+    row-major order, without a copy; None where no strides do (numpy's no-copy reshape: each
+    run of new dimensions must cover a run of old ones that is contiguous within itself)."""
+    old = [(d, st) for d, st in zip(shape, strides) if d != 1]
+    out = [1] * len(new)
+    ni = oi = 0
+    while ni < len(new) and oi < len(old):
+        nj, oj = ni + 1, oi + 1
+        n_size, o_size = new[ni], old[oi][0]
+        while n_size != o_size:
+            if n_size < o_size:
+                n_size *= new[nj]
+                nj += 1
+            else:
+                o_size *= old[oj][0]
+                oj += 1
+        if any(old[k][1] != old[k + 1][0] * old[k + 1][1] for k in range(oi, oj - 1)):
+            return None
+        out[nj - 1] = old[oj - 1][1]
+        for k in range(nj - 1, ni, -1):
+            out[k - 1] = out[k] * new[k]
+        ni, oi = nj, oj
+    return tuple(out)
+
+
 def reshaped(rep: BackendRep, v: Any, shape: tuple[int, ...], stats: RunStats) -> Any:
-    """v with another shape of the same element count: a new packed desc over the same bytes
-    (after a copy where v is strided), or a host reshape."""
+    """v with another shape of the same element count: a view of the same bytes where
+    strides allow (always for a packed v), else a packed copy; or a host reshape."""
     if not isinstance(v, DeviceValue):
         return np.asarray(rep.host(v, stats)).reshape(shape)
+    if not is_packed(v.tensor) and shape:
+        st = view_strides(v.shape, _strides_of(v), shape)
+        if st is not None:
+            return strided(v, shape, st)
     v = packed(rep, v, stats)
     t = v.tensor
     desc = kdml.TensorDesc(t.desc.data_type, shape if shape else (1,))

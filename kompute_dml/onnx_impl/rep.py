@@ -91,6 +91,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self.plan_buffers: dict[int, list[kdml.Buffer]] = {}  # shared by the plans (device_graph.py)
         self.plan_io: dict[str, np.ndarray] = {}  # host memory of the plans' inputs and outputs (device_graph.py)
         self.plan_refusal = ""
+        self.product_groups: dict[str, Any] | None = None  # product_groups.py, found at first use
         # the results' type, made once (onnx's namedtupledict builds a class per call: ~40 us)
         self._outputs_type = namedtupledict("Outputs", self.output_names)
 
