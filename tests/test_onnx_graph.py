@@ -310,3 +310,38 @@ def test_products_sharing_their_activation_run_as_one_and_equal_their_own_produc
     plan = next(iter(grouped._plans.values()))
     # one product and the input copy, no copy for the Reshapes of the column views
     assert plan.dispatches == 1 + 1
+
+
+def test_view_strides_agree_with_numpys_no_copy_reshape(rng):
+    """handlers_values.view_strides: strides exactly where numpy reshapes a view without a copy,
+    and then the same elements in the same order (random slices and transposes, random
+    factorizations with inserted size-1 dimensions)."""
+    from kompute_dml.onnx_impl.handlers_values import view_strides
+
+    views = 0
+    for _ in range(1500):
+        a = np.arange(int(np.prod(base := rng.integers(1, 4, rng.integers(1, 5)))) * 8).reshape(*base, 8)
+        v = a[tuple(slice(None, None, int(rng.integers(1, 3))) for _ in a.shape)]
+        if rng.random() < 0.4:
+            v = v.transpose(rng.permutation(v.ndim))
+        dims, rem = [], v.size
+        while rem > 1:
+            d = int(rng.choice([d for d in range(2, rem + 1) if rem % d == 0]))
+            dims.append(d)
+            rem //= d
+        if rng.random() < 0.3:
+            dims.insert(int(rng.integers(0, len(dims) + 1)), 1)
+        new = tuple(dims) or (1,)
+        st = view_strides(v.shape, tuple(s // 8 for s in v.strides), new)
+        try:
+            r = v.view()
+            r.shape = new  # numpy refuses where a copy is needed
+            numpy_can = True
+        except AttributeError:
+            numpy_can = False
+        assert (st is not None) == numpy_can or v.size == 1, (v.shape, v.strides, new)
+        if st is not None:
+            views += 1
+            w = np.lib.stride_tricks.as_strided(v, new, tuple(x * 8 for x in st))
+            np.testing.assert_array_equal(w, v.reshape(new))
+    assert views > 500
