@@ -52,22 +52,33 @@ uint f_unkey(uint k) { return (k & 0x80000000u) != 0u ? (k & 0x7FFFFFFFu) : ~k; 
 shared uint s_lo[LOCAL];
 shared uint s_hi[LOCAL];
 
-// the least lo and the greatest hi of the work group's invocations, of which the first n (1 ..
-// LOCAL, uniform) hold keys and the others KEY_ZERO (in every range): a tree in shared memory
-// over the smallest power of two >= n, so a few partial keys take a few steps
+// for invocation 0: the least lo and the greatest hi that the work group's first n invocations
+// pass (n uniform, 1 .. LOCAL; the others pass KEY_ZERO). Through shared memory: invocations
+// 0 .. ROOT - 1 each fold every ROOT-th pair, then invocation 0 their ROOT results: two barriers
+// whatever n (a tree takes log2(n), and a CPU implementation such as lavapipe switches between
+// all of a group's invocations at each), ROOT consecutive invocations on consecutive words.
+#define ROOT 16u  // ROOT * ROOT == LOCAL
 uvec2 reduce_keys(uint lo, uint hi, uint n) {
     uint lid = gl_LocalInvocationID.x;
     s_lo[lid] = lo;
     s_hi[lid] = hi;
     barrier();
-    for (uint w = n > 1u ? 1u << uint(findMSB(n - 1u)) : 0u; w > 0u; w >>= 1) {
-        if (lid < w) {
-            s_lo[lid] = min(s_lo[lid], s_lo[lid + w]);
-            s_hi[lid] = max(s_hi[lid], s_hi[lid + w]);
+    if (lid < ROOT) {
+        for (uint i = lid + ROOT; i < n; i += ROOT) {
+            lo = min(lo, s_lo[i]);
+            hi = max(hi, s_hi[i]);
         }
-        barrier();
+        s_lo[lid] = lo;  // read by this invocation alone above
+        s_hi[lid] = hi;
     }
-    return uvec2(s_lo[0], s_hi[0]);
+    barrier();
+    if (lid == 0u) {
+        for (uint i = 1u; i < min(n, ROOT); ++i) {
+            lo = min(lo, s_lo[i]);
+            hi = max(hi, s_hi[i]);
+        }
+    }
+    return uvec2(lo, hi);
 }
 
 // the element (in elements of the input's type) of logical index i: merged dimensions, the last
@@ -231,8 +242,7 @@ shared uvec3 s_params;
 
 void main() {
     // the scale and zero point, derived by every work group from dql_minmax's partial keys (at
-    // most LOCAL: one per invocation) before anything returns (reduce_keys has barriers); group 0
-    // writes them out
+    // most LOCAL: one per invocation) before anything returns (barriers); group 0 writes them out
     uint lid = gl_LocalInvocationID.x;
     uvec2 part = lid < pc.parts ? part_keys[lid] : uvec2(KEY_ZERO);
     uvec2 keys = reduce_keys(part.x, part.y, pc.parts);

@@ -48,9 +48,9 @@ LOCAL_SIZE = 256
 # dql_minmax's work groups: at least ELEMENTS_PER_GROUP elements each (16 per invocation), at most
 # MAX_PARTS, each looping over more elements beyond that. Every dql_quant work group reduces all
 # their keys before it quantizes, one key pair per invocation: the cap keeps that prologue to one
-# 8-byte load per invocation (2 KiB per group, against its 16 KiB of FLOAT32 input) and a
-# shared-memory tree of at most 8 steps; dql_minmax keeps QUANT_UNITS loads in flight per
-# invocation to make up for the fewer groups.
+# 8-byte load per invocation (2 KiB per group, against its 16 KiB of FLOAT32 input) and one
+# shared-memory pass (reduce_keys); dql_minmax keeps QUANT_UNITS loads in flight per invocation
+# to make up for the fewer groups.
 MAX_PARTS = LOCAL_SIZE
 ELEMENTS_PER_GROUP = 16 * LOCAL_SIZE
 SCRATCH_WORDS = 2 * MAX_PARTS  # group g's (lo, hi) keys at words 2g, 2g + 1
