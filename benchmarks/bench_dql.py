@@ -11,7 +11,7 @@ are recorded); torch N launches of its chain, then synchronizes. A sample is the
 (t(N) - t(1)) / (N - 1): one submission's or synchronize's fixed cost cancels; the figure is
 the median over rounds. GB/s counts 4 + 1 bytes per element (the input read once, the output
 written), though ours reads the input twice (min / max, then the quantization). `--profile`
-adds the device time of each of ours' three dispatches (Device.profile). After timing, ours'
+adds the device time of each of ours' two dispatches (Device.profile). After timing, ours'
 output, scale and zero point are checked bit for bit against the numpy reference
 (tests/quantize_reference.py) and, where importable, onnxruntime.
 """

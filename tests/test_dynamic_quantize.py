@@ -1,13 +1,13 @@
-"""DYNAMIC_QUANTIZE_LINEAR (ops/dynamic_quantize.py, shaders/dynamic_quantize.comp) bit for bit
-against the independent numpy float32 reference (tests/quantize_reference.py, written from ONNX
-Runtime's source) and against onnxruntime's own DynamicQuantizeLinear: FLOAT32 and FLOAT16 inputs,
-UINT8 and INT8 outputs, 1-8 dimensions, strided and broadcast inputs, strided outputs, random
-offsets with guard bytes, poisoned outputs (every other byte unchanged), outputs sharing a buffer;
-adversarial data (ties after the division, near-ties that need a correctly rounded quotient, zero
-point ties, all-equal, one-signed, single elements, subnormal / huge magnitudes, infinities, NaN);
-inputs of millions of elements (many work groups); recordings; refusals; the helper; the shared
-correctly rounded division (ELEMENT_WISE_DIVIDE); dynamic_quantize_linear chained into
-matmul_integer_to_float against onnxruntime's DynamicQuantizeMatMul; the ONNX backend."""
+"""DYNAMIC_QUANTIZE_LINEAR (ops/dynamic_quantize.py, shaders/dynamic_quantize.comp) bit for bit against
+the independent numpy float32 reference (tests/quantize_reference.py, written from ONNX Runtime's
+source) and against onnxruntime's own DynamicQuantizeLinear: FLOAT32 and FLOAT16 inputs, UINT8 and
+INT8 outputs, 1-8 dimensions, strided and broadcast inputs, strided outputs, random offsets with
+guard bytes, poisoned outputs (every other byte unchanged), outputs sharing a buffer; adversarial
+data (ties after the division, near-ties that need a correctly rounded quotient, zero point ties,
+all-equal, one-signed, single elements, subnormal / huge magnitudes, infinities, NaN); inputs of
+millions of elements (the capped min / max grid); the two dispatches; recordings; refusals; the
+helper; the shared correctly rounded division (ELEMENT_WISE_DIVIDE); dynamic_quantize_linear chained
+into matmul_integer_to_float against onnxruntime's DynamicQuantizeMatMul; the ONNX backend."""
 
 from __future__ import annotations
 
@@ -354,6 +354,45 @@ def test_many_work_groups(dev, rng):
     t = dev.tensor(x)
     view = kdml.Tensor(t.buffer, TD(DT.FLOAT32, (n // 6, 3), (6, 2)), 0)  # every other element, by rows
     assert_same(device_dql(dev, view), ort_dql(x[: (n // 6) * 6].reshape(-1, 6)[:, ::2]), "strided")
+
+
+@pytest.mark.parametrize("src", IN_TYPES, ids=lambda d: d.name)
+def test_capped_min_max_grid(dev, rng, src):
+    """Over 2 x MAX_PARTS x ELEMENTS_PER_GROUP elements: dql_minmax's grid is capped at MAX_PARTS
+    groups, which sweep the input several times (packed: UNITS loads in flight per step), and
+    every dql_quant group reduces all MAX_PARTS partial keys. The minimum in the last group's
+    share of several sweeps in turn (each of the packed variant's UNITS loads of a step, the last
+    whole sweep), then in the last, partial, sweep and among the packed variant's last elements;
+    the maximum in the last element; packed and strided; bit for bit the
+    reference, outputs poisoned, every other byte unchanged (run)."""
+    parts, n = dq_op.MAX_PARTS, 2 * dq_op.MAX_PARTS * dq_op.ELEMENTS_PER_GROUP + 37
+    epv = 16 // src.size  # elements per 16-byte load
+    # (sizes, input strides, elements per invocation and sweep): the grid-stride loops step over
+    # 16-byte loads (packed) or elements, 256 invocations a group
+    for dst, (sizes, x_str, per) in zip(OUT_TYPES, (((n,), None, epv), ((n // 3, 3), (6, 2), 1))):
+        count, sweep = int(np.prod(sizes)), parts * 256 * per
+        ones = (1,) * len(sizes)
+        plans = dq_op.plan_dynamic_quantize(Desc(TD(src, sizes, x_str), TD(dst, sizes), TD(DT.FLOAT32, ones),
+                                                 TD(dst, ones)), 65535)
+        assert plans[0].groups == (parts, 1, 1) and plans[0].variant.endswith("_v") == (x_str is None)
+        base = rng.uniform(-1, 1, count)
+        base[-1] = 77.0
+        sweeps = count // sweep  # whole ones; the first four are the packed variant's first step
+        for pos in [(j * parts + parts - 1) * 256 * per + 7 * per + per // 2 for j in {0, 1, 2, 3, sweeps - 1}] + \
+                   [sweeps * sweep + 3, count - 2]:
+            v = base.copy()
+            v[pos] = -40.0
+            run(dev, rng, src, dst, sizes, v.reshape(sizes).astype(src.numpy_dtype), x_strides=x_str, y_strides=None)
+
+
+def test_two_dispatches(dev):
+    """The quantizing dispatch derives the scale and zero point itself: min / max keys, then
+    quantization, whatever the types and layout."""
+    for src, dst, sizes, x_str in ((DT.FLOAT32, DT.UINT8, (7,), None), (DT.FLOAT16, DT.INT8, (300, 50), (1, 300)),
+                                   (DT.FLOAT32, DT.INT8, (5_000_000,), None)):
+        ones = (1,) * len(sizes)
+        op = dev.compile(Desc(TD(src, sizes, x_str), TD(dst, sizes), TD(DT.FLOAT32, ones), TD(dst, ones)))
+        assert [p.variant.split("_")[1] for p in op.plans] == ["minmax", "quant"]
 
 
 def test_repeated_and_recorded_executions(dev, rng):

@@ -9,12 +9,13 @@ round-half-even(clamp(qmin - min / scale, qmin, qmax)), y = clamp(round-half-eve
 point, qmin, qmax), every division correctly rounded (shaders/f32_exact.glsl). FLOAT16 inputs are
 converted exactly to float32 first.
 
-Three dispatches of shaders/dynamic_quantize.comp, with a barrier between each: `dql_minmax`
-(work groups reduce their share of the input to min / max order keys in the operator's own
-scratch buffer), `dql_params` (one group: scale and zero point into the two outputs and the
-scratch), `dql_quant` (the element-wise quantization). The scratch is the compiled operator's
-constant (CompiledOperator.constants, bound after the outputs): every execution writes each
-scratch word before it reads it, and no byte outside the three outputs changes.
+Two dispatches of shaders/dynamic_quantize.comp, with a barrier between them: `dql_minmax` (at
+most MAX_PARTS work groups reduce their share of the input to min / max order keys in the
+operator's own scratch buffer), `dql_quant` (every work group reduces those keys and computes the
+scale and zero point itself, group 0 writes them to their outputs; then the element-wise
+quantization). The scratch is the compiled operator's constant (CompiledOperator.constants, bound
+after the outputs): each execution's `dql_minmax` writes every scratch word its `dql_quant`
+reads, and no byte outside the three outputs changes.
 
 Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's table
 (InvalidArgumentError / UnsupportedError naming the field), then the page's constraints (the four
@@ -44,13 +45,16 @@ if TYPE_CHECKING:
     from ..device import Device
 
 LOCAL_SIZE = 256
-# dql_minmax's work groups: at most MAX_PARTS (their keys are dql_params' input; 1024 groups of 256
-# invocations fill an H100's 132 SMs), at least ELEMENTS_PER_GROUP elements each (16 per invocation)
-MAX_PARTS = 1024
+# dql_minmax's work groups: at least ELEMENTS_PER_GROUP elements each (16 per invocation), at most
+# MAX_PARTS, each looping over more elements beyond that. Every dql_quant work group reduces all
+# their keys before it quantizes, one key pair per invocation: the cap keeps that prologue to one
+# 8-byte load per invocation (2 KiB per group, against its 16 KiB of FLOAT32 input) and one
+# shared-memory pass (reduce_keys); dql_minmax keeps QUANT_UNITS loads in flight per invocation
+# to make up for the fewer groups.
+MAX_PARTS = LOCAL_SIZE
 ELEMENTS_PER_GROUP = 16 * LOCAL_SIZE
-SCRATCH_HEAD = 4  # scratch words before the groups' keys (scale bits, zero point, 1 / scale, unused)
-SCRATCH_WORDS = SCRATCH_HEAD + 2 * MAX_PARTS
-QUANT_UNITS = 4  # dql_quant_*_v: 16-byte input loads per invocation (shaders/dynamic_quantize.comp, UNITS)
+SCRATCH_WORDS = 2 * MAX_PARTS  # group g's (lo, hi) keys at words 2g, 2g + 1
+QUANT_UNITS = 4  # the _v variants: 16-byte input loads per invocation (shaders/dynamic_quantize.comp, UNITS)
 _MAX_RANK = 8
 # the binding list: input, output, scale, zero point, then the operator's scratch
 _X, _Y, _SCALE, _ZP, _SCRATCH = range(5)
@@ -99,7 +103,7 @@ def _dims(sizes: list[int], *strides: list[int]) -> dict[str, object]:
 
 
 def plan_dynamic_quantize(desc: DynamicQuantizeLinearDesc, max_groups: int) -> list[DispatchPlan]:
-    """The three dispatches (min / max keys, parameters, quantization) of a checked descriptor."""
+    """The two dispatches (min / max keys; parameters and quantization) of a checked descriptor."""
     x, y = desc.input_tensor, desc.output_tensor
     n = x.element_count
     t, o = _TYPE[x.data_type], _TYPE[y.data_type]
@@ -110,19 +114,16 @@ def plan_dynamic_quantize(desc: DynamicQuantizeLinearDesc, max_groups: int) -> l
     v = "_v" if x_str == [1] else ""  # one dimension of stride 1: 16-byte loads
     minmax = DispatchPlan(variant=f.name(t=t, v=v), bindings=(_X, _SCRATCH), groups=(parts, 1, 1), writes=(_SCRATCH,),
                           push=f.pack(x_off=0, count=n, **_dims(sizes, x_str)), offset_slots=f.slots(x_off=(_X, xs)))
-    f = contract.DQL_PARAMS
-    params = DispatchPlan(variant=f.name(o=o), bindings=(_SCRATCH, _SCALE, _ZP), groups=(1, 1, 1),
-                          writes=(_SCRATCH, _SCALE, _ZP), push=f.pack(parts=parts, scale_off=0, zp_off=0),
-                          offset_slots=f.slots(scale_off=(_SCALE, 4), zp_off=(_ZP, 1)))
     sizes, (x_str, y_str) = merge_dims(x.sizes, x.effective_strides, y.effective_strides)
     f = contract.DQL_QUANT
     v = "_v" if x_str == y_str == [1] else ""  # both of stride 1: QUANT_UNITS 16-byte loads per invocation
     per_inv = QUANT_UNITS * 16 // xs if v else 4
-    quant = DispatchPlan(variant=f.name(t=t, o=o, v=v), bindings=(_X, _SCRATCH, _Y), writes=(_Y,),
-                         groups=grid_for(cdiv(n, per_inv), LOCAL_SIZE, max_groups),
-                         push=f.pack(x_off=0, y_off=0, count=n, **_dims(sizes, x_str, y_str)),
-                         offset_slots=f.slots(x_off=(_X, xs), y_off=(_Y, ys)))
-    return [minmax, params, quant]
+    quant = DispatchPlan(variant=f.name(t=t, o=o, v=v), bindings=(_X, _SCRATCH, _Y, _SCALE, _ZP),
+                         writes=(_Y, _SCALE, _ZP), groups=grid_for(cdiv(n, per_inv), LOCAL_SIZE, max_groups),
+                         push=f.pack(x_off=0, y_off=0, scale_off=0, zp_off=0, parts=parts, count=n,
+                                     **_dims(sizes, x_str, y_str)),
+                         offset_slots=f.slots(x_off=(_X, xs), y_off=(_Y, ys), scale_off=(_SCALE, 4), zp_off=(_ZP, 1)))
+    return [minmax, quant]
 
 
 def compile_dynamic_quantize_linear(device: Device, desc: DynamicQuantizeLinearDesc) -> CompiledOperator:
@@ -136,5 +137,5 @@ def compile_dynamic_quantize_linear(device: Device, desc: DynamicQuantizeLinearD
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (OperatorSpec(DynamicQuantizeLinearDesc, reg.DYNAMIC_QUANTIZE_LINEAR, compile_dynamic_quantize_linear,
-                      (contract.DQL_MINMAX, contract.DQL_PARAMS, contract.DQL_QUANT), helpers=("dynamic_quantize_linear",),
+                      (contract.DQL_MINMAX, contract.DQL_QUANT), helpers=("dynamic_quantize_linear",),
                       onnx=(OnnxOp("DynamicQuantizeLinear", "", "dynamic_quantize_linear"),)),)

@@ -238,24 +238,22 @@ SMX_FAST = family("smx_fast", "softmax.comp", "smx_{t}_l{lanes}_k{k}", SMX_PUSH,
                   defines=lambda t, lanes, k: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 1, "K": k})
 SMX_GEN = family("smx_gen", "softmax.comp", "smx_{t}_g{lanes}", SMX_PUSH, _L256, t=("f32", "f16"), lanes=(32, 256), shape=("lanes",),
                  defines=lambda t, lanes: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 0, "K": 1})
-# ---- DYNAMIC_QUANTIZE_LINEAR (ops/dynamic_quantize.py, shaders/dynamic_quantize.comp): three
-# dispatches (STAGE): the groups' min / max keys into the operator's scratch, the scale and zero
-# point, the quantization. Offsets in elements of each tensor (the zero point's in bytes); `rank`
-# merged dimensions of `size`, the last fastest, with per-tensor strides in elements.
+# ---- DYNAMIC_QUANTIZE_LINEAR (ops/dynamic_quantize.py, shaders/dynamic_quantize.comp): two
+# dispatches (STAGE): the groups' min / max keys into the operator's scratch (`parts` groups),
+# then the quantization, each of whose groups first derives the scale and zero point from those
+# keys. Offsets in elements of each tensor (the zero point's in bytes); `rank` merged dimensions
+# of `size`, the last fastest, with per-tensor strides in elements.
 DQL_IN_TYPES = ("f32", "f16")
 DQL_OUT_TYPES = {"u8": (0, 255), "i8": (-128, 127)}
 DQL_MINMAX_PUSH = block("x_off", "count", "rank", "size[8]", "x_str[8]")
-DQL_PARAMS_PUSH = block("parts", "scale_off", "zp_off")
-DQL_QUANT_PUSH = block("x_off", "y_off", "count", "rank", "size[8]", "x_str[8]", "y_str[8]")
+DQL_QUANT_PUSH = block("x_off", "y_off", "scale_off", "zp_off", "parts", "count", "rank", "size[8]", "x_str[8]",
+                       "y_str[8]")
 # "_v" variants: one dimension of stride 1 (16-byte loads and stores; offsets are 16-byte aligned)
 DQL_MINMAX = family("dql_minmax", "dynamic_quantize.comp", "dql_minmax_{t}{v}", DQL_MINMAX_PUSH, _L256, t=DQL_IN_TYPES,
                     v=("", "_v"), shape=("v",), defines=lambda t, v: {"STAGE": 1, "IN_BITS": EW_TYPES[t][0], "PACKED": int(v == "_v")})
-DQL_PARAMS = family("dql_params", "dynamic_quantize.comp", "dql_params_{o}", DQL_PARAMS_PUSH, _L256,
-                    o=tuple(DQL_OUT_TYPES),
-                    defines=lambda o: {"STAGE": 2, "QMIN": DQL_OUT_TYPES[o][0], "QMAX": DQL_OUT_TYPES[o][1]})
 DQL_QUANT = family("dql_quant", "dynamic_quantize.comp", "dql_quant_{t}_{o}{v}", DQL_QUANT_PUSH, _L256, t=DQL_IN_TYPES,
                    o=tuple(DQL_OUT_TYPES), v=("", "_v"), shape=("v",),
-                   defines=lambda t, o, v: {"STAGE": 3, "IN_BITS": EW_TYPES[t][0], "QMIN": DQL_OUT_TYPES[o][0],
+                   defines=lambda t, o, v: {"STAGE": 2, "IN_BITS": EW_TYPES[t][0], "QMIN": DQL_OUT_TYPES[o][0],
                                             "QMAX": DQL_OUT_TYPES[o][1], "PACKED": int(v == "_v")})
 # ---- MEAN_VARIANCE_NORMALIZATION1 (ops/mean_variance_normalization.py, shaders/mvn.comp): a row per
 # 2^tpr_log2 invocations; offsets (elements), epsilon, flags (1 scale, 2 bias, 4 normalize
@@ -286,7 +284,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_IF, CAST, DEQUANT, GATHER,
     GELU, SMX_FAST, SMX_GEN,
-    DQL_MINMAX, DQL_PARAMS, DQL_QUANT,
+    DQL_MINMAX, DQL_QUANT,
     MVN,
     GEMM,
 )
