@@ -108,6 +108,12 @@ class PlanContext:
         if isinstance(value, DeviceValue):
             self._refs[id(value.tensor.buffer)] += 1
 
+    def pin(self, value: Any) -> None:
+        """Keep value's buffer out of reuse for the rest of this plan (values that several
+        nodes read through views made at different times: product_groups.py)."""
+        if isinstance(value, DeviceValue):
+            self._by_id.pop(id(value.tensor.buffer), None)
+
     def drop(self, value: Any) -> None:
         if not isinstance(value, DeviceValue):
             return

@@ -132,8 +132,8 @@ def group_of(rep: Any, node: onnx.NodeProto) -> ProductGroup | None:
 def run(rep: Any, group: ProductGroup, node: onnx.NodeProto, a: DeviceValue, product: Any) -> Any:
     """The member `node`'s result: the group's one product, made at its first member
     (`product(b, b_name, b_scale, b_scale_name, b_zp, b_zp_name, bias, bias_name)` runs it),
-    as a column view. In a whole-graph plan the output buffer is held until every member has
-    taken its view (PlanContext.hold / drop), so no later node reuses it in between."""
+    as a column view. In a whole-graph plan the output buffer is pinned (PlanContext.pin): no
+    later node of the plan reuses it, whichever member's view dies first."""
     memo = rep.memo
     hit = memo.get(group.key)
     if hit is None or hit[0] is not a:
@@ -142,16 +142,9 @@ def run(rep: Any, group: ProductGroup, node: onnx.NodeProto, a: DeviceValue, pro
         if not isinstance(whole, DeviceValue):
             raise FallbackNeeded("a grouped integer product gave a host value")
         views = {m: _column_view(whole, *cols) for m, cols in group.columns.items()}
-        hit = (a, whole, views, set(views))
+        hit = (a, views)
         memo[group.key] = hit
-        hold = getattr(rep, "hold", None)
-        if hold is not None:
-            for _ in views:
-                hold(whole)
-    _a, whole, views, pending = hit
-    if node.output[0] in pending:
-        pending.discard(node.output[0])
-        drop = getattr(rep, "drop", None)
-        if drop is not None:
-            drop(whole)
-    return views[node.output[0]]
+        pin = getattr(rep, "pin", None)
+        if pin is not None:
+            pin(whole)
+    return hit[1][node.output[0]]
