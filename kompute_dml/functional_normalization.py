@@ -181,14 +181,15 @@ def layer_norm(x: Any, scale: Any, bias: Any = None, *, axis: Any = -1, epsilon:
 
 
 def skip_layer_norm(x: Any, skip: Any, scale: Any, bias: Any = None, beta: Any = None, *, epsilon: float = 1e-12,
-                    sum_out: bool = False, out: Tensor | None = None,
+                    sum_out: bool | Tensor = False, out: Tensor | None = None,
                     device: Device | None = None) -> Tensor | tuple[Tensor, Tensor]:
     """com.microsoft SkipLayerNormalization in one MEAN_VARIANCE_NORMALIZATION1 dispatch (its skip
     extension): s = x + skip (+ bias), each addition rounded to the data type exactly as
     ELEMENT_WISE_ADD1 rounds it (x + skip first, onnxruntime's order; x and skip broadcast to
     their common shape, bias to it, with numpy's rules), then layer_norm(s, scale, beta) over the
     last dimension. Returns the normalized output, or (output, s) with `sum_out` (ONNX's
-    input_skip_bias_sum, a new packed tensor)."""
+    input_skip_bias_sum): True for a new packed tensor, or a Tensor of that shape and type (any
+    strides) to write it to."""
     dev, found = _operand_map((x, skip, scale, bias, beta), ("x", "skip", "scale", "bias", "beta"), device)
     try:
         shape = tuple(np.broadcast_shapes(found["x"].desc.sizes, found["skip"].desc.sizes))
@@ -198,7 +199,12 @@ def skip_layer_norm(x: Any, skip: Any, scale: Any, bias: Any = None, beta: Any =
     _trailing(found, ("scale", "beta"), shape[-1:], len(shape) - 1)
     names = ("x", "scale", "beta", "out", "skip", "bias", "sum_out")  # the operator's order, the helper's names
     views = [broadcast_view(found[f], shape, f) if f in found else None for f in names[:3] + names[4:6]]
-    total = pooled_empty(dev, _packed(found["x"].desc.data_type, shape)) if sum_out else None
+    dt = found["x"].desc.data_type
+    if isinstance(sum_out, Tensor):
+        check_out(sum_out, dev, shape, dt, "sum_out")
+        total: Tensor | None = sum_out
+    else:
+        total = pooled_empty(dev, _packed(dt, shape)) if sum_out else None
     y = _normalize(dev, [*views, total], (len(shape) - 1,), True, epsilon, out, names)
     return (y, total) if total is not None else y
 
