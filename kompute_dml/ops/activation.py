@@ -139,7 +139,7 @@ def plan_softmax(x: TensorDesc, y: TensorDesc, axes: Sequence[int], max_groups: 
     merged dimensions (UnsupportedError beyond)."""
     n = x.dimension_count
     ext = mask is not None or nan_to_zero
-    strides = [x.effective_strides, y.effective_strides]
+    strides: list[Sequence[int]] = [x.effective_strides, y.effective_strides]
     if ext:  # the mask broadcasts where its size is 1; an absent one reads nothing
         mst = [0] * n if mask is None else [st if sz != 1 else 0 for sz, st in zip(mask.sizes, mask.effective_strides)]
         strides.insert(1, mst)
