@@ -27,6 +27,7 @@ The fused kernels are the operators' kompute_dml extensions, bit for bit the unf
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -192,6 +193,22 @@ class Fusions:
 
     by_carrier: dict[int, Fusion] = dataclasses.field(default_factory=dict)
     absorbed: dict[int, int] = dataclasses.field(default_factory=dict)
+
+    def placement(self, i: int, operator: str) -> tuple[str, int | None]:
+        """Node i's operator as the placement reports it, and the carrier it is fused into."""
+        into = self.absorbed.get(i)
+        if into is not None:
+            return f"fused into node {into}", into
+        f = self.by_carrier.get(i)
+        if f is not None:
+            return f"{f.pattern.operator} (fused {f.pattern.name}: nodes {', '.join(map(str, f.nodes))})", None
+        return operator, None
+
+    def summary(self) -> list[str]:
+        """The summary's lines of the fused chains, by pattern."""
+        chains = collections.Counter((f.pattern.name, f.pattern.operator) for f in self.by_carrier.values())
+        return [f"  vulkan  {name} x{c} -> {dml} (one dispatch per chain, at its last node)"
+                for (name, dml), c in sorted(chains.items())]
 
     def step_inputs(self, graph: onnx.GraphProto, i: int) -> list[str]:
         """The values node i's step reads: a carrier its chain's, an absorbed node none."""

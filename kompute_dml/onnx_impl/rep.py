@@ -183,12 +183,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             target, op, reason = self._placement_static[i]
             domain = node.domain if node.domain != "ai.onnx" else ""
             seg = seg_of.get(i)
-            into = self.fusions.absorbed.get(i)
-            fused = self.fusions.by_carrier.get(i)
-            if into is not None:
-                op = f"fused into node {into}"
-            elif fused is not None:
-                op = f"{fused.pattern.operator} (fused {fused.pattern.name}: nodes {', '.join(map(str, fused.nodes))})"
+            op, into = self.fusions.placement(i, op)
             out.append(NodePlacement(i, node.name, node.op_type, domain, target,
                                      op if target != CPU else engines[seg] if seg is not None else "", seg, reason,
                                      into))
@@ -215,13 +210,11 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         if self.graph_mode:
             lines.append("no node needs the CPU: each input signature runs as one device submission"
                          + (f" (except: {self.plan_refusal})" if self.plan_refusal else ""))
-        carriers = self.fusions.by_carrier
-        counts = collections.Counter((p.op_type, p.operator) for p in vk if p.fused_into is None and p.index not in carriers)
+        counts = collections.Counter((p.op_type, p.operator) for p in vk
+                                     if p.fused_into is None and p.index not in self.fusions.by_carrier)
         for (op, dml), c in sorted(counts.items()):
             lines.append(f"  vulkan  {op} x{c} -> {dml}")
-        chains = collections.Counter((f.pattern.name, f.pattern.operator) for f in carriers.values())
-        for (name, dml), c in sorted(chains.items()):
-            lines.append(f"  vulkan  {name} x{c} -> {dml} (one dispatch per chain, at its last node)")
+        lines += self.fusions.summary()
         engines = collections.Counter(p.operator for p in cpu)
         eng = ", ".join(f"{e} {c}" for e, c in sorted(engines.items())) or "none"
         lines.append(f"{len(cpu)} nodes fall back to the CPU in {len(self.segments)} sub-graph(s) ({eng})")
