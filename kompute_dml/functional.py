@@ -135,15 +135,16 @@ def _compile_diag(dev: Device, desc: Any, value: Any) -> Any:
     return compile_cached(dev, desc)
 
 
-def check_out(out: Any, dev: Device, sizes: tuple[int, ...], dt: DataType) -> None:
+def check_out(out: Any, dev: Device, sizes: tuple[int, ...], dt: DataType, field: str = "out") -> None:
+    """InvalidArgumentError naming `field` unless `out` is a Tensor of `dev` with these sizes and type."""
     if not isinstance(out, Tensor):
-        raise invalid("out", f"must be a kompute_dml Tensor, got {type(out).__name__}")
+        raise invalid(field, f"must be a kompute_dml Tensor, got {type(out).__name__}")
     if out.device is not dev:
-        raise invalid("out", "belongs to another Device")
+        raise invalid(field, "belongs to another Device")
     if out.desc.sizes != sizes:
-        raise invalid("out", f"sizes must be {sizes}, got {out.desc.sizes}")
+        raise invalid(field, f"sizes must be {sizes}, got {out.desc.sizes}")
     if out.desc.data_type != dt:
-        raise invalid("out", f"data type must be {dt.name}, got {out.desc.data_type.name}")
+        raise invalid(field, f"data type must be {dt.name}, got {out.desc.data_type.name}")
 
 
 def _clamp_k(k: int, rows: int, cols: int) -> int:

@@ -15,22 +15,27 @@ from typing import Any
 from .device import Device
 from .errors import invalid
 from .functional import _packed, check_out, compile_cached, pooled_empty
-from .functional_elementwise import _operands
+from .functional_elementwise import _operands, broadcast_view
 from .ints import as_int, as_int_tuple
 from .memory import Tensor
 from .ops.activation import ActivationGeluDesc, ActivationSoftmax1Desc
 
 
-def _unary(make: Any, x: Any, out: Tensor | None, device: Device | None, **fields: Any) -> Tensor:
+def _unary(make: Any, x: Any, out: Tensor | None, device: Device | None, extra: Tensor | None = None,
+           **fields: Any) -> Tensor:
+    """One execution of the operator `make(x.desc, out_desc, **fields)` (with `extra`, a further
+    input bound after x: `make` takes its desc as mask_tensor)."""
     dev, (t,) = _operands((x,), ("x",), device)
     d = t.desc
     if out is not None:
         check_out(out, dev, d.sizes, d.data_type)
     out_desc = out.desc if out is not None else _packed(d.data_type, d.sizes)
+    if extra is not None:
+        fields["mask_tensor"] = extra.desc
     op = compile_cached(dev, make(d, out_desc, **fields))
     if out is None:
         out = pooled_empty(dev, out_desc)
-    op.execute([t], [out])
+    op.execute([t] if extra is None else [t, extra], [out])
     return out
 
 
@@ -45,13 +50,22 @@ def _axes(axes: Any, rank: int) -> tuple[int, ...]:
     return norm
 
 
-def softmax(x: Any, *, axes: Any = (-1,), out: Tensor | None = None, device: Device | None = None) -> Tensor:
+def softmax(x: Any, *, axes: Any = (-1,), mask: Any = None, nan_to_zero: bool = False, out: Tensor | None = None,
+            device: Device | None = None) -> Tensor:
     """exp(x - max) / sum(exp(x - max)) over `axes` (DML_ACTIVATION_SOFTMAX1; negative axes count
     from the end; default the last axis, ONNX Softmax's). A row of only -inf, or one holding a
-    NaN or +inf, gives NaN (docs/softmax.md)."""
-    dev, (t,) = _operands((x,), ("x",), device)
+    NaN or +inf, gives NaN (docs/softmax.md). kompute_dml's extension, in the same dispatch:
+    `mask` (broadcast to x's shape with numpy's rules; Python data takes x's type) is added to x
+    first, each sum rounded to the type as kdml.add rounds it; `nan_to_zero` writes NaN results
+    as +0 (ONNX's Where(IsNaN(s), 0, s))."""
+    if mask is None:
+        dev, (t,) = _operands((x,), ("x",), device)
+        m = None
+    else:
+        dev, (t, m) = _operands((x, mask), ("x", "mask"), device, slice(0, 1))
+        m = broadcast_view(m, t.desc.sizes, "mask")
     norm = _axes(axes, t.desc.dimension_count)
-    return _unary(ActivationSoftmax1Desc, t, out, dev, axes=norm)
+    return _unary(ActivationSoftmax1Desc, t, out, dev, m, axes=norm, nan_to_zero=nan_to_zero)
 
 
 def gelu(x: Any, *, out: Tensor | None = None, device: Device | None = None) -> Tensor:

@@ -1,7 +1,7 @@
 """Functional helpers of MEAN_VARIANCE_NORMALIZATION1 (ops/mean_variance_normalization.py,
 docs/mean_variance_normalization.md): mean-variance normalization over any axes, ONNX
-LayerNormalization, and com.microsoft SkipLayerNormalization as an addition then the
-normalization.
+LayerNormalization, and com.microsoft SkipLayerNormalization (one dispatch: the operator's skip
+extension adds the skip, and the bias, before normalizing).
 
 Operands: kompute_dml Tensors or anything kompute_dml/inputs.py takes; Python numbers and lists
 given as scale / bias take x's data type. Scale and bias broadcast to x's shape with numpy's rules
@@ -28,13 +28,14 @@ from .device import Device
 from .dtypes import FeatureLevel
 from .errors import UnsupportedError, invalid
 from .functional import _packed, check_out, compile_cached, pooled_empty
-from .functional_elementwise import _operands, add, broadcast_view
+from .functional_elementwise import _operands, broadcast_view
 from .ints import as_int, as_int_tuple
 from .memory import Tensor
 from .ops.mean_variance_normalization import MeanVarianceNormalization1Desc
 from .tensor_desc import TensorDesc
 
-_NAMES = ("x", "scale", "bias", "out")
+# the operands in the order _normalize takes them (the names errors use)
+_NAMES = ("x", "scale", "bias", "out", "skip", "skip_bias", "sum_out")
 
 
 def _axes(axes: Any, r: int, field: str = "axes") -> tuple[int, ...]:
@@ -57,10 +58,11 @@ def _view(t: Tensor, sizes: list[int], strides: list[int]) -> Tensor:
     return Tensor.trusted(t.buffer, desc, t.offset)
 
 
-def _fit(tensors: list[Tensor | None], axes: tuple[int, ...], lo: int, hi: int) -> tuple[list[Tensor | None], tuple[int, ...]]:
+def _fit(tensors: list[Tensor | None], axes: tuple[int, ...], lo: int, hi: int,
+         names: tuple[str, ...] = _NAMES) -> tuple[list[Tensor | None], tuple[int, ...]]:
     """The tensors (all of one shape) seen with between lo and hi dimensions: leading 1s added,
     or neighbours of one kind (reduced / kept) merged where every layout allows it, leading ones
-    first. UnsupportedError naming the blocking tensor where they cannot be."""
+    first. UnsupportedError naming (`names`) the blocking tensor where they cannot be."""
     sizes = list(tensors[0].desc.sizes)  # type: ignore[union-attr]
     strides = [list(t.desc.effective_strides) if t is not None else None for t in tensors]
     red = [d in axes for d in range(len(sizes))]
@@ -75,7 +77,7 @@ def _fit(tensors: list[Tensor | None], axes: tuple[int, ...], lo: int, hi: int) 
         for i in range(len(sizes) - 1):
             if red[i] != red[i + 1]:
                 continue
-            stop = next((f for f, st in zip(_NAMES, strides)
+            stop = next((f for f, st in zip(names, strides)
                          if st is not None and st[i] != st[i + 1] * sizes[i + 1]), None)
             if stop is None:
                 break
@@ -96,23 +98,19 @@ def _fit(tensors: list[Tensor | None], axes: tuple[int, ...], lo: int, hi: int) 
     return views, tuple(d for d in range(len(sizes)) if red[d])
 
 
-def mean_variance_normalization(x: Any, scale: Any = None, bias: Any = None, *, axes: Any = (-1,),
-                                normalize_variance: bool = True, epsilon: float = 1e-5, out: Tensor | None = None,
-                                device: Device | None = None) -> Tensor:
-    """(x - mean) / sqrt(variance + epsilon) * scale + bias, mean and (population) variance over
-    `axes` (negative ones count from the end); without `normalize_variance`, (x - mean) * scale +
-    bias. FLOAT32 / FLOAT16, computed in float32 (DML_MEAN_VARIANCE_NORMALIZATION1)."""
-    given = [(v, f) for v, f in zip((x, scale, bias), _NAMES) if v is not None]
-    dev, made = _operands(tuple(v for v, _ in given), tuple(f for _, f in given), device, slice(0, 1))
-    found = dict(zip((f for _, f in given), made))
-    xt = found["x"]
+def _normalize(dev: Device, tensors: list[Tensor | None], red: tuple[int, ...], normalize_variance: bool,
+               epsilon: float, out: Tensor | None, names: tuple[str, ...] = _NAMES) -> Tensor:
+    """One MEAN_VARIANCE_NORMALIZATION1 execution on `tensors` (x, scale, bias; then skip, skip
+    bias and the sum's output tensor, or None: the skip extension), each already of x's shape
+    (broadcast views); `names`: theirs in errors, in _NAMES' order. Returns the output (`out`, or
+    a new pooled tensor)."""
+    xt, st, bt, kt, rt, zt = tensors
+    assert xt is not None
     shape, dt = xt.desc.sizes, xt.desc.data_type
-    red = _axes(axes, len(shape))
-    st, bt = (broadcast_view(found[f], shape, f) if f in found else None for f in ("scale", "bias"))
     level = dev.feature_level
     if level < FeatureLevel.FL_5_2 and (st is None) != (bt is None):  # present together below 5_2
         one = device_constant(dev, np.array([1 if st is None else 0], dt.numpy_dtype))
-        filler = broadcast_view(one, shape, "scale" if st is None else "bias")
+        filler = broadcast_view(one, shape, names[1] if st is None else names[2])
         st, bt = (filler, bt) if st is None else (st, filler)
     if out is not None:
         check_out(out, dev, shape, dt)
@@ -120,30 +118,42 @@ def mean_variance_normalization(x: Any, scale: Any = None, bias: Any = None, *, 
     else:
         yt = pooled_empty(dev, _packed(dt, shape))
     lo, hi = reg.MEAN_VARIANCE_NORMALIZATION1.require(level).tensor("input_tensor").dims
-    (xv, sv, bv, yv), red = _fit([xt, st, bt, yt], red, lo, hi)
+    views, red = _fit([xt, st, bt, yt, kt, rt, zt], red, lo, hi, names)
+    xv, sv, bv, yv, kv, rv, zv = (None if v is None else v.desc for v in views)
     assert xv is not None and yv is not None
-    desc = MeanVarianceNormalization1Desc(xv.desc, sv.desc if sv is not None else None,
-                                          bv.desc if bv is not None else None, yv.desc, red, normalize_variance,
-                                          epsilon)
-    compile_cached(dev, desc).execute([xv, sv, bv], [yv])
+    desc = MeanVarianceNormalization1Desc(xv, sv, bv, yv, red, normalize_variance, epsilon, skip_tensor=kv,
+                                          skip_bias_tensor=rv, sum_output_tensor=zv)
+    skip = kv is not None
+    ins, outs = views[:3] + (views[4:6] if skip else []), views[3:4] + (views[6:] if skip else [])
+    compile_cached(dev, desc).execute(ins, outs)
     return yt
 
 
-def layer_norm(x: Any, scale: Any, bias: Any = None, *, axis: Any = -1, epsilon: float = 1e-5,
-               out: Tensor | None = None, device: Device | None = None) -> Tensor:
-    """ONNX LayerNormalization (its Y): normalized over dimensions axis..rank-1, times `scale`,
-    plus `bias`; scale and bias broadcast (numpy's rules) to those trailing dimensions,
-    x.shape[axis:]."""
-    given = [(v, f) for v, f in zip((x, scale, bias), _NAMES) if v is not None]
+def _operand_map(values: tuple[Any, ...], names: tuple[str, ...], device: Device | None) -> tuple[Device, dict[str, Tensor]]:
+    """The given operands (None ones left out) as tensors of one device, by name; Python data takes
+    x's type."""
+    given = [(v, f) for v, f in zip(values, names) if v is not None]
     dev, made = _operands(tuple(v for v, _ in given), tuple(f for _, f in given), device, slice(0, 1))
-    found = dict(zip((f for _, f in given), made))
-    r = found["x"].desc.dimension_count
-    a = as_int(axis, "axis")
-    if not -r <= a < r:
-        raise invalid("axis", f"must be in [{-r}, {r}) for x of rank {r}, got {a}")
-    a %= r
-    trailing = found["x"].desc.sizes[a:]
-    for f in ("scale", "bias"):
+    return dev, dict(zip((f for _, f in given), made))
+
+
+def mean_variance_normalization(x: Any, scale: Any = None, bias: Any = None, *, axes: Any = (-1,),
+                                normalize_variance: bool = True, epsilon: float = 1e-5, out: Tensor | None = None,
+                                device: Device | None = None) -> Tensor:
+    """(x - mean) / sqrt(variance + epsilon) * scale + bias, mean and (population) variance over
+    `axes` (negative ones count from the end); without `normalize_variance`, (x - mean) * scale +
+    bias. FLOAT32 / FLOAT16, computed in float32 (DML_MEAN_VARIANCE_NORMALIZATION1)."""
+    dev, found = _operand_map((x, scale, bias), _NAMES[:3], device)
+    shape = found["x"].desc.sizes
+    red = _axes(axes, len(shape))
+    st, bt = (broadcast_view(found[f], shape, f) if f in found else None for f in ("scale", "bias"))
+    return _normalize(dev, [found["x"], st, bt, None, None, None], red, normalize_variance, epsilon, out)
+
+
+def _trailing(found: dict[str, Tensor], names: tuple[str, ...], trailing: tuple[int, ...], a: int) -> None:
+    """InvalidArgumentError unless each of `names` broadcasts (numpy's rules) to `trailing`, x's
+    normalized dimensions from axis `a`."""
+    for f in names:
         t = found.get(f)
         if t is None:
             continue
@@ -152,22 +162,51 @@ def layer_norm(x: Any, scale: Any, bias: Any = None, *, axis: Any = -1, epsilon:
         if not ok:
             raise invalid(f, f"sizes {t.desc.sizes} do not broadcast to x's normalized dimensions {trailing} "
                              f"(axis {a})")
+
+
+def layer_norm(x: Any, scale: Any, bias: Any = None, *, axis: Any = -1, epsilon: float = 1e-5,
+               out: Tensor | None = None, device: Device | None = None) -> Tensor:
+    """ONNX LayerNormalization (its Y): normalized over dimensions axis..rank-1, times `scale`,
+    plus `bias`; scale and bias broadcast (numpy's rules) to those trailing dimensions,
+    x.shape[axis:]."""
+    dev, found = _operand_map((x, scale, bias), _NAMES[:3], device)
+    r = found["x"].desc.dimension_count
+    a = as_int(axis, "axis")
+    if not -r <= a < r:
+        raise invalid("axis", f"must be in [{-r}, {r}) for x of rank {r}, got {a}")
+    a %= r
+    _trailing(found, ("scale", "bias"), found["x"].desc.sizes[a:], a)
     return mean_variance_normalization(found["x"], found.get("scale"), found.get("bias"), axes=tuple(range(a, r)),
                                        epsilon=epsilon, out=out, device=dev)
 
 
 def skip_layer_norm(x: Any, skip: Any, scale: Any, bias: Any = None, beta: Any = None, *, epsilon: float = 1e-12,
-                    sum_out: bool = False, out: Tensor | None = None,
+                    sum_out: bool | Tensor = False, out: Tensor | None = None,
                     device: Device | None = None) -> Tensor | tuple[Tensor, Tensor]:
-    """com.microsoft SkipLayerNormalization as two operators: s = x + skip (+ bias) by
-    ELEMENT_WISE_ADD1 (numpy broadcasting; each addition rounded to the data type), then
-    layer_norm(s, scale, beta) over the last dimension (MEAN_VARIANCE_NORMALIZATION1). Returns the
-    normalized output, or (output, s) with `sum_out` (ONNX's input_skip_bias_sum)."""
-    s = add(x, skip, device=device)
-    if bias is not None:
-        s = add(s, bias, out=s)  # in place (ELEMENT_WISE_ADD1 allows it)
-    y = layer_norm(s, scale, beta, axis=-1, epsilon=epsilon, out=out, device=s.device)
-    return (y, s) if sum_out else y
+    """com.microsoft SkipLayerNormalization in one MEAN_VARIANCE_NORMALIZATION1 dispatch (its skip
+    extension): s = x + skip (+ bias), each addition rounded to the data type exactly as
+    ELEMENT_WISE_ADD1 rounds it (x + skip first, onnxruntime's order; x and skip broadcast to
+    their common shape, bias to it, with numpy's rules), then layer_norm(s, scale, beta) over the
+    last dimension. Returns the normalized output, or (output, s) with `sum_out` (ONNX's
+    input_skip_bias_sum): True for a new packed tensor, or a Tensor of that shape and type (any
+    strides) to write it to."""
+    dev, found = _operand_map((x, skip, scale, bias, beta), ("x", "skip", "scale", "bias", "beta"), device)
+    try:
+        shape = tuple(np.broadcast_shapes(found["x"].desc.sizes, found["skip"].desc.sizes))
+    except ValueError:
+        raise invalid("skip", f"sizes {found['skip'].desc.sizes} do not broadcast with x's "
+                              f"{found['x'].desc.sizes}") from None
+    _trailing(found, ("scale", "beta"), shape[-1:], len(shape) - 1)
+    names = ("x", "scale", "beta", "out", "skip", "bias", "sum_out")  # the operator's order, the helper's names
+    views = [broadcast_view(found[f], shape, f) if f in found else None for f in names[:3] + names[4:6]]
+    dt = found["x"].desc.data_type
+    if isinstance(sum_out, Tensor):
+        check_out(sum_out, dev, shape, dt, "sum_out")
+        total: Tensor | None = sum_out
+    else:
+        total = pooled_empty(dev, _packed(dt, shape)) if sum_out else None
+    y = _normalize(dev, [*views, total], (len(shape) - 1,), True, epsilon, out, names)
+    return (y, total) if total is not None else y
 
 
 __all__ = ["layer_norm", "mean_variance_normalization", "skip_layer_norm"]

@@ -514,7 +514,7 @@ def test_helpers_only_execute(dev, rng, monkeypatch):
         y1 = kdml.layer_norm(xt, g, b, device=dev)
         y2, s2 = kdml.skip_layer_norm(xt, skt, g, b, None, sum_out=True, device=dev)
         y3 = kdml.mean_variance_normalization(xt, axes=(0, 2), normalize_variance=False, device=dev)
-    assert len(captured) == 5
+    assert len(captured) == 3  # skip_layer_norm is one execution (the skip extension)
     with dev.record() as rec:
         for op, i, o in captured:
             rec.execute(op, i, o)
@@ -522,3 +522,238 @@ def test_helpers_only_execute(dev, rng, monkeypatch):
     assert np.array_equal(s2.numpy(), (x + skip) + b)
     _check(y2, (x + skip) + b, g, None, (2,), eps=1e-12)
     _check(y3, x, None, None, (0, 2), nv=False)
+
+
+# ---- kompute_dml's skip extension ---------------------------------------------------------------
+def _sum_ref(x: np.ndarray, skip: np.ndarray, sbias: np.ndarray | None) -> np.ndarray:
+    """(x + skip) + skip bias in numpy, each addition rounded to the type (FLOAT16: numpy's half
+    addition, float32 then one rounding, as ELEMENT_WISE_ADD1's); x's shape."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = np.add(x, skip, dtype=x.dtype)
+        return np.add(s, sbias, dtype=x.dtype) if sbias is not None else s
+
+
+def _same_bits(got: np.ndarray, want: np.ndarray, what: str, nan_payload: bool = True) -> None:
+    """Bitwise equal (NaN payloads too unless `nan_payload` is False: then NaN exactly where
+    `want` is NaN)."""
+    g, w = (np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}") for a in (got, want))
+    same = g == w
+    if not nan_payload:
+        same |= np.isnan(got) & np.isnan(want)
+    bad = np.argwhere(~same)
+    assert bad.size == 0, f"{what}: {bad.shape[0]} elements differ, first at {bad[0].tolist()}: " \
+                          f"got {got[tuple(bad[0])]!r} want {want[tuple(bad[0])]!r}"
+
+
+def run_skip(dev, rng, dt, sizes, axes, *, skip_sizes=None, skip_bias=True, sum_out=True, strided=True,
+             scale="random", bias="random", x_values=None, k_values=None, r_values=None, eps=1e-5):
+    """The skip extension on placed tensors (random strides, broadcast skip / skip bias, guard
+    bytes, poisoned outputs): the sum bit for bit numpy's rounded additions and the unfused
+    device sequence (two ELEMENT_WISE_ADD1, then MEAN_VARIANCE_NORMALIZATION1 on the packed sum),
+    the output bit for bit that sequence's and within the bound of the float64 reference of the
+    rounded sum. Returns the compiled operator."""
+    sizes = tuple(sizes)
+    n = len(sizes)
+
+    def desc(ss, is_input=True):
+        return TD(dt, ss, layout(rng, ss, is_input=is_input) if strided else None)
+
+    def side(kind, vals, lo=0.5):
+        if kind is None:
+            return None, None
+        ss = tuple(sizes[d] if kind == "full" or (kind == "random" and rng.random() < 0.6) or
+                   (kind == "rows" and d in axes) else 1 for d in range(n))
+        return desc(ss), values(rng, dt, ss, 1.0, lo) if vals is None else vals
+
+    xd, kd = desc(sizes), desc(skip_sizes or sizes)
+    rd, rv = side("rows" if skip_bias else None, r_values, 0.0)
+    sd, sv = side(scale, None)
+    bd, bv = side(bias, None)
+    xv = values(rng, dt, sizes, 2.0, 0.5) if x_values is None else x_values
+    kv = values(rng, dt, kd.sizes, 2.0, -0.5) if k_values is None else k_values
+    x, xraw = place(dev, rng, xd, xv)
+    k, kraw = place(dev, rng, kd, kv)
+    r, rraw = place(dev, rng, rd, rv) if rd is not None else (None, None)
+    s, sraw = place(dev, rng, sd, sv) if sd is not None else (None, None)
+    b, braw = place(dev, rng, bd, bv) if bd is not None else (None, None)
+    yd, zd = desc(sizes, False), desc(sizes, False) if sum_out else None
+    y, _ = place(dev, rng, yd)
+    z, _ = place(dev, rng, zd) if zd is not None else (None, None)
+    logical = [None if t is None else read_logical(raw, t.offset, t.desc)
+               for t, raw in ((x, xraw), (k, kraw), (r, rraw), (s, sraw), (b, braw))]
+    xl, kl, rl, sl, bl = logical
+    want_sum = _sum_ref(xl, kl, rl)
+    red = tuple(sorted(axes))
+    want = mvn_ref(want_sum, sl, bl, red, True, float(np.float32(eps)))
+    with np.errstate(invalid="ignore", over="ignore"):
+        before_y = poison_against(y, want.astype(dt.numpy_dtype), rng)
+        before_z = poison_against(z, want_sum, rng) if z is not None else None
+    op = dev.compile(kdml.MeanVarianceNormalization1Desc(xd, sd, bd, yd, axes, True, eps, skip_tensor=kd,
+                                                         skip_bias_tensor=rd, sum_output_tensor=zd))
+    op.execute([x, s, b, k, r], [y, z])
+    got = read_logical(assert_outside_unchanged(y, before_y), y.offset, yd)
+    for t, raw in ((x, xraw), (k, kraw), (r, rraw), (s, sraw), (b, braw)):
+        assert t is None or t.buffer.read() == raw
+    # the unfused sequence on the device
+    total = kdml.add(x, k, device=dev)
+    if r is not None:
+        total = kdml.add(total, r, out=total)
+    y2, _ = place(dev, rng, TD(dt, sizes))
+    dev.compile(kdml.MeanVarianceNormalization1Desc(total.desc, sd, bd, y2.desc, axes, True, eps)).execute(
+        [total, s, b], [y2])
+    unfused = total.numpy()
+    _same_bits(unfused, want_sum, "unfused sum vs numpy", nan_payload=False)
+    if z is not None:
+        zl = read_logical(assert_outside_unchanged(z, before_z), z.offset, zd)
+        _same_bits(zl, unfused, "sum output vs ELEMENT_WISE_ADD1")
+    _same_bits(got, y2.numpy(), "output vs the unfused sequence")
+    rlen = int(np.prod([sizes[d] for d in red]))
+    if np.isfinite(want_sum).all():
+        assert_within(got, want_sum, sl, bl, red, True, float(np.float32(eps)), summation_depth(rlen, dt))
+    return op
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+@pytest.mark.parametrize("rlen", [1, 7, 64, 256, 384, 1025, 3001])
+def test_skip_layer_norm_rows(dev, rng, dt, rlen):
+    """The SkipLayerNormalization case: packed rows over the last dimension (the "row" variant with
+    its one outer dimension), skip of the input's shape, skip bias and scale / bias per row; rows
+    past the register cache re-read and re-add the skip; odd FLOAT16 rows share words."""
+    rows = max(1, min(24, 5000 // rlen))
+    for skip_bias, sum_out in ((True, True), (False, True), (True, False)):
+        op = run_skip(dev, rng, dt, (rows, rlen), (1,), skip_bias=skip_bias, sum_out=sum_out, strided=False,
+                      scale="rows", bias="rows")
+        assert op.variants == [f"mvn_skip_{'f32' if dt == DT.FLOAT32 else 'f16'}_row"]
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+def test_skip_extension_layouts(dev, rng, dt):
+    """Random ranks, axes, strides, offsets, skips broadcast over some dimensions, scale and bias
+    present or not: the "gen" variant where more than one outer dimension or a multi-dimensional
+    row remains."""
+    code = "f32" if dt == DT.FLOAT32 else "f16"
+    seen = set()
+    for rank in range(1, 7):
+        for _ in range(3):
+            sizes = sizes_for(rng, rank, 400)
+            axes = random_axes(rng, rank)
+            skip_sizes = tuple(s if rng.random() < 0.7 else 1 for s in sizes)
+            scale, bias = [("random", "random"), (None, None), ("random", None)][int(rng.integers(0, 3))]
+            op = run_skip(dev, rng, dt, sizes, axes, skip_sizes=skip_sizes, skip_bias=bool(rng.random() < 0.7),
+                          sum_out=bool(rng.random() < 0.7), scale=scale, bias=bias)
+            seen.add(op.variants[0])
+    # packed, scale and bias per row: the outer dimensions merge into one
+    op = run_skip(dev, rng, dt, (3, 4, 5), (2,), strided=False, scale="rows", bias="rows")
+    assert op.variants == [f"mvn_skip_{code}_row"]
+    op = run_skip(dev, rng, dt, (3, 4, 5), (0, 2), strided=False)  # axes {0, 2}: a 2-D row
+    assert op.variants == [f"mvn_skip_{code}_gen"]
+    assert {f"mvn_skip_{code}_row", f"mvn_skip_{code}_gen"} <= seen | {op.variants[0]}
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+def test_skip_extension_edge_values(dev, rng, dt):
+    """NaN, infinities, -0, sums that overflow, cancel to +0 or round (FLOAT16: subnormal sums):
+    the sum and the output equal the unfused sequence's bits (NaN payloads included)."""
+    big = float(np.finfo(dt.numpy_dtype).max)
+    row_x = np.array([np.nan, 1.0, np.inf, -np.inf, -0.0, 0.0, big, -big, 3.0, 1e-3, 2.0 ** -20, -5.0, 7.0, 0.5,
+                      np.inf, 1.0], np.float64)
+    row_k = np.array([1.0, np.nan, -np.inf, -np.inf, -0.0, -0.0, big, -big, -3.0, 1e-8, 2.0 ** -20, 5.0, -7.0,
+                      np.nan, -np.inf, 2.0 ** -11], np.float64)
+    x = np.stack([row_x, np.roll(row_x, 5), np.where(np.isfinite(row_x), row_x, 2.0),
+                  np.where(np.isfinite(row_x), -row_x, 1.5)]).astype(dt.numpy_dtype)
+    k = np.stack([row_k, np.roll(row_k, 3), np.where(np.isfinite(row_k), row_k, -2.0),
+                  np.where(np.isfinite(row_k), row_k, 0.25)]).astype(dt.numpy_dtype)
+    r = np.where(rng.random(16) < 0.5, -0.0, 2.0 ** -24).astype(dt.numpy_dtype).reshape(1, 16)
+    for nan_payload_rows in (x, k):
+        assert np.isnan(nan_payload_rows).any()
+    run_skip(dev, rng, dt, x.shape, (1,), strided=False, x_values=x, k_values=k, r_values=r)
+    run_skip(dev, rng, dt, x.shape, (1,), strided=True, x_values=x, k_values=k, r_values=r)
+
+
+def test_skip_extension_float16_rounding(dev):
+    """FLOAT16 sums are each rounded to float16 (x + skip first, then + skip bias): 1 + 2^-11 is
+    a tie (to even: 1), then + 2^-11 again rounds to 1 again; in float32 once it would be
+    1 + 2^-10."""
+    x = np.full((1, 4), 1.0, np.float16)
+    k = np.full((1, 4), 2.0 ** -11, np.float16)
+    r = np.full(4, 2.0 ** -11, np.float16)
+    _, s = kdml.skip_layer_norm(x, k, np.ones(4, np.float16), r, sum_out=True, device=dev)
+    assert (s.numpy() == 1.0).all()
+
+
+def _skip_desc(dt=DT.FLOAT32, xs=(2, 3, 8), ks=(2, 3, 8), rs=(1, 1, 8), zs=(2, 3, 8), kdt=None, rdt=None, zdt=None,
+               zstr=None, k=True):
+    td = TD(dt, xs)
+    return kdml.MeanVarianceNormalization1Desc(
+        td, None, None, TD(dt, xs), (2,), True, 1e-5, skip_tensor=TD(kdt or dt, ks) if k else None,
+        skip_bias_tensor=TD(rdt or dt, rs) if rs else None, sum_output_tensor=TD(zdt or dt, zs, zstr) if zs else None)
+
+
+@pytest.mark.parametrize(("desc", "err", "msg"), [
+    (_skip_desc(kdt=DT.FLOAT16), kdml.InvalidArgumentError, "^skip_tensor.data_type: must equal input_tensor's"),
+    (_skip_desc(rdt=DT.FLOAT16), kdml.InvalidArgumentError, "^skip_bias_tensor.data_type: must equal"),
+    (_skip_desc(zdt=DT.FLOAT16), kdml.InvalidArgumentError, "^sum_output_tensor.data_type: must equal"),
+    (_skip_desc(kdt=DT.INT32), kdml.UnsupportedError, "^skip_tensor: MEAN_VARIANCE_NORMALIZATION1 does not support "
+                                                      "INT32"),
+    (_skip_desc(ks=(2, 2, 8)), kdml.InvalidArgumentError, "^skip_tensor.sizes: each size must be 1 or input_tensor's"),
+    (_skip_desc(ks=(3, 8)), kdml.InvalidArgumentError, "^skip_tensor.sizes: dimension count must equal"),
+    (_skip_desc(rs=(1, 1, 4)), kdml.InvalidArgumentError, "^skip_bias_tensor.sizes: each size must be 1"),
+    (_skip_desc(zs=(2, 3, 1)), kdml.InvalidArgumentError, "^sum_output_tensor.sizes: must equal input_tensor's"),
+    (_skip_desc(zstr=(0, 8, 1)), kdml.InvalidArgumentError, "^sum_output_tensor.strides: an output may not broadcast"),
+    (_skip_desc(k=False), kdml.InvalidArgumentError, "^skip_tensor: is required when skip_bias_tensor is present"),
+    (_skip_desc(k=False, rs=None), kdml.InvalidArgumentError, "^skip_tensor: is required when sum_output_tensor"),
+    (_skip_desc(ks=(2, 3, 8, 1, 1, 1, 1, 1, 1)), kdml.InvalidArgumentError, "^skip_tensor"),
+], ids=range(12))
+def test_skip_refusals(dev, desc, err, msg):
+    with pytest.raises(err, match=msg):
+        dev.compile(desc)
+
+
+def test_skip_bindings(dev, rng):
+    """The extension's tensors bind after DirectML's (inputs x, scale, bias, skip, skip bias;
+    outputs y, sum); a descriptor without them keeps DirectML's binding lists; the sum output
+    may overlap no input or the output."""
+    d = TD(DT.FLOAT32, (4, 8))
+    x, k = dev.tensor(rng.standard_normal((4, 8)).astype(np.float32)), dev.tensor(np.ones((4, 8), np.float32))
+    op = dev.compile(kdml.MeanVarianceNormalization1Desc(d, None, None, d, (1,), True, 1e-5, skip_tensor=d,
+                                                         sum_output_tensor=d))
+    assert (op.input_fields, op.output_fields) == (("input_tensor", "scale_tensor", "bias_tensor", "skip_tensor",
+                                                    "skip_bias_tensor"), ("output_tensor", "sum_output_tensor"))
+    with pytest.raises(kdml.InvalidArgumentError, match="^inputs: MEAN_VARIANCE_NORMALIZATION1 takes 5"):
+        op.execute([x, None, None], [dev.empty(d), dev.empty(d)])
+    buf = dev.buffer(256)
+    with pytest.raises(kdml.InvalidArgumentError, match="^sum_output_tensor: overlaps output_tensor"):
+        op.execute([x, None, None, k, None], [kdml.Tensor(buf, d), kdml.Tensor(buf, d)])
+    with pytest.raises(kdml.InvalidArgumentError, match="^sum_output_tensor: overlaps skip_tensor"):
+        op.execute([x, None, None, k, None], [dev.empty(d), k])
+    plain = dev.compile(kdml.MeanVarianceNormalization1Desc(d, None, None, d, (1,), True, 1e-5))
+    assert (plain.input_fields, plain.output_fields) == (("input_tensor", "scale_tensor", "bias_tensor"),
+                                                          ("output_tensor",))
+    assert plain.variants == ["mvn_f32_row"]
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+def test_skip_layer_norm_helper_is_one_dispatch(dev, rng, dt, monkeypatch):
+    """kdml.skip_layer_norm runs one operator (the skip extension), skip broadcast over leading
+    dimensions, `sum_out` True or an out tensor; its errors name the helper's arguments."""
+    from kompute_dml.ops.base import CompiledOperator
+
+    npd = dt.numpy_dtype
+    x = rng.standard_normal((2, 5, 48)).astype(npd)
+    skip, g, be, b = (rng.standard_normal(s).astype(npd) for s in ((5, 48), 48, 48, 48))
+    calls = []
+    real = CompiledOperator.execute
+    monkeypatch.setattr(CompiledOperator, "execute", lambda self, i, o, wait=True: (calls.append(self.support.name),
+                                                                                   real(self, i, o, wait))[1])
+    sum_t = dev.empty(TD(dt, x.shape, (480, 1, 10)))  # a strided sum output
+    y, s = kdml.skip_layer_norm(x, skip, g, b, be, epsilon=1e-6, sum_out=sum_t, device=dev)
+    assert s is sum_t and calls == ["MEAN_VARIANCE_NORMALIZATION1"]
+    want_sum = _sum_ref(x, np.broadcast_to(skip, x.shape), b)
+    _same_bits(s.numpy(), want_sum, "sum")
+    _check(y, want_sum, g, be, (2,), eps=1e-6)
+    with pytest.raises(kdml.InvalidArgumentError, match="^skip: sizes \\(4, 48\\) do not broadcast"):
+        kdml.skip_layer_norm(x, np.ones((4, 48), npd), g, device=dev)
+    with pytest.raises(kdml.InvalidArgumentError, match="^beta: sizes \\(47,\\) do not broadcast"):
+        kdml.skip_layer_norm(x, skip, g, None, np.ones(47, npd), device=dev)
+    with pytest.raises(kdml.InvalidArgumentError, match="^sum_out: sizes must be"):
+        kdml.skip_layer_norm(x, skip, g, sum_out=dev.empty(TD(dt, (2, 5, 47))), device=dev)

@@ -266,3 +266,184 @@ def test_feature_levels(level):
                 d.compile(desc)
     finally:
         d.close()
+
+
+# ---- kompute_dml's extension: an additive mask, NaN -> 0 --------------------------------------------
+def _masked_ref(x: np.ndarray, mask: np.ndarray | None, axes, nan_to_zero: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(the rounded sums x + mask in numpy, the float64 softmax of them with NaN -> 0 where asked)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = x if mask is None else np.add(x, mask, dtype=x.dtype)
+    ref = softmax_ref(s, tuple(axes))
+    return s, np.where(np.isnan(ref), 0.0, ref) if nan_to_zero else ref
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}")
+
+
+def run_masked(dev, rng, x_desc: TD, y_desc: TD, axes, values: np.ndarray, mask_desc: TD | None,
+               mask_values: np.ndarray | None, nan_to_zero: bool = True):
+    """The extension on placed tensors (guard bytes, poisoned output): within the bound of the
+    float64 softmax of the rounded sums (NaN -> +0 exactly), and for one axis (ONNX Softmax's
+    case) bit for bit the unfused device sequence ELEMENT_WISE_ADD1 -> ACTIVATION_SOFTMAX1 (->
+    IS_NAN -> IF with a 0 constant). (Over several axes the order in which a row is summed follows
+    how its dimensions merge, which the packed sum of the unfused sequence may merge otherwise.)"""
+    x, xraw = place(dev, rng, x_desc, values)
+    m, mraw = place(dev, rng, mask_desc, mask_values) if mask_desc is not None else (None, None)
+    y, _ = place(dev, rng, y_desc)
+    xl = read_logical(xraw, x.offset, x_desc)
+    ml = read_logical(mraw, m.offset, mask_desc) if m is not None else None
+    sums, ref = _masked_ref(xl, ml, axes, nan_to_zero)
+    before = poison_against(y, np.nan_to_num(ref).astype(y_desc.data_type.numpy_dtype), rng)
+    op = dev.compile(kdml.ActivationSoftmax1Desc(x_desc, y_desc, tuple(axes), mask_tensor=mask_desc,
+                                                 nan_to_zero=nan_to_zero))
+    op.execute([x] if m is None else [x, m], [y])
+    got = read_logical(assert_outside_unchanged(y, before), y.offset, y_desc)
+    assert x.buffer.read() == xraw and (m is None or m.buffer.read() == mraw)
+    n = math.prod(x_desc.sizes[a] for a in set(axes))
+    check_close(got, ref, softmax_bound(ref, n), f"masked softmax {x_desc.sizes} axes {tuple(axes)}")
+    if nan_to_zero:
+        assert (_bits(got)[np.isnan(softmax_ref(sums, tuple(axes)))] == 0).all()  # +0, not -0
+    # the unfused sequence
+    s = x if m is None else kdml.add(x, m, device=dev)
+    if m is not None:
+        assert np.array_equal(_bits(s.numpy()), _bits(sums)) or np.isnan(sums).any()
+    u = kdml.softmax(s, axes=tuple(axes), device=dev)
+    if nan_to_zero:
+        u = kdml.where(kdml.isnan(u, device=dev), np.zeros(1, x_desc.data_type.numpy_dtype), u, device=dev)
+    if len(set(axes)) == 1:
+        assert np.array_equal(_bits(got), _bits(u.numpy())), "not the unfused sequence's bits"
+    return got, op
+
+
+def attention_mask(rng, shape, dt: DT, fill: float) -> np.ndarray:
+    """An additive mask of `shape`: 0 where attended, `fill` elsewhere (some rows fully masked)."""
+    keep = rng.random(shape) < 0.7
+    keep.reshape(-1, shape[-1])[::5] = False  # every fifth row masked entirely
+    return np.where(keep, 0.0, fill).astype(dt.numpy_dtype)
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+@pytest.mark.parametrize("length", [1, 7, 33, 128, 1000, 2049, 5000])
+def test_masked_attention_rows(dev, rng, dt, length):
+    """batch x heads x rows x length scores, masks broadcast over heads (B, 1, S, L) and over heads
+    and rows (B, 1, 1, L) as BERT exports build them, filled with -inf (fully masked rows: NaN,
+    written as 0), the type's lowest value or -1e4: the fast and the general variants."""
+    shape = (2, 3, 4, length) if length <= 1000 else (2, 1, 2, length)
+    d = TD(dt, shape)
+    code = "f32" if dt == DT.FLOAT32 else "f16"
+    for fill in (-np.inf, float(np.finfo(dt.numpy_dtype).min), -1e4):
+        for msizes in ((shape[0], 1, shape[2], length), (shape[0], 1, 1, length)):
+            mask = attention_mask(rng, msizes, dt, fill)
+            got, op = run_masked(dev, rng, d, d, (3,), scores(rng, shape, dt), TD(dt, msizes), mask)
+            fast = length <= FAST_ELEMENTS * (4 // dt.size)
+            assert op.variants[0].startswith(f"smx_ext_{code}_" + ("l" if fast else "g"))
+            if fill == -np.inf:  # fully masked rows: NaN, written as 0
+                full = np.broadcast_to(np.isneginf(mask).all(axis=-1, keepdims=True), shape)
+                assert full.any() and (got[full] == 0).all()
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+@pytest.mark.parametrize("rank", range(1, 7))
+def test_masked_layouts(dev, rng, dt, rank):
+    """Random sizes and axes, random strides (the input may broadcast), masks of random broadcast
+    sizes and strides, random offsets; with and without NaN -> 0."""
+    subsets = [s for k in range(1, rank + 1) for s in itertools.combinations(range(rank), k)]
+    for axes in [subsets[i] for i in rng.choice(len(subsets), min(6, len(subsets)), replace=False)]:
+        sizes = random_sizes(rng, rank, 400)
+        msizes = tuple(s if rng.random() < 0.6 else 1 for s in sizes)
+        xs = random_strides(rng, sizes, allow_broadcast=True) if rng.random() < 0.6 else None
+        ys = random_strides(rng, sizes, allow_broadcast=False) if rng.random() < 0.6 else None
+        ms = random_strides(rng, msizes, allow_broadcast=True) if rng.random() < 0.6 else None
+        mask = attention_mask(rng, msizes, dt, float(rng.choice([-np.inf, -1e4])))
+        try:
+            run_masked(dev, rng, TD(dt, sizes, xs), TD(dt, sizes, ys), axes, scores(rng, sizes, dt), TD(dt, msizes, ms),
+                       mask, nan_to_zero=bool(rng.random() < 0.7))
+        except kdml.UnsupportedError as e:  # only where more than 6 dimensions remain after merging
+            assert str(e).startswith("mask_tensor: ACTIVATION_SOFTMAX1 with kompute_dml's mask") and rank == 6, e
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+def test_masked_special_values(dev, rng, dt):
+    """Inputs and masks holding NaN, +-inf, -0 and the extremes: sums that overflow (x + mask =
+    -inf), inf - inf, NaN rows written as +0, rows without NaN untouched; NaN -> 0 alone (no mask)
+    too."""
+    top = float(np.finfo(dt.numpy_dtype).max)
+    x = np.array([[1.0, np.nan, 2.0, 3.0, 0.5, -1.0], [np.inf, 1.0, 0.0, -0.0, 2.0, 1.0],
+                  [-top, -top, 1.0, 2.0, -0.0, 3.0], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+                  [-np.inf] * 6, [0.25, -0.0, -np.inf, 7.0, 1.0, 2.0]], np.float64).astype(dt.numpy_dtype)
+    m = np.array([[0.0, 0.0, -np.inf, -top, 0.0, -0.0], [0.0, -np.inf, 0.0, 0.0, -top, np.nan],
+                  [-top, -top, 0.0, 0.0, 0.0, 0.0], [-np.inf] * 6, [0.0] * 6, [top, 0.0, np.inf, -np.inf, 0.0, 0.0]],
+                 np.float64).astype(dt.numpy_dtype)
+    d = TD(dt, x.shape)
+    got, _ = run_masked(dev, rng, d, d, (1,), x, d, m)
+    assert (got[3] == 0).all() and (got[4] == 0).all()  # fully masked / all -inf: NaN -> 0
+    run_masked(dev, rng, d, d, (1,), x, None, None)  # NaN -> 0 alone
+    run_masked(dev, rng, d, d, (0, 1), x, TD(dt, (1, 6)), m[:1], nan_to_zero=False)
+
+
+def test_masked_helper(dev, rng):
+    """kdml.softmax(mask=, nan_to_zero=): the mask broadcast with numpy's rules (Python numbers
+    take x's type), one dispatch, the same bits as add -> softmax -> where(isnan)."""
+    x = scores(rng, (2, 3, 5, 9), DT.FLOAT32)
+    mask = attention_mask(rng, (2, 1, 1, 9), DT.FLOAT32, -np.inf)
+    y = kdml.softmax(x, mask=mask, nan_to_zero=True, device=dev)
+    s = kdml.softmax(kdml.add(x, mask, device=dev), device=dev)
+    want = kdml.where(kdml.isnan(s, device=dev), np.zeros(1, np.float32), s, device=dev)
+    assert np.array_equal(_bits(y.numpy()), _bits(want.numpy()))
+    y2 = kdml.softmax(x, mask=-1.5, device=dev)  # a scalar mask: the softmax of x - 1.5
+    assert np.array_equal(_bits(y2.numpy()), _bits(kdml.softmax(kdml.add(x, np.float32(-1.5), device=dev),
+                                                                device=dev).numpy()))
+    with pytest.raises(kdml.InvalidArgumentError, match=r"^mask: sizes \(3, 9\) do not broadcast"):
+        kdml.softmax(x, mask=np.zeros((3, 9), np.float32), device=dev)
+    with pytest.raises(kdml.InvalidArgumentError, match=r"^mask_tensor\.data_type: must equal input_tensor's"):
+        kdml.softmax(x, mask=np.zeros(9, np.float16), device=dev)
+
+
+M = TD(DT.FLOAT32, (2, 1, 4))
+BAD_EXT = [
+    (kdml.ActivationSoftmax1Desc(F, F, (2,), mask_tensor=TD(DT.FLOAT16, (2, 1, 4))), kdml.InvalidArgumentError,
+     r"^mask_tensor\.data_type: must equal input_tensor's \(FLOAT32\)"),
+    (kdml.ActivationSoftmax1Desc(F, F, (2,), mask_tensor=TD(DT.FLOAT32, (2, 2, 4))), kdml.InvalidArgumentError,
+     r"^mask_tensor\.sizes: each size must be 1 or input_tensor's"),
+    (kdml.ActivationSoftmax1Desc(F, F, (2,), mask_tensor=TD(DT.FLOAT32, (1, 2, 1, 4))), kdml.InvalidArgumentError,
+     r"^mask_tensor\.sizes: dimension count must equal input_tensor's \(3\)"),
+    (kdml.ActivationSoftmax1Desc(F, F, (2,), mask_tensor=TD(DT.INT32, (2, 1, 4))), kdml.UnsupportedError,
+     r"^mask_tensor: ACTIVATION_SOFTMAX1 does not support INT32"),
+    (kdml.ActivationSoftmax1Desc(F, F, (2,), mask_tensor=TD(DT.FLOAT32, (2, 1, 4), (1, 1))), kdml.InvalidArgumentError,
+     r"^mask_tensor"),
+    (kdml.ActivationSoftmax1Desc(F, F, (2,), mask_tensor=M, nan_to_zero=2), kdml.InvalidArgumentError,
+     r"^nan_to_zero: must be a bool"),
+    (kdml.ActivationSoftmax1Desc(F, F, (2,), nan_to_zero="yes"), kdml.InvalidArgumentError,
+     r"^nan_to_zero: must be a bool"),
+    (kdml.ActivationSoftmax1Desc(TD(DT.FLOAT32, (2,) * 8, tuple(3 ** i for i in range(8))), TD(DT.FLOAT32, (2,) * 8),
+                                 (7,), nan_to_zero=True), kdml.UnsupportedError,
+     r"^nan_to_zero: ACTIVATION_SOFTMAX1 with kompute_dml's mask / nan_to_zero extension takes at most 6"),
+]
+
+
+@pytest.mark.parametrize(("desc", "error", "match"), BAD_EXT, ids=[m[1:40] for _, _, m in BAD_EXT])
+def test_masked_refused(dev, desc, error, match):
+    with pytest.raises(error, match=match):
+        dev.compile(desc)
+
+
+def test_masked_bindings_and_families(dev, rng):
+    """The mask binds after the input; without it (NaN -> 0 alone, or DirectML's descriptor) the
+    binding lists are DirectML's; the extension's variants are their own families with the same
+    shape siblings as DirectML's (another row length picks them)."""
+    from kompute_dml.ops.contract import SMX_EXT_FAST, SMX_EXT_GEN
+
+    op = dev.compile(kdml.ActivationSoftmax1Desc(F, F, (2,), mask_tensor=M))
+    assert op.input_fields == ("input_tensor", "mask_tensor") and op.output_fields == ("output_tensor",)
+    x = dev.tensor(scores(rng, (2, 3, 4), DT.FLOAT32))
+    with pytest.raises(kdml.InvalidArgumentError, match="^inputs: ACTIVATION_SOFTMAX1 takes 2"):
+        op.execute([x], [dev.empty(F)])
+    buf = dev.buffer(np.zeros(24, np.float32))
+    with pytest.raises(kdml.InvalidArgumentError, match="^output_tensor: overlaps mask_tensor"):
+        op.execute([x, kdml.Tensor(buf, M)], [kdml.Tensor(buf, F)])
+    assert dev.compile(kdml.ActivationSoftmax1Desc(F, F, (2,), nan_to_zero=True)).input_fields == ("input_tensor",)
+    assert dev.compile(kdml.ActivationSoftmax1Desc(F, F, (2,))).variants == ["smx_f32_l8_k1"]
+    assert set(SMX_EXT_FAST.siblings("smx_ext_f32_l8_k4")) >= {"smx_ext_f32_l8_k1", "smx_ext_f32_l32_k8"}
+    assert not any(v.startswith(("smx_f32", "smx_ext_f16")) for v in SMX_EXT_FAST.siblings("smx_ext_f32_l8_k4"))
+    assert SMX_EXT_GEN.siblings("smx_ext_f16_g32") == ("smx_ext_f16_g256",)

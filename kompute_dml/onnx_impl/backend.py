@@ -83,14 +83,15 @@ class Backend(_OnnxBackend):
     def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> BackendRep:
         """Options: feature_level (a kdml.FeatureLevel or its name), fallback ("auto":
         onnxruntime then the reference evaluator; "onnxruntime"; "reference"), exclude_ops
-        (op types to keep on the CPU), cpu_threads (onnxruntime intra-op threads), kdml_device,
+        (op types to keep on the CPU), cpu_threads (onnxruntime intra-op threads), fuse (default
+        True: the node chains of onnx_impl/fusions.py run as one dispatch each), kdml_device,
         warmup (a dict of input name -> shape, or a list of such dicts: the model runs once
         per dict on zero-filled inputs of those shapes, so the pipelines, descriptor sets and
         recorded submissions those shapes need exist before the first real run)."""
         proto = _load_model(model)
         dev = kwargs.pop("kdml_device", None) or _kdml_device(device, kwargs.pop("feature_level", None))
         kwargs.pop("feature_level", None)
-        allowed = {"fallback", "exclude_ops", "cpu_threads"}
+        allowed = {"fallback", "exclude_ops", "cpu_threads", "fuse"}
         rep = BackendRep(proto, dev, **{k: v for k, v in kwargs.items() if k in allowed})
         warm = kwargs.get("warmup")
         for shapes in [warm] if isinstance(warm, dict) else (warm or []):

@@ -25,7 +25,7 @@ import numpy as np
 import kompute_dml as kdml
 
 from ..runtime.staging import host_copy
-from .graph import _node_inputs
+from .fusions import Unfused
 from .handlers_values import BOOL, dml_numpy, is_packed
 from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_shape
 
@@ -155,8 +155,9 @@ class GraphPlan:
             env[name] = DeviceValue(kdml.Tensor(self._input_buffer, desc, off), arr.shape, arr.dtype)
         keep = set(rep.output_names)
         last: dict[str, int] = {}
-        for i, node in enumerate(g.node):
-            for n in _node_inputs(node):
+        fusions = rep.fusions
+        for i in range(len(g.node)):
+            for n in fusions.step_inputs(g, i):  # a fused chain reads its values at its carrier
                 last[n] = i
         dying: list[list[str]] = [[] for _ in g.node]
         for n, i in last.items():
@@ -171,24 +172,46 @@ class GraphPlan:
             raise KeyError(f"value {name!r} is not available (missing input?)")
 
         self.device_nodes = 0
+
+        def record(i: int) -> None:  # node i's handler, its outputs kept
+            node = g.node[i]
+            target = rep._placement_static[i][0]
+            ins = [lookup(n) if n else None for n in node.input]
+            if target == HOST:
+                outs = rep._host_node(i, node, ins, stats)
+            elif target == CPU:
+                raise FallbackNeeded(f"node {i} ({node.op_type}) runs on the CPU")
+            else:
+                rec.scope = f"{i} {node.op_type} {node.name}"  # profile rows: per node
+                outs = rep.handler_for(node)(ctx, node, ins, stats)
+                self.device_nodes += 1
+            keep_outputs(node.output, outs)
+
+        def keep_outputs(names: Any, outs: list[Any]) -> None:
+            for name, v in zip(names, outs):
+                if name:
+                    env[name] = v
+                    ctx.hold(v)
+
         with rep.device.capture() as rec:
             self._in = _host_io(rep, "in", total)
+            rec.scope = "inputs"
             rec.copy_in(self._in[:total], kdml.Tensor(self._input_buffer, kdml.TensorDesc(kdml.DataType.UINT8, (total,))))
-            for i, node in enumerate(g.node):
-                target = rep._placement_static[i][0]
-                ins = [lookup(n) if n else None for n in node.input]
-                if target == HOST:
-                    outs = rep._host_node(i, node, ins, stats)
-                elif target == CPU:
-                    raise FallbackNeeded(f"node {i} ({node.op_type}) runs on the CPU")
-                else:
-                    rec.scope = f"{i} {node.op_type} {node.name}"  # profile rows: per node
-                    outs = rep.handler_for(node)(ctx, node, ins, stats)
-                    self.device_nodes += 1
-                for name, v in zip(node.output, outs):
-                    if name:
-                        env[name] = v
-                        ctx.hold(v)
+            for i in range(len(g.node)):
+                fusion = fusions.by_carrier.get(i)
+                if fusion is not None:  # the chain's one dispatch, or its nodes where it does not fit
+                    rec.scope = fusion.scope(g)
+                    try:
+                        keep_outputs(g.node[i].output, fusion.run(ctx, g, lookup, stats))
+                        self.device_nodes += len(fusion.nodes)
+                    except Unfused as e:
+                        rep._note(f"nodes {list(fusion.nodes)} ({fusion.pattern.name}) ran unfused: {e}")
+                        for j in fusion.nodes:
+                            record(j)
+                        for name in fusion.intermediates:
+                            ctx.drop(env.pop(name, None))
+                elif i not in fusions.absorbed:  # an absorbed node is recorded with its carrier
+                    record(i)
                 for name in dying[i]:
                     v = env.pop(name, None)
                     ctx.drop(v)
@@ -197,7 +220,8 @@ class GraphPlan:
         self.program = rec.compile()
         self.ctx = ctx
         self.siblings_prepared = _prepare_siblings(rep.device, self.program) if rep.device.policy.prepare_siblings else 0
-        self.dispatches = self.program.dispatch_count
+        # the operators' dispatches (the program's own input and output copies not counted)
+        self.dispatches = self.program.dispatch_count - 1 - len(self._out_at)
         self.plan_seconds = time.perf_counter() - t0
 
     def _io_copies(self, rep: BackendRep, rec: Any) -> None:
@@ -224,6 +248,7 @@ class GraphPlan:
         stats.uploads += 1
         self.program.run()
         stats.submissions += 1
+        stats.dispatches = self.dispatches
         stats.vulkan_nodes += self.device_nodes
         results: list[Any] = []
         for k, (_name, v) in enumerate(self.outputs):

@@ -1,5 +1,6 @@
 """Device handlers of a transformer encoder's float nodes: LayerNormalization and
-com.microsoft SkipLayerNormalization (MEAN_VARIANCE_NORMALIZATION1, the skip as ELEMENT_WISE_ADD),
+com.microsoft SkipLayerNormalization (MEAN_VARIANCE_NORMALIZATION1; the skip through its skip
+extension, one dispatch),
 Softmax (ACTIVATION_SOFTMAX1), Gelu (ACTIVATION_GELU), MatMul and com.microsoft FusedMatMul
 (GEMM). DynamicQuantizeLinear is in handlers.py, beside DynamicQuantizeMatMul, which uses it."""
 
@@ -61,22 +62,25 @@ def _h_layer_norm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: 
 
 
 def _h_skip_layer_norm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    """output = LayerNorm(input + skip (+ bias)) * gamma + beta; the fourth output is the sum."""
+    """output = LayerNorm(input + skip (+ bias)) * gamma + beta; the fourth output is the sum. One
+    MEAN_VARIANCE_NORMALIZATION1 dispatch (its skip extension, kdml.skip_layer_norm)."""
     if any(o for o in node.output[1:3]):
         raise FallbackNeeded("the mean / inv_std_var outputs")
     dt = _floats(node, ins)
     shape = _value_shape(ins[0])
-    if _value_shape(ins[1]) != shape:
-        raise FallbackNeeded(f"skip of shape {_value_shape(ins[1])}")
+    skip_shape = _value_shape(ins[1])
+    # onnxruntime reads skip at (offset % skip size): numpy's broadcasting where only leading
+    # dimensions are missing or 1
+    core = skip_shape[next((i for i, s in enumerate(skip_shape) if s != 1), len(skip_shape)):]
+    if len(core) > len(shape) or (core and shape[-len(core):] != core):
+        raise FallbackNeeded(f"skip of shape {skip_shape}")
     x, skip, gamma, beta, bias = (_dev(rep, node, ins, i, stats) for i in range(5))
-    want_sum = len(node.output) > 3 and bool(node.output[3])
-    total = kdml.add(x, skip, out=rep.out_tensor(shape, dt), device=rep.device)
-    if bias is not None:
-        total = kdml.add(total, bias, out=rep.out_tensor(shape, dt), device=rep.device)
-    y = kdml.layer_norm(total, gamma, beta, axis=-1, epsilon=float(_attr(node, "epsilon", 1e-12)),
-                        out=rep.out_tensor(shape, dt), device=rep.device)
-    outs: list[Any] = [DeviceValue(y, shape, dt), None, None]
-    if want_sum:
+    out = rep.out_tensor(shape, dt)
+    total = rep.out_tensor(shape, dt) if len(node.output) > 3 and node.output[3] else None
+    kdml.skip_layer_norm(x, skip, gamma, bias, beta, epsilon=float(_attr(node, "epsilon", 1e-12)),
+                         sum_out=total if total is not None else False, out=out, device=rep.device)
+    outs: list[Any] = [DeviceValue(out, shape, dt), None, None]
+    if total is not None:
         outs.append(DeviceValue(total, shape, dt))
     return outs
 

@@ -23,6 +23,7 @@ from .analysis import GraphAnalysis
 from .device_graph import GraphPlan, signature
 from .fallback import CpuSegment
 from .feeds import normalize_inputs
+from .fusions import Fusion, Fusions, Unfused, find_fusions
 from .graph import _densify, _node_inputs
 from .handlers import HANDLERS
 from .host_eval import evaluate
@@ -36,10 +37,11 @@ from .values import CPU, HOST, VULKAN, DeviceValue, FallbackError, FallbackNeede
 class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
     """A prepared model. `placement` lists where every node runs; `summary()` says it in
     one paragraph; `run(inputs)` returns the outputs (numpy arrays, lists for sequences,
-    None for absent optionals); `last_run` holds the RunStats of the latest run."""
+    None for absent optionals); `last_run` holds the RunStats of the latest run. `fuse`:
+    run the node chains of fusions.PATTERNS as one dispatch each (`fusions`)."""
 
     def __init__(self, model: onnx.ModelProto, device: kdml.Device, *, fallback: str = "auto",
-                 exclude_ops: Iterable[str] = (), cpu_threads: int | None = None) -> None:
+                 exclude_ops: Iterable[str] = (), cpu_threads: int | None = None, fuse: bool = True) -> None:
         if fallback not in ("auto", "onnxruntime", "reference"):
             raise ValueError(f"fallback must be 'auto', 'onnxruntime' or 'reference', got {fallback!r}")
         self.model = model
@@ -74,6 +76,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
 
         self._validate_graph()
         self._placement_static: list[tuple[str, str, str]] = self._static_targets()
+        self.fusions = find_fusions(self) if fuse else Fusions()
         self._steps = self._partition()
         self.placement = self._make_placement()
         if fallback == "onnxruntime":  # refuse now what onnxruntime is known to refuse at the run
@@ -160,11 +163,12 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                 item.outputs = [o for i in item.node_indices for o in g.node[i].output if o and o in later_reads]
                 later_reads.update(item.inputs)
             else:
-                later_reads.update(_node_inputs(g.node[item]))
-        # Last reader of every value, to free it as soon as possible.
+                later_reads.update(self.fusions.step_inputs(g, item))
+        # Last reader of every value, to free it as soon as possible (a fused chain's values are
+        # read at its carrier's step).
         self._last_use: dict[str, int] = {}
         for s, (kind, item) in enumerate(plan):
-            names = item.inputs if kind == CPU else _node_inputs(g.node[item])
+            names = item.inputs if kind == CPU else self.fusions.step_inputs(g, item)
             for name in names:
                 self._last_use[name] = s
         keep = set(self.output_names) | set(self.input_names)
@@ -183,8 +187,10 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             target, op, reason = self._placement_static[i]
             domain = node.domain if node.domain != "ai.onnx" else ""
             seg = seg_of.get(i)
+            op, into = self.fusions.placement(i, op)
             out.append(NodePlacement(i, node.name, node.op_type, domain, target,
-                                     op if target != CPU else engines[seg] if seg is not None else "", seg, reason))
+                                     op if target != CPU else engines[seg] if seg is not None else "", seg, reason,
+                                     into))
         return out
 
     def _refresh_engines(self) -> None:
@@ -208,9 +214,11 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         if self.graph_mode:
             lines.append("no node needs the CPU: each input signature runs as one device submission"
                          + (f" (except: {self.plan_refusal})" if self.plan_refusal else ""))
-        counts = collections.Counter((p.op_type, p.operator) for p in vk)
+        counts = collections.Counter((p.op_type, p.operator) for p in vk
+                                     if p.fused_into is None and p.index not in self.fusions.by_carrier)
         for (op, dml), c in sorted(counts.items()):
             lines.append(f"  vulkan  {op} x{c} -> {dml}")
+        lines += self.fusions.summary()
         engines = collections.Counter(p.operator for p in cpu)
         eng = ", ".join(f"{e} {c}" for e, c in sorted(engines.items())) or "none"
         lines.append(f"{len(cpu)} nodes fall back to the CPU in {len(self.segments)} sub-graph(s) ({eng})")
@@ -292,7 +300,10 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                 outs = self._host_node(item, node, [lookup(n) if n else None for n in node.input], stats)
                 env.update((o, v) for o, v in zip(node.output, outs) if o)
                 stats.host_seconds += time.perf_counter() - ts
-            else:
+            elif item in self.fusions.by_carrier:
+                self._run_fused(self.fusions.by_carrier[item], lookup, env, stats)
+                stats.vulkan_seconds += time.perf_counter() - ts
+            elif item not in self.fusions.absorbed:  # an absorbed node runs with its chain's carrier
                 node = g.node[item]
                 self._run_device_node(item, node, lookup, env, stats)
                 stats.vulkan_seconds += time.perf_counter() - ts
@@ -321,6 +332,28 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             env.update(zip(seg.outputs, outs))
             return
         for name, v in zip(node.output, outs):
+            if name:
+                env[name] = v
+
+    def _run_fused(self, fusion: Fusion, lookup: Any, env: dict[str, Any], stats: RunStats) -> None:
+        """A fused chain at its carrier: one dispatch, or its nodes one by one where this run's
+        values do not fit the fused kernel (Unfused: nothing was recorded)."""
+        g = self.graph
+        carrier = g.node[fusion.carrier]
+        self._cur_node, self._slot = fusion.carrier, 0
+        prof = self.device.active_profile
+        try:
+            with prof.scope(fusion.scope(g)) if prof else contextlib.nullcontext():
+                outs = fusion.run(self, g, lookup, stats)
+        except Unfused as e:
+            self._note(f"nodes {list(fusion.nodes)} ({fusion.pattern.name}) ran unfused: {e}")
+            for i in fusion.nodes:
+                self._run_device_node(i, g.node[i], lookup, env, stats)
+            for name in fusion.intermediates:
+                env.pop(name, None)
+            return
+        stats.vulkan_nodes += len(fusion.nodes)
+        for name, v in zip(carrier.output, outs):
             if name:
                 env[name] = v
 

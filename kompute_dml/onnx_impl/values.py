@@ -40,7 +40,10 @@ class FallbackNeeded(Exception):
 class NodePlacement:
     """Where one node runs: target "vulkan" (operator = the DirectML operator), "host"
     (reads no input data: resolved once per input shape) or "cpu" (operator = the fallback
-    engine; segment = the index of its CPU sub-graph)."""
+    engine; segment = the index of its CPU sub-graph). A node of a fused chain (fusions.py)
+    runs in its chain's one dispatch, at the chain's last node (the carrier: operator "<DirectML
+    operator> (fused <chain>: nodes ...)"); the others say `fused_into` that node (operator
+    "fused into node N")."""
 
     index: int
     name: str
@@ -50,6 +53,7 @@ class NodePlacement:
     operator: str
     segment: int | None = None
     reason: str = ""
+    fused_into: int | None = None
 
 
 # ---------------------------------------------------------------------------------
@@ -94,6 +98,7 @@ class RunStats:
     cpu_segments: int = 0
     runtime_fallbacks: int = 0
     submissions: int = 0  # whole-graph device programs submitted (device_graph.py)
+    dispatches: int = 0  # the dispatches of the program this run submitted (0 node by node)
     planned: bool = False  # this run planned its input signature's program
     plan_seconds: float = 0.0  # time planning it took (part of total_seconds)
     vulkan_seconds: float = 0.0

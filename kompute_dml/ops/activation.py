@@ -12,6 +12,13 @@ table (InvalidArgumentError / UnsupportedError naming the field), then the pages
 constraint (the same DataType, DimensionCount and Sizes: InvalidArgumentError naming
 output_tensor.data_type / output_tensor.sizes), SOFTMAX1's axes, then a non-overlapping output
 and 32-bit element addressing.
+
+kompute_dml's extension of ACTIVATION_SOFTMAX1 (no DirectML field; the smx_ext_* variants):
+`mask_tensor`, added to the input before the softmax, each sum rounded to the data type exactly
+as ELEMENT_WISE_ADD rounds it (sizes 1 or the input's: broadcast), and `nan_to_zero`, NaN results
+written as +0: ONNX's Add(scores, mask) -> Softmax -> Where(IsNaN(s), 0, s) in one dispatch, bit
+for bit the four-dispatch result. The mask is bound after the input (inputs: input, mask); a
+descriptor without it binds as DirectML's does.
 """
 
 from __future__ import annotations
@@ -22,12 +29,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .. import registry as reg
-from ..errors import invalid
+from ..errors import UnsupportedError, invalid
 from ..ints import as_int_tuple, cdiv
 from ..layout import check_no_overlap, merge_dims
 from ..runtime import DispatchPlan, grid_for
-from ..tensor_desc import TensorDesc
+from ..tensor_desc import TensorDesc, validate_desc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, check_same, type_code
@@ -54,11 +63,18 @@ class ActivationSoftmax1Desc:
     f(x) = exp(x) / sum(exp(x)) over the elements of the dimensions in `axes` (AxisCount is
     len(axes)), computed as exp(x - max) / sum(exp(x - max)) in float32. Each axis in
     [0, DimensionCount); kompute_dml also refuses an empty or repeated axis list (the page says
-    neither). Error bound and the rows of NaN / infinities: docs/softmax.md."""
+    neither). Error bound and the rows of NaN / infinities: docs/softmax.md.
+
+    kompute_dml's extension (not DirectML's): `mask_tensor` (the input's data type and dimension
+    count, each size 1 or the input's) is added to the input first, each sum rounded to the data
+    type as ELEMENT_WISE_ADD rounds it; `nan_to_zero` writes NaN results as +0. With either, at
+    most 6 dimensions may remain after merging (UnsupportedError)."""
 
     input_tensor: TensorDesc
     output_tensor: TensorDesc
     axes: tuple[int, ...] = ()
+    mask_tensor: TensorDesc | None = None
+    nan_to_zero: bool = False
 
     def __post_init__(self) -> None:
         axes = self.axes  # a list or an array made hashable; anything else is refused at compile
@@ -104,56 +120,113 @@ FAST_ELEMENTS = FAST_LANES[-1] * FAST_K[-1]
 GEN_WIDE_ABOVE = 4096  # rows longer than this take 256 invocations (smx_gen g256), else 32
 
 
-def _merged(sizes: Sequence[int], dims: Sequence[int], xs: Sequence[int],
-            ys: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
-    """`dims` merged (layout.merge_dims) after ordering them by the output's stride, largest
-    first: the order of a row's or of the rows' enumeration is free, and this one merges what
-    is contiguous in both tensors whatever the dimension order, innermost last."""
-    order = sorted(dims, key=lambda d: -ys[d])
-    m_sizes, (m_x, m_y) = merge_dims([sizes[d] for d in order], [xs[d] for d in order], [ys[d] for d in order])
+def _merged(sizes: Sequence[int], dims: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[list[int], list[list[int]]]:
+    """`dims` merged (layout.merge_dims) over every tensor's strides (the output's last) after
+    ordering them by the output's stride, largest first: the order of a row's or of the rows'
+    enumeration is free, and this one merges what is contiguous in all tensors whatever the
+    dimension order, innermost last."""
+    order = sorted(dims, key=lambda d: -strides[-1][d])
+    m_sizes, m_strides = merge_dims([sizes[d] for d in order], *([st[d] for d in order] for st in strides))
     if m_sizes == [1]:
-        return [], [], []
-    return m_sizes, m_x, m_y
+        return [], [[] for _ in strides]
+    return m_sizes, m_strides
 
 
-def plan_softmax(x: TensorDesc, y: TensorDesc, axes: Sequence[int], max_groups: int = 65535) -> list[DispatchPlan]:
-    """One dispatch: the rows (coordinates of the dimensions outside `axes`) over the work groups."""
+def plan_softmax(x: TensorDesc, y: TensorDesc, axes: Sequence[int], max_groups: int = 65535,
+                 mask: TensorDesc | None = None, nan_to_zero: bool = False) -> list[DispatchPlan]:
+    """One dispatch: the rows (coordinates of the dimensions outside `axes`) over the work groups.
+    With the extension (a mask or nan_to_zero) the smx_ext families, whose push block holds 6
+    merged dimensions (UnsupportedError beyond)."""
     n = x.dimension_count
-    xs, ys = x.effective_strides, y.effective_strides
+    ext = mask is not None or nan_to_zero
+    strides: list[Sequence[int]] = [x.effective_strides, y.effective_strides]
+    if ext:  # the mask broadcasts where its size is 1; an absent one reads nothing
+        mst = [0] * n if mask is None else [st if sz != 1 else 0 for sz, st in zip(mask.sizes, mask.effective_strides)]
+        strides.insert(1, mst)
     red = sorted(set(axes))
-    o_sizes, o_x, o_y = _merged(x.sizes, [d for d in range(n) if d not in red], xs, ys)
-    r_sizes, r_x, r_y = _merged(x.sizes, red, xs, ys)
+    o_sizes, o_st = _merged(x.sizes, [d for d in range(n) if d not in red], strides)
+    r_sizes, r_st = _merged(x.sizes, red, strides)
     if not r_sizes:
-        r_sizes, r_x, r_y = [1], [0], [0]
-    nouter = 8 - len(r_sizes)
+        r_sizes, r_st = [1], [[0] for _ in strides]
+    dims = contract.SMX_EXT_DIMS if ext else 8
+    if len(o_sizes) + len(r_sizes) > dims:
+        field = "mask_tensor" if mask is not None else "nan_to_zero"
+        raise UnsupportedError(f"{field}: ACTIVATION_SOFTMAX1 with kompute_dml's mask / nan_to_zero extension takes "
+                               f"at most {dims} dimensions after merging, these tensors leave "
+                               f"{len(o_sizes) + len(r_sizes)}")
+    nouter = dims - len(r_sizes)
     pad = nouter - len(o_sizes)
     rows, length = math.prod(o_sizes), math.prod(r_sizes)
     ept = 4 // x.data_type.size
     t = type_code(x.data_type, True)
+    fast_family, gen_family = (contract.SMX_EXT_FAST, contract.SMX_EXT_GEN) if ext else (contract.SMX_FAST,
+                                                                                          contract.SMX_GEN)
     if len(r_sizes) == 1 and length <= FAST_ELEMENTS * ept:
         lanes = FAST_LANES[0] if length <= FAST_LANES[0] * 4 * ept else FAST_LANES[1]
         k = next(k for k in FAST_K if k * lanes * ept >= length)
-        family, variant = contract.SMX_FAST, contract.SMX_FAST.name(t=t, lanes=lanes, k=k)
+        family, variant = fast_family, fast_family.name(t=t, lanes=lanes, k=k)
     else:
         lanes = 256 if length > GEN_WIDE_ABOVE else 32
-        family, variant = contract.SMX_GEN, contract.SMX_GEN.name(t=t, lanes=lanes)
-    push = family.pack(x_off=0, y_off=0, rows=rows, len=length, nouter=nouter, size=[1] * pad + o_sizes + r_sizes,
-                       x_str=[0] * pad + o_x + r_x, y_str=[0] * pad + o_y + r_y)
+        family, variant = gen_family, gen_family.name(t=t, lanes=lanes)
+    geometry = {f"{c}_str": [0] * pad + o + r for c, o, r in zip("xmy" if ext else "xy", o_st, r_st)}
+    size = x.data_type.size
+    common = dict(x_off=0, y_off=0, rows=rows, len=length, nouter=nouter, size=[1] * pad + o_sizes + r_sizes)
+    if ext:
+        push = family.pack(**common, m_off=0, flags=(1 if mask is not None else 0) | (2 if nan_to_zero else 0),
+                           **geometry)
+        # binding list: input, mask, output (the mask's entry only where it is present)
+        out_entry = 2 if mask is not None else 1
+        bindings: tuple[int | None, ...] = (0, out_entry, 1 if mask is not None else None)
+        slots = family.slots(x_off=(0, size), y_off=(out_entry, size),
+                             **({"m_off": (1, size)} if mask is not None else {}))
+    else:
+        push = family.pack(**common, **geometry)
+        out_entry, bindings = 1, (0, 1)
+        slots = family.slots(x_off=(0, size), y_off=(1, size))
     groups = grid_for(cdiv(rows, 256 // lanes) * 256, 256, max_groups)
-    return [DispatchPlan(variant=variant, bindings=(0, 1), push=push, groups=groups, writes=(1,),
-                         offset_slots=family.slots(x_off=(0, x.data_type.size), y_off=(1, y.data_type.size)))]
+    return [DispatchPlan(variant=variant, bindings=bindings, push=push, groups=groups, writes=(out_entry,),
+                         offset_slots=slots)]
+
+
+def _nan_flag(value: Any) -> bool:
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and int(value) in (0, 1)):
+        return bool(value)
+    raise invalid("nan_to_zero", f"must be a bool (True / False, 1 / 0), got {type(value).__name__} {value!r}")
+
+
+def _check_mask(support: reg.OperatorSupport, level: Any, x: TensorDesc, mask: TensorDesc) -> None:
+    """The extension's mask: a valid buffer tensor the input's table row takes, of the input's
+    data type and dimension count, each size 1 (broadcast) or the input's."""
+    validate_desc(mask, "mask_tensor")
+    support.check_tensor(level, "input_tensor", mask, name="mask_tensor")
+    if mask.data_type != x.data_type:
+        raise invalid("mask_tensor.data_type", f"must equal input_tensor's ({x.data_type.name}), got "
+                                               f"{mask.data_type.name}")
+    if mask.dimension_count != x.dimension_count:
+        raise invalid("mask_tensor.sizes", f"dimension count must equal input_tensor's ({x.dimension_count}), got "
+                                           f"{mask.dimension_count}")
+    bad = [d for d in range(x.dimension_count) if mask.sizes[d] not in (1, x.sizes[d])]
+    if bad:
+        raise invalid("mask_tensor.sizes", f"each size must be 1 or input_tensor's {x.sizes} (broadcast), got "
+                                           f"{mask.sizes} (dimension {bad[0]})")
 
 
 def compile_softmax1(device: Device, desc: ActivationSoftmax1Desc) -> CompiledOperator:
     support = reg.ACTIVATION_SOFTMAX1
-    validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
+    level = device.feature_level
+    validate_tensors(support, level, desc, support.fields, support.outputs)
+    mask = desc.mask_tensor
+    if mask is not None:
+        _check_mask(support, level, desc.input_tensor, mask)
+    nan_to_zero = _nan_flag(desc.nan_to_zero)
     _same(desc)
     x, y = desc.input_tensor, desc.output_tensor
     axes = softmax_axes(desc.axes, x.dimension_count)
     check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
-    check_addressable(support.fields, (x, y))
-    plans = plan_softmax(x, y, axes, device.limits["max_compute_work_group_count"][0])
-    return CompiledOperator(device, desc, support, support.inputs, support.outputs, list(plans))
+    inputs = support.inputs + (("mask_tensor",) if mask is not None else ())
+    check_addressable(inputs + support.outputs, [t for t in (x, mask, y) if t is not None])
+    plans = plan_softmax(x, y, axes, device.limits["max_compute_work_group_count"][0], mask, nan_to_zero)
+    return CompiledOperator(device, desc, support, inputs, support.outputs, list(plans))
 
 
 # ---- specs (kompute_dml/ops/spec.py) --------------------------------------------------------
@@ -161,5 +234,6 @@ SPECS = (
     OperatorSpec(ActivationGeluDesc, reg.ACTIVATION_GELU, compile_gelu, (contract.GELU,), helpers=("gelu",),
                  onnx=(OnnxOp("Gelu", "com.microsoft", "gelu"), OnnxOp("Gelu", "", "gelu"))),
     OperatorSpec(ActivationSoftmax1Desc, reg.ACTIVATION_SOFTMAX1, compile_softmax1,
-                 (contract.SMX_FAST, contract.SMX_GEN), helpers=("softmax",), onnx=(OnnxOp("Softmax", "", "softmax"),)),
+                 (contract.SMX_FAST, contract.SMX_GEN, contract.SMX_EXT_FAST, contract.SMX_EXT_GEN),
+                 helpers=("softmax",), onnx=(OnnxOp("Softmax", "", "softmax"),)),
 )

@@ -10,10 +10,18 @@ geometry as push constants; anything else takes the "gen" variants, which read t
 sizes and strides of both (up to 8 each) from a 82-word constant the operator uploads when it
 compiles (`geometry_words`). shaders/mvn.comp has the arithmetic; docs/mean_variance_normalization.md
 the semantics and the error bound.
+
+kompute_dml's skip extension (no DirectML field; the "mvn_skip" variants): with `skip_tensor` the
+row normalized is Input + Skip (+ SkipBias), each addition rounded to the data type as
+ELEMENT_WISE_ADD rounds it, and `sum_output_tensor` (optional) receives that sum: ONNX
+SkipLayerNormalization and Add -> LayerNormalization in one dispatch, bit for bit the
+two-dispatch result. Its tensors are bound after DirectML's (inputs: input, scale, bias, skip,
+skip bias; outputs: output, sum output); a descriptor without them binds as DirectML's does.
 Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's table
-(InvalidArgumentError / UnsupportedError naming the field), FusedActivation (None only:
-UnsupportedError naming fused_activation), then the page's constraints (InvalidArgumentError
-whose message starts with the field), then a non-overlapping output and 32-bit addressing.
+(InvalidArgumentError / UnsupportedError naming the field; the extension's tensors against the
+input's and output's rows), FusedActivation (None only: UnsupportedError naming
+fused_activation), then the page's constraints and the extension's (InvalidArgumentError whose
+message starts with the field), then non-overlapping outputs and 32-bit addressing.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from ..errors import UnsupportedError, invalid
 from ..ints import as_int_tuple, cdiv
 from ..layout import check_no_overlap, merge_dims
 from ..runtime import DispatchPlan, grid_for
-from ..tensor_desc import TensorDesc
+from ..tensor_desc import TensorDesc, validate_desc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
@@ -45,7 +53,11 @@ WG = 256  # shaders/mvn.comp's work-group size
 ROW_OUTER = 3  # outer dimensions the "row" variants take
 GEO_DIMS = 8
 _FIELDS = ("input_tensor", "scale_tensor", "bias_tensor", "output_tensor")
-_CONST = 4  # the geometry constant's index in the binding list (after the four tensors)
+# the skip extension's fields (binding order: the inputs after DirectML's inputs, the output after
+# DirectML's output); each is checked against the table row of the DirectML field in SKIP_ROW
+SKIP_INPUTS = ("skip_tensor", "skip_bias_tensor")
+SKIP_OUTPUTS = ("sum_output_tensor",)
+SKIP_ROW = {"skip_tensor": "input_tensor", "skip_bias_tensor": "input_tensor", "sum_output_tensor": "output_tensor"}
 
 
 @dataclass(frozen=True)
@@ -59,7 +71,14 @@ class MeanVarianceNormalization1Desc:
     the ChannelCount, dimension 1, must be the input's); below 5_2 scale and bias are present
     together. kompute_dml's rules where the page is silent: axes are distinct and in
     [0, DimensionCount), at least one; FusedActivation must be None (UnsupportedError otherwise);
-    Mean and Variance (the population variance) are float32 (docs/mean_variance_normalization.md)."""
+    Mean and Variance (the population variance) are float32 (docs/mean_variance_normalization.md).
+
+    kompute_dml's skip extension (not DirectML's): `skip_tensor` is added to the input before
+    normalizing, then `skip_bias_tensor` where present, each sum rounded to the data type (input
+    + skip first: onnxruntime's SkipLayerNormalization order); `sum_output_tensor` receives that
+    sum. Each has the input's data type and dimension count; skip and skip bias sizes are 1
+    (broadcast) or the input's, the sum output has the input's sizes; skip_bias_tensor and
+    sum_output_tensor need skip_tensor."""
 
     input_tensor: TensorDesc
     scale_tensor: TensorDesc | None
@@ -69,6 +88,9 @@ class MeanVarianceNormalization1Desc:
     normalize_variance: bool
     epsilon: float
     fused_activation: Any = None
+    skip_tensor: TensorDesc | None = None
+    skip_bias_tensor: TensorDesc | None = None
+    sum_output_tensor: TensorDesc | None = None
 
     def __post_init__(self) -> None:
         # a list of axes is kept as a tuple (the descriptor is hashable); values are checked at compile
@@ -121,32 +143,51 @@ def _flag(value: Any) -> bool:
     raise invalid("normalize_variance", f"must be a BOOL (True / False, 1 / 0), got {type(value).__name__} {value!r}")
 
 
+def _validate_skip(support: reg.OperatorSupport, level: FeatureLevel, desc: MeanVarianceNormalization1Desc) -> None:
+    """The skip extension's tensors: the others only with skip_tensor; each a valid buffer tensor
+    that the table row of its DirectML counterpart (SKIP_ROW) takes."""
+    if desc.skip_tensor is None:
+        for f in SKIP_INPUTS[1:] + SKIP_OUTPUTS:
+            if getattr(desc, f) is not None:
+                raise invalid("skip_tensor", f"is required when {f} is present (kompute_dml's skip extension)")
+        return
+    for f in SKIP_INPUTS + SKIP_OUTPUTS:
+        t = getattr(desc, f)
+        if t is not None:
+            validate_desc(t, f, output=f in SKIP_OUTPUTS)
+            support.check_tensor(level, SKIP_ROW[f], t, name=f)
+
+
 def _validate(device: Device, desc: MeanVarianceNormalization1Desc) -> tuple[tuple[int, ...], bool, float]:
     support = reg.MEAN_VARIANCE_NORMALIZATION1
     level = device.feature_level
     validate_tensors(support, level, desc, support.fields, support.outputs)
+    _validate_skip(support, level, desc)
     if desc.fused_activation is not None:
         raise UnsupportedError(f"fused_activation: {support.name} with a fused activation is not supported by "
                                f"kompute_dml (FusedActivation must be None), got {type(desc.fused_activation).__name__}")
     x, s, b, y = (getattr(desc, f) for f in _FIELDS)
+    k, r, z = (getattr(desc, f) for f in SKIP_INPUTS + SKIP_OUTPUTS)
     n = x.dimension_count
-    for f, t in (("scale_tensor", s), ("bias_tensor", b), ("output_tensor", y)):
+    for f, t in (("scale_tensor", s), ("bias_tensor", b), ("output_tensor", y), ("skip_tensor", k),
+                 ("skip_bias_tensor", r), ("sum_output_tensor", z)):
         if t is None:
             continue
         if t.data_type != x.data_type:
             raise invalid(f"{f}.data_type", f"must equal input_tensor's ({x.data_type.name}), got {t.data_type.name}")
         if t.dimension_count != n:
             raise invalid(f"{f}.sizes", f"dimension count must equal input_tensor's ({n}), got {t.dimension_count}")
-    if y.sizes != x.sizes:
-        raise invalid("output_tensor.sizes", f"must equal input_tensor's {x.sizes}, got {y.sizes}")
-    for f, t in (("scale_tensor", s), ("bias_tensor", b)):
+    for f, t in (("output_tensor", y), ("sum_output_tensor", z)):
+        if t is not None and t.sizes != x.sizes:
+            raise invalid(f"{f}.sizes", f"must equal input_tensor's {x.sizes}, got {t.sizes}")
+    for f, t in (("scale_tensor", s), ("bias_tensor", b), ("skip_tensor", k), ("skip_bias_tensor", r)):
         if t is None:
             continue
         bad = [d for d in range(n) if t.sizes[d] not in (1, x.sizes[d])]
         if bad:
             raise invalid(f"{f}.sizes", f"each size must be 1 or input_tensor's {x.sizes}, got {t.sizes} "
                                         f"(dimension {bad[0]})")
-        if level < FeatureLevel.FL_4_0 and n >= 2 and t.sizes[1] != x.sizes[1]:
+        if f in _FIELDS and level < FeatureLevel.FL_4_0 and n >= 2 and t.sizes[1] != x.sizes[1]:
             raise invalid(f"{f}.sizes", f"below feature level 4_0 dimension 1 (ChannelCount) must equal "
                                         f"input_tensor's ({x.sizes[1]}), got {t.sizes}")
     if level < FeatureLevel.FL_5_2 and (s is None) != (b is None):
@@ -163,8 +204,10 @@ def _validate(device: Device, desc: MeanVarianceNormalization1Desc) -> tuple[tup
         raise invalid("axes", f"must be distinct, got {axes}")
     nv = _flag(desc.normalize_variance)
     eps = _epsilon(desc.epsilon)
-    check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
-    present = [(f, t) for f, t in zip(_FIELDS, (x, s, b, y)) if t is not None]
+    for f, t in (("output_tensor", y), ("sum_output_tensor", z)):
+        if t is not None:
+            check_no_overlap(t.sizes, t.effective_strides, f)
+    present = [(f, t) for f, t in zip(_FIELDS + SKIP_INPUTS + SKIP_OUTPUTS, (x, s, b, y, k, r, z)) if t is not None]
     check_addressable([f for f, _ in present], [t for _, t in present])
     return axes, nv, eps
 
@@ -192,41 +235,62 @@ def geometry_words(rows: tuple[list[int], list[list[int]]], outer: tuple[list[in
 def compile_mean_variance_normalization1(device: Device, desc: MeanVarianceNormalization1Desc) -> CompiledOperator:
     support = reg.MEAN_VARIANCE_NORMALIZATION1
     axes, nv, eps = _validate(device, desc)
-    x, s, b, y = (getattr(desc, f) for f in _FIELDS)
-    strides = [list(x.effective_strides), _strides(s, x), _strides(b, x), list(y.effective_strides)]
+    skip = desc.skip_tensor is not None
+    # the binding list: DirectML's fields, the extension's after its inputs and after its output
+    inputs = support.inputs + (SKIP_INPUTS if skip else ())
+    outputs = support.outputs + (SKIP_OUTPUTS if skip else ())
+    entry = {f: i for i, f in enumerate(inputs + outputs)}
+    # the shader's tensors in its order (x, s, b, y, then the extension's k, r, z): its bindings
+    # 0..6 and the push members' letters
+    names = _FIELDS + (SKIP_INPUTS + SKIP_OUTPUTS if skip else ())
+    letters = "xsbykrz"[:len(names)]
+    tensors = [getattr(desc, f) for f in names]
+    present = [t is not None for t in tensors]
+    x = desc.input_tensor
+    writes_to = ("output_tensor", *SKIP_OUTPUTS)
+    # the outputs and the input as they are; the other inputs broadcast (stride 0 for size 1), an
+    # absent tensor all 0
+    strides = [list(t.effective_strides) if t is not None and (f == "input_tensor" or f in writes_to)
+               else _strides(t, x) for f, t in zip(names, tensors)]
     red = sorted(axes)
     rows = _merged(red, x, strides)
     outer = _merged([d for d in range(x.dimension_count) if d not in red], x, strides)
     rlen, nrows = math.prod(rows[0]), math.prod(outer[0])
     tl, _ = row_layout(rlen, x.data_type)
-    general = len(rows[0]) > 1 or len(outer[0]) > ROW_OUTER
-    flags = (1 if s is not None else 0) | (2 if b is not None else 0) | (4 if nv else 0)
-    fam = contract.MVN
-    pad = ROW_OUTER - len(outer[0])
-    ksz = [1] * pad + outer[0] if not general else [1] * ROW_OUTER
-    kst = [[0] * pad + st if not general else [0] * ROW_OUTER for st in outer[1]]
+    row_outer = 1 if skip else ROW_OUTER  # MVN_SKIP_PUSH holds one outer dimension, MVN_PUSH three
+    general = len(rows[0]) > 1 or len(outer[0]) > row_outer
+    flags = (1 if present[1] else 0) | (2 if present[2] else 0) | (4 if nv else 0)
     rst = [st[0] if not general else 0 for st in rows[1]]
-    push = fam.pack(x_off=0, s_off=0, b_off=0, y_off=0, eps=eps, flags=flags, rlen=rlen, tpr_log2=tl, nrows=nrows,
-                    x_rs=rst[0], s_rs=rst[1], b_rs=rst[2], y_rs=rst[3], ksize=ksz[1:], x_ks=kst[0], s_ks=kst[1],
-                    b_ks=kst[2], y_ks=kst[3])
+    kst = [[0] * (row_outer - len(st)) + st if not general else [0] * row_outer for st in outer[1]]
+    geometry: dict[str, Any] = {f"{c}_rs": v for c, v in zip(letters, rst)}
+    if skip:
+        fam = contract.MVN_SKIP
+        flags |= (8 if present[5] else 0) | (16 if present[6] else 0)
+        geometry.update({f"{c}_ks": st[0] for c, st in zip(letters, kst)})
+    else:
+        fam = contract.MVN
+        ksz = [1] * (ROW_OUTER - len(outer[0])) + outer[0] if not general else [1] * ROW_OUTER
+        geometry.update({f"{c}_ks": st for c, st in zip(letters, kst)}, ksize=ksz[1:])
+    push = fam.pack(**{f"{c}_off": 0 for c in letters}, eps=eps, flags=flags, rlen=rlen, tpr_log2=tl, nrows=nrows,
+                    **geometry)
     size = x.data_type.size
-    present = [i for i, t in enumerate((x, s, b, y)) if t is not None]
-    slots = fam.slots(**{m: (i, size) for i, m in zip(range(4), ("x_off", "s_off", "b_off", "y_off")) if i in present})
+    slots = fam.slots(**{f"{c}_off": (entry[f], size) for c, f, p in zip(letters, names, present) if p})
     groups = grid_for(cdiv(nrows, WG >> tl) * WG, WG, device.limits["max_compute_work_group_count"][0])
-    bindings: tuple[int | None, ...] = tuple(i if i in present else None for i in range(4))
+    bindings: tuple[int | None, ...] = tuple(entry[f] if p else None for f, p in zip(names, present))
     constants = []
     if general:
         words = np.array(geometry_words(rows, outer), np.uint32)
         constants = [device_constant(device, words, ("mvn-geometry", words.tobytes()))]
-        bindings += (_CONST,)
+        bindings += (len(entry),)  # the operator's constants follow its inputs and outputs
     variant = fam.name(t="f32" if x.data_type == DataType.FLOAT32 else "f16", layout="gen" if general else "row")
-    plan = DispatchPlan(variant=variant, bindings=bindings, push=push, groups=groups, writes=(3,), offset_slots=slots)
-    return CompiledOperator(device, desc, support, support.inputs, support.outputs, [plan], constants)
+    writes = tuple(entry[f] for f, p in zip(names, present) if p and f in writes_to)
+    plan = DispatchPlan(variant=variant, bindings=bindings, push=push, groups=groups, writes=writes, offset_slots=slots)
+    return CompiledOperator(device, desc, support, inputs, outputs, [plan], constants)
 
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (OperatorSpec(MeanVarianceNormalization1Desc, reg.MEAN_VARIANCE_NORMALIZATION1,
-                      compile_mean_variance_normalization1, (contract.MVN,),
+                      compile_mean_variance_normalization1, (contract.MVN, contract.MVN_SKIP),
                       helpers=("mean_variance_normalization", "layer_norm", "skip_layer_norm"),
                       onnx=(OnnxOp("LayerNormalization", "", "layer_norm"),
                             OnnxOp("SkipLayerNormalization", "com.microsoft", "skip_layer_norm"))),)

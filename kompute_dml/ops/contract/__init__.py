@@ -233,11 +233,25 @@ GELU = family("gelu", "gelu.comp", "gelu_{t}", EW_PUSH, _L256, t=("f32", "f16"),
 # smx_fast: one reduced dimension (slot 7) of at most K * LANES * (32 / bits) elements, kept in
 # registers; smx_gen: any, read three times.
 SMX_PUSH = block("x_off", "y_off", "rows", "len", "nouter", "size[8]", "x_str[8]", "y_str[8]")
+_SMX_K = (1, 2, 4, 8, 16, 32)
 SMX_FAST = family("smx_fast", "softmax.comp", "smx_{t}_l{lanes}_k{k}", SMX_PUSH, _L256, t=("f32", "f16"),
-                  lanes=(8, 32), k=(1, 2, 4, 8, 16, 32), shape=("lanes", "k"),
-                  defines=lambda t, lanes, k: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 1, "K": k})
+                  lanes=(8, 32), k=_SMX_K, shape=("lanes", "k"),
+                  defines=lambda t, lanes, k: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 1, "K": k, "EXT": 0})
 SMX_GEN = family("smx_gen", "softmax.comp", "smx_{t}_g{lanes}", SMX_PUSH, _L256, t=("f32", "f16"), lanes=(32, 256), shape=("lanes",),
-                 defines=lambda t, lanes: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 0, "K": 1})
+                 defines=lambda t, lanes: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 0, "K": 1, "EXT": 0})
+# kompute_dml's extension of ACTIVATION_SOFTMAX1 (an additive mask read with the input, rounded as
+# ELEMENT_WISE_ADD rounds it; NaN results written as 0): the mask's offset and strides and the
+# flags (1 mask bound, 2 NaN -> 0) leave room for 6 merged dimensions in 128 bytes, the row
+# dimensions [0, nouter), the reduced ones [nouter, 6); the same lanes and K as SMX_FAST / SMX_GEN.
+SMX_EXT_PUSH = block("x_off", "m_off", "y_off", "rows", "len", "nouter", "flags", "size[6]", "x_str[6]", "m_str[6]",
+                     "y_str[6]")
+SMX_EXT_DIMS = 6
+SMX_EXT_FAST = family("smx_ext_fast", "softmax.comp", "smx_ext_{t}_l{lanes}_k{k}", SMX_EXT_PUSH, _L256,
+                      t=("f32", "f16"), lanes=(8, 32), k=_SMX_K, shape=("lanes", "k"),
+                      defines=lambda t, lanes, k: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 1, "K": k, "EXT": 1})
+SMX_EXT_GEN = family("smx_ext_gen", "softmax.comp", "smx_ext_{t}_g{lanes}", SMX_EXT_PUSH, _L256, t=("f32", "f16"),
+                     lanes=(32, 256), shape=("lanes",),
+                     defines=lambda t, lanes: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 0, "K": 1, "EXT": 1})
 # ---- DYNAMIC_QUANTIZE_LINEAR (ops/dynamic_quantize.py, shaders/dynamic_quantize.comp): two
 # dispatches (STAGE): the groups' min / max keys into the operator's scratch (`parts` groups),
 # then the quantization, each of whose groups first derives the scale and zero point from those
@@ -263,7 +277,17 @@ DQL_QUANT = family("dql_quant", "dynamic_quantize.comp", "dql_quant_{t}_{o}{v}",
 MVN_PUSH = block("x_off", "s_off", "b_off", "y_off", "eps:f32", "flags", "rlen", "tpr_log2", "nrows", "x_rs", "s_rs",
                  "b_rs", "y_rs", "ksize[2]", "x_ks[3]", "s_ks[3]", "b_ks[3]", "y_ks[3]")
 MVN = family("mvn", "mvn.comp", "mvn_{t}_{layout}", MVN_PUSH, _L256, t=("f32", "f16"), layout=("row", "gen"),
-             defines=lambda t, layout: {"ELEM_BITS": EW_TYPES[t][0], "GEN": int(layout == "gen")})
+             defines=lambda t, layout: {"ELEM_BITS": EW_TYPES[t][0], "GEN": int(layout == "gen"), "SKIP": 0})
+# kompute_dml's skip extension of MEAN_VARIANCE_NORMALIZATION1 (Input + Skip (+ SkipBias) normalized,
+# the sum optionally written): three more tensors (k skip, r skip bias, z sum output), so the "row"
+# variants take one outer dimension (its stride per tensor, *_ks) to stay within 128 bytes; flags
+# add 8 (skip bias present) and 16 (sum output bound). "gen" reads a 7-tensor geometry constant.
+MVN_SKIP_PUSH = block("x_off", "s_off", "b_off", "y_off", "k_off", "r_off", "z_off", "eps:f32", "flags", "rlen",
+                      "tpr_log2", "nrows", "x_rs", "s_rs", "b_rs", "y_rs", "k_rs", "r_rs", "z_rs", "x_ks", "s_ks",
+                      "b_ks", "y_ks", "k_ks", "r_ks", "z_ks")
+MVN_SKIP = family("mvn_skip", "mvn.comp", "mvn_skip_{t}_{layout}", MVN_SKIP_PUSH, _L256, t=("f32", "f16"),
+                  layout=("row", "gen"),
+                  defines=lambda t, layout: {"ELEM_BITS": EW_TYPES[t][0], "GEN": int(layout == "gen"), "SKIP": 1})
 # ---- GEMM (ops/gemm.py, shaders/gemm.comp): offsets in elements; M, N, K of op(A) x op(B); the
 # number of matrices (batch x channel) and channels; per tensor its batch, channel, row and column
 # strides in elements (A: m, k of op(A), B: k, n of op(B): a transposition is a swap of the two,
@@ -283,9 +307,9 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_IF, CAST, DEQUANT, GATHER,
-    GELU, SMX_FAST, SMX_GEN,
+    GELU, SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT,
-    MVN,
+    MVN, MVN_SKIP,
     GEMM,
 )
 

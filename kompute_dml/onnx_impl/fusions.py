@@ -1,0 +1,281 @@
+"""Node chains that one kompute_dml operator runs in one dispatch, found when a model is prepared.
+
+Each pattern is one declaration (PATTERNS): its node types in chain order, the edges that join
+them (which input of a later node reads the first output of an earlier one), a static check of
+attributes and constants, and the fused run. `find_fusions` matches them where every
+intermediate value (the first output of every node but the last) is read only by those edges
+(no other node, no second use, no subgraph) and is not a graph output, the nodes have no other
+outputs in use and all run on the device; anything else is left node by node.
+
+The chain's last node (the carrier) runs the fused work: every value the chain reads from
+outside exists by then (the others come before it in any topological order), and the
+intermediates are never produced. Both executors (node by node in rep.py, the whole-graph
+program in device_graph.py) call `Fusion.run` at the carrier and skip the absorbed nodes, so
+both give the same bits. What only the run's values decide (types, shapes, the kernel's limits)
+is checked there: where the fused kernel does not apply, `run` raises Unfused before recording
+anything and the executor runs the chain's nodes one by one instead.
+
+The fused kernels are the operators' kompute_dml extensions, bit for bit the unfused sequence:
+- Add(a, b) -> LayerNormalization(axis = last): MEAN_VARIANCE_NORMALIZATION1 with a skip (a + b
+  rounded to the type as ELEMENT_WISE_ADD1 rounds it, then normalized; kdml.skip_layer_norm);
+- Add(scores, mask) -> Softmax(axis = last) -> IsNaN -> Where(isnan, 0, softmax): ACTIVATION_SOFTMAX1
+  with its additive mask and NaN -> 0 (kdml.softmax(mask=, nan_to_zero=True)). The Where's
+  constant must be +0.0 (every element's bits 0): Where copies the constant's bits, and the
+  kernel writes +0; a -0.0 constant is left unfused.
+(com.microsoft SkipLayerNormalization needs no pattern: its handler is one dispatch.)
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+import kompute_dml as kdml
+from kompute_dml.functional_elementwise import broadcast_view
+
+from .graph import _attr, _node_inputs
+from .handlers_nn import _floats, _opset
+from .handlers_values import as_device
+from .values import _FLOAT_OUT, VULKAN, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
+
+if TYPE_CHECKING:
+    from .rep import BackendRep
+
+
+class Unfused(Exception):
+    """The fused kernel does not take this run's values: run the chain's nodes one by one."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Pattern:
+    name: str  # the chain's node types joined by "+": its label in summaries and profiles
+    ops: tuple[str, ...]  # node types (default domain), chain order
+    edges: tuple[tuple[int, int, int], ...]  # (producer, consumer, consumer's input index) in the chain
+    operator: str  # the DirectML operator the fused dispatch runs on
+    check: Callable[[BackendRep, list[onnx.NodeProto]], str]  # why not to fuse ("" to fuse)
+    run: Callable[[Any, list[onnx.NodeProto], Callable[[str], Any], RunStats], list[Any]]  # the carrier's outputs
+
+
+@dataclasses.dataclass(frozen=True)
+class Fusion:
+    """One matched chain: its node indices in chain order (the last is the carrier)."""
+
+    pattern: Pattern
+    nodes: tuple[int, ...]
+    inputs: tuple[str, ...]  # the values it reads from outside the chain
+    intermediates: tuple[str, ...]
+
+    @property
+    def carrier(self) -> int:
+        return self.nodes[-1]
+
+    def scope(self, graph: onnx.GraphProto) -> str:
+        """Its profile scope: the carrier's index, the chain's label, the carrier's name."""
+        return f"{self.carrier} {self.pattern.name} {graph.node[self.carrier].name}"
+
+    def run(self, rep: Any, graph: onnx.GraphProto, lookup: Callable[[str], Any], stats: RunStats) -> list[Any]:
+        """The carrier's outputs, in one dispatch; Unfused where this run's values do not fit."""
+        try:
+            return self.pattern.run(rep, [graph.node[i] for i in self.nodes], lookup, stats)
+        except (FallbackNeeded, kdml.UnsupportedError) as e:  # raised before anything is recorded
+            raise Unfused(str(e)) from None
+
+
+# ---- the fused runs ------------------------------------------------------------------------
+def _input(lookup: Callable[[str], Any], node: onnx.NodeProto, i: int) -> Any:
+    return lookup(node.input[i]) if i < len(node.input) and node.input[i] else None
+
+
+def _last_axis(axis: int, rank: int) -> bool:
+    return axis in (-1, rank - 1)
+
+
+def _sum_operands(rep: Any, add: onnx.NodeProto, lookup: Callable[[str], Any],
+                  stats: RunStats) -> tuple[kdml.Tensor, kdml.Tensor, tuple[int, ...], np.dtype]:
+    """The Add's operands on the device, the first broadcast to the sum's shape (the operators
+    take the sum's sizes for their input), and that shape and type."""
+    a, b = (_input(lookup, add, i) for i in range(2))
+    dt = _floats(add, [a, b])
+    try:
+        shape = tuple(np.broadcast_shapes(_value_shape(a), _value_shape(b)))
+    except ValueError as e:
+        raise ValueError(f"Add {add.name!r}: operand shapes do not broadcast: {e}") from None
+    if not shape:
+        raise Unfused("a rank-0 sum")
+    ta, tb = (as_device(rep, v, stats, add.input[i]).tensor for i, v in enumerate((a, b)))
+    return broadcast_view(ta, shape, "a"), tb, shape, dt
+
+
+def _run_add_layer_norm(rep: Any, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
+                        stats: RunStats) -> list[Any]:
+    add, ln = nodes
+    x, skip, shape, dt = _sum_operands(rep, add, lookup, stats)
+    if not _last_axis(int(_attr(ln, "axis", -1)), len(shape)):
+        raise Unfused("LayerNormalization over more than the last axis")
+    params = [_input(lookup, ln, i) for i in (1, 2)]  # scale, bias
+    if any(v is not None and _value_dtype(v) != dt for v in params):
+        raise Unfused("LayerNormalization's operand types differ")
+    scale, beta = (None if v is None else as_device(rep, v, stats, ln.input[i]).tensor for i, v in zip((1, 2), params))
+    out = rep.out_tensor(shape, dt)
+    kdml.skip_layer_norm(x, skip, scale, None, beta, epsilon=float(_attr(ln, "epsilon", 1e-5)), out=out,
+                         device=rep.device)
+    return [DeviceValue(out, shape, dt)]
+
+
+def _run_masked_softmax(rep: Any, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
+                        stats: RunStats) -> list[Any]:
+    add, smx, _isnan, where = nodes
+    x, mask, shape, dt = _sum_operands(rep, add, lookup, stats)
+    rank = len(shape)
+    if not _last_axis(int(_attr(smx, "axis", -1 if _opset(rep) >= 13 else 1)), rank):
+        raise Unfused("Softmax over another axis than the last")
+    zero = _input(lookup, where, 1)
+    if _value_dtype(zero) != dt or tuple(np.broadcast_shapes(shape, _value_shape(zero))) != shape:
+        raise Unfused(f"Where's constant of type {_value_dtype(zero)}, shape {_value_shape(zero)}")
+    y = kdml.softmax(x, mask=mask, nan_to_zero=True, out=rep.out_tensor(shape, dt), device=rep.device)
+    return [DeviceValue(y, shape, dt)]
+
+
+# ---- the static checks ---------------------------------------------------------------------
+def _float_sum(rep: BackendRep, add: onnx.NodeProto) -> str:
+    dts = {rep._elem_dtype(n) for n in add.input}
+    return "" if dts <= _FLOAT_OUT | {None} else f"Add of {sorted(map(str, dts - {None}))}"
+
+
+def _check_add_layer_norm(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
+    ln = nodes[1]
+    if _float_sum(rep, nodes[0]):
+        return _float_sum(rep, nodes[0])
+    rank = rep._declared_rank(ln.input[0])
+    axis = int(_attr(ln, "axis", -1))
+    if axis != -1 and (rank is None or axis != rank - 1):
+        return f"LayerNormalization axis {axis} (rank {rank}) is not the last"
+    return ""
+
+
+def _check_masked_softmax(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
+    smx, where = nodes[1], nodes[3]
+    if _float_sum(rep, nodes[0]):
+        return _float_sum(rep, nodes[0])
+    rank = rep._declared_rank(smx.input[0])
+    axis = int(_attr(smx, "axis", -1 if _opset(rep) >= 13 else 1))
+    if axis != -1 and (rank is None or axis != rank - 1):
+        return f"Softmax axis {axis} (rank {rank}) is not the last"
+    name = where.input[1]
+    if name not in rep.constants or name in rep.input_names:
+        return f"Where's value {name!r} is not a constant"
+    zero = rep._constant_host(name)
+    if zero.dtype not in (np.float32, np.float16) or zero.size < 1:
+        return f"Where's constant is {zero.dtype} of {zero.size} elements"
+    if zero.view(np.uint32 if zero.dtype == np.float32 else np.uint16).any():
+        return "Where's constant is not +0.0 everywhere (the kernel writes +0)"
+    return ""
+
+
+PATTERNS = (
+    Pattern("Add+LayerNormalization", ("Add", "LayerNormalization"), ((0, 1, 0),), "MEAN_VARIANCE_NORMALIZATION1",
+            _check_add_layer_norm, _run_add_layer_norm),
+    Pattern("Add+Softmax+IsNaN+Where", ("Add", "Softmax", "IsNaN", "Where"),
+            ((0, 1, 0), (1, 2, 0), (2, 3, 0), (1, 3, 2)), "ACTIVATION_SOFTMAX1",
+            _check_masked_softmax, _run_masked_softmax),
+)
+
+
+# ---- matching ------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Fusions:
+    """The model's fused chains: by carrier, and each absorbed node's carrier."""
+
+    by_carrier: dict[int, Fusion] = dataclasses.field(default_factory=dict)
+    absorbed: dict[int, int] = dataclasses.field(default_factory=dict)
+
+    def placement(self, i: int, operator: str) -> tuple[str, int | None]:
+        """Node i's operator as the placement reports it, and the carrier it is fused into."""
+        into = self.absorbed.get(i)
+        if into is not None:
+            return f"fused into node {into}", into
+        f = self.by_carrier.get(i)
+        if f is not None:
+            return f"{f.pattern.operator} (fused {f.pattern.name}: nodes {', '.join(map(str, f.nodes))})", None
+        return operator, None
+
+    def summary(self) -> list[str]:
+        """The summary's lines of the fused chains, by pattern."""
+        chains = collections.Counter((f.pattern.name, f.pattern.operator) for f in self.by_carrier.values())
+        return [f"  vulkan  {name} x{c} -> {dml} (one dispatch per chain, at its last node)"
+                for (name, dml), c in sorted(chains.items())]
+
+    def step_inputs(self, graph: onnx.GraphProto, i: int) -> list[str]:
+        """The values node i's step reads: a carrier its chain's, an absorbed node none."""
+        f = self.by_carrier.get(i)
+        if f is not None:
+            return list(f.inputs)
+        return [] if i in self.absorbed else _node_inputs(graph.node[i])
+
+
+def _uses(graph: onnx.GraphProto) -> dict[str, list[tuple[int, int]]]:
+    """Every read of every value: (node, input index; -1 for a read inside a subgraph)."""
+    uses: dict[str, list[tuple[int, int]]] = {}
+    for i, node in enumerate(graph.node):
+        for k, name in enumerate(node.input):
+            if name:
+                uses.setdefault(name, []).append((i, k))
+        for name in _node_inputs(node)[len([n for n in node.input if n]):]:
+            uses.setdefault(name, []).append((i, -1))
+    return uses
+
+
+def _match(rep: BackendRep, pattern: Pattern, head: int, uses: dict[str, list[tuple[int, int]]],
+           taken: set[int]) -> Fusion | None:
+    g = rep.graph
+    chain = [head]
+    for pos in range(1, len(pattern.ops)):
+        src, _, k = next(e for e in pattern.edges if e[1] == pos)
+        found = [i for i, kk in uses.get(g.node[chain[src]].output[0], [])
+                 if kk == k and g.node[i].op_type == pattern.ops[pos]]
+        if len(found) != 1:
+            return None
+        chain.append(found[0])
+    if len(set(chain)) != len(chain) or taken & set(chain):
+        return None
+    outputs = set(rep.output_names)
+    for pos, i in enumerate(chain):
+        node = g.node[i]
+        if node.domain not in ("", "ai.onnx") or rep._placement_static[i][0] != VULKAN:
+            return None
+        if any(o for o in node.output[1:]):  # optional outputs in use (LayerNormalization's mean)
+            return None
+        if pos < len(chain) - 1:  # an intermediate: read exactly by the pattern's edges
+            want = sorted((chain[c], k) for p, c, k in pattern.edges if p == pos)
+            if node.output[0] in outputs or sorted(uses.get(node.output[0], [])) != want:
+                return None
+    nodes = [g.node[i] for i in chain]
+    if pattern.check(rep, nodes):
+        return None
+    inner = tuple(g.node[i].output[0] for i in chain[:-1])
+    inputs: list[str] = []
+    for i in chain:
+        inputs += [n for n in _node_inputs(g.node[i]) if n not in inner and n not in inputs]
+    return Fusion(pattern, tuple(chain), tuple(inputs), inner)
+
+
+def find_fusions(rep: BackendRep) -> Fusions:
+    """Every chain of PATTERNS in the model (a node joins at most one chain)."""
+    uses = _uses(rep.graph)
+    found = Fusions()
+    taken: set[int] = set()
+    for head, node in enumerate(rep.graph.node):
+        for pattern in PATTERNS:
+            if node.op_type != pattern.ops[0] or head in taken:
+                continue
+            f = _match(rep, pattern, head, uses, taken)
+            if f is not None:
+                found.by_carrier[f.carrier] = f
+                found.absorbed.update((i, f.carrier) for i in f.nodes[:-1])
+                taken.update(f.nodes)
+    return found
