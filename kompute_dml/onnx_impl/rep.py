@@ -86,17 +86,13 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                     raise FallbackError(f"fallback='onnxruntime': CPU sub-graph {seg.index}: {why}; fallback='auto' "
                                         "lets onnx's reference evaluator run it")
         self._single_node_segments: dict[int, CpuSegment] = {}
-        # Whole-graph device programs (device_graph.py), per input signature, when no node
-        # needs the CPU; None records a signature that could not be planned (and why).
+        # Whole-graph programs (device_graph.py) per input signature when no node needs the CPU (None: not planned)
         self.graph_mode = all(t[0] != CPU for t in self._placement_static)
         self._plans: collections.OrderedDict[Any, GraphPlan | None] = collections.OrderedDict()
         self.plan_capacity = 8
-        self.plan_buffers: dict[int, list[kdml.Buffer]] = {}  # shared by the plans (device_graph.py)
-        self.plan_io: dict[str, np.ndarray] = {}  # host memory of the plans' inputs and outputs (device_graph.py)
-        self.plan_refusal = ""
-        self.product_groups: dict[str, Any] | None = None  # product_groups.py, found at first use
-        # the results' type, made once (onnx's namedtupledict builds a class per call: ~40 us)
-        self._outputs_type = namedtupledict("Outputs", self.output_names)
+        self.plan_buffers: dict[int, list[kdml.Buffer]] = {}; self.plan_io: dict[str, np.ndarray] = {}  # noqa: E702  shared by the plans
+        self.plan_refusal, self.product_groups = "", None  # product_groups.py: found at first use
+        self._outputs_type = namedtupledict("Outputs", self.output_names)  # made once: a class per call costs ~40 us
 
 
     # ---- placement ------------------------------------------------------------
