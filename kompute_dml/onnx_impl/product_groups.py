@@ -25,6 +25,7 @@ from onnx import numpy_helper
 
 import kompute_dml as kdml
 
+from .handlers_values import strided
 from .values import DeviceValue, FallbackNeeded
 
 if TYPE_CHECKING:
@@ -107,13 +108,12 @@ def find_groups(rep: BackendRep) -> dict[str, ProductGroup]:
 
 
 def _column_view(v: DeviceValue, first: int, n: int) -> DeviceValue:
-    shape = (*v.shape[:-1], n)
-    t = v.tensor
-    strides = [1] * len(v.shape)
-    for i in range(len(v.shape) - 2, -1, -1):
-        strides[i] = strides[i + 1] * v.shape[i + 1]
-    desc = kdml.TensorDesc(t.desc.data_type, shape, tuple(strides))
-    return DeviceValue(kdml.Tensor.trusted(t.buffer, desc, t.offset + first * t.desc.data_type.size), shape, v.dtype)
+    """Columns [first, first + n) of v: v's strides, the start moved along the last dimension."""
+    strides = tuple(v.tensor.desc.effective_strides)
+    view = strided(v, (*v.shape[:-1], n), strides)
+    t = view.tensor
+    moved = kdml.Tensor.trusted(t.buffer, t.desc, t.offset + first * strides[-1] * t.desc.data_type.size)
+    return DeviceValue(moved, view.shape, view.dtype)
 
 
 def _model(rep: Any) -> BackendRep:

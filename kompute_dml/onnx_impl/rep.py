@@ -86,14 +86,14 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                     raise FallbackError(f"fallback='onnxruntime': CPU sub-graph {seg.index}: {why}; fallback='auto' "
                                         "lets onnx's reference evaluator run it")
         self._single_node_segments: dict[int, CpuSegment] = {}
-        # Whole-graph programs (device_graph.py) per input signature when no node needs the CPU (None: not planned)
         self.graph_mode = all(t[0] != CPU for t in self._placement_static)
+        # whole-graph programs (device_graph.py) per input signature (None: not planned), and what they share
         self._plans: collections.OrderedDict[Any, GraphPlan | None] = collections.OrderedDict()
-        self.plan_capacity = 8
-        self.plan_buffers: dict[int, list[kdml.Buffer]] = {}; self.plan_io: dict[str, np.ndarray] = {}  # noqa: E702  shared by the plans
-        self.plan_refusal, self.product_groups = "", None  # product_groups.py: found at first use
+        self.plan_capacity, self.plan_refusal = 8, ""
+        self.plan_buffers: dict[int, list[kdml.Buffer]] = {}
+        self.plan_io: dict[str, np.ndarray] = {}  # host memory of the plans' inputs and outputs
+        self.product_groups: dict[str, Any] | None = None  # product_groups.py: found at first use
         self._outputs_type = namedtupledict("Outputs", self.output_names)  # made once: a class per call costs ~40 us
-
 
     # ---- placement ------------------------------------------------------------
     def _partition(self) -> list[tuple[str, Any]]:
