@@ -115,6 +115,7 @@ class Device:
         self.policy = policy_for(self.device_type, self.capabilities, self.limits, transfer_commands=transfer_commands)
         self.transfer_commands = self.policy.transfer_commands
         self.engine.completion_word = self.policy.completion == "word"
+        self.engine.set_adaptive_spin(self.policy.wait_spin_cap_us)
 
     def __repr__(self) -> str:
         return f"Device({self.index}, {self.name!r}, feature_level={self.feature_level.name})"

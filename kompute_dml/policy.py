@@ -77,6 +77,14 @@ DOT_MAX_M = 128
 # 16.93 / 16.73 (the fence then 4.4 us after the word); lavapipe 62.5 / 85.4.
 COMPLETION_ENV = "KDML_COMPLETION"
 COMPLETIONS = ("word", "fence")
+# How long a waiting thread polls before it blocks (DevicePolicy.wait_spin_cap_us; the kp patch's
+# kdml_set_wait_spin_ns, default 250 us; KDML_WAIT_SPIN_US fixes it for every wait). A blocked wait
+# wakes up late: H100, `benchmarks/run_breakdown.py --repeat 200` (BERT 256/3, program.run us,
+# two runs each, spin 250 / 3000 us): 8x128 796 and 723 / 649 and 636, 1x16 1314 and 392 / 341 and
+# 339. On GPUs an execution's wait therefore polls up to twice its previous duration (as CUDA's
+# default synchronization spins), at most this long; a CPU device keeps the default, its worker
+# threads need the cores.
+WAIT_SPIN_CAP_US = 5000
 # The matrix-product families (MATRIX_MULTIPLY_INTEGER_TO_FLOAT), each planned by the ops module
 # that registers it (ops/matmul_integer.PLANNERS): "cpu" / "cpu-ssbo" (register-blocked; without the
 # texel variant), "gpu" (shared-memory tiles), "coopmat" / "dot" / "coopmat-emulated" (ops/matmul_coop.py:
@@ -163,6 +171,7 @@ class DevicePolicy:
     # from a constant computed at compile time (CONSTANT_BELOW); 0: never.
     constant_below: int = 0
     completion: str = "word"  # see COMPLETION
+    wait_spin_cap_us: int = 0  # see WAIT_SPIN_CAP_US; 0: the fixed default spin
     # How GEMM (ops/gemm.py) picks its output tile (32 x 32 or 64 x 64, contract.GEMM_BLOCKS):
     # "work" (CPU devices) the one with the least padded work per unit of speed (GEMM_CPU_B4_RATE),
     # "parallel" (GPUs) 64 x 64 only where enough such tiles keep the device busy (ops/gemm.py).
@@ -227,6 +236,7 @@ class DevicePolicy:
             "prepare_siblings": self.prepare_siblings,
             "constant_below": self.constant_below,
             "completion": self.completion,
+            "wait_spin_cap_us": self.wait_spin_cap_us,
             "gemm_tiles": self.gemm_tiles,
             "matmul_kernel": self.matmul_kernel,
             "matmul_table": self._table_text(),
@@ -258,7 +268,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
         policy = DevicePolicy(
             device_type, transfer_commands=False, matmul_family=family, capabilities=capabilities, memory_kernel="gpu",
             transfer_below=GPU_TRANSFER_BELOW, transfer_regions=GPU_TRANSFER_REGIONS, constant_below=CONSTANT_BELOW,
-            gemm_tiles="parallel", prepare_siblings=True,
+            gemm_tiles="parallel", prepare_siblings=True, wait_spin_cap_us=WAIT_SPIN_CAP_US,
         )
     if transfer_commands is None:
         env = os.environ.get("KDML_TRANSFER")

@@ -158,3 +158,34 @@ def test_kp_word_slots_run_out_into_fence_sequences():
         del seqs, extra, again
     finally:
         mgr.destroy()
+
+
+def test_adaptive_wait_spin_follows_each_submission_within_its_bounds(monkeypatch, rng):
+    """GPU policies let a wait poll up to twice the submission's previous duration, capped
+    (policy.WAIT_SPIN_CAP_US); CPU devices keep the fixed default; KDML_WAIT_SPIN_US fixes it.
+    Results stay exact whatever the poll; the bounds are checked, never a duration."""
+    from kompute_dml.policy import WAIT_SPIN_CAP_US
+
+    monkeypatch.delenv("KDML_WAIT_SPIN_US", raising=False)
+    assert policy_for("discrete-gpu", frozenset(), {}).wait_spin_cap_us == WAIT_SPIN_CAP_US
+    assert policy_for("cpu", frozenset(), {}).wait_spin_cap_us == 0
+    with kdml.Device() as dev:
+        engine = dev.engine
+        assert engine._spin_cap_ns == 1000 * dev.policy.wait_spin_cap_us
+        engine.set_adaptive_spin(700)  # as a GPU policy would, with a small cap
+        try:
+            op, desc = identity_op(dev, (256, 256))
+            x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
+            y = dev.empty(desc)
+            replays = set()
+            for _ in range(5):
+                y.write_numpy(np.zeros(desc.sizes, np.float32))
+                op.execute([x], [y])
+                assert np.array_equal(y.numpy(), x.numpy())
+                replays.update(r for r in engine._replays.values() if r.seq is not None)
+            assert replays and all(DEFAULT_SPIN_NS <= r.spin_ns <= 700_000 for r in replays)
+            monkeypatch.setenv("KDML_WAIT_SPIN_US", "100")
+            engine.set_adaptive_spin(700)
+            assert engine._spin_cap_ns == 0
+        finally:
+            kp.kdml_set_wait_spin_ns(DEFAULT_SPIN_NS)

@@ -345,3 +345,36 @@ def test_view_strides_agree_with_numpys_no_copy_reshape(rng):
             w = np.lib.stride_tricks.as_strided(v, new, tuple(x * 8 for x in st))
             np.testing.assert_array_equal(w, v.reshape(new))
     assert views > 500
+
+
+def test_host_nodes_of_constants_alone_are_evaluated_and_uploaded_once_per_model(rng, monkeypatch):
+    """A quantized embedding table dequantized by a DequantizeLinear of initializers alone (as
+    in MiniLM): the same for every input, so it is evaluated once and uploaded once, and a
+    second input shape plans without either; Shape arithmetic stays per input shape."""
+    from kompute_dml.onnx_impl import transfers
+
+    table = rng.integers(0, 256, (30, 8)).astype(np.uint8)
+    inits = [numpy_helper.from_array(table, "table_q"), numpy_helper.from_array(np.array(0.25, np.float32), "s"),
+             numpy_helper.from_array(np.array(100, np.uint8), "zp"), numpy_helper.from_array(np.array([-1], np.int64), "m1")]
+    n = helper.make_node
+    nodes = [n("DequantizeLinear", ["table_q", "s", "zp"], ["table"]),
+             n("Gather", ["table", "ids"], ["emb"]),
+             n("Shape", ["ids"], ["shp"]), n("Concat", ["shp", "m1"], ["shp3"], axis=0),
+             n("Reshape", ["emb", "shp3"], ["emb3"]), n("Add", ["emb3", "emb3"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("ids", T.INT64, ["B", "S"])],
+                   [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    rep = Backend.prepare(model, "CPU")
+    assert rep.folded_outputs == {"table"}
+    calls = []
+    real = transfers.evaluate
+    monkeypatch.setattr(transfers, "evaluate", lambda node, *a: calls.append(node.op_type) or real(node, *a))
+    for b, s in ((2, 5), (3, 4), (2, 5), (1, 9)):
+        ids = rng.integers(0, 30, (b, s)).astype(np.int64)
+        (y,) = rep.run({"ids": ids})
+        want = (table[ids].astype(np.int64) - 100).astype(np.float32) * np.float32(0.25)
+        np.testing.assert_array_equal(y, want + want)
+        st = rep.last_run
+        assert st.submissions == 1
+        if (b, s) != (2, 5):
+            assert st.constant_uploads == 0 or not st.planned  # the table is on the device already
+    assert calls.count("DequantizeLinear") == 1 and calls.count("Concat") == 3

@@ -90,11 +90,16 @@ class GraphAnalysis:
         its input's shape): such nodes of the types host_eval.py resolves run on the host,
         once per input shape; the rest go to the device where an operator takes them."""
         known = {n for n in self.constants if n not in self.input_names}
+        fixed = set(known)  # the same for every input: constants, and host nodes of them alone
+        self.folded_outputs: set[str] = set()
         targets = []
         for node in self.graph.node:
             if host_evaluable(node) and (node.op_type == "Shape" or all(n in known for n in _node_inputs(node))):
                 targets.append((HOST, "", HOST_REASON))
                 known.update(o for o in node.output if o)
+                if all(n in fixed for n in _node_inputs(node)):  # evaluated once per model (rep._host_node)
+                    fixed.update(o for o in node.output if o)
+                    self.folded_outputs.update(o for o in node.output if o)
             else:
                 targets.append(self._static_target(node))
         return targets

@@ -26,9 +26,8 @@ from .feeds import normalize_inputs
 from .fusions import Fusion, Fusions, Unfused, find_fusions
 from .graph import _densify, _node_inputs
 from .handlers import HANDLERS
-from .host_eval import evaluate
 from .transfers import ValueTransfers
-from .values import CPU, HOST, VULKAN, DeviceValue, FallbackError, FallbackNeeded, NodePlacement, RunStats, _value_shape
+from .values import CPU, HOST, VULKAN, DeviceValue, FallbackError, FallbackNeeded, NodePlacement, RunStats
 
 
 # ---------------------------------------------------------------------------------
@@ -86,6 +85,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                     raise FallbackError(f"fallback='onnxruntime': CPU sub-graph {seg.index}: {why}; fallback='auto' "
                                         "lets onnx's reference evaluator run it")
         self._single_node_segments: dict[int, CpuSegment] = {}
+        self._folded_values: dict[int, list[Any]] = {}
         self.graph_mode = all(t[0] != CPU for t in self._placement_static)
         # whole-graph programs (device_graph.py) per input signature (None: not planned), and what they share
         self._plans: collections.OrderedDict[Any, GraphPlan | None] = collections.OrderedDict()
@@ -356,28 +356,6 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
     # ---- host nodes, whole-graph plans ------------------------------------------------
     def handler_for(self, node: onnx.NodeProto) -> Any:
         return HANDLERS[node.op_type]
-
-    def _single_node_segment(self, idx: int) -> CpuSegment:
-        seg = self._single_node_segments.get(idx)
-        if seg is None:
-            node = self.graph.node[idx]
-            seg = CpuSegment(self, -1 - idx, [idx])
-            seg.outputs = [o for o in node.output if o]
-            self._single_node_segments[idx] = seg
-        return seg
-
-    def _host_node(self, idx: int, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-        """A node that reads no input data (analysis.py): numpy (host_eval.py), else the CPU
-        engine for this one node."""
-        if node.op_type != "Shape":
-            ins = [self.host(v, stats) for v in ins]
-
-        def on_cpu() -> list[Any]:
-            seg = self._single_node_segment(idx)
-            values = dict(zip(node.input, ins))
-            return list(seg.run([values[n] if n in values else self._constant_host(n) for n in seg.inputs]))
-
-        return evaluate(node, ins, _value_shape, on_cpu)
 
     def _plan_for(self, feeds: dict[str, Any], stats: RunStats) -> GraphPlan | None:
         """The whole-graph program of these inputs' signature, planned at its first run;

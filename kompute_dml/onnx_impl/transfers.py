@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from onnx import TensorProto, numpy_helper
@@ -15,7 +15,12 @@ import kompute_dml as kdml
 from kompute_dml.ints import cdiv
 from kompute_dml.memory import packed_desc_for
 
-from .values import DeviceValue, RunStats
+from .fallback import CpuSegment
+from .host_eval import evaluate
+from .values import DeviceValue, RunStats, _value_shape
+
+if TYPE_CHECKING:
+    import onnx
 
 
 class ValueTransfers:
@@ -32,6 +37,10 @@ class ValueTransfers:
     _run_lock: threading.Lock
     _run_uploads: dict[tuple[Any, ...], list[kdml.Tensor]]
     _device_constants: dict[str, DeviceValue]
+    _single_node_segments: dict[int, CpuSegment]
+    _folded_values: dict[int, list[Any]]
+    folded_outputs: set[str]
+    graph: onnx.GraphProto
     _plans: Any
     plan_buffers: dict[int, Any]
     plan_io: Any
@@ -57,7 +66,41 @@ class ValueTransfers:
         return value
 
     def is_constant(self, name: str | None) -> bool:
-        return name is not None and name in self.constants and name not in self._feeds_now
+        """An initializer no feed overrides, or a host node's output computed from such alone."""
+        return name is not None and (name in self.constants or name in self.folded_outputs) and name not in self._feeds_now
+
+    # ---- nodes resolved on the host ------------------------------------------------
+    def _single_node_segment(self, idx: int) -> CpuSegment:
+        seg = self._single_node_segments.get(idx)
+        if seg is None:
+            node = self.graph.node[idx]
+            seg = CpuSegment(self, -1 - idx, [idx])  # type: ignore[arg-type]
+            seg.outputs = [o for o in node.output if o]
+            self._single_node_segments[idx] = seg
+        return seg
+
+    def _host_node(self, idx: int, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+        """A node that reads no input data (analysis.py): numpy (host_eval.py), else the CPU
+        engine for this one node. A node of constants alone (`folded_outputs`: a quantized
+        embedding table's DequantizeLinear) is evaluated once per model, not per input shape,
+        and its outputs are then constants: uploaded once (to_device), shared by every plan."""
+        folded = self._folded_values.get(idx)
+        if folded is not None:
+            return folded
+        if node.op_type != "Shape":
+            ins = [self.host(v, stats) for v in ins]
+
+        def on_cpu() -> list[Any]:
+            seg = self._single_node_segment(idx)
+            values = dict(zip(node.input, ins))
+            return list(seg.run([values[n] if n in values else self._constant_host(n) for n in seg.inputs]))
+
+        outs = evaluate(node, ins, _value_shape, on_cpu)
+        names = [o for o in node.output if o]
+        if names and all(o in self.folded_outputs for o in names) and not any(n in self._feeds_now for n in node.input):
+            self._folded_values[idx] = outs
+            self._host_constants.update((o, v) for o, v in zip(node.output, outs) if o and isinstance(v, np.ndarray))
+        return outs
 
     def to_device(self, value: Any, stats: RunStats, name: str | None = None) -> kdml.Tensor:
         """The kdml.Tensor for a (non-empty) tensor value; constants are uploaded once."""

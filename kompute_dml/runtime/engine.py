@@ -21,6 +21,7 @@ import gc
 import itertools
 import os
 import threading
+import time
 import weakref
 from collections.abc import Hashable, Sequence
 from typing import Any
@@ -52,6 +53,7 @@ if KP_PATCH_LEVEL < REQUIRED_PATCH_LEVEL:
 REPLAY_CAPACITY = 256
 
 _serials = itertools.count(1)
+_SPIN_DEFAULT_NS = 250_000  # the kp patch's default poll before a blocking wait
 _MANAGER_LOCK = threading.Lock()  # kp.kdml_request_features applies to the next kp.Manager
 _LIVE: weakref.WeakSet[Engine] = weakref.WeakSet()
 
@@ -79,7 +81,7 @@ class _Replay:
     """A cached submission: its kp sequence (None: nothing to run) and the call that runs
     it and waits, and the serials of the buffers it binds."""
 
-    __slots__ = ("dispatches", "generation", "live", "memories", "run", "running", "seq")
+    __slots__ = ("dispatches", "generation", "live", "memories", "run", "running", "seq", "spin_ns")
 
     def __init__(self, seq: Any, memories: frozenset[int], dispatches: list[tuple[Any, tuple[str, Plan]]]) -> None:
         self.dispatches = dispatches  # (encoded command, (operator, plan)): for Profile.run
@@ -90,6 +92,7 @@ class _Replay:
         # kdml_run: eval() without looking up a Python object for the returned sequence
         self.run = None if seq is None else seq.kdml_run
         self.memories = memories
+        self.spin_ns = _SPIN_DEFAULT_NS  # how long its next wait polls (Engine.set_adaptive_spin)
 
 
 def _by_word(seq: Any) -> bool:
@@ -136,6 +139,7 @@ class Engine:
         # Replayed sequences complete by a completion word where the kp build has them
         # (patch level 7) and this is True (set from DevicePolicy.completion), else by fence.
         self.completion_word = False
+        self._spin_cap_ns = 0  # adaptive waits (set_adaptive_spin): poll up to 2x the last run, at most this
         self._replays: collections.OrderedDict[Hashable, _Replay] = collections.OrderedDict()
         self._live: weakref.WeakValueDictionary[int, DeviceMemory] = weakref.WeakValueDictionary()
         self.dummy = self.allocate(4)  # bound where an optional tensor is absent
@@ -281,13 +285,25 @@ class Engine:
         if self.profile is not None:
             self.profile.run(replay)
         elif wait:
+            cap = self._spin_cap_ns
+            if cap:  # (process-wide in kp: set at every wait, another engine may have changed it)
+                kp.kdml_set_wait_spin_ns(replay.spin_ns)
+            t0 = time.perf_counter()
             try:
                 replay.run()
             except RuntimeError as e:
                 raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
+            if cap:
+                replay.spin_ns = min(cap, max(_SPIN_DEFAULT_NS, int(2e9 * (time.perf_counter() - t0))))
         else:
             return self.inflight.start(replay, self.lock)
         return None if wait else finished(self.lock)
+
+    def set_adaptive_spin(self, cap_us: int) -> None:
+        """Waits for a cached submission poll up to twice its previous duration, at most
+        `cap_us` (0: the fixed default), before they block: a blocked wait wakes up late
+        (policy.WAIT_SPIN_CAP_US). KDML_WAIT_SPIN_US, where set, fixes the poll instead."""
+        self._spin_cap_ns = 0 if os.environ.get("KDML_WAIT_SPIN_US") is not None else 1000 * max(0, int(cap_us))
 
     @property
     def capturing(self) -> Any:

@@ -1,0 +1,81 @@
+"""Where a steady run of an encoder's whole-graph plan spends its wall time: filling the
+input host memory, the program (one submission and its wait), and copying the outputs into
+the caller's arrays; against onnxruntime's run of the same feeds in the same process.
+
+    PYTHONPATH=. python3 benchmarks/run_breakdown.py --model bert256 --shape 8x128 --repeat 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import encoder_speed  # noqa: E402
+
+from kompute_dml.onnx_backend import Backend  # noqa: E402
+from kompute_dml.onnx_impl import device_graph  # noqa: E402
+from kompute_dml.runtime import staging  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="bert256", choices=("bert256", "minilm"))
+    ap.add_argument("--shape", type=encoder_speed.parse_shapes, default=[(8, 128)])
+    ap.add_argument("--repeat", type=int, default=200)
+    args = ap.parse_args()
+    import onnx
+    import onnxruntime as ort
+
+    model = encoder_speed.load_model(args.model)
+    rep = Backend.prepare(onnx.load(str(model.path)), "CPU")
+    sess = ort.InferenceSession(str(model.path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for batch, seq in args.shape:
+        feeds = encoder_speed.bert_models.random_feeds(batch, seq, model.vocab, rng)
+        rep.run(feeds)
+        plan = next(reversed(rep._plans.values()))  # the plan of this signature: the most recent
+        assert plan is not None, rep.plan_refusal
+        parts: dict[str, list[float]] = {}
+        run_program, copy_now = plan.program.run, device_graph.host_copy
+        default_parallel = staging.PARALLEL_BYTES
+        for mode, parallel in (("", default_parallel), (" (copies on one thread)", 1 << 62)):
+            staging.PARALLEL_BYTES = parallel
+            total, prog, copies = (parts.setdefault(k + mode, []) for k in ("rep.run", "program.run", "output copies"))
+
+            def timed_program(prog: list[float] = prog) -> None:
+                t = time.perf_counter()
+                run_program()
+                prog.append(time.perf_counter() - t)
+
+            def timed_copy(dst: np.ndarray, src: np.ndarray, copies: list[float] = copies) -> None:
+                t = time.perf_counter()
+                copy_now(dst, src)
+                copies[-1] += time.perf_counter() - t
+
+            plan.program.run, device_graph.host_copy = timed_program, timed_copy
+            for _ in range(args.repeat):  # ours, then onnxruntime: its threads spin after each run
+                copies.append(0.0)
+                t0 = time.perf_counter()
+                rep.run(feeds)
+                total.append(time.perf_counter() - t0)
+        plan.program.run, device_graph.host_copy, staging.PARALLEL_BYTES = run_program, copy_now, default_parallel
+        parts["onnxruntime"] = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            sess.run(None, feeds)
+            parts["onnxruntime"].append(time.perf_counter() - t0)
+        print(f"{args.model} {batch}x{seq}: medians of {args.repeat} (us); {plan.dispatches} dispatches")
+        for name, xs in parts.items():
+            print(f"  {name:<40} {1e6 * statistics.median(xs):9.1f}   p10 {1e6 * np.percentile(xs, 10):9.1f}")
+        ratio = statistics.median(parts["onnxruntime"]) / statistics.median(parts["rep.run"])
+        print(f"  onnxruntime / ours: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
