@@ -378,3 +378,60 @@ def test_host_nodes_of_constants_alone_are_evaluated_and_uploaded_once_per_model
         if (b, s) != (2, 5):
             assert st.constant_uploads == 0 or not st.planned  # the table is on the device already
     assert calls.count("DequantizeLinear") == 1 and calls.count("Concat") == 3
+
+
+def test_result_arrays_are_reused_only_once_nothing_references_them(rng, monkeypatch):
+    """A plan hands a result array out again (no allocation, no page faults) only after the
+    caller dropped it and every view of it; results the caller keeps never change."""
+    from kompute_dml.onnx_impl import device_graph
+
+    monkeypatch.setattr(device_graph, "RECYCLE_BYTES", 0)
+    model, (table, w) = _encoder_like(rng)
+    rep = Backend.prepare(model, "CPU")
+    feeds = [_feeds(rng, 2, 5) for _ in range(6)]
+    kept = rep.run(feeds[0])
+    want0 = _expected(table, w, feeds[0])[0]
+    y1 = rep.run(feeds[1])[0]
+    view = y1[0]  # keeps y1's memory referenced after y1 itself is dropped
+    y1_id = id(y1)
+    del y1
+    y2 = rep.run(feeds[2])[0]
+    assert id(y2) != y1_id and y2 is not kept[0]
+    np.testing.assert_allclose(view, _expected(table, w, feeds[1])[0][0], rtol=2e-6, atol=1e-5)
+    np.testing.assert_allclose(kept[0], want0, rtol=2e-6, atol=1e-5)
+    del view
+    y3 = rep.run(feeds[3])[0]  # y1's array is free now (the plan keeps two per output)
+    y2_data = y2.copy()
+    ids = {id(y3)}
+    del y3
+    y4 = rep.run(feeds[4])[0]
+    assert id(y4) in ids  # handed out again
+    np.testing.assert_allclose(y4, _expected(table, w, feeds[4])[0], rtol=2e-6, atol=1e-5)
+    np.testing.assert_array_equal(y2, y2_data)  # held: never overwritten
+    np.testing.assert_allclose(kept[0], want0, rtol=2e-6, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the reference's inf
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.uint16, np.int16, np.int32])
+def test_host_dequantize_equals_the_int64_form_bit_for_bit(rng, dtype):
+    """host_eval's DequantizeLinear (float32 arithmetic for 8/16-bit inputs) against
+    (int64 difference -> float32) * scale over every value, extreme zero points and scales
+    (subnormal, huge: overflow to inf), per tensor and per axis."""
+    from kompute_dml.onnx_impl.host_eval import _dequantize
+
+    info = np.iinfo(dtype)
+    x = np.arange(info.min, info.max + 1, dtype=np.int64) if info.bits <= 16 else rng.integers(info.min, info.max, 70000)
+    x = x.astype(dtype)
+    scales = np.array([1.0, 0.0123, 1e-45, 3e-39, 2.5e38, 7.0], np.float32)
+    for zp in (info.min, 0, info.max):
+        for scale in scales:
+            node = helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"])
+            got = _dequantize(node, [x, np.array(scale), np.array(zp, dtype)])
+            want = (x.astype(np.int64) - np.int64(zp)).astype(np.float32) * scale
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    xm = x[: 6 * (x.size // 6)].reshape(-1, 6)
+    zps = np.array([info.min, 0, info.max, 1, -1 if info.min < 0 else 2, 3], dtype)
+    node = helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], axis=1)
+    got = _dequantize(node, [xm, scales, zps])
+    want = (xm.astype(np.int64) - zps.astype(np.int64)).astype(np.float32) * scales
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

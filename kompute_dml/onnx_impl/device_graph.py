@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,12 @@ if TYPE_CHECKING:
     from .rep import BackendRep
 
 _MIN_BLOCK = 256
+# Result arrays of at least this size are handed out again once nothing references them
+# (GraphPlan._result_array), at most RECYCLED per output: a fresh large array costs its
+# allocation, a page fault per page as it is filled and an unmap when it is freed.
+RECYCLE_BYTES = 64 << 10
+RECYCLED = 2
+_FREE_REFS = 3  # sys.getrefcount of a kept array nothing else holds: the list, the loop name, the argument
 
 
 def _block(nbytes: int) -> int:
@@ -230,6 +237,7 @@ class GraphPlan:
         H100 host): the inputs from host memory into the input buffer first (recorded at
         the start of the capture), the packed device outputs into host memory last."""
         self._out_at: dict[int, int] = {}  # output index -> byte offset in the output host memory
+        self._kept: dict[int, list[np.ndarray]] = {}  # output index -> result arrays handed out
         end = 0
         for k, (_name, v) in enumerate(self.outputs):
             if isinstance(v, DeviceValue) and is_packed(v.tensor):
@@ -257,7 +265,7 @@ class GraphPlan:
                 if at is None:
                     arr = v.tensor.numpy().reshape(v.shape)
                 else:  # copied by the program itself; the caller's own array
-                    arr = np.empty(v.shape, v.tensor.dtype)
+                    arr = self._result_array(k, v.shape, v.tensor.dtype)
                     host_copy(arr.reshape(-1).view(np.uint8), self._out[at:at + v.tensor.nbytes])
                 stats.downloads += 1
                 results.append(arr.astype(BOOL) if v.dtype == BOOL else arr)
@@ -266,6 +274,18 @@ class GraphPlan:
             else:
                 results.append(v if v is None else np.array(v, copy=True))
         return results
+
+    def _result_array(self, k: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """A new array for output k: one this plan returned before that nothing references any
+        more (the caller dropped it, views included: a view holds its base), else a fresh one."""
+        kept = self._kept.setdefault(k, [])
+        for arr in kept:
+            if sys.getrefcount(arr) == _FREE_REFS:
+                return arr
+        arr = np.empty(shape, dtype)
+        if arr.nbytes >= RECYCLE_BYTES and len(kept) < RECYCLED:
+            kept.append(arr)
+        return arr
 
     @property
     def device_bytes(self) -> int:

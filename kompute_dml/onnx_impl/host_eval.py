@@ -134,8 +134,15 @@ def _dequantize(node: onnx.NodeProto, ins: list[Any]) -> Any:
         shape = [1] * x.ndim
         shape[axis] = -1
         scale, zp = scale.reshape(shape), zp.reshape(shape)
-    # the difference exactly (int64), then one float32 multiplication, as onnxruntime does
-    return (x.astype(np.int64) - zp.astype(np.int64)).astype(np.float32) * scale
+    # the difference exactly, then one float32 multiplication, as onnxruntime does; 8- and
+    # 16-bit differences are exact in float32 (|x - zp| < 2^24), in place: a third of the time
+    with np.errstate(over="ignore"):  # products past float32's range are inf, as there
+        if x.dtype.itemsize <= 2:
+            y = x.astype(np.float32)
+            y -= zp.astype(np.float32)
+            y *= scale
+            return y
+        return (x.astype(np.int64) - zp.astype(np.int64)).astype(np.float32) * scale
 
 
 def _binary(fn: Callable[[Any, Any], Any], exact_kinds: str = "biu") -> Callable[[onnx.NodeProto, list[Any]], Any]:

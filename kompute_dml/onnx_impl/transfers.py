@@ -81,9 +81,9 @@ class ValueTransfers:
 
     def _host_node(self, idx: int, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
         """A node that reads no input data (analysis.py): numpy (host_eval.py), else the CPU
-        engine for this one node. A node of constants alone (`folded_outputs`: a quantized
-        embedding table's DequantizeLinear) is evaluated once per model, not per input shape,
-        and its outputs are then constants: uploaded once (to_device), shared by every plan."""
+        engine for this one node. A node of constants alone (`folded_outputs`: e.g. a
+        DequantizeLinear of a whole quantized table) is evaluated once per model, not per input
+        shape, and its outputs are then constants: uploaded once (to_device), shared by plans."""
         folded = self._folded_values.get(idx)
         if folded is not None:
             return folded

@@ -40,8 +40,10 @@ RECORDED = 128  # recorded slot transfers kept for resubmission (Staging._sequen
 # (benchmarks/RESULTS.md, the transfers section of `kompute-dml bench`) a 64 MiB upload went
 # from 7.45 GB/s with one thread to 18.9-20.2 with four. Half the cores at most, so a CPU
 # Vulkan device (lavapipe, whose queue thread does the device side of every copy) keeps the
-# other half.
-PARALLEL_BYTES = 1 << 20
+# other half. Below 2 MiB one thread is faster: waking the pool costs more than it saves
+# (H100 host, `benchmarks/run_breakdown.py --repeat 300`, a run's output copies with the pool /
+# on one thread: BERT 256/3 8x128 (1 MiB) 268 / 98 us, MiniLM 8x128 (1.5 MiB) 282 / 117 us).
+PARALLEL_BYTES = 2 << 20
 COPY_THREADS = max(1, min(4, (os.cpu_count() or 1) // 2))
 _copy_pool: ThreadPoolExecutor | None = None
 _copy_pool_lock = threading.Lock()
