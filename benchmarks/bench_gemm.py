@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""GEMM (shaders/gemm.comp, the portable float32-accumulating kernel) against PyTorch CUDA matmuls.
+"""GEMM (shaders/gemm.comp, the portable float32-accumulating kernel; FLOAT16 also on cooperative
+matrices, shaders/gemm_coop.comp) against PyTorch CUDA matmuls.
 
 Run on the H100 (or anywhere: without torch/CUDA only our rows are timed):
     PYTHONPATH=. python3 benchmarks/bench_gemm.py [--rounds 5] [--quick] [--json out.json]
+    PYTHONPATH=. python3 benchmarks/bench_gemm.py --families [--rounds 5] [--json out.json]
+The first table runs every case on the device's automatic family (its variant is printed).
 Cases: BERT-base self-attention as the ONNX backend issues it (batch 8, 12 heads, sequence 128,
 head size 32: scores Q x K^T with K bound as a transposed strided view, then probs x V with V
 strided), the BERT feed-forward product 1024 x 768 x 3072, and square 1024^3 / 4096^3; FLOAT32
@@ -13,6 +16,11 @@ and FLOAT16 each.
    a call lasting about 50 ms): ours; torch_f32 (TF32 off: float32 FMAs, the same arithmetic
    class) and torch_f16 (cuBLAS on tensor cores, float32 accumulation) on contiguous copies.
    GFLOPS = 2 * batch * M * N * K / s / 1e9; ratio = torch's seconds / ours (> 1: ours faster).
+`--families`: FLOAT16 only, 1024^3, 4096^3 and 8 x 128 batched 256^3 (A, B of shape (8, 128, 256,
+256)) plus the attention products, each on the cooperative-matrix family ("coopmat": tensor cores,
+where the device has them, else "coopmat-emulated" with --emulated), the tiled kernel forced, and
+torch.matmul fp16; printed side by side with the ratios tiled / coop (the family's speed-up) and
+torch / coop (> 1: ours faster). Correctness first as above, under the family's bound.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ import numpy as np
 from bench_coop import time_interleaved  # benchmarks/ (the script's directory)
 
 import kompute_dml as kdml
+from kompute_dml.ops.gemm import compile_gemm
+from kompute_dml.ops.gemm_coop import CoopTile, subgroup_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from gemm_reference import check
@@ -34,6 +44,19 @@ from gemm_reference import check
 D = kdml.DataType
 TD = kdml.TensorDesc
 SAMPLE = 8  # output rows checked per matrix (first matrices only)
+
+
+def family_cases(quick: bool) -> list[dict[str, Any]]:
+    """--families: square products, a batched one, and the attention products."""
+    if quick:
+        return [dict(name="96x200x130", kind="plain", m=96, k=200, n=130),
+                dict(name="batched 2x3x64^3", kind="plain", m=64, k=64, n=64, batch=(2, 3))]
+    return [dict(name="1024^3", kind="plain", m=1024, k=1024, n=1024),
+            dict(name="4096^3", kind="plain", m=4096, k=4096, n=4096),
+            dict(name="batched 8x128x256^3", kind="plain", m=256, k=256, n=256, batch=(8, 128)),
+            *cases(False)[:2], dict(name="1024x768x3072", kind="plain", m=1024, k=768, n=3072),
+            dict(name="512^3", kind="plain", m=512, k=512, n=512), dict(name="2048^3", kind="plain", m=2048, k=2048, n=2048),
+            dict(name="batched 96x128x64x128", kind="plain", m=128, k=64, n=128, batch=(96,))]
 
 
 def cases(quick: bool) -> list[dict[str, Any]]:
@@ -48,14 +71,17 @@ def cases(quick: bool) -> list[dict[str, Any]]:
 class Ours:
     """One case bound on the device: descriptor, operator, tensors, and the logical operands."""
 
-    def __init__(self, dev: kdml.Device, case: dict[str, Any], dt: D, rng: np.random.Generator) -> None:
+    def __init__(self, dev: kdml.Device, case: dict[str, Any], dt: D, rng: np.random.Generator,
+                 kernel: str | None = None, config: CoopTile | None = None) -> None:
         npd = dt.numpy_dtype
+        self.kernel = "coopmat" if kernel in ("coopmat", "coopmat-emulated") else "tiled"  # which bound
         if case["kind"] == "plain":
             m, k, n = case["m"], case["k"], case["n"]
-            a = rng.standard_normal((m, k)).astype(npd)
-            b = rng.standard_normal((k, n)).astype(npd)
+            batch = tuple(case.get("batch", ()))
+            a = rng.standard_normal((*batch, m, k)).astype(npd)
+            b = rng.standard_normal((*batch, k, n)).astype(npd)
             at, bt = dev.tensor(a), dev.tensor(b)
-            ad, bd, bview, self.batch = at.desc, bt.desc, bt, 1
+            ad, bd, bview, self.batch = at.desc, bt.desc, bt, int(np.prod(batch))
             self.a, self.b = a, b
             self.m, self.n, self.k = m, n, k
         else:
@@ -78,7 +104,8 @@ class Ours:
             bview = kdml.Tensor(st.buffer, bd, st.offset)
         od = TD(dt, (*self.a.shape[:-2], self.m, self.n))
         self.out = dev.empty(od)
-        self.op = dev.compile(kdml.GemmDesc(ad, bd, None, od, alpha=0.125 if case["kind"] == "scores" else 1.0))
+        desc = kdml.GemmDesc(ad, bd, None, od, alpha=0.125 if case["kind"] == "scores" else 1.0)
+        self.op = dev.compile(desc) if kernel is None else compile_gemm(dev, desc, kernel=kernel, config=config)
         self.alpha = 0.125 if case["kind"] == "scores" else 1.0
         self.dev, self.ins = dev, [at, bview, None]
 
@@ -93,7 +120,7 @@ class Ours:
             got, a, b = got[:1, :2], a[:1, :2], b[:1, :2]
         rows = slice(0, SAMPLE) if got.shape[-2] > SAMPLE else slice(None)
         try:
-            check(got[..., rows, :], a[..., rows, :], b, None, False, False, self.alpha, 1.0)
+            check(got[..., rows, :], a[..., rows, :], b, None, False, False, self.alpha, 1.0, self.kernel)
             return True
         except AssertionError as e:
             print("    FAIL:", e)
@@ -107,7 +134,7 @@ class Ours:
         return call
 
 
-def torch_peers(ours: Ours) -> dict[str, Any]:
+def torch_peers(ours: Ours, types: tuple[str, ...] = ("torch_f32", "torch_f16")) -> dict[str, Any]:
     try:
         import torch
     except ImportError:
@@ -118,6 +145,8 @@ def torch_peers(ours: Ours) -> dict[str, Any]:
     cuda = torch.device("cuda")
     peers = {}
     for name, tdt in (("torch_f32", torch.float32), ("torch_f16", torch.float16)):
+        if name not in types:
+            continue
         a = torch.from_numpy(np.ascontiguousarray(ours.a.astype(np.float32))).to(cuda, tdt)
         b = torch.from_numpy(np.ascontiguousarray(ours.b.astype(np.float32))).to(cuda, tdt)
         out = torch.empty((*ours.a.shape[:-2], ours.m, ours.n), dtype=tdt, device=cuda)
@@ -132,15 +161,91 @@ def torch_peers(ours: Ours) -> dict[str, Any]:
     return peers
 
 
+def families(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator) -> tuple[list[dict[str, Any]], bool]:
+    """--families: FLOAT16 on the cooperative-matrix family, the tiled kernel and torch fp16, as ratios."""
+    coop = "coopmat" if dev.policy.gemm_family == "coopmat" else "coopmat-emulated" if args.emulated else None
+    if coop is None:
+        print("this device has no cooperative-matrix FLOAT16 family (--emulated times the emulated one)")
+        return [], True
+    rows, ok = [], True
+    print(f"{'case':<28} {'coop variant':<14} {'coop us':>10} {'tiled us':>10} {'torch us':>10} {'coop TFLOPS':>12} "
+          f"{'tiled/coop':>11} {'torch/coop':>11}")
+    for case in family_cases(args.quick):
+        ours = {k: Ours(dev, case, D.FLOAT16, rng, kernel=k) for k in (coop, "tiled")}
+        good = all(o.check() for o in ours.values())
+        ok &= good
+        makes = {"coop": ours[coop].make, "tiled": ours["tiled"].make, **torch_peers(ours[coop], ("torch_f16",))}
+        secs = time_interleaved(makes, args.rounds)
+        flops = ours[coop].flops()
+        torch_s = secs.get("torch_f16")
+        row = {"case": case["name"], "type": "FLOAT16", "family": coop, "variant": ours[coop].op.plans[0].variant,
+               "correct": good, **{f"{k}_us": v * 1e6 for k, v in secs.items()},
+               **{f"{k}_tflops": flops / v / 1e12 for k, v in secs.items()}}
+        rows.append(row)
+        torch_txt = f"{torch_s * 1e6:10.1f}" if torch_s else f"{'-':>10}"
+        ratio = f"{torch_s / secs['coop']:11.2f}" if torch_s else f"{'-':>11}"
+        print(f"{case['name']:<28} {row['variant']:<14} {secs['coop'] * 1e6:10.1f} {secs['tiled'] * 1e6:10.1f} {torch_txt} "
+              f"{flops / secs['coop'] / 1e12:12.1f} {secs['tiled'] / secs['coop']:11.2f} {ratio}"
+              f"{'' if good else '  FAIL'}", flush=True)
+    return rows, ok
+
+
+# --sweep: tiles of the cooperative-matrix family to time against each other (CoopTile(bm, bn, wm, wn, bk))
+SWEEP_TILES = [CoopTile(128, 128, 64, 32), CoopTile(128, 128, 64, 32, bk=64, stages=1), CoopTile(128, 128, 32, 64),
+               CoopTile(128, 128, 32, 32), CoopTile(128, 128, 32, 32, bk=64, stages=1), CoopTile(128, 64, 32, 32),
+               CoopTile(64, 128, 32, 32), CoopTile(64, 64, 32, 32), CoopTile(64, 64, 32, 32, bk=64),
+               CoopTile(64, 64, 16, 32), CoopTile(64, 64, 32, 32, group_m=1), CoopTile(32, 32, 16, 16)]
+
+
+def sweep(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator) -> tuple[list[dict[str, Any]], bool]:
+    """--sweep: every SWEEP_TILES tile that runs here, per --families case, against the tiled kernel (us)."""
+    coop = "coopmat" if dev.policy.gemm_family == "coopmat" else "coopmat-emulated"
+    sg = subgroup_size(dev)
+    rows, ok = [], True
+    for case in family_cases(args.quick):
+        if args.only and not any(o in case["name"] for o in args.only):
+            continue
+        base = Ours(dev, case, D.FLOAT16, rng, kernel="tiled")
+        makes, names = {"tiled": base.make}, {}
+        for tile in SWEEP_TILES:
+            if tile.problems(sg, "r", "c", dev.limits, coop != "coopmat"):
+                continue
+            name = f"{tile.bm}x{tile.bn}/{tile.wm}x{tile.wn}/k{tile.bk}"
+            ours = Ours(dev, case, D.FLOAT16, rng, kernel=coop, config=tile)
+            good = ours.check()
+            ok &= good
+            makes[name], names[name] = ours.make, ours
+        secs = time_interleaved(makes, args.rounds)
+        flops = base.flops()
+        best = min((k for k in secs if k != "tiled"), key=secs.__getitem__)
+        print(f"{case['name']}: tiled {secs['tiled'] * 1e6:.1f} us; best {best} {secs[best] * 1e6:.1f} us "
+              f"({flops / secs[best] / 1e12:.1f} TFLOPS)")
+        print("   " + "  ".join(f"{k}{'' if names[k].op.plans[0].spec[8] == 2 else '/s1'}"
+                                f"{'' if names[k].op.plans[0].spec[7] == 8 else '/g' + str(names[k].op.plans[0].spec[7])}"
+                                f" {v * 1e6:.1f}" for k, v in secs.items() if k != "tiled"), flush=True)
+        rows.append({"case": case["name"], **{f"{k}_us": v * 1e6 for k, v in secs.items()}})
+    return rows, ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--families", action="store_true", help="FLOAT16: cooperative matrices vs tiled vs torch fp16")
+    ap.add_argument("--emulated", action="store_true", help="with --families: the emulated family where no tensor cores")
+    ap.add_argument("--sweep", action="store_true", help="the --families cases on every tile of SWEEP_TILES")
+    ap.add_argument("--only", nargs="*", default=[], help="with --sweep: the cases whose names contain one of these")
     args = ap.parse_args()
     rng = np.random.default_rng(7)
     dev = kdml.Device()
     print(f"device: {dev.name}")
+    if args.families or args.sweep:
+        rows, ok = (sweep if args.sweep else families)(dev, args, rng)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+        dev.close()
+        return 0 if ok else 1
     rows, ok = [], True
     for case in cases(args.quick):
         for dt in (D.FLOAT32, D.FLOAT16):

@@ -112,7 +112,8 @@ class Device:
         self.capabilities: frozenset[str] = self.engine.capabilities
         # (M, N, K, A, B, C, result type (VkComponentTypeKHR), saturating, scope) per shape
         self.cooperative_matrix_shapes: tuple[tuple[int, ...], ...] = self.engine.cooperative_matrix_shapes
-        self.policy = policy_for(self.device_type, self.capabilities, self.limits, transfer_commands=transfer_commands)
+        self.policy = policy_for(self.device_type, self.capabilities, self.limits, transfer_commands=transfer_commands,
+                                 coop_shapes=self.cooperative_matrix_shapes)
         self.transfer_commands = self.policy.transfer_commands
         self.engine.completion_word = self.policy.completion == "word"
         self.engine.set_adaptive_spin(self.policy.wait_spin_cap_us)

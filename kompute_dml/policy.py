@@ -11,7 +11,7 @@ Every choice here is a measured one (figures in docs/ and benchmarks/RESULTS.md)
 - discrete GPUs (measured on an NVIDIA H100, ../shared/notes/gpu.md): the same transfer
   commands are 2-3x slower than compute shaders (50x for one region per row), so every
   operator runs as shaders; matrix products take tiled "gpu" kernels, or cooperative-matrix
-  kernels on the tensor cores where the device enabled them.
+  kernels on the tensor cores where the device enabled them (FLOAT16 GEMM too: gemm_family).
 - every device: small outputs that depend on the descriptor alone (DIAGONAL_MATRIX without
   input) are one copy from a constant computed at compile time (CONSTANT_BELOW);
 - every device: an execution completes by a completion word (its command buffer writes a
@@ -98,6 +98,22 @@ MATMUL_KERNELS = ("cpu", "cpu-ssbo", "gpu", "coopmat", "dot", "coopmat-emulated"
 # 35.5 us at M = 1 / 2 / 4 / 8 / 16 against coopmat's 46.8 / 47.2 / 46.5 / 43.6 / 38.8; at M = 32 its
 # best configuration took 44.1 us against coopmat's 68.1.
 GEMV_MAX_M = 32
+# GEMM (ops/gemm.py): the family of a product (DevicePolicy.gemm_family_for). "tiled" (shaders/gemm.comp,
+# FLOAT32 and FLOAT16), "coopmat" (FLOAT16 on cooperative matrices, ops/gemm_coop.py), "coopmat-emulated"
+# (that kernel with each cooperative-matrix operation as plain subgroup code: any device, for tests).
+# KDML_GEMM_KERNEL (read once, when the policy is made) forces one; a coop family takes FLOAT16 only
+# (other types stay "tiled").
+GEMM_KERNEL_ENV = "KDML_GEMM_KERNEL"
+GEMM_KERNELS = ("tiled", "coopmat", "coopmat-emulated")
+# What the coopmat GEMM needs: the capabilities its SPIR-V declares, and the f16 x f16 -> f32 16x16x16
+# subgroup shape (as VkCooperativeMatrixPropertiesKHR lists it, like matmul_coop.S8_SHAPE: M, N, K,
+# A, B, C, result (VkComponentTypeKHR FLOAT16 = 0, FLOAT32 = 1); scope (subgroup = 3) at index 8).
+GEMM_COOP_CAPABILITIES = ("cooperative_matrix", "shader_float16", "vulkan_memory_model")
+F16_SHAPE = (16, 16, 16, 0, 0, 1, 1)
+SCOPE_SUBGROUP = 3
+# M, N and K from which an automatic FLOAT16 GEMM takes "coopmat" (one 16 x 16 x 16 fragment each;
+# below it the tiled kernel wastes less). Not measured yet: benchmarks/bench_gemm.py times both.
+GEMM_COOP_MIN = 16
 
 
 def _rows(desc: Any) -> int:
@@ -120,6 +136,13 @@ class KernelCandidate:
 
 _GEMV = KernelCandidate("gemv", lambda device, desc: _rows(desc) <= GEMV_MAX_M, f"M <= {GEMV_MAX_M}")
 _DOT = KernelCandidate("dot", lambda device, desc: _rows(desc) <= DOT_MAX_M, f"M <= {DOT_MAX_M}")
+
+
+def has_f16_shape(shapes: Any) -> bool:
+    """The device lists the f16 x f16 -> f32 16x16x16 subgroup shape (or lists none: a runtime that does
+    not read them, where the capability stands for it)."""
+    shapes = tuple(shapes or ())
+    return not shapes or any(tuple(s[:7]) == F16_SHAPE and s[8] == SCOPE_SUBGROUP for s in shapes)
 
 
 def requested_capabilities(features: object) -> frozenset[str] | None:
@@ -178,6 +201,11 @@ class DevicePolicy:
     gemm_tiles: str = "work"
     # the forced matrix-product family ("auto": none): KDML_MATMUL_KERNEL when the policy was made
     matmul_kernel: str = field(default_factory=lambda: os.environ.get(MATMUL_KERNEL_ENV, "auto"))
+    # FLOAT16 GEMM's family where the product is large enough (GEMM_COOP_MIN): "coopmat" where the
+    # device has GEMM_COOP_CAPABILITIES and the F16_SHAPE, else "tiled"
+    gemm_family: str = "tiled"
+    # the forced GEMM family ("auto": none): KDML_GEMM_KERNEL when the policy was made
+    gemm_kernel: str = field(default_factory=lambda: os.environ.get(GEMM_KERNEL_ENV, "auto"))
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -219,6 +247,22 @@ class DevicePolicy:
             return (KernelCandidate(choice), *gpu_tail) if choice != "wide" else gpu_tail
         return (KernelCandidate(choice),)  # cpu, cpu-ssbo, gpu: always plan
 
+    def gemm_family_for(self, float16: bool, m: int, n: int, k: int, kernel: str | None = None) -> str:
+        """GEMM's family for an M x N x K product (FLOAT16 where `float16`): the forced one (`kernel`, else
+        KDML_GEMM_KERNEL's; InvalidArgumentError ("kernel") for an unknown name), else "coopmat" for
+        FLOAT16 where the device has it (gemm_family) and M, N, K >= GEMM_COOP_MIN, else "tiled". A coop
+        family's planner declines (-> "tiled") what it does not take: FLOAT32."""
+        choice = ((self.gemm_kernel if kernel is None else kernel) or "auto").strip().lower()
+        if choice != "auto" and choice not in GEMM_KERNELS:
+            from .errors import invalid
+
+            raise invalid("kernel", f"must be one of {', '.join(map(repr, GEMM_KERNELS))} or 'auto' (also via "
+                          f"{GEMM_KERNEL_ENV}, read when the device is made), got {choice!r}")
+        if choice != "auto":
+            return choice
+        big = min(m, n, k) >= GEMM_COOP_MIN
+        return "coopmat" if float16 and big and self.gemm_family == "coopmat" else "tiled"
+
     def copies_by_transfer(self, nbytes: int, regions: int = 1) -> bool:
         """Whether a dense copy writing `nbytes` in `regions` row regions runs as transfer commands."""
         if self.transfer_commands:
@@ -238,6 +282,8 @@ class DevicePolicy:
             "completion": self.completion,
             "wait_spin_cap_us": self.wait_spin_cap_us,
             "gemm_tiles": self.gemm_tiles,
+            "gemm_family": self.gemm_family,
+            "gemm_kernel": self.gemm_kernel,
             "matmul_kernel": self.matmul_kernel,
             "matmul_table": self._table_text(),
         }
@@ -250,9 +296,11 @@ class DevicePolicy:
         return [c.family + ("" if c.when == "always" else f" ({c.when})") for c in table]
 
 
-def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, transfer_commands: bool | None = None) -> DevicePolicy:
+def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, transfer_commands: bool | None = None,
+               coop_shapes: Any = ()) -> DevicePolicy:
     """The policy of a device; `transfer_commands` (or KDML_TRANSFER=0/1) overrides that one choice
-    (and with it the small-size exceptions: transfer_below, constant_below)."""
+    (and with it the small-size exceptions: transfer_below, constant_below); `coop_shapes`: the
+    device's cooperative-matrix shapes (Device.cooperative_matrix_shapes)."""
     if device_type == "cpu":
         policy = DevicePolicy("cpu", transfer_commands=True, matmul_family="cpu", capabilities=capabilities,
                               constant_below=CONSTANT_BELOW)
@@ -269,6 +317,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
             device_type, transfer_commands=False, matmul_family=family, capabilities=capabilities, memory_kernel="gpu",
             transfer_below=GPU_TRANSFER_BELOW, transfer_regions=GPU_TRANSFER_REGIONS, constant_below=CONSTANT_BELOW,
             gemm_tiles="parallel", prepare_siblings=True, wait_spin_cap_us=WAIT_SPIN_CAP_US,
+            gemm_family="coopmat" if set(GEMM_COOP_CAPABILITIES) <= capabilities and has_f16_shape(coop_shapes) else "tiled",
         )
     if transfer_commands is None:
         env = os.environ.get("KDML_TRANSFER")

@@ -8,7 +8,10 @@ values (float32 / float16 values are exact in float64, and so is every product o
                           + the underflow allowance (below),
     gamma(n) = n u / (1 - n u), u = 2^-24,
 
-plus, for a FLOAT16 output, the final rounding: u16 = 2^-11 of the float32 result and half the
+(kernel "tiled", shaders/gemm.comp, and the emulated cooperative-matrix family, whose sums are the
+same); for the tensor cores (kernel "coopmat", docs/gemm.md "FLOAT16 on cooperative matrices"), whose
+order and adders are the device's, gamma(5K + 2) in its place. Then,
+for a FLOAT16 output, the final rounding: u16 = 2^-11 of the float32 result and half the
 float16 subnormal spacing (2^-25). The underflow allowance covers what Vulkan lets a device do
 with float32 subnormals (flush them to zero): each rounding may lose up to 2^-126 absolutely
 (2K of them in the accumulation, scaled by |alpha|, and 3 in the epilogue), and a product whose
@@ -65,8 +68,19 @@ def _subnormal32(x: np.ndarray) -> np.ndarray:
     return (x != 0) & (np.abs(x) < TINY32)
 
 
+KERNELS = ("tiled", "coopmat")
+
+
+def terms(k: int, kernel: str = "tiled") -> int:
+    """n of the gamma(n) that bounds the float32 evaluation (sum and epilogue) for K = k: every
+    term's rounding factors (docs/gemm.md, "Error bound" and "FLOAT16 on cooperative matrices")."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel {kernel!r} is not one of {KERNELS}")
+    return k + 2 if kernel == "tiled" else 5 * k + 2
+
+
 def bound(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, trans_a: bool, trans_b: bool, alpha: float,
-          beta: float, out_f16: bool) -> tuple[np.ndarray, np.ndarray]:
+          beta: float, out_f16: bool, kernel: str = "tiled") -> tuple[np.ndarray, np.ndarray]:
     """(the bound on |computed - exact| per output element, the envelope of every value the
     float32 evaluation forms: where it reaches float32's range an overflow is possible)."""
     # non-finite operands make their whole row / column of the output non-finite, checked apart
@@ -80,11 +94,11 @@ def bound(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, trans_a: bool, tra
         pa = abs(alpha) * p
         c64 = np.nan_to_num(np.abs(c.astype(np.float64)), nan=0, posinf=0) if c is not None else None
         pc = abs(beta) * c64 if c64 is not None else np.zeros_like(pa)
-        g = gamma(k + 2)
+        g = gamma(terms(k, kernel))
         err = (g + gamma(k + 2, U64)) * (pa + pc) + abs(alpha) * flushed * (1 + g) + 2 * (2 * k * abs(alpha) + 3) * TINY32
         if c64 is not None:
             err = err + abs(beta) * np.where(_subnormal32(c64), c64, 0)
-        envelope = np.maximum(np.maximum(p, pa), pa + pc) * (1 + gamma(k + 3))
+        envelope = np.maximum(np.maximum(p, pa), pa + pc) * (1 + gamma(terms(k, kernel) + 1))
         if out_f16:
             exact = expected(a, b, c, trans_a, trans_b, alpha, beta)
             err = err + U16 * (np.abs(exact) + err) + HALF_SUB16
@@ -92,11 +106,12 @@ def bound(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, trans_a: bool, tra
 
 
 def check(got: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray | None, trans_a: bool, trans_b: bool,
-          alpha: float, beta: float) -> None:
-    """Assert `got` (the output's values, float32 or float16) against the reference and bound."""
+          alpha: float, beta: float, kernel: str = "tiled") -> None:
+    """Assert `got` (the output's values, float32 or float16) against the reference and the bound of
+    `kernel` ("tiled", "coopmat")."""
     f16 = got.dtype == np.float16
     ref = expected(a, b, c, trans_a, trans_b, alpha, beta)
-    err, envelope = bound(a, b, c, trans_a, trans_b, alpha, beta, f16)
+    err, envelope = bound(a, b, c, trans_a, trans_b, alpha, beta, f16, kernel)
     g = got.astype(np.float64)
     # The reference is NaN or infinite only through NaN / infinite operands (float64 cannot
     # overflow here); the float32 evaluation sees the same ones and gives the same NaN or the same
@@ -122,10 +137,10 @@ def check(got: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray | None, t
 
 
 def worst_ratio(got: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray | None, trans_a: bool, trans_b: bool,
-                alpha: float, beta: float) -> float:
+                alpha: float, beta: float, kernel: str = "tiled") -> float:
     """max |got - exact| / bound over finite elements (how much of the bound is used)."""
     ref = expected(a, b, c, trans_a, trans_b, alpha, beta)
-    err, _ = bound(a, b, c, trans_a, trans_b, alpha, beta, got.dtype == np.float16)
+    err, _ = bound(a, b, c, trans_a, trans_b, alpha, beta, got.dtype == np.float16, kernel)
     fin = np.isfinite(ref) & np.isfinite(got.astype(np.float64)) & (err > 0)
     if not fin.any():
         return 0.0

@@ -27,6 +27,13 @@ FLOATS = (DT.FLOAT32, DT.FLOAT16)
 T = kdml.MatrixTransform.TRANSPOSE
 
 
+@pytest.fixture(autouse=True)
+def tiled_kernel(dev, monkeypatch):
+    """These tests are the tiled kernel's (shaders/gemm.comp) on every device: FLOAT16 products
+    would take the cooperative-matrix family where a device has it (tests/test_gemm_coop.py)."""
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, gemm_kernel="tiled"))
+
+
 def values(rng, dt: DT, shape, spread: int = 4) -> np.ndarray:
     """Random normal values of both signs over 2^-spread .. 2^spread, in the type."""
     v = rng.standard_normal(shape) * np.exp2(rng.integers(-spread, spread + 1, shape))
@@ -46,14 +53,15 @@ def sizes_of(batch, m, n, k, ta, tb):
 
 
 def run_case(dev, rng, dt, batch, m, n, k, ta=False, tb=False, has_c=True, alpha=1.0, beta=1.0, *, strided=True,
-             a_val=None, b_val=None, c_val=None, check_result=True):
+             a_val=None, b_val=None, c_val=None, check_result=True, kernel="tiled", o_strides=None):
     """One GEMM: every tensor placed at a random offset with guard bytes and (when `strided`) random
-    strides; the output poisoned; checked against the reference and bound. Returns (got, a, b, c)."""
+    strides (the output's `o_strides` where given); the output poisoned; checked against the reference
+    and the bound of `kernel` (gemm_reference.check). Returns (got, a, b, c)."""
     a_sz, b_sz, o_sz = sizes_of(batch, m, n, k, ta, tb)
     ad = TD(dt, a_sz, layout(rng, a_sz, is_input=True, strided=strided))
     bd = TD(dt, b_sz, layout(rng, b_sz, is_input=True, strided=strided))
     cd = TD(dt, o_sz, layout(rng, o_sz, is_input=True, strided=strided)) if has_c else None
-    od = TD(dt, o_sz, layout(rng, o_sz, is_input=False, strided=strided))
+    od = TD(dt, o_sz, o_strides if o_strides is not None else layout(rng, o_sz, is_input=False, strided=strided))
     at, araw = place(dev, rng, ad, values(rng, dt, a_sz) if a_val is None else a_val)
     bt, braw = place(dev, rng, bd, values(rng, dt, b_sz) if b_val is None else b_val)
     ct, craw = place(dev, rng, cd, values(rng, dt, o_sz) if c_val is None else c_val) if has_c else (None, None)
@@ -72,7 +80,7 @@ def run_case(dev, rng, dt, batch, m, n, k, ta=False, tb=False, has_c=True, alpha
     if has_c:
         assert ct.buffer.read() == craw
     if check_result:
-        check(got, a, b, c, ta, tb, alpha, beta)
+        check(got, a, b, c, ta, tb, alpha, beta, kernel)
     return got, a, b, c
 
 

@@ -8,10 +8,12 @@ Sizes. The batch and channel sizes of A, B, C and the output are equal: an opera
 every matrix is expressed by strides of 0 (DirectML's broadcasting), as are a C row or column
 repeated over the output. FusedActivation: None only (UnsupportedError naming the field).
 
-One dispatch (shaders/gemm.comp): every matrix of the batch, every tensor through its own strides
-and offset, float32 accumulation over k in increasing order by fma, the epilogue alpha * S +
-beta * C with each product and the sum rounded once (docs/gemm.md states the order and derives
-the error bound the tests check). Validation, in order: DML_BUFFER_TENSOR_DESC rules and the
+One dispatch (shaders/gemm.comp, the "tiled" family): every matrix of the batch, every tensor through
+its own strides and offset, float32 accumulation over k in increasing order by fma, the epilogue
+alpha * S + beta * C with each product and the sum rounded once (docs/gemm.md states the order and
+derives the error bound the tests check). FLOAT16 products may take the cooperative-matrix family
+instead (ops/gemm_coop.py, shaders/gemm_coop.comp: tensor cores, their own bound in docs/gemm.md),
+as the device policy decides (DevicePolicy.gemm_family_for). Validation, in order: DML_BUFFER_TENSOR_DESC rules and the
 feature level's table (InvalidArgumentError / UnsupportedError naming the field), the fused
 activation, then the page's constraints and the scalar fields (InvalidArgumentError whose message
 starts with the field), then a non-overlapping output and 32-bit element addressing.
@@ -36,6 +38,7 @@ from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
+from .gemm_coop import CoopTile, plan_gemm_coop
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
@@ -202,7 +205,31 @@ def choose_block(rule: str, m: int, n: int, nmat: int) -> int:
     return 4 if tiles64 >= BIG_TILES_MIN and min(m, n) > 32 else 2
 
 
+def _plan(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, beta: float, variant: str, total: int,
+          flags: int, spec: tuple[int, ...] = ()) -> DispatchPlan:
+    """The dispatch of either family (both read GEMM_PUSH): `total` work groups, `flags` beyond HAS_C."""
+    flags |= contract.GEMM_F_HAS_C if desc.c_tensor is not None else 0
+    values: dict[str, Any] = dict(a_off=0, b_off=0, c_off=0, o_off=0, m=shape.m, n=shape.n, k=shape.k,
+                                  nmat=shape.nb * shape.nc, nc=shape.nc, alpha=alpha,
+                                  beta=beta if desc.c_tensor is not None else 0.0, flags=flags)
+    for p, st in (("a", shape.a_st), ("b", shape.b_st), ("c", shape.c_st), ("o", shape.o_st)):
+        names = ("sb", "sc", "sm", "sk") if p == "a" else ("sb", "sc", "sk", "sn") if p == "b" else ("sb", "sc", "sm", "sn")
+        values.update({f"{p}_{nm}": s for nm, s in zip(names, st)})
+    size = desc.a_tensor.data_type.size
+    fam = contract.GEMM  # GEMM_COOP shares its block
+    return DispatchPlan(
+        variant=variant,
+        bindings=(0, 1, 2, 3),
+        push=fam.pack(**values),
+        groups=gemm_grid(total, device.limits["max_compute_work_group_count"]),
+        writes=(3,),
+        offset_slots=fam.slots(a_off=(0, size), b_off=(1, size), c_off=(2, size), o_off=(3, size)),
+        spec=spec,
+    )
+
+
 def plan_gemm(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, beta: float) -> DispatchPlan:
+    """The tiled kernel's dispatch (shaders/gemm.comp)."""
     dt = desc.a_tensor.data_type
     blk = choose_block(device.policy.gemm_tiles, shape.m, shape.n, shape.nb * shape.nc)
     tile = 16 * blk
@@ -212,30 +239,20 @@ def plan_gemm(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, be
     a_st, b_st = shape.a_st, shape.b_st
     # stage along the unit stride: A by m where m is contiguous (a transposed A), B by k where
     # k is contiguous (a transposed B)
-    flags = contract.GEMM_F_HAS_C if desc.c_tensor is not None else 0
+    flags = 0
     if shape.m > 1 and a_st[2] == 1 and not (shape.k > 1 and a_st[3] == 1):
         flags |= contract.GEMM_F_A_MFAST
     if shape.k > 1 and b_st[2] == 1 and not (shape.n > 1 and b_st[3] == 1):
         flags |= contract.GEMM_F_B_KFAST
-    values: dict[str, Any] = dict(a_off=0, b_off=0, c_off=0, o_off=0, m=shape.m, n=shape.n, k=shape.k,
-                                  nmat=shape.nb * shape.nc, nc=shape.nc, alpha=alpha,
-                                  beta=beta if desc.c_tensor is not None else 0.0, flags=flags)
-    for p, st in (("a", a_st), ("b", b_st), ("c", shape.c_st), ("o", shape.o_st)):
-        names = ("sb", "sc", "sm", "sk") if p == "a" else ("sb", "sc", "sk", "sn") if p == "b" else ("sb", "sc", "sm", "sn")
-        values.update({f"{p}_{nm}": s for nm, s in zip(names, st)})
-    size = dt.size
-    fam = contract.GEMM
-    return DispatchPlan(
-        variant=fam.name(t="f16" if dt == DataType.FLOAT16 else "f32", blk=blk),
-        bindings=(0, 1, 2, 3),
-        push=fam.pack(**values),
-        groups=gemm_grid(total, device.limits["max_compute_work_group_count"]),
-        writes=(3,),
-        offset_slots=fam.slots(a_off=(0, size), b_off=(1, size), c_off=(2, size), o_off=(3, size)),
-    )
+    variant = contract.GEMM.name(t="f16" if dt == DataType.FLOAT16 else "f32", blk=blk)
+    return _plan(device, desc, shape, alpha, beta, variant, total, flags)
 
 
-def compile_gemm(device: Device, desc: GemmDesc) -> CompiledOperator:
+def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
+                 config: CoopTile | None = None) -> CompiledOperator:
+    """GEMM on the family the device policy chooses (DevicePolicy.gemm_family_for): forced by
+    `kernel` or KDML_GEMM_KERNEL ("tiled", "coopmat", "coopmat-emulated"); `config`: a forced tile of
+    the cooperative-matrix families (tests, benchmarks)."""
     validate_tensors(SUPPORT, device.feature_level, desc, SUPPORT.fields, SUPPORT.outputs)
     act = desc.fused_activation
     if act is not None:
@@ -245,11 +262,17 @@ def compile_gemm(device: Device, desc: GemmDesc) -> CompiledOperator:
     descs = [getattr(desc, f) for f in SUPPORT.fields]
     present = [(f, d) for f, d in zip(SUPPORT.fields, descs) if d is not None]
     check_addressable([f for f, _ in present], [d for _, d in present])
-    plan = plan_gemm(device, desc, shape, alpha, beta)
+    dt = desc.a_tensor.data_type
+    family = device.policy.gemm_family_for(dt == DataType.FLOAT16, shape.m, shape.n, shape.k, kernel)
+    coop = plan_gemm_coop(device, dt, shape, family, config) if family != "tiled" else None
+    if coop is not None:
+        plan = _plan(device, desc, shape, alpha, beta, coop.variant, coop.groups, coop.flags, coop.spec)
+    else:
+        plan = plan_gemm(device, desc, shape, alpha, beta)
     return CompiledOperator(device, desc, SUPPORT, SUPPORT.inputs, SUPPORT.outputs, [plan])
 
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
-SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM,), helpers=("gemm", "matmul"),
+SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM, contract.GEMM_COOP), helpers=("gemm", "matmul"),
                       onnx=(OnnxOp("MatMul", "", "matmul"), OnnxOp("Gemm", "", "gemm"),
                             OnnxOp("FusedMatMul", "com.microsoft", "gemm"))),)

@@ -302,6 +302,19 @@ GEMM_F_B_KFAST = 4  # B's tile is staged with consecutive invocations on consecu
 GEMM_BLOCKS = (2, 4)
 GEMM = family("gemm", "gemm.comp", "gemm_{t}_b{blk}", GEMM_PUSH, (16, 16, 1), t=("f32", "f16"), blk=GEMM_BLOCKS, shape=("blk",),
               defines=lambda t, blk: {"F16": int(t == "f16"), "BLK": blk})
+# FLOAT16 GEMM on cooperative matrices (ops/gemm_coop.py, shaders/gemm_coop.comp): the same block;
+# flags add GEMM_F_A_VEC / GEMM_F_B_VEC (16-byte loads). Tensor cores ("", the wheel's compiler), or
+# each cooperative-matrix operation as subgroup code (x: MMA=1, no device feature); the shared tiles
+# of A (a) and B (b) are stored row-major (r) or column-major (c), along the operand's contiguous
+# dimension. Tile sizes: specialization constants.
+GEMM_F_A_VEC = 8  # A: unit inner stride, every other stride a multiple of 8 elements
+GEMM_F_B_VEC = 16  # B: likewise
+_GEMMC_ORDER = {"r": 0, "c": 1}
+GEMM_COOP = family("gemm_coop", "gemm_coop.comp", "gemmc16{emulated}_{a}{b}", GEMM_PUSH, None, emulated=("", "x"),
+                   a=tuple(_GEMMC_ORDER), b=tuple(_GEMMC_ORDER),
+                   defines=lambda emulated, a, b: {"MMA": int(emulated == "x"), "AL": _GEMMC_ORDER[a],
+                                                   "BL": _GEMMC_ORDER[b]},
+                   target=lambda emulated, a, b: None if emulated else COOP_TARGET)
 
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
@@ -310,7 +323,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     GELU, SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT,
     MVN, MVN_SKIP,
-    GEMM,
+    GEMM, GEMM_COOP,
 )
 
 
