@@ -15,8 +15,9 @@ from .dtypes import DataType
 from .errors import UnsupportedError, invalid
 from .functional import as_tensor, check_out, compile_cached, device_of, pooled_empty, pooled_upload
 from .inputs import as_host_array
-from .memory import Tensor
+from .memory import Buffer, Tensor
 from .ops.matmul_integer import MatrixMultiplyIntegerToFloatDesc
+from .recent_calls import RecentCalls, immutable
 from .tensor_desc import TensorDesc
 
 
@@ -55,6 +56,8 @@ PREPARED_CAPACITY = 256
 # (id(device), operand keys) -> _Prepared: a repeated call with the same shapes and types
 # builds no descriptor, compiles nothing and uploads no constant (issue 22).
 _prepared: dict[Hashable, _Prepared] = {}
+# the ids of a call's arguments -> _Ready (recent_calls.py): no key to build, no desc to hash
+_ready: RecentCalls[_Ready] = RecentCalls()
 
 
 class _Prepared:
@@ -67,17 +70,49 @@ class _Prepared:
         self.device, self.op, self.operands = device, op, operands
         self.out_desc, self.res_desc = out_desc, res_desc
 
-    def run(self, args: tuple[Any, ...], out: Tensor | None) -> Tensor:
+    def bound_inputs(self, args: tuple[Any, ...]) -> list[Tensor | None]:
         inputs: list[Tensor | None] = []
         for x, how in zip(args, self.operands):
             if how is None or isinstance(how, Tensor):
                 inputs.append(how)
             else:  # the operand's own desc over its binding (checked when first bound)
                 inputs.append(Tensor.trusted(x.buffer, how, x.offset))
+        return inputs
+
+    def run(self, args: tuple[Any, ...], out: Tensor | None) -> Tensor:
         if out is None:
             out = pooled_empty(self.device, self.res_desc)
-        self.op.execute(inputs, [Tensor.trusted(out.buffer, self.out_desc, out.offset)])
+        self.op.execute(self.bound_inputs(args), [Tensor.trusted(out.buffer, self.out_desc, out.offset)])
         return out
+
+
+class _Ready:
+    """A call recognised by the identity of its arguments (recent_calls.py): its inputs and
+    (with `out` given) its output bound once; a call without `out` takes its output from
+    the device's buffer pool, bound through the result itself where the compiled output
+    desc addresses the same elements."""
+
+    __slots__ = ("engine", "inputs", "make", "nbytes", "op", "out_desc", "outputs", "res_desc", "same")
+
+    def __init__(self, prep: _Prepared, args: tuple[Any, ...], out: Tensor | None) -> None:
+        dev = prep.device
+        self.engine, self.op, self.res_desc, self.out_desc = dev.engine, prep.op, prep.res_desc, prep.out_desc
+        self.inputs = tuple(prep.bound_inputs(args))
+        self.nbytes = prep.res_desc.byte_size
+        self.make = lambda n: Buffer(dev, n)
+        self.same = prep.res_desc.layout == prep.out_desc.layout
+        self.outputs = None if out is None else (Tensor.trusted(out.buffer, prep.out_desc, out.offset),)
+
+    def run(self, out: Tensor | None) -> Tensor:
+        outputs = self.outputs
+        if outputs is None:
+            engine = self.engine
+            with engine.lock:
+                buf = engine.pool.take(self.nbytes, self.make)
+            out = Tensor.trusted(buf, self.res_desc, 0)  # a packed desc over the whole buffer
+            outputs = (out,) if self.same else (Tensor.trusted(buf, self.out_desc, 0),)
+        self.op.execute(self.inputs, outputs)
+        return out  # type: ignore[return-value]
 
 
 def _operand_key(x: Any) -> Hashable:
@@ -112,6 +147,10 @@ def matmul_integer_to_float(
     constants (Python numbers, arrays of up to 64 elements) as an earlier one reuses that
     call's descriptors, compiled operator, binding checks and device-resident constants.
     """
+    ready = _ready.get((id(a), id(b), id(a_scale), id(b_scale), id(a_zero_point), id(b_zero_point), id(bias),
+                        id(out), id(out_data_type), id(device)))
+    if ready is not None:
+        return ready.run(out)
     dev = device_of(a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias, out, device=device)
     args = (a, a_scale, a_zero_point, b, b_scale, b_zero_point, bias)
     key: Hashable = _NOT_CACHED
@@ -122,11 +161,18 @@ def matmul_integer_to_float(
     prep = _prepared.get(key) if key is not _NOT_CACHED else None
     if prep is None or prep.device is not dev:
         prep, reusable = _prepare(dev, args, out_data_type, out)
-        if key is not _NOT_CACHED and reusable:
-            if len(_prepared) >= PREPARED_CAPACITY:
-                _prepared.clear()
-            _prepared[key] = prep
-    return prep.run(args, out)
+        if key is _NOT_CACHED or not reusable:
+            return prep.run(args, out)
+        if len(_prepared) >= PREPARED_CAPACITY:
+            _prepared.clear()
+        _prepared[key] = prep
+    result = prep.run(args, out)
+    # the same argument objects again: straight to the bound operator (recent_calls.py);
+    # only after a call that succeeded, so an entry never skips a check that failed
+    if all(immutable(x) for x in args) and immutable(out) and immutable(out_data_type):
+        _ready.add((a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias, out, out_data_type, device),
+                   _Ready(prep, args, out))
+    return result
 
 
 def _prepare(dev: Device, args: tuple[Any, ...], out_data_type: Any, out: Tensor | None) -> tuple[_Prepared, bool]:
