@@ -12,6 +12,7 @@ Run it twice with the cache on: the second process reads what the first compiled
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
@@ -116,7 +117,7 @@ def breakdown(dev: kdml.Device, rng: np.random.Generator, repeats: int) -> None:
             clock.append(time.perf_counter())
             scratch.kdml_run()
             clock.append(time.perf_counter())
-        steps = [b - a for a, b in zip(clock, clock[1:])]
+        steps = [b - a for a, b in itertools.pairwise(clock)]
         steps = steps[1:] + steps[:1]  # "drop" (the first step) last
         for name, v in zip(names, steps):
             times[name].append(v * 1e6)

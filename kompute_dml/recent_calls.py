@@ -80,7 +80,9 @@ def _dropper(calls_ref: weakref.ref[RecentCalls[Any]], key: tuple[int, ...], ser
 
     def drop(_ref: Any) -> None:
         calls = calls_ref()
-        hit = calls._entries.get(key) if calls is not None else None
+        if calls is None:
+            return
+        hit = calls._entries.get(key)
         if hit is not None and hit[1] == serial:
             calls._entries.pop(key, None)
 

@@ -17,13 +17,12 @@ import math
 
 import numpy as np
 import pytest
+from helpers import identity_op
 
 import kompute_dml as kdml
 from kompute_dml import functional_matmul
 from kompute_dml.dtypes import DataType as DT
 from kompute_dml.tensor_desc import TensorDesc as TD
-
-from helpers import identity_op
 
 BUILT = ("programs", "pipelines_created", "pipeline_misses", "pipelines", "recorded_sequences", "sequences_created",
          "first_runs", "live_buffers", "pooled_buffers", "allocated_bytes")

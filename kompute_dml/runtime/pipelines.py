@@ -18,6 +18,7 @@ from ..shaders import check_capabilities, load_spirv
 from .memory import DeviceMemory
 from .plans import DispatchPlan
 
+
 class PipelineCache:
     """LRU cache of kp algorithms keyed by (variant, buffer serials, push size, spec)."""
 
