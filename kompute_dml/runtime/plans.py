@@ -37,7 +37,7 @@ class DispatchPlan:
     # (its push constants only give their size: OpDispatch pushes the words at each dispatch).
     @functools.cached_property
     def words(self) -> tuple[int, ...]:
-        return tuple(int(v) & 0xFFFFFFFF for v in self.push)
+        return tuple(int(v) for v in self.push)
 
     @functools.cached_property
     def spec_array(self) -> np.ndarray:
