@@ -81,6 +81,14 @@ def _by_word(seq: Any) -> bool:
     return bool(seq.kdml_completes_by_word())
 
 
+class _Capture(threading.local):
+    """Per thread: the Recording executions go into (Engine.capture_into). A class attribute
+    gives threads that never captured None without the AttributeError getattr(local, name,
+    default) raises and catches on every execution."""
+
+    rec: Any = None
+
+
 class Engine:
     """The kp Manager of one Vulkan physical device and everything that runs on it.
 
@@ -118,7 +126,7 @@ class Engine:
         # shape siblings, onnx_impl/device_graph.py)
         self.prepared_variants: set[str] = set()
         # Device.capture(): per thread, the Recording that executions go into instead of running
-        self._capture = threading.local()
+        self._capture = _Capture()
         self.profile: Profile | None = None  # set while Device.profile() is open
         # Replayed sequences complete by a completion word where the kp build has them
         # (patch level 7) and this is True (set from DevicePolicy.completion), else by fence.
@@ -291,7 +299,7 @@ class Engine:
     @property
     def capturing(self) -> Any:
         """The Recording this thread's executions go into (Device.capture), else None."""
-        return getattr(self._capture, "rec", None)
+        return self._capture.rec
 
     @contextlib.contextmanager
     def capture_into(self, rec: Any) -> Any:
