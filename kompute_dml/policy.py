@@ -83,9 +83,13 @@ COMPLETIONS = ("word", "fence")
 # overrides): "shared" records it into one fence-completed sequence shared by every first run
 # and re-recorded for each (runtime/replay.py), "own" into a new sequence of its own at once.
 # A first run then creates no command buffer and no fence: on the H100 the first submission
-# of a new sequence cost 304.7 us against 25 for its second (benchmarks/RESULTS.md, the runtime
-# around the kernels); `benchmarks/first_call.py --breakdown` prints both paths ("first run"
-# against "own record" + "own run 1").
+# of a new sequence cost 304.7 us against 25 for its second, and dropping a finished one 310.3
+# (benchmarks/RESULTS.md, the runtime around the kernels), while re-recording a fence-completed
+# sequence cost about 94 us (runtime/staging.py); the shared path is to be confirmed there:
+# `benchmarks/first_call.py --breakdown` prints both paths ("first run" against "own record" +
+# "own run 1") and whole executions on new buffers (first, second, third). Lavapipe, that
+# command at 64^3 three times each way, shared / own: first 207.2 / 184.6, 189.7 / 183.2,
+# 181.9 / 184.3 us; second 132.6 / 113.0, 123.3 / 112.4, 123.3 / 112.1 (its own sequence).
 FIRST_RUN_ENV = "KDML_FIRST_RUN"
 FIRST_RUNS = ("shared", "own")
 # The matrix-product families (MATRIX_MULTIPLY_INTEGER_TO_FLOAT), each planned by the ops module
