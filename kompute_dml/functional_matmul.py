@@ -15,9 +15,9 @@ from .dtypes import DataType
 from .errors import UnsupportedError, invalid
 from .functional import as_tensor, check_out, compile_cached, device_of, pooled_empty, pooled_upload
 from .inputs import as_host_array
-from .memory import Buffer, Tensor
+from .memory import Tensor
 from .ops.matmul_integer import MatrixMultiplyIntegerToFloatDesc
-from .recent_calls import RecentCalls, immutable
+from .recent_calls import BoundCall, RecentCalls, immutable
 from .tensor_desc import TensorDesc
 
 
@@ -56,8 +56,8 @@ PREPARED_CAPACITY = 256
 # (id(device), operand keys) -> _Prepared: a repeated call with the same shapes and types
 # builds no descriptor, compiles nothing and uploads no constant (issue 22).
 _prepared: dict[Hashable, _Prepared] = {}
-# the ids of a call's arguments -> _Ready (recent_calls.py): no key to build, no desc to hash
-_ready: RecentCalls[_Ready] = RecentCalls()
+# the ids of a call's arguments -> BoundCall (recent_calls.py): no key to build, no desc to hash
+_ready: RecentCalls[BoundCall] = RecentCalls()
 
 
 class _Prepared:
@@ -84,35 +84,6 @@ class _Prepared:
             out = pooled_empty(self.device, self.res_desc)
         self.op.execute(self.bound_inputs(args), [Tensor.trusted(out.buffer, self.out_desc, out.offset)])
         return out
-
-
-class _Ready:
-    """A call recognised by the identity of its arguments (recent_calls.py): its inputs and
-    (with `out` given) its output bound once; a call without `out` takes its output from
-    the device's buffer pool, bound through the result itself where the compiled output
-    desc addresses the same elements."""
-
-    __slots__ = ("engine", "inputs", "make", "nbytes", "op", "out_desc", "outputs", "res_desc", "same")
-
-    def __init__(self, prep: _Prepared, args: tuple[Any, ...], out: Tensor | None) -> None:
-        dev = prep.device
-        self.engine, self.op, self.res_desc, self.out_desc = dev.engine, prep.op, prep.res_desc, prep.out_desc
-        self.inputs = tuple(prep.bound_inputs(args))
-        self.nbytes = prep.res_desc.byte_size
-        self.make = lambda n: Buffer(dev, n)
-        self.same = prep.res_desc.layout == prep.out_desc.layout
-        self.outputs = None if out is None else (Tensor.trusted(out.buffer, prep.out_desc, out.offset),)
-
-    def run(self, out: Tensor | None) -> Tensor:
-        outputs = self.outputs
-        if outputs is None:
-            engine = self.engine
-            with engine.lock:
-                buf = engine.pool.take(self.nbytes, self.make)
-            out = Tensor.trusted(buf, self.res_desc, 0)  # a packed desc over the whole buffer
-            outputs = (out,) if self.same else (Tensor.trusted(buf, self.out_desc, 0),)
-        self.op.execute(self.inputs, outputs)
-        return out  # type: ignore[return-value]
 
 
 def _operand_key(x: Any) -> Hashable:
@@ -171,7 +142,7 @@ def matmul_integer_to_float(
     # only after a call that succeeded, so an entry never skips a check that failed
     if all(immutable(x) for x in args) and immutable(out) and immutable(out_data_type):
         _ready.add((a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias, out, out_data_type, device),
-                   _Ready(prep, args, out))
+                   BoundCall(prep.op, prep.bound_inputs(args), prep.res_desc, prep.out_desc, out))
     return result
 
 

@@ -25,7 +25,8 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from .dtypes import DataType
-from .memory import Tensor
+from .memory import Buffer, Tensor
+from .tensor_desc import TensorDesc
 
 E = TypeVar("E")
 CAPACITY = 256
@@ -72,6 +73,39 @@ class RecentCalls(Generic[E]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+class BoundCall:
+    """A helper call recognised by its arguments: the compiled operator, its bound inputs
+    (the library's own views and constants: none of them is a caller's Tensor object) and,
+    with `out` given, its bound output. Without `out`, each run takes its output from the
+    device's buffer pool (runtime/pool.py: the previous result's buffer once the caller
+    dropped it, with its descriptor set and recorded submission), bound through the result
+    itself where the compiled output desc (`out_desc`) addresses the same elements as the
+    result's (`res_desc`)."""
+
+    __slots__ = ("engine", "inputs", "make", "nbytes", "op", "out_desc", "outputs", "res_desc", "same")
+
+    def __init__(self, op: Any, inputs: list[Tensor | None], res_desc: TensorDesc, out_desc: TensorDesc,
+                 out: Tensor | None) -> None:
+        dev = op.device
+        self.engine, self.op, self.res_desc, self.out_desc = dev.engine, op, res_desc, out_desc
+        self.inputs = tuple(inputs)
+        self.nbytes = res_desc.byte_size
+        self.make = lambda n: Buffer(dev, n)
+        self.same = res_desc.layout == out_desc.layout
+        self.outputs = None if out is None else (Tensor.trusted(out.buffer, out_desc, out.offset),)
+
+    def run(self, out: Tensor | None) -> Tensor:
+        outputs = self.outputs
+        if outputs is None:
+            engine = self.engine
+            with engine.lock:
+                buf = engine.pool.take(self.nbytes, self.make)
+            out = Tensor.trusted(buf, self.res_desc, 0)  # a packed desc over the whole buffer
+            outputs = (out,) if self.same else (Tensor.trusted(buf, self.out_desc, 0),)
+        self.op.execute(self.inputs, outputs)
+        return out  # type: ignore[return-value]
 
 
 def _dropper(calls_ref: weakref.ref[RecentCalls[Any]], key: tuple[int, ...], serial: int) -> Callable[[Any], None]:

@@ -199,3 +199,27 @@ def test_binding_descs_compare_by_layout(dev, rng):
     np.testing.assert_array_equal(np.frombuffer(buf.read(0, 96), np.float32).reshape(4, 6), x.numpy())
     with pytest.raises(kdml.InvalidArgumentError, match="input_tensor"):
         op.execute([kdml.Tensor(buf, TD(DT.FLOAT32, (4, 6), (12, 2)))], [kdml.Tensor(dev.buffer(96), desc)])
+
+
+def test_repeated_identity_builds_nothing_and_reads_its_input_every_time(dev, rng, monkeypatch):
+    """kdml.identity on the same Tensor again (recent_calls.py) copies what the tensor holds
+    now; a numpy input is uploaded at every call, so a changed array gives its new values."""
+    from kompute_dml import functional
+
+    x = dev.tensor(rng.standard_normal((8, 8)).astype(np.float32))
+    for _ in range(2):
+        kdml.identity(x)
+    gc.collect()
+    before = _built(dev)
+    calls = []
+    monkeypatch.setattr(functional, "device_of", lambda *a, **k: calls.append(1))
+    for _ in range(3):
+        new = rng.standard_normal((8, 8)).astype(np.float32)
+        x.write_numpy(new)
+        np.testing.assert_array_equal(kdml.identity(x).numpy(), new)
+    assert calls == [] and _built(dev) == before
+    monkeypatch.undo()
+    arr = rng.standard_normal((8, 8)).astype(np.float32)
+    for _ in range(2):
+        np.testing.assert_array_equal(kdml.identity(arr, device=dev).numpy(), arr)
+        arr += 1
