@@ -12,6 +12,7 @@ Run it twice with the cache on: the second process reads what the first compiled
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
@@ -70,16 +71,20 @@ def main() -> None:
 
 def breakdown(dev: kdml.Device, rng: np.random.Generator, repeats: int) -> None:
     """Where a first execution on new buffers spends its time (a 64^3 product): the binding
-    checks, encoding + recording (kp algorithm = descriptor set, kp sequence), the first run of
-    the new command buffer and a second run of it; then the kp steps of the recording alone
-    (a sequence created, an algorithm created, a sequence re-recorded and run)."""
+    checks, encoding (kp algorithm = descriptor set, kp dispatch), the first run (recorded
+    into the engine's shared sequence, run and waited: what a first execution does), then
+    what the submission's second run adds (its own kp sequence created and recorded, own
+    run 1) and a third (own run 2); then the kp steps alone (a sequence created, an
+    algorithm created, a word-completed sequence re-recorded and run, dropping the last
+    iteration's own sequence)."""
     from kompute_dml.runtime.encode import encode, record_dispatches
 
     m = k = n = 64
     op = dev.compile(_desc(m, k, n))
     engine = dev.engine
-    times: dict[str, list[float]] = {k: [] for k in ("bind", "record", "run 1", "run 2", "new sequence",
-                                                       "new algorithm", "re-record", "run re-recorded", "drop")}
+    names = ("bind", "encode", "first run", "own record", "own run 1", "own run 2", "new sequence",
+             "new algorithm", "re-record", "run re-recorded", "drop")
+    times: dict[str, list[float]] = {name: [] for name in names}
     scratch = engine.manager.kdml_word_sequence()
     replay = None
     for _ in range(repeats):
@@ -87,33 +92,49 @@ def breakdown(dev: kdml.Device, rng: np.random.Generator, repeats: int) -> None:
         b = dev.tensor(rng.integers(-128, 128, (1, 1, k, n), dtype=np.int8))
         s = dev.tensor(np.array([[[[0.5]]]], np.float32))
         out = dev.empty(kdml.TensorDesc(kdml.DataType.FLOAT32, (1, 1, m, n)))
-        t = time.perf_counter()
-        replay = None  # the last iteration's submission: its kp sequence is destroyed here
-        t0 = time.perf_counter()
-        times["drop"].append((t0 - t) * 1e6)
+        clock = [time.perf_counter()]
+        replay = None  # the last iteration's submission: its own kp sequence is destroyed here
+        clock.append(time.perf_counter())
         bound, _key = op.bind([a, s, None, b, s, None, None], [out])
-        t1 = time.perf_counter()
+        clock.append(time.perf_counter())
         with engine.lock:
-            replay = engine._record([(op.plans, bound)])
-            t2 = time.perf_counter()
-            replay.run()
-            t3 = time.perf_counter()
-            replay.run()
-            t4 = time.perf_counter()
+            replay = engine._encode([(op.plans, bound)])
+            clock.append(time.perf_counter())
+            engine.first_runs.run(replay)
+            clock.append(time.perf_counter())
+            replay.own(engine.manager.kdml_word_sequence())
+            clock.append(time.perf_counter())
+            for _run in range(2):
+                replay.run()
+                clock.append(time.perf_counter())
             engine.manager.kdml_word_sequence()
-            t5 = time.perf_counter()
+            clock.append(time.perf_counter())
             engine.pipelines._entries.clear()  # a new descriptor set for the same buffers
             dispatches = [encode(plan, bound, engine.pipelines, engine.dummy) for plan in op.plans]
-            t6 = time.perf_counter()
+            clock.append(time.perf_counter())
             scratch.clear()
             record_dispatches(scratch, dispatches)
-            t7 = time.perf_counter()
+            clock.append(time.perf_counter())
             scratch.kdml_run()
-            t8 = time.perf_counter()
-        for name, v in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6, t8 - t7)):
+            clock.append(time.perf_counter())
+        steps = [b - a for a, b in itertools.pairwise(clock)]
+        steps = steps[1:] + steps[:1]  # "drop" (the first step) last
+        for name, v in zip(names, steps):
             times[name].append(v * 1e6)
     del replay
     print("first execution on new buffers, median us: " + ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in times.items()))
+    calls: list[list[float]] = [[], [], []]
+    for _ in range(repeats):  # the whole op.execute: first, second and third run on new buffers
+        a = dev.tensor(rng.integers(-128, 128, (1, 1, m, k), dtype=np.int8))
+        b = dev.tensor(rng.integers(-128, 128, (1, 1, k, n), dtype=np.int8))
+        s = dev.tensor(np.array([[[[0.5]]]], np.float32))
+        out = dev.empty(kdml.TensorDesc(kdml.DataType.FLOAT32, (1, 1, m, n)))
+        for i in range(3):
+            t0 = time.perf_counter()
+            op.execute([a, s, None, b, s, None, None], [out])
+            calls[i].append((time.perf_counter() - t0) * 1e6)
+    print("op.execute on new buffers, median us: " + ", ".join(
+        f"{name} {statistics.median(v):.1f}" for name, v in zip(("first", "second", "third"), calls)))
 
 
 if __name__ == "__main__":

@@ -117,6 +117,7 @@ class Device:
         self.transfer_commands = self.policy.transfer_commands
         self.engine.completion_word = self.policy.completion == "word"
         self.engine.set_adaptive_spin(self.policy.wait_spin_cap_us)
+        self.engine.shared_first_runs = self.policy.first_run == "shared"
 
     def __repr__(self) -> str:
         return f"Device({self.index}, {self.name!r}, feature_level={self.feature_level.name})"
@@ -245,10 +246,13 @@ class Device:
         """Cache and memory counters: programs (pipelines shared per shader variant and
         specialization constants) and pipelines_created (compiled by the driver),
         pipelines (their cached descriptor sets: one per bound buffer set), pipeline_hits,
-        pipeline_misses, recorded_sequences (word_sequences of them complete by a completion
-        word), live_buffers, pooled_buffers, allocated_bytes (device memory of live
-        buffers), staging_bytes (host memory the transfers hold), pipeline_cache_loaded_bytes
-        (pipeline cache data read from disk at open)."""
+        pipeline_misses, recorded_sequences (cached submissions; word_sequences: those whose
+        own kp sequence completes by a completion word), sequences_created (kp sequences
+        recorded for cached submissions: at their second run), first_runs (first runs through
+        the shared sequence, runtime/replay.py), live_buffers, pooled_buffers,
+        allocated_bytes (device memory of live buffers), staging_bytes (host memory the
+        transfers hold), pipeline_cache_loaded_bytes (pipeline cache data read from disk at
+        open)."""
         return self.engine.stats()
 
 

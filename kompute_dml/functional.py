@@ -24,6 +24,7 @@ from .ints import as_int, as_int_tuple
 from .memory import Buffer, Tensor, packed_desc_for
 from .ops.diagonal import INT32_MAX, INT32_MIN, DiagonalMatrix1Desc, DiagonalMatrixDesc
 from .ops.identity import ActivationIdentityDesc, CopyDesc
+from .recent_calls import BoundCall, RecentCalls
 from .tensor_desc import TensorDesc, validate_desc
 
 _default: Device | None = None
@@ -106,14 +107,24 @@ def _packed(data_type: DataType, sizes: tuple[int, ...]) -> TensorDesc:
     return TensorDesc(data_type, sizes)
 
 
+# (id(x), operator, id(out), id(device)) -> BoundCall: a call on the same Tensor objects again
+_unary_calls: RecentCalls[BoundCall] = RecentCalls()
+
+
 def _unary_copy(x: Any, desc_type: type, out: Tensor | None, device: Device | None) -> Tensor:
+    ready = _unary_calls.get((id(x), id(desc_type), id(out), id(device)))
+    if ready is not None:
+        return ready.run(out)
     dev = device_of(x, out, device=device)
     t = as_tensor(x, dev)
-    if out is None:
-        out = pooled_empty(dev, _packed_like(t.desc))
-    op = compile_cached(dev, desc_type(t.desc, out.desc))
-    op.execute([t], [out])
-    return out
+    res_desc = _packed_like(t.desc)
+    result = out if out is not None else pooled_empty(dev, res_desc)
+    op = compile_cached(dev, desc_type(t.desc, result.desc))
+    op.execute([t], [result])
+    if t is x and (out is None or type(out) is Tensor):  # a numpy x (mutable) is uploaded at every call
+        bound = Tensor.trusted(t.buffer, t.desc, t.offset)
+        _unary_calls.add((x, desc_type, out, device), BoundCall(op, [bound], res_desc, result.desc, out))
+    return result
 
 
 def identity(x: Any, *, out: Tensor | None = None, device: Device | None = None) -> Tensor:

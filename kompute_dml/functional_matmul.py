@@ -17,6 +17,7 @@ from .functional import as_tensor, check_out, compile_cached, device_of, pooled_
 from .inputs import as_host_array
 from .memory import Tensor
 from .ops.matmul_integer import MatrixMultiplyIntegerToFloatDesc
+from .recent_calls import BoundCall, RecentCalls, immutable
 from .tensor_desc import TensorDesc
 
 
@@ -55,6 +56,8 @@ PREPARED_CAPACITY = 256
 # (id(device), operand keys) -> _Prepared: a repeated call with the same shapes and types
 # builds no descriptor, compiles nothing and uploads no constant (issue 22).
 _prepared: dict[Hashable, _Prepared] = {}
+# the ids of a call's arguments -> BoundCall (recent_calls.py): no key to build, no desc to hash
+_ready: RecentCalls[BoundCall] = RecentCalls()
 
 
 class _Prepared:
@@ -67,16 +70,19 @@ class _Prepared:
         self.device, self.op, self.operands = device, op, operands
         self.out_desc, self.res_desc = out_desc, res_desc
 
-    def run(self, args: tuple[Any, ...], out: Tensor | None) -> Tensor:
+    def bound_inputs(self, args: tuple[Any, ...]) -> list[Tensor | None]:
         inputs: list[Tensor | None] = []
         for x, how in zip(args, self.operands):
             if how is None or isinstance(how, Tensor):
                 inputs.append(how)
             else:  # the operand's own desc over its binding (checked when first bound)
                 inputs.append(Tensor.trusted(x.buffer, how, x.offset))
+        return inputs
+
+    def run(self, args: tuple[Any, ...], out: Tensor | None) -> Tensor:
         if out is None:
             out = pooled_empty(self.device, self.res_desc)
-        self.op.execute(inputs, [Tensor.trusted(out.buffer, self.out_desc, out.offset)])
+        self.op.execute(self.bound_inputs(args), [Tensor.trusted(out.buffer, self.out_desc, out.offset)])
         return out
 
 
@@ -112,6 +118,10 @@ def matmul_integer_to_float(
     constants (Python numbers, arrays of up to 64 elements) as an earlier one reuses that
     call's descriptors, compiled operator, binding checks and device-resident constants.
     """
+    ready = _ready.get((id(a), id(b), id(a_scale), id(b_scale), id(a_zero_point), id(b_zero_point), id(bias),
+                        id(out), id(out_data_type), id(device)))
+    if ready is not None:
+        return ready.run(out)
     dev = device_of(a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias, out, device=device)
     args = (a, a_scale, a_zero_point, b, b_scale, b_zero_point, bias)
     key: Hashable = _NOT_CACHED
@@ -122,11 +132,18 @@ def matmul_integer_to_float(
     prep = _prepared.get(key) if key is not _NOT_CACHED else None
     if prep is None or prep.device is not dev:
         prep, reusable = _prepare(dev, args, out_data_type, out)
-        if key is not _NOT_CACHED and reusable:
-            if len(_prepared) >= PREPARED_CAPACITY:
-                _prepared.clear()
-            _prepared[key] = prep
-    return prep.run(args, out)
+        if key is _NOT_CACHED or not reusable:
+            return prep.run(args, out)
+        if len(_prepared) >= PREPARED_CAPACITY:
+            _prepared.clear()
+        _prepared[key] = prep
+    result = prep.run(args, out)
+    # the same argument objects again: straight to the bound operator (recent_calls.py);
+    # only after a call that succeeded, so an entry never skips a check that failed
+    if all(immutable(x) for x in args) and immutable(out) and immutable(out_data_type):
+        _ready.add((a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias, out, out_data_type, device),
+                   BoundCall(prep.op, prep.bound_inputs(args), prep.res_desc, prep.out_desc, out))
+    return result
 
 
 def _prepare(dev: Device, args: tuple[Any, ...], out_data_type: Any, out: Tensor | None) -> tuple[_Prepared, bool]:

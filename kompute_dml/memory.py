@@ -294,12 +294,16 @@ def register_slicer(fn: Callable[[Tensor, Any], Tensor]) -> None:
     _slicer = fn
 
 
+# Tensor.__setattr__ refuses every assignment: its slots are set through their descriptors
+# (a helper's output Tensor is made on every call: about half the cost of object.__setattr__)
+_SET_BUFFER, _SET_DESC, _SET_OFFSET, _SET_KEY = (Tensor.__dict__[n].__set__ for n in ("buffer", "desc", "offset", "binding_key"))
+
+
 def _fill(t: Tensor, buffer: Buffer, desc: TensorDesc, offset: int) -> None:
-    setattr_ = object.__setattr__
-    setattr_(t, "buffer", buffer)
-    setattr_(t, "desc", desc)
-    setattr_(t, "offset", offset)
-    setattr_(t, "binding_key", (buffer.serial, offset, id(desc)))
+    _SET_BUFFER(t, buffer)
+    _SET_DESC(t, desc)
+    _SET_OFFSET(t, offset)
+    _SET_KEY(t, (buffer.serial, offset, id(desc)))
 
 
 def calc_span_bytes(desc: TensorDesc) -> int:

@@ -16,6 +16,8 @@ Every choice here is a measured one (figures in docs/ and benchmarks/RESULTS.md)
   input) are one copy from a constant computed at compile time (CONSTANT_BELOW);
 - every device: an execution completes by a completion word (its command buffer writes a
   host-visible word last; the host polls it) rather than by its fence (COMPLETION).
+- every device: a submission's first run goes through one shared, re-recorded sequence; a
+  submission gets a command buffer of its own at its second run (FIRST_RUN).
 """
 
 from __future__ import annotations
@@ -85,6 +87,19 @@ COMPLETIONS = ("word", "fence")
 # default synchronization spins), at most this long; a CPU device keeps the default, its worker
 # threads need the cores.
 WAIT_SPIN_CAP_US = 5000
+# Where a submission runs the first time (DevicePolicy.first_run; KDML_FIRST_RUN=own or shared
+# overrides): "shared" records it into one fence-completed sequence shared by every first run
+# and re-recorded for each (runtime/replay.py), "own" into a new sequence of its own at once.
+# A first run then creates no command buffer and no fence: on the H100 the first submission
+# of a new sequence cost 304.7 us against 25 for its second, and dropping a finished one 310.3
+# (benchmarks/RESULTS.md, the runtime around the kernels), while re-recording a fence-completed
+# sequence cost about 94 us (runtime/staging.py); the shared path is to be confirmed there:
+# `benchmarks/first_call.py --breakdown` prints both paths ("first run" against "own record" +
+# "own run 1") and whole executions on new buffers (first, second, third). Lavapipe, that
+# command at 64^3 three times each way, shared / own: first 207.2 / 184.6, 189.7 / 183.2,
+# 181.9 / 184.3 us; second 132.6 / 113.0, 123.3 / 112.4, 123.3 / 112.1 (its own sequence).
+FIRST_RUN_ENV = "KDML_FIRST_RUN"
+FIRST_RUNS = ("shared", "own")
 # The matrix-product families (MATRIX_MULTIPLY_INTEGER_TO_FLOAT), each planned by the ops module
 # that registers it (ops/matmul_integer.PLANNERS): "cpu" / "cpu-ssbo" (register-blocked; without the
 # texel variant), "gpu" (shared-memory tiles), "coopmat" / "dot" / "coopmat-emulated" (ops/matmul_coop.py:
@@ -195,6 +210,7 @@ class DevicePolicy:
     constant_below: int = 0
     completion: str = "word"  # see COMPLETION
     wait_spin_cap_us: int = 0  # see WAIT_SPIN_CAP_US; 0: the fixed default spin
+    first_run: str = "shared"  # see FIRST_RUN
     # How GEMM (ops/gemm.py) picks its output tile (32 x 32 or 64 x 64, contract.GEMM_BLOCKS):
     # "work" (CPU devices) the one with the least padded work per unit of speed (GEMM_CPU_B4_RATE),
     # "parallel" (GPUs) 64 x 64 only where enough such tiles keep the device busy (ops/gemm.py).
@@ -281,6 +297,7 @@ class DevicePolicy:
             "constant_below": self.constant_below,
             "completion": self.completion,
             "wait_spin_cap_us": self.wait_spin_cap_us,
+            "first_run": self.first_run,
             "gemm_tiles": self.gemm_tiles,
             "gemm_family": self.gemm_family,
             "gemm_kernel": self.gemm_kernel,
@@ -331,4 +348,11 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
 
             raise invalid(COMPLETION_ENV, f"must be one of {', '.join(COMPLETIONS)}, got {completion!r}")
         policy = replace(policy, completion=completion)
+    first_run = os.environ.get(FIRST_RUN_ENV, "").strip().lower()
+    if first_run:
+        if first_run not in FIRST_RUNS:
+            from .errors import invalid
+
+            raise invalid(FIRST_RUN_ENV, f"must be one of {', '.join(FIRST_RUNS)}, got {first_run!r}")
+        policy = replace(policy, first_run=first_run)
     return policy

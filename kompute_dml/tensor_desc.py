@@ -8,11 +8,10 @@ reported by `Device.compile` with the name of the operator field it sits in.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from .dtypes import DataType
 from .errors import InvalidArgumentError, invalid
@@ -57,6 +56,27 @@ def calc_buffer_tensor_size(data_type: DataType | int, sizes: Sequence[int], str
         count = sum((s - 1) * st for s, st in zip(sizes_t, strides_t)) + 1
     nbytes = count * dt.size
     return (nbytes + 3) & ~3
+
+
+T = TypeVar("T")
+
+
+class _cached(Generic[T]):
+    """functools.cached_property without the lock Python 3.11's takes on every first read
+    (a third of the binding checks of an execution on new tensors, whose descs are read for
+    the first time). The value goes into the instance's __dict__, which later reads find
+    first."""
+
+    def __init__(self, fn: Callable[[Any], T]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __get__(self, obj: Any, owner: Any = None) -> T:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value
 
 
 @dataclass(frozen=True)
@@ -125,11 +145,11 @@ class TensorDesc:
     def element_count(self) -> int:
         return math.prod(self.sizes)
 
-    @functools.cached_property
+    @_cached
     def effective_strides(self) -> tuple[int, ...]:  # cached: read on every binding check
         return self.strides if self.strides is not None else packed_strides(self.sizes)
 
-    @functools.cached_property
+    @_cached
     def layout(self) -> tuple[DataType, tuple[int, ...], tuple[int, ...]]:
         """(type, sizes, strides): equal for descriptors that address the same elements
         (cached: compared on every binding check)."""

@@ -47,12 +47,20 @@ def test_policy_completion_default_and_override(monkeypatch):
 
 
 def test_replays_complete_the_way_the_policy_says(completion_dev, rng):
+    """A first run goes through the shared (fence-completed) sequence; the second run
+    records the submission's own sequence, completed the policy's way."""
     op, desc = identity_op(completion_dev, (16, 16))
     x = completion_dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
     y = completion_dev.empty(desc)
     op.execute([x], [y])
     stats = completion_dev.stats()
     assert stats["recorded_sequences"] == 1
+    assert (stats["first_runs"], stats["sequences_created"], stats["word_sequences"]) == (1, 0, 0)
+    assert np.array_equal(y.numpy(), x.numpy())
+    y.write_numpy(np.zeros(desc.sizes, np.float32))
+    op.execute([x], [y])
+    stats = completion_dev.stats()
+    assert (stats["first_runs"], stats["sequences_created"]) == (1, 1)
     assert stats["word_sequences"] == (1 if completion_dev.policy.completion == "word" else 0)
     assert np.array_equal(y.numpy(), x.numpy())
 

@@ -149,6 +149,16 @@ def first_calls(kdml: Any, dev: Any, rounds: int) -> list[dict[str, Any]]:
     a = dev.tensor(rng.integers(-128, 128, (64, 64), dtype=np.int8))
     b = dev.tensor(rng.integers(-128, 128, (64, 64), dtype=np.int8))
     s1, s2 = dev.tensor(np.array([0.5], np.float32)), dev.tensor(np.array([0.25], np.float32))
+    # the floor under the helper: its operator (2-D int8, one-element scales as {1,1} views)
+    # compiled and executed directly on the same tensors
+    dt, i8 = kdml.DataType, kdml.TensorDesc(kdml.DataType.INT8, (64, 64))
+    one = kdml.TensorDesc(dt.FLOAT32, (1, 1), (0, 0))
+    op64 = dev.compile(kdml.MatrixMultiplyIntegerToFloatDesc(i8, one, None, i8, one, None, None,
+                                                             kdml.TensorDesc(dt.FLOAT32, (64, 64))))
+    ins64 = [a, kdml.Tensor(s1.buffer, one), None, b, kdml.Tensor(s2.buffer, one), None, None]
+    outs64 = [dev.empty(kdml.TensorDesc(dt.FLOAT32, (64, 64)))]
+    rows.append({"what": "matmul 64^3 op.execute (the helper's operator), device scales",
+                 "steady_us": 1e6 * _median_seconds(lambda: op64.execute(ins64, outs64), rounds)})
     rows.append({"what": "kdml.matmul_integer_to_float 64^3, device scales",
                  "steady_us": 1e6 * _median_seconds(lambda: kdml.matmul_integer_to_float(a, b, s1, s2), rounds)})
     rows.append({"what": "kdml.matmul_integer_to_float 64^3, Python-float scales",

@@ -185,7 +185,7 @@ class CompiledOperator:
                 del recent[next(iter(recent))]
             except (KeyError, RuntimeError, StopIteration):  # another thread changed it meanwhile
                 break
-        recent[keys] = (tuple(None if t is None else t.desc for t in bound), key)
+        recent[keys] = (tuple([None if t is None else t.desc for t in bound]), key)
 
     def _bind(self, inputs: Any, outputs: Any) -> tuple[list[Tensor | None], Hashable | None]:
         if (type(inputs) is not list and type(inputs) is not tuple) or len(inputs) != self._n_in:
@@ -208,7 +208,10 @@ class CompiledOperator:
             if buf.device is not device:
                 raise invalid(name, "belongs to another Device")
             tdesc = t.desc  # type: ignore[union-attr]
-            if tdesc is not desc and tdesc.layout != desc.layout:
+            # the same layout: the same desc, or the same type, sizes and strides as written
+            # (no strides computed for a new packed desc), else the same effective strides
+            if tdesc is not desc and (tdesc.sizes != desc.sizes or tdesc.data_type != desc.data_type
+                                      or (tdesc.strides != desc.strides and tdesc.layout != desc.layout)):
                 raise invalid(
                     name,
                     f"bound tensor ({tdesc.data_type.name}, sizes {tdesc.sizes}, strides {tdesc.effective_strides}) "

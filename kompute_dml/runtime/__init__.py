@@ -11,6 +11,7 @@
   dispatch (Device.profile)
 - `pipelines`, `encode`, `pool`: cached kp algorithms (descriptor sets over shared pipelines); plans -> kp operations and barriers;
   the functional helpers' buffer pool
+- `replay`: a cached submission (Replay) and the shared sequence its first run goes through
 
 Operators (kompute_dml/ops) import the plans from here; memory.py and device.py build on
 the Engine; nothing here imports them back.

@@ -74,21 +74,20 @@ def encode(plan: Plan, bound: Sequence[Any], pipelines: PipelineCache, dummy: De
     if isinstance(plan, TransferPlan):
         return _transfer(plan, bound)
     assert isinstance(plan, DispatchPlan)
-    memories: list[DeviceMemory] = []
-    for idx in plan.bindings:
-        t = bound[idx] if idx is not None else None
-        memories.append(t.buffer.memory if t is not None else dummy)
-    push = np.asarray(plan.push, dtype=np.uint32).copy()
+    memories: list[DeviceMemory] = [
+        dummy if idx is None or bound[idx] is None else bound[idx].buffer.memory for idx in plan.bindings
+    ]
+    push = list(plan.words)
     for word, idx, unit in plan.offset_slots:
         t = bound[idx]
         if t is not None:  # the packed word (an offset within the tensor, in units) plus the binding's
-            push[word] = (int(push[word]) + t.offset // unit) & 0xFFFFFFFF
+            push[word] = (push[word] + t.offset // unit) & 0xFFFFFFFF
     algo = pipelines.get(plan, memories)
-    writes = frozenset(bound[i].buffer.memory.serial for i in plan.writes)
-    reads = frozenset(m.serial for m in memories) - writes
+    writes = frozenset([bound[i].buffer.memory.serial for i in plan.writes])
+    reads = frozenset([m.serial for m in memories]) - writes
     # kp.OpDispatch records no barrier of its own (kp's OpAlgoDispatch records one per bound
     # tensor before every dispatch); record_dispatches orders the sequence with global barriers.
-    return EncodedDispatch(kp.OpDispatch(algo, push.tolist(), list(plan.groups)), reads, writes)
+    return EncodedDispatch(kp.OpDispatch(algo, push, plan.groups), reads, writes)
 
 
 def global_barrier() -> Any:

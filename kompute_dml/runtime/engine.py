@@ -7,9 +7,10 @@ ops/base.CompiledOperator, device.Device, device.Recording) calls the public met
 
 Submission has one path, for eager executions and recordings alike: a list of executions,
 each (plans, bound tensors), under a key naming the operators,
-buffers and offsets. The first submission of a key encodes the plans, records them with
-their barriers into a kp sequence and caches it; every later one replays that sequence
-without encoding or recording anything.
+buffers and offsets. The first submission of a key encodes the plans (kp operations over
+cached descriptor sets) and caches them; its first run is recorded into a sequence shared by
+all first runs, its second into a kp sequence of its own with its barriers, which every
+later one replays without encoding or recording anything (runtime/replay.py).
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ import numpy as np
 from ..errors import DeviceError, OutOfMemoryError
 from .budget import MemoryBudget
 from .disk_cache import DiskPipelineCache
-from .encode import encode, global_barrier, record_dispatches
+from .encode import encode, global_barrier
 from .inflight import InFlight, Submission, finished
 from .memory import DeviceMemory, HostRange
 from .pipelines import PipelineCache
 from .plans import DispatchPlan, Plan
 from .pool import BufferPool
 from .profile import Profile
+from .replay import SPIN_DEFAULT_NS, FirstRuns, Replay
 from .staging import HostMemory, Staging, host_origin
 
 # One execution of an operator: its plans and the bound tensors (inputs then outputs; None
@@ -53,7 +55,6 @@ if KP_PATCH_LEVEL < REQUIRED_PATCH_LEVEL:
 REPLAY_CAPACITY = 256
 
 _serials = itertools.count(1)
-_SPIN_DEFAULT_NS = 250_000  # the kp patch's default poll before a blocking wait
 _MANAGER_LOCK = threading.Lock()  # kp.kdml_request_features applies to the next kp.Manager
 _LIVE: weakref.WeakSet[Engine] = weakref.WeakSet()
 
@@ -77,26 +78,16 @@ def _close_live_engines() -> None:
             engine.close()
 
 
-class _Replay:
-    """A cached submission: its kp sequence (None: nothing to run) and the call that runs
-    it and waits, and the serials of the buffers it binds."""
-
-    __slots__ = ("dispatches", "generation", "live", "memories", "run", "running", "seq", "spin_ns")
-
-    def __init__(self, seq: Any, memories: frozenset[int], dispatches: list[tuple[Any, tuple[str, Plan]]]) -> None:
-        self.dispatches = dispatches  # (encoded command, (operator, plan)): for Profile.run
-        self.live = True  # False once out of the replay cache (Engine.rerun then refuses it)
-        self.running = False  # submitted without waiting, not yet waited for (inflight.py)
-        self.generation = 0  # how often it was submitted without waiting
-        self.seq = seq
-        # kdml_run: eval() without looking up a Python object for the returned sequence
-        self.run = None if seq is None else seq.kdml_run
-        self.memories = memories
-        self.spin_ns = _SPIN_DEFAULT_NS  # how long its next wait polls (Engine.set_adaptive_spin)
-
-
 def _by_word(seq: Any) -> bool:
     return bool(seq.kdml_completes_by_word())
+
+
+class _Capture(threading.local):
+    """Per thread: the Recording executions go into (Engine.capture_into). A class attribute
+    gives threads that never captured None without the AttributeError getattr(local, name,
+    default) raises and catches on every execution."""
+
+    rec: Any = None
 
 
 class Engine:
@@ -130,17 +121,22 @@ class Engine:
         self.staging = Staging(self.manager, self.guarded)
         self._host: weakref.WeakValueDictionary[int, HostMemory] = weakref.WeakValueDictionary()
         self.inflight = InFlight(self.guarded)
+        self.first_runs = FirstRuns(self.manager, self.guarded)  # runtime/replay.py
+        self.sequences_created = 0  # kp sequences of cached submissions (their second runs)
         # Variants whose pipelines were created ahead of their first use (the ONNX backend's
         # shape siblings, onnx_impl/device_graph.py)
         self.prepared_variants: set[str] = set()
         # Device.capture(): per thread, the Recording that executions go into instead of running
-        self._capture = threading.local()
+        self._capture = _Capture()
         self.profile: Profile | None = None  # set while Device.profile() is open
         # Replayed sequences complete by a completion word where the kp build has them
         # (patch level 7) and this is True (set from DevicePolicy.completion), else by fence.
         self.completion_word = False
         self._spin_cap_ns = 0  # adaptive waits (set_adaptive_spin): poll up to 2x the last run, at most this
-        self._replays: collections.OrderedDict[Hashable, _Replay] = collections.OrderedDict()
+        # First runs go through the shared sequence (runtime/replay.py) where this is True
+        # (set from DevicePolicy.first_run), else each submission records its own at once.
+        self.shared_first_runs = False
+        self._replays: collections.OrderedDict[Hashable, Replay] = collections.OrderedDict()
         self._live: weakref.WeakValueDictionary[int, DeviceMemory] = weakref.WeakValueDictionary()
         self.dummy = self.allocate(4)  # bound where an optional tensor is absent
 
@@ -244,7 +240,7 @@ class Engine:
 
     # ---- submission --------------------------------------------------------------------
     def submit(self, key: Hashable, work: Sequence[Work], wait: bool = True,
-               labels: Sequence[Any] = ()) -> tuple[_Replay, Submission | None]:
+               labels: Sequence[Any] = ()) -> tuple[Replay, Submission | None]:
         """Run executions in one submission and wait (`wait=False`: return a Submission to
         wait for). `key` names what the executions bind (operators, buffer serials, offsets):
         equal keys replay one cached kp sequence. Returns that cached submission, for
@@ -255,7 +251,7 @@ class Engine:
                 raise DeviceError("the device has been closed")
             replay = self._replays.get(key)
             if replay is None:
-                replay = self._record(work, labels)
+                replay = self._encode(work, labels)
                 self._replays[key] = replay
                 if len(self._replays) > REPLAY_CAPACITY:
                     self._replays.popitem(last=False)[1].live = False
@@ -263,7 +259,7 @@ class Engine:
                 self._replays.move_to_end(key)
             return replay, self._launch(replay, wait)
 
-    def rerun(self, replay: _Replay, wait: bool = True) -> bool | Submission | None:
+    def rerun(self, replay: Replay, wait: bool = True) -> bool | Submission | None:
         """Submit again what `submit` returned, for an execution of the same key, without the
         cache lookup: an eager operator's repeated call. False,
         having run nothing, when the submission has left the cache since (then `submit`);
@@ -275,11 +271,20 @@ class Engine:
                 return False
             return self._launch(replay, wait)
 
-    def _launch(self, replay: _Replay, wait: bool) -> Submission | None:
-        """Run a cached submission and wait, or start it (nothing where it has no sequence:
-        e.g. an exact in-place copy). Every execution's path: called under the lock."""
+    def _launch(self, replay: Replay, wait: bool) -> Submission | None:
+        """Run a cached submission and wait, or start it (nothing where it has nothing to
+        run: e.g. an exact in-place copy). Every execution's path: called under the lock.
+        A first run goes through the shared sequence, a later one through the submission's
+        own, recorded at its second run (runtime/replay.py)."""
         if replay.run is None:
-            return None if wait else finished(self.lock)
+            if not replay.pending:
+                return None if wait else finished(self.lock)
+            if self.profile is None:  # (a profile runs its own sequence: profile.py)
+                if wait and not replay.ran and self.shared_first_runs:
+                    self.first_runs.run(replay)
+                    return None
+                replay.own(self.manager.kdml_word_sequence() if self.completion_word else self.manager.sequence())
+                self.sequences_created += 1
         if replay.running:  # its command buffer is still on the device
             self.inflight.finish(replay)
         if self.profile is not None:
@@ -290,11 +295,11 @@ class Engine:
                 kp.kdml_set_wait_spin_ns(replay.spin_ns)
             t0 = time.perf_counter()
             try:
-                replay.run()
+                replay.run()  # type: ignore[misc]
             except RuntimeError as e:
                 raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
             if cap:
-                replay.spin_ns = min(cap, max(_SPIN_DEFAULT_NS, int(2e9 * (time.perf_counter() - t0))))
+                replay.spin_ns = min(cap, max(SPIN_DEFAULT_NS, int(2e9 * (time.perf_counter() - t0))))
         else:
             return self.inflight.start(replay, self.lock)
         return None if wait else finished(self.lock)
@@ -308,7 +313,7 @@ class Engine:
     @property
     def capturing(self) -> Any:
         """The Recording this thread's executions go into (Device.capture), else None."""
-        return getattr(self._capture, "rec", None)
+        return self._capture.rec
 
     @contextlib.contextmanager
     def capture_into(self, rec: Any) -> Any:
@@ -326,16 +331,12 @@ class Engine:
         with self.lock:
             self.inflight.settle()
 
-    def _record(self, work: Sequence[Work], labels: Sequence[Any] = ()) -> _Replay:
+    def _encode(self, work: Sequence[Work], labels: Sequence[Any] = ()) -> Replay:
         names = list(labels) + [""] * (len(work) - len(labels))
         dispatches = [(encode(plan, bound, self.pipelines, self.dummy), (name, plan))
                       for (plans, bound), name in zip(work, names) for plan in plans]
         memories = frozenset(t.buffer.memory.serial for _plans, bound in work for t in bound if t is not None)
-        if all(d.skip for d, _ in dispatches):
-            return _Replay(None, memories, dispatches)
-        seq = self.manager.kdml_word_sequence() if self.completion_word else self.manager.sequence()
-        record_dispatches(seq, [d for d, _ in dispatches])
-        return _Replay(seq, memories, dispatches)
+        return Replay(memories, dispatches)
 
     # ---- state ---------------------------------------------------------------------------
     def prepare(self, plan: DispatchPlan) -> None:
@@ -352,7 +353,9 @@ class Engine:
             "pipelines": len(self.pipelines),
             "pipeline_hits": self.pipelines.hits,
             "pipeline_misses": self.pipelines.misses,
-            "recorded_sequences": len(self._replays),
+            "recorded_sequences": len(self._replays),  # cached submissions
+            "sequences_created": self.sequences_created,
+            "first_runs": self.first_runs.runs,
             "word_sequences": sum(1 for r in self._replays.values() if r.seq is not None and _by_word(r.seq)),
             "live_buffers": len(self._live),
             "pooled_buffers": len(self.pool),

@@ -19,7 +19,7 @@ from typing import Any
 
 
 class InFlight:
-    """The cached submissions (engine._Replay) running on the device, by id. Callers hold the
+    """The cached submissions (replay.Replay) running on the device, by id. Callers hold the
     engine's lock."""
 
     def __init__(self, guarded: Callable[[Callable[[], object]], None]) -> None:

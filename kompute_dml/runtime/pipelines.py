@@ -14,13 +14,9 @@ import collections
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from ..shaders import check_capabilities, load_spirv
 from .memory import DeviceMemory
 from .plans import DispatchPlan
-
-_EMPTY_SPEC = np.zeros((0,), dtype=np.uint32)
 
 
 class PipelineCache:
@@ -38,7 +34,7 @@ class PipelineCache:
         self.misses = 0
 
     def get(self, plan: DispatchPlan, memories: Sequence[DeviceMemory]) -> Any:
-        key = (plan.variant, tuple(m.serial for m in memories), len(plan.push), plan.spec)
+        key = (plan.variant, tuple([m.serial for m in memories]), len(plan.push), plan.spec)
         algo = self._entries.get(key)
         if algo is not None:
             self._entries.move_to_end(key)
@@ -49,8 +45,8 @@ class PipelineCache:
             [m.tensor for m in memories],
             self.spirv(plan.variant),
             [1, 1, 1],  # unused: OpDispatch gives the grid
-            np.asarray(plan.spec, dtype=np.uint32) if plan.spec else _EMPTY_SPEC,
-            np.asarray(plan.push, dtype=np.uint32),
+            plan.spec_array,
+            plan.push_array,  # its size only: OpDispatch pushes the words at each dispatch
         )
         self._entries[key] = algo
         # Evicted algorithms are dropped, not destroy()ed: a recorded replay sequence or a

@@ -36,12 +36,17 @@ class BufferPool:
         self._buffers: list[Sized] = []
 
     def take(self, nbytes: int, make: Callable[[int], B]) -> B:
-        """A free pooled buffer of exactly `nbytes`, else a new one from `make` (then pooled)."""
+        """A free pooled buffer of exactly `nbytes`, else a new one from `make` (then pooled).
+        The most recently used first: a helper called in a loop whose results are dropped
+        finds its last output at the end, with that output's descriptor sets and recorded
+        submissions, without looking at the rest of the pool."""
         pool = self._buffers
-        for i in range(len(pool)):
+        last = len(pool) - 1
+        for i in range(last, -1, -1):
             b = pool[i]
             if b.nbytes == nbytes and sys.getrefcount(b) == _FREE_REFS:
-                pool.append(pool.pop(i))
+                if i != last:
+                    pool.append(pool.pop(i))
                 return b  # type: ignore[return-value]
             del b
         buf = make(nbytes)

@@ -1,0 +1,74 @@
+"""Cached submissions (Replay) and the shared sequence their first runs go through.
+
+A submission is encoded once (its kp operations: descriptor sets and dispatches) when its
+key is first seen. Its first run is recorded into one kp sequence the engine shares between
+all first runs (`FirstRuns`: fence-completed, re-recorded for each new submission, emptied
+after each run so that it holds no buffer alive); only a submission that runs again gets a
+kp sequence of its own, recorded once from the same operations and replayed from then on.
+A first execution on new buffers, which may never repeat, thus creates no command buffer
+and no fence: on the H100 the first submission of a new sequence was the largest part of
+such an execution (`benchmarks/first_call.py --breakdown`: run 1 against run 2).
+Submissions made without waiting, and those run while a Device.profile is open, take their
+own sequence (or the profile's) at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .encode import EncodedDispatch, record_dispatches
+from .plans import Plan
+
+
+SPIN_DEFAULT_NS = 250_000  # the kp patch's default poll before a blocking wait
+
+
+class Replay:
+    """A cached submission: its encoded operations, its kp sequence once it has one (None
+    before its second run, and for a submission with nothing to run) and the call that
+    runs that sequence and waits, and the serials of the buffers it binds."""
+
+    __slots__ = ("dispatches", "generation", "live", "memories", "pending", "ran", "run", "running", "seq", "spin_ns")
+
+    def __init__(self, memories: frozenset[int], dispatches: list[tuple[EncodedDispatch, tuple[Any, Plan]]]) -> None:
+        self.dispatches = dispatches  # (encoded command, (operator, plan)): recorded, and for Profile.run
+        self.live = True  # False once out of the replay cache (Engine.rerun then refuses it)
+        self.running = False  # submitted without waiting, not yet waited for (inflight.py)
+        self.generation = 0  # how often it was submitted without waiting
+        self.memories = memories
+        # something to run and no sequence of its own yet; `ran`: its first run is done
+        self.pending = not all(d.skip for d, _ in dispatches)
+        self.ran = False
+        self.seq: Any = None
+        self.run: Callable[[], None] | None = None  # kdml_run: eval() without a Python object to return
+        self.spin_ns = SPIN_DEFAULT_NS  # how long its next wait polls (Engine.set_adaptive_spin)
+
+    def own(self, seq: Any) -> None:
+        """Record the submission into `seq`, its own sequence from now on."""
+        record_dispatches(seq, [d for d, _ in self.dispatches])
+        self.seq, self.run, self.pending = seq, seq.kdml_run, False
+
+
+class FirstRuns:
+    """The kp sequence every submission's first run is recorded into (callers hold the
+    engine's lock)."""
+
+    def __init__(self, manager: Any, guarded: Callable[[Callable[[], object]], None]) -> None:
+        self._manager = manager
+        self._guarded = guarded  # runs a kp call that waits, its failure as DeviceError
+        self._seq: Any = None
+        self.runs = 0
+
+    def run(self, replay: Replay) -> None:
+        """Record `replay`'s operations into the shared sequence, run it and wait."""
+        seq = self._seq
+        if seq is None:
+            seq = self._seq = self._manager.sequence()
+        replay.ran = True
+        try:
+            record_dispatches(seq, [d for d, _ in replay.dispatches])  # the first record() resets it
+            self._guarded(seq.kdml_run)
+        finally:
+            seq.clear()  # drops the operations (and what they hold); re-recorded before any rerun
+        self.runs += 1
