@@ -262,67 +262,59 @@ void main() {
     // quantizes UNITS 16-byte loads of EPV elements, LOCAL loads apart, so that every load and
     // store instruction of a work group covers consecutive memory; the exact quotients the fast
     // path leaves (rare) in one loop; the last 1 .. EPV - 1 elements as elements
-    // chunks of LOCAL * UNITS loads, the grid's groups taking every (groups)th chunk: the plan
-    // caps the grid (QUANT_MAX_GROUPS) so that the prologue above runs once per many chunks
     uint nv = pc.count / EPV;
-    uint groups = gl_NumWorkGroups.x * gl_NumWorkGroups.y;
-    for (uint chunk = linear_group_id(); chunk <= nv / (LOCAL * UNITS); chunk += groups) {
-        uint base = chunk * (LOCAL * UNITS) + lid;
-        for (uint w = 0u; w < UNITS; ++w) {
-            uint u = base + w * LOCAL;
-            if (u >= nv) {
-                if (u == nv) {
-                    for (uint f = nv * EPV; f < pc.count; f += 4u) {
-                        quantize_elements(f, min(4u, pc.count - f), scale, rcp, zp);
-                    }
+    uint base = linear_group_id() * (LOCAL * UNITS) + lid;
+    for (uint w = 0u; w < UNITS; ++w) {
+        uint u = base + w * LOCAL;
+        if (u >= nv) {
+            if (u == nv) {
+                for (uint f = nv * EPV; f < pc.count; f += 4u) {
+                    quantize_elements(f, min(4u, pc.count - f), scale, rcp, zp);
                 }
-                break;
             }
-            uvec4 a = x_vec[pc.x_off / EPV + u];
-            uint xb[EPV];
-#if IN_BITS == 32
-            xb[0] = a.x;
-            xb[1] = a.y;
-            xb[2] = a.z;
-            xb[3] = a.w;
-#else
-            for (int c = 0; c < 4; ++c) {
-                xb[2 * c] = h2f(a[c] & 0xFFFFu);
-                xb[2 * c + 1] = h2f(a[c] >> 16);
-            }
-#endif
-            uint o0 = 0u, o1 = 0u;
-            uint need = 0u;
-            for (int k = 0; k < int(EPV); ++k) {
-                uint v = quantize_fast(xb[k], rcp, zp);
-                if (v == NEEDS_EXACT) {
-                    need |= 1u << uint(k);
-                    v = 0u;
-                }
-                if (k < 4) o0 |= v << (uint(k) * 8u);
-                else o1 |= v << (uint(k - 4) * 8u);
-            }
-            while (need != 0u) {
-                int k = findLSB(need);
-                need &= need - 1u;
-                uint v = quantize_exact(load_x(pc.x_off + u * EPV + uint(k)), scale, zp);
-                if (k < 4) o0 |= v << (uint(k) * 8u);
-                else o1 |= v << (uint(k - 4) * 8u);
-            }
-            uint yw = pc.y_off / 4u + u * (EPV / 4u);
-            y_buf[yw] = o0;
-#if IN_BITS == 16
-            y_buf[yw + 1u] = o1;
-#endif
+            break;
         }
+        uvec4 a = x_vec[pc.x_off / EPV + u];
+        uint xb[EPV];
+#if IN_BITS == 32
+        xb[0] = a.x;
+        xb[1] = a.y;
+        xb[2] = a.z;
+        xb[3] = a.w;
+#else
+        for (int c = 0; c < 4; ++c) {
+            xb[2 * c] = h2f(a[c] & 0xFFFFu);
+            xb[2 * c + 1] = h2f(a[c] >> 16);
+        }
+#endif
+        uint o0 = 0u, o1 = 0u;
+        uint need = 0u;
+        for (int k = 0; k < int(EPV); ++k) {
+            uint v = quantize_fast(xb[k], rcp, zp);
+            if (v == NEEDS_EXACT) {
+                need |= 1u << uint(k);
+                v = 0u;
+            }
+            if (k < 4) o0 |= v << (uint(k) * 8u);
+            else o1 |= v << (uint(k - 4) * 8u);
+        }
+        while (need != 0u) {
+            int k = findLSB(need);
+            need &= need - 1u;
+            uint v = quantize_exact(load_x(pc.x_off + u * EPV + uint(k)), scale, zp);
+            if (k < 4) o0 |= v << (uint(k) * 8u);
+            else o1 |= v << (uint(k - 4) * 8u);
+        }
+        uint yw = pc.y_off / 4u + u * (EPV / 4u);
+        y_buf[yw] = o0;
+#if IN_BITS == 16
+        y_buf[yw + 1u] = o1;
+#endif
     }
 #else
-    uint groups = gl_NumWorkGroups.x * gl_NumWorkGroups.y;
-    uint chunks = pc.count / (LOCAL * 4u) + ((pc.count % (LOCAL * 4u)) != 0u ? 1u : 0u);
-    for (uint c = linear_group_id(); c < chunks; c += groups) {   // (no overflow near 2^32 elements)
-        uint first = (c * LOCAL + lid) * 4u;
-        if (first < pc.count) quantize_elements(first, min(4u, pc.count - first), scale, rcp, zp);
-    }
+    uint first = (linear_group_id() * LOCAL + lid) * 4u;
+    if (first >= pc.count) return;
+    quantize_elements(first, min(4u, pc.count - first), scale, rcp, zp);
 #endif
 }
 #endif

@@ -385,26 +385,6 @@ def test_capped_min_max_grid(dev, rng, src):
             run(dev, rng, src, dst, sizes, v.reshape(sizes).astype(src.numpy_dtype), x_strides=x_str, y_strides=None)
 
 
-@pytest.mark.parametrize("src", IN_TYPES, ids=lambda d: d.name)
-def test_capped_quantize_grid_loops_over_chunks(dev, rng, src, monkeypatch):
-    """dql_quant's grid capped (QUANT_MAX_GROUPS, here 3 groups): each group quantizes every
-    third chunk of its variant's work (packed: 256 x UNITS loads; strided: 256 x 4 elements),
-    the tail elements past the last whole load included; bit for bit the reference, outputs
-    poisoned, every other byte unchanged (run)."""
-    monkeypatch.setattr(dq_op, "QUANT_MAX_GROUPS", 3)
-    epv = 16 // src.size
-    for dst, (sizes, x_str, per_chunk) in zip(OUT_TYPES, (((10 * 256 * dq_op.QUANT_UNITS * epv + 3 * epv + 5,), None,
-                                                           256 * dq_op.QUANT_UNITS * epv),
-                                                          ((7 * 256 * 4 // 3 + 2, 3), (6, 2), 256 * 4))):
-        count, ones = int(np.prod(sizes)), (1,) * len(sizes)
-        plans = dq_op.plan_dynamic_quantize(Desc(TD(src, sizes, x_str), TD(dst, sizes), TD(DT.FLOAT32, ones),
-                                                 TD(dst, ones)), 65535)
-        assert plans[1].groups == (3, 1, 1) and count > 6 * per_chunk
-        v = rng.uniform(-3, 2, count)
-        v[[0, count // 2, count - 1]] = (-7.5, 0.25, 9.0)
-        run(dev, rng, src, dst, sizes, v.reshape(sizes).astype(src.numpy_dtype), x_strides=x_str, y_strides=None)
-
-
 def test_two_dispatches(dev):
     """The quantizing dispatch derives the scale and zero point itself: min / max keys, then
     quantization, whatever the types and layout."""

@@ -55,9 +55,6 @@ MAX_PARTS = LOCAL_SIZE
 ELEMENTS_PER_GROUP = 16 * LOCAL_SIZE
 SCRATCH_WORDS = 2 * MAX_PARTS  # group g's (lo, hi) keys at words 2g, 2g + 1
 QUANT_UNITS = 4  # the _v variants: 16-byte input loads per invocation (shaders/dynamic_quantize.comp, UNITS)
-# dql_quant's grid, at most: beyond it each work group loops over several chunks, so its
-# prologue (reducing the MAX_PARTS keys) runs once per chunk group, not once per 16 KiB of input
-QUANT_MAX_GROUPS = 1024
 _MAX_RANK = 8
 # the binding list: input, output, scale, zero point, then the operator's scratch
 _X, _Y, _SCALE, _ZP, _SCRATCH = range(5)
@@ -122,7 +119,7 @@ def plan_dynamic_quantize(desc: DynamicQuantizeLinearDesc, max_groups: int) -> l
     v = "_v" if x_str == y_str == [1] else ""  # both of stride 1: QUANT_UNITS 16-byte loads per invocation
     per_inv = QUANT_UNITS * 16 // xs if v else 4
     quant = DispatchPlan(variant=f.name(t=t, o=o, v=v), bindings=(_X, _SCRATCH, _Y, _SCALE, _ZP),
-                         writes=(_Y, _SCALE, _ZP), groups=grid_for(min(cdiv(n, per_inv), QUANT_MAX_GROUPS * LOCAL_SIZE), LOCAL_SIZE, max_groups),
+                         writes=(_Y, _SCALE, _ZP), groups=grid_for(cdiv(n, per_inv), LOCAL_SIZE, max_groups),
                          push=f.pack(x_off=0, y_off=0, scale_off=0, zp_off=0, parts=parts, count=n,
                                      **_dims(sizes, x_str, y_str)),
                          offset_slots=f.slots(x_off=(_X, xs), y_off=(_Y, ys), scale_off=(_SCALE, 4), zp_off=(_ZP, 1)))
