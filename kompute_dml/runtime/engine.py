@@ -371,6 +371,9 @@ class Engine:
                 return
             with contextlib.suppress(DeviceError):
                 self.inflight.settle()
+                # one fence-completed submission after all others: word-completed ones that no
+                # fence covered yet are then retired for Vulkan before their descriptor sets go
+                self._transfer_ops([])
             for replay in self._replays.values():
                 replay.live = False
             self._replays.clear()
