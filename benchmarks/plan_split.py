@@ -1,0 +1,79 @@
+"""Where the planning of a new input signature goes, without a profiler's overhead: the time
+spent inside a few runtime entry points (allocations, descriptor sets, uploads, host memory,
+the program's recording) during the first run of --shape after --after, out of its planning.
+
+    PYTHONPATH=. python3 benchmarks/plan_split.py --model minilm --after 1x16 --shape 8x128
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import encoder_speed  # noqa: E402
+
+from kompute_dml.onnx_backend import Backend  # noqa: E402
+from kompute_dml.runtime import engine, pipelines, staging  # noqa: E402
+
+SPOTS = {  # name -> (owner, attribute)
+    "Engine.allocate": (engine.Engine, "allocate"),
+    "PipelineCache.get (descriptor sets)": (pipelines.PipelineCache, "get"),
+    "Staging.upload": (staging.Staging, "upload"),
+    "HostMemory.__init__": (staging.HostMemory, "__init__"),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="minilm", choices=("bert256", "minilm"))
+    ap.add_argument("--after", type=encoder_speed.parse_shapes, default=[(1, 16)])
+    ap.add_argument("--shape", type=encoder_speed.parse_shapes, default=[(8, 128)])
+    args = ap.parse_args()
+    import onnx
+
+    model = encoder_speed.load_model(args.model)
+    rep = Backend.prepare(onnx.load(str(model.path)), "CPU")
+    rng = np.random.default_rng(0)
+    for b, s in args.after:
+        rep.run(encoder_speed.bert_models.random_feeds(b, s, model.vocab, rng))
+    spent: collections.Counter[str] = collections.Counter()
+    calls: collections.Counter[str] = collections.Counter()
+    depth = [0]
+
+    def timed(name: str, fn):  # outermost calls only (allocate may call itself)
+        def wrapper(*a, **k):
+            if depth[0]:
+                return fn(*a, **k)
+            depth[0] += 1
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[name] += time.perf_counter() - t
+                calls[name] += 1
+                depth[0] -= 1
+        return wrapper
+
+    for name, (owner, attr) in SPOTS.items():
+        setattr(owner, attr, timed(name, getattr(owner, attr)))
+    for b, s in args.shape:
+        spent.clear()
+        calls.clear()
+        t0 = time.perf_counter()
+        rep.run(encoder_speed.bert_models.random_feeds(b, s, model.vocab, rng))
+        total = time.perf_counter() - t0
+        plan = rep.last_run.plan_seconds
+        print(f"{args.model} {b}x{s} first run {1e3 * total:.1f} ms, planning {1e3 * plan:.1f} ms:")
+        for name, sec in spent.most_common():
+            print(f"  {name:<40} {1e3 * sec:8.2f} ms in {calls[name]} calls")
+        print(f"  {'the rest of planning':<40} {1e3 * (plan - sum(spent.values())):8.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
