@@ -113,6 +113,12 @@ MATMUL_KERNELS = ("cpu", "cpu-ssbo", "gpu", "coopmat", "dot", "coopmat-emulated"
 # 35.5 us at M = 1 / 2 / 4 / 8 / 16 against coopmat's 46.8 / 47.2 / 46.5 / 43.6 / 38.8; at M = 32 its
 # best configuration took 44.1 us against coopmat's 68.1.
 GEMV_MAX_M = 32
+# ... and up to GEMV_TINY_MAX_M rows where the product is tiny (ops/matmul_gemv.is_tiny: K <= 512,
+# K x N <= 256 KiB, B row-major: its one-row-per-work-group configuration). H100,
+# `benchmarks/tiny_matmul.py --repeats 600` (eager us, gemm case; gemv / the automatic coopmat):
+# 48x64x64 20.71 / 24.22, 64x64x64 23.65 / 28.21, 64x128x128 20.72 / 24.00, 64x256x256 21.80 /
+# 25.58, 64x384x384 23.29 / 26.91, 64x512x512 25.86 / 27.71 (the quantized case alike).
+GEMV_TINY_MAX_M = 64
 # GEMM (ops/gemm.py): the family of a product (DevicePolicy.gemm_family_for). "tiled" (shaders/gemm.comp,
 # FLOAT32 and FLOAT16), "coopmat" (FLOAT16 on cooperative matrices, ops/gemm_coop.py), "coopmat-emulated"
 # (that kernel with each cooperative-matrix operation as plain subgroup code: any device, for tests).
@@ -149,7 +155,19 @@ class KernelCandidate:
     when: str = "always"
 
 
-_GEMV = KernelCandidate("gemv", lambda device, desc: _rows(desc) <= GEMV_MAX_M, f"M <= {GEMV_MAX_M}")
+def _gemv_applies(device: Any, desc: Any) -> bool:
+    rows = _rows(desc)
+    if rows <= GEMV_MAX_M:
+        return True
+    if rows > GEMV_TINY_MAX_M:
+        return False
+    from .ops.matmul_gemv import is_tiny  # (the ops layer imports this module)
+
+    b = desc.b_tensor
+    return b.effective_strides[-1] == 1 and is_tiny(int(b.sizes[-2]), int(b.sizes[-1]))
+
+
+_GEMV = KernelCandidate("gemv", _gemv_applies, f"M <= {GEMV_MAX_M}, or M <= {GEMV_TINY_MAX_M} for tiny products")
 _DOT = KernelCandidate("dot", lambda device, desc: _rows(desc) <= DOT_MAX_M, f"M <= {DOT_MAX_M}")
 
 

@@ -295,12 +295,17 @@ def test_recorded_executions(gdev, rng):
 
 def test_automatic_gpu_policy(dev, rng, monkeypatch):
     """On a device whose policy family is a GPU one, the automatic choice takes gemv for at most
-    SMALL_M rows (where it applies) and the policy's family beyond; a forced family stays forced."""
+    SMALL_M rows (where it applies), for at most GEMV_TINY_MAX_M rows of a tiny product, and the
+    policy's family beyond; a forced family stays forced."""
+    from kompute_dml.policy import GEMV_TINY_MAX_M
+
     force_kernel(monkeypatch, dev, "auto")
     monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, matmul_family="gpu"))
     gemv = VARIANTS["dot" if "integer_dot_product" in dev.capabilities else "portable"]
     assert dev.compile(_desc(DT.UINT8, DT.INT8, SMALL_M, 64, 32)).variants == [gemv]
-    assert dev.compile(_desc(DT.UINT8, DT.INT8, SMALL_M + 1, 64, 32)).variants == ["mmi_gpu_8"]
+    assert dev.compile(_desc(DT.UINT8, DT.INT8, GEMV_TINY_MAX_M, 64, 32)).variants == [gemv]  # tiny
+    assert dev.compile(_desc(DT.UINT8, DT.INT8, GEMV_TINY_MAX_M + 1, 64, 32)).variants == ["mmi_gpu_8"]
+    assert dev.compile(_desc(DT.UINT8, DT.INT8, SMALL_M + 1, 1024, 32)).variants == ["mmi_gpu_8"]  # K > TINY_K
     assert dev.compile(_desc(DT.UINT8, DT.INT8, 1, 64, 32, (1, 64))).variants == [gemv[:-1] + "c"]  # B column-major
     assert dev.compile(_desc(DT.UINT8, DT.INT8, 1, 64, 32, (64, 2))).variants == ["mmi_gpu_8"]  # B strided
     assert compile_matmul_integer(dev, _desc(DT.INT8, DT.INT8, 1, 64, 32), kernel="gpu").variants == ["mmi_gpu_8"]
