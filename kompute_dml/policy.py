@@ -115,7 +115,7 @@ MATMUL_KERNELS = ("cpu", "cpu-ssbo", "gpu", "coopmat", "dot", "coopmat-emulated"
 GEMV_MAX_M = 32
 # ... and up to GEMV_TINY_MAX_M rows where the product is tiny (ops/matmul_gemv.is_tiny: K <= 512,
 # K x N <= 256 KiB, B row-major: its one-row-per-work-group configuration). H100,
-# `benchmarks/tiny_matmul.py --repeats 600` (eager us, gemm case; gemv / the automatic coopmat):
+# `benchmarks/tiny_matmul.py --repeats 600` (64^3: 1000; eager us, gemm case; gemv / the automatic coopmat):
 # 48x64x64 20.71 / 24.22, 64x64x64 23.65 / 28.21, 64x128x128 20.72 / 24.00, 64x256x256 21.80 /
 # 25.58, 64x384x384 23.29 / 26.91, 64x512x512 25.86 / 27.71 (the quantized case alike).
 GEMV_TINY_MAX_M = 64
