@@ -19,6 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import encoder_speed  # noqa: E402
 
 from kompute_dml.onnx_backend import Backend  # noqa: E402
+from kompute_dml import device  # noqa: E402
+from kompute_dml.onnx_impl import device_graph  # noqa: E402
 from kompute_dml.runtime import engine, pipelines, staging  # noqa: E402
 
 SPOTS = {  # name -> (owner, attribute)
@@ -26,6 +28,9 @@ SPOTS = {  # name -> (owner, attribute)
     "PipelineCache.get (descriptor sets)": (pipelines.PipelineCache, "get"),
     "Staging.upload": (staging.Staging, "upload"),
     "HostMemory.__init__": (staging.HostMemory, "__init__"),
+    "Recording.compile (the program)": (device.Recording, "compile"),
+    "Device.compile (operators)": (device.Device, "compile"),
+    "shape siblings": (device_graph, "_prepare_siblings"),
 }
 
 
@@ -62,6 +67,16 @@ def main() -> None:
 
     for name, (owner, attr) in SPOTS.items():
         setattr(owner, attr, timed(name, getattr(owner, attr)))
+    import gc
+
+    def gc_time(phase: str, info: dict) -> None:  # the garbage collector's own time
+        if phase == "start":
+            gc_time.t0 = time.perf_counter()  # type: ignore[attr-defined]
+        else:
+            spent["garbage collection"] += time.perf_counter() - gc_time.t0  # type: ignore[attr-defined]
+            calls["garbage collection"] += 1
+
+    gc.callbacks.append(gc_time)
     for b, s in args.shape:
         spent.clear()
         calls.clear()

@@ -295,3 +295,32 @@ def test_recorded_copies_check_their_arguments(dev):
         with pytest.raises(kdml.InvalidArgumentError, match="^tensor: must be a kompute_dml Tensor"):
             rec.copy_in(h, np.zeros(16, np.float32))
         assert len(rec) == 0
+
+
+def test_a_first_transfer_records_nothing_of_its_own(dev, rng, monkeypatch):
+    """A range's first transfer goes through its slot's shared, re-recorded sequence and keeps no
+    record (a plan's constants move once); the second records its own; chunked transfers over
+    both slots move every byte either way; a buffer moved once is released as usual."""
+    from kompute_dml.runtime import staging
+
+    monkeypatch.setattr(staging, "CHUNK_BYTES", 4096)
+    st = dev.engine.staging
+    buf = dev.buffer(64 << 10)
+    data = rng.integers(0, 256, 20000, dtype=np.uint8)
+    buf.write(data, offset=100)
+    assert not [k for k in st._recorded if k[2] == buf.serial]
+    assert buf.read(100, 20000) == data.tobytes()
+    assert not [k for k in st._recorded if k[2] == buf.serial]
+    data2 = rng.integers(0, 256, 20000, dtype=np.uint8)
+    buf.write(data2, offset=100)  # the same ranges again: recorded now
+    assert buf.read(100, 20000) == data2.tobytes()
+    assert sorted({k[0] for k in st._recorded if k[2] == buf.serial}) == ["down", "up"]
+    other = dev.buffer(8192)
+    other.write(data[:5000], offset=7)  # a first transfer after the shared sequences were used
+    assert other.read(7, 5000) == data[:5000].tobytes()
+    live = dev.stats()["live_buffers"]
+    del other
+    import gc
+
+    gc.collect()
+    assert dev.stats()["live_buffers"] == live - 1

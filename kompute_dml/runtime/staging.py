@@ -109,7 +109,11 @@ class Staging:
     buffer, offset, size) and kept, the last RECORDED of them: re-recording a command buffer
     cost about 94 us a transfer on an H100's host (`benchmarks/minilm_profile.py`: staging
     `_submit`), a resubmission records nothing; a model's runs move the same
-    ranges every time. Entries binding a released buffer are dropped (`forget`)."""
+    ranges every time. Entries binding a released buffer are dropped (`forget`). A range's
+    first transfer goes through its slot's one re-recorded sequence instead, its own is
+    recorded at the second: most ranges are moved once (a plan's constants), and the first
+    submission of a new command buffer cost about 0.3 ms on the H100 (benchmarks/RESULTS.md,
+    first_call.py: own run 1 305.0 us against a re-recorded run's 34.2)."""
 
     def __init__(self, manager: Any, run: Callable[[Any], None]) -> None:
         self.manager = manager
@@ -117,6 +121,8 @@ class Staging:
         self._slots: list[tuple[np.ndarray, HostMemory]] = []  # (mapped bytes, memory)
         self._direct = manager.sequence()  # transfers from and to the user's host arrays
         self._recorded: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
+        self._once: list[Any] = []  # per slot: the sequence of first transfers, re-recorded for each
+        self._seen: collections.OrderedDict[tuple[Any, ...], None] = collections.OrderedDict()
 
     @property
     def held_bytes(self) -> int:
@@ -137,6 +143,18 @@ class Staging:
         seq = self._recorded.get(key)
         if seq is not None:
             self._recorded.move_to_end(key)
+            return seq
+        if key not in self._seen:  # a first transfer: the slot's shared sequence (idle: _chunked)
+            self._seen[key] = None
+            while len(self._seen) > 4 * RECORDED:
+                self._seen.popitem(last=False)
+            while len(self._once) <= key[1]:
+                self._once.append(self.manager.sequence())
+            seq = self._once[key[1]]
+            seq.clear()
+            seq.record(global_barrier())
+            for op in ops():
+                seq.record(op)
             return seq
         seq = self.manager.sequence()
         seq.record(global_barrier())  # after every earlier submission's access to the buffer
@@ -220,5 +238,7 @@ class Staging:
         pending[s] = None
         seq, pos, k = entry
         self._run(seq.kdml_wait)
+        if any(seq is once for once in self._once):
+            seq.clear()  # keeps no buffer of a first transfer alive
         if after is not None:
             after(s, pos, k)
