@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import encoder_speed  # noqa: E402
+import encoder_speed
 
-from kompute_dml.onnx_backend import Backend  # noqa: E402
-from kompute_dml import device  # noqa: E402
-from kompute_dml.onnx_impl import device_graph  # noqa: E402
-from kompute_dml.runtime import engine, pipelines, staging  # noqa: E402
+from kompute_dml import device
+from kompute_dml.onnx_backend import Backend
+from kompute_dml.onnx_impl import device_graph
+from kompute_dml.runtime import engine, pipelines, staging
 
 SPOTS = {  # name -> (owner, attribute)
     "Engine.allocate": (engine.Engine, "allocate"),

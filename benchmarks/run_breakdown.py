@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import encoder_speed  # noqa: E402
+import encoder_speed
 
-from kompute_dml.onnx_backend import Backend  # noqa: E402
-from kompute_dml.onnx_impl import device_graph  # noqa: E402
-from kompute_dml.runtime import staging  # noqa: E402
+from kompute_dml.onnx_backend import Backend
+from kompute_dml.onnx_impl import device_graph
+from kompute_dml.runtime import staging
 
 
 def main() -> None:
@@ -50,18 +50,20 @@ def main() -> None:
                                           ("rep.run", "GraphPlan.run", "program.run", "output copies"))
             plan_run = type(plan).run
 
-            def timed_plan(feeds: dict, stats: object, whole: list[float] = whole) -> list:
+            def timed_plan(feeds: dict, stats: object, whole: list[float] = whole, plan_run=plan_run,
+                           plan=plan) -> list:
                 t = time.perf_counter()
                 out = plan_run(plan, feeds, stats)
                 whole.append(time.perf_counter() - t)
                 return out
 
-            def timed_program(prog: list[float] = prog) -> None:
+            def timed_program(prog: list[float] = prog, run_program=run_program) -> None:
                 t = time.perf_counter()
                 run_program()
                 prog.append(time.perf_counter() - t)
 
-            def timed_copy(dst: np.ndarray, src: np.ndarray, copies: list[float] = copies) -> None:
+            def timed_copy(dst: np.ndarray, src: np.ndarray, copies: list[float] = copies,
+                           copy_now=copy_now) -> None:
                 t = time.perf_counter()
                 copy_now(dst, src)
                 copies[-1] += time.perf_counter() - t

@@ -119,6 +119,13 @@ GEMV_MAX_M = 32
 # 48x64x64 20.71 / 24.22, 64x64x64 23.65 / 28.21, 64x128x128 20.72 / 24.00, 64x256x256 21.80 /
 # 25.58, 64x384x384 23.29 / 26.91, 64x512x512 25.86 / 27.71 (the quantized case alike).
 GEMV_TINY_MAX_M = 64
+# A tiny product (ops/matmul_gemv.py: its one-row-per-work-group configuration on GPUs)
+TINY_K = 512
+TINY_B_BYTES = 256 * 1024
+
+
+def is_tiny(k: int, n: int) -> bool:
+    return k <= TINY_K and k * n <= TINY_B_BYTES
 # GEMM (ops/gemm.py): the family of a product (DevicePolicy.gemm_family_for). "tiled" (shaders/gemm.comp,
 # FLOAT32 and FLOAT16), "coopmat" (FLOAT16 on cooperative matrices, ops/gemm_coop.py), "coopmat-emulated"
 # (that kernel with each cooperative-matrix operation as plain subgroup code: any device, for tests).
@@ -161,8 +168,6 @@ def _gemv_applies(device: Any, desc: Any) -> bool:
         return True
     if rows > GEMV_TINY_MAX_M:
         return False
-    from .ops.matmul_gemv import is_tiny  # (the ops layer imports this module)
-
     b = desc.b_tensor
     return b.effective_strides[-1] == 1 and is_tiny(int(b.sizes[-2]), int(b.sizes[-1]))
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UnsupportedError
 from ..ints import cdiv
-from ..policy import GEMV_MAX_M
+from ..policy import GEMV_MAX_M, TINY_B_BYTES, TINY_K, is_tiny  # noqa: F401 (re-exported)
 from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
 from ..runtime import DispatchPlan
 from ..shaders import check_capabilities
@@ -65,8 +65,7 @@ GPU_ROW_CONFIG_TILED = (4, 16, 256)
 # and only as many k-slices as K has groups of 4 (a whole subgroup at least): one chunk covers K.
 # H100, benchmarks/tiny_matmul.py: 2.3-6.6 us less per eager call than the decode defaults from 1x64x64
 # to 16x512x512 (docs/matmul_gemv.md, "Tiny products").
-TINY_K = 512
-TINY_B_BYTES = 256 * 1024
+# (TINY_K, TINY_B_BYTES and is_tiny live in the policy, whose automatic table reads them too)
 TINY_NL = 8
 
 # c_flags: matmul_common's flag bits (F_A_SIGNED ... F_SUM_B), and A staged as words
@@ -139,10 +138,6 @@ def tiny_config(k: int, subgroup: int) -> GemvConfig:
     wg = max(TINY_NL * kl, subgroup)
     step = 4 * (wg // TINY_NL)
     return GemvConfig(wg, 1, 4, TINY_NL, max(1, cdiv(k, step)) * step)
-
-
-def is_tiny(k: int, n: int) -> bool:
-    return k <= TINY_K and k * n <= TINY_B_BYTES
 
 
 def default_config(m: int, subgroup: int, ncol_max: int = 16, *, gpu: bool = True, col: bool = False,

@@ -20,7 +20,6 @@ from typing import Any
 from .encode import EncodedDispatch, record_dispatches
 from .plans import Plan
 
-
 SPIN_DEFAULT_NS = 250_000  # the kp patch's default poll before a blocking wait
 
 
