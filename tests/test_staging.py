@@ -297,13 +297,18 @@ def test_recorded_copies_check_their_arguments(dev):
         assert len(rec) == 0
 
 
-def test_a_first_transfer_records_nothing_of_its_own(dev, rng, monkeypatch):
+def test_a_first_transfer_records_nothing_of_its_own(rng, monkeypatch):
     """A range's first transfer goes through its slot's shared, re-recorded sequence and keeps no
     record (a plan's constants move once); the second records its own; chunked transfers over
     both slots move every byte either way; a buffer moved once is released as usual."""
     from kompute_dml.runtime import staging
 
     monkeypatch.setattr(staging, "CHUNK_BYTES", 4096)
+    with kdml.Device() as dev:  # its own: the slots it makes are CHUNK_BYTES long
+        _first_transfers(dev, rng)
+
+
+def _first_transfers(dev, rng) -> None:
     st = dev.engine.staging
     buf = dev.buffer(64 << 10)
     data = rng.integers(0, 256, 20000, dtype=np.uint8)

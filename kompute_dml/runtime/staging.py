@@ -132,6 +132,11 @@ class Staging:
         while len(self._slots) <= i:
             mem = HostMemory(self.manager, CHUNK_BYTES)
             self._slots.append((np.asarray(mem), mem))
+        if self._slots[i][1].nbytes < CHUNK_BYTES:  # made while the chunk was smaller (tests set it)
+            mem = HostMemory(self.manager, CHUNK_BYTES)
+            self._slots[i] = (np.asarray(mem), mem)
+            for key in [k for k in self._recorded if k[1] == i]:  # they copy from the old slot
+                del self._recorded[key]
         return self._slots[i]
 
     def forget(self, serial: int) -> None:
