@@ -151,6 +151,13 @@ def identity_op(dev: kdml.Device, sizes: Sequence[int] = (8, 8)) -> tuple[object
     return dev.compile(kdml.ActivationIdentityDesc(desc, desc)), desc
 
 
+def compile_at_level(level: kdml.FeatureLevel, desc: object) -> None:
+    """Compile `desc` on a device made at feature level `level` (closed after): raises what
+    the compile raises."""
+    with kdml.Device(feature_level=level) as d:
+        d.compile(desc)
+
+
 def force_kernel(monkeypatch, dev, kernel: str) -> None:
     """Force the matrix-product family on `dev` for one test ("auto": none), as KDML_MATMUL_KERNEL
     does when a device is made (the policy reads it once: setting it later changes nothing)."""

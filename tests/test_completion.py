@@ -170,9 +170,13 @@ def test_kp_word_slots_run_out_into_fence_sequences():
 
 def test_adaptive_wait_spin_follows_each_submission_within_its_bounds(monkeypatch, rng):
     """GPU policies let a wait poll up to twice the submission's previous duration, capped
-    (policy.WAIT_SPIN_CAP_US); CPU devices keep the fixed default; KDML_WAIT_SPIN_US fixes it.
-    Results stay exact whatever the poll; the bounds are checked, never a duration."""
+    (policy.WAIT_SPIN_CAP_US), at least the default; the next wait of that submission polls
+    that long; CPU devices keep the fixed default; KDML_WAIT_SPIN_US fixes it. The durations
+    come from a fake clock (the rule is checked, never a timing); results stay exact."""
+    import types
+
     from kompute_dml.policy import WAIT_SPIN_CAP_US
+    from kompute_dml.runtime import engine as engine_mod
 
     monkeypatch.delenv("KDML_WAIT_SPIN_US", raising=False)
     assert policy_for("discrete-gpu", frozenset(), {}).wait_spin_cap_us == WAIT_SPIN_CAP_US
@@ -182,16 +186,25 @@ def test_adaptive_wait_spin_follows_each_submission_within_its_bounds(monkeypatc
         assert engine._spin_cap_ns == 1000 * dev.policy.wait_spin_cap_us
         engine.set_adaptive_spin(700)  # as a GPU policy would, with a small cap
         try:
-            op, desc = identity_op(dev, (256, 256))
+            op, desc = identity_op(dev, (64, 64))
             x = dev.tensor(rng.standard_normal(desc.sizes).astype(np.float32))
             y = dev.empty(desc)
-            replays = set()
-            for _ in range(5):
+            for _ in range(2):  # the first run (shared sequence), then the replay's own
+                op.execute([x], [y])
+            (replay,) = [r for r in engine._replays.values() if r.seq is not None]
+            polls: list[int] = []
+            monkeypatch.setattr(kp, "kdml_set_wait_spin_ns", polls.append)
+            for seconds, spin_after in ((0.001, 700_000), (0.0002, 400_000), (0.00001, DEFAULT_SPIN_NS)):
+                ticks = iter((0.0, seconds))
+                clock = types.SimpleNamespace(perf_counter=ticks.__next__)
+                monkeypatch.setattr(engine_mod, "time", clock)
+                spin_before = replay.spin_ns
                 y.write_numpy(np.zeros(desc.sizes, np.float32))
                 op.execute([x], [y])
                 assert np.array_equal(y.numpy(), x.numpy())
-                replays.update(r for r in engine._replays.values() if r.seq is not None)
-            assert replays and all(DEFAULT_SPIN_NS <= r.spin_ns <= 700_000 for r in replays)
+                assert polls[-1] == spin_before  # this wait polled what the previous run set
+                assert replay.spin_ns == spin_after
+            monkeypatch.undo()
             monkeypatch.setenv("KDML_WAIT_SPIN_US", "100")
             engine.set_adaptive_spin(700)
             assert engine._spin_cap_ns == 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from dequantize_reference import dequantize_ref
-from helpers import assert_output, place, poison_against, random_strides, random_values, read_logical
+from helpers import assert_output, compile_at_level, place, poison_against, random_strides, random_values, read_logical
 
 import kompute_dml as kdml
 from kompute_dml.dtypes import HIGHEST_FEATURE_LEVEL
@@ -169,23 +169,15 @@ def test_invalid(dev, desc, match):
      "^input_tensor: ELEMENT_WISE_DEQUANTIZE_LINEAR does not support INT8 at feature level 1_0"),
 ], ids=["absent-zp-6_1", "f16-3_0", "rank5-2_1", "int8-1_0"])
 def test_refused_by_feature_level(level, desc, exc, match):
-    d = kdml.Device(feature_level=level)
-    try:
-        with pytest.raises(exc, match=match):
-            d.compile(desc)
-    finally:
-        d.close()
+    with pytest.raises(exc, match=match):
+        compile_at_level(level, desc)
 
 
 def test_levels_accept_what_their_table_lists():
     for level, desc in ((FL.FL_2_1, Desc(TD(DT.INT32, U8.sizes), F32, TD(DT.INT32, U8.sizes), F32)),
                         (FL.FL_3_0, Desc(*[TD(d, (7,)) for d in (DT.UINT16, DT.FLOAT32, DT.UINT16, DT.FLOAT32)])),
                         (FL.FL_6_0, Desc(*[TD(d, (7,)) for d in (DT.INT8, DT.FLOAT16, DT.INT8, DT.FLOAT16)]))):
-        d = kdml.Device(feature_level=level)
-        try:
-            d.compile(desc)
-        finally:
-            d.close()
+        compile_at_level(level, desc)
 
 
 def test_subnormal_scales_and_products_are_correctly_rounded(dev, rng):

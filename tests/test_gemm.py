@@ -40,6 +40,18 @@ def values(rng, dt: DT, shape, spread: int = 4) -> np.ndarray:
     return v.astype(dt.numpy_dtype)
 
 
+def with_specials(rng, dt: DT, m: int, n: int, k: int, count: int) -> tuple[np.ndarray, ...]:
+    """A (m x k), B (k x n), C (m x n) of small values with `count` infinities and NaNs each,
+    and B[0, 0] = 0: an infinity of A meets a zero of B somewhere (NaN)."""
+    specials = np.array([np.inf, -np.inf, np.nan], dt.numpy_dtype)
+    a, b, c = values(rng, dt, (m, k), 2), values(rng, dt, (k, n), 2), values(rng, dt, (m, n), 2)
+    for x in (a, b, c):
+        pos = rng.choice(x.size, count, replace=False)
+        x.reshape(-1)[pos] = rng.choice(specials, count)
+    b[0, 0] = 0
+    return a, b, c
+
+
 def layout(rng, sizes, *, is_input: bool, strided: bool = True):
     if not strided or rng.random() < 0.3:
         return None
@@ -239,14 +251,9 @@ def test_float16_accumulates_in_float32(dev):
 @pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
 def test_inf_nan_propagate(dev, rng, dt):
     npd = dt.numpy_dtype
-    specials = np.array([np.inf, -np.inf, np.nan], npd)
     for alpha, beta in ((1.0, 1.0), (-2.0, 0.5), (0.0, 1.0), (1.0, 0.0)):
         m, n, k = 6, 7, 9
-        a, b, c = values(rng, dt, (m, k), 2), values(rng, dt, (k, n), 2), values(rng, dt, (m, n), 2)
-        for x in (a, b, c):
-            pos = rng.choice(x.size, 2, replace=False)
-            x.reshape(-1)[pos] = rng.choice(specials, 2)
-        b[0, 0] = 0  # an infinity of A meets a zero of B somewhere: NaN
+        a, b, c = with_specials(rng, dt, m, n, k, 2)
         run_case(dev, rng, dt, (), m, n, k, has_c=True, alpha=alpha, beta=beta, a_val=a, b_val=b, c_val=c)
     # alpha = 0 times an infinite sum is NaN; beta = 0 times an infinite C is NaN (the formula as written)
     got, *_ = run_case(dev, rng, dt, (), 1, 1, 1, alpha=0.0, beta=1.0, a_val=np.full((1, 1), np.inf, npd),

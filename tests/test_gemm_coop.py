@@ -23,7 +23,7 @@ import types
 import numpy as np
 import pytest
 from gemm_reference import check
-from test_gemm import TRANS, run_case, values
+from test_gemm import TRANS, run_case, values, with_specials
 
 import kompute_dml as kdml
 from kompute_dml.ops.gemm import compile_gemm
@@ -228,14 +228,9 @@ def test_magnitudes(dev, rng, family):
 def test_inf_nan_propagate(dev, rng, family):
     """IEEE through the formula: a NaN operand in a term gives NaN, infinities keep their sign, inf x 0
     and inf - inf give NaN; alpha = 0 times an infinite sum and beta = 0 times an infinite C are NaN."""
-    specials = np.array([np.inf, -np.inf, np.nan], np.float16)
     for alpha, beta in ((1.0, 1.0), (-2.0, 0.5), (0.0, 1.0), (1.0, 0.0)):
         m, n, k = 18, 20, 35
-        a, b, c = values(rng, F16, (m, k), 2), values(rng, F16, (k, n), 2), values(rng, F16, (m, n), 2)
-        for x in (a, b, c):
-            pos = rng.choice(x.size, 3, replace=False)
-            x.reshape(-1)[pos] = rng.choice(specials, 3)
-        b[0, 0] = 0
+        a, b, c = with_specials(rng, F16, m, n, k, 3)
         coop_case(dev, rng, family, (), m, n, k, has_c=True, alpha=alpha, beta=beta, a_val=a, b_val=b, c_val=c)
     ones = np.ones((1, 1), np.float16)
     got, *_ = coop_case(dev, rng, family, (), 1, 1, 1, alpha=0.0, a_val=np.full((1, 1), np.inf, np.float16), b_val=ones,

@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from helpers import assert_output, place, poison_against, random_strides, random_values, read_logical
+from helpers import assert_output, compile_at_level, place, poison_against, random_strides, random_values, read_logical
 
 import kompute_dml as kdml
 from kompute_dml.dtypes import HIGHEST_FEATURE_LEVEL
@@ -170,17 +170,9 @@ def test_feature_levels():
          r"^input_tensors\[0\]: JOIN supports 4 dimensions"),
         (FL.FL_3_0, kdml.JoinDesc((TD(DT.INT8, (2, 3)),), TD(DT.INT8, (2, 3)), 0), r"^input_tensors\[0\]: JOIN supports 4 to 5"),
     ):
-        d = kdml.Device(feature_level=level)
-        try:
-            with pytest.raises(kdml.UnsupportedError, match=match):
-                d.compile(desc)
-        finally:
-            d.close()
-    d = kdml.Device(feature_level=FL.FL_3_0)
-    try:
-        d.compile(kdml.JoinDesc((TD(DT.INT8, (1, 1, 1, 2, 3)),) * 2, TD(DT.INT8, (1, 1, 1, 2, 6)), 4))
-    finally:
-        d.close()
+        with pytest.raises(kdml.UnsupportedError, match=match):
+            compile_at_level(level, desc)
+    compile_at_level(FL.FL_3_0, kdml.JoinDesc((TD(DT.INT8, (1, 1, 1, 2, 3)),) * 2, TD(DT.INT8, (1, 1, 1, 2, 6)), 4))
 
 
 def test_binding_rules(dev, rng):

@@ -97,7 +97,7 @@ class ValueTransfers:
 
         outs = evaluate(node, ins, _value_shape, on_cpu)
         names = [o for o in node.output if o]
-        if names and all(o in self.folded_outputs for o in names) and not any(n in self._feeds_now for n in node.input):
+        if names and all(o in self.folded_outputs for o in names):  # (their inputs are no feed: analysis.py)
             self._folded_values[idx] = outs
             self._host_constants.update((o, v) for o, v in zip(node.output, outs) if o and isinstance(v, np.ndarray))
         return outs
