@@ -435,3 +435,31 @@ def test_host_dequantize_equals_the_int64_form_bit_for_bit(rng, dtype):
     got = _dequantize(node, [xm, scales, zps])
     want = (xm.astype(np.int64) - zps.astype(np.int64)).astype(np.float32) * scales
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_repeating_host_gather_is_uploaded_once_per_distinct_row(rng):
+    """BERT's token-type embeddings: a quantized table gathered by indices that are an Expand of a
+    constant (equal along batch and sequence), dequantized, added to a device value. The host keeps
+    the Gather's result as a broadcast view of its one distinct row (host_eval.BROADCAST_BYTES),
+    dequantizes that row, and the plan uploads it bound with zero strides: the result equals
+    numpy's, and the plan's uploads stay far below the full (batch, seq, hidden) size."""
+    hidden, batch, seq = 256, 8, 160  # the int8 Gather: 8 x 160 x 256 bytes, above BROADCAST_BYTES
+    table = rng.integers(-128, 128, (2, hidden)).astype(np.int8)
+    inits = [numpy_helper.from_array(table, "tt"), numpy_helper.from_array(np.array(0.03, np.float32), "s"),
+             numpy_helper.from_array(np.array(3, np.int8), "zp"), numpy_helper.from_array(np.array(1, np.int64), "one")]
+    n = helper.make_node
+    nodes = [n("Shape", ["x"], ["xs"]), n("Slice", ["xs", "zero1", "two1"], ["bs"]),
+             n("Expand", ["one", "bs"], ["ids"]), n("Gather", ["tt", "ids"], ["g"]),
+             n("DequantizeLinear", ["g", "s", "zp"], ["e"]), n("Add", ["x", "e"], ["y"])]
+    inits += [numpy_helper.from_array(np.array([0], np.int64), "zero1"), numpy_helper.from_array(np.array([2], np.int64), "two1")]
+    model = _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, ["b", "s", hidden])],
+                   [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    rep = Backend.prepare(model, "CPU")
+    x = rng.standard_normal((batch, seq, hidden)).astype(np.float32)
+    (y,) = rep.run({"x": x})
+    row = (table[1].astype(np.float32) - np.float32(3)) * np.float32(0.03)
+    np.testing.assert_array_equal(y, x + row)
+    assert {p.target for p in rep.placement if p.op_type == "Add"} == {VULKAN}
+    plan = next(iter(rep._plans.values()))
+    uploaded = sum(t.nbytes for t in plan.ctx.kept)
+    assert uploaded < 64 * hidden, uploaded  # one row (1 KiB), not 1.25 MiB of float32

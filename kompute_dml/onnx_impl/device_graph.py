@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import kompute_dml as kdml
+from kompute_dml.tensor_desc import packed_strides
 
 from ..runtime.staging import host_copy
 from .fusions import Unfused
 from .handlers_values import BOOL, dml_numpy, is_packed
+from .host_eval import compact
 from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_shape
 
 if TYPE_CHECKING:
@@ -64,6 +66,11 @@ class PlanContext:
             self._free[size] = list(bufs)
             self._by_id.update((id(b), b) for b in bufs)
         self._refs: collections.Counter[int] = collections.Counter()
+        # Buffers handed out while the current node is recorded: those its outputs do not hold
+        # when it ends (a handler's temporaries) are free for the next node (end_node).
+        self._fresh: list[kdml.Buffer] = []
+        self._after_node: list[DeviceValue] = []  # holds released when the node ends
+        self._attached: dict[int, list[DeviceValue]] = collections.defaultdict(list)
         self.allocated = 0  # bytes this plan added to the shared buffers
         self.memo: dict[int, Any] = {}  # results handlers share within the plan (handlers.py)
 
@@ -83,10 +90,16 @@ class PlanContext:
             return value.tensor
         if name is not None and self.rep.is_constant(name):
             return self.rep.to_device(value, stats, name)
-        t = self.device.tensor(np.ascontiguousarray(value))
+        arr = np.asarray(value)
+        part = compact(arr) if arr.ndim else arr
+        t = self.device.tensor(np.ascontiguousarray(part))
         self.kept.append(t)
         stats.constant_uploads += 1
-        return t
+        if part.size == arr.size:
+            return t
+        # a broadcast view (host_eval.BROADCAST_BYTES): its distinct part, bound with zero strides
+        strides = [0 if n != m else st for n, m, st in zip(part.shape, arr.shape, packed_strides(part.shape))]
+        return kdml.Tensor(t.buffer, kdml.TensorDesc(t.desc.data_type, arr.shape, tuple(strides)), 0)
 
     def upload_group(self, arrays: list[np.ndarray], stats: RunStats,
                      names: tuple[str | None, ...] | None = None) -> list[kdml.Tensor]:
@@ -105,6 +118,7 @@ class PlanContext:
             self._shared.setdefault(size, []).append(buf)
             self._by_id[id(buf)] = buf
             self.allocated += size
+        self._fresh.append(buf)
         return kdml.Tensor.trusted(buf, desc, 0)
 
     def _note(self, msg: str) -> None:
@@ -115,11 +129,44 @@ class PlanContext:
         if isinstance(value, DeviceValue):
             self._refs[id(value.tensor.buffer)] += 1
 
-    def pin(self, value: Any) -> None:
-        """Keep value's buffer out of reuse for the rest of this plan (values that several
-        nodes read through views made at different times: product_groups.py)."""
+    def hold_for_members(self, value: Any, members: int) -> None:
+        """Keep value's buffer for `members` nodes still to come that each read it through
+        views made now (product_groups.py); each member releases its hold (release_after_node)
+        once its own outputs are held, so the buffer is reused after the last view dies."""
+        for _ in range(members):
+            self.hold(value)
+
+    def release_after_node(self, value: Any) -> None:
+        """Drop one hold of value's buffer when the current node ends (after its outputs are held)."""
         if isinstance(value, DeviceValue):
-            self._by_id.pop(id(value.tensor.buffer), None)
+            self._after_node.append(value)
+
+    def attach(self, owner: Any, *values: Any) -> None:
+        """Keep `values` (a handler's results that later nodes may reuse through rep.memo, keyed
+        by `owner`) as long as owner's buffer lives."""
+        if not isinstance(owner, DeviceValue):
+            return
+        for v in values:
+            if isinstance(v, DeviceValue):
+                self.hold(v)
+                self._attached[id(owner.tensor.buffer)].append(v)
+
+    def end_node(self) -> None:
+        """The current node is recorded and its outputs held: its handler's temporaries (buffers
+        handed out during it that nothing holds) are free for later nodes; the recording's
+        barriers order their reuse (a later write waits for this node's reads)."""
+        for v in self._after_node:
+            self.drop(v)
+        self._after_node.clear()
+        for buf in self._fresh:
+            key = id(buf)
+            if self._refs[key] <= 0 and key in self._by_id and not self._is_free(buf):
+                self._refs.pop(key, None)
+                self._free[buf.nbytes].append(buf)
+        self._fresh.clear()
+
+    def _is_free(self, buf: kdml.Buffer) -> bool:
+        return any(b is buf for b in self._free[buf.nbytes])
 
     def drop(self, value: Any) -> None:
         if not isinstance(value, DeviceValue):
@@ -129,7 +176,10 @@ class PlanContext:
         if self._refs[key] <= 0 and key in self._by_id:
             del self._refs[key]
             buf = self._by_id[key]
-            self._free[buf.nbytes].append(buf)
+            if not self._is_free(buf):
+                self._free[buf.nbytes].append(buf)
+            for v in self._attached.pop(key, ()):
+                self.drop(v)
 
 
 class GraphPlan:
@@ -193,6 +243,7 @@ class GraphPlan:
                 outs = rep.handler_for(node)(ctx, node, ins, stats)
                 self.device_nodes += 1
             keep_outputs(node.output, outs)
+            ctx.end_node()
 
         def keep_outputs(names: Any, outs: list[Any]) -> None:
             for name, v in zip(names, outs):
@@ -210,6 +261,7 @@ class GraphPlan:
                     rec.scope = fusion.scope(g)
                     try:
                         keep_outputs(g.node[i].output, fusion.run(ctx, g, lookup, stats))
+                        ctx.end_node()
                         self.device_nodes += len(fusion.nodes)
                     except Unfused as e:
                         rep._note(f"nodes {list(fusion.nodes)} ({fusion.pattern.name}) ran unfused: {e}")

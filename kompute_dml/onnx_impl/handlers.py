@@ -309,6 +309,9 @@ def _h_dqmm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunSta
         q, scale, zp = _quantize(rep, a, an, stats)
         if isinstance(a, DeviceValue):
             memo[id(a)] = (a, (q, scale, zp))
+            attach = getattr(rep, "attach", None)  # a whole-graph plan: q lives as long as a
+            if attach is not None:
+                attach(a, q, scale, zp)
     return [_mm_integer_to_float(rep, node, q, None, b, bn or "", scale, None, b_s, b_sn or "", zp, None, b_zp,
                                  b_zpn, bias, bias_n, stats)]
 

@@ -103,13 +103,43 @@ def _constant_of_shape(node: onnx.NodeProto, ins: list[Any]) -> Any:
     return np.full(tuple(int(d) for d in np.asarray(ins[0]).reshape(-1)), v[0], dtype=v.dtype)
 
 
+# A host value at least this large whose elements repeat along some axes (a Gather of a
+# constant table by indices that are equal along the batch: BERT's token-type embeddings) is
+# kept as a broadcast view of its distinct part (zero strides): computed, and uploaded by
+# PlanContext.to_device, at that part's size (MiniLM 64 x 256: 1 row of 256 x 384, not 64).
+BROADCAST_BYTES = 64 << 10
+
+
+def compact(a: np.ndarray) -> np.ndarray:
+    """The distinct part of a broadcast view: its zero-stride axes (of more than one element) cut to one."""
+    return a[tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for st, n in zip(a.strides, a.shape))]
+
+
+def _repeating(idx: np.ndarray) -> np.ndarray:
+    """idx with every axis along which it is constant made a zero-stride broadcast of its first slice."""
+    base = idx
+    for ax in range(idx.ndim):
+        if idx.shape[ax] > 1:
+            first = np.take(base, [0], axis=ax)
+            if np.array_equal(np.broadcast_to(first, base.shape), base):
+                base = first
+    return np.broadcast_to(base, idx.shape)
+
+
 def _gather(take: Callable[..., Any]) -> Callable[[onnx.NodeProto, list[Any]], Any]:
-    """Gather (np.take) or GatherElements (np.take_along_axis): negative indices from the end."""
+    """Gather (np.take) or GatherElements (np.take_along_axis): negative indices from the end.
+    A large Gather whose indices repeat along axes is taken once and broadcast (BROADCAST_BYTES)."""
     def run(node: onnx.NodeProto, ins: list[Any]) -> Any:
         x, idx = np.asarray(ins[0]), np.asarray(ins[1])
         axis = int(_attr(node, "axis", 0))
         axis = axis + x.ndim if axis < 0 else axis
-        return take(x, np.where(idx < 0, idx + x.shape[axis], idx), axis=axis)
+        idx = np.where(idx < 0, idx + x.shape[axis], idx)
+        if take is np.take and idx.size * x.itemsize * (x.size // max(x.shape[axis], 1)) >= BROADCAST_BYTES:
+            rep = _repeating(idx)
+            if compact(rep).size < idx.size:
+                out = take(x, compact(rep), axis=axis)
+                return np.broadcast_to(out, x.shape[:axis] + idx.shape + x.shape[axis + 1:])
+        return take(x, idx, axis=axis)
     return run
 
 
@@ -134,6 +164,8 @@ def _dequantize(node: onnx.NodeProto, ins: list[Any]) -> Any:
         shape = [1] * x.ndim
         shape[axis] = -1
         scale, zp = scale.reshape(shape), zp.reshape(shape)
+    if scale.size == 1 and zp.size == 1 and x.size > compact(x).size:  # a broadcast view: its distinct part
+        return np.broadcast_to(_dequantize(node, [compact(x), *ins[1:]]), x.shape)
     # the difference exactly, then one float32 multiplication, as onnxruntime does; 8- and
     # 16-bit differences are exact in float32 (|x - zp| < 2^24), in place: a third of the time
     with np.errstate(over="ignore"):  # products past float32's range are inf, as there

@@ -132,8 +132,9 @@ def group_of(rep: Any, node: onnx.NodeProto) -> ProductGroup | None:
 def run(rep: Any, group: ProductGroup, node: onnx.NodeProto, a: DeviceValue, product: Any) -> Any:
     """The member `node`'s result: the group's one product, made at its first member
     (`product(b, b_name, b_scale, b_scale_name, b_zp, b_zp_name, bias, bias_name)` runs it),
-    as a column view. In a whole-graph plan the output buffer is pinned (PlanContext.pin): no
-    later node of the plan reuses it, whichever member's view dies first."""
+    as a column view. In a whole-graph plan the output buffer is held once per member
+    (PlanContext.hold_for_members) and each member releases its hold once its own view is
+    held: the buffer is reused only after every member's view has died."""
     memo = rep.memo
     hit = memo.get(group.key)
     if hit is None or hit[0] is not a:
@@ -142,9 +143,12 @@ def run(rep: Any, group: ProductGroup, node: onnx.NodeProto, a: DeviceValue, pro
         if not isinstance(whole, DeviceValue):
             raise FallbackNeeded("a grouped integer product gave a host value")
         views = {m: _column_view(whole, *cols) for m, cols in group.columns.items()}
-        hit = (a, views)
+        hit = (a, views, whole)
         memo[group.key] = hit
-        pin = getattr(rep, "pin", None)
-        if pin is not None:
-            pin(whole)
+        hold = getattr(rep, "hold_for_members", None)
+        if hold is not None:
+            hold(whole, len(views))
+    release = getattr(rep, "release_after_node", None)
+    if release is not None:
+        release(hit[2])
     return hit[1][node.output[0]]
