@@ -20,7 +20,7 @@ from .dtypes import HIGHEST_FEATURE_LEVEL, FeatureLevel
 from .errors import DeviceError, DMLError, InvalidArgumentError, UnsupportedError, invalid
 from .inputs import as_host_array
 from .ints import as_int
-from .memory import Buffer, Tensor, packed_desc_for
+from .memory import Buffer, Tensor, buffer_with, packed_desc_for
 from .ops import compile_operator
 from .policy import policy_for, requested_capabilities
 from .runtime import DispatchPlan, Engine, Profile, Submission, TransferPlan, Work, finished
@@ -130,6 +130,8 @@ class Device:
             n = data.nbytes if isinstance(data, (np.ndarray, memoryview)) else len(data)
             if n == 0:
                 raise invalid("data", "must not be empty")
+            if isinstance(data, np.ndarray) and data.flags.c_contiguous:
+                return buffer_with(self, data)
             buf = Buffer(self, n)
             buf.write(data)
             return buf
@@ -140,9 +142,7 @@ class Device:
         numbers and lists, CPU objects with __array__ / __dlpack__ (kompute_dml/inputs.py)."""
         arr = np.ascontiguousarray(as_host_array(array, "array"))
         desc = packed_desc_for(arr)
-        buf = Buffer(self, desc.byte_size)
-        buf.write(arr)
-        return Tensor(buf, desc, 0)
+        return Tensor(buffer_with(self, arr, desc.byte_size), desc, 0)
 
     def empty(self, desc: TensorDesc) -> Tensor:
         """A new buffer holding one tensor of `desc` at offset 0 (contents zero)."""

@@ -179,3 +179,20 @@ def test_eager_rerun_only_while_its_submission_is_cached(rng):
         assert not zr.live  # its output's memory went, and the submission with it
     with pytest.raises(DeviceError, match="closed"):
         op.execute([x], [y])
+
+
+@pytest.mark.parametrize("n", [1, 5, 16, 100, 4096 + 3])
+def test_uploaded_tensor_takes_no_fill_and_its_tail_is_zero(dev, monkeypatch, rng, n):
+    """dev.tensor / dev.buffer(data): one transfer, no fill submission first (a fill is a
+    submission and a wait); the allocation's bytes past the data (to its 16-byte unit) are zero,
+    as in a zeroed buffer."""
+    fills = []
+    orig = dev.engine._transfer_ops
+    monkeypatch.setattr(dev.engine, "_transfer_ops", lambda ops: (fills.append(ops), orig(ops)))
+    data = rng.integers(1, 256, n).astype(np.uint8)
+    for buf in (dev.tensor(data).buffer, dev.buffer(data)):
+        words = buf.memory.words
+        raw = np.frombuffer(buf.memory.read(0, words * 4), np.uint8)
+        assert np.array_equal(raw[:n], data)
+        assert not raw[n:].any(), raw[n:]
+    assert fills == []
