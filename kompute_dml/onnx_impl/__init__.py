@@ -8,7 +8,8 @@
 - analysis.py, transfers.py: `BackendRep`'s static analysis and host/device value methods
 - rep.py: `BackendRep` (placement, partition, the node-by-node run loop, whole-graph plans per
   input signature)
-- device_graph.py: `GraphPlan`, a whole model as one recorded device program; `PlanContext`
+- device_graph.py: `GraphPlan`, a whole model as one recorded device program; plan_context.py:
+  `PlanContext`, what handlers call while a plan is built (its buffers and their reuse)
 - host_eval.py: nodes that read no input data, resolved on the host per input shape
 - handlers.py: the device node handlers of the seeds' operators (EyeLike, Trilu, Identity,
   MatMulIntegerToFloat, DynamicQuantizeMatMul, DynamicQuantizeLinear) and the `HANDLERS` map;

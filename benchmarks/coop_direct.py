@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Experiment: s8 x s8 products whose cooperative-matrix fragments come straight from global
+memory (benchmarks/shaders/coop_direct.comp, no shared-memory staging) against the production
+kernel (the coopmat family's default tiles, B column-major) and torch._int_mm, same process.
+
+    PYTHONPATH=. python3 benchmarks/coop_direct.py [--shapes 4096,8192] [--rounds 5]
+
+The production kernel's ablation (bench_coop.py --ablate) showed its global -> shared staging is
+what limits it; this asks whether the L1 cache serves fragments loaded directly faster. Ours:
+N executions in one recording, seconds per execution (median of --rounds interleaved rounds);
+the direct kernel writes raw int32 sums (no epilogue), the production kernel its FLOAT32 epilogue;
+every case is checked on sampled rows against numpy int64 first (a FAIL voids its time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_coop import Ours, random_inputs, time_interleaved, torch_peers
+from overlay_direct import DirectConfig, compile_direct
+
+import kompute_dml as kdml
+
+CONFIGS = [DirectConfig(2, 4, 4, 2, pf) for pf in (0, 1)] + [
+    DirectConfig(2, 2, 4, 4), DirectConfig(4, 2, 2, 4), DirectConfig(2, 2, 4, 2), DirectConfig(2, 2, 2, 2),
+    DirectConfig(1, 1, 4, 4), DirectConfig(2, 4, 4, 4), DirectConfig(4, 4, 2, 2)]
+
+
+class Direct:
+    def __init__(self, dev: kdml.Device, cfg: DirectConfig, a_t: kdml.Tensor, bt_t: kdml.Tensor, m: int, n: int, k: int):
+        self.dev, self.m, self.n = dev, m, n
+        self.op = compile_direct(dev, cfg, m, n, k)
+        self.ins = [a_t, bt_t]
+        self.out = dev.empty(kdml.TensorDesc(kdml.DataType.INT32, (m * n,)))
+
+    def run(self, count: int):
+        def call() -> None:
+            with self.dev.record() as r:
+                for _ in range(count):
+                    r.execute(self.op, self.ins, [self.out])
+        return call
+
+    def check(self, a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> bool:
+        self.run(1)()
+        got = self.out.numpy().reshape(self.m, self.n)[rows]
+        return bool(np.array_equal(got.astype(np.int64), a[rows].astype(np.int64) @ b.astype(np.int64)))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="4096,8192")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--ceiling", type=float, default=None,
+                    help="the instruction ceiling in TOPS (benchmarks/coop_peak.py's best) for the fraction column")
+    args = ap.parse_args()
+    dev = kdml.Device()
+    if "cooperative_matrix" not in dev.capabilities:
+        print(f"{dev.name}: no cooperative matrices; nothing to measure")
+        return 2
+    rng = np.random.default_rng(7)
+    summary = []
+    for size in (int(s) for s in args.shapes.split(",")):
+        m = n = k = size
+        ops = 2.0 * m * n * k
+        a, b = random_inputs(rng, m, k, n, np.int8)
+        rows = np.unique(np.linspace(0, m - 1, 5).astype(int))
+        a_t, bt_t = dev.tensor(a.reshape(-1)), dev.tensor(np.ascontiguousarray(b.T).reshape(-1))
+        cases, checks = {}, {}
+        prod = Ours(dev, a, b, b_colmajor=True, quant=False)
+        cases["production default (B col-major)"] = prod.run
+        checks["production default (B col-major)"] = prod.check(rows)
+        for cfg in CONFIGS:
+            try:
+                d = Direct(dev, cfg, a_t, bt_t, m, n, k)
+            except kdml.DMLError as e:
+                print(f"  {cfg.name()}: cannot run: {e}")
+                continue
+            checks[f"direct {cfg.name()}"] = d.check(a, b, rows)
+            cases[f"direct {cfg.name()}"] = d.run
+        peers = torch_peers(a, b, None) or {}
+        if "torch_int_mm_Bcol" in peers:
+            cases["torch _int_mm B col-major"] = peers["torch_int_mm_Bcol"]
+        t = time_interleaved(cases, args.rounds)
+        print(f"{m}x{k}x{n} (median of {args.rounds} rounds):")
+        for name, sec in t.items():
+            tops = ops / sec / 1e12
+            frac = f"  {tops / args.ceiling:6.1%} of ceiling" if args.ceiling else ""
+            chk = {True: "OK", False: "FAIL", None: ""}[checks.get(name)]
+            print(f"  {name:60s} {sec * 1e3:9.4f} ms {tops:8.1f} TOPS{frac}  {chk}")
+            summary.append((size, name, tops, chk))
+    print("\nSUMMARY coop_direct, TOPS")
+    for size, name, tops, chk in summary:
+        print(f"  {size:5d}^3 {name:60s} {tops:8.1f} {chk}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""PlanContext: what the handlers (handlers*.py) call on their `rep` while a whole-graph plan
+(device_graph.GraphPlan) is built, in place of the BackendRep of node-by-node runs: host values
+stay host values, device outputs come from the plan's buffers (shared by a model's plans, by
+size class, and reused once their last reader is recorded), host values go up once per plan."""
+
+from __future__ import annotations
+
+import collections
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import kompute_dml as kdml
+from kompute_dml.tensor_desc import packed_strides
+
+from .host_eval import compact
+from .values import DeviceValue, FallbackNeeded, RunStats
+
+if TYPE_CHECKING:
+    from .rep import BackendRep
+
+_MIN_BLOCK = 256
+
+
+def _block(nbytes: int) -> int:
+    """The size class of a plan buffer: powers of two, so a freed buffer fits later outputs."""
+    return max(_MIN_BLOCK, 1 << (max(nbytes, 1) - 1).bit_length())
+
+
+class PlanContext:
+    """What handlers call on their `rep` while a plan is built."""
+
+    def __init__(self, rep: BackendRep) -> None:
+        self.rep = rep
+        self.device = rep.device
+        self.kept: list[Any] = []  # buffers uploaded for this plan (host-known values)
+        # Every plan of a model draws on the same buffers (rep.plan_buffers, by size class): runs
+        # of one model never overlap (BackendRep.run holds a lock and waits), so another input
+        # signature's plan reuses them, allocating only what it needs beyond them.
+        self._shared: dict[int, list[kdml.Buffer]] = rep.plan_buffers
+        self._free: dict[int, list[kdml.Buffer]] = collections.defaultdict(list)
+        self._by_id: dict[int, kdml.Buffer] = {}
+        for size, bufs in self._shared.items():
+            self._free[size] = list(bufs)
+            self._by_id.update((id(b), b) for b in bufs)
+        self._refs: collections.Counter[int] = collections.Counter()
+        # Buffers handed out while the current node is recorded: those its outputs do not hold
+        # when it ends (a handler's temporaries) are free for the next node (end_node).
+        self._fresh: list[kdml.Buffer] = []
+        self._after_node: list[DeviceValue] = []  # holds released when the node ends
+        self._attached: dict[int, list[DeviceValue]] = collections.defaultdict(list)
+        self.allocated = 0  # bytes this plan added to the shared buffers
+        self.memo: dict[int, Any] = {}  # results handlers share within the plan (handlers.py)
+
+    # ---- the BackendRep methods handlers use ----------------------------------------
+    def host(self, value: Any, stats: RunStats) -> Any:
+        if isinstance(value, DeviceValue):
+            raise FallbackNeeded("it needs a value computed on the device on the host while planning")
+        if isinstance(value, list):
+            return [self.host(v, stats) for v in value]
+        return value
+
+    def is_constant(self, name: str | None) -> bool:
+        return self.rep.is_constant(name)
+
+    def to_device(self, value: Any, stats: RunStats, name: str | None = None) -> kdml.Tensor:
+        if isinstance(value, DeviceValue):
+            return value.tensor
+        if name is not None and self.rep.is_constant(name):
+            return self.rep.to_device(value, stats, name)
+        arr = np.asarray(value)
+        part = compact(arr) if arr.ndim else arr
+        t = self.device.tensor(np.ascontiguousarray(part))
+        self.kept.append(t)
+        stats.constant_uploads += 1
+        if part.size == arr.size:
+            return t
+        # a broadcast view (host_eval.BROADCAST_BYTES): its distinct part, bound with zero strides
+        strides = [0 if n != m else st for n, m, st in zip(part.shape, arr.shape, packed_strides(part.shape))]
+        return kdml.Tensor(t.buffer, kdml.TensorDesc(t.desc.data_type, arr.shape, tuple(strides)), 0)
+
+    def upload_group(self, arrays: list[np.ndarray], stats: RunStats,
+                     names: tuple[str | None, ...] | None = None) -> list[kdml.Tensor]:
+        return [self.to_device(a, stats, n) for a, n in zip(arrays, names or (None,) * len(arrays))]
+
+    def out_tensor(self, sizes: Any, dtype: Any) -> kdml.Tensor:
+        desc = kdml.TensorDesc(kdml.DataType.from_numpy(dtype), tuple(sizes) if len(sizes) else (1,))
+        size = _block(desc.byte_size)
+        free = self._free[size]
+        if free:
+            buf = free.pop()
+        else:
+            # not zeroed (no fill submission per buffer): every output is written before a
+            # later node reads it, and bytes past an output are never read
+            buf = kdml.Buffer(self.device, size, zeroed=False)
+            self._shared.setdefault(size, []).append(buf)
+            self._by_id[id(buf)] = buf
+            self.allocated += size
+        self._fresh.append(buf)
+        return kdml.Tensor.trusted(buf, desc, 0)
+
+    def _note(self, msg: str) -> None:
+        self.rep._note(msg)
+
+    # ---- liveness ----------------------------------------------------------------------
+    def hold(self, value: Any) -> None:
+        if isinstance(value, DeviceValue):
+            self._refs[id(value.tensor.buffer)] += 1
+
+    def hold_for_members(self, value: Any, members: int) -> None:
+        """Keep value's buffer for `members` nodes still to come that each read it through
+        views made now (product_groups.py); each member releases its hold (release_after_node)
+        once its own outputs are held, so the buffer is reused after the last view dies."""
+        for _ in range(members):
+            self.hold(value)
+
+    def release_after_node(self, value: Any) -> None:
+        """Drop one hold of value's buffer when the current node ends (after its outputs are held)."""
+        if isinstance(value, DeviceValue):
+            self._after_node.append(value)
+
+    def attach(self, owner: Any, *values: Any) -> None:
+        """Keep `values` (a handler's results that later nodes may reuse through rep.memo, keyed
+        by `owner`) as long as owner's buffer lives."""
+        if not isinstance(owner, DeviceValue):
+            return
+        for v in values:
+            if isinstance(v, DeviceValue):
+                self.hold(v)
+                self._attached[id(owner.tensor.buffer)].append(v)
+
+    def end_node(self) -> None:
+        """The current node is recorded and its outputs held: its handler's temporaries (buffers
+        handed out during it that nothing holds) are free for later nodes; the recording's
+        barriers order their reuse (a later write waits for this node's reads)."""
+        for v in self._after_node:
+            self.drop(v)
+        self._after_node.clear()
+        for buf in self._fresh:
+            key = id(buf)
+            if self._refs[key] <= 0 and key in self._by_id and not self._is_free(buf):
+                self._refs.pop(key, None)
+                self._free[buf.nbytes].append(buf)
+        self._fresh.clear()
+
+    def _is_free(self, buf: kdml.Buffer) -> bool:
+        return any(b is buf for b in self._free[buf.nbytes])
+
+    def drop(self, value: Any) -> None:
+        if not isinstance(value, DeviceValue):
+            return
+        key = id(value.tensor.buffer)
+        self._refs[key] -= 1
+        if self._refs[key] <= 0 and key in self._by_id:
+            del self._refs[key]
+            buf = self._by_id[key]
+            if not self._is_free(buf):
+                self._free[buf.nbytes].append(buf)
+            for v in self._attached.pop(key, ()):
+                self.drop(v)
