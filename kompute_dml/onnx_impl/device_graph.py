@@ -42,7 +42,7 @@ RECYCLED = 2
 # this many bytes together; larger ones are downloaded after it through the staging ring. Pinned
 # memory costs its allocation at the first run that needs more of it (32 MiB: 18 ms on the H100,
 # a MiniLM 64 x 256 first run's largest part after the run), a download through staging a
-# submission per chunk (CHUNK_BYTES) on runs that take milliseconds anyway.
+# submission per chunk (staging.CHUNK_BYTES) on runs that take milliseconds anyway.
 PROGRAM_OUT_BYTES = 8 << 20
 _FREE_REFS = 3  # sys.getrefcount of a kept array nothing else holds: the list, the loop name, the argument
 
