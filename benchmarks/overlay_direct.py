@@ -10,7 +10,6 @@ process's shaders; `compile_direct` makes a compiled operator of one tile config
 from __future__ import annotations
 
 import functools
-import importlib.util
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,11 +55,9 @@ class DirectConfig:
 @functools.cache
 def load() -> None:
     """Build the overlay where its SPIR-V is missing or stale, and let the runtime load it."""
-    spec = importlib.util.spec_from_file_location("_kdml_build_spirv_overlay", ROOT / "tools" / "build_spirv.py")
-    assert spec is not None and spec.loader is not None
-    builder = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(builder)
-    if builder.build(quiet=True, families=FAMILIES, shader_dir=SHADER_DIR, out_dir=SPIRV_DIR) != 0:
+    from overlay_peak import _builder  # tools/build_spirv.py, loaded as the benchmark overlays load it
+
+    if _builder().build(quiet=True, families=FAMILIES, shader_dir=SHADER_DIR, out_dir=SPIRV_DIR) != 0:
         raise RuntimeError(f"the coop_direct overlay did not build (see above): {SPIRV_DIR}")
     from kompute_dml import shaders
 

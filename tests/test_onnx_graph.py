@@ -111,10 +111,12 @@ def test_placement_puts_shape_arithmetic_on_the_host_and_the_rest_on_the_device(
     assert "resolved on the host per input shape" in s and "one device submission" in s
 
 
-@pytest.mark.parametrize("program_out", [8 << 20, 16, 0], ids=["program-copies", "first-only", "staging"])
+@pytest.mark.parametrize("program_out", [8 << 20, 16, 0], ids=["program-copies", "mask-only", "staging"])
 def test_whole_graph_runs_as_one_submission_and_matches_the_reference(rng, monkeypatch, program_out):
     """`program_out`: the bytes of outputs the program copies into pinned memory itself
-    (device_graph.PROGRAM_OUT_BYTES); the others are downloaded after it through staging."""
+    (device_graph.PROGRAM_OUT_BYTES); the others are downloaded after it through staging. At 16
+    bytes the float output goes through staging while the boolean mask is still copied by the
+    program where it fits (2 x 5, 1 x 1; not 3 x 7): both paths in one run."""
     from kompute_dml.onnx_impl import device_graph
     monkeypatch.setattr(device_graph, "PROGRAM_OUT_BYTES", program_out)
     model, (table, w) = _encoder_like(rng)

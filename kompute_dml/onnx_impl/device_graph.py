@@ -154,6 +154,7 @@ class GraphPlan:
         H100 host): the inputs from host memory into the input buffer first (recorded at
         the start of the capture), the packed device outputs into host memory last."""
         self._out_at: dict[int, int] = {}  # output index -> byte offset in the output host memory
+        self._staged: set[int] = set()  # packed outputs past PROGRAM_OUT_BYTES: downloaded after the program
         self._kept: dict[int, list[np.ndarray]] = {}  # output index -> result arrays handed out
         end = 0
         for k, (_name, v) in enumerate(self.outputs):
@@ -162,6 +163,8 @@ class GraphPlan:
                 if end + size <= PROGRAM_OUT_BYTES:
                     self._out_at[k] = end
                     end += size
+                else:
+                    self._staged.add(k)
         self._out = _host_io(rep, "out", end)
         rec.scope = "outputs"
         for k, off in self._out_at.items():
@@ -181,7 +184,7 @@ class GraphPlan:
         for k, (_name, v) in enumerate(self.outputs):
             if isinstance(v, DeviceValue):
                 at = self._out_at.get(k)
-                if at is None and is_packed(v.tensor):  # past PROGRAM_OUT_BYTES: through the staging ring
+                if k in self._staged:  # past PROGRAM_OUT_BYTES: through the staging ring
                     arr = self._result_array(k, v.shape, v.tensor.dtype)
                     v.tensor.numpy(out=arr.reshape(v.tensor.desc.sizes))
                 elif at is None:

@@ -135,9 +135,9 @@ def _gather(take: Callable[..., Any]) -> Callable[[onnx.NodeProto, list[Any]], A
         axis = axis + x.ndim if axis < 0 else axis
         idx = np.where(idx < 0, idx + x.shape[axis], idx)
         if take is np.take and idx.size * x.itemsize * (x.size // max(x.shape[axis], 1)) >= BROADCAST_BYTES:
-            rep = _repeating(idx)
-            if compact(rep).size < idx.size:
-                out = take(x, compact(rep), axis=axis)
+            part = compact(_repeating(idx))
+            if part.size < idx.size:
+                out = take(x, part, axis=axis)
                 return np.broadcast_to(out, x.shape[:axis] + idx.shape + x.shape[axis + 1:])
         return take(x, idx, axis=axis)
     return run
