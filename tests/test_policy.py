@@ -106,8 +106,9 @@ def test_features_environment(monkeypatch):
 @pytest.mark.parametrize("close", [False, True])
 def test_process_exit_without_close_is_clean(close):
     """Devices, buffers, pipelines and recorded sequences left for the interpreter's exit:
-    kompute_dml closes every live Device first (regression: NVIDIA's driver aborted with
-    'free(): invalid pointer' when the garbage collector tore kp objects down after it)."""
+    kp's exit callback destroys every live Manager, waiting for its device first (regression:
+    NVIDIA's driver aborted with 'free(): invalid pointer' when the garbage collector tore kp
+    objects down after it); kompute_dml has no exit handler of its own."""
     code = textwrap.dedent(f"""
         import numpy as np, kompute_dml as kdml
         d = kdml.Device()

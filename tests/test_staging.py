@@ -127,7 +127,8 @@ _CHILD = textwrap.dedent(
     dev = kdml.Device()
     dev.warmup([desc])
     print(json.dumps(dev.stats()))
-    dev.close()
+    if "KDML_TEST_LEAVE_OPEN" not in os.environ:
+        dev.close()
     """
 )
 
@@ -135,14 +136,20 @@ _CHILD = textwrap.dedent(
 def _child(env: dict[str, str]) -> dict[str, int]:
     import json
 
-    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", "import os\n" + _CHILD], env=env, capture_output=True, text=True,
+                         timeout=120)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_pipeline_cache_persists_across_processes(tmp_path):
+@pytest.mark.parametrize("closed", [True, False], ids=["closed", "left-open-at-exit"])
+def test_pipeline_cache_persists_across_processes(tmp_path, closed):
+    """The cache file is written when the device goes: at Device.close, or from kp's exit
+    callback for a device left open (kp patch level 9); a second process loads all of it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("VK_")}  # no validation layer: its own cache
     env["KDML_CACHE_DIR"] = str(tmp_path)
+    if not closed:
+        env["KDML_TEST_LEAVE_OPEN"] = "1"
     first = _child(env)
     files = list(tmp_path.glob("pipelines-*.bin"))
     assert len(files) == 1 and files[0].stat().st_size > 0

@@ -1,8 +1,10 @@
 """The device's Vulkan pipeline cache, kept on disk between processes.
 
-Every pipeline of a device is created through one VkPipelineCache (kp patch level 8); its
-data is written when the device closes and merged in when a later process opens the same
-device, so that process compiles nothing it has seen. The file is named by the driver's
+Every pipeline of a device is created through one VkPipelineCache (kp patch level 8); kp
+writes its data to the file named here when the device is destroyed (kp patch level 9:
+`Manager.kdml_cache_file`; at Device.close or from kp's exit callback alike, atomically through
+a temporary file), and a later process opening the same device merges it in, so that process
+compiles nothing it has seen. The file is named by the driver's
 pipelineCacheUUID, vendor, device and driver version (a driver update starts a new file),
 in `$KDML_CACHE_DIR` or else `$XDG_CACHE_HOME/kompute_dml` (`~/.cache/kompute_dml`);
 `KDML_CACHE_DIR=off` (or an empty value) turns it off. A file a driver does not accept is
@@ -15,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ def _matches(data: bytes, key: str) -> bool:
 
 
 class DiskPipelineCache:
-    """One device's cache file: loaded once at open, saved at close."""
+    """One device's cache file: loaded once at open, written by kp when the device goes."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
@@ -59,6 +60,9 @@ class DiskPipelineCache:
             return cls(None)
         cache = cls(folder / f"pipelines-{manager.kdml_pipeline_cache_key()}.bin")
         cache.load(manager)
+        with contextlib.suppress(OSError):
+            cache.path.parent.mkdir(parents=True, exist_ok=True)  # kp writes the file, not the folder
+        manager.kdml_cache_file(str(cache.path))
         return cache
 
     def load(self, manager: Any) -> None:
@@ -70,20 +74,3 @@ class DiskPipelineCache:
             return
         if _matches(data, manager.kdml_pipeline_cache_key()) and manager.kdml_load_pipeline_cache(data):
             self.loaded_bytes = len(data)
-
-    def save(self, manager: Any) -> None:
-        """Write the cache data atomically (another process may read it at the same time)."""
-        if self.path is None:
-            return
-        try:
-            data = manager.kdml_pipeline_cache_data()
-            if not data:
-                return
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".pipelines-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, self.path)
-        except (OSError, RuntimeError):
-            with contextlib.suppress(OSError, UnboundLocalError):
-                os.unlink(tmp)

@@ -15,7 +15,6 @@ later one replays without encoding or recording anything (runtime/replay.py).
 
 from __future__ import annotations
 
-import atexit
 import collections
 import contextlib
 import gc
@@ -48,7 +47,7 @@ from .staging import HostMemory, Staging, host_origin
 Work = tuple[Sequence[Plan], Sequence[Any]]
 
 KP_PATCH_LEVEL: int = getattr(kp, "kdml_patch_level", 0)  # scripts/kp-0.9.0-kompute-dml.patch
-REQUIRED_PATCH_LEVEL = 8  # shared pipelines, storage tensors, staging (runtime/staging.py)
+REQUIRED_PATCH_LEVEL = 9  # program handles (runtime/pipelines.py), destroy() waits and writes the cache file
 if KP_PATCH_LEVEL < REQUIRED_PATCH_LEVEL:
     raise ImportError(f"kp is built with kompute_dml's patch level {KP_PATCH_LEVEL}, this code needs "
                       f"{REQUIRED_PATCH_LEVEL}: run `make setup` (scripts/setup.sh rebuilds kp)")
@@ -56,7 +55,6 @@ REPLAY_CAPACITY = 256
 
 _serials = itertools.count(1)
 _MANAGER_LOCK = threading.Lock()  # kp.kdml_request_features applies to the next kp.Manager
-_LIVE: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
 def _create_manager(index: int, requested: frozenset[str] | None) -> Any:
@@ -66,16 +64,6 @@ def _create_manager(index: int, requested: frozenset[str] | None) -> Any:
         if spin_us is not None:
             kp.kdml_set_wait_spin_ns(max(0, int(float(spin_us) * 1000)))
         return kp.Manager(index)
-
-
-@atexit.register
-def _close_live_engines() -> None:
-    """Release every live Device's Vulkan objects while the interpreter is intact: left to
-    the garbage collector at exit, kp objects die in any order, after the Vulkan driver's
-    own teardown has begun ("free(): invalid pointer" and SIGABRT seen on NVIDIA's driver)."""
-    for engine in list(_LIVE):
-        with contextlib.suppress(Exception):
-            engine.close()
 
 
 def _by_word(seq: Any) -> bool:
@@ -106,7 +94,6 @@ class Engine:
         except Exception as e:  # kp raises plain RuntimeError
             raise DeviceError(f"could not create a Vulkan device on {device_name or index}: {e}") from e
         self.closed = False
-        _LIVE.add(self)
         enabled: list[Any] = self.manager.kdml_enabled_features()
         self.capabilities = frozenset(str(n) for n in enabled)
         # (M, N, K, A, B, C, result type (VkComponentTypeKHR), saturating, scope) per shape
@@ -378,6 +365,5 @@ class Engine:
                 replay.live = False
             self._replays.clear()
             self.pipelines.clear()
-            self.disk_cache.save(self.manager)
             self.closed = True
-            self.manager.destroy()
+            self.manager.destroy()  # waits for the device, writes the pipeline cache file (disk_cache.py)

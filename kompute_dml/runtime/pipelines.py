@@ -1,11 +1,14 @@
 """Cached kp algorithms: the descriptor sets that bind buffers to a shared pipeline.
 
-With kp patch level 8 a device has one pipeline per (SPIR-V, specialization constants,
-push-constant size, binding count), shared by every kp algorithm that uses it; an algorithm
-is then only a descriptor set (the buffers it binds), cached per (shader variant, bound
-buffers, push-constant size, specialization constants). The grid is given at each dispatch
-(encode.py) and push constants carry everything else (binding offsets, shapes, strides,
-parameters), so a new shape or new buffers never build a pipeline.
+A device has one pipeline per (SPIR-V, specialization constants, push-constant size, binding
+count), shared by every kp algorithm that uses it, and known by a handle (kp patch level 9:
+`Manager.kdml_prepare_program`), found once per (variant, spec, push size) in this process. An
+algorithm is then only a descriptor set (the buffers it binds), made from the handle without
+passing the SPIR-V again (`Manager.kdml_algorithm`: at level 8 every new set copied and
+compared the whole shader, ~50 us for an 80 KB variant), and cached per (shader variant,
+bound buffers, push-constant size, specialization constants). The grid is given at each
+dispatch (encode.py) and push constants carry everything else (binding offsets, shapes,
+strides, parameters), so a new shape or new buffers never build a pipeline.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class PipelineCache:
         # SPIR-V by variant, checked (capabilities, staleness) and read once per device: a new
         # descriptor set must not cost a file read and a hash of the shader sources
         self._spirv: dict[str, bytes] = {}
+        self._programs: dict[tuple[Any, ...], int] = {}  # (variant, spec, push words, bindings) -> handle
         self.hits = 0
         self.misses = 0
 
@@ -41,13 +45,7 @@ class PipelineCache:
             self.hits += 1
             return algo
         self.misses += 1
-        algo = self.manager.algorithm(
-            [m.tensor for m in memories],
-            self.spirv(plan.variant),
-            [1, 1, 1],  # unused: OpDispatch gives the grid
-            plan.spec_array,
-            plan.push_array,  # its size only: OpDispatch pushes the words at each dispatch
-        )
+        algo = self.manager.kdml_algorithm([m.tensor for m in memories], self.program(plan))
         self._entries[key] = algo
         # Evicted algorithms are dropped, not destroy()ed: a recorded replay sequence or a
         # pending Recording may still hold them, and kp frees an algorithm when its last
@@ -65,11 +63,19 @@ class PipelineCache:
             data = self._spirv[variant] = load_spirv(variant)
         return data
 
+    def program(self, plan: DispatchPlan) -> int:
+        """The handle of `plan`'s shared pipeline (created through the device's pipeline cache
+        the first time the device sees its variant, spec and push size)."""
+        key = (plan.variant, plan.spec, len(plan.push), len(plan.bindings))
+        handle = self._programs.get(key)
+        if handle is None:
+            handle = self._programs[key] = int(self.manager.kdml_prepare_program(
+                self.spirv(plan.variant), len(plan.bindings), [int(v) for v in plan.spec], len(plan.push)))
+        return handle
+
     def prepare(self, plan: DispatchPlan) -> None:
         """Create the shared pipeline of `plan`'s variant, spec and push size, binding nothing."""
-        self.manager.kdml_prepare_program(
-            self.spirv(plan.variant), len(plan.bindings), [int(v) for v in plan.spec], len(plan.push)
-        )
+        self.program(plan)
 
     def forget_memory(self, serial: int) -> None:
         """Drop the algorithms bound to a released buffer."""

@@ -32,20 +32,11 @@ class DispatchPlan:
     offset_slots: tuple[tuple[int, int, int], ...] = ()
     spec: tuple[int, ...] = ()  # specialization constants (uint32 words, constant_id 0, 1, ...)
 
-    # What encoding a plan against new buffers reads, made once per plan (runtime/encode.py,
-    # pipelines.py): the push words as Python ints, and the arrays a new kp algorithm takes
-    # (its push constants only give their size: OpDispatch pushes the words at each dispatch).
+    # What encoding a plan against new buffers reads, made once per plan (runtime/encode.py):
+    # the push words as Python ints.
     @functools.cached_property
     def words(self) -> tuple[int, ...]:
         return tuple(int(v) for v in self.push)
-
-    @functools.cached_property
-    def spec_array(self) -> np.ndarray:
-        return np.asarray(self.spec, dtype=np.uint32) if self.spec else np.zeros((0,), dtype=np.uint32)
-
-    @functools.cached_property
-    def push_array(self) -> np.ndarray:
-        return np.asarray(self.words, dtype=np.uint32)
 
 
 @dataclass(frozen=True, eq=False)
