@@ -441,3 +441,45 @@ def test_plan_memory_does_not_grow_with_depth(prepared):
         sizes[layers] = plan.device_bytes
     assert sizes[3] == sizes[1], sizes
     check_exact(prepared(hidden, 3, heads), 2, 7)
+
+
+def test_attention_probabilities_are_written_over_their_scores(prepared, monkeypatch):
+    """The fused masked softmax writes its output over the attention scores, which nothing reads
+    after it (PlanContext.out_tensor's `over`): the plan needs fewer device bytes than with a
+    buffer of its own, and every output bit is the same."""
+    from kompute_dml.onnx_impl.plan_context import PlanContext
+
+    p = prepared(*SMALL)
+    feeds = feeds_for(p, 3, 40)  # scores of 3 x 2 x 40 x 40 float32: larger than every other value
+    results = {}
+    for in_place in (True, False):
+        if not in_place:
+            monkeypatch.setattr(PlanContext, "_writable", lambda *a: False)
+        p.rep.release()
+        out = p.rep.run(feeds)[0]
+        (plan,) = [x for x in p.rep._plans.values() if x is not None]
+        results[in_place] = (plan.device_bytes, out.view(np.uint32).copy())
+    monkeypatch.undo()
+    p.rep.release()
+    assert results[True][0] < results[False][0], results
+    assert np.array_equal(results[True][1], results[False][1])
+
+
+def test_values_beyond_the_largest_buffer_run_on_the_cpu(prepared, monkeypatch):
+    """A value larger than one storage buffer of the device (lavapipe: 128 MiB of attention scores
+    at 70 x 512) sends its nodes to the CPU with the reason in the run's events, instead of an
+    InvalidArgumentError: here on a device whose buffers are made to stop at 128 KiB."""
+    p = prepared(*SMALL)
+    feeds = feeds_for(p, 3, 100)  # scores 240,000 bytes, the Gelu's input 307,200; weights <= 64,000
+    p.rep.release()
+    import types
+
+    limits = dict(p.rep.device.limits, max_storage_buffer_range=131072)
+    monkeypatch.setattr(p.rep.device, "limits", types.MappingProxyType(limits))
+    out = p.rep.run(feeds)[0]
+    monkeypatch.undo()
+    p.rep.release()
+    st = p.rep.last_run
+    assert st.runtime_fallbacks > 0 and any("beyond the device's largest storage buffer" in e for e in st.events)
+    ref = p.ort_plain.run(None, feeds)[0]
+    assert np.abs(out - ref).max() < 0.05

@@ -400,6 +400,24 @@ def test_masked_helper(dev, rng):
         kdml.softmax(x, mask=np.zeros(9, np.float16), device=dev)
 
 
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+@pytest.mark.parametrize(("shape", "strides"), [((2, 3, 5, 9), None), ((2, 2, 3, 3000), None),
+                                                ((2, 3, 4, 33), (450, 140, 34, 1))], ids=["fast", "general", "strided"])
+def test_masked_runs_exactly_in_place(dev, rng, dt, shape, strides):
+    """The extension's output may be its input (same offset and layout; the ONNX backend writes
+    attention probabilities over their scores): the same bits as into a second buffer, and every
+    byte outside the tensor unchanged. DirectML's plain operator still refuses it (test above)."""
+    d = TD(dt, shape, strides)
+    x, xraw = place(dev, rng, d, scores(rng, shape, dt))
+    mask = dev.tensor(attention_mask(rng, (shape[0], 1, 1, shape[-1]), dt, -np.inf))
+    op = dev.compile(kdml.ActivationSoftmax1Desc(d, d, (3,), mask_tensor=mask.desc, nan_to_zero=True))
+    want = dev.empty(TD(dt, shape))
+    kdml.softmax(kdml.Tensor(x.buffer, d, x.offset), mask=mask, nan_to_zero=True, out=want, device=dev)
+    op.execute([x, mask], [x])
+    got = read_logical(assert_outside_unchanged(x, xraw), x.offset, d)
+    assert np.array_equal(_bits(got), _bits(want.numpy()))
+
+
 M = TD(DT.FLOAT32, (2, 1, 4))
 BAD_EXT = [
     (kdml.ActivationSoftmax1Desc(F, F, (2,), mask_tensor=TD(DT.FLOAT16, (2, 1, 4))), kdml.InvalidArgumentError,

@@ -121,6 +121,7 @@ class GraphPlan:
             rec.scope = "inputs"
             rec.copy_in(self._in[:total], kdml.Tensor(self._input_buffer, kdml.TensorDesc(kdml.DataType.UINT8, (total,))))
             for i in range(len(g.node)):
+                ctx.dying = [env[n] for n in dying[i] if n in env]
                 fusion = fusions.by_carrier.get(i)
                 if fusion is not None:  # the chain's one dispatch, or its nodes where it does not fit
                     rec.scope = fusion.scope(g)

@@ -137,7 +137,9 @@ def _run_masked_softmax(rep: Any, nodes: list[onnx.NodeProto], lookup: Callable[
     zero = _input(lookup, where, 1)
     if _value_dtype(zero) != dt or tuple(np.broadcast_shapes(shape, _value_shape(zero))) != shape:
         raise Unfused(f"Where's constant of type {_value_dtype(zero)}, shape {_value_shape(zero)}")
-    y = kdml.softmax(x, mask=mask, nan_to_zero=True, out=rep.out_tensor(shape, dt), device=rep.device)
+    # the probabilities over the scores where nothing else reads them (PlanContext.out_tensor)
+    out = rep.out_tensor(shape, dt, over=_input(lookup, add, 0))
+    y = kdml.softmax(x, mask=mask, nan_to_zero=True, out=out, device=rep.device)
     return [DeviceValue(y, shape, dt)]
 
 

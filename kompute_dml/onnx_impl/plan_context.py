@@ -14,17 +14,25 @@ import kompute_dml as kdml
 from kompute_dml.tensor_desc import packed_strides
 
 from .host_eval import compact
-from .values import DeviceValue, FallbackNeeded, RunStats
+from .values import DeviceValue, FallbackNeeded, RunStats, check_bindable
 
 if TYPE_CHECKING:
     from .rep import BackendRep
 
 _MIN_BLOCK = 256
+_FINE_BLOCK = 1 << 20
 
 
 def _block(nbytes: int) -> int:
-    """The size class of a plan buffer: powers of two, so a freed buffer fits later outputs."""
-    return max(_MIN_BLOCK, 1 << (max(nbytes, 1) - 1).bit_length())
+    """The size class of a plan buffer, so a freed buffer fits later outputs: powers of two up to
+    1 MiB, then four classes per octave (5/8, 6/8, 7/8 and 8/8 of the next power of two: a new
+    sequence length's large buffers cost their allocation, ~18 us per MiB on the H100, and a
+    power of two wastes up to half of one, e.g. 256 MiB for 201 MiB of attention scores)."""
+    top = 1 << (max(nbytes, 1) - 1).bit_length()
+    if top <= _FINE_BLOCK:
+        return max(_MIN_BLOCK, top)
+    step = top >> 3
+    return -(-nbytes // step) * step
 
 
 class PlanContext:
@@ -49,6 +57,9 @@ class PlanContext:
         self._fresh: list[kdml.Buffer] = []
         self._after_node: list[DeviceValue] = []  # holds released when the node ends
         self._attached: dict[int, list[DeviceValue]] = collections.defaultdict(list)
+        # the values whose last reader is the node being recorded (device_graph sets it per node):
+        # an output may be written over one of them (out_tensor's `over`)
+        self.dying: list[Any] = []
         self.allocated = 0  # bytes this plan added to the shared buffers
         self.memo: dict[int, Any] = {}  # results handlers share within the plan (handlers.py)
 
@@ -83,9 +94,14 @@ class PlanContext:
                      names: tuple[str | None, ...] | None = None) -> list[kdml.Tensor]:
         return [self.to_device(a, stats, n) for a, n in zip(arrays, names or (None,) * len(arrays))]
 
-    def out_tensor(self, sizes: Any, dtype: Any) -> kdml.Tensor:
+    def out_tensor(self, sizes: Any, dtype: Any, over: Any = None) -> kdml.Tensor:
+        """A buffer for the current node's output; `over`, an input the operator may overwrite
+        exactly in place, is reused where nothing reads it after this node (_writable)."""
         desc = kdml.TensorDesc(kdml.DataType.from_numpy(dtype), tuple(sizes) if len(sizes) else (1,))
-        size = _block(desc.byte_size)
+        if over is not None and self._writable(over, desc):
+            return kdml.Tensor.trusted(over.tensor.buffer, desc, 0)
+        check_bindable(self.device, desc.byte_size)
+        size = min(_block(desc.byte_size), kdml.memory.largest_buffer(self.device.limits))
         free = self._free[size]
         if free:
             buf = free.pop()
@@ -98,6 +114,18 @@ class PlanContext:
             self.allocated += size
         self._fresh.append(buf)
         return kdml.Tensor.trusted(buf, desc, 0)
+
+    def _writable(self, value: Any, desc: kdml.TensorDesc) -> bool:
+        """Whether an output of `desc` may be written over `value`: its last reader is this node,
+        no other value (a view) or memoized result holds its buffer, the buffer is the plan's own,
+        and the value lies packed at its start with the output's type and sizes. The output's
+        hold then keeps the buffer once the value is dropped at the node's end."""
+        if not isinstance(value, DeviceValue) or not any(v is value for v in self.dying):
+            return False
+        t = value.tensor
+        key = id(t.buffer)
+        return (self._refs.get(key, 0) == 1 and key in self._by_id and key not in self._attached and t.offset == 0
+                and t.desc.data_type == desc.data_type and t.desc.sizes == desc.sizes and t.desc.same_layout(desc))
 
     def _note(self, msg: str) -> None:
         self.rep._note(msg)

@@ -17,7 +17,7 @@ from kompute_dml.memory import packed_desc_for
 
 from .fallback import CpuSegment
 from .host_eval import evaluate
-from .values import DeviceValue, RunStats, _value_shape
+from .values import DeviceValue, RunStats, _value_shape, check_bindable
 
 if TYPE_CHECKING:
     import onnx
@@ -110,6 +110,7 @@ class ValueTransfers:
             dv = self._device_constants.get(name)
             if dv is None:
                 arr = self._constant_host(name)
+                check_bindable(self.device, arr.nbytes)
                 dv = DeviceValue(self.device.tensor(np.ascontiguousarray(arr)), arr.shape, arr.dtype)
                 self._device_constants[name] = dv
                 stats.constant_uploads += 1
@@ -127,9 +128,11 @@ class ValueTransfers:
         while len(self._arena) > self.arena_capacity:
             self._arena.popitem(last=False)
 
-    def out_tensor(self, sizes: Sequence[int], dtype: Any) -> kdml.Tensor:
-        """The current node's next output buffer, the same one on every run of this layout."""
+    def out_tensor(self, sizes: Sequence[int], dtype: Any, over: Any = None) -> kdml.Tensor:
+        """The current node's next output buffer, the same one on every run of this layout
+        (`over` is not reused node by node: the value may be read again)."""
         desc = kdml.TensorDesc(kdml.DataType.from_numpy(dtype), tuple(sizes) if len(sizes) else (1,))
+        check_bindable(self.device, desc.byte_size)
         self._slot += 1
         key = (self._cur_node, "out", self._slot, desc)
         t = self._arena_get(key)
@@ -149,6 +152,7 @@ class ValueTransfers:
             return list(self._run_uploads[names])
         arrays = [np.ascontiguousarray(a) for a in arrays]
         descs = [packed_desc_for(a) for a in arrays]
+        check_bindable(self.device, sum(cdiv(d.byte_size, 16) * 16 for d in descs))
         self._slot += 1
         key = (self._cur_node, "in", self._slot, tuple(descs))
         hit = self._arena_get(key)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 import kompute_dml as kdml
+from kompute_dml.memory import largest_buffer
 from kompute_dml.ops import ONNX_PLACEMENT
 
 MS_DOMAIN = "com.microsoft"
@@ -34,6 +35,15 @@ class FallbackError(RuntimeError):
 
 class FallbackNeeded(Exception):
     """Raised by a device handler when this node, with these runtime values, must run on the CPU."""
+
+
+def check_bindable(device: Any, nbytes: int) -> None:
+    """A node's output or uploaded input of `nbytes` must fit one storage buffer of the device (a
+    shader binds it whole); a larger one sends the node to the CPU, not an error to the user."""
+    largest = largest_buffer(device.limits)
+    if nbytes > largest:
+        raise FallbackNeeded(f"a value of {nbytes} bytes is beyond the device's largest storage buffer "
+                             f"({largest} bytes: maxStorageBufferRange / maxMemoryAllocationSize)")
 
 
 @dataclasses.dataclass(frozen=True)

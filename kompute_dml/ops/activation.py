@@ -39,7 +39,7 @@ from ..runtime import DispatchPlan, grid_for
 from ..tensor_desc import TensorDesc, validate_desc
 from . import contract
 from .base import CompiledOperator, validate_tensors
-from .elementwise import CompiledElementWise, check_same, type_code
+from .elementwise import CompiledElementWise, CompiledElementWiseInPlace, check_same, type_code
 from .elementwise_plan import check_addressable, plan_elementwise
 from .spec import OnnxOp, OperatorSpec
 
@@ -226,7 +226,12 @@ def compile_softmax1(device: Device, desc: ActivationSoftmax1Desc) -> CompiledOp
     inputs = support.inputs + (("mask_tensor",) if mask is not None else ())
     check_addressable(inputs + support.outputs, [t for t in (x, mask, y) if t is not None])
     plans = plan_softmax(x, y, axes, device.limits["max_compute_work_group_count"][0], mask, nan_to_zero)
-    return CompiledOperator(device, desc, support, inputs, support.outputs, list(plans))
+    if mask is None and not nan_to_zero:  # DirectML's operator: its page does not allow aliasing
+        return CompiledOperator(device, desc, support, inputs, support.outputs, list(plans))
+    # kompute_dml's extension may run exactly in place (the output over the input, same offset and
+    # layout: attention scores need no second buffer): a row's invocations finish reading it (max,
+    # sum) before any writes, then each reads and writes only its own elements (softmax.comp)
+    return CompiledElementWiseInPlace(device, desc, support, inputs, support.outputs, list(plans))
 
 
 # ---- specs (kompute_dml/ops/spec.py) --------------------------------------------------------
