@@ -79,8 +79,35 @@ class _cached(Generic[T]):
         return value
 
 
+def _plain_ints(values: object) -> bool:
+    return type(values) is tuple and all(type(v) is int for v in values)
+
+
+class _Interned(type):
+    """Descriptors of the common form (a DataType, tuples of plain ints, no total size, alignment
+    or flags) are made once and shared: they are immutable, and a plan of an encoder builds
+    hundreds of them, mostly the same few (their checks cost ~10 us each). Anything else (lists,
+    numpy integers, a value the rules refuse) is constructed, and checked, every time."""
+
+    _cache: dict[tuple[Any, ...], Any] = {}
+    _CAPACITY = 4096
+
+    def __call__(cls, data_type: Any, sizes: Any, strides: Any = None, *rest: Any, **kw: Any) -> Any:
+        if rest or kw or type(data_type) is not DataType or not _plain_ints(sizes) or not (
+                strides is None or _plain_ints(strides)):
+            return super().__call__(data_type, sizes, strides, *rest, **kw)
+        key = (cls, data_type, sizes, strides)
+        hit = _Interned._cache.get(key)
+        if hit is None:
+            hit = super().__call__(data_type, sizes, strides)
+            if len(_Interned._cache) >= _Interned._CAPACITY:
+                _Interned._cache.clear()
+            _Interned._cache[key] = hit
+        return hit
+
+
 @dataclass(frozen=True)
-class TensorDesc:
+class TensorDesc(metaclass=_Interned):
     """DML_BUFFER_TENSOR_DESC. Strides are in elements; None means packed."""
 
     data_type: DataType

@@ -257,7 +257,7 @@ def _prepare_siblings(device: kdml.Device, program: Any) -> int:
 def _host_io(rep: BackendRep, key: str, nbytes: int) -> np.ndarray:
     """Host memory (Device.host_array) of at least nbytes for the plans' inputs ("in") or
     outputs ("out"): one per model and direction, shared by its plans (runs never overlap),
-    grown by powers of two (a plan made before keeps the smaller one it recorded)."""
+    grown by plan_context's size classes (a plan made before keeps the smaller one it recorded)."""
     arr = rep.plan_io.get(key)
     if arr is None or arr.nbytes < nbytes:
         arr = rep.plan_io[key] = rep.device.host_array(_block(nbytes), np.uint8)
