@@ -86,8 +86,9 @@ def _plain_ints(values: object) -> bool:
 class _Interned(type):
     """Descriptors of the common form (a DataType, tuples of plain ints, no total size, alignment
     or flags) are made once and shared: they are immutable, and a plan of an encoder builds
-    hundreds of them, mostly the same few (their checks cost ~10 us each). Anything else (lists,
-    numpy integers, a value the rules refuse) is constructed, and checked, every time."""
+    hundreds of them, mostly the same few (their checks cost ~10 us each); one the rules refuse is
+    shared too, still invalid. Anything else (lists, numpy integers, the other fields given) is
+    constructed, and checked, every time."""
 
     _cache: dict[tuple[Any, ...], Any] = {}
     _CAPACITY = 4096

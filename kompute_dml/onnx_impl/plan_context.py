@@ -100,8 +100,7 @@ class PlanContext:
         desc = kdml.TensorDesc(kdml.DataType.from_numpy(dtype), tuple(sizes) if len(sizes) else (1,))
         if over is not None and self._writable(over, desc):
             return kdml.Tensor.trusted(over.tensor.buffer, desc, 0)
-        check_bindable(self.device, desc.byte_size)
-        size = min(_block(desc.byte_size), kdml.memory.largest_buffer(self.device.limits))
+        size = min(_block(desc.byte_size), check_bindable(self.device, desc.byte_size))
         free = self._free[size]
         if free:
             buf = free.pop()
@@ -125,7 +124,7 @@ class PlanContext:
         t = value.tensor
         key = id(t.buffer)
         return (self._refs.get(key, 0) == 1 and key in self._by_id and key not in self._attached and t.offset == 0
-                and t.desc.data_type == desc.data_type and t.desc.sizes == desc.sizes and t.desc.same_layout(desc))
+                and t.desc.same_layout(desc))
 
     def _note(self, msg: str) -> None:
         self.rep._note(msg)

@@ -132,11 +132,11 @@ class ValueTransfers:
         """The current node's next output buffer, the same one on every run of this layout
         (`over` is not reused node by node: the value may be read again)."""
         desc = kdml.TensorDesc(kdml.DataType.from_numpy(dtype), tuple(sizes) if len(sizes) else (1,))
-        check_bindable(self.device, desc.byte_size)
         self._slot += 1
         key = (self._cur_node, "out", self._slot, desc)
         t = self._arena_get(key)
         if t is None:
+            check_bindable(self.device, desc.byte_size)
             t = self.device.empty(desc)
             self._arena_put(key, t)
         return t
@@ -152,7 +152,6 @@ class ValueTransfers:
             return list(self._run_uploads[names])
         arrays = [np.ascontiguousarray(a) for a in arrays]
         descs = [packed_desc_for(a) for a in arrays]
-        check_bindable(self.device, sum(cdiv(d.byte_size, 16) * 16 for d in descs))
         self._slot += 1
         key = (self._cur_node, "in", self._slot, tuple(descs))
         hit = self._arena_get(key)
@@ -161,6 +160,7 @@ class ValueTransfers:
             for d in descs:
                 offsets.append(total)
                 total += cdiv(d.byte_size, 16) * 16
+            check_bindable(self.device, total)
             buf = self.device.buffer(total)
             hit = (buf, offsets, [kdml.Tensor(buf, d, o) for d, o in zip(descs, offsets)], total)
             self._arena_put(key, hit)

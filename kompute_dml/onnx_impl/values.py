@@ -37,13 +37,15 @@ class FallbackNeeded(Exception):
     """Raised by a device handler when this node, with these runtime values, must run on the CPU."""
 
 
-def check_bindable(device: Any, nbytes: int) -> None:
+def check_bindable(device: Any, nbytes: int) -> int:
     """A node's output or uploaded input of `nbytes` must fit one storage buffer of the device (a
-    shader binds it whole); a larger one sends the node to the CPU, not an error to the user."""
+    shader binds it whole); a larger one sends the node to the CPU, not an error to the user.
+    Returns the largest buffer's size."""
     largest = largest_buffer(device.limits)
     if nbytes > largest:
         raise FallbackNeeded(f"a value of {nbytes} bytes is beyond the device's largest storage buffer "
                              f"({largest} bytes: maxStorageBufferRange / maxMemoryAllocationSize)")
+    return largest
 
 
 @dataclasses.dataclass(frozen=True)
