@@ -18,10 +18,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import encoder_speed
 
-from kompute_dml import device
+from kompute_dml import device, recording
 from kompute_dml.onnx_backend import Backend
 from kompute_dml.onnx_impl import device_graph
-from kompute_dml.runtime import engine, pipelines, staging
+from kompute_dml.runtime import engine, inflight, pipelines, replay, staging
 
 SPOTS = {  # name -> (owner, attribute)
     "Engine.allocate": (engine.Engine, "allocate"),
@@ -31,11 +31,17 @@ SPOTS = {  # name -> (owner, attribute)
     "Recording.compile (the program)": (device.Recording, "compile"),
     "Device.compile (operators)": (device.Device, "compile"),
     "shape siblings": (device_graph, "_prepare_siblings"),
+    "Recording.flush (heads started while planning)": (recording.Recording, "flush"),
     # after planning: the program's first run
     "run: Engine._encode (recording the program)": (engine.Engine, "_encode"),
     "run: Engine._launch (submission and wait)": (engine.Engine, "_launch"),
     "run: host_copy (outputs to result arrays)": (device_graph, "host_copy"),
     "run: GraphPlan._result_array": (device_graph.GraphPlan, "_result_array"),
+}
+INNER = {  # timed wherever they are called (inside the spots above too)
+    "heads: InFlight.finish (waits)": (inflight.InFlight, "finish"),
+    "heads: Replay.own (recording)": (replay.Replay, "own"),
+    "heads: InFlight.start (submission)": (inflight.InFlight, "start"),
 }
 
 
@@ -74,6 +80,19 @@ def main() -> None:
         setattr(owner, attr, timed(name, getattr(owner, attr)))
     # inside the recording (not outermost, so timed on their own): new descriptor sets
     nested: collections.Counter[str] = collections.Counter()
+
+    def inner(name: str, fn):
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                nested[name] += time.perf_counter() - t
+                nested[name + " calls"] += 1
+        return wrapper
+
+    for name, (owner, attr) in INNER.items():
+        setattr(owner, attr, inner(name, getattr(owner, attr)))
     real_algorithm = rep.device.engine.pipelines.manager.kdml_algorithm
     created: list[str] = []
 
@@ -130,6 +149,9 @@ def main() -> None:
         print(f"  of which new descriptor sets: {1e3 * nested['kdml_algorithm (descriptor sets)']:.2f} ms in "
               f"{nested['kdml_algorithm calls']} calls; pipelines: {1e3 * nested['kdml_prepare_program (pipelines)']:.2f}"
               f" ms, created {len(created)} {created}")
+        for name in INNER:
+            if nested[name + " calls"]:
+                print(f"  {name}: {1e3 * nested[name]:.2f} ms in {nested[name + ' calls']} calls")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .device import Device, Recording, list_devices
+from .device import Device, list_devices
 from .dtypes import DataType, FeatureLevel
 from .errors import DeviceError, DMLError, InvalidArgumentError, OutOfMemoryError, UnsupportedError
 from .functional import (
@@ -53,6 +53,7 @@ from .ops.gather import GatherDesc, GatherElementsDesc
 from .ops.gemm import GemmDesc, MatrixTransform
 from .ops.join import JoinDesc, Slice1Desc
 from .ops.mean_variance_normalization import MeanVarianceNormalization1Desc
+from .recording import Recording
 from .tensor_desc import TensorDesc, calc_buffer_tensor_size
 from .views import getitem as _getitem  # noqa: F401  (registers Tensor.__getitem__)
 

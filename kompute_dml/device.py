@@ -2,8 +2,9 @@
 
 It reads the arguments, the physical device's limits and the policy, and hands execution to
 its runtime Engine (kompute_dml/runtime/engine.py: the kp Manager, the lock, memory,
-caches, submission). Every live Device's Vulkan objects are released at interpreter exit
-(runtime/engine.py, `_close_live_engines`).
+caches, submission). A Device left open is released at interpreter exit by kp's own exit
+callback (kp Manager.destroy waits for the device and writes the pipeline cache file).
+Recordings of many executions (Device.record, Device.capture) are in recording.py.
 """
 
 from __future__ import annotations
@@ -11,20 +12,21 @@ from __future__ import annotations
 import contextlib
 import math
 import types
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from .dtypes import HIGHEST_FEATURE_LEVEL, FeatureLevel
-from .errors import DeviceError, DMLError, InvalidArgumentError, UnsupportedError, invalid
+from .errors import DeviceError, DMLError, UnsupportedError, invalid
 from .inputs import as_host_array
 from .ints import as_int
 from .memory import Buffer, Tensor, buffer_with, packed_desc_for
 from .ops import compile_operator
 from .policy import policy_for, requested_capabilities
-from .runtime import DispatchPlan, Engine, Profile, Submission, TransferPlan, Work, finished
-from .tensor_desc import TensorDesc, packed_strides, validate_desc
+from .recording import Recording
+from .runtime import DispatchPlan, Engine, Profile
+from .tensor_desc import TensorDesc, validate_desc
 from .vulkan_info import PhysicalDeviceInfo, physical_devices
 
 
@@ -254,130 +256,3 @@ class Device:
         transfers hold), pipeline_cache_loaded_bytes (pipeline cache data read from disk at
         open)."""
         return self.engine.stats()
-
-
-class Recording:
-    """Executions gathered by `with dev.record() as rec:`; one submission at the end.
-
-    Each `rec.execute` validates its bindings at once (so a bad call raises inside the
-    block and nothing is submitted); dependent dispatches get memory barriers. The
-    submission is cached like an eager execution's: a recording of the same operators on
-    the same buffers and offsets (a loop body, say) replays one kp sequence.
-    """
-
-    def __init__(self, device: Device) -> None:
-        self.device = device
-        # Holding the bindings keeps the bound tensors alive until submission: a buffer
-        # collected mid-recording would otherwise take its pipelines with it.
-        self._keys: list[Hashable] = []
-        self._work: list[Work] = []
-        self._labels: list[Any] = []
-        self._count = 0
-        self._done = False
-        # Profile rows of the executions recorded from now on carry this scope (Device.profile)
-        self.scope = ""
-
-    def execute(self, op: Any, inputs: Any, outputs: Any) -> None:
-        if self._done:
-            raise DMLError("this recording was already submitted")
-        if getattr(op, "device", None) is not self.device:
-            raise InvalidArgumentError("op: was compiled for another Device (or is not a compiled operator)")
-        self.device.engine.check_open()
-        bound, key = op.bind(inputs, outputs)
-        if key is None:  # an exact in-place no-op
-            return
-        self._keys.append(key)
-        self._work.append((op.plans, bound))
-        self._labels.append((self.scope, op.support.name) if self.scope else op.support.name)
-        self._count += len(op.plans)
-
-    def copy_in(self, host: np.ndarray, tensor: Tensor) -> None:
-        """Record a copy of `host` (a contiguous array inside this device's `host_array`
-        memory) into `tensor`'s elements (a packed tensor of `host.nbytes` bytes), ordered before
-        the executions recorded after it: a program's inputs, written on the host between runs
-        and moved by the program's own submission."""
-        self._copy(host, tensor, to_host=False)
-
-    def copy_out(self, tensor: Tensor, host: np.ndarray) -> None:
-        """Record a copy of `tensor`'s elements (packed) into `host` (inside `host_array`
-        memory, `tensor.nbytes` bytes), after the executions recorded before it; the host reads
-        it once the submission completed."""
-        self._copy(host, tensor, to_host=True)
-
-    def _copy(self, host: np.ndarray, tensor: Tensor, to_host: bool) -> None:
-        if self._done:
-            raise DMLError("this recording was already submitted")
-        engine = self.device.engine
-        engine.check_open()
-        if not isinstance(tensor, Tensor) or tensor.buffer.device is not self.device:
-            raise InvalidArgumentError("tensor: must be a kompute_dml Tensor of this device")
-        d = tensor.desc
-        if d.strides is not None and tuple(d.strides) != packed_strides(d.sizes):
-            raise InvalidArgumentError("tensor: must be packed (its elements one contiguous byte range)")
-        where = engine.host_range(host) if isinstance(host, np.ndarray) and host.flags.c_contiguous else None
-        if where is None:
-            raise InvalidArgumentError("host: must be a contiguous array inside this device's Device.host_array memory")
-        if host.nbytes != tensor.nbytes:
-            raise InvalidArgumentError(f"host: {host.nbytes} bytes, the tensor's elements have {tensor.nbytes}")
-        plan = TransferPlan("copy", (0, 1), np.array([[0, 0, host.nbytes]], np.int64), (1,))
-        bound = (tensor, where) if to_host else (where, tensor)
-        self._keys.append(("copy", to_host, where.memory.serial, where.offset, tensor.binding_key, host.nbytes))
-        self._work.append(((plan,), bound))
-        label = "copy out" if to_host else "copy in"
-        self._labels.append((self.scope, label) if self.scope else label)
-        self._count += 1
-
-    def submit(self, wait: bool = True) -> Submission | None:
-        """Submit the recorded executions (leaving the `with` block does, waiting); with
-        `wait=False`, return at once with a Submission (`wait()`, `done()`)."""
-        engine = self.device.engine
-        if self._done:
-            return None if wait else finished(engine.lock)
-        self._done = True
-        try:
-            if self._count:
-                return engine.submit(tuple(self._keys), self._work, wait, self._labels)[1]
-            return None if wait else finished(engine.lock)
-        finally:
-            self._keys, self._work, self._labels = [], [], []
-
-    def compile(self) -> RecordedProgram:
-        """The recorded executions as a program to run again and again (the same buffers,
-        offsets and operators each time: write new inputs into the bound buffers between
-        runs). Ends the recording."""
-        if self._done:
-            raise DMLError("this recording was already submitted")
-        self._done = True
-        return RecordedProgram(self.device, tuple(self._keys), self._work, self._labels, self._count)
-
-    def __len__(self) -> int:
-        return self._count
-
-
-class RecordedProgram:
-    """Executions recorded once (Recording.compile), submitted as one kp sequence per `run`;
-    the sequence is recorded at the first run and replayed after (re-recorded only if the
-    engine's replay cache dropped it)."""
-
-    def __init__(self, device: Device, keys: tuple[Hashable, ...], work: list[Work], labels: list[Any],
-                 count: int) -> None:
-        self.device = device
-        self._keys, self._work, self._labels = keys, work, labels
-        self.dispatch_count = count
-        self._replay: Any = None
-
-    @property
-    def work(self) -> list[Work]:
-        """The recorded executions: (plans, bound tensors) each."""
-        return self._work
-
-    def run(self, wait: bool = True) -> Submission | None:
-        engine = self.device.engine
-        if not self.dispatch_count:
-            return None if wait else finished(engine.lock)
-        if self._replay is not None:
-            ran = engine.rerun(self._replay, wait)
-            if ran is not False:
-                return ran  # type: ignore[return-value]
-        self._replay, submission = engine.submit(self._keys, self._work, wait, self._labels)
-        return submission

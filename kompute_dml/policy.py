@@ -100,6 +100,12 @@ WAIT_SPIN_CAP_US = 5000
 # 181.9 / 184.3 us; second 132.6 / 113.0, 123.3 / 112.4, 123.3 / 112.1 (its own sequence).
 FIRST_RUN_ENV = "KDML_FIRST_RUN"
 FIRST_RUNS = ("shared", "own")
+# Every this many milliseconds of planning, a new input signature's whole-graph plan starts on
+# the device what it has recorded so far (onnx_impl/device_graph.py, Recording.flush), so the
+# device runs the first layers while the host plans the later ones (DevicePolicy.plan_flush_ms,
+# KDML_PLAN_FLUSH_MS overrides; 0: never). GPUs only: lavapipe runs them on the planning cores.
+PLAN_FLUSH_ENV = "KDML_PLAN_FLUSH_MS"
+GPU_PLAN_FLUSH_MS = 2.0
 # The matrix-product families (MATRIX_MULTIPLY_INTEGER_TO_FLOAT), each planned by the ops module
 # that registers it (ops/matmul_integer.PLANNERS): "cpu" / "cpu-ssbo" (register-blocked; without the
 # texel variant), "gpu" (shared-memory tiles), "coopmat" / "dot" / "coopmat-emulated" (ops/matmul_coop.py:
@@ -234,6 +240,7 @@ class DevicePolicy:
     completion: str = "word"  # see COMPLETION
     wait_spin_cap_us: int = 0  # see WAIT_SPIN_CAP_US; 0: the fixed default spin
     first_run: str = "shared"  # see FIRST_RUN
+    plan_flush_ms: float = 0.0  # see PLAN_FLUSH_ENV
     # How GEMM (ops/gemm.py) picks its output tile (32 x 32 or 64 x 64, contract.GEMM_BLOCKS):
     # "work" (CPU devices) the one with the least padded work per unit of speed (GEMM_CPU_B4_RATE),
     # "parallel" (GPUs) 64 x 64 only where enough such tiles keep the device busy (ops/gemm.py).
@@ -321,6 +328,7 @@ class DevicePolicy:
             "completion": self.completion,
             "wait_spin_cap_us": self.wait_spin_cap_us,
             "first_run": self.first_run,
+            "plan_flush_ms": self.plan_flush_ms,
             "gemm_tiles": self.gemm_tiles,
             "gemm_family": self.gemm_family,
             "gemm_kernel": self.gemm_kernel,
@@ -356,7 +364,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
         policy = DevicePolicy(
             device_type, transfer_commands=False, matmul_family=family, capabilities=capabilities, memory_kernel="gpu",
             transfer_below=GPU_TRANSFER_BELOW, transfer_regions=GPU_TRANSFER_REGIONS, constant_below=CONSTANT_BELOW,
-            gemm_tiles="parallel", prepare_siblings=True, wait_spin_cap_us=WAIT_SPIN_CAP_US,
+            gemm_tiles="parallel", prepare_siblings=True, wait_spin_cap_us=WAIT_SPIN_CAP_US, plan_flush_ms=GPU_PLAN_FLUSH_MS,
             gemm_family="coopmat" if set(GEMM_COOP_CAPABILITIES) <= capabilities and has_f16_shape(coop_shapes) else "tiled",
         )
     if transfer_commands is None:
@@ -378,4 +386,12 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
 
             raise invalid(FIRST_RUN_ENV, f"must be one of {', '.join(FIRST_RUNS)}, got {first_run!r}")
         policy = replace(policy, first_run=first_run)
+    flush = os.environ.get(PLAN_FLUSH_ENV, "").strip()
+    if flush:
+        try:
+            policy = replace(policy, plan_flush_ms=max(0.0, float(flush)))
+        except ValueError:
+            from .errors import invalid
+
+            raise invalid(PLAN_FLUSH_ENV, f"must be a number of milliseconds, got {flush!r}") from None
     return policy

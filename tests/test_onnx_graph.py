@@ -80,6 +80,16 @@ def _encoder_like(rng, hidden=16, vocab=50):
     return _model(nodes, inputs, outputs, inits), (table, w)
 
 
+# How often a plan starts what it recorded so far (DevicePolicy.plan_flush_ms): never, or before
+# every node (each node's executions a head of their own: Recording.flush)
+FLUSH = pytest.mark.parametrize("flush_ms", [0.0, 1e-9], ids=["planned-then-run", "flushed-while-planned"])
+
+
+def _flush_every(monkeypatch, rep, flush_ms):
+    import dataclasses
+    monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, plan_flush_ms=flush_ms))
+
+
 def _feeds(rng, b, s, hidden=16, vocab=50):
     ids = rng.integers(0, vocab, (b, s)).astype(np.int64)
     ids[0, -1] = 0
@@ -111,8 +121,9 @@ def test_placement_puts_shape_arithmetic_on_the_host_and_the_rest_on_the_device(
     assert "resolved on the host per input shape" in s and "one device submission" in s
 
 
+@FLUSH
 @pytest.mark.parametrize("program_out", [8 << 20, 16, 0], ids=["program-copies", "mask-only", "staging"])
-def test_whole_graph_runs_as_one_submission_and_matches_the_reference(rng, monkeypatch, program_out):
+def test_whole_graph_runs_as_one_submission_and_matches_the_reference(rng, monkeypatch, program_out, flush_ms):
     """`program_out`: the bytes of outputs the program copies into pinned memory itself
     (device_graph.PROGRAM_OUT_BYTES); the others are downloaded after it through staging. At 16
     bytes the float output goes through staging while the boolean mask is still copied by the
@@ -121,6 +132,7 @@ def test_whole_graph_runs_as_one_submission_and_matches_the_reference(rng, monke
     monkeypatch.setattr(device_graph, "PROGRAM_OUT_BYTES", program_out)
     model, (table, w) = _encoder_like(rng)
     rep = Backend.prepare(model, "CPU")
+    _flush_every(monkeypatch, rep, flush_ms)
     kept = []
     for b, s in ((2, 5), (2, 5), (3, 7), (1, 1), (3, 7)):
         feeds = _feeds(rng, b, s)
@@ -129,6 +141,8 @@ def test_whole_graph_runs_as_one_submission_and_matches_the_reference(rng, monke
         st = rep.last_run
         assert st.submissions == 1 and st.uploads == 1 and st.downloads == 2 and st.runtime_fallbacks == 0
         assert st.cpu_segments == 0
+        plan = rep._plans[next(reversed(rep._plans))] if st.planned else None
+        assert plan is None or (plan.flushed > 0) == (flush_ms > 0)
         want_y, want_pad = _expected(table, w, feeds)
         np.testing.assert_array_equal(is_pad, want_pad)
         assert is_pad.dtype == np.bool_
@@ -142,9 +156,11 @@ def test_whole_graph_runs_as_one_submission_and_matches_the_reference(rng, monke
     assert len(planned) == 3
 
 
-def test_plan_buffers_are_reused_without_corrupting_live_values(rng):
+@FLUSH
+def test_plan_buffers_are_reused_without_corrupting_live_values(rng, monkeypatch, flush_ms):
     """A chain of 40 additions, each output dying after the next node: the plan reuses
-    buffers, and every value read later (the first one, at the end) survives."""
+    buffers, and every value read later (the first one, at the end) survives, also where each
+    node ran as it was planned (a buffer reused across heads)."""
     n = helper.make_node
     nodes = [n("Add", ["x", "x"], ["v0"])]
     for i in range(1, 40):
@@ -153,9 +169,12 @@ def test_plan_buffers_are_reused_without_corrupting_live_values(rng):
     model = _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, [64])],
                    [helper.make_tensor_value_info("y", T.FLOAT, [64])])
     rep = Backend.prepare(model, "CPU")
+    _flush_every(monkeypatch, rep, flush_ms)
     x = rng.integers(-50, 50, 64).astype(np.float32)
-    (y,) = rep.run({"x": x})
-    np.testing.assert_array_equal(y, 39 * x)  # small integers: every float operation exact
+    for _ in range(2):  # the first run (heads, then the rest), then the whole program
+        (y,) = rep.run({"x": x})
+        np.testing.assert_array_equal(y, 39 * x)  # small integers: every float operation exact
+        x = x + 1
     plan = next(iter(rep._plans.values()))
     assert plan.device_bytes <= 4 * 256  # a handful of 256-byte blocks, not 40
 
@@ -219,11 +238,13 @@ def test_shape_siblings_are_prepared_where_the_policy_says(rng, monkeypatch):
     assert dev.stats()["pipelines_created"] == created
 
 
-def test_plans_share_buffers_and_match_node_by_node_bit_for_bit(rng):
+@FLUSH
+def test_plans_share_buffers_and_match_node_by_node_bit_for_bit(rng, monkeypatch, flush_ms):
     """Signatures planned one after another draw on one set of buffers (rep.plan_buffers); going
     back to an earlier signature, every output still equals the node-by-node run's bits."""
     model, _ = _encoder_like(rng)
     graph = Backend.prepare(model, "CPU")
+    _flush_every(monkeypatch, graph, flush_ms)
     nodes = Backend.prepare(model, "CPU")
     nodes.graph_mode = False
     sizes = []

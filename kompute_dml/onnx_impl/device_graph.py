@@ -8,6 +8,9 @@ stay on the device between nodes, in buffers of this plan (a buffer whose last r
 been recorded is reused for a later output: the recording's barriers order the reuse).
 Every run after that writes the inputs into their buffers, submits the program once, and
 reads the outputs back: one upload per input, one submission, one download per output.
+On GPUs the plan also starts what it has recorded every few milliseconds of planning
+(DevicePolicy.plan_flush_ms, Recording.flush): the first run's early layers run on the
+device while the host plans the later ones, and the program's first run runs the rest.
 
 PlanContext (plan_context.py) stands in for the BackendRep that handlers receive in node-by-node
 runs: the same handler code serves both, and a handler that needs a device value on the host
@@ -116,11 +119,18 @@ class GraphPlan:
                     env[name] = v
                     ctx.hold(v)
 
+        flush_s = rep.device.policy.plan_flush_ms / 1e3
         with rep.device.capture() as rec:
             self._in = _host_io(rep, "in", total)
+            self._write_inputs(feeds)  # now: the program's first executions may start while it is planned
+            self._inputs_written = True
             rec.scope = "inputs"
             rec.copy_in(self._in[:total], kdml.Tensor(self._input_buffer, kdml.TensorDesc(kdml.DataType.UINT8, (total,))))
+            flushed_at = time.perf_counter()
             for i in range(len(g.node)):
+                if flush_s and time.perf_counter() - flushed_at >= flush_s:
+                    rec.flush()
+                    flushed_at = time.perf_counter()
                 ctx.dying = [env[n] for n in dying[i] if n in env]
                 fusion = fusions.by_carrier.get(i)
                 if fusion is not None:  # the chain's one dispatch, or its nodes where it does not fit
@@ -143,6 +153,7 @@ class GraphPlan:
             self.outputs = [(name, lookup(name)) for name in rep.output_names]
             self._io_copies(rep, rec)
         self.program = rec.compile()
+        self.flushed = rec.flushed  # executions the first run started while planning
         self.ctx = ctx
         self.siblings_prepared = _prepare_siblings(rep.device, self.program) if rep.device.policy.prepare_siblings else 0
         # the operators' dispatches (the program's own input and output copies not counted)
@@ -172,10 +183,16 @@ class GraphPlan:
             t = self.outputs[k][1].tensor
             rec.copy_out(t, self._out[off:off + t.nbytes])
 
-    def run(self, feeds: dict[str, Any], stats: RunStats) -> list[Any]:
+    def _write_inputs(self, feeds: dict[str, Any]) -> None:
         io = self._in
         for name, off, nbytes in self.inputs:
             io[off:off + nbytes] = np.ascontiguousarray(feeds[name]).reshape(-1).view(np.uint8)
+
+    def run(self, feeds: dict[str, Any], stats: RunStats) -> list[Any]:
+        if self._inputs_written:  # the first run's: written while planning, maybe read already
+            self._inputs_written = False
+        else:
+            self._write_inputs(feeds)
         stats.uploads += 1
         self.program.run()
         stats.submissions += 1

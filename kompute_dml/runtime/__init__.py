@@ -1,6 +1,7 @@
 """The runtime: the only package of kompute_dml that imports kp.
 
 - `plans`: DispatchPlan, TransferPlan, grid_for: what a compiled operator hands over (no kp)
+- `manager`: the kp build this code needs (its patch level) and kp Manager creation
 - `engine`: Engine, one per Device: the kp Manager, the lock, submission with one replay
   path for eager executions and recordings, the caches and the buffer pool
 - `memory`: DeviceMemory, the kp side of a Buffer (device memory only); `staging`: the
@@ -11,7 +12,8 @@
   dispatch (Device.profile)
 - `pipelines`, `encode`, `pool`: cached kp algorithms (descriptor sets over shared pipelines); plans -> kp operations and barriers;
   the functional helpers' buffer pool
-- `replay`: a cached submission (Replay) and the shared sequence its first run goes through
+- `replay`: a cached submission (Replay), the shared sequence its first run goes through, and
+  the sequences that run recordings' heads (Heads: Recording.flush)
 
 Operators (kompute_dml/ops) import the plans from here; memory.py and device.py build on
 the Engine; nothing here imports them back.
@@ -19,8 +21,9 @@ the Engine; nothing here imports them back.
 
 from __future__ import annotations
 
-from .engine import KP_PATCH_LEVEL, Engine, Work
+from .engine import Engine, Work
 from .inflight import Submission, finished
+from .manager import KP_PATCH_LEVEL
 from .memory import DeviceMemory
 from .plans import DispatchPlan, Plan, TransferPlan, grid_for
 from .profile import Profile, ProfileRow

@@ -3,7 +3,7 @@
 It holds the lock (kp is not thread-safe, so every kp call happens under one re-entrant
 lock), allocation under the memory budget, the pipeline cache, the replay cache, the
 functional helpers' buffer pool, and submission. Everything above it (memory.Buffer,
-ops/base.CompiledOperator, device.Device, device.Recording) calls the public methods here.
+ops/base.CompiledOperator, device.Device, recording.Recording) calls the public methods here.
 
 Submission has one path, for eager executions and recordings alike: a list of executions,
 each (plans, bound tensors), under a key naming the operators,
@@ -34,36 +34,27 @@ from .budget import MemoryBudget
 from .disk_cache import DiskPipelineCache
 from .encode import encode, global_barrier
 from .inflight import InFlight, Submission, finished
+from .manager import create_manager
 from .memory import DeviceMemory, HostRange
 from .pipelines import PipelineCache
 from .plans import DispatchPlan, Plan
 from .pool import BufferPool
 from .profile import Profile
-from .replay import SPIN_DEFAULT_NS, FirstRuns, Replay
+from .replay import SPIN_DEFAULT_NS, FirstRuns, Heads, Replay
 from .staging import HostMemory, Staging, host_origin
 
 # One execution of an operator: its plans and the bound tensors (inputs then outputs; None
 # where an optional tensor is absent).
 Work = tuple[Sequence[Plan], Sequence[Any]]
 
-KP_PATCH_LEVEL: int = getattr(kp, "kdml_patch_level", 0)  # scripts/kp-0.9.0-kompute-dml.patch
-REQUIRED_PATCH_LEVEL = 9  # program handles (runtime/pipelines.py), destroy() waits and writes the cache file
-if KP_PATCH_LEVEL < REQUIRED_PATCH_LEVEL:
-    raise ImportError(f"kp is built with kompute_dml's patch level {KP_PATCH_LEVEL}, this code needs "
-                      f"{REQUIRED_PATCH_LEVEL}: run `make setup` (scripts/setup.sh rebuilds kp)")
 REPLAY_CAPACITY = 256
 
 _serials = itertools.count(1)
-_MANAGER_LOCK = threading.Lock()  # kp.kdml_request_features applies to the next kp.Manager
 
 
-def _create_manager(index: int, requested: frozenset[str] | None) -> Any:
-    spin_us = os.environ.get("KDML_WAIT_SPIN_US")
-    with _MANAGER_LOCK:
-        kp.kdml_request_features(None if requested is None else sorted(requested))
-        if spin_us is not None:
-            kp.kdml_set_wait_spin_ns(max(0, int(float(spin_us) * 1000)))
-        return kp.Manager(index)
+def _memories(work: Sequence[Work]) -> frozenset[int]:
+    """The serials of the memories executions bind."""
+    return frozenset(t.buffer.memory.serial for _plans, bound in work for t in bound if t is not None)
 
 
 def _by_word(seq: Any) -> bool:
@@ -90,7 +81,7 @@ class Engine:
     ) -> None:
         self.lock = threading.RLock()
         try:
-            self.manager = _create_manager(index, requested)
+            self.manager = create_manager(index, requested)
         except Exception as e:  # kp raises plain RuntimeError
             raise DeviceError(f"could not create a Vulkan device on {device_name or index}: {e}") from e
         self.closed = False
@@ -109,6 +100,7 @@ class Engine:
         self._host: weakref.WeakValueDictionary[int, HostMemory] = weakref.WeakValueDictionary()
         self.inflight = InFlight(self.guarded)
         self.first_runs = FirstRuns(self.manager, self.guarded)  # runtime/replay.py
+        self.heads = Heads(self.manager, self.inflight)  # recordings' heads (start_head)
         self.sequences_created = 0  # kp sequences of cached submissions (their second runs)
         # Variants whose pipelines were created ahead of their first use (the ONNX backend's
         # shape siblings, onnx_impl/device_graph.py)
@@ -239,12 +231,45 @@ class Engine:
             replay = self._replays.get(key)
             if replay is None:
                 replay = self._encode(work, labels)
-                self._replays[key] = replay
-                if len(self._replays) > REPLAY_CAPACITY:
-                    self._replays.popitem(last=False)[1].live = False
+                self._cache(key, replay)
             else:
                 self._replays.move_to_end(key)
             return replay, self._launch(replay, wait)
+
+    def start_head(self, work: Sequence[Work], labels: Sequence[Any] = ()) -> list[Any]:
+        """Encode executions and start them on the device without waiting: the head of a
+        recording still being recorded (Recording.flush). Returns their encoded operations,
+        the start of the submission the whole recording becomes (run_rest)."""
+        with self.lock:
+            self.check_open()
+            replay = self._encode(work, labels)
+            if replay.pending:
+                self.heads.start(replay, self.lock)
+            return replay.dispatches
+
+    def run_rest(self, key: Hashable, work: Sequence[Work], labels: Sequence[Any], done: int,
+                 head: list[Any]) -> Replay:
+        """The first run of a recording whose first `done` executions already ran as heads
+        (start_head returned their operations, `head`): run the rest and wait, then every
+        head. Returns the whole submission, cached under `key` like `submit`'s, whose next
+        run runs everything (its own sequence: it counts as run once)."""
+        with self.lock:
+            self.check_open()
+            rest = self._encode(work[done:], labels[done:])
+            whole = Replay(_memories(work), head + rest.dispatches)
+            whole.ran = True
+            self._cache(key, whole)
+            try:
+                self._launch(rest, True)  # begins with a global barrier: after the heads on the device
+            finally:
+                self.heads.settle()
+            return whole
+
+    def _cache(self, key: Hashable, replay: Replay) -> None:
+        self._replays[key] = replay
+        self._replays.move_to_end(key)
+        if len(self._replays) > REPLAY_CAPACITY:
+            self._replays.popitem(last=False)[1].live = False
 
     def rerun(self, replay: Replay, wait: bool = True) -> bool | Submission | None:
         """Submit again what `submit` returned, for an execution of the same key, without the
@@ -322,8 +347,7 @@ class Engine:
         names = list(labels) + [""] * (len(work) - len(labels))
         dispatches = [(encode(plan, bound, self.pipelines, self.dummy), (name, plan))
                       for (plans, bound), name in zip(work, names) for plan in plans]
-        memories = frozenset(t.buffer.memory.serial for _plans, bound in work for t in bound if t is not None)
-        return Replay(memories, dispatches)
+        return Replay(_memories(work), dispatches)
 
     # ---- state ---------------------------------------------------------------------------
     def prepare(self, plan: DispatchPlan) -> None:

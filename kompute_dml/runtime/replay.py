@@ -14,6 +14,7 @@ own sequence (or the profile's) at once.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,9 @@ from .encode import EncodedDispatch, record_dispatches
 from .plans import Plan
 
 SPIN_DEFAULT_NS = 250_000  # the kp patch's default poll before a blocking wait
+# Sequences that run recordings' heads (Heads): a plan flushes every few milliseconds, and a
+# head has long finished by the time its sequence comes round again.
+HEAD_SEQUENCES = 4
 
 
 class Replay:
@@ -71,3 +75,36 @@ class FirstRuns:
         finally:
             seq.clear()  # drops the operations (and what they hold); re-recorded before any rerun
         self.runs += 1
+
+
+class Heads:
+    """The kp sequences that run recordings' heads (Recording.flush): executions started
+    without waiting while the rest of their recording is still being recorded, so the device
+    runs them while the host goes on (a model's new input signature: its first layers run
+    while the later ones are planned). A ring of HEAD_SEQUENCES fence-completed sequences,
+    created once per engine; taking one back waits for what it ran last (callers hold the
+    engine's lock)."""
+
+    def __init__(self, manager: Any, inflight: Any) -> None:
+        self._manager = manager
+        self._inflight = inflight  # runtime/inflight.py: host accesses wait for a running head
+        self._ring: collections.deque[tuple[Any, Replay]] = collections.deque()
+        self.started = 0
+
+    def start(self, replay: Replay, lock: Any) -> None:
+        """Record `replay` (not a cached submission: it runs once) into a sequence and submit it."""
+        if len(self._ring) < HEAD_SEQUENCES:
+            seq = self._manager.sequence()
+        else:
+            seq, old = self._ring.popleft()
+            self._inflight.finish(old)
+            seq.clear()  # drops the operations (and the buffers they hold) of the head it ran
+        replay.own(seq)
+        self._ring.append((seq, replay))
+        self._inflight.start(replay, lock)
+        self.started += 1
+
+    def settle(self) -> None:
+        """Wait for every head still running."""
+        for _seq, replay in self._ring:
+            self._inflight.finish(replay)

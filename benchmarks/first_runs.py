@@ -1,0 +1,96 @@
+"""First runs of new input shapes through the ONNX backend, each in fresh processes: how
+reliably a new sequence length's first run stays under a budget (issues 22 and 23: 50 ms),
+and what a setting changes, processes of each setting interleaved so that a host's drift
+reaches every setting alike.
+
+One untimed process per model comes first (it fills the pipeline cache on disk). Each
+process runs what encoder_speed.py runs before its timings (prepare, one run at 1 x 5),
+then per shape its first run and `--steady` more (median), ours only. Settings are
+environment assignments (`--settings "KDML_PLAN_FLUSH_MS=0;KDML_PLAN_FLUSH_MS=2"`).
+
+    PYTHONPATH=. python3 benchmarks/first_runs.py --models minilm --processes 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import encoder_speed
+
+
+def child(model_name: str, shapes: list[tuple[int, int]], steady: int) -> None:
+    from kompute_dml.onnx_backend import Backend
+
+    model = encoder_speed.load_model(model_name)
+    rep = Backend.prepare(str(model.path), "CPU")
+    rep.run(encoder_speed.bert_models.random_feeds(1, 5, model.vocab, np.random.default_rng(0)))
+    for b, s in shapes:
+        feeds = encoder_speed.bert_models.random_feeds(b, s, model.vocab, np.random.default_rng([0, b, s]))
+        t0 = time.perf_counter()
+        rep.run(feeds)
+        first = (time.perf_counter() - t0) * 1e3
+        plan = rep.last_run.plan_seconds * 1e3
+        times = []
+        for _ in range(steady):
+            t0 = time.perf_counter()
+            rep.run(feeds)
+            times.append((time.perf_counter() - t0) * 1e3)
+        print(json.dumps({"shape": f"{b}x{s}", "first": first, "plan": plan,
+                          "steady": statistics.median(times) if times else None}), flush=True)
+    rep.release()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="minilm,bert256")
+    ap.add_argument("--shapes", type=encoder_speed.parse_shapes, default=encoder_speed.parse_shapes("1x16,8x128,64x256"))
+    ap.add_argument("--processes", type=int, default=3, help="fresh processes per model and setting")
+    ap.add_argument("--steady", type=int, default=5, help="runs after each first run (their median is shown)")
+    ap.add_argument("--settings", default="", help="';'-separated settings, each 'NAME=value[,NAME=value]' ('' = as is)")
+    ap.add_argument("--budget", type=float, default=50.0, help="first-run budget in ms (counted per shape)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child, args.shapes, args.steady)
+        return
+    settings = args.settings.split(";")
+    shape_arg = ",".join(f"{b}x{s}" for b, s in args.shapes)
+    results: dict[tuple[str, str, str], list[dict[str, float]]] = {}
+    for model in args.models.split(","):
+        # one untimed process first: the pipelines a fresh machine compiles go to the disk cache
+        subprocess.run([sys.executable, __file__, "--child", model, "--shapes", shape_arg, "--steady", "0"],
+                       capture_output=True, check=True)
+        for _ in range(args.processes):
+            for setting in settings:
+                env = dict(os.environ)
+                env.update(kv.split("=", 1) for kv in setting.split(",") if kv)
+                out = subprocess.run([sys.executable, __file__, "--child", model, "--shapes", shape_arg,
+                                      "--steady", str(args.steady)], env=env, capture_output=True, text=True)
+                if out.returncode:
+                    sys.exit(f"{model} [{setting}] failed:\n{out.stderr[-3000:]}")
+                for line in out.stdout.splitlines():
+                    if line.startswith("{"):
+                        r = json.loads(line)
+                        results.setdefault((model, r["shape"], setting or "as is"), []).append(r)
+    print(f"{'model':8} {'shape':7} {'setting':28} first ms: median [min-max] (<= {args.budget:g} ms)  planning  steady")
+    for (model, shape, setting), rs in results.items():
+        firsts = [r["first"] for r in rs]
+        within = sum(f <= args.budget for f in firsts)
+        steady = [r["steady"] for r in rs if r["steady"] is not None]
+        print(f"{model:8} {shape:7} {setting:28} {statistics.median(firsts):6.1f} [{min(firsts):.1f}-{max(firsts):.1f}]"
+              f" ({within}/{len(firsts)})  {statistics.median(r['plan'] for r in rs):6.1f}"
+              f"  {statistics.median(steady) if steady else float('nan'):6.2f}")
+
+
+if __name__ == "__main__":
+    main()

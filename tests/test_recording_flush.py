@@ -1,0 +1,121 @@
+"""Recording.flush: a recording's first executions start on the device while the rest is
+still recorded; the submission or program it becomes runs only the rest at its first run
+and everything at every later run (the ONNX backend plans a new input signature's later
+layers while its first ones run: onnx_impl/device_graph.py).
+
+Each test counts with in-place additions of 1 (x <- x + 1, exact in float32 for small
+integers): an execution run twice, or skipped, shows in the count."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kompute_dml as kdml
+
+DT = kdml.DataType
+F32 = kdml.TensorDesc(DT.FLOAT32, (3, 5))
+
+
+def _adder(dev):
+    """x <- x + one, in place (ELEMENT_WISE_ADD allows its output to alias an input)."""
+    op = dev.compile(kdml.ElementWiseAddDesc(F32, F32, F32))
+    one = dev.tensor(np.ones((3, 5), np.float32))
+    return lambda rec, x: rec.execute(op, [x, one], [x])
+
+
+@pytest.mark.parametrize("heads", [1, 2, 5], ids=["one-head", "two-heads", "more-heads-than-sequences"])
+def test_a_flushed_program_runs_its_head_once_then_everything(dev, heads):
+    """`heads` flushes of one addition each (5 > runtime/replay.HEAD_SEQUENCES: the ring's
+    sequences are taken back), then two more additions recorded after the last flush."""
+    add = _adder(dev)
+    x = dev.tensor(np.zeros((3, 5), np.float32))
+    with dev.capture() as rec:
+        for k in range(heads):
+            add(rec, x)
+            rec.flush()
+            np.testing.assert_array_equal(x.numpy(), k + 1)  # a head runs at once; reading waits for it
+        add(rec, x)
+        add(rec, x)
+        prog = rec.compile()
+    assert rec.flushed == heads
+    np.testing.assert_array_equal(x.numpy(), heads)  # the rest waits for the program's first run
+    prog.run()
+    np.testing.assert_array_equal(x.numpy(), heads + 2)  # the rest only
+    for k in range(1, 3):
+        prog.run()
+        np.testing.assert_array_equal(x.numpy(), heads + 2 + k * (heads + 2))  # everything
+
+
+def test_a_flushed_recording_submits_the_rest(dev):
+    add = _adder(dev)
+    x = dev.tensor(np.full((3, 5), 10, np.float32))
+    guard = dev.tensor(np.full((3, 5), -3, np.float32))
+    with dev.record() as rec:
+        add(rec, x)
+        rec.flush()
+        rec.flush()  # nothing new: no-op
+        add(rec, x)
+        add(rec, x)
+    np.testing.assert_array_equal(x.numpy(), 13)
+    np.testing.assert_array_equal(guard.numpy(), -3)
+
+
+def test_a_program_flushed_to_its_end_waits_for_its_heads(dev):
+    """Everything flushed: the first run has nothing left to run; it still waits, and later
+    runs run everything."""
+    add = _adder(dev)
+    x = dev.tensor(np.zeros((3, 5), np.float32))
+    with dev.capture() as rec:
+        for _ in range(3):
+            add(rec, x)
+        rec.flush()
+        prog = rec.compile()
+    prog.run()
+    np.testing.assert_array_equal(x.numpy(), 3)
+    prog.run()
+    np.testing.assert_array_equal(x.numpy(), 6)
+
+
+def test_host_writes_wait_for_a_running_head(dev):
+    """A host write into a buffer a head binds lands after the head: the head's addition is
+    overwritten, not lost into a later read."""
+    add = _adder(dev)
+    x = dev.tensor(np.zeros((3, 5), np.float32))
+    with dev.capture() as rec:
+        for _ in range(4):
+            add(rec, x)
+        rec.flush()
+        x.buffer.write(np.full((3, 5), 100, np.float32))
+        add(rec, x)
+        prog = rec.compile()
+    prog.run()
+    np.testing.assert_array_equal(x.numpy(), 101)
+
+
+def test_flush_after_the_end_is_refused(dev):
+    add = _adder(dev)
+    x = dev.tensor(np.zeros((3, 5), np.float32))
+    with dev.capture() as rec:
+        add(rec, x)
+        prog = rec.compile()
+    with pytest.raises(kdml.DMLError, match="already submitted"):
+        rec.flush()
+    prog.run()
+    np.testing.assert_array_equal(x.numpy(), 1)
+
+
+def test_nothing_is_flushed_while_a_profile_is_open(dev):
+    """A profile runs one submission at a time: flush leaves everything to the first run."""
+    add = _adder(dev)
+    x = dev.tensor(np.zeros((3, 5), np.float32))
+    with dev.profile() as p, dev.capture() as rec:
+        add(rec, x)
+        rec.flush()
+        add(rec, x)
+        prog = rec.compile()
+        assert rec.flushed == 0
+        np.testing.assert_array_equal(x.numpy(), 0)
+        prog.run()
+    np.testing.assert_array_equal(x.numpy(), 2)
+    assert len(p.rows) == 2
