@@ -87,17 +87,13 @@ COMPLETIONS = ("word", "fence")
 # default synchronization spins), at most this long; a CPU device keeps the default, its worker
 # threads need the cores.
 WAIT_SPIN_CAP_US = 5000
-# Where a submission runs the first time (DevicePolicy.first_run; KDML_FIRST_RUN=own or shared
-# overrides): "shared" records it into one fence-completed sequence shared by every first run
-# and re-recorded for each (runtime/replay.py), "own" into a new sequence of its own at once.
-# A first run then creates no command buffer and no fence: on the H100 the first submission
-# of a new sequence cost 304.7 us against 25 for its second, and dropping a finished one 310.3
-# (benchmarks/RESULTS.md, the runtime around the kernels), while re-recording a fence-completed
-# sequence cost about 94 us (runtime/staging.py); the shared path is to be confirmed there:
-# `benchmarks/first_call.py --breakdown` prints both paths ("first run" against "own record" +
-# "own run 1") and whole executions on new buffers (first, second, third). Lavapipe, that
-# command at 64^3 three times each way, shared / own: first 207.2 / 184.6, 189.7 / 183.2,
-# 181.9 / 184.3 us; second 132.6 / 113.0, 123.3 / 112.4, 123.3 / 112.1 (its own sequence).
+# Where a submission runs the first time (DevicePolicy.first_run; KDML_FIRST_RUN=own or shared):
+# "shared" records it into one fence-completed sequence re-recorded for each first run
+# (runtime/replay.py), "own" into a new sequence of its own. A first run then creates no command
+# buffer and no fence: on the H100 a new sequence's first submission cost 304.7 us against 25 for
+# its second, dropping a finished one 310.3, re-recording one about 94 (benchmarks/RESULTS.md, the
+# runtime around the kernels). `benchmarks/first_call.py --breakdown` prints both paths; lavapipe,
+# 64^3, shared / own first runs 207.2 / 184.6, 189.7 / 183.2, 181.9 / 184.3 us.
 FIRST_RUN_ENV = "KDML_FIRST_RUN"
 FIRST_RUNS = ("shared", "own")
 # Every this many milliseconds of planning, a new input signature's whole-graph plan starts on
@@ -372,26 +368,28 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
         transfer_commands = None if env is None else env != "0"
     if transfer_commands is not None:  # an explicit path: no small-size exceptions to it
         policy = replace(policy, transfer_commands=bool(transfer_commands), transfer_below=0, constant_below=0)
-    completion = os.environ.get(COMPLETION_ENV, "").strip().lower()
-    if completion:
-        if completion not in COMPLETIONS:
-            from .errors import invalid
-
-            raise invalid(COMPLETION_ENV, f"must be one of {', '.join(COMPLETIONS)}, got {completion!r}")
-        policy = replace(policy, completion=completion)
-    first_run = os.environ.get(FIRST_RUN_ENV, "").strip().lower()
-    if first_run:
-        if first_run not in FIRST_RUNS:
-            from .errors import invalid
-
-            raise invalid(FIRST_RUN_ENV, f"must be one of {', '.join(FIRST_RUNS)}, got {first_run!r}")
-        policy = replace(policy, first_run=first_run)
-    flush = os.environ.get(PLAN_FLUSH_ENV, "").strip()
-    if flush:
-        try:
-            policy = replace(policy, plan_flush_ms=max(0.0, float(flush)))
-        except ValueError:
-            from .errors import invalid
-
-            raise invalid(PLAN_FLUSH_ENV, f"must be a number of milliseconds, got {flush!r}") from None
+    completion = _env_choice(COMPLETION_ENV, COMPLETIONS)
+    first_run = _env_choice(FIRST_RUN_ENV, FIRST_RUNS)
+    flush = _env_choice(PLAN_FLUSH_ENV, None)
+    policy = replace(policy, completion=completion or policy.completion, first_run=first_run or policy.first_run,
+                     plan_flush_ms=policy.plan_flush_ms if flush is None else flush)
     return policy
+
+
+def _env_choice(name: str, allowed: tuple[str, ...] | None) -> Any:
+    """The environment's override `name` (None where unset): one of `allowed`, or a number of
+    milliseconds >= 0 where `allowed` is None; InvalidArgumentError naming it otherwise."""
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return None
+    try:
+        if allowed is None:
+            return max(0.0, float(value))
+        if value in allowed:
+            return value
+    except ValueError:
+        pass
+    from .errors import invalid
+
+    rule = "a number of milliseconds" if allowed is None else f"one of {', '.join(allowed)}"
+    raise invalid(name, f"must be {rule}, got {value!r}")
