@@ -1,8 +1,7 @@
 """Paired first runs of new sequence lengths under two policy settings, in one process (e.g.
-the plan's flushes, DevicePolicy.plan_flush_ms): each round runs one new sequence length per setting, their order
-alternating, so that a host whose speed drifts (lent hosts' plain Python loops vary up to 2x
-from second to second) reaches both alike. Prints per setting the median first run and
-planning, and the median paired difference (B - A).
+the plan's flushes, DevicePolicy.plan_flush_ms): each round runs one new sequence length per
+setting, their order alternating, so that a host whose speed drifts reaches both alike. Prints
+per setting the median first run and planning, and the median paired difference (B - A).
 
     PYTHONPATH=. python3 benchmarks/flush_pairs.py --model minilm --batch 64 --seq 256 --rounds 8 \\
         --a plan_flush_ms=0 --b plan_flush_ms=2
