@@ -101,7 +101,8 @@ class Recording:
         """Start the executions recorded since the last flush on the device now, without
         waiting, and go on recording: the device runs them while the host records the rest.
         The submission (`submit`) or program (`compile`) this recording becomes then runs
-        only the rest at its first run, and everything at every later run. Reading or writing
+        only the rest at its first run (and waits for it and the heads, even with
+        wait=False), and everything at every later run. Reading or writing
         a buffer they bind waits for them, as for any submission made without waiting.
         Nothing happens while a Device.profile is open (a profile runs one submission at a
         time)."""

@@ -17,19 +17,19 @@ DT = kdml.DataType
 F32 = kdml.TensorDesc(DT.FLOAT32, (3, 5))
 
 
-def _adder(dev):
-    """x <- x + one, in place (ELEMENT_WISE_ADD allows its output to alias an input)."""
+def _counter(dev, start: float = 0.0):
+    """A counter x (every element `start`) and `add(rec, x)`, which records x <- x + 1 in place
+    (ELEMENT_WISE_ADD allows its output to alias an input)."""
     op = dev.compile(kdml.ElementWiseAddDesc(F32, F32, F32))
     one = dev.tensor(np.ones((3, 5), np.float32))
-    return lambda rec, x: rec.execute(op, [x, one], [x])
+    return (lambda rec, x: rec.execute(op, [x, one], [x])), dev.tensor(np.full((3, 5), start, np.float32))
 
 
 @pytest.mark.parametrize("heads", [1, 2, 5], ids=["one-head", "two-heads", "more-heads-than-sequences"])
 def test_a_flushed_program_runs_its_head_once_then_everything(dev, heads):
     """`heads` flushes of one addition each (5 > runtime/replay.HEAD_SEQUENCES: the ring's
     sequences are taken back), then two more additions recorded after the last flush."""
-    add = _adder(dev)
-    x = dev.tensor(np.zeros((3, 5), np.float32))
+    add, x = _counter(dev)
     with dev.capture() as rec:
         for k in range(heads):
             add(rec, x)
@@ -48,8 +48,7 @@ def test_a_flushed_program_runs_its_head_once_then_everything(dev, heads):
 
 
 def test_a_flushed_recording_submits_the_rest(dev):
-    add = _adder(dev)
-    x = dev.tensor(np.full((3, 5), 10, np.float32))
+    add, x = _counter(dev, 10)
     guard = dev.tensor(np.full((3, 5), -3, np.float32))
     with dev.record() as rec:
         add(rec, x)
@@ -64,8 +63,7 @@ def test_a_flushed_recording_submits_the_rest(dev):
 def test_a_program_flushed_to_its_end_waits_for_its_heads(dev):
     """Everything flushed: the first run has nothing left to run; it still waits, and later
     runs run everything."""
-    add = _adder(dev)
-    x = dev.tensor(np.zeros((3, 5), np.float32))
+    add, x = _counter(dev)
     with dev.capture() as rec:
         for _ in range(3):
             add(rec, x)
@@ -80,8 +78,7 @@ def test_a_program_flushed_to_its_end_waits_for_its_heads(dev):
 def test_host_writes_wait_for_a_running_head(dev):
     """A host write into a buffer a head binds lands after the head: the head's addition is
     overwritten, not lost into a later read."""
-    add = _adder(dev)
-    x = dev.tensor(np.zeros((3, 5), np.float32))
+    add, x = _counter(dev)
     with dev.capture() as rec:
         for _ in range(4):
             add(rec, x)
@@ -94,8 +91,7 @@ def test_host_writes_wait_for_a_running_head(dev):
 
 
 def test_flush_after_the_end_is_refused(dev):
-    add = _adder(dev)
-    x = dev.tensor(np.zeros((3, 5), np.float32))
+    add, x = _counter(dev)
     with dev.capture() as rec:
         add(rec, x)
         prog = rec.compile()
@@ -107,8 +103,7 @@ def test_flush_after_the_end_is_refused(dev):
 
 def test_nothing_is_flushed_while_a_profile_is_open(dev):
     """A profile runs one submission at a time: flush leaves everything to the first run."""
-    add = _adder(dev)
-    x = dev.tensor(np.zeros((3, 5), np.float32))
+    add, x = _counter(dev)
     with dev.profile() as p, dev.capture() as rec:
         add(rec, x)
         rec.flush()

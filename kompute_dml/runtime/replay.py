@@ -89,7 +89,6 @@ class Heads:
         self._manager = manager
         self._inflight = inflight  # runtime/inflight.py: host accesses wait for a running head
         self._ring: collections.deque[tuple[Any, Replay]] = collections.deque()
-        self.started = 0
 
     def start(self, replay: Replay, lock: Any) -> None:
         """Record `replay` (not a cached submission: it runs once) into a sequence and submit it."""
@@ -102,7 +101,6 @@ class Heads:
         replay.own(seq)
         self._ring.append((seq, replay))
         self._inflight.start(replay, lock)
-        self.started += 1
 
     def settle(self) -> None:
         """Wait for every head still running."""
