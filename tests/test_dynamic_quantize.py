@@ -413,6 +413,22 @@ def test_repeated_and_recorded_executions(dev, rng):
         assert_same((o[0].numpy(), o[1].numpy()[0], o[2].numpy()[0]), ort_dql(x[::-1]), "recorded")
 
 
+def test_scratch_is_not_read_before_it_is_written(dev, rng):
+    """The operator's scratch (the groups' min / max keys) is not zeroed when it is compiled:
+    with every word poisoned first (0xFFFFFFFF and 0: keys that would win a min or a max), each
+    execution still equals the reference bit for bit, for one group and for MAX_PARTS groups."""
+    for n in (300, dq_op.MAX_PARTS * dq_op.ELEMENTS_PER_GROUP + 5):
+        xd, yd, sd, zd = TD(DT.FLOAT32, (n,)), TD(DT.UINT8, (n,)), TD(DT.FLOAT32, (1,)), TD(DT.UINT8, (1,))
+        op = dev.compile(Desc(xd, yd, sd, zd))
+        (scratch,) = op.constants
+        for poison in (0xFF, 0x00):
+            scratch.buffer.write(np.full(scratch.buffer.nbytes, poison, np.uint8))
+            x = (rng.standard_normal(n) * 3).astype(np.float32)
+            outs = [dev.empty(d) for d in (yd, sd, zd)]
+            op.execute([dev.tensor(x)], outs)
+            assert_same((outs[0].numpy(), outs[1].numpy()[0], outs[2].numpy()[0]), ort_dql(x), f"n={n}")
+
+
 # ---- the helper ------------------------------------------------------------------------------------------
 def test_helper(dev, rng):
     x = rng.standard_normal((4, 5, 6)).astype(np.float32)

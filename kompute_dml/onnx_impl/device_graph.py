@@ -18,7 +18,9 @@ while planning (a data-dependent shape) raises FallbackNeeded, so the model runs
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -75,19 +77,12 @@ class GraphPlan:
             descs.append((name, desc, total, arr))
             total += -(-desc.byte_size // 16) * 16
         total = max(total, 16)
-        self._input_buffer = rep.device.buffer(total)
+        # not zeroed: every run writes the inputs first, and nothing reads the padding
+        self._input_buffer = kdml.Buffer(rep.device, total, zeroed=False)
         for name, desc, off, arr in descs:
             env[name] = DeviceValue(kdml.Tensor(self._input_buffer, desc, off), arr.shape, arr.dtype)
-        keep = set(rep.output_names)
-        last: dict[str, int] = {}
         fusions = rep.fusions
-        for i in range(len(g.node)):
-            for n in fusions.step_inputs(g, i):  # a fused chain reads its values at its carrier
-                last[n] = i
-        dying: list[list[str]] = [[] for _ in g.node]
-        for n, i in last.items():
-            if n not in keep and n not in feeds:
-                dying[i].append(n)
+        dying = _dying(rep, feeds)
 
         def lookup(name: str) -> Any:
             if name in env:
@@ -269,6 +264,39 @@ def _prepare_siblings(device: kdml.Device, program: Any) -> int:
                 except kdml.DMLError:
                     continue  # a variant the device cannot run (capabilities): never picked here
     return created
+
+
+def _dying(rep: BackendRep, feeds: dict[str, Any]) -> list[list[str]]:
+    """Per node, the values its step reads last (none an output or an input): the same for every
+    plan of the same input names, so made once per model and names."""
+    names = frozenset(feeds)
+    dying = rep.plan_liveness.get(names)
+    if dying is None:
+        g, keep, last = rep.graph, set(rep.output_names), {}
+        for i in range(len(g.node)):
+            for n in rep.fusions.step_inputs(g, i):  # a fused chain reads its values at its carrier
+                last[n] = i
+        dying = [[] for _ in g.node]
+        for n, i in last.items():
+            if n not in keep and n not in names:
+                dying[i].append(n)
+        rep.plan_liveness[names] = dying
+    return dying
+
+
+@contextlib.contextmanager
+def gc_paused() -> Any:
+    """Python's cyclic garbage collector off while a plan is made, as it was after: planning
+    allocates tens of thousands of objects, enough to set off collections, and a full one over
+    a process holding a model (or torch) took 12 ms on lavapipe's host, a quarter of a plan.
+    Nothing a plan makes is cyclic garbage it needs collected before it ends."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _host_io(rep: BackendRep, key: str, nbytes: int) -> np.ndarray:

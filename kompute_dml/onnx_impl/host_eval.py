@@ -226,6 +226,53 @@ def host_evaluable(node: onnx.NodeProto) -> bool:
     return not domain and (node.op_type in HOST_EVAL or node.op_type == "Shape")
 
 
+# Host nodes' results are remembered by their inputs' values (HostMemo), where every input holds
+# at most this many bytes (shapes and indices; a table is not keyed), for at most MEMO_ENTRIES nodes.
+MEMO_BYTES = 4096
+MEMO_ENTRIES = 4096
+
+
+class HostMemo:
+    """A model's host-node results by (the node's type and attributes, its inputs' values):
+    the shape arithmetic that a transformer repeats in every layer, and in every plan of an input
+    shape seen before, is computed once. Results are made read-only, as they are shared."""
+
+    def __init__(self) -> None:
+        self._node_keys: dict[int, tuple[Any, ...]] = {}
+        self._results: dict[tuple[Any, ...], list[Any]] = {}
+
+    def key(self, idx: int, node: onnx.NodeProto, ins: list[Any],
+            shape_of: Callable[[Any], tuple[int, ...]]) -> tuple[Any, ...] | None:
+        nk = self._node_keys.get(idx)
+        if nk is None:
+            nk = self._node_keys[idx] = (node.domain, node.op_type, len(node.output),
+                                         tuple(a.SerializeToString() for a in node.attribute))
+        parts: list[Any] = [nk]
+        for v in ins:
+            if v is None:
+                parts.append(None)
+            elif node.op_type == "Shape":
+                parts.append(tuple(shape_of(v)))
+            elif isinstance(v, (np.ndarray, np.generic)) and v.nbytes <= MEMO_BYTES:
+                parts.append((v.dtype.str, v.shape, v.tobytes()))
+            else:
+                return None
+        return tuple(parts)
+
+    def get(self, key: tuple[Any, ...] | None) -> list[Any] | None:
+        return None if key is None else self._results.get(key)
+
+    def put(self, key: tuple[Any, ...] | None, outs: list[Any]) -> None:
+        if key is None or not all(isinstance(o, (np.ndarray, np.generic)) for o in outs):
+            return
+        for o in outs:
+            if isinstance(o, np.ndarray):
+                o.flags.writeable = False
+        if len(self._results) >= MEMO_ENTRIES:
+            self._results.pop(next(iter(self._results)))
+        self._results[key] = outs
+
+
 def evaluate(node: onnx.NodeProto, ins: list[Any], shape_of: Callable[[Any], tuple[int, ...]],
              fallback: Callable[[], list[Any]]) -> list[Any]:
     """The node's outputs from host inputs (`shape_of` gives a value's shape without

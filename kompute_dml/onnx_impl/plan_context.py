@@ -23,6 +23,13 @@ _MIN_BLOCK = 256
 _FINE_BLOCK = 1 << 20
 
 
+# Host values (computed by host nodes) of at most this many bytes go up once per model and are
+# bound by every plan that needs the same bytes again, at most SMALL_HOST_VALUES of them: each
+# upload would cost a plan an allocation and a submission.
+SMALL_HOST_BYTES = 256
+SMALL_HOST_VALUES = 64
+
+
 def _block(nbytes: int) -> int:
     """The size class of a plan buffer, so a freed buffer fits later outputs: powers of two up to
     1 MiB, then four classes per octave (5/8, 6/8, 7/8 and 8/8 of the next power of two: a new
@@ -80,6 +87,17 @@ class PlanContext:
         if name is not None and self.rep.is_constant(name):
             return self.rep.to_device(value, stats, name)
         arr = np.asarray(value)
+        if arr.nbytes <= SMALL_HOST_BYTES:  # the same few bytes in every plan (a Cast's 0 and 1)
+            key = (arr.dtype.str, arr.shape, arr.tobytes())
+            small = self.rep.plan_small
+            t = small.get(key)
+            if t is None:
+                t = small[key] = self.device.tensor(np.ascontiguousarray(arr))
+                stats.constant_uploads += 1
+                while len(small) > SMALL_HOST_VALUES:
+                    small.pop(next(iter(small)))  # the oldest: its plans keep it (self.kept)
+            self.kept.append(t)
+            return t
         part = compact(arr) if arr.ndim else arr
         t = self.device.tensor(np.ascontiguousarray(part))
         self.kept.append(t)

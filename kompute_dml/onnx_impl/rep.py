@@ -20,12 +20,13 @@ from onnx.backend.base import namedtupledict
 import kompute_dml as kdml
 
 from .analysis import GraphAnalysis
-from .device_graph import GraphPlan, signature
+from .device_graph import GraphPlan, gc_paused, signature
 from .fallback import CpuSegment
 from .feeds import normalize_inputs
 from .fusions import Fusion, Fusions, Unfused, find_fusions
 from .graph import _densify, _node_inputs
 from .handlers import HANDLERS
+from .host_eval import HostMemo
 from .transfers import ValueTransfers
 from .values import CPU, HOST, VULKAN, DeviceValue, FallbackError, FallbackNeeded, NodePlacement, RunStats
 
@@ -92,6 +93,9 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self.plan_capacity, self.plan_refusal = 8, ""
         self.plan_buffers: dict[int, list[kdml.Buffer]] = {}
         self.plan_io: dict[str, np.ndarray] = {}  # host memory of the plans' inputs and outputs
+        self.host_memo = HostMemo()  # host nodes' results by their inputs (host_eval.py)
+        self.plan_small: dict[tuple[Any, ...], kdml.Tensor] = {}  # small host values (plan_context.py)
+        self.plan_liveness: dict[frozenset[str], list[list[str]]] = {}  # device_graph.py's `dying`, per input names
         self.product_groups: dict[str, Any] | None = None  # product_groups.py: found at first use
         self._outputs_type = namedtupledict("Outputs", self.output_names)  # made once: a class per call costs ~40 us
 
@@ -365,7 +369,8 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             self._plans.move_to_end(key)
             return self._plans[key]
         try:
-            plan: GraphPlan | None = GraphPlan(self, feeds, stats)
+            with gc_paused():
+                plan: GraphPlan | None = GraphPlan(self, feeds, stats)
             stats.planned = True
             stats.plan_seconds = plan.plan_seconds
         except (FallbackNeeded, kdml.UnsupportedError) as e:

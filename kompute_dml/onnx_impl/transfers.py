@@ -89,6 +89,10 @@ class ValueTransfers:
             return folded
         if node.op_type != "Shape":
             ins = [self.host(v, stats) for v in ins]
+        key = self.host_memo.key(idx, node, ins, _value_shape)
+        hit = self.host_memo.get(key)
+        if hit is not None:
+            return list(hit)
 
         def on_cpu() -> list[Any]:
             seg = self._single_node_segment(idx)
@@ -100,6 +104,8 @@ class ValueTransfers:
         if names and all(o in self.folded_outputs for o in names):  # (their inputs are no feed: analysis.py)
             self._folded_values[idx] = outs
             self._host_constants.update((o, v) for o, v in zip(node.output, outs) if o and isinstance(v, np.ndarray))
+        else:
+            self.host_memo.put(key, outs)
         return outs
 
     def to_device(self, value: Any, stats: RunStats, name: str | None = None) -> kdml.Tensor:

@@ -34,6 +34,7 @@ from ..dtypes import DataType
 from ..errors import invalid
 from ..ints import cdiv
 from ..layout import check_no_overlap, merge_dims
+from ..memory import Buffer, Tensor
 from ..runtime import DispatchPlan, grid_for
 from ..tensor_desc import TensorDesc
 from . import contract
@@ -131,7 +132,9 @@ def compile_dynamic_quantize_linear(device: Device, desc: DynamicQuantizeLinearD
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     _check(desc)
     plans = plan_dynamic_quantize(desc, device.limits["max_compute_work_group_count"][0])
-    scratch = device.empty(TensorDesc(DataType.UINT32, (SCRATCH_WORDS,)))
+    # not zeroed (no fill submission per compile): dql_minmax writes every key dql_quant reads
+    scratch_desc = TensorDesc(DataType.UINT32, (SCRATCH_WORDS,))
+    scratch = Tensor.whole(Buffer(device, scratch_desc.byte_size, zeroed=False), scratch_desc)
     return CompiledOperator(device, desc, support, support.inputs, support.outputs, list(plans), constants=[scratch])
 
 

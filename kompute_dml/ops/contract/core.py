@@ -74,6 +74,12 @@ class PushBlock:
             raise ValueError(f"push-constant block declares a member twice: {names}")
         if 4 * self.words > MAX_PUSH_BYTES:
             raise ValueError(f"push-constant block of {4 * self.words} bytes (at most {MAX_PUSH_BYTES}): {names}")
+        # name -> (first word, member), computed once: every operator compile packs a block
+        table, word = {}, 0
+        for m in self.members:
+            table[m.name] = (word, m)
+            word += m.words
+        object.__setattr__(self, "_table", table)
 
     @property
     def words(self) -> int:
@@ -89,10 +95,10 @@ class PushBlock:
 
     def offset(self, name: str) -> int:
         """The push word where member `name` starts."""
-        for m, word, _ in self.layout():
-            if m == name:
-                return word
-        raise KeyError(f"push-constant block has no member {name!r}")
+        hit = self._table.get(name)  # type: ignore[attr-defined]
+        if hit is None:
+            raise KeyError(f"push-constant block has no member {name!r}")
+        return hit[0]
 
     def glsl(self) -> str:
         """The GLSL declaration, one line (the build passes it as the KDML_PUSH_BLOCK define)."""
@@ -102,9 +108,10 @@ class PushBlock:
         """The uint32 words for these member values: every member exactly once (an array as a
         sequence of its length). PushError for an unknown or missing member or a value its kind
         cannot hold."""
-        known = {m.name for m in self.members}
-        unknown, missing = sorted(set(values) - known), [m.name for m in self.members if m.name not in values]
-        if unknown or missing:
+        table = self._table  # type: ignore[attr-defined]
+        if len(values) != len(table) or not all(k in table for k in values):
+            unknown = sorted(set(values) - set(table))
+            missing = [m.name for m in self.members if m.name not in values]
             raise PushError(f"push-constant block {{{', '.join(m.name for m in self.members)}}}: "
                             + "; ".join(p for p in (unknown and f"unknown member(s) {', '.join(unknown)}",
                                                     missing and f"missing member(s) {', '.join(missing)}") if p))
@@ -112,7 +119,8 @@ class PushBlock:
         for m in self.members:
             v = values[m.name]
             if m.words == 1:
-                words.append(m.word(v))
+                # the common case without a call: a plain int within u32 (bool is not int's type)
+                words.append(v if type(v) is int and m.kind == "u32" and 0 <= v < 4294967296 else m.word(v))
                 continue
             try:
                 items = list(v)  # type: ignore[call-overload]
@@ -126,13 +134,16 @@ class PushBlock:
     def slots(self, **members: tuple[int, int]) -> tuple[tuple[int, int, int], ...]:
         """DispatchPlan.offset_slots: member=(binding-list entry, unit in bytes) -> (push word,
         entry, unit); the runtime adds the bound tensor's byte offset / unit to that u32 member."""
-        kinds = {m.name: (m.kind, m.words) for m in self.members}
-        for name in members:
-            if name not in kinds:
+        table = self._table  # type: ignore[attr-defined]
+        out = []
+        for name, (entry, unit) in members.items():
+            hit = table.get(name)
+            if hit is None:
                 raise KeyError(f"push-constant block has no member {name!r}")
-            if kinds[name] != ("u32", 1):
+            if (hit[1].kind, hit[1].words) != ("u32", 1):
                 raise ValueError(f"offset slot {name} is not a u32 scalar")
-        return tuple((self.offset(name), entry, unit) for name, (entry, unit) in members.items())
+            out.append((hit[0], entry, unit))
+        return tuple(out)
 
 
 def block(*members: str) -> PushBlock:

@@ -1,0 +1,119 @@
+"""What the ONNX backend's plans of one model share so that a new input shape plans faster
+(onnx_impl/device_graph.py): host nodes' results by their inputs' values (host_eval.HostMemo),
+small host values uploaded once (plan_context.SMALL_HOST_BYTES), per-node liveness per input
+names, and Python's garbage collector paused while a plan is made, then as it was."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+
+from kompute_dml.onnx_backend import Backend  # noqa: E402
+from kompute_dml.onnx_impl import device_graph, transfers  # noqa: E402
+
+OPSETS = [helper.make_opsetid("", 17)]
+
+
+def _two_layers():
+    """Two "layers" that each split x's last dimension in two through shape arithmetic
+    (Shape / Gather / Unsqueeze / Concat / Reshape, with initializers of their own but equal
+    values), the second on the first's output: the same host nodes on equal inputs."""
+    inits, nodes = [], []
+    n = helper.make_node
+    x = "x"
+    for layer in (1, 2):
+        inits += [numpy_helper.from_array(np.array(0, np.int64), f"i0_{layer}"),
+                  numpy_helper.from_array(np.array([0], np.int64), f"ax_{layer}"),
+                  numpy_helper.from_array(np.array([2, -1], np.int64), f"two_{layer}")]
+        nodes += [n("Shape", [x], [f"shp{layer}"]), n("Gather", [f"shp{layer}", f"i0_{layer}"], [f"b{layer}"]),
+                  n("Unsqueeze", [f"b{layer}", f"ax_{layer}"], [f"b1_{layer}"]),
+                  n("Concat", [f"b1_{layer}", f"two_{layer}"], [f"split{layer}"], axis=0),
+                  n("Reshape", [x, f"split{layer}"], [f"r{layer}"]), n("Add", [f"r{layer}", f"r{layer}"], [f"a{layer}"]),
+                  n("Reshape", [f"a{layer}", f"shp{layer}"], [f"y{layer}"])]
+        x = f"y{layer}"
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, ["B", "S"])],
+                          [helper.make_tensor_value_info("y2", T.FLOAT, None)], initializer=inits)
+    return helper.make_model(g, opset_imports=OPSETS, ir_version=10)
+
+
+def test_host_nodes_equal_in_value_are_evaluated_once(rng, monkeypatch):
+    """The second layer's shape arithmetic repeats the first's (equal inputs, equal attributes):
+    evaluated once per plan, not once per layer; a new input shape evaluates it again, and an
+    input shape planned before plans nothing. Results are shared read-only, outputs exact."""
+    rep = Backend.prepare(_two_layers(), "CPU")
+    calls = []
+    real = transfers.evaluate
+    monkeypatch.setattr(transfers, "evaluate", lambda node, *a: calls.append(node.op_type) or real(node, *a))
+    for b, s, evaluated in ((2, 6, 4), (3, 8, 4), (2, 6, 0)):
+        calls.clear()
+        x = rng.standard_normal((b, s)).astype(np.float32)
+        (y,) = rep.run({"x": x})
+        np.testing.assert_array_equal(y, x * 4)
+        assert rep.last_run.submissions == 1
+        assert sorted(calls) == (sorted(["Shape", "Gather", "Unsqueeze", "Concat"]) if evaluated else []), calls
+    results = list(rep.host_memo._results.values())
+    assert results and all(not o.flags.writeable for outs in results for o in outs if isinstance(o, np.ndarray))
+
+
+def test_a_different_attribute_or_value_is_not_shared():
+    """HostMemo's key: the node's type and attributes and every input's type, shape and bytes."""
+    from kompute_dml.onnx_impl.host_eval import HostMemo
+
+    memo = HostMemo()
+    g0 = helper.make_node("Gather", ["a", "i"], ["o"], axis=0)
+    g1 = helper.make_node("Gather", ["a", "i"], ["o"], axis=1)
+    a = np.arange(6, dtype=np.int64).reshape(2, 3)
+    k = memo.key(0, g0, [a, np.array(0, np.int64)], np.shape)
+    memo.put(k, [np.take(a, 0, axis=0)])
+    assert memo.get(memo.key(5, g0, [a.copy(), np.array(0, np.int64)], np.shape)) is not None  # another node, equal
+    for other in (memo.key(1, g1, [a, np.array(0, np.int64)], np.shape),
+                  memo.key(0, g0, [a, np.array(1, np.int64)], np.shape),
+                  memo.key(0, g0, [a, np.array(0, np.int32)], np.shape),
+                  memo.key(0, g0, [a.reshape(3, 2), np.array(0, np.int64)], np.shape)):
+        assert memo.get(other) is None
+    assert memo.key(0, g0, [np.zeros(100_000, np.int64), np.array(0, np.int64)], np.shape) is None  # a table
+
+
+def test_small_host_values_go_up_once_per_model(rng):
+    """A Cast to BOOL binds three one-element host values (ONNX's "nonzero is true"): uploaded
+    by the first plan, bound again by the next plans of other shapes."""
+    node = helper.make_node("Cast", ["x"], ["y"], to=T.BOOL)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", T.FLOAT, ["N"])],
+                          [helper.make_tensor_value_info("y", T.BOOL, None)])
+    rep = Backend.prepare(helper.make_model(g, opset_imports=OPSETS, ir_version=10), "CPU")
+    uploads = []
+    for n in (5, 9, 33):
+        x = rng.standard_normal(n).astype(np.float32)
+        x[::3] = 0
+        (y,) = rep.run({"x": x})
+        np.testing.assert_array_equal(y, x != 0)
+        assert rep.last_run.planned
+        uploads.append(rep.last_run.constant_uploads)
+    assert uploads[0] >= 2 and uploads[1:] == [0, 0], uploads
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["gc-on", "gc-off"])
+def test_planning_pauses_the_collector_and_restores_it(rng, monkeypatch, enabled):
+    seen = []
+    real = device_graph.GraphPlan.__init__
+
+    def init(self, *a, **k):
+        seen.append(gc.isenabled())
+        real(self, *a, **k)
+
+    monkeypatch.setattr(device_graph.GraphPlan, "__init__", init)
+    rep = Backend.prepare(_two_layers(), "CPU")
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        rep.run({"x": rng.standard_normal((2, 4)).astype(np.float32)})
+        assert gc.isenabled() == enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [False]
