@@ -227,8 +227,9 @@ class DevicePolicy:
     transfer_below: int = 0
     transfer_regions: int = 0  # the most row regions such a small copy may have (0: any)
     # Whether the ONNX backend creates, at a model's first run, the pipelines of the variants
-    # other input shapes may pick (onnx_impl/device_graph.py): GPUs, where that makes a new
-    # sequence length's first run cheap; not lavapipe, whose pipeline compiles take seconds.
+    # other input shapes may pick, and host memory for their inputs and outputs (onnx_impl/
+    # device_graph.py): GPUs, where that makes a new sequence length's first run cheap; not
+    # lavapipe, whose pipeline compiles take seconds.
     prepare_siblings: bool = False
     # Outputs that depend on the descriptor alone, packed, of at most this many bytes: copied
     # from a constant computed at compile time (CONSTANT_BELOW); 0: never.

@@ -117,3 +117,21 @@ def test_planning_pauses_the_collector_and_restores_it(rng, monkeypatch, enabled
     finally:
         (gc.enable if was else gc.disable)()
     assert seen == [False]
+
+
+def test_gpu_policy_sizes_the_plans_host_memory_once(rng, monkeypatch):
+    """Where the policy prepares for other input shapes (GPUs), the model's first plan takes host
+    memory for inputs and outputs of PLAN_IO_BYTES, so larger shapes after it allocate none."""
+    import dataclasses
+
+    rep = Backend.prepare(_two_layers(), "CPU")
+    monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, prepare_siblings=True))
+    monkeypatch.setattr(device_graph, "_prepare_siblings", lambda *a: 0)  # lavapipe: no pipeline compiles
+    sizes = []
+    for b, s in ((1, 4), (8, 64), (16, 128)):
+        x = rng.standard_normal((b, s)).astype(np.float32)
+        (y,) = rep.run({"x": x})
+        np.testing.assert_array_equal(y, x * 4)
+        sizes.append((rep.plan_io["in"].nbytes, rep.plan_io["out"].nbytes))
+    assert sizes[0][0] >= device_graph.PLAN_IO_BYTES["in"] and sizes[0][1] >= device_graph.PLAN_IO_BYTES["out"]
+    assert sizes == [sizes[0]] * 3

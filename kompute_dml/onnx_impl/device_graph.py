@@ -49,6 +49,9 @@ RECYCLED = 2
 # a MiniLM 64 x 256 first run's largest part after the run), a download through staging a
 # submission per chunk (staging.CHUNK_BYTES) on runs that take milliseconds anyway.
 PROGRAM_OUT_BYTES = 8 << 20
+# The host memory a model's first plan takes for its plans' inputs and outputs on GPUs (_host_io):
+# MiniLM's inputs at 64 x 256 take 384 KiB; outputs past PROGRAM_OUT_BYTES go through staging.
+PLAN_IO_BYTES = {"in": 1 << 20, "out": PROGRAM_OUT_BYTES}
 _FREE_REFS = 3  # sys.getrefcount of a kept array nothing else holds: the list, the loop name, the argument
 
 
@@ -302,9 +305,13 @@ def gc_paused() -> Any:
 def _host_io(rep: BackendRep, key: str, nbytes: int) -> np.ndarray:
     """Host memory (Device.host_array) of at least nbytes for the plans' inputs ("in") or
     outputs ("out"): one per model and direction, shared by its plans (runs never overlap),
-    grown by plan_context's size classes (a plan made before keeps the smaller one it recorded)."""
+    grown by plan_context's size classes (a plan made before keeps the smaller one it recorded).
+    Where the policy prepares for other input shapes (GPUs), the first is at least PLAN_IO_BYTES:
+    pinned memory cost a first run of a larger shape 2.1 ms on the H100 (plan_split.py, 8x128)."""
     arr = rep.plan_io.get(key)
     if arr is None or arr.nbytes < nbytes:
+        if arr is None and rep.device.policy.prepare_siblings:
+            nbytes = max(nbytes, PLAN_IO_BYTES[key])
         arr = rep.plan_io[key] = rep.device.host_array(_block(nbytes), np.uint8)
     return arr
 
