@@ -135,3 +135,24 @@ def test_gpu_policy_sizes_the_plans_host_memory_once(rng, monkeypatch):
         sizes.append((rep.plan_io["in"].nbytes, rep.plan_io["out"].nbytes))
     assert sizes[0][0] >= device_graph.PLAN_IO_BYTES["in"] and sizes[0][1] >= device_graph.PLAN_IO_BYTES["out"]
     assert sizes == [sizes[0]] * 3
+
+
+def test_an_output_takes_a_larger_free_buffer_before_allocating(rng):
+    """a (n floats) dies at the Slice that reads it; c (n / 2 floats, another size class) then
+    takes a's buffer instead of a new one: the plan holds three buffers (a's, b's, y's), not
+    four, and the output equals numpy's (the larger buffer's tail is never read)."""
+    n = helper.make_node
+    inits = [numpy_helper.from_array(np.array([0], np.int64), "st"), numpy_helper.from_array(np.array([512], np.int64), "en"),
+             numpy_helper.from_array(np.array([1], np.int64), "ax")]
+    nodes = [n("Add", ["x", "x"], ["a"]), n("Slice", ["a", "st", "en", "ax"], ["b"]), n("Add", ["b", "b"], ["c"]),
+             n("Mul", ["c", "b"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [4, 1024])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)], initializer=inits)
+    rep = Backend.prepare(helper.make_model(g, opset_imports=OPSETS, ir_version=10), "CPU")
+    x = rng.standard_normal((4, 1024)).astype(np.float32)
+    (y,) = rep.run({"x": x})
+    b = (x + x)[:, :512]
+    np.testing.assert_array_equal(y, (b + b) * b)
+    assert rep.last_run.planned and rep.last_run.submissions == 1
+    held = sorted(buf.nbytes for bufs in rep.plan_buffers.values() for buf in bufs)
+    assert held == [4 * 512 * 4, 4 * 512 * 4, 4 * 1024 * 4], held  # b's, y's, and a's (then c's)
