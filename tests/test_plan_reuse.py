@@ -156,3 +156,33 @@ def test_an_output_takes_a_larger_free_buffer_before_allocating(rng):
     assert rep.last_run.planned and rep.last_run.submissions == 1
     held = sorted(buf.nbytes for bufs in rep.plan_buffers.values() for buf in bufs)
     assert held == [4 * 512 * 4, 4 * 512 * 4, 4 * 1024 * 4], held  # b's, y's, and a's (then c's)
+
+
+@pytest.mark.parametrize("flush_ms", [0.0, 1e-9], ids=["planned-then-run", "flushed-while-planned"])
+def test_host_values_go_up_together_before_the_device_reads_them(rng, monkeypatch, flush_ms):
+    """Two position-embedding-like host values (a constant table gathered by a Range of the
+    sequence length) share one buffer of the plan, written in one transfer before the first
+    flush that may read them (flushes before every node) or at the plan's end."""
+    import dataclasses
+
+    import kompute_dml as kdml
+
+    hidden = 64
+    t1, t2 = (rng.standard_normal((100, hidden)).astype(np.float32) for _ in range(2))
+    n = helper.make_node
+    inits = [numpy_helper.from_array(t1, "t1"), numpy_helper.from_array(t2, "t2"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"), numpy_helper.from_array(np.array(0, np.int64), "zero")]
+    nodes = [n("Shape", ["x"], ["shp"]), n("Gather", ["shp", "one"], ["s"]), n("Range", ["zero", "s", "one"], ["pos"]),
+             n("Gather", ["t1", "pos"], ["p1"]), n("Gather", ["t2", "pos"], ["p2"]),
+             n("Add", ["x", "p1"], ["a"]), n("Add", ["a", "p2"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, ["B", "S", hidden])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)], initializer=inits)
+    rep = Backend.prepare(helper.make_model(g, opset_imports=OPSETS, ir_version=10), "CPU")
+    monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, plan_flush_ms=flush_ms))
+    for b, s in ((2, 20), (3, 37)):
+        x = rng.standard_normal((b, s, hidden)).astype(np.float32)
+        for _ in range(2):
+            (y,) = rep.run({"x": x})
+            np.testing.assert_array_equal(y, (x + t1[:s]) + t2[:s])
+        plan = rep._plans[next(reversed(rep._plans))]
+        assert [type(k) for k in plan.ctx.kept] == [kdml.Buffer] and plan.ctx.staged_bytes == 2 * s * hidden * 4

@@ -127,6 +127,7 @@ class GraphPlan:
             flushed_at = time.perf_counter()
             for i in range(len(g.node)):
                 if flush_s and time.perf_counter() - flushed_at >= flush_s:
+                    ctx.write_staged()  # the host values the executions flushed now may read
                     rec.flush()
                     flushed_at = time.perf_counter()
                 ctx.dying = [env[n] for n in dying[i] if n in env]
@@ -149,6 +150,7 @@ class GraphPlan:
                     v = env.pop(name, None)
                     ctx.drop(v)
             self.outputs = [(name, lookup(name)) for name in rep.output_names]
+            ctx.write_staged()
             self._io_copies(rep, rec)
         self.program = rec.compile()
         self.flushed = rec.flushed  # executions the first run started while planning
