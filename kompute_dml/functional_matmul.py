@@ -79,10 +79,11 @@ class _Prepared:
                 inputs.append(Tensor.trusted(x.buffer, how, x.offset))
         return inputs
 
-    def run(self, args: tuple[Any, ...], out: Tensor | None) -> Tensor:
+    def run(self, args: tuple[Any, ...], out: Tensor | None, inputs: list[Tensor | None] | None = None) -> Tensor:
         if out is None:
             out = pooled_empty(self.device, self.res_desc)
-        self.op.execute(self.bound_inputs(args), [Tensor.trusted(out.buffer, self.out_desc, out.offset)])
+        self.op.execute(self.bound_inputs(args) if inputs is None else inputs,
+                        [Tensor.trusted(out.buffer, self.out_desc, out.offset)])
         return out
 
 
@@ -137,12 +138,13 @@ def matmul_integer_to_float(
         if len(_prepared) >= PREPARED_CAPACITY:
             _prepared.clear()
         _prepared[key] = prep
-    result = prep.run(args, out)
+    inputs = prep.bound_inputs(args)
+    result = prep.run(args, out, inputs)
     # the same argument objects again: straight to the bound operator (recent_calls.py);
     # only after a call that succeeded, so an entry never skips a check that failed
     if all(immutable(x) for x in args) and immutable(out) and immutable(out_data_type):
         _ready.add((a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias, out, out_data_type, device),
-                   BoundCall(prep.op, prep.bound_inputs(args), prep.res_desc, prep.out_desc, out))
+                   BoundCall(prep.op, inputs, prep.res_desc, prep.out_desc, out))
     return result
 
 

@@ -182,9 +182,9 @@ def _mm_integer_to_float(rep: BackendRep, node: onnx.NodeProto, a: Any, a_name: 
         out_shape = (math.prod(out_shape[:-2]), *out_shape[-2:])
     else:
         folded = None
-    if int(np.prod(_value_shape(a_scale))) != 1:
+    if math.prod(_value_shape(a_scale)) != 1:
         raise FallbackNeeded("a_scale is not a scalar")
-    if a_zp is not None and int(np.prod(_value_shape(a_zp))) != 1:
+    if a_zp is not None and math.prod(_value_shape(a_zp)) != 1:
         raise FallbackNeeded("a_zero_point is not a scalar")
     for what, v in (("b_scale", b_scale), ("b_zero_point", b_zp), ("bias", bias)):
         if v is None:
