@@ -28,24 +28,54 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import encoder_speed
 
 
+# the parts of a first run each child times (child's spots), as the summary lists them
+PARTS = ("waits", "alloc", "flush", "encode", "submit", "own")
+
+
+def _timed(owner: type, name: str, spent: dict[str, float], key: str) -> None:
+    """Add the time every call of owner.name takes to spent[key]."""
+    real = getattr(owner, name)
+
+    def timed(*a: object, **k: object) -> object:
+        t0 = time.perf_counter()
+        try:
+            return real(*a, **k)
+        finally:
+            spent[key] += time.perf_counter() - t0
+    setattr(owner, name, timed)
+
+
 def child(model_name: str, shapes: list[tuple[int, int]], steady: int) -> None:
     from kompute_dml.onnx_backend import Backend
+    from kompute_dml.runtime import engine, inflight
 
+    from kompute_dml import recording
+    from kompute_dml.runtime import replay
+
+    # inside each first run: waits for running heads, allocations, and the flushes' parts
+    spots = {"waits": (inflight.InFlight, "finish"), "alloc": (engine.Engine, "allocate"),
+             "flush": (recording.Recording, "flush"), "encode": (engine.Engine, "_encode"),
+             "submit": (inflight.InFlight, "start"), "own": (replay.Replay, "own")}
+    spent = dict.fromkeys(spots, 0.0)
+    for key, (owner, name) in spots.items():
+        _timed(owner, name, spent, key)
     model = encoder_speed.load_model(model_name)
     rep = Backend.prepare(str(model.path), "CPU")
     rep.run(encoder_speed.bert_models.random_feeds(1, 5, model.vocab, np.random.default_rng(0)))
     for b, s in shapes:
         feeds = encoder_speed.bert_models.random_feeds(b, s, model.vocab, np.random.default_rng([0, b, s]))
+        spent.update(dict.fromkeys(spent, 0.0))
         t0 = time.perf_counter()
         rep.run(feeds)
         first = (time.perf_counter() - t0) * 1e3
+        parts = {k: v * 1e3 for k, v in spent.items()}
         plan = rep.last_run.plan_seconds * 1e3
         times = []
         for _ in range(steady):
             t0 = time.perf_counter()
             rep.run(feeds)
             times.append((time.perf_counter() - t0) * 1e3)
-        print(json.dumps({"shape": f"{b}x{s}", "first": first, "plan": plan,
+        print(json.dumps({"shape": f"{b}x{s}", "first": first, "plan": plan, **parts,
                           "steady": statistics.median(times) if times else None}), flush=True)
     rep.release()
 
@@ -84,14 +114,16 @@ def main() -> None:
                     if line.startswith("{"):
                         r = json.loads(line)
                         results.setdefault((model, r["shape"], setting or "as is"), []).append(r)
-    print(f"{'model':8} {'shape':7} {'setting':28} first ms: median [min-max] (<= {args.budget:g} ms)  planning  steady")
+    print(f"{'model':8} {'shape':7} {'setting':28} first ms: median [min-max] (<= {args.budget:g} ms)  planning  steady"
+          "  (medians within the first run: " + ", ".join(PARTS) + ")")
     for (model, shape, setting), rs in sorted(results.items(), key=lambda kv: (kv[0][0], kv[0][2])):
         firsts = [r["first"] for r in rs]
         within = sum(f <= args.budget for f in firsts)
         steady = [r["steady"] for r in rs if r["steady"] is not None]
         print(f"{model:8} {shape:7} {setting:28} {statistics.median(firsts):6.1f} [{min(firsts):.1f}-{max(firsts):.1f}]"
               f" ({within}/{len(firsts)})  {statistics.median(r['plan'] for r in rs):6.1f}"
-              f"  {statistics.median(steady) if steady else float('nan'):6.2f}")
+              f"  {statistics.median(steady) if steady else float('nan'):6.2f}"
+              "  (" + ", ".join(f"{statistics.median(r[k] for r in rs):.1f}" for k in PARTS) + ")")
     if len(args.shapes) > 1:  # every shape's first runs together, per model and setting
         for model in args.models.split(","):
             for setting in settings:
