@@ -10,6 +10,7 @@ come from it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,7 +39,10 @@ class LevelSupport:
     tensors: tuple[TensorSupport, ...]
 
     def tensor(self, field: str) -> TensorSupport:
-        return next(t for t in self.tensors if t.field == field)
+        by_field = self.__dict__.get("_by_field")
+        if by_field is None:  # made once: every operator compile looks its fields up
+            by_field = self.__dict__["_by_field"] = {t.field: t for t in self.tensors}
+        return by_field[field]
 
 
 @dataclass(frozen=True)
@@ -59,16 +63,18 @@ class OperatorSupport:
         if [row.level for row in self.levels] != sorted(row.level for row in self.levels):
             raise ValueError(f"{self.name}: levels must ascend")
 
-    @property
+    # the field lists, made once (cached_property writes the instance's __dict__, which a frozen
+    # dataclass allows): every operator compile reads them
+    @functools.cached_property
     def inputs(self) -> tuple[str, ...]:
         """The input fields, in binding order (optional ones included)."""
         return tuple(t.field for t in self.levels[0].tensors if t.kind != "output")
 
-    @property
+    @functools.cached_property
     def outputs(self) -> tuple[str, ...]:
         return tuple(t.field for t in self.levels[0].tensors if t.kind == "output")
 
-    @property
+    @functools.cached_property
     def fields(self) -> tuple[str, ...]:
         """Every tensor field, in binding order (inputs then outputs)."""
         return self.inputs + self.outputs
