@@ -186,3 +186,30 @@ def test_host_values_go_up_together_before_the_device_reads_them(rng, monkeypatc
             np.testing.assert_array_equal(y, (x + t1[:s]) + t2[:s])
         plan = rep._plans[next(reversed(rep._plans))]
         assert [type(k) for k in plan.ctx.kept] == [kdml.Buffer] and plan.ctx.staged_bytes == 2 * s * hidden * 4
+
+
+def test_node_by_node_runs_within_a_memory_budget_its_arena_exceeds(rng):
+    """Node by node (a node on the CPU), every node's output buffer is kept for the next run (the
+    arena): twelve 1 MiB outputs on a device with a 6 MiB budget. Where an allocation would go
+    over it, the arena's buffers go first: the run succeeds, twice, and equals numpy's."""
+    import kompute_dml as kdml
+
+    n = helper.make_node
+    nodes, x = [], "x"
+    for i in range(12):
+        nodes.append(n("Add", [x, x], [f"a{i}"]))
+        x = f"a{i}"
+    nodes.append(n("Neg", [x], ["y"]))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [1 << 18])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    dev = kdml.Device(memory_budget=6 << 20)
+    try:
+        rep = Backend.prepare(helper.make_model(g, opset_imports=OPSETS, ir_version=10), "CPU", kdml_device=dev,
+                              exclude_ops=["Neg"])
+        x = rng.standard_normal(1 << 18).astype(np.float32)
+        for _ in range(2):
+            (y,) = rep.run({"x": x})
+            np.testing.assert_array_equal(y, -(x * 4096))
+            assert not rep.last_run.planned and rep.last_run.cpu_segments == 1
+    finally:
+        dev.close()

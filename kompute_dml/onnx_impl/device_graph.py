@@ -153,6 +153,7 @@ class GraphPlan:
             ctx.write_staged()
             self._io_copies(rep, rec)
         self.program = rec.compile()
+        ctx.share_buffers()
         self.flushed = rec.flushed  # executions the first run started while planning
         self.ctx = ctx
         self.siblings_prepared = _prepare_siblings(rep.device, self.program) if rep.device.policy.prepare_siblings else 0

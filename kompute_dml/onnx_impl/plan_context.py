@@ -68,6 +68,7 @@ class PlanContext:
         for size, bufs in self._shared.items():
             self._free[size] = list(bufs)
             self._by_id.update((id(b), b) for b in bufs)
+        self._added: list[kdml.Buffer] = []  # joins the shared buffers once the plan is made (share_buffers)
         self._refs: collections.Counter[int] = collections.Counter()
         # Buffers handed out while the current node is recorded: those its outputs do not hold
         # when it ends (a handler's temporaries) are free for the next node (end_node).
@@ -163,11 +164,18 @@ class PlanContext:
             # not zeroed (no fill submission per buffer): every output is written before a
             # later node reads it, and bytes past an output are never read
             buf = kdml.Buffer(self.device, size, zeroed=False)
-            self._shared.setdefault(size, []).append(buf)
+            self._added.append(buf)
             self._by_id[id(buf)] = buf
             self.allocated += size
         self._fresh.append(buf)
         return kdml.Tensor.trusted(buf, desc, 0)
+
+    def share_buffers(self) -> None:
+        """The buffers this plan allocated join the model's shared ones (the plan is made): a plan
+        that fails (the graph then runs node by node) leaves them to be freed with it."""
+        for buf in self._added:
+            self._shared.setdefault(buf.nbytes, []).append(buf)
+        self._added.clear()
 
     def _larger_free(self, size: int) -> kdml.Buffer | None:
         """The free buffer of the smallest class above `size`, up to LARGER_FREE times it, else

@@ -4,6 +4,7 @@ downloads cached, and the buffer arena each node reuses from run to run."""
 from __future__ import annotations
 
 import collections
+import gc
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -143,9 +144,21 @@ class ValueTransfers:
         t = self._arena_get(key)
         if t is None:
             check_bindable(self.device, desc.byte_size)
-            t = self.device.empty(desc)
+            t = self._arena_alloc(lambda: self.device.empty(desc))
             self._arena_put(key, t)
         return t
+
+    def _arena_alloc(self, make: Any) -> Any:
+        """make() (an allocation for the arena); where the device's memory (or its budget) is
+        full, the arena's buffers are dropped first and make() is tried again: the arena keeps
+        every node's output for the next run, more than one run holds at once (MiniLM 64x256
+        node by node on lavapipe: over its 2 GB), while the values still live hold their own."""
+        try:
+            return make()
+        except kdml.OutOfMemoryError:
+            self._arena.clear()
+            gc.collect()
+            return make()
 
     def upload_group(self, arrays: list[np.ndarray], stats: RunStats,
                      names: tuple[str | None, ...] | None = None) -> list[kdml.Tensor]:
@@ -167,7 +180,7 @@ class ValueTransfers:
                 offsets.append(total)
                 total += cdiv(d.byte_size, 16) * 16
             check_bindable(self.device, total)
-            buf = self.device.buffer(total)
+            buf = self._arena_alloc(lambda: self.device.buffer(total))
             hit = (buf, offsets, [kdml.Tensor(buf, d, o) for d, o in zip(descs, offsets)], total)
             self._arena_put(key, hit)
         buf, offsets, tensors, total = hit
