@@ -29,7 +29,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import encoder_speed
 
-
 # the parts of a first run each child times (child's spots), as the summary lists them
 PARTS = ("waits", "alloc", "flush", "encode", "submit", "own")
 
@@ -48,11 +47,9 @@ def _timed(owner: type, name: str, spent: dict[str, float], key: str) -> None:
 
 
 def child(model_name: str, shapes: list[tuple[int, int]], steady: int) -> None:
-    from kompute_dml.onnx_backend import Backend
-    from kompute_dml.runtime import engine, inflight
-
     from kompute_dml import recording
-    from kompute_dml.runtime import replay
+    from kompute_dml.onnx_backend import Backend
+    from kompute_dml.runtime import engine, inflight, replay
 
     # inside each first run: waits for running heads, allocations, and the flushes' parts
     spots = {"waits": (inflight.InFlight, "finish"), "alloc": (engine.Engine, "allocate"),

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import kompute_dml as kdml
+from kompute_dml.inputs import as_host_array
 from kompute_dml.memory import packed_desc_for
 from kompute_dml.tensor_desc import packed_strides
 
@@ -122,7 +123,7 @@ class PlanContext:
         """A tensor for host value `arr` in this plan's host-value buffer, written later with the
         buffer's other values in one transfer (write_staged): one allocation and one submission
         per plan, not per value (each a fence wait: ~0.25 ms on the H100)."""
-        desc = packed_desc_for(arr)
+        desc = packed_desc_for(as_host_array(arr, "array"))  # a type DirectML lacks: UnsupportedError, as an upload's
         at = -(-self._staged_used // 16) * 16
         if self._staged_buf is None or at + desc.byte_size > self._staged_buf.nbytes:
             self.write_staged()

@@ -17,7 +17,7 @@ from kompute_dml.ints import cdiv
 from kompute_dml.memory import packed_desc_for
 
 from .fallback import CpuSegment
-from .host_eval import evaluate
+from .host_eval import HostMemo, evaluate
 from .values import DeviceValue, RunStats, _value_shape, check_bindable
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ class ValueTransfers:
     device: kdml.Device
     constants: dict[str, TensorProto]
     arena_capacity: int
+    host_memo: HostMemo
     _host_constants: dict[str, np.ndarray]
     _feeds_now: set[str]
     _arena: collections.OrderedDict[tuple[Any, ...], Any]
