@@ -30,10 +30,15 @@ def as_int(value: object, field: str, what: str = "an integer") -> int:
         raise invalid(field, f"must be {what}, got {_shown(value)}") from None
 
 
+def is_int_tuple(values: object) -> bool:
+    """A tuple of Python ints exactly (no bools, no numpy integers): what needs no conversion."""
+    return type(values) is tuple and all(type(v) is int for v in values)
+
+
 def as_int_tuple(values: object, field: str) -> tuple[int, ...]:
     """A sequence of integers as a tuple; entries are named `field[i]` when refused."""
-    if type(values) is tuple and all(type(v) is int for v in values):
-        return values  # the common case (descriptors the library builds): nothing to convert
+    if is_int_tuple(values):
+        return values  # type: ignore[return-value]  # the common case (descriptors the library builds)
     if isinstance(values, (str, bytes, bytearray)) or not isinstance(values, Iterable):
         raise invalid(field, f"must be a sequence of integers, got {_shown(values)}")
     try:

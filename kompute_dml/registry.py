@@ -38,11 +38,12 @@ class LevelSupport:
     level: FeatureLevel
     tensors: tuple[TensorSupport, ...]
 
+    @functools.cached_property
+    def _by_field(self) -> dict[str, TensorSupport]:
+        return {t.field: t for t in self.tensors}  # made once: every operator compile looks its fields up
+
     def tensor(self, field: str) -> TensorSupport:
-        by_field = self.__dict__.get("_by_field")
-        if by_field is None:  # made once: every operator compile looks its fields up
-            by_field = self.__dict__["_by_field"] = {t.field: t for t in self.tensors}
-        return by_field[field]
+        return self._by_field[field]
 
 
 @dataclass(frozen=True)

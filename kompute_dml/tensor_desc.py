@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from .dtypes import DataType
 from .errors import InvalidArgumentError, invalid
-from .ints import as_int, as_int_tuple
+from .ints import as_int, as_int_tuple, is_int_tuple
 
 MAX_DIMENSIONS = 8  # DML_TENSOR_DIMENSION_COUNT_MAX1
 MAX_ELEMENTS = 2**32 - 1
@@ -79,10 +79,6 @@ class _cached(Generic[T]):
         return value
 
 
-def _plain_ints(values: object) -> bool:
-    return type(values) is tuple and all(type(v) is int for v in values)
-
-
 class _Interned(type):
     """Descriptors of the common form (a DataType, tuples of plain ints, no total size, alignment
     or flags) are made once and shared: they are immutable, and a plan of an encoder builds
@@ -94,8 +90,8 @@ class _Interned(type):
     _CAPACITY = 4096
 
     def __call__(cls, data_type: Any, sizes: Any, strides: Any = None, *rest: Any, **kw: Any) -> Any:
-        if rest or kw or type(data_type) is not DataType or not _plain_ints(sizes) or not (
-                strides is None or _plain_ints(strides)):
+        if rest or kw or type(data_type) is not DataType or not is_int_tuple(sizes) or not (
+                strides is None or is_int_tuple(strides)):
             return super().__call__(data_type, sizes, strides, *rest, **kw)
         key = (cls, data_type, sizes, strides)
         hit = _Interned._cache.get(key)

@@ -294,7 +294,7 @@ def _dying(rep: BackendRep, feeds: dict[str, Any]) -> list[list[str]]:
 def gc_paused() -> Any:
     """Python's cyclic garbage collector off while a plan is made, as it was after: planning
     allocates tens of thousands of objects, enough to set off collections, and a full one over
-    a process holding a model (or torch) took 12 ms on lavapipe's host, a quarter of a plan.
+    a process holding a model took 12-18 ms on lavapipe's host (benchmarks/plan_shapes.py).
     Nothing a plan makes is cyclic garbage it needs collected before it ends."""
     was = gc.isenabled()
     gc.disable()

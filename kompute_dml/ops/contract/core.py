@@ -5,6 +5,7 @@ push block, work-group size and target environment). Standard library only (see 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import re
@@ -74,16 +75,15 @@ class PushBlock:
             raise ValueError(f"push-constant block declares a member twice: {names}")
         if 4 * self.words > MAX_PUSH_BYTES:
             raise ValueError(f"push-constant block of {4 * self.words} bytes (at most {MAX_PUSH_BYTES}): {names}")
-        # name -> (first word, member), computed once: every operator compile packs a block
-        table, word = {}, 0
-        for m in self.members:
-            table[m.name] = (word, m)
-            word += m.words
-        object.__setattr__(self, "_table", table)
 
     @property
     def words(self) -> int:
         return sum(m.words for m in self.members)
+
+    @functools.cached_property
+    def _table(self) -> dict[str, tuple[int, Member]]:
+        """name -> (first word, member), made once: every operator compile packs a block."""
+        return {name: (word, m) for (name, word, _), m in zip(self.layout(), self.members)}
 
     def layout(self) -> list[tuple[str, int, int]]:
         """(member, first word, words) of every member."""
@@ -95,7 +95,7 @@ class PushBlock:
 
     def offset(self, name: str) -> int:
         """The push word where member `name` starts."""
-        hit = self._table.get(name)  # type: ignore[attr-defined]
+        hit = self._table.get(name)
         if hit is None:
             raise KeyError(f"push-constant block has no member {name!r}")
         return hit[0]
@@ -108,7 +108,7 @@ class PushBlock:
         """The uint32 words for these member values: every member exactly once (an array as a
         sequence of its length). PushError for an unknown or missing member or a value its kind
         cannot hold."""
-        table = self._table  # type: ignore[attr-defined]
+        table = self._table
         if len(values) != len(table) or not all(k in table for k in values):
             unknown = sorted(set(values) - set(table))
             missing = [m.name for m in self.members if m.name not in values]
@@ -134,7 +134,7 @@ class PushBlock:
     def slots(self, **members: tuple[int, int]) -> tuple[tuple[int, int, int], ...]:
         """DispatchPlan.offset_slots: member=(binding-list entry, unit in bytes) -> (push word,
         entry, unit); the runtime adds the bound tensor's byte offset / unit to that u32 member."""
-        table = self._table  # type: ignore[attr-defined]
+        table = self._table
         out = []
         for name, (entry, unit) in members.items():
             hit = table.get(name)
