@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Experiment: s8 x s8 products whose cooperative-matrix fragments come straight from global
-memory (benchmarks/shaders/coop_direct.comp, no shared-memory staging) against the production
-kernel (the coopmat family's default tiles, B column-major) and torch._int_mm, same process.
+memory (benchmarks/shaders/coop_direct.comp, no shared-memory staging), or (--split) whose work
+group splits into loader and math subgroups (benchmarks/shaders/coop_split.comp), against the
+production kernel (the coopmat family's default tiles, B column-major) and torch._int_mm, same process.
 
-    PYTHONPATH=. python3 benchmarks/coop_direct.py [--shapes 4096,8192] [--rounds 5]
+    PYTHONPATH=. python3 benchmarks/coop_direct.py [--shapes 4096,8192] [--rounds 5] [--split]
 
 The production kernel's ablation (bench_coop.py --ablate) showed its global -> shared staging is
 what limits it; this asks whether the L1 cache serves fragments loaded directly faster. Ours:
@@ -22,19 +23,23 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_coop import Ours, random_inputs, time_interleaved, torch_peers
-from overlay_direct import DirectConfig, compile_direct
+from overlay_direct import DirectConfig, SplitConfig, compile_direct, compile_split
 
 import kompute_dml as kdml
 
 CONFIGS = [DirectConfig(2, 4, 4, 2, pf) for pf in (0, 1)] + [
     DirectConfig(2, 2, 4, 4), DirectConfig(4, 2, 2, 4), DirectConfig(2, 2, 4, 2), DirectConfig(2, 2, 2, 2),
     DirectConfig(1, 1, 4, 4), DirectConfig(2, 4, 4, 4), DirectConfig(4, 4, 2, 2)]
+SPLIT_CONFIGS = [SplitConfig(2, 4, 4, 2, 8), SplitConfig(2, 4, 4, 2, 8, ahead=2), SplitConfig(2, 4, 4, 2, 12),
+                 SplitConfig(2, 4, 4, 2, 6), SplitConfig(2, 4, 4, 2, 4, ahead=2), SplitConfig(2, 2, 4, 4, 4, ahead=2),
+                 SplitConfig(4, 2, 2, 4, 8), SplitConfig(2, 4, 4, 2, 4)]
 
 
 class Direct:
-    def __init__(self, dev: kdml.Device, cfg: DirectConfig, a_t: kdml.Tensor, bt_t: kdml.Tensor, m: int, n: int, k: int):
+    def __init__(self, dev: kdml.Device, cfg: DirectConfig | SplitConfig, a_t: kdml.Tensor, bt_t: kdml.Tensor,
+                 m: int, n: int, k: int):
         self.dev, self.m, self.n = dev, m, n
-        self.op = compile_direct(dev, cfg, m, n, k)
+        self.op = (compile_split if isinstance(cfg, SplitConfig) else compile_direct)(dev, cfg, m, n, k)
         self.ins = [a_t, bt_t]
         self.out = dev.empty(kdml.TensorDesc(kdml.DataType.INT32, (m * n,)))
 
@@ -57,6 +62,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--ceiling", type=float, default=None,
                     help="the instruction ceiling in TOPS (benchmarks/coop_peak.py's best) for the fraction column")
+    ap.add_argument("--split", action="store_true", help="the loader / math split kernels in place of the direct ones")
     args = ap.parse_args()
     dev = kdml.Device()
     if "cooperative_matrix" not in dev.capabilities:
@@ -74,14 +80,15 @@ def main() -> int:
         prod = Ours(dev, a, b, b_colmajor=True, quant=False)
         cases["production default (B col-major)"] = prod.run
         checks["production default (B col-major)"] = prod.check(rows)
-        for cfg in CONFIGS:
+        for cfg in SPLIT_CONFIGS if args.split else CONFIGS:
             try:
                 d = Direct(dev, cfg, a_t, bt_t, m, n, k)
             except kdml.DMLError as e:
                 print(f"  {cfg.name()}: cannot run: {e}")
                 continue
-            checks[f"direct {cfg.name()}"] = d.check(a, b, rows)
-            cases[f"direct {cfg.name()}"] = d.run
+            label = f"{'split' if args.split else 'direct'} {cfg.name()}"
+            checks[label] = d.check(a, b, rows)
+            cases[label] = d.run
         peers = torch_peers(a, b, None) or {}
         if "torch_int_mm_Bcol" in peers:
             cases["torch _int_mm B col-major"] = peers["torch_int_mm_Bcol"]

@@ -14,6 +14,8 @@
 // Build and run (benchmarks/vk_floor/run.sh): glslangValidator makes touch.spv, g++ the binary.
 #include <vulkan/vulkan.h>
 
+#include "../vk_common.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -24,11 +26,6 @@
 #include <functional>
 #include <vector>
 
-#define CHECK(x)                                                                    \
-    do {                                                                            \
-        VkResult r_ = (x);                                                          \
-        if (r_ != VK_SUCCESS) { std::fprintf(stderr, "%s: %d\n", #x, r_); std::exit(1); } \
-    } while (0)
 
 using Clock = std::chrono::steady_clock;
 static double us(Clock::time_point a, Clock::time_point b) {
@@ -141,14 +138,6 @@ static VkCommandBuffer record(Ctx& c, Payload p, Word word) {
     return cb;
 }
 
-static std::vector<uint32_t> readSpv(const char* path) {
-    std::ifstream f(path, std::ios::binary | std::ios::ate);
-    if (!f) { std::fprintf(stderr, "cannot read %s\n", path); std::exit(1); }
-    std::vector<uint32_t> w(size_t(f.tellg()) / 4);
-    f.seekg(0);
-    f.read(reinterpret_cast<char*>(w.data()), std::streamsize(w.size() * 4));
-    return w;
-}
 
 static void setup(Ctx& c, const char* spvPath, int deviceIndex) {
     VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
