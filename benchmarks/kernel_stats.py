@@ -68,8 +68,15 @@ def stats(tool: Path, variant: str, push_words: int, spec: tuple[int, ...]) -> d
     return out
 
 
-def per_sm(st: dict[str, str], invocations: int, shared: int, args: argparse.Namespace) -> str:
-    regs = next((int(v) for k, v in st.items() if re.search(r"regist", k, re.I)), None)
+def stat(st: dict[str, str], pattern: str) -> int | None:
+    """The first integer statistic whose name matches `pattern` (the driver names them)."""
+    return next((int(v) for k, v in st.items() if re.search(pattern, k, re.I) and v.isdigit()), None)
+
+
+def per_sm(st: dict[str, str], invocations: int, args: argparse.Namespace) -> str:
+    """Work groups per SM as the warp, register and shared-memory limits allow (the driver's
+    register count and shared memory size)."""
+    regs, shared = stat(st, r"regist"), stat(st, r"shared")
     warps = -(-invocations // 32)
     bounds = [args.sm_warps // warps]
     if regs:
@@ -106,30 +113,22 @@ def main() -> int:
                 cases.append((f"{m}x{k}x{n} B col-major {name}", compile_coop(dev, desc_for(m, k, n, True), config=cfg)))
             except kdml.UnsupportedError as e:
                 print(f"{name}: cannot run here ({e})")
-    shared_of = {}
     if args.split:
         sys.path.insert(0, str(HERE))
         from coop_direct import SPLIT_CONFIGS
         from overlay_direct import compile_split
         m, k, n = shapes[0]
         for cfg in SPLIT_CONFIGS:
-            name = f"{m}x{k}x{n} split {cfg.name()}"
-            cases.append((name, compile_split(dev, cfg, m, n, k)))
-            shared_of[name] = 2 * 16 * (cfg.bm + cfg.bn) * (cfg.bk // 16 + 1)
+            cases.append((f"{m}x{k}x{n} split {cfg.name()}", compile_split(dev, cfg, m, n, k)))
     for name, op in cases:
         plan = op.plans[0]
-        wg = int(plan.spec[0]) if plan.spec else 0
-        shared = shared_of.get(name, 0)
-        if name not in shared_of and plan.spec and len(plan.spec) >= 9:  # coopmat: stages x (A + B tiles) + the sums
-            ks = plan.spec[3] // 16 + 1
-            b_tile = plan.spec[3] * (plan.spec[2] // 16 + 1) if plan.variant.endswith("n") else plan.spec[2] * ks
-            shared = 16 * plan.spec[8] * (plan.spec[1] * ks + b_tile) + 4 * (plan.spec[1] + plan.spec[2])
+        wg = int(plan.spec[0]) if plan.spec else 0  # local_size_x_id 0 in every matrix-product shader
         st = stats(tool, plan.variant, len(plan.push), tuple(int(v) for v in plan.spec))
         print(f"\n{name}: {plan.variant} spec {tuple(plan.spec)}")
         for key, val in st.items():
             print(f"    {key} = {val}")
         if wg and "error" not in st:
-            print(f"    => {per_sm(st, wg, shared, args)}; shared memory {shared} B")
+            print(f"    => {per_sm(st, wg, args)}")
     return 0
 
 
