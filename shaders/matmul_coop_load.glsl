@@ -44,14 +44,15 @@
 
 #if LD_MODE == 2
 const uint LD_UNITS = (BK / 4u) * (LD_TMN / 16u);          // 4 k rows x 16 columns each
-uvec4 LD_REGS[LD_SLOTS * 4u * ((LD_UNITS + WG - 1u) / WG)];
+#define LD_NR (4u * ((LD_UNITS + WG - 1u) / WG))
 #elif LD_MODE == 3
 const uint LD_UNITS = BK * (LD_TMN / 16u);                 // one uvec4 of one k row each
-uvec4 LD_REGS[LD_SLOTS * ((LD_UNITS + WG - 1u) / WG)];
+#define LD_NR ((LD_UNITS + WG - 1u) / WG)
 #else
 const uint LD_UNITS = LD_TMN * (BK / 16u);                 // 16 k of one row each
-uvec4 LD_REGS[LD_SLOTS * ((LD_UNITS + WG - 1u) / WG)];
+#define LD_NR ((LD_UNITS + WG - 1u) / WG)
 #endif
+uvec4 LD_REGS[LD_SLOTS * LD_NR];
 
 #if LD_MODE == 3
 // column sums of a [BK][BS] tile: each item is one word column (4 columns) over BK / LD_PARTS rows
@@ -153,31 +154,35 @@ uint LD_AT(uint i, uint s_mn, uint s_k, uint k0) {
 // which made every invocation wait for its loads before its MMAs).
 void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn0, uint k0, uint xe) {
 #if LD_MODE != 0
-    const uint nr = LD_REGS.length() / LD_SLOTS;
-    if (LD_FAST && mn0 + LD_TMN <= MN && k0 + BK <= K) {   // the whole tile inside (uniform)
-        const uint tid = coop_tid(LD_MODE), per = (LD_MODE == 2) ? 4u : 1u;
+    const uint nr = LD_NR;
+    const bool fast = LD_FAST && mn0 + LD_TMN <= MN && k0 + BK <= K;   // the whole tile inside (uniform)
+    const uint tid = coop_tid(LD_MODE), per = (LD_MODE == 2) ? 4u : 1u;
+    // The addresses in one branch, then the loads after it. With a load in each branch (interior
+    // and edge tiles), the H100's default int8 kernel ran 291 / 306 TOPS at 4096^3 / 8192^3; with
+    // one load after the branch, 313 / 335 on the same machine (benchmarks/RESULTS.md).
+    uint at[LD_NR], keep[LD_NR];
+    if (fast) {
         [[unroll]] for (uint i = 0u; i < nr; ++i) {
-            uvec4 v = uvec4(0u);
-            if (LD_UNITS % WG == 0u || tid + (i / per) * WG < LD_UNITS) v = LD_BUF4[LD_AT(i, s_mn, s_k, k0)];
-#if PIPE == 1
-            v ^= uvec4(xe * 0x01010101u);
-#endif
-            LD_REGS[slot * nr + i] = v;
+            keep[i] = 16u;
+            at[i] = (LD_UNITS % WG == 0u || tid + (i / per) * WG < LD_UNITS) ? LD_AT(i, s_mn, s_k, k0) : base >> 4u;
         }
-        return;
+    } else {
+        [[unroll]] for (uint i = 0u; i < nr; ++i) {
+            uint mn, k;
+            keep[i] = coop_keep(LD_MODE, LD_TMN, i, MN, K, mn0, k0, mn, k);
+            // a unit wholly outside: any valid address (its bytes are zeroed at the store)
+            at[i] = (keep[i] != 0u) ? (base + (LD_MODE == 1 ? mn * s_mn + k : k * s_k + mn)) >> 4u : base >> 4u;
+        }
     }
     [[unroll]] for (uint i = 0u; i < nr; ++i) {
-        uint mn, k;
-        uint keep = coop_keep(LD_MODE, LD_TMN, i, MN, K, mn0, k0, mn, k);
-        uvec4 v = uvec4(0u);
-        if (keep != 0u) v = LD_BUF4[(base + (LD_MODE == 1 ? mn * s_mn + k : k * s_k + mn)) >> 4u];
+        uvec4 v = LD_BUF4[at[i]];
 #if PIPE == 1
-        v = LD_MASK16(v ^ (xe * 0x01010101u), keep);
+        v = LD_MASK16(v ^ (xe * 0x01010101u), keep[i]);
 #endif
         LD_REGS[slot * nr + i] = v;
     }
 #else
-    const uint tid = gl_LocalInvocationID.x, nr = LD_REGS.length() / LD_SLOTS;
+    const uint tid = gl_LocalInvocationID.x, nr = LD_NR;
     [[unroll]] for (uint i = 0u; i < nr; ++i) {
         uint u = tid + i * WG;
         uint kq = u % (BK / 16u), row = u / (BK / 16u);
@@ -200,14 +205,17 @@ void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn
 
 // Registers -> the shared tile starting at smem[tile] (the load's MN, K, mn0, k0, xe).
 void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe) {
-    const uint tid = gl_LocalInvocationID.x, nr = LD_REGS.length() / LD_SLOTS;
+    const uint tid = gl_LocalInvocationID.x, nr = LD_NR;
 #if LD_MODE != 0 && PIPE != 1
     const bool inside = LD_FAST && mn0 + LD_TMN <= MN && k0 + BK <= K;   // nothing to mask
-    [[unroll]] for (uint i = 0u; i < nr; ++i) {   // sign flip, padding zeroed
-        uint mn, k;
-        uvec4 v = LD_REGS[slot * nr + i] ^ (xe * 0x01010101u);
-        if (!inside) v = LD_MASK16(v, coop_keep(LD_MODE, LD_TMN, i, MN, K, mn0, k0, mn, k));
-        LD_REGS[slot * nr + i] = v;
+    if (xe != 0u) {   // sign flip
+        [[unroll]] for (uint i = 0u; i < nr; ++i) LD_REGS[slot * nr + i] ^= uvec4(xe * 0x01010101u);
+    }
+    if (!inside) {   // padding zeroed (one branch around the loop, as in LD_LOAD)
+        [[unroll]] for (uint i = 0u; i < nr; ++i) {
+            uint mn, k;
+            LD_REGS[slot * nr + i] = LD_MASK16(LD_REGS[slot * nr + i], coop_keep(LD_MODE, LD_TMN, i, MN, K, mn0, k0, mn, k));
+        }
     }
 #endif
 #if LD_MODE == 2
@@ -333,3 +341,4 @@ void LD_FLUSH() {
 #undef LD_FAST
 #undef LD_RSTEP
 #undef LD_AT
+#undef LD_NR

@@ -176,8 +176,9 @@ def run_case(dev, rng, *, pair, out_dt=DT.FLOAT32, M, K, N, batch=(), a_layout=N
 
 def skip_unless_fits(dev, family, config):
     sg = 8 if dev.device_type == "cpu" else 32
-    if config.problems(sg, 1, 3 if config.b_rows == "n" else 2, dev.limits):
-        pytest.skip(f"{config} does not fit this device: {config.problems(sg, 1, 2, dev.limits)}")
+    problems = config.problems(sg, 1, 3 if config.b_rows == "n" else 2, dev.limits)
+    if problems:
+        pytest.skip(f"{config} does not fit this device: {problems}")
 
 
 # ---- zero points, scales, signedness, output types ---------------------------------------
@@ -373,3 +374,4 @@ def test_exact_ablations(dev, rng, ablation, K):
         pytest.skip(f"the benchmark overlay could not be built here: {e}")
     run_case(dev, rng, pair=(DT.UINT8, DT.INT8), M=200, K=K, N=300, a_layout="row", b_layout="col",
              a_zp="row", b_zp="col", bias="n", family="coopmat", ablation=ablation)
+
