@@ -1,5 +1,5 @@
 // What the benchmarks' Vulkan C++ tools (vk_floor/, vk_stats/) share: a VkResult check that exits
-// with the failing call, and reading a SPIR-V file into words.
+// with the failing call, reading a SPIR-V file into words, and the Vulkan instance.
 #pragma once
 #include <vulkan/vulkan.h>
 
@@ -21,4 +21,15 @@ static inline std::vector<uint32_t> readSpv(const char* path) {
     f.seekg(0);
     f.read(reinterpret_cast<char*>(w.data()), std::streamsize(w.size() * 4));
     return w;
+}
+
+// A Vulkan instance of `apiVersion`, no layers or extensions (each tool picks its device).
+static inline VkInstance createInstance(uint32_t apiVersion) {
+    VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+    app.apiVersion = apiVersion;
+    VkInstanceCreateInfo ii{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+    ii.pApplicationInfo = &app;
+    VkInstance inst;
+    CHECK(vkCreateInstance(&ii, nullptr, &inst));
+    return inst;
 }

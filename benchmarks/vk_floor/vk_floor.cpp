@@ -140,12 +140,7 @@ static VkCommandBuffer record(Ctx& c, Payload p, Word word) {
 
 
 static void setup(Ctx& c, const char* spvPath, int deviceIndex) {
-    VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
-    app.apiVersion = VK_API_VERSION_1_2;
-    VkInstanceCreateInfo ii{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
-    ii.pApplicationInfo = &app;
-    VkInstance inst;
-    CHECK(vkCreateInstance(&ii, nullptr, &inst));
+    VkInstance inst = createInstance(VK_API_VERSION_1_2);
     uint32_t n = 0;
     vkEnumeratePhysicalDevices(inst, &n, nullptr);
     std::vector<VkPhysicalDevice> pds(n);

@@ -53,12 +53,7 @@ int main(int argc, char** argv) {
         specData.push_back(v);
     }
 
-    VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
-    app.apiVersion = VK_API_VERSION_1_3;
-    VkInstanceCreateInfo ii{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
-    ii.pApplicationInfo = &app;
-    VkInstance inst;
-    CHECK(vkCreateInstance(&ii, nullptr, &inst));
+    VkInstance inst = createInstance(VK_API_VERSION_1_3);
     uint32_t n = 1;
     VkPhysicalDevice pd;
     vkEnumeratePhysicalDevices(inst, &n, &pd);
