@@ -17,7 +17,9 @@ Run on a GPU whose kompute_dml Device has the `cooperative_matrix` capability (t
      quant u8 A with a zero point, s8 B, per-column B scale, (N,) bias, FLOAT32 out (the
            quantized-transformer case) vs torch: A ^ 0x80 -> int8, _int_mm, then
            acc * s + (K*za'*zb - za'*colsum(B)) * s + bias - rowsum(A')*zb*s (colsum of the
-           weight precomputed, as onnxruntime pre-packs it).
+           weight precomputed, as onnxruntime pre-packs it). Ours with B row-major (ONNX's
+           weight layout) and column-major (the peer's): `ratio ours_quant_Bcol / ours_gemm_Bcol`
+           is what the zero point, scales and bias cost in one layout.
    TOPS = 2*M*N*K / s / 1e12; ratio = torch seconds / ours seconds (> 1: ours faster).
 3. --sweep: the same shapes through alternative tile configurations (specialization
    constants BM BN BK WM WN GROUP_M and the row-major-B staging), each checked on sampled
@@ -248,7 +250,9 @@ def timing(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, fa
         au, _ = random_inputs(rng, m, k, n, np.uint8)
         cases = {"ours_gemm_Brow": Ours(dev, a8, b, b_colmajor=False, quant=False, family=family, rng=rng),
                  "ours_gemm_Bcol": Ours(dev, a8, b, b_colmajor=True, quant=False, family=family, rng=rng),
-                 "ours_quant_Brow": Ours(dev, au, b, b_colmajor=False, quant=True, family=family, rng=rng)}
+                 "ours_quant_Brow": Ours(dev, au, b, b_colmajor=False, quant=True, family=family, rng=rng),
+                 # the quantized product with B in the peer's layout (torch + dequant multiplies B column-major)
+                 "ours_quant_Bcol": Ours(dev, au, b, b_colmajor=True, quant=True, family=family, rng=rng)}
         if compare:
             for other in ("dot", "gpu"):
                 if other != family and (other == "gpu" or FAMILIES[other][1] in dev.capabilities):
@@ -276,7 +280,10 @@ def timing(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, fa
             if name in t:
                 print(f"    ratio ours_gemm_Brow / {name}: {t[name] / t['ours_gemm_Brow']:.3f}")
         if "torch_int_mm+dequant" in t:
-            print(f"    ratio ours_quant_Brow / torch_int_mm+dequant: {t['torch_int_mm+dequant'] / t['ours_quant_Brow']:.3f}")
+            for name in ("ours_quant_Brow", "ours_quant_Bcol"):
+                print(f"    ratio {name} / torch_int_mm+dequant: {t['torch_int_mm+dequant'] / t[name]:.3f}")
+        print(f"    ratio ours_quant_Bcol / ours_gemm_Bcol (the quantized epilogue's cost): "
+              f"{t['ours_gemm_Bcol'] / t['ours_quant_Bcol']:.3f}")
     return rows
 
 

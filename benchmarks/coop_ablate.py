@@ -3,7 +3,7 @@
 The `mmc8a<n>_rc` variants of shaders/matmul_coop.comp each leave one part of the `_rc` kernel
 (A row-major, B column-major) out; ABLATIONS in benchmarks/overlay_ablation.py (a benchmark-only
 shader overlay, built on first use) names them. Their
-results are WRONG BY DESIGN (except a5-a8, exact kernels timed for comparison) and the
+results are WRONG BY DESIGN (except a5-a10, exact kernels timed for comparison) and the
 dispatcher never picks them. If leaving a part out brings the time close to the MMA-bound figure,
 that part was the bottleneck:
   a1 no global loads      -> the global -> shared pipeline (coalescing, latency, barriers)
@@ -15,10 +15,12 @@ that part was the bottleneck:
                              invocation waited for its loads before its MMAs (the default, PIPE=2,
                              does that at the shared store, after the MMAs)
   a7 two steps ahead      -> PIPE=3: loads of step s + 2 issued at step s, two register sets
-  a8 the previous staging -> FAST=0: the default before the interior fast path (every chunk's
-                             position by div/mod and bounds-checked at load and store); the
-                             default (FAST=1) takes per-invocation offsets computed once and, on
-                             tiles wholly inside the matrices, adds constants per step
+  a8 no store fast path   -> FAST=0: every chunk's shared offset by div/mod and bounds-checked
+                             (the default, FAST=1, adds constants to an offset computed once)
+  a9 no bounds work       -> LDV=1: every tile taken as interior (exact only on whole tiles)
+  a10 addresses in a branch -> LDV=2: interior tiles' load addresses from constants, edge tiles'
+                             bounds-checked, chosen in a branch (the default before LDV=0: every
+                             address clamped into the matrix, no branch before the loads)
 Also the fixed kernel at other tile configurations, row-major B transposed (`_rr`) or kept (`_rn`),
 gemm and quantized (the `ours_quant_Brow` case), and torch._int_mm (B column-major) as peer.
 
@@ -41,10 +43,12 @@ from typing import Any
 import numpy as np
 from overlay_ablation import ABLATIONS, EXACT_ABLATIONS  # benchmarks/ (the script's directory)
 
-from kompute_dml.ops.matmul_coop import LARGE, TileConfig
+from kompute_dml.ops.matmul_coop import LARGE, TENSOR_CORE_OPTIONS, TileConfig
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]
 CONFIGS = [TileConfig(128, 256, 32, 64, 64), TileConfig(64, 64, 64, 32, 32), TileConfig(16, 64, 128, 16, 16)]
+TUNED = replace(LARGE, **TENSOR_CORE_OPTIONS)  # what the dispatcher picks for SHAPES on tensor cores
+TUNED_ABLATIONS = (1, 8, 9, 10)
 
 
 def ablate(dev: Any, rounds: int, rng: np.random.Generator, ours: Any, time_interleaved: Any,
@@ -65,6 +69,9 @@ def ablate(dev: Any, rounds: int, rng: np.random.Generator, ours: Any, time_inte
         entries = [("fixed mmc8_rc", LARGE, 0, True, False)]
         entries += [(f"a{i} {what}", LARGE, i, True, False) for i, what in ABLATIONS.items()]
         entries += [(f"fixed {cfg_name(c)}", c, 0, True, False) for c in CONFIGS]
+        # the staging experiments again at the dispatcher's tiles for this shape (BK 128, one stage, lean)
+        entries += [(f"fixed {cfg_name(TUNED)}", TUNED, 0, True, False)]
+        entries += [(f"a{i} at {cfg_name(TUNED)}", TUNED, i, True, False) for i in TUNED_ABLATIONS]
         # row-major B (ONNX weights): transposed into k-contiguous tiles (`_rr`, the default) or
         # kept row-major for coopMatLoad RowMajor (`_rn`); gemm and the quantized case
         for quant in (False, True):
@@ -109,11 +116,12 @@ def summary(ablation_rows: list[dict[str, Any]], timing_rows: list[dict[str, Any
         chk = "-" if chks == {None} else ("OK" if chks <= {True, None} else "FAIL")
         print(f"  {name:44s}{vals}  {chk}")
     if timing_rows:
-        print("SUMMARY timing, TOPS: ours gemm B row / B col, quant; torch _int_mm B col, _int_mm+dequant")
+        print("SUMMARY timing, TOPS: ours gemm B row / B col, quant B row / B col; torch _int_mm B col, _int_mm+dequant")
         for row in timing_rows:
             t, (m, k, n) = row["seconds"], row["shape"]
             ops = 2.0 * m * n * k
-            keys = ("ours_gemm_Brow", "ours_gemm_Bcol", "ours_quant_Brow", "torch_int_mm_Bcol", "torch_int_mm+dequant")
+            keys = ("ours_gemm_Brow", "ours_gemm_Bcol", "ours_quant_Brow", "ours_quant_Bcol", "torch_int_mm_Bcol",
+                    "torch_int_mm+dequant")
             tops = [f"{ops / t[key] / 1e12:9.2f}" if key in t else f"{'-':>9s}" for key in keys]
             bad = [name for name, ok in row["checks"].items() if not ok]
             print(f"  {m}x{k}x{n:<6d} " + " ".join(tops) + (f"  FAIL {bad}" if bad else "  OK"))

@@ -96,6 +96,14 @@ WAIT_SPIN_CAP_US = 5000
 # 64^3, shared / own first runs 207.2 / 184.6, 189.7 / 183.2, 181.9 / 184.3 us.
 FIRST_RUN_ENV = "KDML_FIRST_RUN"
 FIRST_RUNS = ("shared", "own")
+# How the ONNX backend lays out a constant 2-D weight (B) of an integer product on the device
+# (DevicePolicy.weights; KDML_WEIGHTS=rows or columns): "rows" as ONNX stores it (n-contiguous),
+# "columns" transposed once at upload (k-contiguous, a column-major descriptor over the same
+# values). The tensor-core family stages a k-contiguous B without transposing it: on the H100,
+# `bench_coop.py --rounds 3 --no-compare` at 4096^3 ran B row-major at 243.0 TOPS and column-major
+# at 421.5; the quantized case 224.5 and (B column-major) see benchmarks/RESULTS.md.
+WEIGHTS_ENV = "KDML_WEIGHTS"
+WEIGHT_LAYOUTS = ("rows", "columns")
 # Every this many milliseconds of planning, a new input signature's whole-graph plan starts on
 # the device what it has recorded so far (onnx_impl/device_graph.py, Recording.flush), so the
 # device runs the first layers while the host plans the later ones (DevicePolicy.plan_flush_ms,
@@ -249,6 +257,7 @@ class DevicePolicy:
     gemm_family: str = "tiled"
     # the forced GEMM family ("auto": none): KDML_GEMM_KERNEL when the policy was made
     gemm_kernel: str = field(default_factory=lambda: os.environ.get(GEMM_KERNEL_ENV, "auto"))
+    weights: str = "rows"  # see WEIGHT_LAYOUTS
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -328,6 +337,7 @@ class DevicePolicy:
             "plan_flush_ms": self.plan_flush_ms,
             "gemm_tiles": self.gemm_tiles,
             "gemm_family": self.gemm_family,
+            "weights": self.weights,
             "gemm_kernel": self.gemm_kernel,
             "matmul_kernel": self.matmul_kernel,
             "matmul_table": self._table_text(),
@@ -363,6 +373,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
             transfer_below=GPU_TRANSFER_BELOW, transfer_regions=GPU_TRANSFER_REGIONS, constant_below=CONSTANT_BELOW,
             gemm_tiles="parallel", prepare_siblings=True, wait_spin_cap_us=WAIT_SPIN_CAP_US, plan_flush_ms=GPU_PLAN_FLUSH_MS,
             gemm_family="coopmat" if set(GEMM_COOP_CAPABILITIES) <= capabilities and has_f16_shape(coop_shapes) else "tiled",
+            weights="columns" if family == "coopmat" else "rows",
         )
     if transfer_commands is None:
         env = os.environ.get("KDML_TRANSFER")
@@ -372,8 +383,9 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
     completion = _env_choice(COMPLETION_ENV, COMPLETIONS)
     first_run = _env_choice(FIRST_RUN_ENV, FIRST_RUNS)
     flush = _env_choice(PLAN_FLUSH_ENV, None)
+    weights = _env_choice(WEIGHTS_ENV, WEIGHT_LAYOUTS)
     policy = replace(policy, completion=completion or policy.completion, first_run=first_run or policy.first_run,
-                     plan_flush_ms=policy.plan_flush_ms if flush is None else flush)
+                     plan_flush_ms=policy.plan_flush_ms if flush is None else flush, weights=weights or policy.weights)
     return policy
 
 

@@ -19,6 +19,9 @@
 #ifndef FAST   // 1: interior tiles skip all bounds work (addresses from LD_SETUP); 0: the kernel before
 #define FAST 1
 #endif
+#ifndef LDV    // staging addresses: 0 clamped into the matrix, no branch (the kernel); ablations (benchmark
+#define LDV 0  // overlay): 1 every tile taken as interior (exact only where the tiles divide M, N, K),
+#endif         // 2 chosen in a branch, interior or edge tile (the kernel before)
 #ifndef LD_CAT
 #define LD_CAT2(x, y) x##_##y
 #define LD_CAT(x, y) LD_CAT2(x, y)
@@ -121,8 +124,8 @@ uint coop_keep(uint mode, uint tmn, uint i, uint MN, uint K, uint mn0, uint k0, 
 
 // Fast path: units in rows of LD_R (mode 1: 16-k chunks of a row; 3: 16-column chunks of a k row;
 // 2: 4-k groups of a 16-column unit). Where WG is a multiple of LD_R every register of this
-// invocation sits a fixed distance from the first, so LD_SETUP computes its global (uvec4 index,
-// step 0) and shared offsets once; each interior step adds constants (no div/mod, no bounds).
+// invocation sits a fixed distance from the first, so LD_SETUP computes its shared offset (and,
+// for the LDV ablations, its global uvec4 index at step 0) once; each store adds constants.
 // (macros, not spec-constant globals: glslang misplaces those combined ones in function blocks)
 #if LD_MODE == 1
 #define LD_R (BK / 16u)
@@ -155,13 +158,29 @@ uint LD_AT(uint i, uint s_mn, uint s_k, uint k0) {
 void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn0, uint k0, uint xe) {
 #if LD_MODE != 0
     const uint nr = LD_NR;
-    const bool fast = LD_FAST && mn0 + LD_TMN <= MN && k0 + BK <= K;   // the whole tile inside (uniform)
-    const uint tid = coop_tid(LD_MODE), per = (LD_MODE == 2) ? 4u : 1u;
-    // The addresses in one branch, then the loads after it. With a load in each branch (interior
-    // and edge tiles), the H100's default int8 kernel ran 291 / 306 TOPS at 4096^3 / 8192^3; with
-    // one load after the branch, 313 / 335 on the same machine (benchmarks/RESULTS.md).
     uint at[LD_NR], keep[LD_NR];
+#if LDV == 0
+    // Every register's element clamped into the matrix, then its 16-byte chunk: the same address
+    // code for interior and edge tiles, no branch before the loads (a chunk outside the tile reads
+    // one inside and is zeroed at the store). Choosing the addresses in a branch (interior tiles:
+    // constants from LD_SETUP; edges: bounds) ran the H100's default 4096^3 / 8192^3 products at
+    // 320 / 326 TOPS, this at 430 / 490 on the same machine (benchmarks/RESULTS.md).
+    [[unroll]] for (uint i = 0u; i < nr; ++i) {
+        uint mn, k;
+        keep[i] = coop_keep(LD_MODE, LD_TMN, i, MN, K, mn0, k0, mn, k);
+        mn = min(mn, MN - 1u);   // (sizes are at least 1)
+        k = min(k, K - 1u);
+        if (LD_MODE == 1) k &= ~15u; else mn &= ~15u;   // the chunk's first byte (16-byte aligned)
+        at[i] = (base + (LD_MODE == 1 ? mn * s_mn + k : k * s_k + mn)) >> 4u;
+    }
+#else   // ablations: LDV 1 every tile taken as interior; 2 the addresses chosen in a branch (before)
+    const uint tid = coop_tid(LD_MODE), per = (LD_MODE == 2) ? 4u : 1u;
+#if LDV == 1   // (a condition, not a const bool: glslang misplaces a spec-constant-only local)
+    if (LD_FAST) {
+#else
+    const bool fast = LD_FAST && mn0 + LD_TMN <= MN && k0 + BK <= K;   // the whole tile inside (uniform)
     if (fast) {
+#endif
         [[unroll]] for (uint i = 0u; i < nr; ++i) {
             keep[i] = 16u;
             at[i] = (LD_UNITS % WG == 0u || tid + (i / per) * WG < LD_UNITS) ? LD_AT(i, s_mn, s_k, k0) : base >> 4u;
@@ -174,6 +193,7 @@ void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn
             at[i] = (keep[i] != 0u) ? (base + (LD_MODE == 1 ? mn * s_mn + k : k * s_k + mn)) >> 4u : base >> 4u;
         }
     }
+#endif
     [[unroll]] for (uint i = 0u; i < nr; ++i) {
         uvec4 v = LD_BUF4[at[i]];
 #if PIPE == 1
@@ -207,16 +227,20 @@ void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn
 void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe) {
     const uint tid = gl_LocalInvocationID.x, nr = LD_NR;
 #if LD_MODE != 0 && PIPE != 1
+#if LDV != 1
     const bool inside = LD_FAST && mn0 + LD_TMN <= MN && k0 + BK <= K;   // nothing to mask
+#endif
     if (xe != 0u) {   // sign flip
         [[unroll]] for (uint i = 0u; i < nr; ++i) LD_REGS[slot * nr + i] ^= uvec4(xe * 0x01010101u);
     }
+#if LDV != 1
     if (!inside) {   // padding zeroed (one branch around the loop, as in LD_LOAD)
         [[unroll]] for (uint i = 0u; i < nr; ++i) {
             uint mn, k;
             LD_REGS[slot * nr + i] = LD_MASK16(LD_REGS[slot * nr + i], coop_keep(LD_MODE, LD_TMN, i, MN, K, mn0, k0, mn, k));
         }
     }
+#endif
 #endif
 #if LD_MODE == 2
     [[unroll]] for (uint i = 0u; i < nr / 4u; ++i) {

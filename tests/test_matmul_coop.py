@@ -364,14 +364,18 @@ def test_impossible_config_refused(dev):
 @pytest.mark.parametrize("ablation", ablation_overlay().EXACT_ABLATIONS)
 def test_exact_ablations(dev, rng, ablation, K):
     """The exact `mmc8a<n>_rc` kernels that bench_coop.py --ablate times beside the default (5 the
-    old epilogue loop; 6, 7 the global -> shared pipeline before the fix and two steps ahead) give
-    exact results too, over an odd and an even number of K steps with a partial last chunk."""
+    old epilogue loop; 6, 7 the global -> shared pipeline before the fix and two steps ahead; 8, 10
+    the staging before) give exact results too, over an odd and an even number of K steps with a
+    partial last chunk; those exact only on whole tiles (9: no bounds work) on 256 x K x 256, K a
+    multiple of 128."""
     if "cooperative_matrix" not in dev.capabilities:
         pytest.skip("the ablation kernels are tensor-core variants: no cooperative_matrix capability")
     try:
         ablation_overlay().load()
     except RuntimeError as e:  # a GPU machine without the shader toolchain and no prebuilt overlay
         pytest.skip(f"the benchmark overlay could not be built here: {e}")
-    run_case(dev, rng, pair=(DT.UINT8, DT.INT8), M=200, K=K, N=300, a_layout="row", b_layout="col",
+    whole = ablation in ablation_overlay().WHOLE_TILE_ABLATIONS  # every tile configuration divides 256
+    M, N, K = (256, 256, -(-K // 128) * 128) if whole else (200, 300, K)
+    run_case(dev, rng, pair=(DT.UINT8, DT.INT8), M=M, K=K, N=N, a_layout="row", b_layout="col",
              a_zp="row", b_zp="col", bias="n", family="coopmat", ablation=ablation)
 

@@ -145,6 +145,35 @@ def test_matmul_integer_to_float_float16_output(rng):
     assert_product(got, mmitf_exact(a, b, a_scale, b_scale, a_zp, b_zp), resolve_units=False)
 
 
+@needs_mmitf
+@pytest.mark.parametrize("pair", sorted(PAIRS))
+@pytest.mark.parametrize("shapes", [((4, 128), (128, 96)), ((2, 3, 37), (37, 5)), ((1, 200), (200, 1))],
+                         ids=["4x128x96", "batched-odd", "one-column"])
+def test_weights_stored_columns_give_the_same_product(rng, monkeypatch, pair, shapes):
+    """A policy with weights="columns" (the tensor-core GPUs') binds a constant 2-D B transposed
+    once at upload, under a column-major descriptor: the results equal the exact product, and
+    the bits of the product with B as ONNX stores it ("rows"); a single column stays as it is."""
+    import dataclasses
+
+    model, feeds, exact = _mmitf_case(rng, pair, *shapes, zp=True, bias=True, per_column=True, b_const=True)
+    results = {}
+    for layout in ("rows", "columns"):
+        rep = Backend.prepare(model, "CPU")
+        monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, weights=layout))
+        for graph_mode in (True, False):
+            rep.graph_mode = graph_mode
+            (got,) = rep.run(feeds)
+            assert_product(got, exact, what=f"kompute_dml, weights {layout}")
+            results.setdefault(layout, got)
+            np.testing.assert_array_equal(got.view(np.uint32), results[layout].view(np.uint32))
+        transposed = rep._device_constants.get("B#columns")
+        assert (transposed is not None) == (layout == "columns" and min(shapes[1]) > 1)
+        if transposed is not None:
+            k, n = shapes[1]
+            assert tuple(transposed.tensor.desc.effective_strides) == (1, k)
+    np.testing.assert_array_equal(results["rows"].view(np.uint32), results["columns"].view(np.uint32))
+
+
 def test_assert_product_sees_one_unit_of_the_integer_product(rng):
     """The oracle itself: a result off by one unit of the integer sum anywhere fails it."""
     _, _, exact = _mmitf_case(rng, "u8s8", (4, 128), (128, 128), zp=True, bias=True, per_column=True, b_const=True)

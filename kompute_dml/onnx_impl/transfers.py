@@ -125,6 +125,25 @@ class ValueTransfers:
             return dv.tensor
         return self.upload_group([np.asarray(value)], stats, (name,))[0]
 
+    def weight_to_device(self, value: Any, name: str, stats: RunStats) -> kdml.Tensor:
+        """Constant `value` (named `name`), the B of an integer product, in the layout of the
+        device policy's `weights` (policy.WEIGHT_LAYOUTS): a 2-D weight transposed once at upload
+        where it is "columns" (a column-major descriptor over the same values), else as to_device."""
+        arr = np.asarray(value)
+        if self.device.policy.weights != "columns" or arr.ndim != 2 or min(arr.shape) < 2:
+            return self.to_device(arr, stats, name)
+        key = f"{name}#columns"
+        dv = self._device_constants.get(key)
+        if dv is None:
+            check_bindable(self.device, arr.nbytes)
+            k, n = arr.shape
+            up = self.device.tensor(np.ascontiguousarray(arr.T))
+            desc = kdml.TensorDesc(up.desc.data_type, (k, n), (1, k))
+            dv = DeviceValue(kdml.Tensor(up.buffer, desc), arr.shape, arr.dtype)
+            self._device_constants[key] = dv
+            stats.constant_uploads += 1
+        return dv.tensor
+
     def _arena_get(self, key: tuple[Any, ...]) -> Any:
         hit = self._arena.get(key)
         if hit is not None:
