@@ -97,11 +97,15 @@ WAIT_SPIN_CAP_US = 5000
 FIRST_RUN_ENV = "KDML_FIRST_RUN"
 FIRST_RUNS = ("shared", "own")
 # How the ONNX backend lays out a constant 2-D weight (B) of an integer product on the device
-# (DevicePolicy.weights; KDML_WEIGHTS=rows or columns): "rows" as ONNX stores it (n-contiguous),
-# "columns" transposed once at upload (k-contiguous, a column-major descriptor over the same
-# values). The tensor-core family stages a k-contiguous B without transposing it: on the H100,
-# `bench_coop.py --rounds 3 --no-compare` at 4096^3 ran B row-major at 243.0 TOPS and column-major
-# at 421.5; the quantized case 224.5 and (B column-major) see benchmarks/RESULTS.md.
+# (DevicePolicy.weights, weight_layout; KDML_WEIGHTS=rows or columns): "rows" as ONNX stores it
+# (n-contiguous); "columns" transposed once at upload (k-contiguous: a column-major descriptor
+# over the same values) for products of more than GEMV_MAX_M rows, which the tensor-core family
+# stages without a transpose; fewer rows keep ONNX's layout (gemv's row-major variants). H100
+# (benchmarks/RESULTS.md): `bench_coop.py --rounds 3 --no-compare`, 4096^3 B row-major / column-major
+# 248.2 / 423.7 TOPS, quantized 225.9 / 332.2; `first_runs.py --processes 2 --steady 10 --settings
+# "KDML_WEIGHTS=rows;KDML_WEIGHTS=columns"` (both layouts for every product), steady ms MiniLM 8x128
+# 1.61 / 1.48, 64x256 13.22 / 12.81, but 1x16 0.74 / 0.86 (gemv), BERT 256 x 3 8x128 0.68 / 0.64,
+# 64x256 4.34 / 4.09, 1x16 0.39 / 0.47.
 WEIGHTS_ENV = "KDML_WEIGHTS"
 WEIGHT_LAYOUTS = ("rows", "columns")
 # Every this many milliseconds of planning, a new input signature's whole-graph plan starts on
@@ -261,6 +265,11 @@ class DevicePolicy:
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
+
+    def weight_layout(self, rows: int) -> str:
+        """How the ONNX backend stores a constant integer-product weight multiplied by `rows`
+        rows of A (the product's M): "columns" (k-contiguous) or "rows" (WEIGHT_LAYOUTS)."""
+        return "columns" if self.weights == "columns" and rows > GEMV_MAX_M else "rows"
 
     def matmul_family_for(self, m: int) -> str:
         """The matrix-product family for matrices of `m` rows (the "dot" family only up to DOT_MAX_M)."""

@@ -147,13 +147,16 @@ def test_matmul_integer_to_float_float16_output(rng):
 
 @needs_mmitf
 @pytest.mark.parametrize("pair", sorted(PAIRS))
-@pytest.mark.parametrize("shapes", [((4, 128), (128, 96)), ((2, 3, 37), (37, 5)), ((1, 200), (200, 1))],
-                         ids=["4x128x96", "batched-odd", "one-column"])
+@pytest.mark.parametrize("shapes", [((40, 128), (128, 96)), ((2, 33, 37), (37, 5)), ((50, 200), (200, 1)),
+                                    ((4, 128), (128, 96))], ids=["40x128x96", "batched-odd", "one-column", "few-rows"])
 def test_weights_stored_columns_give_the_same_product(rng, monkeypatch, pair, shapes):
     """A policy with weights="columns" (the tensor-core GPUs') binds a constant 2-D B transposed
-    once at upload, under a column-major descriptor: the results equal the exact product, and
-    the bits of the product with B as ONNX stores it ("rows"); a single column stays as it is."""
+    once at upload, under a column-major descriptor, for products of more than GEMV_MAX_M rows:
+    the results equal the exact product, and the bits of the product with B as ONNX stores it
+    ("rows"); a single column, and products of few rows (gemv's), keep ONNX's layout."""
     import dataclasses
+
+    from kompute_dml.policy import GEMV_MAX_M
 
     model, feeds, exact = _mmitf_case(rng, pair, *shapes, zp=True, bias=True, per_column=True, b_const=True)
     results = {}
@@ -167,10 +170,10 @@ def test_weights_stored_columns_give_the_same_product(rng, monkeypatch, pair, sh
             results.setdefault(layout, got)
             np.testing.assert_array_equal(got.view(np.uint32), results[layout].view(np.uint32))
         transposed = rep._device_constants.get("B#columns")
-        assert (transposed is not None) == (layout == "columns" and min(shapes[1]) > 1)
+        assert (transposed is not None) == (layout == "columns" and min(shapes[1]) > 1 and shapes[0][-2] > GEMV_MAX_M)
         if transposed is not None:
-            k, n = shapes[1]
-            assert tuple(transposed.tensor.desc.effective_strides) == (1, k)
+            assert tuple(transposed.tensor.desc.effective_strides) == (1, shapes[1][0])
+            assert tuple(transposed.tensor.desc.sizes) == shapes[1]
     np.testing.assert_array_equal(results["rows"].view(np.uint32), results["columns"].view(np.uint32))
 
 

@@ -49,6 +49,27 @@ def test_transfer_environment_override(monkeypatch):
     assert policy_for("discrete-gpu", frozenset(), LIMITS).transfer_commands is True
 
 
+def test_weight_layout_follows_the_family_and_the_environment(monkeypatch):
+    """Tensor-core GPUs store integer-product weights k-contiguous for products of more than
+    GEMV_MAX_M rows; other devices, and fewer rows, keep ONNX's layout; KDML_WEIGHTS overrides,
+    and a value that is neither layout is refused, naming the variable."""
+    from kompute_dml.policy import GEMV_MAX_M, WEIGHTS_ENV
+
+    monkeypatch.delenv(WEIGHTS_ENV, raising=False)
+    coop = policy_for("discrete-gpu", frozenset({"cooperative_matrix"}), LIMITS)
+    assert coop.weights == "columns" and coop.describe()["weights"] == "columns"
+    assert coop.weight_layout(GEMV_MAX_M + 1) == "columns" and coop.weight_layout(GEMV_MAX_M) == "rows"
+    for other in (policy_for("discrete-gpu", frozenset({"integer_dot_product"}), LIMITS), policy_for("cpu", frozenset(), LIMITS)):
+        assert other.weights == "rows" and other.weight_layout(4096) == "rows"
+    monkeypatch.setenv(WEIGHTS_ENV, "rows")
+    assert policy_for("discrete-gpu", frozenset({"cooperative_matrix"}), LIMITS).weight_layout(4096) == "rows"
+    monkeypatch.setenv(WEIGHTS_ENV, "Columns")
+    assert policy_for("cpu", frozenset(), LIMITS).weight_layout(4096) == "columns"
+    monkeypatch.setenv(WEIGHTS_ENV, "transposed")
+    with pytest.raises(kdml.InvalidArgumentError, match=WEIGHTS_ENV):
+        policy_for("cpu", frozenset(), LIMITS)
+
+
 def test_requested_capabilities(monkeypatch):
     monkeypatch.delenv("KDML_FEATURES", raising=False)
     assert requested_capabilities(None) is None

@@ -125,12 +125,13 @@ class ValueTransfers:
             return dv.tensor
         return self.upload_group([np.asarray(value)], stats, (name,))[0]
 
-    def weight_to_device(self, value: Any, name: str, stats: RunStats) -> kdml.Tensor:
-        """Constant `value` (named `name`), the B of an integer product, in the layout of the
-        device policy's `weights` (policy.WEIGHT_LAYOUTS): a 2-D weight transposed once at upload
-        where it is "columns" (a column-major descriptor over the same values), else as to_device."""
+    def weight_to_device(self, value: Any, name: str | None, rows: int, stats: RunStats) -> kdml.Tensor:
+        """Constant `value` (named `name`), the B of an integer product with `rows` rows of A, in
+        the device policy's layout for it (DevicePolicy.weight_layout): a 2-D weight transposed
+        once at upload where that is "columns" (a column-major descriptor over the same values;
+        kept beside the row-major upload where other products use that), else as to_device."""
         arr = np.asarray(value)
-        if self.device.policy.weights != "columns" or arr.ndim != 2 or min(arr.shape) < 2:
+        if self.device.policy.weight_layout(rows) != "columns" or arr.ndim != 2 or min(arr.shape) < 2:
             return self.to_device(arr, stats, name)
         key = f"{name}#columns"
         dv = self._device_constants.get(key)
