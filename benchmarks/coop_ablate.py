@@ -3,7 +3,7 @@
 The `mmc8a<n>_rc` variants of shaders/matmul_coop.comp each leave one part of the `_rc` kernel
 (A row-major, B column-major) out; ABLATIONS in benchmarks/overlay_ablation.py (a benchmark-only
 shader overlay, built on first use) names them. Their
-results are WRONG BY DESIGN (except a5-a10, exact kernels timed for comparison) and the
+results are WRONG BY DESIGN (except a5-a11, exact kernels timed for comparison) and the
 dispatcher never picks them. If leaving a part out brings the time close to the MMA-bound figure,
 that part was the bottleneck:
   a1 no global loads      -> the global -> shared pipeline (coalescing, latency, barriers)
@@ -21,6 +21,9 @@ that part was the bottleneck:
   a10 addresses in a branch -> LDV=2: interior tiles' load addresses from constants, edge tiles'
                              bounds-checked, chosen in a branch (the default before LDV=0: every
                              address clamped into the matrix, no branch before the loads)
+  a11 sums from registers -> RSUM=1: a k-contiguous operand's row sums (zero points) from its
+                             staging registers as they are stored, not re-read from the shared
+                             tile every step (timed on the quantized case, B column-major)
 Also the fixed kernel at other tile configurations, row-major B transposed (`_rr`) or kept (`_rn`),
 gemm and quantized (the `ours_quant_Brow` case), and torch._int_mm (B column-major) as peer.
 
@@ -72,6 +75,8 @@ def ablate(dev: Any, rounds: int, rng: np.random.Generator, ours: Any, time_inte
         # the staging experiments again at the dispatcher's tiles for this shape (BK 128, one stage, lean)
         entries += [(f"fixed {cfg_name(TUNED)}", TUNED, 0, True, False)]
         entries += [(f"a{i} at {cfg_name(TUNED)}", TUNED, i, True, False) for i in TUNED_ABLATIONS]
+        # the zero points' sums (u8 A with a zero point: B's column sums), B column-major
+        entries += [(f"quant u8 A+zp B col-major{f' a{i}' if i else ''}", TUNED, i, True, True) for i in (0, 11)]
         # row-major B (ONNX weights): transposed into k-contiguous tiles (`_rr`, the default) or
         # kept row-major for coopMatLoad RowMajor (`_rn`); gemm and the quantized case
         for quant in (False, True):

@@ -27,23 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-# Names of the optional device capabilities kompute_dml knows (dev.capabilities holds the
-# enabled subset). Each is one Vulkan feature (or extension + feature) the runtime turns on
-# when the physical device reports it.
-CAPABILITIES = (
-    "storage_buffer_8bit",  # VkPhysicalDevice8BitStorageFeatures.storageBuffer8BitAccess
-    "storage_buffer_16bit",  # VkPhysicalDevice16BitStorageFeatures.storageBuffer16BitAccess
-    "shader_int8",  # VkPhysicalDeviceShaderFloat16Int8Features.shaderInt8
-    "shader_float16",  # VkPhysicalDeviceShaderFloat16Int8Features.shaderFloat16
-    "shader_int16",  # VkPhysicalDeviceFeatures.shaderInt16
-    "shader_int64",  # VkPhysicalDeviceFeatures.shaderInt64
-    "integer_dot_product",  # VkPhysicalDeviceShaderIntegerDotProductFeatures
-    "subgroup_size_control",  # VkPhysicalDeviceSubgroupSizeControlFeatures (+ computeFullSubgroups)
-    "vulkan_memory_model",  # VkPhysicalDeviceVulkanMemoryModelFeatures
-    "cooperative_matrix",  # VK_KHR_cooperative_matrix
-)
+from .capabilities import CAPABILITIES, FEATURES_ENV, requested_capabilities  # noqa: F401 (re-exported)
 
-FEATURES_ENV = "KDML_FEATURES"
 # Bytes up to which a discrete GPU copies by transfer commands (DevicePolicy.transfer_below).
 # H100, `benchmarks/latency.py --sizes` (eager FLOAT32 identity, median us, shaders vs transfer
 # commands, two runs): 16 KiB 21.4 / 19.6 and 23.0 / 20.8; 64 KiB 20.2 / 20.2 and 22.3 / 21.1;
@@ -195,31 +180,6 @@ def has_f16_shape(shapes: Any) -> bool:
     not read them, where the capability stands for it)."""
     shapes = tuple(shapes or ())
     return not shapes or any(tuple(s[:7]) == F16_SHAPE and s[8] == SCOPE_SUBGROUP for s in shapes)
-
-
-def requested_capabilities(features: object) -> frozenset[str] | None:
-    """The capabilities a caller allows: `features` (an iterable of names, "none", or None
-    for the environment's KDML_FEATURES, itself "all" when unset). None means all."""
-    from .errors import invalid
-
-    if features is None:
-        features = os.environ.get(FEATURES_ENV, "all")
-    if isinstance(features, str):
-        text = features.strip().lower()
-        if text in ("", "all"):
-            return None
-        if text == "none":
-            return frozenset()
-        names = [n.strip() for n in text.split(",") if n.strip()]
-    else:
-        try:
-            names = [str(n) for n in features]  # type: ignore[attr-defined]
-        except TypeError:
-            raise invalid("features", f"must be 'all', 'none' or a list of capability names, got {features!r}") from None
-    unknown = sorted(set(names) - set(CAPABILITIES))
-    if unknown:
-        raise invalid("features", f"unknown capability {', '.join(unknown)} (known: {', '.join(CAPABILITIES)}, all, none)")
-    return frozenset(names)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@
 // for their zero points), so one s8 x s8 -> s32 shape serves all four signedness pairs:
 //   sum_k (a' - za')(b' - zb') = S - zb' * RA - za' * CB + K * za' * zb'
 // with S = sum_k a'b' (the cooperative matrices), RA[m] = sum_k a'[m,k] and CB[n] = sum_k b'[k,n]
-// (summed from the shared-memory tiles while the tensor cores work). The whole expression is
+// (summed from the shared-memory tiles while the tensor cores work; RSUM=1, a benchmark-overlay
+// variant: k-contiguous operands' from the staging registers as they are stored). The whole expression is
 // evaluated in wrapping 32-bit integers: |true value| <= K * 255^2 < 2^31 for K <= 33025 (the
 // dispatcher sends larger K to another family), so the int32 result is exact; it is converted to
 // float once and scaled: float(v) * (AScale * BScale) + Bias, without contraction (`precise`).
@@ -182,8 +183,8 @@ void main() {
     // step t: global -> register set `slot` -> shared stage t % STAGES
 #define LOAD_STEP(slot, t) { load_a(slot, a_base, LO28(pc.a_sm), LO28(pc.a_sk), M, K, m0, (t) * BK, a_xe); \
                              load_b(slot, b_base, pc.b_sn, pc.b_sk, N, K, n0, (t) * BK, b_xe); }
-#define STORE_STEP(slot, t) { store_a(slot, ((t) % STAGES) * A_TILE, M, K, m0, (t) * BK, a_xe); \
-                              store_b(slot, B_BASE + ((t) % STAGES) * B_TILE, N, K, n0, (t) * BK, b_xe); }
+#define STORE_STEP(slot, t) { store_a(slot, ((t) % STAGES) * A_TILE, M, K, m0, (t) * BK, a_xe STORE_SUM(need_ra)); \
+                              store_b(slot, B_BASE + ((t) % STAGES) * B_TILE, N, K, n0, (t) * BK, b_xe STORE_SUM(need_cb && !cb_mma)); }
     LOAD_STEP(0u, 0u)
     STORE_STEP(0u, 0u)
 #if PIPE == 3   // step t's loads in register set t & 1; step 1's in flight from here on

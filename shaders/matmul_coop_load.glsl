@@ -22,6 +22,17 @@
 #ifndef LDV    // staging addresses: 0 clamped into the matrix, no branch (the kernel); ablations (benchmark
 #define LDV 0  // overlay): 1 every tile taken as interior (exact only where the tiles divide M, N, K),
 #endif         // 2 chosen in a branch, interior or edge tile (the kernel before)
+#ifndef RSUM   // 0: zero points' row sums from the shared tiles every step (LD_SUM); 1 (benchmark overlay,
+#define RSUM 0 // not yet timed on a GPU): k-contiguous (mode 1) operands' from the staging registers at the store
+#endif
+#if RSUM
+#define LD_SUM_ARG , bool sum   // LD_STORE's extra parameter (absent with RSUM 0: the kernel as measured)
+#define STORE_SUM(x) , x
+#else
+#define LD_SUM_ARG
+#define STORE_SUM(x)
+#endif
+#define LD_RSUM (RSUM != 0 && LD_MODE == 1)
 #ifndef LD_CAT
 #define LD_CAT2(x, y) x##_##y
 #define LD_CAT(x, y) LD_CAT2(x, y)
@@ -63,6 +74,11 @@ const uint LD_COLS = LD_TMN / 4u;
 const uint LD_PARTS = (WG >= LD_COLS) ? (WG / LD_COLS) : 1u;
 const uint LD_ITEMS = LD_COLS * LD_PARTS;
 int LD_PART[4u * ((LD_ITEMS + WG - 1u) / WG)];
+#elif LD_RSUM
+// row sums from the registers: staging register i always holds 16 k of one row (coop_keep), so
+// its partial sums that row's chunks over the K loop (LD_STORE); 8 invocations share a row at BK 128
+const uint LD_PARTS = 1u, LD_ITEMS = 0u;
+int LD_PART[LD_NR];
 #else
 // row sums of a [TMN][KS] tile: each item is one row's (BK / 4) / LD_PARTS words
 const uint LD_PARTS = (WG >= LD_TMN) ? (WG / LD_TMN) : 1u;
@@ -224,7 +240,7 @@ void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn
 }
 
 // Registers -> the shared tile starting at smem[tile] (the load's MN, K, mn0, k0, xe).
-void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe) {
+void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe LD_SUM_ARG) {
     const uint tid = gl_LocalInvocationID.x, nr = LD_NR;
 #if LD_MODE != 0 && PIPE != 1
 #if LDV != 1
@@ -241,6 +257,16 @@ void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe)
         }
     }
 #endif
+#endif
+#if LD_RSUM   // the row sums of the bytes as stored (signed; padding 0), reading no shared memory
+    if (sum) {
+        [[unroll]] for (uint i = 0u; i < nr; ++i) {
+            const uvec4 v = LD_REGS[slot * nr + i] ^ uvec4(0x80808080u);   // each byte + 128
+            const uvec4 l = (v & 0x00FF00FFu) + ((v >> 8u) & 0x00FF00FFu);
+            const uint lanes = l.x + l.y + l.z + l.w;   // two 16-bit lanes of at most 8 x 255
+            LD_PART[i] += int((lanes & 0xFFFFu) + (lanes >> 16u)) - 2048;
+        }
+    }
 #endif
 #if LD_MODE == 2
     [[unroll]] for (uint i = 0u; i < nr / 4u; ++i) {
@@ -284,7 +310,9 @@ void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe)
 // unsigned value (byte ^ 0x80) - 128; unsigned bytes are summed two per 16-bit lane.
 void LD_SUM(uint tile) {
     const uint tid = gl_LocalInvocationID.x;
-#if LD_MODE == 3
+#if LD_RSUM
+    // (summed at the store)
+#elif LD_MODE == 3
     const uint rows = BK / LD_PARTS;
     [[unroll]] for (uint i = 0u; i < LD_PART.length() / 4u; ++i) {
         uint item = tid + i * WG;
@@ -324,7 +352,12 @@ void LD_SUM(uint tile) {
 // Partial sums -> LD_SUMS (shared, zeroed before the K loop).
 void LD_FLUSH() {
     const uint tid = gl_LocalInvocationID.x;
-#if LD_MODE == 3
+#if LD_RSUM
+    [[unroll]] for (uint i = 0u; i < LD_NR; ++i) {
+        const uint u = coop_tid(1u) + i * WG;   // the unit of register i (coop_keep): row u / (BK / 16)
+        if (u < LD_UNITS) atomicAdd(LD_SUMS[u / (BK / 16u)], LD_PART[i]);
+    }
+#elif LD_MODE == 3
     [[unroll]] for (uint i = 0u; i < LD_PART.length() / 4u; ++i) {
         uint item = tid + i * WG;
         if (item < LD_ITEMS) {
@@ -366,3 +399,4 @@ void LD_FLUSH() {
 #undef LD_RSTEP
 #undef LD_AT
 #undef LD_NR
+#undef LD_RSUM
