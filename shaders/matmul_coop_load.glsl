@@ -180,7 +180,7 @@ void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn
     // code for interior and edge tiles, no branch before the loads (a chunk outside the tile reads
     // one inside and is zeroed at the store). Choosing the addresses in a branch (interior tiles:
     // constants from LD_SETUP; edges: bounds) ran the H100's default 4096^3 / 8192^3 products at
-    // 320 / 326 TOPS, this at 430 / 490 on the same machine (benchmarks/RESULTS.md).
+    // 313.7 / 338.5 TOPS, this at 421.5 / 490.2 on the same machine (benchmarks/RESULTS.md).
     [[unroll]] for (uint i = 0u; i < nr; ++i) {
         uint mn, k;
         keep[i] = coop_keep(LD_MODE, LD_TMN, i, MN, K, mn0, k0, mn, k);

@@ -225,8 +225,8 @@ def _mm_integer_to_float(rep: BackendRep, node: onnx.NodeProto, a: Any, a_name: 
     for i, (v, name) in enumerate(args):
         if v is None:
             continue
-        if i == 1 and not isinstance(v, DeviceValue) and rep.is_constant(name):  # a weight: the policy's layout
-            bound[i] = getattr(rep, "rep", rep).weight_to_device(v, name, a_shape[-2], stats)
+        if i == 1 and name is not None and not isinstance(v, DeviceValue) and rep.is_constant(name):
+            bound[i] = getattr(rep, "rep", rep).weight_to_device(name, a_shape[-2], stats)  # the policy's layout
         elif isinstance(v, DeviceValue) or rep.is_constant(name):
             bound[i] = rep.to_device(v, stats, name)
         else:

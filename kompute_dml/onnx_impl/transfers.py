@@ -115,33 +115,30 @@ class ValueTransfers:
         if isinstance(value, DeviceValue):
             return value.tensor
         if name is not None and self.is_constant(name):
-            dv = self._device_constants.get(name)
-            if dv is None:
-                arr = self._constant_host(name)
-                check_bindable(self.device, arr.nbytes)
-                dv = DeviceValue(self.device.tensor(np.ascontiguousarray(arr)), arr.shape, arr.dtype)
-                self._device_constants[name] = dv
-                stats.constant_uploads += 1
-            return dv.tensor
+            return self._constant_on_device(name, stats)
         return self.upload_group([np.asarray(value)], stats, (name,))[0]
 
-    def weight_to_device(self, value: Any, name: str | None, rows: int, stats: RunStats) -> kdml.Tensor:
-        """Constant `value` (named `name`), the B of an integer product with `rows` rows of A, in
-        the device policy's layout for it (DevicePolicy.weight_layout): a 2-D weight transposed
-        once at upload where that is "columns" (a column-major descriptor over the same values;
-        kept beside the row-major upload where other products use that), else as to_device."""
-        arr = np.asarray(value)
-        if self.device.policy.weight_layout(rows) != "columns" or arr.ndim != 2 or min(arr.shape) < 2:
-            return self.to_device(arr, stats, name)
-        key = f"{name}#columns"
+    def weight_to_device(self, name: str, rows: int, stats: RunStats) -> kdml.Tensor:
+        """Constant `name`, the B of an integer product with `rows` rows of A, in the device
+        policy's layout for it (DevicePolicy.weight_layout): a 2-D weight transposed once at
+        upload where that is "columns" (a column-major descriptor over the same values; kept
+        beside the row-major upload where other products use that), else as to_device."""
+        shape = self._constant_host(name).shape
+        columns = self.device.policy.weight_layout(rows) == "columns" and len(shape) == 2 and min(shape) >= 2
+        return self._constant_on_device(name, stats, columns)
+
+    def _constant_on_device(self, name: str, stats: RunStats, columns: bool = False) -> kdml.Tensor:
+        """Constant `name` on the device, uploaded once per layout: as it is, or (`columns`, 2-D)
+        its transpose under a column-major descriptor of the original shape."""
+        key = f"{name}#columns" if columns else name
         dv = self._device_constants.get(key)
         if dv is None:
+            arr = self._constant_host(name)
             check_bindable(self.device, arr.nbytes)
-            k, n = arr.shape
-            up = self.device.tensor(np.ascontiguousarray(arr.T))
-            desc = kdml.TensorDesc(up.desc.data_type, (k, n), (1, k))
-            dv = DeviceValue(kdml.Tensor(up.buffer, desc), arr.shape, arr.dtype)
-            self._device_constants[key] = dv
+            t = self.device.tensor(np.ascontiguousarray(arr.T if columns else arr))
+            if columns:
+                t = kdml.Tensor(t.buffer, kdml.TensorDesc(t.desc.data_type, arr.shape, (1, arr.shape[0])))
+            dv = self._device_constants[key] = DeviceValue(t, arr.shape, arr.dtype)
             stats.constant_uploads += 1
         return dv.tensor
 
