@@ -21,9 +21,10 @@ that part was the bottleneck:
   a10 addresses in a branch -> LDV=2: interior tiles' load addresses from constants, edge tiles'
                              bounds-checked, chosen in a branch (the default before LDV=0: every
                              address clamped into the matrix, no branch before the loads)
-  a11 sums from registers -> RSUM=1: a k-contiguous operand's row sums (zero points) from its
-                             staging registers as they are stored, not re-read from the shared
-                             tile every step (timed on the quantized case, B column-major)
+  a11 sums from shared    -> RSUM=0: a k-contiguous operand's row sums (zero points) re-read from
+                             the shared tile every step (the default before RSUM=1: from its
+                             staging registers as they are stored; timed on the quantized case,
+                             B column-major)
 Also the fixed kernel at other tile configurations, row-major B transposed (`_rr`) or kept (`_rn`),
 gemm and quantized (the `ours_quant_Brow` case), and torch._int_mm (B column-major) as peer.
 

@@ -7,8 +7,8 @@
 // for their zero points), so one s8 x s8 -> s32 shape serves all four signedness pairs:
 //   sum_k (a' - za')(b' - zb') = S - zb' * RA - za' * CB + K * za' * zb'
 // with S = sum_k a'b' (the cooperative matrices), RA[m] = sum_k a'[m,k] and CB[n] = sum_k b'[k,n]
-// (summed from the shared-memory tiles while the tensor cores work; RSUM=1, a benchmark-overlay
-// variant: k-contiguous operands' from the staging registers as they are stored). The whole expression is
+// (a k-contiguous operand's summed from its staging registers as they are stored, RSUM=1; the
+// other layout's from the shared-memory tiles while the tensor cores work). The whole expression is
 // evaluated in wrapping 32-bit integers: |true value| <= K * 255^2 < 2^31 for K <= 33025 (the
 // dispatcher sends larger K to another family), so the int32 result is exact; it is converted to
 // float once and scaled: float(v) * (AScale * BScale) + Bias, without contraction (`precise`).

@@ -22,11 +22,11 @@
 #ifndef LDV    // staging addresses: 0 clamped into the matrix, no branch (the kernel); ablations (benchmark
 #define LDV 0  // overlay): 1 every tile taken as interior (exact only where the tiles divide M, N, K),
 #endif         // 2 chosen in a branch, interior or edge tile (the kernel before)
-#ifndef RSUM   // 0: zero points' row sums from the shared tiles every step (LD_SUM); 1 (benchmark overlay,
-#define RSUM 0 // not yet timed on a GPU): k-contiguous (mode 1) operands' from the staging registers at the store
+#ifndef RSUM   // 1: k-contiguous (mode 1) operands' zero-point row sums from the staging registers at the
+#define RSUM 1 // store (the kernel); 0 (benchmark overlay, the kernel before): from the shared tiles every step
 #endif
 #if RSUM
-#define LD_SUM_ARG , bool sum   // LD_STORE's extra parameter (absent with RSUM 0: the kernel as measured)
+#define LD_SUM_ARG , bool sum   // LD_STORE's extra parameter (absent with RSUM 0)
 #define STORE_SUM(x) , x
 #else
 #define LD_SUM_ARG
