@@ -11,6 +11,13 @@ recording heads). Settings are environment assignments (`--settings "KDML_PLAN_F
 or `PYTHONPATH=<tree>` to compare two trees); the order of settings turns every round.
 
     PYTHONPATH=. python3 benchmarks/first_runs.py --models minilm --processes 4
+
+`--cold`: no untimed process, and each process gets an empty pipeline cache on disk of its own
+(KDML_CACHE_DIR; the NVIDIA driver's own shader cache off, __GL_SHADER_DISK_CACHE=0), as on a
+machine's first run: its first runs compile the pipelines. `--late S`: after the steady runs,
+S seconds idle and `--steady` runs more (their median: the `late` column), to tell a slowdown
+that passes from one that stays (on the H100, MiniLM ran 3x slower in steady state in a process
+that had compiled its pipelines; benchmarks/RESULTS.md, "encoders at fd6338f").
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -46,7 +54,7 @@ def _timed(owner: type, name: str, spent: dict[str, float], key: str) -> None:
     setattr(owner, name, timed)
 
 
-def child(model_name: str, shapes: list[tuple[int, int]], steady: int) -> None:
+def child(model_name: str, shapes: list[tuple[int, int]], steady: int, late: float) -> None:
     from kompute_dml import recording
     from kompute_dml.onnx_backend import Backend
     from kompute_dml.runtime import engine, inflight, replay
@@ -74,8 +82,16 @@ def child(model_name: str, shapes: list[tuple[int, int]], steady: int) -> None:
             t0 = time.perf_counter()
             rep.run(feeds)
             times.append((time.perf_counter() - t0) * 1e3)
+        late_times = []
+        if late > 0 and steady:
+            time.sleep(late)
+            for _ in range(steady):
+                t0 = time.perf_counter()
+                rep.run(feeds)
+                late_times.append((time.perf_counter() - t0) * 1e3)
         print(json.dumps({"shape": f"{b}x{s}", "first": first, "plan": plan, **parts,
-                          "steady": statistics.median(times) if times else None}), flush=True)
+                          "steady": statistics.median(times) if times else None,
+                          "late": statistics.median(late_times) if late_times else None}), flush=True)
     rep.release()
 
 
@@ -87,41 +103,51 @@ def main() -> None:
     ap.add_argument("--steady", type=int, default=5, help="runs after each first run (their median is shown)")
     ap.add_argument("--settings", default="", help="';'-separated settings, each 'NAME=value[,NAME=value]' ('' = as is)")
     ap.add_argument("--budget", type=float, default=50.0, help="first-run budget in ms (counted per shape)")
+    ap.add_argument("--cold", action="store_true",
+                    help="no untimed process; each process an empty pipeline cache of its own (compiles)")
+    ap.add_argument("--late", type=float, default=0.0, metavar="S",
+                    help="after the steady runs, S seconds idle and as many runs again (the late column)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child, args.shapes, args.steady)
+        child(args.child, args.shapes, args.steady, args.late)
         return
     settings = args.settings.split(";")
     shape_arg = ",".join(f"{b}x{s}" for b, s in args.shapes)
     results: dict[tuple[str, str, str], list[dict[str, float]]] = {}
     for model in args.models.split(","):
-        # one untimed process first: the pipelines a fresh machine compiles go to the disk cache
-        subprocess.run([sys.executable, __file__, "--child", model, "--shapes", shape_arg, "--steady", "0"],
-                       capture_output=True, check=True)
+        if not args.cold:  # one untimed process first: what a fresh machine compiles goes to the disk cache
+            subprocess.run([sys.executable, __file__, "--child", model, "--shapes", shape_arg, "--steady", "0"],
+                           capture_output=True, check=True)
         for r in range(args.processes):
             # the order turns every round (A B B A ...): on the H100 host the first process of
             # a round ran up to 10 ms faster than the second, whichever tree or setting it had
             for setting in (settings if r % 2 == 0 else settings[::-1]):
                 env = dict(os.environ)
                 env.update(kv.split("=", 1) for kv in setting.split(",") if kv)
-                out = subprocess.run([sys.executable, __file__, "--child", model, "--shapes", shape_arg,
-                                      "--steady", str(args.steady)], env=env, capture_output=True, text=True)
+                with tempfile.TemporaryDirectory(prefix="kdml-cold-") as empty:
+                    if args.cold:
+                        env.update(KDML_CACHE_DIR=empty, __GL_SHADER_DISK_CACHE="0")
+                    out = subprocess.run([sys.executable, __file__, "--child", model, "--shapes", shape_arg,
+                                          "--steady", str(args.steady), "--late", str(args.late)],
+                                         env=env, capture_output=True, text=True)
                 if out.returncode:
                     sys.exit(f"{model} [{setting}] failed:\n{out.stderr[-3000:]}")
                 for line in out.stdout.splitlines():
                     if line.startswith("{"):
                         r = json.loads(line)
                         results.setdefault((model, r["shape"], setting or "as is"), []).append(r)
-    print(f"{'model':8} {'shape':7} {'setting':28} first ms: median [min-max] (<= {args.budget:g} ms)  planning  steady"
+    print(f"{'model':8} {'shape':7} {'setting':28} first ms: median [min-max] (<= {args.budget:g} ms)  planning  steady  late"
           "  (medians within the first run: " + ", ".join(PARTS) + ")")
     for (model, shape, setting), rs in sorted(results.items(), key=lambda kv: (kv[0][0], kv[0][2])):
         firsts = [r["first"] for r in rs]
         within = sum(f <= args.budget for f in firsts)
         steady = [r["steady"] for r in rs if r["steady"] is not None]
+        late = [r["late"] for r in rs if r.get("late") is not None]
         print(f"{model:8} {shape:7} {setting:28} {statistics.median(firsts):6.1f} [{min(firsts):.1f}-{max(firsts):.1f}]"
               f" ({within}/{len(firsts)})  {statistics.median(r['plan'] for r in rs):6.1f}"
               f"  {statistics.median(steady) if steady else float('nan'):6.2f}"
+              f"  {statistics.median(late) if late else float('nan'):6.2f}"
               "  (" + ", ".join(f"{statistics.median(r[k] for r in rs):.1f}" for k in PARTS) + ")")
     if len(args.shapes) > 1:  # every shape's first runs together, per model and setting
         for model in args.models.split(","):
