@@ -13,8 +13,9 @@ or `PYTHONPATH=<tree>` to compare two trees); the order of settings turns every 
     PYTHONPATH=. python3 benchmarks/first_runs.py --models minilm --processes 4
 
 `--cold`: no untimed process, and each process gets an empty pipeline cache on disk of its own
-(KDML_CACHE_DIR; the NVIDIA driver's own shader cache off, __GL_SHADER_DISK_CACHE=0), as on a
-machine's first run: its first runs compile the pipelines. `--late S`: after the steady runs,
+(KDML_CACHE_DIR), as on a machine's first run: its first runs compile the pipelines (the NVIDIA
+driver keeps a shader cache of its own: `--settings ";__GL_SHADER_DISK_CACHE=0"` compares it on
+and off). `--late S`: after the steady runs,
 S seconds idle and `--steady` runs more (their median: the `late` column), to tell a slowdown
 that passes from one that stays (on the H100, MiniLM ran 3x slower in steady state in a process
 that had compiled its pipelines; benchmarks/RESULTS.md, "encoders at fd6338f").
@@ -104,7 +105,7 @@ def main() -> None:
     ap.add_argument("--settings", default="", help="';'-separated settings, each 'NAME=value[,NAME=value]' ('' = as is)")
     ap.add_argument("--budget", type=float, default=50.0, help="first-run budget in ms (counted per shape)")
     ap.add_argument("--cold", action="store_true",
-                    help="no untimed process; each process an empty pipeline cache of its own (compiles)")
+                    help="no untimed process; each process an empty KDML_CACHE_DIR of its own (compiles)")
     ap.add_argument("--late", type=float, default=0.0, metavar="S",
                     help="after the steady runs, S seconds idle and as many runs again (the late column)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -127,7 +128,7 @@ def main() -> None:
                 env.update(kv.split("=", 1) for kv in setting.split(",") if kv)
                 with tempfile.TemporaryDirectory(prefix="kdml-cold-") as empty:
                     if args.cold:
-                        env.update(KDML_CACHE_DIR=empty, __GL_SHADER_DISK_CACHE="0")
+                        env["KDML_CACHE_DIR"] = empty
                     out = subprocess.run([sys.executable, __file__, "--child", model, "--shapes", shape_arg,
                                           "--steady", str(args.steady), "--late", str(args.late)],
                                          env=env, capture_output=True, text=True)
