@@ -15,15 +15,16 @@ or `PYTHONPATH=<tree>` to compare two trees); the order of settings turns every 
 `--cold`: no untimed process, and each process gets an empty pipeline cache on disk of its own
 (KDML_CACHE_DIR), as on a machine's first run: its first runs compile the pipelines (the NVIDIA
 driver keeps a shader cache of its own: `--settings ";__GL_SHADER_DISK_CACHE=0"` compares it on
-and off). `--late S`: after the steady runs,
-S seconds idle and `--steady` runs more (their median: the `late` column), to tell a slowdown
-that passes from one that stays (on the H100, MiniLM ran 3x slower in steady state in a process
-that had compiled its pipelines; benchmarks/RESULTS.md, "encoders at fd6338f").
+and off). `--late S`: after the steady runs, S seconds idle and `--steady` runs more (their
+median: the `late` column), to tell a slowdown that passes from one that stays (on the H100,
+MiniLM ran 3x slower in steady state in a process that had compiled its pipelines;
+benchmarks/RESULTS.md, "encoders at fd6338f").
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -126,8 +127,8 @@ def main() -> None:
             for setting in (settings if r % 2 == 0 else settings[::-1]):
                 env = dict(os.environ)
                 env.update(kv.split("=", 1) for kv in setting.split(",") if kv)
-                with tempfile.TemporaryDirectory(prefix="kdml-cold-") as empty:
-                    if args.cold:
+                with tempfile.TemporaryDirectory(prefix="kdml-cold-") if args.cold else contextlib.nullcontext() as empty:
+                    if empty is not None:
                         env["KDML_CACHE_DIR"] = empty
                     out = subprocess.run([sys.executable, __file__, "--child", model, "--shapes", shape_arg,
                                           "--steady", str(args.steady), "--late", str(args.late)],
