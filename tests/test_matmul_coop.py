@@ -365,7 +365,7 @@ def test_impossible_config_refused(dev):
 def test_exact_ablations(dev, rng, ablation, K):
     """The exact `mmc8a<n>_rc` kernels that bench_coop.py --ablate times beside the default (5 the
     old epilogue loop; 6, 7 the global -> shared pipeline before the fix and two steps ahead; 8, 10
-    the staging before; 11 the zero points' sums from the staging registers) give exact results
+    the staging before; 11 the zero points' sums re-read from the shared tiles) give exact results
     too, over an odd and an even number of K steps with a partial last chunk; those exact only on
     whole tiles (9: no bounds work) on 256 x K x 256, K a multiple of 128."""
     if "cooperative_matrix" not in dev.capabilities:
@@ -378,4 +378,3 @@ def test_exact_ablations(dev, rng, ablation, K):
     M, N, K = (256, 256, -(-K // 128) * 128) if whole else (200, 300, K)
     run_case(dev, rng, pair=(DT.UINT8, DT.INT8), M=M, K=K, N=N, a_layout="row", b_layout="col",
              a_zp="row", b_zp="col", bias="n", family="coopmat", ablation=ablation)
-

@@ -226,7 +226,7 @@ def _mm_integer_to_float(rep: BackendRep, node: onnx.NodeProto, a: Any, a_name: 
         if v is None:
             continue
         if i == 1 and name is not None and not isinstance(v, DeviceValue) and rep.is_constant(name):
-            bound[i] = getattr(rep, "rep", rep).weight_to_device(name, a_shape[-2], stats)  # the policy's layout
+            bound[i] = rep.weight_to_device(name, a_shape[-2], stats)  # the policy's layout
         elif isinstance(v, DeviceValue) or rep.is_constant(name):
             bound[i] = rep.to_device(v, stats, name)
         else:

@@ -93,6 +93,9 @@ class PlanContext:
     def is_constant(self, name: str | None) -> bool:
         return self.rep.is_constant(name)
 
+    def weight_to_device(self, name: str, rows: int, stats: RunStats) -> kdml.Tensor:
+        return self.rep.weight_to_device(name, rows, stats)  # uploaded once per model and layout
+
     def to_device(self, value: Any, stats: RunStats, name: str | None = None) -> kdml.Tensor:
         if isinstance(value, DeviceValue):
             return value.tensor
