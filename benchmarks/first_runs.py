@@ -16,9 +16,11 @@ or `PYTHONPATH=<tree>` to compare two trees); the order of settings turns every 
 (KDML_CACHE_DIR), as on a machine's first run: its first runs compile the pipelines (the NVIDIA
 driver keeps a shader cache of its own: `--settings ";__GL_SHADER_DISK_CACHE=0"` compares it on
 and off). `--late S`: after the steady runs, S seconds idle and `--steady` runs more (their
-median: the `late` column), to tell a slowdown that passes from one that stays (on the H100,
-MiniLM ran 3x slower in steady state in a process that had compiled its pipelines;
-benchmarks/RESULTS.md, "encoders at fd6338f").
+median: the `late` column), to tell a slowdown that passes from one that stays. The `MHz`
+column is the GPU's SM clock just before the first run (nvidia-smi, where found): after seconds
+of host work (a compile) the H100 runs at 345-540 MHz until a second or more of sustained work
+raises it (kompute_dml/bench/gpu_clock.py), which is what made MiniLM 3x slower in steady state
+in a process that had compiled its pipelines (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import encoder_speed
+
+from kompute_dml.bench import gpu_clock
 
 # the parts of a first run each child times (child's spots), as the summary lists them
 PARTS = ("waits", "alloc", "flush", "encode", "submit", "own")
@@ -73,6 +77,7 @@ def child(model_name: str, shapes: list[tuple[int, int]], steady: int, late: flo
     rep.run(encoder_speed.bert_models.random_feeds(1, 5, model.vocab, np.random.default_rng(0)))
     for b, s in shapes:
         feeds = encoder_speed.bert_models.random_feeds(b, s, model.vocab, np.random.default_rng([0, b, s]))
+        mhz = gpu_clock.sm_clock_mhz()
         spent.update(dict.fromkeys(spent, 0.0))
         t0 = time.perf_counter()
         rep.run(feeds)
@@ -91,10 +96,14 @@ def child(model_name: str, shapes: list[tuple[int, int]], steady: int, late: flo
                 t0 = time.perf_counter()
                 rep.run(feeds)
                 late_times.append((time.perf_counter() - t0) * 1e3)
-        print(json.dumps({"shape": f"{b}x{s}", "first": first, "plan": plan, **parts,
+        print(json.dumps({"shape": f"{b}x{s}", "first": first, "plan": plan, "mhz": mhz, **parts,
                           "steady": statistics.median(times) if times else None,
                           "late": statistics.median(late_times) if late_times else None}), flush=True)
     rep.release()
+
+
+def _median_or_na(values: list[float]) -> str:
+    return f"{statistics.median(values):.0f}" if values else "n/a"
 
 
 def main() -> None:
@@ -139,7 +148,7 @@ def main() -> None:
                     if line.startswith("{"):
                         r = json.loads(line)
                         results.setdefault((model, r["shape"], setting or "as is"), []).append(r)
-    print(f"{'model':8} {'shape':7} {'setting':28} first ms: median [min-max] (<= {args.budget:g} ms)  planning  steady  late"
+    print(f"{'model':8} {'shape':7} {'setting':28} first ms: median [min-max] (<= {args.budget:g} ms)  planning  steady  late  MHz"
           "  (medians within the first run: " + ", ".join(PARTS) + ")")
     for (model, shape, setting), rs in sorted(results.items(), key=lambda kv: (kv[0][0], kv[0][2])):
         firsts = [r["first"] for r in rs]
@@ -150,6 +159,7 @@ def main() -> None:
               f" ({within}/{len(firsts)})  {statistics.median(r['plan'] for r in rs):6.1f}"
               f"  {statistics.median(steady) if steady else float('nan'):6.2f}"
               f"  {statistics.median(late) if late else float('nan'):6.2f}"
+              f"  {_median_or_na([r['mhz'] for r in rs if r.get('mhz')]):>4}"
               "  (" + ", ".join(f"{statistics.median(r[k] for r in rs):.1f}" for k in PARTS) + ")")
     if len(args.shapes) > 1:  # every shape's first runs together, per model and setting
         for model in args.models.split(","):

@@ -6,6 +6,7 @@ and the correctness flags, which compare every output with an independent numpy 
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -216,3 +217,27 @@ def test_latency_in_a_process_of_its_own():
         assert lat[key] > 0, key
     with pytest.raises(RuntimeError, match="^latency of nonesuch"):
         latency_proc.measure("nonesuch", reps=2)
+
+
+def test_gpu_clock_hold_runs_for_its_time_at_least_once():
+    from kompute_dml.bench import gpu_clock
+
+    calls: list[float] = []
+    assert gpu_clock.hold(lambda: calls.append(0.0), 0.0) == 1 == len(calls)  # a zero time: still one call
+    t0 = time.perf_counter()
+    n = gpu_clock.hold(lambda: time.sleep(0.01), 0.05)
+    assert time.perf_counter() - t0 >= 0.05 and n >= 2
+
+
+def test_gpu_clock_reads_nvidia_smi_or_says_none(monkeypatch, tmp_path):
+    from kompute_dml.bench import gpu_clock
+
+    monkeypatch.setattr(gpu_clock.shutil, "which", lambda name: None)
+    assert gpu_clock.sm_clock_mhz() is None
+    fake = tmp_path / "nvidia-smi"  # prints what nvidia-smi prints for one GPU
+    fake.write_text("#!/bin/sh\necho 1980\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(gpu_clock.shutil, "which", lambda name: str(fake))
+    assert gpu_clock.sm_clock_mhz() == 1980
+    fake.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+    assert gpu_clock.sm_clock_mhz() is None
