@@ -163,14 +163,22 @@ def test_weights_stored_columns_give_the_same_product(rng, monkeypatch, pair, sh
     for layout in ("rows", "columns"):
         rep = Backend.prepare(model, "CPU")
         monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, weights=layout))
+        bound = []
+        real = rep.weight_to_device
+        monkeypatch.setattr(rep, "weight_to_device", lambda *a: bound.append(real(*a)) or bound[-1])
         for graph_mode in (True, False):
             rep.graph_mode = graph_mode
             (got,) = rep.run(feeds)
+            as_columns = layout == "columns" and min(shapes[1]) > 1 and shapes[0][-2] > GEMV_MAX_M
+            assert bound and all((tuple(t.desc.effective_strides) == (1, shapes[1][0])) == as_columns for t in bound)
             assert_product(got, exact, what=f"kompute_dml, weights {layout}")
             results.setdefault(layout, got)
             np.testing.assert_array_equal(got.view(np.uint32), results[layout].view(np.uint32))
+        # under "columns" both layouts go up at the first product, whatever its rows: a later
+        # plan with more or fewer rows (GEMV_MAX_M) uploads nothing
         transposed = rep._device_constants.get("B#columns")
-        assert (transposed is not None) == (layout == "columns" and min(shapes[1]) > 1 and shapes[0][-2] > GEMV_MAX_M)
+        assert (transposed is not None) == (layout == "columns" and min(shapes[1]) > 1)
+        assert "B" in rep._device_constants
         if transposed is not None:
             assert tuple(transposed.tensor.desc.effective_strides) == (1, shapes[1][0])
             assert tuple(transposed.tensor.desc.sizes) == shapes[1]

@@ -5,12 +5,12 @@ lock), allocation under the memory budget, the pipeline cache, the replay cache,
 functional helpers' buffer pool, and submission. Everything above it (memory.Buffer,
 ops/base.CompiledOperator, device.Device, recording.Recording) calls the public methods here.
 
-Submission has one path, for eager executions and recordings alike: a list of executions,
-each (plans, bound tensors), under a key naming the operators,
-buffers and offsets. The first submission of a key encodes the plans (kp operations over
-cached descriptor sets) and caches them; its first run is recorded into a sequence shared by
-all first runs, its second into a kp sequence of its own with its barriers, which every
-later one replays without encoding or recording anything (runtime/replay.py).
+Submission has one path, for eager executions and recordings alike: a list of executions, each
+(plans, bound tensors), under a key naming the operators, buffers and offsets. The first
+submission of a key encodes the plans (kp operations over cached descriptor sets) and caches
+them; its first run is recorded into a sequence shared by all first runs, its second into a kp
+sequence of its own with its barriers, which every later one replays without encoding or
+recording anything (runtime/replay.py).
 """
 
 from __future__ import annotations
@@ -102,11 +102,9 @@ class Engine:
         self.first_runs = FirstRuns(self.manager, self.guarded)  # runtime/replay.py
         self.heads = Heads(self.manager, self.inflight)  # recordings' heads (start_head)
         self.sequences_created = 0  # kp sequences of cached submissions (their second runs)
-        # Variants whose pipelines were created ahead of their first use (the ONNX backend's
-        # shape siblings, onnx_impl/device_graph.py)
+        # Variants whose pipelines were made before first use (onnx_impl/device_graph.py's siblings)
         self.prepared_variants: set[str] = set()
-        # Device.capture(): per thread, the Recording that executions go into instead of running
-        self._capture = _Capture()
+        self._capture = _Capture()  # Device.capture(): per thread, the Recording executions go into
         self.profile: Profile | None = None  # set while Device.profile() is open
         # Replayed sequences complete by a completion word where the kp build has them
         # (patch level 7) and this is True (set from DevicePolicy.completion), else by fence.
@@ -161,6 +159,8 @@ class Engine:
             except RuntimeError as e:
                 raise OutOfMemoryError(f"could not allocate {nbytes} bytes of host-visible memory: {e}") from e
             self._host[id(mem)] = mem
+            # its recorded transfers (Staging._direct_copy) hold its kp tensor: dropped with it
+            weakref.finalize(mem, Engine._host_released, weakref.ref(self), mem.serial)
             return mem
 
     def host_range(self, data: np.ndarray) -> HostRange | None:
@@ -196,6 +196,13 @@ class Engine:
             engine.pipelines.forget_memory(serial)
             for key in [k for k, r in engine._replays.items() if serial in r.memories]:
                 engine._replays.pop(key).live = False
+
+    @staticmethod
+    def _host_released(engine_ref: weakref.ref[Engine], serial: int) -> None:
+        engine = engine_ref()
+        with engine.lock if engine else contextlib.nullcontext():
+            if engine and not engine.closed:
+                engine.staging.forget(serial)
 
     def _transfer_ops(self, ops: list[Any]) -> None:
         """Run transfer commands (fills) after one global barrier (an execution that
