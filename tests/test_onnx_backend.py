@@ -165,7 +165,7 @@ def test_weights_stored_columns_give_the_same_product(rng, monkeypatch, pair, sh
         monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, weights=layout))
         bound = []
         real = rep.weight_to_device
-        monkeypatch.setattr(rep, "weight_to_device", lambda *a: bound.append(real(*a)) or bound[-1])
+        monkeypatch.setattr(rep, "weight_to_device", lambda *a, bound=bound, real=real: bound.append(real(*a)) or bound[-1])
         for graph_mode in (True, False):
             rep.graph_mode = graph_mode
             (got,) = rep.run(feeds)
