@@ -110,12 +110,12 @@ def test_host_array_transfers_repeated_and_released(dev, rng):
         owner = owner.base
     mem = weakref.ref(owner)
     del owner
-    recorded = dev.engine.staging._recorded
-    assert any(mem().serial in k[2] for k in recorded)
+    recorded, serial = dev.engine.staging._recorded, mem().serial
+    assert sorted(k[0] for k in recorded if serial in k[2]) == ["down", "up"]  # both ways recorded
     del h
     gc.collect()
     assert mem() is None
-    assert not any(len(k[2]) > 1 for k in recorded)
+    assert not any(serial in k[2] for k in recorded)
 
 
 def test_read_into_checks_its_argument(dev):

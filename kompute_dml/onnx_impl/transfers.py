@@ -126,7 +126,7 @@ class ValueTransfers:
         Where the policy stores weights as columns, both layouts go up at the first product:
         a later plan with another number of rows (a new sequence length, gemv's few rows or
         the tensor cores' many) uploads nothing (on the H100, transposing and uploading
-        MiniLM's 36 weights took 15-25 ms of the first 8 x 128 run after a 1 x 5 one); the
+        MiniLM's 36 weights took 15-25 ms of the first 8 x 128 run after a 1 x 5 one: RESULTS.md); the
         weights then take twice their memory on the device."""
         shape = self._constant_host(name).shape
         if self.device.policy.weights != "columns" or len(shape) != 2 or min(shape) < 2:

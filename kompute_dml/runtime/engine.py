@@ -106,8 +106,7 @@ class Engine:
         self.prepared_variants: set[str] = set()
         self._capture = _Capture()  # Device.capture(): per thread, the Recording executions go into
         self.profile: Profile | None = None  # set while Device.profile() is open
-        # Replayed sequences complete by a completion word where the kp build has them
-        # (patch level 7) and this is True (set from DevicePolicy.completion), else by fence.
+        # Replays complete by a completion word where kp has them and this is True (DevicePolicy.completion)
         self.completion_word = False
         self._spin_cap_ns = 0  # adaptive waits (set_adaptive_spin): poll up to 2x the last run, at most this
         # First runs go through the shared sequence (runtime/replay.py) where this is True
@@ -200,9 +199,10 @@ class Engine:
     @staticmethod
     def _host_released(engine_ref: weakref.ref[Engine], serial: int) -> None:
         engine = engine_ref()
-        with engine.lock if engine else contextlib.nullcontext():
-            if engine and not engine.closed:
-                engine.staging.forget(serial)
+        if engine is not None:
+            with engine.lock:
+                if not engine.closed:
+                    engine.staging.forget(serial)
 
     def _transfer_ops(self, ops: list[Any]) -> None:
         """Run transfer commands (fills) after one global barrier (an execution that
