@@ -46,6 +46,9 @@ class Recording:
         self._head: list[Any] = []
         # Profile rows of the executions recorded from now on carry this scope (Device.profile)
         self.scope = ""
+        # the distinct compiled operators recorded, by id (the ONNX backend prepares the pipelines
+        # other shapes of them take: OperatorSpec.ahead)
+        self.operators: dict[int, Any] = {}
 
     def execute(self, op: Any, inputs: Any, outputs: Any) -> None:
         if self._done:
@@ -58,6 +61,7 @@ class Recording:
             return
         self._keys.append(key)
         self._work.append((op.plans, bound))
+        self.operators[id(op)] = op
         self._labels.append((self.scope, op.support.name) if self.scope else op.support.name)
         self._count += len(op.plans)
 

@@ -424,6 +424,46 @@ def test_shape_siblings_prepared_for_a_bert_are_valid(prepared, monkeypatch):
         rep.release()
 
 
+def test_a_longer_sequence_creates_no_pipeline_where_the_policy_prepares_ahead(prepared, monkeypatch):
+    """Where the policy prepares for other shapes (GPUs), a model's first plan also creates the
+    pipelines its operators' specs plan ahead (OperatorSpec.ahead: the integer products at other row
+    counts, as the policy's table picks them; normalization in its other layout), so a longer
+    sequence's first run creates none, and its outputs equal the unprepared backend's. Here with the
+    GPUs' automatic product table (gemv for few rows, then the tiled "gpu" family) and weight layout
+    (transposed for products of many rows) on this device."""
+    import dataclasses
+
+    from kompute_dml.runtime import pipelines
+
+    p = prepared(*SMALL)
+    rep = Backend.prepare(p.model, "CPU")
+    dev = rep.device
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, prepare_siblings=True, matmul_family="gpu",
+                                                                weights="columns"))
+    monkeypatch.setattr(dev.engine, "prepared_variants", set())
+    created: list[str] = []
+    program = pipelines.PipelineCache.program
+
+    def noting(self, plan):
+        if (plan.variant, plan.spec, len(plan.push), len(plan.bindings)) not in self._programs:
+            created.append(plan.variant)
+        return program(self, plan)
+
+    monkeypatch.setattr(pipelines.PipelineCache, "program", noting)
+    try:
+        rep.run(feeds_for(p, 1, 1))
+        assert any(v.startswith("mmi_gpu") for v in created), created  # prepared ahead: M = 1 takes gemv
+        for batch, seq in ((2, 30), (3, 40)):  # M = 60: gemv (tiny products), M = 120: the tiled family
+            created.clear()
+            feeds = feeds_for(p, batch, seq)
+            got = rep.run(feeds)
+            assert created == [], f"{batch}x{seq} created {created}"
+            for g, w in zip(got, p.rep.run(feeds)):
+                np.testing.assert_array_equal(g, w)
+    finally:
+        rep.release()
+
+
 def test_plan_memory_does_not_grow_with_depth(prepared):
     """A plan's device buffers are reused from layer to layer: a handler's temporaries (the
     quantized activation of a DynamicQuantizeMatMul, its scale and zero point) are free once its

@@ -23,6 +23,7 @@ import dataclasses
 import gc
 import sys
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -156,7 +157,9 @@ class GraphPlan:
         ctx.share_buffers()
         self.flushed = rec.flushed  # executions the first run started while planning
         self.ctx = ctx
-        self.siblings_prepared = _prepare_siblings(rep.device, self.program) if rep.device.policy.prepare_siblings else 0
+        policy = rep.device.policy
+        self.siblings_prepared = _prepare_siblings(rep.device, self.program, rec.operators.values()) \
+            if policy.prepare_siblings else 0
         # the operators' dispatches (the program's own input and output copies not counted)
         self.dispatches = self.program.dispatch_count - 1 - len(self._out_at)
         self.plan_seconds = time.perf_counter() - t0
@@ -241,11 +244,14 @@ class GraphPlan:
 _SIBLING_FAMILY_MAX = 32
 
 
-def _prepare_siblings(device: kdml.Device, program: Any) -> int:
-    """Create the pipelines of the variants another input shape of this program's operators may
-    pick (ShaderFamily.siblings: softmax's lanes and elements per lane, GEMM's tile), once per
-    device: a first run of a new sequence length then compiles nothing (they persist on disk too:
-    runtime/disk_cache.py). Returns how many were created now."""
+def _prepare_siblings(device: kdml.Device, program: Any, operators: Iterable[Any]) -> int:
+    """Create the pipelines another input shape of this program's operators may take, once per
+    device: the variants of their families (ShaderFamily.siblings: softmax's lanes and elements per
+    lane, GEMM's tile) and their specs' plans ahead (OperatorSpec.ahead: the integer product's tiles
+    for other row counts, a normalization's other layout). A first run of a new sequence length then
+    creates no pipeline (they persist on disk too: runtime/disk_cache.py). Returns how many were
+    prepared now."""
+    from kompute_dml.ops import BY_NAME
     from kompute_dml.ops.spec import family_of  # the spec layer owns the variant -> family map
     from kompute_dml.runtime import DispatchPlan
 
@@ -269,6 +275,14 @@ def _prepare_siblings(device: kdml.Device, program: Any) -> int:
                     created += 1
                 except kdml.DMLError:
                     continue  # a variant the device cannot run (capabilities): never picked here
+    for op in operators:
+        spec = BY_NAME.get(op.support.name)
+        for plan in spec.ahead(device, op, done) if spec is not None and spec.ahead is not None else ():
+            key = ("pipeline", plan.variant, plan.spec, len(plan.push), len(plan.bindings))
+            if key not in done:
+                done.add(key)
+                engine.prepare(plan)  # planned as a compile would plan it: it can run here
+                created += 1
     return created
 
 

@@ -16,15 +16,18 @@ docs/matmul.md.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..dtypes import DataType
+from ..errors import DMLError
 from ..ints import cdiv
 from ..policy import MATMUL_KERNEL_ENV, MATMUL_KERNELS
 from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
 from ..runtime import DispatchPlan
+from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .matmul_common import (
@@ -114,6 +117,67 @@ def compile_matmul_integer(
     )
 
 
+# Rows of A at which the automatic families change pipelines: gemv's rows per work group (1 to 16),
+# its tiled and tiny configurations, the tensor-core tiles (matmul_coop.candidate_configs: by work
+# groups, for N of 64 and more).
+AHEAD_ROWS = (1, 2, 4, 8, 16, 32, 64, 512, 1024, 4096, 16384)
+
+
+def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[DispatchPlan]:
+    """The dispatch plans `op`'s operands take with AHEAD_ROWS rows of A (one batch), as
+    compile_matmul_integer picks them, a weight B (2-D, or broadcast over the batches) laid out as the
+    policy stores one for that many rows (DevicePolicy.weight_layout: the ONNX backend binds the
+    transposed upload for tall products where its weights are "columns"). OperatorSpec.ahead: the
+    ONNX backend creates their pipelines at a model's first plan, so a longer sequence or a larger
+    batch finds its product's tiles made. Once per operands whatever their rows, batches and B's
+    layout (`done`)."""
+    desc = op.desc
+    b = desc.b_tensor
+    weight = min(b.sizes[-2:]) > 1 and all(n == 1 or s == 0 for n, s in zip(b.sizes[:-2], b.effective_strides))
+    key = ("matmul-ahead", _at_rows(desc, 1, False if weight else None))
+    if key in done:
+        return []
+    done.add(key)
+    plans = []
+    for m in AHEAD_ROWS:
+        other = _at_rows(desc, m, device.policy.weight_layout(m) == "columns" if weight else None)
+        for candidate in device.policy.matmul_table():
+            if candidate.applies(device, other):
+                try:
+                    plan = PLANNERS[candidate.family](device, other)
+                except DMLError:
+                    break  # a forced family or a grid that cannot run here: compiling would refuse it too
+                if plan is not None:
+                    plans.append(plan)
+                    break
+    return plans
+
+
+def _at_rows(desc: MatrixMultiplyIntegerToFloatDesc, m: int, columns: bool | None) -> MatrixMultiplyIntegerToFloatDesc:
+    """`desc` with one batch of m rows: A and the output packed where their rows are (else their inner
+    strides kept); B packed, k-contiguous where `columns` (a weight transposed), n-contiguous where
+    False (a weight as stored), its inner strides kept where None (not a weight); the scales', zero
+    points' and bias's dimensions of the output's sizes (other than 1) follow it."""
+    def rows(t: TensorDesc) -> TensorDesc:
+        lead = (1,) * (len(t.sizes) - 2)
+        inner = None if t.strides is None or t.strides[-1] == 1 else (*(0,) * len(lead), *t.strides[-2:])
+        return TensorDesc(t.data_type, (*lead, m, t.sizes[-1]), inner)
+    b, out = desc.b_tensor, rows(desc.output_tensor)
+    lead, (k, n) = (1,) * (len(b.sizes) - 2), b.sizes[-2:]
+    b_inner = (1, k) if columns else None if columns is not None or b.strides is None else b.strides[-2:]
+    b_st = None if b_inner is None else (*(0,) * len(lead), *b_inner)
+    changes: dict[str, Any] = {"a_tensor": rows(desc.a_tensor), "output_tensor": out,
+                               "b_tensor": TensorDesc(b.data_type, (*lead, k, n), b_st)}
+    was = desc.output_tensor.sizes
+    for f in dataclasses.fields(desc):
+        t = getattr(desc, f.name)
+        if f.name not in changes and isinstance(t, TensorDesc):
+            r = len(t.sizes)
+            sizes = tuple(new if size == old != 1 else size for size, old, new in zip(t.sizes, was[-r:], out.sizes[-r:]))
+            changes[f.name] = TensorDesc(t.data_type, sizes, t.strides)
+    return dataclasses.replace(desc, **changes)
+
+
 def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -> DispatchPlan:
     a, out = desc.a_tensor, desc.output_tensor
     width = a.data_type.size
@@ -186,6 +250,7 @@ SPECS = (
         (contract.MMI_TEXEL, contract.MMI_PACKED, contract.MMI_GENERIC, contract.MMI_GPU, contract.MMC,
          contract.MMG, contract.MMW),
         helpers=("matmul_integer_to_float",),
+        ahead=plans_ahead,
         onnx=(OnnxOp("MatMulIntegerToFloat", _MS, "matmul_integer_to_float"),
               OnnxOp("DynamicQuantizeMatMul", _MS, "matmul_integer_to_float")),
     ),

@@ -26,6 +26,7 @@ message starts with the field), then non-overlapping outputs and 32-bit addressi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 from dataclasses import dataclass
@@ -288,9 +289,21 @@ def compile_mean_variance_normalization1(device: Device, desc: MeanVarianceNorma
     return CompiledOperator(device, desc, support, inputs, outputs, [plan], constants)
 
 
+def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[DispatchPlan]:
+    """Each plan in the other layout (OperatorSpec.ahead): another shape of the same tensors may merge
+    into rows ("row") or not ("gen", one more binding: the geometry constant)."""
+    out = []
+    for plan in op.plans:
+        assert isinstance(plan, DispatchPlan)  # normalization has one dispatch and no transfers
+        row = plan.variant.endswith("_row")
+        bindings = (*plan.bindings, len(plan.bindings)) if row else plan.bindings[:-1]
+        out.append(dataclasses.replace(plan, variant=plan.variant[:-3] + ("gen" if row else "row"), bindings=bindings))
+    return out
+
+
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (OperatorSpec(MeanVarianceNormalization1Desc, reg.MEAN_VARIANCE_NORMALIZATION1,
                       compile_mean_variance_normalization1, (contract.MVN, contract.MVN_SKIP),
-                      helpers=("mean_variance_normalization", "layer_norm", "skip_layer_norm"),
+                      helpers=("mean_variance_normalization", "layer_norm", "skip_layer_norm"), ahead=plans_ahead,
                       onnx=(OnnxOp("LayerNormalization", "", "layer_norm"),
                             OnnxOp("SkipLayerNormalization", "com.microsoft", "skip_layer_norm"))),)

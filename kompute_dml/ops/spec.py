@@ -47,6 +47,11 @@ class OperatorSpec:
     shaders: tuple[ShaderFamily, ...]  # every family a plan of this operator may dispatch
     helpers: tuple[str, ...] = ()  # kdml functional helpers built on it
     onnx: tuple[OnnxOp, ...] = ()
+    # (Device, CompiledOperator, done) -> the dispatch plans other shapes of the same operands take
+    # (a product's tiles for other row counts, a normalization's other layout), whose pipelines the
+    # ONNX backend creates at a model's first plans (device_graph._prepare_siblings); `done`, a set
+    # per device, lets the function skip what it prepared before (it adds its own keys).
+    ahead: Callable[[Any, Any, set[Any]], Sequence[DispatchPlan]] | None = None
     variants: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:

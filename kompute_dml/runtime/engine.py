@@ -102,8 +102,8 @@ class Engine:
         self.first_runs = FirstRuns(self.manager, self.guarded)  # runtime/replay.py
         self.heads = Heads(self.manager, self.inflight)  # recordings' heads (start_head)
         self.sequences_created = 0  # kp sequences of cached submissions (their second runs)
-        # Variants whose pipelines were made before first use (onnx_impl/device_graph.py's siblings)
-        self.prepared_variants: set[str] = set()
+        # Variants and plans whose pipelines were made before first use (onnx_impl/device_graph.py)
+        self.prepared_variants: set[Any] = set()
         self._capture = _Capture()  # Device.capture(): per thread, the Recording executions go into
         self.profile: Profile | None = None  # set while Device.profile() is open
         # Replays complete by a completion word where kp has them and this is True (DevicePolicy.completion)
