@@ -157,9 +157,8 @@ class GraphPlan:
         ctx.share_buffers()
         self.flushed = rec.flushed  # executions the first run started while planning
         self.ctx = ctx
-        policy = rep.device.policy
-        self.siblings_prepared = _prepare_siblings(rep.device, self.program, rec.operators.values()) \
-            if policy.prepare_siblings else 0
+        self.siblings_prepared = (_prepare_siblings(rep.device, self.program, rec.operators.values())
+                                  if rep.device.policy.prepare_siblings else 0)
         # the operators' dispatches (the program's own input and output copies not counted)
         self.dispatches = self.program.dispatch_count - 1 - len(self._out_at)
         self.plan_seconds = time.perf_counter() - t0
