@@ -32,7 +32,7 @@ from kompute_dml.onnx_backend import Backend
 from kompute_dml.onnx_impl import device_graph, plan_context
 from kompute_dml.onnx_impl import rep as rep_mod
 from kompute_dml.ops import base
-from kompute_dml.runtime import engine, inflight, pipelines, replay, staging
+from kompute_dml.runtime import engine, inflight, memory, pipelines, replay, staging
 
 # (owner, method): traced in every call; the handlers are traced per ONNX op type
 TRACED = [
@@ -43,7 +43,7 @@ TRACED = [
     (recording.Recording, "execute"), (rep_mod.BackendRep, "_host_node"), (device_graph.GraphPlan, "__init__"),
     (device_graph.GraphPlan, "run"), (plan_context.PlanContext, "out_tensor"), (plan_context.PlanContext, "to_device"),
     (plan_context.PlanContext, "end_node"), (kdml.Device, "compile"), (base.CompiledOperator, "execute"),
-    (kdml.TensorDesc, "__post_init__"),
+    (kdml.TensorDesc, "__post_init__"), (memory.DeviceMemory, "_made"),
 ]
 
 
@@ -107,9 +107,9 @@ def main() -> None:
     allocated: list[tuple[float, float]] = []  # (ms, MiB)
     allocate = engine.Engine.allocate
 
-    def noting_allocate(self: Any, words: int, zeroed: bool = True) -> Any:
+    def noting_allocate(self: Any, words: int, zeroed: bool = True, later: bool = False) -> Any:
         t0 = time.perf_counter()
-        memory = allocate(self, words, zeroed)
+        memory = allocate(self, words, zeroed, later)
         allocated.append(((time.perf_counter() - t0) * 1e3, words * 4 / 2**20))
         return memory
 
@@ -137,7 +137,8 @@ def main() -> None:
         for key, own in sorted(trace.own.items(), key=lambda kv: -kv[1])[: args.top]:
             print(f"  {own * 1e3:8.2f} ms  {trace.calls[key]:5d}  {key}")
         print("  pipelines created (ms, variant):", ", ".join(f"{ms:.2f} {v}" for ms, v in created) or "none")
-        print(f"  allocations: {len(allocated)}, {sum(ms for ms, _ in allocated):.2f} ms, "
+        print(f"  allocations (requests; made later: DeviceMemory._made waits): {len(allocated)}, "
+              f"{sum(ms for ms, _ in allocated):.2f} ms, "
               f"{sum(mib for _, mib in allocated):.1f} MiB; largest: "
               + ", ".join(f"{mib:.1f} MiB {ms:.2f} ms" for ms, mib in sorted(allocated, key=lambda x: -x[1])[:3]))
         print("  garbage collections (generation, ms):",

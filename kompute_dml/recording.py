@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import DMLError, InvalidArgumentError
 from .memory import Tensor
-from .runtime import Submission, TransferPlan, Work, finished
+from .runtime import DeviceMemory, Submission, TransferPlan, Work, finished
 from .tensor_desc import packed_strides
 
 if TYPE_CHECKING:
@@ -103,7 +103,8 @@ class Recording:
 
     def flush(self) -> None:
         """Start the executions recorded since the last flush on the device now, without
-        waiting, and go on recording: the device runs them while the host records the rest.
+        waiting, and go on recording: the device runs them while the host records the rest
+        (up to the first that binds memory still being made, Buffer `later`: the next flush).
         The submission (`submit`) or program (`compile`) this recording becomes then runs
         only the rest at its first run (and waits for it and the heads, even with
         wait=False), and everything at every later run. Reading or writing
@@ -113,10 +114,22 @@ class Recording:
         if self._done:
             raise DMLError("this recording was already submitted")
         engine = self.device.engine
-        if engine.profile is not None or self._flushed == len(self._work):
+        end = self._ready_end()
+        if engine.profile is not None or self._flushed == end:
             return
-        self._head += engine.start_head(self._work[self._flushed:], self._labels[self._flushed:])
-        self._flushed = len(self._work)
+        self._head += engine.start_head(self._work[self._flushed:end], self._labels[self._flushed:end])
+        self._flushed = end
+
+    def _ready_end(self) -> int:
+        """Where the executions recorded since the last flush stop binding only memory that
+        exists: a buffer still being made (Buffer `later`) and what follows it wait for the next
+        flush, so that a flush never waits for an allocation."""
+        for k in range(self._flushed, len(self._work)):
+            for t in self._work[k][1]:
+                memory = None if t is None else t.buffer.memory
+                if isinstance(memory, DeviceMemory) and not memory.ready:
+                    return k
+        return len(self._work)
 
     @property
     def flushed(self) -> int:

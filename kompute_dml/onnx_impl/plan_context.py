@@ -166,8 +166,9 @@ class PlanContext:
         buf = free.pop() if free else self._larger_free(size)
         if buf is None:
             # not zeroed (no fill submission per buffer): every output is written before a
-            # later node reads it, and bytes past an output are never read
-            buf = kdml.Buffer(self.device, size, zeroed=False)
+            # later node reads it, and bytes past an output are never read; made on another
+            # thread while the plan goes on, until a flush or the program's encoding binds it
+            buf = kdml.Buffer(self.device, size, zeroed=False, later=True)
             self._added.append(buf)
             self._by_id[id(buf)] = buf
             self.allocated += size

@@ -35,7 +35,7 @@ from .disk_cache import DiskPipelineCache
 from .encode import encode, global_barrier
 from .inflight import InFlight, Submission, finished
 from .manager import create_manager
-from .memory import DeviceMemory, HostRange
+from .memory import DeviceMemory, HostRange, allocation_error
 from .pipelines import PipelineCache
 from .plans import DispatchPlan, Plan
 from .pool import BufferPool
@@ -121,9 +121,11 @@ class Engine:
         if self.closed:
             raise DeviceError("the device has been closed")
 
-    def allocate(self, words: int, zeroed: bool = True) -> DeviceMemory:
+    def allocate(self, words: int, zeroed: bool = True, later: bool = False) -> DeviceMemory:
         """`words` zeroed 32-bit words of device memory (no host copy), under the budget;
-        `zeroed=False` skips the fill (and its submission): contents undefined until written."""
+        `zeroed=False` skips the fill (and its submission): contents undefined until written.
+        `later` (unzeroed only): made on a thread of kp's, off the GIL, while the caller goes on;
+        its first use waits for it and raises its failure (DeviceMemory.tensor)."""
         nbytes = words * 4
         with self.lock:
             self.check_open()
@@ -131,18 +133,15 @@ class Engine:
                 gc.collect()  # pooled buffers just released: let their memory go first
             self.budget.check(nbytes)
             try:
-                tensor = self.manager.kdml_storage(words)
-                if zeroed:
-                    self._transfer_ops([kp.OpFillRegions(tensor, [0, nbytes], 0)])
-            except MemoryError as e:
-                raise OutOfMemoryError(f"could not allocate {nbytes} bytes: {e}") from e
-            except RuntimeError as e:  # kp's C++ exceptions, or the fill's DeviceError
-                msg = str(e)
-                if "OutOfDeviceMemory" in msg or "OutOfHostMemory" in msg or "memory" in msg.lower():
-                    raise OutOfMemoryError(f"could not allocate {nbytes} bytes of device memory: {msg}") from e
-                raise DeviceError(f"buffer allocation failed: {msg}") from e
+                if later and not zeroed:
+                    memory = DeviceMemory(self, None, words, next(_serials), self.manager.kdml_storage_later(words))
+                else:
+                    memory = DeviceMemory(self, self.manager.kdml_storage(words), words, next(_serials))
+                    if zeroed:
+                        self._transfer_ops([kp.OpFillRegions(memory.tensor, [0, nbytes], 0)])
+            except (MemoryError, RuntimeError) as e:  # kp's C++ exceptions, or the fill's DeviceError
+                raise allocation_error(e, nbytes) from e
             self.budget.take(nbytes)
-            memory = DeviceMemory(self, tensor, words, next(_serials))
             self._live[memory.serial] = memory
             # at once: the finalizer returns the memory to the budget
             weakref.finalize(memory, Engine._released, weakref.ref(self), memory.serial, nbytes)

@@ -12,21 +12,56 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import DeviceError, DMLError, OutOfMemoryError
+
 if TYPE_CHECKING:
     from .engine import Engine
     from .staging import HostMemory
 
 
+def allocation_error(e: BaseException, nbytes: int) -> DMLError:
+    """What a failed allocation of `nbytes` raises: kp's C++ exceptions (RuntimeError), a fill's
+    DeviceError or MemoryError, as OutOfMemoryError where memory ran out, else DeviceError."""
+    msg = str(e)
+    if isinstance(e, MemoryError):
+        return OutOfMemoryError(f"could not allocate {nbytes} bytes: {msg}")
+    if "OutOfDeviceMemory" in msg or "OutOfHostMemory" in msg or "memory" in msg.lower():
+        return OutOfMemoryError(f"could not allocate {nbytes} bytes of device memory: {msg}")
+    return DeviceError(f"buffer allocation failed: {msg}")
+
+
 class DeviceMemory:
-    """`words` 32-bit words on one Engine's device; `serial` is unique in the process."""
+    """`words` 32-bit words on one Engine's device; `serial` is unique in the process.
+    `pending`: memory still being made on a thread of kp's (Engine.allocate's `later`), whose
+    first use waits for it."""
 
-    __slots__ = ("__weakref__", "engine", "serial", "tensor", "words")
+    __slots__ = ("__weakref__", "_pending", "_tensor", "engine", "serial", "words")
 
-    def __init__(self, engine: Engine, tensor: Any, words: int, serial: int) -> None:
+    def __init__(self, engine: Engine, tensor: Any, words: int, serial: int, pending: Any = None) -> None:
         self.engine = engine
-        self.tensor = tensor  # the kp storage tensor (freed with its last reference)
+        self._tensor = tensor  # the kp storage tensor (freed with its last reference)
+        self._pending = pending  # kp.KdmlPendingStorage, until the tensor is taken from it
         self.words = words
         self.serial = serial
+
+    @property
+    def tensor(self) -> Any:
+        """The kp storage tensor; memory made later is waited for here, at its first use (encoding
+        an execution that binds it, a transfer), which raises its failure (allocation_error)."""
+        return self._tensor if self._tensor is not None else self._made()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the memory exists (its first use will not wait)."""
+        return self._tensor is not None or bool(self._pending.ready())
+
+    def _made(self) -> Any:
+        try:
+            self._tensor = self._pending.get()  # the GIL released while it waits
+        except (MemoryError, RuntimeError) as e:
+            raise allocation_error(e, self.words * 4) from e
+        self._pending = None
+        return self._tensor
 
     def __repr__(self) -> str:
         return f"DeviceMemory(words={self.words}, serial={self.serial})"
