@@ -6,7 +6,8 @@ reaches every setting alike.
 One untimed process per model comes first (it fills the pipeline cache on disk). Each
 process runs what encoder_speed.py runs before its timings (prepare, one run at 1 x 5),
 then per shape its first run and `--steady` more (median), ours only, and what parts of the
-first run took (PARTS: waits for running heads, allocations, flushes, encoding, submissions,
+first run took (PARTS: waits for running heads, allocations (requests: a plan's buffers are
+made on kp's threads, a wait for one falls in the encoding), flushes, encoding, submissions,
 recording heads). Settings are environment assignments (`--settings "KDML_PLAN_FLUSH_MS=0;KDML_PLAN_FLUSH_MS=2"`,
 or `PYTHONPATH=<tree>` to compare two trees); the order of settings turns every round.
 
