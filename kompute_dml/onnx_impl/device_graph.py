@@ -312,7 +312,7 @@ def gc_paused() -> Any:
     object the collector tracks joins its oldest generation (gc.freeze then gc.unfreeze: no
     scan), unless something else froze objects: the plan's objects live as long as the model,
     and left young they made a generation-1 collection due at the first run's next allocation
-    (MiniLM 64 x 256 on an H100 host: 4.5-6.7 ms, benchmarks/first_run_trace.py). A younger
+    (MiniLM 64 x 256 on H100 hosts: 4.0-6.7 ms, benchmarks/first_run_trace.py). A younger
     object of the process that becomes cyclic garbage is then freed at the next full collection."""
     was = gc.isenabled()
     gc.disable()
