@@ -1,6 +1,8 @@
 """What memory costs to allocate on the device: Engine.allocate (device memory, unzeroed) of 1 to
 192 MiB four times each, twelve 16 MiB buffers at once, and Device.host_array (pinned, host-visible
-memory) of 1 and 8 MiB three times each; milliseconds per call, each freed before the next.
+memory) of 1 and 8 MiB three times each; milliseconds per call, each freed before the next. Then
+what an allocation made later (on kp's thread) holds up while it is made: a small operator call
+(a submission and its wait) and a small synchronous allocation, beside the same when idle.
 
     PYTHONPATH=. python3 benchmarks/alloc_cost.py
 """
@@ -9,6 +11,8 @@ from __future__ import annotations
 
 import gc
 import time
+
+import numpy as np
 
 import kompute_dml as kdml
 
@@ -22,6 +26,12 @@ def _ms(fn: object) -> float:
     return elapsed
 
 
+def _plain_ms(fn: object) -> float:
+    t0 = time.perf_counter()
+    fn()  # type: ignore[operator]
+    return (time.perf_counter() - t0) * 1e3
+
+
 def main() -> None:
     dev = kdml.Device()
     engine = dev.engine
@@ -33,6 +43,23 @@ def main() -> None:
     for mib in (1, 8):
         ts = [_ms(lambda n=mib: dev.host_array(n << 20)) for _ in range(3)]
         print(f"host_array {mib} MiB: {' '.join(f'{x:.2f}' for x in ts)} ms")
+    small = dev.tensor(np.zeros(4, np.float32))
+    call = [_ms(lambda: kdml.add(small, small)) for _ in range(6)]
+    alloc = [_ms(lambda: engine.allocate(64, zeroed=False)) for _ in range(3)]
+    print(f"idle: small call {' '.join(f'{x:.2f}' for x in call)} ms, small allocation "
+          f"{' '.join(f'{x:.2f}' for x in alloc)} ms")
+    for mib in (24, 96, 192):
+        for _ in range(2):
+            t0 = time.perf_counter()
+            making = engine.allocate(mib << 18, zeroed=False, later=True)
+            call = [_plain_ms(lambda: kdml.add(small, small)) for _ in range(4)]
+            other = _plain_ms(lambda: engine.allocate(64, zeroed=False))
+            making.tensor  # noqa: B018  (waits for it)
+            made = (time.perf_counter() - t0) * 1e3
+            del making
+            gc.collect()
+            print(f"{mib} MiB made later ({made:.2f} ms until made); meanwhile small calls "
+                  f"{' '.join(f'{x:.2f}' for x in call)} ms, then a small allocation {other:.2f} ms")
     dev.close()
 
 

@@ -8,8 +8,10 @@ process runs what encoder_speed.py runs before its timings (prepare, one run at 
 then per shape its first run and `--steady` more (median), ours only, and what parts of the
 first run took (PARTS: waits for running heads, allocations (requests: a plan's buffers are
 made on kp's threads, a wait for one falls in the encoding), flushes, encoding, submissions,
-recording heads). Settings are environment assignments (`--settings "KDML_PLAN_FLUSH_MS=0;KDML_PLAN_FLUSH_MS=2"`,
-or `PYTHONPATH=<tree>` to compare two trees); the order of settings turns every round.
+recording heads, garbage collections) and how many pipelines it created; every first run over
+the budget is listed with its parts after the summary. Settings are environment assignments
+(`--settings "KDML_PLAN_FLUSH_MS=0;KDML_PLAN_FLUSH_MS=2"`, or `PYTHONPATH=<tree>` to compare two
+trees); the order of settings turns every round.
 
     PYTHONPATH=. python3 benchmarks/first_runs.py --models minilm --processes 4
 
@@ -21,13 +23,15 @@ median: the `late` column), to tell a slowdown that passes from one that stays. 
 column is the GPU's SM clock just before the first run (nvidia-smi, where found): after seconds
 of host work (a compile) the H100 runs at 345-540 MHz until a second or more of sustained work
 raises it (kompute_dml/bench/gpu_clock.py), which is what made MiniLM 3x slower in steady state
-in a process that had compiled its pipelines (benchmarks/RESULTS.md).
+in a process that had compiled its pipelines (benchmarks/RESULTS.md). The `new` column counts the
+pipelines all of a row's first runs created (none where the policy prepared them ahead).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import statistics
@@ -45,7 +49,7 @@ import encoder_speed
 from kompute_dml.bench import gpu_clock
 
 # the parts of a first run each child times (child's spots), as the summary lists them
-PARTS = ("waits", "alloc", "flush", "encode", "submit", "own")
+PARTS = ("waits", "alloc", "flush", "encode", "submit", "own", "gc")
 
 
 def _timed(owner: type, name: str, spent: dict[str, float], key: str) -> None:
@@ -70,9 +74,18 @@ def child(model_name: str, shapes: list[tuple[int, int]], steady: int, late: flo
     spots = {"waits": (inflight.InFlight, "finish"), "alloc": (engine.Engine, "allocate"),
              "flush": (recording.Recording, "flush"), "encode": (engine.Engine, "_encode"),
              "submit": (inflight.InFlight, "start"), "own": (replay.Replay, "own")}
-    spent = dict.fromkeys(spots, 0.0)
+    spent = dict.fromkeys((*spots, "gc"), 0.0)
     for key, (owner, name) in spots.items():
         _timed(owner, name, spent, key)
+    gc_start = [0.0]
+
+    def on_gc(phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_start[0] = time.perf_counter()
+        else:
+            spent["gc"] += time.perf_counter() - gc_start[0]
+
+    gc.callbacks.append(on_gc)
     model = encoder_speed.load_model(model_name)
     rep = Backend.prepare(str(model.path), "CPU")
     rep.run(encoder_speed.bert_models.random_feeds(1, 5, model.vocab, np.random.default_rng(0)))
@@ -80,9 +93,11 @@ def child(model_name: str, shapes: list[tuple[int, int]], steady: int, late: flo
         feeds = encoder_speed.bert_models.random_feeds(b, s, model.vocab, np.random.default_rng([0, b, s]))
         mhz = gpu_clock.sm_clock_mhz()
         spent.update(dict.fromkeys(spent, 0.0))
+        created = rep.device.engine.stats()["pipelines_created"]
         t0 = time.perf_counter()
         rep.run(feeds)
         first = (time.perf_counter() - t0) * 1e3
+        created = rep.device.engine.stats()["pipelines_created"] - created
         parts = {k: v * 1e3 for k, v in spent.items()}
         plan = rep.last_run.plan_seconds * 1e3
         times = []
@@ -97,7 +112,7 @@ def child(model_name: str, shapes: list[tuple[int, int]], steady: int, late: flo
                 t0 = time.perf_counter()
                 rep.run(feeds)
                 late_times.append((time.perf_counter() - t0) * 1e3)
-        print(json.dumps({"shape": f"{b}x{s}", "first": first, "plan": plan, "mhz": mhz, **parts,
+        print(json.dumps({"shape": f"{b}x{s}", "first": first, "plan": plan, "mhz": mhz, "created": created, **parts,
                           "steady": statistics.median(times) if times else None,
                           "late": statistics.median(late_times) if late_times else None}), flush=True)
     rep.release()
@@ -150,7 +165,7 @@ def main() -> None:
                         r = json.loads(line)
                         results.setdefault((model, r["shape"], setting or "as is"), []).append(r)
     print(f"{'model':8} {'shape':7} {'setting':28} first ms: median [min-max] (<= {args.budget:g} ms)  planning  steady  late  MHz"
-          "  (medians within the first run: " + ", ".join(PARTS) + ")")
+          "  new  (medians within the first run: " + ", ".join(PARTS) + ")")
     for (model, shape, setting), rs in sorted(results.items(), key=lambda kv: (kv[0][0], kv[0][2])):
         firsts = [r["first"] for r in rs]
         within = sum(f <= args.budget for f in firsts)
@@ -161,6 +176,7 @@ def main() -> None:
               f"  {statistics.median(steady) if steady else float('nan'):6.2f}"
               f"  {statistics.median(late) if late else float('nan'):6.2f}"
               f"  {_median_or_na([r['mhz'] for r in rs if r.get('mhz')]):>4}"
+              f"  {sum(r['created'] for r in rs):3d}"  # pipelines its first runs created, all processes
               "  (" + ", ".join(f"{statistics.median(r[k] for r in rs):.1f}" for k in PARTS) + ")")
     if len(args.shapes) > 1:  # every shape's first runs together, per model and setting
         for model in args.models.split(","):
@@ -170,6 +186,11 @@ def main() -> None:
                 print(f"{model:8} {'all':7} {setting or 'as is':28} {statistics.median(firsts):6.1f} "
                       f"[{min(firsts):.1f}-{max(firsts):.1f}] ({sum(f <= args.budget for f in firsts)}/{len(firsts)})"
                       f"  {statistics.median(r['plan'] for r in rs):6.1f}")
+    over = [(model, shape, setting, r) for (model, shape, setting), rs in results.items() for r in rs
+            if r["first"] > args.budget]
+    for model, shape, setting, r in over:  # what each miss spent
+        print(f"over {args.budget:g} ms: {model} {shape} [{setting}] {r['first']:.1f} ms, planning {r['plan']:.1f}, "
+              f"{r['created']} pipelines created; " + ", ".join(f"{k} {r[k]:.1f}" for k in PARTS))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """What a new input signature's first run does beside the device (issues 22 and 23): the plan's
 buffers made on kp's threads while planning goes on (Buffer `later=True`, kp patch level 10:
-Manager.kdml_storage_later), and the garbage collection a plan makes due, run while the device
-runs the program (RecordedProgram.run's `meanwhile`, device_graph.collect_due_garbage)."""
+Manager.kdml_storage_later), and the plan's objects moved to the collector's oldest generation, so
+the first run owes no collection of them (device_graph.gc_paused)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from onnx import TensorProto as T  # noqa: E402
 from onnx import helper  # noqa: E402
 
 from kompute_dml.onnx_backend import Backend  # noqa: E402
+from kompute_dml.onnx_impl import device_graph  # noqa: E402
 
 DT = kdml.DataType
 
@@ -125,10 +126,8 @@ def _run_softmax(rep, rng, shape):
 
 def test_a_plans_objects_join_the_oldest_generation_so_no_collection_is_due(rng):
     """After a new signature's plan, its objects (the GraphPlan among them) are in the collector's
-    oldest generation and generation 0 starts afresh: the first run owes no collection of them."""
-    if gc.get_freeze_count():
-        pytest.skip(f"{gc.get_freeze_count()} objects frozen before the test (the lent H100's Python 3.12.3 "
-                    "starts with 375): planning leaves the generations alone, as the next test checks")
+    oldest generation and generation 0 starts afresh: the first run owes no collection of them.
+    On CPython 3.12 too, which starts with objects of its own frozen (before device_graph's import)."""
     rep = Backend.prepare(_softmax_model(), "CPU")
     was = gc.isenabled()
     gc.enable()
@@ -144,9 +143,26 @@ def test_a_plans_objects_join_the_oldest_generation_so_no_collection_is_due(rng)
         (gc.enable if was else gc.disable)()
 
 
+def test_objects_frozen_before_the_import_are_thawed_with_the_plans_promotion(rng, monkeypatch):
+    """Objects frozen when device_graph was imported (the interpreter's own: CPython 3.12 starts
+    with 375) do not keep a plan young: they join the oldest generation with it."""
+    rep = Backend.prepare(_softmax_model(), "CPU")
+    early = [[i] for i in range(50)]  # frozen "before the import"
+    gc.freeze()
+    monkeypatch.setattr(device_graph, "FROZEN_AT_IMPORT", gc.get_freeze_count())
+    try:
+        _run_softmax(rep, rng, (2, 8))
+        assert gc.get_freeze_count() == 0
+        (plan,) = [p for p in rep._plans.values() if p is not None]
+        oldest = {id(o) for o in gc.get_objects(generation=2)}
+        assert id(plan) in oldest and all(id(e) in oldest for e in early)
+    finally:
+        gc.unfreeze()
+
+
 def test_objects_frozen_elsewhere_stay_frozen_and_the_plan_stays_young(rng):
-    """Where something else froze objects (gc.freeze before a fork), planning leaves the frozen
-    set as it was (no gc.unfreeze) and the collector's generations alone."""
+    """Where objects were frozen after device_graph's import (the application's gc.freeze before a
+    fork), planning leaves the frozen set as it was (no gc.unfreeze) and the generations alone."""
     rep = Backend.prepare(_softmax_model(), "CPU")
     gc.freeze()
     try:
@@ -173,15 +189,8 @@ class _SlowPending:
         return self.tensor
 
 
-def test_a_flush_stops_before_an_execution_that_binds_memory_still_being_made(dev, rng, monkeypatch):
-    """Recording.flush starts the executions up to the first that binds a buffer still being
-    made (so a flush never waits for an allocation); the next flush, once it is made, starts the
-    rest, and the program's first run the remainder; every result exact, guard bytes intact."""
-    n = 2048
-    desc = kdml.TensorDesc(DT.FLOAT32, (n,))
-    x = rng.standard_normal(n).astype(np.float32)
-    src, mid = kdml.Buffer(dev, x.nbytes), kdml.Buffer(dev, x.nbytes)
-    src.write(x)
+def _made_slowly(dev, monkeypatch, *sizes):
+    """Buffers made later whose memory is made only when the test says so (their _SlowPending)."""
     pendings = []
 
     class Manager(_Manager):
@@ -191,8 +200,21 @@ def test_a_flush_stops_before_an_execution_that_binds_memory_still_being_made(de
 
     real = dev.engine.manager
     monkeypatch.setattr(dev.engine, "manager", Manager(real, ""))
-    late = kdml.Buffer(dev, x.nbytes + 64, zeroed=False, later=True)
+    bufs = [kdml.Buffer(dev, n, zeroed=False, later=True) for n in sizes]
     monkeypatch.setattr(dev.engine, "manager", real)
+    return pendings, bufs
+
+
+def test_a_flush_stops_before_an_execution_that_binds_memory_still_being_made(dev, rng, monkeypatch):
+    """Recording.flush starts the executions up to the first that binds a buffer still being
+    made (so a flush never waits for an allocation); the next flush, once it is made, starts the
+    rest, and the program's first run the remainder; every result exact, guard bytes intact."""
+    n = 2048
+    desc = kdml.TensorDesc(DT.FLOAT32, (n,))
+    x = rng.standard_normal(n).astype(np.float32)
+    src, mid = kdml.Buffer(dev, x.nbytes), kdml.Buffer(dev, x.nbytes)
+    src.write(x)
+    pendings, (late,) = _made_slowly(dev, monkeypatch, x.nbytes + 64)
     out = kdml.Buffer(dev, x.nbytes)
     with dev.capture() as rec:
         kdml.identity(kdml.Tensor(src, desc), out=kdml.Tensor(mid, desc), device=dev)
@@ -205,3 +227,68 @@ def test_a_flush_stops_before_an_execution_that_binds_memory_still_being_made(de
         assert rec.flushed == 3
     for b in (mid, late, out):
         np.testing.assert_array_equal(np.frombuffer(b.read(0, x.nbytes), np.float32), x)
+
+
+def test_engine_knows_memory_still_being_made(dev, monkeypatch):
+    """Engine.allocating is True while memory made later is not made yet, False once it is made or
+    dropped (the plans' flush rule below reads it)."""
+    pendings, (late, other) = _made_slowly(dev, monkeypatch, 256, 256)
+    assert dev.engine.allocating()
+    pendings[0].done = True
+    assert dev.engine.allocating()  # the other one
+    del other
+    assert not dev.engine.allocating() and late.memory.ready
+
+
+@pytest.mark.parametrize("allocating", [False, True])
+def test_a_plan_does_not_flush_while_a_buffer_is_being_made(rng, monkeypatch, allocating):
+    """A plan flushes (DevicePolicy.plan_flush_ms) only while no buffer is being made: the driver
+    holds a submission up until an allocation in progress ends (benchmarks/alloc_cost.py). With
+    memory always being made, it never flushes and the whole program runs at the first run."""
+    import dataclasses
+
+    rep = Backend.prepare(_softmax_model(), "CPU")
+    monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, plan_flush_ms=1e-9))
+    monkeypatch.setattr(type(rep.device.engine), "allocating", lambda self: allocating)
+    _run_softmax(rep, rng, (3, 40))
+    (plan,) = [p for p in rep._plans.values() if p is not None]
+    assert (plan.flushed == 0) == allocating
+
+
+def test_a_larger_output_creates_no_memory_kernel_pipeline_where_the_policy_prepares_ahead(rng, monkeypatch):
+    """The memory kernels take one chunk per invocation for outputs of up to 1 MiB and
+    gpu_memory.VECS beyond (a specialization constant): a model's first plan creates both
+    (ShaderFamily.shape_specs), so a first run whose copy outgrows 1 MiB creates no pipeline.
+    (A transposed view flattened: a rows_copy of 8 rows of S elements per batch.)"""
+    import dataclasses
+
+    from kompute_dml.runtime import pipelines
+
+    n = helper.make_node
+    g = helper.make_graph([n("Transpose", ["x"], ["t"], perm=[0, 2, 1]), n("Flatten", ["t"], ["y"], axis=1)], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, ["B", "S", 8])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    rep = Backend.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), "CPU")
+    dev = rep.device
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, prepare_siblings=True, memory_kernel="gpu"))
+    monkeypatch.setattr(dev.engine, "prepared_variants", set())
+    created: list[tuple[str, tuple[int, ...]]] = []
+    program = pipelines.PipelineCache.program
+
+    def noting(self, plan):
+        if (plan.variant, plan.spec, len(plan.push), len(plan.bindings)) not in self._programs:
+            created.append((plan.variant, plan.spec))
+        return program(self, plan)
+
+    monkeypatch.setattr(pipelines.PipelineCache, "program", noting)
+    try:
+        at_first = []
+        for shape in ((1, 5, 8), (64, 1000, 8)):  # outputs of 160 bytes, then 2 MiB
+            x = rng.standard_normal(shape).astype(np.float32)
+            (y,) = rep.run({"x": x})
+            np.testing.assert_array_equal(y, x.transpose(0, 2, 1).reshape(shape[0], -1))
+            at_first = at_first or list(created)
+        assert ("rows_copy_b32", (1,)) in at_first, at_first
+        assert created == at_first, f"the larger output created {created[len(at_first):]}"
+    finally:
+        rep.release()

@@ -81,8 +81,10 @@ class GraphPlan:
             descs.append((name, desc, total, arr))
             total += -(-desc.byte_size // 16) * 16
         total = max(total, 16)
-        # not zeroed: every run writes the inputs first, and nothing reads the padding
-        self._input_buffer = kdml.Buffer(rep.device, total, zeroed=False)
+        # not zeroed: every run writes the inputs first, and nothing reads the padding; made on
+        # kp's thread: a synchronous allocation waits for the driver while the plan's large ones
+        # are made (up to 2.3 ms on the H100, MiniLM 64 x 256)
+        self._input_buffer = kdml.Buffer(rep.device, total, zeroed=False, later=True)
         for name, desc, off, arr in descs:
             env[name] = DeviceValue(kdml.Tensor(self._input_buffer, desc, off), arr.shape, arr.dtype)
         fusions = rep.fusions
@@ -119,6 +121,7 @@ class GraphPlan:
                     ctx.hold(v)
 
         flush_s = rep.device.policy.plan_flush_ms / 1e3
+        engine = rep.device.engine
         with rep.device.capture() as rec:
             self._in = _host_io(rep, "in", total)
             self._write_inputs(feeds)  # now: the program's first executions may start while it is planned
@@ -127,7 +130,10 @@ class GraphPlan:
             rec.copy_in(self._in[:total], kdml.Tensor(self._input_buffer, kdml.TensorDesc(kdml.DataType.UINT8, (total,))))
             flushed_at = time.perf_counter()
             for i in range(len(g.node)):
-                if flush_s and time.perf_counter() - flushed_at >= flush_s:
+                # not while a buffer is being made: the driver would hold the submissions up until it
+                # is (an H100 host: a flush's submission waited 1.2 ms, a 24 MiB allocation's whole
+                # time: benchmarks/alloc_cost.py)
+                if flush_s and time.perf_counter() - flushed_at >= flush_s and not engine.allocating():
                     ctx.write_staged()  # the host values the executions flushed now may read
                     rec.flush()
                     flushed_at = time.perf_counter()
@@ -246,7 +252,8 @@ _SIBLING_FAMILY_MAX = 32
 def _prepare_siblings(device: kdml.Device, program: Any, operators: Iterable[Any]) -> int:
     """Create the pipelines another input shape of this program's operators may take, once per
     device: the variants of their families (ShaderFamily.siblings: softmax's lanes and elements per
-    lane, GEMM's tile) and their specs' plans ahead (OperatorSpec.ahead: the integer product's tiles
+    lane, GEMM's tile), their specializations for other output sizes (ShaderFamily.shape_specs: the
+    memory kernels' chunks per invocation) and their specs' plans ahead (OperatorSpec.ahead: the integer product's tiles
     for other row counts, a normalization's other layout). A first run of a new sequence length then
     creates no pipeline (they persist on disk too: runtime/disk_cache.py). Returns how many were
     prepared now."""
@@ -265,6 +272,10 @@ def _prepare_siblings(device: kdml.Device, program: Any, operators: Iterable[Any
             fam = family_of(plan.variant)
             if fam is None or len(fam.variants) > _SIBLING_FAMILY_MAX:
                 continue
+            for other in fam.shape_specs:  # the same variant specialized for another output size
+                if other != plan.spec:
+                    engine.prepare(dataclasses.replace(plan, spec=other))
+                    created += 1
             for v in fam.siblings(plan.variant):
                 if v in done:
                     continue
@@ -303,6 +314,12 @@ def _dying(rep: BackendRep, feeds: dict[str, Any]) -> list[list[str]]:
     return dying
 
 
+# Objects the collector had frozen when this module was imported: the interpreter's own (CPython
+# 3.12 starts with 375, its static types' MRO tuples: the lent H100's 3.12.3 and pyenv's 3.12.1)
+# or the embedding's. gc_paused may thaw those, never more than those.
+FROZEN_AT_IMPORT = gc.get_freeze_count()
+
+
 @contextlib.contextmanager
 def gc_paused() -> Any:
     """Python's cyclic garbage collector off while a plan is made, as it was after: planning
@@ -310,16 +327,18 @@ def gc_paused() -> Any:
     a process holding a model took 12-18 ms on lavapipe's host (benchmarks/plan_shapes.py).
     Nothing a plan makes is cyclic garbage it needs collected before it ends. After it, every
     object the collector tracks joins its oldest generation (gc.freeze then gc.unfreeze: no
-    scan), unless something else froze objects: the plan's objects live as long as the model,
-    and left young they made a generation-1 collection due at the first run's next allocation
-    (MiniLM 64 x 256 on H100 hosts: 4.0-6.7 ms, benchmarks/first_run_trace.py). A younger
-    object of the process that becomes cyclic garbage is then freed at the next full collection."""
+    scan): the plan's objects live as long as the model, and left young they made a generation-1
+    collection due at the first run's next allocation (MiniLM 64 x 256 on H100 hosts: 4.0-6.7 ms,
+    benchmarks/first_run_trace.py). A younger object of the process that becomes cyclic garbage is
+    then freed at the next full collection. gc.unfreeze also thaws what was frozen before: that is
+    done only while no more objects are frozen than at this module's import (FROZEN_AT_IMPORT), so
+    what the application froze later (gc.freeze before a fork) stays frozen."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        if not gc.get_freeze_count():  # (gc.unfreeze would thaw what another part froze)
+        if gc.get_freeze_count() <= FROZEN_AT_IMPORT:
             gc.freeze()
             gc.unfreeze()
         if was:

@@ -131,7 +131,7 @@ class PlanContext:
         if self._staged_buf is None or at + desc.byte_size > self._staged_buf.nbytes:
             self.write_staged()
             size = min(max(STAGED_BYTES, _block(desc.byte_size)), check_bindable(self.device, desc.byte_size))
-            self._staged_buf = kdml.Buffer(self.device, size, zeroed=False)
+            self._staged_buf = kdml.Buffer(self.device, size, zeroed=False, later=True)  # written at a flush
             self.kept.append(self._staged_buf)
             at = 0
         self._pending.append((at, arr.reshape(-1).view(np.uint8)))

@@ -132,9 +132,10 @@ def compile_dynamic_quantize_linear(device: Device, desc: DynamicQuantizeLinearD
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     _check(desc)
     plans = plan_dynamic_quantize(desc, device.limits["max_compute_work_group_count"][0])
-    # not zeroed (no fill submission per compile): dql_minmax writes every key dql_quant reads
+    # not zeroed (no fill submission per compile): dql_minmax writes every key dql_quant reads;
+    # made on kp's thread (a synchronous allocation waits while a plan's large ones are made)
     scratch_desc = TensorDesc(DataType.UINT32, (SCRATCH_WORDS,))
-    scratch = Tensor.whole(Buffer(device, scratch_desc.byte_size, zeroed=False), scratch_desc)
+    scratch = Tensor.whole(Buffer(device, scratch_desc.byte_size, zeroed=False, later=True), scratch_desc)
     return CompiledOperator(device, desc, support, support.inputs, support.outputs, list(plans), constants=[scratch])
 
 

@@ -114,6 +114,7 @@ class Engine:
         self.shared_first_runs = False
         self._replays: collections.OrderedDict[Hashable, Replay] = collections.OrderedDict()
         self._live: weakref.WeakValueDictionary[int, DeviceMemory] = weakref.WeakValueDictionary()
+        self._making: list[weakref.ref[DeviceMemory]] = []  # memory made later, maybe still being made
         self.dummy = self.allocate(4)  # bound where an optional tensor is absent
 
     # ---- memory ------------------------------------------------------------------------
@@ -135,6 +136,7 @@ class Engine:
             try:
                 if later and not zeroed:
                     memory = DeviceMemory(self, None, words, next(_serials), self.manager.kdml_storage_later(words))
+                    self._making.append(weakref.ref(memory))
                 else:
                     memory = DeviceMemory(self, self.manager.kdml_storage(words), words, next(_serials))
                     if zeroed:
@@ -146,6 +148,11 @@ class Engine:
             # at once: the finalizer returns the memory to the budget
             weakref.finalize(memory, Engine._released, weakref.ref(self), memory.serial, nbytes)
             return memory
+
+    def allocating(self) -> bool:
+        """Whether memory made later is still being made (the driver holds submissions up meanwhile)."""
+        self._making = [r for r in self._making if (m := r()) is not None and not m.ready]
+        return bool(self._making)
 
     def host_memory(self, nbytes: int) -> HostMemory:
         """Host-visible memory the device's transfer commands read and write directly
@@ -163,8 +170,7 @@ class Engine:
 
     def host_range(self, data: np.ndarray) -> HostRange | None:
         """Where `data` (contiguous) lies in host memory of this engine (host_memory), else None."""
-        where = host_origin(data, self._host)
-        return None if where is None else HostRange(where[0], where[1], data.nbytes)
+        return None if (where := host_origin(data, self._host)) is None else HostRange(*where, data.nbytes)
 
     def write(self, memory: DeviceMemory, offset: int, data: np.ndarray) -> None:
         """Bytes [offset, offset + len(data)) of `memory` <- `data` (contiguous uint8)."""
@@ -232,8 +238,7 @@ class Engine:
         `rerun`, and the Submission (None when waited). `labels`: the executions' operator
         names (Device.profile rows)."""
         with self.lock:
-            if self.closed:
-                raise DeviceError("the device has been closed")
+            self.check_open()
             replay = self._replays.get(key)
             if replay is None:
                 replay = self._encode(work, labels)
@@ -278,13 +283,11 @@ class Engine:
             self._replays.popitem(last=False)[1].live = False
 
     def rerun(self, replay: Replay, wait: bool = True) -> bool | Submission | None:
-        """Submit again what `submit` returned, for an execution of the same key, without the
-        cache lookup: an eager operator's repeated call. False,
-        having run nothing, when the submission has left the cache since (then `submit`);
-        else what `submit` returns as its Submission (None when waited)."""
+        """Submit again what `submit` returned, for an execution of the same key, without the cache
+        lookup: an eager operator's repeated call. False, having run nothing, when the submission
+        has left the cache since (then `submit`); else what `submit` returns (None when waited)."""
         with self.lock:
-            if self.closed:
-                raise DeviceError("the device has been closed")
+            self.check_open()
             if not replay.live:
                 return False
             return self._launch(replay, wait)
@@ -335,8 +338,7 @@ class Engine:
 
     @contextlib.contextmanager
     def capture_into(self, rec: Any) -> Any:
-        previous = self.capturing
-        if previous is not None:
+        if self.capturing is not None:
             raise RuntimeError("a capture is already open on this thread")
         self._capture.rec = rec
         try:
@@ -345,8 +347,7 @@ class Engine:
             self._capture.rec = None
 
     def synchronize(self) -> None:
-        """Wait for every submission made without waiting."""
-        with self.lock:
+        with self.lock:  # every submission made without waiting
             self.inflight.settle()
 
     def _encode(self, work: Sequence[Work], labels: Sequence[Any] = ()) -> Replay:

@@ -105,21 +105,26 @@ MATMUL_PUSH = block(
 )
 
 # ---- families --------------------------------------------------------------------------------
+# the memory kernels' specialization constant (chunks per invocation) for small and large outputs:
+# ops/gpu_memory.vecs_for; a new sequence length may take the other one (ShaderFamily.shape_specs)
+_VECS = ((1,), (4,))
 COPY = family("copy", "copy.comp", "copy_b{bits}", COPY_PUSH, _L256, bits=BITS, defines=_elem())
 COPY_PACKED = family("copy_packed", "copy_packed.comp", "copy_packed", PACKED_PUSH, _L256, defines={"TAIL": 0})
 COPY_PACKED_TAIL = family("copy_packed_tail", "copy_packed.comp", "copy_packed_tail", PACKED_TAIL_PUSH, (1, 1, 1),
                           defines={"TAIL": 1})
-COPY_VEC = family("copy_vec", "copy_vec.comp", "copy_vec", PACKED_PUSH, _L256)
+COPY_VEC = family("copy_vec", "copy_vec.comp", "copy_vec", PACKED_PUSH, _L256, specs=_VECS)
 COPY_TILE = family("copy_tile", "copy_tile.comp", "copy_tile_b{bits}", TILE_PUSH, _L256, bits=BITS, defines=_elem())
-ROWS_COPY = family("rows_copy", "mem_rows.comp", "rows_copy_b{bits}", ROWS_PUSH, _L256, bits=BITS, defines=_elem(MODE=0))
+ROWS_COPY = family("rows_copy", "mem_rows.comp", "rows_copy_b{bits}", ROWS_PUSH, _L256, specs=_VECS, bits=BITS, defines=_elem(MODE=0))
 DIAG = family("diag", "diagonal.comp", "diag_b{bits}", DIAG_PUSH, _L256, bits=BITS, defines=_elem(HAS_INPUT=0))
 DIAG_IN = family("diag_in", "diagonal.comp", "diag_in_b{bits}", DIAG_PUSH, _L256, bits=BITS, defines=_elem(HAS_INPUT=1))
 DIAG_BAND = family("diag_band", "diag_band.comp", "diag_band_b{bits}", BAND_PUSH, (64, 1, 1), bits=BITS, defines=_elem())
-ROWS_DIAG = family("rows_diag", "mem_rows.comp", "rows_diag_b{bits}", ROWS_PUSH, _L256, bits=BITS, defines=_elem(MODE=1))
-ROWS_DIAG_IN = family("rows_diag_in", "mem_rows.comp", "rows_diag_in_b{bits}", ROWS_PUSH, _L256, bits=BITS, defines=_elem(MODE=2))
+ROWS_DIAG = family("rows_diag", "mem_rows.comp", "rows_diag_b{bits}", ROWS_PUSH, _L256, specs=_VECS, bits=BITS, defines=_elem(MODE=1))
+ROWS_DIAG_IN = family("rows_diag_in", "mem_rows.comp", "rows_diag_in_b{bits}", ROWS_PUSH, _L256, specs=_VECS,
+                      bits=BITS, defines=_elem(MODE=2))
 # packed outputs as one range of 16-byte chunks (ops/gpu_flat.py): rows off the 16-byte grid
-FLAT_DIAG = family("flat_diag", "mem_flat.comp", "flat_diag_b{bits}", FLAT_PUSH, _L256, bits=BITS, defines=_elem(MODE=1))
-FLAT_DIAG_IN = family("flat_diag_in", "mem_flat.comp", "flat_diag_in_b{bits}", FLAT_PUSH, _L256, bits=BITS, defines=_elem(MODE=2))
+FLAT_DIAG = family("flat_diag", "mem_flat.comp", "flat_diag_b{bits}", FLAT_PUSH, _L256, specs=_VECS, bits=BITS, defines=_elem(MODE=1))
+FLAT_DIAG_IN = family("flat_diag_in", "mem_flat.comp", "flat_diag_in_b{bits}", FLAT_PUSH, _L256, specs=_VECS,
+                      bits=BITS, defines=_elem(MODE=2))
 # matmul_int.comp's CPU family (FAMILY=0): BR x BC outputs per invocation, LX invocations per group.
 # Texel variants: output store h (FLOAT16), s (FLOAT32 per element), "" (uvec4 rows); bias
 # "" (any strides), _nb (none), _bn (one value per column)

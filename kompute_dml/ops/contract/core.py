@@ -174,6 +174,10 @@ class ShaderFamily:
     # specialization constants may not fit each other (a matmul_gemv configuration for B
     # row-major gives a zero-length array in the column-major variant)
     shape_params: tuple[str, ...] = ()
+    # the specialization constants another input shape may give the same variant (the memory
+    # kernels' chunks per invocation: 1 for small outputs, gpu_memory.VECS beyond), created
+    # ahead of time like the siblings
+    shape_specs: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         fields = {f for _, f, _, _ in string.Formatter().parse(self.template) if f is not None}
@@ -259,9 +263,10 @@ class ShaderFamily:
 
 def family(key: str, source: str, template: str, push: PushBlock, local_size: tuple[int, int, int] | None, *,
            defines: Defines = (), target: str | Callable[..., str | None] | None = None,  # type: ignore[assignment]
-           shape: tuple[str, ...] = (), **params: tuple[object, ...]) -> ShaderFamily:
+           shape: tuple[str, ...] = (), specs: tuple[tuple[int, ...], ...] = (),
+           **params: tuple[object, ...]) -> ShaderFamily:
     return ShaderFamily(key, source, template, tuple((k, tuple(str(v) for v in vs)) for k, vs in params.items()),
-                        push, local_size, defines, target, shape)
+                        push, local_size, defines, target, shape, specs)
 
 
 def by_variant(families: tuple[ShaderFamily, ...]) -> dict[str, ShaderFamily]:
