@@ -99,6 +99,11 @@ WEIGHT_LAYOUTS = ("rows", "columns")
 # KDML_PLAN_FLUSH_MS overrides; 0: never). GPUs only: lavapipe runs them on the planning cores.
 PLAN_FLUSH_ENV = "KDML_PLAN_FLUSH_MS"
 GPU_PLAN_FLUSH_MS = 2.0
+# Whether such a flush also happens while one of the plan's buffers is still being made (Buffer
+# `later`): off on every device, for the NVIDIA driver holds a submission up while an allocation is
+# made (MiniLM 64 x 256 first runs' submissions on an H100 host: `first_runs.py --settings
+# ";KDML_PLAN_FLUSH_ALLOCATING=1"`, benchmarks/RESULTS.md). KDML_PLAN_FLUSH_ALLOCATING=1 turns it on.
+PLAN_FLUSH_ALLOCATING_ENV = "KDML_PLAN_FLUSH_ALLOCATING"
 # The matrix-product families (MATRIX_MULTIPLY_INTEGER_TO_FLOAT), each planned by the ops module
 # that registers it (ops/matmul_integer.PLANNERS): "cpu" / "cpu-ssbo" (register-blocked; without the
 # texel variant), "gpu" (shared-memory tiles), "coopmat" / "dot" / "coopmat-emulated" (ops/matmul_coop.py:
@@ -210,6 +215,7 @@ class DevicePolicy:
     wait_spin_cap_us: int = 0  # see WAIT_SPIN_CAP_US; 0: the fixed default spin
     first_run: str = "shared"  # see FIRST_RUN
     plan_flush_ms: float = 0.0  # see PLAN_FLUSH_ENV
+    plan_flush_allocating: bool = False  # see PLAN_FLUSH_ALLOCATING_ENV
     # How GEMM (ops/gemm.py) picks its output tile (32 x 32 or 64 x 64, contract.GEMM_BLOCKS):
     # "work" (CPU devices) the one with the least padded work per unit of speed (GEMM_CPU_B4_RATE),
     # "parallel" (GPUs) 64 x 64 only where enough such tiles keep the device busy (ops/gemm.py).
@@ -304,6 +310,7 @@ class DevicePolicy:
             "wait_spin_cap_us": self.wait_spin_cap_us,
             "first_run": self.first_run,
             "plan_flush_ms": self.plan_flush_ms,
+            "plan_flush_allocating": self.plan_flush_allocating,
             "gemm_tiles": self.gemm_tiles,
             "gemm_family": self.gemm_family,
             "weights": self.weights,
@@ -352,9 +359,11 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
     completion = _env_choice(COMPLETION_ENV, COMPLETIONS)
     first_run = _env_choice(FIRST_RUN_ENV, FIRST_RUNS)
     flush = _env_choice(PLAN_FLUSH_ENV, None)
+    flush_allocating = _env_choice(PLAN_FLUSH_ALLOCATING_ENV, ("0", "1"))
     weights = _env_choice(WEIGHTS_ENV, WEIGHT_LAYOUTS)
     policy = replace(policy, completion=completion or policy.completion, first_run=first_run or policy.first_run,
-                     plan_flush_ms=policy.plan_flush_ms if flush is None else flush, weights=weights or policy.weights)
+                     plan_flush_ms=policy.plan_flush_ms if flush is None else flush, weights=weights or policy.weights,
+                     plan_flush_allocating=policy.plan_flush_allocating if flush_allocating is None else flush_allocating == "1")
     return policy
 
 

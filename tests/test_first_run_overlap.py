@@ -12,6 +12,7 @@ import pytest
 
 import kompute_dml as kdml
 from kompute_dml.errors import DeviceError, OutOfMemoryError
+from kompute_dml.runtime.memory import DeviceMemory
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto as T  # noqa: E402
@@ -240,19 +241,31 @@ def test_engine_knows_memory_still_being_made(dev, monkeypatch):
     assert not dev.engine.allocating() and late.memory.ready
 
 
-@pytest.mark.parametrize("allocating", [False, True])
-def test_a_plan_does_not_flush_while_a_buffer_is_being_made(rng, monkeypatch, allocating):
-    """A plan flushes (DevicePolicy.plan_flush_ms) only while no buffer is being made: the driver
-    holds a submission up until an allocation in progress ends (benchmarks/alloc_cost.py). With
-    memory always being made, it never flushes and the whole program runs at the first run."""
+@pytest.mark.parametrize("allocating, anyway", [(False, False), (True, False), (True, True)])
+def test_a_plan_does_not_flush_while_a_buffer_is_being_made(rng, monkeypatch, allocating, anyway):
+    """A plan flushes (DevicePolicy.plan_flush_ms) only while no buffer is being made: the NVIDIA
+    driver holds a submission up meanwhile. With memory always being made, it never flushes and the
+    whole program runs at the first run, unless the policy says to flush anyway
+    (plan_flush_allocating, KDML_PLAN_FLUSH_ALLOCATING=1)."""
     import dataclasses
 
     rep = Backend.prepare(_softmax_model(), "CPU")
-    monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, plan_flush_ms=1e-9))
+    monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, plan_flush_ms=1e-9,
+                                                                    plan_flush_allocating=anyway))
     monkeypatch.setattr(type(rep.device.engine), "allocating", lambda self: allocating)
+    # a flush that happens starts everything recorded (it waits for memory still being made)
+    monkeypatch.setattr(DeviceMemory, "ready", property(lambda self: True))
     _run_softmax(rep, rng, (3, 40))
     (plan,) = [p for p in rep._plans.values() if p is not None]
-    assert (plan.flushed == 0) == allocating
+    assert (plan.flushed == 0) == (allocating and not anyway)
+
+
+def test_the_flush_during_allocation_setting_comes_from_the_environment(dev, monkeypatch):
+    from kompute_dml.policy import PLAN_FLUSH_ALLOCATING_ENV, policy_for
+
+    assert not policy_for("discrete-gpu", frozenset(), dev.limits).plan_flush_allocating
+    monkeypatch.setenv(PLAN_FLUSH_ALLOCATING_ENV, "1")
+    assert policy_for("discrete-gpu", frozenset(), dev.limits).plan_flush_allocating
 
 
 def test_a_larger_output_creates_no_memory_kernel_pipeline_where_the_policy_prepares_ahead(rng, monkeypatch):
