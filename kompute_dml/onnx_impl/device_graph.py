@@ -83,7 +83,7 @@ class GraphPlan:
         total = max(total, 16)
         # not zeroed: every run writes the inputs first, and nothing reads the padding; made on
         # kp's thread: a synchronous allocation waits for the driver while the plan's large ones
-        # are made (up to 2.3 ms on the H100, MiniLM 64 x 256)
+        # are made (docs/onnx.md)
         self._input_buffer = kdml.Buffer(rep.device, total, zeroed=False, later=True)
         for name, desc, off, arr in descs:
             env[name] = DeviceValue(kdml.Tensor(self._input_buffer, desc, off), arr.shape, arr.dtype)

@@ -123,10 +123,9 @@ class Engine:
             raise DeviceError("the device has been closed")
 
     def allocate(self, words: int, zeroed: bool = True, later: bool = False) -> DeviceMemory:
-        """`words` zeroed 32-bit words of device memory (no host copy), under the budget;
-        `zeroed=False` skips the fill (and its submission): contents undefined until written.
-        `later` (unzeroed only): made on a thread of kp's, off the GIL, while the caller goes on;
-        its first use waits for it and raises its failure (DeviceMemory.tensor)."""
+        """`words` zeroed 32-bit words of device memory (no host copy), under the budget; `zeroed=False` skips
+        the fill (and its submission): contents undefined until written. `later` (unzeroed only): made on a
+        thread of kp's, off the GIL, while the caller goes on; its first use waits for it and raises its failure."""
         nbytes = words * 4
         with self.lock:
             self.check_open()
@@ -136,6 +135,7 @@ class Engine:
             try:
                 if later and not zeroed:
                     memory = DeviceMemory(self, None, words, next(_serials), self.manager.kdml_storage_later(words))
+                    self.allocating()  # drops what is made or gone: the list holds only what may be pending
                     self._making.append(weakref.ref(memory))
                 else:
                     memory = DeviceMemory(self, self.manager.kdml_storage(words), words, next(_serials))
@@ -145,8 +145,7 @@ class Engine:
                 raise allocation_error(e, nbytes) from e
             self.budget.take(nbytes)
             self._live[memory.serial] = memory
-            # at once: the finalizer returns the memory to the budget
-            weakref.finalize(memory, Engine._released, weakref.ref(self), memory.serial, nbytes)
+            weakref.finalize(memory, Engine._released, weakref.ref(self), memory.serial, nbytes)  # back to the budget
             return memory
 
     def allocating(self) -> bool:
@@ -238,7 +237,8 @@ class Engine:
         `rerun`, and the Submission (None when waited). `labels`: the executions' operator
         names (Device.profile rows)."""
         with self.lock:
-            self.check_open()
+            if self.closed:  # (inline: every eager execution's path)
+                raise DeviceError("the device has been closed")
             replay = self._replays.get(key)
             if replay is None:
                 replay = self._encode(work, labels)
@@ -287,7 +287,8 @@ class Engine:
         lookup: an eager operator's repeated call. False, having run nothing, when the submission
         has left the cache since (then `submit`); else what `submit` returns (None when waited)."""
         with self.lock:
-            self.check_open()
+            if self.closed:  # (inline: an eager operator's repeated call)
+                raise DeviceError("the device has been closed")
             if not replay.live:
                 return False
             return self._launch(replay, wait)
@@ -389,9 +390,8 @@ class Engine:
                 return
             with contextlib.suppress(DeviceError):
                 self.inflight.settle()
-                # one fence-completed submission after all others: word-completed ones that no
-                # fence covered yet are then retired for Vulkan before their descriptor sets go
-                self._transfer_ops([])
+                # one fence-completed submission after all others: word-completed ones no fence covered
+                self._transfer_ops([])  # yet are then retired for Vulkan before their descriptor sets go
             for replay in self._replays.values():
                 replay.live = False
             self._replays.clear()
