@@ -96,11 +96,33 @@ class _Interned(type):
         key = (cls, data_type, sizes, strides)
         hit = _Interned._cache.get(key)
         if hit is None:
-            hit = super().__call__(data_type, sizes, strides)
+            hit = _valid_common(cls, data_type, sizes, strides) or super().__call__(data_type, sizes, strides)
             if len(_Interned._cache) >= _Interned._CAPACITY:
                 _Interned._cache.clear()
             _Interned._cache[key] = hit
         return hit
+
+
+def _valid_common(cls: Any, data_type: DataType, sizes: tuple[int, ...], strides: tuple[int, ...] | None) -> Any:
+    """A descriptor of the common form (already normalised: a DataType, tuples of ints) made
+    without the dataclass's construction, where it keeps every rule (_check's, in a few
+    comparisons: a plan of a new input shape makes dozens of new ones); None otherwise, to be
+    constructed and checked in full (and kept invalid where a rule is broken)."""
+    n = len(sizes)
+    if not 1 <= n <= MAX_DIMENSIONS or min(sizes) < 1 or max(sizes) > UINT32_MAX:
+        return None
+    count = math.prod(sizes)
+    if count > MAX_ELEMENTS:
+        return None
+    if strides is not None:
+        if len(strides) != n or min(strides) < 0 or max(strides) > UINT32_MAX:
+            return None
+        count = sum((s - 1) * st for s, st in zip(sizes, strides)) + 1
+    desc = object.__new__(cls)
+    desc.__dict__.update(data_type=data_type, sizes=sizes, strides=strides,
+                         total_tensor_size_in_bytes=(count * data_type.size + 3) & ~3,
+                         guaranteed_base_offset_alignment=0, flags=0, _valid=True)
+    return desc
 
 
 @dataclass(frozen=True)

@@ -98,27 +98,29 @@ class GraphPlan:
             raise KeyError(f"value {name!r} is not available (missing input?)")
 
         self.device_nodes = 0
+        nodes = _node_table(rep)
 
         def record(i: int) -> None:  # node i's handler, its outputs kept
-            node = g.node[i]
-            target = rep._placement_static[i][0]
-            ins = [lookup(n) if n else None for n in node.input]
+            node, target, inputs, outputs, scope = nodes[i]
+            ins = [lookup(n) if n else None for n in inputs]
             if target == HOST:
                 outs = rep._host_node(i, node, ins, stats)
             elif target == CPU:
                 raise FallbackNeeded(f"node {i} ({node.op_type}) runs on the CPU")
             else:
-                rec.scope = f"{i} {node.op_type} {node.name}"  # profile rows: per node
+                rec.scope = scope  # profile rows: per node
                 outs = rep.handler_for(node)(ctx, node, ins, stats)
                 self.device_nodes += 1
-            keep_outputs(node.output, outs)
+            keep_outputs(outputs, outs)
             ctx.end_node()
 
         def keep_outputs(names: Any, outs: list[Any]) -> None:
+            hold = ctx.hold
             for name, v in zip(names, outs):
                 if name:
                     env[name] = v
-                    ctx.hold(v)
+                    if isinstance(v, DeviceValue):
+                        hold(v)
 
         flush_s = rep.device.policy.plan_flush_ms / 1e3
         engine = rep.device.engine
@@ -143,7 +145,7 @@ class GraphPlan:
                 if fusion is not None:  # the chain's one dispatch, or its nodes where it does not fit
                     rec.scope = fusion.scope(g)
                     try:
-                        keep_outputs(g.node[i].output, fusion.run(ctx, g, lookup, stats))
+                        keep_outputs(nodes[i][3], fusion.run(ctx, g, lookup, stats))
                         ctx.end_node()
                         self.device_nodes += len(fusion.nodes)
                     except Unfused as e:
@@ -295,6 +297,18 @@ def _prepare_siblings(device: kdml.Device, program: Any, operators: Iterable[Any
                 engine.prepare(plan)  # planned as a compile would plan it: it can run here
                 created += 1
     return created
+
+
+def _node_table(rep: BackendRep) -> list[tuple[Any, str, tuple[str, ...], tuple[str, ...], str]]:
+    """Per node: (the node, its target, input names, output names, its profile scope), read from
+    the protobuf once per model: every plan walks every node, and each protobuf field read costs
+    a wrapper."""
+    table = rep.plan_nodes
+    if table is None:
+        table = rep.plan_nodes = [
+            (node, rep._placement_static[i][0], tuple(node.input), tuple(node.output), f"{i} {node.op_type} {node.name}")
+            for i, node in enumerate(rep.graph.node)]
+    return table
 
 
 def _dying(rep: BackendRep, feeds: dict[str, Any]) -> list[list[str]]:

@@ -81,6 +81,7 @@ class PlanContext:
         self.dying: list[Any] = []
         self.allocated = 0  # bytes this plan added to the shared buffers
         self.memo: dict[int, Any] = {}  # results handlers share within the plan (handlers.py)
+        self._out_descs: dict[tuple[Any, ...], tuple[kdml.TensorDesc, int]] = {}  # out_tensor's, by type and shape
 
     # ---- the BackendRep methods handlers use ----------------------------------------
     def host(self, value: Any, stats: RunStats) -> Any:
@@ -158,10 +159,14 @@ class PlanContext:
     def out_tensor(self, sizes: Any, dtype: Any, over: Any = None) -> kdml.Tensor:
         """A buffer for the current node's output; `over`, an input the operator may overwrite
         exactly in place, is reused where nothing reads it after this node (_writable)."""
-        desc = kdml.TensorDesc(kdml.DataType.from_numpy(dtype), tuple(sizes) if len(sizes) else (1,))
+        key = (dtype, tuple(sizes))
+        hit = self._out_descs.get(key)
+        if hit is None:  # the descriptor and size class of this type and shape (a plan asks again and again)
+            desc = kdml.TensorDesc(kdml.DataType.from_numpy(dtype), key[1] if len(sizes) else (1,))
+            hit = self._out_descs[key] = (desc, min(_block(desc.byte_size), check_bindable(self.device, desc.byte_size)))
+        desc, size = hit
         if over is not None and self._writable(over, desc):
             return kdml.Tensor.trusted(over.tensor.buffer, desc, 0)
-        size = min(_block(desc.byte_size), check_bindable(self.device, desc.byte_size))
         free = self._free[size]
         buf = free.pop() if free else self._larger_free(size)
         if buf is None:

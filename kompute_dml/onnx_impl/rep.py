@@ -96,6 +96,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self.host_memo = HostMemo()  # host nodes' results by their inputs (host_eval.py)
         self.plan_small: dict[tuple[Any, ...], kdml.Tensor] = {}  # small host values (plan_context.py)
         self.plan_liveness: dict[frozenset[str], list[list[str]]] = {}  # device_graph.py's `dying`, per input names
+        self.plan_nodes: list[Any] | None = None  # device_graph._node_table
         self.product_groups: dict[str, Any] | None = None  # product_groups.py: found at first use
         self._outputs_type = namedtupledict("Outputs", self.output_names)  # made once: a class per call costs ~40 us
 

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 import kompute_dml as kdml
+from kompute_dml.ints import is_int_tuple
 from kompute_dml.memory import largest_buffer
 from kompute_dml.ops import ONNX_PLACEMENT
 
@@ -79,8 +80,10 @@ class DeviceValue:
 
     def __init__(self, tensor: kdml.Tensor, shape: Sequence[int], dtype: Any) -> None:
         self.tensor = tensor
-        self.shape = tuple(int(s) for s in shape)
-        self.dtype = np.dtype(dtype)
+        # as given where it is already a tuple of ints and a numpy type (handlers pass their
+        # inputs' own: a plan makes hundreds of values)
+        self.shape = shape if type(shape) is tuple and is_int_tuple(shape) else tuple(int(s) for s in shape)
+        self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self._host: np.ndarray | None = None
 
     def __repr__(self) -> str:
@@ -88,7 +91,9 @@ class DeviceValue:
 
 
 def _value_shape(v: Any) -> tuple[int, ...]:
-    return v.shape if isinstance(v, DeviceValue) else tuple(np.shape(v))
+    if isinstance(v, (DeviceValue, np.ndarray)):
+        return v.shape
+    return tuple(np.shape(v))
 
 
 def _value_dtype(v: Any) -> np.dtype:
