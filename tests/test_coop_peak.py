@@ -117,6 +117,7 @@ def test_emulated_check_and_its_failures(dev, monkeypatch):
 
 
 def test_emulated_sweep_writes_json(dev, tmp_path, capsys):
+    built_or_skip(tensor_cores=False)
     out = tmp_path / "peak.json"
     rc = peak().main(["--emulated", "--sms", "2", "--acc", "1,4", "--subgroups", "1,2", "--groups-per-sm", "1",
                       "--target-ms", "1", "--repeats", "2", "--json", str(out)])

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import kompute_dml as kdml
+from kompute_dml.shaders import ShaderBuildError
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -57,7 +58,11 @@ def test_split_kernels_exact(dev):
             b = rng.integers(-128, 128, (k, n), dtype=np.int8)
             a[0, :] = -128  # the extreme products on row 0
             b[:, 0] = -128
-            d = cd.Direct(dev, cfg, dev.tensor(a.reshape(-1)), dev.tensor(np.ascontiguousarray(b.T).reshape(-1)), m, n, k)
+            try:
+                d = cd.Direct(dev, cfg, dev.tensor(a.reshape(-1)), dev.tensor(np.ascontiguousarray(b.T).reshape(-1)),
+                              m, n, k)
+            except ShaderBuildError as e:  # a GPU machine without the cmeel wheels and no prebuilt overlay
+                pytest.skip(f"coop_split's SPIR-V is not built here: {e}")
             assert d.check(a, b, np.arange(m)), (cfg.name(), steps)
 
 
