@@ -65,8 +65,8 @@ fi
 # host-cached staging memory and asynchronous submission (runtime/staging.py); level 9 gives
 # programs handles (a descriptor set binds to one without its SPIR-V) and makes Manager.destroy
 # wait for the device and write the pipeline cache file, so kp's exit callback alone tears down.
-# The patched build is 0.9.0+kdml10 (pyproject.toml pins it).
-KP_LOCAL_VERSION="$KP_VERSION+kdml10"
+# The patched build is 0.9.0+kdml11 (pyproject.toml pins it).
+KP_LOCAL_VERSION="$KP_VERSION+kdml11"
 KP_PATCH_LEVEL=10
 PATCH="$ROOT/scripts/kp-$KP_VERSION-kompute-dml.patch"
 patch_sha=$(sha256sum "$PATCH" | cut -c1-12)
