@@ -111,16 +111,13 @@ def _valid_common(cls: Any, data_type: DataType, sizes: tuple[int, ...], strides
     n = len(sizes)
     if not 1 <= n <= MAX_DIMENSIONS or min(sizes) < 1 or max(sizes) > UINT32_MAX:
         return None
-    count = math.prod(sizes)
-    if count > MAX_ELEMENTS:
+    if math.prod(sizes) > MAX_ELEMENTS:
         return None
-    if strides is not None:
-        if len(strides) != n or min(strides) < 0 or max(strides) > UINT32_MAX:
-            return None
-        count = sum((s - 1) * st for s, st in zip(sizes, strides)) + 1
+    if strides is not None and (len(strides) != n or min(strides) < 0 or max(strides) > UINT32_MAX):
+        return None
     desc = object.__new__(cls)
     desc.__dict__.update(data_type=data_type, sizes=sizes, strides=strides,
-                         total_tensor_size_in_bytes=(count * data_type.size + 3) & ~3,
+                         total_tensor_size_in_bytes=calc_buffer_tensor_size(data_type, sizes, strides),
                          guaranteed_base_offset_alignment=0, flags=0, _valid=True)
     return desc
 

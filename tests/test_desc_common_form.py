@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import kompute_dml as kdml
@@ -25,6 +25,9 @@ def _full(dt: kdml.DataType, sizes: tuple[int, ...], strides: tuple[int, ...] | 
 
 
 @given(st.sampled_from(list(kdml.DataType)), _sizes, _strides)
+@example(kdml.DataType.FLOAT32, (1, 16, 384), None)  # the fast path taken, packed and strided
+@example(kdml.DataType.FLOAT16, (2, 3, 7), (0, 1, 5))
+@example(kdml.DataType.UINT8, (2**32 - 1,), (1,))
 def test_common_form_matches_the_full_construction(dt, sizes, strides):
     full = _full(dt, sizes, strides)
     fast = _valid_common(TensorDesc, dt, sizes, strides)
