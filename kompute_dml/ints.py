@@ -32,7 +32,12 @@ def as_int(value: object, field: str, what: str = "an integer") -> int:
 
 def is_int_tuple(values: object) -> bool:
     """A tuple of Python ints exactly (no bools, no numpy integers): what needs no conversion."""
-    return type(values) is tuple and all(type(v) is int for v in values)
+    if type(values) is not tuple:
+        return False
+    for v in values:  # noqa: SIM110  (all() over a generator costs 4x as much; planning asks ~1,000 times)
+        if type(v) is not int:
+            return False
+    return True
 
 
 def as_int_tuple(values: object, field: str) -> tuple[int, ...]:

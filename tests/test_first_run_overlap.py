@@ -241,7 +241,7 @@ def test_engine_knows_memory_still_being_made(dev, monkeypatch):
     assert not dev.engine.allocating() and late.memory.ready
     for _ in range(20):  # made and dropped, with nobody asking: the engine keeps no trace of them
         kdml.Buffer(dev, 256, zeroed=False, later=True).memory.tensor  # noqa: B018
-    assert len(dev.engine._making) <= 1
+    assert len(dev.engine.later._making) <= 1
 
 
 @pytest.mark.parametrize("allocating, anyway", [(False, False), (True, False), (True, True)])
@@ -309,3 +309,29 @@ def test_a_larger_output_creates_no_memory_kernel_pipeline_where_the_policy_prep
         assert created == at_first, f"the larger output created {created[len(at_first):]}"
     finally:
         rep.release()
+
+
+def test_small_buffers_made_at_once_come_from_spares(dev, rng):
+    """A small unzeroed buffer asked for at once (a compile's device constant) is one of the
+    spares made ahead on kp's thread, and the spares are made up again; it holds what is written
+    and gives its budget back when dropped. A zeroed one or a larger one is made as asked."""
+    from kompute_dml.runtime import later as eng_mod
+
+    eng = dev.engine
+    kdml.Buffer(dev, 64, zeroed=False)  # the spares are requested, if none were
+    for m in eng.later.spares:
+        m.tensor  # noqa: B018  (made)
+    spares = {m.serial for m in eng.later.spares}
+    assert len(spares) == eng_mod.SPARES
+    base = eng.budget.allocated
+    data = rng.integers(0, 256, 100).astype(np.uint8)
+    buf = dev.buffer(data)  # padded to its 16-byte unit, no fill: unzeroed
+    assert buf.memory.serial in spares and buf.memory.words == 28
+    assert np.array_equal(np.frombuffer(buf.memory.read(0, 112), np.uint8)[:100], data)
+    assert buf.read() == data.tobytes()
+    assert len(eng.later.spares) == eng_mod.SPARES and buf.memory.serial not in {m.serial for m in eng.later.spares}
+    for other in (kdml.Buffer(dev, 64), kdml.Buffer(dev, 4 * eng_mod.SPARE_WORDS + 16, zeroed=False)):
+        assert other.memory.serial not in spares
+    del buf, other
+    gc.collect()
+    assert eng.budget.allocated == base  # the used one's given back, the new spare's taken

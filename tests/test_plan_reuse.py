@@ -98,6 +98,29 @@ def test_small_host_values_go_up_once_per_model(rng):
     assert uploads[0] >= 2 and uploads[1:] == [0, 0], uploads
 
 
+def test_small_host_values_need_no_allocation_of_their_own(rng, monkeypatch):
+    """The first plan places its small host values among its other host values (one buffer made
+    on kp's thread, one transfer): no synchronous allocation, which would wait while kp's thread
+    makes the plan's large buffers."""
+    from kompute_dml.runtime import engine
+
+    node = helper.make_node("Cast", ["x"], ["y"], to=T.BOOL)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", T.FLOAT, ["N"])],
+                          [helper.make_tensor_value_info("y", T.BOOL, None)])
+    rep = Backend.prepare(helper.make_model(g, opset_imports=OPSETS, ir_version=10), "CPU")
+    made = []
+    real = engine.Engine.allocate
+    monkeypatch.setattr(engine.Engine, "allocate",
+                        lambda self, words, zeroed=True, later=False: made.append(later) or real(self, words, zeroed, later))
+    x = rng.standard_normal(7).astype(np.float32)
+    x[::2] = 0
+    (y,) = rep.run({"x": x})
+    np.testing.assert_array_equal(y, x != 0)
+    assert rep.last_run.planned and rep.last_run.constant_uploads >= 2
+    assert made and all(made), made  # every allocation of the plan made later
+    assert len(rep.plan_small) >= 2
+
+
 @pytest.mark.parametrize("enabled", [True, False], ids=["gc-on", "gc-off"])
 def test_planning_pauses_the_collector_and_restores_it(rng, monkeypatch, enabled):
     seen = []

@@ -26,8 +26,10 @@ _FINE_BLOCK = 1 << 20
 
 
 # Host values (computed by host nodes) of at most this many bytes go up once per model and are
-# bound by every plan that needs the same bytes again, at most SMALL_HOST_VALUES of them: each
-# upload would cost a plan an allocation and a submission.
+# bound by every plan that needs the same bytes again, at most SMALL_HOST_VALUES of them. The
+# first plan that needs one places it among its other host values (_staged, one transfer):
+# an upload of its own would cost a synchronous allocation and a submission, and the allocation
+# waits while kp's thread makes the plan's large buffers (2.6 ms on an H100 host at MiniLM 64 x 256).
 SMALL_HOST_BYTES = 256
 SMALL_HOST_VALUES = 64
 # An output may take a free plan buffer of up to this many times its own size class (PlanContext.
@@ -59,6 +61,8 @@ class PlanContext:
         self._staged_buf: kdml.Buffer | None = None  # _staged: the host values' current buffer,
         self._staged_used = 0  # its bytes placed,
         self._pending: list[tuple[int, np.ndarray]] = []  # and those not yet written (offset, bytes)
+        # small host values placed there, not yet written: they join rep.plan_small once written
+        self._small: dict[tuple[Any, ...], kdml.Tensor] = {}
         self.staged_bytes = 0  # the host values' bytes this plan placed there
         # Every plan of a model draws on the same buffers (rep.plan_buffers, by size class): runs
         # of one model never overlap (BackendRep.run holds a lock and waits), so another input
@@ -105,14 +109,14 @@ class PlanContext:
         arr = np.asarray(value)
         if arr.nbytes <= SMALL_HOST_BYTES:  # the same few bytes in every plan (a Cast's 0 and 1)
             key = (arr.dtype.str, arr.shape, arr.tobytes())
-            small = self.rep.plan_small
-            t = small.get(key)
+            t = self.rep.plan_small.get(key)
             if t is None:
-                t = small[key] = self.device.tensor(np.ascontiguousarray(arr))
+                t = self._small.get(key)
+            if t is None:
+                t = self._small[key] = self._staged(np.ascontiguousarray(arr))
                 stats.constant_uploads += 1
-                while len(small) > SMALL_HOST_VALUES:
-                    small.pop(next(iter(small)))  # the oldest: its plans keep it (self.kept)
-            self.kept.append(t)
+            else:
+                self.kept.append(t)  # (a staged one is kept with its buffer)
             return t
         part = np.ascontiguousarray(compact(arr) if arr.ndim else arr)
         t = self._staged(part)
@@ -151,6 +155,12 @@ class PlanContext:
             data[at - start:at - start + raw.size] = raw
         self._staged_buf.write(data, start)  # type: ignore[union-attr]
         self._pending.clear()
+        if self._small:  # written: later plans may bind them (a plan that fails never writes its own)
+            small = self.rep.plan_small
+            small.update(self._small)
+            self._small.clear()
+            while len(small) > SMALL_HOST_VALUES:
+                small.pop(next(iter(small)))  # the oldest: its plans keep it (self.kept)
 
     def upload_group(self, arrays: list[np.ndarray], stats: RunStats,
                      names: tuple[str | None, ...] | None = None) -> list[kdml.Tensor]:

@@ -31,9 +31,11 @@ import numpy as np
 
 from ..errors import DeviceError, OutOfMemoryError
 from .budget import MemoryBudget
+from .capture import CaptureSlot
 from .disk_cache import DiskPipelineCache
 from .encode import encode, global_barrier
 from .inflight import InFlight, Submission, finished
+from .later import SPARE_WORDS, MadeLater
 from .manager import create_manager
 from .memory import DeviceMemory, HostRange, allocation_error
 from .pipelines import PipelineCache
@@ -54,19 +56,16 @@ _serials = itertools.count(1)
 
 def _memories(work: Sequence[Work]) -> frozenset[int]:
     """The serials of the memories executions bind."""
-    return frozenset(t.buffer.memory.serial for _plans, bound in work for t in bound if t is not None)
+    serials = set()
+    for _plans, bound in work:
+        for t in bound:
+            if t is not None:
+                serials.add(t.buffer.memory.serial)
+    return frozenset(serials)
 
 
 def _by_word(seq: Any) -> bool:
     return bool(seq.kdml_completes_by_word())
-
-
-class _Capture(threading.local):
-    """Per thread: the Recording executions go into (Engine.capture_into). A class attribute
-    gives threads that never captured None without the AttributeError getattr(local, name,
-    default) raises and catches on every execution."""
-
-    rec: Any = None
 
 
 class Engine:
@@ -104,7 +103,7 @@ class Engine:
         self.sequences_created = 0  # kp sequences of cached submissions (their second runs)
         # Variants and plans whose pipelines were made before first use (onnx_impl/device_graph.py)
         self.prepared_variants: set[Any] = set()
-        self._capture = _Capture()  # Device.capture(): per thread, the Recording executions go into
+        self._capture = CaptureSlot()  # Device.capture(): per thread, the Recording executions go into
         self.profile: Profile | None = None  # set while Device.profile() is open
         # Replays complete by a completion word where kp has them and this is True (DevicePolicy.completion)
         self.completion_word = False
@@ -114,7 +113,7 @@ class Engine:
         self.shared_first_runs = False
         self._replays: collections.OrderedDict[Hashable, Replay] = collections.OrderedDict()
         self._live: weakref.WeakValueDictionary[int, DeviceMemory] = weakref.WeakValueDictionary()
-        self._making: list[weakref.ref[DeviceMemory]] = []  # memory made later, maybe still being made
+        self.later = MadeLater()  # memory made on kp's thread, and the small spares (runtime/later.py)
         self.dummy = self.allocate(4)  # bound where an optional tensor is absent
 
     # ---- memory ------------------------------------------------------------------------
@@ -126,32 +125,38 @@ class Engine:
         """`words` zeroed 32-bit words of device memory (no host copy), under the budget; `zeroed=False` skips
         the fill (and its submission): contents undefined until written. `later` (unzeroed only): made on a
         thread of kp's, off the GIL, while the caller goes on; its first use waits for it and raises its failure."""
-        nbytes = words * 4
         with self.lock:
             self.check_open()
-            if not self.budget.fits(nbytes) and self.pool.trim():
-                gc.collect()  # pooled buffers just released: let their memory go first
-            self.budget.check(nbytes)
-            try:
-                if later and not zeroed:
-                    memory = DeviceMemory(self, None, words, next(_serials), self.manager.kdml_storage_later(words))
-                    self.allocating()  # drops what is made or gone: the list holds only what may be pending
-                    self._making.append(weakref.ref(memory))
-                else:
-                    memory = DeviceMemory(self, self.manager.kdml_storage(words), words, next(_serials))
-                    if zeroed:
-                        self._transfer_ops([kp.OpFillRegions(memory.tensor, [0, nbytes], 0)])
-            except (MemoryError, RuntimeError) as e:  # kp's C++ exceptions, or the fill's DeviceError
-                raise allocation_error(e, nbytes) from e
-            self.budget.take(nbytes)
-            self._live[memory.serial] = memory
-            weakref.finalize(memory, Engine._released, weakref.ref(self), memory.serial, nbytes)  # back to the budget
-            return memory
+            if not zeroed and not later and words <= SPARE_WORDS:
+                spare = self.later.spare(lambda: self._allocate(SPARE_WORDS, False, True))
+                if spare is not None:
+                    spare.words = words  # what the caller sees (the budget counts the whole spare)
+                    return spare
+            return self._allocate(words, zeroed, later)
+
+    def _allocate(self, words: int, zeroed: bool, later: bool) -> DeviceMemory:
+        nbytes = words * 4
+        if not self.budget.fits(nbytes) and self.pool.trim():
+            gc.collect()  # pooled buffers just released: let their memory go first
+        self.budget.check(nbytes)
+        try:
+            if later and not zeroed:
+                memory = DeviceMemory(self, None, words, next(_serials), self.manager.kdml_storage_later(words))
+                self.later.started(memory)
+            else:
+                memory = DeviceMemory(self, self.manager.kdml_storage(words), words, next(_serials))
+                if zeroed:
+                    self._transfer_ops([kp.OpFillRegions(memory.tensor, [0, nbytes], 0)])
+        except (MemoryError, RuntimeError) as e:  # kp's C++ exceptions, or the fill's DeviceError
+            raise allocation_error(e, nbytes) from e
+        self.budget.take(nbytes)
+        self._live[memory.serial] = memory
+        weakref.finalize(memory, Engine._released, weakref.ref(self), memory.serial, nbytes)  # back to the budget
+        return memory
 
     def allocating(self) -> bool:
         """Whether memory made later is still being made (the driver holds submissions up meanwhile)."""
-        self._making = [r for r in self._making if (m := r()) is not None and not m.ready]
-        return bool(self._making)
+        return self.later.pending()
 
     def host_memory(self, nbytes: int) -> HostMemory:
         """Host-visible memory the device's transfer commands read and write directly
@@ -337,15 +342,8 @@ class Engine:
         """The Recording this thread's executions go into (Device.capture), else None."""
         return self._capture.rec
 
-    @contextlib.contextmanager
     def capture_into(self, rec: Any) -> Any:
-        if self.capturing is not None:
-            raise RuntimeError("a capture is already open on this thread")
-        self._capture.rec = rec
-        try:
-            yield rec
-        finally:
-            self._capture.rec = None
+        return self._capture.into(rec)
 
     def synchronize(self) -> None:
         with self.lock:  # every submission made without waiting
@@ -378,6 +376,7 @@ class Engine:
             "word_sequences": sum(1 for r in self._replays.values() if r.seq is not None and _by_word(r.seq)),
             "live_buffers": len(self._live),
             "pooled_buffers": len(self.pool),
+            "spare_buffers": len(self.later.spares),
             "allocated_bytes": self.budget.allocated,
             "staging_bytes": self.staging.held_bytes,
             "pipeline_cache_loaded_bytes": self.disk_cache.loaded_bytes,
@@ -395,6 +394,7 @@ class Engine:
             for replay in self._replays.values():
                 replay.live = False
             self._replays.clear()
+            self.later.spares.clear()
             self.pipelines.clear()
             self.closed = True
             self.manager.destroy()  # waits for the device, writes the pipeline cache file (disk_cache.py)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ints import cdiv
+from ..ints import cdiv, is_int_tuple
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,8 @@ class DispatchPlan:
     # the push words as Python ints.
     @functools.cached_property
     def words(self) -> tuple[int, ...]:
-        return tuple(int(v) for v in self.push)
+        push = self.push  # PushBlock.pack's words are Python ints already
+        return push if is_int_tuple(push) else tuple(int(v) for v in push)
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,0 +1,26 @@
+"""Per thread, the Recording this thread's executions go into (Device.capture,
+Engine.capture_into): captured, not run."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+
+class CaptureSlot(threading.local):
+    """A class attribute gives threads that never captured None without the AttributeError
+    getattr(local, name, default) raises and catches on every execution."""
+
+    rec: Any = None
+
+    @contextlib.contextmanager
+    def into(self, rec: Any) -> Iterator[Any]:
+        if self.rec is not None:
+            raise RuntimeError("a capture is already open on this thread")
+        self.rec = rec
+        try:
+            yield rec
+        finally:
+            self.rec = None
