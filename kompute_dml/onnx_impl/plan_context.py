@@ -29,7 +29,8 @@ _FINE_BLOCK = 1 << 20
 # bound by every plan that needs the same bytes again, at most SMALL_HOST_VALUES of them. The
 # first plan that needs one places it among its other host values (_staged, one transfer):
 # an upload of its own would cost a synchronous allocation and a submission, and the allocation
-# waits while kp's thread makes the plan's large buffers (2.6 ms on an H100 host at MiniLM 64 x 256).
+# waits while kp's thread makes the plan's large buffers (with runtime/later.py's spares, the allocation
+# part of MiniLM's 64 x 256 first run went from 3.5 to 0.3 ms on an H100 host: benchmarks/first_runs.py).
 SMALL_HOST_BYTES = 256
 SMALL_HOST_VALUES = 64
 # An output may take a free plan buffer of up to this many times its own size class (PlanContext.
