@@ -121,7 +121,8 @@ def _unary_copy(x: Any, desc_type: type, out: Tensor | None, device: Device | No
     result = out if out is not None else pooled_empty(dev, res_desc)
     op = compile_cached(dev, desc_type(t.desc, result.desc))
     op.execute([t], [result])
-    if t is x and (out is None or type(out) is Tensor):  # a numpy x (mutable) is uploaded at every call
+    # a numpy x (mutable) is uploaded at every call; a capture's calls bind new tensors (a plan)
+    if t is x and (out is None or type(out) is Tensor) and dev.engine.capturing is None:
         bound = Tensor.trusted(t.buffer, t.desc, t.offset)
         _unary_calls.add((x, desc_type, out, device), BoundCall(op, [bound], res_desc, result.desc, out))
     return result

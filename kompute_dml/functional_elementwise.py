@@ -65,12 +65,29 @@ def _operands(values: tuple[Any, ...], fields: tuple[str, ...], device: Device |
     return dev, [as_tensor(_host(x, f, like), dev, f) for x, f in zip(values, fields)]
 
 
+# (a tensor's desc, the shape it is seen with) -> the view's desc: a plan asks for the same views
+# again and again (every layer's scale, bias and skip), and a new desc costs its checks
+_VIEW_DESCS: dict[tuple[TensorDesc, tuple[int, ...]], TensorDesc] = {}
+_VIEW_DESCS_MAX = 4096
+
+
 def broadcast_view(t: Tensor, shape: tuple[int, ...], field: str) -> Tensor:
     """`t` seen with `shape` (numpy's broadcasting rules) through stride-0 dimensions."""
     d = t.desc
-    k = len(shape) - d.dimension_count
     if d.sizes == shape:
         return t
+    desc = _VIEW_DESCS.get((d, shape))
+    if desc is None:
+        desc = _broadcast_desc(d, shape, field)
+        if len(_VIEW_DESCS) >= _VIEW_DESCS_MAX:
+            _VIEW_DESCS.clear()
+        _VIEW_DESCS[(d, shape)] = desc
+    # the view addresses the same elements as t (stride-0 repeats), so t's binding checks hold
+    return Tensor.trusted(t.buffer, desc, t.offset)
+
+
+def _broadcast_desc(d: TensorDesc, shape: tuple[int, ...], field: str) -> TensorDesc:
+    k = len(shape) - d.dimension_count
     if k < 0:
         raise invalid(field, f"sizes {d.sizes} do not broadcast to {shape}")
     strides = []
@@ -82,8 +99,7 @@ def broadcast_view(t: Tensor, shape: tuple[int, ...], field: str) -> Tensor:
             strides.append(d.effective_strides[j])
         else:
             raise invalid(field, f"sizes {d.sizes} do not broadcast to {shape}")
-    desc = TensorDesc(d.data_type, shape, tuple(strides), guaranteed_base_offset_alignment=d.guaranteed_base_offset_alignment)
-    return Tensor(t.buffer, desc, t.offset)
+    return TensorDesc(d.data_type, shape, tuple(strides), guaranteed_base_offset_alignment=d.guaranteed_base_offset_alignment)
 
 
 def _run(make: Any, tensors: list[Tensor], fields: tuple[str, ...], out_type: DataType | None, out: Tensor | None,

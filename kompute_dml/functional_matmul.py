@@ -75,6 +75,8 @@ class _Prepared:
         for x, how in zip(args, self.operands):
             if how is None or isinstance(how, Tensor):
                 inputs.append(how)
+            elif how is x.desc and type(x) is Tensor:  # that very desc (a plan's shared ones): x binds it
+                inputs.append(x)
             else:  # the operand's own desc over its binding (checked when first bound)
                 inputs.append(Tensor.trusted(x.buffer, how, x.offset))
         return inputs
@@ -82,8 +84,8 @@ class _Prepared:
     def run(self, args: tuple[Any, ...], out: Tensor | None, inputs: list[Tensor | None] | None = None) -> Tensor:
         if out is None:
             out = pooled_empty(self.device, self.res_desc)
-        self.op.execute(self.bound_inputs(args) if inputs is None else inputs,
-                        [Tensor.trusted(out.buffer, self.out_desc, out.offset)])
+        bound = out if out.desc is self.out_desc and type(out) is Tensor else Tensor.trusted(out.buffer, self.out_desc, out.offset)
+        self.op.execute(self.bound_inputs(args) if inputs is None else inputs, [bound])
         return out
 
 
@@ -141,8 +143,10 @@ def matmul_integer_to_float(
     inputs = prep.bound_inputs(args)
     result = prep.run(args, out, inputs)
     # the same argument objects again: straight to the bound operator (recent_calls.py);
-    # only after a call that succeeded, so an entry never skips a check that failed
-    if all(immutable(x) for x in args) and immutable(out) and immutable(out_data_type):
+    # only after a call that succeeded, so an entry never skips a check that failed. Not while
+    # the device captures (a plan: its calls bind new tensors, and ~10 us an entry bought nothing)
+    if (dev.engine.capturing is None and all(immutable(x) for x in args) and immutable(out)
+            and immutable(out_data_type)):
         _ready.add((a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias, out, out_data_type, device),
                    BoundCall(prep.op, inputs, prep.res_desc, prep.out_desc, out))
     return result

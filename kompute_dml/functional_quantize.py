@@ -63,15 +63,29 @@ def dynamic_quantize_linear(
         _one_element(scale_out, dev, DataType.FLOAT32, "scale_out")
     if zero_point_out is not None:
         _one_element(zero_point_out, dev, dt, "zero_point_out")
-    ones = (1,) * len(sizes)
-    s_desc, z_desc = TensorDesc(DataType.FLOAT32, ones), TensorDesc(dt, ones)
     y_desc = out.desc if out is not None else _packed(dt, sizes)
-    op = compile_cached(dev, DynamicQuantizeLinearDesc(tx.desc, y_desc, s_desc, z_desc))
+    key = (id(dev), tx.desc, y_desc, dt)
+    hit = _prepared.get(key)
+    if hit is None or hit[0].device is not dev:  # (an id may name a newer device)
+        ones = (1,) * len(sizes)
+        s_desc, z_desc = TensorDesc(DataType.FLOAT32, ones), TensorDesc(dt, ones)
+        hit = (compile_cached(dev, DynamicQuantizeLinearDesc(tx.desc, y_desc, s_desc, z_desc)), s_desc, z_desc)
+        if len(_prepared) >= _PREPARED_MAX:
+            _prepared.clear()
+        _prepared[key] = hit
+    op, s_desc, z_desc = hit
     y = out if out is not None else pooled_empty(dev, y_desc)
     scale = scale_out if scale_out is not None else pooled_empty(dev, _packed(DataType.FLOAT32, (1,)))
     zp = zero_point_out if zero_point_out is not None else pooled_empty(dev, _packed(dt, (1,)))
-    op.execute([tx], [y, Tensor(scale.buffer, s_desc, scale.offset), Tensor(zp.buffer, z_desc, zp.offset)])
+    # one element each (checked above, or made so): seen with x's rank, the same element
+    op.execute([tx], [y, Tensor.trusted(scale.buffer, s_desc, scale.offset), Tensor.trusted(zp.buffer, z_desc, zp.offset)])
     return y, scale, zp
+
+
+# (device id, x's desc, y's desc, data type) -> (compiled operator, scale desc, zero point desc): the
+# same call shape again (every layer of a plan) skips the descriptors' construction and checks
+_prepared: dict[tuple[Any, ...], tuple[Any, TensorDesc, TensorDesc]] = {}
+_PREPARED_MAX = 256
 
 
 __all__ = ["dynamic_quantize_linear"]

@@ -223,3 +223,25 @@ def test_repeated_identity_builds_nothing_and_reads_its_input_every_time(dev, rn
     for _ in range(2):
         np.testing.assert_array_equal(kdml.identity(arr, device=dev).numpy(), arr)
         arr += 1
+
+
+def test_a_capture_keeps_no_identity_entry(rng):
+    """Calls captured into a recording (an ONNX plan: new tensors on every call) add no entry to the
+    helpers' identity caches (an entry cost ~10 us and could never be hit again), and the captured
+    calls still compute the exact result once the recording is submitted."""
+    from kompute_dml import functional
+
+    with kdml.Device() as dev:
+        a8 = rng.integers(0, 256, (4, 8), dtype=np.uint8)
+        b8 = rng.integers(-128, 128, (8, 3), dtype=np.int8)
+        a, b = dev.tensor(a8), dev.tensor(b8)
+        s1, s2 = dev.tensor(np.array([0.5], np.float32)), dev.tensor(np.array([0.25], np.float32))
+        before = len(functional_matmul._ready), len(functional._unary_calls)
+        with dev.capture() as rec:
+            y = kdml.matmul_integer_to_float(a, b, s1, s2, device=dev)
+            z = kdml.identity(y, device=dev)
+        assert (len(functional_matmul._ready), len(functional._unary_calls)) == before
+        rec.submit()
+        assert np.array_equal(z.numpy(), _reference(a8, b8, 0.5, 0.25))
+        kdml.matmul_integer_to_float(a, b, s1, s2, device=dev)  # eager: remembered as before
+        assert len(functional_matmul._ready) == before[0] + 1

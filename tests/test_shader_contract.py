@@ -19,6 +19,7 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kompute_dml.ops import contract
@@ -129,6 +130,9 @@ def test_pack_by_name():
     assert words == (0, 1, 2, 0xFFFFFFFF, 0xFFFFFFFE, struct.unpack("<I", struct.pack("<f", 1.5))[0])
     assert b.pack(out_off=0, size=[0, 0, 0], begin=-(1 << 31), scale=0) [4] == 0x80000000
     assert COPY_VEC.pack(in_off=0, out_off=0, count=7) == (0, 0, 7)
+    # array members of numpy integers pack as Python ints, as plain ones do
+    packed = b.pack(out_off=0, size=[np.int64(3), np.uint32(4), 5], begin=0, scale=0)
+    assert packed[1:4] == (3, 4, 5) and all(type(w) is int for w in packed)
     assert COPY_VEC.slots(out_off=(1, 16)) == ((1, 1, 16),)
 
 
@@ -143,6 +147,8 @@ def test_pack_by_name():
     (dict(out_off=0, size=5, begin=0, scale=0.0), "want a sequence"),
     (dict(out_off=1.0, size=[0, 0, 0], begin=0, scale=0.0), "is not an integer"),
     (dict(out_off=True, size=[0, 0, 0], begin=0, scale=0.0), "bool"),
+    (dict(out_off=0, size=[0, True, 0], begin=0, scale=0.0), "size: a bool"),
+    (dict(out_off=0, size=[0, -1, 0], begin=0, scale=0.0), r"size \(u32\): -1 is outside"),
     (dict(out_off=0, size=[0, 0, 0], begin=0, scale="x"), "not a float32"),
 ])
 def test_pack_refuses(values, message):

@@ -37,7 +37,7 @@ _ALL_ACCESS = ACCESS_SHADER_READ | ACCESS_SHADER_WRITE | ACCESS_TRANSFER_READ | 
 _ALL_STAGES = STAGE_COMPUTE_SHADER | STAGE_TRANSFER
 
 
-@dataclass
+@dataclass(slots=True)  # (one per dispatch a plan encodes: slots make it cheaper to build)
 class EncodedDispatch:
     op: Any  # the kp operation to record (it holds the kp tensors it touches)
     reads: frozenset[int]  # DeviceMemory serials
@@ -77,17 +77,19 @@ def encode(plan: Plan, bound: Sequence[Any], pipelines: PipelineCache, dummy: De
     memories: list[DeviceMemory] = [
         dummy if idx is None or bound[idx] is None else bound[idx].buffer.memory for idx in plan.bindings
     ]
-    push = list(plan.words)
-    for word, idx, unit in plan.offset_slots:
-        t = bound[idx]
-        if t is not None:  # the packed word (an offset within the tensor, in units) plus the binding's
-            push[word] = (push[word] + t.offset // unit) & 0xFFFFFFFF
-    algo = pipelines.get(plan, memories)
+    serials = tuple([m.serial for m in memories])
+    push: Sequence[int] = plan.words
+    if plan.offset_slots:
+        push = list(push)
+        for word, idx, unit in plan.offset_slots:
+            t = bound[idx]
+            if t is not None:  # the packed word (an offset within the tensor, in units) plus the binding's
+                push[word] = (push[word] + t.offset // unit) & 0xFFFFFFFF
+    algo = pipelines.get(plan, memories, serials)
     writes = frozenset([bound[i].buffer.memory.serial for i in plan.writes])
-    reads = frozenset([m.serial for m in memories]) - writes
     # kp.OpDispatch records no barrier of its own (kp's OpAlgoDispatch records one per bound
     # tensor before every dispatch); record_dispatches orders the sequence with global barriers.
-    return EncodedDispatch(kp.OpDispatch(algo, push, plan.groups), reads, writes)
+    return EncodedDispatch(kp.OpDispatch(algo, push, plan.groups), frozenset(serials) - writes, writes)
 
 
 def global_barrier() -> Any:

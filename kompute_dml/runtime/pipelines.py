@@ -37,8 +37,11 @@ class PipelineCache:
         self.hits = 0
         self.misses = 0
 
-    def get(self, plan: DispatchPlan, memories: Sequence[DeviceMemory]) -> Any:
-        key = (plan.variant, tuple([m.serial for m in memories]), len(plan.push), plan.spec)
+    def get(self, plan: DispatchPlan, memories: Sequence[DeviceMemory], serials: tuple[int, ...] | None = None) -> Any:
+        """The algorithm binding `memories` (whose serials the caller may pass, made once)."""
+        if serials is None:
+            serials = tuple([m.serial for m in memories])
+        key = (plan.variant, serials, len(plan.push), plan.spec)
         algo = self._entries.get(key)
         if algo is not None:
             self._entries.move_to_end(key)

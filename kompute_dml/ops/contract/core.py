@@ -55,6 +55,14 @@ class Member:
         return v & 0xFFFFFFFF
 
 
+def _plain_u32(items: list[object]) -> bool:
+    """Every item a plain int (not a bool, not a numpy integer) within u32."""
+    for x in items:  # noqa: SIM110  (a loop: all() over a generator costs 4x as much)
+        if type(x) is not int or not 0 <= x < 4294967296:
+            return False
+    return True
+
+
 def member(text: str) -> Member:
     """`name`, `name[n]` or either with `:kind` (u32 when absent): one member as GLSL spells it."""
     m = _MEMBER_RE.match(text)
@@ -76,8 +84,8 @@ class PushBlock:
         if 4 * self.words > MAX_PUSH_BYTES:
             raise ValueError(f"push-constant block of {4 * self.words} bytes (at most {MAX_PUSH_BYTES}): {names}")
 
-    @property
-    def words(self) -> int:
+    @functools.cached_property
+    def words(self) -> int:  # (every compile's check_plans asks)
         return sum(m.words for m in self.members)
 
     @functools.cached_property
@@ -109,7 +117,7 @@ class PushBlock:
         sequence of its length). PushError for an unknown or missing member or a value its kind
         cannot hold."""
         table = self._table
-        if len(values) != len(table) or not all(k in table for k in values):
+        if len(values) != len(table) or not table.keys() >= values.keys():
             unknown = sorted(set(values) - set(table))
             missing = [m.name for m in self.members if m.name not in values]
             raise PushError(f"push-constant block {{{', '.join(m.name for m in self.members)}}}: "
@@ -128,7 +136,10 @@ class PushBlock:
                 raise PushError(f"push-constant member {m.name}[{m.words}]: want a sequence, got {v!r}") from None
             if len(items) != m.words:
                 raise PushError(f"push-constant member {m.name}[{m.words}]: got {len(items)} values")
-            words += [m.word(x) for x in items]
+            if m.kind == "u32" and _plain_u32(items):  # the common case (sizes, strides) without a call each
+                words += items
+            else:
+                words += [m.word(x) for x in items]
         return tuple(words)
 
     def slots(self, **members: tuple[int, int]) -> tuple[tuple[int, int, int], ...]:
