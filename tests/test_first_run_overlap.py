@@ -335,3 +335,26 @@ def test_small_buffers_made_at_once_come_from_spares(dev, rng):
     del buf, other
     gc.collect()
     assert eng.budget.allocated == base  # the used one's given back, the new spare's taken
+
+
+def test_a_spare_whose_making_failed_is_not_handed_out(dev):
+    """A spare whose allocation failed on kp's thread is dropped, not handed out: the small buffer
+    asked for at once is another spare (or made at once) and works."""
+    eng = dev.engine
+    kdml.Buffer(dev, 64, zeroed=False)  # the spares are requested, if none were
+    for m in eng.later.spares:
+        m.tensor  # noqa: B018  (made)
+
+    class Failed:
+        def ready(self) -> bool:
+            return True
+
+        def get(self) -> None:
+            raise RuntimeError("vkAllocateMemory failed")
+
+    bad = eng.later.spares[0]
+    bad._tensor, bad._pending = None, Failed()
+    buf = kdml.Buffer(dev, 64, zeroed=False)
+    assert buf.memory is not bad and bad not in eng.later.spares
+    buf.write(bytes(range(64)))
+    assert buf.read() == bytes(range(64))

@@ -40,9 +40,15 @@ class MadeLater:
     def spare(self, make: Callable[[], DeviceMemory]) -> DeviceMemory | None:
         """A spare that exists (no longer a spare), or None; then spares are asked for (`make`: one
         of SPARE_WORDS words, made later) until there are SPARES again."""
-        taken = next((m for m in self.spares if m.ready), None)
-        if taken is not None:
-            self.spares.remove(taken)
+        taken = None
+        for m in [m for m in self.spares if m.ready]:
+            self.spares.remove(m)
+            try:
+                m.tensor  # noqa: B018  (made: at once; one whose making failed is dropped)
+            except DMLError:
+                continue
+            taken = m
+            break
         with contextlib.suppress(DMLError):  # (no spare beyond the budget: the caller allocates)
             while len(self.spares) < SPARES:
                 self.spares.append(make())
