@@ -15,6 +15,7 @@ UINT8 (0 / 1).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -65,31 +66,26 @@ def _operands(values: tuple[Any, ...], fields: tuple[str, ...], device: Device |
     return dev, [as_tensor(_host(x, f, like), dev, f) for x, f in zip(values, fields)]
 
 
-# (a tensor's desc, the shape it is seen with) -> the view's desc: a plan asks for the same views
-# again and again (every layer's scale, bias and skip), and a new desc costs its checks
-_VIEW_DESCS: dict[tuple[TensorDesc, tuple[int, ...]], TensorDesc] = {}
-_VIEW_DESCS_MAX = 4096
-
-
 def broadcast_view(t: Tensor, shape: tuple[int, ...], field: str) -> Tensor:
     """`t` seen with `shape` (numpy's broadcasting rules) through stride-0 dimensions."""
     d = t.desc
     if d.sizes == shape:
         return t
-    desc = _VIEW_DESCS.get((d, shape))
+    desc = _broadcast_desc(d, shape)
     if desc is None:
-        desc = _broadcast_desc(d, shape, field)
-        if len(_VIEW_DESCS) >= _VIEW_DESCS_MAX:
-            _VIEW_DESCS.clear()
-        _VIEW_DESCS[(d, shape)] = desc
+        raise invalid(field, f"sizes {d.sizes} do not broadcast to {shape}")
     # the view addresses the same elements as t (stride-0 repeats), so t's binding checks hold
     return Tensor.trusted(t.buffer, desc, t.offset)
 
 
-def _broadcast_desc(d: TensorDesc, shape: tuple[int, ...], field: str) -> TensorDesc:
+@functools.lru_cache(maxsize=4096)
+def _broadcast_desc(d: TensorDesc, shape: tuple[int, ...]) -> TensorDesc | None:
+    """The view's desc, None where d's sizes do not broadcast to `shape`; cached: a plan asks for
+    the same views again and again (every layer's scale, bias and skip), and a new desc costs its
+    checks."""
     k = len(shape) - d.dimension_count
     if k < 0:
-        raise invalid(field, f"sizes {d.sizes} do not broadcast to {shape}")
+        return None
     strides = []
     for i, s in enumerate(shape):
         j = i - k
@@ -98,7 +94,7 @@ def _broadcast_desc(d: TensorDesc, shape: tuple[int, ...], field: str) -> Tensor
         elif d.sizes[j] == s:
             strides.append(d.effective_strides[j])
         else:
-            raise invalid(field, f"sizes {d.sizes} do not broadcast to {shape}")
+            return None
     return TensorDesc(d.data_type, shape, tuple(strides), guaranteed_base_offset_alignment=d.guaranteed_base_offset_alignment)
 
 

@@ -27,7 +27,6 @@ from .functional import _packed, as_tensor, check_out, compile_cached, device_of
 from .inputs import as_host_array, conform, is_python_data
 from .memory import Tensor
 from .ops.dynamic_quantize import DynamicQuantizeLinearDesc
-from .tensor_desc import TensorDesc
 
 
 def _one_element(t: Any, dev: Device, dt: DataType, field: str) -> None:
@@ -64,28 +63,15 @@ def dynamic_quantize_linear(
     if zero_point_out is not None:
         _one_element(zero_point_out, dev, dt, "zero_point_out")
     y_desc = out.desc if out is not None else _packed(dt, sizes)
-    key = (id(dev), tx.desc, y_desc, dt)
-    hit = _prepared.get(key)
-    if hit is None or hit[0].device is not dev:  # (an id may name a newer device)
-        ones = (1,) * len(sizes)
-        s_desc, z_desc = TensorDesc(DataType.FLOAT32, ones), TensorDesc(dt, ones)
-        hit = (compile_cached(dev, DynamicQuantizeLinearDesc(tx.desc, y_desc, s_desc, z_desc)), s_desc, z_desc)
-        if len(_prepared) >= _PREPARED_MAX:
-            _prepared.clear()
-        _prepared[key] = hit
-    op, s_desc, z_desc = hit
+    ones = (1,) * len(sizes)
+    s_desc, z_desc = _packed(DataType.FLOAT32, ones), _packed(dt, ones)  # (cached: every layer of a plan asks)
+    op = compile_cached(dev, DynamicQuantizeLinearDesc(tx.desc, y_desc, s_desc, z_desc))
     y = out if out is not None else pooled_empty(dev, y_desc)
     scale = scale_out if scale_out is not None else pooled_empty(dev, _packed(DataType.FLOAT32, (1,)))
     zp = zero_point_out if zero_point_out is not None else pooled_empty(dev, _packed(dt, (1,)))
     # one element each (checked above, or made so): seen with x's rank, the same element
     op.execute([tx], [y, Tensor.trusted(scale.buffer, s_desc, scale.offset), Tensor.trusted(zp.buffer, z_desc, zp.offset)])
     return y, scale, zp
-
-
-# (device id, x's desc, y's desc, data type) -> (compiled operator, scale desc, zero point desc): the
-# same call shape again (every layer of a plan) skips the descriptors' construction and checks
-_prepared: dict[tuple[Any, ...], tuple[Any, TensorDesc, TensorDesc]] = {}
-_PREPARED_MAX = 256
 
 
 __all__ = ["dynamic_quantize_linear"]

@@ -70,11 +70,9 @@ class PlanContext:
         # signature's plan reuses them, allocating only what it needs beyond them.
         self._shared: dict[int, list[kdml.Buffer]] = rep.plan_buffers
         self._free: dict[int, list[kdml.Buffer]] = collections.defaultdict(list)
-        self._free_ids: set[int] = set()  # id() of every buffer in _free (membership without a scan)
         self._by_id: dict[int, kdml.Buffer] = {}
         for size, bufs in self._shared.items():
             self._free[size] = list(bufs)
-            self._free_ids.update(id(b) for b in bufs)
             self._by_id.update((id(b), b) for b in bufs)
         self._added: list[kdml.Buffer] = []  # joins the shared buffers once the plan is made (share_buffers)
         self._refs: collections.Counter[int] = collections.Counter()
@@ -182,8 +180,6 @@ class PlanContext:
             return kdml.Tensor.trusted(over.tensor.buffer, desc, 0)
         free = self._free[size]
         buf = free.pop() if free else self._larger_free(size)
-        if buf is not None:
-            self._free_ids.discard(id(buf))
         if buf is None:
             # not zeroed (no fill submission per buffer): every output is written before a
             # later node reads it, and bytes past an output are never read; made on another
@@ -261,11 +257,13 @@ class PlanContext:
         self._after_node.clear()
         for buf in self._fresh:
             key = id(buf)
-            if self._refs[key] <= 0 and key in self._by_id and key not in self._free_ids:
+            if self._refs[key] <= 0 and key in self._by_id and not self._is_free(buf):
                 self._refs.pop(key, None)
                 self._free[buf.nbytes].append(buf)
-                self._free_ids.add(key)
         self._fresh.clear()
+
+    def _is_free(self, buf: kdml.Buffer) -> bool:
+        return any(b is buf for b in self._free[buf.nbytes])
 
     def drop(self, value: Any) -> None:
         if not isinstance(value, DeviceValue):
@@ -275,8 +273,7 @@ class PlanContext:
         if self._refs[key] <= 0 and key in self._by_id:
             del self._refs[key]
             buf = self._by_id[key]
-            if key not in self._free_ids:
+            if not self._is_free(buf):
                 self._free[buf.nbytes].append(buf)
-                self._free_ids.add(key)
             for v in self._attached.pop(key, ()):
                 self.drop(v)
