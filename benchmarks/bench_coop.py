@@ -67,7 +67,8 @@ BATCH_TARGET = 0.05  # seconds per timed call (N executions)
 
 def cfg_name(c: TileConfig) -> str:
     opts = (f"{'' if c.b_rows == 'r' else ' Brow'}{'' if c.stages == 2 else f' {c.stages}st'}"
-            f"{' lean' if c.lean else ''}{' stmap' if c.stmap else ''}{' cb_mma' if c.cb_mma else ''}")
+            f"{' lean' if c.lean else ''}{' stmap' if c.stmap else ''}{' cb_mma' if c.cb_mma else ''}"
+            f"{f' +{c.loaders} loaders' if c.loaders else ''}")
     return f"{c.bm}x{c.bn}x{c.bk} w{c.wm}x{c.wn} g{c.group_m}{opts}"
 
 
@@ -314,6 +315,18 @@ def sweep(dev: kdml.Device, shapes: list[tuple[int, int, int]], rounds: int, fam
     return rows
 
 
+def parse_staging_shapes(text: str | None) -> list[tuple[tuple[int, int, int], bool]] | None:
+    """'8192x8192x8192,4096x4096x4096q' -> [((8192, 8192, 8192), False), ((4096, 4096, 4096), True)]."""
+    if not text:
+        return None
+    out = []
+    for item in text.split(","):
+        quant = item.endswith("q")
+        m, k, n = (int(v) for v in item.rstrip("q").split("x"))
+        out.append(((m, k, n), quant))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
@@ -325,6 +338,8 @@ def main() -> int:
     ap.add_argument("--staging", action="store_true",
                     help="time the staging options of TileConfig against the default (coop_ablate.staging) "
                          "in place of the timing table")
+    ap.add_argument("--staging-shapes", help="--staging on these shapes only: MxKxN (s8 gemm) or MxKxNq "
+                                             "(quantized), comma-separated")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--budget", type=float, default=270.0, help="seconds after which the sweep stops (default 270)")
     args = ap.parse_args()
@@ -342,7 +357,7 @@ def main() -> int:
     result: dict[str, Any] = {"device": dev.name, "correct": ok}
     if args.staging:
         result["staging"] = staging(dev, args.rounds, rng, Ours, time_interleaved, torch_peers, random_inputs, cfg_name,
-                                    args.family, args.quick)
+                                    args.family, args.quick, parse_staging_shapes(args.staging_shapes))
     else:
         result["timing"] = timing(dev, shapes, args.rounds, args.family, not args.no_compare, rng)
     if args.sweep:

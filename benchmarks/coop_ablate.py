@@ -153,6 +153,10 @@ def staging_entries(m: int, k: int, n: int, quant: bool) -> list[tuple[str, Tile
                 for b_rows in ("r", "n") for st in (False, True)]
         if base.bk == 64:
             out.append(("Bn BK128 1 stage lean", replace(base, b_rows="n", bk=128, stages=1, lean=True)))
+        out += [(f"B{b_rows} lean + {ld} loaders", replace(base, b_rows=b_rows, lean=True, loaders=ld))
+                for b_rows in ("r", "n") for ld in (4, 8)]
+        out += [(f"Bn BK128 1 stage lean w{wm}x{wn}", replace(base, b_rows="n", bk=128, stages=1, lean=True, wm=wm, wn=wn))
+                for wm, wn in ((32, 32), (32, 64))]
         return out
     c = base
     out += [("stmap", replace(c, stmap=True)), ("lean", replace(c, lean=True)),
@@ -163,19 +167,31 @@ def staging_entries(m: int, k: int, n: int, quant: bool) -> list[tuple[str, Tile
             ("128x256x64 w64x64 1 stage lean stmap", TileConfig(128, 256, 64, 64, 64, stages=1, lean=True, stmap=True)),
             ("256x128x64 w64x64 1 stage lean stmap", TileConfig(256, 128, 64, 64, 64, stages=1, lean=True, stmap=True)),
             ("128x128x64 w32x32 (16 subgroups) lean stmap", TileConfig(128, 128, 64, 32, 32, lean=True, stmap=True))]
+    # loader subgroups beside the math subgroups (TileConfig.loaders; benchmarks/coop_direct.py --split
+    # measured the raw-int32 experiment this kernel generalizes)
+    out += [(f"lean + {ld} loaders", replace(c, lean=True, loaders=ld)) for ld in (4, 6, 8, 12)]
+    # other subgroup tiles with the default's staging (BK 128, one stage, lean)
+    one = replace(c, bk=128, stages=1, lean=True)
+    out += [(f"BK128 1 stage lean w{wm}x{wn}", replace(one, wm=wm, wn=wn)) for wm, wn in ((32, 32), (32, 64), (64, 64))]
+    out += [(f"BK128 1 stage lean g{g}", replace(one, group_m=g)) for g in (4, 16)]
+    out += [("lean stmap + 8 loaders", replace(c, lean=True, stmap=True, loaders=8)),
+            ("128x128x64 w64x64 (4 subgroups) lean + 4 loaders", TileConfig(128, 128, 64, 64, 64, lean=True, loaders=4)),
+            ("256x128x32 w64x64 lean + 8 loaders", TileConfig(256, 128, 32, 64, 64, lean=True, loaders=8))]
     return out
 
 
 def staging(dev: Any, rounds: int, rng: np.random.Generator, ours: Any, time_interleaved: Any,
             torch_peers: Any, random_inputs: Any, cfg_name: Any, family: str = "coopmat",
-            quick: bool = False) -> list[dict[str, Any]]:
+            quick: bool = False, shapes: list[tuple[tuple[int, int, int], bool]] | None = None) -> list[dict[str, Any]]:
     """Times, per shape, the default kernel and each staging option (interleaved rounds, sampled
     rows checked bitwise first) beside torch; prints per shape, returns rows for staging_summary.
-    quick: two small shapes (a dry run, e.g. with family coopmat-emulated on lavapipe)."""
+    quick: two small shapes (a dry run, e.g. with family coopmat-emulated on lavapipe); shapes:
+    ((M, K, N), quantized) pairs in place of the default ones."""
     rows: list[dict[str, Any]] = []
     print(f"\nstaging options (median of {rounds} rounds; x default = default s / this s, > 1 faster):")
-    shapes = ([((256, 256, 192), False), ((96, 384, 160), True)] if quick else
-              [(s, False) for s in GEMM_SHAPES] + [(s, True) for s in QUANT_SHAPES])
+    if shapes is None:
+        shapes = ([((256, 256, 192), False), ((96, 384, 160), True)] if quick else
+                  [(s, False) for s in GEMM_SHAPES] + [(s, True) for s in QUANT_SHAPES])
     for (m, k, n), quant in shapes:
         ops = 2.0 * m * n * k
         a, b = random_inputs(rng, m, k, n, np.uint8 if quant else np.int8)

@@ -9,7 +9,10 @@ Builds the C++ tool with g++ (-lvulkan; Vulkan headers with VK_KHR_cooperative_m
 GPU bundle's), then per case compiles the operator through kompute_dml (the variant and
 specialization constants it would dispatch) and runs the tool on that SPIR-V. The per-SM
 bounds use the H100's 65,536 registers, 228 KiB shared memory and 64 warps per SM (--sm-*
-to change them); registers are allocated per warp in units of 256 (8 per invocation).
+to change them); registers are allocated per warp in units of 256 (8 per invocation). The shared
+bound overstates what the driver gives these pipelines: work groups of 18 KiB ran two per SM, never
+three (`coop_peak.py --source shared`, benchmarks/RESULTS.md "what a GEMM step costs"); pass
+`--sm-shared` to apply a measured figure.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ ALTERNATIVES = {
     "128x128x64 w64x64 2 stages lean Bn": TileConfig(128, 128, 64, 64, 64, lean=True, b_rows="n"),
     "128x256x64 w64x64 1 stage lean Bn": TileConfig(128, 256, 64, 64, 64, stages=1, lean=True, b_rows="n"),
     "64x64x128 w32x32 1 stage lean Bn": TileConfig(64, 64, 128, 32, 32, stages=1, lean=True, b_rows="n"),
+    "128x128x64 w64x32 lean + 4 loaders": TileConfig(128, 128, 64, 64, 32, lean=True, loaders=4),
+    "128x128x64 w64x32 lean + 8 loaders": TileConfig(128, 128, 64, 64, 32, lean=True, loaders=8),
+    "128x128x64 w64x64 lean + 4 loaders": TileConfig(128, 128, 64, 64, 64, lean=True, loaders=4),
 }
 
 

@@ -3,8 +3,10 @@
 Family COOP_PEAK, source benchmarks/shaders/coop_peak.comp (kept out of shaders/, whose every
 source the production build requires to belong to the production contract): `coop_peak_a<ACC>`
 keeps ACC = NA x NB 16 x 16 int32 accumulators per subgroup (s8 x s8 -> s32 at 16x16x32, tensor
-cores, target vulkan1.2: the cmeel wheels' glslang and spirv-val), `coop_peakx_a<ACC>` the same
-loop by plain subgroup code (no device feature: the script's --emulated check on any device).
+cores, target vulkan1.2: the cmeel wheels' glslang and spirv-val), `coop_peaks_a<ACC>` loads the
+fragments from shared memory every round (SHM=1; `b`, `w`: with barriers and stores, SOURCES),
+`coop_peakx...` the same loops by plain subgroup
+code (no device feature: the script's --emulated check on any device).
 Not in kompute_dml/ops/contract, its specs, `kompute-dml info` or kompute_dml/spirv: `load()`
 builds it into benchmarks/out/spirv_peak (tools/build_spirv.py's `build`, with this file's shader
 directory) and adds it to this process's shaders; `plan_peak` / `compile_peak` make a dispatch.
@@ -41,11 +43,16 @@ S8_SHAPE = (16, 16, 32, 3, 3, 5, 5)  # M N K, A B C result types (SINT8 = 3, SIN
 SCOPE_SUBGROUP = 3  # VkScopeKHR
 CAPABILITY = "cooperative_matrix"
 
+# the loop's operands (variant infix -> SHM define, name): in registers; loaded from shared memory
+# every round; the same with a barrier per trip; and with a one-stage GEMM step's stores and barriers
+SOURCES = {"": (0, "registers"), "s": (1, "shared"), "b": (2, "shared+barrier"), "w": (3, "shared+store+2 barriers")}
 PEAK_PUSH = contract.block("trips", "sets")
 COOP_PEAK = contract.family(
-    "coop_peak", "coop_peak.comp", "coop_peak{emulated}_a{acc}", PEAK_PUSH, None, emulated=("", "x"), acc=tuple(TILES),
-    defines=lambda emulated, acc: {"MMA": 1 if emulated else 0, "NA": TILES[int(acc)][0], "NB": TILES[int(acc)][1]},
-    target=lambda emulated, acc: None if emulated else contract.COOP_TARGET)
+    "coop_peak", "coop_peak.comp", "coop_peak{emulated}{src}_a{acc}", PEAK_PUSH, None, emulated=("", "x"), src=tuple(SOURCES),
+    acc=tuple(TILES),
+    defines=lambda emulated, src, acc: {"MMA": 1 if emulated else 0, "SHM": SOURCES[src][0],
+                                        "NA": TILES[int(acc)][0], "NB": TILES[int(acc)][1]},
+    target=lambda emulated, src, acc: None if emulated else contract.COOP_TARGET)
 FAMILIES = (COOP_PEAK,)
 
 
@@ -83,10 +90,20 @@ class PeakConfig:
     subgroups: int  # subgroups per work group
     groups: int  # work groups
     emulated: bool = False
+    src: str = ""  # a key of SOURCES: "" registers; else fragments from shared memory (the work group's set)
+
+    @property
+    def shared(self) -> bool:
+        return self.src != ""
 
     @property
     def variant(self) -> str:
-        return COOP_PEAK.name(emulated="x" if self.emulated else "", acc=self.acc)
+        return COOP_PEAK.name(emulated="x" if self.emulated else "", src=self.src, acc=self.acc)
+
+    def set_of(self, subgroups: Any) -> Any:
+        """The fragment set each subgroup index takes (modulo the number of sets): its own, or
+        (shared) its work group's first subgroup's."""
+        return subgroups - subgroups % self.subgroups if self.shared else subgroups
 
     @property
     def tile(self) -> tuple[int, int]:
@@ -96,6 +113,14 @@ class PeakConfig:
     def set_words(self) -> int:
         na, nb = self.tile
         return (na + 2 * nb) * FRAG_WORDS
+
+    def shared_bytes(self, subgroup_size: int) -> int:
+        """Shared memory of the shader (coop_peak.comp: 4 copies of the set in 48-uvec4 fragments,
+        and for `w` 4 uvec4 per invocation)."""
+        if not self.shared or self.emulated:  # (the emulated loops read the buffer)
+            return 0
+        na, nb = self.tile
+        return 4 * (na + 2 * nb) * 48 * 16 + (4 * self.subgroups * subgroup_size * 16 if self.src == "w" else 0)
 
     def out_words(self) -> int:
         return self.groups * self.subgroups * self.acc * M * N
@@ -137,6 +162,10 @@ def compile_peak(device: Any, cfg: PeakConfig, trips: int, sets: int, subgroup_s
                 int((device.limits.get("max_compute_work_group_size") or (1024,))[0]))
     if wg > limit:
         raise UnsupportedError(f"coop_peak: {wg} invocations per work group exceed the device's {limit}")
+    # (a pipeline past the limit is invalid: the H100's driver lost the device on one)
+    shared, shared_limit = cfg.shared_bytes(subgroup_size), int(device.limits.get("max_compute_shared_memory_size") or 16384)
+    if shared > shared_limit:
+        raise UnsupportedError(f"coop_peak: {shared} bytes of shared memory exceed the device's {shared_limit}")
     if cfg.emulated and (subgroup_size < 8 or 256 % subgroup_size):
         raise UnsupportedError(f"coop_peak: the emulated variants need a subgroup size of 8..256 dividing 256, not {subgroup_size}")
     if not 1 <= cfg.groups <= 65535:

@@ -28,6 +28,11 @@
 // neither nor MMAs, 4 no epilogue (all wrong by design); exact: 5 the old epilogue loop, PIPE=1 the
 // old global -> shared pipeline (matmul_coop_load.glsl), PIPE=3 loads two steps ahead in two register
 // sets (default PIPE=2: one step), FAST=0 the staging before the interior fast path.
+// Loader subgroups (LOAD_FIRST > 0, two stages): subgroups from LOAD_FIRST on only stage tiles
+// (global -> registers -> shared, and the zero points' sums) and the first LOAD_FIRST only load
+// fragments and multiply. The loaders store tile s + 1 and load tile s + 2 while the math
+// subgroups multiply tile s, so each tile's loads have a whole step to arrive, and the math
+// subgroups hold no staging registers (more work groups' warps per SM: benchmarks/RESULTS.md).
 
 #ifndef MMA
 #define MMA 0                                      // 0 cooperative matrices, 1 emulated, 2 OpSDot
@@ -62,6 +67,7 @@ layout(constant_id = 8) const uint STAGES = 2;    // shared-memory stages: 2 or 
 layout(constant_id = 9) const uint KFLAGS = 0u;   // bit 31 set: the F_* flags, fixed at pipeline creation
 layout(constant_id = 10) const uint STMAP = 0u;   // 1: conflict-free staging map (coop_tid)
 layout(constant_id = 11) const uint CBMMA = 0u;   // 1: B's column sums by the MMAs (ones x B), not sum_b
+layout(constant_id = 12) const uint LOAD_FIRST = 0u;   // the first loader subgroup; 0: every subgroup stages
 
 const uint FM = WM / 16u, FN = WN / 16u;          // accumulators per subgroup: FM x FN
 const uint SGM = BM / WM;                         // subgroups along M
@@ -96,6 +102,11 @@ KDML_PUSH_BLOCK  // push constants: MATMUL_PUSH of kompute_dml/ops/contract (gen
 
 #define F_SUM_A 0x20000000u
 #define F_SUM_B 0x40000000u
+
+// the staging invocations (all, or the loader subgroups) and this invocation's index among them
+// (without loaders the local index, as before they existed)
+#define LWG (WG - LOAD_FIRST * SG)
+#define LTID ((LOAD_FIRST == 0u) ? gl_LocalInvocationID.x : (gl_SubgroupID - LOAD_FIRST) * SG + gl_SubgroupInvocationID)
 
 // ---- operand staging (matmul_coop_load.glsl once per operand: load_a, store_a, ..., load_b, ...) ---
 #define LD_MODE AL
@@ -135,6 +146,26 @@ void store_one(uint o, float v, bool f16) {
         out_buf[o] = floatBitsToUint(v);
     }
 }
+
+// One step's fragment loads and multiply-adds on the shared stage at a_tile / b_tile (in main: acc,
+// cbacc, wm0, wn0, sg and the sums' flags)
+#if BL == 3
+#define LOAD_B_KK(fb, b_tile, kk, j) LOAD_B(fb, b_tile + 32u * (kk) * BS + (wn0 + 16u * (j)) / 16u, BS, LAYOUT_ROW)
+#else
+#define LOAD_B_KK(fb, b_tile, kk, j) LOAD_B(fb, b_tile + (wn0 + 16u * (j)) * KS + 2u * (kk), KS, LAYOUT_COL)
+#endif
+#define MMA_STEP(a_tile, b_tile) \
+        [[unroll]] for (uint kk = 0u; kk < BK / 32u; ++kk) { \
+            A_FRAG fa[FM]; \
+            [[unroll]] for (uint i = 0u; i < FM; ++i) \
+                LOAD_A(fa[i], (a_tile) + (wm0 + 16u * i) * KS + 2u * kk, KS); \
+            [[unroll]] for (uint j = 0u; j < FN; ++j) { \
+                B_FRAG fb; \
+                LOAD_B_KK(fb, (b_tile), kk, j); \
+                [[unroll]] for (uint i = 0u; i < FM; ++i) acc[i * FN + j] = MULADD(fa[i], fb, acc[i * FN + j]); \
+                if (cb_mma && (cb_split ? kk % SGM == sg % SGM : sg % SGM == 0u)) cbacc[j] = ONES_MULADD(fb, cbacc[j]); \
+            } \
+        }
 
 void main() {
     const uint M = LO28(pc.m), N = LO28(pc.n), K = LO28(pc.k), C = CHANNELS(pc.c_flags);
@@ -185,11 +216,16 @@ void main() {
                              load_b(slot, b_base, pc.b_sn, pc.b_sk, N, K, n0, (t) * BK, b_xe); }
 #define STORE_STEP(slot, t) { store_a(slot, ((t) % STAGES) * A_TILE, M, K, m0, (t) * BK, a_xe STORE_SUM(need_ra)); \
                               store_b(slot, B_BASE + ((t) % STAGES) * B_TILE, N, K, n0, (t) * BK, b_xe STORE_SUM(need_cb && !cb_mma)); }
-    LOAD_STEP(0u, 0u)
-    STORE_STEP(0u, 0u)
+    const bool split = LOAD_FIRST != 0u;
+    const bool loads = sg >= LOAD_FIRST, math = !split || sg < LOAD_FIRST;   // uniform per subgroup
+    if (loads) {
+        LOAD_STEP(0u, 0u)
+        STORE_STEP(0u, 0u)
 #if PIPE == 3   // step t's loads in register set t & 1; step 1's in flight from here on
-    if (ABL != 1 && steps > 1u) LOAD_STEP(1u, 1u)
+        if (ABL != 1 && steps > 1u) LOAD_STEP(1u, 1u)
 #endif
+        if (split && steps > 1u) LOAD_STEP(0u, 1u)   // loaders: tile 1 in flight over the barrier
+    }
     barrier();
 
 #if ABL == 2   // the first step's fragments, reused by every step
@@ -202,6 +238,20 @@ void main() {
         const uint cur = s % STAGES, par = s & 1u;   // shared stage; register set (PIPE 3)
         const uint a_tile = cur * A_TILE, b_tile = B_BASE + cur * B_TILE;
         const bool more = ABL != 1 && s + 1u < steps;   // ablation 1: the first tile only
+        if (split) {   // (two stages) loaders: sums of tile s, tile s + 1 stored, s + 2 loaded
+            if (loads) {
+                if (need_ra) sum_a(a_tile);
+                if (need_cb && !cb_mma) sum_b(b_tile);
+                if (more) {
+                    STORE_STEP(0u, s + 1u)
+                    if (s + 2u < steps) LOAD_STEP(0u, s + 2u)
+                }
+            } else {
+                MMA_STEP(a_tile, b_tile)
+            }
+            barrier();
+            continue;
+        }
 #if PIPE == 3   // two steps ahead: loads in flight during this step's and the next step's MMAs
         if (ABL != 1 && s + 2u < steps) { if (par == 0u) LOAD_STEP(0u, s + 2u) else LOAD_STEP(1u, s + 2u) }
 #else   // the next step's loads are in flight while this step computes (until STORE_STEP)
@@ -214,21 +264,7 @@ void main() {
             [[unroll]] for (uint j = 0u; j < FN; ++j)
                 [[unroll]] for (uint i = 0u; i < FM; ++i) acc[i * FN + j] = MULADD(fa0[i], fb0[j], acc[i * FN + j]);
 #elif ABL != 3
-        [[unroll]] for (uint kk = 0u; kk < BK / 32u; ++kk) {
-            A_FRAG fa[FM];
-            [[unroll]] for (uint i = 0u; i < FM; ++i)
-                LOAD_A(fa[i], a_tile + (wm0 + 16u * i) * KS + 2u * kk, KS);
-            [[unroll]] for (uint j = 0u; j < FN; ++j) {
-                B_FRAG fb;
-#if BL == 3
-                LOAD_B(fb, b_tile + 32u * kk * BS + (wn0 + 16u * j) / 16u, BS, LAYOUT_ROW);
-#else
-                LOAD_B(fb, b_tile + (wn0 + 16u * j) * KS + 2u * kk, KS, LAYOUT_COL);
-#endif
-                [[unroll]] for (uint i = 0u; i < FM; ++i) acc[i * FN + j] = MULADD(fa[i], fb, acc[i * FN + j]);
-                if (cb_mma && (cb_split ? kk % SGM == sg % SGM : sg % SGM == 0u)) cbacc[j] = ONES_MULADD(fb, cbacc[j]);
-            }
-        }
+        MMA_STEP(a_tile, b_tile)
 #endif
         if (STAGES == 1u) barrier();   // one stage: read by every subgroup before it is rewritten
 #if PIPE == 3   // constant register-set indices (a runtime one would put the sets in local memory)
@@ -238,23 +274,26 @@ void main() {
 #endif
         barrier();
     }
-    if (need_ra) flush_a();
-    if (need_cb && !cb_mma) flush_b();
+    if (loads && need_ra) flush_a();
+    if (loads && need_cb && !cb_mma) flush_b();
     barrier();   // sums complete; the tiles are free for the accumulator staging
     const uint lane = gl_SubgroupInvocationID, stage = sg * 64u;   // this subgroup's 16 x 16 int32 staging
     if (cb_mma) {   // row 0 of each cbacc: this subgroup's part of CB for its columns
-        [[unroll]] for (uint j = 0u; j < FN; ++j) {
-            STORE_ACC(cbacc[j], stage, 4u);
-            subgroupMemoryBarrierShared(); subgroupBarrier();
-            [[unroll]] for (uint t = 0u; t < (16u + SG - 1u) / SG; ++t) {
-                const uint c = lane + t * SG;
-                if (c < 16u) atomicAdd(sumB[wn0 + 16u * j + c], int(smem[stage + (c >> 2u)][c & 3u]));
+        if (math) {
+            [[unroll]] for (uint j = 0u; j < FN; ++j) {
+                STORE_ACC(cbacc[j], stage, 4u);
+                subgroupMemoryBarrierShared(); subgroupBarrier();
+                [[unroll]] for (uint t = 0u; t < (16u + SG - 1u) / SG; ++t) {
+                    const uint c = lane + t * SG;
+                    if (c < 16u) atomicAdd(sumB[wn0 + 16u * j + c], int(smem[stage + (c >> 2u)][c & 3u]));
+                }
+                subgroupBarrier();
             }
-            subgroupBarrier();
         }
         barrier();
     }
 
+    if (!math) return;   // loader subgroups: nothing after the last barrier
 #if ABL == 4   // no epilogue: the int32 sums of whole 16 x 16 blocks stored as they are
     [[unroll]] for (uint i = 0u; i < FM; ++i) [[unroll]] for (uint j = 0u; j < FN; ++j) {
         const uint m = m0 + wm0 + 16u * i, n = n0 + wn0 + 16u * j;

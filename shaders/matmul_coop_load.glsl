@@ -11,7 +11,8 @@
 //   LD_PART, this invocation's staging registers and row-sum partials, are regs_a, part_a, ...).
 // Every value is stored as a signed byte: unsigned inputs are XOR-ed with 0x80 (x - 128), and
 // padding (rows past M or N, k past K) is 0, which adds nothing to products or sums.
-// Strides, offsets and sizes are in bytes (elements of an 8-bit type).
+// Strides, offsets and sizes are in bytes (elements of an 8-bit type). The loading invocations are
+// LWG of them, numbered LTID (matmul_coop.comp: every invocation, or only its loader subgroups).
 
 #ifndef PIPE
 #define PIPE 2   // global -> shared pipeline: 2 loads consumed at the store, 1 at the load (LD_LOAD)
@@ -58,22 +59,22 @@
 
 #if LD_MODE == 2
 const uint LD_UNITS = (BK / 4u) * (LD_TMN / 16u);          // 4 k rows x 16 columns each
-#define LD_NR (4u * ((LD_UNITS + WG - 1u) / WG))
+#define LD_NR (4u * ((LD_UNITS + LWG - 1u) / LWG))
 #elif LD_MODE == 3
 const uint LD_UNITS = BK * (LD_TMN / 16u);                 // one uvec4 of one k row each
-#define LD_NR ((LD_UNITS + WG - 1u) / WG)
+#define LD_NR ((LD_UNITS + LWG - 1u) / LWG)
 #else
 const uint LD_UNITS = LD_TMN * (BK / 16u);                 // 16 k of one row each
-#define LD_NR ((LD_UNITS + WG - 1u) / WG)
+#define LD_NR ((LD_UNITS + LWG - 1u) / LWG)
 #endif
 uvec4 LD_REGS[LD_SLOTS * LD_NR];
 
 #if LD_MODE == 3
 // column sums of a [BK][BS] tile: each item is one word column (4 columns) over BK / LD_PARTS rows
 const uint LD_COLS = LD_TMN / 4u;
-const uint LD_PARTS = (WG >= LD_COLS) ? (WG / LD_COLS) : 1u;
+const uint LD_PARTS = (LWG >= LD_COLS) ? (LWG / LD_COLS) : 1u;
 const uint LD_ITEMS = LD_COLS * LD_PARTS;
-int LD_PART[4u * ((LD_ITEMS + WG - 1u) / WG)];
+int LD_PART[4u * ((LD_ITEMS + LWG - 1u) / LWG)];
 #elif LD_RSUM
 // row sums from the registers: staging register i always holds 16 k of one row (coop_keep), so
 // its partial sums that row's chunks over the K loop (LD_STORE); 8 invocations share a row at BK 128
@@ -81,9 +82,9 @@ const uint LD_PARTS = 1u, LD_ITEMS = 0u;
 int LD_PART[LD_NR];
 #else
 // row sums of a [TMN][KS] tile: each item is one row's (BK / 4) / LD_PARTS words
-const uint LD_PARTS = (WG >= LD_TMN) ? (WG / LD_TMN) : 1u;
+const uint LD_PARTS = (LWG >= LD_TMN) ? (LWG / LD_TMN) : 1u;
 const uint LD_ITEMS = LD_TMN * LD_PARTS;
-int LD_PART[(LD_ITEMS + WG - 1u) / WG];
+int LD_PART[(LD_ITEMS + LWG - 1u) / LWG];
 #endif
 
 // The bytes of v at and past byte `keep` (0..16) set to zero.
@@ -105,8 +106,8 @@ uvec4 LD_MASK16(uvec4 v, uint keep) {
 // (l / 8) % (BK / 16), so a phase stores 8 rows of one chunk (8 bank groups), and the warp still
 // loads the same whole rows (the same sectors). A permutation within each 32 invocations.
 uint coop_tid(uint mode) {
-    const uint tid = gl_LocalInvocationID.x, r = BK / 16u;
-    if (mode != 1u || STMAP == 0u || WG % 32u != 0u || r >= 8u) return tid;
+    const uint tid = LTID, r = BK / 16u;
+    if (mode != 1u || STMAP == 0u || LWG % 32u != 0u || r >= 8u) return tid;
     const uint lane = tid & 31u, ph = lane >> 3u;
     return (tid & ~31u) + ((lane & 7u) + 8u * (ph / r)) * r + ph % r;
 }
@@ -114,23 +115,23 @@ uint coop_tid(uint mode) {
 // Staging register i of an operand in load mode `mode` (1..3) with tile size tmn: its element
 // (mn, k) and how many of its 16 bytes lie inside the matrix (0: none, nothing is loaded).
 uint coop_keep(uint mode, uint tmn, uint i, uint MN, uint K, uint mn0, uint k0, out uint mn, out uint k) {
-    const uint tid = gl_LocalInvocationID.x;
+    const uint tid = LTID;
     bool ok;
     if (mode == 2u) {   // 4 registers per unit of 4 k rows x 16 columns, k group fastest
-        uint u = tid + (i / 4u) * WG;
+        uint u = tid + (i / 4u) * LWG;
         mn = mn0 + 16u * (u / (BK / 4u));
         k = k0 + 4u * (u % (BK / 4u)) + i % 4u;
         ok = u < (BK / 4u) * (tmn / 16u) && mn < MN && k < K;
         return ok ? min(16u, MN - mn) : 0u;
     }
-    uint u = tid + i * WG;
+    uint u = tid + i * LWG;
     if (mode == 3u) {   // one row of k, 16 columns
         mn = mn0 + 16u * (u % (tmn / 16u));
         k = k0 + u / (tmn / 16u);
         ok = u < BK * (tmn / 16u) && k < K && mn < MN;
         return ok ? min(16u, MN - mn) : 0u;
     }
-    u = coop_tid(mode) + i * WG;
+    u = coop_tid(mode) + i * LWG;
     mn = mn0 + u / (BK / 16u);   // mode 1: 16 k of one row
     k = k0 + 16u * (u % (BK / 16u));
     ok = u < tmn * (BK / 16u) && mn < MN && k < K;
@@ -139,7 +140,7 @@ uint coop_keep(uint mode, uint tmn, uint i, uint MN, uint K, uint mn0, uint k0, 
 #endif
 
 // Fast path: units in rows of LD_R (mode 1: 16-k chunks of a row; 3: 16-column chunks of a k row;
-// 2: 4-k groups of a 16-column unit). Where WG is a multiple of LD_R every register of this
+// 2: 4-k groups of a 16-column unit). Where LWG is a multiple of LD_R every register of this
 // invocation sits a fixed distance from the first, so LD_SETUP computes its shared offset (and,
 // for the LDV ablations, its global uvec4 index at step 0) once; each store adds constants.
 // (macros, not spec-constant globals: glslang misplaces those combined ones in function blocks)
@@ -150,8 +151,8 @@ uint coop_keep(uint mode, uint tmn, uint i, uint MN, uint K, uint mn0, uint k0, 
 #else
 #define LD_R (BK / 4u)
 #endif
-#define LD_FAST (FAST != 0 && LD_MODE != 0 && WG % LD_R == 0u)
-#define LD_RSTEP (WG / LD_R)   // rows per register
+#define LD_FAST (FAST != 0 && LD_MODE != 0 && LWG % LD_R == 0u)
+#define LD_RSTEP (LWG / LD_R)   // rows per register
 uint LD_Q0, LD_S0;
 void LD_SETUP(uint base, uint s_mn, uint s_k, uint mn0) {
     const uint r0 = coop_tid(LD_MODE) / LD_R, c = coop_tid(LD_MODE) % LD_R;
@@ -199,7 +200,7 @@ void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn
 #endif
         [[unroll]] for (uint i = 0u; i < nr; ++i) {
             keep[i] = 16u;
-            at[i] = (LD_UNITS % WG == 0u || tid + (i / per) * WG < LD_UNITS) ? LD_AT(i, s_mn, s_k, k0) : base >> 4u;
+            at[i] = (LD_UNITS % LWG == 0u || tid + (i / per) * LWG < LD_UNITS) ? LD_AT(i, s_mn, s_k, k0) : base >> 4u;
         }
     } else {
         [[unroll]] for (uint i = 0u; i < nr; ++i) {
@@ -218,9 +219,9 @@ void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn
         LD_REGS[slot * nr + i] = v;
     }
 #else
-    const uint tid = gl_LocalInvocationID.x, nr = LD_NR;
+    const uint tid = LTID, nr = LD_NR;
     [[unroll]] for (uint i = 0u; i < nr; ++i) {
-        uint u = tid + i * WG;
+        uint u = tid + i * LWG;
         uint kq = u % (BK / 16u), row = u / (BK / 16u);
         uint mn = mn0 + row, k = k0 + 16u * kq;
         uvec4 v = uvec4(0u);
@@ -241,7 +242,7 @@ void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn
 
 // Registers -> the shared tile starting at smem[tile] (the load's MN, K, mn0, k0, xe).
 void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe LD_SUM_ARG) {
-    const uint tid = gl_LocalInvocationID.x, nr = LD_NR;
+    const uint tid = LTID, nr = LD_NR;
 #if LD_MODE != 0 && PIPE != 1
 #if LDV != 1
     const bool inside = LD_FAST && mn0 + LD_TMN <= MN && k0 + BK <= K;   // nothing to mask
@@ -270,7 +271,7 @@ void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe 
 #endif
 #if LD_MODE == 2
     [[unroll]] for (uint i = 0u; i < nr / 4u; ++i) {
-        uint u = tid + i * WG;
+        uint u = tid + i * LWG;
         if (u < LD_UNITS) {
             uint kg = u % (BK / 4u), mq = u / (BK / 4u);
             // 4 k rows (a, b, c, d) x 16 columns -> 16 words, one per column, bytes in k order
@@ -292,14 +293,14 @@ void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe 
     }
 #elif LD_MODE == 3
     [[unroll]] for (uint i = 0u; i < nr; ++i) {
-        uint u = tid + i * WG;
-        if (LD_FAST) { if (LD_UNITS % WG == 0u || u < LD_UNITS) smem[tile + LD_S0 + i * LD_RSTEP * BS] = LD_REGS[slot * nr + i]; }
+        uint u = tid + i * LWG;
+        if (LD_FAST) { if (LD_UNITS % LWG == 0u || u < LD_UNITS) smem[tile + LD_S0 + i * LD_RSTEP * BS] = LD_REGS[slot * nr + i]; }
         else if (u < LD_UNITS) smem[tile + (u / (LD_TMN / 16u)) * BS + u % (LD_TMN / 16u)] = LD_REGS[slot * nr + i];
     }
 #else
     [[unroll]] for (uint i = 0u; i < nr; ++i) {
-        uint u = coop_tid(LD_MODE) + i * WG;
-        if (LD_FAST) { if (LD_UNITS % WG == 0u || u < LD_UNITS) smem[tile + LD_S0 + i * LD_RSTEP * KS] = LD_REGS[slot * nr + i]; }
+        uint u = coop_tid(LD_MODE) + i * LWG;
+        if (LD_FAST) { if (LD_UNITS % LWG == 0u || u < LD_UNITS) smem[tile + LD_S0 + i * LD_RSTEP * KS] = LD_REGS[slot * nr + i]; }
         else if (u < LD_UNITS) smem[tile + (u / (BK / 16u)) * KS + u % (BK / 16u)] = LD_REGS[slot * nr + i];
     }
 #endif
@@ -309,13 +310,13 @@ void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe 
 // (rows of a k-contiguous tile; columns of a row-major one). A signed byte is its biased
 // unsigned value (byte ^ 0x80) - 128; unsigned bytes are summed two per 16-bit lane.
 void LD_SUM(uint tile) {
-    const uint tid = gl_LocalInvocationID.x;
+    const uint tid = LTID;
 #if LD_RSUM
     // (summed at the store)
 #elif LD_MODE == 3
     const uint rows = BK / LD_PARTS;
     [[unroll]] for (uint i = 0u; i < LD_PART.length() / 4u; ++i) {
-        uint item = tid + i * WG;
+        uint item = tid + i * LWG;
         if (item < LD_ITEMS) {
             uint col = item % LD_COLS, part = item / LD_COLS;
             uint even = 0u, odd = 0u;   // bytes 0, 2 and 1, 3 of each word, 16-bit lanes
@@ -334,7 +335,7 @@ void LD_SUM(uint tile) {
 #else
     const uint words = (BK / 4u) / LD_PARTS;
     [[unroll]] for (uint i = 0u; i < LD_PART.length(); ++i) {
-        uint item = tid + i * WG;
+        uint item = tid + i * LWG;
         if (item < LD_ITEMS) {
             uint row = item / LD_PARTS, part = item % LD_PARTS;
             uint lanes = 0u;
@@ -351,15 +352,15 @@ void LD_SUM(uint tile) {
 
 // Partial sums -> LD_SUMS (shared, zeroed before the K loop).
 void LD_FLUSH() {
-    const uint tid = gl_LocalInvocationID.x;
+    const uint tid = LTID;
 #if LD_RSUM
     [[unroll]] for (uint i = 0u; i < LD_NR; ++i) {
-        const uint u = coop_tid(1u) + i * WG;   // the unit of register i (coop_keep): row u / (BK / 16)
+        const uint u = coop_tid(1u) + i * LWG;   // the unit of register i (coop_keep): row u / (BK / 16)
         if (u < LD_UNITS) atomicAdd(LD_SUMS[u / (BK / 16u)], LD_PART[i]);
     }
 #elif LD_MODE == 3
     [[unroll]] for (uint i = 0u; i < LD_PART.length() / 4u; ++i) {
-        uint item = tid + i * WG;
+        uint item = tid + i * LWG;
         if (item < LD_ITEMS) {
             uint col = item % LD_COLS;
             [[unroll]] for (uint e = 0u; e < 4u; ++e) atomicAdd(LD_SUMS[4u * col + e], LD_PART[4u * i + e]);
@@ -367,7 +368,7 @@ void LD_FLUSH() {
     }
 #else
     [[unroll]] for (uint i = 0u; i < LD_PART.length(); ++i) {
-        uint item = tid + i * WG;
+        uint item = tid + i * LWG;
         if (item < LD_ITEMS) atomicAdd(LD_SUMS[item / LD_PARTS], LD_PART[i]);
     }
 #endif

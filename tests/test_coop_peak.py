@@ -59,8 +59,10 @@ def test_overlay_builds_apart_from_the_contract(tmp_path):
     manifest = json.loads((ROOT / "kompute_dml" / "spirv" / "manifest.json").read_text())
     production = set(contract.by_variant()) | {v for s in SPECS for v in s.variants} | set(manifest)
     assert not [v for v in production if v.startswith("coop_peak")]
-    assert set(ov.COOP_PEAK.variants) == {f"coop_peak{e}_a{a}" for e in ("", "x") for a in (1, 2, 4, 8, 16)}
+    assert set(ov.COOP_PEAK.variants) == {f"coop_peak{e}{src}_a{a}" for e in ("", "x") for src in ("", "s", "b", "w")
+                                          for a in (1, 2, 4, 8, 16)}
     assert ov.COOP_PEAK.builds()["coop_peak_a8"]["TARGET"] == contract.COOP_TARGET
+    assert [ov.COOP_PEAK.builds()[f"coop_peak{src}_a8"]["SHM"] for src in ("", "s", "b", "w")] == ["0", "1", "2", "3"]
     assert ov.COOP_PEAK.builds()["coop_peakx_a8"]["MMA"] == "1"
     assert not (ROOT / "shaders" / ov.COOP_PEAK.source).exists()  # the production build checks shaders/ whole
     if not ov.has_wheel():
@@ -78,15 +80,17 @@ def test_overlay_builds_apart_from_the_contract(tmp_path):
 
 def test_check_tensor_cores(dev):
     """`coop_peak.py --check`: every accumulator count on a tiny grid, every word against numpy
-    int64; skips where the device has no cooperative matrices (lavapipe), naming why."""
+    int64, for every loop (registers, shared memory, with barriers and stores); skips where the
+    device has no cooperative matrices (lavapipe), naming why."""
     p = peak()
     reason = overlay().unavailable(dev)
     if reason is not None:
         assert "cooperative" in reason
         pytest.skip(f"coop_peak --check: {reason}")
     built_or_skip(tensor_cores=True)
-    rows = p.check_all(dev, [1, 2, 4, 8, 16], False, np.random.default_rng(1))
+    rows = p.check_all(dev, [1, 2, 4, 8, 16], False, np.random.default_rng(1), tuple(overlay().SOURCES))
     assert rows and all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
+    assert {r["variant"][len("coop_peak"):].split("_")[0] for r in rows} == set(overlay().SOURCES)
 
 
 def test_main_skips_without_cooperative_matrices(dev, capsys, tmp_path):
@@ -123,7 +127,7 @@ def test_emulated_sweep_writes_json(dev, tmp_path, capsys):
                       "--target-ms", "1", "--repeats", "2", "--json", str(out)])
     assert rc == 0
     text = capsys.readouterr().out
-    assert "best: " in text and "EMULATED" in text
+    assert "best (registers): " in text and "EMULATED" in text
     result = json.loads(out.read_text())
     assert result["check"]["ok"] and len(result["rows"]) == 4
     best = result["best"]
@@ -132,6 +136,22 @@ def test_emulated_sweep_writes_json(dev, tmp_path, capsys):
         assert r["variant"].startswith("coop_peakx_a") and r["iterations"] == 4 * r["trips"]
         assert r["tops"] == pytest.approx(2 * 16 * 16 * 32 * r["iterations"] * r["acc"] * r["subgroups"]
                                           * r["groups"] / r["seconds"] / 1e12)
+
+
+def test_emulated_shared_sources(dev):
+    """The loops fed from shared memory take their work group's fragment set (PeakConfig.set_of),
+    which the check expects: exact for each, and a check against each subgroup's own set fails."""
+    built_or_skip(tensor_cores=False)
+    p = peak()
+    rows = p.check_all(dev, [2, 8], True, np.random.default_rng(4), ("s", "b", "w"))
+    assert len(rows) == 36 and all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
+    cfg = overlay().PeakConfig(2, 2, 5, emulated=True, src="s")
+    case = p.Case(dev, cfg, 3, np.random.default_rng(5))
+    case.run(1)
+    assert case.check(1) == (True, "all")
+    assert list(cfg.set_of(np.arange(6))) == [0, 0, 2, 2, 4, 4]
+    case.cfg = overlay().PeakConfig(2, 2, 5, emulated=True)  # each subgroup's own set: not what ran
+    assert not case.check(1)[0]
 
 
 def test_peak_config_unsupported(dev):

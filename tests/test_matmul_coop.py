@@ -231,11 +231,17 @@ STAGING = [TileConfig(64, 64, 64, 32, 16, stmap=True), TileConfig(64, 64, 32, 32
            TileConfig(64, 32, 64, 16, 32, b_rows="n", stages=1, lean=True),
            TileConfig(64, 64, 64, 32, 16, lean=True, cb_mma=True),
            TileConfig(64, 32, 64, 16, 32, b_rows="n", cb_mma=True),
-           TileConfig(64, 64, 128, 32, 16, stages=1, cb_mma=True, stmap=True)]
+           TileConfig(64, 64, 128, 32, 16, stages=1, cb_mma=True, stmap=True),
+           TileConfig(64, 64, 64, 32, 16, loaders=2), TileConfig(64, 32, 64, 16, 32, b_rows="n", lean=True, loaders=1),
+           TileConfig(64, 64, 32, 32, 32, stmap=True, cb_mma=True, loaders=3)]
 
 
-@pytest.mark.parametrize("config", STAGING, ids=lambda c: f"{c.bm}x{c.bn}x{c.bk}_s{c.stages}{'_lean' * c.lean}"
-                         f"{'_stmap' * c.stmap}{'_cbmma' * c.cb_mma}_{c.b_rows}")
+def _config_id(c: TileConfig) -> str:
+    return (f"{c.bm}x{c.bn}x{c.bk}_s{c.stages}{'_lean' * c.lean}{'_stmap' * c.stmap}{'_cbmma' * c.cb_mma}"
+            f"{f'_ld{c.loaders}' if c.loaders else ''}_{c.b_rows}")
+
+
+@pytest.mark.parametrize("config", STAGING, ids=_config_id)
 def test_staging_options(dev, rng, family, config):
     """Interior tiles (the fast path) and edge tiles over several K steps, for each flag set a
     lean pipeline folds: signedness pairs, zero points on either side, FLOAT16 output."""
@@ -246,6 +252,23 @@ def test_staging_options(dev, rng, family, config):
                                                (PAIRS[1], "tensor", "col", "col", DT.FLOAT32)]:
         run_case(dev, rng, pair=pair, out_dt=out_dt, M=70, K=140, N=66, a_layout="row", b_layout=b_layout,
                  a_zp=a_zp, b_zp=b_zp, a_q="row", b_q="col", bias="n", config=config, family=family)
+
+
+@pytest.mark.parametrize("b_mode", ["r", "n", "c", "g"])
+@pytest.mark.parametrize("a_mode", ["r", "c", "g"])
+def test_loader_subgroups(dev, rng, family, a_mode, b_mode):
+    """Loader subgroups (TileConfig.loaders) in every load mode: they alone stage the tiles and sum
+    the zero points' rows and columns, over one, two and many K steps (the loaders' prologue and
+    their last steps), with edge tiles and both zero points."""
+    layouts = {"r": "row", "c": "col", "g": "gap", "n": "row"}
+    config = TileConfig(32, 64, 32, 32, 16, b_rows="n" if b_mode == "n" else "r", loaders=2)
+    skip_unless_fits(dev, family, config)
+    for M, K, N in [(33, 20, 70), (40, 64, 64), (37, 203, 29)]:
+        pair = PAIRS[int(rng.integers(0, 4))]
+        op, *_ = run_case(dev, rng, pair=pair, M=M, K=K, N=N, a_layout=layouts[a_mode], b_layout=layouts[b_mode],
+                          a_zp="row", b_zp="col", a_q="row", b_q="col", bias="full", config=config, family=family)
+        assert op.variants[0] == variant(family, a_mode + b_mode)
+        assert op.plans[0].spec[0] == 6 * (8 if dev.device_type == "cpu" else 32)  # 4 math + 2 loader subgroups
 
 
 # ---- outputs: strides, padding, FLOAT16 words and half-words --------------------------------

@@ -74,7 +74,9 @@ class TileConfig:
     signed operands, no sum code where no zero point needs it; one pipeline per flag set);
     `stmap`: the conflict-free shared-store map of k-contiguous operands (coop_tid); `cb_mma`:
     B's column sums (A's zero point) by extra MMAs of a ones fragment with the B fragments,
-    spread over the subgroups along M, in place of summing the shared tiles every step."""
+    spread over the subgroups along M, in place of summing the shared tiles every step;
+    `loaders`: subgroups that only stage tiles (and sum the zero points' rows and columns) beside
+    the math subgroups, which then only multiply (two stages; 0: every subgroup does both)."""
 
     bm: int
     bn: int
@@ -87,15 +89,21 @@ class TileConfig:
     lean: bool = False
     stmap: bool = False
     cb_mma: bool = False
+    loaders: int = 0
 
     def subgroups(self) -> int:
+        """The math subgroups (each a WM x WN block of accumulators)."""
         return (self.bm // self.wm) * (self.bn // self.wn)
 
+    def invocations(self, subgroup_size: int) -> int:
+        return (self.subgroups() + self.loaders) * subgroup_size
+
     def spec(self, subgroup_size: int, flags: int = 0) -> tuple[int, ...]:
-        """constant_id 0..11 of matmul_coop.comp (0 is also local_size_x_id); `flags`: the
+        """constant_id 0..12 of matmul_coop.comp (0 is also local_size_x_id); `flags`: the
         push word's F_* bits, fixed in the pipeline where `lean`."""
-        return (self.subgroups() * subgroup_size, self.bm, self.bn, self.bk, self.wm, self.wn, subgroup_size,
-                self.group_m, self.stages, (flags | _F_KNOWN) if self.lean else 0, int(self.stmap), int(self.cb_mma))
+        return (self.invocations(subgroup_size), self.bm, self.bn, self.bk, self.wm, self.wn, subgroup_size,
+                self.group_m, self.stages, (flags | _F_KNOWN) if self.lean else 0, int(self.stmap), int(self.cb_mma),
+                self.subgroups() if self.loaders else 0)
 
     def tile_uvec4(self, b_mode: int) -> int:
         """uvec4 of one shared stage of A and B."""
@@ -119,18 +127,21 @@ class TileConfig:
             out.append("GROUP_M >= 1")
         if self.stages not in (1, 2):
             out.append("stages 1 or 2")
-        wg = self.subgroups() * subgroup_size
+        if self.loaders and (self.loaders < 0 or self.stages != 2):
+            out.append("loader subgroups with two stages")
+        wg = self.invocations(subgroup_size)
+        lwg = self.loaders * subgroup_size if self.loaders else wg  # the invocations that stage and sum
         get = getattr(limits, "get", lambda key, default=None: default)
         if wg > min(get("max_compute_work_group_invocations", 1024), get("max_compute_work_group_size", (1024,))[0]):
             out.append(f"{wg} invocations exceed the device's work-group limit")
         for tmn, mode in ((bm, a_mode), (bn, b_mode)):
             if mode == 3:
                 cols = bn // 4
-                parts = wg // cols if wg >= cols else 1
+                parts = lwg // cols if lwg >= cols else 1
                 if bk % parts:
                     out.append("column sums: BK divisible by the parts per column")
             else:
-                parts = wg // tmn if wg >= tmn else 1
+                parts = lwg // tmn if lwg >= tmn else 1
                 if (bk // 4) % parts:
                     out.append("row sums: BK / 4 divisible by the parts per row")
         if self.subgroups() * 64 > self.stages * self.tile_uvec4(b_mode):
