@@ -32,7 +32,8 @@
 // (global -> registers -> shared, and the zero points' sums) and the first LOAD_FIRST only load
 // fragments and multiply. The loaders store tile s + 1 and load tile s + 2 while the math
 // subgroups multiply tile s, so each tile's loads have a whole step to arrive, and the math
-// subgroups hold no staging registers (more work groups' warps per SM: benchmarks/RESULTS.md).
+// subgroups hold no staging registers (more warps per SM; on the H100 still slower than the
+// default, which needs half the barriers per K: benchmarks/RESULTS.md, "what a GEMM step costs").
 
 #ifndef MMA
 #define MMA 0                                      // 0 cooperative matrices, 1 emulated, 2 OpSDot
