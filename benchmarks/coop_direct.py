@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Experiment: s8 x s8 products whose cooperative-matrix fragments come straight from global
 memory (benchmarks/shaders/coop_direct.comp, no shared-memory staging), or (--split) whose work
-group splits into loader and math subgroups (benchmarks/shaders/coop_split.comp), against the
-production kernel (the coopmat family's default tiles, B column-major) and torch._int_mm, same process.
+group splits into loader and math subgroups (benchmarks/shaders/coop_split.comp), or (--workgroup)
+on workgroup-scope matrices loaded from the buffers (VK_NV_cooperative_matrix2,
+benchmarks/shaders/coop_direct_wg.comp: the driver stages the tiles), against the production
+kernel (the coopmat family's default tiles, B column-major) and torch._int_mm, same process.
 
-    PYTHONPATH=. python3 benchmarks/coop_direct.py [--shapes 4096,8192] [--rounds 5] [--split]
+    PYTHONPATH=. python3 benchmarks/coop_direct.py [--shapes 4096,8192] [--rounds 5] [--split | --workgroup]
 
 The production kernel's ablation (bench_coop.py --ablate) showed its global -> shared staging is
 what limits it; this asks whether the L1 cache serves fragments loaded directly faster. Ours:
@@ -23,7 +25,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_coop import Ours, random_inputs, time_interleaved, torch_peers
-from overlay_direct import DirectConfig, SplitConfig, compile_direct, compile_split
+from overlay_direct import (
+    WG_DIRECT_TILES,
+    DirectConfig,
+    SplitConfig,
+    WgDirectConfig,
+    compile_direct,
+    compile_direct_wg,
+    compile_split,
+)
+from overlay_peak import MAX_ACC_WORDS, workgroup_shapes
 
 import kompute_dml as kdml
 
@@ -35,11 +46,26 @@ SPLIT_CONFIGS = [SplitConfig(2, 4, 4, 2, 8), SplitConfig(2, 4, 4, 2, 8, ahead=2)
                  SplitConfig(4, 2, 2, 4, 8), SplitConfig(2, 4, 4, 2, 4)]
 
 
+def wg_configs(dev: kdml.Device) -> list[WgDirectConfig]:
+    """Every workgroup-scope tile, BK and prefetch choice at each work-group size the device lists
+    for s8 workgroup-scope shapes whose granularity divides the tile, at most MAX_ACC_WORDS
+    accumulator words per invocation."""
+    out = []
+    for s in workgroup_shapes(dev):
+        for tile in WG_DIRECT_TILES:
+            tm, tn = (int(v) for v in tile.split("x"))
+            for bk in (32, 64):
+                if tm % s[0] == 0 and tn % s[1] == 0 and bk % s[2] == 0 and tm * tn <= MAX_ACC_WORDS * s[9]:
+                    out += [WgDirectConfig(tm, tn, bk, int(s[9]), pf) for pf in (0, 1)]
+    return list(dict.fromkeys(out))
+
+
 class Direct:
-    def __init__(self, dev: kdml.Device, cfg: DirectConfig | SplitConfig, a_t: kdml.Tensor, bt_t: kdml.Tensor,
-                 m: int, n: int, k: int):
+    def __init__(self, dev: kdml.Device, cfg: DirectConfig | SplitConfig | WgDirectConfig, a_t: kdml.Tensor,
+                 bt_t: kdml.Tensor, m: int, n: int, k: int):
         self.dev, self.m, self.n = dev, m, n
-        self.op = (compile_split if isinstance(cfg, SplitConfig) else compile_direct)(dev, cfg, m, n, k)
+        compile_for = {SplitConfig: compile_split, WgDirectConfig: compile_direct_wg}.get(type(cfg), compile_direct)
+        self.op = compile_for(dev, cfg, m, n, k)  # type: ignore[operator]
         self.ins = [a_t, bt_t]
         self.out = dev.empty(kdml.TensorDesc(kdml.DataType.INT32, (m * n,)))
 
@@ -63,6 +89,8 @@ def main() -> int:
     ap.add_argument("--ceiling", type=float, default=None,
                     help="the instruction ceiling in TOPS (benchmarks/coop_peak.py's best) for the fraction column")
     ap.add_argument("--split", action="store_true", help="the loader / math split kernels in place of the direct ones")
+    ap.add_argument("--workgroup", action="store_true",
+                    help="workgroup-scope matrices from the buffers (VK_NV_cooperative_matrix2) in place of the direct ones")
     args = ap.parse_args()
     dev = kdml.Device()
     if "cooperative_matrix" not in dev.capabilities:
@@ -80,13 +108,17 @@ def main() -> int:
         prod = Ours(dev, a, b, b_colmajor=True, quant=False)
         cases["production default (B col-major)"] = prod.run
         checks["production default (B col-major)"] = prod.check(rows)
-        for cfg in SPLIT_CONFIGS if args.split else CONFIGS:
+        kind = "split" if args.split else "workgroup" if args.workgroup else "direct"
+        configs = {"split": SPLIT_CONFIGS, "workgroup": wg_configs(dev), "direct": CONFIGS}[kind]
+        if not configs:
+            print(f"  {dev.name}: no s8 workgroup-scope shapes (cooperative_matrix_workgroup not enabled)")
+        for cfg in configs:
             try:
                 d = Direct(dev, cfg, a_t, bt_t, m, n, k)
             except kdml.DMLError as e:
                 print(f"  {cfg.name()}: cannot run: {e}")
                 continue
-            label = f"{'split' if args.split else 'direct'} {cfg.name()}"
+            label = f"{kind} {cfg.name()}"
             checks[label] = d.check(a, b, rows)
             cases[label] = d.run
         peers = torch_peers(a, b, None) or {}

@@ -19,7 +19,8 @@ in int32 (each accumulator ends at 2 * trips * A D) and are compared with numpy 
 2. The sweep (--source: the loop's operands, comma-separated: registers (default); shared, each
    round loading its fragments from shared memory as a GEMM's inner loop does; shared+barrier, with
    a work-group barrier per trip; step, also storing to shared memory with a second barrier, as a
-   one-stage GEMM step; all): ACC x
+   one-stage GEMM step; workgroup, VK_NV_cooperative_matrix2's workgroup-scope matrices (below);
+   all): ACC x
    subgroups per work group (`--subgroups`) x work groups per SM (`--groups-per-sm`,
    grid = --sms x that; at most 64 subgroups per SM). Each configuration: `trips` calibrated so
    that one dispatch takes about --target-ms, one warm-up, then --repeats dispatches timed by kp
@@ -33,9 +34,13 @@ in int32 (each accumulator ends at 2 * trips * A D) and are compared with numpy 
 Output: a table (rich; the best row in bold), then the best configuration; --json FILE writes every
 row, the checks and the device's cooperative-matrix shapes.
 
-VK_NV_cooperative_matrix2 (workgroup scope) is not measured: the runtime enables only
-VK_KHR_cooperative_matrix (kompute_dml/policy.py CAPABILITIES; scripts/kp-0.9.0-kompute-dml.patch,
-kdml_features.hpp). Expected run time on an H100: about a minute, at most two (the default sweep:
+`--source workgroup` (the capability cooperative_matrix_workgroup: VK_NV_cooperative_matrix2's
+workgroup scope with flexible dimensions, enabled by kp patch level 12 where the device offers it)
+runs benchmarks/shaders/coop_peak_wg.comp: one TM x TN x 32 multiply-add of the whole work group
+(`--wg-tiles`), NC = 1 or 2 independent accumulators, the same B / B' rounds and int64 check, at
+every work-group size the device lists for s8 workgroup-scope shapes, with the same work groups per
+SM; how the driver spreads such a product over its warps, and where it keeps A and B, is its own
+choice, which this measures. Expected run time on an H100: about a minute, at most two (the default sweep:
 about 150 configurations, 7-8 dispatches of ~10 ms each, the checks' read-backs); --quick ~10 s.
 """
 
@@ -57,13 +62,16 @@ from overlay_peak import (
     ROUNDS_PER_TRIP,
     SOURCES,
     TILES,
+    WG_TILES,
     K,
     M,
     N,
     PeakConfig,
+    WgPeakConfig,
     compile_peak,
     load,
     unavailable,
+    workgroup_shapes,
 )
 
 import kompute_dml as kdml
@@ -96,6 +104,17 @@ def shapes_text(dev: kdml.Device) -> list[str]:
     return out
 
 
+def flexible_text(dev: kdml.Device) -> list[str]:
+    """The workgroup-scope shapes the device lists (granularity, types, invocations)."""
+    out = []
+    for s in getattr(dev, "cooperative_matrix_flexible_shapes", ()):
+        mg, ng, kg, a, b, c, r, sat, scope, inv = s[:10]
+        t = lambda v: VK_TYPES.get(v, str(v))  # noqa: E731
+        out.append(f"{mg}x{ng}x{kg} {t(a)}x{t(b)}+{t(c)}->{t(r)}{' sat' if sat else ''} "
+                   f"{VK_SCOPES.get(scope, scope)} {inv} invocations")
+    return out
+
+
 # ---- the data ----------------------------------------------------------------------------------
 def fragment_sets(rng: np.random.Generator, acc: int, sets: int) -> tuple[np.ndarray, np.ndarray]:
     """(input words, expected per set): A (16 x 32, row-major), B and B' = D - B (32 x 16,
@@ -113,13 +132,27 @@ def fragment_sets(rng: np.random.Generator, acc: int, sets: int) -> tuple[np.nda
     return words, exp
 
 
+def wg_sets(rng: np.random.Generator, tm: int, tn: int, sets: int) -> tuple[np.ndarray, np.ndarray]:
+    """(input words, expected per set) of the workgroup-scope loop: A (tm x 32, row-major), B and
+    B' = D - B (32 x tn, column-major) per set; expected[s] = A[s] @ D[s] (int64, tm x tn)."""
+    a = rng.integers(-128, 128, (sets, tm, K), dtype=np.int16)
+    b = rng.integers(-126, 127, (sets, K, tn), dtype=np.int16)
+    d = rng.integers(-1, 2, (sets, K, tn), dtype=np.int16)
+    col = lambda x: np.ascontiguousarray(x.transpose(0, 2, 1)).reshape(sets, -1)  # noqa: E731  k contiguous
+    data = np.concatenate([a.reshape(sets, -1), col(b), col(d - b)], axis=1).astype(np.int8)
+    return np.ascontiguousarray(data).view(np.uint32).reshape(-1), np.matmul(a.astype(np.int64), d.astype(np.int64))
+
+
 class Case:
     """One configuration on the device: its fragment sets uploaded, its output allocated."""
 
-    def __init__(self, dev: kdml.Device, cfg: PeakConfig, sets: int, rng: np.random.Generator) -> None:
+    def __init__(self, dev: kdml.Device, cfg: PeakConfig | WgPeakConfig, sets: int, rng: np.random.Generator) -> None:
         self.dev, self.cfg, self.sets = dev, cfg, sets
         self.sg = subgroup_size(dev)
-        words, self.expected = fragment_sets(rng, cfg.acc, sets)
+        if isinstance(cfg, WgPeakConfig):
+            words, self.expected = wg_sets(rng, cfg.tile_m, cfg.tile_n, sets)
+        else:
+            words, self.expected = fragment_sets(rng, cfg.acc, sets)
         self.inp = dev.tensor(words)
         self.out = dev.empty(kdml.TensorDesc(kdml.DataType.INT32, (cfg.out_words(),)))
         self._ops: dict[int, Any] = {}
@@ -141,6 +174,8 @@ class Case:
 
     def check(self, trips: int) -> tuple[bool, str]:
         """The output of the last dispatch (of `trips`) against numpy int64: (ok, what was compared)."""
+        if isinstance(self.cfg, WgPeakConfig):
+            return self._check_wg(trips)
         per = self.cfg.acc * M * N  # words per subgroup
         nsub = self.cfg.groups * self.cfg.subgroups
         if nsub * per <= CHECK_ALL_WORDS:
@@ -157,13 +192,40 @@ class Case:
         what = "all" if len(ranges) == 1 else f"{2 * (ranges[0][1] - ranges[0][0])} of {nsub} subgroups"
         return ok, what
 
+    def _check_wg(self, trips: int) -> tuple[bool, str]:
+        """Work group w's NC accumulators against (2 / NC) trips A D of set w % sets."""
+        cfg = self.cfg
+        assert isinstance(cfg, WgPeakConfig)
+        per = cfg.acc * cfg.tile_m * cfg.tile_n  # words per work group
+        n = cfg.groups
+        cut = max(1, CHECK_END_WORDS // per)
+        ranges = [(0, n)] if n * per <= CHECK_ALL_WORDS else [(0, cut), (n - cut, n)]
+        ok = True
+        for lo, hi in ranges:
+            got = np.empty((hi - lo) * per, np.int32)
+            self.out.buffer.read_into(got, self.out.offset + lo * per * 4)
+            exp = (2 // cfg.acc * trips) * self.expected[np.arange(lo, hi) % self.sets]
+            exp = np.repeat(exp[:, None], cfg.acc, axis=1)
+            ok &= bool(np.array_equal(got.reshape(exp.shape).astype(np.int64), exp))
+        return ok, "all" if len(ranges) == 1 else f"{2 * (ranges[0][1] - ranges[0][0])} of {n} work groups"
+
 
 # ---- 1. correctness ------------------------------------------------------------------------------
+def wg_invocations(dev: kdml.Device, emulated: bool) -> list[int]:
+    """The work-group sizes of the device's s8 workgroup-scope shapes (emulated: 64 and 256)."""
+    return [64, 256] if emulated else sorted({int(s[9]) for s in workgroup_shapes(dev)})
+
+
 def check_all(dev: kdml.Device, accs: list[int], emulated: bool, rng: np.random.Generator,
-              srcs: tuple[str, ...] = ("",)) -> list[dict[str, Any]]:
+              srcs: tuple[str, ...] = ("",), wg_tiles: list[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
     rows = []
-    for acc, src, sgs in ((a, sh, n) for a in accs for sh in srcs for n in (1, 2, 4)):
-        cfg = PeakConfig(acc, sgs, 3, emulated, src)
+    todo: list[PeakConfig | WgPeakConfig] = [PeakConfig(a, n, 3, emulated, sh) for a in accs
+                                             for sh in srcs if sh != "g" for n in (1, 2, 4)]
+    if "g" in srcs:
+        todo += [c for c in (WgPeakConfig(tm, tn, nc, inv, 3, emulated, subgroup_size=subgroup_size(dev))
+                             for tm, tn in wg_tiles or [(64, 64), (128, 128)] for nc in (1, 2)
+                             for inv in wg_invocations(dev, emulated)) if c.fits]
+    for cfg in todo:
         try:
             case = Case(dev, cfg, 3, rng)
             case.op(1)
@@ -177,6 +239,8 @@ def check_all(dev: kdml.Device, accs: list[int], emulated: bool, rng: np.random.
             except Exception as e:  # the driver refused it: a failure, reported
                 ok, note = False, f"{type(e).__name__}: {e}"
             rows.append({"config": asdict(cfg), "variant": cfg.variant, "trips": trips, "ok": ok, "note": note})
+        if isinstance(cfg, WgPeakConfig) and not emulated:  # (their pipelines take seconds to create)
+            print(f"  checked {cfg.variant} x {cfg.invocations} invocations: {'OK' if ok else 'FAIL'}", flush=True)
     return rows
 
 
@@ -206,10 +270,18 @@ def time_config(case: Case, target_s: float, repeats: int, max_trips: int) -> di
             "seconds": sec, "samples": samples, "tops": cfg.ops(trips) / sec / 1e12, "check": ok, "checked": what}
 
 
-def configs(args: argparse.Namespace) -> list[tuple[PeakConfig, int]]:
+def configs(args: argparse.Namespace, dev: kdml.Device) -> list[tuple[PeakConfig | WgPeakConfig, int]]:
     """(config, work groups per SM) of the sweep, at most MAX_SUBGROUPS_PER_SM subgroups per SM."""
-    out = []
+    out: list[tuple[PeakConfig | WgPeakConfig, int]] = []
+    sg = subgroup_size(dev)
     for src in sources(args):
+        if src == "g":
+            for (tm, tn), nc, inv, k in ((t, nc, i, k) for t in args.wg_tiles for nc in args.wg_acc
+                                         for i in wg_invocations(dev, args.emulated) for k in args.groups_per_sm):
+                cfg = WgPeakConfig(tm, tn, nc, inv, args.sms * k, args.emulated, subgroup_size=sg)
+                if cfg.fits and (k * inv // sg <= MAX_SUBGROUPS_PER_SM or len(args.groups_per_sm) == 1):
+                    out.append((cfg, k))
+            continue
         for acc in args.acc:
             for sgs in args.subgroups:
                 for k in args.groups_per_sm:
@@ -218,11 +290,20 @@ def configs(args: argparse.Namespace) -> list[tuple[PeakConfig, int]]:
     return out
 
 
-SOURCE_NAMES = {"registers": "", "shared": "s", "barrier": "b", "step": "w"}
+SOURCE_NAMES = {"registers": "", "shared": "s", "barrier": "b", "step": "w", "workgroup": "g"}
+
+
+def label(src: str) -> str:
+    """A loop's name in the output (SOURCES of overlay_peak.py; "g": workgroup scope)."""
+    return "workgroup scope" if src == "g" else SOURCES[src][1]
+
+
+def order(src: str) -> int:
+    return list(SOURCE_NAMES.values()).index(src)
 
 
 def sources(args: argparse.Namespace) -> tuple[str, ...]:
-    """The loops to run (SOURCES keys of benchmarks/overlay_peak.py) from --source."""
+    """The loops to run (SOURCES keys of benchmarks/overlay_peak.py, "g" workgroup scope) from --source."""
     names = list(SOURCE_NAMES) if args.source == "all" else args.source.split(",")
     bad = [n for n in names if n not in SOURCE_NAMES]
     if bad:
@@ -233,7 +314,7 @@ def sources(args: argparse.Namespace) -> tuple[str, ...]:
 def sweep(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator, deadline: float) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     sg = subgroup_size(dev)
-    todo = configs(args)
+    todo = configs(args, dev)
     print(f"sweep: {len(todo)} configurations, ~{args.target_ms:g} ms a dispatch, median of {args.repeats}")
     if todo and not todo[0][0].emulated:  # the clock governor raised first (kompute_dml/bench/gpu_clock.py)
         warm = Case(dev, todo[0][0], args.sets, rng)
@@ -247,7 +328,8 @@ def sweep(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator, 
             break
         max_trips = MAX_TRIPS
         if cfg.emulated:  # lavapipe ends a shader's loops after 65535 iterations in all per invocation
-            max_trips = max(1, 50000 // (ROUNDS_PER_TRIP * cfg.acc * (256 // sg + 1) + 8))
+            per = -(-cfg.tile_m * cfg.tile_n // cfg.invocations) if isinstance(cfg, WgPeakConfig) else cfg.acc * (256 // sg + 1)
+            max_trips = max(1, 50000 // (ROUNDS_PER_TRIP * per + 8))
         try:
             case = Case(dev, cfg, args.sets, rng)
             row = time_config(case, args.target_ms * 1e-3, args.repeats, max_trips)
@@ -260,7 +342,8 @@ def sweep(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator, 
         row["fraction"] = row["tops"] / args.peak_tops
         rows.append(row)
         del case
-        print(f"  [{i + 1}/{len(todo)}] {SOURCES[cfg.src][1]:24s} acc {cfg.acc:2d} sg/wg {cfg.subgroups} wg/sm {k:2d}: "
+        print(f"  [{i + 1}/{len(todo)}] {label(cfg.src):24s} {'x'.join(map(str, cfg.tile)):>7s} acc {cfg.acc:2d} "
+              f"sg/wg {cfg.subgroups} wg/sm {k:2d}: "
               f"{row['seconds'] * 1e3:8.3f} ms {row['tops']:8.1f} TOPS {100 * row['fraction']:5.1f}%"
               + ("" if row["check"] else "  CHECK FAILED"), flush=True)
     return rows
@@ -279,9 +362,9 @@ def table(rows: list[dict[str, Any]], best: dict[str, Any] | None, args: argpars
     t = Table(title=title)
     for name in ("operands", "acc (tile)", "sg/wg", "wg/SM", "sg/SM", "iterations", "device ms", "TOPS", "% of peak", "check"):
         t.add_column(name, justify="right")
-    for r in sorted(rows, key=lambda r: (list(SOURCES).index(r["src"]), r["acc"], r["subgroups"], r["groups_per_sm"])):
+    for r in sorted(rows, key=lambda r: (order(r["src"]), r["tile"], r["acc"], r["subgroups"], r["groups_per_sm"])):
         style = "bold green" if r is best else None
-        t.add_row(SOURCES[r["src"]][1], f"{r['acc']} ({r['tile']})", str(r["subgroups"]), str(r["groups_per_sm"]),
+        t.add_row(label(r["src"]), f"{r['acc']} ({r['tile']})", str(r["subgroups"]), str(r["groups_per_sm"]),
                   str(r["subgroups_per_sm"]), str(r["iterations"]), f"{r['seconds'] * 1e3:.3f}", f"{r['tops']:.1f}",
                   f"{100 * r['fraction']:.1f}",
                   ("OK" if r["check"] else "FAIL") + ("" if r["checked"] == "all" else "*"), style=style)
@@ -290,6 +373,15 @@ def table(rows: list[dict[str, Any]], best: dict[str, Any] | None, args: argpars
 
 def parse_ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v.strip()]
+
+
+def parse_tiles(text: str) -> list[tuple[int, int]]:
+    """TMxTN,... among overlay_peak.WG_TILES (the variants built)."""
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [n for n in names if n not in WG_TILES]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{bad} not among the built tiles {list(WG_TILES)}")
+    return [(int(n.split("x")[0]), int(n.split("x")[1])) for n in names]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -311,7 +403,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", default="registers",
                     help="the loops, comma-separated or 'all': registers (the instruction ceiling, default), shared "
                          "(fragments loaded from shared memory every round: what a GEMM's inner loop can reach), "
-                         "barrier (the same with a barrier per trip), step (and a one-stage GEMM step's stores)")
+                         "barrier (the same with a barrier per trip), step (and a one-stage GEMM step's stores), "
+                         "workgroup (VK_NV_cooperative_matrix2 workgroup-scope matrices: --wg-tiles, --wg-acc)")
+    ap.add_argument("--wg-tiles", type=parse_tiles, default=parse_tiles(",".join(WG_TILES)),
+                    help=f"workgroup-scope tiles TMxTN (default {','.join(WG_TILES)})")
+    ap.add_argument("--wg-acc", type=parse_ints, default=[1, 2], help="workgroup-scope accumulators (1, 2)")
     ap.add_argument("--quick", action="store_true", help="a short sweep: acc 4,8,16, 4 subgroups, 1,2,4 groups per SM")
     ap.add_argument("--budget", type=float, default=600.0, help="seconds after which the sweep stops (default 600)")
     ap.add_argument("--json", help="write the results here")
@@ -328,9 +424,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{', '.join(sorted(dev.capabilities)) or 'none'}")
     shapes = shapes_text(dev)
     print("cooperative-matrix shapes: " + ("; ".join(shapes) if shapes else "none"))
-    print("VK_NV_cooperative_matrix2 (workgroup scope): not enabled by this runtime (kompute_dml/policy.py "
-          "CAPABILITIES, kp patch kdml_features.hpp): KHR subgroup scope only")
+    flexible = flexible_text(dev)
+    print("workgroup-scope shapes (VK_NV_cooperative_matrix2, M N K granularity): "
+          + ("; ".join(flexible) + f"; limits (max work-group size, max dimension, reserved shared bytes) "
+             f"{tuple(dev.cooperative_matrix2_limits)}" if flexible else "none (cooperative_matrix_workgroup not enabled)"))
     result: dict[str, Any] = {"device": dev.name, "capabilities": sorted(dev.capabilities), "shapes": shapes,
+                              "workgroup_shapes": flexible, "cooperative_matrix2_limits": list(dev.cooperative_matrix2_limits),
                               "emulated": args.emulated, "peak_tops": args.peak_tops, "sms": args.sms}
     reason = unavailable(dev, args.emulated)
     if reason is None:
@@ -345,11 +444,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     rng = np.random.default_rng(2026)
-    checks = check_all(dev, args.acc, args.emulated, rng, sources(args))
+    checks = check_all(dev, args.acc, args.emulated, rng, sources(args), args.wg_tiles)
     ok = all(r["ok"] is not False for r in checks)
     ran = [r for r in checks if r["ok"] is not None]
-    print(f"check ({'emulated' if args.emulated else 'tensor cores'}; {len(ran)} dispatches, 3 work groups of 1/2/4 "
-          f"subgroups, every word against numpy int64): {'all OK' if ok else 'FAILED'}")
+    print(f"check ({'emulated' if args.emulated else 'tensor cores'}; {len(ran)} dispatches, 3 work groups (of 1/2/4 "
+          f"subgroups; workgroup scope: each tile and size), every word against numpy int64): {'all OK' if ok else 'FAILED'}")
     for r in checks:
         if r["ok"] is not True:
             print(f"  {r['config']} trips {r.get('trips', '-')}: {'FAIL ' if r['ok'] is False else ''}{r.get('note')}")
@@ -361,14 +460,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = sweep(dev, args, rng, t0 + args.budget)
     bests = {src: best_of([r for r in rows if r["src"] == src]) for src in sources(args)}
     result["rows"], result["best"] = rows, bests.get("") or next(iter(bests.values()))
-    result["best_by_source"] = {SOURCES[k][1]: v for k, v in bests.items()}
+    result["best_by_source"] = {label(k): v for k, v in bests.items()}
     table(rows, result["best"], args, f"{dev.name}: s8 x s8 -> s32 16x16x32 coopMatMulAdd "
                                       f"({'EMULATED, not a measurement' if args.emulated else 'KHR, subgroup scope'})")
     failed = [r for r in rows if not r["check"]]
     for src, best in bests.items():
         if best is None:
             continue
-        print(f"best ({SOURCES[src][1]}): {best['acc']} accumulators "
+        print(f"best ({label(src)}): {best['acc']} accumulators "
               f"({best['tile']}) x {best['subgroups']} subgroups per work group x {best['groups']} work groups "
               f"({best['groups_per_sm']} per SM): {best['tops']:.1f} TOPS = {100 * best['fraction']:.1f}% of "
               f"{args.peak_tops:g} (--peak-tops)")

@@ -6,7 +6,8 @@ without (0) the next step's fragments loaded during the current multiply-adds. F
 benchmarks/shaders/coop_split.comp: loader subgroups stage the tiles while math subgroups multiply.
 Not in the production contract: `load()` builds them into benchmarks/out/spirv_direct and adds
 them to this process's shaders; `compile_direct` / `compile_split` make a compiled operator of one
-tile configuration.
+tile configuration. Family COOP_DIRECT_WG, benchmarks/shaders/coop_direct_wg.comp: workgroup-scope
+matrices (VK_NV_cooperative_matrix2) loaded from the buffers, `compile_direct_wg`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,14 @@ COOP_DIRECT = contract.family("coop_direct", "coop_direct.comp", "coop_direct_p{
                               defines=lambda pf: {"PF": int(pf)}, target=contract.COOP_TARGET)
 COOP_SPLIT = contract.family("coop_split", "coop_split.comp", "coop_split", DIRECT_PUSH, None,
                              target=contract.COOP_TARGET)
-FAMILIES = (COOP_DIRECT, COOP_SPLIT)
+# workgroup-scope matrices straight from the buffers (VK_NV_cooperative_matrix2): tile TMxTN, BK k
+WG_DIRECT_TILES = ("128x128", "128x256", "256x128")
+COOP_DIRECT_WG = contract.family(
+    "coop_direct_wg", "coop_direct_wg.comp", "coop_direct_wg_{tile}_k{bk}_p{pf}", DIRECT_PUSH, None,
+    tile=WG_DIRECT_TILES, bk=(32, 64), pf=(0, 1),
+    defines=lambda tile, bk, pf: {"TM": tile.split("x")[0], "TN": tile.split("x")[1], "BK": bk, "PF": pf},
+    target="vulkan1.3")  # SPIR-V 1.6, LocalSizeId: overlay_peak.WG_TARGET says why
+FAMILIES = (COOP_DIRECT, COOP_SPLIT, COOP_DIRECT_WG)
 
 
 class _Tile:
@@ -81,6 +89,22 @@ class SplitConfig(_Tile):
                 f"{16 * self.fm}x{16 * self.fn}, {self.loaders} loaders{', 2 ahead' if self.ahead == 2 else ''}")
 
 
+@dataclass(frozen=True)
+class WgDirectConfig:
+    """A work group's TM x TN tile of workgroup-scope matrices, BK k a step (COOP_DIRECT_WG)."""
+
+    bm: int
+    bn: int
+    bk: int
+    invocations: int  # a workgroup-scope shape's workgroupInvocations
+    pf: int = 1
+    group_m: int = 8
+
+    def name(self) -> str:
+        return (f"{self.bm}x{self.bn}x{self.bk} workgroup scope, {self.invocations} invocations"
+                f"{', prefetch' if self.pf else ''}")
+
+
 @functools.cache
 def load() -> None:
     """Build the overlay where its SPIR-V is missing or stale, and let the runtime load it."""
@@ -112,6 +136,18 @@ def compile_split(device: Any, cfg: SplitConfig, m: int, n: int, k: int, subgrou
     wg = (cfg.sgm * cfg.sgn + cfg.loaders) * subgroup_size
     spec = (wg, cfg.sgm, cfg.sgn, cfg.fm, cfg.fn, cfg.group_m, cfg.bk, cfg.loaders, subgroup_size, cfg.ahead)
     return _compile(device, COOP_SPLIT.name(), cfg, m, n, k, cfg.bk, spec)
+
+
+def compile_direct_wg(device: Any, cfg: WgDirectConfig, m: int, n: int, k: int, subgroup_size: int = 32) -> Any:
+    """compile_direct's product by workgroup-scope matrices (coop_direct_wg.comp); UnsupportedError
+    also where the capability cooperative_matrix_workgroup is not enabled."""
+    variant = COOP_DIRECT_WG.name(tile=f"{cfg.bm}x{cfg.bn}", bk=cfg.bk, pf=cfg.pf)
+    if "cooperative_matrix_workgroup" not in device.capabilities:
+        from kompute_dml.errors import UnsupportedError
+
+        raise UnsupportedError(f"{variant}: {device.name} has no workgroup-scope cooperative matrices "
+                               "(cooperative_matrix_workgroup, VK_NV_cooperative_matrix2)")
+    return _compile(device, variant, cfg, m, n, k, cfg.bk, (cfg.invocations, cfg.group_m))
 
 
 def _compile(device: Any, variant: str, cfg: Any, m: int, n: int, k: int, k_step: int, spec: tuple[int, ...]) -> Any:

@@ -53,7 +53,23 @@ COOP_PEAK = contract.family(
     defines=lambda emulated, src, acc: {"MMA": 1 if emulated else 0, "SHM": SOURCES[src][0],
                                         "NA": TILES[int(acc)][0], "NB": TILES[int(acc)][1]},
     target=lambda emulated, src, acc: None if emulated else contract.COOP_TARGET)
-FAMILIES = (COOP_PEAK,)
+# Workgroup scope (VK_NV_cooperative_matrix2, benchmarks/shaders/coop_peak_wg.comp): one TM x TN
+# tile of the whole work group, NC independent accumulators; `coop_peakgx...` by plain code
+WG_TILES = ("64x64", "64x128", "128x64", "128x128", "128x256", "256x128")
+WG_CAPABILITY = "cooperative_matrix_workgroup"
+SCOPE_WORKGROUP = 2  # VkScopeKHR
+# SPIR-V 1.6: the work-group size as LocalSizeId. At vulkan1.2 glslang writes `LocalSize 1 1 1` and
+# a WorkgroupSize spec-constant builtin, and the H100's driver (580) dies of SIGFPE creating a
+# workgroup-scope pipeline from that (coop_peak_wg and coop_direct_wg alike, every tile and size)
+WG_TARGET = "vulkan1.3"
+MAX_ACC_WORDS = 128  # int32 accumulator elements per invocation a workgroup-scope configuration may hold
+COOP_PEAK_WG = contract.family(
+    "coop_peak_wg", "coop_peak_wg.comp", "coop_peakg{emulated}_{tile}_c{nc}", PEAK_PUSH, None, emulated=("", "x"),
+    tile=WG_TILES, nc=(1, 2),
+    defines=lambda emulated, tile, nc: {"MMA": 1 if emulated else 0, "TM": tile.split("x")[0], "TN": tile.split("x")[1],
+                                        "NC": nc},
+    target=lambda emulated, tile, nc: None if emulated else WG_TARGET)
+FAMILIES = (COOP_PEAK, COOP_PEAK_WG)
 
 
 def _builder() -> Any:
@@ -130,6 +146,76 @@ class PeakConfig:
         return 2.0 * M * N * K * ROUNDS_PER_TRIP * trips * self.acc * self.subgroups * self.groups
 
 
+@dataclass(frozen=True)
+class WgPeakConfig:
+    """A workgroup-scope loop (COOP_PEAK_WG): `acc` (NC) accumulators of a tile_m x tile_n tile per
+    work group of `invocations` (a flexible shape's workgroupInvocations); the attributes the sweep
+    and its table read are PeakConfig's."""
+
+    tile_m: int
+    tile_n: int
+    acc: int  # NC: independent accumulators
+    invocations: int
+    groups: int
+    emulated: bool = False
+    src: str = "g"
+    subgroup_size: int = 32  # (the table's subgroups per work group)
+
+    @property
+    def tile(self) -> tuple[int, int]:
+        return self.tile_m, self.tile_n
+
+    @property
+    def variant(self) -> str:
+        return COOP_PEAK_WG.name(emulated="x" if self.emulated else "", tile=f"{self.tile_m}x{self.tile_n}", nc=self.acc)
+
+    @property
+    def set_words(self) -> int:
+        return (self.tile_m + 2 * self.tile_n) * 8
+
+    @property
+    def subgroups(self) -> int:
+        return max(1, self.invocations // self.subgroup_size)
+
+    def shared_bytes(self, subgroup_size: int) -> int:
+        return 0  # (what the driver reserves for workgroup scope is its own: cooperative_matrix2_limits)
+
+    def out_words(self) -> int:
+        return self.groups * self.acc * self.tile_m * self.tile_n
+
+    @property
+    def fits(self) -> bool:
+        """At most MAX_ACC_WORDS accumulator words per invocation (the rest spills: on the H100 a
+        128 x 128 tile of 32 invocations did not finish compiling and running in minutes)."""
+        return self.acc * self.tile_m * self.tile_n <= MAX_ACC_WORDS * self.invocations
+
+    def ops(self, trips: int) -> float:
+        return 2.0 * self.tile_m * self.tile_n * K * ROUNDS_PER_TRIP * trips * self.groups
+
+
+def workgroup_shapes(device: Any) -> list[tuple[int, ...]]:
+    """The device's s8 x s8 -> s32 workgroup-scope flexible shapes (M, N, K granularity, ...,
+    work-group invocations): VK_NV_cooperative_matrix2 through kompute_dml's Device."""
+    return [s for s in getattr(device, "cooperative_matrix_flexible_shapes", ())
+            if tuple(s[3:7]) == S8_SHAPE[3:] and s[8] == SCOPE_WORKGROUP]
+
+
+def wg_unavailable(device: Any, cfg: WgPeakConfig) -> str | None:
+    """Why `cfg`'s tensor-core variant cannot run on `device` (None: it can)."""
+    if cfg.emulated:
+        return None
+    if WG_CAPABILITY not in device.capabilities:
+        return (f"{device.name} has no workgroup-scope cooperative matrices (the '{WG_CAPABILITY}' capability, "
+                "VK_NV_cooperative_matrix2, is not enabled)")
+    limits = getattr(device, "cooperative_matrix2_limits", ())
+    if limits and (max(cfg.tile) > limits[1] or cfg.invocations > limits[0]):
+        return f"tile {cfg.tile} or {cfg.invocations} invocations past the device's limits {limits}"
+    for s in workgroup_shapes(device):
+        if cfg.tile_m % s[0] == 0 and cfg.tile_n % s[1] == 0 and K % s[2] == 0 and s[9] == cfg.invocations:
+            return None
+    return f"no s8 workgroup-scope shape of {cfg.invocations} invocations divides {cfg.tile_m} x {cfg.tile_n} x {K}"
+
+
 def unavailable(device: Any, emulated: bool = False) -> str | None:
     """Why the tensor-core variants cannot run on `device` (None: they can)."""
     if emulated:
@@ -143,7 +229,7 @@ def unavailable(device: Any, emulated: bool = False) -> str | None:
     return None
 
 
-def compile_peak(device: Any, cfg: PeakConfig, trips: int, sets: int, subgroup_size: int) -> Any:
+def compile_peak(device: Any, cfg: PeakConfig | WgPeakConfig, trips: int, sets: int, subgroup_size: int) -> Any:
     """A compiled operator (input: the fragment sets, UINT32; output: the accumulators, INT32)
     dispatching cfg's variant once. UnsupportedError where the device cannot run it."""
     from kompute_dml import DataType, TensorDesc
@@ -154,10 +240,11 @@ def compile_peak(device: Any, cfg: PeakConfig, trips: int, sets: int, subgroup_s
     from kompute_dml.runtime import DispatchPlan
     from kompute_dml.shaders import check_capabilities
 
-    reason = unavailable(device, cfg.emulated)
+    wgs = isinstance(cfg, WgPeakConfig)
+    reason = wg_unavailable(device, cfg) if wgs else unavailable(device, cfg.emulated)
     if reason:
         raise UnsupportedError(f"coop_peak: {reason}")
-    wg = cfg.subgroups * subgroup_size
+    wg = cfg.invocations if wgs else cfg.subgroups * subgroup_size
     limit = min(int(device.limits.get("max_compute_work_group_invocations") or 1024),
                 int((device.limits.get("max_compute_work_group_size") or (1024,))[0]))
     if wg > limit:
@@ -166,7 +253,7 @@ def compile_peak(device: Any, cfg: PeakConfig, trips: int, sets: int, subgroup_s
     shared, shared_limit = cfg.shared_bytes(subgroup_size), int(device.limits.get("max_compute_shared_memory_size") or 16384)
     if shared > shared_limit:
         raise UnsupportedError(f"coop_peak: {shared} bytes of shared memory exceed the device's {shared_limit}")
-    if cfg.emulated and (subgroup_size < 8 or 256 % subgroup_size):
+    if cfg.emulated and not wgs and (subgroup_size < 8 or 256 % subgroup_size):
         raise UnsupportedError(f"coop_peak: the emulated variants need a subgroup size of 8..256 dividing 256, not {subgroup_size}")
     if not 1 <= cfg.groups <= 65535:
         raise UnsupportedError(f"coop_peak: {cfg.groups} work groups (1..65535)")
@@ -176,7 +263,7 @@ def compile_peak(device: Any, cfg: PeakConfig, trips: int, sets: int, subgroup_s
         TensorSupport("input_tensor", "input", (1, 8), ALL_TYPES),
         TensorSupport("output_tensor", "output", (1, 8), ALL_TYPES))),))
     desc = _PeakDesc(TensorDesc(DataType.UINT32, (sets * cfg.set_words,)), TensorDesc(DataType.INT32, (cfg.out_words(),)))
-    plan = DispatchPlan(variant=cfg.variant, bindings=(0, 1), push=COOP_PEAK.pack(trips=trips, sets=sets),
+    plan = DispatchPlan(variant=cfg.variant, bindings=(0, 1), push=PEAK_PUSH.pack(trips=trips, sets=sets),
                         groups=(cfg.groups, 1, 1), writes=(1,), spec=(wg,))
     return CompiledOperator(device, desc, support, ("input_tensor",), ("output_tensor",), [plan])
 

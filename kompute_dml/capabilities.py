@@ -20,6 +20,10 @@ CAPABILITIES = (
     "subgroup_size_control",  # VkPhysicalDeviceSubgroupSizeControlFeatures (+ computeFullSubgroups)
     "vulkan_memory_model",  # VkPhysicalDeviceVulkanMemoryModelFeatures
     "cooperative_matrix",  # VK_KHR_cooperative_matrix
+    # VK_NV_cooperative_matrix2: workgroup-scope matrices with flexible dimensions (its other
+    # features stay off: glslang 13 cannot compile them); needs cooperative_matrix
+    "cooperative_matrix_workgroup",
+    "maintenance4",  # VkPhysicalDeviceMaintenance4Features (SPIR-V 1.6 LocalSizeId work-group sizes)
 )
 
 FEATURES_ENV = "KDML_FEATURES"

@@ -114,6 +114,11 @@ class Device:
         self.capabilities: frozenset[str] = self.engine.capabilities
         # (M, N, K, A, B, C, result type (VkComponentTypeKHR), saturating, scope) per shape
         self.cooperative_matrix_shapes: tuple[tuple[int, ...], ...] = self.engine.cooperative_matrix_shapes
+        # VK_NV_cooperative_matrix2 (capability cooperative_matrix_workgroup): the workgroup-scope
+        # shapes (M, N, K granularity, A, B, C, result, saturating, scope, work-group invocations) and
+        # limits (max work-group size, max dimension, reserved shared memory); empty without it
+        self.cooperative_matrix_flexible_shapes: tuple[tuple[int, ...], ...] = self.engine.cooperative_matrix_flexible_shapes
+        self.cooperative_matrix2_limits: tuple[int, ...] = self.engine.cooperative_matrix2_limits
         self.policy = policy_for(self.device_type, self.capabilities, self.limits, transfer_commands=transfer_commands,
                                  coop_shapes=self.cooperative_matrix_shapes)
         self.transfer_commands = self.policy.transfer_commands

@@ -65,9 +65,11 @@ fi
 # host-cached staging memory and asynchronous submission (runtime/staging.py); level 9 gives
 # programs handles (a descriptor set binds to one without its SPIR-V) and makes Manager.destroy
 # wait for the device and write the pipeline cache file, so kp's exit callback alone tears down.
-# The patched build is 0.9.0+kdml11 (pyproject.toml pins it).
-KP_LOCAL_VERSION="$KP_VERSION+kdml11"
-KP_PATCH_LEVEL=10
+# Levels 10 and 11 make storage on a thread of kp's own; level 12 enables VK_NV_cooperative_matrix2's
+# workgroup-scope matrices where offered and reports their shapes.
+# The patched build is 0.9.0+kdml12 (pyproject.toml pins it).
+KP_LOCAL_VERSION="$KP_VERSION+kdml12"
+KP_PATCH_LEVEL=12
 PATCH="$ROOT/scripts/kp-$KP_VERSION-kompute-dml.patch"
 patch_sha=$(sha256sum "$PATCH" | cut -c1-12)
 # kp counts as installed when it is built from this very patch (a stamp beside the venv) and

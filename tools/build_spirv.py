@@ -80,6 +80,14 @@ SPIRV_UNSUPPORTED = {
     4449: "UniformAndStorageBuffer8BitAccess", 4450: "StoragePushConstant8",
 }
 _OP_CAPABILITY = 17
+_OP_CONSTANT = 43
+_OP_EXECUTION_MODE_ID = 331  # with LocalSizeId (38): the work-group size as ids, which needs maintenance4
+_LOCAL_SIZE_ID = 38
+_OP_TYPE_COOPERATIVE_MATRIX = 4456  # OpTypeCooperativeMatrixKHR: result, component type, scope, rows, columns, use
+_SCOPE_WORKGROUP = 2
+# a cooperative-matrix type of workgroup scope needs no SPIR-V capability of its own but the device
+# feature VK_NV_cooperative_matrix2 cooperativeMatrixWorkgroupScope
+WORKGROUP_SCOPE_CAPABILITY = "cooperative_matrix_workgroup"
 _INCLUDE_RE = re.compile(r'^\s*#include\s+"([^"]+)"', re.M)
 
 
@@ -113,6 +121,7 @@ def spirv_capabilities(data: bytes) -> tuple[list[str], list[str]]:
     words = memoryview(data).cast("I") if len(data) % 4 == 0 else memoryview(b"").cast("I")
     names: set[str] = set()
     bad: set[str] = set()
+    constants: dict[int, int] = {}  # result id -> value of 32-bit OpConstants (the scope operands)
     i = 5  # after the header
     while i < len(words):
         count, op = words[i] >> 16, words[i] & 0xFFFF
@@ -124,6 +133,12 @@ def spirv_capabilities(data: bytes) -> tuple[list[str], list[str]]:
                 names.add(SPIRV_CAPABILITIES[cap])
             elif cap in SPIRV_UNSUPPORTED:
                 bad.add(SPIRV_UNSUPPORTED[cap])
+        elif op == _OP_EXECUTION_MODE_ID and i + 2 < len(words) and words[i + 2] == _LOCAL_SIZE_ID:
+            names.add("maintenance4")
+        elif op == _OP_CONSTANT and count == 4 and i + 3 < len(words):
+            constants[words[i + 2]] = words[i + 3]
+        elif op == _OP_TYPE_COOPERATIVE_MATRIX and i + 3 < len(words) and constants.get(words[i + 3]) == _SCOPE_WORKGROUP:
+            names.add(WORKGROUP_SCOPE_CAPABILITY)
         i += count
     return sorted(names), sorted(bad)
 

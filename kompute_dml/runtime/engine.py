@@ -69,10 +69,8 @@ def _by_word(seq: Any) -> bool:
 
 
 class Engine:
-    """The kp Manager of one Vulkan physical device and everything that runs on it.
-
-    `requested` restricts the optional capabilities enabled (None: all the device has).
-    """
+    """The kp Manager of one Vulkan physical device and everything that runs on it (`requested`
+    restricts the optional capabilities enabled; None: all the device has)."""
 
     def __init__(
         self, index: int, requested: frozenset[str] | None, *, memory_budget: int, max_allocations: int,
@@ -86,9 +84,11 @@ class Engine:
         self.closed = False
         enabled: list[Any] = self.manager.kdml_enabled_features()
         self.capabilities = frozenset(str(n) for n in enabled)
-        # (M, N, K, A, B, C, result type (VkComponentTypeKHR), saturating, scope) per shape
-        shapes: list[Any] = self.manager.kdml_cooperative_matrix_shapes()
-        self.cooperative_matrix_shapes: tuple[tuple[int, ...], ...] = tuple(tuple(int(v) for v in s) for s in shapes)
+        # (M, N, K, A, B, C, result (VkComponentTypeKHR), saturating, scope[, work-group invocations]) per shape
+        ints = lambda got: tuple(tuple(int(v) for v in s) for s in got)  # noqa: E731
+        self.cooperative_matrix_shapes: tuple[tuple[int, ...], ...] = ints(self.manager.kdml_cooperative_matrix_shapes())
+        self.cooperative_matrix_flexible_shapes = ints(self.manager.kdml_cooperative_matrix_flexible_shapes())  # workgroup scope
+        (self.cooperative_matrix2_limits,) = ints([self.manager.kdml_cooperative_matrix2_limits()])
         self.budget = MemoryBudget(memory_budget, max_allocations, host_memory)
         self.pipelines = PipelineCache(self.manager, self.capabilities)
         # One pipeline cache per device, kept on disk between processes (KDML_CACHE_DIR)
