@@ -117,7 +117,9 @@ def flags_for(defines: dict[str, str]) -> list[str]:
 
 
 def spirv_capabilities(data: bytes) -> tuple[list[str], list[str]]:
-    """(kompute_dml capability names, unsupported SPIR-V capability names) a module declares."""
+    """(kompute_dml capability names, unsupported SPIR-V capability names) a module declares, with
+    the device features its types and execution modes imply (a workgroup-scope cooperative-matrix
+    type: cooperative_matrix_workgroup; LocalSizeId: maintenance4)."""
     words = memoryview(data).cast("I") if len(data) % 4 == 0 else memoryview(b"").cast("I")
     names: set[str] = set()
     bad: set[str] = set()
