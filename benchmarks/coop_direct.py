@@ -51,13 +51,12 @@ def wg_configs(dev: kdml.Device) -> list[WgDirectConfig]:
     for s8 workgroup-scope shapes whose granularity divides the tile, at most MAX_ACC_WORDS
     accumulator words per invocation."""
     out = []
-    for s in workgroup_shapes(dev):
-        for tile in WG_DIRECT_TILES:
-            tm, tn = (int(v) for v in tile.split("x"))
-            for bk in (32, 64):
-                if tm % s[0] == 0 and tn % s[1] == 0 and bk % s[2] == 0 and tm * tn <= MAX_ACC_WORDS * s[9]:
-                    out += [WgDirectConfig(tm, tn, bk, int(s[9]), pf) for pf in (0, 1)]
-    return list(dict.fromkeys(out))
+    for tm, tn in ((int(v) for v in tile.split("x")) for tile in WG_DIRECT_TILES):
+        for bk in (32, 64):
+            for inv in sorted({int(s[9]) for s in workgroup_shapes(dev, tm, tn, bk)}):
+                if tm * tn <= MAX_ACC_WORDS * inv:
+                    out += [WgDirectConfig(tm, tn, bk, inv, pf) for pf in (0, 1)]
+    return out
 
 
 class Direct:

@@ -94,25 +94,23 @@ def subgroup_size(dev: kdml.Device) -> int:
     return int(size) if size else (8 if dev.device_type == "cpu" else 32)
 
 
+def shape_text(s: tuple[int, ...]) -> str:
+    """One listed shape: M x N x K (granularity, for flexible ones), A x B + C -> result, scope, and
+    the work-group invocations of a flexible one."""
+    m, n, k, a, b, c, r, sat, scope = s[:9]
+    t = lambda v: VK_TYPES.get(v, str(v))  # noqa: E731
+    inv = f" {s[9]} invocations" if len(s) > 9 else ""
+    return f"{m}x{n}x{k} {t(a)}x{t(b)}+{t(c)}->{t(r)}{' sat' if sat else ''} {VK_SCOPES.get(scope, scope)}{inv}"
+
+
 def shapes_text(dev: kdml.Device) -> list[str]:
     """The cooperative-matrix shapes the device lists (A x B -> result, scope)."""
-    out = []
-    for s in getattr(dev, "cooperative_matrix_shapes", ()):
-        m, n, k, a, b, c, r, sat, scope = s[:9]
-        t = lambda v: VK_TYPES.get(v, str(v))  # noqa: E731
-        out.append(f"{m}x{n}x{k} {t(a)}x{t(b)}+{t(c)}->{t(r)}{' sat' if sat else ''} {VK_SCOPES.get(scope, scope)}")
-    return out
+    return [shape_text(s) for s in getattr(dev, "cooperative_matrix_shapes", ())]
 
 
 def flexible_text(dev: kdml.Device) -> list[str]:
     """The workgroup-scope shapes the device lists (granularity, types, invocations)."""
-    out = []
-    for s in getattr(dev, "cooperative_matrix_flexible_shapes", ()):
-        mg, ng, kg, a, b, c, r, sat, scope, inv = s[:10]
-        t = lambda v: VK_TYPES.get(v, str(v))  # noqa: E731
-        out.append(f"{mg}x{ng}x{kg} {t(a)}x{t(b)}+{t(c)}->{t(r)}{' sat' if sat else ''} "
-                   f"{VK_SCOPES.get(scope, scope)} {inv} invocations")
-    return out
+    return [shape_text(s) for s in getattr(dev, "cooperative_matrix_flexible_shapes", ())]
 
 
 # ---- the data ----------------------------------------------------------------------------------
@@ -173,41 +171,27 @@ class Case:
         self.op(trips).execute([self.inp], [self.out])
 
     def check(self, trips: int) -> tuple[bool, str]:
-        """The output of the last dispatch (of `trips`) against numpy int64: (ok, what was compared)."""
-        if isinstance(self.cfg, WgPeakConfig):
-            return self._check_wg(trips)
-        per = self.cfg.acc * M * N  # words per subgroup
-        nsub = self.cfg.groups * self.cfg.subgroups
-        if nsub * per <= CHECK_ALL_WORDS:
-            ranges = [(0, nsub)]
-        else:
-            cut = max(1, CHECK_END_WORDS // per)
-            ranges = [(0, cut), (nsub - cut, nsub)]
-        ok = True
-        for lo, hi in ranges:
-            got = np.empty((hi - lo) * per, np.int32)
-            self.out.buffer.read_into(got, self.out.offset + lo * per * 4)
-            exp = (2 * trips) * self.expected[self.cfg.set_of(np.arange(lo, hi)) % self.sets]
-            ok &= bool(np.array_equal(got.reshape(exp.shape).astype(np.int64), exp))
-        what = "all" if len(ranges) == 1 else f"{2 * (ranges[0][1] - ranges[0][0])} of {nsub} subgroups"
-        return ok, what
-
-    def _check_wg(self, trips: int) -> tuple[bool, str]:
-        """Work group w's NC accumulators against (2 / NC) trips A D of set w % sets."""
+        """The output of the last dispatch (of `trips`) against numpy int64: (ok, what was compared).
+        Units: subgroups, or work groups for workgroup scope; outputs past CHECK_ALL_WORDS are
+        checked at both ends."""
         cfg = self.cfg
-        assert isinstance(cfg, WgPeakConfig)
-        per = cfg.acc * cfg.tile_m * cfg.tile_n  # words per work group
-        n = cfg.groups
+        wgs = isinstance(cfg, WgPeakConfig)
+        per = cfg.acc * (cfg.tile_m * cfg.tile_n if wgs else M * N)  # words per unit
+        n = cfg.groups * (1 if wgs else cfg.subgroups)
         cut = max(1, CHECK_END_WORDS // per)
         ranges = [(0, n)] if n * per <= CHECK_ALL_WORDS else [(0, cut), (n - cut, n)]
         ok = True
         for lo, hi in ranges:
             got = np.empty((hi - lo) * per, np.int32)
             self.out.buffer.read_into(got, self.out.offset + lo * per * 4)
-            exp = (2 // cfg.acc * trips) * self.expected[np.arange(lo, hi) % self.sets]
-            exp = np.repeat(exp[:, None], cfg.acc, axis=1)
+            units = np.arange(lo, hi)
+            if wgs:  # NC accumulators each at (2 / NC) trips A D
+                exp = np.repeat(((2 // cfg.acc) * trips * self.expected[units % self.sets])[:, None], cfg.acc, axis=1)
+            else:
+                exp = (2 * trips) * self.expected[cfg.set_of(units) % self.sets]
             ok &= bool(np.array_equal(got.reshape(exp.shape).astype(np.int64), exp))
-        return ok, "all" if len(ranges) == 1 else f"{2 * (ranges[0][1] - ranges[0][0])} of {n} work groups"
+        what = "all" if len(ranges) == 1 else f"{2 * cut} of {n} {'work groups' if wgs else 'subgroups'}"
+        return ok, what
 
 
 # ---- 1. correctness ------------------------------------------------------------------------------
