@@ -79,7 +79,7 @@ class Ours:
     def __init__(self, dev: kdml.Device, a: np.ndarray, b: np.ndarray, *, b_colmajor: bool, quant: bool,
                  out_dt: kdml.DataType = D.FLOAT32, family: str = "coopmat", config: TileConfig | None = None,
                  rng: np.random.Generator | None = None, uploads: dict[Any, Any] | None = None,
-                 ablation: int = 0) -> None:
+                 ablation: int = 0, sums: str | None = None) -> None:
         rng = rng or np.random.default_rng(0)
         m, k = a.shape
         n = b.shape[1]
@@ -89,7 +89,8 @@ class Ours:
         b_buf = np.ascontiguousarray(b.T) if b_colmajor else b
         self.a_scale = np.array([[0.02 if quant else 1.0]], np.float32)
         self.b_scale = (rng.uniform(0.005, 0.02, (1, n)) if quant else np.ones((1, 1))).astype(np.float32)
-        self.azp = np.array([[int(rng.integers(100, 156))]], a.dtype) if quant else None
+        zp = (lambda: int(rng.integers(100, 156))) if a.dtype == np.uint8 else (lambda: int(rng.integers(-28, 28)))
+        self.azp = np.array([[zp()]], a.dtype) if quant else None
         self.bias = rng.standard_normal(n).astype(np.float32) if quant else None
         f = kdml.TensorDesc
         uploads = {} if uploads is None else uploads  # arrays already on the device, by identity
@@ -99,8 +100,8 @@ class Ours:
             f(out_dt, self.b_scale.shape), None, f(out_dt, (m, n), (0, 1)) if quant else None, f(out_dt, (m, n)))
         if ablation:
             self.op = compile_ablation(dev, desc, ablation, config)
-        elif config is not None:
-            self.op = compile_coop(dev, desc, family=family, config=config)
+        elif config is not None or sums is not None:
+            self.op = compile_coop(dev, desc, family=family, config=config, sums=sums)
         else:
             self.op = compile_matmul_integer(dev, desc, kernel=family)
         self.b_buf = b_buf  # (kept alive: `uploads` is keyed by identity)
@@ -213,6 +214,15 @@ def time_interleaved(makes: dict[str, Any], rounds: int) -> dict[str, float]:
             fn()
             samples[name].append((time.perf_counter() - t0) / n)
     return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def finish(rows: Any, path: str | None, ok: bool) -> int:
+    """A benchmark's end: its rows written to `path` (JSON) where given, the correctness line, the exit status."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(rows, f, indent=1)
+    print("correctness:", "all OK" if ok else "FAIL")
+    return 0 if ok else 1
 
 
 def random_inputs(rng: np.random.Generator, m: int, k: int, n: int, a_dtype: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -76,7 +76,7 @@ def compile_ablation(device: Any, desc: Any, ablation: int, config: Any = None) 
 
     if ablation not in ABLATIONS:
         raise UnsupportedError(f"ablation: {ablation} must be one of {sorted(ABLATIONS)}")
-    plan = compile_coop(device, desc, family="coopmat", config=config).plans[0]
+    plan = compile_coop(device, desc, family="coopmat", config=config, sums="bytes").plans[0]
     if plan.variant != "mmc8_rc":
         raise UnsupportedError(f"ablation: the ablations are of mmc8_rc (A row-major, B column-major), not {plan.variant}")
     load()

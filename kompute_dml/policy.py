@@ -112,6 +112,12 @@ PLAN_FLUSH_ALLOCATING_ENV = "KDML_PLAN_FLUSH_ALLOCATING"
 # next candidate then does. KDML_MATMUL_KERNEL (read once, when the policy is made) forces one.
 MATMUL_KERNEL_ENV = "KDML_MATMUL_KERNEL"
 MATMUL_KERNELS = ("cpu", "cpu-ssbo", "gpu", "coopmat", "dot", "coopmat-emulated", "gemv", "wide")
+# How the tensor-core kernel sums a k-contiguous operand's bytes for the zero points (COOP_SUMS):
+# "dot" (variants mmc8s_*: OpSDot with ones, 4 per 16 bytes) where the device has integer_dot_product,
+# else "bytes" (16-bit lanes of plain integer code, mmc8_*). H100, benchmarks/coop_quant_parts.py
+# (u8 A with a zero point, B column-major): 4096^3 / 8192^3 at 0.862 / 0.884 of the plain s8
+# product's speed with "bytes", 0.946 / 0.965 with "dot" (benchmarks/RESULTS.md).
+COOP_SUMS = ("bytes", "dot")
 # Rows of A up to which an automatic GPU family tries the gemv family first. H100,
 # benchmarks/bench_decode.py --rounds 5 (quantized, K = N = 4096): gemv 16.3 / 18.6 / 22.3 / 25.2 /
 # 35.5 us at M = 1 / 2 / 4 / 8 / 16 against coopmat's 46.8 / 47.2 / 46.5 / 43.6 / 38.8; at M = 32 its
@@ -228,6 +234,7 @@ class DevicePolicy:
     # the forced GEMM family ("auto": none): KDML_GEMM_KERNEL when the policy was made
     gemm_kernel: str = field(default_factory=lambda: os.environ.get(GEMM_KERNEL_ENV, "auto"))
     weights: str = "rows"  # see WEIGHT_LAYOUTS
+    coop_sums: str = "bytes"  # see COOP_SUMS
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -314,6 +321,7 @@ class DevicePolicy:
             "gemm_tiles": self.gemm_tiles,
             "gemm_family": self.gemm_family,
             "weights": self.weights,
+            "coop_sums": self.coop_sums,
             "gemm_kernel": self.gemm_kernel,
             "matmul_kernel": self.matmul_kernel,
             "matmul_table": self._table_text(),
@@ -351,6 +359,8 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
             gemm_family="coopmat" if set(GEMM_COOP_CAPABILITIES) <= capabilities and has_f16_shape(coop_shapes) else "tiled",
             weights="columns" if family == "coopmat" else "rows",
         )
+    if "integer_dot_product" in capabilities:
+        policy = replace(policy, coop_sums="dot")
     if transfer_commands is None:
         env = os.environ.get("KDML_TRANSFER")
         transfer_commands = None if env is None else env != "0"

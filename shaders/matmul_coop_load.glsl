@@ -23,9 +23,9 @@
 #ifndef LDV    // staging addresses: 0 clamped into the matrix, no branch (the kernel); ablations (benchmark
 #define LDV 0  // overlay): 1 every tile taken as interior (exact only where the tiles divide M, N, K),
 #endif         // 2 chosen in a branch, interior or edge tile (the kernel before)
-#ifndef RSUM   // 1: k-contiguous (mode 1) operands' zero-point row sums from the staging registers at the
-#define RSUM 1 // store (the kernel); 0 (benchmark overlay, the kernel before): from the shared tiles every step
-#endif
+#ifndef RSUM   // k-contiguous (mode 1) operands' zero-point row sums from the staging registers at the
+#define RSUM 1 // store: 1 in 16-bit lanes of plain integer code, 2 by OpSDot with ones (integer_dot_product:
+#endif         // variants mmc8s_*, mmc8d_*); 0 (benchmark overlay, the kernel before) from the shared tiles
 #if RSUM
 #define LD_SUM_ARG , bool sum   // LD_STORE's extra parameter (absent with RSUM 0)
 #define STORE_SUM(x) , x
@@ -262,10 +262,14 @@ void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe 
 #if LD_RSUM   // the row sums of the bytes as stored (signed; padding 0), reading no shared memory
     if (sum) {
         [[unroll]] for (uint i = 0u; i < nr; ++i) {
+#if RSUM == 2   // the signed bytes as stored, 4 at a time (integer dot products with ones)
+            [[unroll]] for (uint q = 0u; q < 4u; ++q) LD_PART[i] += rsum_sdot4(LD_REGS[slot * nr + i][q], 0x01010101u, 0);
+#else
             const uvec4 v = LD_REGS[slot * nr + i] ^ uvec4(0x80808080u);   // each byte + 128
             const uvec4 l = (v & 0x00FF00FFu) + ((v >> 8u) & 0x00FF00FFu);
             const uint lanes = l.x + l.y + l.z + l.w;   // two 16-bit lanes of at most 8 x 255
             LD_PART[i] += int((lanes & 0xFFFFu) + (lanes >> 16u)) - 2048;
+#endif
         }
     }
 #endif

@@ -14,6 +14,8 @@ driver's). Every output starts poisoned; every byte outside it must stay unchang
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from helpers import (
@@ -37,17 +39,25 @@ PAIRS = [(DT.INT8, DT.INT8), (DT.UINT8, DT.UINT8), (DT.UINT8, DT.INT8), (DT.INT8
 PAIR_IDS = [f"{a.name}x{b.name}" for a, b in PAIRS]
 
 
-@pytest.fixture(params=list(FAMILIES))
+@pytest.fixture(params=[*FAMILIES, "coopmat/bytes"])
 def family(request, dev, monkeypatch):
-    cap = FAMILIES[request.param][1]
+    """A forced family; "coopmat/bytes": the tensor cores with the zero points' sums in plain integer
+    code (mmc8_*) where the policy takes OpSDot (mmc8s_*, policy.COOP_SUMS)."""
+    name, _, sums = request.param.partition("/")
+    cap = FAMILIES[name][1]
     if cap is not None and cap not in dev.capabilities:
         pytest.skip(f"device has no {cap} capability: the {request.param!r} run is skipped")
-    force_kernel(monkeypatch, dev, request.param)
-    return request.param
+    if sums and dev.policy.coop_sums == sums:
+        pytest.skip(f"the policy's own sums here ({sums!r}): the 'coopmat' run covers them")
+    force_kernel(monkeypatch, dev, name)
+    if sums:
+        monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, coop_sums=sums))
+    return name
 
 
-def variant(family: str, modes: str) -> str:
-    return f"mmc8{FAMILIES[family][0]}_{modes}"
+def variant(dev, family: str, modes: str) -> str:
+    kind = "s" if family == "coopmat" and dev.policy.coop_sums == "dot" else FAMILIES[family][0]
+    return f"mmc8{kind}_{modes}"
 
 
 # ---- layouts ------------------------------------------------------------------------------
@@ -208,7 +218,7 @@ def test_load_modes(dev, rng, family, a_mode, b_mode):
         op, *_ = run_case(dev, rng, pair=pair, M=M, K=K, N=N, batch=batch, a_layout=layouts[a_mode],
                           b_layout=layouts[b_mode], a_zp="row", b_zp="col", a_q="row", b_q="col", bias="full",
                           config=config, family=family)
-        assert op.variants[0] == variant(family, a_mode + b_mode)
+        assert op.variants[0] == variant(dev, family, a_mode + b_mode)
 
 
 @pytest.mark.parametrize("config", [MEDIUM, NARROW, DECODE, TileConfig(32, 32, 32, 16, 16, group_m=2),
@@ -267,7 +277,7 @@ def test_loader_subgroups(dev, rng, family, a_mode, b_mode):
         pair = PAIRS[int(rng.integers(0, 4))]
         op, *_ = run_case(dev, rng, pair=pair, M=M, K=K, N=N, a_layout=layouts[a_mode], b_layout=layouts[b_mode],
                           a_zp="row", b_zp="col", a_q="row", b_q="col", bias="full", config=config, family=family)
-        assert op.variants[0] == variant(family, a_mode + b_mode)
+        assert op.variants[0] == variant(dev, family, a_mode + b_mode)
         assert op.plans[0].spec[0] == 6 * (8 if dev.device_type == "cpu" else 32)  # 4 math + 2 loader subgroups
 
 
@@ -343,7 +353,7 @@ def test_recorded_executions(dev, rng, family):
         kdml.TensorDesc(DT.FLOAT32, (1, 1)), None, None, kdml.TensorDesc(DT.FLOAT32, (M, N)))
     op = dev.compile(desc)
     # B row-major: transposed into shared memory, or kept row-major on tensor cores (TENSOR_CORE_OPTIONS)
-    assert op.variants[0] == variant(family, "rn" if family == "coopmat" else "rr")
+    assert op.variants[0] == variant(dev, family, "rn" if family == "coopmat" else "rr")
     ins = [dev.tensor(a), dev.tensor(one), None, dev.tensor(b), dev.tensor(one), None, None]
     outs = [dev.empty(desc.output_tensor) for _ in range(3)]
     with dev.record() as rec:

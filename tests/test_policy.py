@@ -38,6 +38,8 @@ def test_policy_rules():
     assert coop.matmul_family_for(1 << 20) == "coopmat" and gpu.matmul_family_for(1) == "gpu"
     both = policy_for("discrete-gpu", frozenset({"integer_dot_product", "cooperative_matrix"}), LIMITS)
     assert both.matmul_family == "coopmat"
+    # the tensor-core kernel's zero-point sums: OpSDot where the device has it (COOP_SUMS)
+    assert (both.coop_sums, coop.coop_sums, both.describe()["coop_sums"]) == ("dot", "bytes", "dot")
     assert policy_for("cpu", frozenset({"integer_dot_product"}), LIMITS).matmul_family == "cpu"
     assert policy_for("cpu", frozenset(), LIMITS, transfer_commands=False).transfer_commands is False
 

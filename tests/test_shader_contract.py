@@ -92,8 +92,8 @@ def test_the_tree_agrees_with_the_table():
 
 def test_family_names_and_defines():
     assert COPY.name(bits=32) == "copy_b32"
-    assert MMC.name(emulated="x", a="r", b="n") == "mmc8x_rn"
-    assert len(MMC.variants) == len(set(MMC.variants)) == 3 * 4 * len(dict(MMC.params)["emulated"])
+    assert MMC.name(kind="x", a="r", b="n") == "mmc8x_rn"
+    assert len(MMC.variants) == len(set(MMC.variants)) == 3 * 4 * len(dict(MMC.params)["kind"])
     assert len(contract.by_variant()) == sum(len(f.variants) for f in contract.FAMILIES)
     with pytest.raises(ValueError, match="bits=12 is not one of"):
         COPY.name(bits=12)
@@ -106,7 +106,9 @@ def test_family_names_and_defines():
     assert inputs[contract.PUSH_BLOCK_DEFINE] == contract.MATMUL_PUSH.glsl()
     # the target environment is the family's: tensor-core variants only
     assert MMC.builds()["mmc8_rc"][contract.TARGET_KEY] == "vulkan1.2"
-    assert contract.TARGET_KEY not in MMC.builds()["mmc8x_rc"]
+    assert MMC.builds()["mmc8s_rc"][contract.TARGET_KEY] == "vulkan1.2" and MMC.builds()["mmc8s_rc"]["RSUM"] == "2"
+    assert contract.TARGET_KEY not in MMC.builds()["mmc8x_rc"] and "RSUM" not in MMC.builds()["mmc8x_rc"]
+    assert contract.TARGET_KEY not in MMC.builds()["mmc8d_rc"] and MMC.builds()["mmc8d_rc"]["RSUM"] == "2"
 
 
 # ---- the packer --------------------------------------------------------------------------------

@@ -24,8 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UnsupportedError
+from ..errors import UnsupportedError, invalid
 from ..ints import cdiv
+from ..policy import COOP_SUMS
 from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
 from ..runtime import DispatchPlan
 from ..shaders import check_capabilities
@@ -226,12 +227,15 @@ def require_capability(device: Device, family: str) -> None:
 
 
 def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family: str = "coopmat",
-              config: TileConfig | None = None) -> DispatchPlan | None:
+              config: TileConfig | None = None, sums: str | None = None) -> DispatchPlan | None:
     """The coopmat dispatch for a validated descriptor, or None where the family does not apply
     (inputs wider than 8 bits, K > KMAX, a device without the s8 shape). Raises UnsupportedError
-    where the device lacks the capability (or a forced `config` cannot run). (The ablations of
-    the kernel, wrong by design, are benchmarks/overlay_ablation.py's.)"""
+    where the device lacks the capability (or a forced `config` cannot run). `sums` (tensor cores
+    only; None: the policy's coop_sums): "dot" the mmc8s_* variants, "bytes" mmc8_*. (The
+    ablations of the kernel, wrong by design, are benchmarks/overlay_ablation.py's.)"""
     require_capability(device, family)
+    if sums not in (None, *COOP_SUMS):
+        raise invalid("sums", f"must be one of {', '.join(map(repr, COOP_SUMS))} or None, got {sums!r}")
     if desc.a_tensor.data_type.size != 1 or (family == "coopmat" and not has_shape(device)):
         return None
     ops = operands(desc)
@@ -252,19 +256,22 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family:
         raise UnsupportedError(f"kernel: tile configuration {cfg} cannot run here: {'; '.join(problems)}")
     words = matmul_push(desc, ops, sum_flags(desc))
 
-    variant = f"mmc8{FAMILIES[family][0]}_{am}{bmode}"
+    kind = FAMILIES[family][0]
+    if family == "coopmat" and (sums or device.policy.coop_sums) == "dot":
+        kind = "s"  # the zero points' sums by OpSDot (policy.COOP_SUMS)
+    variant = f"mmc8{kind}_{am}{bmode}"
     check_capabilities(variant, device.capabilities)
     groups = cdiv(m, cfg.bm) * cdiv(n, cfg.bn) * t
     return matmul_plan(desc, device, variant, words, groups, cfg.spec(sg, push_flags(words)))
 
 
 def compile_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family: str = "coopmat",
-                 config: TileConfig | None = None) -> CompiledOperator:
-    """The operator on the coopmat family with an explicit tile configuration (tests and
-    benchmarks/bench_coop.py --sweep); UnsupportedError where the family does not apply."""
+                 config: TileConfig | None = None, sums: str | None = None) -> CompiledOperator:
+    """The operator on the coopmat family with an explicit tile configuration or zero-point sums
+    (`sums`, as plan_coop: tests and benchmarks); UnsupportedError where the family does not apply."""
     validate_tensors(MATRIX_MULTIPLY_INTEGER_TO_FLOAT, device.feature_level, desc, FIELDS, OUTPUT_FIELDS)
     check_desc(desc)
-    plan = plan_coop(device, desc, family=family, config=config)
+    plan = plan_coop(device, desc, family=family, config=config, sums=sums)
     if plan is None:
         raise UnsupportedError(f"kernel: the coopmat family takes 8-bit A and B with K <= {KMAX} on a device "
                                f"listing the s8 16x16x32 shape")

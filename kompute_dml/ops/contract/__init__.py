@@ -142,15 +142,16 @@ MMI_GENERIC = family("mmi_generic", "matmul_int.comp", "mmi_cpu_g{bits}", MATMUL
                      defines=lambda bits: {"FAMILY": 0, "PACKED": 0, "W": bits, "BR": 4, "BC": 4, "LX": 8})
 MMI_GPU = family("mmi_gpu", "matmul_int.comp", "mmi_gpu_{bits}", MATMUL_PUSH, (16, 16, 1), bits=(8, 16, 32),
                  defines=lambda bits: {"FAMILY": 1, "W": bits})
-# matmul_coop.comp: tensor cores ("", the wheel's compiler), or each cooperative-matrix operation as
-# subgroup code: x (byte products, MMA=1), d (OpSDot, MMA=2); load modes of A and B (AL, BL)
+# matmul_coop.comp: tensor cores ("", the wheel's compiler; "s": their zero-point sums by OpSDot,
+# RSUM=2, which needs integer_dot_product), or each cooperative-matrix operation as subgroup code:
+# x (byte products, MMA=1), d (OpSDot, MMA=2, its sums by OpSDot too); load modes of A and B (AL, BL)
 _COOP_A = {"r": 1, "c": 2, "g": 0}
 _COOP_B = {"r": 2, "n": 3, "c": 1, "g": 0}
-_COOP_MMA = {"": {}, "x": {"MMA": 1}, "d": {"MMA": 2}}
-MMC = family("mmc", "matmul_coop.comp", "mmc8{emulated}_{a}{b}", MATMUL_PUSH, None,
-             emulated=tuple(_COOP_MMA), a=tuple(_COOP_A), b=tuple(_COOP_B),
-             defines=lambda emulated, a, b: {**_COOP_MMA[emulated], "AL": _COOP_A[a], "BL": _COOP_B[b]},
-             target=lambda emulated, a, b: None if emulated else COOP_TARGET)
+_COOP_KIND = {"": {}, "s": {"RSUM": 2}, "x": {"MMA": 1}, "d": {"MMA": 2, "RSUM": 2}}
+MMC = family("mmc", "matmul_coop.comp", "mmc8{kind}_{a}{b}", MATMUL_PUSH, None,
+             kind=tuple(_COOP_KIND), a=tuple(_COOP_A), b=tuple(_COOP_B),
+             defines=lambda kind, a, b: {**_COOP_KIND[kind], "AL": _COOP_A[a], "BL": _COOP_B[b]},
+             target=lambda kind, a, b: None if "MMA" in _COOP_KIND[kind] else COOP_TARGET)
 # (the ablations of mmc8_rc, wrong by design, are a benchmark-only overlay: benchmarks/overlay_ablation.py)
 # exact 16/32-bit integer product on GPUs (ops/matmul_wide.py): TR x TC outputs per invocation
 # ("l": the variants on 64-bit integer arithmetic, which need the shader_int64 capability)
