@@ -112,17 +112,16 @@ PLAN_FLUSH_ALLOCATING_ENV = "KDML_PLAN_FLUSH_ALLOCATING"
 # next candidate then does. KDML_MATMUL_KERNEL (read once, when the policy is made) forces one.
 MATMUL_KERNEL_ENV = "KDML_MATMUL_KERNEL"
 MATMUL_KERNELS = ("cpu", "cpu-ssbo", "gpu", "coopmat", "dot", "coopmat-emulated", "gemv", "wide")
-# How the tensor-core kernel sums a k-contiguous operand's bytes for the zero points (COOP_SUMS):
-# "dot" (variants mmc8s_*: OpSDot with ones, 4 per 16 bytes) where the device has integer_dot_product,
-# else "bytes" (16-bit lanes of plain integer code, mmc8_*). H100, benchmarks/coop_quant_parts.py
-# (u8 A with a zero point, B column-major): 4096^3 / 8192^3 at 0.862 / 0.884 of the plain s8
-# product's speed with "bytes", 0.946 / 0.965 with "dot" (benchmarks/RESULTS.md).
+# The tensor-core kernel's zero-point sums: "dot" (mmc8s_*: OpSDot) where the device has
+# integer_dot_product, else "bytes" (mmc8_*). H100, benchmarks/coop_quant_parts.py: the quantized
+# 4096^3 / 8192^3 at 0.874 / 0.894 of plain s8 with "bytes", 0.928 / 0.963 with "dot".
 COOP_SUMS = ("bytes", "dot")
-# Rows of A up to which an automatic GPU family tries the gemv family first. H100,
-# benchmarks/bench_decode.py --rounds 5 (quantized, K = N = 4096): gemv 16.3 / 18.6 / 22.3 / 25.2 /
-# 35.5 us at M = 1 / 2 / 4 / 8 / 16 against coopmat's 46.8 / 47.2 / 46.5 / 43.6 / 38.8; at M = 32 its
-# best configuration took 44.1 us against coopmat's 68.1.
+# Rows of A up to which an automatic GPU family tries the gemv family first (on GPUs without
+# tensor cores; gemv's own limit when forced is ops/matmul_gemv.MAX_M).
 GEMV_MAX_M = 32
+# ... on "coopmat" GPUs (gemv_max_m). H100, benchmarks/gemv_crossover.py (s8, quantized; K x N 384 x
+# 1536 to 11008 x 4096): tensor cores faster at 8 rows in 13 of 14 cases, at 12-32 in all, at 4 in 10.
+GEMV_COOP_MAX_M = 4
 # ... and up to GEMV_TINY_MAX_M rows where the product is tiny (ops/matmul_gemv.is_tiny: K <= 512,
 # K x N <= 256 KiB, B row-major: its one-row-per-work-group configuration). H100,
 # `benchmarks/tiny_matmul.py --repeats 600` (64^3: 1000; eager us, gemm case; gemv / the automatic coopmat):
@@ -172,17 +171,19 @@ class KernelCandidate:
     when: str = "always"
 
 
-def _gemv_applies(device: Any, desc: Any) -> bool:
-    rows = _rows(desc)
-    if rows <= GEMV_MAX_M:
-        return True
-    if rows > GEMV_TINY_MAX_M:
-        return False
-    b = desc.b_tensor
-    return b.effective_strides[-1] == 1 and is_tiny(int(b.sizes[-2]), int(b.sizes[-1]))
+def gemv_candidate(max_m: int) -> KernelCandidate:
+    """The gemv entry of a GPU's table: at most `max_m` rows, or GEMV_TINY_MAX_M for tiny products."""
+    def applies(device: Any, desc: Any) -> bool:
+        rows = _rows(desc)
+        if rows <= max_m:
+            return True
+        if rows > GEMV_TINY_MAX_M:
+            return False
+        b = desc.b_tensor
+        return b.effective_strides[-1] == 1 and is_tiny(int(b.sizes[-2]), int(b.sizes[-1]))
+    return KernelCandidate("gemv", applies, f"M <= {max_m}, or M <= {GEMV_TINY_MAX_M} for tiny products")
 
 
-_GEMV = KernelCandidate("gemv", _gemv_applies, f"M <= {GEMV_MAX_M}, or M <= {GEMV_TINY_MAX_M} for tiny products")
 _DOT = KernelCandidate("dot", lambda device, desc: _rows(desc) <= DOT_MAX_M, f"M <= {DOT_MAX_M}")
 
 
@@ -235,6 +236,7 @@ class DevicePolicy:
     gemm_kernel: str = field(default_factory=lambda: os.environ.get(GEMM_KERNEL_ENV, "auto"))
     weights: str = "rows"  # see WEIGHT_LAYOUTS
     coop_sums: str = "bytes"  # see COOP_SUMS
+    gemv_max_m: int = GEMV_MAX_M  # see GEMV_MAX_M, GEMV_COOP_MAX_M
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -242,7 +244,7 @@ class DevicePolicy:
     def weight_layout(self, rows: int) -> str:
         """How the ONNX backend stores a constant integer-product weight multiplied by `rows`
         rows of A (the product's M): "columns" (k-contiguous) or "rows" (WEIGHT_LAYOUTS)."""
-        return "columns" if self.weights == "columns" and rows > GEMV_MAX_M else "rows"
+        return "columns" if self.weights == "columns" and rows > self.gemv_max_m else "rows"
 
     def matmul_family_for(self, m: int) -> str:
         """The matrix-product family for matrices of `m` rows (the "dot" family only up to DOT_MAX_M)."""
@@ -274,7 +276,7 @@ class DevicePolicy:
             if family in ("cpu", "cpu-ssbo"):
                 return (KernelCandidate(family),)
             head = {"coopmat": (KernelCandidate("coopmat"),), "dot": (_DOT,)}.get(family, ())
-            return (_GEMV, *head, *gpu_tail) if family in ("gpu", "coopmat", "dot") else (*head, *gpu_tail)
+            return (gemv_candidate(self.gemv_max_m), *head, *gpu_tail) if family in ("gpu", "coopmat", "dot") else (*head, *gpu_tail)
         if choice == "gemv":
             return (KernelCandidate("gemv"), *(c for c in self.matmul_table("auto") if c.family != "gemv"))
         if choice in ("coopmat", "dot", "coopmat-emulated", "wide"):
@@ -322,6 +324,7 @@ class DevicePolicy:
             "gemm_family": self.gemm_family,
             "weights": self.weights,
             "coop_sums": self.coop_sums,
+            "gemv_max_m": self.gemv_max_m,
             "gemm_kernel": self.gemm_kernel,
             "matmul_kernel": self.matmul_kernel,
             "matmul_table": self._table_text(),
@@ -358,6 +361,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
             gemm_tiles="parallel", prepare_siblings=True, wait_spin_cap_us=WAIT_SPIN_CAP_US, plan_flush_ms=GPU_PLAN_FLUSH_MS,
             gemm_family="coopmat" if set(GEMM_COOP_CAPABILITIES) <= capabilities and has_f16_shape(coop_shapes) else "tiled",
             weights="columns" if family == "coopmat" else "rows",
+            gemv_max_m=GEMV_COOP_MAX_M if family == "coopmat" else GEMV_MAX_M,
         )
     if "integer_dot_product" in capabilities:
         policy = replace(policy, coop_sums="dot")

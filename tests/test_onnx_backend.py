@@ -151,12 +151,10 @@ def test_matmul_integer_to_float_float16_output(rng):
                                     ((4, 128), (128, 96))], ids=["40x128x96", "batched-odd", "one-column", "few-rows"])
 def test_weights_stored_columns_give_the_same_product(rng, monkeypatch, pair, shapes):
     """A policy with weights="columns" (the tensor-core GPUs') binds a constant 2-D B transposed
-    once at upload, under a column-major descriptor, for products of more than GEMV_MAX_M rows:
+    once at upload, under a column-major descriptor, for products of more than gemv_max_m rows:
     the results equal the exact product, and the bits of the product with B as ONNX stores it
     ("rows"); a single column, and products of few rows (gemv's), keep ONNX's layout."""
     import dataclasses
-
-    from kompute_dml.policy import GEMV_MAX_M
 
     model, feeds, exact = _mmitf_case(rng, pair, *shapes, zp=True, bias=True, per_column=True, b_const=True)
     results = {}
@@ -169,13 +167,13 @@ def test_weights_stored_columns_give_the_same_product(rng, monkeypatch, pair, sh
         for graph_mode in (True, False):
             rep.graph_mode = graph_mode
             (got,) = rep.run(feeds)
-            as_columns = layout == "columns" and min(shapes[1]) > 1 and shapes[0][-2] > GEMV_MAX_M
+            as_columns = layout == "columns" and min(shapes[1]) > 1 and shapes[0][-2] > rep.device.policy.gemv_max_m
             assert bound and all((tuple(t.desc.effective_strides) == (1, shapes[1][0])) == as_columns for t in bound)
             assert_product(got, exact, what=f"kompute_dml, weights {layout}")
             results.setdefault(layout, got)
             np.testing.assert_array_equal(got.view(np.uint32), results[layout].view(np.uint32))
         # under "columns" both layouts go up at the first product, whatever its rows: a later
-        # plan with more or fewer rows (GEMV_MAX_M) uploads nothing
+        # plan with more or fewer rows (gemv_max_m) uploads nothing
         transposed = rep._device_constants.get("B#columns")
         assert (transposed is not None) == (layout == "columns" and min(shapes[1]) > 1)
         assert "B" in rep._device_constants

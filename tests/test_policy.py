@@ -15,7 +15,9 @@ import kompute_dml as kdml
 from kompute_dml.policy import (
     CAPABILITIES,
     DOT_MAX_M,
+    GEMV_COOP_MAX_M,
     GEMV_MAX_M,
+    GEMV_TINY_MAX_M,
     MATMUL_KERNEL_ENV,
     MATMUL_KERNELS,
     policy_for,
@@ -53,14 +55,14 @@ def test_transfer_environment_override(monkeypatch):
 
 def test_weight_layout_follows_the_family_and_the_environment(monkeypatch):
     """Tensor-core GPUs store integer-product weights k-contiguous for products of more than
-    GEMV_MAX_M rows; other devices, and fewer rows, keep ONNX's layout; KDML_WEIGHTS overrides,
+    GEMV_COOP_MAX_M rows; other devices, and fewer rows, keep ONNX's layout; KDML_WEIGHTS overrides,
     and a value that is neither layout is refused, naming the variable."""
-    from kompute_dml.policy import GEMV_MAX_M, WEIGHTS_ENV
+    from kompute_dml.policy import GEMV_COOP_MAX_M, WEIGHTS_ENV
 
     monkeypatch.delenv(WEIGHTS_ENV, raising=False)
     coop = policy_for("discrete-gpu", frozenset({"cooperative_matrix"}), LIMITS)
     assert coop.weights == "columns" and coop.describe()["weights"] == "columns"
-    assert coop.weight_layout(GEMV_MAX_M + 1) == "columns" and coop.weight_layout(GEMV_MAX_M) == "rows"
+    assert coop.weight_layout(GEMV_COOP_MAX_M + 1) == "columns" and coop.weight_layout(GEMV_COOP_MAX_M) == "rows"
     for other in (policy_for("discrete-gpu", frozenset({"integer_dot_product"}), LIMITS), policy_for("cpu", frozenset(), LIMITS)):
         assert other.weights == "rows" and other.weight_layout(4096) == "rows"
     monkeypatch.setenv(WEIGHTS_ENV, "rows")
@@ -223,12 +225,14 @@ def _tried(policy, m: int, kernel=None) -> list[str]:
 ])
 def test_matmul_table_order(monkeypatch, device_type, caps, few, many):
     """The automatic order per device kind: lavapipe (CPU) its own family alone; GPUs gemv for at
-    most GEMV_MAX_M rows, their family (dot up to DOT_MAX_M rows), wide (16/32-bit), gpu last."""
+    most gemv_max_m rows (GEMV_COOP_MAX_M on tensor-core GPUs), their family (dot up to DOT_MAX_M rows), wide (16/32-bit), gpu last."""
     monkeypatch.delenv(MATMUL_KERNEL_ENV, raising=False)
     policy = policy_for(device_type, frozenset(caps), LIMITS)
     assert policy.matmul_kernel == "auto"
-    assert _tried(policy, GEMV_MAX_M) == few
-    assert _tried(policy, max(DOT_MAX_M, GEMV_MAX_M) + 1) == many
+    assert _tried(policy, policy.gemv_max_m) == few
+    assert _tried(policy, max(DOT_MAX_M, GEMV_TINY_MAX_M) + 1) == many
+    # tensor-core GPUs hand products of more rows to their family (GEMV_COOP_MAX_M), others keep gemv
+    assert policy.gemv_max_m == (GEMV_COOP_MAX_M if "coopmat" in few else GEMV_MAX_M)
     if "dot" in few:
         assert _tried(policy, DOT_MAX_M) == ["dot", "wide", "gpu"]
     assert policy.describe()["matmul_table"][0].startswith(few[0])
