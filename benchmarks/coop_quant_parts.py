@@ -27,20 +27,19 @@ import sys
 from typing import Any
 
 import numpy as np
-from bench_coop import Ours, finish, random_inputs, time_interleaved, torch_peers  # benchmarks/ (the script's directory)
+from bench_coop import (  # benchmarks/ (the script's directory)
+    Ours,
+    finish,
+    parse_staging_shapes,
+    random_inputs,
+    time_interleaved,
+    torch_peers,
+)
 
 import kompute_dml as kdml
 from kompute_dml.errors import UnsupportedError
 
 SAMPLE_ROWS = 4
-
-
-def parse_shapes(text: str) -> list[tuple[int, int, int]]:
-    out = []
-    for part in text.split(","):
-        m, k, n = (int(x) for x in part.lower().split("x"))
-        out.append((m, k, n))
-    return out
 
 
 def cases_for(dev: kdml.Device, m: int, k: int, n: int, rng: np.random.Generator, family: str) -> dict[str, Ours]:
@@ -57,10 +56,11 @@ def cases_for(dev: kdml.Device, m: int, k: int, n: int, rng: np.random.Generator
         if family == "coopmat" and cases[name].op.variants[0].startswith("mmc8s"):
             cases[f"{name} bytes"] = Ours(dev, a, b, b_colmajor=True, quant=True, rng=np.random.default_rng(1),
                                           uploads=uploads, sums="bytes")
+        if family != "coopmat":
+            continue
         try:
-            if family == "coopmat":
-                cases[f"{name} a11"] = Ours(dev, a, b, b_colmajor=True, quant=True, rng=np.random.default_rng(1),
-                                            uploads=uploads, ablation=11)
+            cases[f"{name} a11"] = Ours(dev, a, b, b_colmajor=True, quant=True, rng=np.random.default_rng(1),
+                                        uploads=uploads, ablation=11)
         except (UnsupportedError, RuntimeError) as e:
             print(f"    ({name} a11 skipped: {e})")
     return cases
@@ -79,7 +79,7 @@ def main() -> int:
     print(f"device: {dev.name}")
     rows = []
     ok = True
-    for m, k, n in parse_shapes(args.shapes):
+    for (m, k, n), _ in parse_staging_shapes(args.shapes) or []:
         print(f"  {m}x{k}x{n}, B column-major:")
         cases = cases_for(dev, m, k, n, rng, args.family)
         sample = np.unique(np.linspace(0, m - 1, SAMPLE_ROWS).astype(int))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cache
 from typing import Any
 
 from .capabilities import CAPABILITIES, FEATURES_ENV, requested_capabilities  # noqa: F401 (re-exported)
@@ -112,12 +113,10 @@ PLAN_FLUSH_ALLOCATING_ENV = "KDML_PLAN_FLUSH_ALLOCATING"
 # next candidate then does. KDML_MATMUL_KERNEL (read once, when the policy is made) forces one.
 MATMUL_KERNEL_ENV = "KDML_MATMUL_KERNEL"
 MATMUL_KERNELS = ("cpu", "cpu-ssbo", "gpu", "coopmat", "dot", "coopmat-emulated", "gemv", "wide")
-# The tensor-core kernel's zero-point sums: "dot" (mmc8s_*: OpSDot) where the device has
-# integer_dot_product, else "bytes" (mmc8_*). H100, benchmarks/coop_quant_parts.py: the quantized
-# 4096^3 / 8192^3 at 0.874 / 0.894 of plain s8 with "bytes", 0.928 / 0.963 with "dot".
+# The tensor-core kernel's zero-point sums: "dot" (mmc8s_*: OpSDot) with integer_dot_product, else "bytes" (mmc8_*).
+# H100, benchmarks/coop_quant_parts.py: the quantized 4096^3 / 8192^3 at 0.874 / 0.894 of plain s8 with "bytes", 0.928 / 0.963 "dot".
 COOP_SUMS = ("bytes", "dot")
-# Rows of A up to which an automatic GPU family tries the gemv family first (on GPUs without
-# tensor cores; gemv's own limit when forced is ops/matmul_gemv.MAX_M).
+# Rows of A up to which an automatic GPU family tries gemv first (forced: ops/matmul_gemv.MAX_M)
 GEMV_MAX_M = 32
 # ... on "coopmat" GPUs (gemv_max_m). H100, benchmarks/gemv_crossover.py (s8, quantized; K x N 384 x
 # 1536 to 11008 x 4096): tensor cores faster at 8 rows in 13 of 14 cases, at 12-32 in all, at 4 in 10.
@@ -171,6 +170,7 @@ class KernelCandidate:
     when: str = "always"
 
 
+@cache  # one per limit (matmul_table runs at every compile)
 def gemv_candidate(max_m: int) -> KernelCandidate:
     """The gemv entry of a GPU's table: at most `max_m` rows, or GEMV_TINY_MAX_M for tiny products."""
     def applies(device: Any, desc: Any) -> bool:
