@@ -68,7 +68,7 @@ BATCH_TARGET = 0.05  # seconds per timed call (N executions)
 def cfg_name(c: TileConfig) -> str:
     opts = (f"{'' if c.b_rows == 'r' else ' Brow'}{'' if c.stages == 2 else f' {c.stages}st'}"
             f"{' lean' if c.lean else ''}{' stmap' if c.stmap else ''}{' cb_mma' if c.cb_mma else ''}"
-            f"{f' +{c.loaders} loaders' if c.loaders else ''}")
+            f"{f' +{c.loaders} loaders' if c.loaders else ''}{f' ksplit {c.ksplit}' if c.ksplit > 1 else ''}")
     return f"{c.bm}x{c.bn}x{c.bk} w{c.wm}x{c.wn} g{c.group_m}{opts}"
 
 
@@ -200,7 +200,8 @@ def per_call(fn: Any) -> float:
 
 def time_interleaved(makes: dict[str, Any], rounds: int) -> dict[str, float]:
     """Seconds per execution of each make(N), N chosen so that a call lasts about BATCH_TARGET;
-    rounds taken round-robin; the median."""
+    rounds taken round-robin, each from the next case on (the first case of a round follows the
+    previous round's last, which may be another API's: torch's CUDA work); the median."""
     calls = {}
     for name, make in makes.items():
         one = per_call(make(1))
@@ -208,8 +209,10 @@ def time_interleaved(makes: dict[str, Any], rounds: int) -> dict[str, float]:
         calls[name] = (make(n), n)
         calls[name][0]()  # record / warm up
     samples: dict[str, list[float]] = {k: [] for k in calls}
-    for _ in range(rounds):
-        for name, (fn, n) in calls.items():
+    names = list(calls)
+    for r in range(rounds):   # each round starts one case later: no case always follows the last
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn, n = calls[name]
             t0 = time.perf_counter()
             fn()
             samples[name].append((time.perf_counter() - t0) / n)

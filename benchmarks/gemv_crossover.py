@@ -34,6 +34,15 @@ def pairs(text: str) -> list[tuple[int, int]]:
     return [(int(k), int(n)) for k, n in (p.lower().split("x") for p in text.split(","))]
 
 
+def coop_device() -> kdml.Device | None:
+    """The device, or None (saying why) where it has no cooperative matrices: nothing to compare."""
+    dev = kdml.Device()
+    if COOP_CAPABILITY in dev.capabilities:
+        return dev
+    print(f"{dev.name} has no {COOP_CAPABILITY} capability: nothing to compare")
+    return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", default="4,8,12,16,24,32", help="M values, comma-separated")
@@ -41,9 +50,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
-    dev = kdml.Device()
-    if COOP_CAPABILITY not in dev.capabilities:
-        print(f"{dev.name} has no {COOP_CAPABILITY} capability: nothing to compare")
+    dev = coop_device()
+    if dev is None:
         return 0
     rng = np.random.default_rng(0)
     rows_out: list[dict[str, Any]] = []

@@ -82,16 +82,11 @@ WAIT_SPIN_CAP_US = 5000
 # 64^3, shared / own first runs 207.2 / 184.6, 189.7 / 183.2, 181.9 / 184.3 us.
 FIRST_RUN_ENV = "KDML_FIRST_RUN"
 FIRST_RUNS = ("shared", "own")
-# How the ONNX backend lays out a constant 2-D weight (B) of an integer product on the device
-# (DevicePolicy.weights, weight_layout; KDML_WEIGHTS=rows or columns): "rows" as ONNX stores it
-# (n-contiguous); "columns" transposed once at upload (k-contiguous: a column-major descriptor
-# over the same values) for products of more than GEMV_MAX_M rows, which the tensor-core family
-# stages without a transpose; fewer rows keep ONNX's layout (gemv's row-major variants). H100
-# (benchmarks/RESULTS.md): `bench_coop.py --rounds 3 --no-compare`, 4096^3 B row-major / column-major
-# 248.2 / 423.7 TOPS, quantized 225.9 / 332.2; `first_runs.py --processes 2 --steady 10 --settings
-# "KDML_WEIGHTS=rows;KDML_WEIGHTS=columns"` (both layouts for every product), steady ms MiniLM 8x128
-# 1.61 / 1.48, 64x256 13.22 / 12.81, but 1x16 0.74 / 0.86 (gemv), BERT 256 x 3 8x128 0.68 / 0.64,
-# 64x256 4.34 / 4.09, 1x16 0.39 / 0.47.
+# How the ONNX backend lays out a constant 2-D weight (B) of an integer product (DevicePolicy.weights,
+# weight_layout; KDML_WEIGHTS=rows or columns): "rows" as ONNX stores it (n-contiguous), "columns"
+# transposed once at upload (k-contiguous), which the tensor cores stage without a transpose: for
+# products gemv does not take (GEMV_COOP_MAX_M). H100 (benchmarks/RESULTS.md): 4096^3 rows / columns
+# 248.2 / 423.7 TOPS (`bench_coop.py`), MiniLM 8x128 1.61 / 1.48 ms (`first_runs.py`).
 WEIGHTS_ENV = "KDML_WEIGHTS"
 WEIGHT_LAYOUTS = ("rows", "columns")
 # Every this many milliseconds of planning, a new input signature's whole-graph plan starts on
@@ -120,6 +115,7 @@ COOP_SUMS = ("bytes", "dot")
 GEMV_MAX_M = 32
 # ... on "coopmat" GPUs (gemv_max_m). H100, benchmarks/gemv_crossover.py (s8, quantized; K x N 384 x
 # 1536 to 11008 x 4096): tensor cores faster at 8 rows in 13 of 14 cases, at 12-32 in all, at 4 in 10.
+# There gemv takes no k-contiguous B (gemv_k_contiguous): matmul_coop.split_k is as fast at 1 row, faster from 2.
 GEMV_COOP_MAX_M = 4
 # ... and up to GEMV_TINY_MAX_M rows where the product is tiny (ops/matmul_gemv.is_tiny: K <= 512,
 # K x N <= 256 KiB, B row-major: its one-row-per-work-group configuration). H100,
@@ -171,17 +167,18 @@ class KernelCandidate:
 
 
 @cache  # one per limit (matmul_table runs at every compile)
-def gemv_candidate(max_m: int) -> KernelCandidate:
-    """The gemv entry of a GPU's table: at most `max_m` rows, or GEMV_TINY_MAX_M for tiny products."""
+def gemv_candidate(max_m: int, k_contiguous: bool = True) -> KernelCandidate:
+    """The gemv entry of a GPU's table: at most `max_m` rows (of a B that is not k-contiguous unless
+    `k_contiguous`), or GEMV_TINY_MAX_M for tiny products."""
     def applies(device: Any, desc: Any) -> bool:
-        rows = _rows(desc)
-        if rows <= max_m:
+        rows, b = _rows(desc), desc.b_tensor
+        if rows <= max_m and (k_contiguous or b.effective_strides[-2] != 1):
             return True
         if rows > GEMV_TINY_MAX_M:
             return False
-        b = desc.b_tensor
         return b.effective_strides[-1] == 1 and is_tiny(int(b.sizes[-2]), int(b.sizes[-1]))
-    return KernelCandidate("gemv", applies, f"M <= {max_m}, or M <= {GEMV_TINY_MAX_M} for tiny products")
+    which = "" if k_contiguous else " of a B not k-contiguous"
+    return KernelCandidate("gemv", applies, f"M <= {max_m}{which}, or M <= {GEMV_TINY_MAX_M} for tiny products")
 
 
 _DOT = KernelCandidate("dot", lambda device, desc: _rows(desc) <= DOT_MAX_M, f"M <= {DOT_MAX_M}")
@@ -237,6 +234,7 @@ class DevicePolicy:
     weights: str = "rows"  # see WEIGHT_LAYOUTS
     coop_sums: str = "bytes"  # see COOP_SUMS
     gemv_max_m: int = GEMV_MAX_M  # see GEMV_MAX_M, GEMV_COOP_MAX_M
+    gemv_k_contiguous: bool = True  # gemv takes k-contiguous B (not on coopmat GPUs: GEMV_COOP_MAX_M)
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -244,7 +242,7 @@ class DevicePolicy:
     def weight_layout(self, rows: int) -> str:
         """How the ONNX backend stores a constant integer-product weight multiplied by `rows`
         rows of A (the product's M): "columns" (k-contiguous) or "rows" (WEIGHT_LAYOUTS)."""
-        return "columns" if self.weights == "columns" and rows > self.gemv_max_m else "rows"
+        return "columns" if self.weights == "columns" and (rows > self.gemv_max_m or not self.gemv_k_contiguous) else "rows"
 
     def matmul_family_for(self, m: int) -> str:
         """The matrix-product family for matrices of `m` rows (the "dot" family only up to DOT_MAX_M)."""
@@ -276,7 +274,8 @@ class DevicePolicy:
             if family in ("cpu", "cpu-ssbo"):
                 return (KernelCandidate(family),)
             head = {"coopmat": (KernelCandidate("coopmat"),), "dot": (_DOT,)}.get(family, ())
-            return (gemv_candidate(self.gemv_max_m), *head, *gpu_tail) if family in ("gpu", "coopmat", "dot") else (*head, *gpu_tail)
+            gemv = (gemv_candidate(self.gemv_max_m, self.gemv_k_contiguous),) if family in ("gpu", "coopmat", "dot") else ()
+            return (*gemv, *head, *gpu_tail)
         if choice == "gemv":
             return (KernelCandidate("gemv"), *(c for c in self.matmul_table("auto") if c.family != "gemv"))
         if choice in ("coopmat", "dot", "coopmat-emulated", "wide"):
@@ -325,6 +324,7 @@ class DevicePolicy:
             "weights": self.weights,
             "coop_sums": self.coop_sums,
             "gemv_max_m": self.gemv_max_m,
+            "gemv_k_contiguous": self.gemv_k_contiguous,
             "gemm_kernel": self.gemm_kernel,
             "matmul_kernel": self.matmul_kernel,
             "matmul_table": self._table_text(),
@@ -361,7 +361,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
             gemm_tiles="parallel", prepare_siblings=True, wait_spin_cap_us=WAIT_SPIN_CAP_US, plan_flush_ms=GPU_PLAN_FLUSH_MS,
             gemm_family="coopmat" if set(GEMM_COOP_CAPABILITIES) <= capabilities and has_f16_shape(coop_shapes) else "tiled",
             weights="columns" if family == "coopmat" else "rows",
-            gemv_max_m=GEMV_COOP_MAX_M if family == "coopmat" else GEMV_MAX_M,
+            gemv_max_m=GEMV_COOP_MAX_M if family == "coopmat" else GEMV_MAX_M, gemv_k_contiguous=family != "coopmat",
         )
     if "integer_dot_product" in capabilities:
         policy = replace(policy, coop_sums="dot")

@@ -15,7 +15,9 @@
 // float once and scaled: float(v) * (AScale * BScale) + Bias, without contraction (`precise`).
 //
 // Work: a work group computes a BM x BN output tile; its WG / SG subgroups each own a WM x WN block
-// of 16 x 16 int32 accumulators. K advances BK at a time through STAGES shared-memory stages (global
+// of 16 x 16 int32 accumulators (KSPLIT > 1, few rows: KSPLIT groups of them, each multiplying its
+// share of every step's K, their accumulators added in the epilogue). K advances BK at a time
+// through STAGES shared-memory stages (global
 // -> registers for step s + 1 while the tensor cores consume step s; two stages: one barrier per
 // step; one stage, for a BK whose two stages exceed the shared memory: two). Tiles
 // are k-contiguous, 16 k per uvec4, rows skewed by 16 bytes (A row-major, B column-major: the
@@ -70,9 +72,12 @@ layout(constant_id = 9) const uint KFLAGS = 0u;   // bit 31 set: the F_* flags, 
 layout(constant_id = 10) const uint STMAP = 0u;   // 1: conflict-free staging map (coop_tid)
 layout(constant_id = 11) const uint CBMMA = 0u;   // 1: B's column sums by the MMAs (ones x B), not sum_b
 layout(constant_id = 12) const uint LOAD_FIRST = 0u;   // the first loader subgroup; 0: every subgroup stages
+layout(constant_id = 13) const uint KSPLIT = 1u;  // subgroups along K: each multiplies BK / KSPLIT of a step
 
 const uint FM = WM / 16u, FN = WN / 16u;          // accumulators per subgroup: FM x FN
 const uint SGM = BM / WM;                         // subgroups along M
+const uint SGMN = SGM * (BN / WN);                // subgroups of one K share (KSPLIT of them)
+const uint KK = BK / 32u / KSPLIT;                // k fragments per subgroup and step
 const uint KS = BK / 16u + 1u;                    // k-contiguous tile row stride, uvec4
 const uint A_TILE = BM * KS;
 #if BL == 3
@@ -164,7 +169,8 @@ void store_one(uint o, float v, bool f16) {
 #define LOAD_B_KK(fb, b_tile, kk, j) LOAD_B(fb, b_tile + (wn0 + 16u * (j)) * KS + 2u * (kk), KS, LAYOUT_COL)
 #endif
 #define MMA_STEP(a_tile, b_tile) \
-        [[unroll]] for (uint kk = 0u; kk < BK / 32u; ++kk) { \
+        [[unroll]] for (uint k2 = 0u; k2 < KK; ++k2) { \
+            const uint kk = kz * KK + k2; \
             A_FRAG fa[FM]; \
             [[unroll]] for (uint i = 0u; i < FM; ++i) \
                 LOAD_A(fa[i], (a_tile) + (wm0 + 16u * i) * KS + 2u * kk, KS); \
@@ -204,7 +210,11 @@ void main() {
     const uint b_base = pc.b_off + bi * pc.b_sb + ci * pc.b_sc;
 
     const uint sg = gl_SubgroupID;
-    const uint wm0 = (sg % SGM) * WM, wn0 = (sg / SGM) * WN;
+    // KSPLIT > 1 (few rows, long K): subgroup kz multiplies the k fragments kz * KK ... of every
+    // step, so a work group keeps KSPLIT times the bytes of one output tile in flight; the K
+    // shares' accumulators are added in the epilogue
+    const uint kz = (KSPLIT == 1u) ? 0u : sg / SGMN, sgmn = (KSPLIT == 1u) ? sg : sg % SGMN;
+    const uint wm0 = (sgmn % SGM) * WM, wn0 = (sgmn / SGM) * WN;
     const uint tid = gl_LocalInvocationID.x;
 
     for (uint i = tid; i < BM; i += WG) sumA[i] = 0;
@@ -302,6 +312,11 @@ void main() {
         barrier();
     }
 
+    if (KSPLIT > 1u) {   // every K share's accumulators staged; the first share adds them up below
+        [[unroll]] for (uint i = 0u; i < FM * FN; ++i) STORE_ACC(acc[i], (sg * FM * FN + i) * 64u, 4u);
+        barrier();
+        if (kz != 0u) return;   // (no barrier follows)
+    }
     if (!math) return;   // loader subgroups: nothing after the last barrier
 #if ABL == 4   // no epilogue: the int32 sums of whole 16 x 16 blocks stored as they are
     [[unroll]] for (uint i = 0u; i < FM; ++i) [[unroll]] for (uint j = 0u; j < FN; ++j) {
@@ -318,8 +333,10 @@ void main() {
     const uint o_sn = pc.o_sn;
     [[unroll]] for (uint i = 0u; i < FM; ++i) {
         [[unroll]] for (uint j = 0u; j < FN; ++j) {
-            STORE_ACC(acc[i * FN + j], stage, 4u);
-            subgroupMemoryBarrierShared(); subgroupBarrier();
+            if (KSPLIT == 1u) {
+                STORE_ACC(acc[i * FN + j], stage, 4u);
+                subgroupMemoryBarrierShared(); subgroupBarrier();
+            }
 #if MMA == 0 && ABL != 5
             [[unroll]] for (uint t = 0u; t < 128u / SG; ++t) {
                 const uint p = lane + t * SG;
@@ -330,7 +347,14 @@ void main() {
                 const uint ml = wm0 + 16u * i + r, nl = wn0 + 16u * j + c;
                 const uint m = m0 + ml, n = n0 + nl;
                 if (m >= M || n >= N) continue;
-                const uvec4 quad = smem[stage + r * 4u + (c >> 2u)];
+                uvec4 quad;   // wrapping sums: int32 arithmetic
+                if (KSPLIT == 1u) {
+                    quad = smem[stage + r * 4u + (c >> 2u)];
+                } else {
+                    quad = uvec4(0u);
+                    [[unroll]] for (uint z = 0u; z < KSPLIT; ++z)
+                        quad += smem[((z * SGMN + sgmn) * FM * FN + i * FN + j) * 64u + r * 4u + (c >> 2u)];
+                }
                 const int za = s8((ZP(azp_buf, pc.azp_off + m * pc.azp_s) ^ a_xe) & 0xFFu);
                 const int ra = sumA[ml] - int(K) * za;   // RA - K za', wrapping
                 const float asc = LOAD_REAL(as_buf, pc.as_off + m * pc.as_s, f16);

@@ -433,13 +433,15 @@ def test_a_longer_sequence_creates_no_pipeline_where_the_policy_prepares_ahead(p
     (transposed for products of many rows) on this device."""
     import dataclasses
 
+    from kompute_dml.policy import GEMV_MAX_M
     from kompute_dml.runtime import pipelines
 
     p = prepared(*SMALL)
     rep = Backend.prepare(p.model, "CPU")
     dev = rep.device
     monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, prepare_siblings=True, matmul_family="gpu",
-                                                                weights="columns"))
+                                                                weights="columns", gemv_max_m=GEMV_MAX_M,
+                                                                gemv_k_contiguous=True))
     monkeypatch.setattr(dev.engine, "prepared_variants", set())
     created: list[str] = []
     program = pipelines.PipelineCache.program

@@ -248,7 +248,7 @@ STAGING = [TileConfig(64, 64, 64, 32, 16, stmap=True), TileConfig(64, 64, 32, 32
 
 def _config_id(c: TileConfig) -> str:
     return (f"{c.bm}x{c.bn}x{c.bk}_s{c.stages}{'_lean' * c.lean}{'_stmap' * c.stmap}{'_cbmma' * c.cb_mma}"
-            f"{f'_ld{c.loaders}' if c.loaders else ''}_{c.b_rows}")
+            f"{f'_ld{c.loaders}' if c.loaders else ''}{f'_k{c.ksplit}' if c.ksplit > 1 else ''}_{c.b_rows}")
 
 
 @pytest.mark.parametrize("config", STAGING, ids=_config_id)
@@ -262,6 +262,31 @@ def test_staging_options(dev, rng, family, config):
                                                (PAIRS[1], "tensor", "col", "col", DT.FLOAT32)]:
         run_case(dev, rng, pair=pair, out_dt=out_dt, M=70, K=140, N=66, a_layout="row", b_layout=b_layout,
                  a_zp=a_zp, b_zp=b_zp, a_q="row", b_q="col", bias="n", config=config, family=family)
+
+
+# K split over the subgroups (TileConfig.ksplit: few-row products with long K): each K share
+# multiplies its part of every step, and the epilogue adds the shares' staged accumulators
+# (32 or 64 k per share: the emulated families' unrolled products compile slowly on lavapipe)
+KSPLIT = [TileConfig(16, 32, 64, 16, 16, ksplit=2), TileConfig(16, 16, 128, 16, 16, ksplit=4, stages=1, lean=True),
+          TileConfig(32, 32, 128, 16, 16, ksplit=2, stages=1, cb_mma=True, b_rows="n"),
+          TileConfig(16, 32, 256, 16, 32, ksplit=4, stages=1, lean=True)]
+
+
+@pytest.mark.parametrize("config", KSPLIT, ids=_config_id)
+def test_k_split(dev, rng, family, config):
+    """K shorter than one share, one partial step, several steps with a partial last one, whole
+    steps; edge tiles in M and N; each operand layout; zero points on either side; FLOAT16."""
+    skip_unless_fits(dev, family, config)
+    bk = config.bk
+    for (M, K, N), pair, a_layout, b_layout, a_zp, b_zp, out_dt in [
+            ((3, 17, 20), PAIRS[0], "row", "col", None, None, DT.FLOAT32),
+            ((16, bk - 40, 40), PAIRS[2], "col", "row", "row", "col", DT.FLOAT32),
+            ((21, 2 * bk + 37, 33), PAIRS[1], "row", "row", "tensor", "col", DT.FLOAT16),
+            ((9, 3 * bk, 16), PAIRS[3], "gap", "col", "row", None, DT.FLOAT32)]:
+        op, *_ = run_case(dev, rng, pair=pair, out_dt=out_dt, M=M, K=K, N=N, a_layout=a_layout, b_layout=b_layout,
+                          a_zp=a_zp, b_zp=b_zp, a_q="row", b_q="col", bias="full", config=config, family=family)
+        sg = 8 if dev.device_type == "cpu" else 32
+        assert op.plans[0].spec[0] == config.subgroups() * sg and op.plans[0].spec[13] == config.ksplit
 
 
 @pytest.mark.parametrize("b_mode", ["r", "n", "c", "g"])

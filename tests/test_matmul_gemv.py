@@ -296,11 +296,13 @@ def test_recorded_executions(gdev, rng):
 def test_automatic_gpu_policy(dev, rng, monkeypatch):
     """On a device whose policy family is a GPU one, the automatic choice takes gemv for at most
     SMALL_M rows (where it applies), for at most GEMV_TINY_MAX_M rows of a tiny product, and the
-    policy's family beyond; a forced family stays forced."""
-    from kompute_dml.policy import GEMV_TINY_MAX_M
+    policy's family beyond; a forced family stays forced. Where gemv takes no k-contiguous B (the
+    tensor-core GPUs' gemv_k_contiguous), such a B goes to the policy's family at any rows."""
+    from kompute_dml.policy import GEMV_MAX_M, GEMV_TINY_MAX_M
 
     force_kernel(monkeypatch, dev, "auto")
-    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, matmul_family="gpu"))
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, matmul_family="gpu", gemv_max_m=GEMV_MAX_M,
+                                                           gemv_k_contiguous=True))
     gemv = VARIANTS["dot" if "integer_dot_product" in dev.capabilities else "portable"]
     assert dev.compile(_desc(DT.UINT8, DT.INT8, SMALL_M, 64, 32)).variants == [gemv]
     assert dev.compile(_desc(DT.UINT8, DT.INT8, GEMV_TINY_MAX_M, 64, 32)).variants == [gemv]  # tiny
@@ -309,6 +311,9 @@ def test_automatic_gpu_policy(dev, rng, monkeypatch):
     assert dev.compile(_desc(DT.UINT8, DT.INT8, 1, 64, 32, (1, 64))).variants == [gemv[:-1] + "c"]  # B column-major
     assert dev.compile(_desc(DT.UINT8, DT.INT8, 1, 64, 32, (64, 2))).variants == ["mmi_gpu_8"]  # B strided
     assert compile_matmul_integer(dev, _desc(DT.INT8, DT.INT8, 1, 64, 32), kernel="gpu").variants == ["mmi_gpu_8"]
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, gemv_k_contiguous=False))
+    assert dev.compile(_desc(DT.UINT8, DT.INT8, 1, 1024, 32, (1, 1024))).variants == ["mmi_gpu_8"]  # k-contiguous
+    assert dev.compile(_desc(DT.UINT8, DT.INT8, 1, 1024, 32)).variants == [gemv]  # B row-major: still gemv
     gemv_case((dev, gemv), rng, pair=(DT.UINT8, DT.INT8), M=3, K=333, N=65, a_layout="row", b_layout="row",
               a_zp="tensor", b_zp="col", b_q="col", bias="n")
 

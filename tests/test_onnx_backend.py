@@ -151,36 +151,41 @@ def test_matmul_integer_to_float_float16_output(rng):
                                     ((4, 128), (128, 96))], ids=["40x128x96", "batched-odd", "one-column", "few-rows"])
 def test_weights_stored_columns_give_the_same_product(rng, monkeypatch, pair, shapes):
     """A policy with weights="columns" (the tensor-core GPUs') binds a constant 2-D B transposed
-    once at upload, under a column-major descriptor, for products of more than gemv_max_m rows:
-    the results equal the exact product, and the bits of the product with B as ONNX stores it
-    ("rows"); a single column, and products of few rows (gemv's), keep ONNX's layout."""
+    once at upload, under a column-major descriptor, for products the policy's weight_layout gives
+    "columns" (more than gemv_max_m rows; every one on tensor-core GPUs): the results equal the
+    exact product, and the bits of the product with B as ONNX stores it ("rows"); a single column,
+    and products of few rows (gemv's, elsewhere), keep ONNX's layout."""
     import dataclasses
 
     model, feeds, exact = _mmitf_case(rng, pair, *shapes, zp=True, bias=True, per_column=True, b_const=True)
     results = {}
-    for layout in ("rows", "columns"):
+    for layout in ("rows", "columns", "columns only"):   # only: gemv takes no k-contiguous B (tensor-core GPUs)
         rep = Backend.prepare(model, "CPU")
-        monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, weights=layout))
+        weights = layout.split()[0]
+        policy = dataclasses.replace(rep.device.policy, weights=weights, gemv_k_contiguous=layout != "columns only")
+        monkeypatch.setattr(rep.device, "policy", policy)
         bound = []
         real = rep.weight_to_device
         monkeypatch.setattr(rep, "weight_to_device", lambda *a, bound=bound, real=real: bound.append(real(*a)) or bound[-1])
         for graph_mode in (True, False):
             rep.graph_mode = graph_mode
             (got,) = rep.run(feeds)
-            as_columns = layout == "columns" and min(shapes[1]) > 1 and shapes[0][-2] > rep.device.policy.gemv_max_m
+            as_columns = min(shapes[1]) > 1 and rep.device.policy.weight_layout(shapes[0][-2]) == "columns"
             assert bound and all((tuple(t.desc.effective_strides) == (1, shapes[1][0])) == as_columns for t in bound)
             assert_product(got, exact, what=f"kompute_dml, weights {layout}")
             results.setdefault(layout, got)
             np.testing.assert_array_equal(got.view(np.uint32), results[layout].view(np.uint32))
-        # under "columns" both layouts go up at the first product, whatever its rows: a later
-        # plan with more or fewer rows (gemv_max_m) uploads nothing
+        # under "columns" both layouts go up at the first product, whatever its rows, where the
+        # policy uses both: a later plan with more or fewer rows (gemv_max_m) uploads nothing
         transposed = rep._device_constants.get("B#columns")
-        assert (transposed is not None) == (layout == "columns" and min(shapes[1]) > 1)
-        assert "B" in rep._device_constants
+        assert (transposed is not None) == (weights == "columns" and min(shapes[1]) > 1)
+        both = policy.weight_layout(1) != policy.weight_layout(1 << 30)
+        assert ("B" in rep._device_constants) == (transposed is None or both)
         if transposed is not None:
             assert tuple(transposed.tensor.desc.effective_strides) == (1, shapes[1][0])
             assert tuple(transposed.tensor.desc.sizes) == shapes[1]
     np.testing.assert_array_equal(results["rows"].view(np.uint32), results["columns"].view(np.uint32))
+    np.testing.assert_array_equal(results["rows"].view(np.uint32), results["columns only"].view(np.uint32))
 
 
 def test_assert_product_sees_one_unit_of_the_integer_product(rng):
@@ -559,8 +564,8 @@ def test_products_sharing_a_host_activation_upload_it_once(rng):
     """Q/K/V-style: three products of one quantized activation; A, its scale and zero point
     go up once per run, the three run as one product (onnx_impl/product_groups.py: its
     weights side by side and its per-column B scale are the run's two constant uploads, three
-    where the policy stores weights as columns: both layouts go up at once), and the second run
-    rebuilds no pipeline."""
+    where the policy stores weights as columns for some products and not others: both layouts go
+    up at once), and the second run rebuilds no pipeline."""
     a = _rand_q(rng, np.uint8, (2, 5, 16))
     s, z = np.array(0.03, np.float32), np.array(7, np.uint8)
     ws = {f"w{i}": _rand_q(rng, np.int8, (16, 8)) for i in range(3)}
@@ -575,7 +580,9 @@ def test_products_sharing_a_host_activation_upload_it_once(rng):
         misses = rep.device.stats()["pipeline_misses"]
         outs = rep.run({"a": a, "s": s, "z": z})
         assert rep.last_run.uploads == 1 and rep.last_run.downloads == 3
-        first = 3 if rep.device.policy.weights == "columns" else 2
+        policy = rep.device.policy
+        both = policy.weights == "columns" and policy.weight_layout(1) != policy.weight_layout(1 << 30)
+        first = 3 if both else 2
         assert rep.last_run.constant_uploads == (first if run == 0 else 0)
         if run:
             assert rep.device.stats()["pipeline_misses"] == misses

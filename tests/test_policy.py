@@ -3,6 +3,7 @@ policy that picks execution paths and kernel families from them."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -54,17 +55,20 @@ def test_transfer_environment_override(monkeypatch):
 
 
 def test_weight_layout_follows_the_family_and_the_environment(monkeypatch):
-    """Tensor-core GPUs store integer-product weights k-contiguous for products of more than
-    GEMV_COOP_MAX_M rows; other devices, and fewer rows, keep ONNX's layout; KDML_WEIGHTS overrides,
-    and a value that is neither layout is refused, naming the variable."""
+    """Tensor-core GPUs store integer-product weights k-contiguous for every product (gemv takes no
+    k-contiguous B there); other devices keep ONNX's layout, and with weights "columns" (KDML_WEIGHTS)
+    products of more than gemv_max_m rows; KDML_WEIGHTS overrides, and a value that is neither
+    layout is refused, naming the variable."""
     from kompute_dml.policy import GEMV_COOP_MAX_M, WEIGHTS_ENV
 
     monkeypatch.delenv(WEIGHTS_ENV, raising=False)
     coop = policy_for("discrete-gpu", frozenset({"cooperative_matrix"}), LIMITS)
     assert coop.weights == "columns" and coop.describe()["weights"] == "columns"
-    assert coop.weight_layout(GEMV_COOP_MAX_M + 1) == "columns" and coop.weight_layout(GEMV_COOP_MAX_M) == "rows"
+    assert coop.weight_layout(GEMV_COOP_MAX_M + 1) == "columns" and coop.weight_layout(1) == "columns"
     for other in (policy_for("discrete-gpu", frozenset({"integer_dot_product"}), LIMITS), policy_for("cpu", frozenset(), LIMITS)):
         assert other.weights == "rows" and other.weight_layout(4096) == "rows"
+        columns = dataclasses.replace(other, weights="columns")
+        assert columns.weight_layout(other.gemv_max_m + 1) == "columns" and columns.weight_layout(other.gemv_max_m) == "rows"
     monkeypatch.setenv(WEIGHTS_ENV, "rows")
     assert policy_for("discrete-gpu", frozenset({"cooperative_matrix"}), LIMITS).weight_layout(4096) == "rows"
     monkeypatch.setenv(WEIGHTS_ENV, "Columns")
@@ -207,14 +211,15 @@ def test_pipeline_refuses_a_variant_needing_a_disabled_capability():
 
 
 # ---- the matrix-product table ----------------------------------------------------------------
-def _rows(m: int):  # what the table's predicates read of a descriptor
+def _rows(m: int, b_strides=(4096, 1)):  # what the table's predicates read of a descriptor (B: 4096 x 4096)
     from types import SimpleNamespace
 
-    return SimpleNamespace(a_tensor=SimpleNamespace(sizes=(2, m, 64)))
+    b = SimpleNamespace(sizes=(4096, 4096), effective_strides=b_strides)
+    return SimpleNamespace(a_tensor=SimpleNamespace(sizes=(2, m, 4096)), b_tensor=b)
 
 
-def _tried(policy, m: int, kernel=None) -> list[str]:
-    return [c.family for c in policy.matmul_table(kernel) if c.applies(None, _rows(m))]
+def _tried(policy, m: int, kernel=None, b_strides=(4096, 1)) -> list[str]:
+    return [c.family for c in policy.matmul_table(kernel) if c.applies(None, _rows(m, b_strides))]
 
 
 @pytest.mark.parametrize("device_type, caps, few, many", [
@@ -231,8 +236,11 @@ def test_matmul_table_order(monkeypatch, device_type, caps, few, many):
     assert policy.matmul_kernel == "auto"
     assert _tried(policy, policy.gemv_max_m) == few
     assert _tried(policy, max(DOT_MAX_M, GEMV_TINY_MAX_M) + 1) == many
-    # tensor-core GPUs hand products of more rows to their family (GEMV_COOP_MAX_M), others keep gemv
+    # tensor-core GPUs hand products of more rows to their family (GEMV_COOP_MAX_M), and every
+    # product of a k-contiguous B; others keep gemv
     assert policy.gemv_max_m == (GEMV_COOP_MAX_M if "coopmat" in few else GEMV_MAX_M)
+    k_contiguous = _tried(policy, 1, b_strides=(1, 64))
+    assert k_contiguous == (few[1:] if "coopmat" in few else few)
     if "dot" in few:
         assert _tried(policy, DOT_MAX_M) == ["dot", "wide", "gpu"]
     assert policy.describe()["matmul_table"][0].startswith(few[0])

@@ -123,16 +123,19 @@ class ValueTransfers:
         policy's layout for it (DevicePolicy.weight_layout): a 2-D weight transposed once at
         upload where that is "columns" (a column-major descriptor over the same values; kept
         beside the row-major upload where other products use that), else as to_device.
-        Where the policy stores weights as columns, both layouts go up at the first product:
-        a later plan with another number of rows (a new sequence length, gemv's few rows or
-        the tensor cores' many) uploads nothing (on the H100, transposing and uploading
-        MiniLM's 36 weights took 15-25 ms of the first 8 x 128 run after a 1 x 5 one: RESULTS.md); the
-        weights then take twice their memory on the device."""
+        Where the policy stores weights as columns for some numbers of rows and not for others,
+        both layouts go up at the first product: a later plan with another number of rows (a new
+        sequence length, gemv's few rows or the tensor cores' many) uploads nothing (on the H100,
+        transposing and uploading MiniLM's 36 weights took 15-25 ms of the first 8 x 128 run after
+        a 1 x 5 one: RESULTS.md); the weights then take twice their memory on the device. Where
+        every number of rows takes columns (tensor-core GPUs), only they go up."""
         shape = self._constant_host(name).shape
-        if self.device.policy.weights != "columns" or len(shape) != 2 or min(shape) < 2:
+        policy = self.device.policy
+        if policy.weights != "columns" or len(shape) != 2 or min(shape) < 2:
             return self._constant_on_device(name, stats)
-        columns = self.device.policy.weight_layout(rows) == "columns"
-        self._constant_on_device(name, stats, not columns)
+        columns = policy.weight_layout(rows) == "columns"
+        if policy.weight_layout(1) != policy.weight_layout(1 << 30):   # both layouts in use
+            self._constant_on_device(name, stats, not columns)
         return self._constant_on_device(name, stats, columns)
 
     def _constant_on_device(self, name: str, stats: RunStats, columns: bool = False) -> kdml.Tensor:

@@ -77,7 +77,9 @@ class TileConfig:
     B's column sums (A's zero point) by extra MMAs of a ones fragment with the B fragments,
     spread over the subgroups along M, in place of summing the shared tiles every step;
     `loaders`: subgroups that only stage tiles (and sum the zero points' rows and columns) beside
-    the math subgroups, which then only multiply (two stages; 0: every subgroup does both)."""
+    the math subgroups, which then only multiply (two stages; 0: every subgroup does both);
+    `ksplit`: subgroups along K, each multiplying BK / ksplit of every step (few-row products:
+    a work group keeps ksplit times the bytes in flight; the accumulators are added at the end)."""
 
     bm: int
     bn: int
@@ -91,20 +93,21 @@ class TileConfig:
     stmap: bool = False
     cb_mma: bool = False
     loaders: int = 0
+    ksplit: int = 1
 
     def subgroups(self) -> int:
-        """The math subgroups (each a WM x WN block of accumulators)."""
-        return (self.bm // self.wm) * (self.bn // self.wn)
+        """The math subgroups (each a WM x WN block of accumulators of one K share)."""
+        return (self.bm // self.wm) * (self.bn // self.wn) * self.ksplit
 
     def invocations(self, subgroup_size: int) -> int:
         return (self.subgroups() + self.loaders) * subgroup_size
 
     def spec(self, subgroup_size: int, flags: int = 0) -> tuple[int, ...]:
-        """constant_id 0..12 of matmul_coop.comp (0 is also local_size_x_id); `flags`: the
+        """constant_id 0..13 of matmul_coop.comp (0 is also local_size_x_id); `flags`: the
         push word's F_* bits, fixed in the pipeline where `lean`."""
         return (self.invocations(subgroup_size), self.bm, self.bn, self.bk, self.wm, self.wn, subgroup_size,
                 self.group_m, self.stages, (flags | _F_KNOWN) if self.lean else 0, int(self.stmap), int(self.cb_mma),
-                self.subgroups() if self.loaders else 0)
+                self.subgroups() if self.loaders else 0, self.ksplit)
 
     def tile_uvec4(self, b_mode: int) -> int:
         """uvec4 of one shared stage of A and B."""
@@ -120,8 +123,10 @@ class TileConfig:
         bm, bn, bk, wm, wn = self.bm, self.bn, self.bk, self.wm, self.wn
         if min(wm, wn) < 16 or wm % 16 or wn % 16 or bm % wm or bn % wn:
             out.append("WM, WN multiples of 16 dividing BM, BN")
-        if bk % 32 or not 32 <= bk <= 256:
-            out.append("BK a multiple of 32 in [32, 256]")
+        if self.ksplit < 1 or bk % (32 * self.ksplit) or not 32 <= bk // self.ksplit <= 256:
+            out.append("BK a multiple of 32 * ksplit, at most 256 * ksplit")
+        if self.ksplit > 1 and self.loaders:
+            out.append("ksplit with loader subgroups")
         if not 1 <= subgroup_size <= 128 or 128 % subgroup_size:
             out.append("a subgroup size dividing 128 (the epilogue's fixed pair loop)")
         if self.group_m < 1:
@@ -145,8 +150,9 @@ class TileConfig:
                 parts = lwg // tmn if lwg >= tmn else 1
                 if (bk // 4) % parts:
                     out.append("row sums: BK / 4 divisible by the parts per row")
-        if self.subgroups() * 64 > self.stages * self.tile_uvec4(b_mode):
-            out.append("the accumulator staging (64 uvec4 per subgroup) must fit in the tiles")
+        staged = 1 if self.ksplit == 1 else (self.wm // 16) * (self.wn // 16)  # accumulators staged at once
+        if self.subgroups() * 64 * staged > self.stages * self.tile_uvec4(b_mode):
+            out.append("the accumulator staging (64 uvec4 per subgroup and staged accumulator) must fit in the tiles")
         if self.shared_bytes(b_mode) > get("max_compute_shared_memory_size", 16384):
             out.append(f"{self.shared_bytes(b_mode)} bytes of shared memory exceed the device's limit")
         return out
@@ -167,10 +173,33 @@ TARGET_TILES = 96  # work groups wanted in flight (an H100 has 132 SMs)
 TENSOR_CORE_OPTIONS: dict[str, Any] = {"bk": 128, "stages": 1, "lean": True, "b_rows": "n"}
 
 
-def candidate_configs(m: int, n: int, t: int, tensor_cores: bool = False) -> list[TileConfig]:
+# Few-row products (M <= 32) on the tensor cores: the thin tile with K split over its subgroups
+# (TileConfig.ksplit), 4 or 2 shares where the work groups times the shares stay within
+# KSPLIT_TARGET (about 6 per SM of an H100) and the deeper step pads K by at most KSPLIT_PAD.
+# H100, benchmarks/coop_ksplit.py --rounds 3 (s8, us: the thin tile unsplit / 2 / 4 shares; torch._int_mm):
+# 16x4096x4096 17.1 / 11.3 / 10.7 (13.1), 4x11008x4096 66.8 / 39.8 / 27.9 (28.1), 16x4096x11008
+# (344 work groups) 32.9 / 24.0 / 31.9 (23.8), 8x768x3072 (4 shares pad K to 1024) 8.58 / 7.82 / 8.62.
+KSPLIT_TARGET = 768
+KSPLIT_PAD = 0.1
+
+
+def split_k(cfg: TileConfig, k: int, groups: int) -> TileConfig | None:
+    """cfg with 4 or 2 K shares (BK times as deep; see KSPLIT_TARGET), or None: K within one
+    step of cfg, or even 2 shares too many work groups."""
+    fit = [s for s in (4, 2) if groups * s <= KSPLIT_TARGET]
+    if k <= cfg.bk or not fit:
+        return None
+    pad = lambda s: 1.0 - k / (cdiv(k, cfg.bk * s) * cfg.bk * s)  # noqa: E731 (K's share of padding)
+    shares = next((s for s in fit if pad(s) <= KSPLIT_PAD), fit[-1])
+    return replace(cfg, bk=cfg.bk * shares, ksplit=shares)
+
+
+def candidate_configs(m: int, n: int, t: int, tensor_cores: bool = False, k: int = 0) -> list[TileConfig]:
     """Tiles in order of preference: the largest that still gives TARGET_TILES work groups
     first (M <= 16, decoding: the thin one), then the smaller ones (for devices where it does
-    not fit); with TENSOR_CORE_OPTIONS for the coopmat family, each also as it was before them."""
+    not fit); with TENSOR_CORE_OPTIONS for the coopmat family, each also as it was before them,
+    and for M <= 32 the thin tile first, its K split (split_k) where that applies (H100,
+    coop_ksplit.py: 32 x 4096 x 11008, no split, 33.9 us against 39.9 for the 64 x 64 tile)."""
     if m <= 16:
         order = [DECODE, NARROW]
     else:
@@ -179,7 +208,12 @@ def candidate_configs(m: int, n: int, t: int, tensor_cores: bool = False) -> lis
         order = order[fits[0]:] if fits else [NARROW, DECODE]
     if not tensor_cores:
         return order
-    return [c for cfg in order for c in (replace(cfg, **TENSOR_CORE_OPTIONS), cfg)]
+    out = [c for cfg in order for c in (replace(cfg, **TENSOR_CORE_OPTIONS), cfg)]
+    if m > 32:
+        return out
+    thin = replace(DECODE, **TENSOR_CORE_OPTIONS)
+    first = split_k(thin, k, cdiv(m, thin.bm) * cdiv(n, thin.bn) * t) or thin
+    return [first, *(c for c in out if c != first)]
 
 
 def subgroup_size(device: Device) -> int:
@@ -244,7 +278,7 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family:
     if k > KMAX:
         return None
     sg = subgroup_size(device)
-    for cfg in [config] if config is not None else candidate_configs(m, n, t, family == "coopmat"):
+    for cfg in [config] if config is not None else candidate_configs(m, n, t, family == "coopmat", k):
         am, bmode = operand_modes(a_sz, a_st, b_sz, b_st, cfg.b_rows)
         a_mode, b_mode = _A_MODES[am], _B_MODES[bmode]
         problems = cfg.problems(sg, a_mode, b_mode, device.limits)

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Few-row tensor-core products with K split over the subgroups (TileConfig.ksplit), against the
+default tile, gemv and torch._int_mm.
+
+    PYTHONPATH=. python3 benchmarks/coop_ksplit.py [--rows 1,4,8,16,32,64] [--sizes 4096x4096,...]
+        [--configs 16x32x512/16x16/k4,...] [--rounds 5] [--json out.json]
+
+Few-row products stream B once; a work group of the default thin tile (16 x 32, BK 128, one
+shared stage) keeps only its one step of A and B in flight, so the product runs at the memory
+latency, not its bandwidth. With ksplit = S, S subgroups (or groups of them) each multiply 1/S of
+a step S times as deep: S times the bytes in flight per work group.
+
+Per M x K x N (M from --rows, K x N from --sizes), all in the same interleaved rounds
+(bench_coop.time_interleaved: N executions per recorded sequence, median), B column-major (the
+ONNX backend's layout for the tensor cores), s8 x s8 and quantized (u8 A with a zero point,
+per-column scales, bias), FLOAT32 out:
+  default      the dispatcher's own tile for the coopmat family ("default Brow": B row-major)
+  <config>     each --configs entry: BMxBNxBK/WMxWN[/kS][/s2] (tensor-core options: lean, one
+               shared stage unless /s2); refused ones are listed with the reason
+  gemv         the gemv family, B row-major (its layout), M <= its limit
+  torch        torch._int_mm (A padded to 32 rows), s8 only, where torch with CUDA is there
+Every case is checked bitwise on sampled rows against numpy int64 first (FAIL: timing void). The
+SUMMARY gives per shape the fastest coopmat configuration (B column-major), the default's time
+over it, and torch's over the default's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import numpy as np
+from bench_coop import Ours, cfg_name, finish, random_inputs, time_interleaved, torch_peers  # benchmarks/
+from gemv_crossover import coop_device, pairs
+
+from kompute_dml.errors import UnsupportedError
+from kompute_dml.ops.matmul_coop import TileConfig
+
+SIZES = "4096x4096,4096x11008,11008x4096,768x3072,3072x768"
+CONFIGS = ("16x32x256/16x16/k2,16x32x512/16x16/k4,16x16x512/16x16/k4,16x16x1024/16x16/k8,16x64x512/16x32/k4,"
+           "32x32x512/16x16/k4,32x64x256/32x16/k2,32x32x256/32x16/k2,64x64x256/32x32/k2,64x32x256/32x16/k4")
+SAMPLE_ROWS = 4
+
+
+def parse_config(text: str) -> TileConfig:
+    """BMxBNxBK/WMxWN[/kS][/s2] -> a TileConfig with the tensor cores' options (lean, B kept row-major)."""
+    parts = text.split("/")
+    bm, bn, bk = (int(x) for x in parts[0].split("x"))
+    wm, wn = (int(x) for x in parts[1].split("x"))
+    opts = {p[0]: int(p[1:]) for p in parts[2:]}
+    return TileConfig(bm, bn, bk, wm, wn, stages=opts.get("s", 1), lean=True, b_rows="n", ksplit=opts.get("k", 1))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", default="1,4,8,16,32,64", help="M values, comma-separated")
+    ap.add_argument("--sizes", default=SIZES, help="KxN pairs, comma-separated")
+    ap.add_argument("--configs", default=CONFIGS, help="BMxBNxBK/WMxWN[/kS][/s2], comma-separated")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--no-quant", action="store_true", help="s8 only")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    dev = coop_device()
+    if dev is None:
+        return 0
+    configs = {cfg_name(c): c for c in map(parse_config, args.configs.split(","))}
+    rng = np.random.default_rng(0)
+    rows_out: list[dict[str, Any]] = []
+    ok = True
+    summary = []
+    whats = ("s8",) if args.no_quant else ("s8", "quant")
+    for k, n in pairs(args.sizes):
+        for m in (int(x) for x in args.rows.split(",")):
+            a8, b = random_inputs(rng, m, k, n, np.int8)
+            au, _ = random_inputs(rng, m, k, n, np.uint8)
+            up: dict[Any, Any] = {}
+            cases: dict[str, Ours] = {}
+            refused: dict[str, str] = {}
+            for what, a, quant in (("s8", a8, False), ("quant", au, True))[:len(whats)]:
+                common = {"quant": quant, "uploads": up}
+                cases[f"{what} default"] = Ours(dev, a, b, b_colmajor=True, family="coopmat", **common)
+                cases[f"{what} default Brow"] = Ours(dev, a, b, b_colmajor=False, family="coopmat", **common)
+                if m <= dev.policy.gemv_max_m:
+                    cases[f"{what} gemv"] = Ours(dev, a, b, b_colmajor=False, family="gemv", **common)
+                for name, cfg in configs.items():
+                    try:
+                        cases[f"{what} {name}"] = Ours(dev, a, b, b_colmajor=True, config=cfg, **common)
+                    except UnsupportedError as e:
+                        refused[name] = str(e).split(": ", 2)[-1]
+            sample = np.unique(np.linspace(0, m - 1, SAMPLE_ROWS).astype(int))
+            checks = {name: c.check(sample) for name, c in cases.items()}
+            ok &= all(checks.values())
+            makes = {name: c.run for name, c in cases.items()}
+            peer = (torch_peers(a8, b, None) or {}).get("torch_int_mm_Bcol")
+            if peer is not None:
+                makes["s8 torch"] = peer
+            t = time_interleaved(makes, args.rounds)
+            print(f"  {m}x{k}x{n}:")
+            for name, sec in t.items():
+                note = "" if name not in cases else cases[name].op.variants[0] + ("" if checks[name] else "  FAIL")
+                print(f"    {name:40s} {sec * 1e6:9.2f} us  {note}")
+            for name, why in refused.items():
+                print(f"    {name:40s} refused: {why}")
+            for what in whats:
+                coop = {key: v for key, v in t.items() if key.startswith(what) and key not in
+                        (f"{what} gemv", f"{what} torch", f"{what} default Brow")}
+                best = min(coop, key=lambda key: coop[key])
+                summary.append((m, k, n, what, best[len(what) + 1:], coop[best] * 1e6, t[f"{what} default"] * 1e6,
+                                t[f"{what} default Brow"] * 1e6, t.get(f"{what} gemv", 0.0) * 1e6,
+                                t.get("s8 torch", 0.0) * 1e6))
+            rows_out.append({"shape": [m, k, n], "seconds": t, "checks": checks, "refused": refused})
+    print("\nSUMMARY (us; ratios > 1: the best configuration is faster)")
+    print(f"  {'M x K x N':>16s} {'case':>6s} {'best':>36s} {'us':>8s} {'default':>8s} {'Brow':>8s} {'gemv':>8s} "
+          f"{'torch':>8s} {'def/best':>8s} {'torch/def':>9s}")
+    for m, k, n, what, best, tb, td, tr, tg, tt in summary:
+        print(f"  {f'{m}x{k}x{n}':>16s} {what:>6s} {best:>36s} {tb:8.2f} {td:8.2f} {tr:8.2f} {tg:8.2f} {tt:8.2f} "
+              f"{td / tb:8.3f} {tt / td:9.3f}")
+    return finish(rows_out, args.json, ok)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
