@@ -15,8 +15,9 @@ Per M x K x N (M from --rows, K x N from --sizes), all in the same interleaved r
 ONNX backend's layout for the tensor cores), s8 x s8 and quantized (u8 A with a zero point,
 per-column scales, bias), FLOAT32 out:
   default      the dispatcher's own tile for the coopmat family ("default Brow": B row-major)
-  <config>     each --configs entry: BMxBNxBK/WMxWN[/kS][/s2] (tensor-core options: lean, one
-               shared stage unless /s2); refused ones are listed with the reason
+  <config>     each --configs entry: BMxBNxBK/WMxWN[/kS][/s2][/t] (tensor-core options: lean, one
+               shared stage unless /s2, a row-major B kept so unless /t); B column-major, or
+               row-major with --b-row-major; refused ones are listed with the reason
   gemv         the gemv family, B row-major (its layout), M <= its limit
   torch        torch._int_mm (A padded to 32 rows), s8 only, where torch with CUDA is there
 Every case is checked bitwise on sampled rows against numpy int64 first (FAIL: timing void). The
@@ -44,12 +45,14 @@ SAMPLE_ROWS = 4
 
 
 def parse_config(text: str) -> TileConfig:
-    """BMxBNxBK/WMxWN[/kS][/s2] -> a TileConfig with the tensor cores' options (lean, B kept row-major)."""
+    """BMxBNxBK/WMxWN[/kS][/s2][/t] -> a TileConfig with the tensor cores' options (lean, a row-major
+    B kept row-major; /t: transposed into k-contiguous tiles)."""
     parts = text.split("/")
     bm, bn, bk = (int(x) for x in parts[0].split("x"))
     wm, wn = (int(x) for x in parts[1].split("x"))
-    opts = {p[0]: int(p[1:]) for p in parts[2:]}
-    return TileConfig(bm, bn, bk, wm, wn, stages=opts.get("s", 1), lean=True, b_rows="n", ksplit=opts.get("k", 1))
+    opts = {p[0]: int(p[1:] or 1) for p in parts[2:]}
+    return TileConfig(bm, bn, bk, wm, wn, stages=opts.get("s", 1), lean=True, b_rows="r" if "t" in opts else "n",
+                      ksplit=opts.get("k", 1))
 
 
 def main() -> int:
@@ -59,6 +62,7 @@ def main() -> int:
     ap.add_argument("--configs", default=CONFIGS, help="BMxBNxBK/WMxWN[/kS][/s2], comma-separated")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-quant", action="store_true", help="s8 only")
+    ap.add_argument("--b-row-major", action="store_true", help="the --configs cases with B row-major")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     dev = coop_device()
@@ -85,7 +89,7 @@ def main() -> int:
                     cases[f"{what} gemv"] = Ours(dev, a, b, b_colmajor=False, family="gemv", **common)
                 for name, cfg in configs.items():
                     try:
-                        cases[f"{what} {name}"] = Ours(dev, a, b, b_colmajor=True, config=cfg, **common)
+                        cases[f"{what} {name}"] = Ours(dev, a, b, b_colmajor=not args.b_row_major, config=cfg, **common)
                     except UnsupportedError as e:
                         refused[name] = str(e).split(": ", 2)[-1]
             sample = np.unique(np.linspace(0, m - 1, SAMPLE_ROWS).astype(int))
