@@ -21,8 +21,9 @@ per-column scales, bias), FLOAT32 out:
   gemv         the gemv family, B row-major (its layout), M <= its limit
   torch        torch._int_mm (A padded to 32 rows), s8 only, where torch with CUDA is there
 Every case is checked bitwise on sampled rows against numpy int64 first (FAIL: timing void). The
-SUMMARY gives per shape the fastest coopmat configuration (B column-major), the default's time
-over it, and torch's over the default's.
+SUMMARY gives per shape the fastest of the default and the --configs cases in their B layout
+(column-major, or row-major with --b-row-major), the default's time in that layout over it, and
+torch's over the default's with B column-major.
 """
 
 from __future__ import annotations
@@ -106,20 +107,20 @@ def main() -> int:
                 print(f"    {name:40s} {sec * 1e6:9.2f} us  {note}")
             for name, why in refused.items():
                 print(f"    {name:40s} refused: {why}")
+            base = "default Brow" if args.b_row_major else "default"   # the default in the configs' B layout
             for what in whats:
-                coop = {key: v for key, v in t.items() if key.startswith(what) and key not in
-                        (f"{what} gemv", f"{what} torch", f"{what} default Brow")}
+                coop = {key: t[key] for key in (f"{what} {base}", *(f"{what} {name}" for name in configs)) if key in t}
                 best = min(coop, key=lambda key: coop[key])
-                summary.append((m, k, n, what, best[len(what) + 1:], coop[best] * 1e6, t[f"{what} default"] * 1e6,
-                                t[f"{what} default Brow"] * 1e6, t.get(f"{what} gemv", 0.0) * 1e6,
-                                t.get("s8 torch", 0.0) * 1e6))
+                summary.append((m, k, n, what, best[len(what) + 1:], coop[best] * 1e6, t[f"{what} {base}"] * 1e6,
+                                t[f"{what} default"] * 1e6, t[f"{what} default Brow"] * 1e6,
+                                t.get(f"{what} gemv", 0.0) * 1e6, t.get("s8 torch", 0.0) * 1e6))
             rows_out.append({"shape": [m, k, n], "seconds": t, "checks": checks, "refused": refused})
     print("\nSUMMARY (us; ratios > 1: the best configuration is faster)")
     print(f"  {'M x K x N':>16s} {'case':>6s} {'best':>36s} {'us':>8s} {'default':>8s} {'Brow':>8s} {'gemv':>8s} "
           f"{'torch':>8s} {'def/best':>8s} {'torch/def':>9s}")
-    for m, k, n, what, best, tb, td, tr, tg, tt in summary:
+    for m, k, n, what, best, tb, tbase, td, tr, tg, tt in summary:
         print(f"  {f'{m}x{k}x{n}':>16s} {what:>6s} {best:>36s} {tb:8.2f} {td:8.2f} {tr:8.2f} {tg:8.2f} {tt:8.2f} "
-              f"{td / tb:8.3f} {tt / td:9.3f}")
+              f"{tbase / tb:8.3f} {tt / td:9.3f}")
     return finish(rows_out, args.json, ok)
 
 

@@ -189,8 +189,8 @@ def split_k(cfg: TileConfig, k: int, groups: int) -> TileConfig | None:
     fit = [s for s in (4, 2) if groups * s <= KSPLIT_TARGET]
     if k <= cfg.bk or not fit:
         return None
-    pad = lambda s: 1.0 - k / (cdiv(k, cfg.bk * s) * cfg.bk * s)  # noqa: E731 (K's share of padding)
-    shares = next((s for s in fit if pad(s) <= KSPLIT_PAD), fit[-1])
+    # the first that pads K (to whole steps of bk * s) by at most KSPLIT_PAD, else the fewest
+    shares = next((s for s in fit if k >= (1.0 - KSPLIT_PAD) * cdiv(k, cfg.bk * s) * cfg.bk * s), fit[-1])
     return replace(cfg, bk=cfg.bk * shares, ksplit=shares)
 
 
