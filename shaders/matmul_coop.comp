@@ -73,6 +73,7 @@ layout(constant_id = 10) const uint STMAP = 0u;   // 1: conflict-free staging ma
 layout(constant_id = 11) const uint CBMMA = 0u;   // 1: B's column sums by the MMAs (ones x B), not sum_b
 layout(constant_id = 12) const uint LOAD_FIRST = 0u;   // the first loader subgroup; 0: every subgroup stages
 layout(constant_id = 13) const uint KSPLIT = 1u;  // subgroups along K: each multiplies BK / KSPLIT of a step
+layout(constant_id = 14) const uint HANDOFF = 0u; // loaders (tensor cores): 1 stages handed over by shared counters
 
 const uint FM = WM / 16u, FN = WN / 16u;          // accumulators per subgroup: FM x FN
 const uint SGM = BM / WM;                         // subgroups along M
@@ -91,6 +92,22 @@ const uint B_BASE = STAGES * A_TILE;              // the stages of A, then those
 shared uvec4 smem[STAGES * (A_TILE + B_TILE)];    // K loop, 16 x 16 int32 staging per subgroup
 shared int sumA[BM];                              // RA of the tile's rows
 shared int sumB[BN];                              // CB of the tile's columns
+#if MMA == 0
+// HANDOFF (loader subgroups on tensor cores): no work-group barrier per step. st_full[st] counts
+// the loader subgroups' stores into stage st, st_free[st] every subgroup's reads of it done; each
+// waits for its own count (monotonic: tile t is use t / STAGES of stage t % STAGES), so the math
+// subgroups multiply while the loaders store up to STAGES - 1 tiles ahead. Needs subgroups that make
+// progress while another spins (NVIDIA schedules warps independently; lavapipe's coroutines yield
+// only at barriers, so the dispatcher never gives it this).
+shared uint st_full[STAGES], st_free[STAGES];
+// A release waits for this invocation's earlier memory operations, global loads in flight
+// included, so the loaders release after the store that consumed their loads and before issuing
+// the next ones. (Relaxed spin reads with one acquire fence after them hung the H100's work groups.)
+#define SPIN_GE(ctr, target) \
+    while (atomicLoad(ctr, gl_ScopeWorkgroup, gl_StorageSemanticsShared, gl_SemanticsAcquire) < (target)) {}
+#define RELEASED() controlBarrier(gl_ScopeSubgroup, gl_ScopeWorkgroup, gl_StorageSemanticsShared, gl_SemanticsAcquireRelease)
+#define COUNT(ctr) atomicAdd(ctr, 1u, gl_ScopeWorkgroup, gl_StorageSemanticsShared, gl_SemanticsRelease)
+#endif
 
 layout(std430, binding = 0) readonly buffer ABuf { uint a_buf[]; };
 layout(std430, binding = 0) readonly buffer ABuf4 { uvec4 a_buf4[]; };
@@ -219,6 +236,9 @@ void main() {
 
     for (uint i = tid; i < BM; i += WG) sumA[i] = 0;
     for (uint i = tid; i < BN; i += WG) sumB[i] = 0;
+#if MMA == 0
+    if (HANDOFF != 0u && tid < STAGES) { st_full[tid] = 0u; st_free[tid] = 0u; }   // before the first barrier
+#endif
     [[unroll]] for (uint i = 0u; i < part_a.length(); ++i) part_a[i] = 0;
     [[unroll]] for (uint i = 0u; i < part_b.length(); ++i) part_b[i] = 0;
 
@@ -257,6 +277,36 @@ void main() {
         const uint cur = s % STAGES, par = s & 1u;   // shared stage; register set (PIPE 3)
         const uint a_tile = cur * A_TILE, b_tile = B_BASE + cur * B_TILE;
         const bool more = ABL != 1 && s + 1u < steps;   // ablation 1: the first tile only
+#if MMA == 0
+        if (split && HANDOFF != 0u) {   // tile s: use s / STAGES of stage `cur`; tile 0 needs no count
+            const uint NL = WG / SG - LOAD_FIRST, filled = NL * (s / STAGES + ((cur != 0u) ? 1u : 0u));
+            const bool tsums = need_ra || (need_cb && !cb_mma);   // the loaders read the tiles too
+            if (loads) {   // tile s + 1 stored once its stage's last tile is read, tile s summed, s + 2 loaded
+                const uint t1 = s + 1u, st1 = t1 % STAGES;
+                if (more) {
+                    if (t1 >= STAGES) SPIN_GE(st_free[st1], (LOAD_FIRST + (tsums ? NL : 0u)) * (t1 / STAGES))
+                    STORE_STEP(0u, t1)
+                }
+                if (tsums) {
+                    SPIN_GE(st_full[cur], filled)
+                    if (need_ra) sum_a(a_tile);
+                    if (need_cb && !cb_mma) sum_b(b_tile);
+                }
+                RELEASED();
+                if (subgroupElect()) {
+                    if (tsums) COUNT(st_free[cur]);
+                    if (more) COUNT(st_full[st1]);
+                }
+                if (s + 2u < steps) LOAD_STEP(0u, s + 2u)
+            } else {
+                SPIN_GE(st_full[cur], filled)
+                MMA_STEP(a_tile, b_tile)
+                RELEASED();
+                if (subgroupElect()) COUNT(st_free[cur]);
+            }
+            continue;
+        }
+#endif
         if (split) {   // (two stages) loaders: sums of tile s, tile s + 1 stored, s + 2 loaded
             if (loads) {
                 if (need_ra) sum_a(a_tile);

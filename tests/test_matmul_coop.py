@@ -306,6 +306,30 @@ def test_loader_subgroups(dev, rng, family, a_mode, b_mode):
         assert op.plans[0].spec[0] == 6 * (8 if dev.device_type == "cpu" else 32)  # 4 math + 2 loader subgroups
 
 
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("modes", ["rc", "cr", "rn", "gg"])
+def test_handoff(dev, rng, family, modes, stages):
+    """Loader subgroups handing the stages over by shared counters (TileConfig.handoff): one
+    partial step, a whole stage ring, many steps wrapping the ring with a partial last one, with
+    and without zero points (the loaders' sums wait for the stage too), lean and not. Tensor cores
+    only: the other families refuse it (lavapipe's coroutines would spin forever)."""
+    config = TileConfig(32, 64, 32, 32, 16, stages=stages, b_rows="n" if modes[1] == "n" else "r", loaders=2,
+                        handoff=True)
+    layouts = {"r": "row", "c": "col", "g": "gap", "n": "row"}
+    if family != "coopmat":
+        with pytest.raises(kdml.UnsupportedError, match="handoff needs the tensor-core family"):
+            run_case(dev, rng, pair=PAIRS[0], M=8, K=8, N=8, config=config, family=family)
+        return
+    skip_unless_fits(dev, family, config)
+    for (M, K, N), zps, lean in [((33, 20, 70), ("row", "col"), False), ((40, 32 * stages, 64), (None, None), True),
+                                 ((37, 32 * 7 + 11, 29), ("tensor", "col"), False), ((64, 32 * 9, 65), (None, None), True)]:
+        cfg = dataclasses.replace(config, lean=lean)
+        op, *_ = run_case(dev, rng, pair=PAIRS[int(rng.integers(0, 4))], M=M, K=K, N=N, a_layout=layouts[modes[0]],
+                          b_layout=layouts[modes[1]], a_zp=zps[0], b_zp=zps[1], a_q="row", b_q="col", bias="full",
+                          config=cfg, family=family)
+        assert op.plans[0].spec[14] == 1
+
+
 # ---- outputs: strides, padding, FLOAT16 words and half-words --------------------------------
 @pytest.mark.parametrize("o_layout", ["packed", "padded", "transposed", "strided"])
 @pytest.mark.parametrize("out_dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)

@@ -79,7 +79,9 @@ class TileConfig:
     `loaders`: subgroups that only stage tiles (and sum the zero points' rows and columns) beside
     the math subgroups, which then only multiply (two stages; 0: every subgroup does both);
     `ksplit`: subgroups along K, each multiplying BK / ksplit of every step (few-row products:
-    a work group keeps ksplit times the bytes in flight; the accumulators are added at the end)."""
+    a work group keeps ksplit times the bytes in flight; the accumulators are added at the end);
+    `handoff` (with loaders, tensor cores only): the stages (2 to 4) are handed over by shared
+    counters instead of a work-group barrier per step (slower on the H100: docs/matmul.md)."""
 
     bm: int
     bn: int
@@ -94,6 +96,7 @@ class TileConfig:
     cb_mma: bool = False
     loaders: int = 0
     ksplit: int = 1
+    handoff: bool = False
 
     def subgroups(self) -> int:
         """The math subgroups (each a WM x WN block of accumulators of one K share)."""
@@ -107,7 +110,7 @@ class TileConfig:
         push word's F_* bits, fixed in the pipeline where `lean`."""
         return (self.invocations(subgroup_size), self.bm, self.bn, self.bk, self.wm, self.wn, subgroup_size,
                 self.group_m, self.stages, (flags | _F_KNOWN) if self.lean else 0, int(self.stmap), int(self.cb_mma),
-                self.subgroups() if self.loaders else 0, self.ksplit)
+                self.subgroups() if self.loaders else 0, self.ksplit, int(self.handoff))
 
     def tile_uvec4(self, b_mode: int) -> int:
         """uvec4 of one shared stage of A and B."""
@@ -131,10 +134,12 @@ class TileConfig:
             out.append("a subgroup size dividing 128 (the epilogue's fixed pair loop)")
         if self.group_m < 1:
             out.append("GROUP_M >= 1")
-        if self.stages not in (1, 2):
+        if self.stages not in ((1, 2, 3, 4) if self.handoff else (1, 2)):
             out.append("stages 1 or 2")
-        if self.loaders and (self.loaders < 0 or self.stages != 2):
-            out.append("loader subgroups with two stages")
+        if self.loaders and (self.loaders < 0 or self.stages not in ((2, 3, 4) if self.handoff else (2,))):
+            out.append("loader subgroups with two stages (2 to 4 with handoff)")
+        if self.handoff and not self.loaders:
+            out.append("handoff with loader subgroups")
         wg = self.invocations(subgroup_size)
         lwg = self.loaders * subgroup_size if self.loaders else wg  # the invocations that stage and sum
         get = getattr(limits, "get", lambda key, default=None: default)
@@ -284,6 +289,8 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family:
         am, bmode = operand_modes(a_sz, a_st, b_sz, b_st, cfg.b_rows)
         a_mode, b_mode = _A_MODES[am], _B_MODES[bmode]
         problems = cfg.problems(sg, a_mode, b_mode, device.limits)
+        if cfg.handoff and family != "coopmat":
+            problems.append("handoff needs the tensor-core family (subgroups that progress while another spins)")
         if family != "coopmat" and sg not in BLOCK_SUBGROUPS:
             problems.append(f"family {family!r} needs a subgroup size in {BLOCK_SUBGROUPS}, got {sg}")
         if not problems:
