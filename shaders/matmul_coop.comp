@@ -37,6 +37,8 @@
 // subgroups multiply tile s, so each tile's loads have a whole step to arrive, and the math
 // subgroups hold no staging registers (more warps per SM; on the H100 still slower than the
 // default, which needs half the barriers per K: benchmarks/RESULTS.md, "what a GEMM step costs").
+// HANDOFF (tensor cores, with loaders): shared counters in place of the barrier per step (below;
+// slower still on the H100: benchmarks/RESULTS.md, "tiles and barrier-free hand-over").
 
 #ifndef MMA
 #define MMA 0                                      // 0 cooperative matrices, 1 emulated, 2 OpSDot
