@@ -134,10 +134,10 @@ class TileConfig:
             out.append("a subgroup size dividing 128 (the epilogue's fixed pair loop)")
         if self.group_m < 1:
             out.append("GROUP_M >= 1")
-        if self.stages not in ((1, 2, 3, 4) if self.handoff else (1, 2)):
-            out.append("stages 1 or 2")
-        if self.loaders and (self.loaders < 0 or self.stages not in ((2, 3, 4) if self.handoff else (2,))):
-            out.append("loader subgroups with two stages (2 to 4 with handoff)")
+        if self.stages not in ((2, 3, 4) if self.handoff else (1, 2)):
+            out.append("stages 1 or 2 (2 to 4 with handoff)")
+        if self.loaders and (self.loaders < 0 or self.stages == 1):
+            out.append("loader subgroups with two stages or more")
         if self.handoff and not self.loaders:
             out.append("handoff with loader subgroups")
         wg = self.invocations(subgroup_size)
