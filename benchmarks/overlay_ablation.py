@@ -69,9 +69,8 @@ def compile_ablation(device: Any, desc: Any, ablation: int, config: Any = None) 
     `desc` (A row-major, B column-major) with the ablated kernel. UnsupportedError elsewhere."""
     from kompute_dml.errors import UnsupportedError
     from kompute_dml.ops.base import CompiledOperator
-    from kompute_dml.ops.matmul_common import INPUT_FIELDS, OUTPUT_FIELDS
+    from kompute_dml.ops.matmul_common import INPUT_FIELDS, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, OUTPUT_FIELDS
     from kompute_dml.ops.matmul_coop import compile_coop
-    from kompute_dml.registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
     from kompute_dml.shaders import check_capabilities
 
     if ablation not in ABLATIONS:

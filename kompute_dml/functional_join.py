@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import registry as reg
 from .device import Device
 from .errors import UnsupportedError, invalid
 from .functional import _packed
@@ -24,10 +23,11 @@ from .functional_elementwise import _operands
 from .functional_gather import _axis, _padded, _run
 from .ints import as_int_tuple
 from .memory import Tensor
-from .ops.join import JoinDesc, Slice1Desc
+from .ops.join import JOIN, SLICE1, JoinDesc, Slice1Desc
+from .registry import OperatorSupport
 
 
-def _min_rank(dev: Device, support: reg.OperatorSupport, field: str) -> int:
+def _min_rank(dev: Device, support: OperatorSupport, field: str) -> int:
     row = support.at(dev.feature_level)
     return row.tensor(field).dims[0] if row is not None else 1
 
@@ -60,7 +60,7 @@ def join(tensors: Sequence[Any], axis: Any = 0, *, out: Tensor | None = None,
     a = _axis(axis, r)
     shape = list(ts[0].desc.sizes)
     shape[a] = sum(t.desc.sizes[a] for t in ts)
-    n = max(r, _min_rank(dev, reg.JOIN, "input_tensors"))
+    n = max(r, _min_rank(dev, JOIN, "input_tensors"))
     views = [_view(t, n) for t in ts]
     od = _packed(dt, (1,) * (n - r) + tuple(shape))
     desc = JoinDesc(tuple(v.desc for v in views), od, a + n - r)
@@ -70,7 +70,7 @@ def join(tensors: Sequence[Any], axis: Any = 0, *, out: Tensor | None = None,
 def _slice(dev: Device, t: Tensor, offsets: tuple[int, ...], sizes: tuple[int, ...], strides: tuple[int, ...],
            shape: tuple[int, ...], out: Tensor | None) -> Tensor:
     r = t.desc.dimension_count
-    n = max(r, _min_rank(dev, reg.SLICE1, "input_tensor"))
+    n = max(r, _min_rank(dev, SLICE1, "input_tensor"))
     k = n - r
     view = _view(t, n)
     od = _packed(t.desc.data_type, (1,) * k + shape)

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from . import registry as reg
 from .constants import device_constant
 from .device import Device
 from .dtypes import FeatureLevel
@@ -31,7 +30,7 @@ from .functional import _packed, check_out, compile_cached, pooled_empty
 from .functional_elementwise import _operands, broadcast_view
 from .ints import as_int, as_int_tuple
 from .memory import Tensor
-from .ops.mean_variance_normalization import MeanVarianceNormalization1Desc
+from .ops.mean_variance_normalization import MEAN_VARIANCE_NORMALIZATION1, MeanVarianceNormalization1Desc
 from .tensor_desc import TensorDesc
 
 # the operands in the order _normalize takes them (the names errors use)
@@ -117,7 +116,7 @@ def _normalize(dev: Device, tensors: list[Tensor | None], red: tuple[int, ...], 
         yt = out
     else:
         yt = pooled_empty(dev, _packed(dt, shape))
-    lo, hi = reg.MEAN_VARIANCE_NORMALIZATION1.require(level).tensor("input_tensor").dims
+    lo, hi = MEAN_VARIANCE_NORMALIZATION1.require(level).tensor("input_tensor").dims
     views, red = _fit([xt, st, bt, yt, kt, rt, zt], red, lo, hi, names)
     xv, sv, bv, yv, kv, rv, zv = (None if v is None else v.desc for v in views)
     assert xv is not None and yv is not None

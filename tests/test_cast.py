@@ -13,7 +13,7 @@ from helpers import assert_output, assert_outside_unchanged, place, poison_again
 
 import kompute_dml as kdml
 from kompute_dml.dtypes import HIGHEST_FEATURE_LEVEL
-from kompute_dml.registry import CAST
+from kompute_dml.ops.cast import CAST
 
 DT = kdml.DataType
 FL = kdml.FeatureLevel

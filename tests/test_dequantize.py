@@ -15,7 +15,7 @@ from helpers import assert_output, compile_at_level, place, poison_against, rand
 
 import kompute_dml as kdml
 from kompute_dml.dtypes import HIGHEST_FEATURE_LEVEL
-from kompute_dml.registry import ELEMENT_WISE_DEQUANTIZE_LINEAR as SUPPORT
+from kompute_dml.ops.dequantize import ELEMENT_WISE_DEQUANTIZE_LINEAR as SUPPORT
 
 DT = kdml.DataType
 FL = kdml.FeatureLevel

@@ -13,8 +13,7 @@ from helpers import assert_output, place, poison_against, random_strides, random
 
 import kompute_dml as kdml
 from kompute_dml.dtypes import HIGHEST_FEATURE_LEVEL
-from kompute_dml.ops.gather import gather_output_sizes
-from kompute_dml.registry import GATHER, GATHER_ELEMENTS
+from kompute_dml.ops.gather import GATHER, GATHER_ELEMENTS, gather_output_sizes
 
 DT = kdml.DataType
 FL = kdml.FeatureLevel

@@ -14,7 +14,7 @@ from helpers import assert_output, compile_at_level, place, poison_against, rand
 
 import kompute_dml as kdml
 from kompute_dml.dtypes import HIGHEST_FEATURE_LEVEL
-from kompute_dml.registry import JOIN
+from kompute_dml.ops.join import JOIN
 
 DT = kdml.DataType
 FL = kdml.FeatureLevel

@@ -16,7 +16,7 @@ from helpers import assert_output, compile_at_level, place, poison_against, rand
 
 import kompute_dml as kdml
 from kompute_dml.dtypes import HIGHEST_FEATURE_LEVEL
-from kompute_dml.registry import SLICE1
+from kompute_dml.ops.join import SLICE1
 
 DT = kdml.DataType
 FL = kdml.FeatureLevel

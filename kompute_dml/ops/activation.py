@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import registry as reg
 from ..errors import UnsupportedError, invalid
 from ..ints import as_int_tuple, cdiv
 from ..layout import check_no_overlap, merge_dims
+from ..registry import FL, FLOATS, OperatorSupport, row
 from ..runtime import DispatchPlan, grid_for
 from ..tensor_desc import TensorDesc, validate_desc
 from . import contract
@@ -45,6 +45,15 @@ from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
+
+
+# ---- ACTIVATION_GELU, ACTIVATION_SOFTMAX1 from
+# DML_ACTIVATION_GELU_OPERATOR_DESC's and DML_ACTIVATION_SOFTMAX1_OPERATOR_DESC's pages: both
+# introduced at 5_1, one table each (1 to 8 dimensions, FLOAT32 and FLOAT16).
+ACTIVATION_GELU = OperatorSupport("ACTIVATION_GELU", 157, (
+    row(FL.FL_5_1, ("input_tensor", "input", (1, 8), FLOATS), ("output_tensor", "output", (1, 8), FLOATS)),))
+ACTIVATION_SOFTMAX1 = OperatorSupport("ACTIVATION_SOFTMAX1", 158, (
+    row(FL.FL_5_1, ("input_tensor", "input", (1, 8), FLOATS), ("output_tensor", "output", (1, 8), FLOATS)),))
 
 
 @dataclass(frozen=True)
@@ -88,7 +97,7 @@ def _same(desc: Any) -> None:
 
 
 def compile_gelu(device: Device, desc: ActivationGeluDesc) -> CompiledOperator:
-    support = reg.ACTIVATION_GELU
+    support = ACTIVATION_GELU
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     _same(desc)
     x, y = desc.input_tensor, desc.output_tensor
@@ -194,7 +203,7 @@ def _nan_flag(value: Any) -> bool:
     raise invalid("nan_to_zero", f"must be a bool (True / False, 1 / 0), got {type(value).__name__} {value!r}")
 
 
-def _check_mask(support: reg.OperatorSupport, level: Any, x: TensorDesc, mask: TensorDesc) -> None:
+def _check_mask(support: OperatorSupport, level: Any, x: TensorDesc, mask: TensorDesc) -> None:
     """The extension's mask: a valid buffer tensor the input's table row takes, of the input's
     data type and dimension count, each size 1 (broadcast) or the input's."""
     validate_desc(mask, "mask_tensor")
@@ -212,7 +221,7 @@ def _check_mask(support: reg.OperatorSupport, level: Any, x: TensorDesc, mask: T
 
 
 def compile_softmax1(device: Device, desc: ActivationSoftmax1Desc) -> CompiledOperator:
-    support = reg.ACTIVATION_SOFTMAX1
+    support = ACTIVATION_SOFTMAX1
     level = device.feature_level
     validate_tensors(support, level, desc, support.fields, support.outputs)
     mask = desc.mask_tensor
@@ -236,9 +245,9 @@ def compile_softmax1(device: Device, desc: ActivationSoftmax1Desc) -> CompiledOp
 
 # ---- specs (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (
-    OperatorSpec(ActivationGeluDesc, reg.ACTIVATION_GELU, compile_gelu, (contract.GELU,), helpers=("gelu",),
+    OperatorSpec(ActivationGeluDesc, ACTIVATION_GELU, compile_gelu, (contract.GELU,), helpers=("gelu",),
                  onnx=(OnnxOp("Gelu", "com.microsoft", "gelu"), OnnxOp("Gelu", "", "gelu"))),
-    OperatorSpec(ActivationSoftmax1Desc, reg.ACTIVATION_SOFTMAX1, compile_softmax1,
+    OperatorSpec(ActivationSoftmax1Desc, ACTIVATION_SOFTMAX1, compile_softmax1,
                  (contract.SMX_FAST, contract.SMX_GEN, contract.SMX_EXT_FAST, contract.SMX_EXT_GEN),
                  helpers=("softmax",), onnx=(OnnxOp("Softmax", "", "softmax"),)),
 )

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import registry as reg
 from ..layout import check_no_overlap
+from ..registry import FL, FLOATS, INTS_8_32, OperatorSupport, row
 from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
@@ -26,6 +26,16 @@ from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
+
+
+# ---- CAST from DML_CAST_OPERATOR_DESC's page -----------------------
+# kompute_dml implements the 8- to 32-bit types: the page's INT64 / UINT64 (from 3_0) and FLOAT64
+# (from 4_1) are left out. At 1_0 the page's type list is kept to FLOAT32 and FLOAT16: the rest
+# of that row could not be read in the copies of the page consulted (docs/cast.md).
+CAST = OperatorSupport("CAST", 61, tuple(
+    row(level, ("input_tensor", "input", dims, types), ("output_tensor", "output", dims, types))
+    for level, dims, types in ((FL.FL_1_0, (4, 4), FLOATS), (FL.FL_3_0, (4, 4), FLOATS | INTS_8_32),
+                               (FL.FL_3_1, (1, 8), FLOATS | INTS_8_32))))
 
 
 @dataclass(frozen=True)
@@ -41,7 +51,7 @@ class CastDesc:
 
 
 def compile_cast(device: Device, desc: CastDesc) -> CompiledOperator:
-    support = reg.CAST
+    support = CAST
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     x, y = desc.input_tensor, desc.output_tensor
     check_same(desc, "input_tensor", ("output_tensor",), data_type=False)
@@ -53,4 +63,4 @@ def compile_cast(device: Device, desc: CastDesc) -> CompiledOperator:
 
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
-SPECS = (OperatorSpec(CastDesc, reg.CAST, compile_cast, (contract.CAST,), helpers=("cast",), onnx=(OnnxOp("Cast", "", "cast"),)),)
+SPECS = (OperatorSpec(CastDesc, CAST, compile_cast, (contract.CAST,), helpers=("cast",), onnx=(OnnxOp("Cast", "", "cast"),)),)

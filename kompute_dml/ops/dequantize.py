@@ -16,9 +16,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import registry as reg
+from ..dtypes import DataType, FeatureLevel
 from ..errors import invalid
 from ..layout import check_no_overlap
+from ..registry import F32, FL, FLOATS, INTS_8_32, D, LevelSupport, OperatorSupport, row
 from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
@@ -28,6 +29,26 @@ from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
+
+# ---- ELEMENT_WISE_DEQUANTIZE_LINEAR from
+# DML_ELEMENT_WISE_DEQUANTIZE_LINEAR_OPERATOR_DESC's page: ZeroPointTensor is a required input
+# up to 6_0 and an optional one from 6_2; ScaleTensor / OutputTensor gain FLOAT16 at 6_0.
+
+
+def _dq_row(level: FeatureLevel, dims: tuple[int, int], ints: frozenset[DataType], floats: frozenset[DataType],
+            zp_kind: str) -> LevelSupport:
+    return row(level, ("input_tensor", "input", dims, ints), ("scale_tensor", "input", dims, floats),
+                ("zero_point_tensor", zp_kind, dims, ints), ("output_tensor", "output", dims, floats))
+
+
+ELEMENT_WISE_DEQUANTIZE_LINEAR = OperatorSupport("ELEMENT_WISE_DEQUANTIZE_LINEAR", 34, (
+    _dq_row(FL.FL_1_0, (4, 4), frozenset({D.UINT8}), F32, "input"),
+    _dq_row(FL.FL_2_1, (4, 4), INTS_8_32, F32, "input"),
+    _dq_row(FL.FL_3_0, (1, 8), INTS_8_32, F32, "input"),
+    _dq_row(FL.FL_6_0, (1, 8), INTS_8_32, FLOATS, "input"),
+    _dq_row(FL.FL_6_2, (1, 8), INTS_8_32, FLOATS, "optional input"),
+))
+
 
 _ZP = 2  # the zero point's index in the binding list (input, scale, zero point, output)
 
@@ -52,7 +73,7 @@ class ElementWiseDequantizeLinearDesc:
 
 
 def compile_dequantize_linear(device: Device, desc: ElementWiseDequantizeLinearDesc) -> CompiledOperator:
-    support = reg.ELEMENT_WISE_DEQUANTIZE_LINEAR
+    support = ELEMENT_WISE_DEQUANTIZE_LINEAR
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     x, s, z, y = desc.input_tensor, desc.scale_tensor, desc.zero_point_tensor, desc.output_tensor
     present = tuple(f for f in ("scale_tensor", "zero_point_tensor", "output_tensor") if getattr(desc, f) is not None)
@@ -78,6 +99,6 @@ def compile_dequantize_linear(device: Device, desc: ElementWiseDequantizeLinearD
 
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
-SPECS = (OperatorSpec(ElementWiseDequantizeLinearDesc, reg.ELEMENT_WISE_DEQUANTIZE_LINEAR, compile_dequantize_linear,
+SPECS = (OperatorSpec(ElementWiseDequantizeLinearDesc, ELEMENT_WISE_DEQUANTIZE_LINEAR, compile_dequantize_linear,
                       (contract.DEQUANT,), helpers=("dequantize_linear",),
                       onnx=(OnnxOp("DequantizeLinear", "", "dequantize_linear"),)),)

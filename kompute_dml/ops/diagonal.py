@@ -30,7 +30,7 @@ from ..dtypes import DataType
 from ..errors import invalid
 from ..ints import cdiv
 from ..layout import check_no_overlap, merge_dims
-from ..registry import DIAGONAL_MATRIX, DIAGONAL_MATRIX1
+from ..registry import ALL_TYPES, FL, FLOATS, INTS_8_32, OperatorSupport, row
 from ..runtime import DispatchPlan, TransferPlan, grid_for
 from ..tensor_desc import TensorDesc
 from . import contract
@@ -44,6 +44,28 @@ from .spec import OnnxOp, OperatorSpec
 if TYPE_CHECKING:
     from ..device import Device
     from ..memory import Tensor
+
+DIAGONAL_MATRIX = OperatorSupport(
+    "DIAGONAL_MATRIX", 93,
+    (
+        row(FL.FL_2_0, ("output_tensor", "output", (4, 4), FLOATS)),
+        row(FL.FL_2_1, ("output_tensor", "output", (4, 4), FLOATS | INTS_8_32)),
+        row(FL.FL_4_0, ("output_tensor", "output", (2, 4), FLOATS | INTS_8_32)),
+        row(FL.FL_5_1, ("output_tensor", "output", (2, 4), ALL_TYPES)),
+    ),
+)
+
+DIAGONAL_MATRIX1 = OperatorSupport(
+    "DIAGONAL_MATRIX1", 163,
+    (
+        row(
+            FL.FL_5_1,
+            ("input_tensor", "optional input", (2, 4), ALL_TYPES),
+            ("output_tensor", "output", (2, 4), ALL_TYPES),
+        ),
+    ),
+)
+
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1

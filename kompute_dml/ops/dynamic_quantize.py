@@ -29,12 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import registry as reg
 from ..dtypes import DataType
 from ..errors import invalid
 from ..ints import cdiv
 from ..layout import check_no_overlap, merge_dims
 from ..memory import Buffer, Tensor
+from ..registry import F32, FL, FLOATS, D, OperatorSupport, row
 from ..runtime import DispatchPlan, grid_for
 from ..tensor_desc import TensorDesc
 from . import contract
@@ -44,6 +44,16 @@ from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
+
+# ---- DYNAMIC_QUANTIZE_LINEAR from
+# DML_DYNAMIC_QUANTIZE_LINEAR_OPERATOR_DESC's page: one row, from 4_0; the four tensors share a
+# DimensionCount (1 to 8), OutputTensor and OutputZeroPointTensor a DataType.
+_Q8 = frozenset({D.INT8, D.UINT8})
+DYNAMIC_QUANTIZE_LINEAR = OperatorSupport("DYNAMIC_QUANTIZE_LINEAR", 148, (
+    row(FL.FL_4_0, ("input_tensor", "input", (1, 8), FLOATS), ("output_tensor", "output", (1, 8), _Q8),
+         ("output_scale_tensor", "output", (1, 8), F32), ("output_zero_point_tensor", "output", (1, 8), _Q8)),
+))
+
 
 LOCAL_SIZE = 256
 # dql_minmax's work groups: at least ELEMENTS_PER_GROUP elements each (16 per invocation), at most
@@ -128,7 +138,7 @@ def plan_dynamic_quantize(desc: DynamicQuantizeLinearDesc, max_groups: int) -> l
 
 
 def compile_dynamic_quantize_linear(device: Device, desc: DynamicQuantizeLinearDesc) -> CompiledOperator:
-    support = reg.DYNAMIC_QUANTIZE_LINEAR
+    support = DYNAMIC_QUANTIZE_LINEAR
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     _check(desc)
     plans = plan_dynamic_quantize(desc, device.limits["max_compute_work_group_count"][0])
@@ -140,6 +150,6 @@ def compile_dynamic_quantize_linear(device: Device, desc: DynamicQuantizeLinearD
 
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
-SPECS = (OperatorSpec(DynamicQuantizeLinearDesc, reg.DYNAMIC_QUANTIZE_LINEAR, compile_dynamic_quantize_linear,
+SPECS = (OperatorSpec(DynamicQuantizeLinearDesc, DYNAMIC_QUANTIZE_LINEAR, compile_dynamic_quantize_linear,
                       (contract.DQL_MINMAX, contract.DQL_QUANT), helpers=("dynamic_quantize_linear",),
                       onnx=(OnnxOp("DynamicQuantizeLinear", "", "dynamic_quantize_linear"),)),)

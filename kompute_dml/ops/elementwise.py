@@ -11,14 +11,27 @@ then a non-overlapping output.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import registry as reg
-from ..dtypes import DataType
+from ..dtypes import DataType, FeatureLevel
 from ..errors import UnsupportedError, invalid
 from ..layout import check_no_overlap
-from ..registry import OperatorSupport
+from ..registry import (
+    ALL_TYPES,
+    BOOL_OUT,
+    FL,
+    FLOATS,
+    INTS_8_32,
+    INTS_32,
+    INTS_64,
+    NUMERIC,
+    D,
+    LevelSupport,
+    OperatorSupport,
+    row,
+)
 from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
@@ -27,6 +40,52 @@ from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
+
+
+# ---- element-wise operators from their DirectML pages ------
+# FLOAT64 is left out of the arithmetic and comparison tables (DirectML lists it for IF only,
+# which selects bit patterns: exact); every other listed type is implemented exactly.
+
+
+def _binary(name: str, op_type: int, rows: Sequence[tuple[FeatureLevel, tuple[int, int], frozenset[DataType]]],
+            out_types: frozenset[DataType] | None = None, first: LevelSupport | None = None) -> OperatorSupport:
+    """A, B, Output (the output's types: the inputs', or `out_types` for the logical operators);
+    `first`: a row of its own before `rows`."""
+    return OperatorSupport(name, op_type, (*((first,) if first else ()), *(
+        row(level, ("a_tensor", "input", dims, types), ("b_tensor", "input", dims, types),
+             ("output_tensor", "output", dims, out_types if out_types is not None else types))
+        for level, dims, types in rows)))
+
+
+_ARITH_ROWS = ((FL.FL_1_0, (4, 5), FLOATS), (FL.FL_2_1, (4, 5), FLOATS | INTS_32), (FL.FL_3_0, (1, 8), FLOATS | INTS_32),
+               (FL.FL_4_1, (1, 8), FLOATS | INTS_32 | INTS_64), (FL.FL_5_1, (1, 8), NUMERIC))
+ELEMENT_WISE_ADD = _binary("ELEMENT_WISE_ADD", 4, _ARITH_ROWS)
+ELEMENT_WISE_ADD1 = _binary("ELEMENT_WISE_ADD1", 89, ((FL.FL_2_0, (4, 5), FLOATS), (FL.FL_3_0, (1, 8), FLOATS)))
+# SUBTRACT's pages list 4 dimensions (not 4 to 5) at 1_0 and 2_1; MULTIPLY's 4 to 5
+ELEMENT_WISE_SUBTRACT = _binary("ELEMENT_WISE_SUBTRACT", 30, ((FL.FL_1_0, (4, 4), FLOATS), (FL.FL_2_1, (4, 4), FLOATS | INTS_32),
+                                                              *_ARITH_ROWS[2:]))
+ELEMENT_WISE_MULTIPLY = _binary("ELEMENT_WISE_MULTIPLY", 24, _ARITH_ROWS)
+ELEMENT_WISE_DIVIDE = _binary("ELEMENT_WISE_DIVIDE", 10, (
+    (FL.FL_1_0, (4, 4), FLOATS), (FL.FL_2_1, (4, 4), FLOATS | INTS_32), (FL.FL_3_0, (1, 8), FLOATS | INTS_32),
+    (FL.FL_5_1, (1, 8), FLOATS | INTS_8_32), (FL.FL_6_0, (1, 8), NUMERIC)))
+_COMPARE_ROWS = ((FL.FL_3_0, (1, 8), FLOATS | INTS_8_32), (FL.FL_4_1, (1, 8), NUMERIC))
+ELEMENT_WISE_LOGICAL_EQUALS = _binary(
+    "ELEMENT_WISE_LOGICAL_EQUALS", 15, ((FL.FL_2_0, (4, 4), FLOATS), (FL.FL_2_1, (4, 4), FLOATS | INTS_8_32), *_COMPARE_ROWS),
+    BOOL_OUT, row(FL.FL_1_0, ("a_tensor", "input", (4, 4), FLOATS), ("b_tensor", "input", (4, 4), FLOATS),
+                   ("output_tensor", "output", (4, 4), frozenset({D.UINT32}))))
+ELEMENT_WISE_LOGICAL_GREATER_THAN_OR_EQUAL = _binary("ELEMENT_WISE_LOGICAL_GREATER_THAN_OR_EQUAL", 126, _COMPARE_ROWS,
+                                                     BOOL_OUT)
+ELEMENT_WISE_LOGICAL_AND = _binary("ELEMENT_WISE_LOGICAL_AND", 14, (
+    (FL.FL_1_0, (4, 4), frozenset({D.UINT32})), (FL.FL_2_0, (4, 4), BOOL_OUT), (FL.FL_3_0, (1, 8), BOOL_OUT)))
+ELEMENT_WISE_IS_NAN = OperatorSupport("ELEMENT_WISE_IS_NAN", 80, tuple(
+    row(level, ("input_tensor", "input", dims, FLOATS), ("output_tensor", "output", dims, BOOL_OUT))
+    for level, dims in ((FL.FL_2_0, (4, 4)), (FL.FL_3_0, (1, 8)))))
+_U8 = frozenset({D.UINT8})
+ELEMENT_WISE_IF = OperatorSupport("ELEMENT_WISE_IF", 88, tuple(
+    row(level, ("condition_tensor", "input", dims, _U8), ("a_tensor", "input", dims, types),
+         ("b_tensor", "input", dims, types), ("output_tensor", "output", dims, types))
+    for level, dims, types in ((FL.FL_2_0, (4, 4), frozenset({D.FLOAT16})), (FL.FL_3_0, (1, 8), FLOATS | INTS_8_32),
+                               (FL.FL_5_0, (1, 8), ALL_TYPES))))
 
 
 # ---- descriptors (DML_ELEMENT_WISE_*_OPERATOR_DESC, field names in snake_case) -------------
@@ -222,14 +281,14 @@ def _compare(family: contract.ShaderFamily, signed: bool, support: OperatorSuppo
 
 
 def compile_logical_and(device: Device, desc: ElementWiseLogicalAndDesc) -> CompiledOperator:
-    support = reg.ELEMENT_WISE_LOGICAL_AND
+    support = ELEMENT_WISE_LOGICAL_AND
     _validate(device, desc, support, ("a_tensor", "b_tensor", "output_tensor"))
     variant = contract.EW_AND.name(t=type_code(desc.a_tensor.data_type, False))
     return _compile(device, desc, support, contract.EW_AND, variant, in_place=True)
 
 
 def compile_is_nan(device: Device, desc: ElementWiseIsNanDesc) -> CompiledOperator:
-    support = reg.ELEMENT_WISE_IS_NAN
+    support = ELEMENT_WISE_IS_NAN
     _validate(device, desc, support, ())
     variant = contract.EW_ISNAN.name(t=type_code(desc.input_tensor.data_type, False),
                                      ob=8 * desc.output_tensor.data_type.size)
@@ -237,7 +296,7 @@ def compile_is_nan(device: Device, desc: ElementWiseIsNanDesc) -> CompiledOperat
 
 
 def compile_if(device: Device, desc: ElementWiseIfDesc) -> CompiledOperator:
-    support = reg.ELEMENT_WISE_IF
+    support = ELEMENT_WISE_IF
     _validate(device, desc, support, ("a_tensor", "b_tensor", "output_tensor"))
     variant = contract.EW_IF.name(t=f"b{8 * desc.a_tensor.data_type.size}")
     return _compile(device, desc, support, contract.EW_IF, variant, in_place=False)
@@ -245,33 +304,33 @@ def compile_if(device: Device, desc: ElementWiseIfDesc) -> CompiledOperator:
 
 # ---- specs (kompute_dml/ops/spec.py) ------------------------------------------------------
 SPECS = (
-    OperatorSpec(ElementWiseAddDesc, reg.ELEMENT_WISE_ADD, _arith("add", reg.ELEMENT_WISE_ADD), (contract.EW_ADD,),
+    OperatorSpec(ElementWiseAddDesc, ELEMENT_WISE_ADD, _arith("add", ELEMENT_WISE_ADD), (contract.EW_ADD,),
                  helpers=("add",),
                  onnx=(OnnxOp("Add", "", "add"),)),
-    OperatorSpec(ElementWiseAdd1Desc, reg.ELEMENT_WISE_ADD1, _arith("add", reg.ELEMENT_WISE_ADD1), (contract.EW_ADD,),
+    OperatorSpec(ElementWiseAdd1Desc, ELEMENT_WISE_ADD1, _arith("add", ELEMENT_WISE_ADD1), (contract.EW_ADD,),
                  helpers=("add",)),
-    OperatorSpec(ElementWiseSubtractDesc, reg.ELEMENT_WISE_SUBTRACT, _arith("sub", reg.ELEMENT_WISE_SUBTRACT),
+    OperatorSpec(ElementWiseSubtractDesc, ELEMENT_WISE_SUBTRACT, _arith("sub", ELEMENT_WISE_SUBTRACT),
                  (contract.EW_SUB,), helpers=("sub",),
                  onnx=(OnnxOp("Sub", "", "sub"),)),
-    OperatorSpec(ElementWiseMultiplyDesc, reg.ELEMENT_WISE_MULTIPLY, _arith("mul", reg.ELEMENT_WISE_MULTIPLY),
+    OperatorSpec(ElementWiseMultiplyDesc, ELEMENT_WISE_MULTIPLY, _arith("mul", ELEMENT_WISE_MULTIPLY),
                  (contract.EW_MUL,), helpers=("mul",),
                  onnx=(OnnxOp("Mul", "", "mul"),)),
-    OperatorSpec(ElementWiseDivideDesc, reg.ELEMENT_WISE_DIVIDE, _arith("div", reg.ELEMENT_WISE_DIVIDE),
+    OperatorSpec(ElementWiseDivideDesc, ELEMENT_WISE_DIVIDE, _arith("div", ELEMENT_WISE_DIVIDE),
                  (contract.EW_DIV,), helpers=("div",),
                  onnx=(OnnxOp("Div", "", "div"),)),
-    OperatorSpec(ElementWiseLogicalEqualsDesc, reg.ELEMENT_WISE_LOGICAL_EQUALS,
-                 _compare(contract.EW_EQ, False, reg.ELEMENT_WISE_LOGICAL_EQUALS), (contract.EW_EQ,), helpers=("equal",),
+    OperatorSpec(ElementWiseLogicalEqualsDesc, ELEMENT_WISE_LOGICAL_EQUALS,
+                 _compare(contract.EW_EQ, False, ELEMENT_WISE_LOGICAL_EQUALS), (contract.EW_EQ,), helpers=("equal",),
                  onnx=(OnnxOp("Equal", "", "equal"),)),
-    OperatorSpec(ElementWiseLogicalGreaterThanOrEqualDesc, reg.ELEMENT_WISE_LOGICAL_GREATER_THAN_OR_EQUAL,
-                 _compare(contract.EW_GE, True, reg.ELEMENT_WISE_LOGICAL_GREATER_THAN_OR_EQUAL), (contract.EW_GE,),
+    OperatorSpec(ElementWiseLogicalGreaterThanOrEqualDesc, ELEMENT_WISE_LOGICAL_GREATER_THAN_OR_EQUAL,
+                 _compare(contract.EW_GE, True, ELEMENT_WISE_LOGICAL_GREATER_THAN_OR_EQUAL), (contract.EW_GE,),
                  helpers=("greater_equal",),
                  onnx=(OnnxOp("GreaterOrEqual", "", "greater_equal"),)),
-    OperatorSpec(ElementWiseLogicalAndDesc, reg.ELEMENT_WISE_LOGICAL_AND, compile_logical_and, (contract.EW_AND,),
+    OperatorSpec(ElementWiseLogicalAndDesc, ELEMENT_WISE_LOGICAL_AND, compile_logical_and, (contract.EW_AND,),
                  helpers=("logical_and",),
                  onnx=(OnnxOp("And", "", "logical_and"),)),
-    OperatorSpec(ElementWiseIsNanDesc, reg.ELEMENT_WISE_IS_NAN, compile_is_nan, (contract.EW_ISNAN,),
+    OperatorSpec(ElementWiseIsNanDesc, ELEMENT_WISE_IS_NAN, compile_is_nan, (contract.EW_ISNAN,),
                  helpers=("isnan",),
                  onnx=(OnnxOp("IsNaN", "", "isnan"),)),
-    OperatorSpec(ElementWiseIfDesc, reg.ELEMENT_WISE_IF, compile_if, (contract.EW_IF,), helpers=("where",),
+    OperatorSpec(ElementWiseIfDesc, ELEMENT_WISE_IF, compile_if, (contract.EW_IF,), helpers=("where",),
                  onnx=(OnnxOp("Where", "", "where"),)),
 )

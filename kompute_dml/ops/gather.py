@@ -21,12 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import registry as reg
 from ..dtypes import DataType
 from ..errors import UnsupportedError, invalid
 from ..ints import as_int
 from ..layout import check_no_overlap
-from ..registry import OperatorSupport
+from ..registry import FL, FLOATS, INTS_8_32, INTS_64, D, OperatorSupport, row
 from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
@@ -36,6 +35,30 @@ from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
+
+# ---- GATHER from DML_GATHER_OPERATOR_DESC's page ------------------
+# The page's four rows, every type of them (elements moved as bit patterns: FLOAT64 / INT64 /
+# UINT64 as word pairs; INT64 / UINT64 indices as word pairs, range-checked).
+_GATHER_DATA_2_1 = FLOATS | INTS_8_32
+GATHER = OperatorSupport("GATHER", 67, tuple(
+    row(level, ("input_tensor", "input", dims, data), ("indices_tensor", "input", dims, idx),
+         ("output_tensor", "output", dims, data))
+    for level, dims, data, idx in (
+        (FL.FL_1_0, (4, 4), FLOATS, frozenset({D.UINT32})),
+        (FL.FL_2_1, (4, 4), _GATHER_DATA_2_1, frozenset({D.UINT32})),
+        (FL.FL_3_0, (1, 8), _GATHER_DATA_2_1, frozenset({D.INT64, D.INT32, D.UINT64, D.UINT32})),
+        (FL.FL_4_1, (1, 8), _GATHER_DATA_2_1 | INTS_64 | frozenset({D.FLOAT64}),
+         frozenset({D.INT64, D.INT32, D.UINT64, D.UINT32})))))
+
+# ---- GATHER_ELEMENTS from DML_GATHER_ELEMENTS_OPERATOR_DESC's page --
+# The rows of 2_1 and 3_0. The copies of the page consulted list a 4_1 row whose contents could
+# not be read: it is left out (docs/gather.md).
+GATHER_ELEMENTS = OperatorSupport("GATHER_ELEMENTS", 107, tuple(
+    row(level, ("input_tensor", "input", dims, _GATHER_DATA_2_1), ("indices_tensor", "input", dims, idx),
+         ("output_tensor", "output", dims, _GATHER_DATA_2_1))
+    for level, dims, idx in ((FL.FL_2_1, (4, 4), frozenset({D.UINT32})),
+                             (FL.FL_3_0, (1, 8), frozenset({D.INT64, D.INT32, D.UINT64, D.UINT32})))))
+
 
 _INDEX_CODE = {DataType.INT32: "i32", DataType.UINT32: "u32", DataType.INT64: "i64", DataType.UINT64: "u64"}
 
@@ -138,7 +161,7 @@ def gather_output_sizes(input_sizes: tuple[int, ...], indices_sizes: tuple[int, 
 
 
 def compile_gather(device: Device, desc: GatherDesc) -> CompiledOperator:
-    support = reg.GATHER
+    support = GATHER
     axis = _common(device, desc, support)
     x, ind, y = desc.input_tensor, desc.indices_tensor, desc.output_tensor
     n = x.dimension_count
@@ -161,7 +184,7 @@ def compile_gather(device: Device, desc: GatherDesc) -> CompiledOperator:
 
 
 def compile_gather_elements(device: Device, desc: GatherElementsDesc) -> CompiledOperator:
-    support = reg.GATHER_ELEMENTS
+    support = GATHER_ELEMENTS
     axis = _common(device, desc, support)
     x, ind, y = desc.input_tensor, desc.indices_tensor, desc.output_tensor
     if any(a != b for d, (a, b) in enumerate(zip(x.sizes, ind.sizes)) if d != axis):
@@ -175,8 +198,8 @@ def compile_gather_elements(device: Device, desc: GatherElementsDesc) -> Compile
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (
-    OperatorSpec(GatherDesc, reg.GATHER, compile_gather, (contract.GATHER,), helpers=("gather",), onnx=(OnnxOp("Gather", "", "gather"),)),
-    OperatorSpec(GatherElementsDesc, reg.GATHER_ELEMENTS, compile_gather_elements, (contract.GATHER,),
+    OperatorSpec(GatherDesc, GATHER, compile_gather, (contract.GATHER,), helpers=("gather",), onnx=(OnnxOp("Gather", "", "gather"),)),
+    OperatorSpec(GatherElementsDesc, GATHER_ELEMENTS, compile_gather_elements, (contract.GATHER,),
                  helpers=("gather_elements",),
                  onnx=(OnnxOp("GatherElements", "", "gather_elements"),)),
 )

@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import registry as reg
 from ..dtypes import DataType
 from ..errors import UnsupportedError, invalid
 from ..ints import as_int, cdiv
 from ..layout import check_no_overlap
+from ..registry import FL, FLOATS, OperatorSupport, row
 from ..runtime import DispatchPlan
 from ..tensor_desc import TensorDesc
 from . import contract
@@ -44,7 +44,16 @@ from .spec import OnnxOp, OperatorSpec
 if TYPE_CHECKING:
     from ..device import Device
 
-SUPPORT = reg.GEMM
+# ---- GEMM from DML_GEMM_OPERATOR_DESC's page ------------------------
+# The page's two rows: 4 dimensions from 1_0, 2 to 4 from 4_0 ({[BatchCount], [ChannelCount], ...});
+# FLOAT32 and FLOAT16 for every tensor.
+GEMM = OperatorSupport("GEMM", 54, tuple(
+    row(level, ("a_tensor", "input", dims, FLOATS), ("b_tensor", "input", dims, FLOATS),
+         ("c_tensor", "optional input", dims, FLOATS), ("output_tensor", "output", dims, FLOATS))
+    for level, dims in ((FL.FL_1_0, (4, 4)), (FL.FL_4_0, (2, 4)))))
+
+
+SUPPORT = GEMM
 LOCAL = 256  # invocations per work group (16 x 16)
 # A 16 BLK x 16 BLK output tile per work group (contract.GEMM_BLOCKS), chosen by the policy's
 # `gemm_tiles` (choose_block). GPUs ("parallel"): the 64 x 64 tiles (BLK 4, 16 outputs per

@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import invalid
 from ..ints import cdiv
 from ..layout import check_no_overlap, merge_dims
-from ..registry import ACTIVATION_IDENTITY, COPY, OperatorSupport
+from ..registry import ALL_TYPES, FL, FLOATS, OperatorSupport, row
 from ..runtime import DispatchPlan, TransferPlan, grid_for
 from ..tensor_desc import TensorDesc
 from ..transfer_plans import plan_copy_transfer
@@ -31,6 +31,22 @@ from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
+
+ACTIVATION_IDENTITY = OperatorSupport(
+    "ACTIVATION_IDENTITY", 38,
+    (
+        row(FL.FL_1_0, ("input_tensor", "input", (4, 4), FLOATS), ("output_tensor", "output", (4, 4), FLOATS)),
+        row(FL.FL_2_0, ("input_tensor", "input", (4, 5), FLOATS), ("output_tensor", "output", (4, 5), FLOATS)),
+        row(FL.FL_3_0, ("input_tensor", "input", (1, 8), FLOATS), ("output_tensor", "output", (1, 8), FLOATS)),
+    ),
+)
+
+# kompute_dml's own strided copy (ONNX Identity): every type, 1-8 dimensions, all levels.
+COPY = OperatorSupport(
+    "COPY", None,
+    (row(FL.FL_1_0, ("input_tensor", "input", (1, 8), ALL_TYPES), ("output_tensor", "output", (1, 8), ALL_TYPES)),),
+)
+
 
 # data-type family (element width in bytes) -> SPIR-V variant
 COPY_VARIANTS = {w: contract.COPY.name(bits=8 * w) for w in (1, 2, 4, 8)}

@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import registry as reg
 from ..errors import invalid
 from ..ints import as_int, as_int_tuple
 from ..layout import check_no_overlap
+from ..registry import FL, FLOATS, INTS_8_32, INTS_64, D, OperatorSupport, row
 from ..runtime import DispatchPlan, TransferPlan
 from ..tensor_desc import TensorDesc
 from .base import CompiledOperator, array_fields, validate_tensors
@@ -30,6 +30,22 @@ from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
+
+
+# ---- JOIN, SLICE1 from DML_JOIN_OPERATOR_DESC's and
+# DML_SLICE1_OPERATOR_DESC's pages: every row of each (InputTensors is an "Array of inputs";
+# 64-bit elements are moved as word pairs).
+_MOVE_2_1 = FLOATS | INTS_8_32
+_MOVE_4_1 = _MOVE_2_1 | INTS_64 | frozenset({D.FLOAT64})
+JOIN = OperatorSupport("JOIN", 63, tuple(
+    row(level, ("input_tensors", "input", dims, types), ("output_tensor", "output", dims, types))
+    for level, dims, types in (
+        (FL.FL_1_0, (4, 4), FLOATS | frozenset({D.INT32, D.INT16, D.UINT32, D.UINT16})),
+        (FL.FL_2_1, (4, 4), _MOVE_2_1), (FL.FL_3_0, (4, 5), _MOVE_2_1), (FL.FL_4_1, (1, 8), _MOVE_4_1))))
+SLICE1 = OperatorSupport("SLICE1", 111, tuple(
+    row(level, ("input_tensor", "input", dims, types), ("output_tensor", "output", dims, types))
+    for level, dims, types in ((FL.FL_2_1, (4, 5), _MOVE_2_1), (FL.FL_3_0, (1, 8), _MOVE_2_1),
+                               (FL.FL_4_1, (1, 8), _MOVE_4_1))))
 
 
 @dataclass(frozen=True)
@@ -70,7 +86,7 @@ def _limits(device: Device) -> tuple[int, object, str]:
 
 
 def compile_join(device: Device, desc: JoinDesc) -> CompiledOperator:
-    support = reg.JOIN
+    support = JOIN
     if desc.input_tensors is not None and not isinstance(desc.input_tensors, tuple):
         raise invalid("input_tensors", f"must be a tuple of TensorDesc, got {type(desc.input_tensors).__name__}")
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
@@ -151,7 +167,7 @@ def slice1_window(desc: Slice1Desc) -> tuple[int, tuple[int, ...]]:
 
 
 def compile_slice1(device: Device, desc: Slice1Desc) -> CompiledOperator:
-    support = reg.SLICE1
+    support = SLICE1
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     start, steps = slice1_window(desc)
     x, y = desc.input_tensor, desc.output_tensor
@@ -165,8 +181,8 @@ def compile_slice1(device: Device, desc: Slice1Desc) -> CompiledOperator:
 
 # ---- specs (kompute_dml/ops/spec.py) ------------------------------------------------------
 SPECS = (
-    OperatorSpec(JoinDesc, reg.JOIN, compile_join, _COPY_SHADERS, helpers=("join",),
+    OperatorSpec(JoinDesc, JOIN, compile_join, _COPY_SHADERS, helpers=("join",),
                  onnx=(OnnxOp("Concat", "", "join"),)),
-    OperatorSpec(Slice1Desc, reg.SLICE1, compile_slice1, _COPY_SHADERS, helpers=("slice1", "onnx_slice"),
+    OperatorSpec(Slice1Desc, SLICE1, compile_slice1, _COPY_SHADERS, helpers=("slice1", "onnx_slice"),
                  onnx=(OnnxOp("Slice", "", "slice1"),)),
 )

@@ -12,13 +12,31 @@ from typing import TYPE_CHECKING
 from ..dtypes import DataType
 from ..errors import UnsupportedError, invalid
 from ..layout import check_no_overlap
-from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
+from ..registry import FL, FLOATS, INTS_8_32, OperatorSupport, row
 from ..runtime import DispatchPlan, grid_for
 from ..tensor_desc import TensorDesc
 from . import contract
 
 if TYPE_CHECKING:
     from ..device import Device
+
+MATRIX_MULTIPLY_INTEGER_TO_FLOAT = OperatorSupport(
+    "MATRIX_MULTIPLY_INTEGER_TO_FLOAT", 170,
+    (
+        row(
+            FL.FL_6_2,
+            ("a_tensor", "input", (2, 4), INTS_8_32),
+            ("a_scale_tensor", "input", (1, 4), FLOATS),
+            ("a_zero_point_tensor", "optional input", (1, 4), INTS_8_32),
+            ("b_tensor", "input", (2, 4), INTS_8_32),
+            ("b_scale_tensor", "input", (1, 4), FLOATS),
+            ("b_zero_point_tensor", "optional input", (1, 4), INTS_8_32),
+            ("bias_tensor", "optional input", (2, 4), FLOATS),
+            ("output_tensor", "output", (2, 4), FLOATS),
+        ),
+    ),
+)
+
 
 D = DataType
 FIELDS = MATRIX_MULTIPLY_INTEGER_TO_FLOAT.fields  # binding order, from the support table

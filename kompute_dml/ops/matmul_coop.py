@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UnsupportedError, invalid
 from ..ints import cdiv
 from ..policy import COOP_SUMS
-from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
 from ..runtime import DispatchPlan
 from ..shaders import check_capabilities
 from .base import CompiledOperator, validate_tensors
 from .matmul_common import (
     FIELDS,
     INPUT_FIELDS,
+    MATRIX_MULTIPLY_INTEGER_TO_FLOAT,
     OUTPUT_FIELDS,
     MatrixMultiplyIntegerToFloatDesc,
     check_desc,

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 from ..errors import UnsupportedError
 from ..ints import cdiv
 from ..policy import GEMV_MAX_M, TINY_B_BYTES, TINY_K, is_tiny  # noqa: F401 (re-exported)
-from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
 from ..runtime import DispatchPlan
 from ..shaders import check_capabilities
 from . import contract
@@ -30,6 +29,7 @@ from .base import CompiledOperator, validate_tensors
 from .matmul_common import (
     FIELDS,
     INPUT_FIELDS,
+    MATRIX_MULTIPLY_INTEGER_TO_FLOAT,
     OUTPUT_FIELDS,
     MatrixMultiplyIntegerToFloatDesc,
     check_desc,

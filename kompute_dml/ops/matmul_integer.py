@@ -25,7 +25,6 @@ from ..dtypes import DataType
 from ..errors import DMLError
 from ..ints import cdiv
 from ..policy import MATMUL_KERNEL_ENV, MATMUL_KERNELS
-from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
 from ..runtime import DispatchPlan
 from ..tensor_desc import TensorDesc
 from . import contract
@@ -35,6 +34,7 @@ from .matmul_common import (
     F_B_PACKED,
     FIELDS,
     INPUT_FIELDS,
+    MATRIX_MULTIPLY_INTEGER_TO_FLOAT,
     OUTPUT_FIELDS,
     MatrixMultiplyIntegerToFloatDesc,
     matmul_plan,

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 from ..dtypes import DataType
 from ..errors import UnsupportedError
 from ..ints import cdiv
-from ..registry import MATRIX_MULTIPLY_INTEGER_TO_FLOAT
 from ..runtime import DispatchPlan
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .matmul_common import (
     FIELDS,
     INPUT_FIELDS,
+    MATRIX_MULTIPLY_INTEGER_TO_FLOAT,
     OUTPUT_FIELDS,
     MatrixMultiplyIntegerToFloatDesc,
     check_desc,

@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import registry as reg
 from ..constants import device_constant
 from ..dtypes import DataType, FeatureLevel
 from ..errors import UnsupportedError, invalid
 from ..ints import as_int_tuple, cdiv
 from ..layout import check_no_overlap, merge_dims
+from ..registry import FL, FLOATS, OperatorSupport, row
 from ..runtime import DispatchPlan, grid_for
 from ..tensor_desc import TensorDesc, validate_desc
 from . import contract
@@ -49,6 +49,16 @@ from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device import Device
+
+# ---- MEAN_VARIANCE_NORMALIZATION1 from
+# DML_MEAN_VARIANCE_NORMALIZATION1_OPERATOR_DESC's page: introduced at 2_1 (4 dimensions), 1 to 8
+# from 3_1, FLOAT32 / FLOAT16 throughout. Scale and bias are optional at every level; below 5_2
+# they are present together (a rule of the page's members, checked when the operator compiles).
+MEAN_VARIANCE_NORMALIZATION1 = OperatorSupport("MEAN_VARIANCE_NORMALIZATION1", 115, tuple(
+    row(level, ("input_tensor", "input", dims, FLOATS), ("scale_tensor", "optional input", dims, FLOATS),
+         ("bias_tensor", "optional input", dims, FLOATS), ("output_tensor", "output", dims, FLOATS))
+    for level, dims in ((FL.FL_2_1, (4, 4)), (FL.FL_3_1, (1, 8)))))
+
 
 WG = 256  # shaders/mvn.comp's work-group size
 ROW_OUTER = 3  # outer dimensions the "row" variants take
@@ -144,7 +154,7 @@ def _flag(value: Any) -> bool:
     raise invalid("normalize_variance", f"must be a BOOL (True / False, 1 / 0), got {type(value).__name__} {value!r}")
 
 
-def _validate_skip(support: reg.OperatorSupport, level: FeatureLevel, desc: MeanVarianceNormalization1Desc) -> None:
+def _validate_skip(support: OperatorSupport, level: FeatureLevel, desc: MeanVarianceNormalization1Desc) -> None:
     """The skip extension's tensors: the others only with skip_tensor; each a valid buffer tensor
     that the table row of its DirectML counterpart (SKIP_ROW) takes."""
     if desc.skip_tensor is None:
@@ -160,7 +170,7 @@ def _validate_skip(support: reg.OperatorSupport, level: FeatureLevel, desc: Mean
 
 
 def _validate(device: Device, desc: MeanVarianceNormalization1Desc) -> tuple[tuple[int, ...], bool, float]:
-    support = reg.MEAN_VARIANCE_NORMALIZATION1
+    support = MEAN_VARIANCE_NORMALIZATION1
     level = device.feature_level
     validate_tensors(support, level, desc, support.fields, support.outputs)
     _validate_skip(support, level, desc)
@@ -234,7 +244,7 @@ def geometry_words(rows: tuple[list[int], list[list[int]]], outer: tuple[list[in
 
 
 def compile_mean_variance_normalization1(device: Device, desc: MeanVarianceNormalization1Desc) -> CompiledOperator:
-    support = reg.MEAN_VARIANCE_NORMALIZATION1
+    support = MEAN_VARIANCE_NORMALIZATION1
     axes, nv, eps = _validate(device, desc)
     skip = desc.skip_tensor is not None
     # the binding list: DirectML's fields, the extension's after its inputs and after its output
@@ -302,7 +312,7 @@ def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[Di
 
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
-SPECS = (OperatorSpec(MeanVarianceNormalization1Desc, reg.MEAN_VARIANCE_NORMALIZATION1,
+SPECS = (OperatorSpec(MeanVarianceNormalization1Desc, MEAN_VARIANCE_NORMALIZATION1,
                       compile_mean_variance_normalization1, (contract.MVN, contract.MVN_SKIP),
                       helpers=("mean_variance_normalization", "layer_norm", "skip_layer_norm"), ahead=plans_ahead,
                       onnx=(OnnxOp("LayerNormalization", "", "layer_norm"),
