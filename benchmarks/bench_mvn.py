@@ -100,8 +100,8 @@ def main() -> None:
         if strides is not None:
             xt = kdml.Tensor(xt.buffer, kdml.TensorDesc(dt, shape, strides), 0)
         gt, bt = dev.tensor(g), dev.tensor(b)
-        gv = kdml.functional_elementwise.broadcast_view(gt, shape, "scale")
-        bv = kdml.functional_elementwise.broadcast_view(bt, shape, "bias")
+        gv = kdml.functional.elementwise.broadcast_view(gt, shape, "scale")
+        bv = kdml.functional.elementwise.broadcast_view(bt, shape, "bias")
         yt = dev.empty(kdml.TensorDesc(dt, shape))
         want = ref(x_host, g.astype(np.float64), b.astype(np.float64), axes)
         op = dev.compile(kdml.MeanVarianceNormalization1Desc(xt.desc, gv.desc, bv.desc, yt.desc, axes, True, 1e-5))

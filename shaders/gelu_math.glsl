@@ -2,7 +2,7 @@
 // Vulkan rounds correctly), so that their error bounds hold on every device, whatever its exp /
 // erf built-ins or its denormal mode do. Derivation and measured errors: tools/fit_gelu.py
 // (which prints the constants below); bounds: docs/gelu.md, docs/softmax.md.
-// Shared by gelu.comp (ACTIVATION_GELU) and softmax.comp (ACTIVATION_SOFTMAX1).
+// Shared by float_unary.comp (ACTIVATION_GELU) and softmax.comp (ACTIVATION_SOFTMAX1).
 #ifndef KDML_GELU_MATH_GLSL
 #define KDML_GELU_MATH_GLSL
 

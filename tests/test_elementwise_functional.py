@@ -1,5 +1,5 @@
 """kdml.add / sub / mul / div / equal / greater_equal / logical_and / isnan / where
-(kompute_dml/functional_elementwise.py): numpy broadcasting, Tensors and host data, `out=`,
+(kompute_dml/functional/elementwise.py): numpy broadcasting, Tensors and host data, `out=`,
 Python numbers taking the other operand's type; a hypothesis property test over random
 broadcastable shapes, types and operand kinds against the independent references."""
 
@@ -103,7 +103,7 @@ def test_out_argument(dev):
 
 
 def test_add_uses_add1_for_floats(dev, monkeypatch):
-    import kompute_dml.functional_elementwise as fe
+    import kompute_dml.functional.elementwise as fe
 
     seen = []
     real = fe.compile_cached

@@ -1,4 +1,4 @@
-"""ACTIVATION_GELU (ops/activation.py, shaders/gelu.comp, gelu_math.glsl) against the float64
+"""ACTIVATION_GELU (ops/activation.py, shaders/float_unary.comp, gelu_math.glsl) against the float64
 reference of tests/activation_reference.py (the page's exact erf form, through math.erfc) within
 docs/gelu.md's bound: a dense sweep of float32 over [-16, 16] and its tails, every float16 value,
 the special values (-0, +-inf, NaN, subnormals, the largest floats), 1-8 dimensions with random

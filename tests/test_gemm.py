@@ -447,7 +447,7 @@ def test_gemm_helper(dev, rng):
     check(out.numpy(), at.numpy(), np.array([[1, 2], [3, 4], [5, 6]], np.float16), np.full((2, 2), 1.5, np.float16),
           False, False, 1.0, 1.0)
     # a repeated call reuses its compiled operator
-    from kompute_dml import functional_gemm
+    from kompute_dml.functional import gemm as functional_gemm
 
     n0 = len(functional_gemm._prepared)
     kdml.gemm(at, [[1, 2], [3, 4], [5, 6]], 1.5, out=out)

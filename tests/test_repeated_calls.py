@@ -20,8 +20,8 @@ import pytest
 from helpers import identity_op
 
 import kompute_dml as kdml
-from kompute_dml import functional_matmul
 from kompute_dml.dtypes import DataType as DT
+from kompute_dml.functional import matmul_integer as functional_matmul
 from kompute_dml.tensor_desc import TensorDesc as TD
 
 BUILT = ("programs", "pipelines_created", "pipeline_misses", "pipelines", "recorded_sequences", "sequences_created",
@@ -204,7 +204,7 @@ def test_binding_descs_compare_by_layout(dev, rng):
 def test_repeated_identity_builds_nothing_and_reads_its_input_every_time(dev, rng, monkeypatch):
     """kdml.identity on the same Tensor again (recent_calls.py) copies what the tensor holds
     now; a numpy input is uploaded at every call, so a changed array gives its new values."""
-    from kompute_dml import functional
+    from kompute_dml.ops import identity as functional  # the identity helper and its recent calls
 
     x = dev.tensor(rng.standard_normal((8, 8)).astype(np.float32))
     for _ in range(2):
@@ -229,7 +229,7 @@ def test_a_capture_keeps_no_identity_entry(rng):
     """Calls captured into a recording (an ONNX plan: new tensors on every call) add no entry to the
     helpers' identity caches (an entry cost ~10 us and could never be hit again), and the captured
     calls still compute the exact result once the recording is submitted."""
-    from kompute_dml import functional
+    from kompute_dml.ops import identity as functional  # the identity helper and its recent calls
 
     with kdml.Device() as dev:
         a8 = rng.integers(0, 256, (4, 8), dtype=np.uint8)

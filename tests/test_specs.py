@@ -28,7 +28,7 @@ FL = kdml.FeatureLevel
 TD = kdml.TensorDesc
 F32_4D = TD(DT.FLOAT32, (1, 2, 3, 4))
 
-# One valid descriptor per operator, valid from the operator's first feature level on (4-D
+# One valid descriptor per operator (or its spec's `example`), valid from the operator's first feature level on (4-D
 # float32 where an early level allows only that), with every optional tensor present.
 EXAMPLES = {
     "ACTIVATION_IDENTITY": lambda: kdml.ActivationIdentityDesc(F32_4D, F32_4D),
@@ -71,6 +71,7 @@ EXAMPLES = {
     "JOIN": lambda: kdml.JoinDesc((F32_4D,), F32_4D, 1),
     "SLICE1": lambda: kdml.Slice1Desc(F32_4D, TD(DT.FLOAT32, (1, 2, 2, 2)), (0, 0, 1, 0), (1, 2, 2, 4), (1, 1, -1, 2)),
 }
+EXAMPLES.update({s.name: s.example for s in SPECS if s.example is not None})  # declared with the operator
 IDS = [s.name for s in SPECS]
 FIELD_CASES = [(s, t) for s in SPECS for t in s.support.require(HIGHEST_FEATURE_LEVEL).tensors]
 FIELD_IDS = [f"{s.name}.{t.field}" for s, t in FIELD_CASES]

@@ -8,6 +8,7 @@ import onnx
 from onnx import TensorProto, helper
 
 import kompute_dml as kdml
+from kompute_dml.ops import SPECS
 
 from .graph import _attr, _node_inputs, _np_dtype_of_onnx
 from .handlers_values import VALUE_HANDLERS
@@ -17,7 +18,8 @@ from .values import _DEVICE_OPS, _DML_NUMPY, _FLOAT_OUT, _QUANT_TYPES, CPU, HOST
 HOST_REASON = "reads no input data: resolved on the host per input shape"
 VIEW_OPERATOR = "layout view"  # Reshape / Transpose / ...: a new desc, a copy only where needed
 # float-only operators (GEMM, the activations, the normalization): other types stay on the CPU
-_FLOAT_NODES = {"MatMul", "Gemm", "FusedMatMul", "Softmax", "Gelu", "LayerNormalization", "SkipLayerNormalization"}
+_FLOAT_NODES = {"MatMul", "Gemm", "FusedMatMul", "Softmax", "Gelu", "LayerNormalization", "SkipLayerNormalization",
+                *(op.op_type for s in SPECS for op in s.onnx if op.kind == "float_unary")}
 
 
 class GraphAnalysis:

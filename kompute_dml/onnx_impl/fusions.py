@@ -36,7 +36,7 @@ import numpy as np
 import onnx
 
 import kompute_dml as kdml
-from kompute_dml.functional_elementwise import broadcast_view
+from kompute_dml.functional.elementwise import broadcast_view
 
 from .graph import _attr, _node_inputs
 from .handlers_nn import _floats, _opset

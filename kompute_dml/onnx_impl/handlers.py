@@ -9,11 +9,12 @@ import numpy as np
 import onnx
 
 import kompute_dml as kdml
+from kompute_dml.ops import SPECS
 
 from . import product_groups
 from .graph import _attr, _np_dtype_of_onnx
 from .handlers_math import MATH_HANDLERS
-from .handlers_nn import NN_HANDLERS
+from .handlers_nn import NN_HANDLERS, float_unary
 from .handlers_values import MOVE_HANDLERS, VALUE_HANDLERS
 from .quantize import dynamic_quantize_uint8
 from .values import (
@@ -329,4 +330,6 @@ _SEED_HANDLERS = {
 
 
 # every ONNX node type a device handler takes (the placement's VULKAN nodes)
-HANDLERS = {**_SEED_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS, **NN_HANDLERS, **MOVE_HANDLERS}
+# nodes of a generic kind (OnnxOp.kind), run by one handler per kind from the operators' declarations
+_KIND_HANDLERS = {op.op_type: float_unary(op.helper) for s in SPECS for op in s.onnx if op.kind == "float_unary"}
+HANDLERS = {**_SEED_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS, **NN_HANDLERS, **MOVE_HANDLERS, **_KIND_HANDLERS}

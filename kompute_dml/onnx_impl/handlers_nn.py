@@ -107,6 +107,17 @@ def _h_gelu(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunSta
     return [DeviceValue(y, shape, dt)]
 
 
+def float_unary(helper: str) -> Any:
+    """The handler of an OnnxOp of kind "float_unary": kdml.<helper> on the one input."""
+    fn = getattr(kdml, helper)
+
+    def handler(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+        dt = _floats(node, ins[:1])
+        shape = _value_shape(ins[0])
+        return [DeviceValue(fn(_dev(rep, node, ins, 0, stats), out=rep.out_tensor(shape, dt), device=rep.device), shape, dt)]
+    return handler
+
+
 def _swap_last(v: DeviceValue) -> DeviceValue:
     shape = v.shape
     st = tuple(v.tensor.desc.effective_strides)

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 
 import kompute_dml as kdml
-from kompute_dml.functional_join import onnx_slice_window
+from kompute_dml.ops.join import onnx_slice_window
 from kompute_dml.tensor_desc import packed_strides
 
 from .graph import _attr

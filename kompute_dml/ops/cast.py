@@ -13,9 +13,14 @@ non-overlapping output and 32-bit element addressing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
+from ..device import Device
+from ..dtypes import DataType
+from ..functional import _packed, check_out, compile_cached, pooled_empty
+from ..functional.elementwise import _operands
 from ..layout import check_no_overlap
+from ..memory import Tensor
 from ..registry import FL, FLOATS, INTS_8_32, OperatorSupport, row
 from ..tensor_desc import TensorDesc
 from . import contract
@@ -23,10 +28,6 @@ from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, check_same, type_code
 from .elementwise_plan import check_addressable, plan_elementwise
 from .spec import OnnxOp, OperatorSpec
-
-if TYPE_CHECKING:
-    from ..device import Device
-
 
 # ---- CAST from DML_CAST_OPERATOR_DESC's page -----------------------
 # kompute_dml implements the 8- to 32-bit types: the page's INT64 / UINT64 (from 3_0) and FLOAT64
@@ -60,6 +61,30 @@ def compile_cast(device: Device, desc: CastDesc) -> CompiledOperator:
     variant = contract.CAST.name(i=type_code(x.data_type, True), o=type_code(y.data_type, True))
     plans = plan_elementwise(contract.CAST, variant, (x, y), device.limits["max_compute_work_group_count"][0])
     return CompiledElementWise(device, desc, support, support.inputs, support.outputs, list(plans))
+
+
+# ---- functional helpers (exported as kdml.<name>) ----------------------------------------
+# The functional helper of CAST (ops/cast.py, docs/cast.md).
+#
+# `cast(x, data_type)` takes a kompute_dml Tensor or anything kompute_dml/inputs.py takes (numpy
+# arrays, Python numbers and lists, CPU `__array__` / `__dlpack__` objects; boolean arrays are
+# uploaded as UINT8) and returns a new packed Tensor of x's shape and `data_type` from the
+# device's buffer pool, or writes `out=` (a Tensor of that shape and type, any strides). x may
+# have any strides (stride 0 included).
+def cast(x: Any, data_type: Any, *, out: Tensor | None = None, device: Device | None = None) -> Tensor:
+    """x converted to `data_type` (DML_CAST): integers wrap, floats to integers truncate toward
+    zero and saturate (NaN -> 0), conversions to floats round to nearest even."""
+    dt = DataType.coerce(data_type, "data_type")
+    dev, (t,) = _operands((x,), ("x",), device)
+    shape = t.desc.sizes
+    if out is not None:
+        check_out(out, dev, shape, dt)
+    out_desc = out.desc if out is not None else _packed(dt, shape)
+    op = compile_cached(dev, CastDesc(t.desc, out_desc))
+    if out is None:
+        out = pooled_empty(dev, out_desc)
+    op.execute([t], [out])
+    return out
 
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------

@@ -14,11 +14,18 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
+import numpy as np
+
+from ..device import Device
 from ..dtypes import DataType, FeatureLevel
 from ..errors import invalid
+from ..functional import _packed, check_out, compile_cached, pooled_empty
+from ..functional.elementwise import _operands, _run, broadcast_view
+from ..inputs import as_host_array, conform, is_python_data
 from ..layout import check_no_overlap
+from ..memory import Tensor
 from ..registry import F32, FL, FLOATS, INTS_8_32, D, LevelSupport, OperatorSupport, row
 from ..tensor_desc import TensorDesc
 from . import contract
@@ -26,9 +33,6 @@ from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, check_same, type_code
 from .elementwise_plan import check_addressable, plan_elementwise
 from .spec import OnnxOp, OperatorSpec
-
-if TYPE_CHECKING:
-    from ..device import Device
 
 # ---- ELEMENT_WISE_DEQUANTIZE_LINEAR from
 # DML_ELEMENT_WISE_DEQUANTIZE_LINEAR_OPERATOR_DESC's page: ZeroPointTensor is a required input
@@ -96,6 +100,43 @@ def compile_dequantize_linear(device: Device, desc: ElementWiseDequantizeLinearD
                                      offset_slots=tuple(sl for sl in p.offset_slots if sl[1] != _ZP))
                  for p in plans]
     return CompiledElementWise(device, desc, support, support.inputs, support.outputs, list(plans))
+
+
+# ---- functional helpers (exported as kdml.<name>) ----------------------------------------
+# The functional helper of ELEMENT_WISE_DEQUANTIZE_LINEAR (ops/dequantize.py, docs/dequantize.md).
+#
+# `dequantize_linear(x, scale, zero_point)` takes kompute_dml Tensors or anything
+# kompute_dml/inputs.py takes, broadcasts the three with numpy's rules (stride-0 views: scales and
+# zero points per tensor, per axis or per block) and returns a new packed Tensor of the broadcast
+# shape and the scale's data type (FLOAT32 / FLOAT16) from the device's buffer pool, or writes
+# `out=`. Python numbers and lists given as the scale become FLOAT32, as the zero point x's data
+# type (when x is a Tensor or array; InvalidArgumentError where a value does not survive). A
+# zero point of None leaves the operator's ZeroPointTensor absent (feature level 6_2 and above).
+def dequantize_linear(x: Any, scale: Any, zero_point: Any = None, *, out: Tensor | None = None,
+                      device: Device | None = None) -> Tensor:
+    """(x - zero_point) * scale (DML_ELEMENT_WISE_DEQUANTIZE_LINEAR): the difference exact, one
+    float32 multiplication, FLOAT16 results rounded once from it (docs/dequantize.md)."""
+    if is_python_data(scale):
+        scale = conform(as_host_array(scale, "scale", dml=False), np.dtype(np.float32), "scale", python=True)
+    if zero_point is None:  # ZeroPointTensor absent: bound as None
+        dev, (tx, ts) = _operands((x, scale), ("x", "scale"), device, slice(0, 1))
+        try:
+            shape = tuple(np.broadcast_shapes(tx.desc.sizes, ts.desc.sizes)) or (1,)
+        except ValueError:
+            raise invalid("scale", f"sizes {ts.desc.sizes} and x's {tx.desc.sizes} do not broadcast together") from None
+        vx, vs = broadcast_view(tx, shape, "x"), broadcast_view(ts, shape, "scale")
+        dt = vs.desc.data_type
+        if out is not None:
+            check_out(out, dev, shape, dt)
+        out_desc = out.desc if out is not None else _packed(dt, shape)
+        op = compile_cached(dev, ElementWiseDequantizeLinearDesc(vx.desc, vs.desc, None, out_desc))
+        if out is None:
+            out = pooled_empty(dev, out_desc)
+        op.execute([vx, vs, None], [out])
+        return out
+    fields = ("x", "scale", "zero_point")
+    dev, tensors = _operands((x, scale, zero_point), fields, device, slice(0, 1))
+    return _run(ElementWiseDequantizeLinearDesc, tensors, fields, tensors[1].desc.data_type, out, dev)
 
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------

@@ -285,3 +285,4 @@ def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
 SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM, contract.GEMM_COOP), helpers=("gemm", "matmul"),
                       onnx=(OnnxOp("MatMul", "", "matmul"), OnnxOp("Gemm", "", "gemm"),
                             OnnxOp("FusedMatMul", "com.microsoft", "gemm"))),)
+EXPORTS = {"MatrixTransform": MatrixTransform}  # the transform fields' enum, exported as kdml.MatrixTransform

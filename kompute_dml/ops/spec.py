@@ -37,6 +37,10 @@ class OnnxOp:
     op_type: str
     domain: str  # "" for the default (ai.onnx) domain, e.g. "com.microsoft"
     helper: str
+    # a node shape the backend runs through one generic handler (onnx_impl/handlers.py), so the
+    # operator module's declaration is all it takes: "float_unary" (one float32 / float16 input,
+    # an output of its shape and type, no attributes); "" for nodes with handlers of their own
+    kind: str = ""
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,9 @@ class OperatorSpec:
     # ONNX backend creates at a model's first plans (device_graph._prepare_siblings); `done`, a set
     # per device, lets the function skip what it prepared before (it adds its own keys).
     ahead: Callable[[Any, Any, set[Any]], Sequence[DispatchPlan]] | None = None
+    # () -> a valid descriptor at the operator's first feature level, every optional tensor present
+    # (4-D float32 where an early level allows only that): the spec-parametrized tests' example
+    example: Callable[[], Any] | None = None
     variants: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -27,6 +27,9 @@ library only (setup.py's build step), so it imports nothing from kompute_dml.
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 from . import check
 from .check import Reflection, check_build, check_sources, check_variant, reflect
 from .core import (
@@ -228,10 +231,26 @@ GATHER = family("gather", "gather.comp", "gather_b{bits}_{idx}", GATHER_PUSH, _L
                 defines=lambda bits, idx: {"ELEM_BITS": bits, "IDX_BITS": GATHER_INDEX_TYPES[idx][0],
                                            "IDX_SIGNED": GATHER_INDEX_TYPES[idx][1], "RANK": EW_RANK})
 
-# ---- ACTIVATION_GELU (ops/activation.py, shaders/gelu.comp + gelu_math.glsl): the element-wise
-# block and plans, a variant per float type
-GELU = family("gelu", "gelu.comp", "gelu_{t}", EW_PUSH, _L256, t=("f32", "f16"),
-              defines=lambda t: {"BITS": EW_TYPES[t][0], "RANK": EW_RANK})
+# ---- float unary operators (ACTIVATION_GELU, ACTIVATION_RELU, ...; shaders/float_unary.comp) on the
+# element-wise block and plans. An operator module declares `FLOAT_UNARY = "<name>"` at its top
+# level, read here from its source with ast (the build imports no operator module); the family
+# `<name>` has the variants <name>_f32 / <name>_f16, built with FN_<NAME> defined, which selects
+# the function in float_unary.comp.
+def _float_unary_names() -> tuple[str, ...]:
+    names = []
+    for path in sorted(Path(__file__).resolve().parent.parent.glob("*.py")):
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["FLOAT_UNARY"]:
+                names.append(ast.literal_eval(node.value))
+    return tuple(names)
+
+
+def _float_unary(name: str) -> ShaderFamily:
+    return family(name, "float_unary.comp", f"{name}_{{t}}", EW_PUSH, _L256, t=("f32", "f16"),
+                  defines=lambda t: {"BITS": EW_TYPES[t][0], "RANK": EW_RANK, f"FN_{name.upper()}": 1})
+
+
+FLOAT_UNARY: dict[str, ShaderFamily] = {name: _float_unary(name) for name in _float_unary_names()}
 # ---- ACTIVATION_SOFTMAX1 (ops/activation.py, shaders/softmax.comp): a row (the elements of the
 # reduced dimensions at one coordinate of the others) per LANES invocations, 256 / LANES rows per
 # work group. Offsets in elements, rows, elements per row (len); per merged dimension its size and
@@ -326,7 +345,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_IF, CAST, DEQUANT, GATHER,
-    GELU, SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
+    *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT,
     MVN, MVN_SKIP,
     GEMM, GEMM_COOP,

@@ -31,15 +31,15 @@ from typing import Any
 
 import numpy as np
 
-from .device import Device
-from .errors import UnsupportedError, invalid
-from .functional import _packed, check_out, pooled_empty
-from .functional_elementwise import _operands
-from .functional_matmul import _mm_broadcast_strides
-from .layout import merge_dims
-from .memory import Tensor
-from .ops.gemm import GemmDesc, MatrixTransform, as_float32
-from .tensor_desc import TensorDesc
+from ..device import Device
+from ..errors import UnsupportedError, invalid
+from ..layout import merge_dims
+from ..memory import Tensor
+from ..ops.gemm import GemmDesc, MatrixTransform, as_float32
+from ..tensor_desc import TensorDesc
+from . import _packed, check_out, pooled_empty
+from .elementwise import _operands
+from .matmul_integer import _mm_broadcast_strides
 
 PREPARED_CAPACITY = 512
 # (id(device), descs, flags, scalar bits, out desc) -> (device, compiled operator, the 4-D descs)

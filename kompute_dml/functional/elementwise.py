@@ -20,13 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from .device import Device
-from .dtypes import DataType, FeatureLevel
-from .errors import invalid
-from .functional import _packed, as_tensor, check_out, compile_cached, device_of, pooled_empty
-from .inputs import as_host_array, conform, is_python_data
-from .memory import Tensor
-from .ops.elementwise import (
+from ..device import Device
+from ..dtypes import DataType, FeatureLevel
+from ..errors import invalid
+from ..inputs import as_host_array, conform, is_python_data
+from ..memory import Tensor
+from ..ops.elementwise import (
     ElementWiseAdd1Desc,
     ElementWiseAddDesc,
     ElementWiseDivideDesc,
@@ -38,7 +37,8 @@ from .ops.elementwise import (
     ElementWiseMultiplyDesc,
     ElementWiseSubtractDesc,
 )
-from .tensor_desc import TensorDesc
+from ..tensor_desc import TensorDesc
+from . import _packed, as_tensor, check_out, compile_cached, device_of, pooled_empty
 
 _NAMES = ("a", "b")
 

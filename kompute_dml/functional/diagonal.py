@@ -1,162 +1,30 @@
-"""Functional helpers: allocate a packed output, compile (cached), execute, return it.
-
-Each accepts kompute_dml Tensors or anything kompute_dml/inputs.py takes (numpy arrays, Python
-numbers and lists, CPU objects with __array__ / __dlpack__ such as torch CPU tensors), uploaded
-to the tensor's device, or to `device=`, or to the process-wide default device,
-`kdml.default_device()`.
-`matmul_integer_to_float` is in functional_matmul.py, built on the helpers here.
-"""
+"""The helpers of DIAGONAL_MATRIX and DIAGONAL_MATRIX1 (kompute_dml/ops/diagonal.py,
+docs/diagonal.md): diagonal_matrix, diagonal_matrix1, eye_like, triu, tril."""
 
 from __future__ import annotations
 
-import functools
 import math
-import threading
 from typing import Any
 
 import numpy as np
 
-from .device import Device
-from .dtypes import DataType, FeatureLevel
-from .errors import invalid
-from .inputs import as_host_array
-from .ints import as_int, as_int_tuple
-from .memory import Buffer, Tensor, packed_desc_for
-from .ops.diagonal import INT32_MAX, INT32_MIN, DiagonalMatrix1Desc, DiagonalMatrixDesc
-from .ops.identity import ActivationIdentityDesc, CopyDesc
-from .recent_calls import BoundCall, RecentCalls
-from .tensor_desc import TensorDesc, validate_desc
-
-_default: Device | None = None
-_default_lock = threading.Lock()
+from ..device import Device
+from ..dtypes import DataType, FeatureLevel
+from ..errors import invalid
+from ..inputs import as_host_array
+from ..ints import as_int, as_int_tuple
+from ..memory import Tensor
+from ..ops.diagonal import INT32_MAX, INT32_MIN, DiagonalMatrix1Desc, DiagonalMatrixDesc
+from ..tensor_desc import TensorDesc
+from . import as_tensor, check_out, compile_cached, device_of, pooled_empty
 
 
-def default_device() -> Device:
-    """The device functional helpers use when given numpy arrays (device 0, highest level)."""
-    global _default
-    with _default_lock:
-        if _default is None or _default.closed:
-            _default = Device()
-        return _default
-
-
-def device_of(*values: Any, device: Device | None = None) -> Device:
-    if device is not None:
-        return device
-    for v in values:
-        if isinstance(v, Tensor):
-            return v.device
-    return default_device()
-
-
-# ---- buffer reuse: the device's pool (kompute_dml/runtime/pool.py says why) --------------
-def _pool_take(device: Device, nbytes: int) -> Buffer:
-    engine = device.engine
-    with engine.lock:
-        return engine.pool.take(nbytes, lambda n: Buffer(device, n))
-
-
-def pooled_empty(device: Device, desc: TensorDesc) -> Tensor:
-    """An output tensor for a helper (contents undefined: the operator writes every element)."""
-    validate_desc(desc, "out")
-    return Tensor.whole(_pool_take(device, desc.byte_size), desc)
-
-
-def pooled_upload(device: Device, array: np.ndarray) -> Tensor:
-    """Upload a numpy array as a packed tensor into a pooled buffer."""
-    arr = np.ascontiguousarray(array)
-    desc = packed_desc_for(arr)
-    buf = _pool_take(device, desc.byte_size)
-    buf.write(arr)
-    return Tensor(buf, desc, 0)
-
-
-def as_tensor(x: Any, device: Device, field: str = "x") -> Tensor:
-    if isinstance(x, Tensor):
-        if x.device is not device:
-            raise invalid(field, "belongs to another Device")
-        return x
-    # anything kompute_dml/inputs.py takes: numpy, Python numbers and lists, CPU
-    # __array__ / __dlpack__ objects (a torch CPU tensor)
-    return pooled_upload(device, as_host_array(x, field))
-
-
-_compile_cache: dict[tuple[int, Any], Any] = {}
-
-
-def compile_cached(device: Device, desc: Any) -> Any:
-    """dev.compile with a per-device cache keyed by the (hashable) descriptor."""
-    key = (id(device), desc)
-    op = _compile_cache.get(key)
-    if op is None or op.device is not device:
-        op = device.compile(desc)
-        if len(_compile_cache) > 512:
-            _compile_cache.clear()
-        _compile_cache[key] = op
-    return op
-
-
-def _packed_like(desc: TensorDesc) -> TensorDesc:
-    return _packed(desc.data_type, desc.sizes)
-
-
-@functools.lru_cache(maxsize=1024)
-def _packed(data_type: DataType, sizes: tuple[int, ...]) -> TensorDesc:
-    # cached: building a TensorDesc checks every rule (tens of microseconds), and an eager
-    # functional call would otherwise build one for its output every time
-    return TensorDesc(data_type, sizes)
-
-
-# (id(x), operator, id(out), id(device)) -> BoundCall: a call on the same Tensor objects again
-_unary_calls: RecentCalls[BoundCall] = RecentCalls()
-
-
-def _unary_copy(x: Any, desc_type: type, out: Tensor | None, device: Device | None) -> Tensor:
-    ready = _unary_calls.get((id(x), id(desc_type), id(out), id(device)))
-    if ready is not None:
-        return ready.run(out)
-    dev = device_of(x, out, device=device)
-    t = as_tensor(x, dev)
-    res_desc = _packed_like(t.desc)
-    result = out if out is not None else pooled_empty(dev, res_desc)
-    op = compile_cached(dev, desc_type(t.desc, result.desc))
-    op.execute([t], [result])
-    # a numpy x (mutable) is uploaded at every call; a capture's calls bind new tensors (a plan)
-    if t is x and (out is None or type(out) is Tensor) and dev.engine.capturing is None:
-        bound = Tensor.trusted(t.buffer, t.desc, t.offset)
-        _unary_calls.add((x, desc_type, out, device), BoundCall(op, [bound], res_desc, result.desc, out))
-    return result
-
-
-def identity(x: Any, *, out: Tensor | None = None, device: Device | None = None) -> Tensor:
-    """DML_ACTIVATION_IDENTITY: FLOAT32/FLOAT16, 1-8 dimensions; output packed unless `out` is given."""
-    return _unary_copy(x, ActivationIdentityDesc, out, device)
-
-
-def copy(x: Any, *, out: Tensor | None = None, device: Device | None = None) -> Tensor:
-    """Strided element-wise copy of any of the eleven data types (ONNX Identity)."""
-    return _unary_copy(x, CopyDesc, out, device)
-
-
-# ---- DIAGONAL_MATRIX / DIAGONAL_MATRIX1 helpers (docs/diagonal.md) --------------------
 def _compile_diag(dev: Device, desc: Any, value: Any) -> Any:
     # -0.0 == 0.0 and NaN != NaN: such values would alias or miss in compile_cached's
     # descriptor-keyed cache, so those descriptors are compiled directly.
     if isinstance(value, (float, np.floating)) and (math.isnan(value) or (value == 0 and math.copysign(1.0, value) < 0)):
         return dev.compile(desc)
     return compile_cached(dev, desc)
-
-
-def check_out(out: Any, dev: Device, sizes: tuple[int, ...], dt: DataType, field: str = "out") -> None:
-    """InvalidArgumentError naming `field` unless `out` is a Tensor of `dev` with these sizes and type."""
-    if not isinstance(out, Tensor):
-        raise invalid(field, f"must be a kompute_dml Tensor, got {type(out).__name__}")
-    if out.device is not dev:
-        raise invalid(field, "belongs to another Device")
-    if out.desc.sizes != sizes:
-        raise invalid(field, f"sizes must be {sizes}, got {out.desc.sizes}")
-    if out.desc.data_type != dt:
-        raise invalid(field, f"data type must be {dt.name}, got {out.desc.data_type.name}")
 
 
 def _clamp_k(k: int, rows: int, cols: int) -> int:

@@ -22,16 +22,16 @@ from typing import Any
 
 import numpy as np
 
-from .constants import device_constant
-from .device import Device
-from .dtypes import FeatureLevel
-from .errors import UnsupportedError, invalid
-from .functional import _packed, check_out, compile_cached, pooled_empty
-from .functional_elementwise import _operands, broadcast_view
-from .ints import as_int, as_int_tuple
-from .memory import Tensor
-from .ops.mean_variance_normalization import MEAN_VARIANCE_NORMALIZATION1, MeanVarianceNormalization1Desc
-from .tensor_desc import TensorDesc
+from ..constants import device_constant
+from ..device import Device
+from ..dtypes import FeatureLevel
+from ..errors import UnsupportedError, invalid
+from ..ints import as_int, as_int_tuple
+from ..memory import Tensor
+from ..ops.mean_variance_normalization import MEAN_VARIANCE_NORMALIZATION1, MeanVarianceNormalization1Desc
+from ..tensor_desc import TensorDesc
+from . import _packed, check_out, compile_cached, pooled_empty
+from .elementwise import _operands, broadcast_view
 
 # the operands in the order _normalize takes them (the names errors use)
 _NAMES = ("x", "scale", "bias", "out", "skip", "skip_bias", "sum_out")
