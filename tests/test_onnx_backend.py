@@ -267,12 +267,12 @@ def test_dynamic_quantize_matmul(rng, b_type, zp, bias, per_column, oracle):
 
 # ---- mixed models: partition, placement, transfers ---------------------------------------------
 def _mixed_model():
-    """x -Trilu-> t1 -Identity-> t2 -Relu(cpu)-> r -Trilu(lower, k)-> t3 -Identity-> y1
+    """x -Trilu-> t1 -Identity-> t2 -Abs(cpu)-> r -Trilu(lower, k)-> t3 -Identity-> y1
                                               r -Sum(cpu) with EyeLike(r)-> y2"""
     nodes = [
         helper.make_node("Trilu", ["x"], ["t1"], name="triu"),
         helper.make_node("Identity", ["t1"], ["t2"], name="id1"),
-        helper.make_node("Relu", ["t2"], ["r"], name="relu"),
+        helper.make_node("Abs", ["t2"], ["r"], name="abs"),
         helper.make_node("Trilu", ["r", "k"], ["t3"], upper=0, name="tril"),
         helper.make_node("Identity", ["t3"], ["y1"], name="id2"),
         helper.make_node("EyeLike", ["r"], ["e"], k=1, name="eye"),
@@ -289,14 +289,14 @@ def test_mixed_model_placement_and_transfers(rng, monkeypatch):
     model = _mixed_model()
     rep = Backend.prepare(model, "CPU")
     where = {p.name: p.target for p in rep.placement}
-    assert where == {"triu": VULKAN, "id1": VULKAN, "relu": CPU, "tril": VULKAN, "id2": VULKAN, "eye": VULKAN,
+    assert where == {"triu": VULKAN, "id1": VULKAN, "abs": CPU, "tril": VULKAN, "id2": VULKAN, "eye": VULKAN,
                      "add": CPU, "neg": CPU}
     ops = {p.name: p.operator for p in rep.placement}
     assert ops["triu"] == ops["tril"] == "DIAGONAL_MATRIX1" and ops["eye"] == "DIAGONAL_MATRIX"
-    assert ops["id1"] == "COPY" and ops["relu"] == "onnxruntime"
-    # Sum and Neg are consecutive fallback nodes: one CPU sub-graph; Relu is another.
+    assert ops["id1"] == "COPY" and ops["abs"] == "onnxruntime"
+    # Sum and Neg are consecutive fallback nodes: one CPU sub-graph; Abs is another.
     segs = {p.name: p.segment for p in rep.placement if p.target == CPU}
-    assert segs["add"] == segs["neg"] != segs["relu"]
+    assert segs["add"] == segs["neg"] != segs["abs"]
     assert len(rep.segments) == 2
     s = rep.summary()
     assert "5 of 8 nodes on Vulkan" in s and "3 nodes fall back to the CPU in 2 sub-graph(s)" in s
@@ -324,12 +324,12 @@ def test_mixed_model_placement_and_transfers(rng, monkeypatch):
         x = rng.standard_normal((5, 6)).astype(np.float32)
         k = np.array(run - 1, np.int64)
         y1, y3 = rep.run({"x": x, "k": k})
-        r = np.maximum(np.triu(x), 0)
+        r = np.abs(np.triu(x))
         np.testing.assert_array_equal(y1, np.tril(r, run - 1))
         np.testing.assert_array_equal(y3, -(r + np.eye(5, 6, 1, dtype=np.float32)))
         st = rep.last_run
         assert st.vulkan_nodes == 5 and st.cpu_segments == 2 and st.runtime_fallbacks == 0
-        # x goes up once; t1 -> Identity stays on the device; t2 comes down once for Relu;
+        # x goes up once; t1 -> Identity stays on the device; t2 comes down once for Abs;
         # r goes up once for Trilu (EyeLike needs only its shape); t3 -> Identity stays on the
         # device; y1 and e come down once each.
         assert st.uploads == len(uploads) == 2
@@ -438,7 +438,7 @@ def test_reference_evaluator_fallback(rng):
     rep = Backend.prepare(model, "CPU", fallback="reference")
     x = rng.standard_normal((5, 6)).astype(np.float32)
     y1, y3 = rep.run({"x": x, "k": np.array(2, np.int64)})
-    r = np.maximum(np.triu(x), 0)
+    r = np.abs(np.triu(x))
     np.testing.assert_array_equal(y1, np.tril(r, 2))
     np.testing.assert_allclose(y3, -(r + np.eye(5, 6, 1, dtype=np.float32)))
     assert {p.operator for p in rep.placement if p.target == CPU} == {"reference"}
@@ -485,7 +485,7 @@ def test_cli_run(tmp_path, rng, capsys):
     assert rc == 0, text
     assert "5 of 8 nodes on Vulkan" in text and "timing:" in text and "vulkan:DIAGONAL_MATRIX1" in text
     with np.load(out) as z:
-        np.testing.assert_array_equal(z["y1"], np.tril(np.maximum(np.triu(x), 0)))
+        np.testing.assert_array_equal(z["y1"], np.tril(np.abs(np.triu(x))))
 
     (tmp_path / "bad.npy").write_text("not numpy")
     cases = [
@@ -539,7 +539,7 @@ def test_feature_level_below_an_operator_sends_it_to_the_cpu(rng):
     assert where["id1"][0] == VULKAN and where["eye"][0] == VULKAN
     x = rng.standard_normal((5, 6)).astype(np.float32)
     y1, y3 = rep.run({"x": x, "k": np.array(0, np.int64)})
-    r = np.maximum(np.triu(x), 0)
+    r = np.abs(np.triu(x))
     np.testing.assert_array_equal(y1, np.tril(r))
     np.testing.assert_array_equal(y3, -(r + np.eye(5, 6, 1, dtype=np.float32)))
     assert rep.device.feature_level == kdml.FeatureLevel.FL_4_0
@@ -557,7 +557,7 @@ def test_cli_run_npz_inputs(tmp_path, rng, capsys):
     assert rc == 0, text
     assert "max |kompute_dml - onnxruntime| = 0" in text and "(reference 3)" in text
     with np.load(tmp_path / "o.npz") as z:
-        np.testing.assert_array_equal(z["y1"], np.tril(np.maximum(np.triu(x), 0), 1))
+        np.testing.assert_array_equal(z["y1"], np.tril(np.abs(np.triu(x)), 1))
 
 
 def test_products_sharing_a_host_activation_upload_it_once(rng):

@@ -23,7 +23,7 @@ import dataclasses
 import gc
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,7 +31,6 @@ import numpy as np
 import kompute_dml as kdml
 
 from ..runtime.staging import host_copy
-from .fusions import Unfused
 from .handlers_values import BOOL, dml_numpy, is_packed
 from .plan_context import PlanContext, _block
 from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_shape
@@ -54,6 +53,17 @@ PROGRAM_OUT_BYTES = 8 << 20
 # MiniLM's inputs at 64 x 256 take 384 KiB; outputs past PROGRAM_OUT_BYTES go through staging.
 PLAN_IO_BYTES = {"in": 1 << 20, "out": PROGRAM_OUT_BYTES}
 _FREE_REFS = 3  # sys.getrefcount of a kept array nothing else holds: the list, the loop name, the argument
+
+
+@dataclasses.dataclass(frozen=True)
+class _PlanSteps:
+    """The plan's part of a device step (fusions.StepExecutor): record a node, a chain's profile
+    scope, keep a chain's outputs, drop an unfused chain's intermediate."""
+
+    node: Callable[[int], None]
+    scoped: Callable[[Any], Any]
+    chain_done: Callable[[Any, list[Any]], None]
+    drop: Callable[[str], None]
 
 
 class GraphPlan:
@@ -94,7 +104,7 @@ class GraphPlan:
             if name in env:
                 return env[name]
             if name in rep.constants:
-                return rep._constant_host(name)
+                return rep.constant_host(name)
             raise KeyError(f"value {name!r} is not available (missing input?)")
 
         self.device_nodes = 0
@@ -122,6 +132,16 @@ class GraphPlan:
                     if isinstance(v, DeviceValue):
                         hold(v)
 
+        def chain_done(fusion: Any, outs: list[Any]) -> None:
+            keep_outputs(nodes[fusion.carrier][3], outs)
+            ctx.end_node()
+            self.device_nodes += len(fusion.nodes)
+
+        def scoped(fusion: Any) -> Any:
+            rec.scope = fusion.scope(g)  # profile rows: the chain's
+            return contextlib.nullcontext()
+
+        steps = _PlanSteps(record, scoped, chain_done, lambda name: ctx.drop(env.pop(name, None)))
         flush_s = rep.device.policy.plan_flush_ms / 1e3
         engine = rep.device.engine
         ignore_allocations = rep.device.policy.plan_flush_allocating
@@ -141,21 +161,7 @@ class GraphPlan:
                     rec.flush()
                     flushed_at = time.perf_counter()
                 ctx.dying = [env[n] for n in dying[i] if n in env]
-                fusion = fusions.by_carrier.get(i)
-                if fusion is not None:  # the chain's one dispatch, or its nodes where it does not fit
-                    rec.scope = fusion.scope(g)
-                    try:
-                        keep_outputs(nodes[i][3], fusion.run(ctx, g, lookup, stats))
-                        ctx.end_node()
-                        self.device_nodes += len(fusion.nodes)
-                    except Unfused as e:
-                        rep._note(f"nodes {list(fusion.nodes)} ({fusion.pattern.name}) ran unfused: {e}")
-                        for j in fusion.nodes:
-                            record(j)
-                        for name in fusion.intermediates:
-                            ctx.drop(env.pop(name, None))
-                elif i not in fusions.absorbed:  # an absorbed node is recorded with its carrier
-                    record(i)
+                fusions.step(i, steps, ctx, g, lookup, stats)
                 for name in dying[i]:
                     v = env.pop(name, None)
                     ctx.drop(v)

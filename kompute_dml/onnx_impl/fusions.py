@@ -28,9 +28,10 @@ The fused kernels are the operators' kompute_dml extensions, bit for bit the unf
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import onnx
@@ -44,7 +45,20 @@ from .handlers_values import as_device
 from .values import _FLOAT_OUT, VULKAN, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
 if TYPE_CHECKING:
+    from .context import NodeContext
     from .rep import BackendRep
+
+
+class StepExecutor(Protocol):
+    """What an executor (rep.py node by node, device_graph.py's plan) does for `Fusions.step`."""
+
+    def node(self, i: int) -> None: ...  # run (or record) node i alone, its outputs kept
+
+    def scoped(self, fusion: Fusion) -> contextlib.AbstractContextManager[Any]: ...  # a chain's profile scope
+
+    def chain_done(self, fusion: Fusion, outs: list[Any]) -> None: ...  # keep the carrier's outputs
+
+    def drop(self, name: str) -> None: ...  # an unfused chain's intermediate, no longer read
 
 
 class Unfused(Exception):
@@ -78,10 +92,10 @@ class Fusion:
         """Its profile scope: the carrier's index, the chain's label, the carrier's name."""
         return f"{self.carrier} {self.pattern.name} {graph.node[self.carrier].name}"
 
-    def run(self, rep: Any, graph: onnx.GraphProto, lookup: Callable[[str], Any], stats: RunStats) -> list[Any]:
+    def run(self, ctx: NodeContext, graph: onnx.GraphProto, lookup: Callable[[str], Any], stats: RunStats) -> list[Any]:
         """The carrier's outputs, in one dispatch; Unfused where this run's values do not fit."""
         try:
-            return self.pattern.run(rep, [graph.node[i] for i in self.nodes], lookup, stats)
+            return self.pattern.run(ctx, [graph.node[i] for i in self.nodes], lookup, stats)
         except (FallbackNeeded, kdml.UnsupportedError) as e:  # raised before anything is recorded
             raise Unfused(str(e)) from None
 
@@ -95,7 +109,7 @@ def _last_axis(axis: int, rank: int) -> bool:
     return axis in (-1, rank - 1)
 
 
-def _sum_operands(rep: Any, add: onnx.NodeProto, lookup: Callable[[str], Any],
+def _sum_operands(ctx: NodeContext, add: onnx.NodeProto, lookup: Callable[[str], Any],
                   stats: RunStats) -> tuple[kdml.Tensor, kdml.Tensor, tuple[int, ...], np.dtype]:
     """The Add's operands on the device, the first broadcast to the sum's shape (the operators
     take the sum's sizes for their input), and that shape and type."""
@@ -107,39 +121,39 @@ def _sum_operands(rep: Any, add: onnx.NodeProto, lookup: Callable[[str], Any],
         raise ValueError(f"Add {add.name!r}: operand shapes do not broadcast: {e}") from None
     if not shape:
         raise Unfused("a rank-0 sum")
-    ta, tb = (as_device(rep, v, stats, add.input[i]).tensor for i, v in enumerate((a, b)))
+    ta, tb = (as_device(ctx, v, stats, add.input[i]).tensor for i, v in enumerate((a, b)))
     return broadcast_view(ta, shape, "a"), tb, shape, dt
 
 
-def _run_add_layer_norm(rep: Any, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
+def _run_add_layer_norm(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
                         stats: RunStats) -> list[Any]:
     add, ln = nodes
-    x, skip, shape, dt = _sum_operands(rep, add, lookup, stats)
+    x, skip, shape, dt = _sum_operands(ctx, add, lookup, stats)
     if not _last_axis(int(_attr(ln, "axis", -1)), len(shape)):
         raise Unfused("LayerNormalization over more than the last axis")
     params = [_input(lookup, ln, i) for i in (1, 2)]  # scale, bias
     if any(v is not None and _value_dtype(v) != dt for v in params):
         raise Unfused("LayerNormalization's operand types differ")
-    scale, beta = (None if v is None else as_device(rep, v, stats, ln.input[i]).tensor for i, v in zip((1, 2), params))
-    out = rep.out_tensor(shape, dt)
+    scale, beta = (None if v is None else as_device(ctx, v, stats, ln.input[i]).tensor for i, v in zip((1, 2), params))
+    out = ctx.out_tensor(shape, dt)
     kdml.skip_layer_norm(x, skip, scale, None, beta, epsilon=float(_attr(ln, "epsilon", 1e-5)), out=out,
-                         device=rep.device)
+                         device=ctx.device)
     return [DeviceValue(out, shape, dt)]
 
 
-def _run_masked_softmax(rep: Any, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
+def _run_masked_softmax(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
                         stats: RunStats) -> list[Any]:
     add, smx, _isnan, where = nodes
-    x, mask, shape, dt = _sum_operands(rep, add, lookup, stats)
+    x, mask, shape, dt = _sum_operands(ctx, add, lookup, stats)
     rank = len(shape)
-    if not _last_axis(int(_attr(smx, "axis", -1 if _opset(rep) >= 13 else 1)), rank):
+    if not _last_axis(int(_attr(smx, "axis", -1 if _opset(ctx.prepared.model) >= 13 else 1)), rank):
         raise Unfused("Softmax over another axis than the last")
     zero = _input(lookup, where, 1)
     if _value_dtype(zero) != dt or tuple(np.broadcast_shapes(shape, _value_shape(zero))) != shape:
         raise Unfused(f"Where's constant of type {_value_dtype(zero)}, shape {_value_shape(zero)}")
     # the probabilities over the scores where nothing else reads them (PlanContext.out_tensor)
-    out = rep.out_tensor(shape, dt, over=_input(lookup, add, 0))
-    y = kdml.softmax(x, mask=mask, nan_to_zero=True, out=out, device=rep.device)
+    out = ctx.out_tensor(shape, dt, over=_input(lookup, add, 0))
+    y = kdml.softmax(x, mask=mask, nan_to_zero=True, out=out, device=ctx.device)
     return [DeviceValue(y, shape, dt)]
 
 
@@ -165,13 +179,13 @@ def _check_masked_softmax(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     if _float_sum(rep, nodes[0]):
         return _float_sum(rep, nodes[0])
     rank = rep._declared_rank(smx.input[0])
-    axis = int(_attr(smx, "axis", -1 if _opset(rep) >= 13 else 1))
+    axis = int(_attr(smx, "axis", -1 if _opset(rep.model) >= 13 else 1))
     if axis != -1 and (rank is None or axis != rank - 1):
         return f"Softmax axis {axis} (rank {rank}) is not the last"
     name = where.input[1]
     if name not in rep.constants or name in rep.input_names:
         return f"Where's value {name!r} is not a constant"
-    zero = rep._constant_host(name)
+    zero = rep.constant_host(name)
     if zero.dtype not in (np.float32, np.float16) or zero.size < 1:
         return f"Where's constant is {zero.dtype} of {zero.size} elements"
     if zero.view(np.uint32 if zero.dtype == np.float32 else np.uint16).any():
@@ -211,6 +225,29 @@ class Fusions:
         chains = collections.Counter((f.pattern.name, f.pattern.operator) for f in self.by_carrier.values())
         return [f"  vulkan  {name} x{c} -> {dml} (one dispatch per chain, at its last node)"
                 for (name, dml), c in sorted(chains.items())]
+
+    def step(self, i: int, executor: StepExecutor, ctx: NodeContext, graph: onnx.GraphProto,
+             lookup: Callable[[str], Any], stats: RunStats) -> None:
+        """Node i's device step, for both executors: a carrier runs its chain's one dispatch, or
+        the chain's nodes one by one where this run's values do not fit it (Unfused: nothing was
+        recorded; the intermediates they made are dropped); an absorbed node does nothing (its
+        carrier ran it); any other node runs alone."""
+        fusion = self.by_carrier.get(i)
+        if fusion is None:
+            if i not in self.absorbed:
+                executor.node(i)
+            return
+        try:
+            with executor.scoped(fusion):
+                outs = fusion.run(ctx, graph, lookup, stats)
+        except Unfused as e:
+            ctx.note(f"nodes {list(fusion.nodes)} ({fusion.pattern.name}) ran unfused: {e}")
+            for j in fusion.nodes:
+                executor.node(j)
+            for name in fusion.intermediates:
+                executor.drop(name)
+            return
+        executor.chain_done(fusion, outs)
 
     def step_inputs(self, graph: onnx.GraphProto, i: int) -> list[str]:
         """The values node i's step reads: a carrier its chain's, an absorbed node none."""

@@ -30,11 +30,11 @@ from .values import (
 )
 
 if TYPE_CHECKING:
-    from .rep import BackendRep
+    from .context import NodeContext
 
 
 # ---------------------------------------------------------------------------------
-# device handlers: (rep, node, input values, stats) -> output values
+# device handlers: (ctx, node, input values, stats) -> output values
 # ---------------------------------------------------------------------------------
 def _dml_type(dt: np.dtype, what: str) -> kdml.DataType:
     if dt not in _DML_NUMPY:
@@ -42,14 +42,14 @@ def _dml_type(dt: np.dtype, what: str) -> kdml.DataType:
     return kdml.DataType.from_numpy(dt)
 
 
-def _scalar_int(rep: BackendRep, v: Any, stats: RunStats) -> int:
-    arr = np.asarray(rep.host(v, stats))
+def _scalar_int(ctx: NodeContext, v: Any, stats: RunStats) -> int:
+    arr = np.asarray(ctx.host(v, stats))
     if arr.size != 1:
         raise ValueError(f"expected a single value, got shape {arr.shape}")
     return int(arr.reshape(-1)[0])
 
 
-def _reshaped(rep: BackendRep, v: Any, shape: tuple[int, ...], stats: RunStats) -> Any:
+def _reshaped(ctx: NodeContext, v: Any, shape: tuple[int, ...], stats: RunStats) -> Any:
     """A value with another shape of the same size: a host reshape, or a new packed view of
     the same device buffer."""
     if isinstance(v, DeviceValue):
@@ -58,10 +58,10 @@ def _reshaped(rep: BackendRep, v: Any, shape: tuple[int, ...], stats: RunStats) 
             raise FallbackNeeded("strided device tensor")
         desc = kdml.TensorDesc(t.desc.data_type, shape if shape else (1,))
         return DeviceValue(kdml.Tensor(t.buffer, desc, t.offset), shape, v.dtype)
-    return np.asarray(rep.host(v, stats)).reshape(shape)
+    return np.asarray(ctx.host(v, stats)).reshape(shape)
 
 
-def _h_eyelike(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_eyelike(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     x = ins[0]
     shape = _value_shape(x)
     if len(shape) != 2:
@@ -74,16 +74,16 @@ def _h_eyelike(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: Run
     k = int(_attr(node, "k", 0))
     if 0 in shape:
         return [np.zeros(shape, dtype=dt)]
-    t = kdml.eye_like(shape, k, data_type=data_type, out=rep.out_tensor(shape, dt), device=rep.device)
+    t = kdml.eye_like(shape, k, data_type=data_type, out=ctx.out_tensor(shape, dt), device=ctx.device)
     return [DeviceValue(t, shape, dt)]
 
 
-def _h_trilu(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_trilu(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     x = ins[0]
     shape = _value_shape(x)
     dt = _value_dtype(x)
     _dml_type(dt, "input")
-    k = _scalar_int(rep, ins[1], stats) if len(ins) > 1 and ins[1] is not None else 0
+    k = _scalar_int(ctx, ins[1], stats) if len(ins) > 1 and ins[1] is not None else 0
     upper = int(_attr(node, "upper", 1))
     if len(shape) < 2:
         raise ValueError(f"Trilu {node.name!r} takes an input of rank >= 2, got shape {shape}")
@@ -92,26 +92,26 @@ def _h_trilu(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     work_shape = shape
     if len(shape) > 4:  # DIAGONAL_MATRIX1 takes 2-4 dimensions: fold the batch dimensions
         work_shape = (math.prod(shape[:-2]), *shape[-2:])
-        x = _reshaped(rep, x, work_shape, stats)
-    xt = rep.to_device(x, stats, node.input[0])
+        x = _reshaped(ctx, x, work_shape, stats)
+    xt = ctx.to_device(x, stats, node.input[0])
     fn = kdml.triu if upper else kdml.tril
-    t = fn(xt, k, out=rep.out_tensor(work_shape, dt), device=rep.device)
+    t = fn(xt, k, out=ctx.out_tensor(work_shape, dt), device=ctx.device)
     out = DeviceValue(t, work_shape, dt)
     if work_shape != shape:
-        out = _reshaped(rep, out, shape, stats)
+        out = _reshaped(ctx, out, shape, stats)
     return [out]
 
 
-def _copy_value(rep: BackendRep, v: Any, stats: RunStats, name: str | None) -> Any:
+def _copy_value(ctx: NodeContext, v: Any, stats: RunStats, name: str | None) -> Any:
     shape = _value_shape(v)
     dt = _value_dtype(v)
     if 0 in shape:
-        return np.array(rep.host(v, stats), copy=True)
-    xt = rep.to_device(v, stats, name)
-    return DeviceValue(kdml.copy(xt, out=rep.out_tensor(xt.desc.sizes, dt), device=rep.device), shape, dt)
+        return np.array(ctx.host(v, stats), copy=True)
+    xt = ctx.to_device(v, stats, name)
+    return DeviceValue(kdml.copy(xt, out=ctx.out_tensor(xt.desc.sizes, dt), device=ctx.device), shape, dt)
 
 
-def _h_identity(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_identity(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     v = ins[0]
     if v is None:
         return [None]
@@ -120,11 +120,11 @@ def _h_identity(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: Ru
             if not _is_tensor_value(e):
                 raise FallbackNeeded("nested sequence")
             _dml_type(_value_dtype(e), "element")
-        return [[_copy_value(rep, e, stats, None) for e in v]]
+        return [[_copy_value(ctx, e, stats, None) for e in v]]
     if not _is_tensor_value(v):
         raise FallbackNeeded(f"value of type {type(v).__name__}")
     _dml_type(_value_dtype(v), "input")
-    return [_copy_value(rep, v, stats, node.input[0])]
+    return [_copy_value(ctx, v, stats, node.input[0])]
 
 
 def _matmul_out_shape(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -132,7 +132,7 @@ def _matmul_out_shape(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tup
     return (*batch, a_shape[-2], b_shape[-1])
 
 
-def _mm_integer_to_float(rep: BackendRep, node: onnx.NodeProto, a: Any, a_name: str | None, b: Any, b_name: str | None,
+def _mm_integer_to_float(ctx: NodeContext, node: onnx.NodeProto, a: Any, a_name: str | None, b: Any, b_name: str | None,
                          a_scale: Any, a_scale_name: str | None, b_scale: Any, b_scale_name: str,
                          a_zp: Any, a_zp_name: str | None, b_zp: Any, b_zp_name: str | None,
                          bias: Any, bias_name: str | None, stats: RunStats) -> Any:
@@ -148,12 +148,12 @@ def _mm_integer_to_float(rep: BackendRep, node: onnx.NodeProto, a: Any, a_name: 
     squeeze = []
     if len(a_shape) == 1:
         a_shape = (1, a_shape[0])
-        a = _reshaped(rep, a, a_shape, stats)
+        a = _reshaped(ctx, a, a_shape, stats)
         a_name = None
         squeeze.append(-2)
     if len(b_shape) == 1:
         b_shape = (b_shape[0], 1)
-        b = _reshaped(rep, b, b_shape, stats)
+        b = _reshaped(ctx, b, b_shape, stats)
         b_name = None
         squeeze.append(-1)
     if a_shape[-1] != b_shape[-2]:
@@ -170,14 +170,14 @@ def _mm_integer_to_float(rep: BackendRep, node: onnx.NodeProto, a: Any, a_name: 
             # the host. (Not a CPU fallback: onnxruntime's u8 x s8 product is exact only on
             # processors with VNNI; see docs/onnx.md.)
             batch = out_shape[:-2]
-            a = np.ascontiguousarray(np.broadcast_to(rep.host(a, stats), (*batch, *a_shape[-2:])))
-            b = np.ascontiguousarray(np.broadcast_to(rep.host(b, stats), (*batch, *b_shape[-2:])))
+            a = np.ascontiguousarray(np.broadcast_to(ctx.host(a, stats), (*batch, *a_shape[-2:])))
+            b = np.ascontiguousarray(np.broadcast_to(ctx.host(b, stats), (*batch, *b_shape[-2:])))
             a_shape, b_shape, a_batch, b_batch, a_name, b_name = a.shape, b.shape, batch, batch, None, None
         if a_batch:
-            a = _reshaped(rep, a, (math.prod(a_batch), *a_shape[-2:]), stats)
+            a = _reshaped(ctx, a, (math.prod(a_batch), *a_shape[-2:]), stats)
             a_name = None
         if b_batch:
-            b = _reshaped(rep, b, (math.prod(b_batch), *b_shape[-2:]), stats)
+            b = _reshaped(ctx, b, (math.prod(b_batch), *b_shape[-2:]), stats)
             b_name = None
         folded = out_shape
         out_shape = (math.prod(out_shape[:-2]), *out_shape[-2:])
@@ -207,14 +207,14 @@ def _mm_integer_to_float(rep: BackendRep, node: onnx.NodeProto, a: Any, a_name: 
     def final(v: Any) -> Any:
         full = folded or out_shape
         shape = tuple(s for i, s in enumerate(full) if i - len(full) not in squeeze)
-        return v if shape == _value_shape(v) else _reshaped(rep, v, shape, stats)
+        return v if shape == _value_shape(v) else _reshaped(ctx, v, shape, stats)
 
     if math.prod(out_shape) == 0:
         return final(np.zeros(out_shape, dtype=out_dt))
     if a_shape[-1] == 0:  # K = 0: the sum is empty, only the bias remains
         base = np.zeros(out_shape, dtype=out_dt)
         if bias is not None:
-            base = base + np.asarray(rep.host(bias, stats), dtype=out_dt)
+            base = base + np.asarray(ctx.host(bias, stats), dtype=out_dt)
         return final(base.astype(out_dt))
 
     # Device values and constants are bound as they are; the other host values (typically
@@ -226,19 +226,19 @@ def _mm_integer_to_float(rep: BackendRep, node: onnx.NodeProto, a: Any, a_name: 
     for i, (v, name) in enumerate(args):
         if v is None:
             continue
-        if i == 1 and name is not None and not isinstance(v, DeviceValue) and rep.is_constant(name):
-            bound[i] = rep.weight_to_device(name, a_shape[-2], stats)  # the policy's layout
-        elif isinstance(v, DeviceValue) or rep.is_constant(name):
-            bound[i] = rep.to_device(v, stats, name)
+        if i == 1 and name is not None and not isinstance(v, DeviceValue) and ctx.is_constant(name):
+            bound[i] = ctx.weight_to_device(name, a_shape[-2], stats)  # the policy's layout
+        elif isinstance(v, DeviceValue) or ctx.is_constant(name):
+            bound[i] = ctx.to_device(v, stats, name)
         else:
             pending.append(i)
     if pending:
-        group = rep.upload_group([np.asarray(args[i][0]) for i in pending], stats, tuple(args[i][1] for i in pending))
+        group = ctx.upload_group([np.asarray(args[i][0]) for i in pending], stats, tuple(args[i][1] for i in pending))
         for i, t in zip(pending, group):
             bound[i] = t
     mmitf = kdml.matmul_integer_to_float  # type: ignore[attr-defined]
-    t = mmitf(*bound, out_data_type=kdml.DataType.from_numpy(out_dt), out=rep.out_tensor(out_shape, out_dt),
-              device=rep.device)
+    t = mmitf(*bound, out_data_type=kdml.DataType.from_numpy(out_dt), out=ctx.out_tensor(out_shape, out_dt),
+              device=ctx.device)
     return final(DeviceValue(t, out_shape, out_dt))
 
 
@@ -248,7 +248,7 @@ def _in(ins: list[Any], node: onnx.NodeProto, i: int) -> tuple[Any, str | None]:
     return None, None
 
 
-def _h_mmitf(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_mmitf(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     a, an = _in(ins, node, 0)
     b, bn = _in(ins, node, 1)
     a_s, a_sn = _in(ins, node, 2)
@@ -256,15 +256,15 @@ def _h_mmitf(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     a_zp, a_zpn = _in(ins, node, 4)
     b_zp, b_zpn = _in(ins, node, 5)
     bias, bias_n = _in(ins, node, 6)
-    group = product_groups.group_of(rep, node)
+    group = product_groups.group_of(ctx, node)
     if group is not None and isinstance(a, DeviceValue):  # Q, K and V as one product
-        return [product_groups.run(rep, group, node, a, lambda b, bn, bs, bsn, bz, bzn, c, cn: _mm_integer_to_float(
-            rep, node, a, an, b, bn, a_s, a_sn, bs, bsn, a_zp, a_zpn, bz, bzn, c, cn, stats))]
-    return [_mm_integer_to_float(rep, node, a, an, b, bn or "", a_s, a_sn, b_s, b_sn or "", a_zp, a_zpn,
+        return [product_groups.run(ctx, group, node, a, lambda b, bn, bs, bsn, bz, bzn, c, cn: _mm_integer_to_float(
+            ctx, node, a, an, b, bn, a_s, a_sn, bs, bsn, a_zp, a_zpn, bz, bzn, c, cn, stats))]
+    return [_mm_integer_to_float(ctx, node, a, an, b, bn or "", a_s, a_sn, b_s, b_sn or "", a_zp, a_zpn,
                                  b_zp, b_zpn, bias, bias_n, stats)]
 
 
-def _quantize(rep: BackendRep, x: Any, name: str | None, stats: RunStats) -> tuple[Any, Any, Any]:
+def _quantize(ctx: NodeContext, x: Any, name: str | None, stats: RunStats) -> tuple[Any, Any, Any]:
     """uint8 dynamic quantization of a float32 value with ONNX Runtime's CPU kernel's arithmetic:
     (y, scale, zero point) of ONNX shapes (x's, (), ()). On the device (DYNAMIC_QUANTIZE_LINEAR,
     kdml.dynamic_quantize_linear: nothing read back); an empty x on the host (no dispatch)."""
@@ -272,25 +272,25 @@ def _quantize(rep: BackendRep, x: Any, name: str | None, stats: RunStats) -> tup
         raise FallbackNeeded(f"input type {_value_dtype(x)} is not float32")
     shape = _value_shape(x)
     if math.prod(shape) == 0:
-        q, scale, zp = dynamic_quantize_uint8(rep.host(x, stats))
+        q, scale, zp = dynamic_quantize_uint8(ctx.host(x, stats))
         return q, np.array(scale, np.float32), np.array(zp, np.uint8)
     if len(shape) > 8:
         raise FallbackNeeded(f"rank {len(shape)} exceeds DirectML's 8 dimensions")
-    if isinstance(x, DeviceValue) or rep.is_constant(name):
-        xt = rep.to_device(x, stats, name)
+    if isinstance(x, DeviceValue) or ctx.is_constant(name):
+        xt = ctx.to_device(x, stats, name)
     else:
-        xt = rep.upload_group([np.asarray(x).reshape(shape or (1,))], stats, (name,) if shape else None)[0]
+        xt = ctx.upload_group([np.asarray(x).reshape(shape or (1,))], stats, (name,) if shape else None)[0]
     y, s, z = kdml.dynamic_quantize_linear(  # type: ignore[attr-defined]
-        xt, out=rep.out_tensor(xt.desc.sizes, np.uint8), scale_out=rep.out_tensor((), np.float32),
-        zero_point_out=rep.out_tensor((), np.uint8), device=rep.device)
+        xt, out=ctx.out_tensor(xt.desc.sizes, np.uint8), scale_out=ctx.out_tensor((), np.float32),
+        zero_point_out=ctx.out_tensor((), np.uint8), device=ctx.device)
     return DeviceValue(y, shape, np.uint8), DeviceValue(s, (), np.float32), DeviceValue(z, (), np.uint8)
 
 
-def _h_dql(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    return list(_quantize(rep, ins[0], node.input[0], stats))
+def _h_dql(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    return list(_quantize(ctx, ins[0], node.input[0], stats))
 
 
-def _h_dqmm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_dqmm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     a, an = _in(ins, node, 0)
     b, bn = _in(ins, node, 1)
     b_s, b_sn = _in(ins, node, 2)
@@ -304,18 +304,16 @@ def _h_dqmm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunSta
         raise FallbackNeeded(f"B type {_value_dtype(b)} is not int8/uint8")
     # A quantized with ONNX Runtime's CPU kernel's parameters, on the device where A is not empty;
     # once per value (a transformer's Q, K and V products share their A)
-    memo = rep.memo
+    memo = ctx.memo
     hit = memo.get(id(a)) if isinstance(a, DeviceValue) else None
     if hit is not None and hit[0] is a:
         q, scale, zp = hit[1]
     else:
-        q, scale, zp = _quantize(rep, a, an, stats)
+        q, scale, zp = _quantize(ctx, a, an, stats)
         if isinstance(a, DeviceValue):
             memo[id(a)] = (a, (q, scale, zp))
-            attach = getattr(rep, "attach", None)  # a whole-graph plan: q lives as long as a
-            if attach is not None:
-                attach(a, q, scale, zp)
-    return [_mm_integer_to_float(rep, node, q, None, b, bn or "", scale, None, b_s, b_sn or "", zp, None, b_zp,
+            ctx.attach(a, q, scale, zp)  # a whole-graph plan: q lives as long as a
+    return [_mm_integer_to_float(ctx, node, q, None, b, bn or "", scale, None, b_s, b_sn or "", zp, None, b_zp,
                                  b_zpn, bias, bias_n, stats)]
 
 

@@ -20,77 +20,77 @@ from .handlers_values import BOOL, device_tensor, dml_numpy
 from .values import _DML_NUMPY, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
 if TYPE_CHECKING:
-    from .rep import BackendRep
+    from .context import NodeContext
 
 
-def _operands(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[kdml.Tensor]:
+def _operands(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[kdml.Tensor]:
     for v in ins:
         dt = _value_dtype(v)
         if dt != BOOL and dt not in _DML_NUMPY:
             raise FallbackNeeded(f"type {dt} is not a DirectML type")
         if 0 in _value_shape(v):
             raise FallbackNeeded("an empty tensor")
-    return [device_tensor(rep, v, stats, n) for v, n in zip(ins, node.input)]
+    return [device_tensor(ctx, v, stats, n) for v, n in zip(ins, node.input)]
 
 
-def _out(rep: BackendRep, ins: list[Any], dt: np.dtype) -> tuple[tuple[int, ...], kdml.Tensor]:
+def _out(ctx: NodeContext, ins: list[Any], dt: np.dtype) -> tuple[tuple[int, ...], kdml.Tensor]:
     try:
         shape = tuple(np.broadcast_shapes(*(_value_shape(v) for v in ins)))
     except ValueError as e:
         raise ValueError(f"operand shapes do not broadcast: {e}") from None
-    return shape, rep.out_tensor(shape, dml_numpy(dt))
+    return shape, ctx.out_tensor(shape, dml_numpy(dt))
 
 
 def _binary(fn: Any, bool_out: bool = False) -> Any:
-    def handler(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    def handler(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
         dt = BOOL if bool_out else _value_dtype(ins[0])
         if _value_dtype(ins[0]) != _value_dtype(ins[1]):
             raise ValueError(f"{node.op_type} {node.name!r}: operand types differ")
-        tensors = _operands(rep, node, ins, stats)
-        shape, out = _out(rep, ins, dt)
-        return [DeviceValue(fn(*tensors, out=out, device=rep.device), shape, dt)]
+        tensors = _operands(ctx, node, ins, stats)
+        shape, out = _out(ctx, ins, dt)
+        return [DeviceValue(fn(*tensors, out=out, device=ctx.device), shape, dt)]
     return handler
 
 
-def _h_where(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_where(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     dt = _value_dtype(ins[1])
     if _value_dtype(ins[0]) != BOOL:
         raise ValueError(f"Where {node.name!r}: the condition must be boolean")
-    tensors = _operands(rep, node, ins, stats)
-    shape, out = _out(rep, ins, dt)
-    return [DeviceValue(kdml.where(*tensors, out=out, device=rep.device), shape, dt)]
+    tensors = _operands(ctx, node, ins, stats)
+    shape, out = _out(ctx, ins, dt)
+    return [DeviceValue(kdml.where(*tensors, out=out, device=ctx.device), shape, dt)]
 
 
-def _h_and(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    tensors = _operands(rep, node, ins, stats)
-    shape, out = _out(rep, ins, BOOL)
-    return [DeviceValue(kdml.logical_and(*tensors, out=out, device=rep.device), shape, BOOL)]
+def _h_and(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    tensors = _operands(ctx, node, ins, stats)
+    shape, out = _out(ctx, ins, BOOL)
+    return [DeviceValue(kdml.logical_and(*tensors, out=out, device=ctx.device), shape, BOOL)]
 
 
-def _h_isnan(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    (t,) = _operands(rep, node, ins[:1], stats)
-    shape, out = _out(rep, ins[:1], BOOL)
-    return [DeviceValue(kdml.isnan(t, out=out, device=rep.device), shape, BOOL)]
+def _h_isnan(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    (t,) = _operands(ctx, node, ins[:1], stats)
+    shape, out = _out(ctx, ins[:1], BOOL)
+    return [DeviceValue(kdml.isnan(t, out=out, device=ctx.device), shape, BOOL)]
 
 
-def _h_cast(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_cast(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     to = _np_dtype_of_onnx(int(_attr(node, "to")))
     src = _value_dtype(ins[0])
     if to is None or (to != BOOL and to not in _DML_NUMPY):
         raise FallbackNeeded(f"Cast to {to}")
-    (t,) = _operands(rep, node, ins[:1], stats)
-    shape, out = _out(rep, ins[:1], to)
+    (t,) = _operands(ctx, node, ins[:1], stats)
+    shape, out = _out(ctx, ins[:1], to)
     if to == BOOL:  # ONNX: nonzero is true; DirectML's CAST would truncate (0.5 -> 0)
         if src == BOOL:
-            return [DeviceValue(kdml.copy(t, out=out, device=rep.device), shape, BOOL)]
-        zero = rep.to_device(np.zeros(1, dml_numpy(src)), stats, None)
-        is_zero = kdml.equal(t, zero, out=rep.out_tensor(shape, np.uint8), device=rep.device)
-        one, nil = (rep.to_device(np.array([v], np.uint8), stats, None) for v in (1, 0))
-        return [DeviceValue(kdml.where(is_zero, nil, one, out=out, device=rep.device), shape, BOOL)]
-    return [DeviceValue(kdml.cast(t, kdml.DataType.from_numpy(dml_numpy(to)), out=out, device=rep.device), shape, to)]
+            return [DeviceValue(kdml.copy(t, out=out, device=ctx.device), shape, BOOL)]
+        zero = ctx.to_device(np.zeros(1, dml_numpy(src)), stats, None)
+        is_zero = kdml.equal(t, zero, out=ctx.out_tensor(shape, np.uint8), device=ctx.device)
+        one, nil = (ctx.to_device(np.array([v], np.uint8), stats, None) for v in (1, 0))
+        return [DeviceValue(kdml.where(is_zero, nil, one, out=out, device=ctx.device), shape, BOOL)]
+    return [DeviceValue(kdml.cast(t, kdml.DataType.from_numpy(dml_numpy(to)), out=out, device=ctx.device), shape, to)]
 
 
-def _h_gather(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_gather(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     x, idx = ins[0], ins[1]
     axis = int(_attr(node, "axis", 0))
     xs, qs = _value_shape(x), _value_shape(idx)
@@ -98,29 +98,29 @@ def _h_gather(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunS
     shape = xs[:axis] + qs + xs[axis + 1:]
     if 0 in shape or 0 in xs:
         raise FallbackNeeded("an empty tensor")
-    tx, ti = _operands(rep, node, [x, idx], stats)
+    tx, ti = _operands(ctx, node, [x, idx], stats)
     dt = _value_dtype(x)
-    out = rep.out_tensor(shape, dml_numpy(dt))
+    out = ctx.out_tensor(shape, dml_numpy(dt))
     if qs:
-        t = kdml.gather(tx, ti, axis, out=out, device=rep.device)
+        t = kdml.gather(tx, ti, axis, out=out, device=ctx.device)
     else:  # rank-0 indices: gather with one index, the axis dropped by the out shape
         view = kdml.Tensor.trusted(out.buffer, kdml.TensorDesc(out.desc.data_type, (*xs[:axis], 1, *xs[axis + 1:])),
                                    out.offset)
-        kdml.gather(tx, ti, axis, out=view, device=rep.device)
+        kdml.gather(tx, ti, axis, out=view, device=ctx.device)
         t = out
     return [DeviceValue(t, shape, dt)]
 
 
-def _h_gather_elements(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_gather_elements(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     axis = int(_attr(node, "axis", 0))
-    tx, ti = _operands(rep, node, ins[:2], stats)
+    tx, ti = _operands(ctx, node, ins[:2], stats)
     shape = _value_shape(ins[1])
     dt = _value_dtype(ins[0])
-    out = rep.out_tensor(shape, dml_numpy(dt))
-    return [DeviceValue(kdml.gather_elements(tx, ti, axis, out=out, device=rep.device), shape, dt)]
+    out = ctx.out_tensor(shape, dml_numpy(dt))
+    return [DeviceValue(kdml.gather_elements(tx, ti, axis, out=out, device=ctx.device), shape, dt)]
 
 
-def _h_dequantize(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_dequantize(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     x, scale = ins[0], ins[1]
     zp = ins[2] if len(ins) > 2 else None
     if _value_shape(scale) not in ((), (1,)) or (zp is not None and _value_shape(zp) not in ((), (1,))):
@@ -128,12 +128,12 @@ def _h_dequantize(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: 
     if zp is not None and _value_dtype(zp) != _value_dtype(x):
         raise ValueError(f"DequantizeLinear {node.name!r}: x_zero_point's type differs from x's")
     present = [v for v in (x, scale, zp) if v is not None]
-    tensors = _operands(rep, node, present, stats)
+    tensors = _operands(ctx, node, present, stats)
     dt = _value_dtype(scale)
-    shape, out = _out(rep, [x], dt)
+    shape, out = _out(ctx, [x], dt)
     tx, ts = tensors[0], tensors[1]
     tz = tensors[2] if zp is not None else None
-    return [DeviceValue(kdml.dequantize_linear(tx, ts, tz, out=out, device=rep.device), shape, dt)]
+    return [DeviceValue(kdml.dequantize_linear(tx, ts, tz, out=out, device=ctx.device), shape, dt)]
 
 
 MATH_HANDLERS = {

@@ -18,7 +18,7 @@ from .handlers_values import as_device, strided
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
 if TYPE_CHECKING:
-    from .rep import BackendRep
+    from .context import NodeContext
 
 
 def _floats(node: onnx.NodeProto, ins: list[Any]) -> np.dtype:
@@ -34,10 +34,10 @@ def _floats(node: onnx.NodeProto, ins: list[Any]) -> np.dtype:
     return dt
 
 
-def _dev(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], i: int, stats: RunStats) -> kdml.Tensor | None:
+def _dev(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], i: int, stats: RunStats) -> kdml.Tensor | None:
     if i >= len(ins) or ins[i] is None or not node.input[i]:
         return None
-    return as_device(rep, ins[i], stats, node.input[i]).tensor
+    return as_device(ctx, ins[i], stats, node.input[i]).tensor
 
 
 def _only_first_output(node: onnx.NodeProto, allowed: int = 1) -> None:
@@ -45,23 +45,22 @@ def _only_first_output(node: onnx.NodeProto, allowed: int = 1) -> None:
         raise FallbackNeeded(f"optional outputs {list(node.output[allowed:])}")
 
 
-def _opset(rep: Any) -> int:
-    model = getattr(rep, "rep", rep).model
+def _opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
-def _h_layer_norm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_layer_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     _only_first_output(node)
     dt = _floats(node, ins)
     shape = _value_shape(ins[0])
-    x, scale, bias = (_dev(rep, node, ins, i, stats) for i in range(3))
-    out = rep.out_tensor(shape, dt)
+    x, scale, bias = (_dev(ctx, node, ins, i, stats) for i in range(3))
+    out = ctx.out_tensor(shape, dt)
     y = kdml.layer_norm(x, scale, bias, axis=int(_attr(node, "axis", -1)), epsilon=float(_attr(node, "epsilon", 1e-5)),
-                        out=out, device=rep.device)
+                        out=out, device=ctx.device)
     return [DeviceValue(y, shape, dt)]
 
 
-def _h_skip_layer_norm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_skip_layer_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     """output = LayerNorm(input + skip (+ bias)) * gamma + beta; the fourth output is the sum. One
     MEAN_VARIANCE_NORMALIZATION1 dispatch (its skip extension, kdml.skip_layer_norm)."""
     if any(o for o in node.output[1:3]):
@@ -74,36 +73,36 @@ def _h_skip_layer_norm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], st
     core = skip_shape[next((i for i, s in enumerate(skip_shape) if s != 1), len(skip_shape)):]
     if len(core) > len(shape) or (core and shape[-len(core):] != core):
         raise FallbackNeeded(f"skip of shape {skip_shape}")
-    x, skip, gamma, beta, bias = (_dev(rep, node, ins, i, stats) for i in range(5))
-    out = rep.out_tensor(shape, dt)
-    total = rep.out_tensor(shape, dt) if len(node.output) > 3 and node.output[3] else None
+    x, skip, gamma, beta, bias = (_dev(ctx, node, ins, i, stats) for i in range(5))
+    out = ctx.out_tensor(shape, dt)
+    total = ctx.out_tensor(shape, dt) if len(node.output) > 3 and node.output[3] else None
     kdml.skip_layer_norm(x, skip, gamma, bias, beta, epsilon=float(_attr(node, "epsilon", 1e-12)),
-                         sum_out=total if total is not None else False, out=out, device=rep.device)
+                         sum_out=total if total is not None else False, out=out, device=ctx.device)
     outs: list[Any] = [DeviceValue(out, shape, dt), None, None]
     if total is not None:
         outs.append(DeviceValue(total, shape, dt))
     return outs
 
 
-def _h_softmax(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_softmax(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     dt = _floats(node, ins[:1])
     shape = _value_shape(ins[0])
     rank = max(len(shape), 1)
-    new = _opset(rep) >= 13
+    new = _opset(ctx.prepared.model) >= 13
     axis = int(_attr(node, "axis", -1 if new else 1))
     axis = axis + rank if axis < 0 else axis
     axes = (axis,) if new else tuple(range(axis, rank))  # before opset 13: the flattened trailing block
-    x = _dev(rep, node, ins, 0, stats)
-    y = kdml.softmax(x, axes=axes, out=rep.out_tensor(shape, dt), device=rep.device)
+    x = _dev(ctx, node, ins, 0, stats)
+    y = kdml.softmax(x, axes=axes, out=ctx.out_tensor(shape, dt), device=ctx.device)
     return [DeviceValue(y, shape, dt)]
 
 
-def _h_gelu(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_gelu(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     if _attr(node, "approximate", b"none") not in (b"none", "none"):
         raise FallbackNeeded("the tanh approximation")
     dt = _floats(node, ins[:1])
     shape = _value_shape(ins[0])
-    y = kdml.gelu(_dev(rep, node, ins, 0, stats), out=rep.out_tensor(shape, dt), device=rep.device)
+    y = kdml.gelu(_dev(ctx, node, ins, 0, stats), out=ctx.out_tensor(shape, dt), device=ctx.device)
     return [DeviceValue(y, shape, dt)]
 
 
@@ -111,10 +110,10 @@ def float_unary(helper: str) -> Any:
     """The handler of an OnnxOp of kind "float_unary": kdml.<helper> on the one input."""
     fn = getattr(kdml, helper)
 
-    def handler(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    def handler(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
         dt = _floats(node, ins[:1])
         shape = _value_shape(ins[0])
-        return [DeviceValue(fn(_dev(rep, node, ins, 0, stats), out=rep.out_tensor(shape, dt), device=rep.device), shape, dt)]
+        return [DeviceValue(fn(_dev(ctx, node, ins, 0, stats), out=ctx.out_tensor(shape, dt), device=ctx.device), shape, dt)]
     return handler
 
 
@@ -124,10 +123,10 @@ def _swap_last(v: DeviceValue) -> DeviceValue:
     return strided(v, (*shape[:-2], shape[-1], shape[-2]), (*st[:-2], st[-1], st[-2]))
 
 
-def _matmul(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats, trans_a: bool, trans_b: bool,
+def _matmul(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, trans_a: bool, trans_b: bool,
             alpha: float) -> list[Any]:
     dt = _floats(node, ins[:2])
-    a, b = (as_device(rep, ins[i], stats, node.input[i]) for i in range(2))
+    a, b = (as_device(ctx, ins[i], stats, node.input[i]) for i in range(2))
     if len(a.shape) < 2 or len(b.shape) < 2:
         raise FallbackNeeded("a 1-D operand")
     if trans_a:
@@ -141,38 +140,38 @@ def _matmul(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunSta
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"{node.op_type} {node.name!r}: {a.shape} and {b.shape} do not multiply")
     shape = (*batch, a.shape[-2], b.shape[-1])
-    out = rep.out_tensor(shape, dt)
+    out = ctx.out_tensor(shape, dt)
     if alpha == 1.0:
-        y = kdml.matmul(a.tensor, b.tensor, out=out, device=rep.device)
+        y = kdml.matmul(a.tensor, b.tensor, out=out, device=ctx.device)
     else:
-        y = kdml.gemm(a.tensor, b.tensor, alpha=alpha, out=out, device=rep.device)
+        y = kdml.gemm(a.tensor, b.tensor, alpha=alpha, out=out, device=ctx.device)
     return [DeviceValue(y, shape, dt)]
 
 
-def _h_matmul(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    return _matmul(rep, node, ins, stats, False, False, 1.0)
+def _h_matmul(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    return _matmul(ctx, node, ins, stats, False, False, 1.0)
 
 
-def _h_fused_matmul(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_fused_matmul(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     if int(_attr(node, "transBatchA", 0)) or int(_attr(node, "transBatchB", 0)):
         raise FallbackNeeded("transBatchA / transBatchB")
-    return _matmul(rep, node, ins, stats, bool(_attr(node, "transA", 0)), bool(_attr(node, "transB", 0)),
+    return _matmul(ctx, node, ins, stats, bool(_attr(node, "transA", 0)), bool(_attr(node, "transB", 0)),
                    float(_attr(node, "alpha", 1.0)))
 
 
-def _h_gemm(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_gemm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     """ONNX Gemm: alpha * op(A) op(B) + beta * C (2-D A and B; C broadcast to the result)."""
     dt = _floats(node, [v for v in ins if v is not None])
-    a, b = (as_device(rep, ins[i], stats, node.input[i]) for i in range(2))
+    a, b = (as_device(ctx, ins[i], stats, node.input[i]) for i in range(2))
     if len(a.shape) != 2 or len(b.shape) != 2:
         raise ValueError(f"Gemm {node.name!r}: A and B must be 2-D, got {a.shape} and {b.shape}")
     ta, tb = bool(_attr(node, "transA", 0)), bool(_attr(node, "transB", 0))
     m = a.shape[1] if ta else a.shape[0]
     n = b.shape[0] if tb else b.shape[1]
-    c = _dev(rep, node, ins, 2, stats) if len(ins) > 2 else None
-    out = rep.out_tensor((m, n), dt)
+    c = _dev(ctx, node, ins, 2, stats) if len(ins) > 2 else None
+    out = ctx.out_tensor((m, n), dt)
     y = kdml.gemm(a.tensor, b.tensor, c, trans_a=ta, trans_b=tb, alpha=float(_attr(node, "alpha", 1.0)),
-                  beta=float(_attr(node, "beta", 1.0)), out=out, device=rep.device)
+                  beta=float(_attr(node, "beta", 1.0)), out=out, device=ctx.device)
     return [DeviceValue(y, (m, n), dt)]
 
 

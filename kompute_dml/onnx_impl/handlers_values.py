@@ -22,7 +22,7 @@ from .graph import _attr
 from .values import _DML_NUMPY, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
 if TYPE_CHECKING:
-    from .rep import BackendRep
+    from .context import NodeContext
 
 BOOL = np.dtype(np.bool_)
 
@@ -32,7 +32,7 @@ def dml_numpy(dt: np.dtype) -> np.dtype:
     return np.dtype(np.uint8) if dt == BOOL else dt
 
 
-def device_tensor(rep: BackendRep, v: Any, stats: RunStats, name: str | None) -> kdml.Tensor:
+def device_tensor(ctx: NodeContext, v: Any, stats: RunStats, name: str | None) -> kdml.Tensor:
     """The device tensor of a value: device values as they are, constants uploaded once,
     host values uploaded (booleans as uint8 0 / 1)."""
     if isinstance(v, DeviceValue):
@@ -43,13 +43,13 @@ def device_tensor(rep: BackendRep, v: Any, stats: RunStats, name: str | None) ->
         name = None  # the constant's own upload would refuse the boolean type
     if arr.size == 0:
         raise FallbackNeeded("an empty tensor")
-    return rep.to_device(arr, stats, name)
+    return ctx.to_device(arr, stats, name)
 
 
-def as_device(rep: BackendRep, v: Any, stats: RunStats, name: str | None) -> DeviceValue:
+def as_device(ctx: NodeContext, v: Any, stats: RunStats, name: str | None) -> DeviceValue:
     if isinstance(v, DeviceValue):
         return v
-    return DeviceValue(device_tensor(rep, v, stats, name), _value_shape(v), _value_dtype(v))
+    return DeviceValue(device_tensor(ctx, v, stats, name), _value_shape(v), _value_dtype(v))
 
 
 def is_packed(t: kdml.Tensor) -> bool:
@@ -57,13 +57,13 @@ def is_packed(t: kdml.Tensor) -> bool:
     return d.strides is None or tuple(d.strides) == packed_strides(d.sizes)
 
 
-def packed(rep: BackendRep, v: DeviceValue, stats: RunStats) -> DeviceValue:
+def packed(ctx: NodeContext, v: DeviceValue, stats: RunStats) -> DeviceValue:
     """v itself where its tensor is packed, else a packed copy."""
     if is_packed(v.tensor):
         return v
     t = v.tensor
-    out = rep.out_tensor(t.desc.sizes, dml_numpy(v.dtype))
-    return DeviceValue(kdml.copy(t, out=out, device=rep.device), v.shape, v.dtype)
+    out = ctx.out_tensor(t.desc.sizes, dml_numpy(v.dtype))
+    return DeviceValue(kdml.copy(t, out=out, device=ctx.device), v.shape, v.dtype)
 
 
 def view_strides(shape: tuple[int, ...], strides: tuple[int, ...], new: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -92,16 +92,16 @@ def view_strides(shape: tuple[int, ...], strides: tuple[int, ...], new: tuple[in
     return tuple(out)
 
 
-def reshaped(rep: BackendRep, v: Any, shape: tuple[int, ...], stats: RunStats) -> Any:
+def reshaped(ctx: NodeContext, v: Any, shape: tuple[int, ...], stats: RunStats) -> Any:
     """v with another shape of the same element count: a view of the same bytes where
     strides allow (always for a packed v), else a packed copy; or a host reshape."""
     if not isinstance(v, DeviceValue):
-        return np.asarray(rep.host(v, stats)).reshape(shape)
+        return np.asarray(ctx.host(v, stats)).reshape(shape)
     if not is_packed(v.tensor) and shape:
         st = view_strides(v.shape, _strides_of(v), shape)
         if st is not None:
             return strided(v, shape, st)
-    v = packed(rep, v, stats)
+    v = packed(ctx, v, stats)
     t = v.tensor
     desc = kdml.TensorDesc(t.desc.data_type, shape if shape else (1,))
     return DeviceValue(kdml.Tensor.trusted(t.buffer, desc, t.offset), shape, v.dtype)
@@ -136,78 +136,78 @@ def _reshape_target(shape: tuple[int, ...], spec: np.ndarray, allowzero: bool) -
     return tuple(out)
 
 
-def _h_reshape(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_reshape(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     x = ins[0]
-    spec = np.asarray(rep.host(ins[1], stats))
-    return [reshaped(rep, x, _reshape_target(_value_shape(x), spec, bool(_attr(node, "allowzero", 0))), stats)]
+    spec = np.asarray(ctx.host(ins[1], stats))
+    return [reshaped(ctx, x, _reshape_target(_value_shape(x), spec, bool(_attr(node, "allowzero", 0))), stats)]
 
 
-def _h_flatten(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_flatten(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     shape = _value_shape(ins[0])
     axis = int(_attr(node, "axis", 1))
     axis = axis + len(shape) if axis < 0 else axis
-    return [reshaped(rep, ins[0], (math.prod(shape[:axis]), math.prod(shape[axis:])), stats)]
+    return [reshaped(ctx, ins[0], (math.prod(shape[:axis]), math.prod(shape[axis:])), stats)]
 
 
-def _axes(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[int] | None:
+def _axes(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[int] | None:
     if len(ins) > 1 and ins[1] is not None:
-        return [int(a) for a in np.asarray(rep.host(ins[1], stats)).reshape(-1)]
+        return [int(a) for a in np.asarray(ctx.host(ins[1], stats)).reshape(-1)]
     a = _attr(node, "axes")
     return None if a is None else [int(v) for v in a]
 
 
-def _h_unsqueeze(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_unsqueeze(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     shape = list(_value_shape(ins[0]))
-    axes = _axes(rep, node, ins, stats) or []
+    axes = _axes(ctx, node, ins, stats) or []
     rank = len(shape) + len(axes)
     for a in sorted(a + rank if a < 0 else a for a in axes):
         shape.insert(a, 1)
-    return [_regrouped(rep, ins[0], tuple(shape), stats)]
+    return [_regrouped(ctx, ins[0], tuple(shape), stats)]
 
 
-def _h_squeeze(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_squeeze(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     shape = _value_shape(ins[0])
-    axes = _axes(rep, node, ins, stats)
+    axes = _axes(ctx, node, ins, stats)
     drop = {a + len(shape) if a < 0 else a for a in axes} if axes is not None else {i for i, s in enumerate(shape) if s == 1}
-    return [_regrouped(rep, ins[0], tuple(s for i, s in enumerate(shape) if i not in drop), stats)]
+    return [_regrouped(ctx, ins[0], tuple(s for i, s in enumerate(shape) if i not in drop), stats)]
 
 
-def _regrouped(rep: BackendRep, x: Any, shape: tuple[int, ...], stats: RunStats) -> Any:
+def _regrouped(ctx: NodeContext, x: Any, shape: tuple[int, ...], stats: RunStats) -> Any:
     """Unsqueeze / Squeeze: only dimensions of size 1 come or go, so a strided view keeps its
     strides (no copy)."""
     if not isinstance(x, DeviceValue):
-        return np.asarray(rep.host(x, stats)).reshape(shape)
+        return np.asarray(ctx.host(x, stats)).reshape(shape)
     old = [(s, st) for s, st in zip(x.shape, _strides_of(x)) if s != 1]
     it = iter(old)
     strides = tuple(1 if s == 1 else next(it)[1] for s in shape)
     return strided(x, shape, strides)
 
 
-def _h_transpose(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_transpose(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     x = ins[0]
     shape = _value_shape(x)
     perm = _attr(node, "perm")
     perm = list(range(len(shape)))[::-1] if perm is None else [int(p) for p in perm]
     if not isinstance(x, DeviceValue):
-        return [np.transpose(np.asarray(rep.host(x, stats)), perm)]
+        return [np.transpose(np.asarray(ctx.host(x, stats)), perm)]
     st = _strides_of(x)
     return [strided(x, tuple(shape[p] for p in perm), tuple(st[p] for p in perm))]
 
 
-def _h_expand(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_expand(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     x = ins[0]
-    target = tuple(int(v) for v in np.asarray(rep.host(ins[1], stats)).reshape(-1))
+    target = tuple(int(v) for v in np.asarray(ctx.host(ins[1], stats)).reshape(-1))
     shape = _value_shape(x)
     out = tuple(np.broadcast_shapes(shape, target))
     if not isinstance(x, DeviceValue):
-        return [np.array(np.broadcast_to(np.asarray(rep.host(x, stats)), out))]
+        return [np.array(np.broadcast_to(np.asarray(ctx.host(x, stats)), out))]
     pad = len(out) - len(shape)
     st = (0,) * pad + _strides_of(x)
     full = (1,) * pad + shape
     return [strided(x, out, tuple(0 if s == 1 and o != 1 else t for s, o, t in zip(full, out, st)))]
 
 
-def _h_concat(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_concat(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     """Concat on JOIN (kdml.join): inputs empty along the axis contribute nothing and are left out."""
     vals = [v for v in ins if v is not None]
     dt = _value_dtype(vals[0])
@@ -226,26 +226,26 @@ def _h_concat(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunS
         raise FallbackNeeded("an empty tensor")
     shape = list(_value_shape(parts[0][0]))
     shape[axis] = sum(_value_shape(v)[axis] for v, _ in parts)
-    tensors = [device_tensor(rep, v, stats, n) for v, n in parts]
-    out = rep.out_tensor(tuple(shape), dml_numpy(dt))
-    return [DeviceValue(kdml.join(tensors, axis, out=out, device=rep.device), tuple(shape), dt)]
+    tensors = [device_tensor(ctx, v, stats, n) for v, n in parts]
+    out = ctx.out_tensor(tuple(shape), dml_numpy(dt))
+    return [DeviceValue(kdml.join(tensors, axis, out=out, device=ctx.device), tuple(shape), dt)]
 
 
-def _slice_args(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _slice_args(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     """starts, ends, axes, steps: the host-known inputs (opset 10+; a device-computed one raises
     FallbackNeeded while planning) or the attributes (opset 1-9)."""
     if len(ins) == 1:
         return [_attr(node, "starts"), _attr(node, "ends"), _attr(node, "axes"), None]
-    args = [np.asarray(rep.host(v, stats)).reshape(-1).tolist() if v is not None else None for v in ins[1:5]]
+    args = [np.asarray(ctx.host(v, stats)).reshape(-1).tolist() if v is not None else None for v in ins[1:5]]
     return args + [None] * (4 - len(args))
 
 
-def _h_slice(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _h_slice(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     """Slice on SLICE1 (kdml.slice1), ONNX's clamping computed on the host from x's shape."""
     x = ins[0]
     dt = _value_dtype(x)
     shape = _value_shape(x)
-    starts, ends, axes, steps = _slice_args(rep, node, ins, stats)
+    starts, ends, axes, steps = _slice_args(ctx, node, ins, stats)
     if not shape:
         raise ValueError(f"Slice {node.name!r}: the input must have rank >= 1")
     offsets, sizes, strides, out_shape = onnx_slice_window(shape, starts, ends, axes, steps)
@@ -253,9 +253,9 @@ def _h_slice(rep: BackendRep, node: onnx.NodeProto, ins: list[Any], stats: RunSt
         raise FallbackNeeded(f"type {dt} is not a DirectML type")
     if 0 in out_shape or 0 in shape:
         raise FallbackNeeded("an empty tensor")
-    t = device_tensor(rep, x, stats, node.input[0])
-    out = rep.out_tensor(out_shape, dml_numpy(dt))
-    return [DeviceValue(kdml.slice1(t, offsets, sizes, strides, out=out, device=rep.device), out_shape, dt)]
+    t = device_tensor(ctx, x, stats, node.input[0])
+    out = ctx.out_tensor(out_shape, dml_numpy(dt))
+    return [DeviceValue(kdml.slice1(t, offsets, sizes, strides, out=out, device=ctx.device), out_shape, dt)]
 
 
 # data movement on operators of their own (JOIN, SLICE1): placed through the specs' `onnx` entries

@@ -1,5 +1,5 @@
-"""PlanContext: what the handlers (handlers*.py) call on their `rep` while a whole-graph plan
-(device_graph.GraphPlan) is built, in place of the BackendRep of node-by-node runs: host values
+"""PlanContext: the NodeContext (context.py) of handlers (handlers*.py) while a whole-graph plan
+(device_graph.GraphPlan) is built, where node-by-node runs have an EagerContext: host values
 stay host values, device outputs come from the plan's buffers (shared by a model's plans, by
 size class, and reused once their last reader is recorded), host values go up once per plan."""
 
@@ -218,8 +218,12 @@ class PlanContext:
         return (self._refs.get(key, 0) == 1 and key in self._by_id and key not in self._attached and t.offset == 0
                 and t.desc.same_layout(desc))
 
-    def _note(self, msg: str) -> None:
+    def note(self, msg: str) -> None:
         self.rep._note(msg)
+
+    @property
+    def prepared(self) -> BackendRep:
+        return self.rep
 
     # ---- liveness ----------------------------------------------------------------------
     def hold(self, value: Any) -> None:

@@ -11,7 +11,7 @@ them views through the heads' Reshape). One dispatch instead of three, and a wid
 that fills more of the GPU: at BERT 256 / 3 layers, 8 x 128, each projection was ~10 us of
 device time on an H100, mostly fixed cost.
 
-`groups(rep)` finds them once per model; `run(rep, node, ...)` serves a member.
+`groups(ctx)` finds them once per model; `run(ctx, node, ...)` serves a member.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from .handlers_values import strided
 from .values import DeviceValue, FallbackNeeded
 
 if TYPE_CHECKING:
+    from .context import NodeContext
     from .rep import BackendRep
 
 
@@ -46,7 +47,7 @@ def _const(rep: BackendRep, node: onnx.NodeProto, i: int) -> np.ndarray | None:
         return None
     if node.input[i] not in rep.constants:
         raise KeyError(node.input[i])
-    return rep._constant_host(node.input[i])
+    return rep.constant_host(node.input[i])
 
 
 def _per_column(v: np.ndarray | None, n: int, dtype: Any) -> np.ndarray:
@@ -116,39 +117,26 @@ def _column_view(v: DeviceValue, first: int, n: int) -> DeviceValue:
     return DeviceValue(moved, view.shape, view.dtype)
 
 
-def _model(rep: Any) -> BackendRep:
-    """The BackendRep behind a handler's `rep` (a whole-graph plan's PlanContext stands in for it)."""
-    return getattr(rep, "rep", rep)
+def group_of(ctx: NodeContext, node: onnx.NodeProto) -> ProductGroup | None:
+    return ctx.prepared.product_groups.get(node.output[0]) if node.output else None
 
 
-def group_of(rep: Any, node: onnx.NodeProto) -> ProductGroup | None:
-    model = _model(rep)
-    groups = model.product_groups
-    if groups is None:
-        groups = model.product_groups = find_groups(model)
-    return groups.get(node.output[0]) if node.output else None
-
-
-def run(rep: Any, group: ProductGroup, node: onnx.NodeProto, a: DeviceValue, product: Any) -> Any:
+def run(ctx: NodeContext, group: ProductGroup, node: onnx.NodeProto, a: DeviceValue, product: Any) -> Any:
     """The member `node`'s result: the group's one product, made at its first member
     (`product(b, b_name, b_scale, b_scale_name, b_zp, b_zp_name, bias, bias_name)` runs it),
     as a column view. In a whole-graph plan the output buffer is held once per member
     (PlanContext.hold_for_members) and each member releases its hold once its own view is
     held: the buffer is reused only after every member's view has died."""
-    memo = rep.memo
+    memo = ctx.memo
     hit = memo.get(group.key)
     if hit is None or hit[0] is not a:
-        args = [(_model(rep)._constant_host(n), n) if n else (None, None) for n in group.names]
+        args = [(ctx.prepared.constant_host(n), n) if n else (None, None) for n in group.names]
         whole = product(*(x for pair in args for x in pair))
         if not isinstance(whole, DeviceValue):
             raise FallbackNeeded("a grouped integer product gave a host value")
         views = {m: _column_view(whole, *cols) for m, cols in group.columns.items()}
         hit = (a, views, whole)
         memo[group.key] = hit
-        hold = getattr(rep, "hold_for_members", None)
-        if hold is not None:
-            hold(whole, len(views))
-    release = getattr(rep, "release_after_node", None)
-    if release is not None:
-        release(hit[2])
+        ctx.hold_for_members(whole, len(views))
+    ctx.release_after_node(hit[2])
     return hit[1][node.output[0]]

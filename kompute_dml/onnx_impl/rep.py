@@ -20,13 +20,15 @@ from onnx.backend.base import namedtupledict
 import kompute_dml as kdml
 
 from .analysis import GraphAnalysis
+from .context import EagerContext
 from .device_graph import GraphPlan, gc_paused, signature
 from .fallback import CpuSegment
 from .feeds import normalize_inputs
-from .fusions import Fusion, Fusions, Unfused, find_fusions
+from .fusions import Fusion, Fusions, find_fusions
 from .graph import _densify, _node_inputs
 from .handlers import HANDLERS
 from .host_eval import HostMemo
+from .product_groups import find_groups
 from .transfers import ValueTransfers
 from .values import CPU, HOST, VULKAN, DeviceValue, FallbackError, FallbackNeeded, NodePlacement, RunStats
 
@@ -97,7 +99,9 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self.plan_small: dict[tuple[Any, ...], kdml.Tensor] = {}  # small host values (plan_context.py)
         self.plan_liveness: dict[frozenset[str], list[list[str]]] = {}  # device_graph.py's `dying`, per input names
         self.plan_nodes: list[Any] | None = None  # device_graph._node_table
-        self.product_groups: dict[str, Any] | None = None  # product_groups.py: found at first use
+        # integer products sharing their A (product_groups.py): their merged weights join the constants now
+        self.product_groups: dict[str, Any] = find_groups(self)
+        self._ctx = EagerContext(self)  # what handlers run against node by node (context.py)
         self._outputs_type = namedtupledict("Outputs", self.output_names)  # made once: a class per call costs ~40 us
 
     # ---- placement ------------------------------------------------------------
@@ -285,9 +289,10 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             if name in env:
                 return env[name]
             if name in self.constants:
-                return self._constant_host(name)
+                return self.constant_host(name)
             raise KeyError(f"value {name!r} is not available (missing input?)")
 
+        steps = _EagerSteps(self, lookup, env, stats)
         for s, (kind, item) in enumerate(self._steps):
             ts = time.perf_counter()
             if kind == CPU:
@@ -301,12 +306,8 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                 outs = self._host_node(item, node, [lookup(n) if n else None for n in node.input], stats)
                 env.update((o, v) for o, v in zip(node.output, outs) if o)
                 stats.host_seconds += time.perf_counter() - ts
-            elif item in self.fusions.by_carrier:
-                self._run_fused(self.fusions.by_carrier[item], lookup, env, stats)
-                stats.vulkan_seconds += time.perf_counter() - ts
-            elif item not in self.fusions.absorbed:  # an absorbed node runs with its chain's carrier
-                node = g.node[item]
-                self._run_device_node(item, node, lookup, env, stats)
+            else:  # a device node, a fused chain's carrier, or a node absorbed into a chain
+                self.fusions.step(item, steps, self._ctx, g, lookup, stats)
                 stats.vulkan_seconds += time.perf_counter() - ts
             for name in self._free_after[s]:
                 env.pop(name, None)
@@ -323,7 +324,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         prof = self.device.active_profile  # Device.profile(): rows named by node
         try:
             with prof.scope(f"{idx} {node.op_type} {node.name}") if prof else contextlib.nullcontext():
-                outs = handler(self, node, ins, stats)
+                outs = handler(self._ctx, node, ins, stats)
             stats.vulkan_nodes += 1
         except (FallbackNeeded, kdml.UnsupportedError) as e:
             stats.runtime_fallbacks += 1
@@ -333,28 +334,6 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             env.update(zip(seg.outputs, outs))
             return
         for name, v in zip(node.output, outs):
-            if name:
-                env[name] = v
-
-    def _run_fused(self, fusion: Fusion, lookup: Any, env: dict[str, Any], stats: RunStats) -> None:
-        """A fused chain at its carrier: one dispatch, or its nodes one by one where this run's
-        values do not fit the fused kernel (Unfused: nothing was recorded)."""
-        g = self.graph
-        carrier = g.node[fusion.carrier]
-        self._cur_node, self._slot = fusion.carrier, 0
-        prof = self.device.active_profile
-        try:
-            with prof.scope(fusion.scope(g)) if prof else contextlib.nullcontext():
-                outs = fusion.run(self, g, lookup, stats)
-        except Unfused as e:
-            self._note(f"nodes {list(fusion.nodes)} ({fusion.pattern.name}) ran unfused: {e}")
-            for i in fusion.nodes:
-                self._run_device_node(i, g.node[i], lookup, env, stats)
-            for name in fusion.intermediates:
-                env.pop(name, None)
-            return
-        stats.vulkan_nodes += len(fusion.nodes)
-        for name, v in zip(carrier.output, outs):
             if name:
                 env[name] = v
 
@@ -382,3 +361,28 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         while len(self._plans) > self.plan_capacity:
             self._plans.popitem(last=False)
         return plan
+
+
+class _EagerSteps:
+    """The node-by-node executor's part of a device step (fusions.StepExecutor)."""
+
+    def __init__(self, rep: BackendRep, lookup: Any, env: dict[str, Any], stats: RunStats) -> None:
+        self.rep, self.lookup, self.env, self.stats = rep, lookup, env, stats
+
+    def node(self, i: int) -> None:
+        self.rep._run_device_node(i, self.rep.graph.node[i], self.lookup, self.env, self.stats)
+
+    def scoped(self, fusion: Fusion) -> Any:
+        rep = self.rep
+        rep._cur_node, rep._slot = fusion.carrier, 0
+        prof = rep.device.active_profile
+        return prof.scope(fusion.scope(rep.graph)) if prof else contextlib.nullcontext()
+
+    def chain_done(self, fusion: Fusion, outs: list[Any]) -> None:
+        self.stats.vulkan_nodes += len(fusion.nodes)
+        for name, v in zip(self.rep.graph.node[fusion.carrier].output, outs):
+            if name:
+                self.env[name] = v
+
+    def drop(self, name: str) -> None:
+        self.env.pop(name, None)

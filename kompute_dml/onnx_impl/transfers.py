@@ -48,7 +48,7 @@ class ValueTransfers:
     plan_io: Any
 
     # ---- values ------------------------------------------------------------------
-    def _constant_host(self, name: str) -> np.ndarray:
+    def constant_host(self, name: str) -> np.ndarray:
         arr = self._host_constants.get(name)
         if arr is None:
             arr = numpy_helper.to_array(self.constants[name])
@@ -99,7 +99,7 @@ class ValueTransfers:
         def on_cpu() -> list[Any]:
             seg = self._single_node_segment(idx)
             values = dict(zip(node.input, ins))
-            return list(seg.run([values[n] if n in values else self._constant_host(n) for n in seg.inputs]))
+            return list(seg.run([values[n] if n in values else self.constant_host(n) for n in seg.inputs]))
 
         outs = evaluate(node, ins, _value_shape, on_cpu)
         names = [o for o in node.output if o]
@@ -129,7 +129,7 @@ class ValueTransfers:
         transposing and uploading MiniLM's 36 weights took 15-25 ms of the first 8 x 128 run after
         a 1 x 5 one: RESULTS.md); the weights then take twice their memory on the device. Where
         every number of rows takes columns (tensor-core GPUs), only they go up."""
-        shape = self._constant_host(name).shape
+        shape = self.constant_host(name).shape
         policy = self.device.policy
         if policy.weights != "columns" or len(shape) != 2 or min(shape) < 2:
             return self._constant_on_device(name, stats)
@@ -144,7 +144,7 @@ class ValueTransfers:
         key = f"{name}#columns" if columns else name
         dv = self._device_constants.get(key)
         if dv is None:
-            arr = self._constant_host(name)
+            arr = self.constant_host(name)
             check_bindable(self.device, arr.nbytes)
             t = self.device.tensor(np.ascontiguousarray(arr.T if columns else arr))
             if columns:
