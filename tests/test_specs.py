@@ -263,3 +263,12 @@ def test_info_json_lists_the_specs():
     for o, s in zip(info["operators"], SPECS):
         assert (o["inputs"], o["outputs"], o["variants"]) == (list(s.inputs), list(s.outputs), sorted(s.variants))
     assert {r["operator"] for r in info["support"]} == set(BY_NAME)
+
+
+def test_every_placed_onnx_node_type_has_a_handler():
+    """A node type an operator module declares (OperatorSpec.onnx) is run by a handler: its kind's
+    or its own (onnx_impl/handlers*.py); a declaration without either would fail at the run."""
+    pytest.importorskip("onnx")
+    from kompute_dml.onnx_impl.handlers import HANDLERS
+
+    assert sorted(op for op, _domain in ONNX_PLACEMENT if op not in HANDLERS) == []

@@ -13,7 +13,7 @@ from kompute_dml.ops import SPECS
 
 from . import product_groups
 from .graph import _attr, _np_dtype_of_onnx
-from .handlers_math import MATH_HANDLERS
+from .handlers_math import MATH_HANDLERS, binary, compare
 from .handlers_nn import NN_HANDLERS, float_unary
 from .handlers_values import MOVE_HANDLERS, VALUE_HANDLERS
 from .quantize import dynamic_quantize_uint8
@@ -328,6 +328,15 @@ _SEED_HANDLERS = {
 
 
 # every ONNX node type a device handler takes (the placement's VULKAN nodes)
-# nodes of a generic kind (OnnxOp.kind), run by one handler per kind from the operators' declarations
-_KIND_HANDLERS = {op.op_type: float_unary(op.helper) for s in SPECS for op in s.onnx if op.kind == "float_unary"}
+# node types of a generic kind (OnnxOp.kind): one handler per kind, made for each operator's declaration
+KINDS = {"float_unary": float_unary, "binary": binary, "compare": compare}
+
+
+def _kind_handler(spec_name: str, op: Any) -> Any:
+    if op.kind not in KINDS:
+        raise TypeError(f"{spec_name}: ONNX {op.op_type} declares kind {op.kind!r}; the kinds are {sorted(KINDS)}")
+    return KINDS[op.kind](op.helper)
+
+
+_KIND_HANDLERS = {op.op_type: _kind_handler(s.name, op) for s in SPECS for op in s.onnx if op.kind}
 HANDLERS = {**_SEED_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS, **NN_HANDLERS, **MOVE_HANDLERS, **_KIND_HANDLERS}

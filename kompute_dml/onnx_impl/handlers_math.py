@@ -136,13 +136,17 @@ def _h_dequantize(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats:
     return [DeviceValue(kdml.dequantize_linear(tx, ts, tz, out=out, device=ctx.device), shape, dt)]
 
 
+def binary(helper: str) -> Any:
+    """The handler of an OnnxOp of kind "binary": kdml.<helper> on two operands of one type."""
+    return _binary(getattr(kdml, helper))
+
+
+def compare(helper: str) -> Any:
+    """The handler of an OnnxOp of kind "compare": kdml.<helper>, a boolean output."""
+    return _binary(getattr(kdml, helper), bool_out=True)
+
+
 MATH_HANDLERS = {
-    "Add": _binary(kdml.add),
-    "Sub": _binary(kdml.sub),
-    "Mul": _binary(kdml.mul),
-    "Div": _binary(kdml.div),
-    "Equal": _binary(kdml.equal, bool_out=True),
-    "GreaterOrEqual": _binary(kdml.greater_equal, bool_out=True),
     "And": _h_and,
     "Where": _h_where,
     "IsNaN": _h_isnan,

@@ -37,9 +37,11 @@ class OnnxOp:
     op_type: str
     domain: str  # "" for the default (ai.onnx) domain, e.g. "com.microsoft"
     helper: str
-    # a node shape the backend runs through one generic handler (onnx_impl/handlers.py), so the
-    # operator module's declaration is all it takes: "float_unary" (one float32 / float16 input,
-    # an output of its shape and type, no attributes); "" for nodes with handlers of their own
+    # a node shape the backend runs through one generic handler (onnx_impl/handlers.py KINDS), so
+    # the operator module's declaration is all it takes: "float_unary" (one float32 / float16
+    # input, an output of its shape and type, no attributes), "binary" (two operands of one type,
+    # numpy-broadcast, an output of that type), "compare" (the same, a boolean output); "" for
+    # node types with handlers of their own
     kind: str = ""
 
 
