@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 all: test
 
 # Re-run the set-up when its inputs change; a warm tree skips straight through.
-$(STAMP): scripts/setup.sh scripts/kp-0.9.0-kompute-dml.patch requirements-dev.txt pyproject.toml setup.py
+$(STAMP): scripts/setup.sh scripts/kp-patch.sh $(wildcard scripts/kp-patches/*.patch) requirements-dev.txt pyproject.toml setup.py
 	bash scripts/setup.sh
 	@touch $@
 

@@ -48,32 +48,16 @@ if [ "$(cat "$stamp_reqs" 2>/dev/null)" != "$reqs_sha" ]; then
 fi
 
 # ---- 3. kp, patched, built offline and cached -------------------------------------
-# scripts/kp-0.9.0-kompute-dml.patch exposes kp::OpMemoryBarrier to Python (needed
-# to order dependent dispatches inside one submission), adds OpCopyRegions and
-# OpFillRegions (vkCmdCopyBuffer / vkCmdFillBuffer on byte ranges), and fixes a missing comma in
-# kp's setup.py that drops -DPYTHON_EXECUTABLE; it also lets shaders bind tensors as uniform
-# texel buffers (descriptor types read from the SPIR-V; level 3). Level 4 enables the optional
-# device features the physical device reports (a pNext chain, on a Vulkan instance of the
-# loader's version), reuses one fence per sequence (polled, then a blocking wait) and computes
-# buffer sizes in 64 bits; level 5 adds OpDispatch (a dispatch without kp's per-tensor barriers)
-# and OpGlobalBarrier (one global memory barrier); level 6 destroys every live Manager from an
-# atexit callback (no kp object outlives the interpreter into the driver's own exit handlers);
-# level 7 adds completion words (Manager.kdml_word_sequence: a sequence polls a host-visible word
-# its command buffer writes last, not its fence; kdml_completion.hpp); level 8 shares one pipeline
-# per shader variant between algorithms, with a pipeline cache that can be saved and loaded
-# (kdml_programs.hpp), gives the grid at dispatch, and adds storage tensors without staging,
-# host-cached staging memory and asynchronous submission (runtime/staging.py); level 9 gives
-# programs handles (a descriptor set binds to one without its SPIR-V) and makes Manager.destroy
-# wait for the device and write the pipeline cache file, so kp's exit callback alone tears down.
-# Levels 10 and 11 make storage on a thread of kp's own; level 12 enables VK_NV_cooperative_matrix2's
-# workgroup-scope matrices where offered and reports their shapes.
+# kp 0.9.0's PyPI source with the patch series scripts/kp-patches/NN-*.patch applied in order;
+# what each patch adds, and the patch levels 1-12: scripts/kp-patches/README.md.
 # The patched build is 0.9.0+kdml12 (pyproject.toml pins it).
 KP_LOCAL_VERSION="$KP_VERSION+kdml12"
 KP_PATCH_LEVEL=12
-PATCH="$ROOT/scripts/kp-$KP_VERSION-kompute-dml.patch"
-patch_sha=$(sha256sum "$PATCH" | cut -c1-12)
-# kp counts as installed when it is built from this very patch (a stamp beside the venv) and
-# has the patch's operations.
+PATCHES=("$ROOT"/scripts/kp-patches/[0-9][0-9]-*.patch)
+# The wheel's cache key: the series concatenated in order (what scripts/kp-patch.sh prints).
+patch_sha=$(bash "$ROOT/scripts/kp-patch.sh" | sha256sum | cut -c1-12)
+# kp counts as installed when it is built from this very series (a stamp beside the venv) and
+# has the patches' operations.
 kp_stamp="$VENV/.kp-patch.sha"
 kp_ok() { [ "$(cat "$kp_stamp" 2>/dev/null)" = "$patch_sha" ] && "$PY" -c "import kp, sys; sys.exit(0 if getattr(kp, 'kdml_patch_level', 0) >= $KP_PATCH_LEVEL and all(hasattr(kp, n) for n in ('OpMemoryBarrier', 'OpCopyRegions', 'OpFillRegions', 'OpDispatch', 'OpGlobalBarrier')) else 1)" 2>/dev/null; }
 if ! kp_ok; then
@@ -89,7 +73,7 @@ if ! kp_ok; then
     rm -rf "$build" && mkdir -p "$build"
     "$PY" -m pip download -q --no-deps --no-binary :all: -d "$build" "kp==$KP_VERSION"
     tar xzf "$build/kp-$KP_VERSION.tar.gz" -C "$build"
-    patch -d "$build/kp-$KP_VERSION" -p1 < "$PATCH"
+    for p in "${PATCHES[@]}"; do patch -d "$build/kp-$KP_VERSION" -p1 < "$p"; done
     PATH="$VENV/bin:$PATH" \
     KOMPUTE_OPT_INSTALL=OFF \
     KOMPUTE_OPT_USE_BUILT_IN_VULKAN_HEADER=OFF \

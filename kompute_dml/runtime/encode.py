@@ -6,7 +6,7 @@ DeviceMemory and `.offset` its byte offset; None is an absent optional tensor.
 
 kp 0.9 records no compute->compute barrier, and one transfer->compute barrier per bound
 tensor before every dispatch; kompute_dml builds kp with a patch
-(scripts/kp-0.9.0-kompute-dml.patch) whose OpDispatch records the dispatch alone and whose
+(scripts/kp-patches/05-commands.patch) whose OpDispatch records the dispatch alone and whose
 OpGlobalBarrier records one global memory barrier: a sequence gets one at its start and one
 before every dispatch that touches a buffer an earlier dispatch wrote (RAW, WAW) or read (WAR).
 """

@@ -1,6 +1,6 @@
 """The kp build kompute_dml needs, and the creation of its kp Managers.
 
-kp is built with kompute_dml's patch (scripts/kp-0.9.0-kompute-dml.patch); a build older
+kp is built with kompute_dml's patches (scripts/kp-patches/README.md); a build older
 than REQUIRED_PATCH_LEVEL refuses to import, naming the command that rebuilds it.
 """
 
