@@ -67,9 +67,7 @@ BATCH_TARGET = 0.05  # seconds per timed call (N executions)
 
 def cfg_name(c: TileConfig) -> str:
     opts = (f"{'' if c.b_rows == 'r' else ' Brow'}{'' if c.stages == 2 else f' {c.stages}st'}"
-            f"{' lean' if c.lean else ''}{' stmap' if c.stmap else ''}{' cb_mma' if c.cb_mma else ''}"
-            f"{f' +{c.loaders} loaders' if c.loaders else ''}{' handoff' if c.handoff else ''}"
-            f"{f' ksplit {c.ksplit}' if c.ksplit > 1 else ''}")
+            f"{' lean' if c.lean else ''}{f' ksplit {c.ksplit}' if c.ksplit > 1 else ''}")
     return f"{c.bm}x{c.bn}x{c.bk} w{c.wm}x{c.wn} g{c.group_m}{opts}"
 
 

@@ -30,13 +30,12 @@ gemm and quantized (the `ours_quant_Brow` case), and torch._int_mm (B column-maj
 
 `bench_coop.py --staging` (`staging` below): the staging options of TileConfig (kompute_dml/ops/
 matmul_coop.py) against the dispatcher's default in the same interleaved rounds, each checked on
-sampled rows first: `stmap` (conflict-free 16-byte shared stores), `lean` (signedness and sums
-fixed in the pipeline: no XOR for signed operands, no sum code without zero points), `cb_mma`
-(B's column sums by MMAs with a ones fragment instead of summing the shared tiles), one shared
-stage with BK 128 (`stages=1`: two barriers per 128 k), larger subgroup blocks and work-group
-tiles; on s8 gemm with B column-major (8192^3, 4096^3) against torch._int_mm, and on the quantized
-case (u8 A with a zero point, B row-major transposed `Br` or kept `Bn`, column scales, bias) against
-torch._int_mm + dequantization. SUMMARY staging is printed last.
+sampled rows first: `lean` (signedness and sums fixed in the pipeline: no XOR for signed operands,
+no sum code without zero points), one shared stage with BK 128 (`stages=1`: two barriers per 128
+k), larger subgroup blocks and work-group tiles; on s8 gemm with B column-major (8192^3, 4096^3)
+against torch._int_mm, and on the quantized case (u8 A with a zero point, B row-major transposed
+`Br` or kept `Bn`, column scales, bias) against torch._int_mm + dequantization. SUMMARY staging is
+printed last.
 """
 
 from __future__ import annotations
@@ -144,39 +143,25 @@ def staging_entries(m: int, k: int, n: int, quant: bool) -> list[tuple[str, Tile
     base = candidate_configs(m, n, 1)[0]
     out: list[tuple[str, TileConfig | None]] = [("default", None)]
     if quant:  # B row-major: transposed (`_rr`, the default) or kept (`_rn`), each with the options
-        for b_rows in ("r", "n"):
-            c = replace(base, b_rows=b_rows)
-            out += [(f"B{b_rows} stmap", replace(c, stmap=True)), (f"B{b_rows} lean", replace(c, lean=True)),
-                    (f"B{b_rows} lean stmap", replace(c, lean=True, stmap=True))]
         out.insert(1, ("Bn", replace(base, b_rows="n")))
-        out += [(f"B{b_rows} lean cb_mma{' stmap' * st}", replace(base, b_rows=b_rows, lean=True, cb_mma=True, stmap=st))
-                for b_rows in ("r", "n") for st in (False, True)]
+        out += [(f"B{b_rows} lean", replace(base, b_rows=b_rows, lean=True)) for b_rows in ("r", "n")]
         if base.bk == 64:
             out.append(("Bn BK128 1 stage lean", replace(base, b_rows="n", bk=128, stages=1, lean=True)))
-        out += [(f"B{b_rows} lean + {ld} loaders", replace(base, b_rows=b_rows, lean=True, loaders=ld))
-                for b_rows in ("r", "n") for ld in (4, 8)]
         out += [(f"Bn BK128 1 stage lean w{wm}x{wn}", replace(base, b_rows="n", bk=128, stages=1, lean=True, wm=wm, wn=wn))
                 for wm, wn in ((32, 32), (32, 64))]
         return out
     c = base
-    out += [("stmap", replace(c, stmap=True)), ("lean", replace(c, lean=True)),
-            ("lean stmap", replace(c, lean=True, stmap=True)),
+    out += [("lean", replace(c, lean=True)),
             ("BK128 1 stage", replace(c, bk=128, stages=1)), ("BK128 1 stage lean", replace(c, bk=128, stages=1, lean=True)),
-            ("128x128x64 w64x64 (4 subgroups) lean stmap", TileConfig(128, 128, 64, 64, 64, lean=True, stmap=True)),
-            ("128x256x32 w64x64 lean stmap", TileConfig(128, 256, 32, 64, 64, lean=True, stmap=True)),
-            ("128x256x64 w64x64 1 stage lean stmap", TileConfig(128, 256, 64, 64, 64, stages=1, lean=True, stmap=True)),
-            ("256x128x64 w64x64 1 stage lean stmap", TileConfig(256, 128, 64, 64, 64, stages=1, lean=True, stmap=True)),
-            ("128x128x64 w32x32 (16 subgroups) lean stmap", TileConfig(128, 128, 64, 32, 32, lean=True, stmap=True))]
-    # loader subgroups beside the math subgroups (TileConfig.loaders; benchmarks/coop_direct.py --split
-    # measured the raw-int32 experiment this kernel generalizes)
-    out += [(f"lean + {ld} loaders", replace(c, lean=True, loaders=ld)) for ld in (4, 6, 8, 12)]
+            ("128x128x64 w64x64 (4 subgroups) lean", TileConfig(128, 128, 64, 64, 64, lean=True)),
+            ("128x256x32 w64x64 lean", TileConfig(128, 256, 32, 64, 64, lean=True)),
+            ("128x256x64 w64x64 1 stage lean", TileConfig(128, 256, 64, 64, 64, stages=1, lean=True)),
+            ("256x128x64 w64x64 1 stage lean", TileConfig(256, 128, 64, 64, 64, stages=1, lean=True)),
+            ("128x128x64 w32x32 (16 subgroups) lean", TileConfig(128, 128, 64, 32, 32, lean=True))]
     # other subgroup tiles with the default's staging (BK 128, one stage, lean)
     one = replace(c, bk=128, stages=1, lean=True)
     out += [(f"BK128 1 stage lean w{wm}x{wn}", replace(one, wm=wm, wn=wn)) for wm, wn in ((32, 32), (32, 64), (64, 64))]
     out += [(f"BK128 1 stage lean g{g}", replace(one, group_m=g)) for g in (4, 16)]
-    out += [("lean stmap + 8 loaders", replace(c, lean=True, stmap=True, loaders=8)),
-            ("128x128x64 w64x64 (4 subgroups) lean + 4 loaders", TileConfig(128, 128, 64, 64, 64, lean=True, loaders=4)),
-            ("256x128x32 w64x64 lean + 8 loaders", TileConfig(256, 128, 32, 64, 64, lean=True, loaders=8))]
     return out
 
 

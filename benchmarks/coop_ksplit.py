@@ -16,8 +16,7 @@ ONNX backend's layout for the tensor cores), s8 x s8 and quantized (u8 A with a 
 per-column scales, bias), FLOAT32 out:
   default      the dispatcher's own tile for the coopmat family ("default Brow": B row-major)
   <config>     each --configs entry: BMxBNxBK/WMxWN[/kS][/s2][/t] (tensor-core options: lean, one
-               shared stage unless /s2, a row-major B kept so unless /t; /lL: L loader subgroups,
-               /h: their stages handed over by shared counters, TileConfig.handoff); B column-major, or
+               shared stage unless /s2, a row-major B kept so unless /t); B column-major, or
                row-major with --b-row-major; refused ones are listed with the reason
   gemv         the gemv family, B row-major (its layout), M <= its limit
   torch        torch._int_mm (A padded to 32 rows), s8 only, where torch with CUDA is there
@@ -47,14 +46,14 @@ SAMPLE_ROWS = 4
 
 
 def parse_config(text: str) -> TileConfig:
-    """BMxBNxBK/WMxWN[/kS][/s2][/t][/lL][/h] -> a TileConfig with the tensor cores' options (lean, a row-major
+    """BMxBNxBK/WMxWN[/kS][/s2][/t] -> a TileConfig with the tensor cores' options (lean, a row-major
     B kept row-major; /t: transposed into k-contiguous tiles)."""
     parts = text.split("/")
     bm, bn, bk = (int(x) for x in parts[0].split("x"))
     wm, wn = (int(x) for x in parts[1].split("x"))
     opts = {p[0]: int(p[1:] or 1) for p in parts[2:]}
     return TileConfig(bm, bn, bk, wm, wn, stages=opts.get("s", 1), lean=True, b_rows="r" if "t" in opts else "n",
-                      ksplit=opts.get("k", 1), loaders=opts.get("l", 0), handoff="h" in opts)
+                      ksplit=opts.get("k", 1))
 
 
 def main() -> int:

@@ -38,9 +38,6 @@ ALTERNATIVES = {
     "128x128x64 w64x64 2 stages lean Bn": TileConfig(128, 128, 64, 64, 64, lean=True, b_rows="n"),
     "128x256x64 w64x64 1 stage lean Bn": TileConfig(128, 256, 64, 64, 64, stages=1, lean=True, b_rows="n"),
     "64x64x128 w32x32 1 stage lean Bn": TileConfig(64, 64, 128, 32, 32, stages=1, lean=True, b_rows="n"),
-    "128x128x64 w64x32 lean + 4 loaders": TileConfig(128, 128, 64, 64, 32, lean=True, loaders=4),
-    "128x128x64 w64x32 lean + 8 loaders": TileConfig(128, 128, 64, 64, 32, lean=True, loaders=8),
-    "128x128x64 w64x64 lean + 4 loaders": TileConfig(128, 128, 64, 64, 64, lean=True, loaders=4),
 }
 
 

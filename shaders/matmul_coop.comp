@@ -17,28 +17,21 @@
 // Work: a work group computes a BM x BN output tile; its WG / SG subgroups each own a WM x WN block
 // of 16 x 16 int32 accumulators (KSPLIT > 1, few rows: KSPLIT groups of them, each multiplying its
 // share of every step's K, their accumulators added in the epilogue). K advances BK at a time
-// through STAGES shared-memory stages (global
-// -> registers for step s + 1 while the tensor cores consume step s; two stages: one barrier per
-// step; one stage, for a BK whose two stages exceed the shared memory: two). Tiles
-// are k-contiguous, 16 k per uvec4, rows skewed by 16 bytes (A row-major, B column-major: the
-// tensor cores' native int8 layouts); `_?n` keeps a row-major B row-major. Tile sizes: specialization
-// constants (kompute_dml/ops/matmul_coop.py picks them); variants: load modes per operand (A: r
-// k-contiguous, c m-contiguous, g any; B: r / n n-contiguous, c, g). Push: MATMUL_PUSH (matmul_push.glsl).
+// through STAGES shared-memory stages (global -> registers for step s + 1 while the tensor cores
+// consume step s; two stages: one barrier per step; one stage, for a BK whose two stages exceed the
+// shared memory: two). Tiles are k-contiguous, 16 k per uvec4, rows skewed by 16 bytes (A
+// row-major, B column-major: the tensor cores' native int8 layouts); `_?n` keeps a row-major B
+// row-major. Tile sizes: specialization constants (kompute_dml/ops/matmul_coop.py picks them);
+// variants: load modes per operand (A: r k-contiguous, c m-contiguous, g any; B: r / n
+// n-contiguous, c, g). Push: MATMUL_PUSH (matmul_push.glsl).
 // Without tensor cores (MMA=1, 2; matmul_coop_mma.glsl) each cooperative-matrix operation is subgroup
 // code on the same tiles: `mmc8d_*` (family `dot`) with OpSDot, `mmc8x_*` (`coopmat-emulated`) byte
 // products, no device feature: the tests run the whole kernel around the tensor-core calls anywhere.
-// `_rc` for bench_coop.py --ablate, never dispatched: ABL=1 no global loads, 2 no fragment loads, 3
-// neither nor MMAs, 4 no epilogue (all wrong by design); exact: 5 the old epilogue loop, PIPE=1 the
-// old global -> shared pipeline (matmul_coop_load.glsl), PIPE=3 loads two steps ahead in two register
-// sets (default PIPE=2: one step), FAST=0 the staging before the interior fast path.
-// Loader subgroups (LOAD_FIRST > 0, two stages): subgroups from LOAD_FIRST on only stage tiles
-// (global -> registers -> shared, and the zero points' sums) and the first LOAD_FIRST only load
-// fragments and multiply. The loaders store tile s + 1 and load tile s + 2 while the math
-// subgroups multiply tile s, so each tile's loads have a whole step to arrive, and the math
-// subgroups hold no staging registers (more warps per SM; on the H100 still slower than the
-// default, which needs half the barriers per K: benchmarks/RESULTS.md, "what a GEMM step costs").
-// HANDOFF (tensor cores, with loaders): shared counters in place of the barrier per step (below;
-// slower still on the H100: benchmarks/RESULTS.md, "tiles and barrier-free hand-over").
+// ABL, PIPE, FAST, LDV and RSUM=0 build the ablations of `_rc` that bench_coop.py --ablate times
+// (benchmarks/overlay_ablation.py, a benchmark-only overlay; never dispatched): ABL=1 no global
+// loads, 2 no fragment loads, 3 neither nor MMAs, 4 no epilogue (all wrong by design); exact: 5 a
+// runtime epilogue loop, PIPE=1 loads consumed at the load (matmul_coop_load.glsl), PIPE=3 loads
+// two steps ahead in two register sets (default PIPE=2: one step), FAST=0 no interior fast path.
 
 #ifndef MMA
 #define MMA 0                                      // 0 cooperative matrices, 1 emulated, 2 OpSDot
@@ -71,11 +64,7 @@ layout(constant_id = 6) const uint SG = 32;       // subgroup size
 layout(constant_id = 7) const uint GROUP_M = 8;   // tile rows walked together (L2 reuse)
 layout(constant_id = 8) const uint STAGES = 2;    // shared-memory stages: 2 or 1
 layout(constant_id = 9) const uint KFLAGS = 0u;   // bit 31 set: the F_* flags, fixed at pipeline creation
-layout(constant_id = 10) const uint STMAP = 0u;   // 1: conflict-free staging map (coop_tid)
-layout(constant_id = 11) const uint CBMMA = 0u;   // 1: B's column sums by the MMAs (ones x B), not sum_b
-layout(constant_id = 12) const uint LOAD_FIRST = 0u;   // the first loader subgroup; 0: every subgroup stages
-layout(constant_id = 13) const uint KSPLIT = 1u;  // subgroups along K: each multiplies BK / KSPLIT of a step
-layout(constant_id = 14) const uint HANDOFF = 0u; // loaders (tensor cores): 1 stages handed over by shared counters
+layout(constant_id = 10) const uint KSPLIT = 1u;  // subgroups along K: each multiplies BK / KSPLIT of a step
 
 const uint FM = WM / 16u, FN = WN / 16u;          // accumulators per subgroup: FM x FN
 const uint SGM = BM / WM;                         // subgroups along M
@@ -94,22 +83,6 @@ const uint B_BASE = STAGES * A_TILE;              // the stages of A, then those
 shared uvec4 smem[STAGES * (A_TILE + B_TILE)];    // K loop, 16 x 16 int32 staging per subgroup
 shared int sumA[BM];                              // RA of the tile's rows
 shared int sumB[BN];                              // CB of the tile's columns
-#if MMA == 0
-// HANDOFF (loader subgroups on tensor cores): no work-group barrier per step. st_full[st] counts
-// the loader subgroups' stores into stage st, st_free[st] every subgroup's reads of it done; each
-// waits for its own count (monotonic: tile t is use t / STAGES of stage t % STAGES), so the math
-// subgroups multiply while the loaders store up to STAGES - 1 tiles ahead. Needs subgroups that make
-// progress while another spins (NVIDIA schedules warps independently; lavapipe's coroutines yield
-// only at barriers, so the dispatcher never gives it this).
-shared uint st_full[STAGES], st_free[STAGES];
-// A release waits for this invocation's earlier memory operations, global loads in flight
-// included, so the loaders release after the store that consumed their loads and before issuing
-// the next ones. (Relaxed spin reads with one acquire fence after them hung the H100's work groups.)
-#define SPIN_GE(ctr, target) \
-    while (atomicLoad(ctr, gl_ScopeWorkgroup, gl_StorageSemanticsShared, gl_SemanticsAcquire) < (target)) {}
-#define RELEASED() controlBarrier(gl_ScopeSubgroup, gl_ScopeWorkgroup, gl_StorageSemanticsShared, gl_SemanticsAcquireRelease)
-#define COUNT(ctr) atomicAdd(ctr, 1u, gl_ScopeWorkgroup, gl_StorageSemanticsShared, gl_SemanticsRelease)
-#endif
 
 layout(std430, binding = 0) readonly buffer ABuf { uint a_buf[]; };
 layout(std430, binding = 0) readonly buffer ABuf4 { uvec4 a_buf4[]; };
@@ -127,19 +100,15 @@ KDML_PUSH_BLOCK  // push constants: MATMUL_PUSH of kompute_dml/ops/contract (gen
 #include "matmul_push.glsl"
 
 #if defined(RSUM) && RSUM == 2
-// RSUM=2 (mmc8s_*, mmc8d_*): a staging register's zero-point sum by OpSDot with ones (4 per uvec4);
-// on the H100 the quantized product ran 6-10% faster than with RSUM=1 (kompute_dml/policy.py, COOP_SUMS)
+// RSUM=2 (mmc8s_*, mmc8d_*): a staging register's zero-point sum by OpSDot with ones (4 per uvec4),
+// fewer instructions than RSUM=1's 16-bit lanes; the policy takes it where the device has integer
+// dot products (kompute_dml/policy.py, COOP_SUMS, with the figures)
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
 int rsum_sdot4(uint a, uint b, spirv_literal int packed_format);
 #endif
 
 #define F_SUM_A 0x20000000u
 #define F_SUM_B 0x40000000u
-
-// the staging invocations (all, or the loader subgroups) and this invocation's index among them
-// (without loaders the local index, as before they existed)
-#define LWG (WG - LOAD_FIRST * SG)
-#define LTID ((LOAD_FIRST == 0u) ? gl_LocalInvocationID.x : (gl_SubgroupID - LOAD_FIRST) * SG + gl_SubgroupInvocationID)
 
 // ---- operand staging (matmul_coop_load.glsl once per operand: load_a, store_a, ..., load_b, ...) ---
 #define LD_MODE AL
@@ -181,7 +150,7 @@ void store_one(uint o, float v, bool f16) {
 }
 
 // One step's fragment loads and multiply-adds on the shared stage at a_tile / b_tile (in main: acc,
-// cbacc, wm0, wn0, sg and the sums' flags)
+// kz, wm0, wn0)
 #if BL == 3
 #define LOAD_B_KK(fb, b_tile, kk, j) LOAD_B(fb, b_tile + 32u * (kk) * BS + (wn0 + 16u * (j)) / 16u, BS, LAYOUT_ROW)
 #else
@@ -197,7 +166,6 @@ void store_one(uint o, float v, bool f16) {
                 B_FRAG fb; \
                 LOAD_B_KK(fb, (b_tile), kk, j); \
                 [[unroll]] for (uint i = 0u; i < FM; ++i) acc[i * FN + j] = MULADD(fa[i], fb, acc[i * FN + j]); \
-                if (cb_mma && (cb_split ? kk % SGM == sg % SGM : sg % SGM == 0u)) cbacc[j] = ONES_MULADD(fb, cbacc[j]); \
             } \
         }
 
@@ -209,8 +177,6 @@ void main() {
     const uint a_xe = ((flags & F_A_SIGNED) != 0u) ? 0u : 0x80u;   // unsigned -> signed byte
     const uint b_xe = ((flags & F_B_SIGNED) != 0u) ? 0u : 0x80u;
     const bool need_ra = (flags & F_SUM_A) != 0u, need_cb = (flags & F_SUM_B) != 0u;
-    const bool cb_mma = CBMMA != 0u && need_cb;   // a subgroup's kk share: kk % SGM == its M index
-    const bool cb_split = (BK / 32u) % SGM == 0u;   // (else the subgroups of M index 0 take every kk)
 
     // tile of this work group: matrices outermost, then groups of GROUP_M tile rows walked
     // column by column so that neighbouring work groups share A rows and B columns in L2
@@ -238,16 +204,11 @@ void main() {
 
     for (uint i = tid; i < BM; i += WG) sumA[i] = 0;
     for (uint i = tid; i < BN; i += WG) sumB[i] = 0;
-#if MMA == 0
-    if (HANDOFF != 0u && tid < STAGES) { st_full[tid] = 0u; st_free[tid] = 0u; }   // before the first barrier
-#endif
     [[unroll]] for (uint i = 0u; i < part_a.length(); ++i) part_a[i] = 0;
     [[unroll]] for (uint i = 0u; i < part_b.length(); ++i) part_b[i] = 0;
 
     ACC_TYPE acc[FM * FN];
-    ACC_TYPE cbacc[FN];   // ones x B: every row the column sums (CBMMA)
     [[unroll]] for (uint i = 0u; i < FM * FN; ++i) acc[i] = ACC_ZERO;
-    [[unroll]] for (uint j = 0u; j < FN; ++j) cbacc[j] = ACC_ZERO;
 
     const uint steps = (K + BK - 1u) / BK;
     setup_a(a_base, LO28(pc.a_sm), LO28(pc.a_sk), m0);   // the fast path's per-invocation offsets, once
@@ -256,17 +217,12 @@ void main() {
 #define LOAD_STEP(slot, t) { load_a(slot, a_base, LO28(pc.a_sm), LO28(pc.a_sk), M, K, m0, (t) * BK, a_xe); \
                              load_b(slot, b_base, pc.b_sn, pc.b_sk, N, K, n0, (t) * BK, b_xe); }
 #define STORE_STEP(slot, t) { store_a(slot, ((t) % STAGES) * A_TILE, M, K, m0, (t) * BK, a_xe STORE_SUM(need_ra)); \
-                              store_b(slot, B_BASE + ((t) % STAGES) * B_TILE, N, K, n0, (t) * BK, b_xe STORE_SUM(need_cb && !cb_mma)); }
-    const bool split = LOAD_FIRST != 0u;
-    const bool loads = sg >= LOAD_FIRST, math = !split || sg < LOAD_FIRST;   // uniform per subgroup
-    if (loads) {
-        LOAD_STEP(0u, 0u)
-        STORE_STEP(0u, 0u)
+                              store_b(slot, B_BASE + ((t) % STAGES) * B_TILE, N, K, n0, (t) * BK, b_xe STORE_SUM(need_cb)); }
+    LOAD_STEP(0u, 0u)
+    STORE_STEP(0u, 0u)
 #if PIPE == 3   // step t's loads in register set t & 1; step 1's in flight from here on
-        if (ABL != 1 && steps > 1u) LOAD_STEP(1u, 1u)
+    if (ABL != 1 && steps > 1u) LOAD_STEP(1u, 1u)
 #endif
-        if (split && steps > 1u) LOAD_STEP(0u, 1u)   // loaders: tile 1 in flight over the barrier
-    }
     barrier();
 
 #if ABL == 2   // the first step's fragments, reused by every step
@@ -279,57 +235,13 @@ void main() {
         const uint cur = s % STAGES, par = s & 1u;   // shared stage; register set (PIPE 3)
         const uint a_tile = cur * A_TILE, b_tile = B_BASE + cur * B_TILE;
         const bool more = ABL != 1 && s + 1u < steps;   // ablation 1: the first tile only
-#if MMA == 0
-        if (split && HANDOFF != 0u) {   // tile s: use s / STAGES of stage `cur`; tile 0 needs no count
-            const uint NL = WG / SG - LOAD_FIRST, filled = NL * (s / STAGES + ((cur != 0u) ? 1u : 0u));
-            const bool tsums = need_ra || (need_cb && !cb_mma);   // the loaders read the tiles too
-            if (loads) {   // tile s + 1 stored once its stage's last tile is read, tile s summed, s + 2 loaded
-                const uint t1 = s + 1u, st1 = t1 % STAGES;
-                if (more) {
-                    if (t1 >= STAGES) SPIN_GE(st_free[st1], (LOAD_FIRST + (tsums ? NL : 0u)) * (t1 / STAGES))
-                    STORE_STEP(0u, t1)
-                }
-                if (tsums) {
-                    SPIN_GE(st_full[cur], filled)
-                    if (need_ra) sum_a(a_tile);
-                    if (need_cb && !cb_mma) sum_b(b_tile);
-                }
-                RELEASED();
-                if (subgroupElect()) {
-                    if (tsums) COUNT(st_free[cur]);
-                    if (more) COUNT(st_full[st1]);
-                }
-                if (s + 2u < steps) LOAD_STEP(0u, s + 2u)
-            } else {
-                SPIN_GE(st_full[cur], filled)
-                MMA_STEP(a_tile, b_tile)
-                RELEASED();
-                if (subgroupElect()) COUNT(st_free[cur]);
-            }
-            continue;
-        }
-#endif
-        if (split) {   // (two stages) loaders: sums of tile s, tile s + 1 stored, s + 2 loaded
-            if (loads) {
-                if (need_ra) sum_a(a_tile);
-                if (need_cb && !cb_mma) sum_b(b_tile);
-                if (more) {
-                    STORE_STEP(0u, s + 1u)
-                    if (s + 2u < steps) LOAD_STEP(0u, s + 2u)
-                }
-            } else {
-                MMA_STEP(a_tile, b_tile)
-            }
-            barrier();
-            continue;
-        }
 #if PIPE == 3   // two steps ahead: loads in flight during this step's and the next step's MMAs
         if (ABL != 1 && s + 2u < steps) { if (par == 0u) LOAD_STEP(0u, s + 2u) else LOAD_STEP(1u, s + 2u) }
 #else   // the next step's loads are in flight while this step computes (until STORE_STEP)
         if (more) LOAD_STEP(0u, s + 1u)
 #endif
         if (need_ra) sum_a(a_tile);
-        if (need_cb && !cb_mma) sum_b(b_tile);
+        if (need_cb) sum_b(b_tile);
 #if ABL == 2
         [[unroll]] for (uint kk = 0u; kk < BK / 32u; ++kk)
             [[unroll]] for (uint j = 0u; j < FN; ++j)
@@ -345,31 +257,16 @@ void main() {
 #endif
         barrier();
     }
-    if (loads && need_ra) flush_a();
-    if (loads && need_cb && !cb_mma) flush_b();
+    if (need_ra) flush_a();
+    if (need_cb) flush_b();
     barrier();   // sums complete; the tiles are free for the accumulator staging
     const uint lane = gl_SubgroupInvocationID, stage = sg * 64u;   // this subgroup's 16 x 16 int32 staging
-    if (cb_mma) {   // row 0 of each cbacc: this subgroup's part of CB for its columns
-        if (math) {
-            [[unroll]] for (uint j = 0u; j < FN; ++j) {
-                STORE_ACC(cbacc[j], stage, 4u);
-                subgroupMemoryBarrierShared(); subgroupBarrier();
-                [[unroll]] for (uint t = 0u; t < (16u + SG - 1u) / SG; ++t) {
-                    const uint c = lane + t * SG;
-                    if (c < 16u) atomicAdd(sumB[wn0 + 16u * j + c], int(smem[stage + (c >> 2u)][c & 3u]));
-                }
-                subgroupBarrier();
-            }
-        }
-        barrier();
-    }
 
     if (KSPLIT > 1u) {   // every K share's accumulators staged; the first share adds them up below
         [[unroll]] for (uint i = 0u; i < FM * FN; ++i) STORE_ACC(acc[i], (sg * FM * FN + i) * 64u, 4u);
         barrier();
         if (kz != 0u) return;   // (no barrier follows)
     }
-    if (!math) return;   // loader subgroups: nothing after the last barrier
 #if ABL == 4   // no epilogue: the int32 sums of whole 16 x 16 blocks stored as they are
     [[unroll]] for (uint i = 0u; i < FM; ++i) [[unroll]] for (uint j = 0u; j < FN; ++j) {
         const uint m = m0 + wm0 + 16u * i, n = n0 + wn0 + 16u * j;

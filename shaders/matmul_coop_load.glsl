@@ -11,21 +11,23 @@
 //   LD_PART, this invocation's staging registers and row-sum partials, are regs_a, part_a, ...).
 // Every value is stored as a signed byte: unsigned inputs are XOR-ed with 0x80 (x - 128), and
 // padding (rows past M or N, k past K) is 0, which adds nothing to products or sums.
-// Strides, offsets and sizes are in bytes (elements of an 8-bit type). The loading invocations are
-// LWG of them, numbered LTID (matmul_coop.comp: every invocation, or only its loader subgroups).
+// Strides, offsets and sizes are in bytes (elements of an 8-bit type). Every invocation of the
+// work group (WG of them) stages.
 
+// PIPE, FAST and LDV other than their defaults, and RSUM 0, build only the ablations of the
+// benchmark overlay (benchmarks/overlay_ablation.py) that bench_coop.py --ablate times.
 #ifndef PIPE
 #define PIPE 2   // global -> shared pipeline: 2 loads consumed at the store, 1 at the load (LD_LOAD)
 #endif
-#ifndef FAST   // 1: interior tiles skip all bounds work (addresses from LD_SETUP); 0: the kernel before
+#ifndef FAST   // 1: interior tiles' shared stores at offsets from LD_SETUP; 0 (ablation): computed per chunk
 #define FAST 1
 #endif
-#ifndef LDV    // staging addresses: 0 clamped into the matrix, no branch (the kernel); ablations (benchmark
-#define LDV 0  // overlay): 1 every tile taken as interior (exact only where the tiles divide M, N, K),
-#endif         // 2 chosen in a branch, interior or edge tile (the kernel before)
+#ifndef LDV    // staging addresses: 0 clamped into the matrix, no branch; ablations: 1 every tile taken
+#define LDV 0  // as interior (exact only where the tiles divide M, N, K), 2 chosen in a branch, interior
+#endif         // or edge tile
 #ifndef RSUM   // k-contiguous (mode 1) operands' zero-point row sums from the staging registers at the
 #define RSUM 1 // store: 1 in 16-bit lanes of plain integer code, 2 by OpSDot with ones (integer_dot_product:
-#endif         // variants mmc8s_*, mmc8d_*); 0 (benchmark overlay, the kernel before) from the shared tiles
+#endif         // variants mmc8s_*, mmc8d_*); 0 (ablation) re-read from the shared tiles every step
 #if RSUM
 #define LD_SUM_ARG , bool sum   // LD_STORE's extra parameter (absent with RSUM 0)
 #define STORE_SUM(x) , x
@@ -59,22 +61,22 @@
 
 #if LD_MODE == 2
 const uint LD_UNITS = (BK / 4u) * (LD_TMN / 16u);          // 4 k rows x 16 columns each
-#define LD_NR (4u * ((LD_UNITS + LWG - 1u) / LWG))
+#define LD_NR (4u * ((LD_UNITS + WG - 1u) / WG))
 #elif LD_MODE == 3
 const uint LD_UNITS = BK * (LD_TMN / 16u);                 // one uvec4 of one k row each
-#define LD_NR ((LD_UNITS + LWG - 1u) / LWG)
+#define LD_NR ((LD_UNITS + WG - 1u) / WG)
 #else
 const uint LD_UNITS = LD_TMN * (BK / 16u);                 // 16 k of one row each
-#define LD_NR ((LD_UNITS + LWG - 1u) / LWG)
+#define LD_NR ((LD_UNITS + WG - 1u) / WG)
 #endif
 uvec4 LD_REGS[LD_SLOTS * LD_NR];
 
 #if LD_MODE == 3
 // column sums of a [BK][BS] tile: each item is one word column (4 columns) over BK / LD_PARTS rows
 const uint LD_COLS = LD_TMN / 4u;
-const uint LD_PARTS = (LWG >= LD_COLS) ? (LWG / LD_COLS) : 1u;
+const uint LD_PARTS = (WG >= LD_COLS) ? (WG / LD_COLS) : 1u;
 const uint LD_ITEMS = LD_COLS * LD_PARTS;
-int LD_PART[4u * ((LD_ITEMS + LWG - 1u) / LWG)];
+int LD_PART[4u * ((LD_ITEMS + WG - 1u) / WG)];
 #elif LD_RSUM
 // row sums from the registers: staging register i always holds 16 k of one row (coop_keep), so
 // its partial sums that row's chunks over the K loop (LD_STORE); 8 invocations share a row at BK 128
@@ -82,9 +84,9 @@ const uint LD_PARTS = 1u, LD_ITEMS = 0u;
 int LD_PART[LD_NR];
 #else
 // row sums of a [TMN][KS] tile: each item is one row's (BK / 4) / LD_PARTS words
-const uint LD_PARTS = (LWG >= LD_TMN) ? (LWG / LD_TMN) : 1u;
+const uint LD_PARTS = (WG >= LD_TMN) ? (WG / LD_TMN) : 1u;
 const uint LD_ITEMS = LD_TMN * LD_PARTS;
-int LD_PART[(LD_ITEMS + LWG - 1u) / LWG];
+int LD_PART[(LD_ITEMS + WG - 1u) / WG];
 #endif
 
 // The bytes of v at and past byte `keep` (0..16) set to zero.
@@ -99,39 +101,25 @@ uvec4 LD_MASK16(uvec4 v, uint keep) {
 
 #ifndef COOP_KEEP_DEFINED
 #define COOP_KEEP_DEFINED
-// The staging index of this invocation in load mode `mode`: its invocation index, except (STMAP)
-// in mode 1 with chunks of BK / 16 < 8 per row, where a row's chunks at stride KS (odd) would put
-// two of the 8 invocations of a 16-byte shared-store phase in one bank group (BK 64: chunks 0 and
-// 8 of rows 0 and 1): there lane l of a warp takes row l % 8 (+ 8 per chunk round) and chunk
-// (l / 8) % (BK / 16), so a phase stores 8 rows of one chunk (8 bank groups), and the warp still
-// loads the same whole rows (the same sectors). A permutation within each 32 invocations.
-uint coop_tid(uint mode) {
-    const uint tid = LTID, r = BK / 16u;
-    if (mode != 1u || STMAP == 0u || LWG % 32u != 0u || r >= 8u) return tid;
-    const uint lane = tid & 31u, ph = lane >> 3u;
-    return (tid & ~31u) + ((lane & 7u) + 8u * (ph / r)) * r + ph % r;
-}
-
 // Staging register i of an operand in load mode `mode` (1..3) with tile size tmn: its element
 // (mn, k) and how many of its 16 bytes lie inside the matrix (0: none, nothing is loaded).
 uint coop_keep(uint mode, uint tmn, uint i, uint MN, uint K, uint mn0, uint k0, out uint mn, out uint k) {
-    const uint tid = LTID;
+    const uint tid = gl_LocalInvocationID.x;
     bool ok;
     if (mode == 2u) {   // 4 registers per unit of 4 k rows x 16 columns, k group fastest
-        uint u = tid + (i / 4u) * LWG;
+        uint u = tid + (i / 4u) * WG;
         mn = mn0 + 16u * (u / (BK / 4u));
         k = k0 + 4u * (u % (BK / 4u)) + i % 4u;
         ok = u < (BK / 4u) * (tmn / 16u) && mn < MN && k < K;
         return ok ? min(16u, MN - mn) : 0u;
     }
-    uint u = tid + i * LWG;
+    uint u = tid + i * WG;
     if (mode == 3u) {   // one row of k, 16 columns
         mn = mn0 + 16u * (u % (tmn / 16u));
         k = k0 + u / (tmn / 16u);
         ok = u < BK * (tmn / 16u) && k < K && mn < MN;
         return ok ? min(16u, MN - mn) : 0u;
     }
-    u = coop_tid(mode) + i * LWG;
     mn = mn0 + u / (BK / 16u);   // mode 1: 16 k of one row
     k = k0 + 16u * (u % (BK / 16u));
     ok = u < tmn * (BK / 16u) && mn < MN && k < K;
@@ -140,7 +128,7 @@ uint coop_keep(uint mode, uint tmn, uint i, uint MN, uint K, uint mn0, uint k0, 
 #endif
 
 // Fast path: units in rows of LD_R (mode 1: 16-k chunks of a row; 3: 16-column chunks of a k row;
-// 2: 4-k groups of a 16-column unit). Where LWG is a multiple of LD_R every register of this
+// 2: 4-k groups of a 16-column unit). Where WG is a multiple of LD_R every register of this
 // invocation sits a fixed distance from the first, so LD_SETUP computes its shared offset (and,
 // for the LDV ablations, its global uvec4 index at step 0) once; each store adds constants.
 // (macros, not spec-constant globals: glslang misplaces those combined ones in function blocks)
@@ -151,11 +139,11 @@ uint coop_keep(uint mode, uint tmn, uint i, uint MN, uint K, uint mn0, uint k0, 
 #else
 #define LD_R (BK / 4u)
 #endif
-#define LD_FAST (FAST != 0 && LD_MODE != 0 && LWG % LD_R == 0u)
-#define LD_RSTEP (LWG / LD_R)   // rows per register
+#define LD_FAST (FAST != 0 && LD_MODE != 0 && WG % LD_R == 0u)
+#define LD_RSTEP (WG / LD_R)   // rows per register
 uint LD_Q0, LD_S0;
 void LD_SETUP(uint base, uint s_mn, uint s_k, uint mn0) {
-    const uint r0 = coop_tid(LD_MODE) / LD_R, c = coop_tid(LD_MODE) % LD_R;
+    const uint r0 = gl_LocalInvocationID.x / LD_R, c = gl_LocalInvocationID.x % LD_R;
     if (LD_MODE == 1) { LD_Q0 = (base + (mn0 + r0) * s_mn + 16u * c) >> 4u; LD_S0 = r0 * KS + c; }
     else if (LD_MODE == 3) { LD_Q0 = (base + r0 * s_k + mn0 + 16u * c) >> 4u; LD_S0 = r0 * BS + c; }
     else { LD_Q0 = (base + 4u * c * s_k + mn0 + 16u * r0) >> 4u; LD_S0 = 0u; }
@@ -167,11 +155,11 @@ uint LD_AT(uint i, uint s_mn, uint s_k, uint k0) {
     return LD_Q0 + (k0 >> 4u) * s_k + (i / 4u) * LD_RSTEP + (i % 4u) * (s_k >> 4u);
 }
 
-// Global -> registers for the tile at (mn0, k0). base: the matrix's first byte; s_mn, s_k:
-// strides; MN, K: extents; xe: 0x80 for an unsigned operand, else 0; slot: the register set. PIPE 2: the registers
-// hold the bytes as loaded and nothing reads them until LD_STORE, after this step's MMAs, so the
-// loads stay in flight meanwhile (PIPE 1, the kernel before: sign flip and masking right here,
-// which made every invocation wait for its loads before its MMAs).
+// Global -> registers for the tile at (mn0, k0). base: the matrix's first byte; s_mn, s_k: strides;
+// MN, K: extents; xe: 0x80 for an unsigned operand, else 0; slot: the register set. PIPE 2: the
+// registers hold the bytes as loaded and nothing reads them until LD_STORE, after this step's MMAs,
+// so the loads stay in flight meanwhile (PIPE 1 flips signs and masks right here, which makes every
+// invocation wait for its loads before its MMAs).
 void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn0, uint k0, uint xe) {
 #if LD_MODE != 0
     const uint nr = LD_NR;
@@ -179,9 +167,9 @@ void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn
 #if LDV == 0
     // Every register's element clamped into the matrix, then its 16-byte chunk: the same address
     // code for interior and edge tiles, no branch before the loads (a chunk outside the tile reads
-    // one inside and is zeroed at the store). Choosing the addresses in a branch (interior tiles:
-    // constants from LD_SETUP; edges: bounds) ran the H100's default 4096^3 / 8192^3 products at
-    // 313.7 / 338.5 TOPS, this at 421.5 / 490.2 on the same machine (benchmarks/RESULTS.md).
+    // one inside and is zeroed at the store). A branch between interior constants (LD_SETUP) and
+    // edge bounds (LDV 2) costs a quarter of the throughput: H100 4096^3 / 8192^3 426.8 / 491.1
+    // TOPS against 322.8 / 339.0 (`bench_coop.py --rounds 3 --no-compare --ablate`, a10).
     [[unroll]] for (uint i = 0u; i < nr; ++i) {
         uint mn, k;
         keep[i] = coop_keep(LD_MODE, LD_TMN, i, MN, K, mn0, k0, mn, k);
@@ -190,8 +178,8 @@ void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn
         if (LD_MODE == 1) k &= ~15u; else mn &= ~15u;   // the chunk's first byte (16-byte aligned)
         at[i] = (base + (LD_MODE == 1 ? mn * s_mn + k : k * s_k + mn)) >> 4u;
     }
-#else   // ablations: LDV 1 every tile taken as interior; 2 the addresses chosen in a branch (before)
-    const uint tid = coop_tid(LD_MODE), per = (LD_MODE == 2) ? 4u : 1u;
+#else   // ablations: LDV 1 every tile taken as interior; 2 the addresses chosen in a branch
+    const uint tid = gl_LocalInvocationID.x, per = (LD_MODE == 2) ? 4u : 1u;
 #if LDV == 1   // (a condition, not a const bool: glslang misplaces a spec-constant-only local)
     if (LD_FAST) {
 #else
@@ -200,7 +188,7 @@ void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn
 #endif
         [[unroll]] for (uint i = 0u; i < nr; ++i) {
             keep[i] = 16u;
-            at[i] = (LD_UNITS % LWG == 0u || tid + (i / per) * LWG < LD_UNITS) ? LD_AT(i, s_mn, s_k, k0) : base >> 4u;
+            at[i] = (LD_UNITS % WG == 0u || tid + (i / per) * WG < LD_UNITS) ? LD_AT(i, s_mn, s_k, k0) : base >> 4u;
         }
     } else {
         [[unroll]] for (uint i = 0u; i < nr; ++i) {
@@ -219,9 +207,9 @@ void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn
         LD_REGS[slot * nr + i] = v;
     }
 #else
-    const uint tid = LTID, nr = LD_NR;
+    const uint tid = gl_LocalInvocationID.x, nr = LD_NR;
     [[unroll]] for (uint i = 0u; i < nr; ++i) {
-        uint u = tid + i * LWG;
+        uint u = tid + i * WG;
         uint kq = u % (BK / 16u), row = u / (BK / 16u);
         uint mn = mn0 + row, k = k0 + 16u * kq;
         uvec4 v = uvec4(0u);
@@ -242,7 +230,7 @@ void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn
 
 // Registers -> the shared tile starting at smem[tile] (the load's MN, K, mn0, k0, xe).
 void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe LD_SUM_ARG) {
-    const uint tid = LTID, nr = LD_NR;
+    const uint tid = gl_LocalInvocationID.x, nr = LD_NR;
 #if LD_MODE != 0 && PIPE != 1
 #if LDV != 1
     const bool inside = LD_FAST && mn0 + LD_TMN <= MN && k0 + BK <= K;   // nothing to mask
@@ -275,7 +263,7 @@ void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe 
 #endif
 #if LD_MODE == 2
     [[unroll]] for (uint i = 0u; i < nr / 4u; ++i) {
-        uint u = tid + i * LWG;
+        uint u = tid + i * WG;
         if (u < LD_UNITS) {
             uint kg = u % (BK / 4u), mq = u / (BK / 4u);
             // 4 k rows (a, b, c, d) x 16 columns -> 16 words, one per column, bytes in k order
@@ -297,14 +285,14 @@ void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe 
     }
 #elif LD_MODE == 3
     [[unroll]] for (uint i = 0u; i < nr; ++i) {
-        uint u = tid + i * LWG;
-        if (LD_FAST) { if (LD_UNITS % LWG == 0u || u < LD_UNITS) smem[tile + LD_S0 + i * LD_RSTEP * BS] = LD_REGS[slot * nr + i]; }
+        uint u = tid + i * WG;
+        if (LD_FAST) { if (LD_UNITS % WG == 0u || u < LD_UNITS) smem[tile + LD_S0 + i * LD_RSTEP * BS] = LD_REGS[slot * nr + i]; }
         else if (u < LD_UNITS) smem[tile + (u / (LD_TMN / 16u)) * BS + u % (LD_TMN / 16u)] = LD_REGS[slot * nr + i];
     }
 #else
     [[unroll]] for (uint i = 0u; i < nr; ++i) {
-        uint u = coop_tid(LD_MODE) + i * LWG;
-        if (LD_FAST) { if (LD_UNITS % LWG == 0u || u < LD_UNITS) smem[tile + LD_S0 + i * LD_RSTEP * KS] = LD_REGS[slot * nr + i]; }
+        uint u = tid + i * WG;
+        if (LD_FAST) { if (LD_UNITS % WG == 0u || u < LD_UNITS) smem[tile + LD_S0 + i * LD_RSTEP * KS] = LD_REGS[slot * nr + i]; }
         else if (u < LD_UNITS) smem[tile + (u / (BK / 16u)) * KS + u % (BK / 16u)] = LD_REGS[slot * nr + i];
     }
 #endif
@@ -314,13 +302,13 @@ void LD_STORE(uint slot, uint tile, uint MN, uint K, uint mn0, uint k0, uint xe 
 // (rows of a k-contiguous tile; columns of a row-major one). A signed byte is its biased
 // unsigned value (byte ^ 0x80) - 128; unsigned bytes are summed two per 16-bit lane.
 void LD_SUM(uint tile) {
-    const uint tid = LTID;
+    const uint tid = gl_LocalInvocationID.x;
 #if LD_RSUM
     // (summed at the store)
 #elif LD_MODE == 3
     const uint rows = BK / LD_PARTS;
     [[unroll]] for (uint i = 0u; i < LD_PART.length() / 4u; ++i) {
-        uint item = tid + i * LWG;
+        uint item = tid + i * WG;
         if (item < LD_ITEMS) {
             uint col = item % LD_COLS, part = item / LD_COLS;
             uint even = 0u, odd = 0u;   // bytes 0, 2 and 1, 3 of each word, 16-bit lanes
@@ -339,7 +327,7 @@ void LD_SUM(uint tile) {
 #else
     const uint words = (BK / 4u) / LD_PARTS;
     [[unroll]] for (uint i = 0u; i < LD_PART.length(); ++i) {
-        uint item = tid + i * LWG;
+        uint item = tid + i * WG;
         if (item < LD_ITEMS) {
             uint row = item / LD_PARTS, part = item % LD_PARTS;
             uint lanes = 0u;
@@ -356,15 +344,15 @@ void LD_SUM(uint tile) {
 
 // Partial sums -> LD_SUMS (shared, zeroed before the K loop).
 void LD_FLUSH() {
-    const uint tid = LTID;
+    const uint tid = gl_LocalInvocationID.x;
 #if LD_RSUM
     [[unroll]] for (uint i = 0u; i < LD_NR; ++i) {
-        const uint u = coop_tid(1u) + i * LWG;   // the unit of register i (coop_keep): row u / (BK / 16)
+        const uint u = tid + i * WG;   // the unit of register i (coop_keep): row u / (BK / 16)
         if (u < LD_UNITS) atomicAdd(LD_SUMS[u / (BK / 16u)], LD_PART[i]);
     }
 #elif LD_MODE == 3
     [[unroll]] for (uint i = 0u; i < LD_PART.length() / 4u; ++i) {
-        uint item = tid + i * LWG;
+        uint item = tid + i * WG;
         if (item < LD_ITEMS) {
             uint col = item % LD_COLS;
             [[unroll]] for (uint e = 0u; e < 4u; ++e) atomicAdd(LD_SUMS[4u * col + e], LD_PART[4u * i + e]);
@@ -372,7 +360,7 @@ void LD_FLUSH() {
     }
 #else
     [[unroll]] for (uint i = 0u; i < LD_PART.length(); ++i) {
-        uint item = tid + i * LWG;
+        uint item = tid + i * WG;
         if (item < LD_ITEMS) atomicAdd(LD_SUMS[item / LD_PARTS], LD_PART[i]);
     }
 #endif

@@ -1,5 +1,5 @@
 // The three implementations of the kernel's cooperative-matrix operations (ACC_TYPE, A_FRAG,
-// B_FRAG, ACC_ZERO, LOAD_A, LOAD_B, MULADD, STORE_ACC; ONES_MULADD(b, c): c + ones x b), on the shared tiles `smem` of
+// B_FRAG, ACC_ZERO, LOAD_A, LOAD_B, MULADD, STORE_ACC), on the shared tiles `smem` of
 // matmul_coop.comp. Layouts and strides as coopMatLoad / coopMatStore take them: `element` and
 // `stride` in uvec4 units, LAYOUT_ROW / LAYOUT_COL.
 //   MMA 0: cooperative matrices (tensor cores).
@@ -24,7 +24,6 @@
 #define LOAD_B(f, element, stride, order) coopMatLoad(f, smem, element, stride, order)
 #define MULADD(a, b, c) coopMatMulAdd(a, b, c)
 #define STORE_ACC(c, element, stride) coopMatStore(c, smem, element, stride, gl_CooperativeMatrixLayoutRowMajor)
-#define ONES_MULADD(b, c) coopMatMulAdd(A_FRAG(int8_t(1)), b, c)
 
 #elif MMA == 1
 #define LAYOUT_ROW 0
@@ -36,7 +35,6 @@ struct EmuAcc { int v[EMU_SLOTS]; };              // element lane + t * subgroup
 #define A_FRAG EmuFrag
 #define B_FRAG EmuFrag
 #define LOAD_A(f, element, stride) f = EmuFrag(element, stride, LAYOUT_ROW)
-#define ONES_MULADD(b, c) emu_colsum(b, c)
 #define LOAD_B(f, element, stride, order) f = EmuFrag(element, stride, order)
 #define MULADD(a, b, c) emu_muladd(a, b, c)
 #define STORE_ACC(c, element, stride) emu_store(c, element, stride)
@@ -71,17 +69,6 @@ EmuAcc emu_muladd(EmuFrag a, EmuFrag b, EmuAcc c) {
     return c;
 }
 
-EmuAcc emu_colsum(EmuFrag b, EmuAcc c) {   // c + ones (16 x 32) * b: every row b's column sums
-    for (uint t = 0u; t < 256u / gl_SubgroupSize; ++t) {
-        uint col = (gl_SubgroupInvocationID + t * gl_SubgroupSize) & 15u;
-        int s = 0;
-        [[unroll]] for (uint k = 0u; k < 32u; ++k)
-            s += emu_byte((b.order == LAYOUT_COL) ? (b.base + col * b.stride) * 16u + k : (b.base + k * b.stride) * 16u + col);
-        c.v[t] += s;
-    }
-    return c;
-}
-
 void emu_store(EmuAcc c, uint base, uint stride) {   // row-major int32 rows, stride in uvec4
     for (uint t = 0u; t < 256u / gl_SubgroupSize; ++t) {
         uint e = gl_SubgroupInvocationID + t * gl_SubgroupSize;
@@ -104,7 +91,6 @@ struct Acc { int v[32]; };                        // RB x CB sums
 #define A_FRAG FragA
 #define B_FRAG FragB
 #define LOAD_A(f, element, stride) f = frag_a(element, stride)
-#define ONES_MULADD(b, c) frag_muladd(frag_ones(), b, c)
 #define LOAD_B(f, element, stride, order) f = frag_b(element, stride, order)
 #define MULADD(a, b, c) frag_muladd(a, b, c)
 #define STORE_ACC(c, element, stride) frag_store(c, element, stride)
@@ -156,12 +142,6 @@ FragB frag_b(uint element, uint stride, int order) {
             }
         }
     }
-    return f;
-}
-
-FragA frag_ones() {   // every byte 1
-    FragA f;
-    [[unroll]] for (uint w = 0u; w < 32u; ++w) f.w[w] = 0x01010101u;
     return f;
 }
 

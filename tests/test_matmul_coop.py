@@ -15,6 +15,8 @@ driver's). Every output starts poisoned; every byte outside it must stay unchang
 from __future__ import annotations
 
 import dataclasses
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -232,23 +234,17 @@ def test_tiles_not_multiples(dev, rng, family, config, mkn):
              a_zp="tensor", b_zp="col", a_q="row", b_q="col", bias="n", config=config, family=family)
 
 
-# the staging options of TileConfig (timed by bench_coop.py --staging): one shared stage (two
-# barriers per step), signedness and sums folded into the pipeline (lean), the conflict-free
-# shared-store map (stmap: a permutation of the k-contiguous chunks among the invocations), B's
-# column sums by MMAs with ones (cb_mma: kk split over the subgroups along M, or all in the first)
-STAGING = [TileConfig(64, 64, 64, 32, 16, stmap=True), TileConfig(64, 64, 32, 32, 16, lean=True, stmap=True),
-           TileConfig(64, 64, 128, 32, 16, stages=1, lean=True, stmap=True),
+# the staging options of TileConfig that the tensor cores' defaults take (TENSOR_CORE_OPTIONS): one
+# shared stage (two barriers per step), signedness and sums folded into the pipeline (lean), a
+# row-major B kept row-major (b_rows "n")
+STAGING = [TileConfig(64, 64, 32, 32, 16, lean=True), TileConfig(64, 64, 128, 32, 16, stages=1, lean=True),
            TileConfig(64, 32, 64, 16, 32, b_rows="n", stages=1, lean=True),
-           TileConfig(64, 64, 64, 32, 16, lean=True, cb_mma=True),
-           TileConfig(64, 32, 64, 16, 32, b_rows="n", cb_mma=True),
-           TileConfig(64, 64, 128, 32, 16, stages=1, cb_mma=True, stmap=True),
-           TileConfig(64, 64, 64, 32, 16, loaders=2), TileConfig(64, 32, 64, 16, 32, b_rows="n", lean=True, loaders=1),
-           TileConfig(64, 64, 32, 32, 32, stmap=True, cb_mma=True, loaders=3)]
+           TileConfig(64, 32, 64, 16, 32, b_rows="n", lean=True)]
 
 
 def _config_id(c: TileConfig) -> str:
-    return (f"{c.bm}x{c.bn}x{c.bk}_s{c.stages}{'_lean' * c.lean}{'_stmap' * c.stmap}{'_cbmma' * c.cb_mma}"
-            f"{f'_ld{c.loaders}' if c.loaders else ''}{f'_k{c.ksplit}' if c.ksplit > 1 else ''}_{c.b_rows}")
+    return (f"{c.bm}x{c.bn}x{c.bk}_s{c.stages}{'_lean' * c.lean}{f'_k{c.ksplit}' if c.ksplit > 1 else ''}"
+            f"_{c.b_rows}")
 
 
 @pytest.mark.parametrize("config", STAGING, ids=_config_id)
@@ -268,7 +264,7 @@ def test_staging_options(dev, rng, family, config):
 # multiplies its part of every step, and the epilogue adds the shares' staged accumulators
 # (32 or 64 k per share: the emulated families' unrolled products compile slowly on lavapipe)
 KSPLIT = [TileConfig(16, 32, 64, 16, 16, ksplit=2), TileConfig(16, 16, 128, 16, 16, ksplit=4, stages=1, lean=True),
-          TileConfig(32, 32, 128, 16, 16, ksplit=2, stages=1, cb_mma=True, b_rows="n"),
+          TileConfig(32, 32, 128, 16, 16, ksplit=2, stages=1, b_rows="n"),
           TileConfig(16, 32, 256, 16, 32, ksplit=4, stages=1, lean=True)]
 
 
@@ -286,48 +282,7 @@ def test_k_split(dev, rng, family, config):
         op, *_ = run_case(dev, rng, pair=pair, out_dt=out_dt, M=M, K=K, N=N, a_layout=a_layout, b_layout=b_layout,
                           a_zp=a_zp, b_zp=b_zp, a_q="row", b_q="col", bias="full", config=config, family=family)
         sg = 8 if dev.device_type == "cpu" else 32
-        assert op.plans[0].spec[0] == config.subgroups() * sg and op.plans[0].spec[13] == config.ksplit
-
-
-@pytest.mark.parametrize("b_mode", ["r", "n", "c", "g"])
-@pytest.mark.parametrize("a_mode", ["r", "c", "g"])
-def test_loader_subgroups(dev, rng, family, a_mode, b_mode):
-    """Loader subgroups (TileConfig.loaders) in every load mode: they alone stage the tiles and sum
-    the zero points' rows and columns, over one, two and many K steps (the loaders' prologue and
-    their last steps), with edge tiles and both zero points."""
-    layouts = {"r": "row", "c": "col", "g": "gap", "n": "row"}
-    config = TileConfig(32, 64, 32, 32, 16, b_rows="n" if b_mode == "n" else "r", loaders=2)
-    skip_unless_fits(dev, family, config)
-    for M, K, N in [(33, 20, 70), (40, 64, 64), (37, 203, 29)]:
-        pair = PAIRS[int(rng.integers(0, 4))]
-        op, *_ = run_case(dev, rng, pair=pair, M=M, K=K, N=N, a_layout=layouts[a_mode], b_layout=layouts[b_mode],
-                          a_zp="row", b_zp="col", a_q="row", b_q="col", bias="full", config=config, family=family)
-        assert op.variants[0] == variant(dev, family, a_mode + b_mode)
-        assert op.plans[0].spec[0] == 6 * (8 if dev.device_type == "cpu" else 32)  # 4 math + 2 loader subgroups
-
-
-@pytest.mark.parametrize("stages", [2, 3])
-@pytest.mark.parametrize("modes", ["rc", "cr", "rn", "gg"])
-def test_handoff(dev, rng, family, modes, stages):
-    """Loader subgroups handing the stages over by shared counters (TileConfig.handoff): one
-    partial step, a whole stage ring, many steps wrapping the ring with a partial last one, with
-    and without zero points (the loaders' sums wait for the stage too), lean and not. Tensor cores
-    only: the other families refuse it (lavapipe's coroutines would spin forever)."""
-    config = TileConfig(32, 64, 32, 32, 16, stages=stages, b_rows="n" if modes[1] == "n" else "r", loaders=2,
-                        handoff=True)
-    layouts = {"r": "row", "c": "col", "g": "gap", "n": "row"}
-    if family != "coopmat":
-        with pytest.raises(kdml.UnsupportedError, match="handoff needs the tensor-core family"):
-            run_case(dev, rng, pair=PAIRS[0], M=8, K=8, N=8, config=config, family=family)
-        return
-    skip_unless_fits(dev, family, config)
-    for (M, K, N), zps, lean in [((33, 20, 70), ("row", "col"), False), ((40, 32 * stages, 64), (None, None), True),
-                                 ((37, 32 * 7 + 11, 29), ("tensor", "col"), False), ((64, 32 * 9, 65), (None, None), True)]:
-        cfg = dataclasses.replace(config, lean=lean)
-        op, *_ = run_case(dev, rng, pair=PAIRS[int(rng.integers(0, 4))], M=M, K=K, N=N, a_layout=layouts[modes[0]],
-                          b_layout=layouts[modes[1]], a_zp=zps[0], b_zp=zps[1], a_q="row", b_q="col", bias="full",
-                          config=cfg, family=family)
-        assert op.plans[0].spec[14] == 1
+        assert op.plans[0].spec[0] == config.subgroups() * sg and op.plans[0].spec[10] == config.ksplit
 
 
 # ---- outputs: strides, padding, FLOAT16 words and half-words --------------------------------
@@ -432,6 +387,20 @@ def test_variant_capabilities_are_checked():
     with pytest.raises(kdml.UnsupportedError, match="^kernel: .*cooperative_matrix.*shader_int8"):
         check_capabilities("mmc8_rr", frozenset({"storage_buffer_8bit"}))
     check_capabilities("mmc8_rr", required_capabilities("mmc8_rr"))
+
+
+def test_spec_constants_match_the_shader():
+    """TileConfig.spec gives matmul_coop.comp's specialization constants by id: exactly the ids the
+    shader declares, each constant's value at its id."""
+    text = (Path(__file__).resolve().parent.parent / "shaders" / "matmul_coop.comp").read_text()
+    ids = {name: int(i) for i, name in re.findall(r"constant_id = (\d+)\) const uint (\w+)", text)}
+    cfg = TileConfig(16, 32, 256, 16, 16, group_m=4, b_rows="n", stages=1, lean=True, ksplit=4)
+    flags = 0x10000000
+    spec = cfg.spec(32, flags)
+    assert sorted(ids.values()) == list(range(len(spec)))
+    want = {"WG": 8 * 32, "BM": 16, "BN": 32, "BK": 256, "WM": 16, "WN": 16, "SG": 32, "GROUP_M": 4, "STAGES": 1,
+            "KFLAGS": flags | 1 << 31, "KSPLIT": 4}
+    assert {name: spec[i] for name, i in ids.items()} == want
 
 
 def test_impossible_config_refused(dev):

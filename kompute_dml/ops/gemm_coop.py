@@ -95,10 +95,10 @@ class CoopTile:
         return out
 
 
-# Default tiles, from `bench_gemm.py --sweep` on the H100 (two runs; us; tiled kernel in brackets):
-# what paid was many subgroups per work group (latency hiding) and, for 128 x 128, BK 64 in one
-# stage. 128 x 128 tiles, 8 subgroups of 64 x 32 (BK 32, two stages) / 16 of 32 x 32 (BK 64, one
-# stage); 64 x 64 tiles, 4 subgroups of 32 x 32 / 8 of 16 x 32; 32 x 32 tiles, 4 of 16 x 16:
+# Default tiles: many subgroups per work group (latency hiding) and, for 128 x 128, BK 64 in one
+# stage. `bench_gemm.py --sweep` on the H100 (two runs; us; tiled kernel in brackets): 128 x 128
+# tiles, 8 subgroups of 64 x 32 (BK 32, two stages) / 16 of 32 x 32 (BK 64, one stage); 64 x 64
+# tiles, 4 subgroups of 32 x 32 / 8 of 16 x 32; 32 x 32 tiles, 4 of 16 x 16:
 #   4096^3 1176 / 647; 1364 (MEDIUM 1556); 2832 (7571)       2048^3 153 / 90.1; 138; 253 (876)
 #   8 x 128 batched 256^3 1096 / 409; 613; 952 (1897)        1024 x 768 x 3072 90 / 45.1; 48.5; 82 (235)
 #   1024^3 59 / 31.3; 23.3; 39.5 (148)                       512^3 (first run) 43; 18.8 (4 of 32 x 32); 13.5 (62)

@@ -68,20 +68,13 @@ _B_MODES = {"r": 2, "n": 3, "c": 1, "g": 0}
 class TileConfig:
     """Specialization constants: a BM x BN tile per work group, BK of K per step, a WM x WN block
     of 16 x 16 accumulators per subgroup; GROUP_M tile rows walked together; `b_rows`: how an
-    n-contiguous B is staged ("r": transposed to k-contiguous, "n": kept row-major). Staging
-    options (bench_coop.py --staging times them against the default): `stages` shared-memory
-    stages (2: one barrier per step; 1: two, for a BK whose two stages would not fit); `lean`:
-    signedness, sums and output type fixed at pipeline creation (KFLAGS: no sign-flip XOR for
-    signed operands, no sum code where no zero point needs it; one pipeline per flag set);
-    `stmap`: the conflict-free shared-store map of k-contiguous operands (coop_tid); `cb_mma`:
-    B's column sums (A's zero point) by extra MMAs of a ones fragment with the B fragments,
-    spread over the subgroups along M, in place of summing the shared tiles every step;
-    `loaders`: subgroups that only stage tiles (and sum the zero points' rows and columns) beside
-    the math subgroups, which then only multiply (two stages; 0: every subgroup does both);
-    `ksplit`: subgroups along K, each multiplying BK / ksplit of every step (few-row products:
-    a work group keeps ksplit times the bytes in flight; the accumulators are added at the end);
-    `handoff` (with loaders, tensor cores only): the stages (2 to 4) are handed over by shared
-    counters instead of a work-group barrier per step (slower on the H100: docs/matmul.md)."""
+    n-contiguous B is staged ("r": transposed to k-contiguous, "n": kept row-major); `stages`
+    shared-memory stages (2: one barrier per step; 1: two, for a BK whose two stages would not
+    fit); `lean`: signedness, sums and output type fixed at pipeline creation (KFLAGS: no
+    sign-flip XOR for signed operands, no sum code where no zero point needs it; one pipeline per
+    flag set); `ksplit`: subgroups along K, each multiplying BK / ksplit of every step (few-row
+    products: a work group keeps ksplit times the bytes in flight; the accumulators are added at
+    the end)."""
 
     bm: int
     bn: int
@@ -92,25 +85,20 @@ class TileConfig:
     b_rows: str = "r"
     stages: int = 2
     lean: bool = False
-    stmap: bool = False
-    cb_mma: bool = False
-    loaders: int = 0
     ksplit: int = 1
-    handoff: bool = False
 
     def subgroups(self) -> int:
-        """The math subgroups (each a WM x WN block of accumulators of one K share)."""
+        """Subgroups per work group (each a WM x WN block of accumulators of one K share)."""
         return (self.bm // self.wm) * (self.bn // self.wn) * self.ksplit
 
     def invocations(self, subgroup_size: int) -> int:
-        return (self.subgroups() + self.loaders) * subgroup_size
+        return self.subgroups() * subgroup_size
 
     def spec(self, subgroup_size: int, flags: int = 0) -> tuple[int, ...]:
-        """constant_id 0..13 of matmul_coop.comp (0 is also local_size_x_id); `flags`: the
+        """constant_id 0..10 of matmul_coop.comp (0 is also local_size_x_id); `flags`: the
         push word's F_* bits, fixed in the pipeline where `lean`."""
         return (self.invocations(subgroup_size), self.bm, self.bn, self.bk, self.wm, self.wn, subgroup_size,
-                self.group_m, self.stages, (flags | _F_KNOWN) if self.lean else 0, int(self.stmap), int(self.cb_mma),
-                self.subgroups() if self.loaders else 0, self.ksplit, int(self.handoff))
+                self.group_m, self.stages, (flags | _F_KNOWN) if self.lean else 0, self.ksplit)
 
     def tile_uvec4(self, b_mode: int) -> int:
         """uvec4 of one shared stage of A and B."""
@@ -128,31 +116,24 @@ class TileConfig:
             out.append("WM, WN multiples of 16 dividing BM, BN")
         if self.ksplit < 1 or bk % (32 * self.ksplit) or not 32 <= bk // self.ksplit <= 256:
             out.append("BK a multiple of 32 * ksplit, at most 256 * ksplit")
-        if self.ksplit > 1 and self.loaders:
-            out.append("ksplit with loader subgroups")
         if not 1 <= subgroup_size <= 128 or 128 % subgroup_size:
             out.append("a subgroup size dividing 128 (the epilogue's fixed pair loop)")
         if self.group_m < 1:
             out.append("GROUP_M >= 1")
-        if self.stages not in ((2, 3, 4) if self.handoff else (1, 2)):
-            out.append("stages 1 or 2 (2 to 4 with handoff)")
-        if self.loaders and (self.loaders < 0 or self.stages == 1):
-            out.append("loader subgroups with two stages or more")
-        if self.handoff and not self.loaders:
-            out.append("handoff with loader subgroups")
+        if self.stages not in (1, 2):
+            out.append("stages 1 or 2")
         wg = self.invocations(subgroup_size)
-        lwg = self.loaders * subgroup_size if self.loaders else wg  # the invocations that stage and sum
         get = getattr(limits, "get", lambda key, default=None: default)
         if wg > min(get("max_compute_work_group_invocations", 1024), get("max_compute_work_group_size", (1024,))[0]):
             out.append(f"{wg} invocations exceed the device's work-group limit")
         for tmn, mode in ((bm, a_mode), (bn, b_mode)):
             if mode == 3:
                 cols = bn // 4
-                parts = lwg // cols if lwg >= cols else 1
+                parts = wg // cols if wg >= cols else 1
                 if bk % parts:
                     out.append("column sums: BK divisible by the parts per column")
             else:
-                parts = lwg // tmn if lwg >= tmn else 1
+                parts = wg // tmn if wg >= tmn else 1
                 if (bk // 4) % parts:
                     out.append("row sums: BK / 4 divisible by the parts per row")
         staged = 1 if self.ksplit == 1 else (self.wm // 16) * (self.wn // 16)  # accumulators staged at once
@@ -163,18 +144,19 @@ class TileConfig:
         return out
 
 
-# Default tiles by shape (the H100 sweep in benchmarks/bench_coop.py decides the final ones).
+# Default tiles by shape (candidate_configs; benchmarks/bench_coop.py --sweep times alternatives).
 LARGE = TileConfig(128, 128, 64, 64, 32)
 MEDIUM = TileConfig(64, 64, 64, 32, 32)
 NARROW = TileConfig(32, 64, 64, 32, 16)
 DECODE = TileConfig(16, 32, 128, 16, 16)
 TARGET_TILES = 96  # work groups wanted in flight (an H100 has 132 SMs)
-# TileConfig fields set on every default tile on the tensor cores (family "coopmat"): the winner
-# of the H100 `bench_coop.py --staging --rounds 3` run against the previous default (BK 64, two stages, run-time flags, B transposed),
-# TOPS: 8192^3 gemm 311 vs 196, 4096^3 gemm 299 vs 213, quantized (B kept row-major) 4096^3
-# 191 vs 137, 512x384x1536 35.5 vs 30.9, 128x384x1536 13.0 vs 9.3. One shared stage of BK 128
-# (two barriers per step) keeps twice the bytes in flight per barrier within 48 KB; `lean` fixes
-# signedness, sums and output type per pipeline. stmap and cb_mma were not ahead there.
+# TileConfig fields set on every default tile on the tensor cores (family "coopmat"): one shared
+# stage of BK 128 (two barriers per step) keeps twice the bytes in flight per barrier within 48 KB,
+# `lean` drops the run-time flag code (signedness, sums and output type fixed per pipeline), and a
+# row-major B stays row-major (no transpose at the store). Against BK 64 in two stages, run-time
+# flags, B transposed (H100, `benchmarks/bench_coop.py --staging --rounds 3`, TOPS): 8192^3 gemm
+# 311 vs 196, 4096^3 gemm 299 vs 213, quantized (B row-major) 4096^3 191 vs 137, 512x384x1536 35.5
+# vs 30.9, 128x384x1536 13.0 vs 9.3.
 TENSOR_CORE_OPTIONS: dict[str, Any] = {"bk": 128, "stages": 1, "lean": True, "b_rows": "n"}
 
 
@@ -202,9 +184,10 @@ def split_k(cfg: TileConfig, k: int, groups: int) -> TileConfig | None:
 def candidate_configs(m: int, n: int, t: int, tensor_cores: bool = False, k: int = 0) -> list[TileConfig]:
     """Tiles in order of preference: the largest that still gives TARGET_TILES work groups
     first (M <= 16, decoding: the thin one), then the smaller ones (for devices where it does
-    not fit); with TENSOR_CORE_OPTIONS for the coopmat family, each also as it was before them,
-    and for M <= 32 the thin tile first, its K split (split_k) where that applies (H100,
-    coop_ksplit.py: 32 x 4096 x 11008, no split, 33.9 us against 39.9 for the 64 x 64 tile)."""
+    not fit); with TENSOR_CORE_OPTIONS for the coopmat family, each followed by the same tile
+    without them (where they do not fit), and for M <= 32 the thin tile first, its K split
+    (split_k) where that applies (H100, coop_ksplit.py: 32 x 4096 x 11008, no split, 33.9 us
+    against 39.9 for the 64 x 64 tile)."""
     if m <= 16:
         order = [DECODE, NARROW]
     else:
@@ -289,8 +272,6 @@ def plan_coop(device: Device, desc: MatrixMultiplyIntegerToFloatDesc, *, family:
         am, bmode = operand_modes(a_sz, a_st, b_sz, b_st, cfg.b_rows)
         a_mode, b_mode = _A_MODES[am], _B_MODES[bmode]
         problems = cfg.problems(sg, a_mode, b_mode, device.limits)
-        if cfg.handoff and family != "coopmat":
-            problems.append("handoff needs the tensor-core family (subgroups that progress while another spins)")
         if family != "coopmat" and sg not in BLOCK_SUBGROUPS:
             problems.append(f"family {family!r} needs a subgroup size in {BLOCK_SUBGROUPS}, got {sg}")
         if not problems:

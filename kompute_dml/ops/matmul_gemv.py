@@ -53,8 +53,9 @@ ACC_REGISTERS = 64  # MT x NCOL int32 sums per invocation, kept in registers
 LOAD_REGISTERS = 64  # words of B in flight per invocation and chunk (GPU default): 4 k rows x NCOL bytes per group
 
 # B row-major on a GPU, 256 invocations: (NCOL, NL, KC) per MT, the fastest of the H100 sweep
-# (bench_decode.py; gain over the first defaults: 1.12x at M = 1, 1.10x at 2, 1.24x at 4, 1.05x at
-# 8 and 16, 1.45x at 32, which takes two row tiles of 16: GPU_ROW_CONFIG_TILED)
+# (`bench_decode.py --rounds 5`, docs/matmul_gemv.md; over default_config's general rule: 1.12x at
+# M = 1, 1.10x at 2, 1.24x at 4, 1.05x at 8 and 16, 1.45x at 32, which takes two row tiles of 16:
+# GPU_ROW_CONFIG_TILED)
 GPU_ROW_CONFIGS = {1: (8, 4, 1024), 2: (8, 4, 1024), 4: (8, 4, 1024), 8: (4, 8, 512), 16: (4, 8, 256)}
 GPU_ROW_CONFIG_TILED = (4, 16, 256)
 
