@@ -6,11 +6,6 @@ and device time together, on whatever device `Device()` opens.
 
 Each row is a call a user or the ONNX backend makes again and again, and the cache it meets:
 
-  descriptor_sets   runtime/pipelines.PipelineCache: kp algorithms (descriptor sets) by variant
-                    and bound buffer serials. Bypassed: every lookup makes a new descriptor set.
-                    Timed: planning a new input signature of a 120-node element-wise ONNX graph
-                    (every node's dispatch encoded once, so the cache can only hit where buffers
-                    repeat), and eager helper calls (kdml.add) into fresh outputs.
   replays           runtime/engine._replays: encoded submissions by (operator, buffer serials,
                     offsets). Bypassed: capacity 0, every execution is encoded and recorded anew.
                     Timed: op.execute on the same tensors.
@@ -43,7 +38,6 @@ from kompute_dml.bench.harness import interleaved
 from kompute_dml.ops import base as ops_base
 from kompute_dml.recent_calls import RecentCalls
 from kompute_dml.runtime import engine as engine_mod
-from kompute_dml.runtime.pipelines import PipelineCache
 
 
 @contextlib.contextmanager
@@ -87,33 +81,6 @@ def _elementwise_model(nodes: int, cpu_node: bool = False) -> Any:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
-
-
-def case_descriptor_sets(dev: kdml.Device) -> dict[str, Callable[[], Any]]:
-    from kompute_dml.onnx_backend import Backend
-
-    rep = Backend.prepare(_elementwise_model(120), kdml_device=dev)
-    rows = iter(range(2, 1 << 30))
-
-    def new_signature() -> None:  # a batch size not planned before: the whole program is planned
-        rep.run({"x": np.ones((next(rows), 64), np.float32)})
-        rep._plans.clear()
-
-    x = dev.tensor(np.ones((256, 256), np.float32))
-
-    def helper_calls() -> None:
-        kdml.add(x, x)
-
-    def bypass() -> contextlib.AbstractContextManager[Any]:
-        return patched(PipelineCache, "get", _uncached_get)
-    out = {f"plan/{k}": f for k, f in with_and_without(new_signature, bypass).items()}
-    out.update({f"add/{k}": f for k, f in with_and_without(helper_calls, bypass).items()})
-    return out
-
-
-def _uncached_get(self: PipelineCache, plan: Any, memories: Any, serials: Any = None) -> Any:
-    self.misses += 1
-    return self.manager.kdml_algorithm([m.tensor for m in memories], self.program(plan))
 
 
 def case_replays(dev: kdml.Device) -> dict[str, Callable[[], Any]]:
@@ -172,7 +139,7 @@ def case_onnx_arena(dev: kdml.Device) -> dict[str, Callable[[], Any]]:
     return with_and_without(lambda: rep.run(feeds), lambda: patched(rep, "arena_capacity", 0))
 
 
-CASES = {"descriptor_sets": case_descriptor_sets, "replays": case_replays, "bind_checks": case_bind_checks,
+CASES = {"replays": case_replays, "bind_checks": case_bind_checks,
          "helper_calls": case_helper_calls, "onnx_arena": case_onnx_arena}
 
 

@@ -444,14 +444,14 @@ def test_a_longer_sequence_creates_no_pipeline_where_the_policy_prepares_ahead(p
                                                                 gemv_k_contiguous=True))
     monkeypatch.setattr(dev.engine, "prepared_variants", set())
     created: list[str] = []
-    program = pipelines.PipelineCache.program
+    program = pipelines.Programs.program
 
     def noting(self, plan):
         if (plan.variant, plan.spec, len(plan.push), len(plan.bindings)) not in self._programs:
             created.append(plan.variant)
         return program(self, plan)
 
-    monkeypatch.setattr(pipelines.PipelineCache, "program", noting)
+    monkeypatch.setattr(pipelines.Programs, "program", noting)
     try:
         rep.run(feeds_for(p, 1, 1))
         assert any(v.startswith("mmi_gpu") for v in created), created  # prepared ahead: M = 1 takes gemv

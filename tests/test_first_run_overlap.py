@@ -289,14 +289,14 @@ def test_a_larger_output_creates_no_memory_kernel_pipeline_where_the_policy_prep
     monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, prepare_siblings=True, memory_kernel="gpu"))
     monkeypatch.setattr(dev.engine, "prepared_variants", set())
     created: list[tuple[str, tuple[int, ...]]] = []
-    program = pipelines.PipelineCache.program
+    program = pipelines.Programs.program
 
     def noting(self, plan):
         if (plan.variant, plan.spec, len(plan.push), len(plan.bindings)) not in self._programs:
             created.append((plan.variant, plan.spec))
         return program(self, plan)
 
-    monkeypatch.setattr(pipelines.PipelineCache, "program", noting)
+    monkeypatch.setattr(pipelines.Programs, "program", noting)
     try:
         for k, shape in enumerate(((1, 5, 8), (64, 1000, 8))):  # outputs of 160 bytes, then 2 MiB
             x = rng.standard_normal(shape).astype(np.float32)
@@ -304,7 +304,7 @@ def test_a_larger_output_creates_no_memory_kernel_pipeline_where_the_policy_prep
             np.testing.assert_array_equal(y, x.transpose(0, 2, 1).reshape(shape[0], -1))
             if k == 0:  # the first run's kernel, in both specializations (made now, or by an earlier test)
                 at_first = list(created)
-                specs = {spec for (variant, spec, *_rest) in dev.engine.pipelines._programs if variant == "rows_copy_b32"}
+                specs = {spec for (variant, spec, *_rest) in dev.engine.programs._programs if variant == "rows_copy_b32"}
                 assert {(1,), (4,)} <= specs, specs
         assert created == at_first, f"the larger output created {created[len(at_first):]}"
     finally:

@@ -320,7 +320,7 @@ def test_mixed_model_placement_and_transfers(rng, monkeypatch):
         downloads.clear()
         uploads.clear()
         gc.collect()
-        misses = rep.device.stats()["pipeline_misses"]
+        misses = rep.device.stats()["descriptor_sets"]
         x = rng.standard_normal((5, 6)).astype(np.float32)
         k = np.array(run - 1, np.int64)
         y1, y3 = rep.run({"x": x, "k": k})
@@ -334,7 +334,7 @@ def test_mixed_model_placement_and_transfers(rng, monkeypatch):
         # device; y1 and e come down once each.
         assert st.uploads == len(uploads) == 2
         assert st.downloads == len(downloads) == 3
-        assert rep.device.stats()["pipeline_misses"] == misses  # the same buffers bound again: no rebuild
+        assert rep.device.stats()["descriptor_sets"] == misses  # the same buffers bound again: no rebuild
 
 
 def test_fallback_for_types_the_device_cannot_take(rng):
@@ -577,7 +577,7 @@ def test_products_sharing_a_host_activation_upload_it_once(rng):
                    [helper.make_tensor_value_info(f"y{i}", T.FLOAT, None) for i in range(3)], inits)
     rep = Backend.prepare(model, "CPU")
     for run in range(2):
-        misses = rep.device.stats()["pipeline_misses"]
+        misses = rep.device.stats()["descriptor_sets"]
         outs = rep.run({"a": a, "s": s, "z": z})
         assert rep.last_run.uploads == 1 and rep.last_run.downloads == 3
         policy = rep.device.policy
@@ -585,7 +585,7 @@ def test_products_sharing_a_host_activation_upload_it_once(rng):
         first = 3 if both else 2
         assert rep.last_run.constant_uploads == (first if run == 0 else 0)
         if run:
-            assert rep.device.stats()["pipeline_misses"] == misses
+            assert rep.device.stats()["descriptor_sets"] == misses
         for i, y in enumerate(outs):
             assert_product(y, mmitf_exact(a, ws[f"w{i}"], s, np.array(0.01, np.float32), z), what=f"y{i}")
 

@@ -143,7 +143,7 @@ def test_whole_graph_runs_as_one_submission_and_matches_the_reference(rng, monke
     kept = []
     for b, s in ((2, 5), (2, 5), (3, 7), (1, 1), (3, 7)):
         feeds = _feeds(rng, b, s)
-        misses = rep.device.stats()["pipeline_misses"]
+        misses = rep.device.stats()["descriptor_sets"]
         y, is_pad = rep.run(feeds)
         st = rep.last_run
         assert st.submissions == 1 and st.uploads == 1 and st.downloads == 2 and st.runtime_fallbacks == 0
@@ -155,7 +155,7 @@ def test_whole_graph_runs_as_one_submission_and_matches_the_reference(rng, monke
         assert is_pad.dtype == np.bool_
         np.testing.assert_allclose(y, want_y, rtol=2e-6, atol=1e-5)
         if not st.planned:  # a signature seen before: nothing is built again
-            assert rep.device.stats()["pipeline_misses"] == misses
+            assert rep.device.stats()["descriptor_sets"] == misses
         kept.append((y, want_y))  # results still held are never handed out again
     for y, want_y in kept:
         np.testing.assert_allclose(y, want_y, rtol=2e-6, atol=1e-5)

@@ -205,7 +205,7 @@ def test_pipeline_refuses_a_variant_needing_a_disabled_capability():
             pytest.skip("no SPIR-V variant that needs an optional capability was built")
         plan = DispatchPlan(variant=needy[0], bindings=(None,), push=(0,), groups=(1, 1, 1), writes=())
         with pytest.raises(kdml.UnsupportedError, match=f"{needy[0]}.*did not enable"):
-            d.engine.pipelines.get(plan, [d.engine.dummy])
+            d.engine.programs.bind(plan, [d.engine.dummy])
     finally:
         d.close()
 

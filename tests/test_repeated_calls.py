@@ -24,7 +24,7 @@ from kompute_dml.dtypes import DataType as DT
 from kompute_dml.functional import matmul_integer as functional_matmul
 from kompute_dml.tensor_desc import TensorDesc as TD
 
-BUILT = ("programs", "pipelines_created", "pipeline_misses", "pipelines", "recorded_sequences", "sequences_created",
+BUILT = ("programs", "pipelines_created", "descriptor_sets", "recorded_sequences", "sequences_created",
          "first_runs", "live_buffers", "pooled_buffers", "allocated_bytes")
 
 

@@ -10,7 +10,7 @@
 - `budget`: the allocation rules (memory budget, allocation count, host memory)
 - `inflight`: submissions made without waiting (Submission); `profile`: device time per
   dispatch (Device.profile)
-- `pipelines`, `encode`, `pool`: cached kp algorithms (descriptor sets over shared pipelines); plans -> kp operations and barriers;
+- `pipelines`, `encode`, `pool`: program handles and the descriptor sets written per encoded dispatch; plans -> kp operations and barriers;
   the functional helpers' buffer pool
 - `replay`: a cached submission (Replay), the shared sequence its first run goes through, and
   the sequences that run recordings' heads (Heads: Recording.flush)

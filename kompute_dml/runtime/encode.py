@@ -21,7 +21,7 @@ import kp
 import numpy as np
 
 from .memory import DeviceMemory, HostRange
-from .pipelines import PipelineCache
+from .pipelines import Programs
 from .plans import DispatchPlan, Plan, TransferPlan
 
 # Vulkan flag values (vulkan_core.h)
@@ -68,9 +68,9 @@ def _transfer(plan: TransferPlan, bound: Sequence[Any]) -> EncodedDispatch:
     return EncodedDispatch(op, frozenset(), frozenset({dst_mem.serial}), skip=len(regions) == 0)
 
 
-def encode(plan: Plan, bound: Sequence[Any], pipelines: PipelineCache, dummy: DeviceMemory) -> EncodedDispatch:
-    """Resolve a plan against bound tensors (or None) into a kp operation; `dummy` is bound
-    where a shader binding's tensor is absent."""
+def encode(plan: Plan, bound: Sequence[Any], programs: Programs, dummy: DeviceMemory) -> EncodedDispatch:
+    """Resolve a plan against bound tensors (or None) into a kp operation with a descriptor set
+    of its own; `dummy` is bound where a shader binding's tensor is absent."""
     if isinstance(plan, TransferPlan):
         return _transfer(plan, bound)
     assert isinstance(plan, DispatchPlan)
@@ -85,7 +85,7 @@ def encode(plan: Plan, bound: Sequence[Any], pipelines: PipelineCache, dummy: De
             t = bound[idx]
             if t is not None:  # the packed word (an offset within the tensor, in units) plus the binding's
                 push[word] = (push[word] + t.offset // unit) & 0xFFFFFFFF
-    algo = pipelines.get(plan, memories, serials)
+    algo = programs.bind(plan, memories)
     writes = frozenset([bound[i].buffer.memory.serial for i in plan.writes])
     # kp.OpDispatch records no barrier of its own (kp's OpAlgoDispatch records one per bound
     # tensor before every dispatch); record_dispatches orders the sequence with global barriers.

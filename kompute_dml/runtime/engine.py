@@ -7,8 +7,8 @@ ops/base.CompiledOperator, device.Device, recording.Recording) calls the public 
 
 Submission has one path, for eager executions and recordings alike: a list of executions, each
 (plans, bound tensors), under a key naming the operators, buffers and offsets. The first
-submission of a key encodes the plans (kp operations over cached descriptor sets) and caches
-them; its first run is recorded into a sequence shared by all first runs, its second into a kp
+submission of a key encodes the plans (kp operations, each with a descriptor set of its own) and
+caches them; its first run is recorded into a sequence shared by all first runs, its second into a kp
 sequence of its own with its barriers, which every later one replays without encoding or
 recording anything (runtime/replay.py).
 """
@@ -38,7 +38,7 @@ from .inflight import InFlight, Submission, finished
 from .later import SPARE_WORDS, MadeLater
 from .manager import create_manager
 from .memory import DeviceMemory, HostRange, allocation_error
-from .pipelines import PipelineCache
+from .pipelines import Programs
 from .plans import DispatchPlan, Plan
 from .pool import BufferPool
 from .profile import Profile
@@ -90,7 +90,7 @@ class Engine:
         self.cooperative_matrix_flexible_shapes = ints(self.manager.kdml_cooperative_matrix_flexible_shapes())  # workgroup scope
         (self.cooperative_matrix2_limits,) = ints([self.manager.kdml_cooperative_matrix2_limits()])
         self.budget = MemoryBudget(memory_budget, max_allocations, host_memory)
-        self.pipelines = PipelineCache(self.manager, self.capabilities)
+        self.programs = Programs(self.manager, self.capabilities)
         # One pipeline cache per device, kept on disk between processes (KDML_CACHE_DIR)
         self.disk_cache = DiskPipelineCache.for_manager(self.manager)
         self.pool = BufferPool()
@@ -201,7 +201,6 @@ class Engine:
                 return
             engine.inflight.settle(serial)
             engine.staging.forget(serial)
-            engine.pipelines.forget_memory(serial)
             for key in [k for k, r in engine._replays.items() if serial in r.memories]:
                 engine._replays.pop(key).live = False
 
@@ -351,7 +350,7 @@ class Engine:
 
     def _encode(self, work: Sequence[Work], labels: Sequence[Any] = ()) -> Replay:
         names = list(labels) + [""] * (len(work) - len(labels))
-        dispatches = [(encode(plan, bound, self.pipelines, self.dummy), (name, plan))
+        dispatches = [(encode(plan, bound, self.programs, self.dummy), (name, plan))
                       for (plans, bound), name in zip(work, names) for plan in plans]
         return Replay(_memories(work), dispatches)
 
@@ -360,16 +359,14 @@ class Engine:
         """Create the shared pipeline `plan` will use (Device.warmup), binding nothing."""
         with self.lock:
             self.check_open()
-            self.pipelines.prepare(plan)
+            self.programs.prepare(plan)
 
     def stats(self) -> dict[str, int]:
         programs, created = self.manager.kdml_program_counts()
         return {
             "programs": int(programs),  # shared pipelines of this device
             "pipelines_created": int(created),
-            "pipelines": len(self.pipelines),
-            "pipeline_hits": self.pipelines.hits,
-            "pipeline_misses": self.pipelines.misses,
+            "descriptor_sets": self.programs.descriptor_sets,  # made so far (one per encoded dispatch)
             "recorded_sequences": len(self._replays),  # cached submissions
             "sequences_created": self.sequences_created,
             "first_runs": self.first_runs.runs,
@@ -395,6 +392,5 @@ class Engine:
                 replay.live = False
             self._replays.clear()
             self.later.spares.clear()
-            self.pipelines.clear()
             self.closed = True
             self.manager.destroy()  # waits for the device, writes the pipeline cache file (disk_cache.py)

@@ -1,19 +1,20 @@
-"""Cached kp algorithms: the descriptor sets that bind buffers to a shared pipeline.
+"""Programs and the descriptor sets that bind buffers to them.
 
 A device has one pipeline per (SPIR-V, specialization constants, push-constant size, binding
 count), shared by every kp algorithm that uses it, and known by a handle (kp patch level 9:
-`Manager.kdml_prepare_program`), found once per (variant, spec, push size) in this process. An
+`Manager.kdml_prepare_program`), found once per (variant, spec, push size) in this process. A kp
 algorithm is then only a descriptor set (the buffers it binds), made from the handle without
-passing the SPIR-V again (`Manager.kdml_algorithm`: at level 8 every new set copied and
-compared the whole shader, ~50 us for an 80 KB variant), and cached per (shader variant,
-bound buffers, push-constant size, specialization constants). The grid is given at each
-dispatch (encode.py) and push constants carry everything else (binding offsets, shapes,
-strides, parameters), so a new shape or new buffers never build a pipeline.
+passing the SPIR-V again (`Manager.kdml_algorithm`, from the device's shared descriptor pools).
+A descriptor set is written per encoded dispatch and lives as long as the recorded program that
+holds it (a cached submission, runtime/replay.py, or a Recording), as ggml-vulkan writes its sets
+per dispatch: nothing is keyed by buffer identity here, so a released buffer has no set to
+forget. The grid is given at each dispatch (encode.py) and push constants carry everything else
+(binding offsets, shapes, strides, parameters), so a new shape or new buffers never build a
+pipeline.
 """
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,40 +23,24 @@ from .memory import DeviceMemory
 from .plans import DispatchPlan
 
 
-class PipelineCache:
-    """LRU cache of kp algorithms keyed by (variant, buffer serials, push size, spec)."""
+class Programs:
+    """A device's program handles by (variant, spec, push words, bindings), and the descriptor
+    sets made over them."""
 
-    def __init__(self, manager: Any, capabilities: frozenset[str] = frozenset(), capacity: int = 512) -> None:
+    def __init__(self, manager: Any, capabilities: frozenset[str] = frozenset()) -> None:
         self.manager = manager
         self.capabilities = capabilities  # the device's enabled optional features
-        self.capacity = capacity
-        self._entries: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
         # SPIR-V by variant, checked (capabilities, staleness) and read once per device: a new
-        # descriptor set must not cost a file read and a hash of the shader sources
+        # program must not cost a file read and a hash of the shader sources
         self._spirv: dict[str, bytes] = {}
         self._programs: dict[tuple[Any, ...], int] = {}  # (variant, spec, push words, bindings) -> handle
-        self.hits = 0
-        self.misses = 0
+        self.descriptor_sets = 0  # made so far
 
-    def get(self, plan: DispatchPlan, memories: Sequence[DeviceMemory], serials: tuple[int, ...] | None = None) -> Any:
-        """The algorithm binding `memories` (whose serials the caller may pass, made once)."""
-        if serials is None:
-            serials = tuple([m.serial for m in memories])
-        key = (plan.variant, serials, len(plan.push), plan.spec)
-        algo = self._entries.get(key)
-        if algo is not None:
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return algo
-        self.misses += 1
-        algo = self.manager.kdml_algorithm([m.tensor for m in memories], self.program(plan))
-        self._entries[key] = algo
-        # Evicted algorithms are dropped, not destroy()ed: a recorded replay sequence or a
-        # pending Recording may still hold them, and kp frees an algorithm when its last
-        # reference goes (explicit destroy() here crashed those later submissions).
-        while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
-        return algo
+    def bind(self, plan: DispatchPlan, memories: Sequence[DeviceMemory]) -> Any:
+        """A new kp algorithm: a descriptor set binding `memories` to `plan`'s program. kp frees
+        it when the last recorded program holding it goes."""
+        self.descriptor_sets += 1
+        return self.manager.kdml_algorithm([m.tensor for m in memories], self.program(plan))
 
     def spirv(self, variant: str) -> bytes:
         data = self._spirv.get(variant)
@@ -79,16 +64,3 @@ class PipelineCache:
     def prepare(self, plan: DispatchPlan) -> None:
         """Create the shared pipeline of `plan`'s variant, spec and push size, binding nothing."""
         self.program(plan)
-
-    def forget_memory(self, serial: int) -> None:
-        """Drop the algorithms bound to a released buffer."""
-        for key in [k for k in self._entries if serial in k[1]]:
-            del self._entries[key]
-
-    def clear(self) -> None:
-        for algo in self._entries.values():
-            algo.destroy()
-        self._entries.clear()
-
-    def __len__(self) -> int:
-        return len(self._entries)
