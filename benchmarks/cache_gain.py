@@ -16,7 +16,13 @@ Each row is a call a user or the ONNX backend makes again and again, and the cac
                     the bound operator by the argument objects' ids. Bypassed: no entry is found.
                     Timed: kdml.matmul_integer_to_float (64^3 int8) and kdml.identity (64x64) on
                     the same Tensors.
-  onnx_arena        onnx_impl BackendRep._arena: node-by-node runs' device buffers by (node,
+  last_submission   ops/base.CompiledOperator._last: an operator's last submission, by its
+                    binding key's identity. Bypassed: the engine's cache answers instead.
+                    Timed: op.execute on the same tensors.
+  compiled_helpers  functional.compile_cached and functional/gemm._prepared: helpers' compiled
+                    operators by (id(device), descriptors). Bypassed: every call compiles.
+                    Timed: kdml.cast on a new Tensor object, kdml.gemm (64x64 float16).
+  onnx_arena        onnx_impl RunState.arena (rep.state): node-by-node runs' device buffers by (node,
                     role, slot, layout). Bypassed: capacity 0, every output is a new buffer.
                     Timed: a run of a 40-node model with a CPU node (so it runs node by node).
 
@@ -34,7 +40,9 @@ from typing import Any
 import numpy as np
 
 import kompute_dml as kdml
+from kompute_dml import functional
 from kompute_dml.bench.harness import interleaved
+from kompute_dml.functional import gemm as functional_gemm
 from kompute_dml.ops import base as ops_base
 from kompute_dml.recent_calls import RecentCalls
 from kompute_dml.runtime import engine as engine_mod
@@ -131,16 +139,51 @@ def case_helper_calls(dev: kdml.Device) -> dict[str, Callable[[], Any]]:
     return out
 
 
+def case_last_submission(dev: kdml.Device) -> dict[str, Callable[[], Any]]:
+    d = kdml.TensorDesc(kdml.DataType.FLOAT32, (64, 64))
+    op = dev.compile(kdml.ElementWiseAddDesc(d, d, d))
+    a, b, y = (dev.tensor(np.ones((64, 64), np.float32)) for _ in range(3))
+
+    def call() -> None:
+        op.execute([a, b], [y])
+
+    def bypass() -> contextlib.AbstractContextManager[Any]:
+        op._last = None  # the engine's cached submission is found instead
+        return contextlib.nullcontext()
+    return with_and_without(call, bypass)
+
+
+def case_compiled_helpers(dev: kdml.Device) -> dict[str, Callable[[], Any]]:
+    x = dev.tensor(np.ones((64, 64), np.float32))
+    a = dev.tensor(np.ones((64, 64), np.float16))
+
+    def cast() -> None:  # a new Tensor object each call: RecentCalls cannot answer it
+        kdml.cast(kdml.Tensor(x.buffer, x.desc), kdml.DataType.FLOAT16)
+
+    def mm() -> None:
+        kdml.gemm(a, a)
+
+    def bypass() -> contextlib.AbstractContextManager[Any]:
+        stack = contextlib.ExitStack()
+        stack.enter_context(patched(functional, "_compile_cache", {}))
+        stack.enter_context(patched(functional_gemm, "_prepared", {}))
+        return stack
+    out = {f"cast/{k}": f for k, f in with_and_without(cast, bypass).items()}
+    out.update({f"gemm/{k}": f for k, f in with_and_without(mm, bypass).items()})
+    return out
+
+
 def case_onnx_arena(dev: kdml.Device) -> dict[str, Callable[[], Any]]:
     from kompute_dml.onnx_backend import Backend
 
     rep = Backend.prepare(_elementwise_model(40, cpu_node=True), kdml_device=dev)
     feeds = {"x": np.ones((8, 64), np.float32)}
-    return with_and_without(lambda: rep.run(feeds), lambda: patched(rep, "arena_capacity", 0))
+    return with_and_without(lambda: rep.run(feeds), lambda: patched(rep.state, "arena_capacity", 0))
 
 
 CASES = {"replays": case_replays, "bind_checks": case_bind_checks,
-         "helper_calls": case_helper_calls, "onnx_arena": case_onnx_arena}
+         "helper_calls": case_helper_calls, "last_submission": case_last_submission,
+         "compiled_helpers": case_compiled_helpers, "onnx_arena": case_onnx_arena}
 
 
 def main() -> None:

@@ -85,7 +85,7 @@ def main() -> None:
         rep.run(feeds)
         first = (time.perf_counter() - t0) * 1e3
         st = rep.last_run
-        plan = rep._plans.get(next(reversed(rep._plans))) if st.planned else None
+        plan = rep.state.plans.get(next(reversed(rep.state.plans))) if st.planned else None
         added = plan.device_bytes if plan is not None else 0
         plans.append(st.plan_seconds * 1e3)
         if args.verbose:

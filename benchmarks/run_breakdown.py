@@ -39,8 +39,8 @@ def main() -> None:
     for batch, seq in args.shape:
         feeds = encoder_speed.bert_models.random_feeds(batch, seq, model.vocab, rng)
         rep.run(feeds)
-        plan = next(reversed(rep._plans.values()))  # the plan of this signature: the most recent
-        assert plan is not None, rep.plan_refusal
+        plan = next(reversed(rep.state.plans.values()))  # the plan of this signature: the most recent
+        assert plan is not None, rep.state.plan_refusal
         parts: dict[str, list[float]] = {}
         run_program, copy_now = plan.program.run, device_graph.host_copy
         default_parallel = staging.PARALLEL_BYTES

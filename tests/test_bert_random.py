@@ -479,7 +479,7 @@ def test_plan_memory_does_not_grow_with_depth(prepared):
         p = prepared(hidden, layers, heads)
         p.rep.release()  # fresh plans: no buffers left from other tests' shapes
         p.rep.run(feeds_for(p, 2, 7))
-        (plan,) = [x for x in p.rep._plans.values() if x is not None]
+        (plan,) = [x for x in p.rep.state.plans.values() if x is not None]
         sizes[layers] = plan.device_bytes
     assert sizes[3] == sizes[1], sizes
     check_exact(prepared(hidden, 3, heads), 2, 7)
@@ -499,7 +499,7 @@ def test_attention_probabilities_are_written_over_their_scores(prepared, monkeyp
             monkeypatch.setattr(PlanContext, "_writable", lambda *a: False)
         p.rep.release()
         out = p.rep.run(feeds)[0]
-        (plan,) = [x for x in p.rep._plans.values() if x is not None]
+        (plan,) = [x for x in p.rep.state.plans.values() if x is not None]
         results[in_place] = (plan.device_bytes, out.view(np.uint32).copy())
     monkeypatch.undo()
     p.rep.release()
@@ -521,7 +521,7 @@ def test_values_beyond_the_largest_buffer_run_on_the_cpu(prepared, monkeypatch):
     monkeypatch.setattr(p.rep.device, "limits", types.MappingProxyType(limits))
     out = p.rep.run(feeds)[0]
     monkeypatch.undo()
-    assert not p.rep.plan_buffers  # the refused plan's buffers went with it, free for the nodes' run
+    assert not p.rep.state.plan_buffers  # the refused plan's buffers went with it, free for the nodes' run
     p.rep.release()
     st = p.rep.last_run
     assert st.runtime_fallbacks > 0 and any("beyond the device's largest storage buffer" in e for e in st.events)

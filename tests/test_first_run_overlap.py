@@ -135,7 +135,7 @@ def test_a_plans_objects_join_the_oldest_generation_so_no_collection_is_due(rng)
     try:
         _run_softmax(rep, rng, (2, 8))
         _run_softmax(rep, rng, (3, 40))
-        plans = [p for p in rep._plans.values() if p is not None]
+        plans = [p for p in rep.state.plans.values() if p is not None]
         assert len(plans) == 2
         oldest = {id(o) for o in gc.get_objects(generation=2)}
         assert all(id(p) in oldest and id(p.program) in oldest for p in plans)
@@ -154,7 +154,7 @@ def test_objects_frozen_before_the_import_are_thawed_with_the_plans_promotion(rn
     try:
         _run_softmax(rep, rng, (2, 8))
         assert gc.get_freeze_count() == 0
-        (plan,) = [p for p in rep._plans.values() if p is not None]
+        (plan,) = [p for p in rep.state.plans.values() if p is not None]
         oldest = {id(o) for o in gc.get_objects(generation=2)}
         assert id(plan) in oldest and all(id(e) in oldest for e in early)
     finally:
@@ -170,7 +170,7 @@ def test_objects_frozen_elsewhere_stay_frozen_and_the_plan_stays_young(rng):
         frozen = gc.get_freeze_count()
         _run_softmax(rep, rng, (2, 8))
         assert 0 < gc.get_freeze_count() <= frozen  # not thawed, and nothing more frozen
-        (plan,) = [p for p in rep._plans.values() if p is not None]
+        (plan,) = [p for p in rep.state.plans.values() if p is not None]
         assert all(o is not plan for o in gc.get_objects(generation=2))
     finally:
         gc.unfreeze()
@@ -259,7 +259,7 @@ def test_a_plan_does_not_flush_while_a_buffer_is_being_made(rng, monkeypatch, al
     # a flush that happens starts everything recorded (it waits for memory still being made)
     monkeypatch.setattr(DeviceMemory, "ready", property(lambda self: True))
     _run_softmax(rep, rng, (3, 40))
-    (plan,) = [p for p in rep._plans.values() if p is not None]
+    (plan,) = [p for p in rep.state.plans.values() if p is not None]
     assert (plan.flushed == 0) == (allocating and not anyway)
 
 

@@ -20,7 +20,7 @@ from onnx_reference import assert_product, dynamic_quantize_linear, mmitf_exact 
 from ort_exactness import PAIRS, skip_unless_exact  # noqa: E402
 
 import kompute_dml as kdml  # noqa: E402
-from kompute_dml.onnx_backend import CPU, VULKAN, Backend, dynamic_quantize_uint8  # noqa: E402
+from kompute_dml.onnx_backend import CPU, VULKAN, Backend, BackendRep, dynamic_quantize_uint8  # noqa: E402
 
 OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
 # "exact": kompute_dml against int64 arithmetic; "onnxruntime": onnxruntime against the same
@@ -165,10 +165,11 @@ def test_weights_stored_columns_give_the_same_product(rng, monkeypatch, pair, sh
         policy = dataclasses.replace(rep.device.policy, weights=weights, gemv_k_contiguous=layout != "columns only")
         monkeypatch.setattr(rep.device, "policy", policy)
         bound = []
-        real = rep.weight_to_device
-        monkeypatch.setattr(rep, "weight_to_device", lambda *a, bound=bound, real=real: bound.append(real(*a)) or bound[-1])
+        real = BackendRep.weight_to_device
+        monkeypatch.setattr(BackendRep, "weight_to_device",
+                            lambda *a, bound=bound, real=real: bound.append(real(*a)) or bound[-1])
         for graph_mode in (True, False):
-            rep.graph_mode = graph_mode
+            rep.state.node_by_node = not graph_mode
             (got,) = rep.run(feeds)
             as_columns = min(shapes[1]) > 1 and rep.device.policy.weight_layout(shapes[0][-2]) == "columns"
             assert bound and all((tuple(t.desc.effective_strides) == (1, shapes[1][0])) == as_columns for t in bound)
@@ -177,10 +178,10 @@ def test_weights_stored_columns_give_the_same_product(rng, monkeypatch, pair, sh
             np.testing.assert_array_equal(got.view(np.uint32), results[layout].view(np.uint32))
         # under "columns" both layouts go up at the first product, whatever its rows, where the
         # policy uses both: a later plan with more or fewer rows (gemv_max_m) uploads nothing
-        transposed = rep._device_constants.get("B#columns")
+        transposed = rep.state.device_constants.get("B#columns")
         assert (transposed is not None) == (weights == "columns" and min(shapes[1]) > 1)
         both = policy.weight_layout(1) != policy.weight_layout(1 << 30)
-        assert ("B" in rep._device_constants) == (transposed is None or both)
+        assert ("B" in rep.state.device_constants) == (transposed is None or both)
         if transposed is not None:
             assert tuple(transposed.tensor.desc.effective_strides) == (1, shapes[1][0])
             assert tuple(transposed.tensor.desc.sizes) == shapes[1]

@@ -46,7 +46,7 @@ def _runs(model, feeds):
     for fuse in (True, False):
         for graph in (True, False):
             rep = Backend.prepare(model, "CPU", fuse=fuse)
-            rep.graph_mode = graph
+            rep.state.node_by_node = not graph
             outs = rep.run(feeds)
             got[fuse, graph] = (outs, rep.last_run, rep)
     ref = got[False, False][0]

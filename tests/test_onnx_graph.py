@@ -148,7 +148,7 @@ def test_whole_graph_runs_as_one_submission_and_matches_the_reference(rng, monke
         st = rep.last_run
         assert st.submissions == 1 and st.uploads == 1 and st.downloads == 2 and st.runtime_fallbacks == 0
         assert st.cpu_segments == 0
-        plan = rep._plans[next(reversed(rep._plans))] if st.planned else None
+        plan = rep.state.plans[next(reversed(rep.state.plans))] if st.planned else None
         assert plan is None or (plan.flushed > 0) == (flush_ms > 0)
         want_y, want_pad = _expected(table, w, feeds)
         np.testing.assert_array_equal(is_pad, want_pad)
@@ -159,7 +159,7 @@ def test_whole_graph_runs_as_one_submission_and_matches_the_reference(rng, monke
         kept.append((y, want_y))  # results still held are never handed out again
     for y, want_y in kept:
         np.testing.assert_allclose(y, want_y, rtol=2e-6, atol=1e-5)
-    planned = [k for k, v in rep._plans.items() if v is not None]
+    planned = [k for k, v in rep.state.plans.items() if v is not None]
     assert len(planned) == 3
 
 
@@ -182,7 +182,7 @@ def test_plan_buffers_are_reused_without_corrupting_live_values(rng, monkeypatch
         (y,) = rep.run({"x": x})
         np.testing.assert_array_equal(y, 39 * x)  # small integers: every float operation exact
         x = x + 1
-    plan = next(iter(rep._plans.values()))
+    plan = next(iter(rep.state.plans.values()))
     assert plan.device_bytes <= 4 * 256  # a handful of 256-byte blocks, not 40
 
 
@@ -247,13 +247,13 @@ def test_shape_siblings_are_prepared_where_the_policy_says(rng, monkeypatch):
 
 @FLUSH
 def test_plans_share_buffers_and_match_node_by_node_bit_for_bit(rng, monkeypatch, flush_ms):
-    """Signatures planned one after another draw on one set of buffers (rep.plan_buffers); going
+    """Signatures planned one after another draw on one set of buffers (rep.state.plan_buffers); going
     back to an earlier signature, every output still equals the node-by-node run's bits."""
     model, _ = _encoder_like(rng)
     graph = Backend.prepare(model, "CPU")
     _flush_every(monkeypatch, graph, flush_ms)
     nodes = Backend.prepare(model, "CPU")
-    nodes.graph_mode = False
+    nodes.state.node_by_node = True
     sizes = []
     for b, s in ((2, 5), (3, 9), (1, 3), (2, 5), (4, 11), (3, 9)):
         feeds = _feeds(rng, b, s)
@@ -263,7 +263,7 @@ def test_plans_share_buffers_and_match_node_by_node_bit_for_bit(rng, monkeypatch
         assert nodes.last_run.submissions == 0
         for g, w in zip(got, want):
             assert g.dtype == w.dtype and np.array_equal(g.view(np.uint8), w.view(np.uint8))
-        sizes.append(sum(len(v) for v in graph.plan_buffers.values()))
+        sizes.append(sum(len(v) for v in graph.state.plan_buffers.values()))
     assert sizes[3] == sizes[2] and sizes[-1] == sizes[-2]  # a signature seen before allocates nothing
 
 
@@ -335,18 +335,17 @@ def test_products_sharing_their_activation_run_as_one_and_equal_their_own_produc
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     feeds = {"a": a, "s": np.array(0.02, np.float32), "z": np.array(9, np.uint8)}
     grouped = Backend.prepare(model, "CPU")
-    single = Backend.prepare(model, "CPU")
-    single.product_groups = {}  # no groups: three products
+    single = Backend.prepare(model, "CPU", group_products=False)  # three products
     want = single.run(feeds)
     # the outputs are transposed views (not packed): read after the run, not copied by it
-    assert next(iter(single._plans.values())).dispatches == 3
+    assert next(iter(single.state.plans.values())).dispatches == 3
     for mode in (True, False):
-        grouped.graph_mode = mode
+        grouped.state.node_by_node = not mode
         got = grouped.run(feeds)
         for g, w in zip(got, want):
             assert g.shape == w.shape
             np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32))
-    plan = next(iter(grouped._plans.values()))
+    plan = next(iter(grouped.state.plans.values()))
     # one product, no copy for the Reshapes of the column views
     assert plan.dispatches == 1
 
@@ -499,6 +498,6 @@ def test_repeating_host_gather_is_uploaded_once_per_distinct_row(rng):
     row = (table[1].astype(np.float32) - np.float32(3)) * np.float32(0.03)
     np.testing.assert_array_equal(y, x + row)
     assert {p.target for p in rep.placement if p.op_type == "Add"} == {VULKAN}
-    plan = next(iter(rep._plans.values()))
+    plan = next(iter(rep.state.plans.values()))
     uploaded = plan.ctx.staged_bytes + sum(t.nbytes for t in plan.ctx.kept if isinstance(t, kdml.Tensor))
     assert 0 < uploaded < 64 * hidden, uploaded  # one row (1 KiB), not 1.25 MiB of float32

@@ -57,7 +57,7 @@ def test_host_nodes_equal_in_value_are_evaluated_once(rng, monkeypatch):
         np.testing.assert_array_equal(y, x * 4)
         assert rep.last_run.submissions == 1
         assert sorted(calls) == (sorted(["Shape", "Gather", "Unsqueeze", "Concat"]) if evaluated else []), calls
-    results = list(rep.host_memo._results.values())
+    results = list(rep.state.host_memo._results.values())
     assert results and all(not o.flags.writeable for outs in results for o in outs if isinstance(o, np.ndarray))
 
 
@@ -118,7 +118,7 @@ def test_small_host_values_need_no_allocation_of_their_own(rng, monkeypatch):
     np.testing.assert_array_equal(y, x != 0)
     assert rep.last_run.planned and rep.last_run.constant_uploads >= 2
     assert made and all(made), made  # every allocation of the plan made later
-    assert len(rep.plan_small) >= 2
+    assert len(rep.state.plan_small) >= 2
 
 
 @pytest.mark.parametrize("enabled", [True, False], ids=["gc-on", "gc-off"])
@@ -155,7 +155,7 @@ def test_gpu_policy_sizes_the_plans_host_memory_once(rng, monkeypatch):
         x = rng.standard_normal((b, s)).astype(np.float32)
         (y,) = rep.run({"x": x})
         np.testing.assert_array_equal(y, x * 4)
-        sizes.append((rep.plan_io["in"].nbytes, rep.plan_io["out"].nbytes))
+        sizes.append((rep.state.plan_io["in"].nbytes, rep.state.plan_io["out"].nbytes))
     assert sizes[0][0] >= device_graph.PLAN_IO_BYTES["in"] and sizes[0][1] >= device_graph.PLAN_IO_BYTES["out"]
     assert sizes == [sizes[0]] * 3
 
@@ -177,7 +177,7 @@ def test_an_output_takes_a_larger_free_buffer_before_allocating(rng):
     b = (x + x)[:, :512]
     np.testing.assert_array_equal(y, (b + b) * b)
     assert rep.last_run.planned and rep.last_run.submissions == 1
-    held = sorted(buf.nbytes for bufs in rep.plan_buffers.values() for buf in bufs)
+    held = sorted(buf.nbytes for bufs in rep.state.plan_buffers.values() for buf in bufs)
     assert held == [4 * 512 * 4, 4 * 512 * 4, 4 * 1024 * 4], held  # b's, y's, and a's (then c's)
 
 
@@ -207,7 +207,7 @@ def test_host_values_go_up_together_before_the_device_reads_them(rng, monkeypatc
         for _ in range(2):
             (y,) = rep.run({"x": x})
             np.testing.assert_array_equal(y, (x + t1[:s]) + t2[:s])
-        plan = rep._plans[next(reversed(rep._plans))]
+        plan = rep.state.plans[next(reversed(rep.state.plans))]
         assert [type(k) for k in plan.ctx.kept] == [kdml.Buffer] and plan.ctx.staged_bytes == 2 * s * hidden * 4
 
 

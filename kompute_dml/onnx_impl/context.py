@@ -90,7 +90,7 @@ class EagerContext:
 
     @property
     def memo(self) -> dict[Any, Any]:
-        return self._rep.memo
+        return self._rep.state.memo
 
     def hold_for_members(self, value: Any, members: int) -> None:
         pass

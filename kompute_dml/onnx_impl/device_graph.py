@@ -108,7 +108,7 @@ class GraphPlan:
             raise KeyError(f"value {name!r} is not available (missing input?)")
 
         self.device_nodes = 0
-        nodes = _node_table(rep)
+        nodes = rep.node_table
 
         def record(i: int) -> None:  # node i's handler, its outputs kept
             node, target, inputs, outputs, scope = nodes[i]
@@ -305,23 +305,11 @@ def _prepare_siblings(device: kdml.Device, program: Any, operators: Iterable[Any
     return created
 
 
-def _node_table(rep: BackendRep) -> list[tuple[Any, str, tuple[str, ...], tuple[str, ...], str]]:
-    """Per node: (the node, its target, input names, output names, its profile scope), read from
-    the protobuf once per model: every plan walks every node, and each protobuf field read costs
-    a wrapper."""
-    table = rep.plan_nodes
-    if table is None:
-        table = rep.plan_nodes = [
-            (node, rep._placement_static[i][0], tuple(node.input), tuple(node.output), f"{i} {node.op_type} {node.name}")
-            for i, node in enumerate(rep.graph.node)]
-    return table
-
-
 def _dying(rep: BackendRep, feeds: dict[str, Any]) -> list[list[str]]:
     """Per node, the values its step reads last (none an output or an input): the same for every
     plan of the same input names, so made once per model and names."""
     names = frozenset(feeds)
-    dying = rep.plan_liveness.get(names)
+    dying = rep.state.plan_liveness.get(names)
     if dying is None:
         g, keep, last = rep.graph, set(rep.output_names), {}
         for i in range(len(g.node)):
@@ -331,7 +319,7 @@ def _dying(rep: BackendRep, feeds: dict[str, Any]) -> list[list[str]]:
         for n, i in last.items():
             if n not in keep and n not in names:
                 dying[i].append(n)
-        rep.plan_liveness[names] = dying
+        rep.state.plan_liveness[names] = dying
     return dying
 
 
@@ -372,11 +360,11 @@ def _host_io(rep: BackendRep, key: str, nbytes: int) -> np.ndarray:
     grown by plan_context's size classes (a plan made before keeps the smaller one it recorded).
     Where the policy prepares for other input shapes (GPUs), the first is at least PLAN_IO_BYTES:
     pinned memory cost a first run of a larger shape 2.1 ms on the H100 (plan_split.py, 8x128)."""
-    arr = rep.plan_io.get(key)
+    arr = rep.state.plan_io.get(key)
     if arr is None or arr.nbytes < nbytes:
         if arr is None and rep.device.policy.prepare_siblings:
             nbytes = max(nbytes, PLAN_IO_BYTES[key])
-        arr = rep.plan_io[key] = rep.device.host_array(_block(nbytes), np.uint8)
+        arr = rep.state.plan_io[key] = rep.device.host_array(_block(nbytes), np.uint8)
     return arr
 
 

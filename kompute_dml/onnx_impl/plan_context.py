@@ -62,13 +62,13 @@ class PlanContext:
         self._staged_buf: kdml.Buffer | None = None  # _staged: the host values' current buffer,
         self._staged_used = 0  # its bytes placed,
         self._pending: list[tuple[int, np.ndarray]] = []  # and those not yet written (offset, bytes)
-        # small host values placed there, not yet written: they join rep.plan_small once written
+        # small host values placed there, not yet written: they join rep.state.plan_small once written
         self._small: dict[tuple[Any, ...], kdml.Tensor] = {}
         self.staged_bytes = 0  # the host values' bytes this plan placed there
-        # Every plan of a model draws on the same buffers (rep.plan_buffers, by size class): runs
+        # Every plan of a model draws on the same buffers (rep.state.plan_buffers, by size class): runs
         # of one model never overlap (BackendRep.run holds a lock and waits), so another input
         # signature's plan reuses them, allocating only what it needs beyond them.
-        self._shared: dict[int, list[kdml.Buffer]] = rep.plan_buffers
+        self._shared: dict[int, list[kdml.Buffer]] = rep.state.plan_buffers
         self._free: dict[int, list[kdml.Buffer]] = collections.defaultdict(list)
         self._by_id: dict[int, kdml.Buffer] = {}
         for size, bufs in self._shared.items():
@@ -110,7 +110,7 @@ class PlanContext:
         arr = np.asarray(value)
         if arr.nbytes <= SMALL_HOST_BYTES:  # the same few bytes in every plan (a Cast's 0 and 1)
             key = (arr.dtype.str, arr.shape, arr.tobytes())
-            t = self.rep.plan_small.get(key)
+            t = self.rep.state.plan_small.get(key)
             if t is None:
                 t = self._small.get(key)
             if t is None:
@@ -157,7 +157,7 @@ class PlanContext:
         self._staged_buf.write(data, start)  # type: ignore[union-attr]
         self._pending.clear()
         if self._small:  # written: later plans may bind them (a plan that fails never writes its own)
-            small = self.rep.plan_small
+            small = self.rep.state.plan_small
             small.update(self._small)
             self._small.clear()
             while len(small) > SMALL_HOST_VALUES:
@@ -243,7 +243,7 @@ class PlanContext:
             self._after_node.append(value)
 
     def attach(self, owner: Any, *values: Any) -> None:
-        """Keep `values` (a handler's results that later nodes may reuse through rep.memo, keyed
+        """Keep `values` (a handler's results that later nodes may reuse through rep.state.memo, keyed
         by `owner`) as long as owner's buffer lives."""
         if not isinstance(owner, DeviceValue):
             return

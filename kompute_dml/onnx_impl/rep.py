@@ -6,7 +6,6 @@ import collections
 import contextlib
 import dataclasses
 import heapq
-import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -27,10 +26,10 @@ from .feeds import normalize_inputs
 from .fusions import Fusion, Fusions, find_fusions
 from .graph import _densify, _node_inputs
 from .handlers import HANDLERS
-from .host_eval import HostMemo
 from .product_groups import find_groups
+from .run_state import RunState
 from .transfers import ValueTransfers
-from .values import CPU, HOST, VULKAN, DeviceValue, FallbackError, FallbackNeeded, NodePlacement, RunStats
+from .values import CPU, HOST, VULKAN, FallbackError, FallbackNeeded, NodePlacement, RunStats
 
 
 # ---------------------------------------------------------------------------------
@@ -40,10 +39,12 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
     """A prepared model. `placement` lists where every node runs; `summary()` says it in
     one paragraph; `run(inputs)` returns the outputs (numpy arrays, lists for sequences,
     None for absent optionals); `last_run` holds the RunStats of the latest run. `fuse`:
-    run the node chains of fusions.PATTERNS as one dispatch each (`fusions`)."""
+    run the node chains of fusions.PATTERNS as one dispatch each (`fusions`); `group_products`:
+    integer products that share their A run as one (product_groups.py)."""
 
     def __init__(self, model: onnx.ModelProto, device: kdml.Device, *, fallback: str = "auto",
-                 exclude_ops: Iterable[str] = (), cpu_threads: int | None = None, fuse: bool = True) -> None:
+                 exclude_ops: Iterable[str] = (), cpu_threads: int | None = None, fuse: bool = True,
+                 group_products: bool = True) -> None:
         if fallback not in ("auto", "onnxruntime", "reference"):
             raise ValueError(f"fallback must be 'auto', 'onnxruntime' or 'reference', got {fallback!r}")
         self.model = model
@@ -52,7 +53,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self.fallback = fallback
         self.cpu_threads = cpu_threads
         self.exclude_ops = set(exclude_ops)
-        self.last_run = RunStats()
+        self.state = RunState()  # what runs change (run_state.py); the rest is frozen after these passes
         g = model.graph
         self.constants: dict[str, TensorProto] = {t.name: t for t in g.initializer}
         for sp in g.sparse_initializer:  # rare: densified once
@@ -61,48 +62,40 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self.input_names = [i.name for i in g.input]
         self.feed_names = [i.name for i in g.input if i.name not in self.constants]
         self.output_names = [o.name for o in g.output]
-        self._host_constants: dict[str, np.ndarray] = {}
-        self._feeds_now: set[str] = set()
-        # Device buffers each node reuses from run to run (keyed by node, role, slot, layout):
-        # the device's pipeline cache is keyed by the bound buffers, so fresh buffers on
-        # every run would rebuild every pipeline on every run.
-        self._arena: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
-        self.arena_capacity = 4096
-        self._cur_node = -1
-        self._slot = 0
-        self._run_lock = threading.Lock()
-        self._run_uploads: dict[tuple[Any, ...], list[kdml.Tensor]] = {}
-        self.memo: dict[int, Any] = {}
-        self._device_constants: dict[str, DeviceValue] = {}
         self.declared_types = self._infer_types(model)
 
         self._validate_graph()
         self._placement_static: list[tuple[str, str, str]] = self._static_targets()
         self.fusions = find_fusions(self) if fuse else Fusions()
         self._steps = self._partition()
-        self.placement = self._make_placement()
+        self._placement = self._make_placement()
         if fallback == "onnxruntime":  # refuse now what onnxruntime is known to refuse at the run
             for seg in self.segments:
                 why = seg.ort_obstacle()
                 if why:
                     raise FallbackError(f"fallback='onnxruntime': CPU sub-graph {seg.index}: {why}; fallback='auto' "
                                         "lets onnx's reference evaluator run it")
-        self._single_node_segments: dict[int, CpuSegment] = {}
-        self._folded_values: dict[int, list[Any]] = {}
         self.graph_mode = all(t[0] != CPU for t in self._placement_static)
-        # whole-graph programs (device_graph.py) per input signature (None: not planned), and what they share
-        self._plans: collections.OrderedDict[Any, GraphPlan | None] = collections.OrderedDict()
-        self.plan_capacity, self.plan_refusal = 8, ""
-        self.plan_buffers: dict[int, list[kdml.Buffer]] = {}
-        self.plan_io: dict[str, np.ndarray] = {}  # host memory of the plans' inputs and outputs
-        self.host_memo = HostMemo()  # host nodes' results by their inputs (host_eval.py)
-        self.plan_small: dict[tuple[Any, ...], kdml.Tensor] = {}  # small host values (plan_context.py)
-        self.plan_liveness: dict[frozenset[str], list[list[str]]] = {}  # device_graph.py's `dying`, per input names
-        self.plan_nodes: list[Any] | None = None  # device_graph._node_table
         # integer products sharing their A (product_groups.py): their merged weights join the constants now
-        self.product_groups: dict[str, Any] = find_groups(self)
+        self.product_groups: dict[str, Any] = find_groups(self) if group_products else {}
         self._ctx = EagerContext(self)  # what handlers run against node by node (context.py)
         self._outputs_type = namedtupledict("Outputs", self.output_names)  # made once: a class per call costs ~40 us
+        # per node: (node, target, input names, output names, profile scope), read from the protobuf
+        # once: every plan walks every node, and each protobuf field read costs a wrapper
+        self.node_table = tuple((node, self._placement_static[i][0], tuple(node.input), tuple(node.output),
+                                 f"{i} {node.op_type} {node.name}") for i, node in enumerate(self.graph.node))
+        self._frozen = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if getattr(self, "_frozen", False):
+            raise AttributeError(f"a prepared model is not changed after prepare: {name!r} cannot be set "
+                                 "(what runs change lives in rep.state, run_state.RunState)")
+        object.__setattr__(self, name, value)
+
+    @property
+    def last_run(self) -> RunStats:
+        """The RunStats of the latest run."""
+        return self.state.last_run
 
     # ---- placement ------------------------------------------------------------
     def _partition(self) -> list[tuple[str, Any]]:
@@ -185,7 +178,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
 
     def _make_placement(self) -> list[NodePlacement]:
         seg_of = {i: s.index for s in self.segments for i in s.node_indices}
-        # the engine each sub-graph is expected to run on; the first run settles it (_refresh_engines)
+        # the engine each sub-graph is expected to run on; the first run settles it (placement)
         engines = [s.expected_engine() for s in self.segments]
         out = []
         for i, node in enumerate(self.graph.node):
@@ -198,12 +191,11 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                                      into))
         return out
 
-    def _refresh_engines(self) -> None:
-        self.placement = [
-            dataclasses.replace(p, operator=self.segments[p.segment].engine or p.operator)
-            if p.segment is not None else p
-            for p in self.placement
-        ]
+    @property
+    def placement(self) -> list[NodePlacement]:
+        """Where every node runs; a CPU sub-graph's engine as its first run settled it."""
+        return [dataclasses.replace(p, operator=self.segments[p.segment].engine or p.operator)
+                if p.segment is not None else p for p in self._placement]
 
     def summary(self) -> str:
         """Where the nodes run, in a few lines."""
@@ -218,7 +210,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                          + ", ".join(f"{op} x{c}" for op, c in sorted(hc.items())))
         if self.graph_mode:
             lines.append("no node needs the CPU: each input signature runs as one device submission"
-                         + (f" (except: {self.plan_refusal})" if self.plan_refusal else ""))
+                         + (f" (except: {self.state.plan_refusal})" if self.state.plan_refusal else ""))
         counts = collections.Counter((p.op_type, p.operator) for p in vk
                                      if p.fused_into is None and p.index not in self.fusions.by_carrier)
         for (op, dml), c in sorted(counts.items()):
@@ -253,7 +245,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                  for n in self.feed_names}
         last = self.last_run
         self.run(feeds)
-        self.last_run = last
+        self.state.last_run = last
 
     def _normalize_inputs(self, inputs: Any) -> dict[str, Any]:
         return normalize_inputs(self, inputs)  # feeds.py: the one input rule, types, declared shapes
@@ -264,18 +256,18 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
 
     def run(self, inputs: Any, **kwargs: Any) -> Any:
         """Run the model (one run at a time per prepared model: device buffers are reused)."""
-        with self._run_lock:
+        with self.state.lock:
             return self._run(inputs)
 
     def _run(self, inputs: Any) -> Any:
         stats = RunStats()
-        self.last_run = stats
+        self.state.last_run = stats
         t0 = time.perf_counter()
         feeds = self._normalize_inputs(inputs)
-        self._feeds_now = set(feeds)
-        self._run_uploads = {}
-        self.memo: dict[int, Any] = {}  # results handlers share within this run (handlers.py)
-        plan = self._plan_for(feeds, stats) if self.graph_mode else None
+        self.state.feeds_now = set(feeds)
+        self.state.uploads = {}
+        self.state.memo = {}  # results handlers share within this run (handlers.py)
+        plan = self._plan_for(feeds, stats) if self.graph_mode and not self.state.node_by_node else None
         if plan is not None:
             tv = time.perf_counter()
             results = plan.run(feeds, stats)
@@ -312,7 +304,6 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             for name in self._free_after[s]:
                 env.pop(name, None)
         results = [self.host(lookup(n), stats) for n in self.output_names]
-        self._refresh_engines()
         stats.total_seconds = time.perf_counter() - t0
         return self._outputs_type(*results)
 
@@ -320,7 +311,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                          stats: RunStats) -> None:
         ins = [lookup(n) if n else None for n in node.input]
         handler = self.handler_for(node)
-        self._cur_node, self._slot = idx, 0
+        self.state.cur_node, self.state.slot = idx, 0
         prof = self.device.active_profile  # Device.profile(): rows named by node
         try:
             with prof.scope(f"{idx} {node.op_type} {node.name}") if prof else contextlib.nullcontext():
@@ -345,9 +336,9 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         """The whole-graph program of these inputs' signature, planned at its first run;
         None where it cannot be planned (the run goes node by node, and events say why)."""
         key = signature(feeds)
-        if key in self._plans:
-            self._plans.move_to_end(key)
-            return self._plans[key]
+        if key in self.state.plans:
+            self.state.plans.move_to_end(key)
+            return self.state.plans[key]
         try:
             with gc_paused():
                 plan: GraphPlan | None = GraphPlan(self, feeds, stats)
@@ -355,11 +346,11 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             stats.plan_seconds = plan.plan_seconds
         except (FallbackNeeded, kdml.UnsupportedError) as e:
             plan = None
-            self.plan_refusal = str(e)
+            self.state.plan_refusal = str(e)
             self._note(f"the graph runs node by node for this input signature: {e}")
-        self._plans[key] = plan
-        while len(self._plans) > self.plan_capacity:
-            self._plans.popitem(last=False)
+        self.state.plans[key] = plan
+        while len(self.state.plans) > self.state.plan_capacity:
+            self.state.plans.popitem(last=False)
         return plan
 
 
@@ -374,7 +365,7 @@ class _EagerSteps:
 
     def scoped(self, fusion: Fusion) -> Any:
         rep = self.rep
-        rep._cur_node, rep._slot = fusion.carrier, 0
+        rep.state.cur_node, rep.state.slot = fusion.carrier, 0
         prof = rep.device.active_profile
         return prof.scope(fusion.scope(rep.graph)) if prof else contextlib.nullcontext()
 

@@ -3,9 +3,7 @@ downloads cached, and the buffer arena each node reuses from run to run."""
 
 from __future__ import annotations
 
-import collections
 import gc
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,11 +15,13 @@ from kompute_dml.ints import cdiv
 from kompute_dml.memory import packed_desc_for
 
 from .fallback import CpuSegment
-from .host_eval import HostMemo, evaluate
+from .host_eval import evaluate
 from .values import DeviceValue, RunStats, _value_shape, check_bindable
 
 if TYPE_CHECKING:
     import onnx
+
+    from .run_state import RunState
 
 
 class ValueTransfers:
@@ -29,30 +29,16 @@ class ValueTransfers:
 
     device: kdml.Device
     constants: dict[str, TensorProto]
-    arena_capacity: int
-    host_memo: HostMemo
-    _host_constants: dict[str, np.ndarray]
-    _feeds_now: set[str]
-    _arena: collections.OrderedDict[tuple[Any, ...], Any]
-    _cur_node: int
-    _slot: int
-    _run_lock: threading.Lock
-    _run_uploads: dict[tuple[Any, ...], list[kdml.Tensor]]
-    _device_constants: dict[str, DeviceValue]
-    _single_node_segments: dict[int, CpuSegment]
-    _folded_values: dict[int, list[Any]]
+    state: RunState
     folded_outputs: set[str]
     graph: onnx.GraphProto
-    _plans: Any
-    plan_buffers: dict[int, Any]
-    plan_io: Any
 
     # ---- values ------------------------------------------------------------------
     def constant_host(self, name: str) -> np.ndarray:
-        arr = self._host_constants.get(name)
+        arr = self.state.host_constants.get(name)
         if arr is None:
             arr = numpy_helper.to_array(self.constants[name])
-            self._host_constants[name] = arr
+            self.state.host_constants[name] = arr
         return arr
 
     def host(self, value: Any, stats: RunStats) -> Any:
@@ -69,16 +55,16 @@ class ValueTransfers:
 
     def is_constant(self, name: str | None) -> bool:
         """An initializer no feed overrides, or a host node's output computed from such alone."""
-        return name is not None and (name in self.constants or name in self.folded_outputs) and name not in self._feeds_now
+        return name is not None and (name in self.constants or name in self.folded_outputs) and name not in self.state.feeds_now
 
     # ---- nodes resolved on the host ------------------------------------------------
     def _single_node_segment(self, idx: int) -> CpuSegment:
-        seg = self._single_node_segments.get(idx)
+        seg = self.state.single_node_segments.get(idx)
         if seg is None:
             node = self.graph.node[idx]
             seg = CpuSegment(self, -1 - idx, [idx])  # type: ignore[arg-type]
             seg.outputs = [o for o in node.output if o]
-            self._single_node_segments[idx] = seg
+            self.state.single_node_segments[idx] = seg
         return seg
 
     def _host_node(self, idx: int, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
@@ -86,13 +72,13 @@ class ValueTransfers:
         engine for this one node. A node of constants alone (`folded_outputs`: e.g. a
         DequantizeLinear of a whole quantized table) is evaluated once per model, not per input
         shape, and its outputs are then constants: uploaded once (to_device), shared by plans."""
-        folded = self._folded_values.get(idx)
+        folded = self.state.folded_values.get(idx)
         if folded is not None:
             return folded
         if node.op_type != "Shape":
             ins = [self.host(v, stats) for v in ins]
-        key = self.host_memo.key(idx, node, ins, _value_shape)
-        hit = self.host_memo.get(key)
+        key = self.state.host_memo.key(idx, node, ins, _value_shape)
+        hit = self.state.host_memo.get(key)
         if hit is not None:
             return list(hit)
 
@@ -104,10 +90,10 @@ class ValueTransfers:
         outs = evaluate(node, ins, _value_shape, on_cpu)
         names = [o for o in node.output if o]
         if names and all(o in self.folded_outputs for o in names):  # (their inputs are no feed: analysis.py)
-            self._folded_values[idx] = outs
-            self._host_constants.update((o, v) for o, v in zip(node.output, outs) if o and isinstance(v, np.ndarray))
+            self.state.folded_values[idx] = outs
+            self.state.host_constants.update((o, v) for o, v in zip(node.output, outs) if o and isinstance(v, np.ndarray))
         else:
-            self.host_memo.put(key, outs)
+            self.state.host_memo.put(key, outs)
         return outs
 
     def to_device(self, value: Any, stats: RunStats, name: str | None = None) -> kdml.Tensor:
@@ -142,34 +128,34 @@ class ValueTransfers:
         """Constant `name` on the device, uploaded once per layout: as it is, or (`columns`, 2-D)
         its transpose under a column-major descriptor of the original shape."""
         key = f"{name}#columns" if columns else name
-        dv = self._device_constants.get(key)
+        dv = self.state.device_constants.get(key)
         if dv is None:
             arr = self.constant_host(name)
             check_bindable(self.device, arr.nbytes)
             t = self.device.tensor(np.ascontiguousarray(arr.T if columns else arr))
             if columns:
                 t = kdml.Tensor(t.buffer, kdml.TensorDesc(t.desc.data_type, arr.shape, (1, arr.shape[0])))
-            dv = self._device_constants[key] = DeviceValue(t, arr.shape, arr.dtype)
+            dv = self.state.device_constants[key] = DeviceValue(t, arr.shape, arr.dtype)
             stats.constant_uploads += 1
         return dv.tensor
 
     def _arena_get(self, key: tuple[Any, ...]) -> Any:
-        hit = self._arena.get(key)
+        hit = self.state.arena.get(key)
         if hit is not None:
-            self._arena.move_to_end(key)
+            self.state.arena.move_to_end(key)
         return hit
 
     def _arena_put(self, key: tuple[Any, ...], value: Any) -> None:
-        self._arena[key] = value
-        while len(self._arena) > self.arena_capacity:
-            self._arena.popitem(last=False)
+        self.state.arena[key] = value
+        while len(self.state.arena) > self.state.arena_capacity:
+            self.state.arena.popitem(last=False)
 
     def out_tensor(self, sizes: Sequence[int], dtype: Any, over: Any = None) -> kdml.Tensor:
         """The current node's next output buffer, the same one on every run of this layout
         (`over` is not reused node by node: the value may be read again)."""
         desc = kdml.TensorDesc(kdml.DataType.from_numpy(dtype), tuple(sizes) if len(sizes) else (1,))
-        self._slot += 1
-        key = (self._cur_node, "out", self._slot, desc)
+        self.state.slot += 1
+        key = (self.state.cur_node, "out", self.state.slot, desc)
         t = self._arena_get(key)
         if t is None:
             check_bindable(self.device, desc.byte_size)
@@ -185,7 +171,7 @@ class ValueTransfers:
         try:
             return make()
         except kdml.OutOfMemoryError:
-            self._arena.clear()
+            self.state.arena.clear()
             gc.collect()
             return make()
 
@@ -196,12 +182,12 @@ class ValueTransfers:
         array is a named graph value, a later node of the same run that needs the same values
         binds the same upload (e.g. the Q, K and V products of one quantized activation)."""
         named = names is not None and all(names)
-        if named and names in self._run_uploads:
-            return list(self._run_uploads[names])
+        if named and names in self.state.uploads:
+            return list(self.state.uploads[names])
         arrays = [np.ascontiguousarray(a) for a in arrays]
         descs = [packed_desc_for(a) for a in arrays]
-        self._slot += 1
-        key = (self._cur_node, "in", self._slot, tuple(descs))
+        self.state.slot += 1
+        key = (self.state.cur_node, "in", self.state.slot, tuple(descs))
         hit = self._arena_get(key)
         if hit is None:
             offsets, total = [], 0
@@ -222,14 +208,14 @@ class ValueTransfers:
             buf.write(raw)
         stats.uploads += 1
         if named:
-            self._run_uploads[names] = tensors  # type: ignore[index]
+            self.state.uploads[names] = tensors  # type: ignore[index]
         return list(tensors)
 
     def release(self) -> None:
         """Drop the device buffers kept for reuse between runs (and the uploaded constants)."""
-        with self._run_lock:
-            self._arena.clear()
-            self._device_constants.clear()
-            self._plans.clear()  # whole-graph programs (device_graph.py) and their buffers
-            self.plan_buffers.clear()
-            self.plan_io.clear()
+        with self.state.lock:
+            self.state.arena.clear()
+            self.state.device_constants.clear()
+            self.state.plans.clear()  # whole-graph programs (device_graph.py) and their buffers
+            self.state.plan_buffers.clear()
+            self.state.plan_io.clear()

@@ -1,0 +1,53 @@
+"""What running a prepared model changes: the executor's state, apart from the prepared model.
+
+`BackendRep.__init__` runs the passes (types, validation, placement, fusions, partition into
+steps, product groups, the node table) and then freezes the model: a later attribute write on
+the BackendRep raises. Everything a run reads and writes lives here, in `rep.state`: buffers
+reused from run to run, the whole-graph plans per input signature and what they share, results
+memoized by their inputs, and the latest run's statistics. `BackendRep.release()` empties it.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import kompute_dml as kdml
+
+from .fallback import CpuSegment
+from .host_eval import HostMemo
+from .values import DeviceValue, RunStats
+
+
+@dataclass(eq=False)
+class RunState:
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one run at a time per model
+    last_run: RunStats = field(default_factory=RunStats)
+    node_by_node: bool = False  # set: runs go node by node even where a whole-graph plan could run
+    feeds_now: set[str] = field(default_factory=set)  # the current run's feed names (they shadow constants)
+    # ---- node by node (rep.py's eager steps, transfers.py)
+    # device buffers each node reuses from run to run, by (node, role, slot, layout): a run on
+    # buffers it had before replays its recorded submissions (runtime/engine.py)
+    arena: collections.OrderedDict[tuple[Any, ...], Any] = field(default_factory=collections.OrderedDict)
+    arena_capacity: int = 4096
+    cur_node: int = -1  # the node whose handler runs (the arena's key)
+    slot: int = 0  # the buffers that node took so far
+    uploads: dict[tuple[Any, ...], list[kdml.Tensor]] = field(default_factory=dict)  # upload_group's buffers
+    memo: dict[int, Any] = field(default_factory=dict)  # results handlers share within one run
+    host_constants: dict[str, np.ndarray] = field(default_factory=dict)  # constants decoded once
+    device_constants: dict[str, DeviceValue] = field(default_factory=dict)  # constants uploaded once
+    single_node_segments: dict[int, CpuSegment] = field(default_factory=dict)  # a CPU node alone, made once
+    folded_values: dict[int, list[Any]] = field(default_factory=dict)  # constant-only nodes' results
+    # ---- whole-graph plans (device_graph.py) per input signature (None: not planned)
+    plans: collections.OrderedDict[Any, Any] = field(default_factory=collections.OrderedDict)
+    plan_capacity: int = 8
+    plan_refusal: str = ""  # why the last signature was not planned
+    plan_buffers: dict[int, list[kdml.Buffer]] = field(default_factory=dict)  # shared by size class
+    plan_io: dict[str, np.ndarray] = field(default_factory=dict)  # host memory of plans' inputs, outputs
+    host_memo: HostMemo = field(default_factory=HostMemo)  # host nodes' results by their inputs
+    plan_small: dict[tuple[Any, ...], kdml.Tensor] = field(default_factory=dict)  # small host values
+    plan_liveness: dict[frozenset[str], list[list[str]]] = field(default_factory=dict)  # per input names
