@@ -8,18 +8,16 @@ import onnx
 from onnx import TensorProto, helper
 
 import kompute_dml as kdml
-from kompute_dml.ops import SPECS
+from kompute_dml.ops import ONNX_OPS
+from kompute_dml.ops.onnx_types import KIND_RULES
 
 from .graph import _attr, _node_inputs, _np_dtype_of_onnx
 from .handlers_values import VALUE_HANDLERS
 from .host_eval import host_evaluable
-from .values import _DEVICE_OPS, _DML_NUMPY, _FLOAT_OUT, _QUANT_TYPES, CPU, HOST, VULKAN
+from .values import _DEVICE_OPS, CPU, HOST, VULKAN
 
 HOST_REASON = "reads no input data: resolved on the host per input shape"
 VIEW_OPERATOR = "layout view"  # Reshape / Transpose / ...: a new desc, a copy only where needed
-# float-only operators (GEMM, the activations, the normalization): other types stay on the CPU
-_FLOAT_NODES = {"MatMul", "Gemm", "FusedMatMul", "Softmax", "Gelu", "LayerNormalization", "SkipLayerNormalization",
-                *(op.op_type for s in SPECS for op in s.onnx if op.kind == "float_unary")}
 
 
 class GraphAnalysis:
@@ -127,46 +125,28 @@ class GraphAnalysis:
         return VULKAN, op_name, ""
 
     def _static_type_check(self, node: onnx.NodeProto) -> str:
-        t = node.op_type
-        if t == "EyeLike":
-            dt_attr = _attr(node, "dtype")
-            dt = _np_dtype_of_onnx(dt_attr) if dt_attr is not None else self._elem_dtype(node.input[0])
-            if dt is not None and dt not in _DML_NUMPY:
-                return f"output type {dt} is not a DirectML type"
-        elif t == "Trilu":
-            dt = self._elem_dtype(node.input[0])
-            if dt is not None and dt not in _DML_NUMPY:
-                return f"type {dt} is not a DirectML type"
-        elif t == "Identity":
-            tp = self.declared_types.get(node.input[0])
-            while tp is not None and tp.WhichOneof("value") in ("sequence_type", "optional_type"):
-                tp = tp.sequence_type.elem_type if tp.WhichOneof("value") == "sequence_type" else tp.optional_type.elem_type
-            if tp is not None and tp.WhichOneof("value") == "tensor_type" and tp.tensor_type.elem_type:
-                dt = _np_dtype_of_onnx(tp.tensor_type.elem_type)
-                if dt is None or dt not in _DML_NUMPY:
-                    return f"type {dt or tp.tensor_type.elem_type} is not a DirectML type"
-            elif tp is not None and tp.WhichOneof("value") not in (None, "tensor_type"):
-                return f"{tp.WhichOneof('value')} values stay on the CPU"
-        elif t in ("Concat", "Slice"):
-            dt = self._elem_dtype(node.input[0]) if node.input else None
-            if dt is not None and dt != np.bool_ and dt not in _DML_NUMPY:
-                return f"type {dt} is not a DirectML type"
-        elif t == "DynamicQuantizeLinear":
-            dt = self._elem_dtype(node.input[0]) if node.input else None
-            if dt is not None and dt != np.float32:
-                return f"input type {dt} is not float32"
-        elif t in _FLOAT_NODES:
-            dt = self._elem_dtype(node.input[0]) if node.input else None
-            if dt is not None and dt not in _FLOAT_OUT:
-                return f"type {dt} is not float32/float16"
-        elif t in ("MatMulIntegerToFloat", "DynamicQuantizeMatMul"):
-            qi = [0, 1] if t == "MatMulIntegerToFloat" else [1]
-            for i in qi:
-                dt = self._elem_dtype(node.input[i]) if len(node.input) > i else None
-                if dt is not None and dt not in _QUANT_TYPES:
-                    return f"input {i} type {dt} is not int8/uint8"
-            si = 2 if t == "MatMulIntegerToFloat" else 0
-            dt = self._elem_dtype(node.input[si]) if len(node.input) > si else None
-            if dt is not None and dt not in (_FLOAT_OUT if t == "MatMulIntegerToFloat" else {np.dtype(np.float32)}):
-                return f"output type {dt} is not supported"
-        return ""
+        """The node's type rule (its OnnxOp's `check`, or its kind's; ops/onnx_types.py) on the
+        model's declared types: "" where the operator takes them, else why not."""
+        op = ONNX_OPS[(node.op_type, node.domain if node.domain != "ai.onnx" else "")]
+        rule = op.check or KIND_RULES.get(op.kind)
+        return rule(_NodeTypes(self, node)) if rule is not None else ""
+
+
+class _NodeTypes:
+    """ops/onnx_types.NodeTypes over a prepared model's declared types."""
+
+    def __init__(self, analysis: GraphAnalysis, node: onnx.NodeProto) -> None:
+        self._a, self._node, self.inputs = analysis, node, len(node.input)
+
+    def elem(self, i: int) -> np.dtype | None:
+        return self._a._elem_dtype(self._node.input[i])
+
+    def declared(self, i: int) -> onnx.TypeProto | None:
+        return self._a.declared_types.get(self._node.input[i])
+
+    def attr_dtype(self, name: str) -> np.dtype | None:
+        v = _attr(self._node, name)
+        return _np_dtype_of_onnx(v) if v is not None else None
+
+    def dtype_of(self, elem_type: int) -> np.dtype | None:
+        return _np_dtype_of_onnx(elem_type)

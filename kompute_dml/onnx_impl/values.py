@@ -12,6 +12,7 @@ import kompute_dml as kdml
 from kompute_dml.ints import is_int_tuple
 from kompute_dml.memory import largest_buffer
 from kompute_dml.ops import ONNX_PLACEMENT
+from kompute_dml.ops.onnx_types import DML_NUMPY, FLOAT_NUMPY, QUANT_NUMPY
 
 MS_DOMAIN = "com.microsoft"
 VULKAN = "vulkan"
@@ -19,10 +20,7 @@ CPU = "cpu"
 HOST = "host"  # resolved on the host per input shape (onnx_impl/host_eval.py)
 
 # The numpy types a DirectML tensor can hold (DataType.from_numpy accepts exactly these).
-_DML_NUMPY = {np.dtype(t) for t in (np.float32, np.float16, np.uint32, np.uint16, np.uint8, np.int32, np.int16,
-                                     np.int8, np.float64, np.uint64, np.int64)}
-_QUANT_TYPES = {np.dtype(np.int8), np.dtype(np.uint8)}
-_FLOAT_OUT = {np.dtype(np.float32), np.dtype(np.float16)}
+_DML_NUMPY, _QUANT_TYPES, _FLOAT_OUT = DML_NUMPY, QUANT_NUMPY, FLOAT_NUMPY  # ops/onnx_types.py
 
 # (op_type, domain) -> (DirectML operator, kdml helper, lowest feature level it needs), from the
 # operator specs' `onnx` entries (kompute_dml/ops/<op>.py SPECS)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..dtypes import FeatureLevel
 from ..errors import invalid
 from ..registry import support_matrix as _support_matrix
-from .spec import OperatorSpec, check_plans, onnx_placement
+from .spec import OperatorSpec, check_plans, onnx_ops, onnx_placement
 
 if TYPE_CHECKING:
     from ..device import Device
@@ -108,6 +108,7 @@ _TABLES: dict[str, Callable[[Operators], Any]] = {
     "BY_NAME": lambda o: o.by_name,
     "COMPILERS": lambda o: {d: s.compile for d, s in o.by_desc.items()},
     "ONNX_PLACEMENT": lambda o: o.onnx_placement,
+    "ONNX_OPS": lambda o: onnx_ops(o.specs),
 }
 
 

@@ -45,6 +45,7 @@ from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, CompiledElementWiseInPlace, check_same, type_code
 from .elementwise_plan import check_addressable, plan_elementwise
+from .onnx_types import float_input
 from .spec import OnnxOp, OperatorSpec
 
 FLOAT_UNARY = "gelu"  # ACTIVATION_GELU's family in shaders/float_unary.comp (ops/contract reads this line)
@@ -311,8 +312,8 @@ def gelu(x: Any, *, out: Tensor | None = None, device: Device | None = None) -> 
 # ---- specs (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (
     OperatorSpec(ActivationGeluDesc, ACTIVATION_GELU, compile_gelu, (contract.FLOAT_UNARY["gelu"],), helpers=("gelu",),
-                 onnx=(OnnxOp("Gelu", "com.microsoft", "gelu"), OnnxOp("Gelu", "", "gelu"))),
+                 onnx=(OnnxOp("Gelu", "com.microsoft", "gelu", check=float_input), OnnxOp("Gelu", "", "gelu", check=float_input))),
     OperatorSpec(ActivationSoftmax1Desc, ACTIVATION_SOFTMAX1, compile_softmax1,
                  (contract.SMX_FAST, contract.SMX_GEN, contract.SMX_EXT_FAST, contract.SMX_EXT_GEN),
-                 helpers=("softmax",), onnx=(OnnxOp("Softmax", "", "softmax"),)),
+                 helpers=("softmax",), onnx=(OnnxOp("Softmax", "", "softmax", check=float_input),)),
 )

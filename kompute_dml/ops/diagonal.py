@@ -39,6 +39,7 @@ from .diagonal_constant import plan_constant
 from .diagonal_transfer import plan_diagonal_transfer
 from .gpu_flat import plan_diagonal_flat
 from .gpu_memory import plan_diagonal_gpu
+from .onnx_types import dml_input, dml_output_dtype
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
@@ -375,8 +376,8 @@ _C = contract
 SPECS = (
     OperatorSpec(DiagonalMatrixDesc, DIAGONAL_MATRIX, compile_diagonal_matrix,
                  (_C.DIAG, _C.DIAG_BAND, _C.ROWS_DIAG, _C.FLAT_DIAG),
-                 helpers=("diagonal_matrix", "eye_like"), onnx=(OnnxOp("EyeLike", "", "eye_like"),)),
+                 helpers=("diagonal_matrix", "eye_like"), onnx=(OnnxOp("EyeLike", "", "eye_like", check=dml_output_dtype("dtype")),)),
     OperatorSpec(DiagonalMatrix1Desc, DIAGONAL_MATRIX1, compile_diagonal_matrix1,
                  (_C.DIAG, _C.DIAG_IN, _C.DIAG_BAND, _C.ROWS_DIAG, _C.ROWS_DIAG_IN, _C.FLAT_DIAG, _C.FLAT_DIAG_IN),
-                 helpers=("diagonal_matrix1", "triu", "tril"), onnx=(OnnxOp("Trilu", "", "triu"),)),
+                 helpers=("diagonal_matrix1", "triu", "tril"), onnx=(OnnxOp("Trilu", "", "triu", check=dml_input),)),
 )

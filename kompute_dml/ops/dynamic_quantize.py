@@ -45,6 +45,7 @@ from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
+from .onnx_types import float32_input
 from .spec import OnnxOp, OperatorSpec
 
 # ---- DYNAMIC_QUANTIZE_LINEAR from
@@ -214,4 +215,4 @@ def dynamic_quantize_linear(
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (OperatorSpec(DynamicQuantizeLinearDesc, DYNAMIC_QUANTIZE_LINEAR, compile_dynamic_quantize_linear,
                       (contract.DQL_MINMAX, contract.DQL_QUANT), helpers=("dynamic_quantize_linear",),
-                      onnx=(OnnxOp("DynamicQuantizeLinear", "", "dynamic_quantize_linear"),)),)
+                      onnx=(OnnxOp("DynamicQuantizeLinear", "", "dynamic_quantize_linear", check=float32_input),)),)

@@ -39,6 +39,7 @@ from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
 from .gemm_coop import CoopTile, plan_gemm_coop
+from .onnx_types import float_input
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
@@ -283,6 +284,6 @@ def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM, contract.GEMM_COOP), helpers=("gemm", "matmul"),
-                      onnx=(OnnxOp("MatMul", "", "matmul"), OnnxOp("Gemm", "", "gemm"),
-                            OnnxOp("FusedMatMul", "com.microsoft", "gemm"))),)
+                      onnx=(OnnxOp("MatMul", "", "matmul", check=float_input), OnnxOp("Gemm", "", "gemm", check=float_input),
+                            OnnxOp("FusedMatMul", "com.microsoft", "gemm", check=float_input))),)
 EXPORTS = {"MatrixTransform": MatrixTransform}  # the transform fields' enum, exported as kdml.MatrixTransform

@@ -31,6 +31,7 @@ from ..transfer_plans import plan_copy_transfer
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .gpu_memory import plan_copy_gpu
+from .onnx_types import dml_tensor_value
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
@@ -247,5 +248,6 @@ _COPY_SHADERS = (contract.COPY, contract.COPY_PACKED, contract.COPY_PACKED_TAIL,
                  contract.ROWS_COPY)
 SPECS = (
     OperatorSpec(ActivationIdentityDesc, ACTIVATION_IDENTITY, compile_identity, _COPY_SHADERS, helpers=("identity",)),
-    OperatorSpec(CopyDesc, COPY, compile_copy, _COPY_SHADERS, helpers=("copy",), onnx=(OnnxOp("Identity", "", "copy"),)),
+    OperatorSpec(CopyDesc, COPY, compile_copy, _COPY_SHADERS, helpers=("copy",),
+                 onnx=(OnnxOp("Identity", "", "copy", check=dml_tensor_value),)),
 )

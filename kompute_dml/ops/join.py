@@ -32,6 +32,7 @@ from .base import CompiledOperator, array_fields, validate_tensors
 from .elementwise_plan import check_addressable
 from .gather import _axis, _padded, _run
 from .identity import _COPY_SHADERS, plan_region_copy
+from .onnx_types import dml_or_bool_input
 from .spec import OnnxOp, OperatorSpec
 
 # ---- JOIN, SLICE1 from DML_JOIN_OPERATOR_DESC's and
@@ -324,7 +325,7 @@ def onnx_slice(x: Any, starts: Any, ends: Any, axes: Any = None, steps: Any = No
 # ---- specs (kompute_dml/ops/spec.py) ------------------------------------------------------
 SPECS = (
     OperatorSpec(JoinDesc, JOIN, compile_join, _COPY_SHADERS, helpers=("join",),
-                 onnx=(OnnxOp("Concat", "", "join"),)),
+                 onnx=(OnnxOp("Concat", "", "join", check=dml_or_bool_input),)),
     OperatorSpec(Slice1Desc, SLICE1, compile_slice1, _COPY_SHADERS, helpers=("slice1", "onnx_slice"),
-                 onnx=(OnnxOp("Slice", "", "slice1"),)),
+                 onnx=(OnnxOp("Slice", "", "slice1", check=dml_or_bool_input),)),
 )

@@ -46,6 +46,7 @@ from .matmul_common import check_desc as _check
 from .matmul_coop import plan_coop
 from .matmul_gemv import plan_gemv
 from .matmul_wide import plan_wide
+from .onnx_types import FLOAT32_NUMPY, FLOAT_NUMPY, quantized_product
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
@@ -251,7 +252,8 @@ SPECS = (
          contract.MMG, contract.MMW),
         helpers=("matmul_integer_to_float",),
         ahead=plans_ahead,
-        onnx=(OnnxOp("MatMulIntegerToFloat", _MS, "matmul_integer_to_float"),
-              OnnxOp("DynamicQuantizeMatMul", _MS, "matmul_integer_to_float")),
+        onnx=(OnnxOp("MatMulIntegerToFloat", _MS, "matmul_integer_to_float", check=quantized_product((0, 1), 2, FLOAT_NUMPY)),
+              OnnxOp("DynamicQuantizeMatMul", _MS, "matmul_integer_to_float",
+                     check=quantized_product((1,), 0, FLOAT32_NUMPY))),
     ),
 )

@@ -45,6 +45,7 @@ from ..tensor_desc import TensorDesc, validate_desc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
+from .onnx_types import float_input
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
@@ -315,5 +316,5 @@ def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[Di
 SPECS = (OperatorSpec(MeanVarianceNormalization1Desc, MEAN_VARIANCE_NORMALIZATION1,
                       compile_mean_variance_normalization1, (contract.MVN, contract.MVN_SKIP),
                       helpers=("mean_variance_normalization", "layer_norm", "skip_layer_norm"), ahead=plans_ahead,
-                      onnx=(OnnxOp("LayerNormalization", "", "layer_norm"),
-                            OnnxOp("SkipLayerNormalization", "com.microsoft", "skip_layer_norm"))),)
+                      onnx=(OnnxOp("LayerNormalization", "", "layer_norm", check=float_input),
+                            OnnxOp("SkipLayerNormalization", "com.microsoft", "skip_layer_norm", check=float_input))),)

@@ -43,6 +43,8 @@ class OnnxOp:
     # numpy-broadcast, an output of that type), "compare" (the same, a boolean output); "" for
     # node types with handlers of their own
     kind: str = ""
+    # the element types the node must have (ops/onnx_types.py; None: its kind's rule, if any)
+    check: Callable[[Any], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,11 @@ def check_plans(spec: OperatorSpec, plans: Sequence[Any], capabilities: frozense
 def family_of(variant: str) -> ShaderFamily | None:
     """The shader family that names `variant` (None: no family does)."""
     return _FAMILY_OF.get(variant)
+
+
+def onnx_ops(specs: Sequence[OperatorSpec]) -> dict[tuple[str, str], OnnxOp]:
+    """(ONNX op type, domain) -> its OnnxOp declaration."""
+    return {(node.op_type, node.domain): node for spec in specs for node in spec.onnx}
 
 
 def onnx_placement(specs: Sequence[OperatorSpec]) -> dict[tuple[str, str], tuple[str, str, int]]:
