@@ -24,7 +24,8 @@ Each row is a call a user or the ONNX backend makes again and again, and the cac
                     Timed: kdml.cast on a new Tensor object, kdml.gemm (64x64 float16).
   onnx_arena        onnx_impl RunState.arena (rep.state): node-by-node runs' device buffers by (node,
                     role, slot, layout). Bypassed: capacity 0, every output is a new buffer.
-                    Timed: a run of a 40-node model with a CPU node (so it runs node by node).
+                    Timed: a run of a 40-node model with a CPU node (so it runs node by node),
+                    on 8 x 64 and 65536 x 64 float32 values.
 
 Prints, per row, the median microseconds per call with the cache and without it, and the ratio.
 """
@@ -177,8 +178,12 @@ def case_onnx_arena(dev: kdml.Device) -> dict[str, Callable[[], Any]]:
     from kompute_dml.onnx_backend import Backend
 
     rep = Backend.prepare(_elementwise_model(40, cpu_node=True), kdml_device=dev)
-    feeds = {"x": np.ones((8, 64), np.float32)}
-    return with_and_without(lambda: rep.run(feeds), lambda: patched(rep.state, "arena_capacity", 0))
+    out: dict[str, Callable[[], Any]] = {}
+    for rows in (8, 65536):  # 2 KiB and 16 MiB values
+        feeds = {"x": np.ones((rows, 64), np.float32)}
+        fns = with_and_without(lambda feeds=feeds: rep.run(feeds), lambda: patched(rep.state, "arena_capacity", 0))
+        out.update({f"{rows}x64/{k}": f for k, f in fns.items()})
+    return out
 
 
 CASES = {"replays": case_replays, "bind_checks": case_bind_checks,
