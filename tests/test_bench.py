@@ -14,8 +14,9 @@ import pytest
 import kompute_dml as kdml
 from kompute_dml.bench.cases import Env, copy_case, diagonal_case, identity_case, matmul_case, trilu_case
 from kompute_dml.bench.gpu_peers import ArrayModulePeer, mm_close
-from kompute_dml.bench.harness import BATCH_MAX, BATCH_MIN, Case, batch_count, run_case, summarize
+from kompute_dml.bench.harness import Case, run_case, summarize
 from kompute_dml.bench.report import goals, markdown, peers_in
+from kompute_dml.bench.timing import BATCH_MAX, BATCH_MIN, batch_count
 from kompute_dml.cli import main as cli_main
 
 

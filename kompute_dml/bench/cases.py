@@ -17,7 +17,8 @@ import numpy as np
 
 from .cpu_peers import ort_mmitf, ort_node
 from .gpu_peers import GpuPeer, mm_close, once
-from .harness import Case, Make
+from .harness import Case
+from .timing import Make
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # Larger arrays repeat a random block: drawing 1 GiB of normals takes seconds per row. The

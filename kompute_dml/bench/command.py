@@ -20,8 +20,9 @@ from . import transfers
 from .cases import Env, RowSpec, gpu_rows, recorded, suite
 from .cpu_peers import ort_available
 from .gpu_peers import GpuPeer, load_peers
-from .harness import CEILING_BYTES, Batched, interleaved, latency, machine_info, median, run_case
+from .harness import CEILING_BYTES, latency, machine_info, run_case
 from .report import goals, render, write_outputs
+from .timing import Batched, interleaved, median
 
 GPU_CEILING_BYTES = 1 << 30
 GPU_PEERS = ("torch", "cupy")

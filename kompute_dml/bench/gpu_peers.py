@@ -1,7 +1,7 @@
 """GPU peers for `kompute-dml bench`: PyTorch (CUDA) and CuPy, imported only when asked for.
 
 Each peer builds a row's work on its own device and returns a `Make` (N -> a callable that
-issues N launches, then synchronizes; see harness.py) and a check against the same numpy
+issues N launches, then synchronizes; see timing.py) and a check against the same numpy
 reference as ours. What each row runs:
 
 - identity / copy (packed, strided, transposed, broadcast source): torch `dst.copy_(view)`,
@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from .harness import EAGER_RUN, Batched, Make, interleaved, median
+from .harness import EAGER_RUN
+from .timing import Make, interleaved, median, repeat, repeater
 
 Ref = Callable[[], np.ndarray]  # the numpy reference of a row's output (computed once)
 
@@ -79,13 +80,7 @@ class GpuPeer:
 
     # -- shared ---------------------------------------------------------------------
     def batch(self, step: Callable[[], Any]) -> Make:
-        def make(n: int) -> Callable[[], None]:
-            def run() -> None:
-                for _ in range(n):
-                    step()
-                self.sync()
-            return run
-        return make
+        return repeater(step, self.sync)
 
     def poisoned(self, shape: tuple[int, ...], dtype: Any) -> Any:
         """An output that the work writes only in part starts as POISON (see cases.py)."""
@@ -114,7 +109,7 @@ class GpuPeer:
         """GB/s (read + written) of the best of `rounds` samples of an nbytes copy."""
         src = self.put(np.ones(nbytes // 4, np.float32))
         dst = self.empty((nbytes // 4,), np.float32)
-        fn = Batched(self.batch(self.copy_step(src, dst))(10), 10)
+        fn = self.batch(self.copy_step(src, dst))(10)
         best = min(interleaved({"c": fn}, rounds)["c"])
         return 2 * nbytes / best / 1e9
 
@@ -241,14 +236,7 @@ class TorchPeer(GpuPeer):
         src = self.put(np.ones((64, 64), np.float32))
         dst = self.empty((64, 64), np.float32)
         step = self.copy_step(src, dst)
-        once = self.batch(step)(1)
-
-        def eager_run() -> None:
-            for _ in range(EAGER_RUN):
-                once()
-
-        s = interleaved({"eager": Batched(eager_run, EAGER_RUN), "launch": Batched(self.batch(step)(100), 100)},
-                        reps, target=0)
+        s = interleaved({"eager": repeat(self.batch(step)(1), EAGER_RUN), "launch": self.batch(step)(100)}, reps, target=0)
         return {"torch_copy_synchronize_us": median(s["eager"]) * 1e6, "torch_per_launch_us": median(s["launch"]) * 1e6}
 
 

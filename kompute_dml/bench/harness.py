@@ -1,11 +1,6 @@
-"""Timing for `kompute-dml bench`: interleaved rounds, medians, batches, one row's figures.
-
-The peers protocol: a contender is a callable that does its work and returns when the work
-is complete. A synchronous call (numpy, onnxruntime, an eager `op.execute`) is one
-execution; a `Batched` contender does `count` executions per call and waits once at the end
-(N executions in one `dev.record()`; N CUDA launches then synchronize), and its figure is
-the time per execution. A row's batched contenders share one N (`choose_batch`), so that
-ours and a GPU peer amortize their one wait over the same number of executions.
+"""One row of `kompute-dml bench` and its figures, the machine, the latency section (timing:
+timing.py). A row's batched contenders share one N (`choose_batch`), so that ours and a GPU
+peer amortize their one wait over the same number of executions.
 """
 
 from __future__ import annotations
@@ -14,7 +9,6 @@ import contextlib
 import importlib.metadata
 import os
 import platform
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,106 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from .timing import BATCH_TARGET_S, Batched, Make, choose_batch, interleaved, median, repeat
+
 # The CPU device's copy ceiling: numpy.copyto of this many bytes, sampled in the rounds of
 # every memory-bound row (a GPU device's ceiling is measured once per run instead).
 CEILING_BYTES = 64 << 20
-# A batch lasts about this long: one submission's or synchronize's fixed cost (~0.6 ms for a
-# kp eval on the H100, ../shared/notes/gpu.md) then weighs about 3% of a sample.
-BATCH_TARGET_S = 0.02
-BATCH_MIN = 2
-BATCH_MAX = 256
-
-Make = Callable[[int], Callable[[], Any]]  # N -> a callable doing N executions, then waiting
-
-
-class Batched:
-    """A callable doing `count` executions per call (see the module docstring)."""
-
-    def __init__(self, fn: Callable[[], Any], count: int) -> None:
-        self.fn = fn
-        self.count = count
-
-    def __call__(self) -> None:
-        self.fn()
-
-
-# ---- timing ------------------------------------------------------------------------
-def _calibrate(fn: Callable[[], Any], target: float) -> tuple[int, float]:
-    """(calls per sample, seconds of one call)."""
-    t0 = time.perf_counter()
-    fn()
-    dt = time.perf_counter() - t0
-    return int(min(1000, max(1, target / max(dt, 1e-7)))), dt
-
-
-# With `steady`, a callable shorter than this gets one untimed call right before each of its
-# samples (see `interleaved`).
-STEADY_BELOW_S = 5e-3
-
-
-def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, warmup: int = 2, target: float = 3e-4,
-                settle: float = 0.0, steady: bool = False) -> dict[str, list[float]]:
-    """Seconds per execution of each callable: `rounds` samples each, taken round-robin, so
-    that a shared machine's noise hits every contender alike. A sample repeats its callable
-    until it lasts about `target` (the timer's resolution then does not matter for
-    microsecond calls). `settle` seconds of sleep before each sample let the previous
-    contender's worker threads (onnxruntime's and OpenBLAS's spin after a call; lavapipe's
-    do not) stop competing for the cores.
-
-    `steady`: time back-to-back executions, as the latency section's eager figure does. A
-    sample otherwise starts right after the other contenders' (on a CPU device, a 64 MiB
-    numpy copy), when lavapipe's worker threads have gone to sleep: a 64x64 identity read
-    60-180 us/op in the table against 8-11 us back to back. So each callable shorter than
-    STEADY_BELOW_S gets one untimed call before each of its samples (and before calibration)."""
-    for f in fns.values():
-        for _ in range(warmup):
-            f()
-    inner = {}
-    warm = {}
-    for k, f in fns.items():
-        if steady:
-            f()
-        inner[k], dt = _calibrate(f, target)
-        warm[k] = steady and dt < STEADY_BELOW_S
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, f in fns.items():
-            n = inner[k]
-            if settle:
-                time.sleep(settle)
-            if warm[k]:
-                f()
-            t0 = time.perf_counter()
-            for _ in range(n):
-                f()
-            samples[k].append((time.perf_counter() - t0) / (n * getattr(f, "count", 1)))
-    return samples
-
-
-def median(xs: list[float]) -> float:
-    return float(np.median(xs)) if xs else float("nan")
-
-
-def batch_count(seconds: float, executions: int, target: float = BATCH_TARGET_S) -> int:
-    """Executions per batch so that a batch lasts about `target`, given that `executions`
-    took `seconds`; within [BATCH_MIN, BATCH_MAX]."""
-    per = seconds / max(executions, 1)
-    return int(min(BATCH_MAX, max(BATCH_MIN, round(target / max(per, 1e-9)))))
-
-
-def choose_batch(make: Make, target: float = BATCH_TARGET_S) -> int:
-    """N for a row: grow a trial batch (x4) until it lasts half the target, then scale. The
-    first call of each trial size records and compiles; the second is timed."""
-    n = 1
-    while True:
-        f = make(n)
-        f()
-        t0 = time.perf_counter()
-        f()
-        dt = time.perf_counter() - t0
-        if dt >= target / 2 or n >= BATCH_MAX:
-            return batch_count(dt, n, target)
-        n = min(BATCH_MAX, n * 4)
 
 
 # ---- one row -----------------------------------------------------------------------
@@ -323,13 +222,9 @@ def latency(kdml: Any, dev: Any, reps: int) -> dict[str, Any]:
             for i in range(100):
                 r.execute(op, [chain[i]], [chain[i + 1]])
 
-    def eager_run() -> None:
-        for _ in range(EAGER_RUN):
-            op.execute([x], [y])
-
     s = interleaved({  # a round ends with a recording: the first sample of the next comes after it
         "eager_after_recording": lambda: op.execute([x], [y]),
-        "eager_execute": Batched(eager_run, EAGER_RUN),
+        "eager_execute": repeat(lambda: op.execute([x], [y]), EAGER_RUN),
         "eager_functional": lambda: kdml.identity(x),
         "recorded_100_same_output": rec_same,
         "recorded_100_distinct_outputs": rec_distinct,

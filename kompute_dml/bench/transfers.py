@@ -7,12 +7,12 @@ Each figure is the median of `rounds` samples; peers run in the same rounds, int
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from .timing import median, once, series
 
 MiB = 1 << 20
 
@@ -21,14 +21,7 @@ STEADY_CALLS = 301  # samples of the helper rows (first_calls)
 
 
 def _median_seconds(fn: Callable[[], object], rounds: int, warm: int = 1) -> float:
-    for _ in range(warm):
-        fn()
-    samples = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+    return median(series(fn, rounds, warmup=warm))
 
 
 def _torch_copies(nbytes: int, device: str) -> dict[str, Callable[[], object]] | None:
@@ -92,17 +85,12 @@ def transfers(kdml: Any, dev: Any, rounds: int, nbytes: int = 64 * MiB, torch_de
     op = dev.compile(kdml.ActivationIdentityDesc(desc, desc))
     src = kdml.Tensor(dev.buffer(big_n), desc)
 
-    def after_op() -> None:
+    def after_op() -> float:
         op.execute([src], [kdml.Tensor(big, desc)])
-        t0 = time.perf_counter()
-        big.write(small, 8192)
-        after_op.seconds.append(time.perf_counter() - t0)  # type: ignore[attr-defined]
+        return once(lambda: big.write(small, 8192))
 
-    after_op.seconds = []  # type: ignore[attr-defined]
-    for _ in range(rounds):
-        after_op()
     rows.append({"what": f"4 KiB write into {big_n >> 20} MiB after an operator wrote it",
-                 "ours_us": 1e6 * statistics.median(after_op.seconds)})  # type: ignore[attr-defined]
+                 "ours_us": 1e6 * median(after_op() for _ in range(rounds))})
     return rows
 
 
@@ -137,18 +125,13 @@ def first_calls(kdml: Any, dev: Any, rounds: int) -> list[dict[str, Any]]:
     rows.append({"what": f"matmul 512x{k}x{n}: first execute on new buffers", "first_us": first * 1e6, "steady_us": steady * 1e6})
     ms = iter(range(520, 520 + 8 * rounds, 8))
 
-    def new_shape() -> None:
+    def new_shape() -> float:
         m = next(ms)
         i, o = bound(m)
-        t0 = time.perf_counter()
-        dev.compile(_mm_desc(kdml, m, k, n)).execute(i, o)
-        new_shape.seconds.append(time.perf_counter() - t0)  # type: ignore[attr-defined]
+        return once(lambda: dev.compile(_mm_desc(kdml, m, k, n)).execute(i, o))
 
-    new_shape.seconds = []  # type: ignore[attr-defined]
-    for _ in range(rounds):
-        new_shape()
-    rows.append({"what": f"matmul new M x{k}x{n}: compile + first execute", "first_us": statistics.median(new_shape.seconds) * 1e6,  # type: ignore[attr-defined]
-                 "steady_us": steady * 1e6})
+    rows.append({"what": f"matmul new M x{k}x{n}: compile + first execute",
+                 "first_us": median(new_shape() for _ in range(rounds)) * 1e6, "steady_us": steady * 1e6})
     a = dev.tensor(rng.integers(-128, 128, (64, 64), dtype=np.int8))
     b = dev.tensor(rng.integers(-128, 128, (64, 64), dtype=np.int8))
     s1, s2 = dev.tensor(np.array([0.5], np.float32)), dev.tensor(np.array([0.25], np.float32))
