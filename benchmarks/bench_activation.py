@@ -1,15 +1,13 @@
-#!/usr/bin/env python3
 """ACTIVATION_SOFTMAX1 (last axis: attention scores, batch x heads x seq x seq) and ACTIVATION_GELU
 (a BERT intermediate activation, batch x seq x 4 hidden) against PyTorch CUDA in the same process.
 
-    PYTHONPATH=. python3 benchmarks/bench_activation.py            # GPU rows (torch CUDA if importable)
-    .venv/bin/python benchmarks/bench_activation.py --small        # lavapipe rows, no torch
+    python -m benchmarks.bench_activation            # GPU rows (torch CUDA if importable)
+    python -m benchmarks.bench_activation --small    # lavapipe rows, no torch
 
-Ours runs N executions in one `with dev.record() as rec:` (two outputs, alternating); the clock
-starts after they are recorded, so it times the submission and the GPU work. torch runs N
+Ours runs N executions in one `with dev.record() as rec:` (two outputs, alternating); torch runs N
 launches (torch.softmax(x, -1), torch.nn.functional.gelu(x): the exact erf GELU), then
-synchronizes. A sample is the slope (t(N) - t(1)) / (N - 1); contenders alternate; the figure is
-the median over rounds. GB/s = (input + output bytes) / time; ratio = torch time / ours (> 1:
+synchronizes. A sample is the slope (t(N) - t(1)) / (N - 1) (timing.slopes); contenders
+alternate; the figure is the median over rounds. GB/s = (input + output bytes) / time; ratio = torch time / ours (> 1:
 ours is faster). Each result is also checked against a float64 reference (max abs error).
 """
 
@@ -17,16 +15,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
-import sys
-import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import kompute_dml as kdml
+from kompute_dml.bench.timing import repeater, slopes
 
 DT = kdml.DataType
 GPU_ROWS = [("softmax", DT.FLOAT32, (1, 12, 16, 16)), ("softmax", DT.FLOAT32, (8, 12, 128, 128)),
@@ -46,10 +40,6 @@ def reference(kind: str, x: np.ndarray) -> np.ndarray:
         return e / e.sum(-1, keepdims=True)
     erfc = np.vectorize(math.erfc, otypes=[np.float64])
     return x64 * 0.5 * erfc(-x64 / math.sqrt(2)) if x.size <= 1 << 22 else None  # type: ignore[return-value]
-
-
-def slope(run: Any, n: int) -> float:
-    return (run(n) - run(1)) / (n - 1)
 
 
 def main() -> None:
@@ -79,12 +69,10 @@ def main() -> None:
         op = dev.compile(desc)
         outs = [kdml.Tensor(dev.buffer(d.byte_size), d, 0) for _ in range(2)]
 
-        def ours(n: int, op: Any = op, xt: Any = xt, outs: Any = outs) -> float:
+        def ours(n: int, op: Any = op, xt: Any = xt, outs: Any = outs) -> None:
             with dev.record() as rec:
                 for i in range(n):
                     rec.execute(op, [xt], [outs[i % 2]])
-                t0 = time.perf_counter()
-            return time.perf_counter() - t0
 
         contenders: dict[str, Any] = {"ours": ours}
         if torch is not None:
@@ -92,22 +80,9 @@ def main() -> None:
             fn = ((lambda tx=tx: torch.softmax(tx, -1)) if kind == "softmax"
                   else (lambda tx=tx: torch.nn.functional.gelu(tx)))
 
-            def theirs(n: int, fn: Any = fn) -> float:
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    fn()
-                torch.cuda.synchronize()
-                return time.perf_counter() - t0
-
-            contenders["torch"] = theirs
-        for run in contenders.values():
-            run(2)  # warm-up
-        samples: dict[str, list[float]] = {k: [] for k in contenders}
-        for _ in range(args.rounds):
-            for k, run in contenders.items():
-                samples[k].append(slope(run, args.n))
-        med = {k: statistics.median(v) for k, v in samples.items()}
+            make = repeater(fn, torch.cuda.synchronize)
+            contenders["torch"] = lambda n, make=make: make(n)()
+        med = slopes(contenders, args.rounds, args.n)
         nbytes = 2 * x.nbytes
         ref = reference(kind, x)
         err = float(np.nanmax(np.abs(outs[0].numpy().astype(np.float64) - ref))) if ref is not None else float("nan")

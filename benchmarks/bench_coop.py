@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """The cooperative-matrix (tensor core) MATRIX_MULTIPLY_INTEGER_TO_FLOAT kernels against torch._int_mm.
 
 Run on a GPU whose kompute_dml Device has the `cooperative_matrix` capability (the H100):
-    PYTHONPATH=. python3 benchmarks/bench_coop.py [--rounds 7] [--sweep | --ablate] [--json out.json]
+    python -m benchmarks.bench_coop [--rounds 7] [--sweep | --ablate] [--json out.json]
 1. Correctness first: small and odd shapes through every load mode, and sampled rows of each
    timed shape, against numpy int64 (bitwise FLOAT32); FAIL lines mean the timings are void.
 2. Timing, per shape (M x K x N): ours = N executions in one `dev.record()` (the recorded
@@ -26,7 +25,7 @@ Run on a GPU whose kompute_dml Device has the `cooperative_matrix` capability (t
    rows before it is timed, to pick the defaults of kompute_dml/ops/matmul_coop.py.
 --staging: in place of the timing table, the staging options of TileConfig against the default
 (coop_ablate.staging; SUMMARY staging printed last; about 3-4 minutes on the H100).
---ablate: after the timing, which part of the kernel costs the time (benchmarks/coop_ablate.py:
+--ablate: after the timing, which part of the kernel costs the time (coop_ablate.py:
 variants that leave one part out, wrong results by design), then a compact summary table LAST.
 --family dot|coopmat-emulated times that family in place of `coopmat` (coopmat-emulated runs on
 any device: a slow dry run of the script).
@@ -37,16 +36,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from typing import Any
 
 import numpy as np
-from coop_ablate import ablate, staging, staging_summary, summary  # benchmarks/ (the script's directory)
-from overlay_ablation import compile_ablation
 
 import kompute_dml as kdml
+from benchmarks.coop_ablate import ablate, staging, staging_summary, summary
+from benchmarks.overlay_ablation import compile_ablation
+from kompute_dml.bench.timing import batched, repeater
 from kompute_dml.ops.matmul_coop import FAMILIES, LARGE, MEDIUM, NARROW, TileConfig, compile_coop
 from kompute_dml.ops.matmul_integer import compile_matmul_integer
 
@@ -156,13 +155,7 @@ def torch_peers(a: np.ndarray, b: np.ndarray, quant_case: Ours | None) -> dict[s
     acc = torch.empty((mp, n), dtype=torch.int32, device=cuda)
 
     def batch(step: Any) -> Any:
-        def make(count: int) -> Any:
-            def call() -> None:
-                for _ in range(count):
-                    step()
-                torch.cuda.synchronize()
-            return call
-        return make
+        return repeater(step, torch.cuda.synchronize)
 
     peers: dict[str, Any] = {}
     if a.dtype == np.int8:
@@ -190,32 +183,9 @@ def torch_peers(a: np.ndarray, b: np.ndarray, quant_case: Ours | None) -> dict[s
 
 
 # ---- timing ----------------------------------------------------------------------------------
-def per_call(fn: Any) -> float:
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
 def time_interleaved(makes: dict[str, Any], rounds: int) -> dict[str, float]:
-    """Seconds per execution of each make(N), N chosen so that a call lasts about BATCH_TARGET;
-    rounds taken round-robin, each from the next case on (the first case of a round follows the
-    previous round's last, which may be another API's: torch's CUDA work); the median."""
-    calls = {}
-    for name, make in makes.items():
-        one = per_call(make(1))
-        n = int(min(200, max(2, BATCH_TARGET / max(one, 1e-6))))
-        calls[name] = (make(n), n)
-        calls[name][0]()  # record / warm up
-    samples: dict[str, list[float]] = {k: [] for k in calls}
-    names = list(calls)
-    for r in range(rounds):   # each round starts one case later: no case always follows the last
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            fn, n = calls[name]
-            t0 = time.perf_counter()
-            fn()
-            samples[name].append((time.perf_counter() - t0) / n)
-    return {k: statistics.median(v) for k, v in samples.items()}
+    """Median seconds per execution of each make(N), N for BATCH_TARGET seconds a call (timing.batched)."""
+    return batched(makes, rounds, BATCH_TARGET)
 
 
 def finish(rows: Any, path: str | None, ok: bool) -> int:

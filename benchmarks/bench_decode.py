@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """The small-M ("decode") MATRIX_MULTIPLY_INTEGER_TO_FLOAT family (gemv) against coopmat and PyTorch.
 
-On the H100:   PYTHONPATH=. python3 benchmarks/bench_decode.py [--rounds 7] [--no-sweep] [--json out.json]
-Anywhere (lavapipe, no torch needed): PYTHONPATH=. python3 benchmarks/bench_decode.py --quick
+On the H100:   python -m benchmarks.bench_decode [--rounds 7] [--no-sweep] [--json out.json]
+Anywhere (lavapipe, no torch needed): python -m benchmarks.bench_decode --quick
 Per shape M x K x N (M in 1, 2, 4, 8, 16, 32 with K = N = 4096, and M x 4096 x 11008 / M x 11008 x
 4096 for M = 1, 16), all timed in the same interleaved rounds (bench_coop.time_interleaved: N
 executions per recorded sequence, seconds per execution = median over rounds):
@@ -33,9 +32,9 @@ import time
 from typing import Any
 
 import numpy as np
-from bench_coop import Ours, random_inputs, time_interleaved, torch_peers  # benchmarks/ (the script's directory)
 
 import kompute_dml as kdml
+from benchmarks.bench_coop import Ours, random_inputs, time_interleaved, torch_peers
 from kompute_dml.ops.matmul_coop import CAPABILITY as COOP_CAPABILITY
 from kompute_dml.ops.matmul_coop import subgroup_size
 from kompute_dml.ops.matmul_gemv import DOT_CAPABILITY, GemvConfig, compile_gemv, default_config, sweep_configs

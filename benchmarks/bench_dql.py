@@ -1,52 +1,33 @@
-#!/usr/bin/env python3
 """DYNAMIC_QUANTIZE_LINEAR (FLOAT32 -> UINT8, packed) per input size, against PyTorch CUDA in the
 same process where it is importable (the same arithmetic as a chain of torch kernels: aminmax,
 the scale and zero point on the device, x / scale, round, add, clamp, cast).
 
-    PYTHONPATH=. python3 benchmarks/bench_dql.py                 # 64 Ki to 64 Mi elements
-    .venv/bin/python benchmarks/bench_dql.py --sizes 65536,1048576   # lavapipe, no torch
+    python -m benchmarks.bench_dql                                # 64 Ki to 64 Mi elements
+    python -m benchmarks.bench_dql --sizes 65536,1048576          # lavapipe, no torch
 
-Ours runs N executions in one `with dev.record() as rec:` (the clock starts after the executes
-are recorded); torch N launches of its chain, then synchronizes. A sample is the slope
-(t(N) - t(1)) / (N - 1): one submission's or synchronize's fixed cost cancels; the figure is
-the median over rounds. GB/s counts 4 + 1 bytes per element (the input read once, the output
-written), though ours reads the input twice (min / max, then the quantization). `--profile`
-adds the device time of each of ours' two dispatches (Device.profile). After timing, ours'
-output, scale and zero point are checked bit for bit against the numpy reference
-(tests/quantize_reference.py) and, where importable, onnxruntime.
+Ours runs N executions in one `with dev.record() as rec:`; torch N launches of its chain, then
+synchronizes. A sample is the slope (t(N) - t(1)) / (N - 1) (timing.slopes): one submission's or
+synchronize's fixed cost cancels; the figure is the median over rounds, ours and torch
+alternating. GB/s counts 4 + 1 bytes per element (the input read once, the output written),
+though ours reads the input twice (min / max, then the quantization). `--profile` adds the
+device time of each of ours' two dispatches (Device.profile). After timing, ours' output, scale
+and zero point are checked bit for bit against the numpy reference (tests/quantize_reference.py)
+and, where importable, onnxruntime.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-from quantize_reference import dynamic_quantize_ref  # noqa: E402
-
-import kompute_dml as kdml  # noqa: E402
+import kompute_dml as kdml
+from kompute_dml.bench.timing import slopes
+from tests.quantize_reference import dynamic_quantize_ref
 
 DT = kdml.DataType
 TD = kdml.TensorDesc
-
-
-def slope(run, n: int, rounds: int) -> float:
-    samples = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        run(1)
-        t1 = time.perf_counter()
-        run(n)
-        t2 = time.perf_counter()
-        samples.append(((t2 - t1) - (t1 - t0)) / (n - 1))
-    return statistics.median(samples)
 
 
 def ours(dev, x: np.ndarray):
@@ -119,13 +100,9 @@ def main() -> int:
     for n in (int(s) for s in args.sizes.split(",")):
         x = (rng.standard_normal(n) * 3).astype(np.float32)
         op, xt, outs, run = ours(dev, x)
-        run(2)
-        t_ours = slope(run, args.reps, args.rounds)
-        t_torch = None
-        if has_torch:
-            trun = torch_chain(x)
-            trun(2)
-            t_torch = slope(trun, args.reps, args.rounds)
+        runs = {"ours": run} | ({"torch": torch_chain(x)} if has_torch else {})
+        t = slopes(runs, args.rounds, args.reps)
+        t_ours, t_torch = t["ours"], t.get("torch")
         y, s, z = outs[0].numpy(), outs[1].numpy()[0], outs[2].numpy()[0]
         ry, rs, rz = dynamic_quantize_ref(x, np.uint8)
         same = bool((y == ry).all() and np.float32(s).view(np.uint32) == np.float32(rs).view(np.uint32) and z == rz)

@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """GEMM (shaders/gemm.comp, the portable float32-accumulating kernel; FLOAT16 also on cooperative
 matrices, shaders/gemm_coop.comp) against PyTorch CUDA matmuls.
 
 Run on the H100 (or anywhere: without torch/CUDA only our rows are timed):
-    PYTHONPATH=. python3 benchmarks/bench_gemm.py [--rounds 5] [--quick] [--json out.json]
-    PYTHONPATH=. python3 benchmarks/bench_gemm.py --families [--rounds 5] [--json out.json]
+    python -m benchmarks.bench_gemm [--rounds 5] [--quick] [--json out.json]
+    python -m benchmarks.bench_gemm --families [--rounds 5] [--json out.json]
 The first table runs every case on the device's automatic family (its variant is printed).
 Cases: BERT-base self-attention as the ONNX backend issues it (batch 8, 12 heads, sequence 128,
 head size 32: scores Q x K^T with K bound as a transposed strided view, then probs x V with V
@@ -32,14 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_coop import time_interleaved  # benchmarks/ (the script's directory)
 
 import kompute_dml as kdml
+from benchmarks.bench_coop import time_interleaved
 from kompute_dml.ops.gemm import compile_gemm
 from kompute_dml.ops.gemm_coop import CoopTile, subgroup_size
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from gemm_reference import check
+from tests.gemm_reference import check
 
 D = kdml.DataType
 TD = kdml.TensorDesc

@@ -1,12 +1,11 @@
-#!/usr/bin/env python3
 """Memory-bound operators (COPY / ACTIVATION_IDENTITY, DIAGONAL_MATRIX, DIAGONAL_MATRIX1) per
 variant choice, against PyTorch CUDA in the same process (issue 14 item 1).
 
-    PYTHONPATH=. python3 benchmarks/bench_memory.py                    # the H100 table
-    PYTHONPATH=. python3 benchmarks/bench_memory.py --variants default,gpu,gpu:vecs=8,cpu,transfer
-    PYTHONPATH=. python3 benchmarks/bench_memory.py --rows DIAGONAL,triu,tril   # the diagonal rows only
-    .venv/bin/python benchmarks/bench_memory.py --small                # lavapipe, no torch
-    PYTHONPATH=. python3 benchmarks/bench_memory.py --shrink 128 --variants gpu:vecs=1,gpu:vecs=4
+    python -m benchmarks.bench_memory                    # the H100 table
+    python -m benchmarks.bench_memory --variants default,gpu,gpu:vecs=8,cpu,transfer
+    python -m benchmarks.bench_memory --rows DIAGONAL,triu,tril   # the diagonal rows only
+    python -m benchmarks.bench_memory --small                # lavapipe, no torch
+    python -m benchmarks.bench_memory --shrink 128 --variants gpu:vecs=1,gpu:vecs=4
                                                   # the same rows at 64x64 (small-output kernels)
 
 --rows keeps the rows whose name contains one of the comma-separated words (case-sensitive):
@@ -22,9 +21,10 @@ the two-kernel equivalents named in the row) and ours once per variant choice:
                4, and 1 for outputs up to gpu_memory.SMALL_OUTPUT_BYTES)
   gpu:rows     the gpu family without the flat diagonal plan (rows_diag_* where flat_diag_*
                would run: packed rows off the 16-byte grid)
-Ours runs N executions in one `with dev.record() as rec:`; the clock starts after the
-executes are recorded, so it times the submission and the GPU work. torch runs N launches,
-then synchronizes. A sample is the slope (t(N) - t(1)) / (N - 1): one submission's or
+Ours runs N executions recorded once (Recording.compile), so the clock times the submission and
+the GPU work. torch runs N launches, then synchronizes. A sample is the slope (t(N) - t(1)) /
+(N - 1) (timing.slopes, each timed call the second of two: the first submission after another
+contender's work pays a switch between the CUDA and Vulkan contexts): one submission's or
 synchronize's fixed cost cancels. Contenders alternate within each round; the figure is
 the median over rounds. GB/s = (bytes of input elements read + bytes written) / time,
 the same count for every contender of a row; ratio = torch time / ours time (> 1: ours is
@@ -46,8 +46,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import kompute_dml as kdml
+from kompute_dml.bench.timing import once, repeater, slopes
 from kompute_dml.ops import gpu_flat, gpu_memory
 
 DT = kdml.DataType
@@ -229,38 +229,23 @@ def torch_step(torch: Any, device: str, row: Row, x: np.ndarray | None) -> tuple
 
 
 # ---- timing ------------------------------------------------------------------------
-def slope(run: Callable[[int], float], n: int) -> float:
-    """Seconds per execution: (t(n) - t(1)) / (n - 1), each the second of two runs. The
-    first submission after another contender's work pays extra (on the H100 a switch
-    between the CUDA and Vulkan contexts, and a first replay of another sequence): timed in
-    t(1) alone it made a 64x64 kernel read 10-60x faster than it is."""
-    run(1)
-    t1 = run(1)
-    run(n)
-    tn = run(n)
-    return max(tn - t1, 1e-9) / (n - 1)
+def ours_runner(dev: kdml.Device, op: Any, ins: list[Any], outs: list[Any]) -> Callable[[int], Any]:
+    """n executions recorded once and replayed; execution i writes outs[i % len(outs)] (see --outputs)."""
+    programs: dict[int, Any] = {}
 
-
-def ours_runner(dev: kdml.Device, op: Any, ins: list[Any], outs: list[Any]) -> Callable[[int], float]:
-    """Execution i writes outs[i % len(outs)] (see --outputs)."""
-    def run(n: int) -> float:
-        with dev.record() as rec:
-            for i in range(n):
-                rec.execute(op, ins, [outs[i % len(outs)]])
-            t0 = time.perf_counter()
-        return time.perf_counter() - t0
+    def run(n: int) -> None:
+        if n not in programs:
+            with dev.record() as rec:
+                for i in range(n):
+                    rec.execute(op, ins, [outs[i % len(outs)]])
+                programs[n] = rec.compile()
+        programs[n].run()
     return run
 
 
-def torch_runner(torch: Any, device: str, step: Callable[[], Any]) -> Callable[[int], float]:
-    def run(n: int) -> float:
-        torch_sync(torch, device)
-        t0 = time.perf_counter()
-        for _ in range(n):
-            step()
-        torch_sync(torch, device)
-        return time.perf_counter() - t0
-    return run
+def torch_runner(torch: Any, device: str, step: Callable[[], Any]) -> Callable[[int], Any]:
+    make = repeater(step, lambda: torch_sync(torch, device))
+    return lambda n: make(n)()
 
 
 def torch_name(torch: Any, device: str) -> str:
@@ -279,7 +264,7 @@ def bench_row(dev: kdml.Device, default: Any, row: Row, variants: list[str], tor
     outs = [dev.empty(out_desc) for _ in range(args.outputs)]
     out = outs[0]
     ins = [] if row.kind == "diag" else [src]
-    runners: dict[str, Callable[[int], float]] = {}
+    runners: dict[str, Callable[[int], Any]] = {}
     plans: dict[str, str] = {}
     ops: dict[str, Any] = {}
     for v in variants:
@@ -297,18 +282,15 @@ def bench_row(dev: kdml.Device, default: Any, row: Row, variants: list[str], tor
     counts: dict[str, int] = {}
     for k, r in runners.items():
         r(2)
-        per = max(r(3) / 3, 1e-7)
+        per = max(once(lambda r=r: r(3)) / 3, 1e-7)
         counts[k] = int(min(args.max_n, max(3, args.target_ms / 1e3 / per)))
         r(1)  # the recordings the samples replay (a recording of new length is encoded once)
         r(counts[k])
-    samples: dict[str, list[float]] = {k: [] for k in runners}
-    for _ in range(args.rounds):
-        for k, r in runners.items():
-            samples[k].append(slope(r, counts[k]))
+    seconds = slopes(runners, args.rounds, counts, warmup=0, prime=True)
     nbytes = moved_bytes(row, x)
     res: dict[str, Any] = {"row": row.name, "bytes": nbytes, "n": counts, "plans": plans, "torch_note": row.torch_note}
-    for k, ts in samples.items():
-        res[f"{k}_gbps"] = nbytes / float(np.median(ts)) / 1e9
+    for k, s in seconds.items():
+        res[f"{k}_gbps"] = nbytes / s / 1e9
     if not args.no_check:
         want = fetch_torch() if fetch_torch is not None else numpy_reference(row, x)
         want_bytes = np.ascontiguousarray(want).tobytes()

@@ -1,14 +1,12 @@
-#!/usr/bin/env python3
 """MEAN_VARIANCE_NORMALIZATION1 (LayerNormalization shapes of BERT encoders) against PyTorch CUDA's
 layer_norm in the same process.
 
-    PYTHONPATH=. python3 benchmarks/bench_mvn.py [--json FILE] [--rounds 5] [--n 50]
-    .venv/bin/python benchmarks/bench_mvn.py --small          # lavapipe, no torch
+    python -m benchmarks.bench_mvn [--json FILE] [--rounds 5] [--n 50]
+    python -m benchmarks.bench_mvn --small          # lavapipe, no torch
 
-Ours runs N executions of one compiled operator in one `with dev.record() as rec:` (the clock
-starts after the executes are recorded: the submission and the GPU work); torch runs N
+Ours runs N executions of one compiled operator in one `with dev.record() as rec:`; torch runs N
 `torch.nn.functional.layer_norm` launches, then synchronizes. A sample is the slope
-(t(N) - t(1)) / (N - 1), so one submission's or synchronize's fixed cost cancels; contenders
+(t(N) - t(1)) / (N - 1) (timing.slopes), so one submission's or synchronize's fixed cost cancels; contenders
 alternate within each round and the figure is the median over rounds. GB/s = (bytes of x read +
 bytes of y written) / time; ratio = torch time / ours (> 1: ours is faster). Each row's output is
 checked against float64 numpy (max |error| printed) and its variant named.
@@ -18,15 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import kompute_dml as kdml
+from kompute_dml.bench.timing import slopes
 
 DT = kdml.DataType
 
@@ -55,15 +50,6 @@ def ref(x: np.ndarray, g: np.ndarray, b: np.ndarray, axes: tuple[int, ...]) -> n
     m = x.mean(axis=axes, keepdims=True)
     v = ((x - m) ** 2).mean(axis=axes, keepdims=True)
     return (x - m) / np.sqrt(v + np.float32(1e-5)) * g + b
-
-
-def slope(run, n: int) -> float:
-    t0 = time.perf_counter()
-    run(1)
-    t1 = time.perf_counter()
-    run(n)
-    t2 = time.perf_counter()
-    return ((t2 - t1) - (t1 - t0)) / (n - 1)
 
 
 def main() -> None:
@@ -130,11 +116,7 @@ def main() -> None:
 
             theirs(2)
             contenders["torch"] = theirs
-        samples: dict[str, list[float]] = {k: [] for k in contenders}
-        for _ in range(args.rounds):
-            for k, fn in contenders.items():
-                samples[k].append(slope(fn, args.n))
-        med = {k: statistics.median(v) for k, v in samples.items()}
+        med = slopes(contenders, args.rounds, args.n)
         nbytes = 2 * int(np.prod(shape)) * dt.size
         row = {"name": name, "variant": op.variants[0], "max_abs_error": err, "ours_us": med["ours"] * 1e6,
                "ours_GBps": nbytes / med["ours"] / 1e9}

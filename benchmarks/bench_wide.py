@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """The exact 16/32-bit MATRIX_MULTIPLY_INTEGER_TO_FLOAT kernel (`wide`, shaders/matmul_wide.comp)
 against our float `gpu` family and PyTorch CUDA matmuls.
 
 Run on the H100 (or anywhere: without torch/CUDA only our rows are timed):
-    PYTHONPATH=. python3 benchmarks/bench_wide.py [--rounds 7] [--sweep] [--quick] [--json out.json]
+    python -m benchmarks.bench_wide [--rounds 7] [--sweep] [--quick] [--json out.json]
 Per width (int16 x int16, int32 x int32) and shape M x K x N (1024^3, 2048^3, 4096^3,
 512x384x1536; --quick: small shapes), one case: full-range random A and B, a per-tensor A zero
 point and per-column B zero points (random), unit FLOAT32 scales, no bias, so that the exact
@@ -34,9 +33,9 @@ import time
 from typing import Any
 
 import numpy as np
-from bench_coop import time_interleaved  # benchmarks/ (the script's directory): the same interleaved timing
 
 import kompute_dml as kdml
+from benchmarks.bench_coop import time_interleaved
 from kompute_dml.ops.matmul_integer import compile_matmul_integer
 from kompute_dml.ops.matmul_wide import BLOCKS, DEFAULT_BLOCK, INT64_CAPABILITY, compile_wide
 

@@ -1,5 +1,5 @@
 """What each cache keyed by object or buffer identity saves: the same calls with the cache in
-place and with it bypassed, interleaved in rounds (kompute_dml.bench.harness.interleaved), host
+place and with it bypassed, interleaved in rounds (kompute_dml.bench.timing.interleaved), host
 and device time together, on whatever device `Device()` opens.
 
     .venv/bin/python -m benchmarks.cache_gain [--rounds 15] [--only NAME,...]
@@ -42,7 +42,7 @@ import numpy as np
 
 import kompute_dml as kdml
 from kompute_dml import functional
-from kompute_dml.bench.harness import interleaved
+from kompute_dml.bench.timing import interleaved
 from kompute_dml.functional import gemm as functional_gemm
 from kompute_dml.ops import base as ops_base
 from kompute_dml.recent_calls import RecentCalls

@@ -44,8 +44,8 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from overlay_ablation import ABLATIONS, EXACT_ABLATIONS  # benchmarks/ (the script's directory)
 
+from benchmarks.overlay_ablation import ABLATIONS, EXACT_ABLATIONS
 from kompute_dml.ops.matmul_coop import LARGE, TENSOR_CORE_OPTIONS, TileConfig
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]

@@ -1,9 +1,10 @@
-#!/usr/bin/env python3
 """Few-row tensor-core products with K split over the subgroups (TileConfig.ksplit), against the
-default tile, gemv and torch._int_mm.
+default tile, gemv and torch._int_mm; and where gemv should hand few-row products to the tensor
+cores (policy.GEMV_MAX_M: `--configs ""` times the defaults alone).
 
-    PYTHONPATH=. python3 benchmarks/coop_ksplit.py [--rows 1,4,8,16,32,64] [--sizes 4096x4096,...]
+    python -m benchmarks.coop_ksplit [--rows 1,4,8,16,32,64] [--sizes 4096x4096,...]
         [--configs 16x32x512/16x16/k4,...] [--rounds 5] [--json out.json]
+    python -m benchmarks.coop_ksplit --rows 4,8,12,16,24,32 --configs "" --sizes 384x1536,...  # the crossover
 
 Few-row products stream B once; a work group of the default thin tile (16 x 32, BK 128, one
 shared stage) keeps only its one step of A and B in flight, so the product runs at the memory
@@ -18,12 +19,13 @@ per-column scales, bias), FLOAT32 out:
   <config>     each --configs entry: BMxBNxBK/WMxWN[/kS][/s2][/t] (tensor-core options: lean, one
                shared stage unless /s2, a row-major B kept so unless /t); B column-major, or
                row-major with --b-row-major; refused ones are listed with the reason
-  gemv         the gemv family, B row-major (its layout), M <= its limit
+  gemv         the gemv family, B row-major (its layout), wherever it accepts M
   torch        torch._int_mm (A padded to 32 rows), s8 only, where torch with CUDA is there
 Every case is checked bitwise on sampled rows against numpy int64 first (FAIL: timing void). The
 SUMMARY gives per shape the fastest of the default and the --configs cases in their B layout
-(column-major, or row-major with --b-row-major), the default's time in that layout over it, and
-torch's over the default's with B column-major.
+(column-major, or row-major with --b-row-major), the default's time in that layout over it,
+torch's over the default's with B column-major, and gemv's over the faster default layout's
+(> 1: the tensor cores win).
 """
 
 from __future__ import annotations
@@ -33,16 +35,30 @@ import sys
 from typing import Any
 
 import numpy as np
-from bench_coop import Ours, cfg_name, finish, random_inputs, time_interleaved, torch_peers  # benchmarks/
-from gemv_crossover import coop_device, pairs
 
+import kompute_dml as kdml
+from benchmarks.bench_coop import Ours, cfg_name, finish, random_inputs, time_interleaved, torch_peers
 from kompute_dml.errors import UnsupportedError
+from kompute_dml.ops.matmul_coop import CAPABILITY as COOP_CAPABILITY
 from kompute_dml.ops.matmul_coop import TileConfig
 
 SIZES = "4096x4096,4096x11008,11008x4096,768x3072,3072x768"
 CONFIGS = ("16x32x256/16x16/k2,16x32x512/16x16/k4,16x16x512/16x16/k4,16x16x1024/16x16/k8,16x64x512/16x32/k4,"
            "32x32x512/16x16/k4,32x64x256/32x16/k2,32x32x256/32x16/k2,64x64x256/32x32/k2,64x32x256/32x16/k4")
 SAMPLE_ROWS = 4
+
+
+def pairs(text: str) -> list[tuple[int, int]]:
+    return [(int(k), int(n)) for k, n in (p.lower().split("x") for p in text.split(","))]
+
+
+def coop_device() -> kdml.Device | None:
+    """The device, or None (saying why) where it has no cooperative matrices: nothing to compare."""
+    dev = kdml.Device()
+    if COOP_CAPABILITY in dev.capabilities:
+        return dev
+    print(f"{dev.name} has no {COOP_CAPABILITY} capability: nothing to compare")
+    return None
 
 
 def parse_config(text: str) -> TileConfig:
@@ -69,7 +85,7 @@ def main() -> int:
     dev = coop_device()
     if dev is None:
         return 0
-    configs = {cfg_name(c): c for c in map(parse_config, args.configs.split(","))}
+    configs = {cfg_name(c): c for c in map(parse_config, filter(None, args.configs.split(",")))}
     rng = np.random.default_rng(0)
     rows_out: list[dict[str, Any]] = []
     ok = True
@@ -86,8 +102,10 @@ def main() -> int:
                 common = {"quant": quant, "uploads": up}
                 cases[f"{what} default"] = Ours(dev, a, b, b_colmajor=True, family="coopmat", **common)
                 cases[f"{what} default Brow"] = Ours(dev, a, b, b_colmajor=False, family="coopmat", **common)
-                if m <= dev.policy.gemv_max_m:
+                try:
                     cases[f"{what} gemv"] = Ours(dev, a, b, b_colmajor=False, family="gemv", **common)
+                except UnsupportedError as e:
+                    refused["gemv"] = str(e).split(": ", 2)[-1]
                 for name, cfg in configs.items():
                     try:
                         cases[f"{what} {name}"] = Ours(dev, a, b, b_colmajor=not args.b_row_major, config=cfg, **common)
@@ -111,16 +129,18 @@ def main() -> int:
             for what in whats:
                 coop = {key: t[key] for key in (f"{what} {base}", *(f"{what} {name}" for name in configs)) if key in t}
                 best = min(coop, key=lambda key: coop[key])
+                fastest_default = min(t[f"{what} default"], t[f"{what} default Brow"])
                 summary.append((m, k, n, what, best[len(what) + 1:], coop[best] * 1e6, t[f"{what} {base}"] * 1e6,
                                 t[f"{what} default"] * 1e6, t[f"{what} default Brow"] * 1e6,
-                                t.get(f"{what} gemv", 0.0) * 1e6, t.get("s8 torch", 0.0) * 1e6))
+                                t.get(f"{what} gemv", 0.0) * 1e6, t.get("s8 torch", 0.0) * 1e6,
+                                t.get(f"{what} gemv", float("nan")) / fastest_default))
             rows_out.append({"shape": [m, k, n], "seconds": t, "checks": checks, "refused": refused})
     print("\nSUMMARY (us; ratios > 1: the best configuration is faster)")
     print(f"  {'M x K x N':>16s} {'case':>6s} {'best':>36s} {'us':>8s} {'default':>8s} {'Brow':>8s} {'gemv':>8s} "
-          f"{'torch':>8s} {'def/best':>8s} {'torch/def':>9s}")
-    for m, k, n, what, best, tb, tbase, td, tr, tg, tt in summary:
+          f"{'torch':>8s} {'def/best':>8s} {'torch/def':>9s} {'gemv/def':>8s}")
+    for m, k, n, what, best, tb, tbase, td, tr, tg, tt, gd in summary:
         print(f"  {f'{m}x{k}x{n}':>16s} {what:>6s} {best:>36s} {tb:8.2f} {td:8.2f} {tr:8.2f} {tg:8.2f} {tt:8.2f} "
-              f"{tbase / tb:8.3f} {tt / td:9.3f}")
+              f"{tbase / tb:8.3f} {tt / td:9.3f} {gd:8.3f}")
     return finish(rows_out, args.json, ok)
 
 

@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """The device's cooperative-matrix ceiling for s8 x s8 -> s32 (16x16x32, VK_KHR_cooperative_matrix).
 
 Run on a GPU whose kompute_dml Device has the `cooperative_matrix` capability (the H100):
-    PYTHONPATH=. python3 benchmarks/coop_peak.py [--quick] [--json out.json]
-    PYTHONPATH=. python3 benchmarks/coop_peak.py --check          # the arithmetic only, no timing
+    python -m benchmarks.coop_peak [--quick] [--json out.json]
+    python -m benchmarks.coop_peak --check          # the arithmetic only, no timing
 Elsewhere it prints why it skips (exit 0); `--emulated` runs the same harness on the plain-code
 variants (any device, lavapipe included: a check of the script, not a measurement).
 
@@ -48,17 +47,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ (also when imported by tests)
-from overlay_peak import (
+import kompute_dml as kdml
+from benchmarks.overlay_peak import (
     ROUNDS_PER_TRIP,
     SOURCES,
     TILES,
@@ -73,9 +70,8 @@ from overlay_peak import (
     unavailable,
     workgroup_shapes,
 )
-
-import kompute_dml as kdml
 from kompute_dml.bench import gpu_clock
+from kompute_dml.bench.timing import median
 
 PEAK_TOPS = 1979.0  # H100 SXM5 dense INT8 tensor-core TOPS (NVIDIA H100 datasheet: 3958 with sparsity)
 SMS = 132  # H100 SXM5 streaming multiprocessors
@@ -246,7 +242,7 @@ def time_config(case: Case, target_s: float, repeats: int, max_trips: int) -> di
     trips, _ = calibrate(case, target_s, max_trips)
     case.seconds(trips)  # warm-up at this length
     samples = [case.seconds(trips) for _ in range(repeats)]
-    sec = statistics.median(samples)
+    sec = median(samples)
     ok, what = case.check(trips)
     cfg = case.cfg
     return {"src": cfg.src, "acc": cfg.acc, "tile": "x".join(map(str, cfg.tile)), "subgroups": cfg.subgroups, "groups": cfg.groups,

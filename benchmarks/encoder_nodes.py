@@ -3,22 +3,18 @@ by the exact reference from the backend's own inputs to it (tests/onnx_reference
 token ids of a given shape: where the end-to-end output differs from onnxruntime's, this says
 whether any node is wrong or the difference is a quantization tie carried through the layers.
 
-    python benchmarks/encoder_nodes.py [--model minilm|bert256] [--shape 8x128]
+    python -m benchmarks.encoder_nodes [--model minilm|bert256] [--shape 8x128]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import numpy as np
 import onnx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import encoder_speed
-import minilm
-
+from kompute_dml.bench import encoder_speed, minilm
 from kompute_dml.onnx_backend import Backend
 
 

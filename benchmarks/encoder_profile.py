@@ -1,26 +1,21 @@
 """Device time per node type of an encoder run through the ONNX backend (Device.profile: one
 timestamp per dispatch of the run's one submission), beside the run's wall time.
 
-    python benchmarks/encoder_profile.py [--model minilm|bert256] [--shape 8x128] [--top 20]
+    python -m benchmarks.encoder_profile [--model minilm|bert256] [--shape 8x128] [--top 20]
 
-`minilm` is benchmarks/minilm.py's fused model (KDML_MINILM_DIR names a bundle); `bert256` the
-random BERT of benchmarks/encoder_speed.py.
+`minilm` is kompute_dml.bench.minilm's fused model (KDML_MINILM_DIR names a bundle); `bert256`
+the random BERT of kompute_dml.bench.encoder_speed.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import statistics
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import encoder_speed
-
+from kompute_dml.bench import encoder_speed
+from kompute_dml.bench.timing import median, once, series
 from kompute_dml.onnx_backend import Backend
 
 
@@ -45,21 +40,12 @@ def main() -> None:
         (b0, s0), = args.plan_after
         rep.run(encoder_speed.bert_models.random_feeds(b0, s0, model.vocab, rng))
         prof = cProfile.Profile()
-        t0 = time.perf_counter()
-        prof.enable()
-        rep.run(feeds)
-        prof.disable()
+        took = once(lambda: prof.runcall(rep.run, feeds))
         st = rep.last_run
-        print(f"first run of {batch}x{seq} after {b0}x{s0}: {(time.perf_counter() - t0) * 1e3:.1f} ms under cProfile, "
+        print(f"first run of {batch}x{seq} after {b0}x{s0}: {took * 1e3:.1f} ms under cProfile, "
               f"planning {st.plan_seconds * 1e3:.1f} ms; device {rep.device.stats()}")
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
-    for _ in range(3):
-        rep.run(feeds)
-    walls = []
-    for _ in range(10):
-        t0 = time.perf_counter()
-        rep.run(feeds)
-        walls.append((time.perf_counter() - t0) * 1e3)
+    walls = series(lambda: rep.run(feeds), 10, warmup=3)
     with rep.device.profile() as p:
         rep.run(feeds)
     by_op: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
@@ -68,7 +54,7 @@ def main() -> None:
         by_op[f"{node_type} -> {r.operator}"][0] += r.microseconds
         by_op[f"{node_type} -> {r.operator}"][1] += 1
     total = p.total_us()
-    print(f"{args.model} {batch}x{seq}: wall median {statistics.median(walls):.2f} ms over 10 runs; "
+    print(f"{args.model} {batch}x{seq}: wall median {median(walls) * 1e3:.2f} ms over 10 runs; "
           f"device time {total / 1e3:.2f} ms in {len(p.rows)} dispatches (profiled: one timestamp each)")
     print(f"{'node -> operator':<58} {'us':>9} {'share':>6} {'dispatches':>10}")
     for name, (us, n) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[:args.top]:

@@ -1,9 +1,9 @@
 """First calls in a fresh process: compile + first execute of integer products against the
 same execute repeated, with the pipeline cache on disk (runtime/disk_cache.py) or without.
 
-    python benchmarks/first_call.py                 # uses KDML_CACHE_DIR (default ~/.cache/kompute_dml)
-    KDML_CACHE_DIR=off python benchmarks/first_call.py
-    python benchmarks/first_call.py --shapes 4096x4096x4096 512x384x1536
+    python -m benchmarks.first_call                 # uses KDML_CACHE_DIR (default ~/.cache/kompute_dml)
+    KDML_CACHE_DIR=off python -m benchmarks.first_call
+    python -m benchmarks.first_call --shapes 4096x4096x4096 512x384x1536
 
 Run it twice with the cache on: the second process reads what the first compiled
 (`pipeline_cache_loaded_bytes` in its last line). Prints one line per shape.
@@ -12,14 +12,14 @@ Run it twice with the cache on: the second process reads what the first compiled
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import statistics
-import time
+from typing import Any
 
 import numpy as np
 
 import kompute_dml as kdml
+from kompute_dml.bench.timing import Stopwatch, once, series
 
 
 def _desc(m: int, k: int, n: int) -> kdml.MatrixMultiplyIntegerToFloatDesc:
@@ -30,39 +30,38 @@ def _desc(m: int, k: int, n: int) -> kdml.MatrixMultiplyIntegerToFloatDesc:
     )
 
 
+def first_call(dev: kdml.Device, rng: np.random.Generator, shape: str, repeats: int) -> str:
+    """One line: compile, first execute and steady execute of an M x K x N int8 product."""
+    m, k, n = (int(v) for v in shape.split("x"))
+    a = dev.tensor(rng.integers(-128, 128, (1, 1, m, k), dtype=np.int8))
+    b = dev.tensor(rng.integers(-128, 128, (1, 1, k, n), dtype=np.int8))
+    s = dev.tensor(np.array([[[[0.5]]]], np.float32))
+    out = dev.empty(kdml.TensorDesc(kdml.DataType.FLOAT32, (1, 1, m, n)))
+    ins = [a, s, None, b, s, None, None]
+    built = dev.stats()["pipelines_created"]
+    ops: list[Any] = []
+    t_compile = once(lambda: ops.append(dev.compile(_desc(m, k, n))))
+    op = ops[0]
+    t_first = once(lambda: op.execute(ins, [out]))
+    st = statistics.median(series(lambda: op.execute(ins, [out]), repeats))
+    return (f"{shape}: compile {1e3 * t_compile:.2f} ms, first execute {1e3 * t_first:.2f} ms, "
+            f"steady {1e3 * st:.3f} ms, first-call overhead {1e3 * (t_compile + t_first - st):.2f} ms, "
+            f"pipelines built {dev.stats()['pipelines_created'] - built}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", nargs="+", default=["4096x4096x4096", "512x384x1536", "520x384x1536", "128x384x1536"])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--breakdown", action="store_true", help="also time the parts of a first execution")
     args = ap.parse_args()
-    t0 = time.perf_counter()
-    dev = kdml.Device()
-    open_ms = (time.perf_counter() - t0) * 1e3
+    devs: list[kdml.Device] = []
+    open_ms = once(lambda: devs.append(kdml.Device())) * 1e3
+    dev = devs[0]
     rng = np.random.default_rng(0)
     print(f"device {dev.name}: opened in {open_ms:.1f} ms, {json.dumps(dev.stats())}")
     for shape in args.shapes:
-        m, k, n = (int(v) for v in shape.split("x"))
-        a = dev.tensor(rng.integers(-128, 128, (1, 1, m, k), dtype=np.int8))
-        b = dev.tensor(rng.integers(-128, 128, (1, 1, k, n), dtype=np.int8))
-        s = dev.tensor(np.array([[[[0.5]]]], np.float32))
-        out = dev.empty(kdml.TensorDesc(kdml.DataType.FLOAT32, (1, 1, m, n)))
-        ins = [a, s, None, b, s, None, None]
-        built = dev.stats()["pipelines_created"]
-        t0 = time.perf_counter()
-        op = dev.compile(_desc(m, k, n))
-        t1 = time.perf_counter()
-        op.execute(ins, [out])
-        t2 = time.perf_counter()
-        steady = []
-        for _ in range(args.repeats):
-            t3 = time.perf_counter()
-            op.execute(ins, [out])
-            steady.append(time.perf_counter() - t3)
-        st = statistics.median(steady)
-        print(f"{shape}: compile {1e3 * (t1 - t0):.2f} ms, first execute {1e3 * (t2 - t1):.2f} ms, "
-              f"steady {1e3 * st:.3f} ms, first-call overhead {1e3 * (t2 - t0 - st):.2f} ms, "
-              f"pipelines built {dev.stats()['pipelines_created'] - built}")
+        print(first_call(dev, rng, shape, args.repeats))
     if args.breakdown:
         breakdown(dev, rng, args.repeats)
     print(json.dumps(dev.stats()))
@@ -92,33 +91,32 @@ def breakdown(dev: kdml.Device, rng: np.random.Generator, repeats: int) -> None:
         b = dev.tensor(rng.integers(-128, 128, (1, 1, k, n), dtype=np.int8))
         s = dev.tensor(np.array([[[[0.5]]]], np.float32))
         out = dev.empty(kdml.TensorDesc(kdml.DataType.FLOAT32, (1, 1, m, n)))
-        clock = [time.perf_counter()]
+        watch = Stopwatch()
+        laps: list[float] = []
         replay = None  # the last iteration's submission: its own kp sequence is destroyed here
-        clock.append(time.perf_counter())
+        laps.append(watch.lap())
         bound, _key = op.bind([a, s, None, b, s, None, None], [out])
-        clock.append(time.perf_counter())
+        laps.append(watch.lap())
         with engine.lock:
             replay = engine._encode([(op.plans, bound)])
-            clock.append(time.perf_counter())
+            laps.append(watch.lap())
             engine.first_runs.run(replay)
-            clock.append(time.perf_counter())
+            laps.append(watch.lap())
             replay.own(engine.manager.kdml_word_sequence())
-            clock.append(time.perf_counter())
+            laps.append(watch.lap())
             for _run in range(2):
                 replay.run()
-                clock.append(time.perf_counter())
+                laps.append(watch.lap())
             engine.manager.kdml_word_sequence()
-            clock.append(time.perf_counter())
-            engine.pipelines._entries.clear()  # a new descriptor set for the same buffers
+            laps.append(watch.lap())
             dispatches = [encode(plan, bound, engine.pipelines, engine.dummy) for plan in op.plans]
-            clock.append(time.perf_counter())
+            laps.append(watch.lap())
             scratch.clear()
             record_dispatches(scratch, dispatches)
-            clock.append(time.perf_counter())
+            laps.append(watch.lap())
             scratch.kdml_run()
-            clock.append(time.perf_counter())
-        steps = [b - a for a, b in itertools.pairwise(clock)]
-        steps = steps[1:] + steps[:1]  # "drop" (the first step) last
+            laps.append(watch.lap())
+        steps = laps[1:] + laps[:1]  # "drop" (the first step) last
         for name, v in zip(names, steps):
             times[name].append(v * 1e6)
     del replay
@@ -130,9 +128,7 @@ def breakdown(dev: kdml.Device, rng: np.random.Generator, repeats: int) -> None:
         s = dev.tensor(np.array([[[[0.5]]]], np.float32))
         out = dev.empty(kdml.TensorDesc(kdml.DataType.FLOAT32, (1, 1, m, n)))
         for i in range(3):
-            t0 = time.perf_counter()
-            op.execute([a, s, None, b, s, None, None], [out])
-            calls[i].append((time.perf_counter() - t0) * 1e6)
+            calls[i].append(once(lambda a=a, b=b, s=s, out=out: op.execute([a, s, None, b, s, None, None], [out])) * 1e6)
     print("op.execute on new buffers, median us: " + ", ".join(
         f"{name} {statistics.median(v):.1f}" for name, v in zip(("first", "second", "third"), calls)))
 

@@ -13,7 +13,7 @@ the budget is listed with its parts after the summary. Settings are environment 
 (`--settings "KDML_PLAN_FLUSH_MS=0;KDML_PLAN_FLUSH_MS=2"`, or `PYTHONPATH=<tree>` to compare two
 trees); the order of settings turns every round.
 
-    PYTHONPATH=. python3 benchmarks/first_runs.py --models minilm --processes 4
+    python -m benchmarks.first_runs --models minilm --processes 4
 
 `--cold`: no untimed process, and each process gets an empty pipeline cache on disk of its own
 (KDML_CACHE_DIR), as on a machine's first run: its first runs compile the pipelines (the NVIDIA
@@ -23,7 +23,7 @@ median: the `late` column), to tell a slowdown that passes from one that stays. 
 column is the GPU's SM clock just before the first run (nvidia-smi, where found): after seconds
 of host work (a compile) the H100 runs at 345-540 MHz until a second or more of sustained work
 raises it (kompute_dml/bench/gpu_clock.py), which is what made MiniLM 3x slower in steady state
-in a process that had compiled its pipelines (benchmarks/RESULTS.md). The `new` column counts the
+in a process that had compiled its pipelines. The `new` column counts the
 pipelines all of a row's first runs created (none where the policy prepared them ahead).
 """
 
@@ -39,30 +39,20 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import encoder_speed
-
-from kompute_dml.bench import gpu_clock
+from kompute_dml.bench import encoder_speed, gpu_clock
+from kompute_dml.bench.timing import Stopwatch, clocked, median, once, series
 
 # the parts of a first run each child times (child's spots), as the summary lists them
 PARTS = ("waits", "alloc", "flush", "encode", "submit", "own", "gc")
+CHILD = [sys.executable, "-m", "benchmarks.first_runs", "--child"]
 
 
 def _timed(owner: type, name: str, spent: dict[str, float], key: str) -> None:
     """Add the time every call of owner.name takes to spent[key]."""
-    real = getattr(owner, name)
-
-    def timed(*a: object, **k: object) -> object:
-        t0 = time.perf_counter()
-        try:
-            return real(*a, **k)
-        finally:
-            spent[key] += time.perf_counter() - t0
-    setattr(owner, name, timed)
+    setattr(owner, name, clocked(getattr(owner, name), lambda s: spent.__setitem__(key, spent[key] + s)))
 
 
 def child(model_name: str, shapes: list[tuple[int, int]], steady: int, late: float) -> None:
@@ -77,13 +67,13 @@ def child(model_name: str, shapes: list[tuple[int, int]], steady: int, late: flo
     spent = dict.fromkeys((*spots, "gc"), 0.0)
     for key, (owner, name) in spots.items():
         _timed(owner, name, spent, key)
-    gc_start = [0.0]
+    watch = Stopwatch()
 
     def on_gc(phase: str, _info: dict[str, int]) -> None:
         if phase == "start":
-            gc_start[0] = time.perf_counter()
+            watch.start()
         else:
-            spent["gc"] += time.perf_counter() - gc_start[0]
+            spent["gc"] += watch.stop()
 
     gc.callbacks.append(on_gc)
     model = encoder_speed.load_model(model_name)
@@ -94,27 +84,18 @@ def child(model_name: str, shapes: list[tuple[int, int]], steady: int, late: flo
         mhz = gpu_clock.sm_clock_mhz()
         spent.update(dict.fromkeys(spent, 0.0))
         created = rep.device.engine.stats()["pipelines_created"]
-        t0 = time.perf_counter()
-        rep.run(feeds)
-        first = (time.perf_counter() - t0) * 1e3
+        first = once(lambda f=feeds: rep.run(f)) * 1e3
         created = rep.device.engine.stats()["pipelines_created"] - created
         parts = {k: v * 1e3 for k, v in spent.items()}
         plan = rep.last_run.plan_seconds * 1e3
-        times = []
-        for _ in range(steady):
-            t0 = time.perf_counter()
-            rep.run(feeds)
-            times.append((time.perf_counter() - t0) * 1e3)
+        times = series(lambda f=feeds: rep.run(f), steady)
         late_times = []
         if late > 0 and steady:
             time.sleep(late)
-            for _ in range(steady):
-                t0 = time.perf_counter()
-                rep.run(feeds)
-                late_times.append((time.perf_counter() - t0) * 1e3)
+            late_times = series(lambda f=feeds: rep.run(f), steady)
         print(json.dumps({"shape": f"{b}x{s}", "first": first, "plan": plan, "mhz": mhz, "created": created, **parts,
-                          "steady": statistics.median(times) if times else None,
-                          "late": statistics.median(late_times) if late_times else None}), flush=True)
+                          "steady": median(times) * 1e3 if times else None,
+                          "late": median(late_times) * 1e3 if late_times else None}), flush=True)
     rep.release()
 
 
@@ -144,7 +125,7 @@ def main() -> None:
     results: dict[tuple[str, str, str], list[dict[str, float]]] = {}
     for model in args.models.split(","):
         if not args.cold:  # one untimed process first: what a fresh machine compiles goes to the disk cache
-            subprocess.run([sys.executable, __file__, "--child", model, "--shapes", shape_arg, "--steady", "0"],
+            subprocess.run([*CHILD, model, "--shapes", shape_arg, "--steady", "0"],
                            capture_output=True, check=True)
         for r in range(args.processes):
             # the order turns every round (A B B A ...): on the H100 host the first process of
@@ -155,7 +136,7 @@ def main() -> None:
                 with tempfile.TemporaryDirectory(prefix="kdml-cold-") if args.cold else contextlib.nullcontext() as empty:
                     if empty is not None:
                         env["KDML_CACHE_DIR"] = empty
-                    out = subprocess.run([sys.executable, __file__, "--child", model, "--shapes", shape_arg,
+                    out = subprocess.run([*CHILD, model, "--shapes", shape_arg,
                                           "--steady", str(args.steady), "--late", str(args.late)],
                                          env=env, capture_output=True, text=True)
                 if out.returncode:

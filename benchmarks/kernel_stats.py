@@ -3,7 +3,7 @@ pipeline (VK_KHR_pipeline_executable_properties, through benchmarks/vk_stats/pip
 and the work groups per SM they allow, for the production choice of each shape and for
 alternative tile configurations, so occupancy is read rather than guessed.
 
-    PYTHONPATH=. python3 benchmarks/kernel_stats.py [--shapes 8192x8192x8192,4096x4096x4096] [--alternatives]
+    python -m benchmarks.kernel_stats [--shapes 8192x8192x8192,4096x4096x4096] [--alternatives]
         [--configs 128x128x64/64x64,...] [--include DIR]
 
 Builds the C++ tool with g++ (-lvulkan; Vulkan headers with VK_KHR_cooperative_matrix, e.g. the
@@ -94,8 +94,6 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default="8192x8192x8192,4096x4096x4096,512x384x1536")
     ap.add_argument("--alternatives", action="store_true", help="also the tiles of ALTERNATIVES (largest shape)")
-    ap.add_argument("--split", action="store_true",
-                    help="also coop_direct.py --split's loader / math kernels (benchmark overlay; largest shape)")
     ap.add_argument("--configs", help="also these tiles (coop_ksplit.py's BMxBNxBK/WMxWN[/kS][/s2][/t], "
                     "comma-separated; largest shape)")
     ap.add_argument("--include", help="Vulkan headers for the C++ tool (-I)")
@@ -119,21 +117,15 @@ def main() -> int:
                 cases.append((f"{m}x{k}x{n} B col-major {name}", compile_coop(dev, desc_for(m, k, n, True), config=cfg)))
             except kdml.UnsupportedError as e:
                 print(f"{name}: cannot run here ({e})")
-    sys.path.insert(0, str(HERE))
     if args.configs:
-        from coop_ksplit import parse_config
+        from benchmarks.coop_ksplit import parse_config
+
         m, k, n = shapes[0]
         for text in args.configs.split(","):
             try:
                 cases.append((f"{m}x{k}x{n} B col-major {text}", compile_coop(dev, desc_for(m, k, n, True), config=parse_config(text))))
             except kdml.UnsupportedError as e:
                 print(f"{text}: cannot run here ({e})")
-    if args.split:
-        from coop_direct import SPLIT_CONFIGS
-        from overlay_direct import compile_split
-        m, k, n = shapes[0]
-        for cfg in SPLIT_CONFIGS:
-            cases.append((f"{m}x{k}x{n} split {cfg.name()}", compile_split(dev, cfg, m, n, k)))
     for name, op in cases:
         plan = op.plans[0]
         wg = int(plan.spec[0]) if plan.spec else 0  # local_size_x_id 0 in every matrix-product shader

@@ -1,6 +1,6 @@
 """Per-execution latency of small operators: what the Python path costs on top of Vulkan.
 
-    PYTHONPATH=. python3 benchmarks/latency.py [--device N] [--shader-only] [--repeats R]
+    python -m benchmarks.latency [--device N] [--shader-only] [--repeats R]
         [--ops] [--sequences] [--after-recording] [--sizes] [--memory-kernel gpu|cpu]
 
 Prints, for a 64x64 FLOAT32 ACTIVATION_IDENTITY compiled once and bound to the same
@@ -60,6 +60,7 @@ from collections.abc import Callable
 import numpy as np
 
 import kompute_dml as kdml
+from kompute_dml.bench.timing import interleaved, percentile, series
 
 ACCESS_ALL = 0x20 | 0x40 | 0x800 | 0x1000  # shader read/write, transfer read/write
 STAGES_ALL = 0x800 | 0x1000  # compute shader, transfer
@@ -67,18 +68,10 @@ STAGES_ALL = 0x800 | 0x1000  # compute shader, transfer
 
 def _times(call: Callable[[], object], repeats: int) -> list[float]:
     """us of each of `repeats` back-to-back calls, after 50 untimed ones."""
-    for _ in range(50):
-        call()
-    times = []
-    clock = time.perf_counter_ns
-    for _ in range(repeats):
-        t0 = clock()
-        call()
-        times.append((clock() - t0) / 1000)
-    return times
+    return [t * 1e6 for t in series(call, repeats, warmup=50)]
 
 
-def _eager(op: object, x: object, y: object, repeats: int) -> list[float]:
+def eager(op: object, x: object, y: object, repeats: int) -> list[float]:
     """Median-ready us of `repeats` eager executions; x, y: a tensor each, or the lists."""
     run = op.execute  # type: ignore[attr-defined]
     ins = x if isinstance(x, list) else [x]
@@ -107,36 +100,24 @@ def _functional(x: kdml.Tensor, repeats: int) -> list[float]:
 
 def _recorded(dev: kdml.Device, op: object, x: kdml.Tensor, y: kdml.Tensor, recordings: int, per: int = 100) -> list[float]:
     ins, outs = [x], [y]
-    times = []
-    for i in range(recordings + 3):
-        t0 = time.perf_counter_ns()
-        with dev.record() as rec:
+
+    def rec() -> None:
+        with dev.record() as r:
             for _ in range(per):
-                rec.execute(op, ins, outs)
-        if i >= 3:  # the first recordings build and cache the sequence
-            times.append((time.perf_counter_ns() - t0) / 1000 / per)
-    return times
+                r.execute(op, ins, outs)
+
+    # the first recordings build and cache the sequence
+    return [t * 1e6 / per for t in series(rec, recordings, warmup=3)]
 
 
 def _breakdown(op: object, ins: list, outs: list, repeats: int) -> tuple[float, float]:
     """Median us of op.bind alone and of evaluating the op's cached kp sequence directly.
     Reaches into the engine's replay cache on purpose: this is a measurement of it."""
     bind = op.bind  # type: ignore[attr-defined]
-    clock = time.perf_counter_ns
-    t0 = clock()
-    for _ in range(repeats):
-        bind(ins, outs)
-    bind_us = (clock() - t0) / 1000 / repeats
+    bind_us = series(lambda: bind(ins, outs), 1, per=repeats)[0] * 1e6
     _bound, key = bind(ins, outs)
     run = op.engine._replays[(key,)].run  # type: ignore[attr-defined]
-    for _ in range(50):
-        run()
-    times = []
-    for _ in range(repeats):
-        t0 = clock()
-        run()
-        times.append((clock() - t0) / 1000)
-    return bind_us, statistics.median(times)
+    return bind_us, statistics.median(_times(run, repeats))
 
 
 def _sequences(op: object, x: kdml.Tensor, y: kdml.Tensor, repeats: int) -> None:
@@ -168,19 +149,8 @@ def _sequences(op: object, x: kdml.Tensor, y: kdml.Tensor, repeats: int) -> None
         for o in ops:
             seq.record(o)
         seqs[name] = seq
-    times: dict[str, list[float]] = {k: [] for k in seqs}
-    clock = time.perf_counter_ns
-    for _ in range(5):  # rounds, alternating the variants
-        for name, seq in seqs.items():
-            for _ in range(50):
-                seq.eval()
-            t = []
-            for _ in range(max(100, repeats // 5)):
-                t0 = clock()
-                seq.eval()
-                t.append((clock() - t0) / 1000)
-            times[name].append(statistics.median(t))
-    print("kp sequences, median us:", "  ".join(f"{k} {statistics.median(v):.2f}" for k, v in times.items()))
+    times = interleaved({k: seq.eval for k, seq in seqs.items()}, max(100, repeats // 5), warmup=50, target=0)
+    print("kp sequences, median us:", "  ".join(f"{k} {statistics.median(v) * 1e6:.2f}" for k, v in times.items()))
 
 
 def _floors(device_index: int, repeats: int, nbytes: int, word: bool) -> tuple[list[float], list[float]]:
@@ -195,18 +165,7 @@ def _floors(device_index: int, repeats: int, nbytes: int, word: bool) -> tuple[l
         barrier.record(kp.OpMemoryBarrier([src], ACCESS_ALL, ACCESS_ALL, STAGES_ALL, STAGES_ALL, True))
         copy = sequence()
         copy.record(kp.OpCopyRegions(src, dst, [0, 0, nbytes]))
-        out = []
-        for seq in (barrier, copy):
-            for _ in range(50):
-                seq.eval()
-            times = []
-            clock = time.perf_counter_ns
-            for _ in range(repeats):
-                t0 = clock()
-                seq.eval()
-                times.append((clock() - t0) / 1000)
-            out.append(times)
-        return out[0], out[1]
+        return _times(barrier.eval, repeats), _times(copy.eval, repeats)
     finally:
         mgr.destroy()
 
@@ -251,7 +210,7 @@ def _small_ops(dev: kdml.Device, repeats: int) -> None:
         [a, s, None, b, s, None, None], [dev.empty(td(dt.FLOAT32, (16, 64)))])
     for name, (desc, ins, outs) in cases.items():
         op = dev.compile(desc)
-        times = _eager(op, ins, outs, repeats)  # type: ignore[arg-type]
+        times = eager(op, ins, outs, repeats)  # type: ignore[arg-type]
         bind_us, seq_us = _breakdown(op, ins, outs, repeats)
         print(f"eager {name}: median {statistics.median(times):.2f} us ({', '.join(op.variants)}); "
               f"op.bind {bind_us:.2f} us, its kp sequence {seq_us:.2f} us, "
@@ -271,13 +230,7 @@ def _after_recording(dev: kdml.Device, op: object, x: kdml.Tensor, y: kdml.Tenso
             for o in outs:
                 r.execute(op, [x], [o])
 
-    rec()
-    took = []
-    for _ in range(10):
-        t0 = time.perf_counter()
-        rec()
-        took.append(time.perf_counter() - t0)
-    span = statistics.median(took)
+    span = statistics.median(series(rec, 10, warmup=1))
 
     def busy() -> None:
         end = time.perf_counter() + span
@@ -288,18 +241,9 @@ def _after_recording(dev: kdml.Device, op: object, x: kdml.Tensor, y: kdml.Tenso
                f"a {span * 1e6:.0f} us sleep": lambda: time.sleep(span),
                "an eager execution of another sequence": lambda: run([x], [outs[0]])}
     for name, before in befores.items():
-        first, second = [], []
-        for _ in range(25):
-            before()
-            t0 = time.perf_counter_ns()
-            run([x], [y])
-            t1 = time.perf_counter_ns()
-            run([x], [y])
-            t2 = time.perf_counter_ns()
-            first.append((t1 - t0) / 1000)
-            second.append((t2 - t1) / 1000)
-        print(f"eager right after {name}: median {statistics.median(first):.2f} us; "
-              f"the call after it {statistics.median(second):.2f} us")
+        pairs = [(before(), series(lambda: run([x], [y]), 2))[1] for _ in range(25)]
+        print(f"eager right after {name}: median {statistics.median(p[0] for p in pairs) * 1e6:.2f} us; "
+              f"the call after it {statistics.median(p[1] for p in pairs) * 1e6:.2f} us")
 
 
 def _sizes(device_index: int, repeats: int) -> None:
@@ -319,7 +263,7 @@ def _sizes(device_index: int, repeats: int) -> None:
             medians = {k: [] for k in ops}
             for _ in range(5):  # alternate the paths in rounds
                 for name, (op, x, y) in ops.items():
-                    medians[name].append(statistics.median(_eager(op, x, y, max(50, repeats // 10))))
+                    medians[name].append(statistics.median(eager(op, x, y, max(50, repeats // 10))))
             row = "  ".join(f"{statistics.median(v):8.2f}" for v in medians.values())
             print(f"{'':28}{kib * 1024:8d}  {row}  ({','.join(picked) or 'none'})")
         default.close()
@@ -364,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         op = dev.compile(kdml.ActivationIdentityDesc(desc, desc))
         gc.disable()  # a collection inside a timed call is noise, not the path's cost
         try:
-            eager = _eager(op, x, y, args.repeats)
+            eager_us = eager(op, x, y, args.repeats)
             functional = _functional(x, args.repeats)
             recorded = _recorded(dev, op, x, y, max(5, args.repeats // 100))
             bind_us, seq_us = _breakdown(op, [x], [y], args.repeats)
@@ -389,9 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"torch 64x64 copy_ + synchronize: median {statistics.median(torch_open):8.2f} us with this Device open, "
               f"{statistics.median(_torch_copy_sync(args.repeats)):8.2f} us after closing it")
     barrier, copy = _floors(args.device, args.repeats, 64 * 64 * 4, word)
-    e, r = statistics.median(eager), statistics.median(recorded)
+    e, r = statistics.median(eager_us), statistics.median(recorded)
     fb, fc = statistics.median(barrier), statistics.median(copy)
-    print(f"eager    64x64 identity: median {e:8.2f} us  (p10 {np.percentile(eager, 10):.2f}, p90 {np.percentile(eager, 90):.2f})")
+    print(f"eager    64x64 identity: median {e:8.2f} us  (p10 {percentile(eager_us, 10):.2f}, p90 {percentile(eager_us, 90):.2f})")
     print(f"recorded 64x64 identity: median {r:8.2f} us per op (100 ops per recording)")
     print(f"functional kdml.identity(x), back to back: median {statistics.median(functional):8.2f} us")
     print(f"floor, bare kp sequence: median {fb:8.2f} us (one barrier), {fc:8.2f} us (one 16 KiB copy)")

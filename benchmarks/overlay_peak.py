@@ -11,7 +11,7 @@ Not in kompute_dml/ops/contract, its specs, `kompute-dml info` or kompute_dml/sp
 builds it into benchmarks/out/spirv_peak (tools/build_spirv.py's `build`, with this file's shader
 directory) and adds it to this process's shaders; `plan_peak` / `compile_peak` make a dispatch.
 
-    python benchmarks/overlay_peak.py [--out DIR]   # build (compile + spirv-val) without running
+    python -m benchmarks.overlay_peak [--out DIR]   # build (compile + spirv-val) without running
 
 (`tools/build_spirv.py --overlay FILE --out DIR` looks for sources in shaders/ only.)
 """

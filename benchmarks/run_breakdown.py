@@ -2,22 +2,17 @@
 input host memory, the program (one submission and its wait), and copying the outputs into
 the caller's arrays; against onnxruntime's run of the same feeds in the same process.
 
-    PYTHONPATH=. python3 benchmarks/run_breakdown.py --model bert256 --shape 8x128 --repeat 200
+    python -m benchmarks.run_breakdown --model bert256 --shape 8x128 --repeat 200
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import encoder_speed
-
+from kompute_dml.bench import encoder_speed
+from kompute_dml.bench.timing import clocked, median, percentile, series
 from kompute_dml.onnx_backend import Backend
 from kompute_dml.onnx_impl import device_graph
 from kompute_dml.runtime import staging
@@ -49,42 +44,22 @@ def main() -> None:
             total, whole, prog, copies = (parts.setdefault(k + mode, []) for k in
                                           ("rep.run", "GraphPlan.run", "program.run", "output copies"))
             plan_run = type(plan).run
+            plan.program.run = clocked(run_program, prog.append)
+            device_graph.host_copy = clocked(copy_now, lambda s, c=copies: c.__setitem__(-1, c[-1] + s))
+            plan.run = clocked(lambda f, st, p=plan, run=plan_run: run(p, f, st), whole.append)
 
-            def timed_plan(feeds: dict, stats: object, whole: list[float] = whole, plan_run=plan_run,
-                           plan=plan) -> list:
-                t = time.perf_counter()
-                out = plan_run(plan, feeds, stats)
-                whole.append(time.perf_counter() - t)
-                return out
-
-            def timed_program(prog: list[float] = prog, run_program=run_program) -> None:
-                t = time.perf_counter()
-                run_program()
-                prog.append(time.perf_counter() - t)
-
-            def timed_copy(dst: np.ndarray, src: np.ndarray, copies: list[float] = copies,
-                           copy_now=copy_now) -> None:
-                t = time.perf_counter()
-                copy_now(dst, src)
-                copies[-1] += time.perf_counter() - t
-
-            plan.program.run, device_graph.host_copy, plan.run = timed_program, timed_copy, timed_plan
-            for _ in range(args.repeat):  # ours, then onnxruntime: its threads spin after each run
+            def run(copies: list[float] = copies, feeds: dict = feeds) -> None:
                 copies.append(0.0)
-                t0 = time.perf_counter()
                 rep.run(feeds)
-                total.append(time.perf_counter() - t0)
+
+            total += series(run, args.repeat)  # ours, then onnxruntime: its threads spin after each run
         plan.program.run, device_graph.host_copy, staging.PARALLEL_BYTES = run_program, copy_now, default_parallel
         del plan.run
-        parts["onnxruntime"] = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            sess.run(None, feeds)
-            parts["onnxruntime"].append(time.perf_counter() - t0)
+        parts["onnxruntime"] = series(lambda f=feeds: sess.run(None, f), args.repeat)
         print(f"{args.model} {batch}x{seq}: medians of {args.repeat} (us); {plan.dispatches} dispatches")
         for name, xs in parts.items():
-            print(f"  {name:<40} {1e6 * statistics.median(xs):9.1f}   p10 {1e6 * np.percentile(xs, 10):9.1f}")
-        ratio = statistics.median(parts["onnxruntime"]) / statistics.median(parts["rep.run"])
+            print(f"  {name:<40} {1e6 * median(xs):9.1f}   p10 {1e6 * percentile(xs, 10):9.1f}")
+        ratio = median(parts["onnxruntime"]) / median(parts["rep.run"])
         print(f"  onnxruntime / ours: {ratio:.2f}x")
 
 

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Tiny MATRIX_MULTIPLY_INTEGER_TO_FLOAT shapes: which kernel configuration finishes soonest.
 
-    PYTHONPATH=. python3 benchmarks/tiny_matmul.py [--shapes 16x64x64,1x64x64] [--top 6] [--repeats 2000]
+    python -m benchmarks.tiny_matmul [--shapes 16x64x64,1x64x64] [--top 6] [--repeats 2000]
 
 Eager latency of a small product is the submission's round trip plus the kernel's own time on the
 device, and for tiny shapes that time is set by the kernel's critical path (loads, barriers,
@@ -25,11 +24,11 @@ import itertools
 import statistics
 
 import numpy as np
-from bench_coop import Ours, random_inputs  # benchmarks/ (the script's directory)
-from bench_decode import cfg_name, gemv_case
-from latency import _eager
 
 import kompute_dml as kdml
+from benchmarks.bench_coop import Ours, random_inputs
+from benchmarks.bench_decode import cfg_name, gemv_case
+from benchmarks.latency import eager
 from kompute_dml.errors import UnsupportedError
 from kompute_dml.ints import cdiv
 from kompute_dml.ops.matmul_coop import CAPABILITY as COOP_CAPABILITY
@@ -103,7 +102,7 @@ DEFAULTS = ("auto", "gemv", "gemv-decode", "gpu", "coopmat", "dot")
 
 
 def _median_eager(case: Ours, repeats: int) -> float:
-    return statistics.median(_eager(case.op, case.ins, [case.out], repeats))
+    return statistics.median(eager(case.op, case.ins, [case.out], repeats))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -168,13 +168,7 @@ def force_kernel(monkeypatch, dev, kernel: str) -> None:
 
 @functools.cache
 def ablation_overlay():  # type: ignore[no-untyped-def]
-    """benchmarks/overlay_ablation.py (the benchmark-only ablation kernels), loaded by path."""
-    import importlib.util
-    from pathlib import Path
+    """benchmarks/overlay_ablation.py (the benchmark-only ablation kernels)."""
+    import benchmarks.overlay_ablation
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "overlay_ablation.py"
-    spec = importlib.util.spec_from_file_location("overlay_ablation", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmarks.overlay_ablation

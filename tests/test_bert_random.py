@@ -1,5 +1,5 @@
-"""BERT encoders with random weights (benchmarks/bert_models.py: exported, dynamically quantized and
-fused exactly as benchmarks/minilm.py builds all-MiniLM-L6-v2) through the ONNX backend, for
+"""BERT encoders with random weights (kompute_dml/bench/bert_models.py: exported, dynamically quantized and
+fused exactly as kompute_dml/bench/minilm.py builds all-MiniLM-L6-v2) through the ONNX backend, for
 several hidden sizes, head counts, depths, batch sizes, sequence lengths (1, 7, 13, 30: not
 multiples of 8) and padded attention masks.
 
@@ -47,8 +47,6 @@ part uses one small model (hidden 64, 1 layer, 2 heads); the wider matrix is mar
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,23 +64,10 @@ import onnx_reference as R  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 from ort_exactness import onnxruntime_exact  # noqa: E402
 
+from kompute_dml.bench import bert_models, minilm  # noqa: E402  (minilm: with_every_value_as_output)
 from kompute_dml.onnx_backend import Backend  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 VOCAB = 1000
-
-
-def _load(name: str, file: str) -> Any:
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / file)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-bert_models = _load("kdml_bench_bert_models", "bert_models.py")
-minilm = _load("kdml_bench_minilm", "minilm.py")  # with_every_value_as_output
 
 
 def ulp_budget(layers: int) -> int:

@@ -6,10 +6,7 @@ harness (data layout, push constants, grid, checks, timing, JSON) on any device.
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,24 +15,18 @@ import pytest
 import kompute_dml as kdml
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT / "benchmarks"
 
 
-@functools.cache
 def peak():  # type: ignore[no-untyped-def]
-    """benchmarks/coop_peak.py, loaded by path (it imports overlay_peak from its directory)."""
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("coop_peak", BENCH / "coop_peak.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    import benchmarks.coop_peak
+
+    return benchmarks.coop_peak
 
 
 def overlay():  # type: ignore[no-untyped-def]
-    peak()
-    return sys.modules["overlay_peak"]
+    import benchmarks.overlay_peak
+
+    return benchmarks.overlay_peak
 
 
 def built_or_skip(tensor_cores: bool) -> None:

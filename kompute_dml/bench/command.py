@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import importlib.util
 import sys
 import time
 from collections.abc import Callable
@@ -28,34 +27,20 @@ GPU_CEILING_BYTES = 1 << 30
 GPU_PEERS = ("torch", "cupy")
 
 
-def _peer_module(name: str) -> Any:
-    """benchmarks/<name>.py of the source tree, loaded (None where this installation has none)."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
-    if not path.exists():
-        return None
-    spec = importlib.util.spec_from_file_location(f"_kdml_bench_{name}", path)
-    if spec is None or spec.loader is None:
-        return None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def matmul_from_peer_module(quick: bool) -> list[dict[str, Any]] | None:
-    """benchmarks/bench_matmul.py's run(quick), when the source tree has it."""
-    mod = _peer_module("bench_matmul")
-    if mod is None or not hasattr(mod, "run"):
-        return None
-    rows = mod.run(quick)
+    """matmul.run(quick): the matrix product against onnxruntime and numpy, shape by shape."""
+    from . import matmul
+
+    rows = matmul.run(quick)
     return [dict(r) for r in rows] if rows else []
 
 
 def encoders_from_peer_module(argv: list[str]) -> int | None:
-    """benchmarks/encoder_speed.py's main(argv) (the ONNX backend on whole encoders against
-    onnxruntime CPU and PyTorch CUDA float16), when the source tree has it."""
-    mod = _peer_module("encoder_speed")
-    return None if mod is None else int(mod.main(argv))
+    """encoder_speed.main(argv): the ONNX backend on whole encoders against onnxruntime CPU and
+    PyTorch CUDA float16."""
+    from . import encoder_speed
+
+    return int(encoder_speed.main(argv))
 
 
 def _error_row(spec: RowSpec, e: Exception) -> dict[str, Any]:
@@ -123,7 +108,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--device", default="0", help=HELP)
     ap.add_argument("--no-transfers", action="store_true", help="leave out the transfers and first-call sections")
     ap.add_argument("--encoders", metavar="SHAPES", nargs="?", const="1x16,8x128,64x256", default=None,
-                    help="also run whole encoders through the ONNX backend (benchmarks/encoder_speed.py: MiniLM "
+                    help="also run whole encoders through the ONNX backend (kompute_dml.bench.encoder_speed: MiniLM "
                          "where its model or KDML_MINILM_DIR is there, a random BERT of hidden 256 where torch is) "
                          "at these BATCHxSEQUENCE shapes (default 1x16,8x128,64x256)")
     ap.add_argument("--latency-here", action="store_true", help="time the latency section in this process, not in "
@@ -210,10 +195,10 @@ def main(argv: list[str] | None = None) -> int:
             xfer = transfers.transfers(kdml, dev, max(rounds, 5), 64 << 20 if not args.quick else 16 << 20, torch_dev)
             first = transfers.first_calls(kdml, dev, max(rounds, 5))
         wants_mm = not args.only or "matmul" in args.only.lower() or "matrix" in args.only.lower()
-        # bench_matmul.py times eager submissions (one wait per call): on a GPU that measures
+        # matmul.py times eager submissions (one wait per call): on a GPU that measures
         # the submission latency, not the kernel, so a GPU run leaves it out
         if wants_mm and not gpu_mode:
-            prog.update(task, description="benchmarks/bench_matmul.py")
+            prog.update(task, description="kompute_dml.bench.matmul")
             try:
                 matmul_module = matmul_from_peer_module(args.quick)
             except Exception as e:
@@ -260,9 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         enc = ["--shapes", args.encoders, "--repeat", str(max(rounds, 5))]
         if args.json:
             enc += ["--json", str(Path(args.json).with_suffix(".encoders.json"))]
-        console.print("encoders end to end (benchmarks/encoder_speed.py " + " ".join(enc) + ")")
-        if encoders_from_peer_module(enc) is None:
-            console.print("encoders: n/a (benchmarks/encoder_speed.py is not in this installation's source tree)")
+        console.print("encoders end to end (python -m kompute_dml.bench.encoder_speed " + " ".join(enc) + ")")
+        encoders_from_peer_module(enc)
     return 0
 
 

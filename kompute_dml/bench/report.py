@@ -147,7 +147,7 @@ def render(console: Any, result: dict[str, Any]) -> None:
         t.add_row(*cells)
     console.print(t)
     if result.get("matmul_module"):
-        mt = Table(title="benchmarks/bench_matmul.py run()", title_justify="left")
+        mt = Table(title="kompute_dml.bench.matmul run()", title_justify="left")
         keys = list(dict.fromkeys(k for r in result["matmul_module"] for k in r))
         for k in keys:
             mt.add_column(k, overflow="fold")

@@ -102,6 +102,35 @@ def once(fn: Callable[[], Any], sync: Callable[[], Any] | None = None) -> float:
     return series(fn, 1, sync=sync)[0]
 
 
+def clocked(fn: Callable[..., Any], sink: Callable[[float], Any]) -> Callable[..., Any]:
+    """`fn`, each call's seconds passed to `sink`: a part of a run, timed inside it."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            sink(time.perf_counter() - t0)
+    return call
+
+
+class Stopwatch:
+    """A span opened and closed by callbacks (gc.callbacks' start and stop): `stop()` returns
+    the seconds since `start()`; `lap()` those since the last start or lap (steps in a row)."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def lap(self) -> float:
+        t, self.t0 = self.t0, time.perf_counter()
+        return self.t0 - t
+
+
 def _calibrate(fn: Callable[[], Any], target: float) -> tuple[int, float]:
     """(calls per sample, seconds of one call)."""
     t0 = time.perf_counter()
@@ -111,7 +140,7 @@ def _calibrate(fn: Callable[[], Any], target: float) -> tuple[int, float]:
 
 
 def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, warmup: int = 2, target: float = 3e-4,
-                settle: float = 0.0, steady: bool = False, rotate: bool = False) -> dict[str, list[float]]:
+                settle: float = 0.0, steady: bool = False, rotate: bool = False, prime: bool = False) -> dict[str, list[float]]:
     """Seconds per execution of each callable: `rounds` samples each, taken round-robin. A
     sample repeats its callable until it lasts about `target` (target=0: one call), so the
     timer's resolution does not matter for microsecond calls. `settle` seconds of sleep before
@@ -122,7 +151,8 @@ def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, warmup: int = 2,
     `steady`: time back-to-back executions. A sample otherwise starts right after the other
     contenders' (on a CPU device, a 64 MiB numpy copy), when lavapipe's worker threads have
     gone to sleep: a 64x64 identity read 60-180 us/op against 8-11 us back to back. So each
-    callable shorter than STEADY_BELOW_S gets one untimed call before each of its samples."""
+    callable shorter than STEADY_BELOW_S gets one untimed call before each of its samples;
+    `prime`: every callable does."""
     for f in fns.values():
         for _ in range(warmup):
             f()
@@ -131,7 +161,7 @@ def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, warmup: int = 2,
         if steady:
             f()
         inner[k], dt = _calibrate(f, target)
-        warm[k] = steady and dt < STEADY_BELOW_S
+        warm[k] = prime or (steady and dt < STEADY_BELOW_S)
     samples: dict[str, list[float]] = {k: [] for k in fns}
     names = list(fns)
     for r in range(rounds):
@@ -161,17 +191,21 @@ def batched(makes: dict[str, Make], rounds: int, target: float = 0.05, limit: in
     return medians(interleaved(fns, rounds, warmup=1, target=0, rotate=True))
 
 
-def slopes(runs: dict[str, Callable[[int], Any]], rounds: int, n: int, warmup: int = 2) -> dict[str, float]:
+def slopes(runs: dict[str, Callable[[int], Any]], rounds: int, n: int | dict[str, int], warmup: int = 2,
+           prime: bool = False) -> dict[str, float]:
     """Median seconds per execution of each run(k) (k executions, then a wait) as the slope
-    (t(n) - t(1)) / (n - 1): one submission's or synchronize's fixed cost cancels. Rounds
-    round-robin over the runs."""
+    (t(n) - t(1)) / (n - 1): one submission's or synchronize's fixed cost cancels. `n`: one for
+    all, or per run. Rounds round-robin over the runs; `prime`: each timed call is the second
+    of two (the first after another contender's work pays a context switch)."""
+    ns = n if isinstance(n, dict) else dict.fromkeys(runs, n)
     fns: dict[str, Callable[[], Any]] = {}
     for name, run in runs.items():
         run(warmup)
         fns[f"{name}/1"] = lambda run=run: run(1)
-        fns[f"{name}/n"] = lambda run=run: run(n)
-    s = interleaved(fns, rounds, warmup=0, target=0)
-    return {name: median((b - a) / (n - 1) for a, b in zip(s[f"{name}/1"], s[f"{name}/n"])) for name in runs}
+        fns[f"{name}/n"] = lambda run=run, k=ns[name]: run(k)
+    s = interleaved(fns, rounds, warmup=0, target=0, prime=prime)
+    return {name: median(max(b - a, 1e-9) / (ns[name] - 1) for a, b in zip(s[f"{name}/1"], s[f"{name}/n"]))
+            for name in runs}
 
 
 def batch_count(seconds: float, executions: int, target: float = BATCH_TARGET_S) -> int:

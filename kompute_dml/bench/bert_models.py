@@ -1,10 +1,10 @@
 """BERT-family encoders for the ONNX backend: the one export / quantize / fuse recipe, and random models.
 
-    from bert_models import build_random_bert, random_feeds     # with benchmarks/ on sys.path
+    from kompute_dml.bench.bert_models import build_random_bert, random_feeds
     path = build_random_bert(hidden=64, layers=1, heads=2)       # .cache/models/bert-...qint8.fused.onnx
     feeds = random_feeds(2, 13, 1000, np.random.default_rng(0))  # input_ids, attention_mask (int64)
 
-`export_fused(model, fused_path)` is the recipe benchmarks/minilm.py uses for all-MiniLM-L6-v2 and
+`export_fused(model, fused_path)` is the recipe minilm.py uses for all-MiniLM-L6-v2 and
 `build_random_bert` for random ones:
   1. torch.onnx.export (TorchScript exporter, opset 17) of `model(input_ids=, attention_mask=)
      .last_hidden_state`, dynamic batch and sequence axes, traced at 2 x 16;
@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+from .timing import once
+
+ROOT = Path(__file__).resolve().parents[2]  # the source tree (.cache/ beside the package)
 CACHE = ROOT / ".cache" / "models"
 RECIPE_VERSION = 1  # bump when export_fused changes what it writes
 INPUT_NAMES = ("input_ids", "attention_mask")
@@ -154,11 +155,12 @@ def build_random_bert(hidden: int, layers: int, heads: int, intermediate: int | 
     key = json.loads(json.dumps(key))  # as it reads back
     if not force and fused.is_file() and stamp.is_file() and json.loads(stamp.read_text()) == key:
         return fused
-    t0 = time.perf_counter()
-    ops = export_fused(random_bert_module(hidden, layers, heads, intermediate, vocab, max_position, seed), fused)
+    ops: dict[str, int] = {}
+    took = once(lambda: ops.update(export_fused(random_bert_module(hidden, layers, heads, intermediate, vocab,
+                                                                   max_position, seed), fused)))
     stamp.write_text(json.dumps(key, indent=1))
     if verbose:
-        print(f"built {_shown(fused)} in {time.perf_counter() - t0:.1f} s ({fused.stat().st_size / 1e6:.2f} MB): "
+        print(f"built {_shown(fused)} in {took:.1f} s ({fused.stat().st_size / 1e6:.2f} MB): "
               f"{describe_ops(ops)}")
     return fused
 

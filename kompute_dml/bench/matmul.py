@@ -12,7 +12,7 @@ zero points, FLOAT32 output; with --bias also a bias of N values on both sides) 
 GOPS = 2*M*N*K / seconds. Ratios are ours / peer in speed (>1: we are faster).
 
 `run(quick, rounds=1, bias=False)` returns the rows;
-`python benchmarks/bench_matmul.py [--quick] [--rounds N] [--bias]`
+`python -m kompute_dml.bench.matmul [--quick] [--rounds N] [--bias]`
 prints a table (N > 1: ours and onnxruntime alternate N times per shape; medians of the rounds).
 Timings on a shared machine are noisy: compare the peers within one run.
 """
@@ -20,13 +20,14 @@ Timings on a shared machine are noisy: compare the peers within one run.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from typing import Any
 
 import numpy as np
 
 import kompute_dml as kdml
+
+from .timing import median, series
 
 D = kdml.DataType
 PAIRS = {"s8s8": (np.int8, np.int8), "u8s8": (np.uint8, np.int8)}
@@ -42,14 +43,11 @@ def shapes(quick: bool) -> list[tuple[int, int, int]]:
 
 
 def _median_time(fn: Any, reps: int, min_total: float = 0.0) -> float:
-    fn()  # warm-up
-    times = []
-    start = time.perf_counter()
-    while len(times) < reps or (time.perf_counter() - start < min_total and len(times) < 200):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    """The median of at least `reps` calls after a warm-up, more (up to 200) until they last `min_total`."""
+    times = series(fn, reps, warmup=1)
+    while sum(times) < min_total and len(times) < 200:
+        times += series(fn, reps)
+    return median(times)
 
 
 def _ort_session(m: int, k: int, n: int, a_dt: Any, b: np.ndarray, a_zp: Any, b_zp: Any,
@@ -143,7 +141,7 @@ def run(quick: bool = False, device: kdml.Device | None = None, rounds: int = 1,
             exact = acc * (np.float64(np.float32(0.02)) * np.float64(np.float32(0.01)))
             exact = exact + (c["bias"].astype(np.float64) if c["bias"] is not None else 0.0)
             off_exact = float(np.max(np.abs(got - exact)) / max(1e-30, float(np.max(np.abs(exact)))))
-            t_ours, t_ort = statistics.median(c["ours"]), statistics.median(c["ort"])
+            t_ours, t_ort = median(c["ours"]), median(c["ort"])
             rows.append({
                 "name": f"matmul_integer_to_float {c['pair']}{'+bias' if bias else ''}",
                 "shape": f"{m}x{k}x{n}",

