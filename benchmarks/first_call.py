@@ -109,7 +109,7 @@ def breakdown(dev: kdml.Device, rng: np.random.Generator, repeats: int) -> None:
                 laps.append(watch.lap())
             engine.manager.kdml_word_sequence()
             laps.append(watch.lap())
-            dispatches = [encode(plan, bound, engine.pipelines, engine.dummy) for plan in op.plans]
+            dispatches = [encode(plan, bound, engine.programs, engine.dummy) for plan in op.plans]
             laps.append(watch.lap())
             scratch.clear()
             record_dispatches(scratch, dispatches)

@@ -130,7 +130,7 @@ def _sequences(op: object, x: kdml.Tensor, y: kdml.Tensor, repeats: int) -> None
 
     eng = op.engine  # type: ignore[attr-defined]
     bound = [x, y]
-    disp = encode(op.plans[0], bound, eng.pipelines, eng.dummy).op  # type: ignore[attr-defined]
+    disp = encode(op.plans[0], bound, eng.programs, eng.dummy).op  # type: ignore[attr-defined]
     xs, ys = x.buffer.memory.tensor, y.buffer.memory.tensor
 
     barrier = global_barrier
@@ -177,7 +177,7 @@ def _device_us(dev: kdml.Device, op: object, ins: list, outs: list, repeats: int
 
     eng = dev.engine
     bound, _key = op.bind(ins, outs)  # type: ignore[attr-defined]
-    ops = [encode(plan, bound, eng.pipelines, eng.dummy).op for plan in op.plans]  # type: ignore[attr-defined]
+    ops = [encode(plan, bound, eng.programs, eng.dummy).op for plan in op.plans]  # type: ignore[attr-defined]
     seq = eng.manager.sequence(0, len(ops) + 1)
     seq.record(global_barrier())
     for o in ops:
