@@ -12,7 +12,7 @@ specialization constants it would dispatch) and runs the tool on that SPIR-V. Th
 bounds use the H100's 65,536 registers, 228 KiB shared memory and 64 warps per SM (--sm-*
 to change them); registers are allocated per warp in units of 256 (8 per invocation). The shared
 bound overstates what the driver gives these pipelines: work groups of 18 KiB ran two per SM, never
-three (`coop_peak.py --source shared`, benchmarks/RESULTS.md "what a GEMM step costs"); pass
+three (`coop_peak.py --source shared`, benchmarks/history/README.md "what a GEMM step costs"); pass
 `--sm-shared` to apply a measured figure.
 """
 

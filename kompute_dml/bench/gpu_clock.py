@@ -3,7 +3,7 @@ clock, and read the clock where the driver's tool can.
 
 Why: the H100 lowers its SM clock (to 345 MHz from 1980) while a Vulkan process keeps it idle
 for seconds of host work, and short runs with host gaps between them do not raise it again
-(benchmarks/clock_ramp.py; benchmarks/RESULTS.md, "the GPU's clock after a host pause"): right
+(benchmarks/clock_ramp.py at 16a7ab2; benchmarks/history/README.md, "the GPU's clock after a host pause"): right
 after compiling its pipelines, MiniLM 8x128 ran 30 runs at 5.36 ms each (345 MHz), every shader
 about 3.7x slower, against 1.44 ms in a process that read them from disk; after two seconds of
 runs back to back, 1.46 ms. A count of warm-up runs does not fix that; a warm-up of a fixed time
@@ -17,7 +17,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-WARM_SECONDS = 2.0  # enough in every clock_ramp.py run so far
+WARM_SECONDS = 2.0  # enough in every clock_ramp.py run (benchmarks/history/README.md)
 
 
 def hold(fn: Callable[[], object], seconds: float = WARM_SECONDS) -> int:

@@ -6,7 +6,7 @@
 prints one JSON object: harness.latency's figures for `ours`, the peer's GpuPeer.latency for a
 peer. `kompute-dml bench` runs one process per side (`measure`) because two APIs' contexts on one
 GPU slow each other's submissions, and so does what the bench's own process holds. On the H100,
-2026-11-22 (benchmarks/RESULTS.md): the eager identity 15.9 / 16.3 us in `benchmarks/latency.py`,
+2026-11-22 (benchmarks/history/README.md): the eager identity 15.9 / 16.3 us in `python -m benchmarks.latency`,
 18.1 / 18.3 us with `--cuda-context`; inside `kompute-dml bench --gpu on --only zz-no-row` (no
 rows; torch and CuPy loaded) 25.7 us, and torch's copy_ + synchronize 24.2 us there, against
 16.6-18.9 us (`latency_proc ours`, four processes) and 14.8-15.2 us (`latency_proc torch`, two
