@@ -22,7 +22,7 @@ Each row is a call a user or the ONNX backend makes again and again, and the cac
   compiled_helpers  functional.compile_cached and functional/gemm._prepared: helpers' compiled
                     operators by (id(device), descriptors). Bypassed: every call compiles.
                     Timed: kdml.cast on a new Tensor object, kdml.gemm (64x64 float16).
-  onnx_arena        onnx_impl RunState.arena (rep.state): node-by-node runs' device buffers by (node,
+  onnx_arena        onnx_backend RunState.arena (rep.state): node-by-node runs' device buffers by (node,
                     role, slot, layout). Bypassed: capacity 0, every output is a new buffer.
                     Timed: a run of a 40-node model with a CPU node (so it runs node by node),
                     on 8 x 64 and 65536 x 64 float32 values.
@@ -44,8 +44,8 @@ import kompute_dml as kdml
 from kompute_dml import functional
 from kompute_dml.bench.timing import interleaved
 from kompute_dml.functional import gemm as functional_gemm
+from kompute_dml.functional.recent_calls import RecentCalls
 from kompute_dml.ops import base as ops_base
-from kompute_dml.recent_calls import RecentCalls
 from kompute_dml.runtime import engine as engine_mod
 
 

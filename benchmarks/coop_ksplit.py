@@ -38,7 +38,7 @@ import numpy as np
 
 import kompute_dml as kdml
 from benchmarks.bench_coop import Ours, cfg_name, finish, random_inputs, time_interleaved, torch_peers
-from kompute_dml.errors import UnsupportedError
+from kompute_dml.core.errors import UnsupportedError
 from kompute_dml.ops.matmul_coop import CAPABILITY as COOP_CAPABILITY
 from kompute_dml.ops.matmul_coop import TileConfig
 

@@ -337,7 +337,7 @@ def best_of(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 def table(rows: list[dict[str, Any]], best: dict[str, Any] | None, args: argparse.Namespace, title: str) -> None:
     from rich.table import Table
 
-    from kompute_dml.cli_common import console
+    from kompute_dml.cli.common import console
 
     t = Table(title=title)
     for name in ("operands", "acc (tile)", "sg/wg", "wg/SM", "sg/SM", "iterations", "device ms", "TOPS", "% of peak", "check"):

@@ -56,7 +56,7 @@ def _timed(owner: type, name: str, spent: dict[str, float], key: str) -> None:
 
 
 def child(model_name: str, shapes: list[tuple[int, int]], steady: int, late: float) -> None:
-    from kompute_dml import recording
+    from kompute_dml.device import recording
     from kompute_dml.onnx_backend import Backend
     from kompute_dml.runtime import engine, inflight, replay
 

@@ -25,7 +25,7 @@ run() {  # run NAME SECONDS COMMAND...
 }
 
 if [ "$part" = 1 ] || [ "$part" = all ]; then
-    run bench 240 "$py" -m kompute_dml.cli bench --gpu on --rounds 7 --json "$out/bench.json" --markdown "$out/bench.md"
+    run bench 240 "$py" -m kompute_dml.cli.main bench --gpu on --rounds 7 --json "$out/bench.json" --markdown "$out/bench.md"
     run bench_memory 150 "$py" -m benchmarks.bench_memory
     run latency 60 "$py" -m benchmarks.latency --ops --after-recording --repeats 2000
     run vk_floor 60 bash benchmarks/vk_floor/run.sh

@@ -28,7 +28,7 @@ from pathlib import Path
 import kompute_dml as kdml
 from kompute_dml.ops.matmul_coop import TileConfig, compile_coop
 from kompute_dml.ops.matmul_integer import compile_matmul_integer
-from kompute_dml.shaders import load_spirv
+from kompute_dml.runtime.shaders import load_spirv
 
 HERE = Path(__file__).resolve().parent
 D = kdml.DataType

@@ -59,7 +59,7 @@ def load() -> None:
     spec.loader.exec_module(builder)
     if builder.build(quiet=True, families=FAMILIES, out_dir=SPIRV_DIR) != 0:
         raise RuntimeError(f"the ablation overlay did not build (see above): {SPIRV_DIR}")
-    from kompute_dml import shaders
+    from kompute_dml.runtime import shaders
 
     shaders.add_overlay(SPIRV_DIR)
 
@@ -67,11 +67,11 @@ def load() -> None:
 def compile_ablation(device: Any, desc: Any, ablation: int, config: Any = None) -> Any:
     """MATRIX_MULTIPLY_INTEGER_TO_FLOAT on `mmc8a<ablation>_rc`: the coopmat family's plan for
     `desc` (A row-major, B column-major) with the ablated kernel. UnsupportedError elsewhere."""
-    from kompute_dml.errors import UnsupportedError
+    from kompute_dml.core.errors import UnsupportedError
     from kompute_dml.ops.base import CompiledOperator
     from kompute_dml.ops.matmul_common import INPUT_FIELDS, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, OUTPUT_FIELDS
     from kompute_dml.ops.matmul_coop import compile_coop
-    from kompute_dml.shaders import check_capabilities
+    from kompute_dml.runtime.shaders import check_capabilities
 
     if ablation not in ABLATIONS:
         raise UnsupportedError(f"ablation: {ablation} must be one of {sorted(ABLATIONS)}")

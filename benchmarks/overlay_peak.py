@@ -95,7 +95,7 @@ def load() -> None:
     """Build the overlay where its SPIR-V is missing or stale, and let the runtime load it."""
     if build() != 0:
         raise RuntimeError(f"the coop_peak overlay did not build (see above): {SPIRV_DIR}")
-    from kompute_dml import shaders
+    from kompute_dml.runtime import shaders
 
     shaders.add_overlay(SPIRV_DIR)
 
@@ -234,12 +234,12 @@ def compile_peak(device: Any, cfg: PeakConfig | WgPeakConfig, trips: int, sets: 
     """A compiled operator (input: the fragment sets, UINT32; output: the accumulators, INT32)
     dispatching cfg's variant once. UnsupportedError where the device cannot run it."""
     from kompute_dml import DataType, TensorDesc
-    from kompute_dml.dtypes import FeatureLevel
-    from kompute_dml.errors import UnsupportedError
+    from kompute_dml.core.dtypes import FeatureLevel
+    from kompute_dml.core.errors import UnsupportedError
+    from kompute_dml.core.registry import ALL_TYPES, LevelSupport, OperatorSupport, TensorSupport
     from kompute_dml.ops.base import CompiledOperator
-    from kompute_dml.registry import ALL_TYPES, LevelSupport, OperatorSupport, TensorSupport
     from kompute_dml.runtime import DispatchPlan
-    from kompute_dml.shaders import check_capabilities
+    from kompute_dml.runtime.shaders import check_capabilities
 
     wgs = isinstance(cfg, WgPeakConfig)
     reason = wg_unavailable(device, cfg) if wgs else unavailable(device, cfg.emulated)

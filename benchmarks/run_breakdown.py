@@ -13,8 +13,7 @@ import numpy as np
 
 from kompute_dml.bench import encoder_speed
 from kompute_dml.bench.timing import clocked, median, percentile, series
-from kompute_dml.onnx_backend import Backend
-from kompute_dml.onnx_impl import device_graph
+from kompute_dml.onnx_backend import Backend, device_graph
 from kompute_dml.runtime import staging
 
 

@@ -29,8 +29,8 @@ import kompute_dml as kdml
 from benchmarks.bench_coop import Ours, random_inputs
 from benchmarks.bench_decode import cfg_name, gemv_case
 from benchmarks.latency import eager
-from kompute_dml.errors import UnsupportedError
-from kompute_dml.ints import cdiv
+from kompute_dml.core.errors import UnsupportedError
+from kompute_dml.core.ints import cdiv
 from kompute_dml.ops.matmul_coop import CAPABILITY as COOP_CAPABILITY
 from kompute_dml.ops.matmul_coop import subgroup_size
 from kompute_dml.ops.matmul_gemv import DOT_CAPABILITY, GemvConfig, default_config

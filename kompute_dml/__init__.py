@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .device import Device, list_devices
-from .dtypes import DataType, FeatureLevel
-from .errors import DeviceError, DMLError, InvalidArgumentError, OutOfMemoryError, UnsupportedError
+from .core.dtypes import DataType, FeatureLevel
+from .core.errors import DeviceError, DMLError, InvalidArgumentError, OutOfMemoryError, UnsupportedError
+from .core.tensor_desc import TensorDesc, calc_buffer_tensor_size
+from .device import Buffer, Device, Recording, Tensor, list_devices
+from .device.views import getitem as _getitem  # noqa: F401  (registers Tensor.__getitem__)
 from .functional import default_device
-from .memory import Buffer, Tensor
 from .ops import operators as _operators
-from .recording import Recording
-from .tensor_desc import TensorDesc, calc_buffer_tensor_size
-from .views import getitem as _getitem  # noqa: F401  (registers Tensor.__getitem__)
 
 __version__ = "0.1.0"
 

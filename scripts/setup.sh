@@ -93,7 +93,7 @@ if ! kp_ok; then
 fi
 
 # ---- 4. the project, editable, with its SPIR-V ----------------------------------
-if ! "$PY" -c "import kompute_dml" 2>/dev/null || [ ! -x "$VENV/bin/kompute-dml" ]; then
+if ! "$PY" -c "import kompute_dml" 2>/dev/null || ! "$VENV/bin/kompute-dml" --help >/dev/null 2>&1; then  # (entry point moved: reinstall)
   say "installing kompute_dml in editable mode"
   "$PY" -m pip install -q --no-build-isolation --no-deps -e .
 fi

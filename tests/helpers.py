@@ -9,8 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 
 import kompute_dml as kdml
-from kompute_dml.layout import element_offsets
-from kompute_dml.tensor_desc import packed_strides
+from kompute_dml.core.layout import element_offsets
+from kompute_dml.core.tensor_desc import packed_strides
 
 ALL_TYPES = list(kdml.DataType)
 

@@ -17,7 +17,7 @@ from kompute_dml.bench.gpu_peers import ArrayModulePeer, mm_close
 from kompute_dml.bench.harness import Case, run_case, summarize
 from kompute_dml.bench.report import goals, markdown, peers_in
 from kompute_dml.bench.timing import BATCH_MAX, BATCH_MIN, batch_count
-from kompute_dml.cli import main as cli_main
+from kompute_dml.cli.main import main as cli_main
 
 
 def test_bench_quick_json(tmp_path, capsys):

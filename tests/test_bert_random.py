@@ -418,8 +418,8 @@ def test_a_longer_sequence_creates_no_pipeline_where_the_policy_prepares_ahead(p
     (transposed for products of many rows) on this device."""
     import dataclasses
 
-    from kompute_dml.policy import GEMV_MAX_M
     from kompute_dml.runtime import pipelines
+    from kompute_dml.runtime.policy import GEMV_MAX_M
 
     p = prepared(*SMALL)
     rep = Backend.prepare(p.model, "CPU")
@@ -474,7 +474,7 @@ def test_attention_probabilities_are_written_over_their_scores(prepared, monkeyp
     """The fused masked softmax writes its output over the attention scores, which nothing reads
     after it (PlanContext.out_tensor's `over`): the plan needs fewer device bytes than with a
     buffer of its own, and every output bit is the same."""
-    from kompute_dml.onnx_impl.plan_context import PlanContext
+    from kompute_dml.onnx_backend.plan_context import PlanContext
 
     p = prepared(*SMALL)
     feeds = feeds_for(p, 3, 40)  # scores of 3 x 2 x 40 x 40 float32: larger than every other value

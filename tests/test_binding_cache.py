@@ -13,7 +13,7 @@ import pytest
 from helpers import identity_op
 
 import kompute_dml as kdml
-from kompute_dml.policy import CONSTANT_BELOW, DevicePolicy, policy_for
+from kompute_dml.runtime.policy import CONSTANT_BELOW, DevicePolicy, policy_for
 
 DT = kdml.DataType
 TD = kdml.TensorDesc

@@ -12,7 +12,7 @@ from cast_reference import cast_ref
 from helpers import assert_output, assert_outside_unchanged, place, poison_against, random_strides, random_values, read_logical
 
 import kompute_dml as kdml
-from kompute_dml.dtypes import HIGHEST_FEATURE_LEVEL
+from kompute_dml.core.dtypes import HIGHEST_FEATURE_LEVEL
 from kompute_dml.ops.cast import CAST
 
 DT = kdml.DataType

@@ -12,8 +12,8 @@ from onnx import TensorProto as T
 from onnx import helper
 
 import kompute_dml as kdml
-from kompute_dml import cli_common
-from kompute_dml.cli import main
+from kompute_dml.cli import common
+from kompute_dml.cli.main import main
 
 MISSING = len(kdml.list_devices())  # the first index this machine lacks
 
@@ -42,13 +42,13 @@ def test_a_missing_device_is_one_line_and_status_2(tmp_path, capsys, command, sp
 
 @pytest.mark.parametrize("text", ["gpu", "VULKAN:x", "CPU:1", "-1"])
 def test_device_syntax_errors(text):
-    with pytest.raises(cli_common.DeviceArgError, match=f"--device {text!r}"):
-        cli_common.parse_device(text)
+    with pytest.raises(common.DeviceArgError, match=f"--device {text!r}"):
+        common.parse_device(text)
 
 
 @pytest.mark.parametrize("text", ["0", "VULKAN:0", "vulkan", "CPU", " 0 "])
 def test_every_spelling_of_device_0(text):
-    assert cli_common.parse_device(text) == 0
+    assert common.parse_device(text) == 0
 
 
 def test_info_and_run_take_the_same_device_spellings(tmp_path, capsys):
@@ -82,7 +82,7 @@ def test_piped_tables_keep_whole_names():
     result = {"machine": machine, "rows": [row], "timing": "execute", "ceiling_label": "copy", "ceiling_method": "a copy",
               "ceiling_gbps": 10.0, "latency": lat, "goals": goals([row], lat)}
     buf = io.StringIO()  # not a terminal, like a pipe
-    render(cli_common.console(file=buf), result)
+    render(common.console(file=buf), result)
     text = buf.getvalue()
     assert name in text and "…" not in text
 

@@ -15,9 +15,9 @@ import pytest
 from helpers import identity_op
 
 import kompute_dml as kdml
-from kompute_dml.errors import InvalidArgumentError
-from kompute_dml.policy import COMPLETION_ENV, policy_for
+from kompute_dml.core.errors import InvalidArgumentError
 from kompute_dml.runtime.engine import REPLAY_CAPACITY
+from kompute_dml.runtime.policy import COMPLETION_ENV, policy_for
 
 DT = kdml.DataType
 TD = kdml.TensorDesc
@@ -175,8 +175,8 @@ def test_adaptive_wait_spin_follows_each_submission_within_its_bounds(monkeypatc
     come from a fake clock (the rule is checked, never a timing); results stay exact."""
     import types
 
-    from kompute_dml.policy import WAIT_SPIN_CAP_US
     from kompute_dml.runtime import engine as engine_mod
+    from kompute_dml.runtime.policy import WAIT_SPIN_CAP_US
 
     monkeypatch.delenv("KDML_WAIT_SPIN_US", raising=False)
     assert policy_for("discrete-gpu", frozenset(), {}).wait_spin_cap_us == WAIT_SPIN_CAP_US

@@ -14,7 +14,7 @@ from dequantize_reference import dequantize_ref
 from helpers import assert_output, compile_at_level, place, poison_against, random_strides, random_values, read_logical
 
 import kompute_dml as kdml
-from kompute_dml.dtypes import HIGHEST_FEATURE_LEVEL
+from kompute_dml.core.dtypes import HIGHEST_FEATURE_LEVEL
 from kompute_dml.ops.dequantize import ELEMENT_WISE_DEQUANTIZE_LINEAR as SUPPORT
 
 DT = kdml.DataType

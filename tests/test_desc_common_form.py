@@ -12,8 +12,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import kompute_dml as kdml
-from kompute_dml.errors import InvalidArgumentError
-from kompute_dml.tensor_desc import TensorDesc, _check, _valid_common, validate_desc
+from kompute_dml.core.errors import InvalidArgumentError
+from kompute_dml.core.tensor_desc import TensorDesc, _check, _valid_common, validate_desc
 
 EDGES = [0, 1, 2, 3, 7, 16, 2**31, 2**32 - 1, 2**32]
 _sizes = st.lists(st.sampled_from(EDGES), min_size=0, max_size=9).map(tuple)

@@ -20,7 +20,7 @@ from helpers import (
 )
 
 import kompute_dml as kdml
-from kompute_dml.dtypes import HIGHEST_FEATURE_LEVEL
+from kompute_dml.core.dtypes import HIGHEST_FEATURE_LEVEL
 from kompute_dml.ops import BY_NAME
 from kompute_dml.ops import elementwise as elementwise_ops
 

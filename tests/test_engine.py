@@ -1,5 +1,5 @@
 """The runtime engine's one replay path, the exact in-place no-op, buffer release, and the
-integer helpers every argument goes through (kompute_dml/runtime/engine.py, kompute_dml/ints.py)."""
+integer helpers every argument goes through (kompute_dml/runtime/engine.py, kompute_dml/core/ints.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from helpers import identity_op
 
 import kompute_dml as kdml
-from kompute_dml.ints import as_int, as_int_tuple, cdiv
+from kompute_dml.core.ints import as_int, as_int_tuple, cdiv
 
 DT = kdml.DataType
 TD = kdml.TensorDesc
@@ -146,7 +146,7 @@ def test_eager_rerun_only_while_its_submission_is_cached(rng):
     """execute keeps the engine's cached submission of its last key and reruns it directly;
     once that submission leaves the cache (evicted, or a buffer it binds released) the
     rerun is refused and the call goes through submit again."""
-    from kompute_dml.errors import DeviceError
+    from kompute_dml.core.errors import DeviceError
     from kompute_dml.runtime.engine import REPLAY_CAPACITY
 
     with kdml.Device() as dev:

@@ -11,15 +11,17 @@ import numpy as np
 import pytest
 
 import kompute_dml as kdml
-from kompute_dml.errors import DeviceError, OutOfMemoryError
+from kompute_dml.core.errors import DeviceError, OutOfMemoryError
 from kompute_dml.runtime.memory import DeviceMemory
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto as T  # noqa: E402
 from onnx import helper  # noqa: E402
 
-from kompute_dml.onnx_backend import Backend  # noqa: E402
-from kompute_dml.onnx_impl import device_graph  # noqa: E402
+from kompute_dml.onnx_backend import (  # noqa: E402
+    Backend,
+    device_graph,
+)
 
 DT = kdml.DataType
 
@@ -264,7 +266,7 @@ def test_a_plan_does_not_flush_while_a_buffer_is_being_made(rng, monkeypatch, al
 
 
 def test_the_flush_during_allocation_setting_comes_from_the_environment(dev, monkeypatch):
-    from kompute_dml.policy import PLAN_FLUSH_ALLOCATING_ENV, policy_for
+    from kompute_dml.runtime.policy import PLAN_FLUSH_ALLOCATING_ENV, policy_for
 
     assert not policy_for("discrete-gpu", frozenset(), dev.limits).plan_flush_allocating
     monkeypatch.setenv(PLAN_FLUSH_ALLOCATING_ENV, "1")

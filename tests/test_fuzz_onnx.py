@@ -1,7 +1,7 @@
 """Malformed and hostile ONNX models through kompute_dml.onnx_backend.Backend: clear errors,
 no crash, no hang.
 
-The backend's conventions (kompute_dml/onnx_backend.py): a bad model or bad inputs raise
+The backend's conventions (kompute_dml/onnx_backend/__init__.py): a bad model or bad inputs raise
 ValueError (kdml.InvalidArgumentError is one), a model of the wrong Python type TypeError,
 a node that neither the device nor any CPU fallback can run RuntimeError("no CPU fallback
 could run ..."), device failures kdml.DMLError; unparsable bytes raise protobuf's

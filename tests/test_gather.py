@@ -12,7 +12,7 @@ import pytest
 from helpers import assert_output, place, poison_against, random_strides, random_values, read_logical
 
 import kompute_dml as kdml
-from kompute_dml.dtypes import HIGHEST_FEATURE_LEVEL
+from kompute_dml.core.dtypes import HIGHEST_FEATURE_LEVEL
 from kompute_dml.ops.gather import GATHER, GATHER_ELEMENTS, gather_output_sizes
 
 DT = kdml.DataType

@@ -28,7 +28,7 @@ from test_gemm import TRANS, run_case, values, with_specials
 import kompute_dml as kdml
 from kompute_dml.ops.gemm import compile_gemm
 from kompute_dml.ops.gemm_coop import FAMILIES, LARGE, MEDIUM, SMALL, CoopTile, candidate_tiles
-from kompute_dml.policy import F16_SHAPE, GEMM_COOP_MIN, GEMM_KERNEL_ENV, DevicePolicy, has_f16_shape, policy_for
+from kompute_dml.runtime.policy import F16_SHAPE, GEMM_COOP_MIN, GEMM_KERNEL_ENV, DevicePolicy, has_f16_shape, policy_for
 
 DT = kdml.DataType
 TD = kdml.TensorDesc

@@ -1,4 +1,4 @@
-"""One input rule for every entry point (issue 25, item 2): kompute_dml/inputs.py, used by
+"""One input rule for every entry point (issue 25, item 2): kompute_dml/core/inputs.py, used by
 dev.tensor, the functional helpers, write_numpy and the ONNX backend. torch is optional: small
 stand-in classes play the __dlpack__ / __array__ exporters."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kompute_dml as kdml
-from kompute_dml.inputs import as_host_array
+from kompute_dml.core.inputs import as_host_array
 
 IAE, UNS = kdml.InvalidArgumentError, kdml.UnsupportedError
 

@@ -13,7 +13,7 @@ import pytest
 from helpers import assert_output, compile_at_level, place, poison_against, random_strides, random_values, read_logical
 
 import kompute_dml as kdml
-from kompute_dml.dtypes import HIGHEST_FEATURE_LEVEL
+from kompute_dml.core.dtypes import HIGHEST_FEATURE_LEVEL
 from kompute_dml.ops.join import JOIN
 
 DT = kdml.DataType

@@ -34,7 +34,7 @@ from test_matmul_integer import quant_sizes
 
 import kompute_dml as kdml
 from kompute_dml.ops.matmul_coop import CAPABILITY, DECODE, FAMILIES, KMAX, MEDIUM, NARROW, TileConfig, compile_coop
-from kompute_dml.shaders import check_capabilities, required_capabilities, variant_names
+from kompute_dml.runtime.shaders import check_capabilities, required_capabilities, variant_names
 
 DT = kdml.DataType
 PAIRS = [(DT.INT8, DT.INT8), (DT.UINT8, DT.UINT8), (DT.UINT8, DT.INT8), (DT.INT8, DT.UINT8)]

@@ -36,7 +36,7 @@ from kompute_dml.ops.matmul_gemv import (
     tiny_config,
 )
 from kompute_dml.ops.matmul_integer import compile_matmul_integer
-from kompute_dml.shaders import required_capabilities
+from kompute_dml.runtime.shaders import required_capabilities
 
 DT = kdml.DataType
 VARIANTS = {"dot": "mmg8d_r", "portable": "mmg8_r"}  # B n-contiguous; k-contiguous: `_c`
@@ -298,7 +298,7 @@ def test_automatic_gpu_policy(dev, rng, monkeypatch):
     SMALL_M rows (where it applies), for at most GEMV_TINY_MAX_M rows of a tiny product, and the
     policy's family beyond; a forced family stays forced. Where gemv takes no k-contiguous B (the
     tensor-core GPUs' gemv_k_contiguous), such a B goes to the policy's family at any rows."""
-    from kompute_dml.policy import GEMV_MAX_M, GEMV_TINY_MAX_M
+    from kompute_dml.runtime.policy import GEMV_MAX_M, GEMV_TINY_MAX_M
 
     force_kernel(monkeypatch, dev, "auto")
     monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, matmul_family="gpu", gemv_max_m=GEMV_MAX_M,

@@ -495,7 +495,7 @@ def test_skip_layer_norm(dev, rng, dt):
 def test_helpers_only_execute(dev, rng, monkeypatch):
     """The helpers read nothing back and leave every result to their op.execute calls: captured
     instead of run, then replayed in one recording, they give the results."""
-    from kompute_dml.memory import Buffer
+    from kompute_dml.device.memory import Buffer
     from kompute_dml.ops.base import CompiledOperator
 
     captured = []

@@ -473,7 +473,7 @@ def test_run_node_and_devices(rng):
 
 # ---- the command line -------------------------------------------------------------------------
 def test_cli_run(tmp_path, rng, capsys):
-    from kompute_dml.onnx_run import main
+    from kompute_dml.cli.run import main
 
     onnx.save(_mixed_model(), tmp_path / "m.onnx")
     x = rng.standard_normal((5, 6)).astype(np.float32)
@@ -507,7 +507,7 @@ def test_cli_run(tmp_path, rng, capsys):
 
 def test_cli_entry_point_exit_status(tmp_path):
     onnx.save(_mixed_model(), tmp_path / "m.onnx")
-    exe = [sys.executable, "-m", "kompute_dml.cli", "run", str(tmp_path / "m.onnx")]
+    exe = [sys.executable, "-m", "kompute_dml.cli.main", "run", str(tmp_path / "m.onnx")]
     p = subprocess.run(exe, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "missing input" in p.stderr and "Traceback" not in p.stderr
 
@@ -547,7 +547,7 @@ def test_feature_level_below_an_operator_sends_it_to_the_cpu(rng):
 
 
 def test_cli_run_npz_inputs(tmp_path, rng, capsys):
-    from kompute_dml.onnx_run import main
+    from kompute_dml.cli.run import main
 
     onnx.save(_mixed_model(), tmp_path / "m.onnx")
     x = rng.standard_normal((5, 6)).astype(np.float32)
@@ -563,7 +563,7 @@ def test_cli_run_npz_inputs(tmp_path, rng, capsys):
 
 def test_products_sharing_a_host_activation_upload_it_once(rng):
     """Q/K/V-style: three products of one quantized activation; A, its scale and zero point
-    go up once per run, the three run as one product (onnx_impl/product_groups.py: its
+    go up once per run, the three run as one product (onnx_backend/product_groups.py: its
     weights side by side and its per-column B scale are the run's two constant uploads, three
     where the policy stores weights as columns for some products and not others: both layouts go
     up at once), and the second run rebuilds no pipeline."""

@@ -1,4 +1,4 @@
-"""The ONNX backend's fusions (kompute_dml/onnx_impl/fusions.py) on small hand-built models:
+"""The ONNX backend's fusions (kompute_dml/onnx_backend/fusions.py) on small hand-built models:
 Add -> LayerNormalization and Add -> Softmax -> IsNaN -> Where each run as one dispatch (and
 com.microsoft SkipLayerNormalization as one), only where every intermediate value is read by the
 chain alone and is no graph output, the attributes and the Where's constant fit; results bit for
@@ -19,7 +19,7 @@ from onnx import TensorProto as T  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
 
 from kompute_dml.onnx_backend import Backend  # noqa: E402
-from kompute_dml.onnx_impl.values import VULKAN  # noqa: E402
+from kompute_dml.onnx_backend.values import VULKAN  # noqa: E402
 
 N = helper.make_node
 ELEM = {np.float32: T.FLOAT, np.float16: T.FLOAT16}

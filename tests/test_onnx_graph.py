@@ -1,4 +1,4 @@
-"""Whole models as one device program (onnx_impl/device_graph.py): shape arithmetic resolved
+"""Whole models as one device program (onnx_backend/device_graph.py): shape arithmetic resolved
 on the host per input shape, every other node on the device, one upload, one submission and
 one download per output; results against onnx's reference evaluator and numpy."""
 
@@ -14,7 +14,7 @@ from onnx_reference import mmitf_exact  # noqa: E402
 
 import kompute_dml as kdml  # noqa: E402
 from kompute_dml.onnx_backend import Backend  # noqa: E402
-from kompute_dml.onnx_impl.values import CPU, HOST, VULKAN  # noqa: E402
+from kompute_dml.onnx_backend.values import CPU, HOST, VULKAN  # noqa: E402
 
 OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
 
@@ -135,7 +135,7 @@ def test_whole_graph_runs_as_one_submission_and_matches_the_reference(rng, monke
     (device_graph.PROGRAM_OUT_BYTES); the others are downloaded after it through staging. At 16
     bytes the float output goes through staging while the boolean mask is still copied by the
     program where it fits (2 x 5, 1 x 1; not 3 x 7): both paths in one run."""
-    from kompute_dml.onnx_impl import device_graph
+    from kompute_dml.onnx_backend import device_graph
     monkeypatch.setattr(device_graph, "PROGRAM_OUT_BYTES", program_out)
     model, (table, w) = _encoder_like(rng)
     rep = Backend.prepare(model, "CPU")
@@ -292,7 +292,7 @@ def test_host_slice_clamps_as_onnx_says():
     with a negative step a start below -dim is clamped to 0, so element 0 is taken (numpy's
     slicing, and onnx's reference evaluator, give nothing there)."""
     ort = pytest.importorskip("onnxruntime")
-    from kompute_dml.onnx_impl.host_eval import HOST_EVAL
+    from kompute_dml.onnx_backend.host_eval import HOST_EVAL
 
     names = ("x", "s", "e", "a", "t")
     node = helper.make_node("Slice", list(names), ["y"])
@@ -354,7 +354,7 @@ def test_view_strides_agree_with_numpys_no_copy_reshape(rng):
     """handlers_values.view_strides: strides exactly where numpy reshapes a view without a copy,
     and then the same elements in the same order (random slices and transposes, random
     factorizations with inserted size-1 dimensions)."""
-    from kompute_dml.onnx_impl.handlers_values import view_strides
+    from kompute_dml.onnx_backend.handlers_values import view_strides
 
     views = 0
     for _ in range(1500):
@@ -389,7 +389,7 @@ def test_host_nodes_of_constants_alone_are_evaluated_and_uploaded_once_per_model
     """A quantized embedding table dequantized by a DequantizeLinear of initializers alone (as
     in MiniLM): the same for every input, so it is evaluated once and uploaded once, and a
     second input shape plans without either; Shape arithmetic stays per input shape."""
-    from kompute_dml.onnx_impl import transfers
+    from kompute_dml.onnx_backend import transfers
 
     table = rng.integers(0, 256, (30, 8)).astype(np.uint8)
     inits = [numpy_helper.from_array(table, "table_q"), numpy_helper.from_array(np.array(0.25, np.float32), "s"),
@@ -421,7 +421,7 @@ def test_host_nodes_of_constants_alone_are_evaluated_and_uploaded_once_per_model
 def test_result_arrays_are_reused_only_once_nothing_references_them(rng, monkeypatch):
     """A plan hands a result array out again (no allocation, no page faults) only after the
     caller dropped it and every view of it; results the caller keeps never change."""
-    from kompute_dml.onnx_impl import device_graph
+    from kompute_dml.onnx_backend import device_graph
 
     monkeypatch.setattr(device_graph, "RECYCLE_BYTES", 0)
     model, (table, w) = _encoder_like(rng)
@@ -455,7 +455,7 @@ def test_host_dequantize_equals_the_int64_form_bit_for_bit(rng, dtype):
     """host_eval's DequantizeLinear (float32 arithmetic for 8/16-bit inputs) against
     (int64 difference -> float32) * scale over every value, extreme zero points and scales
     (subnormal, huge: overflow to inf), per tensor and per axis."""
-    from kompute_dml.onnx_impl.host_eval import _dequantize
+    from kompute_dml.onnx_backend.host_eval import _dequantize
 
     info = np.iinfo(dtype)
     x = np.arange(info.min, info.max + 1, dtype=np.int64) if info.bits <= 16 else rng.integers(info.min, info.max, 70000)

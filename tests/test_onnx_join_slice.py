@@ -1,4 +1,4 @@
-"""ONNX Concat and Slice of data on the device (JOIN, SLICE1: onnx_impl/handlers_values.py
+"""ONNX Concat and Slice of data on the device (JOIN, SLICE1: onnx_backend/handlers_values.py
 MOVE_HANDLERS) inside a whole-graph plan, against numpy; shape arithmetic stays on the host."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from onnx import TensorProto as T  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
 
 from kompute_dml.onnx_backend import Backend  # noqa: E402
-from kompute_dml.onnx_impl.values import HOST, VULKAN  # noqa: E402
+from kompute_dml.onnx_backend.values import HOST, VULKAN  # noqa: E402
 
 OPSETS = [helper.make_opsetid("", 17)]
 

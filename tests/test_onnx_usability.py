@@ -15,7 +15,7 @@ from onnx import helper
 
 import kompute_dml as kdml
 from kompute_dml.onnx_backend import Backend, FallbackError
-from kompute_dml.onnx_impl import fallback as fallback_mod
+from kompute_dml.onnx_backend import fallback as fallback_mod
 
 ort = pytest.importorskip("onnxruntime")
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def _celu_model():
 
 
 def test_a_subgraph_onnxruntime_refuses_is_reported_in_placement_and_events():
-    from kompute_dml.onnx_impl.ort_compat import ort_limits
+    from kompute_dml.onnx_backend.ort_compat import ort_limits
 
     if ort_limits()[1] >= 28:
         pytest.skip(f"this onnxruntime loads opset {ort_limits()[1]}: it takes Celu-28")
@@ -89,7 +89,7 @@ def test_fallback_onnxruntime_never_switches_engines(monkeypatch):
 
 
 def test_compare_onnxruntime_on_a_default_onnx_model(tmp_path, rng, capsys):
-    from kompute_dml.onnx_run import main
+    from kompute_dml.cli.run import main
 
     onnx.save(_sin_model(), tmp_path / "m.onnx")
     x = rng.standard_normal((4, 5)).astype(np.float32)

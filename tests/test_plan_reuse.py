@@ -1,5 +1,5 @@
 """What the ONNX backend's plans of one model share so that a new input shape plans faster
-(onnx_impl/device_graph.py): host nodes' results by their inputs' values (host_eval.HostMemo),
+(onnx_backend/device_graph.py): host nodes' results by their inputs' values (host_eval.HostMemo),
 small host values uploaded once (plan_context.SMALL_HOST_BYTES), per-node liveness per input
 names, and Python's garbage collector paused while a plan is made, then as it was."""
 
@@ -14,8 +14,11 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto as T  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
 
-from kompute_dml.onnx_backend import Backend  # noqa: E402
-from kompute_dml.onnx_impl import device_graph, transfers  # noqa: E402
+from kompute_dml.onnx_backend import (  # noqa: E402
+    Backend,
+    device_graph,
+    transfers,
+)
 
 OPSETS = [helper.make_opsetid("", 17)]
 
@@ -63,7 +66,7 @@ def test_host_nodes_equal_in_value_are_evaluated_once(rng, monkeypatch):
 
 def test_a_different_attribute_or_value_is_not_shared():
     """HostMemo's key: the node's type and attributes and every input's type, shape and bytes."""
-    from kompute_dml.onnx_impl.host_eval import HostMemo
+    from kompute_dml.onnx_backend.host_eval import HostMemo
 
     memo = HostMemo()
     g0 = helper.make_node("Gather", ["a", "i"], ["o"], axis=0)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import kompute_dml as kdml
-from kompute_dml.policy import (
+from kompute_dml.runtime.policy import (
     CAPABILITIES,
     DOT_MAX_M,
     GEMV_COOP_MAX_M,
@@ -59,7 +59,7 @@ def test_weight_layout_follows_the_family_and_the_environment(monkeypatch):
     k-contiguous B there); other devices keep ONNX's layout, and with weights "columns" (KDML_WEIGHTS)
     products of more than gemv_max_m rows; KDML_WEIGHTS overrides, and a value that is neither
     layout is refused, naming the variable."""
-    from kompute_dml.policy import GEMV_COOP_MAX_M, WEIGHTS_ENV
+    from kompute_dml.runtime.policy import GEMV_COOP_MAX_M, WEIGHTS_ENV
 
     monkeypatch.delenv(WEIGHTS_ENV, raising=False)
     coop = policy_for("discrete-gpu", frozenset({"cooperative_matrix"}), LIMITS)
@@ -196,7 +196,7 @@ def test_pipeline_refuses_a_variant_needing_a_disabled_capability():
     """Below the operators' own compile-time checks, the runtime refuses to build a pipeline
     from a variant that needs a feature the device did not enable (the driver never sees it)."""
     from kompute_dml.runtime import DispatchPlan
-    from kompute_dml.shaders import required_capabilities
+    from kompute_dml.runtime.shaders import required_capabilities
 
     d = kdml.Device(features="none")
     try:

@@ -1,7 +1,7 @@
 """Recording.flush: a recording's first executions start on the device while the rest is
 still recorded; the submission or program it becomes runs only the rest at its first run
 and everything at every later run (the ONNX backend plans a new input signature's later
-layers while its first ones run: onnx_impl/device_graph.py).
+layers while its first ones run: onnx_backend/device_graph.py).
 
 Each test counts with in-place additions of 1 (x <- x + 1, exact in float32 for small
 integers): an execution run twice, or skipped, shows in the count."""

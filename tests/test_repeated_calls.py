@@ -1,7 +1,7 @@
 """What a repeated call and a first execution build (never how long they take):
 
 - kdml.matmul_integer_to_float called again with the same argument objects goes straight to
-  its bound operator (kompute_dml/recent_calls.py): no descriptor set, kp sequence, pipeline
+  its bound operator (kompute_dml/functional/recent_calls.py): no descriptor set, kp sequence, pipeline
   or buffer is made, and every result is still exact; arguments that differ from a cached
   call (new scales, another shape, a bad `out`, a changed numpy array) take the full path
   and its checks; an entry leaves with the tensors it watched.
@@ -20,9 +20,9 @@ import pytest
 from helpers import identity_op
 
 import kompute_dml as kdml
-from kompute_dml.dtypes import DataType as DT
+from kompute_dml.core.dtypes import DataType as DT
+from kompute_dml.core.tensor_desc import TensorDesc as TD
 from kompute_dml.functional import matmul_integer as functional_matmul
-from kompute_dml.tensor_desc import TensorDesc as TD
 
 BUILT = ("programs", "pipelines_created", "descriptor_sets", "recorded_sequences", "sequences_created",
          "first_runs", "live_buffers", "pooled_buffers", "allocated_bytes")

@@ -139,7 +139,7 @@ def test_offsets_must_be_aligned(dev):
 
 
 def test_missing_spirv_is_a_clear_error():
-    from kompute_dml.shaders import ShaderBuildError, load_spirv
+    from kompute_dml.runtime.shaders import ShaderBuildError, load_spirv
 
     with pytest.raises(ShaderBuildError, match="make spirv"):
         load_spirv("no_such_variant")
@@ -149,7 +149,7 @@ def test_stale_spirv_is_a_clear_error(tmp_path, monkeypatch):
     """Editing a shader without rebuilding is refused, naming the fix."""
     import shutil
 
-    from kompute_dml import shaders
+    from kompute_dml.runtime import shaders
 
     root = shaders.SOURCE_DIR.parent
     shutil.copytree(root / "shaders", tmp_path / "shaders")

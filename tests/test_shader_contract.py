@@ -84,7 +84,7 @@ def test_the_tree_agrees_with_the_table():
     assert built, "no SPIR-V built: run make spirv"
     skipped = frozenset(v for f in contract.FAMILIES for v, i in f.builds().items() if contract.TARGET_KEY in i) - set(built)
     assert check_build(built, contract.FAMILIES, skipped) == ([], set())
-    for name, entry in manifest.items():  # what kompute_dml/shaders.py reads
+    for name, entry in manifest.items():  # what kompute_dml/runtime/shaders.py reads
         fam = contract.by_variant()[name]
         assert entry["source"] == fam.source and entry["defines"] == fam.builds()[name], name
         assert isinstance(entry["capabilities"], list) and len(entry["sha256"]) == 64
@@ -258,7 +258,7 @@ def test_build_fails_on_a_wrong_family(tmp_path, capsys, wrong):
 def test_a_changed_family_makes_its_spirv_stale(monkeypatch):
     """The runtime compares a variant's SPIR-V with the table's inputs now: a push block changed
     in the contract without `make spirv` is refused like an edited shader."""
-    from kompute_dml import shaders
+    from kompute_dml.runtime import shaders
 
     inputs = dict(COPY.builds()["copy_b8"])
     inputs[contract.PUSH_BLOCK_DEFINE] = inputs[contract.PUSH_BLOCK_DEFINE].replace("uint count;", "uint count; uint x;")
@@ -280,7 +280,7 @@ def test_ablations_are_a_benchmark_overlay(dev):
     from helpers import ablation_overlay
 
     from kompute_dml.ops import SPECS
-    from kompute_dml.shaders import required_capabilities
+    from kompute_dml.runtime.shaders import required_capabilities
 
     manifest = json.loads((ROOT / "kompute_dml" / "spirv" / "manifest.json").read_text())
     production = set(contract.by_variant()) | {v for s in SPECS for v in s.variants} | set(manifest)

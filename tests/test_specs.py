@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 import kompute_dml as kdml
-from kompute_dml.dtypes import HIGHEST_FEATURE_LEVEL
+from kompute_dml.core.dtypes import HIGHEST_FEATURE_LEVEL
+from kompute_dml.core.registry import OperatorSupport
 from kompute_dml.ops import BY_NAME, COMPILERS, ONNX_PLACEMENT, SPECS
 from kompute_dml.ops.contract import by_variant
 from kompute_dml.ops.spec import ContractError, OnnxOp, OperatorSpec, check_plans
-from kompute_dml.registry import OperatorSupport
 from kompute_dml.runtime import DispatchPlan, TransferPlan
 
 DT = kdml.DataType
@@ -117,7 +117,7 @@ def test_derived_tables():
         assert getattr(kdml, s.desc_type.__name__) is s.desc_type
         for h in (*s.helpers, *(o.helper for o in s.onnx)):
             assert h in kdml.__all__, f"{s.name}: helper kdml.{h} is not exported"
-    from kompute_dml.onnx_impl.values import _DEVICE_OPS
+    from kompute_dml.onnx_backend.values import _DEVICE_OPS
 
     assert _DEVICE_OPS == ONNX_PLACEMENT
     assert ONNX_PLACEMENT[("EyeLike", "")] == ("DIAGONAL_MATRIX", "eye_like", int(FL.FL_2_0))
@@ -253,7 +253,7 @@ def test_onnx_placement_refuses_two_operators_for_one_node():
 
 
 def test_info_json_lists_the_specs():
-    from kompute_dml.cli import main
+    from kompute_dml.cli.main import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -267,8 +267,8 @@ def test_info_json_lists_the_specs():
 
 def test_every_placed_onnx_node_type_has_a_handler():
     """A node type an operator module declares (OperatorSpec.onnx) is run by a handler: its kind's
-    or its own (onnx_impl/handlers*.py); a declaration without either would fail at the run."""
+    or its own (onnx_backend/handlers*.py); a declaration without either would fail at the run."""
     pytest.importorskip("onnx")
-    from kompute_dml.onnx_impl.handlers import HANDLERS
+    from kompute_dml.onnx_backend.handlers import HANDLERS
 
     assert sorted(op for op, _domain in ONNX_PLACEMENT if op not in HANDLERS) == []

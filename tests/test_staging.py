@@ -201,7 +201,7 @@ def test_repeated_helper_call_builds_and_uploads_nothing(dev, rng, monkeypatch):
     """kdml.matmul_integer_to_float called again with the same shapes, types and Python-number
     scales builds no descriptor, compiles nothing and uploads nothing (the scales live on the
     device); a new scale value is a new constant, and every result is exact."""
-    from kompute_dml import memory
+    from kompute_dml.device import memory
     from kompute_dml.functional import matmul_integer as functional_matmul
 
     a8 = rng.integers(-128, 128, (16, 32), dtype=np.int8)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import kompute_dml as kdml
-from kompute_dml import views
+from kompute_dml.device import views
 
 IAE = kdml.InvalidArgumentError
 

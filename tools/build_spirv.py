@@ -17,7 +17,7 @@ requirements-dev.txt, found beside the running interpreter), with `--target-env 
 Without the wheels they are skipped with a warning; the runtime then refuses them as missing.
 The manifest records, per variant, the device capabilities its SPIR-V declares (OpCapability:
 Int8 -> shader_int8, CooperativeMatrixKHR -> cooperative_matrix, ...; names from
-kompute_dml/policy.py), so the runtime can refuse a variant the device did not enable instead
+kompute_dml/runtime/policy.py), so the runtime can refuse a variant the device did not enable instead
 of handing it to the driver.
 
 Every build then checks the contract (kompute_dml/ops/contract/check.py): each family's source
@@ -28,7 +28,7 @@ fails the build (exit 1) and the variant leaves the manifest.
 
 `--overlay FILE` builds the families of a benchmark-only overlay instead (a Python file defining
 FAMILIES from the contract's declarations; see benchmarks/overlay_ablation.py) into its own
-directory (`--out`), which kompute_dml.shaders.add_overlay loads from.
+directory (`--out`), which kompute_dml.runtime.shaders.add_overlay loads from.
 
 This file is imported by setup.py (build_py) and run by `make spirv`; it uses only the
 standard library.

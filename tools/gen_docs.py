@@ -22,8 +22,8 @@ END = "<!-- support-matrix:end -->"
 
 def support_markdown() -> str:
     sys.path.insert(0, str(ROOT))
+    from kompute_dml.core.registry import types_text
     from kompute_dml.ops import SPECS
-    from kompute_dml.registry import types_text
 
     lines = []
     for spec in SPECS:

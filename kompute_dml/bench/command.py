@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..cli_common import HELP, DeviceArgError, parse_device
-from ..cli_common import console as make_console
+from ..cli.common import HELP, DeviceArgError, parse_device
+from ..cli.common import console as make_console
 from . import transfers
 from .cases import Env, RowSpec, gpu_rows, recorded, suite
 from .cpu_peers import ort_available

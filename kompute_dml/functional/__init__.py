@@ -1,6 +1,6 @@
 """Functional helpers: allocate a packed output, compile (cached), execute, return it.
 
-Each accepts kompute_dml Tensors or anything kompute_dml/inputs.py takes (numpy arrays, Python
+Each accepts kompute_dml Tensors or anything kompute_dml/core/inputs.py takes (numpy arrays, Python
 numbers and lists, CPU objects with __array__ / __dlpack__ such as torch CPU tensors), uploaded
 to the tensor's device, or to `device=`, or to the process-wide default device,
 `kdml.default_device()`.
@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from ..device import Device
-from ..dtypes import DataType
-from ..errors import invalid
-from ..inputs import as_host_array
-from ..memory import Buffer, Tensor, packed_desc_for
-from ..tensor_desc import TensorDesc, validate_desc
+from ..core.dtypes import DataType
+from ..core.errors import invalid
+from ..core.inputs import as_host_array
+from ..core.tensor_desc import TensorDesc, validate_desc
+from ..device.device import Device
+from ..device.memory import Buffer, Tensor, packed_desc_for
 
 _default: Device | None = None
 _default_lock = threading.Lock()
@@ -73,7 +73,7 @@ def as_tensor(x: Any, device: Device, field: str = "x") -> Tensor:
         if x.device is not device:
             raise invalid(field, "belongs to another Device")
         return x
-    # anything kompute_dml/inputs.py takes: numpy, Python numbers and lists, CPU
+    # anything kompute_dml/core/inputs.py takes: numpy, Python numbers and lists, CPU
     # __array__ / __dlpack__ objects (a torch CPU tensor)
     return pooled_upload(device, as_host_array(x, field))
 

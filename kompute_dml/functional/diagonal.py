@@ -8,14 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from ..device import Device
-from ..dtypes import DataType, FeatureLevel
-from ..errors import invalid
-from ..inputs import as_host_array
-from ..ints import as_int, as_int_tuple
-from ..memory import Tensor
+from ..core.dtypes import DataType, FeatureLevel
+from ..core.errors import invalid
+from ..core.inputs import as_host_array
+from ..core.ints import as_int, as_int_tuple
+from ..core.tensor_desc import TensorDesc
+from ..device.device import Device
+from ..device.memory import Tensor
 from ..ops.diagonal import INT32_MAX, INT32_MIN, DiagonalMatrix1Desc, DiagonalMatrixDesc
-from ..tensor_desc import TensorDesc
 from . import as_tensor, check_out, compile_cached, device_of, pooled_empty
 
 

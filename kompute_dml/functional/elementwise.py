@@ -1,6 +1,6 @@
 """Functional helpers of the element-wise operators (ops/elementwise.py, docs/elementwise.md).
 
-Each takes kompute_dml Tensors or anything kompute_dml/inputs.py takes (numpy arrays, Python
+Each takes kompute_dml Tensors or anything kompute_dml/core/inputs.py takes (numpy arrays, Python
 numbers and lists, CPU `__array__` / `__dlpack__` objects), broadcasts the operands to one
 shape with numpy's rules (as stride-0 views: nothing is copied), and returns a new packed
 Tensor of that shape from the device's buffer pool, or writes `out=` (a Tensor of that shape
@@ -20,11 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from ..device import Device
-from ..dtypes import DataType, FeatureLevel
-from ..errors import invalid
-from ..inputs import as_host_array, conform, is_python_data
-from ..memory import Tensor
+from ..core.dtypes import DataType, FeatureLevel
+from ..core.errors import invalid
+from ..core.inputs import as_host_array, conform, is_python_data
+from ..core.tensor_desc import TensorDesc
+from ..device.device import Device
+from ..device.memory import Tensor
 from ..ops.elementwise import (
     ElementWiseAdd1Desc,
     ElementWiseAddDesc,
@@ -37,7 +38,6 @@ from ..ops.elementwise import (
     ElementWiseMultiplyDesc,
     ElementWiseSubtractDesc,
 )
-from ..tensor_desc import TensorDesc
 from . import _packed, as_tensor, check_out, compile_cached, device_of, pooled_empty
 
 _NAMES = ("a", "b")

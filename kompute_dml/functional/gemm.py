@@ -2,7 +2,7 @@
 FusedMatMul's transA / transB / alpha) and `matmul` (numpy.matmul / ONNX MatMul), both on
 DML_GEMM_OPERATOR_DESC.
 
-Operands are kompute_dml Tensors or anything kompute_dml/inputs.py takes (numpy arrays, Python
+Operands are kompute_dml Tensors or anything kompute_dml/core/inputs.py takes (numpy arrays, Python
 numbers and lists, CPU `__array__` / `__dlpack__` objects); Python data take the other operand's
 data type. A and B share one type, FLOAT32 or FLOAT16 (no promotion; other types are refused by
 the operator's table with UnsupportedError). Shapes follow numpy.matmul: the last two dimensions
@@ -31,12 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from ..device import Device
-from ..errors import UnsupportedError, invalid
-from ..layout import merge_dims
-from ..memory import Tensor
+from ..core.errors import UnsupportedError, invalid
+from ..core.layout import merge_dims
+from ..core.tensor_desc import TensorDesc
+from ..device.device import Device
+from ..device.memory import Tensor
 from ..ops.gemm import GemmDesc, MatrixTransform, as_float32
-from ..tensor_desc import TensorDesc
 from . import _packed, check_out, pooled_empty
 from .elementwise import _operands
 from .matmul_integer import _mm_broadcast_strides

@@ -9,16 +9,16 @@ from typing import Any
 
 import numpy as np
 
-from ..constants import constant_key, device_constant
-from ..device import Device
-from ..dtypes import DataType
-from ..errors import UnsupportedError, invalid
-from ..inputs import as_host_array
-from ..memory import Tensor
+from ..core.dtypes import DataType
+from ..core.errors import UnsupportedError, invalid
+from ..core.inputs import as_host_array
+from ..core.tensor_desc import TensorDesc
+from ..device.device import Device
+from ..device.memory import Tensor
 from ..ops.matmul_integer import MatrixMultiplyIntegerToFloatDesc
-from ..recent_calls import BoundCall, RecentCalls, immutable
-from ..tensor_desc import TensorDesc
 from . import as_tensor, check_out, compile_cached, device_of, pooled_empty, pooled_upload
+from .constants import constant_key, device_constant
+from .recent_calls import BoundCall, RecentCalls, immutable
 
 
 def _mm_broadcast_strides(sizes: tuple[int, ...], strides: tuple[int, ...], target: tuple[int, ...], field: str) -> tuple[int, ...]:

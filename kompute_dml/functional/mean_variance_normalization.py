@@ -3,7 +3,7 @@ docs/mean_variance_normalization.md): mean-variance normalization over any axes,
 LayerNormalization, and com.microsoft SkipLayerNormalization (one dispatch: the operator's skip
 extension adds the skip, and the bias, before normalizing).
 
-Operands: kompute_dml Tensors or anything kompute_dml/inputs.py takes; Python numbers and lists
+Operands: kompute_dml Tensors or anything kompute_dml/core/inputs.py takes; Python numbers and lists
 given as scale / bias take x's data type. Scale and bias broadcast to x's shape with numpy's rules
 (stride-0 views: nothing is copied). The result is a new packed Tensor of x's shape and type from
 the device's buffer pool, or `out=` (that shape and type, any strides).
@@ -22,15 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from ..constants import device_constant
-from ..device import Device
-from ..dtypes import FeatureLevel
-from ..errors import UnsupportedError, invalid
-from ..ints import as_int, as_int_tuple
-from ..memory import Tensor
+from ..core.dtypes import FeatureLevel
+from ..core.errors import UnsupportedError, invalid
+from ..core.ints import as_int, as_int_tuple
+from ..core.tensor_desc import TensorDesc
+from ..device.device import Device
+from ..device.memory import Tensor
 from ..ops.mean_variance_normalization import MEAN_VARIANCE_NORMALIZATION1, MeanVarianceNormalization1Desc
-from ..tensor_desc import TensorDesc
 from . import _packed, check_out, compile_cached, pooled_empty
+from .constants import device_constant
 from .elementwise import _operands, broadcast_view
 
 # the operands in the order _normalize takes them (the names errors use)

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ..dtypes import FeatureLevel
-from ..errors import invalid
-from ..registry import support_matrix as _support_matrix
+from ..core.dtypes import FeatureLevel
+from ..core.errors import invalid
+from ..core.registry import support_matrix as _support_matrix
 from .spec import OperatorSpec, check_plans, onnx_ops, onnx_placement
 
 if TYPE_CHECKING:
-    from ..device import Device
+    from ..device.device import Device
 
 
 @dataclass(frozen=True)

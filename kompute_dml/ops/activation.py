@@ -31,16 +31,16 @@ from typing import Any
 
 import numpy as np
 
-from ..device import Device
-from ..errors import UnsupportedError, invalid
+from ..core.errors import UnsupportedError, invalid
+from ..core.ints import as_int, as_int_tuple, cdiv
+from ..core.layout import check_no_overlap, merge_dims
+from ..core.registry import FL, FLOATS, OperatorSupport, row
+from ..core.tensor_desc import TensorDesc, validate_desc
+from ..device.device import Device
+from ..device.memory import Tensor
 from ..functional import _packed, check_out, compile_cached, pooled_empty
 from ..functional.elementwise import _operands, broadcast_view
-from ..ints import as_int, as_int_tuple, cdiv
-from ..layout import check_no_overlap, merge_dims
-from ..memory import Tensor
-from ..registry import FL, FLOATS, OperatorSupport, row
 from ..runtime import DispatchPlan, grid_for
-from ..tensor_desc import TensorDesc, validate_desc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, CompiledElementWiseInPlace, check_same, type_code
@@ -251,7 +251,7 @@ def compile_softmax1(device: Device, desc: ActivationSoftmax1Desc) -> CompiledOp
 # The functional helpers of ACTIVATION_SOFTMAX1 and ACTIVATION_GELU (ops/activation.py,
 # docs/softmax.md, docs/gelu.md).
 #
-# Each takes a kompute_dml Tensor or anything kompute_dml/inputs.py takes (numpy arrays, CPU
+# Each takes a kompute_dml Tensor or anything kompute_dml/core/inputs.py takes (numpy arrays, CPU
 # `__array__` / `__dlpack__` objects) of FLOAT32 or FLOAT16 (other types are refused by the
 # operator's table: no silent conversion) and returns a new packed Tensor of x's shape and type
 # from the device's buffer pool, or writes `out=` (a Tensor of that shape and type, any strides).

@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..device import Device
-from ..dtypes import DataType
-from ..layout import check_no_overlap
-from ..memory import Tensor
-from ..registry import FL, FLOATS, OperatorSupport, row
-from ..tensor_desc import TensorDesc
+from ..core.dtypes import DataType
+from ..core.layout import check_no_overlap
+from ..core.registry import FL, FLOATS, OperatorSupport, row
+from ..core.tensor_desc import TensorDesc
+from ..device.device import Device
+from ..device.memory import Tensor
 from . import contract
 from .activation import _unary
 from .base import CompiledOperator, validate_tensors

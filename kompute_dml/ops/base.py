@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import invalid
-from ..layout import element_offsets
-from ..memory import Tensor, calc_span_bytes, check_binding_range
-from ..registry import OperatorSupport
+from ..core.errors import invalid
+from ..core.layout import element_offsets
+from ..core.registry import OperatorSupport
+from ..core.tensor_desc import MINIMUM_BUFFER_TENSOR_ALIGNMENT, TensorDesc, validate_desc
+from ..device.memory import Tensor, calc_span_bytes, check_binding_range
 from ..runtime import DispatchPlan, Submission, TransferPlan, finished
-from ..tensor_desc import MINIMUM_BUFFER_TENSOR_ALIGNMENT, TensorDesc, validate_desc
 
 if TYPE_CHECKING:
-    from ..device import Device
+    from ..device.device import Device
 
 _op_serials = itertools.count(1)
 # Bindings per compiled operator whose checks are remembered (CompiledOperator.bind): enough for

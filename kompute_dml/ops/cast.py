@@ -15,14 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..device import Device
-from ..dtypes import DataType
+from ..core.dtypes import DataType
+from ..core.layout import check_no_overlap
+from ..core.registry import FL, FLOATS, INTS_8_32, OperatorSupport, row
+from ..core.tensor_desc import TensorDesc
+from ..device.device import Device
+from ..device.memory import Tensor
 from ..functional import _packed, check_out, compile_cached, pooled_empty
 from ..functional.elementwise import _operands
-from ..layout import check_no_overlap
-from ..memory import Tensor
-from ..registry import FL, FLOATS, INTS_8_32, OperatorSupport, row
-from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, check_same, type_code
@@ -66,7 +66,7 @@ def compile_cast(device: Device, desc: CastDesc) -> CompiledOperator:
 # ---- functional helpers (exported as kdml.<name>) ----------------------------------------
 # The functional helper of CAST (ops/cast.py, docs/cast.md).
 #
-# `cast(x, data_type)` takes a kompute_dml Tensor or anything kompute_dml/inputs.py takes (numpy
+# `cast(x, data_type)` takes a kompute_dml Tensor or anything kompute_dml/core/inputs.py takes (numpy
 # arrays, Python numbers and lists, CPU `__array__` / `__dlpack__` objects; boolean arrays are
 # uploaded as UINT8) and returns a new packed Tensor of x's shape and `data_type` from the
 # device's buffer pool, or writes `out=` (a Tensor of that shape and type, any strides). x may

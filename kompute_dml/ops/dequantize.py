@@ -18,16 +18,16 @@ from typing import Any
 
 import numpy as np
 
-from ..device import Device
-from ..dtypes import DataType, FeatureLevel
-from ..errors import invalid
+from ..core.dtypes import DataType, FeatureLevel
+from ..core.errors import invalid
+from ..core.inputs import as_host_array, conform, is_python_data
+from ..core.layout import check_no_overlap
+from ..core.registry import F32, FL, FLOATS, INTS_8_32, D, LevelSupport, OperatorSupport, row
+from ..core.tensor_desc import TensorDesc
+from ..device.device import Device
+from ..device.memory import Tensor
 from ..functional import _packed, check_out, compile_cached, pooled_empty
 from ..functional.elementwise import _operands, _run, broadcast_view
-from ..inputs import as_host_array, conform, is_python_data
-from ..layout import check_no_overlap
-from ..memory import Tensor
-from ..registry import F32, FL, FLOATS, INTS_8_32, D, LevelSupport, OperatorSupport, row
-from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, check_same, type_code
@@ -106,7 +106,7 @@ def compile_dequantize_linear(device: Device, desc: ElementWiseDequantizeLinearD
 # The functional helper of ELEMENT_WISE_DEQUANTIZE_LINEAR (ops/dequantize.py, docs/dequantize.md).
 #
 # `dequantize_linear(x, scale, zero_point)` takes kompute_dml Tensors or anything
-# kompute_dml/inputs.py takes, broadcasts the three with numpy's rules (stride-0 views: scales and
+# kompute_dml/core/inputs.py takes, broadcasts the three with numpy's rules (stride-0 views: scales and
 # zero points per tensor, per axis or per block) and returns a new packed Tensor of the broadcast
 # shape and the scale's data type (FLOAT32 / FLOAT16) from the device's buffer pool, or writes
 # `out=`. Python numbers and lists given as the scale become FLOAT32, as the zero point x's data

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..dtypes import DataType
-from ..errors import invalid
-from ..ints import cdiv
-from ..layout import check_no_overlap, merge_dims
-from ..registry import ALL_TYPES, FL, FLOATS, INTS_8_32, OperatorSupport, row
+from ..core.dtypes import DataType
+from ..core.errors import invalid
+from ..core.ints import cdiv
+from ..core.layout import check_no_overlap, merge_dims
+from ..core.registry import ALL_TYPES, FL, FLOATS, INTS_8_32, OperatorSupport, row
+from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan, TransferPlan, grid_for
-from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .diagonal_constant import plan_constant
@@ -43,8 +43,8 @@ from .onnx_types import dml_input, dml_output_dtype
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
-    from ..device import Device
-    from ..memory import Tensor
+    from ..device.device import Device
+    from ..device.memory import Tensor
 
 DIAGONAL_MATRIX = OperatorSupport(
     "DIAGONAL_MATRIX", 93,

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan, TransferPlan
-from ..tensor_desc import TensorDesc
 from .gpu_flat import is_packed
 
 if TYPE_CHECKING:
-    from ..device import Device
-    from ..memory import Tensor
+    from ..device.device import Device
+    from ..device.memory import Tensor
 
 
 def constant_bytes(out: TensorDesc, begin: int, end: int, value_bits: int) -> np.ndarray:

@@ -8,11 +8,11 @@ import math
 
 import numpy as np
 
-from ..layout import element_offsets
+from ..core.layout import element_offsets
+from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan, TransferPlan, grid_for
-from ..tensor_desc import TensorDesc
-from ..transfer_plans import MAX_ROWS, fill_regions, plan_copy_transfer
 from . import contract
+from .transfer_plans import MAX_ROWS, fill_regions, plan_copy_transfer
 
 # ---- transfer-assisted plans (Device.transfer_commands) -----------------------------
 # For 32/64-bit outputs whose rows are contiguous, the elements that are not Value are

@@ -31,17 +31,17 @@ from typing import Any
 
 import numpy as np
 
-from ..device import Device
-from ..dtypes import DataType
-from ..errors import invalid
+from ..core.dtypes import DataType
+from ..core.errors import invalid
+from ..core.inputs import as_host_array, conform, is_python_data
+from ..core.ints import cdiv
+from ..core.layout import check_no_overlap, merge_dims
+from ..core.registry import F32, FL, FLOATS, D, OperatorSupport, row
+from ..core.tensor_desc import TensorDesc
+from ..device.device import Device
+from ..device.memory import Buffer, Tensor
 from ..functional import _packed, as_tensor, check_out, compile_cached, device_of, pooled_empty
-from ..inputs import as_host_array, conform, is_python_data
-from ..ints import cdiv
-from ..layout import check_no_overlap, merge_dims
-from ..memory import Buffer, Tensor
-from ..registry import F32, FL, FLOATS, D, OperatorSupport, row
 from ..runtime import DispatchPlan, grid_for
-from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
@@ -166,7 +166,7 @@ def compile_dynamic_quantize_linear(device: Device, desc: DynamicQuantizeLinearD
 # ONNX DynamicQuantizeMatMul is this helper followed by that one, with nothing read back.
 #
 # `x` is a Tensor (FLOAT32 or FLOAT16, 1 to 8 dimensions, any strides) or anything
-# kompute_dml/inputs.py takes (Python numbers and lists become FLOAT32).
+# kompute_dml/core/inputs.py takes (Python numbers and lists become FLOAT32).
 def _one_element(t: Any, dev: Device, dt: DataType, field: str) -> None:
     if not isinstance(t, Tensor):
         raise invalid(field, f"must be a kompute_dml Tensor, got {type(t).__name__}")

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..dtypes import DataType, FeatureLevel
-from ..errors import UnsupportedError, invalid
-from ..layout import check_no_overlap
-from ..registry import (
+from ..core.dtypes import DataType, FeatureLevel
+from ..core.errors import UnsupportedError, invalid
+from ..core.layout import check_no_overlap
+from ..core.registry import (
     ALL_TYPES,
     BOOL_OUT,
     FL,
@@ -32,14 +32,14 @@ from ..registry import (
     OperatorSupport,
     row,
 )
-from ..tensor_desc import TensorDesc
+from ..core.tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable, plan_elementwise
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
-    from ..device import Device
+    from ..device.device import Device
 
 
 # ---- element-wise operators from their DirectML pages ------

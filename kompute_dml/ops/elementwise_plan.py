@@ -15,11 +15,11 @@ import itertools
 import math
 from collections.abc import Sequence
 
-from ..errors import UnsupportedError
-from ..ints import cdiv
-from ..layout import merge_dims
+from ..core.errors import UnsupportedError
+from ..core.ints import cdiv
+from ..core.layout import merge_dims
+from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan, grid_for
-from ..tensor_desc import TensorDesc
 from . import contract
 
 LOCAL_SIZE = 256

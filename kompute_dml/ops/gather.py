@@ -22,17 +22,17 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..device import Device
-from ..dtypes import DataType
-from ..errors import UnsupportedError, invalid
+from ..core.dtypes import DataType
+from ..core.errors import UnsupportedError, invalid
+from ..core.inputs import as_host_array
+from ..core.ints import as_int
+from ..core.layout import check_no_overlap
+from ..core.registry import FL, FLOATS, INTS_8_32, INTS_64, D, OperatorSupport, row
+from ..core.tensor_desc import MAX_DIMENSIONS, TensorDesc
+from ..device.device import Device
+from ..device.memory import Tensor
 from ..functional import _packed, check_out, compile_cached, pooled_empty
 from ..functional.elementwise import _operands
-from ..inputs import as_host_array
-from ..ints import as_int
-from ..layout import check_no_overlap
-from ..memory import Tensor
-from ..registry import FL, FLOATS, INTS_8_32, INTS_64, D, OperatorSupport, row
-from ..tensor_desc import MAX_DIMENSIONS, TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise
@@ -208,7 +208,7 @@ def compile_gather_elements(device: Device, desc: GatherElementsDesc) -> Compile
 # returned as shape (1,): kompute_dml tensors have 1 to 8 dimensions). The descriptor has
 # DimensionCount N = r + max(q, 1) - 1 for all three tensors (leading 1s added), Axis = axis +
 # N - r, IndexDimensions = q. `axis` may be negative ([-r, r)). Operands: kompute_dml Tensors or
-# anything kompute_dml/inputs.py takes (Python integers become INT64 indices); the result is a
+# anything kompute_dml/core/inputs.py takes (Python integers become INT64 indices); the result is a
 # new packed Tensor from the device's buffer pool, or `out=` (that shape, x's type, any strides).
 def _padded(desc: TensorDesc, n: int) -> TensorDesc:
     """desc with leading 1s up to n dimensions (the same elements at the same places)."""

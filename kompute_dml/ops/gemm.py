@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..dtypes import DataType
-from ..errors import UnsupportedError, invalid
-from ..ints import as_int, cdiv
-from ..layout import check_no_overlap
-from ..registry import FL, FLOATS, OperatorSupport, row
+from ..core.dtypes import DataType
+from ..core.errors import UnsupportedError, invalid
+from ..core.ints import as_int, cdiv
+from ..core.layout import check_no_overlap
+from ..core.registry import FL, FLOATS, OperatorSupport, row
+from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan
-from ..tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
@@ -43,7 +43,7 @@ from .onnx_types import float_input
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
-    from ..device import Device
+    from ..device.device import Device
 
 # ---- GEMM from DML_GEMM_OPERATOR_DESC's page ------------------------
 # The page's two rows: 4 dimensions from 1_0, 2 to 4 from 4_0 ({[BatchCount], [ChannelCount], ...});

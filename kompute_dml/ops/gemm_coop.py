@@ -20,15 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..dtypes import DataType
-from ..errors import UnsupportedError
-from ..ints import cdiv
-from ..policy import GEMM_COOP_CAPABILITIES, has_f16_shape
-from ..shaders import check_capabilities
+from ..core.dtypes import DataType
+from ..core.errors import UnsupportedError
+from ..core.ints import cdiv
+from ..runtime.policy import GEMM_COOP_CAPABILITIES, has_f16_shape
+from ..runtime.shaders import check_capabilities
 from . import contract
 
 if TYPE_CHECKING:
-    from ..device import Device
+    from ..device.device import Device
     from .gemm import GemmShape
 
 # family -> (variant infix, the capabilities it needs)

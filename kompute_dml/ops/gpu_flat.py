@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 
-from ..ints import cdiv
-from ..layout import merge_dims
+from ..core.ints import cdiv
+from ..core.layout import merge_dims
+from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan, grid_for
-from ..tensor_desc import TensorDesc
 from . import contract, gpu_memory
 
 # Element indices and chunk positions stay below 2^31, word indices below 2^32, in the

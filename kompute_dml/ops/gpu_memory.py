@@ -19,10 +19,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..ints import cdiv
-from ..layout import merge_dims
+from ..core.ints import cdiv
+from ..core.layout import merge_dims
+from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan, grid_for
-from ..tensor_desc import TensorDesc
 from . import contract
 
 LOCAL_SIZE = 256

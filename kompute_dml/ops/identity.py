@@ -17,25 +17,25 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..device import Device
-from ..errors import invalid
+from ..core.errors import invalid
+from ..core.ints import cdiv
+from ..core.layout import check_no_overlap, merge_dims
+from ..core.registry import ALL_TYPES, FL, FLOATS, OperatorSupport, row
+from ..core.tensor_desc import TensorDesc
+from ..device.device import Device
+from ..device.memory import Tensor
 from ..functional import _packed_like, as_tensor, compile_cached, device_of, pooled_empty
-from ..ints import cdiv
-from ..layout import check_no_overlap, merge_dims
-from ..memory import Tensor
-from ..recent_calls import BoundCall, RecentCalls
-from ..registry import ALL_TYPES, FL, FLOATS, OperatorSupport, row
+from ..functional.recent_calls import BoundCall, RecentCalls
 from ..runtime import DispatchPlan, TransferPlan, grid_for
-from ..tensor_desc import TensorDesc
-from ..transfer_plans import plan_copy_transfer
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .gpu_memory import plan_copy_gpu
 from .onnx_types import dml_tensor_value
 from .spec import OnnxOp, OperatorSpec
+from .transfer_plans import plan_copy_transfer
 
 if TYPE_CHECKING:
-    from ..device import Device
+    from ..device.device import Device
 
 ACTIVATION_IDENTITY = OperatorSupport(
     "ACTIVATION_IDENTITY", 38,

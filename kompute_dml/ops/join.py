@@ -18,16 +18,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..device import Device
-from ..errors import UnsupportedError, invalid
+from ..core.errors import UnsupportedError, invalid
+from ..core.ints import as_int, as_int_tuple
+from ..core.layout import check_no_overlap
+from ..core.registry import FL, FLOATS, INTS_8_32, INTS_64, D, OperatorSupport, row
+from ..core.tensor_desc import TensorDesc
+from ..device.device import Device
+from ..device.memory import Tensor
 from ..functional import _packed
 from ..functional.elementwise import _operands
-from ..ints import as_int, as_int_tuple
-from ..layout import check_no_overlap
-from ..memory import Tensor
-from ..registry import FL, FLOATS, INTS_8_32, INTS_64, D, OperatorSupport, row
 from ..runtime import DispatchPlan, TransferPlan
-from ..tensor_desc import TensorDesc
 from .base import CompiledOperator, array_fields, validate_tensors
 from .elementwise_plan import check_addressable
 from .gather import _axis, _padded, _run
@@ -191,7 +191,7 @@ def compile_slice1(device: Device, desc: Slice1Desc) -> CompiledOperator:
 # (output sizes 1 + (sizes[i] - 1) // |strides[i]|). `onnx_slice(x, starts, ends, axes, steps)`:
 # ONNX Slice, its clamping computed on the host from x's sizes, as one SLICE1. Ranks below the
 # device's feature level's smallest (4 before 3_0 / 4_1) get leading 1s in the descriptors.
-# Operands: kompute_dml Tensors (any strides and offset) or anything kompute_dml/inputs.py takes;
+# Operands: kompute_dml Tensors (any strides and offset) or anything kompute_dml/core/inputs.py takes;
 # the result is a new packed Tensor from the device's buffer pool, or `out=` (that shape, the
 # input's type, any strides). Results are bit copies.
 def _min_rank(dev: Device, support: OperatorSupport, field: str) -> int:

@@ -9,16 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..dtypes import DataType
-from ..errors import UnsupportedError, invalid
-from ..layout import check_no_overlap
-from ..registry import FL, FLOATS, INTS_8_32, OperatorSupport, row
+from ..core.dtypes import DataType
+from ..core.errors import UnsupportedError, invalid
+from ..core.layout import check_no_overlap
+from ..core.registry import FL, FLOATS, INTS_8_32, OperatorSupport, row
+from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan, grid_for
-from ..tensor_desc import TensorDesc
 from . import contract
 
 if TYPE_CHECKING:
-    from ..device import Device
+    from ..device.device import Device
 
 MATRIX_MULTIPLY_INTEGER_TO_FLOAT = OperatorSupport(
     "MATRIX_MULTIPLY_INTEGER_TO_FLOAT", 170,

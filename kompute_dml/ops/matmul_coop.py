@@ -24,11 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UnsupportedError, invalid
-from ..ints import cdiv
-from ..policy import COOP_SUMS
+from ..core.errors import UnsupportedError, invalid
+from ..core.ints import cdiv
 from ..runtime import DispatchPlan
-from ..shaders import check_capabilities
+from ..runtime.policy import COOP_SUMS
+from ..runtime.shaders import check_capabilities
 from .base import CompiledOperator, validate_tensors
 from .matmul_common import (
     FIELDS,
@@ -45,7 +45,7 @@ from .matmul_common import (
 )
 
 if TYPE_CHECKING:
-    from ..device import Device
+    from ..device.device import Device
 
 CAPABILITY = "cooperative_matrix"
 KMAX = (2**31 - 1) // (255 * 255)  # 33025: |sum_k (a' - za')(b' - zb')| < 2^31 up to here

@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from ..errors import UnsupportedError
-from ..ints import cdiv
-from ..policy import GEMV_MAX_M, TINY_B_BYTES, TINY_K, is_tiny  # noqa: F401 (re-exported)
+from ..core.errors import UnsupportedError
+from ..core.ints import cdiv
 from ..runtime import DispatchPlan
-from ..shaders import check_capabilities
+from ..runtime.policy import GEMV_MAX_M, TINY_B_BYTES, TINY_K, is_tiny  # noqa: F401 (re-exported)
+from ..runtime.shaders import check_capabilities
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .matmul_common import (
@@ -41,10 +41,10 @@ from .matmul_common import (
 from .matmul_coop import KMAX, subgroup_size
 
 if TYPE_CHECKING:
-    from ..device import Device
+    from ..device.device import Device
 
 # Automatic GPU families try this family for matrices of at most SMALL_M rows (the device policy's
-# table, kompute_dml/policy.py, where the measurements are)
+# table, kompute_dml/runtime/policy.py, where the measurements are)
 SMALL_M = GEMV_MAX_M
 MAX_M = 64  # beyond this (forced kernel="gemv" only) B would be re-read for too many row tiles
 MAX_MT = 16  # rows per work group: the accumulators' compile-time bound

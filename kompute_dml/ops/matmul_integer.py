@@ -21,12 +21,12 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..dtypes import DataType
-from ..errors import DMLError
-from ..ints import cdiv
-from ..policy import MATMUL_KERNEL_ENV, MATMUL_KERNELS
+from ..core.dtypes import DataType
+from ..core.errors import DMLError
+from ..core.ints import cdiv
+from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan
-from ..tensor_desc import TensorDesc
+from ..runtime.policy import MATMUL_KERNEL_ENV, MATMUL_KERNELS
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .matmul_common import (
@@ -50,7 +50,7 @@ from .onnx_types import FLOAT32_NUMPY, FLOAT_NUMPY, quantized_product
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
-    from ..device import Device
+    from ..device.device import Device
 
 D = DataType
 KERNEL_ENV = MATMUL_KERNEL_ENV  # read once, by the device's policy
@@ -228,7 +228,7 @@ def _plan(desc: MatrixMultiplyIntegerToFloatDesc, family: str, device: Device) -
     return matmul_plan(desc, device, variant, words, groups)
 
 
-# The planners of the families the policy's tables name (kompute_dml/policy.py, MATMUL_KERNELS):
+# The planners of the families the policy's tables name (kompute_dml/runtime/policy.py, MATMUL_KERNELS):
 # each returns a plan, or None where its family does not take the descriptor.
 PLANNERS: dict[str, Callable[[Device, MatrixMultiplyIntegerToFloatDesc], DispatchPlan | None]] = {
     "cpu": lambda device, desc: _plan(desc, "cpu", device),

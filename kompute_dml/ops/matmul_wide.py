@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..dtypes import DataType
-from ..errors import UnsupportedError
-from ..ints import cdiv
+from ..core.dtypes import DataType
+from ..core.errors import UnsupportedError
+from ..core.ints import cdiv
 from ..runtime import DispatchPlan
 from . import contract
 from .base import CompiledOperator, validate_tensors
@@ -33,7 +33,7 @@ from .matmul_common import (
 )
 
 if TYPE_CHECKING:
-    from ..device import Device
+    from ..device.device import Device
 
 D = DataType
 LOCAL = (16, 16)  # work-group size of every variant

@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..constants import device_constant
-from ..dtypes import DataType, FeatureLevel
-from ..errors import UnsupportedError, invalid
-from ..ints import as_int_tuple, cdiv
-from ..layout import check_no_overlap, merge_dims
-from ..registry import FL, FLOATS, OperatorSupport, row
+from ..core.dtypes import DataType, FeatureLevel
+from ..core.errors import UnsupportedError, invalid
+from ..core.ints import as_int_tuple, cdiv
+from ..core.layout import check_no_overlap, merge_dims
+from ..core.registry import FL, FLOATS, OperatorSupport, row
+from ..core.tensor_desc import TensorDesc, validate_desc
+from ..functional.constants import device_constant
 from ..runtime import DispatchPlan, grid_for
-from ..tensor_desc import TensorDesc, validate_desc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
@@ -49,7 +49,7 @@ from .onnx_types import float_input
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
-    from ..device import Device
+    from ..device.device import Device
 
 # ---- MEAN_VARIANCE_NORMALIZATION1 from
 # DML_MEAN_VARIANCE_NORMALIZATION1_OPERATOR_DESC's page: introduced at 2_1 (4 dimensions), 1 to 8

@@ -17,7 +17,7 @@ FLOAT32_NUMPY = frozenset({np.dtype(np.float32)})
 
 
 class NodeTypes(Protocol):
-    """What a rule reads of one node (onnx_impl/analysis.py gives it)."""
+    """What a rule reads of one node (onnx_backend/analysis.py gives it)."""
 
     inputs: int  # the node's input count
 

@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..dtypes import FeatureLevel
-from ..errors import DeviceError
-from ..registry import OperatorSupport
+from ..core.dtypes import FeatureLevel
+from ..core.errors import DeviceError
+from ..core.registry import OperatorSupport
 from ..runtime import DispatchPlan
-from ..shaders import check_capabilities
+from ..runtime.shaders import check_capabilities
 from .contract import ShaderFamily, by_variant
 
 _FAMILY_OF = by_variant()
@@ -37,7 +37,7 @@ class OnnxOp:
     op_type: str
     domain: str  # "" for the default (ai.onnx) domain, e.g. "com.microsoft"
     helper: str
-    # a node shape the backend runs through one generic handler (onnx_impl/handlers.py KINDS), so
+    # a node shape the backend runs through one generic handler (onnx_backend/handlers.py KINDS), so
     # the operator module's declaration is all it takes: "float_unary" (one float32 / float16
     # input, an output of its shape and type, no attributes), "binary" (two operands of one type,
     # numpy-broadcast, an output of that type), "compare" (the same, a boolean output); "" for

@@ -10,7 +10,7 @@ available memory.
 
 from __future__ import annotations
 
-from ..errors import OutOfMemoryError
+from ..core.errors import OutOfMemoryError
 
 HOST_HEADROOM = 512 << 20  # bytes of host RAM a CPU device always leaves free
 

@@ -29,7 +29,7 @@ from typing import Any
 import kp
 import numpy as np
 
-from ..errors import DeviceError, OutOfMemoryError
+from ..core.errors import DeviceError, OutOfMemoryError
 from .budget import MemoryBudget
 from .capture import CaptureSlot
 from .disk_cache import DiskPipelineCache
@@ -101,7 +101,7 @@ class Engine:
         self.first_runs = FirstRuns(self.manager, self.guarded)  # runtime/replay.py
         self.heads = Heads(self.manager, self.inflight)  # recordings' heads (start_head)
         self.sequences_created = 0  # kp sequences of cached submissions (their second runs)
-        # Variants and plans whose pipelines were made before first use (onnx_impl/device_graph.py)
+        # Variants and plans whose pipelines were made before first use (onnx_backend/device_graph.py)
         self.prepared_variants: set[Any] = set()
         self._capture = CaptureSlot()  # Device.capture(): per thread, the Recording executions go into
         self.profile: Profile | None = None  # set while Device.profile() is open

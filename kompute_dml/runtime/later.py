@@ -5,7 +5,7 @@ A plan's large buffers are made later, one after another on kp's thread (kp patc
 small buffer made at once meanwhile waits for the driver until the one being made is done (a
 compile's device constant: a normalization's geometry), so such requests take one of SPARES buffers
 of SPARE_WORDS words made ahead, and another is asked for in its place. With the plans' small host
-values placed among their other host values (onnx_impl/plan_context.py), the allocation part of
+values placed among their other host values (onnx_backend/plan_context.py), the allocation part of
 MiniLM's 64 x 256 first run went from 3.5 to 0.3 ms on an H100 host (benchmarks/first_runs.py)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import contextlib
 import weakref
 from collections.abc import Callable
 
-from ..errors import DMLError
+from ..core.errors import DMLError
 from .memory import DeviceMemory
 
 SPARES = 4

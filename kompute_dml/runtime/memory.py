@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import DeviceError, DMLError, OutOfMemoryError
+from ..core.errors import DeviceError, DMLError, OutOfMemoryError
 
 if TYPE_CHECKING:
     from .engine import Engine

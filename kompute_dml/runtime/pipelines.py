@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..shaders import check_capabilities, load_spirv
 from .memory import DeviceMemory
 from .plans import DispatchPlan
+from .shaders import check_capabilities, load_spirv
 
 
 class Programs:

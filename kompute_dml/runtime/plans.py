@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ints import cdiv, is_int_tuple
+from ..core.ints import cdiv, is_int_tuple
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,7 @@ class Staging:
 
     A slot transfer's commands (a barrier, the copy) are recorded once per (direction, slot,
     buffer, offset, size) and kept, the last RECORDED of them: re-recording a command buffer
-    cost about 94 us a transfer on an H100's host (`benchmarks/minilm_profile.py`: staging
+    cost about 94 us a transfer on an H100's host (`benchmarks/minilm_profile.py at 16a7ab2`: staging
     `_submit`), a resubmission records nothing; a model's runs move the same
     ranges every time. Entries binding a released buffer are dropped (`forget`). A range's
     first transfer goes through its slot's one re-recorded sequence instead, its own is

@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .dtypes import DataType
-from .errors import DMLError, InvalidArgumentError, OutOfMemoryError, invalid
-from .inputs import as_host_array, conform, is_python_data
-from .ints import as_int, cdiv
-from .tensor_desc import MINIMUM_BUFFER_TENSOR_ALIGNMENT, TensorDesc, packed_strides, validate_desc
+from ..core.dtypes import DataType
+from ..core.errors import DMLError, InvalidArgumentError, OutOfMemoryError, invalid
+from ..core.inputs import as_host_array, conform, is_python_data
+from ..core.ints import as_int, cdiv
+from ..core.tensor_desc import MINIMUM_BUFFER_TENSOR_ALIGNMENT, TensorDesc, packed_strides, validate_desc
 
 if TYPE_CHECKING:
+    from ..runtime import DeviceMemory
     from .device import Device
-    from .runtime import DeviceMemory
 
 
 def _as_bytes_view(data: object) -> memoryview:
@@ -157,7 +157,7 @@ class Tensor:
 
     Array-like (README.md, "Tensors as arrays"): dtype, shape, ndim, size, nbytes, device,
     len(), numpy's __array__ (a download), a repr with the values, basic indexing (a view or a
-    copy: kompute_dml/views.py), strict write_numpy.
+    copy: kompute_dml/device/views.py), strict write_numpy.
 
     Immutable (make a new Tensor for another range). `binding_key` names what it binds
     (buffer serial, offset, id of desc): a compiled operator remembers the bindings whose
@@ -247,9 +247,9 @@ class Tensor:
 
     def __getitem__(self, key: Any) -> Tensor:
         """Basic indexing (integers, slices with steps, ..., None): a view of the same buffer
-        where DirectML can bind one, else a copy (kompute_dml/views.py says which)."""
-        if _slicer is None:  # kompute_dml/views.py registers itself when kompute_dml is imported
-            raise DMLError("kompute_dml.views is not loaded (import kompute_dml)")
+        where DirectML can bind one, else a copy (kompute_dml/device/views.py says which)."""
+        if _slicer is None:  # kompute_dml/device/views.py registers itself when kompute_dml is imported
+            raise DMLError("kompute_dml.device.views is not loaded (import kompute_dml)")
         return _slicer(self, key)
 
     def __repr__(self) -> str:
@@ -290,12 +290,12 @@ class Tensor:
         return np.array(view)
 
     def write_numpy(self, array: Any, *, cast: bool = False) -> None:
-        """Write every element of a packed tensor from `array` (any input kompute_dml.inputs
+        """Write every element of a packed tensor from `array` (any input kompute_dml.core.inputs
         takes: numpy, Python numbers and lists, CPU __array__ / __dlpack__ objects).
 
         Strict, like CuPy's ndarray.set: the shape must be the tensor's (a scalar fills a
         one-element tensor) and the element type the tensor's, or a value-preserving
-        conversion (kompute_dml/inputs.py: numpy's 'safe' casts, Python values that fit);
+        conversion (kompute_dml/core/inputs.py: numpy's 'safe' casts, Python values that fit);
         anything else raises InvalidArgumentError before a byte is written. `cast=True`
         converts the type whatever the values (numpy's astype: wraps, rounds, overflows)."""
         d = self.desc
@@ -312,7 +312,7 @@ class Tensor:
         self.buffer.write(np.ascontiguousarray(arr), self.offset)
 
 
-# Basic indexing (Tensor.__getitem__) lives in kompute_dml/views.py, which needs the copy
+# Basic indexing (Tensor.__getitem__) lives in kompute_dml/device/views.py, which needs the copy
 # operator; the operators sit above this module, so views.py registers itself here.
 _slicer: Callable[[Tensor, Any], Tensor] | None = None
 

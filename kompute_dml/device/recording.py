@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import DMLError, InvalidArgumentError
+from ..core.errors import DMLError, InvalidArgumentError
+from ..core.tensor_desc import packed_strides
+from ..runtime import DeviceMemory, Submission, TransferPlan, Work, finished
 from .memory import Tensor
-from .runtime import DeviceMemory, Submission, TransferPlan, Work, finished
-from .tensor_desc import packed_strides
 
 if TYPE_CHECKING:
     from .device import Device

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from .device import Device
-    from .memory import Tensor
+    from ..device.device import Device
+    from ..device.memory import Tensor
 
 SMALL_ELEMENTS = 64
 CAPACITY = 256

@@ -11,8 +11,8 @@ import numpy as np
 from onnx import TensorProto, numpy_helper
 
 import kompute_dml as kdml
-from kompute_dml.ints import cdiv
-from kompute_dml.memory import packed_desc_for
+from kompute_dml.core.ints import cdiv
+from kompute_dml.device.memory import packed_desc_for
 
 from .fallback import CpuSegment
 from .host_eval import evaluate

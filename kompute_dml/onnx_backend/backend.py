@@ -84,8 +84,8 @@ class Backend(_OnnxBackend):
         """Options: feature_level (a kdml.FeatureLevel or its name), fallback ("auto":
         onnxruntime then the reference evaluator; "onnxruntime"; "reference"), exclude_ops
         (op types to keep on the CPU), cpu_threads (onnxruntime intra-op threads), fuse (default
-        True: the node chains of onnx_impl/fusions.py run as one dispatch each), group_products
-        (default True: integer products sharing their A run as one, onnx_impl/product_groups.py), kdml_device,
+        True: the node chains of onnx_backend/fusions.py run as one dispatch each), group_products
+        (default True: integer products sharing their A run as one, onnx_backend/product_groups.py), kdml_device,
         warmup (a dict of input name -> shape, or a list of such dicts: the model runs once
         per dict on zero-filled inputs of those shapes, so the pipelines, descriptor sets and
         recorded submissions those shapes need exist before the first real run)."""

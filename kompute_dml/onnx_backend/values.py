@@ -9,15 +9,15 @@ from typing import Any
 import numpy as np
 
 import kompute_dml as kdml
-from kompute_dml.ints import is_int_tuple
-from kompute_dml.memory import largest_buffer
+from kompute_dml.core.ints import is_int_tuple
+from kompute_dml.device.memory import largest_buffer
 from kompute_dml.ops import ONNX_PLACEMENT
 from kompute_dml.ops.onnx_types import DML_NUMPY, FLOAT_NUMPY, QUANT_NUMPY
 
 MS_DOMAIN = "com.microsoft"
 VULKAN = "vulkan"
 CPU = "cpu"
-HOST = "host"  # resolved on the host per input shape (onnx_impl/host_eval.py)
+HOST = "host"  # resolved on the host per input shape (onnx_backend/host_eval.py)
 
 # The numpy types a DirectML tensor can hold (DataType.from_numpy accepts exactly these).
 _DML_NUMPY, _QUANT_TYPES, _FLOAT_OUT = DML_NUMPY, QUANT_NUMPY, FLOAT_NUMPY  # ops/onnx_types.py

@@ -28,13 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidArgumentError, invalid
-from .functional import compile_cached
-from .ints import cdiv
-from .layout import merge_dims
+from ..core.errors import InvalidArgumentError, invalid
+from ..core.ints import cdiv
+from ..core.layout import merge_dims
+from ..core.tensor_desc import MAX_DIMENSIONS, MINIMUM_BUFFER_TENSOR_ALIGNMENT, TensorDesc, packed_strides
+from ..functional import compile_cached
+from ..ops.identity import CopyDesc
 from .memory import Buffer, Tensor, register_slicer
-from .ops.identity import CopyDesc
-from .tensor_desc import MAX_DIMENSIONS, MINIMUM_BUFFER_TENSOR_ALIGNMENT, TensorDesc, packed_strides
 
 
 def _normalize(key: Any, ndim: int) -> list[Any]:

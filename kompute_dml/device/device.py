@@ -17,17 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import HIGHEST_FEATURE_LEVEL, FeatureLevel
-from .errors import DeviceError, DMLError, UnsupportedError, invalid
-from .inputs import as_host_array
-from .ints import as_int
+from ..core.dtypes import HIGHEST_FEATURE_LEVEL, FeatureLevel
+from ..core.errors import DeviceError, DMLError, UnsupportedError, invalid
+from ..core.inputs import as_host_array
+from ..core.ints import as_int
+from ..core.tensor_desc import TensorDesc, validate_desc
+from ..ops import compile_operator
+from ..runtime import DispatchPlan, Engine, Profile
+from ..runtime.policy import policy_for, requested_capabilities
+from ..runtime.vulkan_info import PhysicalDeviceInfo, physical_devices
 from .memory import Buffer, Tensor, buffer_with, packed_desc_for
-from .ops import compile_operator
-from .policy import policy_for, requested_capabilities
 from .recording import Recording
-from .runtime import DispatchPlan, Engine, Profile
-from .tensor_desc import TensorDesc, validate_desc
-from .vulkan_info import PhysicalDeviceInfo, physical_devices
 
 
 def list_devices() -> list[dict[str, Any]]:
@@ -146,7 +146,7 @@ class Device:
 
     def tensor(self, array: Any) -> Tensor:
         """Upload an array as a packed tensor (a 0-d array becomes sizes (1,)): numpy, Python
-        numbers and lists, CPU objects with __array__ / __dlpack__ (kompute_dml/inputs.py)."""
+        numbers and lists, CPU objects with __array__ / __dlpack__ (kompute_dml/core/inputs.py)."""
         arr = np.ascontiguousarray(as_host_array(array, "array"))
         desc = packed_desc_for(arr)
         return Tensor(buffer_with(self, arr, desc.byte_size), desc, 0)

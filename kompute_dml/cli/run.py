@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .cli_common import HELP, DeviceArgError, parse_device
+from .common import HELP, DeviceArgError, parse_device
 
 
 class UsageError(Exception):
@@ -113,9 +113,9 @@ def _describe(v: Any) -> str:
 def _run(args: argparse.Namespace) -> int:
     import onnx
 
-    from .errors import DMLError
-    from .onnx_backend import Backend, FallbackError
-    from .onnx_impl.ort_compat import for_onnxruntime
+    from ..core.errors import DMLError
+    from ..onnx_backend import Backend, FallbackError
+    from ..onnx_backend.ort_compat import for_onnxruntime
 
     model_path = Path(args.model)
     if not model_path.is_file():
@@ -147,7 +147,7 @@ def _run(args: argparse.Namespace) -> int:
     unknown = [n for n in feeds if n not in rep.input_names]
     if unknown:
         raise UsageError(f"unknown input(s) {unknown}; the model's inputs are {names}")
-    try:  # names, types and the declared shapes (onnx_impl/feeds.py)
+    try:  # names, types and the declared shapes (onnx_backend/feeds.py)
         feeds = rep._normalize_inputs(feeds)
     except ValueError as e:
         raise UsageError(str(e)) from None

@@ -25,9 +25,9 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from .dtypes import DataType
-from .memory import Buffer, Tensor
-from .tensor_desc import TensorDesc
+from ..core.dtypes import DataType
+from ..core.tensor_desc import TensorDesc
+from ..device.memory import Buffer, Tensor
 
 E = TypeVar("E")
 CAPACITY = 256

@@ -1,6 +1,6 @@
 """The optional device capabilities kompute_dml knows, and which of them a caller allows
 (`Device(features=...)`, KDML_FEATURES): the device enables the allowed ones it reports
-(kompute_dml/device.py); kompute_dml/policy.py chooses paths from the enabled set."""
+(kompute_dml/device/device.py); kompute_dml/runtime/policy.py chooses paths from the enabled set."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ FEATURES_ENV = "KDML_FEATURES"
 def requested_capabilities(features: object) -> frozenset[str] | None:
     """The capabilities a caller allows: `features` (an iterable of names, "none", or None
     for the environment's KDML_FEATURES, itself "all" when unset). None means all."""
-    from .errors import invalid
+    from ..core.errors import invalid
 
     if features is None:
         features = os.environ.get(FEATURES_ENV, "all")

@@ -15,8 +15,8 @@ import numpy as np
 import onnx
 
 import kompute_dml as kdml
+from kompute_dml.core.tensor_desc import packed_strides
 from kompute_dml.ops.join import onnx_slice_window
-from kompute_dml.tensor_desc import packed_strides
 
 from .graph import _attr
 from .values import _DML_NUMPY, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape

@@ -9,21 +9,21 @@ from typing import Any
 
 from rich.table import Table
 
-from . import cli_common
+from . import common
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from . import __version__
-    from .device import Device, coerce_feature_level, list_devices
-    from .errors import DMLError
-    from .ops import SPECS, support_matrix
+    from .. import __version__
+    from ..core.errors import DMLError
+    from ..device.device import Device, coerce_feature_level, list_devices
+    from ..ops import SPECS, support_matrix
 
-    console = cli_common.console()
+    console = common.console()
     try:
-        index = cli_common.parse_device(args.device)
+        index = common.parse_device(args.device)
         devices = list_devices()
         level = coerce_feature_level(args.feature_level)
-    except (DMLError, cli_common.DeviceArgError) as e:
+    except (DMLError, common.DeviceArgError) as e:
         print(f"kompute-dml info: error: {e}", file=sys.stderr)
         return 2
     if args.json:
@@ -74,13 +74,13 @@ def _spec_row(spec: Any) -> dict[str, Any]:
 
 
 def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
-    from .bench import main as bench_main
+    from ..bench import main as bench_main
 
     return int(bench_main(rest) or 0)
 
 
 def _cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
-    from .onnx_run import main as run_main
+    from .run import main as run_main
 
     return int(run_main(rest) or 0)
 
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kompute-dml", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="devices, feature level, limits and the support matrix")
-    info.add_argument("--device", default="0", help=cli_common.HELP)
+    info.add_argument("--device", default="0", help=common.HELP)
     info.add_argument("--feature-level", default=None, help="e.g. 5_1 or 0x5100 (default: highest implemented)")
     info.add_argument("--json", action="store_true", help="machine-readable output")
     sub.add_parser("bench", help="benchmarks with peers side by side (see `kompute-dml bench --help`)", add_help=False)

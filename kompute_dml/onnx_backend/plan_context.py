@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import kompute_dml as kdml
-from kompute_dml.inputs import as_host_array
-from kompute_dml.memory import packed_desc_for
-from kompute_dml.tensor_desc import packed_strides
+from kompute_dml.core.inputs import as_host_array
+from kompute_dml.core.tensor_desc import packed_strides
+from kompute_dml.device.memory import packed_desc_for
 
 from .host_eval import compact
 from .values import DeviceValue, FallbackNeeded, RunStats, check_bindable

@@ -8,11 +8,11 @@ import importlib.util
 import json
 from pathlib import Path
 
-from .errors import DeviceError, UnsupportedError
+from ..core.errors import DeviceError, UnsupportedError
 
-SPIRV_DIR = Path(__file__).resolve().parent / "spirv"
+SPIRV_DIR = Path(__file__).resolve().parents[1] / "spirv"
 # Present in a source checkout / editable install; absent in an installed wheel.
-SOURCE_DIR = Path(__file__).resolve().parent.parent / "shaders"
+SOURCE_DIR = Path(__file__).resolve().parents[2] / "shaders"
 FIX = "rebuild it with `make spirv` (or `pip install -e .`, which runs the same build)"
 
 
@@ -94,7 +94,7 @@ def variant_names() -> list[str]:
 
 
 def required_capabilities(name: str) -> frozenset[str]:
-    """The device capabilities (kompute_dml/policy.py names) variant `name`'s SPIR-V declares,
+    """The device capabilities (kompute_dml/runtime/policy.py names) variant `name`'s SPIR-V declares,
     as recorded by tools/build_spirv.py from its OpCapability instructions."""
     entry = _manifest().get(name)
     if entry is None:

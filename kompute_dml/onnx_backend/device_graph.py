@@ -333,12 +333,12 @@ FROZEN_AT_IMPORT = gc.get_freeze_count()
 def gc_paused() -> Any:
     """Python's cyclic garbage collector off while a plan is made, as it was after: planning
     allocates tens of thousands of objects, enough to set off collections, and a full one over
-    a process holding a model took 12-18 ms on lavapipe's host (benchmarks/plan_shapes.py).
+    a process holding a model took 12-18 ms on lavapipe's host (benchmarks/plan_shapes.py at 16a7ab2).
     Nothing a plan makes is cyclic garbage it needs collected before it ends. After it, every
     object the collector tracks joins its oldest generation (gc.freeze then gc.unfreeze: no
     scan): the plan's objects live as long as the model, and left young they made a generation-1
     collection due at the first run's next allocation (MiniLM 64 x 256 on H100 hosts: 4.0-6.7 ms,
-    benchmarks/first_run_trace.py). A younger object of the process that becomes cyclic garbage is
+    benchmarks/first_run_trace.py at 16a7ab2). A younger object of the process that becomes cyclic garbage is
     then freed at the next full collection. gc.unfreeze also thaws what was frozen before: that is
     done only while no more objects are frozen than at this module's import (FROZEN_AT_IMPORT), so
     what the application froze later (gc.freeze before a fork) stays frozen."""
@@ -359,7 +359,7 @@ def _host_io(rep: BackendRep, key: str, nbytes: int) -> np.ndarray:
     outputs ("out"): one per model and direction, shared by its plans (runs never overlap),
     grown by plan_context's size classes (a plan made before keeps the smaller one it recorded).
     Where the policy prepares for other input shapes (GPUs), the first is at least PLAN_IO_BYTES:
-    pinned memory cost a first run of a larger shape 2.1 ms on the H100 (plan_split.py, 8x128)."""
+    pinned memory cost a first run of a larger shape 2.1 ms on the H100 (benchmarks/plan_split.py at 16a7ab2, 8x128)."""
     arr = rep.state.plan_io.get(key)
     if arr is None or arr.nbytes < nbytes:
         if arr is None and rep.device.policy.prepare_siblings:

@@ -30,7 +30,7 @@ def parse_device(text: Any) -> int:
         index = _int(kind, raw)
     else:
         raise DeviceArgError(f"--device {raw!r}: expected an index (0), VULKAN:<index> or CPU")
-    from .device import list_devices
+    from ..device.device import list_devices
 
     devices = list_devices()
     if not 0 <= index < len(devices):

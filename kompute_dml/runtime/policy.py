@@ -90,7 +90,7 @@ FIRST_RUNS = ("shared", "own")
 WEIGHTS_ENV = "KDML_WEIGHTS"
 WEIGHT_LAYOUTS = ("rows", "columns")
 # Every this many milliseconds of planning, a new input signature's whole-graph plan starts on
-# the device what it has recorded so far (onnx_impl/device_graph.py, Recording.flush), so the
+# the device what it has recorded so far (onnx_backend/device_graph.py, Recording.flush), so the
 # device runs the first layers while the host plans the later ones (DevicePolicy.plan_flush_ms,
 # KDML_PLAN_FLUSH_MS overrides; 0: never). GPUs only: lavapipe runs them on the planning cores.
 PLAN_FLUSH_ENV = "KDML_PLAN_FLUSH_MS"
@@ -109,11 +109,11 @@ PLAN_FLUSH_ALLOCATING_ENV = "KDML_PLAN_FLUSH_ALLOCATING"
 MATMUL_KERNEL_ENV = "KDML_MATMUL_KERNEL"
 MATMUL_KERNELS = ("cpu", "cpu-ssbo", "gpu", "coopmat", "dot", "coopmat-emulated", "gemv", "wide")
 # The tensor-core kernel's zero-point sums: "dot" (mmc8s_*: OpSDot) with integer_dot_product, else "bytes" (mmc8_*).
-# H100, benchmarks/coop_quant_parts.py: the quantized 4096^3 / 8192^3 at 0.874 / 0.894 of plain s8 with "bytes", 0.928 / 0.963 "dot".
+# H100, benchmarks/coop_quant_parts.py at 16a7ab2: quantized 4096^3 / 8192^3 at 0.874 / 0.894 of s8 "bytes", 0.928 / 0.963 "dot".
 COOP_SUMS = ("bytes", "dot")
 # Rows of A up to which an automatic GPU family tries gemv first (forced: ops/matmul_gemv.MAX_M)
 GEMV_MAX_M = 32
-# ... on "coopmat" GPUs (gemv_max_m). H100, benchmarks/gemv_crossover.py (s8, quantized; K x N 384 x
+# ... on "coopmat" GPUs (gemv_max_m). H100, benchmarks/gemv_crossover.py at 16a7ab2 (s8, quantized; K x N 384 x
 # 1536 to 11008 x 4096): tensor cores faster at 8 rows in 13 of 14 cases, at 12-32 in all, at 4 in 10.
 # There gemv takes no k-contiguous B (gemv_k_contiguous): matmul_coop.split_k is as fast at 1 row, faster from 2.
 GEMV_COOP_MAX_M = 4
@@ -208,7 +208,7 @@ class DevicePolicy:
     transfer_below: int = 0
     transfer_regions: int = 0  # the most row regions such a small copy may have (0: any)
     # Whether the ONNX backend creates, at a model's first run, the pipelines of the variants
-    # other input shapes may pick, and host memory for their inputs and outputs (onnx_impl/
+    # other input shapes may pick, and host memory for their inputs and outputs (onnx_backend/
     # device_graph.py): GPUs, where that makes a new sequence length's first run cheap; not
     # lavapipe, whose pipeline compiles take seconds.
     prepare_siblings: bool = False
@@ -254,7 +254,7 @@ class DevicePolicy:
         choice = (self.matmul_kernel if kernel is None else kernel) or "auto"
         choice = choice.strip().lower()
         if choice != "auto" and choice not in MATMUL_KERNELS:
-            from .errors import invalid
+            from ..core.errors import invalid
 
             raise invalid("kernel", f"must be one of {', '.join(map(repr, MATMUL_KERNELS))} or 'auto' (also via "
                           f"{MATMUL_KERNEL_ENV}, read when the device is made), got {choice!r}")
@@ -289,7 +289,7 @@ class DevicePolicy:
         family's planner declines (-> "tiled") what it does not take: FLOAT32."""
         choice = ((self.gemm_kernel if kernel is None else kernel) or "auto").strip().lower()
         if choice != "auto" and choice not in GEMM_KERNELS:
-            from .errors import invalid
+            from ..core.errors import invalid
 
             raise invalid("kernel", f"must be one of {', '.join(map(repr, GEMM_KERNELS))} or 'auto' (also via "
                           f"{GEMM_KERNEL_ENV}, read when the device is made), got {choice!r}")
@@ -394,7 +394,7 @@ def _env_choice(name: str, allowed: tuple[str, ...] | None) -> Any:
             return value
     except ValueError:
         pass
-    from .errors import invalid
+    from ..core.errors import invalid
 
     rule = "a number of milliseconds" if allowed is None else f"one of {', '.join(allowed)}"
     raise invalid(name, f"must be {rule}, got {value!r}")

@@ -13,7 +13,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import DeviceError
+from ..core.errors import DeviceError
 
 u32 = ctypes.c_uint32
 u64 = ctypes.c_uint64

@@ -1,7 +1,7 @@
-"""A prepared model's inputs: names, the one input rule (kompute_dml/inputs.py), types and
+"""A prepared model's inputs: names, the one input rule (kompute_dml/core/inputs.py), types and
 declared shapes.
 
-Each tensor input may be anything `kompute_dml.inputs.as_host_array` takes (numpy, Python
+Each tensor input may be anything `kompute_dml.core.inputs.as_host_array` takes (numpy, Python
 numbers and lists, CPU objects with __array__ / __dlpack__ such as torch CPU tensors; a CUDA
 tensor is refused with the advice to move it to the CPU), of any ONNX type (strings and bools
 too: the CPU fallback runs those). Its type must be the declared one or convert to it without
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from kompute_dml.errors import InvalidArgumentError, invalid
-from kompute_dml.inputs import as_host_array, conform, is_python_data
+from kompute_dml.core.errors import InvalidArgumentError, invalid
+from kompute_dml.core.inputs import as_host_array, conform, is_python_data
 
 from .values import DeviceValue, _is_tensor_value
 

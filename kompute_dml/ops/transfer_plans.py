@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .layout import element_offsets, merge_dims
-from .runtime import TransferPlan
+from ..core.layout import element_offsets, merge_dims
+from ..runtime import TransferPlan
 
 # A row shorter than this is cheaper in a shader than as a region of its own.
 MIN_ROW_BYTES = 64

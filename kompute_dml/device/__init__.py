@@ -1,0 +1,8 @@
+"""The public objects: `Device` (device.py), `Buffer` and `Tensor` (memory.py), `Recording`
+(recording.py), Tensor indexing (views.py)."""
+
+from .device import Device, list_devices
+from .memory import Buffer, Tensor
+from .recording import RecordedProgram, Recording
+
+__all__ = ["Buffer", "Device", "RecordedProgram", "Recording", "Tensor", "list_devices"]

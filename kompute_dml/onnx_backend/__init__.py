@@ -1,0 +1,56 @@
+"""ONNX backend: runs ONNX models with DirectML operator semantics on a Vulkan device.
+
+`Backend` is an `onnx.backend.base.Backend`, so ONNX's own test runner
+(`onnx.backend.test.BackendTest`) can drive it. Device "CPU" means the default Vulkan
+device (`kdml.default_device()`); "VULKAN" and "VULKAN:<index>" are accepted too.
+
+Each ONNX node type a kompute_dml operator serves is declared by its operator module
+(`OperatorSpec.onnx`, kompute_dml/ops/); `kompute-dml info` and docs/onnx.md list them. A node
+whose types, rank or feature level the device operator cannot take runs on the CPU: the graph is
+cut into maximal sub-graphs of consecutive fallback nodes, each run by an onnxruntime CPU session
+(the first choice) or by `onnx.reference.ReferenceEvaluator` (when onnxruntime refuses the
+sub-graph: reported in `rep.placement` and every run's `last_run.events`; with
+fallback="onnxruntime", `FallbackError` instead). Sub-models are written with the IR version and
+opset onnxruntime loads (ort_compat.py).
+Values produced on the device stay there (`kdml.Tensor`) while only device nodes read
+them; a value is downloaded once, when a fallback sub-graph or a graph output needs it.
+
+The modules of this package, one concern each:
+
+- values.py: constants, `DeviceValue`, `NodePlacement`, `RunStats`, `FallbackNeeded`
+- graph.py: graph helpers (the names a node reads, attributes, types of runtime values)
+- fallback.py: `CpuSegment`, the CPU fallback runner (onnxruntime, then onnx.reference)
+- quantize.py: `dynamic_quantize_uint8` (the host quantization of empty tensors)
+- analysis.py, transfers.py: `BackendRep`'s static analysis and host/device value methods
+- rep.py: `BackendRep` (placement, partition, the node-by-node run loop, whole-graph plans per
+  input signature)
+- device_graph.py: `GraphPlan`, a whole model as one recorded device program; plan_context.py:
+  `PlanContext`, what handlers call while a plan is built (its buffers and their reuse)
+- host_eval.py: nodes that read no input data, resolved on the host per input shape
+- handlers.py: the device node handlers of the seeds' operators (EyeLike, Trilu, Identity,
+  MatMulIntegerToFloat, DynamicQuantizeMatMul, DynamicQuantizeLinear) and the `HANDLERS` map;
+  handlers_math.py (element-wise, Cast, Gather, DequantizeLinear), handlers_nn.py (LayerNorm,
+  SkipLayerNorm, Softmax, Gelu, MatMul, FusedMatMul), handlers_values.py (layout views)
+- fusions.py: node chains run as one dispatch (one declaration per pattern) and `Fusions.step`,
+  the device step both executors take; product_groups.py: integer products sharing one input
+- feeds.py: inputs (the input rule, declared types and shapes); ort_compat.py: the IR version and
+  opset of sub-models
+- backend.py: `Backend`, device strings, model loading
+- run_state.py: `RunState` (`rep.state`), everything a run changes; context.py: `NodeContext`, the
+  typed context handlers receive from either executor
+"""
+
+from __future__ import annotations
+
+from .backend import Backend, prepare, run_model, run_node, supports_device
+from .fallback import CpuSegment as CpuSegment
+from .quantize import dynamic_quantize_uint8
+from .rep import BackendRep
+from .values import CPU as CPU
+from .values import MS_DOMAIN as MS_DOMAIN
+from .values import VULKAN as VULKAN
+from .values import DeviceValue, FallbackError, NodePlacement, RunStats
+from .values import FallbackNeeded as FallbackNeeded
+
+__all__ = ["Backend", "BackendRep", "DeviceValue", "FallbackError", "NodePlacement", "RunStats", "dynamic_quantize_uint8",
+           "prepare", "run_model", "run_node", "supports_device"]
