@@ -507,7 +507,7 @@ def test_cli_run(tmp_path, rng, capsys):
 
 def test_cli_entry_point_exit_status(tmp_path):
     onnx.save(_mixed_model(), tmp_path / "m.onnx")
-    exe = [sys.executable, "-m", "kompute_dml.cli.main", "run", str(tmp_path / "m.onnx")]
+    exe = [sys.executable, "-m", "kompute_dml.cli", "run", str(tmp_path / "m.onnx")]
     p = subprocess.run(exe, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "missing input" in p.stderr and "Traceback" not in p.stderr
 
