@@ -17,6 +17,7 @@ them; a value is downloaded once, when a fallback sub-graph or a graph output ne
 
 The modules of this package, one concern each:
 
+- fold.py: `prepare`'s first pass, constant folding (Constant nodes and what reads only constants)
 - values.py: constants, `DeviceValue`, `NodePlacement`, `RunStats`, `FallbackNeeded`
 - graph.py: graph helpers (the names a node reads, attributes, types of runtime values)
 - fallback.py: `CpuSegment`, the CPU fallback runner (onnxruntime, then onnx.reference)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 from onnx.backend.base import BackendRep as _OnnxBackendRep
 from onnx.backend.base import namedtupledict
 
@@ -23,6 +23,7 @@ from .context import EagerContext
 from .device_graph import GraphPlan, gc_paused, signature
 from .fallback import CpuSegment
 from .feeds import normalize_inputs
+from .fold import fold_constants, fold_summary
 from .fusions import Fusion, Fusions, find_fusions
 from .graph import _densify, _node_inputs
 from .handlers import HANDLERS
@@ -48,21 +49,26 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         if fallback not in ("auto", "onnxruntime", "reference"):
             raise ValueError(f"fallback must be 'auto', 'onnxruntime' or 'reference', got {fallback!r}")
         self.model = model
-        self.graph = model.graph
         self.device = device
         self.fallback = fallback
         self.cpu_threads = cpu_threads
         self.exclude_ops = set(exclude_ops)
         self.state = RunState()  # what runs change (run_state.py); the rest is frozen after these passes
         g = model.graph
-        self.constants: dict[str, TensorProto] = {t.name: t for t in g.initializer}
+        constants: dict[str, TensorProto] = {t.name: t for t in g.initializer}
         for sp in g.sparse_initializer:  # rare: densified once
-            self.constants[sp.values.name] = numpy_helper.from_array(_densify(sp), sp.values.name)
+            constants[sp.values.name] = numpy_helper.from_array(_densify(sp), sp.values.name)
         # Graph inputs that have an initializer are overridable defaults, not constants.
         self.input_names = [i.name for i in g.input]
-        self.feed_names = [i.name for i in g.input if i.name not in self.constants]
+        self.feed_names = [i.name for i in g.input if i.name not in constants]
         self.output_names = [o.name for o in g.output]
         self.declared_types = self._infer_types(model)
+        # Constant nodes and what reads only constants, folded once (fold.py): the graph of the nodes left
+        folded = fold_constants(model, constants, set(self.input_names))
+        self.graph, self.constants, self.folded, self.fold_note = folded.graph, folded.constants, folded.folded, folded.note
+        for name in set(self.constants) - set(constants):
+            t = self.constants[name]
+            self.declared_types.setdefault(name, helper.make_tensor_type_proto(t.data_type, list(t.dims)))
 
         self._validate_graph()
         self._placement_static: list[tuple[str, str, str]] = self._static_targets()
@@ -204,6 +210,11 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         host = [p for p in self.placement if p.target == HOST]
         lines = [f"{len(vk)} of {len(self.placement)} nodes on Vulkan ({self.device.name}, "
                  f"feature level {self.device.feature_level.name})"]
+        if self.folded:
+            lines.append(f"{len(self.folded)} nodes read only constants and were folded at prepare: "
+                         + fold_summary(self.folded))
+        if self.fold_note:
+            lines.append(f"  constant nodes {self.fold_note}")
         if host:
             hc = collections.Counter(p.op_type for p in host)
             lines.append(f"{len(host)} nodes read no input data and are resolved on the host per input shape: "

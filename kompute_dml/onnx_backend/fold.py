@@ -1,0 +1,137 @@
+"""Constant folding, `prepare`'s first pass: what reads no input data becomes a constant once.
+
+`Constant` nodes turn into constants directly from their attribute. Every other node whose
+inputs are all constants (initializers no feed overrides, or earlier folded values) is evaluated
+once, all of them together in one onnxruntime session (onnx's reference evaluator where
+onnxruntime refuses), and only the values a remaining node or a graph output reads are kept. Not
+folded: nodes with no input, random draws, nodes with sub-graphs, or of a domain other than
+ai.onnx; quantize / dequantize nodes, which keep a quantized weight quantized for the products
+that read it (onnx_backend/fusions.py, product_groups.py), as onnxruntime's own folding does.
+
+The result is a new graph of the nodes left (no initializers: those stay in `constants`) or, when
+nothing folds, the model's own graph; the model itself is never changed.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .graph import _densify, _node_inputs
+from .ort_compat import clamp_versions
+
+KEEP = frozenset({"DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLinear",
+                  # a new draw each run
+                  "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"})
+_SCALARS = {"value_float": TensorProto.FLOAT, "value_int": TensorProto.INT64, "value_string": TensorProto.STRING}
+_LISTS = {"value_floats": TensorProto.FLOAT, "value_ints": TensorProto.INT64, "value_strings": TensorProto.STRING}
+
+
+@dataclass(frozen=True)
+class Folded:
+    graph: onnx.GraphProto  # the nodes left, in their order
+    constants: dict[str, TensorProto]  # initializers and folded values
+    folded: tuple[str, ...]  # op types of the folded nodes, one entry per node
+    note: str  # why foldable nodes were left, if any were
+
+
+def constant_value(node: onnx.NodeProto) -> TensorProto:
+    """The tensor a `Constant` node holds, named after its output."""
+    (attr,) = node.attribute  # the schema allows exactly one
+    if attr.name == "value":
+        t = TensorProto()
+        t.CopyFrom(attr.t)
+    elif attr.name == "sparse_value":
+        t = numpy_helper.from_array(_densify(attr.sparse_tensor))
+    elif attr.name in _SCALARS:
+        v = helper.get_attribute_value(attr)
+        t = helper.make_tensor("", _SCALARS[attr.name], [], [v])
+    elif attr.name in _LISTS:
+        v = list(helper.get_attribute_value(attr))
+        t = helper.make_tensor("", _LISTS[attr.name], [len(v)], v)
+    else:
+        raise ValueError(f"Constant {node.name!r}: unknown attribute {attr.name!r}")
+    t.name = node.output[0]
+    return t
+
+
+def _foldable(node: onnx.NodeProto, known: set[str]) -> bool:
+    if node.domain not in ("", "ai.onnx") or node.op_type in KEEP:
+        return False
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        return False
+    names = _node_inputs(node)
+    return bool(names) and all(n in known for n in names)
+
+
+def _evaluate(model: onnx.ModelProto, nodes: list[onnx.NodeProto], constants: dict[str, TensorProto],
+              wanted: list[str]) -> dict[str, TensorProto]:
+    """The wanted outputs of `nodes`, run once with their constant inputs as initializers."""
+    reads = {n for node in nodes for n in _node_inputs(node)}
+    inits = [constants[n] for n in sorted(reads) if n in constants]
+    graph = helper.make_graph(nodes, "kdml_fold", [], [onnx.ValueInfoProto(name=n) for n in wanted],
+                              initializer=inits)
+    opsets, ir = clamp_versions(model.opset_import, max(model.ir_version, 4), nodes)
+    sub = helper.make_model(graph, opset_imports=opsets, ir_version=ir)
+    try:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.log_severity_level = 4  # a failure is reported by the summary
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        outs = ort.InferenceSession(sub.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(wanted, {})
+    except Exception:
+        from onnx.reference import ReferenceEvaluator
+
+        outs = ReferenceEvaluator(sub).run(wanted, {})
+    return {n: numpy_helper.from_array(np.asarray(v), n) for n, v in zip(wanted, outs)}
+
+
+def fold_constants(model: onnx.ModelProto, constants: dict[str, TensorProto], feeds: set[str]) -> Folded:
+    """Fold model.graph over `constants` (initializers; `feeds` are graph inputs, overridable
+    initializers included, that are never constant)."""
+    g = model.graph
+    known = {n for n in constants if n not in feeds}
+    values = dict(constants)
+    folded: list[int] = []
+    evaluated: list[int] = []
+    for i, node in enumerate(g.node):
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1:
+            values[node.output[0]] = constant_value(node)
+        elif _foldable(node, known):
+            evaluated.append(i)
+        else:
+            continue
+        folded.append(i)
+        known.update(o for o in node.output if o)
+    if not folded:
+        return Folded(g, constants, (), "")
+    gone = set(folded)
+    left = [node for i, node in enumerate(g.node) if i not in gone]
+    read_later = {n for node in left for n in _node_inputs(node)} | {o.name for o in g.output}
+    wanted = [o for i in evaluated for o in g.node[i].output if o and o in read_later]
+    note = ""
+    if wanted:
+        try:
+            values.update(_evaluate(model, [g.node[i] for i in evaluated], values, wanted))
+        except Exception as e:  # neither engine runs them: they stay nodes, run as before
+            note = f"not folded ({str(e).strip().splitlines()[0][:200]})"
+            gone -= set(evaluated)
+            left = [node for i, node in enumerate(g.node) if i not in gone]
+            folded = [i for i in folded if i in gone]
+            read_later = {n for node in left for n in _node_inputs(node)} | {o.name for o in g.output}
+    kept = {n: values[n] for n in values if n in constants or n in read_later}
+    graph = helper.make_graph(left, g.name, list(g.input), list(g.output), value_info=list(g.value_info),
+                              doc_string=g.doc_string)
+    ops = tuple(g.node[i].op_type for i in folded)
+    return Folded(graph, kept, ops, note)
+
+
+def fold_summary(ops: tuple[str, ...]) -> str:
+    counts = collections.Counter(ops)
+    return ", ".join(f"{op} x{c}" for op, c in sorted(counts.items()))
+
