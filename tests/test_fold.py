@@ -120,3 +120,21 @@ def test_a_fold_neither_engine_can_run_leaves_the_nodes(rng):
     assert "constant nodes not folded (" in rep.summary()
     with pytest.raises(Exception, match="(?i)reshape"):
         rep.run({"x": np.ones((4, 4), np.float32)})
+
+
+def test_an_identity_of_a_constant_is_read_through(rng):
+    """The readers of an Identity of a weight (torch's export of tied weights) read the weight
+    itself: no second copy; an Identity that is a graph output is the one copy."""
+    w = numpy_helper.from_array(rng.standard_normal((3, 3)).astype(np.float32), "w")
+    nodes = [n("Identity", ["w"], ["w1"]), n("Identity", ["w1"], ["w2"]), n("MatMul", ["x", "w2"], ["y"]),
+             n("Add", ["y", "w1"], ["z"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, [3, 3])],
+                   [helper.make_tensor_value_info("z", T.FLOAT, None), helper.make_tensor_value_info("w2", T.FLOAT, None)],
+                   [w])
+    rep = Backend.prepare(model, "CPU")
+    assert list(rep.folded) == ["Identity", "Identity"]
+    assert [list(node.input) for node in rep.graph.node] == [["x", "w"], ["y", "w"]]
+    assert "w1" not in rep.constants and "w2" in rep.constants
+    x = rng.standard_normal((3, 3)).astype(np.float32)
+    for g, want in zip(rep.run({"x": x}), _ort(model, {"x": x})):
+        np.testing.assert_allclose(g, want, rtol=1e-6, atol=1e-6)

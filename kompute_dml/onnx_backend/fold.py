@@ -1,6 +1,7 @@
 """Constant folding, `prepare`'s first pass: what reads no input data becomes a constant once.
 
-`Constant` nodes turn into constants directly from their attribute. Every other node whose
+`Constant` nodes turn into constants directly from their attribute, and the readers of an
+`Identity` of a constant read the constant itself (no copy of a tied weight). Every other node whose
 inputs are all constants (initializers no feed overrides, or earlier folded values) is evaluated
 once, all of them together in one onnxruntime session (onnx's reference evaluator where
 onnxruntime refuses), and only the values a remaining node or a graph output reads are kept. Not
@@ -99,9 +100,12 @@ def fold_constants(model: onnx.ModelProto, constants: dict[str, TensorProto], fe
     values = dict(constants)
     folded: list[int] = []
     evaluated: list[int] = []
+    alias: dict[str, str] = {}  # an Identity of a constant: its readers read the source (no copy)
     for i, node in enumerate(g.node):
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1:
             values[node.output[0]] = constant_value(node)
+        elif node.op_type == "Identity" and node.domain in ("", "ai.onnx") and node.input[0] in known:
+            alias[node.output[0]] = alias.get(node.input[0], node.input[0])
         elif _foldable(node, known):
             evaluated.append(i)
         else:
@@ -111,8 +115,11 @@ def fold_constants(model: onnx.ModelProto, constants: dict[str, TensorProto], fe
     if not folded:
         return Folded(g, constants, (), "")
     gone = set(folded)
-    left = [node for i, node in enumerate(g.node) if i not in gone]
+    left = _renamed([node for i, node in enumerate(g.node) if i not in gone], alias)
     read_later = {n for node in left for n in _node_inputs(node)} | {o.name for o in g.output}
+    # an alias read other than as a direct input (a graph output, a sub-graph's outer name) is a copy
+    copies = {a: src for a, src in alias.items() if a in read_later}
+    read_later |= set(copies.values())
     wanted = [o for i in evaluated for o in g.node[i].output if o and o in read_later]
     note = ""
     if wanted:
@@ -121,14 +128,29 @@ def fold_constants(model: onnx.ModelProto, constants: dict[str, TensorProto], fe
         except Exception as e:  # neither engine runs them: they stay nodes, run as before
             note = f"not folded ({str(e).strip().splitlines()[0][:200]})"
             gone -= set(evaluated)
-            left = [node for i, node in enumerate(g.node) if i not in gone]
+            left = _renamed([node for i, node in enumerate(g.node) if i not in gone], alias)
             folded = [i for i in folded if i in gone]
             read_later = {n for node in left for n in _node_inputs(node)} | {o.name for o in g.output}
     kept = {n: values[n] for n in values if n in constants or n in read_later}
+    for a, src in copies.items():
+        if src in values:
+            kept[a] = TensorProto()
+            kept[a].CopyFrom(values[src])
+            kept[a].name = a
     graph = helper.make_graph(left, g.name, list(g.input), list(g.output), value_info=list(g.value_info),
                               doc_string=g.doc_string)
     ops = tuple(g.node[i].op_type for i in folded)
     return Folded(graph, kept, ops, note)
+
+
+def _renamed(nodes: list[onnx.NodeProto], alias: dict[str, str]) -> list[onnx.NodeProto]:
+    out = []
+    for node in nodes:
+        if any(n in alias for n in node.input):
+            node = onnx.NodeProto.FromString(node.SerializeToString())
+            node.input[:] = [alias.get(n, n) for n in node.input]
+        out.append(node)
+    return out
 
 
 def fold_summary(ops: tuple[str, ...]) -> str:
