@@ -4,8 +4,8 @@ no crash, no hang.
 The backend's conventions (kompute_dml/onnx_backend/__init__.py): a bad model or bad inputs raise
 ValueError (kdml.InvalidArgumentError is one), a model of the wrong Python type TypeError,
 a node that neither the device nor any CPU fallback can run RuntimeError("no CPU fallback
-could run ..."), device failures kdml.DMLError; unparsable bytes raise protobuf's
-DecodeError. Absurd but valid attributes (EyeLike k = 2**62, Trilu k = -2**62) must give
+could run ..."), device failures kdml.DMLError; empty or unparsable bytes and IR versions or
+opsets newer than the onnx package knows ValueError naming the source and the field. Absurd but valid attributes (EyeLike k = 2**62, Trilu k = -2**62) must give
 ONNX's answer. Every test has a timeout (pytest-timeout), so a hang fails.
 The FIXED_BUGS cases were backend bugs found by this file and since fixed (see
 docs/reliability.md); they stay as regression tests.
@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto as TP
@@ -72,6 +71,14 @@ def _run(model, feeds):
 
 
 Z34 = np.zeros((3, 4), np.float32)
+def _versions(model, ir=None, opset=None):
+    if ir is not None:
+        model.ir_version = ir
+    if opset is not None:
+        model.opset_import[0].version = opset
+    return model
+
+
 BAD: list[Bad] = [
     Bad("missing-input", _run(_unary("Identity", [3]), []), ValueError, r"missing input\(s\) \['x'\]"),
     Bad("too-many-inputs", _run(_unary("Identity", [3]), [np.ones(3, np.float32)] * 3), ValueError, "3 inputs given"),
@@ -91,7 +98,17 @@ BAD: list[Bad] = [
     Bad("unknown-op", _run(_unary("FooBar", [3]), [np.ones(3, np.float32)]), RuntimeError, "no CPU fallback could run"),
     Bad("cycle", _run(_model([helper.make_node("Identity", ["b"], ["a"]), helper.make_node("Identity", ["a"], ["b"])],
                              [vi("x", F, [3])], [vi("b", F, None)]), [np.ones(3, np.float32)]), ValueError, "cycle"),
-    Bad("garbage-bytes", lambda: Backend.prepare(b"\x00\x01 not an onnx model"), DecodeError, ""),
+    Bad("garbage-bytes", lambda: Backend.prepare(b"\x00\x01 not an onnx model"), ValueError,
+        "^the model bytes: not a readable ONNX model"),
+    Bad("empty-bytes", lambda: Backend.prepare(b""), ValueError, r"^the model bytes: empty \(0 bytes\)"),
+    Bad("ir-version-99", lambda: Backend.prepare(_versions(_unary("Identity", [3]), ir=99)), ValueError,
+        "^the model: ir_version 99 is newer than this onnx package reads"),
+    Bad("opset-99", lambda: Backend.prepare(_versions(_unary("Identity", [3]), opset=99)), ValueError,
+        "^the model: opset_import ai.onnx version 99 is newer"),
+    Bad("no-ir-version", lambda: Backend.prepare(_versions(_unary("Identity", [3]), ir=0)), ValueError,
+        "ir_version is 0 .*not an ONNX model"),
+    Bad("unknown-run-keyword", lambda: Backend.prepare(_unary("Identity", [3])).run([np.ones(3, np.float32)], foo=1),
+        TypeError, "unexpected keyword argument 'foo'"),
     Bad("model-of-wrong-type", lambda: Backend.prepare(42), TypeError, "ModelProto, bytes or a path"),
     Bad("device-cuda", lambda: Backend.prepare(_unary("Identity", [3]), "CUDA"), ValueError, "not supported"),
     Bad("feature-level-unknown", lambda: Backend.prepare(_unary("Identity", [3]), "CPU", feature_level=0x1234),

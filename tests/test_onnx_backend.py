@@ -493,7 +493,12 @@ def test_cli_run(tmp_path, rng, capsys):
         np.testing.assert_array_equal(z["y1"], np.tril(np.abs(np.triu(x))))
 
     (tmp_path / "bad.npy").write_text("not numpy")
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    np.save(tmp_path / "x64.npy", x.astype(np.float64) / 3)
     cases = [
+        ([str(tmp_path / "empty.onnx")], "empty.onnx: empty (0 bytes), not an ONNX model"),
+        ([str(tmp_path / "m.onnx"), "--input", f"x={tmp_path / 'x64.npy'}", "--input", f"k={tmp_path / 'k.npy'}"],
+         "pass --cast"),
         ([str(tmp_path / "m.onnx"), "--input", f"x={tmp_path / 'x.npy'}"], "missing input"),
         ([str(tmp_path / "m.onnx"), "--input", f"x={tmp_path / 'bad.npy'}", "--input", f"k={tmp_path / 'k.npy'}"],
          "not a numpy"),
@@ -507,6 +512,8 @@ def test_cli_run(tmp_path, rng, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert msg in err and "Traceback" not in err, err
+    assert main([str(tmp_path / "m.onnx"), "--input", f"x={tmp_path / 'x64.npy'}", "--input", f"k={tmp_path / 'k.npy'}",
+                 "--cast"]) == 0
 
 
 def test_cli_entry_point_exit_status(tmp_path):

@@ -161,3 +161,22 @@ def test_the_usage_example_of_docs_onnx_md_runs_as_written(capsys):
     np.testing.assert_array_equal(scope["y"], np.tril(x, 1))
     assert scope["outputs"].y.shape == (4, 5)
     np.testing.assert_allclose(scope["outputs"].y, _sin(np.triu(np.ones((4, 5), np.float32))), rtol=1e-6)
+
+
+def test_cast_true_converts_what_the_type_rule_refuses():
+    """The advice in the refusal works as written: cast=True converts float64 feeds (numpy's
+    astype), the CLI's --cast alike."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from kompute_dml.onnx_backend import Backend
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    rep = Backend.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    x = np.array([1.1, -2.0, 3.3])
+    with pytest.raises(ValueError, match="pass cast=True"):
+        rep.run({"x": x})
+    (y,) = rep.run({"x": x}, cast=True)
+    np.testing.assert_array_equal(y, np.maximum(x.astype(np.float32), 0))

@@ -39,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--feature-level", default=None, help="DirectML feature level, e.g. 6_2 (default: highest)")
     ap.add_argument("--fallback", default="auto", choices=["auto", "onnxruntime", "reference"],
                     help="CPU fallback engine (auto: onnxruntime, then onnx's reference evaluator)")
+    ap.add_argument("--cast", action="store_true",
+                    help="convert inputs of another element type to the declared one even where values change")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs after the first (default 1)")
     ap.add_argument("--placement", action="store_true", help="also list every node with where it runs")
     ap.add_argument("--profile", action="store_true",
@@ -111,20 +113,18 @@ def _describe(v: Any) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import onnx
-
     from ..core.errors import DMLError
     from ..onnx_backend import Backend, FallbackError
+    from ..onnx_backend.backend import load_model
     from ..onnx_backend.ort_compat import for_onnxruntime
 
     model_path = Path(args.model)
     if not model_path.is_file():
         raise UsageError(f"no such model file: {args.model}")
-    try:
-        model = onnx.load(str(model_path))
-    except Exception as e:
-        raise UsageError(f"cannot read {args.model} as an ONNX model ({str(e).splitlines()[0] if str(e) else e})") \
-            from None
+    try:  # empty, corrupt, too new: the backend's checks (onnx_backend/backend.py)
+        model = load_model(model_path)
+    except ValueError as e:
+        raise UsageError(f"cannot read {e}") from None
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")
     feeds = _load_inputs(args.input)
@@ -148,9 +148,9 @@ def _run(args: argparse.Namespace) -> int:
     if unknown:
         raise UsageError(f"unknown input(s) {unknown}; the model's inputs are {names}")
     try:  # names, types and the declared shapes (onnx_backend/feeds.py)
-        feeds = rep._normalize_inputs(feeds)
+        feeds = rep._normalize_inputs(feeds, args.cast)
     except ValueError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(str(e).replace("pass cast=True", "pass --cast")) from None
 
     print(f"model: {model_path} ({len(model.graph.node)} nodes)")
     print(rep.summary())

@@ -53,14 +53,37 @@ def _kdml_device(device: str, feature_level: Any = None) -> kdml.Device:
     return dev
 
 
-def _load_model(model: Any) -> onnx.ModelProto:
+def load_model(model: Any) -> onnx.ModelProto:
+    """The model, refused with a ValueError naming its source and the field where it is no ONNX
+    model this onnx package can read: empty, corrupt, an IR version or an ai.onnx opset newer
+    than it knows (onnxruntime refuses those too)."""
     if isinstance(model, onnx.ModelProto):
-        return model
-    if isinstance(model, (bytes, bytearray)):
-        return onnx.load_from_string(bytes(model))
-    if isinstance(model, (str, os.PathLike)):
-        return onnx.load(str(Path(model)))
-    raise TypeError(f"model must be a ModelProto, bytes or a path, got {type(model).__name__}")
+        proto, source = model, "the model"
+    elif isinstance(model, (bytes, bytearray, str, os.PathLike)):
+        data = bytes(model) if isinstance(model, (bytes, bytearray)) else None
+        source = "the model bytes" if data is not None else str(model)
+        if data is None and not Path(model).is_file():
+            raise FileNotFoundError(f"{source}: no such model file")
+        if (len(data) if data is not None else Path(model).stat().st_size) == 0:
+            raise ValueError(f"{source}: empty (0 bytes), not an ONNX model")
+        try:
+            proto = onnx.load_from_string(data) if data is not None else onnx.load(str(Path(model)))
+        except Exception as e:  # protobuf's DecodeError, a missing external-data file, ...
+            raise ValueError(f"{source}: not a readable ONNX model ({str(e).splitlines()[0] if str(e) else e})") from e
+    else:
+        raise TypeError(f"model must be a ModelProto, bytes or a path, got {type(model).__name__}")
+    if proto.ir_version <= 0 or not proto.HasField("graph"):
+        raise ValueError(f"{source}: ir_version is {proto.ir_version} and graph is "
+                         f"{'set' if proto.HasField('graph') else 'missing'}: not an ONNX model")
+    if proto.ir_version > onnx.IR_VERSION:
+        raise ValueError(f"{source}: ir_version {proto.ir_version} is newer than this onnx package reads "
+                         f"(up to {onnx.IR_VERSION})")
+    newest = onnx.defs.onnx_opset_version()
+    for op in proto.opset_import:
+        if op.domain in ("", "ai.onnx") and op.version > newest:
+            raise ValueError(f"{source}: opset_import ai.onnx version {op.version} is newer than this onnx package "
+                             f"knows (up to {newest})")
+    return proto
 
 
 class Backend(_OnnxBackend):
@@ -89,7 +112,7 @@ class Backend(_OnnxBackend):
         warmup (a dict of input name -> shape, or a list of such dicts: the model runs once
         per dict on zero-filled inputs of those shapes, so the pipelines, descriptor sets and
         recorded submissions those shapes need exist before the first real run)."""
-        proto = _load_model(model)
+        proto = load_model(model)
         dev = kwargs.pop("kdml_device", None) or _kdml_device(device, kwargs.pop("feature_level", None))
         kwargs.pop("feature_level", None)
         allowed = {"fallback", "exclude_ops", "cpu_threads", "fuse", "group_products"}

@@ -46,12 +46,12 @@ def _host_value(rep: BackendRep, name: str, v: Any) -> Any:
     return as_host_array(v, field, dml=False)
 
 
-def _typed(rep: BackendRep, name: str, given: Any, arr: np.ndarray) -> np.ndarray:
+def _typed(rep: BackendRep, name: str, given: Any, arr: np.ndarray, cast: bool) -> np.ndarray:
     exp = rep._elem_dtype(name)
     if exp is None or arr.dtype == exp or arr.dtype.kind == "O":
         return arr
     try:
-        return conform(arr, exp, f"input {name!r}", python=is_python_data(given))
+        return conform(arr, exp, f"input {name!r}", python=is_python_data(given), cast=cast)
     except InvalidArgumentError as e:
         rule = str(e).split(": ", 1)[1]
         raise invalid(f"input {name!r}", f"expected {exp}, got {arr.dtype} ({rule})") from None
@@ -67,8 +67,9 @@ def _check_shape(rep: BackendRep, name: str, arr: Any) -> None:
         raise invalid(f"input {name!r}", f"has shape {got}; the model declares {text} (? = any size)")
 
 
-def normalize_inputs(rep: BackendRep, inputs: Any) -> dict[str, Any]:
-    """{name: value} for a run: names checked, values converted and checked (module docstring)."""
+def normalize_inputs(rep: BackendRep, inputs: Any, cast: bool = False) -> dict[str, Any]:
+    """{name: value} for a run: names checked, values converted and checked (module docstring);
+    `cast`: host arrays of another type are converted to the declared one whatever their values."""
     if isinstance(inputs, dict):
         feeds = dict(inputs)
         unknown = [k for k in feeds if k not in rep.input_names]
@@ -90,7 +91,7 @@ def normalize_inputs(rep: BackendRep, inputs: Any) -> dict[str, Any]:
     for name, given in list(feeds.items()):
         v = _host_value(rep, name, given)
         if isinstance(v, np.ndarray):
-            v = _typed(rep, name, given, v)
+            v = _typed(rep, name, given, v, cast)
         if isinstance(v, (np.ndarray, DeviceValue)):
             _check_shape(rep, name, v)
         feeds[name] = v

@@ -258,23 +258,25 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self.run(feeds)
         self.state.last_run = last
 
-    def _normalize_inputs(self, inputs: Any) -> dict[str, Any]:
-        return normalize_inputs(self, inputs)  # feeds.py: the one input rule, types, declared shapes
+    def _normalize_inputs(self, inputs: Any, cast: bool = False) -> dict[str, Any]:
+        return normalize_inputs(self, inputs, cast)  # feeds.py: the one input rule, types, declared shapes
 
     def check_inputs(self, inputs: Any) -> None:
         """Raise ValueError (naming the input) if `inputs` cannot be fed to this model."""
         self._normalize_inputs(inputs)
 
-    def run(self, inputs: Any, **kwargs: Any) -> Any:
-        """Run the model (one run at a time per prepared model: device buffers are reused)."""
+    def run(self, inputs: Any, *, cast: bool = False) -> Any:  # type: ignore[override]
+        """Run the model (one run at a time per prepared model: device buffers are reused).
+        `cast=True`: host inputs of another element type are converted to the declared one
+        (numpy's astype) instead of refused where the conversion would change values."""
         with self.state.lock:
-            return self._run(inputs)
+            return self._run(inputs, cast)
 
-    def _run(self, inputs: Any) -> Any:
+    def _run(self, inputs: Any, cast: bool = False) -> Any:
         stats = RunStats()
         self.state.last_run = stats
         t0 = time.perf_counter()
-        feeds = self._normalize_inputs(inputs)
+        feeds = self._normalize_inputs(inputs, cast)
         self.state.feeds_now = set(feeds)
         self.state.uploads = {}
         self.state.memo = {}  # results handlers share within this run (handlers.py)
