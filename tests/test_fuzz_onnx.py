@@ -5,7 +5,8 @@ The backend's conventions (kompute_dml/onnx_backend/__init__.py): a bad model or
 ValueError (kdml.InvalidArgumentError is one), a model of the wrong Python type TypeError,
 a node that neither the device nor any CPU fallback can run RuntimeError("no CPU fallback
 could run ..."), device failures kdml.DMLError; empty or unparsable bytes and IR versions or
-opsets newer than the onnx package knows ValueError naming the source and the field. Absurd but valid attributes (EyeLike k = 2**62, Trilu k = -2**62) must give
+opsets newer than the onnx package knows ValueError naming the source and the field. Absurd
+but valid attributes (EyeLike k = 2**62, Trilu k = -2**62) must give
 ONNX's answer. Every test has a timeout (pytest-timeout), so a hang fails.
 The FIXED_BUGS cases were backend bugs found by this file and since fixed (see
 docs/reliability.md); they stay as regression tests.
