@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto as TP
-from onnx import helper
+from onnx import helper, numpy_helper
 from onnx_reference import assert_product, mmitf_exact
 
 import kompute_dml as kdml
@@ -299,3 +299,17 @@ def test_fuzz_onnx_random_models(case):
 
 def test_fuzz_onnx_device_usable_afterwards():
     assert math.isclose(float(kdml.identity(np.array([1.5], np.float32)).numpy()[0]), 1.5)
+
+
+def test_a_shape_error_at_run_time_names_the_node():
+    """A value whose shape breaks a node's rule only at run time (an Expand of a table to a
+    longer sequence: BERT's position ids beyond its 512 rows) names the node, not just numpy's words."""
+    c = numpy_helper.from_array(np.ones((1, 4), np.float32), "c")
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Expand", ["c", "s"], ["e"], name="expand_c"),
+             helper.make_node("Add", ["x", "e"], ["y"])]
+    g = helper.make_graph(nodes, "g", [vi("x", F, [1, "n"])], [vi("y", F, None)], initializer=[c])
+    rep = Backend.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    np.testing.assert_array_equal(rep.run({"x": np.ones((1, 4), np.float32)})[0], np.full((1, 4), 2, np.float32))
+    with pytest.raises(ValueError, match=r"^node 1 \(Expand 'expand_c'\): .*\(1, 4\).*\(1, 6\)"):
+        rep.run({"x": np.ones((1, 6), np.float32)})
+    np.testing.assert_array_equal(rep.run({"x": np.ones((1, 4), np.float32)})[0], np.full((1, 4), 2, np.float32))

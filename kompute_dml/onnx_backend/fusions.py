@@ -42,7 +42,7 @@ from kompute_dml.functional.elementwise import broadcast_view
 from .graph import _attr, _node_inputs
 from .handlers_nn import _floats, _opset
 from .handlers_values import as_device
-from .values import _FLOAT_OUT, VULKAN, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
+from .values import _FLOAT_OUT, VULKAN, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape, at_node
 
 if TYPE_CHECKING:
     from .context import NodeContext
@@ -232,6 +232,16 @@ class Fusions:
         the chain's nodes one by one where this run's values do not fit it (Unfused: nothing was
         recorded; the intermediates they made are dropped); an absorbed node does nothing (its
         carrier ran it); any other node runs alone."""
+        try:
+            self._step(i, executor, ctx, graph, lookup, stats)
+        except ValueError as e:  # a shape that breaks a rule at run time: say where
+            err = at_node(e, i, graph.node[i])
+            if err is e:
+                raise
+            raise err from e
+
+    def _step(self, i: int, executor: StepExecutor, ctx: NodeContext, graph: onnx.GraphProto,
+              lookup: Callable[[str], Any], stats: RunStats) -> None:
         fusion = self.by_carrier.get(i)
         if fusion is None:
             if i not in self.absorbed:

@@ -30,7 +30,7 @@ from .handlers import HANDLERS
 from .product_groups import find_groups
 from .run_state import RunState
 from .transfers import ValueTransfers
-from .values import CPU, HOST, VULKAN, FallbackError, FallbackNeeded, NodePlacement, RunStats
+from .values import CPU, HOST, VULKAN, FallbackError, FallbackNeeded, NodePlacement, RunStats, at_node
 
 
 # ---------------------------------------------------------------------------------
@@ -308,7 +308,13 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                 stats.cpu_seconds += time.perf_counter() - ts
             elif kind == HOST:
                 node = g.node[item]
-                outs = self._host_node(item, node, [lookup(n) if n else None for n in node.input], stats)
+                try:
+                    outs = self._host_node(item, node, [lookup(n) if n else None for n in node.input], stats)
+                except ValueError as e:  # a shape rule broken at run time: say where
+                    err = at_node(e, item, node)
+                    if err is e:
+                        raise
+                    raise err from e
                 env.update((o, v) for o, v in zip(node.output, outs) if o)
                 stats.host_seconds += time.perf_counter() - ts
             else:  # a device node, a fused chain's carrier, or a node absorbed into a chain

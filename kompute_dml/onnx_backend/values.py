@@ -36,6 +36,18 @@ class FallbackNeeded(Exception):
     """Raised by a device handler when this node, with these runtime values, must run on the CPU."""
 
 
+def at_node(e: ValueError, i: int, node: Any) -> ValueError:
+    """`e` naming node i: a plain ValueError (numpy's broadcasting, a shape rule) becomes one whose
+    message starts with the node; a kompute_dml error keeps its class and message and gains a note."""
+    label = f"node {i} ({node.op_type} {node.name!r})"
+    if str(e).startswith("node "):
+        return e
+    if type(e) is ValueError:
+        return ValueError(f"{label}: {e}")
+    e.add_note(f"at {label}")
+    return e
+
+
 def check_bindable(device: Any, nbytes: int) -> int:
     """A node's output or uploaded input of `nbytes` must fit one storage buffer of the device (a
     shader binds it whole); a larger one sends the node to the CPU, not an error to the user.
