@@ -232,8 +232,8 @@ GATHER = family("gather", "gather.comp", "gather_b{bits}_{idx}", GATHER_PUSH, _L
                                            "IDX_SIGNED": GATHER_INDEX_TYPES[idx][1], "RANK": EW_RANK})
 
 # ---- float unary operators (ACTIVATION_GELU, ACTIVATION_RELU, ...; shaders/float_unary.comp) on the
-# element-wise block and plans. An operator module declares `FLOAT_UNARY = "<name>"` at its top
-# level, read here from its source with ast (the build imports no operator module); the family
+# element-wise block and plans. An operator module declares `FLOAT_UNARY = "<name>"` (or a tuple
+# of names, one family each) at its top level, read here from its source with ast (the build imports no operator module); the family
 # `<name>` has the variants <name>_f32 / <name>_f16, built with FN_<NAME> defined, which selects
 # the function in float_unary.comp.
 def _float_unary_names() -> tuple[str, ...]:
@@ -241,7 +241,8 @@ def _float_unary_names() -> tuple[str, ...]:
     for path in sorted(Path(__file__).resolve().parent.parent.glob("*.py")):
         for node in ast.parse(path.read_text(), str(path)).body:
             if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["FLOAT_UNARY"]:
-                names.append(ast.literal_eval(node.value))
+                value = ast.literal_eval(node.value)  # one name, or a tuple of them (a module of a family)
+                names.extend((value,) if isinstance(value, str) else value)
     return tuple(names)
 
 
