@@ -226,3 +226,59 @@ def test_onnx_against_onnxruntime():
             check(op, g, reference64(op.helper, x))
     assert sorted(p.operator for p in rep.placement) == sorted(op.name for op in ops)
     assert {p.target for p in rep.placement} == {"vulkan"}
+
+
+# ---- ELEMENT_WISE_IS_INFINITY -------------------------------------------------------------------
+def isinf_ref(x: np.ndarray, mode: int) -> np.ndarray:
+    want = {0: np.isinf(x), 1: np.isposinf(x), 2: np.isneginf(x)}[mode]
+    return want.astype(np.uint8)
+
+
+@pytest.mark.parametrize("mode", list(kdml.IsInfinityMode), ids=str)
+def test_isinf_values(dev, rng, mode):
+    for x in (every_float16(), float32_inputs(rng)):
+        d = TD(DT.from_numpy(x.dtype), x.shape)
+        t, _ = place(dev, rng, d, x)
+        y, _ = place(dev, rng, TD(DT.UINT8, x.shape))
+        dev.compile(kdml.ElementWiseIsInfinityDesc(d, y.desc, mode)).execute([t], [y])
+        np.testing.assert_array_equal(y.numpy(), isinf_ref(x, mode))
+    np.testing.assert_array_equal(kdml.isinf(x, infinity_mode=mode, device=dev).numpy(), isinf_ref(x, mode))
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=("f32", "f16"))
+def test_isinf_layouts(dev, rng, dt):
+    for rank in (*range(1, 9), 8):
+        sizes = random_sizes(rng, rank)
+        x_desc = TD(dt, sizes, random_strides(rng, sizes, allow_broadcast=True))
+        y_desc = TD(DT.UINT8, sizes, random_strides(rng, sizes, allow_broadcast=False))
+        mode = int(rng.integers(0, 3))
+        x, xraw = place(dev, rng, x_desc, values(rng, dt, sizes))
+        y, _ = place(dev, rng, y_desc)
+        ref = isinf_ref(read_logical(xraw, x.offset, x_desc), mode)
+        before = poison_against(y, ref, rng)
+        dev.compile(kdml.ElementWiseIsInfinityDesc(x_desc, y_desc, mode)).execute([x], [y])
+        np.testing.assert_array_equal(read_logical(assert_outside_unchanged(y, before), y.offset, y_desc), ref)
+
+
+U8 = TD(DT.UINT8, (2, 3))
+ISINF_BAD = [
+    (kdml.ElementWiseIsInfinityDesc(F, F), kdml.UnsupportedError, r"^output_tensor: ELEMENT_WISE_IS_INFINITY does not"),
+    (kdml.ElementWiseIsInfinityDesc(F, TD(DT.UINT8, (3, 2))), kdml.InvalidArgumentError, r"^output_tensor\.sizes"),
+    (kdml.ElementWiseIsInfinityDesc(F, U8, 3), kdml.InvalidArgumentError, r"^infinity_mode: must be"),
+]
+
+
+@pytest.mark.parametrize(("desc", "error", "match"), ISINF_BAD, ids=[m[1:40] for _, _, m in ISINF_BAD])
+def test_isinf_refused(dev, desc, error, match):
+    with pytest.raises(error, match=match):
+        dev.compile(desc)
+
+
+def test_isinf_feature_levels():
+    x, y = TD(DT.FLOAT32, (2,) * 4), TD(DT.UINT8, (2,) * 4)
+    with kdml.Device(feature_level=FL.FL_2_1) as d:
+        d.compile(kdml.ElementWiseIsInfinityDesc(x, y))
+        with pytest.raises(kdml.UnsupportedError, match="^input_tensor: ELEMENT_WISE_IS_INFINITY supports"):
+            d.compile(kdml.ElementWiseIsInfinityDesc(TD(DT.FLOAT32, (2, 2)), TD(DT.UINT8, (2, 2))))
+    with kdml.Device(feature_level=FL.FL_2_0) as d, pytest.raises(kdml.UnsupportedError):
+        d.compile(kdml.ElementWiseIsInfinityDesc(x, y))

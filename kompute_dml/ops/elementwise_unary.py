@@ -1,7 +1,8 @@
 """DirectML's unary element-wise float math operators, declared once as a table (`OPS`) from
 which each operator's descriptor class, support table, compile function, helper and spec are
 made: ELEMENT_WISE_ABS, _NEGATE, _CEIL, _FLOOR, _ROUND, _SIGN, _RECIP, _SQRT, _EXP, _LOG,
-ACTIVATION_SIGMOID, ACTIVATION_SOFTSIGN.
+ACTIVATION_SIGMOID, ACTIVATION_SOFTSIGN; and ELEMENT_WISE_IS_INFINITY (UINT8 output, on
+shaders/elementwise.comp: contract.EW_ISINF).
 
 All run on the element-wise plans (ops/elementwise_plan.py: merged dimensions, per-tensor
 strides, stride-0 broadcast, offsets, host-enumerated dimensions) with shaders/float_unary.comp,
@@ -10,7 +11,7 @@ float32 +, -, * only, so a result does not depend on the device's built-ins or d
 FLOAT16 is decoded exactly, computed in float32 and rounded once.
 
 Exact (bit for bit against the correctly rounded result, both types, subnormals included):
-ABS, NEGATE, CEIL, FLOOR, ROUND (its three RoundingModes), SIGN, RECIP, SQRT. The others, measured
+IS_INFINITY (its three InfinityModes), ABS, NEGATE, CEIL, FLOOR, ROUND (its three RoundingModes), SIGN, RECIP, SQRT. The others, measured
 against float64 (tools/measure_unary.py: every float16 input, 2^21 float32 inputs with the
 special values; docs/elementwise_unary.md), in ulps of the result: EXP 1.13, LOG 0.80, SIGMOID
 2.21, SOFTSIGN 1.50 in float32 (tested against 1.2, 0.8, 2.3, 1.5); in float16 0.5 ulp (the
@@ -52,10 +53,12 @@ from ..core.registry import FL, FLOATS, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..device.device import Device
 from ..device.memory import Tensor
+from ..functional import _packed, check_out, compile_cached, pooled_empty
+from ..functional.elementwise import _operands
 from . import contract
 from .activation import _unary
 from .base import CompiledOperator, validate_tensors
-from .elementwise import CompiledElementWiseInPlace, check_same, type_code
+from .elementwise import CompiledElementWise, CompiledElementWiseInPlace, check_same, type_code
 from .elementwise_plan import check_addressable, plan_elementwise
 from .spec import OnnxOp, OperatorSpec
 
@@ -79,7 +82,15 @@ class RoundingMode(IntEnum):
     TOWARD_INFINITY = 2  # to nearest, halves away from zero
 
 
-EXPORTS = {"ScaleBias": ScaleBias, "RoundingMode": RoundingMode}
+class IsInfinityMode(IntEnum):
+    """DML_IS_INFINITY_MODE (DirectML.h)."""
+
+    EITHER = 0
+    POSITIVE = 1
+    NEGATIVE = 2
+
+
+EXPORTS = {"ScaleBias": ScaleBias, "RoundingMode": RoundingMode, "IsInfinityMode": IsInfinityMode}
 
 # Tensor-support rows per page ((level, (min dims, max dims)), FLOAT32 / FLOAT16 only): the
 # ScaleBias math operators of 1_0 (4 dimensions, 1 to 8 from 3_0), 2_0's (SIGN ...), 2_1's (ROUND),
@@ -227,5 +238,57 @@ def _spec(op: UnaryOp) -> OperatorSpec:
                         example=lambda: desc_type(_F32_4D, _F32_4D, **example_fields))
 
 
+# ---- ELEMENT_WISE_IS_INFINITY: a UINT8 output, so on elementwise.comp (contract.EW_ISINF), not in OPS
+ELEMENT_WISE_IS_INFINITY = OperatorSupport("ELEMENT_WISE_IS_INFINITY", 100, tuple(
+    row(level, ("input_tensor", "input", dims, FLOATS), ("output_tensor", "output", dims, frozenset({DataType.UINT8})))
+    for level, dims in L21))
+
+
+@dataclass(frozen=True)
+class ElementWiseIsInfinityDesc:
+    """DML_ELEMENT_WISE_IS_INFINITY_OPERATOR_DESC { InputTensor, OutputTensor, InfinityMode }:
+    1 where the input is an infinity of the mode's sign (EITHER, POSITIVE, NEGATIVE), else 0
+    (NaN: 0); a UINT8 output of the input's DimensionCount and Sizes. Exact."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+    infinity_mode: IsInfinityMode = IsInfinityMode.EITHER
+
+
+def compile_is_infinity(device: Device, desc: ElementWiseIsInfinityDesc) -> CompiledOperator:
+    support = ELEMENT_WISE_IS_INFINITY
+    validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
+    check_same(desc, "input_tensor", ("output_tensor",), data_type=False)
+    mode = desc.infinity_mode
+    if isinstance(mode, (bool, np.bool_)) or mode not in set(IsInfinityMode):
+        raise invalid("infinity_mode", f"must be a kdml.IsInfinityMode (0, 1 or 2), got {mode!r}")
+    x, y = desc.input_tensor, desc.output_tensor
+    check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
+    check_addressable(support.fields, (x, y))
+    family = contract.EW_ISINF
+    plans = plan_elementwise(family, family.name(t=type_code(x.data_type, True), ob=8), (x, y),
+                             device.limits["max_compute_work_group_count"][0], unused_b=[int(mode)])
+    return CompiledElementWise(device, desc, support, support.inputs, support.outputs, list(plans))
+
+
+def isinf(x: Any, *, infinity_mode: Any = IsInfinityMode.EITHER, out: Tensor | None = None,
+          device: Device | None = None) -> Tensor:
+    """1 where x (FLOAT32 / FLOAT16) is an infinity of `infinity_mode`'s sign, else 0, as UINT8
+    (DML_ELEMENT_WISE_IS_INFINITY)."""
+    dev, (t,) = _operands((x,), ("x",), device)
+    d = t.desc
+    if out is not None:
+        check_out(out, dev, d.sizes, DataType.UINT8)
+    out_desc = out.desc if out is not None else _packed(DataType.UINT8, d.sizes)
+    op = compile_cached(dev, ElementWiseIsInfinityDesc(d, out_desc, infinity_mode))
+    if out is None:
+        out = pooled_empty(dev, out_desc)
+    op.execute([t], [out])
+    return out
+
+
 assert [op.fn for op in OPS] == list(FLOAT_UNARY), "FLOAT_UNARY must name the table's functions"
-SPECS = tuple(_spec(op) for op in OPS)
+SPECS = (*(_spec(op) for op in OPS),
+         OperatorSpec(ElementWiseIsInfinityDesc, ELEMENT_WISE_IS_INFINITY, compile_is_infinity, (contract.EW_ISINF,),
+                      helpers=("isinf",),
+                      example=lambda: ElementWiseIsInfinityDesc(_F32_4D, TensorDesc(DataType.UINT8, (1, 2, 3, 4)))))
