@@ -211,6 +211,37 @@ uint um_softsign(uint x) {
     return f32_div_bits(x, floatBitsToUint(d));
 }
 
+// tanh(x): below 0.5625 x + x^3 P(x^2) (P fitted to float64 tanh, coefficients rounded to
+// float32: tools/measure_unary.py --fit-tanh), else 1 - 2 / (exp(2|x|) + 1) (no cancellation
+// beyond a factor 2 there); tiny |x| (< 2^-13, where tanh(x) rounds to x) returned as it came,
+// |x| >= 9.5 -> +-1; odd
+const float UM_TANH_C[7] = float[](-3.333333433e-01, 1.333333254e-01, -5.396781862e-02, 2.186280861e-02,
+                                   -8.810109459e-03, 3.361415118e-03, -9.205469396e-04);
+uint um_tanh(uint x) {
+    uint a = x & 0x7FFFFFFFu;
+    if (a > F32_INF) return um_quiet(x);
+    if (a < 0x39000000u) return x;
+    precise float v = uintBitsToFloat(a);
+    precise float y;
+    if (v < 0.5625) {
+        precise float z = v * v;
+        precise float p = UM_TANH_C[6];
+        p = p * z + UM_TANH_C[5];
+        p = p * z + UM_TANH_C[4];
+        p = p * z + UM_TANH_C[3];
+        p = p * z + UM_TANH_C[2];
+        p = p * z + UM_TANH_C[1];
+        p = p * z + UM_TANH_C[0];
+        y = v + v * (z * p);
+    } else if (v >= 9.5) {
+        y = 1.0;
+    } else {
+        precise float d = uintBitsToFloat(um_exp(floatBitsToUint(2.0 * v))) + 1.0;
+        y = 1.0 - uintBitsToFloat(f32_div_bits(0x40000000u, floatBitsToUint(d)));
+    }
+    return (x & 0x80000000u) | floatBitsToUint(y);
+}
+
 // ---- the function of this variant --------------------------------------------------------------
 #if defined(FN_ABS)
 uint um_f(uint x) { return x & 0x7FFFFFFFu; }
@@ -236,6 +267,8 @@ uint um_f(uint x) { return um_log(x); }
 uint um_f(uint x) { return um_sigmoid(x); }
 #elif defined(FN_SOFTSIGN)
 uint um_f(uint x) { return um_softsign(x); }
+#elif defined(FN_TANH)
+uint um_f(uint x) { return um_tanh(x); }
 #endif
 
 // FLOAT16: decoded exactly, computed in float32, rounded once to float16 (f16_bits.glsl)

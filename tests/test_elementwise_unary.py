@@ -21,7 +21,8 @@ FL = kdml.FeatureLevel
 TD = kdml.TensorDesc
 FLOATS = (DT.FLOAT32, DT.FLOAT16)
 # ulps of the data type (docs/elementwise_unary.md; measured by tools/measure_unary.py)
-BOUND = {"exp": (1.2, 0.5), "log": (0.8, 0.5), "sigmoid": (2.3, 0.5), "softsign": (1.5, 0.5)}
+BOUND = {"exp": (1.2, 0.5), "log": (0.8, 0.5), "sigmoid": (2.3, 0.5), "softsign": (1.5, 0.5), "tanh": (1.5, 0.5),
+         "elementwise_tanh": (1.5, 0.5)}
 F16_SLACK = 1e-3  # the float16 results' reference is the float64 value: 0.5 ulp + the float32 error
 IDS = [op.helper for op in OPS]
 

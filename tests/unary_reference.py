@@ -32,7 +32,7 @@ def _softsign(x: np.ndarray) -> np.ndarray:
 REFERENCE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "abs": np.abs, "neg": np.negative, "ceil": np.ceil, "floor": np.floor, "sign": _sign,
     "reciprocal": lambda x: 1.0 / x, "sqrt": np.sqrt, "exp": np.exp, "log": np.log, "sigmoid": _sigmoid,
-    "softsign": _softsign,
+    "softsign": _softsign, "tanh": np.tanh, "elementwise_tanh": np.tanh,
 }
 ROUND = {0: np.round, 1: np.trunc, 2: _round_away}  # DML_ROUNDING_MODE -> numpy (np.round: halves to even)
 

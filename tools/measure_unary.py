@@ -21,10 +21,31 @@ import kompute_dml as kdml  # noqa: E402
 from kompute_dml.ops.elementwise_unary import OPS  # noqa: E402
 
 # values where each function is hardest: near its overflow / underflow and cancellation points
-RANGES = {"exp": (-104.0, 89.0), "log": (0.0, 4.0), "sigmoid": (-90.0, 20.0), "softsign": (-4.0, 4.0)}
+RANGES = {"exp": (-104.0, 89.0), "log": (0.0, 4.0), "sigmoid": (-90.0, 20.0), "softsign": (-4.0, 4.0), "tanh": (-1.0, 1.0),
+          "elementwise_tanh": (-10.0, 10.0)}
+
+
+def fit_tanh(top: float = 0.5625, deg: int = 6) -> None:
+    k = np.arange(4000)
+    s = top * top * (1 - np.cos(np.pi * (k + 0.5) / 4000)) / 2  # Chebyshev nodes in x^2
+    x = np.sqrt(s)
+    g = (np.tanh(x) - x) / x**3
+    c = np.polynomial.polynomial.polyfit(s, g, deg, w=np.sqrt(s)).astype(np.float32)  # relative error of tanh
+    t = np.linspace(2.0**-13, top, 1 << 21).astype(np.float32)
+    z = t * t
+    p = c[deg]
+    for j in range(deg - 1, -1, -1):
+        p = np.float32(p * z + c[j])
+    y = np.float32(t + np.float32(t * np.float32(z * p)))  # the shader's order of operations
+    ref = np.tanh(t.astype(np.float64))
+    ulp = np.exp2(np.floor(np.log2(ref)) - 23)
+    print(", ".join(f"{v:.9e}" for v in c), f"(max {np.max(np.abs(y - ref) / ulp):.3f} ulp)")
 
 
 def main() -> None:
+    if "--fit-tanh" in sys.argv:
+        fit_tanh()
+        return
     rng = np.random.default_rng(2024)
     dev = kdml.Device()
     print("| operator | type | inputs | max error (ulp) | correctly rounded |")

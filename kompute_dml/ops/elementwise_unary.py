@@ -1,7 +1,8 @@
 """DirectML's unary element-wise float math operators, declared once as a table (`OPS`) from
 which each operator's descriptor class, support table, compile function, helper and spec are
 made: ELEMENT_WISE_ABS, _NEGATE, _CEIL, _FLOOR, _ROUND, _SIGN, _RECIP, _SQRT, _EXP, _LOG,
-ACTIVATION_SIGMOID, ACTIVATION_SOFTSIGN; and ELEMENT_WISE_IS_INFINITY (UINT8 output, on
+ACTIVATION_SIGMOID, ACTIVATION_SOFTSIGN, ACTIVATION_TANH and ELEMENT_WISE_TANH (one function);
+and ELEMENT_WISE_IS_INFINITY (UINT8 output, on
 shaders/elementwise.comp: contract.EW_ISINF).
 
 All run on the element-wise plans (ops/elementwise_plan.py: merged dimensions, per-tensor
@@ -14,13 +15,13 @@ Exact (bit for bit against the correctly rounded result, both types, subnormals 
 IS_INFINITY (its three InfinityModes), ABS, NEGATE, CEIL, FLOOR, ROUND (its three RoundingModes), SIGN, RECIP, SQRT. The others, measured
 against float64 (tools/measure_unary.py: every float16 input, 2^21 float32 inputs with the
 special values; docs/elementwise_unary.md), in ulps of the result: EXP 1.13, LOG 0.80, SIGMOID
-2.21, SOFTSIGN 1.50 in float32 (tested against 1.2, 0.8, 2.3, 1.5); in float16 0.5 ulp (the
-float32 result rounded: 99.99% correctly rounded).
+2.21, SOFTSIGN 1.50, TANH 1.45 in float32 (tested against 1.2, 0.8, 2.3, 1.5, 1.5); in float16
+0.5 ulp (the float32 result rounded: 99.99% correctly rounded).
 
 Special values follow the pages where they define them (SIGN: -1 / 1 / 0, -0 and NaN giving
 +0), else IEEE-754 / numpy: NaN in, NaN out (ABS / NEGATE keep a float32 NaN's payload, the
 others return the input quieted or the default NaN), sqrt(-0) = -0, sqrt(x < 0) = NaN,
-log(+-0) = -inf, log(x < 0) = NaN, recip(+-0) = +-inf, softsign(+-inf) = +-1.
+log(+-0) = -inf, log(x < 0) = NaN, recip(+-0) = +-inf, softsign(+-inf) = tanh(+-inf) = +-1.
 
 ScaleBias (the pages' optional DML_SCALE_BIAS, `scale_bias=ScaleBias(scale, bias)`): the input
 becomes x * scale + bias, a float32 product rounded, then a float32 sum rounded (not fused), before
@@ -63,7 +64,8 @@ from .elementwise_plan import check_addressable, plan_elementwise
 from .spec import OnnxOp, OperatorSpec
 
 # their families in shaders/float_unary.comp (FN_<NAME>: shaders/unary_math.glsl); ops/contract reads this line
-FLOAT_UNARY = ("abs", "neg", "ceil", "floor", "round", "sign", "recip", "sqrt", "exp", "log", "sigmoid", "softsign")
+FLOAT_UNARY = ("abs", "neg", "ceil", "floor", "round", "sign", "recip", "sqrt", "exp", "log", "sigmoid", "softsign",
+               "tanh")
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,8 @@ OPS = (
     UnaryOp("ELEMENT_WISE_LOG", 13, "Log", "log", "log", L10, True, "ln(x)", False),
     UnaryOp("ACTIVATION_SIGMOID", 47, "Sigmoid", "sigmoid", "sigmoid", LACT, False, "1 / (1 + exp(-x))", False),
     UnaryOp("ACTIVATION_SOFTSIGN", 50, "Softsign", "softsign", "softsign", LACT, False, "x / (1 + |x|)", False),
+    UnaryOp("ACTIVATION_TANH", 51, "Tanh", "tanh", "tanh", LACT, False, "tanh(x)", False),
+    UnaryOp("ELEMENT_WISE_TANH", 84, "", "elementwise_tanh", "tanh", L20, True, "tanh(x)", False),
 )
 
 
@@ -287,7 +291,7 @@ def isinf(x: Any, *, infinity_mode: Any = IsInfinityMode.EITHER, out: Tensor | N
     return out
 
 
-assert [op.fn for op in OPS] == list(FLOAT_UNARY), "FLOAT_UNARY must name the table's functions"
+assert {op.fn for op in OPS} == set(FLOAT_UNARY), "FLOAT_UNARY must name the table's functions"
 SPECS = (*(_spec(op) for op in OPS),
          OperatorSpec(ElementWiseIsInfinityDesc, ELEMENT_WISE_IS_INFINITY, compile_is_infinity, (contract.EW_ISINF,),
                       helpers=("isinf",),
