@@ -35,6 +35,7 @@ layout(local_size_x = 256) in;
 #define OP_AND 7
 #define OP_ISNAN 8
 #define OP_IF 9
+#define OP_ISINF 10  // IS_INFINITY: InfinityMode in b_str[0] (unused by one input)
 
 #if NIN == 3
 layout(std430, binding = 0) readonly buffer CBuf { uint c_buf[]; };
@@ -164,6 +165,13 @@ uvec2 div_s64(uvec2 n, uvec2 d) {
 OVAL result(uint c, VAL a, VAL b) { return c != 0u ? a : b; }
 #elif OP == OP_ISNAN
 OVAL result(VAL a) { return f_nan(a) ? 1u : 0u; }
+#elif OP == OP_ISINF
+// DML_IS_INFINITY_MODE: 0 either infinity, 1 +inf only, 2 -inf only
+OVAL result(VAL a) {
+    uint mode = pc.b_str[0];
+    bool neg = (a & FSIGN) != 0u;
+    return (a & FABS) == FINF && (mode == 0u || (mode == 1u && !neg) || (mode == 2u && neg)) ? 1u : 0u;
+}
 #else
 OVAL result(VAL a, VAL b) {
 #if OP == OP_DIV && IN_KIND == 2

@@ -1,8 +1,9 @@
 #version 450
-// The float unary operators (ACTIVATION_GELU, ACTIVATION_RELU, ...): one family per operator,
-// declared by its module's `FLOAT_UNARY = "<name>"` line (kompute_dml/ops/contract), each with a
-// variant per data type (BITS 32: FLOAT32, 16: FLOAT16; RANK: dimensions in the push block,
-// EW_PUSH: the element-wise block, whose B members are unused); FN_<NAME> selects the function
+// The float unary operators (ACTIVATION_GELU, ACTIVATION_RELU, ELEMENT_WISE_SQRT, ...): one family
+// per operator, declared by its module's `FLOAT_UNARY = "<name>"` (or tuple) line
+// (kompute_dml/ops/contract), each with a variant per data type (BITS 32: FLOAT32, 16: FLOAT16;
+// RANK: dimensions in the push block, EW_PUSH: the element-wise block, whose B members carry
+// unary_math.glsl's parameters); FN_<NAME> selects the function
 // below. The dispatch plans are the element-wise operators' (ops/elementwise_plan.py).
 //
 // A function maps an element's bits to the result's bits (fn32 / fn16). Arithmetic runs in
@@ -35,6 +36,10 @@ uint fn16(uint h) { return f2h(fn32(h2f(h))); }
 // ReLU(x) = max(0, x): +0 for every negative input and -0, NaN kept as it came (ops/activation_relu.py)
 uint fn32(uint x) { return (x & 0x7fffffffu) > 0x7f800000u ? x : ((x >> 31) != 0u ? 0u : x); }
 uint fn16(uint h) { return (h & 0x7fffu) > 0x7c00u ? h : ((h >> 15) != 0u ? 0u : h); }
+#else
+// ELEMENT_WISE_ABS, _SQRT, ACTIVATION_SIGMOID, ... (ops/elementwise_unary.py; ScaleBias and the
+// operators' parameters in the block's unused b_str words)
+#include "unary_math.glsl"
 #endif
 
 #if BITS == 32

@@ -43,9 +43,10 @@ def check_addressable(fields: Sequence[str], descs: Sequence[TensorDesc]) -> Non
 
 
 def plan_elementwise(family: contract.ShaderFamily, variant: str, descs: Sequence[TensorDesc],
-                     max_groups: int = 65535) -> list[DispatchPlan]:
+                     max_groups: int = 65535, unused_b: Sequence[int] = ()) -> list[DispatchPlan]:
     """The dispatches of one element-wise operator: `descs` are its tensors in binding order
-    (the output last), all of the output's sizes."""
+    (the output last), all of the output's sizes. `unused_b`: for one input, the first words of
+    the block's unused b_str (an operator's parameters: scale, bias, modes), the rest 0."""
     out = descs[-1]
     n = len(descs)
     prefixes = _prefixes(n)
@@ -59,7 +60,7 @@ def plan_elementwise(family: contract.ShaderFamily, variant: str, descs: Sequenc
     groups = grid_for(cdiv(count, per_inv), LOCAL_SIZE, max_groups)
     fixed: dict[str, object] = {"count": count, "size": [*pad, *(sizes[d] for d in inner)]}
     if n == 2:  # IS_NAN: one input, the block's B members unused
-        fixed.update(b_off=0, b_base=0, b_str=[0] * rank)
+        fixed.update(b_off=0, b_base=0, b_str=[*unused_b, *[0] * (rank - len(unused_b))])
     for p, st in zip(prefixes, strides):
         fixed[f"{p}_off"] = 0
         fixed[f"{p}_str"] = [0] * len(pad) + [st[d] for d in inner]

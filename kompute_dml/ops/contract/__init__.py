@@ -179,7 +179,7 @@ EW_IF_PUSH = block("c_off", "a_off", "b_off", "o_off", "c_base", "a_base", "b_ba
 EW_TYPES = {"f32": (32, 2), "f16": (16, 2), "i8": (8, 1), "u8": (8, 0), "i16": (16, 1), "u16": (16, 0),
             "i32": (32, 1), "u32": (32, 0), "i64": (64, 1), "u64": (64, 0), "b8": (8, 0), "b16": (16, 0),
             "b32": (32, 0), "b64": (64, 0)}
-EW_OPS = {"add": 1, "sub": 2, "mul": 3, "div": 4, "eq": 5, "ge": 6, "and": 7, "isnan": 8, "if": 9}
+EW_OPS = {"add": 1, "sub": 2, "mul": 3, "div": 4, "eq": 5, "ge": 6, "and": 7, "isnan": 8, "if": 9, "isinf": 10}
 _EW_WRAP = ("b8", "b16", "b32", "b64", "f16", "f32")  # two's complement wraps alike in both signednesses
 _EW_SIGNED = ("u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "f16", "f32")
 
@@ -201,6 +201,9 @@ EW_GE = family("ew_ge", "elementwise.comp", "ew_ge_{t}_o{ob}", EW_PUSH, _L256, t
 EW_AND = family("ew_and", "elementwise.comp", "ew_and_{t}", EW_PUSH, _L256, t=("b8", "b32"), defines=lambda t: _ew("and", t))
 EW_ISNAN = family("ew_isnan", "elementwise.comp", "ew_isnan_{t}_o{ob}", EW_PUSH, _L256, t=("f16", "f32"), ob=(8, 32),
                   defines=lambda t, ob: _ew("isnan", t, ob, nin=1))
+# IS_INFINITY (ops/elementwise_unary.py): its InfinityMode in the block's unused b_str[0]; UINT8 output
+EW_ISINF = family("ew_isinf", "elementwise.comp", "ew_isinf_{t}_o{ob}", EW_PUSH, _L256, t=("f16", "f32"), ob=(8,),
+                  defines=lambda t, ob: _ew("isinf", t, ob, nin=1))
 EW_IF = family("ew_if", "elementwise.comp", "ew_if_{t}", EW_IF_PUSH, _L256, t=("b8", "b16", "b32", "b64"),
                defines=lambda t: _ew("if", t, nin=3))
 
@@ -232,8 +235,8 @@ GATHER = family("gather", "gather.comp", "gather_b{bits}_{idx}", GATHER_PUSH, _L
                                            "IDX_SIGNED": GATHER_INDEX_TYPES[idx][1], "RANK": EW_RANK})
 
 # ---- float unary operators (ACTIVATION_GELU, ACTIVATION_RELU, ...; shaders/float_unary.comp) on the
-# element-wise block and plans. An operator module declares `FLOAT_UNARY = "<name>"` at its top
-# level, read here from its source with ast (the build imports no operator module); the family
+# element-wise block and plans. An operator module declares `FLOAT_UNARY = "<name>"` (or a tuple
+# of names, one family each) at its top level, read here from its source with ast (the build imports no operator module); the family
 # `<name>` has the variants <name>_f32 / <name>_f16, built with FN_<NAME> defined, which selects
 # the function in float_unary.comp.
 def _float_unary_names() -> tuple[str, ...]:
@@ -241,7 +244,8 @@ def _float_unary_names() -> tuple[str, ...]:
     for path in sorted(Path(__file__).resolve().parent.parent.glob("*.py")):
         for node in ast.parse(path.read_text(), str(path)).body:
             if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["FLOAT_UNARY"]:
-                names.append(ast.literal_eval(node.value))
+                value = ast.literal_eval(node.value)  # one name, or a tuple of them (a module of a family)
+                names.extend((value,) if isinstance(value, str) else value)
     return tuple(names)
 
 
@@ -344,7 +348,7 @@ GEMM_COOP = family("gemm_coop", "gemm_coop.comp", "gemmc16{emulated}_{a}{b}", GE
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
-    EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_IF, CAST, DEQUANT, GATHER,
+    EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, CAST, DEQUANT, GATHER,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT,
     MVN, MVN_SKIP,

@@ -1,0 +1,298 @@
+"""DirectML's unary element-wise float math operators, declared once as a table (`OPS`) from
+which each operator's descriptor class, support table, compile function, helper and spec are
+made: ELEMENT_WISE_ABS, _NEGATE, _CEIL, _FLOOR, _ROUND, _SIGN, _RECIP, _SQRT, _EXP, _LOG,
+ACTIVATION_SIGMOID, ACTIVATION_SOFTSIGN, ACTIVATION_TANH and ELEMENT_WISE_TANH (one function);
+and ELEMENT_WISE_IS_INFINITY (UINT8 output, on
+shaders/elementwise.comp: contract.EW_ISINF).
+
+All run on the element-wise plans (ops/elementwise_plan.py: merged dimensions, per-tensor
+strides, stride-0 broadcast, offsets, host-enumerated dimensions) with shaders/float_unary.comp,
+whose FN_<NAME> variants take their function from shaders/unary_math.glsl: integer code and
+float32 +, -, * only, so a result does not depend on the device's built-ins or denormal mode.
+FLOAT16 is decoded exactly, computed in float32 and rounded once.
+
+Exact (bit for bit against the correctly rounded result, both types, subnormals included):
+IS_INFINITY (its three InfinityModes), ABS, NEGATE, CEIL, FLOOR, ROUND (its three RoundingModes), SIGN, RECIP, SQRT. The others, measured
+against float64 (tools/measure_unary.py: every float16 input, 2^21 float32 inputs with the
+special values; docs/elementwise_unary.md), in ulps of the result: EXP 1.13, LOG 0.80, SIGMOID
+2.21, SOFTSIGN 1.50, TANH 1.45 in float32 (tested against 1.2, 0.8, 2.3, 1.5, 1.5); in float16
+0.5 ulp (the float32 result rounded: 99.99% correctly rounded).
+
+Special values follow the pages where they define them (SIGN: -1 / 1 / 0, -0 and NaN giving
++0), else IEEE-754 / numpy: NaN in, NaN out (ABS / NEGATE keep a float32 NaN's payload, the
+others return the input quieted or the default NaN), sqrt(-0) = -0, sqrt(x < 0) = NaN,
+log(+-0) = -inf, log(x < 0) = NaN, recip(+-0) = +-inf, softsign(+-inf) = tanh(+-inf) = +-1.
+
+ScaleBias (the pages' optional DML_SCALE_BIAS, `scale_bias=ScaleBias(scale, bias)`): the input
+becomes x * scale + bias, a float32 product rounded, then a float32 sum rounded (not fused), before
+the function; scale and bias are rounded to float32 at compile. That step uses the device's
+float32 multiply and add, so a subnormal product or sum may be flushed to zero on a device that
+flushes (the function itself never is).
+
+kompute_dml implements the pages' FLOAT32 / FLOAT16 rows; integer types (ABS, NEGATE, SIGN at
+later levels) are refused. The output may alias the input exactly (the pages allow in-place
+execution). Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's table
+(InvalidArgumentError / UnsupportedError naming the field), the same DataType, DimensionCount
+and Sizes for both tensors, scale_bias / rounding_mode, a non-overlapping output, 32-bit
+element addressing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+
+from ..core.dtypes import DataType
+from ..core.errors import invalid
+from ..core.layout import check_no_overlap
+from ..core.registry import FL, FLOATS, OperatorSupport, row
+from ..core.tensor_desc import TensorDesc
+from ..device.device import Device
+from ..device.memory import Tensor
+from ..functional import _packed, check_out, compile_cached, pooled_empty
+from ..functional.elementwise import _operands
+from . import contract
+from .activation import _unary
+from .base import CompiledOperator, validate_tensors
+from .elementwise import CompiledElementWise, CompiledElementWiseInPlace, check_same, type_code
+from .elementwise_plan import check_addressable, plan_elementwise
+from .spec import OnnxOp, OperatorSpec
+
+# their families in shaders/float_unary.comp (FN_<NAME>: shaders/unary_math.glsl); ops/contract reads this line
+FLOAT_UNARY = ("abs", "neg", "ceil", "floor", "round", "sign", "recip", "sqrt", "exp", "log", "sigmoid", "softsign",
+               "tanh")
+
+
+@dataclass(frozen=True)
+class ScaleBias:
+    """DML_SCALE_BIAS { Scale, Bias }: the input becomes x * scale + bias (float32) first."""
+
+    scale: float
+    bias: float
+
+
+class RoundingMode(IntEnum):
+    """DML_ROUNDING_MODE (DirectML.h)."""
+
+    HALVES_TO_NEAREST_EVEN = 0
+    TOWARD_ZERO = 1
+    TOWARD_INFINITY = 2  # to nearest, halves away from zero
+
+
+class IsInfinityMode(IntEnum):
+    """DML_IS_INFINITY_MODE (DirectML.h)."""
+
+    EITHER = 0
+    POSITIVE = 1
+    NEGATIVE = 2
+
+
+EXPORTS = {"ScaleBias": ScaleBias, "RoundingMode": RoundingMode, "IsInfinityMode": IsInfinityMode}
+
+# Tensor-support rows per page ((level, (min dims, max dims)), FLOAT32 / FLOAT16 only): the
+# ScaleBias math operators of 1_0 (4 dimensions, 1 to 8 from 3_0), 2_0's (SIGN ...), 2_1's (ROUND),
+# 5_0's NEGATE, and the activations (4, 4 to 5 at 2_0, 1 to 8 from 3_0)
+L10 = ((FL.FL_1_0, (4, 4)), (FL.FL_3_0, (1, 8)))
+L20 = ((FL.FL_2_0, (4, 4)), (FL.FL_3_0, (1, 8)))
+L21 = ((FL.FL_2_1, (4, 4)), (FL.FL_3_0, (1, 8)))
+L50 = ((FL.FL_5_0, (1, 8)),)
+LACT = ((FL.FL_1_0, (4, 4)), (FL.FL_2_0, (4, 5)), (FL.FL_3_0, (1, 8)))
+
+
+@dataclass(frozen=True)
+class UnaryOp:
+    """One row of the table: a DirectML operator of this family."""
+
+    name: str  # DML_OPERATOR_<name>
+    op_type: int  # its DML_OPERATOR_TYPE value
+    onnx: str  # the ONNX node type placed on it ("" for none)
+    helper: str  # kdml.<helper>
+    fn: str  # its family in FLOAT_UNARY (FN_<FN> of unary_math.glsl)
+    rows: tuple[tuple[FL, tuple[int, int]], ...]
+    scale_bias: bool  # the descriptor has DML_SCALE_BIAS* ScaleBias
+    formula: str  # f(x), for the descriptor's docstring
+    exact: bool  # bit for bit the correctly rounded result (else within docs/elementwise_unary.md's bound)
+    rounding_mode: bool = False  # ROUND's DML_ROUNDING_MODE field
+
+
+OPS = (
+    UnaryOp("ELEMENT_WISE_ABS", 2, "Abs", "abs", "abs", L10, True, "|x|", True),
+    UnaryOp("ELEMENT_WISE_NEGATE", 156, "Neg", "neg", "neg", L50, False, "-x", True),
+    UnaryOp("ELEMENT_WISE_CEIL", 7, "Ceil", "ceil", "ceil", L10, True, "ceil(x)", True),
+    UnaryOp("ELEMENT_WISE_FLOOR", 12, "Floor", "floor", "floor", L10, True, "floor(x)", True),
+    UnaryOp("ELEMENT_WISE_ROUND", 99, "Round", "round", "round", L21, False, "x rounded to an integer by "
+            "rounding_mode", True, rounding_mode=True),
+    UnaryOp("ELEMENT_WISE_SIGN", 79, "Sign", "sign", "sign", L20, False, "-1 (x < 0), 1 (x > 0), else +0", True),
+    UnaryOp("ELEMENT_WISE_RECIP", 27, "Reciprocal", "reciprocal", "recip", L10, True, "1 / x", True),
+    UnaryOp("ELEMENT_WISE_SQRT", 29, "Sqrt", "sqrt", "sqrt", L10, True, "sqrt(x)", True),
+    UnaryOp("ELEMENT_WISE_EXP", 11, "Exp", "exp", "exp", L10, True, "exp(x)", False),
+    UnaryOp("ELEMENT_WISE_LOG", 13, "Log", "log", "log", L10, True, "ln(x)", False),
+    UnaryOp("ACTIVATION_SIGMOID", 47, "Sigmoid", "sigmoid", "sigmoid", LACT, False, "1 / (1 + exp(-x))", False),
+    UnaryOp("ACTIVATION_SOFTSIGN", 50, "Softsign", "softsign", "softsign", LACT, False, "x / (1 + |x|)", False),
+    UnaryOp("ACTIVATION_TANH", 51, "Tanh", "tanh", "tanh", LACT, False, "tanh(x)", False),
+    UnaryOp("ELEMENT_WISE_TANH", 84, "", "elementwise_tanh", "tanh", L20, True, "tanh(x)", False),
+)
+
+
+def _support(op: UnaryOp) -> OperatorSupport:
+    return OperatorSupport(op.name, op.op_type, tuple(
+        row(level, ("input_tensor", "input", dims, FLOATS), ("output_tensor", "output", dims, FLOATS))
+        for level, dims in op.rows))
+
+
+def _class_name(name: str) -> str:
+    return "".join(w.capitalize() for w in name.split("_")) + "Desc"
+
+
+def _desc_class(op: UnaryOp) -> type:
+    fields: list[Any] = [("input_tensor", TensorDesc), ("output_tensor", TensorDesc)]
+    extra = ""
+    if op.scale_bias:
+        fields.append(("scale_bias", "ScaleBias | None", dataclasses.field(default=None)))
+        extra = ", ScaleBias"
+    if op.rounding_mode:
+        fields.append(("rounding_mode", "RoundingMode", dataclasses.field(default=RoundingMode.HALVES_TO_NEAREST_EVEN)))
+        extra = ", RoundingMode"
+    cls = dataclasses.make_dataclass(_class_name(op.name), fields, frozen=True)
+    cls.__module__ = __name__
+    exactness = "exact" if op.exact else "error bound: docs/elementwise_unary.md"
+    cls.__doc__ = (f"DML_{op.name}_OPERATOR_DESC {{ InputTensor, OutputTensor{extra} }}: f(x) = {op.formula}, "
+                   f"element by element ({exactness}); the same DataType, DimensionCount and Sizes for both.")
+    return cls
+
+
+def _f32(value: Any, field: str) -> int:
+    """A float's float32 bit pattern (InvalidArgumentError naming the field if not a real number)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise invalid(field, f"must be a real number, got {type(value).__name__} {value!r}")
+    with np.errstate(over="ignore"):
+        return int(np.array([value], np.float32).view(np.uint32)[0])
+
+
+def _param_words(op: UnaryOp, desc: Any) -> list[int]:
+    """b_str[0..3] of unary_math.glsl: flags, scale, bias, the operator's parameter."""
+    words = [0, 0, 0, 0]
+    sb = getattr(desc, "scale_bias", None)
+    if sb is not None:
+        if isinstance(sb, tuple) and len(sb) == 2:
+            sb = ScaleBias(*sb)
+        if not isinstance(sb, ScaleBias):
+            raise invalid("scale_bias", f"must be a kdml.ScaleBias(scale, bias) or None, got {type(sb).__name__}")
+        words[:3] = [1, _f32(sb.scale, "scale_bias.scale"), _f32(sb.bias, "scale_bias.bias")]
+    if op.rounding_mode:
+        mode = desc.rounding_mode
+        if isinstance(mode, (bool, np.bool_)) or mode not in set(RoundingMode):
+            raise invalid("rounding_mode", f"must be a kdml.RoundingMode (0, 1 or 2), got {mode!r}")
+        words[3] = int(mode)
+    return words
+
+
+def _compiler(op: UnaryOp, support: OperatorSupport) -> Callable[[Device, Any], CompiledOperator]:
+    def compile_unary(device: Device, desc: Any) -> CompiledOperator:
+        validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
+        check_same(desc, "input_tensor", ("output_tensor",), data_type=True)
+        words = _param_words(op, desc)
+        x, y = desc.input_tensor, desc.output_tensor
+        check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
+        check_addressable(support.fields, (x, y))
+        family = contract.FLOAT_UNARY[op.fn]
+        plans = plan_elementwise(family, family.name(t=type_code(x.data_type, True)), (x, y),
+                                 device.limits["max_compute_work_group_count"][0], unused_b=words)
+        return CompiledElementWiseInPlace(device, desc, support, support.inputs, support.outputs, list(plans))
+    compile_unary.__name__ = f"compile_{op.helper}"
+    return compile_unary
+
+
+def _helper(op: UnaryOp, desc_type: type) -> Callable[..., Tensor]:
+    if op.rounding_mode:
+        def helper(x: Any, *, rounding_mode: Any = RoundingMode.HALVES_TO_NEAREST_EVEN, out: Tensor | None = None,
+                   device: Device | None = None) -> Tensor:
+            return _unary(desc_type, x, out, device, rounding_mode=rounding_mode)
+    elif op.scale_bias:
+        def helper(x: Any, *, scale_bias: Any = None, out: Tensor | None = None,  # type: ignore[misc]
+                   device: Device | None = None) -> Tensor:
+            return _unary(desc_type, x, out, device, scale_bias=scale_bias)
+    else:
+        def helper(x: Any, *, out: Tensor | None = None, device: Device | None = None) -> Tensor:  # type: ignore[misc]
+            return _unary(desc_type, x, out, device)
+    helper.__name__ = helper.__qualname__ = op.helper
+    helper.__module__ = __name__
+    helper.__doc__ = (f"{op.formula} element by element (DML_{op.name}; FLOAT32 / FLOAT16): a new Tensor of x's "
+                      f"shape and type, or `out`.")
+    return helper
+
+
+_F32_4D = TensorDesc(DataType.FLOAT32, (1, 2, 3, 4))
+
+
+def _spec(op: UnaryOp) -> OperatorSpec:
+    support = _support(op)
+    desc_type = _desc_class(op)
+    globals()[desc_type.__name__] = desc_type
+    globals()[op.helper] = _helper(op, desc_type)
+    example_fields = {"scale_bias": ScaleBias(0.5, 0.25)} if op.scale_bias else {}
+    onnx = (OnnxOp(op.onnx, "", op.helper, kind="float_unary"),) if op.onnx else ()
+    return OperatorSpec(desc_type, support, _compiler(op, support), (contract.FLOAT_UNARY[op.fn],),
+                        helpers=(op.helper,), onnx=onnx,
+                        example=lambda: desc_type(_F32_4D, _F32_4D, **example_fields))
+
+
+# ---- ELEMENT_WISE_IS_INFINITY: a UINT8 output, so on elementwise.comp (contract.EW_ISINF), not in OPS
+ELEMENT_WISE_IS_INFINITY = OperatorSupport("ELEMENT_WISE_IS_INFINITY", 100, tuple(
+    row(level, ("input_tensor", "input", dims, FLOATS), ("output_tensor", "output", dims, frozenset({DataType.UINT8})))
+    for level, dims in L21))
+
+
+@dataclass(frozen=True)
+class ElementWiseIsInfinityDesc:
+    """DML_ELEMENT_WISE_IS_INFINITY_OPERATOR_DESC { InputTensor, OutputTensor, InfinityMode }:
+    1 where the input is an infinity of the mode's sign (EITHER, POSITIVE, NEGATIVE), else 0
+    (NaN: 0); a UINT8 output of the input's DimensionCount and Sizes. Exact."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+    infinity_mode: IsInfinityMode = IsInfinityMode.EITHER
+
+
+def compile_is_infinity(device: Device, desc: ElementWiseIsInfinityDesc) -> CompiledOperator:
+    support = ELEMENT_WISE_IS_INFINITY
+    validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
+    check_same(desc, "input_tensor", ("output_tensor",), data_type=False)
+    mode = desc.infinity_mode
+    if isinstance(mode, (bool, np.bool_)) or mode not in set(IsInfinityMode):
+        raise invalid("infinity_mode", f"must be a kdml.IsInfinityMode (0, 1 or 2), got {mode!r}")
+    x, y = desc.input_tensor, desc.output_tensor
+    check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
+    check_addressable(support.fields, (x, y))
+    family = contract.EW_ISINF
+    plans = plan_elementwise(family, family.name(t=type_code(x.data_type, True), ob=8), (x, y),
+                             device.limits["max_compute_work_group_count"][0], unused_b=[int(mode)])
+    return CompiledElementWise(device, desc, support, support.inputs, support.outputs, list(plans))
+
+
+def isinf(x: Any, *, infinity_mode: Any = IsInfinityMode.EITHER, out: Tensor | None = None,
+          device: Device | None = None) -> Tensor:
+    """1 where x (FLOAT32 / FLOAT16) is an infinity of `infinity_mode`'s sign, else 0, as UINT8
+    (DML_ELEMENT_WISE_IS_INFINITY)."""
+    dev, (t,) = _operands((x,), ("x",), device)
+    d = t.desc
+    if out is not None:
+        check_out(out, dev, d.sizes, DataType.UINT8)
+    out_desc = out.desc if out is not None else _packed(DataType.UINT8, d.sizes)
+    op = compile_cached(dev, ElementWiseIsInfinityDesc(d, out_desc, infinity_mode))
+    if out is None:
+        out = pooled_empty(dev, out_desc)
+    op.execute([t], [out])
+    return out
+
+
+assert {op.fn for op in OPS} == set(FLOAT_UNARY), "FLOAT_UNARY must name the table's functions"
+SPECS = (*(_spec(op) for op in OPS),
+         OperatorSpec(ElementWiseIsInfinityDesc, ELEMENT_WISE_IS_INFINITY, compile_is_infinity, (contract.EW_ISINF,),
+                      helpers=("isinf",),
+                      example=lambda: ElementWiseIsInfinityDesc(_F32_4D, TensorDesc(DataType.UINT8, (1, 2, 3, 4)))))

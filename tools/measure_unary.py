@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Measure kompute_dml/ops/elementwise_unary.py's operators on the default device against the
+float64 numpy reference (tests/unary_reference.py): every float16 input, and 2^20 float32
+inputs (special values, random bit patterns, random values in [-100, 100]) plus, per operator,
+2^20 values from its interesting range. Prints, per operator and type, the largest error in ulps
+and the share of results that are the correctly rounded one (docs/elementwise_unary.md)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from unary_reference import every_float16, float32_inputs, reference64, rounded, ulp_error  # noqa: E402
+
+import kompute_dml as kdml  # noqa: E402
+from kompute_dml.ops.elementwise_unary import OPS  # noqa: E402
+
+# values where each function is hardest: near its overflow / underflow and cancellation points
+RANGES = {"exp": (-104.0, 89.0), "log": (0.0, 4.0), "sigmoid": (-90.0, 20.0), "softsign": (-4.0, 4.0), "tanh": (-1.0, 1.0),
+          "elementwise_tanh": (-10.0, 10.0)}
+
+
+def fit_tanh(top: float = 0.5625, deg: int = 6) -> None:
+    k = np.arange(4000)
+    s = top * top * (1 - np.cos(np.pi * (k + 0.5) / 4000)) / 2  # Chebyshev nodes in x^2
+    x = np.sqrt(s)
+    g = (np.tanh(x) - x) / x**3
+    c = np.polynomial.polynomial.polyfit(s, g, deg, w=np.sqrt(s)).astype(np.float32)  # relative error of tanh
+    t = np.linspace(2.0**-13, top, 1 << 21).astype(np.float32)
+    z = t * t
+    p = c[deg]
+    for j in range(deg - 1, -1, -1):
+        p = np.float32(p * z + c[j])
+    y = np.float32(t + np.float32(t * np.float32(z * p)))  # the shader's order of operations
+    ref = np.tanh(t.astype(np.float64))
+    ulp = np.exp2(np.floor(np.log2(ref)) - 23)
+    print(", ".join(f"{v:.9e}" for v in c), f"(max {np.max(np.abs(y - ref) / ulp):.3f} ulp)")
+
+
+def main() -> None:
+    if "--fit-tanh" in sys.argv:
+        fit_tanh()
+        return
+    rng = np.random.default_rng(2024)
+    dev = kdml.Device()
+    print("| operator | type | inputs | max error (ulp) | correctly rounded |")
+    print("| --- | --- | --- | --- | --- |")
+    for op in OPS:
+        if op.exact or op.rounding_mode:
+            continue
+        fn = getattr(kdml, op.helper)
+        lo, hi = RANGES.get(op.helper, (-100.0, 100.0))
+        x32 = np.concatenate([float32_inputs(rng), rng.uniform(lo, hi, 1 << 20).astype(np.float32)])
+        for x in (every_float16(), x32):
+            got = fn(x, device=dev).numpy()
+            ref = reference64(op.helper, x)
+            err = ulp_error(got, ref)
+            want = rounded(ref, x.dtype)
+            same = np.isnan(want) | (got == want)
+            print(f"| {op.name} | {x.dtype} | {x.size} | {err.max():.3f} | {same.mean():.6f} |")
+
+
+if __name__ == "__main__":
+    main()
