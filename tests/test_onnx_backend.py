@@ -267,9 +267,14 @@ def test_dynamic_quantize_matmul(rng, b_type, zp, bias, per_column, oracle):
 
 
 # ---- mixed models: partition, placement, transfers ---------------------------------------------
+# the mixed model's CPU nodes, kept there by the caller whatever the device can run
+MIXED_CPU_OPS = ["Abs", "Sum", "Neg"]
+
+
 def _mixed_model():
     """x -Trilu-> t1 -Identity-> t2 -Abs(cpu)-> r -Trilu(lower, k)-> t3 -Identity-> y1
-                                              r -Sum(cpu) with EyeLike(r)-> y2"""
+                                              r -Sum(cpu) with EyeLike(r)-> y2
+    (prepared with exclude_ops=MIXED_CPU_OPS)"""
     nodes = [
         helper.make_node("Trilu", ["x"], ["t1"], name="triu"),
         helper.make_node("Identity", ["t1"], ["t2"], name="id1"),
@@ -288,7 +293,7 @@ def _mixed_model():
 
 def test_mixed_model_placement_and_transfers(rng, monkeypatch):
     model = _mixed_model()
-    rep = Backend.prepare(model, "CPU")
+    rep = Backend.prepare(model, "CPU", exclude_ops=MIXED_CPU_OPS)
     where = {p.name: p.target for p in rep.placement}
     assert where == {"triu": VULKAN, "id1": VULKAN, "abs": CPU, "tril": VULKAN, "id2": VULKAN, "eye": VULKAN,
                      "add": CPU, "neg": CPU}
@@ -440,7 +445,7 @@ def test_identity_sequence_and_optional_stay_on_device(rng):
 
 def test_reference_evaluator_fallback(rng):
     model = _mixed_model()
-    rep = Backend.prepare(model, "CPU", fallback="reference")
+    rep = Backend.prepare(model, "CPU", fallback="reference", exclude_ops=MIXED_CPU_OPS)
     x = rng.standard_normal((5, 6)).astype(np.float32)
     y1, y3 = rep.run({"x": x, "k": np.array(2, np.int64)})
     r = np.abs(np.triu(x))
@@ -485,7 +490,7 @@ def test_cli_run(tmp_path, rng, capsys):
     np.save(tmp_path / "k.npy", np.array(0, np.int64))
     out = tmp_path / "out.npz"
     rc = main([str(tmp_path / "m.onnx"), "--input", f"x={tmp_path / 'x.npy'}", "--input",
-               f"k={tmp_path / 'k.npy'}", "--output", str(out), "--placement"])
+               f"k={tmp_path / 'k.npy'}", "--output", str(out), "--placement", "--exclude-ops", ",".join(MIXED_CPU_OPS)])
     text = capsys.readouterr().out
     assert rc == 0, text
     assert "5 of 8 nodes on Vulkan" in text and "timing:" in text and "vulkan:DIAGONAL_MATRIX1" in text
@@ -564,7 +569,8 @@ def test_cli_run_npz_inputs(tmp_path, rng, capsys):
     x = rng.standard_normal((5, 6)).astype(np.float32)
     np.savez(tmp_path / "feeds.npz", x=x, k=np.array(1, np.int64))
     rc = main([str(tmp_path / "m.onnx"), "--input", str(tmp_path / "feeds.npz"), "--output",
-               str(tmp_path / "o.npz"), "--repeat", "2", "--compare-onnxruntime", "--fallback", "reference"])
+               str(tmp_path / "o.npz"), "--repeat", "2", "--compare-onnxruntime", "--fallback", "reference",
+               "--exclude-ops", ",".join(MIXED_CPU_OPS)])
     text = capsys.readouterr().out
     assert rc == 0, text
     assert "max |kompute_dml - onnxruntime| = 0" in text and "(reference 3)" in text

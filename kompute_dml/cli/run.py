@@ -39,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--feature-level", default=None, help="DirectML feature level, e.g. 6_2 (default: highest)")
     ap.add_argument("--fallback", default="auto", choices=["auto", "onnxruntime", "reference"],
                     help="CPU fallback engine (auto: onnxruntime, then onnx's reference evaluator)")
+    ap.add_argument("--exclude-ops", default="", metavar="OP,OP",
+                    help="ONNX op types to keep on the CPU fallback (comma-separated)")
     ap.add_argument("--cast", action="store_true",
                     help="convert inputs of another element type to the declared one even where values change")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs after the first (default 1)")
@@ -136,7 +138,8 @@ def _run(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     try:
-        rep = Backend.prepare(model, device, feature_level=args.feature_level, fallback=args.fallback)
+        rep = Backend.prepare(model, device, feature_level=args.feature_level, fallback=args.fallback,
+                              exclude_ops=[op for op in args.exclude_ops.split(",") if op])
     except (ValueError, DMLError, FallbackError) as e:
         raise UsageError(f"cannot prepare the model: {e}") from None
     t_prepare = time.perf_counter() - t0
