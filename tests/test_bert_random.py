@@ -386,7 +386,7 @@ def test_bert_matrix_onnxruntime(prepared, config, batch, seq):
 
 
 def test_shape_siblings_prepared_for_a_bert_are_valid(prepared, monkeypatch):
-    """With the GPUs' policy of preparing shape siblings (device_graph._prepare_siblings), every
+    """With the GPUs' policy of preparing shape siblings (siblings.prepare_siblings), every
     pipeline a small BERT's first plans create is valid Vulkan (the validation layer fails the
     test otherwise: on the H100 the matmul_gemv configurations once became siblings of each
     other and gave a zero-length array), and the outputs equal the unprepared backend's."""

@@ -152,7 +152,7 @@ def test_gpu_policy_sizes_the_plans_host_memory_once(rng, monkeypatch):
 
     rep = Backend.prepare(_two_layers(), "CPU")
     monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, prepare_siblings=True))
-    monkeypatch.setattr(device_graph, "_prepare_siblings", lambda *a: 0)  # lavapipe: no pipeline compiles
+    monkeypatch.setattr(device_graph, "prepare_siblings", lambda *a: 0)  # lavapipe: no pipeline compiles
     sizes = []
     for b, s in ((1, 4), (8, 64), (16, 128)):
         x = rng.standard_normal((b, s)).astype(np.float32)

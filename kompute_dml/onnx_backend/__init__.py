@@ -23,9 +23,10 @@ The modules of this package, one concern each:
 - fallback.py: `CpuSegment`, the CPU fallback runner (onnxruntime, then onnx.reference)
 - quantize.py: `dynamic_quantize_uint8` (the host quantization of empty tensors)
 - analysis.py, transfers.py: `BackendRep`'s static analysis and host/device value methods
-- rep.py: `BackendRep` (placement, partition, the node-by-node run loop, whole-graph plans per
-  input signature)
-- device_graph.py: `GraphPlan`, a whole model as one recorded device program; plan_context.py:
+- rep.py: `BackendRep` (placement, the node-by-node run loop, whole-graph plans per input
+  signature); analysis.py also partitions the graph into device steps and CPU sub-graphs
+- device_graph.py: `GraphPlan`, a whole model as one recorded device program (siblings.py: the
+  pipelines other input shapes take, made with it); plan_context.py:
   `PlanContext`, what handlers call while a plan is built (its buffers and their reuse)
 - host_eval.py: nodes that read no input data, resolved on the host per input shape
 - handlers.py: the device node handlers of the seeds' operators (EyeLike, Trilu, Identity,

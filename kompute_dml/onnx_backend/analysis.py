@@ -3,6 +3,9 @@ can run before any input arrives."""
 
 from __future__ import annotations
 
+import heapq
+from typing import Any
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
@@ -11,6 +14,7 @@ import kompute_dml as kdml
 from kompute_dml.ops import ONNX_OPS
 from kompute_dml.ops.onnx_types import KIND_RULES
 
+from .fallback import CpuSegment
 from .graph import _attr, _node_inputs, _np_dtype_of_onnx
 from .handlers_values import VALUE_HANDLERS
 from .host_eval import host_evaluable
@@ -130,6 +134,85 @@ class GraphAnalysis:
         op = ONNX_OPS[(node.op_type, node.domain if node.domain != "ai.onnx" else "")]
         rule = op.check or KIND_RULES.get(op.kind)
         return rule(_NodeTypes(self, node)) if rule is not None else ""
+
+
+    def _partition(self) -> list[tuple[str, Any]]:
+        """Order the nodes into steps, each all-Vulkan or all-CPU, greedily making CPU
+        sub-graphs maximal: while a kind has ready nodes, they are all taken."""
+        g = self.graph
+        n = len(g.node)
+        producer: dict[str, int] = {}
+        for i, node in enumerate(g.node):
+            for o in node.output:
+                if o:
+                    producer[o] = i
+        users: list[list[int]] = [[] for _ in range(n)]
+        indeg = [0] * n
+        for i, node in enumerate(g.node):
+            deps = {producer[name] for name in _node_inputs(node) if name in producer and producer[name] != i}
+            indeg[i] = len(deps)
+            for d in deps:
+                users[d].append(i)
+        targets = [t[0] for t in self._placement_static]
+        kinds = [CPU if t == CPU else VULKAN for t in targets]  # host nodes are one-node steps too
+        ready: dict[str, list[int]] = {VULKAN: [], CPU: []}
+        for i in range(n):
+            if indeg[i] == 0:
+                heapq.heappush(ready[kinds[i]], i)
+        steps: list[tuple[str, list[int]]] = []
+        done = 0
+        current = None
+        while ready[VULKAN] or ready[CPU]:
+            if current is None:
+                current = min((ready[k][0], k) for k in (VULKAN, CPU) if ready[k])[1]
+            elif not ready[current]:
+                current = CPU if current == VULKAN else VULKAN
+            batch: list[int] = []
+            while ready[current]:
+                i = heapq.heappop(ready[current])
+                batch.append(i)
+                for u in users[i]:
+                    indeg[u] -= 1
+                    if indeg[u] == 0:
+                        heapq.heappush(ready[kinds[u]], u)
+            done += len(batch)
+            if current == VULKAN:
+                steps.extend((targets[i], [i]) for i in batch)
+            else:
+                steps.append((CPU, batch))
+            current = CPU if current == VULKAN else VULKAN
+        if done != n:
+            raise ValueError("the graph has a cycle (or reads a value no node, input or initializer provides)")
+        # CPU segments, and which of their values later steps (or the graph outputs) read.
+        self.segments: list[CpuSegment] = []
+        later_reads: set[str] = set(self.output_names)
+        plan: list[tuple[str, Any]] = []
+        for kind, idx in steps:
+            if kind == CPU:
+                seg = CpuSegment(self, len(self.segments), idx)
+                self.segments.append(seg)
+                plan.append((CPU, seg))
+            else:
+                plan.append((kind, idx[0]))
+        for kind, item in reversed(plan):
+            if kind == CPU:
+                item.outputs = [o for i in item.node_indices for o in g.node[i].output if o and o in later_reads]
+                later_reads.update(item.inputs)
+            else:
+                later_reads.update(self.fusions.step_inputs(g, item))
+        # Last reader of every value, to free it as soon as possible (a fused chain's values are
+        # read at its carrier's step).
+        self._last_use: dict[str, int] = {}
+        for s, (kind, item) in enumerate(plan):
+            names = item.inputs if kind == CPU else self.fusions.step_inputs(g, item)
+            for name in names:
+                self._last_use[name] = s
+        keep = set(self.output_names) | set(self.input_names)
+        self._free_after: list[list[str]] = [[] for _ in plan]
+        for name, s in self._last_use.items():
+            if name not in keep:
+                self._free_after[s].append(name)
+        return plan
 
 
 class _NodeTypes:

@@ -23,7 +23,7 @@ import dataclasses
 import gc
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,7 +33,8 @@ import kompute_dml as kdml
 from ..runtime.staging import host_copy
 from .handlers_values import BOOL, dml_numpy, is_packed
 from .plan_context import PlanContext, _block
-from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_shape
+from .siblings import prepare_siblings
+from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_dtype, _value_shape
 
 if TYPE_CHECKING:
     from .rep import BackendRep
@@ -72,31 +73,44 @@ class GraphPlan:
     def __init__(self, rep: BackendRep, feeds: dict[str, Any], stats: RunStats) -> None:
         t0 = time.perf_counter()
         g = rep.graph
+        self._device = rep.device
         ctx = PlanContext(rep)
         env: dict[str, Any] = {}
-        # Every input in one buffer (16-byte aligned parts), written once per run.
-        self.inputs: list[tuple[str, int, int]] = []  # name, byte offset, byte size
+        # Every input in one buffer (16-byte aligned parts), written once per run: host inputs
+        # first (the program's own upload covers them), then the Tensors fed on the device,
+        # copied in on the device before the program runs.
+        self.inputs: list[tuple[str, int, int]] = []  # host inputs: name, byte offset, byte size
+        self.device_inputs: list[tuple[str, kdml.Tensor]] = []  # device inputs: name, their part
         descs = []
-        total = 0
-        for name, value in feeds.items():
-            if not _is_tensor_value(value):
-                raise FallbackNeeded(f"input {name!r} is not a tensor")
-            arr = np.asarray(value)
-            if arr.dtype != BOOL and arr.dtype not in _dml_types():
-                raise FallbackNeeded(f"input {name!r} of type {arr.dtype}")
-            if arr.size == 0:
-                raise FallbackNeeded(f"input {name!r} is empty")
-            desc = kdml.TensorDesc(kdml.DataType.from_numpy(dml_numpy(arr.dtype)), arr.shape if arr.shape else (1,))
-            self.inputs.append((name, total, arr.nbytes))
-            descs.append((name, desc, total, arr))
-            total += -(-desc.byte_size // 16) * 16
+        total = host_total = 0
+        for on_device in (False, True):
+            for name, value in feeds.items():
+                if not _is_tensor_value(value):
+                    raise FallbackNeeded(f"input {name!r} is not a tensor")
+                if isinstance(value, DeviceValue) != on_device:
+                    continue
+                shape, dtype = _value_shape(value), _value_dtype(value)
+                if dtype != BOOL and dtype not in _dml_types():
+                    raise FallbackNeeded(f"input {name!r} of type {dtype}")
+                if 0 in shape:
+                    raise FallbackNeeded(f"input {name!r} is empty")
+                desc = kdml.TensorDesc(kdml.DataType.from_numpy(dml_numpy(dtype)), shape if shape else (1,))
+                if not on_device:
+                    self.inputs.append((name, total, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize))
+                descs.append((name, desc, total, shape, dtype))
+                total += -(-desc.byte_size // 16) * 16
+            host_total = host_total or total
         total = max(total, 16)
         # not zeroed: every run writes the inputs first, and nothing reads the padding; made on
         # kp's thread: a synchronous allocation waits for the driver while the plan's large ones
         # are made (docs/onnx.md)
         self._input_buffer = kdml.Buffer(rep.device, total, zeroed=False, later=True)
-        for name, desc, off, arr in descs:
-            env[name] = DeviceValue(kdml.Tensor(self._input_buffer, desc, off), arr.shape, arr.dtype)
+        for name, desc, off, shape, dtype in descs:
+            part = kdml.Tensor(self._input_buffer, desc, off)
+            env[name] = DeviceValue(part, shape, dtype)
+            if isinstance(feeds[name], DeviceValue):
+                self.device_inputs.append((name, part))
+        self._copy_device_inputs(feeds)  # before the capture: its flushed heads may read them
         fusions = rep.fusions
         dying = _dying(rep, feeds)
 
@@ -149,8 +163,10 @@ class GraphPlan:
             self._in = _host_io(rep, "in", total)
             self._write_inputs(feeds)  # now: the program's first executions may start while it is planned
             self._inputs_written = True
-            rec.scope = "inputs"
-            rec.copy_in(self._in[:total], kdml.Tensor(self._input_buffer, kdml.TensorDesc(kdml.DataType.UINT8, (total,))))
+            if host_total:
+                rec.scope = "inputs"
+                rec.copy_in(self._in[:host_total],
+                            kdml.Tensor(self._input_buffer, kdml.TensorDesc(kdml.DataType.UINT8, (host_total,))))
             flushed_at = time.perf_counter()
             for i in range(len(g.node)):
                 # not while a buffer is being made: the driver would hold the submissions up meanwhile
@@ -172,7 +188,7 @@ class GraphPlan:
         ctx.share_buffers()
         self.flushed = rec.flushed  # executions the first run started while planning
         self.ctx = ctx
-        self.siblings_prepared = (_prepare_siblings(rep.device, self.program, rec.operators.values())
+        self.siblings_prepared = (prepare_siblings(rep.device, self.program, rec.operators.values())
                                   if rep.device.policy.prepare_siblings else 0)
         # the operators' dispatches (the program's own input and output copies not counted)
         self.dispatches = self.program.dispatch_count - 1 - len(self._out_at)
@@ -206,16 +222,28 @@ class GraphPlan:
         for name, off, nbytes in self.inputs:
             io[off:off + nbytes] = np.ascontiguousarray(feeds[name]).reshape(-1).view(np.uint8)
 
-    def run(self, feeds: dict[str, Any], stats: RunStats) -> list[Any]:
+    def _copy_device_inputs(self, feeds: dict[str, Any]) -> None:
+        """The Tensors fed on the device into their parts of the input buffer: one submission."""
+        if self.device_inputs:
+            with self._device.record():
+                for name, part in self.device_inputs:
+                    kdml.copy(feeds[name].tensor, out=part)
+
+    def run(self, feeds: dict[str, Any], stats: RunStats, on_device: bool = False) -> list[Any]:
+        """The outputs in order: host arrays, or (`on_device`) new Tensors copied from the
+        plan's buffers on the device (one submission), which later runs leave alone."""
         if self._inputs_written:  # the first run's: written while planning, maybe read already
             self._inputs_written = False
         else:
             self._write_inputs(feeds)
-        stats.uploads += 1
+            self._copy_device_inputs(feeds)
+        stats.uploads += 1 if self.inputs else 0
         self.program.run()
-        stats.submissions += 1
+        stats.submissions += 1 + bool(self.device_inputs) + on_device  # the program, the copies in and out
         stats.dispatches = self.dispatches
         stats.vulkan_nodes += self.device_nodes
+        if on_device:
+            return self._device_results()
         results: list[Any] = []
         for k, (_name, v) in enumerate(self.outputs):
             if isinstance(v, DeviceValue):
@@ -236,6 +264,11 @@ class GraphPlan:
                 results.append(v if v is None else np.array(v, copy=True))
         return results
 
+    def _device_results(self) -> list[Any]:
+        with self._device.record():  # one submission for the copies
+            results = [device_result(v, self._device) for _name, v in self.outputs]
+        return results
+
     def _result_array(self, k: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A new array for output k: one this plan returned before that nothing references any
         more (the caller dropped it, views included: a view holds its base), else a fresh one."""
@@ -251,58 +284,6 @@ class GraphPlan:
     @property
     def device_bytes(self) -> int:
         return self.ctx.allocated
-
-
-# A family with more variants than this is not expanded (the integer products' tile families: their
-# variant is chosen from the matrix sizes the model's weights fix, not from the sequence length).
-_SIBLING_FAMILY_MAX = 32
-
-
-def _prepare_siblings(device: kdml.Device, program: Any, operators: Iterable[Any]) -> int:
-    """Create the pipelines another input shape of this program's operators may take, once per
-    device: the variants of their families (ShaderFamily.siblings: softmax's lanes and elements per
-    lane, GEMM's tile), their specializations for other output sizes (ShaderFamily.shape_specs: the
-    memory kernels' chunks per invocation) and their specs' plans ahead (OperatorSpec.ahead: the integer product's tiles
-    for other row counts, a normalization's other layout). A first run of a new sequence length then
-    creates no pipeline (they persist on disk too: runtime/disk_cache.py). Returns how many were
-    prepared now."""
-    from kompute_dml.ops import BY_NAME
-    from kompute_dml.ops.spec import family_of  # the spec layer owns the variant -> family map
-    from kompute_dml.runtime import DispatchPlan
-
-    engine = device.engine
-    done = engine.prepared_variants
-    created = 0
-    for plans, _bound in program.work:
-        for plan in plans:
-            if not isinstance(plan, DispatchPlan) or plan.variant in done:
-                continue
-            done.add(plan.variant)
-            fam = family_of(plan.variant)
-            if fam is None or len(fam.variants) > _SIBLING_FAMILY_MAX:
-                continue
-            for other in fam.shape_specs:  # the same variant specialized for another output size
-                if other != plan.spec:
-                    engine.prepare(dataclasses.replace(plan, spec=other))
-                    created += 1
-            for v in fam.siblings(plan.variant):
-                if v in done:
-                    continue
-                done.add(v)
-                try:
-                    engine.prepare(dataclasses.replace(plan, variant=v))
-                    created += 1
-                except kdml.DMLError:
-                    continue  # a variant the device cannot run (capabilities): never picked here
-    for op in operators:
-        spec = BY_NAME.get(op.support.name)
-        for plan in spec.ahead(device, op, done) if spec is not None and spec.ahead is not None else ():
-            key = ("pipeline", plan.variant, plan.spec, len(plan.push), len(plan.bindings))
-            if key not in done:
-                done.add(key)
-                engine.prepare(plan)  # planned as a compile would plan it: it can run here
-                created += 1
-    return created
 
 
 def _dying(rep: BackendRep, feeds: dict[str, Any]) -> list[list[str]]:
@@ -373,6 +354,22 @@ def _dml_types() -> set[np.dtype]:
     return _DML_NUMPY
 
 
+def device_result(v: Any, device: kdml.Device) -> Any:
+    """An output handed to the caller on the device: a new packed Tensor of its ONNX shape (a
+    rank-0 value as shape (1,)), copied there from a device value or uploaded from a host one;
+    what no DirectML tensor holds (bool, strings, sequences, empty values) as the host form."""
+    if isinstance(v, DeviceValue):
+        if v.dtype == BOOL:
+            return v.tensor.numpy().reshape(v.shape).astype(BOOL)
+        t = kdml.copy(v.tensor)
+        shape = v.shape if v.shape else (1,)
+        return t if t.shape == shape else kdml.Tensor(t.buffer, kdml.TensorDesc(t.desc.data_type, shape), t.offset)
+    if isinstance(v, (np.ndarray, np.generic)) and v.dtype in _dml_types() and v.size:
+        return device.tensor(np.ascontiguousarray(v).reshape(v.shape if v.shape else (1,)))
+    return [np.array(e, copy=True) for e in v] if isinstance(v, list) else v if v is None else np.array(v, copy=True)
+
+
 def signature(feeds: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple((n, _value_shape(v), str(np.asarray(v).dtype)) if _is_tensor_value(v) else (n, type(v).__name__)
-                 for n, v in feeds.items())
+    """Names, shapes, types and where each input lives (a Tensor fed on the device or a host array)."""
+    return tuple((n, _value_shape(v), str(_value_dtype(v)), isinstance(v, DeviceValue)) if _is_tensor_value(v)
+                 else (n, type(v).__name__) for n, v in feeds.items())

@@ -6,7 +6,9 @@ numbers and lists, CPU objects with __array__ / __dlpack__ such as torch CPU ten
 tensor is refused with the advice to move it to the CPU), of any ONNX type (strings and bools
 too: the CPU fallback runs those). Its type must be the declared one or convert to it without
 changing values (the rule of `Tensor.write_numpy`); its shape must match the declared shape
-where a dimension is a number (symbolic and unknown dimensions take any size).
+where a dimension is a number (symbolic and unknown dimensions take any size). A kompute_dml
+Tensor on the model's device is fed as it is, without a host round trip: its element type must be
+the declared one.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
+import kompute_dml as kdml
 from kompute_dml.core.errors import InvalidArgumentError, invalid
 from kompute_dml.core.inputs import as_host_array, conform, is_python_data
 
@@ -37,8 +40,24 @@ def _is_tensor_typed(rep: BackendRep, name: str) -> bool:
     return tp is None or tp.WhichOneof("value") in (None, "tensor_type")
 
 
+def _device_value(rep: BackendRep, name: str, t: kdml.Tensor) -> DeviceValue:
+    """A kompute_dml Tensor fed as it is (no host round trip): on the model's device, of the
+    declared element type exactly (no conversion on the device)."""
+    field = f"input {name!r}"
+    if t.device is not rep.device:
+        raise invalid(field, f"is a Tensor of {t.device.name!r}; the model runs on {rep.device.name!r} "
+                             "(move it with .numpy() or prepare the model there)")
+    exp = rep._elem_dtype(name)
+    if exp is not None and t.dtype != exp:
+        raise invalid(field, f"expected {exp}, got a Tensor of {t.dtype} (a device input is not converted: "
+                             "kdml.cast it first)")
+    return DeviceValue(t, t.shape, t.dtype)
+
+
 def _host_value(rep: BackendRep, name: str, v: Any) -> Any:
     field = f"input {name!r}"
+    if isinstance(v, kdml.Tensor) and _is_tensor_typed(rep, name):
+        return _device_value(rep, name, v)
     if v is None or isinstance(v, (DeviceValue, np.ndarray)):
         return v
     if isinstance(v, (list, tuple)) and not _is_tensor_typed(rep, name):  # a sequence of tensors

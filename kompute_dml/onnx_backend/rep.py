@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import heapq
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -20,12 +19,11 @@ import kompute_dml as kdml
 
 from .analysis import GraphAnalysis
 from .context import EagerContext
-from .device_graph import GraphPlan, gc_paused, signature
-from .fallback import CpuSegment
+from .device_graph import GraphPlan, device_result, gc_paused, signature
 from .feeds import normalize_inputs
 from .fold import fold_constants, fold_summary
 from .fusions import Fusion, Fusions, find_fusions
-from .graph import _densify, _node_inputs
+from .graph import _densify
 from .handlers import HANDLERS
 from .product_groups import find_groups
 from .run_state import RunState
@@ -104,84 +102,6 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         return self.state.last_run
 
     # ---- placement ------------------------------------------------------------
-    def _partition(self) -> list[tuple[str, Any]]:
-        """Order the nodes into steps, each all-Vulkan or all-CPU, greedily making CPU
-        sub-graphs maximal: while a kind has ready nodes, they are all taken."""
-        g = self.graph
-        n = len(g.node)
-        producer: dict[str, int] = {}
-        for i, node in enumerate(g.node):
-            for o in node.output:
-                if o:
-                    producer[o] = i
-        users: list[list[int]] = [[] for _ in range(n)]
-        indeg = [0] * n
-        for i, node in enumerate(g.node):
-            deps = {producer[name] for name in _node_inputs(node) if name in producer and producer[name] != i}
-            indeg[i] = len(deps)
-            for d in deps:
-                users[d].append(i)
-        targets = [t[0] for t in self._placement_static]
-        kinds = [CPU if t == CPU else VULKAN for t in targets]  # host nodes are one-node steps too
-        ready: dict[str, list[int]] = {VULKAN: [], CPU: []}
-        for i in range(n):
-            if indeg[i] == 0:
-                heapq.heappush(ready[kinds[i]], i)
-        steps: list[tuple[str, list[int]]] = []
-        done = 0
-        current = None
-        while ready[VULKAN] or ready[CPU]:
-            if current is None:
-                current = min((ready[k][0], k) for k in (VULKAN, CPU) if ready[k])[1]
-            elif not ready[current]:
-                current = CPU if current == VULKAN else VULKAN
-            batch: list[int] = []
-            while ready[current]:
-                i = heapq.heappop(ready[current])
-                batch.append(i)
-                for u in users[i]:
-                    indeg[u] -= 1
-                    if indeg[u] == 0:
-                        heapq.heappush(ready[kinds[u]], u)
-            done += len(batch)
-            if current == VULKAN:
-                steps.extend((targets[i], [i]) for i in batch)
-            else:
-                steps.append((CPU, batch))
-            current = CPU if current == VULKAN else VULKAN
-        if done != n:
-            raise ValueError("the graph has a cycle (or reads a value no node, input or initializer provides)")
-        # CPU segments, and which of their values later steps (or the graph outputs) read.
-        self.segments: list[CpuSegment] = []
-        later_reads: set[str] = set(self.output_names)
-        plan: list[tuple[str, Any]] = []
-        for kind, idx in steps:
-            if kind == CPU:
-                seg = CpuSegment(self, len(self.segments), idx)
-                self.segments.append(seg)
-                plan.append((CPU, seg))
-            else:
-                plan.append((kind, idx[0]))
-        for kind, item in reversed(plan):
-            if kind == CPU:
-                item.outputs = [o for i in item.node_indices for o in g.node[i].output if o and o in later_reads]
-                later_reads.update(item.inputs)
-            else:
-                later_reads.update(self.fusions.step_inputs(g, item))
-        # Last reader of every value, to free it as soon as possible (a fused chain's values are
-        # read at its carrier's step).
-        self._last_use: dict[str, int] = {}
-        for s, (kind, item) in enumerate(plan):
-            names = item.inputs if kind == CPU else self.fusions.step_inputs(g, item)
-            for name in names:
-                self._last_use[name] = s
-        keep = set(self.output_names) | set(self.input_names)
-        self._free_after: list[list[str]] = [[] for _ in plan]
-        for name, s in self._last_use.items():
-            if name not in keep:
-                self._free_after[s].append(name)
-        return plan
-
     def _make_placement(self) -> list[NodePlacement]:
         seg_of = {i: s.index for s in self.segments for i in s.node_indices}
         # the engine each sub-graph is expected to run on; the first run settles it (placement)
@@ -265,14 +185,17 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         """Raise ValueError (naming the input) if `inputs` cannot be fed to this model."""
         self._normalize_inputs(inputs)
 
-    def run(self, inputs: Any, *, cast: bool = False) -> Any:  # type: ignore[override]
+    def run(self, inputs: Any, *, cast: bool = False, device_outputs: bool = False) -> Any:  # type: ignore[override]
         """Run the model (one run at a time per prepared model: device buffers are reused).
+        Inputs may be kompute_dml Tensors on the model's device: fed without a host round trip.
         `cast=True`: host inputs of another element type are converted to the declared one
-        (numpy's astype) instead of refused where the conversion would change values."""
+        (numpy's astype) instead of refused where the conversion would change values.
+        `device_outputs=True`: tensor outputs stay on the device, as new kdml.Tensors that no
+        later run changes (onnxruntime's IO binding); bool outputs come back as host arrays."""
         with self.state.lock:
-            return self._run(inputs, cast)
+            return self._run(inputs, cast, device_outputs)
 
-    def _run(self, inputs: Any, cast: bool = False) -> Any:
+    def _run(self, inputs: Any, cast: bool = False, device_outputs: bool = False) -> Any:
         stats = RunStats()
         self.state.last_run = stats
         t0 = time.perf_counter()
@@ -283,7 +206,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         plan = self._plan_for(feeds, stats) if self.graph_mode and not self.state.node_by_node else None
         if plan is not None:
             tv = time.perf_counter()
-            results = plan.run(feeds, stats)
+            results = plan.run(feeds, stats, device_outputs)
             stats.vulkan_seconds += time.perf_counter() - tv
             stats.total_seconds = time.perf_counter() - t0
             return self._outputs_type(*results)
@@ -322,7 +245,11 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                 stats.vulkan_seconds += time.perf_counter() - ts
             for name in self._free_after[s]:
                 env.pop(name, None)
-        results = [self.host(lookup(n), stats) for n in self.output_names]
+        if device_outputs:
+            with self.device.record():  # one submission for the copies
+                results = [device_result(lookup(n), self.device) for n in self.output_names]
+        else:
+            results = [self.host(lookup(n), stats) for n in self.output_names]
         stats.total_seconds = time.perf_counter() - t0
         return self._outputs_type(*results)
 

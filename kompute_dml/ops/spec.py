@@ -57,7 +57,7 @@ class OperatorSpec:
     onnx: tuple[OnnxOp, ...] = ()
     # (Device, CompiledOperator, done) -> the dispatch plans other shapes of the same operands take
     # (a product's tiles for other row counts, a normalization's other layout), whose pipelines the
-    # ONNX backend creates at a model's first plans (device_graph._prepare_siblings); `done`, a set
+    # ONNX backend creates at a model's first plans (siblings.prepare_siblings); `done`, a set
     # per device, lets the function skip what it prepared before (it adds its own keys).
     ahead: Callable[[Any, Any, set[Any]], Sequence[DispatchPlan]] | None = None
     # () -> a valid descriptor at the operator's first feature level, every optional tensor present

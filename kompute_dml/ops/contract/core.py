@@ -180,7 +180,7 @@ class ShaderFamily:
     target: str | Callable[..., str | None] | None = None
     # the parameters another input shape may choose differently (softmax lanes, a GEMM tile), in
     # families whose pipelines take no specialization constants: a sibling's pipeline is the
-    # same plan with another variant (ONNX backend, device_graph._prepare_siblings). Parameters
+    # same plan with another variant (ONNX backend, siblings.prepare_siblings). Parameters
     # chosen by data type, weight layout or device features are never siblings: their
     # specialization constants may not fit each other (a matmul_gemv configuration for B
     # row-major gives a zero-length array in the column-major variant)

@@ -1,0 +1,61 @@
+"""The pipelines another input shape of a planned program may take, created when the program is
+(device_graph.GraphPlan), so a first run of a new sequence length creates none."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+import kompute_dml as kdml
+
+# A family with more variants than this is not expanded (the integer products' tile families: their
+# variant is chosen from the matrix sizes the model's weights fix, not from the sequence length).
+_SIBLING_FAMILY_MAX = 32
+
+
+def prepare_siblings(device: kdml.Device, program: Any, operators: Iterable[Any]) -> int:
+    """Create the pipelines another input shape of this program's operators may take, once per
+    device: the variants of their families (ShaderFamily.siblings: softmax's lanes and elements per
+    lane, GEMM's tile), their specializations for other output sizes (ShaderFamily.shape_specs: the
+    memory kernels' chunks per invocation) and their specs' plans ahead (OperatorSpec.ahead: the integer product's tiles
+    for other row counts, a normalization's other layout). A first run of a new sequence length then
+    creates no pipeline (they persist on disk too: runtime/disk_cache.py). Returns how many were
+    prepared now."""
+    from kompute_dml.ops import BY_NAME
+    from kompute_dml.ops.spec import family_of  # the spec layer owns the variant -> family map
+    from kompute_dml.runtime import DispatchPlan
+
+    engine = device.engine
+    done = engine.prepared_variants
+    created = 0
+    for plans, _bound in program.work:
+        for plan in plans:
+            if not isinstance(plan, DispatchPlan) or plan.variant in done:
+                continue
+            done.add(plan.variant)
+            fam = family_of(plan.variant)
+            if fam is None or len(fam.variants) > _SIBLING_FAMILY_MAX:
+                continue
+            for other in fam.shape_specs:  # the same variant specialized for another output size
+                if other != plan.spec:
+                    engine.prepare(dataclasses.replace(plan, spec=other))
+                    created += 1
+            for v in fam.siblings(plan.variant):
+                if v in done:
+                    continue
+                done.add(v)
+                try:
+                    engine.prepare(dataclasses.replace(plan, variant=v))
+                    created += 1
+                except kdml.DMLError:
+                    continue  # a variant the device cannot run (capabilities): never picked here
+    for op in operators:
+        spec = BY_NAME.get(op.support.name)
+        for plan in spec.ahead(device, op, done) if spec is not None and spec.ahead is not None else ():
+            key = ("pipeline", plan.variant, plan.spec, len(plan.push), len(plan.bindings))
+            if key not in done:
+                done.add(key)
+                engine.prepare(plan)  # planned as a compile would plan it: it can run here
+                created += 1
+    return created
