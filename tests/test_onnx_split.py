@@ -106,3 +106,27 @@ def test_gpt2_qkv_split(rng):
              numpy_helper.from_array(np.array([b, s, heads, dh], np.int64), "heads")]
     model = _model(13, node, (b, s, 3 * h), inits=inits, extra=extra, finals=["q_out", "k_out", "v_out"])
     _check(model, _values(rng, (b, s, 3 * h), np.float32))
+
+
+def test_num_outputs_that_leave_no_last_part_are_refused_as_onnxruntime_does():
+    """5 into num_outputs=4: parts of ceil(5 / 4) = 2 leave -1 for the last; both refuse."""
+    node = n("Split", ["x2"], ["a", "b", "c", "d"], axis=0, num_outputs=4)
+    model = _model(18, node, (5,))
+    x = np.arange(5, dtype=np.float32)
+    with pytest.raises(Exception, match="Split size 2 exceeds the remaining size"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    with pytest.raises(ValueError, match="num_outputs 4 does not split 5 into 4 parts"):
+        Backend.prepare(model, "CPU").run({"x": x})
+
+
+def test_split_sizes_computed_on_the_device_fall_back():
+    """A `split` input from device data: the plan refuses (FallbackNeeded), the run is still right."""
+    g = helper.make_graph(
+        [n("Add", ["k", "k"], ["k2"]), n("Split", ["x", "k2"], ["a", "b"], axis=0)], "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, [6]), helper.make_tensor_value_info("k", T.INT64, [2])],
+        [helper.make_tensor_value_info(o, T.FLOAT, None) for o in "ab"])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    x = np.arange(6, dtype=np.float32)
+    a, b = Backend.prepare(model, "CPU").run({"x": x, "k": np.array([1, 2], np.int64)})
+    np.testing.assert_array_equal(a, x[:2])
+    np.testing.assert_array_equal(b, x[2:])
