@@ -258,8 +258,60 @@ def _h_slice(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunS
     return [DeviceValue(kdml.slice1(t, offsets, sizes, strides, out=out, device=ctx.device), out_shape, dt)]
 
 
-# data movement on operators of their own (JOIN, SLICE1): placed through the specs' `onnx` entries
-MOVE_HANDLERS = {"Concat": _h_concat, "Slice": _h_slice}
+def onnx_split_sizes(node: onnx.NodeProto, length: int, split: Any) -> list[int]:
+    """The part sizes of ONNX Split along an axis of `length`: `split` (the opset 11-12 attribute
+    or the opset 13+ input) as given; else opset 18's `num_outputs` parts of ceil(length / n),
+    the last one smaller; else as many equal parts as the node has outputs."""
+    n_out = len(node.output)
+    if split is not None:
+        sizes = [int(s) for s in np.asarray(split).reshape(-1)]
+        if len(sizes) != n_out or min(sizes, default=0) < 0 or sum(sizes) != length:
+            raise ValueError(f"Split {node.name!r}: split {sizes} must hold {n_out} sizes >= 0 summing to {length}")
+        return sizes
+    num = _attr(node, "num_outputs")
+    if num is not None:
+        chunk = -(-length // int(num))
+        sizes = [chunk] * (int(num) - 1) + [length - chunk * (int(num) - 1)]
+        if int(num) != n_out or sizes[-1] < 0:
+            raise ValueError(f"Split {node.name!r}: num_outputs {num} does not split {length} into {n_out} parts")
+        return sizes
+    if length % n_out:
+        raise ValueError(f"Split {node.name!r}: {length} does not split evenly into {n_out} parts")
+    return [length // n_out] * n_out
+
+
+def _h_split(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """Split on SPLIT (kdml.split): the sizes from host-known values (a `split` input computed on
+    the device raises FallbackNeeded while planning); empty parts are host arrays."""
+    x = ins[0]
+    dt = _value_dtype(x)
+    shape = _value_shape(x)
+    if not shape:
+        raise ValueError(f"Split {node.name!r}: the input must have rank >= 1")
+    axis = int(_attr(node, "axis", 0))
+    if not -len(shape) <= axis < len(shape):
+        raise ValueError(f"Split {node.name!r}: axis {axis} is outside rank {len(shape)}")
+    axis %= len(shape)
+    split = _attr(node, "split")
+    if split is None and len(ins) > 1 and ins[1] is not None:
+        split = ctx.host(ins[1], stats)
+    sizes = onnx_split_sizes(node, shape[axis], split)
+    if dt != BOOL and dt not in _DML_NUMPY:
+        raise FallbackNeeded(f"type {dt} is not a DirectML type")
+    shapes = [(*shape[:axis], s, *shape[axis + 1:]) for s in sizes]
+    full = [i for i, sh in enumerate(shapes) if 0 not in sh]
+    outs: list[Any] = [np.empty(sh, dt) for sh in shapes]
+    if full:
+        t = device_tensor(ctx, x, stats, node.input[0])
+        parts = [ctx.out_tensor(shapes[i], dml_numpy(dt)) for i in full]
+        kdml.split(t, [sizes[i] for i in full], axis, out=parts, device=ctx.device)
+        for i, p in zip(full, parts):
+            outs[i] = DeviceValue(p, shapes[i], dt)
+    return outs
+
+
+# data movement on operators of their own (JOIN, SLICE1, SPLIT): placed through the specs' `onnx` entries
+MOVE_HANDLERS = {"Concat": _h_concat, "Slice": _h_slice, "Split": _h_split}
 
 VALUE_HANDLERS = {
     "Reshape": _h_reshape,
