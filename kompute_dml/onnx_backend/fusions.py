@@ -22,6 +22,8 @@ The fused kernels are the operators' kompute_dml extensions, bit for bit the unf
   with its additive mask and NaN -> 0 (kdml.softmax(mask=, nan_to_zero=True)). The Where's
   constant must be +0.0 (every element's bits 0): Where copies the constant's bits, and the
   kernel writes +0; a -0.0 constant is left unfused.
+- MatMulInteger -> Cast(float) -> Mul(scale) (onnxruntime's quantize_dynamic): MATRIX_MULTIPLY_INTEGER_TO_FLOAT
+  (fusion_quant.py; MatMulInteger has no operator alone: the chain claims it).
 (com.microsoft SkipLayerNormalization needs no pattern: its handler is one dispatch.)
 """
 
@@ -39,10 +41,11 @@ import onnx
 import kompute_dml as kdml
 from kompute_dml.functional.elementwise import broadcast_view
 
+from .fusion_quant import check_integer_product, run_integer_product
 from .graph import _attr, _node_inputs
 from .handlers_nn import _floats, _opset
 from .handlers_values import as_device
-from .values import _FLOAT_OUT, VULKAN, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape, at_node
+from .values import _FLOAT_OUT, CPU, VULKAN, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape, at_node
 
 if TYPE_CHECKING:
     from .context import NodeContext
@@ -73,6 +76,7 @@ class Pattern:
     operator: str  # the DirectML operator the fused dispatch runs on
     check: Callable[[BackendRep, list[onnx.NodeProto]], str]  # why not to fuse ("" to fuse)
     run: Callable[[Any, list[onnx.NodeProto], Callable[[str], Any], RunStats], list[Any]]  # the carrier's outputs
+    claims: tuple[int, ...] = ()  # chain positions of nodes with no operator alone, on the device in the chain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,6 +203,8 @@ PATTERNS = (
     Pattern("Add+Softmax+IsNaN+Where", ("Add", "Softmax", "IsNaN", "Where"),
             ((0, 1, 0), (1, 2, 0), (2, 3, 0), (1, 3, 2)), "ACTIVATION_SOFTMAX1",
             _check_masked_softmax, _run_masked_softmax),
+    Pattern("MatMulInteger+Cast+Mul", ("MatMulInteger", "Cast", "Mul"), ((0, 1, 0), (1, 2, 0)),
+            "MATRIX_MULTIPLY_INTEGER_TO_FLOAT", check_integer_product, run_integer_product, claims=(0,)),
 )
 
 
@@ -295,7 +301,9 @@ def _match(rep: BackendRep, pattern: Pattern, head: int, uses: dict[str, list[tu
     outputs = set(rep.output_names)
     for pos, i in enumerate(chain):
         node = g.node[i]
-        if node.domain not in ("", "ai.onnx") or rep._placement_static[i][0] != VULKAN:
+        if node.domain not in ("", "ai.onnx") or (rep._placement_static[i][0] != VULKAN and pos not in pattern.claims):
+            return None
+        if pos in pattern.claims and (node.op_type in rep.exclude_ops or rep._placement_static[i][0] != CPU):
             return None
         if any(o for o in node.output[1:]):  # optional outputs in use (LayerNormalization's mean)
             return None
@@ -327,4 +335,6 @@ def find_fusions(rep: BackendRep) -> Fusions:
                 found.by_carrier[f.carrier] = f
                 found.absorbed.update((i, f.carrier) for i in f.nodes[:-1])
                 taken.update(f.nodes)
+                for pos in pattern.claims:  # on the device as part of the chain
+                    rep._placement_static[f.nodes[pos]] = (VULKAN, pattern.operator, "")
     return found

@@ -242,6 +242,11 @@ def _mm_integer_to_float(ctx: NodeContext, node: onnx.NodeProto, a: Any, a_name:
     return final(DeviceValue(t, out_shape, out_dt))
 
 
+def _h_matmul_integer(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """MatMulInteger outside its Cast -> Mul chain (fusion_quant.py): no operator here gives its int32 output."""
+    raise FallbackNeeded("MatMulInteger alone (int32 output): only its Cast -> Mul chain runs on the device")
+
+
 def _in(ins: list[Any], node: onnx.NodeProto, i: int) -> tuple[Any, str | None]:
     if i < len(ins) and node.input[i]:
         return ins[i], node.input[i]
@@ -322,6 +327,7 @@ _SEED_HANDLERS = {
     "Trilu": _h_trilu,
     "Identity": _h_identity,
     "MatMulIntegerToFloat": _h_mmitf,
+    "MatMulInteger": _h_matmul_integer,
     "DynamicQuantizeMatMul": _h_dqmm,
     "DynamicQuantizeLinear": _h_dql,
 }
