@@ -1,0 +1,136 @@
+"""The transformer families (kompute_dml/bench/families.py, random weights) end to end: where
+their nodes run, correctness against onnxruntime's CPU provider, and ms per run of ours,
+onnxruntime CPU (all cores) and PyTorch CUDA float32 eager (inputs already on the GPU), as
+issue 52's table. Ratios are peer / ours (> 1: ours faster).
+
+    python -m benchmarks.model_families [--size small] [--shapes 1x128,8x128] [--families gpt2,vit] [--repeat 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import time
+from typing import Any
+
+import numpy as np
+
+from kompute_dml.bench import families, gpu_clock
+from kompute_dml.bench.timing import median, once
+
+
+def _cos_min(got: np.ndarray, want: np.ndarray) -> float:
+    g, w = (a.reshape(-1, a.shape[-1]).astype(np.float64) for a in (got, want))
+    return float(((g * w).sum(1) / (np.linalg.norm(g, axis=1) * np.linalg.norm(w, axis=1) + 1e-30)).min())
+
+
+def _ms(fn: Any, repeat: int, sync: Any = None) -> float:
+    fn()
+    if sync:
+        sync()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        times.append(time.perf_counter() - t0)
+    return median(times) * 1e3
+
+
+class _Torch:
+    """The family's torch module in float32 on CUDA, fed tensors already on the GPU."""
+
+    def __init__(self, name: str, size: str) -> None:
+        self.module: Any = None
+        self.note = ""
+        try:
+            import torch
+
+            if not torch.cuda.is_available():
+                self.note = "no CUDA"
+                return
+            torch.manual_seed(0)
+            self.torch = torch
+            self.module = families.FAMILIES[name].make(families.SIZES[size]).cuda().eval()
+        except Exception as e:  # a peer that cannot run is reported, not fatal
+            self.note = f"{type(e).__name__}: {e}"
+
+    def ms(self, feeds: dict[str, np.ndarray], repeat: int) -> float:
+        torch = self.torch
+        args = [torch.from_numpy(v).cuda() for v in feeds.values()]
+        with torch.no_grad():
+            return _ms(lambda: self.module(*args), repeat, torch.cuda.synchronize)
+
+
+def bench(name: str, size: str, shapes: list[tuple[int, int]], repeat: int) -> list[dict[str, Any]]:
+    import onnxruntime as ort
+
+    from kompute_dml.onnx_backend import CPU, VULKAN, Backend
+    from kompute_dml.onnx_backend.values import HOST
+
+    path = families.build(name, size)
+    reps: list[Any] = []
+    prepare_ms = once(lambda: reps.append(Backend.prepare(str(path), "CPU"))) * 1e3
+    rep = reps[0]
+    where = collections.Counter(p.target for p in rep.placement)
+    cpu_ops = collections.Counter(p.op_type for p in rep.placement if p.target == CPU)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    peer = _Torch(name, size)
+    rows = []
+    for b, s in shapes:
+        feeds = families.feeds(name, b, s, np.random.default_rng([b, s]), size)
+        first = once(lambda f=feeds: rep.run(f)) * 1e3
+        gpu_clock.hold(lambda f=feeds: rep.run(f), gpu_clock.WARM_SECONDS)
+        ours = _ms(lambda f=feeds: rep.run(f), repeat)
+        st = rep.last_run
+        got = rep.run(feeds)[0]
+        want = sess.run(None, feeds)[0]
+        ort_ms = _ms(lambda f=feeds: sess.run(None, f), max(3, repeat // 4))
+        torch_ms = peer.ms(feeds, repeat) if peer.module is not None else None
+        rows.append({"family": name, "shape": f"{b}x{s}", "vulkan": where[VULKAN], "host": where[HOST], "cpu": where[CPU],
+                     "cpu_ops": dict(cpu_ops), "segments": st.cpu_segments, "fallbacks": st.runtime_fallbacks,
+                     "uploads": st.uploads, "downloads": st.downloads, "prepare_ms": prepare_ms, "first_ms": first,
+                     "ours_ms": ours, "ort_ms": ort_ms, "torch_ms": torch_ms, "torch_note": peer.note,
+                     "cos_min": _cos_min(got, want)})
+        r = rows[-1]
+        print(f"  {name} {r['shape']}: ours {ours:.2f} ms (first {first:.0f}), onnxruntime {ort_ms:.2f}, "
+              f"torch {torch_ms if torch_ms is None else round(torch_ms, 2)}; cos {r['cos_min']:.6f}", flush=True)
+    rep.release()
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ("| family | shape | nodes vulkan / host / cpu | CPU sub-graphs, fallbacks | up / down | ours ms | ORT ms "
+            "| torch fp32 ms | x ORT | x torch | min cos | CPU ops |")
+    lines = [head, "| " + " | ".join(["---"] * 12) + " |"]
+    for r in rows:
+        t = r["torch_ms"]
+        t_ms, x_torch = ("-", "-") if t is None else (f"{t:.2f}", f"{t / r['ours_ms']:.2f}")
+        lines.append(f"| {r['family']} | {r['shape']} | {r['vulkan']} / {r['host']} / {r['cpu']} | {r['segments']}, "
+                     f"{r['fallbacks']} | {r['uploads']} / {r['downloads']} | {r['ours_ms']:.2f} | {r['ort_ms']:.2f} | "
+                     f"{t_ms} | {r['ort_ms'] / r['ours_ms']:.2f} | {x_torch} | {r['cos_min']:.6f} | "
+                     f"{', '.join(f'{k} {v}' for k, v in sorted(r['cpu_ops'].items())) or '-'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="small", choices=sorted(families.SIZES))
+    ap.add_argument("--shapes", default="1x128,8x128", help="batch x tokens, comma-separated")
+    ap.add_argument("--families", default=",".join(families.FAMILIES))
+    ap.add_argument("--repeat", type=int, default=20)
+    args = ap.parse_args(argv)
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    rows = []
+    for name in args.families.split(","):
+        try:
+            rows += bench(name, args.size, shapes, args.repeat)  # type: ignore[arg-type]
+        except Exception as e:  # one family's failure is a row, not the end
+            print(f"  {name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,195 @@
+"""The transformer families users bring, built here with random weights (no downloads): a
+`transformers` configuration per family, exported with torch.onnx.export (opset 17), quantized
+with onnxruntime's `quantize_dynamic` (then fused at its extended level) or fused by its BERT
+optimizer where the family's row says so,
+cached under .cache/models by configuration and tool versions.
+
+    build("gpt2", size="tiny") -> Path of the .onnx;  feeds("gpt2", batch, seq, rng) -> the inputs
+
+Sizes: "tiny" (tests on lavapipe: hidden 64, 2 layers) and "small" (benchmarks: hidden 256,
+4 layers). Every family's outputs are its last hidden state or logits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .bert_models import CACHE, tool_versions
+
+SIZES = {"tiny": {"hidden": 64, "layers": 2, "heads": 4, "ffn": 128, "audio": 64},
+         "small": {"hidden": 256, "layers": 4, "heads": 4, "ffn": 1024, "audio": 1500}}
+# "audio": Whisper's encoder positions; its input is twice as many mel frames (3000 = 30 s at "small")
+VOCAB = 1000
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    make: Callable[[dict[str, int]], Any]  # size -> (torch module taking the inputs, input names)
+    inputs: Callable[[int, int, np.random.Generator, dict[str, int]], dict[str, np.ndarray]]  # batch, length, size
+    post: str = ""  # "int8": quantize_dynamic then ORT's extended level; "int8-raw": not fused; "fused": ORT's BERT optimizer
+    dynamic: tuple[str, ...] = ("batch", "seq")  # the inputs' symbolic dimensions
+
+
+def _text_feeds(batch: int, seq: int, rng: np.random.Generator, _size: dict[str, int]) -> dict[str, np.ndarray]:
+    ids = rng.integers(3, VOCAB, (batch, seq), dtype=np.int64)
+    mask = np.ones((batch, seq), np.int64)
+    for b in range(1, batch):  # padding: later rows shorter
+        mask[b, seq - (b * seq) // (2 * batch):] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+class _Wrapped:
+    """A module whose forward takes the feeds positionally and returns one tensor."""
+
+    @staticmethod
+    def of(model: Any, names: tuple[str, ...], out: str) -> Any:
+        import torch
+
+        class W(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.m = model
+
+            def forward(self, *args: Any) -> Any:
+                return getattr(self.m(**dict(zip(names, args))), out)
+
+        return W().eval()
+
+
+def _encoder(config_cls: str, model_cls: str, **extra: Any) -> Callable[[dict[str, int]], Any]:
+    def make(s: dict[str, int]) -> Any:
+        import transformers
+
+        cfg = getattr(transformers, config_cls)(vocab_size=VOCAB, hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+                                                num_attention_heads=s["heads"], intermediate_size=s["ffn"], **extra)
+        cfg._attn_implementation = "eager"
+        return _Wrapped.of(getattr(transformers, model_cls)(cfg), ("input_ids", "attention_mask"), "last_hidden_state")
+    return make
+
+
+def _distilbert(s: dict[str, int]) -> Any:
+    import transformers
+
+    cfg = transformers.DistilBertConfig(vocab_size=VOCAB, dim=s["hidden"], n_layers=s["layers"], n_heads=s["heads"],
+                                        hidden_dim=s["ffn"])
+    cfg._attn_implementation = "eager"
+    return _Wrapped.of(transformers.DistilBertModel(cfg), ("input_ids", "attention_mask"), "last_hidden_state")
+
+
+def _gpt2(s: dict[str, int]) -> Any:
+    import transformers
+
+    cfg = transformers.GPT2Config(vocab_size=VOCAB, n_embd=s["hidden"], n_layer=s["layers"], n_head=s["heads"],
+                                  n_inner=s["ffn"], n_positions=512, bos_token_id=0, eos_token_id=0, use_cache=False)
+    cfg._attn_implementation = "eager"
+    return _Wrapped.of(transformers.GPT2LMHeadModel(cfg), ("input_ids", "attention_mask"), "logits")
+
+
+def _llama(s: dict[str, int]) -> Any:
+    import transformers
+
+    cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+                                   num_attention_heads=s["heads"], num_key_value_heads=max(1, s["heads"] // 2),
+                                   intermediate_size=s["ffn"], max_position_embeddings=512, use_cache=False,
+                                   bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    cfg._attn_implementation = "eager"
+    return _Wrapped.of(transformers.LlamaForCausalLM(cfg), ("input_ids", "attention_mask"), "logits")
+
+
+def _vit(s: dict[str, int]) -> Any:
+    import transformers
+
+    cfg = transformers.ViTConfig(image_size=64, patch_size=8, hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+                                 num_attention_heads=s["heads"], intermediate_size=s["ffn"])
+    cfg._attn_implementation = "eager"
+    return _Wrapped.of(transformers.ViTModel(cfg, add_pooling_layer=False), ("pixel_values",), "last_hidden_state")
+
+
+def _whisper(s: dict[str, int]) -> Any:
+    import transformers
+
+    cfg = transformers.WhisperConfig(vocab_size=VOCAB, d_model=s["hidden"], encoder_layers=s["layers"],
+                                     encoder_attention_heads=s["heads"], decoder_layers=1, decoder_attention_heads=s["heads"],
+                                     encoder_ffn_dim=s["ffn"], decoder_ffn_dim=s["ffn"], num_mel_bins=80,
+                                     max_source_positions=s["audio"], pad_token_id=0, bos_token_id=0, eos_token_id=0,
+                                     decoder_start_token_id=0)
+    cfg._attn_implementation = "eager"
+    return _Wrapped.of(transformers.WhisperModel(cfg).get_encoder(), ("input_features",), "last_hidden_state")
+
+
+FAMILIES = {f.name: f for f in (
+    Family("distilbert-int8", _distilbert, _text_feeds, "int8"),
+    Family("distilbert-int8-raw", _distilbert, _text_feeds, "int8-raw"),  # quantize_dynamic's output as it is
+    Family("roberta-int8", _encoder("RobertaConfig", "RobertaModel", max_position_embeddings=514, pad_token_id=1),
+           _text_feeds, "int8"),
+    Family("bert-fp32-fused", _encoder("BertConfig", "BertModel"), _text_feeds, "fused"),
+    Family("gpt2", _gpt2, _text_feeds),
+    Family("llama", _llama, _text_feeds),
+    Family("vit", _vit, lambda b, _s, rng, _z: {"pixel_values": rng.standard_normal((b, 3, 64, 64)).astype(np.float32)},
+           dynamic=("batch",)),
+    Family("whisper-encoder", _whisper,
+           lambda b, _s, rng, z: {"input_features": rng.standard_normal((b, 80, 2 * z["audio"])).astype(np.float32)},
+           dynamic=("batch",)),
+)}
+
+
+def feeds(name: str, batch: int, seq: int, rng: np.random.Generator, size: str = "tiny") -> dict[str, np.ndarray]:
+    """Inputs for `batch` x `seq` (text: token ids and a padding mask, later rows shorter; images and
+    audio: the size's fixed shape)."""
+    return FAMILIES[name].inputs(batch, seq, rng, SIZES[size])
+
+
+def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> Path:
+    """The family's ONNX model at `size`, built once per configuration and tool versions."""
+    import torch
+
+    fam = FAMILIES[name]
+    stamp = json.dumps({"family": name, "size": SIZES[size], "seed": seed, "post": fam.post, "recipe": 3, **tool_versions()},
+                       sort_keys=True)
+    path = Path(cache) / f"{name}-{size}-{hashlib.sha256(stamp.encode()).hexdigest()[:12]}.onnx"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(seed)
+    module = fam.make(SIZES[size])
+    example = {k: torch.from_numpy(v) for k, v in fam.inputs(2, 16, np.random.default_rng(seed), SIZES[size]).items()}
+    names = list(example)
+    axes = {n: ({0: "batch", 1: "seq"} if "seq" in fam.dynamic and n != "pixel_values" else {0: "batch"}) for n in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "raw.onnx"
+        with torch.no_grad():
+            torch.onnx.export(module, tuple(example.values()), str(raw), input_names=names, output_names=["output"],
+                              dynamic_axes={**axes, "output": {0: "batch"}}, opset_version=17, dynamo=False)
+        out = Path(tmp) / "post.onnx"
+        if fam.post in ("int8", "int8-raw"):
+            import onnxruntime as ort
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            quant = Path(tmp) / "quant.onnx" if fam.post == "int8" else out
+            quantize_dynamic(str(raw), str(quant), weight_type=QuantType.QInt8)
+        if fam.post == "int8":
+            so = ort.SessionOptions()  # then onnxruntime's extended fusions, as its users deploy it
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+            so.optimized_model_filepath = str(out)
+            ort.InferenceSession(str(quant), so, providers=["CPUExecutionProvider"])
+        elif fam.post == "fused":
+            from onnxruntime.transformers.optimizer import optimize_model
+
+            s = SIZES[size]
+            optimize_model(str(raw), model_type="bert", num_heads=s["heads"], hidden_size=s["hidden"]).save_model_to_file(
+                str(out))
+        elif fam.post == "":
+            out = raw
+        os.replace(out, path)
+    return path

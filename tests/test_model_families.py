@@ -1,0 +1,51 @@
+"""The transformer families users bring (kompute_dml/bench/families.py: random weights, tiny
+sizes) through the ONNX backend on this device: outputs against onnxruntime's CPU provider, and
+which node types still leave the device. STILL_ON_THE_CPU is today's list per family: a node type
+on the CPU that is not listed fails (a regression), and a listed one that no longer is fails too
+(the list must shrink with the work that moves it: issue 52)."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("torch", reason="torch (requirements-model.txt) exports the models")
+pytest.importorskip("transformers", reason="transformers (requirements-model.txt) defines the models")
+
+from kompute_dml.bench import families  # noqa: E402
+from kompute_dml.onnx_backend import CPU, Backend  # noqa: E402
+
+STILL_ON_THE_CPU = {
+    "distilbert-int8": set(),
+    "distilbert-int8-raw": {"Erf"},
+    "roberta-int8": {"CumSum", "Not"},
+    "bert-fp32-fused": {"Attention", "BiasGelu", "EmbedLayerNormalization"},
+    "gpt2": {"Pow"},
+    "llama": {"Pow", "ReduceMean", "Sin", "Cos"},
+    "vit": {"Conv", "Erf"},
+    "whisper-encoder": {"Conv", "Erf"},
+}
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1, a.shape[-1]).astype(np.float64)
+
+
+@pytest.mark.parametrize("name", sorted(families.FAMILIES))
+def test_family_runs_correct_and_its_cpu_nodes_are_known(name):
+    path = families.build(name, "tiny")
+    rep = Backend.prepare(str(path), "CPU")
+    cpu = collections.Counter(p.op_type for p in rep.placement if p.target == CPU)
+    assert set(cpu) == STILL_ON_THE_CPU[name], (cpu, rep.summary())
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for batch, seq in ((1, 9), (3, 17)):
+        feeds = families.feeds(name, batch, seq, np.random.default_rng(batch))
+        (got,), (want,) = rep.run(feeds), sess.run(None, feeds)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        g, w = _rows(got), _rows(want)
+        cos = (g * w).sum(1) / (np.linalg.norm(g, axis=1) * np.linalg.norm(w, axis=1))
+        assert cos.min() >= 0.9999, (name, batch, seq, cos.min())
