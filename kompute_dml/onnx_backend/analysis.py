@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import kompute_dml as kdml
 from kompute_dml.ops import ONNX_OPS
@@ -233,3 +233,9 @@ class _NodeTypes:
 
     def dtype_of(self, elem_type: int) -> np.dtype | None:
         return _np_dtype_of_onnx(elem_type)
+
+    def constant(self, i: int) -> np.ndarray | None:
+        name = self._node.input[i]
+        if name not in self._a.constants or name in self._a.input_names:
+            return None
+        return numpy_helper.to_array(self._a.constants[name])
