@@ -106,6 +106,20 @@ def _h_gelu(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     return [DeviceValue(y, shape, dt)]
 
 
+def _h_bias_gelu(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """com.microsoft BiasGelu(x, bias) = Gelu(x + bias), bias broadcast over x's last axis
+    (onnxruntime's optimizer fuses MatMul -> Add -> Gelu into it): ELEMENT_WISE_ADD then
+    ACTIVATION_GELU, the sum rounded to the type in between as onnxruntime's kernel rounds it."""
+    dt = _floats(node, ins[:2])
+    shape = _value_shape(ins[0])
+    if len(_value_shape(ins[1])) != 1 or _value_shape(ins[1])[0] != shape[-1]:
+        raise ValueError(f"BiasGelu {node.name!r}: bias of shape {_value_shape(ins[1])} is not ({shape[-1]},)")
+    x, b = _dev(ctx, node, ins, 0, stats), _dev(ctx, node, ins, 1, stats)
+    s = kdml.add(x, b, out=ctx.out_tensor(shape, dt), device=ctx.device)  # numpy broadcasting
+    y = kdml.gelu(s, out=ctx.out_tensor(shape, dt), device=ctx.device)
+    return [DeviceValue(y, shape, dt)]
+
+
 def float_unary(helper: str) -> Any:
     """The handler of an OnnxOp of kind "float_unary": kdml.<helper> on the one input."""
     fn = getattr(kdml, helper)
@@ -181,6 +195,7 @@ NN_HANDLERS = {
     "SkipLayerNormalization": _h_skip_layer_norm,
     "Softmax": _h_softmax,
     "Gelu": _h_gelu,
+    "BiasGelu": _h_bias_gelu,
     "MatMul": _h_matmul,
     "FusedMatMul": _h_fused_matmul,
 }
