@@ -2,12 +2,12 @@
 # Every H100 table of benchmarks/RESULTS.md, each command's stdout + stderr in OUTDIR/<name>.txt
 # (its exit status and seconds on the last line); a failing command does not stop the others.
 #
-#   bash benchmarks/h100.sh OUTDIR [1|2]     # from the repository's root; no part: both
+#   bash benchmarks/h100.sh OUTDIR [1|2|3]   # from the repository's root; no part: all
 #
 # A part fits one 10-minute device call: each command runs under `timeout` (seconds below),
 # the limits of a part sum to at most 600 s (its device setup comes on top). MiniLM is left out (its weights are not offline).
 set -u
-out=${1:?usage: bash benchmarks/h100.sh OUTDIR [1|2]}
+out=${1:?usage: bash benchmarks/h100.sh OUTDIR [1|2|3]}
 part=${2:-all}
 mkdir -p "$out"
 py=${PYTHON:-python}
@@ -37,4 +37,7 @@ if [ "$part" = 2 ] || [ "$part" = all ]; then
     run bench_coop 120 "$py" -m benchmarks.bench_coop --rounds 3 --no-compare
     run coop_peak 60 "$py" -m benchmarks.coop_peak --quick
     run coop_ksplit 150 "$py" -m benchmarks.coop_ksplit --rows 1,4,8,16,32 --sizes 4096x4096,4096x11008 --rounds 3
+fi
+if [ "$part" = 3 ] || [ "$part" = all ]; then
+    run model_families 560 "$py" -m benchmarks.model_families --size small --shapes 1x128,8x128 --repeat 15
 fi
