@@ -39,5 +39,6 @@ if [ "$part" = 2 ] || [ "$part" = all ]; then
     run coop_ksplit 150 "$py" -m benchmarks.coop_ksplit --rows 1,4,8,16,32 --sizes 4096x4096,4096x11008 --rounds 3
 fi
 if [ "$part" = 3 ] || [ "$part" = all ]; then
-    run model_families 560 "$py" -m benchmarks.model_families --size small --shapes 1x128,8x128 --repeat 15
+    run model_families 400 "$py" -m benchmarks.model_families --size small --shapes 1x128,8x128 --repeat 15
+    run decoders 160 "$py" -m benchmarks.decoders --size small --prompt 128 --new 32
 fi

@@ -1,0 +1,170 @@
+"""Decoders with their key/value cache: GPT-2 and Llama (random weights) exported as one step
+`(input_ids, attention_mask, past_0..past_2L-1) -> (logits, present_0..present_2L-1)`, and the
+greedy loop that runs them through the ONNX backend with the cache kept on the device
+(`rep.run(..., device_outputs=True)`: each step's presents are the next step's pasts, never
+copied to the host; only the last position's logits are read).
+
+    model = build("gpt2", "tiny");  tokens, times = greedy(rep, model, prompt, 32)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .bert_models import CACHE, tool_versions
+from .families import SIZES, VOCAB
+
+# a wide initialization: random logits then have clear maxima, so greedy tokens do not hinge on
+# rounding (with the usual 0.02 the top two logits of a random model are often within 1e-6)
+INIT_RANGE = 0.5
+
+
+@dataclass(frozen=True)
+class Decoder:
+    name: str
+    path: Path
+    layers: int
+    kv_heads: int
+    head_dim: int
+    module: Any = None  # the torch model the ONNX file was exported from (None when loaded from the cache)
+
+    def empty_past(self, batch: int) -> list[np.ndarray]:
+        return [np.zeros((batch, self.kv_heads, 0, self.head_dim), np.float32) for _ in range(2 * self.layers)]
+
+
+def torch_model(name: str, size: str, seed: int = 0) -> Any:
+    import torch
+    import transformers
+
+    s = SIZES[size]
+    torch.manual_seed(seed)
+    common = {"vocab_size": VOCAB, "bos_token_id": 0, "eos_token_id": 0, "initializer_range": INIT_RANGE}
+    if name == "gpt2":
+        cfg = transformers.GPT2Config(n_embd=s["hidden"], n_layer=s["layers"], n_head=s["heads"], n_inner=s["ffn"],
+                                      n_positions=512, **common)
+        cls = transformers.GPT2LMHeadModel
+    elif name == "llama":
+        cfg = transformers.LlamaConfig(hidden_size=s["hidden"], num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
+                                       num_key_value_heads=max(1, s["heads"] // 2), intermediate_size=s["ffn"],
+                                       max_position_embeddings=512, pad_token_id=0, **common)
+        cls = transformers.LlamaForCausalLM
+    else:
+        raise ValueError(f"decoder {name!r}: gpt2 or llama")
+    cfg._attn_implementation = "eager"
+    return cls(cfg).eval()
+
+
+def _shape(model: Any) -> tuple[int, int, int]:
+    c = model.config
+    heads = getattr(c, "num_attention_heads", None) or c.n_head
+    hidden = getattr(c, "hidden_size", None) or c.n_embd
+    layers = getattr(c, "num_hidden_layers", None) or c.n_layer
+    return layers, getattr(c, "num_key_value_heads", None) or heads, hidden // heads
+
+
+def _step_module(model: Any, layers: int) -> Any:
+    import torch
+    import transformers
+
+    class Step(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = model
+
+        def forward(self, ids: Any, mask: Any, *past: Any) -> Any:
+            cache = transformers.DynamicCache()
+            for i in range(layers):
+                cache.update(past[2 * i], past[2 * i + 1], i)
+            out = self.m(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True)
+            flat = []
+            for layer in out.past_key_values.layers:
+                flat += [layer.keys, layer.values]
+            return (out.logits, *flat)
+
+    return Step().eval()
+
+
+def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> Decoder:
+    """The decoder's step model, exported once per configuration and tool versions."""
+    import torch
+
+    model = torch_model(name, size, seed)
+    layers, kv_heads, head_dim = _shape(model)
+    stamp = json.dumps({"decoder": name, "size": SIZES[size], "seed": seed, "init": INIT_RANGE, "recipe": 1,
+                        **tool_versions()}, sort_keys=True)
+    path = Path(cache) / f"{name}-past-{size}-{hashlib.sha256(stamp.encode()).hexdigest()[:12]}.onnx"
+    dec = Decoder(name, path, layers, kv_heads, head_dim, model)
+    if path.exists():
+        return dec
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pasts = [f"past_{i}" for i in range(2 * layers)]
+    example = [torch.ones((1, 5), dtype=torch.int64), torch.ones((1, 8), dtype=torch.int64),
+               *[torch.zeros((1, kv_heads, 3, head_dim)) for _ in pasts]]
+    with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
+        raw = Path(tmp) / "step.onnx"
+        torch.onnx.export(_step_module(model, layers), tuple(example), str(raw),
+                          input_names=["input_ids", "attention_mask", *pasts],
+                          output_names=["logits", *[f"present_{i}" for i in range(2 * layers)]], opset_version=17,
+                          dynamo=False, dynamic_axes={"input_ids": {0: "batch", 1: "seq"},
+                                                      "attention_mask": {0: "batch", 1: "total"},
+                                                      **{n: {0: "batch", 2: "past"} for n in pasts}})
+        os.replace(raw, path)
+    return dec
+
+
+def greedy(rep: Any, dec: Decoder, prompt: np.ndarray, steps: int) -> tuple[list[list[int]], list[float]]:
+    """`steps` new tokens per row after `prompt` (batch x length int64), the cache on the device;
+    the tokens per row and each step's seconds (the first is the prompt's)."""
+    import kompute_dml as kdml
+
+    batch = prompt.shape[0]
+    past: list[Any] = dec.empty_past(batch)
+    ids, length = prompt.astype(np.int64), 0
+    tokens: list[list[int]] = [[] for _ in range(batch)]
+    times = []
+    for _ in range(steps):
+        length += ids.shape[1]
+        t0 = time.perf_counter()
+        out = rep.run({"input_ids": ids, "attention_mask": np.ones((batch, length), np.int64),
+                       **{f"past_{i}": p for i, p in enumerate(past)}}, device_outputs=True)
+        logits = out[0]
+        last = logits.numpy()[:, -1] if isinstance(logits, kdml.Tensor) else logits[:, -1]
+        nxt = last.argmax(-1)
+        times.append(time.perf_counter() - t0)
+        for b in range(batch):
+            tokens[b].append(int(nxt[b]))
+        past = list(out[1:])
+        ids = nxt.reshape(batch, 1).astype(np.int64)
+    return tokens, times
+
+
+def torch_greedy(dec: Decoder, prompt: np.ndarray, steps: int, device: str = "cpu") -> tuple[list[list[int]], list[float]]:
+    """The same loop in PyTorch eager with its own cache (`use_cache=True`): tokens and seconds per step."""
+    import torch
+
+    model = dec.module.to(device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    ids = torch.from_numpy(prompt.astype(np.int64)).to(device)
+    tokens: list[list[int]] = [[] for _ in range(prompt.shape[0])]
+    times, cache = [], None
+    with torch.no_grad():
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+            nxt = out.logits[:, -1].argmax(-1)
+            sync()
+            times.append(time.perf_counter() - t0)
+            cache = out.past_key_values
+            for b, t in enumerate(nxt.tolist()):
+                tokens[b].append(int(t))
+            ids = nxt.reshape(-1, 1)
+    return tokens, times

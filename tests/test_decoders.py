@@ -1,0 +1,36 @@
+"""Decoders with their key/value cache on the device (kompute_dml/bench/decoders.py): GPT-2 and
+Llama (random weights, tiny) exported as one step with past / present values, run greedily
+through the ONNX backend with each step's presents fed back as Tensors; the tokens equal
+PyTorch's greedy tokens with its own cache, and only the logits come back to the host."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("torch", reason="torch (requirements-model.txt) exports the decoders")
+pytest.importorskip("transformers", reason="transformers (requirements-model.txt) defines the decoders")
+
+import kompute_dml as kdml
+from kompute_dml.bench import decoders
+from kompute_dml.onnx_backend import CPU, Backend
+
+STILL_ON_THE_CPU = {"gpt2": set(), "llama": {"ReduceMean", "Sin", "Cos"}}  # as tests/test_model_families.py
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_greedy_tokens_equal_torch_with_the_cache_on_the_device(name, monkeypatch):
+    dec = decoders.build(name, "tiny")
+    rep = Backend.prepare(str(dec.path), "CPU")
+    assert {p.op_type for p in rep.placement if p.target == CPU} == STILL_ON_THE_CPU[name]
+    prompt = np.random.default_rng(7).integers(1, decoders.VOCAB, (2, 7))
+    want, _ = decoders.torch_greedy(dec, prompt, 6)
+    reads = []
+    real = kdml.Tensor.numpy
+    monkeypatch.setattr(kdml.Tensor, "numpy", lambda self, *a, **kw: reads.append(self.shape) or real(self, *a, **kw))
+    got, _ = decoders.greedy(rep, dec, prompt, 6)
+    assert got == want
+    if not STILL_ON_THE_CPU[name]:  # wholly on the device: the logits are all that is read back
+        assert reads == [(2, 7, decoders.VOCAB)] + [(2, 1, decoders.VOCAB)] * 5
+        assert rep.last_run.uploads == 1 and rep.last_run.downloads == 0 and rep.last_run.cpu_segments == 0
