@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--decoders", default="gpt2,llama")
+    ap.add_argument("--node-by-node", action="store_true", help="also time ours without whole-graph plans")
     args = ap.parse_args(argv)
     import onnxruntime as ort
     import torch
@@ -71,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         print(_line("kompute_dml", t_ours, args.new))
         print(_line("onnxruntime", t_ort, args.new))
         print(_line(f"torch {dev}", t_torch, args.new))
+        if args.node_by_node:
+            rep.state.node_by_node = True
+            decoders.greedy(rep, dec, prompt, 3)
+            nbn, t_nbn = decoders.greedy(rep, dec, prompt, args.new + 1)
+            rep.state.node_by_node = False
+            print(_line("node by node", t_nbn, args.new) + f"  (tokens equal torch: {nbn == ref})")
         print(f"  ours / torch tokens/s: {median(t_torch[1:]) / median(t_ours[1:]):.2f}; ours / onnxruntime: "
               f"{median(t_ort[1:]) / median(t_ours[1:]):.2f}; prompt torch/ours {t_torch[0] / t_ours[0]:.2f}", flush=True)
     return 0
