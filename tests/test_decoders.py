@@ -14,9 +14,8 @@ pytest.importorskip("transformers", reason="transformers (requirements-model.txt
 
 import kompute_dml as kdml
 from kompute_dml.bench import decoders
+from kompute_dml.bench.families import CPU_NODE_TYPES as STILL_ON_THE_CPU
 from kompute_dml.onnx_backend import CPU, Backend
-
-STILL_ON_THE_CPU = {"gpt2": set(), "llama": {"ReduceMean", "Sin", "Cos"}}  # as tests/test_model_families.py
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])

@@ -1,6 +1,7 @@
 """The transformer families users bring (kompute_dml/bench/families.py: random weights, tiny
 sizes) through the ONNX backend on this device: outputs against onnxruntime's CPU provider, and
-which node types still leave the device. STILL_ON_THE_CPU is today's list per family: a node type
+which node types still leave the device. STILL_ON_THE_CPU (families.CPU_NODE_TYPES, which the README's
+table shows) is today's list per family: a node type
 on the CPU that is not listed fails (a regression), and a listed one that no longer is fails too
 (the list must shrink with the work that moves it: issue 52)."""
 
@@ -19,16 +20,7 @@ pytest.importorskip("transformers", reason="transformers (requirements-model.txt
 from kompute_dml.bench import families  # noqa: E402
 from kompute_dml.onnx_backend import CPU, Backend  # noqa: E402
 
-STILL_ON_THE_CPU = {
-    "distilbert-int8": set(),
-    "distilbert-int8-raw": {"Erf"},
-    "roberta-int8": {"CumSum", "Not"},
-    "bert-fp32-fused": {"Attention", "EmbedLayerNormalization"},
-    "gpt2": set(),
-    "llama": {"ReduceMean", "Sin", "Cos"},
-    "vit": {"Conv", "Erf"},
-    "whisper-encoder": {"Conv", "Erf"},
-}
+STILL_ON_THE_CPU = families.CPU_NODE_TYPES
 
 
 def _rows(a: np.ndarray) -> np.ndarray:

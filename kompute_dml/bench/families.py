@@ -143,6 +143,30 @@ FAMILIES = {f.name: f for f in (
 )}
 
 
+# The node types of each family (tiny) that still run on onnxruntime's CPU provider on lavapipe:
+# tests/test_model_families.py holds the backend to it both ways, the README's table says it.
+CPU_NODE_TYPES: dict[str, frozenset[str]] = {
+    "distilbert-int8": frozenset(),
+    "distilbert-int8-raw": frozenset({"Erf"}),
+    "roberta-int8": frozenset({"CumSum", "Not"}),
+    "bert-fp32-fused": frozenset({"Attention", "EmbedLayerNormalization"}),
+    "gpt2": frozenset(),
+    "llama": frozenset({"ReduceMean", "Sin", "Cos"}),
+    "vit": frozenset({"Conv", "Erf"}),
+    "whisper-encoder": frozenset({"Conv", "Erf"}),
+}
+DESCRIBED = {
+    "distilbert-int8": "DistilBERT, quantize_dynamic int8 + onnxruntime's extended fusions",
+    "distilbert-int8-raw": "DistilBERT, quantize_dynamic int8 as written (MatMulInteger chains)",
+    "roberta-int8": "RoBERTa, int8 fused",
+    "bert-fp32-fused": "BERT float32, onnxruntime's BERT optimizer",
+    "gpt2": "GPT-2 (logits; with its KV cache: kompute_dml/bench/decoders.py)",
+    "llama": "Llama (GQA, RMSNorm, rotary, SiLU)",
+    "vit": "ViT",
+    "whisper-encoder": "Whisper encoder",
+}
+
+
 def feeds(name: str, batch: int, seq: int, rng: np.random.Generator, size: str = "tiny") -> dict[str, np.ndarray]:
     """Inputs for `batch` x `seq` (text: token ids and a padding mask, later rows shorter; images and
     audio: the size's fixed shape)."""
