@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--placement", action="store_true", help="also list every node with where it runs")
     ap.add_argument("--profile", action="store_true",
                     help="after the timed runs, one more run with the device time of every dispatch, per node")
+    ap.add_argument("--quiet", "-q", action="store_true", help="no progress lines on standard error")
     ap.add_argument("--compare-onnxruntime", action="store_true",
                     help="also run the model with onnxruntime's CPU provider: its timing, each output's largest "
                          "absolute and relative difference and a verdict against the stated tolerance")
@@ -121,6 +122,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..onnx_backend.backend import load_model
     from ..onnx_backend.ort_compat import for_onnxruntime
     from .compare import compare_lines
+    from .progress import Stages
 
     model_path = Path(args.model)
     if not model_path.is_file():
@@ -138,10 +140,12 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     device = "CPU" if str(args.device).strip().upper() in ("CPU", "CPU:0") else f"VULKAN:{index}"
 
+    stages = Stages("kompute-dml run", args.quiet)
     t0 = time.perf_counter()
     try:
-        rep = Backend.prepare(model, device, feature_level=args.feature_level, fallback=args.fallback,
-                              exclude_ops=[op for op in args.exclude_ops.split(",") if op])
+        with stages.stage(f"preparing {model_path.name} ({len(model.graph.node)} nodes)"):
+            rep = Backend.prepare(model, device, feature_level=args.feature_level, fallback=args.fallback,
+                                  exclude_ops=[op for op in args.exclude_ops.split(",") if op])
     except (ValueError, DMLError, FallbackError) as e:
         raise UsageError(f"cannot prepare the model: {e}") from None
     t_prepare = time.perf_counter() - t0
@@ -165,16 +169,19 @@ def _run(args: argparse.Namespace) -> int:
             print(f"  [{p.index:4}] {p.op_type:28} {p.name:40} {where}{'  - ' + p.reason if p.reason else ''}")
 
     try:
-        t0 = time.perf_counter()
-        outputs = list(rep.run(feeds))
-        t_first = time.perf_counter() - t0
-        times, vk, cpu = [], [], []
-        for _ in range(args.repeat):
+        with stages.stage("first run (compiles the operators, plans the device program)"):
             t0 = time.perf_counter()
             outputs = list(rep.run(feeds))
-            times.append(time.perf_counter() - t0)
-            vk.append(rep.last_run.vulkan_seconds)
-            cpu.append(rep.last_run.cpu_seconds)
+            t_first = time.perf_counter() - t0
+        times, vk, cpu = [], [], []
+        with stages.stage(f"{args.repeat} timed run(s)", total=args.repeat) as advance:
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                outputs = list(rep.run(feeds))
+                times.append(time.perf_counter() - t0)
+                vk.append(rep.last_run.vulkan_seconds)
+                cpu.append(rep.last_run.cpu_seconds)
+                advance(1)
     except (ValueError, FallbackError) as e:
         raise UsageError(str(e)) from None
     st = rep.last_run
@@ -197,14 +204,17 @@ def _run(args: argparse.Namespace) -> int:
     if args.compare_onnxruntime:
         import onnxruntime as ort
 
-        # the IR version and opset this onnxruntime loads (onnx 1.23 writes newer ones)
-        sess = ort.InferenceSession(for_onnxruntime(model).SerializeToString(), providers=["CPUExecutionProvider"])
-        ref = sess.run(rep.output_names, feeds)
-        ort_times = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            sess.run(rep.output_names, feeds)
-            ort_times.append(time.perf_counter() - t0)
+        with stages.stage("onnxruntime CPU, for the comparison", total=args.repeat + 1) as advance:
+            # the IR version and opset this onnxruntime loads (onnx 1.23 writes newer ones)
+            sess = ort.InferenceSession(for_onnxruntime(model).SerializeToString(), providers=["CPUExecutionProvider"])
+            ref = sess.run(rep.output_names, feeds)
+            advance(1)
+            ort_times = []
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                sess.run(rep.output_names, feeds)
+                ort_times.append(time.perf_counter() - t0)
+                advance(1)
         print(f"onnxruntime CPU: median of {len(ort_times)} runs {statistics.median(ort_times) * 1e3:.2f} ms")
         for line in compare_lines(rep.output_names, outputs, ref, {n.op_type for n in model.graph.node}):
             print(line)
