@@ -25,9 +25,12 @@ def test_bench_quick_json(tmp_path, capsys):
     png = tmp_path / "bench.png"
     # --gpu off: the same rows and peers on every device (a GPU device would add GPU rows)
     assert cli_main(["bench", "--quick", "--rounds", "2", "--gpu", "off", "--json", str(out), "--plot", str(png)]) == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "ceiling" in printed and "latency" in printed
     r = json.loads(out.read_text())
+    # piped (capsys is no terminal): a progress line per row on standard error
+    assert captured.err.count("kompute-dml bench: [") == len(r["rows"]), captured.err
     for key in ("command", "machine", "rows", "latency", "goals", "ceiling_gbps", "rounds", "method"):
         assert key in r, key
     m = r["machine"]

@@ -93,6 +93,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="small sizes, few rounds: seconds (a GPU run: about a minute)")
     ap.add_argument("--json", metavar="FILE", help="write every figure and the machine description")
     ap.add_argument("--plot", metavar="FILE.png", help="chart ours against peers (matplotlib, Agg)")
+    ap.add_argument("--quiet", "-q", action="store_true", help="no progress lines on standard error when piped")
     ap.add_argument("--only", metavar="SUBSTR", help="only rows whose label (operator dtype shape) contains SUBSTR "
                     "(case-insensitive)")
     ap.add_argument("--rounds", type=int, default=None, help="samples per figure (default 15, quick 5)")
@@ -171,8 +172,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             ceil_s = interleaved({"c": ceiling_fn}, rounds)["c"]  # type: ignore[dict-item]
         prog.advance(task)
-        for spec in specs:
+        for k, spec in enumerate(specs):
             prog.update(task, description=spec.label)
+            if not console.is_terminal and not args.quiet:  # piped: a line per row, on standard error
+                print(f"kompute-dml bench: [{k + 1}/{len(specs)}] {spec.label} "
+                      f"({time.perf_counter() - t_start:.0f} s in)", file=sys.stderr, flush=True)
             t_row = time.perf_counter()
             try:
                 row = run_case(spec.make(), rounds, ceiling_fn, recorded=gpu_mode, ceiling_gbps=ceiling_gbps)
