@@ -1,11 +1,14 @@
 """GATHER and GATHER_ELEMENTS (ops/gather.py, shaders/gather.comp) against numpy references
-(np.take / np.take_along_axis on normalized indices; indices outside the axis give 0): every
-element width (every data type) with every index type, 1-8 dimensions, every axis, every
-IndexDimensions, negative and out-of-range indices (64-bit ones with high words set), strided
-layouts, random offsets with guard bytes, poisoned outputs whose every other byte must stay
-unchanged, the page's examples, host-enumerated dimensions, the helpers and refusals."""
+(np.take / np.take_along_axis on normalized indices): every element width (every data type)
+with every index type, 1-8 dimensions, every axis, every IndexDimensions, negative indices
+(64-bit ones with high words set), strided layouts, random offsets with guard bytes, poisoned
+outputs whose every other byte must stay unchanged, the page's examples, host-enumerated
+dimensions, the helpers and refusals. Out-of-range indices raise InvalidArgumentError naming
+the first one's position and value, checked on the device, and write nothing."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -24,40 +27,34 @@ ITYPES = sorted(_top.tensor("indices_tensor").types, key=lambda d: d.value)
 ET_TYPES = sorted(GATHER_ELEMENTS.require(HIGHEST_FEATURE_LEVEL).tensor("input_tensor").types, key=lambda d: d.value)
 
 
-def normalize(idx: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(positions clipped into the axis, valid mask): negative counts from the end."""
+def normalize(idx: np.ndarray, n: int) -> np.ndarray:
+    """Positions along an axis of n: negative indices count from the end (all in range)."""
     v = idx.astype(object) if idx.dtype == np.uint64 else idx.astype(np.int64)
     v = np.where(v < 0, v + n, v)
-    ok = (v >= 0) & (v < n)
-    return np.where(ok, v, 0).astype(np.int64), ok.astype(bool)
+    assert ((v >= 0) & (v < n)).all()
+    return v.astype(np.int64)
 
 
 def gather_ref(x: np.ndarray, idx: np.ndarray, axis: int, k: int, out_sizes) -> np.ndarray:
     n = x.ndim
     core = idx.reshape(idx.shape[n - k:])
-    pos, ok = normalize(core, x.shape[axis])
-    r = np.take(x, pos, axis=axis)
-    mask = ok.reshape((1,) * axis + core.shape + (1,) * (n - axis - 1))
-    return np.where(mask, r, np.zeros((), x.dtype)).reshape(out_sizes)
+    return np.take(x, normalize(core, x.shape[axis]), axis=axis).reshape(out_sizes)
 
 
 def elements_ref(x: np.ndarray, idx: np.ndarray, axis: int) -> np.ndarray:
-    pos, ok = normalize(idx, x.shape[axis])
-    return np.where(ok, np.take_along_axis(x, pos, axis=axis), np.zeros((), x.dtype))
+    return np.take_along_axis(x, normalize(idx, x.shape[axis]), axis=axis)
 
 
 def random_indices(rng, dt: DT, shape, n: int) -> np.ndarray:
-    """In-range, negative (signed types) and out-of-range indices, 64-bit ones with high words."""
+    """In-range indices, negative ones for signed types, with the ends of the range (-n: 64-bit
+    high word all ones) placed at random."""
     npd = dt.numpy_dtype
     signed = dt in (DT.INT32, DT.INT64)
-    lo = -n - 2 if signed else 0
-    v = rng.integers(lo, n + 3, size=shape).astype(npd)
-    if v.size >= 4 and rng.random() < 0.7:
+    v = rng.integers(-n if signed else 0, n, size=shape).astype(npd)
+    if v.size >= 2:
         flat = v.reshape(-1)
-        extras = {DT.INT32: [-(2 ** 31), 2 ** 31 - 1], DT.UINT32: [2 ** 32 - 1, 2 ** 31],
-                  DT.INT64: [2 ** 32 + 1, -(2 ** 32) + 1, -(2 ** 63)], DT.UINT64: [2 ** 32, 2 ** 64 - 1]}[dt]
-        for e in extras:
-            flat[int(rng.integers(0, flat.size))] = np.array(e).astype(npd) if e >= 0 else np.int64(e).astype(npd)
+        for e in ([-n, -1, n - 1] if signed else [0, n - 1]):
+            flat[int(rng.integers(0, flat.size))] = np.int64(e).astype(npd)
     return v
 
 
@@ -143,20 +140,117 @@ def test_gather_host_enumerated_and_odd_offsets(dev, rng, dt):
         run_gather(dev, rng, dt, DT.INT32, list(in_sizes), axis, 1, [3])
 
 
-def test_out_of_range_gives_zero(dev, rng):
-    """kompute_dml's rule where the page is silent: an index outside [-n, n) (signed) or
-    [0, n) (unsigned) writes 0 and reads nothing."""
-    x = np.arange(1, 6, dtype=np.float32)
-    for it, vals in ((DT.INT32, [5, -6, 2 ** 31 - 1, -(2 ** 31), -5, 4]), (DT.UINT32, [5, 2 ** 32 - 1, 0, 4]),
-                     (DT.INT64, [2 ** 32, 2 ** 32 + 1, -(2 ** 32) + 1, -6, -1, 0]),
-                     (DT.UINT64, [2 ** 32 + 1, 2 ** 64 - 1, 1, 3])):
-        idx = np.array(vals, dtype=np.int64 if it == DT.INT64 else np.uint64 if it == DT.UINT64 else None)
-        idx = idx.astype(it.numpy_dtype)
-        run_gather(dev, rng, DT.FLOAT32, it, [5], 0, 1, [len(vals)], x_values=x, idx_values=idx)
-        got = kdml.gather(x, idx).numpy()
-        want = [x[v] if -5 <= v < 5 and not (it in (DT.UINT32, DT.UINT64) and v < 0) else 0.0
-                for v in [int(i) for i in idx]]
-        assert got.tolist() == want
+# ---- out-of-range indices: InvalidArgumentError, nothing written --------------------------------
+# per index type, values outside a 5-long axis: past the end, below -5, and 64-bit ones whose low
+# word alone would be in range (2^32 + 1: low word 1; -(2^32) + 1: low word 1, high word not all ones)
+BAD = {DT.INT32: [5, -6, 2 ** 31 - 1, -(2 ** 31)], DT.UINT32: [5, 2 ** 32 - 1, 2 ** 31],
+       DT.INT64: [5, -6, 2 ** 32, 2 ** 32 + 1, -(2 ** 32) + 1, -(2 ** 63), 2 ** 63 - 1],
+       DT.UINT64: [5, 2 ** 32, 2 ** 32 + 1, 2 ** 64 - 1]}
+
+
+def _typed(values, it: DT) -> np.ndarray:
+    return np.array([np.int64(v).astype(it.numpy_dtype) if v < 0 else v for v in values], dtype=object).astype(
+        it.numpy_dtype)
+
+
+def _bad_message(value: int, position: tuple[int, ...], n: int, signed: bool) -> str:
+    return (re.escape(f"indices_tensor: index {value} at position {position} ") + ".*"
+            + re.escape(f"outside [{-n if signed else 0}, {n - 1}]"))
+
+
+@pytest.mark.parametrize("it", ITYPES, ids=str)
+def test_out_of_range_raises(dev, rng, it):
+    """Each bad value at a random place among in-range ones, strided indices: the error names the
+    first bad index's value and row-major position, the poisoned output is unchanged, and the
+    same operator then gathers right."""
+    signed = it in (DT.INT32, DT.INT64)
+    xd, idd, yd = TD(DT.FLOAT32, (5, 3)), TD(it, (1, 6), (0, 2)), TD(DT.FLOAT32, (6, 3))
+    op = dev.compile(kdml.GatherDesc(xd, idd, yd, axis=0, index_dimensions=1))
+    xv = rng.standard_normal((5, 3)).astype(np.float32)
+    x, _ = place(dev, rng, xd, xv)
+    good = random_indices(rng, it, (1, 6), 5)
+    for value in BAD[it]:
+        at = int(rng.integers(0, 6))
+        iv = good.copy()
+        iv[0, at] = _typed([value], it)[0]
+        ind, _ = place(dev, rng, idd, iv)
+        y, _ = place(dev, rng, yd)
+        before = poison_against(y, np.zeros((6, 3), np.float32), rng)
+        with pytest.raises(kdml.InvalidArgumentError, match=_bad_message(value, (0, at), 5, signed)):
+            op.execute([x, ind], [y])
+        assert y.buffer.read() == before
+        ind_good, _ = place(dev, rng, idd, good)
+        before = poison_against(y, np.zeros((6, 3), np.float32), rng)
+        op.execute([x, ind_good], [y])
+        assert_output(y, before, xv[normalize(good[0], 5)])
+
+
+def test_out_of_range_first_position_and_helpers(dev, rng):
+    """Several bad indices: the first in row-major order of the indices' logical positions (a
+    strided, transposed layout), in the helpers too; the user's case (5000 in a vocabulary of 5000)."""
+    idx = np.array([[0, 1, 2], [3, 9, 7]], np.int64)  # 9 at (1, 1), 7 at (1, 2)
+    x = dev.tensor(rng.standard_normal((8, 2)).astype(np.float32))
+    # the helper's descriptor has 3 dimensions (docs/gather.md): the indices are (1, 2, 3) there
+    transposed = kdml.Tensor(dev.buffer(np.ascontiguousarray(idx.T)), TD(DT.INT64, (2, 3), (1, 2)))
+    with pytest.raises(kdml.InvalidArgumentError, match="^indices_tensor: index 9 at position \\(0, 1, 1\\) "
+                                                        "\\(element 4 in row-major order\\)"):
+        kdml.gather(x, transposed)
+    with pytest.raises(kdml.InvalidArgumentError, match="^indices_tensor: index 5 at position \\(0, 1\\)"):
+        kdml.gather(np.arange(10, dtype=np.float32).reshape(5, 2), np.array([0, 5]), device=dev)
+    emb = dev.tensor(np.ones((5000, 4), np.float32))
+    with pytest.raises(kdml.InvalidArgumentError, match="^indices_tensor: index 5000 at .*\\[-5000, 4999\\]"):
+        kdml.gather(emb, np.array([[1, 5000, 2]]))
+    with pytest.raises(kdml.InvalidArgumentError, match="^indices_tensor: index -4 at position \\(0, 1\\)"):
+        kdml.gather_elements(np.arange(6, dtype=np.int32).reshape(2, 3), np.array([[0, -4, 5], [3, 0, 0]]), 1,
+                             device=dev)
+    got = kdml.gather_elements(np.arange(6, dtype=np.int32).reshape(2, 3), np.array([[2, -3, 1], [0, -1, 0]]), 1,
+                               device=dev)
+    assert got.numpy().tolist() == [[2, 0, 1], [3, 5, 3]]
+
+
+@pytest.mark.parametrize("it", ITYPES, ids=str)
+def test_gather_elements_out_of_range(dev, rng, it):
+    xd, idd = TD(DT.INT16, (3, 4)), TD(it, (3, 2))
+    op = dev.compile(kdml.GatherElementsDesc(xd, idd, TD(DT.INT16, (3, 2)), axis=1))
+    x, _ = place(dev, rng, xd, rng.integers(-100, 100, (3, 4)).astype(np.int16))
+    for value in BAD[it][:3]:
+        iv = np.zeros((3, 2), it.numpy_dtype)
+        iv[2, 1] = _typed([value], it)[0]
+        ind, _ = place(dev, rng, idd, iv)
+        y, _ = place(dev, rng, TD(DT.INT16, (3, 2)))
+        before = y.buffer.read()
+        with pytest.raises(kdml.InvalidArgumentError, match=_bad_message(value, (2, 1), 4, it.is_signed)):
+            op.execute([x, ind], [y])
+        assert y.buffer.read() == before
+
+
+def test_out_of_range_in_a_recording(dev, rng):
+    """Inside dev.record(): raised when the submission completes (leaving the block), naming the
+    operator; the bad execution writes nothing, the good ones recorded with it run, and the
+    operator, recorded twice (each execution its own check), is right afterwards."""
+    xd, idd, yd = TD(DT.FLOAT32, (4, 2)), TD(DT.INT32, (1, 3)), TD(DT.FLOAT32, (3, 2))
+    op = dev.compile(kdml.GatherDesc(xd, idd, yd, axis=0, index_dimensions=1))
+    xv = rng.standard_normal((4, 2)).astype(np.float32)
+    x = dev.tensor(xv)
+    good, bad = dev.tensor(np.array([[3, -4, 1]], np.int32)), dev.tensor(np.array([[0, 1, -5]], np.int32))
+    y1, _ = place(dev, rng, yd)
+    y2, _ = place(dev, rng, yd)
+    b1 = poison_against(y1, xv[[3, 0, 1]], rng)
+    b2 = y2.buffer.read()
+    with (pytest.raises(kdml.InvalidArgumentError, match="^indices_tensor: index -5 at position \\(0, 2\\)") as info,
+          dev.record() as rec):
+        rec.execute(op, [x, good], [y1])
+        rec.execute(op, [x, bad], [y2])
+    assert "GATHER" in "".join(getattr(info.value, "__notes__", []))
+    assert_output(y1, b1, xv[[3, 0, 1]])
+    assert y2.buffer.read() == b2
+    b1 = poison_against(y1, xv[[3, 0, 1]], rng)
+    b2 = poison_against(y2, xv[[0, 1, 3]], rng)
+    with dev.record() as rec:  # the same recording, in range: the same cached submission
+        rec.execute(op, [x, good], [y1])
+        rec.execute(op, [x, dev.tensor(np.array([[0, 1, -1]], np.int32))], [y2])
+    assert_output(y1, b1, xv[[3, 0, 1]])
+    assert_output(y2, b2, xv[[0, 1, 3]])
 
 
 EL_CASES = [(t, i) for t in ET_TYPES for i in ITYPES]

@@ -17,6 +17,7 @@ import numpy as np
 from ..core.errors import DMLError, InvalidArgumentError
 from ..core.tensor_desc import packed_strides
 from ..runtime import DeviceMemory, Submission, TransferPlan, Work, finished
+from ..runtime.inflight import Pending, settle
 from .memory import Tensor
 
 if TYPE_CHECKING:
@@ -49,6 +50,10 @@ class Recording:
         # the distinct compiled operators recorded, by id (the ONNX backend prepares the pipelines
         # other shapes of them take: OperatorSpec.ahead)
         self.operators: dict[int, Any] = {}
+        # the executions with a device check (ops/device_check.py), in order, read once the
+        # submission completed; per checked operator, how many of its executions were recorded
+        self._checks: list[Pending] = []
+        self._occurrences: dict[int, int] = {}
 
     def execute(self, op: Any, inputs: Any, outputs: Any) -> None:
         if self._done:
@@ -64,6 +69,15 @@ class Recording:
         self.operators[id(op)] = op
         self._labels.append((self.scope, op.support.name) if self.scope else op.support.name)
         self._count += len(op.plans)
+        check = op.check
+        if check is not None:  # its word's copy to the host, right after it (ops/device_check.py)
+            k = self._occurrences[id(op)] = self._occurrences.get(id(op), -1) + 1
+            copy_key, copy_work = check.copy(k)
+            self._keys.append(copy_key)
+            self._work.append(copy_work)
+            self._labels.append((self.scope, "check") if self.scope else "check")
+            self._count += 1
+            self._checks.append((check, k, bound, op.support.name, self.scope))
 
     def copy_in(self, host: np.ndarray, tensor: Tensor) -> None:
         """Record a copy of `host` (a contiguous array inside this device's `host_array`
@@ -143,15 +157,18 @@ class Recording:
         if self._done:
             return None if wait else finished(engine.lock)
         self._done = True
+        checks = self._checks
         try:
             if self._flushed:  # the rest after the heads, waited for
                 engine.run_rest(tuple(self._keys), self._work, self._labels, self._flushed, self._head)
-                return None if wait else finished(engine.lock)
-            if self._count:
-                return engine.submit(tuple(self._keys), self._work, wait, self._labels)[1]
-            return None if wait else finished(engine.lock)
+                submission = None if wait else finished(engine.lock)
+            elif self._count:
+                submission = engine.submit(tuple(self._keys), self._work, wait, self._labels)[1]
+            else:
+                submission = None if wait else finished(engine.lock)
         finally:
-            self._keys, self._work, self._labels = [], [], []
+            self._keys, self._work, self._labels, self._checks = [], [], [], []
+        return settle(submission, checks) if checks else submission  # type: ignore[no-any-return]
 
     def compile(self) -> RecordedProgram:
         """The recorded executions as a program to run again and again (the same buffers,
@@ -161,7 +178,7 @@ class Recording:
             raise DMLError("this recording was already submitted")
         self._done = True
         return RecordedProgram(self.device, tuple(self._keys), self._work, self._labels, self._count,
-                               (self._flushed, self._head) if self._flushed else None)
+                               (self._flushed, self._head) if self._flushed else None, self._checks)
 
     def __len__(self) -> int:
         return self._count
@@ -173,8 +190,9 @@ class RecordedProgram:
     engine's replay cache dropped it)."""
 
     def __init__(self, device: Device, keys: tuple[Hashable, ...], work: list[Work], labels: list[Any],
-                 count: int, head: tuple[int, list[Any]] | None = None) -> None:
+                 count: int, head: tuple[int, list[Any]] | None = None, checks: list[Pending] | None = None) -> None:
         self.device = device
+        self._checks = checks or []  # read after every run (ops/device_check.py)
         self._keys, self._work, self._labels = keys, work, labels
         self.dispatch_count = count
         self._replay: Any = None
@@ -188,6 +206,12 @@ class RecordedProgram:
         return self._work
 
     def run(self, wait: bool = True) -> Submission | None:
+        """Run the program; an execution's failed device check (ops/device_check.py) raises once
+        the run completed (with `wait=False`: from the Submission's wait())."""
+        submission = self._run(wait)
+        return settle(submission, self._checks) if self._checks else submission  # type: ignore[no-any-return]
+
+    def _run(self, wait: bool) -> Submission | None:
         engine = self.device.engine
         if not self.dispatch_count:
             return None if wait else finished(engine.lock)

@@ -34,7 +34,7 @@ from ..runtime.staging import host_copy
 from .handlers_values import BOOL, dml_numpy, is_packed
 from .plan_context import PlanContext, _block
 from .siblings import prepare_siblings
-from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_dtype, _value_shape
+from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_dtype, _value_shape, at_node
 
 if TYPE_CHECKING:
     from .rep import BackendRep
@@ -123,6 +123,7 @@ class GraphPlan:
 
         self.device_nodes = 0
         nodes = rep.node_table
+        self._node_of = {scope: (i, node) for i, (node, _t, _i, _o, scope) in enumerate(nodes)}  # Recording.scope
 
         def record(i: int) -> None:  # node i's handler, its outputs kept
             node, target, inputs, outputs, scope = nodes[i]
@@ -238,7 +239,13 @@ class GraphPlan:
             self._write_inputs(feeds)
             self._copy_device_inputs(feeds)
         stats.uploads += 1 if self.inputs else 0
-        self.program.run()
+        try:
+            self.program.run()
+        except kdml.InvalidArgumentError as e:  # a device check (a Gather's indices): name its node
+            node = self._node_of.get(getattr(e, "recorded_scope", None))
+            if node is not None:
+                at_node(e, *node)  # a kompute_dml error keeps its message and gains the node as a note
+            raise
         stats.submissions += 1 + bool(self.device_inputs) + on_device  # the program, the copies in and out
         stats.dispatches = self.dispatches
         stats.vulkan_nodes += self.device_nodes

@@ -18,6 +18,7 @@ from ..core.registry import OperatorSupport
 from ..core.tensor_desc import MINIMUM_BUFFER_TENSOR_ALIGNMENT, TensorDesc, validate_desc
 from ..device.memory import Tensor, calc_span_bytes, check_binding_range
 from ..runtime import DispatchPlan, Submission, TransferPlan, finished
+from .device_check import DeviceCheck, settle
 
 if TYPE_CHECKING:
     from ..device.device import Device
@@ -89,6 +90,9 @@ class CompiledOperator:
     """An operator descriptor validated for one device, with its dispatch plans."""
 
     allows_inplace = False
+    # A check of input values made on the device (ops/device_check.py: GATHER's indices), whose
+    # word every submission of an execution copies to the host and reads after it completed.
+    check: DeviceCheck | None = None
 
     def __init__(
         self,
@@ -289,16 +293,24 @@ class CompiledOperator:
         bound, key = self.bind(inputs, outputs)
         if key is None or not self.plans:
             return None if wait else finished(self.engine.lock)
+        check = self.check
         last = self._last
         if last is not None and last[0] is key:
             ran = self.engine.rerun(last[1], wait)
             if ran is not False:
-                return ran  # type: ignore[return-value]
+                return ran if check is None else settle(ran, ((check, 0, bound, self.support.name, None),))  # type: ignore[return-value]
         # the key of a one-execution submission: an eager execution and a recording of
-        # just this execution replay the same kp sequence
-        replay, submission = self.engine.submit((key,), ((self.plans, bound),), wait, (self.support.name,))
+        # just this execution replay the same kp sequence (with the check word's copy, the
+        # recording's first occurrence of the operator: ops/device_check.py)
+        if check is None:
+            replay, submission = self.engine.submit((key,), ((self.plans, bound),), wait, (self.support.name,))
+            self._last = (key, replay)
+            return submission
+        copy_key, copy_work = check.copy(0)
+        replay, submission = self.engine.submit((key, copy_key), ((self.plans, bound), copy_work), wait,
+                                                (self.support.name, "check"))
         self._last = (key, replay)
-        return submission
+        return settle(submission, ((check, 0, bound, self.support.name, None),))  # type: ignore[no-any-return]
 
 
 def _byte_positions(t: Tensor) -> np.ndarray:

@@ -9,7 +9,10 @@ where an output dimension is an index dimension), the indices (stride 0 where an
 dimension is an input dimension) and the output; the shader (shaders/gather.comp) adds
 index * the input's axis stride. Elements move as bit patterns (a variant per element width
 and index type). Negative indices of signed index types count from the end of the axis; an
-index outside the axis gives 0 and reads nothing (docs/gather.md).
+index outside the axis raises InvalidArgumentError ("indices_tensor: ...") and nothing is
+written: a check dispatch before the gather (shaders/gather_check.comp, ops/device_check.py)
+records the first one in the operator's check word, which the gather dispatches read
+(docs/gather.md "The range check").
 Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's table
 (InvalidArgumentError / UnsupportedError naming the field), then the page's constraints
 (InvalidArgumentError whose message starts with the field), then a non-overlapping output and
@@ -22,6 +25,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..core.dtypes import DataType
 from ..core.errors import UnsupportedError, invalid
 from ..core.inputs import as_host_array
@@ -33,8 +38,10 @@ from ..device.device import Device
 from ..device.memory import Tensor
 from ..functional import _packed, check_out, compile_cached, pooled_empty
 from ..functional.elementwise import _operands
+from ..runtime import DispatchPlan, grid_for
 from . import contract
 from .base import CompiledOperator, validate_tensors
+from .device_check import DeviceCheck
 from .elementwise import CompiledElementWise
 from .elementwise_plan import check_addressable, plan_elementwise
 from .spec import OnnxOp, OperatorSpec
@@ -74,8 +81,8 @@ class GatherDesc:
     others must be 1); OutputTensor.Sizes = {Input.Sizes[0..axis), Indices.Sizes[N - k..N),
     Input.Sizes[axis + 1..N)} right-aligned to N (leading 1s cropped or added). Negative
     indices of signed types count from the end of the axis (the page, from feature level 3_0);
-    an index outside the axis gives 0 (kompute_dml's choice: the page only says the output is
-    then incorrect and reads stay within the input)."""
+    an index outside the axis raises InvalidArgumentError naming it and writes nothing, as
+    onnxruntime refuses it (the page only says the output is then incorrect)."""
 
     input_tensor: TensorDesc
     indices_tensor: TensorDesc
@@ -140,8 +147,36 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, axis: int,
     virtual = (TensorDesc(x.data_type, y.sizes, tuple(a_str)), TensorDesc(ind.data_type, y.sizes, tuple(b_str)), y)
     variant = contract.GATHER.name(bits=8 * x.data_type.size, idx=_INDEX_CODE[ind.data_type])
     family: Any = _WithAxis(x.sizes[axis], x.effective_strides[axis])
-    plans = plan_elementwise(family, variant, virtual, device.limits["max_compute_work_group_count"][0])
-    return CompiledElementWise(device, desc, support, support.inputs, support.outputs, list(plans))
+    max_groups = device.limits["max_compute_work_group_count"][0]
+    gathers = plan_elementwise(family, variant, virtual, max_groups)
+    # the binding list: input, indices, output, then the check word (ops/device_check.py); the
+    # gather dispatches read the word (binding 3) and write nothing once the check set it
+    check = DeviceCheck(device, 3, lambda position, bound: _out_of_range(desc, support.name, axis, position, bound[1]))
+    pad = MAX_DIMENSIONS - ind.dimension_count
+    count = ind.element_count
+    check_plan = DispatchPlan(
+        variant=contract.GATHER_CHECK.name(idx=_INDEX_CODE[ind.data_type]), bindings=(1, 3),
+        push=contract.GATHER_CHECK.pack(b_off=0, count=count, size=[1] * pad + list(ind.sizes),
+                                        str=[0] * pad + list(ind.effective_strides), axis_len=x.sizes[axis]),
+        groups=grid_for(count, 256, max_groups), writes=(3,),
+        offset_slots=contract.GATHER_CHECK.slots(b_off=(1, ind.data_type.size)))
+    plans = [check.fill, check_plan, *(dataclasses.replace(p, bindings=(*p.bindings, 3)) for p in gathers)]
+    op = CompiledElementWise(device, desc, support, support.inputs, support.outputs, plans, constants=[check.word])
+    op.check = check
+    return op
+
+
+def _out_of_range(desc: Any, name: str, axis: int, position: int, indices: Tensor) -> str:
+    """The error of the index at row-major `position` of the bound indices, which the check
+    dispatch found outside the axis: its value is read back here (the error path)."""
+    d = desc.indices_tensor
+    coords = tuple(int(c) for c in np.unravel_index(position, d.sizes))
+    at = indices.offset + sum(c * s for c, s in zip(coords, d.effective_strides)) * d.data_type.size
+    value = int(np.frombuffer(indices.buffer.read(at, d.data_type.size), d.data_type.numpy_dtype)[0])
+    n = desc.input_tensor.sizes[axis]
+    lo = -n if d.data_type.is_signed else 0
+    return (f"indices_tensor: index {value} at position {coords} (element {position} in row-major order) is "
+            f"outside [{lo}, {n - 1}] (input_tensor's size {n} at axis {axis}): {name} wrote no output")
 
 
 def gather_output_sizes(input_sizes: tuple[int, ...], indices_sizes: tuple[int, ...], axis: int,
@@ -246,7 +281,7 @@ def _run(dev: Device, desc: Any, ins: list[Tensor], shape: tuple[int, ...], out:
 def gather(x: Any, indices: Any, axis: Any = 0, *, out: Tensor | None = None,
            device: Device | None = None) -> Tensor:
     """ONNX Gather on DML_GATHER: x's slices along `axis` picked by `indices` (negative indices
-    count from the end; an index outside the axis gives 0)."""
+    count from the end; an index outside the axis raises InvalidArgumentError)."""
     q0 = None
     if not isinstance(indices, Tensor):
         indices = as_host_array(indices, "indices", dml=False)
@@ -280,8 +315,9 @@ def gather_elements(x: Any, indices: Any, axis: Any = 0, *, out: Tensor | None =
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (
-    OperatorSpec(GatherDesc, GATHER, compile_gather, (contract.GATHER,), helpers=("gather",), onnx=(OnnxOp("Gather", "", "gather"),)),
-    OperatorSpec(GatherElementsDesc, GATHER_ELEMENTS, compile_gather_elements, (contract.GATHER,),
+    OperatorSpec(GatherDesc, GATHER, compile_gather, (contract.GATHER, contract.GATHER_CHECK), helpers=("gather",),
+                 onnx=(OnnxOp("Gather", "", "gather"),)),
+    OperatorSpec(GatherElementsDesc, GATHER_ELEMENTS, compile_gather_elements, (contract.GATHER, contract.GATHER_CHECK),
                  helpers=("gather_elements",),
                  onnx=(OnnxOp("GatherElements", "", "gather_elements"),)),
 )

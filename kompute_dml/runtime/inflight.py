@@ -14,8 +14,13 @@ host waiting in between. The host waits only where it must:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+
+# A device check of an execution in a submission (ops/device_check.py): (the check, occurrence,
+# bound tensors, operator name, recording scope: None for an eager execution); `check.error(k,
+# bound)` is its error once the submission completed, or None
+Pending = tuple[Any, int, Sequence[Any], str, "str | None"]
 
 
 class InFlight:
@@ -82,3 +87,46 @@ class Submission:
 def finished(lock: Any) -> Submission:
     """A Submission with nothing to wait for (an execution with nothing to run)."""
     return Submission(None, None, 0, lock)
+
+
+def raise_first(pending: Sequence[Pending]) -> None:
+    """Raise the first failed check of a completed submission, in execution order: inside a
+    recording (`scope` not None) noted with the operator and the recording's scope (Recording.scope:
+    the ONNX plan's node), and `recorded_scope` set for callers that map it further
+    (onnx_backend/device_graph.py)."""
+    for check, k, bound, name, scope in pending:
+        err = check.error(k, bound)
+        if err is not None:
+            err.recorded_scope = scope  # type: ignore[attr-defined]
+            if scope is not None:
+                where = f" (recorded in {scope!r})" if scope else ""
+                err.add_note(f"raised when the recorded submission completed: its {name} execution{where}")
+            raise err
+
+
+class CheckedSubmission:
+    """A Submission of executions with device checks: `wait()` raises the
+    first failed check once the device is done. (Reading a bound buffer instead waits without
+    raising; the output is then unchanged.)"""
+
+    __slots__ = ("_pending", "_sub")
+
+    def __init__(self, sub: Any, pending: Sequence[Pending]) -> None:
+        self._sub, self._pending = sub, pending
+
+    def done(self) -> bool:
+        return bool(self._sub.done())
+
+    def wait(self) -> None:
+        self._sub.wait()
+        pending, self._pending = self._pending, ()
+        raise_first(pending)
+
+
+def settle(sub: Any, pending: Sequence[Pending]) -> Any:
+    """After a submission of checked executions: raise the first failed check where it was
+    waited for (`sub` None), else the Submission whose wait() raises it."""
+    if sub is None:
+        raise_first(pending)
+        return None
+    return CheckedSubmission(sub, pending)

@@ -233,6 +233,14 @@ GATHER = family("gather", "gather.comp", "gather_b{bits}_{idx}", GATHER_PUSH, _L
                 idx=tuple(GATHER_INDEX_TYPES),
                 defines=lambda bits, idx: {"ELEM_BITS": bits, "IDX_BITS": GATHER_INDEX_TYPES[idx][0],
                                            "IDX_SIGNED": GATHER_INDEX_TYPES[idx][1], "RANK": EW_RANK})
+# GATHER's range check (shaders/gather_check.comp), the dispatch before the gather's: the indices
+# tensor's own sizes and strides (up to 8 dimensions, leading 1s padded), one invocation per
+# element; the first out-of-range element's row-major position goes into the operator's check word
+GATHER_CHECK_PUSH = block("b_off", "count", "size[8]", "str[8]", "axis_len")
+GATHER_CHECK = family("gather_check", "gather_check.comp", "gather_check_{idx}", GATHER_CHECK_PUSH, _L256,
+                      idx=tuple(GATHER_INDEX_TYPES),
+                      defines=lambda idx: {"IDX_BITS": GATHER_INDEX_TYPES[idx][0],
+                                           "IDX_SIGNED": GATHER_INDEX_TYPES[idx][1]})
 
 # ---- float unary operators (ACTIVATION_GELU, ACTIVATION_RELU, ...; shaders/float_unary.comp) on the
 # element-wise block and plans. An operator module declares `FLOAT_UNARY = "<name>"` (or a tuple
@@ -348,7 +356,7 @@ GEMM_COOP = family("gemm_coop", "gemm_coop.comp", "gemmc16{emulated}_{a}{b}", GE
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
-    EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, CAST, DEQUANT, GATHER,
+    EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, CAST, DEQUANT, GATHER, GATHER_CHECK,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT,
     MVN, MVN_SKIP,
