@@ -3,6 +3,8 @@ can run before any input arrives."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
@@ -150,3 +152,6 @@ class _NodeTypes:
 
     def dtype_of(self, elem_type: int) -> np.dtype | None:
         return _np_dtype_of_onnx(elem_type)
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return _attr(self._node, name, default)

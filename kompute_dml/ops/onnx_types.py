@@ -29,6 +29,8 @@ class NodeTypes(Protocol):
 
     def dtype_of(self, elem_type: int) -> np.dtype | None: ...  # an ONNX element type as numpy's
 
+    def attr(self, name: str, default: Any = None) -> Any: ...  # an attribute's value (default: absent)
+
 
 Rule = Callable[[NodeTypes], str]  # "" where the node may run on the operator, else why not
 
