@@ -43,21 +43,9 @@ float kdml_exp_neg(float hi, float lo, int scale) {
     return p * uintBitsToFloat(uint(127 + scale - int(k)) << 23);
 }
 
-// GELU(x) = x * 0.5 * (1 + erf(x / sqrt 2)) = x * Phi(x), Phi the normal CDF, through
-// erfc(a / sqrt 2) = exp(-x^2 / 2) R(a) (a = |x|): x Phi(x) = x erfc(a / sqrt 2) / 2 for x < 0,
-// x (1 - erfc(a / sqrt 2) / 2) for x >= 0, without the cancellation of 1 + erf in the negative tail.
-// x^2 / 2 = hi + lo exactly enough: xh (x's top 12 significand bits) squared is exact. erfc is
-// carried scaled by 2^64, so no intermediate is subnormal while the result is normal.
-// -0 -> -0, +inf -> +inf, -inf -> -0, NaN -> NaN.
-float kdml_gelu(float x) {
-    float a = abs(x);
-    if (kdml_is_nan(x)) return x;
-    if (a > KDML_GELU_AMAX) return x < 0.0 ? -0.0 : x;
-    precise float xh = uintBitsToFloat(floatBitsToUint(x) & 0xFFFFF000u);
-    precise float xl = x - xh;
-    precise float hi = (xh * xh) * 0.5;
-    precise float lo = (xl * (x + xh)) * 0.5;
-    precise float e = kdml_exp_neg(hi, lo, 64);  // 2^64 exp(-x^2 / 2)
+// R(a) = exp(a^2 / 2) erfc(a / sqrt 2) for 0 <= a <= 14.5, the piece chosen by a's exponent
+// (shared by GELU here and ERF in unary_math.glsl)
+float kdml_erfcx(float a) {
     int piece = clamp(int(floatBitsToUint(a) >> 23) - 126, 0, 4);
     bool p1 = piece == 1, p2 = piece == 2, p3 = piece == 3, p4 = piece == 4;
     precise float u = a - (p4 ? KDML_ERFCX_MID[4] : p3 ? KDML_ERFCX_MID[3] : p2 ? KDML_ERFCX_MID[2]
@@ -76,6 +64,25 @@ float kdml_gelu(float x) {
     p = p * u + KDML_RC(1);
     p = p * u + KDML_RC(0);
 #undef KDML_RC
+    return p;
+}
+
+// GELU(x) = x * 0.5 * (1 + erf(x / sqrt 2)) = x * Phi(x), Phi the normal CDF, through
+// erfc(a / sqrt 2) = exp(-x^2 / 2) R(a) (a = |x|): x Phi(x) = x erfc(a / sqrt 2) / 2 for x < 0,
+// x (1 - erfc(a / sqrt 2) / 2) for x >= 0, without the cancellation of 1 + erf in the negative tail.
+// x^2 / 2 = hi + lo exactly enough: xh (x's top 12 significand bits) squared is exact. erfc is
+// carried scaled by 2^64, so no intermediate is subnormal while the result is normal.
+// -0 -> -0, +inf -> +inf, -inf -> -0, NaN -> NaN.
+float kdml_gelu(float x) {
+    float a = abs(x);
+    if (kdml_is_nan(x)) return x;
+    if (a > KDML_GELU_AMAX) return x < 0.0 ? -0.0 : x;
+    precise float xh = uintBitsToFloat(floatBitsToUint(x) & 0xFFFFF000u);
+    precise float xl = x - xh;
+    precise float hi = (xh * xh) * 0.5;
+    precise float lo = (xl * (x + xh)) * 0.5;
+    precise float e = kdml_exp_neg(hi, lo, 64);  // 2^64 exp(-x^2 / 2)
+    precise float p = kdml_erfcx(a);
     precise float t = e * p;  // 2^64 erfc(a / sqrt 2)
     precise float y;
     if (x < 0.0) {

@@ -7,7 +7,7 @@
 //
 // The element-wise block's b_str words, unused by one-input operators, carry the parameters:
 // [0] flags (1: ScaleBias present), [1] scale, [2] bias (float32 bits), [3] the operator's
-// parameter (ROUND's RoundingMode).
+// parameter (ROUND's RoundingMode, SOFTPLUS's Steepness).
 #ifndef KDML_UNARY_MATH_GLSL
 #define KDML_UNARY_MATH_GLSL
 
@@ -242,6 +242,73 @@ uint um_tanh(uint x) {
     return (x & 0x80000000u) | floatBitsToUint(y);
 }
 
+// erf(x): below 0.75 x + x Q(x^2) (Q fitted to float64 erf, coefficients rounded to float32:
+// tools/measure_unary.py --fit-erf); else 1 - erfc(|x|) with erfc(|x|) = exp(-x^2) R(|x| sqrt 2)
+// (gelu_math.glsl's exp and R(a) = exp(a^2 / 2) erfc(a / sqrt 2): x^2 = hi + lo split exactly
+// as GELU's, so only R, slowly varying, sees the rounded |x| sqrt 2); +-1 from 4 (erfc(4) <
+// 2^-25). Below 2^-13 x + x Q(0), scaled by 2^64 and rounded to the subnormal grid in integer
+// code (subnormal inputs read from their bits), so no result depends on denormal handling; odd.
+const float UM_ERF_C[7] = float[](1.283791661e-01, -3.761263788e-01, 1.128377840e-01, -2.686478011e-02,
+                                  5.216816440e-03, -8.357356419e-04, 9.472998499e-05);
+uint um_erf(uint x) {
+    uint a = x & 0x7FFFFFFFu;
+    uint s = x & 0x80000000u;
+    if (a > F32_INF) return um_quiet(x);
+    if (a >= 0x40800000u) return s | 0x3F800000u;  // |x| >= 4, infinities included
+    precise float v = uintBitsToFloat(a);
+    if (a < 0x39000000u) {
+        // w = |x| 2^64: a subnormal |x| from its integer significand (a 2^-149 2^64 = a 2^-85)
+        precise float w = a < 0x00800000u ? float(a) * uintBitsToFloat(42u << 23) : v * 18446744073709551616.0;
+        precise float y = w + w * UM_ERF_C[0];
+        return a == 0u ? x : s | um_ldexp(y, -64);
+    }
+    precise float y;
+    if (v < 0.75) {
+        precise float z = v * v;
+        precise float p = UM_ERF_C[6];
+        p = p * z + UM_ERF_C[5];
+        p = p * z + UM_ERF_C[4];
+        p = p * z + UM_ERF_C[3];
+        p = p * z + UM_ERF_C[2];
+        p = p * z + UM_ERF_C[1];
+        p = p * z + UM_ERF_C[0];
+        y = v + v * p;
+    } else {
+        precise float xh = uintBitsToFloat(a & 0xFFFFF000u);
+        precise float xl = v - xh;
+        precise float e = kdml_exp_neg(xh * xh, xl * (v + xh), 0);  // exp(-x^2), x^2 <= 16
+        y = 1.0 - e * kdml_erfcx(v * 1.41421354);
+    }
+    return s | floatBitsToUint(y);
+}
+
+// log(1 + u) for u = float32 bits in [0, 1]: log(w) + c / w with w = 1 + u rounded and c = u -
+// (w - 1) its exact rounding error (Fast2Sum: |u| <= 1); u below 2^-24 returned as it came
+// (log1p(u) = u (1 - u / 2 + ...) rounds to u), so a subnormal u is never added
+uint um_log1p(uint u) {
+    if (u < 0x33800000u) return u;
+    precise float uf = uintBitsToFloat(u);
+    precise float w = 1.0 + uf;
+    precise float c = uf - (w - 1.0);
+    return floatBitsToUint(uintBitsToFloat(um_log(floatBitsToUint(w))) + um_div(c, w));
+}
+
+// softplus(x) = log(1 + exp(s x)) / s, s = b_str[3] (Steepness >= 1, float32): t = s x rounded
+// to float32 (exact for s = 1 or a power of two), then max(t, 0) + log1p(exp(-|t|)) (no
+// overflow, no cancellation), divided by s (correctly rounded; skipped for s = 1). From t >= 16
+// the result is x itself (log1p(exp(-t)) / (s x) < 2^-25); -inf -> +0, +inf -> +inf.
+uint um_softplus(uint x) {
+    if (um_nan(x)) return um_quiet(x);
+    float s = uintBitsToFloat(pc.b_str[3]);
+    precise float t = uintBitsToFloat(x) * s;
+    if (t >= 16.0) return x;
+    uint l = um_log1p(um_exp(floatBitsToUint(t) | 0x80000000u));  // log1p(exp(-|t|))
+    // for t <= 0 l itself: a subnormal l is never added (a flushing device would lose it)
+    precise float tl = t + uintBitsToFloat(l);
+    uint y = t > 0.0 ? floatBitsToUint(tl) : l;
+    return s == 1.0 ? y : f32_div_bits(y, pc.b_str[3]);
+}
+
 // ---- the function of this variant --------------------------------------------------------------
 #if defined(FN_ABS)
 uint um_f(uint x) { return x & 0x7FFFFFFFu; }
@@ -269,6 +336,10 @@ uint um_f(uint x) { return um_sigmoid(x); }
 uint um_f(uint x) { return um_softsign(x); }
 #elif defined(FN_TANH)
 uint um_f(uint x) { return um_tanh(x); }
+#elif defined(FN_ERF)
+uint um_f(uint x) { return um_erf(x); }
+#elif defined(FN_SOFTPLUS)
+uint um_f(uint x) { return um_softplus(x); }
 #endif
 
 // FLOAT16: decoded exactly, computed in float32, rounded once to float16 (f16_bits.glsl)

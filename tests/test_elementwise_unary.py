@@ -22,7 +22,9 @@ TD = kdml.TensorDesc
 FLOATS = (DT.FLOAT32, DT.FLOAT16)
 # ulps of the data type (docs/elementwise_unary.md; measured by tools/measure_unary.py)
 BOUND = {"exp": (1.2, 0.5), "log": (0.8, 0.5), "sigmoid": (2.3, 0.5), "softsign": (1.5, 0.5), "tanh": (1.5, 0.5),
-         "elementwise_tanh": (1.5, 0.5)}
+         "elementwise_tanh": (1.5, 0.5), "erf": (1.4, 0.5), "softplus": (2.0, 0.5)}
+# SOFTPLUS with a steepness s != 1: the division by s adds its rounding (measured 2.76 at s = 3)
+STEEP_BOUND = (2.8, 0.5)
 F16_SLACK = 1e-3  # the float16 results' reference is the float64 value: 0.5 ulp + the float32 error
 IDS = [op.helper for op in OPS]
 
@@ -31,11 +33,11 @@ def desc_type(op: UnaryOp) -> type:
     return getattr(kdml, "".join(w.capitalize() for w in op.name.split("_")) + "Desc")
 
 
-def check(op: UnaryOp, got: np.ndarray, ref64: np.ndarray) -> None:
+def check(op: UnaryOp, got: np.ndarray, ref64: np.ndarray, fields: dict | None = None) -> None:
     if op.exact:
         check_exact(got, ref64)
     else:
-        b32, b16 = BOUND[op.helper]
+        b32, b16 = STEEP_BOUND if (fields or {}).get("steepness", 1.0) != 1.0 else BOUND[op.helper]
         check_close(got, ref64, b32 if got.dtype == np.float32 else b16 + F16_SLACK)
 
 
@@ -48,6 +50,8 @@ def run_packed(dev, op: UnaryOp, x: np.ndarray, **fields) -> np.ndarray:
 
 
 def modes(op: UnaryOp) -> list[dict]:
+    if op.steepness:  # 2: s x exact; 3: s x rounded to float32 first (the reference does the same)
+        return [{}, {"steepness": 2.0}, {"steepness": 3.0}]
     return [{"rounding_mode": m} for m in kdml.RoundingMode] if op.rounding_mode else [{}]
 
 
@@ -55,14 +59,14 @@ def modes(op: UnaryOp) -> list[dict]:
 def test_every_float16(dev, op):
     x = every_float16()
     for fields in modes(op):
-        check(op, run_packed(dev, op, x, **fields), reference64(op.helper, x, int(fields.get("rounding_mode", 0))))
+        check(op, run_packed(dev, op, x, **fields), reference64(op.helper, x, **fields), fields)
 
 
 @pytest.mark.parametrize("op", OPS, ids=IDS)
 def test_float32(dev, rng, op):
     x = float32_inputs(rng)
     for fields in modes(op):
-        check(op, run_packed(dev, op, x, **fields), reference64(op.helper, x, int(fields.get("rounding_mode", 0))))
+        check(op, run_packed(dev, op, x, **fields), reference64(op.helper, x, **fields), fields)
 
 
 def test_special_values(dev):
@@ -79,6 +83,17 @@ def test_special_values(dev):
     assert kdml.round(z, device=dev).numpy()[2:].tolist() == [-2.0, 2.0, -0.0]
     got = kdml.round(z, rounding_mode=kdml.RoundingMode.TOWARD_INFINITY, device=dev).numpy()
     assert got[2:].tolist() == [-3.0, 3.0, -1.0]
+    # erf: odd (-0 -> -0), +-1 at +-inf and from |x| = 4; the smallest subnormal: 2/sqrt(pi) 2^-149
+    # rounds to 2^-149 (bits 1), computed without subnormal arithmetic
+    e = np.array([-0.0, np.inf, -np.inf, 4.0, -1e-45, 1e-45], np.float32)
+    assert kdml.erf(e, device=dev).numpy().view(np.uint32).tolist() == [
+        0x80000000, 0x3F800000, 0xBF800000, 0x3F800000, 0x80000001, 0x00000001]
+    # softplus: 0 at -inf, x itself for large x (no overflow), ln 2 at 0, exp(x) deep in the tail
+    sp = kdml.softplus(np.array([-np.inf, np.inf, 1e30, 100.0, 0.0, -100.0], np.float32), device=dev).numpy()
+    assert sp[:4].tolist() == [0.0, np.inf, np.float32(1e30), 100.0] and sp[4] == np.float32(np.log(2.0))
+    assert sp[5] == np.float32(np.exp(-100.0))
+    got = kdml.softplus(np.array([1e30, -np.inf], np.float32), steepness=10.0, device=dev).numpy()
+    assert got.tolist() == [np.float32(1e30), 0.0]  # s x = 1e31: the result is x, not inf / s
 
 
 SB_OPS = [op for op in OPS if op.scale_bias]
@@ -120,12 +135,12 @@ def run_layout(dev, rng, op: UnaryOp, x_desc: TD, y_desc: TD, v: np.ndarray, fie
     x, xraw = place(dev, rng, x_desc, v)
     y, _ = place(dev, rng, y_desc)
     logical = read_logical(xraw, x.offset, x_desc)
-    ref = reference64(op.helper, logical, int(fields.get("rounding_mode", 0)))
+    ref = reference64(op.helper, logical, **fields)
     before = poison_against(y, ref.astype(logical.dtype), rng)
     dev.compile(desc_type(op)(x_desc, y_desc, **fields)).execute([x], [y])
     got = read_logical(assert_outside_unchanged(y, before), y.offset, y_desc)
     assert x.buffer.read() == xraw
-    check(op, got, ref)
+    check(op, got, ref, fields)
 
 
 @pytest.mark.parametrize("op", OPS, ids=IDS)
@@ -174,6 +189,10 @@ BAD = [
     (kdml.ElementWiseLogDesc(F, F, scale_bias=kdml.ScaleBias("2", 0.0)), kdml.InvalidArgumentError,
      r"^scale_bias\.scale: must be a real number"),
     (kdml.ElementWiseRoundDesc(F, F, rounding_mode=3), kdml.InvalidArgumentError, r"^rounding_mode: must be"),
+    (kdml.ActivationSoftplusDesc(F, F, steepness=0.5), kdml.InvalidArgumentError, r"^steepness: must be a finite"),
+    (kdml.ActivationSoftplusDesc(F, F, steepness=float("nan")), kdml.InvalidArgumentError, r"^steepness: must be"),
+    (kdml.ActivationSoftplusDesc(F, F, steepness=float("inf")), kdml.InvalidArgumentError, r"^steepness: must be"),
+    (kdml.ActivationSoftplusDesc(F, F, steepness="2"), kdml.InvalidArgumentError, r"^steepness: must be a real"),
 ]
 
 
@@ -283,3 +302,34 @@ def test_isinf_feature_levels():
             d.compile(kdml.ElementWiseIsInfinityDesc(TD(DT.FLOAT32, (2, 2)), TD(DT.UINT8, (2, 2))))
     with kdml.Device(feature_level=FL.FL_2_0) as d, pytest.raises(kdml.UnsupportedError):
         d.compile(kdml.ElementWiseIsInfinityDesc(x, y))
+
+
+def test_onnx_isinf():
+    """ONNX IsInf's detect_negative / detect_positive as the InfinityMode, float32 and float16,
+    each output equal to onnxruntime's; both 0 (all false) runs on the CPU, still equal."""
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    from kompute_dml.onnx_backend import Backend
+
+    flags = [{}, {"detect_negative": 0}, {"detect_positive": 0}, {"detect_negative": 0, "detect_positive": 0}]
+    nodes = [helper.make_node("IsInf", ["x"], [f"x{i}"], **f) for i, f in enumerate(flags)]
+    nodes += [helper.make_node("IsInf", ["h"], [f"h{i}"], **f) for i, f in enumerate(flags[:3])]
+    names = [n.output[0] for n in nodes]
+    ins = [helper.make_tensor_value_info(n, t, [3, 5]) for n, t in (("x", TensorProto.FLOAT), ("h", TensorProto.FLOAT16))]
+    outs = [helper.make_tensor_value_info(n, TensorProto.BOOL, [3, 5]) for n in names]
+    model = helper.make_model(helper.make_graph(nodes, "isinf", ins, outs), opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    x = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e38, -1e38, 3.4e38, 1.0, -np.inf, np.inf, 5.0, -7.0, np.nan,
+                  1e-45], np.float32).reshape(3, 5)
+    with np.errstate(over="ignore"):
+        feeds = {"x": x, "h": x.astype(np.float16)}  # +-1e38 and 3.4e38 become float16 infinities
+    rep = Backend.prepare(model)
+    got = rep.run(feeds)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for name, g, w in zip(names, got, want):
+        assert g.dtype == np.bool_ and np.array_equal(g, w), name
+    assert [int(w.sum()) for w in want] == [4, 2, 2, 0, 7, 4, 3]  # the inputs tell every mode apart
+    assert [p.target for p in rep.placement] == ["vulkan"] * 3 + ["cpu"] + ["vulkan"] * 3
+    assert rep.summary().startswith("6 of 7 nodes on Vulkan")

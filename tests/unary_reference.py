@@ -6,6 +6,7 @@ docs/elementwise_unary.md)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -28,18 +29,32 @@ def _softsign(x: np.ndarray) -> np.ndarray:
     return np.where(np.isinf(x), np.sign(x), x / (1.0 + np.abs(x)))
 
 
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.frompyfunc(math.erf, 1, 1)(x).astype(np.float64)  # Python's libm erf (float64, < 1 ulp)
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0.0, x)  # max(x, 0) + log1p(exp(-|x|)) in float64
+
+
 # helper name -> the function on float64 values (ROUND: per rounding mode)
 REFERENCE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "abs": np.abs, "neg": np.negative, "ceil": np.ceil, "floor": np.floor, "sign": _sign,
     "reciprocal": lambda x: 1.0 / x, "sqrt": np.sqrt, "exp": np.exp, "log": np.log, "sigmoid": _sigmoid,
-    "softsign": _softsign, "tanh": np.tanh, "elementwise_tanh": np.tanh,
+    "softsign": _softsign, "tanh": np.tanh, "elementwise_tanh": np.tanh, "erf": _erf, "softplus": _softplus,
 }
 ROUND = {0: np.round, 1: np.trunc, 2: _round_away}  # DML_ROUNDING_MODE -> numpy (np.round: halves to even)
 
 
-def reference64(helper: str, x: np.ndarray, rounding_mode: int = 0) -> np.ndarray:
+def reference64(helper: str, x: np.ndarray, rounding_mode: int = 0, steepness: float = 1.0) -> np.ndarray:
+    """f(x) in float64; SOFTPLUS with a steepness s: softplus(t) / s at t = s x rounded to float32
+    (the operator's documented first step: exact for s = 1 and powers of two) where finite."""
     fn = ROUND[rounding_mode] if helper == "round" else REFERENCE[helper]
     with np.errstate(all="ignore"):
+        if steepness != 1.0:  # an s x beyond float32 stays as it is (the operator returns x there)
+            t64 = x.astype(np.float64) * float(np.float32(steepness))
+            t32 = t64.astype(np.float32).astype(np.float64)
+            return fn(np.where(np.isinf(t32) & np.isfinite(t64), t64, t32)) / float(np.float32(steepness))
         return fn(x.astype(np.float64))
 
 

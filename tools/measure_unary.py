@@ -7,6 +7,7 @@ and the share of results that are the correctly rounded one (docs/elementwise_un
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -22,47 +23,63 @@ from kompute_dml.ops.elementwise_unary import OPS  # noqa: E402
 
 # values where each function is hardest: near its overflow / underflow and cancellation points
 RANGES = {"exp": (-104.0, 89.0), "log": (0.0, 4.0), "sigmoid": (-90.0, 20.0), "softsign": (-4.0, 4.0), "tanh": (-1.0, 1.0),
-          "elementwise_tanh": (-10.0, 10.0)}
+          "elementwise_tanh": (-10.0, 10.0), "erf": (-4.5, 4.5), "softplus": (-110.0, 20.0)}
 
 
-def fit_tanh(top: float = 0.5625, deg: int = 6) -> None:
+def _erf64(x: np.ndarray) -> np.ndarray:
+    return np.frompyfunc(math.erf, 1, 1)(x).astype(np.float64)
+
+
+def fit_odd(name: str, top: float, deg: int) -> None:
+    """The small-|x| polynomial of tanh (x + x^3 P(x^2)) or erf (x + x Q(x^2)), fitted to the
+    float64 function at Chebyshev nodes in x^2, coefficients rounded to float32, then evaluated
+    in float32 as the shader does (Horner, then the sum) over 2^21 points of [2^-13, top]."""
+    fn = {"tanh": np.tanh, "erf": _erf64}[name]
+    x3 = name == "tanh"  # tanh's correction is x^3 P, erf's x Q
     k = np.arange(4000)
-    s = top * top * (1 - np.cos(np.pi * (k + 0.5) / 4000)) / 2  # Chebyshev nodes in x^2
+    s = top * top * (1 - np.cos(np.pi * (k + 0.5) / 4000)) / 2
     x = np.sqrt(s)
-    g = (np.tanh(x) - x) / x**3
-    c = np.polynomial.polynomial.polyfit(s, g, deg, w=np.sqrt(s)).astype(np.float32)  # relative error of tanh
+    g = (fn(x) - x) / (x**3 if x3 else x)
+    c = np.polynomial.polynomial.polyfit(s, g, deg, w=np.sqrt(s) if x3 else None).astype(np.float32)
     t = np.linspace(2.0**-13, top, 1 << 21).astype(np.float32)
     z = t * t
     p = c[deg]
     for j in range(deg - 1, -1, -1):
         p = np.float32(p * z + c[j])
-    y = np.float32(t + np.float32(t * np.float32(z * p)))  # the shader's order of operations
-    ref = np.tanh(t.astype(np.float64))
+    y = np.float32(t + np.float32(t * np.float32(z * p))) if x3 else np.float32(t + np.float32(t * p))
+    ref = fn(t.astype(np.float64))
     ulp = np.exp2(np.floor(np.log2(ref)) - 23)
     print(", ".join(f"{v:.9e}" for v in c), f"(max {np.max(np.abs(y - ref) / ulp):.3f} ulp)")
 
 
 def main() -> None:
     if "--fit-tanh" in sys.argv:
-        fit_tanh()
+        fit_odd("tanh", 0.5625, 6)
+        return
+    if "--fit-erf" in sys.argv:
+        fit_odd("erf", 0.75, 6)
         return
     rng = np.random.default_rng(2024)
     dev = kdml.Device()
     print("| operator | type | inputs | max error (ulp) | correctly rounded |")
     print("| --- | --- | --- | --- | --- |")
+    only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
     for op in OPS:
-        if op.exact or op.rounding_mode:
+        if op.exact or op.rounding_mode or (only and op.helper not in only):
             continue
         fn = getattr(kdml, op.helper)
         lo, hi = RANGES.get(op.helper, (-100.0, 100.0))
         x32 = np.concatenate([float32_inputs(rng), rng.uniform(lo, hi, 1 << 20).astype(np.float32)])
-        for x in (every_float16(), x32):
-            got = fn(x, device=dev).numpy()
-            ref = reference64(op.helper, x)
-            err = ulp_error(got, ref)
-            want = rounded(ref, x.dtype)
-            same = np.isnan(want) | (got == want)
-            print(f"| {op.name} | {x.dtype} | {x.size} | {err.max():.3f} | {same.mean():.6f} |")
+        for s in (1.0, 2.0, 3.0) if op.steepness else (1.0,):  # SOFTPLUS: s x exact, then rounded
+            kw = {"steepness": s} if op.steepness else {}
+            name = f"{op.name} (steepness {s:g})" if op.steepness else op.name
+            for x in (every_float16(), x32):
+                got = fn(x, device=dev, **kw).numpy()
+                ref = reference64(op.helper, x, steepness=s)
+                err = ulp_error(got, ref)
+                want = rounded(ref, x.dtype)
+                same = np.isnan(want) | (got == want)
+                print(f"| {name} | {x.dtype} | {x.size} | {err.max():.3f} | {same.mean():.6f} |")
 
 
 if __name__ == "__main__":

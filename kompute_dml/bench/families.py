@@ -147,13 +147,13 @@ FAMILIES = {f.name: f for f in (
 # tests/test_model_families.py holds the backend to it both ways, the README's table says it.
 CPU_NODE_TYPES: dict[str, frozenset[str]] = {
     "distilbert-int8": frozenset(),
-    "distilbert-int8-raw": frozenset({"Erf"}),
+    "distilbert-int8-raw": frozenset(),
     "roberta-int8": frozenset({"CumSum", "Not"}),
     "bert-fp32-fused": frozenset({"Attention", "EmbedLayerNormalization"}),
     "gpt2": frozenset(),
     "llama": frozenset({"ReduceMean", "Sin", "Cos"}),
-    "vit": frozenset({"Conv", "Erf"}),
-    "whisper-encoder": frozenset({"Conv", "Erf"}),
+    "vit": frozenset({"Conv"}),
+    "whisper-encoder": frozenset({"Conv"}),
 }
 DESCRIBED = {
     "distilbert-int8": "DistilBERT, quantize_dynamic int8 + onnxruntime's extended fusions",

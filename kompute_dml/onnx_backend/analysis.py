@@ -239,3 +239,6 @@ class _NodeTypes:
         if name not in self._a.constants or name in self._a.input_names:
             return None
         return numpy_helper.to_array(self._a.constants[name])
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return _attr(self._node, name, default)

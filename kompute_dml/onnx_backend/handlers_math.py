@@ -1,5 +1,5 @@
 """Device handlers of element-wise ONNX nodes (Add, Sub, Mul, Div, Where, Equal, And,
-GreaterOrEqual, IsNaN, Cast), Gather, GatherElements and DequantizeLinear, on the operators of
+GreaterOrEqual, IsNaN, IsInf, Cast), Gather, GatherElements and DequantizeLinear, on the operators of
 ops/elementwise.py, ops/cast.py, ops/gather.py and ops/dequantize.py.
 
 ONNX booleans live on the device as UINT8 0 / 1 (DirectML's boolean outputs). What a
@@ -71,6 +71,20 @@ def _h_isnan(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunS
     (t,) = _operands(ctx, node, ins[:1], stats)
     shape, out = _out(ctx, ins[:1], BOOL)
     return [DeviceValue(kdml.isnan(t, out=out, device=ctx.device), shape, BOOL)]
+
+
+def _h_isinf(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """IsInf: its detect_negative / detect_positive attributes (default 1 each) as
+    ELEMENT_WISE_IS_INFINITY's InfinityMode; with both 0 (every output false) the node runs on
+    the CPU. A type the operator lacks (float64) is refused by it: also the CPU."""
+    neg, pos = int(_attr(node, "detect_negative", 1)), int(_attr(node, "detect_positive", 1))
+    if not neg and not pos:
+        raise FallbackNeeded("IsInf with detect_negative = detect_positive = 0")
+    mode = kdml.IsInfinityMode.EITHER if neg and pos else (
+        kdml.IsInfinityMode.NEGATIVE if neg else kdml.IsInfinityMode.POSITIVE)
+    (t,) = _operands(ctx, node, ins[:1], stats)
+    shape, out = _out(ctx, ins[:1], BOOL)
+    return [DeviceValue(kdml.isinf(t, infinity_mode=mode, out=out, device=ctx.device), shape, BOOL)]
 
 
 def _h_cast(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
@@ -165,6 +179,7 @@ MATH_HANDLERS = {
     "And": _h_and,
     "Where": _h_where,
     "IsNaN": _h_isnan,
+    "IsInf": _h_isinf,
     "Cast": _h_cast,
     "Gather": _h_gather,
     "GatherElements": _h_gather_elements,

@@ -1,9 +1,9 @@
 """DirectML's unary element-wise float math operators, declared once as a table (`OPS`) from
 which each operator's descriptor class, support table, compile function, helper and spec are
 made: ELEMENT_WISE_ABS, _NEGATE, _CEIL, _FLOOR, _ROUND, _SIGN, _RECIP, _SQRT, _EXP, _LOG,
-ACTIVATION_SIGMOID, ACTIVATION_SOFTSIGN, ACTIVATION_TANH and ELEMENT_WISE_TANH (one function);
-and ELEMENT_WISE_IS_INFINITY (UINT8 output, on
-shaders/elementwise.comp: contract.EW_ISINF).
+ACTIVATION_SIGMOID, ACTIVATION_SOFTSIGN, ACTIVATION_TANH and ELEMENT_WISE_TANH (one function),
+ELEMENT_WISE_ERF, ACTIVATION_SOFTPLUS (Steepness); and ELEMENT_WISE_IS_INFINITY (UINT8 output, on
+shaders/elementwise.comp: contract.EW_ISINF; ONNX IsInf through handlers_math._h_isinf).
 
 All run on the element-wise plans (ops/elementwise_plan.py: merged dimensions, per-tensor
 strides, stride-0 broadcast, offsets, host-enumerated dimensions) with shaders/float_unary.comp,
@@ -15,13 +15,16 @@ Exact (bit for bit against the correctly rounded result, both types, subnormals 
 IS_INFINITY (its three InfinityModes), ABS, NEGATE, CEIL, FLOOR, ROUND (its three RoundingModes), SIGN, RECIP, SQRT. The others, measured
 against float64 (tools/measure_unary.py: every float16 input, 2^21 float32 inputs with the
 special values; docs/elementwise_unary.md), in ulps of the result: EXP 1.13, LOG 0.80, SIGMOID
-2.21, SOFTSIGN 1.50, TANH 1.45 in float32 (tested against 1.2, 0.8, 2.3, 1.5, 1.5); in float16
+2.21, SOFTSIGN 1.50, TANH 1.45, ERF 1.37, SOFTPLUS 1.92 (Steepness 1; 2.76 at Steepness 3, the
+product Steepness * x rounded to float32 first) in float32 (tested against 1.2, 0.8, 2.3, 1.5,
+1.5, 1.4, 2.0 and 2.8); in float16
 0.5 ulp (the float32 result rounded: 99.99% correctly rounded).
 
 Special values follow the pages where they define them (SIGN: -1 / 1 / 0, -0 and NaN giving
 +0), else IEEE-754 / numpy: NaN in, NaN out (ABS / NEGATE keep a float32 NaN's payload, the
 others return the input quieted or the default NaN), sqrt(-0) = -0, sqrt(x < 0) = NaN,
-log(+-0) = -inf, log(x < 0) = NaN, recip(+-0) = +-inf, softsign(+-inf) = tanh(+-inf) = +-1.
+log(+-0) = -inf, log(x < 0) = NaN, recip(+-0) = +-inf, softsign(+-inf) = tanh(+-inf) = erf(+-inf)
+= +-1, softplus(-inf) = +0, softplus(x) = x once Steepness * x >= 16 (no overflow through the product).
 
 ScaleBias (the pages' optional DML_SCALE_BIAS, `scale_bias=ScaleBias(scale, bias)`): the input
 becomes x * scale + bias, a float32 product rounded, then a float32 sum rounded (not fused), before
@@ -33,7 +36,8 @@ kompute_dml implements the pages' FLOAT32 / FLOAT16 rows; integer types (ABS, NE
 later levels) are refused. The output may alias the input exactly (the pages allow in-place
 execution). Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's table
 (InvalidArgumentError / UnsupportedError naming the field), the same DataType, DimensionCount
-and Sizes for both tensors, scale_bias / rounding_mode, a non-overlapping output, 32-bit
+and Sizes for both tensors, scale_bias / rounding_mode / steepness (finite, >= 1: the page's
+"cannot be less than 1"), a non-overlapping output, 32-bit
 element addressing.
 """
 
@@ -61,11 +65,12 @@ from .activation import _unary
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, CompiledElementWiseInPlace, check_same, type_code
 from .elementwise_plan import check_addressable, plan_elementwise
+from .onnx_types import NodeTypes, float_input
 from .spec import OnnxOp, OperatorSpec
 
 # their families in shaders/float_unary.comp (FN_<NAME>: shaders/unary_math.glsl); ops/contract reads this line
 FLOAT_UNARY = ("abs", "neg", "ceil", "floor", "round", "sign", "recip", "sqrt", "exp", "log", "sigmoid", "softsign",
-               "tanh")
+               "tanh", "erf", "softplus")
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,7 @@ class UnaryOp:
     formula: str  # f(x), for the descriptor's docstring
     exact: bool  # bit for bit the correctly rounded result (else within docs/elementwise_unary.md's bound)
     rounding_mode: bool = False  # ROUND's DML_ROUNDING_MODE field
+    steepness: bool = False  # SOFTPLUS's FLOAT Steepness field (>= 1, default 1)
 
 
 OPS = (
@@ -136,6 +142,9 @@ OPS = (
     UnaryOp("ACTIVATION_SOFTSIGN", 50, "Softsign", "softsign", "softsign", LACT, False, "x / (1 + |x|)", False),
     UnaryOp("ACTIVATION_TANH", 51, "Tanh", "tanh", "tanh", LACT, False, "tanh(x)", False),
     UnaryOp("ELEMENT_WISE_TANH", 84, "", "elementwise_tanh", "tanh", L20, True, "tanh(x)", False),
+    UnaryOp("ELEMENT_WISE_ERF", 81, "Erf", "erf", "erf", L20, True, "erf(x)", False),
+    UnaryOp("ACTIVATION_SOFTPLUS", 49, "Softplus", "softplus", "softplus", LACT, False,
+            "ln(1 + exp(steepness * x)) / steepness", False, steepness=True),
 )
 
 
@@ -158,6 +167,9 @@ def _desc_class(op: UnaryOp) -> type:
     if op.rounding_mode:
         fields.append(("rounding_mode", "RoundingMode", dataclasses.field(default=RoundingMode.HALVES_TO_NEAREST_EVEN)))
         extra = ", RoundingMode"
+    if op.steepness:
+        fields.append(("steepness", float, dataclasses.field(default=1.0)))
+        extra = ", Steepness"
     cls = dataclasses.make_dataclass(_class_name(op.name), fields, frozen=True)
     cls.__module__ = __name__
     exactness = "exact" if op.exact else "error bound: docs/elementwise_unary.md"
@@ -189,6 +201,11 @@ def _param_words(op: UnaryOp, desc: Any) -> list[int]:
         if isinstance(mode, (bool, np.bool_)) or mode not in set(RoundingMode):
             raise invalid("rounding_mode", f"must be a kdml.RoundingMode (0, 1 or 2), got {mode!r}")
         words[3] = int(mode)
+    if op.steepness:  # the page: "This value cannot be less than 1"
+        bits = _f32(desc.steepness, "steepness")
+        if not np.float32(desc.steepness) >= 1 or not np.isfinite(np.float32(desc.steepness)):
+            raise invalid("steepness", f"must be a finite number >= 1 (DirectML's page), got {desc.steepness!r}")
+        words[3] = bits
     return words
 
 
@@ -213,6 +230,10 @@ def _helper(op: UnaryOp, desc_type: type) -> Callable[..., Tensor]:
         def helper(x: Any, *, rounding_mode: Any = RoundingMode.HALVES_TO_NEAREST_EVEN, out: Tensor | None = None,
                    device: Device | None = None) -> Tensor:
             return _unary(desc_type, x, out, device, rounding_mode=rounding_mode)
+    elif op.steepness:
+        def helper(x: Any, *, steepness: float = 1.0, out: Tensor | None = None,  # type: ignore[misc]
+                   device: Device | None = None) -> Tensor:
+            return _unary(desc_type, x, out, device, steepness=steepness)
     elif op.scale_bias:
         def helper(x: Any, *, scale_bias: Any = None, out: Tensor | None = None,  # type: ignore[misc]
                    device: Device | None = None) -> Tensor:
@@ -291,8 +312,16 @@ def isinf(x: Any, *, infinity_mode: Any = IsInfinityMode.EITHER, out: Tensor | N
     return out
 
 
+def _isinf_rule(t: NodeTypes) -> str:
+    """ONNX IsInf on the device: a float32 / float16 input and detect_negative / detect_positive
+    not both 0 (that node's outputs are all false: it stays on the CPU)."""
+    if not int(t.attr("detect_negative", 1)) and not int(t.attr("detect_positive", 1)):
+        return "detect_negative = detect_positive = 0"
+    return float_input(t)
+
+
 assert {op.fn for op in OPS} == set(FLOAT_UNARY), "FLOAT_UNARY must name the table's functions"
 SPECS = (*(_spec(op) for op in OPS),
          OperatorSpec(ElementWiseIsInfinityDesc, ELEMENT_WISE_IS_INFINITY, compile_is_infinity, (contract.EW_ISINF,),
-                      helpers=("isinf",),
+                      helpers=("isinf",), onnx=(OnnxOp("IsInf", "", "isinf", check=_isinf_rule),),  # handlers_math
                       example=lambda: ElementWiseIsInfinityDesc(_F32_4D, TensorDesc(DataType.UINT8, (1, 2, 3, 4)))))

@@ -31,6 +31,8 @@ class NodeTypes(Protocol):
 
     def constant(self, i: int) -> np.ndarray | None: ...  # input i's value where no feed can change it
 
+    def attr(self, name: str, default: Any = None) -> Any: ...  # an attribute's value (default: absent)
+
 
 Rule = Callable[[NodeTypes], str]  # "" where the node may run on the operator, else why not
 
