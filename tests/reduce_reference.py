@@ -15,7 +15,7 @@ def _rows(x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, tuple[int, 
     keep = tuple(1 if d in axes else s for d, s in enumerate(x.shape))
     outer = [d for d in range(x.ndim) if d not in axes]
     moved = np.transpose(x, outer + sorted(axes))
-    return moved.reshape(moved.shape[:len(outer)] + (-1,)), keep
+    return moved.reshape((*moved.shape[:len(outer)], -1)), keep
 
 
 def reference(x: np.ndarray, fn: str, axes: tuple[int, ...]) -> np.ndarray:

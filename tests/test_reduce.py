@@ -131,7 +131,7 @@ def test_special_values(dev, dt):
             x = d.buffer(rows.tobytes() + bytes(16))  # whole words past FLOAT16's 42 bytes
             d.compile(kdml.ReduceDesc(TD(dt, rows.shape), yd, RF[fn], (1,))).execute(
                 [kdml.Tensor(x, TD(dt, rows.shape), 0)], [kdml.Tensor(out, yd, 0)])
-            got = np.frombuffer(out.read(), y.dtype).reshape(-1)
+            got = np.frombuffer(out.read(), y.dtype)[:rows.shape[0]]
         want = reference(rows, fn, (1,)).reshape(-1)
         if fn.startswith("ARG") or fn in ("MAX", "MIN"):
             np.testing.assert_array_equal(got, want.astype(got.dtype))
@@ -207,7 +207,7 @@ def test_refused(dev, desc, error, match):
 def test_feature_levels(level, dims, in_t, out_t, fn, ok):
     with kdml.Device(feature_level=level) as d:
         sizes = (2,) * dims
-        desc = kdml.ReduceDesc(TD(in_t, sizes), TD(out_t, (1,) + sizes[1:]), fn, (0,))
+        desc = kdml.ReduceDesc(TD(in_t, sizes), TD(out_t, (1, *sizes[1:])), fn, (0,))
         if ok:
             d.compile(desc)
         else:
