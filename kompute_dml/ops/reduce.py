@@ -22,6 +22,10 @@ S = sum |x_k| (|x_k|^2 for L2 / SUM_SQUARE), u = 2^-24 and n the reduced count:
 - Integers (INT32 / UINT32 sums, products, L1, SUM_SQUARE): exact modulo 2^32 (wrapping); MIN /
   MAX / ARGMAX / ARGMIN on 8- to 32-bit integers exact.
 
+Measured worst error / bound on lavapipe (rows of 7, 300, 5000; docs/reduce.md has the per-function
+table): at most 0.43 for float32 (MULTIPLY), 0.88 for float16. The reduced loop runs 32 elements per
+iteration: lavapipe ends an invocation's loops after 65535 iterations (rows up to ~2M elements).
+
 Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's table (UnsupportedError
 naming the field), the function (InvalidArgumentError naming `function`), the function's data types
 (UnsupportedError naming the tensor), then the page's constraints (InvalidArgumentError whose
