@@ -15,6 +15,7 @@ from . import product_groups
 from .graph import _attr, _np_dtype_of_onnx
 from .handlers_math import MATH_HANDLERS, binary, compare
 from .handlers_nn import NN_HANDLERS, float_unary
+from .handlers_reduce import REDUCE_HANDLERS
 from .handlers_values import MOVE_HANDLERS, VALUE_HANDLERS
 from .quantize import dynamic_quantize_uint8
 from .values import (
@@ -345,4 +346,4 @@ def _kind_handler(spec_name: str, op: Any) -> Any:
 
 
 _KIND_HANDLERS = {op.op_type: _kind_handler(s.name, op) for s in SPECS for op in s.onnx if op.kind}
-HANDLERS = {**_SEED_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS, **NN_HANDLERS, **MOVE_HANDLERS, **_KIND_HANDLERS}
+HANDLERS = {**_SEED_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS, **NN_HANDLERS, **REDUCE_HANDLERS, **MOVE_HANDLERS, **_KIND_HANDLERS}

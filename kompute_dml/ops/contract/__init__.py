@@ -353,13 +353,24 @@ GEMM_COOP = family("gemm_coop", "gemm_coop.comp", "gemmc16{emulated}_{a}{b}", GE
                                                    "BL": _GEMMC_ORDER[b]},
                    target=lambda emulated, a, b: None if emulated else COOP_TARGET)
 
+# ---- REDUCE (ops/reduce.py, shaders/reduce.comp): one output element per invocation; offsets
+# (input elements, output units), output elements, reduced elements per output, the merged outer
+# (nk) and reduced (nr) dimension counts, the DML_REDUCE_FUNCTION; sizes (outer, then reduced),
+# input strides, output strides (outer only). A variant per input type and output kind (v: the
+# input's type, i32 / i64: ARGMAX / ARGMIN indices).
+REDUCE_TYPES = {"f32": 0, "f16": 1, "i32": 2, "u32": 3, "i16": 4, "u16": 5, "i8": 6, "u8": 7}
+REDUCE_OUT = {"v": 0, "i32": 32, "i64": 64}
+REDUCE_PUSH = block("x_off", "y_off", "nout", "rlen", "nk", "nr", "fn", "size[8]", "xs[8]", "ys[8]")
+REDUCE = family("reduce", "reduce.comp", "reduce_{t}_{o}", REDUCE_PUSH, (64, 1, 1), t=tuple(REDUCE_TYPES),
+                o=tuple(REDUCE_OUT), defines=lambda t, o: {"IN_T": REDUCE_TYPES[t], "OUT_IDX": REDUCE_OUT[o]})
+
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, CAST, DEQUANT, GATHER, GATHER_CHECK,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT,
-    MVN, MVN_SKIP,
+    MVN, MVN_SKIP, REDUCE,
     GEMM, GEMM_COOP,
 )
 

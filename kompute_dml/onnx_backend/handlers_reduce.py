@@ -1,0 +1,65 @@
+"""ONNX's reductions on DirectML REDUCE (ops/reduce.py): ReduceSum, ReduceMean, ReduceMax, ReduceMin,
+ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp (axes an attribute
+up to opset 12 / 17, ReduceSum's an input from 13, the others' from 18; keepdims;
+noop_with_empty_axes; negative axes), ArgMax and ArgMin (axis, keepdims; INT64 indices; the first
+index of the extreme: select_last_index = 1 raises FallbackNeeded, the node then runs on the
+CPU). An axes input must be a constant known on the host (FallbackNeeded otherwise, also decided
+at prepare by the OnnxOp's rule); an empty or 0-dimensional input runs on the CPU."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+import kompute_dml as kdml
+from kompute_dml.ops.reduce import ONNX_REDUCE
+
+from .graph import _attr
+from .handlers_values import device_tensor, dml_numpy
+from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
+
+if TYPE_CHECKING:
+    from .context import NodeContext
+
+
+def _axes(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[int] | None:
+    """The node's axes as given (attribute or constant input); None where none are given."""
+    if node.op_type in ("ArgMax", "ArgMin"):
+        if int(_attr(node, "select_last_index", 0)) == 1:
+            raise FallbackNeeded("select_last_index = 1 (REDUCE returns the first index)")
+        return [int(_attr(node, "axis", 0))]
+    if len(ins) > 1 and len(node.input) > 1 and node.input[1]:
+        if not ctx.is_constant(node.input[1]):
+            raise FallbackNeeded("the axes input is not a constant")
+        return [int(a) for a in np.asarray(ctx.host(ins[1], stats)).reshape(-1)]
+    axes = _attr(node, "axes", None)
+    return None if axes is None else [int(a) for a in axes]
+
+
+def _h_reduce(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    x = ins[0]
+    shape = tuple(_value_shape(x))
+    if not shape or 0 in shape:
+        raise FallbackNeeded("an empty or 0-dimensional input")
+    dt = _value_dtype(x)
+    axes = _axes(ctx, node, ins, stats)
+    keepdims = bool(int(_attr(node, "keepdims", 1)))
+    t = device_tensor(ctx, x, stats, node.input[0])
+    if not axes:
+        if int(_attr(node, "noop_with_empty_axes", 0)):  # the input unchanged
+            out = ctx.out_tensor(shape, dml_numpy(dt))
+            return [DeviceValue(kdml.copy(t, out=out, device=ctx.device), shape, dt)]
+        axes = list(range(len(shape)))
+    red = {a % len(shape) for a in axes}
+    out_shape = tuple(1 if d in red else s for d, s in enumerate(shape)) if keepdims else \
+        tuple(s for d, s in enumerate(shape) if d not in red)
+    out_dt = np.dtype(np.int64) if node.op_type in ("ArgMax", "ArgMin") else dt
+    out = ctx.out_tensor(out_shape, dml_numpy(out_dt))
+    helper = getattr(kdml, ONNX_REDUCE[node.op_type])
+    kw = {"index_type": kdml.DataType.INT64} if out_dt != dt else {}
+    return [DeviceValue(helper(t, axes, keepdims, out=out, device=ctx.device, **kw), out_shape, out_dt)]
+
+
+REDUCE_HANDLERS = {op_type: _h_reduce for op_type in ONNX_REDUCE}
