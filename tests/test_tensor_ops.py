@@ -236,6 +236,10 @@ def test_eq_is_element_wise_and_tensors_stay_hashable(dev):
     assert len({a: 1, b: 2}) == 2 and {a: 1}[a] == 1  # hashed by identity (docs/tensor.md)
     with pytest.raises(ValueError, match="ambiguous"):
         bool(eq)
+    # operands of no array type: Python's protocol (NotImplemented), so == falls back to identity
+    assert (a == None) is False and (a != "x") is True  # noqa: E711
+    with pytest.raises(TypeError, match="unsupported operand"):
+        a + "x"
 
 
 def test_reductions_say_reduce_is_not_there_yet(dev):

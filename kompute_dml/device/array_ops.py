@@ -92,6 +92,8 @@ def _promoted(name: str, fn: Callable[[Any, Any], Tensor], a: Any, b: Any) -> Te
 
 def _binary(name: str, fn: Callable[[Any, Any], Tensor]) -> Callable[[Any, Any], Tensor]:
     def run(a: Any, b: Any) -> Tensor:
+        if not all(_typed(x) or is_python_data(x) for x in (a, b)):
+            return NotImplemented  # Python's protocol: the other operand's method, else TypeError (== : identity)
         return _result(_promoted(name, fn, a, b), a, b)
     return run
 
@@ -188,6 +190,8 @@ def _full_one(x: Tensor) -> Tensor:
 
 
 def _matmul(a: Any, b: Any) -> Tensor:
+    if not all(_typed(x) or is_python_data(x) for x in (a, b)):
+        return NotImplemented
     r = _promoted("@", matmul, a, b)
     return as_0d(r) if len(_shape_of(a)) == 1 and len(_shape_of(b)) == 1 else r  # numpy: a vector dot is 0-d
 
