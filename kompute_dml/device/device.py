@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.dtypes import HIGHEST_FEATURE_LEVEL, FeatureLevel
+from ..core.dtypes import HIGHEST_FEATURE_LEVEL, DataType, FeatureLevel
 from ..core.errors import DeviceError, DMLError, UnsupportedError, invalid
-from ..core.inputs import as_host_array
+from ..core.inputs import as_host_array, check_dml_dtype
 from ..core.ints import as_int
 from ..core.tensor_desc import TensorDesc, validate_desc
 from ..ops import compile_operator
@@ -151,8 +151,14 @@ class Device:
         desc = packed_desc_for(arr)
         return Tensor(buffer_with(self, arr, desc.byte_size), desc, 0)
 
-    def empty(self, desc: TensorDesc) -> Tensor:
-        """A new buffer holding one tensor of `desc` at offset 0 (contents zero)."""
+    def empty(self, desc: TensorDesc | int | tuple[int, ...], dtype: Any = np.float32) -> Tensor:
+        """A new buffer holding one tensor of `desc` at offset 0 (contents zero); a shape (an int
+        or a tuple of sizes) and `dtype` (a numpy dtype or DataType) stand for a packed desc."""
+        if not isinstance(desc, TensorDesc):
+            sizes = (as_int(desc, "shape"),) if not isinstance(desc, (tuple, list)) else tuple(
+                as_int(v, "shape") for v in desc)
+            dt = dtype if isinstance(dtype, DataType) else check_dml_dtype(np.dtype(dtype), "dtype")
+            desc = TensorDesc(dt, sizes)
         validate_desc(desc, "desc")
         return Tensor(Buffer(self, desc.byte_size), desc, 0)
 

@@ -262,7 +262,7 @@ class Tensor:
             values = np.array2string(self.numpy(), separator=", ", threshold=64, edgeitems=3, prefix="Tensor(")
         except DMLError as e:  # a closed device: say so, a repr must not raise
             values = f"<unreadable: {e}>"
-        return f"Tensor({values}, dtype={self.dtype}, shape={d.sizes}{extra}, {where})"
+        return f"Tensor({values}, dtype={self.dtype}, shape={self.shape}{extra}, {where})"
 
     def numpy(self, out: np.ndarray | None = None) -> np.ndarray:
         """The elements, read through the strides, as a new array of shape desc.sizes, or

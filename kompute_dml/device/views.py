@@ -15,8 +15,8 @@ A DirectML binding is a buffer range that starts at a multiple of 16 bytes with 
    bind) a **host round trip**: download, index with numpy, upload.
 
 `v.buffer is t.buffer` tells a view from a copy. Integer indices drop their dimension as in
-numpy; indexing every dimension with an integer gives a one-element tensor of sizes (1,)
-(DirectML tensors have at least one dimension). An empty result (a zero-length slice) raises
+numpy; indexing every dimension with an integer gives a 0-d tensor (shape (), over a desc of
+sizes (1,): DirectML tensors have at least one dimension; array_methods.Tensor0d). An empty result (a zero-length slice) raises
 InvalidArgumentError (DirectML has no empty dimensions); an integer out of range IndexError.
 """
 
@@ -34,6 +34,7 @@ from ..core.layout import merge_dims
 from ..core.tensor_desc import MAX_DIMENSIONS, MINIMUM_BUFFER_TENSOR_ALIGNMENT, TensorDesc, packed_strides
 from ..functional import compile_cached
 from ..ops.identity import CopyDesc
+from .array_methods import as_0d
 from .memory import Buffer, Tensor, register_slicer
 
 
@@ -132,6 +133,14 @@ def _device_copy(t: Tensor, sizes: tuple[int, ...], strides: tuple[int, ...], by
 
 
 def getitem(t: Tensor, key: Any) -> Tensor:
+    if t.ndim == 0:  # a 0-d tensor over a (1,) desc: index that dimension with 0 first
+        key = (0, *(key if isinstance(key, tuple) else (key,)))
+    r = _getitem(t, key)
+    # every dimension indexed by an integer: numpy's 0-d result (array_methods.Tensor0d)
+    return as_0d(r) if all(_is_int(k) for k in _normalize(key, t.desc.dimension_count)) else r
+
+
+def _getitem(t: Tensor, key: Any) -> Tensor:
     sizes, strides, off = layout_of(t, key)
     byte_off = t.offset + off * t.desc.data_type.size
     view = _try_view(t, sizes, strides, byte_off)

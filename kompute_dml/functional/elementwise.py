@@ -7,9 +7,12 @@ Tensor of that shape from the device's buffer pool, or writes `out=` (a Tensor o
 and the result's data type, any strides). A 0-d result has shape (1,) (DirectML tensors have
 at least one dimension).
 
-Operands must share one data type (DirectML's constraint: no promotion); Python numbers and
-lists take the data type of the other operand when it has one (Tensor or array), if their
-values survive the conversion (InvalidArgumentError otherwise). Boolean arrays are uploaded as
+Operands must share one data type (DirectML's constraint: no promotion; InvalidArgumentError
+naming the types and numpy's promoted type otherwise: the Tensor operators `a + b` promote, see
+docs/tensor.md); Python numbers and lists take the data type of the other operand when it has
+one (Tensor or array), if their values survive the conversion (InvalidArgumentError otherwise),
+and are float32 (floats, as CuPy's and PyTorch's defaults; numpy's float64 has no arithmetic
+operator) or int64 (integers) where nothing else types them. Boolean arrays are uploaded as
 UINT8 (0 / 1).
 """
 
@@ -50,6 +53,8 @@ def _host(x: Any, field: str, like: np.dtype | None) -> Any:
     if is_python_data(x) and like is not None:
         return conform(as_host_array(x, field, dml=False), like, field, python=True)
     arr = as_host_array(x, field, dml=False)
+    if is_python_data(x) and arr.dtype == np.float64:  # Python floats with nothing to type them: float32
+        return conform(arr, np.dtype(np.float32), field, python=True)
     return as_host_array(arr.astype(np.uint8) if arr.dtype == bool else arr, field)
 
 
@@ -63,7 +68,21 @@ def _operands(values: tuple[Any, ...], fields: tuple[str, ...], device: Device |
             like = x.desc.data_type.numpy_dtype
         elif like is None and isinstance(x, (np.ndarray, np.generic)) and x.dtype != bool:
             like = x.dtype
-    return dev, [as_tensor(_host(x, f, like), dev, f) for x, f in zip(values, fields)]
+    tensors = [as_tensor(_host(x, f, like), dev, f) for x, f in zip(values, fields)]
+    _check_one_type(tensors[typed], fields[typed])
+    return dev, tensors
+
+
+def _check_one_type(tensors: list[Tensor], fields: tuple[str, ...]) -> None:
+    """InvalidArgumentError naming the rule where operands that must share a type do not."""
+    types = [t.desc.data_type for t in tensors]
+    for t, f in zip(tensors[1:], fields[1:]):
+        if t.desc.data_type != types[0]:
+            promoted = np.result_type(*(d.numpy_dtype for d in types))
+            raise invalid(f, f"data type {t.desc.data_type.name} differs from {fields[0]}'s {types[0].name}: "
+                             "DirectML's operators take operands of one type and do not promote (numpy would give "
+                             f"{promoted}); convert one first (kdml.cast, Tensor.astype) or use the Tensor "
+                             "operators (a + b), which apply numpy's promotion (docs/tensor.md)")
 
 
 def broadcast_view(t: Tensor, shape: tuple[int, ...], field: str) -> Tensor:
