@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..core.dtypes import DataType
-from ..core.errors import UnsupportedError, invalid
+from ..core.errors import invalid
 from ..core.inputs import check_dml_dtype
 from ..core.ints import as_int
 from ..core.tensor_desc import TensorDesc, packed_strides
@@ -161,7 +161,7 @@ def astype(self: Tensor, dtype: Any, copy: bool = True) -> Tensor:
 def _one(self: Tensor, what: str) -> Any:
     if self.size != 1:
         raise ValueError(f"{what} needs a tensor of one element, this one has shape {self.shape} "
-                         "(a reduction over it is not there yet: REDUCE is not implemented)")
+                         "(reduce it first: .sum(), .max(), ...)")
     return self.numpy().reshape(-1)[0].item()  # a read of one element, no computation
 
 
@@ -190,12 +190,26 @@ def _bool(self: Tensor) -> bool:
     return bool(_one(self, "bool()"))
 
 
+_REDUCERS = {"sum": "reduce_sum", "mean": "reduce_mean", "max": "reduce_max", "min": "reduce_min",
+             "prod": "reduce_prod", "argmax": "argmax", "argmin": "argmin"}
+
+
 def _reduction(name: str) -> Any:
-    def refuse(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        raise UnsupportedError(f"Tensor.{name}: DirectML's REDUCE operator is not implemented in kompute_dml yet "
-                               "(it is being added); download with .numpy() to reduce on the host")
-    refuse.__name__ = name
-    return refuse
+    def reduce(self: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+        """numpy's `name` on the device (DirectML's REDUCE, kompute_dml/ops/reduce.py): `axis` an int,
+        a tuple or None (every axis; argmax / argmin: None flattens, as numpy does); a 0-d Tensor
+        where every axis goes and keepdims is False."""
+        import kompute_dml as kdml  # the helpers sit above this layer
+
+        if name in ("argmax", "argmin") and axis is None:
+            flat = reshape(self, (self.size,)) if self.ndim != 1 else self
+            out = getattr(kdml, _REDUCERS[name])(flat, axes=0, keepdims=False)
+            return as_0d(out)
+        out = getattr(kdml, _REDUCERS[name])(self, axes=axis, keepdims=keepdims)
+        whole = axis is None or (self.ndim and len(tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)) == self.ndim)
+        return as_0d(out) if whole and not keepdims else out
+    reduce.__name__ = name
+    return reduce
 
 
 METHODS: dict[str, Any] = {

@@ -276,15 +276,18 @@ FUNCTIONS: dict[Any, Callable[..., Any]] = {
     np.ndim: lambda a: a.ndim, np.size: lambda a: a.size, np.result_type: lambda *a: np.result_type(
         *(x.dtype if isinstance(x, Tensor) else x for x in a)),
     np.copy: lambda a, **kw: a.copy(), np.astype: lambda a, dtype, copy=True: astype(a, dtype, copy),
+    **{f: (lambda name: lambda a, axis=None, keepdims=False: getattr(a, name)(axis=axis, keepdims=keepdims))(n)
+       for f, n in ((np.sum, "sum"), (np.mean, "mean"), (np.max, "max"), (np.amax, "max"), (np.min, "min"),
+                    (np.amin, "min"), (np.prod, "prod"))},
+    **{f: (lambda name: lambda a, axis=None: getattr(a, name)(axis=axis))(n)
+       for f, n in ((np.argmax, "argmax"), (np.argmin, "argmin"))},
 }
 
 
 def array_function(self: Tensor, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
     fn = FUNCTIONS.get(func)
     if fn is None:
-        reduce = " (REDUCE, which the reductions need, is not implemented yet)" if func.__name__ in (
-            "sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", "prod") else ""
-        raise TypeError(f"numpy.{func.__name__} has no DirectML operator in kompute_dml{reduce}; download with "
+        raise TypeError(f"numpy.{func.__name__} has no DirectML operator in kompute_dml; download with "
                         ".numpy() to compute it on the host")
     return fn(*args, **kwargs)
 
