@@ -199,13 +199,12 @@ def _reduction(name: str) -> Any:
         """numpy's `name` on the device (DirectML's REDUCE, kompute_dml/ops/reduce.py): `axis` an int,
         a tuple or None (every axis; argmax / argmin: None flattens, as numpy does); a 0-d Tensor
         where every axis goes and keepdims is False."""
-        import kompute_dml as kdml  # the helpers sit above this layer
+        from ..functional import reduce as helpers  # above this layer: imported when called
 
         if name in ("argmax", "argmin") and axis is None:
             flat = reshape(self, (self.size,)) if self.ndim != 1 else self
-            out = getattr(kdml, _REDUCERS[name])(flat, axes=0, keepdims=False)
-            return as_0d(out)
-        out = getattr(kdml, _REDUCERS[name])(self, axes=axis, keepdims=keepdims)
+            return as_0d(getattr(helpers, _REDUCERS[name])(flat, axes=0, keepdims=False))
+        out = getattr(helpers, _REDUCERS[name])(self, axes=axis, keepdims=keepdims)
         whole = axis is None or (self.ndim and len(tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)) == self.ndim)
         return as_0d(out) if whole and not keepdims else out
     reduce.__name__ = name
