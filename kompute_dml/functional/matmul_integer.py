@@ -223,8 +223,8 @@ def _prepare(dev: Device, args: tuple[Any, ...], out_data_type: Any, out: Tensor
     tz = typed(b_zero_point, tb.desc.data_type, "b_zero_point")
     tbz = _mm_quant_view(tz, n, False, "b_zero_point") if tz is not None else None
     desc = MatrixMultiplyIntegerToFloatDesc(
-        a_desc, tas.desc, taz.desc if taz else None, b_desc, tbs.desc, tbz.desc if tbz else None,
-        vbias.desc if vbias else None, o_desc,
+        a_desc, tas.desc, None if taz is None else taz.desc, b_desc, tbs.desc, None if tbz is None else tbz.desc,
+        None if vbias is None else vbias.desc, o_desc,
     )
     op = compile_cached(dev, desc)
 
