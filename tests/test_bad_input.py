@@ -459,7 +459,7 @@ simple("dev-tensor-complex", UNS, "array", "complex64 is not a DirectML data typ
 simple("dev-tensor-bool", UNS, "array", "bool is not a DirectML data type", lambda c: c.dev.tensor(np.zeros(3, np.bool_)))
 simple("dev-tensor-strings", UNS, "array", "<U1 is not a DirectML data type", lambda c: c.dev.tensor(np.array(["a", "b"])))
 simple("dev-tensor-objects", UNS, "array", "object is not a DirectML data type", lambda c: c.dev.tensor(np.array([None, 1], dtype=object)))
-simple("dev-empty-not-a-desc", IAE, "desc", "must be a TensorDesc", lambda c: c.dev.empty((2, 3)))
+simple("dev-empty-not-a-desc", IAE, "shape", "must be an integer", lambda c: c.dev.empty("x"))  # (2, 3) is a shape
 simple("dev-empty-invalid-desc", IAE, "desc.strides", "one entry per dimension", lambda c: c.dev.empty(TD(DT.FLOAT32, (2, 3), (1,))))
 
 # ---- Device construction ------------------------------------------------------------------------

@@ -375,7 +375,7 @@ def test_mvn_helper(dev, rng, dt):
     _check(kdml.mean_variance_normalization(x, 2, 0.5, device=dev), x, 2, 0.5, (-1,))  # Python numbers: x's type
     with pytest.raises(kdml.UnsupportedError, match="^input_tensor: MEAN_VARIANCE_NORMALIZATION1 does not support "
                                                     "FLOAT64"):
-        kdml.mean_variance_normalization(x.tolist(), device=dev)  # Python lists are float64
+        kdml.mean_variance_normalization(x.astype(np.float64), device=dev)  # (Python floats are float32)
 
 
 def test_mvn_helper_strided_tensors_and_out(dev, rng):
