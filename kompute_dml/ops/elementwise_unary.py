@@ -18,11 +18,11 @@ against float64 (tools/measure_unary.py: every float16 input, 2^21 float32 input
 special values; docs/elementwise_unary.md), in ulps of the result: EXP 1.13, LOG 0.80, SIGMOID
 2.21, SOFTSIGN 1.50, TANH 1.45, ERF 1.37, SOFTPLUS 1.92 (Steepness 1; 2.76 at Steepness 3, the
 product Steepness * x rounded to float32 first) in float32 (tested against 1.2, 0.8, 2.3, 1.5,
-1.5, 1.4, 2.0 and 2.8); SIN 0.81, COS 0.80 (tested against 0.85) for every finite float32: an
+1.5, 1.4, 2.0 and 2.8); SIN 0.82, COS 0.82 (tested against 0.85) for every finite float32: an
 exact Payne-Hanek reduction in integer code (shaders/trig_math.glsl: 94 bits of the remainder, so
 the inputs nearest multiples of pi / 2 and those up to 3.4e38 keep the bound; no range limit),
-measured over every float32 in [2^-12, 2^26), the values nearest k pi / 2 and random bit
-patterns; in float16 0.5 ulp (the float32 result rounded: 99.99% correctly rounded).
+measured over every positive float32 from 2^-12 (below: x and 1, correctly rounded; negative x
+by the sign, in integer code); in float16 0.5 ulp (the float32 result rounded: 99.99% correctly rounded).
 
 Special values follow the pages where they define them (SIGN: -1 / 1 / 0, -0 and NaN giving
 +0), else IEEE-754 / numpy: NaN in, NaN out (ABS / NEGATE keep a float32 NaN's payload, the
