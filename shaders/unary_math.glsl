@@ -309,6 +309,8 @@ uint um_softplus(uint x) {
     return s == 1.0 ? y : f32_div_bits(y, pc.b_str[3]);
 }
 
+#include "trig_math.glsl"  // um_trig: SIN, COS
+
 // ---- the function of this variant --------------------------------------------------------------
 #if defined(FN_ABS)
 uint um_f(uint x) { return x & 0x7FFFFFFFu; }
@@ -340,6 +342,10 @@ uint um_f(uint x) { return um_tanh(x); }
 uint um_f(uint x) { return um_erf(x); }
 #elif defined(FN_SOFTPLUS)
 uint um_f(uint x) { return um_softplus(x); }
+#elif defined(FN_SIN)
+uint um_f(uint x) { return um_trig(x, 0u); }
+#elif defined(FN_COS)
+uint um_f(uint x) { return um_trig(x, 1u); }
 #endif
 
 // FLOAT16: decoded exactly, computed in float32, rounded once to float16 (f16_bits.glsl)

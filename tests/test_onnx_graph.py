@@ -287,6 +287,29 @@ def test_onnx_gemm_runs_on_gemm(rng, ta, tb, with_c):
     assert rep.last_run.submissions == 1
 
 
+def test_host_integer_div_truncates_as_onnxruntime():
+    """Integer Div of host-known values (host_eval.py: exported decoders' head_dim arithmetic)
+    truncates toward zero as onnxruntime's C++ quotient does (numpy's // would floor -7 / 2 to
+    -4); a zero divisor is not evaluated here (the fallback engine's)."""
+    ort = pytest.importorskip("onnxruntime")
+    from kompute_dml.onnx_backend.host_eval import HOST_EVAL
+
+    node = helper.make_node("Div", ["a", "b"], ["y"])
+    a = np.array([7, -7, 7, -7, 0, 6, -9223372036854775807], np.int64)
+    b = np.array([2, 2, -2, -2, 3, 3, 2], np.int64)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, T.INT64, [7]) for n in "ab"],
+                              [helper.make_tensor_value_info("y", T.INT64, [7])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a, "b": b})[0]
+    got = HOST_EVAL["Div"](node, [a, b])
+    assert got.dtype == np.int64 and got.tolist() == want.tolist() == [3, -3, -3, 3, 0, 2, -4611686018427387903]
+    with pytest.raises(NotImplementedError):
+        HOST_EVAL["Div"](node, [a, np.zeros(7, np.int64)])
+    with pytest.raises(NotImplementedError):  # floats: onnxruntime's arithmetic, not numpy's
+        HOST_EVAL["Div"](node, [a.astype(np.float32), b.astype(np.float32)])
+
+
 def test_host_slice_clamps_as_onnx_says():
     """Slice of host-known values (host_eval.py) as the ONNX spec and onnxruntime clamp it:
     with a negative step a start below -dim is clamped to 0, so element 0 is taken (numpy's

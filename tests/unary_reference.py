@@ -42,6 +42,7 @@ REFERENCE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "abs": np.abs, "neg": np.negative, "ceil": np.ceil, "floor": np.floor, "sign": _sign,
     "reciprocal": lambda x: 1.0 / x, "sqrt": np.sqrt, "exp": np.exp, "log": np.log, "sigmoid": _sigmoid,
     "softsign": _softsign, "tanh": np.tanh, "elementwise_tanh": np.tanh, "erf": _erf, "softplus": _softplus,
+    "sin": np.sin, "cos": np.cos,  # float64 libm: accurate for every float32 argument (< 1 ulp of float64)
 }
 ROUND = {0: np.round, 1: np.trunc, 2: _round_away}  # DML_ROUNDING_MODE -> numpy (np.round: halves to even)
 
@@ -119,3 +120,15 @@ def float32_inputs(rng: np.random.Generator, n: int = 1 << 20) -> np.ndarray:
 
 def every_float16() -> np.ndarray:
     return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+
+
+def near_half_pi_multiples(n: int = 1 << 18) -> np.ndarray:
+    """SIN / COS's hardest inputs: the float32 values nearest k pi / 2 and their two neighbours
+    for k = 1 .. n (|x| up to ~4e5), where the reduced argument cancels the most, and the same
+    for k = 2^j (j to 120) scaled up, up to float32's largest values."""
+    k = np.arange(1, n + 1, dtype=np.float64)
+    big = np.exp2(np.arange(20, 121, dtype=np.float64)) * np.pi / 2
+    with np.errstate(over="ignore"):
+        near = np.concatenate([(k * np.pi / 2), big]).astype(np.float32)
+    near = near[np.isfinite(near)]
+    return np.concatenate([near, np.nextafter(near, np.float32(np.inf)), np.nextafter(near, np.float32(0))])

@@ -2,8 +2,9 @@
 """Measure kompute_dml/ops/elementwise_unary.py's operators on the default device against the
 float64 numpy reference (tests/unary_reference.py): every float16 input, and 2^20 float32
 inputs (special values, random bit patterns, random values in [-100, 100]) plus, per operator,
-2^20 values from its interesting range. Prints, per operator and type, the largest error in ulps
-and the share of results that are the correctly rounded one (docs/elementwise_unary.md)."""
+2^20 values from its interesting range (SIN / COS: and the values nearest multiples of pi / 2).
+Prints, per operator and type, the largest error in ulps and the share of results that are the
+correctly rounded one (docs/elementwise_unary.md)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,22 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from unary_reference import every_float16, float32_inputs, reference64, rounded, ulp_error  # noqa: E402
+from unary_reference import (  # noqa: E402
+    every_float16,
+    float32_inputs,
+    near_half_pi_multiples,
+    reference64,
+    rounded,
+    ulp_error,
+)
 
 import kompute_dml as kdml  # noqa: E402
 from kompute_dml.ops.elementwise_unary import OPS  # noqa: E402
 
 # values where each function is hardest: near its overflow / underflow and cancellation points
 RANGES = {"exp": (-104.0, 89.0), "log": (0.0, 4.0), "sigmoid": (-90.0, 20.0), "softsign": (-4.0, 4.0), "tanh": (-1.0, 1.0),
-          "elementwise_tanh": (-10.0, 10.0), "erf": (-4.5, 4.5), "softplus": (-110.0, 20.0)}
+          "elementwise_tanh": (-10.0, 10.0), "erf": (-4.5, 4.5), "softplus": (-110.0, 20.0),
+          "sin": (-8192.0, 8192.0), "cos": (-8192.0, 8192.0)}  # rotary angles: positions up to 8192
 
 
 def _erf64(x: np.ndarray) -> np.ndarray:
@@ -52,7 +61,27 @@ def fit_odd(name: str, top: float, deg: int) -> None:
     print(", ".join(f"{v:.9e}" for v in c), f"(max {np.max(np.abs(y - ref) / ulp):.3f} ulp)")
 
 
+def scan(helpers: list[str]) -> None:
+    """Every positive float32 from 2^-12 to the largest, 2^24 at a time (SIN / COS: 1.3e9 inputs,
+    minutes on lavapipe): the largest error in ulps and where."""
+    dev = kdml.Device()
+    lo, hi = int(np.float32(2.0**-12).view(np.uint32)), 0x7F800000
+    worst = {h: (0.0, 0.0) for h in helpers}
+    for start in range(lo, hi, 1 << 24):
+        x = np.arange(start, min(start + (1 << 24), hi), dtype=np.uint32).view(np.float32)
+        for h in helpers:
+            err = ulp_error(getattr(kdml, h)(x, device=dev).numpy(), reference64(h, x))
+            i = int(np.argmax(err))
+            if err[i] > worst[h][0]:
+                worst[h] = (float(err[i]), float(x[i]))
+    for h, (e, at) in worst.items():
+        print(f"{h}: {e:.3f} ulp at {at!r}")
+
+
 def main() -> None:
+    if "--scan" in sys.argv:  # e.g. --scan sin,cos
+        scan(sys.argv[sys.argv.index("--scan") + 1].split(","))
+        return
     if "--fit-tanh" in sys.argv:
         fit_odd("tanh", 0.5625, 6)
         return
@@ -70,6 +99,8 @@ def main() -> None:
         fn = getattr(kdml, op.helper)
         lo, hi = RANGES.get(op.helper, (-100.0, 100.0))
         x32 = np.concatenate([float32_inputs(rng), rng.uniform(lo, hi, 1 << 20).astype(np.float32)])
+        if op.helper in ("sin", "cos"):  # + 3 (2^20 + 101) values nearest multiples of pi / 2
+            x32 = np.concatenate([x32, near_half_pi_multiples(1 << 20)])
         for s in (1.0, 2.0, 3.0) if op.steepness else (1.0,):  # SOFTPLUS: s x exact, then rounded
             kw = {"steepness": s} if op.steepness else {}
             name = f"{op.name} (steepness {s:g})" if op.steepness else op.name

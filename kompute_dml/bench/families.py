@@ -151,7 +151,7 @@ CPU_NODE_TYPES: dict[str, frozenset[str]] = {
     "roberta-int8": frozenset({"CumSum", "Not"}),
     "bert-fp32-fused": frozenset({"Attention", "EmbedLayerNormalization"}),
     "gpt2": frozenset(),
-    "llama": frozenset({"Sin", "Cos"}),
+    "llama": frozenset(),
     "vit": frozenset({"Conv"}),
     "whisper-encoder": frozenset({"Conv"}),
 }

@@ -186,6 +186,15 @@ def _binary(fn: Callable[[Any, Any], Any], exact_kinds: str = "biu") -> Callable
     return run
 
 
+def _int_div(a: Any, b: Any) -> Any:
+    """onnxruntime's integer Div: C++'s quotient, truncated toward zero (numpy's // floors); a
+    zero divisor is left to the fallback engine."""
+    if (b == 0).any():
+        raise NotImplementedError
+    q = np.abs(a) // np.abs(b)
+    return np.where((a < 0) != (b < 0), -q, q)
+
+
 _PREDICATES = {np.equal, np.greater_equal, np.greater, np.less, np.less_equal, np.logical_and, np.logical_or}
 
 HOST_EVAL: dict[str, Callable[[onnx.NodeProto, list[Any]], Any]] = {
@@ -217,6 +226,7 @@ HOST_EVAL: dict[str, Callable[[onnx.NodeProto, list[Any]], Any]] = {
     "Add": _binary(np.add),
     "Sub": _binary(np.subtract),
     "Mul": _binary(np.multiply),
+    "Div": _binary(_int_div, "iu"),  # shape arithmetic (head_dim // heads in exported decoders)
 }
 
 

@@ -2,8 +2,9 @@
 which each operator's descriptor class, support table, compile function, helper and spec are
 made: ELEMENT_WISE_ABS, _NEGATE, _CEIL, _FLOOR, _ROUND, _SIGN, _RECIP, _SQRT, _EXP, _LOG,
 ACTIVATION_SIGMOID, ACTIVATION_SOFTSIGN, ACTIVATION_TANH and ELEMENT_WISE_TANH (one function),
-ELEMENT_WISE_ERF, ACTIVATION_SOFTPLUS (Steepness); and ELEMENT_WISE_IS_INFINITY (UINT8 output, on
-shaders/elementwise.comp: contract.EW_ISINF; ONNX IsInf through handlers_math._h_isinf).
+ELEMENT_WISE_ERF, ACTIVATION_SOFTPLUS (Steepness), ELEMENT_WISE_SIN, ELEMENT_WISE_COS; and
+ELEMENT_WISE_IS_INFINITY (UINT8 output, on shaders/elementwise.comp: contract.EW_ISINF; ONNX IsInf
+through handlers_math._h_isinf).
 
 All run on the element-wise plans (ops/elementwise_plan.py: merged dimensions, per-tensor
 strides, stride-0 broadcast, offsets, host-enumerated dimensions) with shaders/float_unary.comp,
@@ -17,14 +18,17 @@ against float64 (tools/measure_unary.py: every float16 input, 2^21 float32 input
 special values; docs/elementwise_unary.md), in ulps of the result: EXP 1.13, LOG 0.80, SIGMOID
 2.21, SOFTSIGN 1.50, TANH 1.45, ERF 1.37, SOFTPLUS 1.92 (Steepness 1; 2.76 at Steepness 3, the
 product Steepness * x rounded to float32 first) in float32 (tested against 1.2, 0.8, 2.3, 1.5,
-1.5, 1.4, 2.0 and 2.8); in float16
-0.5 ulp (the float32 result rounded: 99.99% correctly rounded).
+1.5, 1.4, 2.0 and 2.8); SIN 0.82, COS 0.82 (tested against 0.85) for every finite float32: an
+exact Payne-Hanek reduction in integer code (shaders/trig_math.glsl: 94 bits of the remainder, so
+the inputs nearest multiples of pi / 2 and those up to 3.4e38 keep the bound; no range limit),
+measured over every positive float32 from 2^-12 (below: x and 1, correctly rounded; negative x
+by the sign, in integer code); in float16 0.5 ulp (the float32 result rounded: 99.99% correctly rounded).
 
 Special values follow the pages where they define them (SIGN: -1 / 1 / 0, -0 and NaN giving
 +0), else IEEE-754 / numpy: NaN in, NaN out (ABS / NEGATE keep a float32 NaN's payload, the
 others return the input quieted or the default NaN), sqrt(-0) = -0, sqrt(x < 0) = NaN,
 log(+-0) = -inf, log(x < 0) = NaN, recip(+-0) = +-inf, softsign(+-inf) = tanh(+-inf) = erf(+-inf)
-= +-1, softplus(-inf) = +0, softplus(x) = x once Steepness * x >= 16 (no overflow through the product).
+= +-1, sin(+-inf) = cos(+-inf) = NaN, softplus(-inf) = +0, softplus(x) = x once Steepness * x >= 16 (no overflow through the product).
 
 ScaleBias (the pages' optional DML_SCALE_BIAS, `scale_bias=ScaleBias(scale, bias)`): the input
 becomes x * scale + bias, a float32 product rounded, then a float32 sum rounded (not fused), before
@@ -70,7 +74,7 @@ from .spec import OnnxOp, OperatorSpec
 
 # their families in shaders/float_unary.comp (FN_<NAME>: shaders/unary_math.glsl); ops/contract reads this line
 FLOAT_UNARY = ("abs", "neg", "ceil", "floor", "round", "sign", "recip", "sqrt", "exp", "log", "sigmoid", "softsign",
-               "tanh", "erf", "softplus")
+               "tanh", "erf", "softplus", "sin", "cos")
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,8 @@ OPS = (
     UnaryOp("ELEMENT_WISE_ERF", 81, "Erf", "erf", "erf", L20, True, "erf(x)", False),
     UnaryOp("ACTIVATION_SOFTPLUS", 49, "Softplus", "softplus", "softplus", LACT, False,
             "ln(1 + exp(steepness * x)) / steepness", False, steepness=True),
+    UnaryOp("ELEMENT_WISE_SIN", 28, "Sin", "sin", "sin", L10, True, "sin(x)", False),
+    UnaryOp("ELEMENT_WISE_COS", 9, "Cos", "cos", "cos", L10, True, "cos(x)", False),
 )
 
 
