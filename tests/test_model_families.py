@@ -1,7 +1,8 @@
 """The transformer families users bring (kompute_dml/bench/families.py: random weights, tiny
 sizes) through the ONNX backend on this device: outputs against onnxruntime's CPU provider, and
 which node types still leave the device. STILL_ON_THE_CPU (families.CPU_NODE_TYPES, which the README's
-table shows) is today's list per family: a node type
+table shows) is today's list per family (for the graphs onnxruntime's optimizer fused, the most that may stay
+there: its fusions vary with its version): a node type
 on the CPU that is not listed fails (a regression), and a listed one that no longer is fails too
 (the list must shrink with the work that moves it: issue 52)."""
 
@@ -32,7 +33,10 @@ def test_family_runs_correct_and_its_cpu_nodes_are_known(name):
     path = families.build(name, "tiny")
     rep = Backend.prepare(str(path), "CPU")
     cpu = collections.Counter(p.op_type for p in rep.placement if p.target == CPU)
-    assert set(cpu) == STILL_ON_THE_CPU[name], (cpu, rep.summary())
+    if families.FAMILIES[name].post:  # onnxruntime's optimizer wrote it: its fusions vary with its version
+        assert set(cpu) <= STILL_ON_THE_CPU[name], (cpu, rep.summary())
+    else:
+        assert set(cpu) == STILL_ON_THE_CPU[name], (cpu, rep.summary())
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for batch, seq in ((1, 9), (3, 17)):
         feeds = families.feeds(name, batch, seq, np.random.default_rng(batch))

@@ -45,8 +45,10 @@ def test_small_integer_powers_on_the_device_bit_for_bit(rng, dt, exponent):
     (y,) = rep.run({"x": x})
     (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     assert y.dtype == want.dtype
-    np.testing.assert_array_equal(y.view(np.uint32 if dt == np.float32 else np.uint16),
-                                  want.view(np.uint32 if dt == np.float32 else np.uint16))
+    nan = np.isnan(want)  # a NaN's payload is the processor's (NVIDIA returns its canonical NaN)
+    np.testing.assert_array_equal(np.isnan(y), nan)
+    np.testing.assert_array_equal(y[~nan].view(np.uint32 if dt == np.float32 else np.uint16),
+                                  want[~nan].view(np.uint32 if dt == np.float32 else np.uint16))
 
 
 @pytest.mark.parametrize("dt,exponent,as_input,why", [
