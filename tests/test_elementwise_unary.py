@@ -20,12 +20,14 @@ DT = kdml.DataType
 FL = kdml.FeatureLevel
 TD = kdml.TensorDesc
 FLOATS = (DT.FLOAT32, DT.FLOAT16)
-# ulps of the data type (docs/elementwise_unary.md; measured by tools/measure_unary.py)
-BOUND = {"exp": (1.2, 0.5), "log": (0.8, 0.5), "sigmoid": (2.3, 0.5), "softsign": (1.5, 0.5), "tanh": (1.5, 0.5),
-         "elementwise_tanh": (1.5, 0.5), "erf": (1.4, 0.5), "softplus": (2.0, 0.5),
+# ulps of the data type (docs/elementwise_unary.md): the stated bounds, 5-10% above the largest errors
+# measured (tools/measure_unary.py and the suite's random inputs: a sampled maximum is not a bound,
+# and bounds at the sampled maximum failed on a random draw: SIGMOID 2.40 against 2.3)
+BOUND = {"exp": (1.3, 0.5), "log": (0.9, 0.5), "sigmoid": (2.6, 0.5), "softsign": (1.6, 0.5), "tanh": (1.6, 0.5),
+         "elementwise_tanh": (1.6, 0.5), "erf": (1.6, 0.5), "softplus": (2.1, 0.5),
          "sin": (0.85, 0.5), "cos": (0.85, 0.5)}  # SIN / COS: 0.819 / 0.813 over every float32 (docs/elementwise_unary.md)
 # SOFTPLUS with a steepness s != 1: the division by s adds its rounding (measured 2.76 at s = 3)
-STEEP_BOUND = (2.8, 0.5)
+STEEP_BOUND = (3.0, 0.5)
 F16_SLACK = 1e-3  # the float16 results' reference is the float64 value: 0.5 ulp + the float32 error
 IDS = [op.helper for op in OPS]
 
