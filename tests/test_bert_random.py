@@ -429,14 +429,22 @@ def test_a_longer_sequence_creates_no_pipeline_where_the_policy_prepares_ahead(p
                                                                 gemv_k_contiguous=True))
     monkeypatch.setattr(dev.engine, "prepared_variants", set())
     created: list[str] = []
-    program = pipelines.Programs.program
+    program, prepare_many = pipelines.Programs.program, pipelines.Programs.prepare_many
+
+    def new(self, plan):
+        return (plan.variant, plan.spec, len(plan.push), len(plan.bindings)) not in self._programs
 
     def noting(self, plan):
-        if (plan.variant, plan.spec, len(plan.push), len(plan.bindings)) not in self._programs:
+        if new(self, plan):
             created.append(plan.variant)
         return program(self, plan)
 
+    def noting_many(self, plans, threads):  # a recording's and the siblings' pipelines, made together
+        created.extend(dict.fromkeys(p.variant for p in plans if new(self, p)))
+        return prepare_many(self, plans, threads)
+
     monkeypatch.setattr(pipelines.Programs, "program", noting)
+    monkeypatch.setattr(pipelines.Programs, "prepare_many", noting_many)
     try:
         rep.run(feeds_for(p, 1, 1))
         assert any(v.startswith("mmi_gpu") for v in created), created  # prepared ahead: M = 1 takes gemv

@@ -195,3 +195,33 @@ def test_uploaded_tensor_takes_no_fill_and_its_tail_is_zero(dev, monkeypatch, rn
         assert np.array_equal(raw[:n], data)
         assert not raw[n:].any(), raw[n:]
     assert fills == []
+
+
+@pytest.mark.parametrize("threads", ["1", "4"])
+def test_new_pipelines_of_one_submission_compile_together(rng, monkeypatch, threads):
+    """A recording's new pipelines are made together before it is encoded (kp patch 13:
+    several at once on threads of their own); each exactly once, and every result right."""
+    monkeypatch.setenv("KDML_PIPELINE_THREADS", threads)
+    a = rng.standard_normal((7, 33)).astype(np.float32)
+    b = rng.standard_normal((7, 33)).astype(np.float32)
+    with kdml.Device() as dev:
+        assert dev.policy.pipeline_threads == int(threads)
+        before = dev.engine.stats()["pipelines_created"]
+        ta, tb = dev.tensor(a), dev.tensor(b)
+        with dev.record():
+            outs = [kdml.exp(ta), kdml.sqrt(kdml.abs(ta)), kdml.sub(ta, tb), kdml.floor(tb)]
+        made = dev.engine.stats()["pipelines_created"] - before
+        assert made >= 4
+        np.testing.assert_allclose(outs[0].numpy(), np.exp(a), rtol=3e-7)  # EXP: within 1.3 ulp
+        np.testing.assert_array_equal(outs[1].numpy(), np.sqrt(np.abs(a)))
+        np.testing.assert_array_equal(outs[2].numpy(), a - b)
+        np.testing.assert_array_equal(outs[3].numpy(), np.floor(b))
+        with dev.record():  # the same variants again: no pipeline made
+            kdml.exp(tb), kdml.floor(ta)
+        assert dev.engine.stats()["pipelines_created"] - before == made
+
+
+def test_pipeline_threads_env_is_checked(monkeypatch):
+    monkeypatch.setenv("KDML_PIPELINE_THREADS", "many")
+    with pytest.raises(ValueError, match="KDML_PIPELINE_THREADS"):
+        kdml.Device()

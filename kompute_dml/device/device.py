@@ -125,6 +125,7 @@ class Device:
         self.engine.completion_word = self.policy.completion == "word"
         self.engine.set_adaptive_spin(self.policy.wait_spin_cap_us)
         self.engine.shared_first_runs = self.policy.first_run == "shared"
+        self.engine.pipeline_threads = self.policy.pipeline_threads
 
     def __repr__(self) -> str:
         return f"Device({self.index}, {self.name!r}, feature_level={self.feature_level.name})"

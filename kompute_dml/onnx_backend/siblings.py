@@ -28,7 +28,7 @@ def prepare_siblings(device: kdml.Device, program: Any, operators: Iterable[Any]
 
     engine = device.engine
     done = engine.prepared_variants
-    created = 0
+    todo: list[Any] = []  # compiled together at the end (in parallel: Engine.prepare_many)
     for plans, _bound in program.work:
         for plan in plans:
             if not isinstance(plan, DispatchPlan) or plan.variant in done:
@@ -39,23 +39,18 @@ def prepare_siblings(device: kdml.Device, program: Any, operators: Iterable[Any]
                 continue
             for other in fam.shape_specs:  # the same variant specialized for another output size
                 if other != plan.spec:
-                    engine.prepare(dataclasses.replace(plan, spec=other))
-                    created += 1
+                    todo.append(dataclasses.replace(plan, spec=other))
             for v in fam.siblings(plan.variant):
                 if v in done:
                     continue
                 done.add(v)
-                try:
-                    engine.prepare(dataclasses.replace(plan, variant=v))
-                    created += 1
-                except kdml.DMLError:
-                    continue  # a variant the device cannot run (capabilities): never picked here
+                todo.append(dataclasses.replace(plan, variant=v))
     for op in operators:
         spec = BY_NAME.get(op.support.name)
         for plan in spec.ahead(device, op, done) if spec is not None and spec.ahead is not None else ():
             key = ("pipeline", plan.variant, plan.spec, len(plan.push), len(plan.bindings))
             if key not in done:
                 done.add(key)
-                engine.prepare(plan)  # planned as a compile would plan it: it can run here
-                created += 1
-    return created
+                todo.append(plan)  # planned as a compile would plan it: it can run here
+    # a variant the device cannot run (capabilities) is skipped there: never picked here
+    return engine.prepare_many(todo)

@@ -111,6 +111,7 @@ class Engine:
         # First runs go through the shared sequence (runtime/replay.py) where this is True
         # (set from DevicePolicy.first_run), else each submission records its own at once.
         self.shared_first_runs = False
+        self.pipeline_threads = 1  # new pipelines compiled at once (DevicePolicy.pipeline_threads)
         self._replays: collections.OrderedDict[Hashable, Replay] = collections.OrderedDict()
         self._live: weakref.WeakValueDictionary[int, DeviceMemory] = weakref.WeakValueDictionary()
         self.later = MadeLater()  # memory made on kp's thread, and the small spares (runtime/later.py)
@@ -350,6 +351,9 @@ class Engine:
 
     def _encode(self, work: Sequence[Work], labels: Sequence[Any] = ()) -> Replay:
         names = list(labels) + [""] * (len(work) - len(labels))
+        # the new pipelines of this work compiled together first (in parallel where kp can)
+        self.programs.prepare_many([p for plans, _ in work for p in plans if isinstance(p, DispatchPlan)],
+                                   self.pipeline_threads)
         dispatches = [(encode(plan, bound, self.programs, self.dummy), (name, plan))
                       for (plans, bound), name in zip(work, names) for plan in plans]
         return Replay(_memories(work), dispatches)
@@ -360,6 +364,13 @@ class Engine:
         with self.lock:
             self.check_open()
             self.programs.prepare(plan)
+
+    def prepare_many(self, plans: Sequence[DispatchPlan]) -> int:
+        """Create the pipelines of `plans` not made yet, in parallel where kp can (Programs.
+        prepare_many); returns how many were made."""
+        with self.lock:
+            self.check_open()
+            return self.programs.prepare_many(plans, self.pipeline_threads)
 
     def stats(self) -> dict[str, int]:
         programs, created = self.manager.kdml_program_counts()

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.errors import UnsupportedError
 from .memory import DeviceMemory
 from .plans import DispatchPlan
 from .shaders import check_capabilities, load_spirv
@@ -64,3 +65,27 @@ class Programs:
     def prepare(self, plan: DispatchPlan) -> None:
         """Create the shared pipeline of `plan`'s variant, spec and push size, binding nothing."""
         self.program(plan)
+
+    def prepare_many(self, plans: Sequence[DispatchPlan], threads: int) -> int:
+        """Create the pipelines of `plans` this device has not made yet, on up to `threads`
+        threads at once (kp patch level 13: the driver compiles them in parallel, the GIL
+        released; a first run's pipelines cost one compile's time instead of their sum). A plan
+        whose variant the device cannot run is left to `program`, which raises when it is used.
+        Returns how many were made."""
+        todo: dict[tuple[Any, ...], tuple[bytes, int, list[int], int]] = {}
+        for plan in plans:
+            key = (plan.variant, plan.spec, len(plan.push), len(plan.bindings))
+            if key in self._programs or key in todo:
+                continue
+            try:
+                spirv = self.spirv(plan.variant)
+            except UnsupportedError:  # a variant the device cannot run: refused again when used
+                continue
+            todo[key] = (spirv, len(plan.bindings), [int(v) for v in plan.spec], len(plan.push))
+        if len(todo) > 1 and threads > 1:
+            handles = self.manager.kdml_prepare_programs(list(todo.values()), threads)
+            self._programs.update(zip(todo, (int(h) for h in handles)))
+        else:
+            for key, (spirv, bindings, spec, push) in todo.items():
+                self._programs[key] = int(self.manager.kdml_prepare_program(spirv, bindings, spec, push))
+        return len(todo)

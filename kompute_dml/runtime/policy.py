@@ -156,6 +156,20 @@ def _always(device: Any, desc: Any) -> bool:
     return True
 
 
+PIPELINE_THREADS_ENV = "KDML_PIPELINE_THREADS"
+PIPELINE_THREADS_MAX = 16  # a cap on compile threads: each holds a driver compiler's memory
+
+
+def _pipeline_threads() -> int:
+    env = os.environ.get(PIPELINE_THREADS_ENV)
+    if env is not None:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise ValueError(f"{PIPELINE_THREADS_ENV}={env!r}: must be an integer >= 1") from None
+    return max(1, min(PIPELINE_THREADS_MAX, os.cpu_count() or 1))
+
+
 @dataclass(frozen=True)
 class KernelCandidate:
     """One entry of a policy's matrix-product table: `family` is tried where `applies(device,
@@ -212,6 +226,10 @@ class DevicePolicy:
     # device_graph.py): GPUs, where that makes a new sequence length's first run cheap; not
     # lavapipe, whose pipeline compiles take seconds.
     prepare_siblings: bool = False
+    # How many pipelines the driver compiles at once when a recording needs several new ones
+    # (kp patch 13, runtime/pipelines.Programs.prepare_many; KDML_PIPELINE_THREADS overrides):
+    # a first run's pipelines (160 ms each on the H100's driver) cost about one compile's time.
+    pipeline_threads: int = field(default_factory=lambda: _pipeline_threads())
     # Outputs that depend on the descriptor alone, packed, of at most this many bytes: copied
     # from a constant computed at compile time (CONSTANT_BELOW); 0: never.
     constant_below: int = 0
@@ -313,6 +331,7 @@ class DevicePolicy:
             "transfer_below": self.transfer_below,
             "transfer_regions": self.transfer_regions,
             "prepare_siblings": self.prepare_siblings,
+            "pipeline_threads": self.pipeline_threads,
             "constant_below": self.constant_below,
             "completion": self.completion,
             "wait_spin_cap_us": self.wait_spin_cap_us,
