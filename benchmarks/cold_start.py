@@ -1,0 +1,88 @@
+"""A model's first run in a fresh process: `Backend.prepare` and the first `run`, with an empty
+pipeline cache on disk (KDML_CACHE_DIR) and the NVIDIA driver's own shader cache off
+(__GL_SHADER_DISK_CACHE=0), as on a machine's first use ("cold"), then again in a second process
+reading the cache the first one wrote ("warm"). Settings are environment assignments, each
+measured in `--processes` fresh processes, interleaved:
+
+    python -m benchmarks.cold_start --family distilbert-int8 --settings "KDML_PIPELINE_THREADS=1;"
+
+One line per setting: medians of prepare and first-run seconds, cold and warm, and the
+pipelines the cold first run created.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+CHILD = [sys.executable, "-m", "benchmarks.cold_start", "--child"]
+
+
+def child(family: str, size: str, batch: int, seq: int) -> None:
+    import numpy as np
+
+    from kompute_dml.bench import families
+    from kompute_dml.bench.timing import once
+    from kompute_dml.onnx_backend import Backend
+
+    path = families.build(family, size)
+    rep: list = []
+    prepare = once(lambda: rep.append(Backend.prepare(str(path), "CPU")))
+    feeds = families.feeds(family, batch, seq, np.random.default_rng(0), size)
+    first = once(lambda: rep[0].run(feeds))
+    stats = rep[0].device.engine.stats()
+    print(json.dumps({"prepare": prepare, "first": first, "created": stats["pipelines_created"]}), flush=True)
+
+
+def _run(env: dict[str, str], args: argparse.Namespace) -> dict[str, float]:
+    cmd = [*CHILD, args.family, "--size", args.size, "--shape", args.shape]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode or not lines:
+        raise SystemExit(f"child failed ({out.returncode}): {out.stderr[-2000:]}")
+    return json.loads(lines[-1])  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--family", default="distilbert-int8", help="a family of kompute_dml.bench.families")
+    ap.add_argument("--size", default="small")
+    ap.add_argument("--shape", default="1x128", help="batch x sequence of the first run")
+    ap.add_argument("--processes", type=int, default=2, help="fresh processes per setting")
+    ap.add_argument("--settings", default="", help="';'-separated settings, each 'NAME=value[,NAME=value]' ('' = as is)")
+    ap.add_argument("--child", nargs="?", const=None, default=False)
+    args = ap.parse_args()
+    if args.child is not False:
+        b, s = (int(v) for v in args.shape.split("x"))
+        child(args.child, args.size, b, s)
+        return
+    from kompute_dml.bench import families
+
+    families.build(args.family, args.size)  # exported once, before any timed process
+    settings = args.settings.split(";") if args.settings else [""]
+    rows: dict[str, dict[str, list[float]]] = {s: {} for s in settings}
+    for _ in range(args.processes):
+        for setting in settings:
+            env = {**os.environ, "__GL_SHADER_DISK_CACHE": "0"}
+            env.update(kv.split("=", 1) for kv in setting.split(",") if kv)
+            with tempfile.TemporaryDirectory() as cache:
+                env["KDML_CACHE_DIR"] = cache
+                for phase in ("cold", "warm"):  # the second process reads what the first wrote
+                    got = _run(env, args)
+                    for key, value in got.items():
+                        rows[setting].setdefault(f"{phase} {key}", []).append(value)
+    print(f"{args.family} ({args.size}) first run at {args.shape}, {args.processes} processes per setting; seconds (medians)")
+    print("setting | cold prepare | cold first run | pipelines created | warm prepare | warm first run")
+    for setting, r in rows.items():
+        med = {k: statistics.median(v) for k, v in r.items()}
+        print(f"{setting or '(as is)'} | {med['cold prepare']:.2f} | {med['cold first']:.2f} | {med['cold created']:.0f} | "
+              f"{med['warm prepare']:.2f} | {med['warm first']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
