@@ -152,8 +152,8 @@ CPU_NODE_TYPES: dict[str, frozenset[str]] = {
     "bert-fp32-fused": frozenset({"Attention", "EmbedLayerNormalization"}),
     "gpt2": frozenset(),
     "llama": frozenset(),
-    "vit": frozenset({"Conv"}),
-    "whisper-encoder": frozenset({"Conv"}),
+    "vit": frozenset(),
+    "whisper-encoder": frozenset(),
 }
 DESCRIBED = {
     "distilbert-int8": "DistilBERT, quantize_dynamic int8 + onnxruntime's extended fusions",

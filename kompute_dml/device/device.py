@@ -187,13 +187,9 @@ class Device:
         """Compile operator descriptors and create every pipeline their executions will use,
         so the first execution builds none (kept on disk for later processes: see
         runtime/disk_cache.py). Returns how many dispatch plans were prepared."""
-        prepared = 0
-        for desc in op_descs:
-            for plan in self.compile(desc).plans:
-                if isinstance(plan, DispatchPlan):
-                    self.engine.prepare(plan)
-                    prepared += 1
-        return prepared
+        plans = [p for desc in op_descs for p in self.compile(desc).plans if isinstance(p, DispatchPlan)]
+        self.engine.prepare_many(plans)  # compiled together
+        return len(plans)
 
     @contextlib.contextmanager
     def record(self) -> Iterator[Recording]:

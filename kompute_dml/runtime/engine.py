@@ -351,23 +351,15 @@ class Engine:
 
     def _encode(self, work: Sequence[Work], labels: Sequence[Any] = ()) -> Replay:
         names = list(labels) + [""] * (len(work) - len(labels))
-        # the new pipelines of this work compiled together first (in parallel where kp can)
-        self.programs.prepare_many([p for plans, _ in work for p in plans if isinstance(p, DispatchPlan)],
-                                   self.pipeline_threads)
+        self.programs.prepare_many([p for ps, _ in work for p in ps if isinstance(p, DispatchPlan)], self.pipeline_threads)
         dispatches = [(encode(plan, bound, self.programs, self.dummy), (name, plan))
                       for (plans, bound), name in zip(work, names) for plan in plans]
         return Replay(_memories(work), dispatches)
 
     # ---- state ---------------------------------------------------------------------------
-    def prepare(self, plan: DispatchPlan) -> None:
-        """Create the shared pipeline `plan` will use (Device.warmup), binding nothing."""
-        with self.lock:
-            self.check_open()
-            self.programs.prepare(plan)
-
     def prepare_many(self, plans: Sequence[DispatchPlan]) -> int:
-        """Create the pipelines of `plans` not made yet, in parallel where kp can (Programs.
-        prepare_many); returns how many were made."""
+        """Create the shared pipelines `plans` will use, binding nothing (Device.warmup, the
+        ONNX backend's siblings): Programs.prepare_many; returns how many were made now."""
         with self.lock:
             self.check_open()
             return self.programs.prepare_many(plans, self.pipeline_threads)

@@ -15,6 +15,7 @@ pipeline.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,23 @@ from ..core.errors import UnsupportedError
 from .memory import DeviceMemory
 from .plans import DispatchPlan
 from .shaders import check_capabilities, load_spirv
+
+PIPELINE_THREADS_ENV = "KDML_PIPELINE_THREADS"
+PIPELINE_THREADS_MAX = 16  # a cap on compile threads: each holds a driver compiler's memory
+
+
+def pipeline_threads() -> int:
+    """DevicePolicy.pipeline_threads: how many new pipelines the driver compiles at once (kp patch
+    13, Programs.prepare_many): the host's cores up to PIPELINE_THREADS_MAX, or
+    KDML_PIPELINE_THREADS. A first run's pipelines (about 160 ms each in the H100's driver) then
+    cost about one compile's time instead of their sum."""
+    env = os.environ.get(PIPELINE_THREADS_ENV)
+    if env is None:
+        return max(1, min(PIPELINE_THREADS_MAX, os.cpu_count() or 1))
+    try:
+        return max(1, int(env))
+    except ValueError:
+        raise ValueError(f"{PIPELINE_THREADS_ENV}={env!r}: must be an integer >= 1") from None
 
 
 class Programs:
@@ -61,10 +79,6 @@ class Programs:
             handle = self._programs[key] = int(self.manager.kdml_prepare_program(
                 self.spirv(plan.variant), len(plan.bindings), [int(v) for v in plan.spec], len(plan.push)))
         return handle
-
-    def prepare(self, plan: DispatchPlan) -> None:
-        """Create the shared pipeline of `plan`'s variant, spec and push size, binding nothing."""
-        self.program(plan)
 
     def prepare_many(self, plans: Sequence[DispatchPlan], threads: int) -> int:
         """Create the pipelines of `plans` this device has not made yet, on up to `threads`

@@ -29,6 +29,7 @@ from functools import cache
 from typing import Any
 
 from .capabilities import CAPABILITIES, FEATURES_ENV, requested_capabilities  # noqa: F401 (re-exported)
+from .pipelines import pipeline_threads
 
 # Bytes up to which a discrete GPU copies by transfer commands (DevicePolicy.transfer_below).
 # H100, `benchmarks/latency.py --sizes` (eager FLOAT32 identity, median us, shaders vs transfer
@@ -156,20 +157,6 @@ def _always(device: Any, desc: Any) -> bool:
     return True
 
 
-PIPELINE_THREADS_ENV = "KDML_PIPELINE_THREADS"
-PIPELINE_THREADS_MAX = 16  # a cap on compile threads: each holds a driver compiler's memory
-
-
-def _pipeline_threads() -> int:
-    env = os.environ.get(PIPELINE_THREADS_ENV)
-    if env is not None:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            raise ValueError(f"{PIPELINE_THREADS_ENV}={env!r}: must be an integer >= 1") from None
-    return max(1, min(PIPELINE_THREADS_MAX, os.cpu_count() or 1))
-
-
 @dataclass(frozen=True)
 class KernelCandidate:
     """One entry of a policy's matrix-product table: `family` is tried where `applies(device,
@@ -226,10 +213,7 @@ class DevicePolicy:
     # device_graph.py): GPUs, where that makes a new sequence length's first run cheap; not
     # lavapipe, whose pipeline compiles take seconds.
     prepare_siblings: bool = False
-    # How many pipelines the driver compiles at once when a recording needs several new ones
-    # (kp patch 13, runtime/pipelines.Programs.prepare_many; KDML_PIPELINE_THREADS overrides):
-    # a first run's pipelines (160 ms each on the H100's driver) cost about one compile's time.
-    pipeline_threads: int = field(default_factory=lambda: _pipeline_threads())
+    pipeline_threads: int = field(default_factory=pipeline_threads)  # new pipelines compiled at once
     # Outputs that depend on the descriptor alone, packed, of at most this many bytes: copied
     # from a constant computed at compile time (CONSTANT_BELOW); 0: never.
     constant_below: int = 0
@@ -242,13 +226,10 @@ class DevicePolicy:
     # "work" (CPU devices) the one with the least padded work per unit of speed (GEMM_CPU_B4_RATE),
     # "parallel" (GPUs) 64 x 64 only where enough such tiles keep the device busy (ops/gemm.py).
     gemm_tiles: str = "work"
-    # the forced matrix-product family ("auto": none): KDML_MATMUL_KERNEL when the policy was made
-    matmul_kernel: str = field(default_factory=lambda: os.environ.get(MATMUL_KERNEL_ENV, "auto"))
-    # FLOAT16 GEMM's family where the product is large enough (GEMM_COOP_MIN): "coopmat" where the
-    # device has GEMM_COOP_CAPABILITIES and the F16_SHAPE, else "tiled"
+    matmul_kernel: str = field(default_factory=lambda: os.environ.get(MATMUL_KERNEL_ENV, "auto"))  # forced family
+    # FLOAT16 GEMM's family (large products, GEMM_COOP_MIN): "coopmat" with GEMM_COOP_CAPABILITIES and F16_SHAPE
     gemm_family: str = "tiled"
-    # the forced GEMM family ("auto": none): KDML_GEMM_KERNEL when the policy was made
-    gemm_kernel: str = field(default_factory=lambda: os.environ.get(GEMM_KERNEL_ENV, "auto"))
+    gemm_kernel: str = field(default_factory=lambda: os.environ.get(GEMM_KERNEL_ENV, "auto"))  # forced family
     weights: str = "rows"  # see WEIGHT_LAYOUTS
     coop_sums: str = "bytes"  # see COOP_SUMS
     gemv_max_m: int = GEMV_MAX_M  # see GEMV_MAX_M, GEMV_COOP_MAX_M

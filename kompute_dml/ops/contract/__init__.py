@@ -364,13 +364,19 @@ REDUCE_PUSH = block("x_off", "y_off", "nout", "rlen", "nk", "nr", "fn", "size[8]
 REDUCE = family("reduce", "reduce.comp", "reduce_{t}_{o}", REDUCE_PUSH, (64, 1, 1), t=tuple(REDUCE_TYPES),
                 o=tuple(REDUCE_OUT), defines=lambda t, o: {"IN_T": REDUCE_TYPES[t], "OUT_IDX": REDUCE_OUT[o]})
 
+# ---- CONVOLUTION (ops/convolution.py, shaders/convolution.comp): an implicit GEMM of 64 x 64 tiles;
+# the tensors' offsets in elements here, the geometry in the operator's constant (binding 4).
+CONV_PUSH = block("x_off", "w_off", "b_off", "y_off")
+CONV = family("conv", "convolution.comp", "conv_{t}", CONV_PUSH, (256, 1, 1), t=("f32", "f16"),
+              defines=lambda t: {"F16": int(t == "f16")})
+
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, CAST, DEQUANT, GATHER, GATHER_CHECK,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT,
-    MVN, MVN_SKIP, REDUCE,
+    MVN, MVN_SKIP, REDUCE, CONV,
     GEMM, GEMM_COOP,
 )
 

@@ -1,0 +1,76 @@
+"""ONNX Conv on DirectML CONVOLUTION (ops/convolution.py): 1-D, 2-D and 3-D, float32 and float16;
+kernel_shape (checked against the weight's), strides, dilations, group, pads (ONNX's begin...,
+end... order) or auto_pad: VALID (no padding), SAME_UPPER / SAME_LOWER (output = ceil(in / stride),
+the odd padding at the end / at the start), NOTSET (the pads). An optional bias of output-channel
+values."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+import kompute_dml as kdml
+from kompute_dml.ops.convolution import output_sizes
+
+from .graph import _attr
+from .handlers_values import as_device
+from .values import DeviceValue, FallbackNeeded, RunStats
+
+if TYPE_CHECKING:
+    from .context import NodeContext
+
+
+def conv_padding(node: onnx.NodeProto, in_sizes: tuple[int, ...], window: tuple[int, ...], strides: tuple[int, ...],
+                 dilations: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The start and end padding of each spatial axis, as ONNX's Conv defines them."""
+    n = len(in_sizes)
+    auto = _attr(node, "auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        start, end = [], []
+        for i, k, s, d in zip(in_sizes, window, strides, dilations):
+            total = max(0, (-(-i // s) - 1) * s + (k - 1) * d + 1 - i)
+            small, big = total // 2, total - total // 2
+            start.append(small if auto == "SAME_UPPER" else big)
+            end.append(big if auto == "SAME_UPPER" else small)
+        return tuple(start), tuple(end)
+    if auto == "VALID":
+        return (0,) * n, (0,) * n
+    if auto != "NOTSET":
+        raise ValueError(f"Conv {node.name!r}: auto_pad {auto!r} is not one ONNX defines")
+    pads = [int(p) for p in _attr(node, "pads", [0] * (2 * n))]
+    if len(pads) != 2 * n:
+        raise ValueError(f"Conv {node.name!r}: pads must hold {2 * n} values, got {len(pads)}")
+    return tuple(pads[:n]), tuple(pads[n:])
+
+
+def _h_conv(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    x, w = (as_device(ctx, ins[i], stats, node.input[i]) for i in range(2))
+    dt = x.dtype
+    if dt not in (np.float32, np.float16) or w.dtype != dt:
+        raise FallbackNeeded(f"Conv of {dt} and {w.dtype} (CONVOLUTION takes FLOAT32 / FLOAT16)")
+    r = len(x.shape)
+    if r not in (3, 4, 5) or len(w.shape) != r:
+        raise FallbackNeeded(f"a Conv of {r} dimensions")
+    n = r - 2
+    window = tuple(int(k) for k in w.shape[2:])
+    shape = _attr(node, "kernel_shape", None)
+    if shape is not None and tuple(int(k) for k in shape) != window:
+        raise ValueError(f"Conv {node.name!r}: kernel_shape {tuple(shape)} is not the weight's window {window}")
+    strides = tuple(int(s) for s in _attr(node, "strides", [1] * n))
+    dilations = tuple(int(d) for d in _attr(node, "dilations", [1] * n))
+    start, end = conv_padding(node, tuple(x.shape[2:]), window, strides, dilations)
+    bias = None
+    if len(ins) > 2 and ins[2] is not None and node.input[2]:
+        bias = as_device(ctx, ins[2], stats, node.input[2]).tensor
+    out_shape = (x.shape[0], w.shape[0], *output_sizes(
+        tuple(x.shape[2:]), window, strides, dilations, start, end))
+    out = ctx.out_tensor(out_shape, dt)
+    y = kdml.conv(x.tensor, w.tensor, bias, strides=strides, dilations=dilations, start_padding=start,
+                  end_padding=end, groups=int(_attr(node, "group", 1)), out=out, device=ctx.device)
+    return [DeviceValue(y, out_shape, dt)]
+
+
+CONV_HANDLERS = {"Conv": _h_conv}

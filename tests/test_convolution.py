@@ -1,0 +1,173 @@
+"""CONVOLUTION (ops/convolution.py, shaders/convolution.comp) against an independent float64 numpy
+reference (windows gathered from the zero-padded input, one product per group): 1-D, 2-D and 3-D,
+groups (depthwise too), strides, dilations, asymmetric padding, bias, the fused ReLU, CONVOLUTION
+mode (the window reversed), FLOAT32 and FLOAT16; strided and broadcast inputs at random offsets,
+strided outputs poisoned first, every byte outside them unchanged; the error bound of the module
+(K + 1) u S; refused descriptors with the field they name; the helper."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
+
+import kompute_dml as kdml
+
+DT = kdml.DataType
+TD = kdml.TensorDesc
+FL = kdml.FeatureLevel
+U = 2.0 ** -24
+
+
+def reference(x, w, b, strides, dilations, start, end, groups, flip=False, relu=False):
+    """float64 result and S = sum |x w| + |b| per output element."""
+    x = x.astype(np.float64)
+    w = w.astype(np.float64)
+    n = x.ndim - 2
+    if flip:
+        w = w[(slice(None), slice(None)) + (slice(None, None, -1),) * n]
+    xp = np.pad(x, [(0, 0), (0, 0), *list(zip(start, end))])
+    window = w.shape[2:]
+    out_sp = [(xp.shape[2 + i] - ((window[i] - 1) * dilations[i] + 1)) // strides[i] + 1 for i in range(n)]
+    cin_g, cout_g = x.shape[1] // groups, w.shape[0] // groups
+    y = np.zeros((x.shape[0], w.shape[0], *out_sp))
+    s = np.zeros_like(y)
+    for o in itertools.product(*(range(k) for k in out_sp)):
+        # the window of output position o: (N, Cin, *window)
+        idx = tuple(slice(o[i] * strides[i], o[i] * strides[i] + (window[i] - 1) * dilations[i] + 1, dilations[i])
+                    for i in range(n))
+        patch = xp[(slice(None), slice(None), *idx)]
+        for g in range(groups):
+            pg = patch[:, g * cin_g:(g + 1) * cin_g].reshape(x.shape[0], -1)
+            wg = w[g * cout_g:(g + 1) * cout_g].reshape(cout_g, -1)
+            y[(slice(None), slice(g * cout_g, (g + 1) * cout_g), *o)] = pg @ wg.T
+            s[(slice(None), slice(g * cout_g, (g + 1) * cout_g), *o)] = np.abs(pg) @ np.abs(wg).T
+    if b is not None:
+        bb = b.astype(np.float64).reshape((1, -1) + (1,) * n)
+        y = y + bb
+        s = s + np.abs(bb)
+    if relu:
+        y = np.maximum(y, 0.0)
+    return y, s
+
+
+def check(got, want, s, k, dt):
+    bound = (k + 1) * U * s
+    if dt == DT.FLOAT16:
+        bound = bound + np.abs(want) * 2.0 ** -11 + 2.0 ** -25  # the float16 rounding (subnormals absolute)
+    err = np.abs(got.astype(np.float64) - want)
+    assert np.all(err <= bound), f"worst error / bound {np.max(err / np.maximum(bound, 1e-300)):.3f}"
+
+
+CASES = [  # x sizes, filter sizes, strides, dilations, start, end, groups
+    ((1, 3, 9, 9), (5, 3, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1),
+    ((2, 4, 11, 7), (6, 2, 3, 2), (2, 1), (1, 2), (0, 1), (2, 0), 2),
+    ((1, 6, 8, 8), (6, 1, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 6),  # depthwise
+    ((1, 4, 17, 17), (12, 4, 4, 4), (4, 4), (1, 1), (0, 0), (0, 0), 1),  # patch embedding
+    ((2, 5, 13), (7, 5, 3), (2,), (1,), (1,), (1,), 1),  # 1-D (Whisper-style)
+    ((1, 2, 4, 5, 6), (3, 2, 2, 3, 2), (1, 2, 1), (2, 1, 1), (1, 0, 1), (0, 1, 1), 1),  # 3-D
+    ((1, 70, 9, 9), (130, 70, 1, 1), (1, 1), (1, 1), (0, 0), (0, 0), 1),  # tiles on both axes, 1x1
+]
+
+
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_convolution_against_numpy(dev, rng, case, dt):
+    xs, ws, st, dl, ps, pe, g = CASES[case]
+    flip, relu, bias = bool(rng.integers(2)), bool(rng.integers(2)), case % 3 != 2
+    npd = dt.numpy_dtype
+    x = (rng.standard_normal(xs) * 2).astype(npd)
+    w = (rng.standard_normal(ws) * 0.5).astype(npd)
+    b = rng.standard_normal(ws[0]).astype(npd) if bias else None
+    want, s = reference(x, w, b, st, dl, ps, pe, g, flip, relu)
+    xd = TD(dt, xs, random_strides(rng, xs, allow_broadcast=False))
+    wd = TD(dt, ws, random_strides(rng, ws, allow_broadcast=False))
+    bd = TD(dt, (1, ws[0]) + (1,) * (len(xs) - 2)) if bias else None
+    yd = TD(dt, want.shape, random_strides(rng, want.shape, allow_broadcast=False))
+    tx, _ = place(dev, rng, xd, x)
+    tw, _ = place(dev, rng, wd, w)
+    tb = place(dev, rng, bd, b.reshape(bd.sizes))[0] if bias else None
+    ty, _ = place(dev, rng, yd)
+    before = poison_against(ty, want.astype(npd), rng)
+    desc = kdml.ConvolutionDesc(xd, wd, bd, yd, kdml.ConvolutionMode(0 if flip else 1), kdml.ConvolutionDirection.FORWARD,
+                                st, dl, ps, pe, (0,) * len(st), g, kdml.ActivationReluDesc(None, None) if relu else None)
+    dev.compile(desc).execute([tx, tw, tb], [ty])
+    after = assert_outside_unchanged(ty, before)
+    got = read_logical(after, ty.offset, yd)
+    check(got, want, s, int(np.prod(ws[1:])), dt)
+
+
+def test_broadcast_input_and_special_values(dev, rng):
+    """A stride-0 (broadcast) input, and inf / NaN reaching the sums: IEEE results (a NaN or an
+    inf times 0 gives NaN; inf + finite stays inf)."""
+    x = np.ones((1, 2, 5, 5), np.float32) * rng.standard_normal((1, 2, 1, 5)).astype(np.float32)
+    xd = TD(DT.FLOAT32, (1, 2, 5, 5), (0, 5, 0, 1))
+    tx = kdml.Tensor(dev.buffer(x[0, :, 0].tobytes()), xd)
+    w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    want, s = reference(x, w, None, (1, 1), (1, 1), (1, 1), (1, 1), 1)
+    got = kdml.conv(tx, w, start_padding=(1, 1), end_padding=(1, 1)).numpy()
+    check(got, want, s, 18, DT.FLOAT32)
+    x2 = rng.standard_normal((1, 1, 4, 4)).astype(np.float32)
+    x2[0, 0, 1, 1], x2[0, 0, 3, 3] = np.inf, np.nan
+    w2 = np.ones((1, 1, 2, 2), np.float32)
+    want2 = reference(x2, w2, None, (1, 1), (1, 1), (0, 0), (0, 0), 1)[0]
+    got2 = kdml.conv(x2, w2).numpy()
+    np.testing.assert_array_equal(np.isnan(got2), np.isnan(want2))
+    np.testing.assert_array_equal(np.isinf(got2), np.isinf(want2))
+
+
+def test_helper_matches_descriptor_and_takes_out(dev, rng):
+    x = rng.standard_normal((2, 4, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    want, s = reference(x, w, b, (1, 1), (1, 1), (1, 1), (1, 1), 2, relu=True)
+    out = dev.empty(kdml.TensorDesc(DT.FLOAT32, want.shape))
+    got = kdml.conv(x, w, b, start_padding=(1, 1), end_padding=(1, 1), groups=2, relu=True, out=out)
+    assert got is out
+    check(out.numpy(), want, s, 18, DT.FLOAT32)
+
+
+F = DT.FLOAT32
+
+
+@pytest.mark.parametrize("change, field", [
+    (dict(filter_tensor=TD(F, (6, 3, 3, 3))), "filter_tensor.sizes"),
+    (dict(group_count=3), "group_count"),
+    (dict(output_tensor=TD(F, (1, 6, 4, 4))), "output_tensor.sizes"),
+    (dict(bias_tensor=TD(F, (1, 5, 1, 1))), "bias_tensor.sizes"),
+    (dict(strides=(1,)), "strides"),
+    (dict(dilations=(0, 1)), "dilations[0]"),
+    (dict(output_padding=(1, 0)), "output_padding"),
+    (dict(filter_tensor=TD(DT.FLOAT16, (6, 4, 3, 3))), "filter_tensor.data_type"),
+    (dict(mode=7), "mode"),
+])
+def test_refused_descriptors_name_their_field(dev, change, field):
+    import dataclasses
+
+    base = kdml.ConvolutionDesc(TD(F, (1, 4, 5, 5)), TD(F, (6, 4, 3, 3)), TD(F, (1, 6, 1, 1)), TD(F, (1, 6, 3, 3)))
+    with pytest.raises(kdml.InvalidArgumentError, match=f"^{field.replace('[', '.').replace(']', '.')}"):
+        dev.compile(dataclasses.replace(base, **change))
+
+
+def test_unsupported_direction_activation_and_type(dev):
+    import dataclasses
+
+    base = kdml.ConvolutionDesc(TD(F, (1, 4, 5, 5)), TD(F, (6, 4, 3, 3)), None, TD(F, (1, 6, 3, 3)))
+    with pytest.raises(kdml.UnsupportedError, match="^direction"):
+        dev.compile(dataclasses.replace(base, direction=kdml.ConvolutionDirection.BACKWARD))
+    with pytest.raises(kdml.UnsupportedError, match="^fused_activation"):
+        dev.compile(dataclasses.replace(base, fused_activation=kdml.ActivationSigmoidDesc(None, None)))
+    i32 = DT.INT32
+    with pytest.raises(kdml.UnsupportedError, match="input_tensor"):
+        dev.compile(kdml.ConvolutionDesc(TD(i32, (1, 4, 5, 5)), TD(i32, (6, 4, 3, 3)), None, TD(i32, (1, 6, 3, 3))))
+
+
+def test_one_dimensional_needs_feature_level_3_0():
+    from helpers import compile_at_level
+
+    d = kdml.ConvolutionDesc(TD(F, (1, 2, 7)), TD(F, (3, 2, 3)), None, TD(F, (1, 3, 5)))
+    with pytest.raises(kdml.UnsupportedError):
+        compile_at_level(FL.FL_2_1, d)
+    compile_at_level(FL.FL_3_0, d)

@@ -1,0 +1,78 @@
+"""ONNX Conv through the backend on CONVOLUTION (onnx_backend/handlers_conv.py) against
+onnxruntime's CPU EP: the layers of the families people bring (ResNet's 7x7 stride-2 stem, 3x3 and
+1x1, depthwise, grouped, ViT's patch embedding, Whisper's Conv1d pair), auto_pad's modes,
+asymmetric pads, dilations, no bias; float32 and float16, batch 1 and 3; every node on the device
+(no CPU sub-graph, no run-time fallback), in a whole-graph plan and node by node."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from kompute_dml.onnx_backend import Backend
+
+ort = pytest.importorskip("onnxruntime")
+
+CASES = {
+    "resnet-stem": ((3, 32, 32), (8, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),
+    "3x3": ((8, 10, 10), (16, 8, 3, 3), dict(pads=[1, 1, 1, 1])),
+    "1x1": ((16, 7, 7), (24, 16, 1, 1), {}),
+    "depthwise": ((8, 10, 10), (8, 1, 3, 3), dict(group=8, pads=[1, 1, 1, 1], strides=[2, 2])),
+    "grouped-asymmetric": ((4, 9, 9), (6, 2, 2, 2), dict(group=2, pads=[0, 1, 1, 0])),
+    "vit-patches": ((3, 32, 32), (16, 3, 16, 16), dict(strides=[16, 16])),
+    "whisper-conv1": ((20, 30), (12, 20, 3), dict(pads=[1, 1])),
+    "whisper-conv2": ((12, 30), (12, 12, 3), dict(pads=[1, 1], strides=[2])),
+    "same-upper": ((4, 9, 9), (6, 4, 3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
+    "same-lower": ((4, 9, 9), (6, 4, 3, 3), dict(auto_pad="SAME_LOWER", strides=[2, 2])),
+    "valid-dilated": ((4, 9, 9), (6, 4, 3, 3), dict(auto_pad="VALID", dilations=[2, 2])),
+    "3d": ((2, 5, 6, 7), (3, 2, 2, 3, 2), dict(pads=[1, 0, 1, 0, 1, 1])),
+}
+
+
+def model(case: str, dt: int, rng, bias: bool) -> onnx.ModelProto:
+    xs, ws, attrs = CASES[case]
+    npd = np.float16 if dt == TensorProto.FLOAT16 else np.float32
+    inits = [numpy_helper.from_array((rng.standard_normal(ws) * 0.3).astype(npd), "w")]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(ws[0]).astype(npd), "b"))
+    node = helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["y"], kernel_shape=list(ws[2:]), **attrs)
+    g = helper.make_graph([node, helper.make_node("Relu", ["y"], ["z"])], "conv",
+                          [helper.make_tensor_value_info("x", dt, ["N", *xs])],
+                          [helper.make_tensor_value_info("z", dt, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("dt", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["f32", "f16"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_conv_matches_onnxruntime_on_the_device(rng, case, dt):
+    m = model(case, dt, rng, bias=case != "1x1")
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    rep = Backend.prepare(m, "CPU")
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, *CASES[case][0])).astype(np.float16 if dt == TensorProto.FLOAT16 else np.float32)
+        want = sess.run(None, {"x": x})[0]
+        got = rep.run({"x": x})[0]
+        stats = rep.last_run
+        assert stats.cpu_segments == 0 and stats.runtime_fallbacks == 0, stats.events
+        assert got.shape == want.shape and got.dtype == want.dtype
+        # float32: within 1e-5 of |y|'s scale; float16: a float16 ulp at the outputs' scale
+        tol = 2e-5 if dt == TensorProto.FLOAT else 4e-3
+        scale = max(1.0, float(np.abs(want.astype(np.float64)).max()))
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), atol=tol * scale, rtol=0)
+
+
+def test_conv_node_by_node_and_refusals(rng):
+    m = model("3x3", TensorProto.FLOAT, rng, bias=True)
+    x = rng.standard_normal((2, 8, 10, 10)).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    rep = Backend.prepare(m, "CPU")
+    rep.state.node_by_node = True
+    got = rep.run({"x": x})[0]
+    assert rep.last_run.cpu_segments == 0 and rep.last_run.runtime_fallbacks == 0
+    np.testing.assert_allclose(got, want, atol=2e-5 * max(1.0, float(np.abs(want).max())), rtol=0)
+    bad = model("3x3", TensorProto.FLOAT, rng, bias=True)
+    bad.graph.node[0].attribute.append(helper.make_attribute("auto_pad", "SAME_MIDDLE"))
+    with pytest.raises(ValueError, match="auto_pad"):
+        Backend.prepare(bad, "CPU").run({"x": x})
