@@ -72,9 +72,11 @@ CASES = [  # x sizes, filter sizes, strides, dilations, start, end, groups
 ]
 
 
+@pytest.mark.parametrize("kernel", ["tiled", "direct"])
 @pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_convolution_against_numpy(dev, rng, case, dt):
+def test_convolution_against_numpy(dev, rng, monkeypatch, case, dt, kernel):
+    monkeypatch.setenv("KDML_CONV_KERNEL", kernel)
     xs, ws, st, dl, ps, pe, g = CASES[case]
     flip, relu, bias = bool(rng.integers(2)), bool(rng.integers(2)), case % 3 != 2
     npd = dt.numpy_dtype
@@ -97,6 +99,26 @@ def test_convolution_against_numpy(dev, rng, case, dt):
     after = assert_outside_unchanged(ty, before)
     got = read_logical(after, ty.offset, yd)
     check(got, want, s, int(np.prod(ws[1:])), dt)
+
+
+@pytest.mark.parametrize("case", [1, 2, 5])
+def test_both_kernels_give_the_same_bits(dev, rng, monkeypatch, case):
+    """The direct and the tiled kernel sum in the same order: their outputs are bit for bit equal."""
+    xs, ws, st, dl, ps, pe, g = CASES[case]
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    got = {}
+    shape = reference(x, w, None, st, dl, ps, pe, g)[0].shape
+    for kernel in ("tiled", "direct"):
+        monkeypatch.setenv("KDML_CONV_KERNEL", kernel)
+        y = dev.empty(kdml.TensorDesc(DT.FLOAT32, shape))
+        op = dev.compile(kdml.ConvolutionDesc(TD(DT.FLOAT32, xs), TD(DT.FLOAT32, ws), None, y.desc,
+                                              kdml.ConvolutionMode.CROSS_CORRELATION, kdml.ConvolutionDirection.FORWARD,
+                                              st, dl, ps, pe, (0,) * len(st), g))
+        assert op.variants[0].startswith("convd_" if kernel == "direct" else "conv_")
+        op.execute([dev.tensor(x), dev.tensor(w), None], [y])
+        got[kernel] = y.numpy()
+    np.testing.assert_array_equal(got["tiled"].view(np.uint32), got["direct"].view(np.uint32))
 
 
 def test_broadcast_input_and_special_values(dev, rng):

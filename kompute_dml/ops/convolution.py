@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import math
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +39,7 @@ from ..core.tensor_desc import TensorDesc
 from ..device.memory import Tensor
 from ..functional import _packed, check_out, compile_cached, pooled_empty
 from ..functional.elementwise import _operands
-from ..runtime import DispatchPlan
+from ..runtime import DispatchPlan, grid_for
 from . import contract
 from .activation_relu import ActivationReluDesc
 from .base import CompiledOperator, validate_tensors
@@ -212,8 +213,25 @@ def _params(desc: ConvolutionDesc, v: dict[str, Any]) -> np.ndarray:
              *_three(v["strides"], 1), *_three(v["dilations"], 1), *_three(v["start"], 0),
              *_strides5(x), *_strides5(w), *_strides5(y), b.effective_strides[1] if b is not None else 0, flags,
              x.sizes[0] * math.prod(out), (x.sizes[1] // groups) * kvol, kvol, window[1] * window[2],
-             out[1] * out[2], math.prod(out)]
+             out[1] * out[2], math.prod(out), w.sizes[0]]
     return np.array(words, dtype=np.uint32)
+
+
+# Convolutions of fewer output channels per group than this take the direct kernel (one output
+# element per invocation): the tiled kernel computes 64 channels of a group per work-group and
+# idles the rest (H100, benchmarks/bench_conv.py: depthwise 3x3 over 8 x 96 x 56 x 56, tiled 0.535 ms).
+DIRECT_BELOW_COUTG = 8
+CONV_KERNEL_ENV = "KDML_CONV_KERNEL"  # "tiled" or "direct" forces one (tests, benchmarks)
+
+
+def conv_kernel(coutg: int) -> str:
+    """Which kernel a convolution of `coutg` output channels per group takes."""
+    forced = os.environ.get(CONV_KERNEL_ENV, "auto")
+    if forced not in ("auto", "tiled", "direct"):
+        raise ValueError(f"{CONV_KERNEL_ENV}={forced!r}: auto, tiled or direct")
+    if forced != "auto":
+        return forced
+    return "direct" if coutg < DIRECT_BELOW_COUTG else "tiled"
 
 
 def compile_convolution(device: Device, desc: ConvolutionDesc) -> CompiledOperator:
@@ -221,13 +239,17 @@ def compile_convolution(device: Device, desc: ConvolutionDesc) -> CompiledOperat
     x = desc.input_tensor
     p = _params(desc, v)
     npix, coutg = int(p[37]), int(p[1])
-    grid = (cdiv(npix, 64), cdiv(coutg, 64), v["groups"])
     limit = device.limits["max_compute_work_group_count"]
-    for axis, (count, most) in enumerate(zip(grid, limit)):
-        if count > most:
-            raise UnsupportedError(f"output_tensor: the convolution needs {count} work-groups along grid axis {axis}, "
-                                   f"more than the device's {most}")
-    fam = contract.CONV
+    if conv_kernel(coutg) == "direct":
+        fam = contract.CONV_DIRECT
+        grid = grid_for(npix * int(p[43]), 256, limit[0])
+    else:
+        fam = contract.CONV
+        grid = (cdiv(npix, 64), cdiv(coutg, 64), v["groups"])
+        for axis, (count, most) in enumerate(zip(grid, limit)):
+            if count > most:
+                raise UnsupportedError(f"output_tensor: the convolution needs {count} work-groups along grid axis "
+                                       f"{axis}, more than the device's {most}")
     unit = x.data_type.size
     plan = DispatchPlan(
         variant=fam.name(t="f16" if x.data_type == DataType.FLOAT16 else "f32"),
@@ -294,7 +316,7 @@ def conv(x: Any, w: Any, bias: Any = None, *, strides: Any = None, dilations: An
 _F32 = DataType.FLOAT32
 EXPORTS = {"ConvolutionMode": ConvolutionMode, "ConvolutionDirection": ConvolutionDirection}
 SPECS = (OperatorSpec(
-    ConvolutionDesc, CONVOLUTION, compile_convolution, (contract.CONV,), helpers=("conv",),
+    ConvolutionDesc, CONVOLUTION, compile_convolution, (contract.CONV, contract.CONV_DIRECT), helpers=("conv",),
     onnx=(OnnxOp("Conv", "", "conv", check=float_input),),
     example=lambda: ConvolutionDesc(TensorDesc(_F32, (1, 4, 5, 5)), TensorDesc(_F32, (6, 4, 3, 3)),
                                     TensorDesc(_F32, (1, 6, 1, 1)), TensorDesc(_F32, (1, 6, 3, 3)))),)

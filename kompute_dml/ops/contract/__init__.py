@@ -368,7 +368,10 @@ REDUCE = family("reduce", "reduce.comp", "reduce_{t}_{o}", REDUCE_PUSH, (64, 1, 
 # the tensors' offsets in elements here, the geometry in the operator's constant (binding 4).
 CONV_PUSH = block("x_off", "w_off", "b_off", "y_off")
 CONV = family("conv", "convolution.comp", "conv_{t}", CONV_PUSH, (256, 1, 1), t=("f32", "f16"),
-              defines=lambda t: {"F16": int(t == "f16")})
+              defines=lambda t: {"F16": int(t == "f16"), "DIRECT": 0})
+# the direct variant: one output element per invocation (few channels per group, depthwise)
+CONV_DIRECT = family("conv_direct", "convolution.comp", "convd_{t}", CONV_PUSH, (256, 1, 1), t=("f32", "f16"),
+                     defines=lambda t: {"F16": int(t == "f16"), "DIRECT": 1})
 
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
@@ -376,7 +379,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, CAST, DEQUANT, GATHER, GATHER_CHECK,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT,
-    MVN, MVN_SKIP, REDUCE, CONV,
+    MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT,
     GEMM, GEMM_COOP,
 )
 
