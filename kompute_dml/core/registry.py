@@ -32,7 +32,7 @@ F32 = frozenset({D.FLOAT32})
 @dataclass(frozen=True)
 class TensorSupport:
     field: str  # the descriptor field, snake_case
-    kind: str  # "input", "optional input" or "output"
+    kind: str  # "input", "optional input", "output" or "optional output"
     dims: tuple[int, int]  # inclusive range of dimension counts
     types: frozenset[DataType]
 
@@ -57,9 +57,9 @@ class OperatorSupport:
     levels: tuple[LevelSupport, ...]  # ascending by level
 
     def __post_init__(self) -> None:
-        first = [(t.field, t.kind == "output") for t in self.levels[0].tensors]
+        first = [(t.field, t.kind.endswith("output")) for t in self.levels[0].tensors]
         for row in self.levels:
-            if [(t.field, t.kind == "output") for t in row.tensors] != first:
+            if [(t.field, t.kind.endswith("output")) for t in row.tensors] != first:
                 raise ValueError(f"{self.name}: the tensor fields at level {row.level.label} differ from level "
                                  f"{self.introduced.label}'s")
         kinds = [is_out for _, is_out in first]
@@ -73,11 +73,11 @@ class OperatorSupport:
     @functools.cached_property
     def inputs(self) -> tuple[str, ...]:
         """The input fields, in binding order (optional ones included)."""
-        return tuple(t.field for t in self.levels[0].tensors if t.kind != "output")
+        return tuple(t.field for t in self.levels[0].tensors if not t.kind.endswith("output"))
 
     @functools.cached_property
     def outputs(self) -> tuple[str, ...]:
-        return tuple(t.field for t in self.levels[0].tensors if t.kind == "output")
+        return tuple(t.field for t in self.levels[0].tensors if t.kind.endswith("output"))
 
     @functools.cached_property
     def fields(self) -> tuple[str, ...]:

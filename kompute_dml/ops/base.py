@@ -44,7 +44,7 @@ def validate_tensors(
         t = getattr(desc, f)
         if t is None:
             kind = support.require(level).tensor(f).kind
-            if kind != "optional input":
+            if not kind.startswith("optional"):
                 raise invalid(f, "is required")
             continue
         if isinstance(t, tuple):

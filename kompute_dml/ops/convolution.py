@@ -10,8 +10,9 @@ FLOAT16 tensors decoded exactly and the result rounded once. Bound (tests/test_c
 enforces it against float64): |error| <= (K + 1) u S with u = 2^-24, K = CinG * KD * KH * KW and
 S = sum |x w| + |bias| over the output's terms; FLOAT16 outputs one more rounding (2^-11 relative).
 
-Tensor support as the page's table gives it: FLOAT32 and FLOAT16, 4 or 5 dimensions from 1_0
-(2-D and 3-D convolutions), 3 dimensions too from 3_0 (1-D). kompute_dml implements Direction
+Tensor support: FLOAT32 and FLOAT16, 4 or 5 dimensions from 1_0 (2-D and 3-D convolutions), 3
+dimensions too from 3_0 (1-D). (The page as stored in MicrosoftDocs/sdk-api holds no tensor-support
+table; these rows are kompute_dml's reading of the feature-level history, the float rows only.) kompute_dml implements Direction
 FORWARD; BACKWARD (transposed convolution) is refused (UnsupportedError naming `direction`).
 FusedActivation: None or an ActivationReluDesc (its tensors None); others are refused
 (UnsupportedError naming `fused_activation`). OutputPadding applies to BACKWARD only: all zeros
@@ -66,7 +67,7 @@ class ConvolutionDirection(enum.IntEnum):
 
 
 _T = ("input_tensor", "filter_tensor", "bias_tensor", "output_tensor")
-CONVOLUTION = OperatorSupport("CONVOLUTION", 1, tuple(
+CONVOLUTION = OperatorSupport("CONVOLUTION", 53, tuple(
     row(level, ("input_tensor", "input", dims, FLOATS), ("filter_tensor", "input", dims, FLOATS),
         ("bias_tensor", "optional input", dims, FLOATS), ("output_tensor", "output", dims, FLOATS))
     for level, dims in ((FL.FL_1_0, (4, 5)), (FL.FL_3_0, (3, 5)))))

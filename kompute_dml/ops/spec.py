@@ -77,7 +77,7 @@ class OperatorSpec:
         for t in self.support.levels[-1].tensors:  # a field optional from some level on is annotated `| None`
             ann = annotations[t.field]
             optional = "None" in ann
-            if "TensorDesc" not in ann or optional != (t.kind == "optional input"):
+            if "TensorDesc" not in ann or optional != t.kind.startswith("optional"):
                 raise TypeError(f"{self.name}: {self.desc_type.__name__}.{t.field} is annotated {ann!r}, the table "
                                 f"says {t.kind!r}")
 

@@ -373,13 +373,19 @@ CONV = family("conv", "convolution.comp", "conv_{t}", CONV_PUSH, (256, 1, 1), t=
 CONV_DIRECT = family("conv_direct", "convolution.comp", "convd_{t}", CONV_PUSH, (256, 1, 1), t=("f32", "f16"),
                      defines=lambda t: {"F16": int(t == "f16"), "DIRECT": 1})
 
+# ---- MAX_POOLING2 / AVERAGE_POOLING (ops/pooling.py, shaders/pooling.comp): one output element per
+# invocation; offsets in elements (indices: UINT32 units), the geometry in the operator's constant.
+POOL_PUSH = block("x_off", "y_off", "i_off")
+POOL = family("pool", "pooling.comp", "pool_{fn}_{t}", POOL_PUSH, (256, 1, 1), fn=("max", "avg"), t=("f32", "f16"),
+              defines=lambda fn, t: {"MAX": int(fn == "max"), "F16": int(t == "f16")})
+
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, CAST, DEQUANT, GATHER, GATHER_CHECK,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT,
-    MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT,
+    MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, POOL,
     GEMM, GEMM_COOP,
 )
 

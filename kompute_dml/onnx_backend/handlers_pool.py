@@ -1,0 +1,85 @@
+"""ONNX MaxPool, AveragePool, GlobalMaxPool and GlobalAveragePool on MAX_POOLING2 / AVERAGE_POOLING
+(ops/pooling.py). 2-D and 3-D pooling as they are, 1-D through a (N, C, 1, W) view; kernel_shape,
+strides, dilations (MaxPool), pads or auto_pad (as Conv's), ceil_mode (the output size rounded up,
+the extra windows expressed as end padding, which never wins a maximum and is not counted unless
+count_include_pad: an AveragePool with count_include_pad and windows beyond the padded input stays
+on the CPU, where ONNX counts only the padded input), count_include_pad. MaxPool's Indices output
+(int64, storage_order) is not produced here: such a node stays on the CPU."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+import kompute_dml as kdml
+from kompute_dml.ops.pooling import pooled_sizes
+
+from .graph import _attr
+from .handlers_conv import conv_padding
+from .handlers_values import as_device
+from .values import DeviceValue, FallbackNeeded, RunStats
+
+if TYPE_CHECKING:
+    from .context import NodeContext
+
+
+def _view4(t: kdml.Tensor, shape: tuple[int, ...]) -> kdml.Tensor:
+    """A (N, C, W) tensor as (N, C, 1, W)."""
+    s = t.desc.effective_strides
+    return kdml.Tensor.trusted(t.buffer, kdml.TensorDesc(t.desc.data_type, (shape[0], shape[1], 1, shape[2]),
+                                                         (s[0], s[1], 0, s[2])), t.offset)
+
+
+def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    if len([o for o in node.output if o]) > 1:
+        raise FallbackNeeded("MaxPool's Indices output")
+    x = as_device(ctx, ins[0], stats, node.input[0])
+    dt, shape = x.dtype, tuple(x.shape)
+    if dt not in (np.float32, np.float16) or len(shape) not in (3, 4, 5):
+        raise FallbackNeeded(f"pooling of {dt} with {len(shape)} dimensions")
+    n = len(shape) - 2
+    is_max = node.op_type in ("MaxPool", "GlobalMaxPool")
+    if node.op_type.startswith("Global"):
+        window, strides, dil = tuple(shape[2:]), (1,) * n, (1,) * n
+        start, end, include = (0,) * n, (0,) * n, False
+    else:
+        window = tuple(int(k) for k in _attr(node, "kernel_shape", []))
+        if len(window) != n:
+            raise ValueError(f"{node.op_type} {node.name!r}: kernel_shape must hold {n} sizes, got {window}")
+        strides = tuple(int(s) for s in _attr(node, "strides", [1] * n))
+        dil = tuple(int(d) for d in _attr(node, "dilations", [1] * n))
+        if not is_max and any(d != 1 for d in dil):
+            raise FallbackNeeded("AveragePool with dilations (AVERAGE_POOLING has none)")
+        start, end = conv_padding(node, shape[2:], window, strides, dil)
+        include = bool(int(_attr(node, "count_include_pad", 0)))
+        if int(_attr(node, "ceil_mode", 0)):
+            extra = []
+            for i, k, s, d, a, b in zip(shape[2:], window, strides, dil, start, end):
+                span = i + a + b - ((k - 1) * d + 1)
+                out = -(-span // s) + 1
+                if (out - 1) * s >= i + a:  # the last window would start in the end padding: ONNX drops it
+                    out -= 1
+                extra.append(max(0, (out - 1) * s + (k - 1) * d + 1 - (i + a + b)))
+            if include and any(extra):
+                raise FallbackNeeded("AveragePool counting padding with ceil_mode windows past the padded input")
+            end = tuple(b + e for b, e in zip(end, extra))
+    t = x.tensor
+    if n == 1:
+        t = _view4(t, shape)
+        window, strides, dil, start, end = (1, *window), (1, *strides), (1, *dil), (0, *start), (0, *end)
+    out_sp = pooled_sizes(t.desc.sizes[2:], window, strides, dil, start, end)
+    out_shape = (shape[0], shape[1], *out_sp[-n:])
+    out = ctx.out_tensor(out_shape, dt)
+    o = _view4(out, out_shape) if n == 1 else out
+    if is_max:
+        kdml.max_pool(t, window, strides=strides, start_padding=start, end_padding=end, dilations=dil, out=o,
+                      device=ctx.device)
+    else:
+        kdml.avg_pool(t, window, strides=strides, start_padding=start, end_padding=end, include_padding=include, out=o,
+                      device=ctx.device)
+    return [DeviceValue(out, out_shape, dt)]
+
+
+POOL_HANDLERS = {op: _h_pool for op in ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")}

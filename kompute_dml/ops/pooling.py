@@ -1,0 +1,246 @@
+"""DirectML's MAX_POOLING2 (DML_MAX_POOLING2_OPERATOR_DESC) and AVERAGE_POOLING
+(DML_AVERAGE_POOLING_OPERATOR_DESC): the maximum or the mean of each window of the input's spatial
+axes (N, C, [D,] H, W), with strides, zero-size padding at the start and end of each axis (padding
+elements never win a maximum; AVERAGE counts them in its divisor only where IncludePadding is set),
+dilations (MAX_POOLING2), and MAX's optional UINT32 indices output (the flat row-major index of
+the selected element in the input's logical shape). ONNX MaxPool, AveragePool, GlobalMaxPool and
+GlobalAveragePool run on them (onnx_backend/handlers_pool.py).
+
+shaders/pooling.comp: one invocation per output element. MAX: exact; the first largest element
+of the window in row-major order (later equal values are ignored, as the page says); a NaN counts
+as the largest (the first NaN wins; numpy's nanless `max` semantics); a window wholly in the
+padding gives -inf (index 0). AVERAGE: a float32 sum in window order, then one division by the
+count: |error| <= (n + 2) u S / count with S = sum |x| (u = 2^-24; the division as the device's
+float32 division, which Vulkan allows 2.5 ulp: tests/test_pooling.py enforces (n + 4) u);
+FLOAT16 decoded exactly and rounded once more. A window with no element and IncludePadding unset
+gives NaN (0 / 0).
+
+Tensor support as the pages' tables give it: MAX_POOLING2 from 2_1 and AVERAGE_POOLING from 1_0,
+4 or 5 dimensions, FLOAT32 and FLOAT16 (MAX_POOLING2's INT8 / UINT8 rows of 3_0 are not implemented
+by kompute_dml); indices UINT32. Validation, in order: the tables, the pages' constraints
+(InvalidArgumentError whose message starts with the field: arrays of DimensionCount values,
+strides, window sizes and dilations >= 1, output sizes by the pages' formula with the dilated
+window), non-overlapping outputs, 32-bit element addressing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..core.dtypes import DataType
+from ..core.errors import invalid
+from ..core.ints import as_int_tuple
+from ..core.layout import check_no_overlap
+from ..core.registry import FL, FLOATS, OperatorSupport, row
+from ..core.tensor_desc import TensorDesc
+from ..device.memory import Tensor
+from ..functional import _packed, check_out, compile_cached, pooled_empty
+from ..functional.elementwise import _operands
+from ..runtime import DispatchPlan, grid_for
+from . import contract
+from .base import CompiledOperator, validate_tensors
+from .elementwise_plan import check_addressable
+from .onnx_types import float_input
+from .spec import OnnxOp, OperatorSpec
+
+if TYPE_CHECKING:
+    from ..device.device import Device
+
+_U32 = frozenset({DataType.UINT32})
+MAX_POOLING2 = OperatorSupport("MAX_POOLING2", 110, (
+    row(FL.FL_2_1, ("input_tensor", "input", (4, 5), FLOATS), ("output_tensor", "output", (4, 5), FLOATS),
+        ("output_indices_tensor", "optional output", (4, 5), _U32)),))
+AVERAGE_POOLING = OperatorSupport("AVERAGE_POOLING", 56, (
+    row(FL.FL_1_0, ("input_tensor", "input", (4, 5), FLOATS), ("output_tensor", "output", (4, 5), FLOATS)),))
+
+
+@dataclass(frozen=True)
+class MaxPooling2Desc:
+    """DML_MAX_POOLING2_OPERATOR_DESC { InputTensor, OutputTensor, OutputIndicesTensor,
+    DimensionCount, Strides, WindowSize, StartPadding, EndPadding, Dilations }: DimensionCount is
+    the input's dimension count - 2; empty arrays mean strides / dilations of 1 and no padding."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+    output_indices_tensor: TensorDesc | None
+    window_size: tuple[int, ...]
+    strides: tuple[int, ...] = ()
+    start_padding: tuple[int, ...] = ()
+    end_padding: tuple[int, ...] = ()
+    dilations: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class AveragePoolingDesc:
+    """DML_AVERAGE_POOLING_OPERATOR_DESC { InputTensor, OutputTensor, DimensionCount, Strides,
+    WindowSize, StartPadding, EndPadding, IncludePadding }."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+    window_size: tuple[int, ...]
+    strides: tuple[int, ...] = ()
+    start_padding: tuple[int, ...] = ()
+    end_padding: tuple[int, ...] = ()
+    include_padding: bool = False
+
+
+def _array(desc: Any, name: str, n: int, default: int, least: int) -> tuple[int, ...]:
+    v = as_int_tuple(getattr(desc, name, ()) or (), name)
+    if not v:
+        if default < 0:
+            raise invalid(name, f"must hold DimensionCount ({n}) values, got none")
+        return (default,) * n
+    if len(v) != n:
+        raise invalid(name, f"must hold DimensionCount ({n}) values, got {len(v)}")
+    for i, a in enumerate(v):
+        if a < least:
+            raise invalid(f"{name}[{i}]", f"must be >= {least}, got {a}")
+    return v
+
+
+def pooled_sizes(in_sizes: tuple[int, ...], window: tuple[int, ...], strides: tuple[int, ...],
+                 dilations: tuple[int, ...], start: tuple[int, ...], end: tuple[int, ...]) -> tuple[int, ...]:
+    """The pages' output sizes (spatial axes), the window dilated."""
+    return tuple((i + s + e - ((k - 1) * d + 1)) // st + 1
+                 for i, k, st, d, s, e in zip(in_sizes, window, strides, dilations, start, end))
+
+
+def _strides5(t: TensorDesc | None) -> list[int]:
+    if t is None:
+        return [0] * 5
+    s = list(t.effective_strides)
+    return s[:2] + [0] * (5 - len(s)) + s[2:]
+
+
+def _three(values: tuple[int, ...], fill: int) -> list[int]:
+    return [fill] * (3 - len(values)) + list(values)
+
+
+def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) -> CompiledOperator:
+    validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
+    x, y = desc.input_tensor, desc.output_tensor
+    ind = desc.output_indices_tensor if is_max else None
+    n = x.dimension_count - 2
+    if y.data_type != x.data_type:
+        raise invalid("output_tensor.data_type", f"must equal input_tensor's ({x.data_type.name}), got {y.data_type.name}")
+    for name, t in (("output_tensor", y), ("output_indices_tensor", ind)):
+        if t is not None and t.dimension_count != x.dimension_count:
+            raise invalid(f"{name}.sizes", f"dimension count must equal input_tensor's ({x.dimension_count})")
+    window = _array(desc, "window_size", n, -1, 1)
+    strides = _array(desc, "strides", n, 1, 1)
+    start = _array(desc, "start_padding", n, 0, 0)
+    end = _array(desc, "end_padding", n, 0, 0)
+    dil = _array(desc, "dilations", n, 1, 1) if is_max else (1,) * n
+    spatial = pooled_sizes(x.sizes[2:], window, strides, dil, start, end)
+    want = (*x.sizes[:2], *spatial)
+    if any(s < 1 for s in spatial) or y.sizes != want:
+        raise invalid("output_tensor.sizes", f"must be {want} (the pages' formula with the dilated window), got {y.sizes}")
+    if ind is not None and ind.sizes != want:
+        raise invalid("output_indices_tensor.sizes", f"must equal output_tensor's {want}, got {ind.sizes}")
+    check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
+    if ind is not None:
+        check_no_overlap(ind.sizes, ind.effective_strides, "output_indices_tensor")
+    fields = tuple(f for f, t in zip(support.fields, (x, y, ind)) if t is not None)
+    check_addressable(fields, tuple(t for t in (x, y, ind) if t is not None))
+    out3 = _three(spatial, 1)
+    total = y.element_count
+    flags = (1 if not is_max and desc.include_padding else 0) | (2 if ind is not None else 0)
+    words = np.array([x.sizes[1], *_three(x.sizes[2:], 1), *out3, *_three(window, 1), *_three(strides, 1),
+                      *_three(dil, 1), *_three(start, 0), *_strides5(x), *_strides5(y), *_strides5(ind), flags,
+                      total, math.prod(out3), out3[1] * out3[2]], dtype=np.uint32)
+    fam = contract.POOL
+    unit = x.data_type.size
+    const = len(support.fields)  # the constant's binding-list index
+    plan = DispatchPlan(
+        variant=fam.name(fn="max" if is_max else "avg", t="f16" if x.data_type == DataType.FLOAT16 else "f32"),
+        bindings=(0, 1, 2 if ind is not None else None, const), push=fam.pack(x_off=0, y_off=0, i_off=0),
+        groups=grid_for(total, 256, device.limits["max_compute_work_group_count"][0]),
+        writes=(1, 2) if ind is not None else (1,),
+        offset_slots=fam.slots(x_off=(0, unit), y_off=(1, unit), **({"i_off": (2, 4)} if is_max else {})))
+    return CompiledOperator(device, desc, support, support.inputs, support.outputs, [plan],
+                            constants=[device.tensor(words)])
+
+
+def compile_max_pooling2(device: Device, desc: MaxPooling2Desc) -> CompiledOperator:
+    return _compile(device, desc, MAX_POOLING2, True)
+
+
+def compile_average_pooling(device: Device, desc: AveragePoolingDesc) -> CompiledOperator:
+    return _compile(device, desc, AVERAGE_POOLING, False)
+
+
+def _pool(x: Any, window: Any, strides: Any, start_padding: Any, end_padding: Any, out: Tensor | None,
+          device: Device | None, make: Any) -> tuple[Tensor, Any]:
+    if device is None and isinstance(out, Tensor):
+        device = out.device
+    dev, (t,) = _operands((x,), ("x",), device)
+    n = t.desc.dimension_count - 2
+    if n not in (2, 3):
+        raise invalid("x", f"must have 4 or 5 dimensions (N, C, [D,] H, W), got {t.desc.sizes}")
+    arrays = {k: (as_int_tuple(v, k) if v is not None else d) for k, v, d in (
+        ("window", window, None), ("strides", strides, (1,) * n), ("start_padding", start_padding, (0,) * n),
+        ("end_padding", end_padding, (0,) * n))}
+    if arrays["window"] is None or len(arrays["window"]) != n:
+        raise invalid("window", f"must hold {n} sizes (one per spatial axis), got {window!r}")
+    return t, (dev, arrays, make(t, arrays))
+
+
+def max_pool(x: Any, window: Any, *, strides: Any = None, start_padding: Any = None, end_padding: Any = None,
+             dilations: Any = None, indices: bool = False, out: Tensor | None = None,
+             device: Device | None = None) -> Any:
+    """The maximum of each window (MAX_POOLING2) of x (N, C, [D,] H, W); `indices=True` also
+    returns the UINT32 flat input index of each maximum (a tuple). Operands: a kompute_dml Tensor
+    or host data; results new packed Tensors from the device's buffer pool, or `out=`."""
+    def make(t: Tensor, a: dict[str, Any]) -> tuple[int, ...]:
+        dil = as_int_tuple(dilations, "dilations") if dilations is not None else (1,) * len(a["window"])
+        a["dilations"] = dil
+        return (*t.desc.sizes[:2], *pooled_sizes(t.desc.sizes[2:], a["window"], a["strides"], dil,
+                                                 a["start_padding"], a["end_padding"]))
+
+    t, (dev, a, shape) = _pool(x, window, strides, start_padding, end_padding, out, device, make)
+    if out is not None:
+        check_out(out, dev, shape, t.desc.data_type)
+    y = out if out is not None else pooled_empty(dev, _packed(t.desc.data_type, tuple(max(1, s) for s in shape)))
+    ind = pooled_empty(dev, _packed(DataType.UINT32, y.desc.sizes)) if indices else None
+    y_desc = y.desc if y.desc.sizes == shape else TensorDesc(t.desc.data_type, shape)
+    op = compile_cached(dev, MaxPooling2Desc(t.desc, y_desc, ind.desc if ind is not None else None, a["window"],
+                                             a["strides"], a["start_padding"], a["end_padding"], a["dilations"]))
+    op.execute([t], [y, ind])
+    return (y, ind) if indices else y
+
+
+def avg_pool(x: Any, window: Any, *, strides: Any = None, start_padding: Any = None, end_padding: Any = None,
+             include_padding: bool = False, out: Tensor | None = None, device: Device | None = None) -> Tensor:
+    """The mean of each window (AVERAGE_POOLING) of x (N, C, [D,] H, W): padding elements count in
+    the divisor only with `include_padding`. Operands and result as max_pool's."""
+    def make(t: Tensor, a: dict[str, Any]) -> tuple[int, ...]:
+        return (*t.desc.sizes[:2], *pooled_sizes(t.desc.sizes[2:], a["window"], a["strides"], (1,) * len(a["window"]),
+                                                 a["start_padding"], a["end_padding"]))
+
+    t, (dev, a, shape) = _pool(x, window, strides, start_padding, end_padding, out, device, make)
+    if out is not None:
+        check_out(out, dev, shape, t.desc.data_type)
+    y = out if out is not None else pooled_empty(dev, _packed(t.desc.data_type, tuple(max(1, s) for s in shape)))
+    y_desc = y.desc if y.desc.sizes == shape else TensorDesc(t.desc.data_type, shape)
+    op = compile_cached(dev, AveragePoolingDesc(t.desc, y_desc, a["window"], a["strides"], a["start_padding"],
+                                                a["end_padding"], bool(include_padding)))
+    op.execute([t], [y])
+    return y
+
+
+_F = TensorDesc(DataType.FLOAT32, (1, 2, 5, 5))
+_G = TensorDesc(DataType.FLOAT32, (1, 2, 2, 2))
+SPECS = (
+    OperatorSpec(MaxPooling2Desc, MAX_POOLING2, compile_max_pooling2, (contract.POOL,), helpers=("max_pool",),
+                 onnx=(OnnxOp("MaxPool", "", "max_pool", check=float_input),
+                       OnnxOp("GlobalMaxPool", "", "max_pool", check=float_input)),
+                 example=lambda: MaxPooling2Desc(_F, _G, TensorDesc(DataType.UINT32, (1, 2, 2, 2)), (3, 3), (2, 2))),
+    OperatorSpec(AveragePoolingDesc, AVERAGE_POOLING, compile_average_pooling, (contract.POOL,), helpers=("avg_pool",),
+                 onnx=(OnnxOp("AveragePool", "", "avg_pool", check=float_input),
+                       OnnxOp("GlobalAveragePool", "", "avg_pool", check=float_input)),
+                 example=lambda: AveragePoolingDesc(_F, _G, (3, 3), (2, 2))),
+)

@@ -1,0 +1,68 @@
+"""ONNX MaxPool, AveragePool, GlobalMaxPool and GlobalAveragePool through the backend
+(onnx_backend/handlers_pool.py) against onnxruntime's CPU EP: ResNet's 3x3 stride-2 max pool, 2x2
+pools, ceil_mode, asymmetric pads, auto_pad, dilations, count_include_pad, 1-D and 3-D, global
+pools at 7x7 and 1x1; float32 and float16; every node on the device."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from kompute_dml.onnx_backend import Backend
+
+ort = pytest.importorskip("onnxruntime")
+
+CASES = {
+    "resnet-maxpool": ("MaxPool", (4, 16, 16), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    "max-2x2": ("MaxPool", (3, 8, 8), dict(kernel_shape=[2, 2], strides=[2, 2])),
+    "max-ceil": ("MaxPool", (3, 9, 10), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    "max-dilated-asym": ("MaxPool", (2, 9, 9), dict(kernel_shape=[2, 3], dilations=[2, 1], pads=[0, 1, 1, 0])),
+    "max-same-upper": ("MaxPool", (2, 9, 9), dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER")),
+    "max-1d": ("MaxPool", (3, 11), dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
+    "max-3d": ("MaxPool", (2, 5, 6, 7), dict(kernel_shape=[2, 2, 3], strides=[1, 2, 2])),
+    "avg-2x2": ("AveragePool", (3, 8, 8), dict(kernel_shape=[2, 2], strides=[2, 2])),
+    "avg-pad": ("AveragePool", (3, 9, 9), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+    "avg-pad-include": ("AveragePool", (3, 9, 9), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)),
+    "avg-ceil": ("AveragePool", (3, 9, 10), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    "avg-1d": ("AveragePool", (3, 11), dict(kernel_shape=[3], strides=[2])),
+    "gap-7x7": ("GlobalAveragePool", (16, 7, 7), {}),
+    "gap-1x1": ("GlobalAveragePool", (16, 1, 1), {}),
+    "gmp": ("GlobalMaxPool", (8, 5, 6), {}),
+}
+
+
+@pytest.mark.parametrize("dt", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["f32", "f16"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_pool_matches_onnxruntime_on_the_device(rng, case, dt):
+    op, xs, attrs = CASES[case]
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "pool",
+                          [helper.make_tensor_value_info("x", dt, ["N", *xs])], [helper.make_tensor_value_info("y", dt, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    rep = Backend.prepare(m, "CPU")
+    npd = np.float16 if dt == TensorProto.FLOAT16 else np.float32
+    for batch in (1, 2):
+        x = rng.standard_normal((batch, *xs)).astype(npd)
+        want = sess.run(None, {"x": x})[0]
+        got = rep.run({"x": x})[0]
+        assert rep.last_run.cpu_segments == 0 and rep.last_run.runtime_fallbacks == 0, rep.last_run.events
+        assert got.shape == want.shape
+        if op.endswith("MaxPool"):
+            np.testing.assert_array_equal(got, want)
+        else:
+            tol = 1e-6 if dt == TensorProto.FLOAT else 1e-3
+            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), atol=tol, rtol=tol)
+
+
+def test_maxpool_indices_output_stays_on_the_cpu(rng):
+    g = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])], "pool",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("i", TensorProto.INT64, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = Backend.prepare(m, "CPU").run({"x": x})
+    for g_, w in zip(got, want):
+        np.testing.assert_array_equal(g_, w)

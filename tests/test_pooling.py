@@ -1,0 +1,126 @@
+"""MAX_POOLING2 and AVERAGE_POOLING (ops/pooling.py, shaders/pooling.comp) against an independent
+numpy reference (each window gathered from the input with its padding marked): 2-D and 3-D,
+strides, dilations (MAX), asymmetric padding, IncludePadding, MAX's UINT32 indices (first maximum,
+flat row-major input index), FLOAT32 and FLOAT16, strided inputs and outputs at random offsets,
+outputs poisoned first and every other byte unchanged; NaN and infinities; refused descriptors."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
+
+import kompute_dml as kdml
+
+DT = kdml.DataType
+TD = kdml.TensorDesc
+U = 2.0 ** -24
+
+
+def reference(x, window, strides, dil, start, end, fn, include=False):
+    """float64 outputs, MAX's flat indices, and sum |x| per window (AVERAGE's error scale)."""
+    x64 = x.astype(np.float64)
+    n = x.ndim - 2
+    sp = x.shape[2:]
+    out_sp = [(sp[i] + start[i] + end[i] - ((window[i] - 1) * dil[i] + 1)) // strides[i] + 1 for i in range(n)]
+    y = np.zeros(x.shape[:2] + tuple(out_sp))
+    idx = np.zeros(y.shape, np.int64)
+    scale = np.zeros(y.shape)
+    flat = np.arange(x.size).reshape(x.shape)
+    for o in itertools.product(*(range(k) for k in out_sp)):
+        pos = [[o[i] * strides[i] - start[i] + k * dil[i] for k in range(window[i])] for i in range(n)]
+        inside = [[p for p in ax if 0 <= p < sp[i]] for i, ax in enumerate(pos)]
+        vals = x64[(slice(None), slice(None)) + np.ix_(*inside)].reshape(x.shape[0], x.shape[1], -1)
+        ids = flat[(slice(None), slice(None)) + np.ix_(*inside)].reshape(x.shape[0], x.shape[1], -1)
+        at = (slice(None), slice(None), *o)
+        if fn == "max":
+            nan = np.isnan(vals)
+            first = np.where(nan.any(-1), nan.argmax(-1), np.argmax(np.where(nan, -np.inf, vals), -1))
+            y[at] = np.take_along_axis(vals, first[..., None], -1)[..., 0]
+            idx[at] = np.take_along_axis(ids, first[..., None], -1)[..., 0]
+        else:
+            count = int(np.prod(window)) if include else vals.shape[-1]
+            y[at] = vals.sum(-1) / count
+            scale[at] = np.abs(vals).sum(-1) / count
+    return y, idx, scale
+
+
+CASES = [  # x sizes, window, strides, dilations, start, end
+    ((2, 3, 9, 11), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),
+    ((1, 4, 8, 8), (2, 2), (2, 2), (1, 1), (0, 0), (0, 0)),
+    ((1, 2, 7, 9), (3, 2), (1, 2), (2, 1), (0, 1), (2, 0)),
+    ((1, 2, 4, 5, 6), (2, 3, 2), (1, 2, 1), (1, 1, 2), (1, 0, 1), (0, 1, 0)),
+    ((1, 5, 7, 7), (7, 7), (1, 1), (1, 1), (0, 0), (0, 0)),  # global
+]
+
+
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+@pytest.mark.parametrize("fn", ["max", "avg", "avg-include"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_pooling_against_numpy(dev, rng, case, fn, dt):
+    xs, win, st, dl, ps, pe = CASES[case]
+    if fn != "max":
+        dl = (1,) * len(win)
+    npd = dt.numpy_dtype
+    x = (rng.standard_normal(xs) * 3).astype(npd)
+    if fn == "max":
+        x = np.round(x, 0).astype(npd)  # ties: the first maximum must win
+    want, want_idx, scale = reference(x, win, st, dl, ps, pe, fn[:3], fn == "avg-include")
+    xd = TD(dt, xs, random_strides(rng, xs, allow_broadcast=False))
+    yd = TD(dt, want.shape, random_strides(rng, want.shape, allow_broadcast=False))
+    tx, _ = place(dev, rng, xd, x)
+    ty, _ = place(dev, rng, yd)
+    before = poison_against(ty, want.astype(npd), rng)
+    if fn == "max":
+        idd = TD(DT.UINT32, want.shape, random_strides(rng, want.shape, allow_broadcast=False))
+        ti, _ = place(dev, rng, idd)
+        ibefore = poison_against(ti, want_idx.astype(np.uint32), rng)
+        dev.compile(kdml.MaxPooling2Desc(xd, yd, idd, win, st, ps, pe, dl)).execute([tx], [ty, ti])
+        got_idx = read_logical(assert_outside_unchanged(ti, ibefore), ti.offset, idd)
+        np.testing.assert_array_equal(got_idx, want_idx.astype(np.uint32))
+    else:
+        dev.compile(kdml.AveragePoolingDesc(xd, yd, win, st, ps, pe, fn == "avg-include")).execute([tx], [ty])
+    got = read_logical(assert_outside_unchanged(ty, before), ty.offset, yd).astype(np.float64)
+    if fn == "max":
+        np.testing.assert_array_equal(got, want.astype(npd).astype(np.float64))
+    else:
+        n = int(np.prod(win))
+        bound = (n + 4) * U * scale + (np.abs(want) * 2.0 ** -11 + 2.0 ** -25 if dt == DT.FLOAT16 else 0)
+        assert np.all(np.abs(got - want) <= bound), float(np.max(np.abs(got - want) / np.maximum(bound, 1e-300)))
+
+
+def test_special_values_and_helpers(dev, rng):
+    x = rng.standard_normal((1, 1, 4, 4)).astype(np.float32)
+    x[0, 0, 0, 1], x[0, 0, 2, 2], x[0, 0, 3, 0] = np.nan, np.inf, -np.inf
+    y, idx = kdml.max_pool(x, (2, 2), strides=(2, 2), indices=True, device=dev)
+    want, want_idx, _ = reference(x, (2, 2), (2, 2), (1, 1), (0, 0), (0, 0), "max")
+    np.testing.assert_array_equal(y.numpy(), want.astype(np.float32))  # NaN at the first window, inf where it is
+    np.testing.assert_array_equal(idx.numpy(), want_idx.astype(np.uint32))
+    a = kdml.avg_pool(x, (2, 2), strides=(2, 2), device=dev).numpy()
+    assert np.isnan(a[0, 0, 0, 0]) and a[0, 0, 1, 1] == np.inf
+
+
+F = DT.FLOAT32
+BASE = kdml.MaxPooling2Desc(TD(F, (1, 2, 5, 5)), TD(F, (1, 2, 2, 2)), None, (3, 3), (2, 2))
+
+
+@pytest.mark.parametrize("change, field", [
+    (dict(window_size=(3,)), "window_size"),
+    (dict(window_size=(0, 3)), "window_size.0."),
+    (dict(strides=(2, 0)), "strides.1."),
+    (dict(output_tensor=TD(F, (1, 2, 3, 3))), "output_tensor.sizes"),
+    (dict(output_tensor=TD(DT.FLOAT16, (1, 2, 2, 2))), "output_tensor.data_type"),
+    (dict(output_indices_tensor=TD(DT.UINT32, (1, 2, 3, 2))), "output_indices_tensor.sizes"),
+    (dict(dilations=(0, 1)), "dilations.0."),
+])
+def test_refused_descriptors_name_their_field(dev, change, field):
+    with pytest.raises(kdml.InvalidArgumentError, match=f"^{field}"):
+        dev.compile(dataclasses.replace(BASE, **change))
+
+
+def test_unsupported_type(dev):
+    with pytest.raises(kdml.UnsupportedError, match="input_tensor"):
+        dev.compile(kdml.AveragePoolingDesc(TD(DT.INT32, (1, 2, 5, 5)), TD(DT.INT32, (1, 2, 2, 2)), (3, 3), (2, 2)))
