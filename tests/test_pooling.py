@@ -33,8 +33,8 @@ def reference(x, window, strides, dil, start, end, fn, include=False):
     for o in itertools.product(*(range(k) for k in out_sp)):
         pos = [[o[i] * strides[i] - start[i] + k * dil[i] for k in range(window[i])] for i in range(n)]
         inside = [[p for p in ax if 0 <= p < sp[i]] for i, ax in enumerate(pos)]
-        vals = x64[(slice(None), slice(None)) + np.ix_(*inside)].reshape(x.shape[0], x.shape[1], -1)
-        ids = flat[(slice(None), slice(None)) + np.ix_(*inside)].reshape(x.shape[0], x.shape[1], -1)
+        vals = x64[(slice(None), slice(None), *np.ix_(*inside))].reshape(x.shape[0], x.shape[1], -1)
+        ids = flat[(slice(None), slice(None), *np.ix_(*inside))].reshape(x.shape[0], x.shape[1], -1)
         at = (slice(None), slice(None), *o)
         if fn == "max":
             nan = np.isnan(vals)
