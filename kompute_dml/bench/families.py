@@ -25,9 +25,10 @@ import numpy as np
 
 from .bert_models import CACHE, tool_versions
 
-SIZES = {"tiny": {"hidden": 64, "layers": 2, "heads": 4, "ffn": 128, "audio": 64},
-         "small": {"hidden": 256, "layers": 4, "heads": 4, "ffn": 1024, "audio": 1500}}
-# "audio": Whisper's encoder positions; its input is twice as many mel frames (3000 = 30 s at "small")
+SIZES = {"tiny": {"hidden": 64, "layers": 2, "heads": 4, "ffn": 128, "audio": 64, "image": 64},
+         "small": {"hidden": 256, "layers": 4, "heads": 4, "ffn": 1024, "audio": 1500, "image": 224}}
+# "audio": Whisper's encoder positions; its input is twice as many mel frames (3000 = 30 s at "small");
+# "image": the convolution nets' input height and width (torchvision's architectures at full width)
 VOCAB = 1000
 
 
@@ -38,6 +39,7 @@ class Family:
     inputs: Callable[[int, int, np.random.Generator, dict[str, int]], dict[str, np.ndarray]]  # batch, length, size
     post: str = ""  # "int8": quantize_dynamic then ORT's extended level; "int8-raw": not fused; "fused": ORT's BERT optimizer
     dynamic: tuple[str, ...] = ("batch", "seq")  # the inputs' symbolic dimensions
+    requires: str = "transformers"  # the package that defines the architecture
 
 
 def _text_feeds(batch: int, seq: int, rng: np.random.Generator, _size: dict[str, int]) -> dict[str, np.ndarray]:
@@ -127,6 +129,18 @@ def _whisper(s: dict[str, int]) -> Any:
     return _Wrapped.of(transformers.WhisperModel(cfg).get_encoder(), ("input_features",), "last_hidden_state")
 
 
+def _torchvision(arch: str) -> Callable[[dict[str, int]], Any]:
+    def make(_s: dict[str, int]) -> Any:
+        import torchvision
+
+        return getattr(torchvision.models, arch)(weights=None).eval()  # BatchNorm folded into Conv at export
+    return make
+
+
+def _image_feeds(b: int, _seq: int, rng: np.random.Generator, z: dict[str, int]) -> dict[str, np.ndarray]:
+    return {"pixel_values": rng.standard_normal((b, 3, z["image"], z["image"])).astype(np.float32)}
+
+
 FAMILIES = {f.name: f for f in (
     Family("distilbert-int8", _distilbert, _text_feeds, "int8"),
     Family("distilbert-int8-raw", _distilbert, _text_feeds, "int8-raw"),  # quantize_dynamic's output as it is
@@ -140,6 +154,9 @@ FAMILIES = {f.name: f for f in (
     Family("whisper-encoder", _whisper,
            lambda b, _s, rng, z: {"input_features": rng.standard_normal((b, 80, 2 * z["audio"])).astype(np.float32)},
            dynamic=("batch",)),
+    Family("resnet18", _torchvision("resnet18"), _image_feeds, dynamic=("batch",), requires="torchvision"),
+    Family("mobilenet-v3-small", _torchvision("mobilenet_v3_small"), _image_feeds, dynamic=("batch",),
+           requires="torchvision"),
 )}
 
 
@@ -154,6 +171,8 @@ CPU_NODE_TYPES: dict[str, frozenset[str]] = {
     "llama": frozenset(),
     "vit": frozenset(),
     "whisper-encoder": frozenset(),
+    "resnet18": frozenset(),
+    "mobilenet-v3-small": frozenset({"HardSigmoid", "HardSwish"}),
 }
 DESCRIBED = {
     "distilbert-int8": "DistilBERT, quantize_dynamic int8 + onnxruntime's extended fusions",
@@ -164,6 +183,8 @@ DESCRIBED = {
     "llama": "Llama (GQA, RMSNorm, rotary, SiLU)",
     "vit": "ViT",
     "whisper-encoder": "Whisper encoder",
+    "resnet18": "ResNet-18 (torchvision)",
+    "mobilenet-v3-small": "MobileNetV3-Small (torchvision)",
 }
 
 
