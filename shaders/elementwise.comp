@@ -1,7 +1,8 @@
 #version 450
 // DirectML element-wise operators (kompute_dml/ops/elementwise.py, docs/elementwise.md):
 // ADD / ADD1 / SUBTRACT / MULTIPLY / DIVIDE, LOGICAL_EQUALS, LOGICAL_GREATER_THAN_OR_EQUAL,
-// LOGICAL_AND, IS_NAN and IF, one variant per operation and element type (the contract's
+// LOGICAL_AND, IS_NAN and IF; LOGICAL_GREATER_THAN / LESS_THAN / LESS_THAN_OR_EQUAL / NOT / OR /
+// XOR (ops/elementwise_logic.py, docs/elementwise_logic.md), one variant per operation and element type (the contract's
 // ew_* families): OP, IN_BITS / IN_KIND (0 unsigned, 1 signed, 2 float), OUT_BITS, NIN (input
 // tensors), RANK (dimensions in the push block).
 //
@@ -36,6 +37,12 @@ layout(local_size_x = 256) in;
 #define OP_ISNAN 8
 #define OP_IF 9
 #define OP_ISINF 10  // IS_INFINITY: InfinityMode in b_str[0] (unused by one input)
+#define OP_GT 11  // LOGICAL_GREATER_THAN, _LESS_THAN, _LESS_THAN_OR_EQUAL (ops/elementwise_logic.py)
+#define OP_LT 12
+#define OP_LE 13
+#define OP_NOT 14  // LOGICAL_NOT, _OR, _XOR: nonzero is true, 1 / 0 out
+#define OP_OR 15
+#define OP_XOR 16
 
 #if NIN == 3
 layout(std430, binding = 0) readonly buffer CBuf { uint c_buf[]; };
@@ -165,6 +172,8 @@ uvec2 div_s64(uvec2 n, uvec2 d) {
 OVAL result(uint c, VAL a, VAL b) { return c != 0u ? a : b; }
 #elif OP == OP_ISNAN
 OVAL result(VAL a) { return f_nan(a) ? 1u : 0u; }
+#elif OP == OP_NOT
+OVAL result(VAL a) { return a == 0u ? 1u : 0u; }
 #elif OP == OP_ISINF
 // DML_IS_INFINITY_MODE: 0 either infinity, 1 +inf only, 2 -inf only
 OVAL result(VAL a) {
@@ -238,6 +247,29 @@ OVAL result(VAL a, VAL b) {
     return t ? 1u : 0u;
 #elif OP == OP_AND
     return (a != 0u && b != 0u) ? 1u : 0u;
+#elif OP == OP_OR
+    return (a != 0u || b != 0u) ? 1u : 0u;
+#elif OP == OP_XOR
+    return ((a != 0u) != (b != 0u)) ? 1u : 0u;
+#elif OP == OP_GT || OP == OP_LT || OP == OP_LE
+    // a > b, b > a (a < b), b >= a (a <= b): false where either is NaN
+#if OP == OP_GT
+    VAL x = a, y = b;
+#else
+    VAL x = b, y = a;
+#endif
+#if IN_KIND == 2
+    bool t = !f_nan(x) && !f_nan(y) && (OP == OP_LE ? f_key(x) >= f_key(y) : f_key(x) > f_key(y));
+#elif IN_BITS == 64 && IN_KIND == 1
+    bool t = OP == OP_LE ? ge_s64(x, y) : !ge_s64(y, x);
+#elif IN_BITS == 64
+    bool t = OP == OP_LE ? ge_u64(x, y) : !ge_u64(y, x);
+#elif IN_KIND == 1
+    bool t = OP == OP_LE ? sext(x) >= sext(y) : sext(x) > sext(y);
+#else
+    bool t = OP == OP_LE ? x >= y : x > y;
+#endif
+    return t ? 1u : 0u;
 #endif
 }
 #endif

@@ -165,47 +165,33 @@ MMW = family("mmw", "matmul_wide.comp", "mmw{bits}{ext}_r{tr}c{tc}", MATMUL_PUSH
 MMG = family("mmg", "matmul_gemv.comp", "mmg8{dot}_{b}", MATMUL_PUSH, None, dot=("", "d"), b=("r", "c"),
              defines=lambda dot, b: {**({"DOT": 1} if dot else {}), "BL": {"r": 2, "c": 1}[b]})
 
-# ---- element-wise operators (ops/elementwise.py, shaders/elementwise.comp) ------------------
-# One source; a variant per operation and element type. Offsets (the runtime's, in elements of
-# each tensor) and bases (the host's, for dimensions it enumerates beyond EW_RANK) per tensor;
-# `count` elements over the merged sizes; per-tensor strides in elements (0 broadcasts).
-EW_RANK, EW_IF_RANK = 6, 4
-EW_PUSH = block("a_off", "b_off", "o_off", "a_base", "b_base", "o_base", "count", f"size[{EW_RANK}]",
-                f"a_str[{EW_RANK}]", f"b_str[{EW_RANK}]", f"o_str[{EW_RANK}]")
-EW_IF_PUSH = block("c_off", "a_off", "b_off", "o_off", "c_base", "a_base", "b_base", "o_base", "count",
-                   f"size[{EW_IF_RANK}]", f"c_str[{EW_IF_RANK}]", f"a_str[{EW_IF_RANK}]", f"b_str[{EW_IF_RANK}]",
-                   f"o_str[{EW_IF_RANK}]")
-# element type -> (bits, kind: 0 unsigned, 1 signed, 2 float); b<n>: where signedness does not matter
-EW_TYPES = {"f32": (32, 2), "f16": (16, 2), "i8": (8, 1), "u8": (8, 0), "i16": (16, 1), "u16": (16, 0),
-            "i32": (32, 1), "u32": (32, 0), "i64": (64, 1), "u64": (64, 0), "b8": (8, 0), "b16": (16, 0),
-            "b32": (32, 0), "b64": (64, 0)}
-EW_OPS = {"add": 1, "sub": 2, "mul": 3, "div": 4, "eq": 5, "ge": 6, "and": 7, "isnan": 8, "if": 9, "isinf": 10}
-_EW_WRAP = ("b8", "b16", "b32", "b64", "f16", "f32")  # two's complement wraps alike in both signednesses
-_EW_SIGNED = ("u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "f16", "f32")
-
-
-def _ew(op: str, t: str, ob: object = None, nin: int = 2) -> dict[str, object]:
-    bits, kind = EW_TYPES[t]
-    return {"OP": EW_OPS[op], "IN_BITS": bits, "IN_KIND": kind, "OUT_BITS": bits if ob is None else ob, "NIN": nin,
-            "RANK": EW_IF_RANK if op == "if" else EW_RANK}
-
-
-EW_ADD = family("ew_add", "elementwise.comp", "ew_add_{t}", EW_PUSH, _L256, t=_EW_WRAP, defines=lambda t: _ew("add", t))
-EW_SUB = family("ew_sub", "elementwise.comp", "ew_sub_{t}", EW_PUSH, _L256, t=_EW_WRAP, defines=lambda t: _ew("sub", t))
-EW_MUL = family("ew_mul", "elementwise.comp", "ew_mul_{t}", EW_PUSH, _L256, t=_EW_WRAP, defines=lambda t: _ew("mul", t))
-EW_DIV = family("ew_div", "elementwise.comp", "ew_div_{t}", EW_PUSH, _L256, t=_EW_SIGNED, defines=lambda t: _ew("div", t))
-EW_EQ = family("ew_eq", "elementwise.comp", "ew_eq_{t}_o{ob}", EW_PUSH, _L256, t=_EW_WRAP, ob=(8, 32),
-               defines=lambda t, ob: _ew("eq", t, ob))
-EW_GE = family("ew_ge", "elementwise.comp", "ew_ge_{t}_o{ob}", EW_PUSH, _L256, t=_EW_SIGNED, ob=(8, 32),
-               defines=lambda t, ob: _ew("ge", t, ob))
-EW_AND = family("ew_and", "elementwise.comp", "ew_and_{t}", EW_PUSH, _L256, t=("b8", "b32"), defines=lambda t: _ew("and", t))
-EW_ISNAN = family("ew_isnan", "elementwise.comp", "ew_isnan_{t}_o{ob}", EW_PUSH, _L256, t=("f16", "f32"), ob=(8, 32),
-                  defines=lambda t, ob: _ew("isnan", t, ob, nin=1))
-# IS_INFINITY (ops/elementwise_unary.py): its InfinityMode in the block's unused b_str[0]; UINT8 output
-EW_ISINF = family("ew_isinf", "elementwise.comp", "ew_isinf_{t}_o{ob}", EW_PUSH, _L256, t=("f16", "f32"), ob=(8,),
-                  defines=lambda t, ob: _ew("isinf", t, ob, nin=1))
-EW_IF = family("ew_if", "elementwise.comp", "ew_if_{t}", EW_IF_PUSH, _L256, t=("b8", "b16", "b32", "b64"),
-               defines=lambda t: _ew("if", t, nin=3))
+# ---- element-wise operators (ops/elementwise.py, ops/elementwise_logic.py, shaders/elementwise.comp)
+# and the cumulative operators (ops/cumulative.py, shaders/cumulative.comp): contract/elementwise.py
+from .elementwise import (  # noqa: E402
+    CUM,
+    CUM_RANK,
+    EW_ADD,
+    EW_AND,
+    EW_DIV,
+    EW_EQ,
+    EW_GE,
+    EW_GT,
+    EW_IF,
+    EW_IF_PUSH,
+    EW_IF_RANK,
+    EW_ISINF,
+    EW_ISNAN,
+    EW_LE,
+    EW_LT,
+    EW_MUL,
+    EW_NOT,
+    EW_OR,
+    EW_PUSH,
+    EW_RANK,
+    EW_SUB,
+    EW_TYPES,
+    EW_XOR,
+)
 
 # ---- CAST (ops/cast.py, shaders/cast.comp): the element-wise block and plans, a variant per
 # (input type, output type) of the 8- to 32-bit types
@@ -382,7 +368,8 @@ POOL = family("pool", "pooling.comp", "pool_{fn}_{t}", POOL_PUSH, (256, 1, 1), f
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
-    EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, CAST, DEQUANT, GATHER, GATHER_CHECK,
+    EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, EW_GT, EW_LT, EW_LE, EW_NOT,
+    EW_OR, EW_XOR, CUM, CAST, DEQUANT, GATHER, GATHER_CHECK,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT,
     MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, POOL,

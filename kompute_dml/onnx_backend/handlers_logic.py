@@ -1,0 +1,59 @@
+"""Device handlers of ONNX Not (ELEMENT_WISE_LOGICAL_NOT, ops/elementwise_logic.py) and CumSum
+(CUMULATIVE_SUMMATION, ops/cumulative.py). Or, Xor, Greater, Less and LessOrEqual run through the
+generic "binary" / "compare" handlers (their OnnxOp kinds).
+
+CumSum: the axis input must be a constant known on the host (decided at prepare by the OnnxOp's
+rule; FallbackNeeded otherwise); `exclusive` and `reverse` are HasExclusiveSum and
+AxisDirection DECREASING. Its types are CUMULATIVE_SUMMATION's (float32, float16, int32, uint32,
+int64, uint64: 64-bit integers as word pairs, exact with two's complement wrap-around, as
+onnxruntime's); an empty input or another type runs on the CPU."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+import kompute_dml as kdml
+
+from .graph import _attr
+from .handlers_math import _operands
+from .handlers_values import BOOL, dml_numpy
+from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
+
+if TYPE_CHECKING:
+    from .context import NodeContext
+
+_CUMSUM_TYPES = frozenset(np.dtype(t) for t in (np.float32, np.float16, np.int32, np.uint32, np.int64, np.uint64))
+
+
+def _h_not(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    if _value_dtype(ins[0]) != BOOL:
+        raise ValueError(f"Not {node.name!r}: the input must be boolean")
+    (t,) = _operands(ctx, node, ins[:1], stats)
+    shape = _value_shape(ins[0])
+    out = ctx.out_tensor(shape, dml_numpy(BOOL))
+    return [DeviceValue(kdml.logical_not(t, out=out, device=ctx.device), shape, BOOL)]
+
+
+def _h_cumsum(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    x = ins[0]
+    shape, dt = tuple(_value_shape(x)), _value_dtype(x)
+    if not shape or 0 in shape:
+        raise FallbackNeeded("an empty or 0-dimensional input")
+    if dt not in _CUMSUM_TYPES:
+        raise FallbackNeeded(f"type {dt} is not one CUMULATIVE_SUMMATION takes")
+    if not ctx.is_constant(node.input[1]):
+        raise FallbackNeeded("the axis input is not a constant")
+    axis = int(np.asarray(ctx.host(ins[1], stats)).reshape(-1)[0])
+    if not -len(shape) <= axis < len(shape):
+        raise ValueError(f"CumSum {node.name!r}: axis {axis} is out of range for rank {len(shape)}")
+    (t,) = _operands(ctx, node, ins[:1], stats)
+    out = ctx.out_tensor(shape, dml_numpy(dt))
+    y = kdml.cumsum(t, axis, exclusive=bool(int(_attr(node, "exclusive", 0))),
+                    reverse=bool(int(_attr(node, "reverse", 0))), out=out, device=ctx.device)
+    return [DeviceValue(y, shape, dt)]
+
+
+LOGIC_HANDLERS = {"Not": _h_not, "CumSum": _h_cumsum}

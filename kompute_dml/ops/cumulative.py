@@ -1,0 +1,216 @@
+"""DirectML's CUMULATIVE_SUMMATION (DML_CUMULATIVE_SUMMATION_OPERATOR_DESC) and CUMULATIVE_PRODUCT
+(DML_CUMULATIVE_PRODUCT_OPERATOR_DESC): the running sum / product of the input along `axis`,
+visited by ascending index (AxisDirection INCREASING) or descending (DECREASING); with
+HasExclusiveSum / HasExclusiveProduct the tally is written before the element is taken in (the
+first output is 0 / 1 and the last element is in no output). Output and input share DataType,
+DimensionCount and Sizes; the output may alias the input (in place).
+
+shaders/cumulative.comp: one invocation per line along the axis (the other dimensions merged),
+the line's elements in the axis direction. Arithmetic (docs/cumulative.md; measured by
+tests/test_cumulative.py against float64 and enforced there):
+
+- INT32 / UINT32 / INT64 / UINT64 (64-bit as word pairs): exact modulo 2^32 / 2^64 (two's
+  complement wrap-around), as numpy's and onnxruntime's.
+- FLOAT32: a float32 tally in traversal order, one rounding per step (`precise`, no
+  contraction): output k (the k-th in traversal order, 1-based, inclusive) has
+  |error| <= (k - 1) u S_k with u = 2^-24 and S_k the sum of |x| it took in (sum), and relative
+  error <= (k - 1) u (product, while no overflow or underflow).
+- FLOAT16: decoded exactly into float32, the same float32 tally, each output rounded once to
+  float16 (nearest even): the float32 bound plus 2^-11 relative.
+
+Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's table
+(InvalidArgumentError / UnsupportedError naming the field), the tensor constraints, `axis` in
+[0, DimensionCount), `axis_direction` a DML_AXIS_DIRECTION value, non-overlapping output and
+32-bit element addressing.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..core.dtypes import DataType
+from ..core.errors import invalid
+from ..core.ints import as_int
+from ..core.layout import check_no_overlap, merge_dims
+from ..core.registry import FL, FLOATS, INTS_32, INTS_64, OperatorSupport, row
+from ..core.tensor_desc import TensorDesc
+from ..runtime import DispatchPlan, grid_for
+from . import contract
+from .base import CompiledOperator, validate_tensors
+from .elementwise import check_same
+from .elementwise_plan import check_addressable
+from .spec import OnnxOp, OperatorSpec
+
+if TYPE_CHECKING:
+    from ..device.device import Device
+
+
+class AxisDirection(enum.IntEnum):
+    """DML_AXIS_DIRECTION (exported as kdml.AxisDirection)."""
+
+    INCREASING = 0
+    DECREASING = 1
+
+
+def _table(name: str, op_type: int, first: FL) -> OperatorSupport:
+    types32 = FLOATS | INTS_32
+    rows = ((first, (4, 4), types32), (FL.FL_4_0, (1, 8), types32), (FL.FL_5_0, (1, 8), types32 | INTS_64))
+    return OperatorSupport(name, op_type, tuple(
+        row(level, ("input_tensor", "input", dims, types), ("output_tensor", "output", dims, types))
+        for level, dims, types in rows))
+
+
+CUMULATIVE_SUMMATION = _table("CUMULATIVE_SUMMATION", 105, FL.FL_2_1)
+CUMULATIVE_PRODUCT = _table("CUMULATIVE_PRODUCT", 145, FL.FL_3_1)
+
+
+@dataclass(frozen=True)
+class CumulativeSummationDesc:
+    """DML_CUMULATIVE_SUMMATION_OPERATOR_DESC { InputTensor, OutputTensor, Axis, AxisDirection,
+    HasExclusiveSum }. In place allowed."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+    axis: int
+    axis_direction: AxisDirection = AxisDirection.INCREASING
+    has_exclusive_sum: bool = False
+
+
+@dataclass(frozen=True)
+class CumulativeProductDesc:
+    """DML_CUMULATIVE_PRODUCT_OPERATOR_DESC { InputTensor, OutputTensor, Axis, AxisDirection,
+    HasExclusiveProduct }. In place allowed."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+    axis: int
+    axis_direction: AxisDirection = AxisDirection.INCREASING
+    has_exclusive_product: bool = False
+
+
+class CompiledCumulative(CompiledOperator):
+    allows_inplace = True  # the pages: "OutputTensor is permitted to alias InputTensor"
+
+    def is_inplace_noop(self, bound: list[Any]) -> bool:
+        return False
+
+
+def _flag(value: Any, field: str) -> bool:
+    if not isinstance(value, (bool, int)) or value not in (0, 1):
+        raise invalid(field, f"must be a BOOL (True / False, 1 / 0), got {value!r}")
+    return bool(value)
+
+
+def _direction(value: Any) -> AxisDirection:
+    v = as_int(value, "axis_direction")
+    try:
+        return AxisDirection(v)
+    except ValueError:
+        raise invalid("axis_direction", f"{v} is not a DML_AXIS_DIRECTION value (0 INCREASING, 1 DECREASING)") \
+            from None
+
+
+_TYPE = {DataType.FLOAT32: "f32", DataType.FLOAT16: "f16", DataType.INT32: "b32", DataType.UINT32: "b32",
+         DataType.INT64: "b64", DataType.UINT64: "b64"}
+
+
+def _compile(device: Device, desc: Any, support: OperatorSupport, op: str, exclusive: Any,
+             exclusive_field: str) -> CompiledOperator:
+    validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
+    check_same(desc, "input_tensor", ("output_tensor",), data_type=True)
+    x, y = desc.input_tensor, desc.output_tensor
+    rank = x.dimension_count
+    axis = as_int(desc.axis, "axis")
+    if not 0 <= axis < rank:
+        raise invalid("axis", f"must be less than input_tensor's DimensionCount ({rank}), got {axis}")
+    direction = _direction(desc.axis_direction)
+    excl = _flag(exclusive, exclusive_field)
+    check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
+    check_addressable(support.fields, (x, y))
+    xs, ys = x.effective_strides, y.effective_strides
+    others = [d for d in range(rank) if d != axis]
+    osz, (oxs, oys) = merge_dims([x.sizes[d] for d in others], [xs[d] for d in others], [ys[d] for d in others])
+    n = x.sizes[axis]
+    down = direction == AxisDirection.DECREASING
+    x_first, y_first = ((n - 1) * xs[axis], (n - 1) * ys[axis]) if down else (0, 0)
+    sign = -1 if down else 1
+    pad = contract.CUM_RANK - len(osz)  # at most 7 dimensions besides the axis
+    fam = contract.CUM
+    push = fam.pack(x_off=0, y_off=0, lines=math.prod(osz), n=n, x_first=x_first, y_first=y_first,
+                    x_step=sign * xs[axis], y_step=sign * ys[axis], excl=int(excl), size=[1] * pad + osz,
+                    x_str=[0] * pad + oxs, y_str=[0] * pad + oys)
+    plan = DispatchPlan(variant=fam.name(op=op, t=_TYPE[x.data_type]), bindings=(0, 1), push=push,
+                        groups=grid_for(math.prod(osz), 64, device.limits["max_compute_work_group_count"][0]),
+                        writes=(1,), offset_slots=fam.slots(x_off=(0, x.data_type.size), y_off=(1, y.data_type.size)))
+    return CompiledCumulative(device, desc, support, support.inputs, support.outputs, [plan])
+
+
+def compile_cumulative_summation(device: Device, desc: CumulativeSummationDesc) -> CompiledOperator:
+    return _compile(device, desc, CUMULATIVE_SUMMATION, "sum", desc.has_exclusive_sum, "has_exclusive_sum")
+
+
+def compile_cumulative_product(device: Device, desc: CumulativeProductDesc) -> CompiledOperator:
+    return _compile(device, desc, CUMULATIVE_PRODUCT, "prod", desc.has_exclusive_product, "has_exclusive_product")
+
+
+def _scan(desc_type: Any, x: Any, axis: Any, exclusive: bool, reverse: bool, out: Any, device: Any) -> Any:
+    from ..functional import _packed, check_out, compile_cached, pooled_empty
+    from ..functional.elementwise import _operands
+
+    dev, (t,) = _operands((x,), ("x",), device)
+    d = t.desc
+    rank = d.dimension_count
+    a = as_int(axis, "axis")
+    if not -rank <= a < rank:
+        raise invalid("axis", f"must be in [{-rank}, {rank}) for x of rank {rank}, got {a}")
+    if out is not None:
+        check_out(out, dev, d.sizes, d.data_type)
+    else:
+        out = pooled_empty(dev, _packed(d.data_type, d.sizes))
+    direction = AxisDirection.DECREASING if reverse else AxisDirection.INCREASING
+    op = compile_cached(dev, desc_type(d, out.desc, a % rank, direction, bool(exclusive)))
+    op.execute([t], [out])
+    return out
+
+
+def cumsum(x: Any, axis: Any = 0, *, exclusive: bool = False, reverse: bool = False, out: Any = None,
+           device: Any = None) -> Any:
+    """The running sum of x along `axis` (negative counts from the end), numpy.cumsum's for
+    exclusive = reverse = False; `exclusive`: the sum of the elements before each one; `reverse`:
+    from the last element back (ONNX CumSum's attributes). CUMULATIVE_SUMMATION; the output has
+    x's type (integers wrap)."""
+    return _scan(CumulativeSummationDesc, x, axis, exclusive, reverse, out, device)
+
+
+def cumprod(x: Any, axis: Any = 0, *, exclusive: bool = False, reverse: bool = False, out: Any = None,
+            device: Any = None) -> Any:
+    """The running product of x along `axis` (numpy.cumprod's for exclusive = reverse = False;
+    `exclusive`, `reverse` as kdml.cumsum's). CUMULATIVE_PRODUCT; integers keep the low bits."""
+    return _scan(CumulativeProductDesc, x, axis, exclusive, reverse, out, device)
+
+
+EXPORTS = {"AxisDirection": AxisDirection}
+
+
+def _cumsum_rule(t: Any) -> str:
+    """ONNX CumSum: x of a type CUMULATIVE_SUMMATION takes at 5_0, the axis input a constant."""
+    allowed = frozenset(dt.numpy_dtype for dt in FLOATS | INTS_32 | INTS_64)
+    dt = t.elem(0) if t.inputs else None
+    if dt is not None and dt not in allowed:
+        return f"type {dt} is not one CUMULATIVE_SUMMATION takes"
+    if t.inputs > 1 and t.constant(1) is None:
+        return "the axis input is not a constant"
+    return ""
+
+
+_F32_4D = TensorDesc(DataType.FLOAT32, (2, 3, 4, 5))
+SPECS = (
+    OperatorSpec(CumulativeSummationDesc, CUMULATIVE_SUMMATION, compile_cumulative_summation, (contract.CUM,),
+                 helpers=("cumsum",), onnx=(OnnxOp("CumSum", "", "cumsum", check=_cumsum_rule),),
+                 example=lambda: CumulativeSummationDesc(_F32_4D, _F32_4D, 3)),
+    OperatorSpec(CumulativeProductDesc, CUMULATIVE_PRODUCT, compile_cumulative_product, (contract.CUM,),
+                 helpers=("cumprod",), example=lambda: CumulativeProductDesc(_F32_4D, _F32_4D, 3)),
+)
