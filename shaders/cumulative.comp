@@ -2,7 +2,9 @@
 // DirectML CUMULATIVE_SUMMATION and CUMULATIVE_PRODUCT (kompute_dml/ops/cumulative.py,
 // docs/cumulative.md): one invocation per line along the axis, the elements visited in the
 // axis direction (x_first, then x_step at a time: the host negates the axis stride for
-// DECREASING), the running tally written before (excl) or after adding each element.
+// DECREASING), the running tally written before (excl) or after adding each element; the
+// inclusive tally starts as the first element itself (numpy's and onnxruntime's: -0 stays -0),
+// the exclusive one at 0 / 1.
 // OP_PROD: products; BITS / FLOAT: the element type (32-bit integers and 64-bit word pairs wrap
 // in two's complement, the low bits of the sum / product, alike for both signednesses; FLOAT16
 // decoded exactly into float32, the tally kept in float32, each output rounded once to nearest
@@ -12,6 +14,7 @@
 // it writes it).
 
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "f16_bits.glsl"
 
@@ -95,23 +98,24 @@ void main() {
     if (line >= pc.lines) return;
     uint ex = pc.x_off + pc.x_first, ey = pc.y_off + pc.y_first;
     uint rem = line;
-    for (int d = RANK - 1; d >= 0; --d) {
+    [[unroll]] for (int d = RANK - 1; d >= 0; --d) {
         uint c = rem % pc.size[d];
         rem /= pc.size[d];
         ex += c * pc.x_str[d];
         ey += c * pc.y_str[d];
     }
     ACC acc = IDENT;
-    // blocks of 32 (lavapipe ends a loop after 65535 iterations: axes up to ~2M elements)
+    // 32 elements per iteration, unrolled (lavapipe ends an invocation's loops after 65535
+    // iterations in all: axes up to ~2M elements)
     for (uint k0 = 0u; k0 < pc.n; k0 += 32u) {
-        uint m = min(32u, pc.n - k0);
-        for (uint j = 0u; j < m; ++j) {
+        [[unroll]] for (uint j = 0u; j < 32u; ++j) {
+            if (k0 + j >= pc.n) break;
             ACC v = load(ex);
             if (pc.excl != 0u) {
                 store(ey, acc);
                 acc = step_op(acc, v);
             } else {
-                acc = step_op(acc, v);
+                acc = (k0 + j == 0u) ? v : step_op(acc, v);  // the first element as it is (-0 stays -0)
                 store(ey, acc);
             }
             ex += uint(pc.x_step);

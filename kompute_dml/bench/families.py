@@ -165,7 +165,7 @@ FAMILIES = {f.name: f for f in (
 CPU_NODE_TYPES: dict[str, frozenset[str]] = {
     "distilbert-int8": frozenset(),
     "distilbert-int8-raw": frozenset(),
-    "roberta-int8": frozenset({"CumSum", "Not"}),
+    "roberta-int8": frozenset(),
     "bert-fp32-fused": frozenset({"Attention", "EmbedLayerNormalization"}),
     "gpt2": frozenset(),
     "llama": frozenset(),
