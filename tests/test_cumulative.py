@@ -37,17 +37,14 @@ def reference(x: np.ndarray, axis: int, op: str, reverse: bool, exclusive: bool)
     order = range(n - 1, -1, -1) if reverse else range(n)
     for r in range(flat.shape[0]):
         acc = (1 if op == "prod" else 0) if exact else (1.0 if op == "prod" else 0.0)
-        k = 0
-        for j in order:
+        for k, j in enumerate(order):  # k elements taken before this one
             v = int(flat[r, j]) if exact else float(flat[r, j])
             if exclusive:
                 out[r, j], taken[r, j] = acc, k
             acc = v if k == 0 and not exclusive else (acc * v if op == "prod" else acc + v)  # the first as it is
-            k += 1
             if not exclusive:
-                out[r, j], taken[r, j] = acc, k
-    back = (lambda a: np.moveaxis(a.reshape(xs.shape), -1, axis))
-    return back(out), back(taken)
+                out[r, j], taken[r, j] = acc, k + 1
+    return np.moveaxis(out.reshape(xs.shape), -1, axis), np.moveaxis(taken.reshape(xs.shape), -1, axis)
 
 
 def wrap(v: np.ndarray, dt: DT) -> np.ndarray:

@@ -40,6 +40,7 @@ from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan, grid_for
 from . import contract
 from .base import CompiledOperator, validate_tensors
+from .contract.elementwise import CUM_RANK
 from .elementwise import check_same
 from .elementwise_plan import check_addressable
 from .spec import OnnxOp, OperatorSpec
@@ -137,7 +138,7 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, op: str, exclu
     down = direction == AxisDirection.DECREASING
     x_first, y_first = ((n - 1) * xs[axis], (n - 1) * ys[axis]) if down else (0, 0)
     sign = -1 if down else 1
-    pad = contract.CUM_RANK - len(osz)  # at most 7 dimensions besides the axis
+    pad = CUM_RANK - len(osz)  # at most 7 dimensions besides the axis
     fam = contract.CUM
     push = fam.pack(x_off=0, y_off=0, lines=math.prod(osz), n=n, x_first=x_first, y_first=y_first,
                     x_step=sign * xs[axis], y_step=sign * ys[axis], excl=int(excl), size=[1] * pad + osz,

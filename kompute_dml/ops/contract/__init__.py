@@ -169,7 +169,6 @@ MMG = family("mmg", "matmul_gemv.comp", "mmg8{dot}_{b}", MATMUL_PUSH, None, dot=
 # and the cumulative operators (ops/cumulative.py, shaders/cumulative.comp): contract/elementwise.py
 from .elementwise import (  # noqa: E402
     CUM,
-    CUM_RANK,
     EW_ADD,
     EW_AND,
     EW_DIV,
