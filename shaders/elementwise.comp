@@ -2,7 +2,8 @@
 // DirectML element-wise operators (kompute_dml/ops/elementwise.py, docs/elementwise.md):
 // ADD / ADD1 / SUBTRACT / MULTIPLY / DIVIDE, LOGICAL_EQUALS, LOGICAL_GREATER_THAN_OR_EQUAL,
 // LOGICAL_AND, IS_NAN and IF; LOGICAL_GREATER_THAN / LESS_THAN / LESS_THAN_OR_EQUAL / NOT / OR /
-// XOR (ops/elementwise_logic.py, docs/elementwise_logic.md), one variant per operation and element type (the contract's
+// XOR (ops/elementwise_logic.py, docs/elementwise_logic.md); BIT_AND / OR / XOR / NOT
+// (ops/elementwise_bit.py), one variant per operation and element type (the contract's
 // ew_* families): OP, IN_BITS / IN_KIND (0 unsigned, 1 signed, 2 float), OUT_BITS, NIN (input
 // tensors), RANK (dimensions in the push block).
 //
@@ -43,6 +44,10 @@ layout(local_size_x = 256) in;
 #define OP_NOT 14  // LOGICAL_NOT, _OR, _XOR: nonzero is true, 1 / 0 out
 #define OP_OR 15
 #define OP_XOR 16
+#define OP_BAND 17  // BIT_AND, _OR, _XOR, _NOT (ops/elementwise_bit.py): the bit patterns
+#define OP_BOR 18
+#define OP_BXOR 19
+#define OP_BNOT 20
 
 #if NIN == 3
 layout(std430, binding = 0) readonly buffer CBuf { uint c_buf[]; };
@@ -174,6 +179,8 @@ OVAL result(uint c, VAL a, VAL b) { return c != 0u ? a : b; }
 OVAL result(VAL a) { return f_nan(a) ? 1u : 0u; }
 #elif OP == OP_NOT
 OVAL result(VAL a) { return a == 0u ? 1u : 0u; }
+#elif OP == OP_BNOT
+OVAL result(VAL a) { return ~a; }  // sub-word results are masked to their width by the store
 #elif OP == OP_ISINF
 // DML_IS_INFINITY_MODE: 0 either infinity, 1 +inf only, 2 -inf only
 OVAL result(VAL a) {
@@ -251,6 +258,12 @@ OVAL result(VAL a, VAL b) {
     return (a != 0u || b != 0u) ? 1u : 0u;
 #elif OP == OP_XOR
     return ((a != 0u) != (b != 0u)) ? 1u : 0u;
+#elif OP == OP_BAND
+    return a & b;
+#elif OP == OP_BOR
+    return a | b;
+#elif OP == OP_BXOR
+    return a ^ b;
 #elif OP == OP_GT || OP == OP_LT || OP == OP_LE
     // a > b, b > a (a < b), b >= a (a <= b): false where either is NaN
 #if OP == OP_GT

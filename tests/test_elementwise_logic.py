@@ -153,3 +153,56 @@ def test_every_variant_compiles_a_plan(dev):
         for dt in row.tensor(spec.inputs[0]).types:
             for out in ((dt,) if logic else row.tensor("output_tensor").types):
                 assert dev.compile(spec.desc_type(*[TD(dt, (3,))] * len(spec.inputs), TD(out, (3,)))).plans
+
+
+# ---- BIT_AND / OR / XOR / NOT (ops/elementwise_bit.py): bit patterns of every type --------------
+BIT = {"and": (kdml.ElementWiseBitAndDesc, np.bitwise_and), "or": (kdml.ElementWiseBitOrDesc, np.bitwise_or),
+       "xor": (kdml.ElementWiseBitXorDesc, np.bitwise_xor), "not": (kdml.ElementWiseBitNotDesc, np.invert)}
+
+
+def _bits(rng, dt: DT, sizes) -> np.ndarray:
+    return rng.integers(0, 256, (*sizes, dt.size), dtype=np.uint8).view(dt.numpy_dtype).reshape(sizes)
+
+
+def _on_bits(fn, dt: DT):
+    u = np.dtype(f"u{dt.size}")
+    return lambda *xs: fn(*(x.view(u) for x in xs)).view(dt.numpy_dtype)
+
+
+@pytest.mark.parametrize("op", list(BIT))
+@pytest.mark.parametrize("dt", list(DT), ids=lambda d: d.name)
+def test_bitwise(dev, rng, op, dt):
+    cls, fn = BIT[op]
+    n = 1 if op == "not" else 2
+    for rank in (1, 3, 8):
+        sizes = random_sizes(rng, rank)
+        run(dev, rng, cls, (dt,) * n, dt, sizes, _on_bits(fn, dt), values=[_bits(rng, dt, sizes) for _ in range(n)])
+
+
+def test_bitwise_in_place_and_helpers(dev, rng):
+    desc = TD(DT.UINT16, (4, 6), (1, 5))
+    x, raw = place(dev, rng, desc, _bits(rng, DT.UINT16, (4, 6)))
+    xa = read_logical(raw, x.offset, desc)
+    dev.compile(kdml.ElementWiseBitNotDesc(desc, desc)).execute([x], [x])
+    assert np.array_equal(read_logical(assert_outside_unchanged(x, raw), x.offset, desc), ~xa)
+    a = rng.integers(-100, 100, (3, 4)).astype(np.int32)
+    b = np.array([1, -2, 7, 0], np.int32)
+    assert np.array_equal(kdml.bitwise_and(a, b, device=dev).numpy(), a & b)
+    assert np.array_equal(kdml.bitwise_or(a, b, device=dev).numpy(), a | b)
+    assert np.array_equal(kdml.bitwise_xor(a, b, device=dev).numpy(), a ^ b)
+    assert np.array_equal(kdml.bitwise_not(a, device=dev).numpy(), ~a)
+
+
+def test_bitwise_refused_and_levels(dev):
+    u8, u16 = TD(DT.UINT8, (2, 3)), TD(DT.UINT16, (2, 3))
+    with pytest.raises(kdml.InvalidArgumentError, match=r"^b_tensor\.data_type: must equal a_tensor's \(UINT8\)"):
+        dev.compile(kdml.ElementWiseBitAndDesc(u8, u16, u8))
+    with pytest.raises(kdml.InvalidArgumentError, match=r"^output_tensor\.data_type: must equal input_tensor's"):
+        dev.compile(kdml.ElementWiseBitNotDesc(u8, u16))
+    i8 = TD(DT.INT8, (2, 3))
+    with pytest.raises(kdml.UnsupportedError, match="^a_tensor: ELEMENT_WISE_BIT_XOR does not support INT8"):
+        compile_at_level(FL.FL_3_0, kdml.ElementWiseBitXorDesc(i8, i8, i8))
+    compile_at_level(FL.FL_3_0, kdml.ElementWiseBitOrDesc(u16, u16, u16))
+    compile_at_level(FL.FL_4_1, kdml.ElementWiseBitXorDesc(i8, i8, i8))
+    with pytest.raises(kdml.UnsupportedError):  # introduced at 3_0
+        compile_at_level(FL.FL_2_1, kdml.ElementWiseBitOrDesc(u16, u16, u16))

@@ -125,3 +125,24 @@ def test_roberta_position_ids_on_device(mask_type):
     rep, got, want = run_both(model, {"ids": ids})
     np.testing.assert_array_equal(got, want)
     assert all(p.target == "vulkan" for p in rep.placement), rep.summary()
+
+
+@pytest.mark.parametrize("op", ("BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"))
+@pytest.mark.parametrize(("dtype", "et"), [(np.int8, TensorProto.INT8), (np.uint16, TensorProto.UINT16),
+                                           (np.int32, TensorProto.INT32), (np.int64, TensorProto.INT64)],
+                         ids=lambda v: getattr(v, "__name__", str(v)))
+def test_bitwise(op, dtype, et):
+    rng = np.random.default_rng(8)
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max, SHAPE, dtype=dtype, endpoint=True)
+    b = rng.integers(info.min, info.max, (4, 1), dtype=dtype, endpoint=True)
+    if op == "BitwiseNot":
+        model = model_of([helper.make_node(op, ["a"], ["y"])], [("a", et, SHAPE)], et, list(SHAPE), opset=18)
+        feeds = {"a": a}
+    else:
+        model = model_of([helper.make_node(op, ["a", "b"], ["y"])], [("a", et, SHAPE), ("b", et, (4, 1))], et,
+                         list(SHAPE), opset=18)
+        feeds = {"a": a, "b": b}
+    rep, got, want = run_both(model, feeds)
+    np.testing.assert_array_equal(got, want)
+    assert rep.placement[0].target == "vulkan", rep.summary()

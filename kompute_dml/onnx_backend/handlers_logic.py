@@ -1,6 +1,7 @@
-"""Device handlers of ONNX Not (ELEMENT_WISE_LOGICAL_NOT, ops/elementwise_logic.py) and CumSum
-(CUMULATIVE_SUMMATION, ops/cumulative.py). Or, Xor, Greater, Less and LessOrEqual run through the
-generic "binary" / "compare" handlers (their OnnxOp kinds).
+"""Device handlers of ONNX Not (ELEMENT_WISE_LOGICAL_NOT, ops/elementwise_logic.py), BitwiseNot
+(ELEMENT_WISE_BIT_NOT, ops/elementwise_bit.py) and CumSum (CUMULATIVE_SUMMATION, ops/cumulative.py).
+Or, Xor, BitwiseAnd / Or / Xor, Greater, Less and LessOrEqual run through the generic "binary" /
+"compare" handlers (their OnnxOp kinds).
 
 CumSum: the axis input must be a constant known on the host (decided at prepare by the OnnxOp's
 rule; FallbackNeeded otherwise); `exclusive` and `reverse` are HasExclusiveSum and
@@ -37,6 +38,13 @@ def _h_not(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
     return [DeviceValue(kdml.logical_not(t, out=out, device=ctx.device), shape, BOOL)]
 
 
+def _h_bitwise_not(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    dt = _value_dtype(ins[0])
+    (t,) = _operands(ctx, node, ins[:1], stats)
+    shape = _value_shape(ins[0])
+    return [DeviceValue(kdml.bitwise_not(t, out=ctx.out_tensor(shape, dml_numpy(dt)), device=ctx.device), shape, dt)]
+
+
 def _h_cumsum(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     x = ins[0]
     shape, dt = tuple(_value_shape(x)), _value_dtype(x)
@@ -56,4 +64,4 @@ def _h_cumsum(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: Run
     return [DeviceValue(y, shape, dt)]
 
 
-LOGIC_HANDLERS = {"Not": _h_not, "CumSum": _h_cumsum}
+LOGIC_HANDLERS = {"Not": _h_not, "BitwiseNot": _h_bitwise_not, "CumSum": _h_cumsum}

@@ -24,7 +24,7 @@ EW_TYPES = {"f32": (32, 2), "f16": (16, 2), "i8": (8, 1), "u8": (8, 0), "i16": (
             "i32": (32, 1), "u32": (32, 0), "i64": (64, 1), "u64": (64, 0), "b8": (8, 0), "b16": (16, 0),
             "b32": (32, 0), "b64": (64, 0)}
 EW_OPS = {"add": 1, "sub": 2, "mul": 3, "div": 4, "eq": 5, "ge": 6, "and": 7, "isnan": 8, "if": 9, "isinf": 10,
-          "gt": 11, "lt": 12, "le": 13, "not": 14, "or": 15, "xor": 16}
+          "gt": 11, "lt": 12, "le": 13, "not": 14, "or": 15, "xor": 16, "band": 17, "bor": 18, "bxor": 19, "bnot": 20}
 _EW_WRAP = ("b8", "b16", "b32", "b64", "f16", "f32")  # two's complement wraps alike in both signednesses
 _EW_SIGNED = ("u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "f16", "f32")
 
@@ -65,6 +65,16 @@ EW_NOT = family("ew_not", "elementwise.comp", "ew_not_{t}", EW_PUSH, _L256, t=("
 EW_OR = family("ew_or", "elementwise.comp", "ew_or_{t}", EW_PUSH, _L256, t=("b8", "b32"), defines=lambda t: _ew("or", t))
 EW_XOR = family("ew_xor", "elementwise.comp", "ew_xor_{t}", EW_PUSH, _L256, t=("b8", "b32"),
                 defines=lambda t: _ew("xor", t))
+
+# ---- ELEMENT_WISE_BIT_AND / OR / XOR / NOT (ops/elementwise_bit.py): bit patterns by width
+_BIT_WIDTHS = ("b8", "b16", "b32", "b64")
+EW_BAND = family("ew_band", "elementwise.comp", "ew_band_{t}", EW_PUSH, _L256, t=_BIT_WIDTHS,
+                 defines=lambda t: _ew("band", t))
+EW_BOR = family("ew_bor", "elementwise.comp", "ew_bor_{t}", EW_PUSH, _L256, t=_BIT_WIDTHS, defines=lambda t: _ew("bor", t))
+EW_BXOR = family("ew_bxor", "elementwise.comp", "ew_bxor_{t}", EW_PUSH, _L256, t=_BIT_WIDTHS,
+                 defines=lambda t: _ew("bxor", t))
+EW_BNOT = family("ew_bnot", "elementwise.comp", "ew_bnot_{t}", EW_PUSH, _L256, t=_BIT_WIDTHS,
+                 defines=lambda t: _ew("bnot", t, nin=1))
 
 # ---- CUMULATIVE_SUMMATION / CUMULATIVE_PRODUCT (ops/cumulative.py, shaders/cumulative.comp): an
 # invocation per line along the axis. Offsets in elements (the runtime's); `lines` lines over the
