@@ -1,6 +1,7 @@
 #version 450
 // DirectML CUMULATIVE_SUMMATION and CUMULATIVE_PRODUCT (kompute_dml/ops/cumulative.py,
-// docs/cumulative.md): one invocation per line along the axis, the elements visited in the
+// docs/cumulative.md): one invocation per line along the axis (WG: a work group of 256 per line,
+// a scan of 256-element chunks in shared memory, for long axes; see below), the elements visited in the
 // axis direction (x_first, then x_step at a time: the host negates the axis stride for
 // DECREASING), the running tally written before (excl) or after adding each element; the
 // inclusive tally starts as the first element itself (numpy's and onnxruntime's: -0 stays -0),
@@ -18,7 +19,11 @@
 #include "common.glsl"
 #include "f16_bits.glsl"
 
+#if WG
+layout(local_size_x = 256) in;
+#else
 layout(local_size_x = 64) in;
+#endif
 
 layout(std430, binding = 0) readonly buffer XBuf { uint x_buf[]; };
 layout(std430, binding = 1) buffer YBuf { uint y_buf[]; };
@@ -93,10 +98,10 @@ ACC step_op(ACC acc, ACC v) {
 #endif
 }
 
-void main() {
-    uint line = linear_group_id() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
-    if (line >= pc.lines) return;
-    uint ex = pc.x_off + pc.x_first, ey = pc.y_off + pc.y_first;
+// the line's first elements (both plans): its invocation's (LINE) or work group's (WG)
+void line_start(uint line, out uint ex, out uint ey) {
+    ex = pc.x_off + pc.x_first;
+    ey = pc.y_off + pc.y_first;
     uint rem = line;
     [[unroll]] for (int d = RANK - 1; d >= 0; --d) {
         uint c = rem % pc.size[d];
@@ -104,6 +109,57 @@ void main() {
         ex += c * pc.x_str[d];
         ey += c * pc.y_str[d];
     }
+}
+
+#if WG
+// A work group of 256 per line (long axes): chunks of 256 elements in traversal order, each
+// scanned in shared memory (Hillis-Steele, 8 steps: every partial sum a tree of depth <= 8, the
+// earlier operand on the left), then offset by the carry (the running total of the earlier
+// chunks, one addition per chunk); the first chunk's outputs are its scan as it is.
+shared ACC part[256];
+
+void main() {
+    uint line = linear_group_id();
+    if (line >= pc.lines) return;  // uniform in the group
+    uint i = gl_LocalInvocationID.x;
+    uint ex, ey;
+    line_start(line, ex, ey);
+    ACC carry = IDENT;
+    for (uint c0 = 0u; c0 < pc.n; c0 += 256u) {
+        uint k = c0 + i;
+        ACC v = IDENT;
+        if (k < pc.n) v = load(ex + k * uint(pc.x_step));
+        part[i] = v;
+        barrier();
+        [[unroll]] for (uint off = 1u; off < 256u; off <<= 1) {
+            ACC t = part[i];
+            if (i >= off) t = step_op(part[i - off], t);
+            barrier();
+            part[i] = t;
+            barrier();
+        }
+        ACC incl = part[i];
+        ACC prev = i > 0u ? part[i - 1u] : IDENT;
+        ACC total = part[255];
+        barrier();  // every invocation has read `part` before the next chunk overwrites it
+        if (k < pc.n) {
+            ACC r;
+            if (pc.excl != 0u) {
+                r = i == 0u ? carry : (c0 == 0u ? prev : step_op(carry, prev));
+            } else {
+                r = c0 == 0u ? incl : step_op(carry, incl);
+            }
+            store(ey + k * uint(pc.y_step), r);
+        }
+        carry = c0 == 0u ? total : step_op(carry, total);
+    }
+}
+#else
+void main() {
+    uint line = linear_group_id() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
+    if (line >= pc.lines) return;
+    uint ex, ey;
+    line_start(line, ex, ey);
     ACC acc = IDENT;
     // 32 elements per iteration, unrolled (lavapipe ends an invocation's loops after 65535
     // iterations in all: axes up to ~2M elements)
@@ -123,3 +179,4 @@ void main() {
         }
     }
 }
+#endif

@@ -5,16 +5,18 @@ HasExclusiveSum / HasExclusiveProduct the tally is written before the element is
 first output is 0 / 1 and the last element is in no output). Output and input share DataType,
 DimensionCount and Sizes; the output may alias the input (in place).
 
-shaders/cumulative.comp: one invocation per line along the axis (the other dimensions merged),
-the line's elements in the axis direction. Arithmetic (docs/cumulative.md; measured by
-tests/test_cumulative.py against float64 and enforced there):
+shaders/cumulative.comp: axes of fewer than WG_MIN_AXIS (65) elements take one invocation per line
+(the other dimensions merged), the line's elements in the axis direction; longer axes a work group
+of 256 per line: chunks of 256 in traversal order, each scanned in shared memory (a tree of depth
+<= 8 per partial sum), offset by the running total of the earlier chunks. Arithmetic
+(docs/cumulative.md; measured by tests/test_cumulative.py against float64 and enforced there):
 
 - INT32 / UINT32 / INT64 / UINT64 (64-bit as word pairs): exact modulo 2^32 / 2^64 (two's
   complement wrap-around), as numpy's and onnxruntime's.
-- FLOAT32: a float32 tally in traversal order, one rounding per step (`precise`, no
-  contraction): output k (the k-th in traversal order, 1-based, inclusive) has
-  |error| <= (k - 1) u S_k with u = 2^-24 and S_k the sum of |x| it took in (sum), and relative
-  error <= (k - 1) u (product, while no overflow or underflow).
+- FLOAT32 (`precise`, no contraction; an output that took in k elements, u = 2^-24, S_k the sum
+  of their |x|, h the most roundings any of them went through: k - 1 for an invocation per line,
+  8 + c + 1 in chunk c (0-based) of a work group's line): |error| <= gamma_h S_k (sum),
+  gamma_h |P_k| relative to the product (while no overflow or underflow), gamma_h = h u / (1 - h u).
 - FLOAT16: decoded exactly into float32, the same float32 tally, each output rounded once to
   float16 (nearest even): the float32 bound plus 2^-11 relative.
 
@@ -26,6 +28,7 @@ Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's table
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from dataclasses import dataclass
@@ -47,6 +50,9 @@ from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device.device import Device
+
+
+WG_MIN_AXIS = 65  # axes of this many elements or more: a work group of 256 per line (contract.CUM_WG)
 
 
 class AxisDirection(enum.IntEnum):
@@ -139,14 +145,29 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, op: str, exclu
     x_first, y_first = ((n - 1) * xs[axis], (n - 1) * ys[axis]) if down else (0, 0)
     sign = -1 if down else 1
     pad = CUM_RANK - len(osz)  # at most 7 dimensions besides the axis
-    fam = contract.CUM
-    push = fam.pack(x_off=0, y_off=0, lines=math.prod(osz), n=n, x_first=x_first, y_first=y_first,
+    lines = math.prod(osz)
+    wg = n >= WG_MIN_AXIS
+    fam = contract.CUM_WG if wg else contract.CUM
+    push = fam.pack(x_off=0, y_off=0, lines=lines, n=n, x_first=x_first, y_first=y_first,
                     x_step=sign * xs[axis], y_step=sign * ys[axis], excl=int(excl), size=[1] * pad + osz,
                     x_str=[0] * pad + oxs, y_str=[0] * pad + oys)
+    max_groups = device.limits["max_compute_work_group_count"][0]
     plan = DispatchPlan(variant=fam.name(op=op, t=_TYPE[x.data_type]), bindings=(0, 1), push=push,
-                        groups=grid_for(math.prod(osz), 64, device.limits["max_compute_work_group_count"][0]),
+                        groups=grid_for(lines * 256, 256, max_groups) if wg else grid_for(lines, 64, max_groups),
                         writes=(1,), offset_slots=fam.slots(x_off=(0, x.data_type.size), y_off=(1, y.data_type.size)))
     return CompiledCumulative(device, desc, support, support.inputs, support.outputs, [plan])
+
+
+def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[DispatchPlan]:
+    """The plan of the other family (OperatorSpec.ahead): another axis length of the same tensors
+    may take a work group per line (WG_MIN_AXIS elements or more) or an invocation per line."""
+    out = []
+    for plan in op.plans:
+        assert isinstance(plan, DispatchPlan)
+        wg = plan.variant.startswith("cum_wg_")
+        other = plan.variant.replace("cum_wg_", "cum_") if wg else plan.variant.replace("cum_", "cum_wg_", 1)
+        out.append(dataclasses.replace(plan, variant=other))
+    return out
 
 
 def compile_cumulative_summation(device: Device, desc: CumulativeSummationDesc) -> CompiledOperator:
@@ -209,9 +230,9 @@ def _cumsum_rule(t: Any) -> str:
 
 _F32_4D = TensorDesc(DataType.FLOAT32, (2, 3, 4, 5))
 SPECS = (
-    OperatorSpec(CumulativeSummationDesc, CUMULATIVE_SUMMATION, compile_cumulative_summation, (contract.CUM,),
-                 helpers=("cumsum",), onnx=(OnnxOp("CumSum", "", "cumsum", check=_cumsum_rule),),
+    OperatorSpec(CumulativeSummationDesc, CUMULATIVE_SUMMATION, compile_cumulative_summation, (contract.CUM, contract.CUM_WG),
+                 helpers=("cumsum",), ahead=plans_ahead, onnx=(OnnxOp("CumSum", "", "cumsum", check=_cumsum_rule),),
                  example=lambda: CumulativeSummationDesc(_F32_4D, _F32_4D, 3)),
-    OperatorSpec(CumulativeProductDesc, CUMULATIVE_PRODUCT, compile_cumulative_product, (contract.CUM,),
-                 helpers=("cumprod",), example=lambda: CumulativeProductDesc(_F32_4D, _F32_4D, 3)),
+    OperatorSpec(CumulativeProductDesc, CUMULATIVE_PRODUCT, compile_cumulative_product, (contract.CUM, contract.CUM_WG),
+                 helpers=("cumprod",), ahead=plans_ahead, example=lambda: CumulativeProductDesc(_F32_4D, _F32_4D, 3)),
 )

@@ -169,6 +169,7 @@ MMG = family("mmg", "matmul_gemv.comp", "mmg8{dot}_{b}", MATMUL_PUSH, None, dot=
 # and the cumulative operators (ops/cumulative.py, shaders/cumulative.comp): contract/elementwise.py
 from .elementwise import (  # noqa: E402
     CUM,
+    CUM_WG,
     EW_ADD,
     EW_AND,
     EW_BAND,
@@ -372,7 +373,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, EW_GT, EW_LT, EW_LE, EW_NOT,
-    EW_OR, EW_XOR, EW_BAND, EW_BOR, EW_BXOR, EW_BNOT, CUM, CAST, DEQUANT, GATHER, GATHER_CHECK,
+    EW_OR, EW_XOR, EW_BAND, EW_BOR, EW_BXOR, EW_BNOT, CUM, CUM_WG, CAST, DEQUANT, GATHER, GATHER_CHECK,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT,
     MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, POOL,

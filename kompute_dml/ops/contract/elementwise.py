@@ -87,4 +87,9 @@ CUM_PUSH = block("x_off", "y_off", "lines", "n", "x_first", "y_first", "x_step:i
 CUM = family("cum", "cumulative.comp", "cum_{op}_{t}", CUM_PUSH, (64, 1, 1), op=("sum", "prod"),
              t=("f32", "f16", "b32", "b64"),
              defines=lambda op, t: {"OP_PROD": int(op == "prod"), "BITS": EW_TYPES[t][0],
-                                    "FLOAT": int(EW_TYPES[t][1] == 2), "RANK": CUM_RANK})
+                                    "FLOAT": int(EW_TYPES[t][1] == 2), "RANK": CUM_RANK, "WG": 0})
+# long axes: a work group of 256 per line, chunks scanned in shared memory
+CUM_WG = family("cum_wg", "cumulative.comp", "cum_wg_{op}_{t}", CUM_PUSH, _L256, op=("sum", "prod"),
+                t=("f32", "f16", "b32", "b64"),
+                defines=lambda op, t: {"OP_PROD": int(op == "prod"), "BITS": EW_TYPES[t][0],
+                                       "FLOAT": int(EW_TYPES[t][1] == 2), "RANK": CUM_RANK, "WG": 1})
