@@ -9,6 +9,7 @@ on the CPU that is not listed fails (a regression), and a listed one that no lon
 from __future__ import annotations
 
 import collections
+import re
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from kompute_dml.bench import families  # noqa: E402
 from kompute_dml.onnx_backend import CPU, Backend  # noqa: E402
 
 STILL_ON_THE_CPU = families.CPU_NODE_TYPES
+AT_RUN_TIME = families.RUNTIME_CPU_NODE_TYPES  # placed on the device, refused there by the operator
 
 
 def _rows(a: np.ndarray) -> np.ndarray:
@@ -46,3 +48,7 @@ def test_family_runs_correct_and_its_cpu_nodes_are_known(name):
         g, w = _rows(got), _rows(want)
         cos = (g * w).sum(1) / (np.linalg.norm(g, axis=1) * np.linalg.norm(w, axis=1))
         assert cos.min() >= 0.9999, (name, batch, seq, cos.min())
+        late = {rep.placement[int(m.group(1))].op_type for e in rep.last_run.events
+                if (m := re.match(r"node (\d+) \(", e)) and "ran on the CPU" in e}
+        listed = AT_RUN_TIME.get(name, frozenset())
+        assert late <= listed if families.FAMILIES[name].post else late == listed, (name, late, rep.last_run.events)

@@ -61,7 +61,7 @@ def support_markdown() -> str:
 def today_markdown() -> str:
     """What runs on the device: the operators, the ONNX node types, the families and their CPU nodes."""
     sys.path.insert(0, str(ROOT))
-    from kompute_dml.bench.families import CPU_NODE_TYPES, DESCRIBED
+    from kompute_dml.bench.families import CPU_NODE_TYPES, DESCRIBED, RUNTIME_CPU_NODE_TYPES
     from kompute_dml.ops import SPECS
 
     ops = sorted(spec.support.name for spec in SPECS)
@@ -73,7 +73,8 @@ def today_markdown() -> str:
              "size) | node types still on the CPU |",
              "| --- | --- |"]
     for name, described in DESCRIBED.items():
-        cpu = ", ".join(sorted(CPU_NODE_TYPES[name])) or "none: one submission per run"
+        late = [f"{t} (at run time)" for t in sorted(RUNTIME_CPU_NODE_TYPES.get(name, frozenset()))]
+        cpu = ", ".join([*sorted(CPU_NODE_TYPES[name]), *late]) or "none: one submission per run"
         lines.append(f"| {described} | {cpu} |")
     return "\n".join(lines) + "\n"
 
