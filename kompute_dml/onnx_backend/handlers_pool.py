@@ -82,4 +82,21 @@ def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     return [DeviceValue(out, out_shape, dt)]
 
 
-POOL_HANDLERS = {op: _h_pool for op in ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")}
+def _h_batch_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    if int(_attr(node, "training_mode", 0)) != 0 or len([o for o in node.output if o]) > 1:
+        raise FallbackNeeded("BatchNormalization in training mode (running mean / variance outputs)")
+    if int(_attr(node, "spatial", 1)) != 1:
+        raise FallbackNeeded("BatchNormalization spatial = 0")
+    x, scale, b, mean, var = (as_device(ctx, ins[i], stats, node.input[i]) for i in range(5))
+    if x.dtype not in (np.float32, np.float16) or any(v.dtype != x.dtype for v in (scale, b, mean, var)):
+        raise FallbackNeeded("BatchNormalization of mixed or non-float types")
+    if len(x.shape) < 1 or len(x.shape) > 8 or 0 in x.shape:
+        raise FallbackNeeded("a BatchNormalization input of more than 8 dimensions or empty")
+    out = ctx.out_tensor(tuple(x.shape), x.dtype)
+    y = kdml.batch_norm(x.tensor, mean.tensor, var.tensor, scale.tensor, b.tensor,
+                        epsilon=float(_attr(node, "epsilon", 1e-5)), out=out, device=ctx.device)
+    return [DeviceValue(y, tuple(x.shape), x.dtype)]
+
+
+POOL_HANDLERS = {**{op: _h_pool for op in ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")},
+                 "BatchNormalization": _h_batch_norm}

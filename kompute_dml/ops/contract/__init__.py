@@ -379,13 +379,18 @@ POOL_PUSH = block("x_off", "y_off", "i_off")
 POOL = family("pool", "pooling.comp", "pool_{fn}_{t}", POOL_PUSH, (256, 1, 1), fn=("max", "avg"), t=("f32", "f16"),
               defines=lambda fn, t: {"MAX": int(fn == "max"), "F16": int(t == "f16")})
 
+# ---- BATCH_NORMALIZATION (ops/batch_normalization.py, batch_normalization.comp): an element per invocation.
+BN_PUSH = block("x_off", "m_off", "v_off", "s_off", "b_off", "y_off")
+BN = family("batch_norm", "batch_normalization.comp", "batch_norm_{t}", BN_PUSH, (64, 1, 1), t=("f32", "f16"),
+            defines=lambda t: {"F16": int(t == "f16")})
+
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, CAST, DEQUANT, GATHER, GATHER_CHECK,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT,
-    MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, POOL,
+    MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, POOL, BN,
     GEMM, GEMM_COOP,
 )
 
