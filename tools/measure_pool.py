@@ -38,7 +38,7 @@ def main() -> None:
         n = (x - m.reshape(r).astype(np.float64)) / np.sqrt(v.reshape(r).astype(np.float64) + np.float64(np.float32(1e-5)))
         ref = s.reshape(r) * n + b.reshape(r)
         worst_bn = max(worst_bn, float(np.max(np.abs(y - ref) / ((np.abs(s.reshape(r) * n) + np.abs(b.reshape(r))) * U))))
-    print(f"AVERAGE_POOLING 3x3/2 pad 1 (K = 9): worst |error| = {worst_avg:.2f} u * S / divisor (bound 10)")
+    print(f"AVERAGE_POOLING 3x3/2 pad 1 (K = 9): worst |error| = {worst_avg:.2f} u * S / divisor (tests: (K + 4) = 13)")
     print(f"BATCH_NORMALIZATION: worst |error| = {worst_bn:.2f} u * (|scale n| + |bias|) (bound 8)")
 
 
