@@ -5,7 +5,8 @@
 // x[b, g*CinG + ci, od*sd - pd + kd*dd, ...] (0 outside the input: the zero padding), the filter's
 // window reversed in CONVOLUTION mode. One work-group computes a 64 x 64 tile (output channels x
 // output pixels over batch and space), each invocation 4 x 4 of it, the reduction in steps of 16
-// through shared memory. Sums are float32 from k = 0 upwards (`precise`: no contraction), then the
+// through shared memory (more tiles per work-group where the grid is capped: main's loops). Sums
+// are float32 from k = 0 upwards (`precise`: no contraction), then the
 // bias, then the fused ReLU; FLOAT16 tensors are decoded exactly and the result rounded once.
 // The geometry comes from the operator's constant (binding 4, P_* words), the tensors' offsets
 // (in elements) from the push constants.
@@ -134,12 +135,10 @@ void main() {
     store_y(pc.y_off + b * p[P_YS] + co * p[P_YS + 1] + od * p[P_YS + 2] + oh * p[P_YS + 3] + ow * p[P_YS + 4], y);
 }
 #else
-void main() {
+// One 64 x 64 tile: output channels m0.. of group g, output pixels n0.. (batch and space).
+void conv_tile(uint g, uint m0, uint n0) {
     uint t = gl_LocalInvocationID.x;
     uint tx = t % 16u, ty = t / 16u;
-    uint g = gl_WorkGroupID.z;
-    uint m0 = gl_WorkGroupID.y * BM;  // output channel within the group
-    uint n0 = gl_WorkGroupID.x * BN;  // output pixel (batch and space)
     uint cing = p[P_CING], coutg = p[P_COUTG];
     uint npix = p[P_NPIX], klen = p[P_KLEN], kvol = p[P_KVOL], khw = p[P_KHW], kw_ = p[P_K + 2];
     uint kd_ = p[P_K], kh_ = p[P_K + 1];
@@ -232,5 +231,16 @@ void main() {
             store_y(y_pix + co * p[P_YS + 1], v);
         }
     }
+}
+
+// The grid's x (pixel tiles) and z (groups) may be capped at the device's work-group counts:
+// each work-group then takes every gl_NumWorkGroups-th tile (uniform across the work-group, so
+// the barriers stay in uniform control flow).
+void main() {
+    uint ntiles = (p[P_NPIX] + BN - 1u) / BN, groups = p[P_COUT] / p[P_COUTG];
+    uint m0 = gl_WorkGroupID.y * BM;
+    for (uint g = gl_WorkGroupID.z; g < groups; g += gl_NumWorkGroups.z)
+        for (uint tile = gl_WorkGroupID.x; tile < ntiles; tile += gl_NumWorkGroups.x)
+            conv_tile(g, m0, tile * BN);
 }
 #endif

@@ -7,10 +7,9 @@ strided outputs poisoned first, every byte outside them unchanged; the error bou
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
+from conv_reference import reference
 from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
 
 import kompute_dml as kdml
@@ -19,38 +18,6 @@ DT = kdml.DataType
 TD = kdml.TensorDesc
 FL = kdml.FeatureLevel
 U = 2.0 ** -24
-
-
-def reference(x, w, b, strides, dilations, start, end, groups, flip=False, relu=False):
-    """float64 result and S = sum |x w| + |b| per output element."""
-    x = x.astype(np.float64)
-    w = w.astype(np.float64)
-    n = x.ndim - 2
-    if flip:
-        w = w[(slice(None), slice(None)) + (slice(None, None, -1),) * n]
-    xp = np.pad(x, [(0, 0), (0, 0), *list(zip(start, end))])
-    window = w.shape[2:]
-    out_sp = [(xp.shape[2 + i] - ((window[i] - 1) * dilations[i] + 1)) // strides[i] + 1 for i in range(n)]
-    cin_g, cout_g = x.shape[1] // groups, w.shape[0] // groups
-    y = np.zeros((x.shape[0], w.shape[0], *out_sp))
-    s = np.zeros_like(y)
-    for o in itertools.product(*(range(k) for k in out_sp)):
-        # the window of output position o: (N, Cin, *window)
-        idx = tuple(slice(o[i] * strides[i], o[i] * strides[i] + (window[i] - 1) * dilations[i] + 1, dilations[i])
-                    for i in range(n))
-        patch = xp[(slice(None), slice(None), *idx)]
-        for g in range(groups):
-            pg = patch[:, g * cin_g:(g + 1) * cin_g].reshape(x.shape[0], -1)
-            wg = w[g * cout_g:(g + 1) * cout_g].reshape(cout_g, -1)
-            y[(slice(None), slice(g * cout_g, (g + 1) * cout_g), *o)] = pg @ wg.T
-            s[(slice(None), slice(g * cout_g, (g + 1) * cout_g), *o)] = np.abs(pg) @ np.abs(wg).T
-    if b is not None:
-        bb = b.astype(np.float64).reshape((1, -1) + (1,) * n)
-        y = y + bb
-        s = s + np.abs(bb)
-    if relu:
-        y = np.maximum(y, 0.0)
-    return y, s
 
 
 def check(got, want, s, k, dt):
@@ -193,3 +160,31 @@ def test_one_dimensional_needs_feature_level_3_0():
     with pytest.raises(kdml.UnsupportedError):
         compile_at_level(FL.FL_2_1, d)
     compile_at_level(FL.FL_3_0, d)
+
+
+def test_capped_grid_loops_over_tiles_and_groups(dev, rng, monkeypatch):
+    """Where the device's work-group counts are smaller than the pixel tiles (x) or the groups (z),
+    each work-group takes several: the same bits as the full grid."""
+    import types
+
+    monkeypatch.setenv("KDML_CONV_KERNEL", "tiled")
+    xs, ws, g = (2, 6, 13, 11), (24, 2, 3, 3), 3  # 2 x 11 x 9 = 198 pixels: 4 tiles; 3 groups
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    want, s = reference(x, w, b, (1, 1), (1, 1), (0, 0), (0, 0), g)
+    bd = TD(F, (1, 24, 1, 1))
+    desc = kdml.ConvolutionDesc(TD(F, xs), TD(F, ws), bd, TD(F, want.shape), group_count=g)
+    got = {}
+    limits = dict(dev.limits)
+    for cap in (None, (3, 65535, 2), (1, 65535, 1)):
+        if cap is not None:
+            monkeypatch.setattr(dev, "limits", types.MappingProxyType({**limits, "max_compute_work_group_count": cap}))
+        op = dev.compile(desc)
+        assert cap is None or op.plans[0].groups == (min(4, cap[0]), 1, min(3, cap[2]))
+        y = dev.empty(desc.output_tensor)
+        op.execute([dev.tensor(x), dev.tensor(w), dev.tensor(b.reshape(bd.sizes))], [y])
+        got[cap] = y.numpy()
+    check(got[None], want, s, 18, F)
+    for cap in got:
+        np.testing.assert_array_equal(got[cap].view(np.uint32), got[None].view(np.uint32))

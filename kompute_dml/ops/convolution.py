@@ -245,11 +245,11 @@ def compile_convolution(device: Device, desc: ConvolutionDesc) -> CompiledOperat
         grid = grid_for(npix * int(p[43]), 256, limit[0])
     else:
         fam = contract.CONV
-        grid = (cdiv(npix, 64), cdiv(coutg, 64), v["groups"])
-        for axis, (count, most) in enumerate(zip(grid, limit)):
-            if count > most:
-                raise UnsupportedError(f"output_tensor: the convolution needs {count} work-groups along grid axis "
-                                       f"{axis}, more than the device's {most}")
+        # pixel tiles (x) and groups (z) beyond the device's counts loop inside the shader
+        if cdiv(coutg, 64) > limit[1]:
+            raise UnsupportedError(f"filter_tensor: {coutg} output channels per group need {cdiv(coutg, 64)} "
+                                   f"work-groups along grid axis 1, more than the device's {limit[1]}")
+        grid = (min(cdiv(npix, 64), limit[0]), cdiv(coutg, 64), min(v["groups"], limit[2]))
     unit = x.data_type.size
     plan = DispatchPlan(
         variant=fam.name(t="f16" if x.data_type == DataType.FLOAT16 else "f32"),
@@ -263,13 +263,58 @@ def compile_convolution(device: Device, desc: ConvolutionDesc) -> CompiledOperat
 def conv(x: Any, w: Any, bias: Any = None, *, strides: Any = None, dilations: Any = None, start_padding: Any = None,
          end_padding: Any = None, groups: int = 1, mode: Any = ConvolutionMode.CROSS_CORRELATION, relu: bool = False,
          out: Tensor | None = None, device: Device | None = None) -> Tensor:
-    """The convolution of x (N, Cin, [D,] [H,] W) with the filter w (Cout, Cin / groups, window...)
-    on DML CONVOLUTION: what torch.nn.functional.conv1d/2d/3d compute (cross-correlation) with
-    zero padding `start_padding` / `end_padding` per spatial axis (None: zeros), `strides` and
-    `dilations` (None: ones), `groups`, an optional `bias` of Cout values, then ReLU if `relu`.
-    `mode=kdml.ConvolutionMode.CONVOLUTION` reverses the window. Operands: kompute_dml Tensors
-    (any strides and offset) or host data, all of one float type; the result is a new packed
-    Tensor from the device's buffer pool, or `out=`."""
+    """Convolve `x` with the filter `w` on DML CONVOLUTION (forward).
+
+    What ``torch.nn.functional.conv1d`` / ``conv2d`` / ``conv3d`` and ONNX ``Conv`` compute
+    (cross-correlation), with DirectML's asymmetric zero padding.
+
+    Parameters
+    ----------
+    x : Tensor or array_like
+        The input, (N, Cin, W), (N, Cin, H, W) or (N, Cin, D, H, W); FLOAT32 or FLOAT16. A
+        kompute_dml Tensor may have any strides and offset; host data is uploaded.
+    w : Tensor or array_like
+        The filter, (Cout, Cin / groups, *window), of x's dimension count and type.
+    bias : Tensor or array_like, optional
+        Cout values (any shape holding them along one axis) added per output channel.
+    strides, dilations : sequence of int, optional
+        One value (>= 1) per spatial axis; None: ones.
+    start_padding, end_padding : sequence of int, optional
+        Zeros added before / after each spatial axis (>= 0); None: no padding.
+    groups : int, default 1
+        Channel groups; it must divide Cin and Cout (groups = Cin = Cout: depthwise).
+    mode : ConvolutionMode, default CROSS_CORRELATION
+        ``ConvolutionMode.CONVOLUTION`` reverses the window along every spatial axis.
+    relu : bool, default False
+        Apply ReLU to the result (DML's fused activation).
+    out : Tensor, optional
+        Where to write the result (its shape and type must be the result's; any strides).
+    device : Device, optional
+        The device, where no operand is a Tensor.
+
+    Returns
+    -------
+    Tensor
+        (N, Cout, *out) with ``out = (in + start + end - ((window - 1) * dilation + 1)) // stride
+        + 1`` per spatial axis, a new packed Tensor from the device's buffer pool, or `out`.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Inconsistent shapes, groups, padding or an empty output (the message names the field).
+    UnsupportedError
+        Other types than FLOAT32 / FLOAT16, 1-D below feature level 3_0.
+
+    Notes
+    -----
+    float32 sums of the products in (ci, kd, kh, kw) order, then the bias, then ReLU:
+    ``|error| <= (K + 1) * 2**-24 * sum |x w| + |bias|`` per output, K = Cin / groups x window
+    volume (docs/convolution.md; FLOAT16 outputs one rounding more).
+
+    Examples
+    --------
+    >>> y = kdml.conv(x, w, b, start_padding=(1, 1), end_padding=(1, 1), strides=(2, 2))
+    """
     operands = (x, w) if bias is None else (x, w, bias)
     if device is None and isinstance(out, Tensor):
         device = out.device
