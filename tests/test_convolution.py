@@ -188,3 +188,20 @@ def test_capped_grid_loops_over_tiles_and_groups(dev, rng, monkeypatch):
     check(got[None], want, s, 18, F)
     for cap in got:
         np.testing.assert_array_equal(got[cap].view(np.uint32), got[None].view(np.uint32))
+
+
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+def test_large_values_and_signed_zeros(dev, rng, dt):
+    """Sums beyond the type's range give an infinity of their sign where the float64 sum is far
+    beyond it (every partial sum then overflows the same way); -0 inputs give zeros."""
+    npd = dt.numpy_dtype
+    big = float(np.finfo(npd).max) / 4
+    x = (rng.uniform(0.5, 1.0, (1, 3, 5, 5)) * big).astype(npd)
+    w = np.full((2, 3, 2, 2), 8.0, npd)
+    w[1] = -8.0  # every term of a channel the same sign: the first product already overflows
+    got = kdml.conv(x, w).numpy()
+    assert np.all(got[:, 0] == np.inf) and np.all(got[:, 1] == -np.inf)
+    z = np.full((1, 2, 4, 4), -0.0, npd)
+    wz = rng.standard_normal((3, 2, 3, 3)).astype(npd)
+    gz = kdml.conv(z, wz, start_padding=(1, 1), end_padding=(1, 1)).numpy()
+    assert np.all(gz == 0)

@@ -4,11 +4,13 @@ filter (Cout, Cin / GroupCount, [KD,] [KH,] KW), per group of channels, with str
 zero padding at the start and the end of each spatial axis, an optional per-channel bias and a
 fused ReLU. ONNX Conv runs on it (onnx_backend/handlers_conv.py).
 
-shaders/convolution.comp: an implicit GEMM, 64 output channels x 64 output pixels per work-group,
-sums in float32 in the order k = (ci, kd, kh, kw) row-major (`precise`), then + bias, then ReLU;
-FLOAT16 tensors decoded exactly and the result rounded once. Bound (tests/test_convolution.py
-enforces it against float64): |error| <= (K + 1) u S with u = 2^-24, K = CinG * KD * KH * KW and
-S = sum |x w| + |bias| over the output's terms; FLOAT16 outputs one more rounding (2^-11 relative).
+shaders/convolution.comp: an implicit GEMM, 64 output channels x 64 output pixels per work-group
+(4 x 4 per invocation), k decoded by a table in the operator's constant (_k_table), float32 fma
+sums in the order k = (ci, kd, kh, kw) row-major (`precise`), then + bias, then ReLU; FLOAT16
+tensors decoded exactly and the result rounded once. Bound (tests/test_convolution.py
+enforces it against float64; tools/measure_conv.py measures it): |error| <= (K + 1) u S with
+u = 2^-24, K = CinG * KD * KH * KW and S = sum |x w| + |bias| over the output's terms; FLOAT16
+outputs one more rounding (2^-11 relative).
 
 Tensor support as the page's table gives it: FLOAT32 and FLOAT16, 4 or 5 dimensions from 1_0
 (2-D and 3-D convolutions), 3 dimensions too from 3_0 (1-D). kompute_dml implements Direction
@@ -214,7 +216,26 @@ def _params(desc: ConvolutionDesc, v: dict[str, Any]) -> np.ndarray:
              *_strides5(x), *_strides5(w), *_strides5(y), b.effective_strides[1] if b is not None else 0, flags,
              x.sizes[0] * math.prod(out), (x.sizes[1] // groups) * kvol, kvol, window[1] * window[2],
              out[1] * out[2], math.prod(out), w.sizes[0]]
-    return np.array(words, dtype=np.uint32)
+    return np.concatenate([np.array(words, dtype=np.uint32), _k_table(desc, v)])
+
+
+TAB_W = 5  # words per k of the k table (shaders/convolution.comp P_TAB)
+
+
+def _k_table(desc: ConvolutionDesc, v: dict[str, Any]) -> np.ndarray:
+    """Per reduction index k = (ci, kd, kh, kw) row-major: the input's element offset of (ci, kd *
+    dd, kh * dh, kw * dw) from the window's first element, the filter's offset of (ci, the window
+    position, reversed in CONVOLUTION mode), and kd * dd, kh * dh, kw * dw (the bounds checks)."""
+    x, w = desc.input_tensor, desc.filter_tensor
+    window = _three(w.sizes[2:], 1)
+    ci, kd, kh, kw = (a.ravel().astype(np.int64) for a in np.indices((w.sizes[1], *window)))
+    pos = [k * d for k, d in zip((kd, kh, kw), _three(v["dilations"], 1))]
+    if v["mode"] == ConvolutionMode.CONVOLUTION:
+        kd, kh, kw = (n - 1 - k for k, n in zip((kd, kh, kw), window))
+    xs, ws = _strides5(x), _strides5(w)
+    x_off = ci * xs[1] + pos[0] * xs[2] + pos[1] * xs[3] + pos[2] * xs[4]
+    w_off = ci * ws[1] + kd * ws[2] + kh * ws[3] + kw * ws[4]
+    return np.stack([x_off, w_off, *pos], axis=1).astype(np.uint32).ravel()
 
 
 # Convolutions of fewer output channels per group than this take the direct kernel (one output
@@ -239,6 +260,9 @@ def compile_convolution(device: Device, desc: ConvolutionDesc) -> CompiledOperat
     x = desc.input_tensor
     p = _params(desc, v)
     npix, coutg = int(p[37]), int(p[1])
+    if p.nbytes > device.limits["max_storage_buffer_range"]:
+        raise UnsupportedError(f"filter_tensor: the reduction's {int(p[38])} terms per output need a table of "
+                               f"{p.nbytes} bytes, more than the device's storage buffer range")
     limit = device.limits["max_compute_work_group_count"]
     if conv_kernel(coutg) == "direct":
         fam = contract.CONV_DIRECT
