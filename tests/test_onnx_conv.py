@@ -27,7 +27,10 @@ CASES = {
     "same-upper": ((4, 9, 9), (6, 4, 3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
     "same-lower": ((4, 9, 9), (6, 4, 3, 3), dict(auto_pad="SAME_LOWER", strides=[2, 2])),
     "valid-dilated": ((4, 9, 9), (6, 4, 3, 3), dict(auto_pad="VALID", dilations=[2, 2])),
+    "dilated-pads": ((8, 12, 12), (8, 8, 3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2])),
+    "1d-dilated-asymmetric": ((6, 17), (4, 3, 3), dict(group=2, dilations=[3], pads=[2, 0], strides=[2])),
     "3d": ((2, 5, 6, 7), (3, 2, 2, 3, 2), dict(pads=[1, 0, 1, 0, 1, 1])),
+    "3d-strided-same": ((4, 5, 6, 7), (6, 4, 3, 3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 1, 2])),
 }
 
 
