@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conv_reference import reference
+from conv_reference import reference, reference_backward
 from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
 
 import kompute_dml as kdml
@@ -144,8 +144,6 @@ def test_unsupported_direction_activation_and_type(dev):
     import dataclasses
 
     base = kdml.ConvolutionDesc(TD(F, (1, 4, 5, 5)), TD(F, (6, 4, 3, 3)), None, TD(F, (1, 6, 3, 3)))
-    with pytest.raises(kdml.UnsupportedError, match="^direction"):
-        dev.compile(dataclasses.replace(base, direction=kdml.ConvolutionDirection.BACKWARD))
     with pytest.raises(kdml.UnsupportedError, match="^fused_activation"):
         dev.compile(dataclasses.replace(base, fused_activation=kdml.ActivationSigmoidDesc(None, None)))
     i32 = DT.INT32
@@ -205,3 +203,65 @@ def test_large_values_and_signed_zeros(dev, rng, dt):
     wz = rng.standard_normal((3, 2, 3, 3)).astype(npd)
     gz = kdml.conv(z, wz, start_padding=(1, 1), end_padding=(1, 1)).numpy()
     assert np.all(gz == 0)
+
+
+BACKWARD_CASES = [  # x sizes, filter sizes (Cin, CoutG, window), strides, dilations, start, end, output padding, groups
+    ((1, 3, 5, 5), (3, 4, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), (1, 1), 1),
+    ((2, 4, 4, 6), (4, 3, 2, 3), (1, 2), (2, 1), (0, 1), (1, 0), (0, 1), 2),
+    ((1, 6, 5, 5), (6, 1, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), (0, 0), 6),  # depthwise
+    ((2, 5, 9), (5, 7, 4), (3,), (1,), (1,), (2,), (2,), 1),  # 1-D
+    ((1, 2, 3, 4, 3), (2, 3, 2, 3, 2), (2, 1, 2), (1, 2, 1), (0, 1, 1), (1, 0, 0), (1, 0, 1), 1),  # 3-D
+    ((1, 70, 5, 5), (70, 66, 2, 2), (2, 2), (1, 1), (0, 0), (0, 0), (0, 0), 1),  # tiles on both axes
+]
+
+
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+@pytest.mark.parametrize("case", range(len(BACKWARD_CASES)))
+def test_backward_against_numpy(dev, rng, case, dt):
+    """BACKWARD (transposed convolution) against a scattering float64 reference: strided inputs and
+    filters at random offsets, strided outputs poisoned first, both modes, bias and ReLU."""
+    xs, ws, st, dl, ps, pe, op, g = BACKWARD_CASES[case]
+    flip, relu, bias = bool(rng.integers(2)), bool(rng.integers(2)), case % 2 == 0
+    npd = dt.numpy_dtype
+    x = (rng.standard_normal(xs) * 2).astype(npd)
+    w = (rng.standard_normal(ws) * 0.5).astype(npd)
+    cout = ws[1] * g
+    b = rng.standard_normal(cout).astype(npd) if bias else None
+    want, s = reference_backward(x, w, b, st, dl, ps, pe, op, g, flip, relu)
+    xd = TD(dt, xs, random_strides(rng, xs, allow_broadcast=False))
+    wd = TD(dt, ws, random_strides(rng, ws, allow_broadcast=False))
+    bd = TD(dt, (1, cout) + (1,) * (len(xs) - 2)) if bias else None
+    yd = TD(dt, want.shape, random_strides(rng, want.shape, allow_broadcast=False))
+    tx, _ = place(dev, rng, xd, x)
+    tw, _ = place(dev, rng, wd, w)
+    tb = place(dev, rng, bd, b.reshape(bd.sizes))[0] if bias else None
+    ty, _ = place(dev, rng, yd)
+    before = poison_against(ty, want.astype(npd), rng)
+    desc = kdml.ConvolutionDesc(xd, wd, bd, yd, kdml.ConvolutionMode(0 if flip else 1), kdml.ConvolutionDirection.BACKWARD,
+                                st, dl, ps, pe, op, g, kdml.ActivationReluDesc(None, None) if relu else None)
+    dev.compile(desc).execute([tx, tw, tb], [ty])
+    after = assert_outside_unchanged(ty, before)
+    got = read_logical(after, ty.offset, yd)
+    check(got, want, s, ws[0] // g * int(np.prod(ws[2:])), dt)
+
+
+def test_backward_helper_and_refusals(dev, rng):
+    import dataclasses
+
+    x = rng.standard_normal((2, 4, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    want, s = reference_backward(x, w, b, (2, 2), (1, 1), (1, 1), (1, 0), (1, 1), 2, relu=True)
+    got = kdml.conv_transpose(x, w, b, strides=(2, 2), start_padding=(1, 1), end_padding=(1, 0), output_padding=(1, 1),
+                              groups=2, relu=True)
+    check(got.numpy(), want, s, 18, F)
+    B = kdml.ConvolutionDirection.BACKWARD
+    base = kdml.ConvolutionDesc(TD(F, (1, 4, 3, 3)), TD(F, (4, 2, 3, 3)), None, TD(F, (1, 2, 5, 5)), direction=B)
+    dev.compile(base)
+    for change, field in ((dict(filter_tensor=TD(F, (2, 2, 3, 3))), "filter_tensor.sizes"),
+                          (dict(output_tensor=TD(F, (1, 2, 6, 6))), "output_tensor.sizes"),
+                          (dict(output_padding=(1, 1)), "output_tensor.sizes"),
+                          (dict(group_count=3), "group_count"),
+                          (dict(bias_tensor=TD(F, (1, 4, 1, 1))), "bias_tensor.sizes")):
+        with pytest.raises(kdml.InvalidArgumentError, match=f"^{field}"):
+            dev.compile(dataclasses.replace(base, **change))
