@@ -1,8 +1,12 @@
-"""DirectML's CONVOLUTION (DML_CONVOLUTION_OPERATOR_DESC), forward direction: the input (N, Cin,
-[D,] [H,] W) correlated (CROSS_CORRELATION) or convolved (CONVOLUTION: the window reversed) with the
-filter (Cout, Cin / GroupCount, [KD,] [KH,] KW), per group of channels, with strides, dilations,
-zero padding at the start and the end of each spatial axis, an optional per-channel bias and a
-fused ReLU. ONNX Conv runs on it (onnx_backend/handlers_conv.py).
+"""DirectML's CONVOLUTION (DML_CONVOLUTION_OPERATOR_DESC). FORWARD: the input (N, Cin, [D,] [H,] W)
+correlated (CROSS_CORRELATION) or convolved (CONVOLUTION: the window reversed) with the filter
+(Cout, Cin / GroupCount, [KD,] [KH,] KW), per group of channels, with strides, dilations, zero
+padding at the start and the end of each spatial axis, an optional per-channel bias and a fused
+ReLU. BACKWARD (transposed convolution, the adjoint of FORWARD): the filter (Cin, Cout /
+GroupCount, window...), each input element scattered through the window to output position
+i * stride + k * dilation - start; output sizes (in - 1) * stride + (window - 1) * dilation + 1
+- start - end + output_padding. ONNX Conv and ConvTranspose run on it
+(onnx_backend/handlers_conv.py); helpers in functional/convolution.py.
 
 shaders/convolution.comp: an implicit GEMM, 64 output channels x 64 output pixels per work-group
 (4 x 4 per invocation), k decoded by a table in the operator's constant (_k_table), float32 fma
@@ -13,13 +17,13 @@ u = 2^-24, K = CinG * KD * KH * KW and S = sum |x w| + |bias| over the output's 
 outputs one more rounding (2^-11 relative).
 
 Tensor support as the page's table gives it: FLOAT32 and FLOAT16, 4 or 5 dimensions from 1_0
-(2-D and 3-D convolutions), 3 dimensions too from 3_0 (1-D). kompute_dml implements Direction
-FORWARD; BACKWARD (transposed convolution) is refused (UnsupportedError naming `direction`).
-FusedActivation: None or an ActivationReluDesc (its tensors None); others are refused
-(UnsupportedError naming `fused_activation`). OutputPadding applies to BACKWARD only: all zeros
-here. Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's table, then the
-page's constraints (InvalidArgumentError whose message starts with the field), the output sizes
-the formula gives, a non-overlapping output, 32-bit element addressing.
+(2-D and 3-D convolutions), 3 dimensions too from 3_0 (1-D). FusedActivation: None or an
+ActivationReluDesc (its tensors None); others are refused (UnsupportedError naming
+`fused_activation`). OutputPadding applies to BACKWARD only (zeros for FORWARD). DimensionCount
+is the tensors' dimension count - 2 (a property here). Validation, in order: DML_BUFFER_TENSOR_DESC
+rules and the feature level's table, then the page's constraints (InvalidArgumentError whose
+message starts with the field), the output sizes the formula gives, a non-overlapping output,
+32-bit element addressing.
 """
 
 from __future__ import annotations
