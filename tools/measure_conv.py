@@ -2,9 +2,10 @@
 """Measure CONVOLUTION (kompute_dml/ops/convolution.py) on the default device against the float64
 numpy reference (tests/conv_reference.py): representative layers (ResNet's 7x7 stride-2 stem, 3x3,
 1x1, depthwise, grouped, dilated, asymmetric padding, ViT's patch embedding, Whisper's Conv1d pair,
-3-D), both kernels, random inputs of several scales, FLOAT32 and FLOAT16. Prints per layer and type
-the largest error relative to u S (u = 2^-24, S = sum |x w| + |bias| per output) and that of the
-stated bound (K + 1) u S (+ 2^-11 |y| for FLOAT16 outputs): docs/convolution.md "Precision".
+3-D; transposed 2x2 / 2 and 3x3 / 2), the automatic and the tiled kernel, random inputs of several
+scales, FLOAT32 and FLOAT16. Prints per layer and type the largest error relative to u S (u = 2^-24,
+S = sum |x w| + |bias| per output) and that of the stated bound (K + 1) u S (+ 2^-11 |y| for FLOAT16
+outputs): docs/convolution.md "Precision".
 
     python tools/measure_conv.py [--seeds 3]
 """
@@ -21,7 +22,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from conv_reference import reference  # noqa: E402
+from conv_reference import reference, reference_backward  # noqa: E402
 
 import kompute_dml as kdml  # noqa: E402
 
@@ -38,22 +39,31 @@ LAYERS = {  # x sizes, filter sizes, strides, dilations, start, end, groups
     "whisper k3 p1": ((1, 80, 60), (64, 80, 3), (1,), (1,), (1,), (1,), 1),
     "whisper k3/2 p1": ((1, 64, 60), (64, 64, 3), (2,), (1,), (1,), (1,), 1),
     "3-D 3x3x3": ((1, 8, 6, 6, 6), (8, 8, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), (1, 1, 1), 1),
+    # BACKWARD (conv_transpose; filter (Cin, CoutG, window)): U-Net's 2x2 / 2 up-sampling, 3x3 / 2 p1
+    "transposed 2x2/2": ((1, 64, 8, 8), (64, 32, 2, 2), (2, 2), (1, 1), (0, 0), (0, 0), 1),
+    "transposed 3x3/2 p1": ((1, 32, 7, 7), (32, 32, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1),
 }
 
 
 def measure(dt: kdml.DataType, seeds: int) -> None:
     npd = dt.numpy_dtype
     for name, (xs, ws, st, dl, ps, pe, g) in LAYERS.items():
-        k = int(np.prod(ws[1:]))
+        backward = name.startswith("transposed")
+        k = (ws[0] // g if backward else ws[1]) * int(np.prod(ws[2:]))
         worst_us, worst_bound = 0.0, 0.0
         for seed in range(seeds):
             rng = np.random.default_rng(seed)
             scale = (1.0, 1e-3, 100.0)[seed % 3]
             x = (rng.standard_normal(xs) * scale).astype(npd)
             w = (rng.standard_normal(ws) / np.sqrt(k)).astype(npd)
-            b = rng.standard_normal(ws[0]).astype(npd)
-            want, s = reference(x, w, b, st, dl, ps, pe, g)
-            got = kdml.conv(x, w, b, strides=st, dilations=dl, start_padding=ps, end_padding=pe, groups=g).numpy()
+            b = rng.standard_normal(ws[1] * g if backward else ws[0]).astype(npd)
+            if backward:
+                want, s = reference_backward(x, w, b, st, dl, ps, pe, (0,) * len(st), g)
+                got = kdml.conv_transpose(x, w, b, strides=st, dilations=dl, start_padding=ps, end_padding=pe,
+                                          groups=g).numpy()
+            else:
+                want, s = reference(x, w, b, st, dl, ps, pe, g)
+                got = kdml.conv(x, w, b, strides=st, dilations=dl, start_padding=ps, end_padding=pe, groups=g).numpy()
             err = np.abs(got.astype(np.float64) - want)
             bound = (k + 1) * U * s
             if dt == kdml.DataType.FLOAT16:
@@ -74,7 +84,7 @@ def main() -> None:
     args = ap.parse_args()
     print(f"device: {kdml.Device().name}")
     print("type | kernel | layer | K | max error / (u S) | max error / bound")
-    for kernel in ("tiled", "direct"):
+    for kernel in ("auto", "tiled"):
         os.environ["KDML_CONV_KERNEL"] = kernel
         for dt in (kdml.DataType.FLOAT32, kdml.DataType.FLOAT16):
             measure(dt, args.seeds)
