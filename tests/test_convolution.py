@@ -7,10 +7,9 @@ strided outputs poisoned first, every byte outside them unchanged; the error bou
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
+from conv_reference import reference, reference_backward
 from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
 
 import kompute_dml as kdml
@@ -19,38 +18,6 @@ DT = kdml.DataType
 TD = kdml.TensorDesc
 FL = kdml.FeatureLevel
 U = 2.0 ** -24
-
-
-def reference(x, w, b, strides, dilations, start, end, groups, flip=False, relu=False):
-    """float64 result and S = sum |x w| + |b| per output element."""
-    x = x.astype(np.float64)
-    w = w.astype(np.float64)
-    n = x.ndim - 2
-    if flip:
-        w = w[(slice(None), slice(None)) + (slice(None, None, -1),) * n]
-    xp = np.pad(x, [(0, 0), (0, 0), *list(zip(start, end))])
-    window = w.shape[2:]
-    out_sp = [(xp.shape[2 + i] - ((window[i] - 1) * dilations[i] + 1)) // strides[i] + 1 for i in range(n)]
-    cin_g, cout_g = x.shape[1] // groups, w.shape[0] // groups
-    y = np.zeros((x.shape[0], w.shape[0], *out_sp))
-    s = np.zeros_like(y)
-    for o in itertools.product(*(range(k) for k in out_sp)):
-        # the window of output position o: (N, Cin, *window)
-        idx = tuple(slice(o[i] * strides[i], o[i] * strides[i] + (window[i] - 1) * dilations[i] + 1, dilations[i])
-                    for i in range(n))
-        patch = xp[(slice(None), slice(None), *idx)]
-        for g in range(groups):
-            pg = patch[:, g * cin_g:(g + 1) * cin_g].reshape(x.shape[0], -1)
-            wg = w[g * cout_g:(g + 1) * cout_g].reshape(cout_g, -1)
-            y[(slice(None), slice(g * cout_g, (g + 1) * cout_g), *o)] = pg @ wg.T
-            s[(slice(None), slice(g * cout_g, (g + 1) * cout_g), *o)] = np.abs(pg) @ np.abs(wg).T
-    if b is not None:
-        bb = b.astype(np.float64).reshape((1, -1) + (1,) * n)
-        y = y + bb
-        s = s + np.abs(bb)
-    if relu:
-        y = np.maximum(y, 0.0)
-    return y, s
 
 
 def check(got, want, s, k, dt):
@@ -177,8 +144,6 @@ def test_unsupported_direction_activation_and_type(dev):
     import dataclasses
 
     base = kdml.ConvolutionDesc(TD(F, (1, 4, 5, 5)), TD(F, (6, 4, 3, 3)), None, TD(F, (1, 6, 3, 3)))
-    with pytest.raises(kdml.UnsupportedError, match="^direction"):
-        dev.compile(dataclasses.replace(base, direction=kdml.ConvolutionDirection.BACKWARD))
     with pytest.raises(kdml.UnsupportedError, match="^fused_activation"):
         dev.compile(dataclasses.replace(base, fused_activation=kdml.ActivationSigmoidDesc(None, None)))
     i32 = DT.INT32
@@ -193,3 +158,110 @@ def test_one_dimensional_needs_feature_level_3_0():
     with pytest.raises(kdml.UnsupportedError):
         compile_at_level(FL.FL_2_1, d)
     compile_at_level(FL.FL_3_0, d)
+
+
+def test_capped_grid_loops_over_tiles_and_groups(dev, rng, monkeypatch):
+    """Where the device's work-group counts are smaller than the pixel tiles (x) or the groups (z),
+    each work-group takes several: the same bits as the full grid."""
+    import types
+
+    monkeypatch.setenv("KDML_CONV_KERNEL", "tiled")
+    xs, ws, g = (2, 6, 13, 11), (24, 2, 3, 3), 3  # 2 x 11 x 9 = 198 pixels: 4 tiles; 3 groups
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    want, s = reference(x, w, b, (1, 1), (1, 1), (0, 0), (0, 0), g)
+    bd = TD(F, (1, 24, 1, 1))
+    desc = kdml.ConvolutionDesc(TD(F, xs), TD(F, ws), bd, TD(F, want.shape), group_count=g)
+    got = {}
+    limits = dict(dev.limits)
+    for cap in (None, (3, 65535, 2), (1, 65535, 1)):
+        if cap is not None:
+            monkeypatch.setattr(dev, "limits", types.MappingProxyType({**limits, "max_compute_work_group_count": cap}))
+        op = dev.compile(desc)
+        assert cap is None or op.plans[0].groups == (min(4, cap[0]), 1, min(3, cap[2]))
+        y = dev.empty(desc.output_tensor)
+        op.execute([dev.tensor(x), dev.tensor(w), dev.tensor(b.reshape(bd.sizes))], [y])
+        got[cap] = y.numpy()
+    check(got[None], want, s, 18, F)
+    for cap in got:
+        np.testing.assert_array_equal(got[cap].view(np.uint32), got[None].view(np.uint32))
+
+
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+def test_large_values_and_signed_zeros(dev, rng, dt):
+    """Sums beyond the type's range give an infinity of their sign where the float64 sum is far
+    beyond it (every partial sum then overflows the same way); -0 inputs give zeros."""
+    npd = dt.numpy_dtype
+    big = float(np.finfo(npd).max) / 4
+    x = (rng.uniform(0.5, 1.0, (1, 3, 5, 5)) * big).astype(npd)
+    w = np.full((2, 3, 2, 2), 8.0, npd)
+    w[1] = -8.0  # every term of a channel the same sign: the first product already overflows
+    got = kdml.conv(x, w).numpy()
+    assert np.all(got[:, 0] == np.inf) and np.all(got[:, 1] == -np.inf)
+    z = np.full((1, 2, 4, 4), -0.0, npd)
+    wz = rng.standard_normal((3, 2, 3, 3)).astype(npd)
+    gz = kdml.conv(z, wz, start_padding=(1, 1), end_padding=(1, 1)).numpy()
+    assert np.all(gz == 0)
+
+
+BACKWARD_CASES = [  # x sizes, filter sizes (Cin, CoutG, window), strides, dilations, start, end, output padding, groups
+    ((1, 3, 5, 5), (3, 4, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), (1, 1), 1),
+    ((2, 4, 4, 6), (4, 3, 2, 3), (1, 2), (2, 1), (0, 1), (1, 0), (0, 1), 2),
+    ((1, 6, 5, 5), (6, 1, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), (0, 0), 6),  # depthwise
+    ((2, 5, 9), (5, 7, 4), (3,), (1,), (1,), (2,), (2,), 1),  # 1-D
+    ((1, 2, 3, 4, 3), (2, 3, 2, 3, 2), (2, 1, 2), (1, 2, 1), (0, 1, 1), (1, 0, 0), (1, 0, 1), 1),  # 3-D
+    ((1, 70, 5, 5), (70, 66, 2, 2), (2, 2), (1, 1), (0, 0), (0, 0), (0, 0), 1),  # tiles on both axes
+]
+
+
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+@pytest.mark.parametrize("case", range(len(BACKWARD_CASES)))
+def test_backward_against_numpy(dev, rng, case, dt):
+    """BACKWARD (transposed convolution) against a scattering float64 reference: strided inputs and
+    filters at random offsets, strided outputs poisoned first, both modes, bias and ReLU."""
+    xs, ws, st, dl, ps, pe, op, g = BACKWARD_CASES[case]
+    flip, relu, bias = bool(rng.integers(2)), bool(rng.integers(2)), case % 2 == 0
+    npd = dt.numpy_dtype
+    x = (rng.standard_normal(xs) * 2).astype(npd)
+    w = (rng.standard_normal(ws) * 0.5).astype(npd)
+    cout = ws[1] * g
+    b = rng.standard_normal(cout).astype(npd) if bias else None
+    want, s = reference_backward(x, w, b, st, dl, ps, pe, op, g, flip, relu)
+    xd = TD(dt, xs, random_strides(rng, xs, allow_broadcast=False))
+    wd = TD(dt, ws, random_strides(rng, ws, allow_broadcast=False))
+    bd = TD(dt, (1, cout) + (1,) * (len(xs) - 2)) if bias else None
+    yd = TD(dt, want.shape, random_strides(rng, want.shape, allow_broadcast=False))
+    tx, _ = place(dev, rng, xd, x)
+    tw, _ = place(dev, rng, wd, w)
+    tb = place(dev, rng, bd, b.reshape(bd.sizes))[0] if bias else None
+    ty, _ = place(dev, rng, yd)
+    before = poison_against(ty, want.astype(npd), rng)
+    desc = kdml.ConvolutionDesc(xd, wd, bd, yd, kdml.ConvolutionMode(0 if flip else 1), kdml.ConvolutionDirection.BACKWARD,
+                                st, dl, ps, pe, op, g, kdml.ActivationReluDesc(None, None) if relu else None)
+    dev.compile(desc).execute([tx, tw, tb], [ty])
+    after = assert_outside_unchanged(ty, before)
+    got = read_logical(after, ty.offset, yd)
+    check(got, want, s, ws[0] // g * int(np.prod(ws[2:])), dt)
+
+
+def test_backward_helper_and_refusals(dev, rng):
+    import dataclasses
+
+    x = rng.standard_normal((2, 4, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    want, s = reference_backward(x, w, b, (2, 2), (1, 1), (1, 1), (1, 0), (1, 1), 2, relu=True)
+    got = kdml.conv_transpose(x, w, b, strides=(2, 2), start_padding=(1, 1), end_padding=(1, 0), output_padding=(1, 1),
+                              groups=2, relu=True)
+    check(got.numpy(), want, s, 18, F)
+    B = kdml.ConvolutionDirection.BACKWARD
+    base = kdml.ConvolutionDesc(TD(F, (1, 4, 3, 3)), TD(F, (4, 2, 3, 3)), None, TD(F, (1, 2, 5, 5)), direction=B)
+    dev.compile(base)
+    for change, field in ((dict(filter_tensor=TD(F, (2, 2, 3, 3))), "filter_tensor.sizes"),
+                          (dict(output_tensor=TD(F, (1, 2, 6, 6))), "output_tensor.sizes"),
+                          (dict(output_padding=(1, 1)), "output_tensor.sizes"),
+                          (dict(group_count=3), "group_count"),
+                          (dict(bias_tensor=TD(F, (1, 4, 1, 1))), "bias_tensor.sizes")):
+        with pytest.raises(kdml.InvalidArgumentError, match=f"^{field}"):
+            dev.compile(dataclasses.replace(base, **change))

@@ -27,7 +27,10 @@ CASES = {
     "same-upper": ((4, 9, 9), (6, 4, 3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
     "same-lower": ((4, 9, 9), (6, 4, 3, 3), dict(auto_pad="SAME_LOWER", strides=[2, 2])),
     "valid-dilated": ((4, 9, 9), (6, 4, 3, 3), dict(auto_pad="VALID", dilations=[2, 2])),
+    "dilated-pads": ((8, 12, 12), (8, 8, 3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2])),
+    "1d-dilated-asymmetric": ((6, 17), (4, 3, 3), dict(group=2, dilations=[3], pads=[2, 0], strides=[2])),
     "3d": ((2, 5, 6, 7), (3, 2, 2, 3, 2), dict(pads=[1, 0, 1, 0, 1, 1])),
+    "3d-strided-same": ((4, 5, 6, 7), (6, 4, 3, 3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 1, 2])),
 }
 
 
@@ -76,3 +79,41 @@ def test_conv_node_by_node_and_refusals(rng):
     bad.graph.node[0].attribute.append(helper.make_attribute("auto_pad", "SAME_MIDDLE"))
     with pytest.raises(ValueError, match="auto_pad"):
         Backend.prepare(bad, "CPU").run({"x": x})
+
+
+T_CASES = {  # ConvTranspose: x sizes (no batch), weight (Cin, Cout / group, window), attributes
+    "up-2x2/2": ((8, 5, 5), (8, 4, 2, 2), dict(strides=[2, 2])),
+    "3x3/2-p1-op1": ((4, 5, 5), (4, 6, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])),
+    "grouped-dilated-asymmetric": ((4, 6, 6), (4, 3, 3, 3), dict(group=2, dilations=[2, 2], pads=[0, 1, 1, 0])),
+    "depthwise": ((6, 5, 5), (6, 1, 4, 4), dict(group=6, strides=[2, 2], pads=[1, 1, 1, 1])),
+    "1d-k4/2": ((6, 9), (6, 5, 4), dict(strides=[2], pads=[1, 1])),
+    "3d": ((3, 3, 4, 3), (3, 2, 2, 2, 2), dict(strides=[2, 2, 2])),
+    "output-shape": ((4, 5, 5), (4, 6, 3, 3), dict(strides=[2, 2], output_shape=[10, 10])),
+    "same-upper": ((4, 5, 5), (4, 6, 3, 3), dict(strides=[2, 2], auto_pad="SAME_UPPER")),
+    "same-lower": ((4, 5, 5), (4, 6, 3, 3), dict(strides=[2, 2], auto_pad="SAME_LOWER")),
+}
+
+
+@pytest.mark.parametrize("dt", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["f32", "f16"])
+@pytest.mark.parametrize("case", list(T_CASES))
+def test_conv_transpose_matches_onnxruntime_on_the_device(rng, case, dt):
+    xs, ws, attrs = T_CASES[case]
+    npd = np.float16 if dt == TensorProto.FLOAT16 else np.float32
+    cout = ws[1] * attrs.get("group", 1)
+    inits = [numpy_helper.from_array((rng.standard_normal(ws) * 0.3).astype(npd), "w"),
+             numpy_helper.from_array(rng.standard_normal(cout).astype(npd), "b")]
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], kernel_shape=list(ws[2:]), **attrs)
+    g = helper.make_graph([node], "convt", [helper.make_tensor_value_info("x", dt, ["N", *xs])],
+                          [helper.make_tensor_value_info("y", dt, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    rep = Backend.prepare(m, "CPU")
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, *xs)).astype(npd)
+        want = sess.run(None, {"x": x})[0]
+        got = rep.run({"x": x})[0]
+        assert rep.last_run.cpu_segments == 0 and rep.last_run.runtime_fallbacks == 0, rep.last_run.events
+        assert got.shape == want.shape and got.dtype == want.dtype
+        tol = 2e-5 if dt == TensorProto.FLOAT else 4e-3
+        scale = max(1.0, float(np.abs(want.astype(np.float64)).max()))
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), atol=tol * scale, rtol=0)

@@ -220,6 +220,7 @@ class _NodeTypes:
 
     def __init__(self, analysis: GraphAnalysis, node: onnx.NodeProto) -> None:
         self._a, self._node, self.inputs = analysis, node, len(node.input)
+        self.outputs = sum(1 for o in node.output if o)
 
     def elem(self, i: int) -> np.dtype | None:
         return self._a._elem_dtype(self._node.input[i])

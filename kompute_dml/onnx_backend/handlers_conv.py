@@ -2,7 +2,8 @@
 kernel_shape (checked against the weight's), strides, dilations, group, pads (ONNX's begin...,
 end... order) or auto_pad: VALID (no padding), SAME_UPPER / SAME_LOWER (output = ceil(in / stride),
 the odd padding at the end / at the start), NOTSET (the pads). An optional bias of output-channel
-values."""
+values. ConvTranspose on CONVOLUTION's BACKWARD direction: weight (Cin, Cout / group, window...),
+output_padding, output_shape (the padding derived from it) and auto_pad as ONNX defines them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import onnx
 
 import kompute_dml as kdml
-from kompute_dml.ops.convolution import output_sizes
+from kompute_dml.ops.convolution import backward_output_sizes, output_sizes
 
 from .graph import _attr
 from .handlers_values import as_device
@@ -73,4 +74,64 @@ def _h_conv(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     return [DeviceValue(y, out_shape, dt)]
 
 
-CONV_HANDLERS = {"Conv": _h_conv}
+def transpose_padding(node: onnx.NodeProto, in_sizes: tuple[int, ...], window: tuple[int, ...],
+                      strides: tuple[int, ...], dilations: tuple[int, ...],
+                      out_pad: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """ConvTranspose's start and end padding: from output_shape or auto_pad SAME_* (the total
+    padding that gives the output shape, its odd unit at the end for SAME_UPPER, else at the
+    start), VALID (none) or pads."""
+    n = len(in_sizes)
+    auto = _attr(node, "auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+    if auto not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        raise ValueError(f"ConvTranspose {node.name!r}: auto_pad {auto!r} is not one ONNX defines")
+    shape = _attr(node, "output_shape", None)
+    if shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        want = ([int(v) for v in shape][-n:] if shape is not None else [i * s for i, s in zip(in_sizes, strides)])
+        start, end = [], []
+        for i, k, s, d, op, o in zip(in_sizes, window, strides, dilations, out_pad, want):
+            total = s * (i - 1) + op + (k - 1) * d + 1 - o
+            if total < 0:
+                raise FallbackNeeded(f"ConvTranspose {node.name!r}: output_shape beyond the full result")
+            big, small = total - total // 2, total // 2
+            start.append(small if auto == "SAME_UPPER" else big)
+            end.append(big if auto == "SAME_UPPER" else small)
+        return tuple(start), tuple(end)
+    if auto == "VALID":
+        return (0,) * n, (0,) * n
+    pads = [int(p) for p in _attr(node, "pads", [0] * (2 * n))]
+    if len(pads) != 2 * n:
+        raise ValueError(f"ConvTranspose {node.name!r}: pads must hold {2 * n} values, got {len(pads)}")
+    return tuple(pads[:n]), tuple(pads[n:])
+
+
+def _h_conv_transpose(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    x, w = (as_device(ctx, ins[i], stats, node.input[i]) for i in range(2))
+    dt = x.dtype
+    if dt not in (np.float32, np.float16) or w.dtype != dt:
+        raise FallbackNeeded(f"ConvTranspose of {dt} and {w.dtype} (CONVOLUTION takes FLOAT32 / FLOAT16)")
+    r = len(x.shape)
+    if r not in (3, 4, 5) or len(w.shape) != r:
+        raise FallbackNeeded(f"a ConvTranspose of {r} dimensions")
+    n = r - 2
+    window = tuple(int(k) for k in w.shape[2:])
+    shape = _attr(node, "kernel_shape", None)
+    if shape is not None and tuple(int(k) for k in shape) != window:
+        raise ValueError(f"ConvTranspose {node.name!r}: kernel_shape {tuple(shape)} is not the weight's window {window}")
+    strides = tuple(int(s) for s in _attr(node, "strides", [1] * n))
+    dilations = tuple(int(d) for d in _attr(node, "dilations", [1] * n))
+    out_pad = tuple(int(p) for p in _attr(node, "output_padding", [0] * n))
+    start, end = transpose_padding(node, tuple(x.shape[2:]), window, strides, dilations, out_pad)
+    bias = None
+    if len(ins) > 2 and ins[2] is not None and node.input[2]:
+        bias = as_device(ctx, ins[2], stats, node.input[2]).tensor
+    groups = int(_attr(node, "group", 1))
+    out_shape = (x.shape[0], w.shape[1] * groups, *backward_output_sizes(
+        tuple(x.shape[2:]), window, strides, dilations, start, end, out_pad))
+    out = ctx.out_tensor(out_shape, dt)
+    y = kdml.conv_transpose(x.tensor, w.tensor, bias, strides=strides, dilations=dilations, start_padding=start,
+                            end_padding=end, output_padding=out_pad, groups=groups, out=out, device=ctx.device)
+    return [DeviceValue(y, out_shape, dt)]
+
+
+CONV_HANDLERS = {"Conv": _h_conv, "ConvTranspose": _h_conv_transpose}

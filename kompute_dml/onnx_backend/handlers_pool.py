@@ -1,10 +1,12 @@
 """ONNX MaxPool, AveragePool, GlobalMaxPool and GlobalAveragePool on MAX_POOLING2 / AVERAGE_POOLING
 (ops/pooling.py). 2-D and 3-D pooling as they are, 1-D through a (N, C, 1, W) view; kernel_shape,
-strides, dilations (MaxPool), pads or auto_pad (as Conv's), ceil_mode (the output size rounded up,
+strides, dilations (AveragePool's on AVERAGE_POOLING1), pads or auto_pad (as Conv's), ceil_mode (the output size rounded up,
 the extra windows expressed as end padding, which never wins a maximum and is not counted unless
 count_include_pad: an AveragePool with count_include_pad and windows beyond the padded input stays
 on the CPU, where ONNX counts only the padded input), count_include_pad. MaxPool's Indices output
-(int64, storage_order) is not produced here: such a node stays on the CPU."""
+(int64, storage_order) is not produced here: such a node stays on the CPU (refused at placement).
+MaxPool of int8 / uint8 on MAX_POOLING2's 8-bit rows. BatchNormalization (inference: training_mode =
+0, one output; opset < 9's spatial = 0 and mixed types stay on the CPU) on BATCH_NORMALIZATION."""
 
 from __future__ import annotations
 
@@ -37,10 +39,11 @@ def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
         raise FallbackNeeded("MaxPool's Indices output")
     x = as_device(ctx, ins[0], stats, node.input[0])
     dt, shape = x.dtype, tuple(x.shape)
-    if dt not in (np.float32, np.float16) or len(shape) not in (3, 4, 5):
+    is_max = node.op_type in ("MaxPool", "GlobalMaxPool")
+    q8 = is_max and dt in (np.int8, np.uint8)  # MAX_POOLING2's 8-bit rows
+    if (dt not in (np.float32, np.float16) and not q8) or len(shape) not in (3, 4, 5):
         raise FallbackNeeded(f"pooling of {dt} with {len(shape)} dimensions")
     n = len(shape) - 2
-    is_max = node.op_type in ("MaxPool", "GlobalMaxPool")
     if node.op_type.startswith("Global"):
         window, strides, dil = tuple(shape[2:]), (1,) * n, (1,) * n
         start, end, include = (0,) * n, (0,) * n, False
@@ -50,8 +53,6 @@ def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
             raise ValueError(f"{node.op_type} {node.name!r}: kernel_shape must hold {n} sizes, got {window}")
         strides = tuple(int(s) for s in _attr(node, "strides", [1] * n))
         dil = tuple(int(d) for d in _attr(node, "dilations", [1] * n))
-        if not is_max and any(d != 1 for d in dil):
-            raise FallbackNeeded("AveragePool with dilations (AVERAGE_POOLING has none)")
         start, end = conv_padding(node, shape[2:], window, strides, dil)
         include = bool(int(_attr(node, "count_include_pad", 0)))
         if int(_attr(node, "ceil_mode", 0)):
@@ -77,9 +78,26 @@ def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
         kdml.max_pool(t, window, strides=strides, start_padding=start, end_padding=end, dilations=dil, out=o,
                       device=ctx.device)
     else:
-        kdml.avg_pool(t, window, strides=strides, start_padding=start, end_padding=end, include_padding=include, out=o,
-                      device=ctx.device)
+        kdml.avg_pool(t, window, strides=strides, start_padding=start, end_padding=end, dilations=dil,
+                      include_padding=include, out=o, device=ctx.device)
     return [DeviceValue(out, out_shape, dt)]
 
 
-POOL_HANDLERS = {op: _h_pool for op in ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")}
+def _h_batch_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    if int(_attr(node, "training_mode", 0)) != 0 or len([o for o in node.output if o]) > 1:
+        raise FallbackNeeded("BatchNormalization in training mode (running mean / variance outputs)")
+    if int(_attr(node, "spatial", 1)) != 1:
+        raise FallbackNeeded("BatchNormalization spatial = 0")
+    x, scale, b, mean, var = (as_device(ctx, ins[i], stats, node.input[i]) for i in range(5))
+    if x.dtype not in (np.float32, np.float16) or any(v.dtype != x.dtype for v in (scale, b, mean, var)):
+        raise FallbackNeeded("BatchNormalization of mixed or non-float types")
+    if len(x.shape) < 1 or len(x.shape) > 8 or 0 in x.shape:
+        raise FallbackNeeded("a BatchNormalization input of more than 8 dimensions or empty")
+    out = ctx.out_tensor(tuple(x.shape), x.dtype)
+    y = kdml.batch_norm(x.tensor, mean.tensor, var.tensor, scale.tensor, b.tensor,
+                        epsilon=float(_attr(node, "epsilon", 1e-5)), out=out, device=ctx.device)
+    return [DeviceValue(y, tuple(x.shape), x.dtype)]
+
+
+POOL_HANDLERS = {**{op: _h_pool for op in ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")},
+                 "BatchNormalization": _h_batch_norm}

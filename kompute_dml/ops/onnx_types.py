@@ -20,6 +20,7 @@ class NodeTypes(Protocol):
     """What a rule reads of one node (onnx_backend/analysis.py gives it)."""
 
     inputs: int  # the node's input count
+    outputs: int  # the node's output count (optional outputs left empty not counted)
 
     def elem(self, i: int) -> np.dtype | None: ...  # input i's declared element type (None: unknown)
 

@@ -1,9 +1,11 @@
 """DirectML's MAX_POOLING2 (DML_MAX_POOLING2_OPERATOR_DESC) and AVERAGE_POOLING
-(DML_AVERAGE_POOLING_OPERATOR_DESC): the maximum or the mean of each window of the input's spatial
-axes (N, C, [D,] H, W), with strides, zero-size padding at the start and end of each axis (padding
-elements never win a maximum; AVERAGE counts them in its divisor only where IncludePadding is set),
-dilations (MAX_POOLING2), and MAX's optional UINT32 indices output (the flat row-major index of
-the selected element in the input's logical shape). ONNX MaxPool, AveragePool, GlobalMaxPool and
+(DML_AVERAGE_POOLING_OPERATOR_DESC), and their other versions on the same code: MAX_POOLING (no
+indices, no dilations), MAX_POOLING1 (no dilations), AVERAGE_POOLING1 (+ Dilations, 6_2): the
+maximum or the mean of each window of the input's spatial axes (N, C, [D,] H, W), with strides,
+zero-size padding at the start and end of each axis (padding elements never win a maximum; AVERAGE
+counts them in its divisor only where IncludePadding is set), dilations (MAX_POOLING2,
+AVERAGE_POOLING1), and MAX's optional UINT32 indices output (the flat row-major index of the
+selected element in the input's logical shape). ONNX MaxPool, AveragePool, GlobalMaxPool and
 GlobalAveragePool run on them (onnx_backend/handlers_pool.py).
 
 shaders/pooling.comp: one invocation per output element. MAX: exact; the first largest element
@@ -16,8 +18,9 @@ FLOAT16 decoded exactly and rounded once more. A window with no element and Incl
 gives NaN (0 / 0).
 
 Tensor support as the pages' tables give it: MAX_POOLING2 from 2_1 and AVERAGE_POOLING from 1_0,
-4 or 5 dimensions, FLOAT32 and FLOAT16 (MAX_POOLING2's INT8 / UINT8 rows of 3_0 are not implemented
-by kompute_dml); indices UINT32. Validation, in order: the tables, the pages' constraints
+4 or 5 dimensions, FLOAT32 and FLOAT16, MAX_POOLING2 also INT8 / UINT8 from 3_0 (bytes through
+float32, exact; a window wholly in the padding gives the type's lowest value); indices UINT32;
+AVERAGE_POOLING1 from 6_2. Validation, in order: the tables, the pages' constraints
 (InvalidArgumentError whose message starts with the field: arrays of DimensionCount values,
 strides, window sizes and dilations >= 1, output sizes by the pages' formula with the dilated
 window), non-overlapping outputs, 32-bit element addressing.
@@ -51,11 +54,23 @@ if TYPE_CHECKING:
     from ..device.device import Device
 
 _U32 = frozenset({DataType.UINT32})
-MAX_POOLING2 = OperatorSupport("MAX_POOLING2", 110, (
-    row(FL.FL_2_1, ("input_tensor", "input", (4, 5), FLOATS), ("output_tensor", "output", (4, 5), FLOATS),
-        ("output_indices_tensor", "optional output", (4, 5), _U32)),))
+_Q8 = frozenset({DataType.INT8, DataType.UINT8})
+
+
+def _max_row(level: FL, types: frozenset[DataType]) -> Any:
+    return row(level, ("input_tensor", "input", (4, 5), types), ("output_tensor", "output", (4, 5), types),
+               ("output_indices_tensor", "optional output", (4, 5), _U32))
+
+
+MAX_POOLING = OperatorSupport("MAX_POOLING", 58, (
+    row(FL.FL_1_0, ("input_tensor", "input", (4, 5), FLOATS), ("output_tensor", "output", (4, 5), FLOATS)),))
+MAX_POOLING1 = OperatorSupport("MAX_POOLING1", 91, (_max_row(FL.FL_2_0, FLOATS),))
+MAX_POOLING2 = OperatorSupport("MAX_POOLING2", 110, (_max_row(FL.FL_2_1, FLOATS), _max_row(FL.FL_3_0, FLOATS | _Q8)))
 AVERAGE_POOLING = OperatorSupport("AVERAGE_POOLING", 56, (
     row(FL.FL_1_0, ("input_tensor", "input", (4, 5), FLOATS), ("output_tensor", "output", (4, 5), FLOATS)),))
+# DML_OPERATOR_AVERAGE_POOLING1's numeric value is not in the pages kompute_dml read: None
+AVERAGE_POOLING1 = OperatorSupport("AVERAGE_POOLING1", None, (
+    row(FL.FL_6_2, ("input_tensor", "input", (4, 5), FLOATS), ("output_tensor", "output", (4, 5), FLOATS)),))
 
 
 @dataclass(frozen=True)
@@ -72,6 +87,45 @@ class MaxPooling2Desc:
     start_padding: tuple[int, ...] = ()
     end_padding: tuple[int, ...] = ()
     dilations: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class MaxPoolingDesc:
+    """DML_MAX_POOLING_OPERATOR_DESC: MAX_POOLING2 without indices and dilations (1_0)."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+    window_size: tuple[int, ...]
+    strides: tuple[int, ...] = ()
+    start_padding: tuple[int, ...] = ()
+    end_padding: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class MaxPooling1Desc:
+    """DML_MAX_POOLING1_OPERATOR_DESC: MAX_POOLING2 without dilations (2_0)."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+    output_indices_tensor: TensorDesc | None
+    window_size: tuple[int, ...]
+    strides: tuple[int, ...] = ()
+    start_padding: tuple[int, ...] = ()
+    end_padding: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class AveragePooling1Desc:
+    """DML_AVERAGE_POOLING1_OPERATOR_DESC: AVERAGE_POOLING plus Dilations (6_2)."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+    window_size: tuple[int, ...]
+    strides: tuple[int, ...] = ()
+    start_padding: tuple[int, ...] = ()
+    end_padding: tuple[int, ...] = ()
+    dilations: tuple[int, ...] = ()
+    include_padding: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,7 +177,7 @@ def _three(values: tuple[int, ...], fill: int) -> list[int]:
 def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) -> CompiledOperator:
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     x, y = desc.input_tensor, desc.output_tensor
-    ind = desc.output_indices_tensor if is_max else None
+    ind = getattr(desc, "output_indices_tensor", None)
     n = x.dimension_count - 2
     if y.data_type != x.data_type:
         raise invalid("output_tensor.data_type", f"must equal input_tensor's ({x.data_type.name}), got {y.data_type.name}")
@@ -134,7 +188,7 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) 
     strides = _array(desc, "strides", n, 1, 1)
     start = _array(desc, "start_padding", n, 0, 0)
     end = _array(desc, "end_padding", n, 0, 0)
-    dil = _array(desc, "dilations", n, 1, 1) if is_max else (1,) * n
+    dil = _array(desc, "dilations", n, 1, 1) if hasattr(desc, "dilations") else (1,) * n
     spatial = pooled_sizes(x.sizes[2:], window, strides, dil, start, end)
     want = (*x.sizes[:2], *spatial)
     if any(s < 1 for s in spatial) or y.sizes != want:
@@ -152,15 +206,18 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) 
     words = np.array([x.sizes[1], *_three(x.sizes[2:], 1), *out3, *_three(window, 1), *_three(strides, 1),
                       *_three(dil, 1), *_three(start, 0), *_strides5(x), *_strides5(y), *_strides5(ind), flags,
                       total, math.prod(out3), out3[1] * out3[2]], dtype=np.uint32)
-    fam = contract.POOL
+    q8 = {DataType.INT8: "i8", DataType.UINT8: "u8"}.get(x.data_type)
+    fam = contract.POOL_Q8 if q8 else contract.POOL
     unit = x.data_type.size
     const = len(support.fields)  # the constant's binding-list index
     plan = DispatchPlan(
-        variant=fam.name(fn="max" if is_max else "avg", t="f16" if x.data_type == DataType.FLOAT16 else "f32"),
+        variant=fam.name(t=q8) if q8 else fam.name(fn="max" if is_max else "avg",
+                                                  t="f16" if x.data_type == DataType.FLOAT16 else "f32"),
         bindings=(0, 1, 2 if ind is not None else None, const), push=fam.pack(x_off=0, y_off=0, i_off=0),
         groups=grid_for(total, 256, device.limits["max_compute_work_group_count"][0]),
         writes=(1, 2) if ind is not None else (1,),
-        offset_slots=fam.slots(x_off=(0, unit), y_off=(1, unit), **({"i_off": (2, 4)} if is_max else {})))
+        offset_slots=fam.slots(x_off=(0, unit), y_off=(1, unit),
+                               **({"i_off": (2, 4)} if "output_indices_tensor" in support.fields else {})))
     return CompiledOperator(device, desc, support, support.inputs, support.outputs, [plan],
                             constants=[device.tensor(words)])
 
@@ -171,6 +228,18 @@ def compile_max_pooling2(device: Device, desc: MaxPooling2Desc) -> CompiledOpera
 
 def compile_average_pooling(device: Device, desc: AveragePoolingDesc) -> CompiledOperator:
     return _compile(device, desc, AVERAGE_POOLING, False)
+
+
+def compile_max_pooling(device: Device, desc: MaxPoolingDesc) -> CompiledOperator:
+    return _compile(device, desc, MAX_POOLING, True)
+
+
+def compile_max_pooling1(device: Device, desc: MaxPooling1Desc) -> CompiledOperator:
+    return _compile(device, desc, MAX_POOLING1, True)
+
+
+def compile_average_pooling1(device: Device, desc: AveragePooling1Desc) -> CompiledOperator:
+    return _compile(device, desc, AVERAGE_POOLING1, False)
 
 
 def _pool(x: Any, window: Any, strides: Any, start_padding: Any, end_padding: Any, out: Tensor | None,
@@ -214,11 +283,14 @@ def max_pool(x: Any, window: Any, *, strides: Any = None, start_padding: Any = N
 
 
 def avg_pool(x: Any, window: Any, *, strides: Any = None, start_padding: Any = None, end_padding: Any = None,
-             include_padding: bool = False, out: Tensor | None = None, device: Device | None = None) -> Tensor:
-    """The mean of each window (AVERAGE_POOLING) of x (N, C, [D,] H, W): padding elements count in
-    the divisor only with `include_padding`. Operands and result as max_pool's."""
+             dilations: Any = None, include_padding: bool = False, out: Tensor | None = None,
+             device: Device | None = None) -> Tensor:
+    """The mean of each window (AVERAGE_POOLING; AVERAGE_POOLING1 where `dilations` are not all 1)
+    of x (N, C, [D,] H, W): padding elements count in the divisor only with `include_padding`.
+    Operands and result as max_pool's."""
     def make(t: Tensor, a: dict[str, Any]) -> tuple[int, ...]:
-        return (*t.desc.sizes[:2], *pooled_sizes(t.desc.sizes[2:], a["window"], a["strides"], (1,) * len(a["window"]),
+        a["dilations"] = as_int_tuple(dilations, "dilations") if dilations is not None else (1,) * len(a["window"])
+        return (*t.desc.sizes[:2], *pooled_sizes(t.desc.sizes[2:], a["window"], a["strides"], a["dilations"],
                                                  a["start_padding"], a["end_padding"]))
 
     t, (dev, a, shape) = _pool(x, window, strides, start_padding, end_padding, out, device, make)
@@ -226,21 +298,43 @@ def avg_pool(x: Any, window: Any, *, strides: Any = None, start_padding: Any = N
         check_out(out, dev, shape, t.desc.data_type)
     y = out if out is not None else pooled_empty(dev, _packed(t.desc.data_type, tuple(max(1, s) for s in shape)))
     y_desc = y.desc if y.desc.sizes == shape else TensorDesc(t.desc.data_type, shape)
-    op = compile_cached(dev, AveragePoolingDesc(t.desc, y_desc, a["window"], a["strides"], a["start_padding"],
-                                                a["end_padding"], bool(include_padding)))
+    desc: Any = AveragePoolingDesc(t.desc, y_desc, a["window"], a["strides"], a["start_padding"], a["end_padding"],
+                                   bool(include_padding))
+    if any(d != 1 for d in a["dilations"]):
+        desc = AveragePooling1Desc(t.desc, y_desc, a["window"], a["strides"], a["start_padding"], a["end_padding"],
+                                   a["dilations"], bool(include_padding))
+    op = compile_cached(dev, desc)
     op.execute([t], [y])
     return y
+
+
+_MAX_NUMPY = frozenset(np.dtype(t) for t in (np.float32, np.float16, np.int8, np.uint8))
+
+
+def _max_pool_rule(t: Any) -> str:
+    """MaxPool's input a type MAX_POOLING2 takes; the Indices output (int64, storage_order) stays
+    on the CPU."""
+    dt = t.elem(0) if t.inputs else None
+    if dt is not None and dt not in _MAX_NUMPY:
+        return f"type {dt} is not float32/float16/int8/uint8"
+    return "the Indices output stays on the CPU" if getattr(t, "outputs", 1) > 1 else ""
 
 
 _F = TensorDesc(DataType.FLOAT32, (1, 2, 5, 5))
 _G = TensorDesc(DataType.FLOAT32, (1, 2, 2, 2))
 SPECS = (
-    OperatorSpec(MaxPooling2Desc, MAX_POOLING2, compile_max_pooling2, (contract.POOL,), helpers=("max_pool",),
-                 onnx=(OnnxOp("MaxPool", "", "max_pool", check=float_input),
-                       OnnxOp("GlobalMaxPool", "", "max_pool", check=float_input)),
+    OperatorSpec(MaxPooling2Desc, MAX_POOLING2, compile_max_pooling2, (contract.POOL, contract.POOL_Q8),
+                 helpers=("max_pool",), onnx=(OnnxOp("MaxPool", "", "max_pool", check=_max_pool_rule),
+                                              OnnxOp("GlobalMaxPool", "", "max_pool", check=_max_pool_rule)),
                  example=lambda: MaxPooling2Desc(_F, _G, TensorDesc(DataType.UINT32, (1, 2, 2, 2)), (3, 3), (2, 2))),
     OperatorSpec(AveragePoolingDesc, AVERAGE_POOLING, compile_average_pooling, (contract.POOL,), helpers=("avg_pool",),
                  onnx=(OnnxOp("AveragePool", "", "avg_pool", check=float_input),
                        OnnxOp("GlobalAveragePool", "", "avg_pool", check=float_input)),
                  example=lambda: AveragePoolingDesc(_F, _G, (3, 3), (2, 2))),
+    OperatorSpec(MaxPoolingDesc, MAX_POOLING, compile_max_pooling, (contract.POOL,),
+                 example=lambda: MaxPoolingDesc(_F, _G, (3, 3), (2, 2))),
+    OperatorSpec(MaxPooling1Desc, MAX_POOLING1, compile_max_pooling1, (contract.POOL,),
+                 example=lambda: MaxPooling1Desc(_F, _G, TensorDesc(DataType.UINT32, (1, 2, 2, 2)), (3, 3), (2, 2))),
+    OperatorSpec(AveragePooling1Desc, AVERAGE_POOLING1, compile_average_pooling1, (contract.POOL,),
+                 example=lambda: AveragePooling1Desc(_F, _G, (3, 3), (2, 2), (), (), (1, 1), True)),
 )

@@ -368,6 +368,11 @@ CONV_DIRECT = family("conv_direct", "convolution.comp", "convd_{t}", CONV_PUSH, 
 POOL_PUSH = block("x_off", "y_off", "i_off")
 POOL = family("pool", "pooling.comp", "pool_{fn}_{t}", POOL_PUSH, (256, 1, 1), fn=("max", "avg"), t=("f32", "f16"),
               defines=lambda fn, t: {"MAX": int(fn == "max"), "F16": int(t == "f16")})
+POOL_Q8 = family("pool_q8", "pooling.comp", "pool_max_{t}", POOL_PUSH, (256, 1, 1), t=("i8", "u8"),  # MAX's 8-bit rows
+                 defines=lambda t: {"MAX": 1, "F16": 0, "Q8": 1 + int(t == "u8")})
+# ---- BATCH_NORMALIZATION (ops/batch_normalization.py, batch_normalization.comp): an element per invocation.
+BN = family("batch_norm", "batch_normalization.comp", "batch_norm_{t}", block("x_off", "m_off", "v_off", "s_off",
+            "b_off", "y_off"), (64, 1, 1), t=("f32", "f16"), defines=lambda t: {"F16": int(t == "f16")})
 
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
@@ -376,7 +381,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     EW_OR, EW_XOR, EW_BAND, EW_BOR, EW_BXOR, EW_BNOT, CUM, CUM_WG, CAST, DEQUANT, GATHER, GATHER_CHECK,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT,
-    MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, POOL,
+    MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, POOL, POOL_Q8, BN,
     GEMM, GEMM_COOP,
 )
 

@@ -1,0 +1,192 @@
+"""The helpers of CONVOLUTION (ops/convolution.py): kdml.conv (FORWARD, ONNX Conv, torch's
+conv1d / 2d / 3d) and kdml.conv_transpose (BACKWARD, ONNX ConvTranspose, torch's
+conv_transpose1d / 2d / 3d)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.errors import invalid
+from ..core.ints import as_int, as_int_tuple
+from ..core.tensor_desc import TensorDesc
+from ..device.device import Device
+from ..device.memory import Tensor
+from ..ops.activation_relu import ActivationReluDesc
+from ..ops.convolution import (
+    ConvolutionDesc,
+    ConvolutionDirection,
+    ConvolutionMode,
+    backward_output_sizes,
+    output_sizes,
+)
+from . import _packed, check_out, compile_cached, pooled_empty
+from .elementwise import _operands
+
+
+def conv(x: Any, w: Any, bias: Any = None, *, strides: Any = None, dilations: Any = None, start_padding: Any = None,
+         end_padding: Any = None, groups: int = 1, mode: Any = ConvolutionMode.CROSS_CORRELATION, relu: bool = False,
+         out: Tensor | None = None, device: Device | None = None) -> Tensor:
+    """Convolve `x` with the filter `w` on DML CONVOLUTION (forward).
+
+    What ``torch.nn.functional.conv1d`` / ``conv2d`` / ``conv3d`` and ONNX ``Conv`` compute
+    (cross-correlation), with DirectML's asymmetric zero padding.
+
+    Parameters
+    ----------
+    x : Tensor or array_like
+        The input, (N, Cin, W), (N, Cin, H, W) or (N, Cin, D, H, W); FLOAT32 or FLOAT16. A
+        kompute_dml Tensor may have any strides and offset; host data is uploaded.
+    w : Tensor or array_like
+        The filter, (Cout, Cin / groups, *window), of x's dimension count and type.
+    bias : Tensor or array_like, optional
+        Cout values (any shape holding them along one axis) added per output channel.
+    strides, dilations : sequence of int, optional
+        One value (>= 1) per spatial axis; None: ones.
+    start_padding, end_padding : sequence of int, optional
+        Zeros added before / after each spatial axis (>= 0); None: no padding.
+    groups : int, default 1
+        Channel groups; it must divide Cin and Cout (groups = Cin = Cout: depthwise).
+    mode : ConvolutionMode, default CROSS_CORRELATION
+        ``ConvolutionMode.CONVOLUTION`` reverses the window along every spatial axis.
+    relu : bool, default False
+        Apply ReLU to the result (DML's fused activation).
+    out : Tensor, optional
+        Where to write the result (its shape and type must be the result's; any strides).
+    device : Device, optional
+        The device, where no operand is a Tensor.
+
+    Returns
+    -------
+    Tensor
+        (N, Cout, *out) with ``out = (in + start + end - ((window - 1) * dilation + 1)) // stride
+        + 1`` per spatial axis, a new packed Tensor from the device's buffer pool, or `out`.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Inconsistent shapes, groups, padding or an empty output (the message names the field).
+    UnsupportedError
+        Other types than FLOAT32 / FLOAT16, 1-D below feature level 3_0.
+
+    Notes
+    -----
+    float32 sums of the products in (ci, kd, kh, kw) order, then the bias, then ReLU:
+    ``|error| <= (K + 1) * 2**-24 * sum |x w| + |bias|`` per output, K = Cin / groups x window
+    volume (docs/convolution.md; FLOAT16 outputs one rounding more).
+
+    Examples
+    --------
+    >>> y = kdml.conv(x, w, b, start_padding=(1, 1), end_padding=(1, 1), strides=(2, 2))
+    """
+    return _convolution(ConvolutionDirection.FORWARD, x, w, bias, strides, dilations, start_padding, end_padding, None,
+                        groups, mode, relu, out, device)
+
+
+def conv_transpose(x: Any, w: Any, bias: Any = None, *, strides: Any = None, dilations: Any = None,
+                   start_padding: Any = None, end_padding: Any = None, output_padding: Any = None, groups: int = 1,
+                   mode: Any = ConvolutionMode.CROSS_CORRELATION, relu: bool = False, out: Tensor | None = None,
+                   device: Device | None = None) -> Tensor:
+    """Transposed convolution of `x` with the filter `w` on DML CONVOLUTION (BACKWARD).
+
+    What ``torch.nn.functional.conv_transpose1d`` / ``2d`` / ``3d`` and ONNX ``ConvTranspose``
+    compute: each input element scattered through the window into the output, ``y[b, g*CoutG +
+    co, i * stride + k * dilation - start] += x[b, g*CinG + ci, i] * w[g*CinG + ci, co, k]``.
+
+    Parameters
+    ----------
+    x : Tensor or array_like
+        The input, (N, Cin, *spatial) with 1 to 3 spatial axes; FLOAT32 or FLOAT16.
+    w : Tensor or array_like
+        The filter, (Cin, Cout / groups, *window), of x's dimension count and type.
+    bias : Tensor or array_like, optional
+        Cout values added per output channel.
+    strides, dilations : sequence of int, optional
+        One value (>= 1) per spatial axis; None: ones.
+    start_padding, end_padding : sequence of int, optional
+        Positions removed from the start / end of each spatial axis of the full result (>= 0).
+    output_padding : sequence of int, optional
+        Positions added at the end of each spatial axis (ONNX's output_padding); None: zeros.
+    groups : int, default 1
+        Channel groups; it must divide Cin.
+    mode : ConvolutionMode, default CROSS_CORRELATION
+        ``ConvolutionMode.CONVOLUTION`` reverses the window along every spatial axis.
+    relu : bool, default False
+        Apply ReLU to the result.
+    out : Tensor, optional
+        Where to write the result (its shape and type must be the result's; any strides).
+    device : Device, optional
+        The device, where no operand is a Tensor.
+
+    Returns
+    -------
+    Tensor
+        (N, Cout, *out) with ``out = (in - 1) * stride + (window - 1) * dilation + 1 - start - end
+        + output_padding`` per spatial axis.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Inconsistent shapes, groups or padding (the message names the field).
+    UnsupportedError
+        Other types than FLOAT32 / FLOAT16, 1-D below feature level 3_0.
+
+    Notes
+    -----
+    The same summation and bound as `conv`: K = Cin / groups x window volume terms per output
+    (the positions the stride skips are zeros), docs/convolution.md.
+    """
+    return _convolution(ConvolutionDirection.BACKWARD, x, w, bias, strides, dilations, start_padding, end_padding,
+                        output_padding, groups, mode, relu, out, device)
+
+
+def _convolution(direction: ConvolutionDirection, x: Any, w: Any, bias: Any, strides: Any, dilations: Any,
+                 start_padding: Any, end_padding: Any, output_padding: Any, groups: Any, mode: Any, relu: bool,
+                 out: Tensor | None, device: Device | None) -> Tensor:
+    backward = direction == ConvolutionDirection.BACKWARD
+    operands = (x, w) if bias is None else (x, w, bias)
+    if device is None and isinstance(out, Tensor):
+        device = out.device
+    dev, ts = _operands(operands, ("x", "w", "bias")[:len(operands)], device)
+    tx, tw = ts[0], ts[1]
+    r = tx.desc.dimension_count
+    if r not in (3, 4, 5) or tw.desc.dimension_count != r:
+        raise invalid("x", f"x and w must both have 3, 4 or 5 dimensions, got {tx.desc.sizes} and {tw.desc.sizes}")
+    n = r - 2
+    g = as_int(groups, "groups")
+    cout = tw.desc.sizes[1] * g if backward else tw.desc.sizes[0]
+    tb = None
+    if bias is not None:
+        tb = ts[2]
+        long = [i for i, v in enumerate(tb.desc.sizes) if v != 1]
+        if tb.desc.element_count != cout or len(long) > 1:
+            raise invalid("bias", f"must hold one value per output channel ({cout}) along one axis, got {tb.desc.sizes}")
+        step = tb.desc.effective_strides[long[0]] if long else 0  # viewed as (1, Cout, 1, ...)
+        tb = Tensor.trusted(tb.buffer, TensorDesc(tb.desc.data_type, (1, cout) + (1,) * n, (0, step) + (0,) * n),
+                            tb.offset)
+    arrays = {name: (tuple(as_int_tuple(v, name)) if v is not None else default)
+              for name, v, default in (("strides", strides, (1,) * n), ("dilations", dilations, (1,) * n),
+                                       ("start_padding", start_padding, (0,) * n), ("end_padding", end_padding, (0,) * n),
+                                       ("output_padding", output_padding, (0,) * n))}
+    for name, v in arrays.items():
+        if len(v) != n:
+            raise invalid(name, f"must hold {n} values (one per spatial axis), got {len(v)}")
+    geometry = (tx.desc.sizes[2:], tw.desc.sizes[2:], arrays["strides"], arrays["dilations"], arrays["start_padding"],
+                arrays["end_padding"])
+    spatial = backward_output_sizes(*geometry, arrays["output_padding"]) if backward else output_sizes(*geometry)
+    shape = (tx.desc.sizes[0], cout, *spatial)
+    dt = tx.desc.data_type
+    if out is not None:
+        check_out(out, dev, shape, dt)
+    elif all(s >= 1 for s in spatial):
+        out = pooled_empty(dev, _packed(dt, shape))
+    yd = out.desc if out is not None else TensorDesc(dt, tuple(max(s, 1) for s in shape))
+    desc = ConvolutionDesc(tx.desc, tw.desc, tb.desc if tb is not None else None, yd, ConvolutionMode(mode),
+                           direction, arrays["strides"], arrays["dilations"], arrays["start_padding"],
+                           arrays["end_padding"], arrays["output_padding"], g,
+                           ActivationReluDesc(None, None) if relu else None)  # type: ignore[arg-type]
+    op = compile_cached(dev, desc)
+    assert out is not None  # compile refused an empty output
+    op.execute([tx, tw, tb], [out])
+    return out
+
+
