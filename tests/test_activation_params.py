@@ -244,7 +244,7 @@ def test_onnx_clip(dt, case):
 
 
 def test_onnx_clip_fed_bounds_on_cpu():
-    ort, helper, Backend = _onnx()
+    _ort, helper, Backend = _onnx()
     from onnx import TensorProto
     model = clip_model(helper, 13, TensorProto.FLOAT, None, {"lo": -1.0, "hi": 1.0}, fed=True)
     x = edge_inputs(np.float32)

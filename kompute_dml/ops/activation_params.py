@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..core.registry import FL
-from .elementwise_unary import LACT, L10, UnaryOp, _spec
+from .elementwise_unary import L10, LACT, UnaryOp, _spec
 from .onnx_types import NodeTypes, float_input
 from .spec import OnnxOp
 

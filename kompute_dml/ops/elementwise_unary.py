@@ -243,16 +243,21 @@ def _compiler(op: UnaryOp, support: OperatorSupport) -> Callable[[Device, Any], 
     return compile_unary
 
 
+def _param_helper(op: UnaryOp, desc_type: type) -> Callable[..., Tensor]:
+    """The helper of a row with FLOAT parameters: its fields as keywords (defaults: the row's)."""
+    names = {n for n, _ in op.params} | ({"scale_bias"} if op.scale_bias else set())
+
+    def helper(x: Any, *, out: Tensor | None = None, device: Device | None = None, **fields: Any) -> Tensor:
+        unknown = set(fields) - names
+        if unknown:
+            raise TypeError(f"{op.helper}() got unexpected keyword arguments {sorted(unknown)}")
+        return _unary(desc_type, x, out, device, **fields)
+    return helper
+
+
 def _helper(op: UnaryOp, desc_type: type, home: str = __name__) -> Callable[..., Tensor]:
     if op.params:
-        names = {n for n, _ in op.params} | ({"scale_bias"} if op.scale_bias else set())
-
-        def helper(x: Any, *, out: Tensor | None = None, device: Device | None = None,  # type: ignore[misc]
-                   **fields: Any) -> Tensor:
-            unknown = set(fields) - names
-            if unknown:
-                raise TypeError(f"{op.helper}() got unexpected keyword arguments {sorted(unknown)}")
-            return _unary(desc_type, x, out, device, **fields)
+        helper = _param_helper(op, desc_type)
     elif op.rounding_mode:
         def helper(x: Any, *, rounding_mode: Any = RoundingMode.HALVES_TO_NEAREST_EVEN, out: Tensor | None = None,
                    device: Device | None = None) -> Tensor:
