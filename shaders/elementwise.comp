@@ -1,7 +1,7 @@
 #version 450
 // DirectML element-wise operators (kompute_dml/ops/elementwise.py, docs/elementwise.md):
 // ADD / ADD1 / SUBTRACT / MULTIPLY / DIVIDE, LOGICAL_EQUALS, LOGICAL_GREATER_THAN_OR_EQUAL,
-// LOGICAL_AND, IS_NAN and IF, one variant per operation and element type (the contract's
+// LOGICAL_AND, IS_NAN, IF, MIN and MAX, one variant per operation and element type (the contract's
 // ew_* families): OP, IN_BITS / IN_KIND (0 unsigned, 1 signed, 2 float), OUT_BITS, NIN (input
 // tensors), RANK (dimensions in the push block).
 //
@@ -36,6 +36,8 @@ layout(local_size_x = 256) in;
 #define OP_ISNAN 8
 #define OP_IF 9
 #define OP_ISINF 10  // IS_INFINITY: InfinityMode in b_str[0] (unused by one input)
+#define OP_MIN 11  // ELEMENT_WISE_MIN / _MAX (ops/elementwise_minmax.py)
+#define OP_MAX 12
 
 #if NIN == 3
 layout(std430, binding = 0) readonly buffer CBuf { uint c_buf[]; };
@@ -77,9 +79,11 @@ KDML_PUSH_BLOCK  // EW_PUSH / EW_IF_PUSH of kompute_dml/ops/contract (generated 
 #if IN_BITS == 32
 #define FSIGN 0x80000000u
 #define FINF 0x7F800000u
+#define FQUIET 0x00400000u
 #else
 #define FSIGN 0x8000u
 #define FINF 0x7C00u
+#define FQUIET 0x0200u
 #endif
 #define FABS (FSIGN - 1u)
 
@@ -238,6 +242,23 @@ OVAL result(VAL a, VAL b) {
     return t ? 1u : 0u;
 #elif OP == OP_AND
     return (a != 0u && b != 0u) ? 1u : 0u;
+#elif OP == OP_MIN || OP == OP_MAX
+    // MIN: b if b < a, else a; MAX: b if a < b, else a (equal values, -0 and +0 included, give a);
+    // floats: a NaN operand gives that NaN quieted (a's first), compared on the bits
+#if IN_KIND == 2
+    if (f_nan(a)) return a | FQUIET;
+    if (f_nan(b)) return b | FQUIET;
+    bool lt = OP == OP_MAX ? f_key(a) < f_key(b) : f_key(b) < f_key(a);
+#elif IN_BITS == 64 && IN_KIND == 1
+    bool lt = OP == OP_MAX ? !ge_s64(a, b) : !ge_s64(b, a);
+#elif IN_BITS == 64
+    bool lt = OP == OP_MAX ? !ge_u64(a, b) : !ge_u64(b, a);
+#elif IN_KIND == 1
+    bool lt = OP == OP_MAX ? sext(a) < sext(b) : sext(b) < sext(a);
+#else
+    bool lt = OP == OP_MAX ? a < b : b < a;
+#endif
+    return lt ? b : a;
 #endif
 }
 #endif

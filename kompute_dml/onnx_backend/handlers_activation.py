@@ -20,8 +20,9 @@ import onnx
 import kompute_dml as kdml
 
 from .graph import _attr
+from .handlers_math import _operands, _out
 from .handlers_nn import _dev, _floats, _opset
-from .values import DeviceValue, FallbackNeeded, RunStats, _value_shape
+from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
 if TYPE_CHECKING:
     from .context import NodeContext
@@ -73,7 +74,29 @@ def _h_clip(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     return [DeviceValue(y, shape, dt)]
 
 
+def _minmax(helper: str) -> Any:
+    fn = getattr(kdml, helper)
+
+    def handler(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+        dt = _value_dtype(ins[0])
+        if any(_value_dtype(v) != dt for v in ins[1:]):
+            raise ValueError(f"{node.op_type} {node.name!r}: operand types differ")
+        tensors = _operands(ctx, node, ins, stats)
+        shape, out = _out(ctx, ins, dt)
+        if len(tensors) == 1:
+            return [DeviceValue(kdml.copy(tensors[0], out=out, device=ctx.device), shape, dt)]
+        acc, acc_shape = tensors[0], _value_shape(ins[0])
+        for i in range(1, len(tensors)):
+            acc_shape = tuple(np.broadcast_shapes(acc_shape, _value_shape(ins[i])))
+            dest = out if i == len(tensors) - 1 else ctx.out_tensor(acc_shape, out.desc.data_type.numpy_dtype)
+            acc = fn(acc, tensors[i], out=dest, device=ctx.device)
+        return [DeviceValue(acc, shape, dt)]
+    return handler
+
+
 ACT_HANDLERS = {
+    "Min": _minmax("minimum"),
+    "Max": _minmax("maximum"),
     "LeakyRelu": _attr_unary("leaky_relu", {"alpha": ("alpha", 0.01)}),
     "Elu": _attr_unary("elu", {"alpha": ("alpha", 1.0)}),
     "Celu": _attr_unary("celu", {"alpha": ("alpha", 1.0)}),
