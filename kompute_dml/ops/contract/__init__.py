@@ -180,7 +180,7 @@ EW_TYPES = {"f32": (32, 2), "f16": (16, 2), "i8": (8, 1), "u8": (8, 0), "i16": (
             "i32": (32, 1), "u32": (32, 0), "i64": (64, 1), "u64": (64, 0), "b8": (8, 0), "b16": (16, 0),
             "b32": (32, 0), "b64": (64, 0)}
 EW_OPS = {"add": 1, "sub": 2, "mul": 3, "div": 4, "eq": 5, "ge": 6, "and": 7, "isnan": 8, "if": 9, "isinf": 10,
-          "min": 11, "max": 12}
+          "min": 11, "max": 12, "prelu": 13}
 _EW_WRAP = ("b8", "b16", "b32", "b64", "f16", "f32")  # two's complement wraps alike in both signednesses
 _EW_SIGNED = ("u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "f16", "f32")
 
@@ -208,6 +208,9 @@ EW_ISINF = family("ew_isinf", "elementwise.comp", "ew_isinf_{t}_o{ob}", EW_PUSH,
 # ELEMENT_WISE_MIN / _MAX (ops/elementwise_minmax.py): every 8- to 64-bit integer and float type
 EW_MIN = family("ew_min", "elementwise.comp", "ew_min_{t}", EW_PUSH, _L256, t=_EW_SIGNED, defines=lambda t: _ew("min", t))
 EW_MAX = family("ew_max", "elementwise.comp", "ew_max_{t}", EW_PUSH, _L256, t=_EW_SIGNED, defines=lambda t: _ew("max", t))
+# ACTIVATION_PARAMETERIZED_RELU (ops/activation_prelu.py): the input as A, the slope as B
+EW_PRELU = family("ew_prelu", "elementwise.comp", "ew_prelu_{t}", EW_PUSH, _L256, t=("f32", "f16", "i8", "i16", "i32"),
+                  defines=lambda t: _ew("prelu", t))
 EW_IF = family("ew_if", "elementwise.comp", "ew_if_{t}", EW_IF_PUSH, _L256, t=("b8", "b16", "b32", "b64"),
                defines=lambda t: _ew("if", t, nin=3))
 
@@ -387,7 +390,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, CAST, DEQUANT, GATHER, GATHER_CHECK,
-    EW_MIN, EW_MAX,
+    EW_MIN, EW_MAX, EW_PRELU,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT,
     MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, POOL,
