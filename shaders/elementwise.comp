@@ -286,6 +286,8 @@ OVAL result(VAL a, VAL b) {
     precise float r = to_f(a) * to_f(b);
     return from_f(r);
 #endif
+#elif IN_BITS == 64  // (variants of the shared family that ACTIVATION_PARAMETERIZED_RELU does not use)
+    return (a.y >> 31) == 0u ? a : mul64(a, b);
 #else
     return sext(a) >= 0 ? a : a * b;
 #endif

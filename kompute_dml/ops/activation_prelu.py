@@ -1,6 +1,6 @@
 """DirectML's ACTIVATION_PARAMETERIZED_RELU: f(x, slope) = x for x >= 0, else slope * x, element
 by element with a slope tensor of the input's sizes (broadcast by 0 strides), on the element-wise
-plans with shaders/elementwise.comp (contract.EW_PRELU: the input as A, the slope as B).
+plans with shaders/elementwise.comp (contract.EW_EXT's ew_prelu_<t>: the input as A, the slope as B).
 
 Exact: FLOAT32's product correctly rounded in integer code (subnormal results included, on any
 device), FLOAT16's computed exactly in float32 and rounded once; -0 counts as x >= 0 (kept);
@@ -52,8 +52,8 @@ class ActivationParameterizedReluDesc:
 def compile_parameterized_relu(device: Device, desc: ActivationParameterizedReluDesc) -> CompiledOperator:
     support = ACTIVATION_PARAMETERIZED_RELU
     _validate(device, desc, support, _FIELDS)
-    fam = contract.EW_PRELU
-    return _compile(device, desc, support, fam, fam.name(t=type_code(desc.input_tensor.data_type, True)),
+    fam = contract.EW_EXT
+    return _compile(device, desc, support, fam, fam.name(op="prelu", t=type_code(desc.input_tensor.data_type, True)),
                     in_place=True)
 
 
@@ -78,6 +78,6 @@ def _prelu_rule(t: NodeTypes) -> str:
 
 _F4 = TensorDesc(DataType.FLOAT32, (1, 2, 3, 4))
 SPECS = (OperatorSpec(ActivationParameterizedReluDesc, ACTIVATION_PARAMETERIZED_RELU, compile_parameterized_relu,
-                      (contract.EW_PRELU,), helpers=("prelu",),
+                      (contract.EW_EXT,), helpers=("prelu",),
                       onnx=(OnnxOp("PRelu", "", "prelu", kind="binary", check=_prelu_rule),),
                       example=lambda: ActivationParameterizedReluDesc(_F4, _F4, _F4)),)

@@ -1,7 +1,7 @@
 """DirectML's ELEMENT_WISE_MIN and ELEMENT_WISE_MAX: the smaller / greater of two corresponding
 elements, on the element-wise plans (ops/elementwise_plan.py: the output's sizes, inputs
-broadcast by 0 strides, offsets) with shaders/elementwise.comp (contract.EW_MIN / EW_MAX, a
-variant per element type). Exact: the result is one of the operands, bit for bit.
+broadcast by 0 strides, offsets) with shaders/elementwise.comp (contract.EW_EXT: ew_min_<t> /
+ew_max_<t>, a variant per element type). Exact: the result is one of the operands, bit for bit.
 
 Every type of the pages' tables: FLOAT32 / FLOAT16 from 1_0 (4 dimensions), the 8- to 32-bit
 integers from 2_1 (4), 1 to 8 dimensions from 3_0, INT64 / UINT64 from 5_0. The pages say
@@ -59,10 +59,10 @@ class ElementWiseMaxDesc:
     output_tensor: TensorDesc
 
 
-def _compiler(family: contract.ShaderFamily, support: Any) -> Any:
+def _compiler(op: str, support: Any) -> Any:
     def compile_minmax(device: Device, desc: Any) -> CompiledOperator:
         _validate(device, desc, support, ("a_tensor", "b_tensor", "output_tensor"))
-        return _compile(device, desc, support, family, family.name(t=type_code(desc.a_tensor.data_type, True)),
+        return _compile(device, desc, support, contract.EW_EXT, contract.EW_EXT.name(op=op, t=type_code(desc.a_tensor.data_type, True)),
                         in_place=True)
     compile_minmax.__name__ = f"compile_{support.name.lower()}"
     return compile_minmax
@@ -92,10 +92,10 @@ def _minmax_rule(t: NodeTypes) -> str:
 
 _F4 = TensorDesc(DataType.FLOAT32, (1, 2, 3, 4))
 SPECS = (
-    OperatorSpec(ElementWiseMinDesc, ELEMENT_WISE_MIN, _compiler(contract.EW_MIN, ELEMENT_WISE_MIN), (contract.EW_MIN,),
+    OperatorSpec(ElementWiseMinDesc, ELEMENT_WISE_MIN, _compiler("min", ELEMENT_WISE_MIN), (contract.EW_EXT,),
                  helpers=("minimum",), onnx=(OnnxOp("Min", "", "minimum", check=_minmax_rule),),
                  example=lambda: ElementWiseMinDesc(_F4, _F4, _F4)),
-    OperatorSpec(ElementWiseMaxDesc, ELEMENT_WISE_MAX, _compiler(contract.EW_MAX, ELEMENT_WISE_MAX), (contract.EW_MAX,),
+    OperatorSpec(ElementWiseMaxDesc, ELEMENT_WISE_MAX, _compiler("max", ELEMENT_WISE_MAX), (contract.EW_EXT,),
                  helpers=("maximum",), onnx=(OnnxOp("Max", "", "maximum", check=_minmax_rule),),
                  example=lambda: ElementWiseMaxDesc(_F4, _F4, _F4)),
 )

@@ -179,8 +179,7 @@ EW_IF_PUSH = block("c_off", "a_off", "b_off", "o_off", "c_base", "a_base", "b_ba
 EW_TYPES = {"f32": (32, 2), "f16": (16, 2), "i8": (8, 1), "u8": (8, 0), "i16": (16, 1), "u16": (16, 0),
             "i32": (32, 1), "u32": (32, 0), "i64": (64, 1), "u64": (64, 0), "b8": (8, 0), "b16": (16, 0),
             "b32": (32, 0), "b64": (64, 0)}
-EW_OPS = {"add": 1, "sub": 2, "mul": 3, "div": 4, "eq": 5, "ge": 6, "and": 7, "isnan": 8, "if": 9, "isinf": 10,
-          "min": 11, "max": 12, "prelu": 13}
+EW_OPS = {"add": 1, "sub": 2, "mul": 3, "div": 4, "eq": 5, "ge": 6, "and": 7, "isnan": 8, "if": 9, "isinf": 10}
 _EW_WRAP = ("b8", "b16", "b32", "b64", "f16", "f32")  # two's complement wraps alike in both signednesses
 _EW_SIGNED = ("u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "f16", "f32")
 
@@ -205,12 +204,8 @@ EW_ISNAN = family("ew_isnan", "elementwise.comp", "ew_isnan_{t}_o{ob}", EW_PUSH,
 # IS_INFINITY (ops/elementwise_unary.py): its InfinityMode in the block's unused b_str[0]; UINT8 output
 EW_ISINF = family("ew_isinf", "elementwise.comp", "ew_isinf_{t}_o{ob}", EW_PUSH, _L256, t=("f16", "f32"), ob=(8,),
                   defines=lambda t, ob: _ew("isinf", t, ob, nin=1))
-# ELEMENT_WISE_MIN / _MAX (ops/elementwise_minmax.py): every 8- to 64-bit integer and float type
-EW_MIN = family("ew_min", "elementwise.comp", "ew_min_{t}", EW_PUSH, _L256, t=_EW_SIGNED, defines=lambda t: _ew("min", t))
-EW_MAX = family("ew_max", "elementwise.comp", "ew_max_{t}", EW_PUSH, _L256, t=_EW_SIGNED, defines=lambda t: _ew("max", t))
-# ACTIVATION_PARAMETERIZED_RELU (ops/activation_prelu.py): the input as A, the slope as B
-EW_PRELU = family("ew_prelu", "elementwise.comp", "ew_prelu_{t}", EW_PUSH, _L256, t=("f32", "f16", "i8", "i16", "i32"),
-                  defines=lambda t: _ew("prelu", t))
+EW_EXT = family("ew_ext", "elementwise.comp", "ew_{op}_{t}", EW_PUSH, _L256, op=("min", "max", "prelu"), t=_EW_SIGNED,  # MIN, MAX,
+                defines=lambda op, t: {**_ew("add", t), "OP": {"min": 11, "max": 12, "prelu": 13}[op]})  # PRELU (input A)
 EW_IF = family("ew_if", "elementwise.comp", "ew_if_{t}", EW_IF_PUSH, _L256, t=("b8", "b16", "b32", "b64"),
                defines=lambda t: _ew("if", t, nin=3))
 
@@ -390,9 +385,8 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, CAST, DEQUANT, GATHER, GATHER_CHECK,
-    EW_MIN, EW_MAX, EW_PRELU,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
-    DQL_MINMAX, DQL_QUANT,
+    DQL_MINMAX, DQL_QUANT, EW_EXT,
     MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, POOL,
     GEMM, GEMM_COOP,
 )
