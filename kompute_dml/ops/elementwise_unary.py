@@ -4,7 +4,8 @@ made: ELEMENT_WISE_ABS, _NEGATE, _CEIL, _FLOOR, _ROUND, _SIGN, _RECIP, _SQRT, _E
 ACTIVATION_SIGMOID, ACTIVATION_SOFTSIGN, ACTIVATION_TANH and ELEMENT_WISE_TANH (one function),
 ELEMENT_WISE_ERF, ACTIVATION_SOFTPLUS (Steepness), ELEMENT_WISE_SIN, ELEMENT_WISE_COS; and
 ELEMENT_WISE_IS_INFINITY (UINT8 output, on shaders/elementwise.comp: contract.EW_ISINF; ONNX IsInf
-through handlers_math._h_isinf).
+through handlers_math._h_isinf). Rows with FLOAT parameters (`UnaryOp.params`, sent in b_str[3],
+b_str[4]) are ops/activation_params.py's (the parameterized activations and ELEMENT_WISE_CLIP).
 
 All run on the element-wise plans (ops/elementwise_plan.py: merged dimensions, per-tensor
 strides, stride-0 broadcast, offsets, host-enumerated dimensions) with shaders/float_unary.comp,
