@@ -1,7 +1,7 @@
 #version 450
 // DirectML element-wise operators (kompute_dml/ops/elementwise.py, docs/elementwise.md):
 // ADD / ADD1 / SUBTRACT / MULTIPLY / DIVIDE, LOGICAL_EQUALS, LOGICAL_GREATER_THAN_OR_EQUAL,
-// LOGICAL_AND, IS_NAN and IF, one variant per operation and element type (the contract's
+// LOGICAL_AND, IS_NAN, IF, MIN, MAX and PARAMETERIZED_RELU, one variant per operation and element type (the contract's
 // ew_* families): OP, IN_BITS / IN_KIND (0 unsigned, 1 signed, 2 float), OUT_BITS, NIN (input
 // tensors), RANK (dimensions in the push block).
 //
@@ -36,6 +36,9 @@ layout(local_size_x = 256) in;
 #define OP_ISNAN 8
 #define OP_IF 9
 #define OP_ISINF 10  // IS_INFINITY: InfinityMode in b_str[0] (unused by one input)
+#define OP_MIN 11  // ELEMENT_WISE_MIN / _MAX (ops/elementwise_minmax.py)
+#define OP_MAX 12
+#define OP_PRELU 13  // ACTIVATION_PARAMETERIZED_RELU (ops/activation_prelu.py): A the input, B the slope
 
 #if NIN == 3
 layout(std430, binding = 0) readonly buffer CBuf { uint c_buf[]; };
@@ -77,9 +80,11 @@ KDML_PUSH_BLOCK  // EW_PUSH / EW_IF_PUSH of kompute_dml/ops/contract (generated 
 #if IN_BITS == 32
 #define FSIGN 0x80000000u
 #define FINF 0x7F800000u
+#define FQUIET 0x00400000u
 #else
 #define FSIGN 0x8000u
 #define FINF 0x7C00u
+#define FQUIET 0x0200u
 #endif
 #define FABS (FSIGN - 1u)
 
@@ -160,6 +165,19 @@ uvec2 div_s64(uvec2 n, uvec2 d) {
     return nn != dn ? sub64(uvec2(0u), q) : q;
 }
 
+#if OP == OP_PRELU && IN_KIND == 2 && IN_BITS == 32
+// the IEEE-754 float32 product, correctly rounded in integer code (subnormal results included)
+uint f32_mul_ieee(uint a, uint b) {
+    uint aa = a & FABS, ab = b & FABS;
+    if (aa > FINF) return a | FQUIET;
+    if (ab > FINF) return b | FQUIET;
+    uint s = (a ^ b) & FSIGN;
+    if (aa == FINF || ab == FINF) return (aa == 0u || ab == 0u) ? F32_QNAN : (s | FINF);
+    if (aa == 0u || ab == 0u) return s;
+    return f32_mul_bits(a, b);
+}
+#endif
+
 // ---- the operation -------------------------------------------------------------------------
 #if OP == OP_IF
 OVAL result(uint c, VAL a, VAL b) { return c != 0u ? a : b; }
@@ -238,6 +256,41 @@ OVAL result(VAL a, VAL b) {
     return t ? 1u : 0u;
 #elif OP == OP_AND
     return (a != 0u && b != 0u) ? 1u : 0u;
+#elif OP == OP_MIN || OP == OP_MAX
+    // MIN: b if b < a, else a; MAX: b if a < b, else a (equal values, -0 and +0 included, give a);
+    // floats: a NaN operand gives that NaN quieted (a's first), compared on the bits
+#if IN_KIND == 2
+    if (f_nan(a)) return a | FQUIET;
+    if (f_nan(b)) return b | FQUIET;
+    bool lt = OP == OP_MAX ? f_key(a) < f_key(b) : f_key(b) < f_key(a);
+#elif IN_BITS == 64 && IN_KIND == 1
+    bool lt = OP == OP_MAX ? !ge_s64(a, b) : !ge_s64(b, a);
+#elif IN_BITS == 64
+    bool lt = OP == OP_MAX ? !ge_u64(a, b) : !ge_u64(b, a);
+#elif IN_KIND == 1
+    bool lt = OP == OP_MAX ? sext(a) < sext(b) : sext(b) < sext(a);
+#else
+    bool lt = OP == OP_MAX ? a < b : b < a;
+#endif
+    return lt ? b : a;
+#elif OP == OP_PRELU
+    // x for x >= 0 (-0 included), else slope * x: floats NaN x -> NaN (quieted), the product
+    // rounded once (float32 in integer code; a float16 product is exact in float32, then rounded);
+    // integers the low bits of the product (MULTIPLY's wrap)
+#if IN_KIND == 2
+    if (f_nan(a)) return a | FQUIET;
+    if ((a & FSIGN) == 0u || (a & FABS) == 0u) return a;
+#if IN_BITS == 32
+    return f32_mul_ieee(a, b);
+#else
+    precise float r = to_f(a) * to_f(b);
+    return from_f(r);
+#endif
+#elif IN_BITS == 64  // (variants of the shared family that ACTIVATION_PARAMETERIZED_RELU does not use)
+    return (a.y >> 31) == 0u ? a : mul64(a, b);
+#else
+    return sext(a) >= 0 ? a : a * b;
+#endif
 #endif
 }
 #endif

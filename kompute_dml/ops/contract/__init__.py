@@ -204,6 +204,8 @@ EW_ISNAN = family("ew_isnan", "elementwise.comp", "ew_isnan_{t}_o{ob}", EW_PUSH,
 # IS_INFINITY (ops/elementwise_unary.py): its InfinityMode in the block's unused b_str[0]; UINT8 output
 EW_ISINF = family("ew_isinf", "elementwise.comp", "ew_isinf_{t}_o{ob}", EW_PUSH, _L256, t=("f16", "f32"), ob=(8,),
                   defines=lambda t, ob: _ew("isinf", t, ob, nin=1))
+EW_EXT = family("ew_ext", "elementwise.comp", "ew_{op}_{t}", EW_PUSH, _L256, op=("min", "max", "prelu"), t=_EW_SIGNED,  # MIN, MAX,
+                defines=lambda op, t: {**_ew("add", t), "OP": {"min": 11, "max": 12, "prelu": 13}[op]})  # PRELU (input A)
 EW_IF = family("ew_if", "elementwise.comp", "ew_if_{t}", EW_IF_PUSH, _L256, t=("b8", "b16", "b32", "b64"),
                defines=lambda t: _ew("if", t, nin=3))
 
@@ -389,9 +391,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, CAST, DEQUANT, GATHER, GATHER_CHECK,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
-    DQL_MINMAX, DQL_QUANT,
-    MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, POOL, POOL_Q8, BN,
-    GEMM, GEMM_COOP,
+    DQL_MINMAX, DQL_QUANT, EW_EXT, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, POOL, POOL_Q8, BN, GEMM, GEMM_COOP,
 )
 
 
