@@ -172,7 +172,7 @@ CPU_NODE_TYPES: dict[str, frozenset[str]] = {
     "vit": frozenset(),
     "whisper-encoder": frozenset(),
     "resnet18": frozenset(),
-    "mobilenet-v3-small": frozenset({"HardSigmoid", "HardSwish"}),
+    "mobilenet-v3-small": frozenset(),
 }
 DESCRIBED = {
     "distilbert-int8": "DistilBERT, quantize_dynamic int8 + onnxruntime's extended fusions",
