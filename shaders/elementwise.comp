@@ -1,9 +1,9 @@
 #version 450
 // DirectML element-wise operators (kompute_dml/ops/elementwise.py, docs/elementwise.md):
 // ADD / ADD1 / SUBTRACT / MULTIPLY / DIVIDE, LOGICAL_EQUALS, LOGICAL_GREATER_THAN_OR_EQUAL,
-// LOGICAL_AND, IS_NAN and IF; LOGICAL_GREATER_THAN / LESS_THAN / LESS_THAN_OR_EQUAL / NOT / OR /
-// XOR (ops/elementwise_logic.py, docs/elementwise_logic.md); BIT_AND / OR / XOR / NOT
-// (ops/elementwise_bit.py), one variant per operation and element type (the contract's
+// LOGICAL_AND, IS_NAN, IF, MIN, MAX and PARAMETERIZED_RELU; LOGICAL_GREATER_THAN / LESS_THAN /
+// LESS_THAN_OR_EQUAL / NOT / OR / XOR (ops/elementwise_logic.py, docs/elementwise_logic.md);
+// BIT_AND / OR / XOR / NOT (ops/elementwise_bit.py), one variant per operation and element type (the contract's
 // ew_* families): OP, IN_BITS / IN_KIND (0 unsigned, 1 signed, 2 float), OUT_BITS, NIN (input
 // tensors), RANK (dimensions in the push block).
 //
@@ -38,16 +38,19 @@ layout(local_size_x = 256) in;
 #define OP_ISNAN 8
 #define OP_IF 9
 #define OP_ISINF 10  // IS_INFINITY: InfinityMode in b_str[0] (unused by one input)
-#define OP_GT 11  // LOGICAL_GREATER_THAN, _LESS_THAN, _LESS_THAN_OR_EQUAL (ops/elementwise_logic.py)
-#define OP_LT 12
-#define OP_LE 13
-#define OP_NOT 14  // LOGICAL_NOT, _OR, _XOR: nonzero is true, 1 / 0 out
-#define OP_OR 15
-#define OP_XOR 16
-#define OP_BAND 17  // BIT_AND, _OR, _XOR, _NOT (ops/elementwise_bit.py): the bit patterns
-#define OP_BOR 18
-#define OP_BXOR 19
-#define OP_BNOT 20
+#define OP_MIN 11  // ELEMENT_WISE_MIN / _MAX (ops/elementwise_minmax.py)
+#define OP_MAX 12
+#define OP_PRELU 13  // ACTIVATION_PARAMETERIZED_RELU (ops/activation_prelu.py): A the input, B the slope
+#define OP_GT 14  // LOGICAL_GREATER_THAN, _LESS_THAN, _LESS_THAN_OR_EQUAL (ops/elementwise_logic.py)
+#define OP_LT 15
+#define OP_LE 16
+#define OP_NOT 17  // LOGICAL_NOT, _OR, _XOR: nonzero is true, 1 / 0 out
+#define OP_OR 18
+#define OP_XOR 19
+#define OP_BAND 20  // BIT_AND, _OR, _XOR, _NOT (ops/elementwise_bit.py): the bit patterns
+#define OP_BOR 21
+#define OP_BXOR 22
+#define OP_BNOT 23
 
 #if NIN == 3
 layout(std430, binding = 0) readonly buffer CBuf { uint c_buf[]; };
@@ -89,9 +92,11 @@ KDML_PUSH_BLOCK  // EW_PUSH / EW_IF_PUSH of kompute_dml/ops/contract (generated 
 #if IN_BITS == 32
 #define FSIGN 0x80000000u
 #define FINF 0x7F800000u
+#define FQUIET 0x00400000u
 #else
 #define FSIGN 0x8000u
 #define FINF 0x7C00u
+#define FQUIET 0x0200u
 #endif
 #define FABS (FSIGN - 1u)
 
@@ -171,6 +176,19 @@ uvec2 div_s64(uvec2 n, uvec2 d) {
     uvec2 q = div_u64(nn ? sub64(uvec2(0u), n) : n, dn ? sub64(uvec2(0u), d) : d);
     return nn != dn ? sub64(uvec2(0u), q) : q;
 }
+
+#if OP == OP_PRELU && IN_KIND == 2 && IN_BITS == 32
+// the IEEE-754 float32 product, correctly rounded in integer code (subnormal results included)
+uint f32_mul_ieee(uint a, uint b) {
+    uint aa = a & FABS, ab = b & FABS;
+    if (aa > FINF) return a | FQUIET;
+    if (ab > FINF) return b | FQUIET;
+    uint s = (a ^ b) & FSIGN;
+    if (aa == FINF || ab == FINF) return (aa == 0u || ab == 0u) ? F32_QNAN : (s | FINF);
+    if (aa == 0u || ab == 0u) return s;
+    return f32_mul_bits(a, b);
+}
+#endif
 
 // ---- the operation -------------------------------------------------------------------------
 #if OP == OP_IF
@@ -283,6 +301,41 @@ OVAL result(VAL a, VAL b) {
     bool t = OP == OP_LE ? x >= y : x > y;
 #endif
     return t ? 1u : 0u;
+#elif OP == OP_MIN || OP == OP_MAX
+    // MIN: b if b < a, else a; MAX: b if a < b, else a (equal values, -0 and +0 included, give a);
+    // floats: a NaN operand gives that NaN quieted (a's first), compared on the bits
+#if IN_KIND == 2
+    if (f_nan(a)) return a | FQUIET;
+    if (f_nan(b)) return b | FQUIET;
+    bool lt = OP == OP_MAX ? f_key(a) < f_key(b) : f_key(b) < f_key(a);
+#elif IN_BITS == 64 && IN_KIND == 1
+    bool lt = OP == OP_MAX ? !ge_s64(a, b) : !ge_s64(b, a);
+#elif IN_BITS == 64
+    bool lt = OP == OP_MAX ? !ge_u64(a, b) : !ge_u64(b, a);
+#elif IN_KIND == 1
+    bool lt = OP == OP_MAX ? sext(a) < sext(b) : sext(b) < sext(a);
+#else
+    bool lt = OP == OP_MAX ? a < b : b < a;
+#endif
+    return lt ? b : a;
+#elif OP == OP_PRELU
+    // x for x >= 0 (-0 included), else slope * x: floats NaN x -> NaN (quieted), the product
+    // rounded once (float32 in integer code; a float16 product is exact in float32, then rounded);
+    // integers the low bits of the product (MULTIPLY's wrap)
+#if IN_KIND == 2
+    if (f_nan(a)) return a | FQUIET;
+    if ((a & FSIGN) == 0u || (a & FABS) == 0u) return a;
+#if IN_BITS == 32
+    return f32_mul_ieee(a, b);
+#else
+    precise float r = to_f(a) * to_f(b);
+    return from_f(r);
+#endif
+#elif IN_BITS == 64  // (variants of the shared family that ACTIVATION_PARAMETERIZED_RELU does not use)
+    return (a.y >> 31) == 0u ? a : mul64(a, b);
+#else
+    return sext(a) >= 0 ? a : a * b;
+#endif
 #endif
 }
 #endif

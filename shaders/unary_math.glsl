@@ -7,7 +7,7 @@
 //
 // The element-wise block's b_str words, unused by one-input operators, carry the parameters:
 // [0] flags (1: ScaleBias present), [1] scale, [2] bias (float32 bits), [3] the operator's
-// parameter (ROUND's RoundingMode, SOFTPLUS's Steepness).
+// parameter (ROUND's RoundingMode, SOFTPLUS's Steepness); act_math.glsl's operators: [3], [4].
 #ifndef KDML_UNARY_MATH_GLSL
 #define KDML_UNARY_MATH_GLSL
 
@@ -346,6 +346,9 @@ uint um_f(uint x) { return um_softplus(x); }
 uint um_f(uint x) { return um_trig(x, 0u); }
 #elif defined(FN_COS)
 uint um_f(uint x) { return um_trig(x, 1u); }
+#else  // the parameterized activations and CLIP (ops/activation_params.py)
+#include "act_math.glsl"
+uint um_f(uint x) { return um_act(x); }
 #endif
 
 // FLOAT16: decoded exactly, computed in float32, rounded once to float16 (f16_bits.glsl)

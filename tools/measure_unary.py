@@ -4,7 +4,9 @@ float64 numpy reference (tests/unary_reference.py): every float16 input, and 2^2
 inputs (special values, random bit patterns, random values in [-100, 100]) plus, per operator,
 2^20 values from its interesting range (SIN / COS: and the values nearest multiples of pi / 2).
 Prints, per operator and type, the largest error in ulps and the share of results that are the
-correctly rounded one (docs/elementwise_unary.md)."""
+correctly rounded one (docs/elementwise_unary.md). `--params`: ops/activation_params.py's ELU,
+CELU, SCALED_ELU, SCALED_TANH and PARAMETRIC_SOFTPLUS against tests/act_reference.py
+(docs/activation_params.md)."""
 
 from __future__ import annotations
 
@@ -78,7 +80,34 @@ def scan(helpers: list[str]) -> None:
         print(f"{h}: {e:.3f} ulp at {at!r}")
 
 
+# ops/activation_params.py's transcendental operators and the parameter sets measured
+PARAM_SETS = {"elu": ({}, {"alpha": 0.3}), "celu": ({}, {"alpha": 0.7}, {"alpha": 2.0}),
+              "selu": ({},), "scaled_tanh": ({}, {"alpha": 1.7159, "beta": 0.6667}),
+              "parametric_softplus": ({}, {"alpha": 0.5, "beta": 3.0})}
+
+
+def measure_params(rng: np.random.Generator, dev: kdml.Device) -> None:
+    """`--params`: the bounds of docs/activation_params.md (every float16 input, 2^20 float32
+    inputs and 2^20 values in [-20, 5]) against tests/act_reference.py."""
+    import act_reference
+    print("| operator | parameters | type | inputs | max error (ulp) | correctly rounded |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    x32 = np.concatenate([float32_inputs(rng), rng.uniform(-20, 5, 1 << 20).astype(np.float32)])
+    for helper, sets in PARAM_SETS.items():
+        for kw in sets:
+            for x in (every_float16(), x32):
+                got = getattr(kdml, helper)(x, device=dev, **kw).numpy()
+                ref = act_reference.reference64(helper, x, **kw)
+                err = ulp_error(got, ref)
+                want = rounded(ref, x.dtype)
+                same = np.isnan(want) | (got == want)
+                print(f"| {helper} | {kw or 'defaults'} | {x.dtype} | {x.size} | {err.max():.3f} | {same.mean():.6f} |")
+
+
 def main() -> None:
+    if "--params" in sys.argv:
+        measure_params(np.random.default_rng(2024), kdml.Device())
+        return
     if "--scan" in sys.argv:  # e.g. --scan sin,cos
         scan(sys.argv[sys.argv.index("--scan") + 1].split(","))
         return

@@ -172,7 +172,7 @@ CPU_NODE_TYPES: dict[str, frozenset[str]] = {
     "vit": frozenset(),
     "whisper-encoder": frozenset(),
     "resnet18": frozenset(),
-    "mobilenet-v3-small": frozenset({"HardSigmoid", "HardSwish"}),
+    "mobilenet-v3-small": frozenset(),
 }
 # Node types placed on the device at `prepare` that still run on the CPU at run time, because the
 # operator refuses their values' types there (the run's "ran on the CPU" events): RoBERTa's and

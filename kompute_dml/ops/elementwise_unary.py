@@ -4,7 +4,8 @@ made: ELEMENT_WISE_ABS, _NEGATE, _CEIL, _FLOOR, _ROUND, _SIGN, _RECIP, _SQRT, _E
 ACTIVATION_SIGMOID, ACTIVATION_SOFTSIGN, ACTIVATION_TANH and ELEMENT_WISE_TANH (one function),
 ELEMENT_WISE_ERF, ACTIVATION_SOFTPLUS (Steepness), ELEMENT_WISE_SIN, ELEMENT_WISE_COS; and
 ELEMENT_WISE_IS_INFINITY (UINT8 output, on shaders/elementwise.comp: contract.EW_ISINF; ONNX IsInf
-through handlers_math._h_isinf).
+through handlers_math._h_isinf). Rows with FLOAT parameters (`UnaryOp.params`, sent in b_str[3],
+b_str[4]) are ops/activation_params.py's (the parameterized activations and ELEMENT_WISE_CLIP).
 
 All run on the element-wise plans (ops/elementwise_plan.py: merged dimensions, per-tensor
 strides, stride-0 broadcast, offsets, host-enumerated dimensions) with shaders/float_unary.comp,
@@ -129,6 +130,9 @@ class UnaryOp:
     exact: bool  # bit for bit the correctly rounded result (else within docs/elementwise_unary.md's bound)
     rounding_mode: bool = False  # ROUND's DML_ROUNDING_MODE field
     steepness: bool = False  # SOFTPLUS's FLOAT Steepness field (>= 1, default 1)
+    # FLOAT fields (name, default) in the descriptor's order, sent in b_str[3], b_str[4] (not NaN;
+    # ops/activation_params.py)
+    params: tuple[tuple[str, float], ...] = ()
 
 
 OPS = (
@@ -165,7 +169,7 @@ def _class_name(name: str) -> str:
     return "".join(w.capitalize() for w in name.split("_")) + "Desc"
 
 
-def _desc_class(op: UnaryOp) -> type:
+def _desc_class(op: UnaryOp, home: str = __name__) -> type:
     fields: list[Any] = [("input_tensor", TensorDesc), ("output_tensor", TensorDesc)]
     extra = ""
     if op.scale_bias:
@@ -177,8 +181,11 @@ def _desc_class(op: UnaryOp) -> type:
     if op.steepness:
         fields.append(("steepness", float, dataclasses.field(default=1.0)))
         extra = ", Steepness"
+    for name, default in op.params:
+        fields.append((name, float, dataclasses.field(default=default)))
+        extra += ", " + name.capitalize()
     cls = dataclasses.make_dataclass(_class_name(op.name), fields, frozen=True)
-    cls.__module__ = __name__
+    cls.__module__ = home
     exactness = "exact" if op.exact else "error bound: docs/elementwise_unary.md"
     cls.__doc__ = (f"DML_{op.name}_OPERATOR_DESC {{ InputTensor, OutputTensor{extra} }}: f(x) = {op.formula}, "
                    f"element by element ({exactness}); the same DataType, DimensionCount and Sizes for both.")
@@ -194,8 +201,8 @@ def _f32(value: Any, field: str) -> int:
 
 
 def _param_words(op: UnaryOp, desc: Any) -> list[int]:
-    """b_str[0..3] of unary_math.glsl: flags, scale, bias, the operator's parameter."""
-    words = [0, 0, 0, 0]
+    """b_str[0..4] of unary_math.glsl: flags, scale, bias, the operator's parameters."""
+    words = [0, 0, 0, 0, 0]
     sb = getattr(desc, "scale_bias", None)
     if sb is not None:
         if isinstance(sb, tuple) and len(sb) == 2:
@@ -213,6 +220,11 @@ def _param_words(op: UnaryOp, desc: Any) -> list[int]:
         if not np.float32(desc.steepness) >= 1 or not np.isfinite(np.float32(desc.steepness)):
             raise invalid("steepness", f"must be a finite number >= 1 (DirectML's page), got {desc.steepness!r}")
         words[3] = bits
+    for i, (name, _) in enumerate(op.params):
+        value = getattr(desc, name)
+        words[3 + i] = _f32(value, name)
+        if np.isnan(np.float32(value)):
+            raise invalid(name, f"must be a number, not NaN, got {value!r}")
     return words
 
 
@@ -232,8 +244,22 @@ def _compiler(op: UnaryOp, support: OperatorSupport) -> Callable[[Device, Any], 
     return compile_unary
 
 
-def _helper(op: UnaryOp, desc_type: type) -> Callable[..., Tensor]:
-    if op.rounding_mode:
+def _param_helper(op: UnaryOp, desc_type: type) -> Callable[..., Tensor]:
+    """The helper of a row with FLOAT parameters: its fields as keywords (defaults: the row's)."""
+    names = {n for n, _ in op.params} | ({"scale_bias"} if op.scale_bias else set())
+
+    def helper(x: Any, *, out: Tensor | None = None, device: Device | None = None, **fields: Any) -> Tensor:
+        unknown = set(fields) - names
+        if unknown:
+            raise TypeError(f"{op.helper}() got unexpected keyword arguments {sorted(unknown)}")
+        return _unary(desc_type, x, out, device, **fields)
+    return helper
+
+
+def _helper(op: UnaryOp, desc_type: type, home: str = __name__) -> Callable[..., Tensor]:
+    if op.params:
+        helper = _param_helper(op, desc_type)
+    elif op.rounding_mode:
         def helper(x: Any, *, rounding_mode: Any = RoundingMode.HALVES_TO_NEAREST_EVEN, out: Tensor | None = None,
                    device: Device | None = None) -> Tensor:
             return _unary(desc_type, x, out, device, rounding_mode=rounding_mode)
@@ -249,22 +275,29 @@ def _helper(op: UnaryOp, desc_type: type) -> Callable[..., Tensor]:
         def helper(x: Any, *, out: Tensor | None = None, device: Device | None = None) -> Tensor:  # type: ignore[misc]
             return _unary(desc_type, x, out, device)
     helper.__name__ = helper.__qualname__ = op.helper
-    helper.__module__ = __name__
-    helper.__doc__ = (f"{op.formula} element by element (DML_{op.name}; FLOAT32 / FLOAT16): a new Tensor of x's "
-                      f"shape and type, or `out`.")
+    helper.__module__ = home
+    params = "".join(f", {n}={d!r}" for n, d in op.params)
+    helper.__doc__ = (f"{op.formula} element by element (DML_{op.name}; FLOAT32 / FLOAT16; keywords{params}"
+                      f"{', scale_bias' if op.scale_bias and op.params else ''}): a new Tensor of x's shape and type, "
+                      f"or `out`.")
     return helper
 
 
 _F32_4D = TensorDesc(DataType.FLOAT32, (1, 2, 3, 4))
 
 
-def _spec(op: UnaryOp) -> OperatorSpec:
+def _spec(op: UnaryOp, home: dict[str, Any] | None = None,
+          onnx_op: tuple[OnnxOp, ...] | None = None) -> OperatorSpec:
+    """The spec of a table row; `home`: the globals of the module that declares it (its class and
+    helper go there), `onnx_op`: its ONNX node types where they are not the float_unary kind."""
+    home = globals() if home is None else home
     support = _support(op)
-    desc_type = _desc_class(op)
-    globals()[desc_type.__name__] = desc_type
-    globals()[op.helper] = _helper(op, desc_type)
+    desc_type = _desc_class(op, home["__name__"])
+    home[desc_type.__name__] = desc_type
+    home[op.helper] = _helper(op, desc_type, home["__name__"])
     example_fields = {"scale_bias": ScaleBias(0.5, 0.25)} if op.scale_bias else {}
-    onnx = (OnnxOp(op.onnx, "", op.helper, kind="float_unary"),) if op.onnx else ()
+    onnx = onnx_op if onnx_op is not None else (
+        (OnnxOp(op.onnx, "", op.helper, kind="float_unary"),) if op.onnx else ())
     return OperatorSpec(desc_type, support, _compiler(op, support), (contract.FLOAT_UNARY[op.fn],),
                         helpers=(op.helper,), onnx=onnx,
                         example=lambda: desc_type(_F32_4D, _F32_4D, **example_fields))

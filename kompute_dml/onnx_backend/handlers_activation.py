@@ -1,0 +1,109 @@
+"""Device handlers of ONNX's parameterized activations and Clip (ops/activation_params.py):
+LeakyRelu (alpha), Elu (alpha), Celu (alpha), Selu (alpha, gamma), HardSigmoid (alpha, beta),
+HardSwish (alpha 1/6, beta 0.5), ThresholdedRelu (alpha), Shrink (bias, lambd -> threshold): each
+node's attributes (the ONNX defaults where absent) become the operator's float32 parameters.
+
+Clip: min / max attributes up to opset 10, optional inputs from 11, which must be constants (the
+OnnxOp's rule keeps a fed bound on the CPU; FallbackNeeded here too). An absent input bound is
+the type's lowest / highest finite value, as onnxruntime takes it (so +-inf is clipped to +-65504
+in float16, +-3.4e38 in float32); an absent opset-6 attribute is float32's (float16 infinities
+stay); a NaN bound runs on the CPU. Where min > max onnxruntime gives max
+everywhere, DirectML's max(Min, min(x, Max)) gives Min: the handler passes Min = Max = max."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+import kompute_dml as kdml
+
+from .graph import _attr
+from .handlers_math import _operands, _out
+from .handlers_nn import _dev, _floats, _opset
+from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
+
+if TYPE_CHECKING:
+    from .context import NodeContext
+
+SELU_ALPHA = 1.67326319217681884765625
+SELU_GAMMA = 1.05070102214813232421875
+
+
+def _attr_unary(helper: str, attrs: dict[str, tuple[str, float]]) -> Any:
+    """kdml.<helper> on the one input, each ONNX attribute (default where absent) as a keyword."""
+    fn = getattr(kdml, helper)
+
+    def handler(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+        dt = _floats(node, ins[:1])
+        shape = _value_shape(ins[0])
+        kw = {k: float(_attr(node, a, d)) for a, (k, d) in attrs.items()}
+        y = fn(_dev(ctx, node, ins, 0, stats), out=ctx.out_tensor(shape, dt), device=ctx.device, **kw)
+        return [DeviceValue(y, shape, dt)]
+    return handler
+
+
+def _bound(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], i: int, stats: RunStats, dt: np.dtype,
+           default: float) -> float:
+    if i >= len(node.input) or not node.input[i] or i >= len(ins) or ins[i] is None:
+        return default
+    if not ctx.is_constant(node.input[i]):
+        raise FallbackNeeded(f"the {('min', 'max')[i - 1]} input is not a constant")
+    v = np.asarray(ctx.host(ins[i], stats)).reshape(-1)
+    if v.size != 1:
+        raise ValueError(f"Clip {node.name!r}: the {('min', 'max')[i - 1]} input is not a scalar")
+    return float(v[0])
+
+
+def _h_clip(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    dt = _floats(node, ins[:1])
+    shape = _value_shape(ins[0])
+    if _opset(ctx.prepared.model) < 11:  # float attributes: float32's limits by default (inf stays inf in float16)
+        f32 = np.finfo(np.float32)
+        lo, hi = float(_attr(node, "min", float(f32.min))), float(_attr(node, "max", float(f32.max)))
+    else:
+        info = np.finfo(dt)
+        lo, hi = float(info.min), float(info.max)
+        lo, hi = _bound(ctx, node, ins, 1, stats, dt, lo), _bound(ctx, node, ins, 2, stats, dt, hi)
+    if np.isnan(lo) or np.isnan(hi):
+        raise FallbackNeeded("a NaN bound")
+    if lo > hi:  # onnxruntime: max everywhere
+        lo = hi
+    y = kdml.clip(_dev(ctx, node, ins, 0, stats), min=lo, max=hi, out=ctx.out_tensor(shape, dt), device=ctx.device)
+    return [DeviceValue(y, shape, dt)]
+
+
+def _minmax(helper: str) -> Any:
+    fn = getattr(kdml, helper)
+
+    def handler(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+        dt = _value_dtype(ins[0])
+        if any(_value_dtype(v) != dt for v in ins[1:]):
+            raise ValueError(f"{node.op_type} {node.name!r}: operand types differ")
+        tensors = _operands(ctx, node, ins, stats)
+        shape, out = _out(ctx, ins, dt)
+        if len(tensors) == 1:
+            return [DeviceValue(kdml.copy(tensors[0], out=out, device=ctx.device), shape, dt)]
+        acc, acc_shape = tensors[0], _value_shape(ins[0])
+        for i in range(1, len(tensors)):
+            acc_shape = tuple(np.broadcast_shapes(acc_shape, _value_shape(ins[i])))
+            dest = out if i == len(tensors) - 1 else ctx.out_tensor(acc_shape, out.desc.data_type.numpy_dtype)
+            acc = fn(acc, tensors[i], out=dest, device=ctx.device)
+        return [DeviceValue(acc, shape, dt)]
+    return handler
+
+
+ACT_HANDLERS = {
+    "Min": _minmax("minimum"),
+    "Max": _minmax("maximum"),
+    "LeakyRelu": _attr_unary("leaky_relu", {"alpha": ("alpha", 0.01)}),
+    "Elu": _attr_unary("elu", {"alpha": ("alpha", 1.0)}),
+    "Celu": _attr_unary("celu", {"alpha": ("alpha", 1.0)}),
+    "Selu": _attr_unary("selu", {"alpha": ("alpha", SELU_ALPHA), "gamma": ("gamma", SELU_GAMMA)}),
+    "HardSigmoid": _attr_unary("hard_sigmoid", {"alpha": ("alpha", 0.2), "beta": ("beta", 0.5)}),
+    "HardSwish": _attr_unary("hard_swish", {}),
+    "ThresholdedRelu": _attr_unary("thresholded_relu", {"alpha": ("alpha", 1.0)}),
+    "Shrink": _attr_unary("shrink", {"bias": ("bias", 0.0), "lambd": ("threshold", 0.5)}),
+    "Clip": _h_clip,
+}

@@ -1,0 +1,255 @@
+"""ops/activation_params.py (the parameterized activations and ELEMENT_WISE_CLIP) against
+tests/act_reference.py: the exact operators bit for bit a numpy float32 evaluation of the same
+steps, the others within docs/activation_params.md's bounds; every float16 input and 2^16
+float32 inputs with the special values, two parameter sets each; strided, broadcast and offset
+inputs with poisoned outputs whose every other byte must stay unchanged; refused parameters,
+types and levels; ONNX nodes against onnxruntime, float32 and float16."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from act_reference import exact32, reference64
+from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
+from unary_reference import check_close, check_exact, every_float16, float32_inputs
+
+import kompute_dml as kdml
+from kompute_dml.ops.activation_params import OPS
+
+DT = kdml.DataType
+FL = kdml.FeatureLevel
+TD = kdml.TensorDesc
+IDS = [op.helper for op in OPS]
+# float32 ulps: 5-15% above the largest errors measured by `tools/measure_unary.py --params`
+BOUND = {"elu": 2.2, "celu": 2.3, "selu": 2.75, "scaled_tanh": 3.0, "parametric_softplus": 2.2}
+F16_BOUND = 0.5 + 1e-3
+PARAMS = {
+    "leaky_relu": ({}, {"alpha": -0.3}), "elu": ({}, {"alpha": 0.3}), "celu": ({}, {"alpha": 0.7}),
+    "selu": ({}, {"alpha": 2.0, "gamma": 0.75}), "hard_sigmoid": ({}, {"alpha": 0.1666, "beta": -0.25}),
+    "hard_swish": ({}, {"alpha": 0.3, "beta": 0.4}), "thresholded_relu": ({}, {"alpha": -0.5}),
+    "shrink": ({}, {"bias": 0.3, "threshold": 1.5}), "linear": ({}, {"alpha": -1.5, "beta": 0.1}),
+    "scaled_tanh": ({}, {"alpha": 1.7159, "beta": 0.6667}), "parametric_softplus": ({}, {"alpha": 0.5, "beta": 3.0}),
+    "clip": ({}, {"min": -1.5, "max": 2.0, "scale_bias": kdml.ScaleBias(0.5, 0.25)}),
+}
+
+
+def desc_type(op):
+    return getattr(kdml, "".join(w.capitalize() for w in op.name.split("_")) + "Desc")
+
+
+def ref_of(op, x, kw):
+    kw = dict(kw)
+    sb = kw.pop("scale_bias", None)
+    if sb is not None:  # g(x) = x * scale + bias in float32 first
+        with np.errstate(all="ignore"):
+            x = (x.astype(np.float32) * np.float32(sb.scale)).astype(np.float32) + np.float32(sb.bias)
+    with np.errstate(invalid="ignore"):  # NaN payloads widened
+        return exact32(op.helper, x, **kw).astype(np.float64) if op.exact else reference64(op.helper, x, **kw)
+
+
+def check(op, got, x, kw):
+    ref = ref_of(op, x, kw)
+    if op.exact:
+        check_exact(got, ref)
+    else:
+        check_close(got, ref, BOUND[op.helper] if got.dtype == np.float32 else F16_BOUND)
+
+
+def run_packed(dev, op, x, **kw):
+    d = TD(DT.from_numpy(x.dtype), x.shape)
+    t, _ = place(dev, np.random.default_rng(0), d, x, guard=16)
+    y, _ = place(dev, np.random.default_rng(1), d, guard=16)
+    dev.compile(desc_type(op)(d, d, **kw)).execute([t], [y])
+    return y.numpy()
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_values(dev, rng, op):
+    for x in (every_float16(), float32_inputs(rng, 1 << 16)):
+        for kw in PARAMS[op.helper]:
+            check(op, run_packed(dev, op, x, **kw), x, kw)
+
+
+def test_special_values(dev):
+    x = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, -1e-45], np.float32)
+    bits = lambda y: y.numpy().view(np.uint32).tolist()  # noqa: E731
+    assert bits(kdml.thresholded_relu(x, alpha=-1.0, device=dev)) == [0, 0x80000000, 0, 0x7F800000, 0, 0x80000001]
+    assert bits(kdml.shrink(x, device=dev))[:1] == [0]  # NaN: the comparisons are false
+    assert np.isnan(kdml.hard_swish(x, device=dev).numpy()[[0, 4]]).all()  # -inf * 0
+    assert kdml.elu(x, device=dev).numpy()[4] == -1.0 and bits(kdml.elu(x, device=dev))[1] == 0x80000000
+    assert kdml.leaky_relu(x, device=dev).numpy()[5] == 0.0  # 0.01 * -2^-149 rounds to -0
+    assert kdml.clip(x, min=-1.0, max=1.0, device=dev).numpy()[3:5].tolist() == [1.0, -1.0]
+    # CLIP with Min > Max: the page's max(Min, min(x, Max)) gives Min
+    assert kdml.clip(np.array([0.0, 5.0], np.float32), min=2.0, max=1.0, device=dev).numpy().tolist() == [2.0, 2.0]
+
+
+def values(rng, dt, sizes):
+    x = rng.standard_normal(sizes) * 3
+    flat = x.reshape(-1)
+    k = min(flat.size, 5)
+    flat[rng.choice(flat.size, k, replace=False)] = [0.0, -0.0, np.inf, -np.inf, np.nan][:k]
+    return x.astype(dt.numpy_dtype)
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+@pytest.mark.parametrize("dt", (DT.FLOAT32, DT.FLOAT16), ids=("f32", "f16"))
+def test_layouts(dev, rng, op, dt):
+    kw = PARAMS[op.helper][1]
+    for sizes in ((7,), (3, 5), (2, 3, 4), (1, 3, 1, 5, 2), (2, 1, 3, 2, 2, 1, 3, 2)):
+        x_desc = TD(dt, sizes, random_strides(rng, sizes, allow_broadcast=True))
+        y_desc = TD(dt, sizes, random_strides(rng, sizes, allow_broadcast=False))
+        x, xraw = place(dev, rng, x_desc, values(rng, dt, sizes))
+        y, _ = place(dev, rng, y_desc)
+        logical = read_logical(xraw, x.offset, x_desc)
+        before = poison_against(y, ref_of(op, logical, kw).astype(logical.dtype), rng)
+        dev.compile(desc_type(op)(x_desc, y_desc, **kw)).execute([x], [y])
+        got = read_logical(assert_outside_unchanged(y, before), y.offset, y_desc)
+        assert x.buffer.read() == xraw
+        check(op, got, logical, kw)
+
+
+def test_in_place_and_helper(dev, rng):
+    x = values(rng, DT.FLOAT16, (5, 7))
+    t, _ = place(dev, rng, TD(DT.FLOAT16, (5, 7)), x)
+    dev.compile(kdml.ActivationHardSigmoidDesc(t.desc, t.desc)).execute([t], [t])
+    check(OPS[4], t.numpy(), x, {})
+    y = kdml.shrink(x.astype(np.float32), bias=0.25, threshold=1.0, device=dev)
+    check(OPS[7], y.numpy(), x.astype(np.float32), {"bias": 0.25, "threshold": 1.0})
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        kdml.elu(x, gamma=2.0, device=dev)
+
+
+F = TD(DT.FLOAT32, (2, 3))
+BAD = [
+    (kdml.ActivationLeakyReluDesc(F, F, alpha=float("nan")), kdml.InvalidArgumentError, r"^alpha: must be a number"),
+    (kdml.ActivationScaledEluDesc(F, F, gamma="1"), kdml.InvalidArgumentError, r"^gamma: must be a real number"),
+    (kdml.ElementWiseClipDesc(F, F, max=float("nan")), kdml.InvalidArgumentError, r"^max: must be a number"),
+    (kdml.ActivationShrinkDesc(TD(DT.INT32, (2, 3)), TD(DT.INT32, (2, 3))), kdml.UnsupportedError,
+     r"^input_tensor: ACTIVATION_SHRINK does not support INT32"),
+    (kdml.ElementWiseClipDesc(F, TD(DT.FLOAT16, (2, 3))), kdml.InvalidArgumentError, r"^output_tensor\.data_type"),
+    (kdml.ActivationEluDesc(F, TD(DT.FLOAT32, (2, 3), (0, 1))), kdml.InvalidArgumentError, r"^output_tensor\.strides"),
+]
+
+
+@pytest.mark.parametrize(("desc", "error", "match"), BAD, ids=[m[1:30] for _, _, m in BAD])
+def test_refused(dev, desc, error, match):
+    with pytest.raises(error, match=match):
+        dev.compile(desc)
+    run_packed(dev, OPS[0], np.ones(3, np.float32))  # the device stays usable
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_feature_levels(op):
+    first, (lo, hi) = op.rows[0]
+    with kdml.Device(feature_level=first) as d:
+        for dims in (lo, hi):
+            t = TD(DT.FLOAT16, (2,) * dims)
+            d.compile(desc_type(op)(t, t))
+    before = [lv for lv in FL if lv < first]
+    if before:
+        with kdml.Device(feature_level=before[-1]) as d, pytest.raises(kdml.UnsupportedError):
+            t = TD(DT.FLOAT16, (2,) * 4)
+            d.compile(desc_type(op)(t, t))
+
+
+# ---- ONNX ---------------------------------------------------------------------------------------
+ONNX_NODES = [  # (op_type, attributes, helper)
+    ("LeakyRelu", {}, "leaky_relu"), ("LeakyRelu", {"alpha": 0.2}, "leaky_relu"), ("Elu", {"alpha": 0.5}, "elu"),
+    ("Celu", {"alpha": 1.5}, "celu"), ("Selu", {}, "selu"), ("HardSigmoid", {}, "hard_sigmoid"),
+    ("HardSigmoid", {"alpha": 0.25, "beta": 0.4}, "hard_sigmoid"), ("HardSwish", {}, "hard_swish"),
+    ("ThresholdedRelu", {"alpha": 0.5}, "thresholded_relu"), ("Shrink", {"bias": 0.2, "lambd": 0.7}, "shrink"),
+    ("Shrink", {}, "shrink"),
+]
+
+
+def _onnx():
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import helper
+
+    from kompute_dml.onnx_backend import Backend
+    return ort, helper, Backend
+
+
+def edge_inputs(dt):
+    x = (np.random.default_rng(5).standard_normal((4, 8)) * 4).astype(np.float32)
+    x.reshape(-1)[:12] = [0.5, -2.5, 0.0, -0.0, 3.0, -3.0, 1e-3, -1e-3, 60000.0, -60000.0, 0.7, -0.7]
+    return x.astype(dt)
+
+
+@pytest.mark.parametrize("dt", (np.float32, np.float16), ids=("f32", "f16"))
+def test_onnx_against_onnxruntime(dt):
+    """Every node type with default and given attributes on the device, equal to onnxruntime
+    (the exact operators bit for bit where onnxruntime computes the same steps, else close)."""
+    ort, helper, Backend = _onnx()
+    from onnx import TensorProto
+    et = TensorProto.FLOAT if dt == np.float32 else TensorProto.FLOAT16
+    cases = [c for c in ONNX_NODES if dt == np.float32 or c[0] != "Celu"]  # ONNX's Celu is float32 only
+    nodes = [helper.make_node(t, ["x"], [f"y{i}"], **a) for i, (t, a, _) in enumerate(cases)]
+    outs = [helper.make_tensor_value_info(f"y{i}", et, [4, 8]) for i in range(len(nodes))]
+    graph = helper.make_graph(nodes, "act", [helper.make_tensor_value_info("x", et, [4, 8])], outs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    x = edge_inputs(dt)
+    rep = Backend.prepare(model)
+    got = rep.run({"x": x})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    tol = dict(rtol=2e-6, atol=1e-7) if dt == np.float32 else dict(rtol=1e-3, atol=1e-4)
+    for (t, a, _), g, w in zip(cases, got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), err_msg=f"{t} {a}", **tol)
+    assert {p.target for p in rep.placement} == {"vulkan"}
+
+
+def clip_model(helper, opset, et, attrs=None, bounds=None, fed=False):
+    from onnx import numpy_helper
+    inits, ins = [], [helper.make_tensor_value_info("x", et, [4, 8])]
+    names = ["x"]
+    for name, v in (bounds or {}).items():
+        if v is None:
+            names.append("")
+        elif fed:
+            ins.append(helper.make_tensor_value_info(name, et, []))
+            names.append(name)
+        else:
+            inits.append(numpy_helper.from_array(np.array(v, {1: np.float32, 10: np.float16}[et]), name))
+            names.append(name)
+    node = helper.make_node("Clip", names, ["y"], **(attrs or {}))
+    graph = helper.make_graph([node], "clip", ins, [helper.make_tensor_value_info("y", et, [4, 8])], initializer=inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("dt", (np.float32, np.float16), ids=("f32", "f16"))
+@pytest.mark.parametrize("case", [
+    (6, {"min": -1.0, "max": 2.5}, None), (6, {}, None), (13, None, {"lo": -0.5, "hi": 1.0}),
+    (13, None, {"lo": None, "hi": 1.0}), (13, None, {"lo": -2.0}), (13, None, {}), (13, None, {"lo": 3.0, "hi": 1.0}),
+], ids=["opset6", "opset6-none", "inputs", "max-only", "min-only", "neither", "min>max"])
+def test_onnx_clip(dt, case):
+    """Clip's opset-6 attributes and opset-11+ constant inputs, each absent bound the type's
+    lowest / highest finite value (infinities are clipped, as onnxruntime does), NaN kept,
+    min > max giving max: bit for bit onnxruntime's."""
+    ort, helper, Backend = _onnx()
+    from onnx import TensorProto
+    opset, attrs, bounds = case
+    et = TensorProto.FLOAT if dt == np.float32 else TensorProto.FLOAT16
+    model = clip_model(helper, opset, et, attrs, bounds)
+    x = edge_inputs(dt)
+    x.reshape(-1)[12:15] = [np.inf, -np.inf, np.nan]
+    rep = Backend.prepare(model)
+    got = rep.run({"x": x})[0]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
+    assert [p.target for p in rep.placement] == ["vulkan"]
+
+
+def test_onnx_clip_fed_bounds_on_cpu():
+    _ort, helper, Backend = _onnx()
+    from onnx import TensorProto
+    model = clip_model(helper, 13, TensorProto.FLOAT, None, {"lo": -1.0, "hi": 1.0}, fed=True)
+    x = edge_inputs(np.float32)
+    feeds = {"x": x, "lo": np.array(-1.0, np.float32), "hi": np.array(1.0, np.float32)}
+    rep = Backend.prepare(model)
+    np.testing.assert_array_equal(rep.run(feeds)[0], np.clip(x, -1.0, 1.0))
+    assert [p.target for p in rep.placement] == ["cpu"]
