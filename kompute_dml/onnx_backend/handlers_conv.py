@@ -47,25 +47,32 @@ def conv_padding(node: onnx.NodeProto, in_sizes: tuple[int, ...], window: tuple[
     return tuple(pads[:n]), tuple(pads[n:])
 
 
-def _h_conv(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def _operands(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> tuple[Any, ...]:
+    """Conv's and ConvTranspose's common reading: x and w on the device (one float type, 3 to 5
+    dimensions), the window (checked against kernel_shape), strides, dilations, the optional bias."""
     x, w = (as_device(ctx, ins[i], stats, node.input[i]) for i in range(2))
     dt = x.dtype
     if dt not in (np.float32, np.float16) or w.dtype != dt:
-        raise FallbackNeeded(f"Conv of {dt} and {w.dtype} (CONVOLUTION takes FLOAT32 / FLOAT16)")
+        raise FallbackNeeded(f"{node.op_type} of {dt} and {w.dtype} (CONVOLUTION takes FLOAT32 / FLOAT16)")
     r = len(x.shape)
     if r not in (3, 4, 5) or len(w.shape) != r:
-        raise FallbackNeeded(f"a Conv of {r} dimensions")
+        raise FallbackNeeded(f"a {node.op_type} of {r} dimensions")
     n = r - 2
     window = tuple(int(k) for k in w.shape[2:])
     shape = _attr(node, "kernel_shape", None)
     if shape is not None and tuple(int(k) for k in shape) != window:
-        raise ValueError(f"Conv {node.name!r}: kernel_shape {tuple(shape)} is not the weight's window {window}")
+        raise ValueError(f"{node.op_type} {node.name!r}: kernel_shape {tuple(shape)} is not the weight's window {window}")
     strides = tuple(int(s) for s in _attr(node, "strides", [1] * n))
     dilations = tuple(int(d) for d in _attr(node, "dilations", [1] * n))
-    start, end = conv_padding(node, tuple(x.shape[2:]), window, strides, dilations)
     bias = None
     if len(ins) > 2 and ins[2] is not None and node.input[2]:
         bias = as_device(ctx, ins[2], stats, node.input[2]).tensor
+    return x, w, dt, n, window, strides, dilations, bias
+
+
+def _h_conv(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    x, w, dt, _n, window, strides, dilations, bias = _operands(ctx, node, ins, stats)
+    start, end = conv_padding(node, tuple(x.shape[2:]), window, strides, dilations)
     out_shape = (x.shape[0], w.shape[0], *output_sizes(
         tuple(x.shape[2:]), window, strides, dilations, start, end))
     out = ctx.out_tensor(out_shape, dt)
@@ -106,25 +113,9 @@ def transpose_padding(node: onnx.NodeProto, in_sizes: tuple[int, ...], window: t
 
 
 def _h_conv_transpose(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    x, w = (as_device(ctx, ins[i], stats, node.input[i]) for i in range(2))
-    dt = x.dtype
-    if dt not in (np.float32, np.float16) or w.dtype != dt:
-        raise FallbackNeeded(f"ConvTranspose of {dt} and {w.dtype} (CONVOLUTION takes FLOAT32 / FLOAT16)")
-    r = len(x.shape)
-    if r not in (3, 4, 5) or len(w.shape) != r:
-        raise FallbackNeeded(f"a ConvTranspose of {r} dimensions")
-    n = r - 2
-    window = tuple(int(k) for k in w.shape[2:])
-    shape = _attr(node, "kernel_shape", None)
-    if shape is not None and tuple(int(k) for k in shape) != window:
-        raise ValueError(f"ConvTranspose {node.name!r}: kernel_shape {tuple(shape)} is not the weight's window {window}")
-    strides = tuple(int(s) for s in _attr(node, "strides", [1] * n))
-    dilations = tuple(int(d) for d in _attr(node, "dilations", [1] * n))
+    x, w, dt, n, window, strides, dilations, bias = _operands(ctx, node, ins, stats)
     out_pad = tuple(int(p) for p in _attr(node, "output_padding", [0] * n))
     start, end = transpose_padding(node, tuple(x.shape[2:]), window, strides, dilations, out_pad)
-    bias = None
-    if len(ins) > 2 and ins[2] is not None and node.input[2]:
-        bias = as_device(ctx, ins[2], stats, node.input[2]).tensor
     groups = int(_attr(node, "group", 1))
     out_shape = (x.shape[0], w.shape[1] * groups, *backward_output_sizes(
         tuple(x.shape[2:]), window, strides, dilations, start, end, out_pad))

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 import kompute_dml as kdml
-from kompute_dml.ops.pooling import pooled_sizes
+from kompute_dml.ops.spatial import output_sizes
 
 from .graph import _attr
 from .handlers_conv import conv_padding
@@ -70,7 +70,7 @@ def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     if n == 1:
         t = _view4(t, shape)
         window, strides, dil, start, end = (1, *window), (1, *strides), (1, *dil), (0, *start), (0, *end)
-    out_sp = pooled_sizes(t.desc.sizes[2:], window, strides, dil, start, end)
+    out_sp = output_sizes(t.desc.sizes[2:], window, strides, dil, start, end)
     out_shape = (shape[0], shape[1], *out_sp[-n:])
     out = ctx.out_tensor(out_shape, dt)
     o = _view4(out, out_shape) if n == 1 else out

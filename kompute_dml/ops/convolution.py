@@ -39,7 +39,7 @@ import numpy as np
 
 from ..core.dtypes import DataType
 from ..core.errors import UnsupportedError, invalid
-from ..core.ints import as_int, as_int_tuple, cdiv
+from ..core.ints import as_int, cdiv
 from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
@@ -49,6 +49,7 @@ from .activation_relu import ActivationReluDesc
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
 from .onnx_types import float_input
+from .spatial import output_sizes, spatial_array, strides5, three
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
@@ -110,25 +111,6 @@ class ConvolutionDesc:
         return self.input_tensor.dimension_count - 2
 
 
-def _array(desc: ConvolutionDesc, name: str, n: int, default: int, least: int) -> tuple[int, ...]:
-    v = as_int_tuple(getattr(desc, name), name)
-    if not v:
-        return (default,) * n
-    if len(v) != n:
-        raise invalid(name, f"must hold DimensionCount ({n}) values, got {len(v)}")
-    for i, a in enumerate(v):
-        if a < least:
-            raise invalid(f"{name}[{i}]", f"must be >= {least}, got {a}")
-    return v
-
-
-def output_sizes(in_sizes: tuple[int, ...], window: tuple[int, ...], strides: tuple[int, ...],
-                 dilations: tuple[int, ...], start: tuple[int, ...], end: tuple[int, ...]) -> tuple[int, ...]:
-    """The page's forward output sizes (spatial axes only); a size < 1 is returned as is."""
-    return tuple((i + s + e - ((k - 1) * d + 1)) // st + 1
-                 for i, k, st, d, s, e in zip(in_sizes, window, strides, dilations, start, end))
-
-
 def backward_output_sizes(in_sizes: tuple[int, ...], window: tuple[int, ...], strides: tuple[int, ...],
                           dilations: tuple[int, ...], start: tuple[int, ...], end: tuple[int, ...],
                           output_padding: tuple[int, ...]) -> tuple[int, ...]:
@@ -186,11 +168,11 @@ def _validate(device: Device, desc: ConvolutionDesc) -> dict[str, Any]:
         if w.sizes[1] != cin // groups:
             raise invalid("filter_tensor.sizes", f"channel count must be input channels / group_count = "
                                                  f"{cin // groups}, got {w.sizes[1]}")
-    strides = _array(desc, "strides", n, 1, 1)
-    dilations = _array(desc, "dilations", n, 1, 1)
-    start = _array(desc, "start_padding", n, 0, 0)
-    end = _array(desc, "end_padding", n, 0, 0)
-    out_pad = _array(desc, "output_padding", n, 0, 0)
+    strides = spatial_array(desc, "strides", n, 1, 1)
+    dilations = spatial_array(desc, "dilations", n, 1, 1)
+    start = spatial_array(desc, "start_padding", n, 0, 0)
+    end = spatial_array(desc, "end_padding", n, 0, 0)
+    out_pad = spatial_array(desc, "output_padding", n, 0, 0)
     if any(out_pad) and not backward:
         raise invalid("output_padding", f"applies to BACKWARD only: must be zeros for FORWARD, got {out_pad}")
     spatial = (backward_output_sizes(x.sizes[2:], w.sizes[2:], strides, dilations, start, end, out_pad) if backward
@@ -211,31 +193,21 @@ def _validate(device: Device, desc: ConvolutionDesc) -> dict[str, Any]:
             "strides": strides, "dilations": dilations, "start": start, "spatial": spatial}
 
 
-def _three(values: tuple[int, ...], fill: int) -> list[int]:
-    """Spatial values as (D, H, W): missing leading axes take `fill`."""
-    return [fill] * (3 - len(values)) + list(values)
-
-
-def _strides5(t: TensorDesc) -> list[int]:
-    s = list(t.effective_strides)
-    return s[:2] + [0] * (5 - len(s)) + s[2:]
-
-
 def _params(desc: ConvolutionDesc, v: dict[str, Any]) -> np.ndarray:
     """The geometry the shader reads (shaders/convolution.comp's P_* words, in order)."""
     x, w, b, y = desc.input_tensor, desc.filter_tensor, desc.bias_tensor, desc.output_tensor
     groups, coutg = v["groups"], v["coutg"]
-    window = _three(w.sizes[2:], 1)
-    out = _three(v["spatial"], 1)
+    window = three(w.sizes[2:], 1)
+    out = three(v["spatial"], 1)
     flags = (1 if v["mode"] == ConvolutionMode.CONVOLUTION else 0) | (2 if v["relu"] else 0) | (4 if b is not None else 0)
     flags |= 8 if v["backward"] else 0
     kvol = math.prod(window)
     ws = w.effective_strides
     # the filter's step per output channel and per group: (Cout, CinG, ...) or BACKWARD (Cin, CoutG, ...)
     wm, wg = (ws[1], (x.sizes[1] // groups) * ws[0]) if v["backward"] else (ws[0], coutg * ws[0])
-    words = [x.sizes[1] // groups, coutg, *_three(x.sizes[2:], 1), *out, *window,
-             *_three(v["strides"], 1), *_three(v["dilations"], 1), *_three(v["start"], 0),
-             *_strides5(x), *_strides5(w), *_strides5(y), b.effective_strides[1] if b is not None else 0, flags,
+    words = [x.sizes[1] // groups, coutg, *three(x.sizes[2:], 1), *out, *window,
+             *three(v["strides"], 1), *three(v["dilations"], 1), *three(v["start"], 0),
+             *strides5(x), *strides5(w), *strides5(y), b.effective_strides[1] if b is not None else 0, flags,
              x.sizes[0] * math.prod(out), (x.sizes[1] // groups) * kvol, kvol, window[1] * window[2],
              out[1] * out[2], math.prod(out), coutg * groups, wm, wg]
     return np.concatenate([np.array(words, dtype=np.uint32), _k_table(desc, v)])
@@ -250,12 +222,12 @@ def _k_table(desc: ConvolutionDesc, v: dict[str, Any]) -> np.ndarray:
     filter's offset of (ci, the window position, reversed in CONVOLUTION mode), and kd * dd,
     kh * dh, kw * dw (the bounds checks)."""
     x, w = desc.input_tensor, desc.filter_tensor
-    window = _three(w.sizes[2:], 1)
+    window = three(w.sizes[2:], 1)
     ci, kd, kh, kw = (a.ravel().astype(np.int64) for a in np.indices((x.sizes[1] // v["groups"], *window)))
-    pos = [k * d for k, d in zip((kd, kh, kw), _three(v["dilations"], 1))]
+    pos = [k * d for k, d in zip((kd, kh, kw), three(v["dilations"], 1))]
     if v["mode"] == ConvolutionMode.CONVOLUTION:
         kd, kh, kw = (n - 1 - k for k, n in zip((kd, kh, kw), window))
-    xs, ws = _strides5(x), _strides5(w)
+    xs, ws = strides5(x), strides5(w)
     x_off = ci * xs[1] + (0 if v["backward"] else pos[0] * xs[2] + pos[1] * xs[3] + pos[2] * xs[4])
     w_off = ci * ws[0 if v["backward"] else 1] + kd * ws[2] + kh * ws[3] + kw * ws[4]
     return np.stack([x_off, w_off, *pos], axis=1).astype(np.uint32).ravel()

@@ -48,6 +48,7 @@ from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
 from .onnx_types import float_input
+from .spatial import output_sizes, spatial_array, strides5, three
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
@@ -142,38 +143,6 @@ class AveragePoolingDesc:
     include_padding: bool = False
 
 
-def _array(desc: Any, name: str, n: int, default: int, least: int) -> tuple[int, ...]:
-    v = as_int_tuple(getattr(desc, name, ()) or (), name)
-    if not v:
-        if default < 0:
-            raise invalid(name, f"must hold DimensionCount ({n}) values, got none")
-        return (default,) * n
-    if len(v) != n:
-        raise invalid(name, f"must hold DimensionCount ({n}) values, got {len(v)}")
-    for i, a in enumerate(v):
-        if a < least:
-            raise invalid(f"{name}[{i}]", f"must be >= {least}, got {a}")
-    return v
-
-
-def pooled_sizes(in_sizes: tuple[int, ...], window: tuple[int, ...], strides: tuple[int, ...],
-                 dilations: tuple[int, ...], start: tuple[int, ...], end: tuple[int, ...]) -> tuple[int, ...]:
-    """The pages' output sizes (spatial axes), the window dilated."""
-    return tuple((i + s + e - ((k - 1) * d + 1)) // st + 1
-                 for i, k, st, d, s, e in zip(in_sizes, window, strides, dilations, start, end))
-
-
-def _strides5(t: TensorDesc | None) -> list[int]:
-    if t is None:
-        return [0] * 5
-    s = list(t.effective_strides)
-    return s[:2] + [0] * (5 - len(s)) + s[2:]
-
-
-def _three(values: tuple[int, ...], fill: int) -> list[int]:
-    return [fill] * (3 - len(values)) + list(values)
-
-
 def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) -> CompiledOperator:
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     x, y = desc.input_tensor, desc.output_tensor
@@ -184,12 +153,12 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) 
     for name, t in (("output_tensor", y), ("output_indices_tensor", ind)):
         if t is not None and t.dimension_count != x.dimension_count:
             raise invalid(f"{name}.sizes", f"dimension count must equal input_tensor's ({x.dimension_count})")
-    window = _array(desc, "window_size", n, -1, 1)
-    strides = _array(desc, "strides", n, 1, 1)
-    start = _array(desc, "start_padding", n, 0, 0)
-    end = _array(desc, "end_padding", n, 0, 0)
-    dil = _array(desc, "dilations", n, 1, 1) if hasattr(desc, "dilations") else (1,) * n
-    spatial = pooled_sizes(x.sizes[2:], window, strides, dil, start, end)
+    window = spatial_array(desc, "window_size", n, -1, 1)
+    strides = spatial_array(desc, "strides", n, 1, 1)
+    start = spatial_array(desc, "start_padding", n, 0, 0)
+    end = spatial_array(desc, "end_padding", n, 0, 0)
+    dil = spatial_array(desc, "dilations", n, 1, 1) if hasattr(desc, "dilations") else (1,) * n
+    spatial = output_sizes(x.sizes[2:], window, strides, dil, start, end)
     want = (*x.sizes[:2], *spatial)
     if any(s < 1 for s in spatial) or y.sizes != want:
         raise invalid("output_tensor.sizes", f"must be {want} (the pages' formula with the dilated window), got {y.sizes}")
@@ -200,11 +169,11 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) 
         check_no_overlap(ind.sizes, ind.effective_strides, "output_indices_tensor")
     fields = tuple(f for f, t in zip(support.fields, (x, y, ind)) if t is not None)
     check_addressable(fields, tuple(t for t in (x, y, ind) if t is not None))
-    out3 = _three(spatial, 1)
+    out3 = three(spatial, 1)
     total = y.element_count
     flags = (1 if not is_max and desc.include_padding else 0) | (2 if ind is not None else 0)
-    words = np.array([x.sizes[1], *_three(x.sizes[2:], 1), *out3, *_three(window, 1), *_three(strides, 1),
-                      *_three(dil, 1), *_three(start, 0), *_strides5(x), *_strides5(y), *_strides5(ind), flags,
+    words = np.array([x.sizes[1], *three(x.sizes[2:], 1), *out3, *three(window, 1), *three(strides, 1),
+                      *three(dil, 1), *three(start, 0), *strides5(x), *strides5(y), *strides5(ind), flags,
                       total, math.prod(out3), out3[1] * out3[2]], dtype=np.uint32)
     q8 = {DataType.INT8: "i8", DataType.UINT8: "u8"}.get(x.data_type)
     fam = contract.POOL_Q8 if q8 else contract.POOL
@@ -267,7 +236,7 @@ def max_pool(x: Any, window: Any, *, strides: Any = None, start_padding: Any = N
     def make(t: Tensor, a: dict[str, Any]) -> tuple[int, ...]:
         dil = as_int_tuple(dilations, "dilations") if dilations is not None else (1,) * len(a["window"])
         a["dilations"] = dil
-        return (*t.desc.sizes[:2], *pooled_sizes(t.desc.sizes[2:], a["window"], a["strides"], dil,
+        return (*t.desc.sizes[:2], *output_sizes(t.desc.sizes[2:], a["window"], a["strides"], dil,
                                                  a["start_padding"], a["end_padding"]))
 
     t, (dev, a, shape) = _pool(x, window, strides, start_padding, end_padding, out, device, make)
@@ -290,7 +259,7 @@ def avg_pool(x: Any, window: Any, *, strides: Any = None, start_padding: Any = N
     Operands and result as max_pool's."""
     def make(t: Tensor, a: dict[str, Any]) -> tuple[int, ...]:
         a["dilations"] = as_int_tuple(dilations, "dilations") if dilations is not None else (1,) * len(a["window"])
-        return (*t.desc.sizes[:2], *pooled_sizes(t.desc.sizes[2:], a["window"], a["strides"], a["dilations"],
+        return (*t.desc.sizes[:2], *output_sizes(t.desc.sizes[2:], a["window"], a["strides"], a["dilations"],
                                                  a["start_padding"], a["end_padding"]))
 
     t, (dev, a, shape) = _pool(x, window, strides, start_padding, end_padding, out, device, make)
