@@ -9,7 +9,8 @@ PYTEST_ARGS ?=
 all: test
 
 # Re-run the set-up when its inputs change; a warm tree skips straight through.
-$(STAMP): scripts/setup.sh scripts/kp-patch.sh $(wildcard scripts/kp-patches/*.patch) requirements-dev.txt pyproject.toml setup.py
+$(STAMP): scripts/setup.sh scripts/kp-patch.sh $(wildcard scripts/kp-patches/*.patch) requirements-dev.txt pyproject.toml setup.py \
+          scripts/ort-headers.sh $(wildcard native/ort_ep/*)
 	bash scripts/setup.sh
 	@touch $@
 
@@ -63,7 +64,7 @@ info: setup
 	$(VENV)/bin/kompute-dml info
 
 clean:
-	rm -rf kompute_dml/spirv build *.egg-info .pytest_cache .ruff_cache .mypy_cache benchmarks/out
+	rm -rf kompute_dml/spirv kompute_dml/ort/*.so build *.egg-info .pytest_cache .ruff_cache .mypy_cache benchmarks/out
 
 distclean: clean
 	rm -rf $(VENV) .cache

@@ -20,7 +20,7 @@ say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 # ---- 1. Debian packages -------------------------------------------------------
 DEB_PACKAGES=(libvulkan-dev libvulkan1 mesa-vulkan-drivers glslang-tools spirv-tools
               libfmt-dev pybind11-dev vulkan-validationlayers vulkan-tools
-              cmake g++ make patch python3-venv python3-dev)
+              cmake g++ make patch python3-venv python3-dev curl xz-utils)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -96,6 +96,13 @@ fi
 if ! "$PY" -c "import kompute_dml" 2>/dev/null || ! "$VENV/bin/kompute-dml" --help >/dev/null 2>&1; then  # (entry point moved: reinstall)
   say "installing kompute_dml in editable mode"
   "$PY" -m pip install -q --no-build-isolation --no-deps -e .
+fi
+# The onnxruntime plugin EP (native/ort_ep -> kompute_dml/ort/*.so), rebuilt when a source is newer
+# than the library; built only where onnxruntime's headers can be had (scripts/ort-headers.sh).
+ep_lib=$(ls kompute_dml/ort/libkompute_dml_ep*.so 2>/dev/null | head -1 || true)
+if [ -z "$ep_lib" ] || [ -n "$(find native/ort_ep setup.py -newer "$ep_lib" -type f 2>/dev/null)" ]; then
+  say "building the onnxruntime plugin EP (native/ort_ep)"
+  "$PY" setup.py -q build_ext --inplace || say "the plugin EP was not built: kompute_dml.ort is unavailable"
 fi
 # Always re-check the SPIR-V: cheap when nothing changed, rebuilds stale variants.
 "$PY" tools/build_spirv.py --quiet

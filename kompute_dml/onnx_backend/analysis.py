@@ -140,49 +140,14 @@ class GraphAnalysis:
         """Order the nodes into steps, each all-Vulkan or all-CPU, greedily making CPU
         sub-graphs maximal: while a kind has ready nodes, they are all taken."""
         g = self.graph
-        n = len(g.node)
-        producer: dict[str, int] = {}
-        for i, node in enumerate(g.node):
-            for o in node.output:
-                if o:
-                    producer[o] = i
-        users: list[list[int]] = [[] for _ in range(n)]
-        indeg = [0] * n
-        for i, node in enumerate(g.node):
-            deps = {producer[name] for name in _node_inputs(node) if name in producer and producer[name] != i}
-            indeg[i] = len(deps)
-            for d in deps:
-                users[d].append(i)
         targets = [t[0] for t in self._placement_static]
         kinds = [CPU if t == CPU else VULKAN for t in targets]  # host nodes are one-node steps too
-        ready: dict[str, list[int]] = {VULKAN: [], CPU: []}
-        for i in range(n):
-            if indeg[i] == 0:
-                heapq.heappush(ready[kinds[i]], i)
         steps: list[tuple[str, list[int]]] = []
-        done = 0
-        current = None
-        while ready[VULKAN] or ready[CPU]:
-            if current is None:
-                current = min((ready[k][0], k) for k in (VULKAN, CPU) if ready[k])[1]
-            elif not ready[current]:
-                current = CPU if current == VULKAN else VULKAN
-            batch: list[int] = []
-            while ready[current]:
-                i = heapq.heappop(ready[current])
-                batch.append(i)
-                for u in users[i]:
-                    indeg[u] -= 1
-                    if indeg[u] == 0:
-                        heapq.heappush(ready[kinds[u]], u)
-            done += len(batch)
-            if current == VULKAN:
-                steps.extend((targets[i], [i]) for i in batch)
+        for kind, run in kind_runs([(_node_inputs(node), list(node.output)) for node in g.node], kinds):
+            if kind == VULKAN:
+                steps.extend((targets[i], [i]) for i in run)
             else:
-                steps.append((CPU, batch))
-            current = CPU if current == VULKAN else VULKAN
-        if done != n:
-            raise ValueError("the graph has a cycle (or reads a value no node, input or initializer provides)")
+                steps.append((CPU, run))
         # CPU segments, and which of their values later steps (or the graph outputs) read.
         self.segments: list[CpuSegment] = []
         later_reads: set[str] = set(self.output_names)
@@ -213,6 +178,44 @@ class GraphAnalysis:
             if name not in keep:
                 self._free_after[s].append(name)
         return plan
+
+
+def kind_runs(nodes: list[tuple[list[str], list[str]]], kinds: list[str]) -> list[tuple[str, list[int]]]:
+    """The nodes ((inputs, outputs) each) in a topological order made of runs of one kind each,
+    greedily maximal: while a kind has ready nodes they are all taken, so no value a run reads
+    is made by a later run, and no path between two nodes of a run leaves it. ValueError on a cycle."""
+    n = len(nodes)
+    producer = {o: i for i, (_, outs) in enumerate(nodes) for o in outs if o}
+    users: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for i, (ins, _) in enumerate(nodes):
+        deps = {producer[name] for name in ins if name in producer and producer[name] != i}
+        indeg[i] = len(deps)
+        for d in deps:
+            users[d].append(i)
+    ready: dict[str, list[int]] = {k: [] for k in set(kinds)}
+    for i in range(n):
+        if indeg[i] == 0:
+            heapq.heappush(ready[kinds[i]], i)
+    runs: list[tuple[str, list[int]]] = []
+    current = None
+    while any(ready.values()):
+        if current is None or not ready[current]:
+            current = min((heap[0], k) for k, heap in ready.items() if heap)[1]
+        run: list[int] = []
+        while ready[current]:
+            i = heapq.heappop(ready[current])
+            run.append(i)
+            for u in users[i]:
+                indeg[u] -= 1
+                if indeg[u] == 0:
+                    heapq.heappush(ready[kinds[u]], u)
+        runs.append((current, run))
+        others = [k for k, heap in ready.items() if heap and k != current]
+        current = others[0] if others else current
+    if sum(len(r) for _, r in runs) != n:
+        raise ValueError("the graph has a cycle (or reads a value no node, input or initializer provides)")
+    return runs
 
 
 class _NodeTypes:

@@ -1,0 +1,236 @@
+"""kompute_dml as an onnxruntime plugin execution provider (kompute_dml/ort, native/ort_ep):
+registration and devices, what it claims (the backend's placement) and how ORT partitions the
+rest, outputs against onnxruntime's CPU provider and bit for bit against Backend.run where the
+graph is the same (graph optimizations off), provider options and their errors, several
+sessions and threads, a C++ host, and the transformer families end to end."""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import kompute_dml.ort as kort  # noqa: E402
+from kompute_dml.onnx_backend import CPU, Backend  # noqa: E402
+
+try:
+    kort.get_library_path()
+except FileNotFoundError as e:  # built without onnxruntime's headers (no network at set-up)
+    pytest.skip(str(e), allow_module_level=True)
+
+ROOT = Path(__file__).resolve().parent.parent
+RNG = np.random.default_rng(7)
+W1 = RNG.standard_normal((8, 8)).astype(np.float32)
+W2 = RNG.standard_normal((8, 4)).astype(np.float32)
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=9).SerializeToString()
+
+
+def _float(name, dims):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
+
+
+# MatMul -> Hardmax (no kompute_dml operator) -> Add -> MatMul: two device groups around a CPU node
+SPLIT = _model([helper.make_node("MatMul", ["x", "W1"], ["y"], name="mm1"),
+                helper.make_node("Hardmax", ["y"], ["h"], name="hardmax"),
+                helper.make_node("Add", ["h", "y"], ["s"], name="add"),
+                helper.make_node("MatMul", ["s", "W2"], ["out"], name="mm2")],
+               [_float("x", ["N", 8])], [_float("out", ["N", 4])],
+               [numpy_helper.from_array(W1, "W1"), numpy_helper.from_array(W2, "W2")])
+# two outputs (listed in the other order than made), one of them the relu
+CHAIN = _model([helper.make_node("MatMul", ["x", "W1"], ["y"]), helper.make_node("Relu", ["y"], ["r"]),
+                helper.make_node("Sigmoid", ["r"], ["s"]), helper.make_node("MatMul", ["s", "W2"], ["out"])],
+               [_float("x", ["N", 8])], [_float("out", ["N", 4]), _float("r", ["N", 8])],
+               [numpy_helper.from_array(W1, "W1"), numpy_helper.from_array(W2, "W2")])
+
+
+def _session(model, optimize=True, enable_fallback=0, **provider_options):
+    opts = kort.session_options(**provider_options)
+    opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    if not optimize:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model, sess_options=opts, enable_fallback=enable_fallback)
+
+
+def _assigned(sess) -> dict[str, list[list[str]]]:
+    out = collections.defaultdict(list)
+    for sub in sess.get_provider_graph_assignment_info():
+        out[sub.ep_name].append([n.name for n in sub.get_nodes()])
+    return out
+
+
+def _cpu(model, feeds):
+    return ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_registration_offers_one_device_per_vulkan_device():
+    ours = kort.ep_devices()
+    kort.register()  # a second call is a no-op, not onnxruntime's "already registered"
+    assert len(kort.ep_devices()) == len(ours)
+    import kompute_dml
+
+    assert sorted(d.ep_metadata[kort.plugin.METADATA_DEVICE] for d in ours) == [
+        str(d["index"]) for d in kompute_dml.list_devices()]
+    assert all(d.ep_name == kort.get_ep_name() == "KomputeDmlExecutionProvider" for d in ours)
+    assert Path(kort.get_library_path()).is_file()
+
+
+def test_unsupported_node_is_left_to_the_cpu_and_the_rest_is_claimed_in_two_groups():
+    sess = _session(SPLIT, optimize=False)
+    assert sess.get_providers()[0] == kort.get_ep_name()
+    groups = _assigned(sess)
+    assert sorted(map(sorted, groups[kort.get_ep_name()])) == [["add", "mm2"], ["mm1"]]
+    assert groups["CPUExecutionProvider"] == [["hardmax"]]
+    for n in (1, 5):
+        x = RNG.standard_normal((n, 8)).astype(np.float32)
+        (got,), (want,) = sess.run(None, {"x": x}), _cpu(SPLIT, {"x": x})
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("optimize", [False, True])
+def test_outputs_equal_backend_run_bit_for_bit(optimize):
+    sess = _session(CHAIN, optimize=optimize)
+    assert [len(g) for g in _assigned(sess)[kort.get_ep_name()]] == [4]  # one sub-graph, all of it
+    rep = Backend.prepare(CHAIN)
+    for n in (1, 3, 17):  # a new batch size is a new shape for the same compiled sub-graph
+        x = RNG.standard_normal((n, 8)).astype(np.float32)
+        got, want = sess.run(None, {"x": x}), rep.run({"x": x})
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
+        for g, w in zip(got, _cpu(CHAIN, {"x": x})):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_integer_and_boolean_values_cross_the_boundary():
+    # Cast to int32 and a comparison on the device; the bool output and the int output come back
+    model = _model([helper.make_node("Cast", ["x"], ["i"], to=TensorProto.INT32),
+                    helper.make_node("Greater", ["x", "t"], ["b"]),
+                    helper.make_node("Add", ["i", "i"], ["i2"])],
+                   [_float("x", [4, 3]), _float("t", [3])],
+                   [helper.make_tensor_value_info("i2", TensorProto.INT32, [4, 3]),
+                    helper.make_tensor_value_info("b", TensorProto.BOOL, [4, 3])])
+    sess = _session(model, optimize=False)
+    feeds = {"x": (RNG.standard_normal((4, 3)) * 50).astype(np.float32), "t": np.zeros(3, np.float32)}
+    for g, w in zip(sess.run(None, feeds), _cpu(model, feeds)):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"bogus": "1"}, "'bogus'"),
+    ({"device_index": "99"}, "device_index"),
+    ({"device_index": "one"}, "device_index"),
+    ({"allow_half_precision": "maybe"}, "allow_half_precision"),
+    ({"feature_level": "FL_9_9"}, "feature_level"),
+])
+def test_bad_provider_option_is_an_onnxruntime_error_naming_it(options, field):
+    with pytest.raises(Exception, match=field) as info:
+        _session(CHAIN, **options)
+    assert "INVALID_ARGUMENT" in str(info.value)
+    # nothing is left broken: a good session still runs
+    x = np.ones((2, 8), np.float32)
+    np.testing.assert_array_equal(_session(CHAIN).run(None, {"x": x})[0], Backend.prepare(CHAIN).run({"x": x})[0])
+
+
+def test_provider_options_reach_the_backend():
+    sess = _session(CHAIN, optimize=False, exclude_ops="Sigmoid", allow_half_precision=1)
+    groups = _assigned(sess)
+    assert groups["CPUExecutionProvider"] == [[n.name for n in onnx.load_from_string(CHAIN).graph.node
+                                               if n.op_type == "Sigmoid"]]
+    x = RNG.standard_normal((2, 8)).astype(np.float32)
+    for g, w in zip(sess.run(None, {"x": x}), _cpu(CHAIN, {"x": x})):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_sessions_and_threads_at_once_and_teardown():
+    sessions = [_session(CHAIN), _session(SPLIT)]
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            rng = np.random.default_rng(k)
+            for _ in range(5):
+                model, sess = (CHAIN, sessions[0]) if k % 2 else (SPLIT, sessions[1])
+                x = rng.standard_normal((k + 1, 8)).astype(np.float32)
+                for g, w in zip(sess.run(None, {"x": x}), _cpu(model, {"x": x})):
+                    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    del sessions[0]  # one session gone, the other still runs
+    x = np.ones((1, 8), np.float32)
+    np.testing.assert_allclose(sessions[0].run(None, {"x": x})[0], _cpu(SPLIT, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_cpp_host_starts_its_own_interpreter(tmp_path):
+    """A C++ program with no Python in it registers the library and runs a model through it."""
+    include = ROOT / ".cache" / "ort-headers" / "include"
+    capi = Path(ort.__file__).parent / "capi"
+    libs = sorted(capi.glob("libonnxruntime.so*"))
+    if not include.is_dir() or not libs:
+        pytest.skip("needs onnxruntime's headers (.cache/ort-headers) and its shared library")
+    exe = tmp_path / "driver"
+    (tmp_path / "libonnxruntime.so.1").symlink_to(libs[0])  # the wheel ships only the versioned file
+    subprocess.run(["g++", "-std=c++17", "-O1", "-I", str(include), str(ROOT / "tests/native/ort_ep_driver.cc"),
+                    str(tmp_path / "libonnxruntime.so.1"), f"-Wl,-rpath,{tmp_path}", "-o", str(exe)], check=True)
+    (tmp_path / "m.onnx").write_bytes(CHAIN)
+    x = RNG.standard_normal((3, 8)).astype(np.float32)
+    x.tofile(tmp_path / "x.raw")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    run = subprocess.run([str(exe), kort.get_library_path(), str(tmp_path / "m.onnx"), "x", str(tmp_path / "x.raw"),
+                          "3", "8", "--", str(tmp_path / "out.raw")], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "device KomputeDmlExecutionProvider" in run.stdout and "output 3 4" in run.stdout
+    got = np.fromfile(tmp_path / "out.raw", np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(got, Backend.prepare(CHAIN).run({"x": x})[0])
+    assert sys.executable  # the test's own interpreter was not involved in the driver's process
+
+
+FAMILY_PARAMS = [pytest.param("distilbert-int8"), pytest.param("vit"),
+                 *(pytest.param(n, marks=pytest.mark.slow) for n in
+                   ("roberta-int8", "bert-fp32-fused", "gpt2", "llama", "whisper-encoder", "resnet18"))]
+
+
+@pytest.mark.parametrize("name", FAMILY_PARAMS)
+def test_family_through_the_ep_matches_backend_run_and_claims_its_device_nodes(name):
+    pytest.importorskip("torch", reason="torch (requirements-model.txt) exports the models")
+    pytest.importorskip("transformers", reason="transformers (requirements-model.txt) defines the models")
+    from kompute_dml.bench import families
+
+    pytest.importorskip(families.FAMILIES[name].requires, reason="it defines the architecture")
+    path = str(families.build(name, "tiny"))
+    model = Path(path).read_bytes()
+    rep = Backend.prepare(path)
+    sess = _session(model, optimize=False)
+    on_cpu = {n for names in _assigned(sess).get("CPUExecutionProvider", []) for n in names}
+    want_cpu = {p.name for p in rep.placement if p.target == CPU}
+    assert on_cpu == want_cpu, (on_cpu, rep.summary())
+    for batch, seq in ((1, 9), (3, 17)):
+        feeds = families.feeds(name, batch, seq, np.random.default_rng(batch))
+        (got,), (want,) = sess.run(None, feeds), rep.run(feeds)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        if not want_cpu:  # the same graph on the same operators: the same bits
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
