@@ -105,3 +105,33 @@ def test_bool_outputs_come_back_to_the_host(rng):
     assert isinstance(g, np.ndarray) and g.dtype == np.bool_ and isinstance(s, kdml.Tensor)
     np.testing.assert_array_equal(g, x > y)
     np.testing.assert_array_equal(s.numpy(), x + y)
+
+
+@pytest.mark.parametrize("node_by_node", [False, True])
+def test_host_outputs_are_written_into_the_callers_arrays(node_by_node):
+    """BackendRep.run(out=...): each host tensor output lands in the array the caller hands out
+    (an execution provider's own output buffers), bool outputs included as copies."""
+    nodes = [n("MatMul", ["x", "w"], ["y"]), n("Relu", ["y"], ["r"]), n("Greater", ["y", "zero"], ["pos"])]
+    w = np.arange(12, dtype=np.float32).reshape(4, 3) - 5
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.zeros(3, np.float32), "zero")]
+    if node_by_node:  # a node with no kompute_dml operator sends the run node by node
+        nodes.append(n("Hardmax", ["y"], ["h"]))
+    outs = [vi("r", T.FLOAT, ["b", 3]), vi("pos", T.BOOL, ["b", 3]), vi("y", T.FLOAT, ["b", 3])]
+    if node_by_node:
+        outs.append(vi("h", T.FLOAT, ["b", 3]))
+    rep = Backend.prepare(_model(nodes, [vi("x", T.FLOAT, ["b", 4])], outs, inits))
+    x = np.random.default_rng(3).standard_normal((5, 4)).astype(np.float32)
+    want = rep.run({"x": x})
+    given: dict[int, np.ndarray] = {}
+
+    def out(k, shape, dtype):
+        given[k] = np.full(shape, np.nan, dtype)
+        return given[k]
+
+    got = rep.run({"x": x}, out=out)
+    assert set(given) == ({0, 2, 3} if node_by_node else {0, 2})  # every float output, no bool one
+    for k, (g, w_) in enumerate(zip(got, want)):
+        if k in given:
+            assert g is given[k]
+        assert g.dtype == w_.dtype
+        np.testing.assert_array_equal(g, w_)

@@ -31,7 +31,7 @@ import numpy as np
 import kompute_dml as kdml
 
 from ..runtime.staging import host_copy
-from .handlers_values import BOOL, dml_numpy, is_packed
+from .handlers_values import BOOL, OutputArrays, dml_numpy, into, is_packed
 from .plan_context import PlanContext, _block
 from .siblings import prepare_siblings
 from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_dtype, _value_shape, at_node
@@ -230,9 +230,11 @@ class GraphPlan:
                 for name, part in self.device_inputs:
                     kdml.copy(feeds[name].tensor, out=part)
 
-    def run(self, feeds: dict[str, Any], stats: RunStats, on_device: bool = False) -> list[Any]:
-        """The outputs in order: host arrays, or (`on_device`) new Tensors copied from the
-        plan's buffers on the device (one submission), which later runs leave alone."""
+    def run(self, feeds: dict[str, Any], stats: RunStats, on_device: bool = False,
+            out: OutputArrays | None = None) -> list[Any]:
+        """The outputs in order: host arrays (in `out`'s where given: BackendRep.run), or
+        (`on_device`) new Tensors copied from the plan's buffers on the device (one
+        submission), which later runs leave alone."""
         if self._inputs_written:  # the first run's: written while planning, maybe read already
             self._inputs_written = False
         else:
@@ -255,7 +257,13 @@ class GraphPlan:
         for k, (_name, v) in enumerate(self.outputs):
             if isinstance(v, DeviceValue):
                 at = self._out_at.get(k)
-                if k in self._staged:  # past PROGRAM_OUT_BYTES: through the staging ring
+                if out is not None and v.dtype != BOOL:  # straight into the caller's array
+                    arr = out(k, v.shape, v.tensor.dtype)
+                    if at is None:
+                        v.tensor.numpy(out=arr.reshape(v.tensor.desc.sizes))
+                    else:
+                        host_copy(arr.reshape(-1).view(np.uint8), self._out[at:at + v.tensor.nbytes])
+                elif k in self._staged:  # past PROGRAM_OUT_BYTES: through the staging ring
                     arr = self._result_array(k, v.shape, v.tensor.dtype)
                     v.tensor.numpy(out=arr.reshape(v.tensor.desc.sizes))
                 elif at is None:
@@ -268,7 +276,7 @@ class GraphPlan:
             elif isinstance(v, list):
                 results.append([np.array(e, copy=True) for e in v])
             else:
-                results.append(v if v is None else np.array(v, copy=True))
+                results.append(v if v is None else into(out, k, v) if out is not None else np.array(v, copy=True))
         return results
 
     def _device_results(self) -> list[Any]:

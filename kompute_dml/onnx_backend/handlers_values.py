@@ -9,6 +9,7 @@ transposed value: a copy)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -321,3 +322,16 @@ VALUE_HANDLERS = {
     "Transpose": _h_transpose,
     "Expand": _h_expand,
 }
+
+
+# BackendRep.run's `out`: (output index, shape, dtype) -> the array the caller wants it in
+OutputArrays = Callable[[int, tuple[int, ...], np.dtype], np.ndarray]
+
+
+def into(out: OutputArrays | None, k: int, value: Any) -> Any:
+    """A host result copied into out's array k (a tensor of a type the caller takes); as it is otherwise."""
+    if out is None or not isinstance(value, np.ndarray) or value.dtype == BOOL:
+        return value
+    arr = out(k, value.shape, value.dtype)
+    np.copyto(arr, value, casting="no")
+    return arr

@@ -25,6 +25,7 @@ from .fold import fold_constants, fold_summary
 from .fusions import Fusion, Fusions, find_fusions
 from .graph import _densify
 from .handlers import HANDLERS
+from .handlers_values import OutputArrays, into
 from .product_groups import find_groups
 from .run_state import RunState
 from .transfers import ValueTransfers
@@ -185,17 +186,22 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         """Raise ValueError (naming the input) if `inputs` cannot be fed to this model."""
         self._normalize_inputs(inputs)
 
-    def run(self, inputs: Any, *, cast: bool = False, device_outputs: bool = False) -> Any:  # type: ignore[override]
+    def run(self, inputs: Any, *, cast: bool = False, device_outputs: bool = False,  # type: ignore[override]
+            out: OutputArrays | None = None) -> Any:
         """Run the model (one run at a time per prepared model: device buffers are reused).
         Inputs may be kompute_dml Tensors on the model's device: fed without a host round trip.
         `cast=True`: host inputs of another element type are converted to the declared one
         (numpy's astype) instead of refused where the conversion would change values.
         `device_outputs=True`: tensor outputs stay on the device, as new kdml.Tensors that no
-        later run changes (onnxruntime's IO binding); bool outputs come back as host arrays."""
+        later run changes (onnxruntime's IO binding); bool outputs come back as host arrays.
+        `out(k, shape, dtype)`: where host output k goes, an array of that shape and type the
+        caller provides (an execution provider's output buffer): read into it directly where
+        the device result allows, copied into it otherwise; what it returns is the output."""
         with self.state.lock:
-            return self._run(inputs, cast, device_outputs)
+            return self._run(inputs, cast, device_outputs, out)
 
-    def _run(self, inputs: Any, cast: bool = False, device_outputs: bool = False) -> Any:
+    def _run(self, inputs: Any, cast: bool = False, device_outputs: bool = False,
+             out: OutputArrays | None = None) -> Any:
         stats = RunStats()
         self.state.last_run = stats
         t0 = time.perf_counter()
@@ -206,7 +212,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         plan = self._plan_for(feeds, stats) if self.graph_mode and not self.state.node_by_node else None
         if plan is not None:
             tv = time.perf_counter()
-            results = plan.run(feeds, stats, device_outputs)
+            results = plan.run(feeds, stats, device_outputs, out)
             stats.vulkan_seconds += time.perf_counter() - tv
             stats.total_seconds = time.perf_counter() - t0
             return self._outputs_type(*results)
@@ -250,6 +256,8 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                 results = [device_result(lookup(n), self.device) for n in self.output_names]
         else:
             results = [self.host(lookup(n), stats) for n in self.output_names]
+            if out is not None:
+                results = [into(out, k, r) for k, r in enumerate(results)]
         stats.total_seconds = time.perf_counter() - t0
         return self._outputs_type(*results)
 

@@ -145,14 +145,22 @@ class Kernel:
     def __init__(self, name: str, rep: Any, inputs: list[str], outputs: list[str]) -> None:
         self.name, self.rep, self.inputs = name, rep, inputs
         self._order = [rep.output_names.index(o) for o in outputs]  # ORT's output order in the rep's
+        self._ort_index = {k: i for i, k in enumerate(self._order)}
         self._dtypes: dict[int, np.dtype] = {}
 
-    def run(self, inputs: list[tuple[memoryview, int, tuple[int, ...]]]) -> list[np.ndarray]:
+    def run(self, inputs: list[tuple[memoryview, int, tuple[int, ...]]], alloc: Any) -> list[np.ndarray]:
+        """`alloc(i, shape)`: ORT's output i, allocated, as a writable memoryview (ep_main.cc)."""
         feeds = {}
         for name, (data, elem_type, shape) in zip(self.inputs, inputs):
             dtype = self._dtypes.get(elem_type)
             if dtype is None:
                 dtype = self._dtypes[elem_type] = _np_dtype(elem_type)
             feeds[name] = np.frombuffer(data, dtype=dtype).reshape(shape)
-        results = self.rep.run(feeds)
+        def out(k: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+            view = alloc(self._ort_index[k], shape)
+            if view.nbytes != int(np.prod(shape)) * np.dtype(dtype).itemsize:
+                raise TypeError(f"output {k}: onnxruntime's type is not {np.dtype(dtype)}")
+            return np.frombuffer(view, dtype=dtype).reshape(shape)
+
+        results = self.rep.run(feeds, out=out)
         return [np.ascontiguousarray(results[i]) for i in self._order]

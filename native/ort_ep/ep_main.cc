@@ -70,6 +70,45 @@ OrtKeyValuePairs* kv_pairs(PyObject* dict) {
   return kv;
 }
 
+// The output buffers of one Compute call, handed to Python as `alloc(index, shape)`, which
+// allocates ORT's output and returns a writable view of it, so the backend reads its results
+// straight into ORT's memory (BackendRep.run's `out`).
+struct OutputSink {
+  OrtKernelContext* ctx;
+  std::vector<void*> data;
+};
+
+PyObject* alloc_output(PyObject* self, PyObject* args) {
+  auto* sink = static_cast<OutputSink*>(PyCapsule_GetPointer(self, "kdml.sink"));
+  Py_ssize_t index = 0;
+  PyObject* shape = nullptr;
+  if (sink == nullptr || !PyArg_ParseTuple(args, "nO", &index, &shape)) return nullptr;
+  if (index < 0 || static_cast<size_t>(index) >= sink->data.size()) {
+    PyErr_SetString(PyExc_IndexError, "output index");
+    return nullptr;
+  }
+  Ref seq(PySequence_Fast(shape, "shape must be a sequence"));
+  if (!seq) return nullptr;
+  std::vector<int64_t> dims;
+  for (Py_ssize_t d = 0; d < PySequence_Fast_GET_SIZE(seq.p); ++d) {
+    dims.push_back(PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq.p, d)));
+    if (PyErr_Occurred()) return nullptr;
+  }
+  OrtValue* out = nullptr;
+  void* dst = nullptr;
+  size_t nbytes = 0;
+  if (OrtStatus* st = ort->KernelContext_GetOutput(sink->ctx, static_cast<size_t>(index), dims.data(), dims.size(), &out))
+    return raise_ort(st);
+  if (OrtStatus* st = ort->GetTensorMutableData(out, &dst)) return raise_ort(st);
+  if (OrtStatus* st = ort->GetTensorSizeInBytes(out, &nbytes)) return raise_ort(st);
+  static char empty[8];
+  sink->data[static_cast<size_t>(index)] = dst;
+  return PyMemoryView_FromMemory(dst != nullptr ? static_cast<char*>(dst) : empty, static_cast<Py_ssize_t>(nbytes),
+                                 PyBUF_WRITE);
+}
+
+PyMethodDef alloc_def = {"alloc", alloc_output, METH_VARARGS, "ORT's output buffer `index` of `shape`"};
+
 struct Kernel : OrtNodeComputeInfo {
   PyObject* py;  // kompute_dml.ort.plugin.Kernel
   explicit Kernel(PyObject* k) : OrtNodeComputeInfo{}, py(k) {
@@ -108,7 +147,11 @@ struct Kernel : OrtNodeComputeInfo {
       if (item == nullptr) return status_from_python("compute");
       PyList_SET_ITEM(inputs.p, static_cast<Py_ssize_t>(i), item);
     }
-    Ref outs(PyObject_CallMethod(self->py, "run", "O", inputs.p));
+    OutputSink sink{ctx, std::vector<void*>(nout, nullptr)};
+    Ref capsule(PyCapsule_New(&sink, "kdml.sink", nullptr));
+    Ref alloc(capsule ? PyCFunction_New(&alloc_def, capsule.p) : nullptr);
+    if (!alloc) return status_from_python("compute");
+    Ref outs(PyObject_CallMethod(self->py, "run", "OO", inputs.p, alloc.p));
     if (!outs) return status_from_python("run");
     if (!PyList_Check(outs.p) || static_cast<size_t>(PyList_GET_SIZE(outs.p)) != nout)
       return ort->CreateStatus(ORT_EP_FAIL, "kompute_dml EP run: wrong number of outputs");
@@ -116,6 +159,10 @@ struct Kernel : OrtNodeComputeInfo {
       Py_buffer buf;
       if (PyObject_GetBuffer(PyList_GET_ITEM(outs.p, i), &buf, PyBUF_C_CONTIGUOUS | PyBUF_ND) != 0)
         return status_from_python("output");
+      if (sink.data[i] != nullptr && sink.data[i] == buf.buf) {  // written in place through alloc
+        PyBuffer_Release(&buf);
+        continue;
+      }
       std::vector<int64_t> dims(buf.shape, buf.shape + buf.ndim);
       OrtValue* out = nullptr;
       OrtStatus* st = ort->KernelContext_GetOutput(ctx, i, dims.data(), dims.size(), &out);
