@@ -180,27 +180,35 @@ def test_sessions_and_threads_at_once_and_teardown():
     np.testing.assert_allclose(sessions[0].run(None, {"x": x})[0], _cpu(SPLIT, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
-def test_cpp_host_starts_its_own_interpreter(tmp_path):
-    """A C++ program with no Python in it registers the library and runs a model through it."""
+def cpp_driver(tmp_path: Path) -> Path:
+    """tests/native/ort_ep_driver.cc built against the wheel's libonnxruntime (skip without headers)."""
     include = ROOT / ".cache" / "ort-headers" / "include"
-    capi = Path(ort.__file__).parent / "capi"
-    libs = sorted(capi.glob("libonnxruntime.so*"))
+    libs = sorted((Path(ort.__file__).parent / "capi").glob("libonnxruntime.so*"))
     if not include.is_dir() or not libs:
         pytest.skip("needs onnxruntime's headers (.cache/ort-headers) and its shared library")
     exe = tmp_path / "driver"
     (tmp_path / "libonnxruntime.so.1").symlink_to(libs[0])  # the wheel ships only the versioned file
     subprocess.run(["g++", "-std=c++17", "-O1", "-I", str(include), str(ROOT / "tests/native/ort_ep_driver.cc"),
                     str(tmp_path / "libonnxruntime.so.1"), f"-Wl,-rpath,{tmp_path}", "-o", str(exe)], check=True)
+    return exe
+
+
+def run_cpp_driver(exe: Path, library: str, tmp_path: Path) -> None:
+    """The driver runs CHAIN through the EP library from C++; its output equals Backend.run's."""
     (tmp_path / "m.onnx").write_bytes(CHAIN)
     x = RNG.standard_normal((3, 8)).astype(np.float32)
     x.tofile(tmp_path / "x.raw")
-    run = subprocess.run([str(exe), kort.get_library_path(), str(tmp_path / "m.onnx"), "x", str(tmp_path / "x.raw"),
-                          "3", "8", "--", str(tmp_path / "out.raw")], capture_output=True, text=True,
-                         timeout=300)
+    run = subprocess.run([str(exe), library, str(tmp_path / "m.onnx"), "x", str(tmp_path / "x.raw"),
+                          "3", "8", "--", str(tmp_path / "out.raw")], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "device KomputeDmlExecutionProvider" in run.stdout and "output 3 4" in run.stdout
     got = np.fromfile(tmp_path / "out.raw", np.float32).reshape(3, 4)
     np.testing.assert_array_equal(got, Backend.prepare(CHAIN).run({"x": x})[0])
+
+
+def test_cpp_host_starts_its_own_interpreter(tmp_path):
+    """A C++ program with no Python in it registers the library and runs a model through it."""
+    run_cpp_driver(cpp_driver(tmp_path), kort.get_library_path(), tmp_path)
 
 
 FAMILY_PARAMS = [pytest.param("distilbert-int8"), pytest.param("vit"),
