@@ -238,3 +238,27 @@ def test_family_through_the_ep_matches_backend_run_and_claims_its_device_nodes(n
             np.testing.assert_array_equal(got, want)
         else:
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_providers_list_selects_the_ep_with_its_options():
+    """onnxruntime 1.31 takes a registered plugin EP by name in `providers=`, options included."""
+    kort.register()
+    sess = ort.InferenceSession(CHAIN, providers=[(kort.get_ep_name(), {"exclude_ops": "Relu"}), "CPUExecutionProvider"],
+                                enable_fallback=0)
+    assert sess.get_providers()[0] == kort.get_ep_name()
+    x = RNG.standard_normal((2, 8)).astype(np.float32)
+    for g, w in zip(sess.run(None, {"x": x}), _cpu(CHAIN, {"x": x})):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_profiler_times_the_eps_sub_graphs(tmp_path):
+    import json
+
+    opts = kort.session_options()
+    opts.enable_profiling = True
+    opts.profile_file_prefix = str(tmp_path / "prof")
+    sess = ort.InferenceSession(SPLIT, sess_options=opts, enable_fallback=0)
+    sess.run(None, {"x": np.ones((2, 8), np.float32)})
+    events = [e for e in json.loads(Path(sess.end_profiling()).read_text()) if e.get("cat") == "Node"]
+    ours = [e for e in events if e.get("args", {}).get("provider") == kort.get_ep_name()]
+    assert len({e["name"] for e in ours}) == 2 and all(e["dur"] >= 0 for e in ours)  # both sub-graphs, timed
