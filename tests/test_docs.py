@@ -23,6 +23,18 @@ def test_readme_names_the_commands():
     assert "make test" in text and "make bench" in text
 
 
+def _write_model(path: Path) -> None:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    w = onnx.numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3) - 6, "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "doc",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+
+
 def _python_blocks() -> list[tuple[str, int, str]]:
     blocks = []
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
@@ -34,7 +46,9 @@ def _python_blocks() -> list[tuple[str, int, str]]:
 @pytest.mark.parametrize("where,k,code", _python_blocks(), ids=lambda v: str(v) if not isinstance(v, str) or "\n" not in v else "")
 def test_every_python_block_of_the_docs_runs(where, k, code, tmp_path):
     """README.md's and docs/*.md's python blocks are real code: each runs as it stands, in a fresh
-    process in an empty directory."""
+    process in a directory holding only a `model.onnx` (input x: float32 [batch, 4], output y), the
+    file the onnxruntime snippets open."""
+    _write_model(tmp_path / "model.onnx")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert res.returncode == 0, f"{where} block {k}:\n{res.stderr[-3000:]}"
 
