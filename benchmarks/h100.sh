@@ -2,7 +2,7 @@
 # Every H100 table of benchmarks/RESULTS.md, each command's stdout + stderr in OUTDIR/<name>.txt
 # (its exit status and seconds on the last line); a failing command does not stop the others.
 #
-#   bash benchmarks/h100.sh OUTDIR [1|2|3]   # from the repository's root; no part: all
+#   bash benchmarks/h100.sh OUTDIR [1|2|3|4]   # from the repository's root; no part: all
 #
 # A part fits one 10-minute device call: each command runs under `timeout` (seconds below),
 # the limits of a part sum to at most 600 s (its device setup comes on top). MiniLM is left out (its weights are not offline).
@@ -43,4 +43,9 @@ if [ "$part" = 3 ] || [ "$part" = all ]; then
     run decoders 160 "$py" -m benchmarks.decoders --size small --prompt 128 --new 32
     run bench_conv 90 "$py" -m benchmarks.bench_conv --rounds 5 --n 20
     run cold_start 150 "$py" -m benchmarks.cold_start --family distilbert-int8 --processes 2 --settings "KDML_PIPELINE_THREADS=1;"
+fi
+if [ "$part" = 4 ] || [ "$part" = all ]; then
+    # the onnxruntime plugin EP (built in place first: the GPU machine has no venv)
+    run ort_ep_build 120 "$py" setup.py -q build_ext --inplace
+    run ort_ep 400 "$py" -m benchmarks.ort_ep --rounds 15
 fi
