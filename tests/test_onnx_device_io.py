@@ -135,3 +135,18 @@ def test_host_outputs_are_written_into_the_callers_arrays(node_by_node):
             assert g is given[k]
         assert g.dtype == w_.dtype
         np.testing.assert_array_equal(g, w_)
+
+
+def test_first_run_with_every_input_on_the_device():
+    """A model's very first run (the one that plans its program) with all its inputs on the device:
+    the plan copied its host inputs' staging (empty) over the whole input buffer, so the device
+    inputs read as zeros (fixed; before, only a later run was right)."""
+    nodes = [n("MatMul", ["x", "w"], ["y"]), n("Relu", ["y"], ["r"])]
+    w = np.arange(12, dtype=np.float32).reshape(4, 3) - 5
+    model = _model(nodes, [vi("x", T.FLOAT, ["b", 4])], [vi("r", T.FLOAT, ["b", 3])], [numpy_helper.from_array(w, "w")])
+    x = np.random.default_rng(4).standard_normal((5, 4)).astype(np.float32)
+    want = np.maximum(x.astype(np.float64) @ w, 0)
+    for device_outputs in (False, True):
+        rep = Backend.prepare(model)
+        (got,) = rep.run({"x": rep.device.tensor(x)}, device_outputs=device_outputs)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)

@@ -99,7 +99,8 @@ class GraphPlan:
                     self.inputs.append((name, total, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize))
                 descs.append((name, desc, total, shape, dtype))
                 total += -(-desc.byte_size // 16) * 16
-            host_total = host_total or total
+            if not on_device:  # the host inputs' bytes lead the buffer (0 where all are on the device)
+                host_total = total
         total = max(total, 16)
         # not zeroed: every run writes the inputs first, and nothing reads the padding; made on
         # kp's thread: a synchronous allocation waits for the driver while the plan's large ones
