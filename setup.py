@@ -44,7 +44,8 @@ def ep_extensions() -> list[Extension]:
     libpython = os.path.join(sysconfig.get_config_var("LIBDIR") or "", sysconfig.get_config_var("INSTSONAME") or "")
     src = "native/ort_ep"
     return [
-        Extension("kompute_dml.ort._ep", sources=[f"{src}/ep_main.cc", f"{src}/ep_graph.cc"], include_dirs=[include],
+        Extension("kompute_dml.ort._ep", sources=[f"{src}/{f}.cc" for f in ("ep_main", "ep_graph", "ep_kernel", "ep_memory")],
+                  include_dirs=[include],
                   extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden"], language="c++"),
         # the library onnxruntime loads: no libpython linked (loader.c says why)
         Extension("kompute_dml.ort.libkompute_dml_ep", sources=[f"{src}/loader.c"], include_dirs=[include],

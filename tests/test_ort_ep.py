@@ -55,8 +55,8 @@ CHAIN = _model([helper.make_node("MatMul", ["x", "W1"], ["y"]), helper.make_node
                [numpy_helper.from_array(W1, "W1"), numpy_helper.from_array(W2, "W2")])
 
 
-def _session(model, optimize=True, enable_fallback=0, **provider_options):
-    opts = kort.session_options(**provider_options)
+def _session(model, optimize=True, enable_fallback=0, device_memory=False, **provider_options):
+    opts = kort.session_options(device_memory=device_memory, **provider_options)
     opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     if not optimize:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -216,8 +216,9 @@ FAMILY_PARAMS = [pytest.param("distilbert-int8"), pytest.param("vit"),
                    ("roberta-int8", "bert-fp32-fused", "gpt2", "llama", "whisper-encoder", "resnet18"))]
 
 
+@pytest.mark.parametrize("device_memory", [False, True])
 @pytest.mark.parametrize("name", FAMILY_PARAMS)
-def test_family_through_the_ep_matches_backend_run_and_claims_its_device_nodes(name):
+def test_family_through_the_ep_matches_backend_run_and_claims_its_device_nodes(name, device_memory):
     pytest.importorskip("torch", reason="torch (requirements-model.txt) exports the models")
     pytest.importorskip("transformers", reason="transformers (requirements-model.txt) defines the models")
     from kompute_dml.bench import families
@@ -226,7 +227,7 @@ def test_family_through_the_ep_matches_backend_run_and_claims_its_device_nodes(n
     path = str(families.build(name, "tiny"))
     model = Path(path).read_bytes()
     rep = Backend.prepare(path)
-    sess = _session(model, optimize=False)
+    sess = _session(model, optimize=False, device_memory=device_memory)
     on_cpu = {n for names in _assigned(sess).get("CPUExecutionProvider", []) for n in names}
     want_cpu = {p.name for p in rep.placement if p.target == CPU}
     assert on_cpu == want_cpu, (on_cpu, rep.summary())
@@ -262,3 +263,42 @@ def test_profiler_times_the_eps_sub_graphs(tmp_path):
     events = [e for e in json.loads(Path(sess.end_profiling()).read_text()) if e.get("cat") == "Node"]
     ours = [e for e in events if e.get("args", {}).get("provider") == kort.get_ep_name()]
     assert len({e["name"] for e in ours}) == 2 and all(e["dur"] >= 0 for e in ours)  # both sub-graphs, timed
+
+
+# ---- the device-memory variant: inputs and outputs in device memory, onnxruntime's IO binding ----
+
+@pytest.mark.parametrize("model", ["CHAIN", "SPLIT"])
+def test_device_memory_variant_runs_numpy_feeds_through_its_copies(model):
+    """Plain sess.run with numpy feeds: onnxruntime copies them into the EP's device memory and
+    the outputs back (SPLIT: around the CPU node too), through the EP's data transfer."""
+    proto = globals()[model]
+    sess = _session(proto, optimize=False, device_memory=True)
+    assert sess.get_providers()[0] == kort.get_ep_name(device_memory=True)
+    rep = Backend.prepare(proto)
+    for n in (1, 6):
+        x = RNG.standard_normal((n, 8)).astype(np.float32)
+        for g, w in zip(sess.run(None, {"x": x}), rep.run({"x": x})):
+            np.testing.assert_array_equal(g, w)
+
+
+def test_io_binding_keeps_outputs_on_the_device_and_chains_sessions():
+    sess = _session(CHAIN, device_memory=True)
+    x = RNG.standard_normal((3, 8)).astype(np.float32)
+    rep = Backend.prepare(CHAIN)
+    want = rep.run({"x": x})
+    io = sess.io_binding()
+    io.bind_cpu_input("x", x)
+    io.bind_output("out", "gpu", 0)
+    io.bind_output("r", "gpu", 0)
+    sess.run_with_iobinding(io)
+    outs = io.get_outputs()
+    assert [o.device_name() for o in outs] != ["cpu", "cpu"] and [o.shape() for o in outs] == [[3, 4], [3, 8]]
+    for got, w in zip(io.copy_outputs_to_cpu(), want):
+        np.testing.assert_array_equal(got, w)
+    # the relu output, still on the device, feeds a second session without a host round trip
+    second = _session(CHAIN, device_memory=True)
+    io2 = second.io_binding()
+    io2.bind_ortvalue_input("x", outs[1])
+    io2.bind_output("out", "gpu", 0)
+    second.run_with_iobinding(io2)
+    np.testing.assert_array_equal(io2.copy_outputs_to_cpu()[0], rep.run({"x": want[1]})[0])

@@ -18,17 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from . import plugin
-from .plugin import EP_NAME, OPTIONS
+from .plugin import DEVICE_MEMORY_EP_NAME, EP_NAME, OPTIONS
 
-__all__ = ["EP_NAME", "OPTIONS", "ep_devices", "get_ep_name", "get_library_path", "register", "session_options"]
+__all__ = ["DEVICE_MEMORY_EP_NAME", "EP_NAME", "OPTIONS", "ep_devices", "get_ep_name", "get_library_path", "register", "session_options"]
 
 _HERE = Path(__file__).resolve().parent
 _LIBRARY = "libkompute_dml_ep"
 
 
-def get_ep_name() -> str:
-    """The execution provider's name (OrtEpDevice.ep_name)."""
-    return EP_NAME
+def get_ep_name(device_memory: bool = False) -> str:
+    """The execution provider's name (OrtEpDevice.ep_name); `device_memory`: its variant whose
+    inputs and outputs live in device memory (onnxruntime's IO binding keeps them on the GPU)."""
+    return DEVICE_MEMORY_EP_NAME if device_memory else EP_NAME
 
 
 def get_library_path() -> str:
@@ -53,20 +54,22 @@ def register() -> None:
         ort.register_execution_provider_library(EP_NAME, get_library_path())
 
 
-def ep_devices() -> list[Any]:
+def ep_devices(device_memory: bool = False) -> list[Any]:
     """onnxruntime's OrtEpDevices of this EP (one per Vulkan device), registering first."""
     import onnxruntime as ort
 
     register()
-    return [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
+    return [d for d in ort.get_ep_devices() if d.ep_name == get_ep_name(device_memory)]
 
 
-def session_options(options: Any = None, device: int | None = None, **provider_options: Any) -> Any:
-    """SessionOptions (new, or `options`) with this EP added for one Vulkan device (the first
-    offered when `device` is None) and the given provider options (OPTIONS)."""
+def session_options(options: Any = None, device: int | None = None, device_memory: bool = False,
+                    **provider_options: Any) -> Any:
+    """SessionOptions (new, or `options`) with this EP (its device-memory variant with
+    `device_memory`) added for one Vulkan device (the first offered when `device` is None) and
+    the given provider options (OPTIONS)."""
     import onnxruntime as ort
 
-    devices = ep_devices()
+    devices = ep_devices(device_memory)
     if device is not None:
         devices = [d for d in devices if d.ep_metadata.get(plugin.METADATA_DEVICE) == str(device)]
         if not devices:

@@ -25,6 +25,10 @@ from kompute_dml.onnx_backend.values import CPU
 from .graph import tensor_elem_types, to_model
 
 EP_NAME = "KomputeDmlExecutionProvider"
+# The same EP with its inputs and outputs in device memory: what onnxruntime's IO binding needs to
+# keep values on the GPU between runs and sessions (ep_memory.cc). The host-memory EP's runs take
+# one submission; this one's add onnxruntime's copies around each run for host-bound values.
+DEVICE_MEMORY_EP_NAME = "KomputeDmlDeviceMemoryExecutionProvider"
 # Provider options (SessionOptions.add_provider_for_devices(devices, {...}), or the ep_options
 # of an OrtEpDevice): name -> what it means.
 OPTIONS = {
@@ -43,15 +47,23 @@ def _np_dtype(elem_type: int) -> np.dtype:
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
 
 
-class Factory:
-    """One per registration of the library (onnxruntime.register_execution_provider_library)."""
+def factories(registered_name: str) -> list[Factory]:
+    """What one registration of the library offers: the EP with host-memory inputs and outputs,
+    and its device-memory variant."""
+    return [Factory(registered_name), Factory(registered_name, device_memory=True)]
 
-    ep_name = EP_NAME
+
+class Factory:
+    """One per registration of the library (onnxruntime.register_execution_provider_library) and
+    kind of memory."""
+
     vendor = "kompute_dml"
     version = kompute_dml.__version__
 
-    def __init__(self, registered_name: str) -> None:
+    def __init__(self, registered_name: str, device_memory: bool = False) -> None:
         self.registered_name = registered_name
+        self.device_memory = device_memory
+        self.ep_name = DEVICE_MEMORY_EP_NAME if device_memory else EP_NAME
 
     def devices(self, hardware: list[tuple[int, int, int, str, dict[str, str]]]) -> list[tuple[int, dict, dict]]:
         """(hardware index, metadata, default options) per Vulkan device offered. A Vulkan device
@@ -71,8 +83,26 @@ class Factory:
                 continue
             taken.add(match)
             meta = {METADATA_DEVICE: str(vk["index"]), "kdml.device_name": str(vk["name"])}
-            out.append((match, meta, {}))
+            out.append((match, meta, {}, int(vk["index"])))
         return out
+
+    # ---- the device-memory variant's memory (ep_memory.cc) ---------------------------------
+    def alloc(self, index: int, nbytes: int) -> Any:
+        """A Buffer of nbytes on Vulkan device `index` (None for an empty block)."""
+        return kompute_dml.Buffer(_kdml_device(f"VULKAN:{index}"), nbytes) if nbytes else None
+
+    def copy(self, pairs: list[tuple[Any, Any, int]]) -> None:
+        """onnxruntime's copies: (source, destination, bytes), each (Buffer, byte offset) in
+        device memory or a memoryview of host memory."""
+        for src, dst, nbytes in pairs:
+            if not nbytes:
+                continue
+            if isinstance(src, tuple) and isinstance(dst, tuple):
+                _device_copy(src[0], src[1], dst[0], dst[1], nbytes)
+            elif isinstance(dst, tuple):
+                dst[0].write(np.frombuffer(src, np.uint8, count=nbytes), dst[1])
+            else:
+                src[0].read_into(np.frombuffer(dst, np.uint8, count=nbytes), src[1])
 
     def create_ep(self, metadata: list[dict[str, str]], config: dict[str, str]) -> Ep:
         """The EP of one session; config holds the session's entries, provider options among
@@ -87,13 +117,14 @@ class Factory:
         index = options.get("device_index")
         if index is None:
             index = metadata[0].get(METADATA_DEVICE, "0") if metadata else "0"
-        return Ep(index, options)
+        return Ep(index, options, self.device_memory)
 
 
 class Ep:
     """The EP of one session: a Vulkan device and the backend options."""
 
-    def __init__(self, index: str, options: dict[str, str]) -> None:
+    def __init__(self, index: str, options: dict[str, str], device_memory: bool = False) -> None:
+        self.device_memory = device_memory
         try:
             idx = int(index)
         except ValueError:
@@ -136,16 +167,17 @@ class Ep:
     def compile(self, desc: dict[str, Any], fused_name: str, io: tuple[list[str], list[str]]) -> Kernel:
         model = to_model(desc)
         rep = Backend.prepare(model, kdml_device=self.device, **self.prepare_options)
-        return Kernel(fused_name, rep, list(io[0]), list(io[1]))
+        return Kernel(fused_name, rep, list(io[0]), list(io[1]), self.device_memory)
 
 
 class Kernel:
     """One compiled sub-graph: ORT's inputs (zero-copy views of its memory) in, numpy outputs out."""
 
-    def __init__(self, name: str, rep: Any, inputs: list[str], outputs: list[str]) -> None:
-        self.name, self.rep, self.inputs = name, rep, inputs
+    def __init__(self, name: str, rep: Any, inputs: list[str], outputs: list[str], device_memory: bool = False) -> None:
+        self.name, self.rep, self.inputs, self.device_memory = name, rep, inputs, device_memory
         self._order = [rep.output_names.index(o) for o in outputs]  # ORT's output order in the rep's
         self._ort_index = {k: i for i, k in enumerate(self._order)}
+        self._scalars = {k for k, name in enumerate(rep.output_names) if rep._declared_rank(name) == 0}
         self._dtypes: dict[int, np.dtype] = {}
 
     def run(self, inputs: list[tuple[memoryview, int, tuple[int, ...]]], alloc: Any) -> list[np.ndarray]:
@@ -155,7 +187,12 @@ class Kernel:
             dtype = self._dtypes.get(elem_type)
             if dtype is None:
                 dtype = self._dtypes[elem_type] = _np_dtype(elem_type)
-            feeds[name] = np.frombuffer(data, dtype=dtype).reshape(shape)
+            if isinstance(data, tuple) or data is None:
+                feeds[name] = self._device_input(data, dtype, shape)
+            else:
+                feeds[name] = np.frombuffer(data, dtype=dtype).reshape(shape)
+        if self.device_memory:
+            return self._run_on_device(feeds, alloc)
         def out(k: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
             view = alloc(self._ort_index[k], shape)
             if view.nbytes != int(np.prod(shape)) * np.dtype(dtype).itemsize:
@@ -164,3 +201,49 @@ class Kernel:
 
         results = self.rep.run(feeds, out=out)
         return [np.ascontiguousarray(results[i]) for i in self._order]
+
+    def _device_input(self, at: tuple[Any, int] | None, dtype: np.dtype, shape: tuple[int, ...]) -> Any:
+        """An input in device memory ((Buffer, offset)): a Tensor there where the model's device
+        holds it and DirectML has its type; read to the host otherwise (bool, rank 0, empty,
+        another device)."""
+        if at is None or int(np.prod(shape)) == 0:
+            return np.zeros(shape, dtype)
+        buffer, offset = at
+        if dtype in _DML_TYPES and shape and buffer.device is self.rep.device:
+            desc = kompute_dml.TensorDesc(kompute_dml.DataType.from_numpy(dtype), shape)
+            return kompute_dml.Tensor(buffer, desc, offset)
+        host = np.empty(shape, dtype)
+        buffer.read_into(host.reshape(-1).view(np.uint8), offset)
+        return host
+
+    def _run_on_device(self, feeds: dict[str, Any], alloc: Any) -> list[None]:
+        """Outputs left on the device and copied into onnxruntime's device buffers."""
+        results = self.rep.run(feeds, device_outputs=True)
+        for i, k in enumerate(self._order):
+            value = results[k]
+            if isinstance(value, kompute_dml.Tensor):
+                dst = alloc(i, () if k in self._scalars else tuple(value.shape))  # rank 0 comes back as (1,)
+                if isinstance(dst, tuple):
+                    _device_copy(value.buffer, value.offset, dst[0], dst[1], value.nbytes)
+                    continue
+                value = value.numpy()  # ORT put this output in host memory
+            else:
+                dst = alloc(i, np.shape(value))
+            raw = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+            if isinstance(dst, tuple):
+                dst[0].write(raw, dst[1])
+            elif dst is not None and raw.nbytes:
+                np.frombuffer(dst, np.uint8)[:] = raw
+        return [None] * len(self._order)
+
+
+_DML_TYPES = {np.dtype(t) for t in (np.float32, np.float16, np.uint32, np.uint16, np.uint8, np.int32, np.int16,
+                                    np.int8, np.float64, np.uint64, np.int64)}
+
+
+def _device_copy(src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None:
+    """nbytes from Buffer src at src_offset to Buffer dst at dst_offset, on the device."""
+    word = 4 if nbytes % 4 == 0 and src_offset % 4 == 0 and dst_offset % 4 == 0 else 1
+    dt = kompute_dml.DataType.UINT32 if word == 4 else kompute_dml.DataType.UINT8
+    desc = kompute_dml.TensorDesc(dt, (nbytes // word,))
+    kompute_dml.copy(kompute_dml.Tensor(src, desc, src_offset), out=kompute_dml.Tensor(dst, desc, dst_offset))

@@ -7,6 +7,7 @@
 
 #include <onnxruntime_c_api.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,34 @@ PyObject* describe_graph(const OrtGraph* graph, size_t max_initializer_bytes);
 OrtStatus* tensor_shape(const OrtValue* value, ONNXTensorElementDataType* elem_type, std::vector<int64_t>* dims);
 // dims as a Python tuple of ints (a new reference).
 PyObject* shape_tuple(const std::vector<int64_t>& dims);
+// An allocation of the device-memory variant (ep_memory.cc): its Buffer and the length of the
+// address range that stands for it.
+struct Block {
+  PyObject* buffer;  // a kompute_dml Buffer (None for an empty allocation)
+  size_t nbytes;
+};
+
+// The device memory of a factory offering it: memory infos per Vulkan device, allocators, the
+// data transfer, and how a value's data reaches Python (a Buffer, or a view of host memory).
+struct DeviceMemory {
+  PyObject* factory;  // kompute_dml.ort.plugin.Factory (alloc, copy)
+  std::map<int, OrtMemoryInfo*> infos;
+  explicit DeviceMemory(PyObject* factory_py);
+  ~DeviceMemory();
+  OrtStatus* add_to(OrtEpDevice* ep_device, int vulkan_index);
+  bool is_ours(const OrtMemoryDevice* device) const;
+  OrtStatus* create_allocator(const OrtMemoryInfo* info, OrtAllocator** out);
+  void release_allocator(OrtAllocator* allocator);
+  OrtDataTransferImpl* data_transfer();
+  // A new reference: (Buffer, byte offset) where the value is in this memory (None for an empty
+  // allocation), else a memoryview of the host memory.
+  PyObject* value_data(const OrtValue* value, void* data, size_t nbytes, bool writable) const;
+};
+
+// A compiled sub-graph's OrtNodeComputeInfo around its plugin.Kernel (ep_kernel.cc), and its release.
+OrtNodeComputeInfo* make_kernel(PyObject* kernel, const DeviceMemory* memory);
+void release_kernel(OrtNodeComputeInfo* info);
+
 // (input names, output names) of a node ("" for an absent optional one).
 PyObject* node_io(const OrtNode* node);
 // OrtNode pointers of a graph in the order describe_graph lists them.

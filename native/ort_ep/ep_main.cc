@@ -70,119 +70,6 @@ OrtKeyValuePairs* kv_pairs(PyObject* dict) {
   return kv;
 }
 
-// The output buffers of one Compute call, handed to Python as `alloc(index, shape)`, which
-// allocates ORT's output and returns a writable view of it, so the backend reads its results
-// straight into ORT's memory (BackendRep.run's `out`).
-struct OutputSink {
-  OrtKernelContext* ctx;
-  std::vector<void*> data;
-};
-
-PyObject* alloc_output(PyObject* self, PyObject* args) {
-  auto* sink = static_cast<OutputSink*>(PyCapsule_GetPointer(self, "kdml.sink"));
-  Py_ssize_t index = 0;
-  PyObject* shape = nullptr;
-  if (sink == nullptr || !PyArg_ParseTuple(args, "nO", &index, &shape)) return nullptr;
-  if (index < 0 || static_cast<size_t>(index) >= sink->data.size()) {
-    PyErr_SetString(PyExc_IndexError, "output index");
-    return nullptr;
-  }
-  Ref seq(PySequence_Fast(shape, "shape must be a sequence"));
-  if (!seq) return nullptr;
-  std::vector<int64_t> dims;
-  for (Py_ssize_t d = 0; d < PySequence_Fast_GET_SIZE(seq.p); ++d) {
-    dims.push_back(PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq.p, d)));
-    if (PyErr_Occurred()) return nullptr;
-  }
-  OrtValue* out = nullptr;
-  void* dst = nullptr;
-  size_t nbytes = 0;
-  if (OrtStatus* st = ort->KernelContext_GetOutput(sink->ctx, static_cast<size_t>(index), dims.data(), dims.size(), &out))
-    return raise_ort(st);
-  if (OrtStatus* st = ort->GetTensorMutableData(out, &dst)) return raise_ort(st);
-  if (OrtStatus* st = ort->GetTensorSizeInBytes(out, &nbytes)) return raise_ort(st);
-  static char empty[8];
-  sink->data[static_cast<size_t>(index)] = dst;
-  return PyMemoryView_FromMemory(dst != nullptr ? static_cast<char*>(dst) : empty, static_cast<Py_ssize_t>(nbytes),
-                                 PyBUF_WRITE);
-}
-
-PyMethodDef alloc_def = {"alloc", alloc_output, METH_VARARGS, "ORT's output buffer `index` of `shape`"};
-
-struct Kernel : OrtNodeComputeInfo {
-  PyObject* py;  // kompute_dml.ort.plugin.Kernel
-  explicit Kernel(PyObject* k) : OrtNodeComputeInfo{}, py(k) {
-    ort_version_supported = KDML_ORT_API;
-    CreateState = [](OrtNodeComputeInfo* self, OrtNodeComputeContext*, void** state) noexcept -> OrtStatus* {
-      *state = self;
-      return nullptr;
-    };
-    Compute = ComputeImpl;
-    ReleaseState = [](OrtNodeComputeInfo*, void*) noexcept {};
-  }
-
-  static OrtStatus* ComputeImpl(OrtNodeComputeInfo* self_, void*, OrtKernelContext* ctx) noexcept {
-    auto* self = static_cast<Kernel*>(self_);
-    size_t nin = 0, nout = 0;
-    KDML_RETURN_IF_ERROR(ort->KernelContext_GetInputCount(ctx, &nin));
-    KDML_RETURN_IF_ERROR(ort->KernelContext_GetOutputCount(ctx, &nout));
-    Gil gil;
-    Ref inputs(PyList_New(static_cast<Py_ssize_t>(nin)));
-    if (!inputs) return status_from_python("compute");
-    static char empty[8];
-    for (size_t i = 0; i < nin; ++i) {
-      const OrtValue* v = nullptr;
-      KDML_RETURN_IF_ERROR(ort->KernelContext_GetInput(ctx, i, &v));
-      ONNXTensorElementDataType et;
-      std::vector<int64_t> dims;
-      KDML_RETURN_IF_ERROR(tensor_shape(v, &et, &dims));
-      const void* data = nullptr;
-      size_t nbytes = 0;
-      KDML_RETURN_IF_ERROR(ort->GetTensorData(v, &data));
-      KDML_RETURN_IF_ERROR(ort->GetTensorSizeInBytes(v, &nbytes));
-      Ref shape(shape_tuple(dims));
-      char* p = data != nullptr ? const_cast<char*>(static_cast<const char*>(data)) : empty;
-      Ref mv(PyMemoryView_FromMemory(p, static_cast<Py_ssize_t>(nbytes), PyBUF_READ));
-      PyObject* item = mv ? Py_BuildValue("(OiO)", mv.p, static_cast<int>(et), shape.p) : nullptr;
-      if (item == nullptr) return status_from_python("compute");
-      PyList_SET_ITEM(inputs.p, static_cast<Py_ssize_t>(i), item);
-    }
-    OutputSink sink{ctx, std::vector<void*>(nout, nullptr)};
-    Ref capsule(PyCapsule_New(&sink, "kdml.sink", nullptr));
-    Ref alloc(capsule ? PyCFunction_New(&alloc_def, capsule.p) : nullptr);
-    if (!alloc) return status_from_python("compute");
-    Ref outs(PyObject_CallMethod(self->py, "run", "OO", inputs.p, alloc.p));
-    if (!outs) return status_from_python("run");
-    if (!PyList_Check(outs.p) || static_cast<size_t>(PyList_GET_SIZE(outs.p)) != nout)
-      return ort->CreateStatus(ORT_EP_FAIL, "kompute_dml EP run: wrong number of outputs");
-    for (size_t i = 0; i < nout; ++i) {
-      Py_buffer buf;
-      if (PyObject_GetBuffer(PyList_GET_ITEM(outs.p, i), &buf, PyBUF_C_CONTIGUOUS | PyBUF_ND) != 0)
-        return status_from_python("output");
-      if (sink.data[i] != nullptr && sink.data[i] == buf.buf) {  // written in place through alloc
-        PyBuffer_Release(&buf);
-        continue;
-      }
-      std::vector<int64_t> dims(buf.shape, buf.shape + buf.ndim);
-      OrtValue* out = nullptr;
-      OrtStatus* st = ort->KernelContext_GetOutput(ctx, i, dims.data(), dims.size(), &out);
-      void* dst = nullptr;
-      size_t nbytes = 0;
-      if (st == nullptr) st = ort->GetTensorMutableData(out, &dst);
-      if (st == nullptr) st = ort->GetTensorSizeInBytes(out, &nbytes);
-      if (st == nullptr && nbytes != static_cast<size_t>(buf.len))
-        st = ort->CreateStatus(ORT_EP_FAIL, "kompute_dml EP run: an output's size differs from ORT's type");
-      if (st == nullptr && nbytes > 0) {
-        Py_BEGIN_ALLOW_THREADS std::memcpy(dst, buf.buf, nbytes);
-        Py_END_ALLOW_THREADS
-      }
-      PyBuffer_Release(&buf);
-      if (st != nullptr) return st;
-    }
-    return nullptr;
-  }
-};
-
 struct Factory;
 
 struct Ep : OrtEp {
@@ -195,8 +82,12 @@ struct Ep : OrtEp {
 struct Factory : OrtEpFactory {
   PyObject* py;  // kompute_dml.ort.plugin.Factory
   std::string name, vendor, version;
+  std::unique_ptr<DeviceMemory> memory;  // the device-memory variant's
 
   explicit Factory(PyObject* p) : OrtEpFactory{}, py(p) {
+    Ref flag(PyObject_GetAttrString(py, "device_memory"));
+    if (flag && PyObject_IsTrue(flag.p) == 1) memory = std::make_unique<DeviceMemory>(py);
+    PyErr_Clear();
     ort_version_supported = KDML_ORT_API;
     name = attr_string("ep_name");
     vendor = attr_string("vendor");
@@ -213,14 +104,19 @@ struct Factory : OrtEpFactory {
       Py_XDECREF(e->py);
       delete e;
     };
-    CreateAllocator = [](OrtEpFactory*, const OrtMemoryInfo*, const OrtKeyValuePairs*,
+    CreateAllocator = [](OrtEpFactory* f_, const OrtMemoryInfo* info, const OrtKeyValuePairs*,
                          OrtAllocator** allocator) noexcept -> OrtStatus* {
-      *allocator = nullptr;  // inputs and outputs live in ORT's CPU memory
-      return nullptr;
+      auto* f = static_cast<Factory*>(f_);
+      *allocator = nullptr;  // null: ORT's CPU memory (the host-memory variant's inputs and outputs)
+      return f->memory && info != nullptr ? f->memory->create_allocator(info, allocator) : nullptr;
     };
-    ReleaseAllocator = [](OrtEpFactory*, OrtAllocator*) noexcept {};
-    CreateDataTransfer = [](OrtEpFactory*, OrtDataTransferImpl** dt) noexcept -> OrtStatus* {
-      *dt = nullptr;
+    ReleaseAllocator = [](OrtEpFactory* f_, OrtAllocator* allocator) noexcept {
+      auto* f = static_cast<Factory*>(f_);
+      if (f->memory && allocator != nullptr) f->memory->release_allocator(allocator);
+    };
+    CreateDataTransfer = [](OrtEpFactory* f_, OrtDataTransferImpl** dt) noexcept -> OrtStatus* {
+      auto* f = static_cast<Factory*>(f_);
+      *dt = f->memory ? f->memory->data_transfer() : nullptr;
       return nullptr;
     };
     IsStreamAware = [](const OrtEpFactory*) noexcept { return false; };
@@ -258,7 +154,7 @@ struct Factory : OrtEpFactory {
     if (!chosen) return status_from_python("devices");
     Py_ssize_t n = PyList_Size(chosen.p);
     for (Py_ssize_t j = 0; j < n && *num_ep_devices < max_ep_devices; ++j) {
-      PyObject* item = PyList_GetItem(chosen.p, j);  // (hardware index, metadata, options)
+      PyObject* item = PyList_GetItem(chosen.p, j);  // (hardware index, metadata, options, Vulkan index)
       long index = PyLong_AsLong(PyTuple_GetItem(item, 0));
       if (PyErr_Occurred() || index < 0 || static_cast<size_t>(index) >= num_devices)
         return status_from_python("devices");
@@ -269,6 +165,11 @@ struct Factory : OrtEpFactory {
       ort->ReleaseKeyValuePairs(meta);
       ort->ReleaseKeyValuePairs(opts);
       if (st != nullptr) return st;
+      if (self->memory) {
+        long vk = PyLong_AsLong(PyTuple_GetItem(item, 3));
+        if (PyErr_Occurred()) return status_from_python("devices");
+        KDML_RETURN_IF_ERROR(self->memory->add_to(ep_device, static_cast<int>(vk)));
+      }
       ep_devices[(*num_ep_devices)++] = ep_device;
     }
     return nullptr;
@@ -338,18 +239,13 @@ Ep::Ep(Factory* f, PyObject* p, std::string n) : OrtEp{}, factory(f), py(p), nam
       if (!io) return status_from_python("compile");
       Ref kernel(PyObject_CallMethod(e->py, "compile", "OsO", desc.p, fused_name ? fused_name : "", io.p));
       if (!kernel) return status_from_python("compile");
-      infos[i] = new Kernel(kernel.release());
+      infos[i] = make_kernel(kernel.release(), e->factory->memory.get());
     }
     return nullptr;
   };
   ReleaseNodeComputeInfos = [](OrtEp*, OrtNodeComputeInfo** infos, size_t n) noexcept {
     Gil gil;
-    for (size_t i = 0; i < n; ++i) {
-      auto* k = static_cast<Kernel*>(infos[i]);
-      if (k == nullptr) continue;
-      Py_XDECREF(k->py);
-      delete k;
-    }
+    for (size_t i = 0; i < n; ++i) release_kernel(infos[i]);
   };
 }
 
@@ -367,10 +263,10 @@ extern "C" OrtStatus* kdml_create_ep_factories(const char* registered_name, cons
   if (max_factories < 1) return ort->CreateStatus(ORT_INVALID_ARGUMENT, "kompute_dml EP: no room for a factory");
   Gil gil;
   Ref mod(PyImport_ImportModule("kompute_dml.ort.plugin"));
-  Ref py(mod ? PyObject_CallMethod(mod.p, "Factory", "s", registered_name) : nullptr);
-  if (!py) return status_from_python("load");
-  factories[0] = new Factory(py.release());
-  *num_factories = 1;
+  Ref list(mod ? PyObject_CallMethod(mod.p, "factories", "s", registered_name) : nullptr);
+  if (!list || !PyList_Check(list.p)) return status_from_python("load");
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list.p) && *num_factories < max_factories; ++i)
+    factories[(*num_factories)++] = new Factory(Py_NewRef(PyList_GET_ITEM(list.p, i)));
   return nullptr;
 }
 
