@@ -1,0 +1,116 @@
+"""Throughput over every GPU of a host (issue 55): one prepared model per Vulkan device, run back
+to back from one thread per device, then from one process per device, against one device alone.
+
+    python -m benchmarks.scaling [--model bert256] [--shapes 8x128,64x256] [--seconds 5] [--devices all]
+
+Per shape: sequences per second for 1 GPU (one thread), N GPUs from N threads, N GPUs from N
+processes, and each as a multiple of one GPU (efficiency = that / N). Every worker first runs
+back to back for kompute_dml.bench.gpu_clock.WARM_SECONDS plus 1 s (the GPU clock governor
+raises the clock only under sustained work), then all start together (a barrier; processes wait
+for a shared start time) and count runs for --seconds. The SM clock of every NVIDIA GPU is read
+after (nvidia-smi) where the tool exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+MODELS = {"bert256": (256, 3, 4), "minilm-shape": (384, 6, 12)}
+
+
+def _worker(model: str, index: int, batch: int, seq: int) -> tuple:
+    """The prepared model on Vulkan device `index` and its feeds."""
+    from kompute_dml.bench.bert_models import build_random_bert, random_feeds
+    from kompute_dml.onnx_backend import Backend
+
+    rep = Backend.prepare(str(build_random_bert(*MODELS[model])), f"VULKAN:{index}")
+    feeds = random_feeds(batch, seq, 1000, np.random.default_rng(index))
+    return rep, feeds
+
+
+def _count(rep, feeds, start: float, seconds: float) -> int:
+    from kompute_dml.bench.gpu_clock import WARM_SECONDS, hold
+
+    hold(lambda: rep.run(feeds), WARM_SECONDS + 1.0)
+    while time.time() < start:
+        hold(lambda: rep.run(feeds), 0.05)  # stay warm until the common start
+    return hold(lambda: rep.run(feeds), seconds)
+
+
+def threads(model: str, devices: list[int], batch: int, seq: int, seconds: float) -> float:
+    reps = [_worker(model, i, batch, seq) for i in devices]
+    counts = [0] * len(devices)
+    start = time.time() + 4.0 + len(devices)
+
+    def go(k: int) -> None:
+        counts[k] = _count(*reps[k], start, seconds)
+
+    ts = [threading.Thread(target=go, args=(k,)) for k in range(len(devices))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return sum(counts) * batch / seconds
+
+
+def processes(model: str, devices: list[int], batch: int, seq: int, seconds: float) -> float:
+    start = time.time() + 30.0  # every child has prepared and warmed by then
+    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.scaling", "--child", str(i), "--model", model,
+                               "--shapes", f"{batch}x{seq}", "--seconds", str(seconds), "--start", str(start)],
+                              stdout=subprocess.PIPE, text=True) for i in devices]
+    counts = [json.loads(p.communicate()[0].strip().splitlines()[-1])["runs"] for p in procs]
+    return sum(counts) * batch / seconds
+
+
+def sm_clocks() -> str:
+    tool = shutil.which("nvidia-smi")
+    if tool is None:
+        return "n/a"
+    out = subprocess.run([tool, "--query-gpu=clocks.sm", "--format=csv,noheader,nounits"], capture_output=True,
+                         text=True).stdout
+    return "/".join(x.strip() for x in out.splitlines()) + " MHz"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="bert256", choices=sorted(MODELS))
+    ap.add_argument("--shapes", default="8x128,64x256")
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--devices", default="all", help="comma-separated Vulkan indices, or all")
+    ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--start", type=float, default=0.0, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child is not None:
+        b, s = map(int, args.shapes.split("x"))
+        rep, feeds = _worker(args.model, args.child, b, s)
+        print(json.dumps({"runs": _count(rep, feeds, args.start, args.seconds)}), flush=True)
+        return
+    import kompute_dml as kdml
+
+    found = [d["index"] for d in kdml.list_devices()]
+    devices = found if args.devices == "all" else [int(i) for i in args.devices.split(",")]
+    names = {d["index"]: d["name"] for d in kdml.list_devices()}
+    print(f"devices: {', '.join(f'{i} {names[i]}' for i in devices)}; model {args.model}; {args.seconds} s per figure")
+    print("| batch x seq | 1 GPU seq/s | N threads seq/s | x 1 GPU | N processes seq/s | x 1 GPU | N | SM clocks after |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for shape in args.shapes.split(","):
+        b, s = map(int, shape.split("x"))
+        one = threads(args.model, devices[:1], b, s, args.seconds)
+        many = threads(args.model, devices, b, s, args.seconds)
+        procs = processes(args.model, devices, b, s, args.seconds)
+        print(f"| {shape} | {one:.0f} | {many:.0f} | {many / one:.2f} | {procs:.0f} | {procs / one:.2f} | "
+              f"{len(devices)} | {sm_clocks()} |", flush=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    main()
