@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -302,3 +303,28 @@ def test_io_binding_keeps_outputs_on_the_device_and_chains_sessions():
     io2.bind_output("out", "gpu", 0)
     second.run_with_iobinding(io2)
     np.testing.assert_array_equal(io2.copy_outputs_to_cpu()[0], rep.run({"x": want[1]})[0])
+
+
+def test_unregister_and_register_again_with_a_session_alive():
+    """The library unregistered while a session lives: that session still runs (onnxruntime keeps
+    the library until its sessions end); registered again, new sessions run. In a process of its
+    own, so the registration of this one is left alone."""
+    script = """
+import gc, sys, numpy as np, onnxruntime as ort, kompute_dml.ort as kort
+sys.path.insert(0, sys.argv[1])
+import test_ort_ep as t
+x = {"x": np.ones((2, 8), np.float32)}
+kort.register()
+s = t._session(t.CHAIN)
+want = s.run(None, x)[0]
+ort.unregister_execution_provider_library(kort.get_ep_name())
+assert kort.get_ep_name() not in [d.ep_name for d in ort.get_ep_devices()]
+assert np.array_equal(s.run(None, x)[0], want)
+del s; gc.collect()
+kort.register()
+assert np.array_equal(t._session(t.CHAIN).run(None, x)[0], want)
+print("ok")
+"""
+    run = subprocess.run([sys.executable, "-c", script, str(ROOT / "tests")], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr[-3000:]
