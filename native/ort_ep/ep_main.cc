@@ -1,6 +1,7 @@
 // The OrtEpFactory / OrtEp / OrtNodeComputeInfo tables of the kompute_dml plugin EP. Each entry
 // takes the GIL and calls the matching method of kompute_dml/ort/plugin.py's Factory, Ep or
 // Kernel; Python exceptions come back to ORT as ORT_EP_FAIL statuses carrying their message.
+#include <atomic>
 #include <cstring>
 #include <memory>
 
@@ -83,6 +84,15 @@ struct Factory : OrtEpFactory {
   PyObject* py;  // kompute_dml.ort.plugin.Factory
   std::string name, vendor, version;
   std::unique_ptr<DeviceMemory> memory;  // the device-memory variant's
+  // ORT's reference plus one per live EP and allocator: ORT may release the factory (the library
+  // unregistered) while sessions still use its EPs, kernels and memory; the last user deletes it.
+  std::atomic<int> refs{1};
+
+  static void unref(Factory* f) {  // with the GIL held
+    if (--f->refs > 0) return;
+    Py_XDECREF(f->py);
+    delete f;
+  }
 
   explicit Factory(PyObject* p) : OrtEpFactory{}, py(p) {
     Ref flag(PyObject_GetAttrString(py, "device_memory"));
@@ -98,21 +108,28 @@ struct Factory : OrtEpFactory {
     GetVersion = [](const OrtEpFactory* f) noexcept { return static_cast<const Factory*>(f)->version.c_str(); };
     GetSupportedDevices = GetSupportedDevicesImpl;
     CreateEp = CreateEpImpl;
-    ReleaseEp = [](OrtEpFactory*, OrtEp* ep) noexcept {
+    ReleaseEp = [](OrtEpFactory* f, OrtEp* ep) noexcept {
       auto* e = static_cast<Ep*>(ep);
       Gil gil;
       Py_XDECREF(e->py);
       delete e;
+      unref(static_cast<Factory*>(f));
     };
     CreateAllocator = [](OrtEpFactory* f_, const OrtMemoryInfo* info, const OrtKeyValuePairs*,
                          OrtAllocator** allocator) noexcept -> OrtStatus* {
       auto* f = static_cast<Factory*>(f_);
       *allocator = nullptr;  // null: ORT's CPU memory (the host-memory variant's inputs and outputs)
-      return f->memory && info != nullptr ? f->memory->create_allocator(info, allocator) : nullptr;
+      if (!f->memory || info == nullptr) return nullptr;
+      KDML_RETURN_IF_ERROR(f->memory->create_allocator(info, allocator));
+      ++f->refs;
+      return nullptr;
     };
     ReleaseAllocator = [](OrtEpFactory* f_, OrtAllocator* allocator) noexcept {
       auto* f = static_cast<Factory*>(f_);
-      if (f->memory && allocator != nullptr) f->memory->release_allocator(allocator);
+      if (!f->memory || allocator == nullptr) return;
+      f->memory->release_allocator(allocator);
+      Gil gil;
+      unref(f);
     };
     CreateDataTransfer = [](OrtEpFactory* f_, OrtDataTransferImpl** dt) noexcept -> OrtStatus* {
       auto* f = static_cast<Factory*>(f_);
@@ -190,6 +207,7 @@ struct Factory : OrtEpFactory {
     Ref py_ep(PyObject_CallMethod(self->py, "create_ep", "OO", metas.p, cfg.p));
     if (!py_ep) return status_from_python("options");
     *ep = new Ep(self, py_ep.release(), self->name);
+    ++self->refs;
     return nullptr;
   }
 };
@@ -271,10 +289,8 @@ extern "C" OrtStatus* kdml_create_ep_factories(const char* registered_name, cons
 }
 
 extern "C" OrtStatus* kdml_release_ep_factory(OrtEpFactory* factory) {
-  auto* f = static_cast<Factory*>(factory);
   Gil gil;
-  Py_XDECREF(f->py);
-  delete f;
+  Factory::unref(static_cast<Factory*>(factory));
   return nullptr;
 }
 

@@ -101,6 +101,10 @@ static int start_interpreter(void) {
   }
   p_PyEval_SaveThread(); /* ORT's threads take the GIL when they call in */
   started_here = 1;
+  /* hold_gil_at_exit runs at exit: this library must stay mapped after onnxruntime unloads it */
+  Dl_info self;
+  if (dladdr((void*)&start_interpreter, &self) && self.dli_fname)
+    dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
   return 1;
 }
 
