@@ -47,7 +47,8 @@ def to_model(desc: dict[str, Any]) -> onnx.ModelProto:
         if data is not None:
             t.raw_data = bytes(data)
         initializers.append(t)
-    nodes, value_info = [], []
+    nodes: list[onnx.NodeProto] = []
+    value_info: list[onnx.ValueInfoProto] = []
     for op_type, domain, name, inputs, outputs, attrs, out_vis in desc["nodes"]:
         node = helper.make_node(op_type, list(inputs), list(outputs), name=name or None, domain=domain or None)
         node.attribute.extend(_attribute(k, v) for k, v in attrs.items() if v is not None and not k.startswith("__"))

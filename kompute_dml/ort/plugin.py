@@ -65,15 +65,15 @@ class Factory:
         self.device_memory = device_memory
         self.ep_name = DEVICE_MEMORY_EP_NAME if device_memory else EP_NAME
 
-    def devices(self, hardware: list[tuple[int, int, int, str, dict[str, str]]]) -> list[tuple[int, dict, dict]]:
-        """(hardware index, metadata, default options) per Vulkan device offered. A Vulkan device
+    def devices(self, hardware: list[tuple[int, int, int, str, dict[str, str]]]) -> list[tuple[int, dict, dict, int]]:
+        """(hardware index, metadata, default options, Vulkan index) per Vulkan device offered. A Vulkan device
         sits on the GPU entry ORT lists with its PCI vendor and device id; a device ORT does not
         list (a software rasterizer such as lavapipe, or a GPU ORT's discovery missed) sits on
         the CPU entry, since its memory is host memory to ORT either way."""
         gpu_type, cpu_type = 1, 0  # OrtHardwareDeviceType
         cpu = next((i for i, h in enumerate(hardware) if h[0] == cpu_type), None)
         taken: set[int] = set()
-        out = []
+        out: list[tuple[int, dict, dict, int]] = []
         for vk in kompute_dml.list_devices():
             match = next((i for i, h in enumerate(hardware) if h[0] == gpu_type and i not in taken
                           and (h[1], h[2]) == (vk["vendor_id"], vk["device_id"])), None)
@@ -180,8 +180,11 @@ class Kernel:
         self._scalars = {k for k, name in enumerate(rep.output_names) if rep._declared_rank(name) == 0}
         self._dtypes: dict[int, np.dtype] = {}
 
-    def run(self, inputs: list[tuple[memoryview, int, tuple[int, ...]]], alloc: Any) -> list[np.ndarray]:
-        """`alloc(i, shape)`: ORT's output i, allocated, as a writable memoryview (ep_main.cc)."""
+    def run(self, inputs: list[tuple[Any, int, tuple[int, ...]]], alloc: Any) -> list[np.ndarray | None]:
+        """ORT's inputs (a memoryview of host memory, or (Buffer, offset) in the device-memory
+        variant's) in, its outputs out: `alloc(i, shape)` allocates ORT's output i and returns
+        its memory the same way; an output written there comes back as None, any other is
+        copied by ep_kernel.cc."""
         feeds = {}
         for name, (data, elem_type, shape) in zip(self.inputs, inputs):
             dtype = self._dtypes.get(elem_type)
@@ -216,7 +219,7 @@ class Kernel:
         buffer.read_into(host.reshape(-1).view(np.uint8), offset)
         return host
 
-    def _run_on_device(self, feeds: dict[str, Any], alloc: Any) -> list[None]:
+    def _run_on_device(self, feeds: dict[str, Any], alloc: Any) -> list[np.ndarray | None]:
         """Outputs left on the device and copied into onnxruntime's device buffers."""
         results = self.rep.run(feeds, device_outputs=True)
         for i, k in enumerate(self._order):
