@@ -25,6 +25,7 @@ quantize a whole batch with one scale, so their rows depend on their batch-mates
 from __future__ import annotations
 
 import collections
+import itertools
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -169,7 +170,7 @@ def _split(outs: Any, rows: list[int]) -> list[Any] | None:
     if not all(isinstance(v, np.ndarray) and v.ndim and v.shape[0] == total for v in outs):
         return None
     bounds = np.cumsum([0, *rows])
-    parts = [[v[a:b] for v in outs] for a, b in zip(bounds[:-1], bounds[1:])]
+    parts = [[v[a:b] for v in outs] for a, b in itertools.pairwise(bounds)]
     make = type(outs)
     return [make(*p) if hasattr(outs, "_fields") else make(p) for p in parts]
 

@@ -92,7 +92,7 @@ def _threads(target, n):
     def guarded(i):
         try:
             target(i)
-        except BaseException as e:  # noqa: BLE001  (reported below)
+        except BaseException as e:  # reported below
             errors.append(e)
 
     ts = [threading.Thread(target=guarded, args=(i,), daemon=True) for i in range(n)]

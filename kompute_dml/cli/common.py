@@ -31,7 +31,7 @@ def parse_device(text: Any) -> int:
         except InvalidArgumentError as e:
             raise DeviceArgError(str(e)) from None
     raw = str(text).strip()
-    kind, sep, idx = raw.upper().partition(":")
+    kind, sep, _ = raw.upper().partition(":")
     if raw.upper() in ("CPU", "CPU:0", "VULKAN"):
         try:
             return default_index()
