@@ -74,8 +74,8 @@ class Batcher:
             named = dict(feeds) if isinstance(feeds, Mapping) else dict(zip(self.rep.feed_names, feeds, strict=True))
             arrays = {n: np.asarray(v) for n, v in named.items()}
             self.rep.check_inputs(arrays)
-            rows = {a.shape[0] if a.ndim else None for a in arrays.values()}
-            if len(rows) != 1 or None in rows:
+            sizes = {a.shape[0] if a.ndim else -1 for a in arrays.values()}
+            if len(sizes) != 1 or -1 in sizes:
                 raise ValueError(f"every input needs the same size on the batch axis (axis 0), got "
                                  f"{ {n: a.shape for n, a in arrays.items()} }")
         except Exception as e:  # the request's own error: its future's
@@ -85,7 +85,7 @@ class Batcher:
         with self._cond:
             if self._closing:
                 raise RuntimeError("the Batcher is closed: no new requests")
-            self._queue.append(_Request(arrays, rows.pop(), key, future))
+            self._queue.append(_Request(arrays, sizes.pop(), key, future))
             self._cond.notify()
         return future
 
@@ -132,7 +132,9 @@ class Batcher:
                 self._cond.wait(left)
             if self._cancel:
                 return []
-            batch, rest, rows = [], collections.deque(), 0
+            batch: list[_Request] = []
+            rest: collections.deque[_Request] = collections.deque()
+            rows = 0
             for r in self._queue:
                 if r.key == first.key and (not batch or rows + r.rows <= self.max_batch):
                     batch.append(r)
