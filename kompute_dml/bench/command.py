@@ -106,7 +106,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-cupy", action="store_true", help="skip the CuPy peers")
     ap.add_argument("--torch-device", default="cuda", help="where the torch peers run (default cuda; 'cpu' exercises "
                     "the GPU rows' code on a machine without one)")
-    ap.add_argument("--device", default="0", help=HELP)
+    ap.add_argument("--device", default=None, help=HELP)
     ap.add_argument("--no-transfers", action="store_true", help="leave out the transfers and first-call sections")
     ap.add_argument("--encoders", metavar="SHAPES", nargs="?", const="1x16,8x128,64x256", default=None,
                     help="also run whole encoders through the ONNX backend (kompute_dml.bench.encoder_speed: MiniLM "

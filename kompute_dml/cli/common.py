@@ -1,7 +1,8 @@
 """What every `kompute-dml` subcommand shares: `--device` (one syntax, one error) and the console.
 
-Accepted: an index (`2`), `VULKAN:2` (any case), and `CPU` / `VULKAN` for the default device
-(index 0: "CPU" is the ONNX backend's name for it). A device that this machine lacks, or text
+Accepted: an index (`2`), `VULKAN:2` (any case), a device UUID (`VULKAN:<uuid>`, `GPU-<uuid>`:
+runtime/selection.py), and `CPU` / `VULKAN` for the default device (KDML_DEVICE's, else 0: "CPU"
+is the ONNX backend's name for it); no --device at all is the default device too. A device that this machine lacks, or text
 that is none of these, is a `DeviceArgError` whose message is one line; the commands print it
 to stderr and exit with status 2.
 """
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-HELP = "Vulkan device: an index (0) or VULKAN:<index>; CPU = the default device (default: 0)"
+HELP = ("Vulkan device: an index (0), VULKAN:<index>, VULKAN:<uuid> or GPU-<uuid> (`kompute-dml info` lists the "
+        "UUIDs); CPU = the default device (default: KDML_DEVICE's device, else 0)")
 
 
 class DeviceArgError(ValueError):
@@ -19,32 +21,29 @@ class DeviceArgError(ValueError):
 
 def parse_device(text: Any) -> int:
     """The device index `text` names (see the module docstring); DeviceArgError if it
-    names none, or none that this machine has."""
+    names none, or none that this machine has. None: KDML_DEVICE's device, else 0."""
+    from ..core.errors import InvalidArgumentError
+    from ..runtime.selection import default_index, resolve_device
+
+    if text is None:
+        try:
+            return default_index()
+        except InvalidArgumentError as e:
+            raise DeviceArgError(str(e)) from None
     raw = str(text).strip()
-    kind, sep, idx = raw.upper().partition(":")
-    if kind == "CPU" and idx in ("", "0"):
-        index = 0
-    elif kind == "VULKAN":
-        index = _int(idx, raw) if idx else 0
-    elif not sep:
-        index = _int(kind, raw)
-    else:
-        raise DeviceArgError(f"--device {raw!r}: expected an index (0), VULKAN:<index> or CPU")
-    from ..device.device import list_devices
-
-    devices = list_devices()
-    if not 0 <= index < len(devices):
-        names = ", ".join(f"{d['index']}: {d['name']}" for d in devices) or "none"
-        raise DeviceArgError(f"--device {raw!r}: no Vulkan device {index}; this machine has {len(devices)} "
-                             f"({names}); `kompute-dml info` lists them")
-    return index
-
-
-def _int(text: str, raw: str) -> int:
+    kind, sep, _ = raw.upper().partition(":")
+    if raw.upper() in ("CPU", "CPU:0", "VULKAN"):
+        try:
+            return default_index()
+        except InvalidArgumentError as e:
+            raise DeviceArgError(f"--device {raw!r} (the default device): {e}") from None
+    if not (kind == "VULKAN" or kind.startswith("GPU-") or (not sep and kind.isdigit())):
+        raise DeviceArgError(f"--device {raw!r}: expected an index (0), VULKAN:<index>, VULKAN:<uuid>, GPU-<uuid> "
+                             "or CPU")
     try:
-        return int(text)
-    except ValueError:
-        raise DeviceArgError(f"--device {raw!r}: expected an index (0), VULKAN:<index> or CPU") from None
+        return resolve_device(raw, "--device")
+    except InvalidArgumentError as e:
+        raise DeviceArgError(str(e) if "kompute-dml info" in str(e) else f"{e}; `kompute-dml info` lists them") from None
 
 
 # Wide enough for any table at its natural width: piped output is read by programs and

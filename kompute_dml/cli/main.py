@@ -34,6 +34,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     console.print(f"kompute_dml {__version__}")
     for d in devices:
         console.print(f"[bold]device {d['index']}[/bold]: {d['name']} ({d['device_type']}, Vulkan {d['api_version']})")
+        console.print(f"  {'uuid (KDML_DEVICE=VULKAN:<uuid> picks it)':42} {d['uuid'] or 'unknown'}", highlight=False)
         for k, v in d["limits"].items():
             console.print(f"  {k:42} {v}")
         console.print(f"  {'memory heaps (bytes)':42} {list(d['memory_heaps'])}")
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kompute-dml", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="devices, feature level, limits and the support matrix")
-    info.add_argument("--device", default="0", help=common.HELP)
+    info.add_argument("--device", default=None, help=common.HELP)
     info.add_argument("--feature-level", default=None, help="e.g. 5_1 or 0x5100 (default: highest implemented)")
     info.add_argument("--json", action="store_true", help="machine-readable output")
     sub.add_parser("bench", help="benchmarks with peers side by side (see `kompute-dml bench --help`)", add_help=False)

@@ -99,6 +99,7 @@ class Device:
         self.index = index
         self.info: PhysicalDeviceInfo = infos[self.index]
         self.name = self.info.name
+        self.uuid = self.info.uuid  # VULKAN:<uuid> names it (runtime/selection.py); CUDA's UUID on NVIDIA
         self.device_type = self.info.device_type
         self.limits: Mapping[str, Any] = types.MappingProxyType(dict(self.info.limits))
         self.memory_budget = _coerce_budget(memory_budget, self.info)

@@ -23,17 +23,20 @@ from ..core.inputs import as_host_array
 from ..core.tensor_desc import TensorDesc, validate_desc
 from ..device.device import Device
 from ..device.memory import Buffer, Tensor, packed_desc_for
+from ..runtime.selection import default_index
 
 _default: Device | None = None
 _default_lock = threading.Lock()
 
 
 def default_device() -> Device:
-    """The device functional helpers use when given numpy arrays (device 0, highest level)."""
+    """The device functional helpers use when given numpy arrays: the one KDML_DEVICE names
+    (an index, VULKAN:<uuid> or GPU-<uuid>: runtime/selection.py), else device 0; highest level.
+    Made at the first call: KDML_DEVICE is read then."""
     global _default
     with _default_lock:
         if _default is None or _default.closed:
-            _default = Device()
+            _default = Device(default_index())
         return _default
 
 

@@ -2,7 +2,8 @@
 
 `Backend` is an `onnx.backend.base.Backend`, so ONNX's own test runner
 (`onnx.backend.test.BackendTest`) can drive it. Device "CPU" means the default Vulkan
-device (`kdml.default_device()`); "VULKAN" and "VULKAN:<index>" are accepted too.
+device (`kdml.default_device()`, which KDML_DEVICE picks); "VULKAN", "VULKAN:<index>",
+"VULKAN:<uuid>" and "GPU-<uuid>" are accepted too (docs/serving.md).
 
 Each ONNX node type a kompute_dml operator serves is declared by its operator module
 (`OperatorSpec.onnx`, kompute_dml/ops/); `kompute-dml info` and docs/onnx.md list them. A node

@@ -16,6 +16,7 @@ from onnx.backend.base import Backend as _OnnxBackend
 
 import kompute_dml as kdml
 
+from ..runtime.selection import default_index, resolve_device
 from .graph import _type_proto_of_value
 from .rep import BackendRep
 
@@ -25,30 +26,38 @@ from .rep import BackendRep
 _devices: dict[tuple[int, str], kdml.Device] = {}
 
 
-def _parse_device(device: str) -> int | None:
-    """Vulkan device index for an ONNX device string, or None if not ours."""
-    text = str(device).strip().upper()
-    kind, _, idx = text.partition(":")
-    if kind not in ("CPU", "VULKAN"):
-        return None
+def _parse_device(device: str, strict: bool = False) -> int | None:
+    """Vulkan device index for an ONNX device string (-1: the default device, which KDML_DEVICE
+    picks), or None if not ours. Ours: "CPU", "VULKAN", "VULKAN:<index>", "VULKAN:<uuid>",
+    "GPU-<uuid>" (runtime/selection.py). `strict`: a VULKAN / GPU- string that names no device
+    of this machine raises InvalidArgumentError naming `device` (else: None)."""
+    text = str(device).strip()
+    kind, _, idx = text.upper().partition(":")
     if kind == "CPU":
         return -1 if not idx or idx == "0" else None
+    if kind == "VULKAN" and not idx:
+        return -1
+    if kind != "VULKAN" and not kind.startswith("GPU-"):
+        return None
     try:
-        return int(idx) if idx else -1
-    except ValueError:
+        return resolve_device(text, "device")
+    except kdml.InvalidArgumentError:
+        if strict:
+            raise
         return None
 
 
 def _kdml_device(device: str, feature_level: Any = None) -> kdml.Device:
-    index = _parse_device(device)
+    index = _parse_device(device, strict=True)
     if index is None:
-        raise ValueError(f"device {device!r} is not supported; use 'CPU' (the default Vulkan device) or 'VULKAN:<n>'")
+        raise ValueError(f"device {device!r} is not supported; use 'CPU' (the default Vulkan device), "
+                         "'VULKAN:<n>', 'VULKAN:<uuid>' or 'GPU-<uuid>'")
     if feature_level is None and index == -1:
         return kdml.default_device()
-    key = (max(index, 0), str(feature_level))
+    key = (default_index() if index == -1 else index, str(feature_level))
     dev = _devices.get(key)
     if dev is None or dev.closed:
-        dev = kdml.Device(max(index, 0), feature_level)
+        dev = kdml.Device(key[0], feature_level)
         _devices[key] = dev
     return dev
 
@@ -95,12 +104,10 @@ class Backend(_OnnxBackend):
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
-        """True for "CPU" (the default Vulkan device) and for "VULKAN:<n>" where this machine
-        has a Vulkan device n (what `prepare` will then open)."""
-        index = _parse_device(device)
-        if index is None:
-            return False
-        return index < 0 or index < len(kdml.list_devices())
+        """True for "CPU" and "VULKAN" (the default Vulkan device: KDML_DEVICE's, else 0) and
+        for "VULKAN:<n>", "VULKAN:<uuid>" or "GPU-<uuid>" where this machine has that device
+        (what `prepare` will then open)."""
+        return _parse_device(device) is not None
 
     @classmethod
     def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> BackendRep:

@@ -27,6 +27,16 @@ SPIN_DEFAULT_NS = 250_000  # the kp patch's default poll before a blocking wait
 HEAD_SEQUENCES = 4
 
 
+def complete(seq: Any) -> None:
+    """kdml_submit then kdml_wait: the GIL released while the device runs the sequence.
+    Every cached submission's run and every first run goes through it (looked up at each call):
+    kp's kdml_run (submit and wait in one call) holds the GIL throughout its wait, so another
+    thread's Python work (a second device's run, the caller's own threads) stopped while a
+    device ran (`python -m benchmarks.gil_probe`, docs/serving.md)."""
+    seq.kdml_submit()
+    seq.kdml_wait()
+
+
 class Replay:
     """A cached submission: its encoded operations, its kp sequence once it has one (None
     before its second run, and for a submission with nothing to run) and the call that
@@ -50,7 +60,7 @@ class Replay:
     def own(self, seq: Any) -> None:
         """Record the submission into `seq`, its own sequence from now on."""
         record_dispatches(seq, [d for d, _ in self.dispatches])
-        self.seq, self.run, self.pending = seq, seq.kdml_run, False
+        self.seq, self.run, self.pending = seq, lambda: complete(seq), False
 
 
 class FirstRuns:
@@ -71,7 +81,7 @@ class FirstRuns:
         replay.ran = True
         try:
             record_dispatches(seq, [d for d, _ in replay.dispatches])  # the first record() resets it
-            self._guarded(seq.kdml_run)
+            self._guarded(lambda: complete(seq))
         finally:
             seq.clear()  # drops the operations (and what they hold); re-recorded before any rerun
         self.runs += 1

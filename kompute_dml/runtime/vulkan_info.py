@@ -134,17 +134,25 @@ class _Subgroup(ctypes.Structure):  # VkPhysicalDeviceSubgroupProperties (Vulkan
                 ("supportedOperations", u32), ("quadOperationsInAllStages", u32)]
 
 
-def _properties_1_1(lib: Any, handle: int) -> tuple[int | None, int | None]:
-    """(maxMemoryAllocationSize, subgroupSize): the largest single vkAllocateMemory (4 GiB - 2 MiB
-    on an H100) and the default subgroup width (32 there, 8 on lavapipe)."""
-    sub = _Subgroup(1000094000, None, 0, 0, 0, 0)
+class _IDProperties(ctypes.Structure):  # VkPhysicalDeviceIDProperties (Vulkan 1.1)
+    _fields_ = [("sType", u32), ("pNext", ctypes.c_void_p), ("deviceUUID", ctypes.c_uint8 * 16),
+                ("driverUUID", ctypes.c_uint8 * 16), ("deviceLUID", ctypes.c_uint8 * 8), ("deviceNodeMask", u32),
+                ("deviceLUIDValid", u32)]
+
+
+def _properties_1_1(lib: Any, handle: int) -> tuple[int | None, int | None, str]:
+    """(maxMemoryAllocationSize, subgroupSize, deviceUUID): the largest single vkAllocateMemory
+    (4 GiB - 2 MiB on an H100), the default subgroup width (32 there, 8 on lavapipe) and the
+    device's UUID as 32 hex digits (on NVIDIA the UUID CUDA and nvidia-smi report as GPU-...)."""
+    ids = _IDProperties(1000071004, None)
+    sub = _Subgroup(1000094000, ctypes.cast(ctypes.pointer(ids), ctypes.c_void_p), 0, 0, 0, 0)
     m3 = _Maintenance3(1000168000, ctypes.cast(ctypes.pointer(sub), ctypes.c_void_p), 0, 0)
     p2 = _Properties2(1000059001, ctypes.cast(ctypes.pointer(m3), ctypes.c_void_p))
     fn = getattr(lib, "vkGetPhysicalDeviceProperties2", None)
     if fn is None:
-        return None, None
+        return None, None, ""
     fn(ctypes.c_void_p(handle), ctypes.byref(p2))
-    return int(m3.maxMemoryAllocationSize) or None, int(sub.subgroupSize) or None
+    return int(m3.maxMemoryAllocationSize) or None, int(sub.subgroupSize) or None, bytes(ids.deviceUUID).hex()
 
 
 @dataclass(frozen=True)
@@ -157,12 +165,13 @@ class PhysicalDeviceInfo:
     device_id: int
     limits: dict[str, Any] = field(default_factory=dict)
     memory_heaps: tuple[int, ...] = ()
+    uuid: str = ""  # VkPhysicalDeviceIDProperties.deviceUUID, 32 hex digits ("" before Vulkan 1.1)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "index": self.index, "name": self.name, "device_type": self.device_type,
             "api_version": self.api_version, "vendor_id": self.vendor_id, "device_id": self.device_id,
-            "limits": dict(self.limits), "memory_heaps": list(self.memory_heaps),
+            "limits": dict(self.limits), "memory_heaps": list(self.memory_heaps), "uuid": self.uuid,
         }
 
 
@@ -208,8 +217,8 @@ def physical_devices() -> tuple[PhysicalDeviceInfo, ...]:
                 "max_bound_descriptor_sets": lim.maxBoundDescriptorSets,
                 "max_per_stage_descriptor_storage_buffers": lim.maxPerStageDescriptorStorageBuffers,
             }
-            alloc, subgroup = (
-                _properties_1_1(lib, int(handles[i] or 0)) if props.apiVersion >= _VULKAN_1_1 else (None, None)
+            alloc, subgroup, uuid = (
+                _properties_1_1(lib, int(handles[i] or 0)) if props.apiVersion >= _VULKAN_1_1 else (None, None, "")
             )
             limits["max_memory_allocation_size"] = alloc
             limits["subgroup_size"] = subgroup
@@ -219,7 +228,7 @@ def physical_devices() -> tuple[PhysicalDeviceInfo, ...]:
                     index=i, name=props.deviceName.decode(errors="replace"),
                     device_type=DEVICE_TYPES.get(props.deviceType, "other"),
                     api_version=_version(props.apiVersion), vendor_id=props.vendorID,
-                    device_id=props.deviceID, limits=limits, memory_heaps=heaps,
+                    device_id=props.deviceID, limits=limits, memory_heaps=heaps, uuid=uuid,
                 )
             )
         return tuple(out)
