@@ -82,7 +82,8 @@ class Factory:
             if match is None:
                 continue
             taken.add(match)
-            meta = {METADATA_DEVICE: str(vk["index"]), "kdml.device_name": str(vk["name"])}
+            meta = {METADATA_DEVICE: str(vk["index"]), "kdml.device_name": str(vk["name"]),
+                    "kdml.device_uuid": str(vk.get("uuid", ""))}
             out.append((match, meta, {}, int(vk["index"])))
         return out
 
