@@ -1,0 +1,114 @@
+"""One GPU, many callers (issue 55): batch-1 requests from --threads threads through
+kompute_dml.serving.Batcher against one thread calling `rep.run` request by request, with a
+single batch-of-max_batch run beside them for the latency bound.
+
+    python -m benchmarks.batcher [--model bert256] [--seq 128] [--threads 8] [--max-batch 8] [--seconds 5]
+
+Prints requests/s both ways and their ratio, the batcher's p50 / p99 latency per request and
+both as multiples of one batch-of-max_batch run (median), and the batches the batcher ran. The
+model is a float32 random BERT (quantized models scale a batch as one: docs/serving.md), warmed
+for kompute_dml.bench.gpu_clock.WARM_SECONDS before each figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+MODELS = {"bert256": (256, 3, 4), "minilm-shape": (384, 6, 12)}
+
+
+def main() -> None:
+    from kompute_dml.bench.bert_models import random_bert_module, random_feeds
+    from kompute_dml.bench.gpu_clock import WARM_SECONDS, hold
+    from kompute_dml.bench.timing import median, percentile
+    from kompute_dml.onnx_backend import Backend
+    from kompute_dml.serving import Batcher
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="bert256", choices=sorted(MODELS))
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--max-batch", type=int, default=8)
+    ap.add_argument("--max-delay-ms", type=float, default=2.0)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    args = ap.parse_args()
+    path = _float_bert(random_bert_module(*MODELS[args.model]))
+    rep = Backend.prepare(path)
+    one = random_feeds(1, args.seq, 1000, np.random.default_rng(0), pad=False)
+    batch = {k: np.repeat(v, args.max_batch, axis=0) for k, v in one.items()}
+    hold(lambda: rep.run(batch), WARM_SECONDS)
+    batch_ms = median([_timed(lambda: rep.run(batch)) for _ in range(20)]) * 1e3
+    hold(lambda: rep.run(one), WARM_SECONDS)
+    alone = hold(lambda: rep.run(one), args.seconds) / args.seconds
+    latencies: list[float] = []
+    lock = threading.Lock()
+    with Batcher(rep, max_batch=args.max_batch, max_delay_ms=args.max_delay_ms) as batcher:
+        hold(lambda: batcher.submit(one).result(), WARM_SECONDS)
+        batches0 = batcher.stats["batches"]
+        stop = time.perf_counter() + args.seconds
+
+        def caller() -> None:
+            mine = []
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                batcher.submit(one).result()
+                mine.append(time.perf_counter() - t0)
+            with lock:
+                latencies.extend(mine)
+
+        ts = [threading.Thread(target=caller) for _ in range(args.threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        batches = batcher.stats["batches"] - batches0
+    rate = len(latencies) / args.seconds
+    p50, p99 = percentile(latencies, 50) * 1e3, percentile(latencies, 99) * 1e3
+    print(f"{args.model} float32, batch-1 requests of {args.seq} tokens on {rep.device.name}")
+    print("| one thread, rep.run req/s | batcher req/s | x one thread | p50 ms | p99 ms | batch run ms | p99 / batch run "
+          "| threads | batches |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(f"| {alone:.0f} | {rate:.0f} | {rate / alone:.2f} | {p50:.2f} | {p99:.2f} | {batch_ms:.2f} | "
+          f"{p99 / batch_ms:.2f} | {args.threads} | {batches} |")
+
+
+def _timed(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _float_bert(module: Any) -> str:
+    """The float32 ONNX export of a random BERT module (cached by its configuration)."""
+    import hashlib
+    import tempfile
+    from pathlib import Path
+
+    import torch
+
+    key = hashlib.sha256(module.config.to_json_string().encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"kdml-bert-fp32-{key}.onnx"
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = module
+
+        def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    if not path.exists():
+        ids = torch.ones((2, 16), dtype=torch.int64)
+        with torch.no_grad():
+            torch.onnx.export(Encoder().eval(), (ids, torch.ones_like(ids)), str(path), input_names=["input_ids", "attention_mask"],
+                              output_names=["last_hidden_state"], opset_version=17, dynamo=False,
+                              dynamic_axes={n: {0: "batch", 1: "seq"} for n in ("input_ids", "attention_mask")})
+    return str(path)
+
+
+if __name__ == "__main__":
+    main()
