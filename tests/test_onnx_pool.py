@@ -1,7 +1,8 @@
 """ONNX MaxPool, AveragePool, GlobalMaxPool and GlobalAveragePool through the backend
 (onnx_backend/handlers_pool.py) against onnxruntime's CPU EP: ResNet's 3x3 stride-2 max pool, 2x2
 pools, ceil_mode, asymmetric pads, auto_pad, dilations, count_include_pad, 1-D and 3-D, global
-pools at 7x7 and 1x1; float32 and float16; every node on the device."""
+pools at 7x7 and 1x1; float32 and float16; MaxPool's int64 Indices (storage_order = 0); every node
+on the device (storage_order = 1 on the CPU, decided at placement)."""
 
 from __future__ import annotations
 
@@ -55,14 +56,48 @@ def test_pool_matches_onnxruntime_on_the_device(rng, case, dt):
             np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), atol=tol, rtol=tol)
 
 
-def test_maxpool_indices_output_stays_on_the_cpu(rng):
-    g = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])], "pool",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+INDEX_CASES = {
+    "resnet": ((2, 3, 9, 9), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    "ceil-dilated": ((2, 2, 9, 10), dict(kernel_shape=[2, 3], strides=[2, 2], dilations=[2, 1], ceil_mode=1)),
+    "asym": ((1, 3, 7, 6), dict(kernel_shape=[3, 2], pads=[0, 1, 2, 0])),
+    "1d": ((2, 3, 11), dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
+    "3d": ((1, 2, 4, 5, 6), dict(kernel_shape=[2, 2, 3], strides=[1, 2, 2], pads=[1, 0, 1, 0, 1, 1])),
+}
+
+
+@pytest.mark.parametrize("dt", [TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.UINT8], ids=["f32", "f16", "u8"])
+@pytest.mark.parametrize("case", list(INDEX_CASES))
+def test_maxpool_indices_on_the_device(rng, case, dt):
+    """Values and int64 Indices (storage_order = 0) as onnxruntime's: ties (small integers) make
+    the first maximum the one to match; every node on the device."""
+    xs, attrs = INDEX_CASES[case]
+    g = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y", "i"], **attrs)], "pool",
+                          [helper.make_tensor_value_info("x", dt, list(xs))],
+                          [helper.make_tensor_value_info("y", dt, None),
+                           helper.make_tensor_value_info("i", TensorProto.INT64, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)], ir_version=8)
+    npd = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16, TensorProto.UINT8: np.uint8}[dt]
+    x = rng.integers(0, 6, xs).astype(npd)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    rep = Backend.prepare(m, "CPU")
+    for _ in range(2):  # the second run replays the plan
+        got = rep.run({"x": x})
+        assert rep.last_run.cpu_segments == 0 and rep.last_run.runtime_fallbacks == 0, rep.last_run.events
+        assert got[1].dtype == np.int64
+        for g_, w in zip(got, want):
+            np.testing.assert_array_equal(g_, w)
+
+
+def test_maxpool_column_major_indices_stay_on_the_cpu(rng):
+    g = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2], storage_order=1)],
+                          "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
                            helper.make_tensor_value_info("i", TensorProto.INT64, None)])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    got = Backend.prepare(m, "CPU").run({"x": x})
+    rep = Backend.prepare(m, "CPU")
+    got = rep.run({"x": x})
+    assert rep.last_run.cpu_segments == 1 and rep.last_run.runtime_fallbacks == 0, rep.last_run.events
     for g_, w in zip(got, want):
         np.testing.assert_array_equal(g_, w)

@@ -11,7 +11,7 @@ import itertools
 
 import numpy as np
 import pytest
-from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
+from helpers import assert_output, assert_outside_unchanged, place, poison_against, random_strides, read_logical
 
 import kompute_dml as kdml
 
@@ -124,3 +124,58 @@ def test_refused_descriptors_name_their_field(dev, change, field):
 def test_unsupported_type(dev):
     with pytest.raises(kdml.UnsupportedError, match="input_tensor"):
         dev.compile(kdml.AveragePoolingDesc(TD(DT.INT32, (1, 2, 5, 5)), TD(DT.INT32, (1, 2, 2, 2)), (3, 3), (2, 2)))
+
+
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+@pytest.mark.parametrize("xs, win, st, dl, ps, pe", [
+    ((2, 3, 13), (3,), (2,), (1,), (1,), (1,)),
+    ((1, 4, 17), (4,), (3,), (2,), (0,), (2,)),
+    ((3, 2, 9, 8), (3, 2), (2, 1), (1, 2), (1, 0), (0, 1)),
+], ids=["1d", "1d-dilated", "2d"])
+def test_helpers_into_strided_outputs(dev, rng, dt, xs, win, st, dl, ps, pe):
+    """kdml.max_pool (values and indices_out) and kdml.avg_pool, 1-D (through the (N, C, 1, W)
+    view) and 2-D, from strided inputs into strided outputs at offsets: every other byte unchanged."""
+    npd = dt.numpy_dtype
+    x = np.round(rng.standard_normal(xs) * 3).astype(npd)  # ties: the first maximum must win
+    x.flat[rng.choice(x.size, 2, replace=False)] = [np.nan, -np.inf]
+    xd = TD(dt, xs, random_strides(rng, xs, allow_broadcast=False))
+    tx, _ = place(dev, rng, xd, x)
+    kw = dict(strides=st, start_padding=ps, end_padding=pe, dilations=dl)
+    want, want_idx, _ = reference(x, win, st, dl, ps, pe, "max")
+    ty, _ = place(dev, rng, TD(dt, want.shape, random_strides(rng, want.shape, allow_broadcast=False)))
+    ti, _ = place(dev, rng, TD(DT.UINT32, want.shape, random_strides(rng, want.shape, allow_broadcast=False)))
+    before, ibefore = poison_against(ty, want.astype(npd), rng), poison_against(ti, want_idx.astype(np.uint32), rng)
+    y, idx = kdml.max_pool(tx, win, out=ty, indices_out=ti, **kw)
+    assert y is ty and idx is ti
+    assert_output(ty, before, want.astype(npd))
+    assert_output(ti, ibefore, want_idx.astype(np.uint32))
+    for include in (False, True):
+        want, _, scale = reference(x, win, st, dl, ps, pe, "avg", include)
+        ty, _ = place(dev, rng, TD(dt, want.shape, random_strides(rng, want.shape, allow_broadcast=False)))
+        before = poison_against(ty, want.astype(npd), rng)
+        kdml.avg_pool(tx, win, include_padding=include, out=ty, **kw)
+        got = read_logical(assert_outside_unchanged(ty, before), ty.offset, ty.desc).astype(np.float64)
+        finite = np.isfinite(want)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))  # a NaN in the window
+        bound = (np.prod(win) + 4) * U * scale + (np.abs(want) * 2.0 ** -11 + 2.0 ** -25 if dt == DT.FLOAT16 else 0)
+        assert np.all(np.abs(got[finite] - want[finite]) <= bound[finite])
+        assert np.array_equal(got[~finite], want[~finite], equal_nan=True)
+
+
+def test_windows_wholly_in_the_padding_and_helper_errors(dev):
+    x = np.arange(4, dtype=np.float32).reshape(1, 1, 4)
+    y, idx = kdml.max_pool(x, (1,), start_padding=(1,), end_padding=(1,), indices=True, device=dev)
+    np.testing.assert_array_equal(y.numpy(), [[[-np.inf, 0, 1, 2, 3, -np.inf]]])
+    np.testing.assert_array_equal(idx.numpy(), [[[0, 0, 1, 2, 3, 0]]])
+    a = kdml.avg_pool(x, (1,), start_padding=(1,), device=dev).numpy()
+    assert np.isnan(a[0, 0, 0]) and a[0, 0, 1] == 0
+    assert kdml.avg_pool(x, (1,), start_padding=(1,), include_padding=True, device=dev).numpy()[0, 0, 0] == 0
+    with pytest.raises(kdml.InvalidArgumentError, match="^strides"):
+        kdml.max_pool(x, (2,), strides=(1, 1), device=dev)
+    with pytest.raises(kdml.InvalidArgumentError, match="^x"):
+        kdml.max_pool(x.reshape(4), (2,), device=dev)
+    with pytest.raises(kdml.InvalidArgumentError, match="^indices_out"):
+        kdml.max_pool(x, (2,), indices_out=dev.tensor(np.zeros((1, 1, 3), np.int32)), device=dev)
+    with pytest.raises(kdml.InvalidArgumentError, match="^output_tensor.sizes"):
+        kdml.avg_pool(x, (5,), device=dev)
+    np.testing.assert_array_equal(kdml.max_pool(x, (2,), device=dev).numpy(), [[[1, 2, 3]]])  # still usable
