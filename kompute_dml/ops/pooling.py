@@ -6,12 +6,15 @@ zero-size padding at the start and end of each axis (padding elements never win 
 counts them in its divisor only where IncludePadding is set), dilations (MAX_POOLING2,
 AVERAGE_POOLING1), and MAX's optional UINT32 indices output (the flat row-major index of the
 selected element in the input's logical shape). ONNX MaxPool, AveragePool, GlobalMaxPool and
-GlobalAveragePool run on them (onnx_backend/handlers_pool.py).
+GlobalAveragePool run on them (onnx_backend/handlers_pool.py), MaxPool's Indices (storage_order = 0)
+widened there to int64. Helpers kdml.max_pool / avg_pool in functional/pooling.py (1-D inputs too).
 
-shaders/pooling.comp: one invocation per output element. MAX: exact; the first largest element
-of the window in row-major order (later equal values are ignored, as the page says); a NaN counts
-as the largest (the first NaN wins; numpy's nanless `max` semantics); a window wholly in the
-padding gives -inf (index 0). AVERAGE: a float32 sum in window order, then one division by the
+shaders/pooling.comp: one invocation per output element; from GROUP_TAPS taps (global pooling) one
+work group of 256 per output element, partial results combined by a shared-memory tree (MAX by the
+sequential rule: the same element and index; AVERAGE within (ceil(n / 256) + 12) u S / count).
+MAX: exact; the first largest element of the window in row-major order (later equal values are
+ignored, as the page says); a NaN counts as the largest (the first NaN wins, as numpy's `max`
+propagates NaN); a window wholly in the padding gives -inf (index 0). AVERAGE: a float32 sum in window order, then one division by the
 count: |error| <= (n + 2) u S / count with S = sum |x| (u = 2^-24; the division as the device's
 float32 division, which Vulkan allows 2.5 ulp: tests/test_pooling.py enforces (n + 4) u);
 FLOAT16 decoded exactly and rounded once more. A window with no element and IncludePadding unset
@@ -29,6 +32,7 @@ window), non-overlapping outputs, 32-bit element addressing.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,9 +44,6 @@ from ..core.ints import as_int_tuple
 from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
-from ..device.memory import Tensor
-from ..functional import _packed, check_out, compile_cached, pooled_empty
-from ..functional.elementwise import _operands
 from ..runtime import DispatchPlan, grid_for
 from . import contract
 from .base import CompiledOperator, validate_tensors
@@ -174,6 +175,17 @@ def _three(values: tuple[int, ...], fill: int) -> list[int]:
     return [fill] * (3 - len(values)) + list(values)
 
 
+POOL_KERNEL_ENV = "KDML_POOL_KERNEL"  # "thread" or "group" forces one (tests, benchmarks)
+GROUP_TAPS = 256  # windows of this many taps and more take the work-group kernel
+
+
+def _group_kernel(taps: int) -> bool:
+    forced = os.environ.get(POOL_KERNEL_ENV, "auto")
+    if forced not in ("auto", "thread", "group"):
+        raise ValueError(f"{POOL_KERNEL_ENV}={forced!r}: auto, thread or group")
+    return forced == "group" or (forced == "auto" and taps >= GROUP_TAPS)
+
+
 def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) -> CompiledOperator:
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     x, y = desc.input_tensor, desc.output_tensor
@@ -207,14 +219,15 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) 
                       *_three(dil, 1), *_three(start, 0), *_strides5(x), *_strides5(y), *_strides5(ind), flags,
                       total, math.prod(out3), out3[1] * out3[2]], dtype=np.uint32)
     q8 = {DataType.INT8: "i8", DataType.UINT8: "u8"}.get(x.data_type)
+    k = "_group" if _group_kernel(math.prod(window)) else ""
     fam = contract.POOL_Q8 if q8 else contract.POOL
     unit = x.data_type.size
     const = len(support.fields)  # the constant's binding-list index
     plan = DispatchPlan(
-        variant=fam.name(t=q8) if q8 else fam.name(fn="max" if is_max else "avg",
-                                                  t="f16" if x.data_type == DataType.FLOAT16 else "f32"),
+        variant=fam.name(t=q8, k=k) if q8 else fam.name(fn="max" if is_max else "avg", k=k,
+                                                        t="f16" if x.data_type == DataType.FLOAT16 else "f32"),
         bindings=(0, 1, 2 if ind is not None else None, const), push=fam.pack(x_off=0, y_off=0, i_off=0),
-        groups=grid_for(total, 256, device.limits["max_compute_work_group_count"][0]),
+        groups=grid_for(total * 256 if k else total, 256, device.limits["max_compute_work_group_count"][0]),
         writes=(1, 2) if ind is not None else (1,),
         offset_slots=fam.slots(x_off=(0, unit), y_off=(1, unit),
                                **({"i_off": (2, 4)} if "output_indices_tensor" in support.fields else {})))
@@ -240,127 +253,6 @@ def compile_max_pooling1(device: Device, desc: MaxPooling1Desc) -> CompiledOpera
 
 def compile_average_pooling1(device: Device, desc: AveragePooling1Desc) -> CompiledOperator:
     return _compile(device, desc, AVERAGE_POOLING1, False)
-
-
-def view_1d(t: Tensor) -> Tensor:
-    """A (N, C, W) tensor seen as (N, C, 1, W): the same elements (1-D pooling on the 4-D tables)."""
-    d = t.desc
-    s = d.effective_strides
-    return Tensor.trusted(t.buffer, TensorDesc(d.data_type, (d.sizes[0], d.sizes[1], 1, d.sizes[2]),
-                                               (s[0], s[1], 0, s[2])), t.offset)
-
-
-def _pool(x: Any, window: Any, strides: Any, start_padding: Any, end_padding: Any, dilations: Any,
-          out: Tensor | None, device: Device | None) -> tuple[Device, Tensor, dict[str, tuple[int, ...]],
-                                                            tuple[int, ...], bool]:
-    """The operand (a 1-D input seen as (N, C, 1, W)), the arrays (4-D / 5-D form), the result's
-    shape as the caller sees it, and whether the input was 1-D."""
-    if device is None and isinstance(out, Tensor):
-        device = out.device
-    dev, (t,) = _operands((x,), ("x",), device)
-    n = t.desc.dimension_count - 2
-    if n not in (1, 2, 3):
-        raise invalid("x", f"must have 3 to 5 dimensions (N, C, [[D,] H,] W), got {t.desc.sizes}")
-    a: dict[str, tuple[int, ...]] = {}
-    for k, v, d in (("window", window, -1), ("strides", strides, 1), ("start_padding", start_padding, 0),
-                    ("end_padding", end_padding, 0), ("dilations", dilations, 1)):
-        if v is None and d < 0:
-            raise invalid(k, f"must hold {n} sizes (one per spatial axis), got None")
-        a[k] = as_int_tuple(v, k) if v is not None else (d,) * n
-        if len(a[k]) != n:
-            raise invalid(k, f"must hold {n} values (one per spatial axis), got {a[k]}")
-    shape = (*t.desc.sizes[:2], *pooled_sizes(t.desc.sizes[2:], a["window"], a["strides"], a["dilations"],
-                                              a["start_padding"], a["end_padding"]))
-    if n == 1:
-        t = view_1d(t)
-        a = {k: ((1,) if k in ("window", "strides", "dilations") else (0,)) + v for k, v in a.items()}
-    return dev, t, a, shape, n == 1
-
-
-def _result(dev: Device, out: Tensor | None, shape: tuple[int, ...], dt: DataType, one_d: bool,
-            field: str) -> tuple[Tensor, TensorDesc, Tensor]:
-    """The caller's result tensor, the operator's output desc (4-D / 5-D) and the tensor bound."""
-    if out is not None:
-        check_out(out, dev, shape, dt, field)
-    y = out if out is not None else pooled_empty(dev, _packed(dt, tuple(max(1, s) for s in shape)))
-    bound = view_1d(y) if one_d else y
-    want = (*shape[:2], 1, shape[2]) if one_d else shape
-    return y, (bound.desc if bound.desc.sizes == want else TensorDesc(dt, want)), bound
-
-
-def max_pool(x: Any, window: Any, *, strides: Any = None, start_padding: Any = None, end_padding: Any = None,
-             dilations: Any = None, indices: bool = False, out: Tensor | None = None,
-             indices_out: Tensor | None = None, device: Device | None = None) -> Any:
-    """The maximum of each window of x (MAX_POOLING2).
-
-    Parameters
-    ----------
-    x : Tensor or array_like
-        (N, C, W), (N, C, H, W) or (N, C, D, H, W); FLOAT32, FLOAT16, INT8 or UINT8. A 1-D input
-        runs as (N, C, 1, W).
-    window : sequence of int
-        The window's size along each spatial axis.
-    strides, start_padding, end_padding, dilations : sequence of int, optional
-        One value per spatial axis (defaults 1, 0, 0, 1). Padding never wins a maximum.
-    indices : bool
-        Also return the UINT32 flat row-major index into x of each maximum (the first of equal
-        maxima; the first NaN, which counts as the largest).
-    out, indices_out : Tensor, optional
-        Result tensors of the output's shape (any strides and offsets); `indices_out` implies
-        `indices`.
-    device : Device, optional
-
-    Returns
-    -------
-    Tensor, or (Tensor, Tensor) with `indices`
-        New packed tensors from the device's buffer pool where `out` / `indices_out` are not given.
-    """
-    dev, t, a, shape, one_d = _pool(x, window, strides, start_padding, end_padding, dilations, out, device)
-    y, y_desc, yb = _result(dev, out, shape, t.desc.data_type, one_d, "out")
-    ind = ind_b = None
-    if indices or indices_out is not None:
-        ind, _, ind_b = _result(dev, indices_out, shape, DataType.UINT32, one_d, "indices_out")
-    op = compile_cached(dev, MaxPooling2Desc(t.desc, y_desc, ind_b.desc if ind_b is not None else None, a["window"],
-                                             a["strides"], a["start_padding"], a["end_padding"], a["dilations"]))
-    op.execute([t], [yb, ind_b])
-    return (y, ind) if ind is not None else y
-
-
-def avg_pool(x: Any, window: Any, *, strides: Any = None, start_padding: Any = None, end_padding: Any = None,
-             dilations: Any = None, include_padding: bool = False, out: Tensor | None = None,
-             device: Device | None = None) -> Tensor:
-    """The mean of each window of x (AVERAGE_POOLING; AVERAGE_POOLING1 where `dilations` are not all 1).
-
-    Parameters
-    ----------
-    x : Tensor or array_like
-        (N, C, W), (N, C, H, W) or (N, C, D, H, W); FLOAT32 or FLOAT16. A 1-D input runs as
-        (N, C, 1, W).
-    window : sequence of int
-        The window's size along each spatial axis.
-    strides, start_padding, end_padding, dilations : sequence of int, optional
-        One value per spatial axis (defaults 1, 0, 0, 1).
-    include_padding : bool
-        Count padding elements in the divisor (the window's size); else the divisor is the
-        number of input elements in the window (none: NaN).
-    out : Tensor, optional
-        The result tensor (the output's shape; any strides and offsets).
-    device : Device, optional
-
-    Returns
-    -------
-    Tensor
-        A new packed tensor from the device's buffer pool where `out` is not given.
-    """
-    dev, t, a, shape, one_d = _pool(x, window, strides, start_padding, end_padding, dilations, out, device)
-    y, y_desc, yb = _result(dev, out, shape, t.desc.data_type, one_d, "out")
-    desc: Any = AveragePoolingDesc(t.desc, y_desc, a["window"], a["strides"], a["start_padding"], a["end_padding"],
-                                   bool(include_padding))
-    if any(d != 1 for d in a["dilations"]):
-        desc = AveragePooling1Desc(t.desc, y_desc, a["window"], a["strides"], a["start_padding"], a["end_padding"],
-                                   a["dilations"], bool(include_padding))
-    compile_cached(dev, desc).execute([t], [yb])
-    return y
 
 
 _MAX_NUMPY = frozenset(np.dtype(t) for t in (np.float32, np.float16, np.int8, np.uint8))
