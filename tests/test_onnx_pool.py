@@ -27,6 +27,13 @@ CASES = {
     "avg-pad-include": ("AveragePool", (3, 9, 9), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)),
     "avg-ceil": ("AveragePool", (3, 9, 10), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
     "avg-1d": ("AveragePool", (3, 11), dict(kernel_shape=[3], strides=[2])),
+    # ceil_mode windows past the padded input, padding counted: onnxruntime divides by the taps inside it
+    "avg-ceil-include": ("AveragePool", (3, 8, 8), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                                                        ceil_mode=1, count_include_pad=1)),
+    "avg-ceil-include-asym": ("AveragePool", (2, 9, 10), dict(kernel_shape=[3, 2], strides=[2, 3], pads=[0, 1, 1, 0],
+                                                             ceil_mode=1, count_include_pad=1)),
+    "avg-ceil-include-1d": ("AveragePool", (3, 12), dict(kernel_shape=[4], strides=[3], pads=[2, 1], ceil_mode=1,
+                                                        count_include_pad=1)),
     "gap-7x7": ("GlobalAveragePool", (16, 7, 7), {}),
     "gap-1x1": ("GlobalAveragePool", (16, 1, 1), {}),
     "gmp": ("GlobalMaxPool", (8, 5, 6), {}),

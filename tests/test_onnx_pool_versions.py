@@ -45,7 +45,9 @@ def test_maxpool_bytes_on_the_device(rng, dt, npd, xs, attrs):
     ((3, 11, 10), dict(kernel_shape=[3, 2], dilations=[2, 3], pads=[1, 1, 2, 0])),
     ((3, 11, 10), dict(kernel_shape=[2, 2], dilations=[2, 2], strides=[2, 1], count_include_pad=1, pads=[1, 0, 1, 1])),
     ((4, 19), dict(kernel_shape=[3], dilations=[3], strides=[2])),
-], ids=["2d", "2d-include", "1d"])
+    ((3, 12, 11), dict(kernel_shape=[3, 2], dilations=[2, 3], strides=[2, 2], pads=[1, 1, 1, 0], ceil_mode=1,
+                       count_include_pad=1)),
+], ids=["2d", "2d-include", "1d", "2d-ceil-include"])
 def test_dilated_averagepool_on_the_device(rng, dt, xs, attrs):
     npd = np.float16 if dt == TensorProto.FLOAT16 else np.float32
     x = rng.standard_normal((2, *xs)).astype(npd)

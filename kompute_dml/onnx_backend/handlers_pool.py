@@ -2,8 +2,9 @@
 (ops/pooling.py). 2-D and 3-D pooling as they are, 1-D through a (N, C, 1, W) view (kdml.max_pool / avg_pool); kernel_shape,
 strides, dilations (AveragePool's on AVERAGE_POOLING1), pads or auto_pad (as Conv's), ceil_mode (the output size rounded up,
 the extra windows expressed as end padding, which never wins a maximum and is not counted unless
-count_include_pad: an AveragePool with count_include_pad and windows beyond the padded input stays
-on the CPU, where ONNX counts only the padded input), count_include_pad. MaxPool's Indices output (storage_order = 0: the flat
+count_include_pad: ONNX then counts only the padded input, so such an AveragePool's results are
+multiplied in place by K / K', the window's size over its taps in the padded input),
+count_include_pad. MaxPool's Indices output (storage_order = 0: the flat
 row-major index into X, as onnxruntime's) from MAX_POOLING2's UINT32 indices, widened to int64 word
 pairs by a JOIN with a zero word; storage_order = 1 stays on the CPU (refused at placement).
 MaxPool of int8 / uint8 on MAX_POOLING2's 8-bit rows. BatchNormalization (inference: training_mode =
@@ -43,6 +44,24 @@ def _int64_indices(ctx: NodeContext, ind: kdml.Tensor, shape: tuple[int, ...], s
     return out
 
 
+def _beyond_padding_factors(sizes: Any, window: Any, strides: Any, dil: Any, start: Any, end: Any,
+                            padded: Any) -> np.ndarray | None:
+    """K / K' per output position of an AveragePool counting padding whose ceil_mode windows pass
+    the padded input: ONNX (onnxruntime) divides by K', the window's taps inside the padded input,
+    where AVERAGE_POOLING's IncludePadding divides by the window's size K. None where K' = K."""
+    counts = []
+    for i, k, s, d, a, e, p in zip(sizes, window, strides, dil, start, end, padded):
+        o = np.arange((i + a + e - ((k - 1) * d + 1)) // s + 1)
+        taps = o[:, None] * s + np.arange(k)[None, :] * d  # positions in the padded input
+        counts.append((taps < p).sum(axis=1))
+    inside = counts[0].astype(np.float64)
+    for c in counts[1:]:
+        inside = np.multiply.outer(inside, c)
+    if np.all(inside == math.prod(window)):
+        return None
+    return math.prod(window) / inside
+
+
 def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     with_indices = len([o for o in node.output if o]) > 1
     if with_indices and int(_attr(node, "storage_order", 0)) != 0:
@@ -54,6 +73,7 @@ def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     if (dt not in (np.float32, np.float16) and not q8) or len(shape) not in (3, 4, 5):
         raise FallbackNeeded(f"pooling of {dt} with {len(shape)} dimensions")
     n = len(shape) - 2
+    fix = None  # AveragePool's divisors where ceil_mode windows pass the padded input (count_include_pad)
     if node.op_type.startswith("Global"):
         window, strides, dil = tuple(shape[2:]), (1,) * n, (1,) * n
         start, end, include = (0,) * n, (0,) * n, False
@@ -73,9 +93,10 @@ def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
                 if (out - 1) * s >= i + a:  # the last window would start in the end padding: ONNX drops it
                     out -= 1
                 extra.append(max(0, (out - 1) * s + (k - 1) * d + 1 - (i + a + b)))
-            if include and any(extra):
-                raise FallbackNeeded("AveragePool counting padding with ceil_mode windows past the padded input")
+            padded = tuple(i + a + b for i, a, b in zip(shape[2:], start, end))
             end = tuple(b + e for b, e in zip(end, extra))
+            if include and any(extra):
+                fix = _beyond_padding_factors(shape[2:], window, strides, dil, start, end, padded)
     out_shape = (shape[0], shape[1], *pooled_sizes(shape[2:], window, strides, dil, start, end))
     out = ctx.out_tensor(out_shape, dt)
     if is_max:
@@ -88,6 +109,9 @@ def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     else:
         kdml.avg_pool(x.tensor, window, strides=strides, start_padding=start, end_padding=end, dilations=dil,
                       include_padding=include, out=out, device=ctx.device)
+        if fix is not None:  # sum / K -> sum / K': one ELEMENT_WISE_MULTIPLY by K / K', in place
+            f = ctx.to_device(fix.astype(dt).reshape(1, 1, *fix.shape), stats)
+            kdml.mul(out, broadcast_view(f, out_shape, "factors"), out=out, device=ctx.device)
     return [DeviceValue(out, out_shape, dt)]
 
 
