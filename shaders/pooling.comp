@@ -191,16 +191,22 @@ void main() {
     float acc = 0.0;
     uint counted = 0u;
 #endif
-    for (uint kd = 0u; kd < p[P_WIN]; kd++) {
-        int id = d0 + int(kd * p[P_DIL]);
+    // the window's geometry in registers (read once: not re-read from the constant per tap);
+    // the row-major position of the current row start kept as running offsets
+    uint win_d = p[P_WIN], win_h = p[P_WIN + 1], win_w = p[P_WIN + 2];
+    int dil_d = int(p[P_DIL]), dil_h = int(p[P_DIL + 1]), dil_w = int(p[P_DIL + 2]);
+    uint xs_d = p[P_XS + 2], xs_h = p[P_XS + 3], xs_w = p[P_XS + 4];
+    for (uint kd = 0u; kd < win_d; kd++) {
+        int id = d0 + int(kd) * dil_d;
         if (id < 0 || uint(id) >= in_d) continue;
-        for (uint kh = 0u; kh < p[P_WIN + 1]; kh++) {
-            int ih = h0 + int(kh * p[P_DIL + 1]);
+        for (uint kh = 0u; kh < win_h; kh++) {
+            int ih = h0 + int(kh) * dil_h;
             if (ih < 0 || uint(ih) >= in_h) continue;
-            for (uint kw = 0u; kw < p[P_WIN + 2]; kw++) {
-                int iw = w0 + int(kw * p[P_DIL + 2]);
+            uint row = x_base + uint(id) * xs_d + uint(ih) * xs_h;
+            for (uint kw = 0u; kw < win_w; kw++) {
+                int iw = w0 + int(kw) * dil_w;
                 if (iw < 0 || uint(iw) >= in_w) continue;
-                float v = load_x(x_base + uint(id) * p[P_XS + 2] + uint(ih) * p[P_XS + 3] + uint(iw) * p[P_XS + 4]);
+                float v = load_x(row + uint(iw) * xs_w);
 #if MAX
                 if (!found || (!isnan(best) && (v > best || isnan(v)))) {
                     best = v;
