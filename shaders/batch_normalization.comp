@@ -57,7 +57,8 @@ void main() {
     precise float norm = centred / sd;
     precise float scaled = scale * norm;
     precise float y = scaled + bias;
-    if ((p[P_FLAGS] & 1u) != 0u && y < 0.0) y = 0.0;
+    // ReLU as ACTIVATION_RELU: every negative value and -0 give +0, NaN passes with its bits
+    if ((p[P_FLAGS] & 1u) != 0u && !isnan(y) && (floatBitsToUint(y) >> 31) != 0u) y = 0.0;
 #if F16
     STORE_FIELD(y_buf, e[5] >> 1, (e[5] & 1u) * 16u, 16u, f2h(floatBitsToUint(y)));
 #else

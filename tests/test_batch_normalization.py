@@ -91,6 +91,23 @@ def test_helper_per_channel_vectors_edges_and_out(dev, rng):
     assert np.isposinf(z[0, 0]) and np.isneginf(z[1, 0])
 
 
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+def test_fused_relu_bits_as_activation_relu(dev, dt):
+    """The fused ReLU is ACTIVATION_RELU's: -0 (x = mean, Scale < 0, Bias = -0) and negatives give
+    +0, NaN passes, positives unchanged: the same bits as BATCH_NORMALIZATION then kdml.relu."""
+    npd = dt.numpy_dtype
+    x = np.array([[1.0, 1.0, -3.0, np.nan, 5.0, np.inf, -np.inf]], npd)  # (N, C) = (1, 7)
+    ones = np.ones((1, 1), npd)
+    args = (x, ones, ones, -ones, np.full((1, 1), -0.0, npd))  # y = -(x - 1) + -0
+    fused = kdml.batch_norm(*args, epsilon=0.0, relu=True, device=dev).numpy()
+    plain = kdml.batch_norm(*args, epsilon=0.0, device=dev)
+    assert np.signbit(plain.numpy()[0, 0])  # the unfused result is -0
+    bits = np.uint32 if dt == DT.FLOAT32 else np.uint16
+    np.testing.assert_array_equal(fused.view(bits), kdml.relu(plain, device=dev).numpy().view(bits))
+    np.testing.assert_array_equal(fused, np.array([[0, 0, 4, np.nan, 0, 0, np.inf]], npd))
+    assert not np.signbit(fused[0, :2]).any()
+
+
 F = DT.FLOAT32
 X = TD(F, (2, 3, 4, 5))
 C = TD(F, (1, 3, 1, 1))

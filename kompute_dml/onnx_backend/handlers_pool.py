@@ -115,7 +115,9 @@ def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     return [DeviceValue(out, out_shape, dt)]
 
 
-def _h_batch_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def batch_norm_node(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, relu: bool) -> list[Any]:
+    """An inference BatchNormalization's output on BATCH_NORMALIZATION (`relu`: its fused ReLU, a
+    following Relu node fused: fusions.py)."""
     if int(_attr(node, "training_mode", 0)) != 0 or len([o for o in node.output if o]) > 1:
         raise FallbackNeeded("BatchNormalization in training mode (running mean / variance outputs)")
     if int(_attr(node, "spatial", 1)) != 1:
@@ -126,9 +128,13 @@ def _h_batch_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats:
     if len(x.shape) < 1 or len(x.shape) > 8 or 0 in x.shape:
         raise FallbackNeeded("a BatchNormalization input of more than 8 dimensions or empty")
     out = ctx.out_tensor(tuple(x.shape), x.dtype)
-    y = kdml.batch_norm(x.tensor, mean.tensor, var.tensor, scale.tensor, b.tensor,
+    y = kdml.batch_norm(x.tensor, mean.tensor, var.tensor, scale.tensor, b.tensor, relu=relu,
                         epsilon=float(_attr(node, "epsilon", 1e-5)), out=out, device=ctx.device)
     return [DeviceValue(y, tuple(x.shape), x.dtype)]
+
+
+def _h_batch_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    return batch_norm_node(ctx, node, ins, stats, False)
 
 
 POOL_HANDLERS = {**{op: _h_pool for op in ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")},

@@ -6,9 +6,10 @@ Input's. ONNX BatchNormalization (inference: training_mode = 0, one output) runs
 
 shaders/batch_normalization.comp: an output element per invocation, each step of the formula a
 float32 operation rounded once in the order written (no contraction; sqrt and division as the
-device rounds them), then ReLU; FLOAT16 decoded exactly and the result rounded once. Bound
-(tests/test_batch_normalization.py enforces it against float64): |error| <= 8 u (|Scale * n| +
-|Bias|), u = 2^-24, n the normalized value; FLOAT16 outputs one more rounding (2^-11 relative).
+device rounds them), then ReLU (ACTIVATION_RELU's: negatives and -0 to +0, NaN kept); FLOAT16
+decoded exactly and the result rounded once. Bound (tests/test_batch_normalization.py enforces it
+against float64): |error| <= 8 u (|Scale * n| + |Bias|), u = 2^-24, n the normalized value;
+FLOAT16 outputs one more rounding (2^-11 relative).
 
 Tensor support as the page gives it: FLOAT32 / FLOAT16, 4 or 5 dimensions from 1_0, 1 to 8
 from 3_1. Spatial = FALSE before 4_0 requires Mean and Variance not broadcast on the last two
