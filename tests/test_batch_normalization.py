@@ -142,3 +142,27 @@ def test_unsupported_activation_and_levels():
     with pytest.raises(kdml.InvalidArgumentError, match="^mean_tensor.sizes"):
         compile_at_level(kdml.FeatureLevel.FL_3_1, dataclasses.replace(BASE, spatial=False))
     compile_at_level(kdml.FeatureLevel.FL_4_0, dataclasses.replace(BASE, spatial=False))
+
+
+@pytest.mark.parametrize("strides, pairs", [
+    (None, True), ((160, 48, 8, 1), True), ((84, 28, 7, 1), False), ((1, 2, 6, 24), False),
+], ids=["packed", "gapped-even", "odd-rows", "column-major"])
+def test_float16_outputs_by_words_and_by_fields(dev, rng, strides, pairs):
+    """FLOAT16 outputs whose rows pack whole words take two elements per invocation and plain
+    stores; others STORE_FIELD: both exact to the bound, every other byte unchanged."""
+    from kompute_dml.ops.batch_normalization import writes_words
+
+    xs, cs = (2, 3, 4, 6), (1, 3, 1, 1)
+    dt = DT.FLOAT16
+    x = (rng.standard_normal(xs) * 3).astype(np.float16)
+    m, s, b = (rng.standard_normal(cs).astype(np.float16) for _ in range(3))
+    v = (rng.random(cs) + 0.1).astype(np.float16)
+    want, sc = reference(x, m, v, s, b, 1e-3, True)
+    yd = TD(dt, xs, strides)
+    assert writes_words(yd) == pairs
+    ty, _ = place(dev, rng, yd)
+    before = poison_against(ty, want.astype(np.float16), rng)
+    tensors = [place(dev, rng, TD(dt, a.shape), a)[0] for a in (x, m, v, s, b)]
+    desc = kdml.BatchNormalizationDesc(*(t.desc for t in tensors), yd, True, 1e-3, kdml.ActivationReluDesc(None, None))
+    dev.compile(desc).execute(tensors, [ty])
+    check(read_logical(assert_outside_unchanged(ty, before), ty.offset, yd), want, sc, dt)
