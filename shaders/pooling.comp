@@ -170,14 +170,8 @@ void main() {
 #endif
 }
 #else
-void main() {
-    uint idx = linear_group_id() * 256u + gl_LocalInvocationID.x;
-    if (idx >= p[P_TOTAL]) return;
-    uint c_ = p[P_C], odhw = p[P_ODHW];
-    uint bc = idx / odhw, sp = idx % odhw;
-    uint b = bc / c_, c = bc % c_;
-    uint od = sp / p[P_OHW], ohw = sp % p[P_OHW];
-    uint oh = ohw / p[P_OUT + 2], ow = ohw % p[P_OUT + 2];
+// the output element (bc = b * C + c, od, oh, ow) of the one-invocation kernel; `at` the index
+float pool_at(uint bc, uint b, uint c, uint od, uint oh, uint ow, out uint at) {
     int d0 = int(od * p[P_STRIDE]) - int(p[P_PAD]);
     int h0 = int(oh * p[P_STRIDE + 1]) - int(p[P_PAD + 1]);
     int w0 = int(ow * p[P_STRIDE + 2]) - int(p[P_PAD + 2]);
@@ -192,7 +186,7 @@ void main() {
     uint counted = 0u;
 #endif
     // the window's geometry in registers (read once: not re-read from the constant per tap);
-    // the row-major position of the current row start kept as running offsets
+    // the row's base offset computed once per row
     uint win_d = p[P_WIN], win_h = p[P_WIN + 1], win_w = p[P_WIN + 2];
     int dil_d = int(p[P_DIL]), dil_h = int(p[P_DIL + 1]), dil_w = int(p[P_DIL + 2]);
     uint xs_d = p[P_XS + 2], xs_h = p[P_XS + 3], xs_w = p[P_XS + 4];
@@ -222,13 +216,46 @@ void main() {
         }
     }
 #if MAX
-    store_y(pc.y_off + b * p[P_YS] + c * p[P_YS + 1] + od * p[P_YS + 2] + oh * p[P_YS + 3] + ow * p[P_YS + 4], best);
-    if ((p[P_FLAGS] & 2u) != 0u)
-        i_buf[pc.i_off + b * p[P_IS] + c * p[P_IS + 1] + od * p[P_IS + 2] + oh * p[P_IS + 3] + ow * p[P_IS + 4]] = best_at;
+    at = best_at;
+    return best;
 #else
-    uint n = (p[P_FLAGS] & 1u) != 0u ? p[P_WIN] * p[P_WIN + 1] * p[P_WIN + 2] : counted;
+    at = 0u;
+    uint n = (p[P_FLAGS] & 1u) != 0u ? win_d * win_h * win_w : counted;
     precise float avg = acc / float(n);
-    store_y(pc.y_off + b * p[P_YS] + c * p[P_YS + 1] + od * p[P_YS + 2] + oh * p[P_YS + 3] + ow * p[P_YS + 4], avg);
+    return avg;
 #endif
+}
+
+void main() {
+    uint idx = linear_group_id() * 256u + gl_LocalInvocationID.x;
+    // flags bit 4 (FLOAT16 outputs whose words hold two adjacent outputs of a row: OW even with
+    // stride 1, every other stride even): an invocation per word, one plain store of both
+    bool pairs = F16 != 0 && (p[P_FLAGS] & 4u) != 0u;
+    if (pairs) idx *= 2u;
+    if (idx >= p[P_TOTAL]) return;
+    uint c_ = p[P_C], odhw = p[P_ODHW];
+    uint bc = idx / odhw, sp = idx % odhw;
+    uint b = bc / c_, c = bc % c_;
+    uint od = sp / p[P_OHW], ohw = sp % p[P_OHW];
+    uint oh = ohw / p[P_OUT + 2], ow = ohw % p[P_OUT + 2];
+    uint at;
+    float v = pool_at(bc, b, c, od, oh, ow, at);
+    uint y_at = pc.y_off + b * p[P_YS] + c * p[P_YS + 1] + od * p[P_YS + 2] + oh * p[P_YS + 3] + ow * p[P_YS + 4];
+    uint i_at = pc.i_off + b * p[P_IS] + c * p[P_IS + 1] + od * p[P_IS + 2] + oh * p[P_IS + 3] + ow * p[P_IS + 4];
+    bool with_indices = MAX != 0 && (p[P_FLAGS] & 2u) != 0u;
+#if F16
+    if (pairs) {
+        uint at1;
+        float v1 = pool_at(bc, b, c, od, oh, ow + 1u, at1);
+        y_buf[y_at >> 1] = f2h(floatBitsToUint(v)) | (f2h(floatBitsToUint(v1)) << 16);
+        if (with_indices) {
+            i_buf[i_at] = at;
+            i_buf[i_at + p[P_IS + 4]] = at1;
+        }
+        return;
+    }
+#endif
+    store_y(y_at, v);
+    if (with_indices) i_buf[i_at] = at;
 }
 #endif

@@ -267,3 +267,35 @@ def test_group_kernel_bytes(dev, rng, dt):
     want, want_idx, _ = reference(x, (17, 18), (1, 1), (1, 1), (1, 0), (0, 0), "max")
     np.testing.assert_array_equal(y.numpy(), want.astype(x.dtype))
     np.testing.assert_array_equal(idx.numpy(), want_idx.astype(np.uint32))
+
+
+@pytest.mark.parametrize("fn", ["max", "avg"])
+@pytest.mark.parametrize("strides, pairs", [
+    (None, True), ((300, 96, 14, 1), True), ((130, 43, 7, 1), False), ((1, 2, 6, 36), False),
+], ids=["packed", "gapped-even", "odd-rows", "column-major"])
+def test_float16_outputs_by_words_and_by_fields(dev, rng, fn, strides, pairs):
+    """FLOAT16 outputs whose rows pack whole words: two adjacent outputs per invocation and one
+    plain store (indices per element); others STORE_FIELD; both exact, every other byte unchanged."""
+    from kompute_dml.ops.pooling import writes_words
+
+    xs, win, st, ps, pe = (2, 3, 11, 13), (3, 3), (2, 2), (1, 1), (1, 0)
+    x = np.round(rng.standard_normal(xs) * 3).astype(np.float16)
+    want, want_idx, scale = reference(x, win, st, (1, 1), ps, pe, fn)
+    assert want.shape == (2, 3, 6, 6)
+    yd = TD(DT.FLOAT16, want.shape, strides)
+    assert writes_words(yd) == pairs
+    tx, _ = place(dev, rng, TD(DT.FLOAT16, xs), x)
+    ty, _ = place(dev, rng, yd)
+    before = poison_against(ty, want.astype(np.float16), rng)
+    if fn == "max":
+        idd = TD(DT.UINT32, want.shape, strides)
+        ti, _ = place(dev, rng, idd)
+        ibefore = poison_against(ti, want_idx.astype(np.uint32), rng)
+        dev.compile(kdml.MaxPooling2Desc(tx.desc, yd, idd, win, st, ps, pe)).execute([tx], [ty, ti])
+        assert_output(ty, before, want.astype(np.float16))
+        assert_output(ti, ibefore, want_idx.astype(np.uint32))
+        return
+    dev.compile(kdml.AveragePoolingDesc(tx.desc, yd, win, st, ps, pe)).execute([tx], [ty])
+    got = read_logical(assert_outside_unchanged(ty, before), ty.offset, yd).astype(np.float64)
+    bound = 13 * U * scale + np.abs(want) * 2.0 ** -11 + 2.0 ** -25
+    assert np.all(np.abs(got - want) <= bound)

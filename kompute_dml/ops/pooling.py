@@ -11,7 +11,8 @@ widened there to int64. Helpers kdml.max_pool / avg_pool in functional/pooling.p
 
 shaders/pooling.comp: one invocation per output element; from GROUP_TAPS taps (global pooling) one
 work group of 256 per output element, partial results combined by a shared-memory tree (MAX by the
-sequential rule: the same element and index; AVERAGE within (ceil(n / 256) + 12) u S / count).
+sequential rule: the same element and index; AVERAGE within (ceil(n / 256) + 12) u S / count);
+FLOAT16 outputs whose rows pack whole words: two outputs per invocation, one plain store.
 MAX: exact; the first largest element of the window in row-major order (later equal values are
 ignored, as the page says); a NaN counts as the largest (the first NaN wins, as numpy's `max`
 propagates NaN); a window wholly in the padding gives -inf (index 0). AVERAGE: a float32 sum in window order, then one division by the
@@ -186,6 +187,15 @@ def _group_kernel(taps: int) -> bool:
     return forced == "group" or (forced == "auto" and taps >= GROUP_TAPS)
 
 
+def writes_words(y: TensorDesc) -> bool:
+    """FLOAT16 outputs whose words each hold two adjacent outputs of a row (the last dimension of
+    even size and stride 1, every other stride even; offsets are multiples of 16 bytes): the
+    one-invocation kernel computes both and stores the word (no atomics)."""
+    s = y.effective_strides
+    return (y.data_type == DataType.FLOAT16 and y.sizes[-1] % 2 == 0 and s[-1] == 1
+            and all(st % 2 == 0 for n, st in zip(y.sizes[:-1], s[:-1]) if n > 1))
+
+
 def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) -> CompiledOperator:
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     x, y = desc.input_tensor, desc.output_tensor
@@ -214,12 +224,13 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) 
     check_addressable(fields, tuple(t for t in (x, y, ind) if t is not None))
     out3 = _three(spatial, 1)
     total = y.element_count
-    flags = (1 if not is_max and desc.include_padding else 0) | (2 if ind is not None else 0)
+    k = "_group" if _group_kernel(math.prod(window)) else ""
+    pairs = not k and writes_words(y)
+    flags = (1 if not is_max and desc.include_padding else 0) | (2 if ind is not None else 0) | (4 if pairs else 0)
     words = np.array([x.sizes[1], *_three(x.sizes[2:], 1), *out3, *_three(window, 1), *_three(strides, 1),
                       *_three(dil, 1), *_three(start, 0), *_strides5(x), *_strides5(y), *_strides5(ind), flags,
                       total, math.prod(out3), out3[1] * out3[2]], dtype=np.uint32)
     q8 = {DataType.INT8: "i8", DataType.UINT8: "u8"}.get(x.data_type)
-    k = "_group" if _group_kernel(math.prod(window)) else ""
     fam = contract.POOL_Q8 if q8 else contract.POOL
     unit = x.data_type.size
     const = len(support.fields)  # the constant's binding-list index
@@ -227,7 +238,7 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) 
         variant=fam.name(t=q8, k=k) if q8 else fam.name(fn="max" if is_max else "avg", k=k,
                                                         t="f16" if x.data_type == DataType.FLOAT16 else "f32"),
         bindings=(0, 1, 2 if ind is not None else None, const), push=fam.pack(x_off=0, y_off=0, i_off=0),
-        groups=grid_for(total * 256 if k else total, 256, device.limits["max_compute_work_group_count"][0]),
+        groups=grid_for(total * 256 if k else total // 2 if pairs else total, 256, device.limits["max_compute_work_group_count"][0]),
         writes=(1, 2) if ind is not None else (1,),
         offset_slots=fam.slots(x_off=(0, unit), y_off=(1, unit),
                                **({"i_off": (2, 4)} if "output_indices_tensor" in support.fields else {})))
