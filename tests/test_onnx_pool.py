@@ -108,3 +108,35 @@ def test_maxpool_column_major_indices_stay_on_the_cpu(rng):
     assert rep.last_run.cpu_segments == 1 and rep.last_run.runtime_fallbacks == 0, rep.last_run.events
     for g_, w in zip(got, want):
         np.testing.assert_array_equal(g_, w)
+
+
+@pytest.mark.parametrize("dt", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["f32", "f16"])
+def test_conv_net_pooling_chain_on_the_device(rng, dt):
+    """A convolution net's other layers: BatchNormalization -> Relu (fused) -> ResNet's 3x3/2 max
+    pool (19 -> 10) -> 2x2 ceil_mode average pool (-> 5) -> GlobalAveragePool (25 taps: the
+    one-invocation kernel), and a GlobalMaxPool of the Relu (361 taps: the work-group kernel)."""
+    from onnx import numpy_helper
+
+    npd = np.float16 if dt == TensorProto.FLOAT16 else np.float32
+    c = 8
+    inits = [numpy_helper.from_array(a.astype(npd), n) for n, a in (
+        ("s", rng.standard_normal(c)), ("b", rng.standard_normal(c)), ("m", rng.standard_normal(c)),
+        ("v", rng.random(c) + 0.2))]
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["bn"]),
+             helper.make_node("Relu", ["bn"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["mp"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("AveragePool", ["mp"], ["ap"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+             helper.make_node("GlobalAveragePool", ["ap"], ["gap"]),
+             helper.make_node("GlobalMaxPool", ["r"], ["gmp"])]
+    g = helper.make_graph(nodes, "tail", [helper.make_tensor_value_info("x", dt, ["N", c, 19, 19])],
+                          [helper.make_tensor_value_info(n, dt, None) for n in ("gap", "gmp")], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = rng.standard_normal((2, c, 19, 19)).astype(npd)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    rep = Backend.prepare(m, "CPU")
+    got = rep.run({"x": x})
+    assert rep.last_run.cpu_segments == 0 and rep.last_run.runtime_fallbacks == 0, rep.last_run.events
+    assert "BatchNormalization+Relu x1 -> BATCH_NORMALIZATION" in rep.summary()
+    tol = 2e-6 if dt == TensorProto.FLOAT else 4e-3
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=tol, atol=tol * 4)
