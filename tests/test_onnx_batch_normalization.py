@@ -68,3 +68,22 @@ def test_batch_norm_training_mode_stays_on_cpu(rng):
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert rep.last_run.cpu_segments == 1
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dt", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["f32", "f16"])
+def test_fused_relu_same_bits_in_both_executors(rng, dt):
+    """BatchNormalization -> Relu fused and unfused, as one program and node by node: the same bits
+    (the fused ReLU is ACTIVATION_RELU's; its -0 case: tests/test_batch_normalization.py)."""
+    m = bn_model(dt, (4, 3, 5), rng)
+    x = (rng.standard_normal((2, 4, 3, 5)) * 2).astype(_npd(dt))
+    outs = {}
+    for fuse in (True, False):
+        for graph in (True, False):
+            rep = Backend.prepare(m, "CPU", fuse=fuse)
+            rep.state.node_by_node = not graph
+            outs[fuse, graph] = rep.run({"x": x})[0]
+            assert rep.last_run.cpu_segments == 0 and rep.last_run.runtime_fallbacks == 0
+    bits = np.uint32 if dt == TensorProto.FLOAT else np.uint16
+    ref = outs[False, False].view(bits)
+    for key, o in outs.items():
+        np.testing.assert_array_equal(o.view(bits), ref, err_msg=str(key))
