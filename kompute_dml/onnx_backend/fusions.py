@@ -24,6 +24,8 @@ The fused kernels are the operators' kompute_dml extensions, bit for bit the unf
   kernel writes +0; a -0.0 constant is left unfused.
 - MatMulInteger -> Cast(float) -> Mul(scale) (onnxruntime's quantize_dynamic): MATRIX_MULTIPLY_INTEGER_TO_FLOAT
   (fusion_quant.py; MatMulInteger has no operator alone: the chain claims it).
+- BatchNormalization (inference) -> Relu: BATCH_NORMALIZATION with its fused ACTIVATION_RELU (the
+  same bits as the ReLU node: -0 and negatives to +0, NaN kept).
 (com.microsoft SkipLayerNormalization needs no pattern: its handler is one dispatch.)
 """
 
@@ -44,6 +46,7 @@ from kompute_dml.functional.elementwise import broadcast_view
 from .fusion_quant import check_integer_product, run_integer_product
 from .graph import _attr, _node_inputs
 from .handlers_nn import _floats, _opset
+from .handlers_pool import batch_norm_node
 from .handlers_values import as_device
 from .values import _FLOAT_OUT, CPU, VULKAN, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape, at_node
 
@@ -161,6 +164,12 @@ def _run_masked_softmax(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: C
     return [DeviceValue(y, shape, dt)]
 
 
+def _run_batch_norm_relu(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
+                         stats: RunStats) -> list[Any]:
+    bn = nodes[0]
+    return batch_norm_node(ctx, bn, [_input(lookup, bn, i) for i in range(5)], stats, True)
+
+
 # ---- the static checks ---------------------------------------------------------------------
 def _float_sum(rep: BackendRep, add: onnx.NodeProto) -> str:
     dts = {rep._elem_dtype(n) for n in add.input}
@@ -205,6 +214,8 @@ PATTERNS = (
             _check_masked_softmax, _run_masked_softmax),
     Pattern("MatMulInteger+Cast+Mul", ("MatMulInteger", "Cast", "Mul"), ((0, 1, 0), (1, 2, 0)),
             "MATRIX_MULTIPLY_INTEGER_TO_FLOAT", check_integer_product, run_integer_product, claims=(0,)),
+    Pattern("BatchNormalization+Relu", ("BatchNormalization", "Relu"), ((0, 1, 0),), "BATCH_NORMALIZATION",
+            lambda rep, nodes: "", _run_batch_norm_relu),
 )
 
 

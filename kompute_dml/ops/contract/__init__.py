@@ -364,13 +364,13 @@ CONV = family("conv", "convolution.comp", "conv_{t}", CONV_PUSH, (256, 1, 1), t=
 CONV_DIRECT = family("conv_direct", "convolution.comp", "convd_{t}", CONV_PUSH, (256, 1, 1), t=("f32", "f16"),
                      defines=lambda t: {"F16": int(t == "f16"), "DIRECT": 1})
 
-# ---- MAX_POOLING2 / AVERAGE_POOLING (ops/pooling.py, shaders/pooling.comp): one output element per
-# invocation; offsets in elements (indices: UINT32 units), the geometry in the operator's constant.
+# ---- MAX_POOLING2 / AVERAGE_POOLING (ops/pooling.py, shaders/pooling.comp): an output element per invocation
+# (k "_group": per work group); offsets in elements (indices: UINT32 units), the geometry in the operator's constant.
 POOL_PUSH = block("x_off", "y_off", "i_off")
-POOL = family("pool", "pooling.comp", "pool_{fn}_{t}", POOL_PUSH, (256, 1, 1), fn=("max", "avg"), t=("f32", "f16"),
-              defines=lambda fn, t: {"MAX": int(fn == "max"), "F16": int(t == "f16")})
-POOL_Q8 = family("pool_q8", "pooling.comp", "pool_max_{t}", POOL_PUSH, (256, 1, 1), t=("i8", "u8"),  # MAX's 8-bit rows
-                 defines=lambda t: {"MAX": 1, "F16": 0, "Q8": 1 + int(t == "u8")})
+POOL = family("pool", "pooling.comp", "pool_{fn}_{t}{k}", POOL_PUSH, (256, 1, 1), fn=("max", "avg"), t=("f32", "f16"),
+              k=("", "_group"), defines=lambda fn, t, k: {"MAX": int(fn == "max"), "F16": int(t == "f16"), "GROUP": int(k != "")})
+POOL_Q8 = family("pool_q8", "pooling.comp", "pool_max_{t}{k}", POOL_PUSH, (256, 1, 1), t=("i8", "u8"), k=("", "_group"),  # 8-bit
+                 defines=lambda t, k: {"MAX": 1, "F16": 0, "Q8": 1 + int(t == "u8"), "GROUP": int(k != "")})
 # ---- BATCH_NORMALIZATION (ops/batch_normalization.py, batch_normalization.comp): an element per invocation.
 BN = family("batch_norm", "batch_normalization.comp", "batch_norm_{t}", block("x_off", "m_off", "v_off", "s_off",
             "b_off", "y_off"), (64, 1, 1), t=("f32", "f16"), defines=lambda t: {"F16": int(t == "f16")})
