@@ -141,7 +141,7 @@ void main() {
     uint flags = p[P_FLAGS];
     precise float y = acc;
     if ((flags & 4u) != 0u) y = y + load_b(pc.b_off + co * p[P_BS]);
-    if ((flags & 2u) != 0u && y < 0.0) y = 0.0;
+    if ((flags & 2u) != 0u && y <= 0.0) y = 0.0;  // ReLU as ACTIVATION_RELU: -0 -> +0, NaN kept
     store_y(pc.y_off + b * p[P_YS] + co * p[P_YS + 1] + od * p[P_YS + 2] + oh * p[P_YS + 3] + ow * p[P_YS + 4], y);
 }
 #else
@@ -234,7 +234,7 @@ void conv_tile(uint g, uint m0, uint n0) {
             uint co = g * coutg + m;
             precise float v = acc[i][j];
             if ((flags & 4u) != 0u) v = v + load_b(pc.b_off + co * p[P_BS]);
-            if ((flags & 2u) != 0u && v < 0.0) v = 0.0;
+            if ((flags & 2u) != 0u && v <= 0.0) v = 0.0;  // ReLU as ACTIVATION_RELU: -0 -> +0, NaN kept
             store_y(y_pix + co * p[P_YS + 1], v);
         }
     }

@@ -265,3 +265,54 @@ def test_backward_helper_and_refusals(dev, rng):
                           (dict(bias_tensor=TD(F, (1, 4, 1, 1))), "bias_tensor.sizes")):
         with pytest.raises(kdml.InvalidArgumentError, match=f"^{field}"):
             dev.compile(dataclasses.replace(base, **change))
+
+
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+def test_fused_relu_has_activation_relus_bits_and_identity_applies_nothing(dev, dt):
+    """The fused ReLU gives ACTIVATION_RELU's bits: a sum that rounds to -0 (FLOAT16: a negative
+    below the smallest subnormal) comes out +0, NaN stays NaN; ACTIVATION_IDENTITY fuses as a no-op."""
+    import dataclasses
+
+    npd = dt.numpy_dtype
+    bits = np.uint16 if dt == DT.FLOAT16 else np.uint32
+    tiny = np.float16(2.0 ** -13) if dt == DT.FLOAT16 else np.float32(2.0 ** -75)  # products below the type's least
+    x = np.array([[[tiny, np.nan, 1.0, -1.0]]], npd)
+    w = np.array([[[-tiny]]], npd)
+    plain = kdml.conv(x, w).numpy().view(bits).ravel()
+    fused = kdml.conv(x, w, relu=True).numpy().view(bits).ravel()
+    neg0 = 0x8000 if dt == DT.FLOAT16 else 0x80000000
+    # FLOAT16: -0 without the ReLU, +0 with it (FLOAT32 sums start at +0 and never give -0)
+    assert plain[0] == neg0 if dt == DT.FLOAT16 else plain[0] in (0, neg0)
+    assert fused[0] == 0 and fused[2] == 0 and plain.view(npd)[2] < 0
+    assert np.isnan(fused.view(npd)[1]) and fused[3] == plain[3] and plain.view(npd)[3] > 0
+    base = kdml.ConvolutionDesc(TD(dt, x.shape), TD(dt, w.shape), None, TD(dt, x.shape))
+    y = dev.empty(base.output_tensor)
+    dev.compile(dataclasses.replace(base, fused_activation=kdml.ActivationIdentityDesc(None, None))).execute(
+        [dev.tensor(x), dev.tensor(w), None], [y])
+    np.testing.assert_array_equal(y.numpy().view(bits).ravel(), plain)
+    with pytest.raises(kdml.InvalidArgumentError, match="^fused_activation"):
+        dev.compile(dataclasses.replace(base, fused_activation=kdml.ActivationReluDesc(base.input_tensor, None)))
+
+
+def test_helper_pads_forms(dev, rng):
+    """`pads`: an int, one value per axis (both sides) or ONNX's starts then ends; not with
+    start_padding / end_padding."""
+    x = rng.standard_normal((1, 2, 6, 5)).astype(np.float32)
+    w = rng.standard_normal((3, 2, 3, 2)).astype(np.float32)
+
+    def same(pads, start, end):
+        a = kdml.conv(x, w, pads=pads).numpy()
+        b = kdml.conv(x, w, start_padding=start, end_padding=end).numpy()
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+    same(1, (1, 1), (1, 1))
+    same((2, 0), (2, 0), (2, 0))
+    same((0, 1, 2, 3), (0, 1), (2, 3))
+    wt = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
+    a = kdml.conv_transpose(x, wt, strides=(2, 2), pads=(1, 0, 0, 1)).numpy()
+    b = kdml.conv_transpose(x, wt, strides=(2, 2), start_padding=(1, 0), end_padding=(0, 1)).numpy()
+    np.testing.assert_array_equal(a, b)
+    for bad in ((1, 2, 3), dict(pads=1, start_padding=(1, 1))):
+        kw = bad if isinstance(bad, dict) else dict(pads=bad)
+        with pytest.raises(kdml.InvalidArgumentError, match="^pads"):
+            kdml.conv(x, w, **kw)

@@ -18,8 +18,9 @@ outputs one more rounding (2^-11 relative).
 
 Tensor support: FLOAT32 and FLOAT16, 4 or 5 dimensions from 1_0 (2-D and 3-D convolutions), 3
 dimensions too from 3_0 (1-D). (The page as stored in MicrosoftDocs/sdk-api holds no tensor-support
-table; these rows are kompute_dml's reading of the feature-level history, the float rows only.) FusedActivation: None or an
-ActivationReluDesc (its tensors None); others are refused (UnsupportedError naming
+table; these rows are kompute_dml's reading of the feature-level history, the float rows only.) FusedActivation: None,
+an ActivationReluDesc (ACTIVATION_RELU's bits: -0 -> +0, NaN kept) or an ActivationIdentityDesc
+(nothing applied), their tensors None; others are refused (UnsupportedError naming
 `fused_activation`). OutputPadding applies to BACKWARD only (zeros for FORWARD). DimensionCount
 is the tensors' dimension count - 2 (a property here). Validation, in order: DML_BUFFER_TENSOR_DESC
 rules and the feature level's table, then the page's constraints (InvalidArgumentError whose
@@ -48,6 +49,7 @@ from . import contract
 from .activation_relu import ActivationReluDesc
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
+from .identity import ActivationIdentityDesc
 from .onnx_types import float_input
 from .spec import OnnxOp, OperatorSpec
 
@@ -153,12 +155,12 @@ def _validate(device: Device, desc: ConvolutionDesc) -> dict[str, Any]:
     act = desc.fused_activation
     relu = False
     if act is not None:
-        if not isinstance(act, ActivationReluDesc):
-            raise UnsupportedError(f"fused_activation: CONVOLUTION fuses ACTIVATION_RELU only in kompute_dml, got "
-                                   f"{type(act).__name__}")
+        if not isinstance(act, (ActivationReluDesc, ActivationIdentityDesc)):
+            raise UnsupportedError(f"fused_activation: CONVOLUTION fuses ACTIVATION_RELU and ACTIVATION_IDENTITY "
+                                   f"only in kompute_dml, got {type(act).__name__}")
         if act.input_tensor is not None or act.output_tensor is not None:
             raise invalid("fused_activation", "a fused activation's tensors must be None")
-        relu = True
+        relu = isinstance(act, ActivationReluDesc)
     r = x.dimension_count
     n = r - 2
     for name, t in (("filter_tensor", w), ("output_tensor", y)) + ((("bias_tensor", b),) if b is not None else ()):
