@@ -39,11 +39,14 @@ CASES = [  # x sizes, filter sizes, strides, dilations, start, end, groups
 ]
 
 
-@pytest.mark.parametrize("kernel", ["tiled", "direct"])
+@pytest.mark.parametrize("kernel", ["tiled", "direct", "split"])
 @pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_convolution_against_numpy(dev, rng, monkeypatch, case, dt, kernel):
-    monkeypatch.setenv("KDML_CONV_KERNEL", kernel)
+    """"split": the tiled kernel over parts of the reduction (split-K, forced here; GPUs take it
+    for grids of few tiles), the parts added by a second dispatch: the same bound."""
+    monkeypatch.setenv("KDML_CONV_KERNEL", "tiled" if kernel == "split" else kernel)
+    monkeypatch.setenv("KDML_CONV_SPLIT", str(2 + case % 3) if kernel == "split" else "1")
     xs, ws, st, dl, ps, pe, g = CASES[case]
     flip, relu, bias = bool(rng.integers(2)), bool(rng.integers(2)), case % 3 != 2
     npd = dt.numpy_dtype
@@ -215,11 +218,14 @@ BACKWARD_CASES = [  # x sizes, filter sizes (Cin, CoutG, window), strides, dilat
 ]
 
 
+@pytest.mark.parametrize("split", [1, 3])
 @pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
 @pytest.mark.parametrize("case", range(len(BACKWARD_CASES)))
-def test_backward_against_numpy(dev, rng, case, dt):
+def test_backward_against_numpy(dev, rng, monkeypatch, case, dt, split):
     """BACKWARD (transposed convolution) against a scattering float64 reference: strided inputs and
-    filters at random offsets, strided outputs poisoned first, both modes, bias and ReLU."""
+    filters at random offsets, strided outputs poisoned first, both modes, bias and ReLU; in one
+    pass and split into parts (split-K)."""
+    monkeypatch.setenv("KDML_CONV_SPLIT", str(split))
     xs, ws, st, dl, ps, pe, op, g = BACKWARD_CASES[case]
     flip, relu, bias = bool(rng.integers(2)), bool(rng.integers(2)), case % 2 == 0
     npd = dt.numpy_dtype
@@ -316,3 +322,53 @@ def test_helper_pads_forms(dev, rng):
         kw = bad if isinstance(bad, dict) else dict(pads=bad)
         with pytest.raises(kdml.InvalidArgumentError, match="^pads"):
             kdml.conv(x, w, **kw)
+
+
+def test_split_k_plans_and_choice(dev, rng, monkeypatch):
+    """Split-K: two dispatches (the parts' partial sums, then their sum, bias, ReLU), parts of a
+    multiple of 16 terms, none where the reduction is one step; within the bound under capped
+    grids too. The default: GPUs only, for grids of fewer than 256 work-groups and reductions of
+    at least 512 terms."""
+    import types
+
+    from kompute_dml.ops import convolution as conv_mod
+
+    monkeypatch.setenv("KDML_CONV_KERNEL", "tiled")
+    xs, ws, g = (2, 6, 13, 11), (24, 2, 3, 3), 3  # K = 18: two steps of 16
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    want, s = reference(x, w, b, (1, 1), (1, 1), (0, 0), (0, 0), g, relu=True)
+    bd = TD(F, (1, 24, 1, 1))
+    desc = kdml.ConvolutionDesc(TD(F, xs), TD(F, ws), bd, TD(F, want.shape), group_count=g,
+                                fused_activation=kdml.ActivationReluDesc(None, None))
+    limits = dict(dev.limits)
+    got = {}
+    for split, cap in ((1, None), (2, None), (5, None), (2, (5, 65535, 1)), (2, (5, 1, 2))):
+        monkeypatch.setenv("KDML_CONV_SPLIT", str(split))
+        if cap is not None:
+            monkeypatch.setattr(dev, "limits", types.MappingProxyType({**limits, "max_compute_work_group_count": cap}))
+        op = dev.compile(desc)
+        parts = 2 if split > 1 and (cap is None or cap[1] >= 2) else 1  # K = 18: at most 2 parts of 16
+        assert [v[:5] for v in op.variants] == (["convs", "convr"] if parts > 1 else ["conv_"])
+        if parts > 1:
+            assert op.plans[0].groups[1] == parts
+        y = dev.empty(desc.output_tensor)
+        op.execute([dev.tensor(x), dev.tensor(w), dev.tensor(b.reshape(bd.sizes))], [y])
+        got[split, cap] = y.numpy()
+        check(got[split, cap], want, s, 18, F)
+    np.testing.assert_array_equal(got[2, None], got[5, None])
+    np.testing.assert_array_equal(got[2, None], got[2, (5, 65535, 1)])
+    monkeypatch.setattr(dev, "limits", types.MappingProxyType(limits))
+    for split in ("1", "2"):  # the other path's pipelines (OperatorSpec.ahead) can be made
+        monkeypatch.setenv("KDML_CONV_SPLIT", split)
+        ahead = conv_mod.plans_ahead(dev, dev.compile(desc), set())
+        assert [p.variant[:5] for p in ahead] == (["convs", "convr"] if split == "1" else ["conv_"])
+        dev.engine.prepare_many(ahead)
+    gpu = types.SimpleNamespace(policy=types.SimpleNamespace(name="discrete-gpu"))
+    cpu = types.SimpleNamespace(policy=types.SimpleNamespace(name="cpu"))
+    monkeypatch.delenv("KDML_CONV_SPLIT")
+    assert conv_mod.conv_split(cpu, 8, 4608) == 1
+    assert conv_mod.conv_split(gpu, 8, 4608) == 16  # ResNet's 7 x 7 x 512 3x3 layer at batch 1
+    assert conv_mod.conv_split(gpu, 49, 576) == 2  # 56 x 56, 64 -> 64, 3x3
+    assert conv_mod.conv_split(gpu, 300, 4608) == 1 and conv_mod.conv_split(gpu, 8, 300) == 1
