@@ -90,15 +90,19 @@ uint um_act(uint x) {
 #elif defined(FN_CELU)
     // max(0, x) + min(0, Alpha (exp(x / Alpha) - 1)): for x >= 0 the second term is 0 and the
     // result x (-0 included); for x < 0 the first is 0 and the result Alpha expm1(x / Alpha), the
-    // quotient correctly rounded
+    // quotient correctly rounded. The page's sum max(0, x) + min(0, ...) is never -0 (x = -0 and
+    // a product that underflows to -0 give 0 + -0 = +0), so neither is the result
     if (um_nan(x)) return um_quiet(x);
-    if ((x >> 31) == 0u || x == 0x80000000u) return x;
-    return um_mul(UM_P0, um_expm1(f32_div_bits(x, UM_P0)));
+    uint r = ((x >> 31) == 0u || x == 0x80000000u) ? x : um_mul(UM_P0, um_expm1(f32_div_bits(x, UM_P0)));
+    return r == 0x80000000u ? 0u : r;
 #elif defined(FN_SELU)
-    // Gamma x for x > 0, else Gamma (Alpha exp(x) - Alpha) as Gamma (Alpha expm1(x)) (two roundings)
+    // Gamma x for x > 0, else Gamma (Alpha exp(x) - Alpha) as Gamma (Alpha expm1(x)) (two roundings);
+    // a zero inner term is +0, as the page's difference Alpha exp(x) - Alpha is (x = +-0 gives
+    // Gamma * +0)
     if (um_nan(x)) return um_quiet(x);
     if ((x >> 31) == 0u && x != 0u) return um_mul(UM_P1, x);
-    return um_mul(UM_P1, um_mul(UM_P0, um_expm1(x)));
+    uint d = um_mul(UM_P0, um_expm1(x));
+    return um_mul(UM_P1, (d & 0x7FFFFFFFu) == 0u ? 0u : d);
 #elif defined(FN_HARD_SIGMOID)
     return um_hard_sigmoid(x);
 #elif defined(FN_HARD_SWISH)

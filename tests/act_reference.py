@@ -67,10 +67,11 @@ def reference64(helper: str, x: np.ndarray, **p: Any) -> np.ndarray:
         if helper == "celu":
             a32 = _p(p.get("alpha", 1.0))
             q = (_f32(x) / a32).astype(F).astype(np.float64)  # the quotient rounded to float32
-            return np.where((v >= 0) | np.isnan(v), v, float(a32) * _expm1(q))
+            r = np.where((v >= 0) | np.isnan(v), v, float(a32) * _expm1(q))
+            return np.where(r == 0, 0.0, r)  # max(0, x) + min(0, ...) is never -0
         if helper == "selu":
             a, g = float(_p(p.get("alpha", 1.67326319217681884765625))), float(_p(p.get("gamma", 1.05070102214813232421875)))
-            return np.where(v > 0, g * v, g * a * _expm1(v))
+            return np.where(v > 0, g * v, np.where(v == 0, g * 0.0, g * a * _expm1(v)))  # Alpha exp(0) - Alpha = +0
         if helper == "scaled_tanh":
             a, b = _p(p.get("alpha", 1.0)), _p(p.get("beta", 1.0))
             t = (b * _f32(x)).astype(F).astype(np.float64)

@@ -78,6 +78,12 @@ def test_special_values(dev):
     assert np.isnan(kdml.hard_swish(x, device=dev).numpy()[[0, 4]]).all()  # -inf * 0
     assert kdml.elu(x, device=dev).numpy()[4] == -1.0 and bits(kdml.elu(x, device=dev))[1] == 0x80000000
     assert kdml.leaky_relu(x, device=dev).numpy()[5] == 0.0  # 0.01 * -2^-149 rounds to -0
+    # CELU's max(0, x) + min(0, ...) and SELU's Gamma (Alpha exp(x) - Alpha) are +0 at x = -0 and +0
+    for alpha in (1.0, 0.7):
+        assert bits(kdml.celu(x, alpha=alpha, device=dev))[1:3] == [0, 0]
+    assert bits(kdml.selu(x, device=dev))[1:3] == [0, 0]
+    assert bits(kdml.selu(x, gamma=-2.0, device=dev))[1:3] == [0x80000000, 0x80000000]  # Gamma * +0
+    assert bits(kdml.elu(x, device=dev))[1:3] == [0x80000000, 0]  # x itself for x >= 0
     assert kdml.clip(x, min=-1.0, max=1.0, device=dev).numpy()[3:5].tolist() == [1.0, -1.0]
     # CLIP with Min > Max: the page's max(Min, min(x, Max)) gives Min
     assert kdml.clip(np.array([0.0, 5.0], np.float32), min=2.0, max=1.0, device=dev).numpy().tolist() == [2.0, 2.0]
@@ -191,13 +197,22 @@ def test_onnx_against_onnxruntime(dt):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 8
     x = edge_inputs(dt)
+    tiny, big = (1e-40, 3e38) if dt == np.float32 else (6e-8, 65504.0)  # a subnormal, near the largest finite
+    x.reshape(-1)[12:21] = [np.nan, np.inf, -np.inf, tiny, -tiny, big, -big, 1.0, -1.0]
     rep = Backend.prepare(model)
     got = rep.run({"x": x})
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    # atol: onnxruntime's exp(x) - 1 is 0 where kompute_dml's expm1 keeps a subnormal x
     tol = dict(rtol=2e-6, atol=1e-7) if dt == np.float32 else dict(rtol=1e-3, atol=1e-4)
     for (t, a, _), g, w in zip(cases, got, want):
         assert g.dtype == w.dtype
         np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), err_msg=f"{t} {a}", **tol)
+        # NaN where onnxruntime has NaN (in: NaN; HardSwish(-inf) = -inf * 0), zeros of its sign
+        assert np.array_equal(np.isnan(g), np.isnan(w)), f"{t} {a}"
+        zero = (g == 0) & (w == 0)
+        if t == "Selu" and dt == np.float16:  # onnxruntime's float16 Selu(-0) is -0, its float32 one +0 as the page's
+            zero &= ~((x == 0) & np.signbit(x))
+        assert np.array_equal(np.signbit(g[zero]), np.signbit(w[zero])), f"{t} {a}: signed zeros differ"
     assert {p.target for p in rep.placement} == {"vulkan"}
 
 
