@@ -204,8 +204,8 @@ EW_ISNAN = family("ew_isnan", "elementwise.comp", "ew_isnan_{t}_o{ob}", EW_PUSH,
 # IS_INFINITY (ops/elementwise_unary.py): its InfinityMode in the block's unused b_str[0]; UINT8 output
 EW_ISINF = family("ew_isinf", "elementwise.comp", "ew_isinf_{t}_o{ob}", EW_PUSH, _L256, t=("f16", "f32"), ob=(8,),
                   defines=lambda t, ob: _ew("isinf", t, ob, nin=1))
-EW_EXT = family("ew_ext", "elementwise.comp", "ew_{op}_{t}", EW_PUSH, _L256, op=("min", "max", "prelu"), t=_EW_SIGNED,  # MIN, MAX,
-                defines=lambda op, t: {**_ew("add", t), "OP": {"min": 11, "max": 12, "prelu": 13}[op]})  # PRELU (input A)
+EW_EXT = family("ew_ext", "elementwise.comp", "ew_{op}_{t}", EW_PUSH, _L256, op=("min", "max", "prelu", "clip"), t=_EW_SIGNED,
+                defines=lambda op, t: {**_ew("add", t, nin=1 + (op != "clip")), "OP": {"min": 11, "max": 12, "prelu": 13, "clip": 24}[op]})
 EW_IF = family("ew_if", "elementwise.comp", "ew_if_{t}", EW_IF_PUSH, _L256, t=("b8", "b16", "b32", "b64"),
                defines=lambda t: _ew("if", t, nin=3))
 
