@@ -179,3 +179,7 @@ assert {op.fn for op in OPS} == set(FLOAT_UNARY), "FLOAT_UNARY must name the tab
 SPECS = tuple(dataclasses.replace(_spec(op, _HOME, _onnx(op)), support=CLIP_SUPPORT, compile=compile_clip,
                                   shaders=(contract.FLOAT_UNARY[op.fn], contract.EW_EXT))
               if op is CLIP else _spec(op, _HOME, _onnx(op)) for op in OPS)
+_HOME["clip"].__doc__ = ("max(min, min(x, max)) element by element (DML_ELEMENT_WISE_CLIP; FLOAT32 / FLOAT16, and the "
+                         "8- to 64-bit integers with min / max cast as the page says (float32, truncated toward zero, "
+                         "saturated); keywords min, max, scale_bias (floats only)): a new Tensor of x's shape and type, "
+                         "or `out`.")
