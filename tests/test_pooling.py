@@ -48,6 +48,21 @@ def reference(x, window, strides, dil, start, end, fn, include=False):
     return y, idx, scale
 
 
+def _placed(dev, rng, dt, x, want, want_idx, with_indices):
+    """x in a random strided layout; the output (and the UINT32 indices where `with_indices`) placed
+    likewise and poisoned against the wanted values: (xd, yd, tx, ty, before, idd, ti, ibefore)."""
+    xd = TD(dt, x.shape, random_strides(rng, x.shape, allow_broadcast=False))
+    yd = TD(dt, want.shape, random_strides(rng, want.shape, allow_broadcast=False))
+    tx, _ = place(dev, rng, xd, x)
+    ty, _ = place(dev, rng, yd)
+    before = poison_against(ty, want.astype(dt.numpy_dtype), rng)
+    if not with_indices:
+        return xd, yd, tx, ty, before, None, None, None
+    idd = TD(DT.UINT32, want.shape, random_strides(rng, want.shape, allow_broadcast=False))
+    ti, _ = place(dev, rng, idd)
+    return xd, yd, tx, ty, before, idd, ti, poison_against(ti, want_idx.astype(np.uint32), rng)
+
+
 CASES = [  # x sizes, window, strides, dilations, start, end
     ((2, 3, 9, 11), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),
     ((1, 4, 8, 8), (2, 2), (2, 2), (1, 1), (0, 0), (0, 0)),
@@ -69,15 +84,8 @@ def test_pooling_against_numpy(dev, rng, case, fn, dt):
     if fn == "max":
         x = np.round(x, 0).astype(npd)  # ties: the first maximum must win
     want, want_idx, scale = reference(x, win, st, dl, ps, pe, fn[:3], fn == "avg-include")
-    xd = TD(dt, xs, random_strides(rng, xs, allow_broadcast=False))
-    yd = TD(dt, want.shape, random_strides(rng, want.shape, allow_broadcast=False))
-    tx, _ = place(dev, rng, xd, x)
-    ty, _ = place(dev, rng, yd)
-    before = poison_against(ty, want.astype(npd), rng)
+    xd, yd, tx, ty, before, idd, ti, ibefore = _placed(dev, rng, dt, x, want, want_idx, fn == "max")
     if fn == "max":
-        idd = TD(DT.UINT32, want.shape, random_strides(rng, want.shape, allow_broadcast=False))
-        ti, _ = place(dev, rng, idd)
-        ibefore = poison_against(ti, want_idx.astype(np.uint32), rng)
         dev.compile(kdml.MaxPooling2Desc(xd, yd, idd, win, st, ps, pe, dl)).execute([tx], [ty, ti])
         got_idx = read_logical(assert_outside_unchanged(ti, ibefore), ti.offset, idd)
         np.testing.assert_array_equal(got_idx, want_idx.astype(np.uint32))
@@ -222,15 +230,8 @@ def test_group_kernel_against_numpy(dev, rng, case, fn, dt, monkeypatch):
         x = np.round(x, 0).astype(npd)
         x.flat[rng.choice(x.size, 3, replace=False)] = [np.nan, -np.inf, np.inf]
     want, want_idx, scale = reference(x, win, st, dl, ps, pe, fn[:3], fn == "avg-include")
-    xd = TD(dt, xs, random_strides(rng, xs, allow_broadcast=False))
-    yd = TD(dt, want.shape, random_strides(rng, want.shape, allow_broadcast=False))
-    tx, _ = place(dev, rng, xd, x)
-    ty, _ = place(dev, rng, yd)
-    before = poison_against(ty, want.astype(npd), rng)
+    xd, yd, tx, ty, before, idd, ti, ibefore = _placed(dev, rng, dt, x, want, want_idx, fn == "max")
     if fn == "max":
-        idd = TD(DT.UINT32, want.shape, random_strides(rng, want.shape, allow_broadcast=False))
-        ti, _ = place(dev, rng, idd)
-        ibefore = poison_against(ti, want_idx.astype(np.uint32), rng)
         desc = kdml.MaxPooling2Desc(xd, yd, idd, win, st, ps, pe, dl)
         op = dev.compile(desc)
         assert op.plans[0].variant.endswith("_group")
