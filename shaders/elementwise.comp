@@ -1,7 +1,7 @@
 #version 450
 // DirectML element-wise operators (kompute_dml/ops/elementwise.py, docs/elementwise.md):
 // ADD / ADD1 / SUBTRACT / MULTIPLY / DIVIDE, LOGICAL_EQUALS, LOGICAL_GREATER_THAN_OR_EQUAL,
-// LOGICAL_AND, IS_NAN, IF, MIN, MAX and PARAMETERIZED_RELU; LOGICAL_GREATER_THAN / LESS_THAN /
+// LOGICAL_AND, IS_NAN, IF, MIN, MAX, PARAMETERIZED_RELU and integer CLIP; LOGICAL_GREATER_THAN / LESS_THAN /
 // LESS_THAN_OR_EQUAL / NOT / OR / XOR (ops/elementwise_logic.py, docs/elementwise_logic.md);
 // BIT_AND / OR / XOR / NOT (ops/elementwise_bit.py), one variant per operation and element type (the contract's
 // ew_* families): OP, IN_BITS / IN_KIND (0 unsigned, 1 signed, 2 float), OUT_BITS, NIN (input
@@ -51,6 +51,8 @@ layout(local_size_x = 256) in;
 #define OP_BOR 21
 #define OP_BXOR 22
 #define OP_BNOT 23
+#define OP_CLIP 24  // ELEMENT_WISE_CLIP of integers (ops/activation_params.py; ew_clip_f16 / _f32 unused: floats take
+                    // float_unary.comp's FN_CLIP): Min, Max in b_str (unused by one input)
 
 #if NIN == 3
 layout(std430, binding = 0) readonly buffer CBuf { uint c_buf[]; };
@@ -205,6 +207,27 @@ OVAL result(VAL a) {
     uint mode = pc.b_str[0];
     bool neg = (a & FSIGN) != 0u;
     return (a & FABS) == FINF && (mode == 0u || (mode == 1u && !neg) || (mode == 2u && neg)) ? 1u : 0u;
+}
+#elif OP == OP_CLIP
+// max(Min, min(x, Max)) of integers: Min and Max (already the element type's values) in b_str[0],
+// b_str[1] (sign-extended to 32 bits for the signed types), 64-bit types as word pairs b_str[0..1],
+// b_str[2..3]; Min > Max gives Min
+OVAL result(VAL a) {
+#if IN_BITS == 64
+    uvec2 lo = uvec2(pc.b_str[0], pc.b_str[1]), hi = uvec2(pc.b_str[2], pc.b_str[3]);
+#if IN_KIND == 1
+    uvec2 y = ge_s64(hi, a) ? a : hi;
+    return ge_s64(y, lo) ? y : lo;
+#else
+    uvec2 y = ge_u64(hi, a) ? a : hi;
+    return ge_u64(y, lo) ? y : lo;
+#endif
+#elif IN_KIND == 1
+    int y = min(sext(a), int(pc.b_str[1]));
+    return uint(max(y, int(pc.b_str[0])));
+#else
+    return max(min(a, pc.b_str[1]), pc.b_str[0]);
+#endif
 }
 #else
 OVAL result(VAL a, VAL b) {

@@ -7,6 +7,11 @@
 // written to the optional UINT32 indices output; a window wholly in the padding gives -inf and
 // index 0. AVERAGE: a float32 sum in window order (`precise`), divided once. FLOAT16 is decoded
 // exactly, the result rounded once. The geometry is the operator's constant (binding 3, P_*).
+// GROUP variants (windows of 256 taps and more: global pooling): one work group per output
+// element, invocation t visiting taps t, t + 256, ... in window order, then a shared-memory tree
+// over the 256 partial results. MAX keeps (value, tap) pairs and combines them by the sequential
+// rule (the first NaN, else the largest, the earlier tap among equals): the same element and index
+// as the one-invocation kernel. AVERAGE: float32 partial sums, then 8 levels of pairwise sums.
 
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -67,14 +72,106 @@ void store_y(uint e, float v) {
 }
 #endif
 
+#if defined(GROUP) && GROUP != 0
+shared float s_val[256];
+shared uint s_tap[256];  // MAX: the tap of s_val (NONE: no tap); AVERAGE: the taps counted
+#define NONE 0xFFFFFFFFu
+
+#if MAX
+bool first_wins(float a, uint ka, float b, uint kb) {  // (a, ka) is the sequential scan's pick
+    if (kb == NONE) return true;
+    if (ka == NONE) return false;
+    bool na = isnan(a), nb = isnan(b);
+    if (na || nb) return na && (!nb || ka < kb);
+    return a > b || (a == b && ka < kb);
+}
+#endif
+
 void main() {
-    uint idx = linear_group_id() * 256u + gl_LocalInvocationID.x;
-    if (idx >= p[P_TOTAL]) return;
+    uint idx = linear_group_id();
+    if (idx >= p[P_TOTAL]) return;  // uniform across the group
+    uint t = gl_LocalInvocationID.x;
     uint c_ = p[P_C], odhw = p[P_ODHW];
     uint bc = idx / odhw, sp = idx % odhw;
     uint b = bc / c_, c = bc % c_;
     uint od = sp / p[P_OHW], ohw = sp % p[P_OHW];
     uint oh = ohw / p[P_OUT + 2], ow = ohw % p[P_OUT + 2];
+    int d0 = int(od * p[P_STRIDE]) - int(p[P_PAD]);
+    int h0 = int(oh * p[P_STRIDE + 1]) - int(p[P_PAD + 1]);
+    int w0 = int(ow * p[P_STRIDE + 2]) - int(p[P_PAD + 2]);
+    uint x_base = pc.x_off + b * p[P_XS] + c * p[P_XS + 1];
+    uint in_d = p[P_IN], in_h = p[P_IN + 1], in_w = p[P_IN + 2];
+    uint kw_n = p[P_WIN + 2], khw_n = p[P_WIN + 1] * kw_n;
+    uint taps = p[P_WIN] * khw_n;
+#if MAX
+    float best = uintBitsToFloat(0xFF800000u);
+    uint best_k = NONE;
+#else
+    float acc = 0.0;
+    uint counted = 0u;
+#endif
+    for (uint k = t; k < taps; k += 256u) {
+        uint kd = k / khw_n, kh = (k % khw_n) / kw_n, kw = k % kw_n;
+        int id = d0 + int(kd * p[P_DIL]), ih = h0 + int(kh * p[P_DIL + 1]), iw = w0 + int(kw * p[P_DIL + 2]);
+        if (id < 0 || uint(id) >= in_d || ih < 0 || uint(ih) >= in_h || iw < 0 || uint(iw) >= in_w) continue;
+        float v = load_x(x_base + uint(id) * p[P_XS + 2] + uint(ih) * p[P_XS + 3] + uint(iw) * p[P_XS + 4]);
+#if MAX
+        if (best_k == NONE || (!isnan(best) && (v > best || isnan(v)))) {
+            best = v;
+            best_k = k;
+        }
+#else
+        precise float s = acc + v;
+        acc = s;
+        counted++;
+#endif
+    }
+#if MAX
+    s_val[t] = best;
+    s_tap[t] = best_k;
+#else
+    s_val[t] = acc;
+    s_tap[t] = counted;
+#endif
+    barrier();
+    for (uint half_ = 128u; half_ > 0u; half_ >>= 1) {
+        if (t < half_) {
+#if MAX
+            if (!first_wins(s_val[t], s_tap[t], s_val[t + half_], s_tap[t + half_])) {
+                s_val[t] = s_val[t + half_];
+                s_tap[t] = s_tap[t + half_];
+            }
+#else
+            precise float s = s_val[t] + s_val[t + half_];
+            s_val[t] = s;
+            s_tap[t] += s_tap[t + half_];
+#endif
+        }
+        barrier();
+    }
+    if (t != 0u) return;
+    uint y_at = pc.y_off + b * p[P_YS] + c * p[P_YS + 1] + od * p[P_YS + 2] + oh * p[P_YS + 3] + ow * p[P_YS + 4];
+#if MAX
+    uint k = s_tap[0];
+    store_y(y_at, s_val[0]);
+    if ((p[P_FLAGS] & 2u) != 0u) {
+        uint at = 0u;  // a window wholly in the padding: index 0
+        if (k != NONE) {
+            uint kd = k / khw_n, kh = (k % khw_n) / kw_n, kw = k % kw_n;
+            uint id = uint(d0 + int(kd * p[P_DIL])), ih = uint(h0 + int(kh * p[P_DIL + 1])), iw = uint(w0 + int(kw * p[P_DIL + 2]));
+            at = ((bc * in_d + id) * in_h + ih) * in_w + iw;
+        }
+        i_buf[pc.i_off + b * p[P_IS] + c * p[P_IS + 1] + od * p[P_IS + 2] + oh * p[P_IS + 3] + ow * p[P_IS + 4]] = at;
+    }
+#else
+    uint n = (p[P_FLAGS] & 1u) != 0u ? taps : s_tap[0];
+    precise float avg = s_val[0] / float(n);
+    store_y(y_at, avg);
+#endif
+}
+#else
+// the output element (bc = b * C + c, od, oh, ow) of the one-invocation kernel; `at` the index
+float pool_at(uint bc, uint b, uint c, uint od, uint oh, uint ow, out uint at) {
     int d0 = int(od * p[P_STRIDE]) - int(p[P_PAD]);
     int h0 = int(oh * p[P_STRIDE + 1]) - int(p[P_PAD + 1]);
     int w0 = int(ow * p[P_STRIDE + 2]) - int(p[P_PAD + 2]);
@@ -88,16 +185,22 @@ void main() {
     float acc = 0.0;
     uint counted = 0u;
 #endif
-    for (uint kd = 0u; kd < p[P_WIN]; kd++) {
-        int id = d0 + int(kd * p[P_DIL]);
+    // the window's geometry in registers (read once: not re-read from the constant per tap);
+    // the row's base offset computed once per row
+    uint win_d = p[P_WIN], win_h = p[P_WIN + 1], win_w = p[P_WIN + 2];
+    int dil_d = int(p[P_DIL]), dil_h = int(p[P_DIL + 1]), dil_w = int(p[P_DIL + 2]);
+    uint xs_d = p[P_XS + 2], xs_h = p[P_XS + 3], xs_w = p[P_XS + 4];
+    for (uint kd = 0u; kd < win_d; kd++) {
+        int id = d0 + int(kd) * dil_d;
         if (id < 0 || uint(id) >= in_d) continue;
-        for (uint kh = 0u; kh < p[P_WIN + 1]; kh++) {
-            int ih = h0 + int(kh * p[P_DIL + 1]);
+        for (uint kh = 0u; kh < win_h; kh++) {
+            int ih = h0 + int(kh) * dil_h;
             if (ih < 0 || uint(ih) >= in_h) continue;
-            for (uint kw = 0u; kw < p[P_WIN + 2]; kw++) {
-                int iw = w0 + int(kw * p[P_DIL + 2]);
+            uint row = x_base + uint(id) * xs_d + uint(ih) * xs_h;
+            for (uint kw = 0u; kw < win_w; kw++) {
+                int iw = w0 + int(kw) * dil_w;
                 if (iw < 0 || uint(iw) >= in_w) continue;
-                float v = load_x(x_base + uint(id) * p[P_XS + 2] + uint(ih) * p[P_XS + 3] + uint(iw) * p[P_XS + 4]);
+                float v = load_x(row + uint(iw) * xs_w);
 #if MAX
                 if (!found || (!isnan(best) && (v > best || isnan(v)))) {
                     best = v;
@@ -113,12 +216,46 @@ void main() {
         }
     }
 #if MAX
-    store_y(pc.y_off + b * p[P_YS] + c * p[P_YS + 1] + od * p[P_YS + 2] + oh * p[P_YS + 3] + ow * p[P_YS + 4], best);
-    if ((p[P_FLAGS] & 2u) != 0u)
-        i_buf[pc.i_off + b * p[P_IS] + c * p[P_IS + 1] + od * p[P_IS + 2] + oh * p[P_IS + 3] + ow * p[P_IS + 4]] = best_at;
+    at = best_at;
+    return best;
 #else
-    uint n = (p[P_FLAGS] & 1u) != 0u ? p[P_WIN] * p[P_WIN + 1] * p[P_WIN + 2] : counted;
+    at = 0u;
+    uint n = (p[P_FLAGS] & 1u) != 0u ? win_d * win_h * win_w : counted;
     precise float avg = acc / float(n);
-    store_y(pc.y_off + b * p[P_YS] + c * p[P_YS + 1] + od * p[P_YS + 2] + oh * p[P_YS + 3] + ow * p[P_YS + 4], avg);
+    return avg;
 #endif
 }
+
+void main() {
+    uint idx = linear_group_id() * 256u + gl_LocalInvocationID.x;
+    // flags bit 4 (FLOAT16 outputs whose words hold two adjacent outputs of a row: OW even with
+    // stride 1, every other stride even): an invocation per word, one plain store of both
+    bool pairs = F16 != 0 && (p[P_FLAGS] & 4u) != 0u;
+    if (pairs) idx *= 2u;
+    if (idx >= p[P_TOTAL]) return;
+    uint c_ = p[P_C], odhw = p[P_ODHW];
+    uint bc = idx / odhw, sp = idx % odhw;
+    uint b = bc / c_, c = bc % c_;
+    uint od = sp / p[P_OHW], ohw = sp % p[P_OHW];
+    uint oh = ohw / p[P_OUT + 2], ow = ohw % p[P_OUT + 2];
+    uint at;
+    float v = pool_at(bc, b, c, od, oh, ow, at);
+    uint y_at = pc.y_off + b * p[P_YS] + c * p[P_YS + 1] + od * p[P_YS + 2] + oh * p[P_YS + 3] + ow * p[P_YS + 4];
+    uint i_at = pc.i_off + b * p[P_IS] + c * p[P_IS + 1] + od * p[P_IS + 2] + oh * p[P_IS + 3] + ow * p[P_IS + 4];
+    bool with_indices = MAX != 0 && (p[P_FLAGS] & 2u) != 0u;
+#if F16
+    if (pairs) {
+        uint at1;
+        float v1 = pool_at(bc, b, c, od, oh, ow + 1u, at1);
+        y_buf[y_at >> 1] = f2h(floatBitsToUint(v)) | (f2h(floatBitsToUint(v1)) << 16);
+        if (with_indices) {
+            i_buf[i_at] = at;
+            i_buf[i_at + p[P_IS + 4]] = at1;
+        }
+        return;
+    }
+#endif
+    store_y(y_at, v);
+    if (with_indices) i_buf[i_at] = at;
+}
+#endif

@@ -138,3 +138,26 @@ def test_onnx_against_onnxruntime(np_dt):
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
     assert {p.target for p in rep.placement} == {"vulkan"}
+
+
+def test_onnx_int32_against_onnxruntime():
+    """ONNX PRelu of int32 (opset 16), the product wrapping as onnxruntime's, slope broadcast."""
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import helper
+
+    from kompute_dml.onnx_backend import Backend
+    et = helper.np_dtype_to_tensor_dtype(np.dtype(np.int32))
+    graph = helper.make_graph([helper.make_node("PRelu", ["x", "s"], ["y"])], "prelu",
+                              [helper.make_tensor_value_info("x", et, [3, 4]), helper.make_tensor_value_info("s", et, [4])],
+                              [helper.make_tensor_value_info("y", et, [3, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    model.ir_version = 8
+    rng = np.random.default_rng(6)
+    x = rng.integers(-1000, 1000, (3, 4)).astype(np.int32)
+    x[0, :3] = [np.iinfo(np.int32).min, np.iinfo(np.int32).max, -(1 << 30)]
+    feeds = {"x": x, "s": np.int32([-3, 2, 7, 0])}
+    rep = Backend.prepare(model)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_array_equal(rep.run(feeds)[0], want)
+    assert [p.target for p in rep.placement] == ["vulkan"]

@@ -91,6 +91,23 @@ def test_helper_per_channel_vectors_edges_and_out(dev, rng):
     assert np.isposinf(z[0, 0]) and np.isneginf(z[1, 0])
 
 
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+def test_fused_relu_bits_as_activation_relu(dev, dt):
+    """The fused ReLU is ACTIVATION_RELU's: -0 (x = mean, Scale < 0, Bias = -0) and negatives give
+    +0, NaN passes, positives unchanged: the same bits as BATCH_NORMALIZATION then kdml.relu."""
+    npd = dt.numpy_dtype
+    x = np.array([[1.0, 1.0, -3.0, np.nan, 5.0, np.inf, -np.inf]], npd)  # (N, C) = (1, 7)
+    ones = np.ones((1, 1), npd)
+    args = (x, ones, ones, -ones, np.full((1, 1), -0.0, npd))  # y = -(x - 1) + -0
+    fused = kdml.batch_norm(*args, epsilon=0.0, relu=True, device=dev).numpy()
+    plain = kdml.batch_norm(*args, epsilon=0.0, device=dev)
+    assert np.signbit(plain.numpy()[0, 0])  # the unfused result is -0
+    bits = np.uint32 if dt == DT.FLOAT32 else np.uint16
+    np.testing.assert_array_equal(fused.view(bits), kdml.relu(plain, device=dev).numpy().view(bits))
+    np.testing.assert_array_equal(fused, np.array([[0, 0, 4, np.nan, 0, 0, np.inf]], npd))
+    assert not np.signbit(fused[0, :2]).any()
+
+
 F = DT.FLOAT32
 X = TD(F, (2, 3, 4, 5))
 C = TD(F, (1, 3, 1, 1))
@@ -125,3 +142,27 @@ def test_unsupported_activation_and_levels():
     with pytest.raises(kdml.InvalidArgumentError, match="^mean_tensor.sizes"):
         compile_at_level(kdml.FeatureLevel.FL_3_1, dataclasses.replace(BASE, spatial=False))
     compile_at_level(kdml.FeatureLevel.FL_4_0, dataclasses.replace(BASE, spatial=False))
+
+
+@pytest.mark.parametrize("strides, pairs", [
+    (None, True), ((160, 48, 8, 1), True), ((84, 28, 7, 1), False), ((1, 2, 6, 24), False),
+], ids=["packed", "gapped-even", "odd-rows", "column-major"])
+def test_float16_outputs_by_words_and_by_fields(dev, rng, strides, pairs):
+    """FLOAT16 outputs whose rows pack whole words take two elements per invocation and plain
+    stores; others STORE_FIELD: both exact to the bound, every other byte unchanged."""
+    from kompute_dml.ops.batch_normalization import writes_words
+
+    xs, cs = (2, 3, 4, 6), (1, 3, 1, 1)
+    dt = DT.FLOAT16
+    x = (rng.standard_normal(xs) * 3).astype(np.float16)
+    m, s, b = (rng.standard_normal(cs).astype(np.float16) for _ in range(3))
+    v = (rng.random(cs) + 0.1).astype(np.float16)
+    want, sc = reference(x, m, v, s, b, 1e-3, True)
+    yd = TD(dt, xs, strides)
+    assert writes_words(yd) == pairs
+    ty, _ = place(dev, rng, yd)
+    before = poison_against(ty, want.astype(np.float16), rng)
+    tensors = [place(dev, rng, TD(dt, a.shape), a)[0] for a in (x, m, v, s, b)]
+    desc = kdml.BatchNormalizationDesc(*(t.desc for t in tensors), yd, True, 1e-3, kdml.ActivationReluDesc(None, None))
+    dev.compile(desc).execute(tensors, [ty])
+    check(read_logical(assert_outside_unchanged(ty, before), ty.offset, yd), want, sc, dt)

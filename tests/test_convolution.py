@@ -39,11 +39,14 @@ CASES = [  # x sizes, filter sizes, strides, dilations, start, end, groups
 ]
 
 
-@pytest.mark.parametrize("kernel", ["tiled", "direct"])
+@pytest.mark.parametrize("kernel", ["tiled", "direct", "split"])
 @pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_convolution_against_numpy(dev, rng, monkeypatch, case, dt, kernel):
-    monkeypatch.setenv("KDML_CONV_KERNEL", kernel)
+    """"split": the tiled kernel over parts of the reduction (split-K, forced here; GPUs take it
+    for grids of few tiles), the parts added by a second dispatch: the same bound."""
+    monkeypatch.setenv("KDML_CONV_KERNEL", "tiled" if kernel == "split" else kernel)
+    monkeypatch.setenv("KDML_CONV_SPLIT", str(2 + case % 3) if kernel == "split" else "1")
     xs, ws, st, dl, ps, pe, g = CASES[case]
     flip, relu, bias = bool(rng.integers(2)), bool(rng.integers(2)), case % 3 != 2
     npd = dt.numpy_dtype
@@ -215,11 +218,14 @@ BACKWARD_CASES = [  # x sizes, filter sizes (Cin, CoutG, window), strides, dilat
 ]
 
 
+@pytest.mark.parametrize("split", [1, 3])
 @pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
 @pytest.mark.parametrize("case", range(len(BACKWARD_CASES)))
-def test_backward_against_numpy(dev, rng, case, dt):
+def test_backward_against_numpy(dev, rng, monkeypatch, case, dt, split):
     """BACKWARD (transposed convolution) against a scattering float64 reference: strided inputs and
-    filters at random offsets, strided outputs poisoned first, both modes, bias and ReLU."""
+    filters at random offsets, strided outputs poisoned first, both modes, bias and ReLU; in one
+    pass and split into parts (split-K)."""
+    monkeypatch.setenv("KDML_CONV_SPLIT", str(split))
     xs, ws, st, dl, ps, pe, op, g = BACKWARD_CASES[case]
     flip, relu, bias = bool(rng.integers(2)), bool(rng.integers(2)), case % 2 == 0
     npd = dt.numpy_dtype
@@ -265,3 +271,104 @@ def test_backward_helper_and_refusals(dev, rng):
                           (dict(bias_tensor=TD(F, (1, 4, 1, 1))), "bias_tensor.sizes")):
         with pytest.raises(kdml.InvalidArgumentError, match=f"^{field}"):
             dev.compile(dataclasses.replace(base, **change))
+
+
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+def test_fused_relu_has_activation_relus_bits_and_identity_applies_nothing(dev, dt):
+    """The fused ReLU gives ACTIVATION_RELU's bits: a sum that rounds to -0 (FLOAT16: a negative
+    below the smallest subnormal) comes out +0, NaN stays NaN; ACTIVATION_IDENTITY fuses as a no-op."""
+    import dataclasses
+
+    npd = dt.numpy_dtype
+    bits = np.uint16 if dt == DT.FLOAT16 else np.uint32
+    tiny = np.float16(2.0 ** -13) if dt == DT.FLOAT16 else np.float32(2.0 ** -75)  # products below the type's least
+    x = np.array([[[tiny, np.nan, 1.0, -1.0]]], npd)
+    w = np.array([[[-tiny]]], npd)
+    plain = kdml.conv(x, w).numpy().view(bits).ravel()
+    fused = kdml.conv(x, w, relu=True).numpy().view(bits).ravel()
+    neg0 = 0x8000 if dt == DT.FLOAT16 else 0x80000000
+    # FLOAT16: -0 without the ReLU, +0 with it (FLOAT32 sums start at +0 and never give -0)
+    assert plain[0] == neg0 if dt == DT.FLOAT16 else plain[0] in (0, neg0)
+    assert fused[0] == 0 and fused[2] == 0 and plain.view(npd)[2] < 0
+    assert np.isnan(fused.view(npd)[1]) and fused[3] == plain[3] and plain.view(npd)[3] > 0
+    base = kdml.ConvolutionDesc(TD(dt, x.shape), TD(dt, w.shape), None, TD(dt, x.shape))
+    y = dev.empty(base.output_tensor)
+    dev.compile(dataclasses.replace(base, fused_activation=kdml.ActivationIdentityDesc(None, None))).execute(
+        [dev.tensor(x), dev.tensor(w), None], [y])
+    np.testing.assert_array_equal(y.numpy().view(bits).ravel(), plain)
+    with pytest.raises(kdml.InvalidArgumentError, match="^fused_activation"):
+        dev.compile(dataclasses.replace(base, fused_activation=kdml.ActivationReluDesc(base.input_tensor, None)))
+
+
+def test_helper_pads_forms(dev, rng):
+    """`pads`: an int, one value per axis (both sides) or ONNX's starts then ends; not with
+    start_padding / end_padding."""
+    x = rng.standard_normal((1, 2, 6, 5)).astype(np.float32)
+    w = rng.standard_normal((3, 2, 3, 2)).astype(np.float32)
+
+    def same(pads, start, end):
+        a = kdml.conv(x, w, pads=pads).numpy()
+        b = kdml.conv(x, w, start_padding=start, end_padding=end).numpy()
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+    same(1, (1, 1), (1, 1))
+    same((2, 0), (2, 0), (2, 0))
+    same((0, 1, 2, 3), (0, 1), (2, 3))
+    wt = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
+    a = kdml.conv_transpose(x, wt, strides=(2, 2), pads=(1, 0, 0, 1)).numpy()
+    b = kdml.conv_transpose(x, wt, strides=(2, 2), start_padding=(1, 0), end_padding=(0, 1)).numpy()
+    np.testing.assert_array_equal(a, b)
+    for bad in ((1, 2, 3), dict(pads=1, start_padding=(1, 1))):
+        kw = bad if isinstance(bad, dict) else dict(pads=bad)
+        with pytest.raises(kdml.InvalidArgumentError, match="^pads"):
+            kdml.conv(x, w, **kw)
+
+
+def test_split_k_plans_and_choice(dev, rng, monkeypatch):
+    """Split-K: two dispatches (the parts' partial sums, then their sum, bias, ReLU), parts of a
+    multiple of 16 terms, none where the reduction is one step; within the bound under capped
+    grids too. The default: GPUs only, for grids of fewer than 256 work-groups and reductions of
+    at least 512 terms."""
+    import types
+
+    from kompute_dml.ops import convolution as conv_mod
+
+    monkeypatch.setenv("KDML_CONV_KERNEL", "tiled")
+    xs, ws, g = (2, 6, 13, 11), (24, 2, 3, 3), 3  # K = 18: two steps of 16
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    want, s = reference(x, w, b, (1, 1), (1, 1), (0, 0), (0, 0), g, relu=True)
+    bd = TD(F, (1, 24, 1, 1))
+    desc = kdml.ConvolutionDesc(TD(F, xs), TD(F, ws), bd, TD(F, want.shape), group_count=g,
+                                fused_activation=kdml.ActivationReluDesc(None, None))
+    limits = dict(dev.limits)
+    got = {}
+    for split, cap in ((1, None), (2, None), (5, None), (2, (5, 65535, 1)), (2, (5, 1, 2))):
+        monkeypatch.setenv("KDML_CONV_SPLIT", str(split))
+        if cap is not None:
+            monkeypatch.setattr(dev, "limits", types.MappingProxyType({**limits, "max_compute_work_group_count": cap}))
+        op = dev.compile(desc)
+        parts = 2 if split > 1 and (cap is None or cap[1] >= 2) else 1  # K = 18: at most 2 parts of 16
+        assert [v[:5] for v in op.variants] == (["convs", "convr"] if parts > 1 else ["conv_"])
+        if parts > 1:
+            assert op.plans[0].groups[1] == parts
+        y = dev.empty(desc.output_tensor)
+        op.execute([dev.tensor(x), dev.tensor(w), dev.tensor(b.reshape(bd.sizes))], [y])
+        got[split, cap] = y.numpy()
+        check(got[split, cap], want, s, 18, F)
+    np.testing.assert_array_equal(got[2, None], got[5, None])
+    np.testing.assert_array_equal(got[2, None], got[2, (5, 65535, 1)])
+    monkeypatch.setattr(dev, "limits", types.MappingProxyType(limits))
+    for split in ("1", "2"):  # the other path's pipelines (OperatorSpec.ahead) can be made
+        monkeypatch.setenv("KDML_CONV_SPLIT", split)
+        ahead = conv_mod.plans_ahead(dev, dev.compile(desc), set())
+        assert [p.variant[:5] for p in ahead] == (["convs", "convr"] if split == "1" else ["conv_"])
+        dev.engine.prepare_many(ahead)
+    gpu = types.SimpleNamespace(policy=types.SimpleNamespace(name="discrete-gpu"))
+    cpu = types.SimpleNamespace(policy=types.SimpleNamespace(name="cpu"))
+    monkeypatch.delenv("KDML_CONV_SPLIT")
+    assert conv_mod.conv_split(cpu, 8, 4608) == 1
+    assert conv_mod.conv_split(gpu, 8, 4608) == 16  # ResNet's 7 x 7 x 512 3x3 layer at batch 1
+    assert conv_mod.conv_split(gpu, 49, 576) == 2  # 56 x 56, 64 -> 64, 3x3
+    assert conv_mod.conv_split(gpu, 300, 4608) == 1 and conv_mod.conv_split(gpu, 8, 300) == 1

@@ -1,6 +1,7 @@
 """ONNX BatchNormalization through the backend (onnx_backend/handlers_pool.py, ops/batch_normalization.py)
 against onnxruntime's CPU EP: after a conv shape (N, C, H, W), (N, C, L), (N, C), 3-D; float32 and
-float16; every node on the device; training mode left on the CPU."""
+float16; every node on the device, a following Relu fused (one dispatch, ReLU's bits: -0 to +0);
+training mode left on the CPU."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ def _run_both(m, x):
     want = sess.run(None, {"x": x})[0]
     rep = Backend.prepare(m, "CPU")
     got = rep.run({"x": x})[0]
+    if len(m.graph.node) == 2:  # BatchNormalization -> Relu: one BATCH_NORMALIZATION with its fused ReLU
+        assert [p.fused_into for p in rep.placement] == [1, None]
+        assert "BatchNormalization+Relu x1 -> BATCH_NORMALIZATION" in rep.summary()
     return got, want, rep.last_run
 
 
@@ -50,6 +54,7 @@ def test_batch_norm_matches_onnxruntime_on_the_device(rng, xs, dt):
     tol = 2e-6 if dt == TensorProto.FLOAT else 4e-3
     scale = max(1.0, float(np.abs(want.astype(np.float64)).max()))
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), atol=tol * scale, rtol=0)
+    assert not np.signbit(got[got == 0]).any()  # ReLU: +0, never -0
 
 
 def test_batch_norm_training_mode_stays_on_cpu(rng):
@@ -63,3 +68,22 @@ def test_batch_norm_training_mode_stays_on_cpu(rng):
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert rep.last_run.cpu_segments == 1
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dt", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["f32", "f16"])
+def test_fused_relu_same_bits_in_both_executors(rng, dt):
+    """BatchNormalization -> Relu fused and unfused, as one program and node by node: the same bits
+    (the fused ReLU is ACTIVATION_RELU's; its -0 case: tests/test_batch_normalization.py)."""
+    m = bn_model(dt, (4, 3, 5), rng)
+    x = (rng.standard_normal((2, 4, 3, 5)) * 2).astype(_npd(dt))
+    outs = {}
+    for fuse in (True, False):
+        for graph in (True, False):
+            rep = Backend.prepare(m, "CPU", fuse=fuse)
+            rep.state.node_by_node = not graph
+            outs[fuse, graph] = rep.run({"x": x})[0]
+            assert rep.last_run.cpu_segments == 0 and rep.last_run.runtime_fallbacks == 0
+    bits = np.uint32 if dt == TensorProto.FLOAT else np.uint16
+    ref = outs[False, False].view(bits)
+    for key, o in outs.items():
+        np.testing.assert_array_equal(o.view(bits), ref, err_msg=str(key))

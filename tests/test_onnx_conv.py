@@ -117,3 +117,40 @@ def test_conv_transpose_matches_onnxruntime_on_the_device(rng, case, dt):
         tol = 2e-5 if dt == TensorProto.FLOAT else 4e-3
         scale = max(1.0, float(np.abs(want.astype(np.float64)).max()))
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), atol=tol * scale, rtol=0)
+
+
+@pytest.mark.parametrize("dt", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["f32", "f16"])
+def test_conv_relu_fused_gives_the_unfused_chains_bits(rng, dt):
+    """Conv -> Relu runs as one CONVOLUTION with its fused ReLU (fusions.PATTERNS) and gives the
+    bits of Conv then Relu (the same model with the Conv's output also a graph output: unfused),
+    small sums that round to -0 in float16 and NaN included; both against onnxruntime."""
+    m = model("3x3", dt, rng, bias=False)  # (with a bias: test_conv_matches_onnxruntime_on_the_device, fused too)
+    rep = Backend.prepare(m, "CPU")
+    fused = {p.index: p for p in rep.placement}
+    assert fused[0].fused_into == 1 and "Conv+Relu" in fused[1].operator
+    m2 = onnx.ModelProto()
+    m2.CopyFrom(m)
+    m2.graph.output.append(helper.make_tensor_value_info("y", dt, None))
+    rep2 = Backend.prepare(m2, "CPU")
+    assert all(p.fused_into is None and "fused" not in p.operator for p in rep2.placement)
+    npd = np.float16 if dt == TensorProto.FLOAT16 else np.float32
+    x = rng.standard_normal((2, *CASES["3x3"][0])).astype(npd)
+    x[0, :, :4] *= npd(3e-7)  # tiny sums (float16: hundreds near 0, some round to -0 before the ReLU)
+    x[1, 0, 3, 3] = np.nan
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for node_by_node in (False, True):
+        rep.state.node_by_node = rep2.state.node_by_node = node_by_node
+        got = rep.run({"x": x})[0]
+        want, y = rep2.run({"x": x})  # outputs: the Relu's, then the Conv's
+        assert rep.last_run.cpu_segments == 0 and rep2.last_run.cpu_segments == 0
+        bits = np.uint16 if dt == TensorProto.FLOAT16 else np.uint32
+        np.testing.assert_array_equal(got.view(bits), want.view(bits))
+        assert np.isnan(got).any() and not np.signbit(got[~np.isnan(got)]).any()
+        ref = sess.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+        ok = ~np.isnan(ref)
+        tol = 2e-5 if dt == TensorProto.FLOAT else 4e-3
+        np.testing.assert_allclose(got[ok].astype(np.float64), ref[ok].astype(np.float64),
+                                   atol=tol * max(1.0, float(np.abs(ref[ok]).max())), rtol=0)
+    if dt == TensorProto.FLOAT16:
+        assert (y.view(np.uint16) == 0x8000).any()  # the unfused Conv did give -0s

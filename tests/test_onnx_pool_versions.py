@@ -1,7 +1,6 @@
 """ONNX pools on the pooling versions beyond MAX_POOLING2 / AVERAGE_POOLING against onnxruntime's
 CPU EP: MaxPool of int8 / uint8 (MAX_POOLING2's 8-bit rows), AveragePool with dilations (opset 19,
-AVERAGE_POOLING1), 1-D and 2-D, on the device; MaxPool's Indices output refused at placement (the
-node on the CPU, no run-time fallback)."""
+AVERAGE_POOLING1), 1-D and 2-D, on the device (MaxPool's Indices: tests/test_onnx_pool.py)."""
 
 from __future__ import annotations
 
@@ -46,7 +45,9 @@ def test_maxpool_bytes_on_the_device(rng, dt, npd, xs, attrs):
     ((3, 11, 10), dict(kernel_shape=[3, 2], dilations=[2, 3], pads=[1, 1, 2, 0])),
     ((3, 11, 10), dict(kernel_shape=[2, 2], dilations=[2, 2], strides=[2, 1], count_include_pad=1, pads=[1, 0, 1, 1])),
     ((4, 19), dict(kernel_shape=[3], dilations=[3], strides=[2])),
-], ids=["2d", "2d-include", "1d"])
+    ((3, 12, 11), dict(kernel_shape=[3, 2], dilations=[2, 3], strides=[2, 2], pads=[1, 1, 1, 0], ceil_mode=1,
+                       count_include_pad=1)),
+], ids=["2d", "2d-include", "1d", "2d-ceil-include"])
 def test_dilated_averagepool_on_the_device(rng, dt, xs, attrs):
     npd = np.float16 if dt == TensorProto.FLOAT16 else np.float32
     x = rng.standard_normal((2, *xs)).astype(npd)
@@ -54,12 +55,3 @@ def test_dilated_averagepool_on_the_device(rng, dt, xs, attrs):
     assert stats.cpu_segments == 0 and stats.runtime_fallbacks == 0, stats.events
     tol = 2e-6 if dt == TensorProto.FLOAT else 2e-3
     np.testing.assert_allclose(got[0].astype(np.float64), want[0].astype(np.float64), rtol=tol, atol=tol * 3)
-
-
-def test_maxpool_indices_refused_at_placement(rng):
-    m = _model("MaxPool", TensorProto.FLOAT, (2, 4, 4), dict(kernel_shape=[2, 2], strides=[2, 2]), ("y", "i"), 12)
-    x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
-    got, want, stats = _both(m, x)
-    assert stats.cpu_segments == 1 and stats.runtime_fallbacks == 0, stats.events
-    for a, b in zip(got, want):
-        np.testing.assert_array_equal(a, b)

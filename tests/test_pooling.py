@@ -11,7 +11,7 @@ import itertools
 
 import numpy as np
 import pytest
-from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
+from helpers import assert_output, assert_outside_unchanged, place, poison_against, random_strides, read_logical
 
 import kompute_dml as kdml
 
@@ -48,6 +48,21 @@ def reference(x, window, strides, dil, start, end, fn, include=False):
     return y, idx, scale
 
 
+def _placed(dev, rng, dt, x, want, want_idx, with_indices):
+    """x in a random strided layout; the output (and the UINT32 indices where `with_indices`) placed
+    likewise and poisoned against the wanted values: (xd, yd, tx, ty, before, idd, ti, ibefore)."""
+    xd = TD(dt, x.shape, random_strides(rng, x.shape, allow_broadcast=False))
+    yd = TD(dt, want.shape, random_strides(rng, want.shape, allow_broadcast=False))
+    tx, _ = place(dev, rng, xd, x)
+    ty, _ = place(dev, rng, yd)
+    before = poison_against(ty, want.astype(dt.numpy_dtype), rng)
+    if not with_indices:
+        return xd, yd, tx, ty, before, None, None, None
+    idd = TD(DT.UINT32, want.shape, random_strides(rng, want.shape, allow_broadcast=False))
+    ti, _ = place(dev, rng, idd)
+    return xd, yd, tx, ty, before, idd, ti, poison_against(ti, want_idx.astype(np.uint32), rng)
+
+
 CASES = [  # x sizes, window, strides, dilations, start, end
     ((2, 3, 9, 11), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),
     ((1, 4, 8, 8), (2, 2), (2, 2), (1, 1), (0, 0), (0, 0)),
@@ -69,15 +84,8 @@ def test_pooling_against_numpy(dev, rng, case, fn, dt):
     if fn == "max":
         x = np.round(x, 0).astype(npd)  # ties: the first maximum must win
     want, want_idx, scale = reference(x, win, st, dl, ps, pe, fn[:3], fn == "avg-include")
-    xd = TD(dt, xs, random_strides(rng, xs, allow_broadcast=False))
-    yd = TD(dt, want.shape, random_strides(rng, want.shape, allow_broadcast=False))
-    tx, _ = place(dev, rng, xd, x)
-    ty, _ = place(dev, rng, yd)
-    before = poison_against(ty, want.astype(npd), rng)
+    xd, yd, tx, ty, before, idd, ti, ibefore = _placed(dev, rng, dt, x, want, want_idx, fn == "max")
     if fn == "max":
-        idd = TD(DT.UINT32, want.shape, random_strides(rng, want.shape, allow_broadcast=False))
-        ti, _ = place(dev, rng, idd)
-        ibefore = poison_against(ti, want_idx.astype(np.uint32), rng)
         dev.compile(kdml.MaxPooling2Desc(xd, yd, idd, win, st, ps, pe, dl)).execute([tx], [ty, ti])
         got_idx = read_logical(assert_outside_unchanged(ti, ibefore), ti.offset, idd)
         np.testing.assert_array_equal(got_idx, want_idx.astype(np.uint32))
@@ -124,3 +132,171 @@ def test_refused_descriptors_name_their_field(dev, change, field):
 def test_unsupported_type(dev):
     with pytest.raises(kdml.UnsupportedError, match="input_tensor"):
         dev.compile(kdml.AveragePoolingDesc(TD(DT.INT32, (1, 2, 5, 5)), TD(DT.INT32, (1, 2, 2, 2)), (3, 3), (2, 2)))
+
+
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+@pytest.mark.parametrize("xs, win, st, dl, ps, pe", [
+    ((2, 3, 13), (3,), (2,), (1,), (1,), (1,)),
+    ((1, 4, 17), (4,), (3,), (2,), (0,), (2,)),
+    ((3, 2, 9, 8), (3, 2), (2, 1), (1, 2), (1, 0), (0, 1)),
+], ids=["1d", "1d-dilated", "2d"])
+def test_helpers_into_strided_outputs(dev, rng, dt, xs, win, st, dl, ps, pe):
+    """kdml.max_pool (values and indices_out) and kdml.avg_pool, 1-D (through the (N, C, 1, W)
+    view) and 2-D, from strided inputs into strided outputs at offsets: every other byte unchanged."""
+    npd = dt.numpy_dtype
+    x = np.round(rng.standard_normal(xs) * 3).astype(npd)  # ties: the first maximum must win
+    x.flat[rng.choice(x.size, 2, replace=False)] = [np.nan, -np.inf]
+    xd = TD(dt, xs, random_strides(rng, xs, allow_broadcast=False))
+    tx, _ = place(dev, rng, xd, x)
+    kw = dict(strides=st, start_padding=ps, end_padding=pe, dilations=dl)
+    want, want_idx, _ = reference(x, win, st, dl, ps, pe, "max")
+    ty, _ = place(dev, rng, TD(dt, want.shape, random_strides(rng, want.shape, allow_broadcast=False)))
+    ti, _ = place(dev, rng, TD(DT.UINT32, want.shape, random_strides(rng, want.shape, allow_broadcast=False)))
+    before, ibefore = poison_against(ty, want.astype(npd), rng), poison_against(ti, want_idx.astype(np.uint32), rng)
+    y, idx = kdml.max_pool(tx, win, out=ty, indices_out=ti, **kw)
+    assert y is ty and idx is ti
+    assert_output(ty, before, want.astype(npd))
+    assert_output(ti, ibefore, want_idx.astype(np.uint32))
+    for include in (False, True):
+        want, _, scale = reference(x, win, st, dl, ps, pe, "avg", include)
+        ty, _ = place(dev, rng, TD(dt, want.shape, random_strides(rng, want.shape, allow_broadcast=False)))
+        before = poison_against(ty, want.astype(npd), rng)
+        kdml.avg_pool(tx, win, include_padding=include, out=ty, **kw)
+        got = read_logical(assert_outside_unchanged(ty, before), ty.offset, ty.desc).astype(np.float64)
+        finite = np.isfinite(want)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))  # a NaN in the window
+        bound = (np.prod(win) + 4) * U * scale + (np.abs(want) * 2.0 ** -11 + 2.0 ** -25 if dt == DT.FLOAT16 else 0)
+        assert np.all(np.abs(got[finite] - want[finite]) <= bound[finite])
+        assert np.array_equal(got[~finite], want[~finite], equal_nan=True)
+
+
+@pytest.mark.parametrize("kernel", ["auto", "group"])
+def test_windows_wholly_in_the_padding_and_helper_errors(dev, kernel, monkeypatch):
+    """Both kernels: -inf and index 0, NaN (0 / 0) or 0 with include_padding; the helpers' errors
+    name their argument and leave the device usable. (A device of its own for the forced kernel:
+    the helpers' compiled operators are cached by descriptor.)"""
+    if kernel == "group":
+        monkeypatch.setenv("KDML_POOL_KERNEL", kernel)
+        dev = kdml.Device()
+    try:
+        _wholly_in_the_padding(dev, kernel)
+    finally:
+        if kernel == "group":
+            dev.close()
+
+
+def _wholly_in_the_padding(dev, kernel):
+    x = np.arange(4, dtype=np.float32).reshape(1, 1, 4)
+    op = dev.compile(kdml.AveragePoolingDesc(TD(DT.FLOAT32, (1, 1, 1, 4)), TD(DT.FLOAT32, (1, 1, 1, 5)), (1, 1),
+                                             (), (0, 1), (0, 0)))
+    assert op.plans[0].variant.endswith("_group") == (kernel == "group")
+    y, idx = kdml.max_pool(x, (1,), start_padding=(1,), end_padding=(1,), indices=True, device=dev)
+    np.testing.assert_array_equal(y.numpy(), [[[-np.inf, 0, 1, 2, 3, -np.inf]]])
+    np.testing.assert_array_equal(idx.numpy(), [[[0, 0, 1, 2, 3, 0]]])
+    a = kdml.avg_pool(x, (1,), start_padding=(1,), device=dev).numpy()
+    assert np.isnan(a[0, 0, 0]) and a[0, 0, 1] == 0
+    assert kdml.avg_pool(x, (1,), start_padding=(1,), include_padding=True, device=dev).numpy()[0, 0, 0] == 0
+    with pytest.raises(kdml.InvalidArgumentError, match="^strides"):
+        kdml.max_pool(x, (2,), strides=(1, 1), device=dev)
+    with pytest.raises(kdml.InvalidArgumentError, match="^x"):
+        kdml.max_pool(x.reshape(4), (2,), device=dev)
+    with pytest.raises(kdml.InvalidArgumentError, match="^indices_out"):
+        kdml.max_pool(x, (2,), indices_out=dev.tensor(np.zeros((1, 1, 3), np.int32)), device=dev)
+    with pytest.raises(kdml.InvalidArgumentError, match="^output_tensor.sizes"):
+        kdml.avg_pool(x, (5,), device=dev)
+    np.testing.assert_array_equal(kdml.max_pool(x, (2,), device=dev).numpy(), [[[1, 2, 3]]])  # still usable
+
+
+GROUP_CASES = [  # windows of 256 taps and more: the work-group kernel (x sizes, window, strides, dilations, start, end)
+    ((2, 3, 23, 19), (23, 19), (1, 1), (1, 1), (0, 0), (0, 0)),  # global, odd sizes
+    ((1, 2, 20, 21), (16, 17), (3, 2), (1, 1), (2, 1), (1, 2)),  # strided, asymmetric padding
+    ((1, 2, 60, 25), (26, 10), (2, 3), (2, 2), (3, 1), (0, 2)),  # dilated
+    ((1, 3, 7, 8, 9), (7, 8, 9), (1, 1, 1), (1, 1, 1), (0, 0, 0), (0, 0, 0)),  # 3-D global
+    ((2, 2, 1, 700), (1, 600), (1, 50), (1, 1), (0, 30), (0, 40)),  # 1-D as height 1
+]
+
+
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+@pytest.mark.parametrize("fn", ["max", "avg", "avg-include"])
+@pytest.mark.parametrize("case", range(len(GROUP_CASES)))
+def test_group_kernel_against_numpy(dev, rng, case, fn, dt, monkeypatch):
+    """One work group per output (pooling.GROUP_TAPS): MAX's values and indices as the sequential
+    rule's (ties, NaN, -inf; a window wholly in the padding), the same bits as the one-invocation
+    kernel; AVERAGE within (ceil(n / 256) + 8 + 4) u S / count (256 partial sums, 8 tree levels)."""
+    xs, win, st, dl, ps, pe = GROUP_CASES[case]
+    npd = dt.numpy_dtype
+    x = (rng.standard_normal(xs) * 3).astype(npd)
+    if fn == "max":
+        x = np.round(x, 0).astype(npd)
+        x.flat[rng.choice(x.size, 3, replace=False)] = [np.nan, -np.inf, np.inf]
+    want, want_idx, scale = reference(x, win, st, dl, ps, pe, fn[:3], fn == "avg-include")
+    xd, yd, tx, ty, before, idd, ti, ibefore = _placed(dev, rng, dt, x, want, want_idx, fn == "max")
+    if fn == "max":
+        desc = kdml.MaxPooling2Desc(xd, yd, idd, win, st, ps, pe, dl)
+        op = dev.compile(desc)
+        assert op.plans[0].variant.endswith("_group")
+        op.execute([tx], [ty, ti])
+        assert_output(ty, before, want.astype(npd))
+        assert_output(ti, ibefore, want_idx.astype(np.uint32))
+        monkeypatch.setenv("KDML_POOL_KERNEL", "thread")  # the one-invocation kernel: the same bits
+        op = dev.compile(desc)
+        assert not op.plans[0].variant.endswith("_group")
+        ty2, ti2 = dev.empty(yd), dev.empty(idd)
+        op.execute([tx], [ty2, ti2])
+        assert np.array_equal(ty2.numpy(), ty.numpy(), equal_nan=True) and np.array_equal(ti2.numpy(), ti.numpy())
+        return
+    dil = (1,) * len(win) if fn != "max" and any(d != 1 for d in dl) else dl
+    if dil != dl:
+        want, _, scale = reference(x, win, st, dil, ps, pe, "avg", fn == "avg-include")
+        yd = TD(dt, want.shape)
+        ty, _ = place(dev, rng, yd)
+        before = poison_against(ty, want.astype(npd), rng)
+    op = dev.compile(kdml.AveragePoolingDesc(xd, yd, win, st, ps, pe, fn == "avg-include"))
+    assert op.plans[0].variant.endswith("_group")
+    op.execute([tx], [ty])
+    got = read_logical(assert_outside_unchanged(ty, before), ty.offset, yd).astype(np.float64)
+    n = int(np.prod(win))
+    bound = (-(-n // 256) + 12) * U * scale + (np.abs(want) * 2.0 ** -11 + 2.0 ** -25 if dt == DT.FLOAT16 else 0)
+    assert np.all(np.abs(got - want) <= bound), float(np.max(np.abs(got - want) / np.maximum(bound, 1e-300)))
+
+
+@pytest.mark.parametrize("dt", [DT.INT8, DT.UINT8], ids=lambda d: d.name)
+def test_group_kernel_bytes(dev, rng, dt):
+    info = np.iinfo(dt.numpy_dtype)
+    x = rng.integers(info.min, info.max, (2, 3, 17, 18), endpoint=True).astype(dt.numpy_dtype)
+    y, idx = kdml.max_pool(x, (17, 18), start_padding=(1, 0), indices=True, device=dev)
+    want, want_idx, _ = reference(x, (17, 18), (1, 1), (1, 1), (1, 0), (0, 0), "max")
+    np.testing.assert_array_equal(y.numpy(), want.astype(x.dtype))
+    np.testing.assert_array_equal(idx.numpy(), want_idx.astype(np.uint32))
+
+
+@pytest.mark.parametrize("fn", ["max", "avg"])
+@pytest.mark.parametrize("strides, pairs", [
+    (None, True), ((300, 96, 14, 1), True), ((130, 43, 7, 1), False), ((1, 2, 6, 36), False),
+], ids=["packed", "gapped-even", "odd-rows", "column-major"])
+def test_float16_outputs_by_words_and_by_fields(dev, rng, fn, strides, pairs):
+    """FLOAT16 outputs whose rows pack whole words: two adjacent outputs per invocation and one
+    plain store (indices per element); others STORE_FIELD; both exact, every other byte unchanged."""
+    from kompute_dml.ops.pooling import writes_words
+
+    xs, win, st, ps, pe = (2, 3, 11, 13), (3, 3), (2, 2), (1, 1), (1, 0)
+    x = np.round(rng.standard_normal(xs) * 3).astype(np.float16)
+    want, want_idx, scale = reference(x, win, st, (1, 1), ps, pe, fn)
+    assert want.shape == (2, 3, 6, 6)
+    yd = TD(DT.FLOAT16, want.shape, strides)
+    assert writes_words(yd) == pairs
+    tx, _ = place(dev, rng, TD(DT.FLOAT16, xs), x)
+    ty, _ = place(dev, rng, yd)
+    before = poison_against(ty, want.astype(np.float16), rng)
+    if fn == "max":
+        idd = TD(DT.UINT32, want.shape, strides)
+        ti, _ = place(dev, rng, idd)
+        ibefore = poison_against(ti, want_idx.astype(np.uint32), rng)
+        dev.compile(kdml.MaxPooling2Desc(tx.desc, yd, idd, win, st, ps, pe)).execute([tx], [ty, ti])
+        assert_output(ty, before, want.astype(np.float16))
+        assert_output(ti, ibefore, want_idx.astype(np.uint32))
+        return
+    dev.compile(kdml.AveragePoolingDesc(tx.desc, yd, win, st, ps, pe)).execute([tx], [ty])
+    got = read_logical(assert_outside_unchanged(ty, before), ty.offset, yd).astype(np.float64)
+    bound = 13 * U * scale + np.abs(want) * 2.0 ** -11 + 2.0 ** -25
+    assert np.all(np.abs(got - want) <= bound)

@@ -2,7 +2,8 @@
 """Measure CONVOLUTION (kompute_dml/ops/convolution.py) on the default device against the float64
 numpy reference (tests/conv_reference.py): representative layers (ResNet's 7x7 stride-2 stem, 3x3,
 1x1, depthwise, grouped, dilated, asymmetric padding, ViT's patch embedding, Whisper's Conv1d pair,
-3-D; transposed 2x2 / 2 and 3x3 / 2), the automatic and the tiled kernel, random inputs of several
+3-D; transposed 2x2 / 2 and 3x3 / 2), the automatic and the tiled kernel (in one pass and split-K in
+4 parts), random inputs of several
 scales, FLOAT32 and FLOAT16. Prints per layer and type the largest error relative to u S (u = 2^-24,
 S = sum |x w| + |bias| per output) and that of the stated bound (K + 1) u S (+ 2^-11 |y| for FLOAT16
 outputs): docs/convolution.md "Precision".
@@ -25,6 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from conv_reference import reference, reference_backward  # noqa: E402
 
 import kompute_dml as kdml  # noqa: E402
+from kompute_dml.functional import _compile_cache  # noqa: E402
 
 U = 2.0 ** -24
 LAYERS = {  # x sizes, filter sizes, strides, dilations, start, end, groups
@@ -74,7 +76,8 @@ def measure(dt: kdml.DataType, seeds: int) -> None:
                 err_us = err
             worst_us = max(worst_us, float(np.max(err_us / (U * s))))
             worst_bound = max(worst_bound, float(np.max(err / bound)))
-        print(f"{dt.name} | {os.environ.get('KDML_CONV_KERNEL', 'auto')} | {name} | K = {k} | "
+        split = os.environ.get("KDML_CONV_SPLIT", "1") != "1"
+        print(f"{dt.name} | {'split' if split else os.environ.get('KDML_CONV_KERNEL', 'auto')} | {name} | K = {k} | "
               f"{worst_us:.2f} | {worst_bound:.4f}")
 
 
@@ -84,8 +87,10 @@ def main() -> None:
     args = ap.parse_args()
     print(f"device: {kdml.Device().name}")
     print("type | kernel | layer | K | max error / (u S) | max error / bound")
-    for kernel in ("auto", "tiled"):
-        os.environ["KDML_CONV_KERNEL"] = kernel
+    for kernel in ("auto", "tiled", "split"):  # split: the tiled kernel in 4 parts (split-K) where K allows
+        os.environ["KDML_CONV_KERNEL"] = "tiled" if kernel == "split" else kernel
+        os.environ["KDML_CONV_SPLIT"] = "4" if kernel == "split" else "1"
+        _compile_cache.clear()  # the helpers' compiled operators were chosen under the previous setting
         for dt in (kdml.DataType.FLOAT32, kdml.DataType.FLOAT16):
             measure(dt, args.seeds)
 

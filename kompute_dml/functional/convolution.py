@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..core.errors import invalid
 from ..core.ints import as_int, as_int_tuple
 from ..core.tensor_desc import TensorDesc
@@ -23,8 +25,9 @@ from . import _packed, check_out, compile_cached, pooled_empty
 from .elementwise import _operands
 
 
-def conv(x: Any, w: Any, bias: Any = None, *, strides: Any = None, dilations: Any = None, start_padding: Any = None,
-         end_padding: Any = None, groups: int = 1, mode: Any = ConvolutionMode.CROSS_CORRELATION, relu: bool = False,
+def conv(x: Any, w: Any, bias: Any = None, *, strides: Any = None, dilations: Any = None, pads: Any = None,
+         start_padding: Any = None, end_padding: Any = None, groups: int = 1,
+         mode: Any = ConvolutionMode.CROSS_CORRELATION, relu: bool = False,
          out: Tensor | None = None, device: Device | None = None) -> Tensor:
     """Convolve `x` with the filter `w` on DML CONVOLUTION (forward).
 
@@ -42,6 +45,10 @@ def conv(x: Any, w: Any, bias: Any = None, *, strides: Any = None, dilations: An
         Cout values (any shape holding them along one axis) added per output channel.
     strides, dilations : sequence of int, optional
         One value (>= 1) per spatial axis; None: ones.
+    pads : int or sequence of int, optional
+        The padding in one argument, instead of `start_padding` / `end_padding`: an int (every
+        side of every axis), one value per spatial axis (both sides, torch's ``padding``) or
+        2 x that many (ONNX's ``pads``: the starts, then the ends).
     start_padding, end_padding : sequence of int, optional
         Zeros added before / after each spatial axis (>= 0); None: no padding.
     groups : int, default 1
@@ -78,12 +85,12 @@ def conv(x: Any, w: Any, bias: Any = None, *, strides: Any = None, dilations: An
     --------
     >>> y = kdml.conv(x, w, b, start_padding=(1, 1), end_padding=(1, 1), strides=(2, 2))
     """
-    return _convolution(ConvolutionDirection.FORWARD, x, w, bias, strides, dilations, start_padding, end_padding, None,
-                        groups, mode, relu, out, device)
+    return _convolution(ConvolutionDirection.FORWARD, x, w, bias, strides, dilations, (pads, start_padding, end_padding),
+                        None, groups, mode, relu, out, device)
 
 
 def conv_transpose(x: Any, w: Any, bias: Any = None, *, strides: Any = None, dilations: Any = None,
-                   start_padding: Any = None, end_padding: Any = None, output_padding: Any = None, groups: int = 1,
+                   pads: Any = None, start_padding: Any = None, end_padding: Any = None, output_padding: Any = None, groups: int = 1,
                    mode: Any = ConvolutionMode.CROSS_CORRELATION, relu: bool = False, out: Tensor | None = None,
                    device: Device | None = None) -> Tensor:
     """Transposed convolution of `x` with the filter `w` on DML CONVOLUTION (BACKWARD).
@@ -102,6 +109,8 @@ def conv_transpose(x: Any, w: Any, bias: Any = None, *, strides: Any = None, dil
         Cout values added per output channel.
     strides, dilations : sequence of int, optional
         One value (>= 1) per spatial axis; None: ones.
+    pads : int or sequence of int, optional
+        `start_padding` / `end_padding` in one argument, as `conv` takes it (ONNX's ``pads``).
     start_padding, end_padding : sequence of int, optional
         Positions removed from the start / end of each spatial axis of the full result (>= 0).
     output_padding : sequence of int, optional
@@ -135,12 +144,31 @@ def conv_transpose(x: Any, w: Any, bias: Any = None, *, strides: Any = None, dil
     The same summation and bound as `conv`: K = Cin / groups x window volume terms per output
     (the positions the stride skips are zeros), docs/convolution.md.
     """
-    return _convolution(ConvolutionDirection.BACKWARD, x, w, bias, strides, dilations, start_padding, end_padding,
+    return _convolution(ConvolutionDirection.BACKWARD, x, w, bias, strides, dilations, (pads, start_padding, end_padding),
                         output_padding, groups, mode, relu, out, device)
 
 
+def split_pads(pads: Any, start_padding: Any, end_padding: Any, n: int) -> tuple[Any, Any]:
+    """`pads` (an int, n per-axis values or ONNX's 2n starts then ends) as (start, end); None:
+    the given start_padding / end_padding."""
+    if pads is None:
+        return start_padding, end_padding
+    if start_padding is not None or end_padding is not None:
+        raise invalid("pads", "give pads or start_padding / end_padding, not both")
+    if isinstance(pads, (int, np.integer)) and not isinstance(pads, bool):
+        p = as_int(pads, "pads")
+        return (p,) * n, (p,) * n
+    v = as_int_tuple(pads, "pads")
+    if len(v) == n:
+        return v, v
+    if len(v) == 2 * n:
+        return v[:n], v[n:]
+    raise invalid("pads", f"must be an int, {n} values (one per spatial axis) or {2 * n} (starts, then ends), "
+                          f"got {len(v)}")
+
+
 def _convolution(direction: ConvolutionDirection, x: Any, w: Any, bias: Any, strides: Any, dilations: Any,
-                 start_padding: Any, end_padding: Any, output_padding: Any, groups: Any, mode: Any, relu: bool,
+                 padding: tuple[Any, Any, Any], output_padding: Any, groups: Any, mode: Any, relu: bool,
                  out: Tensor | None, device: Device | None) -> Tensor:
     backward = direction == ConvolutionDirection.BACKWARD
     operands = (x, w) if bias is None else (x, w, bias)
@@ -152,6 +180,7 @@ def _convolution(direction: ConvolutionDirection, x: Any, w: Any, bias: Any, str
     if r not in (3, 4, 5) or tw.desc.dimension_count != r:
         raise invalid("x", f"x and w must both have 3, 4 or 5 dimensions, got {tx.desc.sizes} and {tw.desc.sizes}")
     n = r - 2
+    start_padding, end_padding = split_pads(*padding, n)
     g = as_int(groups, "groups")
     cout = tw.desc.sizes[1] * g if backward else tw.desc.sizes[0]
     tb = None

@@ -22,8 +22,11 @@ The fused kernels are the operators' kompute_dml extensions, bit for bit the unf
   with its additive mask and NaN -> 0 (kdml.softmax(mask=, nan_to_zero=True)). The Where's
   constant must be +0.0 (every element's bits 0): Where copies the constant's bits, and the
   kernel writes +0; a -0.0 constant is left unfused.
+- Conv -> Relu: CONVOLUTION with its fused ReLU (handlers_conv.run_conv_relu; the float Conv only);
 - MatMulInteger -> Cast(float) -> Mul(scale) (onnxruntime's quantize_dynamic): MATRIX_MULTIPLY_INTEGER_TO_FLOAT
   (fusion_quant.py; MatMulInteger has no operator alone: the chain claims it).
+- BatchNormalization (inference) -> Relu: BATCH_NORMALIZATION with its fused ACTIVATION_RELU (the
+  same bits as the ReLU node: -0 and negatives to +0, NaN kept).
 (com.microsoft SkipLayerNormalization needs no pattern: its handler is one dispatch.)
 """
 
@@ -43,7 +46,9 @@ from kompute_dml.functional.elementwise import broadcast_view
 
 from .fusion_quant import check_integer_product, run_integer_product
 from .graph import _attr, _node_inputs
+from .handlers_conv import run_conv_relu
 from .handlers_nn import _floats, _opset
+from .handlers_pool import batch_norm_node
 from .handlers_values import as_device
 from .values import _FLOAT_OUT, CPU, VULKAN, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape, at_node
 
@@ -161,6 +166,12 @@ def _run_masked_softmax(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: C
     return [DeviceValue(y, shape, dt)]
 
 
+def _run_batch_norm_relu(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
+                         stats: RunStats) -> list[Any]:
+    bn = nodes[0]
+    return batch_norm_node(ctx, bn, [_input(lookup, bn, i) for i in range(5)], stats, True)
+
+
 # ---- the static checks ---------------------------------------------------------------------
 def _float_sum(rep: BackendRep, add: onnx.NodeProto) -> str:
     dts = {rep._elem_dtype(n) for n in add.input}
@@ -176,6 +187,11 @@ def _check_add_layer_norm(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     if axis != -1 and (rank is None or axis != rank - 1):
         return f"LayerNormalization axis {axis} (rank {rank}) is not the last"
     return ""
+
+
+def _check_conv_relu(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
+    dts = {rep._elem_dtype(name) for name in nodes[0].input[:2]}  # only a float Conv runs on CONVOLUTION
+    return "" if dts <= {np.dtype(np.float32), np.dtype(np.float16), None} else f"Conv of {sorted(map(str, dts))}"
 
 
 def _check_masked_softmax(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
@@ -203,8 +219,11 @@ PATTERNS = (
     Pattern("Add+Softmax+IsNaN+Where", ("Add", "Softmax", "IsNaN", "Where"),
             ((0, 1, 0), (1, 2, 0), (2, 3, 0), (1, 3, 2)), "ACTIVATION_SOFTMAX1",
             _check_masked_softmax, _run_masked_softmax),
+    Pattern("Conv+Relu", ("Conv", "Relu"), ((0, 1, 0),), "CONVOLUTION", _check_conv_relu, run_conv_relu),
     Pattern("MatMulInteger+Cast+Mul", ("MatMulInteger", "Cast", "Mul"), ((0, 1, 0), (1, 2, 0)),
             "MATRIX_MULTIPLY_INTEGER_TO_FLOAT", check_integer_product, run_integer_product, claims=(0,)),
+    Pattern("BatchNormalization+Relu", ("BatchNormalization", "Relu"), ((0, 1, 0),), "BATCH_NORMALIZATION",
+            lambda rep, nodes: "", _run_batch_norm_relu),
 )
 
 

@@ -4,7 +4,8 @@ HardSwish (alpha 1/6, beta 0.5), ThresholdedRelu (alpha), Shrink (bias, lambd ->
 node's attributes (the ONNX defaults where absent) become the operator's float32 parameters.
 
 Clip: min / max attributes up to opset 10, optional inputs from 11, which must be constants (the
-OnnxOp's rule keeps a fed bound on the CPU; FallbackNeeded here too). An absent input bound is
+OnnxOp's rule keeps a fed bound on the CPU; FallbackNeeded here too). Integer Clip (opset 12 on)
+runs on CLIP's integer rows where its bounds survive CLIP's FLOAT fields (the OnnxOp's rule). An absent input bound is
 the type's lowest / highest finite value, as onnxruntime takes it (so +-inf is clipped to +-65504
 in float16, +-3.4e38 in float32); an absent opset-6 attribute is float32's (float16 infinities
 stay); a NaN bound runs on the CPU. Where min > max onnxruntime gives max
@@ -57,13 +58,18 @@ def _bound(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], i: int, stats
 
 
 def _h_clip(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    dt = _floats(node, ins[:1])
+    dt = _value_dtype(ins[0])
+    integer = np.issubdtype(dt, np.integer)
+    if not integer:
+        dt = _floats(node, ins[:1])
+    elif 0 in _value_shape(ins[0]):
+        raise FallbackNeeded("an empty tensor")
     shape = _value_shape(ins[0])
     if _opset(ctx.prepared.model) < 11:  # float attributes: float32's limits by default (inf stays inf in float16)
         f32 = np.finfo(np.float32)
         lo, hi = float(_attr(node, "min", float(f32.min))), float(_attr(node, "max", float(f32.max)))
     else:
-        info = np.finfo(dt)
+        info: Any = np.iinfo(dt) if integer else np.finfo(dt)
         lo, hi = float(info.min), float(info.max)
         lo, hi = _bound(ctx, node, ins, 1, stats, dt, lo), _bound(ctx, node, ins, 2, stats, dt, hi)
     if np.isnan(lo) or np.isnan(hi):

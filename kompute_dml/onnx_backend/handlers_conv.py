@@ -7,6 +7,7 @@ output_padding, output_shape (the padding derived from it) and auto_pad as ONNX 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -71,14 +72,29 @@ def _operands(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: Run
 
 
 def _h_conv(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    return run_conv(ctx, node, ins, stats)
+
+
+def run_conv(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, relu: bool = False) -> list[Any]:
+    """The Conv node on CONVOLUTION, its output through the fused ReLU where `relu` (Conv+Relu)."""
     x, w, dt, _n, window, strides, dilations, bias = _operands(ctx, node, ins, stats)
     start, end = conv_padding(node, tuple(x.shape[2:]), window, strides, dilations)
     out_shape = (x.shape[0], w.shape[0], *output_sizes(
         tuple(x.shape[2:]), window, strides, dilations, start, end))
     out = ctx.out_tensor(out_shape, dt)
     y = kdml.conv(x.tensor, w.tensor, bias, strides=strides, dilations=dilations, start_padding=start,
-                  end_padding=end, groups=int(_attr(node, "group", 1)), out=out, device=ctx.device)
+                  end_padding=end, groups=int(_attr(node, "group", 1)), relu=relu, out=out, device=ctx.device)
     return [DeviceValue(y, out_shape, dt)]
+
+
+def run_conv_relu(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
+                  stats: RunStats) -> list[Any]:
+    """Conv -> Relu (fusions.PATTERNS) in one dispatch: CONVOLUTION with its fused ReLU, whose bits
+    are ACTIVATION_RELU's of the rounded Conv output (ReLU commutes with the one rounding: a
+    negative sum rounds to a negative value or -0, both +0 after ReLU; NaN kept)."""
+    conv = nodes[0]
+    ins = [lookup(name) if name else None for name in conv.input]
+    return run_conv(ctx, conv, ins, stats, relu=True)
 
 
 def transpose_padding(node: onnx.NodeProto, in_sizes: tuple[int, ...], window: tuple[int, ...],

@@ -1,21 +1,25 @@
 """ONNX MaxPool, AveragePool, GlobalMaxPool and GlobalAveragePool on MAX_POOLING2 / AVERAGE_POOLING
-(ops/pooling.py). 2-D and 3-D pooling as they are, 1-D through a (N, C, 1, W) view; kernel_shape,
+(ops/pooling.py). 2-D and 3-D pooling as they are, 1-D through a (N, C, 1, W) view (kdml.max_pool / avg_pool); kernel_shape,
 strides, dilations (AveragePool's on AVERAGE_POOLING1), pads or auto_pad (as Conv's), ceil_mode (the output size rounded up,
 the extra windows expressed as end padding, which never wins a maximum and is not counted unless
-count_include_pad: an AveragePool with count_include_pad and windows beyond the padded input stays
-on the CPU, where ONNX counts only the padded input), count_include_pad. MaxPool's Indices output
-(int64, storage_order) is not produced here: such a node stays on the CPU (refused at placement).
+count_include_pad: ONNX then counts only the padded input, so such an AveragePool's results are
+multiplied in place by K / K', the window's size over its taps in the padded input),
+count_include_pad. MaxPool's Indices output (storage_order = 0: the flat
+row-major index into X, as onnxruntime's) from MAX_POOLING2's UINT32 indices, widened to int64 word
+pairs by a JOIN with a zero word; storage_order = 1 stays on the CPU (refused at placement).
 MaxPool of int8 / uint8 on MAX_POOLING2's 8-bit rows. BatchNormalization (inference: training_mode =
 0, one output; opset < 9's spatial = 0 and mixed types stay on the CPU) on BATCH_NORMALIZATION."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 
 import kompute_dml as kdml
+from kompute_dml.functional.elementwise import broadcast_view
 from kompute_dml.ops.spatial import output_sizes
 
 from .graph import _attr
@@ -27,16 +31,41 @@ if TYPE_CHECKING:
     from .context import NodeContext
 
 
-def _view4(t: kdml.Tensor, shape: tuple[int, ...]) -> kdml.Tensor:
-    """A (N, C, W) tensor as (N, C, 1, W)."""
-    s = t.desc.effective_strides
-    return kdml.Tensor.trusted(t.buffer, kdml.TensorDesc(t.desc.data_type, (shape[0], shape[1], 1, shape[2]),
-                                                         (s[0], s[1], 0, s[2])), t.offset)
+def _int64_indices(ctx: NodeContext, ind: kdml.Tensor, shape: tuple[int, ...], stats: RunStats) -> kdml.Tensor:
+    """MAX_POOLING2's UINT32 indices as ONNX's int64: word pairs (index, 0) written by one JOIN of
+    the indices and a broadcast zero word into the int64 output seen as (M, 2) UINT32."""
+    m = math.prod(shape)
+    out = ctx.out_tensor(shape, np.int64)
+    u32 = kdml.DataType.UINT32
+    pairs = kdml.Tensor.trusted(out.buffer, kdml.TensorDesc(u32, (m, 2)), out.offset)
+    zero = ctx.to_device(np.zeros((1, 1), np.uint32), stats)
+    low = kdml.Tensor.trusted(ind.buffer, kdml.TensorDesc(u32, (m, 1)), ind.offset)
+    kdml.join([low, broadcast_view(zero, (m, 1), "zero")], 1, out=pairs, device=ctx.device)
+    return out
+
+
+def _beyond_padding_factors(sizes: Any, window: Any, strides: Any, dil: Any, start: Any, end: Any,
+                            padded: Any) -> np.ndarray | None:
+    """K / K' per output position of an AveragePool counting padding whose ceil_mode windows pass
+    the padded input: ONNX (onnxruntime) divides by K', the window's taps inside the padded input,
+    where AVERAGE_POOLING's IncludePadding divides by the window's size K. None where K' = K."""
+    counts = []
+    for i, k, s, d, a, e, p in zip(sizes, window, strides, dil, start, end, padded):
+        o = np.arange((i + a + e - ((k - 1) * d + 1)) // s + 1)
+        taps = o[:, None] * s + np.arange(k)[None, :] * d  # positions in the padded input
+        counts.append((taps < p).sum(axis=1))
+    inside = counts[0].astype(np.float64)
+    for c in counts[1:]:
+        inside = np.multiply.outer(inside, c)
+    if np.all(inside == math.prod(window)):
+        return None
+    return math.prod(window) / inside
 
 
 def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    if len([o for o in node.output if o]) > 1:
-        raise FallbackNeeded("MaxPool's Indices output")
+    with_indices = len([o for o in node.output if o]) > 1
+    if with_indices and int(_attr(node, "storage_order", 0)) != 0:
+        raise FallbackNeeded("MaxPool's column-major Indices (storage_order = 1)")
     x = as_device(ctx, ins[0], stats, node.input[0])
     dt, shape = x.dtype, tuple(x.shape)
     is_max = node.op_type in ("MaxPool", "GlobalMaxPool")
@@ -44,6 +73,7 @@ def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     if (dt not in (np.float32, np.float16) and not q8) or len(shape) not in (3, 4, 5):
         raise FallbackNeeded(f"pooling of {dt} with {len(shape)} dimensions")
     n = len(shape) - 2
+    fix = None  # AveragePool's divisors where ceil_mode windows pass the padded input (count_include_pad)
     if node.op_type.startswith("Global"):
         window, strides, dil = tuple(shape[2:]), (1,) * n, (1,) * n
         start, end, include = (0,) * n, (0,) * n, False
@@ -63,27 +93,31 @@ def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
                 if (out - 1) * s >= i + a:  # the last window would start in the end padding: ONNX drops it
                     out -= 1
                 extra.append(max(0, (out - 1) * s + (k - 1) * d + 1 - (i + a + b)))
-            if include and any(extra):
-                raise FallbackNeeded("AveragePool counting padding with ceil_mode windows past the padded input")
+            padded = tuple(i + a + b for i, a, b in zip(shape[2:], start, end))
             end = tuple(b + e for b, e in zip(end, extra))
-    t = x.tensor
-    if n == 1:
-        t = _view4(t, shape)
-        window, strides, dil, start, end = (1, *window), (1, *strides), (1, *dil), (0, *start), (0, *end)
-    out_sp = output_sizes(t.desc.sizes[2:], window, strides, dil, start, end)
-    out_shape = (shape[0], shape[1], *out_sp[-n:])
+            if include and any(extra):
+                fix = _beyond_padding_factors(shape[2:], window, strides, dil, start, end, padded)
+    out_shape = (shape[0], shape[1], *output_sizes(shape[2:], window, strides, dil, start, end))
     out = ctx.out_tensor(out_shape, dt)
-    o = _view4(out, out_shape) if n == 1 else out
     if is_max:
-        kdml.max_pool(t, window, strides=strides, start_padding=start, end_padding=end, dilations=dil, out=o,
-                      device=ctx.device)
+        ind = ctx.out_tensor(out_shape, np.uint32) if with_indices else None  # a temporary of this node
+        kdml.max_pool(x.tensor, window, strides=strides, start_padding=start, end_padding=end, dilations=dil,
+                      out=out, indices_out=ind, device=ctx.device)
+        if ind is not None:
+            return [DeviceValue(out, out_shape, dt),
+                    DeviceValue(_int64_indices(ctx, ind, out_shape, stats), out_shape, np.dtype(np.int64))]
     else:
-        kdml.avg_pool(t, window, strides=strides, start_padding=start, end_padding=end, dilations=dil,
-                      include_padding=include, out=o, device=ctx.device)
+        kdml.avg_pool(x.tensor, window, strides=strides, start_padding=start, end_padding=end, dilations=dil,
+                      include_padding=include, out=out, device=ctx.device)
+        if fix is not None:  # sum / K -> sum / K': one ELEMENT_WISE_MULTIPLY by K / K', in place
+            f = ctx.to_device(fix.astype(dt).reshape(1, 1, *fix.shape), stats)
+            kdml.mul(out, broadcast_view(f, out_shape, "factors"), out=out, device=ctx.device)
     return [DeviceValue(out, out_shape, dt)]
 
 
-def _h_batch_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+def batch_norm_node(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, relu: bool) -> list[Any]:
+    """An inference BatchNormalization's output on BATCH_NORMALIZATION (`relu`: its fused ReLU, a
+    following Relu node fused: fusions.py)."""
     if int(_attr(node, "training_mode", 0)) != 0 or len([o for o in node.output if o]) > 1:
         raise FallbackNeeded("BatchNormalization in training mode (running mean / variance outputs)")
     if int(_attr(node, "spatial", 1)) != 1:
@@ -94,9 +128,13 @@ def _h_batch_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats:
     if len(x.shape) < 1 or len(x.shape) > 8 or 0 in x.shape:
         raise FallbackNeeded("a BatchNormalization input of more than 8 dimensions or empty")
     out = ctx.out_tensor(tuple(x.shape), x.dtype)
-    y = kdml.batch_norm(x.tensor, mean.tensor, var.tensor, scale.tensor, b.tensor,
+    y = kdml.batch_norm(x.tensor, mean.tensor, var.tensor, scale.tensor, b.tensor, relu=relu,
                         epsilon=float(_attr(node, "epsilon", 1e-5)), out=out, device=ctx.device)
     return [DeviceValue(y, tuple(x.shape), x.dtype)]
+
+
+def _h_batch_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    return batch_norm_node(ctx, node, ins, stats, False)
 
 
 POOL_HANDLERS = {**{op: _h_pool for op in ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")},

@@ -22,23 +22,37 @@ Special values: NaN in gives NaN out, except THRESHOLDED_RELU and SHRINK, whose 
 false for NaN: +0 (the pages' "0, otherwise"). Parameters are rounded to float32 at compile and
 must not be NaN (InvalidArgumentError naming the field); any other value (infinities, 0,
 negative) is taken as the formula has it. CLIP with Min > Max gives Min (the page's
-max(Min, min(x, Max))). The pages' FLOAT32 / FLOAT16 rows are implemented; the integer types
-SHRINK (5_1) and CLIP (2_1 on) add are refused (UnsupportedError).
+max(Min, min(x, Max))). The pages' FLOAT32 / FLOAT16 rows are implemented, and CLIP's integer
+rows (8- to 32-bit from 2_1, 64-bit from 5_0) on shaders/elementwise.comp (`compile_clip`,
+contract.EW_EXT's ew_clip_<t>): Min and Max cast as the page's remark says (float32, truncated
+toward zero), saturated to the type's range (`integer_bound`), exact; ScaleBias with integers is
+refused (UnsupportedError), and so are the integer types SHRINK adds at 5_1.
 
 ONNX: LeakyRelu, Elu, Celu, Selu, HardSigmoid, HardSwish, ThresholdedRelu, Shrink and Clip
 (onnx_backend/handlers_activation.py: attributes as parameters; Clip's opset-11 min / max inputs
-must be constants, else the node stays on the CPU).
+must be constants, else the node stays on the CPU; integer Clip's bounds must survive the FLOAT
+fields, else it stays on the CPU).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
 import numpy as np
 
-from ..core.registry import FL
-from .elementwise_unary import L10, LACT, UnaryOp, _spec
-from .onnx_types import NodeTypes, float_input
+from ..core.dtypes import DataType
+from ..core.errors import UnsupportedError
+from ..core.layout import check_no_overlap
+from ..core.registry import FL, FLOATS, INTS_8_32, NUMERIC, OperatorSupport, row
+from ..device.device import Device
+from . import contract
+from .base import CompiledOperator, validate_tensors
+from .elementwise import CompiledElementWiseInPlace, check_same, type_code
+from .elementwise_plan import check_addressable, plan_elementwise
+from .elementwise_unary import L10, LACT, UnaryOp, _compiler, _param_words, _spec
+from .onnx_types import DML_NUMPY, FLOAT_NUMPY, NodeTypes, float_input
 from .spec import OnnxOp
 
 # their families in shaders/float_unary.comp (FN_<NAME>: shaders/act_math.glsl); ops/contract reads this line
@@ -80,13 +94,78 @@ OPS = (
 )
 
 
+# ---- ELEMENT_WISE_CLIP of integers: the page's table adds them from 2_1 (8- to 32-bit) and 5_0
+# (64-bit); they run on shaders/elementwise.comp (contract.EW_EXT), the floats on FN_CLIP
+CLIP = OPS[-1]
+_CLIP_ROWS = ((FL.FL_1_0, (4, 4), FLOATS), (FL.FL_2_1, (4, 4), FLOATS | INTS_8_32),
+              (FL.FL_3_0, (1, 8), FLOATS | INTS_8_32), (FL.FL_5_0, (1, 8), NUMERIC))
+CLIP_SUPPORT = OperatorSupport(CLIP.name, CLIP.op_type, tuple(
+    row(level, ("input_tensor", "input", dims, types), ("output_tensor", "output", dims, types))
+    for level, dims, types in _CLIP_ROWS))
+_compile_float_clip = _compiler(CLIP, CLIP_SUPPORT)
+
+
+def integer_bound(value: float, dt: DataType) -> int:
+    """A FLOAT bound of an integer CLIP as the page casts it: rounded to float32 (the field's
+    type), then truncated toward zero; kompute_dml saturates what lies outside the type's range
+    (+-inf included), where the page says nothing."""
+    info = np.iinfo(dt.numpy_dtype)
+    f = float(np.float32(value))
+    v = math.trunc(f) if math.isfinite(f) else (info.max if f > 0 else info.min)
+    return int(min(max(v, int(info.min)), int(info.max)))
+
+
+def _bound_words(lo: int, hi: int, dt: DataType) -> list[int]:
+    """b_str[0..] of elementwise.comp's OP_CLIP: 32-bit two's complement words (64-bit: pairs)."""
+    if dt.size == 8:
+        lo64, hi64 = lo & ((1 << 64) - 1), hi & ((1 << 64) - 1)
+        return [lo64 & 0xFFFFFFFF, lo64 >> 32, hi64 & 0xFFFFFFFF, hi64 >> 32]
+    return [lo & 0xFFFFFFFF, hi & 0xFFFFFFFF]
+
+
+def compile_clip(device: Device, desc: Any) -> CompiledOperator:
+    """ELEMENT_WISE_CLIP: floats as the table's other rows (FN_CLIP), integers on EW_CLIP with
+    Min and Max cast to the element type (`integer_bound`); ScaleBias is refused for integers."""
+    support = CLIP_SUPPORT
+    validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
+    x, y = desc.input_tensor, desc.output_tensor
+    if x.data_type in FLOATS:
+        return _compile_float_clip(device, desc)
+    check_same(desc, "input_tensor", ("output_tensor",), data_type=True)
+    _param_words(CLIP, dataclasses.replace(desc, scale_bias=None))  # min / max: real numbers, not NaN
+    if desc.scale_bias is not None:
+        raise UnsupportedError(f"scale_bias: kompute_dml's ELEMENT_WISE_CLIP takes a ScaleBias with FLOAT32 / "
+                               f"FLOAT16 tensors only, not {x.data_type.name}")
+    check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
+    check_addressable(support.fields, (x, y))
+    words = _bound_words(integer_bound(desc.min, x.data_type), integer_bound(desc.max, x.data_type), x.data_type)
+    family = contract.EW_EXT
+    plans = plan_elementwise(family, family.name(op="clip", t=type_code(x.data_type, True)), (x, y),
+                             device.limits["max_compute_work_group_count"][0], unused_b=words)
+    return CompiledElementWiseInPlace(device, desc, support, support.inputs, support.outputs, list(plans))
+
+
+_CLIP_NUMPY = frozenset(np.dtype(t) for t in DML_NUMPY if np.dtype(t) != np.float64)
+
+
 def _clip_rule(t: NodeTypes) -> str:
-    """ONNX Clip on the device: a float32 / float16 input, and min / max inputs (opset 11 on),
-    where present, constants (a fed bound stays on the CPU)."""
+    """ONNX Clip on the device: a float or integer input of DirectML's types but FLOAT64; min /
+    max inputs (opset 11 on), where present, constants (a fed bound stays on the CPU); an integer
+    node's bounds exact through float32 (CLIP's FLOAT Min / Max: the type's limits are, by the
+    saturation), else it stays on the CPU."""
+    dt = t.elem(0) if t.inputs else None
+    if dt is not None and dt not in _CLIP_NUMPY:
+        return f"type {dt} is not one ELEMENT_WISE_CLIP takes"
     for i in (1, 2):
-        if t.inputs > i and t.declared(i) is not None and t.constant(i) is None:
-            return f"the {('min', 'max')[i - 1]} input is not a constant"
-    return float_input(t)
+        if t.inputs > i and t.declared(i) is not None:
+            v = t.constant(i)
+            if v is None:
+                return f"the {('min', 'max')[i - 1]} input is not a constant"
+            b = v.reshape(-1)[0] if v.size == 1 else None
+            if dt is not None and dt not in FLOAT_NUMPY and b is not None and \
+                    integer_bound(float(b), DataType.from_numpy(dt)) != int(b):
+                return f"the {('min', 'max')[i - 1]} bound {b} is not exact through a float32 (CLIP's FLOAT field)"
+    return ""
 
 
 def _onnx(op: UnaryOp) -> tuple[OnnxOp, ...]:
@@ -97,4 +176,10 @@ def _onnx(op: UnaryOp) -> tuple[OnnxOp, ...]:
 
 _HOME: dict[str, Any] = globals()
 assert {op.fn for op in OPS} == set(FLOAT_UNARY), "FLOAT_UNARY must name the table's functions"
-SPECS = tuple(_spec(op, _HOME, _onnx(op)) for op in OPS)
+SPECS = tuple(dataclasses.replace(_spec(op, _HOME, _onnx(op)), support=CLIP_SUPPORT, compile=compile_clip,
+                                  shaders=(contract.FLOAT_UNARY[op.fn], contract.EW_EXT))
+              if op is CLIP else _spec(op, _HOME, _onnx(op)) for op in OPS)
+_HOME["clip"].__doc__ = ("max(min, min(x, max)) element by element (DML_ELEMENT_WISE_CLIP; FLOAT32 / FLOAT16, and the "
+                         "8- to 64-bit integers with min / max cast as the page says (float32, truncated toward zero, "
+                         "saturated); keywords min, max, scale_bias (floats only)): a new Tensor of x's shape and type, "
+                         "or `out`.")

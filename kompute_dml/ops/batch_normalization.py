@@ -6,9 +6,11 @@ Input's. ONNX BatchNormalization (inference: training_mode = 0, one output) runs
 
 shaders/batch_normalization.comp: an output element per invocation, each step of the formula a
 float32 operation rounded once in the order written (no contraction; sqrt and division as the
-device rounds them), then ReLU; FLOAT16 decoded exactly and the result rounded once. Bound
-(tests/test_batch_normalization.py enforces it against float64): |error| <= 8 u (|Scale * n| +
-|Bias|), u = 2^-24, n the normalized value; FLOAT16 outputs one more rounding (2^-11 relative).
+device rounds them), then ReLU (ACTIVATION_RELU's: negatives and -0 to +0, NaN kept); FLOAT16
+decoded exactly and the result rounded once (two elements per invocation and a whole-word store
+where the output's rows pack whole words, else STORE_FIELD). Bound (tests/test_batch_normalization.py enforces it
+against float64): |error| <= 8 u (|Scale * n| + |Bias|), u = 2^-24, n the normalized value;
+FLOAT16 outputs one more rounding (2^-11 relative).
 
 Tensor support as the page gives it: FLOAT32 / FLOAT16, 4 or 5 dimensions from 1_0, 1 to 8
 from 3_1. Spatial = FALSE before 4_0 requires Mean and Variance not broadcast on the last two
@@ -105,10 +107,20 @@ def _validate(device: Device, desc: BatchNormalizationDesc) -> bool:
     return act is not None
 
 
+def writes_words(y: TensorDesc) -> bool:
+    """FLOAT16 outputs whose words each hold two adjacent elements of a row (the last dimension of
+    even size and stride 1, every other stride even; offsets are multiples of 16 bytes): written a
+    word at a time, two elements per invocation."""
+    s = y.effective_strides
+    return (y.data_type == DataType.FLOAT16 and y.sizes[-1] % 2 == 0 and s[-1] == 1
+            and all(st % 2 == 0 for n, st in zip(y.sizes[:-1], s[:-1]) if n > 1))
+
+
 def _params(desc: BatchNormalizationDesc, relu: bool) -> np.ndarray:
     x = desc.input_tensor
     r = x.dimension_count
-    words = [math.prod(x.sizes), r, struct.unpack("<I", struct.pack("<f", float(desc.epsilon)))[0], int(relu)]
+    flags = int(relu) | (2 if writes_words(desc.output_tensor) else 0)
+    words = [math.prod(x.sizes), r, struct.unpack("<I", struct.pack("<f", float(desc.epsilon)))[0], flags]
     words += list(x.sizes) + [1] * (8 - r)
     for f in _T:
         t = getattr(desc, f)
@@ -120,7 +132,8 @@ def compile_batch_normalization(device: Device, desc: BatchNormalizationDesc) ->
     relu = _validate(device, desc)
     unit = desc.input_tensor.data_type.size
     fam = contract.BN
-    groups = grid_for(math.prod(desc.input_tensor.sizes), 64, device.limits["max_compute_work_group_count"][0])
+    n = math.prod(desc.input_tensor.sizes)
+    groups = grid_for(n // 2 if writes_words(desc.output_tensor) else n, 64, device.limits["max_compute_work_group_count"][0])
     plan = DispatchPlan(
         variant=fam.name(t="f16" if desc.input_tensor.data_type == DataType.FLOAT16 else "f32"),
         bindings=(0, 1, 2, 3, 4, 5, 6), push=fam.pack(x_off=0, m_off=0, v_off=0, s_off=0, b_off=0, y_off=0),

@@ -11,15 +11,18 @@ i * stride + k * dilation - start; output sizes (in - 1) * stride + (window - 1)
 shaders/convolution.comp: an implicit GEMM, 64 output channels x 64 output pixels per work-group
 (4 x 4 per invocation), k decoded by a table in the operator's constant (_k_table), float32 fma
 sums in the order k = (ci, kd, kh, kw) row-major (`precise`), then + bias, then ReLU; FLOAT16
-tensors decoded exactly and the result rounded once. Bound (tests/test_convolution.py
+tensors decoded exactly and the result rounded once. On GPUs, grids of few tiles cut the reduction
+into parts (split-K, conv_split: CONV_SPLIT's partial sums to the operator's scratch, then
+CONV_REDUCE adds them in part order; the same bound). Bound (tests/test_convolution.py
 enforces it against float64; tools/measure_conv.py measures it): |error| <= (K + 1) u S with
 u = 2^-24, K = CinG * KD * KH * KW and S = sum |x w| + |bias| over the output's terms; FLOAT16
 outputs one more rounding (2^-11 relative).
 
 Tensor support: FLOAT32 and FLOAT16, 4 or 5 dimensions from 1_0 (2-D and 3-D convolutions), 3
 dimensions too from 3_0 (1-D). (The page as stored in MicrosoftDocs/sdk-api holds no tensor-support
-table; these rows are kompute_dml's reading of the feature-level history, the float rows only.) FusedActivation: None or an
-ActivationReluDesc (its tensors None); others are refused (UnsupportedError naming
+table; these rows are kompute_dml's reading of the feature-level history, the float rows only.) FusedActivation: None,
+an ActivationReluDesc (ACTIVATION_RELU's bits: -0 -> +0, NaN kept) or an ActivationIdentityDesc
+(nothing applied), their tensors None; others are refused (UnsupportedError naming
 `fused_activation`). OutputPadding applies to BACKWARD only (zeros for FORWARD). DimensionCount
 is the tensors' dimension count - 2 (a property here). Validation, in order: DML_BUFFER_TENSOR_DESC
 rules and the feature level's table, then the page's constraints (InvalidArgumentError whose
@@ -29,6 +32,7 @@ message starts with the field), the output sizes the formula gives, a non-overla
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import os
@@ -43,11 +47,13 @@ from ..core.ints import as_int, cdiv
 from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
-from ..runtime import DispatchPlan, grid_for
+from ..device.memory import Buffer, Tensor
+from ..runtime import DispatchPlan, TransferPlan, grid_for
 from . import contract
 from .activation_relu import ActivationReluDesc
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
+from .identity import ActivationIdentityDesc
 from .onnx_types import float_input
 from .spatial import output_sizes, spatial_array, strides5, three
 from .spec import OnnxOp, OperatorSpec
@@ -135,12 +141,12 @@ def _validate(device: Device, desc: ConvolutionDesc) -> dict[str, Any]:
     act = desc.fused_activation
     relu = False
     if act is not None:
-        if not isinstance(act, ActivationReluDesc):
-            raise UnsupportedError(f"fused_activation: CONVOLUTION fuses ACTIVATION_RELU only in kompute_dml, got "
-                                   f"{type(act).__name__}")
+        if not isinstance(act, (ActivationReluDesc, ActivationIdentityDesc)):
+            raise UnsupportedError(f"fused_activation: CONVOLUTION fuses ACTIVATION_RELU and ACTIVATION_IDENTITY "
+                                   f"only in kompute_dml, got {type(act).__name__}")
         if act.input_tensor is not None or act.output_tensor is not None:
             raise invalid("fused_activation", "a fused activation's tensors must be None")
-        relu = True
+        relu = isinstance(act, ActivationReluDesc)
     r = x.dimension_count
     n = r - 2
     for name, t in (("filter_tensor", w), ("output_tensor", y)) + ((("bias_tensor", b),) if b is not None else ()):
@@ -193,7 +199,7 @@ def _validate(device: Device, desc: ConvolutionDesc) -> dict[str, Any]:
             "strides": strides, "dilations": dilations, "start": start, "spatial": spatial}
 
 
-def _params(desc: ConvolutionDesc, v: dict[str, Any]) -> np.ndarray:
+def _params(desc: ConvolutionDesc, v: dict[str, Any], split: int = 1, kchunk: int = 0) -> np.ndarray:
     """The geometry the shader reads (shaders/convolution.comp's P_* words, in order)."""
     x, w, b, y = desc.input_tensor, desc.filter_tensor, desc.bias_tensor, desc.output_tensor
     groups, coutg = v["groups"], v["coutg"]
@@ -209,11 +215,14 @@ def _params(desc: ConvolutionDesc, v: dict[str, Any]) -> np.ndarray:
              *three(v["strides"], 1), *three(v["dilations"], 1), *three(v["start"], 0),
              *strides5(x), *strides5(w), *strides5(y), b.effective_strides[1] if b is not None else 0, flags,
              x.sizes[0] * math.prod(out), (x.sizes[1] // groups) * kvol, kvol, window[1] * window[2],
-             out[1] * out[2], math.prod(out), coutg * groups, wm, wg]
+             out[1] * out[2], math.prod(out), coutg * groups, wm, wg, split, kchunk]
+    assert len(words) == P_TAB_WORD
     return np.concatenate([np.array(words, dtype=np.uint32), _k_table(desc, v)])
 
 
 TAB_W = 5  # words per k of the k table (shaders/convolution.comp P_TAB)
+P_TAB_WORD = 48  # where the k table starts (P_TAB)
+TILE_K = 16  # the tiled kernel's reduction step (shaders/convolution.comp BK)
 
 
 def _k_table(desc: ConvolutionDesc, v: dict[str, Any]) -> np.ndarray:
@@ -238,6 +247,30 @@ def _k_table(desc: ConvolutionDesc, v: dict[str, Any]) -> np.ndarray:
 # idles the rest (H100, benchmarks/bench_conv.py: depthwise 3x3 over 8 x 96 x 56 x 56, tiled 0.535 ms).
 DIRECT_BELOW_COUTG = 8
 CONV_KERNEL_ENV = "KDML_CONV_KERNEL"  # "tiled" or "direct" forces one (tests, benchmarks)
+# Split-K (GPUs): where the tiled kernel's grid has fewer work-groups than SPLIT_TARGET_GROUPS (a
+# GPU of ~100 multiprocessors idles most of them: ResNet's 7 x 7 x 512 layers at batch 1 make 8
+# tiles), the reduction is cut into parts of at least SPLIT_MIN_K terms (at most SPLIT_MAX
+# parts), each part's partial sums written to the operator's scratch, then added in part order by
+# a second dispatch (CONV_REDUCE). KDML_CONV_SPLIT=<parts> forces a count (1: none; tests).
+SPLIT_TARGET_GROUPS = 256
+SPLIT_MIN_K = 256
+SPLIT_MAX = 16
+CONV_SPLIT_ENV = "KDML_CONV_SPLIT"
+
+
+def conv_split(device: Device, groups_in_grid: int, klen: int) -> int:
+    """How many parts the tiled kernel cuts the reduction of `klen` terms into (1: none)."""
+    forced = os.environ.get(CONV_SPLIT_ENV, "")
+    if forced:
+        if not forced.isdigit() or int(forced) < 1:
+            raise ValueError(f"{CONV_SPLIT_ENV}={forced!r}: a count of parts >= 1")
+        want = int(forced)
+    elif device.policy.name == "cpu" or groups_in_grid >= SPLIT_TARGET_GROUPS:
+        return 1
+    else:
+        want = min(SPLIT_MAX, cdiv(SPLIT_TARGET_GROUPS, groups_in_grid), klen // SPLIT_MIN_K)
+    chunk = cdiv(cdiv(klen, max(want, 1)), TILE_K) * TILE_K
+    return max(1, cdiv(klen, chunk))
 
 
 def conv_kernel(coutg: int, backward: bool = False) -> str:
@@ -253,39 +286,85 @@ def conv_kernel(coutg: int, backward: bool = False) -> str:
 def compile_convolution(device: Device, desc: ConvolutionDesc) -> CompiledOperator:
     v = _validate(device, desc)
     x = desc.input_tensor
-    p = _params(desc, v)
-    npix, coutg = int(p[37]), int(p[1])
-    if p.nbytes > device.limits["max_storage_buffer_range"]:
-        raise UnsupportedError(f"filter_tensor: the reduction's {int(p[38])} terms per output need a table of "
-                               f"{p.nbytes} bytes, more than the device's storage buffer range")
+    coutg, cout = v["coutg"], v["coutg"] * v["groups"]
+    npix = x.sizes[0] * math.prod(v["spatial"])
+    klen = (x.sizes[1] // v["groups"]) * math.prod(desc.filter_tensor.sizes[2:])
+    tab_bytes = 4 * (P_TAB_WORD + TAB_W * klen)
+    if tab_bytes > device.limits["max_storage_buffer_range"]:
+        raise UnsupportedError(f"filter_tensor: the reduction's {klen} terms per output need a table of "
+                               f"{tab_bytes} bytes, more than the device's storage buffer range")
     limit = device.limits["max_compute_work_group_count"]
+    bias = 2 if desc.bias_tensor is not None else None
     if conv_kernel(coutg, v["backward"]) == "direct":
         if v["backward"]:
             raise UnsupportedError(f"direction: BACKWARD runs on the tiled kernel only ({CONV_KERNEL_ENV}=direct)")
-        fam = contract.CONV_DIRECT
-        grid = grid_for(npix * int(p[43]), 256, limit[0])
-    else:
-        fam = contract.CONV
-        # pixel tiles (x) and groups (z) beyond the device's counts loop inside the shader
-        if cdiv(coutg, 64) > limit[1]:
-            raise UnsupportedError(f"filter_tensor: {coutg} output channels per group need {cdiv(coutg, 64)} "
-                                   f"work-groups along grid axis 1, more than the device's {limit[1]}")
-        grid = (min(cdiv(npix, 64), limit[0]), cdiv(coutg, 64), min(v["groups"], limit[2]))
-    unit = x.data_type.size
-    plan = DispatchPlan(
-        variant=fam.name(t="f16" if x.data_type == DataType.FLOAT16 else "f32"),
-        bindings=(0, 1, 2 if desc.bias_tensor is not None else None, 3, 4),
-        push=fam.pack(x_off=0, w_off=0, b_off=0, y_off=0), groups=grid, writes=(3,),
-        offset_slots=fam.slots(x_off=(0, unit), w_off=(1, unit), b_off=(2, unit), y_off=(3, unit)))
-    return CompiledOperator(device, desc, CONVOLUTION, CONVOLUTION.inputs, CONVOLUTION.outputs, [plan],
-                            constants=[device.tensor(p)])
+        plan = _plan(contract.CONV_DIRECT, x.data_type, (0, 1, bias, 3), grid_for(npix * cout, 256, limit[0]), (3,))
+        return _compiled(device, desc, [plan], [device.tensor(_params(desc, v))])
+    # pixel tiles (x) and groups (z) beyond the device's counts loop inside the shader
+    if cdiv(coutg, 64) > limit[1]:
+        raise UnsupportedError(f"filter_tensor: {coutg} output channels per group need {cdiv(coutg, 64)} "
+                               f"work-groups along grid axis 1, more than the device's {limit[1]}")
+    grid = (min(cdiv(npix, 64), limit[0]), cdiv(coutg, 64), min(v["groups"], limit[2]))
+    split = conv_split(device, grid[0] * grid[1] * grid[2], klen)
+    if split > 1 and (grid[1] * split > limit[1] or 4 * split * cout * npix > device.limits["max_storage_buffer_range"]
+                      or split * cout * npix >= 2 ** 32):
+        split = 1  # no room for the parts: one pass
+    kchunk = cdiv(cdiv(klen, split), TILE_K) * TILE_K
+    p = device.tensor(_params(desc, v, split, kchunk))
+    if split == 1:
+        return _compiled(device, desc, [_plan(contract.CONV, x.data_type, (0, 1, bias, 3), grid, (3,))], [p])
+    scratch_desc = TensorDesc(DataType.UINT32, (split * cout * npix,))
+    # not zeroed: the first dispatch writes every word the second reads
+    scratch = Tensor.whole(Buffer(device, scratch_desc.byte_size, zeroed=False, later=True), scratch_desc)
+    plans: list[DispatchPlan | TransferPlan] = [
+        _plan(contract.CONV_SPLIT, x.data_type, (0, 1, None, None, 5), (grid[0], grid[1] * split, grid[2]), (5,)),
+        _plan(contract.CONV_REDUCE, x.data_type, (None, None, bias, 3, 5), grid_for(npix * cout, 256, limit[0]), (3,))]
+    return _compiled(device, desc, plans, [p, scratch])
+
+
+def _compiled(device: Device, desc: ConvolutionDesc, plans: list[DispatchPlan | TransferPlan],
+              constants: list[Tensor]) -> CompiledOperator:
+    return CompiledOperator(device, desc, CONVOLUTION, CONVOLUTION.inputs, CONVOLUTION.outputs, plans,
+                            constants=constants)
+
+
+def _plan(fam: Any, dt: DataType, tensors: tuple[int | None, ...], grid: tuple[int, int, int],
+          writes: tuple[int, ...]) -> DispatchPlan:
+    """A dispatch of `fam` binding the binding-list entries `tensors` (x, w, bias, y[, the split
+    parts' scratch at shader binding 5]) and the constant (entry 4) at shader binding 4."""
+    unit = dt.size
+    return DispatchPlan(
+        variant=fam.name(t="f16" if dt == DataType.FLOAT16 else "f32"),
+        bindings=(*tensors[:4], 4, *tensors[4:]),
+        push=fam.pack(x_off=0, w_off=0, b_off=0, y_off=0), groups=grid, writes=writes,
+        offset_slots=fam.slots(**{name: (i, unit) for name, i in zip(("x_off", "w_off", "b_off", "y_off"), tensors)
+                                  if i is not None}))
+
+
+def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[DispatchPlan]:
+    """OperatorSpec.ahead: another input shape of the same tensors may take the tiled kernel's
+    other path, split-K (two dispatches, one binding more) or one pass (GPUs; where forced)."""
+    if device.policy.name == "cpu" and not os.environ.get(CONV_SPLIT_ENV):
+        return []
+    out = []
+    for plan in op.plans:
+        assert isinstance(plan, DispatchPlan)
+        t = plan.variant.rsplit("_", 1)[1]
+        if plan.variant.startswith("conv_"):
+            out += [dataclasses.replace(plan, variant=contract.CONV_SPLIT.name(t=t), bindings=(0, 1, None, None, 4, 4)),
+                    dataclasses.replace(plan, variant=contract.CONV_REDUCE.name(t=t),
+                                        bindings=(None, None, plan.bindings[2], 3, 4, 4))]
+        elif plan.variant.startswith("convs_"):
+            out.append(dataclasses.replace(plan, variant=contract.CONV.name(t=t), bindings=(0, 1, None, 3, 4)))
+    return out
 
 
 _F32 = DataType.FLOAT32
 EXPORTS = {"ConvolutionMode": ConvolutionMode, "ConvolutionDirection": ConvolutionDirection}
 SPECS = (OperatorSpec(
-    ConvolutionDesc, CONVOLUTION, compile_convolution, (contract.CONV, contract.CONV_DIRECT),
-    helpers=("conv", "conv_transpose"),
+    ConvolutionDesc, CONVOLUTION, compile_convolution,
+    (contract.CONV, contract.CONV_DIRECT, contract.CONV_SPLIT, contract.CONV_REDUCE),
+    helpers=("conv", "conv_transpose"), ahead=plans_ahead,
     onnx=(OnnxOp("Conv", "", "conv", check=float_input), OnnxOp("ConvTranspose", "", "conv_transpose", check=float_input)),
     example=lambda: ConvolutionDesc(TensorDesc(_F32, (1, 4, 5, 5)), TensorDesc(_F32, (6, 4, 3, 3)),
                                     TensorDesc(_F32, (1, 6, 1, 1)), TensorDesc(_F32, (1, 6, 3, 3)))),)

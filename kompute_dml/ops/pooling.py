@@ -6,12 +6,16 @@ zero-size padding at the start and end of each axis (padding elements never win 
 counts them in its divisor only where IncludePadding is set), dilations (MAX_POOLING2,
 AVERAGE_POOLING1), and MAX's optional UINT32 indices output (the flat row-major index of the
 selected element in the input's logical shape). ONNX MaxPool, AveragePool, GlobalMaxPool and
-GlobalAveragePool run on them (onnx_backend/handlers_pool.py).
+GlobalAveragePool run on them (onnx_backend/handlers_pool.py), MaxPool's Indices (storage_order = 0)
+widened there to int64. Helpers kdml.max_pool / avg_pool in functional/pooling.py (1-D inputs too).
 
-shaders/pooling.comp: one invocation per output element. MAX: exact; the first largest element
-of the window in row-major order (later equal values are ignored, as the page says); a NaN counts
-as the largest (the first NaN wins; numpy's nanless `max` semantics); a window wholly in the
-padding gives -inf (index 0). AVERAGE: a float32 sum in window order, then one division by the
+shaders/pooling.comp: one invocation per output element; from GROUP_TAPS taps (global pooling) one
+work group of 256 per output element, partial results combined by a shared-memory tree (MAX by the
+sequential rule: the same element and index; AVERAGE within (ceil(n / 256) + 12) u S / count);
+FLOAT16 outputs whose rows pack whole words: two outputs per invocation, one plain store.
+MAX: exact; the first largest element of the window in row-major order (later equal values are
+ignored, as the page says); a NaN counts as the largest (the first NaN wins, as numpy's `max`
+propagates NaN); a window wholly in the padding gives -inf (index 0). AVERAGE: a float32 sum in window order, then one division by the
 count: |error| <= (n + 2) u S / count with S = sum |x| (u = 2^-24; the division as the device's
 float32 division, which Vulkan allows 2.5 ulp: tests/test_pooling.py enforces (n + 4) u);
 FLOAT16 decoded exactly and rounded once more. A window with no element and IncludePadding unset
@@ -29,6 +33,7 @@ window), non-overlapping outputs, 32-bit element addressing.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,13 +41,9 @@ import numpy as np
 
 from ..core.dtypes import DataType
 from ..core.errors import invalid
-from ..core.ints import as_int_tuple
 from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
-from ..device.memory import Tensor
-from ..functional import _packed, check_out, compile_cached, pooled_empty
-from ..functional.elementwise import _operands
 from ..runtime import DispatchPlan, grid_for
 from . import contract
 from .base import CompiledOperator, validate_tensors
@@ -143,6 +144,26 @@ class AveragePoolingDesc:
     include_padding: bool = False
 
 
+POOL_KERNEL_ENV = "KDML_POOL_KERNEL"  # "thread" or "group" forces one (tests, benchmarks)
+GROUP_TAPS = 256  # windows of this many taps and more take the work-group kernel
+
+
+def _group_kernel(taps: int) -> bool:
+    forced = os.environ.get(POOL_KERNEL_ENV, "auto")
+    if forced not in ("auto", "thread", "group"):
+        raise ValueError(f"{POOL_KERNEL_ENV}={forced!r}: auto, thread or group")
+    return forced == "group" or (forced == "auto" and taps >= GROUP_TAPS)
+
+
+def writes_words(y: TensorDesc) -> bool:
+    """FLOAT16 outputs whose words each hold two adjacent outputs of a row (the last dimension of
+    even size and stride 1, every other stride even; offsets are multiples of 16 bytes): the
+    one-invocation kernel computes both and stores the word (no atomics)."""
+    s = y.effective_strides
+    return (y.data_type == DataType.FLOAT16 and y.sizes[-1] % 2 == 0 and s[-1] == 1
+            and all(st % 2 == 0 for n, st in zip(y.sizes[:-1], s[:-1]) if n > 1))
+
+
 def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) -> CompiledOperator:
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     x, y = desc.input_tensor, desc.output_tensor
@@ -171,7 +192,9 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) 
     check_addressable(fields, tuple(t for t in (x, y, ind) if t is not None))
     out3 = three(spatial, 1)
     total = y.element_count
-    flags = (1 if not is_max and desc.include_padding else 0) | (2 if ind is not None else 0)
+    k = "_group" if _group_kernel(math.prod(window)) else ""
+    pairs = not k and writes_words(y)
+    flags = (1 if not is_max and desc.include_padding else 0) | (2 if ind is not None else 0) | (4 if pairs else 0)
     words = np.array([x.sizes[1], *three(x.sizes[2:], 1), *out3, *three(window, 1), *three(strides, 1),
                       *three(dil, 1), *three(start, 0), *strides5(x), *strides5(y), *strides5(ind), flags,
                       total, math.prod(out3), out3[1] * out3[2]], dtype=np.uint32)
@@ -180,10 +203,10 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) 
     unit = x.data_type.size
     const = len(support.fields)  # the constant's binding-list index
     plan = DispatchPlan(
-        variant=fam.name(t=q8) if q8 else fam.name(fn="max" if is_max else "avg",
-                                                  t="f16" if x.data_type == DataType.FLOAT16 else "f32"),
+        variant=fam.name(t=q8, k=k) if q8 else fam.name(fn="max" if is_max else "avg", k=k,
+                                                        t="f16" if x.data_type == DataType.FLOAT16 else "f32"),
         bindings=(0, 1, 2 if ind is not None else None, const), push=fam.pack(x_off=0, y_off=0, i_off=0),
-        groups=grid_for(total, 256, device.limits["max_compute_work_group_count"][0]),
+        groups=grid_for(total * 256 if k else total // 2 if pairs else total, 256, device.limits["max_compute_work_group_count"][0]),
         writes=(1, 2) if ind is not None else (1,),
         offset_slots=fam.slots(x_off=(0, unit), y_off=(1, unit),
                                **({"i_off": (2, 4)} if "output_indices_tensor" in support.fields else {})))
@@ -211,82 +234,18 @@ def compile_average_pooling1(device: Device, desc: AveragePooling1Desc) -> Compi
     return _compile(device, desc, AVERAGE_POOLING1, False)
 
 
-def _pool(x: Any, window: Any, strides: Any, start_padding: Any, end_padding: Any, out: Tensor | None,
-          device: Device | None, make: Any) -> tuple[Tensor, Any]:
-    if device is None and isinstance(out, Tensor):
-        device = out.device
-    dev, (t,) = _operands((x,), ("x",), device)
-    n = t.desc.dimension_count - 2
-    if n not in (2, 3):
-        raise invalid("x", f"must have 4 or 5 dimensions (N, C, [D,] H, W), got {t.desc.sizes}")
-    arrays = {k: (as_int_tuple(v, k) if v is not None else d) for k, v, d in (
-        ("window", window, None), ("strides", strides, (1,) * n), ("start_padding", start_padding, (0,) * n),
-        ("end_padding", end_padding, (0,) * n))}
-    if arrays["window"] is None or len(arrays["window"]) != n:
-        raise invalid("window", f"must hold {n} sizes (one per spatial axis), got {window!r}")
-    return t, (dev, arrays, make(t, arrays))
-
-
-def max_pool(x: Any, window: Any, *, strides: Any = None, start_padding: Any = None, end_padding: Any = None,
-             dilations: Any = None, indices: bool = False, out: Tensor | None = None,
-             device: Device | None = None) -> Any:
-    """The maximum of each window (MAX_POOLING2) of x (N, C, [D,] H, W); `indices=True` also
-    returns the UINT32 flat input index of each maximum (a tuple). Operands: a kompute_dml Tensor
-    or host data; results new packed Tensors from the device's buffer pool, or `out=`."""
-    def make(t: Tensor, a: dict[str, Any]) -> tuple[int, ...]:
-        dil = as_int_tuple(dilations, "dilations") if dilations is not None else (1,) * len(a["window"])
-        a["dilations"] = dil
-        return (*t.desc.sizes[:2], *output_sizes(t.desc.sizes[2:], a["window"], a["strides"], dil,
-                                                 a["start_padding"], a["end_padding"]))
-
-    t, (dev, a, shape) = _pool(x, window, strides, start_padding, end_padding, out, device, make)
-    if out is not None:
-        check_out(out, dev, shape, t.desc.data_type)
-    y = out if out is not None else pooled_empty(dev, _packed(t.desc.data_type, tuple(max(1, s) for s in shape)))
-    ind = pooled_empty(dev, _packed(DataType.UINT32, y.desc.sizes)) if indices else None
-    y_desc = y.desc if y.desc.sizes == shape else TensorDesc(t.desc.data_type, shape)
-    op = compile_cached(dev, MaxPooling2Desc(t.desc, y_desc, ind.desc if ind is not None else None, a["window"],
-                                             a["strides"], a["start_padding"], a["end_padding"], a["dilations"]))
-    op.execute([t], [y, ind])
-    return (y, ind) if indices else y
-
-
-def avg_pool(x: Any, window: Any, *, strides: Any = None, start_padding: Any = None, end_padding: Any = None,
-             dilations: Any = None, include_padding: bool = False, out: Tensor | None = None,
-             device: Device | None = None) -> Tensor:
-    """The mean of each window (AVERAGE_POOLING; AVERAGE_POOLING1 where `dilations` are not all 1)
-    of x (N, C, [D,] H, W): padding elements count in the divisor only with `include_padding`.
-    Operands and result as max_pool's."""
-    def make(t: Tensor, a: dict[str, Any]) -> tuple[int, ...]:
-        a["dilations"] = as_int_tuple(dilations, "dilations") if dilations is not None else (1,) * len(a["window"])
-        return (*t.desc.sizes[:2], *output_sizes(t.desc.sizes[2:], a["window"], a["strides"], a["dilations"],
-                                                 a["start_padding"], a["end_padding"]))
-
-    t, (dev, a, shape) = _pool(x, window, strides, start_padding, end_padding, out, device, make)
-    if out is not None:
-        check_out(out, dev, shape, t.desc.data_type)
-    y = out if out is not None else pooled_empty(dev, _packed(t.desc.data_type, tuple(max(1, s) for s in shape)))
-    y_desc = y.desc if y.desc.sizes == shape else TensorDesc(t.desc.data_type, shape)
-    desc: Any = AveragePoolingDesc(t.desc, y_desc, a["window"], a["strides"], a["start_padding"], a["end_padding"],
-                                   bool(include_padding))
-    if any(d != 1 for d in a["dilations"]):
-        desc = AveragePooling1Desc(t.desc, y_desc, a["window"], a["strides"], a["start_padding"], a["end_padding"],
-                                   a["dilations"], bool(include_padding))
-    op = compile_cached(dev, desc)
-    op.execute([t], [y])
-    return y
-
-
 _MAX_NUMPY = frozenset(np.dtype(t) for t in (np.float32, np.float16, np.int8, np.uint8))
 
 
 def _max_pool_rule(t: Any) -> str:
-    """MaxPool's input a type MAX_POOLING2 takes; the Indices output (int64, storage_order) stays
-    on the CPU."""
+    """MaxPool's input a type MAX_POOLING2 takes; its Indices output only as the flat row-major
+    index (storage_order = 0), widened to int64 by the backend (onnx_backend/handlers_pool.py)."""
     dt = t.elem(0) if t.inputs else None
     if dt is not None and dt not in _MAX_NUMPY:
         return f"type {dt} is not float32/float16/int8/uint8"
-    return "the Indices output stays on the CPU" if getattr(t, "outputs", 1) > 1 else ""
+    if getattr(t, "outputs", 1) > 1 and int(t.attr("storage_order", 0) or 0) != 0:
+        return "the column-major Indices output (storage_order = 1) stays on the CPU"
+    return ""
 
 
 _F = TensorDesc(DataType.FLOAT32, (1, 2, 5, 5))

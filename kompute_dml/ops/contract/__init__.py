@@ -355,22 +355,22 @@ REDUCE_PUSH = block("x_off", "y_off", "nout", "rlen", "nk", "nr", "fn", "size[8]
 REDUCE = family("reduce", "reduce.comp", "reduce_{t}_{o}", REDUCE_PUSH, (64, 1, 1), t=tuple(REDUCE_TYPES),
                 o=tuple(REDUCE_OUT), defines=lambda t, o: {"IN_T": REDUCE_TYPES[t], "OUT_IDX": REDUCE_OUT[o]})
 
-# ---- CONVOLUTION (ops/convolution.py, shaders/convolution.comp): an implicit GEMM of 64 x 64 tiles;
-# the tensors' offsets in elements here, the geometry in the operator's constant (binding 4).
+# ---- CONVOLUTION (ops/convolution.py, shaders/convolution.comp, docs/convolution.md "The kernels"): conv_* 64 x 64
+# tiles, convd_* direct (few channels per group), convs_* + convr_* split-K (partial sums in the operator's scratch,
+# binding 5, then added per output); offsets in elements here, the geometry in the operator's constant (binding 4).
 CONV_PUSH = block("x_off", "w_off", "b_off", "y_off")
-CONV = family("conv", "convolution.comp", "conv_{t}", CONV_PUSH, (256, 1, 1), t=("f32", "f16"),
-              defines=lambda t: {"F16": int(t == "f16"), "DIRECT": 0})
-# the direct variant: one output element per invocation (few channels per group, depthwise)
-CONV_DIRECT = family("conv_direct", "convolution.comp", "convd_{t}", CONV_PUSH, (256, 1, 1), t=("f32", "f16"),
-                     defines=lambda t: {"F16": int(t == "f16"), "DIRECT": 1})
+CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE = (
+    family("conv" + ("_" + kind.lower() if kind else ""), "convolution.comp", name + "_{t}", CONV_PUSH, (256, 1, 1), t=("f32", "f16"),
+           defines=lambda t, kind=kind: {"F16": int(t == "f16"), **{k: int(k == kind) for k in ("DIRECT", "REDUCE", "SPLIT")}})
+    for name, kind in (("conv", ""), ("convd", "DIRECT"), ("convs", "SPLIT"), ("convr", "REDUCE")))
 
-# ---- MAX_POOLING2 / AVERAGE_POOLING (ops/pooling.py, shaders/pooling.comp): one output element per
-# invocation; offsets in elements (indices: UINT32 units), the geometry in the operator's constant.
+# ---- MAX_POOLING2 / AVERAGE_POOLING (ops/pooling.py, shaders/pooling.comp): an output element per invocation
+# (k "_group": per work group); offsets in elements (indices: UINT32 units), the geometry in the operator's constant.
 POOL_PUSH = block("x_off", "y_off", "i_off")
-POOL = family("pool", "pooling.comp", "pool_{fn}_{t}", POOL_PUSH, (256, 1, 1), fn=("max", "avg"), t=("f32", "f16"),
-              defines=lambda fn, t: {"MAX": int(fn == "max"), "F16": int(t == "f16")})
-POOL_Q8 = family("pool_q8", "pooling.comp", "pool_max_{t}", POOL_PUSH, (256, 1, 1), t=("i8", "u8"),  # MAX's 8-bit rows
-                 defines=lambda t: {"MAX": 1, "F16": 0, "Q8": 1 + int(t == "u8")})
+POOL = family("pool", "pooling.comp", "pool_{fn}_{t}{k}", POOL_PUSH, (256, 1, 1), fn=("max", "avg"), t=("f32", "f16"),
+              k=("", "_group"), defines=lambda fn, t, k: {"MAX": int(fn == "max"), "F16": int(t == "f16"), "GROUP": int(k != "")})
+POOL_Q8 = family("pool_q8", "pooling.comp", "pool_max_{t}{k}", POOL_PUSH, (256, 1, 1), t=("i8", "u8"), k=("", "_group"),  # 8-bit
+                 defines=lambda t, k: {"MAX": 1, "F16": 0, "Q8": 1 + int(t == "u8"), "GROUP": int(k != "")})
 # ---- BATCH_NORMALIZATION (ops/batch_normalization.py, batch_normalization.comp): an element per invocation.
 BN = family("batch_norm", "batch_normalization.comp", "batch_norm_{t}", block("x_off", "m_off", "v_off", "s_off",
             "b_off", "y_off"), (64, 1, 1), t=("f32", "f16"), defines=lambda t: {"F16": int(t == "f16")})
@@ -381,7 +381,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, EW_GT, EW_LT, EW_LE, EW_NOT,
     EW_OR, EW_XOR, EW_BAND, EW_BOR, EW_BXOR, EW_BNOT, CUM, CUM_WG, CAST, DEQUANT, GATHER, GATHER_CHECK,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
-    DQL_MINMAX, DQL_QUANT, EW_EXT, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, POOL, POOL_Q8, BN, GEMM, GEMM_COOP,
+    DQL_MINMAX, DQL_QUANT, EW_EXT, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, POOL, POOL_Q8, BN, GEMM, GEMM_COOP,
 )
 
 

@@ -25,7 +25,7 @@ EW_TYPES = {"f32": (32, 2), "f16": (16, 2), "i8": (8, 1), "u8": (8, 0), "i16": (
             "b32": (32, 0), "b64": (64, 0)}
 EW_OPS = {"add": 1, "sub": 2, "mul": 3, "div": 4, "eq": 5, "ge": 6, "and": 7, "isnan": 8, "if": 9, "isinf": 10,
           "min": 11, "max": 12, "prelu": 13, "gt": 14, "lt": 15, "le": 16, "not": 17, "or": 18, "xor": 19, "band": 20,
-          "bor": 21, "bxor": 22, "bnot": 23}
+          "bor": 21, "bxor": 22, "bnot": 23, "clip": 24}
 _EW_WRAP = ("b8", "b16", "b32", "b64", "f16", "f32")  # two's complement wraps alike in both signednesses
 _EW_SIGNED = ("u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "f16", "f32")
 
@@ -50,8 +50,9 @@ EW_ISNAN = family("ew_isnan", "elementwise.comp", "ew_isnan_{t}_o{ob}", EW_PUSH,
 # IS_INFINITY (ops/elementwise_unary.py): its InfinityMode in the block's unused b_str[0]; UINT8 output
 EW_ISINF = family("ew_isinf", "elementwise.comp", "ew_isinf_{t}_o{ob}", EW_PUSH, _L256, t=("f16", "f32"), ob=(8,),
                   defines=lambda t, ob: _ew("isinf", t, ob, nin=1))
-EW_EXT = family("ew_ext", "elementwise.comp", "ew_{op}_{t}", EW_PUSH, _L256, op=("min", "max", "prelu"), t=_EW_SIGNED,  # MIN, MAX,
-                defines=lambda op, t: {**_ew("add", t), "OP": EW_OPS[op]})  # PRELU (input A)
+# MIN, MAX, PRELU (input A) and integer CLIP (one input; Min, Max in b_str; ew_clip_f16 / _f32 unused)
+EW_EXT = family("ew_ext", "elementwise.comp", "ew_{op}_{t}", EW_PUSH, _L256, op=("min", "max", "prelu", "clip"), t=_EW_SIGNED,
+                defines=lambda op, t: {**_ew("add", t, nin=1 + (op != "clip")), "OP": EW_OPS[op]})
 EW_IF = family("ew_if", "elementwise.comp", "ew_if_{t}", EW_IF_PUSH, _L256, t=("b8", "b16", "b32", "b64"),
                defines=lambda t: _ew("if", t, nin=3))
 
