@@ -199,8 +199,8 @@ from .elementwise import (  # noqa: E402
 )
 
 # ---- CAST (ops/cast.py, shaders/cast.comp): the element-wise block and plans, a variant per
-# (input type, output type) of the 8- to 32-bit types
-CAST_TYPES = ("f32", "f16", "i8", "u8", "i16", "u16", "i32", "u32")
+# (input type, output type) of the 8- to 64-bit types (64-bit integers as word pairs)
+CAST_TYPES = ("f32", "f16", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64")
 CAST = family("cast", "cast.comp", "cast_{i}_{o}", EW_PUSH, _L256, i=CAST_TYPES, o=CAST_TYPES,
               defines=lambda i, o: {"IN_BITS": EW_TYPES[i][0], "IN_KIND": EW_TYPES[i][1], "OUT_BITS": EW_TYPES[o][0],
                                     "OUT_KIND": EW_TYPES[o][1], "RANK": EW_RANK})
