@@ -2,7 +2,9 @@
 (tests/cast_reference.py): every supported type pair, 1-8 dimensions, strided and broadcast
 (stride 0) inputs, random offsets with guard bytes, poisoned outputs whose every other byte must
 stay unchanged, edge values (NaN, infinities, -0, values just out of integer range, float16
-halfway cases), dimensions enumerated by the host, the helper and refused descriptors."""
+halfway cases; INT64 / UINT64 minimum and maximum, values beyond 2^32, float rounding ties and
+carries of 64-bit magnitudes), dimensions enumerated by the host, the helper and refused
+descriptors."""
 
 from __future__ import annotations
 
@@ -65,7 +67,8 @@ def test_every_pair(dev, rng, src, dst):
 
 
 @pytest.mark.parametrize(("src", "dst"), [(DT.FLOAT32, DT.UINT8), (DT.INT16, DT.FLOAT16), (DT.UINT32, DT.INT8),
-                                          (DT.FLOAT16, DT.FLOAT32)], ids=str)
+                                          (DT.FLOAT16, DT.FLOAT32), (DT.INT64, DT.FLOAT16), (DT.FLOAT32, DT.UINT64),
+                                          (DT.UINT64, DT.INT64), (DT.INT8, DT.INT64)], ids=str)
 def test_host_enumerated_dimensions(dev, rng, src, dst):
     """8 dimensions of size >= 2 that do not merge: the host enumerates the smallest ones."""
     sizes = (2, 3, 2, 2, 3, 2, 2, 3)
@@ -95,7 +98,11 @@ NAN16 = np.array([0x7C01, 0xFC01, 0x7E00, 0x7DFF, 0xFFFF], np.uint16).view(np.fl
 def int_edges(dt: DT) -> np.ndarray:
     info = np.iinfo(dt.numpy_dtype)
     vals = [info.min, info.min + 1, -1, 0, 1, info.max - 1, info.max, 2049, 2051, 4097, 65519, 65520, 65535,
-            -65519, -65520, 2 ** 24 + 1, 2 ** 24 + 3, -(2 ** 24) - 1, 2 ** 31 - 1, 2 ** 31 - 65, 2 ** 32 - 1, 127, 128]
+            -65519, -65520, 2 ** 24 + 1, 2 ** 24 + 3, -(2 ** 24) - 1, 2 ** 31 - 1, 2 ** 31 - 65, 2 ** 32 - 1, 127, 128,
+            # 64-bit: beyond 2^32, negative, ties and carries of the float roundings, the word boundary
+            2 ** 32, 2 ** 32 + 1, -(2 ** 32), -(2 ** 32) - 1, 2 ** 40 + 2 ** 16, 2 ** 40 + 3 * 2 ** 16, 2 ** 40 + 2 ** 16 + 1,
+            -(2 ** 40) - 2 ** 16, 2 ** 53 + 1, 2 ** 63 - 2 ** 39, 2 ** 63 - 2 ** 39 - 1, 2 ** 63, 2 ** 64 - 2 ** 39,
+            2 ** 64 - 2 ** 40, 2 ** 64 - 1, -(2 ** 63) + 1, 0x1_FFFF_FFFF, 0xFFFF_FFFF_0000_0000, 0x8000_0000_FFFF_FFFF]
     return np.array([v for v in vals if info.min <= v <= info.max], dt.numpy_dtype)
 
 
@@ -127,12 +134,30 @@ HAND = [
     (DT.INT32, DT.INT8, [128, 255, 256, -129, -(2 ** 31)], [-128, -1, 0, 127, 0]),
     (DT.INT8, DT.UINT16, [-1, -128, 127], [65535, 65408, 127]),
     (DT.UINT16, DT.INT8, [65535, 384, 127], [-1, -128, 127]),
+    # 64-bit integers (word pairs in the shader)
+    (DT.INT64, DT.FLOAT32, [2 ** 63 - 1, -(2 ** 63), 2 ** 40 + 2 ** 16, 2 ** 40 + 2 ** 16 + 1, 2 ** 40 + 3 * 2 ** 16, -(2 ** 33) - 1],
+     [2.0 ** 63, -(2.0 ** 63), 2.0 ** 40, 2.0 ** 40 + 2 ** 17, 2.0 ** 40 + 2 ** 18, -(2.0 ** 33)]),
+    (DT.UINT64, DT.FLOAT32, [2 ** 64 - 1, 2 ** 64 - 2 ** 40, 2 ** 64 - 2 ** 40 - 2 ** 39], [2.0 ** 64, 2.0 ** 64 - 2 ** 40, 2.0 ** 64 - 2 ** 41]),
+    (DT.UINT64, DT.FLOAT16, [65519, 65520, 2 ** 64 - 1, 2049], [65504.0, np.inf, np.inf, 2048.0]),
+    (DT.INT64, DT.FLOAT16, [-65520, -65519, 2 ** 40], [-np.inf, -65504.0, np.inf]),
+    (DT.FLOAT32, DT.INT64, [2.0 ** 63, -(2.0 ** 63), 2.0 ** 64, -(2.0 ** 70), 1.5 * 2.0 ** 33, -2.5, np.nan, np.inf, -np.inf],
+     [2 ** 63 - 1, -(2 ** 63), 2 ** 63 - 1, -(2 ** 63), 3 * 2 ** 32, -2, 0, 2 ** 63 - 1, -(2 ** 63)]),
+    (DT.FLOAT32, DT.UINT64, [2.0 ** 64, 2.0 ** 63 + 2.0 ** 40, -1.0, 4294967296.0, np.inf, np.nan],
+     [2 ** 64 - 1, 2 ** 63 + 2 ** 40, 0, 2 ** 32, 2 ** 64 - 1, 0]),
+    (DT.FLOAT16, DT.INT64, [-65504.0, np.inf, -np.inf, -0.5], [-65504, 2 ** 63 - 1, -(2 ** 63), 0]),
+    (DT.INT64, DT.INT32, [2 ** 32 + 5, -(2 ** 32) - 1, 2 ** 63 - 1, -(2 ** 63)], [5, -1, -1, 0]),
+    (DT.INT64, DT.UINT8, [2 ** 40 + 300, -1], [44, 255]),
+    (DT.INT32, DT.INT64, [-1, -(2 ** 31), 2 ** 31 - 1], [-1, -(2 ** 31), 2 ** 31 - 1]),
+    (DT.INT8, DT.UINT64, [-1, -128], [2 ** 64 - 1, 2 ** 64 - 128]),
+    (DT.UINT32, DT.INT64, [2 ** 32 - 1], [2 ** 32 - 1]),
+    (DT.UINT64, DT.INT64, [2 ** 64 - 1, 2 ** 63], [-1, -(2 ** 63)]),
+    (DT.INT64, DT.UINT64, [-1, -(2 ** 63)], [2 ** 64 - 1, 2 ** 63]),
 ]
 
 
 @pytest.mark.parametrize(("src", "dst", "x", "want"), HAND, ids=[f"{a.name}-{b.name}" for a, b, _, _ in HAND])
 def test_hand_computed(dev, rng, src, dst, x, want):
-    got = run(dev, rng, src, dst, (len(x),), np.array(x).astype(src.numpy_dtype), in_strides=None, out_strides=None)
+    got = run(dev, rng, src, dst, (len(x),), np.array(x, src.numpy_dtype), in_strides=None, out_strides=None)
     assert got.tolist() == np.array(want, dst.numpy_dtype).tolist()
 
 
@@ -163,10 +188,8 @@ BAD = [
     (kdml.CastDesc(TD(DT.FLOAT32, (2, 3)), TD(DT.INT8, (1, 2, 3))), kdml.InvalidArgumentError,
      r"^output_tensor\.sizes: dimension count"),
     (kdml.CastDesc(TD(DT.FLOAT32, (2, 3)), TD(DT.INT8, (2, 3), (0, 1))), kdml.InvalidArgumentError, r"^output_tensor"),
-    (kdml.CastDesc(TD(DT.INT64, (2, 3)), TD(DT.INT8, (2, 3))), kdml.UnsupportedError,
-     r"^input_tensor: CAST does not support INT64"),
-    (kdml.CastDesc(TD(DT.FLOAT32, (2, 3)), TD(DT.UINT64, (2, 3))), kdml.UnsupportedError,
-     r"^output_tensor: CAST does not support UINT64"),
+    (kdml.CastDesc(TD(DT.FLOAT32, (2, 3)), TD(DT.FLOAT64, (2, 3))), kdml.UnsupportedError,
+     r"^output_tensor: CAST does not support FLOAT64"),
     (kdml.CastDesc(TD(DT.FLOAT64, (2, 3)), TD(DT.FLOAT32, (2, 3))), kdml.UnsupportedError,
      r"^input_tensor: CAST does not support FLOAT64"),
 ]
@@ -184,10 +207,14 @@ def test_feature_levels(level):
     try:
         d.compile(kdml.CastDesc(TD(DT.FLOAT32, (1, 2, 3, 4)), TD(DT.FLOAT16, (1, 2, 3, 4))))
         ints = kdml.CastDesc(TD(DT.INT32, (1, 2, 3, 4)), TD(DT.FLOAT32, (1, 2, 3, 4)))
+        wide = kdml.CastDesc(TD(DT.FLOAT32, (1, 2, 3, 4)), TD(DT.INT64, (1, 2, 3, 4)))
         five = kdml.CastDesc(TD(DT.FLOAT32, (1, 1, 2, 3, 4)), TD(DT.FLOAT16, (1, 1, 2, 3, 4)))
         if level >= FL.FL_3_0:
             d.compile(ints)
+            d.compile(wide)
         else:
+            with pytest.raises(kdml.UnsupportedError, match=f"^output_tensor: CAST does not support INT64 at feature level {level.label}"):
+                d.compile(wide)
             with pytest.raises(kdml.UnsupportedError, match=f"^input_tensor: CAST does not support INT32 at feature level {level.label}"):
                 d.compile(ints)
         if level >= FL.FL_3_1:

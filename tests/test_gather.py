@@ -342,7 +342,10 @@ def test_feature_levels(level):
                   (_g(), FL.FL_3_0, "^input_tensor: GATHER supports 4 dimensions"),
                   (_g(dt=DT.FLOAT64, **four), FL.FL_4_1, "^input_tensor: GATHER does not support FLOAT64"),
                   (kdml.GatherElementsDesc(TD(DT.INT8, (1, 1, 2, 3)), TD(DT.UINT32, (1, 1, 2, 3)),
-                                           TD(DT.INT8, (1, 1, 2, 3)), 3), FL.FL_2_1, "^GATHER_ELEMENTS: introduced")]
+                                           TD(DT.INT8, (1, 1, 2, 3)), 3), FL.FL_2_1, "^GATHER_ELEMENTS: introduced"),
+                  (kdml.GatherElementsDesc(TD(DT.INT64, (1, 1, 2, 3)), TD(DT.UINT32, (1, 1, 2, 3)),
+                                           TD(DT.INT64, (1, 1, 2, 3)), 3), FL.FL_4_1,
+                   "^(input_tensor: GATHER_ELEMENTS does not support INT64|GATHER_ELEMENTS: introduced)")]
         for desc, first, msg in checks:
             if level >= first:
                 d.compile(desc)

@@ -175,14 +175,11 @@ CPU_NODE_TYPES: dict[str, frozenset[str]] = {
     "mobilenet-v3-small": frozenset(),
 }
 # Node types placed on the device at `prepare` that still run on the CPU at run time, because the
-# operator refuses their values' types there (the run's "ran on the CPU" events): RoBERTa's and
-# BERT's Cast to int64 (CAST implements 8- to 32-bit types only) and RoBERTa's GatherElements of
-# int64 data (GATHER_ELEMENTS' 4_1 row is not built). tests/test_model_families.py holds the backend
-# to it both ways; the README's table says it.
-RUNTIME_CPU_NODE_TYPES: dict[str, frozenset[str]] = {
-    "roberta-int8": frozenset({"Cast", "GatherElements"}),
-    "bert-fp32-fused": frozenset({"Cast"}),
-}
+# operator refuses their values' types there (the run's "ran on the CPU" events): none since CAST
+# and GATHER_ELEMENTS take INT64 / UINT64 (RoBERTa's and BERT's Cast to int64, RoBERTa's
+# GatherElements of int64 data). tests/test_model_families.py holds the backend to it both ways;
+# the README's table says it.
+RUNTIME_CPU_NODE_TYPES: dict[str, frozenset[str]] = {}
 DESCRIBED = {
     "distilbert-int8": "DistilBERT, quantize_dynamic int8 + onnxruntime's extended fusions",
     "distilbert-int8-raw": "DistilBERT, quantize_dynamic int8 as written (MatMulInteger chains)",

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..core.dtypes import DataType
 from ..core.layout import check_no_overlap
-from ..core.registry import FL, FLOATS, INTS_8_32, OperatorSupport, row
+from ..core.registry import FL, FLOATS, INTS_8_32, INTS_64, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..device.device import Device
 from ..device.memory import Tensor
@@ -30,13 +30,14 @@ from .elementwise_plan import check_addressable, plan_elementwise
 from .spec import OnnxOp, OperatorSpec
 
 # ---- CAST from DML_CAST_OPERATOR_DESC's page -----------------------
-# kompute_dml implements the 8- to 32-bit types: the page's INT64 / UINT64 (from 3_0) and FLOAT64
-# (from 4_1) are left out. At 1_0 the page's type list is kept to FLOAT32 and FLOAT16: the rest
+# kompute_dml implements the 8- to 64-bit integer types (INT64 / UINT64 from 3_0, as the page's
+# rows; word pairs in the shader) and FLOAT32 / FLOAT16: the page's FLOAT64 (from 4_1) is left
+# out. At 1_0 the page's type list is kept to FLOAT32 and FLOAT16: the rest
 # of that row could not be read in the copies of the page consulted (docs/cast.md).
 CAST = OperatorSupport("CAST", 61, tuple(
     row(level, ("input_tensor", "input", dims, types), ("output_tensor", "output", dims, types))
-    for level, dims, types in ((FL.FL_1_0, (4, 4), FLOATS), (FL.FL_3_0, (4, 4), FLOATS | INTS_8_32),
-                               (FL.FL_3_1, (1, 8), FLOATS | INTS_8_32))))
+    for level, dims, types in ((FL.FL_1_0, (4, 4), FLOATS), (FL.FL_3_0, (4, 4), FLOATS | INTS_8_32 | INTS_64),
+                               (FL.FL_3_1, (1, 8), FLOATS | INTS_8_32 | INTS_64))))
 
 
 @dataclass(frozen=True)

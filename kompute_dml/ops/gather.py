@@ -61,13 +61,16 @@ GATHER = OperatorSupport("GATHER", 67, tuple(
          frozenset({D.INT64, D.INT32, D.UINT64, D.UINT32})))))
 
 # ---- GATHER_ELEMENTS from DML_GATHER_ELEMENTS_OPERATOR_DESC's page --
-# The rows of 2_1 and 3_0. The copies of the page consulted list a 4_1 row whose contents could
-# not be read: it is left out (docs/gather.md).
+# The rows of 2_1 and 3_0, and a 4_1 row: the copies of the page consulted list a 4_1 heading
+# whose row could not be read; kompute_dml gives it GATHER's 4_1 data types less FLOAT64
+# (INT64 / UINT64 data, which ONNX GatherElements carries, moved as word pairs; docs/gather.md).
 GATHER_ELEMENTS = OperatorSupport("GATHER_ELEMENTS", 107, tuple(
-    row(level, ("input_tensor", "input", dims, _GATHER_DATA_2_1), ("indices_tensor", "input", dims, idx),
-         ("output_tensor", "output", dims, _GATHER_DATA_2_1))
-    for level, dims, idx in ((FL.FL_2_1, (4, 4), frozenset({D.UINT32})),
-                             (FL.FL_3_0, (1, 8), frozenset({D.INT64, D.INT32, D.UINT64, D.UINT32})))))
+    row(level, ("input_tensor", "input", dims, data), ("indices_tensor", "input", dims, idx),
+         ("output_tensor", "output", dims, data))
+    for level, dims, data, idx in (
+        (FL.FL_2_1, (4, 4), _GATHER_DATA_2_1, frozenset({D.UINT32})),
+        (FL.FL_3_0, (1, 8), _GATHER_DATA_2_1, frozenset({D.INT64, D.INT32, D.UINT64, D.UINT32})),
+        (FL.FL_4_1, (1, 8), _GATHER_DATA_2_1 | INTS_64, frozenset({D.INT64, D.INT32, D.UINT64, D.UINT32})))))
 
 
 _INDEX_CODE = {DataType.INT32: "i32", DataType.UINT32: "u32", DataType.INT64: "i64", DataType.UINT64: "u64"}

@@ -197,10 +197,11 @@ from .elementwise import (  # noqa: E402
     EW_TYPES,
     EW_XOR,
 )
+from .fill_pad import FILL, FILL_PUSH, FILL_SEQ, PAD, PAD_PUSH, PAD_RANK  # noqa: F401
 
 # ---- CAST (ops/cast.py, shaders/cast.comp): the element-wise block and plans, a variant per
-# (input type, output type) of the 8- to 32-bit types
-CAST_TYPES = ("f32", "f16", "i8", "u8", "i16", "u16", "i32", "u32")
+# (input type, output type) of the 8- to 64-bit types (64-bit integers as word pairs)
+CAST_TYPES = ("f32", "f16", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64")
 CAST = family("cast", "cast.comp", "cast_{i}_{o}", EW_PUSH, _L256, i=CAST_TYPES, o=CAST_TYPES,
               defines=lambda i, o: {"IN_BITS": EW_TYPES[i][0], "IN_KIND": EW_TYPES[i][1], "OUT_BITS": EW_TYPES[o][0],
                                     "OUT_KIND": EW_TYPES[o][1], "RANK": EW_RANK})
@@ -379,7 +380,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
     ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, EW_GT, EW_LT, EW_LE, EW_NOT,
-    EW_OR, EW_XOR, EW_BAND, EW_BOR, EW_BXOR, EW_BNOT, CUM, CUM_WG, CAST, DEQUANT, GATHER, GATHER_CHECK,
+    EW_OR, EW_XOR, EW_BAND, EW_BOR, EW_BXOR, EW_BNOT, CUM, CUM_WG, CAST, DEQUANT, GATHER, GATHER_CHECK, FILL, FILL_SEQ, PAD,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT, EW_EXT, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, POOL, POOL_Q8, BN, GEMM, GEMM_COOP,
 )
