@@ -15,6 +15,7 @@ from .core.tensor_desc import TensorDesc, calc_buffer_tensor_size
 from .device import Buffer, Device, Recording, Tensor, list_devices, resolve_device
 from .device.array_ops import power as _power  # noqa: F401  (registers Tensor's operators and numpy protocols)
 from .device.creation import arange, empty, empty_like, full, full_like, ones, ones_like, zeros, zeros_like
+from .device.dlpack import from_dlpack  # also registers Tensor.__dlpack__ / __dlpack_device__
 from .device.views import getitem as _getitem  # noqa: F401  (registers Tensor.__getitem__)
 from .functional import default_device
 from .ops import operators as _operators
@@ -227,6 +228,6 @@ __all__ = [
     "Buffer", "DMLError", "DataType", "Device", "DeviceError", "FeatureLevel", "InvalidArgumentError",
     "OutOfMemoryError", "Recording", "Tensor", "TensorDesc", "UnsupportedError", "__version__",
     "calc_buffer_tensor_size", "default_device", "list_devices", "resolve_device", "arange", "empty", "empty_like", "full",
-    "full_like", "ones", "ones_like", "zeros", "zeros_like",
+    "full_like", "ones", "ones_like", "zeros", "zeros_like", "from_dlpack",
     *sorted(_operators().exports),
 ]
