@@ -152,9 +152,12 @@ def test_numpy_promotion_between_tensors(dev, rng, da, db):
 
 
 def test_promotion_beyond_the_operators_names_the_rule(dev):
-    i8, u32 = dev.tensor(np.array([1, 2], np.int8)), dev.tensor(np.array([1, 2], np.uint32))
-    with pytest.raises(UE, match=r"^\+: numpy promotes int8 \+ uint32 to int64; .*INT64"):
-        i8 + u32  # the issue: a message about INT32 support
+    i8, u32 = dev.tensor(np.array([-128, 2], np.int8)), dev.tensor(np.array([4294967295, 2], np.uint32))
+    got = i8 + u32  # numpy's int64 (CAST takes INT64 now; the issue's message was about INT32 support)
+    assert got.dtype == np.int64 and got.numpy().tolist() == (i8.numpy() + u32.numpy()).tolist() == [4294967167, 4]
+    u64 = dev.tensor(np.array([1, 2], np.uint64))
+    with pytest.raises(UE, match=r"^\+: numpy promotes int8 \+ uint64 to float64; .*FLOAT64"):
+        i8 + u64
     with pytest.raises(UE, match="numpy promotes int32 - float32 to float64"):
         dev.tensor(np.ones(2, np.int32)) - dev.tensor(np.ones(2, np.float32))
     with pytest.raises(UE, match="int32 tensor \\+ Python float: numpy promotes it to float64"):
