@@ -138,7 +138,7 @@ class GraphPlan:
             else:
                 rec.scope = scope  # profile rows: per node
                 key = input_key(inputs, ins, env) if tracing else None
-                outs = run_node(ctx, rec, traces, made, i, key, rep.handler_for(node), node, ins, stats)
+                outs = run_node(ctx, rec, rep.state, made, i, key, rep.handler_for(node), node, ins, stats)
                 self.device_nodes += 1
             keep_outputs(outputs, outs)
             ctx.end_node()

@@ -54,6 +54,8 @@ KEY_HOST_BYTES = 1 << 16
 # never beyond Vulkan's largest minStorageBufferOffsetAlignment
 OFFSET_ALIGN = 256
 UNTRACEABLE = "untraceable"  # the marker of a node (at one key) whose handler is always run
+# A node that found no trace at this many plans in a row is traced again only after a plan finds one
+MISSES_UNTRACED = 2
 
 # a tensor of a trace: ("o", k, desc, offset) in output request k's buffer; ("i", j, desc, offset
 # from input j's) in input j's buffer; ("f", tensor) a tensor that lives as long as the model
@@ -271,23 +273,31 @@ class TracingContext:
         return Trace(tuple(self.out_calls), tuple(self.execs), tuple(results), tuple(self.notes))
 
 
-def run_node(ctx: PlanContext, rec: Any, traces: collections.OrderedDict[Any, Any], made: dict[Any, Any], i: int,
-             key: tuple[Any, ...] | None, handler: Callable[..., list[Any]], node: Any, ins: list[Any],
-             stats: Any) -> list[Any]:
+def run_node(ctx: PlanContext, rec: Any, state: Any, made: dict[Any, Any], i: int, key: tuple[Any, ...] | None,
+             handler: Callable[..., list[Any]], node: Any, ins: list[Any], stats: Any) -> list[Any]:
     """Device node i of a plan: its trace at `key` replayed where there is one, else its handler
-    run (and traced into `made`, which the plan adds to `traces` once it is complete)."""
+    run, and traced into `made` (which the plan adds to `state.node_traces` once it is complete)
+    unless the node found no trace at its last MISSES_UNTRACED plans (its inputs change with
+    every plan: a decoder's products over the past; a trace would never be replayed)."""
     if key is None:
         return handler(ctx, node, ins, stats)
     k = (i, key)
+    traces = state.node_traces
     trace = traces.get(k)
     if trace is UNTRACEABLE:
         return handler(ctx, node, ins, stats)
+    misses = state.trace_misses
     if trace is not None:
         traces.move_to_end(k)
+        misses.pop(i, None)
         outs = trace.replay(ctx, rec, ins)
         if outs is not None:
             stats.replayed_nodes += 1
             return outs
+    else:
+        missed = misses[i] = misses.get(i, 0) + 1
+        if missed > MISSES_UNTRACED:
+            return handler(ctx, node, ins, stats)
     tracer = TracingContext(ctx, ins)
     rec.observer = tracer.observe
     try:

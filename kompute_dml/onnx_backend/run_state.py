@@ -55,4 +55,5 @@ class RunState:
     # by (node, input key), most recently used last; 0: no traces (every plan runs every handler)
     node_traces: collections.OrderedDict[Any, Any] = field(default_factory=collections.OrderedDict)
     trace_capacity: int = 4096
+    trace_misses: dict[int, int] = field(default_factory=dict)  # per node: plans in a row that found no trace
     host_last: dict[int, Any] = field(default_factory=dict)  # per host node: the last plan's inputs, results
