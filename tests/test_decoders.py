@@ -35,13 +35,21 @@ def test_greedy_tokens_equal_torch_with_the_cache_on_the_device(name, monkeypatc
         assert rep.last_run.uploads == 1 and rep.last_run.downloads == 0 and rep.last_run.cpu_segments == 0
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama"])
-def test_new_lengths_replay_node_traces_bit_for_bit(name):
+@pytest.mark.parametrize("name, gpu_policy", [("gpt2", False), ("llama", False), ("gpt2", True)],
+                         ids=["gpt2", "llama", "gpt2-flushed-siblings"])
+def test_new_lengths_replay_node_traces_bit_for_bit(name, gpu_policy, monkeypatch):
     """Every decoding step is a new past length, so a new plan: plans made from the node traces
     (onnx_backend/node_traces.py) give every output (logits and presents) bit for bit equal to
-    plans that run every handler (trace_capacity 0), over many lengths, the cache on the device."""
+    plans that run every handler (trace_capacity 0), over many lengths, the cache on the device;
+    also with the GPUs' policy of starting what is recorded while planning (a flush before every
+    node) and preparing shape siblings."""
+    import dataclasses
+
     dec = decoders.build(name, "tiny")
     fast = Backend.prepare(str(dec.path), "CPU")
+    if gpu_policy:
+        dev = fast.device
+        monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, plan_flush_ms=1e-9, prepare_siblings=True))
     slow = Backend.prepare(str(dec.path), "CPU")
     slow.state.trace_capacity = 0
     prompt = np.random.default_rng(3).integers(1, decoders.VOCAB, (1, 5))
