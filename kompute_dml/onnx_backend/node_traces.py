@@ -29,7 +29,11 @@ output request got a new buffer where the trace wrote over an input, or the reve
 abandoned before it records anything and the handler runs instead.
 
 Traces are made by plans that complete (a plan that falls back leaves none: its staged values
-were never written) and kept in `RunState.node_traces`, at most `RunState.trace_capacity`."""
+were never written) and kept in `RunState.node_traces`, at most `RunState.trace_capacity` (0: none
+made or replayed), least recently used out first. A node that found no trace at MISSES_UNTRACED
+plans in a row (its inputs change with every plan: a decoder's products over the past) is not
+traced until a plan finds one. `host_node` does the same for host nodes, more simply: the last
+plan's results where the inputs are the very same values."""
 
 from __future__ import annotations
 
