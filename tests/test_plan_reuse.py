@@ -165,8 +165,9 @@ def test_gpu_policy_sizes_the_plans_host_memory_once(rng, monkeypatch):
 
 def test_an_output_takes_a_larger_free_buffer_before_allocating(rng):
     """a (n floats) dies at the Slice that reads it; c (n / 2 floats, another size class) then
-    takes a's buffer instead of a new one: the plan holds three buffers (a's, b's, y's), not
-    four, and the output equals numpy's (the larger buffer's tail is never read)."""
+    takes a's buffer instead of a new one: the plan holds three buffers for values (a's, b's,
+    y's), not four, beside its input buffer (PlanContext.input_buffer: one of the model's plan
+    buffers too), and the output equals numpy's (the larger buffer's tail is never read)."""
     n = helper.make_node
     inits = [numpy_helper.from_array(np.array([0], np.int64), "st"), numpy_helper.from_array(np.array([512], np.int64), "en"),
              numpy_helper.from_array(np.array([1], np.int64), "ax")]
@@ -181,7 +182,7 @@ def test_an_output_takes_a_larger_free_buffer_before_allocating(rng):
     np.testing.assert_array_equal(y, (b + b) * b)
     assert rep.last_run.planned and rep.last_run.submissions == 1
     held = sorted(buf.nbytes for bufs in rep.state.plan_buffers.values() for buf in bufs)
-    assert held == [4 * 512 * 4, 4 * 512 * 4, 4 * 1024 * 4], held  # b's, y's, and a's (then c's)
+    assert held == [4 * 512 * 4, 4 * 512 * 4, 4 * 1024 * 4, 4 * 1024 * 4], held  # b's, y's, a's (then c's), x's
 
 
 @pytest.mark.parametrize("flush_ms", [0.0, 1e-9], ids=["planned-then-run", "flushed-while-planned"])

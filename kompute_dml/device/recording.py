@@ -54,6 +54,9 @@ class Recording:
         # submission completed; per checked operator, how many of its executions were recorded
         self._checks: list[Pending] = []
         self._occurrences: dict[int, int] = {}
+        # Called with (op, inputs, outputs) at each execute, before its bindings are checked: the
+        # ONNX backend's node traces (onnx_backend/node_traces.py) see what a handler recorded
+        self.observer: Any = None
 
     def execute(self, op: Any, inputs: Any, outputs: Any) -> None:
         if self._done:
@@ -61,6 +64,8 @@ class Recording:
         if getattr(op, "device", None) is not self.device:
             raise InvalidArgumentError("op: was compiled for another Device (or is not a compiled operator)")
         self.device.engine.check_open()
+        if self.observer is not None:
+            self.observer(op, inputs, outputs)
         bound, key = op.bind(inputs, outputs)
         if key is None:  # an exact in-place no-op
             return

@@ -29,6 +29,8 @@ The modules of this package, one concern each:
 - device_graph.py: `GraphPlan`, a whole model as one recorded device program (siblings.py: the
   pipelines other input shapes take, made with it); plan_context.py:
   `PlanContext`, what handlers call while a plan is built (its buffers and their reuse)
+- node_traces.py: a device node's recorded work replayed by later plans whose inputs at that node
+  look the same (a decoder's next past length), and host nodes' results of the last plan
 - host_eval.py: nodes that read no input data, resolved on the host per input shape
 - handlers.py: the device node handlers of the seeds' operators (EyeLike, Trilu, Identity,
   MatMulIntegerToFloat, DynamicQuantizeMatMul, DynamicQuantizeLinear) and the `HANDLERS` map;

@@ -32,6 +32,7 @@ import kompute_dml as kdml
 
 from ..runtime.staging import host_copy
 from .handlers_values import BOOL, OutputArrays, dml_numpy, into, is_packed
+from .node_traces import host_node, input_key, keep_traces, run_node
 from .plan_context import PlanContext, _block
 from .siblings import prepare_siblings
 from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_dtype, _value_shape, at_node
@@ -101,11 +102,9 @@ class GraphPlan:
                 total += -(-desc.byte_size // 16) * 16
             if not on_device:  # the host inputs' bytes lead the buffer (0 where all are on the device)
                 host_total = total
-        total = max(total, 16)
-        # not zeroed: every run writes the inputs first, and nothing reads the padding; made on
-        # kp's thread: a synchronous allocation waits for the driver while the plan's large ones
-        # are made (docs/onnx.md)
-        self._input_buffer = kdml.Buffer(rep.device, total, zeroed=False, later=True)
+        # one of the model's plan buffers (PlanContext.input_buffer): every run writes the inputs
+        # first, and nothing reads the padding
+        self._input_buffer = ctx.input_buffer(max(total, 16))
         for name, desc, off, shape, dtype in descs:
             part = kdml.Tensor(self._input_buffer, desc, off)
             env[name] = DeviceValue(part, shape, dtype)
@@ -126,16 +125,21 @@ class GraphPlan:
         nodes = rep.node_table
         self._node_of = {scope: (i, node) for i, (node, _t, _i, _o, scope) in enumerate(nodes)}  # Recording.scope
 
-        def record(i: int) -> None:  # node i's handler, its outputs kept
+        traces, made = rep.state.node_traces, {}  # node_traces.py: replayed, and made by this plan
+        tracing = rep.state.trace_capacity > 0
+        host_last = rep.state.host_last  # node_traces.host_node: host nodes' inputs and results of the last plan
+
+        def record(i: int) -> None:  # node i's handler (or its trace), its outputs kept
             node, target, inputs, outputs, scope = nodes[i]
             ins = [lookup(n) if n else None for n in inputs]
             if target == HOST:
-                outs = rep._host_node(i, node, ins, stats)
+                outs = host_node(rep, host_last, i, node, ins, stats) if tracing else rep._host_node(i, node, ins, stats)
             elif target == CPU:
                 raise FallbackNeeded(f"node {i} ({node.op_type}) runs on the CPU")
             else:
                 rec.scope = scope  # profile rows: per node
-                outs = rep.handler_for(node)(ctx, node, ins, stats)
+                key = input_key(inputs, ins, env) if tracing else None
+                outs = run_node(ctx, rec, rep.state, made, i, key, rep.handler_for(node), node, ins, stats)
                 self.device_nodes += 1
             keep_outputs(outputs, outs)
             ctx.end_node()
@@ -188,6 +192,7 @@ class GraphPlan:
             self._io_copies(rep, rec)
         self.program = rec.compile()
         ctx.share_buffers()
+        keep_traces(traces, made, rep.state.trace_capacity)
         self.flushed = rec.flushed  # executions the first run started while planning
         self.ctx = ctx
         self.siblings_prepared = (prepare_siblings(rep.device, self.program, rec.operators.values())

@@ -191,6 +191,24 @@ class PlanContext:
         self._fresh.append(buf)
         return kdml.Tensor.trusted(buf, desc, 0)
 
+    def input_buffer(self, nbytes: int) -> kdml.Buffer:
+        """The buffer of the plan's inputs: a free one of the model's plan buffers of its size
+        class (a run writes its inputs before anything reads them, as each node its outputs: a
+        decoder's next length then allocates nothing for its inputs), else a new one that joins
+        them with the plan. Never handed out again by this plan: its values are the inputs."""
+        size = _block(nbytes)
+        free = self._free[size]
+        if free:
+            buf = free.pop()
+            self._by_id.pop(id(buf), None)
+            return buf
+        # not zeroed; made on kp's thread: a synchronous allocation waits for the driver while the
+        # plan's large ones are made (docs/onnx.md)
+        buf = kdml.Buffer(self.device, size, zeroed=False, later=True)
+        self._added.append(buf)
+        self.allocated += size
+        return buf
+
     def share_buffers(self) -> None:
         """The buffers this plan allocated join the model's shared ones (the plan is made): a plan
         that fails (the graph then runs node by node) leaves them to be freed with it."""

@@ -51,3 +51,9 @@ class RunState:
     host_memo: HostMemo = field(default_factory=HostMemo)  # host nodes' results by their inputs
     plan_small: dict[tuple[Any, ...], kdml.Tensor] = field(default_factory=dict)  # small host values
     plan_liveness: dict[frozenset[str], list[list[str]]] = field(default_factory=dict)  # per input names
+    # device nodes' work replayed by later plans where their inputs look the same (node_traces.py),
+    # by (node, input key), most recently used last; 0: no traces (every plan runs every handler)
+    node_traces: collections.OrderedDict[Any, Any] = field(default_factory=collections.OrderedDict)
+    trace_capacity: int = 4096
+    trace_misses: dict[int, int] = field(default_factory=dict)  # per node: plans in a row that found no trace
+    host_last: dict[int, Any] = field(default_factory=dict)  # per host node: the last plan's inputs, results

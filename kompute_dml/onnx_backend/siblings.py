@@ -46,6 +46,9 @@ def prepare_siblings(device: kdml.Device, program: Any, operators: Iterable[Any]
                 done.add(v)
                 todo.append(dataclasses.replace(plan, variant=v))
     for op in operators:
+        if ("operator", op.serial) in done:  # an operator of an earlier plan (node_traces.py replays them)
+            continue
+        done.add(("operator", op.serial))
         spec = BY_NAME.get(op.support.name)
         for plan in spec.ahead(device, op, done) if spec is not None and spec.ahead is not None else ():
             key = ("pipeline", plan.variant, plan.spec, len(plan.push), len(plan.bindings))

@@ -1,0 +1,95 @@
+"""What a decoding step at a new past length costs in planning (issue 52): greedy steps of a
+decoder (kompute_dml/bench/decoders.py, the cache on the device), every step a new input
+signature and so a new whole-graph plan, with the node traces (onnx_backend/node_traces.py) and
+without them (`RunState.trace_capacity = 0`: every handler runs at every plan), the two models
+(a Device each) stepped in turn, first one then the other, in one process so that both see the
+same machine; per step the plan's wall
+seconds (`last_run.plan_seconds`), the planning thread's CPU seconds, and the step's wall time.
+The tokens of both are compared.
+
+    python -m benchmarks.decode_plans [--decoders gpt2,llama] [--size small] [--prompt 16] [--new 24]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import numpy as np
+
+from kompute_dml.bench import decoders
+from kompute_dml.bench.timing import median
+
+
+class _Steps:
+    """One model's greedy loop, a step at a time."""
+
+    def __init__(self, rep: Any, dec: decoders.Decoder, prompt: np.ndarray) -> None:
+        self.rep, self.past, self.ids, self.length = rep, dec.empty_past(prompt.shape[0]), prompt, 0
+        self.tokens: list[int] = []
+        self.rows: list[tuple[float, float, float]] = []  # plan wall s, plan thread CPU s, step wall s
+
+    def step(self) -> None:
+        from kompute_dml.onnx_backend import device_graph
+
+        self.length += self.ids.shape[1]
+        feeds = {"input_ids": self.ids, "attention_mask": np.ones((self.ids.shape[0], self.length), np.int64),
+                 **{f"past_{i}": p for i, p in enumerate(self.past)}}
+        cpu = [0.0]
+        make = device_graph.GraphPlan.__init__
+
+        def timed(plan: Any, *args: Any) -> None:
+            c0 = time.thread_time()
+            make(plan, *args)
+            cpu[0] = time.thread_time() - c0
+
+        device_graph.GraphPlan.__init__ = timed  # type: ignore[method-assign]
+        try:
+            t0 = time.perf_counter()
+            out = self.rep.run(feeds, device_outputs=True)
+            nxt = out[0].numpy()[:, -1].argmax(-1)
+            wall = time.perf_counter() - t0
+        finally:
+            device_graph.GraphPlan.__init__ = make  # type: ignore[method-assign]
+        self.rows.append((self.rep.last_run.plan_seconds, cpu[0], wall))
+        self.tokens.append(int(nxt[0]))
+        self.past, self.ids = list(out[1:]), nxt.reshape(-1, 1).astype(np.int64)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--decoders", default="gpt2,llama")
+    ap.add_argument("--size", default="small")
+    ap.add_argument("--prompt", type=int, default=16)
+    ap.add_argument("--new", type=int, default=24)
+    ap.add_argument("--skip", type=int, default=3, help="steps left out of the medians (the prompt, the first plans)")
+    args = ap.parse_args(argv)
+    import kompute_dml as kdml
+    from kompute_dml.onnx_backend import Backend
+
+    for name in args.decoders.split(","):
+        dec = decoders.build(name, args.size)
+        prompt = np.random.default_rng(0).integers(1, decoders.VOCAB, (1, args.prompt))
+        loops = {}
+        for label, capacity in (("traces", None), ("no traces", 0)):
+            # a Device each: neither finds the operators the other compiled for a new length
+            rep = Backend.prepare(str(dec.path), kdml_device=kdml.Device())
+            if capacity is not None:
+                rep.state.trace_capacity = capacity
+            loops[label] = _Steps(rep, dec, prompt)
+        for k in range(args.new + 1):  # the order alternates: the second finds what the first put in caches
+            for loop in list(loops.values())[::1 if k % 2 else -1]:
+                loop.step()
+        same = len({tuple(loop.tokens) for loop in loops.values()}) == 1
+        print(f"{name} ({args.size}), prompt {args.prompt}, {args.new} new tokens, medians of steps {args.skip}..{args.new}"
+              f" (a new past length each); tokens equal: {same}")
+        for label, loop in loops.items():
+            rows = loop.rows[args.skip:]
+            plan, cpu, wall = (median([r[k] for r in rows]) * 1e3 for k in range(3))
+            print(f"  {label:10} plan {plan:7.2f} ms (planning thread CPU {cpu:7.2f} ms)   step {wall:7.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
