@@ -11,6 +11,7 @@ backend captures it.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -197,14 +198,20 @@ class Kernel:
                 feeds[name] = np.frombuffer(data, dtype=dtype).reshape(shape)
         if self.device_memory:
             return self._run_on_device(feeds, alloc)
+        written: list[np.ndarray] = []
+
         def out(k: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
             view = alloc(self._ort_index[k], shape)
-            if view.nbytes != int(np.prod(shape)) * np.dtype(dtype).itemsize:
-                raise TypeError(f"output {k}: onnxruntime's type is not {np.dtype(dtype)}")
-            return np.frombuffer(view, dtype=dtype).reshape(shape)
+            if view.nbytes != math.prod(shape) * dtype.itemsize:
+                raise TypeError(f"output {k}: onnxruntime's type is not {dtype}")
+            arr = np.frombuffer(view, dtype=dtype).reshape(shape)
+            written.append(arr)
+            return arr
 
         results = self.rep.run(feeds, out=out)
-        return [np.ascontiguousarray(results[i]) for i in self._order]
+        # None: written in ORT's buffer already; anything else ep_kernel.cc copies there
+        return [None if any(results[i] is w for w in written) else np.ascontiguousarray(results[i])
+                for i in self._order]
 
     def _device_input(self, at: tuple[Any, int] | None, dtype: np.dtype, shape: tuple[int, ...]) -> Any:
         """An input in device memory ((Buffer, offset)): a Tensor there where the model's device
