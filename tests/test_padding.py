@@ -112,7 +112,8 @@ def test_padding_float_value_converted(dev, rng):
     run_pad(dev, rng, DT.INT8, (2, 3, 4, 5), (0, 1, 0, 2), (1, 0, 2, 0), PM.CONSTANT, 300.7, v1=False, ref_value=127)
     xd, yd = TD(DT.INT8, (1, 1, 1, 1)), TD(DT.INT8, (1, 1, 1, 2))
     y = dev.empty(yd)
-    dev.compile(kdml.PaddingDesc(xd, yd, PM.CONSTANT, -3.9, (0, 0, 0, 0), (0, 0, 0, 1))).execute([dev.tensor(np.array([[[[5]]]], np.int8))], [y])
+    op = dev.compile(kdml.PaddingDesc(xd, yd, PM.CONSTANT, -3.9, (0, 0, 0, 0), (0, 0, 0, 1)))
+    op.execute([dev.tensor(np.array([[[[5]]]], np.int8))], [y])
     assert y.numpy().reshape(-1).tolist() == [5, -3]
 
 

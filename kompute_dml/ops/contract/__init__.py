@@ -197,7 +197,7 @@ from .elementwise import (  # noqa: E402
     EW_TYPES,
     EW_XOR,
 )
-from .fill_pad import FILL, FILL_PUSH, FILL_SEQ, PAD, PAD_PUSH, PAD_RANK  # noqa: F401
+from .fill_pad import FILL, FILL_PUSH, FILL_SEQ, PAD, PAD_PUSH, PAD_RANK  # noqa: E402, F401
 
 # ---- CAST (ops/cast.py, shaders/cast.comp): the element-wise block and plans, a variant per
 # (input type, output type) of the 8- to 64-bit types (64-bit integers as word pairs)
