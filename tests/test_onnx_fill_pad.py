@@ -5,16 +5,13 @@ repeats read at run time, every Pad mode, int64 data, Range over int64 and float
 
 from __future__ import annotations
 
-import re
-import unittest
-import warnings
-
 import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx_node_cases import node_cases, run_case  # noqa: E402
 
 from kompute_dml.onnx_backend import Backend  # noqa: E402
 
@@ -24,31 +21,7 @@ T = TensorProto
 CASES = r"^test_(tile|tile_precomputed|constant_pad|constant_pad_axes|constant_pad_negative_axes|edge_pad|reflect_pad" \
         r"|wrap_pad|constantofshape_\w+|range_(float|float16|int32)_type_\w+?_delta)_cpu$"
 _SKIP = ("_expanded_cpu",)
-
-
-class Recording(Backend):
-    reps: list = []
-
-    @classmethod
-    def prepare(cls, model, device="CPU", **kwargs):  # type: ignore[override]
-        rep = super().prepare(model, device, **kwargs)
-        cls.reps.append(rep)
-        return rep
-
-
-def _cases():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        runner = BackendTest(Recording, __name__)
-    runner.include(CASES)
-    case = runner.test_cases["OnnxBackendNodeModelTest"]
-    return case, sorted(n for n in dir(case) if re.match(CASES, n) and not n.endswith(_SKIP))
-
-
-from onnx.backend.test import BackendTest  # noqa: E402
-
-_CASE, NAMES = _cases()
-_CASE.__test__ = False  # run below, one case at a time; not collected as a whole by pytest
+_CASE, NAMES = node_cases(CASES, __name__, _SKIP)
 
 
 def test_case_count():
@@ -57,12 +30,9 @@ def test_case_count():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_onnx_node_case_on_the_device(name):
-    Recording.reps.clear()
-    result = unittest.TestResult()
-    _CASE(name).run(result)
-    assert not (result.errors or result.failures or result.skipped), (name, result.errors, result.failures)
-    assert Recording.reps
-    for rep in Recording.reps:
+    reps = run_case(_CASE, name)
+    assert reps
+    for rep in reps:
         assert {p.target for p in rep.placement} == {"vulkan"}, rep.summary()
         assert rep.last_run.runtime_fallbacks == 0, rep.last_run.events
 

@@ -7,9 +7,6 @@ Or / Xor / Not; onnx's own node cases for all of these."""
 
 from __future__ import annotations
 
-import functools
-import unittest
-
 import numpy as np
 import pytest
 
@@ -156,39 +153,13 @@ def test_bitwise(op, dtype, et):
 ONNX_CASES = r"^test_(cumsum|not|or|xor|greater|less|bitwise)\w*_cpu$"
 
 
-@functools.cache
-def _onnx_cases():
-    import re
-    import warnings
-
-    from onnx.backend.test import BackendTest
-
-    class Recording(Backend):
-        reps: list = []
-
-        @classmethod
-        def prepare(cls, model, device="CPU", **kwargs):  # type: ignore[override]
-            rep = super().prepare(model, device, **kwargs)
-            cls.reps.append(rep)
-            return rep
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        runner = BackendTest(Recording, __name__)
-    runner.include(ONNX_CASES)
-    case = runner.test_cases["OnnxBackendNodeModelTest"]
-    return Recording, case, sorted(n for n in dir(case) if re.match(ONNX_CASES, n))
-
-
 def test_onnx_node_cases():
     """Every one passes; all on Vulkan but CumSum's, whose cases feed the axis or use float64
     (both kept on the CPU by the rule)."""
-    recording, case, names = _onnx_cases()
+    from onnx_node_cases import node_cases, run_case
+
+    case, names = node_cases(ONNX_CASES, __name__)
     assert len(names) >= 80, names
     for name in names:
-        recording.reps.clear()
-        result = unittest.TestResult()
-        case(name).run(result)
-        assert not (result.errors or result.failures or result.skipped), (name, result.errors, result.failures)
-        targets = {p.target for rep in recording.reps for p in rep.placement}
+        targets = {p.target for rep in run_case(case, name) for p in rep.placement}
         assert targets == ({"cpu"} if "cumsum" in name else {"vulkan"}), (name, targets)

@@ -1,0 +1,47 @@
+"""onnx's own node test cases (onnx.backend.test, built in memory) run one at a time through
+kompute_dml's Backend, with every BackendRep they prepare recorded, so a test can check where the
+nodes ran: tests/test_onnx_logic.py, tests/test_onnx_fill_pad.py."""
+
+from __future__ import annotations
+
+import re
+import unittest
+import warnings
+from typing import Any
+
+from onnx.backend.test import BackendTest
+
+from kompute_dml.onnx_backend import Backend
+
+
+class Recording(Backend):
+    """Backend that keeps every rep it prepares in `reps` (cleared by run_case)."""
+
+    reps: list = []
+
+    @classmethod
+    def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> Any:  # type: ignore[override]
+        rep = super().prepare(model, device, **kwargs)
+        cls.reps.append(rep)
+        return rep
+
+
+def node_cases(pattern: str, module: str, skip: tuple[str, ...] = ()) -> tuple[Any, list[str]]:
+    """onnx's node-model test case class and its test names that match `pattern` (none ending in
+    `skip`), run through Recording."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runner = BackendTest(Recording, module)
+    runner.include(pattern)
+    case = runner.test_cases["OnnxBackendNodeModelTest"]
+    case.__test__ = False  # run one name at a time; not collected as a whole by pytest
+    return case, sorted(n for n in dir(case) if re.match(pattern, n) and not (skip and n.endswith(skip)))
+
+
+def run_case(case: Any, name: str) -> list[Any]:
+    """Run one case (it must pass, not be skipped) and return the reps it prepared."""
+    Recording.reps.clear()
+    result = unittest.TestResult()
+    case(name).run(result)
+    assert not (result.errors or result.failures or result.skipped), (name, result.errors, result.failures)
+    return list(Recording.reps)
