@@ -392,5 +392,6 @@ def device_result(v: Any, device: kdml.Device) -> Any:
 
 def signature(feeds: dict[str, Any]) -> tuple[Any, ...]:
     """Names, shapes, types and where each input lives (a Tensor fed on the device or a host array)."""
-    return tuple((n, _value_shape(v), str(_value_dtype(v)), isinstance(v, DeviceValue)) if _is_tensor_value(v)
+    return tuple((n, v.shape, v.dtype.str, False) if type(v) is np.ndarray  # the common case, without str(dtype)
+                 else (n, _value_shape(v), np.dtype(_value_dtype(v)).str, isinstance(v, DeviceValue)) if _is_tensor_value(v)
                  else (n, type(v).__name__) for n, v in feeds.items())

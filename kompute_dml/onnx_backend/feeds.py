@@ -65,8 +65,17 @@ def _host_value(rep: BackendRep, name: str, v: Any) -> Any:
     return as_host_array(v, field, dml=False)
 
 
+def _rule(rep: BackendRep, name: str) -> tuple[np.dtype | None, tuple[int | None, ...] | None]:
+    """An input's declared element type and shape, read from its TypeProto once per model (a run
+    of a small model spends its time here otherwise)."""
+    rule = rep.feed_rules.get(name)
+    if rule is None:
+        rule = rep.feed_rules[name] = (rep._elem_dtype(name), declared_shape(rep.declared_types.get(name)))
+    return rule
+
+
 def _typed(rep: BackendRep, name: str, given: Any, arr: np.ndarray, cast: bool) -> np.ndarray:
-    exp = rep._elem_dtype(name)
+    exp = _rule(rep, name)[0]
     if exp is None or arr.dtype == exp or arr.dtype.kind == "O":
         return arr
     try:
@@ -77,7 +86,7 @@ def _typed(rep: BackendRep, name: str, given: Any, arr: np.ndarray, cast: bool) 
 
 
 def _check_shape(rep: BackendRep, name: str, arr: Any) -> None:
-    want = declared_shape(rep.declared_types.get(name))
+    want = _rule(rep, name)[1]
     if want is None:
         return
     got = tuple(arr.shape)

@@ -68,6 +68,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         for name in set(self.constants) - set(constants):
             t = self.constants[name]
             self.declared_types.setdefault(name, helper.make_tensor_type_proto(t.data_type, list(t.dims)))
+        self.feed_rules: dict[str, Any] = {}  # feeds.py: each input's declared type and shape, read once
 
         self._validate_graph()
         self._placement_static: list[tuple[str, str, str]] = self._static_targets()
