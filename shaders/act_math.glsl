@@ -10,8 +10,8 @@
 #ifndef KDML_ACT_MATH_GLSL
 #define KDML_ACT_MATH_GLSL
 
-#define UM_P0 pc.b_str[3]
-#define UM_P1 pc.b_str[4]
+#define UM_P0 UM_PARAM_WORDS[3]
+#define UM_P1 UM_PARAM_WORDS[4]
 #define UM_ONE 0x3F800000u
 
 // the IEEE-754 product a * b, correctly rounded (NaN operands: the first NaN quieted; 0 * inf: NaN)
@@ -134,6 +134,10 @@ uint um_act(uint x) {
 #elif defined(FN_PARAMETRIC_SOFTPLUS)
     // Alpha log(1 + exp(Beta x)): Beta x rounded, softplus of it, the product rounded
     return um_mul(UM_P0, um_softplus_of(um_mul(UM_P1, x)));
+#elif defined(FN_THRESHOLD)
+    // max(x, Min) on the (ScaleBias-transformed) input; NaN stays NaN (CLIP's rule)
+    if (um_nan(x)) return um_quiet(x);
+    return um_key(x) < um_key(UM_P0) ? UM_P0 : x;
 #elif defined(FN_CLIP)
     // max(Min, min(x, Max)) on the (ScaleBias-transformed) input; NaN stays NaN
     if (um_nan(x)) return um_quiet(x);

@@ -3,8 +3,9 @@
 // ADD / ADD1 / SUBTRACT / MULTIPLY / DIVIDE, LOGICAL_EQUALS, LOGICAL_GREATER_THAN_OR_EQUAL,
 // LOGICAL_AND, IS_NAN, IF, MIN, MAX, PARAMETERIZED_RELU and integer CLIP; LOGICAL_GREATER_THAN / LESS_THAN /
 // LESS_THAN_OR_EQUAL / NOT / OR / XOR (ops/elementwise_logic.py, docs/elementwise_logic.md);
-// BIT_AND / OR / XOR / NOT (ops/elementwise_bit.py), one variant per operation and element type (the contract's
-// ew_* families): OP, IN_BITS / IN_KIND (0 unsigned, 1 signed, 2 float), OUT_BITS, NIN (input
+// BIT_AND / OR / XOR / NOT (ops/elementwise_bit.py); POW (ops/elementwise_pow.py); ATAN_YX
+// (ops/elementwise_trig.py); MODULUS_TRUNCATE / _FLOOR, BIT_SHIFT_LEFT / _RIGHT, BIT_COUNT, DIFFERENCE_SQUARE
+// (ops/elementwise_integer.py), one variant per operation and element type (the contract's ew_* families): OP, IN_BITS / IN_KIND (0 unsigned, 1 signed, 2 float), OUT_BITS, NIN (input
 // tensors), RANK (dimensions in the push block).
 //
 // Every buffer is read as 32-bit words. Integers: add, subtract and multiply wrap in the
@@ -53,6 +54,14 @@ layout(local_size_x = 256) in;
 #define OP_BNOT 23
 #define OP_CLIP 24  // ELEMENT_WISE_CLIP of integers (ops/activation_params.py; ew_clip_f16 / _f32 unused: floats take
                     // float_unary.comp's FN_CLIP): Min, Max in b_str (unused by one input)
+#define OP_POW 25  // ELEMENT_WISE_POW: EW_MATH_PUSH (prm: ScaleBias, the exponent's type at run time)
+#define OP_ATAN2 26  // ELEMENT_WISE_ATAN_YX: A the y, B the x
+#define OP_MODT 27  // ELEMENT_WISE_MODULUS_TRUNCATE (C's %, fmod)
+#define OP_MODF 28  // ELEMENT_WISE_MODULUS_FLOOR (Python's %)
+#define OP_SHL 29  // ELEMENT_WISE_BIT_SHIFT_LEFT / _RIGHT: logical, a shift of the width or more gives 0
+#define OP_SHR 30
+#define OP_POPCNT 31  // ELEMENT_WISE_BIT_COUNT: one input, UINT8 / UINT32 output
+#define OP_DSQ 32  // ELEMENT_WISE_DIFFERENCE_SQUARE: (a - b) (a - b)
 
 #if NIN == 3
 layout(std430, binding = 0) readonly buffer CBuf { uint c_buf[]; };
@@ -83,6 +92,21 @@ KDML_PUSH_BLOCK  // EW_PUSH / EW_IF_PUSH of kompute_dml/ops/contract (generated 
 #define LOAD(buf, e) bitfieldExtract(buf[(e) / IPW], int(((e) % IPW) * uint(IN_BITS)), IN_BITS)
 #endif
 #define LOAD8(buf, e) bitfieldExtract(buf[(e) / 4u], int(((e) % 4u) * 8u), 8)
+#if OP == OP_POW
+// POW's exponent: its own element type (pc.prm[3] = bits | kind << 8, kind as the contract's EW_TYPES), 8 to 32
+// bits, signed ones sign-extended to 32
+uint load_b(uint e) {
+    uint bits = pc.prm[3] & 0xFFu;
+    if (bits == 32u) return b_buf[e];
+    uint per = 32u / bits;
+    int off = int((e % per) * bits);
+    uint w = b_buf[e / per];
+    return (pc.prm[3] >> 8) == 1u ? uint(bitfieldExtract(int(w), off, int(bits))) : bitfieldExtract(w, off, int(bits));
+}
+#define LOADB(buf, e) load_b(e)
+#else
+#define LOADB(buf, e) LOAD(buf, e)
+#endif
 
 #if OUT_BITS == 64
 #define OVAL uvec2
@@ -112,6 +136,15 @@ uint f_key(uint x) {
 
 #include "f16_bits.glsl"
 #include "f32_exact.glsl"
+
+#if (OP == OP_POW && IN_KIND == 2) || OP == OP_ATAN2
+// the float math of float_unary.comp's operators (POW's ScaleBias from prm[0..2])
+#define UM_LIBRARY_ONLY 1
+#if OP == OP_POW
+#define UM_PARAM_WORDS pc.prm
+#endif
+#include "unary_math.glsl"
+#endif
 
 // float16 bits -> float32, exact; float32 -> float16 bits, nearest even (f16_bits.glsl)
 float f16_to_f32(uint h) { return uintBitsToFloat(h2f(h)); }
@@ -192,6 +225,113 @@ uint f32_mul_ieee(uint a, uint b) {
 }
 #endif
 
+#if OP == OP_POW && IN_KIND != 2
+// a^b of integers: exact where the power fits the type; where it does not (and 0 to a negative
+// power) the type's top-bit pattern (its minimum for signed types: onnxruntime's int32 Pow,
+// a double converted by x86, gives that); a negative exponent gives trunc(a^b): +-1 for a = +-1,
+// else 0. b is the exponent sign-extended (signed exponent types) or zero-extended to 32 bits.
+uint ipow(uint a, uint b) {
+    uint top = 1u << uint(IN_BITS - 1);
+    bool bneg = (pc.prm[3] >> 8) == 1u && int(b) < 0;
+#if IN_KIND == 1
+    int av = sext(a);
+    bool aneg = av < 0;
+    uint mag = aneg ? 0u - uint(av) : uint(av);
+#else
+    bool aneg = false;
+    uint mag = a;
+#endif
+    bool odd = (b & 1u) != 0u;
+    bool neg = aneg && odd;
+    if (bneg) return mag == 1u ? (neg ? 0xFFFFFFFFu : 1u) : (mag == 0u ? top : 0u);
+#if IN_KIND == 1
+    uint limit = neg ? top : top - 1u;
+#elif IN_BITS == 32
+    uint limit = 0xFFFFFFFFu;
+#else
+    uint limit = (1u << uint(IN_BITS)) - 1u;
+#endif
+    if (mag <= 1u) return b == 0u ? 1u : (neg ? 0u - mag : mag);
+    uint r = 1u, base = mag, e = b;
+    bool big = false;  // base beyond the limit: any further product overflows
+    for (int i = 0; i < 32 && e != 0u; ++i) {
+        uint hi, lo;
+        if ((e & 1u) != 0u) {
+            if (big) return top;
+            umulExtended(r, base, hi, lo);
+            if (hi != 0u || lo > limit) return top;
+            r = lo;
+        }
+        e >>= 1;
+        if (e != 0u) {
+            umulExtended(base, base, hi, lo);
+            if (hi != 0u || lo > limit) big = true;
+            else base = lo;
+        }
+    }
+    return neg ? 0u - r : r;
+}
+#endif
+
+#if (OP == OP_MODT || OP == OP_MODF) && IN_KIND == 2
+// |a| 2^k for a positive float32 (bits) whose result is representable (normal, or subnormal
+// without lost bits): exact, in integer code
+uint f32_scale(uint a, int k) {
+    if (a == 0u) return 0u;
+    uint m;
+    int e;
+    f32_unpack(a, m, e);
+    int E = e + k + 127;
+    if (E >= 1) return (uint(E) << 23) | (m & 0x7FFFFFu);
+    return m >> uint(1 - E);
+}
+
+// C's fmod(x, y) on float32 bits, exact (integer code): x's sign, |x| mod |y| from the
+// significands shifted 8 bits at a time; NaN for a NaN, x = +-inf or y = +-0; x for y = +-inf
+uint f32_fmod(uint x, uint y) {
+    uint ax = x & 0x7FFFFFFFu, ay = y & 0x7FFFFFFFu, sx = x & 0x80000000u;
+    if (ax > F32_INF) return x | 0x00400000u;
+    if (ay > F32_INF) return y | 0x00400000u;
+    if (ax == F32_INF || ay == 0u) return F32_QNAN;
+    if (ay == F32_INF || ax < ay) return x;
+    uint mx, my;
+    int ex, ey;
+    f32_unpack(ax, mx, ex);
+    f32_unpack(ay, my, ey);
+    uint r = mx % my;
+    for (int d = ex - ey; d > 0; d -= 8) {
+        int sh = min(d, 8);
+        r = (r << uint(sh)) % my;
+    }
+    if (r == 0u) return sx;
+    int top = findMSB(r);  // r 2^(ey - 23): normalize, or the subnormal units it is
+    int E = top + ey - 23 + 127;
+    if (E >= 1) return sx | (uint(E) << 23) | ((r << uint(23 - top)) & 0x7FFFFFu);
+    int u = ey + 126;
+    return sx | (u >= 0 ? r << uint(u) : r >> uint(-u));
+}
+
+// Python's x % y: r = fmod(x, y), then r + y where r and y differ in sign (the sum correctly
+// rounded: below 2^-60 both scaled by 2^64 first, so no operand or result is subnormal), a zero
+// r taking y's sign
+uint f32_fmodf(uint x, uint y) {
+    uint r = f32_fmod(x, y);
+    if ((r & 0x7FFFFFFFu) > F32_INF) return r;
+    if ((r & 0x7FFFFFFFu) == 0u) return y & 0x80000000u;
+    if (((r ^ y) >> 31) == 0u) return r;
+    uint ar = r & 0x7FFFFFFFu, ay = y & 0x7FFFFFFFu;
+    uint d;
+    if (ay >= 0x21800000u) {  // |y| >= 2^-60: a subnormal r is below 2^-43 ulp(y), flushed or not
+        precise float t = uintBitsToFloat(ay) - uintBitsToFloat(ar);
+        d = floatBitsToUint(t);
+    } else {
+        precise float t = uintBitsToFloat(f32_scale(ay, 64)) - uintBitsToFloat(f32_scale(ar, 64));
+        d = f32_scale(floatBitsToUint(t), -64);
+    }
+    return (y & 0x80000000u) | d;
+}
+#endif
+
 // ---- the operation -------------------------------------------------------------------------
 #if OP == OP_IF
 OVAL result(uint c, VAL a, VAL b) { return c != 0u ? a : b; }
@@ -201,6 +341,12 @@ OVAL result(VAL a) { return f_nan(a) ? 1u : 0u; }
 OVAL result(VAL a) { return a == 0u ? 1u : 0u; }
 #elif OP == OP_BNOT
 OVAL result(VAL a) { return ~a; }  // sub-word results are masked to their width by the store
+#elif OP == OP_POPCNT
+#if IN_BITS == 64
+OVAL result(VAL a) { return uint(bitCount(a.x) + bitCount(a.y)); }
+#else
+OVAL result(VAL a) { return uint(bitCount(a)); }  // sub-word inputs are zero-extended by LOAD
+#endif
 #elif OP == OP_ISINF
 // DML_IS_INFINITY_MODE: 0 either infinity, 1 +inf only, 2 -inf only
 OVAL result(VAL a) {
@@ -341,6 +487,80 @@ OVAL result(VAL a, VAL b) {
     bool lt = OP == OP_MAX ? a < b : b < a;
 #endif
     return lt ? b : a;
+#elif OP == OP_POW
+#if IN_KIND == 2
+    // pow_math.glsl on the (ScaleBias-transformed) float32 base; a float exponent's bits, or an
+    // integer one as an exact pair with its parity
+    uint x = um_scale_bias(to_f32_bits(a));
+    uint kind = pc.prm[3] >> 8;
+    if (kind == 2u) return from_f32_bits(um_pow_f(x, (pc.prm[3] & 0xFFu) == 16u ? h2f(b) : b));
+    bool bneg = kind == 1u && int(b) < 0;
+    uint mag = bneg ? 0u - b : b;
+    float h, l;
+    df_two_sum(float(mag >> 16) * 65536.0, float(mag & 0xFFFFu), h, l);
+    return from_f32_bits(um_pow(x, bneg ? -h : h, bneg ? -l : l, true, (mag & 1u) != 0u));
+#else
+    return ipow(a, b);
+#endif
+#elif OP == OP_ATAN2
+    return from_f32_bits(um_atan2(to_f32_bits(a), to_f32_bits(b)));
+#elif OP == OP_MODT || OP == OP_MODF
+#if IN_KIND == 2
+    // exact fmod in float32 (a float16 one fits float16 exactly); the floor form's sum rounded once
+    // in float32, then to float16
+#if OP == OP_MODT
+    return from_f32_bits(f32_fmod(to_f32_bits(a), to_f32_bits(b)));
+#else
+    return from_f32_bits(f32_fmodf(to_f32_bits(a), to_f32_bits(b)));
+#endif
+#else
+    // a - b q with DIVIDE's quotient (truncated; x / 0 has every bit set, so x mod 0 = x), then
+    // for the floor form b added where the remainder's sign differs from b's
+#if IN_BITS == 64
+    uvec2 r = sub64(a, mul64(b, IN_KIND == 1 ? div_s64(a, b) : div_u64(a, b)));
+#if OP == OP_MODF && IN_KIND == 1
+    if (r != uvec2(0u) && ((r.y ^ b.y) >> 31) != 0u) r = add64(r, b);
+#endif
+    return r;
+#else
+#if IN_KIND == 1
+    uint r = a - b * div_s32(sext(a), sext(b));
+#if OP == OP_MODF
+    int rs = sext(r & ((IN_BITS == 32) ? 0xFFFFFFFFu : ((1u << uint(IN_BITS)) - 1u)));
+    if (rs != 0 && ((rs < 0) != (sext(b) < 0))) r = uint(rs) + b;
+#endif
+    return r;
+#else
+    return a - b * div_u32(a, b);
+#endif
+#endif
+#endif
+#elif OP == OP_SHL || OP == OP_SHR
+#if IN_BITS == 64
+    if (b.y != 0u || b.x >= 64u) return uvec2(0u);
+    uint sh = b.x;
+    if (sh == 0u) return a;
+#if OP == OP_SHL
+    return sh >= 32u ? uvec2(0u, a.x << (sh - 32u)) : uvec2(a.x << sh, (a.y << sh) | (a.x >> (32u - sh)));
+#else
+    return sh >= 32u ? uvec2(a.y >> (sh - 32u), 0u) : uvec2((a.x >> sh) | (a.y << (32u - sh)), a.y >> sh);
+#endif
+#else
+    // a and b zero-extended by LOAD; a shift of the width or more gives 0; the store masks
+    if (b >= uint(IN_BITS)) return 0u;
+    return OP == OP_SHL ? a << b : a >> b;
+#endif
+#elif OP == OP_DSQ
+#if IN_KIND == 2
+    // the difference rounded to the type (float16: to float16), then its square rounded: DirectML's
+    // SUBTRACT then MULTIPLY
+    precise float d = to_f(from_f(to_f(a) - to_f(b)));
+    precise float r = d * d;
+    return from_f(r);
+#else
+    uint d = a - b;
+    return d * d;
+#endif
 #elif OP == OP_PRELU
     // x for x >= 0 (-0 included), else slope * x: floats NaN x -> NaN (quieted), the product
     // rounded once (float32 in integer code; a float16 product is exact in float32, then rounded);
@@ -366,7 +586,7 @@ OVAL result(VAL a, VAL b) {
 #if NIN == 3
 #define RESULT() result(LOAD8(c_buf, ec), LOAD(a_buf, ea), LOAD(b_buf, eb))
 #elif NIN == 2
-#define RESULT() result(LOAD(a_buf, ea), LOAD(b_buf, eb))
+#define RESULT() result(LOAD(a_buf, ea), LOADB(b_buf, eb))
 #else
 #define RESULT() result(LOAD(a_buf, ea))
 #endif

@@ -28,8 +28,8 @@ const float UM_C[6] = float[](4.1666667908e-02, -1.3888889225e-03, 2.4801587642e
 
 uint um_shl(uint a, uint b, uint o) { return o == 0u ? a : (a << o) | (b >> (32u - o)); }  // (a:b) << o, top word
 
-// sin(yh + yl), |yh| <= pi / 4, |yl| <= 2^-23 |yh|
-float um_ksin(float yh, float yl) {
+// sin(yh + yl) = hi + lo (unrounded: TAN divides it as a pair), |yh| <= pi / 4, |yl| <= 2^-23 |yh|
+void um_ksin_parts(float yh, float yl, out float hi, out float lo) {
     precise float z = yh * yh;
     precise float v = z * yh;
     precise float p = UM_S[5];
@@ -38,17 +38,24 @@ float um_ksin(float yh, float yl) {
     p = p * z + UM_S[2];
     p = p * z + UM_S[1];
     precise float small = yl * (1.0 - 0.5 * z) + v * (UM_S[0] + z * p);
-    precise float y = yh + small;
+    hi = yh;
+    lo = small;
+}
+
+float um_ksin(float yh, float yl) {
+    float h, l;
+    um_ksin_parts(yh, yl, h, l);
+    precise float y = h + l;
     return y;
 }
 
-// cos(yh + yl) = 1 - z / 2 + z^2 C(z): z = yh^2 = zh + zl exactly, 1 - zh / 2 = t + tl exactly
-float um_kcos(float yh, float yl) {
+// cos(yh + yl) = 1 - z / 2 + z^2 C(z) = hi + lo: z = yh^2 = zh + zl exactly, 1 - zh / 2 = t + tl exactly
+void um_kcos_parts(float yh, float yl, out float hi, out float lo) {
     precise float c = yh * 4097.0;
-    precise float hi = c - (c - yh);
-    precise float lo = yh - hi;
+    precise float hh = c - (c - yh);
+    precise float ll = yh - hh;
     precise float zh = yh * yh;
-    precise float zl = ((hi * hi - zh) + 2.0 * hi * lo) + lo * lo;
+    precise float zl = ((hh * hh - zh) + 2.0 * hh * ll) + ll * ll;
     precise float w = 0.5 * zh;
     precise float t = 1.0 - w;
     precise float tl = (1.0 - t) - w;
@@ -59,17 +66,22 @@ float um_kcos(float yh, float yl) {
     p = p * zh + UM_C[1];
     p = p * zh + UM_C[0];
     precise float small = (tl - (0.5 * zl + yh * yl)) + (zh * zh) * p;
-    precise float y = t + small;
+    hi = t;
+    lo = small;
+}
+
+float um_kcos(float yh, float yl) {
+    float h, l;
+    um_kcos_parts(yh, yl, h, l);
+    precise float y = h + l;
     return y;
 }
 
-// sin(x) (cos_shift 0) or cos(x) = sin(|x| + pi / 2) (cos_shift 1) on float32 bits
-uint um_trig(uint x, uint cos_shift) {
-    uint a = x & 0x7FFFFFFFu;
-    if (a > F32_INF) return um_quiet(x);
-    if (a == F32_INF) return F32_QNAN;
-    if (a < 0x39800000u) return cos_shift == 1u ? 0x3F800000u : x;  // |x| < 2^-12
-    float yh = uintBitsToFloat(a), yl = 0.0;
+// |x| = q pi / 2 + (yh + yl), |yh + yl| <= pi / 4 (the quadrant's low bits in q), for a = |x|'s
+// bits, finite and >= 2^-12; shared by SIN, COS and TAN
+uint um_trig_reduce(uint a, out float yh, out float yl) {
+    yh = uintBitsToFloat(a);
+    yl = 0.0;
     uint q = 0u;
     if (a > 0x3F490FDBu) {  // |x| > pi / 4: reduce
         uint m = (a & 0x7FFFFFu) | 0x800000u;
@@ -97,7 +109,7 @@ uint um_trig(uint x, uint cos_shift) {
         int n = 0;  // f = (f2 2^-32 + f1 2^-64) 2^-n after normalizing
         if (f2 == 0u) { f2 = f1; f1 = f0; f0 = 0u; n += 32; }
         if (f2 == 0u) { f2 = f1; f1 = f0; n += 32; }
-        if (f2 == 0u) return cos_shift == 1u ? 0x3F800000u : x;  // unreachable for float32 inputs
+        if (f2 == 0u) { yh = 0.0; return q; }  // unreachable for float32 inputs
         uint lz = uint(31 - findMSB(f2));
         uint top = um_shl(f2, f1, lz), nxt = um_shl(f1, f0, lz);
         n += int(lz);
@@ -117,6 +129,17 @@ uint um_trig(uint x, uint cos_shift) {
         yl = tl * sc;
         if (neg) { yh = -yh; yl = -yl; }
     }
+    return q;
+}
+
+// sin(x) (cos_shift 0) or cos(x) = sin(|x| + pi / 2) (cos_shift 1) on float32 bits
+uint um_trig(uint x, uint cos_shift) {
+    uint a = x & 0x7FFFFFFFu;
+    if (a > F32_INF) return um_quiet(x);
+    if (a == F32_INF) return F32_QNAN;
+    if (a < 0x39800000u) return cos_shift == 1u ? 0x3F800000u : x;  // |x| < 2^-12
+    float yh, yl;
+    uint q = um_trig_reduce(a, yh, yl);
     uint k = (q + cos_shift) & 3u;
     uint y = floatBitsToUint((k & 1u) != 0u ? um_kcos(yh, yl) : um_ksin(yh, yl));
     if ((k & 2u) != 0u) y ^= 0x80000000u;

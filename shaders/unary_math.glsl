@@ -7,18 +7,25 @@
 //
 // The element-wise block's b_str words, unused by one-input operators, carry the parameters:
 // [0] flags (1: ScaleBias present), [1] scale, [2] bias (float32 bits), [3] the operator's
-// parameter (ROUND's RoundingMode, SOFTPLUS's Steepness); act_math.glsl's operators: [3], [4].
+// parameter (ROUND's RoundingMode, SOFTPLUS's Steepness, CONSTANT_POW's Exponent); act_math.glsl's
+// operators: [3], [4]. A shader whose block has them elsewhere defines UM_PARAM_WORDS first
+// (elementwise.comp's POW: pc.prm), and UM_LIBRARY_ONLY where it takes the functions without
+// float_unary.comp's FN_<NAME> selection.
 #ifndef KDML_UNARY_MATH_GLSL
 #define KDML_UNARY_MATH_GLSL
+
+#ifndef UM_PARAM_WORDS
+#define UM_PARAM_WORDS pc.b_str
+#endif
 
 #include "f32_exact.glsl"
 #include "gelu_math.glsl"
 
 // DML_SCALE_BIAS: g(x) = x * scale + bias, a float32 product then a float32 sum (not fused)
 uint um_scale_bias(uint x) {
-    if ((pc.b_str[0] & 1u) == 0u) return x;
-    precise float t = uintBitsToFloat(x) * uintBitsToFloat(pc.b_str[1]);
-    precise float r = t + uintBitsToFloat(pc.b_str[2]);
+    if ((UM_PARAM_WORDS[0] & 1u) == 0u) return x;
+    precise float t = uintBitsToFloat(x) * uintBitsToFloat(UM_PARAM_WORDS[1]);
+    precise float r = t + uintBitsToFloat(UM_PARAM_WORDS[2]);
     return floatBitsToUint(r);
 }
 
@@ -299,18 +306,21 @@ uint um_log1p(uint u) {
 // the result is x itself (log1p(exp(-t)) / (s x) < 2^-25); -inf -> +0, +inf -> +inf.
 uint um_softplus(uint x) {
     if (um_nan(x)) return um_quiet(x);
-    float s = uintBitsToFloat(pc.b_str[3]);
+    float s = uintBitsToFloat(UM_PARAM_WORDS[3]);
     precise float t = uintBitsToFloat(x) * s;
     if (t >= 16.0) return x;
     uint l = um_log1p(um_exp(floatBitsToUint(t) | 0x80000000u));  // log1p(exp(-|t|))
     // for t <= 0 l itself: a subnormal l is never added (a flushing device would lose it)
     precise float tl = t + uintBitsToFloat(l);
     uint y = t > 0.0 ? floatBitsToUint(tl) : l;
-    return s == 1.0 ? y : f32_div_bits(y, pc.b_str[3]);
+    return s == 1.0 ? y : f32_div_bits(y, UM_PARAM_WORDS[3]);
 }
 
 #include "trig_math.glsl"  // um_trig: SIN, COS
+#include "inv_trig_math.glsl"  // TAN, ATAN, ASIN, ACOS, ATAN_YX
+#include "hyp_math.glsl"  // SINH, COSH, ASINH, ACOSH, ATANH (pow_math.glsl: POW, CONSTANT_POW)
 
+#ifndef UM_LIBRARY_ONLY
 // ---- the function of this variant --------------------------------------------------------------
 #if defined(FN_ABS)
 uint um_f(uint x) { return x & 0x7FFFFFFFu; }
@@ -321,7 +331,7 @@ uint um_f(uint x) { return um_round(x, 4u); }
 #elif defined(FN_FLOOR)
 uint um_f(uint x) { return um_round(x, 3u); }
 #elif defined(FN_ROUND)
-uint um_f(uint x) { return um_round(x, pc.b_str[3]); }
+uint um_f(uint x) { return um_round(x, UM_PARAM_WORDS[3]); }
 #elif defined(FN_SIGN)
 uint um_f(uint x) { return um_sign(x); }
 #elif defined(FN_RECIP)
@@ -346,6 +356,26 @@ uint um_f(uint x) { return um_softplus(x); }
 uint um_f(uint x) { return um_trig(x, 0u); }
 #elif defined(FN_COS)
 uint um_f(uint x) { return um_trig(x, 1u); }
+#elif defined(FN_TAN)
+uint um_f(uint x) { return um_tan(x); }
+#elif defined(FN_ATAN)
+uint um_f(uint x) { return um_atan(x); }
+#elif defined(FN_ASIN)
+uint um_f(uint x) { return um_asin(x); }
+#elif defined(FN_ACOS)
+uint um_f(uint x) { return um_acos(x); }
+#elif defined(FN_SINH)
+uint um_f(uint x) { return um_sinh(x); }
+#elif defined(FN_COSH)
+uint um_f(uint x) { return um_cosh(x); }
+#elif defined(FN_ASINH)
+uint um_f(uint x) { return um_asinh(x); }
+#elif defined(FN_ACOSH)
+uint um_f(uint x) { return um_acosh(x); }
+#elif defined(FN_ATANH)
+uint um_f(uint x) { return um_atanh(x); }
+#elif defined(FN_CONSTANT_POW)
+uint um_f(uint x) { return um_pow_f(x, UM_PARAM_WORDS[3]); }
 #else  // the parameterized activations and CLIP (ops/activation_params.py)
 #include "act_math.glsl"
 uint um_f(uint x) { return um_act(x); }
@@ -354,5 +384,6 @@ uint um_f(uint x) { return um_act(x); }
 // FLOAT16: decoded exactly, computed in float32, rounded once to float16 (f16_bits.glsl)
 uint fn32(uint x) { return um_f(um_scale_bias(x)); }
 uint fn16(uint h) { return f2h(fn32(h2f(h))); }
+#endif  // UM_LIBRARY_ONLY
 
 #endif

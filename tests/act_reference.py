@@ -46,6 +46,9 @@ def exact32(helper: str, x: np.ndarray, **p: Any) -> np.ndarray:
             return np.where(v > t, v - b, np.where(v < -t, v + b, F(0))).astype(F)
         if helper == "linear":
             return ((_p(p.get("alpha", 1.0)) * v).astype(F) + _p(p.get("beta", 0.0))).astype(F)
+        if helper == "threshold":  # max(x, min); NaN stays NaN
+            lo = _p(p.get("min", -np.finfo(F).max))
+            return np.where(v < lo, lo, v).astype(F)
         if helper == "clip":
             lo, hi = _p(p.get("min", -np.finfo(F).max)), _p(p.get("max", np.finfo(F).max))
             y = np.where(v > hi, hi, v)

@@ -30,6 +30,7 @@ PARAMS = {
     "shrink": ({}, {"bias": 0.3, "threshold": 1.5}), "linear": ({}, {"alpha": -1.5, "beta": 0.1}),
     "scaled_tanh": ({}, {"alpha": 1.7159, "beta": 0.6667}), "parametric_softplus": ({}, {"alpha": 0.5, "beta": 3.0}),
     "clip": ({}, {"min": -1.5, "max": 2.0, "scale_bias": kdml.ScaleBias(0.5, 0.25)}),
+    "threshold": ({}, {"min": 0.25, "scale_bias": kdml.ScaleBias(-2.0, 1.0)}, {"min": -np.inf}),
 }
 
 

@@ -4,7 +4,8 @@ exact operators bit for bit, the others within docs/elementwise_unary.md's bound
 input, 2^20 float32 inputs with the special values; ScaleBias and ROUND's modes; 1-8 dimensions
 with random strides and broadcast inputs at random offsets with guard bytes and poisoned outputs
 whose every other byte must stay unchanged; in place; refused descriptors and feature levels;
-ONNX nodes through the backend against onnxruntime."""
+ONNX nodes through the backend against onnxruntime. ops/elementwise_trig.py's rows of the table
+(TAN ... ATANH) run the same tests."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from helpers import assert_outside_unchanged, place, poison_against, random_stri
 from unary_reference import check_close, check_exact, every_float16, float32_inputs, reference64
 
 import kompute_dml as kdml
-from kompute_dml.ops.elementwise_unary import OPS, UnaryOp
+from kompute_dml.ops import elementwise_trig, elementwise_unary
+from kompute_dml.ops.elementwise_unary import UnaryOp
 
+OPS = elementwise_unary.OPS + elementwise_trig.OPS  # the table and ops/elementwise_trig.py's rows of it
 DT = kdml.DataType
 FL = kdml.FeatureLevel
 TD = kdml.TensorDesc
@@ -25,7 +28,10 @@ FLOATS = (DT.FLOAT32, DT.FLOAT16)
 # and bounds at the sampled maximum failed on a random draw: SIGMOID 2.40 against 2.3)
 BOUND = {"exp": (1.3, 0.5), "log": (0.9, 0.5), "sigmoid": (2.6, 0.5), "softsign": (1.6, 0.5), "tanh": (1.6, 0.5),
          "elementwise_tanh": (1.6, 0.5), "erf": (1.6, 0.5), "softplus": (2.1, 0.5),
-         "sin": (0.85, 0.5), "cos": (0.85, 0.5)}  # SIN / COS: 0.819 / 0.813 over every float32 (docs/elementwise_unary.md)
+         "sin": (0.85, 0.5), "cos": (0.85, 0.5),  # SIN / COS: 0.819 / 0.813 over every float32 (docs/elementwise_unary.md)
+         # ops/elementwise_trig.py (docs/elementwise_trig.md: the largest errors over every float32)
+         "tan": (0.95, 0.5), "asin": (0.7, 0.5), "acos": (0.7, 0.5), "atan": (0.9, 0.5), "sinh": (0.9, 0.5),
+         "cosh": (0.7, 0.5), "asinh": (0.7, 0.5), "acosh": (0.6, 0.5), "atanh": (0.8, 0.5)}
 # SOFTPLUS with a steepness s != 1: the division by s adds its rounding (measured 2.76 at s = 3)
 STEEP_BOUND = (3.0, 0.5)
 F16_SLACK = 1e-3  # the float16 results' reference is the float64 value: 0.5 ulp + the float32 error

@@ -1,4 +1,4 @@
-"""The numpy reference of kompute_dml/ops/elementwise_unary.py's operators: each function in
+"""The numpy reference of kompute_dml/ops/elementwise_unary.py's operators (and ops/elementwise_trig.py's rows): each function in
 float64 on the (exactly widened) input, then, for the exact operators, one rounding to the data
 type; `ulp_error` measures the others in units in the last place of the data type. Used by
 tests/test_elementwise_unary.py and tools/measure_unary.py (the bounds in
@@ -43,6 +43,8 @@ REFERENCE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "reciprocal": lambda x: 1.0 / x, "sqrt": np.sqrt, "exp": np.exp, "log": np.log, "sigmoid": _sigmoid,
     "softsign": _softsign, "tanh": np.tanh, "elementwise_tanh": np.tanh, "erf": _erf, "softplus": _softplus,
     "sin": np.sin, "cos": np.cos,  # float64 libm: accurate for every float32 argument (< 1 ulp of float64)
+    "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
+    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,  # ops/elementwise_trig.py
 }
 ROUND = {0: np.round, 1: np.trunc, 2: _round_away}  # DML_ROUNDING_MODE -> numpy (np.round: halves to even)
 

@@ -90,7 +90,8 @@ def exports_block() -> str:
     lines = []
     for module in sorted(by_module):
         rel = "." + module.removeprefix("kompute_dml.")
-        names = sorted(by_module[module])
+        # as ruff's isort orders them: constants, classes, functions, each case-insensitively
+        names = sorted(by_module[module], key=lambda n: (0 if n.isupper() else 1 if n[0].isupper() else 2, n.lower(), n))
         lines.extend(f"    from {rel} import {n} as {n}\n" for n in names)
     return "".join(lines)
 

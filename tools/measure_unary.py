@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Measure kompute_dml/ops/elementwise_unary.py's operators on the default device against the
+"""Measure kompute_dml/ops/elementwise_unary.py's and ops/elementwise_trig.py's operators on the default device against the
 float64 numpy reference (tests/unary_reference.py): every float16 input, and 2^20 float32
 inputs (special values, random bit patterns, random values in [-100, 100]) plus, per operator,
-2^20 values from its interesting range (SIN / COS: and the values nearest multiples of pi / 2).
+2^20 values from its interesting range (SIN, COS, TAN: and the values nearest multiples of pi / 2).
 Prints, per operator and type, the largest error in ulps and the share of results that are the
 correctly rounded one (docs/elementwise_unary.md). `--params`: ops/activation_params.py's ELU,
 CELU, SCALED_ELU, SCALED_TANH and PARAMETRIC_SOFTPLUS against tests/act_reference.py
-(docs/activation_params.md)."""
+(docs/activation_params.md). `--pow`: ELEMENT_WISE_POW by input class (docs/elementwise_pow.md)."""
 
 from __future__ import annotations
 
@@ -29,12 +29,16 @@ from unary_reference import (  # noqa: E402
 )
 
 import kompute_dml as kdml  # noqa: E402
-from kompute_dml.ops.elementwise_unary import OPS  # noqa: E402
+from kompute_dml.ops import elementwise_trig, elementwise_unary  # noqa: E402
+
+OPS = elementwise_unary.OPS + elementwise_trig.OPS
 
 # values where each function is hardest: near its overflow / underflow and cancellation points
 RANGES = {"exp": (-104.0, 89.0), "log": (0.0, 4.0), "sigmoid": (-90.0, 20.0), "softsign": (-4.0, 4.0), "tanh": (-1.0, 1.0),
           "elementwise_tanh": (-10.0, 10.0), "erf": (-4.5, 4.5), "softplus": (-110.0, 20.0),
-          "sin": (-8192.0, 8192.0), "cos": (-8192.0, 8192.0)}  # rotary angles: positions up to 8192
+          "sin": (-8192.0, 8192.0), "cos": (-8192.0, 8192.0),  # rotary angles: positions up to 8192
+          "tan": (-8192.0, 8192.0), "asin": (-1.0, 1.0), "acos": (-1.0, 1.0), "atan": (-4.0, 4.0), "sinh": (-20.0, 20.0),
+          "cosh": (-20.0, 20.0), "asinh": (-8.0, 8.0), "acosh": (1.0, 8.0), "atanh": (-1.0, 1.0)}
 
 
 def _erf64(x: np.ndarray) -> np.ndarray:
@@ -104,7 +108,39 @@ def measure_params(rng: np.random.Generator, dev: kdml.Device) -> None:
                 print(f"| {helper} | {kw or 'defaults'} | {x.dtype} | {x.size} | {err.max():.3f} | {same.mean():.6f} |")
 
 
+def measure_pow(rng: np.random.Generator, dev: kdml.Device) -> None:
+    """`--pow`: ELEMENT_WISE_POW's bound (docs/elementwise_pow.md) against float64 numpy.power, by
+    input class (2^20 pairs each; float16: a 1024 x 1024 grid of its values)."""
+    n = 1 << 20
+    f32 = np.float32
+    cases = {
+        "random bit patterns": (float32_inputs(rng, n), rng.permutation(float32_inputs(rng, n))),
+        "x in [0, 10], y in [-30, 30]": (rng.uniform(0, 10, n).astype(f32), rng.uniform(-30, 30, n).astype(f32)),
+        "x within 1e-3 of 1, y in [-1e5, 1e5]": ((1 + rng.uniform(-1e-3, 1e-3, n)).astype(f32), rng.uniform(-1e5, 1e5, n).astype(f32)),
+        "x over every binade, y in [-2, 2]": (np.exp2(rng.uniform(-149, 128, n)).astype(f32), rng.uniform(-2, 2, n).astype(f32)),
+        "integral y in [-64, 64]": ((rng.standard_normal(n) * 4).astype(f32), rng.integers(-64, 65, n).astype(f32)),
+        "integral y in [-5000, 5000], x near 1": ((1 + rng.uniform(-1e-2, 1e-2, n)).astype(f32),
+                                              rng.integers(-5000, 5000, n).astype(f32)),
+        "results near overflow / underflow": (rng.uniform(1.5, 2.5, n).astype(f32), rng.uniform(-155, 130, n).astype(f32)),
+    }
+    h = every_float16()
+    cases["float16 grid"] = (np.repeat(h[::64], 1024), np.tile(h[::64], 1024))
+    print("| inputs | pairs | max error (ulp) | correctly rounded |")
+    print("| --- | --- | --- | --- |")
+    for name, (x, y) in cases.items():
+        x, y = x[: min(x.size, y.size)], y[: min(x.size, y.size)]
+        got = kdml.pow(x, y, device=dev).numpy()
+        with np.errstate(all="ignore"):
+            ref = np.power(x.astype(np.float64), y.astype(np.float64))
+        want = rounded(ref, x.dtype)
+        same = np.isnan(want) | (got == want)
+        print(f"| {name} ({x.dtype}) | {x.size} | {ulp_error(got, ref).max():.3f} | {same.mean():.6f} |")
+
+
 def main() -> None:
+    if "--pow" in sys.argv:
+        measure_pow(np.random.default_rng(2024), kdml.Device())
+        return
     if "--params" in sys.argv:
         measure_params(np.random.default_rng(2024), kdml.Device())
         return
@@ -128,7 +164,7 @@ def main() -> None:
         fn = getattr(kdml, op.helper)
         lo, hi = RANGES.get(op.helper, (-100.0, 100.0))
         x32 = np.concatenate([float32_inputs(rng), rng.uniform(lo, hi, 1 << 20).astype(np.float32)])
-        if op.helper in ("sin", "cos"):  # + 3 (2^20 + 101) values nearest multiples of pi / 2
+        if op.helper in ("sin", "cos", "tan"):  # + 3 (2^20 + 101) values nearest multiples of pi / 2
             x32 = np.concatenate([x32, near_half_pi_multiples(1 << 20)])
         for s in (1.0, 2.0, 3.0) if op.steepness else (1.0,):  # SOFTPLUS: s x exact, then rounded
             kw = {"steepness": s} if op.steepness else {}

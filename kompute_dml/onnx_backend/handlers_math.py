@@ -160,22 +160,7 @@ def compare(helper: str) -> Any:
     return _binary(getattr(kdml, helper), bool_out=True)
 
 
-def _h_pow(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    """Pow with a constant exponent of 1, 2 or 3 (ops/onnx_types.small_integer_exponent) as
-    ELEMENT_WISE_MULTIPLY: x * x, (x * x) * x, the roundings of onnxruntime's CPU kernel, which
-    special-cases those exponents the same way (GPT-2's GELU cube, RMSNorm's square)."""
-    e = int(np.asarray(ctx.host(ins[1], stats)).reshape(-1)[0])
-    dt = _value_dtype(ins[0])
-    (t,) = _operands(ctx, node, ins[:1], stats)
-    shape, out = _out(ctx, ins[:1], dt)
-    if e == 1:
-        return [DeviceValue(kdml.copy(t, out=out, device=ctx.device), shape, dt)]
-    square = kdml.mul(t, t, out=out if e == 2 else ctx.out_tensor(t.desc.sizes, dt), device=ctx.device)
-    return [DeviceValue(square if e == 2 else kdml.mul(square, t, out=out, device=ctx.device), shape, dt)]
-
-
 MATH_HANDLERS = {
-    "Pow": _h_pow,
     "And": _h_and,
     "Where": _h_where,
     "IsNaN": _h_isnan,

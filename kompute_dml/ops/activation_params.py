@@ -7,19 +7,20 @@ ACTIVATION_LEAKY_RELU (Alpha), ACTIVATION_ELU (Alpha), ACTIVATION_CELU (Alpha),
 ACTIVATION_SCALED_ELU (Alpha, Gamma), ACTIVATION_HARD_SIGMOID (Alpha, Beta), ACTIVATION_HARD_SWISH
 (Alpha, Beta), ACTIVATION_THRESHOLDED_RELU (Alpha), ACTIVATION_SHRINK (Bias, Threshold),
 ACTIVATION_LINEAR (Alpha, Beta), ACTIVATION_SCALED_TANH (Alpha, Beta),
-ACTIVATION_PARAMETRIC_SOFTPLUS (Alpha, Beta), ELEMENT_WISE_CLIP (ScaleBias, Min, Max).
+ACTIVATION_PARAMETRIC_SOFTPLUS (Alpha, Beta), ELEMENT_WISE_THRESHOLD (ScaleBias, Min: max(x, Min), CLIP
+without its Max), ELEMENT_WISE_CLIP (ScaleBias, Min, Max).
 
 Each evaluates its page's formula in float32, one rounding per step in the order its docstring
 and docs/activation_params.md give (products correctly rounded in integer code, sums by the
 device's float32 + and -, comparisons on the bits); FLOAT16 inputs are widened exactly and the
 float32 result rounded once. Exact (bit for bit a numpy float32 evaluation of the same steps):
-LEAKY_RELU, HARD_SIGMOID, HARD_SWISH, THRESHOLDED_RELU, SHRINK, LINEAR, CLIP. ELU, CELU,
+LEAKY_RELU, HARD_SIGMOID, HARD_SWISH, THRESHOLDED_RELU, SHRINK, LINEAR, THRESHOLD, CLIP. ELU, CELU,
 SCALED_ELU, SCALED_TANH and PARAMETRIC_SOFTPLUS use unary_math.glsl's exp / expm1 / tanh / log1p
 and are within the float32 ulp bounds measured by `python tools/measure_unary.py --params`
 (docs/activation_params.md); float16 0.5 ulp plus the float32 error.
 
-Special values: NaN in gives NaN out, except THRESHOLDED_RELU and SHRINK, whose comparisons are
-false for NaN: +0 (the pages' "0, otherwise"). Parameters are rounded to float32 at compile and
+Special values: NaN in gives NaN out (THRESHOLD too, as CLIP), except THRESHOLDED_RELU and SHRINK,
+whose comparisons are false for NaN: +0 (the pages' "0, otherwise"). Parameters are rounded to float32 at compile and
 must not be NaN (InvalidArgumentError naming the field); any other value (infinities, 0,
 negative) is taken as the formula has it. CLIP with Min > Max gives Min (the page's
 max(Min, min(x, Max))). The pages' FLOAT32 / FLOAT16 rows are implemented, and CLIP's integer
@@ -57,7 +58,7 @@ from .spec import OnnxOp
 
 # their families in shaders/float_unary.comp (FN_<NAME>: shaders/act_math.glsl); ops/contract reads this line
 FLOAT_UNARY = ("leaky_relu", "elu", "celu", "selu", "hard_sigmoid", "hard_swish", "thresholded_relu", "shrink",
-               "linear", "scaled_tanh", "parametric_softplus", "clip")
+               "linear", "scaled_tanh", "parametric_softplus", "threshold", "clip")
 
 L30 = ((FL.FL_3_0, (1, 8)),)
 L62 = ((FL.FL_6_2, (1, 8)),)
@@ -89,6 +90,8 @@ OPS = (
             False, params=(("alpha", 1.0), ("beta", 1.0))),
     UnaryOp("ACTIVATION_PARAMETRIC_SOFTPLUS", 43, "", "parametric_softplus", "parametric_softplus", LACT, False,
             "alpha * ln(1 + exp(beta * x))", False, params=(("alpha", 1.0), ("beta", 1.0))),
+    UnaryOp("ELEMENT_WISE_THRESHOLD", 32, "", "threshold", "threshold", L10, True, "max(x, min)", True,
+            params=(("min", -F32_MAX),)),
     UnaryOp("ELEMENT_WISE_CLIP", 8, "Clip", "clip", "clip", L10, True, "max(min, min(x, max))", True,
             params=(("min", -F32_MAX), ("max", F32_MAX))),
 )
@@ -97,6 +100,7 @@ OPS = (
 # ---- ELEMENT_WISE_CLIP of integers: the page's table adds them from 2_1 (8- to 32-bit) and 5_0
 # (64-bit); they run on shaders/elementwise.comp (contract.EW_EXT), the floats on FN_CLIP
 CLIP = OPS[-1]
+assert CLIP.name == "ELEMENT_WISE_CLIP"
 _CLIP_ROWS = ((FL.FL_1_0, (4, 4), FLOATS), (FL.FL_2_1, (4, 4), FLOATS | INTS_8_32),
               (FL.FL_3_0, (1, 8), FLOATS | INTS_8_32), (FL.FL_5_0, (1, 8), NUMERIC))
 CLIP_SUPPORT = OperatorSupport(CLIP.name, CLIP.op_type, tuple(

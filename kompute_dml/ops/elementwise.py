@@ -33,7 +33,7 @@ from ..core.registry import (
     row,
 )
 from ..core.tensor_desc import TensorDesc
-from . import contract, onnx_types
+from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable, plan_elementwise
 from .spec import OnnxOp, OperatorSpec
@@ -314,8 +314,7 @@ SPECS = (
                  onnx=(OnnxOp("Sub", "", "sub", kind="binary"),)),
     OperatorSpec(ElementWiseMultiplyDesc, ELEMENT_WISE_MULTIPLY, _arith("mul", ELEMENT_WISE_MULTIPLY),
                  (contract.EW_MUL,), helpers=("mul",),
-                 onnx=(OnnxOp("Mul", "", "mul", kind="binary"),
-                       OnnxOp("Pow", "", "mul", check=onnx_types.small_integer_exponent))),
+                 onnx=(OnnxOp("Mul", "", "mul", kind="binary"),)),
     OperatorSpec(ElementWiseDivideDesc, ELEMENT_WISE_DIVIDE, _arith("div", ELEMENT_WISE_DIVIDE),
                  (contract.EW_DIV,), helpers=("div",),
                  onnx=(OnnxOp("Div", "", "div", kind="binary"),)),

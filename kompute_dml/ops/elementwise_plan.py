@@ -43,14 +43,18 @@ def check_addressable(fields: Sequence[str], descs: Sequence[TensorDesc]) -> Non
 
 
 def plan_elementwise(family: contract.ShaderFamily, variant: str, descs: Sequence[TensorDesc],
-                     max_groups: int = 65535, unused_b: Sequence[int] = ()) -> list[DispatchPlan]:
+                     max_groups: int = 65535, unused_b: Sequence[int] = (), prm: Sequence[int] = ()) -> list[DispatchPlan]:
     """The dispatches of one element-wise operator: `descs` are its tensors in binding order
     (the output last), all of the output's sizes. `unused_b`: for one input, the first words of
-    the block's unused b_str (an operator's parameters: scale, bias, modes), the rest 0."""
+    the block's unused b_str (an operator's parameters: scale, bias, modes), the rest 0; `prm`:
+    the words of a block's `prm` member (contract.EW_MATH_PUSH), the rest 0. The dimensions the
+    shader walks are the block's (`size`)."""
     out = descs[-1]
     n = len(descs)
     prefixes = _prefixes(n)
-    rank = contract.EW_IF_RANK if n == 4 else contract.EW_RANK
+    push = getattr(family, "push", None)  # (GATHER's wrapper has none: the element-wise block's ranks)
+    layout = {name: words for name, _, words in push.layout()} if push is not None else {}
+    rank = layout.get("size", contract.EW_IF_RANK if n == 4 else contract.EW_RANK)
     sizes, strides = merge_dims(out.sizes, *(d.effective_strides for d in descs))
     host = sorted(sorted(range(len(sizes)), key=lambda d: sizes[d])[:max(0, len(sizes) - rank)])
     inner = [d for d in range(len(sizes)) if d not in host]
@@ -61,6 +65,8 @@ def plan_elementwise(family: contract.ShaderFamily, variant: str, descs: Sequenc
     fixed: dict[str, object] = {"count": count, "size": [*pad, *(sizes[d] for d in inner)]}
     if n == 2:  # IS_NAN: one input, the block's B members unused
         fixed.update(b_off=0, b_base=0, b_str=[*unused_b, *[0] * (rank - len(unused_b))])
+    if "prm" in layout:
+        fixed["prm"] = [*prm, *[0] * (layout["prm"] - len(prm))]
     for p, st in zip(prefixes, strides):
         fixed[f"{p}_off"] = 0
         fixed[f"{p}_str"] = [0] * len(pad) + [st[d] for d in inner]

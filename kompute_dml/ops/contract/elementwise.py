@@ -25,7 +25,8 @@ EW_TYPES = {"f32": (32, 2), "f16": (16, 2), "i8": (8, 1), "u8": (8, 0), "i16": (
             "b32": (32, 0), "b64": (64, 0)}
 EW_OPS = {"add": 1, "sub": 2, "mul": 3, "div": 4, "eq": 5, "ge": 6, "and": 7, "isnan": 8, "if": 9, "isinf": 10,
           "min": 11, "max": 12, "prelu": 13, "gt": 14, "lt": 15, "le": 16, "not": 17, "or": 18, "xor": 19, "band": 20,
-          "bor": 21, "bxor": 22, "bnot": 23, "clip": 24}
+          "bor": 21, "bxor": 22, "bnot": 23, "clip": 24, "pow": 25, "atan2": 26, "modt": 27, "modf": 28, "shl": 29,
+          "shr": 30, "popcnt": 31, "dsq": 32}
 _EW_WRAP = ("b8", "b16", "b32", "b64", "f16", "f32")  # two's complement wraps alike in both signednesses
 _EW_SIGNED = ("u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "f16", "f32")
 
@@ -53,6 +54,26 @@ EW_ISINF = family("ew_isinf", "elementwise.comp", "ew_isinf_{t}_o{ob}", EW_PUSH,
 # MIN, MAX, PRELU (input A) and integer CLIP (one input; Min, Max in b_str; ew_clip_f16 / _f32 unused)
 EW_EXT = family("ew_ext", "elementwise.comp", "ew_{op}_{t}", EW_PUSH, _L256, op=("min", "max", "prelu", "clip"), t=_EW_SIGNED,
                 defines=lambda op, t: {**_ew("add", t, nin=1 + (op != "clip")), "OP": EW_OPS[op]})
+# ---- ELEMENT_WISE_POW (ops/elementwise_pow.py): a block of 5 dimensions and 4 parameter words (prm: ScaleBias
+# flags, scale, bias; the exponent's element type at run time, bits | kind << 8, kind as EW_TYPES')
+EW_MATH_RANK = 5
+EW_MATH_PUSH = block("a_off", "b_off", "o_off", "a_base", "b_base", "o_base", "count", f"size[{EW_MATH_RANK}]",
+                     f"a_str[{EW_MATH_RANK}]", f"b_str[{EW_MATH_RANK}]", f"o_str[{EW_MATH_RANK}]", "prm[4]")
+EW_POW = family("ew_pow", "elementwise.comp", "ew_pow_{t}", EW_MATH_PUSH, _L256,
+                t=("f32", "f16", "i8", "u8", "i16", "u16", "i32", "u32"),
+                defines=lambda t: {**_ew("pow", t), "RANK": EW_MATH_RANK})
+# ELEMENT_WISE_ATAN_YX (ops/elementwise_trig.py); MODULUS_TRUNCATE / _FLOOR, BIT_SHIFT_LEFT / _RIGHT, BIT_COUNT
+# (UINT8 / UINT32 outputs) and DIFFERENCE_SQUARE (ops/elementwise_integer.py)
+EW_ATAN2 = family("ew_atan2", "elementwise.comp", "ew_atan2_{t}", EW_PUSH, _L256, t=("f32", "f16"),
+                  defines=lambda t: _ew("atan2", t))
+EW_MOD = family("ew_mod", "elementwise.comp", "ew_{op}_{t}", EW_PUSH, _L256, op=("modt", "modf"), t=_EW_SIGNED,
+                defines=lambda op, t: _ew(op, t))
+EW_SHIFT = family("ew_shift", "elementwise.comp", "ew_{op}_{t}", EW_PUSH, _L256, op=("shl", "shr"),
+                  t=("b8", "b16", "b32", "b64"), defines=lambda op, t: _ew(op, t))
+EW_POPCNT = family("ew_popcnt", "elementwise.comp", "ew_popcnt_{t}_o{ob}", EW_PUSH, _L256, t=("b8", "b16", "b32", "b64"),
+                   ob=(8, 32), defines=lambda t, ob: _ew("popcnt", t, ob, nin=1))
+EW_DSQ = family("ew_dsq", "elementwise.comp", "ew_dsq_{t}", EW_PUSH, _L256, t=("f32", "f16", "b32"),
+                defines=lambda t: _ew("dsq", t))
 EW_IF = family("ew_if", "elementwise.comp", "ew_if_{t}", EW_IF_PUSH, _L256, t=("b8", "b16", "b32", "b64"),
                defines=lambda t: _ew("if", t, nin=3))
 
