@@ -6,7 +6,8 @@ inputs (special values, random bit patterns, random values in [-100, 100]) plus,
 Prints, per operator and type, the largest error in ulps and the share of results that are the
 correctly rounded one (docs/elementwise_unary.md). `--params`: ops/activation_params.py's ELU,
 CELU, SCALED_ELU, SCALED_TANH and PARAMETRIC_SOFTPLUS against tests/act_reference.py
-(docs/activation_params.md). `--pow`: ELEMENT_WISE_POW by input class (docs/elementwise_pow.md)."""
+(docs/activation_params.md). `--pow`: ELEMENT_WISE_POW by input class (docs/elementwise_pow.md); `--atan2`:
+ELEMENT_WISE_ATAN_YX (docs/elementwise_trig.md)."""
 
 from __future__ import annotations
 
@@ -137,7 +138,31 @@ def measure_pow(rng: np.random.Generator, dev: kdml.Device) -> None:
         print(f"| {name} ({x.dtype}) | {x.size} | {ulp_error(got, ref).max():.3f} | {same.mean():.6f} |")
 
 
+def measure_atan2(rng: np.random.Generator, dev: kdml.Device) -> None:
+    """`--atan2`: ELEMENT_WISE_ATAN_YX against float64 numpy.arctan2 (docs/elementwise_trig.md)."""
+    n = 1 << 20
+    spread = [(rng.standard_normal(n) * np.exp2(rng.integers(-140, 120, n))).astype(np.float32) for _ in range(2)]
+    h = every_float16()
+    cases = {"random bit patterns (float32)": (float32_inputs(rng, n), rng.permutation(float32_inputs(rng, n))),
+             "y, x in [-10, 10] (float32)": tuple(rng.uniform(-10, 10, (2, n)).astype(np.float32)),
+             "magnitudes 2^-140 to 2^120 (float32)": tuple(spread),
+             "float16 grid": (np.repeat(h[::64], 1024), np.tile(h[::64], 1024))}
+    print("| inputs | pairs | max error (ulp) | correctly rounded |")
+    print("| --- | --- | --- | --- |")
+    for name, (y, x) in cases.items():
+        y, x = y[: min(y.size, x.size)], x[: min(y.size, x.size)]
+        got = kdml.atan2(y, x, device=dev).numpy()
+        with np.errstate(all="ignore"):
+            ref = np.arctan2(y.astype(np.float64), x.astype(np.float64))
+        want = rounded(ref, y.dtype)
+        same = np.isnan(want) | (got == want)
+        print(f"| {name} | {y.size} | {ulp_error(got, ref).max():.3f} | {same.mean():.6f} |")
+
+
 def main() -> None:
+    if "--atan2" in sys.argv:
+        measure_atan2(np.random.default_rng(2024), kdml.Device())
+        return
     if "--pow" in sys.argv:
         measure_pow(np.random.default_rng(2024), kdml.Device())
         return
