@@ -3,7 +3,7 @@ ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp (
 up to opset 12 / 17, ReduceSum's an input from 13, the others' from 18; keepdims;
 noop_with_empty_axes; negative axes), ArgMax and ArgMin (axis, keepdims; INT64 indices; the first
 index of the extreme: select_last_index = 1 raises FallbackNeeded, the node then runs on the
-CPU). An axes input must be a constant known on the host (FallbackNeeded otherwise, also decided
+CPU); TopK on TOP_K1 (ops/top_k.py). An axes input must be a constant known on the host (FallbackNeeded otherwise, also decided
 at prepare by the OnnxOp's rule); an empty or 0-dimensional input runs on the CPU."""
 
 from __future__ import annotations
@@ -62,4 +62,32 @@ def _h_reduce(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: Run
     return [DeviceValue(helper(t, axes, keepdims, out=out, device=ctx.device, **kw), out_shape, out_dt)]
 
 
-REDUCE_HANDLERS = {op_type: _h_reduce for op_type in ONNX_REDUCE}
+def _h_topk(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """TopK on TOP_K1 (ops/top_k.py): k from the input (opset 10+; read on the host: a fed or
+    device-computed k makes a plan raise FallbackNeeded, and the model runs node by node, where k
+    is read at each run) or the attribute (opset 1), `axis`, `largest`; `sorted` = 0 leaves the
+    order free, TOP_K1's sorted one is returned; the int64 indices are the UINT64 index output
+    over the same bytes."""
+    x = ins[0]
+    shape = tuple(_value_shape(x))
+    if not shape or 0 in shape:
+        raise FallbackNeeded("an empty or 0-dimensional input")
+    if len(node.input) > 1 and node.input[1]:
+        k = int(np.asarray(ctx.host(ins[1], stats)).reshape(-1)[0])
+    else:
+        k = int(_attr(node, "k", 0))
+    axis = int(_attr(node, "axis", -1)) % len(shape)
+    if not 1 <= k <= shape[axis]:
+        raise FallbackNeeded(f"k = {k} outside [1, {shape[axis]}]")
+    dt = _value_dtype(x)
+    out_shape = (*shape[:axis], k, *shape[axis + 1:])
+    values = ctx.out_tensor(out_shape, dml_numpy(dt))
+    indices = ctx.out_tensor(out_shape, np.int64)
+    u64 = kdml.Tensor.trusted(indices.buffer, kdml.TensorDesc(kdml.DataType.UINT64, indices.desc.sizes,
+                                                              indices.desc.strides), indices.offset)
+    kdml.top_k(device_tensor(ctx, x, stats, node.input[0]), k, axis=axis, largest=bool(int(_attr(node, "largest", 1))),
+               out=(values, u64), device=ctx.device)
+    return [DeviceValue(values, out_shape, dt), DeviceValue(indices, out_shape, np.dtype(np.int64))]
+
+
+REDUCE_HANDLERS = {**{op_type: _h_reduce for op_type in ONNX_REDUCE}, "TopK": _h_topk}

@@ -204,6 +204,7 @@ from .elementwise import (  # noqa: E402
     EW_XOR,
 )
 from .fill_pad import FILL, FILL_PUSH, FILL_SEQ, PAD, PAD_PUSH, PAD_RANK  # noqa: E402, F401
+from .top_k import TOPK, TOPK_PUSH, TOPK_RANK, TOPK_TILE  # noqa: E402, F401
 
 # ---- CAST (ops/cast.py, shaders/cast.comp): the element-wise block and plans, a variant per
 # (input type, output type) of the 8- to 64-bit types (64-bit integers as word pairs)
@@ -389,7 +390,8 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     EW_OR, EW_XOR, EW_BAND, EW_BOR, EW_BXOR, EW_BNOT,
     EW_POW, EW_ATAN2, EW_MOD, EW_SHIFT, EW_POPCNT, EW_DSQ, CUM, CUM_WG, CAST, DEQUANT, GATHER, GATHER_CHECK, FILL, FILL_SEQ, PAD,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
-    DQL_MINMAX, DQL_QUANT, EW_EXT, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, POOL, POOL_Q8, BN, GEMM, GEMM_COOP,
+    DQL_MINMAX, DQL_QUANT, EW_EXT, TOPK,
+    MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, POOL, POOL_Q8, BN, GEMM, GEMM_COOP,
 )
 
 
