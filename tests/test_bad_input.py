@@ -395,8 +395,8 @@ simple("buffer-bool", IAE, "nbytes", "integer", lambda c: c.dev.buffer(True))
 simple("buffer-empty-bytes", IAE, "data", "must not be empty", lambda c: c.dev.buffer(b""))
 simple("buffer-empty-array", IAE, "data", "must not be empty", lambda c: c.dev.buffer(np.zeros(0, np.float32)))
 simple("buffer-object-array", IAE, "data", "object", lambda c: c.dev.buffer(np.array([object(), 1], dtype=object)))
-simple("buffer-above-max-storage-range", IAE, "nbytes", "maxStorageBufferRange",
-       lambda c: c.dev.buffer(c.dev.limits["max_storage_buffer_range"] + 1))
+simple("buffer-above-max-allocation", IAE, "nbytes", "maxMemoryAllocationSize",
+       lambda c: c.dev.buffer(4 * 2**30))
 
 
 @case("buffer-write-past-end", IAE, "data", r"range \[62, 66\) runs past the buffer's end \(64 bytes\)")

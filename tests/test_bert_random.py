@@ -501,10 +501,11 @@ def test_attention_probabilities_are_written_over_their_scores(prepared, monkeyp
 
 
 def test_values_beyond_the_largest_buffer_run_on_the_cpu(prepared, monkeypatch):
-    """A value larger than one storage buffer of the device (lavapipe: 128 MiB of attention scores
-    at 70 x 512) sends its nodes to the CPU with the reason in the run's events, instead of an
-    InvalidArgumentError: here on a device whose buffers are made to stop at 128 KiB. The plan
-    refused on the way keeps none of the buffers it allocated."""
+    """A value larger than one storage-buffer binding of the device (lavapipe: 128 MiB of attention
+    scores at 70 x 512) runs on the device where its operator splits it over dispatches
+    (docs/large_values.md); a node whose operator takes it whole goes to the CPU with the reason in
+    the run's events, instead of an error: here on a device whose bindings are made to stop at
+    128 KiB. The plan refused on the way keeps none of the buffers it allocated."""
     p = prepared(*SMALL)
     feeds = feeds_for(p, 3, 100)  # scores 240,000 bytes, the Gelu's input 307,200; weights <= 64,000
     p.rep.release()
@@ -517,6 +518,6 @@ def test_values_beyond_the_largest_buffer_run_on_the_cpu(prepared, monkeypatch):
     assert not p.rep.state.plan_buffers  # the refused plan's buffers went with it, free for the nodes' run
     p.rep.release()
     st = p.rep.last_run
-    assert st.runtime_fallbacks > 0 and any("beyond the device's largest storage buffer" in e for e in st.events)
+    assert st.runtime_fallbacks > 0 and any("beyond one storage-buffer binding" in e for e in st.events)
     ref = p.ort_plain.run(None, feeds)[0]
     assert np.abs(out - ref).max() < 0.05

@@ -23,7 +23,7 @@ from ..core.inputs import as_host_array, check_dml_dtype
 from ..core.ints import as_int
 from ..core.tensor_desc import TensorDesc, validate_desc
 from ..ops import compile_operator
-from ..runtime import DispatchPlan, Engine, Profile
+from ..runtime import DispatchPlan, Engine, Profile, binding_window
 from ..runtime.policy import policy_for, requested_capabilities
 from ..runtime.vulkan_info import PhysicalDeviceInfo, physical_devices
 from .memory import Buffer, Tensor, buffer_with, packed_desc_for
@@ -108,6 +108,8 @@ class Device:
             max_allocations=int(self.limits.get("max_memory_allocation_count") or 4096),
             host_memory=self.device_type == "cpu",  # a CPU device's memory is this host's RAM
         )
+        # buffers beyond maxStorageBufferRange are bound a window at a time (runtime/encode.py)
+        self.engine.programs.window_range, self.engine.programs.window_align = binding_window(self.limits)
         # The optional capabilities enabled on this device, and the per-device policy that
         # picks paths and kernel families. Dense and row-contiguous copies and fills run as
         # transfer commands where the policy says so; `transfer_commands` (or

@@ -35,12 +35,17 @@ def _as_bytes_view(data: object) -> memoryview:
 
 
 def largest_buffer(limits: Mapping[str, Any]) -> int:
-    """The largest buffer a device takes: whole 32-bit words within maxStorageBufferRange (a
-    shader binds the buffer whole) and within maxMemoryAllocationSize rounded down to 64 KiB
-    (one allocation holds it, at the drivers' allocation granularity; NVIDIA: 4 GiB - 2 MiB)."""
-    largest = int(limits["max_storage_buffer_range"]) // 4 * 4
+    """The largest buffer a device takes: whole 32-bit words within maxMemoryAllocationSize
+    rounded down to 64 KiB (one allocation holds it, at the drivers' allocation granularity;
+    NVIDIA: 4 GiB - 2 MiB), and within 4 GiB - 4 (sizes and element indices are 32-bit words).
+    A buffer beyond maxStorageBufferRange is bound a window at a time (runtime/encode.py, kp
+    patch level 14): the operators that split a value over dispatches take it
+    (ops/split_range.py), the others refuse it (UnsupportedError); without
+    maxMemoryAllocationSize (a Vulkan 1.0 device) the largest is maxStorageBufferRange."""
     alloc = limits.get("max_memory_allocation_size")
-    return min(largest, alloc - alloc % 65536) if alloc else largest
+    if not alloc:
+        return int(limits["max_storage_buffer_range"]) // 4 * 4
+    return min(alloc - alloc % 65536, (1 << 32) - 4)
 
 
 def buffer_words(nbytes: int, largest: int) -> int:
@@ -65,22 +70,16 @@ class Buffer:
         nbytes = as_int(nbytes, "nbytes")
         if nbytes < 1:
             raise invalid("nbytes", f"must be at least 1, got {nbytes}")
-        limit = device.limits["max_storage_buffer_range"]
-        if nbytes > limit:
-            raise invalid(
-                "nbytes",
-                f"{nbytes} exceeds the device's maxStorageBufferRange ({limit} bytes): a buffer must be "
-                "bindable as one storage buffer; split the data over several buffers",
-            )
         largest = largest_buffer(device.limits)
         words = buffer_words(nbytes, largest)
         if words * 4 > largest:
             alloc = device.limits.get("max_memory_allocation_size")
             raise invalid(
                 "nbytes",
-                f"{nbytes} bytes take {words * 4} bytes of whole 32-bit words, beyond what one storage buffer "
-                f"binds (maxStorageBufferRange {limit} bytes) or one allocation holds (maxMemoryAllocationSize "
-                f"{alloc} bytes, in 64 KiB units); the largest buffer on this device is {largest} bytes",
+                f"{nbytes} bytes take {words * 4} bytes of whole 32-bit words, beyond what one allocation holds "
+                f"(maxMemoryAllocationSize {alloc} bytes, in 64 KiB units, or 4 GiB; maxStorageBufferRange "
+                f"{device.limits['max_storage_buffer_range']} bytes where the device reports no allocation size); "
+                f"the largest buffer on this device is {largest} bytes",
             )
         self.device = device
         self.nbytes = nbytes

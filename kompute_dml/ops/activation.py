@@ -44,9 +44,10 @@ from ..runtime import DispatchPlan, grid_for
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, CompiledElementWiseInPlace, check_same, type_code
-from .elementwise_plan import check_addressable, plan_elementwise
+from .elementwise_plan import check_addressable, device_limits, plan_elementwise
 from .onnx_types import float_input
 from .spec import OnnxOp, OperatorSpec
+from .split_range import binding_window, fits, split_outer
 
 FLOAT_UNARY = "gelu"  # ACTIVATION_GELU's family in shaders/float_unary.comp (ops/contract reads this line)
 
@@ -108,7 +109,7 @@ def compile_gelu(device: Device, desc: ActivationGeluDesc) -> CompiledOperator:
     check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
     check_addressable(support.fields, (x, y))
     variant = contract.FLOAT_UNARY["gelu"].name(t=type_code(x.data_type, True))
-    plans = plan_elementwise(contract.FLOAT_UNARY["gelu"], variant, (x, y), device.limits["max_compute_work_group_count"][0])
+    plans = plan_elementwise(contract.FLOAT_UNARY["gelu"], variant, (x, y), **device_limits(device))
     return CompiledElementWise(device, desc, support, support.inputs, support.outputs, list(plans))
 
 
@@ -238,7 +239,17 @@ def compile_softmax1(device: Device, desc: ActivationSoftmax1Desc) -> CompiledOp
     check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
     inputs = support.inputs + (("mask_tensor",) if mask is not None else ())
     check_addressable(inputs + support.outputs, [t for t in (x, mask, y) if t is not None])
-    plans = plan_softmax(x, y, axes, device.limits["max_compute_work_group_count"][0], mask, nan_to_zero)
+    max_groups = device.limits["max_compute_work_group_count"][0]
+    descs = [t for t in (x, mask, y) if t is not None]
+    window = binding_window(device.limits)
+    plans: list[Any]
+    if fits(descs, window):
+        plans = plan_softmax(x, y, axes, max_groups, mask, nan_to_zero)
+    else:  # a value beyond one binding: the rows in parts along the outer dimensions (ops/split_range.py)
+        outer = [d for d in range(x.dimension_count) if d not in axes]
+        levels = [[d, *([d if mask.sizes[d] != 1 else None] if mask is not None else []), d] for d in outer]
+        plans = split_outer(descs, levels, window, lambda parts: plan_softmax(
+            parts[0], parts[-1], axes, max_groups, parts[1] if mask is not None else None, nan_to_zero))
     if mask is None and not nan_to_zero:  # DirectML's operator: its page does not allow aliasing
         return CompiledOperator(device, desc, support, inputs, support.outputs, list(plans))
     # kompute_dml's extension may run exactly in place (the output over the input, same offset and

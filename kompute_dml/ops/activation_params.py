@@ -51,7 +51,7 @@ from ..device.device import Device
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWiseInPlace, check_same, type_code
-from .elementwise_plan import check_addressable, plan_elementwise
+from .elementwise_plan import check_addressable, device_limits, plan_elementwise
 from .elementwise_unary import L10, LACT, UnaryOp, _compiler, _param_words, _spec
 from .onnx_types import DML_NUMPY, FLOAT_NUMPY, NodeTypes, float_input
 from .spec import OnnxOp
@@ -145,7 +145,7 @@ def compile_clip(device: Device, desc: Any) -> CompiledOperator:
     words = _bound_words(integer_bound(desc.min, x.data_type), integer_bound(desc.max, x.data_type), x.data_type)
     family = contract.EW_EXT
     plans = plan_elementwise(family, family.name(op="clip", t=type_code(x.data_type, True)), (x, y),
-                             device.limits["max_compute_work_group_count"][0], unused_b=words)
+                             **device_limits(device), unused_b=words)
     return CompiledElementWiseInPlace(device, desc, support, support.inputs, support.outputs, list(plans))
 
 

@@ -23,7 +23,7 @@ from . import contract
 from .activation import _unary
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, check_same, type_code
-from .elementwise_plan import check_addressable, plan_elementwise
+from .elementwise_plan import check_addressable, device_limits, plan_elementwise
 from .spec import OnnxOp, OperatorSpec
 
 FLOAT_UNARY = "relu"  # its family in shaders/float_unary.comp (ops/contract reads this line)
@@ -55,7 +55,7 @@ def compile_relu(device: Device, desc: ActivationReluDesc) -> CompiledOperator:
     check_addressable(support.fields, (x, y))
     family = contract.FLOAT_UNARY[FLOAT_UNARY]
     plans = plan_elementwise(family, family.name(t=type_code(x.data_type, True)), (x, y),
-                             device.limits["max_compute_work_group_count"][0])
+                             **device_limits(device))
     return CompiledElementWise(device, desc, support, support.inputs, support.outputs, list(plans))
 
 

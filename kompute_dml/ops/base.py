@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..core.errors import invalid
+from ..core.errors import UnsupportedError, invalid
 from ..core.layout import element_offsets
 from ..core.registry import OperatorSupport
 from ..core.tensor_desc import MINIMUM_BUFFER_TENSOR_ALIGNMENT, TensorDesc, validate_desc
 from ..device.memory import Tensor, calc_span_bytes, check_binding_range
-from ..runtime import DispatchPlan, Submission, TransferPlan, finished
+from ..runtime import DispatchPlan, Submission, TransferPlan, binding_window, finished
 from .device_check import DeviceCheck, settle
 
 if TYPE_CHECKING:
@@ -122,6 +122,7 @@ class CompiledOperator:
             (name, d, _offset_unit(d) if d is not None else 0, d.byte_size if d is not None else 0)
             for name, d in zip(names, descs)
         )
+        self._check_windows(names)
         self._n_in = len(input_fields)
         self._pairs = tuple((oi, j) for oi in range(self._n_in, len(names)) for j in range(oi))
         # The last BIND_CACHE bindings that passed every check, oldest first, by their tensors'
@@ -136,6 +137,30 @@ class CompiledOperator:
         # The key of the last eager execution and the engine's cached submission for it: the
         # next call with the same key (bind returns the cached key object) reruns it directly.
         self._last: tuple[Hashable, Any] | None = None
+
+    def _check_windows(self, names: tuple[str, ...]) -> None:
+        """UnsupportedError, before anything runs, where a dispatch would bind more of a tensor than
+        one storage-buffer binding covers (maxStorageBufferRange, less the start's alignment):
+        an operator whose planner splits larger values declares each dispatch's part of them
+        (DispatchPlan.windows, ops/split_range.py); the others take each tensor whole."""
+        rng, align = binding_window(self.device.limits)
+        sizes = [slot[3] for slot in self._slots] + [c.desc.byte_size if c is not None else 0 for c in self._constants]
+        if max(sizes, default=0) + align + 16 <= rng:
+            return
+        for plan in self.plans:
+            if not isinstance(plan, DispatchPlan):
+                continue  # transfer commands copy any range
+            parts = {idx: span for idx, _, span in plan.windows}
+            for idx in plan.bindings:
+                if idx is None:
+                    continue
+                need = parts.get(idx, sizes[idx]) + align + 16
+                if need > rng:
+                    field = names[idx] if idx < len(names) else f"the operator's constant {idx - len(names)}"
+                    raise UnsupportedError(
+                        f"{field}: {sizes[idx]} bytes are beyond one storage-buffer binding of this device "
+                        f"(maxStorageBufferRange {rng} bytes) and {self.support.name}'s dispatches take it whole "
+                        f"(docs/large_values.md lists the operators that split larger values)")
 
     def __repr__(self) -> str:
         return f"<compiled {self.support.name} ({len(self.plans)} dispatch(es)) on {self.device.name}>"

@@ -26,7 +26,7 @@ from ..functional.elementwise import _operands
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, check_same, type_code
-from .elementwise_plan import check_addressable, plan_elementwise
+from .elementwise_plan import check_addressable, device_limits, plan_elementwise
 from .spec import OnnxOp, OperatorSpec
 
 # ---- CAST from DML_CAST_OPERATOR_DESC's page -----------------------
@@ -60,7 +60,7 @@ def compile_cast(device: Device, desc: CastDesc) -> CompiledOperator:
     check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
     check_addressable(support.fields, (x, y))
     variant = contract.CAST.name(i=type_code(x.data_type, True), o=type_code(y.data_type, True))
-    plans = plan_elementwise(contract.CAST, variant, (x, y), device.limits["max_compute_work_group_count"][0])
+    plans = plan_elementwise(contract.CAST, variant, (x, y), **device_limits(device))
     return CompiledElementWise(device, desc, support, support.inputs, support.outputs, list(plans))
 
 

@@ -31,7 +31,7 @@ from ..functional.elementwise import _operands, _run, broadcast_view
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, check_same, type_code
-from .elementwise_plan import check_addressable, plan_elementwise
+from .elementwise_plan import check_addressable, device_limits, plan_elementwise
 from .spec import OnnxOp, OperatorSpec
 
 # ---- ELEMENT_WISE_DEQUANTIZE_LINEAR from
@@ -94,7 +94,7 @@ def compile_dequantize_linear(device: Device, desc: ElementWiseDequantizeLinearD
                                     z="zp" if z is not None else "nozp")
     # an absent zero point: a stand-in of stride 0 for the planner, then the device's dummy buffer
     zd = z if z is not None else TensorDesc(x.data_type, x.sizes, (0,) * x.dimension_count)
-    plans = plan_elementwise(contract.DEQUANT, variant, (x, s, zd, y), device.limits["max_compute_work_group_count"][0])
+    plans = plan_elementwise(contract.DEQUANT, variant, (x, s, zd, y), **device_limits(device))
     if z is None:
         plans = [dataclasses.replace(p, bindings=tuple(None if b == _ZP else b for b in p.bindings),
                                      offset_slots=tuple(sl for sl in p.offset_slots if sl[1] != _ZP))

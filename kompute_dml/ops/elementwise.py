@@ -35,7 +35,7 @@ from ..core.registry import (
 from ..core.tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
-from .elementwise_plan import check_addressable, plan_elementwise
+from .elementwise_plan import check_addressable, device_limits, plan_elementwise
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
@@ -236,7 +236,7 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, family: contra
     descs = [getattr(desc, f) for f in fields]
     check_no_overlap(descs[-1].sizes, descs[-1].effective_strides, fields[-1])
     check_addressable(fields, descs)
-    plans = plan_elementwise(family, variant, descs, device.limits["max_compute_work_group_count"][0])
+    plans = plan_elementwise(family, variant, descs, **device_limits(device))
     cls = CompiledElementWiseInPlace if in_place else CompiledElementWise
     return cls(device, desc, support, support.inputs, support.outputs, list(plans))
 

@@ -18,7 +18,7 @@ from ..core.tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWiseInPlace, check_same
-from .elementwise_plan import check_addressable, plan_elementwise
+from .elementwise_plan import check_addressable, device_limits, plan_elementwise
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def _compiler(support: OperatorSupport, family: contract.ShaderFamily) -> Any:
         check_no_overlap(descs[-1].sizes, descs[-1].effective_strides, "output_tensor")
         check_addressable(support.fields, descs)
         variant = family.name(t=f"b{8 * descs[0].data_type.size}")
-        plans = plan_elementwise(family, variant, descs, device.limits["max_compute_work_group_count"][0])
+        plans = plan_elementwise(family, variant, descs, **device_limits(device))
         return CompiledElementWiseInPlace(device, desc, support, support.inputs, support.outputs, list(plans))
     compile_bit.__name__ = f"compile_{support.name.lower()}"
     return compile_bit

@@ -24,7 +24,7 @@ from ..core.tensor_desc import TensorDesc
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, CompiledElementWiseInPlace, check_same, type_code
-from .elementwise_plan import check_addressable, plan_elementwise
+from .elementwise_plan import check_addressable, device_limits, plan_elementwise
 from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, family: contra
         variant = family.name(t=type_code(descs[0].data_type, False))
     else:
         variant = family.name(t=type_code(descs[0].data_type, True), ob=8 * descs[-1].data_type.size)
-    plans = plan_elementwise(family, variant, descs, device.limits["max_compute_work_group_count"][0])
+    plans = plan_elementwise(family, variant, descs, **device_limits(device))
     cls = CompiledElementWiseInPlace if in_place else CompiledElementWise
     return cls(device, desc, support, support.inputs, support.outputs, list(plans))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from ..core.errors import UnsupportedError
 from ..core.ints import cdiv
@@ -21,6 +22,7 @@ from ..core.layout import merge_dims
 from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan, grid_for
 from . import contract
+from .split_range import binding_window, fits, split_outer
 
 LOCAL_SIZE = 256
 _U32 = 1 << 32
@@ -42,13 +44,25 @@ def check_addressable(fields: Sequence[str], descs: Sequence[TensorDesc]) -> Non
                                    f"shaders (at most {limit - 1})")
 
 
+def device_limits(device: Any) -> dict[str, Any]:
+    """plan_elementwise's keywords from a device's limits: the grid's x limit, the binding window."""
+    return {"max_groups": device.limits["max_compute_work_group_count"][0], "window": binding_window(device.limits)}
+
+
 def plan_elementwise(family: contract.ShaderFamily, variant: str, descs: Sequence[TensorDesc],
-                     max_groups: int = 65535, unused_b: Sequence[int] = (), prm: Sequence[int] = ()) -> list[DispatchPlan]:
+                     max_groups: int = 65535, unused_b: Sequence[int] = (), prm: Sequence[int] = (),
+                     window: tuple[int, int] = (0, 16)) -> list[DispatchPlan]:
     """The dispatches of one element-wise operator: `descs` are its tensors in binding order
     (the output last), all of the output's sizes. `unused_b`: for one input, the first words of
     the block's unused b_str (an operator's parameters: scale, bias, modes), the rest 0; `prm`:
     the words of a block's `prm` member (contract.EW_MATH_PUSH), the rest 0. The dimensions the
-    shader walks are the block's (`size`)."""
+    shader walks are the block's (`size`). `window`: the device's binding window
+    (split_range.binding_window): tensors larger than one are cut along their outermost
+    dimensions, a dispatch group per part (split_range.split_outer)."""
+    if not fits(descs, window):
+        rank = descs[-1].dimension_count
+        return split_outer(descs, [[d] * len(descs) for d in range(rank)], window,  # type: ignore[return-value]
+                           lambda parts: plan_elementwise(family, variant, parts, max_groups, unused_b, prm))
     out = descs[-1]
     n = len(descs)
     prefixes = _prefixes(n)

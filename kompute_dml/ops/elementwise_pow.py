@@ -48,7 +48,7 @@ from ..functional.elementwise import _operands, _run
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWiseInPlace, check_same, type_code
-from .elementwise_plan import check_addressable, plan_elementwise
+from .elementwise_plan import check_addressable, device_limits, plan_elementwise
 from .elementwise_unary import L10, ScaleBias, UnaryOp, _param_words, _spec
 from .onnx_types import NodeTypes
 from .spec import OnnxOp, OperatorSpec
@@ -111,7 +111,7 @@ def compile_pow(device: Device, desc: ElementWisePowDesc) -> CompiledOperator:
     check_addressable(support.fields, (x, e, y))
     family = contract.EW_POW
     plans = plan_elementwise(family, family.name(t=type_code(x.data_type, True)), (x, e, y),
-                             device.limits["max_compute_work_group_count"][0], prm=[*words, _type_word(e.data_type)])
+                             **device_limits(device), prm=[*words, _type_word(e.data_type)])
     return CompiledElementWiseInPlace(device, desc, support, support.inputs, support.outputs, list(plans))
 
 

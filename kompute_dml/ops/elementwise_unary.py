@@ -70,7 +70,7 @@ from . import contract
 from .activation import _unary
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, CompiledElementWiseInPlace, check_same, type_code
-from .elementwise_plan import check_addressable, plan_elementwise
+from .elementwise_plan import check_addressable, device_limits, plan_elementwise
 from .onnx_types import NodeTypes, float_input
 from .spec import OnnxOp, OperatorSpec
 
@@ -238,7 +238,7 @@ def _compiler(op: UnaryOp, support: OperatorSupport) -> Callable[[Device, Any], 
         check_addressable(support.fields, (x, y))
         family = contract.FLOAT_UNARY[op.fn]
         plans = plan_elementwise(family, family.name(t=type_code(x.data_type, True)), (x, y),
-                                 device.limits["max_compute_work_group_count"][0], unused_b=words)
+                                 **device_limits(device), unused_b=words)
         return CompiledElementWiseInPlace(device, desc, support, support.inputs, support.outputs, list(plans))
     compile_unary.__name__ = f"compile_{op.helper}"
     return compile_unary
@@ -332,7 +332,7 @@ def compile_is_infinity(device: Device, desc: ElementWiseIsInfinityDesc) -> Comp
     check_addressable(support.fields, (x, y))
     family = contract.EW_ISINF
     plans = plan_elementwise(family, family.name(t=type_code(x.data_type, True), ob=8), (x, y),
-                             device.limits["max_compute_work_group_count"][0], unused_b=[int(mode)])
+                             **device_limits(device), unused_b=[int(mode)])
     return CompiledElementWise(device, desc, support, support.inputs, support.outputs, list(plans))
 
 

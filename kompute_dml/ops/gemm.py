@@ -21,6 +21,7 @@ starts with the field), then a non-overlapping output and 32-bit element address
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
@@ -34,13 +35,14 @@ from ..core.ints import as_int, cdiv
 from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
-from ..runtime import DispatchPlan
+from ..runtime import DispatchPlan, TransferPlan
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
 from .gemm_coop import CoopTile, plan_gemm_coop
 from .onnx_types import float_input
 from .spec import OnnxOp, OperatorSpec
+from .split_range import binding_window, fits, split_outer
 
 if TYPE_CHECKING:
     from ..device.device import Device
@@ -268,18 +270,40 @@ def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
     if act is not None:
         raise UnsupportedError(f"fused_activation: GEMM with a fused activation is not supported by kompute_dml "
                                f"(FusedActivation must be None), got {type(act).__name__}")
-    shape, alpha, beta = check_gemm(desc)
+    _, alpha, beta = check_gemm(desc)
     descs = [getattr(desc, f) for f in SUPPORT.fields]
-    present = [(f, d) for f, d in zip(SUPPORT.fields, descs) if d is not None]
-    check_addressable([f for f, _ in present], [d for _, d in present])
+    present = [(i, f, d) for i, (f, d) in enumerate(zip(SUPPORT.fields, descs)) if d is not None]
+    check_addressable([f for _, f, _ in present], [d for _, _, d in present])
     dt = desc.a_tensor.data_type
-    family = device.policy.gemm_family_for(dt == DataType.FLOAT16, shape.m, shape.n, shape.k, kernel)
-    coop = plan_gemm_coop(device, dt, shape, family, config) if family != "tiled" else None
-    if coop is not None:
-        plan = _plan(device, desc, shape, alpha, beta, coop.variant, coop.groups, coop.flags, coop.spec)
-    else:
-        plan = plan_gemm(device, desc, shape, alpha, beta)
-    return CompiledOperator(device, desc, SUPPORT, SUPPORT.inputs, SUPPORT.outputs, [plan])
+
+    def plans_for(d: GemmDesc) -> list[DispatchPlan | TransferPlan]:
+        sh = check_gemm(d)[0]
+        family = device.policy.gemm_family_for(dt == DataType.FLOAT16, sh.m, sh.n, sh.k, kernel)
+        coop = plan_gemm_coop(device, dt, sh, family, config) if family != "tiled" else None
+        if coop is not None:
+            return [_plan(device, d, sh, alpha, beta, coop.variant, coop.groups, coop.flags, coop.spec)]
+        return [plan_gemm(device, d, sh, alpha, beta)]
+
+    window = binding_window(device.limits)
+    tensors = [d for _, _, d in present]
+    if fits(tensors, window):
+        return CompiledOperator(device, desc, SUPPORT, SUPPORT.inputs, SUPPORT.outputs, plans_for(desc))
+    # a value beyond one binding: the matrices in parts (batch, then channel), then A's, C's and the
+    # output's rows, then B's, C's and the output's columns (ops/split_range.py); K is never cut (a
+    # B of K rows beyond one binding stays refused)
+    rank = desc.a_tensor.dimension_count
+    ta, tb = _transform(desc.trans_a, "trans_a"), _transform(desc.trans_b, "trans_b")
+    levels = [[lv - (4 - rank) if lv >= 4 - rank else None for _ in present] for lv in (0, 1) if lv >= 4 - rank]
+    rows = {0: rank - 1 if ta else rank - 2, 1: None, 2: rank - 2, 3: rank - 2}
+    cols = {0: None, 1: rank - 2 if tb else rank - 1, 2: rank - 1, 3: rank - 1}
+    levels += [[rows[i] for i, _, _ in present], [cols[i] for i, _, _ in present]]
+
+    def part(ds: list[TensorDesc]) -> list[DispatchPlan | TransferPlan]:
+        parts = dict(zip((f for _, f, _ in present), ds))
+        return plans_for(dataclasses.replace(desc, **parts))  # type: ignore[arg-type]
+
+    plans = split_outer(tensors, levels, window, part, [i for i, _, _ in present])  # type: ignore[arg-type]
+    return CompiledOperator(device, desc, SUPPORT, SUPPORT.inputs, SUPPORT.outputs, plans)
 
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------

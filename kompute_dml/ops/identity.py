@@ -32,6 +32,7 @@ from .base import CompiledOperator, validate_tensors
 from .gpu_memory import plan_copy_gpu
 from .onnx_types import dml_tensor_value
 from .spec import OnnxOp, OperatorSpec
+from .split_range import binding_window, fits, split_outer
 from .transfer_plans import plan_copy_transfer
 
 if TYPE_CHECKING:
@@ -82,22 +83,28 @@ class CompiledCopy(CompiledOperator):
 
 
 def plan_copy(
-    src: TensorDesc, dst: TensorDesc, max_groups: int = 65535, transfers: Any = False, kernel: str = "cpu"
+    src: TensorDesc, dst: TensorDesc, max_groups: int = 65535, transfers: Any = False, kernel: str = "cpu",
+    window: tuple[int, int] = (0, 16),
 ) -> list[DispatchPlan | TransferPlan]:
     """Dispatches copying every element of src (binding 0) to dst (binding 1): a transfer
     copy when rows are contiguous in both and `transfers(regions)` (or `transfers` is True),
-    else compute shaders of the `kernel` family (DevicePolicy.memory_kernel)."""
+    else compute shaders of the `kernel` family (DevicePolicy.memory_kernel). `window`: the
+    device's binding window; tensors beyond it (a transfer copy takes any size) are copied in
+    parts along their outermost dimensions by the generic shader (ops/split_range.py)."""
     width = dst.data_type.size
     if transfers:
         t = plan_copy_transfer(dst.sizes, src.effective_strides, dst.effective_strides, width)
         if t is not None and (transfers is True or transfers(len(t.regions))):
             return [t]
+    if not fits((src, dst), window):
+        return split_outer((src, dst), [[d, d] for d in range(dst.dimension_count)], window,
+                           lambda parts: plan_copy(parts[0], parts[1], max_groups, kernel="generic"))
     if kernel == "gpu":
         gpu = plan_copy_gpu(src, dst, max_groups)
         if gpu is not None:
             return list(gpu)
     sizes, (s_in, s_out) = merge_dims(dst.sizes, src.effective_strides, dst.effective_strides)
-    if len(sizes) == 1 and (sizes[0] == 1 or (s_in[0] == 1 and s_out[0] == 1)):
+    if kernel != "generic" and len(sizes) == 1 and (sizes[0] == 1 or (s_in[0] == 1 and s_out[0] == 1)):
         # Whole work groups of 16-byte vectors without a branch, then the rest (< 256
         # vectors and the last 1..15 bytes) in one invocation (see copy_packed.comp).
         nbytes = sizes[0] * width
@@ -198,7 +205,7 @@ def _compile(device: Device, desc: ActivationIdentityDesc | CopyDesc, support: O
     policy = device.policy
     plans = plan_copy(
         i, o, device.limits["max_compute_work_group_count"][0],
-        lambda regions: policy.copies_by_transfer(o.byte_size, regions), policy.memory_kernel,
+        lambda regions: policy.copies_by_transfer(o.byte_size, regions), policy.memory_kernel, binding_window(device.limits),
     )
     return CompiledCopy(device, desc, support, ("input_tensor",), ("output_tensor",), plans)
 

@@ -41,7 +41,7 @@ from ..device.device import Device
 from ..device.memory import Buffer, Tensor
 from ..functional import _packed, check_out, compile_cached, pooled_empty
 from ..functional.elementwise import _operands
-from ..runtime import DispatchPlan, grid_for
+from ..runtime import DispatchPlan, TransferPlan, grid_for
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .cumulative import AxisDirection
@@ -104,7 +104,7 @@ def _check(desc: TopK1Desc) -> tuple[int, int]:
     return axis, k
 
 
-def _plans(desc: TopK1Desc, axis: int, k: int, max_groups: int) -> tuple[list[DispatchPlan], int]:
+def _plans(desc: TopK1Desc, axis: int, k: int, max_groups: int) -> tuple[list[DispatchPlan | TransferPlan], int]:
     """The dispatches and the scratch words they need (0: one tile per sequence, none)."""
     x, v, i = desc.input_tensor, desc.output_value_tensor, desc.output_index_tensor
     outer = [d for d in range(x.dimension_count) if d != axis]
@@ -130,7 +130,7 @@ def _plans(desc: TopK1Desc, axis: int, k: int, max_groups: int) -> tuple[list[Di
     for p, st in zip(("x", "v", "i"), merged):
         fixed[f"{p}_str"] = [0] * len(pad) + [st[d] for d in inner]
     slots = f.slots(x_off=(_X, x.data_type.size), v_off=(_V, v.data_type.size), i_off=(_I, i.data_type.size))
-    plans = []
+    plans: list[DispatchPlan | TransferPlan] = []
     for n, coord in enumerate(itertools.product(*(range(sizes[d]) for d in host))):
         bases = {f"{p}_base": sum(c * st[d] for c, d in zip(coord, host)) for p, st in zip(("x", "v", "i"), merged)}
         common = dict(**fixed, **bases, r_base=n * rows)

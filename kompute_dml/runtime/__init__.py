@@ -1,6 +1,6 @@
 """The runtime: the only package of kompute_dml that imports kp.
 
-- `plans`: DispatchPlan, TransferPlan, grid_for: what a compiled operator hands over (no kp)
+- `plans`: DispatchPlan, TransferPlan, grid_for, binding_window: what a compiled operator hands over (no kp)
 - `manager`: the kp build this code needs (its patch level) and kp Manager creation
 - `engine`: Engine, one per Device: the kp Manager, the lock, submission with one replay
   path for eager executions and recordings, the caches and the buffer pool
@@ -25,10 +25,10 @@ from .engine import Engine, Work
 from .inflight import Submission, finished
 from .manager import KP_PATCH_LEVEL
 from .memory import DeviceMemory
-from .plans import DispatchPlan, Plan, TransferPlan, grid_for
+from .plans import DispatchPlan, Plan, TransferPlan, binding_window, grid_for
 from .profile import Profile, ProfileRow
 
 __all__ = [
     "KP_PATCH_LEVEL", "DeviceMemory", "DispatchPlan", "Engine", "Plan", "Profile", "ProfileRow", "Submission",
-    "TransferPlan", "Work", "finished", "grid_for",
+    "TransferPlan", "Work", "binding_window", "finished", "grid_for",
 ]

@@ -78,18 +78,43 @@ def encode(plan: Plan, bound: Sequence[Any], programs: Programs, dummy: DeviceMe
         dummy if idx is None or bound[idx] is None else bound[idx].buffer.memory for idx in plan.bindings
     ]
     serials = tuple([m.serial for m in memories])
+    bases = _window_bases(plan, bound, memories, programs)
     push: Sequence[int] = plan.words
     if plan.offset_slots:
         push = list(push)
         for word, idx, unit in plan.offset_slots:
             t = bound[idx]
             if t is not None:  # the packed word (an offset within the tensor, in units) plus the binding's
-                push[word] = (push[word] + t.offset // unit) & 0xFFFFFFFF
-    algo = programs.bind(plan, memories)
+                push[word] = (push[word] + (t.offset - (bases.get(idx, 0) if bases else 0)) // unit) & 0xFFFFFFFF
+    if bases:
+        rng = programs.window_range
+        windows = [(bases[idx], min(4 * m.words - bases[idx], rng)) if idx in bases else (0, 0)
+                   for idx, m in zip(plan.bindings, memories)]
+        algo = programs.bind(plan, memories, windows)
+    else:
+        algo = programs.bind(plan, memories)
     writes = frozenset([bound[i].buffer.memory.serial for i in plan.writes])
     # kp.OpDispatch records no barrier of its own (kp's OpAlgoDispatch records one per bound
     # tensor before every dispatch); record_dispatches orders the sequence with global barriers.
     return EncodedDispatch(kp.OpDispatch(algo, push, plan.groups), frozenset(serials) - writes, writes)
+
+
+def _window_bases(plan: DispatchPlan, bound: Sequence[Any], memories: Sequence[DeviceMemory],
+                  programs: Programs) -> dict[int, int] | None:
+    """Per binding list index whose buffer is larger than maxStorageBufferRange, the byte where
+    its window starts: the tensor's offset plus the plan's delta for it, aligned down to
+    minStorageBufferOffsetAlignment (the offset words then count from there). None where every
+    buffer is bound whole (the common case)."""
+    rng = programs.window_range
+    if not rng or all(4 * m.words <= rng for m in memories):
+        return None
+    deltas = {idx: delta for idx, delta, _ in plan.windows}
+    bases: dict[int, int] = {}
+    for idx, m in zip(plan.bindings, memories):
+        if idx is not None and 4 * m.words > rng:
+            start = bound[idx].offset + deltas.get(idx, 0)
+            bases[idx] = start - start % programs.window_align
+    return bases
 
 
 def global_barrier() -> Any:

@@ -54,12 +54,21 @@ class Programs:
         self._spirv: dict[str, bytes] = {}
         self._programs: dict[tuple[Any, ...], int] = {}  # (variant, spec, push words, bindings) -> handle
         self.descriptor_sets = 0  # made so far
+        # maxStorageBufferRange and minStorageBufferOffsetAlignment (the Device sets them): a buffer
+        # larger than the range is bound as a window (encode.py); 0: every buffer bound whole
+        self.window_range = 0
+        self.window_align = 256
 
-    def bind(self, plan: DispatchPlan, memories: Sequence[DeviceMemory]) -> Any:
-        """A new kp algorithm: a descriptor set binding `memories` to `plan`'s program. kp frees
-        it when the last recorded program holding it goes."""
+    def bind(self, plan: DispatchPlan, memories: Sequence[DeviceMemory],
+             windows: Sequence[tuple[int, int]] | None = None) -> Any:
+        """A new kp algorithm: a descriptor set binding `memories` to `plan`'s program (`windows`:
+        per binding its (byte offset, range), range 0 for the whole buffer; kp patch level 14).
+        kp frees it when the last recorded program holding it goes."""
         self.descriptor_sets += 1
-        return self.manager.kdml_algorithm([m.tensor for m in memories], self.program(plan))
+        tensors = [m.tensor for m in memories]
+        if windows is None:
+            return self.manager.kdml_algorithm(tensors, self.program(plan))
+        return self.manager.kdml_algorithm(tensors, self.program(plan), list(windows))
 
     def spirv(self, variant: str) -> bytes:
         data = self._spirv.get(variant)

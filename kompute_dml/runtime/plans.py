@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +32,12 @@ class DispatchPlan:
     writes: tuple[int, ...]
     offset_slots: tuple[tuple[int, int, int], ...] = ()
     spec: tuple[int, ...] = ()  # specialization constants (uint32 words, constant_id 0, 1, ...)
+    # (binding list index, byte delta, byte span): this dispatch touches only the bytes
+    # [offset + delta, offset + delta + span) of that tensor (a plan over part of a value larger
+    # than maxStorageBufferRange: ops/split_range.py). Where the tensor's buffer is larger than
+    # maxStorageBufferRange, encode.py binds it as a window from there; a tensor without an
+    # entry is taken whole (the operator checked at compile that it fits one window).
+    windows: tuple[tuple[int, int, int], ...] = ()
 
     # What encoding a plan against new buffers reads, made once per plan (runtime/encode.py):
     # the push words as Python ints.
@@ -67,6 +74,14 @@ class TransferPlan:
 
 
 Plan = DispatchPlan | TransferPlan
+
+
+def binding_window(limits: Any) -> tuple[int, int]:
+    """(maxStorageBufferRange, minStorageBufferOffsetAlignment) of a device's limits: the most
+    bytes one storage-buffer binding covers, and the alignment of a binding's start. A buffer
+    larger than the range is bound as windows of it (runtime/encode.py); an operator splits a
+    value larger than a window over dispatches (ops/split_range.py)."""
+    return int(limits["max_storage_buffer_range"]), max(16, int(limits.get("min_storage_buffer_offset_alignment") or 16))
 
 
 def grid_for(invocations: int, local_size: int, max_count: int = 65535) -> tuple[int, int, int]:

@@ -206,6 +206,7 @@ def physical_devices() -> tuple[PhysicalDeviceInfo, ...]:
             lim = props.limits
             limits = {
                 "max_storage_buffer_range": lim.maxStorageBufferRange,
+                "min_storage_buffer_offset_alignment": lim.minStorageBufferOffsetAlignment,
                 "max_texel_buffer_elements": lim.maxTexelBufferElements,
                 "max_push_constants_size": lim.maxPushConstantsSize,
                 "max_compute_work_group_count": tuple(lim.maxComputeWorkGroupCount),
