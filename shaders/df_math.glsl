@@ -6,6 +6,17 @@
 #ifndef KDML_DF_MATH_GLSL
 #define KDML_DF_MATH_GLSL
 
+// c[0] + z (c[1] + z (... + z c[N - 1])): Horner's rule from the highest coefficient, as written
+#define DF_HORNER(N)                                  \
+    float um_horner(float z, float c[N]) {            \
+        precise float p = c[N - 1];                   \
+        for (int i = N - 2; i >= 0; --i) p = p * z + c[i]; \
+        return p;                                     \
+    }
+DF_HORNER(5)
+DF_HORNER(7)
+#undef DF_HORNER
+
 // a = hi + lo, 12 significant bits each (Veltkamp, 2^12 + 1)
 void df_split(float a, out float hi, out float lo) {
     precise float c = a * 4097.0;

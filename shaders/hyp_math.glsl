@@ -82,16 +82,9 @@ float um_log2v(float v) {
 }
 
 // v + v (z P(z)), z = v^2, for the odd polynomials of degree 6 in z (ASINH, ATANH)
-float um_odd7(float v, float c0, float c1, float c2, float c3, float c4, float c5, float c6) {
+float um_odd7(float v, float c[7]) {
     precise float z = v * v;
-    precise float p = c6;
-    p = p * z + c5;
-    p = p * z + c4;
-    p = p * z + c3;
-    p = p * z + c2;
-    p = p * z + c1;
-    p = p * z + c0;
-    precise float y = v + v * (z * p);
+    precise float y = v + v * (z * um_horner(z, c));
     return y;
 }
 
@@ -105,12 +98,7 @@ uint um_sinh(uint x) {
     precise float y;
     if (v < 1.0) {
         precise float z = v * v;
-        precise float p = UM_SINH_P[4];
-        p = p * z + UM_SINH_P[3];
-        p = p * z + UM_SINH_P[2];
-        p = p * z + UM_SINH_P[1];
-        p = p * z + UM_SINH_P[0];
-        y = v + v * (z * p);
+        y = v + v * (z * um_horner(z, UM_SINH_P));
     } else if (v < 16.0) {
         y = um_exp_sym(v, -1.0);
     } else {
@@ -132,12 +120,7 @@ uint um_cosh(uint x) {
         float zh, zl, h, e;
         df_two_prod(v, v, zh, zl);
         df_fast_two_sum(1.0, 0.5 * zh, h, e);
-        precise float p = UM_COSH_P[4];
-        p = p * zh + UM_COSH_P[3];
-        p = p * zh + UM_COSH_P[2];
-        p = p * zh + UM_COSH_P[1];
-        p = p * zh + UM_COSH_P[0];
-        y = h + (e + (0.5 * zl + (zh * zh) * p));
+        y = h + (e + (0.5 * zl + (zh * zh) * um_horner(zh, UM_COSH_P)));
     } else if (v < 16.0) {
         y = um_exp_sym(v, 1.0);
     } else {
@@ -155,8 +138,7 @@ uint um_asinh(uint x) {
     precise float v = uintBitsToFloat(a);
     precise float y;
     if (v < 0.5) {
-        y = um_odd7(v, UM_ASINH_P[0], UM_ASINH_P[1], UM_ASINH_P[2], UM_ASINH_P[3], UM_ASINH_P[4], UM_ASINH_P[5],
-                    UM_ASINH_P[6]);
+        y = um_odd7(v, UM_ASINH_P);
     } else if (v < 4096.0) {
         float zh, zl, ah, ae, nh, nl;
         df_two_prod(v, v, zh, zl);
@@ -205,8 +187,7 @@ uint um_atanh(uint x) {
     precise float v = uintBitsToFloat(a);
     precise float y;
     if (v < 0.5) {
-        y = um_odd7(v, UM_ATANH_P[0], UM_ATANH_P[1], UM_ATANH_P[2], UM_ATANH_P[3], UM_ATANH_P[4], UM_ATANH_P[5],
-                    UM_ATANH_P[6]);
+        y = um_odd7(v, UM_ATANH_P);
     } else {
         float ph, pl, p1, p2, m1, m2, dh, de;
         df_fast_two_sum(1.0, v, ph, pl);

@@ -38,14 +38,7 @@ const float UM_ATAN_P[7] = float[](-3.333333433e-01, 1.999998987e-01, -1.4285229
 
 float um_atan_corr(float t) {  // t (z P(z))
     precise float z = t * t;
-    precise float p = UM_ATAN_P[6];
-    p = p * z + UM_ATAN_P[5];
-    p = p * z + UM_ATAN_P[4];
-    p = p * z + UM_ATAN_P[3];
-    p = p * z + UM_ATAN_P[2];
-    p = p * z + UM_ATAN_P[1];
-    p = p * z + UM_ATAN_P[0];
-    precise float r = t * (z * p);
+    precise float r = t * (z * um_horner(z, UM_ATAN_P));
     return r;
 }
 
@@ -120,14 +113,7 @@ const float UM_ASIN_P[7] = float[](1.666666716e-01, 7.499949634e-02, 4.465971515
                                    2.458323352e-02, 7.575757336e-03, 3.456719592e-02);
 
 float um_asin_poly(float z) {  // P(z)
-    precise float p = UM_ASIN_P[6];
-    p = p * z + UM_ASIN_P[5];
-    p = p * z + UM_ASIN_P[4];
-    p = p * z + UM_ASIN_P[3];
-    p = p * z + UM_ASIN_P[2];
-    p = p * z + UM_ASIN_P[1];
-    p = p * z + UM_ASIN_P[0];
-    return p;
+    return um_horner(z, UM_ASIN_P);
 }
 
 // For 1/2 <= v < 1: 2 asin(sqrt(t)) = A + B with t = (1 - v) / 2 (exact), s = sqrt(t)

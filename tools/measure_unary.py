@@ -126,16 +126,22 @@ def measure_pow(rng: np.random.Generator, dev: kdml.Device) -> None:
     }
     h = every_float16()
     cases["float16 grid"] = (np.repeat(h[::64], 1024), np.tile(h[::64], 1024))
+    binary_table({f"{k} ({x.dtype})": (x, y) for k, (x, y) in cases.items()},
+                 lambda x, y: kdml.pow(x, y, device=dev).numpy(), np.power)
+
+
+def binary_table(cases: dict, run, ref_fn) -> None:
+    """The markdown table of a binary function's errors: ref_fn in float64 per pair of inputs."""
     print("| inputs | pairs | max error (ulp) | correctly rounded |")
     print("| --- | --- | --- | --- |")
-    for name, (x, y) in cases.items():
-        x, y = x[: min(x.size, y.size)], y[: min(x.size, y.size)]
-        got = kdml.pow(x, y, device=dev).numpy()
+    for name, (a, b) in cases.items():
+        a, b = a[: min(a.size, b.size)], b[: min(a.size, b.size)]
+        got = run(a, b)
         with np.errstate(all="ignore"):
-            ref = np.power(x.astype(np.float64), y.astype(np.float64))
-        want = rounded(ref, x.dtype)
+            ref = ref_fn(a.astype(np.float64), b.astype(np.float64))
+        want = rounded(ref, a.dtype)
         same = np.isnan(want) | (got == want)
-        print(f"| {name} ({x.dtype}) | {x.size} | {ulp_error(got, ref).max():.3f} | {same.mean():.6f} |")
+        print(f"| {name} | {a.size} | {ulp_error(got, ref).max():.3f} | {same.mean():.6f} |")
 
 
 def measure_atan2(rng: np.random.Generator, dev: kdml.Device) -> None:
@@ -147,16 +153,7 @@ def measure_atan2(rng: np.random.Generator, dev: kdml.Device) -> None:
              "y, x in [-10, 10] (float32)": tuple(rng.uniform(-10, 10, (2, n)).astype(np.float32)),
              "magnitudes 2^-140 to 2^120 (float32)": tuple(spread),
              "float16 grid": (np.repeat(h[::64], 1024), np.tile(h[::64], 1024))}
-    print("| inputs | pairs | max error (ulp) | correctly rounded |")
-    print("| --- | --- | --- | --- |")
-    for name, (y, x) in cases.items():
-        y, x = y[: min(y.size, x.size)], x[: min(y.size, x.size)]
-        got = kdml.atan2(y, x, device=dev).numpy()
-        with np.errstate(all="ignore"):
-            ref = np.arctan2(y.astype(np.float64), x.astype(np.float64))
-        want = rounded(ref, y.dtype)
-        same = np.isnan(want) | (got == want)
-        print(f"| {name} | {y.size} | {ulp_error(got, ref).max():.3f} | {same.mean():.6f} |")
+    binary_table(cases, lambda y, x: kdml.atan2(y, x, device=dev).numpy(), np.arctan2)
 
 
 def main() -> None:
