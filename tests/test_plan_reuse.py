@@ -240,3 +240,24 @@ def test_node_by_node_runs_within_a_memory_budget_its_arena_exceeds(rng):
             assert not rep.last_run.planned and rep.last_run.cpu_segments == 1
     finally:
         dev.close()
+
+
+def test_an_empty_input_is_planned_as_a_host_value(rng):
+    """An input with a 0 in its shape (a decoder's first past) has no bytes on the device: the
+    plan keeps it as a host value, nodes of it alone resolve on the host (a Concat of it alone
+    stays empty, Shape reads it) and a Concat with device values leaves it out; one upload."""
+    n = helper.make_node
+    graph = helper.make_graph(
+        [n("Concat", ["past"], ["p1"], axis=1), n("Concat", ["p1", "x"], ["cat"], axis=1),
+         n("Shape", ["past"], ["shp"]), n("Relu", ["cat"], ["y"])],
+        "empty", [helper.make_tensor_value_info("past", T.FLOAT, [2, "p", 3]),
+                  helper.make_tensor_value_info("x", T.FLOAT, [2, "s", 3])],
+        [helper.make_tensor_value_info("y", T.FLOAT, None), helper.make_tensor_value_info("shp", T.INT64, None)])
+    rep = Backend.prepare(helper.make_model(graph, opset_imports=OPSETS, ir_version=10), "CPU")
+    for p, s in ((0, 4), (2, 4)):
+        past = rng.standard_normal((2, p, 3)).astype(np.float32)
+        x = rng.standard_normal((2, s, 3)).astype(np.float32)
+        y, shp = rep.run({"past": past, "x": x})
+        np.testing.assert_array_equal(y, np.maximum(np.concatenate([past, x], 1), 0))
+        np.testing.assert_array_equal(shp, [2, p, 3])
+        assert rep.last_run.planned and rep.last_run.runtime_fallbacks == 0 and rep.last_run.uploads == 1

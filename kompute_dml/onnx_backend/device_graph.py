@@ -35,7 +35,7 @@ from .handlers_values import BOOL, OutputArrays, dml_numpy, into, is_packed
 from .node_traces import host_node, input_key, keep_traces, run_node
 from .plan_context import PlanContext, _block
 from .siblings import prepare_siblings
-from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_dtype, _value_shape, at_node
+from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_dtype, _value_shape, at_node, empty_on_host
 
 if TYPE_CHECKING:
     from .rep import BackendRep
@@ -94,7 +94,10 @@ class GraphPlan:
                 if dtype != BOOL and dtype not in _dml_types():
                     raise FallbackNeeded(f"input {name!r} of type {dtype}")
                 if 0 in shape:
-                    raise FallbackNeeded(f"input {name!r} is empty")
+                    if on_device:  # (a Tensor is never empty)
+                        raise FallbackNeeded(f"input {name!r} is empty")
+                    env[name] = np.empty(shape, dtype)  # a decoder's first past: a host value (values.empty_on_host)
+                    continue
                 desc = kdml.TensorDesc(kdml.DataType.from_numpy(dml_numpy(dtype)), shape if shape else (1,))
                 if not on_device:
                     self.inputs.append((name, total, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize))
@@ -136,6 +139,8 @@ class GraphPlan:
                 outs = host_node(rep, host_last, i, node, ins, stats) if tracing else rep._host_node(i, node, ins, stats)
             elif target == CPU:
                 raise FallbackNeeded(f"node {i} ({node.op_type}) runs on the CPU")
+            elif empty_on_host(ins):  # nothing to compute on the device: an empty value's node
+                outs = rep._host_node(i, node, ins, stats)
             else:
                 rec.scope = scope  # profile rows: per node
                 key = input_key(inputs, ins, env) if tracing else None
@@ -389,9 +394,3 @@ def device_result(v: Any, device: kdml.Device) -> Any:
         return device.tensor(np.ascontiguousarray(v).reshape(v.shape if v.shape else (1,)))
     return [np.array(e, copy=True) for e in v] if isinstance(v, list) else v if v is None else np.array(v, copy=True)
 
-
-def signature(feeds: dict[str, Any]) -> tuple[Any, ...]:
-    """Names, shapes, types and where each input lives (a Tensor fed on the device or a host array)."""
-    return tuple((n, v.shape, v.dtype.str, False) if type(v) is np.ndarray  # the common case, without str(dtype)
-                 else (n, _value_shape(v), np.dtype(_value_dtype(v)).str, isinstance(v, DeviceValue)) if _is_tensor_value(v)
-                 else (n, type(v).__name__) for n, v in feeds.items())

@@ -19,7 +19,7 @@ import kompute_dml as kdml
 
 from .analysis import GraphAnalysis
 from .context import EagerContext
-from .device_graph import GraphPlan, device_result, gc_paused, signature
+from .device_graph import GraphPlan, device_result, gc_paused
 from .feeds import normalize_inputs
 from .fold import fold_constants, fold_summary
 from .fusions import Fusion, Fusions, find_fusions
@@ -29,7 +29,7 @@ from .handlers_values import OutputArrays, into
 from .product_groups import find_groups
 from .run_state import RunState
 from .transfers import ValueTransfers
-from .values import CPU, HOST, VULKAN, FallbackError, FallbackNeeded, NodePlacement, RunStats, at_node
+from .values import CPU, HOST, VULKAN, FallbackError, FallbackNeeded, NodePlacement, RunStats, at_node, signature
 
 
 # ---------------------------------------------------------------------------------
