@@ -261,3 +261,20 @@ def test_an_empty_input_is_planned_as_a_host_value(rng):
         np.testing.assert_array_equal(y, np.maximum(np.concatenate([past, x], 1), 0))
         np.testing.assert_array_equal(shp, [2, p, 3])
         assert rep.last_run.planned and rep.last_run.runtime_fallbacks == 0 and rep.last_run.uploads == 1
+
+
+@pytest.mark.parametrize("count, dispatches", [(2, 1 << 16), (256, 1)])
+def test_plans_are_kept_within_both_capacities(rng, count, dispatches):
+    """Plans per signature are kept up to plan_capacity of them and plan_dispatch_capacity
+    dispatches together, least recently used out first (the newest always stays)."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", T.FLOAT, ["n"])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    rep = Backend.prepare(helper.make_model(graph, opset_imports=OPSETS, ir_version=10), "CPU")
+    rep.state.plan_capacity, rep.state.plan_dispatch_capacity = count, dispatches
+    for n in (3, 4, 5, 4):
+        x = rng.standard_normal(n).astype(np.float32)
+        np.testing.assert_array_equal(rep.run({"x": x})[0], np.maximum(x, 0))
+    kept = [key[0][1] for key in rep.state.plans]
+    assert kept == ([(5,), (4,)] if count == 2 else [(4,)])
+    assert rep.last_run.planned == (count != 2)  # (4,) was still kept at two plans

@@ -303,9 +303,11 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             plan = None
             self.state.plan_refusal = str(e)
             self._note(f"the graph runs node by node for this input signature: {e}")
-        self.state.plans[key] = plan
-        while len(self.state.plans) > self.state.plan_capacity:
-            self.state.plans.popitem(last=False)
+        plans = self.state.plans
+        plans[key] = plan
+        while len(plans) > 1 and (len(plans) > self.state.plan_capacity or sum(
+                p.dispatches for p in plans.values() if p is not None) > self.state.plan_dispatch_capacity):
+            plans.popitem(last=False)
         return plan
 
 
