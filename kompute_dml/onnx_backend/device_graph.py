@@ -30,6 +30,7 @@ import numpy as np
 
 import kompute_dml as kdml
 
+from ..functional import _pool_take
 from ..runtime.staging import host_copy
 from .handlers_values import BOOL, OutputArrays, dml_numpy, into, is_packed
 from .node_traces import host_node, input_key, keep_traces, run_node
@@ -387,9 +388,12 @@ def device_result(v: Any, device: kdml.Device) -> Any:
     if isinstance(v, DeviceValue):
         if v.dtype == BOOL:
             return v.tensor.numpy().reshape(v.shape).astype(BOOL)
-        t = kdml.copy(v.tensor)
-        shape = v.shape if v.shape else (1,)
-        return t if t.shape == shape else kdml.Tensor(t.buffer, kdml.TensorDesc(t.desc.data_type, shape), t.offset)
+        # a pooled buffer of the plans' size class: a decoder's presents grow by a row per step,
+        # and the buffers of outputs the caller has dropped (the last step's) fit the next ones
+        dt, sizes = v.tensor.desc.data_type, v.tensor.desc.sizes
+        buf = _pool_take(device, _block(kdml.TensorDesc(dt, sizes).byte_size))
+        kdml.copy(v.tensor, out=kdml.Tensor(buf, kdml.TensorDesc(dt, sizes), 0))
+        return kdml.Tensor(buf, kdml.TensorDesc(dt, v.shape if v.shape else (1,)), 0)
     if isinstance(v, (np.ndarray, np.generic)) and v.dtype in _dml_types() and v.size:
         return device.tensor(np.ascontiguousarray(v).reshape(v.shape if v.shape else (1,)))
     return [np.array(e, copy=True) for e in v] if isinstance(v, list) else v if v is None else np.array(v, copy=True)
