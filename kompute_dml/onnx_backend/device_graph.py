@@ -30,12 +30,12 @@ import numpy as np
 
 import kompute_dml as kdml
 
-from ..functional import _pool_take
 from ..runtime.staging import host_copy
 from .handlers_values import BOOL, OutputArrays, dml_numpy, into, is_packed
 from .node_traces import host_node, input_key, keep_traces, run_node
 from .plan_context import PlanContext, _block
 from .siblings import prepare_siblings
+from .transfers import device_results
 from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_dtype, _value_shape, at_node, empty_on_host
 
 if TYPE_CHECKING:
@@ -238,9 +238,10 @@ class GraphPlan:
     def _copy_device_inputs(self, feeds: dict[str, Any]) -> None:
         """The Tensors fed on the device into their parts of the input buffer: one submission."""
         if self.device_inputs:
-            with self._device.record():
+            with self._device.capture() as rec:  # one submission (device_results says why)
                 for name, part in self.device_inputs:
                     kdml.copy(feeds[name].tensor, out=part)
+            rec.submit()
 
     def run(self, feeds: dict[str, Any], stats: RunStats, on_device: bool = False,
             out: OutputArrays | None = None) -> list[Any]:
@@ -292,9 +293,7 @@ class GraphPlan:
         return results
 
     def _device_results(self) -> list[Any]:
-        with self._device.record():  # one submission for the copies
-            results = [device_result(v, self._device) for _name, v in self.outputs]
-        return results
+        return device_results([v for _name, v in self.outputs], self._device)
 
     def _result_array(self, k: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A new array for output k: one this plan returned before that nothing references any
@@ -379,22 +378,4 @@ def _host_io(rep: BackendRep, key: str, nbytes: int) -> np.ndarray:
 def _dml_types() -> set[np.dtype]:
     from .values import _DML_NUMPY
     return _DML_NUMPY
-
-
-def device_result(v: Any, device: kdml.Device) -> Any:
-    """An output handed to the caller on the device: a new packed Tensor of its ONNX shape (a
-    rank-0 value as shape (1,)), copied there from a device value or uploaded from a host one;
-    what no DirectML tensor holds (bool, strings, sequences, empty values) as the host form."""
-    if isinstance(v, DeviceValue):
-        if v.dtype == BOOL:
-            return v.tensor.numpy().reshape(v.shape).astype(BOOL)
-        # a pooled buffer of the plans' size class: a decoder's presents grow by a row per step,
-        # and the buffers of outputs the caller has dropped (the last step's) fit the next ones
-        dt, sizes = v.tensor.desc.data_type, v.tensor.desc.sizes
-        buf = _pool_take(device, _block(kdml.TensorDesc(dt, sizes).byte_size))
-        kdml.copy(v.tensor, out=kdml.Tensor(buf, kdml.TensorDesc(dt, sizes), 0))
-        return kdml.Tensor(buf, kdml.TensorDesc(dt, v.shape if v.shape else (1,)), 0)
-    if isinstance(v, (np.ndarray, np.generic)) and v.dtype in _dml_types() and v.size:
-        return device.tensor(np.ascontiguousarray(v).reshape(v.shape if v.shape else (1,)))
-    return [np.array(e, copy=True) for e in v] if isinstance(v, list) else v if v is None else np.array(v, copy=True)
 

@@ -19,7 +19,7 @@ import kompute_dml as kdml
 
 from .analysis import GraphAnalysis
 from .context import EagerContext
-from .device_graph import GraphPlan, device_result, gc_paused
+from .device_graph import GraphPlan, gc_paused
 from .feeds import normalize_inputs
 from .fold import fold_constants, fold_summary
 from .fusions import Fusion, Fusions, find_fusions
@@ -28,7 +28,7 @@ from .handlers import HANDLERS
 from .handlers_values import OutputArrays, into
 from .product_groups import find_groups
 from .run_state import RunState
-from .transfers import ValueTransfers
+from .transfers import ValueTransfers, device_results
 from .values import CPU, HOST, VULKAN, FallbackError, FallbackNeeded, NodePlacement, RunStats, at_node, signature
 
 
@@ -253,8 +253,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             for name in self._free_after[s]:
                 env.pop(name, None)
         if device_outputs:
-            with self.device.record():  # one submission for the copies
-                results = [device_result(lookup(n), self.device) for n in self.output_names]
+            results = device_results([lookup(n) for n in self.output_names], self.device)
         else:
             results = [self.host(lookup(n), stats) for n in self.output_names]
             if out is not None:
