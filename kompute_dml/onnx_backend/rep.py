@@ -17,7 +17,7 @@ from onnx.backend.base import namedtupledict
 
 import kompute_dml as kdml
 
-from .analysis import GraphAnalysis
+from .analysis import GraphAnalysis, in_topological_order
 from .context import EagerContext
 from .device_graph import GraphPlan, device_result, gc_paused, signature
 from .feeds import normalize_inputs
@@ -47,6 +47,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                  group_products: bool = True) -> None:
         if fallback not in ("auto", "onnxruntime", "reference"):
             raise ValueError(f"fallback must be 'auto', 'onnxruntime' or 'reference', got {fallback!r}")
+        model = in_topological_order(model)  # a copy, reordered, only where the nodes are out of order
         self.model = model
         self.device = device
         self.fallback = fallback
