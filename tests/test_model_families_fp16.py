@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers import cosines
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -22,12 +23,6 @@ from kompute_dml.bench import families  # noqa: E402
 from kompute_dml.onnx_backend import CPU, Backend  # noqa: E402
 
 FP16 = sorted(n for n, f in families.FAMILIES.items() if f.post == "fp16")
-
-
-def cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """Per-row cosine similarity over the last axis (float64)."""
-    g, w = (a.reshape(-1, a.shape[-1]).astype(np.float64) for a in (got, want))
-    return (g * w).sum(1) / (np.linalg.norm(g, axis=1) * np.linalg.norm(w, axis=1))
 
 
 def _float16_values(path) -> int:

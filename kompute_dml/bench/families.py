@@ -239,7 +239,7 @@ def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> 
     import torch
 
     fam = FAMILIES[name]
-    stamp = json.dumps({"family": name, "size": SIZES[size], "seed": seed, "post": fam.post, "recipe": 4, **tool_versions()},
+    stamp = json.dumps({"family": name, "size": SIZES[size], "seed": seed, "post": fam.post, **tool_versions(), "family_recipe": 4},
                        sort_keys=True)
     path = Path(cache) / f"{name}-{size}-{hashlib.sha256(stamp.encode()).hexdigest()[:12]}.onnx"
     if path.exists():
