@@ -54,23 +54,3 @@ def test_float16_family_runs_wholly_on_the_device_close_to_float32(name):
         print(f"{name} {batch}x{seq}: cosine vs float32 {c32:.6f}, vs onnxruntime float16 {c16:.6f}, "
               f"onnxruntime float16 vs float32 {cosines(theirs, want).min():.6f}")
         assert c32 >= 0.99 and c16 >= 0.99, (name, batch, seq, c32, c16)
-
-
-def test_nodes_out_of_topological_order_are_sorted():
-    """A graph whose nodes are listed out of order (as convert_float_to_float16 writes the Casts
-    of the graph inputs) runs as onnxruntime runs it; the caller's model is not changed."""
-    from onnx import TensorProto as T
-    from onnx import helper
-
-    nodes = [helper.make_node("Relu", ["c"], ["y"]), helper.make_node("Cast", ["x"], ["c"], to=T.FLOAT16)]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, ["n"])],
-                          [helper.make_tensor_value_info("y", T.FLOAT16, ["n"])])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-    before = model.SerializeToString()
-    rep = Backend.prepare(model, "CPU")
-    assert [p.op_type for p in rep.placement] == ["Cast", "Relu"] and rep.graph_mode
-    x = np.array([-1.5, 0.25, 70000.0, np.nan], np.float32)
-    (y,) = rep.run({"x": x})
-    (want,) = ort.InferenceSession(before, providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    np.testing.assert_array_equal(y, want)
-    assert model.SerializeToString() == before
