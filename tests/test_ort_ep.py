@@ -146,13 +146,20 @@ def test_bad_provider_option_is_an_onnxruntime_error_naming_it(options, field):
 
 
 def test_provider_options_reach_the_backend():
-    sess = _session(CHAIN, optimize=False, exclude_ops="Sigmoid", allow_half_precision=1)
+    sess = _session(CHAIN, optimize=False, exclude_ops="Sigmoid")
     groups = _assigned(sess)
     assert groups["CPUExecutionProvider"] == [[n.name for n in onnx.load_from_string(CHAIN).graph.node
                                                if n.op_type == "Sigmoid"]]
     x = RNG.standard_normal((2, 8)).astype(np.float32)
     for g, w in zip(sess.run(None, {"x": x}), _cpu(CHAIN, {"x": x})):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    # allow_half_precision=1: the products in float16 (tests/test_half_precision.py), as Backend.prepare's flag
+    half = _session(CHAIN, optimize=False, exclude_ops="Sigmoid", allow_half_precision=1).run(None, {"x": x})
+    want = Backend.prepare(CHAIN, allow_half_precision=True, exclude_ops=["Sigmoid"]).run({"x": x})
+    for h, w, f in zip(half, want, sess.run(None, {"x": x})):
+        np.testing.assert_array_equal(h, w)
+        assert not np.array_equal(h, f)
+        np.testing.assert_allclose(h, f, rtol=1e-2, atol=1e-2)
 
 
 def test_sessions_and_threads_at_once_and_teardown():

@@ -1,10 +1,12 @@
 """The transformer families users bring, built here with random weights (no downloads): a
 `transformers` configuration per family, exported with torch.onnx.export (opset 17), quantized
-with onnxruntime's `quantize_dynamic` (then fused at its extended level) or fused by its BERT
-optimizer where the family's row says so,
-cached under .cache/models by configuration and tool versions.
+with onnxruntime's `quantize_dynamic` (then fused at its extended level), fused by its BERT
+optimizer or converted to float16 (onnxruntime's `convert_float_to_float16`, float32 inputs and
+outputs kept) where the family's row says so, cached under .cache/models by configuration and
+tool versions.
 
     build("gpt2", size="tiny") -> Path of the .onnx;  feeds("gpt2", batch, seq, rng) -> the inputs
+    source("gpt2-fp16") -> the float32 export a "-fp16" family's model was converted from
 
 Sizes: "tiny" (tests on lavapipe: hidden 64, 2 layers) and "small" (benchmarks: hidden 256,
 4 layers). Every family's outputs are its last hidden state or logits.
@@ -37,7 +39,8 @@ class Family:
     name: str
     make: Callable[[dict[str, int]], Any]  # size -> (torch module taking the inputs, input names)
     inputs: Callable[[int, int, np.random.Generator, dict[str, int]], dict[str, np.ndarray]]  # batch, length, size
-    post: str = ""  # "int8": quantize_dynamic then ORT's extended level; "int8-raw": not fused; "fused": ORT's BERT optimizer
+    post: str = ""  # "int8": quantize_dynamic then ORT's extended level; "int8-raw": not fused; "fused": ORT's BERT
+    # optimizer; "fp16": convert_float_to_float16(keep_io_types=True), the float32 export kept beside it (source())
     dynamic: tuple[str, ...] = ("batch", "seq")  # the inputs' symbolic dimensions
     requires: str = "transformers"  # the package that defines the architecture
 
@@ -130,10 +133,23 @@ def _whisper(s: dict[str, int]) -> Any:
 
 
 def _torchvision(arch: str) -> Callable[[dict[str, int]], Any]:
-    def make(_s: dict[str, int]) -> Any:
+    def make(s: dict[str, int]) -> Any:
+        import torch
         import torchvision
 
-        return getattr(torchvision.models, arch)(weights=None).eval()  # BatchNorm folded into Conv at export
+        model = getattr(torchvision.models, arch)(weights=None)  # BatchNorm folded into Conv at export
+        # BatchNorm's running statistics measured on random images (cumulative over a few train-mode
+        # passes), so every normalization gives unit-scale activations as a trained net's do: with
+        # the initial ones MobileNetV3's activations shrink layer by layer to 1e-10, below float16's range
+        bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+        for m in bns:
+            m.reset_running_stats()
+            m.momentum = None
+        model.train()
+        with torch.no_grad():
+            for _ in range(4):
+                model(torch.randn(8, 3, s["image"], s["image"]))
+        return model.eval()
     return make
 
 
@@ -158,6 +174,12 @@ FAMILIES = {f.name: f for f in (
     Family("mobilenet-v3-small", _torchvision("mobilenet_v3_small"), _image_feeds, dynamic=("batch",),
            requires="torchvision"),
 )}
+# float16 variants: each float32 family above converted (bert-fp16 from the unfused BERT export)
+FAMILIES.update({f.name: f for f in (
+    Family("bert-fp16", _encoder("BertConfig", "BertModel"), _text_feeds, "fp16"),
+    *(Family(f"{f.name}-fp16", f.make, f.inputs, "fp16", f.dynamic, f.requires) for f in list(FAMILIES.values())
+      if not f.post),
+)})
 
 
 # The node types of each family (tiny) that still run on onnxruntime's CPU provider on lavapipe:
@@ -173,6 +195,7 @@ CPU_NODE_TYPES: dict[str, frozenset[str]] = {
     "whisper-encoder": frozenset(),
     "resnet18": frozenset(),
     "mobilenet-v3-small": frozenset(),
+    **{name: frozenset() for name, f in FAMILIES.items() if f.post == "fp16"},
 }
 # Node types placed on the device at `prepare` that still run on the CPU at run time, because the
 # operator refuses their values' types there (the run's "ran on the CPU" events): none since CAST
@@ -191,6 +214,10 @@ DESCRIBED = {
     "whisper-encoder": "Whisper encoder",
     "resnet18": "ResNet-18 (torchvision)",
     "mobilenet-v3-small": "MobileNetV3-Small (torchvision)",
+    "bert-fp16": "BERT float16 (unfused)",
+    **{f"{name}-fp16": f"{label} float16" for name, label in (
+        ("gpt2", "GPT-2"), ("llama", "Llama"), ("vit", "ViT"), ("whisper-encoder", "Whisper encoder"),
+        ("resnet18", "ResNet-18"), ("mobilenet-v3-small", "MobileNetV3-Small"))},
 }
 
 
@@ -200,12 +227,19 @@ def feeds(name: str, batch: int, seq: int, rng: np.random.Generator, size: str =
     return FAMILIES[name].inputs(batch, seq, rng, SIZES[size])
 
 
+def source(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> Path:
+    """The float32 model a "-fp16" family's was converted from (its own export, the very model
+    of the float32 family it names: same configuration and seed); other families' own model."""
+    path = build(name, size, cache, seed)
+    return path.with_suffix(".fp32.onnx") if FAMILIES[name].post == "fp16" else path
+
+
 def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> Path:
     """The family's ONNX model at `size`, built once per configuration and tool versions."""
     import torch
 
     fam = FAMILIES[name]
-    stamp = json.dumps({"family": name, "size": SIZES[size], "seed": seed, "post": fam.post, "recipe": 3, **tool_versions()},
+    stamp = json.dumps({"family": name, "size": SIZES[size], "seed": seed, "post": fam.post, **tool_versions(), "family_recipe": 4},
                        sort_keys=True)
     path = Path(cache) / f"{name}-{size}-{hashlib.sha256(stamp.encode()).hexdigest()[:12]}.onnx"
     if path.exists():
@@ -240,6 +274,13 @@ def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> 
             s = SIZES[size]
             optimize_model(str(raw), model_type="bert", num_heads=s["heads"], hidden_size=s["hidden"]).save_model_to_file(
                 str(out))
+        elif fam.post == "fp16":
+            import onnx
+            from onnxruntime.transformers.float16 import convert_float_to_float16
+
+            # as written: the Casts of the graph inputs come after their readers (the backend sorts them)
+            onnx.save(convert_float_to_float16(onnx.load(str(raw)), keep_io_types=True), str(out))
+            os.replace(raw, path.with_suffix(".fp32.onnx"))
         elif fam.post == "":
             out = raw
         os.replace(out, path)

@@ -17,8 +17,9 @@ import kompute_dml as kdml
 from kompute_dml.ops.convolution import backward_output_sizes, output_sizes
 
 from .graph import _attr
+from .half_precision import as_float32, half_operand, use_half
 from .handlers_values import as_device
-from .values import DeviceValue, FallbackNeeded, RunStats
+from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype
 
 if TYPE_CHECKING:
     from .context import NodeContext
@@ -48,13 +49,21 @@ def conv_padding(node: onnx.NodeProto, in_sizes: tuple[int, ...], window: tuple[
     return tuple(pads[:n]), tuple(pads[n:])
 
 
-def _operands(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> tuple[Any, ...]:
+def _operands(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats,
+              half: bool = False) -> tuple[Any, ...]:
     """Conv's and ConvTranspose's common reading: x and w on the device (one float type, 3 to 5
-    dimensions), the window (checked against kernel_shape), strides, dilations, the optional bias."""
-    x, w = (as_device(ctx, ins[i], stats, node.input[i]) for i in range(2))
+    dimensions), the window (checked against kernel_shape), strides, dilations, the optional bias;
+    `half`: float32 operands as float16 (half_precision.py)."""
+    dt, wt = _value_dtype(ins[0]), _value_dtype(ins[1])
+    if dt not in (np.float32, np.float16) or wt != dt:
+        raise FallbackNeeded(f"{node.op_type} of {dt} and {wt} (CONVOLUTION takes FLOAT32 / FLOAT16)")
+    half = half and use_half(ctx, dt)
+
+    def operand(i: int) -> DeviceValue:
+        return half_operand(ctx, ins[i], node.input[i], stats) if half else as_device(ctx, ins[i], stats, node.input[i])
+
+    x, w = operand(0), operand(1)
     dt = x.dtype
-    if dt not in (np.float32, np.float16) or w.dtype != dt:
-        raise FallbackNeeded(f"{node.op_type} of {dt} and {w.dtype} (CONVOLUTION takes FLOAT32 / FLOAT16)")
     r = len(x.shape)
     if r not in (3, 4, 5) or len(w.shape) != r:
         raise FallbackNeeded(f"a {node.op_type} of {r} dimensions")
@@ -67,7 +76,7 @@ def _operands(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: Run
     dilations = tuple(int(d) for d in _attr(node, "dilations", [1] * n))
     bias = None
     if len(ins) > 2 and ins[2] is not None and node.input[2]:
-        bias = as_device(ctx, ins[2], stats, node.input[2]).tensor
+        bias = operand(2).tensor
     return x, w, dt, n, window, strides, dilations, bias
 
 
@@ -77,13 +86,15 @@ def _h_conv(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
 
 def run_conv(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, relu: bool = False) -> list[Any]:
     """The Conv node on CONVOLUTION, its output through the fused ReLU where `relu` (Conv+Relu)."""
-    x, w, dt, _n, window, strides, dilations, bias = _operands(ctx, node, ins, stats)
+    x, w, dt, _n, window, strides, dilations, bias = _operands(ctx, node, ins, stats, half=True)
     start, end = conv_padding(node, tuple(x.shape[2:]), window, strides, dilations)
     out_shape = (x.shape[0], w.shape[0], *output_sizes(
         tuple(x.shape[2:]), window, strides, dilations, start, end))
     out = ctx.out_tensor(out_shape, dt)
     y = kdml.conv(x.tensor, w.tensor, bias, strides=strides, dilations=dilations, start_padding=start,
                   end_padding=end, groups=int(_attr(node, "group", 1)), relu=relu, out=out, device=ctx.device)
+    if dt != _value_dtype(ins[0]):  # computed in float16 for a float32 Conv
+        return [as_float32(ctx, y, out_shape)]
     return [DeviceValue(y, out_shape, dt)]
 
 

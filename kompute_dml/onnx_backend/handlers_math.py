@@ -163,13 +163,22 @@ def compare(helper: str) -> Any:
 def _h_pow(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     """Pow with a constant exponent of 1, 2 or 3 (ops/onnx_types.small_integer_exponent) as
     ELEMENT_WISE_MULTIPLY: x * x, (x * x) * x, the roundings of onnxruntime's CPU kernel, which
-    special-cases those exponents the same way (GPT-2's GELU cube, RMSNorm's square)."""
+    special-cases those exponents the same way (GPT-2's GELU cube, RMSNorm's square). A float16
+    cube is onnxruntime's float32 cube rounded once to float16: CAST up (exact), the two float32
+    products (the square of a float16 value is exact in float32), CAST down; that double rounding
+    (the exact cube to float32, then to float16) gives the single rounding's bits for every
+    finite float16 (tests/test_onnx_pow.py runs all 65536)."""
     e = int(np.asarray(ctx.host(ins[1], stats)).reshape(-1)[0])
     dt = _value_dtype(ins[0])
     (t,) = _operands(ctx, node, ins[:1], stats)
     shape, out = _out(ctx, ins[:1], dt)
     if e == 1:
         return [DeviceValue(kdml.copy(t, out=out, device=ctx.device), shape, dt)]
+    if e == 3 and dt == np.float16:
+        wide = kdml.cast(t, kdml.DataType.FLOAT32, out=ctx.out_tensor(t.desc.sizes, np.float32), device=ctx.device)
+        square = kdml.mul(wide, wide, out=ctx.out_tensor(t.desc.sizes, np.float32), device=ctx.device)
+        cube = kdml.mul(square, wide, out=ctx.out_tensor(t.desc.sizes, np.float32), device=ctx.device)
+        return [DeviceValue(kdml.cast(cube, kdml.DataType.FLOAT16, out=out, device=ctx.device), shape, dt)]
     square = kdml.mul(t, t, out=out if e == 2 else ctx.out_tensor(t.desc.sizes, dt), device=ctx.device)
     return [DeviceValue(square if e == 2 else kdml.mul(square, t, out=out, device=ctx.device), shape, dt)]
 

@@ -17,7 +17,7 @@ from onnx.backend.base import namedtupledict
 
 import kompute_dml as kdml
 
-from .analysis import GraphAnalysis
+from .analysis import GraphAnalysis, in_topological_order
 from .context import EagerContext
 from .device_graph import GraphPlan, gc_paused
 from .feeds import normalize_inputs
@@ -40,13 +40,18 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
     one paragraph; `run(inputs)` returns the outputs (numpy arrays, lists for sequences,
     None for absent optionals); `last_run` holds the RunStats of the latest run. `fuse`:
     run the node chains of fusions.PATTERNS as one dispatch each (`fusions`); `group_products`:
-    integer products that share their A run as one (product_groups.py)."""
+    integer products that share their A run as one (product_groups.py); `allow_half_precision`:
+    float32 matrix products and convolutions computed in float16 (half_precision.py)."""
 
     def __init__(self, model: onnx.ModelProto, device: kdml.Device, *, fallback: str = "auto",
                  exclude_ops: Iterable[str] = (), cpu_threads: int | None = None, fuse: bool = True,
-                 group_products: bool = True) -> None:
+                 group_products: bool = True, allow_half_precision: bool = False) -> None:
         if fallback not in ("auto", "onnxruntime", "reference"):
             raise ValueError(f"fallback must be 'auto', 'onnxruntime' or 'reference', got {fallback!r}")
+        model = in_topological_order(model)  # a copy, reordered, only where the nodes are out of order
+        if not isinstance(allow_half_precision, (bool, np.bool_)):
+            raise TypeError(f"allow_half_precision must be a bool, got {type(allow_half_precision).__name__}")
+        self.allow_half_precision = bool(allow_half_precision)
         self.model = model
         self.device = device
         self.fallback = fallback

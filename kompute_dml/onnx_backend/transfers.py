@@ -127,13 +127,24 @@ class ValueTransfers:
             self._constant_on_device(name, stats, not columns)
         return self._constant_on_device(name, stats, columns)
 
-    def _constant_on_device(self, name: str, stats: RunStats, columns: bool = False) -> kdml.Tensor:
+    def constant_as(self, name: str, dtype: Any, stats: RunStats) -> kdml.Tensor:
+        """Constant `name` converted to `dtype` on the host (numpy's astype: float32 to float16
+        rounds to nearest even, beyond 65504 to infinity) and uploaded once per model and type
+        (half_precision.py: a float32 weight for a float16 product)."""
+        return self._constant_on_device(name, stats, dtype=np.dtype(dtype))
+
+    def _constant_on_device(self, name: str, stats: RunStats, columns: bool = False,
+                            dtype: np.dtype | None = None) -> kdml.Tensor:
         """Constant `name` on the device, uploaded once per layout: as it is, or (`columns`, 2-D)
-        its transpose under a column-major descriptor of the original shape."""
+        its transpose under a column-major descriptor of the original shape; `dtype`: converted to it."""
         key = f"{name}#columns" if columns else name
+        if dtype is not None:
+            key += f"#{dtype.str}"
         dv = self.state.device_constants.get(key)
         if dv is None:
             arr = self.constant_host(name)
+            if dtype is not None:
+                arr = arr.astype(dtype)
             check_bindable(self.device, arr.nbytes)
             t = self.device.tensor(np.ascontiguousarray(arr.T if columns else arr))
             if columns:

@@ -93,8 +93,9 @@ def quantized_product(quantized: tuple[int, ...], scale: int, outputs: frozenset
 
 
 def small_integer_exponent(t: NodeTypes) -> str:
-    """Pow of a float base by a constant scalar 1, 2 or 3 (float16: 1 or 2): repeated products,
-    onnxruntime's own arithmetic for those exponents; any other exponent stays on the CPU."""
+    """Pow of a float base by a constant scalar 1, 2 or 3: repeated products, onnxruntime's own
+    arithmetic for those exponents (a float16 cube in float32, rounded once: the handler); any
+    other exponent stays on the CPU."""
     why = float_input(t)
     if why:
         return why
@@ -102,8 +103,6 @@ def small_integer_exponent(t: NodeTypes) -> str:
     if e is None or e.size != 1:
         return "the exponent is not a constant scalar"
     v = float(e.reshape(-1)[0])
-    if t.elem(0) == np.float16 and v == 3.0:  # onnxruntime rounds the float32 cube once; two products round twice
-        return "a float16 cube (onnxruntime rounds it once)"
     return "" if v in (1.0, 2.0, 3.0) else f"exponent {v} (only 1, 2 and 3 run on the device)"
 
 
