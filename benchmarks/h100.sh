@@ -40,7 +40,7 @@ if [ "$part" = 2 ] || [ "$part" = all ]; then
 fi
 if [ "$part" = 3 ] || [ "$part" = all ]; then
     run model_families 400 "$py" -m benchmarks.model_families --size small --shapes 1x128,8x128 --repeat 15
-    run decoders 160 "$py" -m benchmarks.decoders --size small --prompt 128 --new 32
+    run decoders 160 "$py" -m kompute_dml.bench.decoder_speed --size small --prompt 128 --new 32
     run decode_plans 150 "$py" -m benchmarks.decode_plans --size small --prompt 16 --new 24
     run bench_conv 90 "$py" -m benchmarks.bench_conv --rounds 5 --n 20
     run cold_start 150 "$py" -m benchmarks.cold_start --family distilbert-int8 --processes 2 --settings "KDML_PIPELINE_THREADS=1;"

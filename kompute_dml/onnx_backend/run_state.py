@@ -45,7 +45,7 @@ class RunState:
     # ---- whole-graph plans (device_graph.py) per input signature (None: not planned)
     plans: collections.OrderedDict[Any, Any] = field(default_factory=collections.OrderedDict)
     # kept while both hold, least recently used out first: a decoder makes a plan per past length,
-    # and a later generation over the same lengths replays them (benchmarks/decoders.py, warm);
+    # and a later generation over the same lengths replays them (bench/decoder_speed.py, again);
     # a plan holds its recorded program (a descriptor set per dispatch), its buffers are shared
     plan_capacity: int = 256
     plan_dispatch_capacity: int = 1 << 16

@@ -5,7 +5,7 @@ are kept),
 onnxruntime CPU (the same step model, its cache in host arrays) and PyTorch CUDA eager float32
 (and float16 on CUDA) with its own cache; the tokens of all three compared.
 
-    python -m benchmarks.decoders [--size small] [--prompt 128] [--new 32] [--batch 1]
+    python -m kompute_dml.bench.decoder_speed [--size small] [--prompt 128] [--new 32] [--batch 1]
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from kompute_dml.bench import decoders
-from kompute_dml.bench.timing import median
+from . import decoders
+from .timing import median
 
 
 def _ort_greedy(sess: Any, dec: decoders.Decoder, prompt: np.ndarray, steps: int) -> tuple[list[list[int]], list[float]]:
