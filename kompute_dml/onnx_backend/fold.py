@@ -124,7 +124,8 @@ def fold_constants(model: onnx.ModelProto, constants: dict[str, TensorProto], fe
     note = ""
     if wanted:
         try:
-            values.update(_evaluate(model, [g.node[i] for i in evaluated], values, wanted))
+            # (through the aliases: an Identity of a constant is no value of its own)
+            values.update(_evaluate(model, _renamed([g.node[i] for i in evaluated], alias), values, wanted))
         except Exception as e:  # neither engine runs them: they stay nodes, run as before
             note = f"not folded ({str(e).strip().splitlines()[0][:200]})"
             gone -= set(evaluated)
