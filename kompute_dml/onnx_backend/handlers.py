@@ -15,6 +15,7 @@ from . import product_groups
 from .graph import _attr, _np_dtype_of_onnx
 from .handlers_activation import ACT_HANDLERS
 from .handlers_conv import CONV_HANDLERS
+from .handlers_conv_integer import CONV_INTEGER_HANDLERS
 from .handlers_einsum import EINSUM_HANDLERS
 from .handlers_fill import FILL_HANDLERS
 from .handlers_logic import LOGIC_HANDLERS
@@ -353,5 +354,5 @@ def _kind_handler(spec_name: str, op: Any) -> Any:
 
 _KIND_HANDLERS = {op.op_type: _kind_handler(s.name, op) for s in SPECS for op in s.onnx if op.kind}
 HANDLERS = {**_SEED_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS, **NN_HANDLERS, **REDUCE_HANDLERS,
-            **CONV_HANDLERS, **EINSUM_HANDLERS, **POOL_HANDLERS, **MOVE_HANDLERS, **ACT_HANDLERS, **LOGIC_HANDLERS, **FILL_HANDLERS,
-            **_KIND_HANDLERS}
+            **CONV_HANDLERS, **CONV_INTEGER_HANDLERS, **EINSUM_HANDLERS, **POOL_HANDLERS, **MOVE_HANDLERS,
+            **ACT_HANDLERS, **LOGIC_HANDLERS, **FILL_HANDLERS, **_KIND_HANDLERS}

@@ -167,6 +167,7 @@ MMG = family("mmg", "matmul_gemv.comp", "mmg8{dot}_{b}", MATMUL_PUSH, None, dot=
 
 # ---- element-wise operators (ops/elementwise.py, ops/elementwise_logic.py, shaders/elementwise.comp)
 # and the cumulative operators (ops/cumulative.py, shaders/cumulative.comp): contract/elementwise.py
+from .conv_integer import CONV_INT, CONV_INT_PUSH  # noqa: E402, F401
 from .elementwise import (  # noqa: E402
     CUM,
     CUM_WG,
@@ -385,7 +386,8 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, EW_GT, EW_LT, EW_LE, EW_NOT,
     EW_OR, EW_XOR, EW_BAND, EW_BOR, EW_BXOR, EW_BNOT, CUM, CUM_WG, CAST, DEQUANT, GATHER, GATHER_CHECK, FILL, FILL_SEQ, PAD,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
-    DQL_MINMAX, DQL_QUANT, EW_EXT, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, POOL, POOL_Q8, BN, GEMM, GEMM_COOP,
+    DQL_MINMAX, DQL_QUANT, EW_EXT, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, CONV_INT, POOL, POOL_Q8, BN, GEMM,
+    GEMM_COOP,
 )
 
 
