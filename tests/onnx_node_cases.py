@@ -45,3 +45,14 @@ def run_case(case: Any, name: str) -> list[Any]:
     case(name).run(result)
     assert not (result.errors or result.failures or result.skipped), (name, result.errors, result.failures)
     return list(Recording.reps)
+
+
+def run_on_device(case: Any, name: str) -> list[Any]:
+    """run_case, then every node of every rep it prepared placed on Vulkan and run there (no
+    run-time fallback)."""
+    reps = run_case(case, name)
+    assert reps, name
+    for rep in reps:
+        assert {p.target for p in rep.placement} == {"vulkan"}, rep.summary()
+        assert rep.last_run.runtime_fallbacks == 0, rep.last_run.events
+    return reps

@@ -253,7 +253,8 @@ TYPE_ONLY_CIRCLES = {
     # handlers are typed by the context protocol that the executors implement
     **{(f"{_B}.{m}", f"{_B}.context"): "handlers take a NodeContext"
        for m in ("fusion_quant", "fusions", "handlers", "handlers_activation", "handlers_conv", "handlers_fill", "handlers_logic",
-                 "handlers_math", "handlers_nn", "handlers_pool", "handlers_reduce", "handlers_values", "product_groups")},
+                 "handlers_math", "handlers_nn", "handlers_pool", "handlers_reduce", "handlers_values", "handlers_vision",
+                 "product_groups")},
     (f"{_B}.transfers", f"{_B}.run_state"): "value transfers write the run's RunState",
 }
 

@@ -22,6 +22,7 @@ from .handlers_nn import NN_HANDLERS, float_unary
 from .handlers_pool import POOL_HANDLERS
 from .handlers_reduce import REDUCE_HANDLERS
 from .handlers_values import MOVE_HANDLERS, VALUE_HANDLERS
+from .handlers_vision import VISION_HANDLERS
 from .quantize import dynamic_quantize_uint8
 from .values import (
     _DML_NUMPY,
@@ -353,4 +354,5 @@ def _kind_handler(spec_name: str, op: Any) -> Any:
 _KIND_HANDLERS = {op.op_type: _kind_handler(s.name, op) for s in SPECS for op in s.onnx if op.kind}
 HANDLERS = {**_SEED_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS, **NN_HANDLERS, **REDUCE_HANDLERS,
             **CONV_HANDLERS, **POOL_HANDLERS, **MOVE_HANDLERS, **ACT_HANDLERS, **LOGIC_HANDLERS, **FILL_HANDLERS,
+            **VISION_HANDLERS,
             **_KIND_HANDLERS}
