@@ -47,12 +47,13 @@ def run_case(case: Any, name: str) -> list[Any]:
     return list(Recording.reps)
 
 
-def run_on_device(case: Any, name: str) -> list[Any]:
+def run_on_device(case: Any, name: str, host: bool = False) -> list[Any]:
     """run_case, then every node of every rep it prepared placed on Vulkan and run there (no
-    run-time fallback)."""
+    run-time fallback); with `host`, shape arithmetic on the host too (an _expanded case's)."""
     reps = run_case(case, name)
     assert reps, name
     for rep in reps:
-        assert {p.target for p in rep.placement} == {"vulkan"}, rep.summary()
+        where = {p.target for p in rep.placement}
+        assert where == {"vulkan"} or (host and where == {"vulkan", "host"}), rep.summary()
         assert rep.last_run.runtime_fallbacks == 0, rep.last_run.events
     return reps

@@ -1,4 +1,6 @@
-"""Device handlers of ONNX Resize and Upsample (RESAMPLE2 through kdml.resize, ops/resample.py).
+"""Device handlers of the convolutional networks' ONNX nodes beyond Conv and pooling: Resize and
+Upsample (RESAMPLE2 through kdml.resize, ops/resample.py), DepthToSpace and SpaceToDepth
+(DEPTH_TO_SPACE1 / SPACE_TO_DEPTH1, ops/depth_space.py: bit copies, booleans as UINT8).
 
 Resize's roi, scales and sizes inputs (and Upsample's scales) are read on the host: constants and
 host values as they are, a device-computed one makes the node run on the CPU (FallbackNeeded while
@@ -20,7 +22,7 @@ from kompute_dml.functional.resample import resize_target
 
 from .graph import _attr
 from .handlers_nn import _opset
-from .handlers_values import as_device
+from .handlers_values import as_device, device_tensor, dml_numpy
 from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
 if TYPE_CHECKING:
@@ -95,4 +97,22 @@ def _h_resize(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: Run
     return [DeviceValue(y, out_shape, dt)]
 
 
-VISION_HANDLERS = {"Resize": _h_resize, "Upsample": _h_resize}
+def _h_depth_space(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """DepthToSpace / SpaceToDepth (DCR or CRD) on DEPTH_TO_SPACE1 / SPACE_TO_DEPTH1: a bit copy."""
+    dt, shape = _value_dtype(ins[0]), tuple(_value_shape(ins[0]))
+    b = int(_attr(node, "blocksize", 0))
+    if len(shape) != 4 or b < 1:
+        raise ValueError(f"{node.op_type} {node.name!r}: a 4-D input and blocksize >= 1, got {shape} and {b}")
+    n, c, h, w = shape
+    to_space = node.op_type == "DepthToSpace"
+    out_shape = (n, c // (b * b), h * b, w * b) if to_space else (n, c * b * b, h // b, w // b)
+    if 0 in shape:
+        return [np.zeros(out_shape, dt)]
+    x = device_tensor(ctx, ins[0], stats, node.input[0])
+    out = ctx.out_tensor(out_shape, dml_numpy(dt))
+    fn = kdml.depth_to_space if to_space else kdml.space_to_depth
+    return [DeviceValue(fn(x, b, _text(node, "mode", "DCR"), out=out, device=ctx.device), out_shape, dt)]
+
+
+VISION_HANDLERS = {"Resize": _h_resize, "Upsample": _h_resize, "DepthToSpace": _h_depth_space,
+                   "SpaceToDepth": _h_depth_space}
