@@ -96,20 +96,12 @@ def test_refused_descriptors_name_their_field(dev, change, field):
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
-from onnx_node_cases import node_cases, run_on_device  # noqa: E402
+from onnx_node_cases import node_case_tests, one_node_model  # noqa: E402
 
 from kompute_dml.onnx_backend import Backend  # noqa: E402
 
-_CASE, NAMES = node_cases(r"^test_(depthtospace|spacetodepth)\w*_cpu$", __name__)
-
-
-def test_case_count():
-    assert len(NAMES) >= 12, NAMES
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_onnx_node_case_on_the_device(name):
-    run_on_device(_CASE, name, host="_expanded" in name)  # the expanded forms: shape arithmetic on the host
+test_case_count, test_onnx_node_case_on_the_device = node_case_tests(r"^test_(depthtospace|spacetodepth)\w*_cpu$",
+                                                                     __name__, 12)
 
 
 @pytest.mark.parametrize(("dt", "et"), [(np.float32, TensorProto.FLOAT), (np.int8, TensorProto.INT8),
@@ -119,10 +111,7 @@ def test_onnx_node_case_on_the_device(name):
 def test_models_against_onnxruntime(rng, dt, et, op, mode):
     x = (rng.standard_normal((2, 8, 4, 6)) * 50).astype(dt)
     node = helper.make_node(op, ["x"], ["y"], blocksize=2, **({"mode": mode} if mode else {}))
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", et, x.shape)],
-                              [helper.make_tensor_value_info("y", et, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
+    model = one_node_model(node, [("x", et, x.shape)], et, opset=13)
     rep = Backend.prepare(model, "CPU")
     got = rep.run({"x": x})[0]
     order = CRD if mode == "CRD" else DCR

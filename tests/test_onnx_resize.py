@@ -12,30 +12,16 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from onnx_node_cases import node_cases, run_on_device  # noqa: E402
+from onnx_node_cases import node_case_tests, one_node_model  # noqa: E402
 
 from kompute_dml.onnx_backend import Backend  # noqa: E402
 
 T = TensorProto
-CASES = r"^test_(resize|upsample)_\w+_cpu$"
-_CASE, NAMES = node_cases(CASES, __name__)
-
-
-def test_case_count():
-    assert len(NAMES) >= 40, NAMES
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_onnx_node_case_on_the_device(name):
-    run_on_device(_CASE, name)
+test_case_count, test_onnx_node_case_on_the_device = node_case_tests(r"^test_(resize|upsample)_\w+_cpu$", __name__, 40)
 
 
 def _model(node, inputs, inits=(), opset=19, et=T.FLOAT):
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, t, list(s)) for n, t, s in inputs],
-                              [helper.make_tensor_value_info("y", et, None)], initializer=list(inits))
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    return m
+    return one_node_model(node, inputs, et, inits, opset)
 
 
 def _run_both(model, feeds, rtol=1e-5):

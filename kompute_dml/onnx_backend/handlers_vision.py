@@ -1,6 +1,7 @@
 """Device handlers of the convolutional networks' ONNX nodes beyond Conv and pooling: Resize and
 Upsample (RESAMPLE2 through kdml.resize, ops/resample.py), DepthToSpace and SpaceToDepth
-(DEPTH_TO_SPACE1 / SPACE_TO_DEPTH1, ops/depth_space.py: bit copies, booleans as UINT8).
+(DEPTH_TO_SPACE1 / SPACE_TO_DEPTH1, ops/depth_space.py: bit copies, booleans as UINT8) and LRN
+(LOCAL_RESPONSE_NORMALIZATION, ops/local_response_normalization.py).
 
 Resize's roi, scales and sizes inputs (and Upsample's scales) are read on the host: constants and
 host values as they are, a device-computed one makes the node run on the CPU (FallbackNeeded while
@@ -12,6 +13,7 @@ them at placement where the model declares them)."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,7 +24,7 @@ from kompute_dml.functional.resample import resize_target
 
 from .graph import _attr
 from .handlers_nn import _opset
-from .handlers_values import as_device, device_tensor, dml_numpy
+from .handlers_values import as_device, device_tensor, dml_numpy, packed
 from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
 if TYPE_CHECKING:
@@ -114,5 +116,26 @@ def _h_depth_space(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats
     return [DeviceValue(fn(x, b, _text(node, "mode", "DCR"), out=out, device=ctx.device), out_shape, dt)]
 
 
-VISION_HANDLERS = {"Resize": _h_resize, "Upsample": _h_resize, "DepthToSpace": _h_depth_space,
+def _h_lrn(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """LRN on LOCAL_RESPONSE_NORMALIZATION (CrossChannel): (N, C, D1, ..., Dk) with the spatial
+    dimensions seen as one where k > 2 (a packed copy first where they do not merge)."""
+    dt, shape = _value_dtype(ins[0]), tuple(_value_shape(ins[0]))
+    if dt not in (np.float32, np.float16) or len(shape) < 3:
+        raise FallbackNeeded(f"LRN of {dt} with {len(shape)} dimensions")
+    if 0 in shape:
+        return [np.zeros(shape, dt)]
+    x = as_device(ctx, ins[0], stats, node.input[0])
+    out = ctx.out_tensor(shape, dt)
+    t, y = x.tensor, out
+    if len(shape) > 4:
+        x = packed(ctx, x, stats)
+        flat = (shape[0], shape[1], 1, math.prod(shape[2:]))
+        t, y = (kdml.Tensor.trusted(v.buffer, kdml.TensorDesc(kdml.DataType.from_numpy(dt), flat), v.offset)
+                for v in (x.tensor, out))
+    kdml.lrn(t, int(_attr(node, "size", 1)), alpha=float(_attr(node, "alpha", 0.0001)),
+             beta=float(_attr(node, "beta", 0.75)), bias=float(_attr(node, "bias", 1.0)), out=y, device=ctx.device)
+    return [DeviceValue(out, shape, dt)]
+
+
+VISION_HANDLERS = {"LRN": _h_lrn, "Resize": _h_resize, "Upsample": _h_resize, "DepthToSpace": _h_depth_space,
                    "SpaceToDepth": _h_depth_space}
