@@ -25,10 +25,11 @@ import numpy as np
 
 from .bert_models import CACHE, tool_versions
 
-SIZES = {"tiny": {"hidden": 64, "layers": 2, "heads": 4, "ffn": 128, "audio": 64, "image": 64},
-         "small": {"hidden": 256, "layers": 4, "heads": 4, "ffn": 1024, "audio": 1500, "image": 224}}
+SIZES = {"tiny": {"hidden": 64, "layers": 2, "heads": 4, "ffn": 128, "audio": 64, "image": 64, "unet": 8},
+         "small": {"hidden": 256, "layers": 4, "heads": 4, "ffn": 1024, "audio": 1500, "image": 224, "unet": 32}}
 # "audio": Whisper's encoder positions; its input is twice as many mel frames (3000 = 30 s at "small");
-# "image": the convolution nets' input height and width (torchvision's architectures at full width)
+# "image": the convolution nets' input height and width (torchvision's architectures at full width);
+# "unet": the UNet's first-level channels (kompute_dml/bench/unet.py)
 VOCAB = 1000
 
 
@@ -137,6 +138,12 @@ def _torchvision(arch: str) -> Callable[[dict[str, int]], Any]:
     return make
 
 
+def _unet(s: dict[str, int]) -> Any:
+    from .unet import make_unet
+
+    return make_unet(s["unet"])
+
+
 def _image_feeds(b: int, _seq: int, rng: np.random.Generator, z: dict[str, int]) -> dict[str, np.ndarray]:
     return {"pixel_values": rng.standard_normal((b, 3, z["image"], z["image"])).astype(np.float32)}
 
@@ -157,6 +164,9 @@ FAMILIES = {f.name: f for f in (
     Family("resnet18", _torchvision("resnet18"), _image_feeds, dynamic=("batch",), requires="torchvision"),
     Family("mobilenet-v3-small", _torchvision("mobilenet_v3_small"), _image_feeds, dynamic=("batch",),
            requires="torchvision"),
+    Family("resnet50", _torchvision("resnet50"), _image_feeds, dynamic=("batch",), requires="torchvision"),
+    Family("efficientnet-b0", _torchvision("efficientnet_b0"), _image_feeds, dynamic=("batch",), requires="torchvision"),
+    Family("unet", _unet, _image_feeds, dynamic=("batch",), requires="torch"),
 )}
 
 
@@ -173,6 +183,9 @@ CPU_NODE_TYPES: dict[str, frozenset[str]] = {
     "whisper-encoder": frozenset(),
     "resnet18": frozenset(),
     "mobilenet-v3-small": frozenset(),
+    "resnet50": frozenset(),
+    "efficientnet-b0": frozenset(),
+    "unet": frozenset(),
 }
 # Node types placed on the device at `prepare` that still run on the CPU at run time, because the
 # operator refuses their values' types there (the run's "ran on the CPU" events): none since CAST
@@ -191,6 +204,9 @@ DESCRIBED = {
     "whisper-encoder": "Whisper encoder",
     "resnet18": "ResNet-18 (torchvision)",
     "mobilenet-v3-small": "MobileNetV3-Small (torchvision)",
+    "resnet50": "ResNet-50 (torchvision)",
+    "efficientnet-b0": "EfficientNet-B0 (torchvision)",
+    "unet": "UNet (kompute_dml/bench/unet.py: Resize nearest and linear, ConvTranspose, Concat skips)",
 }
 
 
