@@ -38,9 +38,14 @@ class Family:
     name: str
     make: Callable[[dict[str, int]], Any]  # size -> (torch module taking the inputs, input names)
     inputs: Callable[[int, int, np.random.Generator, dict[str, int]], dict[str, np.ndarray]]  # batch, length, size
-    post: str = ""  # "int8": quantize_dynamic then ORT's extended level; "int8-raw": not fused; "fused": ORT's BERT optimizer
+    # "int8": quantize_dynamic then ORT's extended level; "int8-raw": not fused; "fused": ORT's BERT optimizer;
+    # "qdq": quantize_static in the QDQ format (a dedicated DequantizeLinear per consumer), calibrated on random images
+    post: str = ""
     dynamic: tuple[str, ...] = ("batch", "seq")  # the inputs' symbolic dimensions
     requires: str = "transformers"  # the package that defines the architecture
+    # the least row cosine against onnxruntime's CPU provider (tests/test_model_families.py): the QDQ
+    # family's Add / pooling / Gemm run dequantized in float here, quantized by onnxruntime's fusions
+    cos: float = 0.9999
 
 
 def _text_feeds(batch: int, seq: int, rng: np.random.Generator, _size: dict[str, int]) -> dict[str, np.ndarray]:
@@ -167,6 +172,8 @@ FAMILIES = {f.name: f for f in (
     Family("resnet50", _torchvision("resnet50"), _image_feeds, dynamic=("batch",), requires="torchvision"),
     Family("efficientnet-b0", _torchvision("efficientnet_b0"), _image_feeds, dynamic=("batch",), requires="torchvision"),
     Family("unet", _unet, _image_feeds, dynamic=("batch",), requires="torch"),
+    Family("resnet18-qdq", _torchvision("resnet18"), _image_feeds, "qdq", dynamic=("batch",), requires="torchvision",
+           cos=0.999),
 )}
 
 
@@ -186,6 +193,7 @@ CPU_NODE_TYPES: dict[str, frozenset[str]] = {
     "resnet50": frozenset(),
     "efficientnet-b0": frozenset(),
     "unet": frozenset(),
+    "resnet18-qdq": frozenset(),
 }
 # Node types placed on the device at `prepare` that still run on the CPU at run time, because the
 # operator refuses their values' types there (the run's "ran on the CPU" events): none since CAST
@@ -207,7 +215,27 @@ DESCRIBED = {
     "resnet50": "ResNet-50 (torchvision)",
     "efficientnet-b0": "EfficientNet-B0 (torchvision)",
     "unet": "UNet (kompute_dml/bench/unet.py: Resize nearest and linear, ConvTranspose, Concat skips)",
+    "resnet18-qdq": "ResNet-18, quantize_static QDQ int8 (its convolutions fused into QUANTIZED_LINEAR_CONVOLUTION)",
 }
+
+
+def _quantize_qdq(raw: Path, out: Path, size: dict[str, int], seed: int) -> None:
+    """onnxruntime's quantize_static, QDQ format (uint8 activations, int8 weights, per tensor, a
+    dedicated DequantizeLinear per consumer), calibrated on four random images."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(seed)
+    images = [_image_feeds(1, 0, rng, size) for _ in range(4)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter(images)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.it, None)
+
+    quantize_static(str(raw), str(out), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, extra_options={"DedicatedQDQPair": True})
 
 
 def feeds(name: str, batch: int, seq: int, rng: np.random.Generator, size: str = "tiny") -> dict[str, np.ndarray]:
@@ -256,6 +284,8 @@ def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> 
             s = SIZES[size]
             optimize_model(str(raw), model_type="bert", num_heads=s["heads"], hidden_size=s["hidden"]).save_model_to_file(
                 str(out))
+        elif fam.post == "qdq":
+            _quantize_qdq(raw, out, SIZES[size], seed)
         elif fam.post == "":
             out = raw
         os.replace(out, path)

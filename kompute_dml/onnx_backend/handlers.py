@@ -12,6 +12,7 @@ import kompute_dml as kdml
 from kompute_dml.ops import SPECS
 
 from . import product_groups
+from .fusion_qconv import QCONV_HANDLERS
 from .graph import _attr, _np_dtype_of_onnx
 from .handlers_activation import ACT_HANDLERS
 from .handlers_conv import CONV_HANDLERS
@@ -354,5 +355,5 @@ def _kind_handler(spec_name: str, op: Any) -> Any:
 _KIND_HANDLERS = {op.op_type: _kind_handler(s.name, op) for s in SPECS for op in s.onnx if op.kind}
 HANDLERS = {**_SEED_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS, **NN_HANDLERS, **REDUCE_HANDLERS,
             **CONV_HANDLERS, **POOL_HANDLERS, **MOVE_HANDLERS, **ACT_HANDLERS, **LOGIC_HANDLERS, **FILL_HANDLERS,
-            **VISION_HANDLERS,
+            **VISION_HANDLERS, **QCONV_HANDLERS,
             **_KIND_HANDLERS}

@@ -198,6 +198,7 @@ from .elementwise import (  # noqa: E402
     EW_XOR,
 )
 from .fill_pad import FILL, FILL_PUSH, FILL_SEQ, PAD, PAD_PUSH, PAD_RANK  # noqa: E402, F401
+from .quant import QCONV, QCONV_PUSH, QUANT  # noqa: E402, F401
 from .vision import LRN, LRN_PUSH, RESAMPLE, RESAMPLE_PUSH  # noqa: E402, F401
 
 # ---- CAST (ops/cast.py, shaders/cast.comp): the element-wise block and plans, a variant per
@@ -387,7 +388,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     EW_OR, EW_XOR, EW_BAND, EW_BOR, EW_BXOR, EW_BNOT, CUM, CUM_WG, CAST, DEQUANT, GATHER, GATHER_CHECK, FILL, FILL_SEQ, PAD,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT, EW_EXT, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, POOL, POOL_Q8, BN, GEMM, GEMM_COOP,
-    POOL_LP, RESAMPLE, LRN,
+    POOL_LP, RESAMPLE, LRN, QUANT, QCONV,
 )
 
 
