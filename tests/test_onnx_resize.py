@@ -58,7 +58,8 @@ def test_resize_against_onnxruntime(rng, dt, et, attrs, scales, sizes):
 
 
 def test_resize_scales_fed_and_older_opsets(rng):
-    """Scales fed at run time (read on the host), Resize-10 (asymmetric, floor) and Upsample-9 linear."""
+    """Scales fed at run time (read on the host), Resize-10 (asymmetric, floor), Upsample-9 (scales an
+    input) and Upsample-7 (an attribute)."""
     x = rng.standard_normal((1, 2, 5, 4)).astype(np.float32)
     node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear")
     model = _model(node, [("x", T.FLOAT, x.shape), ("s", T.FLOAT, (4,))], opset=13)
@@ -68,6 +69,9 @@ def test_resize_scales_fed_and_older_opsets(rng):
         node = helper.make_node(op, ["x", "s"], ["y"], mode=mode)
         s = numpy_helper.from_array(np.array([1, 1, 2, 3], np.float32), "s")
         _run_both(_model(node, [("x", T.FLOAT, x.shape)], [s], opset=opset), {"x": x})
+    for mode in ("nearest", "linear"):  # Upsample-7: scales as an attribute
+        node = helper.make_node("Upsample", ["x"], ["y"], mode=mode, scales=[1.0, 1.0, 2.0, 3.0])
+        _run_both(_model(node, [("x", T.FLOAT, x.shape)], opset=7), {"x": x})
 
 
 def test_nearest_crop_and_resize_stays_on_the_cpu():

@@ -92,6 +92,27 @@ def test_against_numpy(dev, rng, types, geo, per_channel, optional):
     assert_output(ty, before, want)
 
 
+@pytest.mark.parametrize("yt", [np.int8, np.uint8])
+def test_packed_outputs_four_per_word(dev, rng, yt):
+    """A packed output of width 4k takes the word-store path (four outputs per invocation, strides
+    along the width in the taps): the same bits, no byte outside the output changed."""
+    from kompute_dml.ops.quantized_convolution import writes_quads
+
+    x, w = _q(rng, np.uint8, (2, 3, 9, 17)), _q(rng, np.int8, (5, 3, 3, 3))
+    b = rng.integers(-9000, 9000, 5).astype(np.int32)
+    want = reference(x, np.float32(0.04), 7, w, np.float32(0.01), 0, b, np.float32(0.05), 3, (1, 2), (1, 1), (1, 1),
+                     (1, 0), 1, yt)
+    assert want.shape[-1] % 4 == 0
+    yd = TD(Q8[yt], want.shape)
+    assert writes_quads(yd)
+    ty, _ = place(dev, rng, yd)
+    before = poison_against(ty, want, rng)
+    kdml.quantized_conv(x, 0.04, w, 0.01, 0.05, x_zero_point=np.uint8(7), bias=b,
+                        y_zero_point=np.array(3, yt), strides=(1, 2), start_padding=(1, 1), end_padding=(1, 0), out=ty,
+                        device=dev)
+    assert_output(ty, before, want)
+
+
 def test_helper_and_saturation(dev, rng):
     x = np.full((1, 1, 3, 3), 255, np.uint8)
     w = np.full((2, 1, 3, 3), 127, np.int8)

@@ -100,6 +100,14 @@ def _channel_stride(t: TensorDesc | None, name: str, m: int, bias: bool) -> int:
     return t.effective_strides[1] if t.sizes[1] > 1 else 0
 
 
+def writes_quads(y: TensorDesc) -> bool:
+    """Outputs whose words each hold four adjacent outputs of a row (the width a multiple of 4 with
+    stride 1, every other stride a multiple of 4; offsets are multiples of 16 bytes): four per
+    invocation and one plain store."""
+    s = y.effective_strides
+    return y.sizes[-1] % 4 == 0 and s[-1] == 1 and all(st % 4 == 0 for n, st in zip(y.sizes[:-1], s[:-1]) if n > 1)
+
+
 def geometry_words(desc: QuantizedLinearConvolutionDesc) -> np.ndarray:
     """Validate the page's rules; shaders/qconv.comp's constant (its P_* words)."""
     x, w, y = desc.input_tensor, desc.filter_tensor, desc.output_tensor
@@ -131,7 +139,7 @@ def geometry_words(desc: QuantizedLinearConvolutionDesc) -> np.ndarray:
     signed = [t.data_type == DataType.INT8 for t in (x, w, y)]
     present = [getattr(desc, f) is not None for f in ("input_zero_point_tensor", "filter_zero_point_tensor",
                                                        "bias_tensor", "output_zero_point_tensor")]
-    flags = sum(b << i for i, b in enumerate(signed + present))
+    flags = sum(b << i for i, b in enumerate(signed + present)) | (128 if writes_quads(y) else 0)
     return np.array([y.element_count, flags, m, ih, iw, want[2], want[3], *w.sizes[2:], c // groups, m // groups,
                      *strides, *dil, *start, *x.effective_strides, *w.effective_strides, *y.effective_strides, *ch],
                     np.uint32)
@@ -151,7 +159,8 @@ def compile_quantized_linear_convolution(device: Device, desc: QuantizedLinearCo
     plan = DispatchPlan(
         variant=fam.name(), push=fam.pack(**dict.fromkeys(names, 0)), writes=(9,), offset_slots=fam.slots(**slots),
         bindings=(*(i if t is not None else None for i, t in enumerate(tensors)), len(support.fields)),
-        groups=grid_for(y.element_count, 256, device.limits["max_compute_work_group_count"][0]))
+        groups=grid_for(y.element_count // (4 if writes_quads(y) else 1), 256,
+                        device.limits["max_compute_work_group_count"][0]))
     return CompiledOperator(device, desc, support, support.inputs, support.outputs, [plan],
                             constants=[device.tensor(words)])
 
