@@ -27,10 +27,11 @@ import numpy as np
 
 from .bert_models import CACHE, tool_versions
 
-SIZES = {"tiny": {"hidden": 64, "layers": 2, "heads": 4, "ffn": 128, "audio": 64, "image": 64},
-         "small": {"hidden": 256, "layers": 4, "heads": 4, "ffn": 1024, "audio": 1500, "image": 224}}
+SIZES = {"tiny": {"hidden": 64, "layers": 2, "heads": 4, "ffn": 128, "audio": 64, "image": 64, "unet": 8},
+         "small": {"hidden": 256, "layers": 4, "heads": 4, "ffn": 1024, "audio": 1500, "image": 224, "unet": 32}}
 # "audio": Whisper's encoder positions; its input is twice as many mel frames (3000 = 30 s at "small");
-# "image": the convolution nets' input height and width (torchvision's architectures at full width)
+# "image": the convolution nets' input height and width (torchvision's architectures at full width);
+# "unet": the UNet's first-level channels (kompute_dml/bench/unet.py)
 VOCAB = 1000
 
 
@@ -39,10 +40,15 @@ class Family:
     name: str
     make: Callable[[dict[str, int]], Any]  # size -> (torch module taking the inputs, input names)
     inputs: Callable[[int, int, np.random.Generator, dict[str, int]], dict[str, np.ndarray]]  # batch, length, size
-    post: str = ""  # "int8": quantize_dynamic then ORT's extended level; "int8-raw": not fused; "fused": ORT's BERT
-    # optimizer; "fp16": convert_float_to_float16(keep_io_types=True), the float32 export kept beside it (source())
+    # "int8": quantize_dynamic then ORT's extended level; "int8-raw": not fused; "fused": ORT's BERT optimizer;
+    # "fp16": convert_float_to_float16(keep_io_types=True), the float32 export kept beside it (source());
+    # "qdq": quantize_static in the QDQ format (a dedicated DequantizeLinear per consumer), calibrated on random images
+    post: str = ""
     dynamic: tuple[str, ...] = ("batch", "seq")  # the inputs' symbolic dimensions
     requires: str = "transformers"  # the package that defines the architecture
+    # the least row cosine against onnxruntime's CPU provider (tests/test_model_families.py): the QDQ
+    # family's Add / pooling / Gemm run dequantized in float here, quantized by onnxruntime's fusions
+    cos: float = 0.9999
 
 
 def _text_feeds(batch: int, seq: int, rng: np.random.Generator, _size: dict[str, int]) -> dict[str, np.ndarray]:
@@ -153,6 +159,12 @@ def _torchvision(arch: str) -> Callable[[dict[str, int]], Any]:
     return make
 
 
+def _unet(s: dict[str, int]) -> Any:
+    from .unet import make_unet
+
+    return make_unet(s["unet"])
+
+
 def _image_feeds(b: int, _seq: int, rng: np.random.Generator, z: dict[str, int]) -> dict[str, np.ndarray]:
     return {"pixel_values": rng.standard_normal((b, 3, z["image"], z["image"])).astype(np.float32)}
 
@@ -173,6 +185,11 @@ FAMILIES = {f.name: f for f in (
     Family("resnet18", _torchvision("resnet18"), _image_feeds, dynamic=("batch",), requires="torchvision"),
     Family("mobilenet-v3-small", _torchvision("mobilenet_v3_small"), _image_feeds, dynamic=("batch",),
            requires="torchvision"),
+    Family("resnet50", _torchvision("resnet50"), _image_feeds, dynamic=("batch",), requires="torchvision"),
+    Family("efficientnet-b0", _torchvision("efficientnet_b0"), _image_feeds, dynamic=("batch",), requires="torchvision"),
+    Family("unet", _unet, _image_feeds, dynamic=("batch",), requires="torch"),
+    Family("resnet18-qdq", _torchvision("resnet18"), _image_feeds, "qdq", dynamic=("batch",), requires="torchvision",
+           cos=0.999),
 )}
 # float16 variants: each float32 family above converted (bert-fp16 from the unfused BERT export)
 FAMILIES.update({f.name: f for f in (
@@ -196,6 +213,10 @@ CPU_NODE_TYPES: dict[str, frozenset[str]] = {
     "resnet18": frozenset(),
     "mobilenet-v3-small": frozenset(),
     **{name: frozenset() for name, f in FAMILIES.items() if f.post == "fp16"},
+    "resnet50": frozenset(),
+    "efficientnet-b0": frozenset(),
+    "unet": frozenset(),
+    "resnet18-qdq": frozenset(),
 }
 # Node types placed on the device at `prepare` that still run on the CPU at run time, because the
 # operator refuses their values' types there (the run's "ran on the CPU" events): none since CAST
@@ -218,7 +239,30 @@ DESCRIBED = {
     **{f"{name}-fp16": f"{label} float16" for name, label in (
         ("gpt2", "GPT-2"), ("llama", "Llama"), ("vit", "ViT"), ("whisper-encoder", "Whisper encoder"),
         ("resnet18", "ResNet-18"), ("mobilenet-v3-small", "MobileNetV3-Small"))},
+    "resnet50": "ResNet-50 (torchvision)",
+    "efficientnet-b0": "EfficientNet-B0 (torchvision)",
+    "unet": "UNet (kompute_dml/bench/unet.py: Resize nearest and linear, ConvTranspose, Concat skips)",
+    "resnet18-qdq": "ResNet-18, quantize_static QDQ int8 (its convolutions fused into QUANTIZED_LINEAR_CONVOLUTION)",
 }
+
+
+def _quantize_qdq(raw: Path, out: Path, size: dict[str, int], seed: int) -> None:
+    """onnxruntime's quantize_static, QDQ format (uint8 activations, int8 weights, per tensor, a
+    dedicated DequantizeLinear per consumer), calibrated on four random images."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(seed)
+    images = [_image_feeds(1, 0, rng, size) for _ in range(4)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter(images)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.it, None)
+
+    quantize_static(str(raw), str(out), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, extra_options={"DedicatedQDQPair": True})
 
 
 def feeds(name: str, batch: int, seq: int, rng: np.random.Generator, size: str = "tiny") -> dict[str, np.ndarray]:
@@ -281,6 +325,8 @@ def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> 
             # as written: the Casts of the graph inputs come after their readers (the backend sorts them)
             onnx.save(convert_float_to_float16(onnx.load(str(raw)), keep_io_types=True), str(out))
             os.replace(raw, path.with_suffix(".fp32.onnx"))
+        elif fam.post == "qdq":
+            _quantize_qdq(raw, out, SIZES[size], seed)
         elif fam.post == "":
             out = raw
         os.replace(out, path)

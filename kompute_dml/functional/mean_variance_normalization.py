@@ -208,4 +208,60 @@ def skip_layer_norm(x: Any, skip: Any, scale: Any, bias: Any = None, beta: Any =
     return (y, total) if total is not None else y
 
 
-__all__ = ["layer_norm", "mean_variance_normalization", "skip_layer_norm"]
+def _channel_view(t: Tensor, groups: int, per: int, r: int, field: str) -> Tensor:
+    """A per-channel (groups * per values) or per-group (groups values) operand of one axis seen
+    as (1, groups, per, 1, ...) of rank r + 1 (stride 0 where it repeats)."""
+    d = t.desc
+    long = [i for i, v in enumerate(d.sizes) if v != 1]
+    if len(long) > 1 or d.element_count not in (groups, groups * per):
+        raise invalid(field, f"must hold one value per channel ({groups * per}) or per group ({groups}) along one "
+                             f"axis, got {d.sizes}")
+    step = d.effective_strides[long[0]] if long else 0
+    by_channel = d.element_count == groups * per and per > 1
+    strides = (0, step * per if by_channel else step, step if by_channel else 0) + (0,) * (r - 2)
+    return _view(t, [1, groups, per] + [1] * (r - 2), list(strides))
+
+
+def group_norm(x: Any, scale: Any, bias: Any, num_groups: int, *, epsilon: float = 1e-5, out: Tensor | None = None,
+               device: Device | None = None) -> Tensor:
+    """ONNX GroupNormalization: x (N, C, ...) normalized over each group of C / num_groups channels
+    and the spatial dimensions, then times `scale` plus `bias`, each of C values (opset 21: per
+    channel) or num_groups values (opset 18: per group). One MEAN_VARIANCE_NORMALIZATION1 over x
+    seen as (N, G, C / G, ...); float32 arithmetic (stash_type 1)."""
+    dev, found = _operand_map((x, scale, bias), _NAMES[:3], device if device is not None or out is None else out.device)
+    xt = found["x"]
+    r = xt.desc.dimension_count
+    g = as_int(num_groups, "num_groups")
+    if r < 2:
+        raise invalid("x", f"must have at least 2 dimensions (N, C, ...), got {xt.desc.sizes}")
+    c = xt.desc.sizes[1]
+    if g < 1 or c % g:
+        raise invalid("num_groups", f"must divide the channels ({c}), got {g}")
+    per = c // g
+    shape, dt = xt.desc.sizes, xt.desc.data_type
+    split = (shape[0], g, per, *shape[2:])
+    xs = xt.desc.effective_strides
+    xv = _view(xt, list(split), [xs[0], xs[1] * per, xs[1], *xs[2:]])
+    if out is not None:
+        check_out(out, dev, shape, dt)
+    y = out if out is not None else pooled_empty(dev, _packed(dt, shape))
+    ys = y.desc.effective_strides
+    yv = _view(y, list(split), [ys[0], ys[1] * per, ys[1], *ys[2:]])
+    st, bt = (broadcast_view(_channel_view(found[f], g, per, r, f), split, f) for f in ("scale", "bias"))
+    _normalize(dev, [xv, st, bt, None, None, None], tuple(range(2, r + 1)), True, epsilon, yv)
+    return y
+
+
+def instance_norm(x: Any, scale: Any, bias: Any, *, epsilon: float = 1e-5, out: Tensor | None = None,
+                  device: Device | None = None) -> Tensor:
+    """ONNX InstanceNormalization: x (N, C, D1, ...) normalized per (n, c) over D1, ..., then
+    times scale[c] plus bias[c] (one MEAN_VARIANCE_NORMALIZATION1)."""
+    dev, found = _operand_map((x, scale, bias), _NAMES[:3], device if device is not None or out is None else out.device)
+    xt = found["x"]
+    r = xt.desc.dimension_count
+    if r < 3:
+        raise invalid("x", f"must have at least 3 dimensions (N, C, D1, ...), got {xt.desc.sizes}")
+    return group_norm(xt, found["scale"], found["bias"], xt.desc.sizes[1], epsilon=epsilon, out=out, device=dev)
+
+
+__all__ = ["group_norm", "instance_norm", "layer_norm", "mean_variance_normalization", "skip_layer_norm"]

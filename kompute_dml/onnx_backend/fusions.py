@@ -27,6 +27,10 @@ The fused kernels are the operators' kompute_dml extensions, bit for bit the unf
   (fusion_quant.py; MatMulInteger has no operator alone: the chain claims it).
 - BatchNormalization (inference) -> Relu: BATCH_NORMALIZATION with its fused ACTIVATION_RELU (the
   same bits as the ReLU node: -0 and negatives to +0, NaN kept).
+- DequantizeLinear -> Conv -> QuantizeLinear (onnxruntime's QDQ format), the weights a
+  DequantizeLinear of int8 / uint8 initializers: QUANTIZED_LINEAR_CONVOLUTION (fusion_qconv.py),
+  the integer convolution and one requantization (not the float graph's bits: the fused
+  semantics, onnxruntime's QLinearConv's).
 (com.microsoft SkipLayerNormalization needs no pattern: its handler is one dispatch.)
 """
 
@@ -44,6 +48,7 @@ import onnx
 import kompute_dml as kdml
 from kompute_dml.functional.elementwise import broadcast_view
 
+from .fusion_qconv import check_qdq_conv, run_qdq_conv
 from .fusion_quant import check_integer_product, run_integer_product
 from .graph import _attr, _node_inputs
 from .handlers_conv import run_conv_relu
@@ -224,6 +229,8 @@ PATTERNS = (
             "MATRIX_MULTIPLY_INTEGER_TO_FLOAT", check_integer_product, run_integer_product, claims=(0,)),
     Pattern("BatchNormalization+Relu", ("BatchNormalization", "Relu"), ((0, 1, 0),), "BATCH_NORMALIZATION",
             lambda rep, nodes: "", _run_batch_norm_relu),
+    Pattern("DequantizeLinear+Conv+QuantizeLinear", ("DequantizeLinear", "Conv", "QuantizeLinear"), ((0, 1, 0), (1, 2, 0)),
+            "QUANTIZED_LINEAR_CONVOLUTION", check_qdq_conv, run_qdq_conv),
 )
 
 

@@ -1,6 +1,7 @@
 """Device handlers of a transformer encoder's float nodes: LayerNormalization and
 com.microsoft SkipLayerNormalization (MEAN_VARIANCE_NORMALIZATION1; the skip through its skip
-extension, one dispatch),
+extension, one dispatch), InstanceNormalization, GroupNormalization and MeanVarianceNormalization
+(MEAN_VARIANCE_NORMALIZATION1),
 Softmax (ACTIVATION_SOFTMAX1), Gelu (ACTIVATION_GELU), MatMul and com.microsoft FusedMatMul
 (GEMM). DynamicQuantizeLinear is in handlers.py, beside DynamicQuantizeMatMul, which uses it."""
 
@@ -58,6 +59,25 @@ def _h_layer_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats:
     out = ctx.out_tensor(shape, dt)
     y = kdml.layer_norm(x, scale, bias, axis=int(_attr(node, "axis", -1)), epsilon=float(_attr(node, "epsilon", 1e-5)),
                         out=out, device=ctx.device)
+    return [DeviceValue(y, shape, dt)]
+
+
+def _h_group_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """InstanceNormalization and GroupNormalization (opset 18's per-group and 21's per-channel
+    scale and bias, told apart by their length) on one MEAN_VARIANCE_NORMALIZATION1 (kdml.group_norm);
+    MeanVarianceNormalization (axes, default [0, 2, 3]) on kdml.mean_variance_normalization."""
+    dt = _floats(node, ins)
+    shape = _value_shape(ins[0])
+    x, scale, bias = (_dev(ctx, node, ins, i, stats) for i in range(3))
+    out = ctx.out_tensor(shape, dt)
+    eps = float(_attr(node, "epsilon", 1e-5))
+    if node.op_type == "MeanVarianceNormalization":
+        axes = [int(a) for a in _attr(node, "axes", [0, 2, 3])]
+        y = kdml.mean_variance_normalization(x, axes=axes, epsilon=1e-9, out=out, device=ctx.device)
+    elif node.op_type == "InstanceNormalization":
+        y = kdml.instance_norm(x, scale, bias, epsilon=eps, out=out, device=ctx.device)
+    else:
+        y = kdml.group_norm(x, scale, bias, int(_attr(node, "num_groups", 1)), epsilon=eps, out=out, device=ctx.device)
     return [DeviceValue(y, shape, dt)]
 
 
@@ -201,6 +221,9 @@ NN_HANDLERS = {
     "Gemm": _h_gemm,
     "LayerNormalization": _h_layer_norm,
     "SkipLayerNormalization": _h_skip_layer_norm,
+    "InstanceNormalization": _h_group_norm,
+    "GroupNormalization": _h_group_norm,
+    "MeanVarianceNormalization": _h_group_norm,
     "Softmax": _h_softmax,
     "Gelu": _h_gelu,
     "BiasGelu": _h_bias_gelu,

@@ -1,6 +1,8 @@
 """DirectML's MEAN_VARIANCE_NORMALIZATION1 operator (DML_MEAN_VARIANCE_NORMALIZATION1_OPERATOR_DESC):
 Output = Scale * ((Input - Mean) / sqrt(Variance + Epsilon)) + Bias, Mean and Variance taken over
-the reduced axes (ONNX LayerNormalization, MeanVarianceNormalization, InstanceNormalization).
+the reduced axes (ONNX LayerNormalization, MeanVarianceNormalization, InstanceNormalization,
+GroupNormalization: onnx_backend/handlers_nn.py; GroupNormalization over the input seen as
+(N, G, C / G, ...), its per-channel or per-group scale and bias as stride-0 views).
 
 A row is the set of elements that share every coordinate outside `axes`. The reduced dimensions
 and the outer ones are merged separately (layout.merge_dims, over the strides of the input, the
@@ -315,6 +317,11 @@ def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[Di
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (OperatorSpec(MeanVarianceNormalization1Desc, MEAN_VARIANCE_NORMALIZATION1,
                       compile_mean_variance_normalization1, (contract.MVN, contract.MVN_SKIP),
-                      helpers=("mean_variance_normalization", "layer_norm", "skip_layer_norm"), ahead=plans_ahead,
+                      helpers=("mean_variance_normalization", "layer_norm", "skip_layer_norm", "instance_norm",
+                               "group_norm"), ahead=plans_ahead,
                       onnx=(OnnxOp("LayerNormalization", "", "layer_norm", check=float_input),
-                            OnnxOp("SkipLayerNormalization", "com.microsoft", "skip_layer_norm", check=float_input))),)
+                            OnnxOp("SkipLayerNormalization", "com.microsoft", "skip_layer_norm", check=float_input),
+                            OnnxOp("InstanceNormalization", "", "instance_norm", check=float_input),
+                            OnnxOp("GroupNormalization", "", "group_norm", check=float_input),
+                            OnnxOp("MeanVarianceNormalization", "", "mean_variance_normalization",
+                                   check=float_input))),)

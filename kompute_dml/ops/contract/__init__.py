@@ -167,7 +167,6 @@ MMG = family("mmg", "matmul_gemv.comp", "mmg8{dot}_{b}", MATMUL_PUSH, None, dot=
 
 # ---- element-wise operators (ops/elementwise.py, ops/elementwise_logic.py, shaders/elementwise.comp)
 # and the cumulative operators (ops/cumulative.py, shaders/cumulative.comp): contract/elementwise.py
-from .conv_integer import CONV_INT, CONV_INT_PUSH  # noqa: E402, F401
 from .elementwise import (  # noqa: E402
     CUM,
     CUM_WG,
@@ -199,6 +198,8 @@ from .elementwise import (  # noqa: E402
     EW_XOR,
 )
 from .fill_pad import FILL, FILL_PUSH, FILL_SEQ, PAD, PAD_PUSH, PAD_RANK  # noqa: E402, F401
+from .quant import CONV_INT, CONV_INT_PUSH, QCONV, QCONV_PUSH, QUANT  # noqa: E402, F401
+from .vision import LRN, LRN_PUSH, RESAMPLE, RESAMPLE_PUSH  # noqa: E402, F401
 
 # ---- CAST (ops/cast.py, shaders/cast.comp): the element-wise block and plans, a variant per
 # (input type, output type) of the 8- to 64-bit types (64-bit integers as word pairs)
@@ -376,6 +377,9 @@ POOL = family("pool", "pooling.comp", "pool_{fn}_{t}{k}", POOL_PUSH, (256, 1, 1)
               k=("", "_group"), defines=lambda fn, t, k: {"MAX": int(fn == "max"), "F16": int(t == "f16"), "GROUP": int(k != "")})
 POOL_Q8 = family("pool_q8", "pooling.comp", "pool_max_{t}{k}", POOL_PUSH, (256, 1, 1), t=("i8", "u8"), k=("", "_group"),  # 8-bit
                  defines=lambda t, k: {"MAX": 1, "F16": 0, "Q8": 1 + int(t == "u8"), "GROUP": int(k != "")})
+# LP_POOLING / LP_POOLING1: AVERAGE's sums of |x|^P, then the P-th root (P: the constant's word 38)
+POOL_LP = family("pool_lp", "pooling.comp", "pool_lp_{t}{k}", POOL_PUSH, (256, 1, 1), t=("f32", "f16"), k=("", "_group"),
+                 defines=lambda t, k: {"MAX": 0, "LP": 1, "F16": int(t == "f16"), "GROUP": int(k != "")})
 # ---- BATCH_NORMALIZATION (ops/batch_normalization.py, batch_normalization.comp): an element per invocation.
 BN = family("batch_norm", "batch_normalization.comp", "batch_norm_{t}", block("x_off", "m_off", "v_off", "s_off",
             "b_off", "y_off"), (64, 1, 1), t=("f32", "f16"), defines=lambda t: {"F16": int(t == "f16")})
@@ -387,7 +391,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     EW_OR, EW_XOR, EW_BAND, EW_BOR, EW_BXOR, EW_BNOT, CUM, CUM_WG, CAST, DEQUANT, GATHER, GATHER_CHECK, FILL, FILL_SEQ, PAD,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT, EW_EXT, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, CONV_INT, POOL, POOL_Q8, BN, GEMM,
-    GEMM_COOP,
+    GEMM_COOP, POOL_LP, RESAMPLE, LRN, QUANT, QCONV,
 )
 
 
