@@ -278,3 +278,24 @@ def test_plans_are_kept_within_both_capacities(rng, count, dispatches):
     kept = [key[0][1] for key in rep.state.plans]
     assert kept == ([(5,), (4,)] if count == 2 else [(4,)])
     assert rep.last_run.planned == (count != 2)  # (4,) was still kept at two plans
+
+
+def test_float_shape_arithmetic_is_resolved_on_the_host(rng):
+    """ceil(w / 2) of a shape (MobileViT's patch count: Cast to float, Div, Ceil, Cast back) is
+    host arithmetic: the Reshape it feeds is planned (it refused the plan: 'a value computed on
+    the device'), one upload and one download."""
+    n = helper.make_node
+    inits = [numpy_helper.from_array(np.array(1, np.int64), "i1"), numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.array([0], np.int64), "ax"), numpy_helper.from_array(np.array([-1], np.int64), "m1")]
+    nodes = [n("Shape", ["x"], ["s"]), n("Gather", ["s", "i1"], ["w"]), n("Cast", ["w"], ["wf"], to=T.FLOAT),
+             n("Div", ["wf", "two"], ["h"]), n("Ceil", ["h"], ["c"]), n("Cast", ["c"], ["ci"], to=T.INT64),
+             n("Unsqueeze", ["ci", "ax"], ["cu"]), n("Concat", ["m1", "cu"], ["shape"], axis=0),
+             n("Reshape", ["x", "shape"], ["y"])]
+    graph = helper.make_graph(nodes, "ceil", [helper.make_tensor_value_info("x", T.FLOAT, [2, "w"])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None)], initializer=inits)
+    rep = Backend.prepare(helper.make_model(graph, opset_imports=OPSETS, ir_version=10), "CPU")
+    for w in (6, 8):
+        x = rng.standard_normal((2, w)).astype(np.float32)
+        y = rep.run({"x": x})[0]
+        np.testing.assert_array_equal(y, x.reshape(-1, -(-w // 2)))
+        assert rep.last_run.planned and rep.last_run.uploads == 1 and rep.last_run.runtime_fallbacks == 0

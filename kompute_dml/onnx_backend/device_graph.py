@@ -189,7 +189,10 @@ class GraphPlan:
                     rec.flush()
                     flushed_at = time.perf_counter()
                 ctx.dying = [env[n] for n in dying[i] if n in env]
-                fusions.step(i, steps, ctx, g, lookup, stats)
+                try:
+                    fusions.step(i, steps, ctx, g, lookup, stats)
+                except FallbackNeeded as e:  # say which node the whole-graph plan stopped at
+                    raise FallbackNeeded(f"node {i} ({g.node[i].op_type} {g.node[i].name!r}): {e}") from None
                 for name in dying[i]:
                     v = env.pop(name, None)
                     ctx.drop(v)
