@@ -146,7 +146,7 @@ bool masked(uint b, uint h, uint i, uint j) {
     uint t = pc.mask_type;
     if (t == 0u) return false;
     uint base = pc.mask_off + geo[G_MK];
-    if (t == 4u) return int(m_buf[base + at(G_MK, b, h, i, j) - geo[G_MK]]) == 0;
+    if (t == 4u) return int(m_buf[base + at(G_MK, b, h, i, j) - geo[G_MK]]) <= 0;  // (negatives: onnxruntime's)
     int end = int(m_buf[base + b * geo[G_MK + 1]]);
     int start = t == 2u ? int(m_buf[base + geo[G_MK + 3] + b * geo[G_MK + 1]]) : 0;
     return int(j) >= end || int(j) < start;

@@ -64,7 +64,7 @@ def mha_ref(q, k, v, *, past_k=None, past_v=None, psl=None, bias=None, scale=1.0
                     m = m + np.abs(rb[b, h, i, :total])
                 pad = np.zeros(total, bool)
                 if mask_kind == 4:
-                    pad = mask[b, h, i, :total] == 0
+                    pad = mask[b, h, i, :total] <= 0
                 elif mask_kind:
                     pad = key_padding(mask_kind, mask, b, total)
                 s = s + np.where(pad, filt, 0.0)

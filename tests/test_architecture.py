@@ -252,8 +252,9 @@ TYPE_ONLY_CIRCLES = {
                  "product_groups")},
     # handlers are typed by the context protocol that the executors implement
     **{(f"{_B}.{m}", f"{_B}.context"): "handlers take a NodeContext"
-       for m in ("fusion_quant", "fusions", "handlers", "handlers_activation", "handlers_conv", "handlers_fill", "handlers_logic",
-                 "handlers_math", "handlers_nn", "handlers_pool", "handlers_reduce", "handlers_values", "product_groups")},
+       for m in ("fusion_quant", "fusions", "handlers", "handlers_activation", "handlers_attention", "handlers_conv",
+                 "handlers_fill", "handlers_logic", "handlers_math", "handlers_nn", "handlers_pool", "handlers_reduce",
+                 "handlers_transformer", "handlers_values", "product_groups", "rotary")},
     (f"{_B}.transfers", f"{_B}.run_state"): "value transfers write the run's RunState",
 }
 

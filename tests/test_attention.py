@@ -104,7 +104,7 @@ def run_case(dev, rng, c: Case, dt: DT):
         put("bias_tensor", (sum(len(b) for b in bias),), np.concatenate(bias))
     mask = None
     if c.mask == MT.BOOLEAN:
-        mask = (rng.random((c.B, c.Hq, c.S, total)) < 0.7).astype(np.int32)
+        mask = rng.integers(-2, 3, (c.B, c.Hq, c.S, total)).astype(np.int32)  # <= 0: padding
         put("mask_tensor", mask.shape, mask, broadcast=True)
     elif c.mask:
         n = {1: (1, c.B), 2: (2, c.B), 3: (3 * c.B + 2,)}[c.mask]

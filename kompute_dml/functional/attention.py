@@ -60,8 +60,8 @@ def multihead_attention(query: Any, key: Any = None, value: Any = None, *, heads
                         bias: Any = None, mask: Any = None, mask_type: Any = None, relative_position_bias: Any = None,
                         past_key: Any = None, past_value: Any = None, past_sequence_lengths: Any = None,
                         scale: float | None = None, mask_filter_value: float = -10000.0, causal: bool = False,
-                        split_heads: bool = False, present: bool = False, out: Tensor | None = None,
-                        device: Device | None = None) -> Any:
+                        split_heads: bool = False, present: bool | tuple[Tensor | None, Tensor | None] = False,
+                        out: Tensor | None = None, device: Device | None = None) -> Any:
     """Multi-head attention (DML_MULTIHEAD_ATTENTION; MULTIHEAD_ATTENTION1 where `kv_heads` differs
     from `heads` or `past_sequence_lengths` is given). `query` [batch, sequence, heads x head size]
     or stacked [batch, sequence, heads, 2 or 3, head size] (query and key, or query, key and value),
@@ -72,7 +72,8 @@ def multihead_attention(query: Any, key: Any = None, value: Any = None, *, heads
     one value per batch -> KEY_SEQUENCE_LENGTH, else BOOLEAN; a 2-D BOOLEAN mask is [batch, keys], any
     other broadcasts to [batch, heads, sequence, keys]); `relative_position_bias` broadcasts to [batch,
     heads, sequence, keys]. `scale` defaults to 1 / sqrt(head size). Returns the output, or with
-    `present` (output, present key, present value), each [batch, kv_heads, past + keys, head size]."""
+    `present` (output, present key, present value), each [batch, kv_heads, past + keys, head size]:
+    True for new tensors, or a pair of Tensors (either None: not written) to write them to."""
     kv_heads = heads if kv_heads is None else kv_heads
     names = ("query", "key", "value", "bias", "relative_position_bias", "past_key", "past_value")
     given = [(n, v) for n, v in zip(names, (query, key, value, bias, relative_position_bias, past_key, past_value))
@@ -110,8 +111,13 @@ def multihead_attention(query: Any, key: Any = None, value: Any = None, *, heads
     if out is not None:
         check_out(out, dev, out_sizes, dt)
     o_desc = out.desc if out is not None else _packed(dt, out_sizes)
-    p_desc = (_packed(dt, (batch, kv_heads, total, dqk)), _packed(dt, (batch, kv_heads, total, dv))) if present \
-        else (None, None)
+    given_presents = present if isinstance(present, tuple) else None
+    if given_presents is not None:
+        p_desc = tuple(None if p is None else p.desc for p in given_presents)
+    elif present:
+        p_desc = (_packed(dt, (batch, kv_heads, total, dqk)), _packed(dt, (batch, kv_heads, total, dv)))
+    else:
+        p_desc = (None, None)
     forms = {"query_tensor": q, "key_tensor": k, "value_tensor": v, "stacked_query_key_tensor": None,
              "stacked_key_value_tensor": None, "stacked_query_key_value_tensor": None}
     if stacked_q:
@@ -135,6 +141,7 @@ def multihead_attention(query: Any, key: Any = None, value: Any = None, *, heads
         bound = list(inputs.values())
     op = compile_cached(dev, desc)
     y = out if out is not None else pooled_empty(dev, o_desc)
-    presents = [pooled_empty(dev, d) if d is not None else None for d in p_desc]
+    presents = list(given_presents) if given_presents is not None else \
+        [pooled_empty(dev, d) if d is not None else None for d in p_desc]
     op.execute(bound, [y, *presents])
-    return (y, *presents) if present else y
+    return (y, *presents) if present is not False else y

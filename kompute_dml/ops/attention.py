@@ -44,7 +44,8 @@ from .attention_layout import Problem, resolve
 from .base import CompiledOperator, validate_tensors
 from .contract import attention as C
 from .elementwise_plan import check_addressable
-from .spec import OperatorSpec
+from .onnx_types import float_input
+from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device.device import Device
@@ -327,9 +328,13 @@ def _spec(desc: type, support: OperatorSupport) -> OperatorSpec:
     def field_example(f: str) -> Any:
         return _example(mha1, _FORMS.get(f, "qkv"))
 
+    # onnxruntime's contrib nodes on it (onnx_backend/handlers_attention.py)
+    onnx = (OnnxOp("GroupQueryAttention", "com.microsoft", "multihead_attention", check=float_input),) if mha1 else \
+        (OnnxOp("Attention", "com.microsoft", "multihead_attention", check=float_input),
+         OnnxOp("MultiHeadAttention", "com.microsoft", "multihead_attention", check=float_input))
     return OperatorSpec(desc, support, compile_attention, (C.MHA_TILED, C.MHA_ROWS, C.MHA_PRESENT),
-                        helpers=("multihead_attention",), example=lambda: _example(mha1), field_example=field_example,
-                        tied_fields=TIED_FIELDS)
+                        helpers=("multihead_attention",), onnx=onnx, example=lambda: _example(mha1),
+                        field_example=field_example, tied_fields=TIED_FIELDS)
 
 
 SPECS = tuple(_spec(d, s) for d, s in SUPPORT.items())

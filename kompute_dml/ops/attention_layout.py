@@ -189,12 +189,14 @@ def _past_present(desc: object, p: Problem) -> None:
         expect("past_sequence_lengths_tensor", (b,), (p.batch,), "[batch]")
         p.psl = (0, sb)
     p.present = p.past + p.kv_seq
-    for name, d, key in (("output_present_key_tensor", p.dqk, "prk"), ("output_present_value_tensor", p.dv, "prv")):
-        t = getattr(desc, name)
+    presents = [(n, getattr(desc, n)) for n in ("output_present_key_tensor", "output_present_value_tensor")]
+    if psl is not None:  # MULTIHEAD_ATTENTION1's per-batch lengths: the present outputs may have any rows
+        p.present = next((core(t, 4, n)[0][2] for n, t in presents if t is not None), p.present)
+    rows = "the present outputs' rows" if psl is not None else "past + key sequence"
+    for (name, t), d, key in zip(presents, (p.dqk, p.dv), ("prk", "prv")):
         if t is not None:
             sizes, (sb, sh, ss, sd) = core(t, 4, name)
-            expect(name, sizes, (p.batch, p.kv_heads, p.present, d),
-                   "[batch, key / value heads, past + key sequence, head size]")
+            expect(name, sizes, (p.batch, p.kv_heads, p.present, d), f"[batch, key / value heads, {rows}, head size]")
             p.views[key] = View(0, sb, sh, ss, sd)
 
 
