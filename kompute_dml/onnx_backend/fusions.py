@@ -27,6 +27,9 @@ The fused kernels are the operators' kompute_dml extensions, bit for bit the unf
   (fusion_quant.py; MatMulInteger has no operator alone: the chain claims it).
 - BatchNormalization (inference) -> Relu: BATCH_NORMALIZATION with its fused ACTIVATION_RELU (the
   same bits as the ReLU node: -0 and negatives to +0, NaN kept).
+- MatMul | FusedMatMul -> [Mul | Div by a constant] -> [Add mask] -> Softmax -> [no-op Casts] ->
+  MatMul: MULTIHEAD_ATTENTION (fusion_attention.py; the one chain here not bit for bit the unfused
+  nodes: the scores are never rounded to the type, within the families' tolerance).
 (com.microsoft SkipLayerNormalization needs no pattern: its handler is one dispatch.)
 """
 
@@ -44,13 +47,14 @@ import onnx
 import kompute_dml as kdml
 from kompute_dml.functional.elementwise import broadcast_view
 
+from .fusion_attention import attention_patterns
 from .fusion_quant import check_integer_product, run_integer_product
 from .graph import _attr, _node_inputs
 from .handlers_conv import run_conv_relu
 from .handlers_nn import _floats, _opset
 from .handlers_pool import batch_norm_node
 from .handlers_values import as_device
-from .values import _FLOAT_OUT, CPU, VULKAN, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape, at_node
+from .values import _FLOAT_OUT, CPU, MS_DOMAIN, VULKAN, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape, at_node
 
 if TYPE_CHECKING:
     from .context import NodeContext
@@ -82,6 +86,7 @@ class Pattern:
     check: Callable[[BackendRep, list[onnx.NodeProto]], str]  # why not to fuse ("" to fuse)
     run: Callable[[Any, list[onnx.NodeProto], Callable[[str], Any], RunStats], list[Any]]  # the carrier's outputs
     claims: tuple[int, ...] = ()  # chain positions of nodes with no operator alone, on the device in the chain
+    ms_ops: frozenset[str] = frozenset()  # node types of the chain in the com.microsoft domain (FusedMatMul)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,6 +229,8 @@ PATTERNS = (
             "MATRIX_MULTIPLY_INTEGER_TO_FLOAT", check_integer_product, run_integer_product, claims=(0,)),
     Pattern("BatchNormalization+Relu", ("BatchNormalization", "Relu"), ((0, 1, 0),), "BATCH_NORMALIZATION",
             lambda rep, nodes: "", _run_batch_norm_relu),
+    # MatMul(Q, K^T) -> [Mul | Div] -> [Add mask] -> Softmax -> [Cast]* -> MatMul(., V): fusion_attention.py
+    *attention_patterns(Pattern),
 )
 
 
@@ -320,7 +327,9 @@ def _match(rep: BackendRep, pattern: Pattern, head: int, uses: dict[str, list[tu
     outputs = set(rep.output_names)
     for pos, i in enumerate(chain):
         node = g.node[i]
-        if node.domain not in ("", "ai.onnx") or (rep._placement_static[i][0] != VULKAN and pos not in pattern.claims):
+        default = node.domain in ("", "ai.onnx") and node.op_type not in pattern.ms_ops
+        if not (default or (node.domain == MS_DOMAIN and node.op_type in pattern.ms_ops)) or \
+                (rep._placement_static[i][0] != VULKAN and pos not in pattern.claims):
             return None
         if pos in pattern.claims and (node.op_type in rep.exclude_ops or rep._placement_static[i][0] != CPU):
             return None
