@@ -221,10 +221,12 @@ def test_attention(kdev, name, t):
 
 @pytest.mark.parametrize("t", FLOATS)
 def test_tiled_variants(dev, monkeypatch, t):
-    """The tiled kernel picks the smallest tile bound on both head sizes, the rows kernel past them."""
+    """The tiled kernel picks the smallest tile bound on both head sizes (blocks of 4 rows for at most
+    4 query rows), the rows kernel past them."""
     monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel="tiled"))
-    for d, want in ((64, "d64"), (65, "d128"), (256, "d256"), (257, "rows")):
-        q = TD(FLOATS[t], (1, 2, d))
+    for s, d, want in ((5, 64, "d64"), (5, 65, "d128"), (5, 256, "d256"), (5, 257, "rows"), (4, 64, "q4d64"),
+                       (1, 128, "q4d128"), (2, 129, "d256")):
+        q = TD(FLOATS[t], (1, s, d))
         op = dev.compile(kdml.MultiheadAttentionDesc(q, q, q, None, None, None, None, None, None, None, None, q, None,
                                                      None, 1.0, -1e4, 1))
         assert op.plans[0].variant == f"mha_{t}_{want}"

@@ -227,9 +227,13 @@ def _flags(desc: Any, p: Problem, causal: bool) -> int:
 
 
 def tile_for(p: Problem) -> str | None:
-    """The tiled kernel's variant bound on both head sizes (None: past the largest, the rows kernel)."""
+    """The tiled kernel's variant: the smallest bound on both head sizes, of blocks of 4 rows where
+    the query has at most MHA_FEW_ROWS (None: past the largest bound, the rows kernel)."""
     width = max(p.dqk, p.dv)
-    return next((name for name, (_bq, _bk, dmax) in C.MHA_TILES.items() if width <= dmax), None)
+    few = p.seq <= C.MHA_FEW_ROWS
+    return next((name for name, (bq, _bk, dmax) in C.MHA_TILES.items()
+                 if width <= dmax and (bq == C.MHA_FEW_ROWS) == few), None) or \
+        next((name for name, (_bq, _bk, dmax) in C.MHA_TILES.items() if width <= dmax), None)
 
 
 # shader binding -> descriptor field (q, k and v: the field that holds them, attention_layout.Problem.source)

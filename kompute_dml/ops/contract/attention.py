@@ -27,10 +27,13 @@ MHA_F_NEW_KV = 256  # new key / value rows exist (kv_seq > 0): else keys and val
 
 # The tiled kernel (GPUs): a work group of 128 invocations per (batch, head, block of BQ query
 # rows), key / value tiles of BK rows in shared memory, online softmax; a variant per bound DMAX on
-# both head sizes (shared memory: at most 28 KiB, so lavapipe's 32 KiB runs them too)
-MHA_TILES = {"d64": (16, 32, 64), "d128": (16, 32, 128), "d256": (8, 16, 256)}  # BQ, BK, DMAX
+# both head sizes (shared memory: at most 28 KiB, so lavapipe's 32 KiB runs them too), and blocks of
+# 4 rows for at most MHA_FEW_ROWS query rows (decoding: 32 invocations per row instead of 8)
+MHA_TILES = {"d64": (16, 32, 64), "d128": (16, 32, 128), "d256": (8, 16, 256), "q4d64": (4, 32, 64),
+             "q4d128": (4, 32, 128)}  # BQ, BK, DMAX
+MHA_FEW_ROWS = 4
 MHA_TILED = family("mha_tiled", "attention.comp", "mha_{t}_{tile}", MHA_PUSH, (128, 1, 1), t=("f32", "f16"),
-                   tile=tuple(MHA_TILES),
+                   tile=tuple(MHA_TILES), shape=("tile",),
                    defines=lambda t, tile: {"BITS": 32 if t == "f32" else 16, "KERNEL": 0, "BQ": MHA_TILES[tile][0],
                                             "BK": MHA_TILES[tile][1], "DMAX": MHA_TILES[tile][2]})
 # The row kernel (CPU devices, and head sizes past the tiles): an invocation per query row and
