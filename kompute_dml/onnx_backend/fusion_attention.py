@@ -11,7 +11,8 @@ times c (or over c), the additive mask (a causal mask through Where / Add includ
 operator's relative position bias, broadcast; the result [batch, heads, seq, head] as the last
 MatMul's. Every intermediate must be read only by the chain (fusions._match) and c a constant
 scalar; shapes the operator does not take (batch dimensions that broadcast, a mask that does not
-broadcast to the scores) run the chain node by node (Unfused). The float32 arithmetic differs from
+broadcast to the scores) run the chain node by node (FallbackNeeded, which Fusion.run turns into
+Unfused). The float32 arithmetic differs from
 the unfused nodes' only in rounding (the scores are never rounded to the type, the scale is one
 product): within the families' tolerance (tests/test_model_families.py)."""
 
@@ -29,7 +30,7 @@ import kompute_dml as kdml
 from .graph import _attr
 from .handlers_nn import _opset
 from .handlers_values import as_device
-from .values import _FLOAT_OUT, DeviceValue, RunStats, _value_dtype
+from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype
 
 if TYPE_CHECKING:
     from .context import NodeContext
@@ -97,22 +98,20 @@ def _split(t: kdml.Tensor, sizes: tuple[int, ...], strides: tuple[int, ...], swa
 
 def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
                   stats: RunStats) -> list[Any]:
-    from .fusions import Unfused
-
     r = _roles(nodes)
     head, last = r["head"], r["last"]
     q, kt, v = (as_device(ctx, lookup(n.input[i]), stats, n.input[i]) for n, i in ((head, 0), (head, 1), (last, 1)))
     dt = _value_dtype(q)
     if dt not in _FLOAT_OUT or _value_dtype(kt) != dt or _value_dtype(v) != dt:
-        raise Unfused(f"operands of {_value_dtype(q)}, {_value_dtype(kt)}, {_value_dtype(v)}")
+        raise FallbackNeeded(f"operands of {_value_dtype(q)}, {_value_dtype(kt)}, {_value_dtype(v)}")
     views = [_bhsd(x, n) for x, n in ((q, "query"), (kt, "key"), (v, "value"))]
     if any(x is None for x in views):
-        raise Unfused(f"operands of ranks {len(q.shape)}, {len(kt.shape)}, {len(v.shape)}")
+        raise FallbackNeeded(f"operands of ranks {len(q.shape)}, {len(kt.shape)}, {len(v.shape)}")
     (qs, qst), (ks, kst), (vs, vst) = views  # type: ignore[misc]
     trans_b = head.op_type == "FusedMatMul" and bool(_attr(head, "transB", 0))
     keys = ks[2] if trans_b else ks[3]
     if qs[:2] != ks[:2] or qs[:2] != vs[:2] or (ks[2] if not trans_b else ks[3]) != qs[3] or vs[2] != keys:
-        raise Unfused(f"shapes {q.shape}, {kt.shape}, {v.shape} (batch dimensions that broadcast)")
+        raise FallbackNeeded(f"shapes {q.shape}, {kt.shape}, {v.shape} (batch dimensions that broadcast)")
     batch, heads, seq, _ = qs
     scale = float(_attr(head, "alpha", 1.0)) if head.op_type == "FusedMatMul" else 1.0
     if "Mul" in r:
@@ -123,14 +122,14 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
     if "Add" in r:
         m = as_device(ctx, lookup(r["Add"].input[1]), stats, r["Add"].input[1])
         if _value_dtype(m) != dt or len(m.shape) > 4:
-            raise Unfused(f"a mask of {_value_dtype(m)} {m.shape}")
+            raise FallbackNeeded(f"a mask of {_value_dtype(m)} {m.shape}")
         shape4 = (batch, heads, seq, keys)
         try:
             if tuple(np.broadcast_shapes(m.shape, shape4 if len(q.shape) == 4 else (batch, seq, keys))) != \
                     (shape4 if len(q.shape) == 4 else (batch, seq, keys)):
                 raise ValueError
         except ValueError:
-            raise Unfused(f"a mask of shape {m.shape} for scores {shape4}") from None
+            raise FallbackNeeded(f"a mask of shape {m.shape} for scores {shape4}") from None
         mt = m.tensor
         if len(q.shape) == 3:  # [.., seq, keys] over one head
             pad = 3 - len(m.shape)
