@@ -27,7 +27,12 @@ FLOATS = {"f32": DT.FLOAT32, "f16": DT.FLOAT16}
 
 @pytest.fixture(params=KERNELS)
 def kdev(request, dev, monkeypatch):
+    """The session's device with the policy's attention kernel forced; the helpers' compile cache
+    emptied (it keys operators by descriptor, not by the policy they were compiled under)."""
+    import kompute_dml.functional as functional
+
     monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel=request.param))
+    monkeypatch.setattr(functional, "_compile_cache", {})
     return dev
 
 
@@ -219,6 +224,24 @@ def test_attention(kdev, name, t):
     run_case(kdev, np.random.default_rng(abs(hash((name, t))) % 2**32), CASES[name], FLOATS[t])
 
 
+SPLIT_CASES = {
+    "long": Case(B=1, S=3, T=100, Hq=2, Hkv=2, D=16, Dv=12),
+    "causal-past": Case(B=2, S=5, T=5, P=70, causal=True, present=True, bias=True),
+    "gqa-psl-decode": Case(Hq=4, Hkv=2, S=1, T=1, P=150, psl=True, present=True, B=3),
+    "masks": Case(B=2, S=17, T=90, mask=MT.KEY_SEQUENCE_END_START, rb=True),
+}
+
+
+@pytest.mark.parametrize("t", FLOATS)
+@pytest.mark.parametrize("name", SPLIT_CASES)
+def test_keys_split_over_work_groups(dev, monkeypatch, name, t):
+    """The tiled kernel with its keys cut into chunks (KDML_ATTENTION_SPLIT) and combined."""
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel="tiled"))
+    monkeypatch.setenv("KDML_ATTENTION_SPLIT", "3")
+    op, _ = run_case(dev, np.random.default_rng(abs(hash((name, t))) % 2**32), SPLIT_CASES[name], FLOATS[t])
+    assert [p.variant.split("_")[-1] for p in op.plans[:2]] == ["split", "combine"]
+
+
 @pytest.mark.parametrize("t", FLOATS)
 def test_tiled_variants(dev, monkeypatch, t):
     """The tiled kernel picks the smallest tile bound on both head sizes (blocks of 4 rows for at most
@@ -295,21 +318,24 @@ def test_gqa_refusals(dev):
         d.compile(kdml.MultiheadAttention1Desc(**base, query_head_count=3, key_value_head_count=1))
 
 
+@pytest.mark.parametrize("split", ["", "3"])
 @pytest.mark.parametrize("t", FLOATS)
-def test_nan_and_infinities(kdev, t):
+def test_nan_and_infinities(kdev, monkeypatch, t, split):
     """A NaN in a query row, or a +inf score, gives that row NaN; a -inf bias takes a key out; a row
-    of only -inf scores is NaN; other rows are untouched."""
+    of only -inf scores is NaN; other rows are untouched (also with the keys split in chunks)."""
     dt = FLOATS[t]
     npd = dt.numpy_dtype
     rng = np.random.default_rng(5)
-    B, S, T, H, D = 1, 4, 6, 1, 4
+    B, S, T, H, D = 1, 4, 70 if split else 6, 1, 4
+    if split:
+        monkeypatch.setenv("KDML_ATTENTION_SPLIT", split)
     q = rng.standard_normal((B, S, H * D)).astype(npd)
     k, v = rng.standard_normal((B, T, D)).astype(npd), rng.standard_normal((B, T, D)).astype(npd)
     q[0, 0, 1] = np.nan
     rb = rng.standard_normal((B, H, S, T)).astype(npd)
     rb[0, 0, 1, 2] = -np.inf
     rb[0, 0, 2, :] = -np.inf
-    rb[0, 0, 3, 4] = np.inf
+    rb[0, 0, 3, T - 2] = np.inf
     y = kdml.multihead_attention(q, k, v, heads=H, relative_position_bias=rb, scale=0.5, device=kdev).numpy()
     assert np.isnan(y[0, 0]).all() and np.isnan(y[0, 2]).all() and np.isnan(y[0, 3]).all()
     s = (q[0, 1].astype(np.float64) @ k[0].T.astype(np.float64)) * 0.5 + rb[0, 0, 1]

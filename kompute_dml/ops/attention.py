@@ -26,6 +26,7 @@ page's one data type, non-overlapping outputs and 32-bit addressing.
 from __future__ import annotations
 
 import enum
+import os
 import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from ..core.ints import as_int, cdiv
 from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, INTS_32, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
+from ..device.memory import Buffer, Tensor
 from ..functional.constants import device_constant
 from ..runtime import DispatchPlan, TransferPlan, grid_for
 from .attention_layout import Problem, resolve
@@ -259,20 +261,45 @@ def compile_attention(device: Device, desc: Any) -> CompiledOperator:
     kernel = device.policy.attention_kernel
     tile = tile_for(p) if kernel == "tiled" else None
     maxg = device.limits["max_compute_work_group_count"][0]
-    if tile is not None:
-        bq = C.MHA_TILES[tile][0]
-        blocks, variant, wg = cdiv(p.seq, bq), C.MHA_TILED.name(t=t, tile=tile), 128
-        count = p.batch * p.heads * blocks * wg
-    else:
-        blocks, variant, wg = cdiv(p.dv, C.MHA_ROW_CHUNK), C.MHA_ROWS.name(t=t), 64
-        count = p.batch * p.heads * p.seq * blocks
     common = dict(batch=p.batch, seq=p.seq, kv_seq=p.kv_seq, past=p.past, present=p.present, heads=p.heads,
                   group=p.heads // p.kv_heads, dqk=p.dqk, dv=p.dv, scale=scale, mask_filter=filt, mask_type=kind,
                   flags=_flags(desc, p, causal), **{o: 0 for o in _OFFSETS})
-    _addressing(count, "query rows x heads x batch")
-    plans: list[DispatchPlan | TransferPlan] = [
-        DispatchPlan(variant=variant, bindings=bindings, push=C.MHA_PUSH.pack(**common, blocks=blocks),
-                     groups=grid_for(count, wg, maxg), writes=(entry["output_tensor"],), offset_slots=slots)]
+    out = (entry["output_tensor"],)
+    constants: list[Tensor] = []
+    plans: list[DispatchPlan | TransferPlan] = []
+    if tile is not None:
+        bq, bk, _ = C.MHA_TILES[tile]
+        blocks = cdiv(p.seq, bq)
+        keys = p.past + p.kv_seq
+        splits = key_splits(device, p.batch * p.heads * blocks, keys)
+        chunk = cdiv(cdiv(keys, splits), bk) * bk
+        splits = cdiv(keys, chunk)
+        count = p.batch * p.heads * blocks * splits * 128
+        _addressing(count, "query blocks x heads x batch x key chunks")
+        push = C.MHA_PUSH.pack(**common, blocks=blocks, splits=splits, chunk=chunk)
+        if splits == 1:
+            plans.append(DispatchPlan(variant=C.MHA_TILED.name(t=t, tile=tile), bindings=bindings, push=push,
+                                      groups=grid_for(count, 128, maxg), writes=out, offset_slots=slots))
+        else:  # the chunks' partials to the operator's scratch (entry len(names) + 1), then combined
+            words = splits * p.batch * p.heads * p.seq * (p.dv + 2)
+            _addressing(words, "split partials")
+            sdesc = TensorDesc(DataType.UINT32, (words,))
+            # not zeroed: every work group writes its rows' partials, empty chunks included
+            constants.append(Tensor.whole(Buffer(device, sdesc.byte_size, zeroed=False, later=True), sdesc))
+            scratch = (*bindings, len(names) + 1)
+            n = p.batch * p.heads * p.seq * cdiv(p.dv, 1 if size == 4 else 2)
+            _addressing(n, "output element pairs")
+            plans += [DispatchPlan(variant=C.MHA_SPLIT.name(t=t, tile=tile), bindings=scratch, push=push,
+                                   groups=grid_for(count, 128, maxg), writes=(len(names) + 1,), offset_slots=slots),
+                      DispatchPlan(variant=C.MHA_COMBINE.name(t=t), bindings=scratch, push=push,
+                                   groups=grid_for(n, 256, maxg), writes=out, offset_slots=slots)]
+    else:
+        blocks = cdiv(p.dv, C.MHA_ROW_CHUNK)
+        count = p.batch * p.heads * p.seq * blocks
+        _addressing(count, "query rows x heads x batch")
+        plans.append(DispatchPlan(variant=C.MHA_ROWS.name(t=t), bindings=bindings,
+                                  push=C.MHA_PUSH.pack(**common, blocks=blocks, splits=1, chunk=0),
+                                  groups=grid_for(count, 64, maxg), writes=out, offset_slots=slots))
     presents = [entry[f] for f in ("output_present_key_tensor", "output_present_value_tensor") if f in entry]
     if presents:
         ept = 1 if size == 4 else 2
@@ -281,11 +308,32 @@ def compile_attention(device: Device, desc: Any) -> CompiledOperator:
         n = p.batch * p.kv_heads * p.present * per_row
         _addressing(n, "present elements")
         plans.append(DispatchPlan(variant=C.MHA_PRESENT.name(t=t), bindings=bindings,
-                                  push=C.MHA_PUSH.pack(**common, blocks=0), groups=grid_for(n, 256, maxg),
-                                  writes=tuple(presents), offset_slots=slots))
-    words = np.array(p.geometry(), np.uint32)
-    constant = device_constant(device, words, ("mha-geometry", words.tobytes()))
-    return CompiledOperator(device, desc, support, support.inputs, support.outputs, plans, [constant])
+                                  push=C.MHA_PUSH.pack(**common, blocks=0, splits=1, chunk=0),
+                                  groups=grid_for(n, 256, maxg), writes=tuple(presents), offset_slots=slots))
+    geometry = np.array(p.geometry(), np.uint32)
+    constants.insert(0, device_constant(device, geometry, ("mha-geometry", geometry.tobytes())))
+    return CompiledOperator(device, desc, support, support.inputs, support.outputs, plans, constants)
+
+
+# Keys split over work groups (GPUs): where the tiled kernel's grid has fewer work groups than
+# SPLIT_TARGET_GROUPS and the keys are at least SPLIT_MIN_KEYS, the keys are cut into chunks of at
+# least SPLIT_CHUNK_KEYS (at most SPLIT_MAX chunks), each chunk's partials combined by a second
+# dispatch. Not measured yet (benchmarks/bench_attention.py's decode rows will say). KDML_ATTENTION_SPLIT
+# forces a count (1: none; tests).
+SPLIT_TARGET_GROUPS, SPLIT_MIN_KEYS, SPLIT_CHUNK_KEYS, SPLIT_MAX = 128, 512, 256, 16
+SPLIT_ENV = "KDML_ATTENTION_SPLIT"
+
+
+def key_splits(device: Device, groups: int, keys: int) -> int:
+    """How many chunks of keys the tiled kernel's work groups take (1: all keys in one)."""
+    forced = os.environ.get(SPLIT_ENV, "")
+    if forced:
+        if not forced.isdigit() or int(forced) < 1:
+            raise UnsupportedError(f"{SPLIT_ENV}={forced!r}: a count of chunks >= 1")
+        return max(1, min(int(forced), keys))
+    if device.policy.name == "cpu" or groups >= SPLIT_TARGET_GROUPS or keys < SPLIT_MIN_KEYS:
+        return 1
+    return max(1, min(SPLIT_MAX, cdiv(SPLIT_TARGET_GROUPS, groups), keys // SPLIT_CHUNK_KEYS))
 
 
 def _addressing(n: int, what: str) -> None:
@@ -336,7 +384,8 @@ def _spec(desc: type, support: OperatorSupport) -> OperatorSpec:
     onnx = (OnnxOp("GroupQueryAttention", "com.microsoft", "multihead_attention", check=float_input),) if mha1 else \
         (OnnxOp("Attention", "com.microsoft", "multihead_attention", check=float_input),
          OnnxOp("MultiHeadAttention", "com.microsoft", "multihead_attention", check=float_input))
-    return OperatorSpec(desc, support, compile_attention, (C.MHA_TILED, C.MHA_ROWS, C.MHA_PRESENT),
+    return OperatorSpec(desc, support, compile_attention,
+                        (C.MHA_TILED, C.MHA_ROWS, C.MHA_PRESENT, C.MHA_SPLIT, C.MHA_COMBINE),
                         helpers=("multihead_attention",), onnx=onnx, example=lambda: _example(mha1),
                         field_example=field_example, tied_fields=TIED_FIELDS)
 

@@ -14,7 +14,7 @@ from .core import block, family
 # tensor's strides sit in the operator's geometry constant (ops/attention_plan.py).
 MHA_PUSH = block("q_off", "k_off", "v_off", "bias_off", "mask_off", "rb_off", "pk_off", "pv_off", "psl_off",
                  "o_off", "prk_off", "prv_off", "batch", "seq", "kv_seq", "past", "present", "heads", "group", "dqk",
-                 "dv", "scale:f32", "mask_filter:f32", "mask_type", "flags", "blocks")
+                 "dv", "scale:f32", "mask_filter:f32", "mask_type", "flags", "blocks", "splits", "chunk")
 MHA_F_BIAS = 1  # bias_tensor added to query, key and value
 MHA_F_RB = 2  # relative position bias added to the scaled scores
 MHA_F_PAST = 4  # past key / value precede the new keys
@@ -36,6 +36,16 @@ MHA_TILED = family("mha_tiled", "attention.comp", "mha_{t}_{tile}", MHA_PUSH, (1
                    tile=tuple(MHA_TILES), shape=("tile",),
                    defines=lambda t, tile: {"BITS": 32 if t == "f32" else 16, "KERNEL": 0, "BQ": MHA_TILES[tile][0],
                                             "BK": MHA_TILES[tile][1], "DMAX": MHA_TILES[tile][2]})
+# Keys split over work groups (few work groups, long key sequences: decoding): the tiled kernel over
+# one chunk of keys per work group, its rows' partial maximum, sum and accumulators to the operator's
+# scratch (binding 13), then a combine dispatch of an invocation per output element pair
+MHA_SPLIT = family("mha_split", "attention.comp", "mha_{t}_{tile}_split", MHA_PUSH, (128, 1, 1), t=("f32", "f16"),
+                   tile=tuple(MHA_TILES), shape=("tile",),
+                   defines=lambda t, tile: {"BITS": 32 if t == "f32" else 16, "KERNEL": 0, "SPLIT": 1,
+                                            "BQ": MHA_TILES[tile][0], "BK": MHA_TILES[tile][1],
+                                            "DMAX": MHA_TILES[tile][2]})
+MHA_COMBINE = family("mha_combine", "attention.comp", "mha_{t}_combine", MHA_PUSH, (256, 1, 1), t=("f32", "f16"),
+                     defines=lambda t: {"BITS": 32 if t == "f32" else 16, "KERNEL": 3})
 # The row kernel (CPU devices, and head sizes past the tiles): an invocation per query row and
 # chunk of MHA_ROW_CHUNK value dimensions, the keys in order with online softmax
 MHA_ROW_CHUNK = 64
