@@ -366,3 +366,45 @@ def test_helper_forms(dev):
     assert np.array_equal(pk.numpy(), k.reshape(B, T, Hkv, D).transpose(0, 2, 1, 3))
     with pytest.raises(kdml.InvalidArgumentError, match="^mask: must be INT32"):
         kdml.multihead_attention(q, k, v, heads=H, mask=kdml.zeros((B, T), np.float32, device=dev), device=dev)
+
+
+def test_plans_ahead(dev, monkeypatch):
+    """OperatorSpec.ahead: the tiled kernel's other tiles of the same bound, its split and combine
+    variants, each a variant of the operator's families with their words, once per type and bound;
+    the rows kernel has none."""
+    from kompute_dml.ops import BY_NAME
+    from kompute_dml.ops.contract import by_variant
+
+    spec = BY_NAME["MULTIHEAD_ATTENTION"]
+    q = TD(DT.FLOAT16, (2, 5, 64))
+    desc = kdml.MultiheadAttentionDesc(q, q, q, None, None, None, None, None, None, None, None, q, None, None, 1.0,
+                                       -1e4, 2)
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel="tiled"))
+    done: set = set()
+    plans = spec.ahead(dev, dev.compile(desc), done)
+    assert sorted(p.variant for p in plans) == ["mha_f16_combine", "mha_f16_d64_split", "mha_f16_q4d64",
+                                                "mha_f16_q4d64_split"]
+    assert all(p.variant in spec.variants and len(p.push) == by_variant()[p.variant].words for p in plans)
+    dev.engine.prepare_many(plans)  # their pipelines can be made
+    assert spec.ahead(dev, dev.compile(desc), done) == []
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel="rows"))
+    assert spec.ahead(dev, dev.compile(desc), set()) == []
+
+
+def test_key_splits(monkeypatch):
+    """Chunks of keys: GPUs only, for small grids and long key sequences; the environment forces."""
+    import types
+
+    from kompute_dml.ops.attention_layout import key_splits
+
+    gpu = types.SimpleNamespace(policy=types.SimpleNamespace(name="discrete-gpu"))
+    cpu = types.SimpleNamespace(policy=types.SimpleNamespace(name="cpu"))
+    monkeypatch.delenv("KDML_ATTENTION_SPLIT", raising=False)
+    assert key_splits(cpu, 8, 4096) == 1
+    assert key_splits(gpu, 12, 2048) == 8  # decoding, 12 heads, 2048 keys
+    assert key_splits(gpu, 8, 8192) == 16 and key_splits(gpu, 256, 4096) == 1 and key_splits(gpu, 8, 300) == 1
+    monkeypatch.setenv("KDML_ATTENTION_SPLIT", "4")
+    assert key_splits(cpu, 8, 100) == 4
+    monkeypatch.setenv("KDML_ATTENTION_SPLIT", "x")
+    with pytest.raises(kdml.UnsupportedError, match="KDML_ATTENTION_SPLIT"):
+        key_splits(gpu, 8, 100)

@@ -26,7 +26,6 @@ page's one data type, non-overlapping outputs and 32-bit addressing.
 from __future__ import annotations
 
 import enum
-import os
 import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -42,7 +41,7 @@ from ..core.tensor_desc import TensorDesc
 from ..device.memory import Buffer, Tensor
 from ..functional.constants import device_constant
 from ..runtime import DispatchPlan, TransferPlan, grid_for
-from .attention_layout import Problem, resolve
+from .attention_layout import Problem, key_splits, plans_ahead, resolve, tile_for
 from .base import CompiledOperator, validate_tensors
 from .contract import attention as C
 from .elementwise_plan import check_addressable
@@ -228,16 +227,6 @@ def _flags(desc: Any, p: Problem, causal: bool) -> int:
             | (C.MHA_F_NEW_KV if p.kv_seq else 0))
 
 
-def tile_for(p: Problem) -> str | None:
-    """The tiled kernel's variant: the smallest bound on both head sizes, of blocks of 4 rows where
-    the query has at most MHA_FEW_ROWS (None: past the largest bound, the rows kernel)."""
-    width = max(p.dqk, p.dv)
-    few = p.seq <= C.MHA_FEW_ROWS
-    return next((name for name, (bq, _bk, dmax) in C.MHA_TILES.items()
-                 if width <= dmax and (bq == C.MHA_FEW_ROWS) == few), None) or \
-        next((name for name, (_bq, _bk, dmax) in C.MHA_TILES.items() if width <= dmax), None)
-
-
 # shader binding -> descriptor field (q, k and v: the field that holds them, attention_layout.Problem.source)
 _SHADER_FIELDS = ("q", "k", "v", "bias_tensor", "mask_tensor", "relative_position_bias_tensor", "past_key_tensor",
                   "past_value_tensor", "past_sequence_lengths_tensor", "output_tensor", "output_present_key_tensor",
@@ -315,27 +304,6 @@ def compile_attention(device: Device, desc: Any) -> CompiledOperator:
     return CompiledOperator(device, desc, support, support.inputs, support.outputs, plans, constants)
 
 
-# Keys split over work groups (GPUs): where the tiled kernel's grid has fewer work groups than
-# SPLIT_TARGET_GROUPS and the keys are at least SPLIT_MIN_KEYS, the keys are cut into chunks of at
-# least SPLIT_CHUNK_KEYS (at most SPLIT_MAX chunks), each chunk's partials combined by a second
-# dispatch. Not measured yet (benchmarks/bench_attention.py's decode rows will say). KDML_ATTENTION_SPLIT
-# forces a count (1: none; tests).
-SPLIT_TARGET_GROUPS, SPLIT_MIN_KEYS, SPLIT_CHUNK_KEYS, SPLIT_MAX = 128, 512, 256, 16
-SPLIT_ENV = "KDML_ATTENTION_SPLIT"
-
-
-def key_splits(device: Device, groups: int, keys: int) -> int:
-    """How many chunks of keys the tiled kernel's work groups take (1: all keys in one)."""
-    forced = os.environ.get(SPLIT_ENV, "")
-    if forced:
-        if not forced.isdigit() or int(forced) < 1:
-            raise UnsupportedError(f"{SPLIT_ENV}={forced!r}: a count of chunks >= 1")
-        return max(1, min(int(forced), keys))
-    if device.policy.name == "cpu" or groups >= SPLIT_TARGET_GROUPS or keys < SPLIT_MIN_KEYS:
-        return 1
-    return max(1, min(SPLIT_MAX, cdiv(SPLIT_TARGET_GROUPS, groups), keys // SPLIT_CHUNK_KEYS))
-
-
 def _addressing(n: int, what: str) -> None:
     if n >= 1 << 32:
         raise UnsupportedError(f"output_tensor: {what} ({n} invocations) exceed the kernel's 32-bit indexing")
@@ -386,7 +354,7 @@ def _spec(desc: type, support: OperatorSupport) -> OperatorSpec:
          OnnxOp("MultiHeadAttention", "com.microsoft", "multihead_attention", check=float_input))
     return OperatorSpec(desc, support, compile_attention,
                         (C.MHA_TILED, C.MHA_ROWS, C.MHA_PRESENT, C.MHA_SPLIT, C.MHA_COMBINE),
-                        helpers=("multihead_attention",), onnx=onnx, example=lambda: _example(mha1),
+                        helpers=("multihead_attention",), onnx=onnx, ahead=plans_ahead, example=lambda: _example(mha1),
                         field_example=field_example, tied_fields=TIED_FIELDS)
 
 

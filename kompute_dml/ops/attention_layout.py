@@ -1,7 +1,9 @@
 """MULTIHEAD_ATTENTION's tensors read as one problem (ops/attention.py validates the descriptor
 with it): the sizes (batch, query rows, new and past key rows, heads, head sizes) and, per logical
 tensor (query, key, value, past and present key / value, output, relative position bias, mask),
-where element (batch, head, row, dimension) lies: `View`s, the shader's geometry constant.
+where element (batch, head, row, dimension) lies: `View`s, the shader's geometry constant; and the
+tiled kernel's choices for it (its tile, keys split over work groups, the variants other shapes
+take: OperatorSpec.ahead).
 
 A query given as [batch, sequence, heads x head size] has the head stride head size x the hidden
 stride; a stacked tensor [batch, sequence, heads, 2 or 3, head size] gives query, key and value as
@@ -11,11 +13,20 @@ InvalidArgumentError naming the field (the message starts with it).
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..core.errors import invalid
+from ..core.errors import UnsupportedError, invalid
+from ..core.ints import cdiv
 from ..core.tensor_desc import TensorDesc
+from ..runtime import DispatchPlan
+from .contract import attention as C
+
+if TYPE_CHECKING:
+    from ..device.device import Device
+    from .base import CompiledOperator
 
 
 @dataclass(frozen=True)
@@ -230,3 +241,56 @@ def _bias_mask(desc: object, p: Problem) -> None:
         (n,), (sx,) = core(mask, 1, name)
         expect(name, (n,), (3 * p.batch + 2,), "[3 batch + 2]")
         p.views["mask"] = View(0, sx, 0, 0, 0)
+
+
+def tile_for(p: Problem) -> str | None:
+    """The tiled kernel's variant: the smallest bound on both head sizes, of blocks of 4 rows where
+    the query has at most MHA_FEW_ROWS (None: past the largest bound, the rows kernel)."""
+    width = max(p.dqk, p.dv)
+    few = p.seq <= C.MHA_FEW_ROWS
+    return next((name for name, (bq, _bk, dmax) in C.MHA_TILES.items()
+                 if width <= dmax and (bq == C.MHA_FEW_ROWS) == few), None) or \
+        next((name for name, (_bq, _bk, dmax) in C.MHA_TILES.items() if width <= dmax), None)
+
+
+# Keys split over work groups (GPUs): where the tiled kernel's grid has fewer work groups than
+# SPLIT_TARGET_GROUPS and the keys are at least SPLIT_MIN_KEYS, the keys are cut into chunks of at
+# least SPLIT_CHUNK_KEYS (at most SPLIT_MAX chunks), each chunk's partials combined by a second
+# dispatch. Not measured yet (benchmarks/bench_attention.py's decode rows will say). KDML_ATTENTION_SPLIT
+# forces a count (1: none; tests).
+SPLIT_TARGET_GROUPS, SPLIT_MIN_KEYS, SPLIT_CHUNK_KEYS, SPLIT_MAX = 128, 512, 256, 16
+SPLIT_ENV = "KDML_ATTENTION_SPLIT"
+
+
+def key_splits(device: Device, groups: int, keys: int) -> int:
+    """How many chunks of keys the tiled kernel's work groups take (1: all keys in one)."""
+    forced = os.environ.get(SPLIT_ENV, "")
+    if forced:
+        if not forced.isdigit() or int(forced) < 1:
+            raise UnsupportedError(f"{SPLIT_ENV}={forced!r}: a count of chunks >= 1")
+        return max(1, min(int(forced), keys))
+    if device.policy.name == "cpu" or groups >= SPLIT_TARGET_GROUPS or keys < SPLIT_MIN_KEYS:
+        return 1
+    return max(1, min(SPLIT_MAX, cdiv(SPLIT_TARGET_GROUPS, groups), keys // SPLIT_CHUNK_KEYS))
+
+
+def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[DispatchPlan]:
+    """OperatorSpec.ahead: the tiled kernel's other variants of the same head sizes (a decoding step's
+    blocks of 4 rows, the split chunks and their combine) whose pipelines another sequence or key
+    length may take; once per type and head-size bound (`done`)."""
+    plans = [p for p in op.plans if isinstance(p, DispatchPlan) and p.variant.startswith("mha_")]
+    first = plans[0] if plans else None
+    if first is None or first.variant.endswith("_rows"):
+        return []
+    t, tile = first.variant.split("_")[1:3]
+    wide = C.MHA_TILES[tile][2]
+    key = ("mha-ahead", t, wide)
+    if key in done:
+        return []
+    done.add(key)
+    tiles = [name for name, (_bq, _bk, dmax) in C.MHA_TILES.items() if dmax == wide]
+    bindings = (*first.bindings[:13], None)
+    out = [dataclasses.replace(first, variant=v, bindings=bindings)
+           for v in (*(C.MHA_SPLIT.name(t=t, tile=x) for x in tiles), C.MHA_COMBINE.name(t=t))]
+    return out + [dataclasses.replace(first, variant=C.MHA_TILED.name(t=t, tile=x), bindings=first.bindings[:13])
+                  for x in tiles if x != tile]
