@@ -128,6 +128,7 @@ MHA = {  # name: (batch, seq, keys, past, heads, head, form, mask, unidirectiona
     "packed-kv": (2, 3, 7, 0, 4, 4, "kv", "2d", 0, False),
     "past-present": (2, 3, 3, 4, 2, 8, "sep", None, 1, False),
     "projected-cache": (2, 3, 5, 0, 2, 8, "bnsh", "lengths", 0, True),
+    "empty-past": (2, 3, 3, 0, 2, 8, "sep", None, 1, False),
 }
 
 
@@ -148,13 +149,13 @@ def test_multihead_attention(rng, name):
         plain.update(bias=None)
     elif form == "bnsh":
         ins.update(key=_r(rng, b, h, t, d), value=_r(rng, b, h, t, d), bias=None)
-    if p:
+    if p or name == "empty-past":  # (a decoder's first step: a past of no rows)
         ins.update(past_key=_r(rng, b, h, p, d), past_value=_r(rng, b, h, p, d))
     lens = rng.integers(1, total + 1, b).astype(I32)
     ins["key_padding_mask"] = {"lengths": lens, "2d": (np.arange(total)[None] < lens[:, None]).astype(I32), None: None}[mform]
     if ab:
         ins["attention_bias"] = _r(rng, b, 1, s, total)
-    outs = ["y", "present_key", "present_value"] if p else ["y"]
+    outs = ["y", "present_key", "present_value"] if p or name == "empty-past" else ["y"]
     model, feeds = _model("MultiHeadAttention", ins, outs, {"num_heads": h, "unidirectional": uni})
     want = None
     if form in ("qkv", "kv"):
@@ -168,7 +169,8 @@ def _caches(rng, positions, half):
     return np.cos(ang).astype(F32), np.sin(ang).astype(F32)
 
 
-@pytest.mark.parametrize("case", ["prompt", "decode", "packed", "rotary-prompt", "rotary-decode", "interleaved"])
+@pytest.mark.parametrize("case", ["prompt", "prompt-empty-past", "decode", "packed", "rotary-prompt", "rotary-decode",
+                                  "interleaved"])
 def test_group_query_attention(rng, case):
     b, h, kvh = 2, 4, 2
     d = 16 if "rotary" in case or case == "interleaved" else 8  # onnxruntime's rotary: head size a multiple of 16
@@ -178,8 +180,8 @@ def test_group_query_attention(rng, case):
     seqlens = np.array([past, past - 2], I32) if decode else np.full(b, s - 1, I32)
     total = past + s
     ins: dict = {"query": _r(rng, b, s, h * d), "key": _r(rng, b, s, kvh * d), "value": _r(rng, b, s, kvh * d),
-                 "past_key": _r(rng, b, kvh, past, d) if decode else None,
-                 "past_value": _r(rng, b, kvh, past, d) if decode else None,
+                 "past_key": _r(rng, b, kvh, past, d) if decode or "empty" in case else None,
+                 "past_value": _r(rng, b, kvh, past, d) if decode or "empty" in case else None,
                  "seqlens_k": seqlens, "total_sequence_length": np.array(total, I32), "cos_cache": None,
                  "sin_cache": None}
     if case == "packed":

@@ -20,7 +20,7 @@ from .graph import _attr
 from .handlers_nn import _dev, _floats
 from .handlers_values import as_device
 from .rotary import rotate
-from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype
+from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
 if TYPE_CHECKING:
     from .context import NodeContext
@@ -35,6 +35,13 @@ def need(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], i: int, stats: 
     if t is None:
         raise ValueError(f"{node.op_type} {node.name!r}: input {i} is required")
     return t
+
+
+def _past(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], i: int, stats: RunStats) -> kdml.Tensor | None:
+    """A past input on the device; an empty one (a decoder's first step: no past rows) as absent."""
+    if i < len(ins) and ins[i] is not None and 0 in _value_shape(ins[i]):
+        return None
+    return _dev(ctx, node, ins, i, stats)
 
 
 def _at(t: kdml.Tensor, sizes: tuple[int, ...], strides: tuple[int, ...], elements: int = 0) -> kdml.Tensor | None:
@@ -136,7 +143,7 @@ def _h_attention(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: 
     kdml.matmul(x.tensor, w.tensor, out=qkv, device=ctx.device)
     q, k, v = _columns(ctx, qkv, widths)
     bias = _dev(ctx, node, ins, 2, stats)
-    past = _dev(ctx, node, ins, 4, stats)
+    past = _past(ctx, node, ins, 4, stats)
     pk = pv = None
     p_len = 0
     if past is not None:
@@ -170,10 +177,10 @@ def _h_mha(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
     _refuse(node, {}, 3)
     if any(i < len(ins) and ins[i] is not None for i in (8, 9)):
         raise FallbackNeeded("past_sequence_length / cache_indirection")
-    dt = _floats(node, [v for i, v in enumerate(ins[:8]) if v is not None and i != 4])
+    dt = _floats(node, [v for i, v in enumerate(ins[:8]) if v is not None and i != 4 and 0 not in _value_shape(v)])
     q, k, v = need(ctx, node, ins, 0, stats), _dev(ctx, node, ins, 1, stats), _dev(ctx, node, ins, 2, stats)
     heads = int(_attr(node, "num_heads"))
-    pk, pv = _dev(ctx, node, ins, 6, stats), _dev(ctx, node, ins, 7, stats)
+    pk, pv = _past(ctx, node, ins, 6, stats), _past(ctx, node, ins, 7, stats)
     if k is not None and k.desc.dimension_count == 4:  # cross attention on a projected cache
         if pk is not None:
             raise FallbackNeeded("a 4-D key with past_key")
@@ -217,7 +224,7 @@ def _h_gqa(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
                    "sliding_window_cache": 0, "k_quant_type": "NONE", "v_quant_type": "NONE", "causal": 1}, 3)
     if any(i < len(ins) and ins[i] is not None for i in (9, 10, 11, 12, 13, 14, 15)):
         raise FallbackNeeded("position_ids / attention_bias / head_sink / quantization / qk norm inputs")
-    dt = _floats(node, [v for i, v in enumerate(ins[:5]) if v is not None])
+    dt = _floats(node, [v for v in ins[:5] if v is not None and 0 not in _value_shape(v)])
     heads, kv_heads = int(_attr(node, "num_heads")), int(_attr(node, "kv_num_heads"))
     total_v = ctx.host(ins[6], stats)
     total_len = int(np.asarray(total_v).reshape(-1)[0])
@@ -227,7 +234,7 @@ def _h_gqa(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
         d = q.desc.sizes[2] // (heads + 2 * kv_heads)
         q, k, v = _columns(ctx, q, (heads * d, kv_heads * d, kv_heads * d))
     d = q.desc.sizes[2] // heads
-    pk, pv = _dev(ctx, node, ins, 3, stats), _dev(ctx, node, ins, 4, stats)
+    pk, pv = _past(ctx, node, ins, 3, stats), _past(ctx, node, ins, 4, stats)
     cap = pk.desc.sizes[2] if pk is not None else 0
     first = seq == total_len
     seqlens = as_device(ctx, ins[5], stats, node.input[5])
