@@ -99,13 +99,22 @@ KDML_PUSH_BLOCK  // MHA_PUSH of kompute_dml/ops/contract/attention.py (generated
 
 bool has(uint f) { return (pc.flags & f) != 0u; }
 
-// the geometry constant, read once per invocation (load_geometry) into private words: every
-// element address below is then arithmetic on registers, not a buffer load per word
+// the geometry constant, read once (load_geometry): every element address below is then arithmetic
+// on shared (tiled: once per work group) or private words, not a buffer load per word
+#if KERNEL == 0
+shared uint geo[60];
+
+void load_geometry() {  // in uniform control flow: it ends with a barrier
+    for (uint w = gl_LocalInvocationID.x; w < 60u; w += 128u) geo[w] = g[w];
+    barrier();
+}
+#else
 uint geo[60];
 
 void load_geometry() {
     for (uint w = 0u; w < 60u; ++w) geo[w] = g[w];
 }
+#endif
 
 uint at(uint gb, uint b, uint h, uint s, uint d) {
     return geo[gb] + b * geo[gb + 1] + h * geo[gb + 2] + s * geo[gb + 3] + d * geo[gb + 4];
@@ -276,6 +285,7 @@ void main() {
         l = l * alpha + tsum;
         m = mt;
         for (uint u = 0u; u < UPT; ++u) {
+            if ((lane + u * TPR) * EPT >= pc.dv) continue;  // past the value head size: never stored
             for (uint e = 0u; e < EPT; ++e) {
                 uint d = (lane + u * TPR) * EPT + e;
                 precise float a = acc[u * EPT + e] * alpha;
