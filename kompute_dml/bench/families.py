@@ -41,6 +41,7 @@ class Family:
     make: Callable[[dict[str, int]], Any]  # size -> (torch module taking the inputs, input names)
     inputs: Callable[[int, int, np.random.Generator, dict[str, int]], dict[str, np.ndarray]]  # batch, length, size
     # "int8": quantize_dynamic then ORT's extended level; "int8-raw": not fused; "fused": ORT's BERT optimizer;
+    # "fused:<model_type>": onnxruntime.transformers.optimizer with that model type;
     # "fp16": convert_float_to_float16(keep_io_types=True), the float32 export kept beside it (source());
     # "qdq": quantize_static in the QDQ format (a dedicated DequantizeLinear per consumer), calibrated on random images
     post: str = ""
@@ -176,7 +177,9 @@ FAMILIES = {f.name: f for f in (
            _text_feeds, "int8"),
     Family("bert-fp32-fused", _encoder("BertConfig", "BertModel"), _text_feeds, "fused"),
     Family("gpt2", _gpt2, _text_feeds),
+    Family("gpt2-fused", _gpt2, _text_feeds, "fused:gpt2"),
     Family("llama", _llama, _text_feeds),
+    Family("llama-fused", _llama, _text_feeds, "fused:gpt2"),  # the model type ORT's Llama export scripts use
     Family("vit", _vit, lambda b, _s, rng, _z: {"pixel_values": rng.standard_normal((b, 3, 64, 64)).astype(np.float32)},
            dynamic=("batch",)),
     Family("whisper-encoder", _whisper,
@@ -205,9 +208,11 @@ CPU_NODE_TYPES: dict[str, frozenset[str]] = {
     "distilbert-int8": frozenset(),
     "distilbert-int8-raw": frozenset(),
     "roberta-int8": frozenset(),
-    "bert-fp32-fused": frozenset({"Attention", "EmbedLayerNormalization"}),
+    "bert-fp32-fused": frozenset(),
     "gpt2": frozenset(),
+    "gpt2-fused": frozenset(),
     "llama": frozenset(),
+    "llama-fused": frozenset(),
     "vit": frozenset(),
     "whisper-encoder": frozenset(),
     "resnet18": frozenset(),
@@ -230,7 +235,9 @@ DESCRIBED = {
     "roberta-int8": "RoBERTa, int8 fused",
     "bert-fp32-fused": "BERT float32, onnxruntime's BERT optimizer",
     "gpt2": "GPT-2 (logits; with its KV cache: kompute_dml/bench/decoders.py)",
+    "gpt2-fused": "GPT-2, onnxruntime's optimizer (model type gpt2: SkipLayerNormalization, FastGelu)",
     "llama": "Llama (GQA, RMSNorm, rotary, SiLU)",
+    "llama-fused": "Llama, onnxruntime's optimizer (model type gpt2: SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization)",
     "vit": "ViT",
     "whisper-encoder": "Whisper encoder",
     "resnet18": "ResNet-18 (torchvision)",
@@ -312,11 +319,12 @@ def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> 
             so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
             so.optimized_model_filepath = str(out)
             ort.InferenceSession(str(quant), so, providers=["CPUExecutionProvider"])
-        elif fam.post == "fused":
+        elif fam.post.startswith("fused"):
             from onnxruntime.transformers.optimizer import optimize_model
 
             s = SIZES[size]
-            optimize_model(str(raw), model_type="bert", num_heads=s["heads"], hidden_size=s["hidden"]).save_model_to_file(
+            model_type = fam.post.partition(":")[2] or "bert"
+            optimize_model(str(raw), model_type=model_type, num_heads=s["heads"], hidden_size=s["hidden"]).save_model_to_file(
                 str(out))
         elif fam.post == "fp16":
             import onnx

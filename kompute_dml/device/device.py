@@ -65,7 +65,7 @@ def coerce_feature_level(level: object) -> FeatureLevel:
         value = int(level)
         if value in {m.value for m in FeatureLevel}:
             return FeatureLevel(value)
-        if value > HIGHEST_FEATURE_LEVEL and value in (0x6300, 0x6400):
+        if value > HIGHEST_FEATURE_LEVEL and value == 0x6400:
             raise UnsupportedError(
                 f"feature_level: 0x{value:x} is above the highest level implemented (0x{HIGHEST_FEATURE_LEVEL:x})"
             )

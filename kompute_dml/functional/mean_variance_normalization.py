@@ -98,7 +98,7 @@ def _fit(tensors: list[Tensor | None], axes: tuple[int, ...], lo: int, hi: int,
 
 
 def _normalize(dev: Device, tensors: list[Tensor | None], red: tuple[int, ...], normalize_variance: bool,
-               epsilon: float, out: Tensor | None, names: tuple[str, ...] = _NAMES) -> Tensor:
+               epsilon: float, out: Tensor | None, names: tuple[str, ...] = _NAMES, use_mean: bool = True) -> Tensor:
     """One MEAN_VARIANCE_NORMALIZATION1 execution on `tensors` (x, scale, bias; then skip, skip
     bias and the sum's output tensor, or None: the skip extension), each already of x's shape
     (broadcast views); `names`: theirs in errors, in _NAMES' order. Returns the output (`out`, or
@@ -121,7 +121,7 @@ def _normalize(dev: Device, tensors: list[Tensor | None], red: tuple[int, ...], 
     xv, sv, bv, yv, kv, rv, zv = (None if v is None else v.desc for v in views)
     assert xv is not None and yv is not None
     desc = MeanVarianceNormalization1Desc(xv, sv, bv, yv, red, normalize_variance, epsilon, skip_tensor=kv,
-                                          skip_bias_tensor=rv, sum_output_tensor=zv)
+                                          skip_bias_tensor=rv, sum_output_tensor=zv, use_mean=use_mean)
     skip = kv is not None
     ins, outs = views[:3] + (views[4:6] if skip else []), views[3:4] + (views[6:] if skip else [])
     compile_cached(dev, desc).execute(ins, outs)
@@ -163,24 +163,41 @@ def _trailing(found: dict[str, Tensor], names: tuple[str, ...], trailing: tuple[
                              f"(axis {a})")
 
 
-def layer_norm(x: Any, scale: Any, bias: Any = None, *, axis: Any = -1, epsilon: float = 1e-5,
-               out: Tensor | None = None, device: Device | None = None) -> Tensor:
-    """ONNX LayerNormalization (its Y): normalized over dimensions axis..rank-1, times `scale`,
-    plus `bias`; scale and bias broadcast (numpy's rules) to those trailing dimensions,
-    x.shape[axis:]."""
+def _over_trailing(x: Any, scale: Any, bias: Any, axis: Any, epsilon: float, out: Tensor | None,
+                   device: Device | None, use_mean: bool) -> Tensor:
+    """x normalized over dimensions axis..rank-1, times scale, plus bias (both broadcast to those)."""
     dev, found = _operand_map((x, scale, bias), _NAMES[:3], device)
     r = found["x"].desc.dimension_count
     a = as_int(axis, "axis")
     if not -r <= a < r:
         raise invalid("axis", f"must be in [{-r}, {r}) for x of rank {r}, got {a}")
     a %= r
-    _trailing(found, ("scale", "bias"), found["x"].desc.sizes[a:], a)
-    return mean_variance_normalization(found["x"], found.get("scale"), found.get("bias"), axes=tuple(range(a, r)),
-                                       epsilon=epsilon, out=out, device=dev)
+    shape = found["x"].desc.sizes
+    _trailing(found, ("scale", "bias"), shape[a:], a)
+    st, bt = (broadcast_view(found[f], shape, f) if f in found else None for f in ("scale", "bias"))
+    return _normalize(dev, [found["x"], st, bt, None, None, None], tuple(range(a, r)), True, epsilon, out,
+                      use_mean=use_mean)
+
+
+def layer_norm(x: Any, scale: Any, bias: Any = None, *, axis: Any = -1, epsilon: float = 1e-5,
+               out: Tensor | None = None, device: Device | None = None) -> Tensor:
+    """ONNX LayerNormalization (its Y): normalized over dimensions axis..rank-1, times `scale`,
+    plus `bias`; scale and bias broadcast (numpy's rules) to those trailing dimensions,
+    x.shape[axis:]."""
+    return _over_trailing(x, scale, bias, axis, epsilon, out, device, True)
+
+
+def rms_norm(x: Any, scale: Any = None, bias: Any = None, *, axis: Any = -1, epsilon: float = 1e-5,
+             out: Tensor | None = None, device: Device | None = None) -> Tensor:
+    """RMS normalization (ONNX SimplifiedLayerNormalization, RMSNormalization): x / sqrt(mean(x^2)
+    + epsilon) * scale + bias over dimensions axis..rank-1, in one MEAN_VARIANCE_NORMALIZATION1
+    dispatch with kompute_dml's use_mean = False (Mean = 0); scale and bias broadcast to those
+    trailing dimensions."""
+    return _over_trailing(x, scale, bias, axis, epsilon, out, device, False)
 
 
 def skip_layer_norm(x: Any, skip: Any, scale: Any, bias: Any = None, beta: Any = None, *, epsilon: float = 1e-12,
-                    sum_out: bool | Tensor = False, out: Tensor | None = None,
+                    sum_out: bool | Tensor = False, use_mean: bool = True, out: Tensor | None = None,
                     device: Device | None = None) -> Tensor | tuple[Tensor, Tensor]:
     """com.microsoft SkipLayerNormalization in one MEAN_VARIANCE_NORMALIZATION1 dispatch (its skip
     extension): s = x + skip (+ bias), each addition rounded to the data type exactly as
@@ -188,7 +205,8 @@ def skip_layer_norm(x: Any, skip: Any, scale: Any, bias: Any = None, beta: Any =
     their common shape, bias to it, with numpy's rules), then layer_norm(s, scale, beta) over the
     last dimension. Returns the normalized output, or (output, s) with `sum_out` (ONNX's
     input_skip_bias_sum): True for a new packed tensor, or a Tensor of that shape and type (any
-    strides) to write it to."""
+    strides) to write it to. `use_mean` False: the sum RMS-normalized (kdml.rms_norm; com.microsoft
+    SkipSimplifiedLayerNormalization)."""
     dev, found = _operand_map((x, skip, scale, bias, beta), ("x", "skip", "scale", "bias", "beta"), device)
     try:
         shape = tuple(np.broadcast_shapes(found["x"].desc.sizes, found["skip"].desc.sizes))
@@ -204,7 +222,7 @@ def skip_layer_norm(x: Any, skip: Any, scale: Any, bias: Any = None, beta: Any =
         total: Tensor | None = sum_out
     else:
         total = pooled_empty(dev, _packed(dt, shape)) if sum_out else None
-    y = _normalize(dev, [*views, total], (len(shape) - 1,), True, epsilon, out, names)
+    y = _normalize(dev, [*views, total], (len(shape) - 1,), True, epsilon, out, names, use_mean)
     return (y, total) if total is not None else y
 
 
@@ -264,4 +282,4 @@ def instance_norm(x: Any, scale: Any, bias: Any, *, epsilon: float = 1e-5, out: 
     return group_norm(xt, found["scale"], found["bias"], xt.desc.sizes[1], epsilon=epsilon, out=out, device=dev)
 
 
-__all__ = ["group_norm", "instance_norm", "layer_norm", "mean_variance_normalization", "skip_layer_norm"]
+__all__ = ["group_norm", "instance_norm", "layer_norm", "mean_variance_normalization", "rms_norm", "skip_layer_norm"]

@@ -31,6 +31,9 @@ The fused kernels are the operators' kompute_dml extensions, bit for bit the unf
   DequantizeLinear of int8 / uint8 initializers: QUANTIZED_LINEAR_CONVOLUTION (fusion_qconv.py),
   the integer convolution and one requantization (not the float graph's bits: the fused
   semantics, onnxruntime's QLinearConv's).
+- MatMul | FusedMatMul -> [Mul | Div by a constant] -> [Add mask] -> Softmax -> [no-op Casts] ->
+  MatMul: MULTIHEAD_ATTENTION (fusion_attention.py; the one chain here not bit for bit the unfused
+  nodes: the scores are never rounded to the type, within the families' tolerance).
 (com.microsoft SkipLayerNormalization needs no pattern: its handler is one dispatch.)
 """
 
@@ -48,6 +51,7 @@ import onnx
 import kompute_dml as kdml
 from kompute_dml.functional.elementwise import broadcast_view
 
+from .fusion_attention import attention_patterns
 from .fusion_qconv import check_qdq_conv, run_qdq_conv
 from .fusion_quant import check_integer_product, run_integer_product
 from .graph import _attr, _node_inputs
@@ -55,7 +59,7 @@ from .handlers_conv import run_conv_relu
 from .handlers_nn import _floats, _opset
 from .handlers_pool import batch_norm_node
 from .handlers_values import as_device
-from .values import _FLOAT_OUT, CPU, VULKAN, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape, at_node
+from .values import _FLOAT_OUT, CPU, MS_DOMAIN, VULKAN, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape, at_node
 
 if TYPE_CHECKING:
     from .context import NodeContext
@@ -87,6 +91,7 @@ class Pattern:
     check: Callable[[BackendRep, list[onnx.NodeProto]], str]  # why not to fuse ("" to fuse)
     run: Callable[[Any, list[onnx.NodeProto], Callable[[str], Any], RunStats], list[Any]]  # the carrier's outputs
     claims: tuple[int, ...] = ()  # chain positions of nodes with no operator alone, on the device in the chain
+    ms_ops: frozenset[str] = frozenset()  # node types of the chain in the com.microsoft domain (FusedMatMul)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,6 +236,8 @@ PATTERNS = (
             lambda rep, nodes: "", _run_batch_norm_relu),
     Pattern("DequantizeLinear+Conv+QuantizeLinear", ("DequantizeLinear", "Conv", "QuantizeLinear"), ((0, 1, 0), (1, 2, 0)),
             "QUANTIZED_LINEAR_CONVOLUTION", check_qdq_conv, run_qdq_conv),
+    # MatMul(Q, K^T) -> [Mul | Div] -> [Add mask] -> Softmax -> [Cast]* -> MatMul(., V): fusion_attention.py
+    *attention_patterns(Pattern),
 )
 
 
@@ -327,7 +334,9 @@ def _match(rep: BackendRep, pattern: Pattern, head: int, uses: dict[str, list[tu
     outputs = set(rep.output_names)
     for pos, i in enumerate(chain):
         node = g.node[i]
-        if node.domain not in ("", "ai.onnx") or (rep._placement_static[i][0] != VULKAN and pos not in pattern.claims):
+        default = node.domain in ("", "ai.onnx") and node.op_type not in pattern.ms_ops
+        if not (default or (node.domain == MS_DOMAIN and node.op_type in pattern.ms_ops)) or \
+                (rep._placement_static[i][0] != VULKAN and pos not in pattern.claims):
             return None
         if pos in pattern.claims and (node.op_type in rep.exclude_ops or rep._placement_static[i][0] != CPU):
             return None

@@ -15,6 +15,7 @@ from . import product_groups
 from .fusion_qconv import QCONV_HANDLERS
 from .graph import _attr, _np_dtype_of_onnx
 from .handlers_activation import ACT_HANDLERS
+from .handlers_attention import ATTENTION_HANDLERS
 from .handlers_conv import CONV_HANDLERS
 from .handlers_conv_integer import CONV_INTEGER_HANDLERS
 from .handlers_einsum import EINSUM_HANDLERS
@@ -24,6 +25,7 @@ from .handlers_math import MATH_HANDLERS, binary, compare
 from .handlers_nn import NN_HANDLERS, float_unary
 from .handlers_pool import POOL_HANDLERS
 from .handlers_reduce import REDUCE_HANDLERS
+from .handlers_transformer import TRANSFORMER_HANDLERS
 from .handlers_values import MOVE_HANDLERS, VALUE_HANDLERS
 from .handlers_vision import VISION_HANDLERS
 from .quantize import dynamic_quantize_uint8
@@ -357,4 +359,5 @@ def _kind_handler(spec_name: str, op: Any) -> Any:
 _KIND_HANDLERS = {op.op_type: _kind_handler(s.name, op) for s in SPECS for op in s.onnx if op.kind}
 HANDLERS = {**_SEED_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS, **NN_HANDLERS, **REDUCE_HANDLERS,
             **CONV_HANDLERS, **CONV_INTEGER_HANDLERS, **EINSUM_HANDLERS, **POOL_HANDLERS, **MOVE_HANDLERS,
-            **ACT_HANDLERS, **LOGIC_HANDLERS, **FILL_HANDLERS, **VISION_HANDLERS, **QCONV_HANDLERS, **_KIND_HANDLERS}
+            **ACT_HANDLERS, **LOGIC_HANDLERS, **FILL_HANDLERS, **VISION_HANDLERS, **QCONV_HANDLERS, **ATTENTION_HANDLERS,
+            **TRANSFORMER_HANDLERS, **_KIND_HANDLERS}

@@ -12,12 +12,9 @@ Every choice here is a measured one (figures in docs/ and benchmarks/RESULTS.md)
   commands are 2-3x slower than compute shaders (50x for one region per row), so every
   operator runs as shaders; matrix products take tiled "gpu" kernels, or cooperative-matrix
   kernels on the tensor cores where the device enabled them (FLOAT16 GEMM too: gemm_family).
-- every device: small outputs that depend on the descriptor alone (DIAGONAL_MATRIX without
-  input) are one copy from a constant computed at compile time (CONSTANT_BELOW);
-- every device: an execution completes by a completion word (its command buffer writes a
-  host-visible word last; the host polls it) rather than by its fence (COMPLETION).
-- every device: a submission's first run goes through one shared, re-recorded sequence; a
-  submission gets a command buffer of its own at its second run (FIRST_RUN).
+- every device: outputs that depend on the descriptor alone are copied from a constant
+  (CONSTANT_BELOW); an execution completes by a completion word (COMPLETION); a submission's first
+  run goes through one shared, re-recorded sequence (FIRST_RUN).
 """
 
 from __future__ import annotations
@@ -125,8 +122,7 @@ GEMV_COOP_MAX_M = 4
 # 25.58, 64x384x384 23.29 / 26.91, 64x512x512 25.86 / 27.71 (the quantized case alike).
 GEMV_TINY_MAX_M = 64
 # A tiny product (ops/matmul_gemv.py: its one-row-per-work-group configuration on GPUs)
-TINY_K = 512
-TINY_B_BYTES = 256 * 1024
+TINY_K, TINY_B_BYTES = 512, 256 * 1024
 
 
 def is_tiny(k: int, n: int) -> bool:
@@ -134,10 +130,11 @@ def is_tiny(k: int, n: int) -> bool:
 # GEMM (ops/gemm.py): the family of a product (DevicePolicy.gemm_family_for). "tiled" (shaders/gemm.comp,
 # FLOAT32 and FLOAT16), "coopmat" (FLOAT16 on cooperative matrices, ops/gemm_coop.py), "coopmat-emulated"
 # (that kernel with each cooperative-matrix operation as plain subgroup code: any device, for tests).
-# KDML_GEMM_KERNEL (read once, when the policy is made) forces one; a coop family takes FLOAT16 only
-# (other types stay "tiled").
-GEMM_KERNEL_ENV = "KDML_GEMM_KERNEL"
-GEMM_KERNELS = ("tiled", "coopmat", "coopmat-emulated")
+# KDML_GEMM_KERNEL (read once, when the policy is made) forces one; a coop family takes FLOAT16 only.
+GEMM_KERNEL_ENV, GEMM_KERNELS = "KDML_GEMM_KERNEL", ("tiled", "coopmat", "coopmat-emulated")
+# MULTIHEAD_ATTENTION's kernel (ops/attention.py, DevicePolicy.attention_kernel): "tiled" (GPUs: shared-memory
+# tiles per block of query rows) or "rows" (CPU devices: a row per invocation); KDML_ATTENTION_KERNEL forces one.
+ATTENTION_KERNEL_ENV, ATTENTION_KERNELS = "KDML_ATTENTION_KERNEL", ("tiled", "rows")
 # What the coopmat GEMM needs: the capabilities its SPIR-V declares, and the f16 x f16 -> f32 16x16x16
 # subgroup shape (as VkCooperativeMatrixPropertiesKHR lists it, like matmul_coop.S8_SHAPE: M, N, K,
 # A, B, C, result (VkComponentTypeKHR FLOAT16 = 0, FLOAT32 = 1); scope (subgroup = 3) at index 8).
@@ -234,6 +231,7 @@ class DevicePolicy:
     coop_sums: str = "bytes"  # see COOP_SUMS
     gemv_max_m: int = GEMV_MAX_M  # see GEMV_MAX_M, GEMV_COOP_MAX_M
     gemv_k_contiguous: bool = True  # gemv takes k-contiguous B (not on coopmat GPUs: GEMV_COOP_MAX_M)
+    attention_kernel: str = "tiled"  # see ATTENTION_KERNEL_ENV
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -325,7 +323,7 @@ class DevicePolicy:
             "coop_sums": self.coop_sums,
             "gemv_max_m": self.gemv_max_m,
             "gemv_k_contiguous": self.gemv_k_contiguous,
-            "gemm_kernel": self.gemm_kernel,
+            "gemm_kernel": self.gemm_kernel, "attention_kernel": self.attention_kernel,
             "matmul_kernel": self.matmul_kernel,
             "matmul_table": self._table_text(),
         }
@@ -345,7 +343,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
     device's cooperative-matrix shapes (Device.cooperative_matrix_shapes)."""
     if device_type == "cpu":
         policy = DevicePolicy("cpu", transfer_commands=True, matmul_family="cpu", capabilities=capabilities,
-                              constant_below=CONSTANT_BELOW)
+                              constant_below=CONSTANT_BELOW, attention_kernel="rows")
     else:
         # tensor cores where enabled; else the same tiled kernel on OpSDot where the device has
         # integer dot products, for matrices of at most DOT_MAX_M rows (see there)
@@ -375,7 +373,9 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
     flush = _env_choice(PLAN_FLUSH_ENV, None)
     flush_allocating = _env_choice(PLAN_FLUSH_ALLOCATING_ENV, ("0", "1"))
     weights = _env_choice(WEIGHTS_ENV, WEIGHT_LAYOUTS)
+    attention = _env_choice(ATTENTION_KERNEL_ENV, ATTENTION_KERNELS) or policy.attention_kernel
     policy = replace(policy, completion=completion or policy.completion, first_run=first_run or policy.first_run,
+                     attention_kernel=attention,
                      plan_flush_ms=policy.plan_flush_ms if flush is None else flush, weights=weights or policy.weights,
                      plan_flush_allocating=policy.plan_flush_allocating if flush_allocating is None else flush_allocating == "1")
     return policy
