@@ -14,6 +14,9 @@
 #include "f32_exact.glsl"
 #include "gelu_math.glsl"
 
+// UM_NO_PUSH (a shader without the element-wise block: convolution's epilogue) leaves out what
+// reads its b_str words (ScaleBias, SOFTPLUS, ROUND, the function selection) and keeps the functions
+#ifndef UM_NO_PUSH
 // DML_SCALE_BIAS: g(x) = x * scale + bias, a float32 product then a float32 sum (not fused)
 uint um_scale_bias(uint x) {
     if ((pc.b_str[0] & 1u) == 0u) return x;
@@ -21,6 +24,7 @@ uint um_scale_bias(uint x) {
     precise float r = t + uintBitsToFloat(pc.b_str[2]);
     return floatBitsToUint(r);
 }
+#endif
 
 bool um_nan(uint x) { return (x & 0x7FFFFFFFu) > F32_INF; }
 uint um_quiet(uint x) { return x | 0x00400000u; }  // a NaN input goes out quiet, payload and sign kept
@@ -293,6 +297,7 @@ uint um_log1p(uint u) {
     return floatBitsToUint(uintBitsToFloat(um_log(floatBitsToUint(w))) + um_div(c, w));
 }
 
+#ifndef UM_NO_PUSH
 // softplus(x) = log(1 + exp(s x)) / s, s = b_str[3] (Steepness >= 1, float32): t = s x rounded
 // to float32 (exact for s = 1 or a power of two), then max(t, 0) + log1p(exp(-|t|)) (no
 // overflow, no cancellation), divided by s (correctly rounded; skipped for s = 1). From t >= 16
@@ -354,5 +359,8 @@ uint um_f(uint x) { return um_act(x); }
 // FLOAT16: decoded exactly, computed in float32, rounded once to float16 (f16_bits.glsl)
 uint fn32(uint x) { return um_f(um_scale_bias(x)); }
 uint fn16(uint h) { return f2h(fn32(h2f(h))); }
+#else
+#include "act_math.glsl"
+#endif  // UM_NO_PUSH
 
 #endif

@@ -63,6 +63,10 @@ class OperatorSpec:
     # () -> a valid descriptor at the operator's first feature level, every optional tensor present
     # (4-D float32 where an early level allows only that): the spec-parametrized tests' example
     example: Callable[[], Any] | None = None
+    # Device.compile's execution flags the compile function takes as keywords (DirectML's
+    # DML_EXECUTION_FLAGS at CompileOperator: "allow_half_precision"); an operator that does not
+    # list a flag compiles as without it (DirectML's flags allow, never require)
+    flags: tuple[str, ...] = ()
     variants: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
