@@ -2,7 +2,7 @@
 correlated (CROSS_CORRELATION) or convolved (CONVOLUTION: the window reversed) with the filter
 (Cout, Cin / GroupCount, [KD,] [KH,] KW), per group of channels, with strides, dilations, zero
 padding at the start and the end of each spatial axis, an optional per-channel bias and a fused
-ReLU. BACKWARD (transposed convolution, the adjoint of FORWARD): the filter (Cin, Cout /
+activation. BACKWARD (transposed convolution, the adjoint of FORWARD): the filter (Cin, Cout /
 GroupCount, window...), each input element scattered through the window to output position
 i * stride + k * dilation - start; output sizes (in - 1) * stride + (window - 1) * dilation + 1
 - start - end + output_padding. ONNX Conv and ConvTranspose run on it
@@ -10,8 +10,12 @@ i * stride + k * dilation - start; output sizes (in - 1) * stride + (window - 1)
 
 shaders/convolution.comp: an implicit GEMM, 64 output channels x 64 output pixels per work-group
 (4 x 4 per invocation), k decoded by a table in the operator's constant (_k_table), float32 fma
-sums in the order k = (ci, kd, kh, kw) row-major (`precise`), then + bias, then ReLU; FLOAT16
-tensors decoded exactly and the result rounded once. On GPUs, grids of few tiles cut the reduction
+sums in the order k = (ci, kd, kh, kw) row-major (`precise`), then + bias, then the fused
+activation (shaders/conv_common.glsl); FLOAT16 tensors decoded exactly and the result rounded once.
+shaders/conv_coop.comp (ops/conv_coop.py): the same implicit GEMM on float16 cooperative matrices
+for FORWARD in half precision where the device policy takes it (its own bound, docs/convolution.md);
+`allow_half_precision` (Device.compile's flag) lets FLOAT32 run there (converted to float16 as the
+tiles load; kompute_dml's extension: then a FLOAT16 filter too). On GPUs, grids of few tiles cut the reduction
 into parts (split-K, conv_split: CONV_SPLIT's partial sums to the operator's scratch, then
 CONV_REDUCE adds them in part order; the same bound). Bound (tests/test_convolution.py
 enforces it against float64; tools/measure_conv.py measures it): |error| <= (K + 1) u S with
@@ -20,14 +24,14 @@ outputs one more rounding (2^-11 relative).
 
 Tensor support: FLOAT32 and FLOAT16, 4 or 5 dimensions from 1_0 (2-D and 3-D convolutions), 3
 dimensions too from 3_0 (1-D). (The page as stored in MicrosoftDocs/sdk-api holds no tensor-support
-table; these rows are kompute_dml's reading of the feature-level history, the float rows only.) FusedActivation: None,
-an ActivationReluDesc (ACTIVATION_RELU's bits: -0 -> +0, NaN kept) or an ActivationIdentityDesc
-(nothing applied), their tensors None; others are refused (UnsupportedError naming
-`fused_activation`). OutputPadding applies to BACKWARD only (zeros for FORWARD). DimensionCount
-is the tensors' dimension count - 2 (a property here). Validation, in order: DML_BUFFER_TENSOR_DESC
-rules and the feature level's table, then the page's constraints (InvalidArgumentError whose
-message starts with the field), the output sizes the formula gives, a non-overlapping output,
-32-bit element addressing.
+table; these rows are kompute_dml's reading of the feature-level history, the float rows only.)
+FusedActivation (ops/conv_fused.py): None, IDENTITY, RELU, LEAKY_RELU, SIGMOID, HARD_SIGMOID,
+HARD_SWISH, TANH, ELU or ELEMENT_WISE_CLIP, their tensors None, each the standalone operator's bits
+of the output; others are refused (UnsupportedError naming `fused_activation`). OutputPadding
+applies to BACKWARD only (zeros for FORWARD). DimensionCount is the tensors' dimension count - 2 (a
+property here). Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's table,
+then the page's constraints (InvalidArgumentError whose message starts with the field), the output
+sizes the formula gives, a non-overlapping output, 32-bit element addressing.
 """
 
 from __future__ import annotations
