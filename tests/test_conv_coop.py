@@ -242,3 +242,20 @@ def test_refusals(dev, monkeypatch):
         with pytest.raises(kdml.UnsupportedError, match="^kernel: CONVOLUTION's 'coopmat'"):
             dev.compile(dataclasses.replace(desc, input_tensor=TD(F16, (1, 16, 5, 5)),
                                             output_tensor=TD(F16, (1, 16, 3, 3))))
+
+
+def test_plans_ahead(dev, family, monkeypatch):
+    """OperatorSpec.ahead: a tensor-core plan's other path (split-K and its REDUCE, or one pass), with
+    the same tile, whose pipelines can be made."""
+    from kompute_dml.ops.convolution import plans_ahead
+
+    desc = kdml.ConvolutionDesc(TD(F16, (1, 16, 6, 6)), TD(F16, (16, 16, 3, 3)), TD(F16, (1, 16, 1, 1)),
+                                TD(F16, (1, 16, 4, 4)))
+    for split, want in (("1", [prefix(family, True) + "f16", "convr_f16"]), ("2", [prefix(family) + "f16"])):
+        monkeypatch.setenv("KDML_CONV_SPLIT", split)
+        op = dev.compile(desc)
+        ahead = plans_ahead(dev, op, set())
+        assert [p.variant for p in ahead] == want
+        assert ahead[0].spec == op.plans[0].spec
+        if family == "coopmat-emulated":
+            dev.engine.prepare_many(ahead)

@@ -378,6 +378,14 @@ def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[Di
                                         bindings=(None, None, plan.bindings[2], 3, 4, 4))]
         elif plan.variant.startswith("convs_"):
             out.append(dataclasses.replace(plan, variant=contract.CONV.name(t=t), bindings=(0, 1, None, 3, 4)))
+        elif plan.variant.startswith("convc"):  # the tensor cores' other path (its tile: the same spec)
+            head = plan.variant.rsplit("_", 1)[0]
+            if head.endswith("s"):
+                out.append(dataclasses.replace(plan, variant=f"{head[:-1]}_{t}", bindings=(0, 1, None, 3, 4)))
+            else:
+                out += [dataclasses.replace(plan, variant=f"{head}s_{t}", bindings=(0, 1, None, None, 4, 4)),
+                        dataclasses.replace(plan, variant=contract.CONV_REDUCE.name(t=t[:3]), spec=(),
+                                            bindings=(None, None, plan.bindings[2], 3, 4, 4))]
     return out
 
 
