@@ -359,7 +359,8 @@ uint um_f(uint x) { return um_act(x); }
 // FLOAT16: decoded exactly, computed in float32, rounded once to float16 (f16_bits.glsl)
 uint fn32(uint x) { return um_f(um_scale_bias(x)); }
 uint fn16(uint h) { return f2h(fn32(h2f(h))); }
-
+#elif defined(UM_P0)  // a library user that sets the activations' parameters (convolution's epilogue)
+#include "act_math.glsl"
 #endif  // UM_LIB_ONLY
 
 #endif

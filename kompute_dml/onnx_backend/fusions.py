@@ -22,7 +22,11 @@ The fused kernels are the operators' kompute_dml extensions, bit for bit the unf
   with its additive mask and NaN -> 0 (kdml.softmax(mask=, nan_to_zero=True)). The Where's
   constant must be +0.0 (every element's bits 0): Where copies the constant's bits, and the
   kernel writes +0; a -0.0 constant is left unfused.
-- Conv -> Relu: CONVOLUTION with its fused ReLU (handlers_conv.run_conv_relu; the float Conv only);
+- Conv -> Relu, LeakyRelu, Clip (ReLU6), Sigmoid, HardSigmoid, HardSwish, Tanh, Elu: CONVOLUTION with
+  the fused activation (handlers_conv.run_conv_activation; the float Conv only), the standalone
+  operator's bits of the rounded Conv output (MobileNetV3's Conv+HardSwish, ReLU6 as Clip(0, 6),
+  a squeeze-excitation's Conv+Sigmoid; SiLU, Conv -> x * Sigmoid(x), stays unfused: the Conv's
+  output is read twice);
 - MatMulInteger -> Cast(float) -> Mul(scale) (onnxruntime's quantize_dynamic): MATRIX_MULTIPLY_INTEGER_TO_FLOAT
   (fusion_quant.py; MatMulInteger has no operator alone: the chain claims it).
 - BatchNormalization (inference) -> Relu: BATCH_NORMALIZATION with its fused ACTIVATION_RELU (the
@@ -55,7 +59,8 @@ from .fusion_attention import attention_patterns
 from .fusion_qconv import check_qdq_conv, run_qdq_conv
 from .fusion_quant import check_integer_product, run_integer_product
 from .graph import _attr, _node_inputs
-from .handlers_conv import run_conv_relu
+from .handlers_activation import FUSED_TYPES
+from .handlers_conv import run_conv_activation
 from .handlers_nn import _floats, _opset
 from .handlers_pool import batch_norm_node
 from .handlers_values import as_device
@@ -199,7 +204,7 @@ def _check_add_layer_norm(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     return ""
 
 
-def _check_conv_relu(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
+def _check_conv_act(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     dts = {rep._elem_dtype(name) for name in nodes[0].input[:2]}  # only a float Conv runs on CONVOLUTION
     return "" if dts <= {np.dtype(np.float32), np.dtype(np.float16), None} else f"Conv of {sorted(map(str, dts))}"
 
@@ -229,7 +234,8 @@ PATTERNS = (
     Pattern("Add+Softmax+IsNaN+Where", ("Add", "Softmax", "IsNaN", "Where"),
             ((0, 1, 0), (1, 2, 0), (2, 3, 0), (1, 3, 2)), "ACTIVATION_SOFTMAX1",
             _check_masked_softmax, _run_masked_softmax),
-    Pattern("Conv+Relu", ("Conv", "Relu"), ((0, 1, 0),), "CONVOLUTION", _check_conv_relu, run_conv_relu),
+    *(Pattern(f"Conv+{t}", ("Conv", t), ((0, 1, 0),), "CONVOLUTION", _check_conv_act, run_conv_activation)
+      for t in FUSED_TYPES),
     Pattern("MatMulInteger+Cast+Mul", ("MatMulInteger", "Cast", "Mul"), ((0, 1, 0), (1, 2, 0)),
             "MATRIX_MULTIPLY_INTEGER_TO_FLOAT", check_integer_product, run_integer_product, claims=(0,)),
     Pattern("BatchNormalization+Relu", ("BatchNormalization", "Relu"), ((0, 1, 0),), "BATCH_NORMALIZATION",

@@ -70,6 +70,10 @@ class OperatorSpec:
     # one query / key / value form, past key and value together): removed from their field_example,
     # refused as required naming one of them (tests/test_specs.py)
     tied_fields: tuple[str, ...] = ()
+    # Device.compile's execution flags the compile function takes as keywords (DirectML's
+    # DML_EXECUTION_FLAGS at CompileOperator: "allow_half_precision"); an operator that does not
+    # list a flag compiles as without it (DirectML's flags allow, never require)
+    flags: tuple[str, ...] = ()
     variants: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -362,14 +362,8 @@ REDUCE_PUSH = block("x_off", "y_off", "nout", "rlen", "nk", "nr", "fn", "size[8]
 REDUCE = family("reduce", "reduce.comp", "reduce_{t}_{o}", REDUCE_PUSH, (64, 1, 1), t=tuple(REDUCE_TYPES),
                 o=tuple(REDUCE_OUT), defines=lambda t, o: {"IN_T": REDUCE_TYPES[t], "OUT_IDX": REDUCE_OUT[o]})
 
-# ---- CONVOLUTION (ops/convolution.py, shaders/convolution.comp, docs/convolution.md "The kernels"): conv_* 64 x 64
-# tiles, convd_* direct (few channels per group), convs_* + convr_* split-K (partial sums in the operator's scratch,
-# binding 5, then added per output); offsets in elements here, the geometry in the operator's constant (binding 4).
-CONV_PUSH = block("x_off", "w_off", "b_off", "y_off")
-CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE = (
-    family("conv" + ("_" + kind.lower() if kind else ""), "convolution.comp", name + "_{t}", CONV_PUSH, (256, 1, 1), t=("f32", "f16"),
-           defines=lambda t, kind=kind: {"F16": int(t == "f16"), **{k: int(k == kind) for k in ("DIRECT", "REDUCE", "SPLIT")}})
-    for name, kind in (("conv", ""), ("convd", "DIRECT"), ("convs", "SPLIT"), ("convr", "REDUCE")))
+# ---- CONVOLUTION (ops/convolution.py, ops/conv_coop.py): contract/conv.py
+from .conv import CONV, CONV_COOP, CONV_DIRECT, CONV_PUSH, CONV_REDUCE, CONV_SPLIT  # noqa: E402, F401
 
 # ---- MAX_POOLING2 / AVERAGE_POOLING (ops/pooling.py, shaders/pooling.comp): an output element per invocation
 # (k "_group": per work group); offsets in elements (indices: UINT32 units), the geometry in the operator's constant.
@@ -391,8 +385,9 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, EW_GT, EW_LT, EW_LE, EW_NOT,
     EW_OR, EW_XOR, EW_BAND, EW_BOR, EW_BXOR, EW_BNOT, CUM, CUM_WG, CAST, DEQUANT, GATHER, GATHER_CHECK, FILL, FILL_SEQ, PAD,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
-    DQL_MINMAX, DQL_QUANT, EW_EXT, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, CONV_INT, POOL, POOL_Q8, BN, GEMM,
-    GEMM_COOP, POOL_LP, RESAMPLE, LRN, QUANT, QCONV, MHA_TILED, MHA_ROWS, MHA_PRESENT, MHA_SPLIT, MHA_COMBINE,
+    DQL_MINMAX, DQL_QUANT, EW_EXT, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, CONV_COOP, CONV_INT, POOL,
+    POOL_Q8, BN, GEMM, GEMM_COOP, POOL_LP, RESAMPLE, LRN, QUANT, QCONV, MHA_TILED, MHA_ROWS, MHA_PRESENT, MHA_SPLIT,
+    MHA_COMBINE,
 )
 
 
