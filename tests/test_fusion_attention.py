@@ -138,3 +138,19 @@ def test_broadcast_batch_runs_unfused_at_run_time(rng):
     assert any("ran unfused: shapes" in e for e in rep.last_run.events), rep.last_run.events
     (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_beyond_the_policys_flops_the_chain_runs_unfused(rng, monkeypatch):
+    """Past DevicePolicy.attention_fused_max_flops (the device's measured crossover: the fused
+    kernel is slower on large attention) the matched chain runs as its nodes, with the note."""
+    import dataclasses
+
+    model = graph(rng)
+    rep = Backend.prepare(model, "CPU")
+    dev = rep.device
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_fused_max_flops=4 * B * H * S * S * D - 1))
+    feeds = {"x": rng.standard_normal((B, S, H * D)).astype(np.float32)}
+    (got,) = rep.run(feeds)
+    assert any("ran unfused" in e and "attention_fused_max_flops" in e for e in rep.last_run.events), rep.last_run.events
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -113,6 +113,9 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
     if qs[:2] != ks[:2] or qs[:2] != vs[:2] or (ks[2] if not trans_b else ks[3]) != qs[3] or vs[2] != keys:
         raise FallbackNeeded(f"shapes {q.shape}, {kt.shape}, {v.shape} (batch dimensions that broadcast)")
     batch, heads, seq, _ = qs
+    flops = 4 * batch * heads * seq * keys * qs[3]
+    if flops > ctx.device.policy.attention_fused_max_flops:  # the device's measured crossover
+        raise FallbackNeeded(f"{flops:.3g} flops: the unfused chain is faster there (DevicePolicy.attention_fused_max_flops)")
     scale = float(_attr(head, "alpha", 1.0)) if head.op_type == "FusedMatMul" else 1.0
     if "Mul" in r:
         scale *= float(np.asarray(ctx.host(lookup(r["Mul"].input[1]), stats)).reshape(-1)[0])
