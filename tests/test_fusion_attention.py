@@ -154,3 +154,18 @@ def test_beyond_the_policys_flops_the_chain_runs_unfused(rng, monkeypatch):
     assert any("ran unfused" in e and "attention_fused_max_flops" in e for e in rep.last_run.events), rep.last_run.events
     (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_below_the_policys_rows_the_chain_runs_unfused(rng, monkeypatch):
+    """Fewer query rows than DevicePolicy.attention_fused_min_rows (a GPU's decoding step) run the
+    chain as its nodes, with the note."""
+    import dataclasses
+
+    model = graph(rng)
+    rep = Backend.prepare(model, "CPU")
+    monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, attention_fused_min_rows=S + 1))
+    feeds = {"x": rng.standard_normal((B, S, H * D)).astype(np.float32)}
+    (got,) = rep.run(feeds)
+    assert any("attention_fused_min_rows" in e for e in rep.last_run.events), rep.last_run.events
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

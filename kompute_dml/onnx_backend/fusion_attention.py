@@ -114,8 +114,13 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
         raise FallbackNeeded(f"shapes {q.shape}, {kt.shape}, {v.shape} (batch dimensions that broadcast)")
     batch, heads, seq, _ = qs
     flops = 4 * batch * heads * seq * keys * qs[3]
-    if flops > ctx.device.policy.attention_fused_max_flops:  # the device's measured crossover
+    policy = ctx.device.policy  # the device's measured crossovers (runtime/policy.py)
+    if flops > policy.attention_fused_max_flops:
         raise FallbackNeeded(f"{flops:.3g} flops: the unfused chain is faster there (DevicePolicy.attention_fused_max_flops)")
+    if seq < policy.attention_fused_min_rows:
+        raise FallbackNeeded(f"{seq} query rows: the unfused chain is faster there (DevicePolicy.attention_fused_min_rows)")
+    if heads > 1 and policy.attention_fused_min_rows > 1 and (kst[1] == 0 or vst[1] == 0):
+        raise FallbackNeeded("key / value heads repeated (GQA's expanded heads): the unfused chain is faster there")
     scale = float(_attr(head, "alpha", 1.0)) if head.op_type == "FusedMatMul" else 1.0
     if "Mul" in r:
         scale *= float(np.asarray(ctx.host(lookup(r["Mul"].input[1]), stats)).reshape(-1)[0])

@@ -141,15 +141,14 @@ TINY_K, TINY_B_BYTES = 512, 256 * 1024
 
 def is_tiny(k: int, n: int) -> bool:
     return k <= TINY_K and k * n <= TINY_B_BYTES
-# MULTIHEAD_ATTENTION's kernel (ops/attention.py, DevicePolicy.attention_kernel): "tiled" (GPUs: shared-memory
-# tiles per block of query rows) or "rows" (CPU devices: a row per invocation); KDML_ATTENTION_KERNEL forces one.
+# MULTIHEAD_ATTENTION's kernel (ops/attention.py): "tiled" (GPUs: tiles per block of query rows) or "rows" (CPUs).
 ATTENTION_KERNEL_ENV, ATTENTION_KERNELS = "KDML_ATTENTION_KERNEL", ("tiled", "rows")
-# The exported graphs' attention chain (onnx_backend/fusion_attention.py) runs fused up to this many
-# flops (4 b h q k d) and as its nodes beyond (DevicePolicy.attention_fused_max_flops). H100,
-# `benchmarks/bench_attention.py --unfused --rounds 3` at c70c79a: fused / unfused 147 / 621 us at
-# BERT-base 8x128 (0.4 Gflop); 1715 / 1064 us at ViT-B 32x197 (3.8), 5357 / 1755 us at 64x256 (12.9).
-# lavapipe (the rows kernel): faster at the tests' tiny shapes, 2-3x slower from 2 x 128 keys (8 Mflop).
-ATTENTION_FUSED_MAX_FLOPS = {"gpu": 1.5e9, "cpu": 4e6}
+# The exported graphs' attention chain (onnx_backend/fusion_attention.py) runs fused up to MAX_FLOPS (4 b h q k d)
+# from MIN_ROWS query rows, its key / value heads not repeated (GQA's stride-0 heads), else as its nodes. H100,
+# `benchmarks/bench_attention.py --unfused --rounds 3` at c70c79a: fused / unfused 147 / 621 us at BERT-base 8x128
+# (0.4 Gflop), 1715 / 1064 us at ViT-B 32x197 (3.8), 5357 / 1755 at 64x256 (12.9); GQA decoding 0.03x torch (Llama
+# small's steps, plans kept: 0.84x torch fused, 1.25x before). lavapipe: the rows kernel 2-3x slower from 2 x 128 keys.
+ATTENTION_FUSED_MAX_FLOPS, ATTENTION_FUSED_MIN_ROWS = {"gpu": 1.5e9, "cpu": 4e6}, {"gpu": 16, "cpu": 1}
 
 
 def _rows(desc: Any) -> int:
@@ -234,6 +233,7 @@ class DevicePolicy:
     gemv_k_contiguous: bool = True  # gemv takes k-contiguous B (not on coopmat GPUs: GEMV_COOP_MAX_M)
     attention_kernel: str = "tiled"  # see ATTENTION_KERNEL_ENV
     attention_fused_max_flops: float = ATTENTION_FUSED_MAX_FLOPS["gpu"]  # see ATTENTION_FUSED_MAX_FLOPS
+    attention_fused_min_rows: int = ATTENTION_FUSED_MIN_ROWS["gpu"]
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -342,7 +342,8 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
     if device_type == "cpu":
         policy = DevicePolicy("cpu", transfer_commands=True, matmul_family="cpu", capabilities=capabilities,
                               constant_below=CONSTANT_BELOW, attention_kernel="rows",
-                              attention_fused_max_flops=ATTENTION_FUSED_MAX_FLOPS["cpu"])
+                              attention_fused_max_flops=ATTENTION_FUSED_MAX_FLOPS["cpu"],
+                              attention_fused_min_rows=ATTENTION_FUSED_MIN_ROWS["cpu"])
     else:
         # tensor cores where enabled; else the same tiled kernel on OpSDot where the device has
         # integer dot products, for matrices of at most DOT_MAX_M rows (see there)
