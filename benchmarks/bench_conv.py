@@ -3,11 +3,19 @@ same process, and onnxruntime's CPU Conv.
 
     python -m benchmarks.bench_conv [--rounds 5] [--n 20]
     python -m benchmarks.bench_conv --small          # lavapipe: small shapes
+    python -m benchmarks.bench_conv --kernels [--tiles] [--json out.json]   # tiled vs tensor cores
+    python -m benchmarks.bench_conv --kernels --quick                       # lavapipe: a check of the script
 
 Ours runs N executions of one compiled operator in one recording; torch N launches then a
 synchronize; each sample is the slope (t(N) - t(1)) / (N - 1) (timing.slopes); onnxruntime one
 session run per sample. TFLOPS = 2 x output elements x CinG x window / time; ratios = peer time /
 ours (> 1: ours faster). Each row's output is checked against onnxruntime (max |difference|).
+
+--kernels (benchmarks/bench_conv_kernels.py): ResNet-50's largest layers (3x3 256 channels at 14 x
+14, 3x3 512 at 7 x 7, 1x1 1024 -> 256 at 14 x 14; batch 8 and 32) on the tiled kernel and the tensor
+cores (FLOAT16, and FLOAT32 under allow_half_precision with the filter converted as it loads or
+FLOAT16), beside torch's cuDNN (fp16; fp32 with TF32 allowed, and without), as TFLOPS, ratios and
+each kernel's fraction of the device's f16 cooperative-matrix ceiling (benchmarks/coop_peak_f16.py).
 """
 
 from __future__ import annotations
@@ -56,7 +64,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--kernels", action="store_true", help="tiled vs tensor cores on ResNet-50's largest layers")
+    ap.add_argument("--quick", action="store_true", help="--kernels on small shapes (lavapipe: the emulated family)")
+    ap.add_argument("--tiles", action="store_true", help="--kernels: also each tensor-core tile forced")
+    ap.add_argument("--json", help="--kernels: write the rows there")
     args = ap.parse_args()
+    if args.kernels:
+        from benchmarks.bench_conv_kernels import run_kernels
+
+        run_kernels(args)
+        return
     try:
         import torch
 

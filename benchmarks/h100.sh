@@ -2,7 +2,7 @@
 # Every H100 table of benchmarks/RESULTS.md, each command's stdout + stderr in OUTDIR/<name>.txt
 # (its exit status and seconds on the last line); a failing command does not stop the others.
 #
-#   bash benchmarks/h100.sh OUTDIR [1|2|3|4]   # from the repository's root; no part: all
+#   bash benchmarks/h100.sh OUTDIR [1|2|3|4|5]   # from the repository's root; no part: all
 #
 # A part fits one 10-minute device call: each command runs under `timeout` (seconds below),
 # the limits of a part sum to at most 600 s (its device setup comes on top). MiniLM is left out (its weights are not offline).
@@ -40,7 +40,7 @@ if [ "$part" = 2 ] || [ "$part" = all ]; then
 fi
 if [ "$part" = 3 ] || [ "$part" = all ]; then
     run model_families 400 "$py" -m benchmarks.model_families --size small --shapes 1x128,8x128 --repeat 15
-    run decoders 160 "$py" -m benchmarks.decoders --size small --prompt 128 --new 32
+    run decoders 160 "$py" -m kompute_dml.bench.decoder_speed --size small --prompt 128 --new 32
     run decode_plans 150 "$py" -m benchmarks.decode_plans --size small --prompt 16 --new 24
     run bench_conv 90 "$py" -m benchmarks.bench_conv --rounds 5 --n 20
     run cold_start 150 "$py" -m benchmarks.cold_start --family distilbert-int8 --processes 2 --settings "KDML_PIPELINE_THREADS=1;"
@@ -50,4 +50,8 @@ if [ "$part" = 4 ] || [ "$part" = all ]; then
     run ort_ep_build 120 "$py" setup.py -q build_ext --inplace
     run ort_ep 300 "$py" -m benchmarks.ort_ep --rounds 15
     run batcher 120 "$py" -m benchmarks.batcher --seq 128 --seconds 5
+fi
+if [ "$part" = 5 ] || [ "$part" = all ]; then
+    # MULTIHEAD_ATTENTION against torch's scaled_dot_product_attention and kompute_dml's unfused chain
+    run bench_attention 300 "$py" -m benchmarks.bench_attention --unfused --rounds 5 --json "$out/bench_attention.json"
 fi

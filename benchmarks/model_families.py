@@ -1,7 +1,8 @@
 """The transformer families (kompute_dml/bench/families.py, random weights) end to end: where
 their nodes run, correctness against onnxruntime's CPU provider, and ms per run of ours,
 onnxruntime CPU (all cores) and PyTorch CUDA float32 eager (inputs already on the GPU), as
-issue 52's table. Ratios are peer / ours (> 1: ours faster).
+issue 52's table (a "-fp16" family's PyTorch peer runs float16: the module and its float
+inputs in half precision). Ratios are peer / ours (> 1: ours faster).
 
     python -m benchmarks.model_families [--size small] [--shapes 1x128,8x128] [--families gpt2,vit] [--repeat 20]
 """
@@ -39,11 +40,13 @@ def _ms(fn: Any, repeat: int, sync: Any = None) -> float:
 
 
 class _Torch:
-    """The family's torch module in float32 on CUDA, fed tensors already on the GPU."""
+    """The family's torch module on CUDA (float32; float16 for a "-fp16" family), fed tensors
+    already on the GPU."""
 
     def __init__(self, name: str, size: str) -> None:
         self.module: Any = None
         self.note = ""
+        self.half = families.FAMILIES[name].post == "fp16"
         try:
             import torch
 
@@ -53,12 +56,15 @@ class _Torch:
             torch.manual_seed(0)
             self.torch = torch
             self.module = families.FAMILIES[name].make(families.SIZES[size]).cuda().eval()
+            if self.half:
+                self.module = self.module.half()
         except Exception as e:  # a peer that cannot run is reported, not fatal
             self.note = f"{type(e).__name__}: {e}"
 
     def ms(self, feeds: dict[str, np.ndarray], repeat: int) -> float:
         torch = self.torch
         args = [torch.from_numpy(v).cuda() for v in feeds.values()]
+        args = [a.half() if self.half and a.is_floating_point() else a for a in args]
         with torch.no_grad():
             return _ms(lambda: self.module(*args), repeat, torch.cuda.synchronize)
 
@@ -102,7 +108,7 @@ def bench(name: str, size: str, shapes: list[tuple[int, int]], repeat: int) -> l
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| family | shape | nodes vulkan / host / cpu | CPU sub-graphs, fallbacks | up / down | ours ms | ORT ms "
-            "| torch fp32 ms | x ORT | x torch | min cos | CPU ops |")
+            "| torch ms | x ORT | x torch | min cos | CPU ops |")
     lines = [head, "| " + " | ".join(["---"] * 12) + " |"]
     for r in rows:
         t = r["torch_ms"]

@@ -69,7 +69,15 @@ COOP_PEAK_WG = contract.family(
     defines=lambda emulated, tile, nc: {"MMA": 1 if emulated else 0, "TM": tile.split("x")[0], "TN": tile.split("x")[1],
                                         "NC": nc},
     target=lambda emulated, tile, nc: None if emulated else WG_TARGET)
-FAMILIES = (COOP_PEAK, COOP_PEAK_WG)
+# float16 (benchmarks/shaders/coop_peak_f16.comp, benchmarks/coop_peak_f16.py): f16 x f16 -> f32 at
+# 16 x 16 x 16, the registers loop; `coop_peak16x...` by plain code
+F16_SHAPE = (16, 16, 16, 0, 0, 1, 1)  # M N K, A B C result types (FLOAT16 = 0, FLOAT32 = 1)
+COOP_PEAK_F16 = contract.family(
+    "coop_peak_f16", "coop_peak_f16.comp", "coop_peak16{emulated}_a{acc}", PEAK_PUSH, None, emulated=("", "x"),
+    acc=tuple(TILES),
+    defines=lambda emulated, acc: {"MMA": 1 if emulated else 0, "NA": TILES[int(acc)][0], "NB": TILES[int(acc)][1]},
+    target=lambda emulated, acc: None if emulated else contract.COOP_TARGET)
+FAMILIES = (COOP_PEAK, COOP_PEAK_WG, COOP_PEAK_F16)
 
 
 def _builder() -> Any:
@@ -147,6 +155,21 @@ class PeakConfig:
 
 
 @dataclass(frozen=True)
+class PeakConfigF16(PeakConfig):
+    """The float16 registers loop (COOP_PEAK_F16): PeakConfig's sweep with 16 x 16 x 16 multiply-adds."""
+
+    shape = F16_SHAPE
+
+    @property
+    def variant(self) -> str:
+        return COOP_PEAK_F16.name(emulated="x" if self.emulated else "", acc=self.acc)
+
+    def ops(self, trips: int) -> float:
+        """Floating-point operations of one dispatch: 2 M N K per multiply-add (16 x 16 x 16)."""
+        return 2.0 * 16 * 16 * 16 * ROUNDS_PER_TRIP * trips * self.acc * self.subgroups * self.groups
+
+
+@dataclass(frozen=True)
 class WgPeakConfig:
     """A workgroup-scope loop (COOP_PEAK_WG): `acc` (NC) accumulators of a tile_m x tile_n tile per
     work group of `invocations` (a flexible shape's workgroupInvocations); the attributes the sweep
@@ -217,16 +240,17 @@ def wg_unavailable(device: Any, cfg: WgPeakConfig) -> str | None:
     return f"no s8 workgroup-scope shape of {cfg.invocations} invocations divides {cfg.tile_m} x {cfg.tile_n} x {K}"
 
 
-def unavailable(device: Any, emulated: bool = False) -> str | None:
-    """Why the tensor-core variants cannot run on `device` (None: they can)."""
+def unavailable(device: Any, emulated: bool = False, shape: tuple[int, ...] = S8_SHAPE) -> str | None:
+    """Why the tensor-core variants of `shape` (S8_SHAPE, F16_SHAPE) cannot run on `device` (None: they can)."""
     if emulated:
         return None
     if CAPABILITY not in device.capabilities:
         return (f"{device.name} has no cooperative matrices (the '{CAPABILITY}' capability, VK_KHR_cooperative_matrix, "
                 f"is not enabled; enabled: {', '.join(sorted(device.capabilities)) or 'none'})")
     shapes = getattr(device, "cooperative_matrix_shapes", ())
-    if shapes and not any(tuple(s[:7]) == S8_SHAPE and s[8] == SCOPE_SUBGROUP for s in shapes):
-        return f"{device.name} lists no s8 x s8 -> s32 16x16x32 subgroup-scope cooperative-matrix shape"
+    if shapes and not any(tuple(s[:7]) == shape and s[8] == SCOPE_SUBGROUP for s in shapes):
+        what = "s8 x s8 -> s32 16x16x32" if shape == S8_SHAPE else "f16 x f16 -> f32 16x16x16"
+        return f"{device.name} lists no {what} subgroup-scope cooperative-matrix shape"
     return None
 
 
@@ -242,7 +266,7 @@ def compile_peak(device: Any, cfg: PeakConfig | WgPeakConfig, trips: int, sets: 
     from kompute_dml.runtime.shaders import check_capabilities
 
     wgs = isinstance(cfg, WgPeakConfig)
-    reason = wg_unavailable(device, cfg) if wgs else unavailable(device, cfg.emulated)
+    reason = wg_unavailable(device, cfg) if wgs else unavailable(device, cfg.emulated, getattr(cfg, "shape", S8_SHAPE))
     if reason:
         raise UnsupportedError(f"coop_peak: {reason}")
     wg = cfg.invocations if wgs else cfg.subgroups * subgroup_size

@@ -10,8 +10,10 @@
 #ifndef KDML_ACT_MATH_GLSL
 #define KDML_ACT_MATH_GLSL
 
+#ifndef UM_P0  // (convolution's epilogue defines them: conv_common.glsl)
 #define UM_P0 UM_PARAM_WORDS[3]
 #define UM_P1 UM_PARAM_WORDS[4]
+#endif
 #define UM_ONE 0x3F800000u
 
 // the IEEE-754 product a * b, correctly rounded (NaN operands: the first NaN quieted; 0 * inf: NaN)
@@ -78,15 +80,35 @@ uint um_hard_sigmoid(uint x) {
     return sb;
 }
 
-uint um_act(uint x) {
-#if defined(FN_LEAKY_RELU)
-    // x for x >= 0 (-0 included), else Alpha x
+// The activations CONVOLUTION fuses too (shaders/conv_common.glsl), one function each so that the
+// fused epilogue runs the very code of the standalone operator (the same bits):
+// x for x >= 0 (-0 included), else Alpha x
+uint um_leaky_relu(uint x) {
     if (um_nan(x)) return um_quiet(x);
     return ((x >> 31) == 0u || x == 0x80000000u) ? x : um_mul(UM_P0, x);
-#elif defined(FN_ELU)
-    // x for x >= 0 (-0 included), else Alpha (exp(x) - 1) as Alpha expm1(x)
+}
+
+// x for x >= 0 (-0 included), else Alpha (exp(x) - 1) as Alpha expm1(x)
+uint um_elu(uint x) {
     if (um_nan(x)) return um_quiet(x);
     return ((x >> 31) == 0u || x == 0x80000000u) ? x : um_mul(UM_P0, um_expm1(x));
+}
+
+// x HardSigmoid(x, Alpha, Beta): the hard sigmoid as above, then the product rounded
+uint um_hard_swish(uint x) { return um_mul(x, um_hard_sigmoid(x)); }
+
+// max(Min, min(x, Max)) on the (ScaleBias-transformed) input; NaN stays NaN
+uint um_clip(uint x) {
+    if (um_nan(x)) return um_quiet(x);
+    uint y = um_key(x) > um_key(UM_P1) ? UM_P1 : x;
+    return um_key(y) < um_key(UM_P0) ? UM_P0 : y;
+}
+
+uint um_act(uint x) {
+#if defined(FN_LEAKY_RELU)
+    return um_leaky_relu(x);
+#elif defined(FN_ELU)
+    return um_elu(x);
 #elif defined(FN_CELU)
     // max(0, x) + min(0, Alpha (exp(x / Alpha) - 1)): for x >= 0 the second term is 0 and the
     // result x (-0 included); for x < 0 the first is 0 and the result Alpha expm1(x / Alpha), the
@@ -106,8 +128,7 @@ uint um_act(uint x) {
 #elif defined(FN_HARD_SIGMOID)
     return um_hard_sigmoid(x);
 #elif defined(FN_HARD_SWISH)
-    // x HardSigmoid(x, Alpha, Beta): the hard sigmoid as above, then the product rounded
-    return um_mul(x, um_hard_sigmoid(x));
+    return um_hard_swish(x);
 #elif defined(FN_THRESHOLDED_RELU)
     // x for x > Alpha, else +0 (NaN: +0, the comparison being false)
     if (um_nan(x)) return 0u;
@@ -139,10 +160,7 @@ uint um_act(uint x) {
     if (um_nan(x)) return um_quiet(x);
     return um_key(x) < um_key(UM_P0) ? UM_P0 : x;
 #elif defined(FN_CLIP)
-    // max(Min, min(x, Max)) on the (ScaleBias-transformed) input; NaN stays NaN
-    if (um_nan(x)) return um_quiet(x);
-    uint y = um_key(x) > um_key(UM_P1) ? UM_P1 : x;
-    return um_key(y) < um_key(UM_P0) ? UM_P0 : y;
+    return um_clip(x);
 #else
     return x;
 #endif

@@ -139,7 +139,7 @@ uint f_key(uint x) {
 
 #if (OP == OP_POW && IN_KIND == 2) || OP == OP_ATAN2
 // the float math of float_unary.comp's operators (POW's ScaleBias from prm[0..2])
-#define UM_LIBRARY_ONLY 1
+#define UM_FUNCTIONS_ONLY 1
 #if OP == OP_POW
 #define UM_PARAM_WORDS pc.prm
 #endif

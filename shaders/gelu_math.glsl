@@ -43,6 +43,14 @@ float kdml_exp_neg(float hi, float lo, int scale) {
     return p * uintBitsToFloat(uint(127 + scale - int(k)) << 23);
 }
 
+// exp(d) for d <= 0 (a NaN passes through): 0 below d = -87.5, where exp(d) < 2^-126 (softmax.comp,
+// attention.comp)
+float kdml_exp_le0(float d) {
+    if (kdml_is_nan(d)) return d;
+    if (d < -87.5) return 0.0;
+    return kdml_exp_neg(-d, 0.0, 0);
+}
+
 // R(a) = exp(a^2 / 2) erfc(a / sqrt 2) for 0 <= a <= 14.5, the piece chosen by a's exponent
 // (shared by GELU here and ERF in unary_math.glsl)
 float kdml_erfcx(float a) {

@@ -21,8 +21,8 @@
 // tpr_log2); Mean = sum / rlen; a second pass sums (x - Mean)^2 the same way (Variance = that /
 // rlen, the population variance); then 1/sqrt by inversesqrt. Up to CACHE units per invocation
 // stay in registers between the passes (their loads issued together, then used); longer rows are
-// read again unit by unit. Flags: 1 scale present, 2 bias present, 4 normalize variance; SKIP:
-// 8 skip bias present, 16 sum output bound.
+// read again unit by unit. Flags: 1 scale present, 2 bias present, 4 normalize variance, 32 no
+// mean (kompute_dml's use_mean = False: Mean = 0); SKIP: 8 skip bias present, 16 sum output bound.
 //
 // Outputs: FLOAT32 words written whole; FLOAT16 pairs: a word whose two halves are one unit is
 // written whole, any other FLOAT16 output is merged with STORE_FIELD, so no byte outside the output
@@ -447,7 +447,8 @@ void main() {
     }
     float total;
     ROW_SUM(red_m, acc, lid, t, tpr, total)
-    float mean = total / float(L);
+    // flag 32 (kompute_dml's use_mean = False: RMS normalization): Mean = 0, the sum unused
+    float mean = (pc.flags & 32u) != 0u ? 0.0 : total / float(L);
 
     // pass 2: the variance
     float rstd = 1.0;

@@ -78,13 +78,6 @@ shared float red[256];
 
 float max_nan(float a, float b) { return (kdml_is_nan(b) || b > a) ? b : a; }
 
-// exp(d), d = x - max <= 0 or NaN
-float exp_le0(float d) {
-    if (kdml_is_nan(d)) return d;
-    if (d < -87.5) return 0.0;  // exp(d) < 2^-126
-    return kdml_exp_neg(-d, 0.0, 0);
-}
-
 // the row's maximum / sum over its LANES invocations (every invocation of the group calls them): a
 // binary tree in shared memory, (i, i + w) for w = LANES / 2 .. 1. (Every lane reading the row's
 // LANES values after one barrier and adding them in registers measured 8-15% slower on the H100.)
@@ -216,7 +209,7 @@ void main() {
         for (uint e = 0u; e < EPT; ++e) {
             uint k = (s * uint(LANES) + lane) * EPT + e;
             if (live && k < len) {
-                precise float ex = exp_le0(v[s * EPT + e] - m);
+                precise float ex = kdml_exp_le0(v[s * EPT + e] - m);
                 v[s * EPT + e] = ex;
                 precise float yk = ex - comp;
                 precise float tk = sum + yk;
@@ -255,7 +248,7 @@ void main() {
             if (live && k < len) {
                 uint xe, ye, me;
                 offsets(k, xe, ye, me);
-                precise float ex = exp_le0(load(xb + xe, mb + me) - m);
+                precise float ex = kdml_exp_le0(load(xb + xe, mb + me) - m);
                 precise float yk = ex - comp;
                 precise float tk = sum + yk;
                 comp = (tk - sum) - yk;
@@ -272,7 +265,7 @@ void main() {
                 for (uint e = 0u; e < EPT; ++e) {
                     uint xe, ye, me;
                     offsets(min(k0 + e, len - 1u), xe, ye, me);
-                    out_[e] = exp_le0(load(xb + xe, mb + me) - m) * inv;
+                    out_[e] = kdml_exp_le0(load(xb + xe, mb + me) - m) * inv;
                 }
                 store(yb, k0, out_);
             }

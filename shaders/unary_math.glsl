@@ -9,8 +9,9 @@
 // [0] flags (1: ScaleBias present), [1] scale, [2] bias (float32 bits), [3] the operator's
 // parameter (ROUND's RoundingMode, SOFTPLUS's Steepness, CONSTANT_POW's Exponent); act_math.glsl's
 // operators: [3], [4]. A shader whose block has them elsewhere defines UM_PARAM_WORDS first
-// (elementwise.comp's POW: pc.prm), and UM_LIBRARY_ONLY where it takes the functions without
-// float_unary.comp's FN_<NAME> selection.
+// (elementwise.comp's POW: pc.prm), and UM_FUNCTIONS_ONLY where it takes the functions and ScaleBias
+// without float_unary.comp's FN_<NAME> selection; UM_LIB_ONLY: the functions alone, no parameter
+// words (lrn.comp, pooling.comp; convolution's epilogue sets UM_P0 / UM_P1 for act_math.glsl's).
 #ifndef KDML_UNARY_MATH_GLSL
 #define KDML_UNARY_MATH_GLSL
 
@@ -21,6 +22,9 @@
 #include "f32_exact.glsl"
 #include "gelu_math.glsl"
 
+// UM_LIB_ONLY: another shader's use of the functions below (um_exp, um_log, um_sqrt, ...) without
+// the element-wise block's parameters (pc.b_str) and the variant's fn32 / fn16
+#ifndef UM_LIB_ONLY
 // DML_SCALE_BIAS: g(x) = x * scale + bias, a float32 product then a float32 sum (not fused)
 uint um_scale_bias(uint x) {
     if ((UM_PARAM_WORDS[0] & 1u) == 0u) return x;
@@ -28,6 +32,7 @@ uint um_scale_bias(uint x) {
     precise float r = t + uintBitsToFloat(UM_PARAM_WORDS[2]);
     return floatBitsToUint(r);
 }
+#endif
 
 bool um_nan(uint x) { return (x & 0x7FFFFFFFu) > F32_INF; }
 uint um_quiet(uint x) { return x | 0x00400000u; }  // a NaN input goes out quiet, payload and sign kept
@@ -300,6 +305,7 @@ uint um_log1p(uint u) {
     return floatBitsToUint(uintBitsToFloat(um_log(floatBitsToUint(w))) + um_div(c, w));
 }
 
+#ifndef UM_LIB_ONLY
 // softplus(x) = log(1 + exp(s x)) / s, s = b_str[3] (Steepness >= 1, float32): t = s x rounded
 // to float32 (exact for s = 1 or a power of two), then max(t, 0) + log1p(exp(-|t|)) (no
 // overflow, no cancellation), divided by s (correctly rounded; skipped for s = 1). From t >= 16
@@ -320,7 +326,7 @@ uint um_softplus(uint x) {
 #include "inv_trig_math.glsl"  // TAN, ATAN, ASIN, ACOS, ATAN_YX
 #include "hyp_math.glsl"  // SINH, COSH, ASINH, ACOSH, ATANH (pow_math.glsl: POW, CONSTANT_POW)
 
-#ifndef UM_LIBRARY_ONLY
+#ifndef UM_FUNCTIONS_ONLY
 // ---- the function of this variant --------------------------------------------------------------
 #if defined(FN_ABS)
 uint um_f(uint x) { return x & 0x7FFFFFFFu; }
@@ -384,6 +390,9 @@ uint um_f(uint x) { return um_act(x); }
 // FLOAT16: decoded exactly, computed in float32, rounded once to float16 (f16_bits.glsl)
 uint fn32(uint x) { return um_f(um_scale_bias(x)); }
 uint fn16(uint h) { return f2h(fn32(h2f(h))); }
-#endif  // UM_LIBRARY_ONLY
+#endif  // UM_FUNCTIONS_ONLY
+#elif defined(UM_P0)  // a library user that sets the activations' parameters (convolution's epilogue)
+#include "act_math.glsl"
+#endif  // UM_LIB_ONLY
 
 #endif

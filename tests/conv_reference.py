@@ -73,3 +73,36 @@ def reference_backward(x, w, b, strides, dilations, start, end, out_pad, groups,
     if relu:
         y = np.maximum(y, 0.0)
     return y, s
+
+
+U = 2.0 ** -24
+
+
+def gamma(n):
+    """Higham's gamma_n = n u / (1 - n u) (float32's u), elementwise."""
+    n = np.asarray(n, np.float64)
+    return n * U / (1 - n * U)
+
+
+def bound(s, k, dt, kernel="tiled", parts=1, want=None):
+    """docs/convolution.md's bound per output of S = sum |x w| + |b| over K terms: the portable
+    kernels' (K + 1) u S; the tensor cores' ("coopmat": any order and adder) gamma(5K + P) S for P
+    split-K parts, with the epilogue's underflow allowance 2^-126; FLOAT16 outputs (`dt` numpy
+    float16) their rounding of `want` (2^-11 relative, 2^-25 among subnormals)."""
+    b = (k + 1) * U * s if kernel == "tiled" else gamma(5 * k + parts) * s + 2.0 ** -126
+    if dt == np.float16:
+        b = b + np.abs(want) * 2.0 ** -11 + 2.0 ** -25
+    return b
+
+
+def half_inputs_bound(x, w, s, k, emulated, conv):
+    """The error of rounding the FLOAT32 input and filter to float16 (allow_half_precision): per
+    term |x~ w~ - x w| <= (2 uh + uh^2) |x w| + eta (1 + uh)(|x| + |w|) + eta^2, uh and eta those of
+    the conversion (emulated: f2h, nearest even with subnormals, 2^-11 and 2^-25; tensor cores: the
+    device's, any rounding mode, subnormals maybe flushed, 2^-10 and 2^-14), summed over the output's
+    terms: `s` the sum of |x w|, `conv(a, b)` a float64 convolution of the output's geometry giving
+    sum |x| (filter of ones) and sum |w| (input of ones; padded positions too: an upper bound)."""
+    uh, eta = (2.0 ** -11, 2.0 ** -25) if emulated else (2.0 ** -10, 2.0 ** -14)
+    sx = conv(np.abs(x).astype(np.float64), np.ones(w.shape))
+    sw = conv(np.ones(x.shape), np.abs(w).astype(np.float64))
+    return (2 * uh + uh * uh) * s + eta * (1 + uh) * (sx + sw) + k * eta * eta

@@ -172,3 +172,9 @@ def ablation_overlay():  # type: ignore[no-untyped-def]
     import benchmarks.overlay_ablation
 
     return benchmarks.overlay_ablation
+
+
+def cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Per-row cosine similarity over the last axis, in float64 (model outputs against a reference)."""
+    g, w = (np.asarray(a).reshape(-1, np.shape(a)[-1]).astype(np.float64) for a in (got, want))
+    return (g * w).sum(1) / (np.linalg.norm(g, axis=1) * np.linalg.norm(w, axis=1))

@@ -45,3 +45,45 @@ def run_case(case: Any, name: str) -> list[Any]:
     case(name).run(result)
     assert not (result.errors or result.failures or result.skipped), (name, result.errors, result.failures)
     return list(Recording.reps)
+
+
+def run_on_device(case: Any, name: str, host: bool = False) -> list[Any]:
+    """run_case, then every node of every rep it prepared placed on Vulkan and run there (no
+    run-time fallback); with `host`, shape arithmetic on the host too (an _expanded case's)."""
+    reps = run_case(case, name)
+    assert reps, name
+    for rep in reps:
+        where = {p.target for p in rep.placement}
+        assert where == {"vulkan"} or (host and where == {"vulkan", "host"}), rep.summary()
+        assert rep.last_run.runtime_fallbacks == 0, rep.last_run.events
+    return reps
+
+
+def one_node_model(node: Any, inputs: list[tuple[str, int, Any]], out_type: int, inits: Any = (),
+                   opset: int = 17) -> Any:
+    """A model of one node: its inputs (name, ONNX element type, shape), one output "y" of
+    `out_type` (shape left to inference), IR version 8 (onnxruntime 1.31 reads it)."""
+    from onnx import helper
+
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, t, list(s)) for n, t, s in inputs],
+                              [helper.make_tensor_value_info("y", out_type, None)], initializer=list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def node_case_tests(pattern: str, module: str, least: int) -> tuple[Any, Any]:
+    """The two tests of a module's onnx node cases: the count (at least `least`) and each case
+    on the device (_expanded cases with their shape arithmetic on the host)."""
+    import pytest
+
+    case, names = node_cases(pattern, module)
+
+    def test_case_count() -> None:
+        assert len(names) >= least, names
+
+    @pytest.mark.parametrize("name", names)
+    def test_onnx_node_case_on_the_device(name: str) -> None:
+        run_on_device(case, name, host="_expanded" in name)
+
+    return test_case_count, test_onnx_node_case_on_the_device

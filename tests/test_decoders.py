@@ -63,7 +63,7 @@ def test_new_lengths_replay_node_traces_bit_for_bit(name, gpu_policy, monkeypatc
                          **{f"past_{i}": p for i, p in enumerate(pasts[id(r)])}}, device_outputs=True)
             pasts[id(r)] = list(out[1:])
             outs[id(r)] = [t.numpy() for t in out]
-            assert r.last_run.planned == (step > 0)  # the prompt's empty past runs node by node
+            assert r.last_run.planned and r.last_run.runtime_fallbacks == 0  # the prompt's empty past too
         replayed.append(fast.last_run.replayed_nodes)
         assert slow.last_run.replayed_nodes == 0
         for a, b in zip(outs[id(fast)], outs[id(slow)]):

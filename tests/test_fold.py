@@ -138,3 +138,34 @@ def test_an_identity_of_a_constant_is_read_through(rng):
     x = rng.standard_normal((3, 3)).astype(np.float32)
     for g, want in zip(rep.run({"x": x}), _ort(model, {"x": x})):
         np.testing.assert_allclose(g, want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_node_folded_over_an_identity_of_a_constant_reads_the_source(rng):
+    """A foldable node that reads an Identity of a constant (a tied weight then transposed) is
+    evaluated on the source: the fold succeeds (it failed on the alias's name and left every
+    node of the graph unfolded)."""
+    w = numpy_helper.from_array(rng.standard_normal((3, 4)).astype(np.float32), "w")
+    nodes = [n("Identity", ["w"], ["w1"]), n("Transpose", ["w1"], ["wt"], perm=[1, 0]),
+             n("Neg", ["wt"], ["wn"]), n("MatMul", ["x", "wn"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, [2, 4])],
+                   [helper.make_tensor_value_info("y", T.FLOAT, None)], [w])
+    rep = Backend.prepare(model, "CPU")
+    assert rep.fold_note == "" and sorted(rep.folded) == ["Identity", "Neg", "Transpose"]
+    assert [node.op_type for node in rep.graph.node] == ["MatMul"]
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    np.testing.assert_allclose(rep.run({"x": x})[0], _ort(model, {"x": x})[0], rtol=1e-6, atol=1e-6)
+
+
+def test_a_node_no_engine_runs_leaves_the_other_folds_standing(rng):
+    """One impossible Reshape of constants stays a node (with its readers); the independent
+    constant chain beside it still folds."""
+    w = numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w")
+    nodes = [n("Constant", [], ["c"], value=numpy_helper.from_array(np.ones(6, np.float32))),
+             n("Constant", [], ["s"], value_ints=[4, 4]), n("Reshape", ["c", "s"], ["r"]),
+             n("Neg", ["w"], ["wn"]), n("Add", ["x", "wn"], ["y"]), n("Add", ["y", "r"], ["z"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, [4, 4])],
+                   [helper.make_tensor_value_info("y", T.FLOAT, None), helper.make_tensor_value_info("z", T.FLOAT, None)],
+                   [w])
+    rep = Backend.prepare(model, "CPU")
+    assert sorted(rep.folded) == ["Constant", "Constant", "Neg"] and "not folded (" in rep.fold_note
+    assert [node.op_type for node in rep.graph.node] == ["Reshape", "Add", "Add"]

@@ -654,3 +654,20 @@ def test_cpu_subgraph_failing_at_run_time_reports_both_engines():
     (z,) = rep.run([np.ones((2, 3), np.float32), np.ones((3,), np.float32)])  # still on onnxruntime
     np.testing.assert_array_equal(z, np.full((2, 3), 2, np.float32))
     assert rep.segments[0].engine == "onnxruntime"
+
+
+def test_nodes_out_of_topological_order_are_sorted():
+    """A graph whose nodes are listed out of order (as convert_float_to_float16 writes the Casts
+    of the graph inputs) runs as onnxruntime runs it; the caller's model is not changed."""
+    nodes = [helper.make_node("Relu", ["c"], ["y"]), helper.make_node("Cast", ["x"], ["c"], to=T.FLOAT16)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, ["n"])],
+                          [helper.make_tensor_value_info("y", T.FLOAT16, ["n"])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    before = model.SerializeToString()
+    rep = Backend.prepare(model, "CPU")
+    assert [p.op_type for p in rep.placement] == ["Cast", "Relu"] and rep.graph_mode
+    x = np.array([-1.5, 0.25, 70000.0, np.nan], np.float32)
+    (y,) = rep.run({"x": x})
+    (want,) = ort.InferenceSession(before, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(y, want)
+    assert model.SerializeToString() == before

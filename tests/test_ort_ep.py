@@ -129,6 +129,25 @@ def test_integer_and_boolean_values_cross_the_boundary():
         np.testing.assert_array_equal(g, w)
 
 
+def test_a_rank_0_value_crosses_the_boundary_as_rank_0():
+    """A scalar the EP computes on the host (a Gather of a Shape) and a CPU node reads: rank 0 on
+    both sides (it came back as shape (1,), and the Unsqueeze / Concat after it failed: Swin)."""
+    i0 = numpy_helper.from_array(np.array(1, np.int64), "i0")
+    ax = numpy_helper.from_array(np.array([0], np.int64), "ax")
+    model = _model([helper.make_node("Shape", ["x"], ["shp"]), helper.make_node("Gather", ["shp", "i0"], ["n"], axis=0),
+                    helper.make_node("Hardmax", ["x"], ["h"]),  # onnxruntime's CPU: the graph splits here
+                    helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]), helper.make_node("Concat", ["n1", "ax"], ["c"], axis=0)],
+                   [_float("x", ["N", 3])], [helper.make_tensor_value_info("n", TensorProto.INT64, []),
+                                             helper.make_tensor_value_info("c", TensorProto.INT64, [2]), _float("h", ["N", 3])],
+                   [i0, ax])
+    feeds = {"x": np.ones((5, 3), np.float32)}
+    got = _session(model, optimize=False).run(None, feeds)
+    for g, w in zip(got, _cpu(model, feeds)):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+    assert got[0].shape == ()
+
+
 @pytest.mark.parametrize("options, field", [
     ({"bogus": "1"}, "'bogus'"),
     ({"device_index": "99"}, "device_index"),
@@ -146,13 +165,20 @@ def test_bad_provider_option_is_an_onnxruntime_error_naming_it(options, field):
 
 
 def test_provider_options_reach_the_backend():
-    sess = _session(CHAIN, optimize=False, exclude_ops="Sigmoid", allow_half_precision=1)
+    sess = _session(CHAIN, optimize=False, exclude_ops="Sigmoid")
     groups = _assigned(sess)
     assert groups["CPUExecutionProvider"] == [[n.name for n in onnx.load_from_string(CHAIN).graph.node
                                                if n.op_type == "Sigmoid"]]
     x = RNG.standard_normal((2, 8)).astype(np.float32)
     for g, w in zip(sess.run(None, {"x": x}), _cpu(CHAIN, {"x": x})):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    # allow_half_precision=1: the products in float16 (tests/test_half_precision.py), as Backend.prepare's flag
+    half = _session(CHAIN, optimize=False, exclude_ops="Sigmoid", allow_half_precision=1).run(None, {"x": x})
+    want = Backend.prepare(CHAIN, allow_half_precision=True, exclude_ops=["Sigmoid"]).run({"x": x})
+    for h, w, f in zip(half, want, sess.run(None, {"x": x})):
+        np.testing.assert_array_equal(h, w)
+        assert not np.array_equal(h, f)
+        np.testing.assert_allclose(h, f, rtol=1e-2, atol=1e-2)
 
 
 def test_sessions_and_threads_at_once_and_teardown():

@@ -240,3 +240,62 @@ def test_node_by_node_runs_within_a_memory_budget_its_arena_exceeds(rng):
             assert not rep.last_run.planned and rep.last_run.cpu_segments == 1
     finally:
         dev.close()
+
+
+def test_an_empty_input_is_planned_as_a_host_value(rng):
+    """An input with a 0 in its shape (a decoder's first past) has no bytes on the device: the
+    plan keeps it as a host value, nodes of it alone resolve on the host (a Concat of it alone
+    stays empty, Shape reads it) and a Concat with device values leaves it out; one upload."""
+    n = helper.make_node
+    graph = helper.make_graph(
+        [n("Concat", ["past"], ["p1"], axis=1), n("Concat", ["p1", "x"], ["cat"], axis=1),
+         n("Shape", ["past"], ["shp"]), n("Relu", ["cat"], ["y"])],
+        "empty", [helper.make_tensor_value_info("past", T.FLOAT, [2, "p", 3]),
+                  helper.make_tensor_value_info("x", T.FLOAT, [2, "s", 3])],
+        [helper.make_tensor_value_info("y", T.FLOAT, None), helper.make_tensor_value_info("shp", T.INT64, None)])
+    rep = Backend.prepare(helper.make_model(graph, opset_imports=OPSETS, ir_version=10), "CPU")
+    for p, s in ((0, 4), (2, 4)):
+        past = rng.standard_normal((2, p, 3)).astype(np.float32)
+        x = rng.standard_normal((2, s, 3)).astype(np.float32)
+        y, shp = rep.run({"past": past, "x": x})
+        np.testing.assert_array_equal(y, np.maximum(np.concatenate([past, x], 1), 0))
+        np.testing.assert_array_equal(shp, [2, p, 3])
+        assert rep.last_run.planned and rep.last_run.runtime_fallbacks == 0 and rep.last_run.uploads == 1
+
+
+@pytest.mark.parametrize("count, dispatches", [(2, 1 << 16), (256, 1)])
+def test_plans_are_kept_within_both_capacities(rng, count, dispatches):
+    """Plans per signature are kept up to plan_capacity of them and plan_dispatch_capacity
+    dispatches together, least recently used out first (the newest always stays)."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", T.FLOAT, ["n"])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    rep = Backend.prepare(helper.make_model(graph, opset_imports=OPSETS, ir_version=10), "CPU")
+    rep.state.plan_capacity, rep.state.plan_dispatch_capacity = count, dispatches
+    for n in (3, 4, 5, 4):
+        x = rng.standard_normal(n).astype(np.float32)
+        np.testing.assert_array_equal(rep.run({"x": x})[0], np.maximum(x, 0))
+    kept = [key[0][1] for key in rep.state.plans]
+    assert kept == ([(5,), (4,)] if count == 2 else [(4,)])
+    assert rep.last_run.planned == (count != 2)  # (4,) was still kept at two plans
+
+
+def test_float_shape_arithmetic_is_resolved_on_the_host(rng):
+    """ceil(w / 2) of a shape (MobileViT's patch count: Cast to float, Div, Ceil, Cast back) is
+    host arithmetic: the Reshape it feeds is planned (it refused the plan: 'a value computed on
+    the device'), one upload and one download."""
+    n = helper.make_node
+    inits = [numpy_helper.from_array(np.array(1, np.int64), "i1"), numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.array([0], np.int64), "ax"), numpy_helper.from_array(np.array([-1], np.int64), "m1")]
+    nodes = [n("Shape", ["x"], ["s"]), n("Gather", ["s", "i1"], ["w"]), n("Cast", ["w"], ["wf"], to=T.FLOAT),
+             n("Div", ["wf", "two"], ["h"]), n("Ceil", ["h"], ["c"]), n("Cast", ["c"], ["ci"], to=T.INT64),
+             n("Unsqueeze", ["ci", "ax"], ["cu"]), n("Concat", ["m1", "cu"], ["shape"], axis=0),
+             n("Reshape", ["x", "shape"], ["y"])]
+    graph = helper.make_graph(nodes, "ceil", [helper.make_tensor_value_info("x", T.FLOAT, [2, "w"])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None)], initializer=inits)
+    rep = Backend.prepare(helper.make_model(graph, opset_imports=OPSETS, ir_version=10), "CPU")
+    for w in (6, 8):
+        x = rng.standard_normal((2, w)).astype(np.float32)
+        y = rep.run({"x": x})[0]
+        np.testing.assert_array_equal(y, x.reshape(-1, -(-w // 2)))
+        assert rep.last_run.planned and rep.last_run.uploads == 1 and rep.last_run.runtime_fallbacks == 0

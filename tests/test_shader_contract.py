@@ -262,12 +262,12 @@ def test_a_changed_family_makes_its_spirv_stale(monkeypatch):
 
     inputs = dict(COPY.builds()["copy_b8"])
     inputs[contract.PUSH_BLOCK_DEFINE] = inputs[contract.PUSH_BLOCK_DEFINE].replace("uint count;", "uint count; uint x;")
-    monkeypatch.setattr(shaders, "_table_inputs", lambda: {"copy_b8": inputs})
+    monkeypatch.setattr(shaders, "_table_inputs", lambda _source: {"copy_b8": inputs})
     shaders.load_spirv.cache_clear()
     try:
         with pytest.raises(shaders.ShaderBuildError, match=r"stale.*kompute_dml/ops/contract changed"):
             shaders.load_spirv("copy_b8")
-        monkeypatch.setattr(shaders, "_table_inputs", lambda: {"copy_b8": COPY.builds()["copy_b8"]})
+        monkeypatch.setattr(shaders, "_table_inputs", lambda _source: {"copy_b8": COPY.builds()["copy_b8"]})
         shaders.load_spirv.cache_clear()
         assert shaders.load_spirv("copy_b8")[:4] == b"\x03\x02\x23\x07"
     finally:

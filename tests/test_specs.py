@@ -92,6 +92,13 @@ def level_devices():
         d.close()
 
 
+def _example(spec: OperatorSpec, field: str | None = None):
+    """The spec's example, or (operators whose optional tensors exclude each other) one holding `field`."""
+    if field is not None and spec.field_example is not None:
+        return spec.field_example(field)
+    return EXAMPLES[spec.name]()
+
+
 def _fields(names):
     """Binding names -> the table's fields (an array field's `field[i]` are `field`)."""
     return tuple(dict.fromkeys(n.partition("[")[0] for n in names))
@@ -153,13 +160,15 @@ def test_refused_below_its_first_level(level_devices, spec):
 
 @pytest.mark.parametrize(("spec", "tensor"), FIELD_CASES, ids=FIELD_IDS)
 def test_absent_tensor(dev, spec, tensor):
-    """None: required fields are refused naming the field, optional ones compile."""
-    desc = dataclasses.replace(EXAMPLES[spec.name](), **{tensor.field: None})
-    if tensor.kind.startswith("optional"):
+    """None: required fields are refused naming the field, optional ones compile (but those tied to
+    others, OperatorSpec.tied_fields: refused as required naming one of them)."""
+    desc = dataclasses.replace(_example(spec, tensor.field), **{tensor.field: None})
+    if tensor.kind.startswith("optional") and tensor.field not in spec.tied_fields:
         op = dev.compile(desc)
         assert op.input_fields == spec.inputs and op.output_fields == spec.outputs
     else:
-        with pytest.raises(kdml.InvalidArgumentError, match=f"^{tensor.field}: is required"):
+        names = "|".join(spec.tied_fields) if tensor.field in spec.tied_fields else tensor.field
+        with pytest.raises(kdml.InvalidArgumentError, match=f"^({names}): is required"):
             dev.compile(desc)
 
 
@@ -173,7 +182,7 @@ def _unsupported_type(spec: OperatorSpec, field: str) -> DT | None:
 def test_unsupported_type(dev, spec, tensor):
     bad = _unsupported_type(spec, tensor.field)
     assert bad is not None and dev.feature_level == HIGHEST_FEATURE_LEVEL
-    desc = EXAMPLES[spec.name]()
+    desc = _example(spec, tensor.field)
     t = getattr(desc, tensor.field)
     with pytest.raises(kdml.UnsupportedError, match=rf"^{tensor.field}(\[0\])?: {spec.name} does not support {bad.name}"):
         dev.compile(dataclasses.replace(desc, **{tensor.field: _retyped(t, bad)}))
@@ -188,7 +197,7 @@ def _dims(spec: OperatorSpec, field: str) -> tuple[int, int]:
 def test_unsupported_dimension_count(dev, spec, tensor):
     lo, hi = _dims(spec, tensor.field)
     n = hi + 1 if hi < 8 else lo - 1
-    desc = EXAMPLES[spec.name]()
+    desc = _example(spec, tensor.field)
     t = getattr(desc, tensor.field)
     t = TD(t[0].data_type, (1,) * n) if isinstance(t, tuple) else TD(t.data_type, (1,) * n)
     with pytest.raises(kdml.UnsupportedError, match=rf"^{tensor.field}(\[0\])?: {spec.name} supports {lo}"):

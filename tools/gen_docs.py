@@ -69,8 +69,8 @@ def today_markdown() -> str:
     lines = [f"{len(ops)} DirectML operators: {', '.join(ops)} (tables: `docs/support.md`).", "",
              f"{len(nodes)} ONNX node types run on them: {', '.join(nodes)}; shape arithmetic runs on the host, "
              "constants are folded at `prepare`, and any other node on onnxruntime's CPU provider.", "",
-             "| model family (`kompute_dml/bench/families.py`, random weights; `tests/test_model_families.py` at the tiny "
-             "size) | node types still on the CPU |",
+             "| model family (`kompute_dml/bench/families.py`, random weights; `tests/test_model_families.py`, float16: "
+             "`tests/test_model_families_fp16.py`, at the tiny size) | node types still on the CPU |",
              "| --- | --- |"]
     for name, described in DESCRIBED.items():
         late = [f"{t} (at run time)" for t in sorted(RUNTIME_CPU_NODE_TYPES.get(name, frozenset()))]

@@ -112,6 +112,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="also run whole encoders through the ONNX backend (kompute_dml.bench.encoder_speed: MiniLM "
                          "where its model or KDML_MINILM_DIR is there, a random BERT of hidden 256 where torch is) "
                          "at these BATCHxSEQUENCE shapes (default 1x16,8x128,64x256)")
+    ap.add_argument("--decoders", metavar="NAMES", nargs="?", const="gpt2,llama", default=None,
+                    help="also run greedy generation with the key/value cache on the device (kompute_dml.bench."
+                         "decoder_speed: prompt ms and tokens/s against onnxruntime CPU and PyTorch CUDA fp32 / fp16 "
+                         "with its cache; random weights, 'small' size, 128-token prompt, 32 new tokens)")
+    ap.add_argument("--scaling", metavar="SHAPES", nargs="?", const="8x128,64x256", default=None,
+                    help="also measure throughput over every GPU from one thread per GPU and one process per GPU "
+                         "against one GPU (kompute_dml.bench.scaling, a random BERT; default 8x128,64x256)")
     ap.add_argument("--latency-here", action="store_true", help="time the latency section in this process, not in "
                     "one process per side (python -m kompute_dml.bench.latency_proc)")
     return ap.parse_args(argv)
@@ -251,6 +258,18 @@ def main(argv: list[str] | None = None) -> int:
             enc += ["--json", str(Path(args.json).with_suffix(".encoders.json"))]
         console.print("encoders end to end (python -m kompute_dml.bench.encoder_speed " + " ".join(enc) + ")")
         encoders_from_peer_module(enc)
+    if args.decoders:
+        from . import decoder_speed
+
+        dec = ["--decoders", args.decoders]
+        console.print("decoders, greedy with the cache (python -m kompute_dml.bench.decoder_speed " + " ".join(dec) + ")")
+        decoder_speed.main(dec)
+    if args.scaling:
+        from . import scaling
+
+        sc = ["--shapes", args.scaling, "--seconds", "2" if args.quick else "5"]
+        console.print("scaling over GPUs (python -m kompute_dml.bench.scaling " + " ".join(sc) + ")")
+        scaling.main(sc)
     return 0
 
 

@@ -147,11 +147,15 @@ def greedy(rep: Any, dec: Decoder, prompt: np.ndarray, steps: int) -> tuple[list
     return tokens, times
 
 
-def torch_greedy(dec: Decoder, prompt: np.ndarray, steps: int, device: str = "cpu") -> tuple[list[list[int]], list[float]]:
-    """The same loop in PyTorch eager with its own cache (`use_cache=True`): tokens and seconds per step."""
+def torch_greedy(dec: Decoder, prompt: np.ndarray, steps: int, device: str = "cpu",
+                 half: bool = False) -> tuple[list[list[int]], list[float]]:
+    """The same loop in PyTorch eager with its own cache (`use_cache=True`): tokens and seconds per
+    step; `half`: a float16 copy of the model (the module itself stays float32)."""
+    import copy
+
     import torch
 
-    model = dec.module.to(device)
+    model = copy.deepcopy(dec.module).half().to(device) if half else dec.module.to(device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     ids = torch.from_numpy(prompt.astype(np.int64)).to(device)
     tokens: list[list[int]] = [[] for _ in range(prompt.shape[0])]

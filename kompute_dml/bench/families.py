@@ -1,10 +1,12 @@
 """The transformer families users bring, built here with random weights (no downloads): a
 `transformers` configuration per family, exported with torch.onnx.export (opset 17), quantized
-with onnxruntime's `quantize_dynamic` (then fused at its extended level) or fused by its BERT
-optimizer where the family's row says so,
-cached under .cache/models by configuration and tool versions.
+with onnxruntime's `quantize_dynamic` (then fused at its extended level), fused by its BERT
+optimizer or converted to float16 (onnxruntime's `convert_float_to_float16`, float32 inputs and
+outputs kept) where the family's row says so, cached under .cache/models by configuration and
+tool versions.
 
     build("gpt2", size="tiny") -> Path of the .onnx;  feeds("gpt2", batch, seq, rng) -> the inputs
+    source("gpt2-fp16") -> the float32 export a "-fp16" family's model was converted from
 
 Sizes: "tiny" (tests on lavapipe: hidden 64, 2 layers) and "small" (benchmarks: hidden 256,
 4 layers). Every family's outputs are its last hidden state or logits.
@@ -25,10 +27,11 @@ import numpy as np
 
 from .bert_models import CACHE, tool_versions
 
-SIZES = {"tiny": {"hidden": 64, "layers": 2, "heads": 4, "ffn": 128, "audio": 64, "image": 64},
-         "small": {"hidden": 256, "layers": 4, "heads": 4, "ffn": 1024, "audio": 1500, "image": 224}}
+SIZES = {"tiny": {"hidden": 64, "layers": 2, "heads": 4, "ffn": 128, "audio": 64, "image": 64, "unet": 8},
+         "small": {"hidden": 256, "layers": 4, "heads": 4, "ffn": 1024, "audio": 1500, "image": 224, "unet": 32}}
 # "audio": Whisper's encoder positions; its input is twice as many mel frames (3000 = 30 s at "small");
-# "image": the convolution nets' input height and width (torchvision's architectures at full width)
+# "image": the convolution nets' input height and width (torchvision's architectures at full width);
+# "unet": the UNet's first-level channels (kompute_dml/bench/unet.py)
 VOCAB = 1000
 
 
@@ -37,9 +40,16 @@ class Family:
     name: str
     make: Callable[[dict[str, int]], Any]  # size -> (torch module taking the inputs, input names)
     inputs: Callable[[int, int, np.random.Generator, dict[str, int]], dict[str, np.ndarray]]  # batch, length, size
-    post: str = ""  # "int8": quantize_dynamic then ORT's extended level; "int8-raw": not fused; "fused": ORT's BERT optimizer
+    # "int8": quantize_dynamic then ORT's extended level; "int8-raw": not fused; "fused": ORT's BERT optimizer;
+    # "fused:<model_type>": onnxruntime.transformers.optimizer with that model type;
+    # "fp16": convert_float_to_float16(keep_io_types=True), the float32 export kept beside it (source());
+    # "qdq": quantize_static in the QDQ format (a dedicated DequantizeLinear per consumer), calibrated on random images
+    post: str = ""
     dynamic: tuple[str, ...] = ("batch", "seq")  # the inputs' symbolic dimensions
     requires: str = "transformers"  # the package that defines the architecture
+    # the least row cosine against onnxruntime's CPU provider (tests/test_model_families.py): the QDQ
+    # family's Add / pooling / Gemm run dequantized in float here, quantized by onnxruntime's fusions
+    cos: float = 0.9999
 
 
 def _text_feeds(batch: int, seq: int, rng: np.random.Generator, _size: dict[str, int]) -> dict[str, np.ndarray]:
@@ -130,11 +140,30 @@ def _whisper(s: dict[str, int]) -> Any:
 
 
 def _torchvision(arch: str) -> Callable[[dict[str, int]], Any]:
-    def make(_s: dict[str, int]) -> Any:
+    def make(s: dict[str, int]) -> Any:
+        import torch
         import torchvision
 
-        return getattr(torchvision.models, arch)(weights=None).eval()  # BatchNorm folded into Conv at export
+        model = getattr(torchvision.models, arch)(weights=None)  # BatchNorm folded into Conv at export
+        # BatchNorm's running statistics measured on random images (cumulative over a few train-mode
+        # passes), so every normalization gives unit-scale activations as a trained net's do: with
+        # the initial ones MobileNetV3's activations shrink layer by layer to 1e-10, below float16's range
+        bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+        for m in bns:
+            m.reset_running_stats()
+            m.momentum = None
+        model.train()
+        with torch.no_grad():
+            for _ in range(4):
+                model(torch.randn(8, 3, s["image"], s["image"]))
+        return model.eval()
     return make
+
+
+def _unet(s: dict[str, int]) -> Any:
+    from .unet import make_unet
+
+    return make_unet(s["unet"])
 
 
 def _image_feeds(b: int, _seq: int, rng: np.random.Generator, z: dict[str, int]) -> dict[str, np.ndarray]:
@@ -148,7 +177,9 @@ FAMILIES = {f.name: f for f in (
            _text_feeds, "int8"),
     Family("bert-fp32-fused", _encoder("BertConfig", "BertModel"), _text_feeds, "fused"),
     Family("gpt2", _gpt2, _text_feeds),
+    Family("gpt2-fused", _gpt2, _text_feeds, "fused:gpt2"),
     Family("llama", _llama, _text_feeds),
+    Family("llama-fused", _llama, _text_feeds, "fused:gpt2"),  # the model type ORT's Llama export scripts use
     Family("vit", _vit, lambda b, _s, rng, _z: {"pixel_values": rng.standard_normal((b, 3, 64, 64)).astype(np.float32)},
            dynamic=("batch",)),
     Family("whisper-encoder", _whisper,
@@ -157,7 +188,18 @@ FAMILIES = {f.name: f for f in (
     Family("resnet18", _torchvision("resnet18"), _image_feeds, dynamic=("batch",), requires="torchvision"),
     Family("mobilenet-v3-small", _torchvision("mobilenet_v3_small"), _image_feeds, dynamic=("batch",),
            requires="torchvision"),
+    Family("resnet50", _torchvision("resnet50"), _image_feeds, dynamic=("batch",), requires="torchvision"),
+    Family("efficientnet-b0", _torchvision("efficientnet_b0"), _image_feeds, dynamic=("batch",), requires="torchvision"),
+    Family("unet", _unet, _image_feeds, dynamic=("batch",), requires="torch"),
+    Family("resnet18-qdq", _torchvision("resnet18"), _image_feeds, "qdq", dynamic=("batch",), requires="torchvision",
+           cos=0.999),
 )}
+# float16 variants: each float32 family above converted (bert-fp16 from the unfused BERT export)
+FAMILIES.update({f.name: f for f in (
+    Family("bert-fp16", _encoder("BertConfig", "BertModel"), _text_feeds, "fp16"),
+    *(Family(f"{f.name}-fp16", f.make, f.inputs, "fp16", f.dynamic, f.requires) for f in list(FAMILIES.values())
+      if not f.post),
+)})
 
 
 # The node types of each family (tiny) that still run on onnxruntime's CPU provider on lavapipe:
@@ -166,13 +208,20 @@ CPU_NODE_TYPES: dict[str, frozenset[str]] = {
     "distilbert-int8": frozenset(),
     "distilbert-int8-raw": frozenset(),
     "roberta-int8": frozenset(),
-    "bert-fp32-fused": frozenset({"Attention", "EmbedLayerNormalization"}),
+    "bert-fp32-fused": frozenset(),
     "gpt2": frozenset(),
+    "gpt2-fused": frozenset(),
     "llama": frozenset(),
+    "llama-fused": frozenset(),
     "vit": frozenset(),
     "whisper-encoder": frozenset(),
     "resnet18": frozenset(),
     "mobilenet-v3-small": frozenset(),
+    **{name: frozenset() for name, f in FAMILIES.items() if f.post == "fp16"},
+    "resnet50": frozenset(),
+    "efficientnet-b0": frozenset(),
+    "unet": frozenset(),
+    "resnet18-qdq": frozenset(),
 }
 # Node types placed on the device at `prepare` that still run on the CPU at run time, because the
 # operator refuses their values' types there (the run's "ran on the CPU" events): none since CAST
@@ -186,12 +235,41 @@ DESCRIBED = {
     "roberta-int8": "RoBERTa, int8 fused",
     "bert-fp32-fused": "BERT float32, onnxruntime's BERT optimizer",
     "gpt2": "GPT-2 (logits; with its KV cache: kompute_dml/bench/decoders.py)",
+    "gpt2-fused": "GPT-2, onnxruntime's optimizer (model type gpt2: SkipLayerNormalization, FastGelu)",
     "llama": "Llama (GQA, RMSNorm, rotary, SiLU)",
+    "llama-fused": "Llama, onnxruntime's optimizer (model type gpt2: SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization)",
     "vit": "ViT",
     "whisper-encoder": "Whisper encoder",
     "resnet18": "ResNet-18 (torchvision)",
     "mobilenet-v3-small": "MobileNetV3-Small (torchvision)",
+    "bert-fp16": "BERT float16 (unfused)",
+    **{f"{name}-fp16": f"{label} float16" for name, label in (
+        ("gpt2", "GPT-2"), ("llama", "Llama"), ("vit", "ViT"), ("whisper-encoder", "Whisper encoder"),
+        ("resnet18", "ResNet-18"), ("mobilenet-v3-small", "MobileNetV3-Small"))},
+    "resnet50": "ResNet-50 (torchvision)",
+    "efficientnet-b0": "EfficientNet-B0 (torchvision)",
+    "unet": "UNet (kompute_dml/bench/unet.py: Resize nearest and linear, ConvTranspose, Concat skips)",
+    "resnet18-qdq": "ResNet-18, quantize_static QDQ int8 (its convolutions fused into QUANTIZED_LINEAR_CONVOLUTION)",
 }
+
+
+def _quantize_qdq(raw: Path, out: Path, size: dict[str, int], seed: int) -> None:
+    """onnxruntime's quantize_static, QDQ format (uint8 activations, int8 weights, per tensor, a
+    dedicated DequantizeLinear per consumer), calibrated on four random images."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(seed)
+    images = [_image_feeds(1, 0, rng, size) for _ in range(4)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter(images)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.it, None)
+
+    quantize_static(str(raw), str(out), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, extra_options={"DedicatedQDQPair": True})
 
 
 def feeds(name: str, batch: int, seq: int, rng: np.random.Generator, size: str = "tiny") -> dict[str, np.ndarray]:
@@ -200,12 +278,19 @@ def feeds(name: str, batch: int, seq: int, rng: np.random.Generator, size: str =
     return FAMILIES[name].inputs(batch, seq, rng, SIZES[size])
 
 
+def source(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> Path:
+    """The float32 model a "-fp16" family's was converted from (its own export, the very model
+    of the float32 family it names: same configuration and seed); other families' own model."""
+    path = build(name, size, cache, seed)
+    return path.with_suffix(".fp32.onnx") if FAMILIES[name].post == "fp16" else path
+
+
 def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> Path:
     """The family's ONNX model at `size`, built once per configuration and tool versions."""
     import torch
 
     fam = FAMILIES[name]
-    stamp = json.dumps({"family": name, "size": SIZES[size], "seed": seed, "post": fam.post, "recipe": 3, **tool_versions()},
+    stamp = json.dumps({"family": name, "size": SIZES[size], "seed": seed, "post": fam.post, **tool_versions(), "family_recipe": 4},
                        sort_keys=True)
     path = Path(cache) / f"{name}-{size}-{hashlib.sha256(stamp.encode()).hexdigest()[:12]}.onnx"
     if path.exists():
@@ -234,12 +319,22 @@ def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> 
             so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
             so.optimized_model_filepath = str(out)
             ort.InferenceSession(str(quant), so, providers=["CPUExecutionProvider"])
-        elif fam.post == "fused":
+        elif fam.post.startswith("fused"):
             from onnxruntime.transformers.optimizer import optimize_model
 
             s = SIZES[size]
-            optimize_model(str(raw), model_type="bert", num_heads=s["heads"], hidden_size=s["hidden"]).save_model_to_file(
+            model_type = fam.post.partition(":")[2] or "bert"
+            optimize_model(str(raw), model_type=model_type, num_heads=s["heads"], hidden_size=s["hidden"]).save_model_to_file(
                 str(out))
+        elif fam.post == "fp16":
+            import onnx
+            from onnxruntime.transformers.float16 import convert_float_to_float16
+
+            # as written: the Casts of the graph inputs come after their readers (the backend sorts them)
+            onnx.save(convert_float_to_float16(onnx.load(str(raw)), keep_io_types=True), str(out))
+            os.replace(raw, path.with_suffix(".fp32.onnx"))
+        elif fam.post == "qdq":
+            _quantize_qdq(raw, out, SIZES[size], seed)
         elif fam.post == "":
             out = raw
         os.replace(out, path)

@@ -38,10 +38,13 @@ def ort_u8s8_exact() -> bool:
     return int(y.reshape(-1)[0]) == 255 * 127 * 2
 
 
-def compare_lines(names: Sequence[str], ours: Sequence[Any], ref: Sequence[Any], op_types: set[str]) -> list[str]:
+def compare_lines(names: Sequence[str], ours: Sequence[Any], ref: Sequence[Any], op_types: set[str],
+                  half: bool = False) -> list[str]:
     """One line per output (max absolute and relative difference, verdict), then the reason where
-    a difference beyond the tolerance may be onnxruntime's."""
+    a difference beyond the tolerance may be onnxruntime's; `half` (--allow-half-precision): the
+    smallest per-row cosine similarity of each float output too, the measure that flag is held to."""
     lines, failed = [], False
+    cosines: list[str] = []
     for name, a, b in zip(names, ours, ref):
         if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
             lines.append(f"  {name}: not a tensor on both sides: not compared")
@@ -66,6 +69,15 @@ def compare_lines(names: Sequence[str], ours: Sequence[Any], ref: Sequence[Any],
         rel_max = float(np.nanmax(rel)) if rel.size else 0.0
         lines.append(f"  {name}: max |kompute_dml - onnxruntime| = {abs_max:.3g}, max relative {rel_max:.3g}: "
                      f"{'agree' if ok else 'DIFFER'} (tolerance |d| <= {ATOL:g} + {RTOL:g} |onnxruntime|)")
+        if half and x.ndim:
+            xr, yr = x.reshape(-1, x.shape[-1]), y.reshape(-1, y.shape[-1])
+            with np.errstate(invalid="ignore", divide="ignore"):
+                cos = (xr * yr).sum(1) / (np.linalg.norm(xr, axis=1) * np.linalg.norm(yr, axis=1))
+            cosines.append(f"{name} {float(np.nanmin(cos)) if cos.size else 1.0:.6f}")
+    if half and cosines:
+        lines.append("  note: --allow-half-precision rounds the products' operands and results to float16 (11 "
+                     "significant bits), so float32's tolerance is not expected to hold; smallest per-row cosine "
+                     f"similarity: {', '.join(cosines)} (docs/onnx.md, 'Half precision')")
     quantized = sorted(op_types & QUANTIZED_PRODUCTS)
     if failed and quantized and not ort_u8s8_exact():
         lines.append(f"  note: the model has {', '.join(quantized)}; onnxruntime's uint8 x int8 product is inexact on "

@@ -41,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="CPU fallback engine (auto: onnxruntime, then onnx's reference evaluator)")
     ap.add_argument("--exclude-ops", default="", metavar="OP,OP",
                     help="ONNX op types to keep on the CPU fallback (comma-separated)")
+    ap.add_argument("--allow-half-precision", action="store_true",
+                    help="float32 matrix products and convolutions in float16 with float32 accumulation "
+                         "(DML_EXECUTION_FLAG_ALLOW_HALF_PRECISION_COMPUTATION)")
     ap.add_argument("--cast", action="store_true",
                     help="convert inputs of another element type to the declared one even where values change")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs after the first (default 1)")
@@ -145,7 +148,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         with stages.stage(f"preparing {model_path.name} ({len(model.graph.node)} nodes)"):
             rep = Backend.prepare(model, device, feature_level=args.feature_level, fallback=args.fallback,
-                                  exclude_ops=[op for op in args.exclude_ops.split(",") if op])
+                                  exclude_ops=[op for op in args.exclude_ops.split(",") if op],
+                                  allow_half_precision=args.allow_half_precision)
     except (ValueError, DMLError, FallbackError) as e:
         raise UsageError(f"cannot prepare the model: {e}") from None
     t_prepare = time.perf_counter() - t0
@@ -216,7 +220,8 @@ def _run(args: argparse.Namespace) -> int:
                 ort_times.append(time.perf_counter() - t0)
                 advance(1)
         print(f"onnxruntime CPU: median of {len(ort_times)} runs {statistics.median(ort_times) * 1e3:.2f} ms")
-        for line in compare_lines(rep.output_names, outputs, ref, {n.op_type for n in model.graph.node}):
+        for line in compare_lines(rep.output_names, outputs, ref, {n.op_type for n in model.graph.node},
+                                  half=args.allow_half_precision):
             print(line)
 
     if args.output:

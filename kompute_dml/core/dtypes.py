@@ -97,10 +97,11 @@ class FeatureLevel(IntEnum):
     FL_6_0 = 0x6000
     FL_6_1 = 0x6100
     FL_6_2 = 0x6200
+    FL_6_3 = 0x6300  # MULTIHEAD_ATTENTION1 (the only operator of this level kompute_dml implements)
 
     @property
     def label(self) -> str:
         return f"{self.value >> 12}_{(self.value >> 8) & 0xF}"
 
 
-HIGHEST_FEATURE_LEVEL = FeatureLevel.FL_6_2
+HIGHEST_FEATURE_LEVEL = FeatureLevel.FL_6_3

@@ -65,7 +65,7 @@ def coerce_feature_level(level: object) -> FeatureLevel:
         value = int(level)
         if value in {m.value for m in FeatureLevel}:
             return FeatureLevel(value)
-        if value > HIGHEST_FEATURE_LEVEL and value in (0x6300, 0x6400):
+        if value > HIGHEST_FEATURE_LEVEL and value == 0x6400:
             raise UnsupportedError(
                 f"feature_level: 0x{value:x} is above the highest level implemented (0x{HIGHEST_FEATURE_LEVEL:x})"
             )
@@ -181,10 +181,12 @@ class Device:
         return np.asarray(mem)[:nbytes].view(dt).reshape(sizes)
 
     # ---- operators ---------------------------------------------------------------
-    def compile(self, op_desc: Any) -> Any:
-        """Validate an operator descriptor at this device's feature level and pick its shaders."""
+    def compile(self, op_desc: Any, *, allow_half_precision: bool = False) -> Any:
+        """Validate an operator descriptor at this device's feature level and pick its shaders.
+        `allow_half_precision`: DirectML's DML_EXECUTION_FLAG_ALLOW_HALF_PRECISION_COMPUTATION (FLOAT32
+        operators that take it may compute in float16: CONVOLUTION's tensor-core kernel)."""
         self.engine.check_open()
-        return compile_operator(self, op_desc)
+        return compile_operator(self, op_desc, bool(allow_half_precision))
 
     def warmup(self, op_descs: Iterable[Any]) -> int:
         """Compile operator descriptors and create every pipeline their executions will use,

@@ -81,15 +81,15 @@ def as_tensor(x: Any, device: Device, field: str = "x") -> Tensor:
     return pooled_upload(device, as_host_array(x, field))
 
 
-_compile_cache: dict[tuple[int, Any], Any] = {}
+_compile_cache: dict[tuple[int, Any, bool], Any] = {}
 
 
-def compile_cached(device: Device, desc: Any) -> Any:
-    """dev.compile with a per-device cache keyed by the (hashable) descriptor."""
-    key = (id(device), desc)
+def compile_cached(device: Device, desc: Any, allow_half_precision: bool = False) -> Any:
+    """dev.compile with a per-device cache keyed by the (hashable) descriptor and the flags."""
+    key = (id(device), desc, bool(allow_half_precision))
     op = _compile_cache.get(key)
     if op is None or op.device is not device:
-        op = device.compile(desc)
+        op = device.compile(desc, allow_half_precision=True) if allow_half_precision else device.compile(desc)
         if len(_compile_cache) > 512:
             _compile_cache.clear()
         _compile_cache[key] = op

@@ -24,11 +24,14 @@ from ..ops.convolution import (
 from . import _packed, check_out, compile_cached, pooled_empty
 from .elementwise import _operands
 
+# a fused activation: its tensors None
+_RELU = ActivationReluDesc(None, None)  # type: ignore[arg-type]
+
 
 def conv(x: Any, w: Any, bias: Any = None, *, strides: Any = None, dilations: Any = None, pads: Any = None,
          start_padding: Any = None, end_padding: Any = None, groups: int = 1,
-         mode: Any = ConvolutionMode.CROSS_CORRELATION, relu: bool = False,
-         out: Tensor | None = None, device: Device | None = None) -> Tensor:
+         mode: Any = ConvolutionMode.CROSS_CORRELATION, relu: bool = False, activation: Any = None,
+         allow_half_precision: bool = False, out: Tensor | None = None, device: Device | None = None) -> Tensor:
     """Convolve `x` with the filter `w` on DML CONVOLUTION (forward).
 
     What ``torch.nn.functional.conv1d`` / ``conv2d`` / ``conv3d`` and ONNX ``Conv`` compute
@@ -56,7 +59,19 @@ def conv(x: Any, w: Any, bias: Any = None, *, strides: Any = None, dilations: An
     mode : ConvolutionMode, default CROSS_CORRELATION
         ``ConvolutionMode.CONVOLUTION`` reverses the window along every spatial axis.
     relu : bool, default False
-        Apply ReLU to the result (DML's fused activation).
+        Apply ReLU to the result (DML's fused activation; ``activation=kdml.ActivationReluDesc(None,
+        None)``).
+    activation : activation descriptor, optional
+        Another fused activation, its tensors None: ``kdml.ActivationLeakyReluDesc(None, None,
+        alpha=0.1)``, ``ActivationSigmoidDesc``, ``ActivationHardSigmoidDesc``,
+        ``ActivationHardSwishDesc``, ``ActivationTanhDesc``, ``ActivationEluDesc``,
+        ``ElementWiseClipDesc(None, None, min=0, max=6)`` (ReLU6), ``ActivationIdentityDesc``: the
+        standalone operator's bits of the output (docs/convolution.md). Not with ``relu=True``.
+    allow_half_precision : bool, default False
+        DirectML's DML_EXECUTION_FLAG_ALLOW_HALF_PRECISION_COMPUTATION: FLOAT32 may run on the
+        float16 tensor-core kernel (the input and filter rounded to float16, float32 sums); `w`
+        may then be FLOAT16 (a constant filter converted once). Ignored where the device or the
+        convolution takes another kernel (FLOAT32 throughout).
     out : Tensor, optional
         Where to write the result (its shape and type must be the result's; any strides).
     device : Device, optional
@@ -85,8 +100,11 @@ def conv(x: Any, w: Any, bias: Any = None, *, strides: Any = None, dilations: An
     --------
     >>> y = kdml.conv(x, w, b, start_padding=(1, 1), end_padding=(1, 1), strides=(2, 2))
     """
+    if relu and activation is not None:
+        raise invalid("activation", "give relu=True or an activation, not both")
+    act = _RELU if relu else activation
     return _convolution(ConvolutionDirection.FORWARD, x, w, bias, strides, dilations, (pads, start_padding, end_padding),
-                        None, groups, mode, relu, out, device)
+                        None, groups, mode, act, out, device, allow_half_precision)
 
 
 def conv_transpose(x: Any, w: Any, bias: Any = None, *, strides: Any = None, dilations: Any = None,
@@ -145,7 +163,7 @@ def conv_transpose(x: Any, w: Any, bias: Any = None, *, strides: Any = None, dil
     (the positions the stride skips are zeros), docs/convolution.md.
     """
     return _convolution(ConvolutionDirection.BACKWARD, x, w, bias, strides, dilations, (pads, start_padding, end_padding),
-                        output_padding, groups, mode, relu, out, device)
+                        output_padding, groups, mode, _RELU if relu else None, out, device)
 
 
 def split_pads(pads: Any, start_padding: Any, end_padding: Any, n: int) -> tuple[Any, Any]:
@@ -168,13 +186,21 @@ def split_pads(pads: Any, start_padding: Any, end_padding: Any, n: int) -> tuple
 
 
 def _convolution(direction: ConvolutionDirection, x: Any, w: Any, bias: Any, strides: Any, dilations: Any,
-                 padding: tuple[Any, Any, Any], output_padding: Any, groups: Any, mode: Any, relu: bool,
-                 out: Tensor | None, device: Device | None) -> Tensor:
+                 padding: tuple[Any, Any, Any], output_padding: Any, groups: Any, mode: Any, act: Any,
+                 out: Tensor | None, device: Device | None, allow_half_precision: bool = False) -> Tensor:
     backward = direction == ConvolutionDirection.BACKWARD
     operands = (x, w) if bias is None else (x, w, bias)
+    fields = ("x", "w", "bias")[:len(operands)]
     if device is None and isinstance(out, Tensor):
         device = out.device
-    dev, ts = _operands(operands, ("x", "w", "bias")[:len(operands)], device)
+    if allow_half_precision and getattr(w, "dtype", None) == np.float16 and getattr(x, "dtype", None) == np.float32:
+        # a FLOAT16 filter with FLOAT32 x (ops/convolution.py's extension): w is no operand whose type must be x's
+        order = [0, *range(2, len(operands)), 1]
+        dev, moved = _operands(tuple(operands[i] for i in order), tuple(fields[i] for i in order), device,
+                               slice(0, len(operands) - 1))
+        ts = [moved[order.index(i)] for i in range(len(operands))]
+    else:
+        dev, ts = _operands(operands, fields, device)
     tx, tw = ts[0], ts[1]
     r = tx.desc.dimension_count
     if r not in (3, 4, 5) or tw.desc.dimension_count != r:
@@ -211,9 +237,8 @@ def _convolution(direction: ConvolutionDirection, x: Any, w: Any, bias: Any, str
     yd = out.desc if out is not None else TensorDesc(dt, tuple(max(s, 1) for s in shape))
     desc = ConvolutionDesc(tx.desc, tw.desc, tb.desc if tb is not None else None, yd, ConvolutionMode(mode),
                            direction, arrays["strides"], arrays["dilations"], arrays["start_padding"],
-                           arrays["end_padding"], arrays["output_padding"], g,
-                           ActivationReluDesc(None, None) if relu else None)  # type: ignore[arg-type]
-    op = compile_cached(dev, desc)
+                           arrays["end_padding"], arrays["output_padding"], g, act)  # type: ignore[arg-type]
+    op = compile_cached(dev, desc, bool(allow_half_precision))
     assert out is not None  # compile refused an empty output
     op.execute([tx, tw, tb], [out])
     return out

@@ -98,7 +98,7 @@ def _fit(tensors: list[Tensor | None], axes: tuple[int, ...], lo: int, hi: int,
 
 
 def _normalize(dev: Device, tensors: list[Tensor | None], red: tuple[int, ...], normalize_variance: bool,
-               epsilon: float, out: Tensor | None, names: tuple[str, ...] = _NAMES) -> Tensor:
+               epsilon: float, out: Tensor | None, names: tuple[str, ...] = _NAMES, use_mean: bool = True) -> Tensor:
     """One MEAN_VARIANCE_NORMALIZATION1 execution on `tensors` (x, scale, bias; then skip, skip
     bias and the sum's output tensor, or None: the skip extension), each already of x's shape
     (broadcast views); `names`: theirs in errors, in _NAMES' order. Returns the output (`out`, or
@@ -121,7 +121,7 @@ def _normalize(dev: Device, tensors: list[Tensor | None], red: tuple[int, ...], 
     xv, sv, bv, yv, kv, rv, zv = (None if v is None else v.desc for v in views)
     assert xv is not None and yv is not None
     desc = MeanVarianceNormalization1Desc(xv, sv, bv, yv, red, normalize_variance, epsilon, skip_tensor=kv,
-                                          skip_bias_tensor=rv, sum_output_tensor=zv)
+                                          skip_bias_tensor=rv, sum_output_tensor=zv, use_mean=use_mean)
     skip = kv is not None
     ins, outs = views[:3] + (views[4:6] if skip else []), views[3:4] + (views[6:] if skip else [])
     compile_cached(dev, desc).execute(ins, outs)
@@ -163,24 +163,41 @@ def _trailing(found: dict[str, Tensor], names: tuple[str, ...], trailing: tuple[
                              f"(axis {a})")
 
 
-def layer_norm(x: Any, scale: Any, bias: Any = None, *, axis: Any = -1, epsilon: float = 1e-5,
-               out: Tensor | None = None, device: Device | None = None) -> Tensor:
-    """ONNX LayerNormalization (its Y): normalized over dimensions axis..rank-1, times `scale`,
-    plus `bias`; scale and bias broadcast (numpy's rules) to those trailing dimensions,
-    x.shape[axis:]."""
+def _over_trailing(x: Any, scale: Any, bias: Any, axis: Any, epsilon: float, out: Tensor | None,
+                   device: Device | None, use_mean: bool) -> Tensor:
+    """x normalized over dimensions axis..rank-1, times scale, plus bias (both broadcast to those)."""
     dev, found = _operand_map((x, scale, bias), _NAMES[:3], device)
     r = found["x"].desc.dimension_count
     a = as_int(axis, "axis")
     if not -r <= a < r:
         raise invalid("axis", f"must be in [{-r}, {r}) for x of rank {r}, got {a}")
     a %= r
-    _trailing(found, ("scale", "bias"), found["x"].desc.sizes[a:], a)
-    return mean_variance_normalization(found["x"], found.get("scale"), found.get("bias"), axes=tuple(range(a, r)),
-                                       epsilon=epsilon, out=out, device=dev)
+    shape = found["x"].desc.sizes
+    _trailing(found, ("scale", "bias"), shape[a:], a)
+    st, bt = (broadcast_view(found[f], shape, f) if f in found else None for f in ("scale", "bias"))
+    return _normalize(dev, [found["x"], st, bt, None, None, None], tuple(range(a, r)), True, epsilon, out,
+                      use_mean=use_mean)
+
+
+def layer_norm(x: Any, scale: Any, bias: Any = None, *, axis: Any = -1, epsilon: float = 1e-5,
+               out: Tensor | None = None, device: Device | None = None) -> Tensor:
+    """ONNX LayerNormalization (its Y): normalized over dimensions axis..rank-1, times `scale`,
+    plus `bias`; scale and bias broadcast (numpy's rules) to those trailing dimensions,
+    x.shape[axis:]."""
+    return _over_trailing(x, scale, bias, axis, epsilon, out, device, True)
+
+
+def rms_norm(x: Any, scale: Any = None, bias: Any = None, *, axis: Any = -1, epsilon: float = 1e-5,
+             out: Tensor | None = None, device: Device | None = None) -> Tensor:
+    """RMS normalization (ONNX SimplifiedLayerNormalization, RMSNormalization): x / sqrt(mean(x^2)
+    + epsilon) * scale + bias over dimensions axis..rank-1, in one MEAN_VARIANCE_NORMALIZATION1
+    dispatch with kompute_dml's use_mean = False (Mean = 0); scale and bias broadcast to those
+    trailing dimensions."""
+    return _over_trailing(x, scale, bias, axis, epsilon, out, device, False)
 
 
 def skip_layer_norm(x: Any, skip: Any, scale: Any, bias: Any = None, beta: Any = None, *, epsilon: float = 1e-12,
-                    sum_out: bool | Tensor = False, out: Tensor | None = None,
+                    sum_out: bool | Tensor = False, use_mean: bool = True, out: Tensor | None = None,
                     device: Device | None = None) -> Tensor | tuple[Tensor, Tensor]:
     """com.microsoft SkipLayerNormalization in one MEAN_VARIANCE_NORMALIZATION1 dispatch (its skip
     extension): s = x + skip (+ bias), each addition rounded to the data type exactly as
@@ -188,7 +205,8 @@ def skip_layer_norm(x: Any, skip: Any, scale: Any, bias: Any = None, beta: Any =
     their common shape, bias to it, with numpy's rules), then layer_norm(s, scale, beta) over the
     last dimension. Returns the normalized output, or (output, s) with `sum_out` (ONNX's
     input_skip_bias_sum): True for a new packed tensor, or a Tensor of that shape and type (any
-    strides) to write it to."""
+    strides) to write it to. `use_mean` False: the sum RMS-normalized (kdml.rms_norm; com.microsoft
+    SkipSimplifiedLayerNormalization)."""
     dev, found = _operand_map((x, skip, scale, bias, beta), ("x", "skip", "scale", "bias", "beta"), device)
     try:
         shape = tuple(np.broadcast_shapes(found["x"].desc.sizes, found["skip"].desc.sizes))
@@ -204,8 +222,64 @@ def skip_layer_norm(x: Any, skip: Any, scale: Any, bias: Any = None, beta: Any =
         total: Tensor | None = sum_out
     else:
         total = pooled_empty(dev, _packed(dt, shape)) if sum_out else None
-    y = _normalize(dev, [*views, total], (len(shape) - 1,), True, epsilon, out, names)
+    y = _normalize(dev, [*views, total], (len(shape) - 1,), True, epsilon, out, names, use_mean)
     return (y, total) if total is not None else y
 
 
-__all__ = ["layer_norm", "mean_variance_normalization", "skip_layer_norm"]
+def _channel_view(t: Tensor, groups: int, per: int, r: int, field: str) -> Tensor:
+    """A per-channel (groups * per values) or per-group (groups values) operand of one axis seen
+    as (1, groups, per, 1, ...) of rank r + 1 (stride 0 where it repeats)."""
+    d = t.desc
+    long = [i for i, v in enumerate(d.sizes) if v != 1]
+    if len(long) > 1 or d.element_count not in (groups, groups * per):
+        raise invalid(field, f"must hold one value per channel ({groups * per}) or per group ({groups}) along one "
+                             f"axis, got {d.sizes}")
+    step = d.effective_strides[long[0]] if long else 0
+    by_channel = d.element_count == groups * per and per > 1
+    strides = (0, step * per if by_channel else step, step if by_channel else 0) + (0,) * (r - 2)
+    return _view(t, [1, groups, per] + [1] * (r - 2), list(strides))
+
+
+def group_norm(x: Any, scale: Any, bias: Any, num_groups: int, *, epsilon: float = 1e-5, out: Tensor | None = None,
+               device: Device | None = None) -> Tensor:
+    """ONNX GroupNormalization: x (N, C, ...) normalized over each group of C / num_groups channels
+    and the spatial dimensions, then times `scale` plus `bias`, each of C values (opset 21: per
+    channel) or num_groups values (opset 18: per group). One MEAN_VARIANCE_NORMALIZATION1 over x
+    seen as (N, G, C / G, ...); float32 arithmetic (stash_type 1)."""
+    dev, found = _operand_map((x, scale, bias), _NAMES[:3], device if device is not None or out is None else out.device)
+    xt = found["x"]
+    r = xt.desc.dimension_count
+    g = as_int(num_groups, "num_groups")
+    if r < 2:
+        raise invalid("x", f"must have at least 2 dimensions (N, C, ...), got {xt.desc.sizes}")
+    c = xt.desc.sizes[1]
+    if g < 1 or c % g:
+        raise invalid("num_groups", f"must divide the channels ({c}), got {g}")
+    per = c // g
+    shape, dt = xt.desc.sizes, xt.desc.data_type
+    split = (shape[0], g, per, *shape[2:])
+    xs = xt.desc.effective_strides
+    xv = _view(xt, list(split), [xs[0], xs[1] * per, xs[1], *xs[2:]])
+    if out is not None:
+        check_out(out, dev, shape, dt)
+    y = out if out is not None else pooled_empty(dev, _packed(dt, shape))
+    ys = y.desc.effective_strides
+    yv = _view(y, list(split), [ys[0], ys[1] * per, ys[1], *ys[2:]])
+    st, bt = (broadcast_view(_channel_view(found[f], g, per, r, f), split, f) for f in ("scale", "bias"))
+    _normalize(dev, [xv, st, bt, None, None, None], tuple(range(2, r + 1)), True, epsilon, yv)
+    return y
+
+
+def instance_norm(x: Any, scale: Any, bias: Any, *, epsilon: float = 1e-5, out: Tensor | None = None,
+                  device: Device | None = None) -> Tensor:
+    """ONNX InstanceNormalization: x (N, C, D1, ...) normalized per (n, c) over D1, ..., then
+    times scale[c] plus bias[c] (one MEAN_VARIANCE_NORMALIZATION1)."""
+    dev, found = _operand_map((x, scale, bias), _NAMES[:3], device if device is not None or out is None else out.device)
+    xt = found["x"]
+    r = xt.desc.dimension_count
+    if r < 3:
+        raise invalid("x", f"must have at least 3 dimensions (N, C, D1, ...), got {xt.desc.sizes}")
+    return group_norm(xt, found["scale"], found["bias"], xt.desc.sizes[1], epsilon=epsilon, out=out, device=dev)
+
+
+__all__ = ["group_norm", "instance_norm", "layer_norm", "mean_variance_normalization", "rms_norm", "skip_layer_norm"]

@@ -1,7 +1,7 @@
 """The helpers of the pooling operators (ops/pooling.py): kdml.max_pool (MAX_POOLING2, optional
-UINT32 indices) and kdml.avg_pool (AVERAGE_POOLING; AVERAGE_POOLING1 where dilations are not all
-1). Inputs of 3 to 5 dimensions: a 1-D input (N, C, W) runs as (N, C, 1, W), the operators' tables
-having 4 or 5 dimensions."""
+UINT32 indices), kdml.avg_pool (AVERAGE_POOLING; AVERAGE_POOLING1 where dilations are not all
+1) and kdml.lp_pool (LP_POOLING; LP_POOLING1 with dilations). Inputs of 3 to 5 dimensions: a 1-D
+input (N, C, W) runs as (N, C, 1, W), the operators' tables having 4 or 5 dimensions."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ..core.errors import invalid
 from ..core.ints import as_int_tuple
 from ..core.tensor_desc import TensorDesc
 from ..device.memory import Tensor
-from ..ops.pooling import AveragePooling1Desc, AveragePoolingDesc, MaxPooling2Desc
+from ..ops.pooling import AveragePooling1Desc, AveragePoolingDesc, LpPooling1Desc, LpPoolingDesc, MaxPooling2Desc
 from ..ops.spatial import output_sizes
 from . import _packed, check_out, compile_cached, pooled_empty
 from .elementwise import _operands
@@ -138,5 +138,21 @@ def avg_pool(x: Any, window: Any, *, strides: Any = None, start_padding: Any = N
     if any(d != 1 for d in a["dilations"]):
         desc = AveragePooling1Desc(t.desc, y_desc, a["window"], a["strides"], a["start_padding"], a["end_padding"],
                                    a["dilations"], bool(include_padding))
+    compile_cached(dev, desc).execute([t], [yb])
+    return y
+
+
+def lp_pool(x: Any, window: Any, p: int = 2, *, strides: Any = None, start_padding: Any = None,
+            end_padding: Any = None, dilations: Any = None, out: Tensor | None = None,
+            device: Device | None = None) -> Tensor:
+    """(sum of |x|^p over each window)^(1 / p) (LP_POOLING; LP_POOLING1 where `dilations` are
+    not all 1): x of 3 to 5 dimensions, FLOAT32 or FLOAT16, p >= 1; padding contributes nothing.
+    The arrays and `out` as avg_pool's."""
+    dev, t, a, shape, one_d = _pool(x, window, strides, start_padding, end_padding, dilations, out, device)
+    y, y_desc, yb = _result(dev, out, shape, t.desc.data_type, one_d, "out")
+    desc: Any = LpPoolingDesc(t.desc, y_desc, a["window"], a["strides"], a["start_padding"], a["end_padding"], p)
+    if any(d != 1 for d in a["dilations"]):
+        desc = LpPooling1Desc(t.desc, y_desc, a["window"], a["strides"], a["start_padding"], a["end_padding"],
+                              a["dilations"], p)
     compile_cached(dev, desc).execute([t], [yb])
     return y

@@ -218,6 +218,32 @@ def kind_runs(nodes: list[tuple[list[str], list[str]]], kinds: list[str]) -> lis
     return runs
 
 
+def in_topological_order(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model itself where its nodes are in a topological order (ONNX's rule), else a copy with
+    them reordered (stable: the listed order wherever the data flow allows it). onnxruntime sorts
+    such graphs too, and tools write them: onnxruntime's float16 converter appends the Casts of the
+    graph inputs after their readers. A cycle is left for the partition to refuse."""
+    g = model.graph
+    nodes = [(_node_inputs(node), list(node.output)) for node in g.node]
+    seen = {i.name for i in g.input} | {t.name for t in g.initializer} | {t.values.name for t in g.sparse_initializer}
+    produced = {o for _, outs in nodes for o in outs if o}
+    for ins, outs in nodes:
+        if any(n in produced and n not in seen for n in ins):
+            break
+        seen.update(o for o in outs if o)
+    else:
+        return model
+    try:
+        ((_, order),) = kind_runs(nodes, [VULKAN] * len(nodes))
+    except ValueError:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend(g.node[i] for i in order)
+    return out
+
+
 class _NodeTypes:
     """ops/onnx_types.NodeTypes over a prepared model's declared types."""
 

@@ -118,11 +118,14 @@ class Backend(_OnnxBackend):
         (default True: integer products sharing their A run as one, onnx_backend/product_groups.py), kdml_device,
         warmup (a dict of input name -> shape, or a list of such dicts: the model runs once
         per dict on zero-filled inputs of those shapes, so the pipelines, descriptor sets and
-        recorded submissions those shapes need exist before the first real run)."""
+        recorded submissions those shapes need exist before the first real run),
+        allow_half_precision (default False: DirectML's DML_EXECUTION_FLAG_ALLOW_HALF_PRECISION_COMPUTATION;
+        True: float32 MatMul, Gemm, FusedMatMul and Conv compute in float16 with float32
+        accumulation, onnx_backend/half_precision.py)."""
         proto = load_model(model)
         dev = kwargs.pop("kdml_device", None) or _kdml_device(device, kwargs.pop("feature_level", None))
         kwargs.pop("feature_level", None)
-        allowed = {"fallback", "exclude_ops", "cpu_threads", "fuse", "group_products"}
+        allowed = {"fallback", "exclude_ops", "cpu_threads", "fuse", "group_products", "allow_half_precision"}
         rep = BackendRep(proto, dev, **{k: v for k, v in kwargs.items() if k in allowed})
         warm = kwargs.get("warmup")
         for shapes in [warm] if isinstance(warm, dict) else (warm or []):

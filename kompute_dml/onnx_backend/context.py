@@ -30,6 +30,7 @@ class PreparedGraph(Protocol):
     model: onnx.ModelProto
     graph: onnx.GraphProto
     product_groups: dict[str, Any]  # product_groups.py: member output -> its group, found at prepare
+    allow_half_precision: bool  # float32 products in float16 (half_precision.py)
 
     def constant_host(self, name: str) -> np.ndarray: ...
 
@@ -58,6 +59,8 @@ class NodeContext(Protocol):
 
     def weight_to_device(self, name: str, rows: int, stats: RunStats) -> kdml.Tensor: ...
 
+    def constant_as(self, name: str, dtype: Any, stats: RunStats) -> kdml.Tensor: ...  # converted once
+
     def out_tensor(self, sizes: Sequence[int], dtype: Any, over: Any = None) -> kdml.Tensor: ...
 
     def hold_for_members(self, value: Any, members: int) -> None: ...
@@ -81,6 +84,7 @@ class EagerContext:
         self.to_device = rep.to_device
         self.upload_group = rep.upload_group
         self.weight_to_device = rep.weight_to_device
+        self.constant_as = rep.constant_as
         self.out_tensor = rep.out_tensor
         self.note = rep._note
 

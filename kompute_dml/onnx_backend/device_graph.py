@@ -35,7 +35,8 @@ from .handlers_values import BOOL, OutputArrays, dml_numpy, into, is_packed
 from .node_traces import host_node, input_key, keep_traces, run_node
 from .plan_context import PlanContext, _block
 from .siblings import prepare_siblings
-from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_dtype, _value_shape, at_node
+from .transfers import device_results
+from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_dtype, _value_shape, at_node, empty_on_host
 
 if TYPE_CHECKING:
     from .rep import BackendRep
@@ -94,7 +95,10 @@ class GraphPlan:
                 if dtype != BOOL and dtype not in _dml_types():
                     raise FallbackNeeded(f"input {name!r} of type {dtype}")
                 if 0 in shape:
-                    raise FallbackNeeded(f"input {name!r} is empty")
+                    if on_device:  # (a Tensor is never empty)
+                        raise FallbackNeeded(f"input {name!r} is empty")
+                    env[name] = np.empty(shape, dtype)  # a decoder's first past: a host value (values.empty_on_host)
+                    continue
                 desc = kdml.TensorDesc(kdml.DataType.from_numpy(dml_numpy(dtype)), shape if shape else (1,))
                 if not on_device:
                     self.inputs.append((name, total, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize))
@@ -136,6 +140,8 @@ class GraphPlan:
                 outs = host_node(rep, host_last, i, node, ins, stats) if tracing else rep._host_node(i, node, ins, stats)
             elif target == CPU:
                 raise FallbackNeeded(f"node {i} ({node.op_type}) runs on the CPU")
+            elif empty_on_host(ins):  # nothing to compute on the device: an empty value's node
+                outs = rep._host_node(i, node, ins, stats)
             else:
                 rec.scope = scope  # profile rows: per node
                 key = input_key(inputs, ins, env) if tracing else None
@@ -183,7 +189,10 @@ class GraphPlan:
                     rec.flush()
                     flushed_at = time.perf_counter()
                 ctx.dying = [env[n] for n in dying[i] if n in env]
-                fusions.step(i, steps, ctx, g, lookup, stats)
+                try:
+                    fusions.step(i, steps, ctx, g, lookup, stats)
+                except FallbackNeeded as e:  # say which node the whole-graph plan stopped at
+                    raise FallbackNeeded(f"node {i} ({g.node[i].op_type} {g.node[i].name!r}): {e}") from None
                 for name in dying[i]:
                     v = env.pop(name, None)
                     ctx.drop(v)
@@ -232,9 +241,10 @@ class GraphPlan:
     def _copy_device_inputs(self, feeds: dict[str, Any]) -> None:
         """The Tensors fed on the device into their parts of the input buffer: one submission."""
         if self.device_inputs:
-            with self._device.record():
+            with self._device.capture() as rec:  # one submission (device_results says why)
                 for name, part in self.device_inputs:
                     kdml.copy(feeds[name].tensor, out=part)
+            rec.submit()
 
     def run(self, feeds: dict[str, Any], stats: RunStats, on_device: bool = False,
             out: OutputArrays | None = None) -> list[Any]:
@@ -286,9 +296,7 @@ class GraphPlan:
         return results
 
     def _device_results(self) -> list[Any]:
-        with self._device.record():  # one submission for the copies
-            results = [device_result(v, self._device) for _name, v in self.outputs]
-        return results
+        return device_results([v for _name, v in self.outputs], self._device)
 
     def _result_array(self, k: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A new array for output k: one this plan returned before that nothing references any
@@ -374,24 +382,3 @@ def _dml_types() -> set[np.dtype]:
     from .values import _DML_NUMPY
     return _DML_NUMPY
 
-
-def device_result(v: Any, device: kdml.Device) -> Any:
-    """An output handed to the caller on the device: a new packed Tensor of its ONNX shape (a
-    rank-0 value as shape (1,)), copied there from a device value or uploaded from a host one;
-    what no DirectML tensor holds (bool, strings, sequences, empty values) as the host form."""
-    if isinstance(v, DeviceValue):
-        if v.dtype == BOOL:
-            return v.tensor.numpy().reshape(v.shape).astype(BOOL)
-        t = kdml.copy(v.tensor)
-        shape = v.shape if v.shape else (1,)
-        return t if t.shape == shape else kdml.Tensor(t.buffer, kdml.TensorDesc(t.desc.data_type, shape), t.offset)
-    if isinstance(v, (np.ndarray, np.generic)) and v.dtype in _dml_types() and v.size:
-        return device.tensor(np.ascontiguousarray(v).reshape(v.shape if v.shape else (1,)))
-    return [np.array(e, copy=True) for e in v] if isinstance(v, list) else v if v is None else np.array(v, copy=True)
-
-
-def signature(feeds: dict[str, Any]) -> tuple[Any, ...]:
-    """Names, shapes, types and where each input lives (a Tensor fed on the device or a host array)."""
-    return tuple((n, v.shape, v.dtype.str, False) if type(v) is np.ndarray  # the common case, without str(dtype)
-                 else (n, _value_shape(v), np.dtype(_value_dtype(v)).str, isinstance(v, DeviceValue)) if _is_tensor_value(v)
-                 else (n, type(v).__name__) for n, v in feeds.items())

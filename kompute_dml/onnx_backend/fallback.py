@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import onnx
 from onnx import helper
 
@@ -140,7 +141,8 @@ class CpuSegment:
         if engine == "reference" and self.refused:
             self.rep._note(f"CPU sub-graph {self.index} of {self._ops()} ran on onnx's reference evaluator: "
                            f"{self.refused}")
-        feeds = dict(zip(self.inputs, values))
+        # (a numpy scalar from host arithmetic as the 0-d array onnxruntime takes)
+        feeds = {n: np.asarray(v) if isinstance(v, np.generic) else v for n, v in zip(self.inputs, values)}
         if engine == "onnxruntime":
             try:
                 return list(impl.run(self.outputs, feeds))

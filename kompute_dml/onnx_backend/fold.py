@@ -124,10 +124,11 @@ def fold_constants(model: onnx.ModelProto, constants: dict[str, TensorProto], fe
     note = ""
     if wanted:
         try:
-            values.update(_evaluate(model, [g.node[i] for i in evaluated], values, wanted))
-        except Exception as e:  # neither engine runs them: they stay nodes, run as before
+            # (through the aliases: an Identity of a constant is no value of its own)
+            values.update(_evaluate(model, _renamed([g.node[i] for i in evaluated], alias), values, wanted))
+        except Exception as e:  # node by node: those neither engine runs stay nodes, with their readers
             note = f"not folded ({str(e).strip().splitlines()[0][:200]})"
-            gone -= set(evaluated)
+            gone -= {i for i in evaluated if not _one(model, _renamed([g.node[i]], alias)[0], values)}
             left = _renamed([node for i, node in enumerate(g.node) if i not in gone], alias)
             folded = [i for i in folded if i in gone]
             read_later = {n for node in left for n in _node_inputs(node)} | {o.name for o in g.output}
@@ -141,6 +142,18 @@ def fold_constants(model: onnx.ModelProto, constants: dict[str, TensorProto], fe
                               doc_string=g.doc_string)
     ops = tuple(g.node[i].op_type for i in folded)
     return Folded(graph, kept, ops, note)
+
+
+def _one(model: onnx.ModelProto, node: onnx.NodeProto, values: dict[str, TensorProto]) -> bool:
+    """Evaluate one node into `values` where its inputs are there and an engine runs it."""
+    outs = [o for o in node.output if o]
+    if not all(n in values for n in _node_inputs(node)):
+        return False
+    try:
+        values.update(_evaluate(model, [node], values, outs))
+    except Exception:
+        return False
+    return True
 
 
 def _renamed(nodes: list[onnx.NodeProto], alias: dict[str, str]) -> list[onnx.NodeProto]:

@@ -22,11 +22,22 @@ The fused kernels are the operators' kompute_dml extensions, bit for bit the unf
   with its additive mask and NaN -> 0 (kdml.softmax(mask=, nan_to_zero=True)). The Where's
   constant must be +0.0 (every element's bits 0): Where copies the constant's bits, and the
   kernel writes +0; a -0.0 constant is left unfused.
-- Conv -> Relu: CONVOLUTION with its fused ReLU (handlers_conv.run_conv_relu; the float Conv only);
+- Conv -> Relu, LeakyRelu, Clip (ReLU6), Sigmoid, HardSigmoid, HardSwish, Tanh, Elu: CONVOLUTION with
+  the fused activation (handlers_conv.run_conv_activation; the float Conv only), the standalone
+  operator's bits of the rounded Conv output (MobileNetV3's Conv+HardSwish, ReLU6 as Clip(0, 6),
+  a squeeze-excitation's Conv+Sigmoid; SiLU, Conv -> x * Sigmoid(x), stays unfused: the Conv's
+  output is read twice);
 - MatMulInteger -> Cast(float) -> Mul(scale) (onnxruntime's quantize_dynamic): MATRIX_MULTIPLY_INTEGER_TO_FLOAT
   (fusion_quant.py; MatMulInteger has no operator alone: the chain claims it).
 - BatchNormalization (inference) -> Relu: BATCH_NORMALIZATION with its fused ACTIVATION_RELU (the
   same bits as the ReLU node: -0 and negatives to +0, NaN kept).
+- DequantizeLinear -> Conv -> QuantizeLinear (onnxruntime's QDQ format), the weights a
+  DequantizeLinear of int8 / uint8 initializers: QUANTIZED_LINEAR_CONVOLUTION (fusion_qconv.py),
+  the integer convolution and one requantization (not the float graph's bits: the fused
+  semantics, onnxruntime's QLinearConv's).
+- MatMul | FusedMatMul -> [Mul | Div by a constant] -> [Add mask] -> Softmax -> [no-op Casts] ->
+  MatMul: MULTIHEAD_ATTENTION (fusion_attention.py; the one chain here not bit for bit the unfused
+  nodes: the scores are never rounded to the type, within the families' tolerance).
 (com.microsoft SkipLayerNormalization needs no pattern: its handler is one dispatch.)
 """
 
@@ -44,13 +55,16 @@ import onnx
 import kompute_dml as kdml
 from kompute_dml.functional.elementwise import broadcast_view
 
+from .fusion_attention import attention_patterns
+from .fusion_qconv import check_qdq_conv, run_qdq_conv
 from .fusion_quant import check_integer_product, run_integer_product
 from .graph import _attr, _node_inputs
-from .handlers_conv import run_conv_relu
+from .handlers_activation import FUSED_TYPES
+from .handlers_conv import run_conv_activation
 from .handlers_nn import _floats, _opset
 from .handlers_pool import batch_norm_node
 from .handlers_values import as_device
-from .values import _FLOAT_OUT, CPU, VULKAN, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape, at_node
+from .values import _FLOAT_OUT, CPU, MS_DOMAIN, VULKAN, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape, at_node
 
 if TYPE_CHECKING:
     from .context import NodeContext
@@ -82,6 +96,7 @@ class Pattern:
     check: Callable[[BackendRep, list[onnx.NodeProto]], str]  # why not to fuse ("" to fuse)
     run: Callable[[Any, list[onnx.NodeProto], Callable[[str], Any], RunStats], list[Any]]  # the carrier's outputs
     claims: tuple[int, ...] = ()  # chain positions of nodes with no operator alone, on the device in the chain
+    ms_ops: frozenset[str] = frozenset()  # node types of the chain in the com.microsoft domain (FusedMatMul)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,7 +204,7 @@ def _check_add_layer_norm(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     return ""
 
 
-def _check_conv_relu(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
+def _check_conv_act(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     dts = {rep._elem_dtype(name) for name in nodes[0].input[:2]}  # only a float Conv runs on CONVOLUTION
     return "" if dts <= {np.dtype(np.float32), np.dtype(np.float16), None} else f"Conv of {sorted(map(str, dts))}"
 
@@ -219,11 +234,16 @@ PATTERNS = (
     Pattern("Add+Softmax+IsNaN+Where", ("Add", "Softmax", "IsNaN", "Where"),
             ((0, 1, 0), (1, 2, 0), (2, 3, 0), (1, 3, 2)), "ACTIVATION_SOFTMAX1",
             _check_masked_softmax, _run_masked_softmax),
-    Pattern("Conv+Relu", ("Conv", "Relu"), ((0, 1, 0),), "CONVOLUTION", _check_conv_relu, run_conv_relu),
+    *(Pattern(f"Conv+{t}", ("Conv", t), ((0, 1, 0),), "CONVOLUTION", _check_conv_act, run_conv_activation)
+      for t in FUSED_TYPES),
     Pattern("MatMulInteger+Cast+Mul", ("MatMulInteger", "Cast", "Mul"), ((0, 1, 0), (1, 2, 0)),
             "MATRIX_MULTIPLY_INTEGER_TO_FLOAT", check_integer_product, run_integer_product, claims=(0,)),
     Pattern("BatchNormalization+Relu", ("BatchNormalization", "Relu"), ((0, 1, 0),), "BATCH_NORMALIZATION",
             lambda rep, nodes: "", _run_batch_norm_relu),
+    Pattern("DequantizeLinear+Conv+QuantizeLinear", ("DequantizeLinear", "Conv", "QuantizeLinear"), ((0, 1, 0), (1, 2, 0)),
+            "QUANTIZED_LINEAR_CONVOLUTION", check_qdq_conv, run_qdq_conv),
+    # MatMul(Q, K^T) -> [Mul | Div] -> [Add mask] -> Softmax -> [Cast]* -> MatMul(., V): fusion_attention.py
+    *attention_patterns(Pattern),
 )
 
 
@@ -320,7 +340,9 @@ def _match(rep: BackendRep, pattern: Pattern, head: int, uses: dict[str, list[tu
     outputs = set(rep.output_names)
     for pos, i in enumerate(chain):
         node = g.node[i]
-        if node.domain not in ("", "ai.onnx") or (rep._placement_static[i][0] != VULKAN and pos not in pattern.claims):
+        default = node.domain in ("", "ai.onnx") and node.op_type not in pattern.ms_ops
+        if not (default or (node.domain == MS_DOMAIN and node.op_type in pattern.ms_ops)) or \
+                (rep._placement_static[i][0] != VULKAN and pos not in pattern.claims):
             return None
         if pos in pattern.claims and (node.op_type in rep.exclude_ops or rep._placement_static[i][0] != CPU):
             return None

@@ -12,17 +12,23 @@ import kompute_dml as kdml
 from kompute_dml.ops import SPECS
 
 from . import product_groups
+from .fusion_qconv import QCONV_HANDLERS
 from .graph import _attr, _np_dtype_of_onnx
 from .handlers_activation import ACT_HANDLERS
 from .handlers_arith import ARITH_HANDLERS
+from .handlers_attention import ATTENTION_HANDLERS
 from .handlers_conv import CONV_HANDLERS
+from .handlers_conv_integer import CONV_INTEGER_HANDLERS
+from .handlers_einsum import EINSUM_HANDLERS
 from .handlers_fill import FILL_HANDLERS
 from .handlers_logic import LOGIC_HANDLERS
 from .handlers_math import MATH_HANDLERS, binary, compare
 from .handlers_nn import NN_HANDLERS, float_unary
 from .handlers_pool import POOL_HANDLERS
 from .handlers_reduce import REDUCE_HANDLERS
+from .handlers_transformer import TRANSFORMER_HANDLERS
 from .handlers_values import MOVE_HANDLERS, VALUE_HANDLERS
+from .handlers_vision import VISION_HANDLERS
 from .quantize import dynamic_quantize_uint8
 from .values import (
     _DML_NUMPY,
@@ -353,5 +359,6 @@ def _kind_handler(spec_name: str, op: Any) -> Any:
 
 _KIND_HANDLERS = {op.op_type: _kind_handler(s.name, op) for s in SPECS for op in s.onnx if op.kind}
 HANDLERS = {**_SEED_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS, **NN_HANDLERS, **REDUCE_HANDLERS,
-            **CONV_HANDLERS, **POOL_HANDLERS, **MOVE_HANDLERS, **ACT_HANDLERS, **LOGIC_HANDLERS, **FILL_HANDLERS,
-            **ARITH_HANDLERS, **_KIND_HANDLERS}
+            **CONV_HANDLERS, **CONV_INTEGER_HANDLERS, **EINSUM_HANDLERS, **POOL_HANDLERS, **MOVE_HANDLERS,
+            **ACT_HANDLERS, **LOGIC_HANDLERS, **FILL_HANDLERS, **VISION_HANDLERS, **QCONV_HANDLERS, **ATTENTION_HANDLERS,
+            **TRANSFORMER_HANDLERS, **ARITH_HANDLERS, **_KIND_HANDLERS}

@@ -65,6 +65,14 @@ def _h_clip(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     elif 0 in _value_shape(ins[0]):
         raise FallbackNeeded("an empty tensor")
     shape = _value_shape(ins[0])
+    lo, hi = clip_bounds(ctx, node, ins, stats, dt)
+    y = kdml.clip(_dev(ctx, node, ins, 0, stats), min=lo, max=hi, out=ctx.out_tensor(shape, dt), device=ctx.device)
+    return [DeviceValue(y, shape, dt)]
+
+
+def clip_bounds(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, dt: Any) -> tuple[float, float]:
+    """Clip's (min, max) for input type `dt` as the module docstring says (FallbackNeeded: a fed or NaN bound)."""
+    integer = np.issubdtype(dt, np.integer)
     if _opset(ctx.prepared.model) < 11:  # float attributes: float32's limits by default (inf stays inf in float16)
         f32 = np.finfo(np.float32)
         lo, hi = float(_attr(node, "min", float(f32.min))), float(_attr(node, "max", float(f32.max)))
@@ -76,8 +84,7 @@ def _h_clip(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
         raise FallbackNeeded("a NaN bound")
     if lo > hi:  # onnxruntime: max everywhere
         lo = hi
-    y = kdml.clip(_dev(ctx, node, ins, 0, stats), min=lo, max=hi, out=ctx.out_tensor(shape, dt), device=ctx.device)
-    return [DeviceValue(y, shape, dt)]
+    return lo, hi
 
 
 def _minmax(helper: str) -> Any:
@@ -98,6 +105,32 @@ def _minmax(helper: str) -> Any:
             acc = fn(acc, tensors[i], out=dest, device=ctx.device)
         return [DeviceValue(acc, shape, dt)]
     return handler
+
+
+# the node types CONVOLUTION fuses (onnx_backend/fusions.py's Conv+<type>): their descriptors' classes
+# and attributes, as the handlers above and the float_unary kind read them
+_FUSED: dict[str, tuple[str, dict[str, tuple[str, float]]]] = {
+    "Relu": ("ActivationReluDesc", {}),
+    "LeakyRelu": ("ActivationLeakyReluDesc", {"alpha": ("alpha", 0.01)}),
+    "Elu": ("ActivationEluDesc", {"alpha": ("alpha", 1.0)}),
+    "HardSigmoid": ("ActivationHardSigmoidDesc", {"alpha": ("alpha", 0.2), "beta": ("beta", 0.5)}),
+    "HardSwish": ("ActivationHardSwishDesc", {}),
+    "Sigmoid": ("ActivationSigmoidDesc", {}),
+    "Tanh": ("ActivationTanhDesc", {}),
+    "Clip": ("ElementWiseClipDesc", {}),
+}
+FUSED_TYPES = tuple(_FUSED)
+
+
+def fused_activation(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, dt: Any) -> Any:
+    """The activation node `node` (one of FUSED_TYPES) as a fused activation descriptor (tensors None)
+    for an input of type `dt`, with the parameters its own handler gives the standalone operator
+    (Clip: clip_bounds, from `ins`' min / max inputs), so the fused result has its bits."""
+    cls_name, attrs = _FUSED[node.op_type]
+    kw = {k: float(_attr(node, a, d)) for a, (k, d) in attrs.items()}
+    if node.op_type == "Clip":
+        kw["min"], kw["max"] = clip_bounds(ctx, node, ins, stats, np.dtype(dt))
+    return getattr(kdml, cls_name)(None, None, **kw)
 
 
 ACT_HANDLERS = {

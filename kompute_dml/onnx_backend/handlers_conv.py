@@ -3,10 +3,18 @@ kernel_shape (checked against the weight's), strides, dilations, group, pads (ON
 end... order) or auto_pad: VALID (no padding), SAME_UPPER / SAME_LOWER (output = ceil(in / stride),
 the odd padding at the end / at the start), NOTSET (the pads). An optional bias of output-channel
 values. ConvTranspose on CONVOLUTION's BACKWARD direction: weight (Cin, Cout / group, window...),
-output_padding, output_shape (the padding derived from it) and auto_pad as ONNX defines them."""
+output_padding, output_shape (the padding derived from it) and auto_pad as ONNX defines them.
+
+allow_half_precision (DirectML's DML_EXECUTION_FLAG_ALLOW_HALF_PRECISION_COMPUTATION): the prepared
+model's flag `ctx.prepared.allow_half_precision` (absent: False; Backend.prepare's option) compiles
+every float32 Conv with it, so the device policy may run it on the float16 tensor-core kernel
+(ops/conv_coop.py); where it does, a constant weight goes up once as float16 (`half_weight`: the
+kernel then reads it without converting it at every tile load)."""
 
 from __future__ import annotations
 
+import math
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -17,8 +25,9 @@ import kompute_dml as kdml
 from kompute_dml.ops.convolution import backward_output_sizes, output_sizes
 
 from .graph import _attr
+from .handlers_activation import fused_activation
 from .handlers_values import as_device
-from .values import DeviceValue, FallbackNeeded, RunStats
+from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype
 
 if TYPE_CHECKING:
     from .context import NodeContext
@@ -48,12 +57,43 @@ def conv_padding(node: onnx.NodeProto, in_sizes: tuple[int, ...], window: tuple[
     return tuple(pads[:n]), tuple(pads[n:])
 
 
-def _operands(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> tuple[Any, ...]:
+def allow_half(ctx: NodeContext) -> bool:
+    """The prepared model's allow_half_precision flag (False where it has none)."""
+    return bool(getattr(ctx.prepared, "allow_half_precision", False))
+
+
+# per prepared model: its constant float32 Conv weights uploaded as float16 (half_weight)
+_HALF_WEIGHTS: weakref.WeakKeyDictionary[Any, dict[str, kdml.Tensor]] = weakref.WeakKeyDictionary()
+
+
+def half_weight(ctx: NodeContext, name: str, groups: int) -> DeviceValue | None:
+    """Under allow_half_precision, the constant float32 Conv weight `name` as float16, uploaded once
+    per prepared model, where the device policy runs the Conv on the tensor cores (the only kernel
+    that takes a float16 filter with float32 tensors); None elsewhere (the float32 weight is used)."""
+    if not allow_half(ctx) or not ctx.is_constant(name):
+        return None
+    arr = ctx.prepared.constant_host(name)
+    if arr.dtype != np.float32 or arr.ndim not in (3, 4, 5) or groups < 1 or arr.shape[0] % groups:
+        return None
+    family = ctx.device.policy.conv_family_for(half=True, coutg=arr.shape[0] // groups, klen=math.prod(arr.shape[1:]),
+                                               backward=False)
+    if family not in ("coopmat", "coopmat-emulated"):
+        return None
+    cache = _HALF_WEIGHTS.setdefault(ctx.prepared, {})
+    if name not in cache:
+        cache[name] = ctx.device.tensor(arr.astype(np.float16))
+    return DeviceValue(cache[name], arr.shape, np.dtype(np.float16))
+
+
+def _operands(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats,
+              w16: DeviceValue | None = None) -> tuple[Any, ...]:
     """Conv's and ConvTranspose's common reading: x and w on the device (one float type, 3 to 5
-    dimensions), the window (checked against kernel_shape), strides, dilations, the optional bias."""
-    x, w = (as_device(ctx, ins[i], stats, node.input[i]) for i in range(2))
+    dimensions; `w16`: the weight as float16 for float32 x, half_weight's), the window (checked
+    against kernel_shape), strides, dilations, the optional bias."""
+    x = as_device(ctx, ins[0], stats, node.input[0])
+    w = w16 if w16 is not None and x.dtype == np.float32 else as_device(ctx, ins[1], stats, node.input[1])
     dt = x.dtype
-    if dt not in (np.float32, np.float16) or w.dtype != dt:
+    if dt not in (np.float32, np.float16) or (w.dtype != dt and w is not w16):
         raise FallbackNeeded(f"{node.op_type} of {dt} and {w.dtype} (CONVOLUTION takes FLOAT32 / FLOAT16)")
     r = len(x.shape)
     if r not in (3, 4, 5) or len(w.shape) != r:
@@ -75,26 +115,34 @@ def _h_conv(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     return run_conv(ctx, node, ins, stats)
 
 
-def run_conv(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, relu: bool = False) -> list[Any]:
-    """The Conv node on CONVOLUTION, its output through the fused ReLU where `relu` (Conv+Relu)."""
-    x, w, dt, _n, window, strides, dilations, bias = _operands(ctx, node, ins, stats)
+def run_conv(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, activation: Any = None) -> list[Any]:
+    """The Conv node on CONVOLUTION, its output through `activation` (a fused activation descriptor:
+    the Conv+<activation> fusions), under the prepared model's allow_half_precision."""
+    groups = int(_attr(node, "group", 1))
+    w16 = half_weight(ctx, node.input[1], groups) if len(node.input) > 1 else None
+    x, w, dt, _n, window, strides, dilations, bias = _operands(ctx, node, ins, stats, w16)
     start, end = conv_padding(node, tuple(x.shape[2:]), window, strides, dilations)
     out_shape = (x.shape[0], w.shape[0], *output_sizes(
         tuple(x.shape[2:]), window, strides, dilations, start, end))
     out = ctx.out_tensor(out_shape, dt)
     y = kdml.conv(x.tensor, w.tensor, bias, strides=strides, dilations=dilations, start_padding=start,
-                  end_padding=end, groups=int(_attr(node, "group", 1)), relu=relu, out=out, device=ctx.device)
+                  end_padding=end, groups=groups, activation=activation, allow_half_precision=allow_half(ctx), out=out,
+                  device=ctx.device)
     return [DeviceValue(y, out_shape, dt)]
 
 
-def run_conv_relu(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
-                  stats: RunStats) -> list[Any]:
-    """Conv -> Relu (fusions.PATTERNS) in one dispatch: CONVOLUTION with its fused ReLU, whose bits
-    are ACTIVATION_RELU's of the rounded Conv output (ReLU commutes with the one rounding: a
-    negative sum rounds to a negative value or -0, both +0 after ReLU; NaN kept)."""
-    conv = nodes[0]
+def run_conv_activation(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
+                        stats: RunStats) -> list[Any]:
+    """Conv -> <activation> (fusions.PATTERNS: Relu, LeakyRelu, Clip, Sigmoid, HardSigmoid, HardSwish,
+    Tanh, Elu) in one dispatch: CONVOLUTION with the fused activation, whose bits are the unfused
+    chain's (conv_common.glsl applies the standalone operator's function to the rounded Conv output;
+    ReLU commutes with the rounding); FallbackNeeded (a fed Clip bound) runs the chain unfused."""
+    conv, act = nodes
     ins = [lookup(name) if name else None for name in conv.input]
-    return run_conv(ctx, conv, ins, stats, relu=True)
+    x = ins[0]
+    act_ins = [None] + [lookup(name) if name else None for name in act.input[1:]]  # input 0: the Conv's output
+    desc = fused_activation(ctx, act, act_ins, stats, _value_dtype(x))
+    return run_conv(ctx, conv, ins, stats, activation=desc)
 
 
 def transpose_padding(node: onnx.NodeProto, in_sizes: tuple[int, ...], window: tuple[int, ...],

@@ -8,6 +8,7 @@ raises FallbackNeeded or kdml.UnsupportedError: the node runs on the CPU instead
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -150,6 +151,42 @@ def _h_dequantize(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats:
     return [DeviceValue(kdml.dequantize_linear(tx, ts, tz, out=out, device=ctx.device), shape, dt)]
 
 
+def _along(t: kdml.Tensor, shape: tuple[int, ...], axis: int) -> kdml.Tensor:
+    """A tensor of shape[axis] values (one dimension of them) seen with x's rank, along `axis`."""
+    d = t.desc
+    long = [i for i, v in enumerate(d.sizes) if v != 1]
+    if d.element_count != shape[axis] or len(long) > 1:
+        raise ValueError(f"a per-axis scale or zero point must hold {shape[axis]} values, got {d.sizes}")
+    strides = [0] * len(shape)
+    strides[axis] = d.effective_strides[long[0]] if long else 0
+    sizes = [1] * len(shape)
+    sizes[axis] = shape[axis]
+    return kdml.Tensor.trusted(t.buffer, kdml.TensorDesc(d.data_type, tuple(sizes), tuple(strides)), t.offset)
+
+
+def _h_quantize(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """QuantizeLinear on ELEMENT_WISE_QUANTIZE_LINEAR: a per-tensor scale and zero point, or
+    per-axis ones (1-D, along `axis`) seen as stride-0 views; no zero point: a UINT8 0."""
+    x, scale = ins[0], ins[1]
+    zp = ins[2] if len(ins) > 2 and len(node.input) > 2 and node.input[2] else None
+    shape = tuple(_value_shape(x))
+    if _value_dtype(x) not in (np.float32, np.int32) or _value_dtype(scale) != np.float32:
+        raise FallbackNeeded("QuantizeLinear of other than float32 / int32 by a float32 scale")
+    out_dt = _value_dtype(zp) if zp is not None else np.dtype(np.uint8)
+    if out_dt not in (np.int8, np.uint8) or int(_attr(node, "block_size", 0)):
+        raise FallbackNeeded(f"QuantizeLinear to {out_dt} (block_size {_attr(node, 'block_size', 0)})")
+    if 0 in shape:
+        return [np.zeros(shape, out_dt)]
+    tx, ts, *tz = _operands(ctx, node, [v for v in (x, scale, zp) if v is not None], stats)
+    per = math.prod(_value_shape(scale)) != 1
+    if per:  # per axis: the 1-D scale (and zero point) along `axis`, stride-0 elsewhere
+        axis = int(_attr(node, "axis", 1)) % max(len(shape), 1)
+        ts, *tz = (_along(t, shape, axis) for t in (ts, *tz))
+    out = ctx.out_tensor(shape, out_dt)
+    y = kdml.quantize_linear(tx, ts, tz[0] if tz else None, out=out, device=ctx.device)
+    return [DeviceValue(y, shape, out_dt)]
+
+
 def binary(helper: str) -> Any:
     """The handler of an OnnxOp of kind "binary": kdml.<helper> on two operands of one type."""
     return _binary(getattr(kdml, helper))
@@ -169,4 +206,5 @@ MATH_HANDLERS = {
     "Gather": _h_gather,
     "GatherElements": _h_gather_elements,
     "DequantizeLinear": _h_dequantize,
+    "QuantizeLinear": _h_quantize,
 }

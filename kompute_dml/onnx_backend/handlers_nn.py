@@ -1,6 +1,7 @@
 """Device handlers of a transformer encoder's float nodes: LayerNormalization and
 com.microsoft SkipLayerNormalization (MEAN_VARIANCE_NORMALIZATION1; the skip through its skip
-extension, one dispatch),
+extension, one dispatch), InstanceNormalization, GroupNormalization and MeanVarianceNormalization
+(MEAN_VARIANCE_NORMALIZATION1),
 Softmax (ACTIVATION_SOFTMAX1), Gelu (ACTIVATION_GELU), MatMul and com.microsoft FusedMatMul
 (GEMM). DynamicQuantizeLinear is in handlers.py, beside DynamicQuantizeMatMul, which uses it."""
 
@@ -14,6 +15,7 @@ import onnx
 import kompute_dml as kdml
 
 from .graph import _attr
+from .half_precision import as_float32, half_operand, use_half
 from .handlers_values import as_device, strided
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
@@ -57,6 +59,25 @@ def _h_layer_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats:
     out = ctx.out_tensor(shape, dt)
     y = kdml.layer_norm(x, scale, bias, axis=int(_attr(node, "axis", -1)), epsilon=float(_attr(node, "epsilon", 1e-5)),
                         out=out, device=ctx.device)
+    return [DeviceValue(y, shape, dt)]
+
+
+def _h_group_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """InstanceNormalization and GroupNormalization (opset 18's per-group and 21's per-channel
+    scale and bias, told apart by their length) on one MEAN_VARIANCE_NORMALIZATION1 (kdml.group_norm);
+    MeanVarianceNormalization (axes, default [0, 2, 3]) on kdml.mean_variance_normalization."""
+    dt = _floats(node, ins)
+    shape = _value_shape(ins[0])
+    x, scale, bias = (_dev(ctx, node, ins, i, stats) for i in range(3))
+    out = ctx.out_tensor(shape, dt)
+    eps = float(_attr(node, "epsilon", 1e-5))
+    if node.op_type == "MeanVarianceNormalization":
+        axes = [int(a) for a in _attr(node, "axes", [0, 2, 3])]
+        y = kdml.mean_variance_normalization(x, axes=axes, epsilon=1e-9, out=out, device=ctx.device)
+    elif node.op_type == "InstanceNormalization":
+        y = kdml.instance_norm(x, scale, bias, epsilon=eps, out=out, device=ctx.device)
+    else:
+        y = kdml.group_norm(x, scale, bias, int(_attr(node, "num_groups", 1)), epsilon=eps, out=out, device=ctx.device)
     return [DeviceValue(y, shape, dt)]
 
 
@@ -140,7 +161,9 @@ def _swap_last(v: DeviceValue) -> DeviceValue:
 def _matmul(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, trans_a: bool, trans_b: bool,
             alpha: float) -> list[Any]:
     dt = _floats(node, ins[:2])
-    a, b = (as_device(ctx, ins[i], stats, node.input[i]) for i in range(2))
+    half = use_half(ctx, dt)
+    a, b = (half_operand(ctx, ins[i], node.input[i], stats) if half else as_device(ctx, ins[i], stats, node.input[i])
+            for i in range(2))
     if len(a.shape) < 2 or len(b.shape) < 2:
         raise FallbackNeeded("a 1-D operand")
     if trans_a:
@@ -154,12 +177,12 @@ def _matmul(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"{node.op_type} {node.name!r}: {a.shape} and {b.shape} do not multiply")
     shape = (*batch, a.shape[-2], b.shape[-1])
-    out = ctx.out_tensor(shape, dt)
+    out = ctx.out_tensor(shape, a.dtype)
     if alpha == 1.0:
         y = kdml.matmul(a.tensor, b.tensor, out=out, device=ctx.device)
     else:
         y = kdml.gemm(a.tensor, b.tensor, alpha=alpha, out=out, device=ctx.device)
-    return [DeviceValue(y, shape, dt)]
+    return [as_float32(ctx, y, shape) if half else DeviceValue(y, shape, dt)]
 
 
 def _h_matmul(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
@@ -176,23 +199,31 @@ def _h_fused_matmul(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stat
 def _h_gemm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     """ONNX Gemm: alpha * op(A) op(B) + beta * C (2-D A and B; C broadcast to the result)."""
     dt = _floats(node, [v for v in ins if v is not None])
-    a, b = (as_device(ctx, ins[i], stats, node.input[i]) for i in range(2))
+    half = use_half(ctx, dt)
+    a, b = (half_operand(ctx, ins[i], node.input[i], stats) if half else as_device(ctx, ins[i], stats, node.input[i])
+            for i in range(2))
     if len(a.shape) != 2 or len(b.shape) != 2:
         raise ValueError(f"Gemm {node.name!r}: A and B must be 2-D, got {a.shape} and {b.shape}")
     ta, tb = bool(_attr(node, "transA", 0)), bool(_attr(node, "transB", 0))
     m = a.shape[1] if ta else a.shape[0]
     n = b.shape[0] if tb else b.shape[1]
-    c = _dev(ctx, node, ins, 2, stats) if len(ins) > 2 else None
-    out = ctx.out_tensor((m, n), dt)
+    if half and len(ins) > 2 and ins[2] is not None and node.input[2]:
+        c: kdml.Tensor | None = half_operand(ctx, ins[2], node.input[2], stats).tensor
+    else:
+        c = _dev(ctx, node, ins, 2, stats) if len(ins) > 2 else None
+    out = ctx.out_tensor((m, n), a.dtype)
     y = kdml.gemm(a.tensor, b.tensor, c, trans_a=ta, trans_b=tb, alpha=float(_attr(node, "alpha", 1.0)),
                   beta=float(_attr(node, "beta", 1.0)), out=out, device=ctx.device)
-    return [DeviceValue(y, (m, n), dt)]
+    return [as_float32(ctx, y, (m, n)) if half else DeviceValue(y, (m, n), dt)]
 
 
 NN_HANDLERS = {
     "Gemm": _h_gemm,
     "LayerNormalization": _h_layer_norm,
     "SkipLayerNormalization": _h_skip_layer_norm,
+    "InstanceNormalization": _h_group_norm,
+    "GroupNormalization": _h_group_norm,
+    "MeanVarianceNormalization": _h_group_norm,
     "Softmax": _h_softmax,
     "Gelu": _h_gelu,
     "BiasGelu": _h_bias_gelu,

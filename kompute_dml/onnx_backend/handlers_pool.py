@@ -1,5 +1,6 @@
-"""ONNX MaxPool, AveragePool, GlobalMaxPool and GlobalAveragePool on MAX_POOLING2 / AVERAGE_POOLING
-(ops/pooling.py). 2-D and 3-D pooling as they are, 1-D through a (N, C, 1, W) view (kdml.max_pool / avg_pool); kernel_shape,
+"""ONNX MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool, LpPool and GlobalLpPool on
+MAX_POOLING2 / AVERAGE_POOLING / LP_POOLING (ops/pooling.py). 2-D and 3-D pooling as they are,
+1-D through a (N, C, 1, W) view (kdml.max_pool / avg_pool / lp_pool); kernel_shape,
 strides, dilations (AveragePool's on AVERAGE_POOLING1), pads or auto_pad (as Conv's), ceil_mode (the output size rounded up,
 the extra windows expressed as end padding, which never wins a maximum and is not counted unless
 count_include_pad: ONNX then counts only the padded input, so such an AveragePool's results are
@@ -69,6 +70,7 @@ def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     x = as_device(ctx, ins[0], stats, node.input[0])
     dt, shape = x.dtype, tuple(x.shape)
     is_max = node.op_type in ("MaxPool", "GlobalMaxPool")
+    lp = node.op_type in ("LpPool", "GlobalLpPool")
     q8 = is_max and dt in (np.int8, np.uint8)  # MAX_POOLING2's 8-bit rows
     if (dt not in (np.float32, np.float16) and not q8) or len(shape) not in (3, 4, 5):
         raise FallbackNeeded(f"pooling of {dt} with {len(shape)} dimensions")
@@ -84,7 +86,7 @@ def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
         strides = tuple(int(s) for s in _attr(node, "strides", [1] * n))
         dil = tuple(int(d) for d in _attr(node, "dilations", [1] * n))
         start, end = conv_padding(node, shape[2:], window, strides, dil)
-        include = bool(int(_attr(node, "count_include_pad", 0)))
+        include = bool(int(_attr(node, "count_include_pad", 0))) and not lp
         if int(_attr(node, "ceil_mode", 0)):
             extra = []
             for i, k, s, d, a, b in zip(shape[2:], window, strides, dil, start, end):
@@ -106,6 +108,9 @@ def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
         if ind is not None:
             return [DeviceValue(out, out_shape, dt),
                     DeviceValue(_int64_indices(ctx, ind, out_shape, stats), out_shape, np.dtype(np.int64))]
+    elif lp:  # padding adds nothing to sum |x|^p: ONNX's zero padding and DirectML's alike
+        kdml.lp_pool(x.tensor, window, int(_attr(node, "p", 2)), strides=strides, start_padding=start,
+                     end_padding=end, dilations=dil, out=out, device=ctx.device)
     else:
         kdml.avg_pool(x.tensor, window, strides=strides, start_padding=start, end_padding=end, dilations=dil,
                       include_padding=include, out=out, device=ctx.device)
@@ -137,5 +142,6 @@ def _h_batch_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats:
     return batch_norm_node(ctx, node, ins, stats, False)
 
 
-POOL_HANDLERS = {**{op: _h_pool for op in ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")},
+POOL_HANDLERS = {**{op: _h_pool for op in ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool", "LpPool",
+                                            "GlobalLpPool")},
                  "BatchNormalization": _h_batch_norm}

@@ -195,6 +195,19 @@ def _int_div(a: Any, b: Any) -> Any:
     return np.where((a < 0) != (b < 0), -q, q)
 
 
+def _unary(fn: Callable[[Any], Any]) -> Callable[[onnx.NodeProto, list[Any]], Any]:
+    def run(node: onnx.NodeProto, ins: list[Any]) -> Any:
+        x = np.asarray(ins[0])
+        if x.dtype.kind not in "iuf" or (fn is np.sqrt and x.dtype.kind != "f"):
+            raise NotImplementedError
+        return np.asarray(fn(x)).astype(x.dtype)
+    return run
+
+
+def _engine(node: onnx.NodeProto, ins: list[Any]) -> Any:
+    raise NotImplementedError  # onnxruntime (or onnx's reference evaluator) for this one node
+
+
 _PREDICATES = {np.equal, np.greater_equal, np.greater, np.less, np.less_equal, np.logical_and, np.logical_or}
 
 HOST_EVAL: dict[str, Callable[[onnx.NodeProto, list[Any]], Any]] = {
@@ -227,6 +240,11 @@ HOST_EVAL: dict[str, Callable[[onnx.NodeProto, list[Any]], Any]] = {
     "Sub": _binary(np.subtract),
     "Mul": _binary(np.multiply),
     "Div": _binary(_int_div, "iu"),  # shape arithmetic (head_dim // heads in exported decoders)
+    # float shape arithmetic (MobileViT's ceil(h / patch)): exact in numpy, the result's type kept
+    **{op: _unary(fn) for op, fn in (("Ceil", np.ceil), ("Floor", np.floor), ("Round", np.round), ("Neg", np.negative),
+                                     ("Abs", np.abs), ("Sign", np.sign), ("Sqrt", np.sqrt))},
+    # the rest of what shape arithmetic uses: the fallback engine for one node
+    **{op: _engine for op in ("Mod", "Pow", "Max", "Min", "Clip", "ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin")},
 }
 
 

@@ -10,7 +10,7 @@ reads, the node and the prepared model), so the first plan records, per device n
 handler did through its context and the recording:
 
 - each `out_tensor(sizes, dtype, over)` it asked for (and whether it was written in place),
-- each `to_device` / `upload_group` / `weight_to_device` tensor that lives as long as the model
+- each `to_device` / `upload_group` / `weight_to_device` / `constant_as` tensor that lives as long as the model
   (constants, weights, the few bytes of small host values shared by plans),
 - each `Recording.execute(op, inputs, outputs)`, every bound tensor expressed as a view of one
   of those: an output buffer, an input's buffer (relative to the input's offset) or a kept tensor,
@@ -198,6 +198,11 @@ class TracingContext:
 
     def weight_to_device(self, name: str, rows: int, stats: Any) -> Tensor:
         t = self._ctx.weight_to_device(name, rows, stats)  # kept by the model, per layout
+        self._keep_tensor(t)
+        return t
+
+    def constant_as(self, name: str, dtype: Any, stats: Any) -> Tensor:
+        t = self._ctx.constant_as(name, dtype, stats)  # kept by the model, per type
         self._keep_tensor(t)
         return t
 

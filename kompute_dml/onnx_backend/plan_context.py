@@ -102,6 +102,9 @@ class PlanContext:
     def weight_to_device(self, name: str, rows: int, stats: RunStats) -> kdml.Tensor:
         return self.rep.weight_to_device(name, rows, stats)  # uploaded once per model and layout
 
+    def constant_as(self, name: str, dtype: Any, stats: RunStats) -> kdml.Tensor:
+        return self.rep.constant_as(name, dtype, stats)  # uploaded once per model and type
+
     def to_device(self, value: Any, stats: RunStats, name: str | None = None) -> kdml.Tensor:
         if isinstance(value, DeviceValue):
             return value.tensor

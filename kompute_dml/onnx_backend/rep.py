@@ -17,9 +17,9 @@ from onnx.backend.base import namedtupledict
 
 import kompute_dml as kdml
 
-from .analysis import GraphAnalysis
+from .analysis import GraphAnalysis, in_topological_order
 from .context import EagerContext
-from .device_graph import GraphPlan, device_result, gc_paused, signature
+from .device_graph import GraphPlan, gc_paused
 from .feeds import normalize_inputs
 from .fold import fold_constants, fold_summary
 from .fusions import Fusion, Fusions, find_fusions
@@ -28,8 +28,8 @@ from .handlers import HANDLERS
 from .handlers_values import OutputArrays, into
 from .product_groups import find_groups
 from .run_state import RunState
-from .transfers import ValueTransfers
-from .values import CPU, HOST, VULKAN, FallbackError, FallbackNeeded, NodePlacement, RunStats, at_node
+from .transfers import ValueTransfers, device_results
+from .values import CPU, HOST, VULKAN, FallbackError, FallbackNeeded, NodePlacement, RunStats, at_node, signature
 
 
 # ---------------------------------------------------------------------------------
@@ -40,13 +40,18 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
     one paragraph; `run(inputs)` returns the outputs (numpy arrays, lists for sequences,
     None for absent optionals); `last_run` holds the RunStats of the latest run. `fuse`:
     run the node chains of fusions.PATTERNS as one dispatch each (`fusions`); `group_products`:
-    integer products that share their A run as one (product_groups.py)."""
+    integer products that share their A run as one (product_groups.py); `allow_half_precision`:
+    float32 matrix products and convolutions computed in float16 (half_precision.py)."""
 
     def __init__(self, model: onnx.ModelProto, device: kdml.Device, *, fallback: str = "auto",
                  exclude_ops: Iterable[str] = (), cpu_threads: int | None = None, fuse: bool = True,
-                 group_products: bool = True) -> None:
+                 group_products: bool = True, allow_half_precision: bool = False) -> None:
         if fallback not in ("auto", "onnxruntime", "reference"):
             raise ValueError(f"fallback must be 'auto', 'onnxruntime' or 'reference', got {fallback!r}")
+        model = in_topological_order(model)  # a copy, reordered, only where the nodes are out of order
+        if not isinstance(allow_half_precision, (bool, np.bool_)):
+            raise TypeError(f"allow_half_precision must be a bool, got {type(allow_half_precision).__name__}")
+        self.allow_half_precision = bool(allow_half_precision)
         self.model = model
         self.device = device
         self.fallback = fallback
@@ -253,8 +258,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             for name in self._free_after[s]:
                 env.pop(name, None)
         if device_outputs:
-            with self.device.record():  # one submission for the copies
-                results = [device_result(lookup(n), self.device) for n in self.output_names]
+            results = device_results([lookup(n) for n in self.output_names], self.device)
         else:
             results = [self.host(lookup(n), stats) for n in self.output_names]
             if out is not None:
@@ -303,9 +307,11 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             plan = None
             self.state.plan_refusal = str(e)
             self._note(f"the graph runs node by node for this input signature: {e}")
-        self.state.plans[key] = plan
-        while len(self.state.plans) > self.state.plan_capacity:
-            self.state.plans.popitem(last=False)
+        plans = self.state.plans
+        plans[key] = plan
+        while len(plans) > 1 and (len(plans) > self.state.plan_capacity or sum(
+                p.dispatches for p in plans.values() if p is not None) > self.state.plan_dispatch_capacity):
+            plans.popitem(last=False)
         return plan
 
 

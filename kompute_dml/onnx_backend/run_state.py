@@ -44,7 +44,11 @@ class RunState:
     folded_values: dict[int, list[Any]] = field(default_factory=dict)  # constant-only nodes' results
     # ---- whole-graph plans (device_graph.py) per input signature (None: not planned)
     plans: collections.OrderedDict[Any, Any] = field(default_factory=collections.OrderedDict)
-    plan_capacity: int = 8
+    # kept while both hold, least recently used out first: a decoder makes a plan per past length,
+    # and a later generation over the same lengths replays them (bench/decoder_speed.py, again);
+    # a plan holds its recorded program (a descriptor set per dispatch), its buffers are shared
+    plan_capacity: int = 256
+    plan_dispatch_capacity: int = 1 << 16
     plan_refusal: str = ""  # why the last signature was not planned
     plan_buffers: dict[int, list[kdml.Buffer]] = field(default_factory=dict)  # shared by size class
     plan_io: dict[str, np.ndarray] = field(default_factory=dict)  # host memory of plans' inputs, outputs

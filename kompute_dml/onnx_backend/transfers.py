@@ -14,9 +14,12 @@ import kompute_dml as kdml
 from kompute_dml.core.ints import cdiv
 from kompute_dml.device.memory import packed_desc_for
 
+from ..functional import _pool_take
 from .fallback import CpuSegment
+from .handlers_values import BOOL
 from .host_eval import evaluate
-from .values import DeviceValue, RunStats, _value_shape, check_bindable
+from .plan_context import _block
+from .values import _DML_NUMPY, DeviceValue, RunStats, _value_shape, check_bindable
 
 if TYPE_CHECKING:
     import onnx
@@ -124,13 +127,24 @@ class ValueTransfers:
             self._constant_on_device(name, stats, not columns)
         return self._constant_on_device(name, stats, columns)
 
-    def _constant_on_device(self, name: str, stats: RunStats, columns: bool = False) -> kdml.Tensor:
+    def constant_as(self, name: str, dtype: Any, stats: RunStats) -> kdml.Tensor:
+        """Constant `name` converted to `dtype` on the host (numpy's astype: float32 to float16
+        rounds to nearest even, beyond 65504 to infinity) and uploaded once per model and type
+        (half_precision.py: a float32 weight for a float16 product)."""
+        return self._constant_on_device(name, stats, dtype=np.dtype(dtype))
+
+    def _constant_on_device(self, name: str, stats: RunStats, columns: bool = False,
+                            dtype: np.dtype | None = None) -> kdml.Tensor:
         """Constant `name` on the device, uploaded once per layout: as it is, or (`columns`, 2-D)
-        its transpose under a column-major descriptor of the original shape."""
+        its transpose under a column-major descriptor of the original shape; `dtype`: converted to it."""
         key = f"{name}#columns" if columns else name
+        if dtype is not None:
+            key += f"#{dtype.str}"
         dv = self.state.device_constants.get(key)
         if dv is None:
             arr = self.constant_host(name)
+            if dtype is not None:
+                arr = arr.astype(dtype)
             check_bindable(self.device, arr.nbytes)
             t = self.device.tensor(np.ascontiguousarray(arr.T if columns else arr))
             if columns:
@@ -219,3 +233,31 @@ class ValueTransfers:
             self.state.plans.clear()  # whole-graph programs (device_graph.py) and their buffers
             self.state.plan_buffers.clear()
             self.state.plan_io.clear()
+
+
+def device_results(values: list[Any], device: kdml.Device) -> list[Any]:
+    """device_result of each value, the copies in one submission (a capture: record() would
+    submit each helper call by itself)."""
+    with device.capture() as rec:
+        results = [device_result(v, device) for v in values]
+    rec.submit()
+    return results
+
+
+def device_result(v: Any, device: kdml.Device) -> Any:
+    """An output handed to the caller on the device: a new packed Tensor of its ONNX shape (a
+    rank-0 value as shape (1,)), copied there from a device value or uploaded from a host one;
+    what no DirectML tensor holds (bool, strings, sequences, empty values) as the host form."""
+    if isinstance(v, DeviceValue):
+        if v.dtype == BOOL:
+            return v.tensor.numpy().reshape(v.shape).astype(BOOL)
+        # a pooled buffer of the plans' size class: a decoder's presents grow by a row per step,
+        # and the buffers of outputs the caller has dropped (the last step's) fit the next ones
+        dt, sizes = v.tensor.desc.data_type, v.tensor.desc.sizes
+        buf = _pool_take(device, _block(kdml.TensorDesc(dt, sizes).byte_size))
+        kdml.copy(v.tensor, out=kdml.Tensor(buf, kdml.TensorDesc(dt, sizes), 0))
+        return kdml.Tensor(buf, kdml.TensorDesc(dt, v.shape if v.shape else (1,)), 0)
+    if isinstance(v, (np.ndarray, np.generic)) and v.dtype in _DML_NUMPY and v.size:
+        return device.tensor(np.ascontiguousarray(v).reshape(v.shape if v.shape else (1,)))
+    return [np.array(e, copy=True) for e in v] if isinstance(v, list) else v if v is None else np.array(v, copy=True)
+

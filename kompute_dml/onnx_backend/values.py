@@ -134,3 +134,17 @@ class RunStats:
     host_seconds: float = 0.0  # nodes resolved on the host (host_eval.py)
     total_seconds: float = 0.0
     events: list[str] = dataclasses.field(default_factory=list)
+
+
+def empty_on_host(ins: list[Any]) -> bool:
+    """Whether a device node's inputs are host values (no DeviceValue), one of them empty: the
+    node of an empty input (a decoder's first past) is resolved on the host like shape arithmetic."""
+    return (any(type(v) is np.ndarray and v.size == 0 for v in ins)
+            and not any(isinstance(v, DeviceValue) for v in ins))
+
+
+def signature(feeds: dict[str, Any]) -> tuple[Any, ...]:
+    """Names, shapes, types and where each input lives (a Tensor fed on the device or a host array)."""
+    return tuple((n, v.shape, v.dtype.str, False) if type(v) is np.ndarray  # the common case, without str(dtype)
+                 else (n, _value_shape(v), np.dtype(_value_dtype(v)).str, isinstance(v, DeviceValue)) if _is_tensor_value(v)
+                 else (n, type(v).__name__) for n, v in feeds.items())

@@ -88,11 +88,12 @@ def operators() -> Operators:
     return Operators(tuple(modules), specs, by_desc, by_name, helpers, exports, onnx_placement(specs))
 
 
-def compile_operator(device: Device, op_desc: Any) -> Any:
+def compile_operator(device: Device, op_desc: Any, allow_half_precision: bool = False) -> Any:
     spec = operators().by_desc.get(type(op_desc))
     if spec is None:
         raise invalid("op_desc", f"{type(op_desc).__name__} is not an operator descriptor of kompute_dml")
-    compiled = spec.compile(device, op_desc)
+    flags = {"allow_half_precision": True} if allow_half_precision and "allow_half_precision" in spec.flags else {}
+    compiled = spec.compile(device, op_desc, **flags)
     check_plans(spec, compiled.plans, device.capabilities)
     return compiled
 

@@ -324,7 +324,9 @@ def gelu(x: Any, *, out: Tensor | None = None, device: Device | None = None) -> 
 SPECS = (
     OperatorSpec(ActivationGeluDesc, ACTIVATION_GELU, compile_gelu, (contract.FLOAT_UNARY["gelu"],), helpers=("gelu",),
                  onnx=(OnnxOp("Gelu", "com.microsoft", "gelu", check=float_input), OnnxOp("Gelu", "", "gelu", check=float_input),
-                       OnnxOp("BiasGelu", "com.microsoft", "gelu", check=float_input))),
+                       OnnxOp("BiasGelu", "com.microsoft", "gelu", check=float_input),
+                       # GELU's tanh form, on element-wise operators (onnx_backend/handlers_transformer.py)
+                       OnnxOp("FastGelu", "com.microsoft", "gelu", check=float_input))),
     OperatorSpec(ActivationSoftmax1Desc, ACTIVATION_SOFTMAX1, compile_softmax1,
                  (contract.SMX_FAST, contract.SMX_GEN, contract.SMX_EXT_FAST, contract.SMX_EXT_GEN),
                  helpers=("softmax",), onnx=(OnnxOp("Softmax", "", "softmax", check=float_input),)),

@@ -63,6 +63,16 @@ def validate_tensors(
             support.check_tensor(level, f, t)
 
 
+def check_like(x: TensorDesc, t: TensorDesc, name: str = "output_tensor", ref: str = "input_tensor") -> None:
+    """The pages' common constraint: tensor `name` has the DataType and DimensionCount of `ref`
+    (InvalidArgumentError naming the field otherwise)."""
+    if t.data_type != x.data_type:
+        raise invalid(f"{name}.data_type", f"must equal {ref}'s ({x.data_type.name}), got {t.data_type.name}")
+    if t.dimension_count != x.dimension_count:
+        raise invalid(f"{name}.sizes", f"dimension count must equal {ref}'s ({x.dimension_count}), "
+                                       f"got {t.dimension_count}")
+
+
 def field_desc(desc: Any, name: str) -> TensorDesc | None:
     """The tensor a binding name names: a descriptor field, or `field[i]`, element i of an
     array field (validate_tensors)."""

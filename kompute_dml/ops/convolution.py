@@ -2,7 +2,7 @@
 correlated (CROSS_CORRELATION) or convolved (CONVOLUTION: the window reversed) with the filter
 (Cout, Cin / GroupCount, [KD,] [KH,] KW), per group of channels, with strides, dilations, zero
 padding at the start and the end of each spatial axis, an optional per-channel bias and a fused
-ReLU. BACKWARD (transposed convolution, the adjoint of FORWARD): the filter (Cin, Cout /
+activation. BACKWARD (transposed convolution, the adjoint of FORWARD): the filter (Cin, Cout /
 GroupCount, window...), each input element scattered through the window to output position
 i * stride + k * dilation - start; output sizes (in - 1) * stride + (window - 1) * dilation + 1
 - start - end + output_padding. ONNX Conv and ConvTranspose run on it
@@ -10,8 +10,12 @@ i * stride + k * dilation - start; output sizes (in - 1) * stride + (window - 1)
 
 shaders/convolution.comp: an implicit GEMM, 64 output channels x 64 output pixels per work-group
 (4 x 4 per invocation), k decoded by a table in the operator's constant (_k_table), float32 fma
-sums in the order k = (ci, kd, kh, kw) row-major (`precise`), then + bias, then ReLU; FLOAT16
-tensors decoded exactly and the result rounded once. On GPUs, grids of few tiles cut the reduction
+sums in the order k = (ci, kd, kh, kw) row-major (`precise`), then + bias, then the fused
+activation (shaders/conv_common.glsl); FLOAT16 tensors decoded exactly and the result rounded once.
+shaders/conv_coop.comp (ops/conv_coop.py): the same implicit GEMM on float16 cooperative matrices
+for FORWARD in half precision where the device policy takes it (its own bound, docs/convolution.md);
+`allow_half_precision` (Device.compile's flag) lets FLOAT32 run there (converted to float16 as the
+tiles load; kompute_dml's extension: then a FLOAT16 filter too). On GPUs, grids of few tiles cut the reduction
 into parts (split-K, conv_split: CONV_SPLIT's partial sums to the operator's scratch, then
 CONV_REDUCE adds them in part order; the same bound). Bound (tests/test_convolution.py
 enforces it against float64; tools/measure_conv.py measures it): |error| <= (K + 1) u S with
@@ -20,14 +24,14 @@ outputs one more rounding (2^-11 relative).
 
 Tensor support: FLOAT32 and FLOAT16, 4 or 5 dimensions from 1_0 (2-D and 3-D convolutions), 3
 dimensions too from 3_0 (1-D). (The page as stored in MicrosoftDocs/sdk-api holds no tensor-support
-table; these rows are kompute_dml's reading of the feature-level history, the float rows only.) FusedActivation: None,
-an ActivationReluDesc (ACTIVATION_RELU's bits: -0 -> +0, NaN kept) or an ActivationIdentityDesc
-(nothing applied), their tensors None; others are refused (UnsupportedError naming
-`fused_activation`). OutputPadding applies to BACKWARD only (zeros for FORWARD). DimensionCount
-is the tensors' dimension count - 2 (a property here). Validation, in order: DML_BUFFER_TENSOR_DESC
-rules and the feature level's table, then the page's constraints (InvalidArgumentError whose
-message starts with the field), the output sizes the formula gives, a non-overlapping output,
-32-bit element addressing.
+table; these rows are kompute_dml's reading of the feature-level history, the float rows only.)
+FusedActivation (ops/conv_fused.py): None, IDENTITY, RELU, LEAKY_RELU, SIGMOID, HARD_SIGMOID,
+HARD_SWISH, TANH, ELU or ELEMENT_WISE_CLIP, their tensors None, each the standalone operator's bits
+of the output; others are refused (UnsupportedError naming `fused_activation`). OutputPadding
+applies to BACKWARD only (zeros for FORWARD). DimensionCount is the tensors' dimension count - 2 (a
+property here). Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's table,
+then the page's constraints (InvalidArgumentError whose message starts with the field), the output
+sizes the formula gives, a non-overlapping output, 32-bit element addressing.
 """
 
 from __future__ import annotations
@@ -49,11 +53,12 @@ from ..core.registry import FL, FLOATS, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..device.memory import Buffer, Tensor
 from ..runtime import DispatchPlan, TransferPlan, grid_for
-from . import contract
-from .activation_relu import ActivationReluDesc
+from ..runtime.coop_policy import CONV_KERNEL_ENV, DIRECT_BELOW_COUTG  # noqa: F401 (DIRECT_BELOW_COUTG re-exported)
+from . import contract, conv_coop
 from .base import CompiledOperator, validate_tensors
+from .conv_fused import fused_words
 from .elementwise_plan import check_addressable
-from .identity import ActivationIdentityDesc
+from .gemm_coop import CoopTile
 from .onnx_types import float_input
 from .spatial import output_sizes, spatial_array, strides5, three
 from .spec import OnnxOp, OperatorSpec
@@ -77,6 +82,7 @@ class ConvolutionDirection(enum.IntEnum):
 
 
 _T = ("input_tensor", "filter_tensor", "bias_tensor", "output_tensor")
+_F32, _F16 = DataType.FLOAT32, DataType.FLOAT16
 CONVOLUTION = OperatorSupport("CONVOLUTION", 53, tuple(
     row(level, ("input_tensor", "input", dims, FLOATS), ("filter_tensor", "input", dims, FLOATS),
         ("bias_tensor", "optional input", dims, FLOATS), ("output_tensor", "output", dims, FLOATS))
@@ -126,7 +132,7 @@ def backward_output_sizes(in_sizes: tuple[int, ...], window: tuple[int, ...], st
                  for i, k, st, d, s, e, op in zip(in_sizes, window, strides, dilations, start, end, output_padding))
 
 
-def _validate(device: Device, desc: ConvolutionDesc) -> dict[str, Any]:
+def _validate(device: Device, desc: ConvolutionDesc, allow_half_precision: bool = False) -> dict[str, Any]:
     support = CONVOLUTION
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     x, w, b, y = desc.input_tensor, desc.filter_tensor, desc.bias_tensor, desc.output_tensor
@@ -138,21 +144,16 @@ def _validate(device: Device, desc: ConvolutionDesc) -> dict[str, Any]:
         mode = ConvolutionMode(desc.mode)
     except ValueError:
         raise invalid("mode", f"must be a ConvolutionMode, got {desc.mode!r}") from None
-    act = desc.fused_activation
-    relu = False
-    if act is not None:
-        if not isinstance(act, (ActivationReluDesc, ActivationIdentityDesc)):
-            raise UnsupportedError(f"fused_activation: CONVOLUTION fuses ACTIVATION_RELU and ACTIVATION_IDENTITY "
-                                   f"only in kompute_dml, got {type(act).__name__}")
-        if act.input_tensor is not None or act.output_tensor is not None:
-            raise invalid("fused_activation", "a fused activation's tensors must be None")
-        relu = isinstance(act, ActivationReluDesc)
+    act = fused_words(device, desc.fused_activation)
     r = x.dimension_count
     n = r - 2
     for name, t in (("filter_tensor", w), ("output_tensor", y)) + ((("bias_tensor", b),) if b is not None else ()):
         if t.dimension_count != r:
             raise invalid(f"{name}.sizes", f"dimension count must equal input_tensor's ({r}), got {t.dimension_count}")
-        if t.data_type != x.data_type:
+        # kompute_dml's extension under allow_half_precision: a FLOAT16 filter with FLOAT32 tensors
+        # (the tensor-core kernel's filter converted once; compile_convolution checks the kernel)
+        half_filter = allow_half_precision and name == "filter_tensor" and (x.data_type, t.data_type) == (_F32, _F16)
+        if t.data_type != x.data_type and not half_filter:
             raise invalid(f"{name}.data_type", f"must equal input_tensor's ({x.data_type.name}), got {t.data_type.name}")
     groups = as_int(desc.group_count, "group_count")
     if groups < 1:
@@ -195,33 +196,39 @@ def _validate(device: Device, desc: ConvolutionDesc) -> dict[str, Any]:
     check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
     present = tuple(f for f, t in zip(_T, (x, w, b, y)) if t is not None)
     check_addressable(present, tuple(t for t in (x, w, b, y) if t is not None))
-    return {"mode": mode, "backward": backward, "coutg": cout // groups, "relu": relu, "groups": groups,
+    return {"mode": mode, "backward": backward, "coutg": cout // groups, "act": act, "groups": groups,
             "strides": strides, "dilations": dilations, "start": start, "spatial": spatial}
 
 
 def _params(desc: ConvolutionDesc, v: dict[str, Any], split: int = 1, kchunk: int = 0) -> np.ndarray:
-    """The geometry the shader reads (shaders/convolution.comp's P_* words, in order)."""
-    x, w, b, y = desc.input_tensor, desc.filter_tensor, desc.bias_tensor, desc.output_tensor
+    """The geometry the shaders read (shaders/conv_common.glsl's P_* words, in order), then the k table."""
+    x, w, b = desc.input_tensor, desc.filter_tensor, desc.bias_tensor
     groups, coutg = v["groups"], v["coutg"]
     window = three(w.sizes[2:], 1)
     out = three(v["spatial"], 1)
-    flags = (1 if v["mode"] == ConvolutionMode.CONVOLUTION else 0) | (2 if v["relu"] else 0) | (4 if b is not None else 0)
+    flags = (1 if v["mode"] == ConvolutionMode.CONVOLUTION else 0) | (4 if b is not None else 0)
     flags |= 8 if v["backward"] else 0
     kvol = math.prod(window)
     ws = w.effective_strides
     # the filter's step per output channel and per group: (Cout, CinG, ...) or BACKWARD (Cin, CoutG, ...)
     wm, wg = (ws[1], (x.sizes[1] // groups) * ws[0]) if v["backward"] else (ws[0], coutg * ws[0])
+    table = _k_table(desc, v)
+    # the filter's k table offsets are k and its rows' steps whole 16-byte units: conv_coop.comp loads
+    # 16 bytes at a time (its tensor's offset is a multiple of 16 bytes)
+    per16 = 16 // w.data_type.size
+    if np.array_equal(table[1::TAB_W], np.arange(len(table) // TAB_W)) and wm % per16 == 0 and wg % per16 == 0:
+        flags |= 16
     words = [x.sizes[1] // groups, coutg, *three(x.sizes[2:], 1), *out, *window,
              *three(v["strides"], 1), *three(v["dilations"], 1), *three(v["start"], 0),
-             *strides5(x), *strides5(w), *strides5(y), b.effective_strides[1] if b is not None else 0, flags,
-             x.sizes[0] * math.prod(out), (x.sizes[1] // groups) * kvol, kvol, window[1] * window[2],
-             out[1] * out[2], math.prod(out), coutg * groups, wm, wg, split, kchunk]
+             *strides5(x), *strides5(w), *strides5(desc.output_tensor), b.effective_strides[1] if b is not None else 0,
+             flags, x.sizes[0] * math.prod(out), (x.sizes[1] // groups) * kvol, kvol, window[1] * window[2],
+             out[1] * out[2], math.prod(out), coutg * groups, wm, wg, split, kchunk, *v["act"], 0]
     assert len(words) == P_TAB_WORD
-    return np.concatenate([np.array(words, dtype=np.uint32), _k_table(desc, v)])
+    return np.concatenate([np.array(words, dtype=np.uint32), table])
 
 
 TAB_W = 5  # words per k of the k table (shaders/convolution.comp P_TAB)
-P_TAB_WORD = 48  # where the k table starts (P_TAB)
+P_TAB_WORD = 52  # where the k table starts (P_TAB)
 TILE_K = 16  # the tiled kernel's reduction step (shaders/convolution.comp BK)
 
 
@@ -242,11 +249,6 @@ def _k_table(desc: ConvolutionDesc, v: dict[str, Any]) -> np.ndarray:
     return np.stack([x_off, w_off, *pos], axis=1).astype(np.uint32).ravel()
 
 
-# Convolutions of fewer output channels per group than this take the direct kernel (one output
-# element per invocation): the tiled kernel computes 64 channels of a group per work-group and
-# idles the rest (H100, benchmarks/bench_conv.py: depthwise 3x3 over 8 x 96 x 56 x 56, tiled 0.535 ms).
-DIRECT_BELOW_COUTG = 8
-CONV_KERNEL_ENV = "KDML_CONV_KERNEL"  # "tiled" or "direct" forces one (tests, benchmarks)
 # Split-K (GPUs): where the tiled kernel's grid has fewer work-groups than SPLIT_TARGET_GROUPS (a
 # GPU of ~100 multiprocessors idles most of them: ResNet's 7 x 7 x 512 layers at batch 1 make 8
 # tiles), the reduction is cut into parts of at least SPLIT_MIN_K terms (at most SPLIT_MAX
@@ -258,8 +260,9 @@ SPLIT_MAX = 16
 CONV_SPLIT_ENV = "KDML_CONV_SPLIT"
 
 
-def conv_split(device: Device, groups_in_grid: int, klen: int) -> int:
-    """How many parts the tiled kernel cuts the reduction of `klen` terms into (1: none)."""
+def conv_split(device: Device, groups_in_grid: int, klen: int, step: int = TILE_K) -> int:
+    """How many parts a tiled kernel of `groups_in_grid` work groups and K steps of `step` cuts the
+    reduction of `klen` terms into (1: none); each part a multiple of `step`."""
     forced = os.environ.get(CONV_SPLIT_ENV, "")
     if forced:
         if not forced.isdigit() or int(forced) < 1:
@@ -269,57 +272,75 @@ def conv_split(device: Device, groups_in_grid: int, klen: int) -> int:
         return 1
     else:
         want = min(SPLIT_MAX, cdiv(SPLIT_TARGET_GROUPS, groups_in_grid), klen // SPLIT_MIN_K)
-    chunk = cdiv(cdiv(klen, max(want, 1)), TILE_K) * TILE_K
+    chunk = cdiv(cdiv(klen, max(want, 1)), step) * step
     return max(1, cdiv(klen, chunk))
 
 
-def conv_kernel(coutg: int, backward: bool = False) -> str:
-    """Which kernel a convolution of `coutg` output channels per group takes."""
-    forced = os.environ.get(CONV_KERNEL_ENV, "auto")
-    if forced not in ("auto", "tiled", "direct"):
-        raise ValueError(f"{CONV_KERNEL_ENV}={forced!r}: auto, tiled or direct")
-    if forced != "auto":
-        return forced
-    return "direct" if coutg < DIRECT_BELOW_COUTG and not backward else "tiled"
-
-
-def compile_convolution(device: Device, desc: ConvolutionDesc) -> CompiledOperator:
-    v = _validate(device, desc)
-    x = desc.input_tensor
+def compile_convolution(device: Device, desc: ConvolutionDesc, *, allow_half_precision: bool = False,
+                        kernel: str | None = None, config: CoopTile | None = None) -> CompiledOperator:
+    """CONVOLUTION's plans: the kernel the device policy chooses (DevicePolicy.conv_family_for; `kernel`
+    or KDML_CONV_KERNEL forces one, `config` a tensor-core tile); `allow_half_precision` (DirectML's
+    DML_EXECUTION_FLAG_ALLOW_HALF_PRECISION_COMPUTATION) lets FLOAT32 run on the float16 tensor-core
+    kernel and take a FLOAT16 filter there."""
+    v = _validate(device, desc, allow_half_precision)
+    x, w = desc.input_tensor, desc.filter_tensor
     coutg, cout = v["coutg"], v["coutg"] * v["groups"]
     npix = x.sizes[0] * math.prod(v["spatial"])
-    klen = (x.sizes[1] // v["groups"]) * math.prod(desc.filter_tensor.sizes[2:])
+    klen = (x.sizes[1] // v["groups"]) * math.prod(w.sizes[2:])
     tab_bytes = 4 * (P_TAB_WORD + TAB_W * klen)
     if tab_bytes > device.limits["max_storage_buffer_range"]:
         raise UnsupportedError(f"filter_tensor: the reduction's {klen} terms per output need a table of "
                                f"{tab_bytes} bytes, more than the device's storage buffer range")
     limit = device.limits["max_compute_work_group_count"]
     bias = 2 if desc.bias_tensor is not None else None
-    if conv_kernel(coutg, v["backward"]) == "direct":
+    half = x.data_type == _F16 or allow_half_precision
+    family = device.policy.conv_family_for(half=half, coutg=coutg, klen=klen, backward=v["backward"], kernel=kernel)
+    if w.data_type != x.data_type and family not in ("coopmat", "coopmat-emulated"):
+        raise UnsupportedError(f"filter_tensor.data_type: a FLOAT16 filter with FLOAT32 tensors runs on the "
+                               f"tensor-core kernel only, not the {family!r} kernel this convolution takes")
+    if family == "direct":
         if v["backward"]:
             raise UnsupportedError(f"direction: BACKWARD runs on the tiled kernel only ({CONV_KERNEL_ENV}=direct)")
         plan = _plan(contract.CONV_DIRECT, x.data_type, (0, 1, bias, 3), grid_for(npix * cout, 256, limit[0]), (3,))
         return _compiled(device, desc, [plan], [device.tensor(_params(desc, v))])
+    coop = None
+    bm, bn, step = 64, 64, TILE_K
+    if family in ("coopmat", "coopmat-emulated"):
+        coop = conv_coop.choose(device, family, x.data_type, w.data_type, coutg, npix, klen, v["groups"], config)
+        bm, bn, step = coop.tile.bm, coop.tile.bn, coop.tile.bk
     # pixel tiles (x) and groups (z) beyond the device's counts loop inside the shader
-    if cdiv(coutg, 64) > limit[1]:
-        raise UnsupportedError(f"filter_tensor: {coutg} output channels per group need {cdiv(coutg, 64)} "
+    if cdiv(coutg, bm) > limit[1]:
+        raise UnsupportedError(f"filter_tensor: {coutg} output channels per group need {cdiv(coutg, bm)} "
                                f"work-groups along grid axis 1, more than the device's {limit[1]}")
-    grid = (min(cdiv(npix, 64), limit[0]), cdiv(coutg, 64), min(v["groups"], limit[2]))
-    split = conv_split(device, grid[0] * grid[1] * grid[2], klen)
+    grid = (min(cdiv(npix, bn), limit[0]), cdiv(coutg, bm), min(v["groups"], limit[2]))
+    split = conv_split(device, grid[0] * grid[1] * grid[2], klen, step)
     if split > 1 and (grid[1] * split > limit[1] or 4 * split * cout * npix > device.limits["max_storage_buffer_range"]
                       or split * cout * npix >= 2 ** 32):
         split = 1  # no room for the parts: one pass
-    kchunk = cdiv(cdiv(klen, split), TILE_K) * TILE_K
+    kchunk = cdiv(cdiv(klen, split), step) * step
     p = device.tensor(_params(desc, v, split, kchunk))
     if split == 1:
-        return _compiled(device, desc, [_plan(contract.CONV, x.data_type, (0, 1, bias, 3), grid, (3,))], [p])
+        main = (_coop_plan(coop, 0, x.data_type, bias, grid) if coop is not None
+                else _plan(contract.CONV, x.data_type, (0, 1, bias, 3), grid, (3,)))
+        return _compiled(device, desc, [main], [p])
     scratch_desc = TensorDesc(DataType.UINT32, (split * cout * npix,))
     # not zeroed: the first dispatch writes every word the second reads
     scratch = Tensor.whole(Buffer(device, scratch_desc.byte_size, zeroed=False, later=True), scratch_desc)
+    parts = (_coop_plan(coop, split, x.data_type, bias, grid) if coop is not None else
+             _plan(contract.CONV_SPLIT, x.data_type, (0, 1, None, None, 5), (grid[0], grid[1] * split, grid[2]), (5,)))
+    out_t = desc.output_tensor.data_type
     plans: list[DispatchPlan | TransferPlan] = [
-        _plan(contract.CONV_SPLIT, x.data_type, (0, 1, None, None, 5), (grid[0], grid[1] * split, grid[2]), (5,)),
-        _plan(contract.CONV_REDUCE, x.data_type, (None, None, bias, 3, 5), grid_for(npix * cout, 256, limit[0]), (3,))]
+        parts, _plan(contract.CONV_REDUCE, out_t, (None, None, bias, 3, 5), grid_for(npix * cout, 256, limit[0]), (3,))]
     return _compiled(device, desc, plans, [p, scratch])
+
+
+def _coop_plan(coop: Any, split: int, dt: DataType, bias: int | None, grid: tuple[int, int, int]) -> DispatchPlan:
+    """The tensor-core kernel's dispatch (`split` parts: the partial sums to the scratch, binding 5)."""
+    fam = contract.CONV_COOP
+    tensors = (0, 1, None, None, 5) if split else (0, 1, bias, 3)
+    plan = _plan(fam, dt, tensors, (grid[0], grid[1] * max(split, 1), grid[2]), (5,) if split else (3,),
+                 variant=coop.variant(bool(split)))
+    return dataclasses.replace(plan, spec=coop.spec)
 
 
 def _compiled(device: Device, desc: ConvolutionDesc, plans: list[DispatchPlan | TransferPlan],
@@ -329,16 +350,17 @@ def _compiled(device: Device, desc: ConvolutionDesc, plans: list[DispatchPlan | 
 
 
 def _plan(fam: Any, dt: DataType, tensors: tuple[int | None, ...], grid: tuple[int, int, int],
-          writes: tuple[int, ...]) -> DispatchPlan:
-    """A dispatch of `fam` binding the binding-list entries `tensors` (x, w, bias, y[, the split
-    parts' scratch at shader binding 5]) and the constant (entry 4) at shader binding 4."""
-    unit = dt.size
+          writes: tuple[int, ...], variant: str | None = None) -> DispatchPlan:
+    """A dispatch of `fam` (its type variant of `dt`, or `variant`) binding the binding-list entries
+    `tensors` (x, w, bias, y[, the split parts' scratch at shader binding 5]) and the constant
+    (entry 4) at shader binding 4. Offsets are in elements of each tensor's own type."""
+    units = [dt.size, 2 if variant is not None and variant.endswith("h") else dt.size, dt.size, dt.size]  # f32h: FLOAT16 w
     return DispatchPlan(
-        variant=fam.name(t="f16" if dt == DataType.FLOAT16 else "f32"),
+        variant=variant or fam.name(t="f16" if dt == DataType.FLOAT16 else "f32"),
         bindings=(*tensors[:4], 4, *tensors[4:]),
         push=fam.pack(x_off=0, w_off=0, b_off=0, y_off=0), groups=grid, writes=writes,
-        offset_slots=fam.slots(**{name: (i, unit) for name, i in zip(("x_off", "w_off", "b_off", "y_off"), tensors)
-                                  if i is not None}))
+        offset_slots=fam.slots(**{name: (i, units[k]) for k, (name, i) in enumerate(zip(("x_off", "w_off", "b_off", "y_off"),
+                                                                                        tensors)) if i is not None}))
 
 
 def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[DispatchPlan]:
@@ -356,15 +378,22 @@ def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[Di
                                         bindings=(None, None, plan.bindings[2], 3, 4, 4))]
         elif plan.variant.startswith("convs_"):
             out.append(dataclasses.replace(plan, variant=contract.CONV.name(t=t), bindings=(0, 1, None, 3, 4)))
+        elif plan.variant.startswith("convc"):  # the tensor cores' other path (its tile: the same spec)
+            head = plan.variant.rsplit("_", 1)[0]
+            if head.endswith("s"):
+                out.append(dataclasses.replace(plan, variant=f"{head[:-1]}_{t}", bindings=(0, 1, None, 3, 4)))
+            else:
+                out += [dataclasses.replace(plan, variant=f"{head}s_{t}", bindings=(0, 1, None, None, 4, 4)),
+                        dataclasses.replace(plan, variant=contract.CONV_REDUCE.name(t=t[:3]), spec=(),
+                                            bindings=(None, None, plan.bindings[2], 3, 4, 4))]
     return out
 
 
-_F32 = DataType.FLOAT32
 EXPORTS = {"ConvolutionMode": ConvolutionMode, "ConvolutionDirection": ConvolutionDirection}
 SPECS = (OperatorSpec(
     ConvolutionDesc, CONVOLUTION, compile_convolution,
-    (contract.CONV, contract.CONV_DIRECT, contract.CONV_SPLIT, contract.CONV_REDUCE),
-    helpers=("conv", "conv_transpose"), ahead=plans_ahead,
+    (contract.CONV, contract.CONV_DIRECT, contract.CONV_SPLIT, contract.CONV_REDUCE, contract.CONV_COOP),
+    helpers=("conv", "conv_transpose"), ahead=plans_ahead, flags=("allow_half_precision",),
     onnx=(OnnxOp("Conv", "", "conv", check=float_input), OnnxOp("ConvTranspose", "", "conv_transpose", check=float_input)),
     example=lambda: ConvolutionDesc(TensorDesc(_F32, (1, 4, 5, 5)), TensorDesc(_F32, (6, 4, 3, 3)),
                                     TensorDesc(_F32, (1, 6, 1, 1)), TensorDesc(_F32, (1, 6, 3, 3)))),)

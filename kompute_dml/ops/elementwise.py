@@ -33,7 +33,7 @@ from ..core.registry import (
     row,
 )
 from ..core.tensor_desc import TensorDesc
-from . import contract
+from . import contract, onnx_types
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable, device_limits, plan_elementwise
 from .spec import OnnxOp, OperatorSpec
@@ -308,13 +308,16 @@ SPECS = (
                  helpers=("add",),
                  onnx=(OnnxOp("Add", "", "add", kind="binary"),)),
     OperatorSpec(ElementWiseAdd1Desc, ELEMENT_WISE_ADD1, _arith("add", ELEMENT_WISE_ADD1), (contract.EW_ADD,),
-                 helpers=("add",)),
+                 helpers=("add",),  # com.microsoft BiasAdd: two additions (onnx_backend/handlers_transformer.py)
+                 onnx=(OnnxOp("BiasAdd", "com.microsoft", "add", check=onnx_types.float_input),)),
     OperatorSpec(ElementWiseSubtractDesc, ELEMENT_WISE_SUBTRACT, _arith("sub", ELEMENT_WISE_SUBTRACT),
                  (contract.EW_SUB,), helpers=("sub",),
                  onnx=(OnnxOp("Sub", "", "sub", kind="binary"),)),
     OperatorSpec(ElementWiseMultiplyDesc, ELEMENT_WISE_MULTIPLY, _arith("mul", ELEMENT_WISE_MULTIPLY),
                  (contract.EW_MUL,), helpers=("mul",),
-                 onnx=(OnnxOp("Mul", "", "mul", kind="binary"),)),
+                 onnx=(OnnxOp("Mul", "", "mul", kind="binary"),
+                       # products of the position tables (onnx_backend/rotary.py)
+                       OnnxOp("RotaryEmbedding", "com.microsoft", "mul", check=onnx_types.float_input))),
     OperatorSpec(ElementWiseDivideDesc, ELEMENT_WISE_DIVIDE, _arith("div", ELEMENT_WISE_DIVIDE),
                  (contract.EW_DIV,), helpers=("div",),
                  onnx=(OnnxOp("Div", "", "div", kind="binary"),)),

@@ -309,5 +309,6 @@ def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM, contract.GEMM_COOP), helpers=("gemm", "matmul"),
                       onnx=(OnnxOp("MatMul", "", "matmul", check=float_input), OnnxOp("Gemm", "", "gemm", check=float_input),
-                            OnnxOp("FusedMatMul", "com.microsoft", "gemm", check=float_input))),)
+                            OnnxOp("FusedMatMul", "com.microsoft", "gemm", check=float_input),
+                            OnnxOp("Einsum", "", "matmul", check=float_input))),)
 EXPORTS = {"MatrixTransform": MatrixTransform}  # the transform fields' enum, exported as kdml.MatrixTransform

@@ -162,14 +162,14 @@ def vector_flags(shape: GemmShape, a_order: str, b_order: str) -> int:
     return flags
 
 
-def require_capabilities(device: Device, family: str) -> None:
+def require_capabilities(device: Device, family: str, operator: str = "GEMM") -> None:
     missing = [c for c in FAMILIES[family][1] if c not in device.capabilities]
     if missing:
         enabled = ", ".join(sorted(device.capabilities)) or "none"
-        raise UnsupportedError(f"kernel: GEMM's '{family}' family needs the device capabilities "
+        raise UnsupportedError(f"kernel: {operator}'s '{family}' family needs the device capabilities "
                                f"{', '.join(missing)}, which {device.name} did not enable (enabled: {enabled})")
     if family == "coopmat" and not has_f16_shape(getattr(device, "cooperative_matrix_shapes", ())):
-        raise UnsupportedError(f"kernel: GEMM's 'coopmat' family needs the f16 x f16 -> f32 16x16x16 subgroup "
+        raise UnsupportedError(f"kernel: {operator}'s 'coopmat' family needs the f16 x f16 -> f32 16x16x16 subgroup "
                                f"cooperative-matrix shape, which {device.name} does not list")
 
 

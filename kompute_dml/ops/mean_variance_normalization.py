@@ -1,6 +1,8 @@
 """DirectML's MEAN_VARIANCE_NORMALIZATION1 operator (DML_MEAN_VARIANCE_NORMALIZATION1_OPERATOR_DESC):
 Output = Scale * ((Input - Mean) / sqrt(Variance + Epsilon)) + Bias, Mean and Variance taken over
-the reduced axes (ONNX LayerNormalization, MeanVarianceNormalization, InstanceNormalization).
+the reduced axes (ONNX LayerNormalization, MeanVarianceNormalization, InstanceNormalization,
+GroupNormalization: onnx_backend/handlers_nn.py; GroupNormalization over the input seen as
+(N, G, C / G, ...), its per-channel or per-group scale and bias as stride-0 views).
 
 A row is the set of elements that share every coordinate outside `axes`. The reduced dimensions
 and the outer ones are merged separately (layout.merge_dims, over the strides of the input, the
@@ -90,7 +92,9 @@ class MeanVarianceNormalization1Desc:
     + skip first: onnxruntime's SkipLayerNormalization order); `sum_output_tensor` receives that
     sum. Each has the input's data type and dimension count; skip and skip bias sizes are 1
     (broadcast) or the input's, the sum output has the input's sizes; skip_bias_tensor and
-    sum_output_tensor need skip_tensor."""
+    sum_output_tensor need skip_tensor. `use_mean` False (kompute_dml's, as DirectML's
+    MEAN_VARIANCE_NORMALIZATION2 UseMean): Mean is 0, Output = Scale * Input / sqrt(mean(Input^2) +
+    Epsilon) + Bias (RMS normalization)."""
 
     input_tensor: TensorDesc
     scale_tensor: TensorDesc | None
@@ -103,6 +107,7 @@ class MeanVarianceNormalization1Desc:
     skip_tensor: TensorDesc | None = None
     skip_bias_tensor: TensorDesc | None = None
     sum_output_tensor: TensorDesc | None = None
+    use_mean: bool = True
 
     def __post_init__(self) -> None:
         # a list of axes is kept as a tuple (the descriptor is hashable); values are checked at compile
@@ -149,10 +154,10 @@ def _epsilon(value: Any) -> float:
         raise invalid("epsilon", f"{value!r} is outside the float32 range") from None
 
 
-def _flag(value: Any) -> bool:
+def _flag(value: Any, name: str = "normalize_variance") -> bool:
     if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and int(value) in (0, 1)):
         return bool(value)
-    raise invalid("normalize_variance", f"must be a BOOL (True / False, 1 / 0), got {type(value).__name__} {value!r}")
+    raise invalid(name, f"must be a BOOL (True / False, 1 / 0), got {type(value).__name__} {value!r}")
 
 
 def _validate_skip(support: OperatorSupport, level: FeatureLevel, desc: MeanVarianceNormalization1Desc) -> None:
@@ -215,6 +220,7 @@ def _validate(device: Device, desc: MeanVarianceNormalization1Desc) -> tuple[tup
     if len(set(axes)) != len(axes):
         raise invalid("axes", f"must be distinct, got {axes}")
     nv = _flag(desc.normalize_variance)
+    _flag(desc.use_mean, "use_mean")
     eps = _epsilon(desc.epsilon)
     for f, t in (("output_tensor", y), ("sum_output_tensor", z)):
         if t is not None:
@@ -271,7 +277,7 @@ def compile_mean_variance_normalization1(device: Device, desc: MeanVarianceNorma
     tl, _ = row_layout(rlen, x.data_type)
     row_outer = 1 if skip else ROW_OUTER  # MVN_SKIP_PUSH holds one outer dimension, MVN_PUSH three
     general = len(rows[0]) > 1 or len(outer[0]) > row_outer
-    flags = (1 if present[1] else 0) | (2 if present[2] else 0) | (4 if nv else 0)
+    flags = (1 if present[1] else 0) | (2 if present[2] else 0) | (4 if nv else 0) | (0 if desc.use_mean else 32)
     rst = [st[0] if not general else 0 for st in rows[1]]
     kst = [[0] * (row_outer - len(st)) + st if not general else [0] * row_outer for st in outer[1]]
     geometry: dict[str, Any] = {f"{c}_rs": v for c, v in zip(letters, rst)}
@@ -315,6 +321,18 @@ def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[Di
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (OperatorSpec(MeanVarianceNormalization1Desc, MEAN_VARIANCE_NORMALIZATION1,
                       compile_mean_variance_normalization1, (contract.MVN, contract.MVN_SKIP),
-                      helpers=("mean_variance_normalization", "layer_norm", "skip_layer_norm"), ahead=plans_ahead,
+                      helpers=("mean_variance_normalization", "layer_norm", "skip_layer_norm", "instance_norm",
+                               "group_norm", "rms_norm"), ahead=plans_ahead,
                       onnx=(OnnxOp("LayerNormalization", "", "layer_norm", check=float_input),
-                            OnnxOp("SkipLayerNormalization", "com.microsoft", "skip_layer_norm", check=float_input))),)
+                            OnnxOp("SkipLayerNormalization", "com.microsoft", "skip_layer_norm", check=float_input),
+                            OnnxOp("InstanceNormalization", "", "instance_norm", check=float_input),
+                            OnnxOp("GroupNormalization", "", "group_norm", check=float_input),
+                            OnnxOp("MeanVarianceNormalization", "", "mean_variance_normalization",
+                                   check=float_input),
+                            # RMS normalization (use_mean False) and onnxruntime's BERT embedding
+                            # (gathers, then one skip normalization): onnx_backend/handlers_transformer.py
+                            OnnxOp("SimplifiedLayerNormalization", "", "rms_norm", check=float_input),
+                            OnnxOp("RMSNormalization", "", "rms_norm", check=float_input),
+                            OnnxOp("SkipSimplifiedLayerNormalization", "com.microsoft", "skip_layer_norm",
+                                   check=float_input),
+                            OnnxOp("EmbedLayerNormalization", "com.microsoft", "skip_layer_norm"))),)

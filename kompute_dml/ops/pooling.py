@@ -1,13 +1,15 @@
-"""DirectML's MAX_POOLING2 (DML_MAX_POOLING2_OPERATOR_DESC) and AVERAGE_POOLING
-(DML_AVERAGE_POOLING_OPERATOR_DESC), and their other versions on the same code: MAX_POOLING (no
-indices, no dilations), MAX_POOLING1 (no dilations), AVERAGE_POOLING1 (+ Dilations, 6_2): the
-maximum or the mean of each window of the input's spatial axes (N, C, [D,] H, W), with strides,
+"""DirectML's MAX_POOLING2 (DML_MAX_POOLING2_OPERATOR_DESC), AVERAGE_POOLING
+(DML_AVERAGE_POOLING_OPERATOR_DESC) and LP_POOLING (DML_LP_POOLING_OPERATOR_DESC), and their other
+versions on the same code: MAX_POOLING (no indices, no dilations), MAX_POOLING1 (no dilations),
+AVERAGE_POOLING1 and LP_POOLING1 (+ Dilations, 6_2): the maximum, the mean or the Lp norm
+((sum |x|^P)^(1 / P), padding contributing nothing) of each window of the input's spatial axes (N, C, [D,] H, W), with strides,
 zero-size padding at the start and end of each axis (padding elements never win a maximum; AVERAGE
 counts them in its divisor only where IncludePadding is set), dilations (MAX_POOLING2,
 AVERAGE_POOLING1), and MAX's optional UINT32 indices output (the flat row-major index of the
 selected element in the input's logical shape). ONNX MaxPool, AveragePool, GlobalMaxPool and
-GlobalAveragePool run on them (onnx_backend/handlers_pool.py), MaxPool's Indices (storage_order = 0)
-widened there to int64. Helpers kdml.max_pool / avg_pool in functional/pooling.py (1-D inputs too).
+GlobalAveragePool, LpPool and GlobalLpPool run on them (onnx_backend/handlers_pool.py), MaxPool's
+Indices (storage_order = 0) widened there to int64. Helpers kdml.max_pool / avg_pool / lp_pool in
+functional/pooling.py (1-D inputs too).
 
 shaders/pooling.comp: one invocation per output element; from GROUP_TAPS taps (global pooling) one
 work group of 256 per output element, partial results combined by a shared-memory tree (MAX by the
@@ -24,7 +26,9 @@ gives NaN (0 / 0).
 Tensor support as the pages' tables give it: MAX_POOLING2 from 2_1 and AVERAGE_POOLING from 1_0,
 4 or 5 dimensions, FLOAT32 and FLOAT16, MAX_POOLING2 also INT8 / UINT8 from 3_0 (bytes through
 float32, exact; a window wholly in the padding gives the type's lowest value); indices UINT32;
-AVERAGE_POOLING1 from 6_2. Validation, in order: the tables, the pages' constraints
+AVERAGE_POOLING1 from 6_2; LP_POOLING from 1_0, LP_POOLING1 from 6_2, FLOAT32 and FLOAT16, P >= 1
+(LP: |x|^P by P - 1 float32 products, a float32 sum in window order, the root as shaders/pooling.comp
+says; relative error <= ((n + P) / P + 2 |ln y| + 4) u, docs/pooling.md). Validation, in order: the tables, the pages' constraints
 (InvalidArgumentError whose message starts with the field: arrays of DimensionCount values,
 strides, window sizes and dilations >= 1, output sizes by the pages' formula with the dilated
 window), non-overlapping outputs, 32-bit element addressing.
@@ -41,6 +45,7 @@ import numpy as np
 
 from ..core.dtypes import DataType
 from ..core.errors import invalid
+from ..core.ints import as_int
 from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
@@ -72,6 +77,10 @@ AVERAGE_POOLING = OperatorSupport("AVERAGE_POOLING", 56, (
     row(FL.FL_1_0, ("input_tensor", "input", (4, 5), FLOATS), ("output_tensor", "output", (4, 5), FLOATS)),))
 # DML_OPERATOR_AVERAGE_POOLING1's numeric value is not in the pages kompute_dml read: None
 AVERAGE_POOLING1 = OperatorSupport("AVERAGE_POOLING1", None, (
+    row(FL.FL_6_2, ("input_tensor", "input", (4, 5), FLOATS), ("output_tensor", "output", (4, 5), FLOATS)),))
+LP_POOLING = OperatorSupport("LP_POOLING", 57, (
+    row(FL.FL_1_0, ("input_tensor", "input", (4, 5), FLOATS), ("output_tensor", "output", (4, 5), FLOATS)),))
+LP_POOLING1 = OperatorSupport("LP_POOLING1", None, (
     row(FL.FL_6_2, ("input_tensor", "input", (4, 5), FLOATS), ("output_tensor", "output", (4, 5), FLOATS)),))
 
 
@@ -144,6 +153,34 @@ class AveragePoolingDesc:
     include_padding: bool = False
 
 
+@dataclass(frozen=True)
+class LpPoolingDesc:
+    """DML_LP_POOLING_OPERATOR_DESC { InputTensor, OutputTensor, DimensionCount, Strides,
+    WindowSize, StartPadding, EndPadding, P }: (sum of |x|^P over the window)^(1 / P), P >= 1."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+    window_size: tuple[int, ...]
+    strides: tuple[int, ...] = ()
+    start_padding: tuple[int, ...] = ()
+    end_padding: tuple[int, ...] = ()
+    p: int = 2
+
+
+@dataclass(frozen=True)
+class LpPooling1Desc:
+    """DML_LP_POOLING1_OPERATOR_DESC: LP_POOLING plus Dilations (6_2)."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+    window_size: tuple[int, ...]
+    strides: tuple[int, ...] = ()
+    start_padding: tuple[int, ...] = ()
+    end_padding: tuple[int, ...] = ()
+    dilations: tuple[int, ...] = ()
+    p: int = 2
+
+
 POOL_KERNEL_ENV = "KDML_POOL_KERNEL"  # "thread" or "group" forces one (tests, benchmarks)
 GROUP_TAPS = 256  # windows of this many taps and more take the work-group kernel
 
@@ -166,6 +203,10 @@ def writes_words(y: TensorDesc) -> bool:
 
 def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) -> CompiledOperator:
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
+    lp = hasattr(desc, "p")
+    power = as_int(desc.p, "p") if lp else 0
+    if lp and power < 1:
+        raise invalid("p", f"must be >= 1, got {power}")
     x, y = desc.input_tensor, desc.output_tensor
     ind = getattr(desc, "output_indices_tensor", None)
     n = x.dimension_count - 2
@@ -194,17 +235,17 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) 
     total = y.element_count
     k = "_group" if _group_kernel(math.prod(window)) else ""
     pairs = not k and writes_words(y)
-    flags = (1 if not is_max and desc.include_padding else 0) | (2 if ind is not None else 0) | (4 if pairs else 0)
+    flags = (1 if getattr(desc, "include_padding", False) else 0) | (2 if ind is not None else 0) | (4 if pairs else 0)
     words = np.array([x.sizes[1], *three(x.sizes[2:], 1), *out3, *three(window, 1), *three(strides, 1),
                       *three(dil, 1), *three(start, 0), *strides5(x), *strides5(y), *strides5(ind), flags,
-                      total, math.prod(out3), out3[1] * out3[2]], dtype=np.uint32)
+                      total, math.prod(out3), out3[1] * out3[2], power], dtype=np.uint32)
     q8 = {DataType.INT8: "i8", DataType.UINT8: "u8"}.get(x.data_type)
-    fam = contract.POOL_Q8 if q8 else contract.POOL
+    fam = contract.POOL_Q8 if q8 else contract.POOL_LP if lp else contract.POOL
     unit = x.data_type.size
     const = len(support.fields)  # the constant's binding-list index
     plan = DispatchPlan(
-        variant=fam.name(t=q8, k=k) if q8 else fam.name(fn="max" if is_max else "avg", k=k,
-                                                        t="f16" if x.data_type == DataType.FLOAT16 else "f32"),
+        variant=fam.name(t=q8 or ("f16" if x.data_type == DataType.FLOAT16 else "f32"), k=k,
+                         **({} if q8 or lp else {"fn": "max" if is_max else "avg"})),
         bindings=(0, 1, 2 if ind is not None else None, const), push=fam.pack(x_off=0, y_off=0, i_off=0),
         groups=grid_for(total * 256 if k else total // 2 if pairs else total, 256, device.limits["max_compute_work_group_count"][0]),
         writes=(1, 2) if ind is not None else (1,),
@@ -232,6 +273,14 @@ def compile_max_pooling1(device: Device, desc: MaxPooling1Desc) -> CompiledOpera
 
 def compile_average_pooling1(device: Device, desc: AveragePooling1Desc) -> CompiledOperator:
     return _compile(device, desc, AVERAGE_POOLING1, False)
+
+
+def compile_lp_pooling(device: Device, desc: LpPoolingDesc) -> CompiledOperator:
+    return _compile(device, desc, LP_POOLING, False)
+
+
+def compile_lp_pooling1(device: Device, desc: LpPooling1Desc) -> CompiledOperator:
+    return _compile(device, desc, LP_POOLING1, False)
 
 
 _MAX_NUMPY = frozenset(np.dtype(t) for t in (np.float32, np.float16, np.int8, np.uint8))
@@ -265,4 +314,10 @@ SPECS = (
                  example=lambda: MaxPooling1Desc(_F, _G, TensorDesc(DataType.UINT32, (1, 2, 2, 2)), (3, 3), (2, 2))),
     OperatorSpec(AveragePooling1Desc, AVERAGE_POOLING1, compile_average_pooling1, (contract.POOL,),
                  example=lambda: AveragePooling1Desc(_F, _G, (3, 3), (2, 2), (), (), (1, 1), True)),
+    OperatorSpec(LpPoolingDesc, LP_POOLING, compile_lp_pooling, (contract.POOL_LP,), helpers=("lp_pool",),
+                 onnx=(OnnxOp("LpPool", "", "lp_pool", check=float_input),
+                       OnnxOp("GlobalLpPool", "", "lp_pool", check=float_input)),
+                 example=lambda: LpPoolingDesc(_F, _G, (3, 3), (2, 2), p=3)),
+    OperatorSpec(LpPooling1Desc, LP_POOLING1, compile_lp_pooling1, (contract.POOL_LP,),
+                 example=lambda: LpPooling1Desc(_F, _G, (3, 3), (2, 2), (), (), (1, 1), 1)),
 )

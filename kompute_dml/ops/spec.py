@@ -63,6 +63,17 @@ class OperatorSpec:
     # () -> a valid descriptor at the operator's first feature level, every optional tensor present
     # (4-D float32 where an early level allows only that): the spec-parametrized tests' example
     example: Callable[[], Any] | None = None
+    # (field) -> a valid descriptor in which `field` is present, for operators whose optional
+    # tensors exclude each other (MULTIHEAD_ATTENTION's stacked forms); None: `example`
+    field_example: Callable[[str], Any] | None = None
+    # optional fields whose absence alone breaks a rule that ties them to others (MULTIHEAD_ATTENTION:
+    # one query / key / value form, past key and value together): removed from their field_example,
+    # refused as required naming one of them (tests/test_specs.py)
+    tied_fields: tuple[str, ...] = ()
+    # Device.compile's execution flags the compile function takes as keywords (DirectML's
+    # DML_EXECUTION_FLAGS at CompileOperator: "allow_half_precision"); an operator that does not
+    # list a flag compiles as without it (DirectML's flags allow, never require)
+    flags: tuple[str, ...] = ()
     variants: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -13,8 +13,10 @@ _LIST_TYPES = {"ints": onnx.AttributeProto.INTS, "floats": onnx.AttributeProto.F
 
 def _value_info(vi: tuple[str, int, Any]) -> onnx.ValueInfoProto:
     name, elem_type, dims = vi
-    if elem_type < 0 or dims is None:
+    if elem_type < 0:
         return onnx.ValueInfoProto(name=name)
+    if dims is None:  # the element type alone
+        return helper.make_tensor_value_info(name, elem_type, None)
     return helper.make_tensor_value_info(name, elem_type, [d if d != "" else None for d in dims])
 
 
@@ -38,9 +40,12 @@ def tensor_elem_types(desc: dict[str, Any]) -> dict[str, int]:
     return types
 
 
-def to_model(desc: dict[str, Any]) -> onnx.ModelProto:
+def to_model(desc: dict[str, Any], input_shapes: bool = True) -> onnx.ModelProto:
     """The described graph as a model; graph attributes (desc value None) are left out, so a node
-    carrying one must not be run from it (plugin.Ep never claims such nodes)."""
+    carrying one must not be run from it (plugin.Ep never claims such nodes). `input_shapes`
+    False: the graph inputs declare their element types only (a sub-graph compiled to run: its
+    inputs are values onnxruntime computed, whose shapes may differ from the ones its inference
+    declared, e.g. (1,) for a value declared rank 0)."""
     initializers = []
     for name, elem_type, dims, data in desc["initializers"]:
         t = onnx.TensorProto(name=name, data_type=elem_type, dims=list(dims))
@@ -54,7 +59,8 @@ def to_model(desc: dict[str, Any]) -> onnx.ModelProto:
         node.attribute.extend(_attribute(k, v) for k, v in attrs.items() if v is not None and not k.startswith("__"))
         nodes.append(node)
         value_info.extend(_value_info(vi) for vi in out_vis if vi[0])
-    graph = helper.make_graph(nodes, desc["name"] or "kdml_ep", [_value_info(vi) for vi in desc["inputs"]],
+    inputs = [_value_info(vi if input_shapes or vi[1] < 0 else (vi[0], vi[1], None)) for vi in desc["inputs"]]
+    graph = helper.make_graph(nodes, desc["name"] or "kdml_ep", inputs,
                               [_value_info(vi) for vi in desc["outputs"]], initializer=initializers,
                               value_info=[v for v in value_info if v.name not in
                                           {vi[0] for vi in desc["inputs"] + desc["outputs"]}])

@@ -167,7 +167,7 @@ class Ep:
         return [run for kind, run in runs if kind == "ep"]
 
     def compile(self, desc: dict[str, Any], fused_name: str, io: tuple[list[str], list[str]]) -> Kernel:
-        model = to_model(desc)
+        model = to_model(desc, input_shapes=False)
         rep = Backend.prepare(model, kdml_device=self.device, **self.prepare_options)
         return Kernel(fused_name, rep, list(io[0]), list(io[1]), self.device_memory)
 
@@ -210,7 +210,7 @@ class Kernel:
 
         results = self.rep.run(feeds, out=out)
         # None: written in ORT's buffer already; anything else ep_kernel.cc copies there
-        return [None if any(results[i] is w for w in written) else np.ascontiguousarray(results[i])
+        return [None if any(results[i] is w for w in written) else np.asarray(results[i], order="C")  # (0-d stays 0-d)
                 for i in self._order]
 
     def _device_input(self, at: tuple[Any, int] | None, dtype: np.dtype, shape: tuple[int, ...]) -> Any:

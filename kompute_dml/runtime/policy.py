@@ -12,12 +12,9 @@ Every choice here is a measured one (figures in docs/ and benchmarks/RESULTS.md)
   commands are 2-3x slower than compute shaders (50x for one region per row), so every
   operator runs as shaders; matrix products take tiled "gpu" kernels, or cooperative-matrix
   kernels on the tensor cores where the device enabled them (FLOAT16 GEMM too: gemm_family).
-- every device: small outputs that depend on the descriptor alone (DIAGONAL_MATRIX without
-  input) are one copy from a constant computed at compile time (CONSTANT_BELOW);
-- every device: an execution completes by a completion word (its command buffer writes a
-  host-visible word last; the host polls it) rather than by its fence (COMPLETION).
-- every device: a submission's first run goes through one shared, re-recorded sequence; a
-  submission gets a command buffer of its own at its second run (FIRST_RUN).
+- every device: outputs that depend on the descriptor alone are copied from a constant
+  (CONSTANT_BELOW); an execution completes by a completion word (COMPLETION); a submission's first
+  run goes through one shared, re-recorded sequence (FIRST_RUN).
 """
 
 from __future__ import annotations
@@ -29,6 +26,20 @@ from functools import cache
 from typing import Any
 
 from .capabilities import CAPABILITIES, FEATURES_ENV, requested_capabilities  # noqa: F401 (re-exported)
+from .coop_policy import (  # noqa: F401 (re-exported: the float16 cooperative-matrix choices)
+    CONV_KERNEL_ENV,
+    CONV_KERNELS,
+    F16_SHAPE,
+    GEMM_COOP_CAPABILITIES,
+    GEMM_COOP_MIN,
+    GEMM_KERNEL_ENV,
+    GEMM_KERNELS,
+    SCOPE_SUBGROUP,
+    choose_conv_kernel,
+    choose_gemm_family,
+    coop_family,
+    has_f16_shape,
+)
 from .pipelines import pipeline_threads
 
 # Bytes up to which a discrete GPU copies by transfer commands (DevicePolicy.transfer_below).
@@ -125,28 +136,19 @@ GEMV_COOP_MAX_M = 4
 # 25.58, 64x384x384 23.29 / 26.91, 64x512x512 25.86 / 27.71 (the quantized case alike).
 GEMV_TINY_MAX_M = 64
 # A tiny product (ops/matmul_gemv.py: its one-row-per-work-group configuration on GPUs)
-TINY_K = 512
-TINY_B_BYTES = 256 * 1024
+TINY_K, TINY_B_BYTES = 512, 256 * 1024
 
 
 def is_tiny(k: int, n: int) -> bool:
     return k <= TINY_K and k * n <= TINY_B_BYTES
-# GEMM (ops/gemm.py): the family of a product (DevicePolicy.gemm_family_for). "tiled" (shaders/gemm.comp,
-# FLOAT32 and FLOAT16), "coopmat" (FLOAT16 on cooperative matrices, ops/gemm_coop.py), "coopmat-emulated"
-# (that kernel with each cooperative-matrix operation as plain subgroup code: any device, for tests).
-# KDML_GEMM_KERNEL (read once, when the policy is made) forces one; a coop family takes FLOAT16 only
-# (other types stay "tiled").
-GEMM_KERNEL_ENV = "KDML_GEMM_KERNEL"
-GEMM_KERNELS = ("tiled", "coopmat", "coopmat-emulated")
-# What the coopmat GEMM needs: the capabilities its SPIR-V declares, and the f16 x f16 -> f32 16x16x16
-# subgroup shape (as VkCooperativeMatrixPropertiesKHR lists it, like matmul_coop.S8_SHAPE: M, N, K,
-# A, B, C, result (VkComponentTypeKHR FLOAT16 = 0, FLOAT32 = 1); scope (subgroup = 3) at index 8).
-GEMM_COOP_CAPABILITIES = ("cooperative_matrix", "shader_float16", "vulkan_memory_model")
-F16_SHAPE = (16, 16, 16, 0, 0, 1, 1)
-SCOPE_SUBGROUP = 3
-# M, N and K from which an automatic FLOAT16 GEMM takes "coopmat" (one 16 x 16 x 16 fragment each;
-# below it the tiled kernel wastes less). Not measured yet: benchmarks/bench_gemm.py times both.
-GEMM_COOP_MIN = 16
+# MULTIHEAD_ATTENTION's kernel (ops/attention.py): "tiled" (GPUs: tiles per block of query rows) or "rows" (CPUs).
+ATTENTION_KERNEL_ENV, ATTENTION_KERNELS = "KDML_ATTENTION_KERNEL", ("tiled", "rows")
+# The exported graphs' attention chain (onnx_backend/fusion_attention.py) runs fused up to MAX_FLOPS (4 b h q k d)
+# from MIN_ROWS query rows, its key / value heads not repeated (GQA's stride-0 heads), else as its nodes. H100,
+# `benchmarks/bench_attention.py --unfused --rounds 3` at c70c79a: fused / unfused 147 / 621 us at BERT-base 8x128
+# (0.4 Gflop), 1715 / 1064 us at ViT-B 32x197 (3.8), 5357 / 1755 at 64x256 (12.9); GQA decoding 0.03x torch (Llama
+# small's steps, plans kept: 0.84x torch fused, 1.25x before). lavapipe: the rows kernel 2-3x slower from 2 x 128 keys.
+ATTENTION_FUSED_MAX_FLOPS, ATTENTION_FUSED_MIN_ROWS = {"gpu": 1.5e9, "cpu": 4e6}, {"gpu": 16, "cpu": 1}
 
 
 def _rows(desc: Any) -> int:
@@ -183,13 +185,6 @@ def gemv_candidate(max_m: int, k_contiguous: bool = True) -> KernelCandidate:
 
 
 _DOT = KernelCandidate("dot", lambda device, desc: _rows(desc) <= DOT_MAX_M, f"M <= {DOT_MAX_M}")
-
-
-def has_f16_shape(shapes: Any) -> bool:
-    """The device lists the f16 x f16 -> f32 16x16x16 subgroup shape (or lists none: a runtime that does
-    not read them, where the capability stands for it)."""
-    shapes = tuple(shapes or ())
-    return not shapes or any(tuple(s[:7]) == F16_SHAPE and s[8] == SCOPE_SUBGROUP for s in shapes)
 
 
 @dataclass(frozen=True)
@@ -230,10 +225,15 @@ class DevicePolicy:
     # FLOAT16 GEMM's family (large products, GEMM_COOP_MIN): "coopmat" with GEMM_COOP_CAPABILITIES and F16_SHAPE
     gemm_family: str = "tiled"
     gemm_kernel: str = field(default_factory=lambda: os.environ.get(GEMM_KERNEL_ENV, "auto"))  # forced family
+    # CONVOLUTION's half-precision FORWARD family: "coopmat" where GEMM's is (KDML_CONV_KERNEL forces a kernel)
+    conv_family: str = "tiled"
     weights: str = "rows"  # see WEIGHT_LAYOUTS
     coop_sums: str = "bytes"  # see COOP_SUMS
     gemv_max_m: int = GEMV_MAX_M  # see GEMV_MAX_M, GEMV_COOP_MAX_M
     gemv_k_contiguous: bool = True  # gemv takes k-contiguous B (not on coopmat GPUs: GEMV_COOP_MAX_M)
+    attention_kernel: str = "tiled"  # see ATTENTION_KERNEL_ENV
+    attention_fused_max_flops: float = ATTENTION_FUSED_MAX_FLOPS["gpu"]  # see ATTENTION_FUSED_MAX_FLOPS
+    attention_fused_min_rows: int = ATTENTION_FUSED_MIN_ROWS["gpu"]
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -282,20 +282,15 @@ class DevicePolicy:
         return (KernelCandidate(choice),)  # cpu, cpu-ssbo, gpu: always plan
 
     def gemm_family_for(self, float16: bool, m: int, n: int, k: int, kernel: str | None = None) -> str:
-        """GEMM's family for an M x N x K product (FLOAT16 where `float16`): the forced one (`kernel`, else
-        KDML_GEMM_KERNEL's; InvalidArgumentError ("kernel") for an unknown name), else "coopmat" for
-        FLOAT16 where the device has it (gemm_family) and M, N, K >= GEMM_COOP_MIN, else "tiled". A coop
-        family's planner declines (-> "tiled") what it does not take: FLOAT32."""
-        choice = ((self.gemm_kernel if kernel is None else kernel) or "auto").strip().lower()
-        if choice != "auto" and choice not in GEMM_KERNELS:
-            from ..core.errors import invalid
+        """GEMM's family for an M x N x K product (coop_policy.choose_gemm_family): `kernel`, else KDML_GEMM_KERNEL's
+        forced one, else "coopmat" for large enough FLOAT16 products where the device has it, else "tiled"."""
+        return choose_gemm_family(self.gemm_family, self.gemm_kernel if kernel is None else kernel, float16, m, n, k)
 
-            raise invalid("kernel", f"must be one of {', '.join(map(repr, GEMM_KERNELS))} or 'auto' (also via "
-                          f"{GEMM_KERNEL_ENV}, read when the device is made), got {choice!r}")
-        if choice != "auto":
-            return choice
-        big = min(m, n, k) >= GEMM_COOP_MIN
-        return "coopmat" if float16 and big and self.gemm_family == "coopmat" else "tiled"
+    def conv_family_for(self, *, half: bool, coutg: int, klen: int, backward: bool, kernel: str | None = None) -> str:
+        """CONVOLUTION's kernel (coop_policy.choose_conv_kernel): forced, else "direct" (few channels per group),
+        "coopmat" (half precision on a device that has it: the same capabilities and shape as GEMM's),
+        "tiled"."""
+        return choose_conv_kernel(self.conv_family, half=half, coutg=coutg, klen=klen, backward=backward, kernel=kernel)
 
     def copies_by_transfer(self, nbytes: int, regions: int = 1) -> bool:
         """Whether a dense copy writing `nbytes` in `regions` row regions runs as transfer commands."""
@@ -321,11 +316,12 @@ class DevicePolicy:
             "plan_flush_allocating": self.plan_flush_allocating,
             "gemm_tiles": self.gemm_tiles,
             "gemm_family": self.gemm_family,
+            "conv_family": self.conv_family,
             "weights": self.weights,
             "coop_sums": self.coop_sums,
             "gemv_max_m": self.gemv_max_m,
             "gemv_k_contiguous": self.gemv_k_contiguous,
-            "gemm_kernel": self.gemm_kernel,
+            "gemm_kernel": self.gemm_kernel, "attention_kernel": self.attention_kernel,
             "matmul_kernel": self.matmul_kernel,
             "matmul_table": self._table_text(),
         }
@@ -345,7 +341,9 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
     device's cooperative-matrix shapes (Device.cooperative_matrix_shapes)."""
     if device_type == "cpu":
         policy = DevicePolicy("cpu", transfer_commands=True, matmul_family="cpu", capabilities=capabilities,
-                              constant_below=CONSTANT_BELOW)
+                              constant_below=CONSTANT_BELOW, attention_kernel="rows",
+                              attention_fused_max_flops=ATTENTION_FUSED_MAX_FLOPS["cpu"],
+                              attention_fused_min_rows=ATTENTION_FUSED_MIN_ROWS["cpu"])
     else:
         # tensor cores where enabled; else the same tiled kernel on OpSDot where the device has
         # integer dot products, for matrices of at most DOT_MAX_M rows (see there)
@@ -359,7 +357,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
             device_type, transfer_commands=False, matmul_family=family, capabilities=capabilities, memory_kernel="gpu",
             transfer_below=GPU_TRANSFER_BELOW, transfer_regions=GPU_TRANSFER_REGIONS, constant_below=CONSTANT_BELOW,
             gemm_tiles="parallel", prepare_siblings=True, wait_spin_cap_us=WAIT_SPIN_CAP_US, plan_flush_ms=GPU_PLAN_FLUSH_MS,
-            gemm_family="coopmat" if set(GEMM_COOP_CAPABILITIES) <= capabilities and has_f16_shape(coop_shapes) else "tiled",
+            gemm_family=coop_family(capabilities, coop_shapes), conv_family=coop_family(capabilities, coop_shapes),
             weights="columns" if family == "coopmat" else "rows",
             gemv_max_m=GEMV_COOP_MAX_M if family == "coopmat" else GEMV_MAX_M, gemv_k_contiguous=family != "coopmat",
         )
@@ -375,7 +373,9 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
     flush = _env_choice(PLAN_FLUSH_ENV, None)
     flush_allocating = _env_choice(PLAN_FLUSH_ALLOCATING_ENV, ("0", "1"))
     weights = _env_choice(WEIGHTS_ENV, WEIGHT_LAYOUTS)
+    attention = _env_choice(ATTENTION_KERNEL_ENV, ATTENTION_KERNELS) or policy.attention_kernel
     policy = replace(policy, completion=completion or policy.completion, first_run=first_run or policy.first_run,
+                     attention_kernel=attention,
                      plan_flush_ms=policy.plan_flush_ms if flush is None else flush, weights=weights or policy.weights,
                      plan_flush_allocating=policy.plan_flush_allocating if flush_allocating is None else flush_allocating == "1")
     return policy

@@ -167,6 +167,7 @@ MMG = family("mmg", "matmul_gemv.comp", "mmg8{dot}_{b}", MATMUL_PUSH, None, dot=
 
 # ---- element-wise operators (ops/elementwise.py, ops/elementwise_logic.py, shaders/elementwise.comp)
 # and the cumulative operators (ops/cumulative.py, shaders/cumulative.comp): contract/elementwise.py
+from .attention import MHA_COMBINE, MHA_PRESENT, MHA_PUSH, MHA_ROWS, MHA_SPLIT, MHA_TILED  # noqa: E402, F401
 from .elementwise import (  # noqa: E402
     CUM,
     CUM_WG,
@@ -204,7 +205,9 @@ from .elementwise import (  # noqa: E402
     EW_XOR,
 )
 from .fill_pad import FILL, FILL_PUSH, FILL_SEQ, PAD, PAD_PUSH, PAD_RANK  # noqa: E402, F401
+from .quant import CONV_INT, CONV_INT_PUSH, QCONV, QCONV_PUSH, QUANT  # noqa: E402, F401
 from .top_k import TOPK, TOPK_PUSH, TOPK_RANK, TOPK_TILE  # noqa: E402, F401
+from .vision import LRN, LRN_PUSH, RESAMPLE, RESAMPLE_PUSH  # noqa: E402, F401
 
 # ---- CAST (ops/cast.py, shaders/cast.comp): the element-wise block and plans, a variant per
 # (input type, output type) of the 8- to 64-bit types (64-bit integers as word pairs)
@@ -249,7 +252,10 @@ GATHER_CHECK = family("gather_check", "gather_check.comp", "gather_check_{idx}",
 def _float_unary_names() -> tuple[str, ...]:
     names = []
     for path in sorted(Path(__file__).resolve().parent.parent.glob("*.py")):
-        for node in ast.parse(path.read_text(), str(path)).body:
+        text = path.read_text()
+        if "\nFLOAT_UNARY" not in text:  # (parsing every operator module took 80 ms of a first run)
+            continue
+        for node in ast.parse(text, str(path)).body:
             if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["FLOAT_UNARY"]:
                 value = ast.literal_eval(node.value)  # one name, or a tuple of them (a module of a family)
                 names.extend((value,) if isinstance(value, str) else value)
@@ -363,25 +369,18 @@ REDUCE_PUSH = block("x_off", "y_off", "nout", "rlen", "nk", "nr", "fn", "size[8]
 REDUCE = family("reduce", "reduce.comp", "reduce_{t}_{o}", REDUCE_PUSH, (64, 1, 1), t=tuple(REDUCE_TYPES),
                 o=tuple(REDUCE_OUT), defines=lambda t, o: {"IN_T": REDUCE_TYPES[t], "OUT_IDX": REDUCE_OUT[o]})
 
-# ---- CONVOLUTION (ops/convolution.py, shaders/convolution.comp, docs/convolution.md "The kernels"): conv_* 64 x 64
-# tiles, convd_* direct (few channels per group), convs_* + convr_* split-K (partial sums in the operator's scratch,
-# binding 5, then added per output); offsets in elements here, the geometry in the operator's constant (binding 4).
-CONV_PUSH = block("x_off", "w_off", "b_off", "y_off")
-CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE = (
-    family("conv" + ("_" + kind.lower() if kind else ""), "convolution.comp", name + "_{t}", CONV_PUSH, (256, 1, 1), t=("f32", "f16"),
-           defines=lambda t, kind=kind: {"F16": int(t == "f16"), **{k: int(k == kind) for k in ("DIRECT", "REDUCE", "SPLIT")}})
-    for name, kind in (("conv", ""), ("convd", "DIRECT"), ("convs", "SPLIT"), ("convr", "REDUCE")))
+# ---- CONVOLUTION (ops/convolution.py, ops/conv_coop.py), BATCH_NORMALIZATION: contract/conv.py
+from .conv import BN, CONV, CONV_COOP, CONV_DIRECT, CONV_PUSH, CONV_REDUCE, CONV_SPLIT  # noqa: E402, F401
 
-# ---- MAX_POOLING2 / AVERAGE_POOLING (ops/pooling.py, shaders/pooling.comp): an output element per invocation
-# (k "_group": per work group); offsets in elements (indices: UINT32 units), the geometry in the operator's constant.
+# ---- MAX_POOLING2 / AVERAGE_POOLING (ops/pooling.py, pooling.comp): an output per invocation (k "_group": per group)
 POOL_PUSH = block("x_off", "y_off", "i_off")
 POOL = family("pool", "pooling.comp", "pool_{fn}_{t}{k}", POOL_PUSH, (256, 1, 1), fn=("max", "avg"), t=("f32", "f16"),
               k=("", "_group"), defines=lambda fn, t, k: {"MAX": int(fn == "max"), "F16": int(t == "f16"), "GROUP": int(k != "")})
 POOL_Q8 = family("pool_q8", "pooling.comp", "pool_max_{t}{k}", POOL_PUSH, (256, 1, 1), t=("i8", "u8"), k=("", "_group"),  # 8-bit
                  defines=lambda t, k: {"MAX": 1, "F16": 0, "Q8": 1 + int(t == "u8"), "GROUP": int(k != "")})
-# ---- BATCH_NORMALIZATION (ops/batch_normalization.py, batch_normalization.comp): an element per invocation.
-BN = family("batch_norm", "batch_normalization.comp", "batch_norm_{t}", block("x_off", "m_off", "v_off", "s_off",
-            "b_off", "y_off"), (64, 1, 1), t=("f32", "f16"), defines=lambda t: {"F16": int(t == "f16")})
+# LP_POOLING / LP_POOLING1: AVERAGE's sums of |x|^P, then the P-th root (P: the constant's word 38)
+POOL_LP = family("pool_lp", "pooling.comp", "pool_lp_{t}{k}", POOL_PUSH, (256, 1, 1), t=("f32", "f16"), k=("", "_group"),
+                 defines=lambda t, k: {"MAX": 0, "LP": 1, "F16": int(t == "f16"), "GROUP": int(k != "")})
 
 FAMILIES: tuple[ShaderFamily, ...] = (
     COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
@@ -390,8 +389,9 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     EW_OR, EW_XOR, EW_BAND, EW_BOR, EW_BXOR, EW_BNOT,
     EW_POW, EW_ATAN2, EW_MOD, EW_SHIFT, EW_POPCNT, EW_DSQ, CUM, CUM_WG, CAST, DEQUANT, GATHER, GATHER_CHECK, FILL, FILL_SEQ, PAD,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
-    DQL_MINMAX, DQL_QUANT, EW_EXT, TOPK,
-    MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, POOL, POOL_Q8, BN, GEMM, GEMM_COOP,
+    DQL_MINMAX, DQL_QUANT, EW_EXT, TOPK, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, CONV_COOP, CONV_INT,
+    POOL, POOL_Q8, BN, GEMM, GEMM_COOP, POOL_LP, RESAMPLE, LRN, QUANT, QCONV, MHA_TILED, MHA_ROWS, MHA_PRESENT, MHA_SPLIT,
+    MHA_COMBINE,
 )
 
 

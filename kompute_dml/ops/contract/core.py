@@ -230,13 +230,13 @@ class ShaderFamily:
     def builds(self) -> dict[str, dict[str, str]]:
         """variant -> its compile inputs: its #defines, the KDML_PUSH_BLOCK define (the GLSL
         block) and, where the family has one, its target environment (TARGET_KEY)."""
-        out = {}
+        out, block = {}, self.push.glsl()
         for combo in self._combos():
             defs = self.defines(**combo) if callable(self.defines) else self.defines
             entry = {str(k): str(v) for k, v in dict(defs).items()}
             if PUSH_BLOCK_DEFINE in entry or TARGET_KEY in entry:
                 raise ValueError(f"shader family {self.key}: {PUSH_BLOCK_DEFINE} and {TARGET_KEY} are the build's")
-            entry[PUSH_BLOCK_DEFINE] = self.push.glsl()
+            entry[PUSH_BLOCK_DEFINE] = block
             target = self.target(**combo) if callable(self.target) else self.target
             if target is not None:
                 entry[TARGET_KEY] = target

@@ -1,7 +1,7 @@
 """Throughput over every GPU of a host (issue 55): one prepared model per Vulkan device, run back
 to back from one thread per device, then from one process per device, against one device alone.
 
-    python -m benchmarks.scaling [--model bert256] [--shapes 8x128,64x256] [--seconds 5] [--devices all]
+    python -m kompute_dml.bench.scaling [--model bert256] [--shapes 8x128,64x256] [--seconds 5] [--devices all]
 
 Per shape: sequences per second for 1 GPU (one thread), N GPUs from N threads, N GPUs from N
 processes, and each as a multiple of one GPU (efficiency = that / N). Every worker first runs
@@ -29,8 +29,9 @@ MODELS = {"bert256": (256, 3, 4), "minilm-shape": (384, 6, 12)}
 
 def _worker(model: str, index: int, batch: int, seq: int) -> tuple:
     """The prepared model on Vulkan device `index` and its feeds."""
-    from kompute_dml.bench.bert_models import build_random_bert, random_feeds
     from kompute_dml.onnx_backend import Backend
+
+    from .bert_models import build_random_bert, random_feeds
 
     rep = Backend.prepare(str(build_random_bert(*MODELS[model])), f"VULKAN:{index}")
     feeds = random_feeds(batch, seq, 1000, np.random.default_rng(index))
@@ -38,7 +39,7 @@ def _worker(model: str, index: int, batch: int, seq: int) -> tuple:
 
 
 def _count(rep, feeds, start: float, seconds: float) -> int:
-    from kompute_dml.bench.gpu_clock import WARM_SECONDS, hold
+    from .gpu_clock import WARM_SECONDS, hold
 
     hold(lambda: rep.run(feeds), WARM_SECONDS + 1.0)
     while time.time() < start:
@@ -64,7 +65,7 @@ def threads(model: str, devices: list[int], batch: int, seq: int, seconds: float
 
 def processes(model: str, devices: list[int], batch: int, seq: int, seconds: float) -> float:
     start = time.time() + 30.0  # every child has prepared and warmed by then
-    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.scaling", "--child", str(i), "--model", model,
+    procs = [subprocess.Popen([sys.executable, "-m", "kompute_dml.bench.scaling", "--child", str(i), "--model", model,
                                "--shapes", f"{batch}x{seq}", "--seconds", str(seconds), "--start", str(start)],
                               stdout=subprocess.PIPE, text=True) for i in devices]
     counts = [json.loads(p.communicate()[0].strip().splitlines()[-1])["runs"] for p in procs]
@@ -80,7 +81,7 @@ def sm_clocks() -> str:
     return "/".join(x.strip() for x in out.splitlines()) + " MHz"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="bert256", choices=sorted(MODELS))
     ap.add_argument("--shapes", default="8x128,64x256")
@@ -88,12 +89,12 @@ def main() -> None:
     ap.add_argument("--devices", default="all", help="comma-separated Vulkan indices, or all")
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--start", type=float, default=0.0, help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.child is not None:
         b, s = map(int, args.shapes.split("x"))
         rep, feeds = _worker(args.model, args.child, b, s)
         print(json.dumps({"runs": _count(rep, feeds, args.start, args.seconds)}), flush=True)
-        return
+        return 0
     import kompute_dml as kdml
 
     found = [d["index"] for d in kdml.list_devices()]
@@ -109,8 +110,9 @@ def main() -> None:
         procs = processes(args.model, devices, b, s, args.seconds)
         print(f"| {shape} | {one:.0f} | {many:.0f} | {many / one:.2f} | {procs:.0f} | {procs / one:.2f} | "
               f"{len(devices)} | {sm_clocks()} |", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    main()
+    raise SystemExit(main())

@@ -1,9 +1,11 @@
 """Greedy generation with the key/value cache (kompute_dml/bench/decoders.py: GPT-2, Llama,
-random weights): the prompt's ms and the new tokens per second of ours (the cache on the device),
+random weights): the prompt's ms and the new tokens per second of ours (the cache on the device;
+a first generation, which plans each new past length, and the same generation again, whose plans
+are kept),
 onnxruntime CPU (the same step model, its cache in host arrays) and PyTorch CUDA eager float32
-with its own cache; the tokens of all three compared.
+(and float16 on CUDA) with its own cache; the tokens of all three compared.
 
-    python -m benchmarks.decoders [--size small] [--prompt 128] [--new 32] [--batch 1]
+    python -m kompute_dml.bench.decoder_speed [--size small] [--prompt 128] [--new 32] [--batch 1]
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from kompute_dml.bench import decoders
-from kompute_dml.bench.timing import median
+from . import decoders
+from .timing import median
 
 
 def _ort_greedy(sess: Any, dec: decoders.Decoder, prompt: np.ndarray, steps: int) -> tuple[list[list[int]], list[float]]:
@@ -61,25 +63,35 @@ def main(argv: list[str] | None = None) -> int:
         cpu = sorted({p.op_type for p in rep.placement if p.target == CPU})
         prompt = np.random.default_rng(0).integers(1, decoders.VOCAB, (args.batch, args.prompt))
         decoders.greedy(rep, dec, prompt, 3)  # first plans of the first lengths
-        ours, t_ours = decoders.greedy(rep, dec, prompt, args.new + 1)
+        ours, t_ours = decoders.greedy(rep, dec, prompt, args.new + 1)  # a new plan per past length
+        warm, t_warm = decoders.greedy(rep, dec, prompt, args.new + 1)  # the same lengths: plans replayed
         sess = ort.InferenceSession(str(dec.path), providers=["CPUExecutionProvider"])
         theirs, t_ort = _ort_greedy(sess, dec, prompt, args.new + 1)
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         decoders.torch_greedy(dec, prompt, 3, dev)
         ref, t_torch = decoders.torch_greedy(dec, prompt, args.new + 1, dev)
+        half: list[Any] = []
+        if dev == "cuda":  # the fp16 peer with its cache (its tokens may differ: float16 logits)
+            decoders.torch_greedy(dec, prompt, 3, dev, half=True)
+            half = list(decoders.torch_greedy(dec, prompt, args.new + 1, dev, half=True))
         print(f"{name} ({args.size}), batch {args.batch}, prompt {args.prompt}, {args.new} new tokens; "
               f"CPU nodes: {', '.join(cpu) or 'none'}; tokens equal torch: {ours == ref}, onnxruntime: {theirs == ref}")
-        print(_line("kompute_dml", t_ours, args.new))
+        print(_line("kompute_dml", t_ours, args.new) + "  (first generation: a plan per new length)")
+        print(_line("kompute_dml", t_warm, args.new) + f"  (again: plans kept; tokens equal: {warm == ours})")
         print(_line("onnxruntime", t_ort, args.new))
         print(_line(f"torch {dev}", t_torch, args.new))
+        if half:
+            print(_line("torch fp16", half[1], args.new) + f"  (tokens equal torch fp32: {half[0] == ref})")
         if args.node_by_node:
             rep.state.node_by_node = True
             decoders.greedy(rep, dec, prompt, 3)
             nbn, t_nbn = decoders.greedy(rep, dec, prompt, args.new + 1)
             rep.state.node_by_node = False
             print(_line("node by node", t_nbn, args.new) + f"  (tokens equal torch: {nbn == ref})")
-        print(f"  ours / torch tokens/s: {median(t_torch[1:]) / median(t_ours[1:]):.2f}; ours / onnxruntime: "
-              f"{median(t_ort[1:]) / median(t_ours[1:]):.2f}; prompt torch/ours {t_torch[0] / t_ours[0]:.2f}", flush=True)
+        for label, t in (("first", t_ours), ("again", t_warm)):
+            print(f"  {label}: ours / torch tokens/s: {median(t_torch[1:]) / median(t[1:]):.2f}; ours / onnxruntime: "
+                  f"{median(t_ort[1:]) / median(t[1:]):.2f}; prompt torch/ours {t_torch[0] / t[0]:.2f}"
+                  + (f"; ours / torch fp16 tokens/s: {median(half[1][1:]) / median(t[1:]):.2f}" if half else ""), flush=True)
     return 0
 
 

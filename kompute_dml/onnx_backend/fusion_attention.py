@@ -1,0 +1,168 @@
+"""The exported graphs' attention as one MULTIHEAD_ATTENTION dispatch (fusions.py's patterns):
+
+    MatMul(Q, K^T) | FusedMatMul(Q, K^T, alpha)  ->  [Mul(., c) | Div(., c)]  ->  [Add(., mask)]
+    ->  Softmax(last axis)  ->  [Cast to its own type, up to twice]  ->  MatMul(., V)
+
+as torch.onnx.export writes BERT / RoBERTa / DistilBERT (FusedMatMul after onnxruntime's
+fusions), GPT-2, Llama, ViT and Whisper: Q [batch, heads, seq, head], K^T [batch, heads, head,
+keys] and V [batch, heads, keys, head] (rank 3: one head) as the Transposes make them, bound
+through their strides with the operator's split_heads extension (no copy); the scale is alpha
+times c (or over c), the additive mask (a causal mask through Where / Add included) the
+operator's relative position bias, broadcast; the result [batch, heads, seq, head] as the last
+MatMul's. Every intermediate must be read only by the chain (fusions._match) and c a constant
+scalar; shapes the operator does not take (batch dimensions that broadcast, a mask that does not
+broadcast to the scores) run the chain node by node (FallbackNeeded, which Fusion.run turns into
+Unfused). The float32 arithmetic differs from
+the unfused nodes' only in rounding (the scores are never rounded to the type, the scale is one
+product): within the families' tolerance (tests/test_model_families.py)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+import kompute_dml as kdml
+
+from .graph import _attr
+from .handlers_nn import _opset
+from .handlers_values import as_device
+from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype
+
+if TYPE_CHECKING:
+    from .context import NodeContext
+    from .rep import BackendRep
+
+
+def _roles(nodes: list[onnx.NodeProto]) -> dict[str, onnx.NodeProto]:
+    return {"head": nodes[0], "last": nodes[-1], **{n.op_type: n for n in nodes[1:-1]}}
+
+
+def _constant_scalar(rep: BackendRep, name: str) -> float | None:
+    if name not in rep.constants or name in rep.input_names:
+        return None
+    c = rep.constant_host(name)
+    if c.size != 1 or c.dtype not in (np.float32, np.float16, np.float64):
+        return None
+    v = float(c.reshape(-1)[0])
+    return v if np.isfinite(v) and v != 0.0 else None
+
+
+def check_attention(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
+    """Why the chain is not an exact attention ("" where it is)."""
+    r = _roles(nodes)
+    head = r["head"]
+    dts = {rep._elem_dtype(n) for n in (*head.input[:2], r["last"].input[1])}
+    if not dts <= _FLOAT_OUT | {None}:
+        return f"products of {sorted(map(str, dts - {None}))}"
+    if head.op_type == "FusedMatMul" and any(int(_attr(head, a, 0)) for a in ("transA", "transBatchA", "transBatchB")):
+        return "FusedMatMul with transA / transBatch"
+    for op in ("Mul", "Div"):
+        if op in r and _constant_scalar(rep, r[op].input[1]) is None:
+            return f"the {op}'s operand is not a constant scalar"
+    smx = r["Softmax"]
+    rank = rep._declared_rank(smx.input[0])
+    axis = int(_attr(smx, "axis", -1 if _opset(rep.model) >= 13 else 1))
+    if axis != -1 and (rank is None or axis != rank - 1):
+        return f"Softmax axis {axis} (rank {rank}) is not the last"
+    for node in nodes:
+        if node.op_type == "Cast":
+            src = rep._elem_dtype(node.input[0])
+            to = onnx.helper.tensor_dtype_to_np_dtype(int(_attr(node, "to", 0)))
+            if src is None or np.dtype(to) != src:
+                return f"a Cast from {src} to {np.dtype(to)}"
+    return ""
+
+
+def _bhsd(v: DeviceValue, name: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(sizes, strides) of a rank-4 value, rank 3 as one head (None for other ranks)."""
+    st = tuple(v.tensor.desc.effective_strides)
+    if len(v.shape) == 4:
+        return v.shape, st
+    if len(v.shape) == 3:
+        return (v.shape[0], 1, *v.shape[1:]), (st[0], 0, *st[1:])
+    return None
+
+
+def _split(t: kdml.Tensor, sizes: tuple[int, ...], strides: tuple[int, ...], swap: bool = False) -> kdml.Tensor:
+    """[b, h, s, d] sizes / strides (swap: [b, h, d, s]) as the operator's [b, s, h, d] view."""
+    b, h, s, d = sizes
+    sb, sh, ss, sd = strides
+    if swap:
+        s, d, ss, sd = d, s, sd, ss
+    return kdml.Tensor.trusted(t.buffer, kdml.TensorDesc(t.desc.data_type, (b, s, h, d), (sb, ss, sh, sd)), t.offset)
+
+
+def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
+                  stats: RunStats) -> list[Any]:
+    r = _roles(nodes)
+    head, last = r["head"], r["last"]
+    q, kt, v = (as_device(ctx, lookup(n.input[i]), stats, n.input[i]) for n, i in ((head, 0), (head, 1), (last, 1)))
+    dt = _value_dtype(q)
+    if dt not in _FLOAT_OUT or _value_dtype(kt) != dt or _value_dtype(v) != dt:
+        raise FallbackNeeded(f"operands of {_value_dtype(q)}, {_value_dtype(kt)}, {_value_dtype(v)}")
+    views = [_bhsd(x, n) for x, n in ((q, "query"), (kt, "key"), (v, "value"))]
+    if any(x is None for x in views):
+        raise FallbackNeeded(f"operands of ranks {len(q.shape)}, {len(kt.shape)}, {len(v.shape)}")
+    (qs, qst), (ks, kst), (vs, vst) = views  # type: ignore[misc]
+    trans_b = head.op_type == "FusedMatMul" and bool(_attr(head, "transB", 0))
+    keys = ks[2] if trans_b else ks[3]
+    if qs[:2] != ks[:2] or qs[:2] != vs[:2] or (ks[2] if not trans_b else ks[3]) != qs[3] or vs[2] != keys:
+        raise FallbackNeeded(f"shapes {q.shape}, {kt.shape}, {v.shape} (batch dimensions that broadcast)")
+    batch, heads, seq, _ = qs
+    flops = 4 * batch * heads * seq * keys * qs[3]
+    policy = ctx.device.policy  # the device's measured crossovers (runtime/policy.py)
+    if flops > policy.attention_fused_max_flops:
+        raise FallbackNeeded(f"{flops:.3g} flops: the unfused chain is faster there (DevicePolicy.attention_fused_max_flops)")
+    if seq < policy.attention_fused_min_rows:
+        raise FallbackNeeded(f"{seq} query rows: the unfused chain is faster there (DevicePolicy.attention_fused_min_rows)")
+    if heads > 1 and policy.attention_fused_min_rows > 1 and (kst[1] == 0 or vst[1] == 0):
+        raise FallbackNeeded("key / value heads repeated (GQA's expanded heads): the unfused chain is faster there")
+    scale = float(_attr(head, "alpha", 1.0)) if head.op_type == "FusedMatMul" else 1.0
+    if "Mul" in r:
+        scale *= float(np.asarray(ctx.host(lookup(r["Mul"].input[1]), stats)).reshape(-1)[0])
+    if "Div" in r:
+        scale /= float(np.asarray(ctx.host(lookup(r["Div"].input[1]), stats)).reshape(-1)[0])
+    mask = None
+    if "Add" in r:
+        m = as_device(ctx, lookup(r["Add"].input[1]), stats, r["Add"].input[1])
+        if _value_dtype(m) != dt or len(m.shape) > 4:
+            raise FallbackNeeded(f"a mask of {_value_dtype(m)} {m.shape}")
+        shape4 = (batch, heads, seq, keys)
+        try:
+            if tuple(np.broadcast_shapes(m.shape, shape4 if len(q.shape) == 4 else (batch, seq, keys))) != \
+                    (shape4 if len(q.shape) == 4 else (batch, seq, keys)):
+                raise ValueError
+        except ValueError:
+            raise FallbackNeeded(f"a mask of shape {m.shape} for scores {shape4}") from None
+        mt = m.tensor
+        if len(q.shape) == 3:  # [.., seq, keys] over one head
+            pad = 3 - len(m.shape)
+            sizes = (1,) * pad + m.shape
+            st = (0,) * pad + tuple(mt.desc.effective_strides)
+            mt = kdml.Tensor.trusted(mt.buffer, kdml.TensorDesc(mt.desc.data_type, (sizes[0], 1, *sizes[1:]),
+                                                                (st[0], 0, *st[1:])), mt.offset)
+        mask = mt
+    dv = vs[3]
+    out_shape = (batch, heads, seq, dv) if len(q.shape) == 4 else (batch, seq, dv)
+    out = ctx.out_tensor(out_shape, dt)
+    o = _split(out, (batch, heads, seq, dv), (heads * seq * dv, seq * dv, dv, 1))
+    kdml.multihead_attention(_split(q.tensor, qs, qst), _split(kt.tensor, ks, kst, swap=not trans_b),
+                             _split(v.tensor, vs, vst), heads=heads, relative_position_bias=mask, scale=scale,
+                             split_heads=True, out=o, device=ctx.device)
+    return [DeviceValue(out, out_shape, dt)]
+
+
+def attention_patterns(pattern: type) -> tuple[Any, ...]:
+    """Every combination of the chain's optional nodes, one Pattern each (the longest first)."""
+    out = []
+    for head, scale, mask, casts in itertools.product(("MatMul", "FusedMatMul"), ("Mul", "Div", ""), (True, False),
+                                                      (2, 1, 0)):
+        ops = (head, *((scale,) if scale else ()), *(("Add",) if mask else ()), "Softmax", *("Cast",) * casts, "MatMul")
+        edges = tuple((i, i + 1, 0) for i in range(len(ops) - 1))
+        out.append(pattern("+".join(ops), ops, edges, "MULTIHEAD_ATTENTION", check_attention, run_attention,
+                           ms_ops=frozenset({"FusedMatMul"})))
+    return tuple(out)

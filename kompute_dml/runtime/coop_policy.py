@@ -1,0 +1,99 @@
+"""The device policy's float16 cooperative-matrix choices (re-exported by runtime/policy.py, whose
+DevicePolicy holds the per-device family): which kernel family a FLOAT16 GEMM (ops/gemm.py) and a
+CONVOLUTION (ops/convolution.py) take.
+
+GEMM: "tiled" (shaders/gemm.comp, FLOAT32 and FLOAT16), "coopmat" (FLOAT16 on cooperative matrices,
+ops/gemm_coop.py), "coopmat-emulated" (that kernel with each cooperative-matrix operation as plain
+subgroup code: any device, for tests). KDML_GEMM_KERNEL (read once, when the policy is made) forces
+one; a coop family takes FLOAT16 only (other types stay "tiled").
+
+CONVOLUTION: "tiled" (shaders/convolution.comp's implicit GEMM, every device), "direct" (one output
+per invocation: depthwise and few channels per group), "coopmat" / "coopmat-emulated"
+(shaders/conv_coop.comp: FORWARD on float16 cooperative matrices; FLOAT32 only under
+allow_half_precision, ops/conv_coop.py). KDML_CONV_KERNEL (read at each compile, so tests and
+benchmarks can switch it) forces one; a forced coop family leaves what it does not take (BACKWARD,
+FLOAT32 without allow_half_precision) to the tiled kernel, a forced "direct" refuses BACKWARD.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+GEMM_KERNEL_ENV = "KDML_GEMM_KERNEL"
+GEMM_KERNELS = ("tiled", "coopmat", "coopmat-emulated")
+# What the coopmat kernels need: the capabilities their SPIR-V declares, and the f16 x f16 -> f32 16x16x16
+# subgroup shape (as VkCooperativeMatrixPropertiesKHR lists it, like matmul_coop.S8_SHAPE: M, N, K,
+# A, B, C, result (VkComponentTypeKHR FLOAT16 = 0, FLOAT32 = 1); scope (subgroup = 3) at index 8).
+GEMM_COOP_CAPABILITIES = ("cooperative_matrix", "shader_float16", "vulkan_memory_model")
+F16_SHAPE = (16, 16, 16, 0, 0, 1, 1)
+SCOPE_SUBGROUP = 3
+# M, N and K from which an automatic FLOAT16 GEMM takes "coopmat" (one 16 x 16 x 16 fragment each;
+# below it the tiled kernel wastes less). Not measured yet: benchmarks/bench_gemm.py times both.
+GEMM_COOP_MIN = 16
+
+CONV_KERNEL_ENV = "KDML_CONV_KERNEL"
+CONV_KERNELS = ("tiled", "direct", "coopmat", "coopmat-emulated")
+# Convolutions of fewer output channels per group than this take the direct kernel (one output
+# element per invocation): the tiled kernel computes 64 channels of a group per work-group and
+# idles the rest (H100, benchmarks/bench_conv.py: depthwise 3x3 over 8 x 96 x 56 x 56, tiled 0.535 ms).
+DIRECT_BELOW_COUTG = 8
+# Output channels per group and reduction terms (CinG x window volume) from which an automatic
+# half-precision FORWARD convolution takes "coopmat" on a device that has it: one 16 x 16 x 16
+# fragment's worth (below it most of a fragment would be padding). Not measured yet:
+# `python -m benchmarks.bench_conv --kernels` times the tiled and coopmat kernels side by side.
+CONV_COOP_MIN_COUTG = 16
+CONV_COOP_MIN_K = 16
+
+
+def has_f16_shape(shapes: Any) -> bool:
+    """The device lists the f16 x f16 -> f32 16x16x16 subgroup shape (or lists none: a runtime that does
+    not read them, where the capability stands for it)."""
+    shapes = tuple(shapes or ())
+    return not shapes or any(tuple(s[:7]) == F16_SHAPE and s[8] == SCOPE_SUBGROUP for s in shapes)
+
+
+def coop_family(capabilities: frozenset[str], coop_shapes: Any) -> str:
+    """A GPU's float16 family: "coopmat" where it enabled GEMM_COOP_CAPABILITIES and lists F16_SHAPE."""
+    return "coopmat" if set(GEMM_COOP_CAPABILITIES) <= capabilities and has_f16_shape(coop_shapes) else "tiled"
+
+
+def _forced(choice: str | None, allowed: tuple[str, ...], env: str) -> str:
+    choice = (choice or "auto").strip().lower()
+    if choice != "auto" and choice not in allowed:
+        from ..core.errors import invalid
+
+        raise invalid("kernel", f"must be one of {', '.join(map(repr, allowed))} or 'auto' (also via {env}), "
+                      f"got {choice!r}")
+    return choice
+
+
+def choose_gemm_family(policy_family: str, forced: str | None, float16: bool, m: int, n: int, k: int) -> str:
+    """GEMM's family for an M x N x K product (FLOAT16 where `float16`): the forced one (InvalidArgumentError
+    ("kernel") for an unknown name), else "coopmat" for FLOAT16 where the device has it and M, N, K >=
+    GEMM_COOP_MIN, else "tiled". A coop family's planner declines (-> "tiled") what it does not take: FLOAT32."""
+    choice = _forced(forced, GEMM_KERNELS, f"{GEMM_KERNEL_ENV}, read when the device is made")
+    if choice != "auto":
+        return choice
+    return "coopmat" if float16 and min(m, n, k) >= GEMM_COOP_MIN and policy_family == "coopmat" else "tiled"
+
+
+def choose_conv_kernel(policy_family: str, *, half: bool, coutg: int, klen: int, backward: bool,
+                kernel: str | None = None) -> str:
+    """CONVOLUTION's kernel: `kernel`, else KDML_CONV_KERNEL's, where one is forced (InvalidArgumentError
+    ("kernel") for an unknown name); else "direct" for FORWARD with fewer than DIRECT_BELOW_COUTG output
+    channels per group, "coopmat" for FORWARD in half precision (`half`: FLOAT16, or FLOAT32 under
+    allow_half_precision) of at least CONV_COOP_MIN_COUTG channels per group and CONV_COOP_MIN_K terms
+    on a device that has it (`policy_family`), else "tiled". A forced coop family applies to FORWARD
+    in half precision only ("tiled" otherwise)."""
+    forced = kernel if kernel is not None else os.environ.get(CONV_KERNEL_ENV)
+    choice = _forced(forced, CONV_KERNELS, f"{CONV_KERNEL_ENV}, read at each compile")
+    coop_ok = half and not backward
+    if choice in ("coopmat", "coopmat-emulated"):
+        return choice if coop_ok else "tiled"
+    if choice != "auto":
+        return choice
+    if not backward and coutg < DIRECT_BELOW_COUTG:
+        return "direct"
+    big = coutg >= CONV_COOP_MIN_COUTG and klen >= CONV_COOP_MIN_K
+    return "coopmat" if coop_ok and big and policy_family == "coopmat" else "tiled"

@@ -1,0 +1,106 @@
+// What every CONVOLUTION kernel shares (convolution.comp's tiled, direct and split-K variants,
+// conv_coop.comp's tensor-core ones): the words of the operator's constant, which
+// kompute_dml/ops/convolution.py `_params` writes in this order, and the epilogue: the sum + the
+// bias, the fused activation, the output element's bits. The includer declares `p` (the constant,
+// binding 4), `b_buf` (the bias, binding 2), the push block (CONV_PUSH: b_off) and F16 (the bias
+// and the output are FLOAT16), and includes f16_bits.glsl.
+#ifndef KDML_CONV_COMMON_GLSL
+#define KDML_CONV_COMMON_GLSL
+
+#define P_CING 0
+#define P_COUTG 1
+#define P_IN 2      // D, H, W
+#define P_OUT 5     // OD, OH, OW
+#define P_K 8       // KD, KH, KW
+#define P_STRIDE 11
+#define P_DIL 14
+#define P_PAD 17    // start padding D, H, W
+#define P_XS 20     // input strides b, c, d, h, w
+#define P_WS 25     // filter strides o, i, d, h, w
+#define P_YS 30     // output strides b, c, d, h, w
+#define P_BS 35     // the bias's channel stride
+#define P_FLAGS 36  // 1: reverse the window (CONVOLUTION), 4: bias, 8: BACKWARD (tiled only),
+                    // 16: the filter's k table offsets are k (conv_coop.comp's 16-byte filter loads)
+#define P_NPIX 37   // batch * OD * OH * OW
+#define P_KLEN 38   // CinG * KD * KH * KW
+#define P_KVOL 39   // KD * KH * KW
+#define P_KHW 40    // KH * KW
+#define P_OHW 41    // OH * OW
+#define P_ODHW 42   // OD * OH * OW
+#define P_COUT 43   // all output channels (GroupCount * CoutG)
+#define P_WM 44     // the filter's step per output channel (stride 0, BACKWARD: stride 1)
+#define P_WG 45     // the filter's step per group
+#define P_SPLIT 46  // split-K: the reduction in this many parts (1: none; > 1: the SPLIT variant)
+#define P_KCHUNK 47 // k per part (a multiple of the kernel's K step; without split KLEN rounded up)
+#define P_ACT 48    // the fused activation (ACT_* below), then its float32 parameters (2 words)
+#define P_TAB 52    // the k table: per k < KLEN, TAB_W words (below)
+#define TAB_W 5     // input offset of (ci, kd*dd, kh*dh, kw*dw); filter offset of (ci, window
+                    // position, reversed in CONVOLUTION mode); kd*dd; kh*dh; kw*dw
+
+#define CONV_F_FLIP 1u
+#define CONV_F_BIAS 4u
+#define CONV_F_BACKWARD 8u
+#define CONV_F_W_KCONTIG 16u
+
+// the fused activations (ops/convolution.py FUSED): none or IDENTITY, ACTIVATION_RELU, then the
+// others, whose functions are act_math.glsl's / unary_math.glsl's (the standalone operators' code)
+#define ACT_NONE 0u
+#define ACT_RELU 1u
+#define ACT_LEAKY_RELU 2u
+#define ACT_CLIP 3u
+#define ACT_SIGMOID 4u
+#define ACT_HARD_SIGMOID 5u
+#define ACT_HARD_SWISH 6u
+#define ACT_TANH 7u
+#define ACT_ELU 8u
+
+// the activation's parameters, through functions: act_math.glsl's functions have locals named p
+uint conv_act_p0() { return p[P_ACT + 1]; }  // Alpha / Min
+uint conv_act_p1() { return p[P_ACT + 2]; }  // Beta / Max
+#define UM_LIB_ONLY 1
+#define UM_P0 conv_act_p0()
+#define UM_P1 conv_act_p1()
+#include "unary_math.glsl"
+
+// The fused activation of `kind` (> ACT_RELU) on float32 bits
+uint conv_act(uint x, uint kind) {
+    switch (kind) {
+        case ACT_LEAKY_RELU: return um_leaky_relu(x);
+        case ACT_CLIP: return um_clip(x);
+        case ACT_SIGMOID: return um_sigmoid(x);
+        case ACT_HARD_SIGMOID: return um_hard_sigmoid(x);
+        case ACT_HARD_SWISH: return um_hard_swish(x);
+        case ACT_TANH: return um_tanh(x);
+        case ACT_ELU: return um_elu(x);
+        default: return x;
+    }
+}
+
+float conv_load_b(uint e) {
+#if F16
+    return uintBitsToFloat(h2f((b_buf[e >> 1] >> ((e & 1u) * 16u)) & 0xFFFFu));
+#else
+    return uintBitsToFloat(b_buf[e]);
+#endif
+}
+
+// Output channel co's element from its float32 sum: + the bias (rounded), ReLU (ACTIVATION_RELU's
+// bits: -0 and negatives +0, NaN kept; it commutes with the FLOAT16 rounding), or another fused
+// activation applied to the value the output type holds (FLOAT16: the sum rounded to float16
+// first, as the standalone operator reads the unfused output), then rounded to the output type.
+// So a fused result is bit for bit the unfused chain's. Returns the output element's bits.
+uint conv_finish(float sum, uint co) {
+    precise float v = sum;
+    uint kind = p[P_ACT];
+    if ((p[P_FLAGS] & CONV_F_BIAS) != 0u) v = v + conv_load_b(pc.b_off + co * p[P_BS]);
+    if (kind == ACT_RELU && v <= 0.0) v = 0.0;
+#if F16
+    uint h = f2h(floatBitsToUint(v));
+    return kind > ACT_RELU ? f2h(conv_act(h2f(h), kind)) : h;
+#else
+    uint x = floatBitsToUint(v);
+    return kind > ACT_RELU ? conv_act(x, kind) : x;
+#endif
+}
+
+#endif

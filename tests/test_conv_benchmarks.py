@@ -1,0 +1,50 @@
+"""The convolution benchmarks' own correctness on any device: benchmarks/coop_peak_f16.py (the float16
+cooperative-matrix ceiling: its emulated variants run the harness, data layout and exact check; the
+check fails on a wrong count of trips; the tensor-core run where the device has them) and
+`bench_conv --kernels --quick` (benchmarks/bench_conv_kernels.py: every contender compiles, runs and
+is within its precision of the float64 reference)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+
+def test_coop_peak_f16_emulated_checks(dev):
+    from benchmarks.coop_peak_f16 import CaseF16, measure
+    from benchmarks.overlay_peak import PeakConfigF16
+
+    res = measure(dev, emulated=True, quick=True, target_ms=1.0, repeats=1, log=lambda m: None)
+    assert res is not None and res["rows"] and all(r["check"] for r in res["rows"]) and res["best"] is not None
+    case = CaseF16(dev, PeakConfigF16(2, 2, 3, True), 3, np.random.default_rng(1))
+    case.run(3)
+    assert case.check(3)[0] and not case.check(2)[0]
+
+
+def test_coop_peak_f16_tensor_cores(dev):
+    from benchmarks.coop_peak_f16 import measure
+    from benchmarks.overlay_peak import F16_SHAPE, unavailable
+
+    why = unavailable(dev, False, F16_SHAPE)
+    if why:
+        assert measure(dev, quick=True, log=lambda m: None) is None
+        pytest.skip(f"the tensor-core run: {why}")
+    res = measure(dev, quick=True, target_ms=1.0, repeats=1, log=lambda m: None)
+    assert res["best"] is not None and all(r["check"] for r in res["rows"])
+
+
+def test_bench_conv_kernels_quick(monkeypatch, tmp_path):
+    import benchmarks.bench_conv_kernels as bk
+
+    monkeypatch.setattr(bk, "ROWS", bk.ROWS[:1] + bk.ROWS[-1:])  # a 3x3 and a 1x1 layer
+    out = tmp_path / "rows.json"
+    bk.run_kernels(argparse.Namespace(quick=True, tiles=False, rounds=1, n=2, json=str(out)))
+    rows = json.loads(out.read_text())["rows"]
+    kernels = {(r["type"], r["kernel"]) for r in rows}
+    assert {("float16", "tiled"), ("float16", "coopmat"), ("float32", "coopmat f16 w")} <= kernels
+    for r in rows:  # tiled FLOAT32 at float32's precision, the half-precision kernels at float16's
+        assert r["err"] < (1e-5 if (r["type"], r["kernel"]) == ("float32", "tiled") else 2e-3), r
+        assert (r["ceiling"] is not None) == r["kernel"].startswith("coopmat")  # (emulated here: no measurement)

@@ -1,0 +1,171 @@
+"""The exported graphs' attention chain as one MULTIHEAD_ATTENTION dispatch (onnx_backend/
+fusion_attention.py): MatMul(Q, K^T) | FusedMatMul -> [Mul | Div by a constant] -> [Add mask] ->
+Softmax -> [no-op Cast]* -> MatMul(., V) over the Transposes torch.onnx.export writes, against
+onnxruntime's CPU provider (node by node and as a whole-graph plan), and the chains left unfused:
+a scale that is not a constant, a Softmax over another axis, a score read elsewhere, a Cast that
+changes the type; batch dimensions that broadcast run unfused at run time, still correct."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+
+from kompute_dml.onnx_backend import VULKAN, Backend  # noqa: E402
+
+B, H, S, D = 2, 3, 5, 8
+
+
+def graph(rng, *, head="MatMul", scale="Mul", mask=True, casts=1, rank=4, trans_b=False, axis=-1, extra_read=False,
+          scale_input=False, cast_to=T.FLOAT, k_batch=B, dt=np.float32):
+    """x [B, S, H*D] projected to Q, K, V by three constant weights, split into heads by Reshape and
+    Transpose as torch exports it, then the chain; the result transposed back to [B, S, H*D]."""
+    et = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    nodes, inits = [], []
+
+    def const(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    hid = H * D
+    for p in "qkv":
+        nodes.append(helper.make_node("MatMul", ["x", const(f"w{p}", (rng.standard_normal((hid, hid)) * 0.3).astype(dt))],
+                                      [f"{p}0"]))
+        shape = [B, S, H, D] if rank == 4 else [B, S, hid]  # rank 3: one head of H*D
+        nodes.append(helper.make_node("Reshape", [f"{p}0", const(f"s{p}", np.array(shape, np.int64))], [f"{p}1"]))
+        perm = {"q": [0, 2, 1, 3], "k": [0, 2, 1, 3] if trans_b else [0, 2, 3, 1], "v": [0, 2, 1, 3]}[p]
+        perm3 = [0, 2, 1] if p == "k" and not trans_b else [0, 1, 2]
+        nodes.append(helper.make_node("Transpose", [f"{p}1"], [f"{p}2"], perm=perm if rank == 4 else perm3))
+    kin = "k2"
+    if k_batch != B:  # K of batch 1 broadcast in the product
+        nodes.append(helper.make_node("Slice", ["k2", const("z", np.array([0], np.int64)), const("o", np.array([1], np.int64)),
+                                                const("ax", np.array([0], np.int64))], ["k3"]))
+        kin = "k3"
+    if head == "FusedMatMul":
+        nodes.append(helper.make_node("FusedMatMul", ["q2", kin], ["sc"], domain="com.microsoft", alpha=0.5,
+                                      transB=int(trans_b)))
+    else:
+        nodes.append(helper.make_node("MatMul", ["q2", kin], ["sc"]))
+    cur = "sc"
+    inputs = [helper.make_tensor_value_info("x", et, [B, S, hid])]
+    if scale:
+        c = "c"
+        if scale_input:
+            inputs.append(helper.make_tensor_value_info("c", et, []))
+        else:
+            const("c", np.array(np.sqrt(D), dt))
+        nodes.append(helper.make_node(scale, [cur, c], ["scaled"]))
+        cur = "scaled"
+    if mask:
+        m = np.where(np.tril(np.ones((S, S), bool)), 0.0, np.finfo(np.float32).min).astype(dt)
+        nodes.append(helper.make_node("Add", [cur, const("mask", m[None, None] if rank == 4 else m[None])], ["masked"]))
+        cur = "masked"
+    nodes.append(helper.make_node("Softmax", [cur], ["p0"], axis=axis))
+    cur = "p0"
+    for i in range(casts):
+        nodes.append(helper.make_node("Cast", [cur], [f"p{i + 1}"], to=cast_to if i == 0 else et))
+        cur = f"p{i + 1}"
+    nodes.append(helper.make_node("MatMul", [cur, "v2"], ["o0"]))
+    nodes.append(helper.make_node("Transpose", ["o0"], ["o1"], perm=[0, 2, 1, 3] if rank == 4 else [0, 1, 2]))
+    nodes.append(helper.make_node("Reshape", ["o1", const("so", np.array([B, S, hid], np.int64))], ["y"]))
+    outputs = [helper.make_tensor_value_info("y", et, None)]
+    if extra_read:
+        outputs.append(helper.make_tensor_value_info("sc", et, None))
+    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                             ir_version=10)
+
+
+def run(rng, model, fused: bool, dt=np.float32, tol=1e-5, feeds_extra=None):
+    feeds = {"x": rng.standard_normal((B, S, H * D)).astype(dt), **(feeds_extra or {})}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    rep = Backend.prepare(model, "CPU")
+    carriers = [p for p in rep.placement if p.operator.startswith("MULTIHEAD_ATTENTION (fused")]
+    assert bool(carriers) == fused, rep.summary()
+    assert {p.target for p in rep.placement} <= {VULKAN, "host"}, rep.summary()
+    for _ in range(2):  # node by node, then the whole-graph plan
+        got = rep.run(feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol)
+    return rep
+
+
+CASES = {
+    "gpt2": dict(),
+    "llama-two-casts": dict(casts=2),
+    "whisper-no-mask": dict(mask=False, casts=0),
+    "div": dict(scale="Div", casts=0),
+    "no-scale": dict(scale="", casts=0),
+    "fused-matmul": dict(head="FusedMatMul", scale="", casts=0),
+    "fused-matmul-transb": dict(head="FusedMatMul", scale="Mul", trans_b=True, casts=0),
+    "rank-3": dict(rank=3, casts=0),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_fused(rng, name):
+    run(rng, graph(rng, **CASES[name]), fused=True)
+
+
+def test_fused_float16(rng):
+    run(rng, graph(rng, dt=np.float16, cast_to=T.FLOAT16), fused=True, dt=np.float16, tol=2e-2)
+
+
+UNFUSED = {
+    "scale-not-constant": (dict(scale_input=True), {"c": np.array(2.5, np.float32)}),
+    "softmax-axis": (dict(axis=2, mask=False, casts=0), None),
+    "scores-read-elsewhere": (dict(extra_read=True), None),
+    "cast-changes-type": (dict(cast_to=T.FLOAT16, casts=2), None),
+}
+
+
+@pytest.mark.parametrize("name", UNFUSED)
+def test_left_unfused(rng, name):
+    kw, extra = UNFUSED[name]
+    run(rng, graph(rng, **kw), fused=False, feeds_extra=extra, tol=1e-3 if name == "cast-changes-type" else 1e-5)
+
+
+def test_broadcast_batch_runs_unfused_at_run_time(rng):
+    """K of batch 1: matched at prepare, refused by the run (Unfused), its nodes one by one."""
+    model = graph(rng, k_batch=1)
+    rep = Backend.prepare(model, "CPU")
+    feeds = {"x": rng.standard_normal((B, S, H * D)).astype(np.float32)}
+    (got,) = rep.run(feeds)  # the first run plans the signature: the chain's note is its event
+    assert any("ran unfused: shapes" in e for e in rep.last_run.events), rep.last_run.events
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_beyond_the_policys_flops_the_chain_runs_unfused(rng, monkeypatch):
+    """Past DevicePolicy.attention_fused_max_flops (the device's measured crossover: the fused
+    kernel is slower on large attention) the matched chain runs as its nodes, with the note."""
+    import dataclasses
+
+    model = graph(rng)
+    rep = Backend.prepare(model, "CPU")
+    dev = rep.device
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_fused_max_flops=4 * B * H * S * S * D - 1))
+    feeds = {"x": rng.standard_normal((B, S, H * D)).astype(np.float32)}
+    (got,) = rep.run(feeds)
+    assert any("ran unfused" in e and "attention_fused_max_flops" in e for e in rep.last_run.events), rep.last_run.events
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_below_the_policys_rows_the_chain_runs_unfused(rng, monkeypatch):
+    """Fewer query rows than DevicePolicy.attention_fused_min_rows (a GPU's decoding step) run the
+    chain as its nodes, with the note."""
+    import dataclasses
+
+    model = graph(rng)
+    rep = Backend.prepare(model, "CPU")
+    monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, attention_fused_min_rows=S + 1))
+    feeds = {"x": rng.standard_normal((B, S, H * D)).astype(np.float32)}
+    (got,) = rep.run(feeds)
+    assert any("attention_fused_min_rows" in e for e in rep.last_run.events), rep.last_run.events
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
