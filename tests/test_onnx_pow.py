@@ -140,3 +140,16 @@ def test_onnx_node_cases():
         targets = {p.target for rep in run_case(case, name) for p in rep.placement}
         cpu = "types_int64_" in name or "types_int32_float32" in name
         assert targets == ({CPU} if cpu else {VULKAN}), (name, targets)
+
+
+def test_float16_cube_bit_for_bit_onnxruntime_over_every_float16():
+    """A float16 base cubed by a constant 3 (GPT-2's GELU in a float16 model): onnxruntime's bits
+    for every float16 bit pattern (its float32 cube rounded once to float16; POW's float16 is
+    correctly rounded, which those double roundings equal for every finite float16)."""
+    model = _model(np.float16, np.float16, x_shape=("n",), e_shape=(), constant=3.0)
+    x = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    rep, got, want = _run_both(model, {"x": x}, np.float16)
+    assert [p.target for p in rep.placement] == [VULKAN]
+    nan = np.isnan(want)  # a NaN's payload is the processor's
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))
