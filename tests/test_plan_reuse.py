@@ -299,3 +299,23 @@ def test_float_shape_arithmetic_is_resolved_on_the_host(rng):
         y = rep.run({"x": x})[0]
         np.testing.assert_array_equal(y, x.reshape(-1, -(-w // 2)))
         assert rep.last_run.planned and rep.last_run.uploads == 1 and rep.last_run.runtime_fallbacks == 0
+
+
+def test_a_scatter_of_host_values_is_host_arithmetic(rng):
+    """ScatterND into a ConstantOfShape of an input's shape (Swin's shifted-window mask) reads no
+    input data: resolved on the host (it was a CPU sub-graph per run), the model one planned
+    submission."""
+    n = helper.make_node
+    inits = [numpy_helper.from_array(np.array([[0], [2]], np.int64), "idx"),
+             numpy_helper.from_array(np.ones((2, 3), np.float32), "upd")]
+    nodes = [n("Shape", ["x"], ["s"]), n("ConstantOfShape", ["s"], ["z"], value=numpy_helper.from_array(np.zeros(1, np.float32))),
+             n("ScatterND", ["z", "idx", "upd"], ["m"]), n("Add", ["x", "m"], ["y"])]
+    graph = helper.make_graph(nodes, "scatter", [helper.make_tensor_value_info("x", T.FLOAT, [4, 3])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None)], initializer=inits)
+    rep = Backend.prepare(helper.make_model(graph, opset_imports=OPSETS, ir_version=10), "CPU")
+    assert [p.target for p in rep.placement if p.op_type == "ScatterND"] == ["host"]
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    m = np.zeros((4, 3), np.float32)
+    m[[0, 2]] = 1
+    np.testing.assert_array_equal(rep.run({"x": x})[0], x + m)
+    assert rep.last_run.planned and rep.last_run.cpu_segments == 0 and rep.last_run.uploads == 1

@@ -244,7 +244,8 @@ HOST_EVAL: dict[str, Callable[[onnx.NodeProto, list[Any]], Any]] = {
     **{op: _unary(fn) for op, fn in (("Ceil", np.ceil), ("Floor", np.floor), ("Round", np.round), ("Neg", np.negative),
                                      ("Abs", np.abs), ("Sign", np.sign), ("Sqrt", np.sqrt))},
     # the rest of what shape arithmetic uses: the fallback engine for one node
-    **{op: _engine for op in ("Mod", "Pow", "Max", "Min", "Clip", "ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin")},
+    **{op: _engine for op in ("Mod", "Pow", "Max", "Min", "Clip", "ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin",
+                              "ScatterND", "ScatterElements", "Trilu", "CumSum")},  # (Swin's shifted-window mask)
 }
 
 
