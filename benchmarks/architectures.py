@@ -1,0 +1,211 @@
+"""Architectures users bring, beyond the families: transformers configurations (tiny, random
+weights) and torchvision networks exported with torch.onnx.export (opset 17), each run through the
+backend against onnxruntime's CPU provider at two batch sizes: where its nodes run (the node types
+left on the CPU), the CPU sub-graphs and transfers of a run, the largest relative difference and
+the smallest per-row cosine. A correctness sweep of model shapes no test builds, not a timing.
+
+    python -m benchmarks.architectures [--set transformers|torchvision|all] [NAME ...]
+
+Needs torch and transformers (requirements-model.txt); the torchvision set needs torchvision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+H = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
+SEQ2SEQ = {"vocab_size": 100, "d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 4,
+           "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}
+# name -> (configuration class, model class, configuration keywords, inputs: "text" | "text-tt" | "seq2seq" |
+# "image" | "audio" | "mel"); the text models take a vocabulary of 100 and H unless they override it
+TRANSFORMERS: dict[str, tuple[str, str, dict[str, Any], str]] = {
+    "albert": ("AlbertConfig", "AlbertModel", {"embedding_size": 16}, "text"),
+    "electra": ("ElectraConfig", "ElectraModel", {"embedding_size": 16}, "text"),
+    "deberta-v2": ("DebertaV2Config", "DebertaV2Model", {}, "text"),
+    "mobilebert": ("MobileBertConfig", "MobileBertModel", {"embedding_size": 16, "intra_bottleneck_size": 16,
+                                                           "true_hidden_size": 16, "num_feedforward_networks": 1}, "text"),
+    "mpnet": ("MPNetConfig", "MPNetModel", {}, "text"),
+    "xlm-roberta": ("XLMRobertaConfig", "XLMRobertaModel", {}, "text"),
+    "bert-token-types": ("BertConfig", "BertModel", {}, "text-tt"),
+    "convbert": ("ConvBertConfig", "ConvBertModel", {"embedding_size": 32, "conv_kernel_size": 3, "head_ratio": 2}, "text"),
+    "squeezebert": ("SqueezeBertConfig", "SqueezeBertModel", {"embedding_size": 32, "q_groups": 2, "k_groups": 2,
+                                                              "v_groups": 2, "post_attention_groups": 2,
+                                                              "intermediate_groups": 2, "output_groups": 2}, "text"),
+    "xlnet": ("XLNetConfig", "XLNetModel", {"d_model": 32, "n_layer": 2, "n_head": 4, "d_inner": 64}, "text"),
+    "roformer": ("RoFormerConfig", "RoFormerModel", {"embedding_size": 32}, "text"),
+    "esm": ("EsmConfig", "EsmModel", {"pad_token_id": 1, "position_embedding_type": "rotary"}, "text"),
+    "opt": ("OPTConfig", "OPTModel", {"ffn_dim": 64, "word_embed_proj_dim": 32, "max_position_embeddings": 64}, "text"),
+    "bloom": ("BloomConfig", "BloomModel", {"n_layer": 2, "n_head": 4}, "text"),
+    "gpt-neo": ("GPTNeoConfig", "GPTNeoModel", {"num_layers": 2, "num_heads": 4, "window_size": 8,
+                                                "attention_types": [[["global", "local"], 1]]}, "text"),
+    "gptj": ("GPTJConfig", "GPTJModel", {"n_embd": 32, "n_layer": 2, "n_head": 4, "rotary_dim": 4, "n_positions": 64}, "text"),
+    "gpt-neox": ("GPTNeoXConfig", "GPTNeoXModel", {"rotary_pct": 0.5}, "text"),
+    "mistral": ("MistralConfig", "MistralModel", {"num_key_value_heads": 2, "sliding_window": None}, "text"),
+    "qwen2": ("Qwen2Config", "Qwen2Model", {"num_key_value_heads": 2}, "text"),
+    "qwen3": ("Qwen3Config", "Qwen3Model", {"num_key_value_heads": 2, "head_dim": 8}, "text"),
+    "phi": ("PhiConfig", "PhiModel", {}, "text"),
+    "gemma": ("GemmaConfig", "GemmaModel", {"num_key_value_heads": 1, "head_dim": 8}, "text"),
+    "falcon": ("FalconConfig", "FalconModel", {}, "text"),
+    "stablelm": ("StableLmConfig", "StableLmModel", {"num_key_value_heads": 2}, "text"),
+    "t5-encoder": ("T5Config", "T5EncoderModel", {"d_model": 32, "d_ff": 64, "num_layers": 2, "num_heads": 4, "d_kv": 8},
+                   "text"),
+    "t5": ("T5Config", "T5Model", {"vocab_size": 100, "d_model": 32, "d_ff": 64, "num_layers": 1, "num_decoder_layers": 1,
+                                   "num_heads": 4, "d_kv": 8}, "seq2seq"),
+    "bart": ("BartConfig", "BartModel", {**SEQ2SEQ, "max_position_embeddings": 64}, "seq2seq"),
+    "marian": ("MarianConfig", "MarianModel", {**SEQ2SEQ, "max_position_embeddings": 64, "pad_token_id": 0,
+                                               "decoder_start_token_id": 0}, "seq2seq"),
+    "whisper": ("WhisperConfig", "WhisperModel", {**SEQ2SEQ, "num_mel_bins": 16, "max_source_positions": 32,
+                                                  "max_target_positions": 32, "pad_token_id": 0, "bos_token_id": 1,
+                                                  "eos_token_id": 2, "decoder_start_token_id": 1}, "mel"),
+    "deit": ("DeiTConfig", "DeiTModel", {**H, "image_size": 32, "patch_size": 8}, "image"),
+    "beit": ("BeitConfig", "BeitModel", {**H, "image_size": 32, "patch_size": 8}, "image"),
+    "dinov2": ("Dinov2Config", "Dinov2Model", {**H, "image_size": 32, "patch_size": 8}, "image"),
+    "clip-vision": ("CLIPVisionConfig", "CLIPVisionModel", {**H, "image_size": 32, "patch_size": 8}, "image"),
+    "yolos": ("YolosConfig", "YolosModel", {**H, "image_size": [32, 32], "patch_size": 8, "num_detection_tokens": 4},
+              "image"),
+    "swin": ("SwinConfig", "SwinModel", {"image_size": 32, "patch_size": 4, "embed_dim": 16, "depths": [1, 1],
+                                         "num_heads": [2, 2], "window_size": 4}, "image"),
+    "convnext": ("ConvNextConfig", "ConvNextModel", {"hidden_sizes": [16, 32], "depths": [1, 1], "num_stages": 2}, "image"),
+    "segformer": ("SegformerConfig", "SegformerModel", {"hidden_sizes": [8, 16], "depths": [1, 1], "num_encoder_blocks": 2,
+                                                        "sr_ratios": [2, 1], "num_attention_heads": [1, 2],
+                                                        "strides": [4, 2], "patch_sizes": [7, 3], "mlp_ratios": [2, 2]},
+                  "image"),
+    "mobilevit": ("MobileViTConfig", "MobileViTModel", {"image_size": 32, "hidden_sizes": [16, 24, 32],
+                                                        "neck_hidden_sizes": [8, 8, 16, 16, 24, 32, 64]}, "image"),
+    "levit": ("LevitConfig", "LevitModel", {"image_size": 32, "hidden_sizes": [16, 24, 32], "num_attention_heads": [1, 2, 2],
+                                            "depths": [1, 1, 1], "key_dim": [8, 8, 8]}, "image"),
+    "bit": ("BitConfig", "BitModel", {"hidden_sizes": [16, 32], "depths": [1, 1], "embedding_size": 16, "num_groups": 4},
+            "image"),
+    "poolformer": ("PoolFormerConfig", "PoolFormerModel", {"hidden_sizes": [16, 32, 32, 32], "depths": [1, 1, 1, 1]},
+                   "image"),
+    "wav2vec2": ("Wav2Vec2Config", "Wav2Vec2Model", {**H, "conv_dim": (16, 16), "conv_stride": (5, 2),
+                                                     "conv_kernel": (10, 3), "num_feat_extract_layers": 2,
+                                                     "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 2},
+                 "audio"),
+}
+TORCHVISION = ("resnet18", "mobilenet_v3_small", "efficientnet_b0", "densenet121", "regnet_y_400mf", "convnext_tiny",
+               "squeezenet1_1", "shufflenet_v2_x0_5", "mnasnet0_5", "swin_t", "segmentation.deeplabv3_mobilenet_v3_large",
+               "segmentation.lraspp_mobilenet_v3_large")
+
+
+def _inputs(kind: str, b: int, s: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Feeds of `kind` for batch b and length s (text rows after the first padded at the end)."""
+    if kind in ("text", "text-tt", "seq2seq"):
+        f = {"input_ids": rng.integers(3, 100, (b, s)).astype(np.int64), "attention_mask": np.ones((b, s), np.int64)}
+        f["attention_mask"][1:, s - 2:] = 0
+        if kind == "text-tt":
+            f["token_type_ids"] = np.zeros((b, s), np.int64)
+        if kind == "seq2seq":
+            f["decoder_input_ids"] = rng.integers(3, 100, (b, max(1, s // 2))).astype(np.int64)
+        return f
+    if kind == "image":
+        return {"pixel_values": rng.standard_normal((b, 3, 32, 32)).astype(np.float32)}
+    if kind == "mel":
+        return {"input_features": rng.standard_normal((b, 16, 64)).astype(np.float32),
+                "decoder_input_ids": rng.integers(3, 100, (b, max(1, s // 3))).astype(np.int64)}
+    return {"input_values": rng.standard_normal((b, 400)).astype(np.float32)}
+
+
+def _export(module: Any, names: list[str], example: dict[str, np.ndarray], path: str) -> None:
+    import torch
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = module
+
+        def forward(self, *args: Any) -> Any:
+            out = self.m(**dict(zip(names, args))) if names != ["x"] else self.m(*args)
+            out = out["out"] if isinstance(out, dict) and "out" in out else out
+            return out[0] if isinstance(out, tuple) else getattr(out, "last_hidden_state", out)
+
+    dims = {n: ({0: "b", 1: "t" if n == "decoder_input_ids" else "s"} if example[n].ndim == 2 and n != "input_values"
+                else {0: "b"}) for n in names}
+    with torch.no_grad():
+        torch.onnx.export(Wrapped().eval(), tuple(torch.from_numpy(example[n]) for n in names), path, input_names=names,
+                          output_names=["out"], opset_version=17, dynamo=False, dynamic_axes=dims)
+
+
+def _compare(path: str, feeds: Callable[[int, np.random.Generator], dict[str, np.ndarray]]) -> str:
+    import onnxruntime as ort
+
+    from kompute_dml.onnx_backend import CPU, Backend
+
+    rep = Backend.prepare(path, "CPU")
+    cpu = sorted({p.op_type for p in rep.placement if p.target == CPU})
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rows = []
+    for b in (1, 3):
+        f = feeds(b, np.random.default_rng(b))
+        want = sess.run(None, f)[0].astype(np.float64)
+        got = rep.run(f)[0].astype(np.float64)
+        a, w = got.reshape(b, -1), want.reshape(b, -1)
+        cos = min(float(a[i] @ w[i] / (np.linalg.norm(a[i]) * np.linalg.norm(w[i]) + 1e-30)) for i in range(b))
+        rel = float(np.abs(got - want).max() / (np.abs(want).max() + 1e-30))
+        st = rep.last_run
+        rows.append(f"b{b}: cos {cos:.6f} rel {rel:.1e} CPU sub-graphs {st.cpu_segments} up/down {st.uploads}/{st.downloads}")
+    return f"nodes {len(rep.graph.node)}, CPU ops {cpu or '-'} | " + " | ".join(rows)
+
+
+def _transformers_case(name: str, tmp: str) -> str:
+    import torch
+    import transformers
+
+    cfg_cls, model_cls, kw, kind = TRANSFORMERS[name]
+    base = {"vocab_size": 100, **H} if kind.startswith("text") else {}
+    torch.manual_seed(0)
+    model = getattr(transformers, model_cls)(getattr(transformers, cfg_cls)(**{**base, **kw})).eval()
+    example = _inputs(kind, 2, 9, np.random.default_rng(0))
+    path = os.path.join(tmp, f"{name}.onnx")
+    _export(model, list(example), example, path)
+    return _compare(path, lambda b, rng: _inputs(kind, b, 7 if b == 1 else 13, rng))
+
+
+def _torchvision_case(name: str, tmp: str) -> str:
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    factory: Any = torchvision.models
+    for part in name.split("."):
+        factory = getattr(factory, part)
+    model = factory(weights=None, weights_backbone=None) if name.startswith("segmentation.") else factory()
+    path = os.path.join(tmp, f"{name}.onnx")
+    _export(model.eval(), ["x"], {"x": np.zeros((2, 3, 96, 96), np.float32)}, path)
+    return _compare(path, lambda b, rng: {"x": rng.standard_normal((b, 3, 96, 96)).astype(np.float32)})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", default="all", choices=("transformers", "torchvision", "all"))
+    ap.add_argument("names", nargs="*", help="a subset of the set's names")
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    warnings.filterwarnings("ignore")
+    cases: list[tuple[str, Callable[[str, str], str]]] = []
+    if args.set in ("transformers", "all"):
+        cases += [(n, _transformers_case) for n in TRANSFORMERS]
+    if args.set in ("torchvision", "all"):
+        cases += [(n, _torchvision_case) for n in TORCHVISION]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, case in cases:
+            if args.names and name not in args.names:
+                continue
+            t0 = time.perf_counter()
+            try:
+                line = case(name, tmp)
+            except Exception as e:  # an architecture that does not export here, or a failure of ours: its line says which
+                line = f"FAILED {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            print(f"{name:20s} {line} ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
