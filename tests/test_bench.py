@@ -248,14 +248,17 @@ def test_gpu_clock_reads_nvidia_smi_or_says_none(monkeypatch, tmp_path):
 
 
 def test_bench_decoders_and_scaling_sections_run_their_modules(monkeypatch, capsys):
-    """--decoders and --scaling run kompute_dml.bench.decoder_speed and .scaling after the table,
+    """--decoders, --conv and --scaling run kompute_dml.bench.decoder_speed, benchmarks/bench_conv.py
+    (its small shapes on lavapipe) and kompute_dml.bench.scaling after the table,
     with the names and shapes given (the modules themselves: tests/test_decoders.py, on a GPU host)."""
     from kompute_dml.bench import decoder_speed, scaling
 
     calls = []
     monkeypatch.setattr(decoder_speed, "main", lambda argv: calls.append(("decoders", argv)) or 0)
     monkeypatch.setattr(scaling, "main", lambda argv: calls.append(("scaling", argv)) or 0)
+    monkeypatch.setattr("subprocess.run", lambda cmd, **kw: calls.append(("conv", cmd[1:])))
     assert cli_main(["bench", "--quick", "--rounds", "2", "--gpu", "off", "--only", "COPY", "--no-transfers",
-                     "--decoders", "gpt2", "--scaling", "1x16"]) == 0
-    assert calls == [("decoders", ["--decoders", "gpt2"]), ("scaling", ["--shapes", "1x16", "--seconds", "2"])]
+                     "--decoders", "gpt2", "--scaling", "1x16", "--conv"]) == 0
+    assert calls == [("decoders", ["--decoders", "gpt2"]), ("conv", ["-m", "benchmarks.bench_conv", "--small"]),
+                     ("scaling", ["--shapes", "1x16", "--seconds", "2"])]
     assert "python -m kompute_dml.bench.scaling" in capsys.readouterr().out

@@ -119,6 +119,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--scaling", metavar="SHAPES", nargs="?", const="8x128,64x256", default=None,
                     help="also measure throughput over every GPU from one thread per GPU and one process per GPU "
                          "against one GPU (kompute_dml.bench.scaling, a random BERT; default 8x128,64x256)")
+    ap.add_argument("--conv", action="store_true",
+                    help="also the convolution layers (ResNet's, depthwise 3x3, 1x1, ViT's patches, Whisper's) against "
+                         "torch's cuDNN and onnxruntime as TFLOPS and ratios, and on a device with cooperative matrices "
+                         "ResNet-50's largest layers on the tensor-core kernel (python -m benchmarks.bench_conv "
+                         "[--kernels], from the source checkout)")
     ap.add_argument("--latency-here", action="store_true", help="time the latency section in this process, not in "
                     "one process per side (python -m kompute_dml.bench.latency_proc)")
     return ap.parse_args(argv)
@@ -264,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         dec = ["--decoders", args.decoders]
         console.print("decoders, greedy with the cache (python -m kompute_dml.bench.decoder_speed " + " ".join(dec) + ")")
         decoder_speed.main(dec)
+    if args.conv:
+        _conv_section(console, dev, args.quick)
     if args.scaling:
         from . import scaling
 
@@ -271,6 +278,24 @@ def main(argv: list[str] | None = None) -> int:
         console.print("scaling over GPUs (python -m kompute_dml.bench.scaling " + " ".join(sc) + ")")
         scaling.main(sc)
     return 0
+
+
+def _conv_section(console: Any, dev: Any, quick: bool) -> None:
+    """benchmarks/bench_conv.py in a process of its own, from the source checkout (its peers and
+    overlays are no part of the package); --kernels too where the device has cooperative matrices."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "benchmarks" / "bench_conv.py").exists():
+        console.print("--conv: benchmarks/bench_conv.py is not here (it runs from the source checkout)")
+        return
+    runs = [["--small"] if quick or dev.policy.name == "cpu" else []]
+    if "cooperative_matrix" in dev.capabilities:
+        runs.append(["--kernels"] + (["--quick"] if quick else []))
+    for extra in runs:
+        cmd = [sys.executable, "-m", "benchmarks.bench_conv", *extra]
+        console.print("convolutions (" + " ".join(["python", *cmd[1:]]) + ")")
+        subprocess.run(cmd, cwd=root, check=False)
 
 
 if __name__ == "__main__":
