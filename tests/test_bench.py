@@ -256,7 +256,16 @@ def test_bench_decoders_and_scaling_sections_run_their_modules(monkeypatch, caps
     calls = []
     monkeypatch.setattr(decoder_speed, "main", lambda argv: calls.append(("decoders", argv)) or 0)
     monkeypatch.setattr(scaling, "main", lambda argv: calls.append(("scaling", argv)) or 0)
-    monkeypatch.setattr("subprocess.run", lambda cmd, **kw: calls.append(("conv", cmd[1:])))
+    import subprocess
+
+    real_run = subprocess.run
+
+    def run(cmd, **kw):
+        if "benchmarks.bench_conv" in cmd:
+            return calls.append(("conv", cmd[1:]))
+        return real_run(cmd, **kw)
+
+    monkeypatch.setattr(subprocess, "run", run)
     assert cli_main(["bench", "--quick", "--rounds", "2", "--gpu", "off", "--only", "COPY", "--no-transfers",
                      "--decoders", "gpt2", "--scaling", "1x16", "--conv"]) == 0
     assert calls == [("decoders", ["--decoders", "gpt2"]), ("conv", ["-m", "benchmarks.bench_conv", "--small"]),
