@@ -173,6 +173,13 @@ def test_onnx_clip_with_a_fed_bound_is_not_fused(rng):
     m = conv_act_model("Clip", TensorProto.FLOAT, rng, clip_max_input=True)
     rep = Backend.prepare(m, "CPU")
     assert all(p.fused_into is None and "fused" not in p.operator for p in rep.placement)
+    assert {p.target for p in rep.placement} == {"vulkan"}  # the Clip alone, its bound read per run
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((2, 8, 7, 7)).astype(np.float32)
+    for hi in (6.0, 0.5):
+        feeds = {"x": x, "hi": np.array(hi, np.float32)}
+        np.testing.assert_allclose(rep.run(feeds)[0], sess.run(None, feeds)[0], rtol=1e-5, atol=1e-5)
 
 
 def test_onnx_allow_half_precision_hook(rng, monkeypatch):

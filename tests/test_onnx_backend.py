@@ -644,15 +644,16 @@ def test_invalid_models_raise_value_errors_naming_the_problem(case):
 
 
 def test_cpu_subgraph_failing_at_run_time_reports_both_engines():
+    # float64 Sum: a node the device does not take (its rule), so a CPU sub-graph
     model = _model([helper.make_node("Sum", ["x", "y"], ["z"])],
-                   [helper.make_tensor_value_info("x", T.FLOAT, None), helper.make_tensor_value_info("y", T.FLOAT, None)],
+                   [helper.make_tensor_value_info("x", T.DOUBLE, None), helper.make_tensor_value_info("y", T.DOUBLE, None)],
                    [onnx.ValueInfoProto(name="z")])
     rep = Backend.prepare(model, "CPU")
     with pytest.raises(RuntimeError, match=r"no CPU fallback could run the sub-graph of \['Sum'\]: onnxruntime: .*; "
                                            r"reference: "):
-        rep.run([np.ones((2, 3), np.float32), np.ones((4,), np.float32)])
-    (z,) = rep.run([np.ones((2, 3), np.float32), np.ones((3,), np.float32)])  # still on onnxruntime
-    np.testing.assert_array_equal(z, np.full((2, 3), 2, np.float32))
+        rep.run([np.ones((2, 3), np.float64), np.ones((4,), np.float64)])
+    (z,) = rep.run([np.ones((2, 3), np.float64), np.ones((3,), np.float64)])  # still on onnxruntime
+    np.testing.assert_array_equal(z, np.full((2, 3), 2, np.float64))
     assert rep.segments[0].engine == "onnxruntime"
 
 

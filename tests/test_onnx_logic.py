@@ -1,7 +1,7 @@
 """ONNX CumSum, Not, Or, Xor, Greater, Less and LessOrEqual through Backend.prepare(model, "CPU").run
 against onnxruntime's CPU results, placed on Vulkan (rep.placement): CumSum on float32 / int32 /
 int64 (a constant axis input of int32 or int64, negative axes, exclusive, reverse), a fed axis on
-the CPU; the comparisons with broadcasting and NaN; RoBERTa's position ids
+the device (read per run); the comparisons with broadcasting and NaN; RoBERTa's position ids
 (Equal -> Not -> Cast -> CumSum -> Mul -> Add on int64 / int32) wholly on the device; BitwiseAnd /
 Or / Xor / Not; onnx's own node cases for all of these."""
 
@@ -61,13 +61,44 @@ def test_cumsum(dtype, et, axis, exclusive, reverse):
     assert [(p.target, p.operator) for p in rep.placement] == [("vulkan", "CUMULATIVE_SUMMATION")]
 
 
-def test_cumsum_fed_axis_on_cpu():
+@pytest.mark.parametrize(("dtype", "et"), CUMSUM_TYPES, ids=lambda v: getattr(v, "__name__", str(v)))
+@pytest.mark.parametrize(("axis", "exclusive", "reverse"), [(0, 0, 0), (-1, 1, 0), (1, 0, 1), (2, 1, 1)], ids=str)
+def test_cumprod(dtype, et, axis, exclusive, reverse):
+    """CumProd against numpy's cumprod in the input's type (int32 / int64 wrapping: numpy's too),
+    exclusive as the product before each element (1 first), reverse along the flipped axis."""
+    rng = np.random.default_rng(4)
+    model = model_of([helper.make_node("CumProd", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)],
+                     [("x", et, SHAPE)], et, list(SHAPE), [numpy_helper.from_array(np.array(axis, np.int64), "axis")],
+                     opset=26)
+    x = (rng.uniform(0.5, 1.5, SHAPE) * rng.choice([-1, 1], SHAPE)).astype(dtype) if np.dtype(dtype).kind == "f" \
+        else rng.integers(-40, 40, SHAPE).astype(dtype)
+    rep = Backend.prepare(model, "CPU")
+    got = rep.run({"x": x})[0]
+    v = np.flip(x, axis) if reverse else x
+    ref = np.cumprod(v, axis=axis, dtype=dtype)
+    if exclusive:
+        ones = np.ones_like(np.take(ref, [0], axis=axis))
+        ref = np.concatenate([ones, np.delete(ref, -1, axis=axis)], axis=axis)
+    ref = np.flip(ref, axis) if reverse else ref
+    if np.dtype(dtype).kind == "f":
+        np.testing.assert_allclose(got, ref, rtol=1e-5)
+    else:
+        np.testing.assert_array_equal(got, ref)
+    assert [(p.target, p.operator) for p in rep.placement] == [("vulkan", "CUMULATIVE_PRODUCT")]
+
+
+def test_cumsum_fed_axis_on_device():
+    """A fed axis is read on the host at each run (node by node): one prepared model, three axes,
+    each run against numpy's cumsum, so no plan keeps an earlier run's axis."""
     model = model_of([helper.make_node("CumSum", ["x", "axis"], ["y"])],
                      [("x", TensorProto.FLOAT, SHAPE), ("axis", TensorProto.INT64, ())], TensorProto.FLOAT, list(SHAPE))
-    feeds = {"x": np.arange(60, dtype=np.float32).reshape(SHAPE), "axis": np.array(1, np.int64)}
-    rep, got, want = run_both(model, feeds)
-    np.testing.assert_array_equal(got, want)
-    assert rep.placement[0].target == "cpu"
+    x = np.arange(60, dtype=np.float32).reshape(SHAPE)
+    rep = Backend.prepare(model, "CPU")
+    for axis in (1, 0, -1, 1):
+        got = rep.run({"x": x, "axis": np.array(axis, np.int64)})[0]
+        np.testing.assert_array_equal(got, np.cumsum(x, axis=axis))
+    assert [(p.target, p.operator) for p in rep.placement] == [("vulkan", "CUMULATIVE_SUMMATION")]
+    assert (rep.last_run.cpu_segments, rep.last_run.runtime_fallbacks) == (0, 0)
 
 
 CMP = ("Greater", "Less", "LessOrEqual")
@@ -150,16 +181,17 @@ def test_bitwise(op, dtype, et):
 
 
 # ---- onnx's own node cases for these types (onnx.backend.test, built in memory) ---------------
-ONNX_CASES = r"^test_(cumsum|not|or|xor|greater|less|bitwise)\w*_cpu$"
+ONNX_CASES = r"^test_(cumsum|cumprod|not|or|xor|greater|less|bitwise)\w*_cpu$"
 
 
 def test_onnx_node_cases():
-    """Every one passes; all on Vulkan but CumSum's, whose cases feed the axis or use float64
-    (both kept on the CPU by the rule)."""
+    """Every one passes; all on Vulkan but CumSum's and CumProd's float64 cases (every case but the
+    int32 ones; float64 is no type the cumulative operators take). Their axis is fed: read per run."""
     from onnx_node_cases import node_cases, run_case
 
     case, names = node_cases(ONNX_CASES, __name__)
     assert len(names) >= 80, names
     for name in names:
         targets = {p.target for rep in run_case(case, name) for p in rep.placement}
-        assert targets == ({"cpu"} if "cumsum" in name else {"vulkan"}), (name, targets)
+        float64 = name.startswith(("test_cumsum", "test_cumprod")) and "int32" not in name
+        assert targets == ({"cpu"} if float64 else {"vulkan"}), (name, targets)

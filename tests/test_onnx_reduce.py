@@ -1,8 +1,8 @@
 """ONNX ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2,
 ReduceLogSum, ReduceLogSumExp, ArgMax and ArgMin through Backend.prepare(model, "CPU").run against
 onnxruntime's CPU results, placed on Vulkan (rep.placement); axes as an attribute (opset 13) and as
-a constant input (opset 18), keepdims, negative axes, noop_with_empty_axes; fed axes and
-select_last_index = 1 stay on the CPU; Llama's RMSNorm (Pow -> ReduceMean -> Add -> Sqrt ->
+a constant input (opset 18), keepdims, negative axes, noop_with_empty_axes; fed axes (read on the
+host per run); select_last_index = 1 stays on the CPU; Llama's RMSNorm (Pow -> ReduceMean -> Add -> Sqrt ->
 Reciprocal -> Mul) wholly on the device."""
 
 from __future__ import annotations
@@ -99,21 +99,29 @@ def test_noop_with_empty_axes():
     assert rep.placement[0].target == "vulkan"
 
 
-def test_select_last_index_and_fed_axes_on_cpu():
+def test_select_last_index_falls_back_and_fed_axes_on_device():
     model = model_of([helper.make_node("ArgMax", ["x"], ["y"], axis=1, select_last_index=1)], [], [3, 1, 5],
                      TensorProto.INT64, 13)
     x = np.round(x_for("ArgMax")).astype(np.float32)
-    np.testing.assert_array_equal(Backend.prepare(model, "CPU").run({"x": x})[0], ort_run(model, {"x": x})[0])
+    rep = Backend.prepare(model, "CPU")
+    np.testing.assert_array_equal(rep.run({"x": x})[0], ort_run(model, {"x": x})[0])
+    assert rep.last_run.runtime_fallbacks == 1  # the handler's FallbackNeeded: REDUCE gives the first index
     graph = helper.make_graph([helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1)], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE)),
-                               helper.make_tensor_value_info("axes", TensorProto.INT64, [1])],
+                               helper.make_tensor_value_info("axes", TensorProto.INT64, [None])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
     rep = Backend.prepare(m, "CPU")
-    assert rep.placement[0].target == "cpu"  # a fed axes input: the reason is the rule's
-    feeds = {"x": x_for("ReduceSum"), "axes": np.array([2], np.int64)}
-    np.testing.assert_allclose(rep.run(feeds)[0], ort_run(m, feeds)[0], rtol=1e-6)
+    x = x_for("ReduceSum")
+    # a fed axes input is read on the host at each run (node by node): one prepared model, its
+    # axes changed between runs, each against numpy's float64 sum and onnxruntime
+    for axes in ([2], [0, -1], [1], [2]):
+        feeds = {"x": x, "axes": np.array(axes, np.int64)}
+        got = rep.run(feeds)[0]
+        np.testing.assert_allclose(got, x.astype(np.float64).sum(axis=tuple(axes), keepdims=True), rtol=1e-5)
+        np.testing.assert_allclose(got, ort_run(m, feeds)[0], rtol=1e-6)
+    assert rep.placement[0].target == "vulkan" and rep.last_run.runtime_fallbacks == 0
 
 
 def test_llama_rmsnorm_on_device():

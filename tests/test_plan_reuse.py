@@ -319,3 +319,23 @@ def test_a_scatter_of_host_values_is_host_arithmetic(rng):
     m[[0, 2]] = 1
     np.testing.assert_array_equal(rep.run({"x": x})[0], x + m)
     assert rep.last_run.planned and rep.last_run.cpu_segments == 0 and rep.last_run.uploads == 1
+
+
+def test_size_of_a_device_value_is_host_arithmetic(rng):
+    """Size needs only its input's shape (as Shape): the Size of a device result is resolved on
+    the host, never read back, and the model planned; its value follows the input's shape."""
+    n = helper.make_node
+    nodes = [n("Relu", ["x"], ["r"]), n("Size", ["r"], ["s"]), n("Cast", ["s"], ["sf"], to=T.FLOAT),
+             n("Div", ["r", "sf"], ["y"])]
+    graph = helper.make_graph(nodes, "size", [helper.make_tensor_value_info("x", T.FLOAT, ["a", "b"])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None),
+                               helper.make_tensor_value_info("s", T.INT64, None)])
+    rep = Backend.prepare(helper.make_model(graph, opset_imports=OPSETS, ir_version=10), "CPU")
+    assert {p.op_type: p.target for p in rep.placement} == {"Relu": "vulkan", "Size": "host", "Cast": "host",
+                                                           "Div": "vulkan"}
+    for shape in ((3, 4), (5, 7), (2, 9)):  # a new signature each: each run plans
+        x = rng.standard_normal(shape).astype(np.float32)
+        y, s = rep.run({"x": x})
+        assert s.dtype == np.int64 and s.shape == () and int(s) == x.size
+        np.testing.assert_allclose(y, np.maximum(x, 0) / np.float32(x.size), rtol=1e-6)
+        assert rep.last_run.planned and rep.last_run.cpu_segments == 0 and rep.last_run.runtime_fallbacks == 0

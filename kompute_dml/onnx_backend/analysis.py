@@ -17,7 +17,7 @@ from kompute_dml.ops.onnx_types import KIND_RULES
 from .fallback import CpuSegment
 from .graph import _attr, _node_inputs, _np_dtype_of_onnx
 from .handlers_values import VALUE_HANDLERS
-from .host_eval import host_evaluable
+from .host_eval import SHAPE_ONLY, host_evaluable
 from .values import _DEVICE_OPS, CPU, HOST, VULKAN
 
 HOST_REASON = "reads no input data: resolved on the host per input shape"
@@ -98,7 +98,7 @@ class GraphAnalysis:
         self.folded_outputs: set[str] = set()
         targets = []
         for node in self.graph.node:
-            if host_evaluable(node) and (node.op_type == "Shape" or all(n in known for n in _node_inputs(node))):
+            if host_evaluable(node) and (node.op_type in SHAPE_ONLY or all(n in known for n in _node_inputs(node))):
                 targets.append((HOST, "", HOST_REASON))
                 known.update(o for o in node.output if o)
                 if all(n in fixed for n in _node_inputs(node)):  # evaluated once per model (rep._host_node)

@@ -206,7 +206,10 @@ def _check_add_layer_norm(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
 
 def _check_conv_act(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     dts = {rep._elem_dtype(name) for name in nodes[0].input[:2]}  # only a float Conv runs on CONVOLUTION
-    return "" if dts <= {np.dtype(np.float32), np.dtype(np.float16), None} else f"Conv of {sorted(map(str, dts))}"
+    if not dts <= {np.dtype(np.float32), np.dtype(np.float16), None}:
+        return f"Conv of {sorted(map(str, dts))}"
+    fed = [n for n in nodes[1].input[1:] if n and (n not in rep.constants or n in rep.input_names)]
+    return f"Clip's bound {fed[0]!r} is fed (the Clip runs alone, node by node)" if fed else ""
 
 
 def _check_masked_softmax(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:

@@ -3,8 +3,8 @@ LeakyRelu (alpha), Elu (alpha), Celu (alpha), Selu (alpha, gamma), HardSigmoid (
 HardSwish (alpha 1/6, beta 0.5), ThresholdedRelu (alpha), Shrink (bias, lambd -> threshold): each
 node's attributes (the ONNX defaults where absent) become the operator's float32 parameters.
 
-Clip: min / max attributes up to opset 10, optional inputs from 11, which must be constants (the
-OnnxOp's rule keeps a fed bound on the CPU; FallbackNeeded here too). Integer Clip (opset 12 on)
+Clip: min / max attributes up to opset 10, optional inputs from 11, read on the host (a fed bound
+makes the model run node by node, read at each run). Integer Clip (opset 12 on)
 runs on CLIP's integer rows where its bounds survive CLIP's FLOAT fields (the OnnxOp's rule). An absent input bound is
 the type's lowest / highest finite value, as onnxruntime takes it (so +-inf is clipped to +-65504
 in float16, +-3.4e38 in float32); an absent opset-6 attribute is float32's (float16 infinities
@@ -20,6 +20,7 @@ import onnx
 
 import kompute_dml as kdml
 
+from ..ops.activation_params import integer_bound
 from .graph import _attr
 from .handlers_math import _operands, _out
 from .handlers_nn import _dev, _floats, _opset
@@ -49,11 +50,11 @@ def _bound(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], i: int, stats
            default: float) -> float:
     if i >= len(node.input) or not node.input[i] or i >= len(ins) or ins[i] is None:
         return default
-    if not ctx.is_constant(node.input[i]):
-        raise FallbackNeeded(f"the {('min', 'max')[i - 1]} input is not a constant")
-    v = np.asarray(ctx.host(ins[i], stats)).reshape(-1)
+    v = np.asarray(ctx.host(ins[i], stats)).reshape(-1)  # a fed bound: read per run, node by node
     if v.size != 1:
         raise ValueError(f"Clip {node.name!r}: the {('min', 'max')[i - 1]} input is not a scalar")
+    if np.issubdtype(dt, np.integer) and integer_bound(float(v[0]), kdml.DataType.from_numpy(dt)) != int(v[0]):
+        raise FallbackNeeded(f"the {('min', 'max')[i - 1]} bound {v[0]} is not exact through a float32 (CLIP's FLOAT field)")
     return float(v[0])
 
 
@@ -71,7 +72,8 @@ def _h_clip(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
 
 
 def clip_bounds(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, dt: Any) -> tuple[float, float]:
-    """Clip's (min, max) for input type `dt` as the module docstring says (FallbackNeeded: a fed or NaN bound)."""
+    """Clip's (min, max) for input type `dt` as the module docstring says (FallbackNeeded: a NaN
+    bound, an integer bound CLIP's float32 field cannot hold)."""
     integer = np.issubdtype(dt, np.integer)
     if _opset(ctx.prepared.model) < 11:  # float attributes: float32's limits by default (inf stays inf in float16)
         f32 = np.finfo(np.float32)
@@ -87,7 +89,9 @@ def clip_bounds(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: R
     return lo, hi
 
 
-def _minmax(helper: str) -> Any:
+def variadic(helper: str, mean: bool = False) -> Any:
+    """Min / Max / Sum / Mean: kdml.<helper> folded over the inputs left to right (numpy-broadcast,
+    one type); Mean divides the sum by the input count last, as onnx's reference does."""
     fn = getattr(kdml, helper)
 
     def handler(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
@@ -101,8 +105,12 @@ def _minmax(helper: str) -> Any:
         acc, acc_shape = tensors[0], _value_shape(ins[0])
         for i in range(1, len(tensors)):
             acc_shape = tuple(np.broadcast_shapes(acc_shape, _value_shape(ins[i])))
-            dest = out if i == len(tensors) - 1 else ctx.out_tensor(acc_shape, out.desc.data_type.numpy_dtype)
+            last = i == len(tensors) - 1 and not mean
+            dest = out if last else ctx.out_tensor(acc_shape, out.desc.data_type.numpy_dtype)
             acc = fn(acc, tensors[i], out=dest, device=ctx.device)
+        if mean:
+            n = ctx.to_device(np.array([len(tensors)], dt), stats, None)
+            acc = kdml.div(acc, n, out=out, device=ctx.device)
         return [DeviceValue(acc, shape, dt)]
     return handler
 
@@ -134,8 +142,10 @@ def fused_activation(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], sta
 
 
 ACT_HANDLERS = {
-    "Min": _minmax("minimum"),
-    "Max": _minmax("maximum"),
+    "Min": variadic("minimum"),
+    "Max": variadic("maximum"),
+    "Sum": variadic("add"),
+    "Mean": variadic("add", mean=True),
     "LeakyRelu": _attr_unary("leaky_relu", {"alpha": ("alpha", 0.01)}),
     "Elu": _attr_unary("elu", {"alpha": ("alpha", 1.0)}),
     "Celu": _attr_unary("celu", {"alpha": ("alpha", 1.0)}),

@@ -1,10 +1,11 @@
 """Device handlers of ONNX Not (ELEMENT_WISE_LOGICAL_NOT, ops/elementwise_logic.py), BitwiseNot
-(ELEMENT_WISE_BIT_NOT, ops/elementwise_bit.py) and CumSum (CUMULATIVE_SUMMATION, ops/cumulative.py).
+(ELEMENT_WISE_BIT_NOT, ops/elementwise_bit.py), CumSum and CumProd (CUMULATIVE_SUMMATION / _PRODUCT,
+ops/cumulative.py).
 Or, Xor, BitwiseAnd / Or / Xor, Greater, Less and LessOrEqual run through the generic "binary" /
 "compare" handlers (their OnnxOp kinds).
 
-CumSum: the axis input must be a constant known on the host (decided at prepare by the OnnxOp's
-rule; FallbackNeeded otherwise); `exclusive` and `reverse` are HasExclusiveSum and
+CumSum, CumProd: the axis input is read on the host (a fed or device-computed axis makes a plan raise
+FallbackNeeded, and the model runs node by node, the axis read at each run); `exclusive` and `reverse` are HasExclusiveSum and
 AxisDirection DECREASING. Its types are CUMULATIVE_SUMMATION's (float32, float16, int32, uint32,
 int64, uint64: 64-bit integers as word pairs, exact with two's complement wrap-around, as
 onnxruntime's); an empty input or another type runs on the CPU."""
@@ -45,23 +46,26 @@ def _h_bitwise_not(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats
     return [DeviceValue(kdml.bitwise_not(t, out=ctx.out_tensor(shape, dml_numpy(dt)), device=ctx.device), shape, dt)]
 
 
-def _h_cumsum(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    x = ins[0]
-    shape, dt = tuple(_value_shape(x)), _value_dtype(x)
-    if not shape or 0 in shape:
-        raise FallbackNeeded("an empty or 0-dimensional input")
-    if dt not in _CUMSUM_TYPES:
-        raise FallbackNeeded(f"type {dt} is not one CUMULATIVE_SUMMATION takes")
-    if not ctx.is_constant(node.input[1]):
-        raise FallbackNeeded("the axis input is not a constant")
-    axis = int(np.asarray(ctx.host(ins[1], stats)).reshape(-1)[0])
-    if not -len(shape) <= axis < len(shape):
-        raise ValueError(f"CumSum {node.name!r}: axis {axis} is out of range for rank {len(shape)}")
-    (t,) = _operands(ctx, node, ins[:1], stats)
-    out = ctx.out_tensor(shape, dml_numpy(dt))
-    y = kdml.cumsum(t, axis, exclusive=bool(int(_attr(node, "exclusive", 0))),
-                    reverse=bool(int(_attr(node, "reverse", 0))), out=out, device=ctx.device)
-    return [DeviceValue(y, shape, dt)]
+def _scan(helper: str) -> Any:
+    """CumSum / CumProd on CUMULATIVE_SUMMATION / _PRODUCT: the axis read on the host."""
+    fn = getattr(kdml, helper)
+
+    def handler(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+        x = ins[0]
+        shape, dt = tuple(_value_shape(x)), _value_dtype(x)
+        if not shape or 0 in shape:
+            raise FallbackNeeded("an empty or 0-dimensional input")
+        if dt not in _CUMSUM_TYPES:
+            raise FallbackNeeded(f"type {dt} is not one {node.op_type} takes on the device")
+        axis = int(np.asarray(ctx.host(ins[1], stats)).reshape(-1)[0])
+        if not -len(shape) <= axis < len(shape):
+            raise ValueError(f"{node.op_type} {node.name!r}: axis {axis} is out of range for rank {len(shape)}")
+        (t,) = _operands(ctx, node, ins[:1], stats)
+        out = ctx.out_tensor(shape, dml_numpy(dt))
+        y = fn(t, axis, exclusive=bool(int(_attr(node, "exclusive", 0))), reverse=bool(int(_attr(node, "reverse", 0))),
+               out=out, device=ctx.device)
+        return [DeviceValue(y, shape, dt)]
+    return handler
 
 
-LOGIC_HANDLERS = {"Not": _h_not, "BitwiseNot": _h_bitwise_not, "CumSum": _h_cumsum}
+LOGIC_HANDLERS = {"Not": _h_not, "BitwiseNot": _h_bitwise_not, "CumSum": _scan("cumsum"), "CumProd": _scan("cumprod")}

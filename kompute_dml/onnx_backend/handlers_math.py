@@ -89,7 +89,15 @@ def _h_isinf(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunS
 
 
 def _h_cast(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    to = _np_dtype_of_onnx(int(_attr(node, "to")))
+    return _cast_to(ctx, node, ins, stats, _np_dtype_of_onnx(int(_attr(node, "to"))))
+
+
+def _h_cast_like(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """CastLike: Cast to input 1's type (its values unread: ONNX's `saturate` concerns float8 only)."""
+    return _cast_to(ctx, node, ins, stats, np.dtype(_value_dtype(ins[1])))
+
+
+def _cast_to(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, to: Any) -> list[Any]:
     src = _value_dtype(ins[0])
     if to is None or (to != BOOL and to not in _DML_NUMPY):
         raise FallbackNeeded(f"Cast to {to}")
@@ -203,6 +211,7 @@ MATH_HANDLERS = {
     "IsNaN": _h_isnan,
     "IsInf": _h_isinf,
     "Cast": _h_cast,
+    "CastLike": _h_cast_like,
     "Gather": _h_gather,
     "GatherElements": _h_gather_elements,
     "DequantizeLinear": _h_dequantize,

@@ -25,14 +25,14 @@ if TYPE_CHECKING:
 
 
 def _axes(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[int] | None:
-    """The node's axes as given (attribute or constant input); None where none are given."""
+    """The node's axes as given (attribute or input, read on the host: a fed or device-computed
+    input makes a plan raise FallbackNeeded, and the model runs node by node); None where none
+    are given."""
     if node.op_type in ("ArgMax", "ArgMin"):
         if int(_attr(node, "select_last_index", 0)) == 1:
             raise FallbackNeeded("select_last_index = 1 (REDUCE returns the first index)")
         return [int(_attr(node, "axis", 0))]
     if len(ins) > 1 and len(node.input) > 1 and node.input[1]:
-        if not ctx.is_constant(node.input[1]):
-            raise FallbackNeeded("the axes input is not a constant")
         return [int(a) for a in np.asarray(ctx.host(ins[1], stats)).reshape(-1)]
     axes = _attr(node, "axes", None)
     return None if axes is None else [int(a) for a in axes]

@@ -7,6 +7,7 @@ the CPU fallback engine (onnxruntime or onnx's reference evaluator)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,15 @@ def _shape(node: onnx.NodeProto, ins: list[Any], shape_of: Callable[[Any], tuple
     start = max(0, min(r, start + r if start < 0 else start))
     end = r if end is None else max(0, min(r, int(end) + r if int(end) < 0 else int(end)))
     return np.array(shape[start:end], dtype=np.int64)
+
+
+def _size(node: onnx.NodeProto, ins: list[Any], shape_of: Callable[[Any], tuple[int, ...]]) -> Any:
+    return np.array(math.prod(shape_of(ins[0])), dtype=np.int64)
+
+
+# the node types whose results need only their input's shape, never its values (a device value's
+# shape is known without reading it)
+SHAPE_ONLY: dict[str, Callable[..., Any]] = {"Shape": _shape, "Size": _size}
 
 
 def _axes_arg(node: onnx.NodeProto, ins: list[Any], i: int) -> list[int] | None:
@@ -252,7 +262,7 @@ HOST_EVAL: dict[str, Callable[[onnx.NodeProto, list[Any]], Any]] = {
 def host_evaluable(node: onnx.NodeProto) -> bool:
     """A node type the host may resolve (numpy here, or the fallback engine for one node)."""
     domain = node.domain if node.domain != "ai.onnx" else ""
-    return not domain and (node.op_type in HOST_EVAL or node.op_type == "Shape")
+    return not domain and (node.op_type in HOST_EVAL or node.op_type in SHAPE_ONLY)
 
 
 # Host nodes' results are remembered by their inputs' values (HostMemo), where every input holds
@@ -280,7 +290,7 @@ class HostMemo:
         for v in ins:
             if v is None:
                 parts.append(None)
-            elif node.op_type == "Shape":
+            elif node.op_type in SHAPE_ONLY:
                 parts.append(tuple(shape_of(v)))
             elif isinstance(v, (np.ndarray, np.generic)) and v.nbytes <= MEMO_BYTES:
                 parts.append((v.dtype.str, v.shape, v.tobytes()))
@@ -306,8 +316,8 @@ def evaluate(node: onnx.NodeProto, ins: list[Any], shape_of: Callable[[Any], tup
              fallback: Callable[[], list[Any]]) -> list[Any]:
     """The node's outputs from host inputs (`shape_of` gives a value's shape without
     reading it: Shape of a device value); `fallback` runs it on the CPU engine."""
-    if node.op_type == "Shape":
-        return [_shape(node, ins, shape_of)]
+    if node.op_type in SHAPE_ONLY:
+        return [SHAPE_ONLY[node.op_type](node, ins, shape_of)]
     fn = HOST_EVAL.get(node.op_type)
     if fn is not None:
         try:

@@ -45,6 +45,7 @@ import numpy as np
 
 from kompute_dml.device.memory import Tensor
 
+from .host_eval import SHAPE_ONLY
 from .plan_context import SMALL_HOST_BYTES
 from .values import DeviceValue, _value_shape
 
@@ -330,7 +331,7 @@ def host_node(rep: Any, last: dict[int, Any], i: int, node: Any, ins: list[Any],
     its inputs are the very same host values (shape arithmetic, whose results are the host memo's
     shared read-only arrays, repeats in every plan) or, for a Shape node, values of the same
     shape; else computed, and kept for the next plan where they are read-only arrays."""
-    shape_of = node.op_type == "Shape"
+    shape_of = node.op_type in SHAPE_ONLY
     prev = last.get(i)
     if prev is not None:
         keys, outs = prev

@@ -17,7 +17,7 @@ from kompute_dml.device.memory import packed_desc_for
 from ..functional import _pool_take
 from .fallback import CpuSegment
 from .handlers_values import BOOL
-from .host_eval import evaluate
+from .host_eval import SHAPE_ONLY, evaluate
 from .plan_context import _block
 from .values import _DML_NUMPY, DeviceValue, RunStats, _value_shape, check_bindable
 
@@ -78,7 +78,7 @@ class ValueTransfers:
         folded = self.state.folded_values.get(idx)
         if folded is not None:
             return folded
-        if node.op_type != "Shape":
+        if node.op_type not in SHAPE_ONLY:
             ins = [self.host(v, stats) for v in ins]
         key = self.state.host_memo.key(idx, node, ins, _value_shape)
         hit = self.state.host_memo.get(key)

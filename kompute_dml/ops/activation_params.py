@@ -154,8 +154,8 @@ _CLIP_NUMPY = frozenset(np.dtype(t) for t in DML_NUMPY if np.dtype(t) != np.floa
 
 def _clip_rule(t: NodeTypes) -> str:
     """ONNX Clip on the device: a float or integer input of DirectML's types but FLOAT64; min /
-    max inputs (opset 11 on), where present, constants (a fed bound stays on the CPU); an integer
-    node's bounds exact through float32 (CLIP's FLOAT Min / Max: the type's limits are, by the
+    max inputs (opset 11 on) read on the host (a fed bound: node by node, checked per run); an
+    integer node's constant bounds exact through float32 (CLIP's FLOAT Min / Max: the type's limits are, by the
     saturation), else it stays on the CPU."""
     dt = t.elem(0) if t.inputs else None
     if dt is not None and dt not in _CLIP_NUMPY:
@@ -163,9 +163,7 @@ def _clip_rule(t: NodeTypes) -> str:
     for i in (1, 2):
         if t.inputs > i and t.declared(i) is not None:
             v = t.constant(i)
-            if v is None:
-                return f"the {('min', 'max')[i - 1]} input is not a constant"
-            b = v.reshape(-1)[0] if v.size == 1 else None
+            b = v.reshape(-1)[0] if v is not None and v.size == 1 else None
             if dt is not None and dt not in FLOAT_NUMPY and b is not None and \
                     integer_bound(float(b), DataType.from_numpy(dt)) != int(b):
                 return f"the {('min', 'max')[i - 1]} bound {b} is not exact through a float32 (CLIP's FLOAT field)"

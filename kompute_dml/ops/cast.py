@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..core.dtypes import DataType
 from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, INTS_8_32, INTS_64, OperatorSupport, row
@@ -23,7 +25,7 @@ from ..device.device import Device
 from ..device.memory import Tensor
 from ..functional import _packed, check_out, compile_cached, pooled_empty
 from ..functional.elementwise import _operands
-from . import contract
+from . import contract, onnx_types
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, check_same, type_code
 from .elementwise_plan import check_addressable, device_limits, plan_elementwise
@@ -89,4 +91,15 @@ def cast(x: Any, data_type: Any, *, out: Tensor | None = None, device: Device | 
 
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
-SPECS = (OperatorSpec(CastDesc, CAST, compile_cast, (contract.CAST,), helpers=("cast",), onnx=(OnnxOp("Cast", "", "cast"),)),)
+def _cast_like_rule(t: Any) -> str:
+    """ONNX CastLike: both inputs of DirectML types (or bool), input 1 giving the output's."""
+    for i in range(min(t.inputs, 2)):
+        dt = t.elem(i)
+        if dt is not None and dt != np.bool_ and dt not in onnx_types.DML_NUMPY:
+            return f"input {i} type {dt} is not a DirectML type"
+    return ""
+
+
+SPECS = (OperatorSpec(CastDesc, CAST, compile_cast, (contract.CAST,), helpers=("cast",),
+                      onnx=(OnnxOp("Cast", "", "cast"),
+                            OnnxOp("CastLike", "", "cast", check=_cast_like_rule))),)

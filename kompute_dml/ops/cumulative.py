@@ -217,22 +217,22 @@ def cumprod(x: Any, axis: Any = 0, *, exclusive: bool = False, reverse: bool = F
 EXPORTS = {"AxisDirection": AxisDirection}
 
 
-def _cumsum_rule(t: Any) -> str:
-    """ONNX CumSum: x of a type CUMULATIVE_SUMMATION takes at 5_0, the axis input a constant."""
+def _scan_rule(t: Any) -> str:
+    """ONNX CumSum / CumProd: x of a type CUMULATIVE_SUMMATION / _PRODUCT takes at 5_0 (the axis is
+    read on the host: a fed axis runs the model node by node, as TopK's fed k)."""
     allowed = frozenset(dt.numpy_dtype for dt in FLOATS | INTS_32 | INTS_64)
     dt = t.elem(0) if t.inputs else None
     if dt is not None and dt not in allowed:
-        return f"type {dt} is not one CUMULATIVE_SUMMATION takes"
-    if t.inputs > 1 and t.constant(1) is None:
-        return "the axis input is not a constant"
+        return f"type {dt} is not one the cumulative operators take"
     return ""
 
 
 _F32_4D = TensorDesc(DataType.FLOAT32, (2, 3, 4, 5))
 SPECS = (
     OperatorSpec(CumulativeSummationDesc, CUMULATIVE_SUMMATION, compile_cumulative_summation, (contract.CUM, contract.CUM_WG),
-                 helpers=("cumsum",), ahead=plans_ahead, onnx=(OnnxOp("CumSum", "", "cumsum", check=_cumsum_rule),),
+                 helpers=("cumsum",), ahead=plans_ahead, onnx=(OnnxOp("CumSum", "", "cumsum", check=_scan_rule),),
                  example=lambda: CumulativeSummationDesc(_F32_4D, _F32_4D, 3)),
     OperatorSpec(CumulativeProductDesc, CUMULATIVE_PRODUCT, compile_cumulative_product, (contract.CUM, contract.CUM_WG),
-                 helpers=("cumprod",), ahead=plans_ahead, example=lambda: CumulativeProductDesc(_F32_4D, _F32_4D, 3)),
+                 helpers=("cumprod",), ahead=plans_ahead, onnx=(OnnxOp("CumProd", "", "cumprod", check=_scan_rule),),
+                 example=lambda: CumulativeProductDesc(_F32_4D, _F32_4D, 3)),
 )

@@ -306,7 +306,10 @@ def compile_if(device: Device, desc: ElementWiseIfDesc) -> CompiledOperator:
 SPECS = (
     OperatorSpec(ElementWiseAddDesc, ELEMENT_WISE_ADD, _arith("add", ELEMENT_WISE_ADD), (contract.EW_ADD,),
                  helpers=("add",),
-                 onnx=(OnnxOp("Add", "", "add", kind="binary"),)),
+                 onnx=(OnnxOp("Add", "", "add", kind="binary"),
+                       # a fold of additions; Mean divides by the count last (onnx_backend/handlers_activation.py)
+                       OnnxOp("Sum", "", "add", check=onnx_types.float_inputs),
+                       OnnxOp("Mean", "", "add", check=onnx_types.float_inputs))),
     OperatorSpec(ElementWiseAdd1Desc, ELEMENT_WISE_ADD1, _arith("add", ELEMENT_WISE_ADD1), (contract.EW_ADD,),
                  helpers=("add",),  # com.microsoft BiasAdd: two additions (onnx_backend/handlers_transformer.py)
                  onnx=(OnnxOp("BiasAdd", "com.microsoft", "add", check=onnx_types.float_input),)),

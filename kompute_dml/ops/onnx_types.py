@@ -43,6 +43,15 @@ def float_input(t: NodeTypes) -> str:
     return f"type {dt} is not float32/float16" if dt is not None and dt not in FLOAT_NUMPY else ""
 
 
+def float_inputs(t: NodeTypes) -> str:
+    """Every input float32 / float16, all of one type (ONNX Sum / Mean: any count of inputs)."""
+    types = {t.elem(i) for i in range(t.inputs)} - {None}
+    if len(types) > 1:
+        return f"input types differ: {sorted(str(d) for d in types)}"
+    bad = [d for d in types if d not in FLOAT_NUMPY]
+    return f"type {bad[0]} is not float32/float16" if bad else ""
+
+
 def float32_input(t: NodeTypes) -> str:
     dt = t.elem(0) if t.inputs else None
     return f"input type {dt} is not float32" if dt is not None and dt != np.float32 else ""
