@@ -231,13 +231,55 @@ def test_opset_24_without_nonpad(rng):
     _device(model, feeds, [_ort(model, feeds), _ref(ins, attrs)], F32)
 
 
+NONPAD = {  # name: (rank, q heads, kv heads, seq, keys, causal, mask kind, nonpad_kv_seqlen per batch)
+    "padding": (4, 2, 2, 3, 6, False, None, (6, 2)),
+    "causal-prefill": (4, 2, 2, 4, 6, True, None, (4, 6)),
+    "causal-decode-gqa": (3, 4, 2, 1, 7, True, None, (3, 7)),
+    "causal-negative-offset": (4, 2, 1, 4, 5, True, None, (2, 5)),
+    "empty-batch": (3, 2, 2, 3, 4, False, None, (0, 4)),
+    "bool-mask": (4, 2, 2, 3, 6, True, "bool", (5, 6)),
+    "float-mask": (3, 2, 2, 3, 6, False, "float", (3, 6)),
+}
+
+
+@pytest.mark.parametrize("dt", [F32, F16], ids=["f32", "f16"])
+@pytest.mark.parametrize("name", NONPAD)
+def test_nonpad_kv_seqlen(rng, name, dt):
+    """opset 24's external cache: keys from nonpad_kv_seqlen[b] on take no part, and causal is offset
+    by nonpad_kv_seqlen[b] - sequence per batch (rows before the cache's first key: zeros)."""
+    rank, h, kvh, s, t, causal, mkind, lens = NONPAD[name]
+    ins, attrs, _ = _inputs(rng, dt, (rank, 2, h, kvh, s, t, 0, 8, 8, causal, mkind, "b1st" if mkind else None, None))
+    n = np.array(lens, np.int64)
+    ins.update(nonpad_kv_seqlen=n)
+    model, feeds = _model("Attention", ins, ["Y"], attrs, opset=24)
+    q4 = ins["Q"] if rank == 4 else ins["Q"].reshape(2, s, h, 8).transpose(0, 2, 1, 3)
+    k4 = ins["K"] if rank == 4 else ins["K"].reshape(2, t, kvh, 8).transpose(0, 2, 1, 3)
+    v4 = ins["V"] if rank == 4 else ins["V"].reshape(2, t, kvh, 8).transpose(0, 2, 1, 3)
+    want = []
+    for b in range(2):  # batch b: its first n[b] keys, the causal frontier as over a past of n[b] - s
+        m = None if ins["attn_mask"] is None else ins["attn_mask"][b:b + 1, ..., :lens[b]]
+        past = max(lens[b] - s, 0)
+        sl = slice(s - (lens[b] - past), s) if causal else slice(0, s)
+        y = np.zeros((1, h, s, 8))
+        if lens[b] and sl.stop > sl.start:
+            kb, vb = k4[b:b + 1, :, :lens[b]], v4[b:b + 1, :, :lens[b]]
+            yb = attention_ref(q4[b:b + 1, :, sl], kb[:, :, past:], vb[:, :, past:],
+                               None if m is None else m[..., sl, :], kb[:, :, :past], vb[:, :, :past],
+                               causal=causal)[0]
+            y[:, :, sl] = yb
+        want.append(y)
+    y = np.concatenate(want)
+    if rank == 3:
+        y = y.transpose(0, 2, 1, 3).reshape(2, s, h * 8)
+    _device(model, feeds, [_ort(model, feeds), [y]], dt)
+
+
 REFUSED = {  # name: (attrs, extra inputs / outputs, the rule's reason)
     "softcap": ({"softcap": 2.0}, {}, "softcap"),
     "qk_matmul_output": ({}, {"outputs": ["Y", "", "", "qk"]}, "qk_matmul_output"),
     "bfloat16": ({}, {"dtype": TensorProto.BFLOAT16}, "bfloat16"),
     "softmax_precision double": ({"softmax_precision": TensorProto.DOUBLE}, {}, "softmax_precision"),
     "int mask": ({}, {"mask": np.ones((3, 5), np.int32)}, "attn_mask type int32"),
-    "nonpad_kv_seqlen": ({}, {"nonpad": np.array([5, 3], np.int64)}, "nonpad_kv_seqlen"),
 }
 
 
@@ -246,10 +288,7 @@ def test_refused_forms_stay_on_the_cpu(rng, name):
     attrs, extra, reason = REFUSED[name]
     ins, base, _ = _inputs(rng, F32, CASES["4d"])
     ins["attn_mask"] = extra.get("mask")
-    if "nonpad" in extra:
-        ins.update(past_key=None, past_value=None, nonpad_kv_seqlen=extra["nonpad"])
-    model, feeds = _model("Attention", ins, extra.get("outputs", ["Y"]), {**base, **attrs},
-                          opset=24 if "nonpad" in extra else 23)
+    model, feeds = _model("Attention", ins, extra.get("outputs", ["Y"]), {**base, **attrs})
     if "dtype" in extra:  # retyped in the declaration alone: prepare decides from the declared types
         for vi in model.graph.input[:3]:
             vi.type.tensor_type.elem_type = extra["dtype"]
@@ -324,15 +363,10 @@ NOT_ON_DEVICE = {
         "4d_with_past_and_present_qk_matmul_bias_3d_mask", "4d_with_past_and_present_qk_matmul_bias_4d_mask",
         "4d_with_past_and_present_qk_matmul_bias", "4d_with_past_and_present_qk_matmul",
         "4d_with_qk_matmul_bias", "4d_with_qk_matmul", "4d_with_qk_matmul_softmax")},
-    **{f"attention_{n}": "nonpad_kv_seqlen" for n in (
-        "4d_causal_nonpad_attn_mask_composition", "4d_causal_nonpad_batch_prefill",
-        "4d_causal_nonpad_continued_prefill", "4d_causal_nonpad_negative_offset_structural_empty",
-        "4d_diff_heads_mask4d_padded_kv", "4d_gqa_causal_nonpad_decode", "4d_gqa_causal_nonpad_decode_fp16",
-        "local_window_ext_cache_float16_mask", "local_window_ext_cache_rank2_mask",
-        "local_window_ext_cache_rank3_head_mask", "local_window_ext_cache_rank4_batch_mask")},
     **{f"attention_{n}": "window_size" for n in (
         "3d_local_window", "bidirectional_window", "local_window", "local_window_rank1_boolean_mask",
-        "local_window_with_past")},
+        "local_window_with_past", "local_window_ext_cache_float16_mask", "local_window_ext_cache_rank2_mask",
+        "local_window_ext_cache_rank3_head_mask", "local_window_ext_cache_rank4_batch_mask")},
 }
 # onnxruntime's own backend fails these (its causal frontier with a past and a 3-D / 4-D mask and
 # the qk output): they stay on its CPU provider here (the qk_matmul_output rule) and fail alike
@@ -349,7 +383,7 @@ def test_onnx_node_cases():
     case, names = node_cases(NODE_CASES, __name__)
     names = [n for n in names if "_expanded" not in n]
     short = {n: n[len("test_"):-len("_cpu")] for n in names}
-    assert len(names) >= 53 + len(NOT_ON_DEVICE), names
+    assert len(names) >= 60 + len(NOT_ON_DEVICE), names
     assert set(NOT_ON_DEVICE) | ORT_FAILS <= set(short.values())
     on_device = []
     for name in names:

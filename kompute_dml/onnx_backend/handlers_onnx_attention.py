@@ -53,6 +53,13 @@ def _bshd(t: kdml.Tensor) -> kdml.Tensor:
     return _view(t, (b, s, h, d), (st[0], st[2], st[1], st[3]))
 
 
+def _const(ctx: NodeContext, key: Any, value: np.ndarray, stats: RunStats) -> kdml.Tensor:
+    hit = ctx.memo.get(key)
+    if hit is None:
+        hit = ctx.memo[key] = ctx.to_device(value, stats)
+    return hit
+
+
 def _causal(ctx: NodeContext, s: int, total: int, past: int, dt: Any, stats: RunStats) -> kdml.Tensor:
     """[1, 1, s, total]: key j allowed for query i where j <= past + i, as 1 / 0 (INT32) or 0 / -inf."""
     key = ("onnx-causal", s, total, past, np.dtype(dt).str)
@@ -64,44 +71,70 @@ def _causal(ctx: NodeContext, s: int, total: int, past: int, dt: Any, stats: Run
     return hit
 
 
-def _masks(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, dt: Any, s: int, keys: int,
-           past: int, causal: bool) -> tuple[kdml.Tensor | None, kdml.Tensor | None, kdml.Tensor | None, bool]:
+def _nonpad(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, batch: int, s: int,
+            keys: int, causal: bool) -> kdml.Tensor | None:
+    """nonpad_kv_seqlen (opset 24) as UINT8 allowed keys [batch, 1, s or 1, keys]: j < n[b], and
+    causal: j <= i + n[b] - s (which implies the first): E[i, j] <= n[b] for a constant E."""
+    n = _dev(ctx, node, ins, 6, stats)
+    if n is None:
+        return None
+    if n.desc.sizes != (batch,):
+        raise ValueError(f"Attention {node.name!r}: nonpad_kv_seqlen of shape {n.desc.sizes} for batch {batch}")
+    n32 = kdml.cast(n, I32, out=ctx.out_tensor((batch,), np.int32), device=ctx.device)
+    rows = s if causal else 1
+    e = np.arange(keys)[None, :] + (s - np.arange(s)[:, None] if causal else 1)
+    et = _const(ctx, ("onnx-nonpad", s, keys, causal), e.astype(np.int32).reshape(1, 1, rows, keys), stats)
+    return kdml.less_equal(et, _view(n32, (batch, 1, 1, 1), (n32.desc.effective_strides[0], 0, 0, 0)),
+                           out=ctx.out_tensor((batch, 1, rows, keys), np.uint8), device=ctx.device)
+
+
+def _masks(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, dt: Any, batch: int, s: int,
+           keys: int, past: int, causal: bool) -> tuple[kdml.Tensor | None, kdml.Tensor | None, kdml.Tensor | None, bool]:
     """(BOOLEAN mask, relative position bias, the rows' guard condition, the operator's causal flag)."""
     total = past + keys
+    allowed = _nonpad(ctx, node, ins, stats, batch, s, keys, causal)
     m = _dev(ctx, node, ins, 3, stats)
-    if m is None:
+    if m is None and allowed is None:
         if causal and keys != s:
             return _causal(ctx, s, total, past, np.int32, stats), None, None, False
         return None, None, None, causal
+    boolean = m is None or m.desc.data_type == U8
+    it = np.int32 if boolean else dt
+    if allowed is not None:
+        causal = False  # in the allowed keys already
+    if m is None:  # nonpad_kv_seqlen alone
+        m = kdml.cast(allowed, I32, out=ctx.out_tensor(allowed.desc.sizes, np.int32), device=ctx.device)
+        allowed = None
     sizes = m.desc.sizes
     if not 1 <= len(sizes) <= 4 or sizes[-1] > total:
         raise ValueError(f"Attention {node.name!r}: attn_mask of shape {sizes} for {total} keys")
-    m = kdml.Tensor.trusted(m.buffer, kdml.TensorDesc(m.desc.data_type, (1,) * (4 - len(sizes)) + sizes,
-                                                      (0,) * (4 - len(sizes)) + m.desc.effective_strides), m.offset)
-    sizes = m.desc.sizes
-    boolean = m.desc.data_type == U8
-    if boolean:
+    sizes = (1,) * (4 - len(sizes)) + sizes
+    m = _view(m, sizes, (0,) * (4 - m.desc.dimension_count) + m.desc.effective_strides)
+    if m.desc.data_type == U8:
         m = kdml.cast(m, I32, out=ctx.out_tensor(sizes, np.int32), device=ctx.device)
     if sizes[-1] < total:  # padded with keys that take no part
         sizes = (*sizes[:3], total)
         m = kdml.pad(m, [0] * 4, [0, 0, 0, total - m.desc.sizes[-1]], value=0 if boolean else -math.inf,
-                     out=ctx.out_tensor(sizes, np.int32 if boolean else dt), device=ctx.device)
-    if causal:
-        c = _causal(ctx, s, total, past, np.int32 if boolean else dt, stats)
+                     out=ctx.out_tensor(sizes, it), device=ctx.device)
+    if allowed is not None:
+        sizes = tuple(np.broadcast_shapes(sizes, allowed.desc.sizes))
+        if boolean:
+            a32 = kdml.cast(allowed, I32, out=ctx.out_tensor(allowed.desc.sizes, np.int32), device=ctx.device)
+            m = kdml.mul(m, a32, out=ctx.out_tensor(sizes, it), device=ctx.device)
+        else:
+            m = kdml.where(allowed, m, np.array(-np.inf, dt), out=ctx.out_tensor(sizes, it), device=ctx.device)
+    elif causal:
+        c = _causal(ctx, s, total, past, it, stats)
         sizes = (*sizes[:2], s, total)
-        m = (kdml.mul if boolean else kdml.add)(m, c, out=ctx.out_tensor(sizes, np.int32 if boolean else dt),
-                                                 device=ctx.device)
-    row = kdml.reduce_max(m, axes=[3], out=ctx.out_tensor((*sizes[:3], 1), np.int32 if boolean else dt),
-                          device=ctx.device)
-    cond = kdml.greater(row, np.array(0 if boolean else -np.inf, row.desc.data_type.numpy_dtype),
-                        out=ctx.out_tensor(row.desc.sizes, np.uint8), device=ctx.device)
+        m = (kdml.mul if boolean else kdml.add)(m, c, out=ctx.out_tensor(sizes, it), device=ctx.device)
+    row = kdml.reduce_max(m, axes=[3], out=ctx.out_tensor((*sizes[:3], 1), it), device=ctx.device)
+    cond = kdml.greater(row, np.array(0 if boolean else -np.inf, it), out=ctx.out_tensor(row.desc.sizes, np.uint8),
+                        device=ctx.device)
     return (m, None, cond, False) if boolean else (None, m, cond, False)
 
 
 def _h_attention(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     """ai.onnx Attention (the module's docstring); Y and, where named, present_key / present_value."""
-    if len(ins) > 6 and ins[6] is not None:
-        raise FallbackNeeded("nonpad_kv_seqlen")
     if any(node.output[3:]):
         raise FallbackNeeded("the qk_matmul_output output")
     dt = _floats(node, [v for i, v in enumerate(ins[:6]) if v is not None and i != 3 and 0 not in _value_shape(v)])
@@ -119,7 +152,10 @@ def _h_attention(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: 
         dqk, keys, dv = q.desc.sizes[2] // heads, k.desc.sizes[1], v.desc.sizes[2] // kv_heads
     pk, pv = _past(ctx, node, ins, 4, stats), _past(ctx, node, ins, 5, stats)
     past = pk.desc.sizes[2] if pk is not None else 0
-    mask, rb, cond, causal = _masks(ctx, node, ins, stats, dt, s, keys, past, bool(_attr(node, "is_causal", 0)))
+    if pk is not None and len(ins) > 6 and ins[6] is not None:
+        raise ValueError(f"Attention {node.name!r}: nonpad_kv_seqlen with past_key / past_value")
+    mask, rb, cond, causal = _masks(ctx, node, ins, stats, dt, batch, s, keys, past,
+                                    bool(_attr(node, "is_causal", 0)))
     shape = (batch, heads, s, dv) if four else (batch, s, heads * dv)
     y = ctx.out_tensor(shape, dt)
     raw = y if cond is None else ctx.out_tensor(shape, dt)
@@ -147,13 +183,6 @@ def _h_attention(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: 
             kdml.where(_view(cond, (cb, cs, ch, 1), (cst[0], cst[2], cst[1], cst[3])), _view(raw, *o4),
                        np.zeros((), dt), out=_view(y, *o4), device=ctx.device)
     return outs[:len(node.output)]
-
-
-def _const(ctx: NodeContext, key: Any, value: np.ndarray, stats: RunStats) -> kdml.Tensor:
-    hit = ctx.memo.get(key)
-    if hit is None:
-        hit = ctx.memo[key] = ctx.to_device(value, stats)
-    return hit
 
 
 def _pairs(t: kdml.Tensor, half: int, interleaved: bool) -> kdml.Tensor:

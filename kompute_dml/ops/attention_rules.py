@@ -23,7 +23,7 @@ def _one_float_type(t: NodeTypes, inputs: tuple[int, ...], what: str) -> tuple[s
 
 def attention_rule(t: NodeTypes) -> str:
     """ai.onnx Attention (opset 23, 24) on MULTIHEAD_ATTENTION: one float32 / float16 type for Q, K,
-    V and the past, a bool mask or one of that type; no softcap, qk_matmul_output, nonpad_kv_seqlen,
+    V and the past, a bool mask or one of that type; no softcap, qk_matmul_output output or
     sliding window (opset 25); softmax precision float32 or float16 (the kernel's softmax
     is float32 either way)."""
     why, dt = _one_float_type(t, (0, 1, 2, 4, 5), "Q / K / V / past")
@@ -36,8 +36,8 @@ def attention_rule(t: NodeTypes) -> str:
         return "softcap: MULTIHEAD_ATTENTION has no step between the scores and the mask"
     if t.has_output(3):
         return "the qk_matmul_output output: MULTIHEAD_ATTENTION keeps its scores internal"
-    if t.given(6):
-        return "nonpad_kv_seqlen is not mapped to the operator yet"
+    if t.given(6) and t.elem(6) not in (None, np.dtype(np.int64)):
+        return f"nonpad_kv_seqlen type {t.elem(6)} is not int64"
     for w in ("left_window_size", "right_window_size"):
         if int(t.attr(w, -1)) != -1:
             return f"{w} {t.attr(w)}: sliding windows are not mapped to the operator"
