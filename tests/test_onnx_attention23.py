@@ -345,6 +345,17 @@ def test_rotary_bfloat16_stays_on_the_cpu():
     assert p.target == CPU and "bfloat16" in p.reason
 
 
+def test_each_domain_has_its_handler():
+    """ai.onnx and com.microsoft share the names Attention and RotaryEmbedding: the backend picks the
+    handler by (type, domain)."""
+    from kompute_dml.onnx_backend.handlers import HANDLERS, handler_for
+
+    for op in ("Attention", "RotaryEmbedding"):
+        ours, contrib = (handler_for(helper.make_node(op, ["x"], ["y"], domain=d)) for d in ("", "com.microsoft"))
+        assert contrib is HANDLERS[op] and ours is not contrib
+        assert handler_for(helper.make_node(op, ["x"], ["y"], domain="ai.onnx")) is ours
+
+
 # ---- onnx's own node cases ----------------------------------------------------------------------
 NODE_CASES = r"^test_(attention|rotary_embedding)\w*_cpu$"
 # the cases that do not run wholly on the device, and why (the rule's reason at prepare)

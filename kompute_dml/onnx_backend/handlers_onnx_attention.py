@@ -94,7 +94,7 @@ def _masks(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
     total = past + keys
     allowed = _nonpad(ctx, node, ins, stats, batch, s, keys, causal)
     m = _dev(ctx, node, ins, 3, stats)
-    if m is None and allowed is None:
+    if m is None and allowed is None:  # the causal frontier alone, if any
         if causal and keys != s:
             return _causal(ctx, s, total, past, np.int32, stats), None, None, False
         return None, None, None, causal
@@ -103,6 +103,7 @@ def _masks(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
     if allowed is not None:
         causal = False  # in the allowed keys already
     if m is None:  # nonpad_kv_seqlen alone
+        assert allowed is not None
         m = kdml.cast(allowed, I32, out=ctx.out_tensor(allowed.desc.sizes, np.int32), device=ctx.device)
         allowed = None
     sizes = m.desc.sizes
