@@ -272,3 +272,9 @@ class _NodeTypes:
 
     def attr(self, name: str, default: Any = None) -> Any:
         return _attr(self._node, name, default)
+
+    def given(self, i: int) -> bool:
+        return i < len(self._node.input) and bool(self._node.input[i])
+
+    def has_output(self, i: int) -> bool:
+        return i < len(self._node.output) and bool(self._node.output[i])

@@ -24,6 +24,7 @@ from .handlers_fill import FILL_HANDLERS
 from .handlers_logic import LOGIC_HANDLERS
 from .handlers_math import MATH_HANDLERS, binary, compare
 from .handlers_nn import NN_HANDLERS, float_unary
+from .handlers_onnx_attention import ONNX_ATTENTION_HANDLERS
 from .handlers_pool import POOL_HANDLERS
 from .handlers_reduce import REDUCE_HANDLERS
 from .handlers_transformer import TRANSFORMER_HANDLERS
@@ -362,3 +363,12 @@ HANDLERS = {**_SEED_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS, **NN_HANDLERS, 
             **CONV_HANDLERS, **CONV_INTEGER_HANDLERS, **EINSUM_HANDLERS, **POOL_HANDLERS, **MOVE_HANDLERS,
             **ACT_HANDLERS, **LOGIC_HANDLERS, **FILL_HANDLERS, **VISION_HANDLERS, **QCONV_HANDLERS, **ATTENTION_HANDLERS,
             **TRANSFORMER_HANDLERS, **ARITH_HANDLERS, **_KIND_HANDLERS}
+# (op type, domain) -> handler where one node type name means different ops in two domains (ai.onnx
+# Attention and RotaryEmbedding, com.microsoft's contrib ops of the same names in HANDLERS)
+DOMAIN_HANDLERS = {**ONNX_ATTENTION_HANDLERS}
+
+
+def handler_for(node: onnx.NodeProto) -> Any:
+    """The device handler of a node: its (type, domain)'s, else its type's."""
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    return DOMAIN_HANDLERS.get((node.op_type, domain)) or HANDLERS[node.op_type]

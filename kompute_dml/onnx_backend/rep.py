@@ -24,7 +24,7 @@ from .feeds import normalize_inputs
 from .fold import fold_constants, fold_summary
 from .fusions import Fusion, Fusions, find_fusions
 from .graph import _densify
-from .handlers import HANDLERS
+from .handlers import handler_for
 from .handlers_values import OutputArrays, into
 from .product_groups import find_groups
 from .run_state import RunState
@@ -289,7 +289,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
 
     # ---- host nodes, whole-graph plans ------------------------------------------------
     def handler_for(self, node: onnx.NodeProto) -> Any:
-        return HANDLERS[node.op_type]
+        return handler_for(node)
 
     def _plan_for(self, feeds: dict[str, Any], stats: RunStats) -> GraphPlan | None:
         """The whole-graph program of these inputs' signature, planned at its first run;

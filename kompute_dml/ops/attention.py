@@ -42,6 +42,7 @@ from ..device.memory import Buffer, Tensor
 from ..functional.constants import device_constant
 from ..runtime import DispatchPlan, TransferPlan, grid_for
 from .attention_layout import Problem, key_splits, plans_ahead, resolve, tile_for
+from .attention_rules import attention_rule
 from .base import CompiledOperator, validate_tensors
 from .contract import attention as C
 from .elementwise_plan import check_addressable
@@ -351,7 +352,9 @@ def _spec(desc: type, support: OperatorSupport) -> OperatorSpec:
     # onnxruntime's contrib nodes on it (onnx_backend/handlers_attention.py)
     onnx = (OnnxOp("GroupQueryAttention", "com.microsoft", "multihead_attention", check=float_input),) if mha1 else \
         (OnnxOp("Attention", "com.microsoft", "multihead_attention", check=float_input),
-         OnnxOp("MultiHeadAttention", "com.microsoft", "multihead_attention", check=float_input))
+         OnnxOp("MultiHeadAttention", "com.microsoft", "multihead_attention", check=float_input),
+         # ONNX's own (opset 23, 24): onnx_backend/handlers_onnx_attention.py
+         OnnxOp("Attention", "", "multihead_attention", check=attention_rule))
     return OperatorSpec(desc, support, compile_attention,
                         (C.MHA_TILED, C.MHA_ROWS, C.MHA_PRESENT, C.MHA_SPLIT, C.MHA_COMBINE),
                         helpers=("multihead_attention",), onnx=onnx, ahead=plans_ahead, example=lambda: _example(mha1),

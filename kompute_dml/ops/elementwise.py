@@ -34,6 +34,7 @@ from ..core.registry import (
 )
 from ..core.tensor_desc import TensorDesc
 from . import contract, onnx_types
+from .attention_rules import rotary_rule
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable, device_limits, plan_elementwise
 from .spec import OnnxOp, OperatorSpec
@@ -320,7 +321,8 @@ SPECS = (
                  (contract.EW_MUL,), helpers=("mul",),
                  onnx=(OnnxOp("Mul", "", "mul", kind="binary"),
                        # products of the position tables (onnx_backend/rotary.py)
-                       OnnxOp("RotaryEmbedding", "com.microsoft", "mul", check=onnx_types.float_input))),
+                       OnnxOp("RotaryEmbedding", "com.microsoft", "mul", check=onnx_types.float_input),
+                       OnnxOp("RotaryEmbedding", "", "mul", check=rotary_rule))),
     OperatorSpec(ElementWiseDivideDesc, ELEMENT_WISE_DIVIDE, _arith("div", ELEMENT_WISE_DIVIDE),
                  (contract.EW_DIV,), helpers=("div",),
                  onnx=(OnnxOp("Div", "", "div", kind="binary"),)),

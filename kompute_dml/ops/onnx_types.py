@@ -34,6 +34,10 @@ class NodeTypes(Protocol):
 
     def attr(self, name: str, default: Any = None) -> Any: ...  # an attribute's value (default: absent)
 
+    def given(self, i: int) -> bool: ...  # input i is named (an optional input left empty is not)
+
+    def has_output(self, i: int) -> bool: ...  # output i is named
+
 
 Rule = Callable[[NodeTypes], str]  # "" where the node may run on the operator, else why not
 
