@@ -119,6 +119,8 @@ def _row_activation(helper: str) -> Any:
         new = _opset(ctx.prepared.model) >= 13
         axis = int(_attr(node, "axis", -1 if new else 1))
         axis = axis + rank if axis < 0 else axis
+        if not 0 <= axis < rank:  # ONNX's range [-rank, rank - 1] (onnxruntime refuses the node alike)
+            raise ValueError(f"axis {_attr(node, 'axis', 1)} is outside [-{rank}, {rank - 1}] for an input of rank {rank}")
         axes = (axis,) if new else tuple(range(axis, rank))  # before opset 13: the flattened trailing block
         x = _dev(ctx, node, ins, 0, stats)
         y = getattr(kdml, helper)(x, axes=axes, out=ctx.out_tensor(shape, dt), device=ctx.device)
