@@ -77,6 +77,17 @@ def test_hardmax_ties_as_onnxruntime(opset, dtype, shape):
                                                      want.view(np.uint16 if dtype == np.float16 else np.uint32)), axis
 
 
+def test_hardmax_nan_differs_from_onnxruntime():
+    """docs/log_softmax.md: a NaN counts as the maximum here (1 at the row's first NaN, numpy's
+    argmax); onnxruntime's kernel (the row's maximum, then the first element equal to it) gives no
+    1 where its maximum comes out NaN and skips a later NaN. Rows without NaN agree."""
+    x = np.array([[np.nan, 1, 2, 3], [1, np.nan, 3, 2], [1, 2, 3, 3]], np.float32)
+    rep, got, want = run("Hardmax", x, 13, None)
+    on_device(rep)
+    assert got.tolist() == [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]]
+    assert want.tolist() == [[0, 0, 0, 0], [0, 0, 1, 0], [0, 0, 1, 0]]
+
+
 def test_log_softmax_special_values_as_onnxruntime():
     """Rows of -inf, +inf, NaN and the float32 extremes: the same NaN rows and infinities as
     onnxruntime, the finite results within its float32 rounding."""
