@@ -201,3 +201,18 @@ def test_output_may_not_alias_the_input(dev, rng):
     op = dev.compile(H1(d, d, (1,)))
     with pytest.raises(kdml.InvalidArgumentError, match="^output_tensor: overlaps input_tensor"):
         op.execute([x], [x])
+
+
+def test_values_beyond_one_binding(rng):
+    """As tests/test_log_softmax.py's: a value beyond a 64 KiB binding range, in parts."""
+    import types
+
+    d = kdml.Device()
+    try:
+        d.limits = types.MappingProxyType(dict(d.limits, max_storage_buffer_range=1 << 16))
+        d.engine.programs.window_range = 1 << 16
+        sizes = (8, 5, 1000)  # 80 KB of float16
+        _, op = run(d, rng, TD(DT.FLOAT16, sizes), TD(DT.FLOAT16, sizes), (1, 2), tied(rng, sizes, DT.FLOAT16, 200))
+        assert sum(1 for p in op.plans if p.windows) >= 2
+    finally:
+        d.close()

@@ -272,3 +272,21 @@ def test_output_may_not_alias_the_input(dev, rng):
     op = dev.compile(L1(d, d, (1,)))
     with pytest.raises(kdml.InvalidArgumentError, match="^output_tensor: overlaps input_tensor"):
         op.execute([x], [x])
+
+
+def test_values_beyond_one_binding(rng):
+    """A value beyond the device's storage-buffer range (narrowed to 64 KiB as tests/test_split_range.py
+    narrows it): the rows in parts along the outer dimensions, each binding windows of the buffers,
+    placed at random offsets with every other byte unchanged."""
+    import types
+
+    d = kdml.Device()
+    try:
+        d.limits = types.MappingProxyType(dict(d.limits, max_storage_buffer_range=1 << 16))
+        d.engine.programs.window_range = 1 << 16
+        sizes = (6, 5, 900)  # 108 KB of float32
+        y = TD(DT.FLOAT32, sizes, (5 * 920, 920, 1))  # rows with gaps between them
+        _, op = run(d, rng, TD(DT.FLOAT32, sizes), y, (2,), scores(rng, sizes, DT.FLOAT32))
+        assert sum(1 for p in op.plans if p.windows) >= 2
+    finally:
+        d.close()
