@@ -1,10 +1,17 @@
 #version 450
 // DirectML ACTIVATION_SOFTMAX1 (kompute_dml/ops/activation.py, docs/softmax.md): for every
 // coordinate of the dimensions outside Axes (a "row"), y = exp(x - max) / sum(exp(x - max)) over
-// the elements of the dimensions in Axes, in float32. Variants of the contract's `smx_fast` /
-// `smx_gen` families: BITS (32: FLOAT32, 16: FLOAT16), LANES invocations per row (256 / LANES rows
-// per work group), FAST (1: the row is one merged dimension, at slot 7, of at most K * LANES *
-// EPT elements, read once into registers; 0: any reduced dimensions, read three times).
+// the elements of the dimensions in Axes, in float32. MODE picks the row's function (the families
+// of contract/softmax.py): 0 the softmax (`smx_*`); 1 ACTIVATION_LOG_SOFTMAX(1)'s
+// y = (x - max) - log(sum(exp(x - max))) (`lsm_*`, docs/log_softmax.md: the softmax's max and sum,
+// log(sum) once per row by unary_math.glsl's um_log, y = d - log(sum) with the same rounded d);
+// 2 ACTIVATION_HARDMAX(1)'s 1 at the row's first maximum, 0 elsewhere (`hmx_*`: one pass for the
+// (value, index) maximum, a NaN counting as the largest as ReduceArgMax's ARGMAX counts it, ties
+// to the lower k, which follows the row's logical order: the host keeps the reduced dimensions in
+// their order; then the writes). Variants: BITS (32: FLOAT32, 16: FLOAT16), LANES invocations per
+// row (256 / LANES rows per work group), FAST (1: the row is one merged dimension, at slot 7, of
+// at most K * LANES * EPT elements, read once into registers; 0: any reduced dimensions, read
+// again in each pass).
 //
 // The push block (SMX_PUSH): x_off / y_off (the bindings' offsets in elements), rows, len (the
 // elements of a row), nouter; size / x_str / y_str per merged dimension: [0, nouter) the row
@@ -30,6 +37,10 @@
 #include "common.glsl"
 #include "f16_bits.glsl"
 #include "gelu_math.glsl"
+#if MODE == 1
+#define UM_LIB_ONLY 1
+#include "unary_math.glsl"
+#endif
 
 layout(local_size_x = 256) in;
 
@@ -101,6 +112,68 @@ float add_(float a, float b) {
 
 ROW_REDUCE(row_max, max_nan)
 ROW_REDUCE(row_sum, add_)
+
+#if MODE == 2
+#define NONE 0xFFFFFFFFu  // no element yet (a row position beyond len)
+
+// (b, ib) comes before (a, ia) as the row's maximum: a NaN is the largest, equal values (-0 and
+// +0 included) and NaNs go to the lower index; NONE never
+bool hm_before(float b, uint ib, float a, uint ia) {
+    if (ib == NONE) return false;
+    if (ia == NONE) return true;
+    bool bn = kdml_is_nan(b), an = kdml_is_nan(a);
+    if (bn != an) return bn;
+    if (!bn && b != a) return b > a;
+    return ib < ia;
+}
+
+shared uint red_i[256];
+
+// the row's first maximum's index over its LANES invocations, the tree of ROW_REDUCE on pairs
+uint row_argmax(float v, uint i, uint lane) {
+    uint t = gl_LocalInvocationID.x;
+    barrier();
+    red[t] = v;
+    red_i[t] = i;
+    for (uint s = uint(LANES) / 2u; s > 0u; s >>= 1) {
+        barrier();
+        if (lane < s && hm_before(red[t + s], red_i[t + s], red[t], red_i[t])) {
+            red[t] = red[t + s];
+            red_i[t] = red_i[t + s];
+        }
+    }
+    barrier();
+    return red_i[t - lane];
+}
+#endif
+
+// an element's value kept between the sum and the output: exp(d) (softmax), d (log-softmax)
+float kept(float d, float ex) {
+#if MODE == 1
+    return d;
+#else
+    return ex;
+#endif
+}
+
+// the row's factor from its sum: 1 / sum (softmax), log(sum) (log-softmax)
+float row_factor(float total) {
+#if MODE == 1
+    return uintBitsToFloat(um_log(floatBitsToUint(total)));
+#else
+    return 1.0 / total;
+#endif
+}
+
+// an output from its kept value and the row's factor: exp(d) * (1 / sum), d - log(sum)
+float apply(float v, float f) {
+#if MODE == 1
+    precise float y = v - f;
+#else
+    precise float y = v * f;
+#endif
+    return y;
+}
 
 #if EXT
 #define MASK_OFFSETS(k, me, d) me += (k) * pc.m_str[d]
@@ -186,9 +259,16 @@ void main() {
         MASK_OFFSETS(c, mb, d);
     }
     uint len = pc.len;
+#if MODE == 2
+    float best = NEG_INF;
+    uint best_i = NONE;  // this invocation's first maximum so far (its k increase)
+#define TAKE(val, k) if (hm_before(val, k, best, best_i)) { best = val; best_i = k; }
+#else
     float m = NEG_INF;
     precise float sum = 0.0;
     precise float comp = 0.0;  // Kahan's compensation: sum - comp is the partial sum
+#define TAKE(val, k) m = max_nan(m, val)
+#endif
 #if FAST
     float v[K * EPT];
     for (uint s = 0u; s < uint(K); ++s) {
@@ -199,18 +279,22 @@ void main() {
                 uint me = 0u;
                 MASK_OFFSETS(k, me, LAST);
                 val = load(xb + k * pc.x_str[LAST], mb + me);
-                m = max_nan(m, val);
+                TAKE(val, k);
             }
             v[s * EPT + e] = val;
         }
     }
+#if MODE == 2
+    uint first = row_argmax(best, best_i, lane);
+#else
     m = row_max(m, lane);
     for (uint s = 0u; s < uint(K); ++s) {
         for (uint e = 0u; e < EPT; ++e) {
             uint k = (s * uint(LANES) + lane) * EPT + e;
             if (live && k < len) {
-                precise float ex = kdml_exp_le0(v[s * EPT + e] - m);
-                v[s * EPT + e] = ex;
+                precise float d = v[s * EPT + e] - m;
+                precise float ex = kdml_exp_le0(d);
+                v[s * EPT + e] = kept(d, ex);
                 precise float yk = ex - comp;
                 precise float tk = sum + yk;
                 comp = (tk - sum) - yk;
@@ -218,13 +302,18 @@ void main() {
             }
         }
     }
-    float inv = 1.0 / row_sum(sum - comp, lane);
+    float f = row_factor(row_sum(sum - comp, lane));
+#endif
     if (live) {
         for (uint s = 0u; s < uint(K); ++s) {
             uint k0 = (s * uint(LANES) + lane) * EPT;
             if (k0 < len) {
                 float out_[EPT];
-                for (uint e = 0u; e < EPT; ++e) out_[e] = v[s * EPT + e] * inv;
+#if MODE == 2
+                for (uint e = 0u; e < EPT; ++e) out_[e] = k0 + e == first ? 1.0 : 0.0;
+#else
+                for (uint e = 0u; e < EPT; ++e) out_[e] = apply(v[s * EPT + e], f);
+#endif
                 store(yb, k0, out_);
             }
         }
@@ -237,10 +326,14 @@ void main() {
             if (live && k < len) {
                 uint xe, ye, me;
                 offsets(k, xe, ye, me);
-                m = max_nan(m, load(xb + xe, mb + me));
+                float val = load(xb + xe, mb + me);
+                TAKE(val, k);
             }
         }
     }
+#if MODE == 2
+    uint first = row_argmax(best, best_i, lane);
+#else
     m = row_max(m, lane);
     for (uint i = 0u; i < chunks; ++i) {
         for (uint e = 0u; e < EPT; ++e) {
@@ -256,16 +349,22 @@ void main() {
             }
         }
     }
-    float inv = 1.0 / row_sum(sum - comp, lane);
+    float f = row_factor(row_sum(sum - comp, lane));
+#endif
     if (live) {
         for (uint i = 0u; i < chunks; ++i) {
             uint k0 = (i * uint(LANES) + lane) * EPT;
             if (k0 < len) {
                 float out_[EPT];
                 for (uint e = 0u; e < EPT; ++e) {
+#if MODE == 2
+                    out_[e] = k0 + e == first ? 1.0 : 0.0;
+#else
                     uint xe, ye, me;
                     offsets(min(k0 + e, len - 1u), xe, ye, me);
-                    out_[e] = kdml_exp_le0(load(xb + xe, mb + me) - m) * inv;
+                    precise float d = load(xb + xe, mb + me) - m;
+                    out_[e] = apply(kept(d, kdml_exp_le0(d)), f);
+#endif
                 }
                 store(yb, k0, out_);
             }

@@ -5,6 +5,11 @@ documents, not from the shaders.
 - softmax_ref: numpy's float64 evaluation of exp(x - max) / sum(exp(x - max)) over `axes` (the
   float32 / float16 inputs are exact in float64; np.max propagates NaN; a row of only -inf gives
   (-inf) - (-inf) = NaN, a row holding +inf gives inf - inf = NaN: the rows the operator makes NaN).
+- log_softmax_ref: numpy's float64 (x - max) - log(sum(exp(x - max))) over `axes` (NaN rows as
+  softmax_ref's; an element of -inf gives -inf).
+- hardmax_ref: 1 at numpy's argmax of each row (the reduced axes moved last, in their order, and
+  flattened: the first maximum in the row's row-major order; np.argmax returns the first NaN where
+  there is one), 0 elsewhere.
 - gelu_ref: x * 0.5 * (1 + erf(x / sqrt 2)) in float64 through math.erfc (1 + erf(-z) = erfc(z)
   without the cancellation that makes float64's 1 + erf(x / sqrt 2) zero below x = -8.3), with
   the limits GELU(+inf) = +inf and GELU(-inf) = -0.
@@ -31,6 +36,22 @@ def softmax_ref(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
         return e / np.sum(e, axis=axes, keepdims=True)
 
 
+def log_softmax_ref(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    x64 = np.asarray(x, np.float64)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        d = x64 - np.max(x64, axis=axes, keepdims=True)
+        return d - np.log(np.sum(np.exp(d), axis=axes, keepdims=True))
+
+
+def hardmax_ref(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    red = sorted(set(axes))
+    rest = [d for d in range(x.ndim) if d not in red]
+    t = np.transpose(np.asarray(x), rest + red)
+    rows = t.reshape(*t.shape[:len(rest)], -1)
+    hot = (np.arange(rows.shape[-1]) == np.argmax(rows, axis=-1)[..., None]).astype(np.float64)
+    return np.transpose(hot.reshape(t.shape), np.argsort(rest + red))
+
+
 def gelu_ref(x: np.ndarray) -> np.ndarray:
     x64 = np.asarray(x, np.float64)
     with np.errstate(invalid="ignore"):
@@ -42,6 +63,12 @@ def softmax_bound(ref: np.ndarray, n: int) -> np.ndarray:
     """docs/softmax.md, float32 results: |y - ref| <= (20 + ln n) u ref + u / e + 2^-126, n the
     elements of a row."""
     return (20 + math.log(n)) * U * np.abs(ref) + U / math.e + FLT_MIN
+
+
+def log_softmax_bound(ref: np.ndarray, n: int) -> np.ndarray:
+    """docs/log_softmax.md, float32 results: |y - ref| <= 3 u |ref| + (16 + 3 ln n) u, n the
+    elements of a row."""
+    return 3 * U * np.abs(ref) + (16 + 3 * math.log(n)) * U
 
 
 def gelu_bound(ref: np.ndarray) -> np.ndarray:

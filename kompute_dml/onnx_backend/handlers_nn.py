@@ -2,7 +2,8 @@
 com.microsoft SkipLayerNormalization (MEAN_VARIANCE_NORMALIZATION1; the skip through its skip
 extension, one dispatch), InstanceNormalization, GroupNormalization and MeanVarianceNormalization
 (MEAN_VARIANCE_NORMALIZATION1),
-Softmax (ACTIVATION_SOFTMAX1), Gelu (ACTIVATION_GELU), MatMul and com.microsoft FusedMatMul
+Softmax (ACTIVATION_SOFTMAX1), LogSoftmax (ACTIVATION_LOG_SOFTMAX1), Hardmax (ACTIVATION_HARDMAX1),
+Gelu (ACTIVATION_GELU), MatMul and com.microsoft FusedMatMul
 (GEMM). DynamicQuantizeLinear is in handlers.py, beside DynamicQuantizeMatMul, which uses it."""
 
 from __future__ import annotations
@@ -105,17 +106,27 @@ def _h_skip_layer_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], s
     return outs
 
 
-def _h_softmax(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    dt = _floats(node, ins[:1])
-    shape = _value_shape(ins[0])
-    rank = max(len(shape), 1)
-    new = _opset(ctx.prepared.model) >= 13
-    axis = int(_attr(node, "axis", -1 if new else 1))
-    axis = axis + rank if axis < 0 else axis
-    axes = (axis,) if new else tuple(range(axis, rank))  # before opset 13: the flattened trailing block
-    x = _dev(ctx, node, ins, 0, stats)
-    y = kdml.softmax(x, axes=axes, out=ctx.out_tensor(shape, dt), device=ctx.device)
-    return [DeviceValue(y, shape, dt)]
+def _row_activation(helper: str) -> Any:
+    """Softmax (ACTIVATION_SOFTMAX1), LogSoftmax (ACTIVATION_LOG_SOFTMAX1), Hardmax
+    (ACTIVATION_HARDMAX1) through kdml.<helper>: from opset 13 over the one axis `axis` (default
+    -1); before, over the 2-D flattening [prod(:axis), prod(axis:)] (default axis 1), i.e. over
+    every axis from `axis` on."""
+
+    def handler(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+        dt = _floats(node, ins[:1])
+        shape = _value_shape(ins[0])
+        rank = max(len(shape), 1)
+        new = _opset(ctx.prepared.model) >= 13
+        axis = int(_attr(node, "axis", -1 if new else 1))
+        axis = axis + rank if axis < 0 else axis
+        if not 0 <= axis < rank:  # ONNX's range [-rank, rank - 1] (onnxruntime refuses the node alike)
+            raise ValueError(f"axis {_attr(node, 'axis', 1)} is outside [-{rank}, {rank - 1}] for an input of rank {rank}")
+        axes = (axis,) if new else tuple(range(axis, rank))  # before opset 13: the flattened trailing block
+        x = _dev(ctx, node, ins, 0, stats)
+        y = getattr(kdml, helper)(x, axes=axes, out=ctx.out_tensor(shape, dt), device=ctx.device)
+        return [DeviceValue(y, shape, dt)]
+
+    return handler
 
 
 def _h_gelu(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
@@ -224,7 +235,9 @@ NN_HANDLERS = {
     "InstanceNormalization": _h_group_norm,
     "GroupNormalization": _h_group_norm,
     "MeanVarianceNormalization": _h_group_norm,
-    "Softmax": _h_softmax,
+    "Softmax": _row_activation("softmax"),
+    "LogSoftmax": _row_activation("log_softmax"),
+    "Hardmax": _row_activation("hardmax"),
     "Gelu": _h_gelu,
     "BiasGelu": _h_bias_gelu,
     "MatMul": _h_matmul,

@@ -134,12 +134,14 @@ FAST_ELEMENTS = FAST_LANES[-1] * FAST_K[-1]
 GEN_WIDE_ABOVE = 4096  # rows longer than this take 256 invocations (smx_gen g256), else 32
 
 
-def _merged(sizes: Sequence[int], dims: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[list[int], list[list[int]]]:
+def _merged(sizes: Sequence[int], dims: Sequence[int], strides: Sequence[Sequence[int]],
+            logical: bool = False) -> tuple[list[int], list[list[int]]]:
     """`dims` merged (layout.merge_dims) over every tensor's strides (the output's last) after
     ordering them by the output's stride, largest first: the order of a row's or of the rows'
     enumeration is free, and this one merges what is contiguous in all tensors whatever the
-    dimension order, innermost last."""
-    order = sorted(dims, key=lambda d: -strides[-1][d])
+    dimension order, innermost last. With `logical`, in their own order (HARDMAX's first maximum
+    is first in the row's logical order)."""
+    order = sorted(dims) if logical else sorted(dims, key=lambda d: -strides[-1][d])
     m_sizes, m_strides = merge_dims([sizes[d] for d in order], *([st[d] for d in order] for st in strides))
     if m_sizes == [1]:
         return [], [[] for _ in strides]
@@ -147,10 +149,13 @@ def _merged(sizes: Sequence[int], dims: Sequence[int], strides: Sequence[Sequenc
 
 
 def plan_softmax(x: TensorDesc, y: TensorDesc, axes: Sequence[int], max_groups: int = 65535,
-                 mask: TensorDesc | None = None, nan_to_zero: bool = False) -> list[DispatchPlan]:
+                 mask: TensorDesc | None = None, nan_to_zero: bool = False,
+                 families: tuple[Any, Any] | None = None, logical: bool = False) -> list[DispatchPlan]:
     """One dispatch: the rows (coordinates of the dimensions outside `axes`) over the work groups.
     With the extension (a mask or nan_to_zero) the smx_ext families, whose push block holds 6
-    merged dimensions (UnsupportedError beyond)."""
+    merged dimensions (UnsupportedError beyond). `families`: another row function's (fast, general)
+    families of SMX_PUSH (ops/activation_log_softmax.py); `logical`: the reduced dimensions merged
+    in their order (_merged)."""
     n = x.dimension_count
     ext = mask is not None or nan_to_zero
     strides: list[Sequence[int]] = [x.effective_strides, y.effective_strides]
@@ -159,7 +164,7 @@ def plan_softmax(x: TensorDesc, y: TensorDesc, axes: Sequence[int], max_groups: 
         strides.insert(1, mst)
     red = sorted(set(axes))
     o_sizes, o_st = _merged(x.sizes, [d for d in range(n) if d not in red], strides)
-    r_sizes, r_st = _merged(x.sizes, red, strides)
+    r_sizes, r_st = _merged(x.sizes, red, strides, logical)
     if not r_sizes:
         r_sizes, r_st = [1], [[0] for _ in strides]
     dims = contract.SMX_EXT_DIMS if ext else 8
@@ -173,8 +178,8 @@ def plan_softmax(x: TensorDesc, y: TensorDesc, axes: Sequence[int], max_groups: 
     rows, length = math.prod(o_sizes), math.prod(r_sizes)
     ept = 4 // x.data_type.size
     t = type_code(x.data_type, True)
-    fast_family, gen_family = (contract.SMX_EXT_FAST, contract.SMX_EXT_GEN) if ext else (contract.SMX_FAST,
-                                                                                          contract.SMX_GEN)
+    fast_family, gen_family = (contract.SMX_EXT_FAST, contract.SMX_EXT_GEN) if ext else (
+        families or (contract.SMX_FAST, contract.SMX_GEN))
     if len(r_sizes) == 1 and length <= FAST_ELEMENTS * ept:
         lanes = FAST_LANES[0] if length <= FAST_LANES[0] * 4 * ept else FAST_LANES[1]
         k = next(k for k in FAST_K if k * lanes * ept >= length)
@@ -225,6 +230,21 @@ def _check_mask(support: OperatorSupport, level: Any, x: TensorDesc, mask: Tenso
                                            f"{mask.sizes} (dimension {bad[0]})")
 
 
+def plan_rows(device: Device, x: TensorDesc, y: TensorDesc, axes: Sequence[int], mask: TensorDesc | None = None,
+              nan_to_zero: bool = False, families: tuple[Any, Any] | None = None, logical: bool = False) -> list[Any]:
+    """plan_softmax's dispatch, or one per part of the rows along the outer dimensions where a
+    tensor is beyond one binding (ops/split_range.py)."""
+    max_groups = device.limits["max_compute_work_group_count"][0]
+    descs = [t for t in (x, mask, y) if t is not None]
+    window = binding_window(device.limits)
+    if fits(descs, window):
+        return plan_softmax(x, y, axes, max_groups, mask, nan_to_zero, families, logical)
+    outer = [d for d in range(x.dimension_count) if d not in axes]
+    levels = [[d, *([d if mask.sizes[d] != 1 else None] if mask is not None else []), d] for d in outer]
+    return list(split_outer(descs, levels, window, lambda parts: plan_softmax(
+        parts[0], parts[-1], axes, max_groups, parts[1] if mask is not None else None, nan_to_zero, families, logical)))
+
+
 def compile_softmax1(device: Device, desc: ActivationSoftmax1Desc) -> CompiledOperator:
     support = ACTIVATION_SOFTMAX1
     level = device.feature_level
@@ -239,17 +259,7 @@ def compile_softmax1(device: Device, desc: ActivationSoftmax1Desc) -> CompiledOp
     check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
     inputs = support.inputs + (("mask_tensor",) if mask is not None else ())
     check_addressable(inputs + support.outputs, [t for t in (x, mask, y) if t is not None])
-    max_groups = device.limits["max_compute_work_group_count"][0]
-    descs = [t for t in (x, mask, y) if t is not None]
-    window = binding_window(device.limits)
-    plans: list[Any]
-    if fits(descs, window):
-        plans = plan_softmax(x, y, axes, max_groups, mask, nan_to_zero)
-    else:  # a value beyond one binding: the rows in parts along the outer dimensions (ops/split_range.py)
-        outer = [d for d in range(x.dimension_count) if d not in axes]
-        levels = [[d, *([d if mask.sizes[d] != 1 else None] if mask is not None else []), d] for d in outer]
-        plans = split_outer(descs, levels, window, lambda parts: plan_softmax(
-            parts[0], parts[-1], axes, max_groups, parts[1] if mask is not None else None, nan_to_zero))
+    plans = plan_rows(device, x, y, axes, mask, nan_to_zero)
     if mask is None and not nan_to_zero:  # DirectML's operator: its page does not allow aliasing
         return CompiledOperator(device, desc, support, inputs, support.outputs, list(plans))
     # kompute_dml's extension may run exactly in place (the output over the input, same offset and

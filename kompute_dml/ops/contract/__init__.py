@@ -268,32 +268,21 @@ def _float_unary(name: str) -> ShaderFamily:
 
 
 FLOAT_UNARY: dict[str, ShaderFamily] = {name: _float_unary(name) for name in _float_unary_names()}
-# ---- ACTIVATION_SOFTMAX1 (ops/activation.py, shaders/softmax.comp): a row (the elements of the
-# reduced dimensions at one coordinate of the others) per LANES invocations, 256 / LANES rows per
-# work group. Offsets in elements, rows, elements per row (len); per merged dimension its size and
-# the input's and output's strides: [0, nouter) the row dimensions, [nouter, 8) the reduced ones.
-# smx_fast: one reduced dimension (slot 7) of at most K * LANES * (32 / bits) elements, kept in
-# registers; smx_gen: any, read three times.
-SMX_PUSH = block("x_off", "y_off", "rows", "len", "nouter", "size[8]", "x_str[8]", "y_str[8]")
-_SMX_K = (1, 2, 4, 8, 16, 32)
-SMX_FAST = family("smx_fast", "softmax.comp", "smx_{t}_l{lanes}_k{k}", SMX_PUSH, _L256, t=("f32", "f16"),
-                  lanes=(8, 32), k=_SMX_K, shape=("lanes", "k"),
-                  defines=lambda t, lanes, k: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 1, "K": k, "EXT": 0})
-SMX_GEN = family("smx_gen", "softmax.comp", "smx_{t}_g{lanes}", SMX_PUSH, _L256, t=("f32", "f16"), lanes=(32, 256), shape=("lanes",),
-                 defines=lambda t, lanes: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 0, "K": 1, "EXT": 0})
-# kompute_dml's extension of ACTIVATION_SOFTMAX1 (an additive mask read with the input, rounded as
-# ELEMENT_WISE_ADD rounds it; NaN results written as 0): the mask's offset and strides and the
-# flags (1 mask bound, 2 NaN -> 0) leave room for 6 merged dimensions in 128 bytes, the row
-# dimensions [0, nouter), the reduced ones [nouter, 6); the same lanes and K as SMX_FAST / SMX_GEN.
-SMX_EXT_PUSH = block("x_off", "m_off", "y_off", "rows", "len", "nouter", "flags", "size[6]", "x_str[6]", "m_str[6]",
-                     "y_str[6]")
-SMX_EXT_DIMS = 6
-SMX_EXT_FAST = family("smx_ext_fast", "softmax.comp", "smx_ext_{t}_l{lanes}_k{k}", SMX_EXT_PUSH, _L256,
-                      t=("f32", "f16"), lanes=(8, 32), k=_SMX_K, shape=("lanes", "k"),
-                      defines=lambda t, lanes, k: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 1, "K": k, "EXT": 1})
-SMX_EXT_GEN = family("smx_ext_gen", "softmax.comp", "smx_ext_{t}_g{lanes}", SMX_EXT_PUSH, _L256, t=("f32", "f16"),
-                     lanes=(32, 256), shape=("lanes",),
-                     defines=lambda t, lanes: {"BITS": EW_TYPES[t][0], "LANES": lanes, "FAST": 0, "K": 1, "EXT": 1})
+# ---- ACTIVATION_SOFTMAX1, LOG_SOFTMAX(1), HARDMAX(1) (shaders/softmax.comp): contract/softmax.py
+from .softmax import (  # noqa: E402, F401
+    HMX_FAST,
+    HMX_GEN,
+    LSM_FAST,
+    LSM_GEN,
+    SMX_EXT_DIMS,
+    SMX_EXT_FAST,
+    SMX_EXT_GEN,
+    SMX_EXT_PUSH,
+    SMX_FAST,
+    SMX_GEN,
+    SMX_PUSH,
+)
+
 # ---- DYNAMIC_QUANTIZE_LINEAR (ops/dynamic_quantize.py, shaders/dynamic_quantize.comp): two
 # dispatches (STAGE): the groups' min / max keys into the operator's scratch (`parts` groups),
 # then the quantization, each of whose groups first derives the scale and zero point from those
@@ -388,7 +377,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, EW_GT, EW_LT, EW_LE, EW_NOT,
     EW_OR, EW_XOR, EW_BAND, EW_BOR, EW_BXOR, EW_BNOT,
     EW_POW, EW_ATAN2, EW_MOD, EW_SHIFT, EW_POPCNT, EW_DSQ, CUM, CUM_WG, CAST, DEQUANT, GATHER, GATHER_CHECK, FILL, FILL_SEQ, PAD,
-    *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
+    *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN, LSM_FAST, LSM_GEN, HMX_FAST, HMX_GEN,
     DQL_MINMAX, DQL_QUANT, EW_EXT, TOPK, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, CONV_COOP, CONV_INT,
     POOL, POOL_Q8, BN, GEMM, GEMM_COOP, POOL_LP, RESAMPLE, LRN, QUANT, QCONV, MHA_TILED, MHA_ROWS, MHA_PRESENT, MHA_SPLIT,
     MHA_COMBINE,
