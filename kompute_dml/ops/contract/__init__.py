@@ -166,7 +166,8 @@ MMG = family("mmg", "matmul_gemv.comp", "mmg8{dot}_{b}", MATMUL_PUSH, None, dot=
              defines=lambda dot, b: {**({"DOT": 1} if dot else {}), "BL": {"r": 2, "c": 1}[b]})
 
 # ---- element-wise operators (ops/elementwise.py, ops/elementwise_logic.py, shaders/elementwise.comp)
-# and the cumulative operators (ops/cumulative.py, shaders/cumulative.comp): contract/elementwise.py
+# and the cumulative operators (ops/cumulative.py, shaders/cumulative.comp): contract/elementwise.py;
+# GATHER_ND / GATHER_ND1, SCATTER / SCATTER_ND, ONE_HOT: contract/indexing.py
 from .attention import MHA_COMBINE, MHA_PRESENT, MHA_PUSH, MHA_ROWS, MHA_SPLIT, MHA_TILED  # noqa: E402, F401
 from .elementwise import (  # noqa: E402
     CUM,
@@ -205,6 +206,7 @@ from .elementwise import (  # noqa: E402
     EW_XOR,
 )
 from .fill_pad import FILL, FILL_PUSH, FILL_SEQ, PAD, PAD_PUSH, PAD_RANK  # noqa: E402, F401
+from .indexing import IDX_LINK, IDX_MOVE, IDX_PREP, IDX_REDUCE, ONE_HOT  # noqa: E402
 from .quant import CONV_INT, CONV_INT_PUSH, QCONV, QCONV_PUSH, QUANT  # noqa: E402, F401
 from .top_k import TOPK, TOPK_PUSH, TOPK_RANK, TOPK_TILE  # noqa: E402, F401
 from .vision import LRN, LRN_PUSH, RESAMPLE, RESAMPLE_PUSH  # noqa: E402, F401
@@ -391,7 +393,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN,
     DQL_MINMAX, DQL_QUANT, EW_EXT, TOPK, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, CONV_COOP, CONV_INT,
     POOL, POOL_Q8, BN, GEMM, GEMM_COOP, POOL_LP, RESAMPLE, LRN, QUANT, QCONV, MHA_TILED, MHA_ROWS, MHA_PRESENT, MHA_SPLIT,
-    MHA_COMBINE,
+    MHA_COMBINE, IDX_PREP, IDX_LINK, IDX_MOVE, IDX_REDUCE, ONE_HOT,
 )
 
 
