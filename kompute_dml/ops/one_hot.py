@@ -89,15 +89,18 @@ def one_hot(indices: Any, depth: Any, values: Any, axis: Any = -1, *, out: Tenso
     d = as_int(depth, "depth")
     if d < 1:
         raise invalid("depth", f"must be at least 1, got {d}")
+    scalar = False
     if not isinstance(indices, Tensor):
         indices = as_host_array(indices, "indices", dml=False)
-        indices = indices.reshape(1) if indices.ndim == 0 else indices
+        scalar = indices.ndim == 0
+        indices = indices.reshape(1) if scalar else indices
     dev, (it, vt) = _operands((indices, values), ("indices", "values"), device, typed=slice(0, 0))
-    r = it.desc.dimension_count
+    r = 0 if scalar else it.desc.dimension_count
     a = as_int(axis, "axis")
     if not -r - 1 <= a <= r:
         raise invalid("axis", f"must be in [{-r - 1}, {r}] for indices of rank {r}, got {a}")
-    a %= r + 1
+    a = 1 if scalar else a % (r + 1)  # rank-0 indices: computed as (1,), the result (depth,)
+    r = it.desc.dimension_count
     n = r + 1
     if n > 8:
         raise UnsupportedError(f"indices: one_hot of rank-{r} indices needs {n} dimensions (at most 8)")
@@ -106,7 +109,8 @@ def one_hot(indices: Any, depth: Any, values: Any, axis: Any = -1, *, out: Tenso
     vd = _padded(vt.desc, n)
     shape = (*sizes[:a], d, *sizes[a:])
     desc = OneHotDesc(idd, vd, _packed(vt.desc.data_type, shape), a)
-    return _run(dev, desc, [Tensor(it.buffer, idd, it.offset), Tensor(vt.buffer, vd, vt.offset)], shape, out)
+    ins = [Tensor(it.buffer, idd, it.offset), Tensor(vt.buffer, vd, vt.offset)]
+    return _run(dev, desc, ins, (d,) if scalar else shape, out)
 
 
 def one_hot_rule(t: Any) -> str:
