@@ -40,11 +40,11 @@ def tuple_indices(rng, dt: DT, lead: tuple[int, ...], dims: list[int]) -> np.nda
     cols = []
     m = min(dims, default=1)
     for n in [m] * len(dims):
-        v = rng.integers(-n if signed else 0, n, size=lead + (1,))
+        v = rng.integers(-n if signed else 0, n, size=(*lead, 1))
         if v.size > 1:
             v.reshape(-1)[int(rng.integers(0, v.size))] = -n if signed else n - 1
         cols.append(v)
-    out = np.concatenate(cols, axis=-1) if cols else np.zeros(lead + (0,), np.int64)
+    out = np.concatenate(cols, axis=-1) if cols else np.zeros((*lead, 0), np.int64)
     return np.array(out.astype(object), dtype=object).astype(np.int64).astype(dt.numpy_dtype)
 
 

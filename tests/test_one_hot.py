@@ -44,7 +44,10 @@ def run(dev, rng, dt, it, ys, axis, vs):
     depth = ys[axis]
     signed = it.is_signed
     iv = rng.integers(-depth - 2 if signed else 0, depth + 3, size=js).astype(np.int64).astype(it.numpy_dtype)
-    lay = (lambda s, b: None if rng.random() < 0.3 else random_strides(rng, s, allow_broadcast=b))
+
+    def lay(s, b):
+        return None if rng.random() < 0.3 else random_strides(rng, s, allow_broadcast=b)
+
     idd, vd, yd = TD(it, js, lay(js, True)), TD(dt, vs, lay(vs, False)), TD(dt, ys, lay(ys, False))
     ind, iraw = place(dev, rng, idd, iv)
     v, vraw = place(dev, rng, vd, random_values(rng, dt, vs))

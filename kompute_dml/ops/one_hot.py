@@ -24,8 +24,8 @@ from ..device.device import Device
 from ..device.memory import Tensor
 from ..functional import _packed
 from ..functional.elementwise import _operands
-from . import contract
 from .base import CompiledOperator, validate_tensors
+from .contract import indexing as contract
 from .gather import _padded, _run
 from .index_geometry import IndexPlans, Space, check_dims
 from .onnx_types import DML_NUMPY

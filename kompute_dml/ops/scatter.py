@@ -28,8 +28,8 @@ from ..device.device import Device
 from ..device.memory import Tensor
 from ..functional import _packed
 from ..functional.elementwise import _operands
-from . import contract
 from .base import CompiledOperator, validate_tensors
+from .contract import indexing as contract
 from .gather import _axis, _padded, _run
 from .gather_nd import nd_layout, nd_space, nd_tuples
 from .index_geometry import REDUCE_TYPES, IndexPlans, Space, Tuples, check_dims, check_types, row_major
@@ -231,7 +231,7 @@ def _example(kind: str) -> Any:
     return ScatterDesc(x, TensorDesc(u32, (1, 2, 2, 4)), TensorDesc(f32, (1, 2, 2, 4)), x, 2)
 
 
-EXPORTS = {"ScatterReduction": ScatterReduction, "ScatterElementsDesc": ScatterElementsDesc}
+EXPORTS = {"ScatterReduction": ScatterReduction}
 _FAMILIES = (contract.IDX_PREP, contract.IDX_LINK, contract.IDX_MOVE, contract.IDX_REDUCE)
 SPECS = (
     OperatorSpec(ScatterDesc, SCATTER, compile_scatter, _FAMILIES, helpers=("scatter_elements",),

@@ -42,3 +42,5 @@ IDX_REDUCE = family("idx_reduce", "indexing.comp", "idx_reduce_{op}_{t}", INDEX_
                     op=tuple(REDUCE_OPS), t=tuple(REDUCE_TYPES), defines=lambda op, t: _d("reduce", op=op, t=t))
 ONE_HOT = family("one_hot", "indexing.comp", "one_hot_b{bits}_{idx}", INDEX_PUSH, _L256, bits=_BITS,
                  idx=tuple(INDEX_TYPES), defines=lambda bits, idx: _d("onehot", bits, idx))
+
+INDEX_FAMILIES = (IDX_PREP, IDX_LINK, IDX_MOVE, IDX_REDUCE, ONE_HOT)
