@@ -21,6 +21,7 @@ from .handlers_conv import CONV_HANDLERS
 from .handlers_conv_integer import CONV_INTEGER_HANDLERS
 from .handlers_einsum import EINSUM_HANDLERS
 from .handlers_fill import FILL_HANDLERS
+from .handlers_indexing import INDEXING_HANDLERS
 from .handlers_logic import LOGIC_HANDLERS
 from .handlers_math import MATH_HANDLERS, binary, compare
 from .handlers_nn import NN_HANDLERS, float_unary
@@ -362,7 +363,7 @@ _KIND_HANDLERS = {op.op_type: _kind_handler(s.name, op) for s in SPECS for op in
 HANDLERS = {**_SEED_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS, **NN_HANDLERS, **REDUCE_HANDLERS,
             **CONV_HANDLERS, **CONV_INTEGER_HANDLERS, **EINSUM_HANDLERS, **POOL_HANDLERS, **MOVE_HANDLERS,
             **ACT_HANDLERS, **LOGIC_HANDLERS, **FILL_HANDLERS, **VISION_HANDLERS, **QCONV_HANDLERS, **ATTENTION_HANDLERS,
-            **TRANSFORMER_HANDLERS, **ARITH_HANDLERS, **_KIND_HANDLERS}
+            **TRANSFORMER_HANDLERS, **ARITH_HANDLERS, **INDEXING_HANDLERS, **_KIND_HANDLERS}
 # (op type, domain) -> handler where one node type name means different ops in two domains (ai.onnx
 # Attention and RotaryEmbedding, com.microsoft's contrib ops of the same names in HANDLERS)
 DOMAIN_HANDLERS = {**ONNX_ATTENTION_HANDLERS}

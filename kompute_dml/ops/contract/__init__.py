@@ -205,6 +205,7 @@ from .elementwise import (  # noqa: E402
     EW_XOR,
 )
 from .fill_pad import FILL, FILL_PUSH, FILL_SEQ, PAD, PAD_PUSH, PAD_RANK  # noqa: E402, F401
+from .indexing import INDEX_FAMILIES  # noqa: E402  (GATHER_ND(1), SCATTER(_ND), ONE_HOT)
 from .quant import CONV_INT, CONV_INT_PUSH, QCONV, QCONV_PUSH, QUANT  # noqa: E402, F401
 from .top_k import TOPK, TOPK_PUSH, TOPK_RANK, TOPK_TILE  # noqa: E402, F401
 from .vision import LRN, LRN_PUSH, RESAMPLE, RESAMPLE_PUSH  # noqa: E402, F401
@@ -224,10 +225,9 @@ DEQUANT = family("dequant", "dequantize.comp", "dq_{i}_{o}_{z}", EW_IF_PUSH, _L2
                  z=("zp", "nozp"),
                  defines=lambda i, o, z: {"IN_BITS": EW_TYPES[i][0], "IN_KIND": EW_TYPES[i][1],
                                           "OUT_BITS": EW_TYPES[o][0], "HAS_ZP": int(z == "zp"), "RANK": EW_IF_RANK})
-# ---- GATHER (ops/gather.py, shaders/gather.comp): the element-wise plans over the output's sizes
-# (a = input without its axis, b = indices, o = output); the element count is the product of
-# `size` (the shader's), the axis' length and input stride; a variant per element width and
-# index type (i/u 32/64)
+# ---- GATHER (ops/gather.py, shaders/gather.comp): the element-wise plans over the output's sizes (a = input
+# without its axis, b = indices, o = output); the element count is the product of `size` (the shader's), the
+# axis' length and input stride; a variant per element width and index type (i/u 32/64)
 GATHER_PUSH = block("a_off", "b_off", "o_off", "a_base", "b_base", "o_base", f"size[{EW_RANK}]", f"a_str[{EW_RANK}]",
                     f"b_str[{EW_RANK}]", f"o_str[{EW_RANK}]", "axis_len", "axis_str")
 GATHER_INDEX_TYPES = {"i32": (32, 1), "u32": (32, 0), "i64": (64, 1), "u64": (64, 0)}
@@ -380,7 +380,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN, LSM_FAST, LSM_GEN, HMX_FAST, HMX_GEN,
     DQL_MINMAX, DQL_QUANT, EW_EXT, TOPK, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, CONV_COOP, CONV_INT,
     POOL, POOL_Q8, BN, GEMM, GEMM_COOP, POOL_LP, RESAMPLE, LRN, QUANT, QCONV, MHA_TILED, MHA_ROWS, MHA_PRESENT, MHA_SPLIT,
-    MHA_COMBINE,
+    MHA_COMBINE, *INDEX_FAMILIES,
 )
 
 

@@ -1,0 +1,131 @@
+"""ONNX GatherND, ScatterND, ScatterElements / Scatter and OneHot through Backend.prepare(model,
+"CPU").run against onnxruntime's CPU results, placed on Vulkan (rep.placement): GatherND with
+batch_dims on float32 / int64 data, ScatterND as a decoder's static KV cache update (index_copy_
+along the sequence), ScatterElements with every reduction and duplicates, OneHot with a depth
+input, float indices and negative axes; the types that stay on the CPU with the reason; onnx's
+own node cases for all of these wholly on the device where their types allow."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from kompute_dml.onnx_backend import Backend  # noqa: E402
+
+F32, I64, I32, F16 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.FLOAT16
+ONNX_CASES = r"^test_(gathernd|scatternd|scatter_elements|scatter_with|scatter_without|onehot)\w*_cpu$"
+
+
+def model_of(node, inputs, out_type, inits=(), opset=18):
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, t, list(s)) for n, t, s in inputs],
+                              [helper.make_tensor_value_info("y", out_type, None)], initializer=list(inits))
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def run_both(model, feeds, on_device=True):
+    rep = Backend.prepare(model, "CPU")
+    got = rep.run(feeds)[0]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    targets = {p.target for p in rep.placement}
+    assert targets == ({"vulkan"} if on_device else {"cpu"}), rep.summary()
+    return rep
+
+
+@pytest.mark.parametrize(("dtype", "et"), [(np.float32, F32), (np.int64, I64), (np.float16, F16)], ids=str)
+def test_gather_nd(dtype, et):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((2, 3, 4, 5)) * 100).astype(dtype)
+    for b, idx in ((0, rng.integers(-2, 2, (4, 3, 2))), (1, rng.integers(-3, 3, (2, 6, 2))),
+                   (2, rng.integers(0, 4, (2, 3, 1)))):
+        model = model_of(helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=b), [("x", et, x.shape),
+                         ("i", I64, idx.shape)], et, opset=13)
+        run_both(model, {"x": x, "i": idx.astype(np.int64)})
+
+
+def test_scatter_nd_kv_cache():
+    """A static cache (batch 2, heads 3, 16 positions, head size 4) updated at fed positions along
+    the sequence, as transformers' StaticCache exports index_copy_: ScatterND with (seq, 1)
+    indices over the transposed cache, then the cache of the next step."""
+    rng = np.random.default_rng(2)
+    cache = rng.standard_normal((16, 2, 3, 4)).astype(np.float32)  # sequence first (index_copy_ dim)
+    model = model_of(helper.make_node("ScatterND", ["c", "p", "u"], ["y"]),
+                     [("c", F32, cache.shape), ("p", I64, (5, 1)), ("u", F32, (5, 2, 3, 4))], F32)
+    for start in (0, 7, 11):
+        pos = np.arange(start, start + 5, dtype=np.int64)[:, None]
+        run_both(model, {"c": cache, "p": pos, "u": rng.standard_normal((5, 2, 3, 4)).astype(np.float32)})
+
+
+_RED_CASES = [(r, d, e) for r in ("none", "add", "mul", "max", "min")
+              for d, e in ((np.float32, F32), (np.int32, I32), (np.int64, I64), (np.float16, F16))
+              if r == "none" or d != np.float16]  # onnxruntime's CPU reductions take no float16
+
+
+@pytest.mark.parametrize(("reduction", "dtype", "et"), _RED_CASES, ids=str)
+def test_scatter_elements_and_nd(reduction, dtype, et):
+    """Duplicates in every case (indices of 3 positions): `none` keeps the last, as onnxruntime;
+    the reductions fold in row-major order on float32 / int32, the others stay on the CPU."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((3, 4, 5)) * 10).astype(dtype)
+    on_device = reduction == "none" or dtype in (np.float32, np.int32)
+    for axis in (0, -1):
+        idx = rng.integers(-3, 3, (6, 4, 5)) if axis == 0 else rng.integers(0, 3, (3, 4, 7))
+        upd = (rng.standard_normal(idx.shape) * 10).astype(dtype)
+        model = model_of(helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=axis, reduction=reduction),
+                         [("x", et, x.shape), ("i", I64, idx.shape), ("u", et, upd.shape)], et)
+        run_both(model, {"x": x, "i": idx.astype(np.int64), "u": upd}, on_device)
+    idx = rng.integers(-2, 3, (4, 2, 2))
+    upd = (rng.standard_normal((4, 2, 5)) * 10).astype(dtype)
+    model = model_of(helper.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction=reduction),
+                     [("x", et, x.shape), ("i", I64, idx.shape), ("u", et, upd.shape)], et)
+    run_both(model, {"x": x, "i": idx.astype(np.int64), "u": upd}, on_device)
+
+
+def test_scatter_deprecated():
+    x = np.zeros((3, 3), np.float32)
+    idx = np.array([[1, 0, 2], [0, 2, 1]], np.int64)
+    upd = np.arange(6, dtype=np.float32).reshape(2, 3)
+    model = model_of(helper.make_node("Scatter", ["x", "i", "u"], ["y"], axis=0),
+                     [("x", F32, x.shape), ("i", I64, idx.shape), ("u", F32, upd.shape)], F32, opset=10)
+    rep = Backend.prepare(model, "CPU")
+    assert rep.run({"x": x, "i": idx, "u": upd})[0].tolist() == [[3, 1, 0], [0, 0, 5], [0, 4, 2]]
+    assert {p.target for p in rep.placement} == {"vulkan"}
+
+
+# (indices, depth, values) types onnxruntime's CPU OneHot registers
+_ONE_HOT = [(np.int64, np.int64, np.int64), (np.int64, np.float32, np.float32), (np.float32, np.float32, np.float32),
+            (np.int32, np.float32, np.float32), (np.int64, np.int32, np.float32)]
+_ET = {np.dtype(np.int64): I64, np.dtype(np.int32): I32, np.dtype(np.float32): F32}
+
+
+@pytest.mark.parametrize(("np_it", "np_dt", "np_vt"), _ONE_HOT, ids=str)
+@pytest.mark.parametrize("axis", [-1, 0, 1, -3])
+def test_one_hot(np_it, np_dt, np_vt, axis):
+    rng = np.random.default_rng(4)
+    idx = rng.integers(-6, 7, (3, 4)).astype(np_it)
+    # float indices: integral values (a non-integral one is truncated here, as ONNX's OneHot says;
+    # onnxruntime's CPU kernel compares the float itself and matches no position: docs/one_hot.md)
+    depth = numpy_helper.from_array(np.array(5, np_dt), "d")
+    vals = np.array([-1, 3], np_vt)
+    model = model_of(helper.make_node("OneHot", ["i", "d", "v"], ["y"], axis=axis),
+                     [("i", _ET[np.dtype(np_it)], idx.shape), ("v", _ET[np.dtype(np_vt)], (2,))],
+                     _ET[np.dtype(np_vt)], [depth])
+    run_both(model, {"i": idx, "v": vals})
+
+
+def test_node_cases_placement():
+    """Every case passes; all wholly on Vulkan but OneHot's bfloat16 values (no DirectML type)."""
+    from onnx_node_cases import node_cases, run_case
+
+    case, names = node_cases(ONNX_CASES, __name__)
+    assert len(names) == 25, names
+    for name in names:
+        targets = {p.target for rep in run_case(case, name) for p in rep.placement}
+        assert targets == ({"cpu"} if "bfloat16" in name else {"vulkan"}), (name, targets)
