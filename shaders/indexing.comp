@@ -127,6 +127,18 @@ void store(uint e, uvec2 v) { o_buf[2u * e] = v.x; o_buf[2u * e + 1u] = v.y; }
 #endif
 
 #if MODE == M_REDUCE
+#if RED_T == 0
+// IEEE x < y on float32 bit patterns, decided with integers: exact for subnormals whatever the
+// device's denormal mode (the H100 flushes them in float compares) and never turned into a native
+// max / min whose NaN rule differs; NaN compares false, -0 equals +0
+bool float_bits_less(uint x, uint y) {
+    if ((x & 0x7fffffffu) > 0x7f800000u || (y & 0x7fffffffu) > 0x7f800000u) return false;
+    if (((x | y) & 0x7fffffffu) == 0u) return false;
+    uint kx = (x & 0x80000000u) != 0u ? ~x : (x | 0x80000000u);
+    uint ky = (y & 0x80000000u) != 0u ? ~y : (y | 0x80000000u);
+    return kx < ky;
+}
+#endif
 // acc (op) v on 32-bit patterns; max / min as std::max / std::min (NaN: the first operand stays)
 uint reduce_op(uint acc, uint v) {
 #if RED_T == 0
@@ -149,9 +161,17 @@ uint reduce_op(uint acc, uint v) {
     return acc * v;  // the low 32 bits of the product, signed or not
 #endif
 #elif RED_OP == 2
+#if RED_T == 0
+    return float_bits_less(acc, v) ? v : acc;
+#else
     return (a < b) ? v : acc;
+#endif
+#else
+#if RED_T == 0
+    return float_bits_less(v, acc) ? v : acc;
 #else
     return (b < a) ? v : acc;
+#endif
 #endif
 }
 #endif
