@@ -128,9 +128,9 @@ void store(uint e, uvec2 v) { o_buf[2u * e] = v.x; o_buf[2u * e + 1u] = v.y; }
 
 #if MODE == M_REDUCE
 #if RED_T == 0
-// IEEE x < y on float32 bit patterns, decided with integers: exact for subnormals whatever the
-// device's denormal mode (the H100 flushes them in float compares) and never turned into a native
-// max / min whose NaN rule differs; NaN compares false, -0 equals +0
+// IEEE x < y on float32 bit patterns, decided with integers, so a compiler cannot turn the
+// compare-and-select into a native max / min whose NaN rule differs (the H100 failed the float
+// compare's MAX test) nor flush subnormals; NaN compares false, -0 equals +0
 bool float_bits_less(uint x, uint y) {
     if ((x & 0x7fffffffu) > 0x7f800000u || (y & 0x7fffffffu) > 0x7f800000u) return false;
     if (((x | y) & 0x7fffffffu) == 0u) return false;
