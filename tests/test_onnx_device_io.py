@@ -18,9 +18,9 @@ n = helper.make_node
 vi = helper.make_tensor_value_info
 
 
-def _model(nodes, inputs, outputs, inits=()):
+def _model(nodes, inputs, outputs, inits=(), opset=17):
     g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
 
 
 def _relu_add():
@@ -115,11 +115,12 @@ def test_host_outputs_are_written_into_the_callers_arrays(node_by_node):
     w = np.arange(12, dtype=np.float32).reshape(4, 3) - 5
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.zeros(3, np.float32), "zero")]
     if node_by_node:  # a node with no kompute_dml operator sends the run node by node
-        nodes.append(n("Hardmax", ["y"], ["h"]))
+        nodes.append(n("LpNormalization", ["y"], ["h"]))
     outs = [vi("r", T.FLOAT, ["b", 3]), vi("pos", T.BOOL, ["b", 3]), vi("y", T.FLOAT, ["b", 3])]
     if node_by_node:
         outs.append(vi("h", T.FLOAT, ["b", 3]))
     rep = Backend.prepare(_model(nodes, [vi("x", T.FLOAT, ["b", 4])], outs, inits))
+    assert any(p.target == "cpu" for p in rep.placement) == node_by_node
     x = np.random.default_rng(3).standard_normal((5, 4)).astype(np.float32)
     want = rep.run({"x": x})
     given: dict[int, np.ndarray] = {}
