@@ -98,10 +98,11 @@ def bench(name: str, size: str, shapes: list[tuple[int, int]], repeat: int) -> l
                      "cpu_ops": dict(cpu_ops), "segments": st.cpu_segments, "fallbacks": st.runtime_fallbacks,
                      "uploads": st.uploads, "downloads": st.downloads, "prepare_ms": prepare_ms, "first_ms": first,
                      "ours_ms": ours, "ort_ms": ort_ms, "torch_ms": torch_ms, "torch_note": peer.note,
-                     "cos_min": _cos_min(got, want)})
+                     "cos_min": _cos_min(got, want), "dispatches": st.dispatches})
         r = rows[-1]
         print(f"  {name} {r['shape']}: ours {ours:.2f} ms (first {first:.0f}), onnxruntime {ort_ms:.2f}, "
-              f"torch {torch_ms if torch_ms is None else round(torch_ms, 2)}; cos {r['cos_min']:.6f}", flush=True)
+              f"torch {torch_ms if torch_ms is None else round(torch_ms, 2)}; cos {r['cos_min']:.6f}; "
+              f"{st.dispatches} dispatches", flush=True)
     rep.release()
     return rows
 

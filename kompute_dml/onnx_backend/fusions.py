@@ -38,6 +38,9 @@ The fused kernels are the operators' kompute_dml extensions, bit for bit the unf
 - MatMul | FusedMatMul -> [Mul | Div by a constant] -> [Add mask] -> Softmax -> [no-op Casts] ->
   MatMul: MULTIHEAD_ATTENTION (fusion_attention.py; the one chain here not bit for bit the unfused
   nodes: the scores are never rounded to the type, within the families' tolerance).
+- Pow(x, 2) -> ReduceMean -> Add(eps) -> Sqrt -> Div(1, .) | Reciprocal -> Mul(x, .) (or Div(x, .)) ->
+  [Cast] -> Mul(weight, .), the exported RMS normalization (Llama, Mistral, T5): MEAN_VARIANCE_NORMALIZATION1
+  without the mean (fusion_rmsnorm.py; float32 statistics: not the unfused bits, within tolerance).
 (com.microsoft SkipLayerNormalization needs no pattern: its handler is one dispatch.)
 """
 
@@ -58,6 +61,7 @@ from kompute_dml.functional.elementwise import broadcast_view
 from .fusion_attention import attention_patterns
 from .fusion_qconv import check_qdq_conv, run_qdq_conv
 from .fusion_quant import check_integer_product, run_integer_product
+from .fusion_rmsnorm import rms_norm_patterns
 from .graph import _attr, _node_inputs
 from .handlers_activation import FUSED_TYPES
 from .handlers_conv import run_conv_activation
@@ -247,6 +251,8 @@ PATTERNS = (
             "QUANTIZED_LINEAR_CONVOLUTION", check_qdq_conv, run_qdq_conv),
     # MatMul(Q, K^T) -> [Mul | Div] -> [Add mask] -> Softmax -> [Cast]* -> MatMul(., V): fusion_attention.py
     *attention_patterns(Pattern),
+    # Pow -> ReduceMean -> Add(eps) -> Sqrt -> 1 / s -> Mul(x, .) -> [Cast] -> Mul(weight, .): fusion_rmsnorm.py
+    *rms_norm_patterns(Pattern),
 )
 
 

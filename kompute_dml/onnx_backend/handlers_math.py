@@ -101,6 +101,8 @@ def _cast_to(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunS
     src = _value_dtype(ins[0])
     if to is None or (to != BOOL and to not in _DML_NUMPY):
         raise FallbackNeeded(f"Cast to {to}")
+    if to == src and isinstance(ins[0], DeviceValue):  # the same bits: a view, no dispatch (a reshape's kind)
+        return [ins[0]]
     (t,) = _operands(ctx, node, ins[:1], stats)
     shape, out = _out(ctx, ins[:1], to)
     if to == BOOL:  # ONNX: nonzero is true; DirectML's CAST would truncate (0.5 -> 0)
