@@ -128,3 +128,35 @@ def test_slice_with_starts_computed_on_the_device_falls_back():
     x = np.arange(6, dtype=np.float32)
     (y,) = rep.run({"x": x, "k": np.array([1], np.int64)})
     np.testing.assert_array_equal(y, x[2:])
+
+
+@pytest.mark.parametrize("start,step,axis,transposed", [
+    (0, 1, -1, False), (4, 1, -1, False), (8, 2, -1, False), (1, 1, -1, False), (3, 2, -1, False),
+    (0, 1, 1, True), (2, 3, 1, True), (1, 1, 0, False), (-5, 1, -1, False)])
+def test_slice_of_positive_steps_is_a_view_where_its_start_is_aligned(rng, start, step, axis, transposed):
+    """A Slice of positive steps whose first element lies on a 16-byte boundary is a view of its
+    input's bytes (no dispatch; of a transposed view too); any other runs SLICE1. Both read and
+    write exactly numpy's window, as a graph output and read by a later node."""
+    n = helper.make_node
+    x = rng.standard_normal((3, 6, 16)).astype(np.float32)
+    perm = [0, 2, 1] if transposed else [0, 1, 2]
+    nodes = [n("Add", ["x", "x"], ["x2"]), n("Transpose", ["x2"], ["t"], perm=perm),
+             n("Slice", ["t", "st", "en", "ax", "sp"], ["s"]), n("Mul", ["s", "s"], ["y"])]
+    inits = [_i64("st", [start]), _i64("en", [1 << 40]), _i64("ax", [axis]), _i64("sp", [step])]
+    vi = helper.make_tensor_value_info
+    model = _model(nodes, [vi("x", T.FLOAT, [3, 6, 16])], [vi("y", T.FLOAT, None), vi("s", T.FLOAT, None)], inits)
+    rep = Backend.prepare(model, "CPU")
+    y, s = rep.run({"x": x})
+    window = [slice(None)] * 3
+    window[axis] = slice(start, None, step)
+    want = (x + x).transpose(perm)[tuple(window)]
+    np.testing.assert_array_equal(s, want)
+    np.testing.assert_array_equal(y, want * want)
+    # the window's first element, in elements of x2 (row-major 3 x 6 x 16: strides 96, 16, 1)
+    a = axis % 3
+    length = x.shape[perm[a]]
+    first = (start if start >= 0 else start + length) * (96, 16, 1)[perm[a]]
+    with rep.device.profile() as p:
+        rep.run({"x": x})
+    sliced = [r.scope for r in p.rows if r.scope.split()[1:2] == ["Slice"]]
+    assert bool(sliced) == (first * 4 % 16 != 0), (first, [r.scope for r in p.rows])

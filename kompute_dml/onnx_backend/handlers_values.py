@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 import kompute_dml as kdml
-from kompute_dml.core.tensor_desc import packed_strides
+from kompute_dml.core.tensor_desc import MINIMUM_BUFFER_TENSOR_ALIGNMENT, packed_strides
 from kompute_dml.ops.join import onnx_slice_window
 
 from .graph import _attr
@@ -254,9 +254,25 @@ def _h_slice(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunS
         raise FallbackNeeded(f"type {dt} is not a DirectML type")
     if 0 in out_shape or 0 in shape:
         raise FallbackNeeded("an empty tensor")
+    if isinstance(x, DeviceValue) and min(strides) > 0:
+        view = _slice_view(x, offsets, strides, out_shape)
+        if view is not None:
+            return [view]
     t = device_tensor(ctx, x, stats, node.input[0])
     out = ctx.out_tensor(out_shape, dml_numpy(dt))
     return [DeviceValue(kdml.slice1(t, offsets, sizes, strides, out=out, device=ctx.device), out_shape, dt)]
+
+
+def _slice_view(x: DeviceValue, offsets: tuple[int, ...], steps: tuple[int, ...], shape: tuple[int, ...]) -> Any:
+    """A window of positive steps as a view of x's bytes (no dispatch, as a Transpose is one), where
+    its first element lies on DirectML's 16-byte tensor alignment (None elsewhere: SLICE1 copies it)."""
+    t = x.tensor
+    st = _strides_of(x)
+    start = t.offset + sum(o * s for o, s in zip(offsets, st)) * t.desc.data_type.size
+    if start % MINIMUM_BUFFER_TENSOR_ALIGNMENT:
+        return None
+    desc = kdml.TensorDesc(t.desc.data_type, shape, tuple(s * k for s, k in zip(st, steps)))
+    return DeviceValue(kdml.Tensor.trusted(t.buffer, desc, start), shape, x.dtype)
 
 
 def onnx_split_sizes(node: onnx.NodeProto, length: int, split: Any) -> list[int]:
