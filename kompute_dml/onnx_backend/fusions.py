@@ -41,6 +41,7 @@ The fused kernels are the operators' kompute_dml extensions, bit for bit the unf
 - Pow(x, 2) -> ReduceMean -> Add(eps) -> Sqrt -> Div(1, .) | Reciprocal -> Mul(x, .) (or Div(x, .)) ->
   [Cast] -> Mul(weight, .), the exported RMS normalization (Llama, Mistral, T5): MEAN_VARIANCE_NORMALIZATION1
   without the mean (fusion_rmsnorm.py; float32 statistics: not the unfused bits, within tolerance).
+- MatMul -> Add(constant bias along the last axis): GEMM with the bias as C (fusion_bias.py).
 (com.microsoft SkipLayerNormalization needs no pattern: its handler is one dispatch.)
 """
 
@@ -59,6 +60,7 @@ import kompute_dml as kdml
 from kompute_dml.functional.elementwise import broadcast_view
 
 from .fusion_attention import attention_patterns
+from .fusion_bias import matmul_bias_patterns
 from .fusion_qconv import check_qdq_conv, run_qdq_conv
 from .fusion_quant import check_integer_product, run_integer_product
 from .fusion_rmsnorm import rms_norm_patterns
@@ -253,6 +255,8 @@ PATTERNS = (
     *attention_patterns(Pattern),
     # Pow -> ReduceMean -> Add(eps) -> Sqrt -> 1 / s -> Mul(x, .) -> [Cast] -> Mul(weight, .): fusion_rmsnorm.py
     *rms_norm_patterns(Pattern),
+    # MatMul(a, w) -> Add(., constant bias along the last axis): fusion_bias.py (after the attention's MatMul+Add)
+    *matmul_bias_patterns(Pattern),
 )
 
 

@@ -1,0 +1,77 @@
+"""A product and its bias in one GEMM dispatch (fusions.py's patterns): MatMul(a, w) -> Add(., bias)
+as torch.onnx.export writes every Linear layer of rank-3 activations (BERT, ViT, Whisper, Llama's
+biases where it has them), on DML_GEMM with the bias as C (beta 1) broadcast to the product:
+
+- the bias is a constant (an initializer that is no graph input: never a computed mask, so an
+  attention's scores + mask stay the attention pattern's) of the product's type whose dimensions
+  before the last are all 1, and the sum has the product's shape (checked at run: otherwise the
+  two nodes run one by one);
+- float32 or float16; with allow_half_precision the nodes run unfused (their float16 product path).
+
+GEMM adds C to the float32 accumulator once, as the unfused Add adds it to the rounded product, so
+float32 results are the unfused bits wherever the product's own summation order is the same
+(`tests/test_fusion_bias.py` compares them); a float16 product is rounded once instead of twice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+import kompute_dml as kdml
+
+from .half_precision import use_half
+from .handlers_values import as_device
+from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
+
+if TYPE_CHECKING:
+    from .context import NodeContext
+    from .rep import BackendRep
+
+
+def _bias_name(nodes: list[onnx.NodeProto]) -> str:
+    mm, add = nodes
+    return add.input[1] if add.input[0] == mm.output[0] else add.input[0]
+
+
+def check_matmul_bias(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
+    """Why the chain is not a product and its bias ("" where it is)."""
+    mm = nodes[0]
+    dts = {rep._elem_dtype(n) for n in mm.input[:2]}
+    if not dts <= _FLOAT_OUT | {None}:
+        return f"a product of {sorted(map(str, dts - {None}))}"
+    bias = _bias_name(nodes)
+    if bias not in rep.constants or bias in rep.input_names:
+        return f"Add's operand {bias!r} is not a constant"
+    c = rep.constant_host(bias)
+    if c.dtype not in _FLOAT_OUT or c.ndim == 0 or any(s != 1 for s in c.shape[:-1]):
+        return f"a bias of {c.dtype} {c.shape} (not along the last axis)"
+    return ""
+
+
+def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
+                    stats: RunStats) -> list[Any]:
+    mm = nodes[0]
+    a_v, b_v = lookup(mm.input[0]), lookup(mm.input[1])
+    bias_name = _bias_name(nodes)
+    c_v = lookup(bias_name)
+    dt = _value_dtype(a_v)
+    if dt not in _FLOAT_OUT or _value_dtype(b_v) != dt or _value_dtype(c_v) != dt or use_half(ctx, dt):
+        raise FallbackNeeded(f"operands of {dt}, {_value_dtype(b_v)}, {_value_dtype(c_v)} (or half precision)")
+    sa, sb, sc = _value_shape(a_v), _value_shape(b_v), _value_shape(c_v)
+    if len(sa) < 2 or len(sb) < 2 or 0 in sa or 0 in sb or sa[-1] != sb[-2]:
+        raise FallbackNeeded(f"a product of {sa} and {sb}")
+    shape = (*np.broadcast_shapes(sa[:-2], sb[:-2]), sa[-2], sb[-1])
+    if tuple(np.broadcast_shapes(shape, sc)) != shape:
+        raise FallbackNeeded(f"a bias {sc} that broadcasts the product {shape}")
+    a, b, c = (as_device(ctx, v, stats, n).tensor for v, n in ((a_v, mm.input[0]), (b_v, mm.input[1]), (c_v, bias_name)))
+    y = kdml.gemm(a, b, c, out=ctx.out_tensor(shape, dt), device=ctx.device)
+    return [DeviceValue(y, shape, dt)]
+
+
+def matmul_bias_patterns(pattern: Callable[..., Any]) -> list[Any]:
+    """The product on either side of the Add."""
+    return [pattern("MatMul+Add", ("MatMul", "Add"), ((0, 1, k),), "GEMM", check_matmul_bias, run_matmul_bias)
+            for k in (0, 1)]

@@ -1,0 +1,95 @@
+"""MatMul -> Add(constant bias) as one GEMM dispatch (kompute_dml/onnx_backend/fusion_bias.py):
+the product on either side of the Add, ranks 2-4, the bias as [N] or with leading ones, float32
+(the unfused nodes' bits, in the whole-graph program and node by node) and float16 (within its
+rounding of a float64 numpy reference); a fed bias, a bias along another axis, one that broadcasts
+the product up, or half precision run the two nodes one by one with their own bits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+
+from kompute_dml.onnx_backend import Backend  # noqa: E402
+
+N = helper.make_node
+ELEM = {np.float32: T.FLOAT, np.float16: T.FLOAT16}
+K, M = 24, 20
+
+
+def _model(dt, a_shape, bias_shape, side=0, fed_bias=False, rng=None):
+    rng = rng or np.random.default_rng(3)
+    w = rng.standard_normal((K, M)).astype(dt)
+    bias = rng.standard_normal(bias_shape).astype(dt)
+    add_in = ["p", "bias"] if side == 0 else ["bias", "p"]
+    inits = [numpy_helper.from_array(w, "w")] + ([] if fed_bias else [numpy_helper.from_array(bias, "bias")])
+    inputs = [helper.make_tensor_value_info("a", ELEM[dt], list(a_shape))]
+    if fed_bias:
+        inputs.append(helper.make_tensor_value_info("bias", ELEM[dt], list(bias_shape)))
+    g = helper.make_graph([N("MatMul", ["a", "w"], ["p"]), N("Add", add_in, ["y"])], "bias", inputs,
+                          [helper.make_tensor_value_info("y", ELEM[dt], None)], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), w, bias
+
+
+def _bits(a):
+    return a.view(f"u{a.dtype.itemsize}")
+
+
+@pytest.mark.parametrize("a_shape,bias_shape,side", [
+    ((5, K), (M,), 0), ((5, K), (1, M), 1), ((2, 7, K), (M,), 1), ((2, 7, K), (1, 1, M), 0),
+    ((2, 3, 4, K), (M,), 0)])
+def test_product_and_bias_are_one_gemm_with_the_unfused_bits(rng, a_shape, bias_shape, side):
+    model, w, bias = _model(np.float32, a_shape, bias_shape, side)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    a.reshape(-1)[:3] = (np.inf, -0.0, 3e38)
+    rep = Backend.prepare(model, "CPU")
+    (y,) = rep.run({"a": a})
+    assert rep.last_run.dispatches == 1 and "MatMul+Add x1 -> GEMM" in rep.summary()
+    rep.state.node_by_node = True
+    (eager,) = rep.run({"a": a})
+    unfused = Backend.prepare(model, "CPU", fuse=False)
+    (want,) = unfused.run({"a": a})
+    assert unfused.last_run.dispatches == 2
+    assert np.array_equal(_bits(y), _bits(want)) and np.array_equal(_bits(eager), _bits(want))
+    with np.errstate(all="ignore"):
+        ref = a.astype(np.float64) @ w.astype(np.float64) + bias.astype(np.float64)
+    finite = np.isfinite(ref)
+    np.testing.assert_allclose(y[finite], ref[finite], rtol=1e-5, atol=1e-5)
+
+
+def test_float16_product_and_bias(rng):
+    model, w, bias = _model(np.float16, (3, 9, K), (M,))
+    a = rng.standard_normal((3, 9, K)).astype(np.float16)
+    rep = Backend.prepare(model, "CPU")
+    (y,) = rep.run({"a": a})
+    assert y.dtype == np.float16 and rep.last_run.dispatches == 1
+    ref = a.astype(np.float64) @ w.astype(np.float64) + bias.astype(np.float64)
+    np.testing.assert_allclose(y.astype(np.float64), ref, rtol=2e-3, atol=2e-2)
+
+
+@pytest.mark.parametrize("case", ["fed bias", "bias along rows", "bias broadcasts the product", "half precision"])
+def test_other_sums_run_node_by_node(rng, case):
+    a_shape, bias_shape, fed = (4, K), (M,), False
+    if case == "fed bias":
+        fed = True
+    elif case == "bias along rows":
+        bias_shape = (4, 1)
+    elif case == "bias broadcasts the product":
+        bias_shape = (1, 1, M)  # of a rank-2 product: the sum is rank 3
+    model, _w, bias = _model(np.float32, a_shape, bias_shape, fed_bias=fed)
+    feeds = {"a": rng.standard_normal(a_shape).astype(np.float32)}
+    if fed:
+        feeds["bias"] = bias
+    half = case == "half precision"
+    rep = Backend.prepare(model, "CPU", allow_half_precision=half)
+    (y,) = rep.run(feeds)
+    (want,) = Backend.prepare(model, "CPU", fuse=False, allow_half_precision=half).run(feeds)
+    assert np.array_equal(_bits(y), _bits(want)) and y.shape == want.shape
+    assert rep.last_run.dispatches >= 2
+    if case in ("fed bias", "bias along rows"):
+        assert not rep.fusions.by_carrier
+    else:
+        assert "ran unfused" in " ".join(rep.last_run.events)
