@@ -42,6 +42,8 @@ The fused kernels are the operators' kompute_dml extensions, bit for bit the unf
   [Cast] -> Mul(weight, .), the exported RMS normalization (Llama, Mistral, T5): MEAN_VARIANCE_NORMALIZATION1
   without the mean (fusion_rmsnorm.py; float32 statistics: not the unfused bits, within tolerance).
 - MatMul -> Add(constant bias along the last axis): GEMM with the bias as C (fusion_bias.py).
+- Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x, .) -> Mul(0.5), the exported exact GELU: ACTIVATION_GELU
+  (fusion_gelu.py; one rounding: within tolerance).
 (com.microsoft SkipLayerNormalization needs no pattern: its handler is one dispatch.)
 """
 
@@ -61,6 +63,7 @@ from kompute_dml.functional.elementwise import broadcast_view
 
 from .fusion_attention import attention_patterns
 from .fusion_bias import matmul_bias_patterns
+from .fusion_gelu import gelu_patterns
 from .fusion_qconv import check_qdq_conv, run_qdq_conv
 from .fusion_quant import check_integer_product, run_integer_product
 from .fusion_rmsnorm import rms_norm_patterns
@@ -257,6 +260,8 @@ PATTERNS = (
     *rms_norm_patterns(Pattern),
     # MatMul(a, w) -> Add(., constant bias along the last axis): fusion_bias.py (after the attention's MatMul+Add)
     *matmul_bias_patterns(Pattern),
+    # Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x, .) -> Mul(0.5): fusion_gelu.py
+    *gelu_patterns(Pattern),
 )
 
 

@@ -1,0 +1,87 @@
+"""The exported exact GELU as one ACTIVATION_GELU dispatch (kdml.gelu; fusions.py's patterns), as
+torch.onnx.export writes nn.GELU() before opset 20 (ViT, Whisper, BERT):
+
+    Div(x, sqrt 2) | Mul(x, 1 / sqrt 2) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)
+
+x the same value at the head and at the first Mul, the constants scalars (sqrt 2 within float32
+rounding). ACTIVATION_GELU computes x * 0.5 * (1 + erf(x / sqrt 2)) with one rounding to the type
+at the end, where the unfused nodes round each step: within the families' tolerance
+(tests/test_fusion_gelu.py against float64 and the unfused nodes)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+import kompute_dml as kdml
+
+from .handlers_values import as_device
+from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
+
+if TYPE_CHECKING:
+    from .context import NodeContext
+    from .rep import BackendRep
+
+
+def _other(node: onnx.NodeProto, name: str) -> str:
+    return node.input[1] if node.input[0] == name else node.input[0]
+
+
+def _scalar(rep: BackendRep, name: str) -> float | None:
+    if name not in rep.constants or name in rep.input_names:
+        return None
+    c = rep.constant_host(name)
+    return float(c.reshape(-1)[0]) if c.size == 1 and c.dtype.kind == "f" else None
+
+
+def _near(rep: BackendRep, name: str, want: float) -> bool:
+    """The constant is `want` rounded to its own type (float16's sqrt 2 is 1.4140625)."""
+    v = _scalar(rep, name)
+    if v is None:
+        return False
+    own = float(np.asarray(want, rep.constant_host(name).dtype))
+    return abs(v - own) <= 1e-6 * want
+
+
+def check_gelu(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
+    """Why the chain is not x * 0.5 * (1 + erf(x / sqrt 2)) ("" where it is)."""
+    head, erf, add, mul_x, mul_half = nodes
+    x = head.input[0]
+    if rep._elem_dtype(x) not in _FLOAT_OUT:
+        return f"x of type {rep._elem_dtype(x)}"
+    if head.op_type == "Div" and not _near(rep, head.input[1], math.sqrt(2.0)):
+        return "Div's divisor is not sqrt 2"
+    if head.op_type == "Mul" and not _near(rep, _other(head, x), math.sqrt(0.5)):
+        return "Mul's factor is not 1 / sqrt 2"
+    if head.op_type == "Mul" and head.input[0] != x:  # Mul(c, x): x is its input 1
+        x = head.input[1]
+    if _scalar(rep, _other(add, erf.output[0])) != 1.0:
+        return "Add's constant is not 1"
+    if _other(mul_x, add.output[0]) != x:
+        return "the Mul does not read the head's x"
+    if _scalar(rep, _other(mul_half, mul_x.output[0])) != 0.5:
+        return "the last Mul's constant is not 0.5"
+    return ""
+
+
+def run_gelu(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any], stats: RunStats) -> list[Any]:
+    add, mul_x = nodes[2], nodes[3]
+    name = _other(mul_x, add.output[0])
+    x = lookup(name)
+    dt, shape = _value_dtype(x), _value_shape(x)
+    if dt not in _FLOAT_OUT or not shape or 0 in shape:
+        raise FallbackNeeded(f"x of {dt} {shape}")
+    y = kdml.gelu(as_device(ctx, x, stats, name).tensor, out=ctx.out_tensor(shape, dt), device=ctx.device)
+    return [DeviceValue(y, shape, np.dtype(dt))]
+
+
+def gelu_patterns(pattern: Callable[..., Any]) -> list[Any]:
+    """x / sqrt 2 by Div or Mul, each later operand on either side."""
+    return [pattern(f"{head}+Erf+Add+Mul+Mul", (head, "Erf", "Add", "Mul", "Mul"),
+                    ((0, 1, 0), (1, 2, k_add), (2, 3, k_mul), (3, 4, k_half)), "ACTIVATION_GELU", check_gelu, run_gelu)
+            for head, k_add, k_mul, k_half in itertools.product(("Div", "Mul"), (0, 1), (0, 1), (0, 1))]
