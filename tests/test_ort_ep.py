@@ -181,6 +181,26 @@ def test_provider_options_reach_the_backend():
         np.testing.assert_allclose(h, f, rtol=1e-2, atol=1e-2)
 
 
+def test_a_run_skips_the_input_checks_onnxruntime_made_and_alloc_ends_with_its_call(monkeypatch):
+    """Kernel.run hands onnxruntime's typed inputs to BackendRep.run_normalized (the backend's own
+    input checks skipped: issue 54), and an `alloc` kept past its call raises instead of
+    reaching a finished call's outputs."""
+    from kompute_dml.onnx_backend.rep import BackendRep
+
+    kept, normalized = [], []
+    run, run_normalized = kort.plugin.Kernel.run, BackendRep.run_normalized
+    monkeypatch.setattr(kort.plugin.Kernel, "run", lambda self, inputs, alloc: kept.append(alloc) or run(self, inputs, alloc))
+    monkeypatch.setattr(BackendRep, "run_normalized",
+                        lambda self, feeds, out=None: normalized.append(sorted(feeds)) or run_normalized(self, feeds, out))
+    sess = _session(CHAIN)  # after the patch: the compiled kernel looks its run up once
+    x = RNG.standard_normal((3, 8)).astype(np.float32)
+    for g, w in zip(sess.run(None, {"x": x}), Backend.prepare(CHAIN).run({"x": x})):
+        np.testing.assert_array_equal(g, w)
+    assert normalized == [["x"]]
+    with pytest.raises(RuntimeError, match="after its run"):
+        kept[0](0, (3, 4))
+
+
 def test_sessions_and_threads_at_once_and_teardown():
     sessions = [_session(CHAIN), _session(SPLIT)]
     errors: list[BaseException] = []

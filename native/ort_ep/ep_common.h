@@ -77,7 +77,8 @@ struct DeviceMemory {
   PyObject* value_data(const OrtValue* value, void* data, size_t nbytes, bool writable) const;
 };
 
-// A compiled sub-graph's OrtNodeComputeInfo around its plugin.Kernel (ep_kernel.cc), and its release.
+// A compiled sub-graph's OrtNodeComputeInfo around its plugin.Kernel (ep_kernel.cc; takes the
+// reference; null with a Python error pending where the Kernel has no run), and its release.
 OrtNodeComputeInfo* make_kernel(PyObject* kernel, const DeviceMemory* memory);
 void release_kernel(OrtNodeComputeInfo* info);
 

@@ -258,6 +258,7 @@ Ep::Ep(Factory* f, PyObject* p, std::string n) : OrtEp{}, factory(f), py(p), nam
       Ref kernel(PyObject_CallMethod(e->py, "compile", "OsO", desc.p, fused_name ? fused_name : "", io.p));
       if (!kernel) return status_from_python("compile");
       infos[i] = make_kernel(kernel.release(), e->factory->memory.get());
+      if (infos[i] == nullptr) return status_from_python("compile");
     }
     return nullptr;
   };
