@@ -130,3 +130,19 @@ def test_split_sizes_computed_on_the_device_fall_back():
     a, b = Backend.prepare(model, "CPU").run({"x": x, "k": np.array([1, 2], np.int64)})
     np.testing.assert_array_equal(a, x[:2])
     np.testing.assert_array_equal(b, x[2:])
+
+
+@pytest.mark.parametrize("sizes,viewed", [([4, 4], True), ([8, 4, 4], True), ([3, 5], False), ([4, 3, 1], False)])
+def test_parts_starting_aligned_are_views(rng, sizes, viewed):
+    """Where every part starts on a 16-byte boundary the parts are views of the input (no SPLIT
+    dispatch in the program's profile); otherwise SPLIT copies them. Both give onnxruntime's bytes."""
+    width = sum(sizes)
+    node = n("Split", ["x2", "s"], [f"p{i}" for i in range(len(sizes))], axis=1)
+    model = _model(13, node, (3, width), inits=[numpy_helper.from_array(np.array(sizes, np.int64), "s")])
+    x = _values(rng, (3, width), np.float32)
+    _check(model, x)
+    rep = Backend.prepare(model, "CPU")
+    rep.run({"x": x})
+    with rep.device.profile() as p:
+        rep.run({"x": x})
+    assert any(r.scope.split()[1:2] == ["Split"] for r in p.rows) != viewed, [r.scope for r in p.rows]

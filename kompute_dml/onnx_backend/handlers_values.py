@@ -299,7 +299,8 @@ def onnx_split_sizes(node: onnx.NodeProto, length: int, split: Any) -> list[int]
 
 def _h_split(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     """Split on SPLIT (kdml.split): the sizes from host-known values (a `split` input computed on
-    the device raises FallbackNeeded while planning); empty parts are host arrays."""
+    the device raises FallbackNeeded while planning); empty parts are host arrays. Where every
+    part starts on DirectML's 16-byte alignment, the parts are views of x (no dispatch)."""
     x = ins[0]
     dt = _value_dtype(x)
     shape = _value_shape(x)
@@ -318,6 +319,14 @@ def _h_split(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunS
     shapes = [(*shape[:axis], s, *shape[axis + 1:]) for s in sizes]
     full = [i for i, sh in enumerate(shapes) if 0 not in sh]
     outs: list[Any] = [np.empty(sh, dt) for sh in shapes]
+    if full and isinstance(x, DeviceValue):  # every part a view where each starts 16-byte aligned
+        starts = np.cumsum([0, *sizes[:-1]])
+        views = [_slice_view(x, tuple(int(starts[i]) if d == axis else 0 for d in range(len(shape))),
+                             (1,) * len(shape), shapes[i]) for i in full]
+        if all(v is not None for v in views):
+            for i, v in zip(full, views):
+                outs[i] = v
+            return outs
     if full:
         t = device_tensor(ctx, x, stats, node.input[0])
         parts = [ctx.out_tensor(shapes[i], dml_numpy(dt)) for i in full]
