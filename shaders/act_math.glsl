@@ -97,6 +97,19 @@ uint um_elu(uint x) {
 // x HardSigmoid(x, Alpha, Beta): the hard sigmoid as above, then the product rounded
 uint um_hard_swish(uint x) { return um_mul(x, um_hard_sigmoid(x)); }
 
+// x Sigmoid(SigmoidInputScale x) (ACTIVATION_SWISH), built from the unfused pair's own steps so
+// that a scale of 1 gives the bits of ELEMENT_WISE_MULTIPLY(x, ACTIVATION_SIGMOID(x)): the scaled
+// input rounded in integer code (exactly x for a scale of 1, subnormals included, whatever the
+// denormal mode), unary_math.glsl's sigmoid, rounded to float16 where `f16` (the value a FLOAT16
+// SIGMOID writes and MULTIPLY reads back), then the device's float32 product as MULTIPLY computes
+// it (`precise`: no fusing into anything around it); the caller rounds that to the element type
+uint um_swish(uint x, bool f16) {
+    uint s = um_sigmoid(um_mul(UM_P0, x));
+    if (f16) s = h2f(f2h(s));
+    precise float r = uintBitsToFloat(x) * uintBitsToFloat(s);
+    return floatBitsToUint(r);
+}
+
 // max(Min, min(x, Max)) on the (ScaleBias-transformed) input; NaN stays NaN
 uint um_clip(uint x) {
     if (um_nan(x)) return um_quiet(x);
@@ -129,6 +142,8 @@ uint um_act(uint x) {
     return um_hard_sigmoid(x);
 #elif defined(FN_HARD_SWISH)
     return um_hard_swish(x);
+#elif defined(FN_SWISH)
+    return um_swish(x, BITS == 16);
 #elif defined(FN_THRESHOLDED_RELU)
     // x for x > Alpha, else +0 (NaN: +0, the comparison being false)
     if (um_nan(x)) return 0u;

@@ -53,6 +53,7 @@
 #define ACT_HARD_SWISH 6u
 #define ACT_TANH 7u
 #define ACT_ELU 8u
+#define ACT_SWISH 9u
 
 // the activation's parameters, through functions: act_math.glsl's functions have locals named p
 uint conv_act_p0() { return p[P_ACT + 1]; }  // Alpha / Min
@@ -72,6 +73,7 @@ uint conv_act(uint x, uint kind) {
         case ACT_HARD_SWISH: return um_hard_swish(x);
         case ACT_TANH: return um_tanh(x);
         case ACT_ELU: return um_elu(x);
+        case ACT_SWISH: return um_swish(x, F16 != 0);  // its sigmoid rounded as FLOAT16 SIGMOID's
         default: return x;
     }
 }

@@ -2,7 +2,7 @@
 DirectML pages' formulas (not from the shader): the exact operators as float32 steps in numpy
 (each product and sum rounded to float32, as the module documents), the others in float64 with
 the parameters rounded to float32 and, where the operator rounds an inner product or quotient
-first (CELU's x / alpha, SCALED_TANH's and PARAMETRIC_SOFTPLUS's beta x), that value rounded to
+first (CELU's x / alpha, SCALED_TANH's, PARAMETRIC_SOFTPLUS's beta x, SWISH's scale x), that value rounded to
 float32 too. Used by tests/test_activation_params.py and tools/measure_unary.py --params."""
 
 from __future__ import annotations
@@ -60,6 +60,18 @@ def _expm1(x: np.ndarray) -> np.ndarray:
     return np.expm1(x)
 
 
+def swish_terms(x: np.ndarray, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """ACTIVATION_SWISH's factors in float64: x widened and sigmoid(t), t = SigmoidInputScale * x
+    rounded to float32 (the operator's first rounding); sigmoid as 1 / (1 + exp(-t)), or
+    exp(t) / (1 + exp(t)) below 0 (no overflow)."""
+    with np.errstate(all="ignore"):  # NaN payloads widened
+        v = _f32(x).astype(np.float64)
+        t = (_p(scale) * _f32(x)).astype(F).astype(np.float64)
+        e = np.exp(-np.abs(t))
+        s = np.where(t >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    return v, np.where(np.isnan(t), np.nan, s)
+
+
 def reference64(helper: str, x: np.ndarray, **p: Any) -> np.ndarray:
     """The transcendental operators in float64 (their inner rounded steps in float32)."""
     with np.errstate(all="ignore"):
@@ -79,6 +91,9 @@ def reference64(helper: str, x: np.ndarray, **p: Any) -> np.ndarray:
             a, b = _p(p.get("alpha", 1.0)), _p(p.get("beta", 1.0))
             t = (b * _f32(x)).astype(F).astype(np.float64)
             return float(a) * np.tanh(t)
+        if helper == "swish":
+            x64, sig = swish_terms(x, p.get("sigmoid_input_scale", 1.0))
+            return x64 * sig
         if helper == "parametric_softplus":
             a, b = _p(p.get("alpha", 1.0)), _p(p.get("beta", 1.0))
             t = (b * _f32(x)).astype(F).astype(np.float64)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from act_reference import exact32, reference64
+from act_reference import exact32, reference64, swish_terms
 from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
 from unary_reference import check_close, check_exact, every_float16, float32_inputs
 
@@ -31,7 +31,11 @@ PARAMS = {
     "scaled_tanh": ({}, {"alpha": 1.7159, "beta": 0.6667}), "parametric_softplus": ({}, {"alpha": 0.5, "beta": 3.0}),
     "clip": ({}, {"min": -1.5, "max": 2.0, "scale_bias": kdml.ScaleBias(0.5, 0.25)}),
     "threshold": ({}, {"min": 0.25, "scale_bias": kdml.ScaleBias(-2.0, 1.0)}, {"min": -np.inf}),
+    "swish": ({}, {"sigmoid_input_scale": 1.702}, {"sigmoid_input_scale": -0.5}),
 }
+# SWISH: the sigmoid's ulps (SIGMOID's 2.40 measured, docs/elementwise_unary.md; float16: rounded once
+# from float32) scaled by |x|, plus the product's half ulp
+SWISH_SIGMOID_ULPS = {np.dtype(np.float32): 2.6, np.dtype(np.float16): 0.5 + 1e-3}
 
 
 def desc_type(op):
@@ -48,7 +52,38 @@ def ref_of(op, x, kw):
         return exact32(op.helper, x, **kw).astype(np.float64) if op.exact else reference64(op.helper, x, **kw)
 
 
+def spacing(v, dtype):
+    """The ulp of dtype at |v| (subnormal spacing below the normal range)."""
+    with np.errstate(all="ignore"):
+        return np.spacing(np.abs(v).astype(dtype)).astype(np.float64)
+
+
+def check_swish(got, x, kw, flushes=False):
+    """x * sigmoid(scale x) against float64: NaN where the reference is (NaN x, -inf * 0), the sign
+    of x everywhere else (zeros included), and |got - x s| within the sigmoid's error times |x|
+    plus the product's rounding (float32's sigmoid may be subnormal: its error is absolute there)."""
+    v, sig = swish_terms(x, kw.get("sigmoid_input_scale", 1.0))
+    with np.errstate(all="ignore"):
+        ref = v * sig
+    nan = np.isnan(ref)
+    assert np.array_equal(np.isnan(got), nan), "NaN results differ"
+    g, r, v, sig = got[~nan].astype(np.float64), ref[~nan], v[~nan], sig[~nan]
+    assert np.array_equal(np.signbit(g), np.signbit(v)), "a result without x's sign"
+    inf = np.isinf(r)
+    assert np.array_equal(g[inf], r[inf]) and np.isfinite(g[~inf]).all()
+    g, r, v, sig = g[~inf], r[~inf], v[~inf], sig[~inf]
+    with np.errstate(all="ignore"):
+        budget = SWISH_SIGMOID_ULPS[got.dtype] * np.abs(v) * spacing(sig, got.dtype) + 0.5 * spacing(r, got.dtype)
+    ok = np.abs(g - r) <= budget
+    if flushes and got.dtype == np.float32:  # a GPU's multiply may flush a subnormal product
+        ok |= (g == 0) & (np.abs(r) < np.finfo(np.float32).tiny)
+    bad = np.flatnonzero(~ok)
+    assert bad.size == 0, f"{bad.size} beyond the bound, first x {v[bad[0]]!r}: got {g[bad[0]]!r}, want {r[bad[0]]!r}"
+
+
 def check(op, got, x, kw, flushes=False):
+    if op.helper == "swish":
+        return check_swish(got, x, kw, flushes)
     ref = ref_of(op, x, kw)
     if op.exact and flushes and got.dtype == np.float32:
         # A GPU may flush a float32 sum's subnormal result to zero (the module's docstring): there,
@@ -132,6 +167,52 @@ def test_in_place_and_helper(dev, rng):
         kdml.elu(x, gamma=2.0, device=dev)
 
 
+SWISH = next(op for op in OPS if op.helper == "swish")
+
+
+def bits_of(a):
+    a = np.asarray(a)
+    return a.view(np.uint16 if a.dtype == np.float16 else np.uint32)
+
+
+@pytest.mark.parametrize("dt", (DT.FLOAT32, DT.FLOAT16), ids=("f32", "f16"))
+def test_swish_is_the_unfused_pair(dev, rng, dt):
+    """With SigmoidInputScale 1, the bits of ELEMENT_WISE_MULTIPLY(x, ACTIVATION_SIGMOID(x)): every
+    float16, float32 specials and random bit patterns, packed and on a strided, offset layout
+    (the kernel's sigmoid and product are the unfused operators' own)."""
+    x = every_float16() if dt == DT.FLOAT16 else float32_inputs(rng, 1 << 16)
+    unfused = kdml.mul(x, kdml.sigmoid(x, device=dev), device=dev).numpy()
+    np.testing.assert_array_equal(bits_of(kdml.swish(x, device=dev).numpy()), bits_of(unfused))
+    np.testing.assert_array_equal(bits_of(kdml.swish(x, sigmoid_input_scale=1.0, device=dev).numpy()), bits_of(unfused))
+    sizes = (3, 4, 5)
+    xd = TD(dt, sizes, random_strides(rng, sizes, allow_broadcast=True))
+    yd = TD(dt, sizes, random_strides(rng, sizes, allow_broadcast=False))
+    xt, xraw = place(dev, rng, xd, values(rng, dt, sizes))
+    y, _ = place(dev, rng, yd)
+    logical = read_logical(xraw, xt.offset, xd)
+    want = kdml.mul(logical, kdml.sigmoid(logical, device=dev), device=dev).numpy()
+    before = poison_against(y, want, rng)
+    dev.compile(kdml.ActivationSwishDesc(xd, yd)).execute([xt], [y])
+    got = read_logical(assert_outside_unchanged(y, before), y.offset, yd)
+    np.testing.assert_array_equal(bits_of(got), bits_of(want))
+
+
+def test_swish_special_values_and_in_place(dev, rng):
+    """-0 stays -0, -inf gives NaN (-inf * 0), +inf gives +inf, a subnormal x about x / 2; in place."""
+    x = np.array([-0.0, 0.0, -np.inf, np.inf, np.nan, -1e-40, 1e-40, -100.0, 100.0], np.float32)
+    y = kdml.swish(x, device=dev).numpy()
+    assert bits_of(y)[:2].tolist() == [0x80000000, 0] and np.isnan(y[[2, 4]]).all() and y[3] == np.inf
+    assert y[5] == np.float32(-1e-40) * np.float32(0.5) and y[8] == 100.0
+    assert -4e-42 < y[7] < -3e-42  # sigmoid(-100) is a float32 subnormal: the product keeps its rounding
+    for dt in (DT.FLOAT16, DT.FLOAT32):
+        v = values(rng, dt, (5, 7))
+        t, _ = place(dev, rng, TD(dt, (5, 7)), v)
+        dev.compile(kdml.ActivationSwishDesc(t.desc, t.desc, sigmoid_input_scale=0.75)).execute([t], [t])
+        check_swish(t.numpy(), v, {"sigmoid_input_scale": 0.75})
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        kdml.swish(x, alpha=2.0, device=dev)
+
+
 F = TD(DT.FLOAT32, (2, 3))
 BAD = [
     (kdml.ActivationLeakyReluDesc(F, F, alpha=float("nan")), kdml.InvalidArgumentError, r"^alpha: must be a number"),
@@ -141,6 +222,15 @@ BAD = [
      r"^input_tensor: ACTIVATION_SHRINK does not support INT32"),
     (kdml.ElementWiseClipDesc(F, TD(DT.FLOAT16, (2, 3))), kdml.InvalidArgumentError, r"^output_tensor\.data_type"),
     (kdml.ActivationEluDesc(F, TD(DT.FLOAT32, (2, 3), (0, 1))), kdml.InvalidArgumentError, r"^output_tensor\.strides"),
+    (kdml.ActivationSwishDesc(F, F, sigmoid_input_scale=float("nan")), kdml.InvalidArgumentError,
+     r"^sigmoid_input_scale: must be a number"),
+    (kdml.ActivationSwishDesc(F, F, sigmoid_input_scale=None), kdml.InvalidArgumentError,
+     r"^sigmoid_input_scale: must be a real number"),
+    (kdml.ActivationSwishDesc(TD(DT.INT32, (2, 3)), TD(DT.INT32, (2, 3))), kdml.UnsupportedError,
+     r"^input_tensor: ACTIVATION_SWISH does not support INT32"),
+    (kdml.ActivationSwishDesc(F, TD(DT.FLOAT32, (3, 2))), kdml.InvalidArgumentError, r"^output_tensor\.sizes"),
+    (kdml.ActivationSwishDesc(TD(DT.FLOAT32, (2,) * 9), TD(DT.FLOAT32, (2,) * 9)), kdml.InvalidArgumentError,
+     r"^input_tensor\.sizes: dimension count must be 1 to 8"),
 ]
 
 

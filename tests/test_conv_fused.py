@@ -1,5 +1,6 @@
 """CONVOLUTION's fused activations (ops/conv_fused.py, shaders/conv_common.glsl): LEAKY_RELU, CLIP
-(ReLU6), SIGMOID, HARD_SIGMOID, HARD_SWISH, TANH, ELU and RELU give, in every kernel (tiled, direct,
+(ReLU6), SIGMOID, HARD_SIGMOID, HARD_SWISH, TANH, ELU, SWISH (SigmoidInputScale 1 and not; at 1
+also the bits of MULTIPLY(y, SIGMOID(y))) and RELU give, in every kernel (tiled, direct,
 split-K, the tensor cores' emulated family in FLOAT16 and FLOAT32 under allow_half_precision), the
 bits of the unfused chain: the convolution without activation, then the standalone operator on its
 output. Sums cover the activations' regimes (scales 1e-3 to 1e2, FLOAT16 overflow to infinity) and
@@ -38,6 +39,9 @@ ACTS = {
     "hard_swish": (kdml.ActivationHardSwishDesc(None, None), kdml.hard_swish, {}),
     "tanh": (kdml.ActivationTanhDesc(None, None), kdml.tanh, {}),
     "elu": (kdml.ActivationEluDesc(None, None, alpha=0.7), kdml.elu, {"alpha": 0.7}),
+    "swish": (kdml.ActivationSwishDesc(None, None), kdml.swish, {}),
+    "swish_scaled": (kdml.ActivationSwishDesc(None, None, sigmoid_input_scale=1.702), kdml.swish,
+                     {"sigmoid_input_scale": 1.702}),
 }
 # kernel -> (KDML_CONV_KERNEL, KDML_CONV_SPLIT, the first variant's prefix)
 KERNELS = {"tiled": ("tiled", "1", "conv_"), "direct": ("direct", "1", "convd_"), "split": ("tiled", "3", "convs_"),
@@ -74,6 +78,8 @@ def test_fused_equals_unfused_chain(dev, rng, monkeypatch, kernel, dt):
         chain = fn(plain, **params).numpy()
         np.testing.assert_array_equal(fused.view(bits), chain.view(bits), err_msg=name)
         seen.add(name)
+    silu = kdml.mul(plain, kdml.sigmoid(plain)).numpy()  # SiLU as two operators: the fused SWISH's bits
+    np.testing.assert_array_equal(kdml.conv(x, w, b, activation=ACTS["swish"][0], **kw).numpy().view(bits), silu.view(bits))
     assert np.isnan(plain.numpy()).any() and (dt == F32 or np.isinf(plain.numpy()).any())
     op = dev.compile(kdml.ConvolutionDesc(TD(dt, x.shape), TD(dt, w.shape), TD(dt, (1, 16, 1, 1)), plain.desc,
                                           start_padding=(1, 0), end_padding=(0, 1), strides=(1, 2),
@@ -84,7 +90,7 @@ def test_fused_equals_unfused_chain(dev, rng, monkeypatch, kernel, dt):
 def test_refusals(dev):
     """Other activations: UnsupportedError naming fused_activation; an activation's tensors, a NaN or
     non-numeric parameter: InvalidArgumentError naming it; CLIP with a ScaleBias, HARD_SWISH below
-    its feature level 6_2: UnsupportedError; relu=True with an activation: the helper's refusal."""
+    its feature level 6_2 (SWISH too): UnsupportedError; relu=True with an activation: the helper's refusal."""
     base = kdml.ConvolutionDesc(TD(F32, (1, 4, 5, 5)), TD(F32, (6, 4, 3, 3)), None, TD(F32, (1, 6, 3, 3)))
 
     def compile_with(act):
@@ -102,17 +108,22 @@ def test_refusals(dev):
         compile_with(kdml.ElementWiseClipDesc(None, None, min="low", max=6.0))
     with pytest.raises(kdml.UnsupportedError, match="^fused_activation: a fused ELEMENT_WISE_CLIP takes no scale_bias"):
         compile_with(kdml.ElementWiseClipDesc(None, None, scale_bias=kdml.ScaleBias(2.0, 0.0), min=0.0, max=6.0))
-    swish = dataclasses.replace(base, fused_activation=kdml.ActivationHardSwishDesc(None, None))
-    with pytest.raises(kdml.UnsupportedError, match="^fused_activation: ACTIVATION_HARD_SWISH needs feature level"):
-        compile_at_level(kdml.FeatureLevel.FL_6_1, swish)
-    compile_at_level(kdml.FeatureLevel.FL_6_2, swish)
+    for act in (kdml.ActivationHardSwishDesc(None, None), kdml.ActivationSwishDesc(None, None)):
+        swish = dataclasses.replace(base, fused_activation=act)
+        name = "HARD_SWISH" if isinstance(act, kdml.ActivationHardSwishDesc) else "SWISH"
+        with pytest.raises(kdml.UnsupportedError, match=f"^fused_activation: ACTIVATION_{name} needs feature level"):
+            compile_at_level(kdml.FeatureLevel.FL_6_1, swish)
+        compile_at_level(kdml.FeatureLevel.FL_6_2, swish)
+    with pytest.raises(kdml.InvalidArgumentError, match="^fused_activation.sigmoid_input_scale"):
+        compile_with(kdml.ActivationSwishDesc(None, None, sigmoid_input_scale=float("nan")))
     with pytest.raises(kdml.InvalidArgumentError, match="^activation"):
         kdml.conv(np.ones((1, 4, 5, 5), np.float32), np.ones((6, 4, 3, 3), np.float32), relu=True,
                   activation=kdml.ActivationSigmoidDesc(None, None))
 
 
 # ---- ONNX: Conv+<activation> ------------------------------------------------------------------
-ATTRS = {"LeakyRelu": {"alpha": 0.2}, "Elu": {"alpha": 0.5}, "HardSigmoid": {"alpha": 0.25, "beta": 0.4}}
+ATTRS = {"LeakyRelu": {"alpha": 0.2}, "Elu": {"alpha": 0.5}, "HardSigmoid": {"alpha": 0.25, "beta": 0.4},
+         "Swish": {"alpha": 1.5}}
 
 
 def conv_act_model(op_type: str, dt: int, rng, clip_max_input: bool = False) -> onnx.ModelProto:
@@ -131,7 +142,8 @@ def conv_act_model(op_type: str, dt: int, rng, clip_max_input: bool = False) -> 
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1]),
              helper.make_node(op_type, act_in, ["z"], **ATTRS.get(op_type, {}))]
     g = helper.make_graph(nodes, "conv_act", inputs, [helper.make_tensor_value_info("z", dt, None)], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    opset, ir = (24, 10) if op_type == "Swish" else (17, 8)  # (Swish: opset 24)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir)
 
 
 @pytest.mark.parametrize("dt", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["f32", "f16"])

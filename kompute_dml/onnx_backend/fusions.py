@@ -22,11 +22,12 @@ The fused kernels are the operators' kompute_dml extensions, bit for bit the unf
   with its additive mask and NaN -> 0 (kdml.softmax(mask=, nan_to_zero=True)). The Where's
   constant must be +0.0 (every element's bits 0): Where copies the constant's bits, and the
   kernel writes +0; a -0.0 constant is left unfused.
-- Conv -> Relu, LeakyRelu, Clip (ReLU6), Sigmoid, HardSigmoid, HardSwish, Tanh, Elu: CONVOLUTION with
-  the fused activation (handlers_conv.run_conv_activation; the float Conv only), the standalone
+- Conv -> Relu, LeakyRelu, Clip (ReLU6), Sigmoid, HardSigmoid, HardSwish, Tanh, Elu, Swish: CONVOLUTION
+  with the fused activation (handlers_conv.run_conv_activation; the float Conv only), the standalone
   operator's bits of the rounded Conv output (MobileNetV3's Conv+HardSwish, ReLU6 as Clip(0, 6),
-  a squeeze-excitation's Conv+Sigmoid; SiLU, Conv -> x * Sigmoid(x), stays unfused: the Conv's
-  output is read twice);
+  a squeeze-excitation's Conv+Sigmoid);
+- SiLU: Sigmoid(x) -> Mul(x, .) as ACTIVATION_SWISH, and Conv -> Sigmoid -> Mul(conv, .) (the Conv's
+  output read by both) as CONVOLUTION with the fused SWISH (fusion_swish.py; the unfused bits);
 - MatMulInteger -> Cast(float) -> Mul(scale) (onnxruntime's quantize_dynamic): MATRIX_MULTIPLY_INTEGER_TO_FLOAT
   (fusion_quant.py; MatMulInteger has no operator alone: the chain claims it).
 - BatchNormalization (inference) -> Relu: BATCH_NORMALIZATION with its fused ACTIVATION_RELU (the
@@ -67,6 +68,7 @@ from .fusion_gelu import gelu_patterns
 from .fusion_qconv import check_qdq_conv, run_qdq_conv
 from .fusion_quant import check_integer_product, run_integer_product
 from .fusion_rmsnorm import rms_norm_patterns
+from .fusion_swish import swish_patterns
 from .graph import _attr, _node_inputs
 from .handlers_activation import FUSED_TYPES
 from .handlers_conv import run_conv_activation
@@ -262,6 +264,8 @@ PATTERNS = (
     *matmul_bias_patterns(Pattern),
     # Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x, .) -> Mul(0.5): fusion_gelu.py
     *gelu_patterns(Pattern),
+    # [Conv ->] Sigmoid(x) -> Mul(x, .), SiLU: fusion_swish.py
+    *swish_patterns(Pattern),
 )
 
 

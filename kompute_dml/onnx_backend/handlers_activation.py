@@ -126,6 +126,7 @@ _FUSED: dict[str, tuple[str, dict[str, tuple[str, float]]]] = {
     "Sigmoid": ("ActivationSigmoidDesc", {}),
     "Tanh": ("ActivationTanhDesc", {}),
     "Clip": ("ElementWiseClipDesc", {}),
+    "Swish": ("ActivationSwishDesc", {"alpha": ("sigmoid_input_scale", 1.0)}),
 }
 FUSED_TYPES = tuple(_FUSED)
 
@@ -154,5 +155,6 @@ ACT_HANDLERS = {
     "HardSwish": _attr_unary("hard_swish", {}),
     "ThresholdedRelu": _attr_unary("thresholded_relu", {"alpha": ("alpha", 1.0)}),
     "Shrink": _attr_unary("shrink", {"bias": ("bias", 0.0), "lambd": ("threshold", 0.5)}),
+    "Swish": _attr_unary("swish", {"alpha": ("sigmoid_input_scale", 1.0)}),  # opset 24
     "Clip": _h_clip,
 }

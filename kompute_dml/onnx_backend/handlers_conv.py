@@ -133,7 +133,7 @@ def run_conv(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunS
 
 def run_conv_activation(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
                         stats: RunStats) -> list[Any]:
-    """Conv -> <activation> (fusions.PATTERNS: Relu, LeakyRelu, Clip, Sigmoid, HardSigmoid, HardSwish,
+    """Conv -> <activation> (fusions.PATTERNS: Relu, LeakyRelu, Clip, Sigmoid, HardSigmoid, HardSwish, Swish,
     Tanh, Elu) in one dispatch: CONVOLUTION with the fused activation, whose bits are the unfused
     chain's (conv_common.glsl applies the standalone operator's function to the rounded Conv output;
     ReLU commutes with the rounding); FallbackNeeded (a fed Clip bound) runs the chain unfused."""

@@ -7,8 +7,8 @@ ACTIVATION_LEAKY_RELU (Alpha), ACTIVATION_ELU (Alpha), ACTIVATION_CELU (Alpha),
 ACTIVATION_SCALED_ELU (Alpha, Gamma), ACTIVATION_HARD_SIGMOID (Alpha, Beta), ACTIVATION_HARD_SWISH
 (Alpha, Beta), ACTIVATION_THRESHOLDED_RELU (Alpha), ACTIVATION_SHRINK (Bias, Threshold),
 ACTIVATION_LINEAR (Alpha, Beta), ACTIVATION_SCALED_TANH (Alpha, Beta),
-ACTIVATION_PARAMETRIC_SOFTPLUS (Alpha, Beta), ELEMENT_WISE_THRESHOLD (ScaleBias, Min: max(x, Min), CLIP
-without its Max), ELEMENT_WISE_CLIP (ScaleBias, Min, Max).
+ACTIVATION_PARAMETRIC_SOFTPLUS (Alpha, Beta), ACTIVATION_SWISH (SigmoidInputScale),
+ELEMENT_WISE_THRESHOLD (ScaleBias, Min: max(x, Min), CLIP without its Max), ELEMENT_WISE_CLIP (ScaleBias, Min, Max).
 
 Each evaluates its page's formula in float32, one rounding per step in the order its docstring
 and docs/activation_params.md give (products correctly rounded in integer code, sums by the
@@ -18,6 +18,13 @@ LEAKY_RELU, HARD_SIGMOID, HARD_SWISH, THRESHOLDED_RELU, SHRINK, LINEAR, THRESHOL
 SCALED_ELU, SCALED_TANH and PARAMETRIC_SOFTPLUS use unary_math.glsl's exp / expm1 / tanh / log1p
 and are within the float32 ulp bounds measured by `python tools/measure_unary.py --params`
 (docs/activation_params.md); float16 0.5 ulp plus the float32 error.
+
+SWISH is the unfused pair's steps, not one rounding: SigmoidInputScale * x rounded to float32,
+ACTIVATION_SIGMOID's function, that sigmoid rounded to the element type, then the product by the
+device's float32 multiply (ELEMENT_WISE_MULTIPLY's), rounded to the type. So with a scale of 1 it
+is bit for bit ELEMENT_WISE_MULTIPLY(x, ACTIVATION_SIGMOID(x)) on the same device (the ONNX
+backend fuses SiLU's Sigmoid -> Mul into it): SIGMOID's 2.4 ulp plus a rounding in float32, up to
+1.5 ulp in float16 (two roundings); a subnormal float32 product as the device's multiply gives it.
 
 Special values: NaN in gives NaN out (THRESHOLD too, as CLIP), except THRESHOLDED_RELU and SHRINK,
 whose comparisons are false for NaN: +0 (the pages' "0, otherwise"). Parameters are rounded to float32 at compile and
@@ -29,8 +36,8 @@ contract.EW_EXT's ew_clip_<t>): Min and Max cast as the page's remark says (floa
 toward zero), saturated to the type's range (`integer_bound`), exact; ScaleBias with integers is
 refused (UnsupportedError), and so are the integer types SHRINK adds at 5_1.
 
-ONNX: LeakyRelu, Elu, Celu, Selu, HardSigmoid, HardSwish, ThresholdedRelu, Shrink and Clip
-(onnx_backend/handlers_activation.py: attributes as parameters; Clip's opset-11 min / max inputs
+ONNX: LeakyRelu, Elu, Celu, Selu, HardSigmoid, HardSwish, ThresholdedRelu, Shrink, Swish (opset 24:
+alpha as SigmoidInputScale) and Clip (onnx_backend/handlers_activation.py: attributes as parameters; Clip's opset-11 min / max inputs
 must be constants, else the node stays on the CPU; integer Clip's bounds must survive the FLOAT
 fields, else it stays on the CPU).
 """
@@ -58,7 +65,7 @@ from .spec import OnnxOp
 
 # their families in shaders/float_unary.comp (FN_<NAME>: shaders/act_math.glsl); ops/contract reads this line
 FLOAT_UNARY = ("leaky_relu", "elu", "celu", "selu", "hard_sigmoid", "hard_swish", "thresholded_relu", "shrink",
-               "linear", "scaled_tanh", "parametric_softplus", "threshold", "clip")
+               "linear", "scaled_tanh", "parametric_softplus", "swish", "threshold", "clip")
 
 L30 = ((FL.FL_3_0, (1, 8)),)
 L62 = ((FL.FL_6_2, (1, 8)),)
@@ -90,6 +97,9 @@ OPS = (
             False, params=(("alpha", 1.0), ("beta", 1.0))),
     UnaryOp("ACTIVATION_PARAMETRIC_SOFTPLUS", 43, "", "parametric_softplus", "parametric_softplus", LACT, False,
             "alpha * ln(1 + exp(beta * x))", False, params=(("alpha", 1.0), ("beta", 1.0))),
+    # (before THRESHOLD and CLIP: CLIP stays last, and the rows' indices above are the tests')
+    UnaryOp("ACTIVATION_SWISH", 167, "Swish", "swish", "swish", L62, False,
+            "x * sigmoid(sigmoid_input_scale * x)", False, params=(("sigmoid_input_scale", 1.0),)),
     UnaryOp("ELEMENT_WISE_THRESHOLD", 32, "", "threshold", "threshold", L10, True, "max(x, min)", True,
             params=(("min", -F32_MAX),)),
     UnaryOp("ELEMENT_WISE_CLIP", 8, "Clip", "clip", "clip", L10, True, "max(min, min(x, max))", True,

@@ -2,14 +2,14 @@
 words shaders/conv_common.glsl reads for them (P_ACT: the kind, then two float32 parameters).
 
 Fused: None and ACTIVATION_IDENTITY (nothing applied), ACTIVATION_RELU, and ACTIVATION_LEAKY_RELU,
-ACTIVATION_SIGMOID, ACTIVATION_HARD_SIGMOID, ACTIVATION_HARD_SWISH, ACTIVATION_TANH, ACTIVATION_ELU
-and ELEMENT_WISE_CLIP (kompute_dml's extension: DirectML fuses activations; CLIP without ScaleBias
+ACTIVATION_SIGMOID, ACTIVATION_HARD_SIGMOID, ACTIVATION_HARD_SWISH, ACTIVATION_TANH, ACTIVATION_ELU,
+ACTIVATION_SWISH (SiLU, EfficientNet's) and ELEMENT_WISE_CLIP (kompute_dml's extension: DirectML fuses activations; CLIP without ScaleBias
 gives ReLU6, Clip(0, 6)), each evaluated by the standalone operator's own GLSL function
 (act_math.glsl / unary_math.glsl) on the value the output type holds, so the fused result is the
 unfused chain's bits. Their FLOAT parameters are validated as the standalone operator validates
 them (a number, not NaN; rounded to float32). Refused: other operators (UnsupportedError naming
 `fused_activation`), an activation's tensors other than None, a CLIP with a ScaleBias and an
-activation whose operator the device's feature level lacks (HARD_SWISH before 6_2).
+activation whose operator the device's feature level lacks (HARD_SWISH, SWISH before 6_2).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from .identity import ActivationIdentityDesc
 ACT_NONE, ACT_RELU = 0, 1
 # operator name (its UnaryOp row) -> kind
 _KINDS = {"ACTIVATION_LEAKY_RELU": 2, "ELEMENT_WISE_CLIP": 3, "ACTIVATION_SIGMOID": 4, "ACTIVATION_HARD_SIGMOID": 5,
-          "ACTIVATION_HARD_SWISH": 6, "ACTIVATION_TANH": 7, "ACTIVATION_ELU": 8}
+          "ACTIVATION_HARD_SWISH": 6, "ACTIVATION_TANH": 7, "ACTIVATION_ELU": 8,
+          "ACTIVATION_SWISH": 9}
 _ROWS = {op.name: op for op in (*elementwise_unary.OPS, *activation_params.OPS) if op.name in _KINDS}
 
 

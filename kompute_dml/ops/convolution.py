@@ -26,7 +26,7 @@ Tensor support: FLOAT32 and FLOAT16, 4 or 5 dimensions from 1_0 (2-D and 3-D con
 dimensions too from 3_0 (1-D). (The page as stored in MicrosoftDocs/sdk-api holds no tensor-support
 table; these rows are kompute_dml's reading of the feature-level history, the float rows only.)
 FusedActivation (ops/conv_fused.py): None, IDENTITY, RELU, LEAKY_RELU, SIGMOID, HARD_SIGMOID,
-HARD_SWISH, TANH, ELU or ELEMENT_WISE_CLIP, their tensors None, each the standalone operator's bits
+HARD_SWISH, TANH, ELU, SWISH or ELEMENT_WISE_CLIP, their tensors None, each the standalone operator's bits
 of the output; others are refused (UnsupportedError naming `fused_activation`). OutputPadding
 applies to BACKWARD only (zeros for FORWARD). DimensionCount is the tensors' dimension count - 2 (a
 property here). Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's table,

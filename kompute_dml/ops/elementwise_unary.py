@@ -183,7 +183,7 @@ def _desc_class(op: UnaryOp, home: str = __name__) -> type:
         extra = ", Steepness"
     for name, default in op.params:
         fields.append((name, float, dataclasses.field(default=default)))
-        extra += ", " + name.capitalize()
+        extra += ", " + "".join(w.capitalize() for w in name.split("_"))  # the page's field name
     cls = dataclasses.make_dataclass(_class_name(op.name), fields, frozen=True)
     cls.__module__ = home
     exactness = "exact" if op.exact else "error bound: docs/elementwise_unary.md"
