@@ -64,7 +64,7 @@ def conv(x: Any, w: Any, bias: Any = None, *, strides: Any = None, dilations: An
     activation : activation descriptor, optional
         Another fused activation, its tensors None: ``kdml.ActivationLeakyReluDesc(None, None,
         alpha=0.1)``, ``ActivationSigmoidDesc``, ``ActivationHardSigmoidDesc``,
-        ``ActivationHardSwishDesc``, ``ActivationTanhDesc``, ``ActivationEluDesc``,
+        ``ActivationHardSwishDesc``, ``ActivationTanhDesc``, ``ActivationEluDesc``, ``ActivationSwishDesc``,
         ``ElementWiseClipDesc(None, None, min=0, max=6)`` (ReLU6), ``ActivationIdentityDesc``: the
         standalone operator's bits of the output (docs/convolution.md). Not with ``relu=True``.
     allow_half_precision : bool, default False
