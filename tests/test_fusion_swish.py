@@ -47,7 +47,8 @@ def _silu64(x, alpha=1.0):
 
 
 def _close(y, x, alpha=1.0):
-    """Within a relative eps of float64 (the sigmoid's error, then the product's rounding), plus
+    """Within a relative eps of float64 (the sigmoid's error, then the product's rounding; with an
+    alpha, that of the rounded alpha x too), plus
     |x| times the type's smallest subnormal: the sigmoid is rounded to the type before the product
     (SIGMOID's output), so where it is subnormal its error is absolute."""
     eps, tiny = (1e-6, 1.5e-45) if y.dtype == np.float32 else (2e-3, 6e-8)
@@ -58,7 +59,9 @@ def _close(y, x, alpha=1.0):
     with np.errstate(invalid="ignore"):
         err = np.nan_to_num(np.abs(y - want))  # (inf - inf: the infinities checked equal below)
     assert np.array_equal(y[np.isinf(want)], want[np.isinf(want)])
-    bad = err > eps * np.abs(want) + np.nan_to_num(np.abs(x)) * tiny * 1.01 + tiny
+    # alpha x is rounded to float32 first: sigmoid's relative change up to |alpha x| 2^-24
+    rel = eps + np.nan_to_num(np.abs(alpha * x)) * 2.0 ** -24
+    bad = err > rel * np.abs(want) + np.nan_to_num(np.abs(x)) * tiny * 1.01 + tiny
     assert not bad.any(), list(zip(x[bad][:5], y[bad][:5], want[bad][:5]))
 
 
