@@ -38,6 +38,7 @@ plan's results where the inputs are the very same values."""
 from __future__ import annotations
 
 import collections
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -335,8 +336,8 @@ def host_node(rep: Any, last: dict[int, Any], i: int, node: Any, ins: list[Any],
     prev = last.get(i)
     if prev is not None:
         keys, outs = prev
-        if all((v is None and k is None) or (v is not None and (_value_shape(v) == k if shape_of else v is k))
-               for v, k in zip(ins, keys)):
+        if (all(map(operator.is_, ins, keys)) if not shape_of  # (None is None: an absent input matches)
+                else all((v is None and k is None) or (v is not None and _value_shape(v) == k) for v, k in zip(ins, keys))):
             return list(outs)
     outs = rep._host_node(i, node, ins, stats)
     if all(o is None or isinstance(o, np.generic) or (isinstance(o, np.ndarray) and not o.flags.writeable)

@@ -277,6 +277,8 @@ class PlanContext:
         """The current node is recorded and its outputs held: its handler's temporaries (buffers
         handed out during it that nothing holds) are free for later nodes; the recording's
         barriers order their reuse (a later write waits for this node's reads)."""
+        if not self._fresh and not self._after_node:  # (most nodes of a plan: host nodes, views)
+            return
         for v in self._after_node:
             self.drop(v)
         self._after_node.clear()
