@@ -13,6 +13,7 @@ before every dispatch that touches a buffer an earlier dispatch wrote (RAW, WAW)
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -97,6 +98,64 @@ def encode(plan: Plan, bound: Sequence[Any], programs: Programs, dummy: DeviceMe
     # kp.OpDispatch records no barrier of its own (kp's OpAlgoDispatch records one per bound
     # tensor before every dispatch); record_dispatches orders the sequence with global barriers.
     return EncodedDispatch(kp.OpDispatch(algo, push, plan.groups), frozenset(serials) - writes, writes)
+
+
+# Encoded dispatches EncodeCache keeps at most (the oldest out first): a decoder step's program
+# has a few hundred; a cached one holds a descriptor set of the shared pools
+ENCODED_CAPACITY = 1 << 13
+
+
+class EncodeCache:
+    """Encoded dispatches by plan and bindings (the memories and offsets of its bound tensors),
+    shared by the submissions that record them. A program planned again for another input
+    signature (a decoder's next length: onnx_backend/node_traces.py replays most of its nodes on
+    the same plan buffers) then writes no descriptor set, nor builds its operation, for the
+    dispatches it has in common with an earlier one: a first run of such a program spent about
+    as long encoding as the plan's replayed nodes took to record. (A descriptor set is never
+    written after it is made, so several recorded programs may bind it, as run_rest's heads are.)
+    An entry lives until one of its memories is freed (its DeviceMemory collected: the entry then
+    goes at once, and with it the last reference kp's algorithm held to the memory) or it is the
+    oldest of ENCODED_CAPACITY."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[Any, ...], tuple[Plan, EncodedDispatch]] = {}
+        self._keys_of: dict[int, set[tuple[Any, ...]]] = {}  # memory serial -> keys of its entries
+        self.hits = 0
+
+    def encode(self, plan: Plan, bound: Sequence[Any], programs: Programs, dummy: DeviceMemory) -> EncodedDispatch:
+        if (plan.windows if type(plan) is DispatchPlan
+                else any(type(t) is HostRange for t in bound)):  # (a recording's own copy in / out: a new plan per call)
+            return encode(plan, bound, programs, dummy)
+        # every bound tensor's memory and offset (the offsets go into the push words)
+        key = (id(plan), *[None if t is None else (t.buffer.memory.serial, t.offset) for t in bound])
+        hit = self._entries.get(key)
+        if hit is not None and hit[0] is plan:
+            self.hits += 1
+            return hit[1]
+        d = encode(plan, bound, programs, dummy)
+        if len(self._entries) >= ENCODED_CAPACITY:
+            self._forget_key(next(iter(self._entries)))
+        self._entries[key] = (plan, d)
+        for t in bound:
+            if t is not None:
+                m = t.buffer.memory
+                keys = self._keys_of.get(m.serial)
+                if keys is None:
+                    keys = self._keys_of[m.serial] = set()
+                    weakref.finalize(m, self._forget_memory, m.serial)
+                keys.add(key)
+        return d
+
+    def _forget_memory(self, serial: int) -> None:
+        for key in self._keys_of.pop(serial, ()):
+            self._entries.pop(key, None)
+
+    def _forget_key(self, key: tuple[Any, ...]) -> None:
+        self._entries.pop(key, None)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._keys_of.clear()
 
 
 def _window_bases(plan: DispatchPlan, bound: Sequence[Any], memories: Sequence[DeviceMemory],

@@ -33,7 +33,7 @@ from ..core.errors import DeviceError, OutOfMemoryError
 from .budget import MemoryBudget
 from .capture import CaptureSlot
 from .disk_cache import DiskPipelineCache
-from .encode import encode, global_barrier
+from .encode import EncodeCache, global_barrier
 from .inflight import InFlight, Submission, finished
 from .later import SPARE_WORDS, MadeLater
 from .manager import create_manager
@@ -91,6 +91,7 @@ class Engine:
         (self.cooperative_matrix2_limits,) = ints([self.manager.kdml_cooperative_matrix2_limits()])
         self.budget = MemoryBudget(memory_budget, max_allocations, host_memory)
         self.programs = Programs(self.manager, self.capabilities)
+        self.encoded = EncodeCache()  # dispatches encoded for one submission, bound again by later ones
         # One pipeline cache per device, kept on disk between processes (KDML_CACHE_DIR)
         self.disk_cache = DiskPipelineCache.for_manager(self.manager)
         self.pool = BufferPool()
@@ -352,6 +353,7 @@ class Engine:
     def _encode(self, work: Sequence[Work], labels: Sequence[Any] = ()) -> Replay:
         names = list(labels) + [""] * (len(work) - len(labels))
         self.programs.prepare_many([p for ps, _ in work for p in ps if isinstance(p, DispatchPlan)], self.pipeline_threads)
+        encode = self.encoded.encode
         dispatches = [(encode(plan, bound, self.programs, self.dummy), (name, plan))
                       for (plans, bound), name in zip(work, names) for plan in plans]
         return Replay(_memories(work), dispatches)
@@ -394,6 +396,7 @@ class Engine:
             for replay in self._replays.values():
                 replay.live = False
             self._replays.clear()
+            self.encoded.clear()
             self.later.spares.clear()
             self.closed = True
             self.manager.destroy()  # waits for the device, writes the pipeline cache file (disk_cache.py)
