@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import operator
 import sys
 import time
 from collections.abc import Callable
@@ -137,7 +138,18 @@ class GraphPlan:
             # (env inline: a plan looks up every input of every node, over 1,000 in a decoder step)
             ins = [(env[n] if n in env else lookup(n)) if n else None for n in inputs]
             if target == HOST:
-                outs = host_node(rep, host_last, i, node, ins, stats) if tracing else rep._host_node(i, node, ins, stats)
+                if tracing:
+                    prev = host_last.get(i)
+                    if prev is not None and prev[2] and all(map(operator.is_, ins, prev[0])):
+                        # host_node's common case inline (most of a decoder step's nodes): the last
+                        # plan's read-only host results, no device value among them to hold
+                        for name, v in zip(outputs, prev[1]):
+                            if name:
+                                env[name] = v
+                        return
+                    outs = host_node(rep, host_last, i, node, ins, stats)
+                else:
+                    outs = rep._host_node(i, node, ins, stats)
             elif target == CPU:
                 raise FallbackNeeded(f"node {i} ({node.op_type}) runs on the CPU")
             elif empty_on_host(ins):  # nothing to compute on the device: an empty value's node

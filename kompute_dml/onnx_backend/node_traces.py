@@ -335,14 +335,15 @@ def host_node(rep: Any, last: dict[int, Any], i: int, node: Any, ins: list[Any],
     shape_of = node.op_type in SHAPE_ONLY
     prev = last.get(i)
     if prev is not None:
-        keys, outs = prev
+        keys, outs, _same = prev
         if (all(map(operator.is_, ins, keys)) if not shape_of  # (None is None: an absent input matches)
                 else all((v is None and k is None) or (v is not None and _value_shape(v) == k) for v, k in zip(ins, keys))):
             return list(outs)
     outs = rep._host_node(i, node, ins, stats)
     if all(o is None or isinstance(o, np.generic) or (isinstance(o, np.ndarray) and not o.flags.writeable)
            for o in outs) and (shape_of or not any(isinstance(v, DeviceValue) for v in ins)):
-        last[i] = (tuple(_value_shape(v) if shape_of and v is not None else v for v in ins), outs)
+        # (the third: whether the inputs are compared by identity, device_graph's fast path)
+        last[i] = (tuple(_value_shape(v) if shape_of and v is not None else v for v in ins), outs, not shape_of)
     else:
         last.pop(i, None)
     return outs
