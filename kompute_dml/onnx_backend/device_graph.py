@@ -215,7 +215,9 @@ class GraphPlan:
                 except FallbackNeeded as e:  # say which node the whole-graph plan stopped at
                     raise FallbackNeeded(f"node {i} ({g.node[i].op_type} {g.node[i].name!r}): {e}") from None
                 for name in dying:
-                    drop(env.pop(name, None))
+                    v = env.pop(name, None)
+                    if type(v) is DeviceValue:  # (host values hold no buffer: most of those dropped)
+                        drop(v)
             self.outputs = [(name, lookup(name)) for name in rep.output_names]
             ctx.write_staged()
             self._io_copies(rep, rec)

@@ -119,33 +119,35 @@ class Trace:
             if (isinstance(over, DeviceValue) and t.buffer is over.tensor.buffer) != inplace:
                 return None
             bufs.append(t.buffer)
-
-        def res(r: _Ref | None) -> Any:
-            if r is None:
-                return None
-            kind = r[0]
-            if kind == "o":
-                return Tensor.trusted(bufs[r[1]], r[2], r[3])
-            if kind == "i":
-                t = ins[r[1]].tensor
-                return Tensor.trusted(t.buffer, r[2], t.offset + r[3])
-            if kind == "f":
-                return r[1]
-            return [res(x) for x in r[1]]  # ("l", refs): a list field
-
+        execute = rec.execute
         for op, ri, ro in self.execs:
-            rec.execute(op, [res(r) for r in ri], [res(r) for r in ro])
+            execute(op, [_resolve(r, bufs, ins) for r in ri], [_resolve(r, bufs, ins) for r in ro])
         outs: list[Any] = []
         for r in self.results:
             if r[0] == "same":
                 outs.append(ins[r[1]])
             elif r[0] == "dv":
-                outs.append(DeviceValue(res(r[1]), r[2], r[3]))
+                outs.append(DeviceValue(_resolve(r[1], bufs, ins), r[2], r[3]))
             else:
                 outs.append(r[1])
         for msg in self.notes:
             ctx.note(msg)
         return outs
+
+
+def _resolve(r: _Ref | None, bufs: list[Any], ins: list[Any]) -> Any:
+    """A trace's tensor on a replay's output buffers `bufs` and inputs `ins`."""
+    if r is None:
+        return None
+    kind = r[0]
+    if kind == "o":
+        return Tensor.trusted(bufs[r[1]], r[2], r[3])
+    if kind == "f":
+        return r[1]
+    if kind == "i":
+        t = ins[r[1]].tensor
+        return Tensor.trusted(t.buffer, r[2], t.offset + r[3])
+    return [_resolve(x, bufs, ins) for x in r[1]]  # ("l", refs): a list field
 
 
 class TracingContext:
