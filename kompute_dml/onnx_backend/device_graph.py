@@ -34,7 +34,7 @@ import kompute_dml as kdml
 from ..runtime.staging import host_copy
 from .handlers_values import BOOL, OutputArrays, dml_numpy, into, is_packed
 from .node_traces import host_node, input_key, keep_traces, run_node
-from .plan_context import PlanContext, _block
+from .plan_context import PlanContext, _block, plan_order
 from .siblings import prepare_siblings
 from .transfers import device_results
 from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_dtype, _value_shape, at_node, empty_on_host
@@ -117,7 +117,7 @@ class GraphPlan:
                 self.device_inputs.append((name, part))
         self._copy_device_inputs(feeds)  # before the capture: its flushed heads may read them
         fusions = rep.fusions
-        order = _order(rep, feeds)
+        order = plan_order(rep, feeds)
 
         def lookup(name: str) -> Any:
             if name in env:
@@ -337,27 +337,6 @@ class GraphPlan:
     @property
     def device_bytes(self) -> int:
         return self.ctx.allocated
-
-
-def _order(rep: BackendRep, feeds: dict[str, Any]) -> list[tuple[int, tuple[str, ...], bool]]:
-    """The plan's steps: per node that has one (not absorbed into a fused chain), its index, the
-    values its step reads last (none an output or an input) and whether it carries a chain. The
-    same for every plan of the same input names, so made once per model and names."""
-    names = frozenset(feeds)
-    order = rep.state.plan_liveness.get(names)
-    if order is None:
-        g, keep, last = rep.graph, set(rep.output_names), {}
-        for i in range(len(g.node)):
-            for n in rep.fusions.step_inputs(g, i):  # a fused chain reads its values at its carrier
-                last[n] = i
-        dying: list[list[str]] = [[] for _ in g.node]
-        for n, i in last.items():
-            if n not in keep and n not in names:
-                dying[i].append(n)
-        chains, absorbed = rep.fusions.by_carrier, rep.fusions.absorbed
-        order = [(i, tuple(dying[i]), i in chains) for i in range(len(g.node)) if i not in absorbed]
-        rep.state.plan_liveness[names] = order
-    return order
 
 
 # Objects the collector had frozen when this module was imported: the interpreter's own (CPython

@@ -64,10 +64,6 @@ def _memories(work: Sequence[Work]) -> frozenset[int]:
     return frozenset(serials)
 
 
-def _by_word(seq: Any) -> bool:
-    return bool(seq.kdml_completes_by_word())
-
-
 class Engine:
     """The kp Manager of one Vulkan physical device and everything that runs on it (`requested`
     restricts the optional capabilities enabled; None: all the device has)."""
@@ -353,8 +349,7 @@ class Engine:
     def _encode(self, work: Sequence[Work], labels: Sequence[Any] = ()) -> Replay:
         names = list(labels) + [""] * (len(work) - len(labels))
         self.programs.prepare_many([p for ps, _ in work for p in ps if isinstance(p, DispatchPlan)], self.pipeline_threads)
-        encode = self.encoded.encode
-        dispatches = [(encode(plan, bound, self.programs, self.dummy), (name, plan))
+        dispatches = [(self.encoded.encode(plan, bound, self.programs, self.dummy), (name, plan))
                       for (plans, bound), name in zip(work, names) for plan in plans]
         return Replay(_memories(work), dispatches)
 
@@ -375,7 +370,7 @@ class Engine:
             "recorded_sequences": len(self._replays),  # cached submissions
             "sequences_created": self.sequences_created,
             "first_runs": self.first_runs.runs,
-            "word_sequences": sum(1 for r in self._replays.values() if r.seq is not None and _by_word(r.seq)),
+            "word_sequences": sum(1 for r in self._replays.values() if r.seq is not None and r.seq.kdml_completes_by_word()),
             "live_buffers": len(self._live),
             "pooled_buffers": len(self.pool),
             "spare_buffers": len(self.later.spares),
