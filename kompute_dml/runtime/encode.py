@@ -47,6 +47,27 @@ class EncodedDispatch:
     to_host: bool = False  # writes host memory the host reads after the submission
 
 
+# A transfer of at most this many regions is offset in Python ints: numpy's per-call cost is most
+# of a small one's encoding (a decoder's plan for a new length encodes dozens of new copies)
+SMALL_REGIONS = 16
+
+
+def _copy_regions(plan: TransferPlan, src_off: int, dst_off: int, in_place: bool) -> list[int]:
+    """The copy's (src, dst, size) rows offset by its tensors', flat; in place (one memory), the
+    rows whose bytes are already there left out (vkCmdCopyBuffer forbids overlapping regions; the
+    binding checks allow no other overlap)."""
+    if len(plan.regions) <= SMALL_REGIONS:
+        flat: list[int] = []
+        for s, d, n in plan.regions.tolist():
+            if not (in_place and s + src_off == d + dst_off):
+                flat += (s + src_off, d + dst_off, n)
+        return flat
+    regions = plan.regions + np.array([src_off, dst_off, 0], dtype=np.int64)
+    if in_place:
+        regions = regions[regions[:, 0] != regions[:, 1]]
+    return regions.reshape(-1).tolist()
+
+
 def _transfer(plan: TransferPlan, bound: Sequence[Any]) -> EncodedDispatch:
     tensors = [bound[i] for i in plan.bindings]
     dst = tensors[-1]
@@ -54,19 +75,18 @@ def _transfer(plan: TransferPlan, bound: Sequence[Any]) -> EncodedDispatch:
     if plan.kind == "copy":
         src = tensors[0]
         src_mem: DeviceMemory = src.buffer.memory
-        regions = plan.regions + np.array([src.offset, dst.offset, 0], dtype=np.int64)
-        if src_mem is dst_mem:
-            # An exact in-place copy: the bytes are already there (vkCmdCopyBuffer forbids
-            # overlapping regions; the binding checks allow no other overlap).
-            regions = regions[regions[:, 0] != regions[:, 1]]
-        op = kp.OpCopyRegions(src_mem.tensor, dst_mem.tensor, regions.reshape(-1).tolist())
+        flat = _copy_regions(plan, src.offset, dst.offset, src_mem is dst_mem)
+        op = kp.OpCopyRegions(src_mem.tensor, dst_mem.tensor, flat)
         return EncodedDispatch(
-            op, frozenset({src_mem.serial}) - {dst_mem.serial}, frozenset({dst_mem.serial}), skip=len(regions) == 0,
+            op, frozenset({src_mem.serial}) - {dst_mem.serial}, frozenset({dst_mem.serial}), skip=not flat,
             to_host=isinstance(dst, HostRange),
         )
-    regions = plan.regions + np.array([dst.offset, 0], dtype=np.int64)
-    op = kp.OpFillRegions(dst_mem.tensor, regions.reshape(-1).tolist(), int(plan.value) & 0xFFFFFFFF)
-    return EncodedDispatch(op, frozenset(), frozenset({dst_mem.serial}), skip=len(regions) == 0)
+    if len(plan.regions) <= SMALL_REGIONS:
+        flat = [v for at, n in plan.regions.tolist() for v in (at + dst.offset, n)]
+    else:
+        flat = (plan.regions + np.array([dst.offset, 0], dtype=np.int64)).reshape(-1).tolist()
+    op = kp.OpFillRegions(dst_mem.tensor, flat, int(plan.value) & 0xFFFFFFFF)
+    return EncodedDispatch(op, frozenset(), frozenset({dst_mem.serial}), skip=not flat)
 
 
 def encode(plan: Plan, bound: Sequence[Any], programs: Programs, dummy: DeviceMemory) -> EncodedDispatch:
