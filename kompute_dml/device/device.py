@@ -260,8 +260,8 @@ class Device:
     def stats(self) -> dict[str, int]:
         """Cache and memory counters: programs (pipelines shared per shader variant and
         specialization constants) and pipelines_created (compiled by the driver),
-        descriptor_sets (written so far: one per encoded dispatch, held by the recorded
-        submission that encoded it), recorded_sequences (cached submissions; word_sequences: those whose
+        descriptor_sets (written so far: one per dispatch encoded anew, held by the recorded
+        submissions that bind it and runtime/encode.EncodeCache), recorded_sequences (cached submissions; word_sequences: those whose
         own kp sequence completes by a completion word), sequences_created (kp sequences
         recorded for cached submissions: at their second run), first_runs (first runs through
         the shared sequence, runtime/replay.py), live_buffers, pooled_buffers,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import operator
 import sys
 import time
 from collections.abc import Callable
@@ -33,7 +34,7 @@ import kompute_dml as kdml
 from ..runtime.staging import host_copy
 from .handlers_values import BOOL, OutputArrays, dml_numpy, into, is_packed
 from .node_traces import host_node, input_key, keep_traces, run_node
-from .plan_context import PlanContext, _block
+from .plan_context import PlanContext, _block, plan_order
 from .siblings import prepare_siblings
 from .transfers import device_results
 from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_dtype, _value_shape, at_node, empty_on_host
@@ -116,7 +117,7 @@ class GraphPlan:
                 self.device_inputs.append((name, part))
         self._copy_device_inputs(feeds)  # before the capture: its flushed heads may read them
         fusions = rep.fusions
-        dying = _dying(rep, feeds)
+        order = plan_order(rep, feeds)
 
         def lookup(name: str) -> Any:
             if name in env:
@@ -126,8 +127,7 @@ class GraphPlan:
             raise KeyError(f"value {name!r} is not available (missing input?)")
 
         self.device_nodes = 0
-        nodes = rep.node_table
-        self._node_of = {scope: (i, node) for i, (node, _t, _i, _o, scope) in enumerate(nodes)}  # Recording.scope
+        nodes = self._nodes = rep.node_table
 
         traces, made = rep.state.node_traces, {}  # node_traces.py: replayed, and made by this plan
         tracing = rep.state.trace_capacity > 0
@@ -135,9 +135,21 @@ class GraphPlan:
 
         def record(i: int) -> None:  # node i's handler (or its trace), its outputs kept
             node, target, inputs, outputs, scope = nodes[i]
-            ins = [lookup(n) if n else None for n in inputs]
+            # (env inline: a plan looks up every input of every node, over 1,000 in a decoder step)
+            ins = [(env[n] if n in env else lookup(n)) if n else None for n in inputs]
             if target == HOST:
-                outs = host_node(rep, host_last, i, node, ins, stats) if tracing else rep._host_node(i, node, ins, stats)
+                if tracing:
+                    prev = host_last.get(i)
+                    if prev is not None and prev[2] and all(map(operator.is_, ins, prev[0])):
+                        # host_node's common case inline (most of a decoder step's nodes): the last
+                        # plan's read-only host results, no device value among them to hold
+                        for name, v in zip(outputs, prev[1]):
+                            if name:
+                                env[name] = v
+                        return
+                    outs = host_node(rep, host_last, i, node, ins, stats)
+                else:
+                    outs = rep._host_node(i, node, ins, stats)
             elif target == CPU:
                 raise FallbackNeeded(f"node {i} ({node.op_type}) runs on the CPU")
             elif empty_on_host(ins):  # nothing to compute on the device: an empty value's node
@@ -151,12 +163,11 @@ class GraphPlan:
             ctx.end_node()
 
         def keep_outputs(names: Any, outs: list[Any]) -> None:
-            hold = ctx.hold
             for name, v in zip(names, outs):
                 if name:
                     env[name] = v
                     if isinstance(v, DeviceValue):
-                        hold(v)
+                        ctx.hold(v)
 
         def chain_done(fusion: Any, outs: list[Any]) -> None:
             keep_outputs(nodes[fusion.carrier][3], outs)
@@ -180,7 +191,8 @@ class GraphPlan:
                 rec.copy_in(self._in[:host_total],
                             kdml.Tensor(self._input_buffer, kdml.TensorDesc(kdml.DataType.UINT8, (host_total,))))
             flushed_at = time.perf_counter()
-            for i in range(len(g.node)):
+            drop = ctx.drop
+            for i, dying, chain in order:  # (a node absorbed into a chain has no step: its carrier runs it)
                 # not while a buffer is being made: the driver would hold the submissions up meanwhile
                 # (DevicePolicy.plan_flush_allocating)
                 if (flush_s and time.perf_counter() - flushed_at >= flush_s
@@ -188,14 +200,24 @@ class GraphPlan:
                     ctx.write_staged()  # the host values the executions flushed now may read
                     rec.flush()
                     flushed_at = time.perf_counter()
-                ctx.dying = [env[n] for n in dying[i] if n in env]
+                ctx.dying = [env[n] for n in dying if n in env] if dying else ()
                 try:
-                    fusions.step(i, steps, ctx, g, lookup, stats)
+                    if chain:
+                        fusions.step(i, steps, ctx, g, lookup, stats)
+                    else:  # a node alone: fusions.step's work without its calls (most of a plan's nodes)
+                        try:
+                            record(i)
+                        except ValueError as e:  # a shape that breaks a rule at run time: say where
+                            err = at_node(e, i, g.node[i])
+                            if err is e:
+                                raise
+                            raise err from e
                 except FallbackNeeded as e:  # say which node the whole-graph plan stopped at
                     raise FallbackNeeded(f"node {i} ({g.node[i].op_type} {g.node[i].name!r}): {e}") from None
-                for name in dying[i]:
+                for name in dying:
                     v = env.pop(name, None)
-                    ctx.drop(v)
+                    if type(v) is DeviceValue:  # (host values hold no buffer: most of those dropped)
+                        drop(v)
             self.outputs = [(name, lookup(name)) for name in rep.output_names]
             ctx.write_staged()
             self._io_copies(rep, rec)
@@ -260,7 +282,9 @@ class GraphPlan:
         try:
             self.program.run()
         except kdml.InvalidArgumentError as e:  # a device check (a Gather's indices): name its node
-            node = self._node_of.get(getattr(e, "recorded_scope", None))
+            # (by Recording.scope; made here, not per plan: a decoder makes a plan per step)
+            node_of = {scope: (i, node) for i, (node, _t, _i, _o, scope) in enumerate(self._nodes)}
+            node = node_of.get(getattr(e, "recorded_scope", None))
             if node is not None:
                 at_node(e, *node)  # a kompute_dml error keeps its message and gains the node as a note
             raise
@@ -313,24 +337,6 @@ class GraphPlan:
     @property
     def device_bytes(self) -> int:
         return self.ctx.allocated
-
-
-def _dying(rep: BackendRep, feeds: dict[str, Any]) -> list[list[str]]:
-    """Per node, the values its step reads last (none an output or an input): the same for every
-    plan of the same input names, so made once per model and names."""
-    names = frozenset(feeds)
-    dying = rep.state.plan_liveness.get(names)
-    if dying is None:
-        g, keep, last = rep.graph, set(rep.output_names), {}
-        for i in range(len(g.node)):
-            for n in rep.fusions.step_inputs(g, i):  # a fused chain reads its values at its carrier
-                last[n] = i
-        dying = [[] for _ in g.node]
-        for n, i in last.items():
-            if n not in keep and n not in names:
-                dying[i].append(n)
-        rep.state.plan_liveness[names] = dying
-    return dying
 
 
 # Objects the collector had frozen when this module was imported: the interpreter's own (CPython

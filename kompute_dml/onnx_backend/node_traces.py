@@ -38,6 +38,7 @@ plan's results where the inputs are the very same values."""
 from __future__ import annotations
 
 import collections
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -118,33 +119,35 @@ class Trace:
             if (isinstance(over, DeviceValue) and t.buffer is over.tensor.buffer) != inplace:
                 return None
             bufs.append(t.buffer)
-
-        def res(r: _Ref | None) -> Any:
-            if r is None:
-                return None
-            kind = r[0]
-            if kind == "o":
-                return Tensor.trusted(bufs[r[1]], r[2], r[3])
-            if kind == "i":
-                t = ins[r[1]].tensor
-                return Tensor.trusted(t.buffer, r[2], t.offset + r[3])
-            if kind == "f":
-                return r[1]
-            return [res(x) for x in r[1]]  # ("l", refs): a list field
-
+        execute = rec.execute
         for op, ri, ro in self.execs:
-            rec.execute(op, [res(r) for r in ri], [res(r) for r in ro])
+            execute(op, [_resolve(r, bufs, ins) for r in ri], [_resolve(r, bufs, ins) for r in ro])
         outs: list[Any] = []
         for r in self.results:
             if r[0] == "same":
                 outs.append(ins[r[1]])
             elif r[0] == "dv":
-                outs.append(DeviceValue(res(r[1]), r[2], r[3]))
+                outs.append(DeviceValue(_resolve(r[1], bufs, ins), r[2], r[3]))
             else:
                 outs.append(r[1])
         for msg in self.notes:
             ctx.note(msg)
         return outs
+
+
+def _resolve(r: _Ref | None, bufs: list[Any], ins: list[Any]) -> Any:
+    """A trace's tensor on a replay's output buffers `bufs` and inputs `ins`."""
+    if r is None:
+        return None
+    kind = r[0]
+    if kind == "o":
+        return Tensor.trusted(bufs[r[1]], r[2], r[3])
+    if kind == "f":
+        return r[1]
+    if kind == "i":
+        t = ins[r[1]].tensor
+        return Tensor.trusted(t.buffer, r[2], t.offset + r[3])
+    return [_resolve(x, bufs, ins) for x in r[1]]  # ("l", refs): a list field
 
 
 class TracingContext:
@@ -334,14 +337,15 @@ def host_node(rep: Any, last: dict[int, Any], i: int, node: Any, ins: list[Any],
     shape_of = node.op_type in SHAPE_ONLY
     prev = last.get(i)
     if prev is not None:
-        keys, outs = prev
-        if all((v is None and k is None) or (v is not None and (_value_shape(v) == k if shape_of else v is k))
-               for v, k in zip(ins, keys)):
+        keys, outs, _same = prev
+        if (all(map(operator.is_, ins, keys)) if not shape_of  # (None is None: an absent input matches)
+                else all((v is None and k is None) or (v is not None and _value_shape(v) == k) for v, k in zip(ins, keys))):
             return list(outs)
     outs = rep._host_node(i, node, ins, stats)
     if all(o is None or isinstance(o, np.generic) or (isinstance(o, np.ndarray) and not o.flags.writeable)
            for o in outs) and (shape_of or not any(isinstance(v, DeviceValue) for v in ins)):
-        last[i] = (tuple(_value_shape(v) if shape_of and v is not None else v for v in ins), outs)
+        # (the third: whether the inputs are compared by identity, device_graph's fast path)
+        last[i] = (tuple(_value_shape(v) if shape_of and v is not None else v for v in ins), outs, not shape_of)
     else:
         last.pop(i, None)
     return outs

@@ -277,6 +277,8 @@ class PlanContext:
         """The current node is recorded and its outputs held: its handler's temporaries (buffers
         handed out during it that nothing holds) are free for later nodes; the recording's
         barriers order their reuse (a later write waits for this node's reads)."""
+        if not self._fresh and not self._after_node:  # (most nodes of a plan: host nodes, views)
+            return
         for v in self._after_node:
             self.drop(v)
         self._after_node.clear()
@@ -302,3 +304,25 @@ class PlanContext:
                 self._free[buf.nbytes].append(buf)
             for v in self._attached.pop(key, ()):
                 self.drop(v)
+
+
+def plan_order(rep: BackendRep, feeds: dict[str, Any]) -> list[tuple[int, tuple[str, ...], bool]]:
+    """A whole-graph plan's steps (device_graph.GraphPlan): per node that has one (not absorbed
+    into a fused chain), its index, the values its step reads last (none an output or an input:
+    dropped after it) and whether it carries a chain. The same for every plan of the same input
+    names, so made once per model and names."""
+    names = frozenset(feeds)
+    order = rep.state.plan_liveness.get(names)
+    if order is None:
+        g, keep, last = rep.graph, set(rep.output_names), {}
+        for i in range(len(g.node)):
+            for n in rep.fusions.step_inputs(g, i):  # a fused chain reads its values at its carrier
+                last[n] = i
+        dying: list[list[str]] = [[] for _ in g.node]
+        for n, i in last.items():
+            if n not in keep and n not in names:
+                dying[i].append(n)
+        chains, absorbed = rep.fusions.by_carrier, rep.fusions.absorbed
+        order = [(i, tuple(dying[i]), i in chains) for i in range(len(g.node)) if i not in absorbed]
+        rep.state.plan_liveness[names] = order
+    return order

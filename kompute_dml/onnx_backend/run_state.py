@@ -54,7 +54,7 @@ class RunState:
     plan_io: dict[str, np.ndarray] = field(default_factory=dict)  # host memory of plans' inputs, outputs
     host_memo: HostMemo = field(default_factory=HostMemo)  # host nodes' results by their inputs
     plan_small: dict[tuple[Any, ...], kdml.Tensor] = field(default_factory=dict)  # small host values
-    plan_liveness: dict[frozenset[str], list[list[str]]] = field(default_factory=dict)  # per input names
+    plan_liveness: dict[frozenset[str], list[Any]] = field(default_factory=dict)  # per input names: device_graph._order
     # device nodes' work replayed by later plans where their inputs look the same (node_traces.py),
     # by (node, input key), most recently used last; 0: no traces (every plan runs every handler)
     node_traces: collections.OrderedDict[Any, Any] = field(default_factory=collections.OrderedDict)

@@ -13,6 +13,7 @@ before every dispatch that touches a buffer an earlier dispatch wrote (RAW, WAW)
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,27 @@ class EncodedDispatch:
     to_host: bool = False  # writes host memory the host reads after the submission
 
 
+# A transfer of at most this many regions is offset in Python ints: numpy's per-call cost is most
+# of a small one's encoding (a decoder's plan for a new length encodes dozens of new copies)
+SMALL_REGIONS = 16
+
+
+def _copy_regions(plan: TransferPlan, src_off: int, dst_off: int, in_place: bool) -> list[int]:
+    """The copy's (src, dst, size) rows offset by its tensors', flat; in place (one memory), the
+    rows whose bytes are already there left out (vkCmdCopyBuffer forbids overlapping regions; the
+    binding checks allow no other overlap)."""
+    if len(plan.regions) <= SMALL_REGIONS:
+        flat: list[int] = []
+        for s, d, n in plan.regions.tolist():
+            if not (in_place and s + src_off == d + dst_off):
+                flat += (s + src_off, d + dst_off, n)
+        return flat
+    regions = plan.regions + np.array([src_off, dst_off, 0], dtype=np.int64)
+    if in_place:
+        regions = regions[regions[:, 0] != regions[:, 1]]
+    return regions.reshape(-1).tolist()
+
+
 def _transfer(plan: TransferPlan, bound: Sequence[Any]) -> EncodedDispatch:
     tensors = [bound[i] for i in plan.bindings]
     dst = tensors[-1]
@@ -53,19 +75,18 @@ def _transfer(plan: TransferPlan, bound: Sequence[Any]) -> EncodedDispatch:
     if plan.kind == "copy":
         src = tensors[0]
         src_mem: DeviceMemory = src.buffer.memory
-        regions = plan.regions + np.array([src.offset, dst.offset, 0], dtype=np.int64)
-        if src_mem is dst_mem:
-            # An exact in-place copy: the bytes are already there (vkCmdCopyBuffer forbids
-            # overlapping regions; the binding checks allow no other overlap).
-            regions = regions[regions[:, 0] != regions[:, 1]]
-        op = kp.OpCopyRegions(src_mem.tensor, dst_mem.tensor, regions.reshape(-1).tolist())
+        flat = _copy_regions(plan, src.offset, dst.offset, src_mem is dst_mem)
+        op = kp.OpCopyRegions(src_mem.tensor, dst_mem.tensor, flat)
         return EncodedDispatch(
-            op, frozenset({src_mem.serial}) - {dst_mem.serial}, frozenset({dst_mem.serial}), skip=len(regions) == 0,
+            op, frozenset({src_mem.serial}) - {dst_mem.serial}, frozenset({dst_mem.serial}), skip=not flat,
             to_host=isinstance(dst, HostRange),
         )
-    regions = plan.regions + np.array([dst.offset, 0], dtype=np.int64)
-    op = kp.OpFillRegions(dst_mem.tensor, regions.reshape(-1).tolist(), int(plan.value) & 0xFFFFFFFF)
-    return EncodedDispatch(op, frozenset(), frozenset({dst_mem.serial}), skip=len(regions) == 0)
+    if len(plan.regions) <= SMALL_REGIONS:
+        flat = [v for at, n in plan.regions.tolist() for v in (at + dst.offset, n)]
+    else:
+        flat = (plan.regions + np.array([dst.offset, 0], dtype=np.int64)).reshape(-1).tolist()
+    op = kp.OpFillRegions(dst_mem.tensor, flat, int(plan.value) & 0xFFFFFFFF)
+    return EncodedDispatch(op, frozenset(), frozenset({dst_mem.serial}), skip=not flat)
 
 
 def encode(plan: Plan, bound: Sequence[Any], programs: Programs, dummy: DeviceMemory) -> EncodedDispatch:
@@ -99,6 +120,64 @@ def encode(plan: Plan, bound: Sequence[Any], programs: Programs, dummy: DeviceMe
     return EncodedDispatch(kp.OpDispatch(algo, push, plan.groups), frozenset(serials) - writes, writes)
 
 
+# Encoded dispatches EncodeCache keeps at most (the oldest out first): a decoder step's program
+# has a few hundred; a cached one holds a descriptor set of the shared pools
+ENCODED_CAPACITY = 1 << 13
+
+
+class EncodeCache:
+    """Encoded dispatches by plan and bindings (the memories and offsets of its bound tensors),
+    shared by the submissions that record them. A program planned again for another input
+    signature (a decoder's next length: onnx_backend/node_traces.py replays most of its nodes on
+    the same plan buffers) then writes no descriptor set, nor builds its operation, for the
+    dispatches it has in common with an earlier one: a first run of such a program spent about
+    as long encoding as the plan's replayed nodes took to record. (A descriptor set is never
+    written after it is made, so several recorded programs may bind it, as run_rest's heads are.)
+    An entry lives until one of its memories is freed (its DeviceMemory collected: the entry then
+    goes at once, and with it the last reference kp's algorithm held to the memory) or it is the
+    oldest of ENCODED_CAPACITY."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[Any, ...], tuple[Plan, EncodedDispatch]] = {}
+        self._keys_of: dict[int, set[tuple[Any, ...]]] = {}  # memory serial -> keys of its entries
+        self.hits = 0
+
+    def encode(self, plan: Plan, bound: Sequence[Any], programs: Programs, dummy: DeviceMemory) -> EncodedDispatch:
+        if (plan.windows if type(plan) is DispatchPlan
+                else any(type(t) is HostRange for t in bound)):  # (a recording's own copy in / out: a new plan per call)
+            return encode(plan, bound, programs, dummy)
+        # every bound tensor's memory and offset (the offsets go into the push words)
+        key = (id(plan), *[None if t is None else (t.buffer.memory.serial, t.offset) for t in bound])
+        hit = self._entries.get(key)
+        if hit is not None and hit[0] is plan:
+            self.hits += 1
+            return hit[1]
+        d = encode(plan, bound, programs, dummy)
+        if len(self._entries) >= ENCODED_CAPACITY:
+            self._forget_key(next(iter(self._entries)))
+        self._entries[key] = (plan, d)
+        for t in bound:
+            if t is not None:
+                m = t.buffer.memory
+                keys = self._keys_of.get(m.serial)
+                if keys is None:
+                    keys = self._keys_of[m.serial] = set()
+                    weakref.finalize(m, self._forget_memory, m.serial)
+                keys.add(key)
+        return d
+
+    def _forget_memory(self, serial: int) -> None:
+        for key in self._keys_of.pop(serial, ()):
+            self._entries.pop(key, None)
+
+    def _forget_key(self, key: tuple[Any, ...]) -> None:
+        self._entries.pop(key, None)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._keys_of.clear()
+
+
 def _window_bases(plan: DispatchPlan, bound: Sequence[Any], memories: Sequence[DeviceMemory],
                   programs: Programs) -> dict[int, int] | None:
     """Per binding list index whose buffer is larger than maxStorageBufferRange, the byte where
@@ -117,13 +196,20 @@ def _window_bases(plan: DispatchPlan, bound: Sequence[Any], memories: Sequence[D
     return bases
 
 
+_BARRIER: list[Any] = []  # global_barrier's operation, made once
+
+
 def global_barrier() -> Any:
     """One global memory barrier: every compute and transfer access before it, in this
     submission and earlier ones, against every such access after it. (Naming only the
     stages of the commands since the last barrier gained nothing on the H100, interleaved in
     one process: 100 dependent adds 328-497 us against 338-498, the BERT 256/3 program at
-    8 x 128 1,128 us against 1,104.)"""
-    return kp.OpGlobalBarrier(_ALL_ACCESS, _ALL_ACCESS, _ALL_STAGES, _ALL_STAGES)
+    8 x 128 1,128 us against 1,104.) One operation recorded everywhere: it holds nothing but its
+    flags (kp patch 05: its record() writes the barrier), and a program's first run recorded
+    a hundred of them."""
+    if not _BARRIER:
+        _BARRIER.append(kp.OpGlobalBarrier(_ALL_ACCESS, _ALL_ACCESS, _ALL_STAGES, _ALL_STAGES))
+    return _BARRIER[0]
 
 
 def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch], positions: list[int | None] | None = None) -> int:

@@ -33,7 +33,7 @@ from ..core.errors import DeviceError, OutOfMemoryError
 from .budget import MemoryBudget
 from .capture import CaptureSlot
 from .disk_cache import DiskPipelineCache
-from .encode import encode, global_barrier
+from .encode import EncodeCache, global_barrier
 from .inflight import InFlight, Submission, finished
 from .later import SPARE_WORDS, MadeLater
 from .manager import create_manager
@@ -64,10 +64,6 @@ def _memories(work: Sequence[Work]) -> frozenset[int]:
     return frozenset(serials)
 
 
-def _by_word(seq: Any) -> bool:
-    return bool(seq.kdml_completes_by_word())
-
-
 class Engine:
     """The kp Manager of one Vulkan physical device and everything that runs on it (`requested`
     restricts the optional capabilities enabled; None: all the device has)."""
@@ -91,6 +87,7 @@ class Engine:
         (self.cooperative_matrix2_limits,) = ints([self.manager.kdml_cooperative_matrix2_limits()])
         self.budget = MemoryBudget(memory_budget, max_allocations, host_memory)
         self.programs = Programs(self.manager, self.capabilities)
+        self.encoded = EncodeCache()  # dispatches encoded for one submission, bound again by later ones
         # One pipeline cache per device, kept on disk between processes (KDML_CACHE_DIR)
         self.disk_cache = DiskPipelineCache.for_manager(self.manager)
         self.pool = BufferPool()
@@ -352,7 +349,7 @@ class Engine:
     def _encode(self, work: Sequence[Work], labels: Sequence[Any] = ()) -> Replay:
         names = list(labels) + [""] * (len(work) - len(labels))
         self.programs.prepare_many([p for ps, _ in work for p in ps if isinstance(p, DispatchPlan)], self.pipeline_threads)
-        dispatches = [(encode(plan, bound, self.programs, self.dummy), (name, plan))
+        dispatches = [(self.encoded.encode(plan, bound, self.programs, self.dummy), (name, plan))
                       for (plans, bound), name in zip(work, names) for plan in plans]
         return Replay(_memories(work), dispatches)
 
@@ -373,7 +370,7 @@ class Engine:
             "recorded_sequences": len(self._replays),  # cached submissions
             "sequences_created": self.sequences_created,
             "first_runs": self.first_runs.runs,
-            "word_sequences": sum(1 for r in self._replays.values() if r.seq is not None and _by_word(r.seq)),
+            "word_sequences": sum(1 for r in self._replays.values() if r.seq is not None and r.seq.kdml_completes_by_word()),
             "live_buffers": len(self._live),
             "pooled_buffers": len(self.pool),
             "spare_buffers": len(self.later.spares),
@@ -394,6 +391,7 @@ class Engine:
             for replay in self._replays.values():
                 replay.live = False
             self._replays.clear()
+            self.encoded.clear()
             self.later.spares.clear()
             self.closed = True
             self.manager.destroy()  # waits for the device, writes the pipeline cache file (disk_cache.py)

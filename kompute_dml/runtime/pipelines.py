@@ -8,9 +8,10 @@ passing the SPIR-V again (`Manager.kdml_algorithm`, from the device's shared des
 A descriptor set is written per encoded dispatch and lives as long as the recorded program that
 holds it (a cached submission, runtime/replay.py, or a Recording), as ggml-vulkan writes its sets
 per dispatch: nothing is keyed by buffer identity here, so a released buffer has no set to
-forget. The grid is given at each dispatch (encode.py) and push constants carry everything else
-(binding offsets, shapes, strides, parameters), so a new shape or new buffers never build a
-pipeline.
+forget (encode.EncodeCache, which shares encoded dispatches between submissions by the memories
+they bind, drops an entry as soon as one of its memories is freed). The grid is given at each
+dispatch (encode.py) and push constants carry everything else (binding offsets, shapes,
+strides, parameters), so a new shape or new buffers never build a pipeline.
 """
 
 from __future__ import annotations
