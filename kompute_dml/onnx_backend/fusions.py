@@ -39,12 +39,9 @@ The fused kernels are the operators' kompute_dml extensions, bit for bit the unf
 - MatMul | FusedMatMul -> [Mul | Div by a constant] -> [Add mask] -> Softmax -> [no-op Casts] ->
   MatMul: MULTIHEAD_ATTENTION (fusion_attention.py; the one chain here not bit for bit the unfused
   nodes: the scores are never rounded to the type, within the families' tolerance).
-- Pow(x, 2) -> ReduceMean -> Add(eps) -> Sqrt -> Div(1, .) | Reciprocal -> Mul(x, .) (or Div(x, .)) ->
-  [Cast] -> Mul(weight, .), the exported RMS normalization (Llama, Mistral, T5): MEAN_VARIANCE_NORMALIZATION1
-  without the mean (fusion_rmsnorm.py; float32 statistics: not the unfused bits, within tolerance).
-- MatMul -> Add(constant bias along the last axis): GEMM with the bias as C (fusion_bias.py).
-- Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x, .) -> Mul(0.5), the exported exact GELU: ACTIVATION_GELU
-  (fusion_gelu.py; one rounding: within tolerance).
+- The exported RMS normalization on MEAN_VARIANCE_NORMALIZATION1 (fusion_rmsnorm.py) and exact GELU on
+  ACTIVATION_GELU (fusion_gelu.py), both within tolerance; MatMul -> Add(constant bias) on GEMM with
+  the bias as C (fusion_bias.py, the unfused bits).
 (com.microsoft SkipLayerNormalization needs no pattern: its handler is one dispatch.)
 """
 
