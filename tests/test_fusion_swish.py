@@ -46,7 +46,7 @@ def _silu64(x, alpha=1.0):
         return x / (1.0 + np.exp(-alpha * x))
 
 
-def _close(y, x, alpha=1.0):
+def _close(y, x, alpha=1.0, flushes=False):
     """Within a relative eps of float64 (the sigmoid's error, then the product's rounding; with an
     alpha, that of the rounded alpha x too), plus
     |x| times the type's smallest subnormal: the sigmoid is rounded to the type before the product
@@ -62,6 +62,11 @@ def _close(y, x, alpha=1.0):
     # alpha x is rounded to float32 first: sigmoid's relative change up to |alpha x| 2^-24
     rel = eps + np.nan_to_num(np.abs(alpha * x)) * 2.0 ** -24
     bad = err > rel * np.abs(want) + np.nan_to_num(np.abs(x)) * tiny * 1.01 + tiny
+    if flushes and y.dtype == np.float32:  # a GPU multiply that flushes a subnormal x or sigmoid gives +-0
+        normal = np.finfo(np.float32).tiny
+        with np.errstate(all="ignore"):
+            sig = 1.0 / (1.0 + np.exp(-alpha * x))
+        bad &= ~((y == 0) & ((np.abs(x) < normal) | (sig < normal)))
     assert not bad.any(), list(zip(x[bad][:5], y[bad][:5], want[bad][:5]))
 
 
@@ -81,7 +86,7 @@ def test_silu_is_one_swish_dispatch(rng, dt, side):
     (unfused,) = unfused_rep.run({"x": x})
     assert unfused_rep.last_run.dispatches == 2
     _same_bits(y, unfused)
-    _close(y, x)
+    _close(y, x, flushes=rep.device.device_type != "cpu")
     rep.state.node_by_node = True
     _same_bits(rep.run({"x": x})[0], y)
 
@@ -160,7 +165,7 @@ def test_swish_node(rng, dt):
     rep = Backend.prepare(m, "CPU")
     (y,) = rep.run({"x": x})
     assert [p.target for p in rep.placement] == ["vulkan"] and rep.last_run.dispatches == 1
-    _close(y, x, 1.5)
+    _close(y, x, 1.5, flushes=rep.device.device_type != "cpu")
     # onnxruntime's own (approximate) logistic: close, not its bits
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert np.array_equal(np.isnan(y), np.isnan(want))
