@@ -1,7 +1,8 @@
 """The ONNX backend's fusions (kompute_dml/onnx_backend/fusions.py) on small hand-built models:
-Add -> LayerNormalization and Add -> Softmax -> IsNaN -> Where each run as one dispatch (and
-com.microsoft SkipLayerNormalization as one), only where every intermediate value is read by the
-chain alone and is no graph output, the attributes and the Where's constant fit; results bit for
+Add -> LayerNormalization (its sum also written where later nodes read it) and Add -> Softmax ->
+IsNaN -> Where each run as one dispatch (and com.microsoft SkipLayerNormalization as one), only
+where every other intermediate value is read by the chain alone and is no graph output, the
+attributes and the Where's constant fit; results bit for
 bit the unfused backend's (prepare(fuse=False)), in the whole-graph program and node by node,
 and within float32 rounding of onnxruntime (exactly its zeros where a fully masked row's NaN is
 replaced) or, for FLOAT16 and the unfused cases, of onnx's reference evaluator (which rounds every
@@ -114,21 +115,34 @@ def test_add_layer_norm_broadcast_skip_and_profile_scope(rng):
     assert p.rows[1].variant.startswith("mvn_skip_f32")
 
 
-@pytest.mark.parametrize("case", ["second reader", "graph output", "read twice", "axis -2", "mean output"])
+@pytest.mark.parametrize("case", ["second reader", "graph output", "read twice"])
+def test_add_layer_norm_keeps_a_sum_read_later(rng, case):
+    """Where nodes after the LayerNormalization (or the graph's outputs) also read the sum, the one
+    dispatch writes it too (a residual stream, Pattern.shared): one dispatch fewer, the same bits
+    in both executors."""
+    extra, outputs = {"second reader": ((N("Mul", ["sum", "x"], ["prod"]),), ("y", "prod")),
+                      "read twice": ((N("Add", ["sum", "sum"], ["twice"]),), ("y", "twice")),
+                      "graph output": ((), ("y", "sum"))}[case]
+    model = _add_ln(extra=extra, outputs=outputs)
+    rep = Backend.prepare(model, "CPU")
+    assert [f.shared for f in rep.fusions.by_carrier.values()] == [("sum",)]
+    feeds = _ln_feeds(rng)
+    got = _runs(model, feeds)
+    assert got[True, True][1].dispatches == got[False, True][1].dispatches - 1
+    for g, w in zip(got[True, True][0], _reference(model, feeds)):
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("case", ["read before the normalization", "axis -2", "mean output"])
 def test_add_layer_norm_left_alone(rng, case):
-    """Not fused where the sum has another reader (or one node reads it twice), is a graph output,
-    the normalization is not over the last axis alone, or asks for its mean: the nodes run as
-    before, with the same results."""
-    extra, outputs, axis = (), ("y",), -1
-    if case == "second reader":
-        extra, outputs = (N("Mul", ["sum", "x"], ["prod"]),), ("y", "prod")
-    elif case == "read twice":
-        extra, outputs = (N("Add", ["sum", "sum"], ["twice"]),), ("y", "twice")
-    elif case == "graph output":
-        outputs = ("y", "sum")
-    elif case == "axis -2":
-        axis = -2
-    model = _add_ln(extra=extra, outputs=outputs, axis=axis)
+    """Not fused where a node between the Add and the LayerNormalization reads the sum, the
+    normalization is not over the last axis alone, or asks for its mean: the nodes run as before,
+    with the same results."""
+    axis = -2 if case == "axis -2" else -1
+    outputs = ("y", "prod") if case == "read before the normalization" else ("y",)
+    model = _add_ln(outputs=outputs, axis=axis)
+    if case == "read before the normalization":
+        model.graph.node.insert(1, N("Mul", ["sum", "x"], ["prod"]))
     if case == "mean output":
         model.graph.node[1].output.append("mean")
         model.graph.output.append(_vi("mean", np.float32))

@@ -170,7 +170,10 @@ class GraphPlan:
                         ctx.hold(v)
 
         def chain_done(fusion: Any, outs: list[Any]) -> None:
-            keep_outputs(nodes[fusion.carrier][3], outs)
+            names = nodes[fusion.carrier][3]
+            keep_outputs(names, outs)
+            if fusion.shared:  # after the carrier's own outputs
+                keep_outputs(fusion.shared, outs[len(names):])
             ctx.end_node()
             self.device_nodes += len(fusion.nodes)
 

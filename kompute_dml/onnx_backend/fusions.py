@@ -15,33 +15,17 @@ both give the same bits. What only the run's values decide (types, shapes, the k
 is checked there: where the fused kernel does not apply, `run` raises Unfused before recording
 anything and the executor runs the chain's nodes one by one instead.
 
-The fused kernels are the operators' kompute_dml extensions, bit for bit the unfused sequence:
-- Add(a, b) -> LayerNormalization(axis = last): MEAN_VARIANCE_NORMALIZATION1 with a skip (a + b
-  rounded to the type as ELEMENT_WISE_ADD1 rounds it, then normalized; kdml.skip_layer_norm);
+The fused kernels are the operators' kompute_dml extensions. docs/onnx.md's fusion table lists every
+pattern with its conditions; all give the unfused bits but the attention, RMS normalization and
+GELU chains (within tolerance). Chains with modules of their own: fusion_attention.py, fusion_bias.py,
+fusion_gelu.py, fusion_qconv.py, fusion_quant.py, fusion_rmsnorm.py, fusion_swish.py. Here:
+- Add(a, b) -> LayerNormalization(axis = last): MEAN_VARIANCE_NORMALIZATION1 with a skip (the sum
+  rounded as ELEMENT_WISE_ADD1 rounds it; kdml.skip_layer_norm), also where nodes after the chain
+  read the sum (a residual stream: the same dispatch writes it, Pattern.shared);
 - Add(scores, mask) -> Softmax(axis = last) -> IsNaN -> Where(isnan, 0, softmax): ACTIVATION_SOFTMAX1
-  with its additive mask and NaN -> 0 (kdml.softmax(mask=, nan_to_zero=True)). The Where's
-  constant must be +0.0 (every element's bits 0): Where copies the constant's bits, and the
-  kernel writes +0; a -0.0 constant is left unfused.
-- Conv -> Relu, LeakyRelu, Clip (ReLU6), Sigmoid, HardSigmoid, HardSwish, Tanh, Elu, Swish: CONVOLUTION
-  with the fused activation (handlers_conv.run_conv_activation; the float Conv only), the standalone
-  operator's bits of the rounded Conv output (MobileNetV3's Conv+HardSwish, ReLU6 as Clip(0, 6),
-  a squeeze-excitation's Conv+Sigmoid);
-- SiLU: Sigmoid(x) -> Mul(x, .) as ACTIVATION_SWISH, and Conv -> Sigmoid -> Mul(conv, .) (the Conv's
-  output read by both) as CONVOLUTION with the fused SWISH (fusion_swish.py; the unfused bits);
-- MatMulInteger -> Cast(float) -> Mul(scale) (onnxruntime's quantize_dynamic): MATRIX_MULTIPLY_INTEGER_TO_FLOAT
-  (fusion_quant.py; MatMulInteger has no operator alone: the chain claims it).
-- BatchNormalization (inference) -> Relu: BATCH_NORMALIZATION with its fused ACTIVATION_RELU (the
-  same bits as the ReLU node: -0 and negatives to +0, NaN kept).
-- DequantizeLinear -> Conv -> QuantizeLinear (onnxruntime's QDQ format), the weights a
-  DequantizeLinear of int8 / uint8 initializers: QUANTIZED_LINEAR_CONVOLUTION (fusion_qconv.py),
-  the integer convolution and one requantization (not the float graph's bits: the fused
-  semantics, onnxruntime's QLinearConv's).
-- MatMul | FusedMatMul -> [Mul | Div by a constant] -> [Add mask] -> Softmax -> [no-op Casts] ->
-  MatMul: MULTIHEAD_ATTENTION (fusion_attention.py; the one chain here not bit for bit the unfused
-  nodes: the scores are never rounded to the type, within the families' tolerance).
-- The exported RMS normalization on MEAN_VARIANCE_NORMALIZATION1 (fusion_rmsnorm.py) and exact GELU on
-  ACTIVATION_GELU (fusion_gelu.py), both within tolerance; MatMul -> Add(constant bias) on GEMM with
-  the bias as C (fusion_bias.py, the unfused bits).
+  with its mask and NaN -> 0; the Where's constant +0.0 (Where copies its bits, the kernel writes +0);
+- Conv -> an activation of handlers_activation.FUSED_TYPES: CONVOLUTION's fused activation, the
+  standalone operator's bits of the rounded Conv output; BatchNormalization -> Relu likewise.
 (com.microsoft SkipLayerNormalization needs no pattern: its handler is one dispatch.)
 """
 
@@ -50,6 +34,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -105,6 +90,9 @@ class Pattern:
     run: Callable[[Any, list[onnx.NodeProto], Callable[[str], Any], RunStats], list[Any]]  # the carrier's outputs
     claims: tuple[int, ...] = ()  # chain positions of nodes with no operator alone, on the device in the chain
     ms_ops: frozenset[str] = frozenset()  # node types of the chain in the com.microsoft domain (FusedMatMul)
+    # chain positions whose output other nodes also read, all after the carrier: the run returns
+    # it after the carrier's outputs (a residual sum that a skip normalization also writes)
+    shared: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +103,7 @@ class Fusion:
     nodes: tuple[int, ...]
     inputs: tuple[str, ...]  # the values it reads from outside the chain
     intermediates: tuple[str, ...]
+    shared: tuple[str, ...] = ()  # values made inside the chain that later nodes read (Pattern.shared)
 
     @property
     def carrier(self) -> int:
@@ -158,7 +147,7 @@ def _sum_operands(ctx: NodeContext, add: onnx.NodeProto, lookup: Callable[[str],
 
 
 def _run_add_layer_norm(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
-                        stats: RunStats) -> list[Any]:
+                        stats: RunStats, keep_sum: bool = False) -> list[Any]:
     add, ln = nodes
     x, skip, shape, dt = _sum_operands(ctx, add, lookup, stats)
     if not _last_axis(int(_attr(ln, "axis", -1)), len(shape)):
@@ -167,10 +156,11 @@ def _run_add_layer_norm(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: C
     if any(v is not None and _value_dtype(v) != dt for v in params):
         raise Unfused("LayerNormalization's operand types differ")
     scale, beta = (None if v is None else as_device(ctx, v, stats, ln.input[i]).tensor for i, v in zip((1, 2), params))
-    out = ctx.out_tensor(shape, dt)
-    kdml.skip_layer_norm(x, skip, scale, None, beta, epsilon=float(_attr(ln, "epsilon", 1e-5)), out=out,
-                         device=ctx.device)
-    return [DeviceValue(out, shape, dt)]
+    out, total = ctx.out_tensor(shape, dt), ctx.out_tensor(shape, dt) if keep_sum else False
+    kdml.skip_layer_norm(x, skip, scale, None, beta, epsilon=float(_attr(ln, "epsilon", 1e-5)), sum_out=total,
+                         out=out, device=ctx.device)
+    kept = [None] * (len(ln.output) - 1) + [DeviceValue(total, shape, dt)] if keep_sum else []  # Pattern.shared
+    return [DeviceValue(out, shape, dt), *kept]
 
 
 def _run_masked_softmax(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
@@ -242,6 +232,9 @@ def _check_masked_softmax(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
 PATTERNS = (
     Pattern("Add+LayerNormalization", ("Add", "LayerNormalization"), ((0, 1, 0),), "MEAN_VARIANCE_NORMALIZATION1",
             _check_add_layer_norm, _run_add_layer_norm),
+    # the same where later nodes read the sum (a residual stream): written by the same dispatch
+    Pattern("Add+LayerNormalization", ("Add", "LayerNormalization"), ((0, 1, 0),), "MEAN_VARIANCE_NORMALIZATION1",
+            _check_add_layer_norm, functools.partial(_run_add_layer_norm, keep_sum=True), shared=(0,)),
     Pattern("Add+Softmax+IsNaN+Where", ("Add", "Softmax", "IsNaN", "Where"),
             ((0, 1, 0), (1, 2, 0), (2, 3, 0), (1, 3, 2)), "ACTIVATION_SOFTMAX1",
             _check_masked_softmax, _run_masked_softmax),
@@ -369,16 +362,22 @@ def _match(rep: BackendRep, pattern: Pattern, head: int, uses: dict[str, list[tu
             return None
         if pos < len(chain) - 1:  # an intermediate: read exactly by the pattern's edges
             want = sorted((chain[c], k) for p, c, k in pattern.edges if p == pos)
-            if node.output[0] in outputs or sorted(uses.get(node.output[0], [])) != want:
+            reads = sorted(uses.get(node.output[0], []))
+            if pos in pattern.shared:  # and by nodes after the carrier (graph outputs too)
+                if [r for r in reads if r[0] not in chain] != [r for r in reads if r[0] > chain[-1]] or \
+                        not set(want) <= set(reads):
+                    return None
+            elif node.output[0] in outputs or reads != want:
                 return None
     nodes = [g.node[i] for i in chain]
     if pattern.check(rep, nodes):
         return None
-    inner = tuple(g.node[i].output[0] for i in chain[:-1])
+    shared = tuple(g.node[chain[p]].output[0] for p in pattern.shared)
+    inner = tuple(g.node[i].output[0] for i in chain[:-1] if g.node[i].output[0] not in shared)
     inputs: list[str] = []
     for i in chain:
-        inputs += [n for n in _node_inputs(g.node[i]) if n not in inner and n not in inputs]
-    return Fusion(pattern, tuple(chain), tuple(inputs), inner)
+        inputs += [n for n in _node_inputs(g.node[i]) if n not in inner and n not in shared and n not in inputs]
+    return Fusion(pattern, tuple(chain), tuple(inputs), inner, shared)
 
 
 def find_fusions(rep: BackendRep) -> Fusions:

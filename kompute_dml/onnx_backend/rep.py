@@ -341,7 +341,7 @@ class _EagerSteps:
 
     def chain_done(self, fusion: Fusion, outs: list[Any]) -> None:
         self.stats.vulkan_nodes += len(fusion.nodes)
-        for name, v in zip(self.rep.graph.node[fusion.carrier].output, outs):
+        for name, v in zip([*self.rep.graph.node[fusion.carrier].output, *fusion.shared], outs):
             if name:
                 self.env[name] = v
 
