@@ -51,7 +51,8 @@ def _close(y, x, alpha=1.0, flushes=False):
     alpha, that of the rounded alpha x too), plus
     |x| times the type's smallest subnormal: the sigmoid is rounded to the type before the product
     (SIGMOID's output), so where it is subnormal its error is absolute."""
-    eps, tiny = (1e-6, 1.5e-45) if y.dtype == np.float32 else (2e-3, 6e-8)
+    f32 = y.dtype == np.float32
+    eps, tiny = (1e-6, 1.5e-45) if f32 else (2e-3, 6e-8)
     want = _silu64(x, alpha)
     assert np.array_equal(np.isnan(y), np.isnan(want))
     ok = ~np.isnan(want)
@@ -62,7 +63,7 @@ def _close(y, x, alpha=1.0, flushes=False):
     # alpha x is rounded to float32 first: sigmoid's relative change up to |alpha x| 2^-24
     rel = eps + np.nan_to_num(np.abs(alpha * x)) * 2.0 ** -24
     bad = err > rel * np.abs(want) + np.nan_to_num(np.abs(x)) * tiny * 1.01 + tiny
-    if flushes and y.dtype == np.float32:  # a GPU multiply that flushes a subnormal x or sigmoid gives +-0
+    if flushes and f32:  # a GPU multiply that flushes a subnormal x or sigmoid gives +-0
         normal = np.finfo(np.float32).tiny
         with np.errstate(all="ignore"):
             sig = 1.0 / (1.0 + np.exp(-alpha * x))
