@@ -129,7 +129,8 @@ class GraphPlan:
         self.device_nodes = 0
         nodes = self._nodes = rep.node_table
 
-        traces, made = rep.state.node_traces, {}  # node_traces.py: replayed, and made by this plan
+        traces = rep.state.node_traces  # node_traces.py: replayed, and made by this plan
+        made: dict[Any, Any] = {}
         tracing = rep.state.trace_capacity > 0
         host_last = rep.state.host_last  # node_traces.host_node: host nodes' inputs and results of the last plan
 
@@ -203,7 +204,7 @@ class GraphPlan:
                     ctx.write_staged()  # the host values the executions flushed now may read
                     rec.flush()
                     flushed_at = time.perf_counter()
-                ctx.dying = [env[n] for n in dying if n in env] if dying else ()
+                ctx.dying = [env[n] for n in dying if n in env] if dying else []
                 try:
                     if chain:
                         fusions.step(i, steps, ctx, g, lookup, stats)
@@ -287,7 +288,8 @@ class GraphPlan:
         except kdml.InvalidArgumentError as e:  # a device check (a Gather's indices): name its node
             # (by Recording.scope; made here, not per plan: a decoder makes a plan per step)
             node_of = {scope: (i, node) for i, (node, _t, _i, _o, scope) in enumerate(self._nodes)}
-            node = node_of.get(getattr(e, "recorded_scope", None))
+            scope = getattr(e, "recorded_scope", None)
+            node = node_of.get(scope) if scope is not None else None
             if node is not None:
                 at_node(e, *node)  # a kompute_dml error keeps its message and gains the node as a note
             raise

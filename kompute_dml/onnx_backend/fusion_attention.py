@@ -27,7 +27,7 @@ import onnx
 
 import kompute_dml as kdml
 
-from .graph import _attr
+from .graph import _attr, constant_float
 from .handlers_nn import _opset
 from .handlers_values import as_device
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype
@@ -42,13 +42,8 @@ def _roles(nodes: list[onnx.NodeProto]) -> dict[str, onnx.NodeProto]:
 
 
 def _constant_scalar(rep: BackendRep, name: str) -> float | None:
-    if name not in rep.constants or name in rep.input_names:
-        return None
-    c = rep.constant_host(name)
-    if c.size != 1 or c.dtype not in (np.float32, np.float16, np.float64):
-        return None
-    v = float(c.reshape(-1)[0])
-    return v if np.isfinite(v) and v != 0.0 else None
+    v = constant_float(rep, name)
+    return v if v is not None and np.isfinite(v) and v != 0.0 else None
 
 
 def check_attention(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:

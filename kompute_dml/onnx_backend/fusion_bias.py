@@ -22,6 +22,7 @@ import onnx
 
 import kompute_dml as kdml
 
+from .graph import other_input
 from .half_precision import use_half
 from .handlers_values import as_device
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
@@ -31,18 +32,13 @@ if TYPE_CHECKING:
     from .rep import BackendRep
 
 
-def _bias_name(nodes: list[onnx.NodeProto]) -> str:
-    mm, add = nodes
-    return add.input[1] if add.input[0] == mm.output[0] else add.input[0]
-
-
 def check_matmul_bias(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     """Why the chain is not a product and its bias ("" where it is)."""
     mm = nodes[0]
     dts = {rep._elem_dtype(n) for n in mm.input[:2]}
     if not dts <= _FLOAT_OUT | {None}:
         return f"a product of {sorted(map(str, dts - {None}))}"
-    bias = _bias_name(nodes)
+    bias = other_input(nodes[1], mm.output[0])
     if bias not in rep.constants or bias in rep.input_names:
         return f"Add's operand {bias!r} is not a constant"
     c = rep.constant_host(bias)
@@ -55,7 +51,7 @@ def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Calla
                     stats: RunStats) -> list[Any]:
     mm = nodes[0]
     a_v, b_v = lookup(mm.input[0]), lookup(mm.input[1])
-    bias_name = _bias_name(nodes)
+    bias_name = other_input(nodes[1], mm.output[0])
     c_v = lookup(bias_name)
     dt = _value_dtype(a_v)
     if dt not in _FLOAT_OUT or _value_dtype(b_v) != dt or _value_dtype(c_v) != dt or use_half(ctx, dt):

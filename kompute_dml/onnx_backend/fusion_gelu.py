@@ -20,6 +20,7 @@ import onnx
 
 import kompute_dml as kdml
 
+from .graph import constant_float, other_input
 from .handlers_values import as_device
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
@@ -28,20 +29,9 @@ if TYPE_CHECKING:
     from .rep import BackendRep
 
 
-def _other(node: onnx.NodeProto, name: str) -> str:
-    return node.input[1] if node.input[0] == name else node.input[0]
-
-
-def _scalar(rep: BackendRep, name: str) -> float | None:
-    if name not in rep.constants or name in rep.input_names:
-        return None
-    c = rep.constant_host(name)
-    return float(c.reshape(-1)[0]) if c.size == 1 and c.dtype.kind == "f" else None
-
-
 def _near(rep: BackendRep, name: str, want: float) -> bool:
     """The constant is `want` rounded to its own type (float16's sqrt 2 is 1.4140625)."""
-    v = _scalar(rep, name)
+    v = constant_float(rep, name)
     if v is None:
         return False
     own = float(np.asarray(want, rep.constant_host(name).dtype))
@@ -56,22 +46,22 @@ def check_gelu(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
         return f"x of type {rep._elem_dtype(x)}"
     if head.op_type == "Div" and not _near(rep, head.input[1], math.sqrt(2.0)):
         return "Div's divisor is not sqrt 2"
-    if head.op_type == "Mul" and not _near(rep, _other(head, x), math.sqrt(0.5)):
+    if head.op_type == "Mul" and not _near(rep, other_input(head, x), math.sqrt(0.5)):
         return "Mul's factor is not 1 / sqrt 2"
     if head.op_type == "Mul" and head.input[0] != x:  # Mul(c, x): x is its input 1
         x = head.input[1]
-    if _scalar(rep, _other(add, erf.output[0])) != 1.0:
+    if constant_float(rep, other_input(add, erf.output[0])) != 1.0:
         return "Add's constant is not 1"
-    if _other(mul_x, add.output[0]) != x:
+    if other_input(mul_x, add.output[0]) != x:
         return "the Mul does not read the head's x"
-    if _scalar(rep, _other(mul_half, mul_x.output[0])) != 0.5:
+    if constant_float(rep, other_input(mul_half, mul_x.output[0])) != 0.5:
         return "the last Mul's constant is not 0.5"
     return ""
 
 
 def run_gelu(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any], stats: RunStats) -> list[Any]:
     add, mul_x = nodes[2], nodes[3]
-    name = _other(mul_x, add.output[0])
+    name = other_input(mul_x, add.output[0])
     x = lookup(name)
     dt, shape = _value_dtype(x), _value_shape(x)
     if dt not in _FLOAT_OUT or not shape or 0 in shape:

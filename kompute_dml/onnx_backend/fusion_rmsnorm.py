@@ -23,7 +23,7 @@ import onnx
 
 import kompute_dml as kdml
 
-from .graph import _attr
+from .graph import _attr, constant_float, other_input
 from .handlers_values import as_device
 from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
@@ -32,19 +32,6 @@ if TYPE_CHECKING:
     from .rep import BackendRep
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
-
-
-def _scalar(rep: BackendRep, name: str) -> float | None:
-    """A constant single-element float's value (None for anything else)."""
-    if name not in rep.constants or name in rep.input_names:
-        return None
-    c = rep.constant_host(name)
-    return float(c.reshape(-1)[0]) if c.size == 1 and c.dtype.kind == "f" else None
-
-
-def _other(node: onnx.NodeProto, name: str) -> str:
-    """The Add's / Mul's operand that is not `name`."""
-    return node.input[1] if node.input[0] == name else node.input[0]
 
 
 def _axes(rep: BackendRep, node: onnx.NodeProto) -> list[int] | None:
@@ -77,25 +64,25 @@ def check_rms_norm(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     dt = rep._elem_dtype(x)
     if dt not in _FLOATS:
         return f"x of type {dt}"
-    if _scalar(rep, r["pow"].input[1]) != 2.0:
+    if constant_float(rep, r["pow"].input[1]) != 2.0:
         return "Pow's exponent is not the constant 2"
     rank = rep._declared_rank(x)
     axes = _axes(rep, r["mean"])
     if rank is None or axes not in ([-1], [rank - 1]) or int(_attr(r["mean"], "keepdims", 1)) != 1:
         return f"ReduceMean over {axes} (rank {rank}, keepdims {_attr(r['mean'], 'keepdims', 1)})"
-    if _scalar(rep, _other(r["add"], r["mean"].output[0])) is None:
+    if constant_float(rep, other_input(r["add"], r["mean"].output[0])) is None:
         return "Add's epsilon is not a constant scalar"
     inv = r.get("inv")
-    if inv is not None and inv.op_type == "Div" and _scalar(rep, inv.input[0]) != 1.0:
+    if inv is not None and inv.op_type == "Div" and constant_float(rep, inv.input[0]) != 1.0:
         return "Div's numerator is not the constant 1"
     combine = r["combine"]
-    joined = combine.input[0] if combine.op_type == "Div" else _other(combine, (inv or r["sqrt"]).output[0])
+    joined = combine.input[0] if combine.op_type == "Div" else other_input(combine, (inv or r["sqrt"]).output[0])
     if joined != x:
         return "the normalized value is not the Pow's input"
     cast = r.get("cast")
     if cast is not None and onnx.helper.tensor_dtype_to_np_dtype(int(_attr(cast, "to", 0))) != dt:
         return "Cast to another type"
-    weight = _other(r["scale"], (cast or combine).output[0])
+    weight = other_input(r["scale"], (cast or combine).output[0])
     if rep._elem_dtype(weight) not in (dt, None):
         return f"weight of type {rep._elem_dtype(weight)}"
     return ""
@@ -106,14 +93,14 @@ def run_rms_norm(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable
     r = _roles(nodes)
     name = r["pow"].input[0]
     x = lookup(name)
-    weight_name = _other(r["scale"], (r.get("cast") or r["combine"]).output[0])
+    weight_name = other_input(r["scale"], (r.get("cast") or r["combine"]).output[0])
     weight = lookup(weight_name)
     shape, dt = _value_shape(x), _value_dtype(x)
     wshape = _value_shape(weight)
     if not shape or _value_dtype(weight) != dt or any(s != 1 for s in wshape[:-1]) or \
             (wshape and wshape[-1] not in (1, shape[-1])) or len(wshape) > len(shape):
         raise FallbackNeeded(f"x {shape} {dt}, weight {wshape} {_value_dtype(weight)}")
-    eps = float(ctx.prepared.constant_host(_other(r["add"], r["mean"].output[0])).reshape(-1)[0])
+    eps = float(ctx.prepared.constant_host(other_input(r["add"], r["mean"].output[0])).reshape(-1)[0])
     tx, tw = (as_device(ctx, v, stats, n).tensor for v, n in ((x, name), (weight, weight_name)))
     tw = kdml.Tensor.trusted(tw.buffer, kdml.TensorDesc(tw.desc.data_type, (wshape[-1] if wshape else 1,)), tw.offset) \
         if len(wshape) != 1 else tw

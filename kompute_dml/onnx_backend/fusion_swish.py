@@ -21,6 +21,7 @@ import onnx
 
 import kompute_dml as kdml
 
+from .graph import other_input
 from .handlers_conv import run_conv
 from .handlers_values import as_device
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
@@ -30,15 +31,11 @@ if TYPE_CHECKING:
     from .rep import BackendRep
 
 
-def _other(mul: onnx.NodeProto, name: str) -> str:
-    return mul.input[1] if mul.input[0] == name else mul.input[0]
-
-
 def check_silu(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     """Why Sigmoid -> Mul is not x * Sigmoid(x) of a float x ("" where it is)."""
     sig, mul = nodes
     x = sig.input[0]
-    if _other(mul, sig.output[0]) != x:
+    if other_input(mul, sig.output[0]) != x:
         return "the Mul's other operand is not the Sigmoid's input"
     dt = rep._elem_dtype(x)
     return "" if dt is None or dt in _FLOAT_OUT else f"x of type {dt}"

@@ -49,6 +49,20 @@ def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
     return default
 
 
+def other_input(node: onnx.NodeProto, name: str) -> str:
+    """A two-input node's operand that is not `name` (the Add / Mul / Div of a fused chain)."""
+    return node.input[1] if node.input[0] == name else node.input[0]
+
+
+def constant_float(rep: Any, name: str) -> float | None:
+    """The value of a constant (an initializer that is no graph input) of one float element of
+    the prepared model `rep`; None for anything else."""
+    if name not in rep.constants or name in rep.input_names:
+        return None
+    c = rep.constant_host(name)
+    return float(c.reshape(-1)[0]) if c.size == 1 and c.dtype.kind == "f" else None
+
+
 def _np_dtype_of_onnx(elem_type: int) -> np.dtype | None:
     try:
         return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
