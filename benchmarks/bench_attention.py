@@ -26,6 +26,7 @@ import numpy as np
 
 import kompute_dml as kdml
 from kompute_dml.bench.timing import slopes
+from kompute_dml.runtime.policy import ATTENTION_KERNELS
 
 DT = kdml.DataType
 
@@ -55,6 +56,9 @@ ROWS = [
     Row("decode 1x1 past 2048 d64 f32", 1, 12, 1, 1, 64, DT.FLOAT32, past=2048),
     Row("ViT-B 32x197 f32", 32, 12, 197, 197, 64, DT.FLOAT32),
     Row("d256 2x256 f16", 2, 8, 256, 256, 256, DT.FLOAT16),
+    Row("Whisper-small 8x1500 h4 f16", 8, 4, 1500, 1500, 64, DT.FLOAT16),
+    Row("Whisper-small 8x1500 h4 f32", 8, 4, 1500, 1500, 64, DT.FLOAT32),
+    Row("ViT-B 32x197 f16", 32, 12, 197, 197, 64, DT.FLOAT16),
 ]
 SMALL = [
     Row("tiny 2x16 h4 d16 f32", 2, 4, 16, 16, 16, DT.FLOAT32),
@@ -83,7 +87,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--unfused", action="store_true", help="also time kompute_dml's GEMM -> softmax -> GEMM chain")
-    ap.add_argument("--kernel", choices=("tiled", "rows"), help="force the attention kernel (else the device policy's)")
+    ap.add_argument("--kernel", choices=ATTENTION_KERNELS, help="force the attention kernel (else the device policy's)")
     ap.add_argument("--rows", default="", help="keep the rows whose name contains one of these comma-separated words")
     args = ap.parse_args()
     keep = [w for w in args.rows.split(",") if w]

@@ -2,9 +2,12 @@
 timestamp per dispatch of the run's one submission), beside the run's wall time.
 
     python -m benchmarks.encoder_profile [--model minilm|bert256] [--shape 8x128] [--top 20]
+    python -m benchmarks.encoder_profile --family whisper-encoder [--size small] [--shape 8x128]
 
 `minilm` is kompute_dml.bench.minilm's fused model (KDML_MINILM_DIR names a bundle); `bert256`
-the random BERT of kompute_dml.bench.encoder_speed.
+the random BERT of kompute_dml.bench.encoder_speed; `--family` one of kompute_dml.bench.families'
+models (random weights, built and cached on first use; the shape's tokens are its sequence length
+where the family has one).
 """
 
 from __future__ import annotations
@@ -28,13 +31,22 @@ def main() -> None:
                     help="also run N times under cProfile and print the host functions taking the most time")
     ap.add_argument("--plan-after", type=encoder_speed.parse_shapes, default=None, metavar="SHAPE",
                     help="run SHAPE first, then profile the host side of --shape's first run (its planning)")
+    ap.add_argument("--family", default=None, help="a model of kompute_dml.bench.families instead of --model")
+    ap.add_argument("--size", default="small", help="the family's size (with --family)")
     args = ap.parse_args()
     (batch, seq), = args.shape
-    model = encoder_speed.load_model(args.model)
-    rep = Backend.prepare(str(model.path), "CPU")
     rng = np.random.default_rng(0)
-    feeds = encoder_speed.bert_models.random_feeds(batch, seq, model.vocab, rng)
-    if args.plan_after:
+    if args.family:
+        from kompute_dml.bench import families
+
+        rep = Backend.prepare(str(families.build(args.family, args.size)), "CPU")
+        feeds = families.feeds(args.family, batch, seq, rng, args.size)
+        args.model = args.family
+    else:
+        model = encoder_speed.load_model(args.model)
+        rep = Backend.prepare(str(model.path), "CPU")
+        feeds = encoder_speed.bert_models.random_feeds(batch, seq, model.vocab, rng)
+    if args.plan_after and not args.family:
         import cProfile
         import pstats
         (b0, s0), = args.plan_after

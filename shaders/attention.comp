@@ -25,6 +25,19 @@
 // sequence and head-dimension strides (G_*), the push block (MHA_PUSH) the offsets and sizes.
 
 #extension GL_GOOGLE_include_directive : require
+#if KERNEL == 4
+#ifndef MMA
+#define MMA 0
+#endif
+#if MMA == 0
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#endif
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_control_flow_attributes : require
+#endif
 #include "common.glsl"
 #include "f16_bits.glsl"
 #include "gelu_math.glsl"
@@ -34,6 +47,10 @@
 #endif
 #if KERNEL == 0
 layout(local_size_x = 128) in;
+#elif KERNEL == 4
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 128;  // invocations: 4 subgroups of 16 query rows each
+layout(constant_id = 1) const uint SG = 32;   // subgroup size (BK, keys per tile, and DMAX: defines)
 #elif KERNEL == 1
 layout(local_size_x = 64) in;
 #else
@@ -101,11 +118,11 @@ bool has(uint f) { return (pc.flags & f) != 0u; }
 
 // the geometry constant, read once (load_geometry): every element address below is then arithmetic
 // on shared (tiled: once per work group) or private words, not a buffer load per word
-#if KERNEL == 0
+#if KERNEL == 0 || KERNEL == 4
 shared uint geo[60];
 
 void load_geometry() {  // in uniform control flow: it ends with a barrier
-    for (uint w = gl_LocalInvocationID.x; w < 60u; w += 128u) geo[w] = g[w];
+    for (uint w = gl_LocalInvocationID.x; w < 60u; w += gl_WorkGroupSize.x) geo[w] = g[w];
     barrier();
 }
 #else
@@ -400,6 +417,268 @@ void main() {
         bool two = EPT == 2u && d + 1u < pc.dv;
         uint e1 = two ? pc.o_off + at(G_O, b, h, i, d + 1u) : e0;
         store_out(e0, e1, row_bad ? QNAN : acc[e] * inv, row_bad ? QNAN : acc[e + EPT - 1u] * inv, two);
+    }
+}
+
+#elif KERNEL == 4
+// ---- tensor cores (FLOAT16 without bias; ops/attention.py's "coopmat" kernel) ---------------
+// A work group of 4 subgroups per (b, h, block of 64 query rows), each subgroup 16 rows; its
+// query rows as FD cooperative-matrix fragments (f16, loaded once). Two passes over the key tiles
+// of BK rows (staged in shared memory as float16 bits, 8 per uvec4, rows padded by one uvec4):
+// the first makes each row's scores S = Q K^T (f16 x f16 -> f32 fragments) and keeps their
+// maximum m (scale, relative position bias and mask added by score(), as the other kernels do);
+// the second makes them again, the weights p = exp(s - m) in float32 (row sums l), writes each p
+// as two float16 parts (hi = p converted, lo = (p - hi) 2^12 converted: p to about 2^-21) and adds
+// P_hi V and P_lo V to two sets of accumulators. The result (hi + lo 2^-12) / l: no rescaling of
+// accumulators (the maximum is known before the weights), scores past a row's keys weigh 0.
+// Scores and weights of a subgroup pass through its own area of shared memory (the scores as
+// float32 rows, then the weights' two parts in place); lanes own rows lane % 16 (several lanes a
+// row, reduced by shuffles) or, for subgroups of 8, two rows each, and pairs of adjacent keys.
+// MMA=1: each cooperative-matrix operation as subgroup code (coop_f16_mma.glsl: exact products,
+// sums over d in order), the lavapipe tests' path.
+const uint R4 = WG / SG;                          // subgroups (4: ops/attention.py)
+const uint BQ4 = 16u * R4;                        // query rows per work group
+const uint FD = uint(DMAX) / 16u, FK = uint(BK) / 16u;
+const uint KRS = uint(DMAX) / 8u + 1u;            // a query / key / value row: uvec4
+const uint SRS = uint(BK) / 4u + 1u;              // a score row (float32)
+const uint PRS = uint(BK) / 8u + 1u;              // a weight row (float16)
+const uint OF = FD < 4u ? FD : 4u;                // output fragments staged at once
+const uint ORS = 4u * OF + 1u;                    // an output staging row (float32)
+const uint KT = uint(BK) * KRS;                   // a key (value) tile
+const uint SA0 = 16u * SRS, SA1 = 32u * PRS;
+const uint SGA = SA0 > SA1 ? SA0 : SA1;           // a subgroup's area
+const uint SM0 = 2u * KT + R4 * SGA, SM1 = R4 * 16u * ORS, SM2 = BQ4 * KRS;
+const uint SM01 = SM0 > SM1 ? SM0 : SM1;
+shared uvec4 smem[SM01 > SM2 ? SM01 : SM2];
+const uint LPR = SG >= 16u ? SG / 16u : 1u;       // lanes per row
+const uint RL = SG >= 16u ? 1u : 16u / SG;        // rows per lane (at most 2: subgroups of 8 or more)
+const uint CPL = uint(BK) / (2u * LPR);           // key pairs per lane and row
+
+layout(std430, binding = 0) readonly buffer QBuf4 { uvec4 q_buf4[]; };
+layout(std430, binding = 1) readonly buffer KBuf4 { uvec4 k_buf4[]; };
+layout(std430, binding = 2) readonly buffer VBuf4 { uvec4 v_buf4[]; };
+layout(std430, binding = 6) readonly buffer PKBuf4 { uvec4 pk_buf4[]; };
+layout(std430, binding = 7) readonly buffer PVBuf4 { uvec4 pv_buf4[]; };
+
+#define ACC_ZERO_BITS 0u
+#include "coop_f16_mma.glsl"  // LOAD_A, LOAD_B, MULADD, STORE_ACC: tensor cores or emulated
+#if MMA == 0
+#define LANE_LOOP [[unroll]]  // bounds from the specialization constants: registers, not memory
+#else
+#define LANE_LOOP
+#endif
+
+// n (<= 8) float16 bits of a row from element e0, stride ds, as one uvec4 (zeros past n): a
+// 16-byte load where the 8 lie aligned and contiguous
+#define DEFINE_ROW8(NAME, BUF, BUF4)                                                               \
+    uvec4 NAME(uint e0, uint ds, uint n) {                                                         \
+        if (ds == 1u && n == 8u) {                                                                 \
+            if ((e0 & 7u) == 0u) return BUF4[e0 >> 3];                                             \
+            if ((e0 & 1u) == 0u) {                                                                 \
+                uint w = e0 >> 1;                                                                  \
+                return uvec4(BUF[w], BUF[w + 1u], BUF[w + 2u], BUF[w + 3u]);                       \
+            }                                                                                      \
+        }                                                                                          \
+        uint hh[8];                                                                                \
+        [[unroll]] for (uint t = 0u; t < 8u; ++t) {                                                \
+            uint e = e0 + t * ds;                                                                  \
+            hh[t] = t < n ? bitfieldExtract(BUF[e >> 1], int((e & 1u) << 4), 16) : 0u;            \
+        }                                                                                          \
+        return uvec4(hh[0] | (hh[1] << 16), hh[2] | (hh[3] << 16), hh[4] | (hh[5] << 16), hh[6] | (hh[7] << 16)); \
+    }
+DEFINE_ROW8(row8_q, q_buf, q_buf4)
+DEFINE_ROW8(row8_k, k_buf, k_buf4)
+DEFINE_ROW8(row8_v, v_buf, v_buf4)
+DEFINE_ROW8(row8_pk, pk_buf, pk_buf4)
+DEFINE_ROW8(row8_pv, pv_buf, pv_buf4)
+
+// the key tile (and the value tile after it) of keys j0 .. j0 + BK - 1: zeros past kend and past
+// the head sizes
+void load_kv(uint j0, uint kend, uint b, uint hk, uint pb, bool values) {
+    const uint W8 = uint(DMAX) / 8u;
+    for (uint x = gl_LocalInvocationID.x; x < uint(BK) * W8; x += WG) {
+        uint c = x / W8, q8 = x % W8, j = j0 + c, d0 = q8 * 8u;
+        uint n = (j < kend && d0 < pc.dqk) ? min(8u, pc.dqk - d0) : 0u;
+        uvec4 w = uvec4(0u);
+        if (n != 0u) w = j < pb ? row8_pk(pc.pk_off + at(G_PK, b, hk, j, d0), geo[G_PK + 4], n)
+                                : row8_k(pc.k_off + at(G_K, b, hk, j - pb, d0), geo[G_K + 4], n);
+        smem[c * KRS + q8] = w;
+        if (!values) continue;
+        n = (j < kend && d0 < pc.dv) ? min(8u, pc.dv - d0) : 0u;
+        w = uvec4(0u);
+        if (n != 0u) w = j < pb ? row8_pv(pc.pv_off + at(G_PV, b, hk, j, d0), geo[G_PV + 4], n)
+                                : row8_v(pc.v_off + at(G_V, b, hk, j - pb, d0), geo[G_V + 4], n);
+        smem[KT + c * KRS + q8] = w;
+    }
+}
+
+uint lane_row(uint lane, uint r) { return SG >= 16u ? (lane & 15u) : lane + r * SG; }
+uint lane_pair(uint lane, uint k) { return (SG >= 16u ? lane / 16u : 0u) + k * LPR; }
+
+// score (row, key c of the tile) from the subgroup's area: -inf outside the row's attention
+float tile_score(uint area, uint row, uint c, uint ii, uint j, uint kend, int climit, uint b, uint h) {
+    if (ii >= pc.seq || j >= kend || int(j) > climit) return NEG_INF;
+    float dot = uintBitsToFloat(smem[area + row * SRS + (c >> 2)][c & 3u]);
+    return score(dot, b, h, ii, j);
+}
+
+// S = Q K^T of the subgroup's rows and the key tile into its area (float32 rows)
+#define SCORES(qf, area)                                                                           \
+    {                                                                                              \
+        ACC_TYPE s[FK];                                                                            \
+        FRAG_LOOP for (uint kb = 0u; kb < FK; ++kb) s[kb] = ACC_ZERO;                              \
+        FRAG_LOOP for (uint f = 0u; f < FD; ++f) {                                                 \
+            FRAG_LOOP for (uint kb = 0u; kb < FK; ++kb) {                                          \
+                B_FRAG kf;                                                                         \
+                LOAD_B(kf, kb * 16u * KRS + f * 2u, KRS, LAYOUT_COL);                              \
+                MULADD(qf[f], kf, s[kb]);                                                          \
+            }                                                                                      \
+        }                                                                                          \
+        FRAG_LOOP for (uint kb = 0u; kb < FK; ++kb) STORE_ACC(s[kb], area + kb * 4u, SRS);        \
+        subgroupMemoryBarrierShared();                                                             \
+        subgroupBarrier();                                                                         \
+    }
+
+void main() {
+    uint gid = linear_group_id();
+    if (gid >= pc.batch * pc.heads * pc.blocks) return;  // the whole group (uniform)
+    load_geometry();
+    uint qb = gid % pc.blocks, bh = gid / pc.blocks;
+    uint h = bh % pc.heads, b = bh / pc.heads, hk = h / pc.group;
+    uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+    uint i0 = qb * BQ4 + sg * 16u;  // the subgroup's first query row
+    uint pb = past_len(b), total = key_rows(pb);
+    uint last_row = min(qb * BQ4 + BQ4, pc.seq) - 1u;
+    uint kend = uint(clamp(causal_last(total, last_row) + 1, 0, int(total)));  // keys the block reads
+    const uint W8 = uint(DMAX) / 8u;
+    for (uint x = gl_LocalInvocationID.x; x < BQ4 * W8; x += WG) {  // the query block, over the tiles
+        uint r = x / W8, q8 = x % W8, i = qb * BQ4 + r, d0 = q8 * 8u;
+        uint n = (i < pc.seq && d0 < pc.dqk) ? min(8u, pc.dqk - d0) : 0u;
+        smem[r * KRS + q8] = n == 0u ? uvec4(0u) : row8_q(pc.q_off + at(G_Q, b, h, i, d0), geo[G_Q + 4], n);
+    }
+    barrier();
+    A_FRAG qf[FD];
+    FRAG_LOOP for (uint f = 0u; f < FD; ++f) LOAD_A(qf[f], sg * 16u * KRS + f * 2u, KRS, LAYOUT_ROW);
+    uint area = 2u * KT + sg * SGA;
+    float mrow[2], lrow[2];
+    bool badr[2];
+    int climit[2];
+    LANE_LOOP for (uint r = 0u; r < 2u; ++r) {
+        mrow[r] = NEG_INF;
+        lrow[r] = 0.0;
+        badr[r] = false;
+        climit[r] = causal_last(total, i0 + lane_row(lane, r));
+    }
+    // pass 1: each row's largest score
+    for (uint j0 = 0u; j0 < kend; j0 += uint(BK)) {
+        barrier();  // the previous tile (first: the query block) is done with
+        load_kv(j0, kend, b, hk, pb, false);
+        barrier();
+        SCORES(qf, area)
+        LANE_LOOP for (uint r = 0u; r < RL; ++r) {
+            uint row = lane_row(lane, r);
+            LANE_LOOP for (uint k = 0u; k < CPL; ++k) {
+                LANE_LOOP for (uint e = 0u; e < 2u; ++e) {
+                    uint c = 2u * lane_pair(lane, k) + e;
+                    float v = tile_score(area, row, c, i0 + row, j0 + c, kend, climit[r], b, h);
+                    badr[r] = badr[r] || bad_score(v);
+                    if (!kdml_is_nan(v)) mrow[r] = max(mrow[r], v);
+                }
+            }
+        }
+        subgroupBarrier();  // every score read before the next tile's are stored
+    }
+    LANE_LOOP for (uint r = 0u; r < RL; ++r) {
+        for (uint o = 16u; o < SG; o <<= 1) {
+            mrow[r] = max(mrow[r], subgroupShuffleXor(mrow[r], o));
+            badr[r] = (subgroupShuffleXor(badr[r] ? 1u : 0u, o) != 0u) || badr[r];
+        }
+    }
+    // pass 2: the weights and their products with the values
+    ACC_TYPE oh[FD];  // (one declarator each: glslang drops a coopmat's use from the second)
+    ACC_TYPE ol[FD];
+    FRAG_LOOP for (uint f = 0u; f < FD; ++f) {
+        oh[f] = ACC_ZERO;
+        ol[f] = ACC_ZERO;
+    }
+    float pw[2u * uint(BK)];  // this lane's weights of the tile (16 BK / SG of them)
+    for (uint j0 = 0u; j0 < kend; j0 += uint(BK)) {
+        barrier();
+        load_kv(j0, kend, b, hk, pb, true);
+        barrier();
+        SCORES(qf, area)
+        uint n = 0u;
+        LANE_LOOP for (uint r = 0u; r < RL; ++r) {
+            uint row = lane_row(lane, r);
+            LANE_LOOP for (uint k = 0u; k < CPL; ++k) {
+                LANE_LOOP for (uint e = 0u; e < 2u; ++e) {
+                    uint c = 2u * lane_pair(lane, k) + e;
+                    float v = tile_score(area, row, c, i0 + row, j0 + c, kend, climit[r], b, h);
+                    float p = (mrow[r] == NEG_INF || kdml_is_nan(v)) ? 0.0 : kdml_exp_le0(v - mrow[r]);
+                    precise float ls = lrow[r] + p;
+                    lrow[r] = ls;
+                    pw[n++] = p;
+                }
+            }
+        }
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();  // every score read: the weights take their place
+        n = 0u;
+        LANE_LOOP for (uint r = 0u; r < RL; ++r) {
+            uint row = lane_row(lane, r);
+            LANE_LOOP for (uint k = 0u; k < CPL; ++k) {
+                uint c = 2u * lane_pair(lane, k);
+                // the device's conversions: whichever way hi rounds, lo = p - hi is exact before its own rounding
+                vec2 p2 = vec2(pw[n], pw[n + 1u]);
+                uint hi = packHalf2x16(p2);
+                precise vec2 lo = (p2 - unpackHalf2x16(hi)) * 4096.0;
+                n += 2u;
+                smem[area + row * PRS + (c >> 3)][(c >> 1) & 3u] = hi;
+                smem[area + (16u + row) * PRS + (c >> 3)][(c >> 1) & 3u] = packHalf2x16(lo);
+            }
+        }
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+        FRAG_LOOP for (uint kb = 0u; kb < FK; ++kb) {
+            A_FRAG ph;
+            A_FRAG pl;
+            LOAD_A(ph, area + kb * 2u, PRS, LAYOUT_ROW);
+            LOAD_A(pl, area + 16u * PRS + kb * 2u, PRS, LAYOUT_ROW);
+            FRAG_LOOP for (uint f = 0u; f < FD; ++f) {
+                B_FRAG vf;
+                LOAD_B(vf, KT + kb * 16u * KRS + f * 2u, KRS, LAYOUT_ROW);
+                MULADD(ph, vf, oh[f]);
+                MULADD(pl, vf, ol[f]);
+            }
+        }
+    }
+    LANE_LOOP for (uint r = 0u; r < RL; ++r) {
+        for (uint o = 16u; o < SG; o <<= 1) lrow[r] += subgroupShuffleXor(lrow[r], o);
+    }
+    FRAG_LOOP for (uint f = 0u; f < FD; ++f) ACC_ADD_SCALED(oh[f], ol[f], 1.0 / 4096.0);
+    // the result through shared memory, OF fragments at a time: each lane its rows' key pairs
+    for (uint f0 = 0u; f0 < FD; f0 += OF) {
+        barrier();  // every subgroup is done with the tiles (then: with its last staging)
+        FRAG_LOOP for (uint f = 0u; f < OF; ++f) STORE_ACC(oh[f0 + f], sg * 16u * ORS + f * 4u, ORS);
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+        LANE_LOOP for (uint r = 0u; r < RL; ++r) {
+            uint row = lane_row(lane, r), ii = i0 + row;
+            if (ii >= pc.seq) continue;
+            bool bad = badr[r] || lrow[r] == 0.0;
+            float inv = 1.0 / lrow[r];
+            LANE_LOOP for (uint k = 0u; k < 8u * OF / LPR; ++k) {
+                uint c = 2u * lane_pair(lane, k), d = f0 * 16u + c;
+                if (d >= pc.dv) continue;
+                uint sw = sg * 16u * ORS + row * ORS;
+                float v0 = uintBitsToFloat(smem[sw + (c >> 2)][c & 3u]);
+                float v1 = uintBitsToFloat(smem[sw + ((c + 1u) >> 2)][(c + 1u) & 3u]);
+                uint e0 = pc.o_off + at(G_O, b, h, ii, d);
+                bool two = d + 1u < pc.dv;
+                uint e1 = two ? pc.o_off + at(G_O, b, h, ii, d + 1u) : e0;
+                store_out(e0, e1, bad ? QNAN : v0 * inv, bad ? QNAN : v1 * inv, two);
+            }
+        }
     }
 }
 

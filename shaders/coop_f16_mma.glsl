@@ -23,6 +23,7 @@
 #define MULADD(a, b, c) c = coopMatMulAdd(a, b, c)
 #define STORE_ACC(c, element, stride) coopMatStore(c, smem, element, stride, gl_CooperativeMatrixLayoutRowMajor)
 #define FRAG_LOOP [[unroll]]                       // constant fragment indices: registers
+#define ACC_ADD_SCALED(c, d, s) c = c + d * (s)     // c += d s, element by element
 #else
 #define LAYOUT_ROW 0
 #define LAYOUT_COL 1
@@ -45,6 +46,13 @@ struct EmuAcc { float v[32]; };                   // RB x CB sums
 // all loops of a shader once they have run 65535 iterations together per invocation (see
 // matmul_coop_mma.glsl), which only the K loop and these short loops count against.
 #define FRAG_LOOP [[dont_unroll]]
+
+#define ACC_ADD_SCALED(c, d, s) c = emu_add_scaled(c, d, s)
+
+EmuAcc emu_add_scaled(EmuAcc c, EmuAcc d, float s) {
+    [[unroll]] for (uint t = 0u; t < 32u; ++t) c.v[t] = c.v[t] + d.v[t] * s;
+    return c;
+}
 
 EmuAcc emu_zero() {
     EmuAcc c;

@@ -21,7 +21,7 @@ import kompute_dml as kdml
 DT = kdml.DataType
 TD = kdml.TensorDesc
 MT = kdml.MultiheadAttentionMaskType
-KERNELS = ("rows", "tiled")
+KERNELS = ("rows", "tiled", "coopmat")  # coopmat: its emulation where the device has no tensor cores
 FLOATS = {"f32": DT.FLOAT32, "f16": DT.FLOAT16}
 
 
@@ -31,7 +31,10 @@ def kdev(request, dev, monkeypatch):
     emptied (it keys operators by descriptor, not by the policy they were compiled under)."""
     import kompute_dml.functional as functional
 
-    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel=request.param))
+    kernel = request.param
+    if kernel == "coopmat" and dev.policy.gemm_family != "coopmat":
+        kernel = "coopmat-emulated"
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel=kernel))
     monkeypatch.setattr(functional, "_compile_cache", {})
     return dev
 
@@ -215,13 +218,24 @@ CASES = {
     "d256": Case(D=200, Dv=256, S=9, T=20, B=1, Hq=1, Hkv=1),
     "d-past-tiles": Case(D=300, Dv=260, S=3, T=4, B=1, Hq=1, Hkv=1),
     "packed": Case(strided=False, bias=True, P=3, present=True, mask=MT.BOOLEAN),
+    # the tensor-core kernel's (FLOAT16 without bias, more than 4 query rows): several work groups of
+    # 64 rows and key tiles, causal GQA, head sizes to 128, past rows with their sequence lengths
+    "coop-blocks-tiles": Case(B=2, S=70, T=100, D=64, Dv=64, mask=MT.KEY_SEQUENCE_LENGTH),
+    "coop-causal-gqa": Case(B=1, S=37, T=37, Hq=4, Hkv=2, D=40, Dv=24, causal=True, rb=True),
+    "coop-d128-split": Case(form="split", B=1, S=9, T=45, D=96, Dv=120, mask=MT.BOOLEAN),
+    "coop-psl-past": Case(Hq=4, Hkv=1, S=8, T=8, P=30, psl=True, present=True, B=3),
 }
 
 
 @pytest.mark.parametrize("t", FLOATS)
 @pytest.mark.parametrize("name", CASES)
 def test_attention(kdev, name, t):
-    run_case(kdev, np.random.default_rng(abs(hash((name, t))) % 2**32), CASES[name], FLOATS[t])
+    if kdev.policy.attention_kernel.startswith("coopmat") and t == "f32":
+        pytest.skip("the tensor-core kernel takes FLOAT16 only (FLOAT32: the tiled kernel, tested as 'tiled')")
+    c = CASES[name]
+    op, _ = run_case(kdev, np.random.default_rng(abs(hash((name, t))) % 2**32), c, FLOATS[t])
+    coop = kdev.policy.attention_kernel.startswith("coopmat") and not c.bias and c.S > 4 and max(c.D, c.Dv) <= 128
+    assert op.plans[0].variant.startswith("mhac16") == coop, op.plans[0].variant
 
 
 SPLIT_CASES = {
@@ -253,6 +267,28 @@ def test_tiled_variants(dev, monkeypatch, t):
         op = dev.compile(kdml.MultiheadAttentionDesc(q, q, q, None, None, None, None, None, None, None, None, q, None,
                                                      None, 1.0, -1e4, 1))
         assert op.plans[0].variant == f"mha_{t}_{want}"
+
+
+@pytest.mark.parametrize("emulated", [True, False])
+def test_coop_variants(dev, monkeypatch, emulated):
+    """The tensor-core kernel takes FLOAT16 without bias, more than 4 query rows and head sizes up to 128,
+    the largest key tile whose shared memory the device has; the tiled kernel the rest. Without the
+    device's cooperative matrices "coopmat" is refused, as GEMM's forced family is."""
+    kernel = "coopmat-emulated" if emulated else "coopmat"
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel=kernel))
+    x = "x" if emulated else ""
+    cases = ((DT.FLOAT16, 5, 64, False, f"mhac16{x}_d64k32"), (DT.FLOAT16, 5, 65, False, f"mhac16{x}_d128k32"),
+             (DT.FLOAT16, 5, 129, False, "mha_f16_d256"), (DT.FLOAT16, 4, 64, False, "mha_f16_q4d64"),
+             (DT.FLOAT16, 5, 64, True, "mha_f16_d64"), (DT.FLOAT32, 5, 64, False, "mha_f32_d64"))
+    for dt, s, d, bias, want in cases:
+        q = TD(dt, (1, s, d))
+        desc = kdml.MultiheadAttentionDesc(q, q, q, None, None, None, TD(dt, (3 * d,)) if bias else None, None, None,
+                                           None, None, q, None, None, 1.0, -1e4, 1)
+        if not emulated and dev.policy.gemm_family != "coopmat" and want.startswith("mhac16"):
+            with pytest.raises(kdml.UnsupportedError, match="coopmat"):
+                dev.compile(desc)
+            continue
+        assert dev.compile(desc).plans[0].variant == want
 
 
 def _plain(dt=DT.FLOAT32, **kw):
@@ -326,7 +362,7 @@ def test_nan_and_infinities(kdev, monkeypatch, t, split):
     dt = FLOATS[t]
     npd = dt.numpy_dtype
     rng = np.random.default_rng(5)
-    B, S, T, H, D = 1, 4, 70 if split else 6, 1, 4
+    B, S, T, H, D = 1, 6, 70 if split else 6, 1, 4  # 6 rows: the tensor-core kernel's too
     if split:
         monkeypatch.setenv("KDML_ATTENTION_SPLIT", split)
     q = rng.standard_normal((B, S, H * D)).astype(npd)
@@ -338,6 +374,7 @@ def test_nan_and_infinities(kdev, monkeypatch, t, split):
     rb[0, 0, 3, T - 2] = np.inf
     y = kdml.multihead_attention(q, k, v, heads=H, relative_position_bias=rb, scale=0.5, device=kdev).numpy()
     assert np.isnan(y[0, 0]).all() and np.isnan(y[0, 2]).all() and np.isnan(y[0, 3]).all()
+    assert np.isfinite(y[0, 4:]).all()
     s = (q[0, 1].astype(np.float64) @ k[0].T.astype(np.float64)) * 0.5 + rb[0, 0, 1]
     p = np.exp(s - s.max())
     want = (p / p.sum()) @ v[0].astype(np.float64)

@@ -46,6 +46,7 @@ from .attention_rules import attention_rule
 from .base import CompiledOperator, validate_tensors
 from .contract import attention as C
 from .elementwise_plan import check_addressable
+from .gemm_coop import BLOCK_SUBGROUPS, require_capabilities, subgroup_size
 from .onnx_types import float_input
 from .spec import OnnxOp, OperatorSpec
 
@@ -249,7 +250,8 @@ def compile_attention(device: Device, desc: Any) -> CompiledOperator:
                                 if f in entry})
     t = "f32" if size == 4 else "f16"
     kernel = device.policy.attention_kernel
-    tile = tile_for(p) if kernel == "tiled" else None
+    coop = _coop_choice(device, desc, p, kernel, size)
+    tile = tile_for(p) if kernel != "rows" and coop is None else None
     maxg = device.limits["max_compute_work_group_count"][0]
     common = dict(batch=p.batch, seq=p.seq, kv_seq=p.kv_seq, past=p.past, present=p.present, heads=p.heads,
                   group=p.heads // p.kv_heads, dqk=p.dqk, dv=p.dv, scale=scale, mask_filter=filt, mask_type=kind,
@@ -257,7 +259,15 @@ def compile_attention(device: Device, desc: Any) -> CompiledOperator:
     out = (entry["output_tensor"],)
     constants: list[Tensor] = []
     plans: list[DispatchPlan | TransferPlan] = []
-    if tile is not None:
+    if coop is not None:
+        variant, spec = coop
+        blocks = cdiv(p.seq, 16 * C.MHA_COOP_SUBGROUPS)
+        count = p.batch * p.heads * blocks * spec[0]
+        _addressing(count, "query blocks x heads x batch")
+        plans.append(DispatchPlan(variant=variant, bindings=bindings,
+                                  push=C.MHA_PUSH.pack(**common, blocks=blocks, splits=1, chunk=0),
+                                  groups=grid_for(count, spec[0], maxg), writes=out, offset_slots=slots, spec=spec))
+    elif tile is not None:
         bq, bk, _ = C.MHA_TILES[tile]
         blocks = cdiv(p.seq, bq)
         keys = p.past + p.kv_seq
@@ -303,6 +313,29 @@ def compile_attention(device: Device, desc: Any) -> CompiledOperator:
     geometry = np.array(p.geometry(), np.uint32)
     constants.insert(0, device_constant(device, geometry, ("mha-geometry", geometry.tobytes())))
     return CompiledOperator(device, desc, support, support.inputs, support.outputs, plans, constants)
+
+
+def _coop_choice(device: Device, desc: Any, p: Problem, kernel: str, size: int) -> tuple[str, tuple[int, int]] | None:
+    """The tensor-core kernel's variant and specialization constants (work-group and subgroup sizes)
+    where the policy's kernel is "coopmat" / "coopmat-emulated" and the problem is one it takes:
+    FLOAT16, no bias (the sums of bias would not be float16), head sizes up to 128, more query rows
+    than a decoding step's (those take the tiled kernel's blocks of 4 rows and key splits); the
+    largest key tile whose shared memory the device has. None: the tiled kernel."""
+    if kernel not in ("coopmat", "coopmat-emulated") or size != 2 or desc.bias_tensor is not None:
+        return None
+    width = max(p.dqk, p.dv)
+    if width > 128 or p.seq <= C.MHA_FEW_ROWS:
+        return None
+    require_capabilities(device, kernel, "MULTIHEAD_ATTENTION")
+    sg = subgroup_size(device)
+    wg = C.MHA_COOP_SUBGROUPS * sg
+    if sg not in BLOCK_SUBGROUPS or wg > int(device.limits.get("max_compute_work_group_invocations", 128)):
+        return None
+    smem = int(device.limits.get("max_compute_shared_memory_size", 16384))
+    tiles = [name for name, (_bk, dmax) in C.MHA_COOP_TILES.items() if width <= dmax and C.mha_coop_smem(name) <= smem]
+    if not tiles:
+        return None
+    return C.MHA_COOP.name(emulated="" if kernel == "coopmat" else "x", tile=tiles[0]), (wg, sg)
 
 
 def _addressing(n: int, what: str) -> None:
@@ -356,7 +389,7 @@ def _spec(desc: type, support: OperatorSupport) -> OperatorSpec:
          # ONNX's own (opset 23, 24): onnx_backend/handlers_onnx_attention.py
          OnnxOp("Attention", "", "multihead_attention", check=attention_rule))
     return OperatorSpec(desc, support, compile_attention,
-                        (C.MHA_TILED, C.MHA_ROWS, C.MHA_PRESENT, C.MHA_SPLIT, C.MHA_COMBINE),
+                        (C.MHA_TILED, C.MHA_ROWS, C.MHA_PRESENT, C.MHA_SPLIT, C.MHA_COMBINE, C.MHA_COOP),
                         helpers=("multihead_attention",), onnx=onnx, ahead=plans_ahead, example=lambda: _example(mha1),
                         field_example=field_example, tied_fields=TIED_FIELDS)
 

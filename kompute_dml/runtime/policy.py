@@ -141,14 +141,18 @@ TINY_K, TINY_B_BYTES = 512, 256 * 1024
 
 def is_tiny(k: int, n: int) -> bool:
     return k <= TINY_K and k * n <= TINY_B_BYTES
-# MULTIHEAD_ATTENTION's kernel (ops/attention.py): "tiled" (GPUs: tiles per block of query rows) or "rows" (CPUs).
-ATTENTION_KERNEL_ENV, ATTENTION_KERNELS = "KDML_ATTENTION_KERNEL", ("tiled", "rows")
+# MULTIHEAD_ATTENTION's kernel (ops/attention.py): "tiled" (GPUs: tiles per block of query rows), "rows" (CPUs), or
+# "coopmat" (GPUs with float16 cooperative matrices: FLOAT16 problems the tensor-core kernel takes, the tiled kernel for
+# the rest; "coopmat-emulated": the same kernel as subgroup code, for tests).
+ATTENTION_KERNEL_ENV, ATTENTION_KERNELS = "KDML_ATTENTION_KERNEL", ("tiled", "rows", "coopmat", "coopmat-emulated")
 # The exported graphs' attention chain (onnx_backend/fusion_attention.py) runs fused up to MAX_FLOPS (4 b h q k d)
 # from MIN_ROWS query rows, its key / value heads not repeated (GQA's stride-0 heads), else as its nodes. H100,
 # `benchmarks/bench_attention.py --unfused --rounds 3` at c70c79a: fused / unfused 147 / 621 us at BERT-base 8x128
 # (0.4 Gflop), 1715 / 1064 us at ViT-B 32x197 (3.8), 5357 / 1755 at 64x256 (12.9); GQA decoding 0.03x torch (Llama
 # small's steps, plans kept: 0.84x torch fused, 1.25x before). lavapipe: the rows kernel 2-3x slower from 2 x 128 keys.
 ATTENTION_FUSED_MAX_FLOPS, ATTENTION_FUSED_MIN_ROWS = {"gpu": 1.5e9, "cpu": 4e6}, {"gpu": 16, "cpu": 1}
+# ... and at every size where the "coopmat" kernel takes it (FLOAT16, head sizes <= 128): see RESULTS.md's bench_attention.
+ATTENTION_COOP_MAX_FLOPS, ATTENTION_COOP_MAX_WIDTH = float("inf"), 128
 
 
 def _rows(desc: Any) -> int:
@@ -234,6 +238,7 @@ class DevicePolicy:
     attention_kernel: str = "tiled"  # see ATTENTION_KERNEL_ENV
     attention_fused_max_flops: float = ATTENTION_FUSED_MAX_FLOPS["gpu"]  # see ATTENTION_FUSED_MAX_FLOPS
     attention_fused_min_rows: int = ATTENTION_FUSED_MIN_ROWS["gpu"]
+    attention_coop_max_flops: float = ATTENTION_COOP_MAX_FLOPS  # see ATTENTION_COOP_MAX_FLOPS
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -291,6 +296,12 @@ class DevicePolicy:
         "coopmat" (half precision on a device that has it: the same capabilities and shape as GEMM's),
         "tiled"."""
         return choose_conv_kernel(self.conv_family, half=half, coutg=coutg, klen=klen, backward=backward, kernel=kernel)
+
+    def attention_max_flops(self, float16: bool, width: int) -> float:
+        """The largest exported attention chain (4 b h q k d flops) run fused: the tensor-core kernel's
+        limit where it takes the problem (FLOAT16, head sizes up to ATTENTION_COOP_MAX_WIDTH), else the tiled one's."""
+        coop = float16 and self.attention_kernel == "coopmat" and width <= ATTENTION_COOP_MAX_WIDTH
+        return self.attention_coop_max_flops if coop else self.attention_fused_max_flops
 
     def copies_by_transfer(self, nbytes: int, regions: int = 1) -> bool:
         """Whether a dense copy writing `nbytes` in `regions` row regions runs as transfer commands."""
@@ -360,6 +371,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
             gemm_family=coop_family(capabilities, coop_shapes), conv_family=coop_family(capabilities, coop_shapes),
             weights="columns" if family == "coopmat" else "rows",
             gemv_max_m=GEMV_COOP_MAX_M if family == "coopmat" else GEMV_MAX_M, gemv_k_contiguous=family != "coopmat",
+            attention_kernel="coopmat" if coop_family(capabilities, coop_shapes) == "coopmat" else "tiled",
         )
     if "integer_dot_product" in capabilities:
         policy = replace(policy, coop_sums="dot")

