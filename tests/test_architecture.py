@@ -249,12 +249,12 @@ TYPE_ONLY_CIRCLES = {
     # the prepared model's parts are built by BackendRep's passes and take it as their argument
     **{(f"{_B}.{m}", f"{_B}.rep"): "built from the prepared model (BackendRep)"
        for m in ("context", "device_graph", "fallback", "feeds", "fusion_attention", "fusion_bias", "fusion_gelu",
-                 "fusion_qconv", "fusion_quant", "fusion_rmsnorm", "fusion_swish", "fusions", "plan_context",
-                 "product_groups")},
+                 "fusion_match", "fusion_qconv", "fusion_quant", "fusion_rmsnorm", "fusion_scale", "fusion_swish",
+                 "fusions", "plan_context", "product_groups")},
     # handlers are typed by the context protocol that the executors implement
     **{(f"{_B}.{m}", f"{_B}.context"): "handlers take a NodeContext"
        for m in ("fusion_attention", "fusion_bias", "fusion_gelu", "fusion_qconv", "fusion_quant", "fusion_rmsnorm",
-                 "fusion_swish", "fusions", "half_precision", "handlers",
+                 "fusion_scale", "fusion_swish", "fusions", "half_precision", "handlers",
                  "handlers_activation", "handlers_arith", "handlers_attention", "handlers_conv", "handlers_conv_integer",
                  "handlers_einsum", "handlers_fill", "handlers_indexing", "handlers_logic", "handlers_math",
                  "handlers_nn", "handlers_onnx_attention", "handlers_pool", "handlers_reduce", "handlers_transformer",

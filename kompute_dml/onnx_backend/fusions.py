@@ -2,7 +2,7 @@
 
 Each pattern is one declaration (PATTERNS): its node types in chain order, the edges that join
 them (which input of a later node reads the first output of an earlier one), a static check of
-attributes and constants, and the fused run. `find_fusions` matches them where every
+attributes and constants, and the fused run. `fusion_match.find_fusions` matches them where every
 intermediate value (the first output of every node but the last) is read only by those edges
 (no other node, no second use, no subgraph) and is not a graph output, the nodes have no other
 outputs in use and all run on the device; anything else is left node by node.
@@ -18,7 +18,9 @@ anything and the executor runs the chain's nodes one by one instead.
 The fused kernels are the operators' kompute_dml extensions. docs/onnx.md's fusion table lists every
 pattern with its conditions; all give the unfused bits but the attention, RMS normalization and
 GELU chains (within tolerance). Chains with modules of their own: fusion_attention.py, fusion_bias.py,
-fusion_gelu.py, fusion_qconv.py, fusion_quant.py, fusion_rmsnorm.py, fusion_swish.py. Here:
+fusion_gelu.py, fusion_qconv.py, fusion_quant.py, fusion_rmsnorm.py, fusion_scale.py, fusion_swish.py.
+A chain that runs unfused runs the shorter chains matched inside it (Fusion.within: the attention's
+MatMul -> Mul as one GEMM) and its other nodes one by one. Here:
 - Add(a, b) -> LayerNormalization(axis = last): MEAN_VARIANCE_NORMALIZATION1 with a skip (the sum
   rounded as ELEMENT_WISE_ADD1 rounds it; kdml.skip_layer_norm), also where nodes after the chain
   read the sum (a residual stream: the same dispatch writes it, Pattern.shared);
@@ -50,6 +52,7 @@ from .fusion_gelu import gelu_patterns
 from .fusion_qconv import check_qdq_conv, run_qdq_conv
 from .fusion_quant import check_integer_product, run_integer_product
 from .fusion_rmsnorm import rms_norm_patterns
+from .fusion_scale import matmul_scale_patterns
 from .fusion_swish import swish_patterns
 from .graph import _attr, _node_inputs
 from .handlers_activation import FUSED_TYPES
@@ -57,7 +60,7 @@ from .handlers_conv import run_conv_activation
 from .handlers_nn import _floats, _opset
 from .handlers_pool import batch_norm_node
 from .handlers_values import as_device
-from .values import _FLOAT_OUT, CPU, MS_DOMAIN, VULKAN, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape, at_node
+from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape, at_node
 
 if TYPE_CHECKING:
     from .context import NodeContext
@@ -104,6 +107,7 @@ class Fusion:
     inputs: tuple[str, ...]  # the values it reads from outside the chain
     intermediates: tuple[str, ...]
     shared: tuple[str, ...] = ()  # values made inside the chain that later nodes read (Pattern.shared)
+    within: tuple[Fusion, ...] = ()  # shorter chains of its nodes, fused where it runs unfused
 
     @property
     def carrier(self) -> int:
@@ -252,6 +256,8 @@ PATTERNS = (
     *rms_norm_patterns(Pattern),
     # MatMul(a, w) -> Add(., constant bias along the last axis): fusion_bias.py (after the attention's MatMul+Add)
     *matmul_bias_patterns(Pattern),
+    # MatMul -> Mul(., constant scalar) / Div(., power of two): fusion_scale.py (after the attention's)
+    *matmul_scale_patterns(Pattern),
     # Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x, .) -> Mul(0.5): fusion_gelu.py
     *gelu_patterns(Pattern),
     # [Conv ->] Sigmoid(x) -> Mul(x, .), SiLU: fusion_swish.py
@@ -259,7 +265,7 @@ PATTERNS = (
 )
 
 
-# ---- matching ------------------------------------------------------------------------------
+# ---- the matched chains (fusion_match.find_fusions) and their step ---------------------------
 @dataclasses.dataclass(frozen=True)
 class Fusions:
     """The model's fused chains: by carrier, and each absorbed node's carrier."""
@@ -303,18 +309,8 @@ class Fusions:
         if fusion is None:
             if i not in self.absorbed:
                 executor.node(i)
-            return
-        try:
-            with executor.scoped(fusion):
-                outs = fusion.run(ctx, graph, lookup, stats)
-        except Unfused as e:
-            ctx.note(f"nodes {list(fusion.nodes)} ({fusion.pattern.name}) ran unfused: {e}")
-            for j in fusion.nodes:
-                executor.node(j)
-            for name in fusion.intermediates:
-                executor.drop(name)
-            return
-        executor.chain_done(fusion, outs)
+        else:
+            _chain(fusion, executor, ctx, graph, lookup, stats)
 
     def step_inputs(self, graph: onnx.GraphProto, i: int) -> list[str]:
         """The values node i's step reads: a carrier its chain's, an absorbed node none."""
@@ -324,76 +320,22 @@ class Fusions:
         return [] if i in self.absorbed else _node_inputs(graph.node[i])
 
 
-def _uses(graph: onnx.GraphProto) -> dict[str, list[tuple[int, int]]]:
-    """Every read of every value: (node, input index; -1 for a read inside a subgraph)."""
-    uses: dict[str, list[tuple[int, int]]] = {}
-    for i, node in enumerate(graph.node):
-        for k, name in enumerate(node.input):
-            if name:
-                uses.setdefault(name, []).append((i, k))
-        for name in _node_inputs(node)[len([n for n in node.input if n]):]:
-            uses.setdefault(name, []).append((i, -1))
-    return uses
-
-
-def _match(rep: BackendRep, pattern: Pattern, head: int, uses: dict[str, list[tuple[int, int]]],
-           taken: set[int]) -> Fusion | None:
-    g = rep.graph
-    chain = [head]
-    for pos in range(1, len(pattern.ops)):
-        src, _, k = next(e for e in pattern.edges if e[1] == pos)
-        found = [i for i, kk in uses.get(g.node[chain[src]].output[0], [])
-                 if kk == k and g.node[i].op_type == pattern.ops[pos]]
-        if len(found) != 1:
-            return None
-        chain.append(found[0])
-    if len(set(chain)) != len(chain) or taken & set(chain):
-        return None
-    outputs = set(rep.output_names)
-    for pos, i in enumerate(chain):
-        node = g.node[i]
-        default = node.domain in ("", "ai.onnx") and node.op_type not in pattern.ms_ops
-        if not (default or (node.domain == MS_DOMAIN and node.op_type in pattern.ms_ops)) or \
-                (rep._placement_static[i][0] != VULKAN and pos not in pattern.claims):
-            return None
-        if pos in pattern.claims and (node.op_type in rep.exclude_ops or rep._placement_static[i][0] != CPU):
-            return None
-        if any(o for o in node.output[1:]):  # optional outputs in use (LayerNormalization's mean)
-            return None
-        if pos < len(chain) - 1:  # an intermediate: read exactly by the pattern's edges
-            want = sorted((chain[c], k) for p, c, k in pattern.edges if p == pos)
-            reads = sorted(uses.get(node.output[0], []))
-            if pos in pattern.shared:  # and by nodes after the carrier (graph outputs too)
-                if [r for r in reads if r[0] not in chain] != [r for r in reads if r[0] > chain[-1]] or \
-                        not set(want) <= set(reads):
-                    return None
-            elif node.output[0] in outputs or reads != want:
-                return None
-    nodes = [g.node[i] for i in chain]
-    if pattern.check(rep, nodes):
-        return None
-    shared = tuple(g.node[chain[p]].output[0] for p in pattern.shared)
-    inner = tuple(g.node[i].output[0] for i in chain[:-1] if g.node[i].output[0] not in shared)
-    inputs: list[str] = []
-    for i in chain:
-        inputs += [n for n in _node_inputs(g.node[i]) if n not in inner and n not in shared and n not in inputs]
-    return Fusion(pattern, tuple(chain), tuple(inputs), inner, shared)
-
-
-def find_fusions(rep: BackendRep) -> Fusions:
-    """Every chain of PATTERNS in the model (a node joins at most one chain)."""
-    uses = _uses(rep.graph)
-    found = Fusions()
-    taken: set[int] = set()
-    for head, node in enumerate(rep.graph.node):
-        for pattern in PATTERNS:
-            if node.op_type != pattern.ops[0] or head in taken:
-                continue
-            f = _match(rep, pattern, head, uses, taken)
-            if f is not None:
-                found.by_carrier[f.carrier] = f
-                found.absorbed.update((i, f.carrier) for i in f.nodes[:-1])
-                taken.update(f.nodes)
-                for pos in pattern.claims:  # on the device as part of the chain
-                    rep._placement_static[f.nodes[pos]] = (VULKAN, pattern.operator, "")
-    return found
+def _chain(fusion: Fusion, executor: StepExecutor, ctx: NodeContext, graph: onnx.GraphProto,
+           lookup: Callable[[str], Any], stats: RunStats) -> None:
+    """A chain's one dispatch, or (Unfused) its shorter chains (Fusion.within) and other nodes."""
+    try:
+        with executor.scoped(fusion):
+            outs = fusion.run(ctx, graph, lookup, stats)
+    except Unfused as e:
+        ctx.note(f"nodes {list(fusion.nodes)} ({fusion.pattern.name}) ran unfused: {e}")
+        inner = {f.carrier: f for f in fusion.within}
+        absorbed = {j for f in fusion.within for j in f.nodes[:-1]}
+        for j in fusion.nodes:
+            if j in inner:
+                _chain(inner[j], executor, ctx, graph, lookup, stats)
+            elif j not in absorbed:
+                executor.node(j)
+        for name in fusion.intermediates:
+            executor.drop(name)
+        return
+    executor.chain_done(fusion, outs)

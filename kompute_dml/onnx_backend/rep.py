@@ -22,7 +22,8 @@ from .context import EagerContext
 from .device_graph import GraphPlan, gc_paused
 from .feeds import normalize_inputs
 from .fold import fold_constants, fold_summary
-from .fusions import Fusion, Fusions, find_fusions
+from .fusion_match import find_fusions
+from .fusions import Fusion, Fusions
 from .graph import _densify
 from .handlers import handler_for
 from .handlers_values import OutputArrays, into
