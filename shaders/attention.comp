@@ -628,13 +628,15 @@ void main() {
             uint row = lane_row(lane, r);
             LANE_LOOP for (uint k = 0u; k < CPL; ++k) {
                 uint c = 2u * lane_pair(lane, k);
-                // the device's conversions: whichever way hi rounds, lo = p - hi is exact before its own rounding
-                vec2 p2 = vec2(pw[n], pw[n + 1u]);
-                uint hi = packHalf2x16(p2);
-                precise vec2 lo = (p2 - unpackHalf2x16(hi)) * 4096.0;
+                // hi by the device's conversion (whichever way it rounds or flushes, p - hi is exact), decoded by
+                // integer code (the H100's compiler folds p - unpackHalf2x16(packHalf2x16(p)) to 0), lo by f2h
+                uint hi = packHalf2x16(vec2(pw[n], pw[n + 1u]));
+                precise float r0 = (pw[n] - uintBitsToFloat(h2f(hi & 0xFFFFu))) * 4096.0;
+                precise float r1 = (pw[n + 1u] - uintBitsToFloat(h2f(hi >> 16))) * 4096.0;
                 n += 2u;
                 smem[area + row * PRS + (c >> 3)][(c >> 1) & 3u] = hi;
-                smem[area + (16u + row) * PRS + (c >> 3)][(c >> 1) & 3u] = packHalf2x16(lo);
+                smem[area + (16u + row) * PRS + (c >> 3)][(c >> 1) & 3u] =
+                    f2h(floatBitsToUint(r0)) | (f2h(floatBitsToUint(r1)) << 16);
             }
         }
         subgroupMemoryBarrierShared();

@@ -316,3 +316,22 @@ def test_a_many_row_copy_runs_as_a_shader_on_a_gpu_policy():
     packed = kdml.TensorDesc(kdml.DataType.FLOAT32, (1, 16, 12, 32))
     plans = plan_copy(packed, dst, 65535, lambda regions: gpu.copies_by_transfer(dst.byte_size, regions), "gpu")
     assert isinstance(plans[0], TransferPlan)
+
+
+def test_attention_kernel_and_fused_limits():
+    """The "coopmat" attention kernel where the device has float16 cooperative matrices (GEMM's family);
+    the exported attention runs fused at every size there for FLOAT16 with head sizes <= 128 in at least
+    ATTENTION_COOP_MIN_GROUPS work groups, else up to the tiled kernel's limit."""
+    from kompute_dml.runtime import policy as P
+
+    caps = frozenset({"cooperative_matrix", "shader_float16", "vulkan_memory_model"})
+    coop = policy_for("discrete-gpu", caps, LIMITS, transfer_commands=None)
+    plain = policy_for("discrete-gpu", frozenset(), LIMITS, transfer_commands=None)
+    assert (coop.attention_kernel, plain.attention_kernel) == ("coopmat", "tiled")
+    assert policy_for("cpu", caps, LIMITS).attention_kernel == "rows"
+    many, tiled = P.ATTENTION_COOP_MIN_GROUPS, coop.attention_fused_max_flops
+    assert coop.attention_max_flops(True, 64, many) == P.ATTENTION_COOP_MAX_FLOPS > tiled
+    assert coop.attention_max_flops(True, 64, many - 1) == tiled  # few work groups of long rows: unfused
+    assert coop.attention_max_flops(False, 64, many) == tiled  # FLOAT32: the tiled kernel
+    assert coop.attention_max_flops(True, P.ATTENTION_COOP_MAX_WIDTH + 1, many) == tiled
+    assert plain.attention_max_flops(True, 64, many) == plain.attention_fused_max_flops

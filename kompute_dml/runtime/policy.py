@@ -151,8 +151,11 @@ ATTENTION_KERNEL_ENV, ATTENTION_KERNELS = "KDML_ATTENTION_KERNEL", ("tiled", "ro
 # (0.4 Gflop), 1715 / 1064 us at ViT-B 32x197 (3.8), 5357 / 1755 at 64x256 (12.9); GQA decoding 0.03x torch (Llama
 # small's steps, plans kept: 0.84x torch fused, 1.25x before). lavapipe: the rows kernel 2-3x slower from 2 x 128 keys.
 ATTENTION_FUSED_MAX_FLOPS, ATTENTION_FUSED_MIN_ROWS = {"gpu": 1.5e9, "cpu": 4e6}, {"gpu": 16, "cpu": 1}
-# ... and at every size where the "coopmat" kernel takes it (FLOAT16, head sizes <= 128): see RESULTS.md's bench_attention.
-ATTENTION_COOP_MAX_FLOPS, ATTENTION_COOP_MAX_WIDTH = float("inf"), 128
+# ... and at every size where the "coopmat" kernel takes it (FLOAT16, head sizes <= 128) with at least MIN_GROUPS work
+# groups (batch x heads x blocks of 64 query rows). H100, bench_attention at d2e4cb6: fused / unfused 48 / 662 us at
+# BERT-base 8x128, 1112 / 1608 at 64x256, 4837 / 6254 at 1x4096 (69 Gflop), 1376 / 2624 at Whisper small 8x1500; but
+# Whisper small's encoder at batch 1 (96 work groups of 1500 keys each, no key split) 2.68 ms fused, 2.05 unfused.
+ATTENTION_COOP_MAX_FLOPS, ATTENTION_COOP_MAX_WIDTH, ATTENTION_COOP_MIN_GROUPS = float("inf"), 128, 256
 
 
 def _rows(desc: Any) -> int:
@@ -297,10 +300,12 @@ class DevicePolicy:
         "tiled"."""
         return choose_conv_kernel(self.conv_family, half=half, coutg=coutg, klen=klen, backward=backward, kernel=kernel)
 
-    def attention_max_flops(self, float16: bool, width: int) -> float:
+    def attention_max_flops(self, float16: bool, width: int, groups: int) -> float:
         """The largest exported attention chain (4 b h q k d flops) run fused: the tensor-core kernel's
-        limit where it takes the problem (FLOAT16, head sizes up to ATTENTION_COOP_MAX_WIDTH), else the tiled one's."""
-        coop = float16 and self.attention_kernel == "coopmat" and width <= ATTENTION_COOP_MAX_WIDTH
+        limit where it takes the problem (FLOAT16, head sizes up to ATTENTION_COOP_MAX_WIDTH) in at least
+        ATTENTION_COOP_MIN_GROUPS work groups (`groups`: batch x heads x blocks of 64 query rows), else the tiled one's."""
+        coop = float16 and self.attention_kernel == "coopmat" and width <= ATTENTION_COOP_MAX_WIDTH and \
+            groups >= ATTENTION_COOP_MIN_GROUPS
         return self.attention_coop_max_flops if coop else self.attention_fused_max_flops
 
     def copies_by_transfer(self, nbytes: int, regions: int = 1) -> bool:
