@@ -26,7 +26,7 @@ import numpy as np
 
 import kompute_dml as kdml
 from kompute_dml.bench.timing import slopes
-from kompute_dml.runtime.policy import ATTENTION_KERNELS
+from kompute_dml.runtime.attention_policy import ATTENTION_KERNELS
 
 DT = kdml.DataType
 

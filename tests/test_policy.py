@@ -322,7 +322,7 @@ def test_attention_kernel_and_fused_limits():
     """The "coopmat" attention kernel where the device has float16 cooperative matrices (GEMM's family);
     the exported attention runs fused at every size there for FLOAT16 with head sizes <= 128 in at least
     ATTENTION_COOP_MIN_GROUPS work groups, else up to the tiled kernel's limit."""
-    from kompute_dml.runtime import policy as P
+    from kompute_dml.runtime import attention_policy as P
 
     caps = frozenset({"cooperative_matrix", "shader_float16", "vulkan_memory_model"})
     coop = policy_for("discrete-gpu", caps, LIMITS, transfer_commands=None)

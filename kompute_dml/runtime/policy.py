@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
 
+from . import attention_policy as ap  # MULTIHEAD_ATTENTION's kernel and the attention fusion's limits
 from .capabilities import CAPABILITIES, FEATURES_ENV, requested_capabilities  # noqa: F401 (re-exported)
 from .coop_policy import (  # noqa: F401 (re-exported: the float16 cooperative-matrix choices)
     CONV_KERNEL_ENV,
@@ -141,21 +142,6 @@ TINY_K, TINY_B_BYTES = 512, 256 * 1024
 
 def is_tiny(k: int, n: int) -> bool:
     return k <= TINY_K and k * n <= TINY_B_BYTES
-# MULTIHEAD_ATTENTION's kernel (ops/attention.py): "tiled" (GPUs: tiles per block of query rows), "rows" (CPUs), or
-# "coopmat" (GPUs with float16 cooperative matrices: FLOAT16 problems the tensor-core kernel takes, the tiled kernel for
-# the rest; "coopmat-emulated": the same kernel as subgroup code, for tests).
-ATTENTION_KERNEL_ENV, ATTENTION_KERNELS = "KDML_ATTENTION_KERNEL", ("tiled", "rows", "coopmat", "coopmat-emulated")
-# The exported graphs' attention chain (onnx_backend/fusion_attention.py) runs fused up to MAX_FLOPS (4 b h q k d)
-# from MIN_ROWS query rows, its key / value heads not repeated (GQA's stride-0 heads), else as its nodes. H100,
-# `benchmarks/bench_attention.py --unfused --rounds 3` at c70c79a: fused / unfused 147 / 621 us at BERT-base 8x128
-# (0.4 Gflop), 1715 / 1064 us at ViT-B 32x197 (3.8), 5357 / 1755 at 64x256 (12.9); GQA decoding 0.03x torch (Llama
-# small's steps, plans kept: 0.84x torch fused, 1.25x before). lavapipe: the rows kernel 2-3x slower from 2 x 128 keys.
-ATTENTION_FUSED_MAX_FLOPS, ATTENTION_FUSED_MIN_ROWS = {"gpu": 1.5e9, "cpu": 4e6}, {"gpu": 16, "cpu": 1}
-# ... and at every size where the "coopmat" kernel takes it (FLOAT16, head sizes <= 128) with at least MIN_GROUPS work
-# groups (batch x heads x blocks of 64 query rows). H100, bench_attention at d2e4cb6: fused / unfused 48 / 662 us at
-# BERT-base 8x128, 1112 / 1608 at 64x256, 4837 / 6254 at 1x4096 (69 Gflop), 1376 / 2624 at Whisper small 8x1500; but
-# Whisper small's encoder at batch 1 (96 work groups of 1500 keys each, no key split) 2.68 ms fused, 2.05 unfused.
-ATTENTION_COOP_MAX_FLOPS, ATTENTION_COOP_MAX_WIDTH, ATTENTION_COOP_MIN_GROUPS = float("inf"), 128, 256
 
 
 def _rows(desc: Any) -> int:
@@ -238,10 +224,10 @@ class DevicePolicy:
     coop_sums: str = "bytes"  # see COOP_SUMS
     gemv_max_m: int = GEMV_MAX_M  # see GEMV_MAX_M, GEMV_COOP_MAX_M
     gemv_k_contiguous: bool = True  # gemv takes k-contiguous B (not on coopmat GPUs: GEMV_COOP_MAX_M)
-    attention_kernel: str = "tiled"  # see ATTENTION_KERNEL_ENV
-    attention_fused_max_flops: float = ATTENTION_FUSED_MAX_FLOPS["gpu"]  # see ATTENTION_FUSED_MAX_FLOPS
-    attention_fused_min_rows: int = ATTENTION_FUSED_MIN_ROWS["gpu"]
-    attention_coop_max_flops: float = ATTENTION_COOP_MAX_FLOPS  # see ATTENTION_COOP_MAX_FLOPS
+    attention_kernel: str = "tiled"  # see ap.ATTENTION_KERNEL_ENV
+    attention_fused_max_flops: float = ap.ATTENTION_FUSED_MAX_FLOPS["gpu"]  # see ap.ATTENTION_FUSED_MAX_FLOPS
+    attention_fused_min_rows: int = ap.ATTENTION_FUSED_MIN_ROWS["gpu"]
+    attention_coop_max_flops: float = ap.ATTENTION_COOP_MAX_FLOPS  # see ap.ATTENTION_COOP_MAX_FLOPS
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -301,11 +287,8 @@ class DevicePolicy:
         return choose_conv_kernel(self.conv_family, half=half, coutg=coutg, klen=klen, backward=backward, kernel=kernel)
 
     def attention_max_flops(self, float16: bool, width: int, groups: int) -> float:
-        """The largest exported attention chain (4 b h q k d flops) run fused: the tensor-core kernel's
-        limit where it takes the problem (FLOAT16, head sizes up to ATTENTION_COOP_MAX_WIDTH) in at least
-        ATTENTION_COOP_MIN_GROUPS work groups (`groups`: batch x heads x blocks of 64 query rows), else the tiled one's."""
-        coop = float16 and self.attention_kernel == "coopmat" and width <= ATTENTION_COOP_MAX_WIDTH and \
-            groups >= ATTENTION_COOP_MIN_GROUPS
+        """The largest exported attention chain run fused (attention_policy.coop_applies: which limit)."""
+        coop = ap.coop_applies(self.attention_kernel, float16, width, groups)
         return self.attention_coop_max_flops if coop else self.attention_fused_max_flops
 
     def copies_by_transfer(self, nbytes: int, regions: int = 1) -> bool:
@@ -358,8 +341,8 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
     if device_type == "cpu":
         policy = DevicePolicy("cpu", transfer_commands=True, matmul_family="cpu", capabilities=capabilities,
                               constant_below=CONSTANT_BELOW, attention_kernel="rows",
-                              attention_fused_max_flops=ATTENTION_FUSED_MAX_FLOPS["cpu"],
-                              attention_fused_min_rows=ATTENTION_FUSED_MIN_ROWS["cpu"])
+                              attention_fused_max_flops=ap.ATTENTION_FUSED_MAX_FLOPS["cpu"],
+                              attention_fused_min_rows=ap.ATTENTION_FUSED_MIN_ROWS["cpu"])
     else:
         # tensor cores where enabled; else the same tiled kernel on OpSDot where the device has
         # integer dot products, for matrices of at most DOT_MAX_M rows (see there)
@@ -390,7 +373,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
     flush = _env_choice(PLAN_FLUSH_ENV, None)
     flush_allocating = _env_choice(PLAN_FLUSH_ALLOCATING_ENV, ("0", "1"))
     weights = _env_choice(WEIGHTS_ENV, WEIGHT_LAYOUTS)
-    attention = _env_choice(ATTENTION_KERNEL_ENV, ATTENTION_KERNELS) or policy.attention_kernel
+    attention = _env_choice(ap.ATTENTION_KERNEL_ENV, ap.ATTENTION_KERNELS) or policy.attention_kernel
     policy = replace(policy, completion=completion or policy.completion, first_run=first_run or policy.first_run,
                      attention_kernel=attention,
                      plan_flush_ms=policy.plan_flush_ms if flush is None else flush, weights=weights or policy.weights,
