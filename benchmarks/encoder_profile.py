@@ -34,6 +34,8 @@ def main() -> None:
     ap.add_argument("--family", default=None, help="a model of kompute_dml.bench.families instead of --model")
     ap.add_argument("--size", default="small", help="the family's size (with --family)")
     args = ap.parse_args()
+    if args.family and args.plan_after:
+        ap.error("--plan-after takes --model's random feeds, not --family's")
     (batch, seq), = args.shape
     rng = np.random.default_rng(0)
     if args.family:
@@ -46,7 +48,7 @@ def main() -> None:
         model = encoder_speed.load_model(args.model)
         rep = Backend.prepare(str(model.path), "CPU")
         feeds = encoder_speed.bert_models.random_feeds(batch, seq, model.vocab, rng)
-    if args.plan_after and not args.family:
+    if args.plan_after:
         import cProfile
         import pstats
         (b0, s0), = args.plan_after

@@ -322,6 +322,9 @@ def test_attention_kernel_and_fused_limits():
     """The "coopmat" attention kernel where the device has float16 cooperative matrices (GEMM's family);
     the exported attention runs fused at every size there for FLOAT16 with head sizes <= 128 in at least
     ATTENTION_COOP_MIN_GROUPS work groups, else up to the tiled kernel's limit."""
+    import functools
+
+    from kompute_dml.ops.attention_layout import coop_takes
     from kompute_dml.runtime import attention_policy as P
 
     caps = frozenset({"cooperative_matrix", "shader_float16", "vulkan_memory_model"})
@@ -330,8 +333,12 @@ def test_attention_kernel_and_fused_limits():
     assert (coop.attention_kernel, plain.attention_kernel) == ("coopmat", "tiled")
     assert policy_for("cpu", caps, LIMITS).attention_kernel == "rows"
     many, tiled = P.ATTENTION_COOP_MIN_GROUPS, coop.attention_fused_max_flops
-    assert coop.attention_max_flops(True, 64, many) == P.ATTENTION_COOP_MAX_FLOPS > tiled
-    assert coop.attention_max_flops(True, 64, many - 1) == tiled  # few work groups of long rows: unfused
-    assert coop.attention_max_flops(False, 64, many) == tiled  # FLOAT32: the tiled kernel
-    assert coop.attention_max_flops(True, P.ATTENTION_COOP_MAX_WIDTH + 1, many) == tiled
-    assert plain.attention_max_flops(True, 64, many) == plain.attention_fused_max_flops
+    assert coop.attention_max_flops(True, many) == P.ATTENTION_COOP_MAX_FLOPS > tiled
+    assert coop.attention_max_flops(True, many - 1) == tiled  # few work groups of long rows: unfused
+    assert coop.attention_max_flops(False, many) == tiled  # a problem the tensor-core kernel does not take
+    takes = functools.partial(coop_takes, seq=5, bias=False)
+    assert takes(coop.attention_kernel, True, 128) and takes("coopmat-emulated", True, 64)
+    assert not takes(coop.attention_kernel, False, 64)  # FLOAT32: the tiled kernel
+    assert not takes(coop.attention_kernel, True, 129)  # past the tiles' head sizes
+    assert not takes(plain.attention_kernel, True, 64)
+    assert not coop_takes("coopmat", True, 64, seq=4, bias=False) and not coop_takes("coopmat", True, 64, 5, bias=True)

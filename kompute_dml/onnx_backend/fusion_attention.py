@@ -27,6 +27,7 @@ import onnx
 
 import kompute_dml as kdml
 
+from ..ops.attention_layout import COOP_ROWS, coop_takes
 from .graph import _attr, constant_float
 from .handlers_nn import _opset
 from .handlers_values import as_device
@@ -110,7 +111,8 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
     batch, heads, seq, _ = qs
     flops = 4 * batch * heads * seq * keys * qs[3]
     policy = ctx.device.policy  # the device's measured crossovers (runtime/policy.py)
-    if flops > policy.attention_max_flops(dt == np.float16, max(qs[3], vs[3]), batch * heads * -(-seq // 64)):
+    coop = coop_takes(policy.attention_kernel, dt == np.float16, max(qs[3], vs[3]), seq, False)
+    if flops > policy.attention_max_flops(coop, batch * heads * -(-seq // COOP_ROWS)):
         raise FallbackNeeded(f"{flops:.3g} flops: the unfused chain is faster there (DevicePolicy.attention_fused_max_flops)")
     if seq < policy.attention_fused_min_rows:
         raise FallbackNeeded(f"{seq} query rows: the unfused chain is faster there (DevicePolicy.attention_fused_min_rows)")

@@ -41,12 +41,11 @@ from ..core.tensor_desc import TensorDesc
 from ..device.memory import Buffer, Tensor
 from ..functional.constants import device_constant
 from ..runtime import DispatchPlan, TransferPlan, grid_for
-from .attention_layout import Problem, key_splits, plans_ahead, resolve, tile_for
+from .attention_layout import COOP_ROWS, Problem, coop_choice, key_splits, plans_ahead, resolve, tile_for
 from .attention_rules import attention_rule
 from .base import CompiledOperator, validate_tensors
 from .contract import attention as C
 from .elementwise_plan import check_addressable
-from .gemm_coop import BLOCK_SUBGROUPS, require_capabilities, subgroup_size
 from .onnx_types import float_input
 from .spec import OnnxOp, OperatorSpec
 
@@ -250,7 +249,7 @@ def compile_attention(device: Device, desc: Any) -> CompiledOperator:
                                 if f in entry})
     t = "f32" if size == 4 else "f16"
     kernel = device.policy.attention_kernel
-    coop = _coop_choice(device, desc, p, kernel, size)
+    coop = coop_choice(device, desc, p, kernel, size)
     tile = tile_for(p) if kernel != "rows" and coop is None else None
     maxg = device.limits["max_compute_work_group_count"][0]
     common = dict(batch=p.batch, seq=p.seq, kv_seq=p.kv_seq, past=p.past, present=p.present, heads=p.heads,
@@ -261,7 +260,7 @@ def compile_attention(device: Device, desc: Any) -> CompiledOperator:
     plans: list[DispatchPlan | TransferPlan] = []
     if coop is not None:
         variant, spec = coop
-        blocks = cdiv(p.seq, 16 * C.MHA_COOP_SUBGROUPS)
+        blocks = cdiv(p.seq, COOP_ROWS)
         count = p.batch * p.heads * blocks * spec[0]
         _addressing(count, "query blocks x heads x batch")
         plans.append(DispatchPlan(variant=variant, bindings=bindings,
@@ -313,29 +312,6 @@ def compile_attention(device: Device, desc: Any) -> CompiledOperator:
     geometry = np.array(p.geometry(), np.uint32)
     constants.insert(0, device_constant(device, geometry, ("mha-geometry", geometry.tobytes())))
     return CompiledOperator(device, desc, support, support.inputs, support.outputs, plans, constants)
-
-
-def _coop_choice(device: Device, desc: Any, p: Problem, kernel: str, size: int) -> tuple[str, tuple[int, int]] | None:
-    """The tensor-core kernel's variant and specialization constants (work-group and subgroup sizes)
-    where the policy's kernel is "coopmat" / "coopmat-emulated" and the problem is one it takes:
-    FLOAT16, no bias (the sums of bias would not be float16), head sizes up to 128, more query rows
-    than a decoding step's (those take the tiled kernel's blocks of 4 rows and key splits); the
-    largest key tile whose shared memory the device has. None: the tiled kernel."""
-    if kernel not in ("coopmat", "coopmat-emulated") or size != 2 or desc.bias_tensor is not None:
-        return None
-    width = max(p.dqk, p.dv)
-    if width > 128 or p.seq <= C.MHA_FEW_ROWS:
-        return None
-    require_capabilities(device, kernel, "MULTIHEAD_ATTENTION")
-    sg = subgroup_size(device)
-    wg = C.MHA_COOP_SUBGROUPS * sg
-    if sg not in BLOCK_SUBGROUPS or wg > int(device.limits.get("max_compute_work_group_invocations", 128)):
-        return None
-    smem = int(device.limits.get("max_compute_shared_memory_size", 16384))
-    tiles = [name for name, (_bk, dmax) in C.MHA_COOP_TILES.items() if width <= dmax and C.mha_coop_smem(name) <= smem]
-    if not tiles:
-        return None
-    return C.MHA_COOP.name(emulated="" if kernel == "coopmat" else "x", tile=tiles[0]), (wg, sg)
 
 
 def _addressing(n: int, what: str) -> None:

@@ -23,6 +23,7 @@ from ..core.ints import cdiv
 from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan
 from .contract import attention as C
+from .gemm_coop import BLOCK_SUBGROUPS, require_capabilities, subgroup_size
 
 if TYPE_CHECKING:
     from ..device.device import Device
@@ -294,3 +295,35 @@ def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[Di
            for v in (*(C.MHA_SPLIT.name(t=t, tile=x) for x in tiles), C.MHA_COMBINE.name(t=t))]
     return out + [dataclasses.replace(first, variant=C.MHA_TILED.name(t=t, tile=x), bindings=first.bindings[:13])
                   for x in tiles if x != tile]
+
+
+COOP_ROWS = 16 * C.MHA_COOP_SUBGROUPS  # the tensor-core kernel's query rows per work group
+_COOP_WIDTH = max(dmax for _bk, dmax in C.MHA_COOP_TILES.values())
+
+
+def coop_takes(kernel: str, float16: bool, width: int, seq: int, bias: bool) -> bool:
+    """Whether the tensor-core kernel takes a problem: the policy's kernel "coopmat" / "coopmat-emulated",
+    FLOAT16, no bias (the sums of bias would not be float16), head sizes (`width`, the larger) up to its
+    tiles' bound, more query rows than a decoding step's (those take the tiled kernel's blocks of 4
+    rows and key splits). onnx_backend/fusion_attention.py asks it too (the fusion's size limit)."""
+    return kernel in ("coopmat", "coopmat-emulated") and float16 and not bias and width <= _COOP_WIDTH and \
+        seq > C.MHA_FEW_ROWS
+
+
+def coop_choice(device: Device, desc: Any, p: Problem, kernel: str, size: int) -> tuple[str, tuple[int, int]] | None:
+    """The tensor-core kernel's variant and specialization constants (work-group and subgroup sizes)
+    where it takes the problem (coop_takes): the largest key tile whose shared memory the device has.
+    None: the tiled kernel."""
+    width = max(p.dqk, p.dv)
+    if not coop_takes(kernel, size == 2, width, p.seq, desc.bias_tensor is not None):
+        return None
+    require_capabilities(device, kernel, "MULTIHEAD_ATTENTION")
+    sg = subgroup_size(device)
+    wg = C.MHA_COOP_SUBGROUPS * sg
+    if sg not in BLOCK_SUBGROUPS or wg > int(device.limits.get("max_compute_work_group_invocations", 128)):
+        return None
+    smem = int(device.limits.get("max_compute_shared_memory_size", 16384))
+    tiles = [name for name, (_bk, dmax) in C.MHA_COOP_TILES.items() if width <= dmax and C.mha_coop_smem(name) <= smem]
+    if not tiles:
+        return None
+    return C.MHA_COOP.name(emulated="" if kernel == "coopmat" else "x", tile=tiles[0]), (wg, sg)

@@ -286,10 +286,10 @@ class DevicePolicy:
         "tiled"."""
         return choose_conv_kernel(self.conv_family, half=half, coutg=coutg, klen=klen, backward=backward, kernel=kernel)
 
-    def attention_max_flops(self, float16: bool, width: int, groups: int) -> float:
-        """The largest exported attention chain run fused (attention_policy.coop_applies: which limit)."""
-        coop = ap.coop_applies(self.attention_kernel, float16, width, groups)
-        return self.attention_coop_max_flops if coop else self.attention_fused_max_flops
+    def attention_max_flops(self, coop: bool, groups: int) -> float:
+        """The largest exported attention chain run fused: the tensor-core kernel's limit where it takes the
+        problem (`coop`: ops/attention_layout.coop_takes) in at least ATTENTION_COOP_MIN_GROUPS work groups, else the tiled one's."""
+        return self.attention_coop_max_flops if coop and groups >= ap.ATTENTION_COOP_MIN_GROUPS else self.attention_fused_max_flops
 
     def copies_by_transfer(self, nbytes: int, regions: int = 1) -> bool:
         """Whether a dense copy writing `nbytes` in `regions` row regions runs as transfer commands."""
