@@ -26,7 +26,8 @@ DT = kdml.DataType
 GPU_ROWS = [("softmax", DT.FLOAT32, (1, 12, 16, 16)), ("softmax", DT.FLOAT32, (8, 12, 128, 128)),
             ("softmax", DT.FLOAT32, (64, 12, 256, 256)), ("softmax", DT.FLOAT32, (8, 12, 512, 512)),
             ("softmax", DT.FLOAT32, (8, 12, 127, 127)), ("softmax", DT.FLOAT16, (64, 12, 256, 256)),
-            ("softmax", DT.FLOAT32, (64, 12, 256, 1000)),
+            ("softmax", DT.FLOAT32, (64, 12, 256, 1000)), ("softmax", DT.FLOAT32, (8, 4, 1500, 1500)),
+            ("softmax", DT.FLOAT16, (8, 4, 1500, 1500)),
             ("gelu", DT.FLOAT32, (1, 16, 1536)), ("gelu", DT.FLOAT32, (8, 128, 1536)),
             ("gelu", DT.FLOAT32, (64, 256, 1536)), ("gelu", DT.FLOAT16, (64, 256, 1536))]
 SMALL_ROWS = [("softmax", DT.FLOAT32, (1, 12, 16, 16)), ("softmax", DT.FLOAT32, (2, 12, 128, 128)),

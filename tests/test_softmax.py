@@ -55,7 +55,7 @@ def run(dev, rng, x_desc: TD, y_desc: TD, axes, values: np.ndarray) -> tuple[np.
 
 # ---- the fast path: the last dimension ------------------------------------------------------------
 LENGTHS = (1, 2, 3, 7, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 255, 256, 257, 384, 511, 512, 513, 1000, 1023,
-           1024, 1025, 2047, 2048, 2049)
+           1024, 1025, 1500, 2047, 2048, 2049, 4097, 8192, 8193, 16384, 16385)
 
 
 @pytest.mark.parametrize("dt", FLOATS, ids=IDS)
@@ -68,6 +68,19 @@ def test_last_axis(dev, rng, dt, length):
     _, _, op = run(dev, rng, d, d, (len(shape) - 1,), scores(rng, shape, dt))
     fast = length <= FAST_ELEMENTS * (4 // dt.size)
     assert op.variants[0].startswith("smx_" + ("f32" if dt == DT.FLOAT32 else "f16") + ("_l" if fast else "_g"))
+
+
+@pytest.mark.parametrize("dt, length, variant", [
+    (DT.FLOAT32, 32, "l8_k4"), (DT.FLOAT32, 33, "l32_k2"), (DT.FLOAT32, 1024, "l32_k32"), (DT.FLOAT32, 1025, "l256_k8"),
+    (DT.FLOAT32, 1500, "l256_k8"), (DT.FLOAT32, 2049, "l256_k16"), (DT.FLOAT32, 8192, "l256_k32"),
+    (DT.FLOAT32, 8193, "g256"), (DT.FLOAT16, 64, "l8_k4"), (DT.FLOAT16, 65, "l32_k2"), (DT.FLOAT16, 2048, "l32_k32"),
+    (DT.FLOAT16, 2049, "l256_k8"), (DT.FLOAT16, 16384, "l256_k32"), (DT.FLOAT16, 16385, "g256")])
+def test_fast_geometry(dev, dt, length, variant):
+    """A row takes the fewest lanes whose 32 elements per lane hold it, then the fewest elements
+    per lane (docs/softmax.md); longer rows the general variant."""
+    d = TD(dt, (3, length))
+    t = "f32" if dt == DT.FLOAT32 else "f16"
+    assert dev.compile(kdml.ActivationSoftmax1Desc(d, d, (1,))).variants == [f"smx_{t}_{variant}"]
 
 
 @pytest.mark.parametrize("dt", FLOATS, ids=IDS)

@@ -128,9 +128,9 @@ def softmax_axes(axes: object, dimension_count: int) -> tuple[int, ...]:
 
 
 # A row of at most FAST_ELEMENTS (float16: twice as many) in one reduced dimension is read once,
-# into registers (contract.SMX_FAST); longer or multi-dimensional rows are read three times.
-FAST_LANES, FAST_K = (8, 32), (1, 2, 4, 8, 16, 32)
-FAST_ELEMENTS = FAST_LANES[-1] * FAST_K[-1]
+# into registers (contract.SMX_FAST, its geometries contract.SMX_GEOMETRIES); longer or
+# multi-dimensional rows are read three times.
+FAST_ELEMENTS = max(lanes * ks[-1] for lanes, ks in contract.SMX_GEOMETRIES.items())
 GEN_WIDE_ABOVE = 4096  # rows longer than this take 256 invocations (smx_gen g256), else 32
 
 
@@ -181,9 +181,10 @@ def plan_softmax(x: TensorDesc, y: TensorDesc, axes: Sequence[int], max_groups: 
     fast_family, gen_family = (contract.SMX_EXT_FAST, contract.SMX_EXT_GEN) if ext else (
         families or (contract.SMX_FAST, contract.SMX_GEN))
     if len(r_sizes) == 1 and length <= FAST_ELEMENTS * ept:
-        lanes = FAST_LANES[0] if length <= FAST_LANES[0] * 4 * ept else FAST_LANES[1]
-        k = next(k for k in FAST_K if k * lanes * ept >= length)
-        family, variant = fast_family, fast_family.name(t=t, lanes=lanes, k=k)
+        # the fewest lanes that hold the row, then the fewest elements per lane
+        lanes, k = next((lanes, k) for lanes, ks in contract.SMX_GEOMETRIES.items() for k in ks
+                        if k * lanes * ept >= length)
+        family, variant = fast_family, fast_family.name(t=t, g=f"l{lanes}_k{k}")
     else:
         lanes = 256 if length > GEN_WIDE_ABOVE else 32
         family, variant = gen_family, gen_family.name(t=t, lanes=lanes)

@@ -280,6 +280,7 @@ from .softmax import (  # noqa: E402, F401
     SMX_EXT_PUSH,
     SMX_FAST,
     SMX_GEN,
+    SMX_GEOMETRIES,
     SMX_PUSH,
 )
 

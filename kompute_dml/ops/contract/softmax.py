@@ -17,14 +17,21 @@ _BITS = {"f32": 32, "f16": 16}
 # dimensions, [nouter, 8) the reduced ones. *_fast: one reduced dimension (slot 7) of at most
 # K * LANES * (32 / bits) elements, kept in registers; *_gen: any, read again per pass.
 SMX_PUSH = block("x_off", "y_off", "rows", "len", "nouter", "size[8]", "x_str[8]", "y_str[8]")
-_SMX_K = (1, 2, 4, 8, 16, 32)
+# The fast variants' geometries, l{LANES}_k{K}: a row takes the fewest lanes whose K = 32 holds it
+# (ops/activation.py plan_softmax), so only these are ever chosen: 8 lanes for rows of up to 4 * 8
+# words, 32 up to 32 * 32, 256 (a row per work group) up to 32 * 256 (Whisper's 1,500 keys were
+# read three times by 32 lanes of the general variant before).
+SMX_GEOMETRIES = {8: (1, 2, 4), 32: (2, 4, 8, 16, 32), 256: (8, 16, 32)}
+_SMX_G = tuple(f"l{lanes}_k{k}" for lanes, ks in SMX_GEOMETRIES.items() for k in ks)
 
 
 def _fast(name: str, prefix: str, mode: int, ext: int, push: PushBlock = SMX_PUSH) -> ShaderFamily:
-    return family(name, "softmax.comp", prefix + "_{t}_l{lanes}_k{k}", push, _L256, t=tuple(_BITS), lanes=(8, 32),
-                  k=_SMX_K, shape=("lanes", "k"),
-                  defines=lambda t, lanes, k: {"BITS": _BITS[t], "LANES": lanes, "FAST": 1, "K": k, "EXT": ext,
-                                               "MODE": mode})
+    def defines(t: str, g: str) -> dict[str, int]:
+        lanes, k = (int(part[1:]) for part in g.split("_"))
+        return {"BITS": _BITS[t], "LANES": lanes, "FAST": 1, "K": k, "EXT": ext, "MODE": mode}
+
+    return family(name, "softmax.comp", prefix + "_{t}_{g}", push, _L256, t=tuple(_BITS), g=_SMX_G, shape=("g",),
+                  defines=defines)
 
 
 def _gen(name: str, prefix: str, mode: int, ext: int, push: PushBlock = SMX_PUSH) -> ShaderFamily:
