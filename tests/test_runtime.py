@@ -167,6 +167,33 @@ def test_stale_spirv_is_a_clear_error(tmp_path, monkeypatch):
         shaders._builder.cache_clear()
 
 
+def test_staleness_check_skipped_only_after_a_build(tmp_path):
+    """The per-variant digests are skipped only where the manifest is newer than every file the
+    build reads: a shader, an ops module or a contract file written after it brings them back."""
+    import os
+
+    from kompute_dml.runtime import shaders
+
+    pkg, src = tmp_path / "kompute_dml", tmp_path / "shaders"
+    for d in (pkg / "spirv", pkg / "ops" / "contract", src / "sub", tmp_path / "tools"):
+        d.mkdir(parents=True)
+    files = [src / "a.comp", src / "sub" / "b.glsl", pkg / "ops" / "x.py", pkg / "ops" / "contract" / "c.py",
+             tmp_path / "tools" / "build_spirv.py"]
+    for f in files:
+        f.write_text("x")
+        os.utime(f, ns=(10**18, 10**18))
+    manifest = pkg / "spirv" / "manifest.json"
+    manifest.write_text("{}")
+    os.utime(manifest, ns=(2 * 10**18, 2 * 10**18))
+    assert shaders.built_after_sources.__wrapped__(pkg / "spirv", src)
+    for f in files:
+        os.utime(f, ns=(3 * 10**18, 3 * 10**18))
+        assert not shaders.built_after_sources.__wrapped__(pkg / "spirv", src), f
+        os.utime(f, ns=(10**18, 10**18))
+    manifest.unlink()
+    assert not shaders.built_after_sources.__wrapped__(pkg / "spirv", src)
+
+
 @pytest.mark.parametrize("row", [1, 32])  # short rows: shader; long rows: transfer regions
 def test_interleaved_bindings_in_one_buffer(dev, row):
     """Input and output interleaved in one buffer without a common byte are allowed."""
