@@ -20,6 +20,9 @@ and FLOAT16 each.
 where the device has them, else "coopmat-emulated" with --emulated), the tiled kernel forced, and
 torch.matmul fp16; printed side by side with the ratios tiled / coop (the family's speed-up) and
 torch / coop (> 1: ours faster). Correctness first as above, under the family's bound.
+`--blocks`: FLOAT32 on the tiled kernel with each register block forced (b2, b4, b8: 32, 64 and
+128-square tiles) beside torch fp32, on Whisper's encoder products and the cases above, with the
+block the device policy picks.
 """
 
 from __future__ import annotations
@@ -224,6 +227,56 @@ def sweep(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator) 
     return rows, ok
 
 
+def block_cases(quick: bool) -> list[dict[str, Any]]:
+    """--blocks: float32 products of the encoders (Whisper's at batch 8 x 1,500 frames, hidden 256)."""
+    if quick:
+        return [dict(name="96x200x130", kind="plain", m=96, k=200, n=130),
+                dict(name="attn_scores b2h2s300d64", kind="scores", b=2, h=2, s=300, d=64)]
+    return [dict(name="12000x256x1024", kind="plain", m=12000, k=256, n=1024),
+            dict(name="12000x1024x256", kind="plain", m=12000, k=1024, n=256),
+            dict(name="attn_scores b8h4s1500d64", kind="scores", b=8, h=4, s=1500, d=64),
+            dict(name="attn_context b8h4s1500d64", kind="context", b=8, h=4, s=1500, d=64),
+            *cases(False), dict(name="2048x2048x2048", kind="plain", m=2048, k=2048, n=2048),
+            dict(name="1024x4096x1024", kind="plain", m=1024, k=4096, n=1024),
+            dict(name="8192x4096x1024", kind="plain", m=8192, k=4096, n=1024),
+            dict(name="4096x1024x4096", kind="plain", m=4096, k=1024, n=4096),
+            dict(name="8192x2048x2048", kind="plain", m=8192, k=2048, n=2048)]
+
+
+def blocks(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator) -> tuple[list[dict[str, Any]], bool]:
+    """--blocks: the float32 tiled kernel with each register block (contract.GEMM_BLOCKS) forced, and torch fp32."""
+    from kompute_dml.ops import gemm
+    from kompute_dml.ops.contract import GEMM_BLOCKS
+
+    rows, ok = [], True
+    choose = gemm.choose_block
+    print(f"{'case':<28} {'policy':<12} " + " ".join(f"{f'b{b} us':>10}" for b in GEMM_BLOCKS)
+          + f" {'torch us':>10} {'best TFLOPS':>12} {'torch/best':>11}")
+    for case in block_cases(args.quick):
+        ours = {"policy": Ours(dev, case, D.FLOAT32, rng, kernel="tiled")}
+        for blk in GEMM_BLOCKS:
+            gemm.choose_block = lambda *_a, blk=blk: blk  # type: ignore[assignment]
+            try:
+                ours[f"b{blk}"] = Ours(dev, case, D.FLOAT32, rng, kernel="tiled")
+            finally:
+                gemm.choose_block = choose  # type: ignore[assignment]
+        good = all(o.check() for o in ours.values())
+        ok &= good
+        makes = {k: o.make for k, o in ours.items() if k != "policy"}
+        secs = time_interleaved({**makes, **torch_peers(ours["b4"], ("torch_f32",))}, args.rounds)
+        flops = ours["b4"].flops()
+        best = min(makes, key=secs.__getitem__)
+        torch_s = secs.get("torch_f32")
+        rows.append({"case": case["name"], "policy": ours["policy"].op.plans[0].variant, "correct": good,
+                     **{f"{k}_us": v * 1e6 for k, v in secs.items()}})
+        print(f"{case['name']:<28} {ours['policy'].op.plans[0].variant:<12} "
+              + " ".join(f"{secs[f'b{b}'] * 1e6:10.1f}" for b in GEMM_BLOCKS)
+              + (f" {torch_s * 1e6:10.1f}" if torch_s else f" {'-':>10}")
+              + f" {flops / secs[best] / 1e12:12.1f}" + (f" {torch_s / secs[best]:11.2f}" if torch_s else f" {'-':>11}")
+              + ("" if good else "  FAIL"), flush=True)
+    return rows, ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -233,12 +286,13 @@ def main() -> int:
     ap.add_argument("--emulated", action="store_true", help="with --families: the emulated family where no tensor cores")
     ap.add_argument("--sweep", action="store_true", help="the --families cases on every tile of SWEEP_TILES")
     ap.add_argument("--only", nargs="*", default=[], help="with --sweep: the cases whose names contain one of these")
+    ap.add_argument("--blocks", action="store_true", help="FLOAT32: the tiled kernel's register blocks vs torch fp32")
     args = ap.parse_args()
     rng = np.random.default_rng(7)
     dev = kdml.Device()
     print(f"device: {dev.name}")
-    if args.families or args.sweep:
-        rows, ok = (sweep if args.sweep else families)(dev, args, rng)
+    if args.families or args.sweep or args.blocks:
+        rows, ok = (sweep if args.sweep else blocks if args.blocks else families)(dev, args, rng)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))
         dev.close()

@@ -18,7 +18,7 @@ from gemm_reference import check, expected
 from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
 
 import kompute_dml as kdml
-from kompute_dml.ops.gemm import BIG_TILES_MIN, choose_block, gemm_grid
+from kompute_dml.ops.gemm import BIG_TILES_MIN, BLK8_MIN_K, choose_block, gemm_grid
 
 DT = kdml.DataType
 FL = kdml.FeatureLevel
@@ -123,15 +123,20 @@ def test_k_from_1_to_4096(dev, rng, dt):
 
 
 def test_tile_sizes(dev, rng, monkeypatch):
-    """Both register blocks (32 x 32 and 64 x 64 tiles) on shapes around their edges, and the
-    policies' choice between them."""
-    for blk in (2, 4):
+    """Every register block (32 x 32, 64 x 64 and 128 x 128 tiles) on shapes around their edges,
+    and the policies' choice between them."""
+    for blk in (2, 4, 8):
         monkeypatch.setattr("kompute_dml.ops.gemm.choose_block", lambda *args, blk=blk: blk)
-        for m, n, nb in ((70, 70, 3), (129, 65, 2), (40, 200, 2), (33, 31, 1), (64, 128, 1)):
+        for m, n, nb in ((70, 70, 3), (129, 65, 2), (40, 200, 2), (33, 31, 1), (64, 128, 1), (257, 130, 1)):
             run_case(dev, rng, DT.FLOAT32, (nb,), m, n, 19, strided=False)
+        run_case(dev, rng, DT.FLOAT16, (2,), 130, 129, 35, ta=True, strided=False)
         ad, bd, od = TD(DT.FLOAT32, (5, 19)), TD(DT.FLOAT32, (19, 7)), TD(DT.FLOAT32, (5, 7))
         assert dev.compile(kdml.GemmDesc(ad, bd, None, od)).plans[0].variant == f"gemm_f32_b{blk}"
     # GPUs: 64 x 64 where there are enough such tiles; CPU devices: the least padded work per speed
+    assert choose_block("parallel", 128 * 8, 128 * 8, BIG_TILES_MIN // 64, BLK8_MIN_K) == 8
+    assert choose_block("parallel", 128 * 8, 128 * 8, BIG_TILES_MIN // 64, BLK8_MIN_K - 1) == 4
+    assert choose_block("parallel", 128 * 8, 128 * 8 - 128, BIG_TILES_MIN // 64, BLK8_MIN_K) == 4
+    assert choose_block("parallel", 64, 4096, 1000) == 4
     assert choose_block("parallel", 128, 128, BIG_TILES_MIN // 4) == 4
     assert choose_block("parallel", 128, 128, BIG_TILES_MIN // 4 - 1) == 2
     assert choose_block("parallel", 32, 4096, 1000) == 2
@@ -497,14 +502,15 @@ def test_result_independent_of_layout_and_tile(dev, rng, monkeypatch, dt):
     m, n, k = 70, 45, 300
     a, b, c = values(rng, dt, (3, m, k)), values(rng, dt, (3, k, n)), values(rng, dt, (3, m, n))
     results = []
-    for ta, tb, big in ((False, False, False), (True, True, False), (True, False, True), (False, True, True)):
-        monkeypatch.setattr("kompute_dml.ops.gemm.choose_block", lambda *args, big=big: 4 if big else 2)
+    for ta, tb, big, blk in ((False, False, False, 2), (True, True, False, 4), (True, False, True, 4),
+                             (False, True, True, 8), (True, False, False, 8)):
+        monkeypatch.setattr("kompute_dml.ops.gemm.choose_block", lambda *args, blk=blk: blk)
         sa = np.ascontiguousarray(np.swapaxes(a, 1, 2)) if ta else a
         sb = np.ascontiguousarray(np.swapaxes(b, 1, 2)) if tb else b
         at, bt, ct = dev.tensor(sa), dev.tensor(sb), dev.tensor(c)
         out = dev.empty(TD(dt, (3, m, n), (m, 1, 3 * m)) if big else TD(dt, (3, m, n)))
         op = dev.compile(kdml.GemmDesc(at.desc, bt.desc, ct.desc, out.desc, int(ta), int(tb), 0.75, -1.5))
-        assert op.plans[0].variant.endswith("_b4" if big else "_b2")
+        assert op.plans[0].variant.endswith(f"_b{blk}")
         op.execute([at, bt, ct], [out])
         results.append(out.numpy())
     for r in results[1:]:

@@ -331,7 +331,7 @@ GEMM_PUSH = block("a_off", "b_off", "c_off", "o_off", "m", "n", "k", "nmat", "nc
 GEMM_F_HAS_C = 1  # C is bound: Output = alpha * S + beta * C (else alpha * S)
 GEMM_F_A_MFAST = 2  # A's tile is staged with consecutive invocations on consecutive m (else k)
 GEMM_F_B_KFAST = 4  # B's tile is staged with consecutive invocations on consecutive k (else n)
-GEMM_BLOCKS = (2, 4)
+GEMM_BLOCKS = (2, 4, 8)
 GEMM = family("gemm", "gemm.comp", "gemm_{t}_b{blk}", GEMM_PUSH, (16, 16, 1), t=("f32", "f16"), blk=GEMM_BLOCKS, shape=("blk",),
               defines=lambda t, blk: {"F16": int(t == "f16"), "BLK": blk})
 # FLOAT16 GEMM on cooperative matrices (ops/gemm_coop.py, shaders/gemm_coop.comp): the same block;
