@@ -18,7 +18,7 @@ from gemm_reference import check, expected
 from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
 
 import kompute_dml as kdml
-from kompute_dml.ops.gemm import BIG_TILES_MIN, BLK8_MIN_K, choose_block, gemm_grid
+from kompute_dml.ops.gemm import BIG_TILES_MIN, BLK8_MIN_K, BLK8_MIN_TILES, choose_block, gemm_grid
 
 DT = kdml.DataType
 FL = kdml.FeatureLevel
@@ -133,9 +133,10 @@ def test_tile_sizes(dev, rng, monkeypatch):
         ad, bd, od = TD(DT.FLOAT32, (5, 19)), TD(DT.FLOAT32, (19, 7)), TD(DT.FLOAT32, (5, 7))
         assert dev.compile(kdml.GemmDesc(ad, bd, None, od)).plans[0].variant == f"gemm_f32_b{blk}"
     # GPUs: 64 x 64 where there are enough such tiles; CPU devices: the least padded work per speed
-    assert choose_block("parallel", 128 * 8, 128 * 8, BIG_TILES_MIN // 64, BLK8_MIN_K) == 8
-    assert choose_block("parallel", 128 * 8, 128 * 8, BIG_TILES_MIN // 64, BLK8_MIN_K - 1) == 4
-    assert choose_block("parallel", 128 * 8, 128 * 8 - 128, BIG_TILES_MIN // 64, BLK8_MIN_K) == 4
+    assert choose_block("parallel", 128 * 16, 128 * 16, BLK8_MIN_TILES // 256, BLK8_MIN_K) == 8
+    assert choose_block("parallel", 128 * 16, 128 * 16, BLK8_MIN_TILES // 256, BLK8_MIN_K - 1) == 4
+    assert choose_block("parallel", 128 * 16, 128 * 16 - 128, BLK8_MIN_TILES // 256, BLK8_MIN_K) == 4
+    assert choose_block("parallel", 64, 128 * 4096, 1, BLK8_MIN_K) == 4
     assert choose_block("parallel", 64, 4096, 1000) == 4
     assert choose_block("parallel", 128, 128, BIG_TILES_MIN // 4) == 4
     assert choose_block("parallel", 128, 128, BIG_TILES_MIN // 4 - 1) == 2

@@ -59,18 +59,21 @@ GEMM = OperatorSupport("GEMM", 54, tuple(
 SUPPORT = GEMM
 LOCAL = 256  # invocations per work group (16 x 16)
 # A 16 BLK x 16 BLK output tile per work group (contract.GEMM_BLOCKS), chosen by the policy's
-# `gemm_tiles` (choose_block). GPUs ("parallel"): the largest of the 128 x 128 (BLK 8, where K
-# >= BLK8_MIN_K), 64 x 64 (BLK 4) and 32 x 32 tiles of which a problem has at least
-# BIG_TILES_MIN, where M and N exceed half the tile.
+# `gemm_tiles` (choose_block). GPUs ("parallel"): 128 x 128 (BLK 8) where K >= BLK8_MIN_K and
+# there are BLK8_MIN_TILES of them, else the largest of 64 x 64 (BLK 4) and 32 x 32 of which a
+# problem has at least BIG_TILES_MIN; M and N must exceed half the tile.
 # CPU devices ("work"): the tile with the least padded work divided by its speed: on lavapipe
 # (2 cores, llvmpipe 256-bit) the 64 x 64 tile computed 4.96-5.00 GFLOPS against 2.08-2.13 for
 # 32 x 32 at 256^3 (FLOAT32 / FLOAT16), 2.18 / 0.86 at 96 x 200 x 130, 3.30 / 1.40 on 16 matrices
 # of 128 x 32 x 128: CPU_B4_RATE.
 BIG_TILES_MIN = 64
-# 128 x 128 tiles only over long sums: on the H100 (benchmarks/bench_gemm.py --blocks) they were
-# slower than 64 x 64 at K <= 1,024 (Whisper's 12000 x 256 x 1024 240 us against 223, its scores
-# at K = 64 714 against 436) and faster at 4096^3 (3,649 us against 4,450).
-BLK8_MIN_K = 2048
+# 128 x 128 tiles only over long sums and for enough of them (two per multiprocessor of an H100):
+# on the H100 (benchmarks/bench_gemm.py --blocks, at 72f5805) they beat 64 x 64 at 4096^3 (3,656
+# us against 4,469), 2048^3, 8192 x 4096 x 1024, 4096 x 1024 x 4096 and 8192 x 2048 x 2048, and
+# lost at K < 1,024 (Whisper's 12000 x 256 x 1024 240 against 222, its scores at K = 64 713
+# against 437) and with fewer tiles (1024 x 4096 x 1024: 64 tiles, 464 against 304; 12000 x 1024
+# x 256: 188 tiles).
+BLK8_MIN_K, BLK8_MIN_TILES = 1024, 256
 CPU_B4_RATE = 2.4
 _U32 = 1 << 32
 
@@ -218,7 +221,7 @@ def choose_block(rule: str, m: int, n: int, nmat: int, k: int = 0) -> int:
         small = cdiv(m, 32) * cdiv(n, 32) * 32 * 32
         big = cdiv(m, 64) * cdiv(n, 64) * 64 * 64
         return 4 if big < small * CPU_B4_RATE else 2
-    if k >= BLK8_MIN_K and cdiv(m, 128) * cdiv(n, 128) * nmat >= BIG_TILES_MIN and min(m, n) > 64:
+    if k >= BLK8_MIN_K and cdiv(m, 128) * cdiv(n, 128) * nmat >= BLK8_MIN_TILES and min(m, n) > 64:
         return 8
     tiles64 = cdiv(m, 64) * cdiv(n, 64) * nmat
     return 4 if tiles64 >= BIG_TILES_MIN and min(m, n) > 32 else 2
