@@ -2,7 +2,7 @@
 # Every H100 table of benchmarks/RESULTS.md, each command's stdout + stderr in OUTDIR/<name>.txt
 # (its exit status and seconds on the last line); a failing command does not stop the others.
 #
-#   bash benchmarks/h100.sh OUTDIR [1|2|3|4|5]   # from the repository's root; no part: all
+#   bash benchmarks/h100.sh OUTDIR [1|2|3|4|5|6]   # from the repository's root; no part: all
 #
 # A part fits one 10-minute device call: each command runs under `timeout` (seconds below),
 # the limits of a part sum to at most 600 s (its device setup comes on top). MiniLM is left out (its weights are not offline).
@@ -56,4 +56,9 @@ if [ "$part" = 5 ] || [ "$part" = all ]; then
     run bench_attention 300 "$py" -m benchmarks.bench_attention --unfused --rounds 3 --json "$out/bench_attention.json"
     run model_families_fp16 240 "$py" -m benchmarks.model_families --size small --shapes 1x128,8x128 --repeat 10 \
         --families whisper-encoder,whisper-encoder-fp16,bert-fp16,vit-fp16,gpt2-fp16,llama-fp16
+fi
+if [ "$part" = 6 ] || [ "$part" = all ]; then
+    # the row kernels and the float32 GEMM's register blocks against torch
+    run bench_activation 120 "$py" -m benchmarks.bench_activation --rounds 5
+    run bench_gemm_blocks 150 "$py" -m benchmarks.bench_gemm --blocks --rounds 3
 fi
