@@ -239,12 +239,27 @@ def test_host_array_uploads_skip_the_staging_copy(dev, rng, monkeypatch):
 
 
 def test_parallel_host_copy_moves_every_byte(monkeypatch, rng):
-    monkeypatch.setattr(staging, "COPY_THREADS", 3)
     monkeypatch.setattr(staging, "PARALLEL_BYTES", 1000)
-    src = rng.integers(0, 256, 100_003, dtype=np.uint8)
-    dst = np.zeros_like(src)
-    staging.host_copy(dst, src)
-    np.testing.assert_array_equal(dst, src)
+    pool = staging.CopyPool(3)
+    try:
+        for n in (999, 100_003):
+            src = rng.integers(0, 256, n, dtype=np.uint8)
+            dst = np.zeros_like(src)
+            staging.host_copy(dst, src, pool)
+            np.testing.assert_array_equal(dst, src)
+        assert pool._pool is not None and pool._pool._max_workers == 3  # the large one went over the threads
+    finally:
+        pool.close()
+    assert pool._pool is None
+
+
+def test_each_device_has_its_own_copy_threads(dev):
+    other = kdml.Device()
+    try:
+        assert other.engine.staging.copies is not dev.engine.staging.copies
+    finally:
+        other.close()
+    assert other.engine.staging.copies._pool is None  # closed with its device
 
 
 def test_numpy_into_an_array(dev, rng):

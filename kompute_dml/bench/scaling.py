@@ -7,8 +7,10 @@ Per shape: sequences per second for 1 GPU (one thread), N GPUs from N threads, N
 processes, and each as a multiple of one GPU (efficiency = that / N). Every worker first runs
 back to back for kompute_dml.bench.gpu_clock.WARM_SECONDS plus 1 s (the GPU clock governor
 raises the clock only under sustained work), then all start together (a barrier; processes wait
-for a shared start time) and count runs for --seconds. The SM clock of every NVIDIA GPU is read
-after (nvidia-smi) where the tool exists.
+for a shared start time) and count runs for --seconds, and the CPU time of the calling thread per
+run (host work that contends between threads: the GIL, the host copies; the wait spins, so it
+is about the run's wall time while the spin lasts). The SM clock of every NVIDIA GPU is read
+mid-way through each counted window (nvidia-smi) where the tool exists.
 """
 
 from __future__ import annotations
@@ -38,19 +40,44 @@ def _worker(model: str, index: int, batch: int, seq: int) -> tuple:
     return rep, feeds
 
 
-def _count(rep, feeds, start: float, seconds: float) -> int:
+def _count(rep, feeds, start: float, seconds: float) -> tuple[int, float]:
+    """Runs in `seconds` after the common start, and the calling thread's CPU seconds per run
+    (its host work: a run's Python, copies and submission, and any spinning in the wait)."""
     from .gpu_clock import WARM_SECONDS, hold
 
     hold(lambda: rep.run(feeds), WARM_SECONDS + 1.0)
     while time.time() < start:
         hold(lambda: rep.run(feeds), 0.05)  # stay warm until the common start
-    return hold(lambda: rep.run(feeds), seconds)
+    c0 = time.thread_time()
+    runs = hold(lambda: rep.run(feeds), seconds)
+    return runs, (time.thread_time() - c0) / runs
 
 
-def threads(model: str, devices: list[int], batch: int, seq: int, seconds: float) -> float:
+class _ClockAt(threading.Thread):
+    """The SM clocks (sm_clocks) read at one moment: mid-way through a counted window, while
+    every GPU works (read after it, they show the idle clock)."""
+
+    def __init__(self, when: float) -> None:
+        super().__init__(daemon=True)
+        self.when, self.clocks = when, "n/a"
+        self.start()
+
+    def run(self) -> None:
+        time.sleep(max(0.0, self.when - time.time()))
+        self.clocks = sm_clocks()
+
+    def read(self) -> str:
+        self.join()
+        return self.clocks
+
+
+def threads(model: str, devices: list[int], batch: int, seq: int, seconds: float) -> tuple[float, float, str]:
+    """Sequences per second from one thread per device, the threads' mean CPU us per run, and
+    the SM clocks mid-way."""
     reps = [_worker(model, i, batch, seq) for i in devices]
-    counts = [0] * len(devices)
+    counts: list[tuple[int, float]] = [(0, 0.0)] * len(devices)
     start = time.time() + 4.0 + len(devices)
+    clock = _ClockAt(start + seconds / 2)
 
     def go(k: int) -> None:
         counts[k] = _count(*reps[k], start, seconds)
@@ -60,16 +87,20 @@ def threads(model: str, devices: list[int], batch: int, seq: int, seconds: float
         t.start()
     for t in ts:
         t.join()
-    return sum(counts) * batch / seconds
+    return sum(c for c, _ in counts) * batch / seconds, sum(u for _, u in counts) / len(counts) * 1e6, clock.read()
 
 
-def processes(model: str, devices: list[int], batch: int, seq: int, seconds: float) -> float:
+def processes(model: str, devices: list[int], batch: int, seq: int, seconds: float) -> tuple[float, float, str]:
+    """Sequences per second from one process per device, the processes' mean CPU us per run,
+    and the SM clocks mid-way."""
     start = time.time() + 30.0  # every child has prepared and warmed by then
+    clock = _ClockAt(start + seconds / 2)
     procs = [subprocess.Popen([sys.executable, "-m", "kompute_dml.bench.scaling", "--child", str(i), "--model", model,
                                "--shapes", f"{batch}x{seq}", "--seconds", str(seconds), "--start", str(start)],
                               stdout=subprocess.PIPE, text=True) for i in devices]
-    counts = [json.loads(p.communicate()[0].strip().splitlines()[-1])["runs"] for p in procs]
-    return sum(counts) * batch / seconds
+    counts = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+    return (sum(c["runs"] for c in counts) * batch / seconds, sum(c["cpu"] for c in counts) / len(counts) * 1e6,
+            clock.read())
 
 
 def sm_clocks() -> str:
@@ -93,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.child is not None:
         b, s = map(int, args.shapes.split("x"))
         rep, feeds = _worker(args.model, args.child, b, s)
-        print(json.dumps({"runs": _count(rep, feeds, args.start, args.seconds)}), flush=True)
+        runs, cpu = _count(rep, feeds, args.start, args.seconds)
+        print(json.dumps({"runs": runs, "cpu": cpu}), flush=True)
         return 0
     import kompute_dml as kdml
 
@@ -101,15 +133,16 @@ def main(argv: list[str] | None = None) -> int:
     devices = found if args.devices == "all" else [int(i) for i in args.devices.split(",")]
     names = {d["index"]: d["name"] for d in kdml.list_devices()}
     print(f"devices: {', '.join(f'{i} {names[i]}' for i in devices)}; model {args.model}; {args.seconds} s per figure")
-    print("| batch x seq | 1 GPU seq/s | N threads seq/s | x 1 GPU | N processes seq/s | x 1 GPU | N | SM clocks after |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| batch x seq | 1 GPU seq/s | N threads seq/s | x 1 GPU | N processes seq/s | x 1 GPU | N | "
+          "host CPU us per run: 1 GPU / threads / processes | SM clocks mid-way: 1 GPU; threads; processes |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for shape in args.shapes.split(","):
         b, s = map(int, shape.split("x"))
-        one = threads(args.model, devices[:1], b, s, args.seconds)
-        many = threads(args.model, devices, b, s, args.seconds)
-        procs = processes(args.model, devices, b, s, args.seconds)
+        one, cpu1, clk1 = threads(args.model, devices[:1], b, s, args.seconds)
+        many, cpu_t, clk_t = threads(args.model, devices, b, s, args.seconds)
+        procs, cpu_p, clk_p = processes(args.model, devices, b, s, args.seconds)
         print(f"| {shape} | {one:.0f} | {many:.0f} | {many / one:.2f} | {procs:.0f} | {procs / one:.2f} | "
-              f"{len(devices)} | {sm_clocks()} |", flush=True)
+              f"{len(devices)} | {cpu1:.0f} / {cpu_t:.0f} / {cpu_p:.0f} | {clk1}; {clk_t}; {clk_p} |", flush=True)
     return 0
 
 

@@ -299,6 +299,7 @@ class GraphPlan:
         if on_device:
             return self._device_results()
         results: list[Any] = []
+        copies = self._device.engine.staging.copies
         for k, (_name, v) in enumerate(self.outputs):
             if isinstance(v, DeviceValue):
                 at = self._out_at.get(k)
@@ -307,7 +308,7 @@ class GraphPlan:
                     if at is None:
                         v.tensor.numpy(out=arr.reshape(v.tensor.desc.sizes))
                     else:
-                        host_copy(arr.reshape(-1).view(np.uint8), self._out[at:at + v.tensor.nbytes])
+                        host_copy(arr.reshape(-1).view(np.uint8), self._out[at:at + v.tensor.nbytes], copies)
                 elif k in self._staged:  # past PROGRAM_OUT_BYTES: through the staging ring
                     arr = self._result_array(k, v.shape, v.tensor.dtype)
                     v.tensor.numpy(out=arr.reshape(v.tensor.desc.sizes))
@@ -315,7 +316,7 @@ class GraphPlan:
                     arr = v.tensor.numpy().reshape(v.shape)
                 else:  # copied by the program itself; the caller's own array
                     arr = self._result_array(k, v.shape, v.tensor.dtype)
-                    host_copy(arr.reshape(-1).view(np.uint8), self._out[at:at + v.tensor.nbytes])
+                    host_copy(arr.reshape(-1).view(np.uint8), self._out[at:at + v.tensor.nbytes], copies)
                 stats.downloads += 1
                 results.append(arr.astype(BOOL) if v.dtype == BOOL else arr)
             elif isinstance(v, list):

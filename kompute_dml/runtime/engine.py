@@ -394,4 +394,5 @@ class Engine:
             self.encoded.clear()
             self.later.spares.clear()
             self.closed = True
+            self.staging.copies.close()
             self.manager.destroy()  # waits for the device, writes the pipeline cache file (disk_cache.py)

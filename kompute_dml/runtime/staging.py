@@ -45,26 +45,48 @@ RECORDED = 128  # recorded slot transfers kept for resubmission (Staging._sequen
 # on one thread: BERT 256/3 8x128 (1 MiB) 268 / 98 us, MiniLM 8x128 (1.5 MiB) 282 / 117 us).
 PARALLEL_BYTES = 2 << 20
 COPY_THREADS = max(1, min(4, (os.cpu_count() or 1) // 2))
-_copy_pool: ThreadPoolExecutor | None = None
-_copy_pool_lock = threading.Lock()
 
 
-def host_copy(dst: np.ndarray, src: np.ndarray) -> None:
-    """dst[:] = src (1-D uint8 arrays of one size), over several threads when large."""
-    global _copy_pool
-    n = src.size
-    if n < PARALLEL_BYTES or COPY_THREADS == 1:
-        np.copyto(dst, src)
-        return
-    with _copy_pool_lock:
-        if _copy_pool is None:
-            _copy_pool = ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="kdml-copy")
-        pool = _copy_pool
-    step = -(-n // COPY_THREADS)
-    parts = [pool.submit(np.copyto, dst[i : i + step], src[i : i + step]) for i in range(step, n, step)]
-    np.copyto(dst[:step], src[:step])
-    for p in parts:
-        p.result()
+class CopyPool:
+    """The threads that split one device's large host copies. Each Engine has its own, so that
+    threads running models on several GPUs at once (issue 55) do not queue their large copies
+    behind each other's in one process-wide pool, and a closed device leaves no threads. Its
+    threads start at the first large copy and end with the pool (`close`) or the process."""
+
+    def __init__(self, threads: int = COPY_THREADS) -> None:
+        self.threads = threads
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """dst[:] = src (1-D uint8 arrays of one size), over the pool's threads when large."""
+        n = src.size
+        if n < PARALLEL_BYTES or self.threads == 1:
+            np.copyto(dst, src)
+            return
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="kdml-copy")
+            pool = self._pool
+        step = -(-n // self.threads)
+        parts = [pool.submit(np.copyto, dst[i : i + step], src[i : i + step]) for i in range(step, n, step)]
+        np.copyto(dst[:step], src[:step])
+        for p in parts:
+            p.result()
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+_SHARED = CopyPool()  # for copies that belong to no device
+
+
+def host_copy(dst: np.ndarray, src: np.ndarray, pool: CopyPool | None = None) -> None:
+    """dst[:] = src (1-D uint8 arrays of one size) on `pool` (a device's; else the process's)."""
+    (pool or _SHARED).copy(dst, src)
 
 
 class HostMemory:
@@ -122,6 +144,7 @@ class Staging:
         self._recorded: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
         self._once: list[Any] = []  # per slot: the sequence of first transfers, re-recorded for each
         self._seen: collections.OrderedDict[tuple[Any, ...], None] = collections.OrderedDict()
+        self.copies = CopyPool()  # this device's large host copies
 
     @property
     def held_bytes(self) -> int:
@@ -192,7 +215,7 @@ class Staging:
 
         def fill(s: int, pos: int, k: int) -> Any:
             slot, mem = self._slot(s)
-            host_copy(slot[:k], data[pos : pos + k])
+            self.copies.copy(slot[:k], data[pos : pos + k])
             return self._sequence(("up", s, (dst.serial,), offset + pos, k),
                                   lambda: [kp.OpCopyRegions(mem.tensor, dst.tensor, [0, offset + pos, k])])
 
@@ -215,7 +238,7 @@ class Staging:
                                   lambda: [kp.OpCopyRegions(src.tensor, mem.tensor, [offset + pos, 0, k]), to_host()])
 
         def drain(s: int, pos: int, k: int) -> None:
-            host_copy(out[pos : pos + k], self._slots[s][0][:k])
+            self.copies.copy(out[pos : pos + k], self._slots[s][0][:k])
 
         self._chunked(out.size, copy, drain)
 
