@@ -89,6 +89,8 @@ T_CASES = {  # ConvTranspose: x sizes (no batch), weight (Cin, Cout / group, win
     "1d-k4/2": ((6, 9), (6, 5, 4), dict(strides=[2], pads=[1, 1])),
     "3d": ((3, 3, 4, 3), (3, 2, 2, 2, 2), dict(strides=[2, 2, 2])),
     "output-shape": ((4, 5, 5), (4, 6, 3, 3), dict(strides=[2, 2], output_shape=[10, 10])),
+    # output_shape beyond the full result (9 x 7): the output past it is the bias (no input reaches it)
+    "output-shape-beyond": ((3, 3, 3), (3, 2, 3, 3), dict(strides=[3, 2], output_shape=[10, 8])),
     "same-upper": ((4, 5, 5), (4, 6, 3, 3), dict(strides=[2, 2], auto_pad="SAME_UPPER")),
     "same-lower": ((4, 5, 5), (4, 6, 3, 3), dict(strides=[2, 2], auto_pad="SAME_LOWER")),
 }
@@ -117,6 +119,25 @@ def test_conv_transpose_matches_onnxruntime_on_the_device(rng, case, dt):
         tol = 2e-5 if dt == TensorProto.FLOAT else 4e-3
         scale = max(1.0, float(np.abs(want.astype(np.float64)).max()))
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), atol=tol * scale, rtol=0)
+
+
+@pytest.mark.parametrize("attrs", [dict(output_shape=[11, 8]), dict(output_shape=[10, 8], auto_pad="SAME_UPPER")])
+def test_conv_transpose_output_beyond_at_its_start_runs_on_the_cpu(rng, attrs):
+    """output_shape beyond the full result where the split puts padding before it (the result at
+    an element offset inside the output): the node runs on the CPU, named, and agrees with
+    onnxruntime."""
+    inits = [numpy_helper.from_array((rng.standard_normal((3, 2, 3, 3)) * 0.3).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(2).astype(np.float32), "b")]
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], kernel_shape=[3, 3], strides=[3, 2], **attrs)
+    g = helper.make_graph([node], "convt", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 3, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = rng.standard_normal((1, 3, 3, 3)).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    rep = Backend.prepare(m, "CPU")
+    got = rep.run({"x": x})[0]
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    assert any("beyond the full result at its start" in e for e in rep.last_run.events), rep.last_run.events
 
 
 @pytest.mark.parametrize("dt", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["f32", "f16"])

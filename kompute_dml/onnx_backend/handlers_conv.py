@@ -150,7 +150,9 @@ def transpose_padding(node: onnx.NodeProto, in_sizes: tuple[int, ...], window: t
                       out_pad: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """ConvTranspose's start and end padding: from output_shape or auto_pad SAME_* (the total
     padding that gives the output shape, its odd unit at the end for SAME_UPPER, else at the
-    start), VALID (none) or pads."""
+    start; negative where output_shape is beyond the full result: the output extends past it,
+    as onnxruntime's, the total split by floor division as the ONNX reference splits it), VALID
+    (none) or pads."""
     n = len(in_sizes)
     auto = _attr(node, "auto_pad", b"NOTSET")
     auto = auto.decode() if isinstance(auto, bytes) else str(auto)
@@ -161,9 +163,7 @@ def transpose_padding(node: onnx.NodeProto, in_sizes: tuple[int, ...], window: t
         want = ([int(v) for v in shape][-n:] if shape is not None else [i * s for i, s in zip(in_sizes, strides)])
         start, end = [], []
         for i, k, s, d, op, o in zip(in_sizes, window, strides, dilations, out_pad, want):
-            total = s * (i - 1) + op + (k - 1) * d + 1 - o
-            if total < 0:
-                raise FallbackNeeded(f"ConvTranspose {node.name!r}: output_shape beyond the full result")
+            total = s * (i - 1) + op + (k - 1) * d + 1 - o  # negative: output_shape beyond the full result
             big, small = total - total // 2, total // 2
             start.append(small if auto == "SAME_UPPER" else big)
             end.append(big if auto == "SAME_UPPER" else small)
@@ -181,12 +181,32 @@ def _h_conv_transpose(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], st
     out_pad = tuple(int(p) for p in _attr(node, "output_padding", [0] * n))
     start, end = transpose_padding(node, tuple(x.shape[2:]), window, strides, dilations, out_pad)
     groups = int(_attr(node, "group", 1))
-    out_shape = (x.shape[0], w.shape[1] * groups, *backward_output_sizes(
+    # negative end padding (output_shape beyond the full result, ONNX's node test and onnxruntime's
+    # case): the full result starts the output, whose elements past it no input reaches (0, or
+    # the bias); DirectML's paddings are unsigned. A negative start would put the result at an
+    # element offset inside the output, which a binding cannot express: the CPU takes it.
+    if min(start) < 0:
+        raise FallbackNeeded(f"ConvTranspose {node.name!r}: output_shape beyond the full result at its start")
+    after = tuple(max(-p, 0) for p in end)
+    end = tuple(max(p, 0) for p in end)
+    inner = (x.shape[0], w.shape[1] * groups, *backward_output_sizes(
         tuple(x.shape[2:]), window, strides, dilations, start, end, out_pad))
+    out_shape = (*inner[:2], *(m + a for m, a in zip(inner[2:], after)))
     out = ctx.out_tensor(out_shape, dt)
-    y = kdml.conv_transpose(x.tensor, w.tensor, bias, strides=strides, dilations=dilations, start_padding=start,
-                            end_padding=end, output_padding=out_pad, groups=groups, out=out, device=ctx.device)
-    return [DeviceValue(y, out_shape, dt)]
+    window_out = out
+    if any(after):
+        kt = out.desc.data_type
+        if bias is None:
+            kdml.fill(out.desc.sizes, 0, kt, out=out, device=ctx.device)
+        else:  # the bias over every channel's elements: a broadcast view of it
+            st = [0] * len(out_shape)
+            st[1] = bias.desc.effective_strides[0]
+            kdml.copy(kdml.Tensor(bias.buffer, kdml.TensorDesc(kt, out.desc.sizes, tuple(st)), bias.offset),
+                      out=out, device=ctx.device)
+        window_out = kdml.Tensor(out.buffer, kdml.TensorDesc(kt, inner, out.desc.effective_strides), out.offset)
+    kdml.conv_transpose(x.tensor, w.tensor, bias, strides=strides, dilations=dilations, start_padding=start,
+                        end_padding=end, output_padding=out_pad, groups=groups, out=window_out, device=ctx.device)
+    return [DeviceValue(out, out_shape, dt)]
 
 
 CONV_HANDLERS = {"Conv": _h_conv, "ConvTranspose": _h_conv_transpose}
