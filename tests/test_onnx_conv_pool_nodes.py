@@ -1,6 +1,6 @@
 """onnx's own node cases for Conv, ConvTranspose, MaxPool, AveragePool, the global pools and
 BatchNormalization (issue 53), run through the Backend one at a time: every node on the Vulkan
-device (no CPU node, no run-time fallback), except the three cases whose outputs kompute_dml
+device (no CPU node, no run-time fallback), except the two cases whose outputs kompute_dml
 leaves to the CPU by design, which must still pass there, for the reason the placement gives."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ CASES = r"^test_(basic_conv|conv_with|convtranspose|maxpool|averagepool|global(a
 ON_CPU = {  # case -> the placement's reason
     "test_batchnorm_example_training_mode_cpu": "training mode",
     "test_batchnorm_epsilon_training_mode_cpu": "training mode",
-    "test_maxpool_with_argmax_2d_precomputed_strides_cpu": "column-major Indices",
 }
 _CASE, NAMES = node_cases(CASES, __name__)
 

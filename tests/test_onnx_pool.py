@@ -1,8 +1,8 @@
 """ONNX MaxPool, AveragePool, GlobalMaxPool and GlobalAveragePool through the backend
 (onnx_backend/handlers_pool.py) against onnxruntime's CPU EP: ResNet's 3x3 stride-2 max pool, 2x2
 pools, ceil_mode, asymmetric pads, auto_pad, dilations, count_include_pad, 1-D and 3-D, global
-pools at 7x7 and 1x1; float32 and float16; MaxPool's int64 Indices (storage_order = 0); every node
-on the device (storage_order = 1 on the CPU, decided at placement)."""
+pools at 7x7 and 1x1; float32 and float16; MaxPool's int64 Indices (storage_order 0 and 1); every
+node on the device."""
 
 from __future__ import annotations
 
@@ -72,13 +72,14 @@ INDEX_CASES = {
 }
 
 
+@pytest.mark.parametrize("order", [0, 1], ids=["row-major", "column-major"])
 @pytest.mark.parametrize("dt", [TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.UINT8], ids=["f32", "f16", "u8"])
 @pytest.mark.parametrize("case", list(INDEX_CASES))
-def test_maxpool_indices_on_the_device(rng, case, dt):
-    """Values and int64 Indices (storage_order = 0) as onnxruntime's: ties (small integers) make
-    the first maximum the one to match; every node on the device."""
+def test_maxpool_indices_on_the_device(rng, case, dt, order):
+    """Values and int64 Indices (storage_order 0 and 1) as onnxruntime's: ties (small integers)
+    make the first maximum the one to match; every node on the device."""
     xs, attrs = INDEX_CASES[case]
-    g = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y", "i"], **attrs)], "pool",
+    g = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y", "i"], storage_order=order, **attrs)], "pool",
                           [helper.make_tensor_value_info("x", dt, list(xs))],
                           [helper.make_tensor_value_info("y", dt, None),
                            helper.make_tensor_value_info("i", TensorProto.INT64, None)])
@@ -94,21 +95,6 @@ def test_maxpool_indices_on_the_device(rng, case, dt):
         assert got[1].dtype == np.int64
         for g_, w in zip(got, want):
             np.testing.assert_array_equal(g_, w)
-
-
-def test_maxpool_column_major_indices_stay_on_the_cpu(rng):
-    g = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2], storage_order=1)],
-                          "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
-                           helper.make_tensor_value_info("i", TensorProto.INT64, None)])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
-    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    rep = Backend.prepare(m, "CPU")
-    got = rep.run({"x": x})
-    assert rep.last_run.cpu_segments == 1 and rep.last_run.runtime_fallbacks == 0, rep.last_run.events
-    for g_, w in zip(got, want):
-        np.testing.assert_array_equal(g_, w)
 
 
 @pytest.mark.parametrize("dt", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["f32", "f16"])

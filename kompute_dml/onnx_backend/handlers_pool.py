@@ -7,7 +7,9 @@ count_include_pad: ONNX then counts only the padded input, so such an AveragePoo
 multiplied in place by K / K', the window's size over its taps in the padded input),
 count_include_pad. MaxPool's Indices output (storage_order = 0: the flat
 row-major index into X, as onnxruntime's) from MAX_POOLING2's UINT32 indices, widened to int64 word
-pairs by a JOIN with a zero word; storage_order = 1 stays on the CPU (refused at placement).
+pairs by a JOIN with a zero word; storage_order = 1 (the spatial position counted column-major,
+the batch and channel part as it is) reordered first by UINT32 element-wise division, modulus,
+multiplication and addition.
 MaxPool of int8 / uint8 on MAX_POOLING2's 8-bit rows. BatchNormalization (inference: training_mode =
 0, one output; opset < 9's spatial = 0 and mixed types stay on the CPU) on BATCH_NORMALIZATION."""
 
@@ -45,6 +47,35 @@ def _int64_indices(ctx: NodeContext, ind: kdml.Tensor, shape: tuple[int, ...], s
     return out
 
 
+def _column_major(ctx: NodeContext, ind: kdml.Tensor, spatial: tuple[int, ...], stats: RunStats) -> None:
+    """MAX_POOLING2's flat row-major UINT32 indices into X (N, C, D1..Dn) rewritten in place as
+    storage_order = 1's: base + the spatial coordinates counted column-major (D1 fastest), base
+    = the index less its spatial part (the batch and channel, as they are)."""
+    u32 = kdml.DataType.UINT32
+    m = math.prod(ind.desc.sizes)
+    flat = kdml.Tensor.trusted(ind.buffer, kdml.TensorDesc(u32, (m,)), ind.offset)
+
+    def const(v: int) -> kdml.Tensor:
+        return broadcast_view(ctx.to_device(np.array([v], np.uint32), stats), (m,), "index constant")
+
+    def temp() -> kdml.Tensor:
+        return ctx.out_tensor((m,), np.uint32)  # a temporary of this node
+
+    dev = ctx.device
+    rest = kdml.mod(flat, const(math.prod(spatial)), out=temp(), device=dev)  # the spatial part
+    kdml.sub(flat, rest, out=flat, device=dev)  # base
+    coords = []
+    for d in reversed(spatial[1:]):  # row-major: the last dimension fastest
+        coords.append(kdml.mod(rest, const(d), out=temp(), device=dev))
+        kdml.div(rest, const(d), out=rest, device=dev)
+    coords.append(rest)  # D1's coordinate
+    acc = coords[0]  # Dn's coordinate, then Horner towards D1: ((c_n D_{n-1} + c_{n-1}) D_{n-2} + ...)
+    for d, c in zip(reversed(spatial[:-1]), coords[1:]):
+        kdml.mul(acc, const(d), out=acc, device=dev)
+        kdml.add(acc, c, out=acc, device=dev)
+    kdml.add(flat, acc, out=flat, device=dev)
+
+
 def _beyond_padding_factors(sizes: Any, window: Any, strides: Any, dil: Any, start: Any, end: Any,
                             padded: Any) -> np.ndarray | None:
     """K / K' per output position of an AveragePool counting padding whose ceil_mode windows pass
@@ -65,8 +96,7 @@ def _beyond_padding_factors(sizes: Any, window: Any, strides: Any, dil: Any, sta
 
 def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     with_indices = len([o for o in node.output if o]) > 1
-    if with_indices and int(_attr(node, "storage_order", 0)) != 0:
-        raise FallbackNeeded("MaxPool's column-major Indices (storage_order = 1)")
+    column_major = with_indices and int(_attr(node, "storage_order", 0)) != 0
     x = as_device(ctx, ins[0], stats, node.input[0])
     dt, shape = x.dtype, tuple(x.shape)
     is_max = node.op_type in ("MaxPool", "GlobalMaxPool")
@@ -106,6 +136,8 @@ def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
         kdml.max_pool(x.tensor, window, strides=strides, start_padding=start, end_padding=end, dilations=dil,
                       out=out, indices_out=ind, device=ctx.device)
         if ind is not None:
+            if column_major:
+                _column_major(ctx, ind, shape[2:], stats)
             return [DeviceValue(out, out_shape, dt),
                     DeviceValue(_int64_indices(ctx, ind, out_shape, stats), out_shape, np.dtype(np.int64))]
     elif lp:  # padding adds nothing to sum |x|^p: ONNX's zero padding and DirectML's alike

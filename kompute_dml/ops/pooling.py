@@ -8,7 +8,7 @@ counts them in its divisor only where IncludePadding is set), dilations (MAX_POO
 AVERAGE_POOLING1), and MAX's optional UINT32 indices output (the flat row-major index of the
 selected element in the input's logical shape). ONNX MaxPool, AveragePool, GlobalMaxPool and
 GlobalAveragePool, LpPool and GlobalLpPool run on them (onnx_backend/handlers_pool.py), MaxPool's
-Indices (storage_order = 0) widened there to int64. Helpers kdml.max_pool / avg_pool / lp_pool in
+Indices (either storage_order) widened there to int64. Helpers kdml.max_pool / avg_pool / lp_pool in
 functional/pooling.py (1-D inputs too).
 
 shaders/pooling.comp: one invocation per output element; from GROUP_TAPS taps (global pooling) one
@@ -287,13 +287,12 @@ _MAX_NUMPY = frozenset(np.dtype(t) for t in (np.float32, np.float16, np.int8, np
 
 
 def _max_pool_rule(t: Any) -> str:
-    """MaxPool's input a type MAX_POOLING2 takes; its Indices output only as the flat row-major
-    index (storage_order = 0), widened to int64 by the backend (onnx_backend/handlers_pool.py)."""
+    """MaxPool's input a type MAX_POOLING2 takes; its Indices output from MAX_POOLING2's flat
+    row-major index, reordered for storage_order = 1 and widened to int64 by the backend
+    (onnx_backend/handlers_pool.py)."""
     dt = t.elem(0) if t.inputs else None
     if dt is not None and dt not in _MAX_NUMPY:
         return f"type {dt} is not float32/float16/int8/uint8"
-    if getattr(t, "outputs", 1) > 1 and int(t.attr("storage_order", 0) or 0) != 0:
-        return "the column-major Indices output (storage_order = 1) stays on the CPU"
     return ""
 
 
