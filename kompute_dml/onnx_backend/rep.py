@@ -92,6 +92,10 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self.product_groups: dict[str, Any] = find_groups(self) if group_products else {}
         self._ctx = EagerContext(self)  # what handlers run against node by node (context.py)
         self._outputs_type = namedtupledict("Outputs", self.output_names)  # made once: a class per call costs ~40 us
+        # outputs declared with a type numpy knows only through ml_dtypes (bfloat16, float8, int4, ...),
+        # whose bits a run returns in a storage type of their size: viewed as the declared type
+        self._output_views = {k: dt for k, n in enumerate(self.output_names)
+                              if (dt := self._elem_dtype(n)) is not None and dt.kind == "V"}
         # per node: (node, target, input names, output names, profile scope), read from the protobuf
         # once: every plan walks every node, and each protobuf field read costs a wrapper
         self.node_table = tuple((node, self._placement_static[i][0], tuple(node.input), tuple(node.output),
@@ -231,7 +235,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             results = plan.run(feeds, stats, device_outputs, out)
             stats.vulkan_seconds += time.perf_counter() - tv
             stats.total_seconds = time.perf_counter() - t0
-            return self._outputs_type(*results)
+            return self._outputs_type(*self._declared_views(results))
         env: dict[str, Any] = dict(feeds)
         g = self.graph
 
@@ -274,7 +278,15 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             if out is not None:
                 results = [into(out, k, r) for k, r in enumerate(results)]
         stats.total_seconds = time.perf_counter() - t0
-        return self._outputs_type(*results)
+        return self._outputs_type(*self._declared_views(results))
+
+    def _declared_views(self, results: list[Any]) -> list[Any]:
+        """Host results of _output_views' outputs as their declared type (the same bits)."""
+        for k, dt in self._output_views.items():
+            r = results[k]
+            if isinstance(r, np.ndarray) and r.dtype != dt and r.dtype.itemsize == dt.itemsize:
+                results[k] = r.view(dt)
+        return results
 
     def _run_device_node(self, idx: int, node: onnx.NodeProto, lookup: Any, env: dict[str, Any],
                          stats: RunStats) -> None:
