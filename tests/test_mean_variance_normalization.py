@@ -439,6 +439,47 @@ def test_layer_norm_against_onnx(dev, rng, dt):
         np.testing.assert_allclose(got.numpy().astype(np.float64), ref.astype(np.float64), rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+@pytest.mark.parametrize("shape, axis, outputs", [((2, 5, 384), -1, ("y", "mean", "inv")), ((3, 4, 6), 1, ("y", "", "inv")),
+                                                  ((2, 3, 4, 5), 0, ("y", "mean"))])
+def test_onnx_layer_norm_mean_and_inv_std_dev_on_the_device(rng, dt, shape, axis, outputs):
+    """LayerNormalization's optional Mean and InvStdDev (float32 for float16 inputs too, as the
+    spec's stash_type and onnxruntime have them; shape X's with the normalized dimensions 1) on
+    the device beside Y, against onnxruntime; Y the bits of the same node without them."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import helper
+
+    from kompute_dml.onnx_backend import Backend
+
+    npd = dt.numpy_dtype
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(npd))
+    sshape = shape[axis % len(shape):]
+    x = (rng.standard_normal(shape) * 3 + 1).astype(npd)
+    s, b = rng.standard_normal(sshape).astype(npd), rng.standard_normal(sshape).astype(npd)
+
+    def model(outs):
+        node = helper.make_node("LayerNormalization", ["x", "s", "b"], list(outs), axis=axis, epsilon=1e-5)
+        ins = [helper.make_tensor_value_info(n, elem, v.shape) for n, v in (("x", x), ("s", s), ("b", b))]
+        vis = [helper.make_tensor_value_info(o, elem if o == "y" else onnx.TensorProto.FLOAT, None) for o in outs if o]
+        return helper.make_model(helper.make_graph([node], "ln", ins, vis), opset_imports=[helper.make_opsetid("", 17)],
+                                 ir_version=10)
+
+    feeds = {"x": x, "s": s, "b": b}
+    rep = Backend.prepare(model(outputs), "CPU")
+    got = rep.run(feeds)
+    assert {p.target for p in rep.placement} == {"vulkan"} and rep.last_run.runtime_fallbacks == 0, rep.last_run.events
+    sess = ort.InferenceSession(model(outputs).SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, feeds)
+    named = [o for o in outputs if o]
+    for name, g, w in zip(named, got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, g.shape, w.dtype, w.shape)
+        tol = 1e-5 if name != "y" or dt == DT.FLOAT32 else 4e-3
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol * 4, err_msg=name)
+    alone = Backend.prepare(model(("y",)), "CPU").run(feeds)[0]
+    assert alone.tobytes() == got[0].tobytes()
+
+
 def test_layer_norm_refusals(dev):
     x = np.ones((2, 3, 4), np.float32)
     with pytest.raises(kdml.InvalidArgumentError, match="^axis: must be in \\[-3, 3\\)"):

@@ -53,14 +53,48 @@ def _opset(model: onnx.ModelProto) -> int:
 
 
 def _h_layer_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    _only_first_output(node)
+    """Y on one MEAN_VARIANCE_NORMALIZATION1 (kdml.layer_norm); the optional Mean and InvStdDev
+    (training graphs' outputs) beside it, in float32 (stash_type 1) as ONNX's function body
+    computes them: REDUCE AVERAGE of X, of (X - Mean)^2 (ELEMENT_WISE_DIFFERENCE_SQUARE), then
+    + epsilon, SQRT and RECIP, each of shape X's with the normalized dimensions 1."""
     dt = _floats(node, ins)
     shape = _value_shape(ins[0])
+    axis = int(_attr(node, "axis", -1))
+    eps = float(_attr(node, "epsilon", 1e-5))
+    stats_wanted = [bool(o) for o in node.output[1:3]]
+    if any(stats_wanted) and int(_attr(node, "stash_type", 1)) != 1:
+        raise FallbackNeeded("Mean / InvStdDev with a stash_type other than float32")
     x, scale, bias = (_dev(ctx, node, ins, i, stats) for i in range(3))
     out = ctx.out_tensor(shape, dt)
-    y = kdml.layer_norm(x, scale, bias, axis=int(_attr(node, "axis", -1)), epsilon=float(_attr(node, "epsilon", 1e-5)),
-                        out=out, device=ctx.device)
-    return [DeviceValue(y, shape, dt)]
+    y = kdml.layer_norm(x, scale, bias, axis=axis, epsilon=eps, out=out, device=ctx.device)
+    outs: list[Any] = [DeviceValue(y, shape, dt)]
+    if any(stats_wanted):
+        outs += _layer_norm_stats(ctx, x, shape, dt, axis, eps, stats, stats_wanted)
+    return outs
+
+
+def _layer_norm_stats(ctx: NodeContext, x: kdml.Tensor, shape: tuple[int, ...], dt: np.dtype, axis: int, eps: float,
+                      stats: RunStats, wanted: list[bool]) -> list[Any]:
+    """LayerNormalization's Mean and InvStdDev (None where not wanted) in float32."""
+    rank = len(shape)
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < rank:
+        raise ValueError(f"LayerNormalization: axis {axis} is outside the input's rank {rank}")
+    f32, dev = np.dtype(np.float32), ctx.device
+    axes = tuple(range(axis, rank))
+    stat_shape = (*shape[:axis], *(1,) * (rank - axis))
+    x32 = x if dt == f32 else kdml.cast(x, kdml.DataType.FLOAT32, out=ctx.out_tensor(shape, f32), device=dev)
+    mean = kdml.reduce_mean(x32, axes=axes, out=ctx.out_tensor(stat_shape, f32), device=dev)
+    outs: list[Any] = [DeviceValue(mean, stat_shape, f32) if wanted[0] else None]
+    if len(wanted) > 1 and wanted[1]:
+        sq = kdml.difference_square(x32, mean, out=ctx.out_tensor(shape, f32), device=dev)
+        inv = kdml.reduce_mean(sq, axes=axes, out=ctx.out_tensor(stat_shape, f32), device=dev)
+        e = ctx.to_device(np.full((1,) * rank, eps, np.float32), stats)  # broadcast by the ADD
+        kdml.add(inv, e, out=inv, device=dev)
+        kdml.sqrt(inv, out=inv, device=dev)
+        kdml.reciprocal(inv, out=inv, device=dev)
+        outs.append(DeviceValue(inv, stat_shape, f32))
+    return outs
 
 
 def _h_group_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
