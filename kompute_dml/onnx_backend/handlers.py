@@ -142,6 +142,28 @@ def _h_identity(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: R
     return [_copy_value(ctx, v, stats, node.input[0])]
 
 
+def _h_dropout(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """Dropout in inference (no training_mode input, or a false one): the output a copy of the
+    input (as Identity's), the optional mask all true. Training mode draws random numbers: the
+    CPU's."""
+    mode = ins[2] if len(ins) > 2 else None
+    if mode is not None and (isinstance(mode, DeviceValue) or bool(np.asarray(mode).reshape(-1)[0])):
+        raise FallbackNeeded("Dropout in training mode draws random numbers")
+    v = ins[0]
+    if not _is_tensor_value(v):
+        raise FallbackNeeded(f"value of type {type(v).__name__}")
+    _dml_type(_value_dtype(v), "input")
+    outs = [_copy_value(ctx, v, stats, node.input[0])]
+    if len(node.output) > 1 and node.output[1]:
+        shape = _value_shape(v)
+        if 0 in shape:
+            outs.append(np.ones(shape, np.bool_))
+        else:
+            mask = kdml.fill(shape, 1, kdml.DataType.UINT8, out=ctx.out_tensor(shape, np.uint8), device=ctx.device)
+            outs.append(DeviceValue(mask, shape, np.dtype(np.bool_)))  # (a bool's bytes)
+    return outs
+
+
 def _matmul_out_shape(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[int, ...]:
     batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
     return (*batch, a_shape[-2], b_shape[-1])
@@ -341,6 +363,7 @@ _SEED_HANDLERS = {
     "EyeLike": _h_eyelike,
     "Trilu": _h_trilu,
     "Identity": _h_identity,
+    "Dropout": _h_dropout,
     "MatMulIntegerToFloat": _h_mmitf,
     "MatMulInteger": _h_matmul_integer,
     "DynamicQuantizeMatMul": _h_dqmm,

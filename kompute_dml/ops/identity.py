@@ -256,5 +256,7 @@ _COPY_SHADERS = (contract.COPY, contract.COPY_PACKED, contract.COPY_PACKED_TAIL,
 SPECS = (
     OperatorSpec(ActivationIdentityDesc, ACTIVATION_IDENTITY, compile_identity, _COPY_SHADERS, helpers=("identity",)),
     OperatorSpec(CopyDesc, COPY, compile_copy, _COPY_SHADERS, helpers=("copy",),
-                 onnx=(OnnxOp("Identity", "", "copy", check=dml_tensor_value),)),
+                 onnx=(OnnxOp("Identity", "", "copy", check=dml_tensor_value),
+                       # inference: a copy, the mask all true (onnx_backend/handlers.py)
+                       OnnxOp("Dropout", "", "copy", check=dml_tensor_value))),
 )
