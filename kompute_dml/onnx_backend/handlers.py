@@ -279,6 +279,39 @@ def _mm_integer_to_float(ctx: NodeContext, node: onnx.NodeProto, a: Any, a_name:
     return final(DeviceValue(t, out_shape, out_dt))
 
 
+def _h_qlinear_matmul(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """QLinearMatMul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp) with onnxruntime's
+    arithmetic: y = saturate(round_half_even(float(S) * m) + y_zp), S the exact integer sum of
+    (a - a_zp)(b - b_zp) and m = a_scale * b_scale / y_scale in float32 (per column where b_scale
+    is): MATRIX_MULTIPLY_INTEGER_TO_FLOAT with AScale 1 and BScale m, then
+    ELEMENT_WISE_QUANTIZE_LINEAR with scale 1 (x / 1 exact) and y_zp."""
+    a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = (ins[i] if i < len(ins) else None for i in range(8))
+    names = [n if n else None for n in list(node.input) + [""] * (8 - len(node.input))]
+    if any(isinstance(v, DeviceValue) for v in (a_s, b_s, y_s)):
+        raise FallbackNeeded("QLinearMatMul scales computed on the device")
+    f32 = np.float32
+    a_s32, y_s32 = (np.asarray(ctx.host(v, stats), f32).reshape(-1) for v in (a_s, y_s))
+    b_s32 = np.asarray(ctx.host(b_s, stats), f32)
+    if a_s32.size != 1 or y_s32.size != 1:
+        raise FallbackNeeded("a_scale or y_scale is not a scalar")
+    m = ((a_s32[0] * b_s32) / y_s32[0]).astype(f32)  # float32 at each step, as onnxruntime's
+    x = _mm_integer_to_float(ctx, node, a, names[0], b, names[3], np.ones((), f32), None, m, "", a_zp, names[2],
+                             b_zp, names[5], None, None, stats)
+    if y_zp is None:
+        y_zp = np.zeros((), np.uint8)
+    ydt = _value_dtype(y_zp)
+    if ydt not in _QUANT_TYPES or math.prod(_value_shape(y_zp)) != 1:
+        raise FallbackNeeded("y_zero_point is not an int8 / uint8 scalar")
+    shape = _value_shape(x)
+    if not isinstance(x, DeviceValue):  # an empty product: on the host
+        return [np.clip(np.rint(np.asarray(x, f32)) + np.asarray(ctx.host(y_zp, stats)).astype(f32).reshape(()),
+                        *((0, 255) if ydt == np.uint8 else (-128, 127))).astype(ydt)]
+    one = ctx.to_device(np.ones((1,) * len(shape), f32), stats)
+    zp = ctx.to_device(np.asarray(ctx.host(y_zp, stats)).reshape((1,) * len(shape)), stats, None)
+    y = kdml.quantize_linear(x.tensor, one, zp, out=ctx.out_tensor(shape, ydt), device=ctx.device)
+    return [DeviceValue(y, shape, ydt)]
+
+
 def _h_matmul_integer(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     """MatMulInteger outside its Cast -> Mul chain (fusion_quant.py): no operator here gives its int32 output."""
     raise FallbackNeeded("MatMulInteger alone (int32 output): only its Cast -> Mul chain runs on the device")
@@ -365,6 +398,7 @@ _SEED_HANDLERS = {
     "Identity": _h_identity,
     "Dropout": _h_dropout,
     "MatMulIntegerToFloat": _h_mmitf,
+    "QLinearMatMul": _h_qlinear_matmul,
     "MatMulInteger": _h_matmul_integer,
     "DynamicQuantizeMatMul": _h_dqmm,
     "DynamicQuantizeLinear": _h_dql,

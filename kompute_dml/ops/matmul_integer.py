@@ -254,6 +254,8 @@ SPECS = (
         ahead=plans_ahead,
         onnx=(OnnxOp("MatMulIntegerToFloat", _MS, "matmul_integer_to_float", check=quantized_product((0, 1), 2, FLOAT_NUMPY)),
               OnnxOp("DynamicQuantizeMatMul", _MS, "matmul_integer_to_float",
-                     check=quantized_product((1,), 0, FLOAT32_NUMPY))),
+                     check=quantized_product((1,), 0, FLOAT32_NUMPY)),
+              # requantized by ELEMENT_WISE_QUANTIZE_LINEAR after it (onnx_backend/handlers.py)
+              OnnxOp("QLinearMatMul", "", "matmul_integer_to_float", check=quantized_product((0, 3), 1, FLOAT32_NUMPY))),
     ),
 )
