@@ -90,4 +90,28 @@ def _h_topk(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     return [DeviceValue(values, out_shape, dt), DeviceValue(indices, out_shape, np.dtype(np.int64))]
 
 
-REDUCE_HANDLERS = {**{op_type: _h_reduce for op_type in ONNX_REDUCE}, "TopK": _h_topk}
+def _h_lp_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """LpNormalization (p 1 or 2, one axis) as onnxruntime computes it: x / ||x||_p over the axis,
+    0 where that norm is 0 (REDUCE L1 / L2 kept as size 1, ELEMENT_WISE_DIVIDE, then
+    ELEMENT_WISE_IF on the norm's equality to 0)."""
+    x = ins[0]
+    shape = tuple(_value_shape(x))
+    if not shape or 0 in shape:
+        raise FallbackNeeded("an empty or 0-dimensional input")
+    p = int(_attr(node, "p", 2))
+    if p not in (1, 2):
+        raise ValueError(f"LpNormalization {node.name!r}: p must be 1 or 2, got {p}")
+    dt = _value_dtype(x)
+    axis = int(_attr(node, "axis", -1)) % len(shape)
+    t = device_tensor(ctx, x, stats, node.input[0])
+    dev = ctx.device
+    nshape = tuple(1 if d == axis else s for d, s in enumerate(shape))
+    norm = (kdml.reduce_l2 if p == 2 else kdml.reduce_l1)(t, axes=[axis], out=ctx.out_tensor(nshape, dt), device=dev)
+    q = kdml.div(t, norm, out=ctx.out_tensor(shape, dt), device=dev)
+    zero = ctx.to_device(np.zeros((1,) * len(shape), dt), stats)
+    is_zero = kdml.equal(norm, zero, out=ctx.out_tensor(nshape, np.uint8), device=dev)
+    y = kdml.where(is_zero, zero, q, out=ctx.out_tensor(shape, dt), device=dev)
+    return [DeviceValue(y, shape, dt)]
+
+
+REDUCE_HANDLERS = {**{op_type: _h_reduce for op_type in ONNX_REDUCE}, "TopK": _h_topk, "LpNormalization": _h_lp_norm}

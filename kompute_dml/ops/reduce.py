@@ -235,7 +235,11 @@ def _node_rule(fn: ReduceFunction) -> Any:
 
 
 def _onnx_ops() -> tuple[OnnxOp, ...]:
-    return tuple(OnnxOp(t, "", h, check=_node_rule(HELPERS[h])) for t, h in ONNX_REDUCE.items())
+    from .onnx_types import float_input
+
+    # LpNormalization: x / REDUCE L1 or L2 over its axis, 0 where the norm is 0 (onnx_backend/handlers_reduce.py)
+    return (*(OnnxOp(t, "", h, check=_node_rule(HELPERS[h])) for t, h in ONNX_REDUCE.items()),
+            OnnxOp("LpNormalization", "", "reduce_l2", check=float_input))
 
 
 SPECS = (OperatorSpec(ReduceDesc, REDUCE, compile_reduce, (contract.REDUCE,), helpers=tuple(HELPERS),
