@@ -166,3 +166,42 @@ def test_float16_outputs_by_words_and_by_fields(dev, rng, strides, pairs):
     desc = kdml.BatchNormalizationDesc(*(t.desc for t in tensors), yd, True, 1e-3, kdml.ActivationReluDesc(None, None))
     dev.compile(desc).execute(tensors, [ty])
     check(read_logical(assert_outside_unchanged(ty, before), ty.offset, yd), want, sc, dt)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("shape, outputs, relu", [((4, 3, 5, 6), ("y", "rm", "rv"), False), ((2, 5, 7), ("y", "rm", "rv"), True),
+                                                  ((3, 4, 2, 2, 3), ("y", "", "rv"), False), ((4, 3, 5, 6), ("y",), True)])
+def test_onnx_batch_norm_training_mode_on_the_device(rng, dt, shape, outputs, relu):
+    """ONNX BatchNormalization with training_mode = 1 (opset 15) on the device: Y normalized by
+    the batch's own mean and population variance, the running statistics out as input * momentum
+    + batch's * (1 - momentum); against onnx's reference evaluator (the spec's function), a
+    following Relu fused where the node has only Y."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    from kompute_dml.onnx_backend import Backend
+
+    c = shape[1]
+    x = (rng.standard_normal(shape) * 2 + 0.5).astype(dt)
+    params = {"s": rng.uniform(0.5, 1.5, c), "b": rng.standard_normal(c), "m": rng.standard_normal(c),
+              "v": rng.uniform(0.5, 2, c)}
+    inits = [numpy_helper.from_array(v.astype(dt), k) for k, v in params.items()]
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], list(outputs), training_mode=1,
+                              momentum=0.8, epsilon=1e-4)]
+    names = [o for o in outputs if o]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["y"], ["r"]))
+        names[0] = "r"
+    g = helper.make_graph(nodes, "bn", [helper.make_tensor_value_info("x", elem, list(shape))],
+                          [helper.make_tensor_value_info(n, elem, None) for n in names], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
+    rep = Backend.prepare(m, "CPU")
+    got = rep.run({"x": x})
+    assert {p.target for p in rep.placement} == {"vulkan"} and rep.last_run.runtime_fallbacks == 0, rep.last_run.events
+    want = ReferenceEvaluator(m).run(None, {"x": x})
+    tol = 2e-5 if dt == np.float32 else 4e-3
+    for name, g_, w in zip(names, got, want):
+        assert g_.dtype == w.dtype and g_.shape == w.shape, name
+        np.testing.assert_allclose(g_.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol, err_msg=name)

@@ -10,8 +10,9 @@ row-major index into X, as onnxruntime's) from MAX_POOLING2's UINT32 indices, wi
 pairs by a JOIN with a zero word; storage_order = 1 (the spatial position counted column-major,
 the batch and channel part as it is) reordered first by UINT32 element-wise division, modulus,
 multiplication and addition.
-MaxPool of int8 / uint8 on MAX_POOLING2's 8-bit rows. BatchNormalization (inference: training_mode =
-0, one output; opset < 9's spatial = 0 and mixed types stay on the CPU) on BATCH_NORMALIZATION."""
+MaxPool of int8 / uint8 on MAX_POOLING2's 8-bit rows. BatchNormalization on BATCH_NORMALIZATION (in
+training mode with the batch's mean and variance from REDUCE, and the running statistics out;
+opset < 9's spatial = 0 and mixed types stay on the CPU)."""
 
 from __future__ import annotations
 
@@ -153,10 +154,11 @@ def _h_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
 
 
 def batch_norm_node(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, relu: bool) -> list[Any]:
-    """An inference BatchNormalization's output on BATCH_NORMALIZATION (`relu`: its fused ReLU, a
-    following Relu node fused: fusions.py)."""
-    if int(_attr(node, "training_mode", 0)) != 0 or len([o for o in node.output if o]) > 1:
-        raise FallbackNeeded("BatchNormalization in training mode (running mean / variance outputs)")
+    """BatchNormalization's output on BATCH_NORMALIZATION (`relu`: its fused ReLU, a following
+    Relu node fused: fusions.py); in training mode with the batch's statistics (_training_stats)."""
+    training = int(_attr(node, "training_mode", 0)) != 0
+    if not training and len([o for o in node.output if o]) > 1:
+        raise FallbackNeeded("BatchNormalization's running mean / variance outputs outside training mode")
     if int(_attr(node, "spatial", 1)) != 1:
         raise FallbackNeeded("BatchNormalization spatial = 0")
     x, scale, b, mean, var = (as_device(ctx, ins[i], stats, node.input[i]) for i in range(5))
@@ -164,10 +166,46 @@ def batch_norm_node(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stat
         raise FallbackNeeded("BatchNormalization of mixed or non-float types")
     if len(x.shape) < 1 or len(x.shape) > 8 or 0 in x.shape:
         raise FallbackNeeded("a BatchNormalization input of more than 8 dimensions or empty")
+    running: list[Any] = []
+    use_mean, use_var = mean.tensor, var.tensor
+    if training:
+        use_mean, use_var, running = _training_stats(ctx, node, x, mean, var, stats)
     out = ctx.out_tensor(tuple(x.shape), x.dtype)
-    y = kdml.batch_norm(x.tensor, mean.tensor, var.tensor, scale.tensor, b.tensor, relu=relu,
+    y = kdml.batch_norm(x.tensor, use_mean, use_var, scale.tensor, b.tensor, relu=relu,
                         epsilon=float(_attr(node, "epsilon", 1e-5)), out=out, device=ctx.device)
-    return [DeviceValue(y, tuple(x.shape), x.dtype)]
+    return [DeviceValue(y, tuple(x.shape), x.dtype), *running]
+
+
+def _training_stats(ctx: NodeContext, node: onnx.NodeProto, x: Any, mean: Any, var: Any,
+                    stats: RunStats) -> tuple[kdml.Tensor, kdml.Tensor, list[Any]]:
+    """Training mode (opset 14+), as ONNX's reference: the batch's mean and (population) variance
+    per channel (REDUCE AVERAGE over every dimension but 1, of X and of
+    ELEMENT_WISE_DIFFERENCE_SQUARE(X, mean)) normalize Y; the running statistics out are
+    input * momentum + batch's * (1 - momentum), each step rounded in X's type."""
+    if len(x.shape) < 2:
+        raise FallbackNeeded("BatchNormalization in training mode of a 1-D input")
+    dt, dev, shape = x.dtype, ctx.device, tuple(x.shape)
+    c = shape[1]
+    axes = [d for d in range(len(shape)) if d != 1]
+    kept = tuple(c if d == 1 else 1 for d in range(len(shape)))
+    bmean = kdml.reduce_mean(x.tensor, axes=axes, out=ctx.out_tensor(kept, dt), device=dev)
+    sq = kdml.difference_square(x.tensor, bmean, out=ctx.out_tensor(shape, dt), device=dev)
+    bvar = kdml.reduce_mean(sq, axes=axes, out=ctx.out_tensor(kept, dt), device=dev)
+    per_channel = [kdml.Tensor.trusted(t.buffer, kdml.TensorDesc(t.desc.data_type, (c,)), t.offset) for t in (bmean, bvar)]
+    momentum = float(_attr(node, "momentum", 0.9))
+    keep, take = (ctx.to_device(np.full((1,), v, dt), stats) for v in (momentum, 1.0 - momentum))
+    running = []
+    for i, (given, batch) in enumerate(zip((mean, var), per_channel), start=1):
+        if len(node.output) <= i or not node.output[i]:
+            running.append(None)
+            continue
+        r = kdml.mul(given.tensor, keep, out=ctx.out_tensor((c,), dt), device=dev)
+        part = kdml.mul(batch, take, out=ctx.out_tensor((c,), dt), device=dev)
+        kdml.add(r, part, out=r, device=dev)
+        running.append(DeviceValue(r, (c,), dt))
+    while running and running[-1] is None:  # (only the outputs the node has)
+        running.pop()
+    return per_channel[0], per_channel[1], running
 
 
 def _h_batch_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:

@@ -203,9 +203,10 @@ def batch_norm(x: Any, mean: Any, var: Any, scale: Any, bias: Any, *, epsilon: f
 
 
 def _bn_rule(t: Any) -> str:
-    """Inference only: training_mode = 0 and the one output Y."""
-    if int(t.attr("training_mode", 0) or 0) != 0 or getattr(t, "outputs", 1) > 1:
-        return "training mode (the running mean / variance outputs) stays on the CPU"
+    """Float inputs; the running mean / variance outputs only in training mode (the backend
+    computes the batch's statistics before BATCH_NORMALIZATION: onnx_backend/handlers_pool.py)."""
+    if int(t.attr("training_mode", 0) or 0) == 0 and getattr(t, "outputs", 1) > 1:
+        return "the running mean / variance outputs outside training mode stay on the CPU"
     return float_input(t)
 
 
