@@ -176,7 +176,7 @@ def test_onnx_batch_norm_training_mode_on_the_device(rng, dt, shape, outputs, re
     the batch's own mean and population variance, the running statistics out as input * momentum
     + batch's * (1 - momentum); against onnx's reference evaluator (the spec's function), a
     following Relu fused where the node has only Y."""
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
 

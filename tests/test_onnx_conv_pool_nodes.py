@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from onnx_node_cases import node_case_tests  # noqa: E402
+from onnx_node_cases import node_case_tests
 
 test_case_count, test_onnx_node_case_on_the_device = node_case_tests(
     r"^test_(basic_conv|conv_with|convtranspose|maxpool|averagepool|global(average|max)pool|batchnorm)\w*_cpu$",

@@ -115,7 +115,8 @@ def test_host_outputs_are_written_into_the_callers_arrays(node_by_node):
     w = np.arange(12, dtype=np.float32).reshape(4, 3) - 5
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.zeros(3, np.float32), "zero")]
     if node_by_node:  # a node with no kompute_dml operator sends the run node by node
-        nodes.append(n("LpNormalization", ["y"], ["h"]))
+        nodes.append(n("ReverseSequence", ["y", "lens"], ["h"], batch_axis=1, time_axis=0))
+        inits.append(numpy_helper.from_array(np.ones(3, np.int64), "lens"))
     outs = [vi("r", T.FLOAT, ["b", 3]), vi("pos", T.BOOL, ["b", 3]), vi("y", T.FLOAT, ["b", 3])]
     if node_by_node:
         outs.append(vi("h", T.FLOAT, ["b", 3]))

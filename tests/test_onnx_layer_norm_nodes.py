@@ -8,6 +8,6 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from onnx_node_cases import node_case_tests  # noqa: E402
+from onnx_node_cases import node_case_tests
 
 test_case_count, test_onnx_node_case_on_the_device = node_case_tests(r"^test_layer_normalization\w*_cpu$", __name__, 57)

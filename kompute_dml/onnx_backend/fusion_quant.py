@@ -23,7 +23,7 @@ import onnx
 from onnx import TensorProto
 
 from .graph import _attr
-from .handlers import _mm_integer_to_float
+from .handlers_integer import _mm_integer_to_float
 from .values import RunStats, _value_shape
 
 if TYPE_CHECKING:

@@ -69,6 +69,7 @@ def _h_layer_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats:
     y = kdml.layer_norm(x, scale, bias, axis=axis, epsilon=eps, out=out, device=ctx.device)
     outs: list[Any] = [DeviceValue(y, shape, dt)]
     if any(stats_wanted):
+        assert x is not None  # (input 0 is required)
         outs += _layer_norm_stats(ctx, x, shape, dt, axis, eps, stats, stats_wanted)
     return outs
 

@@ -194,7 +194,7 @@ def _training_stats(ctx: NodeContext, node: onnx.NodeProto, x: Any, mean: Any, v
     per_channel = [kdml.Tensor.trusted(t.buffer, kdml.TensorDesc(t.desc.data_type, (c,)), t.offset) for t in (bmean, bvar)]
     momentum = float(_attr(node, "momentum", 0.9))
     keep, take = (ctx.to_device(np.full((1,), v, dt), stats) for v in (momentum, 1.0 - momentum))
-    running = []
+    running: list[Any] = []
     for i, (given, batch) in enumerate(zip((mean, var), per_channel), start=1):
         if len(node.output) <= i or not node.output[i]:
             running.append(None)
