@@ -177,3 +177,25 @@ def test_swish_node(rng, dt):
     (yc,) = rep.run({"x": xc})
     assert rep.last_run.dispatches == 1 and "Conv+Swish" in rep.summary()
     _same_bits(yc, Backend.prepare(cm, "CPU", fuse=False).run({"x": xc})[0])
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("alpha", [None, 1.0, -0.5])
+def test_quick_gelu_node(rng, dt, alpha):
+    """com.microsoft.QuickGelu (onnxruntime's fusion of x * sigmoid(1.702 x), CLIP) on one
+    ACTIVATION_SWISH with alpha as its sigmoid input scale (default 1.702), against onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    kw = {} if alpha is None else {"alpha": alpha}
+    node = N("QuickGelu", ["x"], ["y"], domain="com.microsoft", **kw)
+    g = helper.make_graph([node], "qg", [helper.make_tensor_value_info("x", ELEM[dt], [3, 129])],
+                          [helper.make_tensor_value_info("y", ELEM[dt], None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                          ir_version=10)
+    x = (rng.standard_normal((3, 129)) * 6).astype(dt)
+    rep = Backend.prepare(m, "CPU")
+    got = rep.run({"x": x})[0]
+    assert {p.target for p in rep.placement} == {"vulkan"} and "ACTIVATION_SWISH" in rep.placement[0].operator
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    tol = 1e-6 if dt == np.float32 else 2e-3
+    scale = float(np.abs(want.astype(np.float64)).max())
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), atol=tol * scale, rtol=0)

@@ -156,5 +156,6 @@ ACT_HANDLERS = {
     "ThresholdedRelu": _attr_unary("thresholded_relu", {"alpha": ("alpha", 1.0)}),
     "Shrink": _attr_unary("shrink", {"bias": ("bias", 0.0), "lambd": ("threshold", 0.5)}),
     "Swish": _attr_unary("swish", {"alpha": ("sigmoid_input_scale", 1.0)}),  # opset 24
+    "QuickGelu": _attr_unary("swish", {"alpha": ("sigmoid_input_scale", 1.702)}),  # com.microsoft
     "Clip": _h_clip,
 }

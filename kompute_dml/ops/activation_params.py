@@ -183,7 +183,10 @@ def _clip_rule(t: NodeTypes) -> str:
 def _onnx(op: UnaryOp) -> tuple[OnnxOp, ...]:
     if not op.onnx:
         return ()
-    return (OnnxOp(op.onnx, "", op.helper, check=_clip_rule if op.onnx == "Clip" else float_input),)
+    main = OnnxOp(op.onnx, "", op.helper, check=_clip_rule if op.onnx == "Clip" else float_input)
+    if op.onnx == "Swish":  # onnxruntime's fusion of x * sigmoid(alpha * x) (CLIP): Swish with alpha 1.702
+        return (main, OnnxOp("QuickGelu", "com.microsoft", op.helper, check=float_input))
+    return (main,)
 
 
 _HOME: dict[str, Any] = globals()
