@@ -22,6 +22,7 @@ from .context import EagerContext
 from .device_graph import GraphPlan, gc_paused
 from .feeds import normalize_inputs
 from .fold import fold_constants, fold_summary
+from .nbits import expand_matmul_nbits
 from .fusion_match import find_fusions
 from .fusions import Fusion, Fusions
 from .graph import _densify
@@ -71,6 +72,9 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         # Constant nodes and what reads only constants, folded once (fold.py): the graph of the nodes left
         folded = fold_constants(model, constants, set(self.input_names))
         self.graph, self.constants, self.folded, self.fold_note = folded.graph, folded.constants, folded.folded, folded.note
+        # com.microsoft MatMulNBits of constant weights: a MatMul of the dequantized weights (nbits.py)
+        self.constants = dict(self.constants)
+        self.graph, self.nbits_expanded = expand_matmul_nbits(self.graph, self.constants, self.declared_types)
         for name in set(self.constants) - set(constants):
             t = self.constants[name]
             self.declared_types.setdefault(name, helper.make_tensor_type_proto(t.data_type, list(t.dims)))
@@ -147,6 +151,9 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                          + fold_summary(self.folded))
         if self.fold_note:
             lines.append(f"  constant nodes {self.fold_note}")
+        if self.nbits_expanded:
+            lines.append(f"{self.nbits_expanded} com.microsoft MatMulNBits became MatMul of weights dequantized at "
+                         "prepare (nbits.py: their results, not a 4-bit product's speed)")
         if host:
             hc = collections.Counter(p.op_type for p in host)
             lines.append(f"{len(host)} nodes read no input data and are resolved on the host per input shape: "
