@@ -22,12 +22,12 @@ from .context import EagerContext
 from .device_graph import GraphPlan, gc_paused
 from .feeds import normalize_inputs
 from .fold import fold_constants, fold_summary
-from .nbits import expand_matmul_nbits
 from .fusion_match import find_fusions
 from .fusions import Fusion, Fusions
 from .graph import _densify
 from .handlers import handler_for
 from .handlers_values import OutputArrays, into
+from .nbits import expand_matmul_nbits
 from .product_groups import find_groups
 from .run_state import RunState
 from .transfers import ValueTransfers, device_results
