@@ -376,3 +376,25 @@ print("ok")
     run = subprocess.run([sys.executable, "-c", script, str(ROOT / "tests")], capture_output=True, text=True,
                          timeout=300, cwd=ROOT)
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr[-3000:]
+
+
+def test_matmul_nbits_and_its_reader_are_one_ep_group():
+    """A 4-bit MatMulNBits (expanded by the backend at prepare: onnx_backend/nbits.py) and the Relu
+    after it: claimed by the EP as one group, the outputs as onnxruntime's CPU kernel computes them."""
+    from test_onnx_matmul_nbits import _quantize
+
+    rng = np.random.default_rng(5)
+    k, n = 128, 32
+    b, s, z = _quantize((rng.standard_normal((k, n)) * 0.2).astype(np.float32), 4, 32, "packed", np.float32)
+    model = _model([helper.make_node("MatMulNBits", ["A", "B", "s", "z"], ["Y"], domain="com.microsoft", K=k, N=n, bits=4,
+                                     block_size=32, name="nbits"), helper.make_node("Relu", ["Y"], ["R"], name="relu")],
+                   [_float("A", ["N", k])], [_float("R", ["N", n])],
+                   [numpy_helper.from_array(v, name) for name, v in (("B", b), ("s", s), ("z", z))])
+    model = onnx.load_from_string(model)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    model = model.SerializeToString()
+    sess = _session(model)
+    feeds = {"A": rng.standard_normal((3, k)).astype(np.float32)}
+    got = sess.run(None, feeds)[0]
+    assert _assigned(sess) == {kort.get_ep_name(): [["nbits", "relu"]]}
+    np.testing.assert_allclose(got, _cpu(model, feeds)[0], rtol=0, atol=2e-5 * float(np.abs(got).max()))

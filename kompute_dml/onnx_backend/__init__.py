@@ -18,7 +18,8 @@ them; a value is downloaded once, when a fallback sub-graph or a graph output ne
 
 The modules of this package, one concern each:
 
-- fold.py: `prepare`'s first pass, constant folding (Constant nodes and what reads only constants)
+- fold.py: `prepare`'s first pass, constant folding (Constant nodes and what reads only constants);
+  nbits.py: the next, com.microsoft MatMulNBits as a MatMul of its weights dequantized once
 - values.py: constants, `DeviceValue`, `NodePlacement`, `RunStats`, `FallbackNeeded`
 - graph.py: graph helpers (the names a node reads, attributes, types of runtime values)
 - fallback.py: `CpuSegment`, the CPU fallback runner (onnxruntime, then onnx.reference)
@@ -33,8 +34,8 @@ The modules of this package, one concern each:
   look the same (a decoder's next past length), and host nodes' results of the last plan
 - host_eval.py: nodes that read no input data, resolved on the host per input shape
 - handlers.py: the device node handlers of the seeds' operators (EyeLike, Trilu, Identity,
-  MatMulIntegerToFloat, DynamicQuantizeMatMul, DynamicQuantizeLinear) and the `HANDLERS` map;
-  handlers_math.py (element-wise, Cast, Gather, DequantizeLinear), handlers_nn.py (LayerNorm,
+  Dropout) and the `HANDLERS` map; handlers_integer.py (MatMulIntegerToFloat, DynamicQuantizeMatMul,
+  DynamicQuantizeLinear, QLinearMatMul, MatMulInteger); handlers_math.py (element-wise, Cast, Gather, DequantizeLinear), handlers_nn.py (LayerNorm,
   SkipLayerNorm, Softmax, Gelu, MatMul, FusedMatMul), handlers_values.py (layout views)
 - half_precision.py: `allow_half_precision` (DML_EXECUTION_FLAG_ALLOW_HALF_PRECISION_COMPUTATION):
   float32 MatMul / Gemm / FusedMatMul / Conv in float16, CASTs around them
