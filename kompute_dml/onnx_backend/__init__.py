@@ -37,7 +37,7 @@ The modules of this package, one concern each:
   Dropout) and the `HANDLERS` map; handlers_integer.py (MatMulIntegerToFloat, DynamicQuantizeMatMul,
   DynamicQuantizeLinear, QLinearMatMul, MatMulInteger); handlers_math.py (element-wise, Cast,
   Gather, DequantizeLinear), handlers_nn.py (LayerNorm, SkipLayerNorm, Softmax, Gelu, MatMul,
-  FusedMatMul), handlers_values.py (layout views), handlers_rnn.py (LSTM, step by step)
+  FusedMatMul), handlers_values.py (layout views), handlers_rnn.py (LSTM, GRU, RNN, step by step)
 - half_precision.py: `allow_half_precision` (DML_EXECUTION_FLAG_ALLOW_HALF_PRECISION_COMPUTATION):
   float32 MatMul / Gemm / FusedMatMul / Conv in float16, CASTs around them
 - fusions.py: node chains run as one dispatch (one declaration per pattern; the chains' own modules

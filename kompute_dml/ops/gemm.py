@@ -317,28 +317,30 @@ def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
 
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------
-_LSTM_ACTIVATIONS = ("Sigmoid", "Tanh", "Tanh")
+_RNN_ACTIVATIONS = {"LSTM": ("sigmoid", "tanh", "tanh"), "GRU": ("sigmoid", "tanh"), "RNN": ("tanh",)}
 
 
-def lstm_rule(t: Any) -> str:
-    """ONNX LSTM as onnx_backend/handlers_rnn.py runs it on GEMM and the activations: float32 /
-    float16, the default activations, no clip, no peepholes, input_forget and layout 0."""
-    dt = t.elem(0) if t.inputs else None
-    if dt is not None and dt not in (np.float32, np.float16):
-        return f"type {dt} is not float32/float16"
-    acts = t.attr("activations", None)
-    if acts is not None:
-        names = [a.decode() if isinstance(a, bytes) else str(a) for a in acts]
-        if any(n.lower() != d.lower() for n, d in zip(names, _LSTM_ACTIVATIONS * 2)):
-            return f"activations {names} other than sigmoid, tanh, tanh"
-    if t.attr("clip", None) is not None:
-        return "clip"
-    if int(t.attr("input_forget", 0) or 0) or int(t.attr("layout", 0) or 0):
-        return "input_forget or layout 1"
-    if t.inputs > 7 and t.given(7):
-        return "peepholes (P)"
-    return ""
-
+def rnn_rule(op_type: str) -> Any:
+    """ONNX LSTM / GRU / RNN as onnx_backend/handlers_rnn.py runs them on GEMM and the activations:
+    float32 / float16, the default activations, no clip, no LSTM peepholes or input_forget, layout 0."""
+    def rule(t: Any) -> str:
+        dt = t.elem(0) if t.inputs else None
+        if dt is not None and dt not in (np.float32, np.float16):
+            return f"type {dt} is not float32/float16"
+        acts = t.attr("activations", None)
+        if acts is not None:
+            names = [(a.decode() if isinstance(a, bytes) else str(a)).lower() for a in acts]
+            default = _RNN_ACTIVATIONS[op_type]
+            if any(n != default[k % len(default)] for k, n in enumerate(names)):
+                return f"activations {names} other than {list(default)}"
+        if t.attr("clip", None) is not None:
+            return "clip"
+        if int(t.attr("input_forget", 0) or 0) or int(t.attr("layout", 0) or 0):
+            return "input_forget or layout 1"
+        if op_type == "LSTM" and t.inputs > 7 and t.given(7):
+            return "peepholes (P)"
+        return ""
+    return rule
 
 
 SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM, contract.GEMM_COOP), helpers=("gemm", "matmul"),
@@ -346,5 +348,5 @@ SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM, contract.
                             OnnxOp("FusedMatMul", "com.microsoft", "gemm", check=float_input),
                             OnnxOp("Einsum", "", "matmul", check=float_input),
                             # step by step on GEMM and the activations (onnx_backend/handlers_rnn.py)
-                            OnnxOp("LSTM", "", "gemm", check=lstm_rule))),)
+                            *(OnnxOp(op, "", "gemm", check=rnn_rule(op)) for op in ("LSTM", "GRU", "RNN")))),)
 EXPORTS = {"MatrixTransform": MatrixTransform}  # the transform fields' enum, exported as kdml.MatrixTransform
