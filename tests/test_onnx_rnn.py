@@ -92,3 +92,36 @@ def test_onnx_recurrent_node_cases(name):
         run_case(_CASE, name)
     else:
         run_on_device(_CASE, name)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_torch_exported_stacked_bidirectional_model_on_the_device(tmp_path, kind):
+    """torch.nn.LSTM / GRU / RNN (2 layers, bidirectional, batch_first) and a Linear head, exported
+    by torch.onnx: every node on the device or the host at two batch and sequence sizes, as
+    torch and onnxruntime compute it."""
+    torch = pytest.importorskip("torch", reason="torch (requirements-model.txt) exports the model")
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = getattr(torch.nn, kind)(input_size=12, hidden_size=9, num_layers=2, batch_first=True,
+                                               bidirectional=True)
+            self.head = torch.nn.Linear(18, 5)
+
+        def forward(self, x):
+            return self.head(self.rnn(x)[0][:, -1])
+
+    torch.manual_seed(0)
+    model = Model().eval()
+    path = str(tmp_path / f"{kind}.onnx")
+    torch.onnx.export(model, (torch.randn(2, 7, 12),), path, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "b", 1: "t"}}, opset_version=17, dynamo=False)
+    rep = Backend.prepare(path, "CPU")
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for b, t in ((1, 4), (3, 11)):
+        x = np.random.default_rng(t).standard_normal((b, t, 12)).astype(np.float32)
+        got = rep.run({"x": x})[0]
+        assert rep.last_run.cpu_segments == 0 and rep.last_run.runtime_fallbacks == 0, rep.last_run.events
+        with torch.no_grad():
+            np.testing.assert_allclose(got, model(torch.from_numpy(x)).numpy(), rtol=0, atol=1e-5)
+        np.testing.assert_allclose(got, sess.run(None, {"x": x})[0], rtol=0, atol=1e-5)
