@@ -103,3 +103,29 @@ def test_constant_of_shape_fed_and_from_a_shape():
     model = model_of(nodes, [("x", T.INT64, (2, 5))], T.INT64, None)
     rep = run_both(model, {"x": np.arange(10, dtype=np.int64).reshape(2, 5) - 2 ** 35}, frozenset({"vulkan", "host"}))
     assert [p.target for p in rep.placement if p.op_type == "ConstantOfShape"] == ["host"]
+
+
+@pytest.mark.parametrize(("dtype", "et"), TYPES[:3], ids=lambda v: getattr(v, "__name__", str(v)))
+@pytest.mark.parametrize("pads", [[0, -1, 2, -3, 1, 2, -3, 0], [-1, 0, 0, 0, 0, 0, 0, -1], [0, 0, -4, 0, 0, 2, 0, 0]],
+                         ids=["mixed", "crop-only", "whole-axis-cropped"])
+def test_constant_pad_with_negative_pads_crops_on_the_device(dtype, et, pads):
+    """Negative pads remove elements (SLICE1 first, then PADDING1 for the positive ones), as
+    onnxruntime's; an axis cropped to nothing leaves an output of padding values only."""
+    x = (np.random.default_rng(2).standard_normal((2, 3, 4, 5)) * 50).astype(dtype)
+    inits = [numpy_helper.from_array(np.array(pads, np.int64), "pads"), numpy_helper.from_array(np.array(3, dtype), "v")]
+    model = model_of([helper.make_node("Pad", ["x", "pads", "v"], ["y"], mode="constant")], [("x", et, x.shape)], et,
+                     None, inits)
+    run_both(model, {"x": x})
+
+
+@pytest.mark.parametrize(("xs", "shape", "axes"), [((6, 7, 3), (4, 10, 3), None), ((5, 8), (2,), [1]),
+                                                   ((3, 9, 4), (6, 5), [0, 1]), ((4, 4), (7, 1), None)])
+def test_center_crop_pad_on_the_device(xs, shape, axes):
+    """CenterCropPad: crops and zero pads around each axis' center (the odd element after it),
+    SLICE1 then PADDING1, as onnxruntime's."""
+    x = np.random.default_rng(4).standard_normal(xs).astype(np.float32)
+    kw = {} if axes is None else {"axes": axes}
+    inits = [numpy_helper.from_array(np.array(shape, np.int64), "s")]
+    model = model_of([helper.make_node("CenterCropPad", ["x", "s"], ["y"], **kw)], [("x", T.FLOAT, xs)], T.FLOAT, None,
+                     inits, opset=18)
+    run_both(model, {"x": x})

@@ -79,8 +79,8 @@ def _h_pad(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
     pads = _pads(ctx, node, ins, stats, r)
     if len(pads) != 2 * r or r == 0:
         raise ValueError(f"Pad {node.name!r}: pads {pads} must hold 2 x {r} values")
-    if min(pads) < 0:
-        raise FallbackNeeded("negative pads (cropping)")
+    if min(pads) < 0 and mode_name != "constant":
+        raise FallbackNeeded(f"negative pads (cropping) with mode {mode_name!r}")
     value: Any = _attr(node, "value", 0.0)
     if len(ins) > 2 and ins[2] is not None:
         value = np.asarray(ctx.host(ins[2], stats)).reshape(-1)
@@ -100,9 +100,50 @@ def _h_pad(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
         return [DeviceValue(kdml.fill(out_shape, value, _dml_type(dt), out=ctx.out_tensor(out_shape, dml_numpy(dt)),
                                       device=ctx.device), out_shape, dt)]
     t = device_tensor(ctx, x, stats, node.input[0])
-    out = ctx.out_tensor(out_shape, dml_numpy(dt))
-    y = kdml.pad(t, starts, ends, _PAD_MODES[mode_name], value, out=out, device=ctx.device)
-    return [DeviceValue(y, out_shape, dt)]
+    return [crop_pad(ctx, t, shape, starts, ends, dt, _PAD_MODES[mode_name], value)]
+
+
+def crop_pad(ctx: NodeContext, t: kdml.Tensor, shape: tuple[int, ...], starts: Any, ends: Any, dt: np.dtype,
+             mode: Any = kdml.PaddingMode.CONSTANT, value: Any = 0) -> DeviceValue:
+    """`t` (of ONNX shape `shape`) with starts[i] / ends[i] elements added before / after axis i,
+    or removed where negative: SLICE1 for the removed ones, then PADDING1 (`mode`, `value`) for
+    the added ones (mode CONSTANT where any are removed: the caller's rule)."""
+    r, dev = len(shape), ctx.device
+    out_shape = tuple(s + a + b for s, a, b in zip(shape, starts, ends))
+    cut0, cut1 = [max(-a, 0) for a in starts], [max(-b, 0) for b in ends]
+    kept = tuple(s - a - b for s, a, b in zip(shape, cut0, cut1))
+    if min(kept) <= 0:  # every input element removed: the output is all padding
+        out = ctx.out_tensor(out_shape, dml_numpy(dt))
+        return DeviceValue(kdml.fill(out_shape, value, _dml_type(dt), out=out, device=dev), out_shape, dt)
+    if any(cut0) or any(cut1):
+        t = kdml.slice1(t, cut0, kept, [1] * r, out=ctx.out_tensor(kept, dml_numpy(dt)), device=dev)
+    add0, add1 = [max(a, 0) for a in starts], [max(b, 0) for b in ends]
+    if not any(add0) and not any(add1):
+        return DeviceValue(t, out_shape, dt)
+    y = kdml.pad(t, add0, add1, mode, value, out=ctx.out_tensor(out_shape, dml_numpy(dt)), device=dev)
+    return DeviceValue(y, out_shape, dt)
+
+
+def _h_center_crop_pad(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """CenterCropPad (opset 18): each of `axes` (default every one) cropped or padded with zeros to
+    the `shape` input's size around its center (the extra element after it, as ONNX's reference)."""
+    x, dt = ins[0], _value_dtype(ins[0])
+    shape = _value_shape(x)
+    r = len(shape)
+    target = _ints(ctx, ins[1], stats)
+    axes = [int(a) % r for a in _attr(node, "axes", list(range(r)))]
+    if len(target) != len(axes):
+        raise ValueError(f"CenterCropPad {node.name!r}: shape {target} must hold one size per axis {axes}")
+    starts, ends = [0] * r, [0] * r
+    for a, want in zip(axes, target):
+        total = want - shape[a]  # > 0: padding; < 0: cropping
+        before = total // 2 if total >= 0 else -((-total) // 2)
+        starts[a], ends[a] = before, total - before
+    _dml_type(dt)
+    if 0 in shape or 0 in target:
+        raise FallbackNeeded("an empty tensor")
+    t = device_tensor(ctx, x, stats, node.input[0])
+    return [crop_pad(ctx, t, shape, starts, ends, dt)]
 
 
 def _h_constant_of_shape(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
@@ -142,6 +183,7 @@ def _h_range(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunS
 FILL_HANDLERS = {
     "Tile": _h_tile,
     "Pad": _h_pad,
+    "CenterCropPad": _h_center_crop_pad,
     "ConstantOfShape": _h_constant_of_shape,
     "Range": _h_range,
 }

@@ -237,5 +237,6 @@ EXPORTS = {"PaddingMode": PaddingMode}
 SPECS = (
     OperatorSpec(PaddingDesc, PADDING, compile_padding, (contract.PAD,), example=lambda: _example(PaddingDesc)),
     OperatorSpec(Padding1Desc, PADDING1, compile_padding1, (contract.PAD,), helpers=("pad",),
-                 onnx=(OnnxOp("Pad", "", "pad"),), example=lambda: _example(Padding1Desc)),
+                 onnx=(OnnxOp("Pad", "", "pad"), OnnxOp("CenterCropPad", "", "pad")),  # cropping: SLICE1 first
+                 example=lambda: _example(Padding1Desc)),
 )
