@@ -2,7 +2,7 @@
 ReduceLogSum, ReduceLogSumExp, ArgMax and ArgMin through Backend.prepare(model, "CPU").run against
 onnxruntime's CPU results, placed on Vulkan (rep.placement); axes as an attribute (opset 13) and as
 a constant input (opset 18), keepdims, negative axes, noop_with_empty_axes; fed axes (read on the
-host per run); select_last_index = 1 stays on the CPU; Llama's RMSNorm (Pow -> ReduceMean -> Add -> Sqrt ->
+host per run); select_last_index = 1 (the axis reversed) on the device; Llama's RMSNorm (Pow -> ReduceMean -> Add -> Sqrt ->
 Reciprocal -> Mul) wholly on the device."""
 
 from __future__ import annotations
@@ -99,13 +99,23 @@ def test_noop_with_empty_axes():
     assert rep.placement[0].target == "vulkan"
 
 
-def test_select_last_index_falls_back_and_fed_axes_on_device():
-    model = model_of([helper.make_node("ArgMax", ["x"], ["y"], axis=1, select_last_index=1)], [], [3, 1, 5],
-                     TensorProto.INT64, 13)
-    x = np.round(x_for("ArgMax")).astype(np.float32)
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("axis, keepdims", [(1, 1), (0, 0), (-1, 1)])
+def test_select_last_index_on_the_device(op, axis, keepdims):
+    """The last index of ties (small integers make many) as onnxruntime's: REDUCE over the axis
+    reversed by SLICE1, mapped back by a GATHER."""
+    x = np.round(x_for(op) / 4).astype(np.float32)
+    model = model_of([helper.make_node(op, ["x"], ["y"], axis=axis, keepdims=keepdims, select_last_index=1)], [],
+                     None, TensorProto.INT64, 13)
     rep = Backend.prepare(model, "CPU")
-    np.testing.assert_array_equal(rep.run({"x": x})[0], ort_run(model, {"x": x})[0])
-    assert rep.last_run.runtime_fallbacks == 1  # the handler's FallbackNeeded: REDUCE gives the first index
+    got = rep.run({"x": x})[0]
+    np.testing.assert_array_equal(got, ort_run(model, {"x": x})[0])
+    assert rep.placement[0].target == "vulkan" and rep.last_run.runtime_fallbacks == 0, rep.last_run.events
+    first = (np.argmax if op == "ArgMax" else np.argmin)(x, axis=axis, keepdims=bool(keepdims))
+    assert (got != first).any()  # ties: the last index is not the first
+
+
+def test_fed_axes_on_device():
     graph = helper.make_graph([helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1)], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE)),
                                helper.make_tensor_value_info("axes", TensorProto.INT64, [None])],

@@ -2,9 +2,10 @@
 ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp (axes an attribute
 up to opset 12 / 17, ReduceSum's an input from 13, the others' from 18; keepdims;
 noop_with_empty_axes; negative axes), ArgMax and ArgMin (axis, keepdims; INT64 indices; the first
-index of the extreme: select_last_index = 1 raises FallbackNeeded, the node then runs on the
-CPU); TopK on TOP_K1 (ops/top_k.py). An axes input must be a constant known on the host (FallbackNeeded otherwise, also decided
-at prepare by the OnnxOp's rule); an empty or 0-dimensional input runs on the CPU."""
+index of the extreme, or with select_last_index = 1 the last: REDUCE over the axis reversed by
+SLICE1, mapped back by a GATHER); TopK on TOP_K1 (ops/top_k.py); LpNormalization. An axes input
+must be a constant known on the host (FallbackNeeded otherwise, also decided at prepare by the
+OnnxOp's rule); an empty or 0-dimensional input runs on the CPU."""
 
 from __future__ import annotations
 
@@ -29,8 +30,6 @@ def _axes(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStat
     input makes a plan raise FallbackNeeded, and the model runs node by node); None where none
     are given."""
     if node.op_type in ("ArgMax", "ArgMin"):
-        if int(_attr(node, "select_last_index", 0)) == 1:
-            raise FallbackNeeded("select_last_index = 1 (REDUCE returns the first index)")
         return [int(_attr(node, "axis", 0))]
     if len(ins) > 1 and len(node.input) > 1 and node.input[1]:
         return [int(a) for a in np.asarray(ctx.host(ins[1], stats)).reshape(-1)]
@@ -59,7 +58,24 @@ def _h_reduce(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: Run
     out = ctx.out_tensor(out_shape, dml_numpy(out_dt))
     helper = getattr(kdml, ONNX_REDUCE[node.op_type])
     kw = {"index_type": kdml.DataType.INT64} if out_dt != dt else {}
+    if out_dt != dt and int(_attr(node, "select_last_index", 0)) == 1:
+        return [_last_index(ctx, t, shape, axes[0] % len(shape), keepdims, out, helper, stats, out_shape)]
     return [DeviceValue(helper(t, axes, keepdims, out=out, device=ctx.device, **kw), out_shape, out_dt)]
+
+
+def _last_index(ctx: NodeContext, t: Any, shape: tuple[int, ...], axis: int, keepdims: bool, out: Any, helper: Any,
+                stats: RunStats, out_shape: tuple[int, ...]) -> DeviceValue:
+    """ArgMax / ArgMin with select_last_index = 1: REDUCE's first index of the extreme in the axis
+    reversed (SLICE1 with a negative stride) is the last one counted from the end, mapped back to
+    n - 1 - i by a GATHER of the reversed positions."""
+    dev, n, r = ctx.device, shape[axis], len(shape)
+    rev = kdml.slice1(t, [0] * r, list(shape), [-1 if d == axis else 1 for d in range(r)],
+                      out=ctx.out_tensor(shape, t.desc.data_type.numpy_dtype), device=dev)
+    first = helper(rev, [axis], keepdims, out=ctx.out_tensor(out_shape, np.int64), device=dev,
+                   index_type=kdml.DataType.INT64)
+    back = ctx.to_device(np.arange(n - 1, -1, -1, dtype=np.int64), stats)
+    kdml.gather(back, first, 0, out=out, device=dev)
+    return DeviceValue(out, out_shape, np.dtype(np.int64))
 
 
 def _h_topk(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
