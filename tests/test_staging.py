@@ -253,13 +253,21 @@ def test_parallel_host_copy_moves_every_byte(monkeypatch, rng):
     assert pool._pool is None
 
 
-def test_each_device_has_its_own_copy_threads(dev):
+def test_each_device_has_its_own_copy_threads(dev, monkeypatch, rng):
+    monkeypatch.setattr(staging, "PARALLEL_BYTES", 1000)
     other = kdml.Device()
+    copies = other.engine.staging.copies
     try:
-        assert other.engine.staging.copies is not dev.engine.staging.copies
+        assert copies is not dev.engine.staging.copies
+        copies.threads = 2  # (this host may have one core to spare: COPY_THREADS = 1)
+        src = rng.integers(0, 256, 10_000, dtype=np.uint8)
+        dst = np.zeros_like(src)
+        copies.copy(dst, src)
+        np.testing.assert_array_equal(dst, src)
+        assert copies._pool is not None  # its own threads, made by its large copy
     finally:
         other.close()
-    assert other.engine.staging.copies._pool is None  # closed with its device
+    assert copies._pool is None  # closed with its device
 
 
 def test_numpy_into_an_array(dev, rng):

@@ -154,8 +154,8 @@ def _h_qlinear_matmul(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], st
     (a - a_zp)(b - b_zp) and m = a_scale * b_scale / y_scale in float32 (per column where b_scale
     is): MATRIX_MULTIPLY_INTEGER_TO_FLOAT with AScale 1 and BScale m, then
     ELEMENT_WISE_QUANTIZE_LINEAR with scale 1 (x / 1 exact) and y_zp."""
-    a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = (ins[i] if i < len(ins) else None for i in range(8))
-    names = [n if n else None for n in list(node.input) + [""] * (8 - len(node.input))]
+    (a, an), (a_s, _), (a_zp, a_zpn), (b, bn), (b_s, _), (b_zp, b_zpn), (y_s, _), (y_zp, _) = \
+        (_in(ins, node, i) for i in range(8))
     if any(isinstance(v, DeviceValue) for v in (a_s, b_s, y_s)):
         raise FallbackNeeded("QLinearMatMul scales computed on the device")
     f32 = np.float32
@@ -164,8 +164,8 @@ def _h_qlinear_matmul(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], st
     if a_s32.size != 1 or y_s32.size != 1:
         raise FallbackNeeded("a_scale or y_scale is not a scalar")
     m = ((a_s32[0] * b_s32) / y_s32[0]).astype(f32)  # float32 at each step, as onnxruntime's
-    x = _mm_integer_to_float(ctx, node, a, names[0], b, names[3], np.ones((), f32), None, m, "", a_zp, names[2],
-                             b_zp, names[5], None, None, stats)
+    x = _mm_integer_to_float(ctx, node, a, an, b, bn, np.ones((), f32), None, m, "", a_zp, a_zpn, b_zp, b_zpn,
+                             None, None, stats)
     if y_zp is None:
         y_zp = np.zeros((), np.uint8)
     ydt = _value_dtype(y_zp)

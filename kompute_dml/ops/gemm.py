@@ -348,5 +348,5 @@ SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM, contract.
                             OnnxOp("FusedMatMul", "com.microsoft", "gemm", check=float_input),
                             OnnxOp("Einsum", "", "matmul", check=float_input),
                             # step by step on GEMM and the activations (onnx_backend/handlers_rnn.py)
-                            *(OnnxOp(op, "", "gemm", check=rnn_rule(op)) for op in ("LSTM", "GRU", "RNN")))),)
+                            *(OnnxOp(op, "", "gemm", check=rnn_rule(op)) for op in _RNN_ACTIVATIONS))),)
 EXPORTS = {"MatrixTransform": MatrixTransform}  # the transform fields' enum, exported as kdml.MatrixTransform
