@@ -202,7 +202,7 @@ def test_float32_allow_half_precision(dev, rng, family, case):
 def test_policy_choice(dev, monkeypatch):
     """The device policy's choice: on a GPU with the capabilities and the shape, "coopmat" for FORWARD
     in half precision (FLOAT16, or FLOAT32 under allow_half_precision) with enough channels; "direct"
-    for few channels per group (depthwise); "tiled" for BACKWARD, FLOAT32 and small convolutions;
+    for few channels per group and few terms (depthwise); "tiled" for BACKWARD, FLOAT32 and small convolutions;
     KDML_CONV_KERNEL forces one (a coop family still leaving what it does not take to "tiled"); on
     lavapipe (no cooperative matrices) "tiled" / "direct"."""
     monkeypatch.delenv(CONV_KERNEL_ENV, raising=False)
@@ -214,6 +214,8 @@ def test_policy_choice(dev, monkeypatch):
     assert choose(half=True, coutg=64, klen=576, backward=True) == "tiled"
     assert choose(half=False, coutg=64, klen=576, backward=False) == "tiled"
     assert choose(half=True, coutg=1, klen=9, backward=False) == "direct"
+    assert choose(half=False, coutg=4, klen=64, backward=False) == "direct"
+    assert choose(half=False, coutg=4, klen=96, backward=False) == "tiled"  # a squeeze: split-K's parts
     assert choose(half=True, coutg=12, klen=576, backward=False) == "tiled"
     assert choose(half=True, coutg=64, klen=8, backward=False) == "tiled"
     assert policy_for("discrete-gpu", frozenset(), {}).conv_family_for(half=True, coutg=64, klen=576,

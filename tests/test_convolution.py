@@ -369,6 +369,7 @@ def test_split_k_plans_and_choice(dev, rng, monkeypatch):
     cpu = types.SimpleNamespace(policy=types.SimpleNamespace(name="cpu"))
     monkeypatch.delenv("KDML_CONV_SPLIT")
     assert conv_mod.conv_split(cpu, 8, 4608) == 1
-    assert conv_mod.conv_split(gpu, 8, 4608) == 16  # ResNet's 7 x 7 x 512 3x3 layer at batch 1
-    assert conv_mod.conv_split(gpu, 49, 576) == 2  # 56 x 56, 64 -> 64, 3x3
-    assert conv_mod.conv_split(gpu, 300, 4608) == 1 and conv_mod.conv_split(gpu, 8, 300) == 1
+    assert conv_mod.conv_split(gpu, 8, 4608) == 32  # ResNet's 7 x 7 x 512 3x3 layer at batch 1: parts of 144
+    assert conv_mod.conv_split(gpu, 49, 576) == 6  # 56 x 56, 64 -> 64, 3x3: 6 x 49 groups
+    assert conv_mod.conv_split(gpu, 2, 288) == 9  # MobileNetV3's 1x1 288 -> 96 at 7 x 7: parts of 2 K steps
+    assert conv_mod.conv_split(gpu, 300, 4608) == 1 and conv_mod.conv_split(gpu, 8, 40) == 1

@@ -207,7 +207,7 @@ def _wholly_in_the_padding(dev, kernel):
     np.testing.assert_array_equal(kdml.max_pool(x, (2,), device=dev).numpy(), [[[1, 2, 3]]])  # still usable
 
 
-GROUP_CASES = [  # windows of 256 taps and more: the work-group kernel (x sizes, window, strides, dilations, start, end)
+GROUP_CASES = [  # large windows over few outputs: the work-group kernel (pooling.choose_pool_kernel) (x sizes, window, strides, dilations, start, end)
     ((2, 3, 23, 19), (23, 19), (1, 1), (1, 1), (0, 0), (0, 0)),  # global, odd sizes
     ((1, 2, 20, 21), (16, 17), (3, 2), (1, 1), (2, 1), (1, 2)),  # strided, asymmetric padding
     ((1, 2, 60, 25), (26, 10), (2, 3), (2, 2), (3, 1), (0, 2)),  # dilated
@@ -220,7 +220,7 @@ GROUP_CASES = [  # windows of 256 taps and more: the work-group kernel (x sizes,
 @pytest.mark.parametrize("fn", ["max", "avg", "avg-include"])
 @pytest.mark.parametrize("case", range(len(GROUP_CASES)))
 def test_group_kernel_against_numpy(dev, rng, case, fn, dt, monkeypatch):
-    """One work group per output (pooling.GROUP_TAPS): MAX's values and indices as the sequential
+    """One work group per output (pooling.choose_pool_kernel): MAX's values and indices as the sequential
     rule's (ties, NaN, -inf; a window wholly in the padding), the same bits as the one-invocation
     kernel; AVERAGE within (ceil(n / 256) + 8 + 4) u S / count (256 partial sums, 8 tree levels)."""
     xs, win, st, dl, ps, pe = GROUP_CASES[case]
@@ -300,3 +300,21 @@ def test_float16_outputs_by_words_and_by_fields(dev, rng, fn, strides, pairs):
     got = read_logical(assert_outside_unchanged(ty, before), ty.offset, yd).astype(np.float64)
     bound = 13 * U * scale + np.abs(want) * 2.0 ** -11 + 2.0 ** -25
     assert np.all(np.abs(got - want) <= bound)
+
+
+def test_pool_kernel_choice(monkeypatch):
+    """The work-group kernel for large windows over few outputs (global pooling at small batches),
+    the one-invocation kernel for small windows or many outputs; KDML_POOL_KERNEL forces one."""
+    from kompute_dml.ops.pooling import choose_pool_kernel
+
+    monkeypatch.delenv("KDML_POOL_KERNEL", raising=False)
+    assert choose_pool_kernel(196, 96)  # MobileNetV3's squeeze at 14 x 14, batch 1
+    assert choose_pool_kernel(49, 576) and not choose_pool_kernel(49, 8 * 576)  # 7 x 7: batch 1, batch 8
+    assert choose_pool_kernel(3136, 16) and not choose_pool_kernel(9, 4)  # 56 x 56; a 3x3 window
+    monkeypatch.setenv("KDML_POOL_KERNEL", "thread")
+    assert not choose_pool_kernel(3136, 16)
+    monkeypatch.setenv("KDML_POOL_KERNEL", "group")
+    assert choose_pool_kernel(9, 10 ** 6)
+    monkeypatch.setenv("KDML_POOL_KERNEL", "warp")
+    with pytest.raises(ValueError, match="KDML_POOL_KERNEL='warp'"):
+        choose_pool_kernel(9, 4)

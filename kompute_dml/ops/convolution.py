@@ -249,14 +249,15 @@ def _k_table(desc: ConvolutionDesc, v: dict[str, Any]) -> np.ndarray:
     return np.stack([x_off, w_off, *pos], axis=1).astype(np.uint32).ravel()
 
 
-# Split-K (GPUs): where the tiled kernel's grid has fewer work-groups than SPLIT_TARGET_GROUPS (a
-# GPU of ~100 multiprocessors idles most of them: ResNet's 7 x 7 x 512 layers at batch 1 make 8
-# tiles), the reduction is cut into parts of at least SPLIT_MIN_K terms (at most SPLIT_MAX
-# parts), each part's partial sums written to the operator's scratch, then added in part order by
-# a second dispatch (CONV_REDUCE). KDML_CONV_SPLIT=<parts> forces a count (1: none; tests).
+# Split-K (GPUs): where the tiled kernel's grid has fewer work-groups than SPLIT_TARGET_GROUPS, the
+# reduction is cut into parts of at least SPLIT_MIN_K terms (at most SPLIT_MAX parts), each part's
+# partial sums written to the operator's scratch, then added in part order by a second dispatch
+# (CONV_REDUCE). KDML_CONV_SPLIT=<parts> forces a count (1: none; tests). A work group's K steps are
+# serial (loads, then a barrier), about 2 us each on the H100 where few groups run, so parts of two
+# steps win wherever the grid is small (docs/convolution.md; benchmarks/bench_small_layers.py).
 SPLIT_TARGET_GROUPS = 256
-SPLIT_MIN_K = 256
-SPLIT_MAX = 16
+SPLIT_MIN_K = 32
+SPLIT_MAX = 32
 CONV_SPLIT_ENV = "KDML_CONV_SPLIT"
 
 

@@ -11,8 +11,8 @@ GlobalAveragePool, LpPool and GlobalLpPool run on them (onnx_backend/handlers_po
 Indices (either storage_order) widened there to int64. Helpers kdml.max_pool / avg_pool / lp_pool in
 functional/pooling.py (1-D inputs too).
 
-shaders/pooling.comp: one invocation per output element; from GROUP_TAPS taps (global pooling) one
-work group of 256 per output element, partial results combined by a shared-memory tree (MAX by the
+shaders/pooling.comp: one invocation per output element; for large windows over few outputs
+(choose_pool_kernel: global pooling at small batches) one work group of 256 per output element, partial results combined by a shared-memory tree (MAX by the
 sequential rule: the same element and index; AVERAGE within (ceil(n / 256) + 12) u S / count);
 FLOAT16 outputs whose rows pack whole words: two outputs per invocation, one plain store.
 MAX: exact; the first largest element of the window in row-major order (later equal values are
@@ -182,14 +182,25 @@ class LpPooling1Desc:
 
 
 POOL_KERNEL_ENV = "KDML_POOL_KERNEL"  # "thread" or "group" forces one (tests, benchmarks)
-GROUP_TAPS = 256  # windows of this many taps and more take the work-group kernel
+# The work-group kernel where a window has at least GROUP_MIN_TAPS taps and there are at most
+# GROUP_OUTPUTS_PER_TAP outputs per tap: with few outputs the one-invocation kernel's serial window
+# sets the time, with many the work-group kernel's 256 invocations per output do. H100,
+# `python -m benchmarks.bench_small_layers` (global average pools, us, thread / group):
+# 1x96x14x14 16.2 / 5.9, 1x576x7x7 9.7 / 6.4, 1x16x56x56 141.6 / 8.4, 8x240x14x14 17.7 / 9.9,
+# 8x576x7x7 10.0 / 15.2, 8x2048x7x7 9.9 / 40.7.
+GROUP_MIN_TAPS = 32
+GROUP_OUTPUTS_PER_TAP = 24
 
 
-def _group_kernel(taps: int) -> bool:
+def choose_pool_kernel(taps: int, outputs: int) -> bool:
+    """Whether a pooling of `taps`-element windows and `outputs` outputs takes the work-group kernel
+    (KDML_POOL_KERNEL forces one)."""
     forced = os.environ.get(POOL_KERNEL_ENV, "auto")
     if forced not in ("auto", "thread", "group"):
         raise ValueError(f"{POOL_KERNEL_ENV}={forced!r}: auto, thread or group")
-    return forced == "group" or (forced == "auto" and taps >= GROUP_TAPS)
+    if forced != "auto":
+        return forced == "group"
+    return taps >= GROUP_MIN_TAPS and outputs <= GROUP_OUTPUTS_PER_TAP * taps
 
 
 def writes_words(y: TensorDesc) -> bool:
@@ -233,7 +244,7 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) 
     check_addressable(fields, tuple(t for t in (x, y, ind) if t is not None))
     out3 = three(spatial, 1)
     total = y.element_count
-    k = "_group" if _group_kernel(math.prod(window)) else ""
+    k = "_group" if choose_pool_kernel(math.prod(window), total) else ""
     pairs = not k and writes_words(y)
     flags = (1 if getattr(desc, "include_padding", False) else 0) | (2 if ind is not None else 0) | (4 if pairs else 0)
     words = np.array([x.sizes[1], *three(x.sizes[2:], 1), *out3, *three(window, 1), *three(strides, 1),

@@ -34,10 +34,15 @@ GEMM_COOP_MIN = 16
 
 CONV_KERNEL_ENV = "KDML_CONV_KERNEL"
 CONV_KERNELS = ("tiled", "direct", "coopmat", "coopmat-emulated")
-# Convolutions of fewer output channels per group than this take the direct kernel (one output
-# element per invocation): the tiled kernel computes 64 channels of a group per work-group and
-# idles the rest (H100, benchmarks/bench_conv.py: depthwise 3x3 over 8 x 96 x 56 x 56, tiled 0.535 ms).
+# Convolutions of fewer output channels per group than DIRECT_BELOW_COUTG and at most DIRECT_MAX_K
+# reduction terms take the direct kernel (one output element per invocation): the tiled kernel
+# computes 64 channels of a group per work-group and idles the rest (H100, benchmarks/bench_conv.py:
+# depthwise 3x3 over 8 x 96 x 56 x 56, tiled 0.535 ms), but the direct kernel walks all the terms
+# of an output in one invocation: beyond a 7x7 window the tiled kernel with split-K is faster (H100,
+# `python -m benchmarks.bench_small_layers`: depthwise 3x3 576 at 7 x 7 b8 direct 9.3 us, tiled
+# 45.1; EfficientNet's squeeze 96 -> 4 at 1 x 1 direct 29.4, tiled in 3 parts 11.7).
 DIRECT_BELOW_COUTG = 8
+DIRECT_MAX_K = 64
 # Output channels per group and reduction terms (CinG x window volume) from which an automatic
 # half-precision FORWARD convolution takes "coopmat" on a device that has it: one 16 x 16 x 16
 # fragment's worth (below it most of a fragment would be padding). Not measured yet:
@@ -82,7 +87,7 @@ def choose_conv_kernel(policy_family: str, *, half: bool, coutg: int, klen: int,
                 kernel: str | None = None) -> str:
     """CONVOLUTION's kernel: `kernel`, else KDML_CONV_KERNEL's, where one is forced (InvalidArgumentError
     ("kernel") for an unknown name); else "direct" for FORWARD with fewer than DIRECT_BELOW_COUTG output
-    channels per group, "coopmat" for FORWARD in half precision (`half`: FLOAT16, or FLOAT32 under
+    channels per group and at most DIRECT_MAX_K terms, "coopmat" for FORWARD in half precision (`half`: FLOAT16, or FLOAT32 under
     allow_half_precision) of at least CONV_COOP_MIN_COUTG channels per group and CONV_COOP_MIN_K terms
     on a device that has it (`policy_family`), else "tiled". A forced coop family applies to FORWARD
     in half precision only ("tiled" otherwise)."""
@@ -93,7 +98,7 @@ def choose_conv_kernel(policy_family: str, *, half: bool, coutg: int, klen: int,
         return choice if coop_ok else "tiled"
     if choice != "auto":
         return choice
-    if not backward and coutg < DIRECT_BELOW_COUTG:
+    if not backward and coutg < DIRECT_BELOW_COUTG and klen <= DIRECT_MAX_K:
         return "direct"
     big = coutg >= CONV_COOP_MIN_COUTG and klen >= CONV_COOP_MIN_K
     return "coopmat" if coop_ok and big and policy_family == "coopmat" else "tiled"
