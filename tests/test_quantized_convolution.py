@@ -1,4 +1,5 @@
-"""QUANTIZED_LINEAR_CONVOLUTION (ops/quantized_convolution.py, shaders/qconv.comp) bit for bit
+"""QUANTIZED_LINEAR_CONVOLUTION (ops/quantized_convolution.py; shaders/qconv.comp, qconv_tiled.comp:
+each kernel forced, direct, tiled and split-K) bit for bit
 against a numpy reference (int64 accumulation of (x - x_zp)(w - w_zp) plus the bias, then the
 documented float32 requantization): int8 / uint8 in every combination, per-tensor and per-channel
 filter scales and zero points, absent zero points and bias, strides, dilations, asymmetric padding,
@@ -44,6 +45,15 @@ def reference(x, xs, xz, w, ws, wz, b, ys, yz, st, dl, ps, pe, g, out):
     return np.clip(np.rint(v) + np.float32(yz), lo, hi).astype(out)
 
 
+# each kernel forced (the device policy's choice: ops/quantized_convolution.py), its dispatches' variants
+KERNELS = {"direct": ["qconv"], "tiled": ["qconvt"], "split": ["qconvs", "qconvr"]}
+
+
+def force(monkeypatch, kernel):
+    monkeypatch.setenv("KDML_CONV_KERNEL", "direct" if kernel == "direct" else "tiled")
+    monkeypatch.setenv("KDML_CONV_SPLIT", "3" if kernel == "split" else "1")
+
+
 def _q(rng, dt, shape):
     info = np.iinfo(dt)
     return rng.integers(info.min, info.max + 1, shape).astype(dt)
@@ -55,10 +65,13 @@ def _q(rng, dt, shape):
     dict(xs=(2, 6, 9, 8), ws=(4, 3, 3, 3), st=(2, 1), dl=(1, 2), ps=(1, 2), pe=(0, 1), g=2),
     dict(xs=(1, 4, 7, 7), ws=(4, 1, 3, 3), st=(1, 1), dl=(1, 1), ps=(1, 1), pe=(1, 1), g=4),  # depthwise
     dict(xs=(3, 5, 6, 5), ws=(7, 5, 1, 1), st=(1, 2), dl=(1, 1), ps=(0, 0), pe=(0, 0), g=1),
-], ids=["grouped", "depthwise", "pointwise"])
+    dict(xs=(2, 12, 9, 11), ws=(136, 6, 3, 2), st=(1, 1), dl=(2, 1), ps=(2, 0), pe=(1, 1), g=2),  # several tiles
+], ids=["grouped", "depthwise", "pointwise", "tiles"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["tensor", "channel"])
 @pytest.mark.parametrize("optional", [True, False], ids=["zp-bias", "none"])
-def test_against_numpy(dev, rng, types, geo, per_channel, optional):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_against_numpy(dev, rng, types, geo, per_channel, optional, kernel, monkeypatch):
+    force(monkeypatch, kernel)
     xt, wt, yt = types
     x, w = _q(rng, xt, geo["xs"]), _q(rng, wt, geo["ws"])
     m = geo["ws"][0]
@@ -88,14 +101,20 @@ def test_against_numpy(dev, rng, types, geo, per_channel, optional):
     before = poison_against(ty, want, rng)
     desc = kdml.QuantizedLinearConvolutionDesc(*(None if v is None else v.desc for v in tensors), yd, geo["st"], geo["dl"],
                                                geo["ps"], geo["pe"], geo["g"])
-    dev.compile(desc).execute(tensors, [ty])
+    op = dev.compile(desc)
+    one_step = kernel == "split" and np.prod(geo["ws"][1:]) <= 16  # a single K step has no parts
+    assert [p.variant for p in op.plans] == KERNELS["tiled" if one_step else kernel]
+    op.execute(tensors, [ty])
     assert_output(ty, before, want)
 
 
 @pytest.mark.parametrize("yt", [np.int8, np.uint8])
-def test_packed_outputs_four_per_word(dev, rng, yt):
-    """A packed output of width 4k takes the word-store path (four outputs per invocation, strides
-    along the width in the taps): the same bits, no byte outside the output changed."""
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_packed_outputs_four_per_word(dev, rng, yt, kernel, monkeypatch):
+    """A packed output of width 4k takes the word-store path in the direct kernel (four outputs per
+    invocation, strides along the width in the taps), bytes in the tiled ones: the same bits, no byte
+    outside the output changed."""
+    force(monkeypatch, kernel)
     from kompute_dml.ops.quantized_convolution import writes_quads
 
     x, w = _q(rng, np.uint8, (2, 3, 9, 17)), _q(rng, np.int8, (5, 3, 3, 3))

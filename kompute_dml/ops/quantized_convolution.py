@@ -34,12 +34,14 @@ import numpy as np
 
 from ..core.dtypes import DataType
 from ..core.errors import invalid
-from ..core.ints import as_int
+from ..core.ints import as_int, cdiv
 from ..core.layout import check_no_overlap
 from ..core.registry import F32, FL, D, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
+from ..device.memory import Buffer, Tensor
 from ..runtime import DispatchPlan, grid_for
 from . import contract
+from .convolution import TILE_K, conv_split
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
 from .spatial import output_sizes, spatial_array
@@ -145,7 +147,25 @@ def geometry_words(desc: QuantizedLinearConvolutionDesc) -> np.ndarray:
                     np.uint32)
 
 
-def compile_quantized_linear_convolution(device: Device, desc: QuantizedLinearConvolutionDesc) -> CompiledOperator:
+def k_table(desc: QuantizedLinearConvolutionDesc) -> np.ndarray:
+    """qconv_tiled.comp's words after the geometry (qconv_common.glsl P_NPIX ..): per term
+    k = (c, kh, kw) the input and filter offsets and the window's dilated position."""
+    x, w, y = desc.input_tensor, desc.filter_tensor, desc.output_tensor
+    cpg, kh, kw = w.sizes[1:]
+    dil = spatial_array(desc, "dilations", 2, 1, 1)
+    c, r, q = (a.ravel() for a in np.meshgrid(np.arange(cpg), np.arange(kh), np.arange(kw), indexing="ij"))
+    xs, ws = x.effective_strides, w.effective_strides
+    dh, dw = r * dil[0], q * dil[1]
+    tab = np.stack([c * xs[1] + dh * xs[2] + dw * xs[3], c * ws[1] + r * ws[2] + q * ws[3], dh, dw], axis=1)
+    return tab.astype(np.uint32).ravel()
+
+
+def compile_quantized_linear_convolution(device: Device, desc: QuantizedLinearConvolutionDesc, *,
+                                         kernel: str | None = None) -> CompiledOperator:
+    """The kernel the device policy chooses (DevicePolicy.conv_family_for, as CONVOLUTION's: "direct",
+    qconv.comp's output per invocation, for few channels and terms per group (depthwise); else
+    qconv_tiled.comp's tiles, with split-K (convolution.conv_split) where they are few); `kernel`
+    or KDML_CONV_KERNEL ("tiled" / "direct") forces one."""
     support = QUANTIZED_LINEAR_CONVOLUTION
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     words = geometry_words(desc)
@@ -153,16 +173,41 @@ def compile_quantized_linear_convolution(device: Device, desc: QuantizedLinearCo
     check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
     tensors = [getattr(desc, f) for f in support.fields]
     check_addressable([f for f, t in zip(support.fields, tensors) if t is not None], [t for t in tensors if t is not None])
-    fam = contract.QCONV
     names = ("x_off", "xs_off", "xz_off", "w_off", "ws_off", "wz_off", "b_off", "ys_off", "yz_off", "y_off")
     slots = {k: (i, t.data_type.size) for i, (k, t) in enumerate(zip(names, tensors)) if t is not None}
-    plan = DispatchPlan(
-        variant=fam.name(), push=fam.pack(**dict.fromkeys(names, 0)), writes=(9,), offset_slots=fam.slots(**slots),
-        bindings=(*(i if t is not None else None for i, t in enumerate(tensors)), len(support.fields)),
-        groups=grid_for(y.element_count // (4 if writes_quads(y) else 1), 256,
-                        device.limits["max_compute_work_group_count"][0]))
-    return CompiledOperator(device, desc, support, support.inputs, support.outputs, [plan],
-                            constants=[device.tensor(words)])
+    present = tuple(i if t is not None else None for i, t in enumerate(tensors))
+    limit = device.limits["max_compute_work_group_count"]
+    n, m, oh, ow = y.sizes
+    mpg, groups, klen = int(words[10]), m // int(words[10]), int(np.prod(desc.filter_tensor.sizes[1:]))
+    family = device.policy.conv_family_for(half=False, coutg=mpg, klen=klen, backward=False, kernel=kernel)
+
+    def plan(fam: Any, grid: tuple[int, int, int], writes: tuple[int, ...], extra: tuple[int, ...] = ()) -> DispatchPlan:
+        return DispatchPlan(variant=fam.name(), push=fam.pack(**dict.fromkeys(names, 0)), writes=writes,
+                            offset_slots=fam.slots(**slots), bindings=(*present, len(support.fields), *extra), groups=grid)
+
+    if family == "direct" or cdiv(mpg, 64) > limit[1]:
+        direct = plan(contract.QCONV, grid_for(y.element_count // (4 if writes_quads(y) else 1), 256, limit[0]), (9,))
+        return CompiledOperator(device, desc, support, support.inputs, support.outputs, [direct],
+                                constants=[device.tensor(words)])
+    npix = n * oh * ow
+    grid = (min(cdiv(npix, 64), limit[0]), cdiv(mpg, 64), min(groups, limit[2]))
+    split = conv_split(device, grid[0] * grid[1] * grid[2], klen)
+    if split > 1 and (grid[1] * split > limit[1] or 4 * split * m * npix > device.limits["max_storage_buffer_range"]
+                      or split * m * npix >= 2 ** 32):
+        split = 1  # no room for the parts: one pass
+    kchunk = cdiv(cdiv(klen, split), TILE_K) * TILE_K
+    consts = [device.tensor(np.concatenate([words, np.array([npix, oh * ow, klen, split, kchunk], np.uint32),
+                                            k_table(desc)]))]
+    if split == 1:
+        plans = [plan(contract.QCONV_TILED, grid, (9,))]
+    else:
+        scratch_desc = TensorDesc(DataType.UINT32, (split * m * npix,))
+        # not zeroed: the first dispatch writes every word the second reads
+        consts.append(Tensor.whole(Buffer(device, scratch_desc.byte_size, zeroed=False, later=True), scratch_desc))
+        scratch = len(support.fields) + 1
+        plans = [plan(contract.QCONV_SPLIT, (grid[0], grid[1] * split, grid[2]), (scratch,), (scratch,)),
+                 plan(contract.QCONV_REDUCE, grid_for(npix * m, 256, limit[0]), (9,), (scratch,))]
+    return CompiledOperator(device, desc, support, support.inputs, support.outputs, plans, constants=consts)
 
 
 def qlinear_conv_rule(t: Any) -> str:
@@ -181,7 +226,8 @@ _S = TensorDesc(DataType.FLOAT32, (1, 1, 1, 1))
 _Z = TensorDesc(DataType.UINT8, (1, 1, 1, 1))
 _W = TensorDesc(DataType.INT8, (4, 2, 3, 3))
 SPECS = (OperatorSpec(QuantizedLinearConvolutionDesc, QUANTIZED_LINEAR_CONVOLUTION, compile_quantized_linear_convolution,
-                      (contract.QCONV,), helpers=("quantized_conv",),
+                      (contract.QCONV, contract.QCONV_TILED, contract.QCONV_SPLIT, contract.QCONV_REDUCE),
+                      helpers=("quantized_conv",),
                       onnx=(OnnxOp("QLinearConv", "", "quantized_conv", check=qlinear_conv_rule),),
                       example=lambda: QuantizedLinearConvolutionDesc(
                           TensorDesc(DataType.UINT8, (1, 2, 5, 5)), _S, _Z, _W, TensorDesc(DataType.FLOAT32, (1, 4, 1, 1)),

@@ -1,6 +1,6 @@
 """The quantized operators' families of the contract beyond DEQUANTIZE_LINEAR and the integer
 products (kompute_dml/ops/contract/__init__.py re-exports them): shaders/quantize.comp
-(ops/quantize.py), shaders/qconv.comp (ops/quantized_convolution.py) and shaders/conv_integer.comp
+(ops/quantize.py), shaders/qconv.comp and qconv_tiled.comp (ops/quantized_convolution.py) and shaders/conv_integer.comp
 (ops/convolution_integer.py). Imports nothing from
 kompute_dml (the build loads the contract package by path)."""
 
@@ -21,6 +21,12 @@ QUANT = family("quant", "quantize.comp", "q_{i}_{o}", EW_IF_PUSH, _L256, i=("f32
 # in the operator's constant (binding 10)
 QCONV_PUSH = block("x_off", "xs_off", "xz_off", "w_off", "ws_off", "wz_off", "b_off", "ys_off", "yz_off", "y_off")
 QCONV = family("qconv", "qconv.comp", "qconv", QCONV_PUSH, _L256)
+# shaders/qconv_tiled.comp: qconvt 64 x 64 tiles of the implicit GEMM, qconvs + qconvr split-K (the
+# parts' int32 sums in the operator's scratch, binding 11, then added and requantized per output)
+QCONV_TILED, QCONV_SPLIT, QCONV_REDUCE = (
+    family(key, "qconv_tiled.comp", name, QCONV_PUSH, _L256, defines={"SPLIT": int(name == "qconvs"),
+                                                                      "REDUCE": int(name == "qconvr")})
+    for key, name in (("qconv_tiled", "qconvt"), ("qconv_split", "qconvs"), ("qconv_reduce", "qconvr")))
 
 # ---- CONVOLUTION_INTEGER (ops/convolution_integer.py, shaders/conv_integer.comp): an output element
 # per invocation; the tensors' offsets in elements (bytes for the 8-bit ones, words for the INT32
