@@ -1,7 +1,10 @@
 """The onnxruntime plugin EP (kompute_dml.ort) against the backend it wraps: the same model and
 inputs through `Backend.prepare(...).run` and through an unchanged `InferenceSession` with the
 EP, with onnxruntime's CPU provider (every core) beside them, all in one process, sampled
-round-robin (kompute_dml/bench/timing.interleaved).
+round-robin (kompute_dml/bench/timing.interleaved), each sample after SETTLE_S of sleep (onnxruntime's
+CPU threads spin after its run and took the cores from the next contender: at 00cc26d the backend's
+and the EP's runs of bert256 at 8x128 read 2.55 ms here against 0.61 in encoder_speed's) and one
+untimed call.
 
     python -m benchmarks.ort_ep [--models bert256,minilm-shape] [--shapes 1x16,8x128,64x256] [--rounds 15]
 
@@ -18,6 +21,7 @@ import argparse
 
 import numpy as np
 
+SETTLE_S = 0.02
 MODELS = {"bert256": (256, 3, 4), "minilm-shape": (384, 6, 12)}
 
 
@@ -66,7 +70,8 @@ def main() -> None:
             feeds = random_feeds(b, s, 1000, np.random.default_rng(b * 1000 + s))
             diff = float(np.abs(runs["ep"](feeds)[0] - runs["backend"](feeds)[0]).max())
             t = {k: median(v) * 1e3 for k, v in
-                 interleaved({k: (lambda f=f, feeds=feeds: f(feeds)) for k, f in runs.items()}, args.rounds, target=0).items()}
+                 interleaved({k: (lambda f=f, feeds=feeds: f(feeds)) for k, f in runs.items()}, args.rounds, target=0,
+                             settle=SETTLE_S, prime=True).items()}
             print(f"| {name} | {shape} | {t['backend']:.3f} | {t['ep']:.3f} | {t['ort_cpu']:.3f} | "
                   f"{t['ep'] / t['backend']:.3f} | {t['ort_cpu'] / t['ep']:.2f} | {diff:.3g} |", flush=True)
     runs = contenders(_tiny())
