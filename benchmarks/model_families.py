@@ -5,6 +5,7 @@ issue 52's table (a "-fp16" family's PyTorch peer runs float16: the module and i
 inputs in half precision). Ratios are peer / ours (> 1: ours faster).
 
     python -m benchmarks.model_families [--size small] [--shapes 1x128,8x128] [--families gpt2,vit] [--repeat 20]
+                                        [--allow-half-precision]
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class _Torch:
             return _ms(lambda: self.module(*args), repeat, torch.cuda.synchronize)
 
 
-def bench(name: str, size: str, shapes: list[tuple[int, int]], repeat: int) -> list[dict[str, Any]]:
+def bench(name: str, size: str, shapes: list[tuple[int, int]], repeat: int, half: bool = False) -> list[dict[str, Any]]:
     import onnxruntime as ort
 
     from kompute_dml.onnx_backend import CPU, VULKAN, Backend
@@ -77,7 +78,8 @@ def bench(name: str, size: str, shapes: list[tuple[int, int]], repeat: int) -> l
 
     path = families.build(name, size)
     reps: list[Any] = []
-    prepare_ms = once(lambda: reps.append(Backend.prepare(str(path), "CPU"))) * 1e3
+    kwargs = {"allow_half_precision": True} if half else {}
+    prepare_ms = once(lambda: reps.append(Backend.prepare(str(path), "CPU", **kwargs))) * 1e3
     rep = reps[0]
     where = collections.Counter(p.target for p in rep.placement)
     cpu_ops = collections.Counter(p.op_type for p in rep.placement if p.target == CPU)
@@ -94,7 +96,8 @@ def bench(name: str, size: str, shapes: list[tuple[int, int]], repeat: int) -> l
         want = sess.run(None, feeds)[0]
         ort_ms = _ms(lambda f=feeds: sess.run(None, f), max(3, repeat // 4))
         torch_ms = peer.ms(feeds, repeat) if peer.module is not None else None
-        rows.append({"family": name, "shape": f"{b}x{s}", "vulkan": where[VULKAN], "host": where[HOST], "cpu": where[CPU],
+        label = name + (" (allow_half_precision)" if half else "")
+        rows.append({"family": label, "shape": f"{b}x{s}", "vulkan": where[VULKAN], "host": where[HOST], "cpu": where[CPU],
                      "cpu_ops": dict(cpu_ops), "segments": st.cpu_segments, "fallbacks": st.runtime_fallbacks,
                      "uploads": st.uploads, "downloads": st.downloads, "prepare_ms": prepare_ms, "first_ms": first,
                      "ours_ms": ours, "ort_ms": ort_ms, "torch_ms": torch_ms, "torch_note": peer.note,
@@ -127,12 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default="1x128,8x128", help="batch x tokens, comma-separated")
     ap.add_argument("--families", default=",".join(families.FAMILIES))
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--allow-half-precision", action="store_true",
+                    help="prepare with allow_half_precision (float32 products and convolutions in float16 on tensor cores)")
     args = ap.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     rows = []
     for name in args.families.split(","):
         try:
-            rows += bench(name, args.size, shapes, args.repeat)  # type: ignore[arg-type]
+            rows += bench(name, args.size, shapes, args.repeat, args.allow_half_precision)  # type: ignore[arg-type]
         except Exception as e:  # one family's failure is a row, not the end
             print(f"  {name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
     print(table(rows))

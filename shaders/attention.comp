@@ -36,8 +36,8 @@
 #endif
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
-#extension GL_EXT_control_flow_attributes : require
 #endif
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "f16_bits.glsl"
 #include "gelu_math.glsl"
@@ -223,9 +223,11 @@ void store_out(uint e0, uint e1, float v0, float v1, bool two) {
 #define SPT (uint(BK) / TPR)           // scores per invocation and tile
 #define UPT (uint(DMAX) / (TPR * EPT)) // accumulator units (EPT elements) per invocation
 #define KS (uint(DMAX) + 1u)           // a key / value row in shared memory (padded: no bank conflicts)
-shared float qs[BQ * DMAX];
+#define QS (uint(DMAX) + 1u)           // a query row, padded: a warp's 4 rows read 4 banks
+#define PS (uint(BK) + 1u)             // a row's weights, padded likewise
+shared float qs[BQ * (DMAX + 1)];
 shared float ks[BK * (DMAX + 1)];
-shared float ps[BQ * BK];
+shared float ps[BQ * (BK + 1)];
 shared float red[WG];
 
 void main() {
@@ -252,11 +254,11 @@ void main() {
     int climit = causal_last(total, i);
     for (uint e = t; e < uint(BQ * DMAX); e += WG) {
         uint rr = e / uint(DMAX), d = e % uint(DMAX), ii = qb * uint(BQ) + rr;
-        qs[e] = (ii < pc.seq && d < pc.dqk) ? query_at(b, h, ii, d) : 0.0;
+        qs[rr * QS + d] = (ii < pc.seq && d < pc.dqk) ? query_at(b, h, ii, d) : 0.0;
     }
     float m = NEG_INF, l = 0.0;
     bool bad = false;
-    float acc[UPT * EPT];
+    precise float acc[UPT * EPT];  // precise: the rescaling stays a rounded product
     for (uint u = 0u; u < UPT * EPT; ++u) acc[u] = 0.0;
     for (uint j0 = kbeg; j0 < kend; j0 += uint(BK)) {
         barrier();  // the previous tile's values (and, first, the query block) are done with
@@ -265,15 +267,20 @@ void main() {
             ks[c * KS + d] = (j < kend && d < pc.dqk) ? key_at(b, hk, j, pb, d) : 0.0;
         }
         barrier();
+        // the SPT dot products side by side, each query element read once for them (each in d order)
+        precise float dots[SPT];
+        [[unroll]] for (uint s = 0u; s < SPT; ++s) dots[s] = 0.0;
+        for (uint d = 0u; d < pc.dqk; ++d) {
+            float qv = qs[r * QS + d];
+            [[unroll]] for (uint s = 0u; s < SPT; ++s) dots[s] = fma(qv, ks[(lane + s * TPR) * KS + d], dots[s]);
+        }
         float sc[SPT];
         float tmax = NEG_INF;
         for (uint s = 0u; s < SPT; ++s) {
             uint c = lane + s * TPR, j = j0 + c;
             float v = NEG_INF;  // a key outside the row's attention: weight 0
             if (row_ok && j < kend && int(j) <= climit) {
-                precise float dot = 0.0;
-                for (uint d = 0u; d < pc.dqk; ++d) dot = fma(qs[r * uint(DMAX) + d], ks[c * KS + d], dot);
-                v = score(dot, b, h, i, j);
+                v = score(dots[s], b, h, i, j);
                 bad = bad || bad_score(v);
             }
             sc[s] = v;
@@ -286,7 +293,7 @@ void main() {
         precise float psum = 0.0;
         for (uint s = 0u; s < SPT; ++s) {
             float p = (mt == NEG_INF || kdml_is_nan(sc[s])) ? 0.0 : kdml_exp_le0(sc[s] - mt);
-            ps[r * uint(BK) + lane + s * TPR] = p;
+            ps[r * PS + lane + s * TPR] = p;
             psum += p;
         }
         barrier();  // every max read from red, every key read from ks
@@ -301,14 +308,14 @@ void main() {
         float alpha = (m == NEG_INF) ? 0.0 : kdml_exp_le0(m - mt);
         l = l * alpha + tsum;
         m = mt;
-        for (uint u = 0u; u < UPT; ++u) {
-            if ((lane + u * TPR) * EPT >= pc.dv) continue;  // past the value head size: never stored
-            for (uint e = 0u; e < EPT; ++e) {
-                uint d = (lane + u * TPR) * EPT + e;
-                precise float a = acc[u * EPT + e] * alpha;
-                for (uint c = 0u; c < uint(BK); ++c) a = fma(ps[r * uint(BK) + c], ks[c * KS + d], a);
-                acc[u * EPT + e] = a;
-            }
+        // every accumulator rescaled, then the tile's weighted values in key order, each weight read
+        // once for all of this invocation's accumulators (past the value head size: zeros, never stored)
+        [[unroll]] for (uint u = 0u; u < UPT * EPT; ++u) acc[u] = acc[u] * alpha;
+        for (uint c = 0u; c < uint(BK); ++c) {
+            float p = ps[r * PS + c];
+            [[unroll]] for (uint u = 0u; u < UPT; ++u)
+                [[unroll]] for (uint e = 0u; e < EPT; ++e)
+                    acc[u * EPT + e] = fma(p, ks[c * KS + (lane + u * TPR) * EPT + e], acc[u * EPT + e]);
         }
     }
     barrier();
