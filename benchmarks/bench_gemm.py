@@ -228,7 +228,8 @@ def sweep(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator) 
 
 
 def block_cases(quick: bool) -> list[dict[str, Any]]:
-    """--blocks: float32 products of the encoders (Whisper's at batch 8 x 1,500 frames, hidden 256)."""
+    """--blocks: float32 products of the encoders (Whisper's at batch 8 x 1,500 frames, hidden 256; the
+    small families' at batch 8 x 128), classifiers and a decoding step."""
     if quick:
         return [dict(name="96x200x130", kind="plain", m=96, k=200, n=130),
                 dict(name="attn_scores b2h2s300d64", kind="scores", b=2, h=2, s=300, d=64)]
@@ -240,7 +241,12 @@ def block_cases(quick: bool) -> list[dict[str, Any]]:
             dict(name="1024x4096x1024", kind="plain", m=1024, k=4096, n=1024),
             dict(name="8192x4096x1024", kind="plain", m=8192, k=4096, n=1024),
             dict(name="4096x1024x4096", kind="plain", m=4096, k=1024, n=4096),
-            dict(name="8192x2048x2048", kind="plain", m=8192, k=2048, n=2048)]
+            dict(name="8192x2048x2048", kind="plain", m=8192, k=2048, n=2048),
+            # the families' products at batch 8 x 128 (hidden 256, feed-forward 1,024; ViT's 197 tokens),
+            # a classifier at batch 8 and 1, a decoding step's
+            *(dict(name=f"{m}x{k}x{n}", kind="plain", m=m, k=k, n=n) for m, n, k in (
+                (1024, 256, 256), (1024, 1024, 256), (1024, 256, 1024), (1576, 256, 256), (1576, 1024, 256),
+                (1576, 256, 1024), (8, 1000, 1024), (1, 1000, 1024), (1, 768, 256)))]
 
 
 def blocks(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator) -> tuple[list[dict[str, Any]], bool]:
@@ -253,6 +259,8 @@ def blocks(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator)
     print(f"{'case':<28} {'policy':<12} " + " ".join(f"{f'b{b} us':>10}" for b in GEMM_BLOCKS)
           + f" {'torch us':>10} {'best TFLOPS':>12} {'torch/best':>11}")
     for case in block_cases(args.quick):
+        if args.only and not any(w in case["name"] for w in args.only):
+            continue
         ours = {"policy": Ours(dev, case, D.FLOAT32, rng, kernel="tiled")}
         for blk in GEMM_BLOCKS:
             gemm.choose_block = lambda *_a, blk=blk: blk  # type: ignore[assignment]
@@ -285,7 +293,7 @@ def main() -> int:
     ap.add_argument("--families", action="store_true", help="FLOAT16: cooperative matrices vs tiled vs torch fp16")
     ap.add_argument("--emulated", action="store_true", help="with --families: the emulated family where no tensor cores")
     ap.add_argument("--sweep", action="store_true", help="the --families cases on every tile of SWEEP_TILES")
-    ap.add_argument("--only", nargs="*", default=[], help="with --sweep: the cases whose names contain one of these")
+    ap.add_argument("--only", nargs="*", default=[], help="with --sweep or --blocks: the cases whose names contain one of these")
     ap.add_argument("--blocks", action="store_true", help="FLOAT32: the tiled kernel's register blocks vs torch fp32")
     args = ap.parse_args()
     rng = np.random.default_rng(7)

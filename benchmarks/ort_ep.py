@@ -1,10 +1,10 @@
 """The onnxruntime plugin EP (kompute_dml.ort) against the backend it wraps: the same model and
 inputs through `Backend.prepare(...).run` and through an unchanged `InferenceSession` with the
-EP, with onnxruntime's CPU provider (every core) beside them, all in one process, sampled
-round-robin (kompute_dml/bench/timing.interleaved), each sample after SETTLE_S of sleep (onnxruntime's
-CPU threads spin after its run and took the cores from the next contender: at 00cc26d the backend's
-and the EP's runs of bert256 at 8x128 read 2.55 ms here against 0.61 in encoder_speed's) and one
-untimed call.
+EP, sampled round-robin between the two (kompute_dml/bench/timing.interleaved) after the GPU's
+clock is up (bench.gpu_clock.hold), then onnxruntime's CPU provider (every core) on its own, all in
+one process. (Sampled round-robin with the CPU provider, its spinning threads and the GPU's idle
+clock inflated the backend's and the EP's runs 2-4x: bert256 at 8x128 read 2.55 ms against
+encoder_speed's 0.61 at 00cc26d.)
 
     python -m benchmarks.ort_ep [--models bert256,minilm-shape] [--shapes 1x16,8x128,64x256] [--rounds 15]
 
@@ -21,7 +21,6 @@ import argparse
 
 import numpy as np
 
-SETTLE_S = 0.02
 MODELS = {"bert256": (256, 3, 4), "minilm-shape": (384, 6, 12)}
 
 
@@ -51,6 +50,7 @@ def contenders(model: str | bytes) -> dict:
 
 
 def main() -> None:
+    from kompute_dml.bench import gpu_clock
     from kompute_dml.bench.bert_models import build_random_bert, random_feeds
     from kompute_dml.bench.timing import interleaved, median
 
@@ -69,15 +69,18 @@ def main() -> None:
             b, s = map(int, shape.split("x"))
             feeds = random_feeds(b, s, 1000, np.random.default_rng(b * 1000 + s))
             diff = float(np.abs(runs["ep"](feeds)[0] - runs["backend"](feeds)[0]).max())
-            t = {k: median(v) * 1e3 for k, v in
-                 interleaved({k: (lambda f=f, feeds=feeds: f(feeds)) for k, f in runs.items()}, args.rounds, target=0,
-                             settle=SETTLE_S, prime=True).items()}
+            calls = {k: (lambda f=f, feeds=feeds: f(feeds)) for k, f in runs.items()}
+            gpu_clock.hold(calls["backend"], gpu_clock.WARM_SECONDS)
+            t = {k: median(v) * 1e3 for k, v in interleaved({k: calls[k] for k in ("backend", "ep")}, args.rounds).items()}
+            t["ort_cpu"] = median(interleaved({"ort_cpu": calls["ort_cpu"]}, max(3, args.rounds // 3), target=0)["ort_cpu"]) * 1e3
             print(f"| {name} | {shape} | {t['backend']:.3f} | {t['ep']:.3f} | {t['ort_cpu']:.3f} | "
                   f"{t['ep'] / t['backend']:.3f} | {t['ort_cpu'] / t['ep']:.2f} | {diff:.3g} |", flush=True)
     runs = contenders(_tiny())
     x = {"x": np.ones((4, 8), np.float32)}
-    t = {k: median(v) * 1e6 for k, v in
-         interleaved({k: (lambda f=f: f(x)) for k, f in runs.items()}, max(args.rounds, 30)).items()}
+    calls = {k: (lambda f=f: f(x)) for k, f in runs.items()}
+    gpu_clock.hold(calls["backend"], gpu_clock.WARM_SECONDS)
+    t = {k: median(v) * 1e6 for k, v in interleaved({k: calls[k] for k in ("backend", "ep")}, max(args.rounds, 30)).items()}
+    t["ort_cpu"] = median(interleaved({"ort_cpu": calls["ort_cpu"]}, max(args.rounds, 30))["ort_cpu"]) * 1e6
     print(f"\nper call, 4-node model (us): backend {t['backend']:.1f}, EP {t['ep']:.1f} "
           f"(EP - backend {t['ep'] - t['backend']:.1f}), onnxruntime's CPU provider {t['ort_cpu']:.1f}")
 
