@@ -21,8 +21,9 @@ where the device has them, else "coopmat-emulated" with --emulated), the tiled k
 torch.matmul fp16; printed side by side with the ratios tiled / coop (the family's speed-up) and
 torch / coop (> 1: ours faster). Correctness first as above, under the family's bound.
 `--blocks`: FLOAT32 on the tiled kernel with each register block forced (b2, b4, b8: 32, 64 and
-128-square tiles) beside torch fp32, on Whisper's encoder products and the cases above, with the
-block the device policy picks.
+128-square tiles) beside torch fp32, on Whisper's encoder products, the small families' and the cases
+above, and the device policy's choice (its first variant named; `gemms_*`: split-K, ops/gemm_split.py)
+timed beside them.
 """
 
 from __future__ import annotations
@@ -256,7 +257,7 @@ def blocks(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator)
 
     rows, ok = [], True
     choose = gemm.choose_block
-    print(f"{'case':<28} {'policy':<12} " + " ".join(f"{f'b{b} us':>10}" for b in GEMM_BLOCKS)
+    print(f"{'case':<28} {'policy':<12} {'policy us':>10} " + " ".join(f"{f'b{b} us':>10}" for b in GEMM_BLOCKS)
           + f" {'torch us':>10} {'best TFLOPS':>12} {'torch/best':>11}")
     for case in block_cases(args.quick):
         if args.only and not any(w in case["name"] for w in args.only):
@@ -271,13 +272,14 @@ def blocks(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator)
         good = all(o.check() for o in ours.values())
         ok &= good
         makes = {k: o.make for k, o in ours.items() if k != "policy"}
-        secs = time_interleaved({**makes, **torch_peers(ours["b4"], ("torch_f32",))}, args.rounds)
+        secs = time_interleaved({**makes, "policy": ours["policy"].make, **torch_peers(ours["b4"], ("torch_f32",))},
+                                args.rounds)
         flops = ours["b4"].flops()
         best = min(makes, key=secs.__getitem__)
         torch_s = secs.get("torch_f32")
         rows.append({"case": case["name"], "policy": ours["policy"].op.plans[0].variant, "correct": good,
                      **{f"{k}_us": v * 1e6 for k, v in secs.items()}})
-        print(f"{case['name']:<28} {ours['policy'].op.plans[0].variant:<12} "
+        print(f"{case['name']:<28} {ours['policy'].op.plans[0].variant:<12} {secs['policy'] * 1e6:10.1f} "
               + " ".join(f"{secs[f'b{b}'] * 1e6:10.1f}" for b in GEMM_BLOCKS)
               + (f" {torch_s * 1e6:10.1f}" if torch_s else f" {'-':>10}")
               + f" {flops / secs[best] / 1e12:12.1f}" + (f" {torch_s / secs[best]:11.2f}" if torch_s else f" {'-':>11}")

@@ -19,6 +19,7 @@ from helpers import assert_outside_unchanged, place, poison_against, random_stri
 
 import kompute_dml as kdml
 from kompute_dml.ops.gemm import BIG_TILES_MIN, BLK8_MIN_K, BLK8_MIN_TILES, choose_block, gemm_grid
+from kompute_dml.ops.gemm_split import gemm_split
 
 DT = kdml.DataType
 FL = kdml.FeatureLevel
@@ -146,6 +147,41 @@ def test_tile_sizes(dev, rng, monkeypatch):
     assert choose_block("work", 1, 1, 1) == 2
     assert choose_block("work", 96, 130, 1) == 4
     assert dev.policy.gemm_tiles == ("work" if dev.device_type == "cpu" else "parallel")
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
+@pytest.mark.parametrize("parts", ["2", "5"])
+def test_split_k(dev, rng, monkeypatch, dt, parts):
+    """Split-K (ops/gemm_split.py; KDML_GEMM_SPLIT forces it where lavapipe never splits): the parts'
+    float32 sums to the scratch, added in part order with the epilogue (C, alpha, beta; FLOAT16 merged
+    into words): shapes off the tiles, transpositions, batches, random strides and offsets, infinities
+    and NaNs, within the tiled kernel's bound and every byte outside the output unchanged."""
+    monkeypatch.setenv("KDML_GEMM_SPLIT", parts)
+    for i, (m, n, k) in enumerate([(31, 33, 47), (97, 130, 200), (1, 1000, 300), (65, 63, 33), (3, 5, 17)]):
+        ta, tb = bool(i % 2), bool(i // 2 % 2)
+        run_case(dev, rng, dt, (2,) if i % 2 else (), m, n, k, ta, tb, has_c=i % 3 != 2,
+                 alpha=(1.0, -0.5, 2.0)[i % 3], beta=(1.0, 0.25, 0.0)[i % 3])
+    a, b, c = with_specials(rng, dt, 40, 36, 90, 3)
+    run_case(dev, rng, dt, (), 40, 36, 90, a_val=a, b_val=b, c_val=c)
+    ad, bd, od = TD(dt, (5, 100)), TD(dt, (100, 7)), TD(dt, (5, 7))
+    t = "f16" if dt == DT.FLOAT16 else "f32"
+    assert [p.variant for p in dev.compile(kdml.GemmDesc(ad, bd, None, od)).plans] == [f"gemms_{t}_b2", f"gemmr_{t}"]
+    monkeypatch.setenv("KDML_GEMM_SPLIT", "1")
+    assert [p.variant for p in dev.compile(kdml.GemmDesc(ad, bd, None, od)).plans] == [f"gemm_{t}_b2"]
+
+
+def test_split_k_rule(monkeypatch):
+    """GPUs cut a long K over few tiles into parts of at least SPLIT_MIN_K terms (multiples of 16),
+    up to SPLIT_TARGET_GROUPS work groups; CPU devices never do."""
+    monkeypatch.delenv("KDML_GEMM_SPLIT", raising=False)
+    gpu = types.SimpleNamespace(policy=types.SimpleNamespace(name="discrete-gpu"))
+    cpu = types.SimpleNamespace(policy=types.SimpleNamespace(name="cpu"))
+    assert gemm_split(gpu, 64, 1024) == (4, 256)  # 1024 x 256 outputs on 64 x 64 tiles, K 1,024
+    assert gemm_split(gpu, 32, 1024) == (8, 128)  # a classifier's 1,000 columns on 32 x 32 tiles
+    assert gemm_split(gpu, 64, 200) == (1, 208) and gemm_split(gpu, 300, 4096) == (1, 4096)
+    assert gemm_split(cpu, 8, 4096) == (1, 4096)
+    monkeypatch.setenv("KDML_GEMM_SPLIT", "3")
+    assert gemm_split(cpu, 8, 100) == (3, 48)
 
 
 @pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)

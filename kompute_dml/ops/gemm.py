@@ -36,7 +36,7 @@ from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan, TransferPlan
-from . import contract
+from . import contract, gemm_split
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
 from .gemm_coop import CoopTile, plan_gemm_coop
@@ -233,7 +233,7 @@ def _plan(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, beta: 
     flags |= contract.GEMM_F_HAS_C if desc.c_tensor is not None else 0
     values: dict[str, Any] = dict(a_off=0, b_off=0, c_off=0, o_off=0, m=shape.m, n=shape.n, k=shape.k,
                                   nmat=shape.nb * shape.nc, nc=shape.nc, alpha=alpha,
-                                  beta=beta if desc.c_tensor is not None else 0.0, flags=flags)
+                                  beta=beta if desc.c_tensor is not None else 0.0, flags=flags, kchunk=0)
     for p, st in (("a", shape.a_st), ("b", shape.b_st), ("c", shape.c_st), ("o", shape.o_st)):
         names = ("sb", "sc", "sm", "sk") if p == "a" else ("sb", "sc", "sk", "sn") if p == "b" else ("sb", "sc", "sm", "sn")
         values.update({f"{p}_{nm}": s for nm, s in zip(names, st)})
@@ -297,7 +297,13 @@ def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
     window = binding_window(device.limits)
     tensors = [d for _, _, d in present]
     if fits(tensors, window):
-        return CompiledOperator(device, desc, SUPPORT, SUPPORT.inputs, SUPPORT.outputs, plans_for(desc))
+        plans = plans_for(desc)
+        sh = check_gemm(desc)[0]
+        split = (gemm_split.split_plans(device, plans[0], sh.m, sh.n, sh.k, sh.nb * sh.nc, gemm_grid)  # type: ignore[arg-type]
+                 if plans[0].variant.startswith("gemm_") else None)
+        if split is not None:  # few tiles over a long K (ops/gemm_split.py)
+            return CompiledOperator(device, desc, SUPPORT, SUPPORT.inputs, SUPPORT.outputs, split[0], constants=[split[1]])
+        return CompiledOperator(device, desc, SUPPORT, SUPPORT.inputs, SUPPORT.outputs, plans)
     # a value beyond one binding: the matrices in parts (batch, then channel), then A's, C's and the
     # output's rows, then B's, C's and the output's columns (ops/split_range.py); K is never cut (a
     # B of K rows beyond one binding stays refused)
@@ -343,7 +349,8 @@ def rnn_rule(op_type: str) -> Any:
     return rule
 
 
-SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM, contract.GEMM_COOP), helpers=("gemm", "matmul"),
+SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM, contract.GEMM_SPLIT, contract.GEMM_REDUCE,
+                                                       contract.GEMM_COOP), helpers=("gemm", "matmul"),
                       onnx=(OnnxOp("MatMul", "", "matmul", check=float_input), OnnxOp("Gemm", "", "gemm", check=float_input),
                             OnnxOp("FusedMatMul", "com.microsoft", "gemm", check=float_input),
                             OnnxOp("Einsum", "", "matmul", check=float_input),

@@ -323,17 +323,24 @@ MVN_SKIP = family("mvn_skip", "mvn.comp", "mvn_skip_{t}_{layout}", MVN_SKIP_PUSH
 # ---- GEMM (ops/gemm.py, shaders/gemm.comp): offsets in elements; M, N, K of op(A) x op(B); the
 # number of matrices (batch x channel) and channels; per tensor its batch, channel, row and column
 # strides in elements (A: m, k of op(A), B: k, n of op(B): a transposition is a swap of the two,
-# made on the host); alpha, beta; flags (GEMM_F_*). A variant per element type and register block
+# made on the host); alpha, beta; flags (GEMM_F_*); kchunk (split-K's terms per part; 0: none). A variant per element type and register block
 # (BLK x BLK outputs per invocation, a 16 BLK x 16 BLK tile per work group of 16 x 16).
 GEMM_PUSH = block("a_off", "b_off", "c_off", "o_off", "m", "n", "k", "nmat", "nc", "a_sb", "a_sc", "a_sm", "a_sk",
                   "b_sb", "b_sc", "b_sk", "b_sn", "c_sb", "c_sc", "c_sm", "c_sn", "o_sb", "o_sc", "o_sm", "o_sn",
-                  "alpha:f32", "beta:f32", "flags")
+                  "alpha:f32", "beta:f32", "flags", "kchunk")
 GEMM_F_HAS_C = 1  # C is bound: Output = alpha * S + beta * C (else alpha * S)
 GEMM_F_A_MFAST = 2  # A's tile is staged with consecutive invocations on consecutive m (else k)
 GEMM_F_B_KFAST = 4  # B's tile is staged with consecutive invocations on consecutive k (else n)
 GEMM_BLOCKS = (2, 4, 8)
 GEMM = family("gemm", "gemm.comp", "gemm_{t}_b{blk}", GEMM_PUSH, (16, 16, 1), t=("f32", "f16"), blk=GEMM_BLOCKS, shape=("blk",),
               defines=lambda t, blk: {"F16": int(t == "f16"), "BLK": blk})
+# split-K (ops/gemm.py gemm_split; kchunk > 0 terms per part): gemms_* the parts' float32 sums to the
+# operator's scratch (binding 4), gemmr_* an invocation per output adds them in part order and applies
+# the epilogue
+GEMM_SPLIT = family("gemm_split", "gemm.comp", "gemms_{t}_b{blk}", GEMM_PUSH, (16, 16, 1), t=("f32", "f16"),
+                    blk=GEMM_BLOCKS, shape=("blk",), defines=lambda t, blk: {"F16": int(t == "f16"), "BLK": blk, "SPLIT": 1})
+GEMM_REDUCE = family("gemm_reduce", "gemm_reduce.comp", "gemmr_{t}", GEMM_PUSH, (256, 1, 1), t=("f32", "f16"),
+                     defines=lambda t: {"F16": int(t == "f16")})
 # FLOAT16 GEMM on cooperative matrices (ops/gemm_coop.py, shaders/gemm_coop.comp): the same block;
 # flags add GEMM_F_A_VEC / GEMM_F_B_VEC (16-byte loads). Tensor cores ("", the wheel's compiler), or
 # each cooperative-matrix operation as subgroup code (x: MMA=1, no device feature); the shared tiles
@@ -380,7 +387,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     EW_POW, EW_ATAN2, EW_MOD, EW_SHIFT, EW_POPCNT, EW_DSQ, CUM, CUM_WG, CAST, DEQUANT, GATHER, GATHER_CHECK, FILL, FILL_SEQ, PAD,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN, LSM_FAST, LSM_GEN, HMX_FAST, HMX_GEN,
     DQL_MINMAX, DQL_QUANT, EW_EXT, TOPK, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, CONV_COOP, CONV_INT,
-    POOL, POOL_Q8, BN, GEMM, GEMM_COOP, POOL_LP, RESAMPLE, LRN, QUANT, QCONV, QCONV_TILED, QCONV_SPLIT, QCONV_REDUCE, MHA_TILED, MHA_ROWS, MHA_PRESENT, MHA_SPLIT,
+    POOL, POOL_Q8, BN, GEMM, GEMM_SPLIT, GEMM_REDUCE, GEMM_COOP, POOL_LP, RESAMPLE, LRN, QUANT, QCONV, QCONV_TILED, QCONV_SPLIT, QCONV_REDUCE, MHA_TILED, MHA_ROWS, MHA_PRESENT, MHA_SPLIT,
     MHA_COMBINE, MHA_COOP, *INDEX_FAMILIES,
 )
 
