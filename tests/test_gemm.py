@@ -178,7 +178,8 @@ def test_split_k_rule(monkeypatch):
     cpu = types.SimpleNamespace(policy=types.SimpleNamespace(name="cpu"))
     assert gemm_split(gpu, 64, 1024) == (4, 256)  # 1024 x 256 outputs on 64 x 64 tiles, K 1,024
     assert gemm_split(gpu, 32, 1024) == (8, 128)  # a classifier's 1,000 columns on 32 x 32 tiles
-    assert gemm_split(gpu, 64, 200) == (1, 208) and gemm_split(gpu, 300, 4096) == (1, 4096)
+    assert gemm_split(gpu, 64, 200) == (1, 200) and gemm_split(gpu, 300, 4096) == (1, 4096)
+    assert gemm_split(gpu, 100, 256) == (1, 256)  # short K: one pass
     assert gemm_split(cpu, 8, 4096) == (1, 4096)
     monkeypatch.setenv("KDML_GEMM_SPLIT", "3")
     assert gemm_split(cpu, 8, 100) == (3, 48)

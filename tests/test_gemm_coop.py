@@ -181,7 +181,9 @@ def test_attention_shapes(dev, rng, family):
 # ---- values: the tiled kernel's results, magnitudes, infinities, NaN, zeros --------------------
 def test_emulated_equals_tiled(dev, rng, monkeypatch):
     """The emulated family sums over k in order by fma, as shaders/gemm.comp does: bitwise the same
-    outputs (signed zeros included) whatever the layouts and the tile."""
+    outputs (signed zeros included) whatever the layouts and the tile (in one pass: a GPU's split-K,
+    ops/gemm_split.py, sums its parts apart)."""
+    monkeypatch.setenv("KDML_GEMM_SPLIT", "1")
     dev_policy = dev.policy
     for m, n, k, ta, tb in ((70, 45, 300, False, False), (33, 17, 64, True, True), (5, 40, 16, False, True)):
         a, b, c = values(rng, F16, (2, m, k)), values(rng, F16, (2, k, n)), values(rng, F16, (2, m, n))

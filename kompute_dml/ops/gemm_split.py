@@ -1,8 +1,8 @@
 """GEMM's split-K on GPUs (docs/gemm.md, "Split-K"): where the tiled kernel has few work groups, each
 walks all of K in serial steps of 16 (loads, a barrier, the products), about 0.8 us each on the
 H100 when the GPU is mostly idle, so a product of few tiles and long K is bound by that chain (1024
-x 1024 x 256 float32 on 64 tiles: 53 us against torch's 23). Cut into parts of at least SPLIT_MIN_K
-terms (at most SPLIT_MAX, until the grid has SPLIT_TARGET_GROUPS work groups), the `gemms_*`
+x 1024 x 256 float32 on 64 tiles: 53 us against torch's 23). From SPLIT_FROM_K terms, cut into parts
+of at least SPLIT_MIN_K (at most SPLIT_MAX, until the grid has SPLIT_TARGET_GROUPS work groups), the `gemms_*`
 variant writes each part's float32 sums to the operator's scratch and `gemmr_*` adds them in part
 order per output and applies the epilogue. KDML_GEMM_SPLIT=<parts> forces a count (1: none; the
 tests force it on lavapipe, which never splits by itself)."""
@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 SPLIT_TARGET_GROUPS = 256
 SPLIT_MIN_K = 128
+# no split below this K: at K = 256 the second dispatch costs what the parts save (H100, `python -m
+# benchmarks.bench_gemm --blocks --only 1576x`: 1576 x 256 x 256 17.3 us in one pass, 20.5 in two parts)
+SPLIT_FROM_K = 512
 SPLIT_MAX = 16
 KT = 16  # gemm.comp's K step: every part but the last a multiple of it
 GEMM_SPLIT_ENV = "KDML_GEMM_SPLIT"
@@ -37,7 +40,7 @@ def gemm_split(device: Device, tiles: int, k: int) -> tuple[int, int]:
         if not forced.isdigit() or int(forced) < 1:
             raise ValueError(f"{GEMM_SPLIT_ENV}={forced!r}: a count of parts >= 1")
         want = int(forced)
-    elif device.policy.name == "cpu" or tiles >= SPLIT_TARGET_GROUPS:
+    elif device.policy.name == "cpu" or tiles >= SPLIT_TARGET_GROUPS or k < SPLIT_FROM_K:
         return 1, k
     else:
         want = min(SPLIT_MAX, cdiv(SPLIT_TARGET_GROUPS, tiles), k // SPLIT_MIN_K)
