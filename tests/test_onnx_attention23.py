@@ -3,8 +3,8 @@
 CPU provider (where its kernel takes the form) and an independent float64 numpy reference written
 here: 3-D and 4-D inputs, GQA / MQA, value head sizes, scale, causal (offset by the past: query i
 attends key j <= past + i), bool and float masks in every broadcast rank, masks shorter than the
-keys, fully masked rows (zeros), past / present, float32 and float16, odd lengths; node by node and
-as a whole-graph plan. The forms the rule refuses stay on the CPU with its reason. onnx's own node
+keys, fully masked rows (zeros), past / present, opset 25's sliding windows, float32 and float16, odd
+lengths; node by node and as a whole-graph plan. The forms the rule refuses stay on the CPU with its reason. onnx's own node
 cases: the set that runs wholly on the device."""
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ def _ort(model, feeds):
 
 # ---- the independent reference (float64) -------------------------------------------------------
 def attention_ref(q, k, v, mask=None, past_k=None, past_v=None, *, scale=None, causal=False, heads=None,
-                  kv_heads=None):
-    """ONNX Attention in float64: (Y, present_key, present_value)."""
+                  kv_heads=None, window=(-1, -1)):
+    """ONNX Attention in float64: (Y, present_key, present_value); `window`: opset 25's (left, right)
+    bounds around the query's position past + i (-1: none)."""
     three = q.ndim == 3
     if three:  # [b, s, h x d] -> [b, h, s, d]
         split = lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1).transpose(0, 2, 1, 3)  # noqa: E731
@@ -84,6 +85,11 @@ def attention_ref(q, k, v, mask=None, past_k=None, past_v=None, *, scale=None, c
             allowed &= bias != -np.inf
     if causal:
         allowed &= np.arange(total)[None, :] <= past + np.arange(s)[:, None]
+    pos_minus_key = past + np.arange(s)[:, None] - np.arange(total)[None, :]
+    if window[0] >= 0:
+        allowed &= pos_minus_key <= window[0]
+    if window[1] >= 0:
+        allowed &= -pos_minus_key <= window[1]
     sc = (1 / np.sqrt(d)) if scale is None else scale
     kk, vv = np.repeat(k, g, 1), np.repeat(v, g, 1)
     scores = np.einsum("bhsd,bhtd->bhst", q, kk) * sc + np.where(allowed, bias, 0)
@@ -274,6 +280,40 @@ def test_nonpad_kv_seqlen(rng, name, dt):
     _device(model, feeds, [_ort(model, feeds), [y]], dt)
 
 
+# opset 25's sliding windows: name: (CASES' form, left, right)
+WINDOWS = {
+    "causal-left": ("causal-more-keys", 2, -1),
+    "both-sides": ("4d", 1, 2),
+    "causal-left-past": ("past-causal-chunk", 3, -1),
+    "right-only-gqa-3d": ("float-causal-gqa", -1, 1),
+    "bool-mask-left": ("bool-2d", 1, 1),
+    "float-mask-past": ("bool-causal-past", 2, 0),
+    "rows-without-keys": ("causal-fewer-keys", 0, 0),  # queries past the keys attend none: zeros
+}
+
+
+@pytest.mark.parametrize("dt", [F32, F16], ids=["f32", "f16"])
+@pytest.mark.parametrize("name", WINDOWS)
+def test_sliding_windows(rng, name, dt):
+    """left_window_size / right_window_size (opset 25) join the causal frontier's constant mask, with
+    masks, a past, GQA and 3-D inputs: against the float64 reference and onnx's reference evaluator."""
+    from onnx.reference import ReferenceEvaluator
+
+    form, left, right = WINDOWS[name]
+    ins, attrs, outs = _inputs(rng, dt, CASES[form])
+    if name == "float-mask-past":
+        ins["attn_mask"] = np.where(ins["attn_mask"], rng.standard_normal(ins["attn_mask"].shape), -np.inf).astype(dt)
+    attrs = {**attrs, **({"left_window_size": left} if left >= 0 else {}), **({"right_window_size": right} if right >= 0 else {})}
+    model, feeds = _model("Attention", ins, outs, attrs, opset=25)
+    y, pk, pv = attention_ref(ins["Q"], ins["K"], ins["V"], ins["attn_mask"], ins["past_key"], ins["past_value"],
+                              scale=attrs.get("scale"), causal=bool(attrs["is_causal"]), heads=attrs.get("q_num_heads"),
+                              kv_heads=attrs.get("kv_num_heads"), window=(left, right))
+    ours = [y, pk, pv] if ins["past_key"] is not None else [y]
+    got = _device(model, feeds, [ours, ReferenceEvaluator(model).run(None, feeds)], dt)
+    if name == "rows-without-keys":
+        assert not np.any(got[0][:, 2:]) and np.all(np.isfinite(got[0]))  # rows 2.. (3-D: [b, s, h d])
+
+
 REFUSED = {  # name: (attrs, extra inputs / outputs, the rule's reason)
     "softcap": ({"softcap": 2.0}, {}, "softcap"),
     "qk_matmul_output": ({}, {"outputs": ["Y", "", "", "qk"]}, "qk_matmul_output"),
@@ -374,9 +414,8 @@ NOT_ON_DEVICE = {
         "4d_with_past_and_present_qk_matmul_bias_3d_mask", "4d_with_past_and_present_qk_matmul_bias_4d_mask",
         "4d_with_past_and_present_qk_matmul_bias", "4d_with_past_and_present_qk_matmul",
         "4d_with_qk_matmul_bias", "4d_with_qk_matmul", "4d_with_qk_matmul_softmax")},
-    **{f"attention_{n}": "window_size" for n in (
-        "3d_local_window", "bidirectional_window", "local_window", "local_window_rank1_boolean_mask",
-        "local_window_with_past", "local_window_ext_cache_float16_mask", "local_window_ext_cache_rank2_mask",
+    **{f"attention_{n}": "with nonpad_kv_seqlen" for n in (
+        "local_window_ext_cache_float16_mask", "local_window_ext_cache_rank2_mask",
         "local_window_ext_cache_rank3_head_mask", "local_window_ext_cache_rank4_batch_mask")},
 }
 # onnxruntime's own backend fails these (its causal frontier with a past and a 3-D / 4-D mask and

@@ -11,9 +11,11 @@ mask. attn_mask: a bool mask as the operator's BOOLEAN mask (INT32, filter value
 one as its relative position bias, either broadcast through stride 0; a last dimension shorter than
 the keys padded (False / -inf); with a mask, causal is folded into it. A query row that attends no
 key is a zero row (ONNX's rule; the kernel's softmax of only -inf scores is NaN): the output is
-selected against the mask's row maximum (ELEMENT_WISE_IF). What this does not take (softcap, the
-qk_matmul_output output, nonpad_kv_seqlen, the opset-25 windows, bfloat16 / double) is refused at
-prepare by the node type's rule (ops/attention_rules.py) and runs on onnxruntime's CPU provider.
+selected against the mask's row maximum (ELEMENT_WISE_IF). Opset 25's sliding windows (left_window_size,
+right_window_size: p - left <= j <= p + right for the query at position p = past + i) join the
+causal frontier's constant mask. What this does not take (softcap, the qk_matmul_output output, a
+window with nonpad_kv_seqlen, bfloat16 / double) is refused at prepare by the node type's rule
+(ops/attention_rules.py) and runs on onnxruntime's CPU provider.
 
 RotaryEmbedding (X, cos_cache, sin_cache[, position_ids]): with constant caches, position ids and
 the whole head rotated, the tables of onnx_backend/rotary.py (com.microsoft's RotaryEmbedding);
@@ -60,12 +62,20 @@ def _const(ctx: NodeContext, key: Any, value: np.ndarray, stats: RunStats) -> kd
     return hit
 
 
-def _causal(ctx: NodeContext, s: int, total: int, past: int, dt: Any, stats: RunStats) -> kdml.Tensor:
-    """[1, 1, s, total]: key j allowed for query i where j <= past + i, as 1 / 0 (INT32) or 0 / -inf."""
-    key = ("onnx-causal", s, total, past, np.dtype(dt).str)
+def _causal(ctx: NodeContext, s: int, total: int, past: int, dt: Any, stats: RunStats,
+            causal: bool = True, window: tuple[int, int] = (-1, -1)) -> kdml.Tensor:
+    """[1, 1, s, total]: key j allowed for query i at position p = past + i where j <= p (`causal`)
+    and p - left <= j <= p + right (the sliding window's bounds, -1: none), as 1 / 0 (INT32) or
+    0 / -inf."""
+    key = ("onnx-causal", s, total, past, np.dtype(dt).str, causal, window)
     hit = ctx.memo.get(key)
     if hit is None:
-        allowed = np.arange(total)[None, :] <= past + np.arange(s)[:, None]
+        diff = past + np.arange(s)[:, None] - np.arange(total)[None, :]  # p - j
+        allowed = np.ones((s, total), bool) if not causal else diff >= 0
+        if window[0] >= 0:
+            allowed &= diff <= window[0]
+        if window[1] >= 0:
+            allowed &= -diff <= window[1]
         a = allowed.astype(dt) if np.dtype(dt) == np.int32 else np.where(allowed, 0, -np.inf).astype(dt)
         hit = ctx.memo[key] = ctx.to_device(a.reshape(1, 1, s, total), stats)
     return hit
@@ -90,15 +100,21 @@ def _nonpad(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
 
 def _masks(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, dt: Any, batch: int, s: int,
            keys: int, past: int, causal: bool) -> tuple[kdml.Tensor | None, kdml.Tensor | None, kdml.Tensor | None, bool]:
-    """(BOOLEAN mask, relative position bias, the rows' guard condition, the operator's causal flag)."""
+    """(BOOLEAN mask, relative position bias, the rows' guard condition, the operator's causal flag).
+    A sliding window (opset 25) joins the causal frontier as a constant mask (offset by the past)."""
     total = past + keys
+    window = (int(_attr(node, "left_window_size", -1)), int(_attr(node, "right_window_size", -1)))
     allowed = _nonpad(ctx, node, ins, stats, batch, s, keys, causal)
     m = _dev(ctx, node, ins, 3, stats)
+    frontier = None  # the causal frontier and the window as the whole mask (INT32 1 / 0)
     if m is None and allowed is None:  # the causal frontier alone, if any
-        if causal and keys != s:
+        if window != (-1, -1):  # rows may be left with no key: the guard below
+            m = frontier = _causal(ctx, s, total, past, np.int32, stats, causal, window)
+        elif causal and keys != s:
             return _causal(ctx, s, total, past, np.int32, stats), None, None, False
-        return None, None, None, causal
-    boolean = m is None or m.desc.data_type == U8
+        else:
+            return None, None, None, causal
+    boolean = m is None or m.desc.data_type == U8 or frontier is not None
     it = np.int32 if boolean else dt
     if allowed is not None:
         causal = False  # in the allowed keys already
@@ -124,8 +140,8 @@ def _masks(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
             m = kdml.mul(m, a32, out=ctx.out_tensor(sizes, it), device=ctx.device)
         else:
             m = kdml.where(allowed, m, np.array(-np.inf, dt), out=ctx.out_tensor(sizes, it), device=ctx.device)
-    elif causal:
-        c = _causal(ctx, s, total, past, it, stats)
+    elif frontier is None and (causal or window != (-1, -1)):
+        c = _causal(ctx, s, total, past, it, stats, causal, window)
         sizes = (*sizes[:2], s, total)
         m = (kdml.mul if boolean else kdml.add)(m, c, out=ctx.out_tensor(sizes, it), device=ctx.device)
     row = kdml.reduce_max(m, axes=[3], out=ctx.out_tensor((*sizes[:3], 1), it), device=ctx.device)
