@@ -314,6 +314,23 @@ def test_sliding_windows(rng, name, dt):
         assert not np.any(got[0][:, 2:]) and np.all(np.isfinite(got[0]))  # rows 2.. (3-D: [b, s, h d])
 
 
+@pytest.mark.parametrize("dt", [F32, F16], ids=["f32", "f16"])
+@pytest.mark.parametrize(("name", "left", "right"), [("causal-prefill", 2, -1), ("bool-mask", 1, 1),
+                                                     ("float-mask", 0, 2), ("causal-decode-gqa", 3, 0),
+                                                     ("causal-negative-offset", 1, -1)])
+def test_sliding_windows_with_nonpad_kv_seqlen(rng, name, left, right, dt):
+    """A window around p = nonpad_kv_seqlen[b] - sequence + i (the external cache's per-batch offset):
+    two more comparisons of constants with n on the device, against onnx's reference evaluator."""
+    from onnx.reference import ReferenceEvaluator
+
+    rank, h, kvh, s, t, causal, mkind, lens = NONPAD[name]
+    ins, attrs, _ = _inputs(rng, dt, (rank, 2, h, kvh, s, t, 0, 8, 8, causal, mkind, "b1st" if mkind else None, None))
+    ins.update(nonpad_kv_seqlen=np.array(lens, np.int64))
+    attrs = {**attrs, **({"left_window_size": left} if left >= 0 else {}), **({"right_window_size": right} if right >= 0 else {})}
+    model, feeds = _model("Attention", ins, ["Y"], attrs, opset=25)
+    _device(model, feeds, [ReferenceEvaluator(model).run(None, feeds)], dt)
+
+
 REFUSED = {  # name: (attrs, extra inputs / outputs, the rule's reason)
     "softcap": ({"softcap": 2.0}, {}, "softcap"),
     "qk_matmul_output": ({}, {"outputs": ["Y", "", "", "qk"]}, "qk_matmul_output"),
@@ -414,9 +431,6 @@ NOT_ON_DEVICE = {
         "4d_with_past_and_present_qk_matmul_bias_3d_mask", "4d_with_past_and_present_qk_matmul_bias_4d_mask",
         "4d_with_past_and_present_qk_matmul_bias", "4d_with_past_and_present_qk_matmul",
         "4d_with_qk_matmul_bias", "4d_with_qk_matmul", "4d_with_qk_matmul_softmax")},
-    **{f"attention_{n}": "with nonpad_kv_seqlen" for n in (
-        "local_window_ext_cache_float16_mask", "local_window_ext_cache_rank2_mask",
-        "local_window_ext_cache_rank3_head_mask", "local_window_ext_cache_rank4_batch_mask")},
 }
 # onnxruntime's own backend fails these (its causal frontier with a past and a 3-D / 4-D mask and
 # the qk output): they stay on its CPU provider here (the qk_matmul_output rule) and fail alike

@@ -13,9 +13,9 @@ the keys padded (False / -inf); with a mask, causal is folded into it. A query r
 key is a zero row (ONNX's rule; the kernel's softmax of only -inf scores is NaN): the output is
 selected against the mask's row maximum (ELEMENT_WISE_IF). Opset 25's sliding windows (left_window_size,
 right_window_size: p - left <= j <= p + right for the query at position p = past + i) join the
-causal frontier's constant mask. What this does not take (softcap, the qk_matmul_output output, a
-window with nonpad_kv_seqlen, bfloat16 / double) is refused at prepare by the node type's rule
-(ops/attention_rules.py) and runs on onnxruntime's CPU provider.
+causal frontier's constant mask (with nonpad_kv_seqlen: its allowed keys, offset per batch). What
+this does not take (softcap, the qk_matmul_output output, bfloat16 / double) is refused at prepare
+by the node type's rule (ops/attention_rules.py) and runs on onnxruntime's CPU provider.
 
 RotaryEmbedding (X, cos_cache, sin_cache[, position_ids]): with constant caches, position ids and
 the whole head rotated, the tables of onnx_backend/rotary.py (com.microsoft's RotaryEmbedding);
@@ -82,20 +82,33 @@ def _causal(ctx: NodeContext, s: int, total: int, past: int, dt: Any, stats: Run
 
 
 def _nonpad(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, batch: int, s: int,
-            keys: int, causal: bool) -> kdml.Tensor | None:
+            keys: int, causal: bool, window: tuple[int, int] = (-1, -1)) -> kdml.Tensor | None:
     """nonpad_kv_seqlen (opset 24) as UINT8 allowed keys [batch, 1, s or 1, keys]: j < n[b], and
-    causal: j <= i + n[b] - s (which implies the first): E[i, j] <= n[b] for a constant E."""
+    causal: j <= i + n[b] - s (which implies the first): E[i, j] <= n[b] for a constant E; a sliding
+    window around p = n[b] - s + i (opset 25): p - j <= left as n[b] <= left + s - i + j, j - p <=
+    right as j + s - i - right <= n[b], each a comparison of a constant with n."""
     n = _dev(ctx, node, ins, 6, stats)
     if n is None:
         return None
     if n.desc.sizes != (batch,):
         raise ValueError(f"Attention {node.name!r}: nonpad_kv_seqlen of shape {n.desc.sizes} for batch {batch}")
     n32 = kdml.cast(n, I32, out=ctx.out_tensor((batch,), np.int32), device=ctx.device)
-    rows = s if causal else 1
-    e = np.arange(keys)[None, :] + (s - np.arange(s)[:, None] if causal else 1)
-    et = _const(ctx, ("onnx-nonpad", s, keys, causal), e.astype(np.int32).reshape(1, 1, rows, keys), stats)
-    return kdml.less_equal(et, _view(n32, (batch, 1, 1, 1), (n32.desc.effective_strides[0], 0, 0, 0)),
-                           out=ctx.out_tensor((batch, 1, rows, keys), np.uint8), device=ctx.device)
+    nb = _view(n32, (batch, 1, 1, 1), (n32.desc.effective_strides[0], 0, 0, 0))
+    rows = s if causal or window != (-1, -1) else 1
+    i, j = np.arange(s)[:, None], np.arange(keys)[None, :]
+    e = np.broadcast_to(j + (s - i if causal else 1), (rows, keys))
+    out = (batch, 1, rows, keys)
+    allowed = kdml.less_equal(_const(ctx, ("onnx-nonpad", s, keys, causal, rows), e.astype(np.int32).reshape(1, 1, rows, keys), stats),
+                              nb, out=ctx.out_tensor(out, np.uint8), device=ctx.device)
+    for side, bound in enumerate(window):
+        if bound < 0:
+            continue
+        c = (bound + s - i + j) if side == 0 else (j + s - i - bound)
+        ct = _const(ctx, ("onnx-window", s, keys, side, bound), c.astype(np.int32).reshape(1, 1, s, keys), stats)
+        ok = (kdml.greater_equal if side == 0 else kdml.less_equal)(ct, nb, out=ctx.out_tensor(out, np.uint8),
+                                                                   device=ctx.device)
+        allowed = kdml.logical_and(allowed, ok, out=ctx.out_tensor(out, np.uint8), device=ctx.device)
+    return allowed
 
 
 def _masks(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, dt: Any, batch: int, s: int,
@@ -104,7 +117,7 @@ def _masks(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
     A sliding window (opset 25) joins the causal frontier as a constant mask (offset by the past)."""
     total = past + keys
     window = (int(_attr(node, "left_window_size", -1)), int(_attr(node, "right_window_size", -1)))
-    allowed = _nonpad(ctx, node, ins, stats, batch, s, keys, causal)
+    allowed = _nonpad(ctx, node, ins, stats, batch, s, keys, causal, window)
     m = _dev(ctx, node, ins, 3, stats)
     frontier = None  # the causal frontier and the window as the whole mask (INT32 1 / 0)
     if m is None and allowed is None:  # the causal frontier alone, if any
@@ -117,7 +130,7 @@ def _masks(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
     boolean = m is None or m.desc.data_type == U8 or frontier is not None
     it = np.int32 if boolean else dt
     if allowed is not None:
-        causal = False  # in the allowed keys already
+        causal, window = False, (-1, -1)  # in the allowed keys already
     if m is None:  # nonpad_kv_seqlen alone
         assert allowed is not None
         m = kdml.cast(allowed, I32, out=ctx.out_tensor(allowed.desc.sizes, np.int32), device=ctx.device)

@@ -24,7 +24,7 @@ def _one_float_type(t: NodeTypes, inputs: tuple[int, ...], what: str) -> tuple[s
 def attention_rule(t: NodeTypes) -> str:
     """ai.onnx Attention (opset 23, 24) on MULTIHEAD_ATTENTION: one float32 / float16 type for Q, K,
     V and the past, a bool mask or one of that type; no softcap or qk_matmul_output output; sliding
-    windows (opset 25) except with nonpad_kv_seqlen; softmax precision float32 or float16 (the
+    windows (opset 25); softmax precision float32 or float16 (the
     kernel's softmax is float32 either way)."""
     why, dt = _one_float_type(t, (0, 1, 2, 4, 5), "Q / K / V / past")
     if why:
@@ -41,8 +41,6 @@ def attention_rule(t: NodeTypes) -> str:
     for w in ("left_window_size", "right_window_size"):
         if int(t.attr(w, -1)) < -1:
             return f"{w} {t.attr(w)}: must be -1 or nonnegative"
-        if int(t.attr(w, -1)) != -1 and t.given(6):
-            return f"{w} {t.attr(w)} with nonpad_kv_seqlen: a window offset per batch is not mapped to the operator"
     sp = t.attr("softmax_precision")
     if sp is not None and t.dtype_of(int(sp)) not in FLOAT_NUMPY:  # the kernel's softmax is float32
         return f"softmax_precision {sp}: the kernel's softmax is float32"
