@@ -331,9 +331,49 @@ def test_sliding_windows_with_nonpad_kv_seqlen(rng, name, left, right, dt):
     _device(model, feeds, [ReferenceEvaluator(model).run(None, feeds)], dt)
 
 
+# softcap and the qk_matmul_output output (the reference's chain of operators on the device):
+# name: (CASES' form, softcap, qk_matmul_output_mode or None (no such output), left window)
+CHAIN = {
+    "softcap-4d": ("4d", 2.0, None, -1),
+    "softcap-3d-mqa": ("3d-mqa", 3.0, None, -1),
+    "softcap-gqa-causal-float-mask": ("float-causal-gqa", 2.5, None, -1),
+    "softcap-past-bool-mask": ("bool-causal-past", 1.5, None, -1),
+    "qk-mode0": ("4d-gqa", 0.0, 0, -1),
+    "qk-mode1-softcap": ("bool-4d", 2.0, 1, -1),
+    "qk-mode2-past": ("past-present", 0.0, 2, -1),
+    "qk-mode3-causal-window": ("causal-more-keys", 0.0, 3, 1),
+    "qk-mode3-softcap-fewer-keys": ("causal-fewer-keys", 4.0, 3, 0),  # rows without keys: zeros
+}
+
+
+@pytest.mark.parametrize("dt", [F32, F16], ids=["f32", "f16"])
+@pytest.mark.parametrize("name", CHAIN)
+def test_softcap_and_qk_matmul_output(rng, name, dt):
+    """softcap (tanh between the scores and the mask) and the qk_matmul_output output in its four modes,
+    with masks, a past and present, GQA / MQA, 3-D inputs, the causal frontier and a window: on the
+    device against onnx's reference evaluator (the scores scaled once, not sqrt(scale) on each side:
+    the float tolerances)."""
+    from onnx.reference import ReferenceEvaluator
+
+    form, cap, mode, left = CHAIN[name]
+    ins, attrs, outs = _inputs(rng, dt, CASES[form])
+    attrs = dict(attrs)
+    if cap:
+        attrs["softcap"] = cap
+    if left >= 0:
+        attrs["left_window_size"] = left
+    if mode is not None:
+        attrs["qk_matmul_output_mode"] = mode
+        outs = ["Y", "present_key", "present_value", "qk"] if ins["past_key"] is not None else ["Y", "", "", "qk"]
+    model, feeds = _model("Attention", ins, outs, attrs, opset=25)
+    want = ReferenceEvaluator(model).run(None, feeds)
+    got = _device(model, feeds, [want], dt)
+    if name.endswith("fewer-keys"):
+        assert not np.any(got[0][:, 2:]) and not np.any(got[-1][:, :, 2:])
+
+
 REFUSED = {  # name: (attrs, extra inputs / outputs, the rule's reason)
-    "softcap": ({"softcap": 2.0}, {}, "softcap"),
-    "qk_matmul_output": ({}, {"outputs": ["Y", "", "", "qk"]}, "qk_matmul_output"),
+    "negative softcap": ({"softcap": -1.0}, {}, "softcap -1.0"),
     "bfloat16": ({}, {"dtype": TensorProto.BFLOAT16}, "bfloat16"),
     "softmax_precision double": ({"softmax_precision": TensorProto.DOUBLE}, {}, "softmax_precision"),
     "int mask": ({}, {"mask": np.ones((3, 5), np.int32)}, "attn_mask type int32"),
@@ -420,39 +460,22 @@ NOT_ON_DEVICE = {
     **{f"attention_{n}": "bfloat16" for n in (
         "3d_causal_bf16", "4d_attn_mask_causal_bf16", "4d_causal_bf16", "4d_causal_padded_kv_bf16",
         "4d_padded_kv_bf16")},
-    **{f"attention_{n}": "softcap" for n in (
-        "3d_diff_heads_sizes_softcap", "3d_gqa_softcap", "3d_softcap", "3d_with_past_and_present_qk_matmul_softcap",
-        "4d_diff_heads_sizes_softcap", "4d_gqa_softcap", "4d_softcap", "4d_softcap_neginf_mask",
-        "4d_softcap_neginf_mask_poison", "4d_with_qk_matmul_softcap", "local_window_gqa_rank4_mask")},
-    **{f"attention_{n}": "qk_matmul_output" for n in (
-        "23_fullymasked_qk_matmul_output_mode3_zero", "24_fullymasked_qk_matmul_output_mode3_zero",
-        "24_qk_matmul_output_mode3_softmax_precision", "3d_with_past_and_present_qk_matmul_bias",
-        "3d_with_past_and_present_qk_matmul", "3d_with_past_and_present_qk_matmul_softmax",
-        "4d_with_past_and_present_qk_matmul_bias_3d_mask", "4d_with_past_and_present_qk_matmul_bias_4d_mask",
-        "4d_with_past_and_present_qk_matmul_bias", "4d_with_past_and_present_qk_matmul",
-        "4d_with_qk_matmul_bias", "4d_with_qk_matmul", "4d_with_qk_matmul_softmax")},
+    "attention_local_window_gqa_rank4_mask": "softmax_precision",
 }
-# onnxruntime's own backend fails these (its causal frontier with a past and a 3-D / 4-D mask and
-# the qk output): they stay on its CPU provider here (the qk_matmul_output rule) and fail alike
-ORT_FAILS = {"attention_4d_with_past_and_present_qk_matmul_bias_3d_mask_causal",
-             "attention_4d_with_past_and_present_qk_matmul_bias_4d_mask_causal"}
-
-
 def test_onnx_node_cases():
     """Every non-expanded case that the rule takes runs wholly on the device and passes (the
-    expanded forms are primitive nodes: tests of their own operators); the rest stay on the CPU
-    with the rule's reason."""
+    expanded forms are primitive nodes: tests of their own operators), the two that onnxruntime's
+    own kernel fails (a past with a 3-D / 4-D mask, causal, and the qk output) included; the rest
+    stay on the CPU with the rule's reason."""
     from onnx_node_cases import node_cases, run_case, run_on_device
 
     case, names = node_cases(NODE_CASES, __name__)
     names = [n for n in names if "_expanded" not in n]
     short = {n: n[len("test_"):-len("_cpu")] for n in names}
     assert len(names) >= 60 + len(NOT_ON_DEVICE), names
-    assert set(NOT_ON_DEVICE) | ORT_FAILS <= set(short.values())
+    assert set(NOT_ON_DEVICE) <= set(short.values())
     on_device = []
     for name in names:
-        if short[name] in ORT_FAILS:
-            continue
         if short[name] in NOT_ON_DEVICE:
             reps = run_case(case, name)
             reasons = {p.reason for rep in reps for p in rep.placement if p.target == CPU}
@@ -460,5 +483,5 @@ def test_onnx_node_cases():
         else:
             run_on_device(case, name)
             on_device.append(name)
-    assert len(on_device) == len(names) - len(NOT_ON_DEVICE) - len(ORT_FAILS)
+    assert len(on_device) == len(names) - len(NOT_ON_DEVICE)
     assert sum(n.startswith("test_rotary") for n in on_device) == 8

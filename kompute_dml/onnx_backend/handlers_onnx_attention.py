@@ -13,9 +13,10 @@ the keys padded (False / -inf); with a mask, causal is folded into it. A query r
 key is a zero row (ONNX's rule; the kernel's softmax of only -inf scores is NaN): the output is
 selected against the mask's row maximum (ELEMENT_WISE_IF). Opset 25's sliding windows (left_window_size,
 right_window_size: p - left <= j <= p + right for the query at position p = past + i) join the
-causal frontier's constant mask (with nonpad_kv_seqlen: its allowed keys, offset per batch). What
-this does not take (softcap, the qk_matmul_output output, bfloat16 / double) is refused at prepare
-by the node type's rule (ops/attention_rules.py) and runs on onnxruntime's CPU provider.
+causal frontier's constant mask (with nonpad_kv_seqlen: its allowed keys, offset per batch). softcap and
+the qk_matmul_output output run as the reference's chain of operators (handlers_onnx_attention_chain.py).
+What this does not take (bfloat16 / double) is refused at prepare by the node type's rule
+(ops/attention_rules.py) and runs on onnxruntime's CPU provider.
 
 RotaryEmbedding (X, cos_cache, sin_cache[, position_ids]): with constant caches, position ids and
 the whole head rotated, the tables of onnx_backend/rotary.py (com.microsoft's RotaryEmbedding);
@@ -35,8 +36,9 @@ import kompute_dml as kdml
 from .graph import _attr
 from .handlers_attention import _past, need
 from .handlers_nn import _dev, _floats
+from .handlers_onnx_attention_chain import attention_chain
 from .rotary import rotate
-from .values import DeviceValue, FallbackNeeded, RunStats, _value_shape
+from .values import DeviceValue, RunStats, _value_shape
 
 if TYPE_CHECKING:
     from .context import NodeContext
@@ -165,14 +167,13 @@ def _masks(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
 
 def _h_attention(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     """ai.onnx Attention (the module's docstring); Y and, where named, present_key / present_value."""
-    if any(node.output[3:]):
-        raise FallbackNeeded("the qk_matmul_output output")
     dt = _floats(node, [v for i, v in enumerate(ins[:6]) if v is not None and i != 3 and 0 not in _value_shape(v)])
     q, k, v = (need(ctx, node, ins, i, stats) for i in range(3))
     four = q.desc.dimension_count == 4
     if four:
         batch, heads, s, dqk = q.desc.sizes
         kv_heads, keys, dv = k.desc.sizes[1], k.desc.sizes[2], v.desc.sizes[3]
+        q4, k4, v4 = q, k, v
         q, k, v = _bshd(q), _bshd(k), _bshd(v)
     else:
         heads, kv_heads = int(_attr(node, "q_num_heads", 0)), int(_attr(node, "kv_num_heads", 0))
@@ -180,12 +181,18 @@ def _h_attention(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: 
             raise ValueError(f"Attention {node.name!r}: 3-D inputs need q_num_heads and kv_num_heads")
         batch, s, _ = q.desc.sizes
         dqk, keys, dv = q.desc.sizes[2] // heads, k.desc.sizes[1], v.desc.sizes[2] // kv_heads
+        q4, k4, v4 = (_bshd(_view(t, (batch, n, hd, w), (t.desc.effective_strides[0], t.desc.effective_strides[1],
+                                                          w * t.desc.effective_strides[2], t.desc.effective_strides[2])))
+                      for t, n, hd, w in ((q, s, heads, dqk), (k, keys, kv_heads, dqk), (v, keys, kv_heads, dv)))
     pk, pv = _past(ctx, node, ins, 4, stats), _past(ctx, node, ins, 5, stats)
     past = pk.desc.sizes[2] if pk is not None else 0
     if pk is not None and len(ins) > 6 and ins[6] is not None:
         raise ValueError(f"Attention {node.name!r}: nonpad_kv_seqlen with past_key / past_value")
-    mask, rb, cond, causal = _masks(ctx, node, ins, stats, dt, batch, s, keys, past,
-                                    bool(_attr(node, "is_causal", 0)))
+    masks = _masks(ctx, node, ins, stats, dt, batch, s, keys, past, bool(_attr(node, "is_causal", 0)))
+    if float(_attr(node, "softcap", 0.0)) > 0 or any(node.output[3:]):  # the reference's chain of operators
+        return attention_chain(ctx, node, stats, dt, q4, k4, v4, pk, pv, masks,
+                               lambda: _causal(ctx, s, past + keys, past, dt, stats), four)
+    mask, rb, cond, causal = masks
     shape = (batch, heads, s, dv) if four else (batch, s, heads * dv)
     y = ctx.out_tensor(shape, dt)
     raw = y if cond is None else ctx.out_tensor(shape, dt)

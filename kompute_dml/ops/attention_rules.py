@@ -23,8 +23,8 @@ def _one_float_type(t: NodeTypes, inputs: tuple[int, ...], what: str) -> tuple[s
 
 def attention_rule(t: NodeTypes) -> str:
     """ai.onnx Attention (opset 23, 24) on MULTIHEAD_ATTENTION: one float32 / float16 type for Q, K,
-    V and the past, a bool mask or one of that type; no softcap or qk_matmul_output output; sliding
-    windows (opset 25); softmax precision float32 or float16 (the
+    V and the past, a bool mask or one of that type (softcap and the qk_matmul_output output as
+    the reference's chain of operators); sliding windows (opset 25); softmax precision float32 or float16 (the
     kernel's softmax is float32 either way)."""
     why, dt = _one_float_type(t, (0, 1, 2, 4, 5), "Q / K / V / past")
     if why:
@@ -32,10 +32,8 @@ def attention_rule(t: NodeTypes) -> str:
     m = t.elem(3) if t.given(3) else None
     if m is not None and m != _BOOL and m != dt:
         return f"attn_mask type {m} is neither bool nor the inputs' type ({dt})"
-    if float(t.attr("softcap", 0.0)) != 0.0:
-        return "softcap: MULTIHEAD_ATTENTION has no step between the scores and the mask"
-    if t.has_output(3):
-        return "the qk_matmul_output output: MULTIHEAD_ATTENTION keeps its scores internal"
+    if float(t.attr("softcap", 0.0)) < 0.0:
+        return f"softcap {t.attr('softcap')}: must be >= 0"
     if t.given(6) and t.elem(6) not in (None, np.dtype(np.int64)):
         return f"nonpad_kv_seqlen type {t.elem(6)} is not int64"
     for w in ("left_window_size", "right_window_size"):
