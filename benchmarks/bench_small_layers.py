@@ -9,7 +9,9 @@ throughput. Per layer, every candidate of the decision the device policy makes f
   (KDML_POOL_KERNEL; ops/pooling.choose_pool_kernel).
 
 Each figure is the slope of N executions of one compiled operator in one recording
-(timing.slopes), in microseconds; "auto" is the automatic choice's time and what it picked.
+(timing.slopes), in microseconds; "auto" is the automatic choice's time and what it picked; the last
+column the candidates' largest disagreement relative to the output's largest magnitude (each sums in
+its own order; past 1e-4 the script stops).
 
     python -m benchmarks.bench_small_layers [--rounds 5] [--n 20] [--quick]
 """
@@ -80,13 +82,26 @@ def _runner(dev: kdml.Device, op: Any, ins: list[Any], outs: list[Any]) -> Any:
     return run
 
 
+def _max_rel_diff(dev: kdml.Device, ops: dict[str, Any], ins: list[Any], y: Any) -> float:
+    """The candidates' outputs against the first one's: max |difference| / max |output| (each
+    candidate sums in its own order, so a few units of float32's roundoff; ValueError past 1e-4)."""
+    outs = []
+    for op in ops.values():
+        op.execute(ins, [y])
+        outs.append(y.numpy().astype(np.float64))
+    worst = max(float(np.abs(o - outs[0]).max()) for o in outs) / max(float(np.abs(outs[0]).max()), 1e-30)
+    if worst > 1e-4:
+        raise ValueError(f"the candidates disagree: {worst:.2e} of the output's largest magnitude")
+    return worst
+
+
 def _variants(op: Any) -> str:
     return "+".join(p.variant for p in op.plans if hasattr(p, "variant"))
 
 
 def conv_rows(dev: kdml.Device, args: argparse.Namespace) -> None:
     rng = np.random.default_rng(0)
-    print("conv layer | " + " | ".join(f"split {s}" for s in SPLITS) + " | direct | auto (picked)")
+    print("conv layer | " + " | ".join(f"split {s}" for s in SPLITS) + " | direct | auto (picked) | max rel diff")
     for name, xs, ws, groups in CONVS:
         if args.quick:
             xs, ws = (xs[0], max(1, xs[1] // 8), *xs[2:]), (max(1, ws[0] // 8), ws[1] if groups > 1 else max(1, ws[1] // 8), *ws[2:])
@@ -108,15 +123,16 @@ def conv_rows(dev: kdml.Device, args: argparse.Namespace) -> None:
         ops["direct"] = conv_op.compile_convolution(dev, desc, kernel="direct")
         with _env(conv_op.CONV_SPLIT_ENV, None):
             ops["auto"] = conv_op.compile_convolution(dev, desc)
+        diff = _max_rel_diff(dev, ops, [tx, tw, None], y)
         t = slopes({k: _runner(dev, op, [tx, tw, None], [y]) for k, op in ops.items()}, args.rounds, args.n)
         cells = [f"{t[f'split {s}'] * 1e6:.1f}" if f"split {s}" in t else "-" for s in SPLITS]
         print(f"{name} | " + " | ".join(cells) + f" | {t['direct'] * 1e6:.1f} | {t['auto'] * 1e6:.1f} "
-              f"({_variants(ops['auto'])}, {len(ops['auto'].plans)} dispatches)")
+              f"({_variants(ops['auto'])}, {len(ops['auto'].plans)} dispatches) | {diff:.1e}")
 
 
 def pool_rows(dev: kdml.Device, args: argparse.Namespace) -> None:
     rng = np.random.default_rng(1)
-    print("global average pool | thread | group | auto (picked)")
+    print("global average pool | thread | group | auto (picked) | max rel diff")
     for xs in POOLS:
         if args.quick:
             xs = (xs[0], max(1, xs[1] // 16), *xs[2:])
@@ -127,9 +143,10 @@ def pool_rows(dev: kdml.Device, args: argparse.Namespace) -> None:
         for k in ("thread", "group", None):
             with _env(pool_op.POOL_KERNEL_ENV, k):
                 ops[k or "auto"] = pool_op.compile_average_pooling(dev, desc)
+        diff = _max_rel_diff(dev, ops, [tx], y)
         t = slopes({k: _runner(dev, op, [tx], [y]) for k, op in ops.items()}, args.rounds, args.n)
         print(f"{'x'.join(map(str, xs))} | {t['thread'] * 1e6:.1f} | {t['group'] * 1e6:.1f} | "
-              f"{t['auto'] * 1e6:.1f} ({_variants(ops['auto'])})")
+              f"{t['auto'] * 1e6:.1f} ({_variants(ops['auto'])}) | {diff:.1e}")
 
 
 def main() -> None:

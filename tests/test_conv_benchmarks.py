@@ -48,3 +48,16 @@ def test_bench_conv_kernels_quick(monkeypatch, tmp_path):
     for r in rows:  # tiled FLOAT32 at float32's precision, the half-precision kernels at float16's
         assert r["err"] < (1e-5 if (r["type"], r["kernel"]) == ("float32", "tiled") else 2e-3), r
         assert (r["ceiling"] is not None) == r["kernel"].startswith("coopmat")  # (emulated here: no measurement)
+
+
+def test_bench_small_layers_quick(monkeypatch, capsys):
+    """benchmarks/bench_small_layers.py on two layers and a pool: every candidate compiles, runs and
+    agrees with the others (the script stops where they disagree)."""
+    import benchmarks.bench_small_layers as bs
+
+    monkeypatch.setattr(bs, "CONVS", [bs.CONVS[0], bs.CONVS[-1]])
+    monkeypatch.setattr(bs, "POOLS", [bs.POOLS[0]])
+    monkeypatch.setattr("sys.argv", ["bench_small_layers", "--quick", "--rounds", "1", "--n", "2"])
+    bs.main()
+    out = capsys.readouterr().out
+    assert out.count(" | ") > 10 and "dispatches" in out and "pool_avg" in out
