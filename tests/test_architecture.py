@@ -257,7 +257,7 @@ TYPE_ONLY_CIRCLES = {
                  "fusion_scale", "fusion_swish", "fusions", "half_precision", "handlers",
                  "handlers_activation", "handlers_arith", "handlers_attention", "handlers_conv", "handlers_conv_integer",
                  "handlers_einsum", "handlers_fill", "handlers_indexing", "handlers_integer", "handlers_logic", "handlers_math",
-                 "handlers_nn", "handlers_onnx_attention", "handlers_onnx_attention_chain", "handlers_pool", "handlers_reduce", "handlers_rnn", "handlers_transformer",
+                 "handlers_dft", "handlers_nn", "handlers_onnx_attention", "handlers_onnx_attention_chain", "handlers_pool", "handlers_reduce", "handlers_rnn", "handlers_transformer",
                  "handlers_values", "handlers_vision", "product_groups", "rotary")},
     (f"{_B}.transfers", f"{_B}.run_state"): "value transfers write the run's RunState",
 }

@@ -28,6 +28,7 @@ from .handlers_nn import NN_HANDLERS, float_unary
 from .handlers_onnx_attention import ONNX_ATTENTION_HANDLERS
 from .handlers_pool import POOL_HANDLERS
 from .handlers_reduce import REDUCE_HANDLERS
+from .handlers_dft import DFT_HANDLERS
 from .handlers_rnn import RNN_HANDLERS
 from .handlers_transformer import TRANSFORMER_HANDLERS
 from .handlers_values import MOVE_HANDLERS, VALUE_HANDLERS
@@ -173,7 +174,7 @@ _KIND_HANDLERS = {op.op_type: _kind_handler(s.name, op) for s in SPECS for op in
 HANDLERS = {**_SEED_HANDLERS, **INTEGER_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS, **NN_HANDLERS, **REDUCE_HANDLERS,
             **CONV_HANDLERS, **CONV_INTEGER_HANDLERS, **EINSUM_HANDLERS, **POOL_HANDLERS, **MOVE_HANDLERS,
             **ACT_HANDLERS, **LOGIC_HANDLERS, **FILL_HANDLERS, **VISION_HANDLERS, **QCONV_HANDLERS, **ATTENTION_HANDLERS,
-            **TRANSFORMER_HANDLERS, **RNN_HANDLERS, **ARITH_HANDLERS, **INDEXING_HANDLERS, **_KIND_HANDLERS}
+            **TRANSFORMER_HANDLERS, **RNN_HANDLERS, **DFT_HANDLERS, **ARITH_HANDLERS, **INDEXING_HANDLERS, **_KIND_HANDLERS}
 # (op type, domain) -> handler where one node type name means different ops in two domains (ai.onnx
 # Attention and RotaryEmbedding, com.microsoft's contrib ops of the same names in HANDLERS)
 DOMAIN_HANDLERS = {**ONNX_ATTENTION_HANDLERS}

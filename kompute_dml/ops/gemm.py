@@ -355,5 +355,7 @@ SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM, contract.
                             OnnxOp("FusedMatMul", "com.microsoft", "gemm", check=float_input),
                             OnnxOp("Einsum", "", "matmul", check=float_input),
                             # step by step on GEMM and the activations (onnx_backend/handlers_rnn.py)
-                            *(OnnxOp(op, "", "gemm", check=rnn_rule(op)) for op in _RNN_ACTIVATIONS))),)
+                            *(OnnxOp(op, "", "gemm", check=rnn_rule(op)) for op in _RNN_ACTIVATIONS),
+                            # one GEMM against the twiddle factors (onnx_backend/handlers_dft.py)
+                            OnnxOp("DFT", "", "gemm", check=float_input), OnnxOp("STFT", "", "gemm", check=float_input))),)
 EXPORTS = {"MatrixTransform": MatrixTransform}  # the transform fields' enum, exported as kdml.MatrixTransform
