@@ -15,6 +15,13 @@ from onnx import helper, numpy_helper  # noqa: E402
 
 from kompute_dml.onnx_backend import Backend  # noqa: E402
 
+
+@pytest.fixture(autouse=True)
+def _one_pass_convolutions(monkeypatch):
+    """The dispatch counts below are the fusions': a GPU would cut these small convolutions' reductions
+    into parts (split-K, ops/convolution.conv_split: a second dispatch); one pass keeps the count."""
+    monkeypatch.setenv("KDML_CONV_SPLIT", "1")
+
 N = helper.make_node
 ELEM = {np.float32: T.FLOAT, np.float16: T.FLOAT16}
 BITS = {np.float32: np.uint32, np.float16: np.uint16}
