@@ -140,3 +140,19 @@ def test_onnx_node_cases():
         assert len(result.failures) == 1 and not result.errors, (name, result.errors)
         assert "1.9073486" in result.failures[0][1] or "1.907348" in result.failures[0][1], result.failures[0][1][-600:]
         assert all(p.target == VULKAN for rep in Recording.reps for p in rep.placement)
+
+
+def test_long_transform_goes_to_the_cpu_named(rng, monkeypatch):
+    """A transform whose twiddle matrix would pass MAX_MATRIX_BYTES (O(n^2): no FFT on the device) runs
+    on onnxruntime's CPU provider with the reason, and gives its result."""
+    import kompute_dml.onnx_backend.handlers_dft as hd
+
+    monkeypatch.setattr(hd, "MAX_MATRIX_BYTES", 4096)
+    x = rng.standard_normal((1, 64, 1)).astype(np.float32)
+    node = helper.make_node("DFT", ["x"], ["y"], axis=1)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)])
+    rep = Backend.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), "CPU")
+    (y,) = rep.run({"x": x})
+    assert rep.last_run.runtime_fallbacks == 1 and any("no FFT on the device" in e for e in rep.last_run.events)
+    _close(y, _pairs(np.fft.fft(x[..., 0].astype(np.float64), axis=1)), np.float32)

@@ -13,8 +13,9 @@ the real / imaginary dimension by a strided copy where it is not there already, 
 moved back. STFT: the frames are a strided view of the signal (frame_step apart, overlapping),
 multiplied by the window, then the same GEMM over the frame (n = frame_length, onesided by
 default). Sums in float32 (GEMM's order): within the rounding of the sums, not numpy's bits. A
-dft_length, axis or frame_step computed on the device, or a signal of other than 1 or 2 values in
-its last dimension, is left to the CPU."""
+dft_length, axis or frame_step computed on the device, a signal of other than 1 or 2 values in its
+last dimension, or a transform whose matrix would pass MAX_MATRIX_BYTES (its terms grow as n^2: no
+FFT here) is left to the CPU, named."""
 
 from __future__ import annotations
 
@@ -34,6 +35,11 @@ from .values import DeviceValue, FallbackNeeded
 if TYPE_CHECKING:
     from .context import NodeContext
     from .values import RunStats
+
+
+# The largest twiddle matrix made (bytes): a transform past it (a length of about 2,000 complex
+# values in float32) goes to the CPU, named
+MAX_MATRIX_BYTES = 1 << 26
 
 
 def twiddles(lin: int, cin: int, n: int, inverse: bool, onesided: bool) -> tuple[np.ndarray, int, int]:
@@ -93,6 +99,11 @@ def _transform(ctx: NodeContext, x: kdml.Tensor, axis: int, n: int, inverse: boo
     r, lin, cin = len(shape), shape[axis], shape[-1]
     if cin not in (1, 2):
         raise FallbackNeeded(f"{cin} values in the last dimension (1: real, 2: complex)")
+    kout_, cout_ = (n, 1) if inverse and onesided else (n // 2 + 1 if onesided and not inverse else n, 2)
+    nbytes = lin * cin * kout_ * cout_ * np.dtype(dt).itemsize
+    if nbytes > MAX_MATRIX_BYTES:  # O(n^2) terms: a long transform wants an FFT, which this is not
+        raise FallbackNeeded(f"a transform of length {n} ({lin} inputs): its matrix of {nbytes} bytes exceeds "
+                             f"{MAX_MATRIX_BYTES} (no FFT on the device)")
     m, kout, cout = _matrix(ctx, (lin, cin, n, inverse, onesided), dt, stats)
     others = [i for i in range(r - 1) if i != axis]
     rows = math.prod(shape[i] for i in others)
