@@ -19,11 +19,10 @@ its own order; past 1e-4 the script stops).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
-from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -58,20 +57,10 @@ POOLS = [(1, 96, 14, 14), (1, 576, 7, 7), (1, 16, 56, 56), (8, 240, 14, 14), (8,
 SPLITS = (1, 2, 4, 8, 16, 32)
 
 
-@contextlib.contextmanager
-def _env(name: str, value: str | None) -> Iterator[None]:
-    old = os.environ.get(name)
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
+def _env(name: str, value: str | None) -> Any:
+    """os.environ with `name` set to `value` (None: unset) while the block runs."""
+    env = {k: v for k, v in os.environ.items() if k != name}
+    return mock.patch.dict(os.environ, env if value is None else {**env, name: value}, clear=True)
 
 
 def _runner(dev: kdml.Device, op: Any, ins: list[Any], outs: list[Any]) -> Any:

@@ -254,11 +254,9 @@ TYPE_ONLY_CIRCLES = {
     # handlers are typed by the context protocol that the executors implement
     **{(f"{_B}.{m}", f"{_B}.context"): "handlers take a NodeContext"
        for m in ("fusion_attention", "fusion_bias", "fusion_gelu", "fusion_qconv", "fusion_quant", "fusion_rmsnorm",
-                 "fusion_scale", "fusion_swish", "fusions", "half_precision", "handlers",
-                 "handlers_activation", "handlers_arith", "handlers_attention", "handlers_conv", "handlers_conv_integer",
-                 "handlers_einsum", "handlers_fill", "handlers_indexing", "handlers_integer", "handlers_logic", "handlers_math",
-                 "handlers_dft", "handlers_nn", "handlers_onnx_attention", "handlers_onnx_attention_chain", "handlers_pool", "handlers_reduce", "handlers_rnn", "handlers_transformer",
-                 "handlers_values", "handlers_vision", "product_groups", "rotary")},
+                 "fusion_scale", "fusion_swish", "fusions", "half_precision", "product_groups", "rotary",
+                 # every handler module (handlers.py's table and the handlers_* modules it merges)
+                 *sorted(p.stem for p in (ROOT / "onnx_backend").glob("handlers*.py")))},
     (f"{_B}.transfers", f"{_B}.run_state"): "value transfers write the run's RunState",
 }
 

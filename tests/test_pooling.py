@@ -207,7 +207,8 @@ def _wholly_in_the_padding(dev, kernel):
     np.testing.assert_array_equal(kdml.max_pool(x, (2,), device=dev).numpy(), [[[1, 2, 3]]])  # still usable
 
 
-GROUP_CASES = [  # large windows over few outputs: the work-group kernel (pooling.choose_pool_kernel) (x sizes, window, strides, dilations, start, end)
+# large windows over few outputs: the work-group kernel (pooling.choose_pool_kernel)
+GROUP_CASES = [  # (x sizes, window, strides, dilations, start, end)
     ((2, 3, 23, 19), (23, 19), (1, 1), (1, 1), (0, 0), (0, 0)),  # global, odd sizes
     ((1, 2, 20, 21), (16, 17), (3, 2), (1, 1), (2, 1), (1, 2)),  # strided, asymmetric padding
     ((1, 2, 60, 25), (26, 10), (2, 3), (2, 2), (3, 1), (0, 2)),  # dilated

@@ -187,6 +187,13 @@ class Tensor:
         return t
 
     @classmethod
+    def scratch(cls, device: Device, desc: TensorDesc) -> Tensor:
+        """An operator's working memory (split-K's partial sums and the like): a new buffer for `desc`,
+        not zeroed (its first dispatch writes every word a later one reads), made on another thread
+        while the caller goes on (Buffer's `later`)."""
+        return cls.whole(Buffer(device, desc.byte_size, zeroed=False, later=True), desc)
+
+    @classmethod
     def trusted(cls, buffer: Buffer, desc: TensorDesc, offset: int) -> Tensor:
         """The library's own tensor for a valid `desc` whose range lies within one already
         checked (a view of a caller's binding through a desc built from it); the operator

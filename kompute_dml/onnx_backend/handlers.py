@@ -18,6 +18,7 @@ from .handlers_arith import ARITH_HANDLERS
 from .handlers_attention import ATTENTION_HANDLERS
 from .handlers_conv import CONV_HANDLERS
 from .handlers_conv_integer import CONV_INTEGER_HANDLERS
+from .handlers_dft import DFT_HANDLERS
 from .handlers_einsum import EINSUM_HANDLERS
 from .handlers_fill import FILL_HANDLERS
 from .handlers_indexing import INDEXING_HANDLERS
@@ -28,7 +29,6 @@ from .handlers_nn import NN_HANDLERS, float_unary
 from .handlers_onnx_attention import ONNX_ATTENTION_HANDLERS
 from .handlers_pool import POOL_HANDLERS
 from .handlers_reduce import REDUCE_HANDLERS
-from .handlers_dft import DFT_HANDLERS
 from .handlers_rnn import RNN_HANDLERS
 from .handlers_transformer import TRANSFORMER_HANDLERS
 from .handlers_values import MOVE_HANDLERS, VALUE_HANDLERS

@@ -44,6 +44,11 @@ def _past(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], i: int, stats:
     return _dev(ctx, node, ins, i, stats)
 
 
+def view(t: kdml.Tensor, sizes: tuple[int, ...], strides: tuple[int, ...] | None = None) -> kdml.Tensor:
+    """t's bytes from its start seen with other sizes and strides (None: packed, row-major)."""
+    return kdml.Tensor.trusted(t.buffer, kdml.TensorDesc(t.desc.data_type, sizes, strides), t.offset)
+
+
 def _at(t: kdml.Tensor, sizes: tuple[int, ...], strides: tuple[int, ...], elements: int = 0) -> kdml.Tensor | None:
     """A view of t's bytes `elements` past its start (None where that offset is not 16-byte aligned)."""
     off = t.offset + elements * t.desc.data_type.size

@@ -29,6 +29,7 @@ import kompute_dml as kdml
 
 from .graph import _attr
 from .handlers_attention import need
+from .handlers_attention import view as _view
 from .handlers_nn import _dev, _floats, _opset
 from .values import DeviceValue, FallbackNeeded
 
@@ -42,9 +43,17 @@ if TYPE_CHECKING:
 MAX_MATRIX_BYTES = 1 << 26
 
 
-def twiddles(lin: int, cin: int, n: int, inverse: bool, onesided: bool) -> tuple[np.ndarray, int, int]:
-    """The [lin x cin, outputs x cout] matrix (float64) of a transform of `lin` input positions of
-    `cin` values (1: real, 2: real and imaginary) at length n; (matrix, outputs, cout)."""
+def out_sizes(n: int, inverse: bool, onesided: bool) -> tuple[int, int]:
+    """(outputs along the axis, values per output: 1 real, 2 real and imaginary)."""
+    if inverse and onesided:
+        return n, 1
+    return (n // 2 + 1 if onesided and not inverse else n), 2
+
+
+def twiddles(lin: int, cin: int, n: int, inverse: bool, onesided: bool) -> np.ndarray:
+    """The [lin x cin, outputs x cout] matrix (float64, out_sizes) of a transform of `lin` input
+    positions of `cin` values (1: real, 2: real and imaginary) at length n."""
+    kout, cout = out_sizes(n, inverse, onesided)
     if inverse and onesided:  # rows: frequencies k; columns: the n real outputs
         kin = min(lin, n // 2 + 1)
         k, t = np.arange(kin)[:, None], np.arange(n)[None, :]
@@ -54,8 +63,7 @@ def twiddles(lin: int, cin: int, n: int, inverse: bool, onesided: bool) -> tuple
         m[:kin, 0, :, 0] = w * np.cos(th) / n
         if cin == 2:
             m[:kin, 1, :, 0] = -w * np.sin(th) / n
-        return m.reshape(lin * cin, n), n, 1
-    kout = n // 2 + 1 if onesided and not inverse else n
+        return m.reshape(lin * cin, n * cout)
     tin = min(lin, n)
     t, k = np.arange(tin)[:, None], np.arange(kout)[None, :]
     th = 2 * np.pi * ((t * k) % n) / n
@@ -69,11 +77,8 @@ def twiddles(lin: int, cin: int, n: int, inverse: bool, onesided: bool) -> tuple
         m[:tin, 0, :, 0], m[:tin, 0, :, 1] = c / n, s / n
         if cin == 2:
             m[:tin, 1, :, 0], m[:tin, 1, :, 1] = -s / n, c / n
-    return m.reshape(lin * cin, kout * 2), kout, 2
+    return m.reshape(lin * cin, kout * cout)
 
-
-def _view(t: kdml.Tensor, sizes: tuple[int, ...], strides: tuple[int, ...]) -> kdml.Tensor:
-    return kdml.Tensor.trusted(t.buffer, kdml.TensorDesc(t.desc.data_type, sizes, strides), t.offset)
 
 
 def _host_int(ctx: NodeContext, node: onnx.NodeProto, v: Any, stats: RunStats, what: str) -> int | None:
@@ -84,11 +89,11 @@ def _host_int(ctx: NodeContext, node: onnx.NodeProto, v: Any, stats: RunStats, w
     return int(np.asarray(ctx.host(v, stats)).reshape(-1)[0])
 
 
-def _matrix(ctx: NodeContext, key: tuple[Any, ...], dt: Any, stats: RunStats) -> tuple[kdml.Tensor, int, int]:
-    hit = ctx.memo.get(("dft",) + key + (np.dtype(dt).str,))
+def _matrix(ctx: NodeContext, key: tuple[int, int, int, bool, bool], dt: Any, stats: RunStats) -> kdml.Tensor:
+    memo = ("dft", *key, np.dtype(dt).str)
+    hit = ctx.memo.get(memo)
     if hit is None:
-        m, kout, cout = twiddles(*key)
-        hit = ctx.memo[("dft",) + key + (np.dtype(dt).str,)] = (ctx.to_device(m.astype(dt), stats), kout, cout)
+        hit = ctx.memo[memo] = ctx.to_device(twiddles(*key).astype(dt), stats)
     return hit
 
 
@@ -99,39 +104,29 @@ def _transform(ctx: NodeContext, x: kdml.Tensor, axis: int, n: int, inverse: boo
     r, lin, cin = len(shape), shape[axis], shape[-1]
     if cin not in (1, 2):
         raise FallbackNeeded(f"{cin} values in the last dimension (1: real, 2: complex)")
-    kout_, cout_ = (n, 1) if inverse and onesided else (n // 2 + 1 if onesided and not inverse else n, 2)
-    nbytes = lin * cin * kout_ * cout_ * np.dtype(dt).itemsize
+    kout, cout = out_sizes(n, inverse, onesided)
+    nbytes = lin * cin * kout * cout * np.dtype(dt).itemsize
     if nbytes > MAX_MATRIX_BYTES:  # O(n^2) terms: a long transform wants an FFT, which this is not
         raise FallbackNeeded(f"a transform of length {n} ({lin} inputs): its matrix of {nbytes} bytes exceeds "
                              f"{MAX_MATRIX_BYTES} (no FFT on the device)")
-    m, kout, cout = _matrix(ctx, (lin, cin, n, inverse, onesided), dt, stats)
+    m = _matrix(ctx, (lin, cin, n, inverse, onesided), dt, stats)
     others = [i for i in range(r - 1) if i != axis]
-    rows = math.prod(shape[i] for i in others)
-    # the signal as [others..., lin, cin], contiguous: one matrix row per transform
-    xs = kdml.copy(_view(x, tuple(shape[i] for i in others) + (lin, cin), tuple(st[i] for i in others) + (st[axis], st[-1])),
-                   out=ctx.out_tensor(tuple(shape[i] for i in others) + (lin, cin), dt), device=ctx.device)
+    lead = tuple(shape[i] for i in others)
+    rows = math.prod(lead)
+    # the signal as [others..., lin, cin], packed: one matrix row per transform (copied where it is not)
+    moved = _view(x, (*lead, lin, cin), (*(st[i] for i in others), st[axis], st[-1]))
+    if moved.desc.effective_strides != kdml.TensorDesc(x.desc.data_type, moved.desc.sizes).effective_strides:
+        moved = kdml.copy(moved, out=ctx.out_tensor((*lead, lin, cin), dt), device=ctx.device)
     out_shape = tuple(kout if i == axis else cout if i == r - 1 else shape[i] for i in range(r))
     y = ctx.out_tensor(out_shape, dt)
-    ost = y.desc.effective_strides
-    if axis == r - 2:  # the output's rows are the GEMM's as they are
-        kdml.gemm(_view(xs, (rows, lin * cin), (lin * cin, 1)), m, out=_view(y, (rows, kout * cout), (kout * cout, 1)),
-                  device=ctx.device)
-        return y
-    flat = kdml.gemm(_view(xs, (rows, lin * cin), (lin * cin, 1)), m, out=ctx.out_tensor((rows, kout * cout), dt),
-                     device=ctx.device)
-    kdml.copy(_reshaped(flat, tuple(shape[i] for i in others) + (kout, cout)),
-              out=_view(y, tuple(out_shape[i] for i in others) + (kout, cout), tuple(ost[i] for i in others) + (ost[axis], ost[-1])),
-              device=ctx.device)
+    packed = axis == r - 2  # the output's rows are the GEMM's as they are
+    flat = kdml.gemm(_view(moved, (rows, lin * cin)), m, device=ctx.device,
+                     out=_view(y, (rows, kout * cout)) if packed else ctx.out_tensor((rows, kout * cout), dt))
+    if not packed:  # [others..., kout, cout] back to the axis's place
+        ost = y.desc.effective_strides
+        kdml.copy(_view(flat, (*lead, kout, cout)), device=ctx.device,
+                  out=_view(y, (*lead, kout, cout), (*(ost[i] for i in others), ost[axis], ost[-1])))
     return y
-
-
-def _reshaped(t: kdml.Tensor, sizes: tuple[int, ...]) -> kdml.Tensor:
-    """A contiguous tensor seen with other (row-major) sizes."""
-    strides, acc = [], 1
-    for n in reversed(sizes):
-        strides.append(acc)
-        acc *= n
-    return _view(t, sizes, tuple(reversed(strides)))
 
 
 def _h_dft(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:

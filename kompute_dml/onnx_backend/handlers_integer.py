@@ -193,13 +193,8 @@ def _in(ins: list[Any], node: onnx.NodeProto, i: int) -> tuple[Any, str | None]:
 
 
 def _h_mmitf(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    a, an = _in(ins, node, 0)
-    b, bn = _in(ins, node, 1)
-    a_s, a_sn = _in(ins, node, 2)
-    b_s, b_sn = _in(ins, node, 3)
-    a_zp, a_zpn = _in(ins, node, 4)
-    b_zp, b_zpn = _in(ins, node, 5)
-    bias, bias_n = _in(ins, node, 6)
+    (a, an), (b, bn), (a_s, a_sn), (b_s, b_sn), (a_zp, a_zpn), (b_zp, b_zpn), (bias, bias_n) = (
+        _in(ins, node, i) for i in range(7))
     group = product_groups.group_of(ctx, node)
     if group is not None and isinstance(a, DeviceValue):  # Q, K and V as one product
         return [product_groups.run(ctx, group, node, a, lambda b, bn, bs, bsn, bz, bzn, c, cn: _mm_integer_to_float(
@@ -235,11 +230,7 @@ def _h_dql(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
 
 
 def _h_dqmm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    a, an = _in(ins, node, 0)
-    b, bn = _in(ins, node, 1)
-    b_s, b_sn = _in(ins, node, 2)
-    b_zp, b_zpn = _in(ins, node, 3)
-    bias, bias_n = _in(ins, node, 4)
+    (a, an), (b, bn), (b_s, b_sn), (b_zp, b_zpn), (bias, bias_n) = (_in(ins, node, i) for i in range(5))
     if _value_dtype(a) != np.float32:
         raise FallbackNeeded(f"A type {_value_dtype(a)} is not float32")
     if _value_dtype(b_s) != np.float32:

@@ -35,6 +35,7 @@ import kompute_dml as kdml
 
 from .graph import _attr
 from .handlers_attention import _past, need
+from .handlers_attention import view as _view
 from .handlers_nn import _dev, _floats
 from .handlers_onnx_attention_chain import attention_chain
 from .rotary import rotate
@@ -46,9 +47,6 @@ if TYPE_CHECKING:
 MT = kdml.MultiheadAttentionMaskType
 I32, U8 = kdml.DataType.INT32, kdml.DataType.UINT8
 
-
-def _view(t: kdml.Tensor, sizes: tuple[int, ...], strides: tuple[int, ...]) -> kdml.Tensor:
-    return kdml.Tensor.trusted(t.buffer, kdml.TensorDesc(t.desc.data_type, sizes, strides), t.offset)
 
 
 def _bshd(t: kdml.Tensor) -> kdml.Tensor:

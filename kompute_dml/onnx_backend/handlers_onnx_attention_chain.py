@@ -29,15 +29,12 @@ import onnx
 import kompute_dml as kdml
 
 from .graph import _attr
+from .handlers_attention import view as _view
 from .values import DeviceValue
 
 if TYPE_CHECKING:
     from .context import NodeContext
     from .values import RunStats
-
-
-def _view(t: kdml.Tensor, sizes: tuple[int, ...], strides: tuple[int, ...]) -> kdml.Tensor:
-    return kdml.Tensor.trusted(t.buffer, kdml.TensorDesc(t.desc.data_type, sizes, strides), t.offset)
 
 
 def attention_chain(ctx: NodeContext, node: onnx.NodeProto, stats: RunStats, dt: Any, q4: kdml.Tensor,
@@ -56,13 +53,17 @@ def attention_chain(ctx: NodeContext, node: onnx.NodeProto, stats: RunStats, dt:
     for j, (new, old, width) in enumerate(((k4, pk, d), (v4, pv, dv))):
         shape = (b, kvh, total, width)
         named = len(node.output) > j + 1 and node.output[j + 1]
+        if old is None and not named:  # the new keys / values as they are (GEMM reads any strides)
+            kv.append(new)
+            continue
         dst = ctx.out_tensor(shape, dt)
         kdml.join([old, new] if old is not None else [new], axis=2, out=dst, device=dev)
         kv.append(dst)
         if named:
             outs[j + 1] = DeviceValue(dst, shape, dt)
-    # the query heads of a key / value head as one matrix: [b, kv heads, group x sequence, d]
-    qc = kdml.copy(q4, out=ctx.out_tensor((b, h, s, d), dt), device=dev)
+    # the query heads of a key / value head as one matrix: [b, kv heads, group x sequence, d] (packed)
+    packed = q4.desc.effective_strides == kdml.TensorDesc(q4.desc.data_type, (b, h, s, d)).effective_strides
+    qc = q4 if packed else kdml.copy(q4, out=ctx.out_tensor((b, h, s, d), dt), device=dev)
     scale = _attr(node, "scale")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     scores = ctx.out_tensor((b, h, s, total), dt)
@@ -90,14 +91,13 @@ def attention_chain(ctx: NodeContext, node: onnx.NodeProto, stats: RunStats, dt:
         bias = causal_bias()
     if bias is not None:
         kdml.add(scores, bias, out=scores, device=dev)
-    if want_qk and mode == 2:
-        outs[3] = DeviceValue(kdml.copy(scores, out=ctx.out_tensor(scores.desc.sizes, dt), device=dev),
-                              (b, h, s, total), dt)
+    if want_qk and mode == 2:  # (nothing writes the scores after this)
+        outs[3] = DeviceValue(scores, (b, h, s, total), dt)
     p = kdml.softmax(scores, axes=(-1,), out=ctx.out_tensor(scores.desc.sizes, dt), device=dev)
     if cond is not None:  # rows that attend no key: zeros (their softmax of -inf alone is NaN)
         p = kdml.where(cond, p, np.zeros((), dt), out=ctx.out_tensor(p.desc.sizes, dt), device=dev)
     if want_qk and mode == 3:
-        outs[3] = DeviceValue(kdml.copy(p, out=ctx.out_tensor(p.desc.sizes, dt), device=dev), (b, h, s, total), dt)
+        outs[3] = DeviceValue(p, (b, h, s, total), dt)
     y_shape = (b, h, s, dv) if four else (b, s, h * dv)
     y = ctx.out_tensor(y_shape, dt)
     ctx_rows = y if four else ctx.out_tensor((b, h, s, dv), dt)

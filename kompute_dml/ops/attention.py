@@ -38,7 +38,7 @@ from ..core.ints import as_int, cdiv
 from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, INTS_32, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
-from ..device.memory import Buffer, Tensor
+from ..device.memory import Tensor
 from ..functional.constants import device_constant
 from ..runtime import DispatchPlan, TransferPlan, grid_for
 from .attention_layout import COOP_ROWS, Problem, coop_choice, key_splits, plans_ahead, resolve, tile_for
@@ -284,7 +284,7 @@ def compile_attention(device: Device, desc: Any) -> CompiledOperator:
             _addressing(words, "split partials")
             sdesc = TensorDesc(DataType.UINT32, (words,))
             # not zeroed: every work group writes its rows' partials, empty chunks included
-            constants.append(Tensor.whole(Buffer(device, sdesc.byte_size, zeroed=False, later=True), sdesc))
+            constants.append(Tensor.scratch(device, sdesc))
             scratch = (*bindings, len(names) + 1)
             n = p.batch * p.heads * p.seq * cdiv(p.dv, 1 if size == 4 else 2)
             _addressing(n, "output element pairs")

@@ -51,7 +51,7 @@ from ..core.ints import as_int, cdiv
 from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
-from ..device.memory import Buffer, Tensor
+from ..device.memory import Tensor
 from ..runtime import DispatchPlan, TransferPlan, grid_for
 from ..runtime.coop_policy import CONV_KERNEL_ENV, DIRECT_BELOW_COUTG  # noqa: F401 (DIRECT_BELOW_COUTG re-exported)
 from . import contract, conv_coop
@@ -249,12 +249,8 @@ def _k_table(desc: ConvolutionDesc, v: dict[str, Any]) -> np.ndarray:
     return np.stack([x_off, w_off, *pos], axis=1).astype(np.uint32).ravel()
 
 
-# Split-K (GPUs): where the tiled kernel's grid has fewer work-groups than SPLIT_TARGET_GROUPS, the
-# reduction is cut into parts of at least SPLIT_MIN_K terms (at most SPLIT_MAX parts), each part's
-# partial sums written to the operator's scratch, then added in part order by a second dispatch
-# (CONV_REDUCE). KDML_CONV_SPLIT=<parts> forces a count (1: none; tests). A work group's K steps are
-# serial (loads, then a barrier), about 2 us each on the H100 where few groups run, so parts of two
-# steps win wherever the grid is small (docs/convolution.md; benchmarks/bench_small_layers.py).
+# Split-K (GPUs, docs/convolution.md): fewer work groups than SPLIT_TARGET_GROUPS cut the reduction into
+# at most SPLIT_MAX parts of at least SPLIT_MIN_K terms; KDML_CONV_SPLIT=<parts> forces a count (1: none).
 SPLIT_TARGET_GROUPS = 256
 SPLIT_MIN_K = 32
 SPLIT_MAX = 32
@@ -275,6 +271,16 @@ def conv_split(device: Device, groups_in_grid: int, klen: int, step: int = TILE_
         want = min(SPLIT_MAX, cdiv(SPLIT_TARGET_GROUPS, groups_in_grid), klen // SPLIT_MIN_K)
     chunk = cdiv(cdiv(klen, max(want, 1)), step) * step
     return max(1, cdiv(klen, chunk))
+
+
+def conv_parts(device: Device, grid: tuple[int, int, int], klen: int, outputs: int,
+               step: int = TILE_K) -> tuple[int, int]:
+    """(parts, terms per part) of a tiled `grid` (parts multiply its y) over `klen` terms of `outputs`
+    sums: conv_split's count where the parts' grid and 4 x parts x outputs bytes fit, else one pass."""
+    split, lim = conv_split(device, grid[0] * grid[1] * grid[2], klen, step), device.limits
+    room = (grid[1] * split <= lim["max_compute_work_group_count"][1] and split * outputs < 2 ** 32
+            and 4 * split * outputs <= lim["max_storage_buffer_range"])  # else no room for the parts: one pass
+    return (split, cdiv(cdiv(klen, split), step) * step) if room else (1, cdiv(klen, step) * step)
 
 
 def compile_convolution(device: Device, desc: ConvolutionDesc, *, allow_half_precision: bool = False,
@@ -314,19 +320,13 @@ def compile_convolution(device: Device, desc: ConvolutionDesc, *, allow_half_pre
         raise UnsupportedError(f"filter_tensor: {coutg} output channels per group need {cdiv(coutg, bm)} "
                                f"work-groups along grid axis 1, more than the device's {limit[1]}")
     grid = (min(cdiv(npix, bn), limit[0]), cdiv(coutg, bm), min(v["groups"], limit[2]))
-    split = conv_split(device, grid[0] * grid[1] * grid[2], klen, step)
-    if split > 1 and (grid[1] * split > limit[1] or 4 * split * cout * npix > device.limits["max_storage_buffer_range"]
-                      or split * cout * npix >= 2 ** 32):
-        split = 1  # no room for the parts: one pass
-    kchunk = cdiv(cdiv(klen, split), step) * step
+    split, kchunk = conv_parts(device, grid, klen, cout * npix, step)
     p = device.tensor(_params(desc, v, split, kchunk))
     if split == 1:
         main = (_coop_plan(coop, 0, x.data_type, bias, grid) if coop is not None
                 else _plan(contract.CONV, x.data_type, (0, 1, bias, 3), grid, (3,)))
         return _compiled(device, desc, [main], [p])
-    scratch_desc = TensorDesc(DataType.UINT32, (split * cout * npix,))
-    # not zeroed: the first dispatch writes every word the second reads
-    scratch = Tensor.whole(Buffer(device, scratch_desc.byte_size, zeroed=False, later=True), scratch_desc)
+    scratch = Tensor.scratch(device, TensorDesc(DataType.UINT32, (split * cout * npix,)))
     parts = (_coop_plan(coop, split, x.data_type, bias, grid) if coop is not None else
              _plan(contract.CONV_SPLIT, x.data_type, (0, 1, None, None, 5), (grid[0], grid[1] * split, grid[2]), (5,)))
     out_t = desc.output_tensor.data_type

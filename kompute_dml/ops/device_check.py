@@ -26,7 +26,7 @@ import numpy as np
 from ..core.dtypes import DataType
 from ..core.errors import InvalidArgumentError
 from ..core.tensor_desc import TensorDesc
-from ..device.memory import Buffer, Tensor
+from ..device.memory import Tensor
 from ..runtime import TransferPlan
 from ..runtime.inflight import Pending, settle
 
@@ -50,7 +50,7 @@ class DeviceCheck:
     def __init__(self, device: Device, index: int, describe: Callable[[int, Sequence[Any]], str]) -> None:
         desc = TensorDesc(DataType.UINT32, (4,))
         # not zeroed: every execution's fill writes the word before anything reads it
-        self.word = Tensor.whole(Buffer(device, desc.byte_size, zeroed=False, later=True), desc)
+        self.word = Tensor.scratch(device, desc)
         self.fill = TransferPlan("fill", (index,), np.array([[0, 4]], np.int64), (index,), NO_ERROR)
         self._device = device
         self._describe = describe

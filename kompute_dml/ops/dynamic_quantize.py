@@ -39,7 +39,7 @@ from ..core.layout import check_no_overlap, merge_dims
 from ..core.registry import F32, FL, FLOATS, D, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..device.device import Device
-from ..device.memory import Buffer, Tensor
+from ..device.memory import Tensor
 from ..functional import _packed, as_tensor, check_out, compile_cached, device_of, pooled_empty
 from ..runtime import DispatchPlan, grid_for
 from . import contract
@@ -148,7 +148,7 @@ def compile_dynamic_quantize_linear(device: Device, desc: DynamicQuantizeLinearD
     # not zeroed (no fill submission per compile): dql_minmax writes every key dql_quant reads;
     # made on kp's thread (a synchronous allocation waits while a plan's large ones are made)
     scratch_desc = TensorDesc(DataType.UINT32, (SCRATCH_WORDS,))
-    scratch = Tensor.whole(Buffer(device, scratch_desc.byte_size, zeroed=False, later=True), scratch_desc)
+    scratch = Tensor.scratch(device, scratch_desc)
     return CompiledOperator(device, desc, support, support.inputs, support.outputs, list(plans), constants=[scratch])
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.dtypes import DataType
 from ..core.ints import cdiv
 from ..core.tensor_desc import TensorDesc
-from ..device.memory import Buffer, Tensor
+from ..device.memory import Tensor
 from ..runtime import DispatchPlan, grid_for
 from . import contract
 
@@ -69,5 +69,4 @@ def split_plans(device: Device, plan: DispatchPlan, m: int, n: int, k: int, nmat
     reduce = dataclasses.replace(plan, variant=contract.GEMM_REDUCE.name(t=t), push=tuple(push), bindings=bindings,
                                  groups=grid_for(nmat * m * n, 256, device.limits["max_compute_work_group_count"][0]))
     desc = TensorDesc(DataType.UINT32, (words,))
-    # not zeroed: the first dispatch writes every word the second reads
-    return [parts_plan, reduce], Tensor.whole(Buffer(device, desc.byte_size, zeroed=False, later=True), desc)
+    return [parts_plan, reduce], Tensor.scratch(device, desc)

@@ -25,7 +25,7 @@ import numpy as np
 from ..core.dtypes import DataType
 from ..core.errors import UnsupportedError, invalid
 from ..core.tensor_desc import TensorDesc
-from ..device.memory import Buffer, Tensor
+from ..device.memory import Tensor
 from ..runtime import DispatchPlan, TransferPlan, grid_for
 from .base import CompiledOperator
 from .contract.indexing import IDX_LINK, IDX_MOVE, IDX_PREP, IDX_REDUCE, INDEX_PUSH, ONE_HOT
@@ -151,7 +151,7 @@ class IndexPlans:
         n = tuples.count
         scratch_words = n if gather else 3 * n
         sd = TensorDesc(DataType.UINT32, (scratch_words,))
-        constants.append(Tensor.whole(Buffer(self.device, sd.byte_size, zeroed=False, later=True), sd))
+        constants.append(Tensor.scratch(self.device, sd))
         check = DeviceCheck(self.device, self.n_fields + 2, lambda position, bound: self._bad_index(tuples, position,
                                                                                                    bound))
         constants.append(check.word)

@@ -12,8 +12,9 @@ Indices (either storage_order) widened there to int64. Helpers kdml.max_pool / a
 functional/pooling.py (1-D inputs too).
 
 shaders/pooling.comp: one invocation per output element; for large windows over few outputs
-(choose_pool_kernel: global pooling at small batches) one work group of 256 per output element, partial results combined by a shared-memory tree (MAX by the
-sequential rule: the same element and index; AVERAGE within (ceil(n / 256) + 12) u S / count);
+(choose_pool_kernel: global pooling at small batches) one work group of 256 per output element,
+partial results combined by a shared-memory tree (MAX by the sequential rule: the same element and
+index; AVERAGE within (ceil(n / 256) + 12) u S / count);
 FLOAT16 outputs whose rows pack whole words: two outputs per invocation, one plain store.
 MAX: exact; the first largest element of the window in row-major order (later equal values are
 ignored, as the page says); a NaN counts as the largest (the first NaN wins, as numpy's `max`

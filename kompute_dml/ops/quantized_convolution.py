@@ -38,11 +38,11 @@ from ..core.ints import as_int, cdiv
 from ..core.layout import check_no_overlap
 from ..core.registry import F32, FL, D, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
-from ..device.memory import Buffer, Tensor
-from ..runtime import DispatchPlan, grid_for
+from ..device.memory import Tensor
+from ..runtime import DispatchPlan, TransferPlan, grid_for
 from . import contract
-from .convolution import TILE_K, conv_split
 from .base import CompiledOperator, validate_tensors
+from .convolution import conv_parts
 from .elementwise_plan import check_addressable
 from .spatial import output_sizes, spatial_array
 from .spec import OnnxOp, OperatorSpec
@@ -150,7 +150,7 @@ def geometry_words(desc: QuantizedLinearConvolutionDesc) -> np.ndarray:
 def k_table(desc: QuantizedLinearConvolutionDesc) -> np.ndarray:
     """qconv_tiled.comp's words after the geometry (qconv_common.glsl P_NPIX ..): per term
     k = (c, kh, kw) the input and filter offsets and the window's dilated position."""
-    x, w, y = desc.input_tensor, desc.filter_tensor, desc.output_tensor
+    x, w = desc.input_tensor, desc.filter_tensor
     cpg, kh, kw = w.sizes[1:]
     dil = spatial_array(desc, "dilations", 2, 1, 1)
     c, r, q = (a.ravel() for a in np.meshgrid(np.arange(cpg), np.arange(kh), np.arange(kw), indexing="ij"))
@@ -191,19 +191,15 @@ def compile_quantized_linear_convolution(device: Device, desc: QuantizedLinearCo
                                 constants=[device.tensor(words)])
     npix = n * oh * ow
     grid = (min(cdiv(npix, 64), limit[0]), cdiv(mpg, 64), min(groups, limit[2]))
-    split = conv_split(device, grid[0] * grid[1] * grid[2], klen)
-    if split > 1 and (grid[1] * split > limit[1] or 4 * split * m * npix > device.limits["max_storage_buffer_range"]
-                      or split * m * npix >= 2 ** 32):
-        split = 1  # no room for the parts: one pass
-    kchunk = cdiv(cdiv(klen, split), TILE_K) * TILE_K
+    split, kchunk = conv_parts(device, grid, klen, m * npix)
     consts = [device.tensor(np.concatenate([words, np.array([npix, oh * ow, klen, split, kchunk], np.uint32),
                                             k_table(desc)]))]
+    plans: list[DispatchPlan | TransferPlan]
     if split == 1:
         plans = [plan(contract.QCONV_TILED, grid, (9,))]
     else:
         scratch_desc = TensorDesc(DataType.UINT32, (split * m * npix,))
-        # not zeroed: the first dispatch writes every word the second reads
-        consts.append(Tensor.whole(Buffer(device, scratch_desc.byte_size, zeroed=False, later=True), scratch_desc))
+        consts.append(Tensor.scratch(device, scratch_desc))
         scratch = len(support.fields) + 1
         plans = [plan(contract.QCONV_SPLIT, (grid[0], grid[1] * split, grid[2]), (scratch,), (scratch,)),
                  plan(contract.QCONV_REDUCE, grid_for(npix * m, 256, limit[0]), (9,), (scratch,))]

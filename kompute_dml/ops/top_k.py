@@ -38,7 +38,7 @@ from ..core.layout import check_no_overlap, merge_dims
 from ..core.registry import FL, FLOATS, INTS_8_32, INTS_64, D, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..device.device import Device
-from ..device.memory import Buffer, Tensor
+from ..device.memory import Tensor
 from ..functional import _packed, check_out, compile_cached, pooled_empty
 from ..functional.elementwise import _operands
 from ..runtime import DispatchPlan, TransferPlan, grid_for
@@ -158,7 +158,7 @@ def compile_top_k(device: Device, desc: TopK1Desc) -> CompiledOperator:
     constants: list[Tensor] = []
     if words:  # the candidates: every word the rank dispatch reads, the tile dispatch writes first
         sd = TensorDesc(DataType.UINT32, (words,))
-        constants.append(Tensor.whole(Buffer(device, sd.byte_size, zeroed=False, later=True), sd))
+        constants.append(Tensor.scratch(device, sd))
     return CompiledOperator(device, desc, support, support.inputs, support.outputs, plans, constants=constants)
 
 

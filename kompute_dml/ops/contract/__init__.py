@@ -323,8 +323,9 @@ MVN_SKIP = family("mvn_skip", "mvn.comp", "mvn_skip_{t}_{layout}", MVN_SKIP_PUSH
 # ---- GEMM (ops/gemm.py, shaders/gemm.comp): offsets in elements; M, N, K of op(A) x op(B); the
 # number of matrices (batch x channel) and channels; per tensor its batch, channel, row and column
 # strides in elements (A: m, k of op(A), B: k, n of op(B): a transposition is a swap of the two,
-# made on the host); alpha, beta; flags (GEMM_F_*); kchunk (split-K's terms per part; 0: none). A variant per element type and register block
-# (BLK x BLK outputs per invocation, a 16 BLK x 16 BLK tile per work group of 16 x 16).
+# made on the host); alpha, beta; flags (GEMM_F_*); kchunk (split-K's terms per part; 0: none). A
+# variant per element type and register block (BLK x BLK outputs per invocation, a 16 BLK x 16 BLK
+# tile per work group of 16 x 16).
 GEMM_PUSH = block("a_off", "b_off", "c_off", "o_off", "m", "n", "k", "nmat", "nc", "a_sb", "a_sc", "a_sm", "a_sk",
                   "b_sb", "b_sc", "b_sk", "b_sn", "c_sb", "c_sc", "c_sm", "c_sn", "o_sb", "o_sc", "o_sm", "o_sn",
                   "alpha:f32", "beta:f32", "flags", "kchunk")
@@ -387,7 +388,8 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     EW_POW, EW_ATAN2, EW_MOD, EW_SHIFT, EW_POPCNT, EW_DSQ, CUM, CUM_WG, CAST, DEQUANT, GATHER, GATHER_CHECK, FILL, FILL_SEQ, PAD,
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN, LSM_FAST, LSM_GEN, HMX_FAST, HMX_GEN,
     DQL_MINMAX, DQL_QUANT, EW_EXT, TOPK, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, CONV_COOP, CONV_INT,
-    POOL, POOL_Q8, BN, GEMM, GEMM_SPLIT, GEMM_REDUCE, GEMM_COOP, POOL_LP, RESAMPLE, LRN, QUANT, QCONV, QCONV_TILED, QCONV_SPLIT, QCONV_REDUCE, MHA_TILED, MHA_ROWS, MHA_PRESENT, MHA_SPLIT,
+    POOL, POOL_Q8, BN, GEMM, GEMM_SPLIT, GEMM_REDUCE, GEMM_COOP, POOL_LP, RESAMPLE, LRN, QUANT, QCONV, QCONV_TILED,
+    QCONV_SPLIT, QCONV_REDUCE, MHA_TILED, MHA_ROWS, MHA_PRESENT, MHA_SPLIT,
     MHA_COMBINE, MHA_COOP, *INDEX_FAMILIES,
 )
 
