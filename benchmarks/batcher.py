@@ -4,8 +4,11 @@ single batch-of-max_batch run beside them for the latency bound.
 
     python -m benchmarks.batcher [--model bert256] [--seq 128] [--threads 8] [--max-batch 8] [--seconds 5]
 
-Prints requests/s both ways and their ratio, the batcher's p50 / p99 latency per request and
-both as multiples of one batch-of-max_batch run (median), and the batches the batcher ran. The
+Prints requests/s both ways and their ratio, the ratio's ceiling (max_batch requests per batch
+run against one request per run: what a batcher without overhead reaches), the batcher's p50 /
+p99 latency per request and both as multiples of one batch-of-max_batch run (median), the batches
+the batcher ran, and where its worker's time went per batch: in `rep.run`, and gathering the next
+batch (`Batcher.stats`). --seq takes a list: one row per length. The
 model is a float32 random BERT (quantized models scale a batch as one: docs/serving.md), warmed
 for kompute_dml.bench.gpu_clock.WARM_SECONDS before each figure.
 """
@@ -23,33 +26,48 @@ MODELS = {"bert256": (256, 3, 4), "minilm-shape": (384, 6, 12)}
 
 
 def main() -> None:
-    from kompute_dml.bench.bert_models import random_bert_module, random_feeds
-    from kompute_dml.bench.gpu_clock import WARM_SECONDS, hold
-    from kompute_dml.bench.timing import median, percentile
+    from kompute_dml.bench.bert_models import random_bert_module
     from kompute_dml.onnx_backend import Backend
-    from kompute_dml.serving import Batcher
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="bert256", choices=sorted(MODELS))
-    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--seq", default="128", help="comma-separated sequence lengths, one row each")
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--max-batch", type=int, default=8)
-    ap.add_argument("--max-delay-ms", type=float, default=2.0)
+    ap.add_argument("--max-delay-ms", default="0,2", help="comma-separated Batcher max_delay_ms values, one row each "
+                    "(0: a batch of what waits starts as soon as the device is free)")
     ap.add_argument("--seconds", type=float, default=5.0)
     args = ap.parse_args()
     path = _float_bert(random_bert_module(*MODELS[args.model]))
     rep = Backend.prepare(path)
-    one = random_feeds(1, args.seq, 1000, np.random.default_rng(0), pad=False)
+    print(f"{args.model} float32, batch-1 requests on {rep.device.name}; {args.threads} threads, "
+          f"max_batch {args.max_batch}")
+    print("| seq | max_delay_ms | one thread, rep.run req/s | batcher req/s | x one thread | ceiling | p50 ms | p99 ms | batch run ms "
+          "| p99 / batch run | batches | worker per batch: run / gather ms |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for seq in map(int, args.seq.split(",")):
+        for delay in map(float, args.max_delay_ms.split(",")):
+            _row(rep, seq, delay, args)
+
+
+def _row(rep: Any, seq: int, delay: float, args: Any) -> None:
+    """One row: `seq`-token requests through a Batcher of max_delay_ms `delay`."""
+    from kompute_dml.bench.bert_models import random_feeds
+    from kompute_dml.bench.gpu_clock import WARM_SECONDS, hold
+    from kompute_dml.bench.timing import median, percentile
+    from kompute_dml.serving import Batcher
+
+    one = random_feeds(1, seq, 1000, np.random.default_rng(0), pad=False)
     batch = {k: np.repeat(v, args.max_batch, axis=0) for k, v in one.items()}
     hold(lambda: rep.run(batch), WARM_SECONDS)
-    batch_ms = median([_timed(lambda: rep.run(batch)) for _ in range(20)]) * 1e3
+    batch_ms = median([_timed(lambda: rep.run(batch)) for _ in range(50)]) * 1e3
     hold(lambda: rep.run(one), WARM_SECONDS)
     alone = hold(lambda: rep.run(one), args.seconds) / args.seconds
     latencies: list[float] = []
     lock = threading.Lock()
-    with Batcher(rep, max_batch=args.max_batch, max_delay_ms=args.max_delay_ms) as batcher:
+    with Batcher(rep, max_batch=args.max_batch, max_delay_ms=delay) as batcher:
         hold(lambda: batcher.submit(one).result(), WARM_SECONDS)
-        batches0 = batcher.stats["batches"]
+        before = dict(batcher.stats)
         stop = time.perf_counter() + args.seconds
 
         def caller() -> None:
@@ -66,15 +84,14 @@ def main() -> None:
             t.start()
         for t in ts:
             t.join()
-        batches = batcher.stats["batches"] - batches0
+        got = {k: batcher.stats[k] - before[k] for k in before}
     rate = len(latencies) / args.seconds
+    ceiling = args.max_batch / (batch_ms / 1e3) / alone
     p50, p99 = percentile(latencies, 50) * 1e3, percentile(latencies, 99) * 1e3
-    print(f"{args.model} float32, batch-1 requests of {args.seq} tokens on {rep.device.name}")
-    print("| one thread, rep.run req/s | batcher req/s | x one thread | p50 ms | p99 ms | batch run ms | p99 / batch run "
-          "| threads | batches |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    print(f"| {alone:.0f} | {rate:.0f} | {rate / alone:.2f} | {p50:.2f} | {p99:.2f} | {batch_ms:.2f} | "
-          f"{p99 / batch_ms:.2f} | {args.threads} | {batches} |")
+    n = max(1, got["batches"])
+    print(f"| {seq} | {delay:g} | {alone:.0f} | {rate:.0f} | {rate / alone:.2f} | {ceiling:.2f} | {p50:.2f} | {p99:.2f} | "
+          f"{batch_ms:.2f} | {p99 / batch_ms:.2f} | {got['batches']:.0f} | "
+          f"{got['run_s'] / n * 1e3:.3f} / {got['gather_s'] / n * 1e3:.3f} |", flush=True)
 
 
 def _timed(fn: Any) -> float:

@@ -4,7 +4,8 @@
 `rep.state.lock`); small requests then pay a whole run each. A Batcher gathers requests along
 the batch axis (axis 0 of every input) up to `max_batch` rows or until the oldest waiting
 request has waited `max_delay_ms`, runs them as one batch and hands each request its rows of
-every output, in order:
+every output, in order (the worker wakes only to start a deadline or when a batch is full, not
+at every request: each wake-up is a GIL hand-over that delays the batch):
 
     with Batcher(rep, max_batch=8, max_delay_ms=2.0) as batcher:
         future = batcher.submit({"input_ids": ids, "attention_mask": mask})   # batch 1 each
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -49,7 +51,8 @@ class Batcher:
     """Dynamic batching of requests to one prepared model (`rep`: a BackendRep, or anything
     with its `run(feeds)`, `feed_names` and `check_inputs(feeds)`). `max_batch`: the most rows
     one batch takes (a larger request runs alone); `max_delay_ms`: how long the oldest waiting
-    request waits for others. `stats`: batches and requests run so far."""
+    request waits for others. `stats`: batches and requests run so far, and the worker's seconds
+    in `rep.run` (`run_s`) and waiting for a batch to fill (`gather_s`)."""
 
     def __init__(self, rep: Any, max_batch: int = 8, max_delay_ms: float = 2.0, *, name: str = "kdml-batcher") -> None:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
@@ -57,11 +60,18 @@ class Batcher:
         if not isinstance(max_delay_ms, (int, float)) or not max_delay_ms >= 0:
             raise ValueError(f"max_delay_ms: must be a number >= 0, got {max_delay_ms!r}")
         self.rep, self.max_batch, self.max_delay = rep, max_batch, max_delay_ms / 1000.0
-        self.stats = {"batches": 0, "requests": 0, "rerun_alone": 0}
+        self.stats: dict[str, float] = {"batches": 0, "requests": 0, "rerun_alone": 0, "run_s": 0.0, "gather_s": 0.0}
         self._queue: collections.deque[_Request] = collections.deque()
+        self._rows: collections.Counter[tuple[Any, ...]] = collections.Counter()  # waiting rows per signature
         self._cond = threading.Condition()
         self._closing = False
         self._cancel = False
+        # A second thread hands results back: waking each caller costs the waker tens of us on a
+        # VM (an inter-processor interrupt per thread), time the worker spends running the next batch
+        # (request, its result, whether that is an exception) per request of a batch, in order
+        self._handback: queue.SimpleQueue[list[tuple[_Request, Any, bool]] | None] = queue.SimpleQueue()
+        self._answerer = threading.Thread(target=self._hand_back, name=f"{name}-results", daemon=True)
+        self._answerer.start()
         self._worker = threading.Thread(target=self._serve, name=name, daemon=True)
         self._worker.start()
 
@@ -85,8 +95,12 @@ class Batcher:
         with self._cond:
             if self._closing:
                 raise RuntimeError("the Batcher is closed: no new requests")
-            self._queue.append(_Request(arrays, sizes.pop(), key, future))
-            self._cond.notify()
+            request = _Request(arrays, sizes.pop(), key, future)
+            self._queue.append(request)
+            self._rows[key] += request.rows
+            first = self._queue[0]
+            if first is request or self._rows[first.key] >= self.max_batch:
+                self._cond.notify()  # a deadline to start, or a full batch
         return future
 
     def close(self, cancel_pending: bool = False, timeout: float | None = None) -> None:
@@ -97,6 +111,7 @@ class Batcher:
             self._cancel = self._cancel or cancel_pending
             self._cond.notify_all()
         self._worker.join(timeout)
+        self._answerer.join(timeout)
 
     def __enter__(self) -> Batcher:
         return self
@@ -106,28 +121,40 @@ class Batcher:
 
     # ---- the worker ------------------------------------------------------------------
     def _serve(self) -> None:
-        while True:
-            batch = self._next_batch()
-            if batch is None:
-                return
-            if batch:
-                self._run(batch)
+        try:
+            while True:
+                batch = self._next_batch()
+                if batch is None:
+                    return
+                if batch:
+                    self._run(batch)
+        finally:
+            self._handback.put(None)
+
+    def _hand_back(self) -> None:
+        while (answers := self._handback.get()) is not None:
+            for r, value, failed in answers:
+                if failed:
+                    r.future.set_exception(value)
+                else:
+                    r.future.set_result(value)
 
     def _next_batch(self) -> list[_Request] | None:
         """The requests of the next batch ([] where all were cancelled), None once closed and empty."""
+        t0 = time.perf_counter()
         with self._cond:
             while not self._queue and not self._closing:
                 self._cond.wait()
             if self._cancel:
                 while self._queue:
                     self._queue.popleft().future.cancel()
+                self._rows.clear()
             if not self._queue:
                 return None
             first = self._queue[0]
             while not self._closing:
-                ready = sum(r.rows for r in self._queue if r.key == first.key)
                 left = first.arrived + self.max_delay - time.monotonic()
-                if ready >= self.max_batch or left <= 0:
+                if self._rows[first.key] >= self.max_batch or left <= 0:
                     break
                 self._cond.wait(left)
             if self._cancel:
@@ -142,11 +169,22 @@ class Batcher:
                 else:
                     rest.append(r)
             self._queue = rest
+            self._rows[first.key] -= rows
+            if not self._rows[first.key]:
+                del self._rows[first.key]
+        self.stats["gather_s"] += time.perf_counter() - t0
         return [r for r in batch if r.future.set_running_or_notify_cancel()]
 
     def _run(self, batch: list[_Request]) -> None:
         self.stats["batches"] += 1
         self.stats["requests"] += len(batch)
+        t0 = time.perf_counter()
+        try:
+            self._answer(batch)
+        finally:
+            self.stats["run_s"] += time.perf_counter() - t0
+
+    def _answer(self, batch: list[_Request]) -> None:
         if len(batch) > 1:
             try:
                 outs = self.rep.run({n: np.concatenate([r.feeds[n] for r in batch]) for n in batch[0].feeds})
@@ -154,15 +192,16 @@ class Batcher:
             except Exception:
                 parts = None  # run each alone below: an error reaches only its request
             if parts is not None:
-                for r, p in zip(batch, parts):
-                    r.future.set_result(p)
+                self._handback.put([(r, p, False) for r, p in zip(batch, parts)])
                 return
             self.stats["rerun_alone"] += 1
+        answers = []
         for r in batch:
             try:
-                r.future.set_result(self.rep.run(r.feeds))
+                answers.append((r, self.rep.run(r.feeds), False))
             except Exception as e:
-                r.future.set_exception(e)
+                answers.append((r, e, True))
+        self._handback.put(answers)
 
 
 def _split(outs: Any, rows: list[int]) -> list[Any] | None:

@@ -141,12 +141,13 @@ def test_batched_requests_equal_each_run_alone_in_order(model, rep):
     assert b.stats["requests"] == len(reqs) and b.stats["batches"] < len(reqs)
 
 
-def test_many_callers_through_one_batcher(model, rep):
+@pytest.mark.parametrize("delay_ms", [0.0, 5.0])  # 0: whatever waits runs as soon as the device is free
+def test_many_callers_through_one_batcher(model, rep, delay_ms):
     rng = np.random.default_rng(3)
     reqs = [request(rng, seq=SEQ + i % 2) for i in range(24)]  # two signatures, batched apart
     want = [_alone(model, f) for f in reqs]
     got: dict[int, np.ndarray] = {}
-    with Batcher(rep, max_batch=4, max_delay_ms=5.0) as b:
+    with Batcher(rep, max_batch=4, max_delay_ms=delay_ms) as b:
         def caller(t):
             for i in range(t, len(reqs), 6):
                 got[i] = b.submit(reqs[i]).result(JOIN).y
@@ -155,6 +156,7 @@ def test_many_callers_through_one_batcher(model, rep):
     assert sorted(got) == list(range(len(reqs)))
     for i, y in got.items():
         np.testing.assert_array_equal(y, want[i])
+    assert b.stats["requests"] == len(reqs) and b.stats["run_s"] > 0 and b.stats["gather_s"] >= 0
 
 
 def test_a_request_error_reaches_only_its_future(model, rep):
@@ -190,6 +192,7 @@ def test_close_runs_or_cancels_what_is_pending(model, rep):
     time.sleep(0.05)
     b.close(cancel_pending=True, timeout=JOIN)
     assert all(f.cancelled() for f in futures)
+    assert not any(t.name.startswith("kdml-batcher") for t in threading.enumerate()), "close() ends both threads"
     with pytest.raises(CancelledError):
         futures[0].result(0)
 
