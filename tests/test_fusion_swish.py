@@ -13,14 +13,18 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto as T  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
 
+from kompute_dml import functional  # noqa: E402
 from kompute_dml.onnx_backend import Backend  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def _one_pass_convolutions(monkeypatch):
     """The dispatch counts below are the fusions': a GPU would cut these small convolutions' reductions
-    into parts (split-K, ops/convolution.conv_split: a second dispatch); one pass keeps the count."""
+    into parts (split-K, ops/conv_split.py: a second dispatch); one pass keeps the count. The helpers'
+    compiled operators are cached by descriptor, so this module gets a cache of its own: an earlier
+    test's convolution of the same shape, compiled without the variable, would have its parts."""
     monkeypatch.setenv("KDML_CONV_SPLIT", "1")
+    monkeypatch.setattr(functional, "_compile_cache", {})
 
 N = helper.make_node
 ELEM = {np.float32: T.FLOAT, np.float16: T.FLOAT16}

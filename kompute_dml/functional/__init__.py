@@ -85,7 +85,8 @@ _compile_cache: dict[tuple[int, Any, bool], Any] = {}
 
 
 def compile_cached(device: Device, desc: Any, allow_half_precision: bool = False) -> Any:
-    """dev.compile with a per-device cache keyed by the (hashable) descriptor and the flags."""
+    """dev.compile with a per-device cache keyed by the (hashable) descriptor and the flags (not the
+    kernel-forcing variables such as KDML_CONV_SPLIT: they apply to descriptors compiled after they are set)."""
     key = (id(device), desc, bool(allow_half_precision))
     op = _compile_cache.get(key)
     if op is None or op.device is not device:

@@ -57,6 +57,7 @@ from ..runtime.coop_policy import CONV_KERNEL_ENV, DIRECT_BELOW_COUTG  # noqa: F
 from . import contract, conv_coop
 from .base import CompiledOperator, validate_tensors
 from .conv_fused import fused_words
+from .conv_split import CONV_SPLIT_ENV, TILE_K, conv_parts, conv_split  # noqa: F401 (conv_split re-exported)
 from .elementwise_plan import check_addressable
 from .gemm_coop import CoopTile
 from .onnx_types import float_input
@@ -229,7 +230,6 @@ def _params(desc: ConvolutionDesc, v: dict[str, Any], split: int = 1, kchunk: in
 
 TAB_W = 5  # words per k of the k table (shaders/convolution.comp P_TAB)
 P_TAB_WORD = 52  # where the k table starts (P_TAB)
-TILE_K = 16  # the tiled kernel's reduction step (shaders/convolution.comp BK)
 
 
 def _k_table(desc: ConvolutionDesc, v: dict[str, Any]) -> np.ndarray:
@@ -247,40 +247,6 @@ def _k_table(desc: ConvolutionDesc, v: dict[str, Any]) -> np.ndarray:
     x_off = ci * xs[1] + (0 if v["backward"] else pos[0] * xs[2] + pos[1] * xs[3] + pos[2] * xs[4])
     w_off = ci * ws[0 if v["backward"] else 1] + kd * ws[2] + kh * ws[3] + kw * ws[4]
     return np.stack([x_off, w_off, *pos], axis=1).astype(np.uint32).ravel()
-
-
-# Split-K (GPUs, docs/convolution.md): fewer work groups than SPLIT_TARGET_GROUPS cut the reduction into
-# at most SPLIT_MAX parts of at least SPLIT_MIN_K terms; KDML_CONV_SPLIT=<parts> forces a count (1: none).
-SPLIT_TARGET_GROUPS = 256
-SPLIT_MIN_K = 32
-SPLIT_MAX = 32
-CONV_SPLIT_ENV = "KDML_CONV_SPLIT"
-
-
-def conv_split(device: Device, groups_in_grid: int, klen: int, step: int = TILE_K) -> int:
-    """How many parts a tiled kernel of `groups_in_grid` work groups and K steps of `step` cuts the
-    reduction of `klen` terms into (1: none); each part a multiple of `step`."""
-    forced = os.environ.get(CONV_SPLIT_ENV, "")
-    if forced:
-        if not forced.isdigit() or int(forced) < 1:
-            raise ValueError(f"{CONV_SPLIT_ENV}={forced!r}: a count of parts >= 1")
-        want = int(forced)
-    elif device.policy.name == "cpu" or groups_in_grid >= SPLIT_TARGET_GROUPS:
-        return 1
-    else:
-        want = min(SPLIT_MAX, cdiv(SPLIT_TARGET_GROUPS, groups_in_grid), klen // SPLIT_MIN_K)
-    chunk = cdiv(cdiv(klen, max(want, 1)), step) * step
-    return max(1, cdiv(klen, chunk))
-
-
-def conv_parts(device: Device, grid: tuple[int, int, int], klen: int, outputs: int,
-               step: int = TILE_K) -> tuple[int, int]:
-    """(parts, terms per part) of a tiled `grid` (parts multiply its y) over `klen` terms of `outputs`
-    sums: conv_split's count where the parts' grid and 4 x parts x outputs bytes fit, else one pass."""
-    split, lim = conv_split(device, grid[0] * grid[1] * grid[2], klen, step), device.limits
-    room = (grid[1] * split <= lim["max_compute_work_group_count"][1] and split * outputs < 2 ** 32
-            and 4 * split * outputs <= lim["max_storage_buffer_range"])  # else no room for the parts: one pass
-    return (split, cdiv(cdiv(klen, split), step) * step) if room else (1, cdiv(klen, step) * step)
 
 
 def compile_convolution(device: Device, desc: ConvolutionDesc, *, allow_half_precision: bool = False,

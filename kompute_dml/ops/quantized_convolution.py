@@ -42,7 +42,7 @@ from ..device.memory import Tensor
 from ..runtime import DispatchPlan, TransferPlan, grid_for
 from . import contract
 from .base import CompiledOperator, validate_tensors
-from .convolution import conv_parts
+from .conv_split import conv_parts
 from .elementwise_plan import check_addressable
 from .spatial import output_sizes, spatial_array
 from .spec import OnnxOp, OperatorSpec
@@ -164,7 +164,7 @@ def compile_quantized_linear_convolution(device: Device, desc: QuantizedLinearCo
                                          kernel: str | None = None) -> CompiledOperator:
     """The kernel the device policy chooses (DevicePolicy.conv_family_for, as CONVOLUTION's: "direct",
     qconv.comp's output per invocation, for few channels and terms per group (depthwise); else
-    qconv_tiled.comp's tiles, with split-K (convolution.conv_split) where they are few); `kernel`
+    qconv_tiled.comp's tiles, with split-K (conv_split.conv_split) where they are few); `kernel`
     or KDML_CONV_KERNEL ("tiled" / "direct") forces one."""
     support = QUANTIZED_LINEAR_CONVOLUTION
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
