@@ -49,7 +49,7 @@ if [ "$part" = 4 ] || [ "$part" = all ]; then
     # the onnxruntime plugin EP (built in place first: the GPU machine has no venv)
     run ort_ep_build 120 "$py" setup.py -q build_ext --inplace
     run ort_ep 300 "$py" -m benchmarks.ort_ep --models minilm-shape,bert256 --rounds 21
-    run batcher 120 "$py" -m benchmarks.batcher --seq 128,32 --max-delay-ms 0,2 --seconds 3
+    run batcher 120 "$py" -m kompute_dml.bench.batcher --seq 128,32 --max-delay-ms 0,2 --seconds 3
 fi
 if [ "$part" = 5 ] || [ "$part" = all ]; then
     # MULTIHEAD_ATTENTION against torch's scaled_dot_product_attention and kompute_dml's unfused chain

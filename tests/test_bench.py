@@ -249,13 +249,14 @@ def test_gpu_clock_reads_nvidia_smi_or_says_none(monkeypatch, tmp_path):
 
 def test_bench_decoders_and_scaling_sections_run_their_modules(monkeypatch, capsys):
     """--decoders, --conv and --scaling run kompute_dml.bench.decoder_speed, benchmarks/bench_conv.py
-    (its small shapes on lavapipe) and kompute_dml.bench.scaling after the table,
+    (its small shapes on lavapipe), kompute_dml.bench.scaling and kompute_dml.bench.batcher after the table,
     with the names and shapes given (the modules themselves: tests/test_decoders.py, on a GPU host)."""
-    from kompute_dml.bench import decoder_speed, scaling
+    from kompute_dml.bench import batcher, decoder_speed, scaling
 
     calls = []
     monkeypatch.setattr(decoder_speed, "main", lambda argv: calls.append(("decoders", argv)) or 0)
     monkeypatch.setattr(scaling, "main", lambda argv: calls.append(("scaling", argv)) or 0)
+    monkeypatch.setattr(batcher, "main", lambda argv: calls.append(("batcher", argv)) or 0)
     import subprocess
 
     real_run = subprocess.run
@@ -268,6 +269,11 @@ def test_bench_decoders_and_scaling_sections_run_their_modules(monkeypatch, caps
     monkeypatch.setattr(subprocess, "run", run)
     assert cli_main(["bench", "--quick", "--rounds", "2", "--gpu", "off", "--only", "COPY", "--no-transfers",
                      "--decoders", "gpt2", "--scaling", "1x16", "--conv"]) == 0
+    batch_rows = [("batcher", ["--seq", "128", "--max-delay-ms", "0,2", "--seconds", "2"])]
+    out = capsys.readouterr().out
+    if "batcher: skipped" in out:  # (no torch: the batcher's model is a torch export)
+        batch_rows = []
     assert calls == [("decoders", ["--decoders", "gpt2"]), ("conv", ["-m", "benchmarks.bench_conv", "--small"]),
-                     ("scaling", ["--shapes", "1x16", "--seconds", "2"])]
-    assert "python -m kompute_dml.bench.scaling" in capsys.readouterr().out
+                     ("scaling", ["--shapes", "1x16", "--seconds", "2"]), *batch_rows]
+    assert "python -m kompute_dml.bench.scaling" in out
+    assert not batch_rows or "python -m kompute_dml.bench.batcher" in out

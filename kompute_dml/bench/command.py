@@ -118,7 +118,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                          "with its cache; random weights, 'small' size, 128-token prompt, 32 new tokens)")
     ap.add_argument("--scaling", metavar="SHAPES", nargs="?", const="8x128,64x256", default=None,
                     help="also measure throughput over every GPU from one thread per GPU and one process per GPU "
-                         "against one GPU (kompute_dml.bench.scaling, a random BERT; default 8x128,64x256)")
+                         "against one GPU (kompute_dml.bench.scaling, a random BERT; default 8x128,64x256), then "
+                         "batch-1 requests from 8 threads through serving.Batcher on one GPU (kompute_dml.bench.batcher)")
     ap.add_argument("--conv", action="store_true",
                     help="also the convolution layers (ResNet's, depthwise 3x3, 1x1, ViT's patches, Whisper's) against "
                          "torch's cuDNN and onnxruntime as TFLOPS and ratios, and on a device with cooperative matrices "
@@ -277,7 +278,24 @@ def main(argv: list[str] | None = None) -> int:
         sc = ["--shapes", args.scaling, "--seconds", "2" if args.quick else "5"]
         console.print("scaling over GPUs (python -m kompute_dml.bench.scaling " + " ".join(sc) + ")")
         scaling.main(sc)
+        _batcher_section(console, args.quick)
     return 0
+
+
+def _batcher_section(console: Any, quick: bool) -> None:
+    """One GPU, eight threads of batch-1 requests through serving.Batcher against one thread calling
+    rep.run (kompute_dml.bench.batcher; its float32 model is a torch export)."""
+    import importlib.util
+
+    missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+    if missing:
+        console.print(f"batcher: skipped ({', '.join(missing)} not installed: the model is a torch export)")
+        return
+    from . import batcher
+
+    bt = ["--seq", "128", "--max-delay-ms", "0,2", "--seconds", "2" if quick else "3"]
+    console.print("one GPU, batch-1 requests through the batcher (python -m kompute_dml.bench.batcher " + " ".join(bt) + ")")
+    batcher.main(bt)
 
 
 def _conv_section(console: Any, dev: Any, quick: bool) -> None:

@@ -2,7 +2,10 @@
 kompute_dml.serving.Batcher against one thread calling `rep.run` request by request, with a
 single batch-of-max_batch run beside them for the latency bound.
 
-    python -m benchmarks.batcher [--model bert256] [--seq 128] [--threads 8] [--max-batch 8] [--seconds 5]
+    python -m kompute_dml.bench.batcher [--model bert256] [--seq 128] [--threads 8] [--max-batch 8]
+        [--max-delay-ms 0,2] [--seconds 5]
+
+`kompute-dml bench --scaling` runs it after kompute_dml.bench.scaling (torch exports the model).
 
 Prints requests/s both ways and their ratio, the ratio's ceiling (max_batch requests per batch
 run against one request per run: what a batcher without overhead reaches), the batcher's p50 /
@@ -25,9 +28,9 @@ import numpy as np
 MODELS = {"bert256": (256, 3, 4), "minilm-shape": (384, 6, 12)}
 
 
-def main() -> None:
-    from kompute_dml.bench.bert_models import random_bert_module
-    from kompute_dml.onnx_backend import Backend
+def main(argv: list[str] | None = None) -> None:
+    from ..onnx_backend import Backend
+    from .bert_models import random_bert_module
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="bert256", choices=sorted(MODELS))
@@ -37,7 +40,7 @@ def main() -> None:
     ap.add_argument("--max-delay-ms", default="0,2", help="comma-separated Batcher max_delay_ms values, one row each "
                     "(0: a batch of what waits starts as soon as the device is free)")
     ap.add_argument("--seconds", type=float, default=5.0)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     path = _float_bert(random_bert_module(*MODELS[args.model]))
     rep = Backend.prepare(path)
     print(f"{args.model} float32, batch-1 requests on {rep.device.name}; {args.threads} threads, "
@@ -52,10 +55,10 @@ def main() -> None:
 
 def _row(rep: Any, seq: int, delay: float, args: Any) -> None:
     """One row: `seq`-token requests through a Batcher of max_delay_ms `delay`."""
-    from kompute_dml.bench.bert_models import random_feeds
-    from kompute_dml.bench.gpu_clock import WARM_SECONDS, hold
-    from kompute_dml.bench.timing import median, percentile
-    from kompute_dml.serving import Batcher
+    from ..serving import Batcher
+    from .bert_models import random_feeds
+    from .gpu_clock import WARM_SECONDS, hold
+    from .timing import median, percentile
 
     one = random_feeds(1, seq, 1000, np.random.default_rng(0), pad=False)
     batch = {k: np.repeat(v, args.max_batch, axis=0) for k, v in one.items()}
