@@ -5,9 +5,11 @@
 the batch axis (axis 0 of every input) up to `max_batch` rows or until the oldest waiting
 request has waited `max_delay_ms`, runs them as one batch and hands each request its rows of
 every output, in order (the worker wakes only to start a deadline or when a batch is full, not
-at every request: each wake-up is a GIL hand-over that delays the batch):
+at every request: each wake-up is a GIL hand-over that delays the batch). The default delay, 0,
+runs what waits as soon as the device is free: the requests that came during a run form the next
+batch (docs/serving.md measures both):
 
-    with Batcher(rep, max_batch=8, max_delay_ms=2.0) as batcher:
+    with Batcher(rep, max_batch=8) as batcher:
         future = batcher.submit({"input_ids": ids, "attention_mask": mask})   # batch 1 each
         outputs = future.result()          # rep.run's outputs, this request's rows
 
@@ -54,7 +56,7 @@ class Batcher:
     request waits for others. `stats`: batches and requests run so far, and the worker's seconds
     in `rep.run` (`run_s`) and waiting for a batch to fill (`gather_s`)."""
 
-    def __init__(self, rep: Any, max_batch: int = 8, max_delay_ms: float = 2.0, *, name: str = "kdml-batcher") -> None:
+    def __init__(self, rep: Any, max_batch: int = 8, max_delay_ms: float = 0.0, *, name: str = "kdml-batcher") -> None:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch: must be an integer >= 1, got {max_batch!r}")
         if not isinstance(max_delay_ms, (int, float)) or not max_delay_ms >= 0:
