@@ -1,6 +1,7 @@
 """Where a steady run of an encoder's whole-graph plan spends its wall time: filling the
 input host memory, the program (one submission and its wait), and copying the outputs into
-the caller's arrays; against onnxruntime's run of the same feeds in the same process.
+the caller's arrays, and the rest (the run's Python, with the GIL held); against onnxruntime's
+run of the same feeds in the same process.
 
     python -m benchmarks.run_breakdown --model bert256 --shape 8x128 --repeat 200
 """
@@ -45,7 +46,7 @@ def main() -> None:
             plan_run = type(plan).run
             plan.program.run = clocked(run_program, prog.append)
             device_graph.host_copy = clocked(copy_now, lambda s, c=copies: c.__setitem__(-1, c[-1] + s))
-            plan.run = clocked(lambda f, st, p=plan, run=plan_run: run(p, f, st), whole.append)
+            plan.run = clocked(lambda f, st, *more, p=plan, run=plan_run: run(p, f, st, *more), whole.append)
 
             def run(copies: list[float] = copies, feeds: dict = feeds) -> None:
                 copies.append(0.0)
@@ -58,6 +59,8 @@ def main() -> None:
         print(f"{args.model} {batch}x{seq}: medians of {args.repeat} (us); {plan.dispatches} dispatches")
         for name, xs in parts.items():
             print(f"  {name:<40} {1e6 * median(xs):9.1f}   p10 {1e6 * percentile(xs, 10):9.1f}")
+        host = [t - p - c for t, p, c in zip(parts["rep.run"], parts["program.run"], parts["output copies"])]
+        print(f"  {'host Python (rep.run less the program and the copies)':<40} {1e6 * median(host):9.1f}")
         ratio = median(parts["onnxruntime"]) / median(parts["rep.run"])
         print(f"  onnxruntime / ours: {ratio:.2f}x")
 
