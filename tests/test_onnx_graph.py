@@ -441,6 +441,29 @@ def test_host_nodes_of_constants_alone_are_evaluated_and_uploaded_once_per_model
     assert calls.count("DequantizeLinear") == 1 and calls.count("Concat") == 3
 
 
+def test_outputs_are_copied_in_the_waits_native_call(rng, monkeypatch):
+    """A replayed run copies its outputs into the caller's arrays inside kp's wait
+    (kdml_wait_copy: the GIL taken back once per run), giving the bits of the copy made after
+    the wait, run after run; outputs past staging.PARALLEL_BYTES keep the copy threads."""
+    from kompute_dml.runtime import replay, staging
+
+    made = []
+    complete = replay.complete
+    monkeypatch.setattr(replay, "complete", lambda seq, copies=None: (complete(seq, copies),
+                                                                       made.append(copies is not None and copies.done)))
+    model, _weights = _encoder_like(rng)
+    rep = Backend.prepare(model, "CPU")
+    feeds = [_feeds(rng, 2, 5) for _ in range(4)]
+    got = [rep.run(f)[0].copy() for f in feeds]
+    assert made and all(made[1:]), "every replayed run made its copies in the wait"
+    made.clear()
+    monkeypatch.setattr(staging, "PARALLEL_BYTES", 0)  # every output "large": copied after the wait
+    again = [rep.run(f)[0] for f in feeds]
+    assert made and not any(made)
+    for a, b in zip(got, again):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
 def test_result_arrays_are_reused_only_once_nothing_references_them(rng, monkeypatch):
     """A plan hands a result array out again (no allocation, no page faults) only after the
     caller dropped it and every view of it; results the caller keeps never change."""

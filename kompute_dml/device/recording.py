@@ -210,13 +210,14 @@ class RecordedProgram:
         """The recorded executions: (plans, bound tensors) each."""
         return self._work
 
-    def run(self, wait: bool = True) -> Submission | None:
+    def run(self, wait: bool = True, copies: Any = None) -> Submission | None:
         """Run the program; an execution's failed device check (ops/device_check.py) raises once
-        the run completed (with `wait=False`: from the Submission's wait())."""
-        submission = self._run(wait)
+        the run completed (with `wait=False`: from the Submission's wait()). `copies`
+        (runtime/replay.HostCopies): host copies a replayed run makes in its wait's native call."""
+        submission = self._run(wait, copies)
         return settle(submission, self._checks) if self._checks else submission  # type: ignore[no-any-return]
 
-    def _run(self, wait: bool) -> Submission | None:
+    def _run(self, wait: bool, copies: Any = None) -> Submission | None:
         engine = self.device.engine
         if not self.dispatch_count:
             return None if wait else finished(engine.lock)
@@ -226,7 +227,7 @@ class RecordedProgram:
             self._replay = engine.run_rest(self._keys, self._work, self._labels, done, head)
             return None if wait else finished(engine.lock)
         if self._replay is not None:
-            ran = engine.rerun(self._replay, wait)
+            ran = engine.rerun(self._replay, wait, copies)
             if ran is not False:
                 return ran  # type: ignore[return-value]
         self._replay, submission = engine.submit(self._keys, self._work, wait, self._labels)

@@ -36,7 +36,7 @@ from .handlers_values import BOOL, OutputArrays, dml_numpy, into, is_packed
 from .node_traces import host_node, input_key, keep_traces, run_node
 from .plan_context import PlanContext, _block, plan_order
 from .siblings import prepare_siblings
-from .transfers import device_results
+from .transfers import device_results, early_copies
 from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_dtype, _value_shape, at_node, empty_on_host
 
 if TYPE_CHECKING:
@@ -283,8 +283,9 @@ class GraphPlan:
             self._write_inputs(feeds)
             self._copy_device_inputs(feeds)
         stats.uploads += 1 if self.inputs else 0
+        early = None if on_device or out is not None else early_copies(self)
         try:
-            self.program.run()
+            self.program.run(copies=early[1] if early else None)
         except kdml.InvalidArgumentError as e:  # a device check (a Gather's indices): name its node
             # (by Recording.scope; made here, not per plan: a decoder makes a plan per step)
             node_of = {scope: (i, node) for i, (node, _t, _i, _o, scope) in enumerate(self._nodes)}
@@ -314,6 +315,8 @@ class GraphPlan:
                     v.tensor.numpy(out=arr.reshape(v.tensor.desc.sizes))
                 elif at is None:
                     arr = v.tensor.numpy().reshape(v.shape)
+                elif early is not None and early[1].done and k in early[0]:  # copied in the wait
+                    arr = early[0][k]
                 else:  # copied by the program itself; the caller's own array
                     arr = self._result_array(k, v.shape, v.tensor.dtype)
                     host_copy(arr.reshape(-1).view(np.uint8), self._out[at:at + v.tensor.nbytes], copies)

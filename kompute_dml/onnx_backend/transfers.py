@@ -15,6 +15,8 @@ from kompute_dml.core.ints import cdiv
 from kompute_dml.device.memory import packed_desc_for
 
 from ..functional import _pool_take
+from ..runtime import staging
+from ..runtime.replay import HostCopies
 from .fallback import CpuSegment
 from .handlers_values import BOOL
 from .host_eval import SHAPE_ONLY, evaluate
@@ -261,3 +263,18 @@ def device_result(v: Any, device: kdml.Device) -> Any:
         return device.tensor(np.ascontiguousarray(v).reshape(v.shape if v.shape else (1,)))
     return [np.array(e, copy=True) for e in v] if isinstance(v, list) else v if v is None else np.array(v, copy=True)
 
+
+def early_copies(plan: Any) -> tuple[dict[int, np.ndarray], HostCopies] | None:
+    """The caller's arrays of the outputs a GraphPlan's program copies to host memory (below the
+    size the copy threads split: staging.PARALLEL_BYTES), and their copies for the wait's native
+    call (replay.HostCopies), so that a run takes the GIL back once, not after its wait and again
+    after the copy (docs/serving.md); None where there are none."""
+    arrays: dict[int, np.ndarray] = {}
+    items = []
+    for k, (_name, v) in enumerate(plan.outputs):
+        at = plan._out_at.get(k)
+        if at is None or not isinstance(v, DeviceValue) or v.dtype == BOOL or v.tensor.nbytes >= staging.PARALLEL_BYTES:
+            continue
+        arr = arrays[k] = plan._result_array(k, v.shape, v.tensor.dtype)
+        items.append((arr.ctypes.data, plan._out.ctypes.data + at, v.tensor.nbytes))
+    return (arrays, HostCopies(items)) if items else None

@@ -42,7 +42,7 @@ from .pipelines import Programs
 from .plans import DispatchPlan, Plan
 from .pool import BufferPool
 from .profile import Profile
-from .replay import SPIN_DEFAULT_NS, FirstRuns, Heads, Replay
+from .replay import SPIN_DEFAULT_NS, FirstRuns, Heads, HostCopies, Replay
 from .staging import HostMemory, Staging, host_origin
 
 # One execution of an operator: its plans and the bound tensors (inputs then outputs; None
@@ -284,18 +284,19 @@ class Engine:
         if len(self._replays) > REPLAY_CAPACITY:
             self._replays.popitem(last=False)[1].live = False
 
-    def rerun(self, replay: Replay, wait: bool = True) -> bool | Submission | None:
+    def rerun(self, replay: Replay, wait: bool = True, copies: HostCopies | None = None) -> bool | Submission | None:
         """Submit again what `submit` returned, for an execution of the same key, without the cache
         lookup: an eager operator's repeated call. False, having run nothing, when the submission
-        has left the cache since (then `submit`); else what `submit` returns (None when waited)."""
+        has left the cache since (then `submit`); else what `submit` returns (None when waited).
+        `copies`: host copies to make in the wait's native call where it can (replay.HostCopies)."""
         with self.lock:
             if self.closed:  # (inline: an eager operator's repeated call)
                 raise DeviceError("the device has been closed")
             if not replay.live:
                 return False
-            return self._launch(replay, wait)
+            return self._launch(replay, wait, copies)
 
-    def _launch(self, replay: Replay, wait: bool) -> Submission | None:
+    def _launch(self, replay: Replay, wait: bool, copies: HostCopies | None = None) -> Submission | None:
         """Run a cached submission and wait, or start it (nothing where it has nothing to
         run: e.g. an exact in-place copy). Every execution's path: called under the lock.
         A first run goes through the shared sequence, a later one through the submission's
@@ -319,7 +320,7 @@ class Engine:
                 kp.kdml_set_wait_spin_ns(replay.spin_ns)
             t0 = time.perf_counter()
             try:
-                replay.run()  # type: ignore[misc]
+                replay.run(copies)  # type: ignore[misc]
             except RuntimeError as e:
                 raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
             if cap:

@@ -27,14 +27,31 @@ SPIN_DEFAULT_NS = 250_000  # the kp patch's default poll before a blocking wait
 HEAD_SEQUENCES = 4
 
 
-def complete(seq: Any) -> None:
-    """kdml_submit then kdml_wait: the GIL released while the device runs the sequence.
-    Every cached submission's run and every first run goes through it (looked up at each call):
-    kp's kdml_run (submit and wait in one call) holds the GIL throughout its wait, so another
-    thread's Python work (a second device's run, the caller's own threads) stopped while a
-    device ran (`python -m benchmarks.gil_probe`, docs/serving.md)."""
+class HostCopies:
+    """Host copies to make as soon as a submission completes, in the native call that waits for it
+    (kp's kdml_wait_copy: the GIL released once for both, not taken back after the wait and
+    released again for the copy; docs/serving.md): (destination address, source address, bytes)
+    each, memory the caller keeps alive. `done` says they were made; where not (a first run, a
+    profiled run), the caller makes them."""
+
+    __slots__ = ("done", "items")
+
+    def __init__(self, items: list[tuple[int, int, int]]) -> None:
+        self.items, self.done = items, False
+
+
+def complete(seq: Any, copies: HostCopies | None = None) -> None:
+    """kdml_submit then kdml_wait (with `copies`: kdml_wait_copy): the GIL released while the
+    device runs the sequence. Every cached submission's run and every first run goes through it
+    (looked up at each call): kp's kdml_run (submit and wait in one call) holds the GIL
+    throughout its wait, so another thread's Python work (a second device's run, the caller's
+    own threads) stopped while a device ran (`python -m benchmarks.gil_probe`, docs/serving.md)."""
     seq.kdml_submit()
-    seq.kdml_wait()
+    if copies is not None and copies.items:
+        seq.kdml_wait_copy(copies.items)
+        copies.done = True
+    else:
+        seq.kdml_wait()
 
 
 class Replay:
@@ -54,13 +71,13 @@ class Replay:
         self.pending = not all(d.skip for d, _ in dispatches)
         self.ran = False
         self.seq: Any = None
-        self.run: Callable[[], None] | None = None  # kdml_run: eval() without a Python object to return
+        self.run: Callable[..., None] | None = None  # complete(seq[, copies]): submit and wait
         self.spin_ns = SPIN_DEFAULT_NS  # how long its next wait polls (Engine.set_adaptive_spin)
 
     def own(self, seq: Any) -> None:
         """Record the submission into `seq`, its own sequence from now on."""
         record_dispatches(seq, [d for d, _ in self.dispatches])
-        self.seq, self.run, self.pending = seq, lambda: complete(seq), False
+        self.seq, self.run, self.pending = seq, lambda copies=None: complete(seq, copies), False
 
 
 class FirstRuns:
