@@ -1,7 +1,9 @@
 """Where a steady run of an encoder's whole-graph plan spends its wall time: filling the
 input host memory, the program (one submission and its wait), and copying the outputs into
 the caller's arrays, and the rest (the run's Python, with the GIL held); against onnxruntime's
-run of the same feeds in the same process.
+run of the same feeds in the same process. Since kp patch level 15 a replayed run copies outputs
+below staging.PARALLEL_BYTES inside the program's wait (transfers.early_copies): they count in
+program.run then, and "output copies" holds the larger ones only.
 
     python -m benchmarks.run_breakdown --model bert256 --shape 8x128 --repeat 200
 """

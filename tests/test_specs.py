@@ -281,3 +281,17 @@ def test_every_placed_onnx_node_type_has_a_handler():
     from kompute_dml.onnx_backend.handlers import HANDLERS
 
     assert sorted(op for op, _domain in ONNX_PLACEMENT if op not in HANDLERS) == []
+
+
+def test_handler_tables_are_discovered_and_never_overlap(monkeypatch):
+    """The ONNX backend's handler table is every handler module's *_HANDLERS dicts, found by name (a
+    new module's table joins without an edit elsewhere); one node type in two tables is refused."""
+    from kompute_dml.onnx_backend import handlers, handlers_dft
+
+    by_type, by_domain = handlers._module_tables()
+    assert by_type == handlers.HANDLERS and by_domain == handlers.DOMAIN_HANDLERS
+    assert handlers.HANDLERS["STFT"] is handlers_dft.DFT_HANDLERS["STFT"]
+    assert ("Attention", "") in handlers.DOMAIN_HANDLERS and "Attention" in handlers.HANDLERS
+    monkeypatch.setattr(handlers_dft, "EXTRA_HANDLERS", {"Conv": handlers_dft.DFT_HANDLERS["DFT"]}, raising=False)
+    with pytest.raises(TypeError, match="'Conv' has a handler in .*handlers_dft.EXTRA_HANDLERS"):
+        handlers._module_tables()

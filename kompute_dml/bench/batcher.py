@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-MODELS = {"bert256": (256, 3, 4), "minilm-shape": (384, 6, 12)}
+from .scaling import MODELS
 
 
 def main(argv: list[str] | None = None) -> None:
     from ..onnx_backend import Backend
-    from .bert_models import random_bert_module
+    from .bert_models import build_random_bert, fp32_beside
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="bert256", choices=sorted(MODELS))
@@ -41,8 +41,7 @@ def main(argv: list[str] | None = None) -> None:
                     "(0: a batch of what waits starts as soon as the device is free)")
     ap.add_argument("--seconds", type=float, default=5.0)
     args = ap.parse_args(argv)
-    path = _float_bert(random_bert_module(*MODELS[args.model]))
-    rep = Backend.prepare(path)
+    rep = Backend.prepare(str(fp32_beside(build_random_bert(*MODELS[args.model]))))  # (its float32 export)
     print(f"{args.model} float32, batch-1 requests on {rep.device.name}; {args.threads} threads, "
           f"max_batch {args.max_batch}")
     print("| seq | max_delay_ms | one thread, rep.run req/s | batcher req/s | x one thread | ceiling | p50 ms | p99 ms | batch run ms "
@@ -58,12 +57,12 @@ def _row(rep: Any, seq: int, delay: float, args: Any) -> None:
     from ..serving import Batcher
     from .bert_models import random_feeds
     from .gpu_clock import WARM_SECONDS, hold
-    from .timing import median, percentile
+    from .timing import median, once, percentile
 
     one = random_feeds(1, seq, 1000, np.random.default_rng(0), pad=False)
     batch = {k: np.repeat(v, args.max_batch, axis=0) for k, v in one.items()}
     hold(lambda: rep.run(batch), WARM_SECONDS)
-    batch_ms = median([_timed(lambda: rep.run(batch)) for _ in range(50)]) * 1e3
+    batch_ms = median([once(lambda: rep.run(batch)) for _ in range(50)]) * 1e3
     hold(lambda: rep.run(one), WARM_SECONDS)
     alone = hold(lambda: rep.run(one), args.seconds) / args.seconds
     latencies: list[float] = []
@@ -95,39 +94,6 @@ def _row(rep: Any, seq: int, delay: float, args: Any) -> None:
     print(f"| {seq} | {delay:g} | {alone:.0f} | {rate:.0f} | {rate / alone:.2f} | {ceiling:.2f} | {p50:.2f} | {p99:.2f} | "
           f"{batch_ms:.2f} | {p99 / batch_ms:.2f} | {got['batches']:.0f} | "
           f"{got['run_s'] / n * 1e3:.3f} / {got['gather_s'] / n * 1e3:.3f} |", flush=True)
-
-
-def _timed(fn: Any) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def _float_bert(module: Any) -> str:
-    """The float32 ONNX export of a random BERT module (cached by its configuration)."""
-    import hashlib
-    import tempfile
-    from pathlib import Path
-
-    import torch
-
-    key = hashlib.sha256(module.config.to_json_string().encode()).hexdigest()[:12]
-    path = Path(tempfile.gettempdir()) / f"kdml-bert-fp32-{key}.onnx"
-    class Encoder(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.bert = module
-
-        def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-            return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
-
-    if not path.exists():
-        ids = torch.ones((2, 16), dtype=torch.int64)
-        with torch.no_grad():
-            torch.onnx.export(Encoder().eval(), (ids, torch.ones_like(ids)), str(path), input_names=["input_ids", "attention_mask"],
-                              output_names=["last_hidden_state"], opset_version=17, dynamo=False,
-                              dynamic_axes={n: {0: "batch", 1: "seq"} for n in ("input_ids", "attention_mask")})
-    return str(path)
 
 
 if __name__ == "__main__":

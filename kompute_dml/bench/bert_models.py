@@ -74,7 +74,7 @@ def export_fused(model: Any, fused: Path) -> dict[str, int]:
     if not fused.name.endswith(FUSED_SUFFIX):
         raise ValueError(f"fused: {fused.name!r} must end in {FUSED_SUFFIX}")
     stem = fused.name[: -len(FUSED_SUFFIX)]
-    fp32 = fused.with_name(stem + ".fp32.onnx")
+    fp32 = fp32_beside(fused)
     quant = fused.with_name(stem + ".qint8.onnx")
 
     class Encoder(torch.nn.Module):
@@ -98,6 +98,11 @@ def export_fused(model: Any, fused: Path) -> dict[str, int]:
     so.optimized_model_filepath = str(fused)
     ort.InferenceSession(str(quant), so, providers=["CPUExecutionProvider"])
     return op_counts(fused)
+
+
+def fp32_beside(fused: Path) -> Path:
+    """The float32 export export_fused writes beside a fused model (NAME.fp32.onnx)."""
+    return fused.with_name(fused.name[: -len(FUSED_SUFFIX)] + ".fp32.onnx")
 
 
 def describe_ops(ops: dict[str, int]) -> str:

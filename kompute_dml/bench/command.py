@@ -287,7 +287,7 @@ def _batcher_section(console: Any, quick: bool) -> None:
     rep.run (kompute_dml.bench.batcher; its float32 model is a torch export)."""
     import importlib.util
 
-    missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("torch", "transformers", "onnxruntime") if importlib.util.find_spec(m) is None]
     if missing:
         console.print(f"batcher: skipped ({', '.join(missing)} not installed: the model is a torch export)")
         return

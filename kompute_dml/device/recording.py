@@ -21,6 +21,7 @@ from ..runtime.inflight import Pending, settle
 from .memory import Tensor
 
 if TYPE_CHECKING:
+    from ..runtime.replay import HostCopies
     from .device import Device
 
 
@@ -210,14 +211,14 @@ class RecordedProgram:
         """The recorded executions: (plans, bound tensors) each."""
         return self._work
 
-    def run(self, wait: bool = True, copies: Any = None) -> Submission | None:
+    def run(self, wait: bool = True, copies: HostCopies | None = None) -> Submission | None:
         """Run the program; an execution's failed device check (ops/device_check.py) raises once
         the run completed (with `wait=False`: from the Submission's wait()). `copies`
         (runtime/replay.HostCopies): host copies a replayed run makes in its wait's native call."""
         submission = self._run(wait, copies)
         return settle(submission, self._checks) if self._checks else submission  # type: ignore[no-any-return]
 
-    def _run(self, wait: bool, copies: Any = None) -> Submission | None:
+    def _run(self, wait: bool, copies: HostCopies | None = None) -> Submission | None:
         engine = self.device.engine
         if not self.dispatch_count:
             return None if wait else finished(engine.lock)

@@ -34,7 +34,8 @@ The modules of this package, one concern each:
   look the same (a decoder's next past length), and host nodes' results of the last plan
 - host_eval.py: nodes that read no input data, resolved on the host per input shape
 - handlers.py: the device node handlers of the seeds' operators (EyeLike, Trilu, Identity,
-  Dropout) and the `HANDLERS` map; handlers_integer.py (MatMulIntegerToFloat, DynamicQuantizeMatMul,
+  Dropout) and the `HANDLERS` map, every handlers_*.py / fusion_*.py module's *_HANDLERS tables
+  found at import (a new module's table needs no edit here); handlers_integer.py (MatMulIntegerToFloat, DynamicQuantizeMatMul,
   DynamicQuantizeLinear, QLinearMatMul, MatMulInteger); handlers_math.py (element-wise, Cast,
   Gather, DequantizeLinear), handlers_nn.py (LayerNorm, SkipLayerNorm, Softmax, Gelu, MatMul,
   FusedMatMul), handlers_values.py (layout views), handlers_rnn.py (LSTM, GRU, RNN, step by step)

@@ -283,7 +283,8 @@ class GraphPlan:
             self._write_inputs(feeds)
             self._copy_device_inputs(feeds)
         stats.uploads += 1 if self.inputs else 0
-        early = None if on_device or out is not None else early_copies(self)
+        early = (None if on_device or out is not None
+                 else early_copies(self.outputs, self._out_at, self._out, self._result_array))
         try:
             self.program.run(copies=early[1] if early else None)
         except kdml.InvalidArgumentError as e:  # a device check (a Gather's indices): name its node

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import math
+import pkgutil
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -11,28 +14,10 @@ import onnx
 import kompute_dml as kdml
 from kompute_dml.ops import SPECS
 
-from .fusion_qconv import QCONV_HANDLERS
 from .graph import _attr, _np_dtype_of_onnx
-from .handlers_activation import ACT_HANDLERS
-from .handlers_arith import ARITH_HANDLERS
-from .handlers_attention import ATTENTION_HANDLERS
-from .handlers_conv import CONV_HANDLERS
-from .handlers_conv_integer import CONV_INTEGER_HANDLERS
-from .handlers_dft import DFT_HANDLERS
-from .handlers_einsum import EINSUM_HANDLERS
-from .handlers_fill import FILL_HANDLERS
-from .handlers_indexing import INDEXING_HANDLERS
-from .handlers_integer import INTEGER_HANDLERS, _reshaped
-from .handlers_logic import LOGIC_HANDLERS
-from .handlers_math import MATH_HANDLERS, binary, compare
-from .handlers_nn import NN_HANDLERS, float_unary
-from .handlers_onnx_attention import ONNX_ATTENTION_HANDLERS
-from .handlers_pool import POOL_HANDLERS
-from .handlers_reduce import REDUCE_HANDLERS
-from .handlers_rnn import RNN_HANDLERS
-from .handlers_transformer import TRANSFORMER_HANDLERS
-from .handlers_values import MOVE_HANDLERS, VALUE_HANDLERS
-from .handlers_vision import VISION_HANDLERS
+from .handlers_integer import _reshaped
+from .handlers_math import binary, compare
+from .handlers_nn import float_unary
 from .values import (
     _DML_NUMPY,
     DeviceValue,
@@ -159,7 +144,6 @@ _SEED_HANDLERS = {
 }
 
 
-# every ONNX node type a device handler takes (the placement's VULKAN nodes)
 # node types of a generic kind (OnnxOp.kind): one handler per kind, made for each operator's declaration
 KINDS = {"float_unary": float_unary, "binary": binary, "compare": compare}
 
@@ -170,14 +154,35 @@ def _kind_handler(spec_name: str, op: Any) -> Any:
     return KINDS[op.kind](op.helper)
 
 
+def _module_tables() -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
+    """Every table of the handler modules (handlers_*.py and fusion_*.py), discovered: a module adds
+    its node types by defining a *_HANDLERS dict of them. Op type -> handler; (op type, domain) ->
+    handler where one name means two ops in two domains (ai.onnx Attention and RotaryEmbedding,
+    com.microsoft's contrib ops of the same names). No key in two tables (TypeError naming both)."""
+    tables: dict[int, tuple[str, dict[Any, Any]]] = {}  # (a table imported elsewhere is still one table)
+    for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda i: i.name):
+        if info.name.startswith(("handlers_", "fusion_")):
+            module = importlib.import_module(f"{__package__}.{info.name}")
+            for name, table in vars(module).items():
+                if name.endswith("_HANDLERS") and isinstance(table, dict):
+                    tables.setdefault(id(table), (f"{info.name}.{name}", table))
+    by_type: dict[str, Any] = {}
+    by_domain: dict[tuple[str, str], Any] = {}
+    owner: dict[Any, str] = {}
+    for where, table in [("handlers._SEED_HANDLERS", _SEED_HANDLERS), ("handlers._KIND_HANDLERS", _KIND_HANDLERS),
+                         *tables.values()]:
+        for key, handler in table.items():
+            if key in owner:
+                raise TypeError(f"ONNX {key!r} has a handler in {owner[key]} and in {where}")
+            owner[key] = where
+            (by_domain if isinstance(key, tuple) else by_type)[key] = handler
+    return by_type, by_domain
+
+
 _KIND_HANDLERS = {op.op_type: _kind_handler(s.name, op) for s in SPECS for op in s.onnx if op.kind}
-HANDLERS = {**_SEED_HANDLERS, **INTEGER_HANDLERS, **MATH_HANDLERS, **VALUE_HANDLERS, **NN_HANDLERS, **REDUCE_HANDLERS,
-            **CONV_HANDLERS, **CONV_INTEGER_HANDLERS, **EINSUM_HANDLERS, **POOL_HANDLERS, **MOVE_HANDLERS,
-            **ACT_HANDLERS, **LOGIC_HANDLERS, **FILL_HANDLERS, **VISION_HANDLERS, **QCONV_HANDLERS, **ATTENTION_HANDLERS,
-            **TRANSFORMER_HANDLERS, **RNN_HANDLERS, **DFT_HANDLERS, **ARITH_HANDLERS, **INDEXING_HANDLERS, **_KIND_HANDLERS}
-# (op type, domain) -> handler where one node type name means different ops in two domains (ai.onnx
-# Attention and RotaryEmbedding, com.microsoft's contrib ops of the same names in HANDLERS)
-DOMAIN_HANDLERS = {**ONNX_ATTENTION_HANDLERS}
+# every ONNX node type a device handler takes (the placement's VULKAN nodes), and the node types
+# whose handler depends on the domain
+HANDLERS, DOMAIN_HANDLERS = _module_tables()
 
 
 def handler_for(node: onnx.NodeProto) -> Any:

@@ -264,17 +264,19 @@ def device_result(v: Any, device: kdml.Device) -> Any:
     return [np.array(e, copy=True) for e in v] if isinstance(v, list) else v if v is None else np.array(v, copy=True)
 
 
-def early_copies(plan: Any) -> tuple[dict[int, np.ndarray], HostCopies] | None:
-    """The caller's arrays of the outputs a GraphPlan's program copies to host memory (below the
-    size the copy threads split: staging.PARALLEL_BYTES), and their copies for the wait's native
-    call (replay.HostCopies), so that a run takes the GIL back once, not after its wait and again
-    after the copy (docs/serving.md); None where there are none."""
+def early_copies(outputs: Sequence[tuple[str, Any]], out_at: dict[int, int], out_host: np.ndarray,
+                 result_array: Any) -> tuple[dict[int, np.ndarray], HostCopies] | None:
+    """For a GraphPlan's run: the caller's arrays (`result_array(k, shape, dtype)`) of the outputs
+    its program copies to host memory (output k at byte `out_at[k]` of `out_host`), below the size
+    the copy threads split (staging.PARALLEL_BYTES), and their copies for the wait's native call
+    (replay.HostCopies), so that a run takes the GIL back once, not after its wait and again after
+    the copy (docs/serving.md); None where there are none."""
     arrays: dict[int, np.ndarray] = {}
     items = []
-    for k, (_name, v) in enumerate(plan.outputs):
-        at = plan._out_at.get(k)
+    for k, (_name, v) in enumerate(outputs):
+        at = out_at.get(k)
         if at is None or not isinstance(v, DeviceValue) or v.dtype == BOOL or v.tensor.nbytes >= staging.PARALLEL_BYTES:
             continue
-        arr = arrays[k] = plan._result_array(k, v.shape, v.tensor.dtype)
-        items.append((arr.ctypes.data, plan._out.ctypes.data + at, v.tensor.nbytes))
+        arr = arrays[k] = result_array(k, v.shape, v.tensor.dtype)
+        items.append((arr.ctypes.data, out_host.ctypes.data + at, v.tensor.nbytes))
     return (arrays, HostCopies(items)) if items else None
