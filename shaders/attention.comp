@@ -45,6 +45,9 @@
 #ifndef SPLIT
 #define SPLIT 0
 #endif
+#ifndef ABL  // benchmarks/overlay_attention.py's ablations of the tensor-core kernel (0: none)
+#define ABL 0
+#endif
 #if KERNEL == 0
 layout(local_size_x = 128) in;
 #elif KERNEL == 4
@@ -522,10 +525,16 @@ void load_kv(uint j0, uint kend, uint b, uint hk, uint pb, bool values) {
 uint lane_row(uint lane, uint r) { return SG >= 16u ? (lane & 15u) : lane + r * SG; }
 uint lane_pair(uint lane, uint k) { return (SG >= 16u ? lane / 16u : 0u) + k * LPR; }
 
-// score (row, key c of the tile) from the subgroup's area: -inf outside the row's attention
-float tile_score(uint area, uint row, uint c, uint ii, uint j, uint kend, int climit, uint b, uint h) {
-    if (ii >= pc.seq || j >= kend || int(j) > climit) return NEG_INF;
+// score (row, key c of the tile) from the subgroup's area: -inf outside the row's attention.
+// `full`: a tile every row of the subgroup attends whole, without mask or relative position bias
+// (tile_full): the scaled dot product alone, the same rounding as score()'s
+float tile_score(uint area, uint row, uint c, uint ii, uint j, uint kend, int climit, uint b, uint h, bool full) {
     float dot = uintBitsToFloat(smem[area + row * SRS + (c >> 2)][c & 3u]);
+    if (full) {
+        precise float s = dot * pc.scale;
+        return s;
+    }
+    if (ii >= pc.seq || j >= kend || int(j) > climit) return NEG_INF;
     return score(dot, b, h, ii, j);
 }
 
@@ -546,6 +555,11 @@ float tile_score(uint area, uint row, uint c, uint ii, uint j, uint kend, int cl
         subgroupBarrier();                                                                         \
     }
 
+// whether the subgroup's rows i0 .. i0 + 15 all attend keys j0 .. j0 + BK - 1, scores plain (uniform)
+bool tile_full(bool plain, uint i0, uint j0, uint kend, uint total) {
+    return plain && i0 + 16u <= pc.seq && j0 + uint(BK) <= kend && int(j0) + int(BK) - 1 <= causal_last(total, i0);
+}
+
 void main() {
     uint gid = linear_group_id();
     if (gid >= pc.batch * pc.heads * pc.blocks) return;  // the whole group (uniform)
@@ -557,6 +571,11 @@ void main() {
     uint pb = past_len(b), total = key_rows(pb);
     uint last_row = min(qb * BQ4 + BQ4, pc.seq) - 1u;
     uint kend = uint(clamp(causal_last(total, last_row) + 1, 0, int(total)));  // keys the block reads
+#if (ABL & 128) != 0
+    bool plain = false;
+#else
+    bool plain = !has(F_RB) && pc.mask_type == 0u;  // scores without additive terms
+#endif
     const uint W8 = uint(DMAX) / 8u;
     for (uint x = gl_LocalInvocationID.x; x < BQ4 * W8; x += WG) {  // the query block, over the tiles
         uint r = x / W8, q8 = x % W8, i = qb * BQ4 + r, d0 = q8 * 8u;
@@ -577,19 +596,24 @@ void main() {
         climit[r] = causal_last(total, i0 + lane_row(lane, r));
     }
     // pass 1: each row's largest score
+#if (ABL & 1) != 0
+    for (uint j0 = 0u; j0 < 0u; j0 += uint(BK)) {
+#else
     for (uint j0 = 0u; j0 < kend; j0 += uint(BK)) {
+#endif
         barrier();  // the previous tile (first: the query block) is done with
         load_kv(j0, kend, b, hk, pb, false);
         barrier();
         SCORES(qf, area)
+        bool full = tile_full(plain, i0, j0, kend, total);
         LANE_LOOP for (uint r = 0u; r < RL; ++r) {
             uint row = lane_row(lane, r);
             LANE_LOOP for (uint k = 0u; k < CPL; ++k) {
                 LANE_LOOP for (uint e = 0u; e < 2u; ++e) {
                     uint c = 2u * lane_pair(lane, k) + e;
-                    float v = tile_score(area, row, c, i0 + row, j0 + c, kend, climit[r], b, h);
-                    badr[r] = badr[r] || bad_score(v);
-                    if (!kdml_is_nan(v)) mrow[r] = max(mrow[r], v);
+                    float v = tile_score(area, row, c, i0 + row, j0 + c, kend, climit[r], b, h, full);
+                    // (a NaN's maximum does not matter: pass 2 finds the NaN and the row is NaN)
+                    mrow[r] = max(mrow[r], v);
                 }
             }
         }
@@ -598,7 +622,6 @@ void main() {
     LANE_LOOP for (uint r = 0u; r < RL; ++r) {
         for (uint o = 16u; o < SG; o <<= 1) {
             mrow[r] = max(mrow[r], subgroupShuffleXor(mrow[r], o));
-            badr[r] = (subgroupShuffleXor(badr[r] ? 1u : 0u, o) != 0u) || badr[r];
         }
     }
     // pass 2: the weights and their products with the values
@@ -611,17 +634,25 @@ void main() {
     float pw[2u * uint(BK)];  // this lane's weights of the tile (16 BK / SG of them)
     for (uint j0 = 0u; j0 < kend; j0 += uint(BK)) {
         barrier();
+#if (ABL & 16) == 0
         load_kv(j0, kend, b, hk, pb, true);
+#endif
         barrier();
         SCORES(qf, area)
+        bool full = tile_full(plain, i0, j0, kend, total);
         uint n = 0u;
         LANE_LOOP for (uint r = 0u; r < RL; ++r) {
             uint row = lane_row(lane, r);
             LANE_LOOP for (uint k = 0u; k < CPL; ++k) {
                 LANE_LOOP for (uint e = 0u; e < 2u; ++e) {
                     uint c = 2u * lane_pair(lane, k) + e;
-                    float v = tile_score(area, row, c, i0 + row, j0 + c, kend, climit[r], b, h);
+                    float v = tile_score(area, row, c, i0 + row, j0 + c, kend, climit[r], b, h, full);
+                    badr[r] = badr[r] || bad_score(v);
+#if (ABL & 4) != 0
+                    float p = exp(min(v - mrow[r], 0.0));
+#else
                     float p = (mrow[r] == NEG_INF || kdml_is_nan(v)) ? 0.0 : kdml_exp_le0(v - mrow[r]);
+#endif
                     precise float ls = lrow[r] + p;
                     lrow[r] = ls;
                     pw[n++] = p;
@@ -642,12 +673,21 @@ void main() {
                 precise float r1 = (pw[n + 1u] - uintBitsToFloat(h2f(hi >> 16))) * 4096.0;
                 n += 2u;
                 smem[area + row * PRS + (c >> 3)][(c >> 1) & 3u] = hi;
+#if (ABL & 2) == 0
+#if (ABL & 64) != 0
+                smem[area + (16u + row) * PRS + (c >> 3)][(c >> 1) & 3u] = packHalf2x16(vec2(r0, r1));
+#else
                 smem[area + (16u + row) * PRS + (c >> 3)][(c >> 1) & 3u] =
                     f2h(floatBitsToUint(r0)) | (f2h(floatBitsToUint(r1)) << 16);
+#endif
+#endif
             }
         }
         subgroupMemoryBarrierShared();
         subgroupBarrier();
+#if (ABL & 32) != 0
+        if (j0 == 0xFFFFFFFFu)
+#endif
         FRAG_LOOP for (uint kb = 0u; kb < FK; ++kb) {
             A_FRAG ph;
             A_FRAG pl;
@@ -657,12 +697,17 @@ void main() {
                 B_FRAG vf;
                 LOAD_B(vf, KT + kb * 16u * KRS + f * 2u, KRS, LAYOUT_ROW);
                 MULADD(ph, vf, oh[f]);
+#if (ABL & 2) == 0
                 MULADD(pl, vf, ol[f]);
+#endif
             }
         }
     }
     LANE_LOOP for (uint r = 0u; r < RL; ++r) {
-        for (uint o = 16u; o < SG; o <<= 1) lrow[r] += subgroupShuffleXor(lrow[r], o);
+        for (uint o = 16u; o < SG; o <<= 1) {
+            lrow[r] += subgroupShuffleXor(lrow[r], o);
+            badr[r] = (subgroupShuffleXor(badr[r] ? 1u : 0u, o) != 0u) || badr[r];
+        }
     }
     FRAG_LOOP for (uint f = 0u; f < FD; ++f) ACC_ADD_SCALED(oh[f], ol[f], 1.0 / 4096.0);
     // the result through shared memory, OF fragments at a time: each lane its rows' key pairs

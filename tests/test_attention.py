@@ -224,6 +224,9 @@ CASES = {
     "coop-causal-gqa": Case(B=1, S=37, T=37, Hq=4, Hkv=2, D=40, Dv=24, causal=True, rb=True),
     "coop-d128-split": Case(form="split", B=1, S=9, T=45, D=96, Dv=120, mask=MT.BOOLEAN),
     "coop-psl-past": Case(Hq=4, Hkv=1, S=8, T=8, P=30, psl=True, present=True, B=3),
+    # plain scores (no mask, no bias): the tiles every row of a subgroup attends whole take the fast path
+    "coop-plain-causal": Case(B=2, S=50, T=80, Hq=2, Hkv=1, D=64, Dv=48, causal=True),
+    "coop-plain-past": Case(B=1, S=20, T=20, P=45, Hq=2, Hkv=2, D=32, Dv=32, present=True),
 }
 
 
@@ -379,6 +382,31 @@ def test_nan_and_infinities(kdev, monkeypatch, t, split):
     p = np.exp(s - s.max())
     want = (p / p.sum()) @ v[0].astype(np.float64)
     assert np.allclose(y[0, 1], want, rtol=1e-2 if dt == DT.FLOAT16 else 1e-5, atol=1e-3 if dt == DT.FLOAT16 else 1e-6)
+
+
+@pytest.mark.parametrize("t", FLOATS)
+def test_nan_and_infinities_in_whole_tiles(kdev, t):
+    """Without mask or bias, over query blocks and key tiles each row attends whole (the tensor-core
+    kernel's plain tiles): a NaN query element makes its row NaN, a +inf score its row NaN, a -inf
+    score takes the key out; the other rows are the float64 result."""
+    dt = FLOATS[t]
+    npd = dt.numpy_dtype
+    rng = np.random.default_rng(7)
+    S, T, D = 40, 70, 16
+    q = rng.standard_normal((1, S, D)).astype(npd)
+    k, v = rng.standard_normal((1, T, D)).astype(npd), rng.standard_normal((1, T, D)).astype(npd)
+    q[0, 3, 1] = np.nan
+    k[0, 5, 0] = np.inf  # score 5 of row i: +inf where q[i, 0] > 0 (a NaN row), else -inf
+    y = kdml.multihead_attention(q, k, v, heads=1, scale=0.25, device=kdev).numpy().astype(np.float64)
+    bad = (q[0, :, 0] > 0) | (np.arange(S) == 3)
+    assert np.isnan(y[0, bad]).all()
+    good = np.flatnonzero(~bad)
+    assert len(good) > 8
+    kk = np.delete(k[0].astype(np.float64), 5, axis=0)
+    s = (q[0, good].astype(np.float64) @ kk.T) * 0.25
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ np.delete(v[0].astype(np.float64), 5, axis=0)
+    assert np.allclose(y[0, good], want, rtol=1e-2 if dt == DT.FLOAT16 else 1e-5, atol=1e-3 if dt == DT.FLOAT16 else 1e-6)
 
 
 def test_helper_forms(dev):

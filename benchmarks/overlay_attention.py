@@ -1,0 +1,50 @@
+"""Benchmark-only shader overlay: ablations of the tensor-core attention kernel `mhac16_d64k32`
+(shaders/attention.comp KERNEL 4, its ABL bits): each `mhac16a<n>_d64k32` leaves parts out, so its
+results are wrong by design; `python -m benchmarks.attention_ablation` times them beside the kernel.
+
+    python tools/build_spirv.py --overlay benchmarks/overlay_attention.py --out benchmarks/out/spirv_attention
+
+(built where a glslang with cooperative matrices is installed; the GPU machine has none: carry the folder)
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+try:  # loaded by tools/build_spirv.py --overlay (standard library only): its copy of the contract
+    contract: Any = sys.modules["_kdml_shader_contract"]
+except KeyError:
+    from kompute_dml.ops import contract
+
+ROOT = Path(__file__).resolve().parent.parent
+SPIRV_DIR = ROOT / "benchmarks" / "out" / "spirv_attention"
+
+# ABL bits: what each ablation leaves out of (or changes in) the kernel
+BITS = {1: "no first pass (maximum 0)", 2: "no low parts of the weights", 4: "the device's exp",
+        16: "no key / value loads in the second pass", 32: "no P V products",
+        64: "low parts by the device's float16 conversion", 128: "every tile checked (no plain tiles)"}
+ABLATIONS = {1: 1, 2: 2, 3: 4, 4: 64, 5: 16, 6: 32, 7: 2 | 4, 8: 4 | 64, 9: 128}
+
+MHA_ABLATION = contract.family(
+    "mha_ablation", "attention.comp", "mhac16a{part}_d64k32", contract.MHA_PUSH, None, part=tuple(ABLATIONS),
+    target=contract.COOP_TARGET,
+    defines=lambda part: {"BITS": 16, "KERNEL": 4, "MMA": 0, "BK": 32, "DMAX": 64, "ABL": ABLATIONS[int(part)]})
+FAMILIES = (MHA_ABLATION,)
+
+
+@functools.cache
+def load() -> None:
+    """Build the overlay where its SPIR-V is missing or stale, and let the runtime load it."""
+    spec = importlib.util.spec_from_file_location("_kdml_build_spirv_overlay", ROOT / "tools" / "build_spirv.py")
+    assert spec is not None and spec.loader is not None
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    if builder.build(quiet=True, families=FAMILIES, out_dir=SPIRV_DIR) != 0:
+        raise RuntimeError(f"the attention overlay did not build (see above): {SPIRV_DIR}")
+    from kompute_dml.runtime import shaders
+
+    shaders.add_overlay(SPIRV_DIR)
