@@ -433,17 +433,18 @@ void main() {
 #elif KERNEL == 4
 // ---- tensor cores (FLOAT16 without bias; ops/attention.py's "coopmat" kernel) ---------------
 // A work group of 4 subgroups per (b, h, block of 64 query rows), each subgroup 16 rows; its
-// query rows as FD cooperative-matrix fragments (f16, loaded once). Two passes over the key tiles
-// of BK rows (staged in shared memory as float16 bits, 8 per uvec4, rows padded by one uvec4):
-// the first makes each row's scores S = Q K^T (f16 x f16 -> f32 fragments) and keeps their
-// maximum m (scale, relative position bias and mask added by score(), as the other kernels do);
-// the second makes them again, the weights p = exp(s - m) in float32 (row sums l), writes each p
-// as two float16 parts (hi = p converted, lo = (p - hi) 2^12 converted: p to about 2^-21) and adds
-// P_hi V and P_lo V to two sets of accumulators. The result (hi + lo 2^-12) / l: no rescaling of
-// accumulators (the maximum is known before the weights), scores past a row's keys weigh 0.
-// Scores and weights of a subgroup pass through its own area of shared memory (the scores as
-// float32 rows, then the weights' two parts in place); lanes own rows lane % 16 (several lanes a
-// row, reduced by shuffles) or, for subgroups of 8, two rows each, and pairs of adjacent keys.
+// query rows as FD cooperative-matrix fragments (f16, loaded once). One pass over the key tiles of
+// BK rows (key and value staged in shared memory as float16 bits, 8 per uvec4, rows padded by one
+// uvec4): each row's scores S = Q K^T (f16 x f16 -> f32 fragments, through the subgroup's area of
+// shared memory as float32 rows; scale, relative position bias and mask added by score(), as the
+// other kernels do, or the scaled product alone in a plain tile: tile_full), the tile's row
+// maximum, and the weights p = exp(s - m) in float32 (row sums l) against the row's reference
+// maximum m, which moves only to a tile maximum past m + TAU (so p < e^TAU; the sum and the
+// accumulators are then rescaled by exp(m_old - m_new), staged through the area); each p is
+// written as two float16 parts (hi = p converted, lo = (p - hi) 2^12 converted: p to about 2^-21)
+// and P_hi V and P_lo V are added to two sets of accumulators. The result (hi + lo 2^-12) / l.
+// Lanes own rows lane % 16 (several lanes a row, reduced by shuffles) or, for subgroups of 8, two
+// rows each, and pairs of adjacent keys.
 // MMA=1: each cooperative-matrix operation as subgroup code (coop_f16_mma.glsl: exact products,
 // sums over d in order), the lavapipe tests' path.
 const uint R4 = WG / SG;                          // subgroups (4: ops/attention.py)
@@ -503,9 +504,11 @@ DEFINE_ROW8(row8_pk, pk_buf, pk_buf4)
 DEFINE_ROW8(row8_pv, pv_buf, pv_buf4)
 
 // the key tile (and the value tile after it) of keys j0 .. j0 + BK - 1: zeros past kend and past
-// the head sizes
-void load_kv(uint j0, uint kend, uint b, uint hk, uint pb, bool values) {
-    const uint W8 = uint(DMAX) / 8u;
+// the head sizes (loading the next tile into registers under the current one's work measured no
+// faster on the H100: 929 -> 936 us at Whisper 8x1500, and the emulation 10x slower)
+const uint W8 = uint(DMAX) / 8u;
+
+void load_kv(uint j0, uint kend, uint b, uint hk, uint pb) {
     for (uint x = gl_LocalInvocationID.x; x < uint(BK) * W8; x += WG) {
         uint c = x / W8, q8 = x % W8, j = j0 + c, d0 = q8 * 8u;
         uint n = (j < kend && d0 < pc.dqk) ? min(8u, pc.dqk - d0) : 0u;
@@ -513,7 +516,6 @@ void load_kv(uint j0, uint kend, uint b, uint hk, uint pb, bool values) {
         if (n != 0u) w = j < pb ? row8_pk(pc.pk_off + at(G_PK, b, hk, j, d0), geo[G_PK + 4], n)
                                 : row8_k(pc.k_off + at(G_K, b, hk, j - pb, d0), geo[G_K + 4], n);
         smem[c * KRS + q8] = w;
-        if (!values) continue;
         n = (j < kend && d0 < pc.dv) ? min(8u, pc.dv - d0) : 0u;
         w = uvec4(0u);
         if (n != 0u) w = j < pb ? row8_pv(pc.pv_off + at(G_PV, b, hk, j, d0), geo[G_PV + 4], n)
@@ -560,6 +562,40 @@ bool tile_full(bool plain, uint i0, uint j0, uint kend, uint total) {
     return plain && i0 + 16u <= pc.seq && j0 + uint(BK) <= kend && int(j0) + int(BK) - 1 <= causal_last(total, i0);
 }
 
+// A row's weights exp(s - m) stay below e^TAU while its reference maximum m stands
+const float TAU = 8.0;
+const uint ACS = 5u;  // an accumulator's row staged in the subgroup's area (uvec4: 16 floats, padded)
+
+// exp(d) for d <= TAU (a NaN passes through): kdml_exp_neg's reduction holds for either sign there
+float kdml_exp_le(float d) {
+    if (kdml_is_nan(d)) return d;
+    if (d < -87.5) return 0.0;
+    return kdml_exp_neg(-d, 0.0, 0);
+}
+
+// accumulator rows times their row's factor, through the subgroup's area
+#define RESCALE(acc, area, alpha)                                                                  \
+    {                                                                                              \
+        STORE_ACC(acc, area, ACS);                                                                 \
+        subgroupMemoryBarrierShared();                                                             \
+        subgroupBarrier();                                                                         \
+        LANE_LOOP for (uint r = 0u; r < RL; ++r) {                                                 \
+            uint row = lane_row(lane, r);                                                          \
+            LANE_LOOP for (uint k = 0u; k < 8u / LPR; ++k) {                                       \
+                uint c = 2u * lane_pair(lane, k), w = area + row * ACS + (c >> 2);                  \
+                precise float a0 = uintBitsToFloat(smem[w][c & 3u]) * alpha[r];                    \
+                precise float a1 = uintBitsToFloat(smem[w][(c & 3u) + 1u]) * alpha[r];             \
+                smem[w][c & 3u] = floatBitsToUint(a0);                                             \
+                smem[w][(c & 3u) + 1u] = floatBitsToUint(a1);                                      \
+            }                                                                                      \
+        }                                                                                          \
+        subgroupMemoryBarrierShared();                                                             \
+        subgroupBarrier();                                                                         \
+        LOAD_ACC(acc, area, ACS);                                                                  \
+        subgroupMemoryBarrierShared();                                                             \
+        subgroupBarrier();                                                                         \
+    }
+
 void main() {
     uint gid = linear_group_id();
     if (gid >= pc.batch * pc.heads * pc.blocks) return;  // the whole group (uniform)
@@ -576,7 +612,6 @@ void main() {
 #else
     bool plain = !has(F_RB) && pc.mask_type == 0u;  // scores without additive terms
 #endif
-    const uint W8 = uint(DMAX) / 8u;
     for (uint x = gl_LocalInvocationID.x; x < BQ4 * W8; x += WG) {  // the query block, over the tiles
         uint r = x / W8, q8 = x % W8, i = qb * BQ4 + r, d0 = q8 * 8u;
         uint n = (i < pc.seq && d0 < pc.dqk) ? min(8u, pc.dqk - d0) : 0u;
@@ -595,63 +630,73 @@ void main() {
         badr[r] = false;
         climit[r] = causal_last(total, i0 + lane_row(lane, r));
     }
-    // pass 1: each row's largest score
-#if (ABL & 1) != 0
-    for (uint j0 = 0u; j0 < 0u; j0 += uint(BK)) {
-#else
-    for (uint j0 = 0u; j0 < kend; j0 += uint(BK)) {
-#endif
-        barrier();  // the previous tile (first: the query block) is done with
-        load_kv(j0, kend, b, hk, pb, false);
-        barrier();
-        SCORES(qf, area)
-        bool full = tile_full(plain, i0, j0, kend, total);
-        LANE_LOOP for (uint r = 0u; r < RL; ++r) {
-            uint row = lane_row(lane, r);
-            LANE_LOOP for (uint k = 0u; k < CPL; ++k) {
-                LANE_LOOP for (uint e = 0u; e < 2u; ++e) {
-                    uint c = 2u * lane_pair(lane, k) + e;
-                    float v = tile_score(area, row, c, i0 + row, j0 + c, kend, climit[r], b, h, full);
-                    // (a NaN's maximum does not matter: pass 2 finds the NaN and the row is NaN)
-                    mrow[r] = max(mrow[r], v);
-                }
-            }
-        }
-        subgroupBarrier();  // every score read before the next tile's are stored
-    }
-    LANE_LOOP for (uint r = 0u; r < RL; ++r) {
-        for (uint o = 16u; o < SG; o <<= 1) {
-            mrow[r] = max(mrow[r], subgroupShuffleXor(mrow[r], o));
-        }
-    }
-    // pass 2: the weights and their products with the values
     ACC_TYPE oh[FD];  // (one declarator each: glslang drops a coopmat's use from the second)
     ACC_TYPE ol[FD];
     FRAG_LOOP for (uint f = 0u; f < FD; ++f) {
         oh[f] = ACC_ZERO;
         ol[f] = ACC_ZERO;
     }
-    float pw[2u * uint(BK)];  // this lane's weights of the tile (16 BK / SG of them)
+    float pw[2u * uint(BK)];  // this lane's scores, then weights, of the tile (16 BK / SG of them)
     for (uint j0 = 0u; j0 < kend; j0 += uint(BK)) {
-        barrier();
+        barrier();  // the previous tile (first: the query block) is done with
 #if (ABL & 16) == 0
-        load_kv(j0, kend, b, hk, pb, true);
+        load_kv(j0, kend, b, hk, pb);
 #endif
         barrier();
         SCORES(qf, area)
         bool full = tile_full(plain, i0, j0, kend, total);
         uint n = 0u;
+        float tmax[2];
         LANE_LOOP for (uint r = 0u; r < RL; ++r) {
             uint row = lane_row(lane, r);
+            tmax[r] = NEG_INF;
             LANE_LOOP for (uint k = 0u; k < CPL; ++k) {
                 LANE_LOOP for (uint e = 0u; e < 2u; ++e) {
                     uint c = 2u * lane_pair(lane, k) + e;
                     float v = tile_score(area, row, c, i0 + row, j0 + c, kend, climit[r], b, h, full);
                     badr[r] = badr[r] || bad_score(v);
+                    tmax[r] = max(tmax[r], v);  // (a NaN's row is NaN whatever its maximum)
+                    pw[n++] = v;
+                }
+            }
+        }
+        // a row's reference maximum m moves only to a tile maximum past m + TAU (weights below e^TAU
+        // meanwhile): its sum and accumulators are then rescaled by exp(m_old - m_new)
+        bool grow = false;
+        float alpha[2];
+        LANE_LOOP for (uint r = 0u; r < RL; ++r) {
+            for (uint o = 16u; o < SG; o <<= 1) tmax[r] = max(tmax[r], subgroupShuffleXor(tmax[r], o));
+            alpha[r] = 1.0;
+            if (tmax[r] > mrow[r] + TAU) {
+                if (mrow[r] != NEG_INF) {  // (before: every weight 0, nothing to rescale)
+                    alpha[r] = kdml_exp_le0(mrow[r] - tmax[r]);
+                    precise float l = lrow[r] * alpha[r];
+                    lrow[r] = l;
+                    grow = true;
+                }
+                mrow[r] = tmax[r];
+            }
+        }
+#if (ABL & 256) == 0
+        uint any = grow ? 1u : 0u;  // over the subgroup (shuffles: no vote operations needed)
+        for (uint o = 1u; o < SG; o <<= 1) any |= subgroupShuffleXor(any, o);
+        if (any != 0u) {  // (the scores are in registers: the area stages the accumulators)
+            subgroupBarrier();
+            FRAG_LOOP for (uint f = 0u; f < FD; ++f) {
+                RESCALE(oh[f], area, alpha)
+                RESCALE(ol[f], area, alpha)
+            }
+        }
+#endif
+        n = 0u;
+        LANE_LOOP for (uint r = 0u; r < RL; ++r) {
+            LANE_LOOP for (uint k = 0u; k < CPL; ++k) {
+                LANE_LOOP for (uint e = 0u; e < 2u; ++e) {
+                    float v = pw[n];
 #if (ABL & 4) != 0
-                    float p = exp(min(v - mrow[r], 0.0));
+                    float p = exp(v - mrow[r]);
 #else
-                    float p = (mrow[r] == NEG_INF || kdml_is_nan(v)) ? 0.0 : kdml_exp_le0(v - mrow[r]);
+                    float p = (mrow[r] == NEG_INF || kdml_is_nan(v)) ? 0.0 : kdml_exp_le(v - mrow[r]);
 #endif
                     precise float ls = lrow[r] + p;
                     lrow[r] = ls;
@@ -667,18 +712,26 @@ void main() {
             LANE_LOOP for (uint k = 0u; k < CPL; ++k) {
                 uint c = 2u * lane_pair(lane, k);
                 // hi by the device's conversion (whichever way it rounds or flushes, p - hi is exact), decoded by
-                // integer code (the H100's compiler folds p - unpackHalf2x16(packHalf2x16(p)) to 0), lo by f2h
+                // integer code (the H100's compiler folds p - unpackHalf2x16(packHalf2x16(p)) to 0), lo rounded
+                // to nearest even: both branch-free (p < e^TAU: no infinity, |lo| < 2^13)
                 uint hi = packHalf2x16(vec2(pw[n], pw[n + 1u]));
+#if (ABL & 512) != 0
                 precise float r0 = (pw[n] - uintBitsToFloat(h2f(hi & 0xFFFFu))) * 4096.0;
                 precise float r1 = (pw[n + 1u] - uintBitsToFloat(h2f(hi >> 16))) * 4096.0;
+#else
+                precise float r0 = (pw[n] - h2f_finite(hi & 0xFFFFu)) * 4096.0;
+                precise float r1 = (pw[n + 1u] - h2f_finite(hi >> 16)) * 4096.0;
+#endif
                 n += 2u;
                 smem[area + row * PRS + (c >> 3)][(c >> 1) & 3u] = hi;
 #if (ABL & 2) == 0
 #if (ABL & 64) != 0
                 smem[area + (16u + row) * PRS + (c >> 3)][(c >> 1) & 3u] = packHalf2x16(vec2(r0, r1));
-#else
+#elif (ABL & 512) != 0
                 smem[area + (16u + row) * PRS + (c >> 3)][(c >> 1) & 3u] =
                     f2h(floatBitsToUint(r0)) | (f2h(floatBitsToUint(r1)) << 16);
+#else
+                smem[area + (16u + row) * PRS + (c >> 3)][(c >> 1) & 3u] = f2h_finite(r0) | (f2h_finite(r1) << 16);
 #endif
 #endif
             }

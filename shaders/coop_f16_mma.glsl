@@ -4,8 +4,8 @@
 // and the accumulators' staging), the specialization constant SG (subgroup size) and ACC_ZERO_BITS
 // (the accumulators' starting value: -0 for GEMM, +0 for CONVOLUTION), and includes f16_bits.glsl.
 //
-// LOAD_A / LOAD_B (fragment, first uvec4, row stride in uvec4, layout), MULADD, STORE_ACC (row-major
-// float32 rows of `stride` uvec4). The emulated operations: each invocation owns an RB x CB block
+// LOAD_A / LOAD_B (fragment, first uvec4, row stride in uvec4, layout), MULADD, STORE_ACC and
+// LOAD_ACC (row-major float32 rows of `stride` uvec4). The emulated operations: each invocation owns an RB x CB block
 // of every 16 x 16 accumulator, decodes its rows of A and columns of B exactly (h2f) and sums with
 // fma over k in increasing order.
 #ifndef KDML_COOP_F16_MMA_GLSL
@@ -22,6 +22,7 @@
 #define LOAD_B(f, element, stride, order) coopMatLoad(f, smem, element, stride, order)
 #define MULADD(a, b, c) c = coopMatMulAdd(a, b, c)
 #define STORE_ACC(c, element, stride) coopMatStore(c, smem, element, stride, gl_CooperativeMatrixLayoutRowMajor)
+#define LOAD_ACC(c, element, stride) coopMatLoad(c, smem, element, stride, gl_CooperativeMatrixLayoutRowMajor)
 #define FRAG_LOOP [[unroll]]                       // constant fragment indices: registers
 #define ACC_ADD_SCALED(c, d, s) c = c + d * (s)     // c += d s, element by element
 #else
@@ -42,6 +43,7 @@ struct EmuAcc { float v[32]; };                   // RB x CB sums
 #define LOAD_B(f, element, stride, order) f = emu_load_b(element, stride, order)
 #define MULADD(a, b, c) c = emu_muladd(a, b, c)
 #define STORE_ACC(c, element, stride) emu_store(c, element, stride)
+#define LOAD_ACC(c, element, stride) c = emu_load_acc(element, stride)
 // Rolled fragment loops (lavapipe's compile time); everything per element is unrolled: gallivm ends
 // all loops of a shader once they have run 65535 iterations together per invocation (see
 // matmul_coop_mma.glsl), which only the K loop and these short loops count against.
@@ -91,6 +93,15 @@ EmuAcc emu_muladd(EmuA a, EmuB b, EmuAcc c) {   // c + a b, each sum over k = 0 
             [[unroll]] for (uint k = 0u; k < 16u; ++k) s = fma(a.v[r * 16u + k], b.v[col * 16u + k], s);
             c.v[r * CB + col] = s;
         }
+    return c;
+}
+
+EmuAcc emu_load_acc(uint base, uint stride) {   // emu_store's inverse
+    EmuAcc c;
+    const uint r0 = (gl_SubgroupInvocationID / LC) * RB, c0 = (gl_SubgroupInvocationID % LC) * CB;
+    [[unroll]] for (uint r = 0u; r < RB; ++r)
+        [[unroll]] for (uint col = 0u; col < CB; ++col)
+            c.v[r * CB + col] = uintBitsToFloat(smem[base + (r0 + r) * stride + ((c0 + col) >> 2)][(c0 + col) & 3u]);
     return c;
 }
 

@@ -38,4 +38,24 @@ uint f2h(uint x) {
     return s | v;
 }
 
+// float16 bits -> float32, exact, for bits that are no infinity or NaN: branch-free (the
+// tensor-core attention's weights, float16 as the device converted them)
+float h2f_finite(uint h) {
+    float denormal = float(h & 0x3FFu) * 5.9604644775390625e-08;  // m 2^-24, exact
+    float normal = uintBitsToFloat(((h & 0x7FFFu) << 13) + 0x38000000u);  // exponent + 112
+    float v = (h & 0x7C00u) == 0u ? denormal : normal;
+    return (h & 0x8000u) != 0u ? -v : v;
+}
+
+// float32 -> float16 bits rounded to nearest even, for |x| < 65520 (no infinity, no NaN): f2h's
+// result without its branches; subnormal results by one float32 addition (Vulkan rounds it
+// correctly: |x| + 0.5 keeps |x| to the nearest multiple of 2^-24)
+uint f2h_finite(float x) {
+    uint ax = floatBitsToUint(x) & 0x7FFFFFFFu;
+    uint normal = (ax + 0xFFFu + ((ax >> 13) & 1u)) >> 13;  // rounded at bit 13, exponent still + 127
+    normal -= 112u << 10;
+    uint denormal = floatBitsToUint(abs(x) + 0.5) - 0x3F000000u;
+    return ((floatBitsToUint(x) >> 16) & 0x8000u) | (ax < 0x38800000u ? denormal : normal);
+}
+
 #endif

@@ -61,6 +61,7 @@ class Case:
     psl: bool = False
     present: bool = False
     strided: bool = True
+    grow: float = 0.0  # key row j scaled by 1 + grow j: later tiles' scores far past the first's
 
 
 def _logical(rng, c: Case, npd):
@@ -69,6 +70,8 @@ def _logical(rng, c: Case, npd):
     q = r(c.B, c.Hq, c.S, c.D)
     k, v = r(c.B, c.Hkv, c.T, c.D), r(c.B, c.Hkv, c.T, c.Dv)
     pk, pv = (r(c.B, c.Hkv, c.P, c.D), r(c.B, c.Hkv, c.P, c.Dv)) if c.P else (None, None)
+    if c.grow:
+        k = (k * (1 + c.grow * (c.P + np.arange(c.T)))[:, None]).astype(npd)
     return q, k, v, pk, pv
 
 
@@ -227,6 +230,9 @@ CASES = {
     # plain scores (no mask, no bias): the tiles every row of a subgroup attends whole take the fast path
     "coop-plain-causal": Case(B=2, S=50, T=80, Hq=2, Hkv=1, D=64, Dv=48, causal=True),
     "coop-plain-past": Case(B=1, S=20, T=20, P=45, Hq=2, Hkv=2, D=32, Dv=32, present=True),
+    # scores growing along the keys: the rows' reference maxima move, accumulators rescaled
+    "coop-rescale": Case(B=2, S=40, T=120, D=64, Dv=64, grow=0.3),
+    "coop-rescale-masked": Case(B=1, S=20, T=100, D=32, Dv=32, grow=0.2, causal=True, mask=MT.KEY_SEQUENCE_LENGTH),
 }
 
 
