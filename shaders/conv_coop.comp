@@ -37,6 +37,9 @@
 #ifndef MMA
 #define MMA 0                                      // 0 cooperative matrices, 1 emulated
 #endif
+#ifndef ABL  // benchmarks/overlay_conv.py's ablations (0: none)
+#define ABL 0
+#endif
 #if MMA == 0
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -152,6 +155,15 @@ void set_pixels(uint g, uint n) {
 uvec4 load_b8(uint k, uint k_hi) {
     uint v[8];
     [[unroll]] for (uint t = 0u; t < 8u; ++t) v[t] = 0u;
+#if (ABL & 1) != 0
+    return uvec4(k);
+#elif (ABL & 16) != 0
+    if (k < k_hi) {
+        uint xo = p[P_TAB + TAB_W * k];
+        [[unroll]] for (uint t = 0u; t < 8u; ++t) v[t] = x_elem(g_base[t] + xo);
+    }
+    return pack8(v, F16 != 0);
+#endif
     if (k < k_hi) {
         uint e = P_TAB + TAB_W * k;
         uint xo = p[e];
@@ -167,6 +179,9 @@ uvec4 load_b8(uint k, uint k_hi) {
 // Row `row` of the filter tile (output channel m0 + row of the group, whose first row's first
 // element is `base`; zeros past CoutG) at k = ka .. ka + 7 (zeros past k_hi)
 uvec4 load_a8(uint base, uint m0, uint row, uint ka, uint k_hi, bool kcontig) {
+#if (ABL & 2) != 0
+    return uvec4(ka + row);
+#endif
     if (m0 + row >= p[P_COUTG]) return uvec4(0u);
     const uint first = base + row * p[P_WM];
     if (kcontig && ka + 8u <= k_hi) {
@@ -242,7 +257,9 @@ void conv_tile(uint g, uint m0, uint n0, uint sp) {
             FRAG_LOOP for (uint j = 0u; j < FN; ++j) {
                 B_FRAG fb;
                 LOAD_B(fb, b_tile + 16u * kk * B_RS + (wn0 + 16u * j) / 8u, B_RS, LAYOUT_ROW);
+#if (ABL & 4) == 0
                 FRAG_LOOP for (uint i = 0u; i < FM; ++i) MULADD(fa[i], fb, acc[i * FN + j]);
+#endif
             }
         }
         if (STAGES == 1u) barrier();   // one stage: read by every subgroup before it is rewritten
@@ -262,7 +279,7 @@ void conv_tile(uint g, uint m0, uint n0, uint sp) {
                 const uint pr = lane + t * SG;
                 const uint r = pr >> 3, c = (pr & 7u) * 2u;
                 const uint m = m0 + wm0 + 16u * i + r, q = n0 + wn0 + 16u * j + c;
-                if (m >= coutg || q >= npix) continue;
+                if (m >= coutg || q >= npix || (ABL & 8) != 0) continue;
                 const bool both = q + 1u < npix;
                 const uvec4 quad = smem[stage + r * 4u + (c >> 2)];
                 const uint co = g * coutg + m;

@@ -279,7 +279,7 @@ def compile_convolution(device: Device, desc: ConvolutionDesc, *, allow_half_pre
     coop = None
     bm, bn, step = 64, 64, TILE_K
     if family in ("coopmat", "coopmat-emulated"):
-        coop = conv_coop.choose(device, family, x.data_type, w.data_type, coutg, npix, klen, v["groups"], config)
+        coop = conv_coop.choose(device, family, x.data_type, w.data_type, coutg, config)
         bm, bn, step = coop.tile.bm, coop.tile.bn, coop.tile.bk
     # pixel tiles (x) and groups (z) beyond the device's counts loop inside the shader
     if cdiv(coutg, bm) > limit[1]:
