@@ -57,7 +57,12 @@ def family_cases(quick: bool) -> list[dict[str, Any]]:
             dict(name="batched 8x128x256^3", kind="plain", m=256, k=256, n=256, batch=(8, 128)),
             *cases(False)[:2], dict(name="1024x768x3072", kind="plain", m=1024, k=768, n=3072),
             dict(name="512^3", kind="plain", m=512, k=512, n=512), dict(name="2048^3", kind="plain", m=2048, k=2048, n=2048),
-            dict(name="batched 96x128x64x128", kind="plain", m=128, k=64, n=128, batch=(96,))]
+            dict(name="batched 96x128x64x128", kind="plain", m=128, k=64, n=128, batch=(96,)),
+            dict(name="12000x256x1024", kind="plain", m=12000, k=256, n=1024),
+            dict(name="12000x1024x256", kind="plain", m=12000, k=1024, n=256),
+            dict(name="1024x256x768", kind="plain", m=1024, k=256, n=768),
+            dict(name="128x256x768", kind="plain", m=128, k=256, n=768),
+            dict(name="128x1024x256", kind="plain", m=128, k=1024, n=256)]
 
 
 def cases(quick: bool) -> list[dict[str, Any]]:
@@ -195,7 +200,10 @@ def families(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generato
 SWEEP_TILES = [CoopTile(128, 128, 64, 32), CoopTile(128, 128, 64, 32, bk=64, stages=1), CoopTile(128, 128, 32, 64),
                CoopTile(128, 128, 32, 32), CoopTile(128, 128, 32, 32, bk=64, stages=1), CoopTile(128, 64, 32, 32),
                CoopTile(64, 128, 32, 32), CoopTile(64, 64, 32, 32), CoopTile(64, 64, 32, 32, bk=64),
-               CoopTile(64, 64, 16, 32), CoopTile(64, 64, 32, 32, group_m=1), CoopTile(32, 32, 16, 16)]
+               CoopTile(64, 64, 16, 32), CoopTile(64, 64, 32, 32, group_m=1), CoopTile(32, 32, 16, 16),
+               # the convolution's tiles (ops/conv_coop.conv_tiles) and their neighbours
+               CoopTile(64, 32, 16, 16, bk=64, stages=1), CoopTile(32, 64, 16, 16, bk=64, stages=1),
+               CoopTile(64, 64, 16, 16, bk=64, stages=1), CoopTile(128, 64, 32, 16, bk=64, stages=1)]
 
 
 def sweep(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator) -> tuple[list[dict[str, Any]], bool]:

@@ -27,7 +27,7 @@ from test_gemm import TRANS, run_case, values, with_specials
 
 import kompute_dml as kdml
 from kompute_dml.ops.gemm import compile_gemm
-from kompute_dml.ops.gemm_coop import FAMILIES, LARGE, MEDIUM, SMALL, CoopTile, candidate_tiles
+from kompute_dml.ops.gemm_coop import FAMILIES, LARGE, MEDIUM, SMALL, SMALL_K64, SMALL_K64_N32, CoopTile, candidate_tiles
 from kompute_dml.runtime.policy import F16_SHAPE, GEMM_COOP_MIN, GEMM_KERNEL_ENV, DevicePolicy, has_f16_shape, policy_for
 
 DT = kdml.DataType
@@ -110,9 +110,10 @@ def test_tile_orders_and_vector_loads(dev, rng, family):
 
 def test_tiles(dev, rng, family, monkeypatch):
     """The default tiles where they fit (LARGE: 16 subgroups, BK 64 in one shared stage; MEDIUM: 8
-    subgroups of 16 x 32), several accumulators per subgroup, tile rows walked in groups (GROUP_M 2 over
-    5 tile rows), on shapes around the tile edges; every default tile is valid on a 48 KiB device."""
-    for tile in (LARGE, MEDIUM, CoopTile(64, 32, 32, 16, bk=64, group_m=2, stages=1)):
+    subgroups of 16 x 32; the small tiles of K 64: 8 subgroups of 16 x 16), several accumulators per
+    subgroup, tile rows walked in groups (GROUP_M 2 over 5 tile rows), on shapes around the tile edges;
+    every default tile is valid on a 48 KiB device."""
+    for tile in (LARGE, MEDIUM, SMALL_K64, SMALL_K64_N32, CoopTile(64, 32, 32, 16, bk=64, group_m=2, stages=1)):
         if tile.shared_bytes("r", "r") > dev.limits["max_compute_shared_memory_size"]:
             continue
         plan = compiled_variant(dev, (2,), 150, 70, 90, config=tile)
@@ -120,7 +121,7 @@ def test_tiles(dev, rng, family, monkeypatch):
         for m, n, k, batch in ((150, 70, 90, (2,)), (65, 129, 17, ())):
             monkeypatch.setattr("kompute_dml.ops.gemm_coop.candidate_tiles", lambda *a, tile=tile: [tile])
             coop_case(dev, rng, family, batch, m, n, k, has_c=True, strided=False)
-    for tile in (LARGE, MEDIUM, SMALL):
+    for tile in (LARGE, MEDIUM, SMALL, SMALL_K64, SMALL_K64_N32):
         for order in ("rr", "cc", "rc", "cr"):
             assert tile.problems(32, order[0], order[1], {"max_compute_shared_memory_size": 49152}, False) == []
     assert candidate_tiles(4096, 4096, 4096, 1) == [LARGE, MEDIUM, SMALL]
@@ -128,7 +129,8 @@ def test_tiles(dev, rng, family, monkeypatch):
     assert candidate_tiles(256, 256, 256, 1024) == [LARGE, MEDIUM, SMALL]
     assert candidate_tiles(1024, 1024, 1024, 1) == [MEDIUM, SMALL]  # 64 large tiles, 256 medium
     assert candidate_tiles(4096, 4096, 128, 1) == [MEDIUM, SMALL]  # K too short for the large tiles
-    assert candidate_tiles(512, 512, 512, 1) == [SMALL, MEDIUM]  # too few of any: the most work groups
+    assert candidate_tiles(512, 512, 512, 1) == [SMALL_K64, SMALL, MEDIUM]  # too few of any: the most work groups
+    assert candidate_tiles(128, 32, 128, 96) == [SMALL_K64_N32, SMALL, MEDIUM]  # attention context: N 32
     assert candidate_tiles(128, 128, 32, 96) == [SMALL, MEDIUM]  # attention: K too short
 
 

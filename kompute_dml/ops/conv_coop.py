@@ -22,7 +22,7 @@ from ..core.dtypes import DataType
 from ..core.errors import UnsupportedError
 from ..runtime.shaders import check_capabilities
 from . import contract
-from .gemm_coop import FAMILIES, MEDIUM, SMALL, CoopTile, require_capabilities, subgroup_size
+from .gemm_coop import FAMILIES, MEDIUM, SMALL, SMALL_K64, SMALL_K64_N32, CoopTile, require_capabilities, subgroup_size
 
 if TYPE_CHECKING:
     from ..device.device import Device
@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 # 336 -> 122 / 135, 1x1 1024 -> 256 at 14 x 14 b32 167 / 174 -> 76 / 93 (60 TFLOP/s at best); among
 # 20 tiles, two shared stages of BK 64, BK 128, 128-row tiles and 2 x 2 accumulators per subgroup
 # were slower. SMALL and MEDIUM follow for devices where these do not run.
-CONV_TILE = CoopTile(64, 32, 16, 16, bk=64, stages=1)
-CONV_TILE_NARROW = CoopTile(32, 64, 16, 16, bk=64, stages=1)
+CONV_TILE = SMALL_K64_N32
+CONV_TILE_NARROW = SMALL_K64
 NARROW_MAX_COUTG = 32
 
 

@@ -111,15 +111,24 @@ LARGE = CoopTile(128, 128, 32, 32, bk=64, stages=1)
 MEDIUM = CoopTile(64, 64, 16, 32)
 SMALL = CoopTile(32, 32, 16, 16)
 # LARGE where K >= 256 and it gives 128 work groups (about one per SM of an H100's 132), MEDIUM where
-# K >= 128 and it gives 256, else SMALL: large tiles pay with a long enough K and enough work groups.
+# K >= 128 and it gives 256, else the small tiles: large tiles pay with a long enough K and enough
+# work groups.
 LARGE_MIN = (256, 128)
 MEDIUM_MIN = (128, 256)
+# The small tiles from K = 64: 8 subgroups of one 16 x 16 accumulator, BK 64 in one stage (14 KiB),
+# 32 x 64, or 64 x 32 for N <= 32 (the convolution's tiles too: ops/conv_coop.py). H100, `python -m
+# benchmarks.bench_gemm --sweep` at 66927a4 (us, SMALL -> these): 512^3 13.1 -> 10.4, 1024 x 256 x 768
+# 15.4 -> 9.7, 128 x 256 x 768 8.3 -> 7.5, 128 x 1024 x 256 17.3 -> 12.6, 96 batched 128 x 64 x 128
+# 14.4 -> 11.5, 96 batched 128 x 128 x 32 (attention context, N 32) 7.7 -> 7.4; K 32 (attention
+# scores) 11.7 -> 13.9: SMALL stays below K 64.
+SMALL_K64 = CoopTile(32, 64, 16, 16, bk=64, stages=1)
+SMALL_K64_N32 = CoopTile(64, 32, 16, 16, bk=64, stages=1)
 
 
 def candidate_tiles(m: int, n: int, k: int, nmat: int) -> list[CoopTile]:
     """Tiles in order of preference (the later ones for devices where the first does not fit):
     LARGE where K and its work groups reach LARGE_MIN, else MEDIUM where they reach MEDIUM_MIN,
-    else SMALL."""
+    else SMALL_K64 (SMALL_K64_N32 for N <= 32) from K = 64, else SMALL."""
     def enough(t: CoopTile, least: tuple[int, int]) -> bool:
         return k >= least[0] and cdiv(m, t.bm) * cdiv(n, t.bn) * nmat >= least[1]
 
@@ -127,6 +136,8 @@ def candidate_tiles(m: int, n: int, k: int, nmat: int) -> list[CoopTile]:
         return [LARGE, MEDIUM, SMALL]
     if enough(MEDIUM, MEDIUM_MIN):
         return [MEDIUM, SMALL]
+    if k >= SMALL_K64.bk:
+        return [SMALL_K64_N32 if n <= 32 else SMALL_K64, SMALL, MEDIUM]
     return [SMALL, MEDIUM]
 
 
