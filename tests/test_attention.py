@@ -472,8 +472,9 @@ def test_key_splits(monkeypatch):
     cpu = types.SimpleNamespace(policy=types.SimpleNamespace(name="cpu"))
     monkeypatch.delenv("KDML_ATTENTION_SPLIT", raising=False)
     assert key_splits(cpu, 8, 4096) == 1
-    assert key_splits(gpu, 12, 2048) == 8  # decoding, 12 heads, 2048 keys
-    assert key_splits(gpu, 8, 8192) == 16 and key_splits(gpu, 256, 4096) == 1 and key_splits(gpu, 8, 300) == 1
+    assert key_splits(gpu, 12, 2048) == 32  # decoding, 12 heads, 2048 keys: chunks of 64
+    assert key_splits(gpu, 96, 513) == 8 and key_splits(gpu, 32, 1024) == 16  # up to 1,024 groups
+    assert key_splits(gpu, 8, 8192) == 32 and key_splits(gpu, 256, 4096) == 1 and key_splits(gpu, 8, 300) == 1
     monkeypatch.setenv("KDML_ATTENTION_SPLIT", "4")
     assert key_splits(cpu, 8, 100) == 4
     monkeypatch.setenv("KDML_ATTENTION_SPLIT", "x")

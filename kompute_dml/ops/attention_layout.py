@@ -256,10 +256,15 @@ def tile_for(p: Problem) -> str | None:
 
 # Keys split over work groups (GPUs): where the tiled kernel's grid has fewer work groups than
 # SPLIT_TARGET_GROUPS and the keys are at least SPLIT_MIN_KEYS, the keys are cut into chunks of at
-# least SPLIT_CHUNK_KEYS (at most SPLIT_MAX chunks), each chunk's partials combined by a second
-# dispatch. Not measured yet (benchmarks/bench_attention.py's decode rows will say). KDML_ATTENTION_SPLIT
-# forces a count (1: none; tests).
-SPLIT_TARGET_GROUPS, SPLIT_MIN_KEYS, SPLIT_CHUNK_KEYS, SPLIT_MAX = 128, 512, 256, 16
+# least SPLIT_CHUNK_KEYS (at most SPLIT_MAX chunks, until the grid has SPLIT_FILL_GROUPS), each
+# chunk's partials combined by a second dispatch. KDML_ATTENTION_SPLIT forces a count (1: none;
+# tests). H100, `python -m benchmarks.bench_attention --rows decode` with the count forced to 1 .. 32
+# (us; the rule before, chunks of 256 keys up to 128 groups, -> this one): 1 x 12 heads, 2048 keys,
+# d64 FLOAT32 76 -> 33 (32 chunks); 1 x 32 GQA heads, 1024 keys, d128 FLOAT16 182 -> 124 (16); 8 x 12
+# heads, 513 keys, d64 FLOAT16 98 -> 53 (8). Grids of 256 or more work groups stay whole: 8 x 32 GQA
+# heads over 1024 keys, d128, took 655 us whole and 1000-1100 in 2 to 32 chunks (32 x 12 heads over
+# 2048 keys, d64: 1131 whole, 876-899 in 4 to 32).
+SPLIT_TARGET_GROUPS, SPLIT_FILL_GROUPS, SPLIT_MIN_KEYS, SPLIT_CHUNK_KEYS, SPLIT_MAX = 128, 1024, 512, 64, 32
 SPLIT_ENV = "KDML_ATTENTION_SPLIT"
 
 
@@ -272,7 +277,7 @@ def key_splits(device: Device, groups: int, keys: int) -> int:
         return max(1, min(int(forced), keys))
     if device.policy.name == "cpu" or groups >= SPLIT_TARGET_GROUPS or keys < SPLIT_MIN_KEYS:
         return 1
-    return max(1, min(SPLIT_MAX, cdiv(SPLIT_TARGET_GROUPS, groups), keys // SPLIT_CHUNK_KEYS))
+    return max(1, min(SPLIT_MAX, cdiv(SPLIT_FILL_GROUPS, groups), keys // SPLIT_CHUNK_KEYS))
 
 
 def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[DispatchPlan]:
