@@ -165,6 +165,23 @@ def test_tiles_and_capped_grid(dev, rng, family, monkeypatch):
             np.testing.assert_array_equal(v.view(np.uint16), first)
 
 
+def test_default_tiles(dev, family):
+    """The convolution's own tiles (ops/conv_coop.conv_tiles): 32 x 64 for at most 32 output channels
+    per group, else 64 x 32; one 16 x 16 accumulator per subgroup, BK 64 in one stage."""
+    from kompute_dml.ops.conv_coop import CONV_TILE, CONV_TILE_NARROW, conv_tiles
+
+    assert conv_tiles(32)[0] == CONV_TILE_NARROW and conv_tiles(33)[0] == CONV_TILE and conv_tiles(256)[0] == CONV_TILE
+    for tile in (CONV_TILE, CONV_TILE_NARROW):
+        assert (tile.wm, tile.wn, tile.bk, tile.stages) == (16, 16, 64, 1) and tile.subgroups() == 8
+    for cout, tile in ((32, CONV_TILE_NARROW), (48, CONV_TILE)):
+        desc = kdml.ConvolutionDesc(TD(F16, (1, 16, 9, 9)), TD(F16, (cout, 16, 3, 3)), None, TD(F16, (1, cout, 9, 9)),
+                                    start_padding=(1, 1), end_padding=(1, 1))
+        if tile_problems(tile, subgroup_size(dev), dev.limits, family != "coopmat"):
+            continue
+        spec = compile_convolution(dev, desc).plans[0].spec
+        assert spec[1:6] == (tile.bm, tile.bn, tile.bk, tile.wm, tile.wn) and spec[8] == 1
+
+
 def half_check(got, want, s, k, x, w, case, emulated, parts=1):
     st, dl, ps, pe, g = CASES[case][2:]
 
