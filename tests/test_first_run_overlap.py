@@ -1,7 +1,7 @@
 """What a new input signature's first run does beside the device (issues 22 and 23): the plan's
 buffers made on kp's threads while planning goes on (Buffer `later=True`, kp patch level 10:
 Manager.kdml_storage_later), and the plan's objects moved to the collector's oldest generation, so
-the first run owes no collection of them (device_graph.gc_paused)."""
+the first run owes no collection of them (gc_pause.gc_paused)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from onnx import helper  # noqa: E402
 
 from kompute_dml.onnx_backend import (  # noqa: E402
     Backend,
-    device_graph,
+    gc_pause,
 )
 
 DT = kdml.DataType
@@ -147,12 +147,12 @@ def test_a_plans_objects_join_the_oldest_generation_so_no_collection_is_due(rng)
 
 
 def test_objects_frozen_before_the_import_are_thawed_with_the_plans_promotion(rng, monkeypatch):
-    """Objects frozen when device_graph was imported (the interpreter's own: CPython 3.12 starts
+    """Objects frozen when gc_pause was imported (the interpreter's own: CPython 3.12 starts
     with 375) do not keep a plan young: they join the oldest generation with it."""
     rep = Backend.prepare(_softmax_model(), "CPU")
     early = [[i] for i in range(50)]  # frozen "before the import"
     gc.freeze()
-    monkeypatch.setattr(device_graph, "FROZEN_AT_IMPORT", gc.get_freeze_count())
+    monkeypatch.setattr(gc_pause, "FROZEN_AT_IMPORT", gc.get_freeze_count())
     try:
         _run_softmax(rep, rng, (2, 8))
         assert gc.get_freeze_count() == 0

@@ -76,6 +76,9 @@ class StepExecutor(Protocol):
 
     def chain_done(self, fusion: Fusion, outs: list[Any]) -> None: ...  # keep the carrier's outputs
 
+    # the chain's run (run(ctx): Fusion.run on the executor's context), or its trace replayed (the plan's)
+    def run_chain(self, fusion: Fusion, run: Callable[[Any], list[Any]]) -> list[Any]: ...
+
     def drop(self, name: str) -> None: ...  # an unfused chain's intermediate, no longer read
 
 
@@ -325,7 +328,7 @@ def _chain(fusion: Fusion, executor: StepExecutor, ctx: NodeContext, graph: onnx
     """A chain's one dispatch, or (Unfused) its shorter chains (Fusion.within) and other nodes."""
     try:
         with executor.scoped(fusion):
-            outs = fusion.run(ctx, graph, lookup, stats)
+            outs = executor.run_chain(fusion, lambda c: fusion.run(c, graph, lookup, stats))
     except Unfused as e:
         ctx.note(f"nodes {list(fusion.nodes)} ({fusion.pattern.name}) ran unfused: {e}")
         inner = {f.carrier: f for f in fusion.within}

@@ -19,11 +19,12 @@ import kompute_dml as kdml
 
 from .analysis import GraphAnalysis, in_topological_order
 from .context import EagerContext
-from .device_graph import GraphPlan, gc_paused
+from .device_graph import GraphPlan
 from .feeds import normalize_inputs
 from .fold import fold_constants, fold_summary
 from .fusion_match import find_fusions
 from .fusions import Fusion, Fusions
+from .gc_pause import gc_paused
 from .graph import _densify
 from .handlers import handler_for
 from .handlers_values import OutputArrays, into
@@ -358,6 +359,9 @@ class _EagerSteps:
         rep.state.cur_node, rep.state.slot = fusion.carrier, 0
         prof = rep.device.active_profile
         return prof.scope(fusion.scope(rep.graph)) if prof else contextlib.nullcontext()
+
+    def run_chain(self, fusion: Fusion, run: Any) -> list[Any]:
+        return run(self.rep._ctx)
 
     def chain_done(self, fusion: Fusion, outs: list[Any]) -> None:
         self.stats.vulkan_nodes += len(fusion.nodes)
