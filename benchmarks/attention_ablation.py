@@ -1,7 +1,8 @@
 """The tensor-core attention kernel's ablations (benchmarks/overlay_attention.py) timed beside it:
-what each part of `mhac16_d64k32` costs at a few FLOAT16 shapes (their results are wrong by design).
+what each part of `mhac16_d64k32` costs at a few FLOAT16 shapes (their results are wrong by design);
+with --kernel blocked, the blocked kernel `mha_f32_blocked64`'s at FLOAT32.
 
-    python -m benchmarks.attention_ablation [--rounds 3] [--n 10] [--also DIR=VARIANT ...]
+    python -m benchmarks.attention_ablation [--kernel coopmat|blocked] [--rounds 3] [--n 10] [--also DIR=VARIANT ...]
 
 `--also` times another build of the kernel beside them (an earlier commit's, built with
 tools/build_spirv.py --overlay into DIR), as the row "also <VARIANT>".
@@ -28,9 +29,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n", type=int, default=10)
     ap.add_argument("--also", action="append", default=[], help="DIR=VARIANT: a prebuilt kernel to time beside")
+    ap.add_argument("--kernel", choices=("coopmat", "blocked"), default="coopmat")
     args = ap.parse_args()
     dev = kdml.Device()
-    dev.policy = dataclasses.replace(dev.policy, attention_kernel="coopmat")
+    dev.policy = dataclasses.replace(dev.policy, attention_kernel=args.kernel)
+    blocked = args.kernel == "blocked"
+    npd, bits, ablations = (np.float32, ov.BLOCKED_BITS, ov.BLOCKED_ABLATIONS) if blocked else \
+        (np.float16, ov.BITS, ov.ABLATIONS)
+    family = ov.MHA_BLOCKED_ABLATION if blocked else ov.MHA_ABLATION
     ov.load()
     also = dict(a.split("=", 1)[::-1] for a in args.also)  # variant -> folder
     from kompute_dml.runtime import shaders
@@ -39,15 +45,15 @@ def main() -> None:
         shaders.add_overlay(Path(folder))
     rng = np.random.default_rng(0)
     for label, (b, h, s) in SHAPES.items():
-        x = [dev.tensor(rng.standard_normal((b, s, h * 64)).astype(np.float16)) for _ in range(3)]
-        out = dev.empty(kdml.TensorDesc(kdml.DataType.FLOAT16, (b, s, h * 64)))
+        x = [dev.tensor(rng.standard_normal((b, s, h * 64)).astype(npd)) for _ in range(3)]
+        out = dev.empty(kdml.TensorDesc(kdml.DataType.from_numpy(npd), (b, s, h * 64)))
         desc = kdml.MultiheadAttentionDesc(x[0].desc, x[1].desc, x[2].desc, None, None, None, None, None, None, None,
                                            None, out.desc, None, None, 0.125, -1e4, h)
         base = dev.compile(desc)
         ops = {"kernel": base}
-        for n in ov.ABLATIONS:
+        for n in ablations:
             op = dev.compile(desc)
-            op.plans[0] = dataclasses.replace(op.plans[0], variant=ov.MHA_ABLATION.name(part=n))
+            op.plans[0] = dataclasses.replace(op.plans[0], variant=family.name(part=n))
             ops[f"a{n}"] = op
         for variant in also:
             op = dev.compile(desc)
@@ -64,12 +70,12 @@ def main() -> None:
         outputs = {}
         for name, run in runs.items():  # each one's result, to say which ablations keep the kernel's bits
             run(1)
-            outputs[name] = out.numpy().view(np.uint16).copy()
+            outputs[name] = out.numpy().view(np.uint32 if blocked else np.uint16).copy()
         same = {name: bool((o == outputs["kernel"]).all()) for name, o in outputs.items()}
         flops = 2 * b * h * s * s * 2 * 64
         print(f"{label} ({base.plans[0].variant}): kernel {med['kernel'] * 1e6:.1f} us ({flops / med['kernel'] / 1e12:.1f} TFLOP/s)")
-        for n, bits in ov.ABLATIONS.items():
-            what = "; ".join(w for bit, w in ov.BITS.items() if bits & bit)
+        for n, parts in ablations.items():
+            what = "; ".join(w for bit, w in bits.items() if parts & bit)
             print(f"  a{n}: {med[f'a{n}'] * 1e6:9.1f} us  x{med['kernel'] / med[f'a{n}']:.2f}  ({what})"
                   + ("  [the kernel's bits]" if same[f"a{n}"] else ""))
         for variant in also:

@@ -1,7 +1,7 @@
 """MULTIHEAD_ATTENTION (ops/attention.py, the device policy's kernel) against PyTorch CUDA's
 scaled_dot_product_attention in the same process where torch.cuda is available, else against
 numpy (float64 einsum, one call), and against kompute_dml's own unfused chain (GEMM -> softmax ->
-GEMM, the exported graphs' path before the attention fusion) with --unfused.
+GEMM, the exported graphs' path where the attention is not fused: the scale as GEMM's alpha) with --unfused.
 
     python -m benchmarks.bench_attention [--json FILE] [--rounds 5] [--n 20] [--rows WORDS] [--unfused]
     python -m benchmarks.bench_attention --small [--kernel rows|tiled]     # lavapipe
@@ -61,6 +61,9 @@ ROWS = [
     Row("d256 2x256 f16", 2, 8, 256, 256, 256, DT.FLOAT16),
     Row("Whisper-small 8x1500 h4 f16", 8, 4, 1500, 1500, 64, DT.FLOAT16),
     Row("Whisper-small 8x1500 h4 f32", 8, 4, 1500, 1500, 64, DT.FLOAT32),
+    Row("BERT-base 64x256 f32", 64, 12, 256, 256, 64, DT.FLOAT32),
+    Row("Whisper-small 1x1500 h4 f32", 1, 4, 1500, 1500, 64, DT.FLOAT32),
+    Row("GPT-2 causal 4x512 f32", 4, 12, 512, 512, 64, DT.FLOAT32, causal=True),
     Row("ViT-B 32x197 f16", 32, 12, 197, 197, 64, DT.FLOAT16),
 ]
 SMALL = [
@@ -160,12 +163,12 @@ def main() -> None:
             qh = dev.tensor(q)
             kh = dev.tensor(np.ascontiguousarray(k.transpose(0, 1, 3, 2)))
             vh = dev.tensor(v)
-            scale = np.asarray(1 / np.sqrt(r.d), npd)
+            scale = float(1 / np.sqrt(r.d))
 
             def unfused(n: int, qh=qh, kh=kh, vh=vh, scale=scale) -> None:
                 with dev.capture() as rec:  # the helpers' executions, recorded (nothing runs yet)
-                    for _ in range(n):
-                        kdml.matmul(kdml.softmax(kdml.matmul(qh, kh) * scale), vh)
+                    for _ in range(n):  # the exported chain as the ONNX backend runs it: MatMul -> Mul as GEMM's alpha
+                        kdml.matmul(kdml.softmax(kdml.gemm(qh, kh, alpha=scale)), vh)
                 rec.submit()
 
             contenders["unfused"] = unfused

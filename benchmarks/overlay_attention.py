@@ -1,6 +1,7 @@
 """Benchmark-only shader overlay: ablations of the tensor-core attention kernel `mhac16_d64k32`
-(shaders/attention.comp KERNEL 4, its ABL bits): each `mhac16a<n>_d64k32` leaves parts out, so its
-results are wrong by design; `python -m benchmarks.attention_ablation` times them beside the kernel.
+(shaders/attention.comp KERNEL 4, its ABL bits) and of the blocked kernel `mha_f32_blocked64` (KERNEL 6):
+each `mhac16a<n>_d64k32` / `mha_f32_blocked64a<n>` leaves parts out, so its results are wrong by design;
+`python -m benchmarks.attention_ablation [--kernel blocked]` times them beside the kernel.
 
     python tools/build_spirv.py --overlay benchmarks/overlay_attention.py --out benchmarks/out/spirv_attention
 
@@ -33,7 +34,15 @@ MHA_ABLATION = contract.family(
     "mha_ablation", "attention.comp", "mhac16a{part}_d64k32", contract.MHA_PUSH, None, part=tuple(ABLATIONS),
     target=contract.COOP_TARGET,
     defines=lambda part: {"BITS": 16, "KERNEL": 4, "MMA": 0, "BK": 32, "DMAX": 64, "ABL": ABLATIONS[int(part)]})
-FAMILIES = (MHA_ABLATION,)
+# the blocked kernel's ABL bits
+BLOCKED_BITS = {1: "the device's exp", 4: "no score products", 8: "no P V products",
+                16: "the scaled products alone in every tile (no per-score checks)"}
+BLOCKED_ABLATIONS = {1: 1, 2: 4, 3: 8, 4: 16, 5: 1 | 16, 6: 4 | 8}
+MHA_BLOCKED_ABLATION = contract.family(
+    "mha_blocked_ablation", "attention.comp", "mha_f32_blocked64a{part}", contract.MHA_PUSH,
+    contract.MHA_BLOCKED[64].local_size, part=tuple(BLOCKED_ABLATIONS),  # (key tiles and head sizes of 64)
+    defines=lambda part: {"BITS": 32, "KERNEL": 6, "BQ": 64, "BK": 64, "DMAX": 64, "ABL": BLOCKED_ABLATIONS[int(part)]})
+FAMILIES = (MHA_ABLATION, MHA_BLOCKED_ABLATION)
 
 
 @functools.cache

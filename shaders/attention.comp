@@ -17,6 +17,9 @@
 // tile over the key tile's storage, and each invocation's OPT accumulators of its row.
 // KERNEL 1 (mha_rows, CPU devices and head sizes past DMAX): an invocation per query row and
 // chunk of DC value dimensions, the keys in order, everything in registers.
+// KERNEL 6 (mha_blocked, GPUs: problems of many query rows the tensor-core kernel does not take):
+// a work group per (b, h, block of BQ query rows), each invocation a 4 x 4 block of the scores
+// and of the accumulators, the query block, key, value and weight tiles in shared memory.
 // KERNEL 2 (mha_present): an invocation per element pair of the present key and value: the past
 // rows, the new rows (with their bias), zeros past the batch's sequence.
 //
@@ -56,6 +59,8 @@ layout(constant_id = 0) const uint WG = 128;  // invocations: 4 subgroups of 16 
 layout(constant_id = 1) const uint SG = 32;   // subgroup size (BK, keys per tile, and DMAX: defines)
 #elif KERNEL == 1
 layout(local_size_x = 64) in;
+#elif KERNEL == 6
+layout(local_size_x = BQ / 4 * BK / 4) in;
 #else
 layout(local_size_x = 256) in;
 #endif
@@ -128,6 +133,8 @@ void load_geometry() {  // in uniform control flow: it ends with a barrier
     for (uint w = gl_LocalInvocationID.x; w < 60u; w += gl_WorkGroupSize.x) geo[w] = g[w];
     barrier();
 }
+#elif KERNEL == 6
+#define geo g  // read where used (cached): the shared memory is the tiles'
 #else
 uint geo[60];
 
@@ -827,6 +834,223 @@ void main() {
     bool two = EPT == 2u && d + 1u < pc.dv;
     uint e1 = two ? pc.o_off + at(G_O, b, h, i, d + 1u) : e0;
     store_out(e0, e1, row_bad ? QNAN : num[0] * inv, row_bad ? QNAN : num[EPT - 1u] * inv, two);
+}
+
+#elif KERNEL == 6
+// ---- register blocks ------------------------------------------------------------------------
+// The tiled kernel's arithmetic (each dot product over d in order, online softmax per tile, the
+// value sum over the keys in order), as a blocked matrix product: invocation (tr, tc) owns query
+// rows 4 tr .. 4 tr + 3 and, per tile, keys 4 tc .. 4 tc + 3 of the scores and head dimensions
+// 4 tc .. 4 tc + 3 of the accumulators (BK == DMAX), so each shared-memory read of 4 words feeds
+// 16 fused multiply-adds. The query block [d][row] and the key tile [d][key] transposed (their
+// groups of 4 swizzled by d % 8: fewer bank conflicts where a row's dimensions are written), the
+// value tile [key][d] over the keys' storage, the weights [key][row] (row groups swizzled by the key
+// group: no bank conflicts where they are written); a row's tile maximum over its NC invocations
+// through the weights' storage; each invocation keeps its part of the row sums, added once at the
+// end. As in GEMM (gemm.comp), a tile's global loads are issued into registers a phase ahead: the
+// values during the scores' products, the next keys during the values' products. Head dimensions
+// past dqk / dv are zeros (their products add nothing); rows past seq store nothing. The geometry
+// is read from its buffer (the shared memory is the tiles': 48 KiB at 64 rows).
+const uint NC = uint(BK) / 4u;           // key (and head-dimension) groups per row group
+const uint NT = uint(BQ) / 4u * NC;      // invocations
+const uint Q4 = uint(BQ) / 4u, K4 = uint(BK) / 4u, D4 = uint(DMAX) / 4u;
+const uint RP = NT / uint(DMAX);         // rows per pass of the tiles' loads
+const uint NL = uint(BK) / RP;           // an invocation's loads per tile
+shared vec4 qt[DMAX * Q4];               // [d][row group ^ (d % 8)]
+shared vec4 kv[DMAX * K4];               // [d][key group ^ (d % 8)], then [key][d]
+shared vec4 pt[BK * Q4];                 // [key][row group ^ (key / 4 % Q4)]; before it the partials
+
+uint pslot(uint c, uint g) { return c * Q4 + (g ^ ((c >> 2u) % Q4)); }  // key c's weights of row group g
+uint rslot(uint k, uint g) { return k * Q4 + (g ^ (k % Q4)); }          // key group k's partials of row group g
+
+// element ld of key / value rows j0 + lc, j0 + lc + RP, ... into dst: the past's rows, then the new
+// ones (bias added); zeros past kend and past the head size (inb false). A tile wholly of new rows
+// without bias loads without branches (addresses clamped into the row).
+#define LOAD_ROWS(dst, J0, inb, BUF, base, step, PBUF, pbase, pstep, bias)                        \
+    if ((J0) >= pb && (J0) + uint(BK) <= kend && !biased) {                                       \
+        [[unroll]] for (uint n = 0u; n < NL; ++n) {                                               \
+            float x = LD(BUF, base + ((J0) - pb + lc + n * RP) * step);                           \
+            dst[n] = inb ? x : 0.0;                                                               \
+        }                                                                                         \
+    } else {                                                                                      \
+        [[unroll]] for (uint n = 0u; n < NL; ++n) {                                               \
+            uint j = (J0) + lc + n * RP;                                                          \
+            float x = 0.0;                                                                        \
+            if (j < kend && inb) {                                                                \
+                if (j < pb) {                                                                     \
+                    x = LD(PBUF, pbase + j * pstep);                                              \
+                } else {                                                                          \
+                    x = LD(BUF, base + (j - pb) * step);                                          \
+                    if (biased) {                                                                 \
+                        precise float sb_ = x + bias;                                             \
+                        x = sb_;                                                                  \
+                    }                                                                             \
+                }                                                                                 \
+            }                                                                                     \
+            dst[n] = x;                                                                           \
+        }                                                                                         \
+    }
+
+void main() {
+    uint gid = linear_group_id();
+    if (gid >= pc.batch * pc.heads * pc.blocks) return;  // the whole group (uniform)
+    uint qb = gid % pc.blocks, bh = gid / pc.blocks;
+    uint h = bh % pc.heads, b = bh / pc.heads, hk = h / pc.group;
+    uint t = gl_LocalInvocationID.x, tr = t / NC, tc = t % NC;
+    uint i0 = qb * uint(BQ);
+    uint pb = past_len(b), total = key_rows(pb);
+    uint last_row = min(i0 + uint(BQ), pc.seq) - 1u;
+    uint kend = uint(clamp(causal_last(total, last_row) + 1, 0, int(total)));  // keys the block reads
+    // the tiles' loads: invocation t reads head dimension ld of rows lc, lc + RP, ... (a row's
+    // consecutive dimensions in consecutive invocations), through per-invocation bases and row strides
+    uint ld = t % uint(DMAX), lc = t / uint(DMAX);
+    bool kin = ld < pc.dqk, vin = ld < pc.dv;
+    uint lk = min(ld, pc.dqk - 1u), lv = min(ld, pc.dv - 1u);  // (clamped: the branch-free loads' addresses)
+    uint qbase = pc.q_off + at(G_Q, b, h, 0u, lk), qstep = geo[G_Q + 3];
+    uint kbase = pc.k_off + at(G_K, b, hk, 0u, lk), kstep = geo[G_K + 3];
+    uint vbase = pc.v_off + at(G_V, b, hk, 0u, lv), vstep = geo[G_V + 3];
+    uint pkbase = pc.pk_off + at(G_PK, b, hk, 0u, lk), pkstep = geo[G_PK + 3];
+    uint pvbase = pc.pv_off + at(G_PV, b, hk, 0u, lv), pvstep = geo[G_PV + 3];
+    bool biased = has(F_BIAS);
+    float qbias = 0.0, kbias = 0.0, vbias = 0.0;
+    if (biased) {
+        if (kin) qbias = LD(b_buf, pc.bias_off + geo[G_BIAS] + (h * pc.dqk + ld) * geo[G_BIAS + 3]);
+        if (kin) kbias = LD(b_buf, pc.bias_off + geo[G_BIAS + 1] + (hk * pc.dqk + ld) * geo[G_BIAS + 3]);
+        if (vin) vbias = LD(b_buf, pc.bias_off + geo[G_BIAS + 2] + (hk * pc.dv + ld) * geo[G_BIAS + 3]);
+    }
+    for (uint r = lc; r < uint(BQ); r += RP) {  // the query block, transposed (row groups swizzled)
+        uint ii = i0 + r;
+        float x = 0.0;
+        if (ii < pc.seq && kin) {
+            x = LD(q_buf, qbase + ii * qstep);
+            if (biased) {
+                precise float sb = x + qbias;
+                x = sb;
+            }
+        }
+        qt[ld * Q4 + ((r >> 2u) ^ (ld & 7u))][r & 3u] = x;
+    }
+    float m[4], lp[4];  // lp: this invocation's part of the row sums
+    uint bad = 0u;      // bit a: row a saw a NaN or +inf score
+    precise float o[16];  // rows a, head dimensions e: o[4 a + e]; precise: the rescaling stays a rounded product
+    [[unroll]] for (uint a = 0u; a < 4u; ++a) {
+        m[a] = NEG_INF;
+        lp[a] = 0.0;
+        [[unroll]] for (uint e = 0u; e < 4u; ++e) o[a * 4u + e] = 0.0;
+    }
+    uint ir = i0 + tr * 4u;  // this invocation's first row
+    // scores that are the scaled products alone: no mask, no relative position bias (per tile: its
+    // keys inside the sequence and every one of the invocation's rows' causal limits, the rows inside seq)
+    bool simple = pc.mask_type == 0u && !has(F_RB) && ir + 3u < pc.seq;
+    float xk[NL], xv[NL];
+    if (kend > 0u) LOAD_ROWS(xk, 0u, kin, k_buf, kbase, kstep, pk_buf, pkbase, pkstep, kbias)
+    for (uint j0 = 0u; j0 < kend; j0 += uint(BK)) {
+        barrier();  // the previous tile's values and weights are done with (first: the query block is written)
+        [[unroll]] for (uint n = 0u; n < NL; ++n) {  // the key tile, transposed (key groups swizzled)
+            uint c = lc + n * RP;
+            kv[ld * K4 + ((c >> 2u) ^ (ld & 7u))][c & 3u] = xk[n];
+        }
+        barrier();
+        LOAD_ROWS(xv, j0, vin, v_buf, vbase, vstep, pv_buf, pvbase, pvstep, vbias)
+        precise float s[16];  // rows a, keys c: s[4 a + c]
+        [[unroll]] for (uint n = 0u; n < 16u; ++n) s[n] = 0.0;
+        [[dont_unroll]] for (uint d0 = 0u; d0 < uint(DMAX); d0 += 4u) {
+            [[unroll]] for (uint x = 0u; x < 4u; ++x) {
+                uint d = d0 + x;
+                vec4 qv = qt[d * Q4 + (tr ^ (d & 7u))], kk = kv[d * K4 + (tc ^ (d & 7u))];
+#if (ABL & 4) == 0
+                [[unroll]] for (uint a = 0u; a < 4u; ++a)
+                    [[unroll]] for (uint c = 0u; c < 4u; ++c) s[a * 4u + c] = fma(qv[a], kk[c], s[a * 4u + c]);
+#else
+                s[0] += qv.x + kk.x;
+#endif
+            }
+        }
+        vec4 pm = vec4(NEG_INF);  // the rows' maxima over this invocation's keys
+        if (simple && j0 + uint(BK) <= kend && causal_last(total, ir) >= int(j0 + uint(BK)) - 1) {
+            [[unroll]] for (uint n = 0u; n < 16u; ++n) {  // a plain tile: the scaled products (score()'s rounding)
+                precise float v = s[n] * pc.scale;
+                if (bad_score(v)) bad |= 1u << (n >> 2u);
+                s[n] = v;
+                if (!kdml_is_nan(v)) pm[n >> 2u] = max(pm[n >> 2u], v);
+            }
+        } else {
+            [[unroll]] for (uint a = 0u; a < 4u; ++a) {
+                uint i = ir + a;
+                int climit = causal_last(total, i);
+                [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+                    uint j = j0 + tc * 4u + c;
+                    float v = NEG_INF;  // a key outside the row's attention: weight 0
+                    if (i < pc.seq && j < kend && int(j) <= climit) {
+                        v = score(s[a * 4u + c], b, h, i, j);
+                        if (bad_score(v)) bad |= 1u << a;
+                    }
+                    s[a * 4u + c] = v;
+                    if (!kdml_is_nan(v)) pm[a] = max(pm[a], v);
+                }
+            }
+        }
+        pt[rslot(tc, tr)] = pm;
+        barrier();
+        vec4 mt = vec4(m[0], m[1], m[2], m[3]);
+        for (uint k = 0u; k < NC; ++k) mt = max(mt, pt[rslot(k, tr)]);
+        barrier();  // every partial read, every key read: the weights and values take their places
+        [[unroll]] for (uint a = 0u; a < 4u; ++a) {
+            float alpha = (m[a] == NEG_INF) ? 0.0 : kdml_exp_le0(m[a] - mt[a]);
+            precise float ts = 0.0;
+            [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+                float v = s[a * 4u + c];
+#if (ABL & 1) == 0
+                float p = (mt[a] == NEG_INF || kdml_is_nan(v)) ? 0.0 : kdml_exp_le0(v - mt[a]);
+#else
+                float p = exp(v - mt[a]);
+#endif
+                s[a * 4u + c] = p;
+                ts += p;
+            }
+            precise float ln = lp[a] * alpha + ts;
+            lp[a] = ln;
+            m[a] = mt[a];
+            [[unroll]] for (uint e = 0u; e < 4u; ++e) o[a * 4u + e] = o[a * 4u + e] * alpha;
+        }
+        [[unroll]] for (uint c = 0u; c < 4u; ++c) pt[pslot(tc * 4u + c, tr)] = vec4(s[c], s[4u + c], s[8u + c], s[12u + c]);
+        [[unroll]] for (uint n = 0u; n < NL; ++n) kv[(lc + n * RP) * D4 + (ld >> 2u)][ld & 3u] = xv[n];  // the value tile
+        if (j0 + uint(BK) < kend) LOAD_ROWS(xk, j0 + uint(BK), kin, k_buf, kbase, kstep, pk_buf, pkbase, pkstep, kbias)
+        barrier();
+        [[dont_unroll]] for (uint c0 = 0u; c0 < uint(BK); c0 += 4u) {
+            [[unroll]] for (uint x = 0u; x < 4u; ++x) {
+                vec4 pv = pt[pslot(c0 + x, tr)], vv = kv[(c0 + x) * D4 + tc];
+#if (ABL & 8) == 0
+                [[unroll]] for (uint a = 0u; a < 4u; ++a)
+                    [[unroll]] for (uint e = 0u; e < 4u; ++e) o[a * 4u + e] = fma(pv[a], vv[e], o[a * 4u + e]);
+#else
+                o[0] += pv.x + vv.x;
+#endif
+            }
+        }
+    }
+    barrier();  // the last tile's weights are read
+    pt[rslot(tc, tr)] = vec4((bad & 1u) != 0u ? QNAN : lp[0], (bad & 2u) != 0u ? QNAN : lp[1],
+                             (bad & 4u) != 0u ? QNAN : lp[2], (bad & 8u) != 0u ? QNAN : lp[3]);
+    barrier();
+    precise vec4 l4 = vec4(0.0);
+    for (uint k = 0u; k < NC; ++k) l4 += pt[rslot(k, tr)];
+    [[unroll]] for (uint a = 0u; a < 4u; ++a) {
+        uint i = ir + a;
+        if (i >= pc.seq) continue;
+        bool row_bad = kdml_is_nan(l4[a]) || l4[a] == 0.0;
+        float inv = 1.0 / l4[a];
+        [[unroll]] for (uint e = 0u; e < 4u; e += EPT) {
+            uint d = tc * 4u + e;
+            if (d < pc.dv) {
+                uint e0 = pc.o_off + at(G_O, b, h, i, d);
+                bool two = EPT == 2u && d + 1u < pc.dv;
+                uint e1 = two ? pc.o_off + at(G_O, b, h, i, d + 1u) : e0;
+                store_out(e0, e1, row_bad ? QNAN : o[a * 4u + e] * inv, row_bad ? QNAN : o[a * 4u + e + EPT - 1u] * inv,
+                          two);
+            }
+        }
+    }
 }
 
 #else

@@ -1,6 +1,6 @@
 """MULTIHEAD_ATTENTION / MULTIHEAD_ATTENTION1 (ops/attention.py, shaders/attention.comp) against the
-float64 reference of tests/attention_reference.py within docs/attention.md's bound, on both kernels
-("rows", "tiled": every tile variant), FLOAT32 and FLOAT16: separate and stacked query / key /
+float64 reference of tests/attention_reference.py within docs/attention.md's bound, on every kernel
+("rows", "tiled": every tile variant, "blocked", "coopmat" or its emulation), FLOAT32 and FLOAT16: separate and stacked query / key /
 value, split heads over transposed strides, bias, every mask type, relative position bias, past
 key / value with present outputs (bit exact), GQA head counts, past sequence lengths (clamped),
 causal, keys from the past alone, odd lengths and batch > 1 over several query blocks and key
@@ -21,7 +21,7 @@ import kompute_dml as kdml
 DT = kdml.DataType
 TD = kdml.TensorDesc
 MT = kdml.MultiheadAttentionMaskType
-KERNELS = ("rows", "tiled", "coopmat")  # coopmat: its emulation where the device has no tensor cores
+KERNELS = ("rows", "tiled", "blocked", "coopmat")  # coopmat: its emulation where the device has no tensor cores
 FLOATS = {"f32": DT.FLOAT32, "f16": DT.FLOAT16}
 
 
@@ -34,7 +34,9 @@ def kdev(request, dev, monkeypatch):
     kernel = request.param
     if kernel == "coopmat" and dev.policy.gemm_family != "coopmat":
         kernel = "coopmat-emulated"
-    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel=kernel))
+    # blocked: from one query row (the GPU policy's threshold would leave the small cases to the tiled kernel)
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel=kernel,
+                                                           attention_blocked_min_rows=1))
     monkeypatch.setattr(functional, "_compile_cache", {})
     return dev
 
@@ -240,11 +242,16 @@ CASES = {
 @pytest.mark.parametrize("name", CASES)
 def test_attention(kdev, name, t):
     if kdev.policy.attention_kernel.startswith("coopmat") and t == "f32":
-        pytest.skip("the tensor-core kernel takes FLOAT16 only (FLOAT32: the tiled kernel, tested as 'tiled')")
+        pytest.skip("the tensor-core kernel takes FLOAT16 only (FLOAT32: the blocked and tiled kernels, tested as such)")
     c = CASES[name]
     op, _ = run_case(kdev, np.random.default_rng(abs(hash((name, t))) % 2**32), c, FLOATS[t])
     coop = kdev.policy.attention_kernel.startswith("coopmat") and not c.bias and c.S > 4 and max(c.D, c.Dv) <= 128
     assert op.plans[0].variant.startswith("mhac16") == coop, op.plans[0].variant
+    # the blocked kernel: forced, or the "coopmat" policy's for what the tensor cores do not take (the fixture's
+    # threshold: from one row)
+    blocked = (kdev.policy.attention_kernel == "blocked" or (not coop and kdev.policy.attention_kernel.startswith("coopmat"))) \
+        and max(c.D, c.Dv) <= 64
+    assert ("_blocked" in op.plans[0].variant) == blocked, op.plans[0].variant
 
 
 SPLIT_CASES = {

@@ -319,23 +319,30 @@ def test_a_many_row_copy_runs_as_a_shader_on_a_gpu_policy():
 
 
 def test_attention_kernel_and_fused_limits():
-    """The "coopmat" attention kernel where the device has float16 cooperative matrices (GEMM's family);
-    the exported attention runs fused at every size there for FLOAT16 with head sizes <= 128 in at least
-    ATTENTION_COOP_MIN_GROUPS work groups, else up to the tiled kernel's limit."""
+    """The "coopmat" attention kernel where the device has float16 cooperative matrices (GEMM's family),
+    else "blocked" on GPUs; the exported attention runs fused at every size there for FLOAT16 with head
+    sizes <= 128 in at least ATTENTION_COOP_MIN_GROUPS work groups, up to the blocked kernel's limit where
+    that takes it (head sizes <= 64, at least ATTENTION_BLOCKED_MIN_ROWS rows), else up to the tiled one's."""
     import functools
 
-    from kompute_dml.ops.attention_layout import coop_takes
+    from kompute_dml.ops.attention_layout import blocked_takes, coop_takes
     from kompute_dml.runtime import attention_policy as P
 
     caps = frozenset({"cooperative_matrix", "shader_float16", "vulkan_memory_model"})
     coop = policy_for("discrete-gpu", caps, LIMITS, transfer_commands=None)
     plain = policy_for("discrete-gpu", frozenset(), LIMITS, transfer_commands=None)
-    assert (coop.attention_kernel, plain.attention_kernel) == ("coopmat", "tiled")
+    assert (coop.attention_kernel, plain.attention_kernel) == ("coopmat", "blocked")
+    rows = coop.attention_blocked_min_rows
+    for kernel in (coop.attention_kernel, plain.attention_kernel):
+        assert blocked_takes(kernel, 64, rows, rows) and not blocked_takes(kernel, 64, rows - 1, rows)
+        assert not blocked_takes(kernel, 65, rows, rows)
+    assert not blocked_takes("tiled", 64, rows, rows) and not blocked_takes("rows", 64, rows, rows)
+    assert P.fused_max_flops(coop, False, 1, blocked=True) == P.ATTENTION_BLOCKED_MAX_FLOPS
     assert policy_for("cpu", caps, LIMITS).attention_kernel == "rows"
     many, tiled = P.ATTENTION_COOP_MIN_GROUPS, coop.attention_fused_max_flops
-    assert coop.attention_max_flops(True, many) == P.ATTENTION_COOP_MAX_FLOPS > tiled
-    assert coop.attention_max_flops(True, many - 1) == tiled  # few work groups of long rows: unfused
-    assert coop.attention_max_flops(False, many) == tiled  # a problem the tensor-core kernel does not take
+    assert P.fused_max_flops(coop, True, many, False) == P.ATTENTION_COOP_MAX_FLOPS > tiled
+    assert P.fused_max_flops(coop, True, many - 1, False) == tiled  # few work groups of long rows: unfused
+    assert P.fused_max_flops(coop, False, many, False) == tiled  # a problem the tensor-core kernel does not take
     takes = functools.partial(coop_takes, seq=5, bias=False)
     assert takes(coop.attention_kernel, True, 128) and takes("coopmat-emulated", True, 64)
     assert not takes(coop.attention_kernel, False, 64)  # FLOAT32: the tiled kernel

@@ -27,7 +27,8 @@ import onnx
 
 import kompute_dml as kdml
 
-from ..ops.attention_layout import COOP_ROWS, coop_takes
+from ..ops.attention_layout import COOP_ROWS, blocked_takes, coop_takes
+from ..runtime.attention_policy import fused_max_flops
 from .graph import _attr, constant_float
 from .handlers_nn import _opset
 from .handlers_values import as_device
@@ -111,8 +112,10 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
     batch, heads, seq, _ = qs
     flops = 4 * batch * heads * seq * keys * qs[3]
     policy = ctx.device.policy  # the device's measured crossovers (runtime/policy.py)
-    coop = coop_takes(policy.attention_kernel, dt == np.float16, max(qs[3], vs[3]), seq, False)
-    if flops > policy.attention_max_flops(coop, batch * heads * -(-seq // COOP_ROWS)):
+    width = max(qs[3], vs[3])
+    coop = coop_takes(policy.attention_kernel, dt == np.float16, width, seq, False)
+    blocked = blocked_takes(policy.attention_kernel, width, seq, policy.attention_blocked_min_rows)
+    if flops > fused_max_flops(policy, coop, batch * heads * -(-seq // COOP_ROWS), blocked):
         raise FallbackNeeded(f"{flops:.3g} flops: the unfused chain is faster there (DevicePolicy.attention_fused_max_flops)")
     if seq < policy.attention_fused_min_rows:
         raise FallbackNeeded(f"{seq} query rows: the unfused chain is faster there (DevicePolicy.attention_fused_min_rows)")

@@ -6,9 +6,10 @@ the query's, past sequence lengths per batch):
     -> [+ MaskFilterValue where the mask says padding] -> Softmax -> x Value
 
 over the keys of the past (past key / value, first) and the new ones; the present outputs hold
-both. One dispatch of shaders/attention.comp (the "tiled" kernel on GPUs: a work group per batch,
-head and block of query rows, key / value tiles in shared memory, online softmax; the "rows" kernel
-on CPU devices: the device policy's attention_kernel), and one more where present outputs are
+both. One dispatch of shaders/attention.comp (on GPUs the "blocked" kernel for many query rows, the
+"tiled" one for few: a work group per batch, head and block of query rows, key / value tiles in
+shared memory, online softmax; the tensor-core kernel for FLOAT16 where the device has them; the
+"rows" kernel on CPU devices: the device policy's attention_kernel), and one more where present outputs are
 bound. ops/attention_layout.py reads the tensors as one problem; docs/attention.md has the
 semantics, what kompute_dml reads into the pages where they are silent, and the error bound.
 
@@ -41,7 +42,7 @@ from ..core.tensor_desc import TensorDesc
 from ..device.memory import Tensor
 from ..functional.constants import device_constant
 from ..runtime import DispatchPlan, TransferPlan, grid_for
-from .attention_layout import COOP_ROWS, Problem, coop_choice, key_splits, plans_ahead, resolve, tile_for
+from .attention_layout import COOP_ROWS, Problem, blocked_for, coop_choice, key_splits, plans_ahead, resolve, tile_for
 from .attention_rules import attention_rule
 from .base import CompiledOperator, validate_tensors
 from .contract import attention as C
@@ -250,7 +251,8 @@ def compile_attention(device: Device, desc: Any) -> CompiledOperator:
     t = "f32" if size == 4 else "f16"
     kernel = device.policy.attention_kernel
     coop = coop_choice(device, desc, p, kernel, size)
-    tile = tile_for(p) if kernel != "rows" and coop is None else None
+    blocked = blocked_for(device, p, kernel) if coop is None else None
+    tile = tile_for(p) if kernel != "rows" and coop is None and blocked is None else None
     maxg = device.limits["max_compute_work_group_count"][0]
     common = dict(batch=p.batch, seq=p.seq, kv_seq=p.kv_seq, past=p.past, present=p.present, heads=p.heads,
                   group=p.heads // p.kv_heads, dqk=p.dqk, dv=p.dv, scale=scale, mask_filter=filt, mask_type=kind,
@@ -266,6 +268,14 @@ def compile_attention(device: Device, desc: Any) -> CompiledOperator:
         plans.append(DispatchPlan(variant=variant, bindings=bindings,
                                   push=C.MHA_PUSH.pack(**common, blocks=blocks, splits=1, chunk=0),
                                   groups=grid_for(count, spec[0], maxg), writes=out, offset_slots=slots, spec=spec))
+    elif blocked is not None:
+        local = blocked.local_size[0]
+        blocks = cdiv(p.seq, local // 16 * 4)
+        count = p.batch * p.heads * blocks * local
+        _addressing(count, "query blocks x heads x batch")
+        plans.append(DispatchPlan(variant=blocked.name(t=t), bindings=bindings,
+                                  push=C.MHA_PUSH.pack(**common, blocks=blocks, splits=1, chunk=0),
+                                  groups=grid_for(count, local, maxg), writes=out, offset_slots=slots))
     elif tile is not None:
         bq, bk, _ = C.MHA_TILES[tile]
         blocks = cdiv(p.seq, bq)
@@ -365,7 +375,8 @@ def _spec(desc: type, support: OperatorSupport) -> OperatorSpec:
          # ONNX's own (opset 23, 24): onnx_backend/handlers_onnx_attention.py
          OnnxOp("Attention", "", "multihead_attention", check=attention_rule))
     return OperatorSpec(desc, support, compile_attention,
-                        (C.MHA_TILED, C.MHA_ROWS, C.MHA_PRESENT, C.MHA_SPLIT, C.MHA_COMBINE, C.MHA_COOP),
+                        (C.MHA_TILED, *C.MHA_BLOCKED.values(), C.MHA_ROWS, C.MHA_PRESENT, C.MHA_SPLIT, C.MHA_COMBINE,
+                         C.MHA_COOP),
                         helpers=("multihead_attention",), onnx=onnx, ahead=plans_ahead, example=lambda: _example(mha1),
                         field_example=field_example, tied_fields=TIED_FIELDS)
 

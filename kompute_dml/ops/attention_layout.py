@@ -283,13 +283,14 @@ def key_splits(device: Device, groups: int, keys: int) -> int:
 def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[DispatchPlan]:
     """OperatorSpec.ahead: the tiled kernel's other variants of the same head sizes (a decoding step's
     blocks of 4 rows, the split chunks and their combine) whose pipelines another sequence or key
-    length may take; once per type and head-size bound (`done`)."""
+    length may take (after the blocked kernel too: fewer rows take them); once per type and head-size
+    bound (`done`)."""
     plans = [p for p in op.plans if isinstance(p, DispatchPlan) and p.variant.startswith("mha_")]
     first = plans[0] if plans else None
     if first is None or first.variant.endswith("_rows"):
         return []
     t, tile = first.variant.split("_")[1:3]
-    wide = C.MHA_TILES[tile][2]
+    wide = C.MHA_TILES[tile][2] if tile in C.MHA_TILES else C.MHA_BLOCK_D  # (the blocked kernel: its bound's tiles)
     key = ("mha-ahead", t, wide)
     if key in done:
         return []
@@ -313,6 +314,23 @@ def coop_takes(kernel: str, float16: bool, width: int, seq: int, bias: bool) -> 
     rows and key splits). onnx_backend/fusion_attention.py asks it too (the fusion's size limit)."""
     return kernel in ("coopmat", "coopmat-emulated") and float16 and not bias and width <= _COOP_WIDTH and \
         seq > C.MHA_FEW_ROWS
+
+
+def blocked_takes(kernel: str, width: int, seq: int, min_rows: int) -> bool:
+    """Whether the blocked kernel takes a problem the tensor-core kernel does not: the policy's kernel
+    "blocked" or a "coopmat" one, head sizes (`width`, the larger) up to its bound, at least `min_rows`
+    query rows (DevicePolicy.attention_blocked_min_rows). onnx_backend/fusion_attention.py asks it too
+    (the fusion's size limit)."""
+    return kernel in ("blocked", "coopmat", "coopmat-emulated") and seq >= min_rows and width <= C.MHA_BLOCK_D
+
+
+def blocked_for(device: Device, p: Problem, kernel: str) -> Any:
+    """The blocked kernel's family (the most query rows per work group whose shared memory the device
+    has) where it takes the problem, else None."""
+    if not blocked_takes(kernel, max(p.dqk, p.dv), p.seq, device.policy.attention_blocked_min_rows):
+        return None
+    smem = int(device.limits.get("max_compute_shared_memory_size", 16384))
+    return next((C.MHA_BLOCKED[bq] for bq in C.MHA_BLOCK_ROWS if C.mha_blocked_smem(bq) <= smem), None)
 
 
 def coop_choice(device: Device, desc: Any, p: Problem, kernel: str, size: int) -> tuple[str, tuple[int, int]] | None:

@@ -3,10 +3,25 @@
 
 from __future__ import annotations
 
-# MULTIHEAD_ATTENTION's kernel (ops/attention.py): "tiled" (GPUs: tiles per block of query rows), "rows" (CPUs), or
-# "coopmat" (GPUs with float16 cooperative matrices: FLOAT16 problems the tensor-core kernel takes, the tiled kernel for
-# the rest; "coopmat-emulated": the same kernel as subgroup code, for tests).
-ATTENTION_KERNEL_ENV, ATTENTION_KERNELS = "KDML_ATTENTION_KERNEL", ("tiled", "rows", "coopmat", "coopmat-emulated")
+from typing import Any
+
+# MULTIHEAD_ATTENTION's kernel (ops/attention.py): "tiled" (tiles per block of query rows), "blocked" (GPUs: 4 x 4
+# register blocks of scores and accumulators from BLOCKED_MIN_ROWS query rows, the tiled kernel below), "rows"
+# (CPUs), or "coopmat" (GPUs with float16 cooperative matrices: FLOAT16 problems the tensor-core kernel takes, the
+# blocked or tiled kernel the rest; "coopmat-emulated": the same kernel as subgroup code, for tests).
+# KDML_ATTENTION_KERNEL=blocked takes the blocked kernel from one query row (tests).
+ATTENTION_KERNEL_ENV, ATTENTION_KERNELS = "KDML_ATTENTION_KERNEL", ("tiled", "blocked", "rows", "coopmat",
+                                                                    "coopmat-emulated")
+# H100, the blocked / tiled kernel (us, FLOAT32, 8 x 12 heads, head size 64; .diag-style sweep of run 50): 8 rows
+# 16.6 / 11.4, 32 rows 18.9 / 18.2, 48 rows 23.1 / 30.3, 64 rows 16.3 / 33.4.
+ATTENTION_BLOCKED_MIN_ROWS = 48
+# The exported attention chain runs fused on the blocked kernel up to this many flops: H100, `python -m
+# benchmarks.bench_attention --rows f32 --unfused` (the unfused chain as the backend runs it, the scale as GEMM's alpha),
+# blocked / unfused us: BERT-base 8x128 (0.4 Gflop) 43.9 / 77.8, Whisper-small 1x1500 (2.3) 224.8 / 262.6, ViT-B 32x197
+# (3.8) 504.7 / 343.3, BERT-base 64x256 (12.9) 977.9 / 761.2, Whisper-small 8x1500 (18.4) 1304.9 / 1148.6; but
+# Whisper small's encoder at batch 1 (2.3 Gflop per layer) ran 0.13-0.17 ms slower fused (`benchmarks.model_families`,
+# runs 50 and 54: 2.02 / 1.85 and 2.04 / 1.91 ms), so the limit lies below it.
+ATTENTION_BLOCKED_MAX_FLOPS = 2e9
 # The exported graphs' attention chain (onnx_backend/fusion_attention.py) runs fused up to MAX_FLOPS (4 b h q k d)
 # from MIN_ROWS query rows, its key / value heads not repeated (GQA's stride-0 heads), else as its nodes. H100,
 # `benchmarks/bench_attention.py --unfused --rounds 3` at c70c79a: fused / unfused 147 / 621 us at BERT-base 8x128
@@ -18,3 +33,13 @@ ATTENTION_FUSED_MAX_FLOPS, ATTENTION_FUSED_MIN_ROWS = {"gpu": 1.5e9, "cpu": 4e6}
 # BERT-base 8x128, 1112 / 1608 at 64x256, 4837 / 6254 at 1x4096 (69 Gflop), 1376 / 2624 at Whisper small 8x1500; but
 # Whisper small's encoder at batch 1 (96 work groups of 1500 keys each, no key split) 2.68 ms fused, 2.05 unfused.
 ATTENTION_COOP_MAX_FLOPS, ATTENTION_COOP_MIN_GROUPS = float("inf"), 256
+
+
+def fused_max_flops(policy: Any, coop: bool, groups: int, blocked: bool) -> float:
+    """The largest exported attention chain run fused under a DevicePolicy: the tensor-core kernel's limit
+    where it takes the problem (`coop`: ops/attention_layout.coop_takes) in at least COOP_MIN_GROUPS work
+    groups, else the blocked kernel's where that takes it (`blocked`: attention_layout.blocked_takes), else
+    the tiled one's."""
+    if coop and groups >= ATTENTION_COOP_MIN_GROUPS:
+        return policy.attention_coop_max_flops
+    return policy.attention_blocked_max_flops if blocked else policy.attention_fused_max_flops

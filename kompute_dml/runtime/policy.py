@@ -228,6 +228,8 @@ class DevicePolicy:
     attention_fused_max_flops: float = ap.ATTENTION_FUSED_MAX_FLOPS["gpu"]  # see ap.ATTENTION_FUSED_MAX_FLOPS
     attention_fused_min_rows: int = ap.ATTENTION_FUSED_MIN_ROWS["gpu"]
     attention_coop_max_flops: float = ap.ATTENTION_COOP_MAX_FLOPS  # see ap.ATTENTION_COOP_MAX_FLOPS
+    attention_blocked_min_rows: int = ap.ATTENTION_BLOCKED_MIN_ROWS  # see ap.ATTENTION_KERNELS
+    attention_blocked_max_flops: float = ap.ATTENTION_BLOCKED_MAX_FLOPS
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -285,11 +287,6 @@ class DevicePolicy:
         "coopmat" (half precision on a device that has it: the same capabilities and shape as GEMM's),
         "tiled"."""
         return choose_conv_kernel(self.conv_family, half=half, coutg=coutg, klen=klen, backward=backward, kernel=kernel)
-
-    def attention_max_flops(self, coop: bool, groups: int) -> float:
-        """The largest exported attention chain run fused: the tensor-core kernel's limit where it takes the
-        problem (`coop`: ops/attention_layout.coop_takes) in at least ATTENTION_COOP_MIN_GROUPS work groups, else the tiled one's."""
-        return self.attention_coop_max_flops if coop and groups >= ap.ATTENTION_COOP_MIN_GROUPS else self.attention_fused_max_flops
 
     def copies_by_transfer(self, nbytes: int, regions: int = 1) -> bool:
         """Whether a dense copy writing `nbytes` in `regions` row regions runs as transfer commands."""
@@ -359,7 +356,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
             gemm_family=coop_family(capabilities, coop_shapes), conv_family=coop_family(capabilities, coop_shapes),
             weights="columns" if family == "coopmat" else "rows",
             gemv_max_m=GEMV_COOP_MAX_M if family == "coopmat" else GEMV_MAX_M, gemv_k_contiguous=family != "coopmat",
-            attention_kernel="coopmat" if coop_family(capabilities, coop_shapes) == "coopmat" else "tiled",
+            attention_kernel="coopmat" if coop_family(capabilities, coop_shapes) == "coopmat" else "blocked",
         )
     if "integer_dot_product" in capabilities:
         policy = replace(policy, coop_sums="dot")
@@ -373,9 +370,10 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
     flush = _env_choice(PLAN_FLUSH_ENV, None)
     flush_allocating = _env_choice(PLAN_FLUSH_ALLOCATING_ENV, ("0", "1"))
     weights = _env_choice(WEIGHTS_ENV, WEIGHT_LAYOUTS)
-    attention = _env_choice(ap.ATTENTION_KERNEL_ENV, ap.ATTENTION_KERNELS) or policy.attention_kernel
+    forced = _env_choice(ap.ATTENTION_KERNEL_ENV, ap.ATTENTION_KERNELS)  # "blocked": from one row
     policy = replace(policy, completion=completion or policy.completion, first_run=first_run or policy.first_run,
-                     attention_kernel=attention,
+                     attention_kernel=forced or policy.attention_kernel,
+                     attention_blocked_min_rows=1 if forced == "blocked" else policy.attention_blocked_min_rows,
                      plan_flush_ms=policy.plan_flush_ms if flush is None else flush, weights=weights or policy.weights,
                      plan_flush_allocating=policy.plan_flush_allocating if flush_allocating is None else flush_allocating == "1")
     return policy

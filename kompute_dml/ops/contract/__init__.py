@@ -167,7 +167,7 @@ MMG = family("mmg", "matmul_gemv.comp", "mmg8{dot}_{b}", MATMUL_PUSH, None, dot=
 
 # ---- element-wise operators (ops/elementwise.py, ops/elementwise_logic.py, shaders/elementwise.comp)
 # and the cumulative operators (ops/cumulative.py, shaders/cumulative.comp): contract/elementwise.py
-from .attention import MHA_COMBINE, MHA_COOP, MHA_PRESENT, MHA_PUSH, MHA_ROWS, MHA_SPLIT, MHA_TILED  # noqa: E402, F401
+from .attention import MHA_BLOCKED, MHA_COMBINE, MHA_COOP, MHA_PRESENT, MHA_PUSH, MHA_ROWS, MHA_SPLIT, MHA_TILED  # noqa: E402, F401
 from .elementwise import (  # noqa: E402
     CUM,
     CUM_WG,
@@ -389,7 +389,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN, LSM_FAST, LSM_GEN, HMX_FAST, HMX_GEN,
     DQL_MINMAX, DQL_QUANT, EW_EXT, TOPK, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, CONV_COOP, CONV_INT,
     POOL, POOL_Q8, BN, GEMM, GEMM_SPLIT, GEMM_REDUCE, GEMM_COOP, POOL_LP, RESAMPLE, LRN, QUANT, QCONV, QCONV_TILED,
-    QCONV_SPLIT, QCONV_REDUCE, MHA_TILED, MHA_ROWS, MHA_PRESENT, MHA_SPLIT,
+    QCONV_SPLIT, QCONV_REDUCE, MHA_TILED, *MHA_BLOCKED.values(), MHA_ROWS, MHA_PRESENT, MHA_SPLIT,
     MHA_COMBINE, MHA_COOP, *INDEX_FAMILIES,
 )
 

@@ -51,6 +51,27 @@ MHA_COMBINE = family("mha_combine", "attention.comp", "mha_{t}_combine", MHA_PUS
 MHA_ROW_CHUNK = 64
 MHA_ROWS = family("mha_rows", "attention.comp", "mha_{t}_rows", MHA_PUSH, (64, 1, 1), t=("f32", "f16"),
                   defines=lambda t: {"BITS": 32 if t == "f32" else 16, "KERNEL": 1, "DC": MHA_ROW_CHUNK})
+# The blocked kernel (GPUs: many query rows the tensor-core kernel does not take): a work group per
+# (batch, head, block of BQ query rows), each invocation a 4 x 4 block of the scores and of the
+# accumulators; key tiles of BK = DMAX = 64 rows. Shared memory 4 x 64 x (2 BQ + 64) bytes: 48 KiB
+# at 64 rows (256 invocations), 32 KiB at 32 (128: lavapipe's limit), mha_blocked_smem.
+MHA_BLOCK_ROWS = (64, 32)
+MHA_BLOCK_D = 64
+
+
+def _blocked(bq: int):
+    return family(f"mha_blocked{bq}", "attention.comp", f"mha_{{t}}_blocked{bq}", MHA_PUSH, (bq // 4 * MHA_BLOCK_D // 4, 1, 1),
+                  t=("f32", "f16"), defines=lambda t: {"BITS": 32 if t == "f32" else 16, "KERNEL": 6, "BQ": bq,
+                                                       "BK": MHA_BLOCK_D, "DMAX": MHA_BLOCK_D})
+
+
+MHA_BLOCKED = {bq: _blocked(bq) for bq in MHA_BLOCK_ROWS}
+
+
+def mha_blocked_smem(bq: int) -> int:
+    return 4 * MHA_BLOCK_D * (2 * bq + MHA_BLOCK_D)
+
+
 # The tensor-core kernel (FLOAT16 without bias on devices with f16 cooperative matrices, ops/attention.py):
 # a work group of 4 subgroups of 16 query rows each (work-group and subgroup sizes: specialization
 # constants 0 and 1), key tiles of BK rows staged in shared memory, two passes (each row's maximum
