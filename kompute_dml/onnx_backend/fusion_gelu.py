@@ -6,7 +6,14 @@ torch.onnx.export writes nn.GELU() before opset 20 (ViT, Whisper, BERT):
 x the same value at the head and at the first Mul, the constants scalars (sqrt 2 within float32
 rounding). ACTIVATION_GELU computes x * 0.5 * (1 + erf(x / sqrt 2)) with one rounding to the type
 at the end, where the unfused nodes round each step: within the families' tolerance
-(tests/test_fusion_gelu.py against float64 and the unfused nodes)."""
+(tests/test_fusion_gelu.py against float64 and the unfused nodes).
+
+And GELU's tanh form as GPT-2's NewGELUActivation exports it, FLOAT32:
+
+    Mul(x, 0.5) ; Pow(x, 3) -> Mul(., b) -> Add(x, .) -> Mul(., a) -> Tanh -> Add(., 1) ; Mul(half, .)
+
+a = sqrt(2 / pi) and b = 0.044715 rounded to float32: ACTIVATION_GELU's approximate "tanh" extension,
+which rounds every step as these nodes do (Pow(x, 3) as (x x) x, handlers_arith.py): the unfused bits."""
 
 from __future__ import annotations
 
@@ -70,8 +77,47 @@ def run_gelu(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[st
     return [DeviceValue(y, shape, np.dtype(dt))]
 
 
+TANH_A, TANH_B = float(np.float32(math.sqrt(2.0 / math.pi))), float(np.float32(0.044715))
+
+
+def check_gelu_tanh(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
+    """Why the chain is not (x 0.5) (tanh((x + x^3 b) a) + 1) of float32 x ("" where it is)."""
+    half, pow_, mul_b, add_x, mul_a, _tanh, add_1, _mul = nodes
+    x = pow_.input[0]
+    if rep._elem_dtype(x) != np.float32:
+        return f"x of type {rep._elem_dtype(x)} (FLOAT32 only: a float16 chain rounds each step to float16)"
+    checks = ((half, x, 0.5, "the first Mul's"), (pow_, x, 3.0, "Pow's exponent"), (mul_b, pow_.output[0], TANH_B, "b"),
+              (mul_a, add_x.output[0], TANH_A, "a"), (add_1, _tanh.output[0], 1.0, "the last Add's"))
+    for node, operand, want, what in checks:
+        if node is not pow_ and operand not in node.input:
+            return f"{what} node does not read {operand}"
+        if constant_float(rep, node.input[1] if node is pow_ else other_input(node, operand)) != want:
+            return f"{what} constant is not {want}"
+    if other_input(add_x, mul_b.output[0]) != x:
+        return "the Add does not read Pow's x"
+    return ""
+
+
+def run_gelu_tanh(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
+                  stats: RunStats) -> list[Any]:
+    name = nodes[1].input[0]
+    x = lookup(name)
+    dt, shape = _value_dtype(x), _value_shape(x)
+    if dt != np.float32 or not shape or 0 in shape:
+        raise FallbackNeeded(f"x of {dt} {shape}")
+    y = kdml.gelu(as_device(ctx, x, stats, name).tensor, approximate="tanh", out=ctx.out_tensor(shape, dt),
+                  device=ctx.device)
+    return [DeviceValue(y, shape, np.dtype(dt))]
+
+
 def gelu_patterns(pattern: Callable[..., Any]) -> list[Any]:
-    """x / sqrt 2 by Div or Mul, each later operand on either side."""
-    return [pattern(f"{head}+Erf+Add+Mul+Mul", (head, "Erf", "Add", "Mul", "Mul"),
-                    ((0, 1, 0), (1, 2, k_add), (2, 3, k_mul), (3, 4, k_half)), "ACTIVATION_GELU", check_gelu, run_gelu)
-            for head, k_add, k_mul, k_half in itertools.product(("Div", "Mul"), (0, 1), (0, 1), (0, 1))]
+    """x / sqrt 2 by Div or Mul, each later operand on either side; the tanh form with the last Mul's
+    operands on either side (the others as torch.onnx.export orders them)."""
+    exact = [pattern(f"{head}+Erf+Add+Mul+Mul", (head, "Erf", "Add", "Mul", "Mul"),
+                     ((0, 1, 0), (1, 2, k_add), (2, 3, k_mul), (3, 4, k_half)), "ACTIVATION_GELU", check_gelu, run_gelu)
+             for head, k_add, k_mul, k_half in itertools.product(("Div", "Mul"), (0, 1), (0, 1), (0, 1))]
+    tanh = [pattern("Mul+Pow+Mul+Add+Mul+Tanh+Add+Mul", ("Mul", "Pow", "Mul", "Add", "Mul", "Tanh", "Add", "Mul"),
+                    ((1, 2, 0), (2, 3, 1), (3, 4, 0), (4, 5, 0), (5, 6, 0), (0, 7, k_half), (6, 7, 1 - k_half)),
+                    "ACTIVATION_GELU", check_gelu_tanh, run_gelu_tanh)
+            for k_half in (0, 1)]
+    return exact + tanh

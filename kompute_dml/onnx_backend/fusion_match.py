@@ -34,19 +34,49 @@ def _uses(graph: onnx.GraphProto) -> dict[str, list[tuple[int, int]]]:
     return uses
 
 
+def _producers(graph: onnx.GraphProto) -> dict[str, int]:
+    return {name: i for i, node in enumerate(graph.node) for name in node.output if name}
+
+
+def _resolve(rep: BackendRep, pattern: Pattern, head: int, uses: dict[str, list[tuple[int, int]]],
+             producers: dict[str, int]) -> list[int] | None:
+    """The chain's nodes by position: each the one reader (edge: input k) of an earlier position's
+    output, or, where no edge comes from one found so far, the producer of input k of a found later
+    position (a chain whose first node is not the head's reader: GELU's x 0.5 beside its Pow)."""
+    g, n = rep.graph, len(pattern.ops)
+    chain: dict[int, int] = {0: head}
+    while len(chain) < n:
+        for pos in range(1, n):
+            if pos in chain:
+                continue
+            fwd = [e for e in pattern.edges if e[1] == pos and e[0] in chain]
+            bwd = [e for e in pattern.edges if e[0] == pos and e[1] in chain]
+            if fwd:
+                src, _, k = fwd[0]
+                found = [i for i, kk in uses.get(g.node[chain[src]].output[0], [])
+                         if kk == k and g.node[i].op_type == pattern.ops[pos]]
+            elif bwd:
+                _, dst, k = bwd[0]
+                inputs = g.node[chain[dst]].input
+                i = producers.get(inputs[k]) if k < len(inputs) else None
+                found = [i] if i is not None and g.node[i].op_type == pattern.ops[pos] else []
+            else:
+                continue
+            if len(found) != 1:
+                return None
+            chain[pos] = found[0]
+            break
+        else:
+            return None  # no position reachable from the ones found
+    return [chain[pos] for pos in range(n)]
+
+
 def _match(rep: BackendRep, pattern: Pattern, head: int, uses: dict[str, list[tuple[int, int]]],
-           taken: set[int]) -> Fusion | None:
-    g = rep.graph
-    chain = [head]
-    for pos in range(1, len(pattern.ops)):
-        src, _, k = next(e for e in pattern.edges if e[1] == pos)
-        found = [i for i, kk in uses.get(g.node[chain[src]].output[0], [])
-                 if kk == k and g.node[i].op_type == pattern.ops[pos]]
-        if len(found) != 1:
-            return None
-        chain.append(found[0])
-    if len(set(chain)) != len(chain) or taken & set(chain):
+           taken: set[int], producers: dict[str, int]) -> Fusion | None:
+    chain = _resolve(rep, pattern, head, uses, producers)
+    if chain is None or len(set(chain)) != len(chain) or taken & set(chain) or chain[-1] != max(chain):
         return None
+    g = rep.graph
     outputs = set(rep.output_names)
     for pos, i in enumerate(chain):
         node = g.node[i]
@@ -78,14 +108,14 @@ def _match(rep: BackendRep, pattern: Pattern, head: int, uses: dict[str, list[tu
     return Fusion(pattern, tuple(chain), tuple(inputs), inner, shared)
 
 
-def _within(rep: BackendRep, outer: Fusion, uses: dict[str, list[tuple[int, int]]]) -> Fusion:
+def _within(rep: BackendRep, outer: Fusion, uses: dict[str, list[tuple[int, int]]], producers: dict[str, int]) -> Fusion:
     """The chain with the shorter chains of PATTERNS among its nodes (none that claims a node)."""
     taken = set(range(len(rep.graph.node))) - set(outer.nodes)
     found = []
     for head in outer.nodes:
         for pattern in PATTERNS:
             f = None if pattern.claims or len(pattern.ops) >= len(outer.nodes) or head in taken or \
-                rep.graph.node[head].op_type != pattern.ops[0] else _match(rep, pattern, head, uses, taken)
+                rep.graph.node[head].op_type != pattern.ops[0] else _match(rep, pattern, head, uses, taken, producers)
             if f is not None:
                 found.append(f)
                 taken.update(f.nodes)
@@ -94,16 +124,16 @@ def _within(rep: BackendRep, outer: Fusion, uses: dict[str, list[tuple[int, int]
 
 def find_fusions(rep: BackendRep) -> Fusions:
     """Every chain of PATTERNS in the model (a node joins at most one chain; Fusion.within)."""
-    uses = _uses(rep.graph)
+    uses, producers = _uses(rep.graph), _producers(rep.graph)
     found = Fusions()
     taken: set[int] = set()
     for head, node in enumerate(rep.graph.node):
         for pattern in PATTERNS:
             if node.op_type != pattern.ops[0] or head in taken:
                 continue
-            f = _match(rep, pattern, head, uses, taken)
+            f = _match(rep, pattern, head, uses, taken, producers)
             if f is not None:
-                f = _within(rep, f, uses)
+                f = _within(rep, f, uses, producers)
                 found.by_carrier[f.carrier] = f
                 found.absorbed.update((i, f.carrier) for i in f.nodes[:-1])
                 taken.update(f.nodes)

@@ -165,11 +165,15 @@ def _row_activation(helper: str) -> Any:
 
 
 def _h_gelu(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    if _attr(node, "approximate", b"none") not in (b"none", "none"):
-        raise FallbackNeeded("the tanh approximation")
+    """Gelu (opset 20, com.microsoft): ACTIVATION_GELU; approximate "tanh" its extension of that form."""
+    approximate = _attr(node, "approximate", b"none")
+    approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"Gelu {node.name!r}: approximate {approximate!r} (none or tanh)")
     dt = _floats(node, ins[:1])
     shape = _value_shape(ins[0])
-    y = kdml.gelu(_dev(ctx, node, ins, 0, stats), out=ctx.out_tensor(shape, dt), device=ctx.device)
+    y = kdml.gelu(_dev(ctx, node, ins, 0, stats), approximate=approximate, out=ctx.out_tensor(shape, dt),
+                  device=ctx.device)
     return [DeviceValue(y, shape, dt)]
 
 

@@ -49,7 +49,8 @@ from .onnx_types import float_input
 from .spec import OnnxOp, OperatorSpec
 from .split_range import binding_window, fits, split_outer
 
-FLOAT_UNARY = "gelu"  # ACTIVATION_GELU's family in shaders/float_unary.comp (ops/contract reads this line)
+FLOAT_UNARY = ("gelu", "gelu_tanh")  # ACTIVATION_GELU's families in shaders/float_unary.comp (ops/contract reads this line)
+GELU_APPROXIMATIONS = ("none", "tanh")
 
 
 # ---- ACTIVATION_GELU, ACTIVATION_SOFTMAX1 from
@@ -65,10 +66,16 @@ ACTIVATION_SOFTMAX1 = OperatorSupport("ACTIVATION_SOFTMAX1", 158, (
 class ActivationGeluDesc:
     """DML_ACTIVATION_GELU_OPERATOR_DESC { InputTensor, OutputTensor }:
     f(x) = 0.5 * x * (1 + erf(x / sqrt(2))), element by element, computed in float32 (FLOAT16
-    rounded once). Error bound: docs/gelu.md."""
+    rounded once). Error bound: docs/gelu.md.
+
+    kompute_dml's extension (not DirectML's): `approximate` "tanh" computes ONNX Gelu's tanh form
+    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) in the order torch.onnx.export writes it, each
+    step rounded to float32: (x 0.5) (tanh((x + ((x x) x) b) a) + 1), a and b rounded to float32
+    (the bits of those element-wise operators run one by one)."""
 
     input_tensor: TensorDesc
     output_tensor: TensorDesc
+    approximate: str = "none"
 
 
 @dataclass(frozen=True)
@@ -108,8 +115,11 @@ def compile_gelu(device: Device, desc: ActivationGeluDesc) -> CompiledOperator:
     x, y = desc.input_tensor, desc.output_tensor
     check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
     check_addressable(support.fields, (x, y))
-    variant = contract.FLOAT_UNARY["gelu"].name(t=type_code(x.data_type, True))
-    plans = plan_elementwise(contract.FLOAT_UNARY["gelu"], variant, (x, y), **device_limits(device))
+    if desc.approximate not in GELU_APPROXIMATIONS:
+        raise invalid("approximate", f"must be one of {GELU_APPROXIMATIONS}, got {desc.approximate!r}")
+    family = contract.FLOAT_UNARY["gelu_tanh" if desc.approximate == "tanh" else "gelu"]
+    variant = family.name(t=type_code(x.data_type, True))
+    plans = plan_elementwise(family, variant, (x, y), **device_limits(device))
     return CompiledElementWise(device, desc, support, support.inputs, support.outputs, list(plans))
 
 
@@ -325,15 +335,17 @@ def softmax(x: Any, *, axes: Any = (-1,), mask: Any = None, nan_to_zero: bool = 
     return _unary(ActivationSoftmax1Desc, t, out, dev, m, axes=norm, nan_to_zero=nan_to_zero)
 
 
-def gelu(x: Any, *, out: Tensor | None = None, device: Device | None = None) -> Tensor:
+def gelu(x: Any, *, approximate: str = "none", out: Tensor | None = None, device: Device | None = None) -> Tensor:
     """x * 0.5 * (1 + erf(x / sqrt 2)) (DML_ACTIVATION_GELU, the exact erf form; com.microsoft
-    Gelu), computed in float32 within the bound of docs/gelu.md."""
-    return _unary(ActivationGeluDesc, x, out, device)
+    Gelu), computed in float32 within the bound of docs/gelu.md; approximate="tanh": ONNX Gelu's
+    tanh form, rounded as its exported element-wise chain (ActivationGeluDesc)."""
+    return _unary(ActivationGeluDesc, x, out, device, approximate=approximate)
 
 
 # ---- specs (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (
-    OperatorSpec(ActivationGeluDesc, ACTIVATION_GELU, compile_gelu, (contract.FLOAT_UNARY["gelu"],), helpers=("gelu",),
+    OperatorSpec(ActivationGeluDesc, ACTIVATION_GELU, compile_gelu,
+                 (contract.FLOAT_UNARY["gelu"], contract.FLOAT_UNARY["gelu_tanh"]), helpers=("gelu",),
                  onnx=(OnnxOp("Gelu", "com.microsoft", "gelu", check=float_input), OnnxOp("Gelu", "", "gelu", check=float_input),
                        OnnxOp("BiasGelu", "com.microsoft", "gelu", check=float_input),
                        # GELU's tanh form, on element-wise operators (onnx_backend/handlers_transformer.py)
