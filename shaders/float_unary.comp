@@ -35,10 +35,13 @@ uint fn16(uint h) { return f2h(fn32(h2f(h))); }
 #elif defined(FN_GELU_TANH)
 // kompute_dml's extension of ACTIVATION_GELU (approximate "tanh", ops/activation.py): ONNX Gelu's
 // tanh form 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) in the order torch.onnx.export writes
-// it and the ONNX backend runs its nodes, each step rounded to float32 (x^3 as (x x) x, tanh by
-// unary_math.glsl): (x 0.5) (tanh((x + (x x x) B) A) + 1), A and B the constants rounded to float32
+// it and the ONNX backend runs its nodes, each step rounded to the type (every product and sum in
+// float32 first, tanh by unary_math.glsl): (x 0.5) (tanh((x + x^3 B) A) + 1), A and B the constants
+// rounded to the type (float16: through float32), x^3 as the backend's Pow by 3 computes it:
+// FLOAT32 (x x) x, FLOAT16 pow_math.glsl's pow(x, 3) rounded once
 #define UM_LIB_ONLY 1
 #include "unary_math.glsl"
+#include "pow_math.glsl"
 uint fn32(uint xb) {
     float x = uintBitsToFloat(xb);
     precise float half_x = x * 0.5;
@@ -49,7 +52,19 @@ uint fn32(uint xb) {
     precise float y = half_x * u;
     return floatBitsToUint(y);
 }
-uint fn16(uint h) { return f2h(fn32(h2f(h))); }
+float r16(float v) { return uintBitsToFloat(h2f(f2h(floatBitsToUint(v)))); }  // rounded to float16
+uint fn16(uint h) {
+    uint xb = h2f(h);
+    float x = uintBitsToFloat(xb);
+    precise float half_x = r16(x * 0.5);
+    float cube = r16(uintBitsToFloat(um_pow_f(xb, 0x40400000u)));  // pow(x, 3.0)
+    precise float q = r16(cube * 0.044708251953125);               // 0.044715 as float16
+    precise float r = r16(x + q);
+    precise float arg = r16(r * 0.7978515625);                     // sqrt(2 / pi) as float16
+    precise float u = r16(r16(uintBitsToFloat(um_tanh(floatBitsToUint(arg)))) + 1.0);
+    precise float y = half_x * u;
+    return f2h(floatBitsToUint(y));
+}
 #elif defined(FN_RELU)
 // ReLU(x) = max(0, x): +0 for every negative input and -0, NaN kept as it came (ops/activation_relu.py)
 uint fn32(uint x) { return (x & 0x7fffffffu) > 0x7f800000u ? x : ((x >> 31) != 0u ? 0u : x); }

@@ -8,12 +8,13 @@ rounding). ACTIVATION_GELU computes x * 0.5 * (1 + erf(x / sqrt 2)) with one rou
 at the end, where the unfused nodes round each step: within the families' tolerance
 (tests/test_fusion_gelu.py against float64 and the unfused nodes).
 
-And GELU's tanh form as GPT-2's NewGELUActivation exports it, FLOAT32:
+And GELU's tanh form as GPT-2's NewGELUActivation exports it, FLOAT32 or FLOAT16:
 
     Mul(x, 0.5) ; Pow(x, 3) -> Mul(., b) -> Add(x, .) -> Mul(., a) -> Tanh -> Add(., 1) ; Mul(half, .)
 
-a = sqrt(2 / pi) and b = 0.044715 rounded to float32: ACTIVATION_GELU's approximate "tanh" extension,
-which rounds every step as these nodes do (Pow(x, 3) as (x x) x, handlers_arith.py): the unfused bits."""
+a = sqrt(2 / pi) and b = 0.044715 rounded to the type (through float32): ACTIVATION_GELU's approximate
+"tanh" extension, which rounds every step as these nodes do (Pow(x, 3) as handlers_arith.py runs it):
+the unfused bits."""
 
 from __future__ import annotations
 
@@ -77,17 +78,21 @@ def run_gelu(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[st
     return [DeviceValue(y, shape, np.dtype(dt))]
 
 
-TANH_A, TANH_B = float(np.float32(math.sqrt(2.0 / math.pi))), float(np.float32(0.044715))
+def _tanh_constants(dt: np.dtype) -> tuple[float, float]:
+    """a = sqrt(2 / pi) and b = 0.044715 as the type holds them (float16: through float32)."""
+    return tuple(float(np.asarray(np.float32(v), dt)) for v in (math.sqrt(2.0 / math.pi), 0.044715))  # type: ignore[return-value]
 
 
 def check_gelu_tanh(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
-    """Why the chain is not (x 0.5) (tanh((x + x^3 b) a) + 1) of float32 x ("" where it is)."""
+    """Why the chain is not (x 0.5) (tanh((x + x^3 b) a) + 1) of float32 or float16 x ("" where it is)."""
     half, pow_, mul_b, add_x, mul_a, _tanh, add_1, _mul = nodes
     x = pow_.input[0]
-    if rep._elem_dtype(x) != np.float32:
-        return f"x of type {rep._elem_dtype(x)} (FLOAT32 only: a float16 chain rounds each step to float16)"
-    checks = ((half, x, 0.5, "the first Mul's"), (pow_, x, 3.0, "Pow's exponent"), (mul_b, pow_.output[0], TANH_B, "b"),
-              (mul_a, add_x.output[0], TANH_A, "a"), (add_1, _tanh.output[0], 1.0, "the last Add's"))
+    dt = rep._elem_dtype(x)
+    if dt not in (np.float32, np.float16):
+        return f"x of type {dt}"
+    a, b = _tanh_constants(np.dtype(dt))
+    checks = ((half, x, 0.5, "the first Mul's"), (pow_, x, 3.0, "Pow's exponent"), (mul_b, pow_.output[0], b, "b"),
+              (mul_a, add_x.output[0], a, "a"), (add_1, _tanh.output[0], 1.0, "the last Add's"))
     for node, operand, want, what in checks:
         if node is not pow_ and operand not in node.input:
             return f"{what} node does not read {operand}"
@@ -103,7 +108,7 @@ def run_gelu_tanh(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
     name = nodes[1].input[0]
     x = lookup(name)
     dt, shape = _value_dtype(x), _value_shape(x)
-    if dt != np.float32 or not shape or 0 in shape:
+    if dt not in (np.float32, np.float16) or not shape or 0 in shape:
         raise FallbackNeeded(f"x of {dt} {shape}")
     y = kdml.gelu(as_device(ctx, x, stats, name).tensor, approximate="tanh", out=ctx.out_tensor(shape, dt),
                   device=ctx.device)

@@ -70,8 +70,9 @@ class ActivationGeluDesc:
 
     kompute_dml's extension (not DirectML's): `approximate` "tanh" computes ONNX Gelu's tanh form
     0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) in the order torch.onnx.export writes it, each
-    step rounded to float32: (x 0.5) (tanh((x + ((x x) x) b) a) + 1), a and b rounded to float32
-    (the bits of those element-wise operators run one by one)."""
+    step rounded to the type: (x 0.5) (tanh((x + x^3 b) a) + 1), a and b rounded to the type, x^3 as
+    (x x) x in FLOAT32 and as ELEMENT_WISE_POW(x, 3) in FLOAT16 (the ONNX backend's Pow by 3): the
+    bits of those element-wise operators run one by one."""
 
     input_tensor: TensorDesc
     output_tensor: TensorDesc
