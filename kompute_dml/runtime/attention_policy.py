@@ -12,8 +12,9 @@ from typing import Any
 # KDML_ATTENTION_KERNEL=blocked takes the blocked kernel from one query row (tests).
 ATTENTION_KERNEL_ENV, ATTENTION_KERNELS = "KDML_ATTENTION_KERNEL", ("tiled", "blocked", "rows", "coopmat",
                                                                     "coopmat-emulated")
-# H100, the blocked / tiled kernel (us, FLOAT32, 8 x 12 heads, head size 64; .diag-style sweep of run 50): 8 rows
-# 16.6 / 11.4, 32 rows 18.9 / 18.2, 48 rows 23.1 / 30.3, 64 rows 16.3 / 33.4.
+# H100, the blocked / tiled kernel (us, FLOAT32, 8 x 12 heads, head size 64; run 50, the sweep that
+# `python -m benchmarks.attention_crossover` now runs): 8 rows 16.6 / 11.4, 32 rows 18.9 / 18.2, 48 rows 23.1 / 30.3,
+# 64 rows 16.3 / 33.4.
 ATTENTION_BLOCKED_MIN_ROWS = 48
 # The exported attention chain runs fused on the blocked kernel up to this many flops: H100, `python -m
 # benchmarks.bench_attention --rows f32 --unfused` (the unfused chain as the backend runs it, the scale as GEMM's alpha),
