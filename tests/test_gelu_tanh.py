@@ -3,7 +3,8 @@ same bits as the element-wise chain the ONNX backend runs for GPT-2's exported N
 (MULTIPLY, ADD and TANH operators, each tested against its own reference), within 4 units of 2^-24
 times |x| of a float64 reference, FLOAT16 (every value) each step rounded to float16 as its nodes; strided and
 broadcast layouts with poisoned outputs; the refused value; ONNX Gelu(approximate="tanh") on the
-device against onnxruntime; the exported chain as one dispatch with the unfused bits."""
+device against onnxruntime, and onnx's own Gelu node cases on the device; the exported chain as one
+dispatch with the unfused bits."""
 
 from __future__ import annotations
 
@@ -168,3 +169,15 @@ def test_other_constants_run_unfused(rng):
     assert rep.last_run.dispatches > 1
     (unfused,) = Backend.prepare(model, "CPU", fuse=False).run({"x": x})
     assert np.array_equal(y.view(np.uint32), unfused.view(np.uint32))
+
+
+# onnx's own Gelu node cases (the erf form and the tanh form, each also expanded into its function body);
+# without onnx the kernel's tests above still run
+try:
+    import onnx  # noqa: F401
+except ImportError:
+    pass
+else:
+    from onnx_node_cases import node_case_tests
+
+    test_case_count, test_onnx_node_case_on_the_device = node_case_tests(r"^test_gelu\w*_cpu$", __name__, 8)
