@@ -285,6 +285,24 @@ def test_tiled_variants(dev, monkeypatch, t):
         assert op.plans[0].variant == f"mha_{t}_{want}"
 
 
+@pytest.mark.parametrize(("smem", "invocations", "want"), [(49152, 1024, "blocked64"), (49152, 128, "blocked32"),
+                                                           (32768, 1024, "blocked32"), (16384, 1024, "d64")])
+def test_blocked_variants(dev, monkeypatch, smem, invocations, want):
+    """The blocked kernel's most rows per work group whose shared memory and invocations the device has,
+    the tiled kernel where neither fits; head sizes past 64 take the tiled kernel."""
+    import types
+
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel="blocked",
+                                                           attention_blocked_min_rows=1))
+    monkeypatch.setattr(dev, "limits", types.MappingProxyType({**dev.limits, "max_compute_shared_memory_size": smem,
+                                                               "max_compute_work_group_invocations": invocations}))
+    for d, expect in ((64, want), (65, "d128")):
+        q = TD(DT.FLOAT32, (1, 70, d))
+        op = dev.compile(kdml.MultiheadAttentionDesc(q, q, q, None, None, None, None, None, None, None, None, q, None,
+                                                     None, 1.0, -1e4, 1))
+        assert op.plans[0].variant == f"mha_f32_{expect}"
+
+
 @pytest.mark.parametrize("emulated", [True, False])
 def test_coop_variants(dev, monkeypatch, emulated):
     """The tensor-core kernel takes FLOAT16 without bias, more than 4 query rows and head sizes up to 128,
