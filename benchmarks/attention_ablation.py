@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +24,26 @@ from kompute_dml.bench.timing import slopes
 from . import overlay_attention as ov
 
 SHAPES = {"Whisper 8x1500 h4": (8, 4, 1500), "BERT-base 8x128 h12": (8, 12, 128), "long 1x4096 h16": (1, 16, 4096)}
+
+
+def problem(dev: kdml.Device, rng: np.random.Generator, b: int, h: int, s: int, npd: Any) -> tuple[list[Any], Any, Any]:
+    """Self-attention over random [b, s, h x 64] query, key and value tensors: (inputs, output, descriptor)."""
+    x = [dev.tensor(rng.standard_normal((b, s, h * 64)).astype(npd)) for _ in range(3)]
+    out = dev.empty(kdml.TensorDesc(kdml.DataType.from_numpy(npd), (b, s, h * 64)))
+    desc = kdml.MultiheadAttentionDesc(x[0].desc, x[1].desc, x[2].desc, None, None, None, None, None, None, None,
+                                       None, out.desc, None, None, 0.125, -1e4, h)
+    return x, out, desc
+
+
+def recorded(dev: kdml.Device, ops: dict[str, Any], x: list[Any], out: Any) -> dict[str, Callable[[int], None]]:
+    """Per operator, a run of k executions recorded into one submission (timing.slopes' contenders)."""
+    def runner(op: Any) -> Callable[[int], None]:
+        def run(k: int) -> None:
+            with dev.record() as rec:
+                for _ in range(k):
+                    rec.execute(op, [*x, *[None] * 8], [out, None, None])
+        return run
+    return {name: runner(op) for name, op in ops.items()}
 
 
 def main() -> None:
@@ -45,11 +67,11 @@ def main() -> None:
         shaders.add_overlay(Path(folder))
     rng = np.random.default_rng(0)
     for label, (b, h, s) in SHAPES.items():
-        x = [dev.tensor(rng.standard_normal((b, s, h * 64)).astype(npd)) for _ in range(3)]
-        out = dev.empty(kdml.TensorDesc(kdml.DataType.from_numpy(npd), (b, s, h * 64)))
-        desc = kdml.MultiheadAttentionDesc(x[0].desc, x[1].desc, x[2].desc, None, None, None, None, None, None, None,
-                                           None, out.desc, None, None, 0.125, -1e4, h)
+        x, out, desc = problem(dev, rng, b, h, s, npd)
         base = dev.compile(desc)
+        if blocked and base.plans[0].variant != "mha_f32_blocked64":  # the overlay's variants have 64-row blocks
+            raise SystemExit(f"--kernel blocked: this device takes {base.plans[0].variant}, the ablations are of "
+                             "mha_f32_blocked64 (48 KiB of shared memory, 256 invocations per work group)")
         ops = {"kernel": base}
         for n in ablations:
             op = dev.compile(desc)
@@ -59,13 +81,7 @@ def main() -> None:
             op = dev.compile(desc)
             op.plans[0] = dataclasses.replace(op.plans[0], variant=variant)
             ops[f"also {variant}"] = op
-        runs = {}
-        for name, op in ops.items():
-            def run(k: int, op=op, ins=(*x, *[None] * 8), outs=(out, None, None)) -> None:
-                with dev.record() as rec:
-                    for _ in range(k):
-                        rec.execute(op, list(ins), list(outs))
-            runs[name] = run
+        runs = recorded(dev, ops, x, out)
         med = slopes(runs, args.rounds, args.n)
         outputs = {}
         for name, run in runs.items():  # each one's result, to say which ablations keep the kernel's bits

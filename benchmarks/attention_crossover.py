@@ -14,6 +14,8 @@ import numpy as np
 import kompute_dml as kdml
 from kompute_dml.bench.timing import slopes
 
+from .attention_ablation import problem, recorded
+
 SHAPES = ((8, 12, 8), (8, 12, 16), (8, 12, 24), (8, 12, 32), (8, 12, 48), (8, 12, 64), (1, 12, 64), (1, 12, 128),
           (1, 4, 1500), (32, 12, 197))  # batch, heads, rows
 
@@ -26,22 +28,12 @@ def main() -> None:
     dev = kdml.Device()
     rng = np.random.default_rng(0)
     for b, h, s in SHAPES:
-        x = [dev.tensor(rng.standard_normal((b, s, h * 64)).astype(np.float32)) for _ in range(3)]
-        out = dev.empty(kdml.TensorDesc(kdml.DataType.FLOAT32, (b, s, h * 64)))
-        desc = kdml.MultiheadAttentionDesc(x[0].desc, x[1].desc, x[2].desc, None, None, None, None, None, None, None,
-                                           None, out.desc, None, None, 0.125, -1e4, h)
+        x, out, desc = problem(dev, rng, b, h, s, np.float32)
         ops = {}
         for kernel in ("blocked", "tiled"):  # (blocked from one row: the policy's threshold is what this measures)
             dev.policy = dataclasses.replace(dev.policy, attention_kernel=kernel, attention_blocked_min_rows=1)
             ops[kernel] = dev.compile(desc)
-        runs = {}
-        for name, op in ops.items():
-            def run(n: int, op=op, ins=(*x, *[None] * 8), outs=(out, None, None)) -> None:
-                with dev.record() as rec:
-                    for _ in range(n):
-                        rec.execute(op, list(ins), list(outs))
-            runs[name] = run
-        med = slopes(runs, args.rounds, args.n)
+        med = slopes(recorded(dev, ops, x, out), args.rounds, args.n)
         print(f"{b}x{s} h{h}: blocked {med['blocked'] * 1e6:8.1f} us ({ops['blocked'].plans[0].variant})  tiled "
               f"{med['tiled'] * 1e6:8.1f} us ({ops['tiled'].plans[0].variant})  tiled / blocked "
               f"{med['tiled'] / med['blocked']:.2f}", flush=True)

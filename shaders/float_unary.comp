@@ -42,29 +42,29 @@ uint fn16(uint h) { return f2h(fn32(h2f(h))); }
 #define UM_LIB_ONLY 1
 #include "unary_math.glsl"
 #include "pow_math.glsl"
+#if BITS == 32
+float rt(float v) { return v; }  // a step's result in the type: float32 as computed
+const float GT_A = 0.7978845608028654, GT_B = 0.044715;
+float cube(uint xb) {
+    float x = uintBitsToFloat(xb);
+    precise float c = (x * x) * x;
+    return c;
+}
+#else
+float rt(float v) { return uintBitsToFloat(h2f(f2h(floatBitsToUint(v)))); }  // rounded to float16
+const float GT_A = 0.7978515625, GT_B = 0.044708251953125;  // the float16 constants
+float cube(uint xb) { return uintBitsToFloat(um_pow_f(xb, 0x40400000u)); }  // pow(x, 3.0)
+#endif
 uint fn32(uint xb) {
     float x = uintBitsToFloat(xb);
-    precise float half_x = x * 0.5;
-    precise float cube = (x * x) * x;
-    precise float inner = x + cube * 0.044715;
-    precise float arg = inner * 0.7978845608028654;
-    precise float u = uintBitsToFloat(um_tanh(floatBitsToUint(arg))) + 1.0;
+    precise float half_x = rt(x * 0.5);
+    precise float q = rt(rt(cube(xb)) * GT_B);
+    precise float arg = rt(rt(x + q) * GT_A);
+    precise float u = rt(rt(uintBitsToFloat(um_tanh(floatBitsToUint(arg)))) + 1.0);
     precise float y = half_x * u;
     return floatBitsToUint(y);
 }
-float r16(float v) { return uintBitsToFloat(h2f(f2h(floatBitsToUint(v)))); }  // rounded to float16
-uint fn16(uint h) {
-    uint xb = h2f(h);
-    float x = uintBitsToFloat(xb);
-    precise float half_x = r16(x * 0.5);
-    float cube = r16(uintBitsToFloat(um_pow_f(xb, 0x40400000u)));  // pow(x, 3.0)
-    precise float q = r16(cube * 0.044708251953125);               // 0.044715 as float16
-    precise float r = r16(x + q);
-    precise float arg = r16(r * 0.7978515625);                     // sqrt(2 / pi) as float16
-    precise float u = r16(r16(uintBitsToFloat(um_tanh(floatBitsToUint(arg)))) + 1.0);
-    precise float y = half_x * u;
-    return f2h(floatBitsToUint(y));
-}
+uint fn16(uint h) { return f2h(fn32(h2f(h))); }
 #elif defined(FN_RELU)
 // ReLU(x) = max(0, x): +0 for every negative input and -0, NaN kept as it came (ops/activation_relu.py)
 uint fn32(uint x) { return (x & 0x7fffffffu) > 0x7f800000u ? x : ((x >> 31) != 0u ? 0u : x); }

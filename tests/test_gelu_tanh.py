@@ -34,21 +34,29 @@ def _values(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def _chain(dev: kdml.Device, x: np.ndarray) -> np.ndarray:
-    """The exported nodes one by one on kompute_dml's element-wise operators."""
+    """The exported nodes one by one on kompute_dml's element-wise operators, in x's type, as the ONNX
+    backend runs them (Pow by 3: FLOAT32 (x x) x, FLOAT16 ELEMENT_WISE_POW)."""
     t = dev.tensor(x)
-    c = {k: dev.tensor(np.array([v], np.float32)) for k, v in (("half", 0.5), ("a", A), ("b", B), ("one", 1.0))}
-    half = kdml.mul(t, c["half"], device=dev)
-    cube = kdml.mul(kdml.mul(t, t, device=dev), t, device=dev)
-    arg = kdml.mul(kdml.add(t, kdml.mul(cube, c["b"], device=dev), device=dev), c["a"], device=dev)
-    return kdml.mul(half, kdml.add(kdml.tanh(arg, device=dev), c["one"], device=dev), device=dev).numpy()
+
+    def c(v):
+        return dev.tensor(np.array([v], np.float32).astype(x.dtype))
+    half = kdml.mul(t, c(0.5), device=dev)
+    cube = kdml.mul(kdml.mul(t, t, device=dev), t, device=dev) if x.dtype == np.float32 else \
+        kdml.pow(t, c(3.0), device=dev)
+    arg = kdml.mul(kdml.add(t, kdml.mul(cube, c(B), device=dev), device=dev), c(A), device=dev)
+    return kdml.mul(half, kdml.add(kdml.tanh(arg, device=dev), c(1.0), device=dev), device=dev).numpy()
+
+
+def _same_bits(y: np.ndarray, want: np.ndarray) -> None:
+    nan = np.isnan(y)
+    assert np.array_equal(nan, np.isnan(want))
+    assert np.array_equal(y[~nan].view(np.uint8), want[~nan].view(np.uint8)), list(zip(y[~nan][:5], want[~nan][:5]))
 
 
 def test_the_chains_bits_and_the_bound(dev, rng):
     x = _values(rng, 20000)
     y = kdml.gelu(x, approximate="tanh", device=dev).numpy()
-    want = _chain(dev, x)
-    same = (y.view(np.uint32) == want.view(np.uint32)) | (np.isnan(y) & np.isnan(want))
-    assert same.all(), list(zip(x[~same][:5], y[~same][:5], want[~same][:5]))
+    _same_bits(y, _chain(dev, x))
     ref = _ref64(x)
     fin = np.isfinite(ref)
     err = np.abs(y[fin].astype(np.float64) - ref[fin])
@@ -59,17 +67,7 @@ def test_the_chains_bits_and_the_bound(dev, rng):
 def test_every_float16_has_the_float16_chains_bits(dev):
     """FLOAT16: each step rounded to float16 as the float16 nodes run (Pow by 3 as ELEMENT_WISE_POW)."""
     x = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
-    t = dev.tensor(x)
-    y = kdml.gelu(t, approximate="tanh", device=dev).numpy()
-
-    def c(v):
-        return dev.tensor(np.array([v], np.float32).astype(np.float16))
-    half = kdml.mul(t, c(0.5), device=dev)
-    q = kdml.mul(kdml.pow(t, c(3.0), device=dev), c(B), device=dev)
-    arg = kdml.mul(kdml.add(t, q, device=dev), c(A), device=dev)
-    want = kdml.mul(half, kdml.add(kdml.tanh(arg, device=dev), c(1.0), device=dev), device=dev).numpy()
-    assert np.array_equal(np.isnan(y), np.isnan(want))
-    assert np.array_equal(y[~np.isnan(y)].view(np.uint16), want[~np.isnan(want)].view(np.uint16))
+    _same_bits(kdml.gelu(x, approximate="tanh", device=dev).numpy(), _chain(dev, x))
 
 
 @pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=["f32", "f16"])
@@ -81,12 +79,10 @@ def test_layouts(dev, rng, dt):
         yd = TD(dt, sizes, random_strides(rng, sizes, allow_broadcast=False))
         x, xraw = place(dev, rng, xd, (rng.standard_normal(sizes) * 3).astype(npd), guard=16)
         y, _ = place(dev, rng, yd, guard=16)
-        xv = read_logical(xraw, x.offset, xd)
-        want = kdml.gelu(np.ascontiguousarray(xv), approximate="tanh", device=dev).numpy()
+        want = _chain(dev, np.ascontiguousarray(read_logical(xraw, x.offset, xd)))
         before = poison_against(y, want, rng)
         dev.compile(kdml.ActivationGeluDesc(xd, yd, approximate="tanh")).execute([x], [y])
-        got = read_logical(assert_outside_unchanged(y, before), y.offset, yd)
-        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+        _same_bits(read_logical(assert_outside_unchanged(y, before), y.offset, yd), want)
 
 
 def test_refused_value(dev):
@@ -150,8 +146,7 @@ def test_exported_new_gelu_is_one_dispatch_with_the_unfused_bits(rng, half_first
     (y,) = rep.run({"x": x})
     assert rep.last_run.dispatches == 1 and "ACTIVATION_GELU" in rep.summary()
     (unfused,) = Backend.prepare(model, "CPU", fuse=False).run({"x": x})
-    assert np.array_equal(np.isnan(y), np.isnan(unfused))
-    assert np.array_equal(y[~np.isnan(y)].view(np.uint8), unfused[~np.isnan(unfused)].view(np.uint8))
+    _same_bits(y, unfused)
 
 
 def test_other_constants_run_unfused(rng):
@@ -168,7 +163,7 @@ def test_other_constants_run_unfused(rng):
     (y,) = rep.run({"x": x})
     assert rep.last_run.dispatches > 1
     (unfused,) = Backend.prepare(model, "CPU", fuse=False).run({"x": x})
-    assert np.array_equal(y.view(np.uint32), unfused.view(np.uint32))
+    _same_bits(y, unfused)
 
 
 # onnx's own Gelu node cases (the erf form and the tanh form, each also expanded into its function body);

@@ -49,6 +49,12 @@ def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
     return default
 
 
+def attr_text(node: onnx.NodeProto, name: str, default: Any = None) -> str:
+    """A string attribute as text (onnx's helper gives bytes), or str(default) where absent."""
+    v = _attr(node, name, default)
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
 def other_input(node: onnx.NodeProto, name: str) -> str:
     """A two-input node's operand that is not `name` (the Add / Mul / Div of a fused chain)."""
     return node.input[1] if node.input[0] == name else node.input[0]

@@ -13,7 +13,7 @@ import onnx
 
 import kompute_dml as kdml
 
-from .graph import _attr
+from .graph import _attr, attr_text
 from .handlers_values import device_tensor
 from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
@@ -106,8 +106,7 @@ def _bitshift(node: onnx.NodeProto, a: kdml.Tensor, b: kdml.Tensor, out: kdml.Te
     as unsigned, gives 0); a signed right shift (opset 28's int types) is arithmetic:
     ~(~a >> b) where a < 0, so those give -1."""
     dev = ctx.device
-    direction = _attr(node, "direction", b"")
-    direction = direction.decode() if isinstance(direction, bytes) else str(direction)
+    direction = attr_text(node, "direction", "")
     ua, ub, uo = _as_unsigned(a), _as_unsigned(b), _as_unsigned(out)
     if direction == "LEFT":
         kdml.left_shift(ua, ub, out=uo, device=dev)

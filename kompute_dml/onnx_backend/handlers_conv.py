@@ -24,7 +24,7 @@ import onnx
 import kompute_dml as kdml
 from kompute_dml.ops.convolution import backward_output_sizes, output_sizes
 
-from .graph import _attr
+from .graph import _attr, attr_text
 from .handlers_activation import fused_activation
 from .handlers_values import as_device
 from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype
@@ -37,8 +37,7 @@ def conv_padding(node: onnx.NodeProto, in_sizes: tuple[int, ...], window: tuple[
                  dilations: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The start and end padding of each spatial axis, as ONNX's Conv defines them."""
     n = len(in_sizes)
-    auto = _attr(node, "auto_pad", b"NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+    auto = attr_text(node, "auto_pad", "NOTSET")
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         start, end = [], []
         for i, k, s, d in zip(in_sizes, window, strides, dilations):
@@ -154,8 +153,7 @@ def transpose_padding(node: onnx.NodeProto, in_sizes: tuple[int, ...], window: t
     as onnxruntime's, the total split by floor division as the ONNX reference splits it), VALID
     (none) or pads."""
     n = len(in_sizes)
-    auto = _attr(node, "auto_pad", b"NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+    auto = attr_text(node, "auto_pad", "NOTSET")
     if auto not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
         raise ValueError(f"ConvTranspose {node.name!r}: auto_pad {auto!r} is not one ONNX defines")
     shape = _attr(node, "output_shape", None)

@@ -18,7 +18,7 @@ import onnx
 
 import kompute_dml as kdml
 
-from .graph import _attr
+from .graph import attr_text
 from .handlers_values import as_device, reshaped, strided
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
@@ -101,8 +101,7 @@ def _h_einsum(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: Run
     shapes = [tuple(_value_shape(v)) for v in ins]
     if any(0 in s or not s for s in shapes):
         raise FallbackNeeded("an empty or rank-0 operand")
-    equation = _attr(node, "equation")
-    equation = equation.decode() if isinstance(equation, bytes) else str(equation)
+    equation = attr_text(node, "equation")
     letters, out = parse(equation, [len(s) for s in shapes])
     if any(len(set(t)) != len(t) for t in (*letters, out)):
         raise FallbackNeeded("a repeated subscript (a diagonal)")

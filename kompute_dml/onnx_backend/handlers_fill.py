@@ -18,7 +18,7 @@ from onnx import numpy_helper
 
 import kompute_dml as kdml
 
-from .graph import _attr
+from .graph import _attr, attr_text
 from .handlers_values import BOOL, device_tensor, dml_numpy
 from .values import _DML_NUMPY, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
@@ -72,8 +72,7 @@ def _h_pad(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
     x, dt = ins[0], _value_dtype(ins[0])
     shape = _value_shape(x)
     r = len(shape)
-    mode_name = _attr(node, "mode", b"constant")
-    mode_name = mode_name.decode() if isinstance(mode_name, bytes) else str(mode_name)
+    mode_name = attr_text(node, "mode", "constant")
     if mode_name not in _PAD_MODES:
         raise FallbackNeeded(f"Pad mode {mode_name!r}")
     pads = _pads(ctx, node, ins, stats, r)

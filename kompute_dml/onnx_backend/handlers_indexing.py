@@ -19,7 +19,7 @@ import onnx
 
 import kompute_dml as kdml
 
-from .graph import _attr
+from .graph import _attr, attr_text
 from .handlers_math import _operands
 from .handlers_values import dml_numpy
 from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
@@ -37,8 +37,7 @@ def _nonempty(ins: list[Any]) -> None:
 
 
 def _reduction(node: onnx.NodeProto) -> str:
-    red = _attr(node, "reduction", "none")
-    return red.decode() if isinstance(red, bytes) else str(red)
+    return attr_text(node, "reduction", "none")
 
 
 def _h_gather_nd(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:

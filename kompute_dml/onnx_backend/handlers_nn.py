@@ -15,7 +15,7 @@ import onnx
 
 import kompute_dml as kdml
 
-from .graph import _attr
+from .graph import _attr, attr_text
 from .half_precision import as_float32, half_operand, use_half
 from .handlers_values import as_device, strided
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
@@ -166,8 +166,7 @@ def _row_activation(helper: str) -> Any:
 
 def _h_gelu(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     """Gelu (opset 20, com.microsoft): ACTIVATION_GELU; approximate "tanh" its extension of that form."""
-    approximate = _attr(node, "approximate", b"none")
-    approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
+    approximate = attr_text(node, "approximate", "none")
     if approximate not in ("none", "tanh"):
         raise ValueError(f"Gelu {node.name!r}: approximate {approximate!r} (none or tanh)")
     dt = _floats(node, ins[:1])

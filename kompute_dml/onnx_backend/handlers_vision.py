@@ -22,7 +22,7 @@ import onnx
 import kompute_dml as kdml
 from kompute_dml.functional.resample import resize_target
 
-from .graph import _attr
+from .graph import _attr, attr_text
 from .handlers_nn import _opset
 from .handlers_values import as_device, device_tensor, dml_numpy, packed
 from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
@@ -31,9 +31,6 @@ if TYPE_CHECKING:
     from .context import NodeContext
 
 
-def _text(node: onnx.NodeProto, name: str, default: str) -> str:
-    v = _attr(node, name, default)
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _optional(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], i: int, stats: RunStats) -> np.ndarray | None:
@@ -57,7 +54,7 @@ def _h_resize(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: Run
     shape = tuple(_value_shape(ins[0]))
     if dt not in (np.float32, np.float16):
         raise FallbackNeeded(f"{node.op_type} of {dt} (RESAMPLE2 takes float32 / float16)")
-    mode = _text(node, "mode", "nearest").lower()
+    mode = attr_text(node, "mode", "nearest").lower()
     opset = _opset(ctx.prepared.model)
     kw: dict[str, Any] = {}
     if node.op_type == "Upsample" or opset < 11:  # Upsample 7-9, Resize 10: (X, scales) or a scales attribute
@@ -68,18 +65,18 @@ def _h_resize(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: Run
         if mode == "nearest":
             kw["nearest_mode"] = _legacy(scales)
     else:
-        ctm = _text(node, "coordinate_transformation_mode", "half_pixel")
+        ctm = attr_text(node, "coordinate_transformation_mode", "half_pixel")
         if ctm == "tf_crop_and_resize" and mode == "nearest":
             raise FallbackNeeded("nearest tf_crop_and_resize (kompute_dml extrapolates linear and cubic)")
         axes = _attr(node, "axes", None)
         kw.update(roi=_optional(ctx, node, ins, 1, stats), scales=_optional(ctx, node, ins, 2, stats),
                   sizes=_optional(ctx, node, ins, 3, stats), coordinate_transformation_mode=ctm,
-                  nearest_mode=_text(node, "nearest_mode", "round_prefer_floor"),
+                  nearest_mode=attr_text(node, "nearest_mode", "round_prefer_floor"),
                   cubic_coeff_a=float(_attr(node, "cubic_coeff_a", -0.75)),
                   exclude_outside=bool(int(_attr(node, "exclude_outside", 0))),
                   extrapolation_value=float(_attr(node, "extrapolation_value", 0.0)),
                   axes=None if axes is None else [int(a) for a in axes], antialias=bool(int(_attr(node, "antialias", 0))),
-                  keep_aspect_ratio_policy=_text(node, "keep_aspect_ratio_policy", "stretch"))
+                  keep_aspect_ratio_policy=attr_text(node, "keep_aspect_ratio_policy", "stretch"))
         if kw["scales"] is not None and kw["sizes"] is not None:
             raise ValueError(f"Resize {node.name!r}: only one of scales and sizes may be given")
     if mode not in ("nearest", "linear", "cubic"):
@@ -113,7 +110,7 @@ def _h_depth_space(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats
     x = device_tensor(ctx, ins[0], stats, node.input[0])
     out = ctx.out_tensor(out_shape, dml_numpy(dt))
     fn = kdml.depth_to_space if to_space else kdml.space_to_depth
-    return [DeviceValue(fn(x, b, _text(node, "mode", "DCR"), out=out, device=ctx.device), out_shape, dt)]
+    return [DeviceValue(fn(x, b, attr_text(node, "mode", "DCR"), out=out, device=ctx.device), out_shape, dt)]
 
 
 def _h_lrn(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:

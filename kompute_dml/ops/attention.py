@@ -268,12 +268,13 @@ def compile_attention(device: Device, desc: Any) -> CompiledOperator:
         plans.append(DispatchPlan(variant=variant, bindings=bindings,
                                   push=C.MHA_PUSH.pack(**common, blocks=blocks, splits=1, chunk=0),
                                   groups=grid_for(count, spec[0], maxg), writes=out, offset_slots=slots, spec=spec))
-    elif blocked is not None:
-        local = blocked.local_size[0]
-        blocks = cdiv(p.seq, local // 16 * 4)
+    elif blocked is not None:  # (query rows per work group)
+        family = C.MHA_BLOCKED[blocked]
+        local = family.local_size[0]
+        blocks = cdiv(p.seq, blocked)
         count = p.batch * p.heads * blocks * local
         _addressing(count, "query blocks x heads x batch")
-        plans.append(DispatchPlan(variant=blocked.name(t=t), bindings=bindings,
+        plans.append(DispatchPlan(variant=family.name(t=t), bindings=bindings,
                                   push=C.MHA_PUSH.pack(**common, blocks=blocks, splits=1, chunk=0),
                                   groups=grid_for(count, local, maxg), writes=out, offset_slots=slots))
     elif tile is not None:

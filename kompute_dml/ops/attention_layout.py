@@ -324,14 +324,14 @@ def blocked_takes(kernel: str, width: int, seq: int, min_rows: int) -> bool:
     return kernel in ("blocked", "coopmat", "coopmat-emulated") and seq >= min_rows and width <= C.MHA_BLOCK_D
 
 
-def blocked_for(device: Device, p: Problem, kernel: str) -> Any:
-    """The blocked kernel's family (the most query rows per work group whose shared memory and
-    invocations the device has) where it takes the problem, else None."""
+def blocked_for(device: Device, p: Problem, kernel: str) -> int | None:
+    """The blocked kernel's query rows per work group (C.MHA_BLOCKED's key: the most whose shared
+    memory and invocations the device has) where it takes the problem, else None."""
     if not blocked_takes(kernel, max(p.dqk, p.dv), p.seq, device.policy.attention_blocked_min_rows):
         return None
     smem = int(device.limits.get("max_compute_shared_memory_size", 16384))
     invocations = int(device.limits.get("max_compute_work_group_invocations", 128))
-    return next((C.MHA_BLOCKED[bq] for bq in C.MHA_BLOCK_ROWS
+    return next((bq for bq in C.MHA_BLOCK_ROWS
                  if C.mha_blocked_smem(bq) <= smem and C.MHA_BLOCKED[bq].local_size[0] <= invocations), None)
 
 
