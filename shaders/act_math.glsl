@@ -3,7 +3,8 @@
 // unary_math.glsl (whose ScaleBias, exp, log1p, tanh and exact division it uses). The operator's
 // float32 parameters are in the element-wise block's unused b_str words: b_str[3] the first
 // (Alpha, Bias, Min), b_str[4] the second (Beta, Gamma, Threshold, Max), in the descriptor's order.
-// Products are correctly rounded in integer code (um_mul: subnormal results included); sums and
+// Products are correctly rounded (um_mul: the device's product where operands and result are normal,
+// else integer code, subnormal results included); sums and
 // differences are the device's float32 + and - (correctly rounded; `precise` keeps them
 // unfused); comparisons are on the bits (um_key), so none depends on a denormal mode.
 // Measured error bounds: docs/activation_params.md.
