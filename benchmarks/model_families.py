@@ -132,7 +132,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--allow-half-precision", action="store_true",
                     help="prepare with allow_half_precision (float32 products and convolutions in float16 on tensor cores)")
+    ap.add_argument("--drop-fusion", action="append", default=[], metavar="OPERATOR",
+                    help="an ablation: leave the fusion patterns onto this operator out (ROTARY_EMBEDDING, ...; repeatable)")
     args = ap.parse_args(argv)
+    if args.drop_fusion:
+        from kompute_dml.onnx_backend import fusion_match, fusions
+
+        unknown = set(args.drop_fusion) - {p.operator for p in fusions.PATTERNS}
+        if unknown:
+            ap.error(f"--drop-fusion: no pattern fuses onto {', '.join(sorted(unknown))}")
+        fusion_match.PATTERNS = tuple(p for p in fusions.PATTERNS if p.operator not in args.drop_fusion)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     rows = []
     for name in args.families.split(","):

@@ -249,12 +249,12 @@ TYPE_ONLY_CIRCLES = {
     # the prepared model's parts are built by BackendRep's passes and take it as their argument
     **{(f"{_B}.{m}", f"{_B}.rep"): "built from the prepared model (BackendRep)"
        for m in ("context", "device_graph", "fallback", "feeds", "fusion_attention", "fusion_bias", "fusion_gelu",
-                 "fusion_match", "fusion_qconv", "fusion_quant", "fusion_rmsnorm", "fusion_scale", "fusion_swish",
-                 "fusions", "plan_context", "product_groups")},
+                 "fusion_match", "fusion_qconv", "fusion_quant", "fusion_rmsnorm", "fusion_rotary", "fusion_scale",
+                 "fusion_swish", "fusions", "plan_context", "product_groups")},
     # handlers are typed by the context protocol that the executors implement
     **{(f"{_B}.{m}", f"{_B}.context"): "handlers take a NodeContext"
        for m in ("fusion_attention", "fusion_bias", "fusion_gelu", "fusion_qconv", "fusion_quant", "fusion_rmsnorm",
-                 "fusion_scale", "fusion_swish", "fusions", "half_precision", "product_groups",
+                 "fusion_rotary", "fusion_scale", "fusion_swish", "fusions", "half_precision", "product_groups",
                  # handlers.py and the handler modules some module on a circle imports by name (handlers.py
                  # finds every handler module's table at import: edges this static graph does not see)
                  "handlers", "handlers_activation", "handlers_conv", "handlers_integer", "handlers_math", "handlers_nn",

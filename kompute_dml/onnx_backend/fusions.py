@@ -18,7 +18,8 @@ anything and the executor runs the chain's nodes one by one instead.
 The fused kernels are the operators' kompute_dml extensions. docs/onnx.md's fusion table lists every
 pattern with its conditions; all give the unfused bits but the attention, RMS normalization and
 GELU chains (within tolerance). Chains with modules of their own: fusion_attention.py, fusion_bias.py,
-fusion_gelu.py, fusion_qconv.py, fusion_quant.py, fusion_rmsnorm.py, fusion_scale.py, fusion_swish.py.
+fusion_gelu.py, fusion_qconv.py, fusion_quant.py, fusion_rmsnorm.py, fusion_rotary.py, fusion_scale.py,
+fusion_swish.py.
 A chain that runs unfused runs the shorter chains matched inside it (Fusion.within: the attention's
 MatMul -> Mul as one GEMM) and its other nodes one by one. Here:
 - Add(a, b) -> LayerNormalization(axis = last): MEAN_VARIANCE_NORMALIZATION1 with a skip (the sum
@@ -52,6 +53,7 @@ from .fusion_gelu import gelu_patterns
 from .fusion_qconv import check_qdq_conv, run_qdq_conv
 from .fusion_quant import check_integer_product, run_integer_product
 from .fusion_rmsnorm import rms_norm_patterns
+from .fusion_rotary import rotary_patterns
 from .fusion_scale import matmul_scale_patterns
 from .fusion_swish import swish_patterns
 from .graph import _attr, _node_inputs
@@ -265,6 +267,8 @@ PATTERNS = (
     *gelu_patterns(Pattern),
     # [Conv ->] Sigmoid(x) -> Mul(x, .), SiLU: fusion_swish.py
     *swish_patterns(Pattern),
+    # Slice(x, D/2:) -> Neg -> Concat(., Slice(x, :D/2)) -> Mul(sin) ; Mul(x, cos) -> Add: fusion_rotary.py
+    *rotary_patterns(Pattern),
 )
 
 
@@ -333,7 +337,7 @@ def _chain(fusion: Fusion, executor: StepExecutor, ctx: NodeContext, graph: onnx
         ctx.note(f"nodes {list(fusion.nodes)} ({fusion.pattern.name}) ran unfused: {e}")
         inner = {f.carrier: f for f in fusion.within}
         absorbed = {j for f in fusion.within for j in f.nodes[:-1]}
-        for j in fusion.nodes:
+        for j in sorted(fusion.nodes):  # graph order: a chain's positions need not be (fusion_rotary.py's)
             if j in inner:
                 _chain(inner[j], executor, ctx, graph, lookup, stats)
             elif j not in absorbed:

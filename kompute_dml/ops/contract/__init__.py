@@ -369,6 +369,7 @@ REDUCE = family("reduce", "reduce.comp", "reduce_{t}_{o}", REDUCE_PUSH, (64, 1, 
 
 # ---- CONVOLUTION (ops/convolution.py, ops/conv_coop.py), BATCH_NORMALIZATION: contract/conv.py
 from .conv import BN, CONV, CONV_COOP, CONV_DIRECT, CONV_PUSH, CONV_REDUCE, CONV_SPLIT  # noqa: E402, F401
+from .rotary import ROTARY, ROTARY_PUSH, ROTARY_RANK  # noqa: E402, F401  (ROTARY_EMBEDDING: contract/rotary.py)
 
 # ---- MAX_POOLING2 / AVERAGE_POOLING (ops/pooling.py, pooling.comp): an output per invocation (k "_group": per group)
 POOL_PUSH = block("x_off", "y_off", "i_off")
@@ -390,7 +391,7 @@ FAMILIES: tuple[ShaderFamily, ...] = (
     DQL_MINMAX, DQL_QUANT, EW_EXT, TOPK, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, CONV_COOP, CONV_INT,
     POOL, POOL_Q8, BN, GEMM, GEMM_SPLIT, GEMM_REDUCE, GEMM_COOP, POOL_LP, RESAMPLE, LRN, QUANT, QCONV, QCONV_TILED,
     QCONV_SPLIT, QCONV_REDUCE, MHA_TILED, *MHA_BLOCKED.values(), MHA_ROWS, MHA_PRESENT, MHA_SPLIT,
-    MHA_COMBINE, MHA_COOP, *INDEX_FAMILIES,
+    MHA_COMBINE, MHA_COOP, *INDEX_FAMILIES, ROTARY,
 )
 
 
