@@ -1,12 +1,13 @@
 """Rotary position embedding on the device (com.microsoft RotaryEmbedding, GroupQueryAttention's
 do_rotary): out = x * C + swap(x) * S per head, where swap exchanges each rotated pair (the two
 halves of the head, or neighbours where interleaved) and C / S are rows of tables made once from
-the cos / sin caches, picked by position: [cos, cos] and [-sin, sin] (interleaved: each value
-twice, -sin / sin alternating). x1 cos - x2 sin is then x1 cos + x2 (-sin): the same two products
-and one sum, each rounded to the type, as onnxruntime's CPU kernel rounds them in float32.
-Dispatches: the swap (GATHER on the last axis), the two table rows (GATHER by position), two
-products and a sum (ELEMENT_WISE_MULTIPLY, ADD1). The caches must be constants; a rotary dimension
-below the head size runs on the CPU (FallbackNeeded)."""
+the cos / sin caches, picked by position. The two halves: tables [cos, cos] and [sin, sin], and
+ROTARY_EMBEDDING (kdml.rotary_embedding) negates the upper half as it reads it: x1 cos - x2 sin is
+x1 cos + (-x2) sin, the same two products and one sum, each rounded to the type, as onnxruntime's
+CPU kernel rounds them in float32. Dispatches: the two table rows (GATHER by position), then one.
+Interleaved (neighbours): [cos, cos] and [-sin, sin] with each value twice, the swap by GATHER on
+the last axis, two products and a sum (ELEMENT_WISE_MULTIPLY, ADD1). The caches must be constants;
+a rotary dimension below the head size runs on the CPU (FallbackNeeded)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ if TYPE_CHECKING:
 
 
 def _tables(ctx: NodeContext, cos_v: Any, sin_v: Any, names: tuple[str, str], dt: np.dtype, interleaved: bool,
-            stats: RunStats) -> tuple[kdml.Tensor, kdml.Tensor, kdml.Tensor, int]:
-    """(C table [positions, head size], S table, the swap's indices, head size), once per plan."""
+            stats: RunStats) -> tuple[kdml.Tensor, kdml.Tensor, kdml.Tensor | None, int]:
+    """(C table [positions, head size], S table, the swap's indices (interleaved only), head size),
+    once per plan."""
     key = ("rotary", names, str(dt), interleaved)
     hit = ctx.memo.get(key)
     if hit is not None:
@@ -40,11 +42,11 @@ def _tables(ctx: NodeContext, cos_v: Any, sin_v: Any, names: tuple[str, str], dt
         c = np.repeat(cos, 2, axis=1)
         s = np.stack([-sin, sin], axis=2).reshape(cos.shape[0], 2 * half)
         idx = np.arange(2 * half).reshape(half, 2)[:, ::-1].reshape(-1)
-    else:
-        c, s = np.concatenate([cos, cos], 1), np.concatenate([-sin, sin], 1)
-        idx = np.concatenate([np.arange(half, 2 * half), np.arange(half)])
+    else:  # (ROTARY_EMBEDDING negates and swaps the halves itself: no indices)
+        c, s = np.concatenate([cos, cos], 1), np.concatenate([sin, sin], 1)
+        idx = None
     made = (*(ctx.to_device(np.ascontiguousarray(a.astype(dt)), stats) for a in (c, s)),
-            ctx.to_device(idx.astype(np.int32), stats), 2 * half)
+            None if idx is None else ctx.to_device(idx.astype(np.int32), stats), 2 * half)
     ctx.memo[key] = made
     return made
 
@@ -85,11 +87,14 @@ def rotate(ctx: NodeContext, node: onnx.NodeProto, x: kdml.Tensor, cos_v: Any, s
         g = kdml.gather(tab, pos, axis=0, out=ctx.out_tensor((pb, s, d), dt), device=ctx.device)
         rows.append(kdml.Tensor.trusted(g.buffer, kdml.TensorDesc(g.desc.data_type, (b, s, h, d),
                                                                   (s * d if pb > 1 else 0, d, 0, 1)), g.offset))
+    out = ctx.out_tensor((b, h, s, d) if bhsd else (b, s, h * d), dt)
+    view = (b, s, h, d), ((h * s * d, d, s * d, 1) if bhsd else (s * h * d, h * d, d, 1))
+    ov = kdml.Tensor.trusted(out.buffer, kdml.TensorDesc(out.desc.data_type, *view), out.offset)
+    if not interleaved:
+        kdml.rotary_embedding(xv, rows[0], rows[1], out=ov, device=ctx.device)
+        return out
     swapped = kdml.gather(xv, idx, axis=3, out=ctx.out_tensor((b, s, h, d), dt), device=ctx.device)
     a = kdml.mul(xv, rows[0], out=ctx.out_tensor((b, s, h, d), dt), device=ctx.device)
     c = kdml.mul(swapped, rows[1], out=ctx.out_tensor((b, s, h, d), dt), device=ctx.device)
-    out = ctx.out_tensor((b, h, s, d) if bhsd else (b, s, h * d), dt)
-    view = (b, s, h, d), ((h * s * d, d, s * d, 1) if bhsd else (s * h * d, h * d, d, 1))
-    kdml.add(a, c, out=kdml.Tensor.trusted(out.buffer, kdml.TensorDesc(out.desc.data_type, *view), out.offset),
-             device=ctx.device)
+    kdml.add(a, c, out=ov, device=ctx.device)
     return out
