@@ -21,9 +21,10 @@ N = helper.make_node
 ELEM = {np.float32: T.FLOAT, np.float16: T.FLOAT16}
 
 
-def _model(dt=np.float32, sides=(0, 0, 0), cut=None):
+def _model(dt=np.float32, sides=(0, 0, 0), cut=None, third=False):
     """y = x cos + rotate_half(x) sin; `sides`: the sine's Mul, the cosine's Mul, the Add operands
-    swapped; `cut`: the slices at this constant instead of D/2 (not the halves)."""
+    swapped; `cut`: the slices at this constant instead of D/2 (not the halves); `third`: the Concat
+    takes an empty slice of x as a third input."""
     def pair(a, b, side):
         return [a, b] if side == 0 else [b, a]
 
@@ -35,9 +36,12 @@ def _model(dt=np.float32, sides=(0, 0, 0), cut=None):
     else:
         nodes.append(N("Identity", ["h"], ["h1"]))
     nodes += [N("Slice", ["x", "h1", "big", "last", "one"], ["hi"]), N("Neg", ["hi"], ["n"]),
-              N("Slice", ["x", "zero", "h1", "last", "one"], ["lo"]), N("Concat", ["n", "lo"], ["rot"], axis=-1),
+              N("Slice", ["x", "zero", "h1", "last", "one"], ["lo"]),
+              N("Concat", ["n", "lo", *(["x0"] if third else [])], ["rot"], axis=-1),
               N("Mul", pair("rot", "sin", sides[0]), ["ms"]), N("Mul", pair("x", "cos", sides[1]), ["mc"]),
               N("Add", pair("mc", "ms", sides[2]), ["y"])]
+    if third:
+        nodes.insert(0, N("Slice", ["x", "zero", "zero", "last", "one"], ["x0"]))
     inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in ints.items()]
     io = [helper.make_tensor_value_info("x", ELEM[dt], ["B", 4, "S", 16]),
           *(helper.make_tensor_value_info(n, ELEM[dt], ["B", 1, "S", 16]) for n in ("cos", "sin"))]
@@ -87,5 +91,15 @@ def test_other_slices_run_node_by_node(rng):
     rep = Backend.prepare(model, "CPU")
     (y,) = rep.run(feeds)
     assert rep.fusions.by_carrier and rep.last_run.dispatches > 1  # matched at prepare, unfused at the run
+    (want,) = Backend.prepare(model, "CPU", fuse=False).run(feeds)
+    assert np.array_equal(y.view(np.uint32), want.view(np.uint32))
+
+
+def test_a_concat_of_three_is_not_matched(rng):
+    feeds = _feeds(rng, np.float32)
+    model = _model(third=True)
+    rep = Backend.prepare(model, "CPU")
+    assert not rep.fusions.by_carrier
+    (y,) = rep.run(feeds)
     (want,) = Backend.prepare(model, "CPU", fuse=False).run(feeds)
     assert np.array_equal(y.view(np.uint32), want.view(np.uint32))

@@ -40,6 +40,8 @@ def check_rotary(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
         return "the Slices and the cosine's Mul do not read one x"
     if rep._elem_dtype(x) not in _TYPES:
         return f"x of type {rep._elem_dtype(x)}"
+    if len(cat.input) != 2:
+        return f"a Concat of {len(cat.input)} inputs"
     rank = rep._declared_rank(x)
     axis = int(_attr(cat, "axis", 0))
     if axis != -1 and (rank is None or axis != rank - 1):
