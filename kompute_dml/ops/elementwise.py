@@ -320,8 +320,8 @@ SPECS = (
     OperatorSpec(ElementWiseMultiplyDesc, ELEMENT_WISE_MULTIPLY, _arith("mul", ELEMENT_WISE_MULTIPLY),
                  (contract.EW_MUL,), helpers=("mul",),
                  onnx=(OnnxOp("Mul", "", "mul", kind="binary"),
-                       # products of the position tables (onnx_backend/rotary.py)
-                       OnnxOp("RotaryEmbedding", "com.microsoft", "mul", check=onnx_types.float_input),
+                       # products of the position tables (onnx_backend/handlers_onnx_attention.py; constant
+                       # caches: rotary.py, on ROTARY_EMBEDDING where the halves rotate)
                        OnnxOp("RotaryEmbedding", "", "mul", check=rotary_rule))),
     OperatorSpec(ElementWiseDivideDesc, ELEMENT_WISE_DIVIDE, _arith("div", ELEMENT_WISE_DIVIDE),
                  (contract.EW_DIV,), helpers=("div",),

@@ -4,11 +4,12 @@ embedding with the tables already picked per element,
     y = x * cos + rotate_half(x) * sin,   rotate_half(x)[..., j] = -x[..., j + D/2] (j < D/2), x[..., j - D/2],
 
 over the last dimension of D (even) elements, as Llama-family models export it (Slice, Slice, Neg,
-Concat, Mul, Mul, Add: onnx_backend/fusion_rotary.py runs that chain on it in one dispatch). Each
-step rounds as its node does: the sign flipped on the bits, the two products and the sum the
-device's float32 operations (not fused into an fma), FLOAT16 rounded to nearest even after each
-(as the element-wise operators round them): the unfused chain's bits. shaders/rotary.comp: one
-invocation per output element (contract.ROTARY).
+Concat, Mul, Mul, Add: onnx_backend/fusion_rotary.py runs that chain on it in one dispatch), and
+com.microsoft RotaryEmbedding / GroupQueryAttention's do_rotary on the halves, their tables' rows
+gathered by position first (onnx_backend/rotary.py). Each step rounds as its node does: the sign
+flipped on the bits, the two products and the sum the device's float32 operations (not fused into
+an fma), FLOAT16 rounded to nearest even after each (as the element-wise operators round them):
+the unfused chain's bits. shaders/rotary.comp: one invocation per output element (contract.ROTARY).
 
 Tensors: FLOAT32 or FLOAT16, all four of one type, 1 to 4 dimensions of the output's sizes (cos and
 sin broadcast by zero strides, DirectML's way), any strides and offsets; the output may not
@@ -35,7 +36,8 @@ from ..runtime import DispatchPlan, grid_for
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
-from .spec import OperatorSpec
+from .onnx_types import float_input
+from .spec import OnnxOp, OperatorSpec
 
 _FIELDS = ("input_tensor", "cos_tensor", "sin_tensor", "output_tensor")
 ROTARY_EMBEDDING = OperatorSupport("ROTARY_EMBEDDING", None, (
@@ -109,4 +111,8 @@ def rotary_embedding(x: Any, cos: Any, sin: Any, *, sine_first: bool = False, ou
 
 _F4 = TensorDesc(DataType.FLOAT32, (1, 2, 3, 4))
 SPECS = (OperatorSpec(RotaryEmbeddingDesc, ROTARY_EMBEDDING, compile_rotary_embedding, (contract.ROTARY,),
-                      helpers=("rotary_embedding",), example=lambda: RotaryEmbeddingDesc(_F4, _F4, _F4, _F4)),)
+                      helpers=("rotary_embedding",),
+                      # the halves on it, the tables' rows gathered by position (onnx_backend/rotary.py;
+                      # interleaved pairs: GATHER, MULTIPLY and ADD1)
+                      onnx=(OnnxOp("RotaryEmbedding", "com.microsoft", "rotary_embedding", check=float_input),),
+                      example=lambda: RotaryEmbeddingDesc(_F4, _F4, _F4, _F4)),)
