@@ -94,5 +94,8 @@ def test_refused(dev):
     five = TD(DT.FLOAT32, (1, 1, 2, 3, 4))
     with pytest.raises(kdml.UnsupportedError, match="input_tensor"):
         dev.compile(kdml.RotaryEmbeddingDesc(five, five, five, five))
+    x = dev.tensor(np.ones((2, 4), np.float32))  # every element reads its partner: never in place
+    with pytest.raises(kdml.InvalidArgumentError, match="output_tensor: overlaps input_tensor"):
+        kdml.rotary_embedding(x, np.ones(4, np.float32), np.ones(4, np.float32), out=x, device=dev)
     y = kdml.rotary_embedding(np.ones((2, 4), np.float32), np.ones(4, np.float32), np.ones(4, np.float32), device=dev)
     assert y.numpy().tolist() == [[0, 0, 2, 2]] * 2  # 1 * 1 + (-1) * 1, 1 * 1 + 1 * 1: the device stays usable
