@@ -238,6 +238,9 @@ def _reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
 # a type of the module above it in a signature. Harmless at run time (they never run); listed so
 # that a reader sees every circle, and so that a new one is a decision, not an accident.
 _B = f"{PACKAGE}.onnx_backend"
+# fusions.py's pattern modules: each checks chains against the prepared model (BackendRep) and runs
+# them on a NodeContext, as fusions.Pattern's check and run are typed
+_PATTERNS = tuple(m.rsplit(".", 1)[1] for m in MODULES if m.startswith(f"{_B}.fusion_") and m != f"{_B}.fusion_match")
 TYPE_ONLY_CIRCLES = {
     (f"{PACKAGE}.device.memory", f"{PACKAGE}.device.device"): "a Buffer names the Device that owns it",
     (f"{PACKAGE}.device.recording", f"{PACKAGE}.device.device"): "a Recording names the Device it records on",
@@ -248,13 +251,11 @@ TYPE_ONLY_CIRCLES = {
     (f"{PACKAGE}.runtime.staging", f"{PACKAGE}.runtime.memory"): "staging copies name DeviceMemory",
     # the prepared model's parts are built by BackendRep's passes and take it as their argument
     **{(f"{_B}.{m}", f"{_B}.rep"): "built from the prepared model (BackendRep)"
-       for m in ("context", "device_graph", "fallback", "feeds", "fusion_attention", "fusion_bias", "fusion_gelu",
-                 "fusion_match", "fusion_qconv", "fusion_quant", "fusion_rmsnorm", "fusion_rotary", "fusion_scale",
-                 "fusion_swish", "fusions", "plan_context", "product_groups")},
+       for m in ("context", "device_graph", "fallback", "feeds", *_PATTERNS, "fusion_match", "fusions", "plan_context",
+                 "product_groups")},
     # handlers are typed by the context protocol that the executors implement
     **{(f"{_B}.{m}", f"{_B}.context"): "handlers take a NodeContext"
-       for m in ("fusion_attention", "fusion_bias", "fusion_gelu", "fusion_qconv", "fusion_quant", "fusion_rmsnorm",
-                 "fusion_rotary", "fusion_scale", "fusion_swish", "fusions", "half_precision", "product_groups",
+       for m in (*_PATTERNS, "fusions", "half_precision", "product_groups",
                  # handlers.py and the handler modules some module on a circle imports by name (handlers.py
                  # finds every handler module's table at import: edges this static graph does not see)
                  "handlers", "handlers_activation", "handlers_conv", "handlers_integer", "handlers_math", "handlers_nn",

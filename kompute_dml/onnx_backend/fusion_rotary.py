@@ -82,10 +82,11 @@ def run_rotary(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[
         if _value_dtype(t) != dt:
             raise FallbackNeeded(f"a table of type {_value_dtype(t)}")
         try:
-            if tuple(np.broadcast_shapes(_value_shape(t), shape)) != shape:
-                raise FallbackNeeded("tables that broadcast x")
+            full = tuple(np.broadcast_shapes(_value_shape(t), shape))
         except ValueError:
-            raise FallbackNeeded("tables that do not broadcast to x") from None
+            full = None
+        if full != shape:
+            raise FallbackNeeded(f"a table of shape {_value_shape(t)}, not broadcast to x's {shape}")
         tables.append(as_device(ctx, t, stats, t_name).tensor)
     y = kdml.rotary_embedding(as_device(ctx, x, stats, name).tensor, *tables, sine_first=add.input[0] == mul_s.output[0],
                               out=ctx.out_tensor(shape, dt), device=ctx.device)

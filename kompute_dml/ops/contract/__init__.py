@@ -168,7 +168,7 @@ MMG = family("mmg", "matmul_gemv.comp", "mmg8{dot}_{b}", MATMUL_PUSH, None, dot=
 # ---- element-wise operators (ops/elementwise.py, ops/elementwise_logic.py, shaders/elementwise.comp)
 # and the cumulative operators (ops/cumulative.py, shaders/cumulative.comp): contract/elementwise.py
 from .attention import MHA_BLOCKED, MHA_COMBINE, MHA_COOP, MHA_PRESENT, MHA_PUSH, MHA_ROWS, MHA_SPLIT, MHA_TILED  # noqa: E402, F401
-from .elementwise import (  # noqa: E402
+from .elementwise import (  # noqa: E402, F401  (re-exported; FAMILIES finds the families)
     CUM,
     CUM_WG,
     EW_ADD,
@@ -205,7 +205,7 @@ from .elementwise import (  # noqa: E402
     EW_XOR,
 )
 from .fill_pad import FILL, FILL_PUSH, FILL_SEQ, PAD, PAD_PUSH, PAD_RANK  # noqa: E402, F401
-from .indexing import INDEX_FAMILIES  # noqa: E402  (GATHER_ND(1), SCATTER(_ND), ONE_HOT)
+from .indexing import INDEX_FAMILIES  # noqa: E402, F401  (GATHER_ND(1), SCATTER(_ND), ONE_HOT)
 from .quant import CONV_INT, CONV_INT_PUSH, QCONV, QCONV_PUSH, QCONV_REDUCE, QCONV_SPLIT, QCONV_TILED, QUANT  # noqa: E402, F401
 from .top_k import TOPK, TOPK_PUSH, TOPK_RANK, TOPK_TILE  # noqa: E402, F401
 from .vision import LRN, LRN_PUSH, RESAMPLE, RESAMPLE_PUSH  # noqa: E402, F401
@@ -381,18 +381,18 @@ POOL_Q8 = family("pool_q8", "pooling.comp", "pool_max_{t}{k}", POOL_PUSH, (256, 
 POOL_LP = family("pool_lp", "pooling.comp", "pool_lp_{t}{k}", POOL_PUSH, (256, 1, 1), t=("f32", "f16"), k=("", "_group"),
                  defines=lambda t, k: {"MAX": 0, "LP": 1, "F16": int(t == "f16"), "GROUP": int(k != "")})
 
-FAMILIES: tuple[ShaderFamily, ...] = (
-    COPY, COPY_PACKED, COPY_PACKED_TAIL, COPY_VEC, COPY_TILE, ROWS_COPY, DIAG, DIAG_IN, DIAG_BAND, ROWS_DIAG,
-    ROWS_DIAG_IN, FLAT_DIAG, FLAT_DIAG_IN, MMI_TEXEL, MMI_PACKED, MMI_GENERIC, MMI_GPU, MMC, MMW, MMG,
-    EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_EQ, EW_GE, EW_AND, EW_ISNAN, EW_ISINF, EW_IF, EW_GT, EW_LT, EW_LE, EW_NOT,
-    EW_OR, EW_XOR, EW_BAND, EW_BOR, EW_BXOR, EW_BNOT,
-    EW_POW, EW_ATAN2, EW_MOD, EW_SHIFT, EW_POPCNT, EW_DSQ, CUM, CUM_WG, CAST, DEQUANT, GATHER, GATHER_CHECK, FILL, FILL_SEQ, PAD,
-    *FLOAT_UNARY.values(), SMX_FAST, SMX_GEN, SMX_EXT_FAST, SMX_EXT_GEN, LSM_FAST, LSM_GEN, HMX_FAST, HMX_GEN,
-    DQL_MINMAX, DQL_QUANT, EW_EXT, TOPK, MVN, MVN_SKIP, REDUCE, CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, CONV_COOP, CONV_INT,
-    POOL, POOL_Q8, BN, GEMM, GEMM_SPLIT, GEMM_REDUCE, GEMM_COOP, POOL_LP, RESAMPLE, LRN, QUANT, QCONV, QCONV_TILED,
-    QCONV_SPLIT, QCONV_REDUCE, MHA_TILED, *MHA_BLOCKED.values(), MHA_ROWS, MHA_PRESENT, MHA_SPLIT,
-    MHA_COMBINE, MHA_COOP, *INDEX_FAMILIES, ROTARY,
-)
+def _declared(names: dict[str, object]) -> tuple[ShaderFamily, ...]:
+    """Every family bound here (alone or in a dict / tuple: FLOAT_UNARY, MHA_BLOCKED, INDEX_FAMILIES),
+    once, in binding order: declared here or imported from its submodule, a family is built."""
+    found: dict[int, ShaderFamily] = {}
+    for v in names.values():
+        for f in v.values() if isinstance(v, dict) else v if isinstance(v, tuple) else (v,):
+            if isinstance(f, ShaderFamily):
+                found.setdefault(id(f), f)
+    return tuple(found.values())
+
+
+FAMILIES: tuple[ShaderFamily, ...] = _declared(dict(globals()))
 
 
 def by_variant(families: tuple[ShaderFamily, ...] = FAMILIES) -> dict[str, ShaderFamily]:
