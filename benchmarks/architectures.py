@@ -3,8 +3,12 @@ weights) and torchvision networks exported with torch.onnx.export (opset 17), ea
 backend against onnxruntime's CPU provider at two batch sizes: where its nodes run (the node types
 left on the CPU), the CPU sub-graphs and transfers of a run, the largest relative difference and
 the smallest per-row cosine. A correctness sweep of model shapes no test builds, not a timing.
+`--variant fp16` converts each export to float16 (onnxruntime's convert_float_to_float16, float32
+inputs and outputs kept) and compares it with onnxruntime running the float32 export; `--variant
+int8` quantizes it with quantize_dynamic (int8 weights) and compares with onnxruntime running the
+int8 model.
 
-    python -m benchmarks.architectures [--set transformers|torchvision|all] [NAME ...]
+    python -m benchmarks.architectures [--set transformers|torchvision|all] [--variant fp32|fp16|int8] [NAME ...]
 
 Needs torch and transformers (requirements-model.txt); the torchvision set needs torchvision.
 """
@@ -134,24 +138,63 @@ def _export(module: Any, names: list[str], example: dict[str, np.ndarray], path:
                           output_names=["out"], opset_version=17, dynamo=False, dynamic_axes=dims)
 
 
+VARIANT = "fp32"  # main's --variant
+FP16_NORMAL = 6.103515625e-05  # float16's smallest normal number
+
+
+def _variant(path: str) -> tuple[str, list[tuple[str, str]]]:
+    """The model to run for VARIANT, and the models onnxruntime runs beside it (label, path): the
+    reference first. float16: the float32 export, then onnxruntime's run of the converted model
+    (which tells a conversion that loses the model from a difference of ours); int8: the int8
+    model, then the float32 export (how far each int8 run is from the float32 model)."""
+    if VARIANT == "fp16":
+        import onnx
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        out = path.replace(".onnx", "-fp16.onnx")
+        onnx.save(convert_float_to_float16(onnx.load(path), keep_io_types=True), out)
+        return out, [("", path), ("vs ORT's fp16 ", out)]
+    if VARIANT == "int8":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        out = path.replace(".onnx", "-int8.onnx")
+        quantize_dynamic(path, out, weight_type=QuantType.QInt8)
+        return out, [("", out), ("vs float32 ", path)]
+    return path, [("", path)]
+
+
+def _min_cos(got: np.ndarray, want: np.ndarray, b: int) -> float:
+    a, w = got.reshape(b, -1), want.reshape(b, -1)
+    return min(float(a[i] @ w[i] / (np.linalg.norm(a[i]) * np.linalg.norm(w[i]) + 1e-30)) for i in range(b))
+
+
 def _compare(path: str, feeds: Callable[[int, np.random.Generator], dict[str, np.ndarray]]) -> str:
     import onnxruntime as ort
 
     from kompute_dml.onnx_backend import CPU, Backend
 
+    path, references = _variant(path)
     rep = Backend.prepare(path, "CPU")
     cpu = sorted({p.op_type for p in rep.placement if p.target == CPU})
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    sessions = [(tag, ref, ort.InferenceSession(ref, providers=["CPUExecutionProvider"])) for tag, ref in references]
     rows = []
     for b in (1, 3):
         f = feeds(b, np.random.default_rng(b))
-        want = sess.run(None, f)[0].astype(np.float64)
         got = rep.run(f)[0].astype(np.float64)
-        a, w = got.reshape(b, -1), want.reshape(b, -1)
-        cos = min(float(a[i] @ w[i] / (np.linalg.norm(a[i]) * np.linalg.norm(w[i]) + 1e-30)) for i in range(b))
-        rel = float(np.abs(got - want).max() / (np.abs(want).max() + 1e-30))
         st = rep.last_run
-        rows.append(f"b{b}: cos {cos:.6f} rel {rel:.1e} CPU sub-graphs {st.cpu_segments} up/down {st.uploads}/{st.downloads}")
+        row = f"b{b}: "
+        for tag, ref, sess in sessions:
+            want = sess.run(None, f)[0].astype(np.float64)
+            if tag and ref != path:  # the int8 model as onnxruntime runs it, against the float32 model too
+                own = sessions[0][2].run(None, f)[0].astype(np.float64)
+                row += f"{tag}cos {_min_cos(got, want, b):.6f} (ORT's {_min_cos(own, want, b):.6f}) "
+                continue
+            row += f"{tag}cos {_min_cos(got, want, b):.6f} rel {float(np.abs(got - want).max() / (np.abs(want).max() + 1e-30)):.1e} "
+            if VARIANT == "fp16" and ref != path and np.abs(want).max() < FP16_NORMAL:
+                # random weights whose activations shrink layer by layer: float16 flushes them (onnxruntime's
+                # CPU provider computes the converted model's nodes without float16 kernels in float32)
+                row += f"(float32 outputs below float16's normal range: max {np.abs(want).max():.1e}) "
+        rows.append(row + f"CPU sub-graphs {st.cpu_segments} up/down {st.uploads}/{st.downloads}")
     return f"nodes {len(rep.graph.node)}, CPU ops {cpu or '-'} | " + " | ".join(rows)
 
 
@@ -170,6 +213,12 @@ def _transformers_case(name: str, tmp: str) -> str:
 
 
 def _torchvision_case(name: str, tmp: str) -> str:
+    path = export_torchvision(name, tmp)
+    return _compare(path, lambda b, rng: {"x": rng.standard_normal((b, 3, 96, 96)).astype(np.float32)})
+
+
+def export_torchvision(name: str, tmp: str) -> str:
+    """torchvision's `name` (random weights) exported to tmp at 96 x 96, batch dynamic; its path."""
     import torch
     import torchvision
 
@@ -180,14 +229,18 @@ def _torchvision_case(name: str, tmp: str) -> str:
     model = factory(weights=None, weights_backbone=None) if name.startswith("segmentation.") else factory()
     path = os.path.join(tmp, f"{name}.onnx")
     _export(model.eval(), ["x"], {"x": np.zeros((2, 3, 96, 96), np.float32)}, path)
-    return _compare(path, lambda b, rng: {"x": rng.standard_normal((b, 3, 96, 96)).astype(np.float32)})
+    return path
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", default="all", choices=("transformers", "torchvision", "all"))
+    ap.add_argument("--variant", default="fp32", choices=("fp32", "fp16", "int8"),
+                    help="fp16: converted, float32 I/O kept, against the float32 export; int8: quantize_dynamic")
     ap.add_argument("names", nargs="*", help="a subset of the set's names")
     args = ap.parse_args()
+    global VARIANT
+    VARIANT = args.variant
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     warnings.filterwarnings("ignore")
     cases: list[tuple[str, Callable[[str, str], str]]] = []
