@@ -42,41 +42,14 @@
 #define CONV_F_BACKWARD 8u
 #define CONV_F_W_KCONTIG 16u
 
-// the fused activations (ops/convolution.py FUSED): none or IDENTITY, ACTIVATION_RELU, then the
-// others, whose functions are act_math.glsl's / unary_math.glsl's (the standalone operators' code)
-#define ACT_NONE 0u
-#define ACT_RELU 1u
-#define ACT_LEAKY_RELU 2u
-#define ACT_CLIP 3u
-#define ACT_SIGMOID 4u
-#define ACT_HARD_SIGMOID 5u
-#define ACT_HARD_SWISH 6u
-#define ACT_TANH 7u
-#define ACT_ELU 8u
-#define ACT_SWISH 9u
-
-// the activation's parameters, through functions: act_math.glsl's functions have locals named p
+// the fused activation's parameters, through functions: act_math.glsl's functions have locals
+// named p; its kinds (ACT_*) and fused_act: fused_act.glsl
 uint conv_act_p0() { return p[P_ACT + 1]; }  // Alpha / Min
 uint conv_act_p1() { return p[P_ACT + 2]; }  // Beta / Max
-#define UM_LIB_ONLY 1
 #define UM_P0 conv_act_p0()
 #define UM_P1 conv_act_p1()
-#include "unary_math.glsl"
-
-// The fused activation of `kind` (> ACT_RELU) on float32 bits
-uint conv_act(uint x, uint kind) {
-    switch (kind) {
-        case ACT_LEAKY_RELU: return um_leaky_relu(x);
-        case ACT_CLIP: return um_clip(x);
-        case ACT_SIGMOID: return um_sigmoid(x);
-        case ACT_HARD_SIGMOID: return um_hard_sigmoid(x);
-        case ACT_HARD_SWISH: return um_hard_swish(x);
-        case ACT_TANH: return um_tanh(x);
-        case ACT_ELU: return um_elu(x);
-        case ACT_SWISH: return um_swish(x, F16 != 0);  // its sigmoid rounded as FLOAT16 SIGMOID's
-        default: return x;
-    }
-}
+#define FA_F16 F16
+#include "fused_act.glsl"
 
 float conv_load_b(uint e) {
 #if F16
@@ -98,10 +71,10 @@ uint conv_finish(float sum, uint co) {
     if (kind == ACT_RELU && v <= 0.0) v = 0.0;
 #if F16
     uint h = f2h(floatBitsToUint(v));
-    return kind > ACT_RELU ? f2h(conv_act(h2f(h), kind)) : h;
+    return kind > ACT_RELU ? f2h(fused_act(h2f(h), kind)) : h;
 #else
     uint x = floatBitsToUint(v);
-    return kind > ACT_RELU ? conv_act(x, kind) : x;
+    return kind > ACT_RELU ? fused_act(x, kind) : x;
 #endif
 }
 

@@ -6,7 +6,7 @@
 // BIT_AND / OR / XOR / NOT (ops/elementwise_bit.py); POW (ops/elementwise_pow.py); ATAN_YX
 // (ops/elementwise_trig.py); MODULUS_TRUNCATE / _FLOOR, BIT_SHIFT_LEFT / _RIGHT, BIT_COUNT, DIFFERENCE_SQUARE
 // (ops/elementwise_integer.py), one variant per operation and element type (the contract's ew_* families): OP, IN_BITS / IN_KIND (0 unsigned, 1 signed, 2 float), OUT_BITS, NIN (input
-// tensors), RANK (dimensions in the push block).
+// tensors), RANK (dimensions in the push block), ACT (ADD1's fused activation: the ew_add1 variants).
 //
 // Every buffer is read as 32-bit words. Integers: add, subtract and multiply wrap in the
 // element type (two's complement: the low bits of the 32- or 64-bit result); divide truncates
@@ -144,6 +144,16 @@ uint f_key(uint x) {
 #define UM_PARAM_WORDS pc.prm
 #endif
 #include "unary_math.glsl"
+#endif
+
+#if ACT
+// ELEMENT_WISE_ADD1's FusedActivation (the ew_add1 variants, floats): kind and two float32
+// parameter words in pc.prm (ops/conv_fused.py's words), applied by fused_act.glsl to the sum as
+// the output type holds it, so the result is the bits of ADD then the standalone activation
+#define UM_P0 pc.prm[1]
+#define UM_P1 pc.prm[2]
+#define FA_F16 (IN_BITS == 16 ? 1 : 0)
+#include "fused_act.glsl"
 #endif
 
 // float16 bits -> float32, exact; float32 -> float16 bits, nearest even (f16_bits.glsl)
@@ -392,7 +402,15 @@ OVAL result(VAL a, VAL b) {
 #else
     r = x * y;
 #endif
+#if ACT
+    uint y_bits = from_f(r);
+    uint kind = pc.prm[0];
+    // ReLU (ACTIVATION_RELU's bits): -0 and negatives +0, NaN kept
+    if (kind == ACT_RELU) return ((y_bits & FSIGN) != 0u && !f_nan(y_bits)) ? 0u : y_bits;
+    return kind > ACT_RELU ? from_f32_bits(fused_act(to_f32_bits(y_bits), kind)) : y_bits;
+#else
     return from_f(r);
+#endif
 #elif OP <= OP_DIV && IN_BITS == 64
 #if OP == OP_ADD
     return add64(a, b);

@@ -147,12 +147,21 @@ def _bool_type(data_type: Any) -> DataType:
     return DataType.coerce(data_type, "data_type")
 
 
-def add(a: Any, b: Any, *, out: Tensor | None = None, device: Device | None = None) -> Tensor:
-    """a + b: DML_ELEMENT_WISE_ADD1 (FusedActivation None) for FLOAT32/FLOAT16 from feature level
-    2_0, DML_ELEMENT_WISE_ADD otherwise (integers wrap in their type)."""
+def add(a: Any, b: Any, *, activation: Any = None, out: Tensor | None = None, device: Device | None = None) -> Tensor:
+    """a + b: DML_ELEMENT_WISE_ADD1 for FLOAT32/FLOAT16 from feature level 2_0, DML_ELEMENT_WISE_ADD
+    otherwise (integers wrap in their type). `activation`: ADD1's FusedActivation, an activation
+    descriptor whose tensors are None (``kdml.ActivationReluDesc(None, None)``; CONVOLUTION's
+    list, ops/conv_fused.py), applied to the sum in one dispatch: the bits of the sum then the
+    standalone activation."""
     dev, (ta, tb) = _operands((a, b), _NAMES, device)
     use_add1 = ta.desc.data_type.is_float and dev.feature_level >= FeatureLevel.FL_2_0
-    return _run(ElementWiseAdd1Desc if use_add1 else ElementWiseAddDesc, [ta, tb], _NAMES, None, out, dev)
+    if activation is None:
+        return _run(ElementWiseAdd1Desc if use_add1 else ElementWiseAddDesc, [ta, tb], _NAMES, None, out, dev)
+    if not use_add1:
+        raise invalid("activation", f"a fused activation needs ELEMENT_WISE_ADD1: FLOAT32 or FLOAT16 operands at "
+                                    f"feature level 2_0 or later, got {ta.desc.data_type.name} at {dev.feature_level.name}")
+    return _run(lambda da, db, do: ElementWiseAdd1Desc(da, db, do, fused_activation=activation), [ta, tb], _NAMES,
+                None, out, dev)
 
 
 def sub(a: Any, b: Any, *, out: Tensor | None = None, device: Device | None = None) -> Tensor:

@@ -28,7 +28,8 @@ MatMul -> Mul as one GEMM) and its other nodes one by one. Here:
 - Add(scores, mask) -> Softmax(axis = last) -> IsNaN -> Where(isnan, 0, softmax): ACTIVATION_SOFTMAX1
   with its mask and NaN -> 0; the Where's constant +0.0 (Where copies its bits, the kernel writes +0);
 - Conv -> an activation of handlers_activation.FUSED_TYPES: CONVOLUTION's fused activation, the
-  standalone operator's bits of the rounded Conv output; BatchNormalization -> Relu likewise.
+  standalone operator's bits of the rounded Conv output; BatchNormalization -> Relu likewise;
+- Add -> Relu: ELEMENT_WISE_ADD1 with its fused ReLU (the sum's bits, then ReLU's).
 (com.microsoft SkipLayerNormalization needs no pattern: its handler is one dispatch.)
 """
 
@@ -194,6 +195,20 @@ def _run_batch_norm_relu(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: 
     return batch_norm_node(ctx, bn, [_input(lookup, bn, i) for i in range(5)], stats, True)
 
 
+def _run_add_relu(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
+                  stats: RunStats) -> list[Any]:
+    """Add -> Relu as ELEMENT_WISE_ADD1 with its fused ReLU (a ResNet block's end): the sum's bits,
+    then ReLU's, in one dispatch."""
+    if ctx.device.feature_level < kdml.FeatureLevel.FL_2_0:
+        raise Unfused("ELEMENT_WISE_ADD1 needs feature level 2_0")
+    a, b, shape, dt = _sum_operands(ctx, nodes[0], lookup, stats)
+    y = kdml.add(a, b, activation=_RELU, out=ctx.out_tensor(shape, dt), device=ctx.device)
+    return [DeviceValue(y, shape, dt)]
+
+
+_RELU = kdml.ActivationReluDesc(None, None)
+
+
 # ---- the static checks ---------------------------------------------------------------------
 def _float_sum(rep: BackendRep, add: onnx.NodeProto) -> str:
     dts = {rep._elem_dtype(n) for n in add.input}
@@ -253,6 +268,8 @@ PATTERNS = (
             "MATRIX_MULTIPLY_INTEGER_TO_FLOAT", check_integer_product, run_integer_product, claims=(0,)),
     Pattern("BatchNormalization+Relu", ("BatchNormalization", "Relu"), ((0, 1, 0),), "BATCH_NORMALIZATION",
             lambda rep, nodes: "", _run_batch_norm_relu),
+    Pattern("Add+Relu", ("Add", "Relu"), ((0, 1, 0),), "ELEMENT_WISE_ADD1", lambda rep, nodes: _float_sum(rep, nodes[0]),
+            _run_add_relu),
     Pattern("DequantizeLinear+Conv+QuantizeLinear", ("DequantizeLinear", "Conv", "QuantizeLinear"), ((0, 1, 0), (1, 2, 0)),
             "QUANTIZED_LINEAR_CONVOLUTION", check_qdq_conv, run_qdq_conv),
     # MatMul(Q, K^T) -> [Mul | Div] -> [Add mask] -> Softmax -> [Cast]* -> MatMul(., V): fusion_attention.py

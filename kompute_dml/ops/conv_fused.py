@@ -1,5 +1,6 @@
-"""CONVOLUTION's FusedActivation (ops/convolution.py): which activation descriptors fuse, and the
-words shaders/conv_common.glsl reads for them (P_ACT: the kind, then two float32 parameters).
+"""The FusedActivation of CONVOLUTION (ops/convolution.py) and ELEMENT_WISE_ADD1 (ops/elementwise.py):
+which activation descriptors fuse, and the words their shaders read for them (the kind, then two
+float32 parameters: conv_common.glsl's P_ACT, elementwise.comp's prm; shaders/fused_act.glsl).
 
 Fused: None and ACTIVATION_IDENTITY (nothing applied), ACTIVATION_RELU, and ACTIVATION_LEAKY_RELU,
 ACTIVATION_SIGMOID, ACTIVATION_HARD_SIGMOID, ACTIVATION_HARD_SWISH, ACTIVATION_TANH, ACTIVATION_ELU,
@@ -39,15 +40,16 @@ def _class_of(name: str) -> type:
 FUSED: dict[type, str] = {_class_of(name): name for name in _KINDS}
 
 
-def fused_words(device: Any, act: Any) -> list[int]:
+def fused_words(device: Any, act: Any, operator: str = "CONVOLUTION") -> list[int]:
     """[kind, parameter 0, parameter 1] of a descriptor's FusedActivation (float32 bit patterns);
-    the errors of the module docstring."""
+    the errors of the module docstring (`operator`: the operator they name, CONVOLUTION or
+    ELEMENT_WISE_ADD1)."""
     if act is None:
         return [ACT_NONE, 0, 0]
     known = (ActivationReluDesc, ActivationIdentityDesc, *FUSED)
     if not isinstance(act, known):
         names = ", ".join(["ACTIVATION_RELU", "ACTIVATION_IDENTITY", *FUSED.values()])
-        raise UnsupportedError(f"fused_activation: CONVOLUTION fuses {names} in kompute_dml, got {type(act).__name__}")
+        raise UnsupportedError(f"fused_activation: {operator} fuses {names} in kompute_dml, got {type(act).__name__}")
     if getattr(act, "input_tensor", None) is not None or getattr(act, "output_tensor", None) is not None:
         raise invalid("fused_activation", "a fused activation's tensors must be None")
     if isinstance(act, (ActivationReluDesc, ActivationIdentityDesc)):

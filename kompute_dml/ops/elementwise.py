@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.dtypes import DataType, FeatureLevel
-from ..core.errors import UnsupportedError, invalid
+from ..core.errors import invalid
 from ..core.layout import check_no_overlap
 from ..core.registry import (
     ALL_TYPES,
@@ -61,7 +61,6 @@ def _binary(name: str, op_type: int, rows: Sequence[tuple[FeatureLevel, tuple[in
 _ARITH_ROWS = ((FL.FL_1_0, (4, 5), FLOATS), (FL.FL_2_1, (4, 5), FLOATS | INTS_32), (FL.FL_3_0, (1, 8), FLOATS | INTS_32),
                (FL.FL_4_1, (1, 8), FLOATS | INTS_32 | INTS_64), (FL.FL_5_1, (1, 8), NUMERIC))
 ELEMENT_WISE_ADD = _binary("ELEMENT_WISE_ADD", 4, _ARITH_ROWS)
-ELEMENT_WISE_ADD1 = _binary("ELEMENT_WISE_ADD1", 89, ((FL.FL_2_0, (4, 5), FLOATS), (FL.FL_3_0, (1, 8), FLOATS)))
 # SUBTRACT's pages list 4 dimensions (not 4 to 5) at 1_0 and 2_1; MULTIPLY's 4 to 5
 ELEMENT_WISE_SUBTRACT = _binary("ELEMENT_WISE_SUBTRACT", 30, ((FL.FL_1_0, (4, 4), FLOATS), (FL.FL_2_1, (4, 4), FLOATS | INTS_32),
                                                               *_ARITH_ROWS[2:]))
@@ -101,9 +100,10 @@ class ElementWiseAddDesc:
 
 @dataclass(frozen=True)
 class ElementWiseAdd1Desc:
-    """DML_ELEMENT_WISE_ADD1_OPERATOR_DESC: Output = FusedActivation(A + B). kompute_dml
-    supports FusedActivation = None only (UnsupportedError naming fused_activation otherwise).
-    In place allowed."""
+    """DML_ELEMENT_WISE_ADD1_OPERATOR_DESC: Output = FusedActivation(A + B). FusedActivation:
+    None, or for FLOAT32 / FLOAT16 one of CONVOLUTION's (ops/conv_fused.py: RELU, LEAKY_RELU,
+    SIGMOID, HARD_SIGMOID, HARD_SWISH, TANH, ELU, SWISH, IDENTITY, CLIP), applied to the sum as the
+    output type holds it: the bits of ADD1 then the standalone activation. In place allowed."""
 
     a_tensor: TensorDesc
     b_tensor: TensorDesc
@@ -232,12 +232,12 @@ def type_code(dt: DataType, signed: bool) -> str:
 
 
 def _compile(device: Device, desc: Any, support: OperatorSupport, family: contract.ShaderFamily, variant: str,
-             in_place: bool) -> CompiledOperator:
+             in_place: bool, prm: Sequence[int] = ()) -> CompiledOperator:
     fields = support.fields
     descs = [getattr(desc, f) for f in fields]
     check_no_overlap(descs[-1].sizes, descs[-1].effective_strides, fields[-1])
     check_addressable(fields, descs)
-    plans = plan_elementwise(family, variant, descs, **device_limits(device))
+    plans = plan_elementwise(family, variant, descs, prm=prm, **device_limits(device))
     cls = CompiledElementWiseInPlace if in_place else CompiledElementWise
     return cls(device, desc, support, support.inputs, support.outputs, list(plans))
 
@@ -257,10 +257,6 @@ _ARITH_FAMILIES = {"add": contract.EW_ADD, "sub": contract.EW_SUB, "mul": contra
 
 def _arith(op: str, support: OperatorSupport) -> Any:
     def compile_arith(device: Device, desc: Any) -> CompiledOperator:
-        act = getattr(desc, "fused_activation", None)
-        if act is not None:
-            raise UnsupportedError(f"fused_activation: {support.name} with a fused activation is not supported by "
-                                   f"kompute_dml (FusedActivation must be None), got {type(act).__name__}")
         _validate(device, desc, support, ("a_tensor", "b_tensor", "output_tensor"))
         dt = desc.a_tensor.data_type
         fam = _ARITH_FAMILIES[op]
@@ -311,9 +307,6 @@ SPECS = (
                        # a fold of additions; Mean divides by the count last (onnx_backend/handlers_activation.py)
                        OnnxOp("Sum", "", "add", check=onnx_types.float_inputs),
                        OnnxOp("Mean", "", "add", check=onnx_types.float_inputs))),
-    OperatorSpec(ElementWiseAdd1Desc, ELEMENT_WISE_ADD1, _arith("add", ELEMENT_WISE_ADD1), (contract.EW_ADD,),
-                 helpers=("add",),  # com.microsoft BiasAdd: two additions (onnx_backend/handlers_transformer.py)
-                 onnx=(OnnxOp("BiasAdd", "com.microsoft", "add", check=onnx_types.float_input),)),
     OperatorSpec(ElementWiseSubtractDesc, ELEMENT_WISE_SUBTRACT, _arith("sub", ELEMENT_WISE_SUBTRACT),
                  (contract.EW_SUB,), helpers=("sub",),
                  onnx=(OnnxOp("Sub", "", "sub", kind="binary"),)),

@@ -165,13 +165,13 @@ MMW = family("mmw", "matmul_wide.comp", "mmw{bits}{ext}_r{tr}c{tc}", MATMUL_PUSH
 MMG = family("mmg", "matmul_gemv.comp", "mmg8{dot}_{b}", MATMUL_PUSH, None, dot=("", "d"), b=("r", "c"),
              defines=lambda dot, b: {**({"DOT": 1} if dot else {}), "BL": {"r": 2, "c": 1}[b]})
 
-# ---- element-wise operators (ops/elementwise.py, ops/elementwise_logic.py, shaders/elementwise.comp)
-# and the cumulative operators (ops/cumulative.py, shaders/cumulative.comp): contract/elementwise.py
+# ---- element-wise (shaders/elementwise.comp) and cumulative operators (cumulative.comp): contract/elementwise.py
 from .attention import MHA_BLOCKED, MHA_COMBINE, MHA_COOP, MHA_PRESENT, MHA_PUSH, MHA_ROWS, MHA_SPLIT, MHA_TILED  # noqa: E402, F401
 from .elementwise import (  # noqa: E402, F401  (re-exported; FAMILIES finds the families)
     CUM,
     CUM_WG,
     EW_ADD,
+    EW_ADD1,
     EW_AND,
     EW_ATAN2,
     EW_BAND,

@@ -38,6 +38,14 @@ def _ew(op: str, t: str, ob: object = None, nin: int = 2) -> dict[str, object]:
 
 
 EW_ADD = family("ew_add", "elementwise.comp", "ew_add_{t}", EW_PUSH, _L256, t=_EW_WRAP, defines=lambda t: _ew("add", t))
+# ELEMENT_WISE_ADD1 with a FusedActivation (floats): the block's prm = the activation's kind and two
+# float32 parameter words (ops/conv_fused.py's fused_words); one dimension fewer walked by the shader
+# (the host enumerates the rest, elementwise_plan.py), so the block keeps within 128 bytes
+EW_ACT_RANK = EW_RANK - 1
+EW_ACT_PUSH = block("a_off", "b_off", "o_off", "a_base", "b_base", "o_base", "count", f"size[{EW_ACT_RANK}]",
+                    f"a_str[{EW_ACT_RANK}]", f"b_str[{EW_ACT_RANK}]", f"o_str[{EW_ACT_RANK}]", "prm[3]")
+EW_ADD1 = family("ew_add1", "elementwise.comp", "ew_add1_{t}", EW_ACT_PUSH, _L256, t=("f16", "f32"),
+                 defines=lambda t: {**_ew("add", t), "ACT": 1, "RANK": EW_ACT_RANK})
 EW_SUB = family("ew_sub", "elementwise.comp", "ew_sub_{t}", EW_PUSH, _L256, t=_EW_WRAP, defines=lambda t: _ew("sub", t))
 EW_MUL = family("ew_mul", "elementwise.comp", "ew_mul_{t}", EW_PUSH, _L256, t=_EW_WRAP, defines=lambda t: _ew("mul", t))
 EW_DIV = family("ew_div", "elementwise.comp", "ew_div_{t}", EW_PUSH, _L256, t=_EW_SIGNED, defines=lambda t: _ew("div", t))
