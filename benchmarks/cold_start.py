@@ -5,6 +5,7 @@ reading the cache the first one wrote ("warm"). Settings are environment assignm
 measured in `--processes` fresh processes, interleaved:
 
     python -m benchmarks.cold_start --family distilbert-int8 --settings "KDML_PIPELINE_THREADS=1;"
+    python -m benchmarks.cold_start --family llama --settings ";SIBLINGS_IN_FIRST_RUN=1"
 
 One line per setting: medians of prepare and first-run seconds, cold and warm, and the
 pipelines the cold first run created.
@@ -23,12 +24,22 @@ import tempfile
 CHILD = [sys.executable, "-m", "benchmarks.cold_start", "--child"]
 
 
+# An ablation setting ("SIBLINGS_IN_FIRST_RUN=1"): the siblings (onnx_backend/siblings.py) made inside
+# the first run, as before they moved to a thread of their own (runtime/pipelines.Programs.prepare_later)
+SIBLINGS_IN_FIRST_RUN = "SIBLINGS_IN_FIRST_RUN"
+
+
 def child(family: str, size: str, batch: int, seq: int) -> None:
     import numpy as np
 
     from kompute_dml.bench import families
     from kompute_dml.bench.timing import once
     from kompute_dml.onnx_backend import Backend
+
+    if os.environ.get(SIBLINGS_IN_FIRST_RUN) == "1":
+        from kompute_dml.runtime import pipelines
+
+        pipelines.Programs.prepare_later = lambda self, plans, threads: self.prepare_many(list(plans), threads)
 
     path = families.build(family, size)
     rep: list = []

@@ -43,7 +43,9 @@ if [ "$part" = 3 ] || [ "$part" = all ]; then
     run decoders 160 "$py" -m kompute_dml.bench.decoder_speed --size small --prompt 128 --new 32
     run decode_plans 150 "$py" -m benchmarks.decode_plans --size small --prompt 16 --new 24
     run bench_conv 90 "$py" -m benchmarks.bench_conv --rounds 5 --n 20
-    run cold_start 150 "$py" -m benchmarks.cold_start --family distilbert-int8 --processes 2 --settings "KDML_PIPELINE_THREADS=1;"
+    for f in distilbert-int8 bert-fp32-fused llama resnet18; do
+        run "cold_start_$f" 200 "$py" -m benchmarks.cold_start --family "$f" --processes 3 --settings ";SIBLINGS_IN_FIRST_RUN=1"
+    done
 fi
 if [ "$part" = 4 ] || [ "$part" = all ]; then
     # the onnxruntime plugin EP (built in place first: the GPU machine has no venv)

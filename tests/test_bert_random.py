@@ -447,6 +447,7 @@ def test_a_longer_sequence_creates_no_pipeline_where_the_policy_prepares_ahead(p
     monkeypatch.setattr(pipelines.Programs, "prepare_many", noting_many)
     try:
         rep.run(feeds_for(p, 1, 1))
+        dev.engine.programs.wait()  # the siblings are made on a thread of their own (Programs.prepare_later)
         assert any(v.startswith("mmi_gpu") for v in created), created  # prepared ahead: M = 1 takes gemv
         for batch, seq in ((2, 30), (3, 40)):  # M = 60: gemv (tiny products), M = 120: the tiled family
             created.clear()

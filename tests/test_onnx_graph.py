@@ -236,6 +236,7 @@ def test_shape_siblings_are_prepared_where_the_policy_says(rng, monkeypatch):
     # prepared by this first plan (pipelines of earlier tests' softmax runs may exist already,
     # so the count below alone would not show it)
     assert {"smx_f32_l8_k1", "smx_f32_l32_k8", "smx_f32_l32_k16"} <= dev.engine.prepared_variants
+    dev.engine.programs.wait()  # made on a thread of their own (Programs.prepare_later)
     created = dev.stats()["pipelines_created"]
     for m in (17, 100, 300):
         x = rng.standard_normal((3, m)).astype(np.float32)

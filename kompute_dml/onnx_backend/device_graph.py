@@ -74,6 +74,7 @@ class GraphPlan:
     """The program of one input signature; `run(feeds)` returns the outputs in order."""
 
     def __init__(self, rep: BackendRep, feeds: dict[str, Any], stats: RunStats) -> None:
+        rep.device.engine.programs.wait()  # an earlier plan's siblings (siblings.py): this plan may need them
         t0 = time.perf_counter()
         g = rep.graph
         self._device = rep.device

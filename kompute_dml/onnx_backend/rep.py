@@ -188,7 +188,8 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
     def warmup(self, shapes: dict[str, Any]) -> None:
         """Run once on zero-filled inputs of these shapes (every feed named; zeros are valid
         token ids and masks for the encoders this backend targets), so a first real run of
-        those shapes builds nothing; the run's statistics are not kept as last_run."""
+        those shapes builds nothing, and wait for the pipelines other shapes may take (the
+        siblings a plan makes in the background); the run's statistics are not kept as last_run."""
         missing = [n for n in self.feed_names if n not in shapes]
         if missing:
             raise ValueError(f"warmup: give a shape for every input: {missing} missing (inputs: {self.feed_names})")
@@ -196,6 +197,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                  for n in self.feed_names}
         last = self.last_run
         self.run(feeds)
+        self.device.engine.programs.wait()
         self.state.last_run = last
 
     def _normalize_inputs(self, inputs: Any, cast: bool = False) -> dict[str, Any]:

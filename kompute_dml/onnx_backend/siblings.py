@@ -21,14 +21,14 @@ def prepare_siblings(device: kdml.Device, program: Any, operators: Iterable[Any]
     memory kernels' chunks per invocation) and their specs' plans ahead (OperatorSpec.ahead: the integer product's tiles
     for other row counts, a normalization's other layout). A first run of a new sequence length then
     creates no pipeline (they persist on disk too: runtime/disk_cache.py). Returns how many were
-    prepared now."""
+    queued (made on a thread of their own)."""
     from kompute_dml.ops import BY_NAME
     from kompute_dml.ops.spec import family_of  # the spec layer owns the variant -> family map
     from kompute_dml.runtime import DispatchPlan
 
     engine = device.engine
     done = engine.prepared_variants
-    todo: list[Any] = []  # compiled together at the end (in parallel: Engine.prepare_many)
+    todo: list[Any] = []  # compiled together at the end (in parallel: Programs.prepare_later)
     for plans, _bound in program.work:
         for plan in plans:
             if not isinstance(plan, DispatchPlan) or plan.variant in done:
@@ -55,5 +55,9 @@ def prepare_siblings(device: kdml.Device, program: Any, operators: Iterable[Any]
             if key not in done:
                 done.add(key)
                 todo.append(plan)  # planned as a compile would plan it: it can run here
-    # a variant the device cannot run (capabilities) is skipped there: never picked here
-    return engine.prepare_many(todo)
+    # a variant the device cannot run (capabilities) is skipped there: never picked here. Made in the
+    # background (Programs.prepare_later): a model's next plan waits for them (GraphPlan), its first
+    # run does not
+    with engine.lock:
+        engine.check_open()
+    return engine.programs.prepare_later(todo, engine.pipeline_threads)

@@ -382,6 +382,7 @@ class Engine:
 
     def close(self) -> None:
         """Release every Vulkan object; later calls raise DeviceError."""
+        self.programs.stop()  # (background pipelines: none compiling while the device goes)
         with self.lock:
             if self.closed:
                 return

@@ -16,7 +16,10 @@ strides, parameters), so a new shape or new buffers never build a pipeline.
 
 from __future__ import annotations
 
+import atexit
 import os
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +46,17 @@ def pipeline_threads() -> int:
         raise ValueError(f"{PIPELINE_THREADS_ENV}={env!r}: must be an integer >= 1") from None
 
 
+# Programs with pipelines being made in the background (prepare_later), stopped and waited for at
+# exit before kp's own exit callback destroys their devices (atexit runs the later registration first)
+_LATER: weakref.WeakSet[Programs] = weakref.WeakSet()
+_AT_EXIT: list[bool] = []
+
+
+def _stop_all() -> None:
+    for programs in list(_LATER):
+        programs.stop()
+
+
 class Programs:
     """A device's program handles by (variant, spec, push words, bindings), and the descriptor
     sets made over them."""
@@ -59,6 +73,9 @@ class Programs:
         # larger than the range is bound as a window (encode.py); 0: every buffer bound whole
         self.window_range = 0
         self.window_align = 256
+        self._later: threading.Thread | None = None  # prepare_later's thread
+        self._stopping = False
+        self.later_error: Exception | None = None  # what stopped a background batch (its pipelines are made when used)
 
     def bind(self, plan: DispatchPlan, memories: Sequence[DeviceMemory],
              windows: Sequence[tuple[int, int]] | None = None) -> Any:
@@ -113,3 +130,45 @@ class Programs:
             for key, (spirv, bindings, spec, push) in todo.items():
                 self._programs[key] = int(self.manager.kdml_prepare_program(spirv, bindings, spec, push))
         return len(todo)
+
+    def prepare_later(self, plans: Sequence[DispatchPlan], threads: int) -> int:
+        """prepare_many on a thread of its own, `threads` pipelines at a time, for pipelines a run
+        may never need (the ONNX backend's siblings: other shapes' variants): the driver's compiles
+        (hundreds of ms each when the disk cache is cold) then no longer hold up the first run
+        that asked for them. kp compiles outside its program registry's lock with the GIL released,
+        so runs go on meanwhile; a plan that needs one of these pipelines first waits (`wait`), and
+        so does closing the device (`stop`: no further batch starts). Returns how many were queued."""
+        self.wait()  # one background batch at a time
+        plans = list(plans)
+        if not plans or self._stopping:
+            return 0
+        if not _AT_EXIT:
+            _AT_EXIT.append(True)
+            atexit.register(_stop_all)
+        _LATER.add(self)
+        self._later = threading.Thread(target=self._prepare_in_background, args=(plans, max(1, threads)),
+                                       name="kdml-pipelines", daemon=True)
+        self._later.start()
+        return len(plans)
+
+    def _prepare_in_background(self, plans: list[DispatchPlan], threads: int) -> None:
+        for start in range(0, len(plans), threads):
+            if self._stopping:
+                return
+            try:
+                self.prepare_many(plans[start:start + threads], threads)
+            except Exception as e:  # a speculative pipeline: a plan that uses it makes it (or is refused) itself
+                self.later_error = e
+                return
+
+    def wait(self) -> None:
+        """Until prepare_later's pipelines are made."""
+        thread = self._later
+        if thread is not None:
+            thread.join()
+            self._later = None
+
+    def stop(self) -> None:
+        """No further background batch; wait for the one the driver is compiling."""
+        self._stopping = True
+        self.wait()

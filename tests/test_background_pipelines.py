@@ -1,0 +1,131 @@
+"""Pipelines made in the background (runtime/pipelines.Programs.prepare_later): the ONNX backend's
+siblings (onnx_backend/siblings.py, the GPUs' policy) are compiled on a thread of their own, so a
+model's first run returns while they are still being made (a cold driver compiles each for
+hundreds of ms), its next plan waits for them, closing the device waits for the batch being
+compiled, and a process that exits meanwhile exits cleanly (the batch is waited for before kp's
+own exit callback destroys the device)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+from onnx import TensorProto as T
+from onnx import helper
+
+import kompute_dml as kdml
+from kompute_dml.onnx_backend import Backend
+from kompute_dml.runtime import pipelines
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _model():
+    """y = Flatten(Transpose(x)): a rows_copy, whose other specializations are its siblings."""
+    n = helper.make_node
+    g = helper.make_graph([n("Transpose", ["x"], ["t"], perm=[0, 2, 1]), n("Flatten", ["t"], ["y"], axis=1)], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, ["B", "S", 8])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def _with_siblings(rep, monkeypatch=None):
+    dev = rep.device
+    policy = dataclasses.replace(dev.policy, prepare_siblings=True, memory_kernel="gpu")
+    if monkeypatch is not None:
+        monkeypatch.setattr(dev, "policy", policy)
+        monkeypatch.setattr(dev.engine, "prepared_variants", set())
+    else:
+        dev.policy = policy
+        dev.engine.prepared_variants = set()
+    return dev
+
+
+def test_the_first_run_does_not_wait_for_its_siblings(rng, monkeypatch):
+    rep = Backend.prepare(_model(), "CPU")
+    dev = _with_siblings(rep, monkeypatch)
+    release = threading.Event()
+    made: list[str] = []
+    prepare_many = pipelines.Programs.prepare_many
+
+    def held(self, plans, threads):  # the background batch waits for the test (a slow driver's compile)
+        if threading.current_thread().name == "kdml-pipelines":
+            assert release.wait(30)
+            made.extend(p.variant for p in plans)
+        return prepare_many(self, plans, threads)
+
+    monkeypatch.setattr(pipelines.Programs, "prepare_many", held)
+    x = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    try:
+        (y,) = rep.run({"x": x})  # returns with the siblings still held
+        np.testing.assert_array_equal(y, x.transpose(0, 2, 1).reshape(2, -1))
+        assert made == [] and dev.engine.programs._later is not None
+        (y,) = rep.run({"x": x})  # the same plan again: nothing waits
+        np.testing.assert_array_equal(y, x.transpose(0, 2, 1).reshape(2, -1))
+        threading.Timer(0.2, release.set).start()
+        x2 = rng.standard_normal((64, 100, 8)).astype(np.float32)
+        (y2,) = rep.run({"x": x2})  # a new plan: waits for the siblings first
+        assert made and release.is_set()
+        np.testing.assert_array_equal(y2, x2.transpose(0, 2, 1).reshape(64, -1))
+        assert dev.engine.programs.later_error is None
+    finally:
+        release.set()
+        dev.engine.programs.wait()
+
+
+def test_close_waits_for_the_batch_being_compiled(rng, monkeypatch):
+    dev = kdml.Device()
+    rep = Backend.prepare(_model(), kdml_device=dev)
+    _with_siblings(rep)
+    release = threading.Event()
+    prepare_many = pipelines.Programs.prepare_many
+
+    def held(self, plans, threads):
+        if threading.current_thread().name == "kdml-pipelines":
+            assert release.wait(30)
+        return prepare_many(self, plans, threads)
+
+    monkeypatch.setattr(pipelines.Programs, "prepare_many", held)
+    try:
+        rep.run({"x": rng.standard_normal((1, 3, 8)).astype(np.float32)})
+        threading.Timer(0.3, release.set).start()
+        t0 = time.perf_counter()
+        dev.close()  # waits for the held batch, then destroys the device
+        assert release.is_set() and time.perf_counter() - t0 >= 0.2
+    finally:
+        release.set()
+        dev.close()
+    with_new = kdml.Device()  # Vulkan is still usable
+    np.testing.assert_array_equal(kdml.add(np.ones(3, np.float32), 1.0, device=with_new).numpy(), [2, 2, 2])
+    with_new.close()
+
+
+def test_a_process_that_exits_while_siblings_compile_exits_cleanly(tmp_path):
+    script = f"""
+import dataclasses, sys, threading, time
+sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
+import numpy as np
+from test_background_pipelines import _model, _with_siblings
+from kompute_dml.onnx_backend import Backend
+from kompute_dml.runtime import pipelines
+prepare_many = pipelines.Programs.prepare_many
+def slow(self, plans, threads):  # still compiling when the interpreter exits
+    if threading.current_thread().name == "kdml-pipelines":
+        time.sleep(0.5)
+    return prepare_many(self, plans, threads)
+pipelines.Programs.prepare_many = slow
+rep = Backend.prepare(_model(), "CPU")
+_with_siblings(rep)
+rep.run({{"x": np.ones((1, 3, 8), np.float32)}})
+assert rep.device.engine.programs._later is not None
+print("ran", flush=True)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ran" in done.stdout
