@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 ELEMENT_WISE_ADD1 = _binary("ELEMENT_WISE_ADD1", 89, ((FL.FL_2_0, (4, 5), FLOATS), (FL.FL_3_0, (1, 8), FLOATS)))
 
 
-
 def compile_add1(device: Device, desc: ElementWiseAdd1Desc) -> CompiledOperator:
     support = ELEMENT_WISE_ADD1
     act = desc.fused_activation

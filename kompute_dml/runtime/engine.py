@@ -1,8 +1,8 @@
 """Engine: the one owner of a Device's execution (the kp Manager and everything made from it).
 
-It holds the lock (kp is not thread-safe, so every kp call happens under one re-entrant
-lock), allocation under the memory budget, the pipeline cache, the replay cache, the
-functional helpers' buffer pool, and submission. Everything above it (memory.Buffer,
+It holds the lock (kp is not thread-safe: every kp call happens under one re-entrant lock, but the
+siblings' compiles, Programs.prepare_later, whose registry kp locks), allocation under the memory
+budget, the pipeline cache, the replay cache, the functional helpers' buffer pool, and submission. Everything above it (memory.Buffer,
 ops/base.CompiledOperator, device.Device, recording.Recording) calls the public methods here.
 
 Submission has one path, for eager executions and recordings alike: a list of executions, each
