@@ -169,3 +169,27 @@ def test_below_the_policys_rows_the_chain_runs_unfused(rng, monkeypatch):
     assert any("attention_fused_min_rows" in e for e in rep.last_run.events), rep.last_run.events
     (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rank", [4, 3])
+def test_the_transpose_after_the_attention_joins_it(rng, rank, monkeypatch):
+    """Rank 4: the exported Transpose(0, 2, 1, 3) after the product with V is part of the chain (the
+    operator writes [batch, seq, heads, head] packed), so the Reshape after it is a view: no COPY
+    in the plan (there was one per attention). Rank 3 (one head: an identity Transpose) keeps the
+    chain without it. (The policy fuses every size here: a GPU's keeps these few rows unfused.)"""
+    import dataclasses
+
+    model = graph(rng, rank=rank, casts=0)
+    rep = Backend.prepare(model, "CPU")
+    monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, attention_fused_min_rows=1,
+                                                                  attention_fused_max_flops=1e12))
+    names = [f.pattern.name for f in rep.fusions.by_carrier.values()]
+    assert any(n.endswith("+Transpose") for n in names) == (rank == 4), names
+    feeds = {"x": rng.standard_normal((B, S, H * D)).astype(np.float32)}
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    rep.run(feeds)  # the plan
+    with rep.device.profile() as p:
+        (got,) = rep.run(feeds)
+    assert not any("ran unfused" in e for e in rep.last_run.events), rep.last_run.events
+    assert [r.scope for r in p.rows if r.operator == "COPY"] == []
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

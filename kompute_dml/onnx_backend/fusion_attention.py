@@ -1,20 +1,22 @@
 """The exported graphs' attention as one MULTIHEAD_ATTENTION dispatch (fusions.py's patterns):
 
-    MatMul(Q, K^T) | FusedMatMul(Q, K^T, alpha)  ->  [Mul(., c) | Div(., c)]  ->  [Add(., mask)]
-    ->  Softmax(last axis)  ->  [Cast to its own type, up to twice]  ->  MatMul(., V)
+MatMul(Q, K^T) | FusedMatMul(Q, K^T, alpha) -> [Mul(., c) | Div(., c)] -> [Add(., mask)] ->
+Softmax(last axis) -> [Cast to its own type, up to twice] -> MatMul(., V)
 
-as torch.onnx.export writes BERT / RoBERTa / DistilBERT (FusedMatMul after onnxruntime's
-fusions), GPT-2, Llama, ViT and Whisper: Q [batch, heads, seq, head], K^T [batch, heads, head,
-keys] and V [batch, heads, keys, head] (rank 3: one head) as the Transposes make them, bound
-through their strides with the operator's split_heads extension (no copy); the scale is alpha
-times c (or over c), the additive mask (a causal mask through Where / Add included) the
-operator's relative position bias, broadcast; the result [batch, heads, seq, head] as the last
-MatMul's. Every intermediate must be read only by the chain (fusions._match) and c a constant
-scalar; shapes the operator does not take (batch dimensions that broadcast, a mask that does not
-broadcast to the scores) run the chain node by node (FallbackNeeded, which Fusion.run turns into
-Unfused). The float32 arithmetic differs from
-the unfused nodes' only in rounding (the scores are never rounded to the type, the scale is one
-product): within the families' tolerance (tests/test_model_families.py)."""
+as torch.onnx.export writes BERT / RoBERTa / DistilBERT (FusedMatMul after onnxruntime's fusions),
+GPT-2, Llama, ViT and Whisper: Q [batch, heads, seq, head], K^T [batch, heads, head, keys] and V
+[batch, heads, keys, head] (rank 3: one head) as the Transposes make them, bound through their
+strides with the operator's split_heads extension (no copy); the scale is alpha times c (or over c),
+the additive mask (a causal mask through Where / Add included) the operator's relative position
+bias, broadcast; the result [batch, heads, seq, head] as the last MatMul's, or, where the chain goes
+on into the exported Transpose(perm 0, 2, 1, 3), that Transpose's [batch, seq, heads, head], packed:
+the operator's own output layout, so the Reshape to [batch, seq, hidden] after it is a view instead
+of a copy per layer. Every intermediate must be read only by the chain (fusions._match) and c a
+constant scalar; shapes the operator does not take (batch dimensions that broadcast, a mask that
+does not broadcast to the scores) run the chain node by node (FallbackNeeded, which Fusion.run turns
+into Unfused). The float32 arithmetic differs from the unfused nodes' only in rounding (the scores
+are never rounded to the type, the scale is one product): within the families' tolerance
+(tests/test_model_families.py)."""
 
 from __future__ import annotations
 
@@ -40,7 +42,11 @@ if TYPE_CHECKING:
 
 
 def _roles(nodes: list[onnx.NodeProto]) -> dict[str, onnx.NodeProto]:
-    return {"head": nodes[0], "last": nodes[-1], **{n.op_type: n for n in nodes[1:-1]}}
+    """The chain's nodes by role: head (Q K^T), last (the product with V), the optional ones by op
+    type, and "transpose" where the chain ends in the Transpose after the last product."""
+    tail = {"transpose": nodes[-1]} if nodes[-1].op_type == "Transpose" else {}
+    inner = nodes[:-1] if tail else nodes
+    return {"head": inner[0], "last": inner[-1], **{n.op_type: n for n in inner[1:-1]}, **tail}
 
 
 def _constant_scalar(rep: BackendRep, name: str) -> float | None:
@@ -60,6 +66,10 @@ def check_attention(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     for op in ("Mul", "Div"):
         if op in r and _constant_scalar(rep, r[op].input[1]) is None:
             return f"the {op}'s operand is not a constant scalar"
+    if "transpose" in r:
+        perm = [int(v) for v in _attr(r["transpose"], "perm", [])]
+        if perm != [0, 2, 1, 3] or rep._declared_rank(r["last"].output[0]) != 4:
+            return f"a Transpose of perm {perm} after the attention (rank {rep._declared_rank(r['last'].output[0])})"
     smx = r["Softmax"]
     rank = rep._declared_rank(smx.input[0])
     axis = int(_attr(smx, "axis", -1 if _opset(rep.model) >= 13 else 1))
@@ -147,9 +157,16 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
                                                                 (st[0], 0, *st[1:])), mt.offset)
         mask = mt
     dv = vs[3]
-    out_shape = (batch, heads, seq, dv) if len(q.shape) == 4 else (batch, seq, dv)
-    out = ctx.out_tensor(out_shape, dt)
-    o = _split(out, (batch, heads, seq, dv), (heads * seq * dv, seq * dv, dv, 1))
+    if "transpose" in r:  # [batch, seq, heads, dv] packed: the operator's output as it is
+        if len(q.shape) != 4:
+            raise FallbackNeeded(f"a Transpose after an attention of rank {len(q.shape)}")
+        out_shape = (batch, seq, heads, dv)
+        out = ctx.out_tensor(out_shape, dt)
+        o = _split(out, (batch, heads, seq, dv), (seq * heads * dv, dv, heads * dv, 1))
+    else:
+        out_shape = (batch, heads, seq, dv) if len(q.shape) == 4 else (batch, seq, dv)
+        out = ctx.out_tensor(out_shape, dt)
+        o = _split(out, (batch, heads, seq, dv), (heads * seq * dv, seq * dv, dv, 1))
     kdml.multihead_attention(_split(q.tensor, qs, qst), _split(kt.tensor, ks, kst, swap=not trans_b),
                              _split(v.tensor, vs, vst), heads=heads, relative_position_bias=mask, scale=scale,
                              split_heads=True, out=o, device=ctx.device)
@@ -157,11 +174,14 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
 
 
 def attention_patterns(pattern: type) -> tuple[Any, ...]:
-    """Every combination of the chain's optional nodes, one Pattern each (the longest first)."""
+    """Every combination of the chain's optional nodes, one Pattern each (the longest first: those
+    ending in the Transpose before the same chains without it, which run inside them where they
+    run unfused)."""
     out = []
-    for head, scale, mask, casts in itertools.product(("MatMul", "FusedMatMul"), ("Mul", "Div", ""), (True, False),
-                                                      (2, 1, 0)):
-        ops = (head, *((scale,) if scale else ()), *(("Add",) if mask else ()), "Softmax", *("Cast",) * casts, "MatMul")
+    for transpose, head, scale, mask, casts in itertools.product((True, False), ("MatMul", "FusedMatMul"),
+                                                                 ("Mul", "Div", ""), (True, False), (2, 1, 0)):
+        ops = (head, *((scale,) if scale else ()), *(("Add",) if mask else ()), "Softmax", *("Cast",) * casts, "MatMul",
+               *(("Transpose",) if transpose else ()))
         edges = tuple((i, i + 1, 0) for i in range(len(ops) - 1))
         out.append(pattern("+".join(ops), ops, edges, "MULTIHEAD_ATTENTION", check_attention, run_attention,
                            ms_ops=frozenset({"FusedMatMul"})))
