@@ -110,6 +110,9 @@ def test_other_chains_run_node_by_node(rng, case):
     feeds = _feeds(rng)
     if case == "exponent 3":
         kw["exponent"] = 3.0
+        # positive rows: a mean of cubes of both signs can cancel to near 0, and its square root
+        # then spreads a summation-order difference past the tolerance (seed 1017004193 did)
+        feeds["x"] = np.abs(feeds["x"])
     elif case == "axis -2":
         kw["axes"] = (-2,)
     elif case == "fed epsilon":
