@@ -138,23 +138,22 @@ def _export(module: Any, names: list[str], example: dict[str, np.ndarray], path:
                           output_names=["out"], opset_version=17, dynamo=False, dynamic_axes=dims)
 
 
-VARIANT = "fp32"  # main's --variant
 FP16_NORMAL = 6.103515625e-05  # float16's smallest normal number
 
 
-def _variant(path: str) -> tuple[str, list[tuple[str, str]]]:
-    """The model to run for VARIANT, and the models onnxruntime runs beside it (label, path): the
+def _variant(path: str, variant: str) -> tuple[str, list[tuple[str, str]]]:
+    """The model to run for `variant` (fp32, fp16, int8), and the models onnxruntime runs beside it (label, path): the
     reference first. float16: the float32 export, then onnxruntime's run of the converted model
     (which tells a conversion that loses the model from a difference of ours); int8: the int8
     model, then the float32 export (how far each int8 run is from the float32 model)."""
-    if VARIANT == "fp16":
+    if variant == "fp16":
         import onnx
         from onnxruntime.transformers.float16 import convert_float_to_float16
 
         out = path.replace(".onnx", "-fp16.onnx")
         onnx.save(convert_float_to_float16(onnx.load(path), keep_io_types=True), out)
         return out, [("", path), ("vs ORT's fp16 ", out)]
-    if VARIANT == "int8":
+    if variant == "int8":
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         out = path.replace(".onnx", "-int8.onnx")
@@ -168,12 +167,12 @@ def _min_cos(got: np.ndarray, want: np.ndarray, b: int) -> float:
     return min(float(a[i] @ w[i] / (np.linalg.norm(a[i]) * np.linalg.norm(w[i]) + 1e-30)) for i in range(b))
 
 
-def _compare(path: str, feeds: Callable[[int, np.random.Generator], dict[str, np.ndarray]]) -> str:
+def _compare(path: str, feeds: Callable[[int, np.random.Generator], dict[str, np.ndarray]], variant: str) -> str:
     import onnxruntime as ort
 
     from kompute_dml.onnx_backend import CPU, Backend
 
-    path, references = _variant(path)
+    path, references = _variant(path, variant)
     rep = Backend.prepare(path, "CPU")
     cpu = sorted({p.op_type for p in rep.placement if p.target == CPU})
     sessions = [(tag, ref, ort.InferenceSession(ref, providers=["CPUExecutionProvider"])) for tag, ref in references]
@@ -190,7 +189,7 @@ def _compare(path: str, feeds: Callable[[int, np.random.Generator], dict[str, np
                 row += f"{tag}cos {_min_cos(got, want, b):.6f} (ORT's {_min_cos(own, want, b):.6f}) "
                 continue
             row += f"{tag}cos {_min_cos(got, want, b):.6f} rel {float(np.abs(got - want).max() / (np.abs(want).max() + 1e-30)):.1e} "
-            if VARIANT == "fp16" and ref != path and np.abs(want).max() < FP16_NORMAL:
+            if variant == "fp16" and ref != path and np.abs(want).max() < FP16_NORMAL:
                 # random weights whose activations shrink layer by layer: float16 flushes them (onnxruntime's
                 # CPU provider computes the converted model's nodes without float16 kernels in float32)
                 row += f"(float32 outputs below float16's normal range: max {np.abs(want).max():.1e}) "
@@ -198,7 +197,7 @@ def _compare(path: str, feeds: Callable[[int, np.random.Generator], dict[str, np
     return f"nodes {len(rep.graph.node)}, CPU ops {cpu or '-'} | " + " | ".join(rows)
 
 
-def _transformers_case(name: str, tmp: str) -> str:
+def _transformers_case(name: str, tmp: str, variant: str) -> str:
     import torch
     import transformers
 
@@ -209,12 +208,12 @@ def _transformers_case(name: str, tmp: str) -> str:
     example = _inputs(kind, 2, 9, np.random.default_rng(0))
     path = os.path.join(tmp, f"{name}.onnx")
     _export(model, list(example), example, path)
-    return _compare(path, lambda b, rng: _inputs(kind, b, 7 if b == 1 else 13, rng))
+    return _compare(path, lambda b, rng: _inputs(kind, b, 7 if b == 1 else 13, rng), variant)
 
 
-def _torchvision_case(name: str, tmp: str) -> str:
+def _torchvision_case(name: str, tmp: str, variant: str) -> str:
     path = export_torchvision(name, tmp)
-    return _compare(path, lambda b, rng: {"x": rng.standard_normal((b, 3, 96, 96)).astype(np.float32)})
+    return _compare(path, lambda b, rng: {"x": rng.standard_normal((b, 3, 96, 96)).astype(np.float32)}, variant)
 
 
 def export_torchvision(name: str, tmp: str) -> str:
@@ -239,11 +238,9 @@ def main() -> None:
                     help="fp16: converted, float32 I/O kept, against the float32 export; int8: quantize_dynamic")
     ap.add_argument("names", nargs="*", help="a subset of the set's names")
     args = ap.parse_args()
-    global VARIANT
-    VARIANT = args.variant
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     warnings.filterwarnings("ignore")
-    cases: list[tuple[str, Callable[[str, str], str]]] = []
+    cases: list[tuple[str, Callable[[str, str, str], str]]] = []
     if args.set in ("transformers", "all"):
         cases += [(n, _transformers_case) for n in TRANSFORMERS]
     if args.set in ("torchvision", "all"):
@@ -254,7 +251,7 @@ def main() -> None:
                 continue
             t0 = time.perf_counter()
             try:
-                line = case(name, tmp)
+                line = case(name, tmp, args.variant)
             except Exception as e:  # an architecture that does not export here, or a failure of ours: its line says which
                 line = f"FAILED {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
             print(f"{name:20s} {line} ({time.perf_counter() - t0:.0f} s)", flush=True)

@@ -134,14 +134,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="prepare with allow_half_precision (float32 products and convolutions in float16 on tensor cores)")
     ap.add_argument("--drop-fusion", action="append", default=[], metavar="OPERATOR",
                     help="an ablation: leave the fusion patterns onto this operator out (ROTARY_EMBEDDING, ...; repeatable)")
+    ap.add_argument("--drop-pattern-suffix", action="append", default=[], metavar="SUFFIX",
+                    help="an ablation: leave out the fusion patterns whose name ends so (+Transpose: the attention "
+                         "chains ending in the Transpose after them; repeatable)")
     args = ap.parse_args(argv)
-    if args.drop_fusion:
+    if args.drop_fusion or args.drop_pattern_suffix:
         from kompute_dml.onnx_backend import fusion_match, fusions
 
         unknown = set(args.drop_fusion) - {p.operator for p in fusions.PATTERNS}
         if unknown:
             ap.error(f"--drop-fusion: no pattern fuses onto {', '.join(sorted(unknown))}")
-        fusion_match.PATTERNS = tuple(p for p in fusions.PATTERNS if p.operator not in args.drop_fusion)
+        unmatched = [x for x in args.drop_pattern_suffix if not any(p.name.endswith(x) for p in fusions.PATTERNS)]
+        if unmatched:
+            ap.error(f"--drop-pattern-suffix: no pattern's name ends with {', '.join(unmatched)}")
+        fusion_match.PATTERNS = tuple(p for p in fusions.PATTERNS if p.operator not in args.drop_fusion
+                                      and not any(p.name.endswith(x) for x in args.drop_pattern_suffix))
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     rows = []
     for name in args.families.split(","):
