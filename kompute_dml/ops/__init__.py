@@ -67,15 +67,18 @@ def operators() -> Operators:
     specs = tuple(s for m in modules for s in m.SPECS)
     helpers: dict[str, Callable[..., Any]] = {}
     exports: dict[str, Any] = {}
+    homes_of = {module: [m for m in (module, _helper_module(module)) if m is not None] for module in modules}
     for module in modules:
-        homes = [m for m in (module, _helper_module(module)) if m is not None]
+        # its own module and functional twin first, then any operator's (ADD and ADD1 share kdml.add)
+        homes = [*homes_of[module], *(m for other in modules if other is not module for m in homes_of[other])]
         for spec in module.SPECS:
             exports[spec.desc_type.__name__] = spec.desc_type
             for name in spec.helpers:
                 fn = next((getattr(m, name) for m in homes if callable(getattr(m, name, None))), None)
                 if fn is None:
                     raise TypeError(f"{spec.name}: helper {name!r} is defined neither in {module.__name__} nor in "
-                                    f"kompute_dml/functional/{module.__name__.rpartition('.')[2]}.py")
+                                    f"kompute_dml/functional/{module.__name__.rpartition('.')[2]}.py, nor with "
+                                    f"another operator")
                 if helpers.get(name, fn) is not fn:
                     raise TypeError(f"two operators export different helpers named {name!r}")
                 helpers[name] = fn

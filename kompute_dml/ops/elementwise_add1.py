@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..core.registry import FL, FLOATS
-from ..functional.elementwise import add as add  # the helper ADD shares (its `activation`: ADD1's FusedActivation)
 from . import contract, onnx_types
 from .base import CompiledOperator
 from .conv_fused import ACT_NONE, fused_words
