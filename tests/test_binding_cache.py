@@ -185,3 +185,20 @@ def test_small_copies_by_transfer_rule():
     assert gpu.constant_below == CONSTANT_BELOW and forced.constant_below == 0  # an explicit path is kept
     cpu = DevicePolicy("cpu", transfer_commands=True, matmul_family="cpu", capabilities=frozenset())
     assert cpu.copies_by_transfer(1 << 40) is True
+
+
+def test_tags_name_objects_once_and_do_not_travel():
+    """core/tags.py: a tag is given once and never to another object; a pickled (or copied)
+    TensorDesc leaves its tag behind, so the binding key of a tensor over the copy names a desc of
+    this process only."""
+    import copy
+    import pickle
+
+    from kompute_dml.core.tags import tag
+
+    a = kdml.TensorDesc(kdml.DataType.FLOAT32, (3, 5), (10, 1))
+    b = kdml.TensorDesc(kdml.DataType.FLOAT32, (3, 5), (10, 2))
+    assert tag(a) == tag(a) != tag(b)
+    for other in (pickle.loads(pickle.dumps(a)), copy.copy(a)):
+        assert other == a and "_tag" not in other.__dict__
+        assert tag(other) not in (tag(a), tag(b))

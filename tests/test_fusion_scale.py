@@ -168,12 +168,16 @@ def test_other_scales_run_node_by_node(rng, case):
 B, H, S, D = 2, 3, 12, 8  # Whisper's encoder attention, small
 
 
-def _whisper_attention(rng, dt=np.float32):
+def _whisper_attention(rng, dt=np.float32, transposed=False):
     """MatMul(Q [B, H, S, D], K^T [B, H, D, S] through a Transpose) -> Mul(., 1 / sqrt D) -> Softmax
-    -> MatMul(., V), no mask: Whisper's encoder as torch.onnx.export writes its scores."""
+    -> MatMul(., V), no mask: Whisper's encoder as torch.onnx.export writes its scores
+    (`transposed`: and the Transpose(0, 2, 1, 3) to [B, S, H, D] after it, as the export has it)."""
     ins = [helper.make_tensor_value_info(n, ELEM[dt], [B, H, S, D]) for n in "qkv"]
     nodes = [N("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), N("MatMul", ["q", "kt"], ["sc"]),
-             N("Mul", ["sc", "c"], ["scaled"]), N("Softmax", ["scaled"], ["p"], axis=-1), N("MatMul", ["p", "v"], ["y"])]
+             N("Mul", ["sc", "c"], ["scaled"]), N("Softmax", ["scaled"], ["p"], axis=-1),
+             N("MatMul", ["p", "v"], ["pv" if transposed else "y"])]
+    if transposed:
+        nodes.append(N("Transpose", ["pv"], ["y"], perm=[0, 2, 1, 3]))
     g = helper.make_graph(nodes, "attn", ins, [helper.make_tensor_value_info("y", ELEM[dt], None)],
                           initializer=[numpy_helper.from_array(np.array(D ** -0.5, dt), "c")])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
@@ -192,11 +196,13 @@ def test_the_attention_pattern_still_matches_first(rng, monkeypatch):
     assert rep.last_run.dispatches == 1
 
 
+@pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("node_by_node", [False, True])
-def test_large_attention_runs_its_product_and_scale_as_one_gemm(rng, monkeypatch, node_by_node):
+def test_large_attention_runs_its_product_and_scale_as_one_gemm(rng, monkeypatch, node_by_node, transposed):
     """Past DevicePolicy.attention_fused_max_flops the attention runs unfused, its MatMul -> Mul
-    as GEMM with alpha: one dispatch fewer than the nodes, the same bits."""
-    model, feeds = _whisper_attention(rng)
+    as GEMM with alpha: one dispatch fewer than the nodes, the same bits (`transposed`: the chain
+    ending in Transpose holds the one without it, which holds MatMul -> Mul)."""
+    model, feeds = _whisper_attention(rng, transposed=transposed)
     rep = Backend.prepare(model, "CPU")
     monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, attention_fused_max_flops=0))
     rep.state.node_by_node = node_by_node
@@ -208,8 +214,9 @@ def test_large_attention_runs_its_product_and_scale_as_one_gemm(rng, monkeypatch
     (want,) = unfused.run(feeds)
     assert np.array_equal(_bits(y), _bits(want))
     if not node_by_node:  # (RunStats.dispatches: the whole-graph program's)
-        assert (rep.last_run.dispatches, unfused.last_run.dispatches) == (3, 4)
+        assert (rep.last_run.dispatches, unfused.last_run.dispatches) == (3, 4)  # (the Transpose: a view)
     q, k, v = (feeds[n].astype(np.float64) for n in "qkv")
     s = q @ np.swapaxes(k, -1, -2) * np.float32(D ** -0.5)
     p = np.exp(s - s.max(-1, keepdims=True))
-    np.testing.assert_allclose(y, (p / p.sum(-1, keepdims=True)) @ v, rtol=1e-5, atol=1e-5)
+    ref = (p / p.sum(-1, keepdims=True)) @ v
+    np.testing.assert_allclose(y, ref.transpose(0, 2, 1, 3) if transposed else ref, rtol=1e-5, atol=1e-5)

@@ -177,6 +177,7 @@ class TensorDesc(metaclass=_Interned):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_hash", None)  # string hashes differ between processes
+        state.pop("_tag", None)  # and tags are this process's (core/tags.py)
         return state
 
     # -- derived values (only meaningful for a valid descriptor) --------------------

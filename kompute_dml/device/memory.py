@@ -17,6 +17,7 @@ from ..core.dtypes import DataType
 from ..core.errors import DMLError, InvalidArgumentError, OutOfMemoryError, invalid
 from ..core.inputs import as_host_array, conform, is_python_data
 from ..core.ints import as_int, cdiv
+from ..core.tags import tag
 from ..core.tensor_desc import MINIMUM_BUFFER_TENSOR_ALIGNMENT, TensorDesc, packed_strides, validate_desc
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ class Tensor:
     copy: kompute_dml/device/views.py), strict write_numpy.
 
     Immutable (make a new Tensor for another range). `binding_key` names what it binds
-    (buffer serial, offset, id of desc): a compiled operator remembers the bindings whose
+    (buffer serial, offset, the desc's core.tags.tag): a compiled operator remembers the bindings whose
     checks passed by these keys, and the checks depend on nothing else (ops/base.py)."""
 
     __slots__ = ("__weakref__", "binding_key", "buffer", "desc", "offset")
@@ -337,7 +338,7 @@ def _fill(t: Tensor, buffer: Buffer, desc: TensorDesc, offset: int) -> None:
     _SET_BUFFER(t, buffer)
     _SET_DESC(t, desc)
     _SET_OFFSET(t, offset)
-    _SET_KEY(t, (buffer.serial, offset, id(desc)))
+    _SET_KEY(t, (buffer.serial, offset, tag(desc)))
 
 
 def calc_span_bytes(desc: TensorDesc) -> int:

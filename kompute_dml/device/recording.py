@@ -72,12 +72,12 @@ class Recording:
             return
         self._keys.append(key)
         self._work.append((op.plans, bound))
-        self.operators[id(op)] = op
+        self.operators[op] = op  # (identity hash: not id(), core/tags.py says why)
         self._labels.append((self.scope, op.support.name) if self.scope else op.support.name)
         self._count += len(op.plans)
         check = op.check
         if check is not None:  # its word's copy to the host, right after it (ops/device_check.py)
-            k = self._occurrences[id(op)] = self._occurrences.get(id(op), -1) + 1
+            k = self._occurrences[op] = self._occurrences.get(op, -1) + 1
             copy_key, copy_work = check.copy(k)
             self._keys.append(copy_key)
             self._work.append(copy_work)

@@ -87,7 +87,7 @@ _compile_cache: dict[tuple[int, Any, bool], Any] = {}
 def compile_cached(device: Device, desc: Any, allow_half_precision: bool = False) -> Any:
     """dev.compile with a per-device cache keyed by the (hashable) descriptor and the flags (not the
     kernel-forcing variables such as KDML_CONV_SPLIT: they apply to descriptors compiled after they are set)."""
-    key = (id(device), desc, bool(allow_half_precision))
+    key = (device, desc, bool(allow_half_precision))  # (identity hash: not id(), core/tags.py says why)
     op = _compile_cache.get(key)
     if op is None or op.device is not device:
         op = device.compile(desc, allow_half_precision=True) if allow_half_precision else device.compile(desc)

@@ -117,7 +117,9 @@ def _within(rep: BackendRep, outer: Fusion, uses: dict[str, list[tuple[int, int]
             f = None if pattern.claims or len(pattern.ops) >= len(outer.nodes) or head in taken or \
                 rep.graph.node[head].op_type != pattern.ops[0] else _match(rep, pattern, head, uses, taken, producers)
             if f is not None:
-                found.append(f)
+                # its own shorter chains too: an attention ending in Transpose holds the one without
+                # it, which holds MatMul -> Mul; where both attentions run unfused, the scale stays in GEMM
+                found.append(_within(rep, f, uses, producers))
                 taken.update(f.nodes)
     return dataclasses.replace(outer, within=tuple(found)) if found else outer
 

@@ -83,7 +83,7 @@ def input_key(names: tuple[str, ...], ins: list[Any], env: dict[str, Any]) -> tu
             parts.append("c")
         elif type(v) is DeviceValue:
             t = v.tensor
-            b, off = id(t.buffer), t.offset
+            b, off = t.buffer.serial, t.offset
             first = buffers.get(b)
             if first is None:
                 buffers[b] = (j, off)
@@ -160,10 +160,10 @@ class TracingContext:
         self._in_bufs: dict[int, int] = {}
         for j, v in enumerate(ins):
             if isinstance(v, DeviceValue):
-                self._in_bufs.setdefault(id(v.tensor.buffer), j)
+                self._in_bufs.setdefault(v.tensor.buffer.serial, j)
         self._out_bufs: dict[int, int] = {}
-        self._kept: set[int] = set()  # ids of the buffers of tensors that live as long as the model
-        self._keep: list[Any] = []  # and those tensors (their ids stay theirs)
+        self._kept: set[int] = set()  # serials of the buffers of tensors that live as long as the model
+        self._keep: list[Any] = []  # and those tensors
         self.out_calls: list[Any] = []
         self.execs: list[Any] = []
         self.notes: list[str] = []
@@ -181,9 +181,9 @@ class TracingContext:
             if j is None:
                 self.broken = "an output written over a value that is not an input"
         inplace = isinstance(over, DeviceValue) and t.buffer is over.tensor.buffer
-        if not inplace and id(t.buffer) in self._out_bufs:
+        if not inplace and t.buffer.serial in self._out_bufs:
             self.broken = "one buffer for two outputs"
-        self._out_bufs.setdefault(id(t.buffer), len(self.out_calls))
+        self._out_bufs.setdefault(t.buffer.serial, len(self.out_calls))
         self.out_calls.append((tuple(int(s) for s in sizes), dtype, j, inplace))
         return t
 
@@ -223,7 +223,7 @@ class TracingContext:
             self.broken = "a host value uploaded into the plan's own staging buffer"
 
     def _keep_tensor(self, t: Tensor) -> None:
-        self._kept.add(id(t.buffer))
+        self._kept.add(t.buffer.serial)
         self._keep.append(t)
 
     # ---- what the handler leaves for later nodes: not expressible ------------------------
@@ -254,7 +254,7 @@ class TracingContext:
             return ("l", tuple(self._ref(x) for x in t))
         if type(t) is not Tensor:
             raise Untraceable(f"a binding that is not a Tensor ({type(t).__name__})")
-        b = id(t.buffer)
+        b = t.buffer.serial
         k = self._out_bufs.get(b)
         if k is not None:
             return ("o", k, t.desc, t.offset)

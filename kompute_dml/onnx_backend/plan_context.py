@@ -70,10 +70,10 @@ class PlanContext:
         # signature's plan reuses them, allocating only what it needs beyond them.
         self._shared: dict[int, list[kdml.Buffer]] = rep.state.plan_buffers
         self._free: dict[int, list[kdml.Buffer]] = collections.defaultdict(list)
-        self._by_id: dict[int, kdml.Buffer] = {}
+        self._by_serial: dict[int, kdml.Buffer] = {}
         for size, bufs in self._shared.items():
             self._free[size] = list(bufs)
-            self._by_id.update((id(b), b) for b in bufs)
+            self._by_serial.update((b.serial, b) for b in bufs)
         self._added: list[kdml.Buffer] = []  # joins the shared buffers once the plan is made (share_buffers)
         self._refs: collections.Counter[int] = collections.Counter()
         # Buffers handed out while the current node is recorded: those its outputs do not hold
@@ -189,7 +189,7 @@ class PlanContext:
             # thread while the plan goes on, until a flush or the program's encoding binds it
             buf = kdml.Buffer(self.device, size, zeroed=False, later=True)
             self._added.append(buf)
-            self._by_id[id(buf)] = buf
+            self._by_serial[buf.serial] = buf
             self.allocated += size
         self._fresh.append(buf)
         return kdml.Tensor.trusted(buf, desc, 0)
@@ -203,7 +203,7 @@ class PlanContext:
         free = self._free[size]
         if free:
             buf = free.pop()
-            self._by_id.pop(id(buf), None)
+            self._by_serial.pop(buf.serial, None)
             return buf
         # not zeroed; made on kp's thread: a synchronous allocation waits for the driver while the
         # plan's large ones are made (docs/onnx.md)
@@ -235,8 +235,8 @@ class PlanContext:
         if not isinstance(value, DeviceValue) or not any(v is value for v in self.dying):
             return False
         t = value.tensor
-        key = id(t.buffer)
-        return (self._refs.get(key, 0) == 1 and key in self._by_id and key not in self._attached and t.offset == 0
+        key = t.buffer.serial
+        return (self._refs.get(key, 0) == 1 and key in self._by_serial and key not in self._attached and t.offset == 0
                 and t.desc.same_layout(desc))
 
     def note(self, msg: str) -> None:
@@ -249,7 +249,7 @@ class PlanContext:
     # ---- liveness ----------------------------------------------------------------------
     def hold(self, value: Any) -> None:
         if isinstance(value, DeviceValue):
-            self._refs[id(value.tensor.buffer)] += 1
+            self._refs[value.tensor.buffer.serial] += 1
 
     def hold_for_members(self, value: Any, members: int) -> None:
         """Keep value's buffer for `members` nodes still to come that each read it through
@@ -271,7 +271,7 @@ class PlanContext:
         for v in values:
             if isinstance(v, DeviceValue):
                 self.hold(v)
-                self._attached[id(owner.tensor.buffer)].append(v)
+                self._attached[owner.tensor.buffer.serial].append(v)
 
     def end_node(self) -> None:
         """The current node is recorded and its outputs held: its handler's temporaries (buffers
@@ -283,8 +283,8 @@ class PlanContext:
             self.drop(v)
         self._after_node.clear()
         for buf in self._fresh:
-            key = id(buf)
-            if self._refs[key] <= 0 and key in self._by_id and not self._is_free(buf):
+            key = buf.serial
+            if self._refs[key] <= 0 and key in self._by_serial and not self._is_free(buf):
                 self._refs.pop(key, None)
                 self._free[buf.nbytes].append(buf)
         self._fresh.clear()
@@ -295,11 +295,11 @@ class PlanContext:
     def drop(self, value: Any) -> None:
         if not isinstance(value, DeviceValue):
             return
-        key = id(value.tensor.buffer)
+        key = value.tensor.buffer.serial
         self._refs[key] -= 1
-        if self._refs[key] <= 0 and key in self._by_id:
+        if self._refs[key] <= 0 and key in self._by_serial:
             del self._refs[key]
-            buf = self._by_id[key]
+            buf = self._by_serial[key]
             if not self._is_free(buf):
                 self._free[buf.nbytes].append(buf)
             for v in self._attached.pop(key, ()):

@@ -136,7 +136,7 @@ class CompiledOperator:
         self._n_in = len(input_fields)
         self._pairs = tuple((oi, j) for oi in range(self._n_in, len(names)) for j in range(oi))
         # The last BIND_CACHE bindings that passed every check, oldest first, by their tensors'
-        # binding keys (memory.Tensor.binding_key: buffer serial, offset, id of desc; None for
+        # binding keys (memory.Tensor.binding_key: buffer serial, offset, tag of desc; None for
         # an absent tensor), each with its descs and bind()'s key. The checks depend on nothing
         # else: a buffer's device and size never change and serials are never reused, and the
         # entry holds its descs so that no other desc can take their ids while it exists. A

@@ -21,6 +21,7 @@ from typing import Any
 import kp
 import numpy as np
 
+from ..core.tags import tag
 from .memory import DeviceMemory, HostRange
 from .pipelines import Programs
 from .plans import DispatchPlan, Plan, TransferPlan
@@ -147,7 +148,7 @@ class EncodeCache:
                 else any(type(t) is HostRange for t in bound)):  # (a recording's own copy in / out: a new plan per call)
             return encode(plan, bound, programs, dummy)
         # every bound tensor's memory and offset (the offsets go into the push words)
-        key = (id(plan), *[None if t is None else (t.buffer.memory.serial, t.offset) for t in bound])
+        key = (tag(plan), *[None if t is None else (t.buffer.memory.serial, t.offset) for t in bound])
         hit = self._entries.get(key)
         if hit is not None and hit[0] is plan:
             self.hits += 1
