@@ -307,8 +307,60 @@ def test_host_integer_div_truncates_as_onnxruntime():
     assert got.dtype == np.int64 and got.tolist() == want.tolist() == [3, -3, -3, 3, 0, 2, -4611686018427387903]
     with pytest.raises(NotImplementedError):
         HOST_EVAL["Div"](node, [a, np.zeros(7, np.int64)])
-    with pytest.raises(NotImplementedError):  # floats: onnxruntime's arithmetic, not numpy's
-        HOST_EVAL["Div"](node, [a.astype(np.float32), b.astype(np.float32)])
+    with pytest.raises(NotImplementedError), np.errstate(over="ignore"):  # float16: the fallback engine's arithmetic
+        HOST_EVAL["Div"](node, [a.astype(np.float16), b.astype(np.float16)])
+
+
+def _edge_floats(rng, dtype, n=64):
+    info = np.finfo(dtype)
+    edges = [0.0, -0.0, 1.0, -1.5, np.inf, -np.inf, np.nan, info.tiny, info.tiny / 4, -info.tiny / 8, info.max,
+             -info.max, info.eps, 3.0, 7.0, 0.1, 2.0 ** 24 + 1, -(2.0 ** 31), 2.0 ** 31 - 128]
+    x = np.concatenate([np.array(edges, np.float64), rng.standard_normal(n) * 10.0 ** rng.integers(-40, 40, n)])
+    with np.errstate(over="ignore"):
+        return x.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_host_float_arithmetic_and_casts_equal_onnxruntime_bit_for_bit(rng, dtype):
+    """Float Add / Sub / Mul / Div / comparisons and Casts of host-known values (host_eval.py:
+    a decoder's rotary angles and mask values, computed at every plan) against onnxruntime's CPU
+    kernels on edge values (signed zeros, subnormals, infinities, NaN, the largest finite values,
+    products past the range), bit for bit; a float to an integer only where every value fits."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import helper as h
+
+    from kompute_dml.onnx_backend.host_eval import HOST_EVAL
+
+    a, b = _edge_floats(rng, dtype), _edge_floats(rng, dtype)[::-1].copy()
+    elem = {np.float32: T.FLOAT, np.float64: T.DOUBLE}[dtype]
+
+    def onnxruntime(node, feeds, out_type):
+        graph = h.make_graph([node], "g", [h.make_tensor_value_info(k, elem if v.dtype.kind == "f" else T.INT64, None)
+                                           for k, v in feeds.items()], [h.make_tensor_value_info("y", out_type, None)])
+        model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+    def same(got, want):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert np.array_equal(got.view(f"u{got.itemsize}") if got.dtype.kind == "f" else got,
+                              want.view(f"u{want.itemsize}") if want.dtype.kind == "f" else want)
+
+    for op in ("Add", "Sub", "Mul", "Div", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"):
+        node = h.make_node(op, ["a", "b"], ["y"])
+        out = T.BOOL if op not in ("Add", "Sub", "Mul", "Div") else elem
+        same(HOST_EVAL[op](node, [a, b]), onnxruntime(node, {"a": a, "b": b}, out))
+    ints = np.array([0, 1, -1, 2 ** 24 + 1, -(2 ** 53) - 3, 2 ** 62 + 2 ** 39 + 1, 7 * 2 ** 40 + 5], np.int64)
+    for to, src in ((T.FLOAT, ints), (T.DOUBLE, ints), (T.FLOAT, a), (T.DOUBLE, a), (T.BOOL, a)):
+        node = h.make_node("Cast", ["a"], ["y"], to=to)
+        same(HOST_EVAL["Cast"](node, [src]), onnxruntime(node, {"a": src}, to))
+    fits = np.array([0.0, -0.0, 2.5, -2.5, 1e9, -7.99, 2.0 ** 62], dtype)
+    node = h.make_node("Cast", ["a"], ["y"], to=T.INT64)
+    same(HOST_EVAL["Cast"](node, [fits]), onnxruntime(node, {"a": fits}, T.INT64))
+    for unfit in (a, np.array([2.0 ** 63], dtype)):  # NaN, infinities, out of range: C++ leaves them undefined
+        with pytest.raises(NotImplementedError):
+            HOST_EVAL["Cast"](node, [unfit])
+    with pytest.raises(NotImplementedError):  # float16: onnxruntime's own conversion routine
+        HOST_EVAL["Cast"](h.make_node("Cast", ["a"], ["y"], to=T.FLOAT16), [a])
 
 
 def test_host_slice_clamps_as_onnx_says():

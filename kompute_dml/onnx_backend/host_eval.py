@@ -154,11 +154,24 @@ def _gather(take: Callable[..., Any]) -> Callable[[onnx.NodeProto, list[Any]], A
 
 
 def _cast(node: onnx.NodeProto, ins: list[Any]) -> Any:
+    """Cast between integers, bools, float32 and float64 as onnxruntime's CPU kernel does it: C++'s
+    static_cast, which on x86-64 and ARM64 rounds an integer or float64 to the nearest float32 (ties
+    to even) and truncates a float toward zero, as numpy's astype; a float to an integer type only
+    where every value is finite and fits (C++ leaves the rest undefined), float16 and the others to
+    the fallback engine (its own conversion routine)."""
     to = _np_dtype_of_onnx(int(_attr(node, "to")))
     x = np.asarray(ins[0])
-    if to is None or x.dtype.kind not in "biu" or to.kind not in "biu":
-        raise NotImplementedError  # float conversions: the fallback engine's rounding rules
-    return (x != 0) if to == np.bool_ else x.astype(to)
+    if to is None or x.dtype.kind not in _CAST_KINDS or to.kind not in _CAST_KINDS or \
+            (x.dtype.kind == "f" and x.dtype not in _HOST_FLOATS) or (to.kind == "f" and to not in _HOST_FLOATS):
+        raise NotImplementedError
+    if to == np.bool_:
+        return x != 0  # (NaN is non-zero: True, as static_cast<bool>)
+    if x.dtype.kind == "f" and to.kind in "iu":
+        info = np.iinfo(to)
+        if not (np.isfinite(x).all() and (x.size == 0 or (x.min() > info.min - 1 and x.max() < info.max + 1))):
+            raise NotImplementedError
+    with np.errstate(over="ignore"):  # float64 past float32's range: inf, as static_cast
+        return x.astype(to)
 
 
 def _dequantize(node: onnx.NodeProto, ins: list[Any]) -> Any:
@@ -187,13 +200,25 @@ def _dequantize(node: onnx.NodeProto, ins: list[Any]) -> Any:
         return (x.astype(np.int64) - zp.astype(np.int64)).astype(np.float32) * scale
 
 
-def _binary(fn: Callable[[Any, Any], Any], exact_kinds: str = "biu") -> Callable[[onnx.NodeProto, list[Any]], Any]:
+def _binary(fn: Callable[[Any, Any], Any], exact_kinds: str = "biu",
+            floats: bool = False) -> Callable[[onnx.NodeProto, list[Any]], Any]:
+    """A binary node on host values: integers (`exact_kinds`), and with `floats` float32 / float64
+    operands of one type, whose IEEE operations (+, -, *, /, comparisons) give onnxruntime's CPU
+    results bit for bit (one correctly rounded operation per element, no fused or reordered
+    arithmetic; neither flushes subnormals by default); other types to the fallback engine."""
     def run(node: onnx.NodeProto, ins: list[Any]) -> Any:
         a, b = np.asarray(ins[0]), np.asarray(ins[1])
-        if a.dtype.kind not in exact_kinds or b.dtype.kind not in exact_kinds:
-            raise NotImplementedError  # floats: the fallback engine's arithmetic, not numpy's
-        return np.asarray(fn(a, b)).astype(a.dtype) if fn not in _PREDICATES else np.asarray(fn(a, b))
+        if not (a.dtype.kind in exact_kinds and b.dtype.kind in exact_kinds) and not (
+                floats and a.dtype == b.dtype and a.dtype in _HOST_FLOATS):
+            raise NotImplementedError  # float16 or mixed types: the fallback engine's arithmetic
+        with np.errstate(all="ignore"):  # inf and NaN results as IEEE gives them, as there
+            return np.asarray(fn(a, b)).astype(a.dtype) if fn not in _PREDICATES else np.asarray(fn(a, b))
     return run
+
+
+def _div(a: Any, b: Any) -> Any:
+    """Div: integers as onnxruntime (_int_div), floats IEEE's quotient (inf and NaN for 0 divisors)."""
+    return np.true_divide(a, b) if a.dtype.kind == "f" else _int_div(a, b)
 
 
 def _int_div(a: Any, b: Any) -> Any:
@@ -218,6 +243,7 @@ def _engine(node: onnx.NodeProto, ins: list[Any]) -> Any:
     raise NotImplementedError  # onnxruntime (or onnx's reference evaluator) for this one node
 
 
+_CAST_KINDS, _HOST_FLOATS = "biuf", (np.dtype(np.float32), np.dtype(np.float64))
 _PREDICATES = {np.equal, np.greater_equal, np.greater, np.less, np.less_equal, np.logical_and, np.logical_or}
 
 HOST_EVAL: dict[str, Callable[[onnx.NodeProto, list[Any]], Any]] = {
@@ -238,18 +264,18 @@ HOST_EVAL: dict[str, Callable[[onnx.NodeProto, list[Any]], Any]] = {
     "Expand": lambda node, ins: np.array(np.broadcast_to(np.asarray(ins[0]), np.broadcast_shapes(
         np.asarray(ins[0]).shape, tuple(int(v) for v in np.asarray(ins[1]).reshape(-1))))),
     "Where": lambda node, ins: np.where(np.asarray(ins[0]), np.asarray(ins[1]), np.asarray(ins[2])),
-    "Equal": _binary(np.equal),
-    "GreaterOrEqual": _binary(np.greater_equal),
-    "Greater": _binary(np.greater),
-    "Less": _binary(np.less),
-    "LessOrEqual": _binary(np.less_equal),
+    "Equal": _binary(np.equal, floats=True),
+    "GreaterOrEqual": _binary(np.greater_equal, floats=True),
+    "Greater": _binary(np.greater, floats=True),
+    "Less": _binary(np.less, floats=True),
+    "LessOrEqual": _binary(np.less_equal, floats=True),
     "And": _binary(np.logical_and, "b"),
     "Or": _binary(np.logical_or, "b"),
     "Not": lambda node, ins: np.logical_not(np.asarray(ins[0])),
-    "Add": _binary(np.add),
-    "Sub": _binary(np.subtract),
-    "Mul": _binary(np.multiply),
-    "Div": _binary(_int_div, "iu"),  # shape arithmetic (head_dim // heads in exported decoders)
+    "Add": _binary(np.add, floats=True),
+    "Sub": _binary(np.subtract, floats=True),
+    "Mul": _binary(np.multiply, floats=True),
+    "Div": _binary(_div, "iu", floats=True),  # shape arithmetic (head_dim // heads in exported decoders)
     # float shape arithmetic (MobileViT's ceil(h / patch)): exact in numpy, the result's type kept
     **{op: _unary(fn) for op, fn in (("Ceil", np.ceil), ("Floor", np.floor), ("Round", np.round), ("Neg", np.negative),
                                      ("Abs", np.abs), ("Sign", np.sign), ("Sqrt", np.sqrt))},
