@@ -91,8 +91,8 @@ def main() -> None:
     print("setting | cold prepare | cold first run | pipelines created | warm prepare | warm first run")
     for setting, r in rows.items():
         med = {k: statistics.median(v) for k, v in r.items()}
-        print(f"{setting or '(as is)'} | {med['cold prepare']:.2f} | {med['cold first']:.2f} | {med['cold created']:.0f} | "
-              f"{med['warm prepare']:.2f} | {med['warm first']:.2f}")
+        print(f"{setting or '(as is)'} | {med['cold prepare']:.2f} | {med['cold first']:.3f} | {med['cold created']:.0f} | "
+              f"{med['warm prepare']:.2f} | {med['warm first']:.3f} (all: {', '.join(f'{v:.3f}' for v in r['warm first'])})")
 
 
 if __name__ == "__main__":

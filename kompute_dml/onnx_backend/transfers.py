@@ -4,6 +4,7 @@ downloads cached, and the buffer arena each node reuses from run to run."""
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from kompute_dml.device.memory import packed_desc_for
 from ..functional import _pool_take
 from ..runtime import staging
 from ..runtime.replay import HostCopies
+from .constant_arena import ConstantArena, expected_bytes
 from .fallback import CpuSegment
 from .handlers_values import BOOL
 from .host_eval import SHAPE_ONLY, evaluate
@@ -27,6 +29,27 @@ if TYPE_CHECKING:
     import onnx
 
     from .run_state import RunState
+
+
+# the types whose raw_data is the array's bytes as numpy reads them (little-endian hosts)
+_RAW_TYPES = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64, TensorProto.FLOAT16: np.float16,
+              TensorProto.INT8: np.int8, TensorProto.UINT8: np.uint8, TensorProto.INT16: np.int16,
+              TensorProto.UINT16: np.uint16, TensorProto.INT32: np.int32, TensorProto.UINT32: np.uint32,
+              TensorProto.INT64: np.int64, TensorProto.UINT64: np.uint64, TensorProto.BOOL: np.bool_}
+
+
+def constant_array(t: TensorProto) -> np.ndarray:
+    """An initializer's values: a read-only view of its raw bytes where they are the array
+    (a plain type, little-endian host), else numpy_helper's copy. A model's weights are read
+    at its first run, where those copies were 8-12% of a warm first run on the H100 host
+    (ResNet-18's 47 MB, Llama's; benchmarks/cold_start.py times first runs)."""
+    dt = _RAW_TYPES.get(t.data_type)
+    if dt is not None and t.HasField("raw_data") and sys.byteorder == "little" and not t.external_data:
+        dims = tuple(t.dims)
+        raw = t.raw_data
+        if len(raw) == int(np.prod(dims, dtype=np.int64)) * np.dtype(dt).itemsize:
+            return np.frombuffer(raw, dt).reshape(dims)
+    return numpy_helper.to_array(t)
 
 
 class ValueTransfers:
@@ -42,7 +65,7 @@ class ValueTransfers:
     def constant_host(self, name: str) -> np.ndarray:
         arr = self.state.host_constants.get(name)
         if arr is None:
-            arr = numpy_helper.to_array(self.constants[name])
+            arr = constant_array(self.constants[name])
             self.state.host_constants[name] = arr
         return arr
 
@@ -148,9 +171,11 @@ class ValueTransfers:
             if dtype is not None:
                 arr = arr.astype(dtype)
             check_bindable(self.device, arr.nbytes)
-            t = self.device.tensor(np.ascontiguousarray(arr.T if columns else arr))
+            if self.state.constant_arena is None:
+                self.state.constant_arena = ConstantArena(self.device, expected_bytes(self.constants))
+            t = self.state.constant_arena.tensor(np.ascontiguousarray(arr.T if columns else arr))
             if columns:
-                t = kdml.Tensor(t.buffer, kdml.TensorDesc(t.desc.data_type, arr.shape, (1, arr.shape[0])))
+                t = kdml.Tensor(t.buffer, kdml.TensorDesc(t.desc.data_type, arr.shape, (1, arr.shape[0])), t.offset)
             dv = self.state.device_constants[key] = DeviceValue(t, arr.shape, arr.dtype)
             stats.constant_uploads += 1
         return dv.tensor
@@ -232,6 +257,7 @@ class ValueTransfers:
         with self.state.lock:
             self.state.arena.clear()
             self.state.device_constants.clear()
+            self.state.constant_arena = None
             self.state.plans.clear()  # whole-graph programs (device_graph.py) and their buffers
             self.state.plan_buffers.clear()
             self.state.plan_io.clear()

@@ -174,11 +174,11 @@ class Engine:
         """Where `data` (contiguous) lies in host memory of this engine (host_memory), else None."""
         return None if (where := host_origin(data, self._host)) is None else HostRange(*where, data.nbytes)
 
-    def write(self, memory: DeviceMemory, offset: int, data: np.ndarray) -> None:
-        """Bytes [offset, offset + len(data)) of `memory` <- `data` (contiguous uint8)."""
+    def write(self, memory: DeviceMemory, offset: int, data: np.ndarray, settle: bool = True) -> None:
+        """Bytes [offset, offset + len(data)) of `memory` <- `data` (uint8) after the work binding it (constant_arena.py: not)."""
         with self.lock:
             self.check_open()
-            self.inflight.settle(memory.serial)
+            self.inflight.settle(memory.serial if settle else -1)  # (-1: no buffer's serial)
             self.staging.upload(memory, offset, data, host_origin(data, self._host))
 
     def read_into(self, memory: DeviceMemory, offset: int, out: np.ndarray) -> None:

@@ -66,9 +66,9 @@ class DeviceMemory:
     def __repr__(self) -> str:
         return f"DeviceMemory(words={self.words}, serial={self.serial})"
 
-    def write(self, offset: int, data: np.ndarray) -> None:
-        """Copy `data` (uint8) to bytes [offset, offset + len) of the memory."""
-        self.engine.write(self, offset, np.ascontiguousarray(data).reshape(-1))
+    def write(self, offset: int, data: np.ndarray, settle: bool = True) -> None:
+        """Copy `data` (uint8) to bytes [offset, offset + len) of the memory (Engine.write)."""
+        self.engine.write(self, offset, np.ascontiguousarray(data).reshape(-1), settle)
 
     def read_into(self, offset: int, out: np.ndarray) -> None:
         """Fill `out` (a writable, contiguous array) with the bytes from `offset` on."""
