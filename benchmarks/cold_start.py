@@ -6,6 +6,7 @@ measured in `--processes` fresh processes, interleaved:
 
     python -m benchmarks.cold_start --family distilbert-int8 --settings "KDML_PIPELINE_THREADS=1;"
     python -m benchmarks.cold_start --family llama --settings ";SIBLINGS_IN_FIRST_RUN=1"
+    python -m benchmarks.cold_start --family resnet18 --settings ";NO_PROGRAM_RECORD=1"
 
 One line per setting: medians of prepare and first-run seconds, cold and warm, and the
 pipelines the cold first run created.
@@ -27,6 +28,8 @@ CHILD = [sys.executable, "-m", "benchmarks.cold_start", "--child"]
 # An ablation setting ("SIBLINGS_IN_FIRST_RUN=1"): the siblings (onnx_backend/siblings.py) made inside
 # the first run, as before they moved to a thread of their own (runtime/pipelines.Programs.prepare_later)
 SIBLINGS_IN_FIRST_RUN = "SIBLINGS_IN_FIRST_RUN"
+# Another ("NO_PROGRAM_RECORD=1"): no pipelines of earlier processes made at prepare (runtime/program_record.py)
+NO_PROGRAM_RECORD = "NO_PROGRAM_RECORD"
 
 
 def child(family: str, size: str, batch: int, seq: int) -> None:
@@ -40,6 +43,11 @@ def child(family: str, size: str, batch: int, seq: int) -> None:
         from kompute_dml.runtime import pipelines
 
         pipelines.Programs.prepare_later = lambda self, plans, threads: self.prepare_many(list(plans), threads)
+
+    if os.environ.get(NO_PROGRAM_RECORD) == "1":
+        from kompute_dml.runtime import pipelines
+
+        pipelines.Programs.warm = lambda self, threads: 0
 
     path = families.build(family, size)
     rep: list = []

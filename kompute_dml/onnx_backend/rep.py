@@ -57,6 +57,8 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self.allow_half_precision = bool(allow_half_precision)
         self.model = model
         self.device = device
+        if device.policy.prepare_siblings:  # earlier processes' pipelines, made while prepare goes on
+            device.engine.programs.warm(device.policy.pipeline_threads)
         self.fallback = fallback
         self.cpu_threads = cpu_threads
         self.exclude_ops = set(exclude_ops)

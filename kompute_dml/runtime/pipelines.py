@@ -24,9 +24,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.errors import UnsupportedError
+from . import program_record
 from .memory import DeviceMemory
 from .plans import DispatchPlan
-from .shaders import check_capabilities, load_spirv
+from .shaders import check_capabilities, load_spirv, variant_digest
 
 PIPELINE_THREADS_ENV = "KDML_PIPELINE_THREADS"
 PIPELINE_THREADS_MAX = 16  # a cap on compile threads: each holds a driver compiler's memory
@@ -76,6 +77,9 @@ class Programs:
         self._later: threading.Thread | None = None  # prepare_later's thread
         self._stopping = False
         self.later_error: Exception | None = None  # what stopped a background batch (its pipelines are made when used)
+        self.made: list[tuple[Any, ...]] = []  # the keys of the pipelines made, in order (program_record.py)
+        self._warmed = False
+        self._saved = 0  # how many of them the record holds
 
     def bind(self, plan: DispatchPlan, memories: Sequence[DeviceMemory],
              windows: Sequence[tuple[int, int]] | None = None) -> Any:
@@ -105,6 +109,7 @@ class Programs:
         if handle is None:
             handle = self._programs[key] = int(self.manager.kdml_prepare_program(
                 self.spirv(plan.variant), len(plan.bindings), [int(v) for v in plan.spec], len(plan.push)))
+            self.made.append(key)
         return handle
 
     def prepare_many(self, plans: Sequence[DispatchPlan], threads: int) -> int:
@@ -129,6 +134,7 @@ class Programs:
         else:
             for key, (spirv, bindings, spec, push) in todo.items():
                 self._programs[key] = int(self.manager.kdml_prepare_program(spirv, bindings, spec, push))
+        self.made += todo
         return len(todo)
 
     def prepare_later(self, plans: Sequence[DispatchPlan], threads: int) -> int:
@@ -140,16 +146,20 @@ class Programs:
         so does closing the device (`stop`: no further batch starts). Returns how many were queued."""
         self.wait()  # one background batch at a time
         plans = list(plans)
-        if not plans or self._stopping:
+        if (not plans and len(self.made) == self._saved) or self._stopping:  # (else: a batch that only saves)
             return 0
-        if not _AT_EXIT:
-            _AT_EXIT.append(True)
-            atexit.register(_stop_all)
-        _LATER.add(self)
+        self._at_exit()
         self._later = threading.Thread(target=self._prepare_in_background, args=(plans, max(1, threads)),
                                        name="kdml-pipelines", daemon=True)
         self._later.start()
         return len(plans)
+
+    def _at_exit(self) -> None:
+        """stop() at exit, before kp's exit callback destroys the device (registered after it)."""
+        if not _AT_EXIT:
+            _AT_EXIT.append(True)
+            atexit.register(_stop_all)
+        _LATER.add(self)
 
     def _prepare_in_background(self, plans: list[DispatchPlan], threads: int) -> None:
         for start in range(0, len(plans), threads):
@@ -160,6 +170,17 @@ class Programs:
             except Exception as e:  # a speculative pipeline: a plan that uses it makes it (or is refused) itself
                 self.later_error = e
                 return
+        if not self._stopping:
+            self._save()  # for the next process (program_record.py)
+
+    def warm(self, threads: int) -> int:
+        """Queue the pipelines this device made in earlier processes (program_record.py) on
+        prepare_later's thread, once per device; returns how many."""
+        if self._warmed:
+            return 0
+        self._warmed = True
+        self._at_exit()
+        return self.prepare_later(program_record.load(program_record.record_path(self.manager), variant_digest), threads)
 
     def wait(self) -> None:
         """Until prepare_later's pipelines are made."""
@@ -169,6 +190,13 @@ class Programs:
             self._later = None
 
     def stop(self) -> None:
-        """No further background batch; wait for the one the driver is compiling."""
+        """No further background batch; wait for the one the driver is compiling; record the
+        pipelines made (program_record.py: Device.close, and exit once a model was prepared)."""
         self._stopping = True
         self.wait()
+        self._save()
+
+    def _save(self) -> None:
+        if len(self.made) != self._saved:
+            self._saved = len(self.made)
+            program_record.save(program_record.record_path(self.manager), list(self.made), variant_digest)

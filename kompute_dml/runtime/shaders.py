@@ -47,6 +47,12 @@ def _manifest() -> dict[str, dict[str, object]]:
     return out
 
 
+def variant_digest(name: str) -> str | None:
+    """The sha256 of variant `name`'s built SPIR-V (None: no such variant)."""
+    entry = _manifest().get(name)
+    return None if entry is None else str(entry.get("sha256"))
+
+
 @functools.lru_cache(maxsize=1)
 def _builder():  # type: ignore[no-untyped-def]
     spec = importlib.util.spec_from_file_location("_kdml_build_spirv", SOURCE_DIR.parent / "tools" / "build_spirv.py")
