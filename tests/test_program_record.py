@@ -69,5 +69,8 @@ def test_changed_spirv_and_damaged_files_are_skipped(cache):
     path.write_text("{ not json")
     assert program_record.load(path, lambda v: "abc") == []
     assert program_record.load(cache / "absent.json", lambda v: "abc") == []
-    program_record.save(path, [("v", (1,), 4, 2)], lambda v: "sha")  # over a damaged file
+    program_record.save(path, [("v", (np.int64(1),), 4, 2)], lambda v: "sha")  # over a damaged file
     assert json.loads(path.read_text()) == [["v", "sha", [1], 4, 2]]
+    (cache / "a-file").write_text("")
+    program_record.save(cache / "a-file" / "below.json", [("v", (1,), 4, 2)], lambda v: "sha")  # unwritable: nothing
+    assert sorted(p.name for p in cache.iterdir()) == ["a-file", "programs-x.json"]

@@ -56,15 +56,20 @@ def save(path: Path | None, made: list[tuple[Any, ...]], digest: Any) -> None:
     """`made` (variant, spec, push words, bindings; most recent last) first, then what the file held."""
     if path is None:
         return
-    entries = [[v, digest(v), list(spec), push, bindings] for v, spec, push, bindings in reversed(made)]
+    entries = [[v, digest(v), [int(x) for x in spec], int(push), int(bindings)] for v, spec, push, bindings in reversed(made)]
     seen = {json.dumps(e) for e in entries}
     with contextlib.suppress(OSError, ValueError, TypeError):
         for e in json.loads(path.read_text()):
             if json.dumps(e) not in seen:
                 entries.append(e)
-    with contextlib.suppress(OSError):
+    tmp = None
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             json.dump(entries[:RECORD_CAP], f)
         os.replace(tmp, path)  # atomic: processes of one device write it in turn
+    except (OSError, ValueError, TypeError):
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
