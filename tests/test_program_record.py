@@ -42,6 +42,7 @@ def test_a_later_device_makes_the_recorded_pipelines_before_its_first_run(cache,
     first = _device()
     rep = Backend.prepare(_model(), kdml_device=first)
     (want,) = rep.run(feeds)
+    first.engine.programs.wait()  # (the siblings' batch, if any)
     made = {(k[0], tuple(k[1]), k[2], k[3]) for k in first.engine.programs.made}
     assert made
     first.close()  # writes the record (so does a background batch, and the exit of a process that prepared a model)
