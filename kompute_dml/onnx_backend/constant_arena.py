@@ -16,12 +16,15 @@ starts with a global barrier) and nothing reads the range before the copy."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 import kompute_dml as kdml
 from kompute_dml.device.memory import largest_buffer, packed_desc_for
+
+from .graph import _np_dtype_of_onnx
 
 CHUNK_BYTES = 32 << 20
 MIN_CHUNK_BYTES = 1 << 20
@@ -64,14 +67,9 @@ class ConstantArena:
 
 
 def expected_bytes(constants: dict[str, Any]) -> int:
-    """The bytes of a model's initializers (TensorProtos), as stored."""
+    """The bytes of a model's initializers (TensorProtos), as stored (4 per element of a type numpy lacks)."""
     total = 0
     for t in constants.values():
-        n = 1
-        for d in t.dims:
-            n *= int(d)
-        total += n * max(1, _ITEM.get(t.data_type, 4))
+        dt = _np_dtype_of_onnx(t.data_type)
+        total += math.prod(int(d) for d in t.dims) * (dt.itemsize if dt is not None else 4)
     return total
-
-
-_ITEM = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2}

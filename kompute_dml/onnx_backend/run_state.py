@@ -40,7 +40,7 @@ class RunState:
     memo: dict[int, Any] = field(default_factory=dict)  # results handlers share within one run
     host_constants: dict[str, np.ndarray] = field(default_factory=dict)  # constants decoded once
     device_constants: dict[str, DeviceValue] = field(default_factory=dict)  # constants uploaded once
-    constant_arena: Any = None  # the buffers they share (constant_arena.py), made at the first
+    constant_arena: Any = None  # the buffers they share (constant_arena.py), made at the first upload
     single_node_segments: dict[int, CpuSegment] = field(default_factory=dict)  # a CPU node alone, made once
     folded_values: dict[int, list[Any]] = field(default_factory=dict)  # constant-only nodes' results
     # ---- whole-graph plans (device_graph.py) per input signature (None: not planned)
