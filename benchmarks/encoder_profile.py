@@ -59,8 +59,11 @@ def main() -> None:
         print(f"first run of {batch}x{seq} after {b0}x{s0}: {took * 1e3:.1f} ms under cProfile, "
               f"planning {st.plan_seconds * 1e3:.1f} ms; device {rep.device.stats()}")
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
-    # the GPU's clock up first: on an idle H100 a profile without it read Whisper's float16 encoder at
-    # 21 ms a run, where benchmarks.model_families (which holds it) reads 8.8
+    # the first run (its plan and, on a cold cache, its pipelines: 6 s for Whisper's float16 encoder
+    # on the H100) apart, then the GPU's clock up for WARM_SECONDS of runs: on an idle H100 a profile
+    # without the hold read that encoder at 21 ms a run, where benchmarks.model_families (which holds
+    # it) reads 8.8
+    first = once(lambda: rep.run(feeds))
     gpu_clock.hold(lambda: rep.run(feeds), gpu_clock.WARM_SECONDS)
     walls = series(lambda: rep.run(feeds), 10, warmup=3)
     with rep.device.profile() as p:
@@ -72,7 +75,8 @@ def main() -> None:
         by_op[f"{node_type} -> {r.operator}"][1] += 1
     total = p.total_us()
     print(f"{args.model} {batch}x{seq}: wall median {median(walls) * 1e3:.2f} ms over 10 runs; "
-          f"device time {total / 1e3:.2f} ms in {len(p.rows)} dispatches (profiled: one timestamp each)")
+          f"device time {total / 1e3:.2f} ms in {len(p.rows)} dispatches (profiled: one timestamp each); "
+          f"first run {first * 1e3:.0f} ms")
     print(f"{'node -> operator':<58} {'us':>9} {'share':>6} {'dispatches':>10}")
     for name, (us, n) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[:args.top]:
         print(f"{name[:58]:<58} {us:>9.1f} {us / total:>6.1%} {n:>10}")
