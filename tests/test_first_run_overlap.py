@@ -265,6 +265,58 @@ def test_a_plan_does_not_flush_while_a_buffer_is_being_made(rng, monkeypatch, al
     assert (plan.flushed == 0) == (allocating and not anyway)
 
 
+def _chain_model():
+    """x -> Relu -> Sigmoid -> Abs -> y: three element-wise dispatches of three variants."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Sigmoid", ["a"], ["b"]),
+             helper.make_node("Abs", ["b"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, ["B", "S"])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+@pytest.mark.parametrize("anyway", [False, True], ids=["default", "plan_flush_compiling"])
+def test_a_plan_flushes_only_executions_whose_pipelines_are_made(rng, monkeypatch, anyway):
+    """On a device that has made none of a plan's pipelines, a plan flushing before every node
+    (plan_flush_ms) starts the inputs' copy alone: each node's new pipeline would be compiled at its
+    own flush, one after another, where the plan's last encode compiles all three in one
+    Programs.prepare_many (in parallel on GPUs). plan_flush_compiling (KDML_PLAN_FLUSH_COMPILING=1)
+    flushes anyway: three compiles of one pipeline each. The same result either way; a second
+    signature, whose pipelines are made, flushes as often as that."""
+    import dataclasses
+
+    from kompute_dml.runtime.pipelines import Programs
+
+    dev = kdml.Device()  # none of the plan's pipelines made in this process
+    try:
+        rep = Backend.prepare(_chain_model(), kdml_device=dev)
+        monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, plan_flush_ms=1e-9,
+                                                                        plan_flush_compiling=anyway))
+        monkeypatch.setattr(type(rep.device.engine), "allocating", lambda self: False)
+        monkeypatch.setattr(DeviceMemory, "ready", property(lambda self: True))
+        made: list[int] = []
+        many = Programs.prepare_many
+
+        def counted(self, plans, threads):
+            n = many(self, plans, threads)
+            if n:
+                made.append(n)
+            return n
+
+        monkeypatch.setattr(Programs, "prepare_many", counted)
+        x = rng.standard_normal((3, 40)).astype(np.float32)
+        (y,) = rep.run({"x": x})
+        np.testing.assert_allclose(y, np.abs(1 / (1 + np.exp(-np.maximum(x.astype(np.float64), 0)))), rtol=1e-6)
+        (plan,) = [p for p in rep.state.plans.values() if p is not None]
+        assert made == ([1, 1, 1] if anyway else [3])
+        # flushed before each node: the inputs' copy, then (anyway) every node's execution but the last
+        assert plan.flushed == (3 if anyway else 1)
+        (y2,) = rep.run({"x": x[:2]})  # another signature: its pipelines are made
+        np.testing.assert_array_equal(y2, y[:2])
+        assert [p for p in rep.state.plans.values() if p is not None][-1].flushed == 3
+    finally:
+        dev.close()
+
+
 def test_the_flush_during_allocation_setting_comes_from_the_environment(dev, monkeypatch):
     from kompute_dml.runtime.policy import PLAN_FLUSH_ALLOCATING_ENV, policy_for
 

@@ -193,6 +193,7 @@ class GraphPlan:
         flush_s = rep.device.policy.plan_flush_ms / 1e3
         engine = rep.device.engine
         ignore_allocations = rep.device.policy.plan_flush_allocating
+        ignore_compiles = rep.device.policy.plan_flush_compiling
         with rep.device.capture() as rec:
             self._in = _host_io(rep, "in", total)
             self._write_inputs(feeds)  # now: the program's first executions may start while it is planned
@@ -205,9 +206,11 @@ class GraphPlan:
             drop = ctx.drop
             for i, dying, chain in order:  # (a node absorbed into a chain has no step: its carrier runs it)
                 # not while a buffer is being made: the driver would hold the submissions up meanwhile
-                # (DevicePolicy.plan_flush_allocating)
+                # (DevicePolicy.plan_flush_allocating); nor before the pipelines of what it would start
+                # are made: they would be compiled one flush at a time (DevicePolicy.plan_flush_compiling)
                 if (flush_s and time.perf_counter() - flushed_at >= flush_s
-                        and (ignore_allocations or not engine.allocating())):
+                        and (ignore_allocations or not engine.allocating())
+                        and (ignore_compiles or rec.pipelines_made())):
                     ctx.write_staged()  # the host values the executions flushed now may read
                     rec.flush()
                     flushed_at = time.perf_counter()

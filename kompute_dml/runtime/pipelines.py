@@ -112,6 +112,17 @@ class Programs:
             self.made.append(key)
         return handle
 
+    def made_until(self, work: Sequence[Any], start: int) -> int:
+        """The index of the first of `work`'s items from `start` (Recording work: (plans, bound))
+        with a dispatch plan whose pipeline this device has not made, else len(work)."""
+        programs = self._programs
+        for k in range(start, len(work)):
+            for plan in work[k][0]:
+                if (isinstance(plan, DispatchPlan)
+                        and (plan.variant, plan.spec, len(plan.push), len(plan.bindings)) not in programs):
+                    return k
+        return len(work)
+
     def prepare_many(self, plans: Sequence[DispatchPlan], threads: int) -> int:
         """Create the pipelines of `plans` this device has not made yet, on up to `threads`
         threads at once (kp patch level 13: the driver compiles them in parallel, the GIL

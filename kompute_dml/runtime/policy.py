@@ -42,6 +42,7 @@ from .coop_policy import (  # noqa: F401 (re-exported: the float16 cooperative-m
     has_f16_shape,
 )
 from .pipelines import pipeline_threads
+from .plan_flush import GPU_PLAN_FLUSH_MS, PLAN_FLUSH_ALLOCATING_ENV, PLAN_FLUSH_COMPILING_ENV, PLAN_FLUSH_ENV
 
 # Bytes up to which a discrete GPU copies by transfer commands (DevicePolicy.transfer_below).
 # H100, `benchmarks/latency.py --sizes` (eager FLOAT32 identity, median us, shaders vs transfer
@@ -102,17 +103,6 @@ FIRST_RUNS = ("shared", "own")
 # 248.2 / 423.7 TOPS (`bench_coop.py`), MiniLM 8x128 1.61 / 1.48 ms (`first_runs.py`).
 WEIGHTS_ENV = "KDML_WEIGHTS"
 WEIGHT_LAYOUTS = ("rows", "columns")
-# Every this many milliseconds of planning, a new input signature's whole-graph plan starts on
-# the device what it has recorded so far (onnx_backend/device_graph.py, Recording.flush), so the
-# device runs the first layers while the host plans the later ones (DevicePolicy.plan_flush_ms,
-# KDML_PLAN_FLUSH_MS overrides; 0: never). GPUs only: lavapipe runs them on the planning cores.
-PLAN_FLUSH_ENV = "KDML_PLAN_FLUSH_MS"
-GPU_PLAN_FLUSH_MS = 2.0
-# Whether such a flush also happens while one of the plan's buffers is still being made (Buffer
-# `later`): off on every device, for the NVIDIA driver holds a submission up while an allocation is
-# made (MiniLM 64 x 256 first runs' submissions on an H100 host: `first_runs.py --settings
-# ";KDML_PLAN_FLUSH_ALLOCATING=1"`, benchmarks/RESULTS.md). KDML_PLAN_FLUSH_ALLOCATING=1 turns it on.
-PLAN_FLUSH_ALLOCATING_ENV = "KDML_PLAN_FLUSH_ALLOCATING"
 # The matrix-product families (MATRIX_MULTIPLY_INTEGER_TO_FLOAT), each planned by the ops module
 # that registers it (ops/matmul_integer.PLANNERS): "cpu" / "cpu-ssbo" (register-blocked; without the
 # texel variant), "gpu" (shared-memory tiles), "coopmat" / "dot" / "coopmat-emulated" (ops/matmul_coop.py:
@@ -210,6 +200,7 @@ class DevicePolicy:
     first_run: str = "shared"  # see FIRST_RUN
     plan_flush_ms: float = 0.0  # see PLAN_FLUSH_ENV
     plan_flush_allocating: bool = False  # see PLAN_FLUSH_ALLOCATING_ENV
+    plan_flush_compiling: bool = False  # see PLAN_FLUSH_COMPILING_ENV
     # How GEMM (ops/gemm.py) picks its output tile (32 x 32 or 64 x 64, contract.GEMM_BLOCKS):
     # "work" (CPU devices) the one with the least padded work per unit of speed (GEMM_CPU_B4_RATE),
     # "parallel" (GPUs) 64 x 64 only where enough such tiles keep the device busy (ops/gemm.py).
@@ -310,6 +301,7 @@ class DevicePolicy:
             "first_run": self.first_run,
             "plan_flush_ms": self.plan_flush_ms,
             "plan_flush_allocating": self.plan_flush_allocating,
+            "plan_flush_compiling": self.plan_flush_compiling,
             "gemm_tiles": self.gemm_tiles,
             "gemm_family": self.gemm_family,
             "conv_family": self.conv_family,
@@ -369,13 +361,15 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
     first_run = _env_choice(FIRST_RUN_ENV, FIRST_RUNS)
     flush = _env_choice(PLAN_FLUSH_ENV, None)
     flush_allocating = _env_choice(PLAN_FLUSH_ALLOCATING_ENV, ("0", "1"))
+    flush_compiling = _env_choice(PLAN_FLUSH_COMPILING_ENV, ("0", "1"))
     weights = _env_choice(WEIGHTS_ENV, WEIGHT_LAYOUTS)
     forced = _env_choice(ap.ATTENTION_KERNEL_ENV, ap.ATTENTION_KERNELS)  # "blocked": from one row
     policy = replace(policy, completion=completion or policy.completion, first_run=first_run or policy.first_run,
                      attention_kernel=forced or policy.attention_kernel,
                      attention_blocked_min_rows=1 if forced == "blocked" else policy.attention_blocked_min_rows,
                      plan_flush_ms=policy.plan_flush_ms if flush is None else flush, weights=weights or policy.weights,
-                     plan_flush_allocating=policy.plan_flush_allocating if flush_allocating is None else flush_allocating == "1")
+                     plan_flush_allocating=policy.plan_flush_allocating if flush_allocating is None else flush_allocating == "1",
+                     plan_flush_compiling=policy.plan_flush_compiling if flush_compiling is None else flush_compiling == "1")
     return policy
 
 
