@@ -7,6 +7,7 @@ measured in `--processes` fresh processes, interleaved:
     python -m benchmarks.cold_start --family distilbert-int8 --settings "KDML_PIPELINE_THREADS=1;"
     python -m benchmarks.cold_start --family llama --settings ";SIBLINGS_IN_FIRST_RUN=1"
     python -m benchmarks.cold_start --family resnet18 --settings ";NO_PROGRAM_RECORD=1"
+    python -m benchmarks.cold_start --family bert-fp16 --settings ";PYTHONPATH=/path/to/another/tree"
 
 One line per setting: medians of prepare and first-run seconds, cold and warm, and the
 pipelines the cold first run created.
@@ -22,7 +23,10 @@ import subprocess
 import sys
 import tempfile
 
-CHILD = [sys.executable, "-m", "benchmarks.cold_start", "--child"]
+# -P: the working directory is not put first on the child's sys.path, so a setting's PYTHONPATH
+# (another tree's kompute_dml) comes first; this tree is appended to it
+CHILD = [sys.executable, "-P", "-m", "benchmarks.cold_start", "--child"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # An ablation setting ("SIBLINGS_IN_FIRST_RUN=1"): the siblings (onnx_backend/siblings.py) made inside
@@ -89,6 +93,7 @@ def main() -> None:
         for setting in settings:
             env = {**os.environ, "__GL_SHADER_DISK_CACHE": "0"}
             env.update(kv.split("=", 1) for kv in setting.split(",") if kv)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), ROOT) if p)
             with tempfile.TemporaryDirectory() as cache:
                 env["KDML_CACHE_DIR"] = cache
                 for phase in ("cold", "warm"):  # the second process reads what the first wrote

@@ -129,3 +129,38 @@ print("ran", flush=True)
                           env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])})
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ran" in done.stdout
+
+
+def test_the_plans_own_pipelines_are_made_before_its_siblings_start(rng, monkeypatch):
+    """On a fresh device with the siblings on (the GPUs' policy), a plan makes its own pipelines
+    (those its flushes left: DevicePolicy.plan_flush_compiling) on the calling thread before the
+    siblings' background batch starts, so that batch's compiles do not take the cores the first
+    run's compiles need: the background batches hold none of the plan's pipelines (variant and
+    specialization), only other specializations."""
+    dev = kdml.Device()
+    try:
+        rep = Backend.prepare(_model(), kdml_device=dev)
+        _with_siblings(rep, monkeypatch)
+        events: list[tuple[str, set[str]]] = []
+        prepare_many = pipelines.Programs.prepare_many
+
+        def logged(self, plans, threads):
+            todo = {(p.variant, p.spec) for p in plans
+                    if (p.variant, p.spec, len(p.push), len(p.bindings)) not in self._programs}
+            if todo:
+                events.append((threading.current_thread().name, todo))
+            return prepare_many(self, plans, threads)
+
+        monkeypatch.setattr(pipelines.Programs, "prepare_many", logged)
+        x = rng.standard_normal((2, 5, 8)).astype(np.float32)
+        (y,) = rep.run({"x": x})
+        dev.engine.programs.wait()
+        np.testing.assert_array_equal(y, x.transpose(0, 2, 1).reshape(2, -1))
+        (plan,) = [p for p in rep.state.plans.values() if p is not None]
+        own = {(p.variant, p.spec) for plans, _b in plan.program.work for p in plans
+               if isinstance(p, pipelines.DispatchPlan)}
+        first, background = events[0], [e for e in events if e[0] == "kdml-pipelines"]
+        assert first[0] == threading.current_thread().name and own <= first[1]
+        assert background and not (own & set().union(*(e[1] for e in background)))
+    finally:
+        dev.close()

@@ -30,6 +30,7 @@ import numpy as np
 
 import kompute_dml as kdml
 
+from ..runtime import DispatchPlan
 from ..runtime.staging import host_copy
 from .handlers_values import BOOL, OutputArrays, dml_numpy, into, is_packed
 from .node_traces import host_node, input_key, keep_traces, run_node
@@ -240,6 +241,11 @@ class GraphPlan:
         keep_traces(traces, made, rep.state.trace_capacity)
         self.flushed = rec.flushed  # executions the first run started while planning
         self.ctx = ctx
+        if rep.device.policy.prepare_siblings:
+            # the program's own pipelines first, all at once (the flushes left those not yet made:
+            # DevicePolicy.plan_flush_compiling), then the siblings' on their thread: compiled together,
+            # the siblings took the cores the first run's compiles wanted
+            engine.prepare_many([p for plans, _bound in self.program.work for p in plans if isinstance(p, DispatchPlan)])
         self.siblings_prepared = (prepare_siblings(rep.device, self.program, rec.operators.values())
                                   if rep.device.policy.prepare_siblings else 0)
         # the operators' dispatches (the program's own input and output copies not counted)
