@@ -358,12 +358,15 @@ void main() {
 #endif
         }
 #elif SKIP
-        xb += r * pc.x_ks;  // one outer dimension (MVN_SKIP_PUSH)
-        sb += r * pc.s_ks;
-        bb += r * pc.b_ks;
+        // one outer dimension (MVN_SKIP_PUSH); a tensor whose flag bit 64 << t is set repeats every
+        // kper rows (its row r % kper: broadcast over an outer dimension, a skip of position embeddings)
+        uint w = r % pc.kper;
+        xb += ((pc.flags & 64u) != 0u ? w : r) * pc.x_ks;
+        sb += ((pc.flags & 128u) != 0u ? w : r) * pc.s_ks;
+        bb += ((pc.flags & 256u) != 0u ? w : r) * pc.b_ks;
         yb += r * pc.y_ks;
-        kb += r * pc.k_ks;
-        rb += r * pc.r_ks;
+        kb += ((pc.flags & 1024u) != 0u ? w : r) * pc.k_ks;
+        rb += ((pc.flags & 2048u) != 0u ? w : r) * pc.r_ks;
         zb += r * pc.z_ks;
 #else
         uint c2 = r % pc.ksize[1];

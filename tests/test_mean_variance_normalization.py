@@ -692,6 +692,22 @@ def test_skip_extension_layouts(dev, rng, dt):
 
 
 @pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+def test_skip_broadcast_over_the_batch_takes_the_row_variant(dev, rng, dt):
+    """A skip of position embeddings ([1, S, H] added to [B, S, H], an encoder's first LayerNorm):
+    its rows repeat every S rows, which the "row" variant takes (flag 64 << t, kper: the same bits
+    as the unfused sequence, within the reference's bound); repeated over the other outer dimension
+    ([B, 1, H]) or with more outer dimensions it stays on "gen"."""
+    code = "f32" if dt == DT.FLOAT32 else "f16"
+    for sizes, skip_sizes, want in (((3, 5, 40), (1, 5, 40), "row"), ((2, 7, 257), (1, 7, 257), "row"),
+                                    ((4, 3, 8), (1, 3, 8), "row"), ((3, 5, 40), (3, 1, 40), "gen"),
+                                    ((2, 3, 4, 16), (1, 3, 4, 16), "row"), ((2, 3, 4, 16), (2, 1, 4, 16), "gen")):
+        for skip_bias, sum_out, scale in ((True, True, "rows"), (False, False, None)):
+            op = run_skip(dev, rng, dt, sizes, (len(sizes) - 1,), skip_sizes=skip_sizes, skip_bias=skip_bias,
+                          sum_out=sum_out, strided=False, scale=scale, bias=scale)
+            assert op.variants == [f"mvn_skip_{code}_{want}"], (sizes, skip_sizes)
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
 def test_skip_extension_edge_values(dev, rng, dt):
     """NaN, infinities, -0, sums that overflow, cancel to +0 or round (FLOAT16: subnormal sums):
     the sum and the output equal the unfused sequence's bits (NaN payloads included)."""

@@ -241,6 +241,21 @@ def _merged(dims: list[int], x: TensorDesc, per_tensor: list[list[int]]) -> tupl
     return merge_dims([x.sizes[d] for d in dims], *([st[d] for d in dims] for st in per_tensor))
 
 
+def _wrapped(outer: tuple[list[int], list[list[int]]]) -> tuple[tuple[list[int], list[list[int]]], int, int]:
+    """Two outer dimensions (n0, n1) as one of n0 n1 rows where each tensor either merges them
+    (stride n1 s along the first) or repeats its n1 rows over the first (stride 0 there: an input
+    broadcast over the batch, such as a skip of position embeddings): (outer, flag bits 64 << t of
+    the repeating tensors t, n1); else `outer` as it is, no bits, and its row count."""
+    sizes, strides = outer
+    if len(sizes) == 2:
+        n1 = sizes[1]
+        wrap = [st[0] == 0 and st[1] != 0 for st in strides]
+        # (the outputs y, z: tensors 3 and 6, never repeat: a repeating output would write a row twice)
+        if all(w or st[0] == n1 * st[1] for w, st in zip(wrap, strides)) and not any(wrap[3::3]):
+            return ([sizes[0] * n1], [[st[1]] for st in strides]), sum(64 << t for t, w in enumerate(wrap) if w), n1
+    return outer, 0, math.prod(sizes)
+
+
 def geometry_words(rows: tuple[list[int], list[list[int]]], outer: tuple[list[int], list[list[int]]]) -> list[int]:
     """The "gen" variants' constant: ranks, then sizes and per-tensor strides, 8 words each."""
     words = [len(rows[0]), len(outer[0])]
@@ -276,15 +291,17 @@ def compile_mean_variance_normalization1(device: Device, desc: MeanVarianceNorma
     rlen, nrows = math.prod(rows[0]), math.prod(outer[0])
     tl, _ = row_layout(rlen, x.data_type)
     row_outer = 1 if skip else ROW_OUTER  # MVN_SKIP_PUSH holds one outer dimension, MVN_PUSH three
+    outer, wrap, kper = _wrapped(outer) if skip and len(rows[0]) == 1 else (outer, 0, nrows)
     general = len(rows[0]) > 1 or len(outer[0]) > row_outer
-    flags = (1 if present[1] else 0) | (2 if present[2] else 0) | (4 if nv else 0) | (0 if desc.use_mean else 32)
+    flags = ((1 if present[1] else 0) | (2 if present[2] else 0) | (4 if nv else 0) | (0 if desc.use_mean else 32)
+             | (wrap if not general else 0))
     rst = [st[0] if not general else 0 for st in rows[1]]
     kst = [[0] * (row_outer - len(st)) + st if not general else [0] * row_outer for st in outer[1]]
     geometry: dict[str, Any] = {f"{c}_rs": v for c, v in zip(letters, rst)}
     if skip:
         fam = contract.MVN_SKIP
         flags |= (8 if present[5] else 0) | (16 if present[6] else 0)
-        geometry.update({f"{c}_ks": st[0] for c, st in zip(letters, kst)})
+        geometry.update({f"{c}_ks": st[0] for c, st in zip(letters, kst)}, kper=kper if not general else nrows)
     else:
         fam = contract.MVN
         ksz = [1] * (ROW_OUTER - len(outer[0])) + outer[0] if not general else [1] * ROW_OUTER

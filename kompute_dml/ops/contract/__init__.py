@@ -312,11 +312,11 @@ MVN = family("mvn", "mvn.comp", "mvn_{t}_{layout}", MVN_PUSH, _L256, t=("f32", "
              defines=lambda t, layout: {"ELEM_BITS": EW_TYPES[t][0], "GEN": int(layout == "gen"), "SKIP": 0})
 # kompute_dml's skip extension of MEAN_VARIANCE_NORMALIZATION1 (Input + Skip (+ SkipBias) normalized,
 # the sum optionally written): three more tensors (k skip, r skip bias, z sum output), so the "row"
-# variants take one outer dimension (its stride per tensor, *_ks) to stay within 128 bytes; flags
-# add 8 (skip bias present) and 16 (sum output bound). "gen" reads a 7-tensor geometry constant.
+# variants take one outer dimension (*_ks) to stay within 128 bytes; flags add 8 (skip bias), 16 (sum
+# output) and 64 << t for an input t (x s b . k r) repeating every kper rows. "gen": a geometry constant.
 MVN_SKIP_PUSH = block("x_off", "s_off", "b_off", "y_off", "k_off", "r_off", "z_off", "eps:f32", "flags", "rlen",
                       "tpr_log2", "nrows", "x_rs", "s_rs", "b_rs", "y_rs", "k_rs", "r_rs", "z_rs", "x_ks", "s_ks",
-                      "b_ks", "y_ks", "k_ks", "r_ks", "z_ks")
+                      "b_ks", "y_ks", "k_ks", "r_ks", "z_ks", "kper")
 MVN_SKIP = family("mvn_skip", "mvn.comp", "mvn_skip_{t}_{layout}", MVN_SKIP_PUSH, _L256, t=("f32", "f16"),
                   layout=("row", "gen"),
                   defines=lambda t, layout: {"ELEM_BITS": EW_TYPES[t][0], "GEN": int(layout == "gen"), "SKIP": 1})
