@@ -317,12 +317,18 @@ def test_a_plan_flushes_only_executions_whose_pipelines_are_made(rng, monkeypatc
         dev.close()
 
 
-def test_the_flush_during_allocation_setting_comes_from_the_environment(dev, monkeypatch):
-    from kompute_dml.runtime.policy import PLAN_FLUSH_ALLOCATING_ENV, policy_for
+def test_the_flush_settings_come_from_the_environment(dev, monkeypatch):
+    from kompute_dml.runtime.policy import PLAN_FLUSH_ALLOCATING_ENV, PLAN_FLUSH_COMPILING_ENV, policy_for
 
     assert not policy_for("discrete-gpu", frozenset(), dev.limits).plan_flush_allocating
     monkeypatch.setenv(PLAN_FLUSH_ALLOCATING_ENV, "1")
     assert policy_for("discrete-gpu", frozenset(), dev.limits).plan_flush_allocating
+    assert not policy_for("discrete-gpu", frozenset(), dev.limits).plan_flush_compiling
+    monkeypatch.setenv(PLAN_FLUSH_COMPILING_ENV, "1")
+    assert policy_for("discrete-gpu", frozenset(), dev.limits).plan_flush_compiling
+    monkeypatch.setenv(PLAN_FLUSH_COMPILING_ENV, "yes")
+    with pytest.raises(kdml.InvalidArgumentError, match="KDML_PLAN_FLUSH_COMPILING"):
+        policy_for("discrete-gpu", frozenset(), dev.limits)
 
 
 def test_a_larger_output_creates_no_memory_kernel_pipeline_where_the_policy_prepares_ahead(rng, monkeypatch):
