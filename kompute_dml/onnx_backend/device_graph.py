@@ -236,12 +236,15 @@ class GraphPlan:
             self.outputs = [(name, lookup(name)) for name in rep.output_names]
             ctx.write_staged()
             self._io_copies(rep, rec)
+        # (where the siblings follow: whether any of the program's own pipelines is still to be made,
+        # checked from where the flushes' checks stopped: a decoder step's plan checks only its tail)
+        missing = rep.device.policy.prepare_siblings and not rec.pipelines_made()
         self.program = rec.compile()
         ctx.share_buffers()
         keep_traces(traces, made, rep.state.trace_capacity)
         self.flushed = rec.flushed  # executions the first run started while planning
         self.ctx = ctx
-        if rep.device.policy.prepare_siblings:
+        if missing:
             # the program's own pipelines first, all at once (the flushes left those not yet made:
             # DevicePolicy.plan_flush_compiling), then the siblings' on their thread: compiled together,
             # the siblings took the cores the first run's compiles wanted
