@@ -9,8 +9,8 @@ measured in `--processes` fresh processes, interleaved:
     python -m benchmarks.cold_start --family resnet18 --settings ";NO_PROGRAM_RECORD=1"
     python -m benchmarks.cold_start --family bert-fp16 --settings ";PYTHONPATH=/path/to/another/tree"
 
-One line per setting: medians of prepare and first-run seconds, cold and warm, and the
-pipelines the cold first run created.
+One line per setting: medians of prepare and first-run seconds, cold and warm, the cold first
+run's planning (in it), and the pipelines the cold first run created.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ def child(family: str, size: str, batch: int, seq: int) -> None:
     feeds = families.feeds(family, batch, seq, np.random.default_rng(0), size)
     first = once(lambda: rep[0].run(feeds))
     stats = rep[0].device.engine.stats()
-    print(json.dumps({"prepare": prepare, "first": first, "created": stats["pipelines_created"]}), flush=True)
+    print(json.dumps({"prepare": prepare, "first": first, "plan": rep[0].last_run.plan_seconds,
+                      "created": stats["pipelines_created"]}), flush=True)
 
 
 def _run(env: dict[str, str], args: argparse.Namespace) -> dict[str, float]:
@@ -101,10 +102,13 @@ def main() -> None:
                     for key, value in got.items():
                         rows[setting].setdefault(f"{phase} {key}", []).append(value)
     print(f"{args.family} ({args.size}) first run at {args.shape}, {args.processes} processes per setting; seconds (medians)")
-    print("setting | cold prepare | cold first run | pipelines created | warm prepare | warm first run")
+    # "its plan": the first run's planning (GraphPlan.plan_seconds: with a cold driver cache, the
+    # compiles of its own pipelines); the rest of the first run is its execution and what holds it up
+    print("setting | cold prepare | cold first run | its plan | pipelines created | warm prepare | warm first run")
     for setting, r in rows.items():
         med = {k: statistics.median(v) for k, v in r.items()}
-        print(f"{setting or '(as is)'} | {med['cold prepare']:.2f} | {med['cold first']:.3f} | {med['cold created']:.0f} | "
+        print(f"{setting or '(as is)'} | {med['cold prepare']:.2f} | {med['cold first']:.3f} | {med['cold plan']:.3f} | "
+              f"{med['cold created']:.0f} | "
               f"{med['warm prepare']:.2f} | {med['warm first']:.3f} (all: {', '.join(f'{v:.3f}' for v in r['warm first'])})")
 
 
