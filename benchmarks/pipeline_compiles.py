@@ -36,8 +36,7 @@ def main() -> None:
     many = Programs.prepare_many
 
     def timed(self: Any, plans: Any, threads: int) -> int:
-        todo = sorted({p.variant for p in plans
-                       if (p.variant, p.spec, len(p.push), len(p.bindings)) not in self._programs})
+        todo = sorted({p.variant for p in plans if not self.has(p)})
         t0 = time.perf_counter()
         made = many(self, plans, threads)
         if made:

@@ -145,8 +145,7 @@ def test_the_plans_own_pipelines_are_made_before_its_siblings_start(rng, monkeyp
         prepare_many = pipelines.Programs.prepare_many
 
         def logged(self, plans, threads):
-            todo = {(p.variant, p.spec) for p in plans
-                    if (p.variant, p.spec, len(p.push), len(p.bindings)) not in self._programs}
+            todo = {(p.variant, p.spec) for p in plans if not self.has(p)}
             if todo:
                 events.append((threading.current_thread().name, todo))
             return prepare_many(self, plans, threads)

@@ -432,7 +432,7 @@ def test_a_longer_sequence_creates_no_pipeline_where_the_policy_prepares_ahead(p
     program, prepare_many = pipelines.Programs.program, pipelines.Programs.prepare_many
 
     def new(self, plan):
-        return (plan.variant, plan.spec, len(plan.push), len(plan.bindings)) not in self._programs
+        return not self.has(plan)
 
     def noting(self, plan):
         if new(self, plan):

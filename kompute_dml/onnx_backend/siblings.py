@@ -9,6 +9,8 @@ from typing import Any
 
 import kompute_dml as kdml
 
+from ..runtime.pipelines import pipeline_key
+
 # A family with more variants than this is not expanded (the integer products' tile families: their
 # variant is chosen from the matrix sizes the model's weights fix, not from the sequence length).
 _SIBLING_FAMILY_MAX = 32
@@ -51,7 +53,7 @@ def prepare_siblings(device: kdml.Device, program: Any, operators: Iterable[Any]
         done.add(("operator", op.serial))
         spec = BY_NAME.get(op.support.name)
         for plan in spec.ahead(device, op, done) if spec is not None and spec.ahead is not None else ():
-            key = ("pipeline", plan.variant, plan.spec, len(plan.push), len(plan.bindings))
+            key = ("pipeline", *pipeline_key(plan))
             if key not in done:
                 done.add(key)
                 todo.append(plan)  # planned as a compile would plan it: it can run here

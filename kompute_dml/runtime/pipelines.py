@@ -33,6 +33,11 @@ PIPELINE_THREADS_ENV = "KDML_PIPELINE_THREADS"
 PIPELINE_THREADS_MAX = 16  # a cap on compile threads: each holds a driver compiler's memory
 
 
+def pipeline_key(plan: DispatchPlan) -> tuple[Any, ...]:
+    """What one shared pipeline serves: a plan's variant, specialization, push words and bindings."""
+    return (plan.variant, plan.spec, len(plan.push), len(plan.bindings))
+
+
 def pipeline_threads() -> int:
     """DevicePolicy.pipeline_threads: how many new pipelines the driver compiles at once (kp patch
     13, Programs.prepare_many): the host's cores up to PIPELINE_THREADS_MAX, or
@@ -101,10 +106,14 @@ class Programs:
             data = self._spirv[variant] = load_spirv(variant)
         return data
 
+    def has(self, plan: DispatchPlan) -> bool:
+        """Whether this device made `plan`'s pipeline."""
+        return pipeline_key(plan) in self._programs
+
     def program(self, plan: DispatchPlan) -> int:
         """The handle of `plan`'s shared pipeline (created through the device's pipeline cache
         the first time the device sees its variant, spec and push size)."""
-        key = (plan.variant, plan.spec, len(plan.push), len(plan.bindings))
+        key = pipeline_key(plan)
         handle = self._programs.get(key)
         if handle is None:
             handle = self._programs[key] = int(self.manager.kdml_prepare_program(
@@ -118,8 +127,7 @@ class Programs:
         programs = self._programs
         for k in range(start, len(work)):
             for plan in work[k][0]:
-                if (isinstance(plan, DispatchPlan)
-                        and (plan.variant, plan.spec, len(plan.push), len(plan.bindings)) not in programs):
+                if isinstance(plan, DispatchPlan) and pipeline_key(plan) not in programs:
                     return k
         return len(work)
 
@@ -131,7 +139,7 @@ class Programs:
         Returns how many were made."""
         todo: dict[tuple[Any, ...], tuple[bytes, int, list[int], int]] = {}
         for plan in plans:
-            key = (plan.variant, plan.spec, len(plan.push), len(plan.bindings))
+            key = pipeline_key(plan)
             if key in self._programs or key in todo:
                 continue
             try:
