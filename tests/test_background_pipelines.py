@@ -163,3 +163,36 @@ def test_the_plans_own_pipelines_are_made_before_its_siblings_start(rng, monkeyp
         assert background and not (own & set().union(*(e[1] for e in background)))
     finally:
         dev.close()
+
+
+def test_the_siblings_start_after_the_plans_first_run(rng, monkeypatch):
+    """The siblings' background batch is queued once the plan's first run has waited for the
+    device, not while it is made: on the H100 a run submitted while the driver compiled a sibling
+    (BERT float16's first run behind mvn_skip_f16_gen, 2.2 s) waited for that compile. Later runs of
+    the plan queue nothing more."""
+    from kompute_dml.device.recording import RecordedProgram
+
+    rep = Backend.prepare(_model(), "CPU")
+    _with_siblings(rep, monkeypatch)
+    order: list[str] = []
+    run, later = RecordedProgram.run, pipelines.Programs.prepare_later
+
+    def program_run(self, *a, **k):
+        out = run(self, *a, **k)
+        order.append("run")
+        return out
+
+    def queued(self, plans, threads):
+        order.append("siblings")
+        return later(self, plans, threads)
+
+    monkeypatch.setattr(RecordedProgram, "run", program_run)
+    monkeypatch.setattr(pipelines.Programs, "prepare_later", queued)
+    x = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    for _ in range(3):
+        (y,) = rep.run({"x": x})
+        np.testing.assert_array_equal(y, x.transpose(0, 2, 1).reshape(2, -1))
+    rep.device.engine.programs.wait()
+    (plan,) = [p for p in rep.state.plans.values() if p is not None]
+    assert order[:3] == ["run", "siblings", "run"] and order.count("siblings") == 1, order
+    assert plan.siblings_prepared > 0

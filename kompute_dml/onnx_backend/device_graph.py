@@ -249,11 +249,20 @@ class GraphPlan:
             # DevicePolicy.plan_flush_compiling), then the siblings' on their thread: compiled together,
             # the siblings took the cores the first run's compiles wanted
             engine.prepare_many([p for plans, _bound in self.program.work for p in plans if isinstance(p, DispatchPlan)])
-        self.siblings_prepared = (prepare_siblings(rep.device, self.program, rec.operators.values())
-                                  if rep.device.policy.prepare_siblings else 0)
+        # the siblings start after the first run (run): on the H100 a run submitted while the driver
+        # compiled one (BERT float16's mvn_skip_f16_gen, 1.8 s cold) waited for that compile
+        self._sibling_ops = list(rec.operators.values()) if rep.device.policy.prepare_siblings else None
+        self.siblings_prepared = 0
         # the operators' dispatches (the program's own input and output copies not counted)
         self.dispatches = self.program.dispatch_count - 1 - len(self._out_at)
         self.plan_seconds = time.perf_counter() - t0
+
+    def start_siblings(self) -> None:
+        """Queue the pipelines other input shapes may take (siblings.py) on their background
+        thread, once: after the plan's first run has waited for the device."""
+        ops, self._sibling_ops = self._sibling_ops, None
+        if ops is not None:
+            self.siblings_prepared = prepare_siblings(self._device, self.program, ops)
 
     def _io_copies(self, rep: BackendRep, rec: Any) -> None:
         """The program's own transfers, so a run is one submission and one wait (a separate
@@ -314,6 +323,8 @@ class GraphPlan:
             if node is not None:
                 at_node(e, *node)  # a kompute_dml error keeps its message and gains the node as a note
             raise
+        if self._sibling_ops is not None:
+            self.start_siblings()
         stats.submissions += 1 + bool(self.device_inputs) + on_device  # the program, the copies in and out
         stats.dispatches = self.dispatches
         stats.vulkan_nodes += self.device_nodes
