@@ -247,7 +247,7 @@ def test_gpu_clock_reads_nvidia_smi_or_says_none(monkeypatch, tmp_path):
     assert gpu_clock.sm_clock_mhz() is None
 
 
-def test_bench_decoders_and_scaling_sections_run_their_modules(monkeypatch, capsys):
+def test_bench_decoders_and_scaling_sections_run_their_modules(dev, monkeypatch, capsys):
     """--decoders, --conv and --scaling run kompute_dml.bench.decoder_speed, benchmarks/bench_conv.py
     (its small shapes on lavapipe), kompute_dml.bench.scaling and kompute_dml.bench.batcher after the table,
     with the names and shapes given (the modules themselves: tests/test_decoders.py, on a GPU host)."""
@@ -273,7 +273,10 @@ def test_bench_decoders_and_scaling_sections_run_their_modules(monkeypatch, caps
     out = capsys.readouterr().out
     if "batcher: skipped" in out:  # (no torch: the batcher's model is a torch export)
         batch_rows = []
-    assert calls == [("decoders", ["--decoders", "gpt2"]), ("conv", ["-m", "benchmarks.bench_conv", "--small"]),
-                     ("scaling", ["--shapes", "1x16", "--seconds", "2"]), *batch_rows]
+    conv = [("conv", ["-m", "benchmarks.bench_conv", "--small"])]
+    if "cooperative_matrix" in dev.capabilities:  # the tensor-core kernels too (a GPU)
+        conv.append(("conv", ["-m", "benchmarks.bench_conv", "--kernels", "--quick"]))
+    assert calls == [("decoders", ["--decoders", "gpt2"]), *conv, ("scaling", ["--shapes", "1x16", "--seconds", "2"]),
+                     *batch_rows]
     assert "python -m kompute_dml.bench.scaling" in out
     assert not batch_rows or "python -m kompute_dml.bench.batcher" in out

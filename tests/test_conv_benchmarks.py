@@ -8,12 +8,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 
 import numpy as np
 import pytest
 
 
+def _peak_overlay_or_skip() -> None:
+    """The float16 ceiling's overlay (benchmarks/overlay_peak.py) is built where its SPIR-V is
+    stale; a machine without glslangValidator (the GPU machine) runs it only where it was carried."""
+    from benchmarks import overlay_peak
+
+    if overlay_peak.build() != 0 and shutil.which("glslangValidator") is None:
+        pytest.skip("the coop_peak overlay is not built and glslangValidator is missing: it cannot be built here")
+
+
 def test_coop_peak_f16_emulated_checks(dev):
+    _peak_overlay_or_skip()
     from benchmarks.coop_peak_f16 import CaseF16, measure
     from benchmarks.overlay_peak import PeakConfigF16
 
@@ -25,6 +36,7 @@ def test_coop_peak_f16_emulated_checks(dev):
 
 
 def test_coop_peak_f16_tensor_cores(dev):
+    _peak_overlay_or_skip()
     from benchmarks.coop_peak_f16 import measure
     from benchmarks.overlay_peak import F16_SHAPE, unavailable
 
@@ -37,6 +49,7 @@ def test_coop_peak_f16_tensor_cores(dev):
 
 
 def test_bench_conv_kernels_quick(monkeypatch, tmp_path):
+    _peak_overlay_or_skip()
     import benchmarks.bench_conv_kernels as bk
 
     monkeypatch.setattr(bk, "ROWS", bk.ROWS[:1] + bk.ROWS[-1:])  # a 3x3 and a 1x1 layer
