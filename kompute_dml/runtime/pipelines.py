@@ -116,8 +116,9 @@ class Programs:
         key = pipeline_key(plan)
         handle = self._programs.get(key)
         if handle is None:
-            handle = self._programs[key] = int(self.manager.kdml_prepare_program(
-                self.spirv(plan.variant), len(plan.bindings), [int(v) for v in plan.spec], len(plan.push)))
+            # (through kdml_prepare_programs: the GIL released while the driver compiles)
+            handle = self._programs[key] = int(self.manager.kdml_prepare_programs(
+                [(self.spirv(plan.variant), len(plan.bindings), [int(v) for v in plan.spec], len(plan.push))], 1)[0])
             self.made.append(key)
         return handle
 
@@ -134,7 +135,8 @@ class Programs:
     def prepare_many(self, plans: Sequence[DispatchPlan], threads: int) -> int:
         """Create the pipelines of `plans` this device has not made yet, on up to `threads`
         threads at once (kp patch level 13: the driver compiles them in parallel, the GIL
-        released; a first run's pipelines cost one compile's time instead of their sum). A plan
+        released, also for one: a sibling compiling in the background no longer holds up the
+        runs meanwhile; a first run's pipelines cost one compile's time instead of their sum). A plan
         whose variant the device cannot run is left to `program`, which raises when it is used.
         Returns how many were made."""
         todo: dict[tuple[Any, ...], tuple[bytes, int, list[int], int]] = {}
@@ -147,12 +149,9 @@ class Programs:
             except UnsupportedError:  # a variant the device cannot run: refused again when used
                 continue
             todo[key] = (spirv, len(plan.bindings), [int(v) for v in plan.spec], len(plan.push))
-        if len(todo) > 1 and threads > 1:
-            handles = self.manager.kdml_prepare_programs(list(todo.values()), threads)
+        if todo:  # (kdml_prepare_program, for one, compiles with the GIL held: every Python thread waited)
+            handles = self.manager.kdml_prepare_programs(list(todo.values()), max(1, threads))
             self._programs.update(zip(todo, (int(h) for h in handles)))
-        else:
-            for key, (spirv, bindings, spec, push) in todo.items():
-                self._programs[key] = int(self.manager.kdml_prepare_program(spirv, bindings, spec, push))
         self.made += todo
         return len(todo)
 
