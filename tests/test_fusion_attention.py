@@ -108,7 +108,11 @@ CASES = {
 
 @pytest.mark.parametrize("name", CASES)
 def test_fused(rng, name):
-    run(rng, graph(rng, **CASES[name]), fused=True)
+    # rank 3 is one head of H * D: its scores sum three times as many products as the heads of D,
+    # so float32 rounding in either sum order moves the softmax more (150 seeds: the largest
+    # |ours - onnxruntime| / (1 + |onnxruntime|) 1.1e-5, and 2.1e-5 in a CI run, against <= 4.9e-6
+    # for the gpt2 case)
+    run(rng, graph(rng, **CASES[name]), fused=True, tol=4e-5 if CASES[name].get("rank") == 3 else 1e-5)
 
 
 def test_fused_float16(rng):
