@@ -201,22 +201,12 @@ def test_the_siblings_start_after_the_plans_first_run(rng, monkeypatch):
     assert plan.siblings_prepared > 0
 
 
-def _spirv_bindings(spirv: bytes) -> int:
-    """How many bindings a SPIR-V module declares (its OpDecorate ... Binding n, the largest n + 1)."""
-    words, i, most = np.frombuffer(spirv, np.uint32), 5, -1
-    while i < len(words):
-        op, n = int(words[i]) & 0xFFFF, int(words[i]) >> 16
-        if op == 71 and int(words[i + 2]) == 33:  # OpDecorate <id> Binding <n>
-            most = max(most, int(words[i + 3]))
-        i += n
-    return most + 1
-
-
 def test_a_pipeline_compiles_with_the_gil_released():
     """Creating one pipeline (Programs.prepare_many of one plan, as the background batch's last
     compile often is, and Programs.program) lets other Python threads run meanwhile: a probe thread
     is never held for a compile's time. Before, one pipeline went through kdml_prepare_program,
     which holds the GIL: on the H100 a run waited 2.3 s behind a sibling's compile."""
+    from kompute_dml.ops.contract.check import reflect
     from kompute_dml.ops.spec import family_of
 
     dev = kdml.Device()
@@ -225,7 +215,7 @@ def test_a_pipeline_compiles_with_the_gil_released():
         plans = []
         for variant in ("mhac16x_d64k32", "mhac16x_d128k32"):  # slow to compile (0.3 s on lavapipe)
             fam, spirv = family_of(variant), progs.spirv(variant)
-            plans.append(pipelines.DispatchPlan(variant=variant, bindings=tuple(range(_spirv_bindings(spirv))),
+            plans.append(pipelines.DispatchPlan(variant=variant, bindings=tuple(range(reflect(spirv).bindings)),
                                                 push=(0,) * fam.push.words, groups=(1, 1, 1), writes=()))
         for make in (lambda p: progs.prepare_many([p], 1), progs.program):
             plan = plans.pop()

@@ -18,12 +18,15 @@ TD = kdml.TensorDesc
 TYPES = [DT.FLOAT32, DT.FLOAT16]
 
 
-def reference(x: np.ndarray, c: np.ndarray, s: np.ndarray, sine_first: bool = False) -> np.ndarray:
+def reference(x: np.ndarray, c: np.ndarray, s: np.ndarray, sine_first: bool = False,
+              rounded=lambda v: v) -> np.ndarray:
+    """`rounded` applies to every operand and result (flushed: a GPU's float32 arithmetic)."""
+    x, c, s = rounded(x), rounded(c), rounded(s)
     half = x.shape[-1] // 2
     with np.errstate(all="ignore"):
         rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-        a, b = x * c, rot * s  # numpy's float16 arithmetic: through float32, rounded once per step
-        return b + a if sine_first else a + b
+        a, b = rounded(x * c), rounded(rot * s)  # numpy's float16 arithmetic: through float32, rounded once per step
+        return rounded(b + a if sine_first else a + b)
 
 
 def flushed(v: np.ndarray) -> np.ndarray:
@@ -32,16 +35,6 @@ def flushed(v: np.ndarray) -> np.ndarray:
     sub = (v != 0) & (np.abs(v) < np.finfo(np.float32).tiny)
     v[sub] = np.copysign(0.0, v[sub]).astype(v.dtype)
     return v
-
-
-def reference_flushing(x: np.ndarray, c: np.ndarray, s: np.ndarray, sine_first: bool = False) -> np.ndarray:
-    """reference with every float32 operand and result flushed (the H100 multiplies so)."""
-    x, c, s = flushed(x), flushed(c), flushed(s)
-    half = x.shape[-1] // 2
-    with np.errstate(all="ignore"):
-        rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-        a, b = flushed(x * c), flushed(rot * s)
-        return flushed(b + a if sine_first else a + b)
 
 
 def same_bits(got: np.ndarray, want: np.ndarray, also: np.ndarray | None = None) -> None:
@@ -68,15 +61,13 @@ def test_layouts(dev, rng, dt):
             s, sraw = place(dev, rng, sd, random_values(rng, dt, sizes))
             o, _ = place(dev, rng, od)
             first = bool(rng.integers(2))
-            want = reference(read_logical(xraw, x.offset, xd), read_logical(craw, c.offset, cd),
-                             read_logical(sraw, s.offset, sd), first)
+            operands = (read_logical(xraw, x.offset, xd), read_logical(craw, c.offset, cd),
+                        read_logical(sraw, s.offset, sd))
+            want = reference(*operands, first)
             before = poison_against(o, want, rng)
             dev.compile(kdml.RotaryEmbeddingDesc(xd, cd, sd, od, first)).execute([x, c, s], [o])
             # a GPU's float32 arithmetic may flush subnormal operands and results (the H100's does)
-            also = None
-            if dt == DT.FLOAT32 and dev.device_type != "cpu":
-                also = reference_flushing(read_logical(xraw, x.offset, xd), read_logical(craw, c.offset, cd),
-                                          read_logical(sraw, s.offset, sd), first)
+            also = reference(*operands, first, flushed) if dt == DT.FLOAT32 and dev.device_type != "cpu" else None
             same_bits(read_logical(assert_outside_unchanged(o, before), o.offset, od), want, also)
 
 

@@ -175,8 +175,9 @@ def test_reflection_reads_the_generated_block(tmp_path):
     data = compile_text(tmp_path, fam, shader_text(fam))
     r = reflect(data)
     assert r.push == tuple((m.name, 4 * w, m.words, m.kind) for m, (_, w, _) in zip(fam.push.members, fam.layout()))
-    assert r.local_size == fam.local_size and r.problems == ()
+    assert r.local_size == fam.local_size and r.problems == () and r.bindings == 1  # (binding 0 alone)
     assert check_variant(fam, "copy_b8", data) == []
+    assert reflect((ROOT / "kompute_dml" / "spirv" / "dql_quant_f32_u8.spv").read_bytes()).bindings == 5
 
 
 @needs_glslang

@@ -249,8 +249,8 @@ class GraphPlan:
             # DevicePolicy.plan_flush_compiling), then the siblings' on their thread: compiled together,
             # the siblings took the cores the first run's compiles wanted
             engine.prepare_many([p for plans, _bound in self.program.work for p in plans if isinstance(p, DispatchPlan)])
-        # the siblings start after the first run (run): on the H100 a run submitted while the driver
-        # compiled one (BERT float16's mvn_skip_f16_gen, 1.8 s cold) waited for that compile
+        # the siblings start after the first run (run), whose execution then shares the host's cores
+        # with no compile of theirs (a cold float16 sibling takes up to 1.8 s on the H100's driver)
         self._sibling_ops = list(rec.operators.values()) if rep.device.policy.prepare_siblings else None
         self.siblings_prepared = 0
         # the operators' dispatches (the program's own input and output copies not counted)

@@ -15,7 +15,7 @@ from .core import PUSH_BLOCK_DEFINE, ShaderFamily, by_variant
 _OP_MEMBER_NAME, _OP_EXECUTION_MODE, _OP_TYPE_INT, _OP_TYPE_FLOAT, _OP_TYPE_ARRAY = 6, 16, 21, 22, 28
 _OP_TYPE_STRUCT, _OP_TYPE_POINTER, _OP_CONSTANT, _OP_VARIABLE = 30, 32, 43, 59
 _OP_DECORATE, _OP_MEMBER_DECORATE = 71, 72
-_DEC_ARRAY_STRIDE, _DEC_OFFSET = 6, 35
+_DEC_ARRAY_STRIDE, _DEC_BINDING, _DEC_OFFSET = 6, 33, 35
 _STORAGE_PUSH_CONSTANT = 9
 _MODE_LOCAL_SIZE = 17
 _HAND_BLOCK_RE = re.compile(r"^\s*layout\s*\(\s*push_constant", re.M)
@@ -27,10 +27,11 @@ class Reflection:
     push: tuple[tuple[str, int, int, str], ...]  # (member name, byte offset, elements, kind: u32 / i32 / f32)
     problems: tuple[str, ...]  # members that are not 32-bit integers, float32 or arrays of them
     local_size: tuple[int, int, int] | None
+    bindings: int = 0  # descriptor bindings: the largest Binding decoration + 1
 
 
 def reflect(data: bytes) -> Reflection:
-    """The push-constant block and work-group size a SPIR-V module declares."""
+    """The push-constant block, work-group size and binding count a SPIR-V module declares."""
     if len(data) % 4 or len(data) < 20 or data[:4] != b"\x03\x02\x23\x07":
         raise ValueError("not a little-endian SPIR-V module")
     words = memoryview(data).cast("I")
@@ -41,6 +42,7 @@ def reflect(data: bytes) -> Reflection:
     constants: dict[int, int] = {}
     push_pointers: list[int] = []
     local_size = None
+    bindings = 0
     i = 5  # after the header
     while i < len(words):
         count, op = words[i] >> 16, words[i] & 0xFFFF
@@ -53,6 +55,8 @@ def reflect(data: bytes) -> Reflection:
             offsets[(args[0], args[1])] = args[3]
         elif op == _OP_DECORATE and args[1] == _DEC_ARRAY_STRIDE:
             strides[args[0]] = args[2]
+        elif op == _OP_DECORATE and args[1] == _DEC_BINDING:
+            bindings = max(bindings, args[2] + 1)
         elif op in (_OP_TYPE_INT, _OP_TYPE_FLOAT, _OP_TYPE_ARRAY, _OP_TYPE_STRUCT, _OP_TYPE_POINTER):
             types[args[0]] = (op, args[1:])
         elif op == _OP_CONSTANT and len(args) == 3:
@@ -83,7 +87,7 @@ def reflect(data: bytes) -> Reflection:
                 kind = "?"
                 problems.append(f"{name}: not a 32-bit integer or float")
             members.append((name, offsets.get((struct_id, m), -1), n, kind))
-    return Reflection(tuple(members), tuple(problems), local_size)
+    return Reflection(tuple(members), tuple(problems), local_size, bindings)
 
 
 def check_variant(fam: ShaderFamily, name: str, data: bytes) -> list[str]:
