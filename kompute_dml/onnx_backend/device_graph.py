@@ -48,14 +48,14 @@ if TYPE_CHECKING:
 RECYCLE_BYTES = 64 << 10
 RECYCLED = 2
 # Outputs the program itself copies into pinned host memory (shared by a model's plans), at most
-# this many bytes together; larger ones are downloaded after it through the staging ring. Pinned
-# memory costs its allocation at the first run that needs more of it (32 MiB: 18 ms on the H100,
-# a MiniLM 64 x 256 first run's largest part after the run), a download through staging a
-# submission per chunk (staging.CHUNK_BYTES) on runs that take milliseconds anyway.
-PROGRAM_OUT_BYTES = 8 << 20
+# this many bytes together; larger ones are downloaded after it through the staging ring, a
+# submission and a wait per staging.CHUNK_BYTES. Pinned memory grown past PLAN_IO_BYTES costs the
+# first run that needs it its allocation (32 MiB: 18 ms on the H100, a MiniLM 64 x 256 first run's
+# largest part after the run); staging costs every run of such a shape its extra submissions.
+PROGRAM_OUT_BYTES = 32 << 20
 # The host memory a model's first plan takes for its plans' inputs and outputs on GPUs (_host_io):
-# MiniLM's inputs at 64 x 256 take 384 KiB; outputs past PROGRAM_OUT_BYTES go through staging.
-PLAN_IO_BYTES = {"in": 1 << 20, "out": PROGRAM_OUT_BYTES}
+# MiniLM's inputs at 64 x 256 take 384 KiB, BERT-base's 8 x 128 outputs 3 MiB.
+PLAN_IO_BYTES = {"in": 1 << 20, "out": 8 << 20}
 _FREE_REFS = 3  # sys.getrefcount of a kept array nothing else holds: the list, the loop name, the argument
 
 
