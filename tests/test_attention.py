@@ -288,8 +288,9 @@ def test_tiled_variants(dev, monkeypatch, t):
 @pytest.mark.parametrize(("smem", "invocations", "want"), [(49152, 1024, "blocked64"), (49152, 128, "blocked32"),
                                                            (32768, 1024, "blocked32"), (16384, 1024, "d64")])
 def test_blocked_variants(dev, monkeypatch, smem, invocations, want):
-    """The blocked kernel's most rows per work group whose shared memory and invocations the device has,
-    the tiled kernel where neither fits; head sizes past 64 take the tiled kernel."""
+    """The blocked kernel's most rows per work group whose shared memory and invocations the device has
+    (80 work groups of 64 rows: past the policy's small grid), the tiled kernel where neither fits; head
+    sizes past 64 take the tiled kernel."""
     import types
 
     monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel="blocked",
@@ -297,10 +298,28 @@ def test_blocked_variants(dev, monkeypatch, smem, invocations, want):
     monkeypatch.setattr(dev, "limits", types.MappingProxyType({**dev.limits, "max_compute_shared_memory_size": smem,
                                                                "max_compute_work_group_invocations": invocations}))
     for d, expect in ((64, want), (65, "d128")):
-        q = TD(DT.FLOAT32, (1, 70, d))
+        q = TD(DT.FLOAT32, (40, 70, d))
         op = dev.compile(kdml.MultiheadAttentionDesc(q, q, q, None, None, None, None, None, None, None, None, q, None,
                                                      None, 1.0, -1e4, 1))
         assert op.plans[0].variant == f"mha_f32_{expect}"
+
+
+@pytest.mark.parametrize(("batch", "heads", "seq", "want"), [(8, 4, 128, "blocked32"), (1, 1, 70, "blocked32"),
+                                                              (16, 4, 128, "blocked64"), (8, 4, 129, "blocked64"),
+                                                              (8, 8, 64, "blocked32"), (8, 9, 64, "blocked64")])
+def test_blocked_rows_on_a_small_grid(dev, monkeypatch, batch, heads, seq, want):
+    """Where 64 rows per work group would make at most DevicePolicy.attention_blocked32_max_groups (64) work
+    groups (batch x heads x blocks of 64 rows), the blocked kernel takes 32 rows, on a device with room for 64."""
+    import types
+
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel="blocked"))
+    monkeypatch.setattr(dev, "limits", types.MappingProxyType({**dev.limits, "max_compute_shared_memory_size": 49152,
+                                                               "max_compute_work_group_invocations": 1024}))
+    assert dev.policy.attention_blocked32_max_groups == 64
+    q = TD(DT.FLOAT32, (batch, seq, heads * 64))
+    op = dev.compile(kdml.MultiheadAttentionDesc(q, q, q, None, None, None, None, None, None, None, None, q, None,
+                                                 None, 1.0, -1e4, heads))
+    assert op.plans[0].variant == f"mha_f32_{want}"
 
 
 @pytest.mark.parametrize("emulated", [True, False])

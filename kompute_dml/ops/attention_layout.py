@@ -326,13 +326,17 @@ def blocked_takes(kernel: str, width: int, seq: int, min_rows: int) -> bool:
 
 def blocked_for(device: Device, p: Problem, kernel: str) -> int | None:
     """The blocked kernel's query rows per work group (C.MHA_BLOCKED's key: the most whose shared
-    memory and invocations the device has) where it takes the problem, else None."""
+    memory and invocations the device has, fewer where the grid would be small:
+    DevicePolicy.attention_blocked32_max_groups) where it takes the problem, else None."""
     if not blocked_takes(kernel, max(p.dqk, p.dv), p.seq, device.policy.attention_blocked_min_rows):
         return None
     smem = int(device.limits.get("max_compute_shared_memory_size", 16384))
     invocations = int(device.limits.get("max_compute_work_group_invocations", 128))
-    return next((bq for bq in C.MHA_BLOCK_ROWS
-                 if C.mha_blocked_smem(bq) <= smem and C.MHA_BLOCKED[bq].local_size[0] <= invocations), None)
+    fits = [bq for bq in C.MHA_BLOCK_ROWS
+            if C.mha_blocked_smem(bq) <= smem and C.MHA_BLOCKED[bq].local_size[0] <= invocations]
+    if len(fits) > 1 and p.batch * p.heads * cdiv(p.seq, fits[0]) <= device.policy.attention_blocked32_max_groups:
+        return fits[-1]
+    return fits[0] if fits else None
 
 
 def coop_choice(device: Device, desc: Any, p: Problem, kernel: str, size: int) -> tuple[str, tuple[int, int]] | None:

@@ -221,6 +221,7 @@ class DevicePolicy:
     attention_coop_max_flops: float = ap.ATTENTION_COOP_MAX_FLOPS  # see ap.ATTENTION_COOP_MAX_FLOPS
     attention_blocked_min_rows: int = ap.ATTENTION_BLOCKED_MIN_ROWS  # see ap.ATTENTION_KERNELS
     attention_blocked_max_flops: float = ap.ATTENTION_BLOCKED_MAX_FLOPS
+    attention_blocked32_max_groups: int = ap.ATTENTION_BLOCKED32_MAX_GROUPS  # see there
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
