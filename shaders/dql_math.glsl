@@ -13,7 +13,7 @@ uint f_unkey(uint k) { return (k & 0x80000000u) != 0u ? (k & 0x7FFFFFFFu) : ~k; 
 #define NEEDS_EXACT 0x100u
 
 // (scale bits, zero point, 1 / scale or 0) of the range [lo, hi] given by its keys (lo <= +0 <= hi):
-// dynamic_quantize.comp's header gives the arithmetic; 1 / scale is the fast path's (quantize_fast), 0 unless normal
+// the header's arithmetic; 1 / scale is the fast path's (quantize_fast), 0 unless normal
 uvec3 quant_params(uint lo_key, uint hi_key) {
     uint lo_bits = f_unkey(lo_key), hi_bits = f_unkey(hi_key);
     uint scale = 0x3F800000u;  // 1.0 where hi == lo (both are zeros)

@@ -52,9 +52,7 @@ def prepare_siblings(device: kdml.Device, program: Any, operators: Iterable[Any]
             continue
         done.add(("operator", op.serial))
         spec = BY_NAME.get(op.support.name)
-        if spec is None or spec.ahead is None or not isinstance(op.desc, spec.desc_type):
-            continue  # (an operator composed around another's plans: ops/matmul_dynamic.py)
-        for plan in spec.ahead(device, op, done):
+        for plan in spec.ahead(device, op, done) if spec is not None and spec.ahead is not None else ():
             key = ("pipeline", *pipeline_key(plan))
             if key not in done:
                 done.add(key)
