@@ -32,11 +32,6 @@
 // loads, 2 no fragment loads, 3 neither nor MMAs, 4 no epilogue (all wrong by design); exact: 5 a
 // runtime epilogue loop, PIPE=1 loads consumed at the load (matmul_coop_load.glsl), PIPE=3 loads
 // two steps ahead in two register sets (default PIPE=2: one step), FAST=0 no interior fast path.
-// AQ=1 (variants mmc8*_q*): A is FLOAT32 (k contiguous; its rows, offset and K multiples of 4
-// elements) and quantized to UINT8 as it is staged, exactly as DYNAMIC_QUANTIZE_LINEAR's dql_quant
-// does it (dql_math.glsl): binding 1 holds the min / max keys of dql_minmax's pc.as_s work groups, from
-// which every work group derives the scale and zero point first, the A scale and zero point of the
-// epilogue (ops/matmul_dynamic.py: ONNX DynamicQuantizeMatMul in two dispatches, not three).
 
 #ifndef MMA
 #define MMA 0                                      // 0 cooperative matrices, 1 emulated, 2 OpSDot
@@ -134,68 +129,6 @@ int rsum_sdot4(uint a, uint b, spirv_literal int packed_format);
 // ---- the cooperative-matrix operations, or their replacements (shaders/matmul_coop_mma.glsl) -----
 #include "matmul_coop_mma.glsl"
 
-#ifndef AQ
-#define AQ 0
-#endif
-#if AQ
-#define QMIN 0
-#define QMAX 255
-#include "f32_exact.glsl"
-#include "dql_math.glsl"
-const uint AQ_NR = (BM * (BK / 16u) + WG - 1u) / WG;   // A's staging registers (mode 1), regs_a's count
-uvec4 regs_aq[LD_SLOTS * AQ_NR * 4u];                  // their 16 k as FLOAT32 bits, 4 uvec4 each
-shared uint s_qlo, s_qhi;
-shared uvec3 s_qp;                                      // scale bits, zero point, 1 / scale or 0
-
-// Global -> registers: 16 FLOAT32 k of one row per staging register, clamped into the matrix as
-// load_a clamps (a chunk outside is zeroed at the store); base and s_m in elements
-void load_aq(uint slot, uint base, uint s_m, uint M, uint K, uint m0, uint k0) {
-    [[unroll]] for (uint i = 0u; i < AQ_NR; ++i) {
-        uint m, k;
-        coop_keep(1u, BM, i, M, K, m0, k0, m, k);
-        const uint row = base + min(m, M - 1u) * s_m;
-        k = min(k, K - 1u) & ~15u;
-        [[unroll]] for (uint j = 0u; j < 4u; ++j) regs_aq[(slot * AQ_NR + i) * 4u + j] = a_buf4[(row + min(k + 4u * j, K - 4u)) >> 2u];
-    }
-}
-
-// The staged floats quantized into regs_a (load_a's bytes: UINT8, before store_a's sign flip): the
-// fast path for all, then the few it leaves (near ties, non-finite or subnormal values) exactly,
-// each read again from memory (an element indexed at run time would put the registers in local memory)
-void quant_a(uint slot, uint base, uint s_m, uint M, uint K, uint m0, uint k0) {
-    const uint scale = s_qp.x, rcp = s_qp.z;
-    const int zp = int(s_qp.y);
-    [[unroll]] for (uint i = 0u; i < AQ_NR; ++i) {
-        uvec4 q = uvec4(0u);
-        uint need = 0u;
-        [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-            const uvec4 x = regs_aq[(slot * AQ_NR + i) * 4u + j];
-            [[unroll]] for (uint c = 0u; c < 4u; ++c) {
-                uint v = quantize_fast(x[c], rcp, zp);
-                if (v == NEEDS_EXACT) {
-                    need |= 1u << (4u * j + c);
-                    v = 0u;
-                }
-                q[j] |= v << (8u * c);
-            }
-        }
-        if (need != 0u) {
-            uint m, k;
-            coop_keep(1u, BM, i, M, K, m0, k0, m, k);
-            const uint row = base + min(m, M - 1u) * s_m;
-            k = min(k, K - 1u) & ~15u;
-            while (need != 0u) {
-                const uint e = uint(findLSB(need));
-                need &= need - 1u;
-                const uint kj = min(k + 4u * (e >> 2u), K - 4u) + (e & 3u);   // as load_aq read it
-                q[e >> 2u] |= quantize_exact(a_buf[row + kj], scale, zp) << (8u * (e & 3u));
-            }
-        }
-        regs_a[slot * AQ_NR + i] = q;
-    }
-}
-#endif
-
 // ---- epilogue helpers -------------------------------------------------------------------------
 int s8(uint byte) { return int(byte << 24u) >> 24; }
 
@@ -271,25 +204,6 @@ void main() {
 
     for (uint i = tid; i < BM; i += WG) sumA[i] = 0;
     for (uint i = tid; i < BN; i += WG) sumB[i] = 0;
-#if AQ   // the scale and zero point of A from dql_minmax's keys (uniform: every group derives them)
-    if (tid == 0u) {
-        s_qlo = KEY_ZERO;
-        s_qhi = KEY_ZERO;
-    }
-    barrier();
-    {
-        uint lo = KEY_ZERO, hi = KEY_ZERO;
-        for (uint g = tid; g < pc.as_s; g += WG) {
-            lo = min(lo, as_buf[pc.as_off + 2u * g]);
-            hi = max(hi, as_buf[pc.as_off + 2u * g + 1u]);
-        }
-        atomicMin(s_qlo, lo);
-        atomicMax(s_qhi, hi);
-    }
-    barrier();
-    if (tid == 0u) s_qp = quant_params(s_qlo, s_qhi);
-    barrier();
-#endif
     [[unroll]] for (uint i = 0u; i < part_a.length(); ++i) part_a[i] = 0;
     [[unroll]] for (uint i = 0u; i < part_b.length(); ++i) part_b[i] = 0;
 
@@ -300,17 +214,9 @@ void main() {
     setup_a(a_base, LO28(pc.a_sm), LO28(pc.a_sk), m0);   // the fast path's per-invocation offsets, once
     setup_b(b_base, pc.b_sn, pc.b_sk, n0);
     // step t: global -> register set `slot` -> shared stage t % STAGES
-#if AQ
-#define LOAD_A_STEP(slot, t) load_aq(slot, a_base, LO28(pc.a_sm), M, K, m0, (t) * BK);
-#define QUANT_A_STEP(slot, t) quant_a(slot, a_base, LO28(pc.a_sm), M, K, m0, (t) * BK);
-#else
-#define LOAD_A_STEP(slot, t) load_a(slot, a_base, LO28(pc.a_sm), LO28(pc.a_sk), M, K, m0, (t) * BK, a_xe);
-#define QUANT_A_STEP(slot, t)
-#endif
-#define LOAD_STEP(slot, t) { LOAD_A_STEP(slot, t) \
+#define LOAD_STEP(slot, t) { load_a(slot, a_base, LO28(pc.a_sm), LO28(pc.a_sk), M, K, m0, (t) * BK, a_xe); \
                              load_b(slot, b_base, pc.b_sn, pc.b_sk, N, K, n0, (t) * BK, b_xe); }
-#define STORE_STEP(slot, t) { QUANT_A_STEP(slot, t) \
-                              store_a(slot, ((t) % STAGES) * A_TILE, M, K, m0, (t) * BK, a_xe STORE_SUM(need_ra)); \
+#define STORE_STEP(slot, t) { store_a(slot, ((t) % STAGES) * A_TILE, M, K, m0, (t) * BK, a_xe STORE_SUM(need_ra)); \
                               store_b(slot, B_BASE + ((t) % STAGES) * B_TILE, N, K, n0, (t) * BK, b_xe STORE_SUM(need_cb)); }
     LOAD_STEP(0u, 0u)
     STORE_STEP(0u, 0u)
@@ -398,14 +304,9 @@ void main() {
                     [[unroll]] for (uint z = 0u; z < KSPLIT; ++z)
                         quad += smem[((z * SGMN + sgmn) * FM * FN + i * FN + j) * 64u + r * 4u + (c >> 2u)];
                 }
-#if AQ
-                const int za = s8((s_qp.y ^ a_xe) & 0xFFu);
-                const float asc = uintBitsToFloat(s_qp.x);
-#else
                 const int za = s8((ZP(azp_buf, pc.azp_off + m * pc.azp_s) ^ a_xe) & 0xFFu);
-                const float asc = LOAD_REAL(as_buf, pc.as_off + m * pc.as_s, f16);
-#endif
                 const int ra = sumA[ml] - int(K) * za;   // RA - K za', wrapping
+                const float asc = LOAD_REAL(as_buf, pc.as_off + m * pc.as_s, f16);
                 const bool both = n + 1u < N;
                 float val[2];
                 [[unroll]] for (uint e = 0u; e < 2u; ++e) {

@@ -12,7 +12,6 @@ import numpy as np
 import onnx
 
 import kompute_dml as kdml
-from kompute_dml.ops.matmul_dynamic import fused_call
 
 from . import product_groups
 from .quantize import dynamic_quantize_uint8
@@ -42,17 +41,14 @@ def _matmul_out_shape(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tup
 def _mm_integer_to_float(ctx: NodeContext, node: onnx.NodeProto, a: Any, a_name: str | None, b: Any, b_name: str | None,
                          a_scale: Any, a_scale_name: str | None, b_scale: Any, b_scale_name: str,
                          a_zp: Any, a_zp_name: str | None, b_zp: Any, b_zp_name: str | None,
-                         bias: Any, bias_name: str | None, stats: RunStats, dynamic: bool = False) -> Any:
-    """`dynamic`: A is float32, quantized by the product itself (ops/matmul_dynamic.py:
-    DynamicQuantizeMatMul in two dispatches), its scale and zero point None; returns None where
-    that does not apply (nothing recorded or requested: the caller quantizes A first)."""
+                         bias: Any, bias_name: str | None, stats: RunStats) -> Any:
     a_shape, b_shape = _value_shape(a), _value_shape(b)
-    for what, v in (("A", a), ("B", b))[int(dynamic):]:
+    for what, v in (("A", a), ("B", b)):
         if _value_dtype(v) not in _QUANT_TYPES:
             raise FallbackNeeded(f"{what} type {_value_dtype(v)} is not int8/uint8")
         if len(_value_shape(v)) < 1:
             raise FallbackNeeded(f"{what} is a scalar")
-    out_dt = np.dtype(np.float32) if dynamic else _value_dtype(a_scale)
+    out_dt = _value_dtype(a_scale)
     if out_dt not in _FLOAT_OUT:
         raise FallbackNeeded(f"scale type {out_dt} is not float32/float16")
     squeeze = []
@@ -93,7 +89,7 @@ def _mm_integer_to_float(ctx: NodeContext, node: onnx.NodeProto, a: Any, a_name:
         out_shape = (math.prod(out_shape[:-2]), *out_shape[-2:])
     else:
         folded = None
-    if a_scale is not None and math.prod(_value_shape(a_scale)) != 1:
+    if math.prod(_value_shape(a_scale)) != 1:
         raise FallbackNeeded("a_scale is not a scalar")
     if a_zp is not None and math.prod(_value_shape(a_zp)) != 1:
         raise FallbackNeeded("a_zero_point is not a scalar")
@@ -146,14 +142,6 @@ def _mm_integer_to_float(ctx: NodeContext, node: onnx.NodeProto, a: Any, a_name:
         group = ctx.upload_group([np.asarray(args[i][0]) for i in pending], stats, tuple(args[i][1] for i in pending))
         for i, t in zip(pending, group):
             bound[i] = t
-    if dynamic:
-        call = fused_call(ctx.device, bound[0], bound[1], bound[3], bound[5], bound[6])
-        if call is None:
-            return None
-        op, inputs, prep = call
-        t = ctx.out_tensor(out_shape, out_dt)
-        op.execute(inputs, [t if t.desc is prep.out_desc else kdml.Tensor.trusted(t.buffer, prep.out_desc, t.offset)])
-        return final(DeviceValue(t, out_shape, out_dt))
     mmitf = kdml.matmul_integer_to_float  # type: ignore[attr-defined]
     t = mmitf(*bound, out_data_type=kdml.DataType.from_numpy(out_dt), out=ctx.out_tensor(out_shape, out_dt),
               device=ctx.device)
@@ -256,11 +244,6 @@ def _h_dqmm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     if hit is not None and hit[0] is a:
         q, scale, zp = hit[1]
     else:
-        if math.prod(_value_shape(a)) and len(_value_shape(a)) <= 8:  # A quantized by the product itself
-            y = _mm_integer_to_float(ctx, node, a, an, b, bn or "", None, None, b_s, b_sn or "", None, None, b_zp, b_zpn,
-                                     bias, bias_n, stats, dynamic=True)
-            if y is not None:
-                return [y]
         q, scale, zp = _quantize(ctx, a, an, stats)
         if isinstance(a, DeviceValue):
             memo[id(a)] = (a, (q, scale, zp))

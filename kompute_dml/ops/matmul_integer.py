@@ -248,7 +248,7 @@ _MS = "com.microsoft"
 SPECS = (
     OperatorSpec(
         MatrixMultiplyIntegerToFloatDesc, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, compile_matmul_integer,
-        (contract.MMI_TEXEL, contract.MMI_PACKED, contract.MMI_GENERIC, contract.MMI_GPU, contract.MMC, contract.MMCQ,
+        (contract.MMI_TEXEL, contract.MMI_PACKED, contract.MMI_GENERIC, contract.MMI_GPU, contract.MMC,
          contract.MMG, contract.MMW),
         helpers=("matmul_integer_to_float",),
         ahead=plans_ahead,
