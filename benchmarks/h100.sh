@@ -59,6 +59,7 @@ if [ "$part" = 5 ] || [ "$part" = all ]; then
     run attention_ablation 90 "$py" -m benchmarks.attention_ablation --rounds 3 --n 10  # (its overlay built here and carried)
     run attention_ablation_blocked 90 "$py" -m benchmarks.attention_ablation --kernel blocked --rounds 3 --n 10
     run attention_crossover 60 "$py" -m benchmarks.attention_crossover
+    run attention_block_rows 60 "$py" -m benchmarks.attention_block_rows
     run model_families_fp16 240 "$py" -m benchmarks.model_families --size small --shapes 1x128,8x128 --repeat 10 \
         --families whisper-encoder,whisper-encoder-fp16,bert-fp16,vit-fp16,gpt2-fp16,llama-fp16
 fi
