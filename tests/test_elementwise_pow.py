@@ -24,9 +24,12 @@ INTS = [DT.INT8, DT.UINT8, DT.INT16, DT.UINT16, DT.INT32, DT.UINT32]
 
 def ref64(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """C99's pow in float64 (a scalar exponent made an array: numpy takes sqrt for a scalar 0.5,
-    which gives NaN at -inf where pow gives +inf)."""
-    with np.errstate(all="ignore"):  # (signaling NaNs widened)
+    which gives NaN at -inf where pow gives +inf), every NaN operand quiet: pow(NaN, 0) is 1 (a
+    signaling NaN widened to float64 stays signaling on some processors, F16C's conversion, and
+    the C library's pow then gives NaN)."""
+    with np.errstate(all="ignore"):
         x64, y64 = (np.array(a, np.float64) for a in np.broadcast_arrays(np.asarray(x), np.asarray(y)))
+        x64, y64 = (np.where(np.isnan(a), np.float64(np.nan), a) for a in (x64, y64))
         return np.power(x64, y64)
 
 

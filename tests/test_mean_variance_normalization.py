@@ -647,7 +647,9 @@ def run_skip(dev, rng, dt, sizes, axes, *, skip_sizes=None, skip_bias=True, sum_
     if z is not None:
         zl = read_logical(assert_outside_unchanged(z, before_z), z.offset, zd)
         _same_bits(zl, unfused, "sum output vs ELEMENT_WISE_ADD1")
-    _same_bits(got, y2.numpy(), "output vs the unfused sequence")
+    # (a NaN row's payload after the normalization's arithmetic is the compiler's choice: llvmpipe's
+    # differs between the two shaders on AVX2-only processors)
+    _same_bits(got, y2.numpy(), "output vs the unfused sequence", nan_payload=False)
     rlen = int(np.prod([sizes[d] for d in red]))
     if np.isfinite(want_sum).all():
         assert_within(got, want_sum, sl, bl, red, True, float(np.float32(eps)), summation_depth(rlen, dt))
@@ -710,7 +712,7 @@ def test_skip_broadcast_over_the_batch_takes_the_row_variant(dev, rng, dt):
 @pytest.mark.parametrize("dt", FLOATS, ids=IDS)
 def test_skip_extension_edge_values(dev, rng, dt):
     """NaN, infinities, -0, sums that overflow, cancel to +0 or round (FLOAT16: subnormal sums):
-    the sum and the output equal the unfused sequence's bits (NaN payloads included)."""
+    the sum and the output equal the unfused sequence's bits (the sum's NaN payloads included)."""
     big = float(np.finfo(dt.numpy_dtype).max)
     row_x = np.array([np.nan, 1.0, np.inf, -np.inf, -0.0, 0.0, big, -big, 3.0, 1e-3, 2.0 ** -20, -5.0, 7.0, 0.5,
                       np.inf, 1.0], np.float64)
