@@ -506,6 +506,26 @@ def test_plans_ahead(dev, monkeypatch):
     assert spec.ahead(dev, dev.compile(desc), set()) == []
 
 
+def test_plans_ahead_of_the_blocked_kernel(dev, monkeypatch):
+    """After the blocked kernel, its other rows per work group where the device has room for it
+    (the grid picks one: a small batch 32 rows, a larger one 64), with the tiled kernel's variants."""
+    import types
+
+    from kompute_dml.ops import BY_NAME
+
+    spec = BY_NAME["MULTIHEAD_ATTENTION"]
+    q = TD(DT.FLOAT32, (1, 70, 64))
+    desc = kdml.MultiheadAttentionDesc(q, q, q, None, None, None, None, None, None, None, None, q, None, None, 1.0,
+                                       -1e4, 1)
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel="blocked"))
+    for smem, want in ((49152, {"mha_f32_blocked64"}), (32768, set())):
+        monkeypatch.setattr(dev, "limits", types.MappingProxyType({**dev.limits, "max_compute_shared_memory_size": smem,
+                                                                   "max_compute_work_group_invocations": 1024}))
+        op = dev.compile(desc)
+        assert op.plans[0].variant == "mha_f32_blocked32"
+        assert {p.variant for p in spec.ahead(dev, op, set()) if "blocked" in p.variant} == want
+
+
 def test_key_splits(monkeypatch):
     """Chunks of keys: GPUs only, for small grids and long key sequences; the environment forces."""
     import types

@@ -283,8 +283,9 @@ def key_splits(device: Device, groups: int, keys: int) -> int:
 def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[DispatchPlan]:
     """OperatorSpec.ahead: the tiled kernel's other variants of the same head sizes (a decoding step's
     blocks of 4 rows, the split chunks and their combine) whose pipelines another sequence or key
-    length may take (after the blocked kernel too: fewer rows take them); once per type and head-size
-    bound (`done`)."""
+    length may take (after the blocked kernel too: fewer rows take them), and after the blocked
+    kernel its other rows per work group (another batch or length changes the grid); once per type
+    and head-size bound (`done`)."""
     plans = [p for p in op.plans if isinstance(p, DispatchPlan) and p.variant.startswith("mha_")]
     first = plans[0] if plans else None
     if first is None or first.variant.endswith("_rows"):
@@ -299,6 +300,11 @@ def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[Di
     bindings = (*first.bindings[:13], None)
     out = [dataclasses.replace(first, variant=v, bindings=bindings)
            for v in (*(C.MHA_SPLIT.name(t=t, tile=x) for x in tiles), C.MHA_COMBINE.name(t=t))]
+    if tile.startswith("blocked"):  # the blocked kernel's other rows per work group (blocked_for: by the grid)
+        smem = int(device.limits.get("max_compute_shared_memory_size", 16384))
+        invocations = int(device.limits.get("max_compute_work_group_invocations", 128))
+        out += [dataclasses.replace(first, variant=f.name(t=t)) for bq, f in C.MHA_BLOCKED.items()
+                if f.name(t=t) != first.variant and C.mha_blocked_smem(bq) <= smem and f.local_size[0] <= invocations]
     return out + [dataclasses.replace(first, variant=C.MHA_TILED.name(t=t, tile=x), bindings=first.bindings[:13])
                   for x in tiles if x != tile]
 
