@@ -26,12 +26,14 @@ from . import overlay_attention as ov
 SHAPES = {"Whisper 8x1500 h4": (8, 4, 1500), "BERT-base 8x128 h12": (8, 12, 128), "long 1x4096 h16": (1, 16, 4096)}
 
 
-def problem(dev: kdml.Device, rng: np.random.Generator, b: int, h: int, s: int, npd: Any) -> tuple[list[Any], Any, Any]:
-    """Self-attention over random [b, s, h x 64] query, key and value tensors: (inputs, output, descriptor)."""
-    x = [dev.tensor(rng.standard_normal((b, s, h * 64)).astype(npd)) for _ in range(3)]
-    out = dev.empty(kdml.TensorDesc(kdml.DataType.from_numpy(npd), (b, s, h * 64)))
+def problem(dev: kdml.Device, rng: np.random.Generator, b: int, h: int, s: int, npd: Any,
+            d: int = 64) -> tuple[list[Any], Any, Any]:
+    """Self-attention over random [b, s, h x d] query, key and value tensors, scale 1 / sqrt(d):
+    (inputs, output, descriptor)."""
+    x = [dev.tensor(rng.standard_normal((b, s, h * d)).astype(npd)) for _ in range(3)]
+    out = dev.empty(kdml.TensorDesc(kdml.DataType.from_numpy(npd), (b, s, h * d)))
     desc = kdml.MultiheadAttentionDesc(x[0].desc, x[1].desc, x[2].desc, None, None, None, None, None, None, None,
-                                       None, out.desc, None, None, 0.125, -1e4, h)
+                                       None, out.desc, None, None, d ** -0.5, -1e4, h)
     return x, out, desc
 
 

@@ -301,10 +301,8 @@ def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[Di
     out = [dataclasses.replace(first, variant=v, bindings=bindings)
            for v in (*(C.MHA_SPLIT.name(t=t, tile=x) for x in tiles), C.MHA_COMBINE.name(t=t))]
     if tile.startswith("blocked"):  # the blocked kernel's other rows per work group (blocked_for: by the grid)
-        smem = int(device.limits.get("max_compute_shared_memory_size", 16384))
-        invocations = int(device.limits.get("max_compute_work_group_invocations", 128))
-        out += [dataclasses.replace(first, variant=f.name(t=t)) for bq, f in C.MHA_BLOCKED.items()
-                if f.name(t=t) != first.variant and C.mha_blocked_smem(bq) <= smem and f.local_size[0] <= invocations]
+        out += [dataclasses.replace(first, variant=C.MHA_BLOCKED[bq].name(t=t)) for bq in blocked_rows(device)
+                if C.MHA_BLOCKED[bq].name(t=t) != first.variant]
     return out + [dataclasses.replace(first, variant=C.MHA_TILED.name(t=t, tile=x), bindings=first.bindings[:13])
                   for x in tiles if x != tile]
 
@@ -330,16 +328,21 @@ def blocked_takes(kernel: str, width: int, seq: int, min_rows: int) -> bool:
     return kernel in ("blocked", "coopmat", "coopmat-emulated") and seq >= min_rows and width <= C.MHA_BLOCK_D
 
 
+def blocked_rows(device: Device) -> list[int]:
+    """The blocked kernel's query rows per work group (C.MHA_BLOCK_ROWS, most first) whose shared
+    memory and invocations the device has."""
+    smem = int(device.limits.get("max_compute_shared_memory_size", 16384))
+    invocations = int(device.limits.get("max_compute_work_group_invocations", 128))
+    return [bq for bq in C.MHA_BLOCK_ROWS if C.mha_blocked_smem(bq) <= smem and C.MHA_BLOCKED[bq].local_size[0] <= invocations]
+
+
 def blocked_for(device: Device, p: Problem, kernel: str) -> int | None:
     """The blocked kernel's query rows per work group (C.MHA_BLOCKED's key: the most whose shared
     memory and invocations the device has, fewer where the grid would be small:
     DevicePolicy.attention_blocked32_max_groups) where it takes the problem, else None."""
     if not blocked_takes(kernel, max(p.dqk, p.dv), p.seq, device.policy.attention_blocked_min_rows):
         return None
-    smem = int(device.limits.get("max_compute_shared_memory_size", 16384))
-    invocations = int(device.limits.get("max_compute_work_group_invocations", 128))
-    fits = [bq for bq in C.MHA_BLOCK_ROWS
-            if C.mha_blocked_smem(bq) <= smem and C.MHA_BLOCKED[bq].local_size[0] <= invocations]
+    fits = blocked_rows(device)
     if len(fits) > 1 and p.batch * p.heads * cdiv(p.seq, fits[0]) <= device.policy.attention_blocked32_max_groups:
         return fits[-1]
     return fits[0] if fits else None

@@ -19,8 +19,8 @@ ATTENTION_BLOCKED_MIN_ROWS = 48
 # The blocked kernel takes 32 query rows per work group where 64 would make at most this many work groups (batch x
 # heads x blocks of 64 rows): the grid doubles within one wave of an H100's 132 SMs, each group half as deep. H100,
 # `python -m benchmarks.attention_block_rows` (FLOAT32; us at 64 / 32 rows): 8 x 4 heads x 128 rows, head size 64 (64
-# groups) 24.0 / 20.0, 1 x 12 x 128 (24) 23.6 / 19.5, 1 x 4 x 197 (16) 43.1 / 37.3, 8 x 4 x 64 (32) 16.6 / 14.6; but
-# 8 x 4 x 197 (128) 43.5 / 67.2, 8 x 12 x 128 (192) 44.5 / 50.4, 64 x 4 x 256 (1024) 334.6 / 507.8.
+# groups) 25.8 / 21.0, 1 x 12 x 128 (24) 25.3 / 21.9, 1 x 4 x 197 (16) 45.0 / 38.5, 8 x 4 x 64 (32) 17.6 / 14.8; but
+# 8 x 4 x 197 (128) 44.8 / 69.4, 8 x 12 x 128 (192) 46.2 / 52.4, 64 x 4 x 256 (1024) 336.4 / 510.7.
 ATTENTION_BLOCKED32_MAX_GROUPS = 64
 # The exported attention chain runs fused on the blocked kernel up to this many flops: H100, `python -m
 # benchmarks.bench_attention --rows f32 --unfused` (the unfused chain as the backend runs it, the scale as GEMM's alpha),
