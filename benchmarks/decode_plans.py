@@ -1,11 +1,12 @@
 """What a decoding step at a new past length costs in planning (issue 52): greedy steps of a
 decoder (kompute_dml/bench/decoders.py, the cache on the device), every step a new input
-signature and so a new whole-graph plan, with the node traces (onnx_backend/node_traces.py) and
-without them (`RunState.trace_capacity = 0`: every handler runs at every plan), the two models
-(a Device each) stepped in turn, first one then the other, in one process so that both see the
-same machine; per step the plan's wall
+signature and so a new whole-graph plan, made three ways: repeating the previous plan's steps
+that read the same values (onnx_backend/step_reuse.py, "reuse": the default), with the node traces
+only (onnx_backend/node_traces.py, `RunState.step_reuse = False`: "traces") and with neither
+(`RunState.trace_capacity = 0`: every handler runs at every plan), the three models (a Device each)
+stepped in turn in one process so that all see the same machine; per step the plan's wall
 seconds (`last_run.plan_seconds`), the planning thread's CPU seconds, and the step's wall time.
-The tokens of both are compared.
+The tokens of all are compared.
 
     python -m benchmarks.decode_plans [--decoders gpt2,llama] [--size small] [--prompt 16] [--new 24]
 """
@@ -72,9 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         dec = decoders.build(name, args.size)
         prompt = np.random.default_rng(0).integers(1, decoders.VOCAB, (1, args.prompt))
         loops = {}
-        for label, capacity in (("traces", None), ("no traces", 0)):
+        for label, capacity, reuse in (("reuse", None, True), ("traces", None, False), ("no traces", 0, False)):
             # a Device each: neither finds the operators the other compiled for a new length
             rep = Backend.prepare(str(dec.path), kdml_device=kdml.Device())
+            rep.state.step_reuse = reuse
             if capacity is not None:
                 rep.state.trace_capacity = capacity
             loops[label] = _Steps(rep, dec, prompt)

@@ -39,35 +39,41 @@ def test_greedy_tokens_equal_torch_with_the_cache_on_the_device(name, monkeypatc
                          ids=["gpt2", "llama", "gpt2-flushed-siblings"])
 def test_new_lengths_replay_node_traces_bit_for_bit(name, gpu_policy, monkeypatch):
     """Every decoding step is a new past length, so a new plan: plans made from the node traces
-    (onnx_backend/node_traces.py) give every output (logits and presents) bit for bit equal to
-    plans that run every handler (trace_capacity 0), over many lengths, the cache on the device;
-    also with the GPUs' policy of starting what is recorded while planning (a flush before every
-    node) and preparing shape siblings."""
+    (onnx_backend/node_traces.py), and plans that also repeat the previous plan's steps reading the
+    same values (onnx_backend/step_reuse.py, the default), give every output (logits and presents)
+    bit for bit equal to plans that run every handler (trace_capacity 0), over many lengths, the
+    cache on the device; also with the GPUs' policy of starting what is recorded while planning (a
+    flush before every node) and preparing shape siblings (the device all three share)."""
     import dataclasses
 
     dec = decoders.build(name, "tiny")
     fast = Backend.prepare(str(dec.path), "CPU")
+    fast.state.step_reuse = False
     if gpu_policy:
         dev = fast.device
         monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, plan_flush_ms=1e-9, prepare_siblings=True))
     slow = Backend.prepare(str(dec.path), "CPU")
     slow.state.trace_capacity = 0
+    reuse = Backend.prepare(str(dec.path), "CPU")
     prompt = np.random.default_rng(3).integers(1, decoders.VOCAB, (1, 5))
-    pasts = {id(r): dec.empty_past(1) for r in (fast, slow)}
-    ids, length, replayed = prompt, 0, []
+    pasts = {id(r): dec.empty_past(1) for r in (fast, slow, reuse)}
+    ids, length, replayed, reused = prompt, 0, [], []
     for step in range(12):
         length += ids.shape[1]
         outs = {}
-        for r in (fast, slow):
+        for r in (fast, slow, reuse):
             out = r.run({"input_ids": ids, "attention_mask": np.ones((1, length), np.int64),
                          **{f"past_{i}": p for i, p in enumerate(pasts[id(r)])}}, device_outputs=True)
             pasts[id(r)] = list(out[1:])
             outs[id(r)] = [t.numpy() for t in out]
             assert r.last_run.planned and r.last_run.runtime_fallbacks == 0  # the prompt's empty past too
         replayed.append(fast.last_run.replayed_nodes)
-        assert slow.last_run.replayed_nodes == 0
-        for a, b in zip(outs[id(fast)], outs[id(slow)]):
-            assert a.shape == b.shape and a.dtype == b.dtype
-            assert a.tobytes() == b.tobytes(), f"step {step} (past length {length - ids.shape[1]})"
+        reused.append(reuse.last_run.reused_nodes)
+        assert slow.last_run.replayed_nodes == 0 and slow.last_run.reused_nodes == fast.last_run.reused_nodes == 0
+        for r in (fast, reuse):
+            for a, b in zip(outs[id(r)], outs[id(slow)]):
+                assert a.shape == b.shape and a.dtype == b.dtype
+                assert a.tobytes() == b.tobytes(), f"step {step} (past length {length - ids.shape[1]})"
         ids = outs[id(fast)][0][:, -1].argmax(-1).reshape(1, 1).astype(np.int64)
     assert replayed[:2] == [0, 0] and min(replayed[2:]) > 0  # the first plan made the traces later plans replay
+    assert reused[0] == 0 and min(reused[2:]) > 0  # (the prompt's plan and the first step's differ in every shape)

@@ -86,6 +86,21 @@ class Recording:
             self._count += 1
             self._checks.append((check, k, bound, op.support.name, self.scope))
 
+    @property
+    def mark(self) -> tuple[int, int, int]:
+        """Executions, dispatches and device checks recorded so far."""
+        return len(self._work), self._count, len(self._checks)
+
+    def splice(self, program: RecordedProgram, start: int, end: int, dispatches: int) -> None:
+        """Record executions [start, end) of `program` (recorded on this device; no device check
+        among them) again: the same operators on the same tensors (onnx_backend/step_reuse.py)."""
+        if self._done:
+            raise DMLError("this recording was already submitted")
+        self._keys.extend(program._keys[start:end])
+        self._work.extend(program._work[start:end])
+        self._labels.extend(program._labels[start:end])
+        self._count += dispatches
+
     def copy_in(self, host: np.ndarray, tensor: Tensor) -> None:
         """Record a copy of `host` (a contiguous array inside this device's `host_array`
         memory) into `tensor`'s elements (a packed tensor of `host.nbytes` bytes), ordered before

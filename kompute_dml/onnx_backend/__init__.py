@@ -31,7 +31,9 @@ The modules of this package, one concern each:
   pipelines other input shapes take, made with it); plan_context.py:
   `PlanContext`, what handlers call while a plan is built (its buffers and their reuse)
 - node_traces.py: a device node's recorded work replayed by later plans whose inputs at that node
-  look the same (a decoder's next past length), and host nodes' results of the last plan
+  look the same (a decoder's next past length), and host nodes' results of the last plan;
+  step_reuse.py: a plan's steps that read the very values the previous plan's read (of the same
+  input names) take that plan's recorded executions as they are
 - host_eval.py: nodes that read no input data, resolved on the host per input shape
 - handlers.py: the device node handlers of the seeds' operators (EyeLike, Trilu, Identity,
   Dropout) and the `HANDLERS` map, every handlers_*.py / fusion_*.py module's *_HANDLERS tables

@@ -8,7 +8,8 @@ stay on the device between nodes, in buffers of this plan (a buffer whose last r
 been recorded is reused for a later output: the recording's barriers order the reuse).
 Every run after that writes the inputs into their buffers, submits the program once, and
 reads the outputs back: one upload per input, one submission, one download per output.
-On GPUs the plan also starts what it has recorded every few milliseconds of planning
+A plan made after another of the same input names repeats that plan's steps that read the very
+same values (step_reuse.py). On GPUs the plan also starts what it has recorded every few milliseconds of planning
 (DevicePolicy.plan_flush_ms, Recording.flush): the first run's early layers run on the
 device while the host plans the later ones, and the program's first run runs the rest.
 
@@ -34,8 +35,9 @@ from ..runtime import DispatchPlan
 from ..runtime.staging import host_copy
 from .handlers_values import BOOL, OutputArrays, dml_numpy, into, is_packed
 from .node_traces import host_node, input_key, keep_traces, run_node
-from .plan_context import PlanContext, _block, plan_order
+from .plan_context import PlanContext, host_io, plan_order
 from .siblings import prepare_siblings
+from .step_reuse import StepReuse
 from .transfers import device_results, early_copies
 from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_dtype, _value_shape, at_node, empty_on_host
 
@@ -53,9 +55,6 @@ RECYCLED = 2
 # first run that needs it its allocation (32 MiB: 18 ms on the H100, a MiniLM 64 x 256 first run's
 # largest part after the run); staging costs every run of such a shape its extra submissions.
 PROGRAM_OUT_BYTES = 32 << 20
-# The host memory a model's first plan takes for its plans' inputs and outputs on GPUs (_host_io):
-# MiniLM's inputs at 64 x 256 take 384 KiB, BERT-base's 8 x 128 outputs 3 MiB.
-PLAN_IO_BYTES = {"in": 1 << 20, "out": 8 << 20}
 _FREE_REFS = 3  # sys.getrefcount of a kept array nothing else holds: the list, the loop name, the argument
 
 
@@ -79,7 +78,9 @@ class GraphPlan:
         t0 = time.perf_counter()
         g = rep.graph
         self._device = rep.device
-        ctx = PlanContext(rep)
+        tracing = rep.state.trace_capacity > 0
+        reuse = StepReuse(rep, frozenset(feeds)) if tracing else None  # step_reuse.py
+        ctx = PlanContext(rep, reuse.lineage if reuse is not None else None)
         env: dict[str, Any] = {}
         # Every input in one buffer (16-byte aligned parts), written once per run: host inputs
         # first (the program's own upload covers them), then the Tensors fed on the device,
@@ -133,7 +134,6 @@ class GraphPlan:
 
         traces = rep.state.node_traces  # node_traces.py: replayed, and made by this plan
         made: dict[Any, Any] = {}
-        tracing = rep.state.trace_capacity > 0
         host_last = rep.state.host_last  # node_traces.host_node: host nodes' inputs and results of the last plan
 
         def record(i: int) -> None:  # node i's handler (or its trace), its outputs kept
@@ -196,7 +196,7 @@ class GraphPlan:
         ignore_allocations = rep.device.policy.plan_flush_allocating
         ignore_compiles = rep.device.policy.plan_flush_compiling
         with rep.device.capture() as rec:
-            self._in = _host_io(rep, "in", total)
+            self._in = host_io(rep, "in", total)
             self._write_inputs(feeds)  # now: the program's first executions may start while it is planned
             self._inputs_written = True
             if host_total:
@@ -204,8 +204,9 @@ class GraphPlan:
                 rec.copy_in(self._in[:host_total],
                             kdml.Tensor(self._input_buffer, kdml.TensorDesc(kdml.DataType.UINT8, (host_total,))))
             flushed_at = time.perf_counter()
-            drop = ctx.drop
-            for i, dying, chain in order:  # (a node absorbed into a chain has no step: its carrier runs it)
+            if reuse is not None:
+                reuse.begin(ctx, rec, env, lookup)
+            for k, (i, dying, chain) in enumerate(order):  # (a node absorbed into a chain has no step: its carrier runs it)
                 # not while a buffer is being made: the driver would hold the submissions up meanwhile
                 # (DevicePolicy.plan_flush_allocating); nor before the pipelines of what it would start
                 # are made: they would be compiled one flush at a time (DevicePolicy.plan_flush_compiling)
@@ -216,6 +217,13 @@ class GraphPlan:
                     rec.flush()
                     flushed_at = time.perf_counter()
                 ctx.dying = [env[n] for n in dying if n in env] if dying else []
+                if reuse is not None:
+                    if reuse.repeat(k, i, chain):  # the previous plan's step, as it was
+                        self.device_nodes += reuse.nodes
+                        ctx.drop_names(dying, env)
+                        continue
+                    reuse.start()
+                    counted = self.device_nodes
                 try:
                     if chain:
                         fusions.step(i, steps, ctx, g, lookup, stats)
@@ -229,10 +237,9 @@ class GraphPlan:
                             raise err from e
                 except FallbackNeeded as e:  # say which node the whole-graph plan stopped at
                     raise FallbackNeeded(f"node {i} ({g.node[i].op_type} {g.node[i].name!r}): {e}") from None
-                for name in dying:
-                    v = env.pop(name, None)
-                    if type(v) is DeviceValue:  # (host values hold no buffer: most of those dropped)
-                        drop(v)
+                if reuse is not None:
+                    reuse.done(k, i, chain, self.device_nodes - counted)
+                ctx.drop_names(dying, env)
             self.outputs = [(name, lookup(name)) for name in rep.output_names]
             ctx.write_staged()
             self._io_copies(rep, rec)
@@ -242,6 +249,9 @@ class GraphPlan:
         self.program = rec.compile()
         ctx.share_buffers()
         keep_traces(traces, made, rep.state.trace_capacity)
+        if reuse is not None:
+            reuse.keep(self.program, {name: env[name] for name in feeds if name in env})
+            stats.reused_nodes = reuse.reused
         self.flushed = rec.flushed  # executions the first run started while planning
         self.ctx = ctx
         if missing:
@@ -281,7 +291,7 @@ class GraphPlan:
                     end += size
                 else:
                     self._staged.add(k)
-        self._out = _host_io(rep, "out", end)
+        self._out = host_io(rep, "out", end)
         rec.scope = "outputs"
         for k, off in self._out_at.items():
             t = self.outputs[k][1].tensor
@@ -377,20 +387,6 @@ class GraphPlan:
     @property
     def device_bytes(self) -> int:
         return self.ctx.allocated
-
-
-def _host_io(rep: BackendRep, key: str, nbytes: int) -> np.ndarray:
-    """Host memory (Device.host_array) of at least nbytes for the plans' inputs ("in") or
-    outputs ("out"): one per model and direction, shared by its plans (runs never overlap),
-    grown by plan_context's size classes (a plan made before keeps the smaller one it recorded).
-    Where the policy prepares for other input shapes (GPUs), the first is at least PLAN_IO_BYTES:
-    pinned memory cost a first run of a larger shape 2.1 ms on the H100 (benchmarks/plan_split.py at 16a7ab2, 8x128)."""
-    arr = rep.state.plan_io.get(key)
-    if arr is None or arr.nbytes < nbytes:
-        if arr is None and rep.device.policy.prepare_siblings:
-            nbytes = max(nbytes, PLAN_IO_BYTES[key])
-        arr = rep.state.plan_io[key] = rep.device.host_array(_block(nbytes), np.uint8)
-    return arr
 
 
 def _dml_types() -> set[np.dtype]:

@@ -16,6 +16,7 @@ from kompute_dml.core.tensor_desc import packed_strides
 from kompute_dml.device.memory import packed_desc_for
 
 from .host_eval import compact
+from .step_reuse import Lineage, Memo
 from .values import DeviceValue, FallbackNeeded, RunStats, check_bindable
 
 if TYPE_CHECKING:
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
 _MIN_BLOCK = 256
 _FINE_BLOCK = 1 << 20
 
+
+# The host memory a model's first plan takes for its plans' inputs and outputs on GPUs (_host_io):
+# MiniLM's inputs at 64 x 256 take 384 KiB, BERT-base's 8 x 128 outputs 3 MiB.
+PLAN_IO_BYTES = {"in": 1 << 20, "out": 8 << 20}
 
 # Host values (computed by host nodes) of at most this many bytes go up once per model and are
 # bound by every plan that needs the same bytes again, at most SMALL_HOST_VALUES of them. The
@@ -55,7 +60,7 @@ def _block(nbytes: int) -> int:
 class PlanContext:
     """What handlers call on their `rep` while a plan is built."""
 
-    def __init__(self, rep: BackendRep) -> None:
+    def __init__(self, rep: BackendRep, lineage: Lineage | None = None) -> None:
         self.rep = rep
         self.device = rep.device
         self.kept: list[Any] = []  # buffers uploaded for this plan (host-known values)
@@ -71,9 +76,27 @@ class PlanContext:
         self._shared: dict[int, list[kdml.Buffer]] = rep.state.plan_buffers
         self._free: dict[int, list[kdml.Buffer]] = collections.defaultdict(list)
         self._by_serial: dict[int, kdml.Buffer] = {}
-        for size, bufs in self._shared.items():
+        # A plan made from an earlier one of the same input names (step_reuse.py) starts from that
+        # plan's free buffers and takes, where it needs a new buffer, the one that plan made at that
+        # point: its requests then get that plan's buffers, and its steps match that plan's.
+        if lineage is None:
+            lineage = Lineage({size: tuple(bufs) for size, bufs in self._shared.items()}, ())
+        self.lineage_start = lineage.start
+        self.allocs: list[kdml.Buffer] = []  # the buffers this plan took as new ones, in order
+        self._queue: dict[int, collections.deque[kdml.Buffer]] = collections.defaultdict(collections.deque)
+        for buf in lineage.allocs:
+            self._queue[buf.nbytes].append(buf)
+            self._by_serial[buf.serial] = buf
+        for size, bufs in lineage.start.items():
             self._free[size] = list(bufs)
             self._by_serial.update((b.serial, b) for b in bufs)
+        # what step_reuse.py logs of the current step: its out_tensor requests (sizes, dtype, over,
+        # buffer, where the buffer came from), whether it did anything else a step cannot repeat
+        # from its log (held values for later nodes, used the memo), the nodes it ended, its notes
+        self.requests: list[tuple[Any, ...]] = []
+        self.irregular = False
+        self.ends = 0
+        self.notes: list[str] = []
         self._added: list[kdml.Buffer] = []  # joins the shared buffers once the plan is made (share_buffers)
         self._refs: collections.Counter[int] = collections.Counter()
         # Buffers handed out while the current node is recorded: those its outputs do not hold
@@ -85,7 +108,7 @@ class PlanContext:
         # an output may be written over one of them (out_tensor's `over`)
         self.dying: list[Any] = []
         self.allocated = 0  # bytes this plan added to the shared buffers
-        self.memo: dict[int, Any] = {}  # results handlers share within the plan (handlers.py)
+        self.memo: dict[int, Any] = Memo(self)  # results handlers share within the plan (handlers.py)
         self._out_descs: dict[tuple[Any, ...], tuple[kdml.TensorDesc, int]] = {}  # out_tensor's, by type and shape
 
     # ---- the BackendRep methods handlers use ----------------------------------------
@@ -180,10 +203,36 @@ class PlanContext:
             hit = self._out_descs[key] = (desc, min(_block(desc.byte_size), check_bindable(self.device, desc.byte_size)))
         desc, size = hit
         if over is not None and self._writable(over, desc):
+            self.requests.append((sizes, dtype, over, over.tensor.buffer, None))
             return kdml.Tensor.trusted(over.tensor.buffer, desc, 0)
         free = self._free[size]
         buf = free.pop() if free else self._larger_free(size)
+        source = "free"
         if buf is None:
+            buf, source = self._new_buffer(size), "new"
+        self._fresh.append(buf)
+        self.requests.append((sizes, dtype, over, buf, source))
+        return kdml.Tensor.trusted(buf, desc, 0)
+
+    def undo_request(self, request: tuple[Any, ...]) -> None:
+        """Take back out_tensor's `request` (the last one not taken back): its buffer free again,
+        where it was before (step_reuse.py, a step whose requests do not match its log's)."""
+        _sizes, _dtype, _over, buf, source = request
+        if source is None:  # written over an input: nothing was taken
+            return
+        self._fresh.pop()
+        if source == "queue":
+            self._queue[buf.nbytes].appendleft(buf)
+        else:  # (a new one stays the plan's, free)
+            self._free[buf.nbytes].append(buf)
+        if source != "free":
+            self.allocs.pop()
+
+    def _new_buffer(self, size: int) -> kdml.Buffer:
+        queue = self._queue.get(size)
+        if queue:  # the one the earlier plan made here (lineage)
+            buf = queue.popleft()
+        else:
             # not zeroed (no fill submission per buffer): every output is written before a
             # later node reads it, and bytes past an output are never read; made on another
             # thread while the plan goes on, until a flush or the program's encoding binds it
@@ -191,8 +240,8 @@ class PlanContext:
             self._added.append(buf)
             self._by_serial[buf.serial] = buf
             self.allocated += size
-        self._fresh.append(buf)
-        return kdml.Tensor.trusted(buf, desc, 0)
+        self.allocs.append(buf)
+        return buf
 
     def input_buffer(self, nbytes: int) -> kdml.Buffer:
         """The buffer of the plan's inputs: a free one of the model's plan buffers of its size
@@ -201,15 +250,10 @@ class PlanContext:
         them with the plan. Never handed out again by this plan: its values are the inputs."""
         size = _block(nbytes)
         free = self._free[size]
-        if free:
-            buf = free.pop()
-            self._by_serial.pop(buf.serial, None)
-            return buf
         # not zeroed; made on kp's thread: a synchronous allocation waits for the driver while the
         # plan's large ones are made (docs/onnx.md)
-        buf = kdml.Buffer(self.device, size, zeroed=False, later=True)
-        self._added.append(buf)
-        self.allocated += size
+        buf = free.pop() if free else self._new_buffer(size)
+        self._by_serial.pop(buf.serial, None)
         return buf
 
     def share_buffers(self) -> None:
@@ -240,6 +284,7 @@ class PlanContext:
                 and t.desc.same_layout(desc))
 
     def note(self, msg: str) -> None:
+        self.notes.append(msg)
         self.rep._note(msg)
 
     @property
@@ -255,17 +300,20 @@ class PlanContext:
         """Keep value's buffer for `members` nodes still to come that each read it through
         views made now (product_groups.py); each member releases its hold (release_after_node)
         once its own outputs are held, so the buffer is reused after the last view dies."""
+        self.irregular = True
         for _ in range(members):
             self.hold(value)
 
     def release_after_node(self, value: Any) -> None:
         """Drop one hold of value's buffer when the current node ends (after its outputs are held)."""
+        self.irregular = True
         if isinstance(value, DeviceValue):
             self._after_node.append(value)
 
     def attach(self, owner: Any, *values: Any) -> None:
         """Keep `values` (a handler's results that later nodes may reuse through rep.state.memo, keyed
         by `owner`) as long as owner's buffer lives."""
+        self.irregular = True
         if not isinstance(owner, DeviceValue):
             return
         for v in values:
@@ -277,6 +325,7 @@ class PlanContext:
         """The current node is recorded and its outputs held: its handler's temporaries (buffers
         handed out during it that nothing holds) are free for later nodes; the recording's
         barriers order their reuse (a later write waits for this node's reads)."""
+        self.ends += 1
         if not self._fresh and not self._after_node:  # (most nodes of a plan: host nodes, views)
             return
         for v in self._after_node:
@@ -292,6 +341,13 @@ class PlanContext:
     def _is_free(self, buf: kdml.Buffer) -> bool:
         return any(b is buf for b in self._free[buf.nbytes])
 
+    def drop_names(self, names: tuple[str, ...], env: dict[str, Any]) -> None:
+        """The values of `names` (their last reader was recorded) out of `env`, their buffers dropped."""
+        for name in names:
+            v = env.pop(name, None)
+            if type(v) is DeviceValue:  # (host values hold no buffer: most of those dropped)
+                self.drop(v)
+
     def drop(self, value: Any) -> None:
         if not isinstance(value, DeviceValue):
             return
@@ -304,6 +360,20 @@ class PlanContext:
                 self._free[buf.nbytes].append(buf)
             for v in self._attached.pop(key, ()):
                 self.drop(v)
+
+
+def host_io(rep: BackendRep, key: str, nbytes: int) -> np.ndarray:
+    """Host memory (Device.host_array) of at least nbytes for the plans' inputs ("in") or
+    outputs ("out"): one per model and direction, shared by its plans (runs never overlap),
+    grown by plan_context's size classes (a plan made before keeps the smaller one it recorded).
+    Where the policy prepares for other input shapes (GPUs), the first is at least PLAN_IO_BYTES:
+    pinned memory cost a first run of a larger shape 2.1 ms on the H100 (benchmarks/plan_split.py at 16a7ab2, 8x128)."""
+    arr = rep.state.plan_io.get(key)
+    if arr is None or arr.nbytes < nbytes:
+        if arr is None and rep.device.policy.prepare_siblings:
+            nbytes = max(nbytes, PLAN_IO_BYTES[key])
+        arr = rep.state.plan_io[key] = rep.device.host_array(_block(nbytes), np.uint8)
+    return arr
 
 
 def plan_order(rep: BackendRep, feeds: dict[str, Any]) -> list[tuple[int, tuple[str, ...], bool]]:

@@ -259,6 +259,7 @@ class ValueTransfers:
             self.state.device_constants.clear()
             self.state.constant_arena = None
             self.state.plans.clear()  # whole-graph programs (device_graph.py) and their buffers
+            self.state.plan_parent.clear()
             self.state.plan_buffers.clear()
             self.state.plan_io.clear()
 

@@ -128,6 +128,7 @@ class RunStats:
     dispatches: int = 0  # the dispatches of the program this run submitted (0 node by node)
     planned: bool = False  # this run planned its input signature's program
     replayed_nodes: int = 0  # device nodes that plan recorded from their node traces (node_traces.py)
+    reused_nodes: int = 0  # device nodes that plan took from the previous plan of its input names (step_reuse.py)
     plan_seconds: float = 0.0  # time planning it took (part of total_seconds)
     vulkan_seconds: float = 0.0
     cpu_seconds: float = 0.0
