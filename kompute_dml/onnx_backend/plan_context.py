@@ -209,7 +209,7 @@ class PlanContext:
         buf = free.pop() if free else self._larger_free(size)
         source = "free"
         if buf is None:
-            buf, source = self._new_buffer(size), "new"
+            buf, source = self._new_buffer(size)
         self._fresh.append(buf)
         self.requests.append((sizes, dtype, over, buf, source))
         return kdml.Tensor.trusted(buf, desc, 0)
@@ -228,9 +228,11 @@ class PlanContext:
         if source != "free":
             self.allocs.pop()
 
-    def _new_buffer(self, size: int) -> kdml.Buffer:
+    def _new_buffer(self, size: int) -> tuple[kdml.Buffer, str]:
+        """A buffer of `size` not among the free ones; "queue": the one the lineage's plan made here."""
         queue = self._queue.get(size)
-        if queue:  # the one the earlier plan made here (lineage)
+        source = "queue" if queue else "new"
+        if queue:
             buf = queue.popleft()
         else:
             # not zeroed (no fill submission per buffer): every output is written before a
@@ -241,7 +243,7 @@ class PlanContext:
             self._by_serial[buf.serial] = buf
             self.allocated += size
         self.allocs.append(buf)
-        return buf
+        return buf, source
 
     def input_buffer(self, nbytes: int) -> kdml.Buffer:
         """The buffer of the plan's inputs: a free one of the model's plan buffers of its size
@@ -252,7 +254,7 @@ class PlanContext:
         free = self._free[size]
         # not zeroed; made on kp's thread: a synchronous allocation waits for the driver while the
         # plan's large ones are made (docs/onnx.md)
-        buf = free.pop() if free else self._new_buffer(size)
+        buf = free.pop() if free else self._new_buffer(size)[0]
         self._by_serial.pop(buf.serial, None)
         return buf
 
