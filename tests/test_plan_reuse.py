@@ -17,7 +17,6 @@ from onnx import helper, numpy_helper  # noqa: E402
 from kompute_dml.onnx_backend import (  # noqa: E402
     Backend,
     device_graph,
-    plan_context,
     transfers,
 )
 
@@ -160,7 +159,7 @@ def test_gpu_policy_sizes_the_plans_host_memory_once(rng, monkeypatch):
         (y,) = rep.run({"x": x})
         np.testing.assert_array_equal(y, x * 4)
         sizes.append((rep.state.plan_io["in"].nbytes, rep.state.plan_io["out"].nbytes))
-    assert sizes[0][0] >= plan_context.PLAN_IO_BYTES["in"] and sizes[0][1] >= plan_context.PLAN_IO_BYTES["out"]
+    assert sizes[0][0] >= transfers.PLAN_IO_BYTES["in"] and sizes[0][1] >= transfers.PLAN_IO_BYTES["out"]
     assert sizes == [sizes[0]] * 3
 
 

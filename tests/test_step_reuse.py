@@ -118,3 +118,18 @@ def test_equal_values_stand_for_the_previous_plans():
     assert not step_reuse.same_value(np.array([1, 2], np.int64), np.array([1, 2], np.int32))
     assert not step_reuse.same_value(np.array([0.0]), np.array([-0.0]))  # the bytes, not the value
     assert not step_reuse.same_value(np.zeros(step_reuse.SAME_HOST_BYTES), np.zeros(step_reuse.SAME_HOST_BYTES))
+
+
+def test_a_smaller_length_takes_the_previous_plans_buffers(rng):
+    """After a plan of 120 rows of past, one of 60 rows allocates no buffer: its outputs take the
+    buffers the earlier plan made (a larger size class up to plan_context.LARGER_FREE times), as
+    plans took the model's free buffers before they repeated steps."""
+    w, v, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((D, D), (D, 1), (D, D)))
+    rep = Backend.prepare(_model(w, v, w2), "CPU")
+    x = rng.standard_normal((1, D)).astype(np.float32)
+    for rows in (120, 60):
+        past = rng.standard_normal((1, rows, D)).astype(np.float32)
+        y, present = rep.run({"x": x, "past": past})
+        np.testing.assert_allclose(y, _reference(x, past, w, v, w2)[0], rtol=1e-4, atol=1e-4)
+    plan = next(reversed(rep.state.plans.values()))
+    assert rep.last_run.planned and plan.device_bytes == 0

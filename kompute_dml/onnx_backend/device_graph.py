@@ -35,10 +35,10 @@ from ..runtime import DispatchPlan
 from ..runtime.staging import host_copy
 from .handlers_values import BOOL, OutputArrays, dml_numpy, into, is_packed
 from .node_traces import host_node, input_key, keep_traces, run_node
-from .plan_context import PlanContext, host_io, plan_order
+from .plan_context import PlanContext, plan_order
 from .siblings import prepare_siblings
 from .step_reuse import StepReuse
-from .transfers import device_results, early_copies
+from .transfers import device_results, early_copies, host_io
 from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_dtype, _value_shape, at_node, empty_on_host
 
 if TYPE_CHECKING:

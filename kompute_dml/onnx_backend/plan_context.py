@@ -26,10 +26,6 @@ _MIN_BLOCK = 256
 _FINE_BLOCK = 1 << 20
 
 
-# The host memory a model's first plan takes for its plans' inputs and outputs on GPUs (_host_io):
-# MiniLM's inputs at 64 x 256 take 384 KiB, BERT-base's 8 x 128 outputs 3 MiB.
-PLAN_IO_BYTES = {"in": 1 << 20, "out": 8 << 20}
-
 # Host values (computed by host nodes) of at most this many bytes go up once per model and are
 # bound by every plan that needs the same bytes again, at most SMALL_HOST_VALUES of them. The
 # first plan that needs one places it among its other host values (_staged, one transfer):
@@ -90,6 +86,13 @@ class PlanContext:
         for size, bufs in lineage.start.items():
             self._free[size] = list(bufs)
             self._by_serial.update((b.serial, b) for b in bufs)
+        # the model's other plan buffers (made by plans of other lines), taken before a new one
+        self._spare: dict[int, list[kdml.Buffer]] = collections.defaultdict(list)
+        for size, bufs in self._shared.items():
+            for b in bufs:
+                if b.serial not in self._by_serial:
+                    self._spare[size].append(b)
+                    self._by_serial[b.serial] = b
         # what step_reuse.py logs of the current step: its out_tensor requests (sizes, dtype, over,
         # buffer, where the buffer came from), whether it did anything else a step cannot repeat
         # from its log (held values for later nodes, used the memo), the nodes it ended, its notes
@@ -223,6 +226,8 @@ class PlanContext:
         self._fresh.pop()
         if source == "queue":
             self._queue[buf.nbytes].appendleft(buf)
+        elif source == "spare":
+            self._spare[buf.nbytes].append(buf)
         else:  # (a new one stays the plan's, free)
             self._free[buf.nbytes].append(buf)
         if source != "free":
@@ -230,10 +235,13 @@ class PlanContext:
 
     def _new_buffer(self, size: int) -> tuple[kdml.Buffer, str]:
         """A buffer of `size` not among the free ones; "queue": the one the lineage's plan made here."""
-        queue = self._queue.get(size)
-        source = "queue" if queue else "new"
-        if queue:
-            buf = queue.popleft()
+        larger = [k for k in (*self._queue, *self._spare) if size <= k <= size * LARGER_FREE
+                  and (self._queue.get(k) or self._spare.get(k))]  # (an exact size class first)
+        source = "new"
+        if larger:
+            k = min(larger)
+            source = "queue" if self._queue.get(k) else "spare"
+            buf = self._queue[k].popleft() if source == "queue" else self._spare[k].pop()
         else:
             # not zeroed (no fill submission per buffer): every output is written before a
             # later node reads it, and bytes past an output are never read; made on another
@@ -362,20 +370,6 @@ class PlanContext:
                 self._free[buf.nbytes].append(buf)
             for v in self._attached.pop(key, ()):
                 self.drop(v)
-
-
-def host_io(rep: BackendRep, key: str, nbytes: int) -> np.ndarray:
-    """Host memory (Device.host_array) of at least nbytes for the plans' inputs ("in") or
-    outputs ("out"): one per model and direction, shared by its plans (runs never overlap),
-    grown by plan_context's size classes (a plan made before keeps the smaller one it recorded).
-    Where the policy prepares for other input shapes (GPUs), the first is at least PLAN_IO_BYTES:
-    pinned memory cost a first run of a larger shape 2.1 ms on the H100 (benchmarks/plan_split.py at 16a7ab2, 8x128)."""
-    arr = rep.state.plan_io.get(key)
-    if arr is None or arr.nbytes < nbytes:
-        if arr is None and rep.device.policy.prepare_siblings:
-            nbytes = max(nbytes, PLAN_IO_BYTES[key])
-        arr = rep.state.plan_io[key] = rep.device.host_array(_block(nbytes), np.uint8)
-    return arr
 
 
 def plan_order(rep: BackendRep, feeds: dict[str, Any]) -> list[tuple[int, tuple[str, ...], bool]]:

@@ -25,9 +25,14 @@ from .host_eval import SHAPE_ONLY, evaluate
 from .plan_context import _block
 from .values import _DML_NUMPY, DeviceValue, RunStats, _value_shape, check_bindable
 
+# The host memory a model's first plan takes for its plans' inputs and outputs on GPUs (host_io):
+# MiniLM's inputs at 64 x 256 take 384 KiB, BERT-base's 8 x 128 outputs 3 MiB.
+PLAN_IO_BYTES = {"in": 1 << 20, "out": 8 << 20}
+
 if TYPE_CHECKING:
     import onnx
 
+    from .rep import BackendRep
     from .run_state import RunState
 
 
@@ -307,3 +312,17 @@ def early_copies(outputs: Sequence[tuple[str, Any]], out_at: dict[int, int], out
         arr = arrays[k] = result_array(k, v.shape, v.tensor.dtype)
         items.append((arr.ctypes.data, out_host.ctypes.data + at, v.tensor.nbytes))
     return (arrays, HostCopies(items)) if items else None
+
+
+def host_io(rep: BackendRep, key: str, nbytes: int) -> np.ndarray:
+    """Host memory (Device.host_array) of at least nbytes for the plans' inputs ("in") or
+    outputs ("out"): one per model and direction, shared by its plans (runs never overlap),
+    grown by plan_context's size classes (a plan made before keeps the smaller one it recorded).
+    Where the policy prepares for other input shapes (GPUs), the first is at least PLAN_IO_BYTES:
+    pinned memory cost a first run of a larger shape 2.1 ms on the H100 (benchmarks/plan_split.py at 16a7ab2, 8x128)."""
+    arr = rep.state.plan_io.get(key)
+    if arr is None or arr.nbytes < nbytes:
+        if arr is None and rep.device.policy.prepare_siblings:
+            nbytes = max(nbytes, PLAN_IO_BYTES[key])
+        arr = rep.state.plan_io[key] = rep.device.host_array(_block(nbytes), np.uint8)
+    return arr
