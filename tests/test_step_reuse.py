@@ -131,5 +131,6 @@ def test_a_smaller_length_takes_the_previous_plans_buffers(rng):
         past = rng.standard_normal((1, rows, D)).astype(np.float32)
         y, present = rep.run({"x": x, "past": past})
         np.testing.assert_allclose(y, _reference(x, past, w, v, w2)[0], rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(present[:, :-1], past)
     plan = next(reversed(rep.state.plans.values()))
     assert rep.last_run.planned and plan.device_bytes == 0
