@@ -183,7 +183,7 @@ class StepReuse:
         ins = [(env[n] if n in env else lookup(n)) if n else None for n in in_names]
         if not all(map(operator.is_, ins, log.ins)):
             return False
-        ctx, rec = self.ctx, self.rec
+        ctx = self.ctx
         if log.requests:
             requests = ctx.requests
             requests.clear()
@@ -195,19 +195,22 @@ class StepReuse:
                     requests.clear()
                     return False
             requests.clear()
-        start = rec.mark[0]
-        if log.end > log.start:
-            rec.splice(parent.program, log.start, log.end, log.dispatches)
-        hold = ctx.hold
         for name, v in zip(out_names, log.outs):
             if name:
                 env[name] = v
                 if type(v) is DeviceValue:
-                    hold(v)
-        ctx.end_node()
+                    ctx.hold(v)
+        if log.requests:  # (a step that took no buffer has none to free)
+            ctx.end_node()
+        if log.end > log.start:  # its executions, where this plan's recording has come to
+            rec = self.rec
+            start = rec.mark[0]
+            rec.splice(self.parent.program, log.start, log.end, log.dispatches)
+            if start != log.start:
+                log = log._replace(start=start, end=start + log.end - log.start)
         for msg in log.notes:
             ctx.note(msg)
-        self.logs.append(log if start == log.start else log._replace(start=start, end=start + log.end - log.start))
+        self.logs.append(log)
         self.nodes = log.nodes
         self.reused += log.nodes
         return True
