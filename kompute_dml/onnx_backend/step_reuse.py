@@ -4,8 +4,9 @@ taking that plan's recorded work for every step whose inputs are the very same v
 A decoder with its key/value cache (bench/decoders.py) makes a plan per past length, and most of
 a step's work does not depend on it: the new token's projections, layer norms and feed-forward.
 Node traces (node_traces.py) spare those nodes their handlers, but the plan still looks every
-node up, keys its inputs and records its executions again (about 11 ms for the small GPT-2 on
-the H100 host and on this project's CI machine). A plan made here goes through the same steps
+node up, keys its inputs and records its executions again (a small GPT-2's plan took 13.3 ms on
+the H100 host with traces alone, 10.8 with this: benchmarks/RESULTS.md, `benchmarks.decode_plans`).
+A plan made here goes through the same steps
 (plan_context.plan_order) and, per step, compares the values it reads with those the previous
 plan's step read (`is`: the same host arrays, the same DeviceValues). Where they are the same and
 its buffer requests get the same buffers, the step takes the previous plan's executions as they
@@ -18,6 +19,9 @@ steps ask for what that plan's asked, so a step whose inputs changed (the past's
 the attention over it) writes its output where the previous plan's did, and the steps after it
 read the same values again. A step's outputs equal to the previous plan's (the same buffer,
 offset, descriptor and shape, or the same host bytes) are replaced by those, for the same reason.
+Where the line has no such buffer left, a plan takes one the line made of a larger size class (up
+to plan_context.LARGER_FREE times) or one of the model's plan buffers made by another line, before
+a new one: as much memory as plans took before they repeated steps.
 
 A step is repeated only where what it did can be repeated from its log: no device check among its
 executions, no values held for later nodes, no use of the plan's memo (a result of another step),
