@@ -358,6 +358,34 @@ def test_recorded_copies_check_their_arguments(dev):
         assert len(rec) == 0
 
 
+def test_a_recorded_tensor_copy_moves_its_bytes_only(dev, rng):
+    """Recording.copy_tensor: a packed tensor's bytes into another packed tensor of as many bytes
+    (another shape, another offset), after what was recorded before it; the destination buffer's
+    bytes around it stay as they were. Bad arguments raise before anything is recorded."""
+    f32 = kdml.TensorDesc(DT.FLOAT32, (5, 7))
+    x = dev.tensor(rng.standard_normal((5, 7)).astype(np.float32))
+    ident = dev.compile(kdml.ActivationIdentityDesc(f32, f32))
+    y = dev.empty(f32)
+    buf = dev.tensor(np.full(64, -7.0, np.float32)).buffer
+    dst = kdml.Tensor(buf, kdml.TensorDesc(DT.FLOAT32, (35,)), 16)
+    with dev.record() as rec:
+        rec.execute(ident, [x], [y])
+        rec.copy_tensor(y, dst)
+    got = np.frombuffer(buf.read(0, 256), np.float32)
+    np.testing.assert_array_equal(got[4:39], x.numpy().reshape(-1))
+    assert (got[:4] == -7.0).all() and (got[39:] == -7.0).all()
+    with dev.record() as rec:
+        with pytest.raises(kdml.InvalidArgumentError, match="^dst: 136 bytes, src's elements have 140"):
+            rec.copy_tensor(y, kdml.Tensor(buf, kdml.TensorDesc(DT.FLOAT32, (34,)), 0))
+        with pytest.raises(kdml.InvalidArgumentError, match="^src: must be packed"):
+            rec.copy_tensor(y[:, ::2], dst)
+        with pytest.raises(kdml.InvalidArgumentError, match="^dst: must be in another buffer"):
+            rec.copy_tensor(kdml.Tensor(buf, kdml.TensorDesc(DT.FLOAT32, (35,)), 0), dst)
+        with pytest.raises(kdml.InvalidArgumentError, match="^src: must be a kompute_dml Tensor"):
+            rec.copy_tensor(np.zeros(35, np.float32), dst)
+        assert len(rec) == 0
+
+
 def test_a_first_transfer_records_nothing_of_its_own(rng, monkeypatch):
     """A range's first transfer goes through its slot's shared, re-recorded sequence and keeps no
     record (a plan's constants move once); the second records its own; chunked transfers over

@@ -9,6 +9,7 @@ becomes then runs only the rest at its first run, and everything at every run af
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
@@ -114,26 +115,44 @@ class Recording:
         it once the submission completed."""
         self._copy(host, tensor, to_host=True)
 
+    def copy_tensor(self, src: Tensor, dst: Tensor) -> None:
+        """Record a copy of packed `src`'s elements into packed `dst` (as many bytes, in another
+        buffer), ordered after the executions recorded before it: one transfer and no compiled
+        operator (the ONNX backend's device outputs, a new shape at every decoder step)."""
+        self._packed(src, "src")
+        self._packed(dst, "dst")
+        if src.nbytes != dst.nbytes:
+            raise InvalidArgumentError(f"dst: {dst.nbytes} bytes, src's elements have {src.nbytes}")
+        if src.buffer is dst.buffer:
+            raise InvalidArgumentError("dst: must be in another buffer than src")
+        self._record_copy(("copy", src.binding_key, dst.binding_key, src.nbytes), (src, dst), _copy_plan(src.nbytes), "copy")
+
     def _copy(self, host: np.ndarray, tensor: Tensor, to_host: bool) -> None:
-        if self._done:
-            raise DMLError("this recording was already submitted")
+        self._packed(tensor, "tensor")
         engine = self.device.engine
-        engine.check_open()
-        if not isinstance(tensor, Tensor) or tensor.buffer.device is not self.device:
-            raise InvalidArgumentError("tensor: must be a kompute_dml Tensor of this device")
-        d = tensor.desc
-        if d.strides is not None and tuple(d.strides) != packed_strides(d.sizes):
-            raise InvalidArgumentError("tensor: must be packed (its elements one contiguous byte range)")
         where = engine.host_range(host) if isinstance(host, np.ndarray) and host.flags.c_contiguous else None
         if where is None:
             raise InvalidArgumentError("host: must be a contiguous array inside this device's Device.host_array memory")
         if host.nbytes != tensor.nbytes:
             raise InvalidArgumentError(f"host: {host.nbytes} bytes, the tensor's elements have {tensor.nbytes}")
-        plan = TransferPlan("copy", (0, 1), np.array([[0, 0, host.nbytes]], np.int64), (1,))
-        bound = (tensor, where) if to_host else (where, tensor)
-        self._keys.append(("copy", to_host, where.memory.serial, where.offset, tensor.binding_key, host.nbytes))
+        key = ("copy", to_host, where.memory.serial, where.offset, tensor.binding_key, host.nbytes)
+        self._record_copy(key, (tensor, where) if to_host else (where, tensor), _copy_plan(host.nbytes),
+                          "copy out" if to_host else "copy in")
+
+    def _packed(self, tensor: Any, field: str) -> None:
+        """InvalidArgumentError unless `tensor` is a packed Tensor of this device (and the recording open)."""
+        if self._done:
+            raise DMLError("this recording was already submitted")
+        self.device.engine.check_open()
+        if not isinstance(tensor, Tensor) or tensor.buffer.device is not self.device:
+            raise InvalidArgumentError(f"{field}: must be a kompute_dml Tensor of this device")
+        d = tensor.desc
+        if d.strides is not None and tuple(d.strides) != packed_strides(d.sizes):
+            raise InvalidArgumentError(f"{field}: must be packed (its elements one contiguous byte range)")
+
+    def _record_copy(self, key: Hashable, bound: tuple[Any, Any], plan: TransferPlan, label: str) -> None:
+        self._keys.append(key)
         self._work.append(((plan,), bound))
-        label = "copy out" if to_host else "copy in"
         self._labels.append((self.scope, label) if self.scope else label)
         self._count += 1
 
@@ -212,6 +231,16 @@ class Recording:
 
     def __len__(self) -> int:
         return self._count
+
+
+@functools.lru_cache(maxsize=256)
+def _copy_plan(nbytes: int) -> TransferPlan:
+    """The transfer of `nbytes` from binding 0 to binding 1, one object per size: the engine's
+    encoded dispatches are cached by plan (runtime/encode.py), and a copy between the same
+    tensors again (a run's device outputs into the buffers the last run's released) finds its own."""
+    regions = np.array([[0, 0, nbytes]], np.int64)
+    regions.flags.writeable = False  # (shared)
+    return TransferPlan("copy", (0, 1), regions, (1,))
 
 
 class RecordedProgram:

@@ -20,7 +20,7 @@ from ..runtime import staging
 from ..runtime.replay import HostCopies
 from .constant_arena import ConstantArena, expected_bytes
 from .fallback import CpuSegment
-from .handlers_values import BOOL
+from .handlers_values import BOOL, is_packed
 from .host_eval import SHAPE_ONLY, evaluate
 from .plan_context import _block
 from .values import _DML_NUMPY, DeviceValue, RunStats, _value_shape, check_bindable
@@ -273,12 +273,12 @@ def device_results(values: list[Any], device: kdml.Device) -> list[Any]:
     """device_result of each value, the copies in one submission (a capture: record() would
     submit each helper call by itself)."""
     with device.capture() as rec:
-        results = [device_result(v, device) for v in values]
+        results = [device_result(v, device, rec) for v in values]
     rec.submit()
     return results
 
 
-def device_result(v: Any, device: kdml.Device) -> Any:
+def device_result(v: Any, device: kdml.Device, rec: Any) -> Any:
     """An output handed to the caller on the device: a new packed Tensor of its ONNX shape (a
     rank-0 value as shape (1,)), copied there from a device value or uploaded from a host one;
     what no DirectML tensor holds (bool, strings, sequences, empty values) as the host form."""
@@ -289,7 +289,11 @@ def device_result(v: Any, device: kdml.Device) -> Any:
         # and the buffers of outputs the caller has dropped (the last step's) fit the next ones
         dt, sizes = v.tensor.desc.data_type, v.tensor.desc.sizes
         buf = _pool_take(device, _block(kdml.TensorDesc(dt, sizes).byte_size))
-        kdml.copy(v.tensor, out=kdml.Tensor(buf, kdml.TensorDesc(dt, sizes), 0))
+        out = kdml.Tensor(buf, kdml.TensorDesc(dt, sizes), 0)
+        if is_packed(v.tensor):  # its bytes as they are: a transfer, no COPY compiled for a new shape
+            rec.copy_tensor(v.tensor, out)
+        else:
+            kdml.copy(v.tensor, out=out)
         return kdml.Tensor(buf, kdml.TensorDesc(dt, v.shape if v.shape else (1,)), 0)
     if isinstance(v, (np.ndarray, np.generic)) and v.dtype in _DML_NUMPY and v.size:
         return device.tensor(np.ascontiguousarray(v).reshape(v.shape if v.shape else (1,)))
