@@ -238,7 +238,7 @@ class StepReuse:
             lookup = self.lookup
             in_names, out_names = self._names(i, chain)
             ins = tuple((env[n] if n in env else lookup(n)) if n else None for n in in_names)
-            requests = []
+            requests, outs = [], None
             for sizes, dtype, over, buf, _source in ctx.requests:
                 j = None if over is None else next((x for x, v in enumerate(ins) if v is over), -1)
                 if j == -1:
@@ -246,6 +246,9 @@ class StepReuse:
                 requests.append((sizes, dtype, j, buf))
             else:
                 outs = [env.get(n) if n else None for n in out_names]
+                if any(type(o) is list or (type(o) is np.ndarray and o.flags.writeable) for o in outs):
+                    outs = None  # (a value a later step could change: shared by plans only read-only, as host_node's)
+            if outs is not None:
                 old = None if self.parent is None or k >= len(self.parent.logs) else self.parent.logs[k]
                 if old is not None and len(old.outs) == len(outs):
                     for x, (v, o) in enumerate(zip(outs, old.outs)):
