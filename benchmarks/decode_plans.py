@@ -5,7 +5,9 @@ that read the same values (onnx_backend/step_reuse.py, "reuse": the default), wi
 only (onnx_backend/node_traces.py, `RunState.step_reuse = False`: "traces") and with neither
 (`RunState.trace_capacity = 0`: every handler runs at every plan), the three models (a Device each)
 stepped in turn in one process so that all see the same machine; per step the plan's wall
-seconds (`last_run.plan_seconds`), the planning thread's CPU seconds, and the step's wall time.
+seconds (`last_run.plan_seconds`), the planning thread's CPU seconds, the step's wall time (a
+first generation's time per token: plan, first run, argmax), the device nodes it repeated
+(`last_run.reused_nodes`), and the plan buffers the steps allocated in all (`GraphPlan.device_bytes`).
 The tokens of all are compared.
 
     python -m benchmarks.decode_plans [--decoders gpt2,llama] [--size small] [--prompt 16] [--new 24]
@@ -29,7 +31,8 @@ class _Steps:
     def __init__(self, rep: Any, dec: decoders.Decoder, prompt: np.ndarray) -> None:
         self.rep, self.past, self.ids, self.length = rep, dec.empty_past(prompt.shape[0]), prompt, 0
         self.tokens: list[int] = []
-        self.rows: list[tuple[float, float, float]] = []  # plan wall s, plan thread CPU s, step wall s
+        # plan wall s, plan thread CPU s, step wall s, device nodes repeated (step_reuse.py), plan bytes allocated
+        self.rows: list[tuple[float, float, float, int, int]] = []
 
     def step(self) -> None:
         from kompute_dml.onnx_backend import device_graph
@@ -53,7 +56,8 @@ class _Steps:
             wall = time.perf_counter() - t0
         finally:
             device_graph.GraphPlan.__init__ = make  # type: ignore[method-assign]
-        self.rows.append((self.rep.last_run.plan_seconds, cpu[0], wall))
+        run, plan = self.rep.last_run, next(reversed(self.rep.state.plans.values()))
+        self.rows.append((run.plan_seconds, cpu[0], wall, run.reused_nodes, plan.device_bytes))
         self.tokens.append(int(nxt[0]))
         self.past, self.ids = list(out[1:]), nxt.reshape(-1, 1).astype(np.int64)
 
@@ -89,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         for label, loop in loops.items():
             rows = loop.rows[args.skip:]
             plan, cpu, wall = (median([r[k] for r in rows]) * 1e3 for k in range(3))
-            print(f"  {label:10} plan {plan:7.2f} ms (planning thread CPU {cpu:7.2f} ms)   step {wall:7.2f} ms")
+            reused, allocated = median([r[3] for r in rows]), sum(r[4] for r in loop.rows)
+            print(f"  {label:10} plan {plan:7.2f} ms (planning thread CPU {cpu:7.2f} ms)   step {wall:7.2f} ms   "
+                  f"nodes repeated {reused:5.0f}   plan buffers allocated {allocated:,} bytes (every step)")
     return 0
 
 

@@ -252,6 +252,7 @@ class GraphPlan:
         if reuse is not None:
             reuse.keep(self.program, {name: env[name] for name in feeds if name in env})
             stats.reused_nodes = reuse.reused
+        ctx.requests.clear()  # (step_reuse.py's log of the last step: the plan keeps its context)
         self.flushed = rec.flushed  # executions the first run started while planning
         self.ctx = ctx
         if missing:

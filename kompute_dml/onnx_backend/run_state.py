@@ -63,7 +63,7 @@ class RunState:
     trace_misses: dict[int, int] = field(default_factory=dict)  # per node: plans in a row that found no trace
     host_last: dict[int, Any] = field(default_factory=dict)  # per host node: the last plan's inputs, results
     # per input names, the last plan made (step_reuse.py: the next plan repeats its steps where they read
-    # the same values); False: plans repeat no steps
+    # the same values)
     plan_parent: dict[frozenset[str], Any] = field(default_factory=dict)
-    step_reuse: bool = True
+    step_reuse: bool = True  # False: plans repeat no steps
     step_names: dict[int, Any] = field(default_factory=dict)  # per step's node: the names it reads, writes
