@@ -3,8 +3,8 @@ last stage): few output tiles, so each work group's serial reduction sets the ti
 throughput. Per layer, every candidate of the decision the device policy makes for it, forced:
 
 - CONVOLUTION's tiled kernel with split-K into 1, 2, 4, ... parts (KDML_CONV_SPLIT; the parts'
-  partial sums added by a second dispatch), and the direct kernel where a layer has few output
-  channels; the automatic choice (ops/convolution.conv_split, coop_policy.choose_conv_kernel) named;
+  partial sums added by a second dispatch), the direct kernel (an invocation per output) and the
+  lanes kernel (32 invocations per output channel and 4 pixels); the automatic choice (ops/convolution.conv_split, coop_policy.choose_conv_kernel) named;
 - global AVERAGE_POOLING on the one-invocation-per-output kernel and the work-group kernel
   (KDML_POOL_KERNEL; ops/pooling.choose_pool_kernel).
 
@@ -38,6 +38,9 @@ CONVS = [
     ("mbv3 1x1 576->96 7x7", (1, 576, 7, 7), (96, 576, 1, 1), 1),
     ("mbv3 1x1 96->576 7x7", (1, 96, 7, 7), (576, 96, 1, 1), 1),
     ("mbv3 1x1 240->40 14x14", (1, 240, 14, 14), (40, 240, 1, 1), 1),
+    ("mbv3 1x1 72->24 28x28", (1, 72, 28, 28), (24, 72, 1, 1), 1),
+    ("mbv3 1x1 40->240 14x14", (1, 40, 14, 14), (240, 40, 1, 1), 1),
+    ("mbv3 se 576->144 1x1", (1, 576, 1, 1), (144, 576, 1, 1), 1),
     ("mbv3 se 288->72 1x1", (1, 288, 1, 1), (72, 288, 1, 1), 1),
     ("mbv3 se 144->576 1x1", (1, 144, 1, 1), (576, 144, 1, 1), 1),
     ("effb0 1x1 480->80 14x14", (1, 480, 14, 14), (80, 480, 1, 1), 1),
@@ -48,6 +51,10 @@ CONVS = [
     ("resnet 3x3 512 7x7", (1, 512, 7, 7), (512, 512, 3, 3), 1),
     ("resnet 3x3 64 56x56", (1, 64, 56, 56), (64, 64, 3, 3), 1),
     ("mbv3 1x1 288->96 7x7 b8", (8, 288, 7, 7), (96, 288, 1, 1), 1),
+    ("mbv3 1x1 576->96 7x7 b8", (8, 576, 7, 7), (96, 576, 1, 1), 1),
+    ("mbv3 1x1 240->40 14x14 b8", (8, 240, 14, 14), (40, 240, 1, 1), 1),
+    ("mbv3 se 576->144 1x1 b8", (8, 576, 1, 1), (144, 576, 1, 1), 1),
+    ("mbv3 se 144->576 1x1 b8", (8, 144, 1, 1), (576, 144, 1, 1), 1),
     ("effb0 se 672->28 1x1 b8", (8, 672, 1, 1), (28, 672, 1, 1), 1),
     ("effb0 1x1 1152->192 7x7 b8", (8, 1152, 7, 7), (192, 1152, 1, 1), 1),
     ("depthwise 3x3 576 7x7 b8", (8, 576, 7, 7), (576, 1, 3, 3), 576),
@@ -90,7 +97,7 @@ def _variants(op: Any) -> str:
 
 def conv_rows(dev: kdml.Device, args: argparse.Namespace) -> None:
     rng = np.random.default_rng(0)
-    print("conv layer | " + " | ".join(f"split {s}" for s in SPLITS) + " | direct | auto (picked) | max rel diff")
+    print("conv layer | " + " | ".join(f"split {s}" for s in SPLITS) + " | direct | lanes | auto (picked) | max rel diff")
     for name, xs, ws, groups in CONVS:
         if args.quick:
             xs, ws = (xs[0], max(1, xs[1] // 8), *xs[2:]), (max(1, ws[0] // 8), ws[1] if groups > 1 else max(1, ws[1] // 8), *ws[2:])
@@ -110,12 +117,13 @@ def conv_rows(dev: kdml.Device, args: argparse.Namespace) -> None:
                 continue  # no room for more parts
             ops[f"split {s}"] = op
         ops["direct"] = conv_op.compile_convolution(dev, desc, kernel="direct")
+        ops["lanes"] = conv_op.compile_convolution(dev, desc, kernel="lanes")
         with _env(conv_op.CONV_SPLIT_ENV, None):
             ops["auto"] = conv_op.compile_convolution(dev, desc)
         diff = _max_rel_diff(dev, ops, [tx, tw, None], y)
         t = slopes({k: _runner(dev, op, [tx, tw, None], [y]) for k, op in ops.items()}, args.rounds, args.n)
         cells = [f"{t[f'split {s}'] * 1e6:.1f}" if f"split {s}" in t else "-" for s in SPLITS]
-        print(f"{name} | " + " | ".join(cells) + f" | {t['direct'] * 1e6:.1f} | {t['auto'] * 1e6:.1f} "
+        print(f"{name} | " + " | ".join(cells) + f" | {t['direct'] * 1e6:.1f} | {t['lanes'] * 1e6:.1f} | {t['auto'] * 1e6:.1f} "
               f"({_variants(ops['auto'])}, {len(ops['auto'].plans)} dispatches) | {diff:.1e}")
 
 

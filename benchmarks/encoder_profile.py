@@ -27,6 +27,8 @@ def main() -> None:
     ap.add_argument("--model", default="minilm", choices=encoder_speed.MODELS)
     ap.add_argument("--shape", type=encoder_speed.parse_shapes, default=encoder_speed.parse_shapes("8x128"))
     ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("--dispatches", type=int, default=0, metavar="N",
+                    help="also print the N slowest dispatches (node, variant, grid, us)")
     ap.add_argument("--host", type=int, default=0, metavar="N",
                     help="also run N times under cProfile and print the host functions taking the most time")
     ap.add_argument("--plan-after", type=encoder_speed.parse_shapes, default=None, metavar="SHAPE",
@@ -85,6 +87,10 @@ def main() -> None:
         variants[r.variant] += r.microseconds
     print("slowest variants: " + ", ".join(f"{v} {us:.0f} us" for v, us in sorted(variants.items(),
                                                                                  key=lambda kv: -kv[1])[:8]))
+    if args.dispatches:
+        print(f"{'node':<40} {'variant':<28} {'grid':<16} {'us':>7}")
+        for r in sorted(p.rows, key=lambda r: -r.microseconds)[:args.dispatches]:
+            print(f"{r.scope[:40]:<40} {r.variant[:28]:<28} {str(r.grid):<16} {r.microseconds:>7.1f}")
     st = rep.last_run
     print(f"last run: vulkan {st.vulkan_seconds * 1e3:.3f} ms, host {st.host_seconds * 1e3:.3f} ms, "
           f"{st.submissions} submission(s), {st.uploads} upload(s), {st.downloads} download(s)")

@@ -36,10 +36,12 @@ CASES = [  # x sizes, filter sizes, strides, dilations, start, end, groups
     ((2, 5, 13), (7, 5, 3), (2,), (1,), (1,), (1,), 1),  # 1-D (Whisper-style)
     ((1, 2, 4, 5, 6), (3, 2, 2, 3, 2), (1, 2, 1), (2, 1, 1), (1, 0, 1), (0, 1, 1), 1),  # 3-D
     ((1, 70, 9, 9), (130, 70, 1, 1), (1, 1), (1, 1), (0, 0), (0, 0), 1),  # tiles on both axes, 1x1
+    ((3, 300, 1, 1), (19, 300, 1, 1), (1, 1), (1, 1), (0, 0), (0, 0), 1),  # squeeze-and-excitation: 1 pixel, long K
+    ((1, 20, 5, 4), (10, 10, 3, 3), (1, 1), (1, 1), (1, 0), (1, 2), 2),  # more terms than a lanes round
 ]
 
 
-@pytest.mark.parametrize("kernel", ["tiled", "direct", "split"])
+@pytest.mark.parametrize("kernel", ["tiled", "direct", "split", "lanes"])
 @pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_convolution_against_numpy(dev, rng, monkeypatch, case, dt, kernel):
@@ -363,8 +365,15 @@ def test_split_k_plans_and_choice(dev, rng, monkeypatch):
     for split in ("1", "2"):  # the other path's pipelines (OperatorSpec.ahead) can be made
         monkeypatch.setenv("KDML_CONV_SPLIT", split)
         ahead = conv_mod.plans_ahead(dev, dev.compile(desc), set())
-        assert [p.variant[:5] for p in ahead] == (["convs", "convr"] if split == "1" else ["conv_"])
+        assert [p.variant[:5] for p in ahead] == (["convs", "convr", "convl"] if split == "1" else ["conv_"])
         dev.engine.prepare_many(ahead)
+    monkeypatch.setenv("KDML_CONV_KERNEL", "lanes")  # and from the lanes kernel: the tiled kernel's two paths
+    lanes = dev.compile(desc)
+    assert lanes.variants == ["convl_f32"]
+    ahead = conv_mod.plans_ahead(dev, lanes, set())
+    assert [p.variant[:5] for p in ahead] == ["convs", "convr", "conv_"]
+    dev.engine.prepare_many(ahead)
+    monkeypatch.setenv("KDML_CONV_KERNEL", "tiled")
     gpu = types.SimpleNamespace(policy=types.SimpleNamespace(name="discrete-gpu"))
     cpu = types.SimpleNamespace(policy=types.SimpleNamespace(name="cpu"))
     monkeypatch.delenv("KDML_CONV_SPLIT")

@@ -12,6 +12,9 @@ shaders/convolution.comp: an implicit GEMM, 64 output channels x 64 output pixel
 (4 x 4 per invocation), k decoded by a table in the operator's constant (_k_table), float32 fma
 sums in the order k = (ci, kd, kh, kw) row-major (`precise`), then + bias, then the fused
 activation (shaders/conv_common.glsl); FLOAT16 tensors decoded exactly and the result rounded once.
+Its direct variant (few channels per group) sums each output in one invocation, in the same order;
+its lanes variant (GPUs: FLOAT32 layers of few output pixels, coop_policy.LANES_MAX_WORK) over 32
+invocations per output channel, added by a fixed tree.
 shaders/conv_coop.comp (ops/conv_coop.py): the same implicit GEMM on float16 cooperative matrices
 for FORWARD in half precision where the device policy takes it (its own bound, docs/convolution.md);
 `allow_half_precision` (Device.compile's flag) lets FLOAT32 run there (converted to float16 as the
@@ -228,6 +231,7 @@ def _params(desc: ConvolutionDesc, v: dict[str, Any], split: int = 1, kchunk: in
     return np.concatenate([np.array(words, dtype=np.uint32), table])
 
 
+LANES_CHANNELS, LANES_PIXELS = 8, 4  # the lanes variant's output channels and pixels per work-group (LPX)
 TAB_W = 5  # words per k of the k table (shaders/convolution.comp P_TAB)
 P_TAB_WORD = 52  # where the k table starts (P_TAB)
 
@@ -267,14 +271,22 @@ def compile_convolution(device: Device, desc: ConvolutionDesc, *, allow_half_pre
     limit = device.limits["max_compute_work_group_count"]
     bias = 2 if desc.bias_tensor is not None else None
     half = x.data_type == _F16 or allow_half_precision
-    family = device.policy.conv_family_for(half=half, coutg=coutg, klen=klen, backward=v["backward"], kernel=kernel)
+    family = device.policy.conv_family_for(half=half, coutg=coutg, klen=klen, backward=v["backward"], kernel=kernel,
+                                           npix=npix, cout=cout)
     if w.data_type != x.data_type and family not in ("coopmat", "coopmat-emulated"):
         raise UnsupportedError(f"filter_tensor.data_type: a FLOAT16 filter with FLOAT32 tensors runs on the "
                                f"tensor-core kernel only, not the {family!r} kernel this convolution takes")
-    if family == "direct":
+    if family in ("direct", "lanes"):
         if v["backward"]:
-            raise UnsupportedError(f"direction: BACKWARD runs on the tiled kernel only ({CONV_KERNEL_ENV}=direct)")
-        plan = _plan(contract.CONV_DIRECT, x.data_type, (0, 1, bias, 3), grid_for(npix * cout, 256, limit[0]), (3,))
+            raise UnsupportedError(f"direction: BACKWARD runs on the tiled kernel only ({CONV_KERNEL_ENV}={family})")
+        if family == "direct":
+            plan = _plan(contract.CONV_DIRECT, x.data_type, (0, 1, bias, 3), grid_for(npix * cout, 256, limit[0]), (3,))
+        elif cdiv(cout, LANES_CHANNELS) > limit[1]:
+            raise UnsupportedError(f"filter_tensor: {cout} output channels need {cdiv(cout, LANES_CHANNELS)} "
+                                   f"work-groups along grid axis 1, more than the device's {limit[1]}")
+        else:  # pixel blocks beyond the device's count loop inside the shader
+            grid = (min(cdiv(npix, LANES_PIXELS), limit[0]), cdiv(cout, LANES_CHANNELS), 1)
+            plan = _plan(contract.CONV_LANES, x.data_type, (0, 1, bias, 3), grid, (3,))
         return _compiled(device, desc, [plan], [device.tensor(_params(desc, v))])
     coop = None
     bm, bn, step = 64, 64, TILE_K
@@ -332,17 +344,21 @@ def _plan(fam: Any, dt: DataType, tensors: tuple[int | None, ...], grid: tuple[i
 
 def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[DispatchPlan]:
     """OperatorSpec.ahead: another input shape of the same tensors may take the tiled kernel's
-    other path, split-K (two dispatches, one binding more) or one pass (GPUs; where forced)."""
+    other path, split-K (two dispatches, one binding more) or one pass, or the lanes kernel (GPUs;
+    where forced)."""
     if device.policy.name == "cpu" and not os.environ.get(CONV_SPLIT_ENV):
         return []
     out = []
     for plan in op.plans:
         assert isinstance(plan, DispatchPlan)
         t = plan.variant.rsplit("_", 1)[1]
-        if plan.variant.startswith("conv_"):
+        if plan.variant.startswith(("conv_", "convl_")):  # (the lanes kernel: fewer pixels, FLOAT32)
             out += [dataclasses.replace(plan, variant=contract.CONV_SPLIT.name(t=t), bindings=(0, 1, None, None, 4, 4)),
                     dataclasses.replace(plan, variant=contract.CONV_REDUCE.name(t=t),
                                         bindings=(None, None, plan.bindings[2], 3, 4, 4))]
+            other = contract.CONV if plan.variant.startswith("convl_") else contract.CONV_LANES
+            if t == "f32":
+                out.append(dataclasses.replace(plan, variant=other.name(t=t)))
         elif plan.variant.startswith("convs_"):
             out.append(dataclasses.replace(plan, variant=contract.CONV.name(t=t), bindings=(0, 1, None, 3, 4)))
         elif plan.variant.startswith("convc"):  # the tensor cores' other path (its tile: the same spec)
@@ -359,7 +375,7 @@ def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[Di
 EXPORTS = {"ConvolutionMode": ConvolutionMode, "ConvolutionDirection": ConvolutionDirection}
 SPECS = (OperatorSpec(
     ConvolutionDesc, CONVOLUTION, compile_convolution,
-    (contract.CONV, contract.CONV_DIRECT, contract.CONV_SPLIT, contract.CONV_REDUCE, contract.CONV_COOP),
+    (contract.CONV, contract.CONV_DIRECT, contract.CONV_SPLIT, contract.CONV_REDUCE, contract.CONV_LANES, contract.CONV_COOP),
     helpers=("conv", "conv_transpose"), ahead=plans_ahead, flags=("allow_half_precision",),
     onnx=(OnnxOp("Conv", "", "conv", check=float_input), OnnxOp("ConvTranspose", "", "conv_transpose", check=float_input)),
     example=lambda: ConvolutionDesc(TensorDesc(_F32, (1, 4, 5, 5)), TensorDesc(_F32, (6, 4, 3, 3)),

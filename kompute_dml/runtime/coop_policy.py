@@ -33,7 +33,7 @@ SCOPE_SUBGROUP = 3
 GEMM_COOP_MIN = 16
 
 CONV_KERNEL_ENV = "KDML_CONV_KERNEL"
-CONV_KERNELS = ("tiled", "direct", "coopmat", "coopmat-emulated")
+CONV_KERNELS = ("tiled", "direct", "lanes", "coopmat", "coopmat-emulated")
 # Convolutions of fewer output channels per group than DIRECT_BELOW_COUTG and at most DIRECT_MAX_K
 # reduction terms take the direct kernel (one output element per invocation): the tiled kernel
 # computes 64 channels of a group per work-group and idles the rest (H100, benchmarks/bench_conv.py:
@@ -43,6 +43,16 @@ CONV_KERNELS = ("tiled", "direct", "coopmat", "coopmat-emulated")
 # 45.1; EfficientNet's squeeze 96 -> 4 at 1 x 1 direct 29.4, tiled in 3 parts 11.7).
 DIRECT_BELOW_COUTG = 8
 DIRECT_MAX_K = 64
+# FLOAT32 FORWARD convolutions of few output pixels take the lanes kernel (32 invocations per output
+# channel and 4 pixels, the terms over the lanes) on GPUs where lanes_work() <= LANES_MAX_WORK: the
+# tiled kernel's reduction is serial per work-group and split-K adds a second dispatch. H100,
+# `python -m benchmarks.bench_small_layers` (lanes / the tiled kernel's best split, us): squeezes at
+# 1 x 1 576 -> 144 10.2 / 14.5, 144 -> 576 7.7 / 11.3, at batch 8 11.0 / 14.2; 1x1 288 -> 96 at 7 x 7
+# 11.0 / 14.1 (work 468), 240 -> 40 at 14 x 14 10.0 / 12.9 (work 490), 96 -> 576 at 7 x 7 13.9 / 12.2
+# (work 936); past it the tiled kernel: 40 -> 240 at 14 x 14 17.3 / 11.9 (work 1470), 288 -> 96 at
+# 7 x 7 batch 8 29.8 / 16.8 (work 3528). Half precision keeps its kernels (MobileNetV3's float16
+# squeezes were as often slower on the lanes kernel as faster).
+LANES_MAX_WORK = 1024
 # Output channels per group and reduction terms (CinG x window volume) from which an automatic
 # half-precision FORWARD convolution takes "coopmat" on a device that has it: one 16 x 16 x 16
 # fragment's worth (below it most of a fragment would be padding). Not measured yet:
@@ -84,13 +94,15 @@ def choose_gemm_family(policy_family: str, forced: str | None, float16: bool, m:
 
 
 def choose_conv_kernel(policy_family: str, *, half: bool, coutg: int, klen: int, backward: bool,
-                kernel: str | None = None) -> str:
+                kernel: str | None = None, lanes_work: int | None = None) -> str:
     """CONVOLUTION's kernel: `kernel`, else KDML_CONV_KERNEL's, where one is forced (InvalidArgumentError
     ("kernel") for an unknown name); else "direct" for FORWARD with fewer than DIRECT_BELOW_COUTG output
     channels per group and at most DIRECT_MAX_K terms, "coopmat" for FORWARD in half precision (`half`: FLOAT16, or FLOAT32 under
     allow_half_precision) of at least CONV_COOP_MIN_COUTG channels per group and CONV_COOP_MIN_K terms
-    on a device that has it (`policy_family`), else "tiled". A forced coop family applies to FORWARD
-    in half precision only ("tiled" otherwise)."""
+    on a device that has it (`policy_family`), else "lanes" for FORWARD FLOAT32 where `lanes_work` (the
+    lanes kernel's work-groups times its rounds over the terms, lanes_work(); None: not a candidate) is
+    at most LANES_MAX_WORK, else "tiled". A forced coop family applies to FORWARD in half precision
+    only ("tiled" otherwise)."""
     forced = kernel if kernel is not None else os.environ.get(CONV_KERNEL_ENV)
     choice = _forced(forced, CONV_KERNELS, f"{CONV_KERNEL_ENV}, read at each compile")
     coop_ok = half and not backward
@@ -101,4 +113,14 @@ def choose_conv_kernel(policy_family: str, *, half: bool, coutg: int, klen: int,
     if not backward and coutg < DIRECT_BELOW_COUTG and klen <= DIRECT_MAX_K:
         return "direct"
     big = coutg >= CONV_COOP_MIN_COUTG and klen >= CONV_COOP_MIN_K
-    return "coopmat" if coop_ok and big and policy_family == "coopmat" else "tiled"
+    if coop_ok and big and policy_family == "coopmat":
+        return "coopmat"
+    if not backward and not half and lanes_work is not None and lanes_work <= LANES_MAX_WORK:
+        return "lanes"
+    return "tiled"
+
+
+def lanes_work(npix: int, cout: int, klen: int) -> int:
+    """The lanes kernel's work-groups (4 output pixels x 8 channels each) times its rounds of 128 terms
+    (shaders/convolution.comp LANES): what its time grows with once the GPU is full."""
+    return -(-npix // 4) * -(-cout // 8) * -(-klen // 128)

