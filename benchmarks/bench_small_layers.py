@@ -4,7 +4,8 @@ throughput. Per layer, every candidate of the decision the device policy makes f
 
 - CONVOLUTION's tiled kernel with split-K into 1, 2, 4, ... parts (KDML_CONV_SPLIT; the parts'
   partial sums added by a second dispatch), the direct kernel (an invocation per output) and the
-  lanes kernel (32 invocations per output channel and 4 pixels); the automatic choice (ops/convolution.conv_split, coop_policy.choose_conv_kernel) named;
+  lanes kernel (32 invocations per output channel and 4 pixels); the automatic choice
+  (ops/convolution.conv_split, coop_policy.choose_conv_kernel) named;
 - global AVERAGE_POOLING on the one-invocation-per-output kernel and the work-group kernel
   (KDML_POOL_KERNEL; ops/pooling.choose_pool_kernel).
 
