@@ -90,7 +90,7 @@ def main() -> None:
     if args.dispatches:
         print(f"{'node':<40} {'variant':<28} {'grid':<16} {'us':>7}")
         for r in sorted(p.rows, key=lambda r: -r.microseconds)[:args.dispatches]:
-            print(f"{r.scope[:40]:<40} {r.variant[:28]:<28} {str(r.grid):<16} {r.microseconds:>7.1f}")
+            print(f"{r.scope[:40]:<40} {r.variant[:28]:<28} {r.grid!s:<16} {r.microseconds:>7.1f}")
     st = rep.last_run
     print(f"last run: vulkan {st.vulkan_seconds * 1e3:.3f} ms, host {st.host_seconds * 1e3:.3f} ms, "
           f"{st.submissions} submission(s), {st.uploads} upload(s), {st.downloads} download(s)")
