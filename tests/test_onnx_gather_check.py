@@ -78,3 +78,23 @@ def test_gather_elements_out_of_range(rng, monkeypatch, node_by_node, flush_ms):
     assert "(GatherElements 'pick')" in _text(e.value)
     (y,) = rep.run({"idx": idx})
     np.testing.assert_array_equal(y, np.take_along_axis(x, idx % 5, axis=1) * 2)
+
+
+def test_device_inputs_and_outputs_raise_the_check_too(rng):
+    """With the ids fed as a device Tensor and the outputs left on the device (the input copies, the
+    program and the output copies queued, the host waiting once), the failed check still raises,
+    naming the node, and the next run's outputs are right."""
+    table = rng.standard_normal((VOCAB, HIDDEN)).astype(np.float32)
+    node = helper.make_node("Gather", ["table", "input_ids"], ["g"], name="embed", axis=0)
+    model = _model(node, [helper.make_tensor_value_info("input_ids", T.INT64, ["b", "s"])],
+                   [numpy_helper.from_array(table, "table")])
+    rep = Backend.prepare(model, "CPU")
+    ids = np.array([[1, 2, 3], [4, -1, 0]], np.int64)
+    bad = ids.copy()
+    bad[0, 2] = -VOCAB - 1
+    for _ in range(2):
+        (y,) = rep.run({"input_ids": rep.device.tensor(ids)}, device_outputs=True)
+        np.testing.assert_array_equal(y.numpy(), table[ids % VOCAB] * 2)
+        with pytest.raises(kdml.InvalidArgumentError, match=f"^indices_tensor: index {-VOCAB - 1} at ") as e:
+            rep.run({"input_ids": rep.device.tensor(bad)}, device_outputs=True)
+        assert "(Gather 'embed')" in _text(e.value)

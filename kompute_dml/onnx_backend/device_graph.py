@@ -304,18 +304,18 @@ class GraphPlan:
             io[off:off + nbytes] = np.ascontiguousarray(feeds[name]).reshape(-1).view(np.uint8)
 
     def _copy_device_inputs(self, feeds: dict[str, Any]) -> None:
-        """The Tensors fed on the device into their parts of the input buffer: one submission."""
+        """The Tensors fed on the device into their parts of the input buffer: one submission,
+        not waited for (the program's, on the same queue, begins with a global barrier)."""
         if self.device_inputs:
             with self._device.capture() as rec:  # one submission (device_results says why)
                 for name, part in self.device_inputs:
                     kdml.copy(feeds[name].tensor, out=part)
-            rec.submit()
+            rec.submit(wait=False)
 
     def run(self, feeds: dict[str, Any], stats: RunStats, on_device: bool = False,
             out: OutputArrays | None = None) -> list[Any]:
-        """The outputs in order: host arrays (in `out`'s where given: BackendRep.run), or
-        (`on_device`) new Tensors copied from the plan's buffers on the device (one
-        submission), which later runs leave alone."""
+        """The outputs in order: host arrays (in `out`'s where given: BackendRep.run), or (`on_device`)
+        new Tensors copied from the plan's buffers on the device, which later runs leave alone."""
         if self._inputs_written:  # the first run's: written while planning, maybe read already
             self._inputs_written = False
         else:
@@ -324,8 +324,12 @@ class GraphPlan:
         stats.uploads += 1 if self.inputs else 0
         early = (None if on_device or out is not None
                  else early_copies(self.outputs, self._out_at, self._out, self._result_array))
-        try:
-            self.program.run(copies=early[1] if early else None)
+        device_results = None
+        try:  # on_device: the outputs' copies queued behind the program, the host waits once
+            running = self.program.run(wait=not on_device, copies=early[1] if early else None)
+            if on_device:
+                device_results = self._device_results()
+                running.wait()  # (done by now; raises a failed device check)
         except kdml.InvalidArgumentError as e:  # a device check (a Gather's indices): name its node
             # (by Recording.scope; made here, not per plan: a decoder makes a plan per step)
             node_of = {scope: (i, node) for i, (node, _t, _i, _o, scope) in enumerate(self._nodes)}
@@ -339,8 +343,8 @@ class GraphPlan:
         stats.submissions += 1 + bool(self.device_inputs) + on_device  # the program, the copies in and out
         stats.dispatches = self.dispatches
         stats.vulkan_nodes += self.device_nodes
-        if on_device:
-            return self._device_results()
+        if device_results is not None:
+            return device_results
         results: list[Any] = []
         copies = self._device.engine.staging.copies
         for k, (_name, v) in enumerate(self.outputs):
