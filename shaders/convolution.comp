@@ -306,15 +306,19 @@ void conv_tile(uint g, uint m0, uint n0, uint sp) {
     // code) is inlined once, not 16 times (lavapipe's compile time), and `acc` stays in registers
     float sums[16];
     [[unroll]] for (uint e = 0u; e < 16u; e++) sums[e] = acc[e & 3u][e >> 2];
-    for (uint e = 0u; e < 16u; e++) {
-        uint q = n0 + 4u * tx + (e >> 2), m = m0 + 4u * ty + (e & 3u);
-        if (q >= npix || m >= coutg) continue;
+    uint y_pix[4];  // the 4 pixels' output offsets, decoded once each (not per channel: the divisions)
+    [[unroll]] for (uint j = 0u; j < 4u; j++) {
+        uint q = min(n0 + 4u * tx + j, npix - 1u);
         uint qb = q / p[P_ODHW], qrem = q % p[P_ODHW];
         uint qd = qrem / p[P_OHW], qhw = qrem % p[P_OHW];
         uint qh = qhw / p[P_OUT + 2], qw = qhw % p[P_OUT + 2];
+        y_pix[j] = pc.y_off + qb * p[P_YS] + qd * p[P_YS + 2] + qh * p[P_YS + 3] + qw * p[P_YS + 4];
+    }
+    for (uint e = 0u; e < 16u; e++) {
+        uint q = n0 + 4u * tx + (e >> 2), m = m0 + 4u * ty + (e & 3u);
+        if (q >= npix || m >= coutg) continue;
         uint co = g * coutg + m;
-        store_y(pc.y_off + qb * p[P_YS] + co * p[P_YS + 1] + qd * p[P_YS + 2] + qh * p[P_YS + 3] + qw * p[P_YS + 4],
-                conv_finish(sums[e], co));
+        store_y(y_pix[e >> 2] + co * p[P_YS + 1], conv_finish(sums[e], co));
     }
 #endif
 }
