@@ -60,6 +60,14 @@ def test_tensor_inputs_and_device_outputs(rng, monkeypatch, cpu_node):
         assert z.shape == (4, 3) and w.shape == (1,)
         np.testing.assert_allclose(z.numpy(), np.maximum(x, 0) + b, rtol=1e-6)
         np.testing.assert_allclose(w.numpy(), [b[0, 0]], rtol=1e-6)
+    # a strided Tensor (a transposed view, COPY into the plan's input) and a packed one at an offset
+    # of a larger buffer (a transfer of its bytes), both after the packed one above
+    big = rep.device.tensor(np.concatenate([rng.standard_normal(4).astype(np.float32), x.T.reshape(-1)]))
+    view = kdml.Tensor(big.buffer, kdml.TensorDesc(kdml.DataType.FLOAT32, (4, 3), (1, 4)), 16)
+    at = kdml.Tensor(big.buffer, kdml.TensorDesc(kdml.DataType.FLOAT32, (4, 3)), 16)
+    for t, want in ((view, x), (at, x.T.reshape(4, 3))):
+        z, _ = rep.run({"x": t, "b": b}, device_outputs=True)
+        np.testing.assert_allclose(z.numpy(), np.maximum(want, 0) + b, rtol=1e-6)
 
 
 def test_device_outputs_stay_and_chain(rng):

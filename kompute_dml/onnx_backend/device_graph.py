@@ -304,12 +304,13 @@ class GraphPlan:
             io[off:off + nbytes] = np.ascontiguousarray(feeds[name]).reshape(-1).view(np.uint8)
 
     def _copy_device_inputs(self, feeds: dict[str, Any]) -> None:
-        """The Tensors fed on the device into their parts of the input buffer: one submission,
-        not waited for (the program's, on the same queue, begins with a global barrier)."""
+        """The Tensors fed on the device into their parts of the input buffer: one submission, not
+        waited for (the program's, on the same queue, begins with a global barrier)."""
         if self.device_inputs:
             with self._device.capture() as rec:  # one submission (device_results says why)
                 for name, part in self.device_inputs:
-                    kdml.copy(feeds[name].tensor, out=part)
+                    src = feeds[name].tensor  # packed: its bytes as a transfer, no COPY execution
+                    rec.copy_tensor(src, part) if is_packed(src) else kdml.copy(src, out=part)
             rec.submit(wait=False)
 
     def run(self, feeds: dict[str, Any], stats: RunStats, on_device: bool = False,
@@ -324,11 +325,11 @@ class GraphPlan:
         stats.uploads += 1 if self.inputs else 0
         early = (None if on_device or out is not None
                  else early_copies(self.outputs, self._out_at, self._out, self._result_array))
-        device_results = None
+        on_dev = None
         try:  # on_device: the outputs' copies queued behind the program, the host waits once
             running = self.program.run(wait=not on_device, copies=early[1] if early else None)
             if on_device:
-                device_results = self._device_results()
+                on_dev = device_results([v for _name, v in self.outputs], self._device)
                 running.wait()  # (done by now; raises a failed device check)
         except kdml.InvalidArgumentError as e:  # a device check (a Gather's indices): name its node
             # (by Recording.scope; made here, not per plan: a decoder makes a plan per step)
@@ -343,8 +344,8 @@ class GraphPlan:
         stats.submissions += 1 + bool(self.device_inputs) + on_device  # the program, the copies in and out
         stats.dispatches = self.dispatches
         stats.vulkan_nodes += self.device_nodes
-        if device_results is not None:
-            return device_results
+        if on_dev is not None:
+            return on_dev
         results: list[Any] = []
         copies = self._device.engine.staging.copies
         for k, (_name, v) in enumerate(self.outputs):
@@ -373,9 +374,6 @@ class GraphPlan:
             else:
                 results.append(v if v is None else into(out, k, v) if out is not None else np.array(v, copy=True))
         return results
-
-    def _device_results(self) -> list[Any]:
-        return device_results([v for _name, v in self.outputs], self._device)
 
     def _result_array(self, k: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A new array for output k: one this plan returned before that nothing references any
