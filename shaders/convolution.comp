@@ -306,7 +306,7 @@ void conv_tile(uint g, uint m0, uint n0, uint sp) {
     // code) is inlined once, not 16 times (lavapipe's compile time), and `acc` stays in registers
     float sums[16];
     [[unroll]] for (uint e = 0u; e < 16u; e++) sums[e] = acc[e & 3u][e >> 2];
-    uint y_pix[4];  // the 4 pixels' output offsets, decoded once each (not per channel: the divisions)
+    uvec4 y_pix;  // the 4 pixels' output offsets, decoded once each (not per channel: the divisions)
     [[unroll]] for (uint j = 0u; j < 4u; j++) {
         uint q = min(n0 + 4u * tx + j, npix - 1u);
         uint qb = q / p[P_ODHW], qrem = q % p[P_ODHW];
@@ -317,8 +317,9 @@ void conv_tile(uint g, uint m0, uint n0, uint sp) {
     for (uint e = 0u; e < 16u; e++) {
         uint q = n0 + 4u * tx + (e >> 2), m = m0 + 4u * ty + (e & 3u);
         if (q >= npix || m >= coutg) continue;
-        uint co = g * coutg + m;
-        store_y(y_pix[e >> 2] + co * p[P_YS + 1], conv_finish(sums[e], co));
+        uint co = g * coutg + m, j = e >> 2;  // (selects, not an indexed array: registers)
+        uint yp = j == 0u ? y_pix.x : j == 1u ? y_pix.y : j == 2u ? y_pix.z : y_pix.w;
+        store_y(yp + co * p[P_YS + 1], conv_finish(sums[e], co));
     }
 #endif
 }
