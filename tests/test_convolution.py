@@ -382,3 +382,35 @@ def test_split_k_plans_and_choice(dev, rng, monkeypatch):
     assert conv_mod.conv_split(gpu, 49, 576) == 6  # 56 x 56, 64 -> 64, 3x3: 6 x 49 groups
     assert conv_mod.conv_split(gpu, 2, 288) == 9  # MobileNetV3's 1x1 288 -> 96 at 7 x 7: parts of 2 K steps
     assert conv_mod.conv_split(gpu, 300, 4608) == 1 and conv_mod.conv_split(gpu, 8, 40) == 1
+
+
+def test_lanes_kernel_under_capped_grids(dev, rng, monkeypatch):
+    """The lanes kernel (KDML_CONV_KERNEL=lanes) where the device's work-group count along x is
+    smaller than the pixel blocks (each work-group loops over several, the barriers uniform): the
+    same bits as uncapped; more channel blocks than the y count: UnsupportedError naming the filter."""
+    import types
+
+    monkeypatch.setenv("KDML_CONV_KERNEL", "lanes")
+    xs, ws, g = (2, 6, 13, 11), (24, 2, 3, 3), 3
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    want, s = reference(x, w, b, (1, 1), (1, 1), (0, 0), (0, 0), g, relu=True)
+    bd = TD(F, (1, 24, 1, 1))
+    desc = kdml.ConvolutionDesc(TD(F, xs), TD(F, ws), bd, TD(F, want.shape), group_count=g,
+                                fused_activation=kdml.ActivationReluDesc(None, None))
+    limits = dict(dev.limits)
+    got = []
+    for cap in (None, (5, 65535, 1)):
+        if cap is not None:
+            monkeypatch.setattr(dev, "limits", types.MappingProxyType({**limits, "max_compute_work_group_count": cap}))
+        op = dev.compile(desc)
+        assert op.variants == ["convl_f32"] and op.plans[0].groups[0] == (5 if cap else 50)  # 198 pixels / 4
+        y = dev.empty(desc.output_tensor)
+        op.execute([dev.tensor(x), dev.tensor(w), dev.tensor(b.reshape(bd.sizes))], [y])
+        got.append(y.numpy())
+        check(got[-1], want, s, 18, F)
+    np.testing.assert_array_equal(got[0].view(np.uint32), got[1].view(np.uint32))
+    monkeypatch.setattr(dev, "limits", types.MappingProxyType({**limits, "max_compute_work_group_count": (65535, 2, 1)}))
+    with pytest.raises(kdml.UnsupportedError, match="^filter_tensor: 24 output channels need 3 work-groups"):
+        dev.compile(desc)
