@@ -134,28 +134,28 @@ void main() {
 }
 #elif LANES
 // The lanes variant (few output pixels: a squeeze-and-excitation block's 1 x 1 layers, pointwise
-// layers at 7 x 7; where the tiled kernel's serial reduction would need split-K): 8 teams of 32
+// layers at 7 x 7; where the tiled kernel's serial reduction would need split-K): TEAMS teams of 32
 // invocations per work-group, a team per output channel and LPX adjacent output pixels; lane l sums
 // the terms k = l, l + 32, ... (float32 fma, in that order) for each pixel, then the team's 32
 // partial sums are added by a fixed tree in shared memory (lanes l and l + 16, then l + 8, ...), then
-// the epilogue. Another order than the tiled kernel's: the same bound.
-#define LPX 4u
-shared float part[8][LPX][33];
+// the epilogue. Another order than the tiled kernel's: the same bound. TEAMS, LPX and UNROLL: the
+// contract's LANES_* (kompute_dml/ops/contract/conv.py); TEAMS x 32 is the work-group's 256.
+shared float part[TEAMS][LPX][33];
 
 void main() {
     uint t = gl_LocalInvocationID.x, team = t / 32u, lane = t % 32u;
     uint npix = p[P_NPIX], cout = p[P_COUT], klen = p[P_KLEN];
-    uint co = gl_WorkGroupID.y * 8u + team;
+    uint co = gl_WorkGroupID.y * uint(TEAMS) + team;
     bool co_ok = co < cout;
     uint coc = co_ok ? co : 0u;
     uint g = coc / p[P_COUTG], m = coc % p[P_COUTG];
     uint w_base = pc.w_off + g * p[P_WG] + m * p[P_WM];
     uint in_d = p[P_IN], in_h = p[P_IN + 1], in_w = p[P_IN + 2];
-    for (uint n0 = gl_WorkGroupID.x * LPX; n0 < npix; n0 += gl_NumWorkGroups.x * LPX) {  // uniform
+    for (uint n0 = gl_WorkGroupID.x * uint(LPX); n0 < npix; n0 += gl_NumWorkGroups.x * uint(LPX)) {  // uniform
         int id0[LPX], ih0[LPX], iw0[LPX];
         uint xpix[LPX];  // the window's first input element (wrapping: only in-bounds positions load)
         bool ok[LPX];
-        [[unroll]] for (uint j = 0u; j < LPX; j++) {
+        [[unroll]] for (uint j = 0u; j < uint(LPX); j++) {
             uint q = n0 + j;
             ok[j] = co_ok && q < npix;
             uint qq = ok[j] ? q : 0u;
@@ -169,15 +169,15 @@ void main() {
                       uint(ih0[j]) * p[P_XS + 3] + uint(iw0[j]) * p[P_XS + 4];
         }
         precise float acc[LPX];
-        [[unroll]] for (uint j = 0u; j < LPX; j++) acc[j] = 0.0;
-        // the lane's terms 4 at a time (their loads issued together), summed in k order
-        for (uint k0 = co_ok ? lane : klen; k0 < klen; k0 += 128u) {
-            float wv[4], xv[4][LPX];
-            [[unroll]] for (uint u = 0u; u < 4u; u++) {
+        [[unroll]] for (uint j = 0u; j < uint(LPX); j++) acc[j] = 0.0;
+        // the lane's terms UNROLL at a time (their loads issued together), summed in k order
+        for (uint k0 = co_ok ? lane : klen; k0 < klen; k0 += 32u * uint(UNROLL)) {
+            float wv[UNROLL], xv[UNROLL][LPX];
+            [[unroll]] for (uint u = 0u; u < uint(UNROLL); u++) {
                 uint k = k0 + 32u * u, e = P_TAB + TAB_W * (k < klen ? k : 0u);
                 wv[u] = k < klen ? load_w(w_base + p[e + 1u]) : 0.0;
                 int dd = int(p[e + 2u]), dh = int(p[e + 3u]), dw = int(p[e + 4u]);
-                [[unroll]] for (uint j = 0u; j < LPX; j++) {
+                [[unroll]] for (uint j = 0u; j < uint(LPX); j++) {
                     int id = id0[j] + dd, ih = ih0[j] + dh, iw = iw0[j] + dw;
                     xv[u][j] = 0.0;
                     if (k < klen && ok[j] && id >= 0 && ih >= 0 && iw >= 0 && uint(id) < in_d && uint(ih) < in_h &&
@@ -185,17 +185,17 @@ void main() {
                         xv[u][j] = load_x(xpix[j] + p[e]);
                 }
             }
-            [[unroll]] for (uint u = 0u; u < 4u; u++) {
+            [[unroll]] for (uint u = 0u; u < uint(UNROLL); u++) {
                 if (k0 + 32u * u < klen) {
-                    [[unroll]] for (uint j = 0u; j < LPX; j++) acc[j] = fma(wv[u], xv[u][j], acc[j]);
+                    [[unroll]] for (uint j = 0u; j < uint(LPX); j++) acc[j] = fma(wv[u], xv[u][j], acc[j]);
                 }
             }
         }
-        [[unroll]] for (uint j = 0u; j < LPX; j++) part[team][j][lane] = acc[j];
+        [[unroll]] for (uint j = 0u; j < uint(LPX); j++) part[team][j][lane] = acc[j];
         barrier();
         [[unroll]] for (uint s = 16u; s > 0u; s >>= 1) {
             if (lane < s) {
-                [[unroll]] for (uint j = 0u; j < LPX; j++) {
+                [[unroll]] for (uint j = 0u; j < uint(LPX); j++) {
                     precise float v = part[team][j][lane] + part[team][j][lane + s];
                     part[team][j][lane] = v;
                 }
@@ -203,7 +203,7 @@ void main() {
             barrier();
         }
         uint q = n0 + lane;
-        if (lane < LPX && co_ok && q < npix) {
+        if (lane < uint(LPX) && co_ok && q < npix) {
             uint qb = q / p[P_ODHW], qrem = q % p[P_ODHW];
             uint qd = qrem / p[P_OHW], qhw = qrem % p[P_OHW];
             uint qh = qhw / p[P_OUT + 2], qw = qhw % p[P_OUT + 2];

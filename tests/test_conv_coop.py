@@ -233,13 +233,16 @@ def test_policy_choice(dev, monkeypatch):
     assert choose(half=True, coutg=1, klen=9, backward=False) == "direct"
     assert choose(half=False, coutg=4, klen=64, backward=False) == "direct"
     assert choose(half=False, coutg=4, klen=96, backward=False) == "tiled"  # no pixel count: not a lanes candidate
-    assert choose(half=False, coutg=4, klen=96, backward=False, npix=1, cout=4) == "lanes"  # a squeeze
-    assert choose(half=False, coutg=96, klen=288, backward=False, npix=49, cout=96) == "lanes"  # work 13 x 12 x 3
-    assert choose(half=False, coutg=96, klen=288, backward=False, npix=392, cout=96) == "tiled"  # batch 8: 3528
-    assert choose(half=False, coutg=96, klen=288, backward=True, npix=1, cout=96) == "tiled"
-    assert choose(half=True, coutg=12, klen=576, backward=False, npix=1, cout=12) == "tiled"  # half: not lanes
+    from kompute_dml.ops.convolution import lanes_work
+
+    assert lanes_work(49, 96, 288) == 13 * 12 * 3 and lanes_work(392, 96, 288) == 3528
+    assert choose(half=False, coutg=4, klen=96, backward=False, lanes_work=lanes_work(1, 4, 96)) == "lanes"  # a squeeze
+    assert choose(half=False, coutg=96, klen=288, backward=False, lanes_work=lanes_work(49, 96, 288)) == "lanes"
+    assert choose(half=False, coutg=96, klen=288, backward=False, lanes_work=lanes_work(392, 96, 288)) == "tiled"  # batch 8
+    assert choose(half=False, coutg=96, klen=288, backward=True, lanes_work=lanes_work(1, 96, 288)) == "tiled"
+    assert choose(half=True, coutg=12, klen=576, backward=False, lanes_work=lanes_work(1, 12, 576)) == "tiled"  # half
     cpu = policy_for("cpu", caps, {})
-    assert cpu.conv_family_for(half=False, coutg=4, klen=96, backward=False, npix=1, cout=4) == "tiled"
+    assert cpu.conv_family_for(half=False, coutg=4, klen=96, backward=False, lanes_work=1) == "tiled"
     assert choose(half=True, coutg=12, klen=576, backward=False) == "tiled"
     assert choose(half=True, coutg=64, klen=8, backward=False) == "tiled"
     assert policy_for("discrete-gpu", frozenset(), {}).conv_family_for(half=True, coutg=64, klen=576,

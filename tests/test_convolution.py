@@ -326,6 +326,21 @@ def test_helper_pads_forms(dev, rng):
             kdml.conv(x, w, **kw)
 
 
+def _grouped_relu(rng):
+    """A grouped 3x3 convolution with bias and fused ReLU (2 x 6 x 13 x 11 input, 24 output channels
+    in 3 groups, K = 18: two steps of 16) and its float64 reference: x, w, b, the bias desc, the
+    descriptor, the expected output and the bound's S."""
+    xs, ws, g = (2, 6, 13, 11), (24, 2, 3, 3), 3
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    want, s = reference(x, w, b, (1, 1), (1, 1), (0, 0), (0, 0), g, relu=True)
+    bd = TD(F, (1, 24, 1, 1))
+    desc = kdml.ConvolutionDesc(TD(F, xs), TD(F, ws), bd, TD(F, want.shape), group_count=g,
+                                fused_activation=kdml.ActivationReluDesc(None, None))
+    return x, w, b, bd, desc, want, s
+
+
 def test_split_k_plans_and_choice(dev, rng, monkeypatch):
     """Split-K: two dispatches (the parts' partial sums, then their sum, bias, ReLU), parts of a
     multiple of 16 terms, none where the reduction is one step; within the bound under capped
@@ -336,14 +351,7 @@ def test_split_k_plans_and_choice(dev, rng, monkeypatch):
     from kompute_dml.ops import convolution as conv_mod
 
     monkeypatch.setenv("KDML_CONV_KERNEL", "tiled")
-    xs, ws, g = (2, 6, 13, 11), (24, 2, 3, 3), 3  # K = 18: two steps of 16
-    x = rng.standard_normal(xs).astype(np.float32)
-    w = rng.standard_normal(ws).astype(np.float32)
-    b = rng.standard_normal(ws[0]).astype(np.float32)
-    want, s = reference(x, w, b, (1, 1), (1, 1), (0, 0), (0, 0), g, relu=True)
-    bd = TD(F, (1, 24, 1, 1))
-    desc = kdml.ConvolutionDesc(TD(F, xs), TD(F, ws), bd, TD(F, want.shape), group_count=g,
-                                fused_activation=kdml.ActivationReluDesc(None, None))
+    x, w, b, bd, desc, want, s = _grouped_relu(rng)
     limits = dict(dev.limits)
     got = {}
     for split, cap in ((1, None), (2, None), (5, None), (2, (5, 65535, 1)), (2, (5, 1, 2))):
@@ -391,14 +399,7 @@ def test_lanes_kernel_under_capped_grids(dev, rng, monkeypatch):
     import types
 
     monkeypatch.setenv("KDML_CONV_KERNEL", "lanes")
-    xs, ws, g = (2, 6, 13, 11), (24, 2, 3, 3), 3
-    x = rng.standard_normal(xs).astype(np.float32)
-    w = rng.standard_normal(ws).astype(np.float32)
-    b = rng.standard_normal(ws[0]).astype(np.float32)
-    want, s = reference(x, w, b, (1, 1), (1, 1), (0, 0), (0, 0), g, relu=True)
-    bd = TD(F, (1, 24, 1, 1))
-    desc = kdml.ConvolutionDesc(TD(F, xs), TD(F, ws), bd, TD(F, want.shape), group_count=g,
-                                fused_activation=kdml.ActivationReluDesc(None, None))
+    x, w, b, bd, desc, want, s = _grouped_relu(rng)
     limits = dict(dev.limits)
     got = []
     for cap in (None, (5, 65535, 1)):

@@ -38,7 +38,7 @@ from .node_traces import host_node, input_key, keep_traces, run_node
 from .plan_context import PlanContext, plan_order
 from .siblings import prepare_siblings
 from .step_reuse import StepReuse
-from .transfers import device_results, early_copies, host_io
+from .transfers import copy_into, device_results, early_copies, host_io
 from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor_value, _value_dtype, _value_shape, at_node, empty_on_host
 
 if TYPE_CHECKING:
@@ -309,8 +309,7 @@ class GraphPlan:
         if self.device_inputs:
             with self._device.capture() as rec:  # one submission (device_results says why)
                 for name, part in self.device_inputs:
-                    src = feeds[name].tensor  # packed: its bytes as a transfer, no COPY execution
-                    rec.copy_tensor(src, part) if is_packed(src) else kdml.copy(src, out=part)
+                    copy_into(rec, feeds[name].tensor, part)
             rec.submit(wait=False)
 
     def run(self, feeds: dict[str, Any], stats: RunStats, on_device: bool = False,

@@ -173,6 +173,11 @@ class StepReuse:
             self._steps[i] = hit
         return hit
 
+    def _read(self, names: tuple[str, ...]) -> tuple[Any, ...]:
+        """The values of a step's input names now (None for an omitted optional input)."""
+        env, lookup = self.env, self.lookup
+        return tuple((env[n] if n in env else lookup(n)) if n else None for n in names)
+
     def repeat(self, k: int, i: int, chain: bool) -> bool:
         """Step k (node i) as the previous plan's step k, where it read the same values and its
         requests get the same buffers; False (nothing done) otherwise."""
@@ -182,9 +187,9 @@ class StepReuse:
         log = parent.logs[k]
         if log is None:
             return False
-        env, lookup = self.env, self.lookup
+        env = self.env
         in_names, out_names = self._names(i, chain)
-        ins = [(env[n] if n in env else lookup(n)) if n else None for n in in_names]
+        ins = self._read(in_names)
         if not all(map(operator.is_, ins, log.ins)):
             return False
         ctx = self.ctx
@@ -235,9 +240,8 @@ class StepReuse:
         w1, d1, c1 = self.rec.mark
         log = None
         if not ctx.irregular and c1 == c0 and ctx.ends <= 1:
-            lookup = self.lookup
             in_names, out_names = self._names(i, chain)
-            ins = tuple((env[n] if n in env else lookup(n)) if n else None for n in in_names)
+            ins = self._read(in_names)
             requests, outs = [], None
             for sizes, dtype, over, buf, _source in ctx.requests:
                 j = None if over is None else next((x for x, v in enumerate(ins) if v is over), -1)

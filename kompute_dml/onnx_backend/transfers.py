@@ -289,15 +289,20 @@ def device_result(v: Any, device: kdml.Device, rec: Any) -> Any:
         # and the buffers of outputs the caller has dropped (the last step's) fit the next ones
         dt, sizes = v.tensor.desc.data_type, v.tensor.desc.sizes
         buf = _pool_take(device, _block(kdml.TensorDesc(dt, sizes).byte_size))
-        out = kdml.Tensor(buf, kdml.TensorDesc(dt, sizes), 0)
-        if is_packed(v.tensor):  # its bytes as they are: a transfer, no COPY compiled for a new shape
-            rec.copy_tensor(v.tensor, out)
-        else:
-            kdml.copy(v.tensor, out=out)
+        copy_into(rec, v.tensor, kdml.Tensor(buf, kdml.TensorDesc(dt, sizes), 0))
         return kdml.Tensor(buf, kdml.TensorDesc(dt, v.shape if v.shape else (1,)), 0)
     if isinstance(v, (np.ndarray, np.generic)) and v.dtype in _DML_NUMPY and v.size:
         return device.tensor(np.ascontiguousarray(v).reshape(v.shape if v.shape else (1,)))
     return [np.array(e, copy=True) for e in v] if isinstance(v, list) else v if v is None else np.array(v, copy=True)
+
+
+def copy_into(rec: Any, src: kdml.Tensor, dst: kdml.Tensor) -> None:
+    """src's elements into packed `dst` (another buffer), recorded into `rec` (a capture): a packed
+    src's bytes as a transfer (no COPY compiled for a new shape: a decoder's every step), else COPY."""
+    if is_packed(src):
+        rec.copy_tensor(src, dst)
+    else:
+        kdml.copy(src, out=dst)
 
 
 def early_copies(outputs: Sequence[tuple[str, Any]], out_at: dict[int, int], out_host: np.ndarray,

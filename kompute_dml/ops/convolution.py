@@ -59,6 +59,7 @@ from ..runtime import DispatchPlan, TransferPlan, grid_for
 from ..runtime.coop_policy import CONV_KERNEL_ENV, DIRECT_BELOW_COUTG  # noqa: F401 (DIRECT_BELOW_COUTG re-exported)
 from . import contract, conv_coop
 from .base import CompiledOperator, validate_tensors
+from .contract.conv import LANES_CHANNELS, LANES_PIXELS, LANES_UNROLL
 from .conv_fused import fused_words
 from .conv_split import CONV_SPLIT_ENV, TILE_K, conv_parts, conv_split  # noqa: F401 (conv_split re-exported)
 from .elementwise_plan import check_addressable
@@ -231,7 +232,6 @@ def _params(desc: ConvolutionDesc, v: dict[str, Any], split: int = 1, kchunk: in
     return np.concatenate([np.array(words, dtype=np.uint32), table])
 
 
-LANES_CHANNELS, LANES_PIXELS = 8, 4  # the lanes variant's output channels and pixels per work-group (LPX)
 TAB_W = 5  # words per k of the k table (shaders/convolution.comp P_TAB)
 P_TAB_WORD = 52  # where the k table starts (P_TAB)
 
@@ -272,7 +272,7 @@ def compile_convolution(device: Device, desc: ConvolutionDesc, *, allow_half_pre
     bias = 2 if desc.bias_tensor is not None else None
     half = x.data_type == _F16 or allow_half_precision
     family = device.policy.conv_family_for(half=half, coutg=coutg, klen=klen, backward=v["backward"], kernel=kernel,
-                                           npix=npix, cout=cout)
+                                           lanes_work=lanes_work(npix, cout, klen))
     if w.data_type != x.data_type and family not in ("coopmat", "coopmat-emulated"):
         raise UnsupportedError(f"filter_tensor.data_type: a FLOAT16 filter with FLOAT32 tensors runs on the "
                                f"tensor-core kernel only, not the {family!r} kernel this convolution takes")
@@ -311,6 +311,14 @@ def compile_convolution(device: Device, desc: ConvolutionDesc, *, allow_half_pre
     plans: list[DispatchPlan | TransferPlan] = [
         parts, _plan(contract.CONV_REDUCE, out_t, (None, None, bias, 3, 5), grid_for(npix * cout, 256, limit[0]), (3,))]
     return _compiled(device, desc, plans, [p, scratch])
+
+
+def lanes_work(npix: int, cout: int, klen: int) -> int:
+    """The lanes variant's work-groups (contract/conv.py: LANES_PIXELS output pixels x LANES_CHANNELS channels
+    each) times its rounds over the terms (32 lanes x LANES_UNROLL): what its time grows with once the
+    GPU is full (the device policy compares it with coop_policy.LANES_MAX_WORK)."""
+    return (cdiv(npix, LANES_PIXELS) * cdiv(cout, LANES_CHANNELS)
+            * cdiv(klen, 32 * LANES_UNROLL))
 
 
 def _coop_plan(coop: Any, split: int, dt: DataType, bias: int | None, grid: tuple[int, int, int]) -> DispatchPlan:

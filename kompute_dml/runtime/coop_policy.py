@@ -44,7 +44,7 @@ CONV_KERNELS = ("tiled", "direct", "lanes", "coopmat", "coopmat-emulated")
 DIRECT_BELOW_COUTG = 8
 DIRECT_MAX_K = 64
 # FLOAT32 FORWARD convolutions of few output pixels take the lanes kernel (32 invocations per output
-# channel and 4 pixels, the terms over the lanes) on GPUs where lanes_work() <= LANES_MAX_WORK: the
+# channel and 4 pixels, the terms over the lanes) on GPUs where ops/convolution.lanes_work <= LANES_MAX_WORK: the
 # tiled kernel's reduction is serial per work-group and split-K adds a second dispatch. H100,
 # `python -m benchmarks.bench_small_layers` (lanes / the tiled kernel's best split, us): squeezes at
 # 1 x 1 576 -> 144 10.2 / 14.5, 144 -> 576 7.7 / 11.3, at batch 8 11.0 / 14.2; 1x1 288 -> 96 at 7 x 7
@@ -100,8 +100,8 @@ def choose_conv_kernel(policy_family: str, *, half: bool, coutg: int, klen: int,
     channels per group and at most DIRECT_MAX_K terms, "coopmat" for FORWARD in half precision (`half`: FLOAT16, or FLOAT32 under
     allow_half_precision) of at least CONV_COOP_MIN_COUTG channels per group and CONV_COOP_MIN_K terms
     on a device that has it (`policy_family`), else "lanes" for FORWARD FLOAT32 where `lanes_work` (the
-    lanes kernel's work-groups times its rounds over the terms, lanes_work(); None: not a candidate) is
-    at most LANES_MAX_WORK, else "tiled". A forced coop family applies to FORWARD in half precision
+    lanes kernel's work-groups times its rounds over the terms, ops/convolution.lanes_work; None: not a
+    candidate) is at most LANES_MAX_WORK, else "tiled". A forced coop family applies to FORWARD in half precision
     only ("tiled" otherwise)."""
     forced = kernel if kernel is not None else os.environ.get(CONV_KERNEL_ENV)
     choice = _forced(forced, CONV_KERNELS, f"{CONV_KERNEL_ENV}, read at each compile")
@@ -119,8 +119,3 @@ def choose_conv_kernel(policy_family: str, *, half: bool, coutg: int, klen: int,
         return "lanes"
     return "tiled"
 
-
-def lanes_work(npix: int, cout: int, klen: int) -> int:
-    """The lanes kernel's work-groups (4 output pixels x 8 channels each) times its rounds of 128 terms
-    (shaders/convolution.comp LANES): what its time grows with once the GPU is full."""
-    return -(-npix // 4) * -(-cout // 8) * -(-klen // 128)

@@ -40,7 +40,6 @@ from .coop_policy import (  # noqa: F401 (re-exported: the float16 cooperative-m
     choose_gemm_family,
     coop_family,
     has_f16_shape,
-    lanes_work,
 )
 from .pipelines import pipeline_threads
 from .plan_flush import GPU_PLAN_FLUSH_MS, PLAN_FLUSH_ALLOCATING_ENV, PLAN_FLUSH_COMPILING_ENV, PLAN_FLUSH_ENV
@@ -276,13 +275,12 @@ class DevicePolicy:
         return choose_gemm_family(self.gemm_family, self.gemm_kernel if kernel is None else kernel, float16, m, n, k)
 
     def conv_family_for(self, *, half: bool, coutg: int, klen: int, backward: bool, kernel: str | None = None,
-                        npix: int | None = None, cout: int | None = None) -> str:
+                        lanes_work: int | None = None) -> str:
         """CONVOLUTION's kernel (coop_policy.choose_conv_kernel): forced, else "direct" (few channels per group),
         "coopmat" (half precision on a device that has it: the same capabilities and shape as GEMM's),
-        "lanes" (GPUs: few output pixels, `npix` x `cout` outputs; None: not a candidate), "tiled"."""
-        work = None if npix is None or cout is None or self.name == "cpu" else lanes_work(npix, cout, klen)
+        "lanes" (GPUs: few output pixels, `lanes_work` small; None: not a candidate), "tiled"."""
         return choose_conv_kernel(self.conv_family, half=half, coutg=coutg, klen=klen, backward=backward, kernel=kernel,
-                                  lanes_work=work)
+                                  lanes_work=None if self.name == "cpu" else lanes_work)
 
     def copies_by_transfer(self, nbytes: int, regions: int = 1) -> bool:
         """Whether a dense copy writing `nbytes` in `regions` row regions runs as transfer commands."""

@@ -16,11 +16,16 @@ CONV_PUSH = block("x_off", "w_off", "b_off", "y_off")
 # conv_* 64 x 64 tiles, convd_* direct (few channels per group), convs_* + convr_* split-K (partial
 # sums in the scratch, then added per output), convl_* lanes (few output pixels: a team of 32
 # invocations per output channel and 4 pixels, the terms over the lanes)
+# The lanes variant's work-group: LANES_CHANNELS teams (output channels) of 32 invocations, each team
+# LANES_PIXELS output pixels, a lane's terms LANES_UNROLL at a time (ops/convolution.lanes_work)
+LANES_CHANNELS, LANES_PIXELS, LANES_UNROLL = 8, 4, 4
+_LANES = {"TEAMS": LANES_CHANNELS, "LPX": LANES_PIXELS, "UNROLL": LANES_UNROLL}
 CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, CONV_LANES = (
     family("conv" + ("_" + kind.lower() if kind else ""), "convolution.comp", name + "_{t}", CONV_PUSH, (256, 1, 1),
            t=("f32", "f16"),
            defines=lambda t, kind=kind: {"F16": int(t == "f16"),
-                                         **{k: int(k == kind) for k in ("DIRECT", "REDUCE", "SPLIT", "LANES")}})
+                                         **{k: int(k == kind) for k in ("DIRECT", "REDUCE", "SPLIT", "LANES")},
+                                         **(_LANES if kind == "LANES" else {})})
     for name, kind in (("conv", ""), ("convd", "DIRECT"), ("convs", "SPLIT"), ("convr", "REDUCE"), ("convl", "LANES")))
 
 # FORWARD on f16 x f16 -> f32 cooperative matrices (ops/conv_coop.py): tensor cores ("", the wheel's
