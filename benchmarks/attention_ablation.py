@@ -83,6 +83,12 @@ def main() -> None:
             op = dev.compile(desc)
             op.plans[0] = dataclasses.replace(op.plans[0], variant=variant)
             ops[f"also {variant}"] = op
+        if not blocked:  # allow_half_precision's float16-weight variant, and its experiments (overlay)
+            ops["half"] = dev.compile(desc, allow_half_precision=True)
+            for n in ov.HALF_EXPERIMENTS:
+                op = dev.compile(desc, allow_half_precision=True)
+                op.plans[0] = dataclasses.replace(op.plans[0], variant=ov.MHA_HALF_EXPERIMENT.name(part=n))
+                ops[f"h{n}"] = op
         runs = recorded(dev, ops, x, out)
         med = slopes(runs, args.rounds, args.n)
         outputs = {}
@@ -99,6 +105,16 @@ def main() -> None:
         for variant in also:
             t = med[f"also {variant}"]
             print(f"  also {variant}: {t * 1e6:9.1f} us  x{med['kernel'] / t:.2f}")
+        if not blocked:
+            half = med["half"]
+            err = np.abs(outputs["half"].view(np.float16).astype(np.float64)
+                         - outputs["kernel"].view(np.float16).astype(np.float64)).max()
+            print(f"  half ({ops['half'].plans[0].variant}): {half * 1e6:9.1f} us  x{med['kernel'] / half:.2f}"
+                  f"  (allow_half_precision; largest |difference| from the kernel {err:.2e})")
+            for n, bk in ov.HALF_EXPERIMENTS.items():
+                t = med[f"h{n}"]
+                print(f"    h{n}: {t * 1e6:9.1f} us  x{half / t:.2f} over half  (key tiles of {bk})"
+                      + ("  [half's bits]" if (outputs[f"h{n}"] == outputs["half"]).all() else ""))
     dev.close()
 
 

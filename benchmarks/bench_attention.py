@@ -94,6 +94,8 @@ def main() -> None:
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--unfused", action="store_true", help="also time kompute_dml's GEMM -> softmax -> GEMM chain")
     ap.add_argument("--kernel", choices=ATTENTION_KERNELS, help="force the attention kernel (else the device policy's)")
+    ap.add_argument("--allow-half-precision", action="store_true",
+                    help="compile with allow_half_precision (FLOAT16 on the tensor cores: float16 weights)")
     ap.add_argument("--rows", default="", help="keep the rows whose name contains one of these comma-separated words")
     args = ap.parse_args()
     keep = [w for w in args.rows.split(",") if w]
@@ -132,10 +134,12 @@ def main() -> None:
                       scale=1 / np.sqrt(r.d), mask_filter_value=-10000.0, causal=r.causal)
         if hkv != r.h:
             op = dev.compile(kdml.MultiheadAttention1Desc(**fields, past_sequence_lengths_tensor=None,
-                                                          query_head_count=r.h, key_value_head_count=hkv))
+                                                          query_head_count=r.h, key_value_head_count=hkv),
+                             allow_half_precision=args.allow_half_precision)
             ins.append(None)
         else:
-            op = dev.compile(kdml.MultiheadAttentionDesc(**fields, head_count=r.h))
+            op = dev.compile(kdml.MultiheadAttentionDesc(**fields, head_count=r.h),
+                             allow_half_precision=args.allow_half_precision)
         op.execute(ins, [out, None, None])
 
         def ours(n: int, op=op, ins=ins, outs=(out, None, None)) -> None:

@@ -34,6 +34,12 @@ MHA_ABLATION = contract.family(
     "mha_ablation", "attention.comp", "mhac16a{part}_d64k32", contract.MHA_PUSH, None, part=tuple(ABLATIONS),
     target=contract.COOP_TARGET,
     defines=lambda part: {"BITS": 16, "KERNEL": 4, "MMA": 0, "BK": 32, "DMAX": 64, "ABL": ABLATIONS[int(part)]})
+# the float16-weight variant (allow_half_precision, HALFP) at 64-key tiles: timed beside mhac16h_d64k32
+HALF_EXPERIMENTS = {1: 64}  # BK
+MHA_HALF_EXPERIMENT = contract.family(
+    "mha_half_experiment", "attention.comp", "mhac16he{part}_d64", contract.MHA_PUSH, None, part=tuple(HALF_EXPERIMENTS),
+    target=contract.COOP_TARGET,
+    defines=lambda part: {"BITS": 16, "KERNEL": 4, "MMA": 0, "HALFP": 1, "BK": HALF_EXPERIMENTS[int(part)], "DMAX": 64})
 # the blocked kernel's ABL bits
 BLOCKED_BITS = {1: "the device's exp", 4: "no score products", 8: "no P V products",
                 16: "the scaled products alone in every tile (no per-score checks)"}
@@ -42,7 +48,7 @@ MHA_BLOCKED_ABLATION = contract.family(
     "mha_blocked_ablation", "attention.comp", "mha_f32_blocked64a{part}", contract.MHA_PUSH,
     contract.MHA_BLOCKED[64].local_size, part=tuple(BLOCKED_ABLATIONS),  # (key tiles and head sizes of 64)
     defines=lambda part: {"BITS": 32, "KERNEL": 6, "BQ": 64, "BK": 64, "DMAX": 64, "ABL": BLOCKED_ABLATIONS[int(part)]})
-FAMILIES = (MHA_ABLATION, MHA_BLOCKED_ABLATION)
+FAMILIES = (MHA_ABLATION, MHA_HALF_EXPERIMENT, MHA_BLOCKED_ABLATION)
 
 
 @functools.cache

@@ -51,6 +51,9 @@
 #ifndef ABL  // benchmarks/overlay_attention.py's ablations of the tensor-core kernel (0: none)
 #define ABL 0
 #endif
+#ifndef HALFP  // the tensor-core kernel's weights as one float16 each, exp by the device (allow_half_precision)
+#define HALFP 0
+#endif
 #if KERNEL == 0
 layout(local_size_x = 128) in;
 #elif KERNEL == 4
@@ -450,6 +453,9 @@ void main() {
 // accumulators are then rescaled by exp(m_old - m_new), staged through the area); each p is
 // written as two float16 parts (hi = p converted, lo = (p - hi) 2^12 converted: p to about 2^-21)
 // and P_hi V and P_lo V are added to two sets of accumulators. The result (hi + lo 2^-12) / l.
+// HALFP=1 (DirectML's half-precision flag, mhac16h_*): each p is the device's exp, scaled by 2^10
+// and written as one float16 by the device's conversion (TAU 4: p 2^10 < e^4 2^10 < 65504, and a
+// weight the conversion would flush is below 2^-24), one set of accumulators: P V 2^-10 / l.
 // Lanes own rows lane % 16 (several lanes a row, reduced by shuffles) or, for subgroups of 8, two
 // rows each, and pairs of adjacent keys.
 // MMA=1: each cooperative-matrix operation as subgroup code (coop_f16_mma.glsl: exact products,
@@ -570,7 +576,8 @@ bool tile_full(bool plain, uint i0, uint j0, uint kend, uint total) {
 }
 
 // A row's weights exp(s - m) stay below e^TAU while its reference maximum m stands
-const float TAU = 8.0;
+const float TAU = HALFP != 0 ? 4.0 : 8.0;
+const float PSCALE = 1024.0;  // HALFP: the weights' scale in float16 (a power of two: exact)
 const uint ACS = 5u;  // an accumulator's row staged in the subgroup's area (uvec4: 16 floats, padded)
 
 // exp(d) for d <= TAU (a NaN passes through): kdml_exp_neg's reduction holds for either sign there
@@ -638,10 +645,14 @@ void main() {
         climit[r] = causal_last(total, i0 + lane_row(lane, r));
     }
     ACC_TYPE oh[FD];  // (one declarator each: glslang drops a coopmat's use from the second)
+#if !HALFP
     ACC_TYPE ol[FD];
+#endif
     FRAG_LOOP for (uint f = 0u; f < FD; ++f) {
         oh[f] = ACC_ZERO;
+#if !HALFP
         ol[f] = ACC_ZERO;
+#endif
     }
     float pw[2u * uint(BK)];  // this lane's scores, then weights, of the tile (16 BK / SG of them)
     for (uint j0 = 0u; j0 < kend; j0 += uint(BK)) {
@@ -691,7 +702,9 @@ void main() {
             subgroupBarrier();
             FRAG_LOOP for (uint f = 0u; f < FD; ++f) {
                 RESCALE(oh[f], area, alpha)
+#if !HALFP
                 RESCALE(ol[f], area, alpha)
+#endif
             }
         }
 #endif
@@ -700,7 +713,9 @@ void main() {
             LANE_LOOP for (uint k = 0u; k < CPL; ++k) {
                 LANE_LOOP for (uint e = 0u; e < 2u; ++e) {
                     float v = pw[n];
-#if (ABL & 4) != 0
+#if HALFP
+                    float p = (mrow[r] == NEG_INF || kdml_is_nan(v)) ? 0.0 : exp(v - mrow[r]);
+#elif (ABL & 4) != 0
                     float p = exp(v - mrow[r]);
 #else
                     float p = (mrow[r] == NEG_INF || kdml_is_nan(v)) ? 0.0 : kdml_exp_le(v - mrow[r]);
@@ -718,6 +733,10 @@ void main() {
             uint row = lane_row(lane, r);
             LANE_LOOP for (uint k = 0u; k < CPL; ++k) {
                 uint c = 2u * lane_pair(lane, k);
+#if HALFP
+                smem[area + row * PRS + (c >> 3)][(c >> 1) & 3u] = packHalf2x16(vec2(pw[n], pw[n + 1u]) * PSCALE);
+                n += 2u;
+#else
                 // hi by the device's conversion (whichever way it rounds or flushes, p - hi is exact), decoded by
                 // integer code (the H100's compiler folds p - unpackHalf2x16(packHalf2x16(p)) to 0), lo rounded
                 // to nearest even: both branch-free (p < e^TAU: no infinity, |lo| < 2^13)
@@ -741,6 +760,7 @@ void main() {
                 smem[area + (16u + row) * PRS + (c >> 3)][(c >> 1) & 3u] = f2h_finite(r0) | (f2h_finite(r1) << 16);
 #endif
 #endif
+#endif
             }
         }
         subgroupMemoryBarrierShared();
@@ -750,14 +770,16 @@ void main() {
 #endif
         FRAG_LOOP for (uint kb = 0u; kb < FK; ++kb) {
             A_FRAG ph;
-            A_FRAG pl;
             LOAD_A(ph, area + kb * 2u, PRS, LAYOUT_ROW);
+#if !HALFP
+            A_FRAG pl;
             LOAD_A(pl, area + 16u * PRS + kb * 2u, PRS, LAYOUT_ROW);
+#endif
             FRAG_LOOP for (uint f = 0u; f < FD; ++f) {
                 B_FRAG vf;
                 LOAD_B(vf, KT + kb * 16u * KRS + f * 2u, KRS, LAYOUT_ROW);
                 MULADD(ph, vf, oh[f]);
-#if (ABL & 2) == 0
+#if (ABL & 2) == 0 && !HALFP
                 MULADD(pl, vf, ol[f]);
 #endif
             }
@@ -769,7 +791,9 @@ void main() {
             badr[r] = (subgroupShuffleXor(badr[r] ? 1u : 0u, o) != 0u) || badr[r];
         }
     }
+#if !HALFP
     FRAG_LOOP for (uint f = 0u; f < FD; ++f) ACC_ADD_SCALED(oh[f], ol[f], 1.0 / 4096.0);
+#endif
     // the result through shared memory, OF fragments at a time: each lane its rows' key pairs
     for (uint f0 = 0u; f0 < FD; f0 += OF) {
         barrier();  // every subgroup is done with the tiles (then: with its last staging)
@@ -780,7 +804,11 @@ void main() {
             uint row = lane_row(lane, r), ii = i0 + row;
             if (ii >= pc.seq) continue;
             bool bad = badr[r] || lrow[r] == 0.0;
+#if HALFP
+            float inv = 1.0 / (lrow[r] * PSCALE);
+#else
             float inv = 1.0 / lrow[r];
+#endif
             LANE_LOOP for (uint k = 0u; k < 8u * OF / LPR; ++k) {
                 uint c = 2u * lane_pair(lane, k), d = f0 * 16u + c;
                 if (d >= pc.dv) continue;

@@ -86,12 +86,17 @@ def mha_ref(q, k, v, *, past_k=None, past_v=None, psl=None, bias=None, scale=1.0
     return out, weight, mag
 
 
-def bound(weight: np.ndarray, mag: np.ndarray, d: int, keys: int, half: bool, ref: np.ndarray) -> np.ndarray:
+def bound(weight: np.ndarray, mag: np.ndarray, d: int, keys: int, half: bool, ref: np.ndarray,
+          half_weights: bool = False, vmax: float = 0.0) -> np.ndarray:
     """The per-element bound of docs/attention.md: each score off by at most
     (D + 4) u mag, a softmax weight by twice that relatively, the value sum by its (keys + 16) u;
-    FLOAT16 adds its rounding of the result. A slack factor 4 over the derivation."""
+    FLOAT16 adds its rounding of the result. `half_weights` (allow_half_precision's tensor-core
+    kernel): each weight converted to float16 after the device's exp, 2^-9 of W and 2^-24 of `vmax`
+    (the largest |value|) per key. A slack factor 4 over the derivation."""
     delta = (d + 4) * U32 * mag
     err = weight * (2 * delta + (keys + 16) * U32)
+    if half_weights:
+        err = err + weight * 2.0 ** -9 + keys * 2.0 ** -24 * vmax
     err = np.broadcast_to(err[..., None] * 4 + 1e-30, ref.shape)
     if half:
         err = err + np.abs(ref) * 2.0 ** -11 + 2.0 ** -24

@@ -77,9 +77,10 @@ def _logical(rng, c: Case, npd):
     return q, k, v, pk, pv
 
 
-def run_case(dev, rng, c: Case, dt: DT):
+def run_case(dev, rng, c: Case, dt: DT, half: bool = False):
     """Build the descriptor for case `c`, place every tensor, poison the outputs, run, check; returns
-    the operator and the largest error as a fraction of the bound."""
+    the operator and the largest error as a fraction of the bound. `half`: compiled with
+    allow_half_precision (the tensor-core kernel's float16 weights: their bound)."""
     npd = dt.numpy_dtype
     q, k, v, pk, pv = _logical(rng, c, npd)
     if c.form == "past":
@@ -148,7 +149,7 @@ def run_case(dev, rng, c: Case, dt: DT):
                                             query_head_count=c.Hq, key_value_head_count=c.Hkv, **common)
     else:
         desc = kdml.MultiheadAttentionDesc(**inputs, head_count=c.Hq, **common)
-    op = dev.compile(desc)
+    op = dev.compile(desc, allow_half_precision=half)
     names = list(op.input_fields)
     bound_in = []
     for n in names:
@@ -172,7 +173,10 @@ def run_case(dev, rng, c: Case, dt: DT):
     op.execute(bound_in, out_t)
     got = read_logical(assert_outside_unchanged(out_t[0], before[0]), out_t[0].offset, out_t[0].desc)
     got = got.reshape(want_out.shape).astype(np.float64)
-    err = bound(weight, mag, c.D, total, dt == DT.FLOAT16, want).transpose(0, 2, 1, 3).reshape(want_out.shape)
+    half_weights = op.plans[0].variant.startswith(("mhac16h", "mhac16xh"))
+    vmax = max(float(np.abs(np.asarray(x, np.float64)).max(initial=0.0)) for x in (v, pv) if x is not None)
+    err = bound(weight, mag, c.D, total, dt == DT.FLOAT16, want, half_weights, vmax)
+    err = err.transpose(0, 2, 1, 3).reshape(want_out.shape)
     nan = np.isnan(want_out)
     assert (np.isnan(got) == nan).all(), np.argwhere(np.isnan(got) != nan)[:4]
     bad = np.argwhere(~nan & ~(np.abs(got - want_out) <= err))
@@ -252,6 +256,21 @@ def test_attention(kdev, name, t):
     blocked = (kdev.policy.attention_kernel == "blocked" or (not coop and kdev.policy.attention_kernel.startswith("coopmat"))) \
         and max(c.D, c.Dv) <= 64
     assert ("_blocked" in op.plans[0].variant) == blocked, op.plans[0].variant
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if n.startswith("coop")] + ["plain", "causal-past"])
+def test_attention_half_precision(kdev, name):
+    """allow_half_precision: FLOAT16 on the tensor-core kernel takes its float16-weight variant,
+    within docs/attention.md's looser bound; every other kernel is the one compiled without the flag."""
+    c = CASES[name]
+    rng = np.random.default_rng(abs(hash((name, "half"))) % 2**32)
+    op, _ = run_case(kdev, rng, c, DT.FLOAT16, half=True)
+    plain, _ = run_case(kdev, rng, c, DT.FLOAT16)
+    v, want = op.plans[0].variant, plain.plans[0].variant
+    if want.startswith("mhac16"):
+        assert v == want.replace("mhac16x", "mhac16xh") if "mhac16x" in want else v == want.replace("mhac16", "mhac16h")
+    else:
+        assert v == want
 
 
 SPLIT_CASES = {

@@ -61,7 +61,7 @@ def graph(rng, *, head="MatMul", scale="Mul", mask=True, casts=1, rank=4, trans_
         nodes.append(helper.make_node(scale, [cur, c], ["scaled"]))
         cur = "scaled"
     if mask:
-        m = np.where(np.tril(np.ones((S, S), bool)), 0.0, np.finfo(np.float32).min).astype(dt)
+        m = np.where(np.tril(np.ones((S, S), bool)), 0.0, np.finfo(dt).min).astype(dt)
         nodes.append(helper.make_node("Add", [cur, const("mask", m[None, None] if rank == 4 else m[None])], ["masked"]))
         cur = "masked"
     nodes.append(helper.make_node("Softmax", [cur], ["p0"], axis=axis))
@@ -197,3 +197,26 @@ def test_the_transpose_after_the_attention_joins_it(rng, rank, monkeypatch):
     assert not any("ran unfused" in e for e in rep.last_run.events), rep.last_run.events
     assert [r.scope for r in p.rows if r.operator == "COPY"] == []
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("dt", "want"), [(np.float16, "mhac16xh"), (np.float32, "mha_f32")])
+def test_float16_chain_keeps_float16_weights(rng, monkeypatch, dt, want):
+    """On the tensor-core kernel (its emulation here) a float16 chain, whose Softmax rounds its
+    weights to float16, runs the float16-weight variant; a float32 chain another kernel."""
+    import dataclasses
+
+    import kompute_dml.functional as functional
+
+    model = graph(rng, dt=dt, cast_to=T.FLOAT16 if dt == np.float16 else T.FLOAT)
+    rep = Backend.prepare(model, "CPU")
+    monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, attention_kernel="coopmat-emulated",
+                                                                  attention_fused_min_rows=1))
+    monkeypatch.setattr(functional, "_compile_cache", {})
+    feeds = {"x": rng.standard_normal((B, S, H * D)).astype(dt)}
+    (got,) = rep.run(feeds)
+    variants = {op.plans[0].variant for op in functional._compile_cache.values()
+                if type(op.desc).__name__.startswith("MultiheadAttention")}
+    assert len(variants) == 1 and variants.pop().startswith(want), variants
+    (ref,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    tol = 2e-2 if dt == np.float16 else 1e-5
+    np.testing.assert_allclose(got.astype(np.float64), ref.astype(np.float64), rtol=tol, atol=tol)

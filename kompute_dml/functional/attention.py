@@ -61,7 +61,8 @@ def multihead_attention(query: Any, key: Any = None, value: Any = None, *, heads
                         past_key: Any = None, past_value: Any = None, past_sequence_lengths: Any = None,
                         scale: float | None = None, mask_filter_value: float = -10000.0, causal: bool = False,
                         split_heads: bool = False, present: bool | tuple[Tensor | None, Tensor | None] = False,
-                        out: Tensor | None = None, device: Device | None = None) -> Any:
+                        allow_half_precision: bool = False, out: Tensor | None = None,
+                        device: Device | None = None) -> Any:
     """Multi-head attention (DML_MULTIHEAD_ATTENTION; MULTIHEAD_ATTENTION1 where `kv_heads` differs
     from `heads` or `past_sequence_lengths` is given). `query` [batch, sequence, heads x head size]
     or stacked [batch, sequence, heads, 2 or 3, head size] (query and key, or query, key and value),
@@ -73,7 +74,9 @@ def multihead_attention(query: Any, key: Any = None, value: Any = None, *, heads
     other broadcasts to [batch, heads, sequence, keys]); `relative_position_bias` broadcasts to [batch,
     heads, sequence, keys]. `scale` defaults to 1 / sqrt(head size). Returns the output, or with
     `present` (output, present key, present value), each [batch, kv_heads, past + keys, head size]:
-    True for new tensors, or a pair of Tensors (either None: not written) to write them to."""
+    True for new tensors, or a pair of Tensors (either None: not written) to write them to.
+    `allow_half_precision` (DML_EXECUTION_FLAG_ALLOW_HALF_PRECISION_COMPUTATION): FLOAT16 on the
+    tensor cores keeps each softmax weight as one float16 (docs/attention.md's looser bound)."""
     kv_heads = heads if kv_heads is None else kv_heads
     names = ("query", "key", "value", "bias", "relative_position_bias", "past_key", "past_value")
     given = [(n, v) for n, v in zip(names, (query, key, value, bias, relative_position_bias, past_key, past_value))
@@ -139,7 +142,7 @@ def multihead_attention(query: Any, key: Any = None, value: Any = None, *, heads
     else:
         desc = MultiheadAttentionDesc(**fields, head_count=heads, **common)
         bound = list(inputs.values())
-    op = compile_cached(dev, desc)
+    op = compile_cached(dev, desc, bool(allow_half_precision))
     y = out if out is not None else pooled_empty(dev, o_desc)
     presents = list(given_presents) if given_presents is not None else \
         [pooled_empty(dev, d) if d is not None else None for d in p_desc]

@@ -16,7 +16,8 @@ constant scalar; shapes the operator does not take (batch dimensions that broadc
 does not broadcast to the scores) run the chain node by node (FallbackNeeded, which Fusion.run turns
 into Unfused). The float32 arithmetic differs from the unfused nodes' only in rounding (the scores
 are never rounded to the type, the scale is one product): within the families' tolerance
-(tests/test_model_families.py)."""
+(tests/test_model_families.py). A float16 chain's Softmax rounds its weights to float16: the operator
+keeps them so too (allow_half_precision: the tensor cores' float16-weight kernel, docs/attention.md)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import kompute_dml as kdml
 from ..ops.attention_layout import COOP_ROWS, blocked_takes, coop_takes
 from ..runtime.attention_policy import fused_max_flops
 from .graph import _attr, constant_float
+from .half_precision import half_weights
 from .handlers_nn import _opset
 from .handlers_values import as_device
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype
@@ -169,7 +171,8 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
         o = _split(out, (batch, heads, seq, dv), (heads * seq * dv, seq * dv, dv, 1))
     kdml.multihead_attention(_split(q.tensor, qs, qst), _split(kt.tensor, ks, kst, swap=not trans_b),
                              _split(v.tensor, vs, vst), heads=heads, relative_position_bias=mask, scale=scale,
-                             split_heads=True, out=o, device=ctx.device)
+                             split_heads=True, out=o, device=ctx.device,
+                             allow_half_precision=half_weights(ctx, dt == np.float16))
     return [DeviceValue(out, out_shape, dt)]
 
 

@@ -7,10 +7,11 @@ constant operands (weights, biases) are converted to float16 once, when they are
 enters (once per value: every product that reads it binds the same cast), the product runs on
 FLOAT16 GEMM / CONVOLUTION, which accumulate in float32 (the tensor cores' GEMM where the device
 has cooperative matrices: DevicePolicy.gemm_family_for), and its float16 result is cast back to
-float32 by CAST. Every other node computes in float32 as before. Float16 holds 11 significant
-bits and magnitudes up to 65504: each operand and the result are rounded to that (a larger one
-becomes infinite), so a product's relative error is about 2^-11 per operand instead of float32's
-2^-24 (docs/onnx.md, "Half precision", measures it on the model families).
+float32 by CAST. Every other node computes in float32 as before; a float16 attention keeps its
+softmax weights as float16 (half_weights). Float16 holds 11 significant bits and magnitudes up to
+65504: each operand and the result are rounded to that (a larger one becomes infinite), so a
+product's relative error is about 2^-11 per operand instead of float32's 2^-24 (docs/onnx.md,
+"Half precision", measures it on the model families).
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ if TYPE_CHECKING:
     from .context import NodeContext
 
 F16 = np.dtype(np.float16)
+
+
+def half_weights(ctx: NodeContext, graph_rounds: bool = False) -> bool:
+    """Whether a float16 attention may keep its softmax weights as float16 (MULTIHEAD_ATTENTION's
+    allow_half_precision: docs/attention.md): the flag is on, or the graph itself rounds them to
+    float16 (`graph_rounds`: a float16 Softmax before its MatMul, ONNX Attention's softmax_precision
+    of the inputs' type), so that the weights' one rounding is the graph's own."""
+    return graph_rounds or bool(getattr(ctx.prepared, "allow_half_precision", False))
 
 
 def use_half(ctx: NodeContext, dt: np.dtype) -> bool:

@@ -17,6 +17,7 @@ import onnx
 import kompute_dml as kdml
 
 from .graph import _attr
+from .half_precision import half_weights
 from .handlers_nn import _dev, _floats
 from .handlers_values import as_device
 from .rotary import rotate
@@ -167,7 +168,8 @@ def _h_attention(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: 
                              relative_position_bias=_bias_4d(ctx, node, ins, 5, stats), past_key=pk, past_value=pv,
                              scale=float(_attr(node, "scale", 1.0 / math.sqrt(head))),
                              mask_filter_value=float(_attr(node, "mask_filter_value", -10000.0)),
-                             causal=bool(_attr(node, "unidirectional", 0)), present=presents, out=out, device=ctx.device)
+                             causal=bool(_attr(node, "unidirectional", 0)), present=presents, out=out,
+                             allow_half_precision=half_weights(ctx), device=ctx.device)
     outs: list[Any] = [DeviceValue(out, (batch, seq, widths[2]), dt)]
     if present is not None:
         outs.append(DeviceValue(present, (2, batch, heads, total, widths[2] // heads), dt))
@@ -216,7 +218,7 @@ def _h_mha(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
                              mask_filter_value=float(_attr(node, "mask_filter_value", -10000.0)),
                              causal=bool(_attr(node, "unidirectional", 0)),
                              present=_presents(presents),
-                             out=out, device=ctx.device)
+                             out=out, allow_half_precision=half_weights(ctx), device=ctx.device)
     return outs
 
 
@@ -269,7 +271,7 @@ def _h_gqa(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
     kdml.multihead_attention(q, k, v, heads=heads, kv_heads=kv_heads, past_key=pk, past_value=pv,
                              past_sequence_lengths=psl, scale=scale, causal=True,
                              present=_presents(presents),
-                             out=out, device=ctx.device)
+                             out=out, allow_half_precision=half_weights(ctx), device=ctx.device)
     return outs
 
 

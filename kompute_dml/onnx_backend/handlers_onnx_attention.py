@@ -34,6 +34,7 @@ import onnx
 import kompute_dml as kdml
 
 from .graph import _attr
+from .half_precision import half_weights
 from .handlers_attention import _past, need
 from .handlers_attention import view as _view
 from .handlers_nn import _dev, _floats
@@ -163,6 +164,11 @@ def _masks(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
     return (m, None, cond, False) if boolean else (None, m, cond, False)
 
 
+def _softmax_in_type(node: onnx.NodeProto) -> bool:
+    """ONNX's softmax_precision: absent, the inputs' own type (so float16 inputs' weights are float16)."""
+    return _attr(node, "softmax_precision") in (None, onnx.TensorProto.FLOAT16)
+
+
 def _h_attention(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     """ai.onnx Attention (the module's docstring); Y and, where named, present_key / present_value."""
     dt = _floats(node, [v for i, v in enumerate(ins[:6]) if v is not None and i != 3 and 0 not in _value_shape(v)])
@@ -207,7 +213,8 @@ def _h_attention(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: 
                              scale=1.0 / math.sqrt(dqk) if scale is None else float(scale),
                              mask_filter_value=-math.inf, causal=causal, split_heads=four,
                              present=(presents[0], presents[1]) if any(p is not None for p in presents) else False,
-                             out=_bshd(raw) if four else raw, device=ctx.device)
+                             out=_bshd(raw) if four else raw, device=ctx.device,
+                             allow_half_precision=half_weights(ctx, _softmax_in_type(node)))
     if cond is not None:  # rows that attend no key: zeros
         cb, ch, cs, _ = cond.desc.sizes
         cst = cond.desc.effective_strides

@@ -238,7 +238,10 @@ _OFFSETS = ("q_off", "k_off", "v_off", "bias_off", "mask_off", "rb_off", "pk_off
 _WORDS = ("mask_tensor", "past_sequence_lengths_tensor")  # offsets in 4-byte words
 
 
-def compile_attention(device: Device, desc: Any) -> CompiledOperator:
+def compile_attention(device: Device, desc: Any, *, allow_half_precision: bool = False) -> CompiledOperator:
+    """`allow_half_precision` (DML_EXECUTION_FLAG_ALLOW_HALF_PRECISION_COMPUTATION): FLOAT16 on the
+    tensor-core kernel keeps each softmax weight as one float16 and takes the device's exp (the
+    looser bound of docs/attention.md); the other kernels are unchanged by it."""
     support = SUPPORT[type(desc)]
     p, kind, causal, scale, filt = validate(device, desc)
     names = support.inputs + support.outputs
@@ -250,7 +253,7 @@ def compile_attention(device: Device, desc: Any) -> CompiledOperator:
                                 if f in entry})
     t = "f32" if size == 4 else "f16"
     kernel = device.policy.attention_kernel
-    coop = coop_choice(device, desc, p, kernel, size)
+    coop = coop_choice(device, desc, p, kernel, size, allow_half_precision)
     blocked = blocked_for(device, p, kernel) if coop is None else None
     tile = tile_for(p) if kernel != "rows" and coop is None and blocked is None else None
     maxg = device.limits["max_compute_work_group_count"][0]
@@ -379,6 +382,7 @@ def _spec(desc: type, support: OperatorSupport) -> OperatorSpec:
                         (C.MHA_TILED, *C.MHA_BLOCKED.values(), C.MHA_ROWS, C.MHA_PRESENT, C.MHA_SPLIT, C.MHA_COMBINE,
                          C.MHA_COOP),
                         helpers=("multihead_attention",), onnx=onnx, ahead=plans_ahead, example=lambda: _example(mha1),
+                        flags=("allow_half_precision",),
                         field_example=field_example, tied_fields=TIED_FIELDS)
 
 

