@@ -1,5 +1,6 @@
 """The tensor-core attention kernel's ablations (benchmarks/overlay_attention.py) timed beside it:
-what each part of `mhac16_d64k32` costs at a few FLOAT16 shapes (their results are wrong by design);
+what each part of `mhac16_d64k32` costs at a few FLOAT16 shapes (their results are wrong by design),
+the default choice beside it (key tiles of 16), allow_half_precision's variant and the overlay's tile experiments;
 with --kernel blocked, the blocked kernel `mha_f32_blocked64`'s at FLOAT32.
 
     python -m benchmarks.attention_ablation [--kernel coopmat|blocked] [--rounds 3] [--n 10] [--also DIR=VARIANT ...]
@@ -20,10 +21,12 @@ import numpy as np
 
 import kompute_dml as kdml
 from kompute_dml.bench.timing import slopes
+from kompute_dml.ops.contract.attention import mha_coop_smem
 
 from . import overlay_attention as ov
 
-SHAPES = {"Whisper 8x1500 h4": (8, 4, 1500), "BERT-base 8x128 h12": (8, 12, 128), "long 1x4096 h16": (1, 16, 4096)}
+SHAPES = {"Whisper 8x1500 h4": (8, 4, 1500), "BERT-base 8x128 h12": (8, 12, 128), "long 1x4096 h16": (1, 16, 4096),
+          "ViT-B 32x197 h12": (32, 12, 197)}
 
 
 def problem(dev: kdml.Device, rng: np.random.Generator, b: int, h: int, s: int, npd: Any,
@@ -75,6 +78,11 @@ def main() -> None:
             raise SystemExit(f"--kernel blocked: this device takes {base.plans[0].variant}, the ablations are of "
                              "mha_f32_blocked64 (48 KiB of shared memory, 256 invocations per work group)")
         ops = {"kernel": base}
+        if not blocked and base.plans[0].variant != ov.ABLATED:  # the ablations' kernel, and the default beside it
+            ops["default"] = base
+            base = dev.compile(desc)
+            base.plans[0] = dataclasses.replace(base.plans[0], variant=ov.ABLATED)
+            ops["kernel"] = base
         for n in ablations:
             op = dev.compile(desc)
             op.plans[0] = dataclasses.replace(op.plans[0], variant=family.name(part=n))
@@ -85,8 +93,8 @@ def main() -> None:
             ops[f"also {variant}"] = op
         if not blocked:  # allow_half_precision's float16-weight variant, and its experiments (overlay)
             ops["half"] = dev.compile(desc, allow_half_precision=True)
-            for n in ov.HALF_EXPERIMENTS:
-                op = dev.compile(desc, allow_half_precision=True)
+            for n, (_bk, _os, halfp) in ov.HALF_EXPERIMENTS.items():
+                op = dev.compile(desc, allow_half_precision=bool(halfp))
                 op.plans[0] = dataclasses.replace(op.plans[0], variant=ov.MHA_HALF_EXPERIMENT.name(part=n))
                 ops[f"h{n}"] = op
         runs = recorded(dev, ops, x, out)
@@ -105,16 +113,22 @@ def main() -> None:
         for variant in also:
             t = med[f"also {variant}"]
             print(f"  also {variant}: {t * 1e6:9.1f} us  x{med['kernel'] / t:.2f}")
+        if "default" in ops:
+            t = med["default"]
+            print(f"  default ({ops['default'].plans[0].variant}): {t * 1e6:9.1f} us  x{med['kernel'] / t:.2f}"
+                  + ("  [the kernel's bits]" if same["default"] else ""))
         if not blocked:
             half = med["half"]
             err = np.abs(outputs["half"].view(np.float16).astype(np.float64)
                          - outputs["kernel"].view(np.float16).astype(np.float64)).max()
             print(f"  half ({ops['half'].plans[0].variant}): {half * 1e6:9.1f} us  x{med['kernel'] / half:.2f}"
                   f"  (allow_half_precision; largest |difference| from the kernel {err:.2e})")
-            for n, bk in ov.HALF_EXPERIMENTS.items():
-                t = med[f"h{n}"]
-                print(f"    h{n}: {t * 1e6:9.1f} us  x{half / t:.2f} over half  (key tiles of {bk})"
-                      + ("  [half's bits]" if (outputs[f"h{n}"] == outputs["half"]).all() else ""))
+            for n, (bk, ostage, halfp) in ov.HALF_EXPERIMENTS.items():
+                t, ref = med[f"h{n}"], "half" if halfp else "kernel"
+                smem = mha_coop_smem((bk, 64, ostage), bool(halfp))
+                print(f"    h{n}: {t * 1e6:9.1f} us  x{med[ref] / t:.2f} over {ref}  (key tiles of {bk}, {ostage} output "
+                      f"fragments staged, {'float16' if halfp else 'float32'} weights: {smem} bytes of shared memory)"
+                      + (f"  [{ref}'s bits]" if (outputs[f"h{n}"] == outputs[ref]).all() else ""))
     dev.close()
 
 

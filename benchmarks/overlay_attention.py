@@ -29,17 +29,21 @@ BITS = {2: "no low parts of the weights", 4: "the device's exp", 16: "no key / v
         128: "every tile checked (no plain tiles)", 256: "no rescaling of the accumulators",
         512: "float16 conversions by the general h2f / f2h (the same bits)"}
 ABLATIONS = {1: 2, 2: 4, 3: 64, 4: 16, 5: 32, 6: 2 | 4, 7: 128, 8: 256, 9: 512}
+ABLATED = "mhac16_d64k32"  # the kernel they leave parts out of (the default takes key tiles of 16 since 8770cc2's successor)
 
 MHA_ABLATION = contract.family(
     "mha_ablation", "attention.comp", "mhac16a{part}_d64k32", contract.MHA_PUSH, None, part=tuple(ABLATIONS),
     target=contract.COOP_TARGET,
     defines=lambda part: {"BITS": 16, "KERNEL": 4, "MMA": 0, "BK": 32, "DMAX": 64, "ABL": ABLATIONS[int(part)]})
-# the float16-weight variant (allow_half_precision, HALFP) at 64-key tiles: timed beside mhac16h_d64k32
-HALF_EXPERIMENTS = {1: 64}  # BK
+# the tensor-core kernel at other shared-memory sizes (key tiles BK, output fragments staged at once
+# OSTAGE), with float16 weights (HALFP 1, timed beside mhac16h_d64k32) or float32 ones (beside the kernel)
+HALF_EXPERIMENTS = {1: (16, 2, 1), 2: (32, 2, 1), 3: (16, 2, 0), 4: (32, 2, 0), 5: (16, 4, 1),
+                    6: (16, 4, 0)}  # BK, OSTAGE, HALFP
 MHA_HALF_EXPERIMENT = contract.family(
     "mha_half_experiment", "attention.comp", "mhac16he{part}_d64", contract.MHA_PUSH, None, part=tuple(HALF_EXPERIMENTS),
     target=contract.COOP_TARGET,
-    defines=lambda part: {"BITS": 16, "KERNEL": 4, "MMA": 0, "HALFP": 1, "BK": HALF_EXPERIMENTS[int(part)], "DMAX": 64})
+    defines=lambda part: {"BITS": 16, "KERNEL": 4, "MMA": 0, "BK": HALF_EXPERIMENTS[int(part)][0], "DMAX": 64,
+                          "OSTAGE": HALF_EXPERIMENTS[int(part)][1], "HALFP": HALF_EXPERIMENTS[int(part)][2]})
 # the blocked kernel's ABL bits
 BLOCKED_BITS = {1: "the device's exp", 4: "no score products", 8: "no P V products",
                 16: "the scaled products alone in every tile (no per-score checks)"}

@@ -466,10 +466,13 @@ const uint FD = uint(DMAX) / 16u, FK = uint(BK) / 16u;
 const uint KRS = uint(DMAX) / 8u + 1u;            // a query / key / value row: uvec4
 const uint SRS = uint(BK) / 4u + 1u;              // a score row (float32)
 const uint PRS = uint(BK) / 8u + 1u;              // a weight row (float16)
-const uint OF = FD < 4u ? FD : 4u;                // output fragments staged at once
+#ifndef OSTAGE
+#define OSTAGE 4
+#endif
+const uint OF = FD < uint(OSTAGE) ? FD : uint(OSTAGE);  // output fragments staged at once
 const uint ORS = 4u * OF + 1u;                    // an output staging row (float32)
 const uint KT = uint(BK) * KRS;                   // a key (value) tile
-const uint SA0 = 16u * SRS, SA1 = 32u * PRS;
+const uint SA0 = 16u * SRS, SA1 = (HALFP != 0 ? 16u : 32u) * PRS;  // scores; weights (and their low parts)
 const uint SGA = SA0 > SA1 ? SA0 : SA1;           // a subgroup's area
 const uint SM0 = 2u * KT + R4 * SGA, SM1 = R4 * 16u * ORS, SM2 = BQ4 * KRS;
 const uint SM01 = SM0 > SM1 ? SM0 : SM1;

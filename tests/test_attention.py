@@ -258,17 +258,23 @@ def test_attention(kdev, name, t):
     assert ("_blocked" in op.plans[0].variant) == blocked, op.plans[0].variant
 
 
+@pytest.mark.parametrize("k16", [False, True], ids=["grid-tiles", "k16"])
 @pytest.mark.parametrize("name", [n for n in CASES if n.startswith("coop")] + ["plain", "causal-past"])
-def test_attention_half_precision(kdev, name):
+def test_attention_half_precision(kdev, monkeypatch, name, k16):
     """allow_half_precision: FLOAT16 on the tensor-core kernel takes its float16-weight variant,
-    within docs/attention.md's looser bound; every other kernel is the one compiled without the flag."""
+    within docs/attention.md's looser bound (`k16`: its key tiles of 16 at any grid); every other
+    kernel is the one compiled without the flag."""
+    if k16:
+        from kompute_dml.runtime import attention_policy
+
+        monkeypatch.setattr(attention_policy, "ATTENTION_COOP_HALF_K16_MIN_GROUPS", 0)
     c = CASES[name]
     rng = np.random.default_rng(abs(hash((name, "half"))) % 2**32)
     op, _ = run_case(kdev, rng, c, DT.FLOAT16, half=True)
     plain, _ = run_case(kdev, rng, c, DT.FLOAT16)
     v, want = op.plans[0].variant, plain.plans[0].variant
-    if want.startswith("mhac16"):
-        assert v == want.replace("mhac16x", "mhac16xh") if "mhac16x" in want else v == want.replace("mhac16", "mhac16h")
+    if want.startswith("mhac16"):  # (its key tiles by the grid: test_coop_half_tiles_by_grid)
+        assert v.startswith("mhac16xh_" if want.startswith("mhac16x_") else "mhac16h_"), (v, want)
     else:
         assert v == want
 
@@ -349,7 +355,7 @@ def test_coop_variants(dev, monkeypatch, emulated):
     kernel = "coopmat-emulated" if emulated else "coopmat"
     monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel=kernel))
     x = "x" if emulated else ""
-    cases = ((DT.FLOAT16, 5, 64, False, f"mhac16{x}_d64k32"), (DT.FLOAT16, 5, 65, False, f"mhac16{x}_d128k32"),
+    cases = ((DT.FLOAT16, 5, 64, False, f"mhac16{x}_d64k16"), (DT.FLOAT16, 5, 65, False, f"mhac16{x}_d128k32"),
              (DT.FLOAT16, 5, 129, False, "mha_f16_d256"), (DT.FLOAT16, 4, 64, False, "mha_f16_q4d64"),
              (DT.FLOAT16, 5, 64, True, "mha_f16_d64"), (DT.FLOAT32, 5, 64, False, "mha_f32_d64"))
     for dt, s, d, bias, want in cases:
@@ -361,6 +367,22 @@ def test_coop_variants(dev, monkeypatch, emulated):
                 dev.compile(desc)
             continue
         assert dev.compile(desc).plans[0].variant == want
+
+
+def test_coop_half_tiles_by_grid(dev, monkeypatch):
+    """allow_half_precision's variant takes key tiles of 32 below ATTENTION_COOP_HALF_K16_MIN_GROUPS work
+    groups (batch x heads x blocks of 64 rows), of 16 from there; the float32-weight kernel 16 at any grid;
+    head sizes past 64 the d128 tiles."""
+    from kompute_dml.runtime import attention_policy
+
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel="coopmat-emulated"))
+    monkeypatch.setattr(attention_policy, "ATTENTION_COOP_HALF_K16_MIN_GROUPS", 6)
+    for batch, heads, d, half, want in ((1, 2, 64, True, "mhac16xh_d64k32"), (2, 3, 64, True, "mhac16xh_d64k16"),
+                                        (1, 2, 64, False, "mhac16x_d64k16"), (2, 3, 100, True, "mhac16xh_d128k32")):
+        q = TD(DT.FLOAT16, (batch, 70, heads * d))  # 2 blocks of 64 rows per head
+        desc = kdml.MultiheadAttentionDesc(q, q, q, None, None, None, None, None, None, None, None, q, None, None,
+                                           1.0, -1e4, heads)
+        assert dev.compile(desc, allow_half_precision=half).plans[0].variant == want
 
 
 def _plain(dt=DT.FLOAT32, **kw):

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.errors import UnsupportedError, invalid
 from ..core.ints import cdiv
 from ..core.tensor_desc import TensorDesc
-from ..runtime import DispatchPlan
+from ..runtime import DispatchPlan, attention_policy
 from .contract import attention as C
 from .gemm_coop import BLOCK_SUBGROUPS, require_capabilities, subgroup_size
 
@@ -308,7 +308,7 @@ def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[Di
 
 
 COOP_ROWS = 16 * C.MHA_COOP_SUBGROUPS  # the tensor-core kernel's query rows per work group
-_COOP_WIDTH = max(dmax for _bk, dmax in C.MHA_COOP_TILES.values())
+_COOP_WIDTH = max(dmax for _bk, dmax, _os in C.MHA_COOP_TILES.values())
 
 
 def coop_takes(kernel: str, float16: bool, width: int, seq: int, bias: bool) -> bool:
@@ -362,7 +362,12 @@ def coop_choice(device: Device, desc: Any, p: Problem, kernel: str, size: int,
     if sg not in BLOCK_SUBGROUPS or wg > int(device.limits.get("max_compute_work_group_invocations", 128)):
         return None
     smem = int(device.limits.get("max_compute_shared_memory_size", 16384))
-    tiles = [name for name, (_bk, dmax) in C.MHA_COOP_TILES.items() if width <= dmax and C.mha_coop_smem(name) <= smem]
+    tiles = [name for name, (_bk, dmax, _os) in C.MHA_COOP_TILES.items()
+             if width <= dmax and C.mha_coop_smem(name, half) <= smem]
     if not tiles:
         return None
+    groups = p.batch * p.heads * cdiv(p.seq, COOP_ROWS)
+    if half and groups < attention_policy.ATTENTION_COOP_HALF_K16_MIN_GROUPS and len(tiles) > 1 \
+            and C.MHA_COOP_TILES[tiles[1]][1] == C.MHA_COOP_TILES[tiles[0]][1]:
+        tiles = tiles[1:]  # key tiles of 32 for few work groups (runtime/attention_policy.py)
     return C.MHA_COOP.name(emulated="" if kernel == "coopmat" else "x", half="h" if half else "", tile=tiles[0]), (wg, sg)

