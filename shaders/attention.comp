@@ -495,6 +495,25 @@ layout(std430, binding = 7) readonly buffer PVBuf4 { uvec4 pv_buf4[]; };
 #define LANE_LOOP
 #endif
 
+#if BITS == 32
+// FLOAT32 (allow_half_precision: HALFP): n (<= 8) elements of a row from element e0, stride ds,
+// converted to float16 by the device (packHalf2x16) as one uvec4 (zeros past n): two 16-byte loads
+// where the 8 lie aligned and contiguous
+#define DEFINE_ROW8(NAME, BUF, BUF4)                                                               \
+    uvec4 NAME(uint e0, uint ds, uint n) {                                                         \
+        vec4 a = vec4(0.0), c = vec4(0.0);                                                         \
+        if (ds == 1u && n == 8u && (e0 & 3u) == 0u) {                                              \
+            a = uintBitsToFloat(BUF4[e0 >> 2]);                                                    \
+            c = uintBitsToFloat(BUF4[(e0 >> 2) + 1u]);                                             \
+        } else {                                                                                   \
+            [[unroll]] for (uint t = 0u; t < 4u; ++t) {                                            \
+                a[t] = t < n ? uintBitsToFloat(BUF[e0 + t * ds]) : 0.0;                            \
+                c[t] = t + 4u < n ? uintBitsToFloat(BUF[e0 + (t + 4u) * ds]) : 0.0;                \
+            }                                                                                      \
+        }                                                                                          \
+        return uvec4(packHalf2x16(a.xy), packHalf2x16(a.zw), packHalf2x16(c.xy), packHalf2x16(c.zw)); \
+    }
+#else
 // n (<= 8) float16 bits of a row from element e0, stride ds, as one uvec4 (zeros past n): a
 // 16-byte load where the 8 lie aligned and contiguous
 #define DEFINE_ROW8(NAME, BUF, BUF4)                                                               \
@@ -513,6 +532,7 @@ layout(std430, binding = 7) readonly buffer PVBuf4 { uvec4 pv_buf4[]; };
         }                                                                                          \
         return uvec4(hh[0] | (hh[1] << 16), hh[2] | (hh[3] << 16), hh[4] | (hh[5] << 16), hh[6] | (hh[7] << 16)); \
     }
+#endif
 DEFINE_ROW8(row8_q, q_buf, q_buf4)
 DEFINE_ROW8(row8_k, k_buf, k_buf4)
 DEFINE_ROW8(row8_v, v_buf, v_buf4)

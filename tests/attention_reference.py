@@ -87,16 +87,20 @@ def mha_ref(q, k, v, *, past_k=None, past_v=None, psl=None, bias=None, scale=1.0
 
 
 def bound(weight: np.ndarray, mag: np.ndarray, d: int, keys: int, half: bool, ref: np.ndarray,
-          half_weights: bool = False, vmax: float = 0.0) -> np.ndarray:
+          half_weights: bool = False, vmax: float = 0.0, half_inputs: bool = False) -> np.ndarray:
     """The per-element bound of docs/attention.md: each score off by at most
     (D + 4) u mag, a softmax weight by twice that relatively, the value sum by its (keys + 16) u;
     FLOAT16 adds its rounding of the result. `half_weights` (allow_half_precision's tensor-core
     kernel): each weight converted to float16 after the device's exp, 2^-9 of W and 2^-24 of `vmax`
-    (the largest |value|) per key. A slack factor 4 over the derivation."""
+    (the largest |value|) per key; `half_inputs` (FLOAT32 on it): query, key and value converted to
+    float16 (each off by 2^-10 of itself), a score by 2^-9 mag more, a weight by twice that
+    relatively, the value sum by 2^-10 W. A slack factor 4 over the derivation."""
     delta = (d + 4) * U32 * mag
     err = weight * (2 * delta + (keys + 16) * U32)
     if half_weights:
         err = err + weight * 2.0 ** -9 + keys * 2.0 ** -24 * vmax
+    if half_inputs:
+        err = err + weight * (2.0 ** -8 * mag + 2.0 ** -10)
     err = np.broadcast_to(err[..., None] * 4 + 1e-30, ref.shape)
     if half:
         err = err + np.abs(ref) * 2.0 ** -11 + 2.0 ** -24

@@ -199,16 +199,18 @@ def test_the_transpose_after_the_attention_joins_it(rng, rank, monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize(("dt", "want"), [(np.float16, "mhac16xh"), (np.float32, "mha_f32")])
-def test_float16_chain_keeps_float16_weights(rng, monkeypatch, dt, want):
+@pytest.mark.parametrize(("dt", "half", "want"), [(np.float16, False, "mhac16xh"), (np.float32, False, "mha_f32"),
+                                                  (np.float32, True, "mhac32xh")])
+def test_float16_chain_keeps_float16_weights(rng, monkeypatch, dt, half, want):
     """On the tensor-core kernel (its emulation here) a float16 chain, whose Softmax rounds its
-    weights to float16, runs the float16-weight variant; a float32 chain another kernel."""
+    weights to float16, runs the float16-weight variant; a float32 chain another kernel, or under
+    allow_half_precision the tensor-core kernel's float32 variant (float16 as it loads)."""
     import dataclasses
 
     import kompute_dml.functional as functional
 
     model = graph(rng, dt=dt, cast_to=T.FLOAT16 if dt == np.float16 else T.FLOAT)
-    rep = Backend.prepare(model, "CPU")
+    rep = Backend.prepare(model, "CPU", allow_half_precision=half)
     monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, attention_kernel="coopmat-emulated",
                                                                   attention_fused_min_rows=1))
     monkeypatch.setattr(functional, "_compile_cache", {})
@@ -218,5 +220,5 @@ def test_float16_chain_keeps_float16_weights(rng, monkeypatch, dt, want):
                 if type(op.desc).__name__.startswith("MultiheadAttention")}
     assert len(variants) == 1 and variants.pop().startswith(want), variants
     (ref,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    tol = 2e-2 if dt == np.float16 else 1e-5
+    tol = 2e-2 if dt == np.float16 or half else 1e-5
     np.testing.assert_allclose(got.astype(np.float64), ref.astype(np.float64), rtol=tol, atol=tol)

@@ -125,7 +125,8 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
     flops = 4 * batch * heads * seq * keys * qs[3]
     policy = ctx.device.policy  # the device's measured crossovers (runtime/policy.py)
     width = max(qs[3], vs[3])
-    coop = coop_takes(policy.attention_kernel, dt == np.float16, width, seq, False)
+    half = half_weights(ctx, dt == np.float16)
+    coop = coop_takes(policy.attention_kernel, dt == np.float16 or half, width, seq, False)
     blocked = blocked_takes(policy.attention_kernel, width, seq, policy.attention_blocked_min_rows)
     if flops > fused_max_flops(policy, coop, batch * heads * -(-seq // COOP_ROWS), blocked):
         raise FallbackNeeded(f"{flops:.3g} flops: the unfused chain is faster there (DevicePolicy.attention_fused_max_flops)")
@@ -172,7 +173,7 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
     kdml.multihead_attention(_split(q.tensor, qs, qst), _split(kt.tensor, ks, kst, swap=not trans_b),
                              _split(v.tensor, vs, vst), heads=heads, relative_position_bias=mask, scale=scale,
                              split_heads=True, out=o, device=ctx.device,
-                             allow_half_precision=half_weights(ctx, dt == np.float16))
+                             allow_half_precision=half)
     return [DeviceValue(out, out_shape, dt)]
 
 

@@ -7,8 +7,9 @@ constant operands (weights, biases) are converted to float16 once, when they are
 enters (once per value: every product that reads it binds the same cast), the product runs on
 FLOAT16 GEMM / CONVOLUTION, which accumulate in float32 (the tensor cores' GEMM where the device
 has cooperative matrices: DevicePolicy.gemm_family_for), and its float16 result is cast back to
-float32 by CAST. Every other node computes in float32 as before; a float16 attention keeps its
-softmax weights as float16 (half_weights). Float16 holds 11 significant bits and magnitudes up to
+float32 by CAST. Every other node computes in float32 as before, but for attention on GPUs with
+cooperative matrices (half_weights: the tensor-core kernel's float16 weights and, for float32,
+its float16 loads). Float16 holds 11 significant bits and magnitudes up to
 65504: each operand and the result are rounded to that (a larger one becomes infinite), so a
 product's relative error is about 2^-11 per operand instead of float32's 2^-24 (docs/onnx.md,
 "Half precision", measures it on the model families).

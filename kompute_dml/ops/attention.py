@@ -239,9 +239,10 @@ _WORDS = ("mask_tensor", "past_sequence_lengths_tensor")  # offsets in 4-byte wo
 
 
 def compile_attention(device: Device, desc: Any, *, allow_half_precision: bool = False) -> CompiledOperator:
-    """`allow_half_precision` (DML_EXECUTION_FLAG_ALLOW_HALF_PRECISION_COMPUTATION): FLOAT16 on the
-    tensor-core kernel keeps each softmax weight as one float16 and takes the device's exp (the
-    looser bound of docs/attention.md); the other kernels are unchanged by it."""
+    """`allow_half_precision` (DML_EXECUTION_FLAG_ALLOW_HALF_PRECISION_COMPUTATION): the tensor-core
+    kernel keeps each softmax weight as one float16 and takes the device's exp, and takes FLOAT32
+    too, its query, key and value converted to float16 as they load (the looser bounds of
+    docs/attention.md); the other kernels are unchanged by it."""
     support = SUPPORT[type(desc)]
     p, kind, causal, scale, filt = validate(device, desc)
     names = support.inputs + support.outputs
@@ -380,7 +381,7 @@ def _spec(desc: type, support: OperatorSupport) -> OperatorSpec:
          OnnxOp("Attention", "", "multihead_attention", check=attention_rule))
     return OperatorSpec(desc, support, compile_attention,
                         (C.MHA_TILED, *C.MHA_BLOCKED.values(), C.MHA_ROWS, C.MHA_PRESENT, C.MHA_SPLIT, C.MHA_COMBINE,
-                         C.MHA_COOP),
+                         C.MHA_COOP, C.MHA_COOP32),
                         helpers=("multihead_attention",), onnx=onnx, ahead=plans_ahead, example=lambda: _example(mha1),
                         flags=("allow_half_precision",),
                         field_example=field_example, tied_fields=TIED_FIELDS)

@@ -313,7 +313,8 @@ _COOP_WIDTH = max(dmax for _bk, dmax, _os in C.MHA_COOP_TILES.values())
 
 def coop_takes(kernel: str, float16: bool, width: int, seq: int, bias: bool) -> bool:
     """Whether the tensor-core kernel takes a problem: the policy's kernel "coopmat" / "coopmat-emulated",
-    FLOAT16, no bias (the sums of bias would not be float16), head sizes (`width`, the larger) up to its
+    FLOAT16 (or FLOAT32 under allow_half_precision: `float16` says either), no bias (the sums of bias
+    would not be float16), head sizes (`width`, the larger) up to its
     tiles' bound, more query rows than a decoding step's (those take the tiled kernel's blocks of 4
     rows and key splits). onnx_backend/fusion_attention.py asks it too (the fusion's size limit)."""
     return kernel in ("coopmat", "coopmat-emulated") and float16 and not bias and width <= _COOP_WIDTH and \
@@ -354,7 +355,7 @@ def coop_choice(device: Device, desc: Any, p: Problem, kernel: str, size: int,
     where it takes the problem (coop_takes): the largest key tile whose shared memory the device has;
     `half` (allow_half_precision): its variant with one float16 per weight. None: the tiled kernel."""
     width = max(p.dqk, p.dv)
-    if not coop_takes(kernel, size == 2, width, p.seq, desc.bias_tensor is not None):
+    if not coop_takes(kernel, size == 2 or half, width, p.seq, desc.bias_tensor is not None):
         return None
     require_capabilities(device, kernel, "MULTIHEAD_ATTENTION")
     sg = subgroup_size(device)
@@ -370,4 +371,7 @@ def coop_choice(device: Device, desc: Any, p: Problem, kernel: str, size: int,
     if half and groups < attention_policy.ATTENTION_COOP_HALF_K16_MIN_GROUPS and len(tiles) > 1 \
             and C.MHA_COOP_TILES[tiles[1]][1] == C.MHA_COOP_TILES[tiles[0]][1]:
         tiles = tiles[1:]  # key tiles of 32 for few work groups (runtime/attention_policy.py)
-    return C.MHA_COOP.name(emulated="" if kernel == "coopmat" else "x", half="h" if half else "", tile=tiles[0]), (wg, sg)
+    emulated = "" if kernel == "coopmat" else "x"
+    if size == 4:  # FLOAT32 (allow_half_precision): converted to float16 as it loads
+        return C.MHA_COOP32.name(emulated=emulated, tile=tiles[0]), (wg, sg)
+    return C.MHA_COOP.name(emulated=emulated, half="h" if half else "", tile=tiles[0]), (wg, sg)

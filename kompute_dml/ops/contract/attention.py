@@ -95,6 +95,16 @@ MHA_COOP = family("mha_coop", "attention.comp", "mhac16{emulated}{half}_{tile}",
                   target=lambda emulated, half, tile: None if emulated else COOP_TARGET)
 
 
+# FLOAT32 under allow_half_precision: the same kernel with query, key and value converted to float16 as
+# they load (BITS 32: the output and the relative position bias stay float32), float16 weights
+MHA_COOP32 = family("mha_coop32", "attention.comp", "mhac32{emulated}h_{tile}", MHA_PUSH, None, emulated=("", "x"),
+                    tile=tuple(MHA_COOP_TILES),
+                    defines=lambda emulated, tile: {"BITS": 32, "KERNEL": 4, "MMA": int(emulated == "x"), "HALFP": 1,
+                                                    "BK": MHA_COOP_TILES[tile][0], "DMAX": MHA_COOP_TILES[tile][1],
+                                                    "OSTAGE": MHA_COOP_TILES[tile][2]},
+                    target=lambda emulated, tile: None if emulated else COOP_TARGET)
+
+
 def mha_coop_smem(tile: str | tuple[int, int, int], half: bool = False) -> int:
     """Bytes of shared memory the tile's variant declares (attention.comp's KERNEL 4 arithmetic;
     `half`: the float16-weight variant, one weight row per query row; a tile by name or as
