@@ -487,17 +487,18 @@ def test_onnx_node_cases():
     assert sum(n.startswith("test_rotary") for n in on_device) == 8
 
 
-@pytest.mark.parametrize(("precision", "want"), [(None, "mhac16xh"), (TensorProto.FLOAT16, "mhac16xh"),
-                                                 (TensorProto.FLOAT, "mhac16x_")])
-def test_float16_weights_follow_softmax_precision(rng, monkeypatch, precision, want):
+@pytest.mark.parametrize(("dt", "precision", "want"), [(F16, None, "mhac16xh"), (F16, TensorProto.FLOAT16, "mhac16xh"),
+                                                       (F16, TensorProto.FLOAT, "mhac16x_"), (F32, None, "mha_f32")])
+def test_float16_weights_follow_softmax_precision(rng, monkeypatch, dt, precision, want):
     """Float16 inputs on the tensor-core kernel (its emulation here): softmax_precision absent or
     FLOAT16 (the weights in the inputs' type) takes the float16-weight variant, FLOAT the float32 one;
-    both within the float16 tolerance of the float64 reference."""
+    float32 inputs another kernel (their weights are float32); within the type's tolerance of the
+    float64 reference."""
     import dataclasses
 
     import kompute_dml.functional as functional
 
-    ins, attrs, outs = _inputs(rng, F16, (4, 2, 2, 2, 9, 12, 0, 16, 16, False, None, None, None))
+    ins, attrs, outs = _inputs(rng, dt, (4, 2, 2, 2, 9, 12, 0, 16, 16, False, None, None, None))
     if precision is not None:
         attrs["softmax_precision"] = precision
     model, feeds = _model("Attention", ins, outs, attrs, opset=23)
@@ -508,4 +509,4 @@ def test_float16_weights_follow_softmax_precision(rng, monkeypatch, precision, w
     variants = {op.plans[0].variant for op in functional._compile_cache.values()
                 if type(op.desc).__name__.startswith("MultiheadAttention")}
     assert len(variants) == 1 and variants.pop().startswith(want)
-    np.testing.assert_allclose(got.astype(np.float64), np.asarray(_ref(ins, attrs)[0], np.float64), **TOL[F16])
+    np.testing.assert_allclose(got.astype(np.float64), np.asarray(_ref(ins, attrs)[0], np.float64), **TOL[dt])

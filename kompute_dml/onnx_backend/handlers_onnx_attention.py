@@ -165,7 +165,8 @@ def _masks(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
 
 
 def _softmax_in_type(node: onnx.NodeProto) -> bool:
-    """ONNX's softmax_precision: absent, the inputs' own type (so float16 inputs' weights are float16)."""
+    """Whether the weights are in the inputs' type: ONNX's softmax_precision absent (the inputs' type)
+    or FLOAT16 (float16 inputs' weights are then float16)."""
     return _attr(node, "softmax_precision") in (None, onnx.TensorProto.FLOAT16)
 
 
@@ -214,7 +215,7 @@ def _h_attention(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: 
                              mask_filter_value=-math.inf, causal=causal, split_heads=four,
                              present=(presents[0], presents[1]) if any(p is not None for p in presents) else False,
                              out=_bshd(raw) if four else raw, device=ctx.device,
-                             allow_half_precision=half_weights(ctx, _softmax_in_type(node)))
+                             allow_half_precision=half_weights(ctx, dt == np.float16 and _softmax_in_type(node)))
     if cond is not None:  # rows that attend no key: zeros
         cb, ch, cs, _ = cond.desc.sizes
         cst = cond.desc.effective_strides
