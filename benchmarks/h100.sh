@@ -57,6 +57,7 @@ if [ "$part" = 5 ] || [ "$part" = all ]; then
     # MULTIHEAD_ATTENTION against torch's scaled_dot_product_attention and kompute_dml's unfused chain
     run bench_attention 300 "$py" -m benchmarks.bench_attention --unfused --rounds 3 --json "$out/bench_attention.json"
     run bench_attention_half 120 "$py" -m benchmarks.bench_attention --rows f16 --rounds 3 --n 10 --allow-half-precision
+    run bench_attention_half32 120 "$py" -m benchmarks.bench_attention --rows f32 --rounds 3 --n 10 --allow-half-precision
     run attention_ablation 90 "$py" -m benchmarks.attention_ablation --rounds 3 --n 10  # (its overlay built here and carried)
     run attention_ablation_blocked 90 "$py" -m benchmarks.attention_ablation --kernel blocked --rounds 3 --n 10
     run attention_crossover 60 "$py" -m benchmarks.attention_crossover
