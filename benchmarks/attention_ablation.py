@@ -1,5 +1,6 @@
 """The tensor-core attention kernel's ablations (benchmarks/overlay_attention.py) timed beside it:
-what each part of `mhac16_d64k32` costs at a few FLOAT16 shapes (their results are wrong by design),
+what each part of the kernel at key tiles of 32 (the overlay's `mhac16a0_d64k32`) costs at a few FLOAT16
+shapes (their results are wrong by design),
 the default choice beside it (key tiles of 16), allow_half_precision's variant and the overlay's tile experiments;
 with --kernel blocked, the blocked kernel `mha_f32_blocked64`'s at FLOAT32.
 
@@ -62,7 +63,7 @@ def main() -> None:
     dev.policy = dataclasses.replace(dev.policy, attention_kernel=args.kernel)
     blocked = args.kernel == "blocked"
     npd, bits, ablations = (np.float32, ov.BLOCKED_BITS, ov.BLOCKED_ABLATIONS) if blocked else \
-        (np.float16, ov.BITS, ov.ABLATIONS)
+        (np.float16, ov.BITS, {n: parts for n, parts in ov.ABLATIONS.items() if n})  # (a0: the ablated kernel)
     family = ov.MHA_BLOCKED_ABLATION if blocked else ov.MHA_ABLATION
     ov.load()
     also = dict(a.split("=", 1)[::-1] for a in args.also)  # variant -> folder

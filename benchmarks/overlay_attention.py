@@ -1,4 +1,4 @@
-"""Benchmark-only shader overlay: ablations of the tensor-core attention kernel `mhac16_d64k32`
+"""Benchmark-only shader overlay: ablations of the tensor-core attention kernel at key tiles of 32 (`mhac16a0_d64k32`)
 (shaders/attention.comp KERNEL 4, its ABL bits) and of the blocked kernel `mha_f32_blocked64` (KERNEL 6):
 each `mhac16a<n>_d64k32` / `mha_f32_blocked64a<n>` leaves parts out, so its results are wrong by design;
 `python -m benchmarks.attention_ablation [--kernel blocked]` times them beside the kernel.
@@ -28,8 +28,9 @@ BITS = {2: "no low parts of the weights", 4: "the device's exp", 16: "no key / v
         32: "no P V products", 64: "low parts by the device's float16 conversion",
         128: "every tile checked (no plain tiles)", 256: "no rescaling of the accumulators",
         512: "float16 conversions by the general h2f / f2h (the same bits)"}
-ABLATIONS = {1: 2, 2: 4, 3: 64, 4: 16, 5: 32, 6: 2 | 4, 7: 128, 8: 256, 9: 512}
-ABLATED = "mhac16_d64k32"  # the kernel they leave parts out of (the default takes key tiles of 16 since 8770cc2's successor)
+ABLATIONS = {0: 0, 1: 2, 2: 4, 3: 64, 4: 16, 5: 32, 6: 2 | 4, 7: 128, 8: 256, 9: 512}
+# the kernel they leave parts out of: key tiles of 32, which production left at 1da342c for 16 (a0: nothing left out)
+ABLATED = "mhac16a0_d64k32"
 
 MHA_ABLATION = contract.family(
     "mha_ablation", "attention.comp", "mhac16a{part}_d64k32", contract.MHA_PUSH, None, part=tuple(ABLATIONS),

@@ -213,7 +213,7 @@ def test_a_pipeline_compiles_with_the_gil_released():
     try:
         progs = dev.engine.programs
         plans = []
-        for variant in ("mhac16x_d64k32", "mhac16x_d128k32"):  # slow to compile (0.3 s on lavapipe)
+        for variant in ("mhac16x_d64k16", "mhac16x_d128k32"):  # slow to compile (0.3 s on lavapipe)
             fam, spirv = family_of(variant), progs.spirv(variant)
             plans.append(pipelines.DispatchPlan(variant=variant, bindings=tuple(range(reflect(spirv).bindings)),
                                                 push=(0,) * fam.push.words, groups=(1, 1, 1), writes=()))

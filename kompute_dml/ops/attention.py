@@ -381,7 +381,7 @@ def _spec(desc: type, support: OperatorSupport) -> OperatorSpec:
          OnnxOp("Attention", "", "multihead_attention", check=attention_rule))
     return OperatorSpec(desc, support, compile_attention,
                         (C.MHA_TILED, *C.MHA_BLOCKED.values(), C.MHA_ROWS, C.MHA_PRESENT, C.MHA_SPLIT, C.MHA_COMBINE,
-                         C.MHA_COOP, C.MHA_COOP32),
+                         C.MHA_COOP, C.MHA_COOP_HALF, C.MHA_COOP32),
                         helpers=("multihead_attention",), onnx=onnx, ahead=plans_ahead, example=lambda: _example(mha1),
                         flags=("allow_half_precision",),
                         field_example=field_example, tied_fields=TIED_FIELDS)

@@ -363,8 +363,8 @@ def coop_choice(device: Device, desc: Any, p: Problem, kernel: str, size: int,
     if sg not in BLOCK_SUBGROUPS or wg > int(device.limits.get("max_compute_work_group_invocations", 128)):
         return None
     smem = int(device.limits.get("max_compute_shared_memory_size", 16384))
-    tiles = [name for name, (_bk, dmax, _os) in C.MHA_COOP_TILES.items()
-             if width <= dmax and C.mha_coop_smem(name, half) <= smem]
+    tiles = [name for name in (C.MHA_COOP_TILES if half else C.MHA_COOP_EXACT_TILES)
+             if width <= C.MHA_COOP_TILES[name][1] and C.mha_coop_smem(name, half) <= smem]
     if not tiles:
         return None
     groups = p.batch * p.heads * cdiv(p.seq, COOP_ROWS)
@@ -372,6 +372,5 @@ def coop_choice(device: Device, desc: Any, p: Problem, kernel: str, size: int,
             and C.MHA_COOP_TILES[tiles[1]][1] == C.MHA_COOP_TILES[tiles[0]][1]:
         tiles = tiles[1:]  # key tiles of 32 for few work groups (runtime/attention_policy.py)
     emulated = "" if kernel == "coopmat" else "x"
-    if size == 4:  # FLOAT32 (allow_half_precision): converted to float16 as it loads
-        return C.MHA_COOP32.name(emulated=emulated, tile=tiles[0]), (wg, sg)
-    return C.MHA_COOP.name(emulated=emulated, half="h" if half else "", tile=tiles[0]), (wg, sg)
+    fam = C.MHA_COOP32 if size == 4 else C.MHA_COOP_HALF if half else C.MHA_COOP  # (FLOAT32: under the flag alone)
+    return fam.name(emulated=emulated, tile=tiles[0]), (wg, sg)

