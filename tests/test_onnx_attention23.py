@@ -22,6 +22,10 @@ from kompute_dml.onnx_backend import CPU, VULKAN, Backend  # noqa: E402
 
 F32, F16 = np.float32, np.float16
 TOL = {F32: dict(rtol=2e-5, atol=2e-6), F16: dict(rtol=4e-3, atol=2e-3)}
+# against peers that compute float16 in float16 (onnxruntime's CPU kernel, onnx's reference evaluator):
+# their own error (the evaluator 2.4e-3 from the float64 reference at 2 of 300 seeds of the sliding-window
+# case with a float mask) comes on top of ours
+PEER_TOL = {F32: TOL[F32], F16: dict(rtol=1e-2, atol=5e-3)}
 
 
 def _model(op, ins, outs, attrs, opset=23, inits=()):
@@ -35,20 +39,21 @@ def _model(op, ins, outs, attrs, opset=23, inits=()):
     return model, {n: v for n, v in ins.items() if v is not None and n not in inits}
 
 
-def _device(model, feeds, refs, dt, runs=2):
-    """The node on the device (placement and the run's events), its outputs against each of refs,
-    node by node and through the whole-graph plan (the second run)."""
+def _device(model, feeds, refs, dt, runs=2, peers=()):
+    """The node on the device (placement and the run's events), its outputs against each of refs
+    (float64 references: TOL) and peers (PEER_TOL), node by node and through the whole-graph plan
+    (the second run)."""
     rep = Backend.prepare(model, "CPU")
     assert [p.target for p in rep.placement] == [VULKAN], rep.summary()
     for _ in range(runs):
         got = rep.run(feeds)
         late = [e for e in rep.last_run.events if re.match(r"node \d+ \(", e) and "CPU" in e]
         assert not late and rep.last_run.runtime_fallbacks == 0, late
-        for want in refs:
+        for want, tol in [(r, TOL[dt]) for r in refs] + [(r, PEER_TOL[dt]) for r in peers]:
             assert len(got) == len(want)
             for g, w in zip(got, want):
                 assert g.shape == w.shape and g.dtype == dt
-                np.testing.assert_allclose(g.astype(np.float64), np.asarray(w, np.float64), **TOL[dt])
+                np.testing.assert_allclose(g.astype(np.float64), np.asarray(w, np.float64), **tol)
     return got
 
 
@@ -187,7 +192,7 @@ NO_ORT = {"float-key-padding"}
 def test_attention(rng, name, dt):
     ins, attrs, outs = _inputs(rng, dt, CASES[name])
     model, feeds = _model("Attention", ins, outs, attrs)
-    _device(model, feeds, [_ref(ins, attrs)] + ([] if name in NO_ORT else [_ort(model, feeds)]), dt)
+    _device(model, feeds, [_ref(ins, attrs)], dt, peers=[] if name in NO_ORT else [_ort(model, feeds)])
 
 
 @pytest.mark.parametrize("kind", ["bool", "float"])
@@ -277,7 +282,7 @@ def test_nonpad_kv_seqlen(rng, name, dt):
     y = np.concatenate(want)
     if rank == 3:
         y = y.transpose(0, 2, 1, 3).reshape(2, s, h * 8)
-    _device(model, feeds, [_ort(model, feeds), [y]], dt)
+    _device(model, feeds, [[y]], dt, peers=[_ort(model, feeds)])
 
 
 # opset 25's sliding windows: name: (CASES' form, left, right)
@@ -309,7 +314,7 @@ def test_sliding_windows(rng, name, dt):
                               scale=attrs.get("scale"), causal=bool(attrs["is_causal"]), heads=attrs.get("q_num_heads"),
                               kv_heads=attrs.get("kv_num_heads"), window=(left, right))
     ours = [y, pk, pv] if ins["past_key"] is not None else [y]
-    got = _device(model, feeds, [ours, ReferenceEvaluator(model).run(None, feeds)], dt)
+    got = _device(model, feeds, [ours], dt, peers=[ReferenceEvaluator(model).run(None, feeds)])
     if name == "rows-without-keys":
         assert not np.any(got[0][:, 2:]) and np.all(np.isfinite(got[0]))  # rows 2.. (3-D: [b, s, h d])
 
@@ -328,7 +333,7 @@ def test_sliding_windows_with_nonpad_kv_seqlen(rng, name, left, right, dt):
     ins.update(nonpad_kv_seqlen=np.array(lens, np.int64))
     attrs = {**attrs, **({"left_window_size": left} if left >= 0 else {}), **({"right_window_size": right} if right >= 0 else {})}
     model, feeds = _model("Attention", ins, ["Y"], attrs, opset=25)
-    _device(model, feeds, [ReferenceEvaluator(model).run(None, feeds)], dt)
+    _device(model, feeds, [], dt, peers=[ReferenceEvaluator(model).run(None, feeds)])
 
 
 # softcap and the qk_matmul_output output (the reference's chain of operators on the device):
@@ -367,7 +372,7 @@ def test_softcap_and_qk_matmul_output(rng, name, dt):
         outs = ["Y", "present_key", "present_value", "qk"] if ins["past_key"] is not None else ["Y", "", "", "qk"]
     model, feeds = _model("Attention", ins, outs, attrs, opset=25)
     want = ReferenceEvaluator(model).run(None, feeds)
-    got = _device(model, feeds, [want], dt)
+    got = _device(model, feeds, [], dt, peers=[want])
     if name.endswith("fewer-keys"):
         assert not np.any(got[0][:, 2:]) and not np.any(got[-1][:, :, 2:])
 
