@@ -178,3 +178,12 @@ def cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     """Per-row cosine similarity over the last axis, in float64 (model outputs against a reference)."""
     g, w = (np.asarray(a).reshape(-1, np.shape(a)[-1]).astype(np.float64) for a in (got, want))
     return (g * w).sum(1) / (np.linalg.norm(g, axis=1) * np.linalg.norm(w, axis=1))
+
+
+def compiled_variants(desc_prefix: str) -> set[str]:
+    """The first dispatch's variant of every operator the helpers compiled (kompute_dml.functional's
+    compile cache) whose descriptor class name starts with desc_prefix."""
+    import kompute_dml.functional as functional
+
+    return {op.plans[0].variant for op in functional._compile_cache.values()
+            if type(op.desc).__name__.startswith(desc_prefix)}

@@ -243,6 +243,11 @@ CASES = {
 }
 
 
+def _takes_coop(kdev, c: Case) -> bool:
+    """Whether the tensor-core kernel (or its emulation) takes case c under kdev's policy."""
+    return kdev.policy.attention_kernel.startswith("coopmat") and not c.bias and c.S > 4 and max(c.D, c.Dv) <= 128
+
+
 @pytest.mark.parametrize("t", FLOATS)
 @pytest.mark.parametrize("name", CASES)
 def test_attention(kdev, name, t):
@@ -250,7 +255,7 @@ def test_attention(kdev, name, t):
         pytest.skip("the tensor-core kernel takes FLOAT16 only (FLOAT32: the blocked and tiled kernels, tested as such)")
     c = CASES[name]
     op, _ = run_case(kdev, np.random.default_rng(abs(hash((name, t))) % 2**32), c, FLOATS[t])
-    coop = kdev.policy.attention_kernel.startswith("coopmat") and not c.bias and c.S > 4 and max(c.D, c.Dv) <= 128
+    coop = _takes_coop(kdev, c)
     assert op.plans[0].variant.startswith("mhac16") == coop, op.plans[0].variant
     # the blocked kernel: forced, or the "coopmat" policy's for what the tensor cores do not take (the fixture's
     # threshold: from one row)
@@ -276,7 +281,7 @@ def test_attention_half_precision(kdev, monkeypatch, name, k16, t):
     op, _ = run_case(kdev, rng, c, FLOATS[t], half=True)
     plain, _ = run_case(kdev, rng, c, FLOATS[t])
     v, want = op.plans[0].variant, plain.plans[0].variant
-    coop = kdev.policy.attention_kernel.startswith("coopmat") and not c.bias and c.S > 4 and max(c.D, c.Dv) <= 128
+    coop = _takes_coop(kdev, c)
     emulated = "x" if kdev.policy.attention_kernel == "coopmat-emulated" else ""
     if coop:  # (its key tiles by the grid: test_coop_half_tiles_by_grid)
         assert v.startswith(f"mhac16{emulated}h_" if t == "f16" else f"mhac32{emulated}h_"), (v, want)

@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers import compiled_variants
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -511,7 +512,6 @@ def test_float16_weights_follow_softmax_precision(rng, monkeypatch, dt, precisio
     monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, attention_kernel="coopmat-emulated"))
     monkeypatch.setattr(functional, "_compile_cache", {})
     (got,) = rep.run(feeds)
-    variants = {op.plans[0].variant for op in functional._compile_cache.values()
-                if type(op.desc).__name__.startswith("MultiheadAttention")}
+    variants = compiled_variants("MultiheadAttention")
     assert len(variants) == 1 and variants.pop().startswith(want)
     np.testing.assert_allclose(got.astype(np.float64), np.asarray(_ref(ins, attrs)[0], np.float64), **TOL[dt])

@@ -125,8 +125,8 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
     flops = 4 * batch * heads * seq * keys * qs[3]
     policy = ctx.device.policy  # the device's measured crossovers (runtime/policy.py)
     width = max(qs[3], vs[3])
-    half = half_weights(ctx, dt == np.float16)
-    coop = coop_takes(policy.attention_kernel, dt == np.float16 or half, width, seq, False)
+    half = half_weights(ctx, dt == np.float16)  # (float16 always; float32 under the flag)
+    coop = coop_takes(policy.attention_kernel, half, width, seq, False)
     blocked = blocked_takes(policy.attention_kernel, width, seq, policy.attention_blocked_min_rows)
     if flops > fused_max_flops(policy, coop, batch * heads * -(-seq // COOP_ROWS), blocked):
         raise FallbackNeeded(f"{flops:.3g} flops: the unfused chain is faster there (DevicePolicy.attention_fused_max_flops)")

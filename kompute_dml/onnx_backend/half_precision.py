@@ -31,12 +31,17 @@ if TYPE_CHECKING:
 F16 = np.dtype(np.float16)
 
 
+def allow_half(ctx: NodeContext) -> bool:
+    """The prepared model's allow_half_precision flag (False where it has none)."""
+    return bool(getattr(ctx.prepared, "allow_half_precision", False))
+
+
 def half_weights(ctx: NodeContext, graph_rounds: bool = False) -> bool:
     """Whether a float16 attention may keep its softmax weights as float16 (MULTIHEAD_ATTENTION's
     allow_half_precision: docs/attention.md): the flag is on, or the graph itself rounds them to
     float16 (`graph_rounds`: a float16 Softmax before its MatMul, ONNX Attention's softmax_precision
     of the inputs' type), so that the weights' one rounding is the graph's own."""
-    return graph_rounds or bool(getattr(ctx.prepared, "allow_half_precision", False))
+    return graph_rounds or allow_half(ctx)
 
 
 def use_half(ctx: NodeContext, dt: np.dtype) -> bool:

@@ -25,6 +25,7 @@ import kompute_dml as kdml
 from kompute_dml.ops.convolution import backward_output_sizes, output_sizes
 
 from .graph import _attr, attr_text
+from .half_precision import allow_half
 from .handlers_activation import fused_activation
 from .handlers_values import as_device
 from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype
@@ -54,11 +55,6 @@ def conv_padding(node: onnx.NodeProto, in_sizes: tuple[int, ...], window: tuple[
     if len(pads) != 2 * n:
         raise ValueError(f"Conv {node.name!r}: pads must hold {2 * n} values, got {len(pads)}")
     return tuple(pads[:n]), tuple(pads[n:])
-
-
-def allow_half(ctx: NodeContext) -> bool:
-    """The prepared model's allow_half_precision flag (False where it has none)."""
-    return bool(getattr(ctx.prepared, "allow_half_precision", False))
 
 
 # per prepared model: its constant float32 Conv weights uploaded as float16 (half_weight)

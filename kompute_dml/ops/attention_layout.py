@@ -311,13 +311,13 @@ COOP_ROWS = 16 * C.MHA_COOP_SUBGROUPS  # the tensor-core kernel's query rows per
 _COOP_WIDTH = max(dmax for _bk, dmax, _os in C.MHA_COOP_TILES.values())
 
 
-def coop_takes(kernel: str, float16: bool, width: int, seq: int, bias: bool) -> bool:
+def coop_takes(kernel: str, halves: bool, width: int, seq: int, bias: bool) -> bool:
     """Whether the tensor-core kernel takes a problem: the policy's kernel "coopmat" / "coopmat-emulated",
-    FLOAT16 (or FLOAT32 under allow_half_precision: `float16` says either), no bias (the sums of bias
-    would not be float16), head sizes (`width`, the larger) up to its
-    tiles' bound, more query rows than a decoding step's (those take the tiled kernel's blocks of 4
-    rows and key splits). onnx_backend/fusion_attention.py asks it too (the fusion's size limit)."""
-    return kernel in ("coopmat", "coopmat-emulated") and float16 and not bias and width <= _COOP_WIDTH and \
+    in float16 (`halves`: FLOAT16, or FLOAT32 under allow_half_precision), no bias (the sums of bias
+    would not be float16), head sizes (`width`, the larger) up to its tiles' bound, more query rows
+    than a decoding step's (those take the tiled kernel's blocks of 4 rows and key splits).
+    onnx_backend/fusion_attention.py asks it too (the fusion's size limit)."""
+    return kernel in ("coopmat", "coopmat-emulated") and halves and not bias and width <= _COOP_WIDTH and \
         seq > C.MHA_FEW_ROWS
 
 

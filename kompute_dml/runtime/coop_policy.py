@@ -118,4 +118,3 @@ def choose_conv_kernel(policy_family: str, *, half: bool, coutg: int, klen: int,
     if not backward and not half and lanes_work is not None and lanes_work <= LANES_MAX_WORK:
         return "lanes"
     return "tiled"
-
