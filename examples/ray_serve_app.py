@@ -53,13 +53,17 @@ class EncoderReplica:
 
         self.rep = Backend.prepare(model, replica_device(), warmup=warmup)
         self.names = list(self.rep.output_names)
+        self.batch_sizes: list[int] = []  # requests per run_batch call, in order
 
     def device(self) -> dict[str, Any]:
-        """Which device this replica runs on, and in which process."""
-        return {"uuid": self.rep.device.uuid, "name": self.rep.device.name, "pid": os.getpid()}
+        """Which device this replica runs on, in which process, and the request count of each batch
+        it has run."""
+        return {"uuid": self.rep.device.uuid, "name": self.rep.device.name, "pid": os.getpid(),
+                "batch_sizes": list(self.batch_sizes)}
 
     @serve.batch(max_batch_size=MAX_BATCH, batch_wait_timeout_s=WAIT_S)
     async def run_batch(self, requests: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        self.batch_sizes.append(len(requests))
         rows = [len(next(iter(r.values()))) for r in requests]
         feeds = {n: np.concatenate([r[n] for r in requests]) for n in requests[0]}
         # rep.run waits for the device with the GIL released; a thread keeps the event loop free

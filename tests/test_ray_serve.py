@@ -44,8 +44,17 @@ def test_two_replicas_answer_as_backend_run(tmp_path):
         rep = Backend.prepare(model, "CPU")
         for resp, feeds in zip(responses, reqs):
             np.testing.assert_array_equal(resp.result(timeout_s=300)["y"], rep.run(feeds).y)
-        devices = [handle.device.remote().result(timeout_s=60) for _ in range(4)]
-        assert {d["uuid"] for d in devices} == {rep.device.uuid}
+        by_replica: dict[int, list[int]] = {}  # until both replicas answered (the router picks one per call)
+        for _ in range(64):
+            d = handle.device.remote().result(timeout_s=60)
+            assert d["uuid"] == rep.device.uuid, d
+            by_replica[d["pid"]] = d["batch_sizes"]
+            if len(by_replica) == 2:
+                break
+        assert len(by_replica) == 2, by_replica
+        # Serve batched them: 24 requests in flight at once, and some batch held more than one
+        assert sum(map(sum, by_replica.values())) == len(reqs), by_replica
+        assert max(max(s) for s in by_replica.values()) > 1, by_replica
     finally:
         serve.shutdown()
         ray.shutdown()
