@@ -2,13 +2,15 @@
 weights) and torchvision networks exported with torch.onnx.export (opset 17), each run through the
 backend against onnxruntime's CPU provider at two batch sizes: where its nodes run (the node types
 left on the CPU), the CPU sub-graphs and transfers of a run, the largest relative difference and
-the smallest per-row cosine. A correctness sweep of model shapes no test builds, not a timing.
+the smallest per-row cosine, and how many attention chains it fuses (fusion_attention.py). A correctness sweep of model shapes no test builds, not a timing.
 `--variant fp16` converts each export to float16 (onnxruntime's convert_float_to_float16, float32
 inputs and outputs kept) and compares it with onnxruntime running the float32 export; `--variant
 int8` quantizes it with quantize_dynamic (int8 weights) and compares with onnxruntime running the
-int8 model.
+int8 model. `--exporter dynamo` exports with torch.export (torch.onnx.export's default since torch
+2.9: opset 18 and up, onnxscript's graph optimizer; needs onnxscript) instead of TorchScript.
 
-    python -m benchmarks.architectures [--set transformers|torchvision|all] [--variant fp32|fp16|int8] [NAME ...]
+    python -m benchmarks.architectures [--set transformers|torchvision|all] [--variant fp32|fp16|int8]
+        [--exporter torchscript|dynamo] [NAME ...]
 
 Needs torch and transformers (requirements-model.txt); the torchvision set needs torchvision.
 """
@@ -118,6 +120,9 @@ def _inputs(kind: str, b: int, s: int, rng: np.random.Generator) -> dict[str, np
     return {"input_values": rng.standard_normal((b, 400)).astype(np.float32)}
 
 
+DYNAMO = False  # --exporter dynamo
+
+
 def _export(module: Any, names: list[str], example: dict[str, np.ndarray], path: str) -> None:
     import torch
 
@@ -133,9 +138,16 @@ def _export(module: Any, names: list[str], example: dict[str, np.ndarray], path:
 
     dims = {n: ({0: "b", 1: "t" if n == "decoder_input_ids" else "s"} if example[n].ndim == 2 and n != "input_values"
                 else {0: "b"}) for n in names}
+    args = tuple(torch.from_numpy(example[n]) for n in names)
     with torch.no_grad():
-        torch.onnx.export(Wrapped().eval(), tuple(torch.from_numpy(example[n]) for n in names), path, input_names=names,
-                          output_names=["out"], opset_version=17, dynamo=False, dynamic_axes=dims)
+        if DYNAMO:  # torch.export's dynamic shapes for the *args signature: one tuple of the inputs' dims
+            auto = torch.export.Dim.AUTO
+            shapes = (tuple({a: auto for a in dims[n]} for n in names),)
+            torch.onnx.export(Wrapped().eval(), args, path, input_names=names, output_names=["out"], opset_version=18,
+                              dynamo=True, dynamic_shapes=shapes, verbose=False)
+        else:
+            torch.onnx.export(Wrapped().eval(), args, path, input_names=names, output_names=["out"], opset_version=17,
+                              dynamo=False, dynamic_axes=dims)
 
 
 FP16_NORMAL = 6.103515625e-05  # float16's smallest normal number
@@ -194,7 +206,8 @@ def _compare(path: str, feeds: Callable[[int, np.random.Generator], dict[str, np
                 # CPU provider computes the converted model's nodes without float16 kernels in float32)
                 row += f"(float32 outputs below float16's normal range: max {np.abs(want).max():.1e}) "
         rows.append(row + f"CPU sub-graphs {st.cpu_segments} up/down {st.uploads}/{st.downloads}")
-    return f"nodes {len(rep.graph.node)}, CPU ops {cpu or '-'} | " + " | ".join(rows)
+    attention = sum(f.pattern.operator == "MULTIHEAD_ATTENTION" for f in rep.fusions.by_carrier.values())
+    return f"nodes {len(rep.graph.node)}, attention chains fused {attention}, CPU ops {cpu or '-'} | " + " | ".join(rows)
 
 
 def _transformers_case(name: str, tmp: str, variant: str) -> str:
@@ -236,8 +249,12 @@ def main() -> None:
     ap.add_argument("--set", default="all", choices=("transformers", "torchvision", "all"))
     ap.add_argument("--variant", default="fp32", choices=("fp32", "fp16", "int8"),
                     help="fp16: converted, float32 I/O kept, against the float32 export; int8: quantize_dynamic")
+    ap.add_argument("--exporter", default="torchscript", choices=("torchscript", "dynamo"),
+                    help="dynamo: torch.export (torch.onnx.export's default since torch 2.9), opset 18")
     ap.add_argument("names", nargs="*", help="a subset of the set's names")
     args = ap.parse_args()
+    global DYNAMO
+    DYNAMO = args.exporter == "dynamo"
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     warnings.filterwarnings("ignore")
     cases: list[tuple[str, Callable[[str, str, str], str]]] = []

@@ -3,21 +3,33 @@
 MatMul(Q, K^T) | FusedMatMul(Q, K^T, alpha) -> [Mul(., c) | Div(., c)] -> [Add(., mask)] ->
 Softmax(last axis) -> [Cast to its own type, up to twice] -> MatMul(., V)
 
-as torch.onnx.export writes BERT / RoBERTa / DistilBERT (FusedMatMul after onnxruntime's fusions),
-GPT-2, Llama, ViT and Whisper: Q [batch, heads, seq, head], K^T [batch, heads, head, keys] and V
-[batch, heads, keys, head] (rank 3: one head) as the Transposes make them, bound through their
-strides with the operator's split_heads extension (no copy); the scale is alpha times c (or over c),
-the additive mask (a causal mask through Where / Add included) the operator's relative position
-bias, broadcast; the result [batch, heads, seq, head] as the last MatMul's, or, where the chain goes
-on into the exported Transpose(perm 0, 2, 1, 3), that Transpose's [batch, seq, heads, head], packed:
-the operator's own output layout, so the Reshape to [batch, seq, hidden] after it is a view instead
-of a copy per layer. Every intermediate must be read only by the chain (fusions._match) and c a
-constant scalar; shapes the operator does not take (batch dimensions that broadcast, a mask that
-does not broadcast to the scores) run the chain node by node (FallbackNeeded, which Fusion.run turns
-into Unfused). The float32 arithmetic differs from the unfused nodes' only in rounding (the scores
-are never rounded to the type, the scale is one product): within the families' tolerance
-(tests/test_model_families.py). A float16 chain's Softmax rounds its weights to float16: the operator
-keeps them so too (allow_half_precision: the tensor cores' float16-weight kernel, docs/attention.md)."""
+as torch.onnx.export's TorchScript exporter writes BERT / RoBERTa / DistilBERT (FusedMatMul after
+onnxruntime's fusions), GPT-2, Llama, ViT and Whisper, and
+
+MatMul(Mul(Q, c), Mul(K^T, c')) -> [Add(., mask)] -> Softmax(last axis) -> [IsNaN -> Where(isnan, 0, .)]
+-> MatMul(., V)
+
+as its dynamo exporter (torch.export and onnxscript, the default since torch 2.9) writes
+scaled_dot_product_attention: the scale split as sqrt(scale) on each side, a boolean mask as
+Where(mask, 0, -inf), and the weights of a row whose every score is -inf (NaN) set to 0.
+
+Q [batch, heads, seq, head], K^T [batch, heads, head, keys] and V [batch, heads, keys, head] (rank
+3: one head) as the Transposes make them, bound through their strides with the operator's
+split_heads extension (no copy); the scale is alpha times c (or over c; times c c' before the
+product), the additive mask (a causal mask through Where / Add included) the operator's relative
+position bias, broadcast. After IsNaN -> Where the rows the mask leaves no key get zeros: the
+mask's row maximum > -inf selects the operator's row or 0, as the ONNX Attention handler does (a
+row made NaN by a NaN or infinite score stays NaN). The result [batch, heads, seq, head] as the last
+MatMul's, or, where the chain goes on into the exported Transpose(perm 0, 2, 1, 3), that
+Transpose's [batch, seq, heads, head], packed: the operator's own output layout, so the Reshape to
+[batch, seq, hidden] after it is a view instead of a copy per layer. Every intermediate must be
+read only by the chain (fusions._match) and c a constant scalar; shapes the operator does not take
+(batch dimensions that broadcast, a mask that does not broadcast to the scores) run the chain node
+by node (FallbackNeeded, which Fusion.run turns into Unfused). The float32 arithmetic differs from
+the unfused nodes' only in rounding (the scores are never rounded to the type, the scale is one
+product): within the families' tolerance (tests/test_model_families.py). A float16 chain's Softmax
+rounds its weights to float16: the operator keeps them so too (allow_half_precision: the tensor
+cores' float16-weight kernel, docs/attention.md)."""
 
 from __future__ import annotations
 
@@ -43,12 +55,36 @@ if TYPE_CHECKING:
     from .rep import BackendRep
 
 
-def _roles(nodes: list[onnx.NodeProto]) -> dict[str, onnx.NodeProto]:
-    """The chain's nodes by role: head (Q K^T), last (the product with V), the optional ones by op
-    type, and "transpose" where the chain ends in the Transpose after the last product."""
+def _roles(nodes: list[onnx.NodeProto]) -> dict[str, Any]:
+    """The chain's nodes by role: head (Q K^T), last (the product with V), "pre" (the Muls of Q and
+    K^T before the head: the dynamo export's), the optional ones by op type, and "transpose" where
+    the chain ends in the Transpose after the last product."""
     tail = {"transpose": nodes[-1]} if nodes[-1].op_type == "Transpose" else {}
     inner = nodes[:-1] if tail else nodes
-    return {"head": inner[0], "last": inner[-1], **{n.op_type: n for n in inner[1:-1]}, **tail}
+    k = next(i for i, n in enumerate(inner) if n.op_type in ("MatMul", "FusedMatMul"))
+    return {"head": inner[k], "last": inner[-1], "pre": inner[:k], **{n.op_type: n for n in inner[k + 1:-1]}, **tail}
+
+
+def _pre_scale(rep: Any, node: onnx.NodeProto) -> tuple[str, float] | None:
+    """A pre-scale Mul's (operand, constant scalar factor), the constant on either side; None if
+    neither side is one."""
+    for data, c in ((0, 1), (1, 0)):
+        v = _constant_scalar(rep, node.input[c])
+        if v is not None:
+            return node.input[data], v
+    return None
+
+
+def _nan_guard_check(rep: BackendRep, where: onnx.NodeProto) -> str:
+    """IsNaN -> Where(isnan, value, softmax): the value must be a constant +0.0 (the guard writes +0)."""
+    name = where.input[1]
+    if name not in rep.constants or name in rep.input_names:
+        return f"Where's value {name!r} is not a constant"
+    zero = rep.constant_host(name)
+    if zero.dtype not in (np.float32, np.float16) or zero.size != 1 or zero.view(np.uint32 if zero.dtype == np.float32
+                                                                                   else np.uint16).any():
+        return f"Where's value is not one +0.0 ({zero.dtype}, {zero.size} elements)"
+    return ""
 
 
 def _constant_scalar(rep: BackendRep, name: str) -> float | None:
@@ -60,6 +96,11 @@ def check_attention(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     """Why the chain is not an exact attention ("" where it is)."""
     r = _roles(nodes)
     head = r["head"]
+    for pre in r["pre"]:
+        if _pre_scale(rep, pre) is None:
+            return "a Mul before the scores without a constant scalar operand"
+    if "Where" in r and _nan_guard_check(rep, r["Where"]):
+        return _nan_guard_check(rep, r["Where"])
     dts = {rep._elem_dtype(n) for n in (*head.input[:2], r["last"].input[1])}
     if not dts <= _FLOAT_OUT | {None}:
         return f"products of {sorted(map(str, dts - {None}))}"
@@ -109,7 +150,13 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
                   stats: RunStats) -> list[Any]:
     r = _roles(nodes)
     head, last = r["head"], r["last"]
-    q, kt, v = (as_device(ctx, lookup(n.input[i]), stats, n.input[i]) for n, i in ((head, 0), (head, 1), (last, 1)))
+    names = [head.input[0], head.input[1], last.input[1]]
+    pre_factor = 1.0
+    for pre in r["pre"]:  # Q and K^T scaled before the product: their operands, the factors joined
+        operand, factor = _pre_scale(ctx.prepared, pre)  # type: ignore[misc]
+        names[names.index(pre.output[0])] = operand
+        pre_factor *= factor
+    q, kt, v = (as_device(ctx, lookup(n), stats, n) for n in names)
     dt = _value_dtype(q)
     if dt not in _FLOAT_OUT or _value_dtype(kt) != dt or _value_dtype(v) != dt:
         raise FallbackNeeded(f"operands of {_value_dtype(q)}, {_value_dtype(kt)}, {_value_dtype(v)}")
@@ -134,7 +181,7 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
         raise FallbackNeeded(f"{seq} query rows: the unfused chain is faster there (DevicePolicy.attention_fused_min_rows)")
     if heads > 1 and policy.attention_fused_min_rows > 1 and (kst[1] == 0 or vst[1] == 0):
         raise FallbackNeeded("key / value heads repeated (GQA's expanded heads): the unfused chain is faster there")
-    scale = float(_attr(head, "alpha", 1.0)) if head.op_type == "FusedMatMul" else 1.0
+    scale = (float(_attr(head, "alpha", 1.0)) if head.op_type == "FusedMatMul" else 1.0) * pre_factor
     if "Mul" in r:
         scale *= float(np.asarray(ctx.host(lookup(r["Mul"].input[1]), stats)).reshape(-1)[0])
     if "Div" in r:
@@ -160,27 +207,50 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
                                                                 (st[0], 0, *st[1:])), mt.offset)
         mask = mt
     dv = vs[3]
+    sizes = (batch, heads, seq, dv)
     if "transpose" in r:  # [batch, seq, heads, dv] packed: the operator's output as it is
         if len(q.shape) != 4:
             raise FallbackNeeded(f"a Transpose after an attention of rank {len(q.shape)}")
-        out_shape = (batch, seq, heads, dv)
-        out = ctx.out_tensor(out_shape, dt)
-        o = _split(out, (batch, heads, seq, dv), (seq * heads * dv, dv, heads * dv, 1))
+        out_shape, ostrides = (batch, seq, heads, dv), (seq * heads * dv, dv, heads * dv, 1)
     else:
-        out_shape = (batch, heads, seq, dv) if len(q.shape) == 4 else (batch, seq, dv)
-        out = ctx.out_tensor(out_shape, dt)
-        o = _split(out, (batch, heads, seq, dv), (heads * seq * dv, seq * dv, dv, 1))
+        out_shape = sizes if len(q.shape) == 4 else (batch, seq, dv)
+        ostrides = (heads * seq * dv, seq * dv, dv, 1)
+    out = ctx.out_tensor(out_shape, dt)
+    guard = mask is not None and "Where" in r  # rows the mask leaves no key: zeros (the Where's)
+    raw = ctx.out_tensor(out_shape, dt) if guard else out
     kdml.multihead_attention(_split(q.tensor, qs, qst), _split(kt.tensor, ks, kst, swap=not trans_b),
                              _split(v.tensor, vs, vst), heads=heads, relative_position_bias=mask, scale=scale,
-                             split_heads=True, out=o, device=ctx.device,
+                             split_heads=True, out=_split(raw, sizes, ostrides), device=ctx.device,
                              allow_half_precision=half)
+    if guard:
+        _zero_empty_rows(ctx, mask, raw, out, sizes, ostrides, dt)
     return [DeviceValue(out, out_shape, dt)]
+
+
+def _zero_empty_rows(ctx: NodeContext, mask: kdml.Tensor, raw: kdml.Tensor, out: kdml.Tensor,
+                     sizes: tuple[int, ...], strides: tuple[int, ...], dt: np.dtype) -> None:
+    """out = raw where the mask's row (rank 4, broadcast to the scores) holds a score above -inf, else
+    0: the chain's Where(IsNaN(softmax), 0, .) on a row of only -inf scores. raw and out are laid out
+    alike; `sizes` / `strides` their [batch, heads, seq, dv] view."""
+    pad = 4 - mask.desc.dimension_count  # right-aligned to the scores
+    mask = kdml.Tensor.trusted(mask.buffer, kdml.TensorDesc(mask.desc.data_type, (1,) * pad + tuple(mask.desc.sizes),
+                                                            (0,) * pad + tuple(mask.desc.effective_strides)), mask.offset)
+    row = kdml.reduce_max(mask, axes=[3], out=ctx.out_tensor((*mask.desc.sizes[:3], 1), dt), device=ctx.device)
+    cond = kdml.greater(row, np.array(-np.inf, dt), out=ctx.out_tensor(row.desc.sizes, np.uint8), device=ctx.device)
+    st = cond.desc.effective_strides
+    spread = tuple(0 if n == 1 else stride for n, stride in zip(cond.desc.sizes[:3], st[:3]))
+
+    def view(t: kdml.Tensor, dtype: Any, strides: tuple[int, ...]) -> kdml.Tensor:
+        return kdml.Tensor.trusted(t.buffer, kdml.TensorDesc(dtype, sizes, strides), t.offset)
+
+    kdml.where(view(cond, cond.desc.data_type, (*spread, 0)), view(raw, raw.desc.data_type, strides), np.zeros((), dt),
+               out=view(out, out.desc.data_type, strides), device=ctx.device)
 
 
 def attention_patterns(pattern: type) -> tuple[Any, ...]:
     """Every combination of the chain's optional nodes, one Pattern each (the longest first: those
     ending in the Transpose before the same chains without it, which run inside them where they
-    run unfused)."""
+    run unfused); then the dynamo export's: Q and K^T scaled before the product, the NaN guard."""
     out = []
     for transpose, head, scale, mask, casts in itertools.product((True, False), ("MatMul", "FusedMatMul"),
                                                                  ("Mul", "Div", ""), (True, False), (2, 1, 0)):
@@ -189,4 +259,17 @@ def attention_patterns(pattern: type) -> tuple[Any, ...]:
         edges = tuple((i, i + 1, 0) for i in range(len(ops) - 1))
         out.append(pattern("+".join(ops), ops, edges, "MULTIHEAD_ATTENTION", check_attention, run_attention,
                            ms_ops=frozenset({"FusedMatMul"})))
+    for transpose, pre, mask, guard in itertools.product((True, False), (True, False), (True, False), (True, False)):
+        if not (pre or guard):
+            continue  # the chains above
+        ops = (*(("Mul", "Mul") if pre else ()), "MatMul", *(("Add",) if mask else ()), "Softmax",
+               *(("IsNaN", "Where") if guard else ()), "MatMul", *(("Transpose",) if transpose else ()))
+        at = {op: i for i, op in reversed(list(enumerate(ops)))}  # each type's first position
+        smx, last = at["Softmax"], len(ops) - (2 if transpose else 1)
+        edges = [(0, 2, 0), (1, 2, 1)] if pre else []
+        edges += [(i, i + 1, 0) for i in range(at["MatMul"], smx)]  # the product, [the mask,] the softmax
+        edges += [(smx, smx + 1, 0), (smx + 1, smx + 2, 0), (smx, smx + 2, 2), (smx + 2, last, 0)] if guard \
+            else [(smx, last, 0)]
+        edges += [(last, last + 1, 0)] if transpose else []
+        out.append(pattern("+".join(ops), ops, tuple(edges), "MULTIHEAD_ATTENTION", check_attention, run_attention))
     return tuple(out)
