@@ -2,7 +2,8 @@
 weights) and torchvision networks exported with torch.onnx.export (opset 17), each run through the
 backend against onnxruntime's CPU provider at two batch sizes: where its nodes run (the node types
 left on the CPU), the CPU sub-graphs and transfers of a run, the largest relative difference and
-the smallest per-row cosine, and how many attention chains it fuses (fusion_attention.py). A correctness sweep of model shapes no test builds, not a timing.
+the smallest per-row cosine, and how many attention chains it fuses (fusion_attention.py). A
+correctness sweep of model shapes no test builds, not a timing.
 `--variant fp16` converts each export to float16 (onnxruntime's convert_float_to_float16, float32
 inputs and outputs kept) and compares it with onnxruntime running the float32 export; `--variant
 int8` quantizes it with quantize_dynamic (int8 weights) and compares with onnxruntime running the
