@@ -10,10 +10,11 @@ int8` quantizes it with quantize_dynamic (int8 weights) and compares with onnxru
 int8 model. `--exporter dynamo` exports with torch.export (torch.onnx.export's default since torch
 2.9: opset 18 and up, onnxscript's graph optimizer; needs onnxscript) instead of TorchScript.
 
-    python -m benchmarks.architectures [--set transformers|torchvision|all] [--variant fp32|fp16|int8]
+    python -m benchmarks.architectures [--set transformers|torchvision|timm|all] [--variant fp32|fp16|int8]
         [--exporter torchscript|dynamo] [NAME ...]
 
-Needs torch and transformers (requirements-model.txt); the torchvision set needs torchvision.
+Needs torch and transformers (requirements-model.txt); the torchvision set needs torchvision, the
+timm set timm (at each network's own input size, 224 x 224 for most).
 """
 
 from __future__ import annotations
@@ -98,6 +99,15 @@ TRANSFORMERS: dict[str, tuple[str, str, dict[str, Any], str]] = {
                                                      "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 2},
                  "audio"),
 }
+# timm networks (random weights) at their own input size, one or two of each family people deploy
+TIMM = ("resnet50", "efficientnet_b0", "mobilenetv3_large_100", "mobilenetv4_conv_small", "convnext_atto",
+        "vit_tiny_patch16_224", "deit_tiny_patch16_224", "eva02_tiny_patch14_224", "regnety_002", "ghostnet_100",
+        "mixnet_s", "rexnet_100", "lcnet_050", "tinynet_a", "mobilevit_xxs", "mobileone_s0", "efficientformer_l1",
+        "efficientvit_b0", "levit_128s", "swin_tiny_patch4_window7_224", "maxvit_nano_rw_256", "coatnet_nano_rw_224",
+        "edgenext_xx_small", "fastvit_t8", "repvgg_a0", "cspdarknet53", "dla34", "hrnet_w18_small", "nfnet_l0",
+        "res2net50_26w_4s", "resnest14d", "seresnext26d_32x4d", "densenet121", "pvt_v2_b0", "xcit_nano_12_p16_224",
+        "botnet26t_256", "volo_d1_224", "caformer_s18", "inception_next_tiny", "hgnetv2_b0", "starnet_s1",
+        "crossvit_tiny_240")
 TORCHVISION = ("resnet18", "mobilenet_v3_small", "efficientnet_b0", "densenet121", "regnet_y_400mf", "convnext_tiny",
                "squeezenet1_1", "shufflenet_v2_x0_5", "mnasnet0_5", "swin_t", "segmentation.deeplabv3_mobilenet_v3_large",
                "segmentation.lraspp_mobilenet_v3_large")
@@ -230,6 +240,18 @@ def _torchvision_case(name: str, tmp: str, variant: str) -> str:
     return _compare(path, lambda b, rng: {"x": rng.standard_normal((b, 3, 96, 96)).astype(np.float32)}, variant)
 
 
+def _timm_case(name: str, tmp: str, variant: str) -> str:
+    import timm
+    import torch
+
+    torch.manual_seed(0)
+    model = timm.create_model(name, pretrained=False).eval()
+    size = tuple(model.pretrained_cfg.get("input_size", (3, 224, 224)))
+    path = os.path.join(tmp, f"{name}.onnx")
+    _export(model, ["x"], {"x": np.zeros((2, *size), np.float32)}, path)
+    return _compare(path, lambda b, rng: {"x": rng.standard_normal((b, *size)).astype(np.float32)}, variant)
+
+
 def export_torchvision(name: str, tmp: str) -> str:
     """torchvision's `name` (random weights) exported to tmp at 96 x 96, batch dynamic; its path."""
     import torch
@@ -247,7 +269,7 @@ def export_torchvision(name: str, tmp: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--set", default="all", choices=("transformers", "torchvision", "all"))
+    ap.add_argument("--set", default="all", choices=("transformers", "torchvision", "timm", "all"))
     ap.add_argument("--variant", default="fp32", choices=("fp32", "fp16", "int8"),
                     help="fp16: converted, float32 I/O kept, against the float32 export; int8: quantize_dynamic")
     ap.add_argument("--exporter", default="torchscript", choices=("torchscript", "dynamo"),
@@ -263,6 +285,8 @@ def main() -> None:
         cases += [(n, _transformers_case) for n in TRANSFORMERS]
     if args.set in ("torchvision", "all"):
         cases += [(n, _torchvision_case) for n in TORCHVISION]
+    if args.set in ("timm", "all"):
+        cases += [(n, _timm_case) for n in TIMM]
     with tempfile.TemporaryDirectory() as tmp:
         for name, case in cases:
             if args.names and name not in args.names:

@@ -73,13 +73,14 @@ class _Torch:
             return _ms(lambda: self.module(*args), repeat, torch.cuda.synchronize)
 
 
-def bench(name: str, size: str, shapes: list[tuple[int, int]], repeat: int, half: bool = False) -> list[dict[str, Any]]:
+def bench(name: str, size: str, shapes: list[tuple[int, int]], repeat: int, half: bool = False,
+          exporter: str = "torchscript") -> list[dict[str, Any]]:
     import onnxruntime as ort
 
     from kompute_dml.onnx_backend import CPU, VULKAN, Backend
     from kompute_dml.onnx_backend.values import HOST
 
-    path = families.build(name, size)
+    path = families.build(name, size, exporter=exporter)
     reps: list[Any] = []
     kwargs = {"allow_half_precision": True} if half else {}
     prepare_ms = once(lambda: reps.append(Backend.prepare(str(path), "CPU", **kwargs))) * 1e3
@@ -139,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--allow-half-precision", action="store_true",
                     help="prepare with allow_half_precision (float32 products and convolutions in float16 on tensor cores)")
+    ap.add_argument("--exporter", default="torchscript", choices=families.EXPORTERS,
+                    help="dynamo: torch.onnx.export's default exporter since torch 2.9 (torch.export, opset 18; needs onnxscript)")
     ap.add_argument("--drop-fusion", action="append", default=[], metavar="OPERATOR",
                     help="an ablation: leave the fusion patterns onto this operator out (ROTARY_EMBEDDING, ...; repeatable)")
     ap.add_argument("--drop-pattern-suffix", action="append", default=[], metavar="SUFFIX",
@@ -160,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.families.split(","):
         try:
-            rows += bench(name, args.size, shapes, args.repeat, args.allow_half_precision)  # type: ignore[arg-type]
+            rows += bench(name, args.size, shapes, args.repeat, args.allow_half_precision,  # type: ignore[arg-type]
+                          args.exporter)
         except Exception as e:  # one family's failure is a row, not the end
             print(f"  {name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
     print(table(rows))

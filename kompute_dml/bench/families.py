@@ -15,6 +15,7 @@ Sizes: "tiny" (tests on lavapipe: hidden 64, 2 layers) and "small" (benchmarks: 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import tempfile
@@ -278,20 +279,29 @@ def feeds(name: str, batch: int, seq: int, rng: np.random.Generator, size: str =
     return FAMILIES[name].inputs(batch, seq, rng, SIZES[size])
 
 
-def source(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> Path:
+def source(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0, exporter: str = "torchscript") -> Path:
     """The float32 model a "-fp16" family's was converted from (its own export, the very model
     of the float32 family it names: same configuration and seed); other families' own model."""
-    path = build(name, size, cache, seed)
+    path = build(name, size, cache, seed, exporter)
     return path.with_suffix(".fp32.onnx") if FAMILIES[name].post == "fp16" else path
 
 
-def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> Path:
-    """The family's ONNX model at `size`, built once per configuration and tool versions."""
+EXPORTERS = ("torchscript", "dynamo")
+
+
+def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0, exporter: str = "torchscript") -> Path:
+    """The family's ONNX model at `size`, built once per configuration and tool versions.
+    `exporter`: torch.onnx.export's TorchScript exporter (opset 17) or its dynamo one (torch.export
+    and onnxscript, opset 18: torch.onnx.export's default since torch 2.9; needs onnxscript)."""
     import torch
 
+    if exporter not in EXPORTERS:
+        raise ValueError(f"exporter: one of {EXPORTERS}, got {exporter!r}")
     fam = FAMILIES[name]
-    stamp = json.dumps({"family": name, "size": SIZES[size], "seed": seed, "post": fam.post, **tool_versions(), "family_recipe": 4},
-                       sort_keys=True)
+    recipe = {"family": name, "size": SIZES[size], "seed": seed, "post": fam.post, **tool_versions(), "family_recipe": 4}
+    if exporter != "torchscript":
+        recipe["exporter"] = exporter
+    stamp = json.dumps(recipe, sort_keys=True)
     path = Path(cache) / f"{name}-{size}-{hashlib.sha256(stamp.encode()).hexdigest()[:12]}.onnx"
     if path.exists():
         return path
@@ -305,8 +315,19 @@ def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> 
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "raw.onnx"
         with torch.no_grad():
-            torch.onnx.export(module, tuple(example.values()), str(raw), input_names=names, output_names=["output"],
-                              dynamic_axes={**axes, "output": {0: "batch"}}, opset_version=17, dynamo=False)
+            if exporter == "dynamo":  # the same dimensions dynamic, as torch.export's automatic ones
+                auto = torch.export.Dim.AUTO
+                shapes: Any = tuple({a: auto for a in axes[n]} for n in names)
+                if any(p.kind is p.VAR_POSITIONAL for p in inspect.signature(module.forward).parameters.values()):
+                    shapes = (shapes,)  # forward(*args): one entry, the tuple of its inputs'
+                torch.onnx.export(module, tuple(example.values()), str(raw), input_names=names, output_names=["output"],
+                                  dynamic_shapes=shapes, opset_version=18, dynamo=True, verbose=False)
+                import onnx
+
+                onnx.save(onnx.load(str(raw)), str(raw))  # its weights inline (it writes them to raw.onnx.data)
+            else:
+                torch.onnx.export(module, tuple(example.values()), str(raw), input_names=names, output_names=["output"],
+                                  dynamic_axes={**axes, "output": {0: "batch"}}, opset_version=17, dynamo=False)
         out = Path(tmp) / "post.onnx"
         if fam.post in ("int8", "int8-raw"):
             import onnxruntime as ort
