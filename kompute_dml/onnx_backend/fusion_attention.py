@@ -69,7 +69,7 @@ def _pre_scale(rep: Any, node: onnx.NodeProto) -> tuple[str, float] | None:
     """A pre-scale Mul's (operand, constant scalar factor), the constant on either side; None if
     neither side is one."""
     for data, c in ((0, 1), (1, 0)):
-        v = _constant_scalar(rep, node.input[c])
+        v = _constant_scalar(rep, node.input[c], node.input[data])
         if v is not None:
             return node.input[data], v
     return None
@@ -87,9 +87,15 @@ def _nan_guard_check(rep: BackendRep, where: onnx.NodeProto) -> str:
     return ""
 
 
-def _constant_scalar(rep: BackendRep, name: str) -> float | None:
+def _constant_scalar(rep: BackendRep, name: str, beside: str) -> float | None:
+    """The finite, non-zero value of a one-element constant whose rank is no higher than the
+    declared rank of `beside` (the other operand: a higher rank would broadcast the product up);
+    None otherwise."""
     v = constant_float(rep, name)
-    return v if v is not None and np.isfinite(v) and v != 0.0 else None
+    rank = rep._declared_rank(beside)
+    if v is None or not np.isfinite(v) or v == 0.0 or rep.constant_host(name).ndim > (0 if rank is None else rank):
+        return None
+    return v
 
 
 def check_attention(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
@@ -107,7 +113,7 @@ def check_attention(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     if head.op_type == "FusedMatMul" and any(int(_attr(head, a, 0)) for a in ("transA", "transBatchA", "transBatchB")):
         return "FusedMatMul with transA / transBatch"
     for op in ("Mul", "Div"):
-        if op in r and _constant_scalar(rep, r[op].input[1]) is None:
+        if op in r and _constant_scalar(rep, r[op].input[1], r[op].input[0]) is None:
             return f"the {op}'s operand is not a constant scalar"
     if "transpose" in r:
         perm = [int(v) for v in _attr(r["transpose"], "perm", [])]
