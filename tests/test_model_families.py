@@ -41,7 +41,13 @@ def test_family_runs_correct_and_its_cpu_nodes_are_known(name):  # float16: test
         assert set(cpu) <= STILL_ON_THE_CPU[name], (cpu, rep.summary())
     else:
         assert set(cpu) == STILL_ON_THE_CPU[name], (cpu, rep.summary())
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    if families.FAMILIES[name].post == "qdq":
+        # the QDQ graph as written, node by node: onnxruntime's own levels disagree (its fused QLinear
+        # kernels round otherwise): ORT_ENABLE_ALL against ORT_DISABLE_ALL per-row cosine 0.9987-0.9993
+        # on resnet18-qdq at torch 2.14 / torchvision 0.29, ours against ORT_DISABLE_ALL 0.99984 at 1 x 9
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     for batch, seq in ((1, 9), (3, 17)):
         feeds = families.feeds(name, batch, seq, np.random.default_rng(batch))
         (got,), (want,) = rep.run(feeds), sess.run(None, feeds)
