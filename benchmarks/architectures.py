@@ -1,16 +1,18 @@
-"""Architectures users bring, beyond the families: transformers configurations (tiny, random
-weights) and torchvision networks exported with torch.onnx.export (opset 17), each run through the
-backend against onnxruntime's CPU provider at two batch sizes: where its nodes run (the node types
-left on the CPU), the CPU sub-graphs and transfers of a run, the largest relative difference and
-the smallest per-row cosine, and how many attention chains it fuses (fusion_attention.py). A
-correctness sweep of model shapes no test builds, not a timing.
-`--variant fp16` converts each export to float16 (onnxruntime's convert_float_to_float16, float32
-inputs and outputs kept) and compares it with onnxruntime running the float32 export; `--variant
-int8` quantizes it with quantize_dynamic (int8 weights) and compares with onnxruntime running the
-int8 model. `--exporter dynamo` exports with torch.export (torch.onnx.export's default since torch
-2.9: opset 18 and up, onnxscript's graph optimizer; needs onnxscript) instead of TorchScript.
+"""Architectures users bring, beyond the families: transformers configurations (tiny, random weights)
+and torchvision networks exported with torch.onnx.export (opset 17), each run through the backend
+against onnxruntime's CPU provider at two batch sizes: where its nodes run (the node types left on
+the CPU), the CPU sub-graphs and transfers of a run, the largest relative difference and the
+smallest per-row cosine, and how many attention chains it fuses (fusion_attention.py). A correctness
+sweep of model shapes no test builds, not a timing. `--variant fp16` converts each export to float16
+(onnxruntime's convert_float_to_float16, float32 inputs and outputs kept) and compares it with
+onnxruntime running the float32 export; `--variant int8` quantizes it with quantize_dynamic (int8
+weights) and compares with onnxruntime running the int8 model; `--variant qdq` / `qop` with
+quantize_static (u8 activations, s8 weights, calibrated on four random batches) in the QDQ or the
+QOperator (QLinearConv, QLinearMatMul, ...) format. `--exporter dynamo` exports with torch.export
+(torch.onnx.export's default since torch 2.9: opset 18 and up, onnxscript's graph optimizer; needs
+onnxscript) instead of TorchScript.
 
-    python -m benchmarks.architectures [--set transformers|torchvision|timm|all] [--variant fp32|fp16|int8]
+    python -m benchmarks.architectures [--set transformers|torchvision|timm|all] [--variant fp32|fp16|int8|qdq|qop]
         [--exporter torchscript|dynamo] [NAME ...]
 
 Needs torch and transformers (requirements-model.txt); the torchvision set needs torchvision, the
@@ -164,7 +166,22 @@ def _export(module: Any, names: list[str], example: dict[str, np.ndarray], path:
 FP16_NORMAL = 6.103515625e-05  # float16's smallest normal number
 
 
-def _variant(path: str, variant: str) -> tuple[str, list[tuple[str, str]]]:
+def _calibration(feeds: Callable[[int, np.random.Generator], dict[str, np.ndarray]]) -> Any:
+    """quantize_static's calibration data: four random batches of 2 from the case's own feeds."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.batches = iter([feeds(2, np.random.default_rng(100 + i)) for i in range(4)])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.batches, None)
+
+    return Reader()
+
+
+def _variant(path: str, variant: str, feeds: Callable[[int, np.random.Generator], dict[str, np.ndarray]]
+             ) -> tuple[str, list[tuple[str, str]]]:
     """The model to run for `variant` (fp32, fp16, int8), and the models onnxruntime runs beside it (label, path): the
     reference first. float16: the float32 export, then onnxruntime's run of the converted model
     (which tells a conversion that loses the model from a difference of ours); int8: the int8
@@ -182,6 +199,15 @@ def _variant(path: str, variant: str) -> tuple[str, list[tuple[str, str]]]:
         out = path.replace(".onnx", "-int8.onnx")
         quantize_dynamic(path, out, weight_type=QuantType.QInt8)
         return out, [("", out), ("vs float32 ", path)]
+    if variant in ("qdq", "qop"):  # quantize_static, calibrated on random inputs: QDQ pairs or QLinear* operators
+        from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        out, pre = path.replace(".onnx", f"-{variant}.onnx"), path.replace(".onnx", "-pre.onnx")
+        quant_pre_process(path, pre)  # as onnxruntime asks (its QOperator Conv needs the bias an initializer)
+        quantize_static(pre, out, _calibration(feeds), quant_format=QuantFormat.QDQ if variant == "qdq" else
+                        QuantFormat.QOperator, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        return out, [("", out), ("vs float32 ", path)]
     return path, [("", path)]
 
 
@@ -195,7 +221,7 @@ def _compare(path: str, feeds: Callable[[int, np.random.Generator], dict[str, np
 
     from kompute_dml.onnx_backend import CPU, Backend
 
-    path, references = _variant(path, variant)
+    path, references = _variant(path, variant, feeds)
     rep = Backend.prepare(path, "CPU")
     cpu = sorted({p.op_type for p in rep.placement if p.target == CPU})
     sessions = [(tag, ref, ort.InferenceSession(ref, providers=["CPUExecutionProvider"])) for tag, ref in references]
@@ -270,8 +296,9 @@ def export_torchvision(name: str, tmp: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", default="all", choices=("transformers", "torchvision", "timm", "all"))
-    ap.add_argument("--variant", default="fp32", choices=("fp32", "fp16", "int8"),
-                    help="fp16: converted, float32 I/O kept, against the float32 export; int8: quantize_dynamic")
+    ap.add_argument("--variant", default="fp32", choices=("fp32", "fp16", "int8", "qdq", "qop"),
+                    help="fp16: converted, float32 I/O kept, against the float32 export; int8: quantize_dynamic; "
+                         "qdq / qop: quantize_static (random calibration) in QDQ or QOperator format")
     ap.add_argument("--exporter", default="torchscript", choices=("torchscript", "dynamo"),
                     help="dynamo: torch.export (torch.onnx.export's default since torch 2.9), opset 18")
     ap.add_argument("names", nargs="*", help="a subset of the set's names")

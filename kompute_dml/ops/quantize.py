@@ -37,6 +37,7 @@ from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, check_same
 from .elementwise_plan import check_addressable, plan_elementwise
+from .onnx_types import FLOAT32_NUMPY, quantized_product
 from .spec import OnnxOp, OperatorSpec
 
 _Q8 = frozenset({D.INT8, D.UINT8})
@@ -118,5 +119,10 @@ def quantize_rule(t: Any) -> str:
 _T = TensorDesc(DataType.FLOAT32, (1, 2, 3, 4))
 _U = TensorDesc(DataType.UINT8, (1, 2, 3, 4))
 SPECS = (OperatorSpec(ElementWiseQuantizeLinearDesc, ELEMENT_WISE_QUANTIZE_LINEAR, compile_quantize_linear, (contract.QUANT,),
-                      helpers=("quantize_linear",), onnx=(OnnxOp("QuantizeLinear", "", "quantize_linear", check=quantize_rule),),
+                      helpers=("quantize_linear",),
+                      # com.microsoft's QOperator nodes: their float steps, then this (onnx_backend/handlers_qlinear.py)
+                      onnx=(OnnxOp("QuantizeLinear", "", "quantize_linear", check=quantize_rule),
+                            *(OnnxOp(t, "com.microsoft", "quantize_linear", check=quantized_product(q, 1, FLOAT32_NUMPY))
+                              for t, q in (("QLinearAdd", (0, 3)), ("QLinearMul", (0, 3)), ("QLinearSigmoid", (0,)),
+                                           ("QLinearLeakyRelu", (0,)), ("QLinearGlobalAveragePool", (0,))))),
                       example=lambda: ElementWiseQuantizeLinearDesc(_T, _T, _U, _U)),)

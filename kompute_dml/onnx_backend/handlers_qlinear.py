@@ -1,0 +1,99 @@
+"""com.microsoft's QOperator-format element-wise and pooling nodes (onnxruntime's quantize_static
+with QuantFormat.QOperator writes them beside QLinearConv / QLinearMatMul) as the float steps
+their definition names, each an operator of its own:
+
+    QLinearAdd / QLinearMul(A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp):
+        C = saturate(round_half_even((dq(A) op dq(B)) / C_scale) + C_zp)
+    QLinearSigmoid / QLinearLeakyRelu(X, X_scale, X_zp, Y_scale, Y_zp[, alpha]): Y = q(f(dq(X)))
+    QLinearGlobalAveragePool(X, x_scale, x_zp, y_scale, y_zp), channels_last 0: Y = q(mean(dq(X)))
+
+dq(v) = v_scale * (v - v_zp) in float32 (ELEMENT_WISE_DEQUANTIZE_LINEAR), the float step
+(ELEMENT_WISE_ADD / MULTIPLY, ACTIVATION_SIGMOID / LEAKY_RELU, the global pooling), q on
+ELEMENT_WISE_QUANTIZE_LINEAR (the division by the scale, half-even rounding, saturation). That is
+onnxruntime's reference arithmetic for the binary nodes (its scalar kernel, one float32 rounding per
+step); its vector kernels and its lookup tables (Sigmoid, LeakyRelu) and its integer sums (the
+pooling) may land one quantization step away where a value falls on a rounding boundary
+(tests/test_onnx_qlinear.py measures both). A zero point left out is 0 of the input's type."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+from ..functional.constants import device_constant
+from .graph import _attr
+from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype
+
+if TYPE_CHECKING:
+    from .context import NodeContext
+
+
+def _step(ctx: NodeContext, op: str, node: onnx.NodeProto, ins: list[tuple[Any, str]], stats: RunStats,
+          role: str = "", **attrs: Any) -> Any:
+    """The device handler of ONNX `op` on `ins` (value, name): the graph's names where a value is the
+    node's own input (uploads and constants are kept by name), else one per step and role (a run
+    keeps uploads by name: two steps of one name would share one)."""
+    from .handlers import handler_for  # (the handler tables import this module)
+
+    base = f"{node.output[0]}/{op}{role}"
+    step = onnx.helper.make_node(op, [name or f"{base}:{i}" for i, (_, name) in enumerate(ins)], [base],
+                                 name=f"{node.name} ({op}{role} step)", **attrs)
+    return handler_for(step)(ctx, step, [v for v, _ in ins], stats)[0]
+
+
+def _operand(ins: list[Any], node: onnx.NodeProto, i: int) -> tuple[Any, str]:
+    return ins[i], node.input[i]
+
+
+def _zp(ctx: NodeContext, ins: list[Any], node: onnx.NodeProto, i: int, like: Any) -> tuple[Any, str]:
+    """Input i (a zero point), or a device 0 of `like`'s type where it is left out."""
+    if i < len(ins) and ins[i] is not None:
+        return ins[i], node.input[i]
+    dt = _value_dtype(like)
+    return DeviceValue(device_constant(ctx.device, np.zeros((), dt)), (), dt), ""
+
+
+def _dq(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], first: int, stats: RunStats) -> Any:
+    x = ins[first]
+    if _value_dtype(x) not in (np.int8, np.uint8):
+        raise FallbackNeeded(f"{node.op_type} of {_value_dtype(x)}")
+    return _step(ctx, "DequantizeLinear", node, [_operand(ins, node, first), _operand(ins, node, first + 1),
+                                                 _zp(ctx, ins, node, first + 2, x)], stats, str(first))
+
+
+def _q(ctx: NodeContext, node: onnx.NodeProto, x: Any, ins: list[Any], first: int, stats: RunStats) -> list[Any]:
+    return [_step(ctx, "QuantizeLinear", node, [(x, ""), _operand(ins, node, first), _zp(ctx, ins, node, first + 1, ins[0])],
+                  stats)]
+
+
+def _binary(op: str) -> Any:
+    def run(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+        a, b = _dq(ctx, node, ins, 0, stats), _dq(ctx, node, ins, 3, stats)
+        return _q(ctx, node, _step(ctx, op, node, [(a, ""), (b, "")], stats), ins, 6, stats)
+    return run
+
+
+def _unary(op: str, **defaults: Any) -> Any:
+    def run(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+        attrs = {k: float(_attr(node, k, v)) for k, v in defaults.items()}
+        x = _dq(ctx, node, ins, 0, stats)
+        return _q(ctx, node, _step(ctx, op, node, [(x, "")], stats, **attrs), ins, 3, stats)
+    return run
+
+
+def _h_global_average_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    if int(_attr(node, "channels_last", 0)):
+        raise FallbackNeeded("QLinearGlobalAveragePool with channels_last")
+    x = _dq(ctx, node, ins, 0, stats)
+    return _q(ctx, node, _step(ctx, "GlobalAveragePool", node, [(x, "")], stats), ins, 3, stats)
+
+
+QLINEAR_HANDLERS = {
+    "QLinearAdd": _binary("Add"),
+    "QLinearMul": _binary("Mul"),
+    "QLinearSigmoid": _unary("Sigmoid"),
+    "QLinearLeakyRelu": _unary("LeakyRelu", alpha=0.01),
+    "QLinearGlobalAveragePool": _h_global_average_pool,
+}

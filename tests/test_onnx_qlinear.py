@@ -1,0 +1,127 @@
+"""com.microsoft's QOperator element-wise and pooling nodes (onnx_backend/handlers_qlinear.py):
+QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool, uint8 and
+int8, zero points given or left out, broadcast operands. Against an independent numpy reference of
+the definition (dq(v) = v_scale (v - v_zp) in float32, the float step, then round half to even of
+x / y_scale plus y_zp, saturated) and against onnxruntime's CPU kernels, node by node and as the
+whole-graph plan; and with host operands (a CPU sub-graph before the node), whose uploads are kept
+by name within a run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import helper, numpy_helper  # noqa: E402
+
+from kompute_dml.onnx_backend import CPU, Backend  # noqa: E402
+
+F32 = np.float32
+BINARY = ("QLinearAdd", "QLinearMul")
+
+
+def model(op, dt, zps, shapes, alpha=None, before=""):
+    """One com.microsoft `op` node (inputs a [and b] of `shapes`); zero points (a, b, y) as given,
+    None: left out; `before`: an op type each input passes through first (a CPU sub-graph)."""
+    et = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    scales = {"a": 0.05, "b": 0.021, "y": 0.07 if op != "QLinearMul" else 0.3}
+    inits, nodes, names = [], [], []
+    operands = ("a", "b") if op in BINARY else ("a",)
+    for v in (*operands, "y"):
+        src = v
+        if v != "y" and before:
+            nodes.append(helper.make_node(before, [v], [f"{v}_"]))
+            src = f"{v}_"
+        inits.append(numpy_helper.from_array(np.array(scales[v], F32), f"{v}_scale"))
+        zp = zps[v]
+        if zp is not None:
+            inits.append(numpy_helper.from_array(np.array(zp, dt), f"{v}_zp"))
+        names += ([src] if v != "y" else []) + [f"{v}_scale", f"{v}_zp" if zp is not None else ""]
+    while names and not names[-1]:
+        names.pop()
+    attrs = {"alpha": alpha} if alpha is not None else {}
+    nodes.append(helper.make_node(op, names, ["y"], domain="com.microsoft", **attrs))
+    inputs = [helper.make_tensor_value_info(v, et, s) for v, s in zip(operands, shapes)]
+    g = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", et, None)], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                          ir_version=9)
+    return m, scales
+
+
+def reference(op, feeds, scales, zps, dt, alpha):
+    """The definition in numpy: float32 at each step; the float step's own function in float64,
+    rounded to float32 (sigmoid, the mean)."""
+    def dq(v):
+        return (F32(scales[v]) * (feeds[v].astype(np.int32) - np.int32(zps[v] or 0)).astype(F32)).astype(F32)
+
+    if op == "QLinearAdd":
+        x = dq("a") + dq("b")
+    elif op == "QLinearMul":
+        x = dq("a") * dq("b")
+    elif op == "QLinearSigmoid":
+        x = (1 / (1 + np.exp(-dq("a").astype(np.float64)))).astype(F32)
+    elif op == "QLinearLeakyRelu":
+        a = dq("a")
+        x = np.where(a < 0, a * F32(alpha), a).astype(F32)
+    else:
+        x = dq("a").astype(np.float64).mean(axis=(2, 3), keepdims=True).astype(F32)
+    info = np.iinfo(dt)
+    return np.clip(np.rint(x / F32(scales["y"])) + (zps["y"] or 0), info.min, info.max).astype(dt)
+
+
+CASES = [("QLinearAdd", [(2, 3, 4, 5), (3, 1, 5)]), ("QLinearAdd", [(4, 6), (4, 6)]), ("QLinearMul", [(2, 3, 4), (1, 4)]),
+         ("QLinearSigmoid", [(2, 3, 4, 5)]), ("QLinearLeakyRelu", [(3, 7, 5)]), ("QLinearGlobalAveragePool", [(2, 3, 5, 7)])]
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+@pytest.mark.parametrize("zero_points", ["given", "absent"])
+@pytest.mark.parametrize(("op", "shapes"), CASES)
+def test_qlinear(rng, op, shapes, dt, zero_points):
+    info = np.iinfo(dt)
+    zps = ({"a": int(rng.integers(info.min, info.max)), "b": int(rng.integers(info.min, info.max)),
+            "y": int(rng.integers(info.min // 2, info.max // 2))} if zero_points == "given" else dict.fromkeys("aby"))
+    alpha = 0.2 if op == "QLinearLeakyRelu" else None
+    m, scales = model(op, dt, zps, shapes, alpha)
+    feeds = {v: rng.integers(info.min, int(info.max) + 1, s).astype(dt) for v, s in zip("ab", shapes)}
+    want = reference(op, feeds, scales, zps, dt, alpha)
+    # onnxruntime refuses zero points left out in the middle of the inputs (QLinearAdd: a type inference
+    # error; QLinearSigmoid aborts the process): the numpy reference alone there
+    peer = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0] \
+        if zero_points == "given" else None
+    rep = Backend.prepare(m, "CPU")
+    assert all(p.target != CPU for p in rep.placement), rep.summary()
+    for _ in range(2):  # node by node, then the whole-graph plan
+        (got,) = rep.run(feeds)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        off = np.abs(got.astype(int) - want.astype(int))
+        if op in BINARY:  # one float32 rounding per step on both sides: the same bits
+            np.testing.assert_array_equal(got, want)
+        else:  # the device's sigmoid / mean against float64's rounded: a value on a step's boundary moves by one
+            assert off.max() <= 1 and off.mean() < 0.02, (off.max(), off.mean())
+        if peer is not None:  # onnxruntime's kernels
+            assert np.abs(got.astype(int) - peer.astype(int)).max() <= 1
+
+
+def test_host_operands_keep_their_own_uploads(rng):
+    """Both operands arrive as host arrays (a CPU sub-graph first): each dequantization uploads its
+    own (a run keeps uploads by name; the steps once shared one and added a to itself)."""
+    zps = {"a": 120, "b": 3, "y": 128}
+    m, scales = model("QLinearAdd", np.uint8, zps, [(2, 8, 6, 6), (2, 8, 6, 6)], before="Identity")
+    rep = Backend.prepare(m, "CPU", exclude_ops={"Identity"})
+    assert [p.op_type for p in rep.placement if p.target == CPU] == ["Identity", "Identity"], rep.summary()
+    feeds = {v: rng.integers(0, 256, (2, 8, 6, 6)).astype(np.uint8) for v in "ab"}
+    want = reference("QLinearAdd", feeds, scales, zps, np.uint8, None)
+    for _ in range(2):
+        np.testing.assert_array_equal(rep.run(feeds)[0], want)
+
+
+def test_channels_last_pooling_runs_on_the_cpu(rng):
+    m, _ = model("QLinearGlobalAveragePool", np.uint8, {"a": 3, "y": 5}, [(2, 5, 7, 3)])
+    m.graph.node[-1].attribute.append(helper.make_attribute("channels_last", 1))
+    feeds = {"a": rng.integers(0, 256, (2, 5, 7, 3)).astype(np.uint8)}
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    rep = Backend.prepare(m, "CPU")
+    (got,) = rep.run(feeds)
+    assert any("channels_last" in e for e in rep.last_run.events), rep.last_run.events
+    np.testing.assert_array_equal(got, want)
