@@ -40,7 +40,7 @@ from . import contract, gemm_split
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
 from .gemm_coop import CoopTile, plan_gemm_coop
-from .onnx_types import float_input
+from .onnx_types import FLOAT32_NUMPY, float_input, quantized_product
 from .spec import OnnxOp, OperatorSpec
 from .split_range import binding_window, fits, split_outer
 
@@ -357,5 +357,7 @@ SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM, contract.
                             # step by step on GEMM and the activations (onnx_backend/handlers_rnn.py)
                             *(OnnxOp(op, "", "gemm", check=rnn_rule(op)) for op in _RNN_ACTIVATIONS),
                             # one GEMM against the twiddle factors (onnx_backend/handlers_dft.py)
-                            OnnxOp("DFT", "", "gemm", check=float_input), OnnxOp("STFT", "", "gemm", check=float_input))),)
+                            OnnxOp("DFT", "", "gemm", check=float_input), OnnxOp("STFT", "", "gemm", check=float_input),
+                            # its operands dequantized, [then quantized] (onnx_backend/handlers_qlinear.py)
+                            OnnxOp("QGemm", "com.microsoft", "gemm", check=quantized_product((0, 3), 1, FLOAT32_NUMPY)))),)
 EXPORTS = {"MatrixTransform": MatrixTransform}  # the transform fields' enum, exported as kdml.MatrixTransform
