@@ -173,3 +173,52 @@ def test_qgemm(rng, trans_b, bias, quantized_out):
         else:
             assert got.dtype == np.float32
             np.testing.assert_allclose(got, real, rtol=1e-5, atol=1e-5 * np.abs(real).max())
+
+
+def _single(node, inputs, inits, out_type=onnx.TensorProto.UINT8):
+    g = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info(node.output[0], out_type, None)],
+                          initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                             ir_version=9)
+
+
+@pytest.mark.parametrize(("opset", "axis"), [(13, -1), (13, 1), (11, 1), (11, 2)])
+def test_qlinear_softmax(rng, opset, axis):
+    """From opset 13 over the one axis; before, over every axis from `axis` on (the 2-D coercion)."""
+    shape = (2, 3, 4, 5)
+    inits = {"x_scale": F32(0.08), "x_zp": np.uint8(100), "y_scale": F32(1 / 256), "y_zp": np.uint8(0)}
+    node = helper.make_node("QLinearSoftmax", ["x", "x_scale", "x_zp", "y_scale", "y_zp"], ["y"], domain="com.microsoft",
+                            axis=axis, opset=opset)
+    m = _single(node, [helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, shape)], inits)
+    x = rng.integers(0, 256, shape).astype(np.uint8)
+    d = (F32(0.08) * (x.astype(np.int32) - 100).astype(F32)).astype(np.float64)
+    axes = (axis % 4,) if opset >= 13 else tuple(range(axis % 4, 4))
+    e = np.exp(d - d.max(axis=axes, keepdims=True))
+    want = np.clip(np.rint((e / e.sum(axis=axes, keepdims=True)).astype(F32) * F32(256)), 0, 255).astype(np.uint8)
+    peer = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    rep = Backend.prepare(m, "CPU")
+    assert all(p.target != CPU for p in rep.placement), rep.summary()
+    for _ in range(2):
+        (got,) = rep.run({"x": x})
+        off = np.abs(got.astype(int) - want.astype(int))
+        assert off.max() <= 1 and off.mean() < 0.02, (off.max(), off.mean())
+        assert np.abs(got.astype(int) - peer.astype(int)).max() <= 1  # onnxruntime's lookup-table exp
+
+
+def test_qlinear_concat(rng):
+    inits = {"y_scale": F32(0.05), "y_zp": np.uint8(128), "s0": F32(0.02), "z0": np.uint8(10), "s1": F32(0.09),
+             "z1": np.uint8(200), "s2": F32(0.05), "z2": np.uint8(128)}
+    shapes = [(2, 3, 4), (2, 5, 4), (2, 1, 4)]
+    node = helper.make_node("QLinearConcat", ["y_scale", "y_zp", "a", "s0", "z0", "b", "s1", "z1", "c", "s2", "z2"], ["y"],
+                            domain="com.microsoft", axis=1)
+    m = _single(node, [helper.make_tensor_value_info(n, onnx.TensorProto.UINT8, s) for n, s in zip("abc", shapes)], inits)
+    feeds = {n: rng.integers(0, 256, s).astype(np.uint8) for n, s in zip("abc", shapes)}
+    dq = [(inits[f"s{i}"] * (feeds[n].astype(np.int32) - int(inits[f"z{i}"])).astype(F32)).astype(F32) for i, n in enumerate("abc")]
+    want = np.clip(np.rint(np.concatenate(dq, axis=1) / F32(0.05)) + 128, 0, 255).astype(np.uint8)
+    peer = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    rep = Backend.prepare(m, "CPU")
+    assert all(p.target != CPU for p in rep.placement), rep.summary()
+    for _ in range(2):
+        (got,) = rep.run(feeds)
+        np.testing.assert_array_equal(got, want)  # the same float32 steps
+        assert np.abs(got.astype(int) - peer.astype(int)).max() <= 1

@@ -6,6 +6,8 @@ their definition names, each an operator of its own:
         C = saturate(round_half_even((dq(A) op dq(B)) / C_scale) + C_zp)
     QLinearSigmoid / QLinearLeakyRelu(X, X_scale, X_zp, Y_scale, Y_zp[, alpha]): Y = q(f(dq(X)))
     QLinearGlobalAveragePool(X, x_scale, x_zp, y_scale, y_zp), channels_last 0: Y = q(mean(dq(X)))
+    QLinearSoftmax(X, X_scale, X_zp, Y_scale, Y_zp; axis, opset): Y = q(softmax(dq(X)))
+    QLinearConcat(Y_scale, Y_zp, (X, X_scale, X_zp)...; axis): Y = q(concat(dq(X)...))
     QGemm(A, a_scale, a_zp, B, b_scale, b_zp, C, y_scale, y_zp): Y = [q](alpha dq(A) dq(B) + C a_scale b_scale)
 
 dq(v) = v_scale * (v - v_zp) in float32 (ELEMENT_WISE_DEQUANTIZE_LINEAR), the float step
@@ -23,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
+
+import kompute_dml as kdml
 
 from ..functional.constants import device_constant
 from .graph import _attr
@@ -65,9 +69,12 @@ def _dq(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], first: int, stat
                                                  _zp(ctx, ins, node, first + 2, x)], stats, str(first))
 
 
-def _q(ctx: NodeContext, node: onnx.NodeProto, x: Any, ins: list[Any], first: int, stats: RunStats) -> list[Any]:
-    return [_step(ctx, "QuantizeLinear", node, [(x, ""), _operand(ins, node, first), _zp(ctx, ins, node, first + 1, ins[0])],
-                  stats)]
+def _q(ctx: NodeContext, node: onnx.NodeProto, x: Any, ins: list[Any], first: int, stats: RunStats,
+       like: int = 0) -> list[Any]:
+    """x quantized by input `first` (the scale) and the zero point after it (left out: 0 of input
+    `like`'s type)."""
+    return [_step(ctx, "QuantizeLinear", node, [(x, ""), _operand(ins, node, first),
+                                                _zp(ctx, ins, node, first + 1, ins[like])], stats)]
 
 
 def _binary(op: str) -> Any:
@@ -92,6 +99,31 @@ def _h_global_average_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any
     return _q(ctx, node, _step(ctx, "GlobalAveragePool", node, [(x, "")], stats), ins, 3, stats)
 
 
+def _h_softmax(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """QLinearSoftmax (attribute `opset`: the Softmax it stands for; from 13 over the one axis `axis`,
+    before over every axis from `axis` on)."""
+    x = _dq(ctx, node, ins, 0, stats)
+    rank = max(len(x.shape), 1)
+    new = int(_attr(node, "opset", 13)) >= 13
+    axis = int(_attr(node, "axis", -1 if new else 1))
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < rank:
+        raise ValueError(f"QLinearSoftmax {node.name!r}: axis {_attr(node, 'axis', 1)} is outside [-{rank}, {rank - 1}]")
+    y = kdml.softmax(x.tensor, axes=(axis,) if new else tuple(range(axis, rank)),
+                     out=ctx.out_tensor(x.shape, np.float32), device=ctx.device)
+    return _q(ctx, node, DeviceValue(y, x.shape, np.dtype(np.float32)), ins, 3, stats)
+
+
+def _h_concat(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """QLinearConcat(Y_scale, Y_zp, then X, X_scale, X_zp per input): Concat of the dequantized inputs."""
+    if len(ins) < 5 or (len(ins) - 2) % 3:
+        raise ValueError(f"QLinearConcat {node.name!r}: Y_scale, Y_zero_point and (X, X_scale, X_zero_point) triples, "
+                         f"got {len(ins)} inputs")
+    parts = [(_dq(ctx, node, ins, i, stats), "") for i in range(2, len(ins), 3)]
+    joined = _step(ctx, "Concat", node, parts, stats, axis=int(_attr(node, "axis", 0)))
+    return _q(ctx, node, joined, ins, 0, stats, like=2)
+
+
 def _h_qgemm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     """QGemm(A, a_scale, a_zp, B, b_scale, b_zp[, C, y_scale, y_zp]): GEMM of dq(A) and dq(B) (alpha,
     transA, transB), C (int32 at scale a_scale b_scale) as float32 C a_scale b_scale computed on the
@@ -110,6 +142,8 @@ def _h_qgemm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunS
 
 QLINEAR_HANDLERS = {
     "QGemm": _h_qgemm,
+    "QLinearSoftmax": _h_softmax,
+    "QLinearConcat": _h_concat,
     "QLinearAdd": _binary("Add"),
     "QLinearMul": _binary("Mul"),
     "QLinearSigmoid": _unary("Sigmoid"),

@@ -122,7 +122,8 @@ SPECS = (OperatorSpec(ElementWiseQuantizeLinearDesc, ELEMENT_WISE_QUANTIZE_LINEA
                       helpers=("quantize_linear",),
                       # com.microsoft's QOperator nodes: their float steps, then this (onnx_backend/handlers_qlinear.py)
                       onnx=(OnnxOp("QuantizeLinear", "", "quantize_linear", check=quantize_rule),
-                            *(OnnxOp(t, "com.microsoft", "quantize_linear", check=quantized_product(q, 1, FLOAT32_NUMPY))
-                              for t, q in (("QLinearAdd", (0, 3)), ("QLinearMul", (0, 3)), ("QLinearSigmoid", (0,)),
-                                           ("QLinearLeakyRelu", (0,)), ("QLinearGlobalAveragePool", (0,))))),
+                            *(OnnxOp(t, "com.microsoft", "quantize_linear", check=quantized_product(q, sc, FLOAT32_NUMPY))
+                              for t, q, sc in (("QLinearAdd", (0, 3), 1), ("QLinearMul", (0, 3), 1), ("QLinearSigmoid", (0,), 1),
+                                               ("QLinearLeakyRelu", (0,), 1), ("QLinearGlobalAveragePool", (0,), 1),
+                                               ("QLinearSoftmax", (0,), 1), ("QLinearConcat", (2,), 0)))),
                       example=lambda: ElementWiseQuantizeLinearDesc(_T, _T, _U, _U)),)
