@@ -202,6 +202,25 @@ def test_qlinearconv_against_onnxruntime(rng, per_channel):
         np.testing.assert_array_equal(got, want)
 
 
+def test_qlinearconv_1d_as_height_one(rng):
+    """A 1-D QLinearConv (3-D x: wav2vec2's, convbert's feature convolutions) runs as 2-D of height 1."""
+    x = _q(rng, np.uint8, (2, 3, 17))
+    w4, ws, b = _inits(rng, 5, True)
+    w = np.ascontiguousarray(w4[:, :, 1, :])  # [5, 3, 3]
+    vals = {"xs": np.array(0.03, np.float32), "xz": np.array(120, np.uint8), "w": w, "ws": ws,
+            "wz": np.zeros(ws.shape, np.int8), "ys": np.array(0.2, np.float32), "yz": np.array(90, np.uint8), "b": b}
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], pads=[1, 2],
+                            strides=[2], dilations=[2])
+    model = one_node_model(node, [("x", T.UINT8, x.shape)], T.UINT8, [numpy_helper.from_array(v, k) for k, v in vals.items()],
+                           13)
+    rep = Backend.prepare(model, "CPU")
+    assert [p.target for p in rep.placement] == ["vulkan"], rep.summary()
+    want = reference(x[:, :, None, :], vals["xs"], 120, w[:, :, None, :], ws, 0, b, vals["ys"], 90, (1, 2), (1, 2), (0, 1),
+                     (0, 2), 1, np.uint8)[:, :, 0, :]
+    for _ in range(2):  # node by node, then the whole-graph plan
+        np.testing.assert_array_equal(rep.run({"x": x})[0], want)
+
+
 @pytest.mark.parametrize("bias", ["int32", "zeros", "float"])
 def test_qdq_conv_fused(rng, bias):
     """Q(x) -> DQ -> Conv(DQ(w int8), bias) -> Q -> DQ: the middle three fused into one

@@ -58,18 +58,32 @@ def _out_shape(x_shape: tuple[int, ...], w_shape: tuple[int, ...], g: dict[str, 
 
 
 def _h_qlinear_conv(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    """QLinearConv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B?) on one dispatch."""
+    """QLinearConv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B?) on one dispatch; 1-D (3-D x)
+    as 2-D of height 1 (views, no copy)."""
     x_shape, w_shape = tuple(_value_shape(ins[0])), tuple(_value_shape(ins[3]))
-    if len(x_shape) != 4 or _value_dtype(ins[0]) not in _Q8 or _value_dtype(ins[3]) not in _Q8:
-        raise FallbackNeeded("QLinearConv other than 2-D of int8 / uint8")
+    if len(x_shape) not in (3, 4) or len(w_shape) != len(x_shape) or _value_dtype(ins[0]) not in _Q8 or \
+            _value_dtype(ins[3]) not in _Q8:
+        raise FallbackNeeded("QLinearConv other than 1-D or 2-D of int8 / uint8")
     g = _geometry(node, x_shape, w_shape)
     shape = _out_shape(x_shape, w_shape, g)
     dt = _value_dtype(ins[7])
     t = [device_tensor(ctx, v, stats, name) if v is not None and name else None for v, name in zip(ins, node.input)]
-    y = kdml.quantized_conv(t[0], t[1], t[3], t[4], t[6], x_zero_point=t[2], w_zero_point=t[5],
-                            bias=t[8] if len(t) > 8 else None, y_zero_point=t[7], out=ctx.out_tensor(shape, dt),
-                            device=ctx.device, **g)
-    return [DeviceValue(y, shape, dt)]
+    if len(x_shape) == 3:  # [n, c, w] as [n, c, 1, w]: the height's geometry the identity
+        t[0], t[3] = _with_height(t[0]), _with_height(t[3])
+        g = dict(g, strides=(1, *g["strides"]), dilations=(1, *g["dilations"]), start_padding=(0, *g["start_padding"]),
+                 end_padding=(0, *g["end_padding"]))
+    out = ctx.out_tensor(shape, dt)
+    kdml.quantized_conv(t[0], t[1], t[3], t[4], t[6], x_zero_point=t[2], w_zero_point=t[5],
+                        bias=t[8] if len(t) > 8 else None, y_zero_point=t[7],
+                        out=_with_height(out) if len(x_shape) == 3 else out, device=ctx.device, **g)
+    return [DeviceValue(out, shape, dt)]
+
+
+def _with_height(t: kdml.Tensor) -> kdml.Tensor:
+    """A 3-D tensor [a, b, w] as [a, b, 1, w] (the same elements)."""
+    a, b, w = t.desc.sizes
+    sa, sb, sw = t.desc.effective_strides
+    return kdml.Tensor.trusted(t.buffer, kdml.TensorDesc(t.desc.data_type, (a, b, 1, w), (sa, sb, sw * w, sw)), t.offset)
 
 
 def _in(node: onnx.NodeProto, i: int) -> str:

@@ -207,14 +207,15 @@ def compile_quantized_linear_convolution(device: Device, desc: QuantizedLinearCo
 
 
 def qlinear_conv_rule(t: Any) -> str:
-    """ONNX QLinearConv on the operator: 8-bit x and w, 2-D (a 4-D x where declared)."""
+    """ONNX QLinearConv on the operator: 8-bit x and w, 1-D or 2-D (a 3-D or 4-D x where declared; 1-D as
+    2-D of height 1)."""
     for i in (0, 3):
         dt = t.elem(i) if t.inputs > i else None
         if dt is not None and dt not in (np.int8, np.uint8):
             return f"input {i} is {dt}, not int8 / uint8"
     x = t.declared(0) if t.inputs else None
-    if x is not None and x.tensor_type.HasField("shape") and len(x.tensor_type.shape.dim) != 4:
-        return "not a 2-D convolution (QUANTIZED_LINEAR_CONVOLUTION takes 4-D tensors)"
+    if x is not None and x.tensor_type.HasField("shape") and len(x.tensor_type.shape.dim) not in (3, 4):
+        return "not a 1-D or 2-D convolution (QUANTIZED_LINEAR_CONVOLUTION takes 4-D tensors)"
     return ""
 
 
