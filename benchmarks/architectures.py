@@ -22,6 +22,7 @@ timm set timm (at each network's own input size, 224 x 224 for most).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import tempfile
 import time
@@ -210,11 +211,13 @@ def _variant(path: str, variant: str, feeds: Callable[[int, np.random.Generator]
             quantize_static(src, out, _calibration(feeds), quant_format=fmt, activation_type=QuantType.QUInt8,
                             weight_type=QuantType.QInt8)
 
-        try:
-            quantize(path)
-        except Exception:  # onnxruntime's QOperator Conv wants its bias an initializer: its pre-processing first
-            quant_pre_process(path, pre, skip_symbolic_shape=True)
-            quantize(pre)
+        # (in the models' folder: onnxruntime's quantizer leaves <uuid>.data files in the working directory)
+        with contextlib.chdir(os.path.dirname(os.path.abspath(path))):
+            try:
+                quantize(path)
+            except Exception:  # onnxruntime's QOperator Conv wants its bias an initializer: its pre-processing first
+                quant_pre_process(path, pre, skip_symbolic_shape=True)
+                quantize(pre)
         return out, [("", out), ("vs float32 ", path)]
     return path, [("", path)]
 
