@@ -222,3 +222,29 @@ def test_qlinear_concat(rng):
         (got,) = rep.run(feeds)
         np.testing.assert_array_equal(got, want)  # the same float32 steps
         assert np.abs(got.astype(int) - peer.astype(int)).max() <= 1
+
+
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+def test_qlinear_average_pool(rng, count_include_pad):
+    """AveragePool's attributes (kernel, strides, pads, count_include_pad) on the dequantized input."""
+    inits = {"x_scale": F32(0.04), "x_zp": np.uint8(7), "y_scale": F32(0.03), "y_zp": np.uint8(20)}
+    node = helper.make_node("QLinearAveragePool", ["x", "x_scale", "x_zp", "y_scale", "y_zp"], ["y"], domain="com.microsoft",
+                            kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1], count_include_pad=count_include_pad)
+    m = _single(node, [helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, (2, 3, 7, 6))], inits)
+    x = rng.integers(0, 256, (2, 3, 7, 6)).astype(np.uint8)
+    d = np.pad((F32(0.04) * (x.astype(np.int32) - 7).astype(F32)).astype(np.float64), ((0, 0), (0, 0), (1, 1), (0, 1)))
+    ones = np.pad(np.ones((7, 6)), ((1, 1), (0, 1)))
+    rows = (7 + 2 - 3) // 2 + 1
+    mean = np.stack([np.stack([d[..., 2 * i:2 * i + 3, j:j + 2].sum(axis=(-2, -1)) /
+                               (6 if count_include_pad else ones[2 * i:2 * i + 3, j:j + 2].sum()) for j in range(6)], -1)
+                     for i in range(rows)], -2)
+    want = np.clip(np.rint(mean.astype(F32) / F32(0.03)) + 20, 0, 255).astype(np.uint8)
+    peer = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    rep = Backend.prepare(m, "CPU")
+    assert all(p.target != CPU for p in rep.placement), rep.summary()
+    for _ in range(2):
+        (got,) = rep.run({"x": x})
+        assert got.shape == want.shape == peer.shape
+        off = np.abs(got.astype(int) - want.astype(int))
+        assert off.max() <= 1 and off.mean() < 0.02, (off.max(), off.mean())
+        assert np.abs(got.astype(int) - peer.astype(int)).max() <= 1

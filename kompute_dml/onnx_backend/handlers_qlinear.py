@@ -6,6 +6,7 @@ their definition names, each an operator of its own:
         C = saturate(round_half_even((dq(A) op dq(B)) / C_scale) + C_zp)
     QLinearSigmoid / QLinearLeakyRelu(X, X_scale, X_zp, Y_scale, Y_zp[, alpha]): Y = q(f(dq(X)))
     QLinearGlobalAveragePool(X, x_scale, x_zp, y_scale, y_zp), channels_last 0: Y = q(mean(dq(X)))
+    QLinearAveragePool(X, x_scale, x_zp, y_scale, y_zp; AveragePool's attributes), channels_last 0: likewise
     QLinearSoftmax(X, X_scale, X_zp, Y_scale, Y_zp; axis, opset): Y = q(softmax(dq(X)))
     QLinearConcat(Y_scale, Y_zp, (X, X_scale, X_zp)...; axis): Y = q(concat(dq(X)...))
     QGemm(A, a_scale, a_zp, B, b_scale, b_zp, C, y_scale, y_zp): Y = [q](alpha dq(A) dq(B) + C a_scale b_scale)
@@ -92,6 +93,15 @@ def _unary(op: str, **defaults: Any) -> Any:
     return run
 
 
+def _h_average_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """QLinearAveragePool: ONNX AveragePool's attributes on the dequantized input."""
+    if int(_attr(node, "channels_last", 0)):
+        raise FallbackNeeded("QLinearAveragePool with channels_last")
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute if a.name != "channels_last"}
+    x = _dq(ctx, node, ins, 0, stats)
+    return _q(ctx, node, _step(ctx, "AveragePool", node, [(x, "")], stats, **attrs), ins, 3, stats)
+
+
 def _h_global_average_pool(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     if int(_attr(node, "channels_last", 0)):
         raise FallbackNeeded("QLinearGlobalAveragePool with channels_last")
@@ -143,6 +153,7 @@ def _h_qgemm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunS
 QLINEAR_HANDLERS = {
     "QGemm": _h_qgemm,
     "QLinearSoftmax": _h_softmax,
+    "QLinearAveragePool": _h_average_pool,
     "QLinearConcat": _h_concat,
     "QLinearAdd": _binary("Add"),
     "QLinearMul": _binary("Mul"),

@@ -125,5 +125,6 @@ SPECS = (OperatorSpec(ElementWiseQuantizeLinearDesc, ELEMENT_WISE_QUANTIZE_LINEA
                             *(OnnxOp(t, "com.microsoft", "quantize_linear", check=quantized_product(q, sc, FLOAT32_NUMPY))
                               for t, q, sc in (("QLinearAdd", (0, 3), 1), ("QLinearMul", (0, 3), 1), ("QLinearSigmoid", (0,), 1),
                                                ("QLinearLeakyRelu", (0,), 1), ("QLinearGlobalAveragePool", (0,), 1),
+                                               ("QLinearAveragePool", (0,), 1),
                                                ("QLinearSoftmax", (0,), 1), ("QLinearConcat", (2,), 0)))),
                       example=lambda: ElementWiseQuantizeLinearDesc(_T, _T, _U, _U)),)
