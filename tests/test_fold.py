@@ -169,3 +169,27 @@ def test_a_node_no_engine_runs_leaves_the_other_folds_standing(rng):
     rep = Backend.prepare(model, "CPU")
     assert sorted(rep.folded) == ["Constant", "Constant", "Neg"] and "not folded (" in rep.fold_note
     assert [node.op_type for node in rep.graph.node] == ["Reshape", "Add", "Add"]
+
+
+def test_one_element_quantization_folds_for_the_plan(rng):
+    """A QDQ model's Pad value: Constant -> QuantizeLinear -> DequantizeLinear of one element folds
+    (the host needs it while planning; before, the run went node by node); a quantized tensor of more
+    elements stays quantized."""
+    nodes = [n("Constant", [], ["v"], value=numpy_helper.from_array(np.array(0.37, np.float32))),
+             n("QuantizeLinear", ["v", "s", "z"], ["vq"]), n("DequantizeLinear", ["vq", "s", "z"], ["vd"]),
+             n("Pad", ["x", "pads", "vd"], ["p"]),
+             n("DequantizeLinear", ["wq", "s", "z"], ["w"]), n("Add", ["p", "w"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0.01, np.float32), "s"), numpy_helper.from_array(np.array(3, np.uint8), "z"),
+             numpy_helper.from_array(np.array([0, 1, 0, 2], np.int64), "pads"),
+             numpy_helper.from_array(rng.integers(0, 256, (2, 8)).astype(np.uint8), "wq")]
+    m = _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, [2, 5])], [helper.make_tensor_value_info("y", T.FLOAT, None)],
+               inits)
+    rep = Backend.prepare(m, "CPU")
+    assert sorted(rep.folded) == ["Constant", "DequantizeLinear", "QuantizeLinear"], rep.folded
+    assert [x.op_type for x in rep.graph.node] == ["Pad", "DequantizeLinear", "Add"]
+    x = rng.standard_normal((2, 5)).astype(np.float32)
+    for _ in range(2):
+        (got,) = rep.run({"x": x})
+        assert not rep.last_run.events, rep.last_run.events  # the whole-graph plan: no node-by-node note
+        assert (rep.last_run.uploads, rep.last_run.downloads) == (1, 1)
+        np.testing.assert_array_equal(got, _ort(m, {"x": x})[0])

@@ -7,7 +7,9 @@ once, all of them together in one onnxruntime session (onnx's reference evaluato
 onnxruntime refuses), and only the values a remaining node or a graph output reads are kept. Not
 folded: nodes with no input, random draws, nodes with sub-graphs, or of a domain other than
 ai.onnx; quantize / dequantize nodes, which keep a quantized weight quantized for the products
-that read it (onnx_backend/fusions.py, product_groups.py), as onnxruntime's own folding does.
+that read it (onnx_backend/fusions.py, product_groups.py), as onnxruntime's own folding does, but
+for those of one element (a QDQ model's Pad value or Clip bound, quantized and dequantized: the host
+needs it while planning, and a value computed on the device there sends the run node by node).
 
 The result is a new graph of the nodes left (no initializers: those stay in `constants`) or, when
 nothing folds, the model's own graph; the model itself is never changed.
@@ -69,6 +71,19 @@ def _foldable(node: onnx.NodeProto, known: set[str]) -> bool:
     return bool(names) and all(n in known for n in names)
 
 
+def _scalar_quantization(node: onnx.NodeProto, known: set[str], values: dict[str, TensorProto], alias: dict[str, str],
+                         small: set[str]) -> bool:
+    """A QuantizeLinear / DequantizeLinear of constants whose first input holds one element (`small`:
+    such values folded before, not evaluated yet)."""
+    if node.op_type not in ("QuantizeLinear", "DequantizeLinear") or node.domain not in ("", "ai.onnx"):
+        return False
+    names = _node_inputs(node)
+    src = alias.get(node.input[0], node.input[0])
+    t = values.get(src)
+    one = src in small or (t is not None and int(np.prod(t.dims)) <= 1)
+    return bool(names) and all(n in known for n in names) and one
+
+
 def _evaluate(model: onnx.ModelProto, nodes: list[onnx.NodeProto], constants: dict[str, TensorProto],
               wanted: list[str]) -> dict[str, TensorProto]:
     """The wanted outputs of `nodes`, run once with their constant inputs as initializers."""
@@ -101,6 +116,7 @@ def fold_constants(model: onnx.ModelProto, constants: dict[str, TensorProto], fe
     folded: list[int] = []
     evaluated: list[int] = []
     alias: dict[str, str] = {}  # an Identity of a constant: its readers read the source (no copy)
+    small: set[str] = set()  # one-element quantization results folded (a QDQ model's scalars)
     for i, node in enumerate(g.node):
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1:
             values[node.output[0]] = constant_value(node)
@@ -108,6 +124,9 @@ def fold_constants(model: onnx.ModelProto, constants: dict[str, TensorProto], fe
             alias[node.output[0]] = alias.get(node.input[0], node.input[0])
         elif _foldable(node, known):
             evaluated.append(i)
+        elif _scalar_quantization(node, known, values, alias, small):
+            evaluated.append(i)
+            small.update(o for o in node.output if o)
         else:
             continue
         folded.append(i)
