@@ -193,3 +193,24 @@ def test_one_element_quantization_folds_for_the_plan(rng):
         assert not rep.last_run.events, rep.last_run.events  # the whole-graph plan: no node-by-node note
         assert (rep.last_run.uploads, rep.last_run.downloads) == (1, 1)
         np.testing.assert_array_equal(got, _ort(m, {"x": x})[0])
+
+
+def test_quantized_shape_arithmetic_resolves_on_the_host(rng):
+    """quantize_static's QDQ pairs on float shape arithmetic (MobileViT's ceil(h / patch)): the
+    QuantizeLinear of host-known values resolves on the host (its one-node engine), so the Reshape
+    that reads the result plans with the rest (before, the run went node by node)."""
+    nodes = [n("Shape", ["x"], ["sh"]), n("Gather", ["sh", "one"], ["w"], axis=0), n("Cast", ["w"], ["wf"], to=T.FLOAT),
+             n("QuantizeLinear", ["wf", "s", "z"], ["wq"]), n("DequantizeLinear", ["wq", "s", "z"], ["wd"]),
+             n("Cast", ["wd"], ["wi"], to=T.INT64), n("Unsqueeze", ["wi", "ax"], ["wu"]),
+             n("Concat", ["minus1", "wu"], ["shape"], axis=0), n("Reshape", ["x", "shape"], ["r"]), n("Relu", ["r"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(1, np.int64), "one"), numpy_helper.from_array(np.array(1.0, np.float32), "s"),
+             numpy_helper.from_array(np.array(0, np.uint8), "z"), numpy_helper.from_array(np.array([0], np.int64), "ax"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus1")]
+    m = _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, ["b", 6])], [helper.make_tensor_value_info("y", T.FLOAT, None)],
+               inits)
+    rep = Backend.prepare(m, "CPU")
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    for _ in range(2):
+        (got,) = rep.run({"x": x})
+        assert not rep.last_run.events, rep.last_run.events
+        np.testing.assert_array_equal(got, _ort(m, {"x": x})[0])
