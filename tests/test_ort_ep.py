@@ -398,3 +398,39 @@ def test_matmul_nbits_and_its_reader_are_one_ep_group():
     got = sess.run(None, feeds)[0]
     assert _assigned(sess) == {kort.get_ep_name(): [["nbits", "relu"]]}
     np.testing.assert_allclose(got, _cpu(model, feeds)[0], rtol=0, atol=2e-5 * float(np.abs(got).max()))
+
+
+def test_qoperator_chain_is_one_ep_group():
+    """quantize_static's QOperator nodes (onnx_backend/handlers_qlinear.py, fusion_qconv.py):
+    QLinearConv -> com.microsoft QLinearAdd -> QLinearGlobalAveragePool -> QGemm, claimed as one
+    group, bit for bit Backend.run (graph optimizations off: the same graph) and within a
+    quantization step of onnxruntime's CPU kernels."""
+    rng = np.random.default_rng(11)
+    u8 = TensorProto.UINT8
+    # weights within +-60: onnxruntime's u8 x s8 pairs of products (255 * 60 * 2) stay inside int16 on
+    # CPUs without VNNI, where larger ones saturate (tests/ort_exactness.py)
+    c = {"xs": np.array(0.02, np.float32), "xz": np.array(128, np.uint8), "w": rng.integers(-60, 60, (4, 3, 3, 3)).astype(np.int8),
+         "ws": np.array(0.01, np.float32), "wz": np.array(0, np.int8), "cs": np.array(0.05, np.float32),
+         "cz": np.array(100, np.uint8), "ys": np.array(0.06, np.float32), "yz": np.array(90, np.uint8),
+         "ps": np.array(0.04, np.float32), "pz": np.array(80, np.uint8),
+         "g": rng.integers(-100, 100, (5, 4)).astype(np.int8), "gs": np.array(0.02, np.float32), "gz": np.array(0, np.int8),
+         "os": np.array(0.03, np.float32), "oz": np.array(120, np.uint8)}
+    nodes = [helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "cs", "cz"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("QLinearAdd", ["c", "cs", "cz", "c", "cs", "cz", "ys", "yz"], ["a"], domain="com.microsoft",
+                              name="add"),
+             helper.make_node("QLinearGlobalAveragePool", ["a", "ys", "yz", "ps", "pz"], ["p"], domain="com.microsoft",
+                              name="pool"),
+             helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+             helper.make_node("QGemm", ["f", "ps", "pz", "g", "gs", "gz", "", "os", "oz"], ["y"], domain="com.microsoft",
+                              transB=1, name="gemm")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", u8, ["N", 3, 6, 6])],
+                          [helper.make_tensor_value_info("y", u8, ["N", 5])],
+                          [numpy_helper.from_array(v, k) for k, v in c.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=9).SerializeToString()
+    feeds = {"x": rng.integers(0, 256, (2, 3, 6, 6)).astype(np.uint8)}
+    sess = _session(model, optimize=False)
+    got = sess.run(None, feeds)[0]
+    assert _assigned(sess) == {kort.get_ep_name(): [["conv", "add", "pool", "flatten", "gemm"]]}, _assigned(sess)
+    np.testing.assert_array_equal(got, Backend.prepare(onnx.load_from_string(model), "CPU").run(feeds)[0])
+    assert np.abs(got.astype(int) - _cpu(model, feeds)[0].astype(int)).max() <= 1
