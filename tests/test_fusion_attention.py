@@ -21,6 +21,22 @@ from kompute_dml.onnx_backend import VULKAN, Backend  # noqa: E402
 B, H, S, D = 2, 3, 5, 8
 
 
+def projections(rng, nodes, const, sizes, dt, rank=4, trans_b=False):
+    """x [b, s, h*d] projected to q2, k2 (K^T unless trans_b) and v2 by three constant weights (`const`
+    adds an initializer), split into heads by Reshape and Transpose as torch exports it; rank 3: one
+    head of h*d."""
+    b, s, h, d = sizes
+    hid = h * d
+    for p in "qkv":
+        nodes.append(helper.make_node("MatMul", ["x", const(f"w{p}", (rng.standard_normal((hid, hid)) * 0.3).astype(dt))],
+                                      [f"{p}0"]))
+        shape = [b, s, h, d] if rank == 4 else [b, s, hid]
+        nodes.append(helper.make_node("Reshape", [f"{p}0", const(f"s{p}", np.array(shape, np.int64))], [f"{p}1"]))
+        perm = {"q": [0, 2, 1, 3], "k": [0, 2, 1, 3] if trans_b else [0, 2, 3, 1], "v": [0, 2, 1, 3]}[p]
+        perm3 = [0, 2, 1] if p == "k" and not trans_b else [0, 1, 2]
+        nodes.append(helper.make_node("Transpose", [f"{p}1"], [f"{p}2"], perm=perm if rank == 4 else perm3))
+
+
 def graph(rng, *, head="MatMul", scale="Mul", mask=True, casts=1, rank=4, trans_b=False, axis=-1, extra_read=False,
           scale_input=False, cast_to=T.FLOAT, k_batch=B, dt=np.float32):
     """x [B, S, H*D] projected to Q, K, V by three constant weights, split into heads by Reshape and
@@ -33,14 +49,7 @@ def graph(rng, *, head="MatMul", scale="Mul", mask=True, casts=1, rank=4, trans_
         return name
 
     hid = H * D
-    for p in "qkv":
-        nodes.append(helper.make_node("MatMul", ["x", const(f"w{p}", (rng.standard_normal((hid, hid)) * 0.3).astype(dt))],
-                                      [f"{p}0"]))
-        shape = [B, S, H, D] if rank == 4 else [B, S, hid]  # rank 3: one head of H*D
-        nodes.append(helper.make_node("Reshape", [f"{p}0", const(f"s{p}", np.array(shape, np.int64))], [f"{p}1"]))
-        perm = {"q": [0, 2, 1, 3], "k": [0, 2, 1, 3] if trans_b else [0, 2, 3, 1], "v": [0, 2, 1, 3]}[p]
-        perm3 = [0, 2, 1] if p == "k" and not trans_b else [0, 1, 2]
-        nodes.append(helper.make_node("Transpose", [f"{p}1"], [f"{p}2"], perm=perm if rank == 4 else perm3))
+    projections(rng, nodes, const, (B, S, H, D), dt, rank, trans_b)
     kin = "k2"
     if k_batch != B:  # K of batch 1 broadcast in the product
         nodes.append(helper.make_node("Slice", ["k2", const("z", np.array([0], np.int64)), const("o", np.array([1], np.int64)),

@@ -16,7 +16,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto as T  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
-from test_fusion_attention import TOL  # noqa: E402
+from test_fusion_attention import TOL, projections  # noqa: E402
 
 from kompute_dml.onnx_backend import Backend  # noqa: E402
 
@@ -33,11 +33,7 @@ def graph(rng, *, pre=True, mask=True, guard=True, where_value=0.0, scale_input=
         return name
 
     hid = H * D
-    for p in "qkv":
-        nodes.append(helper.make_node("MatMul", ["x", const(f"w{p}", (rng.standard_normal((hid, hid)) * 0.3).astype(dt))],
-                                      [f"{p}0"]))
-        nodes.append(helper.make_node("Reshape", [f"{p}0", const(f"s{p}", np.array([B, S, H, D], np.int64))], [f"{p}1"]))
-        nodes.append(helper.make_node("Transpose", [f"{p}1"], [f"{p}2"], perm=[0, 2, 3, 1] if p == "k" else [0, 2, 1, 3]))
+    projections(rng, nodes, const, (B, S, H, D), dt)
     inputs = [helper.make_tensor_value_info("x", et, [B, S, hid]), helper.make_tensor_value_info("m", T.BOOL, [B, S])]
     q, k = "q2", "k2"
     if pre:

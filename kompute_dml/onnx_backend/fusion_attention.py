@@ -44,7 +44,7 @@ import kompute_dml as kdml
 
 from ..ops.attention_layout import COOP_ROWS, blocked_takes, coop_takes
 from ..runtime.attention_policy import fused_max_flops
-from .graph import _attr, constant_float
+from .graph import _attr, constant_float, positive_zero_constant
 from .half_precision import half_weights
 from .handlers_nn import _opset
 from .handlers_values import as_device
@@ -76,15 +76,12 @@ def _pre_scale(rep: Any, node: onnx.NodeProto) -> tuple[str, float] | None:
 
 
 def _nan_guard_check(rep: BackendRep, where: onnx.NodeProto) -> str:
-    """IsNaN -> Where(isnan, value, softmax): the value must be a constant +0.0 (the guard writes +0)."""
-    name = where.input[1]
-    if name not in rep.constants or name in rep.input_names:
-        return f"Where's value {name!r} is not a constant"
-    zero = rep.constant_host(name)
-    if zero.dtype not in (np.float32, np.float16) or zero.size != 1 or zero.view(np.uint32 if zero.dtype == np.float32
-                                                                                   else np.uint16).any():
-        return f"Where's value is not one +0.0 ({zero.dtype}, {zero.size} elements)"
-    return ""
+    """IsNaN -> Where(isnan, value, softmax): the value one constant +0.0 (the guard writes +0; more
+    elements could broadcast the result up)."""
+    reason = positive_zero_constant(rep, where.input[1])
+    if not reason and rep.constant_host(where.input[1]).size != 1:
+        reason = f"Where's value has {rep.constant_host(where.input[1]).size} elements"
+    return reason
 
 
 def _constant_scalar(rep: BackendRep, name: str, beside: str) -> float | None:
@@ -105,8 +102,8 @@ def check_attention(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     for pre in r["pre"]:
         if _pre_scale(rep, pre) is None:
             return "a Mul before the scores without a constant scalar operand"
-    if "Where" in r and _nan_guard_check(rep, r["Where"]):
-        return _nan_guard_check(rep, r["Where"])
+    if "Where" in r and (reason := _nan_guard_check(rep, r["Where"])):
+        return reason
     dts = {rep._elem_dtype(n) for n in (*head.input[:2], r["last"].input[1])}
     if not dts <= _FLOAT_OUT | {None}:
         return f"products of {sorted(map(str, dts - {None}))}"

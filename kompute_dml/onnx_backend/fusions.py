@@ -57,7 +57,7 @@ from .fusion_rmsnorm import rms_norm_patterns
 from .fusion_rotary import rotary_patterns
 from .fusion_scale import matmul_scale_patterns
 from .fusion_swish import swish_patterns
-from .graph import _attr, _node_inputs
+from .graph import _attr, _node_inputs, positive_zero_constant
 from .handlers_activation import FUSED_TYPES
 from .handlers_conv import run_conv_activation
 from .handlers_nn import _floats, _opset
@@ -242,15 +242,7 @@ def _check_masked_softmax(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     axis = int(_attr(smx, "axis", -1 if _opset(rep.model) >= 13 else 1))
     if axis != -1 and (rank is None or axis != rank - 1):
         return f"Softmax axis {axis} (rank {rank}) is not the last"
-    name = where.input[1]
-    if name not in rep.constants or name in rep.input_names:
-        return f"Where's value {name!r} is not a constant"
-    zero = rep.constant_host(name)
-    if zero.dtype not in (np.float32, np.float16) or zero.size < 1:
-        return f"Where's constant is {zero.dtype} of {zero.size} elements"
-    if zero.view(np.uint32 if zero.dtype == np.float32 else np.uint16).any():
-        return "Where's constant is not +0.0 everywhere (the kernel writes +0)"
-    return ""
+    return positive_zero_constant(rep, where.input[1])
 
 
 PATTERNS = (

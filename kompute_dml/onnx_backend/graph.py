@@ -60,6 +60,19 @@ def other_input(node: onnx.NodeProto, name: str) -> str:
     return node.input[1] if node.input[0] == name else node.input[0]
 
 
+def positive_zero_constant(rep: Any, name: str) -> str:
+    """Why the value `name` (a Where's, which a kernel writes as +0) is not a float32 / float16
+    constant of +0.0 everywhere; "" where it is."""
+    if name not in rep.constants or name in rep.input_names:
+        return f"Where's value {name!r} is not a constant"
+    zero = rep.constant_host(name)
+    if zero.dtype not in (np.float32, np.float16) or zero.size < 1:
+        return f"Where's constant is {zero.dtype} of {zero.size} elements"
+    if zero.view(np.uint32 if zero.dtype == np.float32 else np.uint16).any():
+        return "Where's constant is not +0.0 everywhere (the kernel writes +0)"
+    return ""
+
+
 def constant_float(rep: Any, name: str) -> float | None:
     """The value of a constant (an initializer that is no graph input) of one float element of
     the prepared model `rep`; None for anything else."""
