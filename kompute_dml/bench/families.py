@@ -14,6 +14,7 @@ Sizes: "tiny" (tests on lavapipe: hidden 64, 2 layers) and "small" (benchmarks: 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
@@ -44,7 +45,8 @@ class Family:
     # "int8": quantize_dynamic then ORT's extended level; "int8-raw": not fused; "fused": ORT's BERT optimizer;
     # "fused:<model_type>": onnxruntime.transformers.optimizer with that model type;
     # "fp16": convert_float_to_float16(keep_io_types=True), the float32 export kept beside it (source());
-    # "qdq": quantize_static in the QDQ format (a dedicated DequantizeLinear per consumer), calibrated on random images
+    # "qdq": quantize_static in the QDQ format, calibrated on four random inputs of the family's own (images: a
+    # dedicated DequantizeLinear per consumer; text: quantize_static's default, one shared by a value's readers)
     post: str = ""
     dynamic: tuple[str, ...] = ("batch", "seq")  # the inputs' symbolic dimensions
     requires: str = "transformers"  # the package that defines the architecture
@@ -194,6 +196,7 @@ FAMILIES = {f.name: f for f in (
     Family("unet", _unet, _image_feeds, dynamic=("batch",), requires="torch"),
     Family("resnet18-qdq", _torchvision("resnet18"), _image_feeds, "qdq", dynamic=("batch",), requires="torchvision",
            cos=0.999),
+    Family("bert-qdq", _encoder("BertConfig", "BertModel"), _text_feeds, "qdq", cos=0.999),
 )}
 # float16 variants: each float32 family above converted (bert-fp16 from the unfused BERT export)
 FAMILIES.update({f.name: f for f in (
@@ -223,6 +226,7 @@ CPU_NODE_TYPES: dict[str, frozenset[str]] = {
     "efficientnet-b0": frozenset(),
     "unet": frozenset(),
     "resnet18-qdq": frozenset(),
+    "bert-qdq": frozenset(),
 }
 # Node types placed on the device at `prepare` that still run on the CPU at run time, because the
 # operator refuses their values' types there (the run's "ran on the CPU" events): none since CAST
@@ -251,16 +255,18 @@ DESCRIBED = {
     "efficientnet-b0": "EfficientNet-B0 (torchvision)",
     "unet": "UNet (kompute_dml/bench/unet.py: Resize nearest and linear, ConvTranspose, Concat skips)",
     "resnet18-qdq": "ResNet-18, quantize_static QDQ int8 (its convolutions fused into QUANTIZED_LINEAR_CONVOLUTION)",
+    "bert-qdq": "BERT, quantize_static QDQ int8 (its weight products fused into QLinearMatMul)",
 }
 
 
-def _quantize_qdq(raw: Path, out: Path, size: dict[str, int], seed: int) -> None:
-    """onnxruntime's quantize_static, QDQ format (uint8 activations, int8 weights, per tensor, a
-    dedicated DequantizeLinear per consumer), calibrated on four random images."""
+def _quantize_qdq(raw: Path, out: Path, fam: Family, size: dict[str, int], seed: int) -> None:
+    """onnxruntime's quantize_static, QDQ format (uint8 activations, int8 weights, per tensor),
+    calibrated on four random inputs: images (batch 1, a dedicated DequantizeLinear per consumer) or
+    text (batch 2 x 24, padded, the DequantizeLinear of a value shared by its readers, the default)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     rng = np.random.default_rng(seed)
-    images = [_image_feeds(1, 0, rng, size) for _ in range(4)]
+    images = [fam.inputs(1, 0, rng, size) if fam.inputs is _image_feeds else fam.inputs(2, 24, rng, size) for _ in range(4)]
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -269,8 +275,9 @@ def _quantize_qdq(raw: Path, out: Path, size: dict[str, int], seed: int) -> None
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.it, None)
 
-    quantize_static(str(raw), str(out), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
-                    weight_type=QuantType.QInt8, extra_options={"DedicatedQDQPair": True})
+    with contextlib.chdir(out.parent):  # (onnxruntime's quantizer leaves <uuid>.data files in the working directory)
+        quantize_static(str(raw), str(out), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8, extra_options={"DedicatedQDQPair": fam.inputs is _image_feeds})
 
 
 def feeds(name: str, batch: int, seq: int, rng: np.random.Generator, size: str = "tiny") -> dict[str, np.ndarray]:
@@ -355,7 +362,7 @@ def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0, exp
             onnx.save(convert_float_to_float16(onnx.load(str(raw)), keep_io_types=True), str(out))
             os.replace(raw, path.with_suffix(".fp32.onnx"))
         elif fam.post == "qdq":
-            _quantize_qdq(raw, out, SIZES[size], seed)
+            _quantize_qdq(raw, out, fam, SIZES[size], seed)
         elif fam.post == "":
             out = raw
         os.replace(out, path)

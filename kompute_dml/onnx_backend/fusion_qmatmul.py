@@ -1,0 +1,128 @@
+"""Quantized products of onnxruntime's QDQ format (quantize_static with QuantFormat.QDQ):
+DequantizeLinear(x) -> MatMul(., W) -> QuantizeLinear fused at prepare (fusions.PATTERNS) into
+one QLinearMatMul (handlers_integer._h_qlinear_matmul: MATRIX_MULTIPLY_INTEGER_TO_FLOAT, then
+the requantization), where W is a DequantizeLinear of a 2-D int8 / uint8 initializer, per tensor
+or per output column (axis 1), and x's and the output's scale and zero point are per-tensor
+initializers. onnxruntime's own QDQ selectors fuse the same node unit into QLinearMatMul, with the
+same arithmetic: the exact integer sums, scaled once by x_scale * w_scale / y_scale in float32.
+
+quantize_static shares one DequantizeLinear among the readers of a value unless asked for a
+dedicated pair per reader (its DedicatedQDQPair option): `dedicate_dequantize` gives each MatMul
+or Conv reading a shared DequantizeLinear its own copy at prepare, as onnxruntime's
+EnsureUniqueDQForNodeUnit pass does, so that those chains match here and in fusion_qconv.py.
+
+Products of two computed values (an attention's Q K^T) stay unfused: DequantizeLinear, the float
+MatMul and QuantizeLinear, all on the device."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from .fusion_qconv import _Q8, _dq, _in
+from .graph import _attr
+from .handlers_integer import _h_qlinear_matmul
+from .values import FallbackNeeded, RunStats
+
+if TYPE_CHECKING:
+    from .context import NodeContext
+    from .rep import BackendRep
+
+# readers whose chains start at their input 0's DequantizeLinear (DQ -> MatMul / Conv -> Q)
+_UNIT_HEADS = frozenset({"MatMul", "Conv"})
+
+
+def dedicate_dequantize(graph: onnx.GraphProto, outputs: set[str]) -> tuple[onnx.GraphProto, dict[str, str]]:
+    """The graph with a DequantizeLinear per MatMul / Conv reader of a shared one (input 0), each
+    copy placed just before its reader, and the new values' names -> the names they copy; the graph
+    itself where no DequantizeLinear is shared."""
+    readers: dict[str, list[int]] = {}
+    for i, node in enumerate(graph.node):
+        for name in set(node.input):
+            if name:
+                readers.setdefault(name, []).append(i)
+    dqs = {n.output[0]: n for n in graph.node if n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx")}
+    copies: dict[int, onnx.NodeProto] = {}  # reader index -> its own DequantizeLinear
+    renamed: dict[str, str] = {}
+    for name, dq in dqs.items():
+        rs = readers.get(name, [])
+        if len(rs) < 2 and name not in outputs:
+            continue
+        heads = [i for i in rs if graph.node[i].op_type in _UNIT_HEADS and graph.node[i].input[0] == name
+                 and list(graph.node[i].input).count(name) == 1]
+        if len(heads) == len(rs) and name not in outputs:
+            heads = heads[1:]  # the last reader keeps the original
+        for k, i in enumerate(heads):
+            copy = onnx.NodeProto()
+            copy.CopyFrom(dq)
+            copy.output[0] = f"{name}/dq_for_{k}"
+            copy.name = f"{dq.name}/dq_for_{k}"
+            copies[i] = copy
+            renamed[copy.output[0]] = name
+    if not copies:
+        return graph, {}
+    nodes = []
+    for i, node in enumerate(graph.node):
+        if i in copies:
+            copy = copies[i]
+            nodes.append(copy)
+            node = onnx.NodeProto()
+            node.CopyFrom(graph.node[i])
+            node.input[0] = copy.output[0]
+        nodes.append(node)
+    new = helper.make_graph(nodes, graph.name, graph.input, graph.output, value_info=graph.value_info)
+    new.sparse_initializer.extend(graph.sparse_initializer)
+    return new, renamed
+
+
+def qdq_matmul_plan(graph: onnx.GraphProto, constant: Callable[[str], np.ndarray | None],
+                    nodes: list[onnx.NodeProto]) -> str | dict[str, Any]:
+    """Why DequantizeLinear -> MatMul -> QuantizeLinear cannot run as one QLinearMatMul (a
+    message), else the weight's DequantizeLinear inputs (integers, scale, zero point)."""
+    dq, mm, q = nodes
+    for node in (dq, q):
+        for i in (1, 2):
+            if _in(node, i):
+                v = constant(node.input[i])
+                if v is None or v.size != 1:
+                    return f"{node.op_type}'s scale / zero point is not a per-tensor initializer"
+    if dq.input[0] == mm.input[1]:
+        return "x is also the weight"
+    weights = _dq(graph, constant, mm.input[1])
+    if weights is None:
+        return "the weight is not a DequantizeLinear of initializers"
+    wdq, w, ws, wz = weights
+    if w.dtype not in _Q8 or w.ndim != 2 or ws.dtype != np.float32:
+        return f"the weight is {w.dtype} of {w.ndim} dimensions dequantized by {ws.dtype}"
+    per_column = ws.ndim == 1 and ws.size == w.shape[1] and int(_attr(wdq, "axis", 1)) in (1, -1)
+    if ws.size != 1 and not per_column:
+        return "the weight's scale is neither per tensor nor per output column"
+    if wz is not None and wz.size != 1 and (not per_column or wz.shape != ws.shape):
+        return "the weight's zero point is neither per tensor nor per output column"
+    return {"w": [_in(wdq, i) for i in range(3)]}
+
+
+def check_qdq_matmul(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
+    x_t = rep._elem_dtype(nodes[0].input[0])
+    if x_t is not None and x_t not in _Q8:
+        return f"the quantized input is {x_t}"
+    plan = qdq_matmul_plan(rep.graph, lambda n: rep.constant_host(n) if n in rep.constants else None, nodes)
+    return plan if isinstance(plan, str) else ""
+
+
+def run_qdq_matmul(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
+                   stats: RunStats) -> list[Any]:
+    dq, mm, q = nodes
+    prepared = ctx.prepared
+    plan = qdq_matmul_plan(prepared.graph, lambda n: prepared.constant_host(n) if prepared.is_constant(n) else None,
+                           nodes)
+    if isinstance(plan, str):
+        raise FallbackNeeded(plan)  # Fusion.run: the chain runs unfused
+    # the node unit as the QLinearMatMul onnxruntime fuses it into (its inputs' names key the uploads)
+    names = [dq.input[0], dq.input[1], _in(dq, 2), *plan["w"], q.input[1], _in(q, 2)]
+    unit = helper.make_node("QLinearMatMul", names, [q.output[0]], name=mm.name)
+    return _h_qlinear_matmul(ctx, unit, [lookup(n) if n else None for n in names], stats)
