@@ -11,8 +11,14 @@
 //   quotient rounded half to even, the zero point added in float32 (exact in the 8-bit range),
 //   then clamped; a NaN quotient gives Min (onnxruntime's CPU kernel's result).
 //
+// ROUND_TRIP (kompute_dml's round-trip extension, the `quant_rt` family): the quantized value
+// dequantized again with the same scale and zero point, a FLOAT32 output: (q - ZeroPoint) exact,
+// times Scale as ELEMENT_WISE_DEQUANTIZE_LINEAR multiplies (shaders/dequantize.comp: correctly
+// rounded, subnormals in integer code, NaN as 0x7FC00000), so the two operators' bits.
+//
 // An invocation computes 4 consecutive outputs (row-major over the merged sizes): a word whose
-// bytes are all output elements is written whole, other outputs merged with STORE_FIELD.
+// bytes are all output elements is written whole, other outputs merged with STORE_FIELD (round
+// trip: a word per output).
 
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -49,12 +55,32 @@ uint input_bits(uint e) {
 #endif
 }
 
-uint quant(uint ec, uint ea, uint eb) {
+// the quantized value, an integer in the type's range held as float32
+float quant_value(uint ec, uint ea, uint eb) {
     float q = uintBitsToFloat(f32_div_bits(input_bits(ec), s_buf[ea]));
-    if (isnan(q)) return uint(int(QMIN)) & 0xFFu;
+    if (isnan(q)) return QMIN;
     precise float v = roundEven(q) + ZP(eb);
-    return uint(int(clamp(v, QMIN, QMAX))) & 0xFFu;
+    return clamp(v, QMIN, QMAX);
 }
+
+#if ROUND_TRIP
+uint quant(uint ec, uint ea, uint eb) {
+    precise float d = quant_value(ec, ea, eb) - ZP(eb);  // exact: |d| <= 255
+    uint sb = s_buf[ea];
+    float r = d * uintBitsToFloat(sb);
+    uint bits = floatBitsToUint(r);
+    uint as = sb & 0x7FFFFFFFu;  // a subnormal scale or product: integer code (as dequantize.comp)
+    if (d != 0.0 && as != 0u && as < F32_INF && (as < 0x800000u || (bits & 0x7FFFFFFFu) < 0x800000u)) {
+        bits = f32_mul_bits(floatBitsToUint(d), sb);
+    }
+    if ((bits & 0x7FFFFFFFu) > 0x7F800000u) bits = 0x7FC00000u;
+    return bits;
+}
+#else
+uint quant(uint ec, uint ea, uint eb) {
+    return uint(int(quant_value(ec, ea, eb))) & 0xFFu;
+}
+#endif
 
 #define EPI 4u
 
@@ -97,6 +123,11 @@ void main() {
             coord[d] = 0u;
         }
     }
+#if ROUND_TRIP
+    for (uint k = 0u; k < n; ++k) {
+        o_buf[outs[k]] = vals[k];
+    }
+#else
     bool whole = n == EPI && (outs[0] & 3u) == 0u && outs[1] == outs[0] + 1u && outs[2] == outs[0] + 2u
                  && outs[3] == outs[0] + 3u;
     if (whole) {
@@ -106,4 +137,5 @@ void main() {
             STORE_FIELD(o_buf, outs[k] >> 2, (outs[k] & 3u) * 8u, 8u, vals[k]);
         }
     }
+#endif
 }

@@ -11,6 +11,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from dequantize_reference import dequantize_ref
 from helpers import assert_output, place, poison_against, random_strides
 
 import kompute_dml as kdml
@@ -49,25 +50,59 @@ def test_against_numpy(dev, rng, out, dt, per_axis):
     info = np.iinfo(out)
     zp = rng.integers(info.min, info.max + 1, scale.shape).astype(out)
     want = reference(x, scale, zp, out)
-    qdt = DT.from_numpy(np.dtype(out))
+    (xd, sd, zd, yd), (tx, ts, tz, ty) = _placed(dev, rng, x, dt, scale, zp, DT.from_numpy(np.dtype(out)), per_axis)
+    before = poison_against(ty, want, rng)
+    dev.compile(kdml.ElementWiseQuantizeLinearDesc(xd, sd, zd, yd)).execute([tx, ts, tz], [ty])
+    assert_output(ty, before, want)
+
+
+def _placed(dev, rng, x, dt, scale, zp, out_dt, per_axis):
+    """The operands' descriptors and placed tensors (random strides; the scale and zero point
+    broadcast per tensor or along axis 1), the output's of `out_dt`."""
+    shape, qdt = x.shape, DT.from_numpy(zp.dtype)
     xd = TD(dt, shape, random_strides(rng, shape, allow_broadcast=False))
     sd = TD(DT.FLOAT32, shape, (0, 1, 0) if per_axis else (0, 0, 0))
     zd = TD(qdt, shape, (0, 1, 0) if per_axis else (0, 0, 0))
-    yd = TD(qdt, shape, random_strides(rng, shape, allow_broadcast=False))
+    yd = TD(out_dt, shape, random_strides(rng, shape, allow_broadcast=False))
     tx, _ = place(dev, rng, xd, x)
     ts, _ = place(dev, rng, TD(DT.FLOAT32, scale.shape), scale)
     tz, _ = place(dev, rng, TD(qdt, zp.shape), zp)
     ts, tz = (kdml.Tensor(t.buffer, d, t.offset) for t, d in ((ts, sd), (tz, zd)))
     ty, _ = place(dev, rng, yd)
+    return (xd, sd, zd, yd), (tx, ts, tz, ty)
+
+
+@pytest.mark.parametrize("out", [np.int8, np.uint8], ids=["i8", "u8"])
+@pytest.mark.parametrize("per_axis", [False, True], ids=["tensor", "axis"])
+def test_round_trip_against_numpy(dev, rng, out, per_axis):
+    """The round-trip extension: the quantized value dequantized with the same scale and zero
+    point (FLOAT32), bit for bit the independent references of both operators and the two
+    operators on the device; per axis, a subnormal scale takes the integer-code product."""
+    shape = (3, 5, 7)
+    x = inputs(rng, DT.FLOAT32, shape)
+    scale = (rng.random((1, 5, 1) if per_axis else (1, 1, 1)) * 2 + 0.25).astype(np.float32)
+    scale.flat[0] = 0.5  # ties at x.5
+    if per_axis:
+        scale.flat[1] = np.float32(3e-39)  # subnormal: products that a device may flush
+    info = np.iinfo(out)
+    zp = rng.integers(info.min, info.max + 1, scale.shape).astype(out)
+    want = dequantize_ref(reference(x, scale, zp, out), scale, zp, DT.FLOAT32)
+    (xd, sd, zd, yd), (tx, ts, tz, ty) = _placed(dev, rng, x, DT.FLOAT32, scale, zp, DT.FLOAT32, per_axis)
     before = poison_against(ty, want, rng)
-    dev.compile(kdml.ElementWiseQuantizeLinearDesc(xd, sd, zd, yd)).execute([tx, ts, tz], [ty])
+    op = dev.compile(kdml.ElementWiseQuantizeLinearDesc(xd, sd, zd, yd, round_trip=True))
+    assert op.variants == [f"qrt_f32_{'i8' if out == np.int8 else 'u8'}"]
+    op.execute([tx, ts, tz], [ty])
     assert_output(ty, before, want)
+    q = kdml.quantize_linear(tx, ts, tz, device=dev)
+    two = kdml.dequantize_linear(q, ts, tz, device=dev).numpy()
+    np.testing.assert_array_equal(two.view(np.uint32), want.view(np.uint32))
 
 
 def test_helper_defaults(dev):
     x = np.array([0.25, 0.75, -1.0, 300.0, np.nan], np.float32)
     np.testing.assert_array_equal(kdml.quantize_linear(x, 0.5, device=dev).numpy(), [0, 2, 0, 255, 0])
     np.testing.assert_array_equal(kdml.quantize_linear(x, 0.5, np.int8(3), device=dev).numpy(), [3, 5, 1, 127, -128])
+    np.testing.assert_array_equal(kdml.quantize_linear(x, 0.5, round_trip=True, device=dev).numpy(), [0, 1, 0, 127.5, 0])
 
 
 F = DT.FLOAT32
@@ -82,6 +117,11 @@ BASE = kdml.ElementWiseQuantizeLinearDesc(TD(F, (2, 3)), TD(F, (2, 3), (0, 0)), 
     (dict(input_tensor=TD(DT.FLOAT16, (2, 3))), "input_tensor", kdml.UnsupportedError),
     (dict(zero_point_tensor=TD(DT.INT16, (2, 3), (0, 0)), output_tensor=TD(DT.INT16, (2, 3))), "zero_point_tensor",
      kdml.UnsupportedError),
+    (dict(output_tensor=TD(F, (2, 3))), "output_tensor", kdml.UnsupportedError),
+    (dict(round_trip=True), "output_tensor.data_type", kdml.InvalidArgumentError),
+    (dict(round_trip=True, input_tensor=TD(DT.INT32, (2, 3)), output_tensor=TD(F, (2, 3))), "input_tensor.data_type",
+     kdml.InvalidArgumentError),
+    (dict(round_trip=True, output_tensor=TD(F, (2, 4))), "output_tensor.sizes", kdml.InvalidArgumentError),
 ])
 def test_refused_descriptors_name_their_field(dev, change, field, err):
     with pytest.raises(err, match=f"^{field}"):

@@ -145,13 +145,23 @@ def qdq_plan(graph: onnx.GraphProto, constant: Callable[[str], np.ndarray | None
     return plan
 
 
+def static_constants(rep: BackendRep) -> Callable[[str], np.ndarray | None]:
+    """The prepared model's constant of a name (None for any other value), for the static checks."""
+    return lambda n: rep.constant_host(n) if n in rep.constants else None
+
+
+def run_constants(prepared: Any) -> Callable[[str], np.ndarray | None]:
+    """The same at run time, through a node context's prepared model."""
+    return lambda n: prepared.constant_host(n) if prepared.is_constant(n) else None
+
+
 def check_qdq_conv(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     if rep._declared_rank(nodes[1].input[0]) not in (None, 4):
         return "not a 2-D convolution"
     x_t = rep._elem_dtype(nodes[0].input[0])
     if x_t is not None and x_t not in _Q8:
         return f"the quantized input is {x_t}"
-    plan = qdq_plan(rep.graph, lambda n: rep.constant_host(n) if n in rep.constants else None, nodes)
+    plan = qdq_plan(rep.graph, static_constants(rep), nodes)
     return plan if isinstance(plan, str) else ""
 
 
@@ -159,7 +169,7 @@ def run_qdq_conv(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable
                  stats: RunStats) -> list[Any]:
     dq, conv, q = nodes
     prepared = ctx.prepared
-    plan = qdq_plan(prepared.graph, lambda n: prepared.constant_host(n) if prepared.is_constant(n) else None, nodes)
+    plan = qdq_plan(prepared.graph, run_constants(prepared), nodes)
     if isinstance(plan, str):
         raise FallbackNeeded(plan)  # Fusion.run: the chain runs unfused
     x = as_device(ctx, lookup(dq.input[0]), stats, dq.input[0])

@@ -18,7 +18,7 @@ anything and the executor runs the chain's nodes one by one instead.
 The fused kernels are the operators' kompute_dml extensions. docs/onnx.md's fusion table lists every
 pattern with its conditions; all give the unfused bits but the attention, RMS normalization and
 GELU chains (within tolerance). Chains with modules of their own: fusion_attention.py, fusion_bias.py,
-fusion_gelu.py, fusion_qconv.py, fusion_qmatmul.py, fusion_quant.py, fusion_rmsnorm.py, fusion_rotary.py, fusion_scale.py,
+fusion_gelu.py, fusion_qconv.py, fusion_qdq.py, fusion_quant.py, fusion_rmsnorm.py, fusion_rotary.py, fusion_scale.py,
 fusion_swish.py.
 A chain that runs unfused runs the shorter chains matched inside it (Fusion.within: the attention's
 MatMul -> Mul as one GEMM) and its other nodes one by one. Here:
@@ -52,7 +52,7 @@ from .fusion_attention import attention_patterns
 from .fusion_bias import matmul_bias_patterns
 from .fusion_gelu import gelu_patterns
 from .fusion_qconv import check_qdq_conv, run_qdq_conv
-from .fusion_qmatmul import check_qdq_matmul, run_qdq_matmul
+from .fusion_qdq import check_qdq_matmul, check_qdq_pair, run_qdq_matmul, run_qdq_pair
 from .fusion_quant import check_integer_product, run_integer_product
 from .fusion_rmsnorm import rms_norm_patterns
 from .fusion_rotary import rotary_patterns
@@ -267,6 +267,8 @@ PATTERNS = (
             "QUANTIZED_LINEAR_CONVOLUTION", check_qdq_conv, run_qdq_conv),
     Pattern("DequantizeLinear+MatMul+QuantizeLinear", ("DequantizeLinear", "MatMul", "QuantizeLinear"),
             ((0, 1, 0), (1, 2, 0)), "MATRIX_MULTIPLY_INTEGER_TO_FLOAT", check_qdq_matmul, run_qdq_matmul),
+    Pattern("QuantizeLinear+DequantizeLinear", ("QuantizeLinear", "DequantizeLinear"), ((0, 1, 0),),
+            "ELEMENT_WISE_QUANTIZE_LINEAR", check_qdq_pair, run_qdq_pair),
     # MatMul(Q, K^T) -> [Mul | Div] -> [Add mask] -> Softmax -> [Cast]* -> MatMul(., V): fusion_attention.py
     *attention_patterns(Pattern),
     # Pow -> ReduceMean -> Add(eps) -> Sqrt -> 1 / s -> Mul(x, .) -> [Cast] -> Mul(weight, .): fusion_rmsnorm.py

@@ -23,7 +23,7 @@ from .device_graph import GraphPlan
 from .feeds import normalize_inputs
 from .fold import fold_constants, fold_summary
 from .fusion_match import find_fusions
-from .fusion_qmatmul import dedicate_dequantize
+from .fusion_qdq import dedicate_dequantize
 from .fusions import Fusion, Fusions
 from .gc_pause import gc_paused
 from .graph import _densify
@@ -82,7 +82,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         for name in set(self.constants) - set(constants):
             t = self.constants[name]
             self.declared_types.setdefault(name, helper.make_tensor_type_proto(t.data_type, list(t.dims)))
-        if fuse:  # a DequantizeLinear per quantized product reading a shared one (fusion_qmatmul.py)
+        if fuse:  # a DequantizeLinear per quantized product reading a shared one (fusion_qdq.py)
             self.graph, copies = dedicate_dequantize(self.graph, set(self.output_names))
             for name, of in copies.items():
                 if of in self.declared_types:

@@ -17,6 +17,8 @@ point's: InvalidArgumentError naming the field), then a non-overlapping output a
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,30 +70,47 @@ class ElementWiseQuantizeLinearDesc:
     scale_tensor: TensorDesc
     zero_point_tensor: TensorDesc
     output_tensor: TensorDesc
+    # kompute_dml extension (docs/quantize.md): the output is the quantized value dequantized with the
+    # same scale and zero point, FLOAT32 (ELEMENT_WISE_DEQUANTIZE_LINEAR's bits): a QDQ graph's
+    # QuantizeLinear -> DequantizeLinear in one dispatch; FLOAT32 input
+    round_trip: bool = False
 
 
 def compile_quantize_linear(device: Device, desc: ElementWiseQuantizeLinearDesc) -> CompiledOperator:
     support = ELEMENT_WISE_QUANTIZE_LINEAR
-    validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     x, s, z, y = desc.input_tensor, desc.scale_tensor, desc.zero_point_tensor, desc.output_tensor
+    if desc.round_trip:  # the table's rules for the quantized type, then the extension's output
+        if not isinstance(y, TensorDesc) or y.data_type != DataType.FLOAT32:
+            raise invalid("output_tensor.data_type", "must be FLOAT32 with round_trip, got "
+                                                     f"{getattr(y, 'data_type', type(y).__name__)}")
+        if x.data_type != DataType.FLOAT32:
+            raise invalid("input_tensor.data_type", f"must be FLOAT32 with round_trip, got {x.data_type.name}")
+        as_quantized = dataclasses.replace(desc, output_tensor=dataclasses.replace(y, data_type=z.data_type))
+        validate_tensors(support, device.feature_level, as_quantized, support.fields, support.outputs)
+    else:
+        validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     check_same(desc, "input_tensor", ("scale_tensor", "zero_point_tensor", "output_tensor"), data_type=False)
-    if y.data_type != z.data_type:
+    if y.data_type != z.data_type and not desc.round_trip:
         raise invalid("output_tensor.data_type", f"must equal zero_point_tensor's ({z.data_type.name}), "
                                                  f"got {y.data_type.name}")
     check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
     check_addressable(support.fields, (x, s, z, y))
-    variant = contract.QUANT.name(i="i32" if x.data_type == DataType.INT32 else "f32",
-                                  o="i8" if y.data_type == DataType.INT8 else "u8")
-    plans = plan_elementwise(contract.QUANT, variant, (x, s, z, y), device.limits["max_compute_work_group_count"][0])
+    o = "i8" if z.data_type == DataType.INT8 else "u8"
+    family = contract.QUANT_RT if desc.round_trip else contract.QUANT
+    variant = (contract.QUANT_RT.name(o=o) if desc.round_trip else
+               contract.QUANT.name(i="i32" if x.data_type == DataType.INT32 else "f32", o=o))
+    plans = plan_elementwise(family, variant, (x, s, z, y), device.limits["max_compute_work_group_count"][0])
     return CompiledElementWise(device, desc, support, support.inputs, support.outputs, list(plans))
 
 
-def quantize_linear(x: Any, scale: Any, zero_point: Any = None, *, out: Tensor | None = None,
-                    device: Device | None = None) -> Tensor:
+def quantize_linear(x: Any, scale: Any, zero_point: Any = None, *, round_trip: bool = False,
+                    out: Tensor | None = None, device: Device | None = None) -> Tensor:
     """clamp(round(x / scale) + zero_point) (DML_ELEMENT_WISE_QUANTIZE_LINEAR): x, scale and
     zero_point broadcast with numpy's rules (stride-0 views: per tensor, per axis); the output
     takes the zero point's type (INT8 / UINT8). Python numbers and lists as the scale become
-    FLOAT32; a zero point of None is a UINT8 0 (ONNX's default), a device constant."""
+    FLOAT32; a zero point of None is a UINT8 0 (ONNX's default), a device constant.
+    `round_trip` (kompute_dml's extension): that value dequantized again with the same scale and
+    zero point, a FLOAT32 output (kdml.dequantize_linear's bits) in one dispatch."""
     if is_python_data(scale):
         scale = conform(as_host_array(scale, "scale", dml=False), np.dtype(np.float32), "scale", python=True)
     dev = device_of(x, scale, zero_point, out, device=device)
@@ -101,6 +120,9 @@ def quantize_linear(x: Any, scale: Any, zero_point: Any = None, *, out: Tensor |
         zero_point = as_host_array(zero_point, "zero_point", dml=False)
     fields = ("x", "scale", "zero_point")
     dev, tensors = _operands((x, scale, zero_point), fields, dev, slice(0, 0))
+    if round_trip:
+        return _run(functools.partial(ElementWiseQuantizeLinearDesc, round_trip=True), tensors, fields, DataType.FLOAT32,
+                    out, dev)
     return _run(ElementWiseQuantizeLinearDesc, tensors, fields, tensors[2].desc.data_type, out, dev)
 
 
@@ -118,7 +140,8 @@ def quantize_rule(t: Any) -> str:
 
 _T = TensorDesc(DataType.FLOAT32, (1, 2, 3, 4))
 _U = TensorDesc(DataType.UINT8, (1, 2, 3, 4))
-SPECS = (OperatorSpec(ElementWiseQuantizeLinearDesc, ELEMENT_WISE_QUANTIZE_LINEAR, compile_quantize_linear, (contract.QUANT,),
+SPECS = (OperatorSpec(ElementWiseQuantizeLinearDesc, ELEMENT_WISE_QUANTIZE_LINEAR, compile_quantize_linear,
+                      (contract.QUANT, contract.QUANT_RT),
                       helpers=("quantize_linear",),
                       # com.microsoft's QOperator nodes: their float steps, then this (onnx_backend/handlers_qlinear.py)
                       onnx=(OnnxOp("QuantizeLinear", "", "quantize_linear", check=quantize_rule),

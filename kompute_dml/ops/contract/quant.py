@@ -15,7 +15,13 @@ _L256 = (256, 1, 1)
 # element-wise block (c = input, a = scale, b = zero point, o = output) and plans; a variant per
 # input type (FLOAT32, INT32) and output type (INT8, UINT8)
 QUANT = family("quant", "quantize.comp", "q_{i}_{o}", EW_IF_PUSH, _L256, i=("f32", "i32"), o=("i8", "u8"),
-               defines=lambda i, o: {"IN_INT": int(i == "i32"), "OUT_SIGNED": int(o == "i8"), "RANK": EW_IF_RANK})
+               defines=lambda i, o: {"IN_INT": int(i == "i32"), "OUT_SIGNED": int(o == "i8"), "ROUND_TRIP": 0,
+                                     "RANK": EW_IF_RANK})
+# kompute_dml's round-trip extension (ElementWiseQuantizeLinearDesc.round_trip): the quantized value
+# dequantized with the same scale and zero point, a FLOAT32 output (a QDQ graph's QuantizeLinear ->
+# DequantizeLinear in one dispatch); FLOAT32 inputs, a variant per quantized type
+QUANT_RT = family("quant_rt", "quantize.comp", "qrt_f32_{o}", EW_IF_PUSH, _L256, o=("i8", "u8"),
+                  defines=lambda o: {"IN_INT": 0, "OUT_SIGNED": int(o == "i8"), "ROUND_TRIP": 1, "RANK": EW_IF_RANK})
 # ---- QUANTIZED_LINEAR_CONVOLUTION (ops/quantized_convolution.py, shaders/qconv.comp): an output
 # element per invocation; the ten tensors' offsets (elements), the geometry and the types' signedness
 # in the operator's constant (binding 10)

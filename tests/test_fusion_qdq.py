@@ -1,5 +1,5 @@
 """onnxruntime's QDQ products (quantize_static, QuantFormat.QDQ): DequantizeLinear(x) -> MatMul(.,
-DequantizeLinear(W)) -> QuantizeLinear fused into one QLinearMatMul (fusion_qmatmul.py), bit for bit
+DequantizeLinear(W)) -> QuantizeLinear fused into one QLinearMatMul (fusion_qdq.py), bit for bit
 an independent numpy reference of onnxruntime's QLinearMatMul arithmetic (exact int64 sums, one
 float32 scale), with the shared DequantizeLinear that quantize_static writes by default given to
 each product (dedicate_dequantize)."""
@@ -14,7 +14,7 @@ from onnx import helper, numpy_helper
 from ort_exactness import onnxruntime_exact
 
 from kompute_dml.onnx_backend import Backend
-from kompute_dml.onnx_backend.fusion_qmatmul import dedicate_dequantize
+from kompute_dml.onnx_backend.fusion_qdq import dedicate_dequantize
 
 FUSED = "DequantizeLinear+MatMul+QuantizeLinear"
 
@@ -140,3 +140,74 @@ def test_bert_qdq_family_products_fused():
     rep = Backend.prepare(str(families.build("bert-qdq", "tiny")), "CPU")
     layers = families.SIZES["tiny"]["layers"]
     assert f"{FUSED} x{6 * layers} " in rep.summary(), rep.summary()
+
+
+PAIR = "QuantizeLinear+DequantizeLinear"
+
+
+def _pair_model(qs, qz, ds, dz, then="Add"):
+    """x -> Q -> DQ -> `then`(., x) -> y (float32 [4, 9]); a Q / DQ zero point None: absent."""
+    consts = {k: v for k, v in (("qs", qs), ("qz", qz), ("ds", ds), ("dz", dz)) if v is not None}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "qs"] + (["qz"] if qz is not None else []), ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "ds"] + (["dz"] if dz is not None else []), ["xf"]),
+             helper.make_node(then, ["xf", "x"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, (4, 9))],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("zp", [np.uint8(140), np.int8(-7), None], ids=["u8", "s8", "none"])
+def test_pair_is_one_dispatch(rng, zp):
+    """QuantizeLinear -> DequantizeLinear of one scale and zero point: the round-trip extension,
+    the unfused nodes' bits (fuse=False) and the numpy references' (quantize, then dequantize)."""
+    from dequantize_reference import dequantize_ref
+    from test_quantize import reference
+
+    import kompute_dml as kdml
+
+    s = np.float32(0.07)
+    rep = Backend.prepare(_pair_model(s, zp, s, zp), "CPU")
+    assert f"{PAIR} x1 " in rep.summary(), rep.summary()
+    x = (rng.standard_normal((4, 9)) * 8).astype(np.float32)
+    x.flat[:4] = [np.nan, np.inf, -np.inf, 0.035]  # (0.035 / 0.07: a tie, to even)
+    z = np.zeros((), np.uint8) if zp is None else np.asarray(zp)
+    xf = dequantize_ref(reference(x, np.asarray(s), z, z.dtype.type), np.asarray(s), z, kdml.DataType.FLOAT32)
+    unfused = Backend.prepare(_pair_model(s, zp, s, zp), "CPU", fuse=False)
+    for _ in range(2):  # node by node, then the whole-graph plan
+        got = rep.run({"x": x})[0]
+        assert rep.last_run.dispatches == 2, rep.last_run
+        np.testing.assert_array_equal(got.view(np.uint32), (xf + x).view(np.uint32))
+        np.testing.assert_array_equal(got.view(np.uint32), unfused.run({"x": x})[0].view(np.uint32))
+
+
+@pytest.mark.parametrize("case", ["scales", "zero points", "zero point types"])
+def test_pair_of_different_parameters_stays_unfused(rng, case):
+    s, t = np.float32(0.07), np.float32(0.08)
+    args = {"scales": (s, np.uint8(3), t, np.uint8(3)), "zero points": (s, np.uint8(3), s, np.uint8(4)),
+            "zero point types": (s, np.uint8(3), s, np.int8(3))}[case]
+    rep = Backend.prepare(_pair_model(*args), "CPU")
+    assert PAIR not in rep.summary(), rep.summary()
+    if case == "zero point types":  # (not a valid model: the DequantizeLinear's input is the Q's uint8)
+        return
+    x = rng.standard_normal((4, 9)).astype(np.float32)
+    want = ort.InferenceSession(_pair_model(*args).SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(rep.run({"x": x})[0], want[0], rtol=1e-6, atol=1e-6)
+
+
+def test_pair_before_a_quantized_product_is_left_to_it(rng):
+    """Q -> DQ -> MatMul(., DQ(W)) -> Q -> DQ: the first DequantizeLinear belongs to the product's
+    chain (it reads the integers), not to a pair with its QuantizeLinear (which comes first)."""
+    model, c, _ = _model(rng, (6, 16), False, np.uint8, shared_reader=False)
+    g = model.graph
+    for node in [n for n in g.node if n.output[0] in ("w2f", "w2m", "w2q", "w2y")]:
+        g.node.remove(node)
+    del g.output[1]
+    rep = Backend.prepare(model, "CPU")
+    assert f"{FUSED} x1 " in rep.summary() and PAIR not in rep.summary(), rep.summary()
+    x = (rng.standard_normal((6, 16)) * 3).astype(np.float32)
+    yq = _qlinear_matmul(_quantize(x, c["xs"], int(c["xz"]), np.uint8), c["xs"], int(c["xz"]), c["w1"], c["w1s"], 0,
+                         c["ys"], int(c["yz"]), np.uint8)
+    np.testing.assert_array_equal(rep.run({"x": x})[0], (yq.astype(np.float32) - np.float32(c["yz"])) * c["ys"])

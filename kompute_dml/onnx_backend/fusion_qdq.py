@@ -12,7 +12,12 @@ or Conv reading a shared DequantizeLinear its own copy at prepare, as onnxruntim
 EnsureUniqueDQForNodeUnit pass does, so that those chains match here and in fusion_qconv.py.
 
 Products of two computed values (an attention's Q K^T) stay unfused: DequantizeLinear, the float
-MatMul and QuantizeLinear, all on the device."""
+MatMul and QuantizeLinear, all on the device.
+
+Between the quantized operators, every value of a QDQ graph goes through QuantizeLinear ->
+DequantizeLinear with one scale and zero point: such a pair runs as ELEMENT_WISE_QUANTIZE_LINEAR's
+round-trip extension (`kdml.quantize_linear(..., round_trip=True)`), the two operators' bits in one
+dispatch, unless the DequantizeLinear starts a quantized product's chain (it reads the integers)."""
 
 from __future__ import annotations
 
@@ -23,10 +28,13 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .fusion_qconv import _Q8, _dq, _in
+import kompute_dml as kdml
+
+from .fusion_qconv import _Q8, _dq, _in, run_constants, static_constants
 from .graph import _attr
 from .handlers_integer import _h_qlinear_matmul
-from .values import FallbackNeeded, RunStats
+from .handlers_values import as_device
+from .values import DeviceValue, FallbackNeeded, RunStats
 
 if TYPE_CHECKING:
     from .context import NodeContext
@@ -110,7 +118,7 @@ def check_qdq_matmul(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     x_t = rep._elem_dtype(nodes[0].input[0])
     if x_t is not None and x_t not in _Q8:
         return f"the quantized input is {x_t}"
-    plan = qdq_matmul_plan(rep.graph, lambda n: rep.constant_host(n) if n in rep.constants else None, nodes)
+    plan = qdq_matmul_plan(rep.graph, static_constants(rep), nodes)
     return plan if isinstance(plan, str) else ""
 
 
@@ -118,11 +126,50 @@ def run_qdq_matmul(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callab
                    stats: RunStats) -> list[Any]:
     dq, mm, q = nodes
     prepared = ctx.prepared
-    plan = qdq_matmul_plan(prepared.graph, lambda n: prepared.constant_host(n) if prepared.is_constant(n) else None,
-                           nodes)
+    plan = qdq_matmul_plan(prepared.graph, run_constants(prepared), nodes)
     if isinstance(plan, str):
         raise FallbackNeeded(plan)  # Fusion.run: the chain runs unfused
     # the node unit as the QLinearMatMul onnxruntime fuses it into (its inputs' names key the uploads)
     names = [dq.input[0], dq.input[1], _in(dq, 2), *plan["w"], q.input[1], _in(q, 2)]
     unit = helper.make_node("QLinearMatMul", names, [q.output[0]], name=mm.name)
     return _h_qlinear_matmul(ctx, unit, [lookup(n) if n else None for n in names], stats)
+
+
+def check_qdq_pair(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
+    q, dq = nodes
+    x_t = rep._elem_dtype(q.input[0])
+    if x_t is not None and x_t != np.float32:
+        return f"QuantizeLinear of {x_t}"
+    if any(a.name in ("block_size", "output_dtype", "saturate") for a in q.attribute):
+        return "QuantizeLinear's attributes beyond axis"
+    constant = static_constants(rep)
+    const = [[constant(n) for n in (_in(node, 1), _in(node, 2))] for node in (q, dq)]
+    for (scale, zp), node in zip(const, (q, dq)):
+        if scale is None or scale.size != 1 or scale.dtype != np.float32 or (_in(node, 2) and (zp is None or zp.size != 1)):
+            return f"{node.op_type}'s scale / zero point is not a per-tensor initializer (float32 scale)"
+    (qs, qz), (ds, dz) = const
+    qz, dz = (np.zeros((), np.uint8) if z is None else z.reshape(()) for z in (qz, dz))
+    if qs.tobytes() != ds.tobytes() or qz.dtype != dz.dtype or qz != dz:
+        return "the pair's scales or zero points differ"
+    for node in rep.graph.node:  # a quantized product's chain reads the integers (fusion_qconv.py, above)
+        if node.input and node.input[0] == dq.output[0] and (node.op_type == "Conv" or (
+                node.op_type == "MatMul" and len(node.input) > 1
+                and _dq(rep.graph, static_constants(rep), node.input[1]) is not None)):
+            return f"the DequantizeLinear starts a quantized {node.op_type}'s chain"
+    return ""
+
+
+def run_qdq_pair(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
+                 stats: RunStats) -> list[Any]:
+    q, _dq_node = nodes
+    prepared = ctx.prepared
+    x = as_device(ctx, lookup(q.input[0]), stats, q.input[0])
+    if x.dtype != np.float32:
+        raise FallbackNeeded(f"QuantizeLinear of {x.dtype}")
+    scale = ctx.to_device(prepared.constant_host(q.input[1]), stats, q.input[1])
+    zp_name = _in(q, 2)
+    zp = ctx.to_device(prepared.constant_host(zp_name) if zp_name else np.zeros((), np.uint8), stats, zp_name or None)
+    shape = x.shape
+    y = kdml.quantize_linear(x.tensor, scale, zp, round_trip=True, out=ctx.out_tensor(shape, np.dtype(np.float32)),
+                             device=ctx.device)
+    return [DeviceValue(y, shape, np.dtype(np.float32))]
