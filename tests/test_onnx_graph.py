@@ -519,6 +519,30 @@ def test_outputs_are_copied_in_the_waits_native_call(rng, monkeypatch):
         np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
+def test_large_inputs_go_over_the_copy_threads(rng, monkeypatch):
+    """A plan's inputs past staging.PARALLEL_BYTES are written by the device's copy threads (a
+    batch of images), run after run, with the bits of the one-thread copy."""
+    from kompute_dml.runtime import staging
+
+    model, (table, w) = _encoder_like(rng)
+    dev = kdml.Device()
+    try:
+        rep = Backend.prepare(model, kdml_device=dev)
+        feeds = [_feeds(rng, 2, 5) for _ in range(3)]
+        want = [rep.run(f)[0].copy() for f in feeds]
+        monkeypatch.setattr(staging, "PARALLEL_BYTES", 1)  # every input "large"
+        copies = dev.engine.staging.copies
+        copies.threads = 2  # (this host may have one core to spare: COPY_THREADS = 1)
+        sizes = []
+        copy = copies.copy
+        monkeypatch.setattr(copies, "copy", lambda dst, src: (sizes.append(src.size), copy(dst, src)))
+        for f, y in zip(feeds, want):
+            np.testing.assert_array_equal(rep.run(f)[0].view(np.uint32), y.view(np.uint32))
+        assert {np.asarray(a).nbytes for a in feeds[0].values()} <= set(sizes) and copies._pool is not None
+    finally:
+        dev.close()
+
+
 def test_result_arrays_are_reused_only_once_nothing_references_them(rng, monkeypatch):
     """A plan hands a result array out again (no allocation, no page faults) only after the
     caller dropped it and every view of it; results the caller keeps never change."""
