@@ -524,7 +524,7 @@ def test_large_inputs_go_over_the_copy_threads(rng, monkeypatch):
     batch of images), run after run, with the bits of the one-thread copy."""
     from kompute_dml.runtime import staging
 
-    model, (table, w) = _encoder_like(rng)
+    model, _ = _encoder_like(rng)
     dev = kdml.Device()
     try:
         rep = Backend.prepare(model, kdml_device=dev)
