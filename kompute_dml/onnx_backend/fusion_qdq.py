@@ -135,6 +135,27 @@ def run_qdq_matmul(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callab
     return _h_qlinear_matmul(ctx, unit, [lookup(n) if n else None for n in names], stats)
 
 
+# the last graph's readers of each value, as (op type, inputs): prepare checks every pair of a graph
+# in turn (one pass over the graph, not one a pair); keyed by the graph's identity and ends, holding
+# no reference to it
+_READERS: list[tuple[tuple[Any, ...], dict[str, list[tuple[str, tuple[str, ...]]]]]] = []
+
+
+def _readers(graph: onnx.GraphProto) -> dict[str, list[tuple[str, tuple[str, ...]]]]:
+    nodes = graph.node
+    key = (id(graph), len(nodes), tuple(nodes[0].output) if nodes else (), tuple(nodes[-1].output) if nodes else ())
+    last = _READERS[0] if _READERS else None
+    if last is not None and last[0] == key:
+        return last[1]
+    readers: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+    for node in nodes:
+        for name in dict.fromkeys(node.input):
+            if name:
+                readers.setdefault(name, []).append((node.op_type, tuple(node.input)))
+    _READERS[:] = [(key, readers)]
+    return readers
+
+
 def check_qdq_pair(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     q, dq = nodes
     x_t = rep._elem_dtype(q.input[0])
@@ -151,11 +172,10 @@ def check_qdq_pair(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     qz, dz = (np.zeros((), np.uint8) if z is None else z.reshape(()) for z in (qz, dz))
     if qs.tobytes() != ds.tobytes() or qz.dtype != dz.dtype or qz != dz:
         return "the pair's scales or zero points differ"
-    for node in rep.graph.node:  # a quantized product's chain reads the integers (fusion_qconv.py, above)
-        if node.input and node.input[0] == dq.output[0] and (node.op_type == "Conv" or (
-                node.op_type == "MatMul" and len(node.input) > 1
-                and _dq(rep.graph, static_constants(rep), node.input[1]) is not None)):
-            return f"the DequantizeLinear starts a quantized {node.op_type}'s chain"
+    for op_type, inputs in _readers(rep.graph).get(dq.output[0], ()):  # a quantized product's chain reads the integers
+        if inputs[0] == dq.output[0] and (op_type == "Conv" or (
+                op_type == "MatMul" and len(inputs) > 1 and _dq(rep.graph, static_constants(rep), inputs[1]) is not None)):
+            return f"the DequantizeLinear starts a quantized {op_type}'s chain"
     return ""
 
 
