@@ -122,6 +122,9 @@ BASE = kdml.ElementWiseQuantizeLinearDesc(TD(F, (2, 3)), TD(F, (2, 3), (0, 0)), 
     (dict(round_trip=True, input_tensor=TD(DT.INT32, (2, 3)), output_tensor=TD(F, (2, 3))), "input_tensor.data_type",
      kdml.InvalidArgumentError),
     (dict(round_trip=True, output_tensor=TD(F, (2, 4))), "output_tensor.sizes", kdml.InvalidArgumentError),
+    (dict(round_trip=True, input_tensor=None, output_tensor=TD(F, (2, 3))), "input_tensor", kdml.InvalidArgumentError),
+    (dict(round_trip=True, zero_point_tensor=None, output_tensor=TD(F, (2, 3))), "zero_point_tensor",
+     kdml.InvalidArgumentError),
 ])
 def test_refused_descriptors_name_their_field(dev, change, field, err):
     with pytest.raises(err, match=f"^{field}"):

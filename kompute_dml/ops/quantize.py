@@ -79,14 +79,15 @@ class ElementWiseQuantizeLinearDesc:
 def compile_quantize_linear(device: Device, desc: ElementWiseQuantizeLinearDesc) -> CompiledOperator:
     support = ELEMENT_WISE_QUANTIZE_LINEAR
     x, s, z, y = desc.input_tensor, desc.scale_tensor, desc.zero_point_tensor, desc.output_tensor
-    if desc.round_trip:  # the table's rules for the quantized type, then the extension's output
+    if desc.round_trip:  # the table's rules with an output of the quantized type, then the extension's
         if not isinstance(y, TensorDesc) or y.data_type != DataType.FLOAT32:
             raise invalid("output_tensor.data_type", "must be FLOAT32 with round_trip, got "
                                                      f"{getattr(y, 'data_type', type(y).__name__)}")
+        q_type = z.data_type if isinstance(z, TensorDesc) else DataType.UINT8  # (a bad zero point: the table says)
+        as_quantized = dataclasses.replace(desc, output_tensor=dataclasses.replace(y, data_type=q_type))
+        validate_tensors(support, device.feature_level, as_quantized, support.fields, support.outputs)
         if x.data_type != DataType.FLOAT32:
             raise invalid("input_tensor.data_type", f"must be FLOAT32 with round_trip, got {x.data_type.name}")
-        as_quantized = dataclasses.replace(desc, output_tensor=dataclasses.replace(y, data_type=z.data_type))
-        validate_tensors(support, device.feature_level, as_quantized, support.fields, support.outputs)
     else:
         validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     check_same(desc, "input_tensor", ("scale_tensor", "zero_point_tensor", "output_tensor"), data_type=False)
