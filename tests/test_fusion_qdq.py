@@ -107,28 +107,33 @@ def test_float_weight_stays_unfused(rng):
 
 
 def test_dedicate_dequantize():
-    """A shared DequantizeLinear: a copy for each product reading it at input 0 (placed before its
-    reader), the original for the rest and for a graph output; no copy where it has one reader."""
+    """A shared DequantizeLinear: a copy for each product reading it at input 0 (a MatMul of a
+    dequantized constant weight, placed before its reader), the original for the rest (a product of
+    a computed weight included) and for a graph output; no copy where it has one reader."""
+    weights = [helper.make_node("DequantizeLinear", ["wa", "s"], ["a"]),
+               helper.make_node("DequantizeLinear", ["wb", "s"], ["b"])]
     nodes = [helper.make_node("DequantizeLinear", ["q", "s"], ["f"]),
              helper.make_node("MatMul", ["f", "a"], ["m1"]),
              helper.make_node("Add", ["f", "m1"], ["s1"]),
              helper.make_node("MatMul", ["f", "b"], ["m2"]),
              helper.make_node("MatMul", ["b", "f"], ["m3"]),  # f as B: not a product's x
+             helper.make_node("MatMul", ["f", "s1"], ["m5"]),  # a computed weight: no chain to fuse
              helper.make_node("DequantizeLinear", ["q", "s"], ["g"]),
              helper.make_node("MatMul", ["g", "a"], ["m4"])]
-    graph = helper.make_graph(nodes, "g", [], [])
-    new, copies = dedicate_dequantize(graph, set())
-    ops = [(n.op_type, list(n.input), list(n.output)) for n in new.node]
+    constant = {"wa", "wb", "s"}.__contains__
+    new, copies = dedicate_dequantize(helper.make_graph(weights + nodes, "g", [], []), set(), constant)
+    ops = [(n.op_type, list(n.input), list(n.output)) for n in new.node][2:]
     assert copies == {"f/dq_for_0": "f", "f/dq_for_1": "f"}
     assert ops[1] == ("DequantizeLinear", ["q", "s"], ["f/dq_for_0"]) and ops[2] == ("MatMul", ["f/dq_for_0", "a"], ["m1"])
     assert ops[4] == ("DequantizeLinear", ["q", "s"], ["f/dq_for_1"]) and ops[5] == ("MatMul", ["f/dq_for_1", "b"], ["m2"])
-    assert ops[3] == ("Add", ["f", "m1"], ["s1"]) and ops[6] == ("MatMul", ["b", "f"], ["m3"])
-    assert ops[7:] == [("DequantizeLinear", ["q", "s"], ["g"]), ("MatMul", ["g", "a"], ["m4"])]
-    # every reader a product: the last keeps the original; a graph output keeps it too
-    two = helper.make_graph(nodes[:2] + nodes[3:4], "g", [], [])
-    assert list(dedicate_dequantize(two, set())[1]) == ["f/dq_for_0"]
-    assert list(dedicate_dequantize(two, {"f"})[1]) == ["f/dq_for_0", "f/dq_for_1"]
-    assert dedicate_dequantize(helper.make_graph(nodes[5:], "g", [], []), set())[0].node == nodes[5:]
+    assert ops[3] == ("Add", ["f", "m1"], ["s1"]) and ops[6:8] == [("MatMul", ["b", "f"], ["m3"]), ("MatMul", ["f", "s1"], ["m5"])]
+    assert ops[8:] == [("DequantizeLinear", ["q", "s"], ["g"]), ("MatMul", ["g", "a"], ["m4"])]
+    # every reader a product: the first keeps the original; a graph output keeps it too
+    two = helper.make_graph(weights + nodes[:2] + nodes[3:4], "g", [], [])
+    assert list(dedicate_dequantize(two, set(), constant)[1]) == ["f/dq_for_0"]
+    assert list(dedicate_dequantize(two, {"f"}, constant)[1]) == ["f/dq_for_0", "f/dq_for_1"]
+    assert dedicate_dequantize(two, set(), lambda n: False)[1] == {}  # weights not constant: no product
+    assert dedicate_dequantize(helper.make_graph(nodes[6:], "g", [], []), set(), constant)[0].node == nodes[6:]
 
 
 def test_bert_qdq_family_products_fused():

@@ -8,8 +8,9 @@ same arithmetic: the exact integer sums, scaled once by x_scale * w_scale / y_sc
 
 quantize_static shares one DequantizeLinear among the readers of a value unless asked for a
 dedicated pair per reader (its DedicatedQDQPair option): `dedicate_dequantize` gives each MatMul
-or Conv reading a shared DequantizeLinear its own copy at prepare, as onnxruntime's
-EnsureUniqueDQForNodeUnit pass does, so that those chains match here and in fusion_qconv.py.
+or Conv of a dequantized constant weight reading a shared DequantizeLinear its own copy at prepare,
+as onnxruntime's EnsureUniqueDQForNodeUnit pass does, so that those chains match here and in
+fusion_qconv.py (other readers share the original: a copy they read would be one more dispatch).
 
 Products of two computed values (an attention's Q K^T) stay unfused: DequantizeLinear, the float
 MatMul and QuantizeLinear, all on the device.
@@ -44,15 +45,31 @@ if TYPE_CHECKING:
 _UNIT_HEADS = frozenset({"MatMul", "Conv"})
 
 
-def dedicate_dequantize(graph: onnx.GraphProto, outputs: set[str]) -> tuple[onnx.GraphProto, dict[str, str]]:
-    """The graph with a DequantizeLinear per MatMul / Conv reader of a shared one (input 0), each
-    copy placed just before its reader, and the new values' names -> the names they copy; the graph
-    itself where no DequantizeLinear is shared."""
+def dedicate_dequantize(graph: onnx.GraphProto, outputs: set[str],
+                        is_constant: Callable[[str], bool]) -> tuple[onnx.GraphProto, dict[str, str]]:
+    """The graph with a DequantizeLinear per quantized product reading a shared one as its input 0
+    (a MatMul or Conv whose weight, input 1, is a DequantizeLinear of a constant: the chains of
+    this module and fusion_qconv.py), each copy placed just before its reader, and the new values'
+    names -> the names they copy; the graph itself where no such DequantizeLinear is shared."""
     readers: dict[str, list[int]] = {}
+    producer: dict[str, onnx.NodeProto] = {}
     for i, node in enumerate(graph.node):
         for name in set(node.input):
             if name:
                 readers.setdefault(name, []).append(i)
+        for name in node.output:
+            producer[name] = node
+
+    def dequantized_constant(name: str) -> bool:
+        node = producer.get(name)
+        while node is not None and node.op_type == "Identity":
+            node = producer.get(node.input[0])
+        return node is not None and node.op_type == "DequantizeLinear" and is_constant(node.input[0])
+
+    def product(node: onnx.NodeProto, name: str) -> bool:
+        return (node.op_type in _UNIT_HEADS and len(node.input) > 1 and node.input[0] == name
+                and list(node.input).count(name) == 1 and dequantized_constant(node.input[1]))
+
     dqs = {n.output[0]: n for n in graph.node if n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx")}
     copies: dict[int, onnx.NodeProto] = {}  # reader index -> its own DequantizeLinear
     renamed: dict[str, str] = {}
@@ -60,10 +77,9 @@ def dedicate_dequantize(graph: onnx.GraphProto, outputs: set[str]) -> tuple[onnx
         rs = readers.get(name, [])
         if len(rs) < 2 and name not in outputs:
             continue
-        heads = [i for i in rs if graph.node[i].op_type in _UNIT_HEADS and graph.node[i].input[0] == name
-                 and list(graph.node[i].input).count(name) == 1]
+        heads = [i for i in rs if product(graph.node[i], name)]
         if len(heads) == len(rs) and name not in outputs:
-            heads = heads[1:]  # the last reader keeps the original
+            heads = heads[1:]  # the first reader keeps the original
         for k, i in enumerate(heads):
             copy = onnx.NodeProto()
             copy.CopyFrom(dq)

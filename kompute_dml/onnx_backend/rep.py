@@ -83,7 +83,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             t = self.constants[name]
             self.declared_types.setdefault(name, helper.make_tensor_type_proto(t.data_type, list(t.dims)))
         if fuse:  # a DequantizeLinear per quantized product reading a shared one (fusion_qdq.py)
-            self.graph, copies = dedicate_dequantize(self.graph, set(self.output_names))
+            self.graph, copies = dedicate_dequantize(self.graph, set(self.output_names), self.constants.__contains__)
             for name, of in copies.items():
                 if of in self.declared_types:
                     self.declared_types[name] = self.declared_types[of]
