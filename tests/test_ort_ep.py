@@ -260,7 +260,7 @@ def test_cpp_host_starts_its_own_interpreter(tmp_path):
     run_cpp_driver(cpp_driver(tmp_path), kort.get_library_path(), tmp_path)
 
 
-FAMILY_PARAMS = [pytest.param("distilbert-int8"), pytest.param("vit"),
+FAMILY_PARAMS = [pytest.param("distilbert-int8"), pytest.param("vit"), pytest.param("bert-qdq"),
                  *(pytest.param(n, marks=pytest.mark.slow) for n in
                    ("roberta-int8", "bert-fp32-fused", "gpt2", "llama", "whisper-encoder", "resnet18"))]
 
