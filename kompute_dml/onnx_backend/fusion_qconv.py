@@ -110,17 +110,25 @@ def _dq(graph: onnx.GraphProto, constant: Callable[[str], np.ndarray | None], na
     return node, vals[0], vals[1], vals[2]
 
 
+def per_tensor_parameters(nodes: tuple[onnx.NodeProto, ...], constant: Callable[[str], np.ndarray | None]) -> str:
+    """Why the nodes' scales and zero points are not all per-tensor initializers ("" where they are)."""
+    for node in nodes:
+        for i in (1, 2):
+            if _in(node, i):
+                v = constant(node.input[i])
+                if v is None or v.size != 1:
+                    return f"{node.op_type}'s scale / zero point is not a per-tensor initializer"
+    return ""
+
+
 def qdq_plan(graph: onnx.GraphProto, constant: Callable[[str], np.ndarray | None],
              nodes: list[onnx.NodeProto]) -> str | dict[str, Any]:
     """Why DequantizeLinear -> Conv -> QuantizeLinear cannot run as one QUANTIZED_LINEAR_CONVOLUTION
     (a message), else the names of the initializers it binds (the bias: None where absent or 0)."""
     dq, conv, q = nodes
-    for node in (dq, q):
-        for i in (1, 2):
-            if i < len(node.input) and node.input[i]:
-                v = constant(node.input[i])
-                if v is None or v.size != 1:
-                    return f"{node.op_type}'s scale / zero point is not a per-tensor initializer"
+    why = per_tensor_parameters((dq, q), constant)
+    if why:
+        return why
     weights = _dq(graph, constant, conv.input[1])
     if weights is None:
         return "the weight is not a DequantizeLinear of initializers"

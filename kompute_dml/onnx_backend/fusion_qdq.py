@@ -31,7 +31,7 @@ from onnx import helper
 
 import kompute_dml as kdml
 
-from .fusion_qconv import _Q8, _dq, _in, run_constants, static_constants
+from .fusion_qconv import _Q8, _dq, _in, per_tensor_parameters, run_constants, static_constants
 from .graph import _attr
 from .handlers_integer import _h_qlinear_matmul
 from .handlers_values import as_device
@@ -45,31 +45,41 @@ if TYPE_CHECKING:
 _UNIT_HEADS = frozenset({"MatMul", "Conv"})
 
 
+def _producers(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
+    return {name: node for node in graph.node for name in node.output if name}
+
+
+def _starts_product(node: onnx.NodeProto, name: str, producer: dict[str, onnx.NodeProto],
+                    is_constant: Callable[[str], bool]) -> bool:
+    """Whether `node` reads `name` as the x of a quantized product: a MatMul or Conv reading it as
+    input 0 (once) whose weight, input 1, is a DequantizeLinear of a constant (through Identity
+    nodes): the chains of this module and fusion_qconv.py."""
+    if node.op_type not in _UNIT_HEADS or len(node.input) < 2 or node.input[0] != name or list(node.input).count(name) != 1:
+        return False
+    w = producer.get(node.input[1])
+    while w is not None and w.op_type == "Identity":
+        w = producer.get(w.input[0])
+    return w is not None and w.op_type == "DequantizeLinear" and is_constant(w.input[0])
+
+
+def product_inputs(graph: onnx.GraphProto, is_constant: Callable[[str], bool]) -> frozenset[str]:
+    """The values quantized products read as their x (`_starts_product`): a DequantizeLinear making
+    one belongs to its product's chain, not to a QuantizeLinear -> DequantizeLinear pair."""
+    producer = _producers(graph)
+    return frozenset(n.input[0] for n in graph.node if n.input and _starts_product(n, n.input[0], producer, is_constant))
+
+
 def dedicate_dequantize(graph: onnx.GraphProto, outputs: set[str],
                         is_constant: Callable[[str], bool]) -> tuple[onnx.GraphProto, dict[str, str]]:
-    """The graph with a DequantizeLinear per quantized product reading a shared one as its input 0
-    (a MatMul or Conv whose weight, input 1, is a DequantizeLinear of a constant: the chains of
-    this module and fusion_qconv.py), each copy placed just before its reader, and the new values'
-    names -> the names they copy; the graph itself where no such DequantizeLinear is shared."""
+    """The graph with a DequantizeLinear per quantized product (`_starts_product`) reading a shared
+    one, each copy placed just before its reader, and the new values' names -> the names they copy;
+    the graph itself where no such DequantizeLinear is shared."""
     readers: dict[str, list[int]] = {}
-    producer: dict[str, onnx.NodeProto] = {}
     for i, node in enumerate(graph.node):
         for name in set(node.input):
             if name:
                 readers.setdefault(name, []).append(i)
-        for name in node.output:
-            producer[name] = node
-
-    def dequantized_constant(name: str) -> bool:
-        node = producer.get(name)
-        while node is not None and node.op_type == "Identity":
-            node = producer.get(node.input[0])
-        return node is not None and node.op_type == "DequantizeLinear" and is_constant(node.input[0])
-
-    def product(node: onnx.NodeProto, name: str) -> bool:
-        return (node.op_type in _UNIT_HEADS and len(node.input) > 1 and node.input[0] == name
-                and list(node.input).count(name) == 1 and dequantized_constant(node.input[1]))
-
+    producer = _producers(graph)
     dqs = {n.output[0]: n for n in graph.node if n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx")}
     copies: dict[int, onnx.NodeProto] = {}  # reader index -> its own DequantizeLinear
     renamed: dict[str, str] = {}
@@ -77,7 +87,7 @@ def dedicate_dequantize(graph: onnx.GraphProto, outputs: set[str],
         rs = readers.get(name, [])
         if len(rs) < 2 and name not in outputs:
             continue
-        heads = [i for i in rs if product(graph.node[i], name)]
+        heads = [i for i in rs if _starts_product(graph.node[i], name, producer, is_constant)]
         if len(heads) == len(rs) and name not in outputs:
             heads = heads[1:]  # the first reader keeps the original
         for k, i in enumerate(heads):
@@ -108,12 +118,9 @@ def qdq_matmul_plan(graph: onnx.GraphProto, constant: Callable[[str], np.ndarray
     """Why DequantizeLinear -> MatMul -> QuantizeLinear cannot run as one QLinearMatMul (a
     message), else the weight's DequantizeLinear inputs (integers, scale, zero point)."""
     dq, mm, q = nodes
-    for node in (dq, q):
-        for i in (1, 2):
-            if _in(node, i):
-                v = constant(node.input[i])
-                if v is None or v.size != 1:
-                    return f"{node.op_type}'s scale / zero point is not a per-tensor initializer"
+    why = per_tensor_parameters((dq, q), constant)
+    if why:
+        return why
     if dq.input[0] == mm.input[1]:
         return "x is also the weight"
     weights = _dq(graph, constant, mm.input[1])
@@ -151,27 +158,6 @@ def run_qdq_matmul(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callab
     return _h_qlinear_matmul(ctx, unit, [lookup(n) if n else None for n in names], stats)
 
 
-# the last graph's readers of each value, as (op type, inputs): prepare checks every pair of a graph
-# in turn (one pass over the graph, not one a pair); keyed by the graph's identity and ends, holding
-# no reference to it
-_READERS: list[tuple[tuple[Any, ...], dict[str, list[tuple[str, tuple[str, ...]]]]]] = []
-
-
-def _readers(graph: onnx.GraphProto) -> dict[str, list[tuple[str, tuple[str, ...]]]]:
-    nodes = graph.node
-    key = (id(graph), len(nodes), tuple(nodes[0].output) if nodes else (), tuple(nodes[-1].output) if nodes else ())
-    last = _READERS[0] if _READERS else None
-    if last is not None and last[0] == key:
-        return last[1]
-    readers: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
-    for node in nodes:
-        for name in dict.fromkeys(node.input):
-            if name:
-                readers.setdefault(name, []).append((node.op_type, tuple(node.input)))
-    _READERS[:] = [(key, readers)]
-    return readers
-
-
 def check_qdq_pair(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     q, dq = nodes
     x_t = rep._elem_dtype(q.input[0])
@@ -188,10 +174,8 @@ def check_qdq_pair(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     qz, dz = (np.zeros((), np.uint8) if z is None else z.reshape(()) for z in (qz, dz))
     if qs.tobytes() != ds.tobytes() or qz.dtype != dz.dtype or qz != dz:
         return "the pair's scales or zero points differ"
-    for op_type, inputs in _readers(rep.graph).get(dq.output[0], ()):  # a quantized product's chain reads the integers
-        if inputs[0] == dq.output[0] and (op_type == "Conv" or (
-                op_type == "MatMul" and len(inputs) > 1 and _dq(rep.graph, static_constants(rep), inputs[1]) is not None)):
-            return f"the DequantizeLinear starts a quantized {op_type}'s chain"
+    if dq.output[0] in rep.qdq_product_inputs:  # its product's chain reads the integers
+        return "the DequantizeLinear starts a quantized product's chain"
     return ""
 
 

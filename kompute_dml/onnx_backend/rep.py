@@ -23,7 +23,7 @@ from .device_graph import GraphPlan
 from .feeds import normalize_inputs
 from .fold import fold_constants, fold_summary
 from .fusion_match import find_fusions
-from .fusion_qdq import dedicate_dequantize
+from .fusion_qdq import dedicate_dequantize, product_inputs
 from .fusions import Fusion, Fusions
 from .gc_pause import gc_paused
 from .graph import _densify
@@ -82,11 +82,13 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         for name in set(self.constants) - set(constants):
             t = self.constants[name]
             self.declared_types.setdefault(name, helper.make_tensor_type_proto(t.data_type, list(t.dims)))
+        self.qdq_product_inputs: frozenset[str] = frozenset()  # the values QDQ products read (fusion_qdq.py)
         if fuse:  # a DequantizeLinear per quantized product reading a shared one (fusion_qdq.py)
             self.graph, copies = dedicate_dequantize(self.graph, set(self.output_names), self.constants.__contains__)
             for name, of in copies.items():
                 if of in self.declared_types:
                     self.declared_types[name] = self.declared_types[of]
+            self.qdq_product_inputs = product_inputs(self.graph, self.constants.__contains__)
         self.feed_rules: dict[str, Any] = {}  # feeds.py: each input's declared type and shape, read once
 
         self._validate_graph()
