@@ -38,8 +38,7 @@ class _Steps:
         from kompute_dml.onnx_backend import device_graph
 
         self.length += self.ids.shape[1]
-        feeds = {"input_ids": self.ids, "attention_mask": np.ones((self.ids.shape[0], self.length), np.int64),
-                 **{f"past_{i}": p for i, p in enumerate(self.past)}}
+        feeds = decoders.Decoder.feeds(self.ids, self.length, self.past)
         cpu = [0.0]
         make = device_graph.GraphPlan.__init__
 

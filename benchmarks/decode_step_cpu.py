@@ -27,8 +27,7 @@ def _steps(rep: Any, dec: decoders.Decoder, prompt: np.ndarray, steps: int) -> t
     for _ in range(steps):
         length += ids.shape[1]
         c0 = time.thread_time()
-        out = rep.run({"input_ids": ids, "attention_mask": np.ones((1, length), np.int64),
-                       **{f"past_{i}": p for i, p in enumerate(past)}}, device_outputs=True)
+        out = rep.run(dec.feeds(ids, length, past), device_outputs=True)
         nxt = out[0].numpy()[:, -1].argmax(-1)
         cpu.append(time.thread_time() - c0)
         tokens.append(int(nxt[0]))

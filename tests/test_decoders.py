@@ -18,20 +18,33 @@ from kompute_dml.bench.families import CPU_NODE_TYPES as STILL_ON_THE_CPU
 from kompute_dml.onnx_backend import CPU, Backend
 
 
+@pytest.mark.parametrize("static", [True, False], ids=["static-cache", "growing-cache"])
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
-def test_greedy_tokens_equal_torch_with_the_cache_on_the_device(name, monkeypatch):
+def test_greedy_tokens_equal_torch_with_the_cache_on_the_device(name, static, monkeypatch):
+    """Both caches (onnx_backend/generation.py): one capacity, left-padded and masked, whose steps
+    replay one plan, and one that grows by a row per step, a plan each; the tokens are torch's and
+    the last position's logits torch's to float32 roundoff."""
+    from kompute_dml.onnx_backend import device_graph, generation
+
     dec = decoders.build(name, "tiny")
     rep = Backend.prepare(str(dec.path), "CPU")
     assert {p.op_type for p in rep.placement if p.target == CPU} == STILL_ON_THE_CPU[name]
     prompt = np.random.default_rng(7).integers(1, decoders.VOCAB, (2, 7))
-    want, _ = decoders.torch_greedy(dec, prompt, 6)
-    reads = []
+    torch_logits: list[np.ndarray] = []
+    want, _ = decoders.torch_greedy(dec, prompt, 6, logits=torch_logits)
+    reads, plans = [], []
     real = kdml.Tensor.numpy
     monkeypatch.setattr(kdml.Tensor, "numpy", lambda self, *a, **kw: reads.append(self.shape) or real(self, *a, **kw))
-    got, _ = decoders.greedy(rep, dec, prompt, 6)
-    assert got == want
+    make = device_graph.GraphPlan.__init__
+    monkeypatch.setattr(device_graph.GraphPlan, "__init__", lambda self, *a, **kw: plans.append(1) or make(self, *a, **kw))
+    gen = generation.greedy(rep, prompt, 6, static=static, keep_logits=True)
+    assert gen.tokens == want
+    assert gen.capacity == (generation.CAPACITY_ROWS if static else None)
+    assert len(plans) == (2 if static else 6)  # static: the prompt's plan and the step's
+    for step, (ours, theirs) in enumerate(zip(gen.logits, torch_logits)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * np.abs(theirs).max(), err_msg=f"step {step}")
     if not STILL_ON_THE_CPU[name]:  # wholly on the device: the logits are all that is read back
-        assert reads == [(2, 7, decoders.VOCAB)] + [(2, 1, decoders.VOCAB)] * 5
+        assert reads == [(2, 7, decoders.VOCAB)] + [(2, 1, decoders.VOCAB)] * 5  # (the logits)
         assert rep.last_run.uploads == 1 and rep.last_run.downloads == 0 and rep.last_run.cpu_segments == 0
 
 
@@ -62,8 +75,7 @@ def test_new_lengths_replay_node_traces_bit_for_bit(name, gpu_policy, monkeypatc
         length += ids.shape[1]
         outs = {}
         for r in (fast, slow, reuse):
-            out = r.run({"input_ids": ids, "attention_mask": np.ones((1, length), np.int64),
-                         **{f"past_{i}": p for i, p in enumerate(pasts[id(r)])}}, device_outputs=True)
+            out = r.run(dec.feeds(ids, length, pasts[id(r)]), device_outputs=True)
             pasts[id(r)] = list(out[1:])
             outs[id(r)] = [t.numpy() for t in out]
             assert r.last_run.planned and r.last_run.runtime_fallbacks == 0  # the prompt's empty past too
@@ -77,3 +89,22 @@ def test_new_lengths_replay_node_traces_bit_for_bit(name, gpu_policy, monkeypatc
         ids = outs[id(fast)][0][:, -1].argmax(-1).reshape(1, 1).astype(np.int64)
     assert replayed[:2] == [0, 0] and min(replayed[2:]) > 0  # the first plan made the traces later plans replay
     assert reused[0] == 0 and min(reused[2:]) > 0  # (the prompt's plan and the first step's differ in every shape)
+
+
+def test_static_cache_capacity_and_inputs_are_checked():
+    """A capacity below the prompt and the new tokens (the last step's keys), a prompt of no
+    tokens and a count below one are refused naming the field, before any run."""
+    from kompute_dml.onnx_backend import generation
+
+    dec = decoders.build("gpt2", "tiny")
+    rep = Backend.prepare(str(dec.path), "CPU")
+    prompt = np.ones((1, 5), np.int64)
+    with pytest.raises(kdml.InvalidArgumentError, match="capacity"):
+        generation.greedy(rep, prompt, 4, capacity=7)  # the last step reads 5 + 3 keys before its own
+    with pytest.raises(kdml.InvalidArgumentError, match="prompt"):
+        generation.greedy(rep, np.ones((1, 0), np.int64), 4)
+    with pytest.raises(kdml.InvalidArgumentError, match="new_tokens"):
+        generation.greedy(rep, prompt, 0)
+    assert rep.last_run is None or not rep.last_run.planned  # nothing ran
+    gen = generation.greedy(rep, prompt, 4, capacity=8)  # the least capacity: every padding row used
+    assert gen.tokens == decoders.torch_greedy(dec, prompt, 4)[0]

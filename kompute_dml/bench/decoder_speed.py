@@ -1,9 +1,10 @@
 """Greedy generation with the key/value cache (kompute_dml/bench/decoders.py: GPT-2, Llama,
-random weights): the prompt's ms and the new tokens per second of ours (the cache on the device;
-a first generation, which plans each new past length, and the same generation again, whose plans
-are kept),
-onnxruntime CPU (the same step model, its cache in host arrays) and PyTorch CUDA eager float32
-(and float16 on CUDA) with its own cache; the tokens of all three compared.
+random weights): the prompt's ms and the new tokens per second of ours (the cache on the device at
+one capacity, onnx_backend/generation.py: a first generation, which plans the prompt and the step,
+the same generation again, and a first generation of a cache that grows by a row per step, a plan
+per step), onnxruntime CPU (the same step model, its cache in host arrays) and PyTorch CUDA eager
+float32 (and float16 on CUDA) with its own cache; the tokens of all three compared. Tokens/s are
+the new tokens over their steps' whole time (a first generation's plans included).
 
     python -m kompute_dml.bench.decoder_speed [--size small] [--prompt 128] [--new 32] [--batch 1]
 """
@@ -16,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from . import decoders
-from .timing import median
 
 
 def _ort_greedy(sess: Any, dec: decoders.Decoder, prompt: np.ndarray, steps: int) -> tuple[list[list[int]], list[float]]:
@@ -28,8 +28,7 @@ def _ort_greedy(sess: Any, dec: decoders.Decoder, prompt: np.ndarray, steps: int
     for _ in range(steps):
         length += ids.shape[1]
         t0 = time.perf_counter()
-        out = sess.run(None, {"input_ids": ids, "attention_mask": np.ones((batch, length), np.int64),
-                              **{f"past_{i}": p for i, p in enumerate(past)}})
+        out = sess.run(None, dec.feeds(ids, length, past))
         nxt = out[0][:, -1].argmax(-1)
         times.append(time.perf_counter() - t0)
         for b in range(batch):
@@ -38,8 +37,12 @@ def _ort_greedy(sess: Any, dec: decoders.Decoder, prompt: np.ndarray, steps: int
     return tokens, times
 
 
+def _per_token(times: list[float]) -> float:
+    return sum(times[1:]) / len(times[1:])
+
+
 def _line(who: str, times: list[float], new: int) -> str:
-    step = median(times[1:])
+    step = _per_token(times)
     return f"  {who:12} prompt {times[0] * 1e3:8.2f} ms   {1 / step:8.1f} tokens/s ({step * 1e3:.2f} ms per token)"
 
 
@@ -62,9 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         rep = Backend.prepare(str(dec.path), "CPU")
         cpu = sorted({p.op_type for p in rep.placement if p.target == CPU})
         prompt = np.random.default_rng(0).integers(1, decoders.VOCAB, (args.batch, args.prompt))
-        decoders.greedy(rep, dec, prompt, 3)  # first plans of the first lengths
-        ours, t_ours = decoders.greedy(rep, dec, prompt, args.new + 1)  # a new plan per past length
-        warm, t_warm = decoders.greedy(rep, dec, prompt, args.new + 1)  # the same lengths: plans replayed
+        # the process's first steps (its pipelines) at another capacity: the timed generation still
+        # plans its own prompt and step
+        decoders.greedy(rep, dec, prompt[:, :max(1, args.prompt // 2)], 3)
+        ours, t_ours = decoders.greedy(rep, dec, prompt, args.new + 1)
+        warm, t_warm = decoders.greedy(rep, dec, prompt, args.new + 1)
+        decoders.greedy(rep, dec, prompt, 3, static=False)  # first plans of the first lengths
+        grow, t_grow = decoders.greedy(rep, dec, prompt, args.new + 1, static=False)
         sess = ort.InferenceSession(str(dec.path), providers=["CPUExecutionProvider"])
         theirs, t_ort = _ort_greedy(sess, dec, prompt, args.new + 1)
         dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -76,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
             half = list(decoders.torch_greedy(dec, prompt, args.new + 1, dev, half=True))
         print(f"{name} ({args.size}), batch {args.batch}, prompt {args.prompt}, {args.new} new tokens; "
               f"CPU nodes: {', '.join(cpu) or 'none'}; tokens equal torch: {ours == ref}, onnxruntime: {theirs == ref}")
-        print(_line("kompute_dml", t_ours, args.new) + "  (first generation: a plan per new length)")
+        print(_line("kompute_dml", t_ours, args.new) + "  (first generation: the prompt's plan and the step's)")
         print(_line("kompute_dml", t_warm, args.new) + f"  (again: plans kept; tokens equal: {warm == ours})")
+        print(_line("kompute_dml", t_grow, args.new) + f"  (a growing cache's first generation: a plan per "
+                                                      f"step; tokens equal: {grow == ours})")
         print(_line("onnxruntime", t_ort, args.new))
         print(_line(f"torch {dev}", t_torch, args.new))
         if half:
@@ -88,10 +97,11 @@ def main(argv: list[str] | None = None) -> int:
             nbn, t_nbn = decoders.greedy(rep, dec, prompt, args.new + 1)
             rep.state.node_by_node = False
             print(_line("node by node", t_nbn, args.new) + f"  (tokens equal torch: {nbn == ref})")
-        for label, t in (("first", t_ours), ("again", t_warm)):
-            print(f"  {label}: ours / torch tokens/s: {median(t_torch[1:]) / median(t[1:]):.2f}; ours / onnxruntime: "
-                  f"{median(t_ort[1:]) / median(t[1:]):.2f}; prompt torch/ours {t_torch[0] / t[0]:.2f}"
-                  + (f"; ours / torch fp16 tokens/s: {median(half[1][1:]) / median(t[1:]):.2f}" if half else ""), flush=True)
+        for label, t in (("first", t_ours), ("again", t_warm), ("growing", t_grow)):
+            print(f"  {label}: ours / torch tokens/s: {_per_token(t_torch) / _per_token(t):.2f}; ours / onnxruntime: "
+                  f"{_per_token(t_ort) / _per_token(t):.2f}; prompt torch/ours {t_torch[0] / t[0]:.2f}"
+                  + (f"; ours / torch fp16 tokens/s: {_per_token(half[1]) / _per_token(t):.2f}" if half else ""),
+                  flush=True)
     return 0
 
 

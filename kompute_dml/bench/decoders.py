@@ -1,7 +1,7 @@
 """Decoders with their key/value cache: GPT-2 and Llama (random weights) exported as one step
-`(input_ids, attention_mask, past_0..past_2L-1) -> (logits, present_0..present_2L-1)`, and the
-greedy loop that runs them through the ONNX backend with the cache kept on the device
-(`rep.run(..., device_outputs=True)`: each step's presents are the next step's pasts, never
+`(input_ids, attention_mask, position_ids, past_0..past_2L-1) -> (logits, present_0..present_2L-1)`
+(optimum's inputs), and the greedy loop that runs them through the ONNX backend with the cache kept
+on the device (onnx_backend/generation.py: each step's presents are the next step's pasts, never
 copied to the host; only the last position's logits are read).
 
     model = build("gpt2", "tiny");  tokens, times = greedy(rep, model, prompt, 32)
@@ -39,6 +39,14 @@ class Decoder:
 
     def empty_past(self, batch: int) -> list[np.ndarray]:
         return [np.zeros((batch, self.kv_heads, 0, self.head_dim), np.float32) for _ in range(2 * self.layers)]
+
+    @staticmethod
+    def feeds(ids: np.ndarray, length: int, past: list[Any]) -> dict[str, Any]:
+        """A step's inputs where the cache grows: `ids` [batch, new] after length - new tokens."""
+        batch, new = ids.shape
+        return {"input_ids": ids, "attention_mask": np.ones((batch, length), np.int64),
+                "position_ids": np.broadcast_to(np.arange(length - new, length, dtype=np.int64), ids.shape),
+                **{f"past_{i}": p for i, p in enumerate(past)}}
 
 
 def torch_model(name: str, size: str, seed: int = 0) -> Any:
@@ -80,11 +88,12 @@ def _step_module(model: Any, layers: int) -> Any:
             super().__init__()
             self.m = model
 
-        def forward(self, ids: Any, mask: Any, *past: Any) -> Any:
+        def forward(self, ids: Any, mask: Any, positions: Any, *past: Any) -> Any:
             cache = transformers.DynamicCache()
             for i in range(layers):
                 cache.update(past[2 * i], past[2 * i + 1], i)
-            out = self.m(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True)
+            out = self.m(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                         use_cache=True)
             flat = []
             for layer in out.past_key_values.layers:
                 flat += [layer.keys, layer.values]
@@ -99,7 +108,7 @@ def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> 
 
     model = torch_model(name, size, seed)
     layers, kv_heads, head_dim = _shape(model)
-    stamp = json.dumps({"decoder": name, "size": SIZES[size], "seed": seed, "init": INIT_RANGE, "recipe": 1,
+    stamp = json.dumps({"decoder": name, "size": SIZES[size], "seed": seed, "init": INIT_RANGE, "decoder_recipe": 2,
                         **tool_versions()}, sort_keys=True)
     path = Path(cache) / f"{name}-past-{size}-{hashlib.sha256(stamp.encode()).hexdigest()[:12]}.onnx"
     dec = Decoder(name, path, layers, kv_heads, head_dim, model)
@@ -108,49 +117,36 @@ def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> 
     path.parent.mkdir(parents=True, exist_ok=True)
     pasts = [f"past_{i}" for i in range(2 * layers)]
     example = [torch.ones((1, 5), dtype=torch.int64), torch.ones((1, 8), dtype=torch.int64),
-               *[torch.zeros((1, kv_heads, 3, head_dim)) for _ in pasts]]
+               torch.arange(3, 8).reshape(1, 5), *[torch.zeros((1, kv_heads, 3, head_dim)) for _ in pasts]]
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
         raw = Path(tmp) / "step.onnx"
         torch.onnx.export(_step_module(model, layers), tuple(example), str(raw),
-                          input_names=["input_ids", "attention_mask", *pasts],
+                          input_names=["input_ids", "attention_mask", "position_ids", *pasts],
                           output_names=["logits", *[f"present_{i}" for i in range(2 * layers)]], opset_version=17,
                           dynamo=False, dynamic_axes={"input_ids": {0: "batch", 1: "seq"},
                                                       "attention_mask": {0: "batch", 1: "total"},
+                                                      "position_ids": {0: "batch", 1: "seq"},
                                                       **{n: {0: "batch", 2: "past"} for n in pasts}})
         os.replace(raw, path)
     return dec
 
 
-def greedy(rep: Any, dec: Decoder, prompt: np.ndarray, steps: int) -> tuple[list[list[int]], list[float]]:
-    """`steps` new tokens per row after `prompt` (batch x length int64), the cache on the device;
+def greedy(rep: Any, dec: Decoder, prompt: np.ndarray, steps: int,
+           static: bool = True) -> tuple[list[list[int]], list[float]]:
+    """`steps` new tokens per row after `prompt` (batch x length int64), the cache on the device
+    (onnx_backend/generation.greedy; `static`: at one capacity, else growing by a row per step);
     the tokens per row and each step's seconds (the first is the prompt's)."""
-    import kompute_dml as kdml
+    from kompute_dml.onnx_backend import generation
 
-    batch = prompt.shape[0]
-    past: list[Any] = dec.empty_past(batch)
-    ids, length = prompt.astype(np.int64), 0
-    tokens: list[list[int]] = [[] for _ in range(batch)]
-    times = []
-    for _ in range(steps):
-        length += ids.shape[1]
-        t0 = time.perf_counter()
-        out = rep.run({"input_ids": ids, "attention_mask": np.ones((batch, length), np.int64),
-                       **{f"past_{i}": p for i, p in enumerate(past)}}, device_outputs=True)
-        logits = out[0]
-        last = logits.numpy()[:, -1] if isinstance(logits, kdml.Tensor) else logits[:, -1]
-        nxt = last.argmax(-1)
-        times.append(time.perf_counter() - t0)
-        for b in range(batch):
-            tokens[b].append(int(nxt[b]))
-        past = list(out[1:])
-        ids = nxt.reshape(batch, 1).astype(np.int64)
-    return tokens, times
+    gen = generation.greedy(rep, prompt, steps, static=static)
+    return gen.tokens, gen.seconds
 
 
-def torch_greedy(dec: Decoder, prompt: np.ndarray, steps: int, device: str = "cpu",
-                 half: bool = False) -> tuple[list[list[int]], list[float]]:
+def torch_greedy(dec: Decoder, prompt: np.ndarray, steps: int, device: str = "cpu", half: bool = False,
+                 logits: list[np.ndarray] | None = None) -> tuple[list[list[int]], list[float]]:
     """The same loop in PyTorch eager with its own cache (`use_cache=True`): tokens and seconds per
-    step; `half`: a float16 copy of the model (the module itself stays float32)."""
+    step; `half`: a float16 copy of the model (the module itself stays float32); `logits`: gets
+    each step's last-position logits [batch, vocab]."""
     import copy
 
     import torch
@@ -167,6 +163,8 @@ def torch_greedy(dec: Decoder, prompt: np.ndarray, steps: int, device: str = "cp
             nxt = out.logits[:, -1].argmax(-1)
             sync()
             times.append(time.perf_counter() - t0)
+            if logits is not None:
+                logits.append(out.logits[:, -1].float().cpu().numpy())
             cache = out.past_key_values
             for b, t in enumerate(nxt.tolist()):
                 tokens[b].append(int(t))

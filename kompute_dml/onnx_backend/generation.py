@@ -1,0 +1,124 @@
+"""Greedy generation through a prepared decoder step model, its key/value cache on the device.
+
+A step model maps `(input_ids, attention_mask[, position_ids], past...)` to `(logits, present...)`:
+each present is its past with the step's new rows appended along axis 2 ([batch, kv heads, keys,
+head size], as transformers' and optimum's exports write them); the pasts are the inputs after the
+first two or three, the presents the outputs after the logits, in order.
+
+Where the model takes `position_ids`, `greedy` keeps the cache at one capacity for the whole
+generation (a static cache, as torch's StaticCache and onnxruntime-genai's shared past/present
+buffers do): the pasts are left-padded to `capacity` rows of zeros that the attention mask hides, so
+every step after the prompt feeds the same shapes and replays one plan (docs/onnx.md, "Plans"),
+where a cache that grows by a row makes a new plan per step. Each step's presents are one row
+longer; the next step's pasts are their views past the first row (a padding row while capacity
+allows), fed as they are (`rep.run` copies a device input into its plan's input buffer). Attention
+does not depend on the order of keys, only on the mask and, through position_ids, on the positions,
+so the tokens are those of the growing cache. Without `position_ids` the model derives positions
+from the past's length and the cache must grow: a plan per step (decoders' first generations are
+several times slower).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kompute_dml.core.errors import invalid
+
+from .feeds import declared_shape
+
+if TYPE_CHECKING:
+    from .rep import BackendRep
+
+# The static cache's capacity is the prompt plus the new tokens rounded up to this many rows, so
+# generations of nearby lengths share the step's plan (the masked rows cost attention work only)
+CAPACITY_ROWS = 64
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """A decoder step model's inputs and outputs as `greedy` feeds and reads them."""
+
+    pasts: tuple[str, ...]
+    rows: tuple[tuple[int, int], ...]  # each past's (kv heads, head size)
+    dtypes: tuple[np.dtype, ...]
+    positions: bool  # takes position_ids: the cache may keep one capacity
+
+    @classmethod
+    def of(cls, rep: BackendRep) -> StepModel:
+        names = list(rep.feed_names)
+        lead = ["input_ids", "attention_mask"] + (["position_ids"] if "position_ids" in names else [])
+        if names[:len(lead)] != lead:
+            raise invalid("model inputs", f"a decoder step takes {lead} first, then its pasts; got {names}")
+        pasts = tuple(names[len(lead):])
+        if len(rep.output_names) != len(pasts) + 1:
+            raise invalid("model outputs", f"a decoder step gives the logits and one present per past "
+                                           f"({len(pasts)}); got {rep.output_names}")
+        rows, dtypes = [], []
+        for p in pasts:
+            shape = declared_shape(rep.declared_types.get(p))
+            if shape is None or len(shape) != 4 or shape[1] is None or shape[3] is None:
+                raise invalid(f"input {p!r}", f"a past is [batch, kv heads, keys, head size] with the heads and "
+                                              f"head size declared; got {shape}")
+            rows.append((int(shape[1]), int(shape[3])))
+            dtypes.append(np.dtype(rep._elem_dtype(p) or np.float32))
+        return cls(pasts, tuple(rows), tuple(dtypes), "position_ids" in names)
+
+
+@dataclass
+class Generation:
+    tokens: list[list[int]]  # per row, the new tokens
+    seconds: list[float]  # per step, the first the prompt's
+    capacity: int | None  # the static cache's rows (None: a growing cache)
+    logits: list[np.ndarray] = field(default_factory=list)  # per step, the last position's [batch, vocab]
+
+
+def greedy(rep: BackendRep, prompt: np.ndarray, new_tokens: int, *, static: bool | None = None,
+           capacity: int | None = None, keep_logits: bool = False) -> Generation:
+    """`new_tokens` greedy tokens per row after `prompt` (batch x length token ids, every position
+    real), the cache on the device; only the last position's logits come back to the host.
+    `static`: keep the cache at one capacity (the default where the model takes position_ids);
+    `capacity`: its rows (default: prompt + new tokens rounded up to CAPACITY_ROWS)."""
+    m = StepModel.of(rep)
+    prompt = np.asarray(prompt)
+    if prompt.ndim != 2 or prompt.shape[1] < 1 or prompt.dtype.kind not in "iu":
+        raise invalid("prompt", f"token ids [batch, length >= 1] of an integer type; got {prompt.dtype} {prompt.shape}")
+    if new_tokens < 1:
+        raise invalid("new_tokens", f"must be >= 1; got {new_tokens}")
+    static = m.positions if static is None else static
+    if static and not m.positions:
+        raise invalid("static", "a static cache needs a model that takes position_ids (its positions would "
+                                "follow the padded past's length otherwise)")
+    batch, length = prompt.shape
+    need = length + new_tokens - 1  # the last step reads this many keys before its own
+    if static:
+        capacity = capacity if capacity is not None else -(-need // CAPACITY_ROWS) * CAPACITY_ROWS
+        if capacity < need:
+            raise invalid("capacity", f"must hold the prompt and the new tokens but the last ({need}); got {capacity}")
+    pad = capacity - length if static else 0
+    past: list[Any] = [np.zeros((batch, h, pad, d), dt) for (h, d), dt in zip(m.rows, m.dtypes)]
+    ids, real = prompt.astype(np.int64), length  # real: the keys that are tokens, this step's included
+    gen = Generation([[] for _ in range(batch)], [], capacity if static else None)
+    for step in range(new_tokens):
+        keys = (past[0].shape[2] if past else 0) + ids.shape[1]
+        mask = np.zeros((batch, keys), np.int64)
+        mask[:, keys - real:] = 1  # left padding: the real keys are the last ones
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if m.positions:
+            feeds["position_ids"] = np.broadcast_to(np.arange(real - ids.shape[1], real, dtype=np.int64), ids.shape)
+        t0 = time.perf_counter()
+        out = rep.run({**feeds, **dict(zip(m.pasts, past))}, device_outputs=True)
+        last = (out[0].numpy() if hasattr(out[0], "numpy") else np.asarray(out[0]))[:, -1]
+        nxt = last.argmax(-1)
+        gen.seconds.append(time.perf_counter() - t0)
+        if keep_logits:
+            gen.logits.append(last)
+        for b in range(batch):
+            gen.tokens[b].append(int(nxt[b]))
+        presents = list(out[1:])  # the prompt's are [padding, prompt]: capacity rows already
+        past = [t[:, :, 1:] for t in presents] if static and step > 0 else presents
+        ids, real = nxt.reshape(batch, 1).astype(np.int64), real + 1
+    return gen
