@@ -91,6 +91,26 @@ def test_new_lengths_replay_node_traces_bit_for_bit(name, gpu_policy, monkeypatc
     assert reused[0] == 0 and min(reused[2:]) > 0  # (the prompt's plan and the first step's differ in every shape)
 
 
+@pytest.mark.parametrize("static", [True, False], ids=["static-cache", "growing-cache"])
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_prompts_of_several_lengths_in_one_batch(name, static):
+    """Left-padded prompts (`prompt_mask`) give each row the tokens of its prompt alone: torch's
+    greedy loop over the unpadded prompt, row by row."""
+    from kompute_dml.onnx_backend import generation
+
+    dec = decoders.build(name, "tiny")
+    rep = Backend.prepare(str(dec.path), "CPU")
+    prompt = np.random.default_rng(11).integers(1, decoders.VOCAB, (3, 9))
+    lengths = (9, 4, 1)
+    pm = np.zeros(prompt.shape, np.int64)
+    for b, n in enumerate(lengths):
+        pm[b, 9 - n:] = 1
+        prompt[b, :9 - n] = 0  # the padding's ids are any token: the mask hides them
+    got = generation.greedy(rep, prompt, 5, prompt_mask=pm, static=static).tokens
+    want = [decoders.torch_greedy(dec, prompt[b:b + 1, 9 - n:], 5)[0][0] for b, n in enumerate(lengths)]
+    assert got == want
+
+
 def test_static_cache_capacity_and_inputs_are_checked():
     """A capacity below the prompt and the new tokens (the last step's keys), a prompt of no
     tokens and a count below one are refused naming the field, before any run."""
@@ -105,6 +125,9 @@ def test_static_cache_capacity_and_inputs_are_checked():
         generation.greedy(rep, np.ones((1, 0), np.int64), 4)
     with pytest.raises(kdml.InvalidArgumentError, match="new_tokens"):
         generation.greedy(rep, prompt, 0)
+    for bad in (np.ones((1, 4)), np.array([[1, 0, 1, 1, 1]]), np.array([[1, 1, 1, 1, 0]]), np.full((1, 5), 2)):
+        with pytest.raises(kdml.InvalidArgumentError, match="prompt_mask"):  # shape, gaps, right padding, values
+            generation.greedy(rep, prompt, 2, prompt_mask=bad)
     assert rep.last_run is None or not rep.last_run.planned  # nothing ran
     gen = generation.greedy(rep, prompt, 4, capacity=8)  # the least capacity: every padding row used
     assert gen.tokens == decoders.torch_greedy(dec, prompt, 4)[0]

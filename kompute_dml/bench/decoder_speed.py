@@ -12,6 +12,8 @@ the new tokens over their steps' whole time (a first generation's plans included
 from __future__ import annotations
 
 import argparse
+import time
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -20,7 +22,6 @@ from . import decoders
 
 
 def _ort_greedy(sess: Any, dec: decoders.Decoder, prompt: np.ndarray, steps: int) -> tuple[list[list[int]], list[float]]:
-    import time
 
     batch, past, ids, length = prompt.shape[0], dec.empty_past(prompt.shape[0]), prompt.astype(np.int64), 0
     tokens: list[list[int]] = [[] for _ in range(batch)]
@@ -41,6 +42,19 @@ def _per_token(times: list[float]) -> float:
     return sum(times[1:]) / len(times[1:])
 
 
+def _prompt_ms(run: Any) -> float:
+    """The median of 10 prompt steps (a generation of one token) after the GPU's clock is held up."""
+    from . import gpu_clock
+
+    gpu_clock.hold(run, 1.0)
+    walls = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        run()
+        walls.append(time.perf_counter() - t0)
+    return 1e3 * sorted(walls)[len(walls) // 2]
+
+
 def _line(who: str, times: list[float], new: int) -> str:
     step = _per_token(times)
     return f"  {who:12} prompt {times[0] * 1e3:8.2f} ms   {1 / step:8.1f} tokens/s ({step * 1e3:.2f} ms per token)"
@@ -58,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime as ort
     import torch
 
-    from kompute_dml.onnx_backend import CPU, Backend
+    from kompute_dml.onnx_backend import CPU, Backend, generation
 
     for name in args.decoders.split(","):
         dec = decoders.build(name, args.size)
@@ -97,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
             nbn, t_nbn = decoders.greedy(rep, dec, prompt, args.new + 1)
             rep.state.node_by_node = False
             print(_line("node by node", t_nbn, args.new) + f"  (tokens equal torch: {nbn == ref})")
+        cap = generation.greedy(rep, prompt, args.new + 1).capacity
+        kept = _prompt_ms(partial(generation.greedy, rep, prompt, 1, capacity=cap))
+        peer = _prompt_ms(partial(decoders.torch_greedy, dec, prompt, 1, dev))
+        print(f"  prompt, plans kept (median of 10, the GPU's clock held): ours {kept:.2f} ms, torch {dev} {peer:.2f} ms, "
+              f"onnxruntime {_prompt_ms(partial(_ort_greedy, sess, dec, prompt, 1)):.2f} ms")
         for label, t in (("first", t_ours), ("again", t_warm), ("growing", t_grow)):
             print(f"  {label}: ours / torch tokens/s: {_per_token(t_torch) / _per_token(t):.2f}; ours / onnxruntime: "
                   f"{_per_token(t_ort) / _per_token(t):.2f}; prompt torch/ours {t_torch[0] / t[0]:.2f}"

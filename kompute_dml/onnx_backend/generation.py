@@ -15,7 +15,8 @@ allows), fed as they are (`rep.run` copies a device input into its plan's input 
 does not depend on the order of keys, only on the mask and, through position_ids, on the positions,
 so the tokens are those of the growing cache. Without `position_ids` the model derives positions
 from the past's length and the cache must grow: a plan per step (decoders' first generations are
-several times slower).
+several times slower). Prompts of several lengths share a batch left-padded (`prompt_mask`), as
+transformers' generate pads them: the padding is masked, each row's positions count its tokens.
 """
 
 from __future__ import annotations
@@ -76,12 +77,31 @@ class Generation:
     logits: list[np.ndarray] = field(default_factory=list)  # per step, the last position's [batch, vocab]
 
 
-def greedy(rep: BackendRep, prompt: np.ndarray, new_tokens: int, *, static: bool | None = None,
-           capacity: int | None = None, keep_logits: bool = False) -> Generation:
-    """`new_tokens` greedy tokens per row after `prompt` (batch x length token ids, every position
-    real), the cache on the device; only the last position's logits come back to the host.
-    `static`: keep the cache at one capacity (the default where the model takes position_ids);
-    `capacity`: its rows (default: prompt + new tokens rounded up to CAPACITY_ROWS)."""
+def _prompt_mask(given: Any, shape: tuple[int, ...], positions: bool) -> np.ndarray:
+    """The prompt's mask as int64: 1 for a token, 0 for left padding (every row zeros then ones,
+    one token at least); only a model that takes position_ids can take padding."""
+    if given is None:
+        return np.ones(shape, np.int64)
+    pm = np.asarray(given)
+    if pm.shape != shape or not np.isin(pm, (0, 1)).all():
+        raise invalid("prompt_mask", f"0 / 1 of the prompt's shape {shape}; got {pm.dtype} {pm.shape}")
+    pm = pm.astype(np.int64)
+    if (np.diff(pm, axis=1) < 0).any() or (pm[:, -1] == 0).any():
+        raise invalid("prompt_mask", "each row is left-padded: zeros, then ones to the end, one at least")
+    if not positions and (pm == 0).any():
+        raise invalid("prompt_mask", "padding needs a model that takes position_ids (the model's own positions "
+                                     "would count the padding)")
+    return pm
+
+
+def greedy(rep: BackendRep, prompt: np.ndarray, new_tokens: int, *, prompt_mask: Any = None,
+           static: bool | None = None, capacity: int | None = None, keep_logits: bool = False) -> Generation:
+    """`new_tokens` greedy tokens per row after `prompt` (batch x length token ids), the cache on
+    the device; only the last position's logits come back to the host.
+    `prompt_mask`: prompts of several lengths in one batch, left-padded (0 for padding, 1 for a
+    token; default all tokens); `static`: keep the cache at one capacity (the default where the
+    model takes position_ids); `capacity`: its rows (default: prompt + new tokens rounded up to
+    CAPACITY_ROWS)."""
     m = StepModel.of(rep)
     prompt = np.asarray(prompt)
     if prompt.ndim != 2 or prompt.shape[1] < 1 or prompt.dtype.kind not in "iu":
@@ -92,6 +112,7 @@ def greedy(rep: BackendRep, prompt: np.ndarray, new_tokens: int, *, static: bool
     if static and not m.positions:
         raise invalid("static", "a static cache needs a model that takes position_ids (its positions would "
                                 "follow the padded past's length otherwise)")
+    pm = _prompt_mask(prompt_mask, prompt.shape, m.positions)
     batch, length = prompt.shape
     need = length + new_tokens - 1  # the last step reads this many keys before its own
     if static:
@@ -100,15 +121,14 @@ def greedy(rep: BackendRep, prompt: np.ndarray, new_tokens: int, *, static: bool
             raise invalid("capacity", f"must hold the prompt and the new tokens but the last ({need}); got {capacity}")
     pad = capacity - length if static else 0
     past: list[Any] = [np.zeros((batch, h, pad, d), dt) for (h, d), dt in zip(m.rows, m.dtypes)]
-    ids, real = prompt.astype(np.int64), length  # real: the keys that are tokens, this step's included
+    # the mask over the past and this step's rows; the padding is a left block of zeros per row
+    ids, mask = prompt.astype(np.int64), np.concatenate([np.zeros((batch, pad), np.int64), pm], axis=1)
+    positions, tokens = np.maximum(np.cumsum(pm, axis=1) - 1, 0), pm.sum(axis=1, keepdims=True)
     gen = Generation([[] for _ in range(batch)], [], capacity if static else None)
     for step in range(new_tokens):
-        keys = (past[0].shape[2] if past else 0) + ids.shape[1]
-        mask = np.zeros((batch, keys), np.int64)
-        mask[:, keys - real:] = 1  # left padding: the real keys are the last ones
         feeds = {"input_ids": ids, "attention_mask": mask}
         if m.positions:
-            feeds["position_ids"] = np.broadcast_to(np.arange(real - ids.shape[1], real, dtype=np.int64), ids.shape)
+            feeds["position_ids"] = positions
         t0 = time.perf_counter()
         out = rep.run({**feeds, **dict(zip(m.pasts, past))}, device_outputs=True)
         last = (out[0].numpy() if hasattr(out[0], "numpy") else np.asarray(out[0]))[:, -1]
@@ -119,6 +139,8 @@ def greedy(rep: BackendRep, prompt: np.ndarray, new_tokens: int, *, static: bool
         for b in range(batch):
             gen.tokens[b].append(int(nxt[b]))
         presents = list(out[1:])  # the prompt's are [padding, prompt]: capacity rows already
-        past = [t[:, :, 1:] for t in presents] if static and step > 0 else presents
-        ids, real = nxt.reshape(batch, 1).astype(np.int64), real + 1
+        drop = static and step > 0  # later steps' are a row longer: the first (padding) goes
+        past = [t[:, :, 1:] for t in presents] if drop else presents
+        mask = np.concatenate([mask[:, 1:] if drop else mask, np.ones((batch, 1), np.int64)], axis=1)
+        ids, positions = nxt.reshape(batch, 1).astype(np.int64), tokens + step
     return gen
