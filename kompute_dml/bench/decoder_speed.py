@@ -55,9 +55,10 @@ def _prompt_ms(run: Any) -> float:
     return 1e3 * sorted(walls)[len(walls) // 2]
 
 
-def _line(who: str, times: list[float], new: int) -> str:
+def _line(who: str, times: list[float], batch: int) -> str:
+    """The prompt's ms and the steps' rate: tokens/s over the batch's rows, ms per step."""
     step = _per_token(times)
-    return f"  {who:12} prompt {times[0] * 1e3:8.2f} ms   {1 / step:8.1f} tokens/s ({step * 1e3:.2f} ms per token)"
+    return f"  {who:12} prompt {times[0] * 1e3:8.2f} ms   {batch / step:8.1f} tokens/s ({step * 1e3:.2f} ms per step)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,20 +98,20 @@ def main(argv: list[str] | None = None) -> int:
             half = list(decoders.torch_greedy(dec, prompt, args.new + 1, dev, half=True))
         print(f"{name} ({args.size}), batch {args.batch}, prompt {args.prompt}, {args.new} new tokens; "
               f"CPU nodes: {', '.join(cpu) or 'none'}; tokens equal torch: {ours == ref}, onnxruntime: {theirs == ref}")
-        print(_line("kompute_dml", t_ours, args.new) + "  (first generation: the prompt's plan and the step's)")
-        print(_line("kompute_dml", t_warm, args.new) + f"  (again: plans kept; tokens equal: {warm == ours})")
-        print(_line("kompute_dml", t_grow, args.new) + f"  (a growing cache's first generation: a plan per "
+        print(_line("kompute_dml", t_ours, args.batch) + "  (first generation: the prompt's plan and the step's)")
+        print(_line("kompute_dml", t_warm, args.batch) + f"  (again: plans kept; tokens equal: {warm == ours})")
+        print(_line("kompute_dml", t_grow, args.batch) + f"  (a growing cache's first generation: a plan per "
                                                       f"step; tokens equal: {grow == ours})")
-        print(_line("onnxruntime", t_ort, args.new))
-        print(_line(f"torch {dev}", t_torch, args.new))
+        print(_line("onnxruntime", t_ort, args.batch))
+        print(_line(f"torch {dev}", t_torch, args.batch))
         if half:
-            print(_line("torch fp16", half[1], args.new) + f"  (tokens equal torch fp32: {half[0] == ref})")
+            print(_line("torch fp16", half[1], args.batch) + f"  (tokens equal torch fp32: {half[0] == ref})")
         if args.node_by_node:
             rep.state.node_by_node = True
             decoders.greedy(rep, dec, prompt, 3)
             nbn, t_nbn = decoders.greedy(rep, dec, prompt, args.new + 1)
             rep.state.node_by_node = False
-            print(_line("node by node", t_nbn, args.new) + f"  (tokens equal torch: {nbn == ref})")
+            print(_line("node by node", t_nbn, args.batch) + f"  (tokens equal torch: {nbn == ref})")
         cap = generation.greedy(rep, prompt, args.new + 1).capacity
         kept = _prompt_ms(partial(generation.greedy, rep, prompt, 1, capacity=cap))
         peer = _prompt_ms(partial(decoders.torch_greedy, dec, prompt, 1, dev))

@@ -49,6 +49,8 @@ The modules of this package, one concern each:
 - feeds.py: inputs (the input rule, declared types and shapes); ort_compat.py: the IR version and
   opset of sub-models
 - backend.py: `Backend`, device strings, model loading
+- generation.py: `greedy`, a decoder step model's greedy loop with its key/value cache on the
+  device (a static cache: one plan for every step after the prompt)
 - run_state.py: `RunState` (`rep.state`), everything a run changes; context.py: `NodeContext`, the
   typed context handlers receive from either executor
 """
