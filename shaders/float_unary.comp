@@ -16,6 +16,7 @@
 // STORE_FIELD, so no byte outside the output changes.
 
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "f16_bits.glsl"
 
@@ -83,6 +84,42 @@ uint fn_at(uint e) { return fn32(a_buf[e]); }
 uint fn_at(uint e) { return fn16(bitfieldExtract(a_buf[e >> 1], int((e & 1u) * 16u), 16)); }
 #endif
 
+#if VEC
+// VEC (the host's choice: every tensor's merged layout one run of unit strides): an invocation
+// takes VPI consecutive elements, 16 bytes of output, as one uvec4 load and store where both runs
+// start on a 16-byte boundary (the same function of each element's bits; several independent ones
+// per invocation keep more loads in flight), element by element otherwise (a run's tail, an
+// offset off the boundary)
+layout(std430, binding = 0) readonly buffer ABuf4 { uvec4 a_buf4[]; };
+layout(std430, binding = 1) buffer OBuf4 { uvec4 o_buf4[]; };
+const uint VPI = 128u / uint(BITS);
+void main() {
+    uint inv = linear_group_id() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
+    uint first = inv * VPI;
+    if (first >= pc.count) return;
+    uint ea = pc.a_off + pc.a_base + first, eo = pc.o_off + pc.o_base + first;
+    uint n = min(VPI, pc.count - first);
+    if (n == VPI && ea % VPI == 0u && eo % VPI == 0u) {
+        uvec4 w = a_buf4[ea / VPI], r;
+        [[unroll]] for (uint k = 0u; k < 4u; ++k) {
+#if BITS == 32
+            r[k] = fn32(w[k]);
+#else
+            r[k] = fn16(w[k] & 0xFFFFu) | (fn16(w[k] >> 16) << 16);
+#endif
+        }
+        o_buf4[eo / VPI] = r;
+        return;
+    }
+#if BITS == 32
+    for (uint k = 0u; k < n; ++k) o_buf[eo + k] = fn_at(ea + k);
+#else
+    uint vals[VPI];  // every input read before any write: in place, a word's other half is an input
+    for (uint k = 0u; k < n; ++k) vals[k] = fn_at(ea + k);
+    for (uint k = 0u; k < n; ++k) STORE_FIELD(o_buf, (eo + k) >> 1, ((eo + k) & 1u) * 16u, 16u, vals[k]);
+#endif
+}
+#else
 void main() {
     uint inv = linear_group_id() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
     uint first = inv * EPI;
@@ -133,3 +170,4 @@ void main() {
     }
 #endif
 }
+#endif

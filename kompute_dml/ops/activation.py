@@ -119,8 +119,9 @@ def compile_gelu(device: Device, desc: ActivationGeluDesc) -> CompiledOperator:
     if desc.approximate not in GELU_APPROXIMATIONS:
         raise invalid("approximate", f"must be one of {GELU_APPROXIMATIONS}, got {desc.approximate!r}")
     family = contract.FLOAT_UNARY["gelu_tanh" if desc.approximate == "tanh" else "gelu"]
-    variant = family.name(t=type_code(x.data_type, True))
-    plans = plan_elementwise(family, variant, (x, y), **device_limits(device))
+    t = type_code(x.data_type, True)
+    plans = plan_elementwise(family, family.name(t=t, vec=""), (x, y), **device_limits(device),
+                             vector=family.name(t=t, vec="_v"))
     return CompiledElementWise(device, desc, support, support.inputs, support.outputs, list(plans))
 
 

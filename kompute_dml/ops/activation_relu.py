@@ -54,8 +54,9 @@ def compile_relu(device: Device, desc: ActivationReluDesc) -> CompiledOperator:
     check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
     check_addressable(support.fields, (x, y))
     family = contract.FLOAT_UNARY[FLOAT_UNARY]
-    plans = plan_elementwise(family, family.name(t=type_code(x.data_type, True)), (x, y),
-                             **device_limits(device))
+    t = type_code(x.data_type, True)
+    plans = plan_elementwise(family, family.name(t=t, vec=""), (x, y), **device_limits(device),
+                             vector=family.name(t=t, vec="_v"))
     return CompiledElementWise(device, desc, support, support.inputs, support.outputs, list(plans))
 
 

@@ -51,7 +51,7 @@ def device_limits(device: Any) -> dict[str, Any]:
 
 def plan_elementwise(family: contract.ShaderFamily, variant: str, descs: Sequence[TensorDesc],
                      max_groups: int = 65535, unused_b: Sequence[int] = (), prm: Sequence[int] = (),
-                     window: tuple[int, int] = (0, 16)) -> list[DispatchPlan]:
+                     window: tuple[int, int] = (0, 16), vector: str | None = None) -> list[DispatchPlan]:
     """The dispatches of one element-wise operator: `descs` are its tensors in binding order
     (the output last), all of the output's sizes. `unused_b`: for one input, the first words of
     the block's unused b_str (an operator's parameters: scale, bias, modes), the rest 0; `prm`:
@@ -62,7 +62,8 @@ def plan_elementwise(family: contract.ShaderFamily, variant: str, descs: Sequenc
     if not fits(descs, window):
         rank = descs[-1].dimension_count
         return split_outer(descs, [[d] * len(descs) for d in range(rank)], window,  # type: ignore[return-value]
-                           lambda parts: plan_elementwise(family, variant, parts, max_groups, unused_b, prm))
+                           lambda parts: plan_elementwise(family, variant, parts, max_groups, unused_b, prm,
+                                                          vector=vector))
     out = descs[-1]
     n = len(descs)
     prefixes = _prefixes(n)
@@ -75,6 +76,8 @@ def plan_elementwise(family: contract.ShaderFamily, variant: str, descs: Sequenc
     pad = [1] * (rank - len(inner))
     count = math.prod(sizes[d] for d in inner)
     per_inv = max(1, 4 // out.data_type.size)
+    if vector is not None and len(sizes) == 1 and all(st[0] == 1 for st in strides):
+        variant, per_inv = vector, 16 // out.data_type.size
     groups = grid_for(cdiv(count, per_inv), LOCAL_SIZE, max_groups)
     fixed: dict[str, object] = {"count": count, "size": [*pad, *(sizes[d] for d in inner)]}
     if n == 2:  # IS_NAN: one input, the block's B members unused

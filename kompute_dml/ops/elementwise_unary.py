@@ -237,8 +237,9 @@ def _compiler(op: UnaryOp, support: OperatorSupport) -> Callable[[Device, Any], 
         check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
         check_addressable(support.fields, (x, y))
         family = contract.FLOAT_UNARY[op.fn]
-        plans = plan_elementwise(family, family.name(t=type_code(x.data_type, True)), (x, y),
-                                 **device_limits(device), unused_b=words)
+        t = type_code(x.data_type, True)
+        plans = plan_elementwise(family, family.name(t=t, vec=""), (x, y), **device_limits(device), unused_b=words,
+                                 vector=family.name(t=t, vec="_v"))
         return CompiledElementWiseInPlace(device, desc, support, support.inputs, support.outputs, list(plans))
     compile_unary.__name__ = f"compile_{op.helper}"
     return compile_unary

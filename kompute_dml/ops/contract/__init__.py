@@ -263,8 +263,11 @@ def _float_unary_names() -> tuple[str, ...]:
 
 
 def _float_unary(name: str) -> ShaderFamily:
-    return family(name, "float_unary.comp", f"{name}_{{t}}", EW_PUSH, _L256, t=("f32", "f16"),
-                  defines=lambda t: {"BITS": EW_TYPES[t][0], "RANK": EW_RANK, f"FN_{name.upper()}": 1})
+    """vec "_v": the tensors' merged layout one run of unit strides (elementwise_plan.plan_elementwise's
+    `vector`): 16 bytes of output per invocation, one uvec4 load and store where aligned."""
+    return family(name, "float_unary.comp", f"{name}_{{t}}{{vec}}", EW_PUSH, _L256, t=("f32", "f16"), vec=("", "_v"),
+                  defines=lambda t, vec: {"BITS": EW_TYPES[t][0], "RANK": EW_RANK, f"FN_{name.upper()}": 1,
+                                          "VEC": int(vec == "_v")})
 
 
 FLOAT_UNARY: dict[str, ShaderFamily] = {name: _float_unary(name) for name in _float_unary_names()}
