@@ -111,6 +111,49 @@ def test_prompts_of_several_lengths_in_one_batch(name, static):
     assert got == want
 
 
+def _ort_greedy(dec, prompt, steps):
+    """onnxruntime's greedy loop over the same step model, its cache growing in host arrays."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(dec.path), providers=["CPUExecutionProvider"])
+    past, ids, length, tokens = dec.empty_past(prompt.shape[0]), prompt, 0, [[] for _ in prompt]
+    for _ in range(steps):
+        length += ids.shape[1]
+        out = sess.run(None, dec.feeds(ids, length, past))
+        nxt = out[0][:, -1].argmax(-1)
+        for b, t in enumerate(nxt):
+            tokens[b].append(int(t))
+        past, ids = out[1:], nxt.reshape(-1, 1).astype(np.int64)
+    return tokens
+
+
+@pytest.mark.parametrize("variant", ["fp16", "int8"])
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_float16_and_int8_decoders(name, variant):
+    """The float16 form (float32 inputs and outputs kept) and the int8 form (quantize_dynamic) of each
+    decoder generate wholly on the device: the static cache gives the growing cache's tokens and
+    logits (its masked keys add exact zeros), and onnxruntime's tokens where its arithmetic is a
+    second opinion: float16 here, int8 where its u8 x s8 products are exact (tests/ort_exactness.py;
+    without VNNI they saturate and its tokens drift)."""
+    from ort_exactness import onnxruntime_exact
+
+    from kompute_dml.onnx_backend import generation
+
+    dec = decoders.build(name, "tiny", variant=variant)
+    rep = Backend.prepare(str(dec.path), "CPU")
+    assert {p.op_type for p in rep.placement if p.target == CPU} == set()
+    prompt = np.random.default_rng(7).integers(1, decoders.VOCAB, (2, 7))
+    static = generation.greedy(rep, prompt, 6, keep_logits=True)
+    assert rep.last_run.cpu_segments == 0 and rep.last_run.runtime_fallbacks == 0
+    growing = generation.greedy(rep, prompt, 6, static=False, keep_logits=True)
+    assert static.tokens == growing.tokens
+    for step, (a, b) in enumerate(zip(static.logits, growing.logits)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-3 * np.abs(b).max(), err_msg=f"step {step}")
+    if variant == "int8" and not onnxruntime_exact(np.uint8, np.int8).exact:
+        return
+    assert static.tokens == _ort_greedy(dec, prompt, 6)
+
+
 def test_static_cache_capacity_and_inputs_are_checked():
     """A capacity below the prompt and the new tokens (the last step's keys), a prompt of no
     tokens and a count below one are refused naming the field, before any run."""

@@ -6,7 +6,7 @@ per step), onnxruntime CPU (the same step model, its cache in host arrays) and P
 float32 (and float16 on CUDA) with its own cache; the tokens of all three compared. Tokens/s are
 the new tokens over their steps' whole time (a first generation's plans included).
 
-    python -m kompute_dml.bench.decoder_speed [--size small] [--prompt 128] [--new 32] [--batch 1]
+    python -m kompute_dml.bench.decoder_speed [--size small] [--prompt 128] [--new 32] [--batch 1] [--variant fp16]
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--decoders", default="gpt2,llama")
+    ap.add_argument("--variant", default="fp32", choices=decoders.VARIANTS,
+                    help="the step model's form for ours and onnxruntime (torch runs the float32 module, and its float16 copy)")
     ap.add_argument("--node-by-node", action="store_true", help="also time ours without whole-graph plans")
     args = ap.parse_args(argv)
     import onnxruntime as ort
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     from kompute_dml.onnx_backend import CPU, Backend, generation
 
     for name in args.decoders.split(","):
-        dec = decoders.build(name, args.size)
+        dec = decoders.build(name, args.size, variant=args.variant)
         rep = Backend.prepare(str(dec.path), "CPU")
         cpu = sorted({p.op_type for p in rep.placement if p.target == CPU})
         prompt = np.random.default_rng(0).integers(1, decoders.VOCAB, (args.batch, args.prompt))
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         if dev == "cuda":  # the fp16 peer with its cache (its tokens may differ: float16 logits)
             decoders.torch_greedy(dec, prompt, 3, dev, half=True)
             half = list(decoders.torch_greedy(dec, prompt, args.new + 1, dev, half=True))
-        print(f"{name} ({args.size}), batch {args.batch}, prompt {args.prompt}, {args.new} new tokens; "
+        print(f"{name} ({args.size}, {args.variant}), batch {args.batch}, prompt {args.prompt}, {args.new} new tokens; "
               f"CPU nodes: {', '.join(cpu) or 'none'}; tokens equal torch: {ours == ref}, onnxruntime: {theirs == ref}")
         print(_line("kompute_dml", t_ours, args.batch) + "  (first generation: the prompt's plan and the step's)")
         print(_line("kompute_dml", t_warm, args.batch) + f"  (again: plans kept; tokens equal: {warm == ours})")

@@ -28,6 +28,11 @@ from .families import SIZES, VOCAB
 INIT_RANGE = 0.5
 
 
+# The step model's forms: as exported, float16 with float32 inputs and outputs (onnxruntime's
+# convert_float_to_float16, keep_io_types), int8 (quantize_dynamic's QInt8 weights)
+VARIANTS = ("fp32", "fp16", "int8")
+
+
 @dataclass(frozen=True)
 class Decoder:
     name: str
@@ -102,18 +107,29 @@ def _step_module(model: Any, layers: int) -> Any:
     return Step().eval()
 
 
-def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> Decoder:
-    """The decoder's step model, exported once per configuration and tool versions."""
-    import torch
+def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0, variant: str = "fp32") -> Decoder:
+    """The decoder's step model, exported once per configuration and tool versions; `variant`
+    (VARIANTS): the float32 export as it is, or converted from it once."""
 
+    if variant not in VARIANTS:
+        raise ValueError(f"variant {variant!r}: one of {VARIANTS}")
     model = torch_model(name, size, seed)
     layers, kv_heads, head_dim = _shape(model)
     stamp = json.dumps({"decoder": name, "size": SIZES[size], "seed": seed, "init": INIT_RANGE, "decoder_recipe": 2,
                         **tool_versions()}, sort_keys=True)
     path = Path(cache) / f"{name}-past-{size}-{hashlib.sha256(stamp.encode()).hexdigest()[:12]}.onnx"
-    dec = Decoder(name, path, layers, kv_heads, head_dim, model)
-    if path.exists():
-        return dec
+    if not path.exists():
+        _export(model, layers, kv_heads, head_dim, path)
+    if variant != "fp32":
+        src, path = path, path.with_suffix(f".{variant}.onnx")
+        if not path.exists():
+            _convert(src, path, variant)
+    return Decoder(name, path, layers, kv_heads, head_dim, model)
+
+
+def _export(model: Any, layers: int, kv_heads: int, head_dim: int, path: Path) -> None:
+    import torch
+
     path.parent.mkdir(parents=True, exist_ok=True)
     pasts = [f"past_{i}" for i in range(2 * layers)]
     example = [torch.ones((1, 5), dtype=torch.int64), torch.ones((1, 8), dtype=torch.int64),
@@ -128,7 +144,26 @@ def build(name: str, size: str = "tiny", cache: Path = CACHE, seed: int = 0) -> 
                                                       "position_ids": {0: "batch", 1: "seq"},
                                                       **{n: {0: "batch", 2: "past"} for n in pasts}})
         os.replace(raw, path)
-    return dec
+
+
+def _convert(src: Path, path: Path, variant: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:  # (onnxruntime's quantizer leaves files in the working folder)
+        out = Path(tmp) / "step.onnx"
+        if variant == "fp16":
+            import onnx
+            from onnxruntime.transformers.float16 import convert_float_to_float16
+
+            onnx.save(convert_float_to_float16(onnx.load(str(src)), keep_io_types=True), str(out))
+        else:
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            cwd = os.getcwd()
+            os.chdir(tmp)
+            try:
+                quantize_dynamic(str(src), str(out), weight_type=QuantType.QInt8)
+            finally:
+                os.chdir(cwd)
+        os.replace(out, path)
 
 
 def greedy(rep: Any, dec: Decoder, prompt: np.ndarray, steps: int,
