@@ -168,6 +168,8 @@ def test_static_cache_capacity_and_inputs_are_checked():
         generation.greedy(rep, np.ones((1, 0), np.int64), 4)
     with pytest.raises(kdml.InvalidArgumentError, match="new_tokens"):
         generation.greedy(rep, prompt, 0)
+    with pytest.raises(kdml.InvalidArgumentError, match="^fixed: .'encoder_out'. are not inputs"):
+        generation.greedy(rep, prompt, 2, fixed={"encoder_out": np.zeros(3, np.float32)})
     for bad in (np.ones((1, 4)), np.array([[1, 0, 1, 1, 1]]), np.array([[1, 1, 1, 1, 0]]), np.full((1, 5), 2)):
         with pytest.raises(kdml.InvalidArgumentError, match="prompt_mask"):  # shape, gaps, right padding, values
             generation.greedy(rep, prompt, 2, prompt_mask=bad)

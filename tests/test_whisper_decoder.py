@@ -30,11 +30,15 @@ def _model():
 
 
 class _Step(torch.nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.m = model
+    """(ids, mask[, positions], past...) -> (logits, present...); `positions`: position_ids is an
+    input (generation.greedy's static cache needs it), else the decoder counts the past."""
 
-    def forward(self, ids, mask, *past):
+    def __init__(self, model, positions: bool = False):
+        super().__init__()
+        self.m, self.positions = model, positions
+
+    def forward(self, ids, mask, *rest):
+        pos, past = (rest[0], rest[1:]) if self.positions else (None, rest)
         own, cross = transformers.DynamicCache(), transformers.DynamicCache()
         for i in range(LAYERS):
             own.update(past[4 * i], past[4 * i + 1], i)
@@ -43,7 +47,7 @@ class _Step(torch.nn.Module):
         # from the cache, so these zeros are never read and leave the exported graph)
         unread = torch.zeros(ids.shape[0], 1, HEADS * HEAD)
         out = self.m.model.decoder(input_ids=ids, attention_mask=mask, encoder_hidden_states=unread, use_cache=True,
-                                   past_key_values=transformers.EncoderDecoderCache(own, cross))
+                                   past_key_values=transformers.EncoderDecoderCache(own, cross), position_ids=pos)
         flat = []
         for layer in out.past_key_values.self_attention_cache.layers:
             flat += [layer.keys, layer.values]
@@ -95,3 +99,48 @@ def test_whisper_decoder_greedy_tokens_with_the_cache_on_the_device(tmp_path):
     assert rep.last_run.cpu_segments == 0 and rep.last_run.runtime_fallbacks == 0, rep.last_run.events
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert got == want == _greedy(lambda f: sess.run(None, f), cross_np)
+
+
+
+def test_whisper_decoder_through_generation_greedy_with_a_static_cache(tmp_path, monkeypatch):
+    """generation.greedy over Whisper's decoder step (onnx_backend/generation.py): its
+    cross-attention keys and values `fixed` (Tensors on the device, fed unchanged), its own cache at
+    one capacity, so every step after the first replays one plan; the tokens are torch's decoder
+    without a cache over the whole prefix."""
+    from kompute_dml.onnx_backend import device_graph, generation
+
+    model = _model()
+    enc = torch.randn(1, FRAMES, HEADS * HEAD)
+    decoder = model.model.decoder
+    with torch.no_grad():
+        cross = []
+        for layer in decoder.layers:
+            a = layer.encoder_attn
+            cross += [p(enc).view(1, FRAMES, HEADS, HEAD).transpose(1, 2) for p in (a.k_proj, a.v_proj)]
+        want, ids = [], torch.tensor([[1]])
+        for _ in range(STEPS):
+            h = decoder(input_ids=ids, encoder_hidden_states=enc, use_cache=False).last_hidden_state
+            want.append(int(model.proj_out(h)[0, -1].argmax()))
+            ids = torch.cat([ids, torch.tensor([[want[-1]]])], 1)
+        past = []
+        for i in range(LAYERS):
+            past += [torch.zeros(1, HEADS, 2, HEAD), torch.zeros(1, HEADS, 2, HEAD), cross[2 * i], cross[2 * i + 1]]
+        names = [f"past_{i}" for i in range(4 * LAYERS)]
+        axes = {"input_ids": {1: "t"}, "attention_mask": {1: "m"}, "position_ids": {1: "t"},
+                **{n: {2: "p" if i % 4 < 2 else "s"} for i, n in enumerate(names)}}
+        path = tmp_path / "whisper_step.onnx"
+        example = (torch.tensor([[5]]), torch.ones(1, 3, dtype=torch.int64), torch.tensor([[2]]), *past)
+        torch.onnx.export(_Step(model, positions=True), example,
+                          str(path), input_names=["input_ids", "attention_mask", "position_ids", *names],
+                          output_names=["logits"] + [f"present_{i}" for i in range(2 * LAYERS)],
+                          dynamic_axes=axes, opset_version=17, dynamo=False)
+    rep = Backend.prepare(str(path), "CPU")
+    assert "position_ids" in rep.feed_names
+    fixed = {names[4 * i + j]: rep.device.tensor(cross[2 * i + j - 2].numpy()) for i in range(LAYERS) for j in (2, 3)}
+    plans = []
+    make = device_graph.GraphPlan.__init__
+    monkeypatch.setattr(device_graph.GraphPlan, "__init__", lambda self, *a, **kw: plans.append(1) or make(self, *a, **kw))
+    gen = generation.greedy(rep, np.array([[1]]), STEPS, fixed=fixed)
+    assert gen.tokens == [want]
+    assert len(plans) == 2 and gen.capacity == generation.CAPACITY_ROWS
+    assert rep.last_run.cpu_segments == 0 and rep.last_run.uploads == 1

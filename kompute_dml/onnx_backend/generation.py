@@ -17,11 +17,14 @@ so the tokens are those of the growing cache. Without `position_ids` the model d
 from the past's length and the cache must grow: a plan per step (decoders' first generations are
 several times slower). Prompts of several lengths share a batch left-padded (`prompt_mask`), as
 transformers' generate pads them: the padding is masked, each row's positions count its tokens.
+An encoder-decoder's step (Whisper's decoder) also reads inputs that no present follows, its
+cross-attention keys and values: `fixed`, fed unchanged at every step.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -49,12 +52,15 @@ class StepModel:
     positions: bool  # takes position_ids: the cache may keep one capacity
 
     @classmethod
-    def of(cls, rep: BackendRep) -> StepModel:
+    def of(cls, rep: BackendRep, fixed: tuple[str, ...] = ()) -> StepModel:
         names = list(rep.feed_names)
+        unknown = [n for n in fixed if n not in names]
+        if unknown:
+            raise invalid("fixed", f"{unknown} are not inputs of the model ({names})")
         lead = ["input_ids", "attention_mask"] + (["position_ids"] if "position_ids" in names else [])
         if names[:len(lead)] != lead:
             raise invalid("model inputs", f"a decoder step takes {lead} first, then its pasts; got {names}")
-        pasts = tuple(names[len(lead):])
+        pasts = tuple(n for n in names[len(lead):] if n not in fixed)
         if len(rep.output_names) != len(pasts) + 1:
             raise invalid("model outputs", f"a decoder step gives the logits and one present per past "
                                            f"({len(pasts)}); got {rep.output_names}")
@@ -95,14 +101,18 @@ def _prompt_mask(given: Any, shape: tuple[int, ...], positions: bool) -> np.ndar
 
 
 def greedy(rep: BackendRep, prompt: np.ndarray, new_tokens: int, *, prompt_mask: Any = None,
-           static: bool | None = None, capacity: int | None = None, keep_logits: bool = False) -> Generation:
+           static: bool | None = None, capacity: int | None = None, fixed: Mapping[str, Any] | None = None,
+           keep_logits: bool = False) -> Generation:
     """`new_tokens` greedy tokens per row after `prompt` (batch x length token ids), the cache on
     the device; only the last position's logits come back to the host.
     `prompt_mask`: prompts of several lengths in one batch, left-padded (0 for padding, 1 for a
     token; default all tokens); `static`: keep the cache at one capacity (the default where the
     model takes position_ids); `capacity`: its rows (default: prompt + new tokens rounded up to
-    CAPACITY_ROWS)."""
-    m = StepModel.of(rep)
+    CAPACITY_ROWS); `fixed`: inputs fed as given at every step, no present beside them (an
+    encoder-decoder's cross-attention keys and values, projected once: Tensors on the model's
+    device, or host arrays, uploaded with every step's inputs)."""
+    fixed = dict(fixed or {})
+    m = StepModel.of(rep, tuple(fixed))
     prompt = np.asarray(prompt)
     if prompt.ndim != 2 or prompt.shape[1] < 1 or prompt.dtype.kind not in "iu":
         raise invalid("prompt", f"token ids [batch, length >= 1] of an integer type; got {prompt.dtype} {prompt.shape}")
@@ -130,7 +140,7 @@ def greedy(rep: BackendRep, prompt: np.ndarray, new_tokens: int, *, prompt_mask:
         if m.positions:
             feeds["position_ids"] = positions
         t0 = time.perf_counter()
-        out = rep.run({**feeds, **dict(zip(m.pasts, past))}, device_outputs=True)
+        out = rep.run({**feeds, **fixed, **dict(zip(m.pasts, past))}, device_outputs=True)
         last = (out[0].numpy() if hasattr(out[0], "numpy") else np.asarray(out[0]))[:, -1]
         nxt = last.argmax(-1)
         gen.seconds.append(time.perf_counter() - t0)
