@@ -44,7 +44,8 @@ def test_greedy_tokens_equal_torch_with_the_cache_on_the_device(name, static, mo
     for step, (ours, theirs) in enumerate(zip(gen.logits, torch_logits)):
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * np.abs(theirs).max(), err_msg=f"step {step}")
     if not STILL_ON_THE_CPU[name]:  # wholly on the device: the logits are all that is read back
-        assert reads == [(2, 7, decoders.VOCAB)] + [(2, 1, decoders.VOCAB)] * 5  # (the logits)
+        rows = generation.CAPACITY_ROWS if static else 7  # (a static cache's prompt: its bucket's rows)
+        assert reads == [(2, rows, decoders.VOCAB)] + [(2, 1, decoders.VOCAB)] * 5  # (the logits)
         assert rep.last_run.uploads == 1 and rep.last_run.downloads == 0 and rep.last_run.cpu_segments == 0
 
 
@@ -152,6 +153,43 @@ def test_float16_and_int8_decoders(name, variant):
     if variant == "int8" and not onnxruntime_exact(np.uint8, np.int8).exact:
         return
     assert static.tokens == _ort_greedy(dec, prompt, 6)
+
+
+def test_prompts_of_one_bucket_share_their_plans(monkeypatch):
+    """With a static cache the prompt is left-padded to a multiple of `bucket` rows: prompts of 7
+    and 9 tokens then share the prompt's plan and the step's (no plan at the second), each with
+    torch's tokens; bucket=1 plans the prompt of each length. A padded prompt whose logits are not finite (a mask
+    that turns a wholly masked row into NaN) runs again unpadded."""
+    from kompute_dml.onnx_backend import device_graph, generation
+
+    dec = decoders.build("gpt2", "tiny")
+    rep = Backend.prepare(str(dec.path), "CPU")
+    plans = []
+    make = device_graph.GraphPlan.__init__
+    monkeypatch.setattr(device_graph.GraphPlan, "__init__", lambda self, *a, **kw: plans.append(1) or make(self, *a, **kw))
+    rng = np.random.default_rng(5)
+    for n, new_plans in ((7, 2), (9, 0)):
+        prompt = rng.integers(1, decoders.VOCAB, (1, n))
+        before = len(plans)
+        assert generation.greedy(rep, prompt, 4).tokens == decoders.torch_greedy(dec, prompt, 4)[0]
+        assert len(plans) - before == new_plans, n
+    before = len(plans)
+    generation.greedy(rep, prompt, 4, bucket=1)
+    assert len(plans) - before == 1  # the prompt's 9 rows (the step's capacity, 64, was planned)
+    with pytest.raises(kdml.InvalidArgumentError, match="^bucket"):
+        generation.greedy(rep, prompt, 4, bucket=0)
+    real, widths = type(rep).run, []
+
+    def nan_when_padded(self, feeds, **kw):  # a model whose wholly masked rows give NaN
+        out = real(self, feeds, **kw)
+        widths.append(feeds["input_ids"].shape[1])
+        if feeds["input_ids"].shape[1] == generation.CAPACITY_ROWS:
+            return [np.full((1, 1, decoders.VOCAB), np.nan, np.float32), *out[1:]]
+        return out
+
+    monkeypatch.setattr(type(rep), "run", nan_when_padded)
+    assert generation.greedy(rep, prompt, 4).tokens == decoders.torch_greedy(dec, prompt, 4)[0]
+    assert widths == [generation.CAPACITY_ROWS, 9, 1, 1, 1]  # the padded prompt, then unpadded
 
 
 def test_static_cache_capacity_and_inputs_are_checked():

@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         decoders.greedy(rep, dec, prompt[:, :max(1, args.prompt // 2)], 3)
         ours, t_ours = decoders.greedy(rep, dec, prompt, args.new + 1)
         warm, t_warm = decoders.greedy(rep, dec, prompt, args.new + 1)
+        near = max(1, args.prompt - 8)  # a new prompt length in the same bucket (generation.CAPACITY_ROWS)
+        _, t_near = decoders.greedy(rep, dec, prompt[:, :near], args.new + 1)
         decoders.greedy(rep, dec, prompt, 3, static=False)  # first plans of the first lengths
         grow, t_grow = decoders.greedy(rep, dec, prompt, args.new + 1, static=False)
         sess = ort.InferenceSession(str(dec.path), providers=["CPUExecutionProvider"])
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
               f"CPU nodes: {', '.join(cpu) or 'none'}; tokens equal torch: {ours == ref}, onnxruntime: {theirs == ref}")
         print(_line("kompute_dml", t_ours, args.batch) + "  (first generation: the prompt's plan and the step's)")
         print(_line("kompute_dml", t_warm, args.batch) + f"  (again: plans kept; tokens equal: {warm == ours})")
+        print(_line("kompute_dml", t_near, args.batch) + f"  (a {near}-token prompt after them: its bucket's plans)")
         print(_line("kompute_dml", t_grow, args.batch) + f"  (a growing cache's first generation: a plan per "
                                                       f"step; tokens equal: {grow == ours})")
         print(_line("onnxruntime", t_ort, args.batch))

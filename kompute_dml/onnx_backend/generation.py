@@ -50,6 +50,7 @@ class StepModel:
     rows: tuple[tuple[int, int], ...]  # each past's (kv heads, head size)
     dtypes: tuple[np.dtype, ...]
     positions: bool  # takes position_ids: the cache may keep one capacity
+    shared_scale: bool  # quantizes activations dynamically: a tensor's rows share one scale
 
     @classmethod
     def of(cls, rep: BackendRep, fixed: tuple[str, ...] = ()) -> StepModel:
@@ -72,7 +73,9 @@ class StepModel:
                                               f"head size declared; got {shape}")
             rows.append((int(shape[1]), int(shape[3])))
             dtypes.append(np.dtype(rep._elem_dtype(p) or np.float32))
-        return cls(pasts, tuple(rows), tuple(dtypes), "position_ids" in names)
+        dynamic = {"DynamicQuantizeLinear", "DynamicQuantizeMatMul"}
+        return cls(pasts, tuple(rows), tuple(dtypes), "position_ids" in names,
+                   any(n.op_type in dynamic for n in rep.graph.node))
 
 
 @dataclass
@@ -102,7 +105,7 @@ def _prompt_mask(given: Any, shape: tuple[int, ...], positions: bool) -> np.ndar
 
 def greedy(rep: BackendRep, prompt: np.ndarray, new_tokens: int, *, prompt_mask: Any = None,
            static: bool | None = None, capacity: int | None = None, fixed: Mapping[str, Any] | None = None,
-           keep_logits: bool = False) -> Generation:
+           bucket: int | None = None, keep_logits: bool = False) -> Generation:
     """`new_tokens` greedy tokens per row after `prompt` (batch x length token ids), the cache on
     the device; only the last position's logits come back to the host.
     `prompt_mask`: prompts of several lengths in one batch, left-padded (0 for padding, 1 for a
@@ -110,7 +113,13 @@ def greedy(rep: BackendRep, prompt: np.ndarray, new_tokens: int, *, prompt_mask:
     model takes position_ids); `capacity`: its rows (default: prompt + new tokens rounded up to
     CAPACITY_ROWS); `fixed`: inputs fed as given at every step, no present beside them (an
     encoder-decoder's cross-attention keys and values, projected once: Tensors on the model's
-    device, or host arrays, uploaded with every step's inputs)."""
+    device, or host arrays, uploaded with every step's inputs); `bucket`: with a static cache the
+    prompt is left-padded to a multiple of this many rows (masked), so prompts of nearby lengths
+    share the prompt's plan and the step's (default CAPACITY_ROWS; 1, no padding, for a model that
+    quantizes activations dynamically, whose padding rows would move the real rows' scale; a prompt
+    whose padded run gives a non-finite logit, a model whose mask turns a wholly masked row into NaN,
+    runs again unpadded)."""
+    args = dict(prompt_mask=prompt_mask, static=static, capacity=capacity, fixed=fixed, keep_logits=keep_logits)
     fixed = dict(fixed or {})
     m = StepModel.of(rep, tuple(fixed))
     prompt = np.asarray(prompt)
@@ -123,12 +132,23 @@ def greedy(rep: BackendRep, prompt: np.ndarray, new_tokens: int, *, prompt_mask:
         raise invalid("static", "a static cache needs a model that takes position_ids (its positions would "
                                 "follow the padded past's length otherwise)")
     pm = _prompt_mask(prompt_mask, prompt.shape, m.positions)
+    bucket = (1 if m.shared_scale else CAPACITY_ROWS) if bucket is None else bucket
+    if isinstance(bucket, bool) or not isinstance(bucket, int) or bucket < 1:
+        raise invalid("bucket", f"must be an integer >= 1; got {bucket!r}")
     batch, length = prompt.shape
     need = length + new_tokens - 1  # the last step reads this many keys before its own
     if static:
         capacity = capacity if capacity is not None else -(-need // CAPACITY_ROWS) * CAPACITY_ROWS
         if capacity < need:
             raise invalid("capacity", f"must hold the prompt and the new tokens but the last ({need}); got {capacity}")
+    original, padded = prompt, False
+    if static:
+        # the prompt's rows, its bucket's padding included (within a given capacity)
+        rows = -(-length // bucket) * bucket if args["capacity"] is None else min(-(-length // bucket) * bucket, capacity)
+        if rows > length:
+            left = np.zeros((batch, rows - length), np.int64)
+            prompt, pm, length, padded = np.concatenate([left, prompt], axis=1), np.concatenate([left, pm], axis=1), rows, True
+            capacity = max(capacity, -(-rows // CAPACITY_ROWS) * CAPACITY_ROWS)
     pad = capacity - length if static else 0
     past: list[Any] = [np.zeros((batch, h, pad, d), dt) for (h, d), dt in zip(m.rows, m.dtypes)]
     # the mask over the past and this step's rows; the padding is a left block of zeros per row
@@ -142,6 +162,8 @@ def greedy(rep: BackendRep, prompt: np.ndarray, new_tokens: int, *, prompt_mask:
         t0 = time.perf_counter()
         out = rep.run({**feeds, **fixed, **dict(zip(m.pasts, past))}, device_outputs=True)
         last = (out[0].numpy() if hasattr(out[0], "numpy") else np.asarray(out[0]))[:, -1]
+        if step == 0 and padded and not np.isfinite(last).all():
+            return greedy(rep, original, new_tokens, bucket=1, **args)
         nxt = last.argmax(-1)
         gen.seconds.append(time.perf_counter() - t0)
         if keep_logits:
