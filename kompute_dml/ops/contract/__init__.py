@@ -247,8 +247,8 @@ GATHER_CHECK = family("gather_check", "gather_check.comp", "gather_check_{idx}",
 # ---- float unary operators (ACTIVATION_GELU, ACTIVATION_RELU, ...; shaders/float_unary.comp) on the
 # element-wise block and plans. An operator module declares `FLOAT_UNARY = "<name>"` (or a tuple
 # of names, one family each) at its top level, read here from its source with ast (the build imports no operator module); the family
-# `<name>` has the variants <name>_f32 / <name>_f16, built with FN_<NAME> defined, which selects
-# the function in float_unary.comp.
+# `<name>` has the variants <name>_f32 / <name>_f16 (and _v: one run of unit strides), built with FN_<NAME> defined,
+# which selects the function in float_unary.comp.
 def _float_unary_names() -> tuple[str, ...]:
     names = []
     for path in sorted(Path(__file__).resolve().parent.parent.glob("*.py")):
@@ -262,12 +262,9 @@ def _float_unary_names() -> tuple[str, ...]:
     return tuple(names)
 
 
-def _float_unary(name: str) -> ShaderFamily:
-    """vec "_v": the tensors' merged layout one run of unit strides (elementwise_plan.plan_elementwise's
-    `vector`): 16 bytes of output per invocation, one uvec4 load and store where aligned."""
+def _float_unary(name: str) -> ShaderFamily:  # vec "_v": 16 bytes per invocation (plan_elementwise's `vector`)
     return family(name, "float_unary.comp", f"{name}_{{t}}{{vec}}", EW_PUSH, _L256, t=("f32", "f16"), vec=("", "_v"),
-                  defines=lambda t, vec: {"BITS": EW_TYPES[t][0], "RANK": EW_RANK, f"FN_{name.upper()}": 1,
-                                          "VEC": int(vec == "_v")})
+                  defines=lambda t, vec: {"BITS": EW_TYPES[t][0], "RANK": EW_RANK, f"FN_{name.upper()}": 1, "VEC": len(vec) // 2})
 
 
 FLOAT_UNARY: dict[str, ShaderFamily] = {name: _float_unary(name) for name in _float_unary_names()}
