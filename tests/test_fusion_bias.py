@@ -93,3 +93,66 @@ def test_other_sums_run_node_by_node(rng, case):
         assert not rep.fusions.by_carrier
     else:
         assert "ran unfused" in " ".join(rep.last_run.events)
+
+
+def _siblings(dt, rng, widths=(16, 24, 8), extra_reader=False):
+    """A [2, 5, K] read by one MatMul -> Add(bias) per width (the bias on alternate sides, as [N]
+    or [1, 1, N]), each result reshaped to heads of 4 and transposed, as attention's Q, K and V."""
+    nodes, inits, outs, ws = [], [], [], []
+    for i, n in enumerate(widths):
+        w = rng.standard_normal((K, n)).astype(dt)
+        b = rng.standard_normal((n,) if i % 2 else (1, 1, n)).astype(dt)
+        ws.append((w, b))
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}"),
+                  numpy_helper.from_array(np.array([2, 5, n // 4, 4], np.int64), f"s{i}")]
+        nodes += [N("MatMul", ["a", f"w{i}"], [f"p{i}"]), N("Add", [f"p{i}", f"b{i}"] if i % 2 else [f"b{i}", f"p{i}"], [f"q{i}"]),
+                  N("Reshape", [f"q{i}", f"s{i}"], [f"r{i}"]), N("Transpose", [f"r{i}"], [f"y{i}"], perm=[0, 2, 1, 3])]
+        outs.append(helper.make_tensor_value_info(f"y{i}", ELEM[dt], None))
+    if extra_reader:  # the first product read by another node too: its chain is not a GEMM of its own
+        nodes.append(N("Relu", ["p0"], ["z"]))
+        outs.append(helper.make_tensor_value_info("z", ELEM[dt], None))
+    g = helper.make_graph(nodes, "siblings", [helper.make_tensor_value_info("a", ELEM[dt], [2, 5, K])], outs,
+                          initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), ws
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16], ids=["f32", "f16"])
+def test_linear_siblings_run_as_one_gemm(dt):
+    """MatMul -> Add chains on one A (attention's Q, K and V projections) run as one GEMM over the
+    weights side by side (onnx_backend/product_groups.py), their results column views of it through
+    the heads' Reshape and Transpose: a float64 numpy reference within the type's rounding, and, as
+    each output element's sum over k is its own GEMM's, the ungrouped run's bits (lavapipe's tiled
+    GEMM), in the whole-graph program and node by node; one dispatch for the three."""
+    rng = np.random.default_rng(11)
+    model, ws = _siblings(dt, rng)
+    a = rng.standard_normal((2, 5, K)).astype(dt)
+    grouped, single = Backend.prepare(model, "CPU"), Backend.prepare(model, "CPU", group_products=False)
+    want = single.run({"a": a})
+    tol = 1e-5 if dt == np.float32 else 4e-3
+    for (w, b), got in zip(ws, want):
+        ref = (a.astype(np.float64) @ w.astype(np.float64) + b.reshape(-1)).reshape(2, 5, -1, 4).transpose(0, 2, 1, 3)
+        np.testing.assert_allclose(got.astype(np.float64), ref, rtol=tol, atol=tol * np.abs(ref).max())
+    for node_by_node in (False, True):
+        grouped.state.node_by_node = node_by_node
+        for g, w in zip(grouped.run({"a": a}), want):
+            assert g.shape == w.shape and _bits(g).tobytes() == _bits(w).tobytes()
+    assert len({id(g) for g in grouped.product_groups.values()}) == 1
+    assert grouped.last_run.dispatches < single.last_run.dispatches
+    assert next(iter(grouped.state.plans.values())).dispatches == 1
+
+
+def test_linear_siblings_that_are_no_group():
+    """A product that another node also reads, a lone chain, and weights of another K stay
+    GEMMs of their own (the same outputs either way)."""
+    from kompute_dml.onnx_backend.product_groups import find_linear_groups
+
+    rng = np.random.default_rng(12)
+    model, _ = _siblings(np.float32, rng, extra_reader=True)
+    rep = Backend.prepare(model, "CPU")
+    assert set(rep.product_groups) == {"q1", "q2"}  # the first chain's product has two readers
+    model, _ = _siblings(np.float32, rng, widths=(16,))
+    assert find_linear_groups(Backend.prepare(model, "CPU", group_products=False)) == {}
+    model, _ = _siblings(np.float32, rng, widths=(16, 24))
+    w1 = next(i for i in model.graph.initializer if i.name == "w1")
+    w1.CopyFrom(numpy_helper.from_array(rng.standard_normal((K + 1, 24)).astype(np.float32), "w1"))
+    assert find_linear_groups(Backend.prepare(model, "CPU", group_products=False)) == {}
