@@ -74,7 +74,7 @@ class _Torch:
 
 
 def bench(name: str, size: str, shapes: list[tuple[int, int]], repeat: int, half: bool = False,
-          exporter: str = "torchscript") -> list[dict[str, Any]]:
+          exporter: str = "torchscript", group_products: bool = True) -> list[dict[str, Any]]:
     import onnxruntime as ort
 
     from kompute_dml.onnx_backend import CPU, VULKAN, Backend
@@ -83,6 +83,8 @@ def bench(name: str, size: str, shapes: list[tuple[int, int]], repeat: int, half
     path = families.build(name, size, exporter=exporter)
     reps: list[Any] = []
     kwargs = {"allow_half_precision": True} if half else {}
+    if not group_products:
+        kwargs["group_products"] = False
     prepare_ms = once(lambda: reps.append(Backend.prepare(str(path), "CPU", **kwargs))) * 1e3
     rep = reps[0]
     where = collections.Counter(p.target for p in rep.placement)
@@ -142,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="prepare with allow_half_precision (float32 products and convolutions in float16 on tensor cores)")
     ap.add_argument("--exporter", default="torchscript", choices=families.EXPORTERS,
                     help="dynamo: torch.onnx.export's default exporter since torch 2.9 (torch.export, opset 18; needs onnxscript)")
+    ap.add_argument("--no-group-products", action="store_true",
+                    help="prepare with group_products=False (products sharing an input run one by one)")
     ap.add_argument("--drop-fusion", action="append", default=[], metavar="OPERATOR",
                     help="an ablation: leave the fusion patterns onto this operator out (ROTARY_EMBEDDING, ...; repeatable)")
     ap.add_argument("--drop-pattern-suffix", action="append", default=[], metavar="SUFFIX",
@@ -164,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.families.split(","):
         try:
             rows += bench(name, args.size, shapes, args.repeat, args.allow_half_precision,  # type: ignore[arg-type]
-                          args.exporter)
+                          args.exporter, not args.no_group_products)
         except Exception as e:  # one family's failure is a row, not the end
             print(f"  {name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
     print(table(rows))
