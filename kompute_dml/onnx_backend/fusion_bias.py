@@ -22,7 +22,6 @@ import onnx
 
 import kompute_dml as kdml
 
-from . import product_groups
 from .graph import other_input
 from .half_precision import use_half
 from .handlers_values import as_device
@@ -63,17 +62,9 @@ def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Calla
     shape = (*np.broadcast_shapes(sa[:-2], sb[:-2]), sa[-2], sb[-1])
     if tuple(np.broadcast_shapes(shape, sc)) != shape:
         raise FallbackNeeded(f"a bias {sc} that broadcasts the product {shape}")
-    group = product_groups.group_of(ctx, nodes[1])
-    if group is not None and isinstance(a_v, DeviceValue):  # Q, K and V as one GEMM (product_groups.py)
-        return [product_groups.run(ctx, group, nodes[1], a_v, lambda w, wn, c, cn, *_: _gemm(
-            ctx, (a_v, mm.input[0]), (w, wn), (c, cn), (*shape[:-1], w.shape[1]), dt, stats))]
-    return [_gemm(ctx, (a_v, mm.input[0]), (b_v, mm.input[1]), (c_v, bias_name), shape, dt, stats)]
-
-
-def _gemm(ctx: NodeContext, a: tuple[Any, str], b: tuple[Any, str], c: tuple[Any, str], shape: tuple[int, ...],
-          dt: Any, stats: RunStats) -> DeviceValue:
-    ta, tb, tc = (as_device(ctx, v, stats, n).tensor for v, n in (a, b, c))
-    return DeviceValue(kdml.gemm(ta, tb, tc, out=ctx.out_tensor(shape, dt), device=ctx.device), shape, dt)
+    a, b, c = (as_device(ctx, v, stats, n).tensor for v, n in ((a_v, mm.input[0]), (b_v, mm.input[1]), (c_v, bias_name)))
+    y = kdml.gemm(a, b, c, out=ctx.out_tensor(shape, dt), device=ctx.device)
+    return [DeviceValue(y, shape, dt)]
 
 
 def matmul_bias_patterns(pattern: Callable[..., Any]) -> list[Any]:

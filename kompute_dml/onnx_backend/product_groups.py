@@ -11,13 +11,7 @@ them views through the heads' Reshape). One dispatch instead of three, and a wid
 that fills more of the GPU: at BERT 256 / 3 layers, 8 x 128, each projection was ~10 us of
 device time on an H100, mostly fixed cost.
 
-Float products as torch.onnx.export writes Linear layers, MatMul(A, W) -> Add(., bias) (one GEMM
-each: fusion_bias.py), are grouped the same way: chains on one A with constant 2-D weights of one
-K and type and constant biases along the last axis run as one GEMM over [W_q | W_k | W_v] with the
-biases side by side. GEMM's sum over k for one output element does not depend on the other
-columns, so each member's columns are its own GEMM's bits (`tests/test_product_groups.py`).
-
-`find_groups(rep)` finds them once per model; `run(ctx, group, node, ...)` serves a member.
+`groups(ctx)` finds them once per model; `run(ctx, node, ...)` serves a member.
 """
 
 from __future__ import annotations
@@ -97,70 +91,20 @@ def find_groups(rep: BackendRep) -> dict[str, ProductGroup]:
             zps.append(_per_column(bzp, n, b.dtype))
             biases.append(bias)
         any_zp = any(m[1][2] is not None for m in members)
-        names = _merged(rep, stem, {"B": np.concatenate(bs_, axis=1), "B_scale": np.concatenate(scales),
-                                    "B_zero_point": np.concatenate(zps) if any_zp else None,
-                                    "bias": None if biases[0] is None else np.concatenate(biases)})
+        merged = {"B": np.concatenate(bs_, axis=1), "B_scale": np.concatenate(scales),
+                  "B_zero_point": np.concatenate(zps) if any_zp else None,
+                  "bias": None if biases[0] is None else np.concatenate(biases)}
+        names: list[str | None] = []
+        for what, arr in merged.items():
+            if arr is None:
+                names.append(None)
+                continue
+            name = f"{stem}/{what}"
+            rep.constants[name] = numpy_helper.from_array(np.ascontiguousarray(arr), name)
+            names.append(name)
         group = ProductGroup(key, columns, (str(names[0]), str(names[1]), names[2], names[3]))
         for member in columns:
             out[member] = group
-    return {**out, **find_linear_groups(rep)}
-
-
-def _linear_chains(rep: BackendRep) -> dict[tuple[str, ...], list[tuple[onnx.NodeProto, np.ndarray, np.ndarray]]]:
-    """A -> its MatMul -> Add(bias) chains that fusion_bias.py runs as one GEMM, with a constant
-    2-D weight and a bias of one element per weight column: (the Add, the weight, the bias)."""
-    from .fusion_bias import check_matmul_bias
-    from .graph import other_input
-
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in rep.graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
-    outputs = set(rep.output_names)
-    by_a: dict[tuple[str, ...], list[tuple[onnx.NodeProto, np.ndarray, np.ndarray]]] = {}
-    for node in rep.graph.node:
-        if node.op_type != "MatMul" or len(node.input) != 2 or node.output[0] in outputs:
-            continue
-        after = readers.get(node.output[0], [])
-        if len(after) != 1 or after[0].op_type != "Add" or list(after[0].input).count(node.output[0]) != 1:
-            continue
-        add, w_name = after[0], node.input[1]
-        if w_name not in rep.constants or w_name in rep.input_names or check_matmul_bias(rep, [node, add]):
-            continue
-        w, bias = rep.constant_host(w_name), rep.constant_host(other_input(add, node.output[0]))
-        if w.ndim == 2 and bias.size == w.shape[1] and bias.dtype == w.dtype:
-            by_a.setdefault((node.input[0], "linear"), []).append((add, w, bias))
-    return by_a
-
-
-def _merged(rep: BackendRep, stem: str, arrays: dict[str, np.ndarray | None]) -> list[str | None]:
-    """The merged arrays as constants of the model (named under `stem`), None where absent."""
-    names: list[str | None] = []
-    for what, arr in arrays.items():
-        if arr is None:
-            names.append(None)
-            continue
-        name = f"{stem}/{what}"
-        rep.constants[name] = numpy_helper.from_array(np.ascontiguousarray(arr), name)
-        names.append(name)
-    return names
-
-
-def find_linear_groups(rep: BackendRep) -> dict[str, ProductGroup]:
-    """member (its Add's output) -> its group, for two or more float MatMul -> Add chains on one A."""
-    out: dict[str, ProductGroup] = {}
-    for key, members in _linear_chains(rep).items():
-        if len(members) < 2 or len({(w.shape[0], w.dtype) for _a, w, _b in members}) != 1:
-            continue
-        columns, start = {}, 0
-        for add, w, _bias in members:
-            columns[add.output[0]] = (start, w.shape[1])
-            start += w.shape[1]
-        w_name, bias_name = _merged(rep, f"{members[0][0].output[0]}#grouped", {
-            "W": np.concatenate([w for _a, w, _b in members], axis=1),
-            "bias": np.concatenate([b.reshape(-1) for _a, _w, b in members])})
-        group = ProductGroup(key, columns, (str(w_name), str(bias_name), None, None))
-        out.update(dict.fromkeys(columns, group))
     return out
 
 

@@ -44,7 +44,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
     one paragraph; `run(inputs)` returns the outputs (numpy arrays, lists for sequences,
     None for absent optionals); `last_run` holds the RunStats of the latest run. `fuse`:
     run the node chains of fusions.PATTERNS as one dispatch each (`fusions`); `group_products`:
-    products that share their A run as one (product_groups.py); `allow_half_precision`:
+    integer products that share their A run as one (product_groups.py); `allow_half_precision`:
     float32 matrix products and convolutions computed in float16 (half_precision.py)."""
 
     def __init__(self, model: onnx.ModelProto, device: kdml.Device, *, fallback: str = "auto",
@@ -103,7 +103,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                     raise FallbackError(f"fallback='onnxruntime': CPU sub-graph {seg.index}: {why}; fallback='auto' "
                                         "lets onnx's reference evaluator run it")
         self.graph_mode = all(t[0] != CPU for t in self._placement_static)
-        # products sharing their A (product_groups.py): their merged weights join the constants now
+        # integer products sharing their A (product_groups.py): their merged weights join the constants now
         self.product_groups: dict[str, Any] = find_groups(self) if group_products else {}
         self._ctx = EagerContext(self)  # what handlers run against node by node (context.py)
         self._outputs_type = namedtupledict("Outputs", self.output_names)  # made once: a class per call costs ~40 us
