@@ -195,6 +195,31 @@ def test_prompts_of_one_bucket_share_their_plans(monkeypatch):
     assert widths == [generation.CAPACITY_ROWS, 9, 1, 1, 1]  # the padded prompt, then unpadded
 
 
+def test_stream_and_eos():
+    """generation.stream yields greedy's tokens step by step (its arguments checked before any run);
+    `eos` ends a row (the id repeats from there) and, once every row has given it, the generation."""
+    from kompute_dml.onnx_backend import generation
+
+    dec = decoders.build("gpt2", "tiny")
+    rep = Backend.prepare(str(dec.path), "CPU")
+    prompt = np.random.default_rng(7).integers(1, decoders.VOCAB, (2, 7))
+    want = generation.greedy(rep, prompt, 6).tokens
+    steps = list(generation.stream(rep, prompt, 6))
+    assert [s.shape for s in steps] == [(2,)] * 6 and np.stack(steps, axis=1).tolist() == want
+    with pytest.raises(kdml.InvalidArgumentError, match="^new_tokens"):
+        generation.stream(rep, prompt, 0)
+    eos = want[0][2]
+    got = generation.greedy(rep, prompt, 6, eos=eos).tokens
+    for row, full in zip(got, want):
+        end = full.index(eos) + 1 if eos in full else len(full)
+        assert row[:end] == full[:end] and set(row[end:]) <= {eos}
+    assert len(got[0]) == (6 if eos not in want[1] else max(full.index(eos) + 1 for full in want))
+    alone = generation.greedy(rep, prompt[:1], 6, eos=eos).tokens
+    assert alone == [want[0][:want[0].index(eos) + 1]]  # its only row ended: so did the generation
+    with pytest.raises(kdml.InvalidArgumentError, match="^eos"):
+        generation.greedy(rep, prompt, 2, eos="</s>")
+
+
 def test_static_cache_capacity_and_inputs_are_checked():
     """A capacity below the prompt and the new tokens (the last step's keys), a prompt of no
     tokens and a count below one are refused naming the field, before any run."""

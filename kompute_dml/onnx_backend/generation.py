@@ -18,13 +18,14 @@ from the past's length and the cache must grow: a plan per step (decoders' first
 several times slower). Prompts of several lengths share a batch left-padded (`prompt_mask`), as
 transformers' generate pads them: the padding is masked, each row's positions count its tokens.
 An encoder-decoder's step (Whisper's decoder) also reads inputs that no present follows, its
-cross-attention keys and values: `fixed`, fed unchanged at every step.
+cross-attention keys and values: `fixed`, fed unchanged at every step. `stream` runs the same loop
+and yields each step's tokens as they come; `eos` ends rows, and the generation once all have ended.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -114,12 +115,7 @@ def _prompt_mask(given: Any, shape: tuple[int, ...], positions: bool) -> np.ndar
     return pm
 
 
-def greedy(rep: BackendRep, prompt: np.ndarray, new_tokens: int, *, prompt_mask: Any = None,
-           static: bool | None = None, capacity: int | None = None, fixed: Mapping[str, Any] | None = None,
-           bucket: int | None = None, keep_logits: bool = False) -> Generation:
-    """`new_tokens` greedy tokens per row after `prompt` (batch x length token ids), the cache on
-    the device; only the last position's logits come back to the host.
-    `prompt_mask`: prompts of several lengths in one batch, left-padded (0 for padding, 1 for a
+_OPTIONS = """`prompt_mask`: prompts of several lengths in one batch, left-padded (0 for padding, 1 for a
     token; default all tokens); `static`: keep the cache at one capacity (the default where the
     model takes position_ids); `capacity`: its rows (default: prompt + new tokens rounded up to
     CAPACITY_ROWS); `fixed`: inputs fed as given at every step, no present beside them (an
@@ -129,61 +125,119 @@ def greedy(rep: BackendRep, prompt: np.ndarray, new_tokens: int, *, prompt_mask:
     share the prompt's plan and the step's (default CAPACITY_ROWS; 1, no padding, for a model that
     quantizes activations dynamically, whose padding rows would move the real rows' scale; a prompt
     whose padded run gives a non-finite logit, a model whose mask turns a wholly masked row into NaN,
-    runs again unpadded)."""
-    args = dict(prompt_mask=prompt_mask, static=static, capacity=capacity, fixed=fixed, keep_logits=keep_logits)
-    fixed = dict(fixed or {})
-    m = StepModel.of(rep, tuple(fixed))
-    prompt = np.asarray(prompt)
-    if prompt.ndim != 2 or prompt.shape[1] < 1 or prompt.dtype.kind not in "iu":
-        raise invalid("prompt", f"token ids [batch, length >= 1] of an integer type; got {prompt.dtype} {prompt.shape}")
-    if new_tokens < 1:
-        raise invalid("new_tokens", f"must be >= 1; got {new_tokens}")
-    static = m.positions if static is None else static
-    if static and not m.positions:
-        raise invalid("static", "a static cache needs a model that takes position_ids (its positions would "
-                                "follow the padded past's length otherwise)")
-    pm = _prompt_mask(prompt_mask, prompt.shape, m.positions)
-    bucket = (1 if m.shared_scale else CAPACITY_ROWS) if bucket is None else bucket
-    if isinstance(bucket, bool) or not isinstance(bucket, int) or bucket < 1:
-        raise invalid("bucket", f"must be an integer >= 1; got {bucket!r}")
-    batch, length = prompt.shape
-    need = length + new_tokens - 1  # the last step reads this many keys before its own
-    if static:
-        capacity = capacity if capacity is not None else -(-need // CAPACITY_ROWS) * CAPACITY_ROWS
-        if capacity < need:
-            raise invalid("capacity", f"must hold the prompt and the new tokens but the last ({need}); got {capacity}")
-    original, padded = prompt, False
-    if static:
-        # the prompt's rows, its bucket's padding included (within a given capacity)
-        rows = -(-length // bucket) * bucket if args["capacity"] is None else min(-(-length // bucket) * bucket, capacity)
-        if rows > length:
-            left = np.zeros((batch, rows - length), np.int64)
-            prompt, pm, length, padded = np.concatenate([left, prompt], axis=1), np.concatenate([left, pm], axis=1), rows, True
-            capacity = max(capacity, -(-rows // CAPACITY_ROWS) * CAPACITY_ROWS)
-    pad = capacity - length if static else 0
-    past: list[Any] = [np.zeros((batch, h, pad, d), dt) for (h, d), dt in zip(m.rows, m.dtypes)]
+    runs again unpadded); `eos`: a token id that ends a row (it repeats the id from then on) and,
+    once every row has given it, the generation."""
+
+
+def greedy(rep: BackendRep, prompt: np.ndarray, new_tokens: int, **options: Any) -> Generation:
+    """`new_tokens` greedy tokens per row after `prompt` (batch x length token ids; fewer where
+    every row has given `eos`), the cache on the device; only the last position's logits come
+    back to the host. Options (`stream`'s too): """
+    *_, (_tokens, gen) = _steps(_Setup.of(rep, prompt, new_tokens, **options))  # (at least one step)
+    return gen
+
+
+def stream(rep: BackendRep, prompt: np.ndarray, new_tokens: int, **options: Any) -> Iterator[np.ndarray]:
+    """greedy's loop, each step's new tokens [batch] as they come (the arguments are checked
+    here, before any run)."""
+    setup = _Setup.of(rep, prompt, new_tokens, **options)
+    return (tokens for tokens, _gen in _steps(setup))
+
+
+greedy.__doc__ = (greedy.__doc__ or "") + _OPTIONS
+
+
+@dataclass
+class _Setup:
+    """A generation's checked arguments and its first step's inputs."""
+
+    rep: Any
+    model: StepModel
+    new_tokens: int
+    static: bool
+    capacity: int | None
+    fixed: dict[str, Any]
+    keep_logits: bool
+    eos: int | None
+    prompt: np.ndarray  # as fed: padded to its bucket
+    pm: np.ndarray
+    pad: int  # the first past's rows
+    retry: dict[str, Any] | None  # the arguments of the same generation unpadded (a padded prompt)
+
+    @classmethod
+    def of(cls, rep: BackendRep, prompt: Any, new_tokens: int, *, prompt_mask: Any = None, static: bool | None = None,
+           capacity: int | None = None, fixed: Mapping[str, Any] | None = None, bucket: int | None = None,
+           eos: int | None = None, keep_logits: bool = False) -> _Setup:
+        given = dict(prompt=prompt, new_tokens=new_tokens, prompt_mask=prompt_mask, static=static, capacity=capacity,
+                     fixed=fixed, eos=eos, keep_logits=keep_logits)
+        fixed = dict(fixed or {})
+        m = StepModel.of(rep, tuple(fixed))
+        prompt = np.asarray(prompt)
+        if prompt.ndim != 2 or prompt.shape[1] < 1 or prompt.dtype.kind not in "iu":
+            raise invalid("prompt", f"token ids [batch, length >= 1] of an integer type; got {prompt.dtype} {prompt.shape}")
+        if isinstance(new_tokens, bool) or not isinstance(new_tokens, (int, np.integer)) or new_tokens < 1:
+            raise invalid("new_tokens", f"must be an integer >= 1; got {new_tokens!r}")
+        if eos is not None and (isinstance(eos, bool) or not isinstance(eos, (int, np.integer))):
+            raise invalid("eos", f"must be a token id (an integer) or None; got {eos!r}")
+        static = m.positions if static is None else static
+        if static and not m.positions:
+            raise invalid("static", "a static cache needs a model that takes position_ids (its positions would "
+                                    "follow the padded past's length otherwise)")
+        pm = _prompt_mask(prompt_mask, prompt.shape, m.positions)
+        bucket = (1 if m.shared_scale else CAPACITY_ROWS) if bucket is None else bucket
+        if isinstance(bucket, bool) or not isinstance(bucket, int) or bucket < 1:
+            raise invalid("bucket", f"must be an integer >= 1; got {bucket!r}")
+        batch, length = prompt.shape
+        need = length + new_tokens - 1  # the last step reads this many keys before its own
+        retry = None
+        if static:
+            cap = capacity if capacity is not None else -(-need // CAPACITY_ROWS) * CAPACITY_ROWS
+            if cap < need:
+                raise invalid("capacity", f"must hold the prompt and the new tokens but the last ({need}); got {cap}")
+            # the prompt's rows, its bucket's padding included (within a given capacity)
+            rows = -(-length // bucket) * bucket if capacity is None else min(-(-length // bucket) * bucket, cap)
+            if rows > length:
+                left = np.zeros((batch, rows - length), np.int64)
+                prompt, pm, length = np.concatenate([left, prompt], axis=1), np.concatenate([left, pm], axis=1), rows
+                cap, retry = max(cap, -(-rows // CAPACITY_ROWS) * CAPACITY_ROWS), {**given, "bucket": 1}
+            capacity = cap
+        return cls(rep, m, int(new_tokens), static, capacity if static else None, fixed, keep_logits,
+                   None if eos is None else int(eos), prompt, pm, capacity - length if static else 0, retry)
+
+
+def _steps(s: _Setup) -> Iterator[tuple[np.ndarray, Generation]]:
+    """The loop: each step's new tokens and the generation so far."""
+    m, rep, batch = s.model, s.rep, s.prompt.shape[0]
+    past: list[Any] = [np.zeros((batch, h, s.pad, d), dt) for (h, d), dt in zip(m.rows, m.dtypes)]
     # the mask over the past and this step's rows; the padding is a left block of zeros per row
-    ids, mask = prompt.astype(np.int64), np.concatenate([np.zeros((batch, pad), np.int64), pm], axis=1)
-    positions, tokens = np.maximum(np.cumsum(pm, axis=1) - 1, 0), pm.sum(axis=1, keepdims=True)
-    gen = Generation([[] for _ in range(batch)], [], capacity if static else None)
-    for step in range(new_tokens):
+    ids, mask = s.prompt.astype(np.int64), np.concatenate([np.zeros((batch, s.pad), np.int64), s.pm], axis=1)
+    positions, tokens = np.maximum(np.cumsum(s.pm, axis=1) - 1, 0), s.pm.sum(axis=1, keepdims=True)
+    gen = Generation([[] for _ in range(batch)], [], s.capacity)
+    done = np.zeros(batch, bool)
+    for step in range(s.new_tokens):
         feeds = {"input_ids": ids, "attention_mask": mask}
         if m.positions:
             feeds["position_ids"] = positions
         t0 = time.perf_counter()
-        out = rep.run({**feeds, **fixed, **dict(zip(m.pasts, past))}, device_outputs=True)
+        out = rep.run({**feeds, **s.fixed, **dict(zip(m.pasts, past))}, device_outputs=True)
         last = _last_position(out[0])
-        if step == 0 and padded and not np.isfinite(last).all():
-            return greedy(rep, original, new_tokens, bucket=1, **args)
+        if step == 0 and s.retry is not None and not np.isfinite(last).all():
+            yield from _steps(_Setup.of(rep, **s.retry))
+            return
         nxt = last.argmax(-1)
+        if s.eos is not None:
+            nxt = np.where(done, s.eos, nxt)
+            done |= nxt == s.eos
         gen.seconds.append(time.perf_counter() - t0)
-        if keep_logits:
+        if s.keep_logits:
             gen.logits.append(last)
         for b in range(batch):
             gen.tokens[b].append(int(nxt[b]))
+        yield nxt, gen
+        if done.all():
+            return
         presents = list(out[1:])  # the prompt's are [padding, prompt]: capacity rows already
-        drop = static and step > 0  # later steps' are a row longer: the first (padding) goes
+        drop = s.static and step > 0  # later steps' are a row longer: the first (padding) goes
         past = [t[:, :, 1:] for t in presents] if drop else presents
         mask = np.concatenate([mask[:, 1:] if drop else mask, np.ones((batch, 1), np.int64)], axis=1)
         ids, positions = nxt.reshape(batch, 1).astype(np.int64), tokens + step
-    return gen
