@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-import kompute_dml as kdml
 from kompute_dml.core.errors import invalid
 
 from .feeds import declared_shape
@@ -209,9 +208,7 @@ class _Setup:
 def _steps(s: _Setup) -> Iterator[tuple[np.ndarray, Generation]]:
     """The loop: each step's new tokens and the generation so far."""
     m, rep, batch = s.model, s.rep, s.prompt.shape[0]
-    # the static cache's first pasts: zeros made on the device (uploading them cost about 1 ms per 8 MB)
-    past: list[Any] = [kdml.zeros((batch, h, s.pad, d), dt, device=rep.device) if s.pad else np.zeros((batch, h, 0, d), dt)
-                       for (h, d), dt in zip(m.rows, m.dtypes)]
+    past: list[Any] = [np.zeros((batch, h, s.pad, d), dt) for (h, d), dt in zip(m.rows, m.dtypes)]
     # the mask over the past and this step's rows; the padding is a left block of zeros per row
     ids, mask = s.prompt.astype(np.int64), np.concatenate([np.zeros((batch, s.pad), np.int64), s.pm], axis=1)
     positions, tokens = np.maximum(np.cumsum(s.pm, axis=1) - 1, 0), s.pm.sum(axis=1, keepdims=True)
