@@ -86,6 +86,12 @@ def _cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
     return int(run_main(rest) or 0)
 
 
+def _cmd_generate(args: argparse.Namespace, rest: list[str]) -> int:
+    from .generate import main as generate_main
+
+    return int(generate_main(rest) or 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kompute-dml", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -95,12 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     info.add_argument("--json", action="store_true", help="machine-readable output")
     sub.add_parser("bench", help="benchmarks with peers side by side (see `kompute-dml bench --help`)", add_help=False)
     sub.add_parser("run", help="run an ONNX model through the backend (see `kompute-dml run --help`)", add_help=False)
+    sub.add_parser("generate", help="greedy generation through a decoder step model (see `kompute-dml generate --help`)",
+                   add_help=False)
     args, rest = ap.parse_known_args(argv)
     if args.command == "info":
         if rest:
             ap.error(f"unrecognized arguments: {' '.join(rest)}")
         return _cmd_info(args)
-    handler: Any = {"bench": _cmd_bench, "run": _cmd_run}[args.command]
+    handler: Any = {"bench": _cmd_bench, "run": _cmd_run, "generate": _cmd_generate}[args.command]
     return handler(args, rest)
 
 
