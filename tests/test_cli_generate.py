@@ -24,7 +24,7 @@ def test_user_errors_exit_2(tmp_path, capsys):
                           [helper.make_tensor_value_info("y", T.FLOAT, None)], [w])
     path = tmp_path / "mm.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), str(path))
-    for argv, says in (([str(path), "-p", "1,2"], "model inputs: a decoder step takes"),
+    for argv, says in (([str(path), "-p", "1,2"], "model inputs: a decoder step takes input_ids, attention_mask"),
                        ([str(path), "-p", "1,two"], "--prompt '1,two': comma-separated integer token ids"),
                        ([str(path), "-p", "1", "--new", "0"], None),
                        ([str(tmp_path / "none.onnx"), "-p", "1"], "no such model file")):

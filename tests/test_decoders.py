@@ -220,6 +220,28 @@ def test_stream_and_eos():
         generation.greedy(rep, prompt, 2, eos="</s>")
 
 
+def test_inputs_found_by_name_wherever_they_stand(tmp_path):
+    """A step model whose position_ids comes after its pasts (its graph inputs reordered): the
+    inputs are found by name, the tokens are torch's."""
+    import onnx
+
+    from kompute_dml.onnx_backend import generation
+
+    dec = decoders.build("gpt2", "tiny")
+    model = onnx.load(str(dec.path))
+    inputs = list(model.graph.input)
+    order = [i for i in inputs if i.name != "position_ids"] + [i for i in inputs if i.name == "position_ids"]
+    del model.graph.input[:]
+    model.graph.input.extend(order)
+    path = tmp_path / "reordered.onnx"
+    onnx.save(model, str(path))
+    rep = Backend.prepare(str(path), "CPU")
+    assert rep.feed_names[-1] == "position_ids"
+    prompt = np.random.default_rng(4).integers(1, decoders.VOCAB, (1, 6))
+    gen = generation.greedy(rep, prompt, 4)
+    assert gen.capacity == generation.CAPACITY_ROWS and gen.tokens == decoders.torch_greedy(dec, prompt, 4)[0]
+
+
 def test_static_cache_capacity_and_inputs_are_checked():
     """A capacity below the prompt and the new tokens (the last step's keys), a prompt of no
     tokens and a count below one are refused naming the field, before any run."""

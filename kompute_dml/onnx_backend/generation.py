@@ -2,8 +2,9 @@
 
 A step model maps `(input_ids, attention_mask[, position_ids], past...)` to `(logits, present...)`:
 each present is its past with the step's new rows appended along axis 2 ([batch, kv heads, keys,
-head size], as transformers' and optimum's exports write them); the pasts are the inputs after the
-first two or three, the presents the outputs after the logits, in order.
+head size], as transformers' and optimum's exports write them); the three are found by name
+wherever they stand, the pasts are the other inputs (but `fixed`'s), the presents the outputs after
+the logits, in order.
 
 Where the model takes `position_ids`, `greedy` keeps the cache at one capacity for the whole
 generation (a static cache, as torch's StaticCache and onnxruntime-genai's shared past/present
@@ -59,10 +60,12 @@ class StepModel:
         unknown = [n for n in fixed if n not in names]
         if unknown:
             raise invalid("fixed", f"{unknown} are not inputs of the model ({names})")
-        lead = ["input_ids", "attention_mask"] + (["position_ids"] if "position_ids" in names else [])
-        if names[:len(lead)] != lead:
-            raise invalid("model inputs", f"a decoder step takes {lead} first, then its pasts; got {names}")
-        pasts = tuple(n for n in names[len(lead):] if n not in fixed)
+        lead = ("input_ids", "attention_mask", "position_ids")  # by name, wherever they stand
+        missing = [n for n in lead[:2] if n not in names]
+        if missing:
+            raise invalid("model inputs", f"a decoder step takes input_ids, attention_mask (and position_ids) and "
+                                          f"its pasts; {missing} missing from {names}")
+        pasts = tuple(n for n in names if n not in lead and n not in fixed)
         if len(rep.output_names) != len(pasts) + 1:
             raise invalid("model outputs", f"a decoder step gives the logits and one present per past "
                                            f"({len(pasts)}); got {rep.output_names}")
