@@ -110,6 +110,10 @@ def test_prompts_of_several_lengths_in_one_batch(name, static):
     got = generation.greedy(rep, prompt, 5, prompt_mask=pm, static=static).tokens
     want = [decoders.torch_greedy(dec, prompt[b:b + 1, 9 - n:], 5)[0][0] for b, n in enumerate(lengths)]
     assert got == want
+    ids, mask = generation.left_pad([prompt[b, 9 - n:] for b, n in enumerate(lengths)])  # (the same batch)
+    assert ids.tolist() == prompt.tolist() and mask.tolist() == pm.tolist()
+    with pytest.raises(kdml.InvalidArgumentError, match="^rows"):
+        generation.left_pad([[1, 2], []])
 
 
 def _ort_greedy(dec, prompt, steps):

@@ -14,8 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from .common import HELP, DeviceArgError, parse_device
 
 
@@ -32,8 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _prompts(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The rows as one left-padded int64 batch and its mask."""
+def _prompts(texts: list[str]) -> list[list[int]]:
+    """Each --prompt as its token ids."""
     rows = []
     for text in texts:
         try:
@@ -42,11 +40,7 @@ def _prompts(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"--prompt {text!r}: comma-separated integer token ids") from None
         if not rows[-1]:
             raise ValueError(f"--prompt {text!r}: no token ids")
-    width = max(map(len, rows))
-    ids, mask = np.zeros((len(rows), width), np.int64), np.zeros((len(rows), width), np.int64)
-    for r, row in enumerate(rows):
-        ids[r, width - len(row):], mask[r, width - len(row):] = row, 1
-    return ids, mask
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.model).is_file():
         return fail(f"no such model file: {args.model}")
     try:
-        ids, mask = _prompts(args.prompt)
+        ids, mask = generation.left_pad(_prompts(args.prompt))
         index = parse_device(args.device)
         device = "CPU" if str(args.device).strip().upper() in ("CPU", "CPU:0") else f"VULKAN:{index}"
         rep = Backend.prepare(args.model, device)

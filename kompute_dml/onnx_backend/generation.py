@@ -101,6 +101,19 @@ def _last_position(logits: Any) -> np.ndarray:
     return logits[:, -1].copy().numpy()
 
 
+def left_pad(rows: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Prompts of several lengths (sequences of token ids) as one batch: the int64 ids left-padded
+    with 0 and their `prompt_mask` (1 for a token), as `greedy(rep, ids, n, prompt_mask=mask)` takes them."""
+    rows = [np.asarray(r).reshape(-1) for r in rows]
+    if not rows or any(r.size == 0 or r.dtype.kind not in "iu" for r in rows):
+        raise invalid("rows", "one or more non-empty sequences of integer token ids")
+    width = max(r.size for r in rows)
+    ids, mask = np.zeros((len(rows), width), np.int64), np.zeros((len(rows), width), np.int64)
+    for i, r in enumerate(rows):
+        ids[i, width - r.size:], mask[i, width - r.size:] = r, 1
+    return ids, mask
+
+
 def _prompt_mask(given: Any, shape: tuple[int, ...], positions: bool) -> np.ndarray:
     """The prompt's mask as int64: 1 for a token, 0 for left padding (every row zeros then ones,
     one token at least); only a model that takes position_ids can take padding."""
