@@ -98,6 +98,18 @@ def rng(request) -> np.random.Generator:  # noqa: F821
     return np.random.default_rng(seed)
 
 
+@pytest.fixture
+def plans_made(monkeypatch) -> list[int]:
+    """Grows by one for every whole-graph plan (onnx_backend/device_graph.GraphPlan) made while the
+    test runs: a decoder's steps that replay a plan make none."""
+    from kompute_dml.onnx_backend import device_graph
+
+    made: list[int] = []
+    make = device_graph.GraphPlan.__init__
+    monkeypatch.setattr(device_graph.GraphPlan, "__init__", lambda self, *a, **kw: made.append(1) or make(self, *a, **kw))
+    return made
+
+
 def pytest_runtest_makereport(item, call):
     if call.when == "call" and call.excinfo is not None:
         for k, v in item.user_properties:

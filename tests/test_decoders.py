@@ -20,11 +20,11 @@ from kompute_dml.onnx_backend import CPU, Backend
 
 @pytest.mark.parametrize("static", [True, False], ids=["static-cache", "growing-cache"])
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
-def test_greedy_tokens_equal_torch_with_the_cache_on_the_device(name, static, monkeypatch):
+def test_greedy_tokens_equal_torch_with_the_cache_on_the_device(name, static, monkeypatch, plans_made):
     """Both caches (onnx_backend/generation.py): one capacity, left-padded and masked, whose steps
     replay one plan, and one that grows by a row per step, a plan each; the tokens are torch's and
     the last position's logits torch's to float32 roundoff."""
-    from kompute_dml.onnx_backend import device_graph, generation
+    from kompute_dml.onnx_backend import generation
 
     dec = decoders.build(name, "tiny")
     rep = Backend.prepare(str(dec.path), "CPU")
@@ -32,15 +32,13 @@ def test_greedy_tokens_equal_torch_with_the_cache_on_the_device(name, static, mo
     prompt = np.random.default_rng(7).integers(1, decoders.VOCAB, (2, 7))
     torch_logits: list[np.ndarray] = []
     want, _ = decoders.torch_greedy(dec, prompt, 6, logits=torch_logits)
-    reads, plans = [], []
+    reads = []
     real = kdml.Tensor.numpy
     monkeypatch.setattr(kdml.Tensor, "numpy", lambda self, *a, **kw: reads.append(self.shape) or real(self, *a, **kw))
-    make = device_graph.GraphPlan.__init__
-    monkeypatch.setattr(device_graph.GraphPlan, "__init__", lambda self, *a, **kw: plans.append(1) or make(self, *a, **kw))
     gen = generation.greedy(rep, prompt, 6, static=static, keep_logits=True)
     assert gen.tokens == want
     assert gen.capacity == (generation.CAPACITY_ROWS if static else None)
-    assert len(plans) == (2 if static else 6)  # static: the prompt's plan and the step's
+    assert len(plans_made) == (2 if static else 6)  # static: the prompt's plan and the step's
     for step, (ours, theirs) in enumerate(zip(gen.logits, torch_logits)):
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * np.abs(theirs).max(), err_msg=f"step {step}")
     if not STILL_ON_THE_CPU[name]:  # wholly on the device: the logits are all that is read back
@@ -116,22 +114,6 @@ def test_prompts_of_several_lengths_in_one_batch(name, static):
         generation.left_pad([[1, 2], []])
 
 
-def _ort_greedy(dec, prompt, steps):
-    """onnxruntime's greedy loop over the same step model, its cache growing in host arrays."""
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(str(dec.path), providers=["CPUExecutionProvider"])
-    past, ids, length, tokens = dec.empty_past(prompt.shape[0]), prompt, 0, [[] for _ in prompt]
-    for _ in range(steps):
-        length += ids.shape[1]
-        out = sess.run(None, dec.feeds(ids, length, past))
-        nxt = out[0][:, -1].argmax(-1)
-        for b, t in enumerate(nxt):
-            tokens[b].append(int(t))
-        past, ids = out[1:], nxt.reshape(-1, 1).astype(np.int64)
-    return tokens
-
-
 @pytest.mark.parametrize("variant", ["fp16", "int8"])
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_float16_and_int8_decoders(name, variant):
@@ -159,30 +141,30 @@ def test_float16_and_int8_decoders(name, variant):
     assert generation.greedy(rep, prompt, 6).tokens == static.tokens
     if variant == "int8" and not onnxruntime_exact(np.uint8, np.int8).exact:
         return
-    assert static.tokens == _ort_greedy(dec, prompt, 6)
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(dec.path), providers=["CPUExecutionProvider"])
+    assert static.tokens == decoders.ort_greedy(sess, dec, prompt, 6)[0]
 
 
-def test_prompts_of_one_bucket_share_their_plans(monkeypatch):
+def test_prompts_of_one_bucket_share_their_plans(monkeypatch, plans_made):
     """With a static cache the prompt is left-padded to a multiple of `bucket` rows: prompts of 7
     and 9 tokens then share the prompt's plan and the step's (no plan at the second), each with
     torch's tokens; bucket=1 plans the prompt of each length. A padded prompt whose logits are not finite (a mask
     that turns a wholly masked row into NaN) runs again unpadded."""
-    from kompute_dml.onnx_backend import device_graph, generation
+    from kompute_dml.onnx_backend import generation
 
     dec = decoders.build("gpt2", "tiny")
     rep = Backend.prepare(str(dec.path), "CPU")
-    plans = []
-    make = device_graph.GraphPlan.__init__
-    monkeypatch.setattr(device_graph.GraphPlan, "__init__", lambda self, *a, **kw: plans.append(1) or make(self, *a, **kw))
     rng = np.random.default_rng(5)
     for n, new_plans in ((7, 2), (9, 0)):
         prompt = rng.integers(1, decoders.VOCAB, (1, n))
-        before = len(plans)
+        before = len(plans_made)
         assert generation.greedy(rep, prompt, 4).tokens == decoders.torch_greedy(dec, prompt, 4)[0]
-        assert len(plans) - before == new_plans, n
-    before = len(plans)
+        assert len(plans_made) - before == new_plans, n
+    before = len(plans_made)
     generation.greedy(rep, prompt, 4, bucket=1)
-    assert len(plans) - before == 1  # the prompt's 9 rows (the step's capacity, 64, was planned)
+    assert len(plans_made) - before == 1  # the prompt's 9 rows (the step's capacity, 64, was planned)
     with pytest.raises(kdml.InvalidArgumentError, match="^bucket"):
         generation.greedy(rep, prompt, 4, bucket=0)
     real, widths = type(rep).run, []

@@ -54,6 +54,23 @@ class _Step(torch.nn.Module):
         return (self.m.proj_out(out.last_hidden_state), *flat)
 
 
+def _reference(model):
+    """The cross-attention keys and values of a random encoder output, projected once per layer, and
+    torch's greedy tokens: its decoder over the whole prefix at every step, no cache."""
+    enc = torch.randn(1, FRAMES, HEADS * HEAD)
+    with torch.no_grad():
+        cross = []
+        for layer in model.model.decoder.layers:
+            a = layer.encoder_attn
+            cross += [p(enc).view(1, FRAMES, HEADS, HEAD).transpose(1, 2) for p in (a.k_proj, a.v_proj)]
+        want, ids = [], torch.tensor([[1]])
+        for _ in range(STEPS):
+            h = model.model.decoder(input_ids=ids, encoder_hidden_states=enc, use_cache=False).last_hidden_state
+            want.append(int(model.proj_out(h)[0, -1].argmax()))
+            ids = torch.cat([ids, torch.tensor([[want[-1]]])], 1)
+    return cross, want
+
+
 def _greedy(run, cross):
     own = [np.zeros((1, HEADS, 0, HEAD), np.float32) for _ in range(2 * LAYERS)]
     tok, tokens = np.array([[1]], np.int64), []
@@ -71,17 +88,7 @@ def _greedy(run, cross):
 
 def test_whisper_decoder_greedy_tokens_with_the_cache_on_the_device(tmp_path):
     model = _model()
-    enc = torch.randn(1, FRAMES, HEADS * HEAD)
-    with torch.no_grad():
-        cross = []
-        for layer in model.model.decoder.layers:
-            a = layer.encoder_attn
-            cross += [p(enc).view(1, FRAMES, HEADS, HEAD).transpose(1, 2) for p in (a.k_proj, a.v_proj)]
-        want, ids = [], torch.tensor([[1]])
-        for _ in range(STEPS):  # torch's decoder over the whole prefix, no cache
-            h = model.model.decoder(input_ids=ids, encoder_hidden_states=enc, use_cache=False).last_hidden_state
-            want.append(int(model.proj_out(h)[0, -1].argmax()))
-            ids = torch.cat([ids, torch.tensor([[want[-1]]])], 1)
+    cross, want = _reference(model)
     past = []
     for i in range(LAYERS):
         past += [torch.zeros(1, HEADS, 2, HEAD), torch.zeros(1, HEADS, 2, HEAD), cross[2 * i], cross[2 * i + 1]]
@@ -102,26 +109,16 @@ def test_whisper_decoder_greedy_tokens_with_the_cache_on_the_device(tmp_path):
 
 
 
-def test_whisper_decoder_through_generation_greedy_with_a_static_cache(tmp_path, monkeypatch):
+def test_whisper_decoder_through_generation_greedy_with_a_static_cache(tmp_path, plans_made):
     """generation.greedy over Whisper's decoder step (onnx_backend/generation.py): its
     cross-attention keys and values `fixed` (Tensors on the device, fed unchanged), its own cache at
     one capacity, so every step after the first replays one plan; the tokens are torch's decoder
     without a cache over the whole prefix."""
-    from kompute_dml.onnx_backend import device_graph, generation
+    from kompute_dml.onnx_backend import generation
 
     model = _model()
-    enc = torch.randn(1, FRAMES, HEADS * HEAD)
-    decoder = model.model.decoder
+    cross, want = _reference(model)
     with torch.no_grad():
-        cross = []
-        for layer in decoder.layers:
-            a = layer.encoder_attn
-            cross += [p(enc).view(1, FRAMES, HEADS, HEAD).transpose(1, 2) for p in (a.k_proj, a.v_proj)]
-        want, ids = [], torch.tensor([[1]])
-        for _ in range(STEPS):
-            h = decoder(input_ids=ids, encoder_hidden_states=enc, use_cache=False).last_hidden_state
-            want.append(int(model.proj_out(h)[0, -1].argmax()))
-            ids = torch.cat([ids, torch.tensor([[want[-1]]])], 1)
         past = []
         for i in range(LAYERS):
             past += [torch.zeros(1, HEADS, 2, HEAD), torch.zeros(1, HEADS, 2, HEAD), cross[2 * i], cross[2 * i + 1]]
@@ -137,10 +134,7 @@ def test_whisper_decoder_through_generation_greedy_with_a_static_cache(tmp_path,
     rep = Backend.prepare(str(path), "CPU")
     assert "position_ids" in rep.feed_names
     fixed = {names[4 * i + j]: rep.device.tensor(cross[2 * i + j - 2].numpy()) for i in range(LAYERS) for j in (2, 3)}
-    plans = []
-    make = device_graph.GraphPlan.__init__
-    monkeypatch.setattr(device_graph.GraphPlan, "__init__", lambda self, *a, **kw: plans.append(1) or make(self, *a, **kw))
     gen = generation.greedy(rep, np.array([[1]]), STEPS, fixed=fixed)
     assert gen.tokens == [want]
-    assert len(plans) == 2 and gen.capacity == generation.CAPACITY_ROWS
+    assert len(plans_made) == 2 and gen.capacity == generation.CAPACITY_ROWS
     assert rep.last_run.cpu_segments == 0 and rep.last_run.uploads == 1

@@ -21,23 +21,6 @@ import numpy as np
 from . import decoders
 
 
-def _ort_greedy(sess: Any, dec: decoders.Decoder, prompt: np.ndarray, steps: int) -> tuple[list[list[int]], list[float]]:
-
-    batch, past, ids, length = prompt.shape[0], dec.empty_past(prompt.shape[0]), prompt.astype(np.int64), 0
-    tokens: list[list[int]] = [[] for _ in range(batch)]
-    times = []
-    for _ in range(steps):
-        length += ids.shape[1]
-        t0 = time.perf_counter()
-        out = sess.run(None, dec.feeds(ids, length, past))
-        nxt = out[0][:, -1].argmax(-1)
-        times.append(time.perf_counter() - t0)
-        for b in range(batch):
-            tokens[b].append(int(nxt[b]))
-        past, ids = out[1:], nxt.reshape(batch, 1).astype(np.int64)
-    return tokens, times
-
-
 def _per_token(times: list[float]) -> float:
     return sum(times[1:]) / len(times[1:])
 
@@ -92,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         decoders.greedy(rep, dec, prompt, 3, static=False)  # first plans of the first lengths
         grow, t_grow = decoders.greedy(rep, dec, prompt, args.new + 1, static=False)
         sess = ort.InferenceSession(str(dec.path), providers=["CPUExecutionProvider"])
-        theirs, t_ort = _ort_greedy(sess, dec, prompt, args.new + 1)
+        theirs, t_ort = decoders.ort_greedy(sess, dec, prompt, args.new + 1)
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         decoders.torch_greedy(dec, prompt, 3, dev)
         ref, t_torch = decoders.torch_greedy(dec, prompt, args.new + 1, dev)
@@ -121,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         kept = _prompt_ms(partial(generation.greedy, rep, prompt, 1, capacity=cap))
         peer = _prompt_ms(partial(decoders.torch_greedy, dec, prompt, 1, dev))
         print(f"  prompt, plans kept (median of 10, the GPU's clock held): ours {kept:.2f} ms, torch {dev} {peer:.2f} ms, "
-              f"onnxruntime {_prompt_ms(partial(_ort_greedy, sess, dec, prompt, 1)):.2f} ms")
+              f"onnxruntime {_prompt_ms(partial(decoders.ort_greedy, sess, dec, prompt, 1)):.2f} ms")
         for label, t in (("first", t_ours), ("again", t_warm), ("growing", t_grow)):
             print(f"  {label}: ours / torch tokens/s: {_per_token(t_torch) / _per_token(t):.2f}; ours / onnxruntime: "
                   f"{_per_token(t_ort) / _per_token(t):.2f}; prompt torch/ours {t_torch[0] / t[0]:.2f}"

@@ -177,6 +177,24 @@ def greedy(rep: Any, dec: Decoder, prompt: np.ndarray, steps: int,
     return gen.tokens, gen.seconds
 
 
+def ort_greedy(sess: Any, dec: Decoder, prompt: np.ndarray, steps: int) -> tuple[list[list[int]], list[float]]:
+    """The same loop through an onnxruntime session of the step model, its cache growing in host
+    arrays: tokens and seconds per step."""
+    batch, past, ids, length = prompt.shape[0], dec.empty_past(prompt.shape[0]), prompt.astype(np.int64), 0
+    tokens: list[list[int]] = [[] for _ in range(batch)]
+    times = []
+    for _ in range(steps):
+        length += ids.shape[1]
+        t0 = time.perf_counter()
+        out = sess.run(None, dec.feeds(ids, length, past))
+        nxt = out[0][:, -1].argmax(-1)
+        times.append(time.perf_counter() - t0)
+        for b in range(batch):
+            tokens[b].append(int(nxt[b]))
+        past, ids = out[1:], nxt.reshape(batch, 1).astype(np.int64)
+    return tokens, times
+
+
 def torch_greedy(dec: Decoder, prompt: np.ndarray, steps: int, device: str = "cpu", half: bool = False,
                  logits: list[np.ndarray] | None = None) -> tuple[list[list[int]], list[float]]:
     """The same loop in PyTorch eager with its own cache (`use_cache=True`): tokens and seconds per
