@@ -93,7 +93,9 @@ void main() {
 #elif DIRECT
 // The direct variant (depthwise and other convolutions of few channels per group, where a 64-row
 // tile would idle): one invocation per output element, the same sums in the same order as the
-// tiled variant, so both give the same bits.
+// tiled variant (k = 0 upwards through the k table), so both give the same bits. The terms are
+// taken 4 at a time, their loads issued together at clamped addresses before any is used: a
+// branch around each load made the GPU wait for them one at a time.
 void main() {
     uint idx = linear_group_id() * 256u + gl_LocalInvocationID.x;
     uint odhw = p[P_ODHW], cout = p[P_COUT];
@@ -102,33 +104,55 @@ void main() {
     uint co = r / odhw, sp = r % odhw;
     uint od = sp / p[P_OHW], ohw = sp % p[P_OHW];
     uint oh = ohw / p[P_OUT + 2], ow = ohw % p[P_OUT + 2];
-    uint cing = p[P_CING], g = co / p[P_COUTG];
-    uint kd_ = p[P_K], kh_ = p[P_K + 1], kw_ = p[P_K + 2];
-    bool flip = (p[P_FLAGS] & CONV_F_FLIP) != 0u;
+    uint g = co / p[P_COUTG], klen = p[P_KLEN];
     int id0 = int(od * p[P_STRIDE]) - int(p[P_PAD]);
     int ih0 = int(oh * p[P_STRIDE + 1]) - int(p[P_PAD + 1]);
     int iw0 = int(ow * p[P_STRIDE + 2]) - int(p[P_PAD + 2]);
-    uint x_base = pc.x_off + b * p[P_XS] + g * cing * p[P_XS + 1];
+    uint in_d = p[P_IN], in_h = p[P_IN + 1], in_w = p[P_IN + 2];
+    // the window's first input element (wrapping uint arithmetic: only in-bounds positions load)
+    uint x_pix = pc.x_off + b * p[P_XS] + g * p[P_CING] * p[P_XS + 1] + uint(id0) * p[P_XS + 2] +
+                 uint(ih0) * p[P_XS + 3] + uint(iw0) * p[P_XS + 4];
     uint w_base = pc.w_off + co * p[P_WS];
     precise float acc = 0.0;
-    for (uint ci = 0u; ci < cing; ci++)
-        for (uint kd = 0u; kd < kd_; kd++) {
-            int id = id0 + int(kd * p[P_DIL]);
-            for (uint kh = 0u; kh < kh_; kh++) {
-                int ih = ih0 + int(kh * p[P_DIL + 1]);
-                for (uint kw = 0u; kw < kw_; kw++) {
-                    int iw = iw0 + int(kw * p[P_DIL + 2]);
-                    float v = 0.0;
-                    if (id >= 0 && ih >= 0 && iw >= 0 && uint(id) < p[P_IN] && uint(ih) < p[P_IN + 1] &&
-                        uint(iw) < p[P_IN + 2])
-                        v = load_x(x_base + ci * p[P_XS + 1] + uint(id) * p[P_XS + 2] + uint(ih) * p[P_XS + 3] +
-                                   uint(iw) * p[P_XS + 4]);
-                    uint fd = flip ? kd_ - 1u - kd : kd, fh = flip ? kh_ - 1u - kh : kh, fw = flip ? kw_ - 1u - kw : kw;
-                    float wv = load_w(w_base + ci * p[P_WS + 1] + fd * p[P_WS + 2] + fh * p[P_WS + 3] + fw * p[P_WS + 4]);
-                    acc = fma(wv, v, acc);
-                }
+#if WIN
+    // a WIN x WIN window of a 2-D convolution (the k table's order: ci, kh, kw), its taps unrolled
+    uint in_h_ = in_h, in_w_ = in_w, dh = p[P_DIL + 1], dw = p[P_DIL + 2];
+    bool flip = (p[P_FLAGS] & CONV_F_FLIP) != 0u, d_ok = id0 >= 0 && uint(id0) < in_d;
+    uint x_c = pc.x_off + b * p[P_XS] + g * p[P_CING] * p[P_XS + 1] + uint(id0) * p[P_XS + 2];
+    for (uint ci = 0u; ci < p[P_CING]; ci++, x_c += p[P_XS + 1], w_base += p[P_WS + 1]) {
+        float xv[WIN * WIN], wv[WIN * WIN];
+        [[unroll]] for (uint kh = 0u; kh < uint(WIN); kh++) {
+            int ih = ih0 + int(kh * dh);
+            bool h_ok = d_ok && ih >= 0 && uint(ih) < in_h_;
+            [[unroll]] for (uint kw = 0u; kw < uint(WIN); kw++) {
+                int iw = iw0 + int(kw * dw);
+                bool ok = h_ok && iw >= 0 && uint(iw) < in_w_;
+                float v = load_x(ok ? x_c + uint(ih) * p[P_XS + 3] + uint(iw) * p[P_XS + 4] : pc.x_off);
+                xv[kh * uint(WIN) + kw] = ok ? v : 0.0;
+                uint fh = flip ? uint(WIN) - 1u - kh : kh, fw = flip ? uint(WIN) - 1u - kw : kw;
+                wv[kh * uint(WIN) + kw] = load_w(w_base + fh * p[P_WS + 3] + fw * p[P_WS + 4]);
             }
         }
+        [[unroll]] for (uint t = 0u; t < uint(WIN * WIN); t++) acc = fma(wv[t], xv[t], acc);
+    }
+#else
+    for (uint k0 = 0u; k0 < klen; k0 += 4u) {
+        float wv[4], xv[4];
+        bool ok[4];
+        [[unroll]] for (uint u = 0u; u < 4u; u++) {
+            uint k = k0 + u;
+            bool k_ok = k < klen;
+            uint e = P_TAB + TAB_W * (k_ok ? k : k0);
+            int id = id0 + int(p[e + 2u]), ih = ih0 + int(p[e + 3u]), iw = iw0 + int(p[e + 4u]);
+            ok[u] = k_ok && id >= 0 && ih >= 0 && iw >= 0 && uint(id) < in_d && uint(ih) < in_h && uint(iw) < in_w;
+            xv[u] = load_x(ok[u] ? x_pix + p[e] : pc.x_off);
+            wv[u] = load_w(w_base + p[e + 1u]);
+        }
+        [[unroll]] for (uint u = 0u; u < 4u; u++) {
+            if (k0 + u < klen) acc = fma(wv[u], ok[u] ? xv[u] : 0.0, acc);
+        }
+    }
+#endif
     store_y(pc.y_off + b * p[P_YS] + co * p[P_YS + 1] + od * p[P_YS + 2] + oh * p[P_YS + 3] + ow * p[P_YS + 4],
             conv_finish(acc, co));
 }
@@ -170,24 +194,30 @@ void main() {
         }
         precise float acc[LPX];
         [[unroll]] for (uint j = 0u; j < uint(LPX); j++) acc[j] = 0.0;
-        // the lane's terms UNROLL at a time (their loads issued together), summed in k order
+        // the lane's terms UNROLL at a time, summed in k order; every load of a step is issued before
+        // any is used, at clamped addresses (a branch around each load made the GPU wait for them
+        // one at a time). (Loading a step ahead of the sums measured slower on the H100.)
         for (uint k0 = co_ok ? lane : klen; k0 < klen; k0 += 32u * uint(UNROLL)) {
             float wv[UNROLL], xv[UNROLL][LPX];
+            bool xok[UNROLL][LPX];
             [[unroll]] for (uint u = 0u; u < uint(UNROLL); u++) {
-                uint k = k0 + 32u * u, e = P_TAB + TAB_W * (k < klen ? k : 0u);
-                wv[u] = k < klen ? load_w(w_base + p[e + 1u]) : 0.0;
+                uint k = k0 + 32u * u;
+                bool k_ok = k < klen;
+                uint e = P_TAB + TAB_W * (k_ok ? k : k0);
+                wv[u] = load_w(w_base + p[e + 1u]);
+                uint xo = p[e];
                 int dd = int(p[e + 2u]), dh = int(p[e + 3u]), dw = int(p[e + 4u]);
                 [[unroll]] for (uint j = 0u; j < uint(LPX); j++) {
                     int id = id0[j] + dd, ih = ih0[j] + dh, iw = iw0[j] + dw;
-                    xv[u][j] = 0.0;
-                    if (k < klen && ok[j] && id >= 0 && ih >= 0 && iw >= 0 && uint(id) < in_d && uint(ih) < in_h &&
-                        uint(iw) < in_w)
-                        xv[u][j] = load_x(xpix[j] + p[e]);
+                    xok[u][j] = k_ok && ok[j] && id >= 0 && ih >= 0 && iw >= 0 && uint(id) < in_d &&
+                                uint(ih) < in_h && uint(iw) < in_w;
+                    xv[u][j] = load_x(xok[u][j] ? xpix[j] + xo : pc.x_off);
                 }
             }
             [[unroll]] for (uint u = 0u; u < uint(UNROLL); u++) {
                 if (k0 + 32u * u < klen) {
-                    [[unroll]] for (uint j = 0u; j < uint(LPX); j++) acc[j] = fma(wv[u], xv[u][j], acc[j]);
+                    [[unroll]] for (uint j = 0u; j < uint(LPX); j++)
+                        acc[j] = fma(wv[u], xok[u][j] ? xv[u][j] : 0.0, acc[j]);
                 }
             }
         }
@@ -249,38 +279,46 @@ void conv_tile(uint g, uint m0, uint n0, uint sp) {
     [[unroll]] for (uint i = 0u; i < 4u; i++) acc[i] = vec4(0.0);
 
     uint k_lo = sp * p[P_KCHUNK], k_hi = min(klen, k_lo + p[P_KCHUNK]);
+    // every global load of a step is issued before any is used, at clamped addresses (a branch
+    // around each load made the GPU wait for them one at a time: ~2 us per step on the H100).
+    // (Loading a step ahead of the sums measured slower there.)
     for (uint k0 = k_lo; k0 < k_hi; k0 += BK) {
+        float wv[4], xv[4];
+        bool xok[4];
         {  // filter: 4 rows of one k
             uint k = k0 + ak;
-            uint koff = k < k_hi ? p[P_TAB + TAB_W * k + 1u] : 0u;
+            bool k_ok = k < k_hi;
+            uint koff = p[P_TAB + TAB_W * (k_ok ? k : k_lo) + 1u];
             [[unroll]] for (uint r = 0u; r < 4u; r++) {
                 uint m = am + 16u * r;
-                float v = 0.0;
-                if (k < k_hi && m0 + m < coutg) v = load_w(w_base + m * p[P_WM] + koff);
-                a_tile[ak][m >> 2][m & 3u] = v;
+                bool ok = k_ok && m0 + m < coutg;
+                float v = load_w(ok ? w_base + m * p[P_WM] + koff : pc.w_off);
+                wv[r] = ok ? v : 0.0;
             }
         }
         [[unroll]] for (uint r = 0u; r < 4u; r++) {  // input column: 4 k of one pixel
-            uint kk = bk + 4u * r;
-            uint k = k0 + kk;
-            float v = 0.0;
-            if (pix_ok && k < k_hi) {
-                uint e = P_TAB + TAB_W * k;
-                if (!bwd) {
-                    int id = id0 + int(p[e + 2u]), ih = ih0 + int(p[e + 3u]), iw = iw0 + int(p[e + 4u]);
-                    if (id >= 0 && ih >= 0 && iw >= 0 && uint(id) < in_d && uint(ih) < in_h && uint(iw) < in_w)
-                        v = load_x(x_pix + p[e]);
-                } else {
-                    int td = id0 - int(p[e + 2u]), th = ih0 - int(p[e + 3u]), tw = iw0 - int(p[e + 4u]);
-                    if (td >= 0 && th >= 0 && tw >= 0) {
-                        uint qd = uint(td) / sd, qh = uint(th) / sh, qw = uint(tw) / sw;
-                        if (qd * sd == uint(td) && qh * sh == uint(th) && qw * sw == uint(tw) && qd < in_d &&
-                            qh < in_h && qw < in_w)
-                            v = load_x(x_bg + p[e] + qd * p[P_XS + 2] + qh * p[P_XS + 3] + qw * p[P_XS + 4]);
-                    }
-                }
+            uint k = k0 + bk + 4u * r;
+            bool ok = pix_ok && k < k_hi;
+            uint e = P_TAB + TAB_W * (ok ? k : k_lo);
+            uint xe = pc.x_off;
+            if (!bwd) {
+                int id = id0 + int(p[e + 2u]), ih = ih0 + int(p[e + 3u]), iw = iw0 + int(p[e + 4u]);
+                ok = ok && id >= 0 && ih >= 0 && iw >= 0 && uint(id) < in_d && uint(ih) < in_h && uint(iw) < in_w;
+                xe = x_pix + p[e];
+            } else {
+                int td = id0 - int(p[e + 2u]), th = ih0 - int(p[e + 3u]), tw = iw0 - int(p[e + 4u]);
+                uint qd = uint(max(td, 0)) / sd, qh = uint(max(th, 0)) / sh, qw = uint(max(tw, 0)) / sw;
+                ok = ok && td >= 0 && th >= 0 && tw >= 0 && qd * sd == uint(td) && qh * sh == uint(th) &&
+                     qw * sw == uint(tw) && qd < in_d && qh < in_h && qw < in_w;
+                xe = x_bg + p[e] + qd * p[P_XS + 2] + qh * p[P_XS + 3] + qw * p[P_XS + 4];
             }
-            b_tile[kk][bn >> 2][bn & 3u] = v;
+            xok[r] = ok;
+            xv[r] = load_x(ok ? xe : pc.x_off);
+        }
+        [[unroll]] for (uint r = 0u; r < 4u; r++) {
+            uint m = am + 16u * r, kk = bk + 4u * r;
+            a_tile[ak][m >> 2][m & 3u] = wv[r];
+            b_tile[kk][bn >> 2][bn & 3u] = xok[r] ? xv[r] : 0.0;
         }
         barrier();
         [[unroll]] for (uint kk = 0u; kk < BK; kk++) {

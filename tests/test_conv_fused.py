@@ -44,7 +44,7 @@ ACTS = {
                      {"sigmoid_input_scale": 1.702}),
 }
 # kernel -> (KDML_CONV_KERNEL, KDML_CONV_SPLIT, the first variant's prefix)
-KERNELS = {"tiled": ("tiled", "1", "conv_"), "direct": ("direct", "1", "convd_"), "split": ("tiled", "3", "convs_"),
+KERNELS = {"tiled": ("tiled", "1", "conv_"), "direct": ("direct", "1", "convd3_"), "split": ("tiled", "3", "convs_"),
            "coop": ("coopmat-emulated", "1", "convcx_"), "coop-split": ("coopmat-emulated", "2", "convcxs_")}
 
 

@@ -280,7 +280,11 @@ def compile_convolution(device: Device, desc: ConvolutionDesc, *, allow_half_pre
         if v["backward"]:
             raise UnsupportedError(f"direction: BACKWARD runs on the tiled kernel only ({CONV_KERNEL_ENV}={family})")
         if family == "direct":
-            plan = _plan(contract.CONV_DIRECT, x.data_type, (0, 1, bias, 3), grid_for(npix * cout, 256, limit[0]), (3,))
+            window = three(w.sizes[2:], 1)
+            win = str(window[1]) if window[0] == 1 and window[1] == window[2] in contract.DIRECT_WINDOWS else ""
+            variant = contract.CONV_DIRECT.name(win=win, t="f16" if x.data_type == _F16 else "f32")
+            plan = _plan(contract.CONV_DIRECT, x.data_type, (0, 1, bias, 3), grid_for(npix * cout, 256, limit[0]), (3,),
+                         variant)
         elif cdiv(cout, LANES_CHANNELS) > limit[1]:
             raise UnsupportedError(f"filter_tensor: {cout} output channels need {cdiv(cout, LANES_CHANNELS)} "
                                    f"work-groups along grid axis 1, more than the device's {limit[1]}")

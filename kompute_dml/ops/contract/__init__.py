@@ -368,7 +368,7 @@ REDUCE = family("reduce", "reduce.comp", "reduce_{t}_{o}", REDUCE_PUSH, (64, 1, 
                 o=tuple(REDUCE_OUT), defines=lambda t, o: {"IN_T": REDUCE_TYPES[t], "OUT_IDX": REDUCE_OUT[o]})
 
 # ---- CONVOLUTION (ops/convolution.py, ops/conv_coop.py), BATCH_NORMALIZATION: contract/conv.py
-from .conv import BN, CONV, CONV_COOP, CONV_DIRECT, CONV_LANES, CONV_PUSH, CONV_REDUCE, CONV_SPLIT  # noqa: E402, F401
+from .conv import BN, CONV, CONV_COOP, CONV_DIRECT, CONV_LANES, CONV_PUSH, CONV_REDUCE, CONV_SPLIT, DIRECT_WINDOWS  # noqa: E402, F401
 from .rotary import ROTARY, ROTARY_PUSH, ROTARY_RANK  # noqa: E402, F401  (ROTARY_EMBEDDING: contract/rotary.py)
 
 # ---- MAX_POOLING2 / AVERAGE_POOLING (ops/pooling.py, pooling.comp): an output per invocation (k "_group": per group)

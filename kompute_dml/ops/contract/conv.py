@@ -20,13 +20,20 @@ CONV_PUSH = block("x_off", "w_off", "b_off", "y_off")
 # LANES_PIXELS output pixels, a lane's terms LANES_UNROLL at a time (ops/convolution.lanes_work)
 LANES_CHANNELS, LANES_PIXELS, LANES_UNROLL = 8, 4, 4
 _LANES = {"TEAMS": LANES_CHANNELS, "LPX": LANES_PIXELS, "UNROLL": LANES_UNROLL}
-CONV, CONV_DIRECT, CONV_SPLIT, CONV_REDUCE, CONV_LANES = (
+CONV, CONV_SPLIT, CONV_REDUCE, CONV_LANES = (
     family("conv" + ("_" + kind.lower() if kind else ""), "convolution.comp", name + "_{t}", CONV_PUSH, (256, 1, 1),
            t=("f32", "f16"),
            defines=lambda t, kind=kind: {"F16": int(t == "f16"),
                                          **{k: int(k == kind) for k in ("DIRECT", "REDUCE", "SPLIT", "LANES")},
                                          **(_LANES if kind == "LANES" else {})})
-    for name, kind in (("conv", ""), ("convd", "DIRECT"), ("convs", "SPLIT"), ("convr", "REDUCE"), ("convl", "LANES")))
+    for name, kind in (("conv", ""), ("convs", "SPLIT"), ("convr", "REDUCE"), ("convl", "LANES")))
+# the direct kernel: any window through the k table (win ""), or a 2-D 3 x 3 / 5 x 5 window with its
+# taps unrolled (depthwise layers: every load of the window issued before the sums)
+DIRECT_WINDOWS = (3, 5)
+CONV_DIRECT = family("conv_direct", "convolution.comp", "convd{win}_{t}", CONV_PUSH, (256, 1, 1),
+                     win=("", *map(str, DIRECT_WINDOWS)), t=("f32", "f16"),
+                     defines=lambda win, t: {"F16": int(t == "f16"), "DIRECT": 1, "REDUCE": 0, "SPLIT": 0, "LANES": 0,
+                                             "WIN": int(win or 0)})
 
 # FORWARD on f16 x f16 -> f32 cooperative matrices (ops/conv_coop.py): tensor cores ("", the wheel's
 # compiler) or each cooperative-matrix operation as subgroup code (x: MMA=1, no device feature);
