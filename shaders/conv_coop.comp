@@ -168,10 +168,15 @@ uvec4 load_b8(uint k, uint k_hi) {
         uint e = P_TAB + TAB_W * k;
         uint xo = p[e];
         int dd = int(p[e + 2u]), dh = int(p[e + 3u]), dw = int(p[e + 4u]);
+        // every load issued before any is used, at clamped addresses (the tensor's first element for
+        // a position in the padding, then 0 selected): a branch around each load made the GPU wait
+        // for them one at a time
+        bool ok[8];
         [[unroll]] for (uint t = 0u; t < 8u; ++t) {
-            if (uint(g_d[t] + dd) < g_in_d && uint(g_h[t] + dh) < g_in_h && uint(g_w[t] + dw) < g_in_w)
-                v[t] = x_elem(g_base[t] + xo);
+            ok[t] = uint(g_d[t] + dd) < g_in_d && uint(g_h[t] + dh) < g_in_h && uint(g_w[t] + dw) < g_in_w;
+            v[t] = x_elem(ok[t] ? g_base[t] + xo : pc.x_off);
         }
+        [[unroll]] for (uint t = 0u; t < 8u; ++t) v[t] = ok[t] ? v[t] : 0u;
     }
     return pack8(v, F16 != 0);
 }

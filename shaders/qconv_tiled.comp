@@ -114,19 +114,22 @@ void qconv_tile(uint g, uint m0, uint n0, uint sp) {
                 a_tile[ak][m >> 2][m & 3u] = v;
             }
         }
-        [[unroll]] for (uint r = 0u; r < 4u; r++) {  // input column: 4 k of one pixel
+        // input column: 4 k of one pixel, every load issued before any is used, at clamped addresses
+        // (a branch around each load made the GPU wait for them one at a time)
+        uint xe[4], xw[4];
+        bool xok[4];
+        [[unroll]] for (uint r = 0u; r < 4u; r++) {
+            uint k = k0 + bk + 4u * r;
+            bool ok = pix_ok && k < k_hi;
+            uint e = P_TAB + TAB_W * (ok ? k : k_lo);
+            int ih = ih0 + int(p[e + 2u]), iw = iw0 + int(p[e + 3u]);
+            xok[r] = ok && ih >= 0 && iw >= 0 && uint(ih) < ih_n && uint(iw) < iw_n;
+            xe[r] = xok[r] ? x_pix + p[e] : pc.x_off;
+            xw[r] = x_buf[xe[r] >> 2];
+        }
+        [[unroll]] for (uint r = 0u; r < 4u; r++) {
             uint kk = bk + 4u * r;
-            uint k = k0 + kk;
-            int v = 0;
-            if (pix_ok && k < k_hi) {
-                uint e = P_TAB + TAB_W * k;
-                int ih = ih0 + int(p[e + 2u]), iw = iw0 + int(p[e + 3u]);
-                if (ih >= 0 && iw >= 0 && uint(ih) < ih_n && uint(iw) < iw_n) {
-                    uint xe = x_pix + p[e];
-                    v = byte_at(x_buf[xe >> 2], xe, xsg) - xz;
-                }
-            }
-            b_tile[kk][bn >> 2][bn & 3u] = v;
+            b_tile[kk][bn >> 2][bn & 3u] = xok[r] ? byte_at(xw[r], xe[r], xsg) - xz : 0;
         }
         barrier();
         [[unroll]] for (uint kk = 0u; kk < BK; kk++) {
