@@ -17,9 +17,9 @@ anything and the executor runs the chain's nodes one by one instead.
 
 The fused kernels are the operators' kompute_dml extensions. docs/onnx.md's fusion table lists every
 pattern with its conditions; all give the unfused bits but the attention, RMS normalization and
-GELU chains (within tolerance). Chains with modules of their own: fusion_attention.py, fusion_bias.py,
-fusion_gelu.py, fusion_qconv.py, fusion_qdq.py, fusion_quant.py, fusion_rmsnorm.py, fusion_rotary.py, fusion_scale.py,
-fusion_swish.py.
+GELU chains and the squeeze-and-excitation gate (within tolerance). Chains with modules of their own:
+fusion_attention.py, fusion_bias.py, fusion_gelu.py, fusion_qconv.py, fusion_qdq.py, fusion_quant.py, fusion_rmsnorm.py,
+fusion_rotary.py, fusion_scale.py, fusion_se.py, fusion_swish.py.
 A chain that runs unfused runs the shorter chains matched inside it (Fusion.within: the attention's
 MatMul -> Mul as one GEMM) and its other nodes one by one. Here:
 - Add(a, b) -> LayerNormalization(axis = last): MEAN_VARIANCE_NORMALIZATION1 with a skip (the sum
@@ -57,6 +57,7 @@ from .fusion_quant import check_integer_product, run_integer_product
 from .fusion_rmsnorm import rms_norm_patterns
 from .fusion_rotary import rotary_patterns
 from .fusion_scale import matmul_scale_patterns
+from .fusion_se import se_patterns
 from .fusion_swish import swish_patterns
 from .graph import _attr, _node_inputs, positive_zero_constant
 from .handlers_activation import FUSED_TYPES
@@ -279,6 +280,8 @@ PATTERNS = (
     *matmul_scale_patterns(Pattern),
     # Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x, .) -> Mul(0.5): fusion_gelu.py
     *gelu_patterns(Pattern),
+    # GlobalAveragePool -> Conv 1x1 -> Relu | SiLU -> Conv 1x1 -> HardSigmoid | Sigmoid: fusion_se.py
+    *se_patterns(Pattern),
     # [Conv ->] Sigmoid(x) -> Mul(x, .), SiLU: fusion_swish.py
     *swish_patterns(Pattern),
     # Slice(x, D/2:) -> Neg -> Concat(., Slice(x, :D/2)) -> Mul(sin) ; Mul(x, cos) -> Add: fusion_rotary.py

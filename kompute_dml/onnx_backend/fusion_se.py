@@ -1,0 +1,111 @@
+"""A squeeze-and-excitation block's gate on kompute_dml's SQUEEZE_EXCITATION (fusions.py's patterns), as
+torch.onnx.export writes torchvision's MobileNetV3 and EfficientNet blocks:
+
+    GlobalAveragePool(x) -> Conv 1x1 -> Relu -> Conv 1x1 -> HardSigmoid | Sigmoid
+    GlobalAveragePool(x) -> Conv 1x1 -> Sigmoid -> Mul (SiLU) -> Conv 1x1 -> HardSigmoid | Sigmoid
+
+The Convs: group 1, a constant (R, C, 1, 1) / (C, R, 1, 1) weight, stride 1, no padding, constant
+or absent biases; float32 (float16 blocks run node by node: FLOAT16 below). The gate (N, C, 1, 1) is the chain's output; the Mul(x, gate)
+after it runs as it is. One dispatch instead of three (the pool, two Convs with their
+activations), two where the pool has more than MEAN_POSITIONS positions (the pool's own dispatch,
+then the gate from its means), within the float32 bound of the unfused chain
+(ops/squeeze_excitation.py: the sums in another order). Where the values do not fit (more than MAX_CHANNELS channels, ...) the chain runs
+node by node, its Conv + activation pairs fused as usual."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+import kompute_dml as kdml
+
+from .graph import _attr, attr_text
+from .handlers_activation import fused_activation
+from .handlers_pool import POOL_HANDLERS
+from .handlers_values import as_device
+from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats
+
+if TYPE_CHECKING:
+    from .context import NodeContext
+    from .rep import BackendRep
+
+_GATES = ("HardSigmoid", "Sigmoid")
+# Above this many spatial positions the pool runs first as its own dispatch (AVERAGE_POOLING: a work
+# group per channel) and the gate reads its means (one position): the operator sums a channel's
+# positions with 32 lanes, 1 / 32 of them each in turn, and at EfficientNet-B0's 112 x 112 that made
+# the fused run slower than the unfused one (H100, device call 172: 1.54 against 1.39 ms at batch 1)
+MEAN_POSITIONS = 256
+# float16 blocks run node by node: the float16 gate measured slower than the unfused chain (H100, device
+# call 174, the whole run with and without the fusion: MobileNetV3-small 1.27 against 0.81 ms at
+# batch 1, EfficientNet-B0 4.53 against 3.66 ms at batch 8); float32 gained 2-6 % there
+FLOAT16 = "a float16 block (the fused float16 gate is slower: node by node)"
+
+
+def _check_pointwise(rep: BackendRep, conv: onnx.NodeProto) -> str:
+    """Why `conv` is not a 1x1 Conv of a constant weight, group 1, stride 1, no padding ("" where it is)."""
+    w = rep.constants.get(conv.input[1]) if len(conv.input) > 1 else None
+    if w is None or conv.input[1] in rep.input_names:
+        return f"Conv {conv.name!r}: the weight is not a constant"
+    if len(w.dims) < 3 or any(d != 1 for d in w.dims[2:]):
+        return f"Conv {conv.name!r}: weight {list(w.dims)} is not 1x1"
+    if len(conv.input) > 2 and conv.input[2] and (conv.input[2] not in rep.constants or conv.input[2] in rep.input_names):
+        return f"Conv {conv.name!r}: the bias is not a constant"
+    if int(_attr(conv, "group", 1)) != 1 or any(int(s) != 1 for s in _attr(conv, "strides", [])) or \
+            any(int(p) != 0 for p in _attr(conv, "pads", [])) or attr_text(conv, "auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        return f"Conv {conv.name!r}: groups, strides or padding"
+    dt = rep._elem_dtype(conv.input[0])
+    return "" if dt is None or dt in _FLOAT_OUT else f"Conv of {dt}"
+
+
+def check_se(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
+    if rep._elem_dtype(nodes[0].input[0]) == np.float16:
+        return FLOAT16
+    convs = [n for n in nodes if n.op_type == "Conv"]
+    return next((why for why in (_check_pointwise(rep, c) for c in convs) if why), "")
+
+
+def _weight(ctx: NodeContext, lookup: Callable[[str], Any], stats: RunStats, conv: onnx.NodeProto,
+            dt: np.dtype) -> tuple[Any, Any]:
+    """The Conv's weight as a 2-D (out, in) view on the device and its bias (or None), both of type `dt`."""
+    w = as_device(ctx, lookup(conv.input[1]), stats, conv.input[1])
+    b = as_device(ctx, lookup(conv.input[2]), stats, conv.input[2]) if len(conv.input) > 2 and conv.input[2] else None
+    if w.dtype != dt or (b is not None and b.dtype != dt):
+        raise FallbackNeeded(f"Conv {conv.name!r}: a weight or bias of another type than its input's {dt}")
+    return w.tensor.reshape(w.shape[0], int(np.prod(w.shape[1:]))), None if b is None else b.tensor
+
+
+def _run(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any], stats: RunStats,
+         silu: bool) -> list[Any]:
+    pool, conv1, conv2, gate = nodes[0], nodes[1], nodes[-2], nodes[-1]
+    x = as_device(ctx, lookup(pool.input[0]), stats, pool.input[0])
+    dt, shape = x.dtype, tuple(x.shape)
+    if dt != np.float32 or len(shape) not in (3, 4, 5):
+        raise FallbackNeeded(FLOAT16 if dt == np.float16 else f"a pool input of {dt} {shape}")
+    if int(np.prod(shape[2:])) > MEAN_POSITIONS:
+        (x,) = POOL_HANDLERS["GlobalAveragePool"](ctx, pool, [x], stats)
+    w1, b1 = _weight(ctx, lookup, stats, conv1, dt)
+    w2, b2 = _weight(ctx, lookup, stats, conv2, dt)
+    act1 = kdml.ActivationSwishDesc(None, None) if silu else fused_activation(ctx, nodes[2], [], stats, dt)
+    act2 = fused_activation(ctx, gate, [], stats, dt)
+    out_shape = (shape[0], shape[1]) + (1,) * (len(shape) - 2)
+    out = ctx.out_tensor(out_shape, dt)
+    kdml.squeeze_excitation(x.tensor, w1, b1, w2, b2, activation1=act1, activation2=act2,
+                            out=out.reshape(shape[0], shape[1]), device=ctx.device)
+    return [DeviceValue(out, out_shape, np.dtype(dt))]
+
+
+def se_patterns(pattern: Callable[..., Any]) -> list[Any]:
+    """The two block forms of the module docstring, each with either gate (and the SiLU's Mul reading
+    the Sigmoid on either side)."""
+    return [
+        *(pattern(f"GlobalAveragePool+Conv+Relu+Conv+{g}", ("GlobalAveragePool", "Conv", "Relu", "Conv", g),
+                  ((0, 1, 0), (1, 2, 0), (2, 3, 0), (3, 4, 0)), "SQUEEZE_EXCITATION", check_se,
+                  functools.partial(_run, silu=False)) for g in _GATES),
+        *(pattern(f"GlobalAveragePool+Conv+Sigmoid+Mul+Conv+{g}", ("GlobalAveragePool", "Conv", "Sigmoid", "Mul", "Conv", g),
+                  ((0, 1, 0), (1, 2, 0), (1, 3, 1 - k), (2, 3, k), (3, 4, 0), (4, 5, 0)), "SQUEEZE_EXCITATION", check_se,
+                  functools.partial(_run, silu=True)) for g in _GATES for k in (0, 1)),
+    ]

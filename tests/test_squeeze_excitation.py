@@ -1,0 +1,247 @@
+"""SQUEEZE_EXCITATION (ops/squeeze_excitation.py, shaders/squeeze_excitation.comp) against an
+independent float64 numpy reference (the mean, the two products and their activations, rounded to
+the type where the unfused chain rounds): FLOAT32 and FLOAT16, 1-D to 3-D spatial extents, more
+channels and hidden values than one round of 64, with and without biases, several activation pairs;
+inputs at random offsets with the batch and channel strides in either order, strided filters, a
+strided output poisoned first, every byte outside it unchanged; refused descriptors with the field
+they name; the helper. In the ONNX backend (onnx_backend/fusion_se.py): MobileNetV3's and
+EfficientNet's float32 blocks as one dispatch plus the Mul, against the same reference; chains left
+node by node where a value is read elsewhere, the channels exceed the kernel's limit or the block is
+float16."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
+
+import kompute_dml as kdml
+from kompute_dml import functional
+from kompute_dml.ops import squeeze_excitation as se_op
+
+DT = kdml.DataType
+TD = kdml.TensorDesc
+NP = {DT.FLOAT32: np.float32, DT.FLOAT16: np.float16}
+
+
+def _sigmoid(v):
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-v))
+
+
+# name -> (descriptor, float64 function)
+ACTS = {
+    None: (None, lambda v: v),
+    "relu": (kdml.ActivationReluDesc(None, None), lambda v: np.maximum(v, 0.0)),
+    "hard_sigmoid": (kdml.ActivationHardSigmoidDesc(None, None, alpha=1 / 6, beta=0.5),
+                     lambda v: np.clip(np.float64(np.float32(1 / 6)) * v + 0.5, 0.0, 1.0)),
+    "sigmoid": (kdml.ActivationSigmoidDesc(None, None), _sigmoid),
+    "swish": (kdml.ActivationSwishDesc(None, None), lambda v: v * _sigmoid(v)),
+    "tanh": (kdml.ActivationTanhDesc(None, None), np.tanh),
+}
+
+
+def reference(x, w1, b1, w2, b2, act1, act2, npd):
+    """The gate in float64, rounded to the type (`npd`) where the unfused chain rounds; and the scale
+    of its last sum (sum |w2| |h| + |b2|) for the error bound."""
+    def held(v):
+        return v.astype(npd).astype(np.float64)
+    n, c = x.shape[:2]
+    m = held(x.reshape(n, c, -1).astype(np.float64).mean(axis=2))
+    h = held(ACTS[act1][1](held(m @ w1.T.astype(np.float64) + (0 if b1 is None else b1.astype(np.float64)))))
+    s = h @ w2.T.astype(np.float64) + (0 if b2 is None else b2.astype(np.float64))
+    scale = np.abs(h) @ np.abs(w2.T.astype(np.float64)) + (0 if b2 is None else np.abs(b2.astype(np.float64)))
+    return held(ACTS[act2][1](held(s))), scale
+
+
+def check(got, want, scale, dt):
+    # float32: the sums' roundings in another order (relative to the magnitudes summed); float16: a
+    # hidden value or the gate's sum rounding the other way at a tie of the type (2^-11 relative)
+    rel, floor = (4e-5, 1e-7) if dt == DT.FLOAT32 else (4e-3, 2.0 ** -14)
+    err = np.abs(got.astype(np.float64) - want)
+    bound = rel * (scale + np.abs(want)) + floor
+    assert np.all(err <= bound), f"worst error / bound {np.max(err / bound):.3f}"
+
+
+# (N, C, R, spatial sizes, activation 1, activation 2, biases)
+CASES = [
+    (1, 16, 4, (7, 7), "relu", "hard_sigmoid", True),  # MobileNetV3's
+    (3, 70, 17, (5, 3), "swish", "sigmoid", True),  # EfficientNet's; two channel rounds
+    (2, 130, 9, (1, 1), "relu", "sigmoid", False),  # three work groups of 64 channels; no biases
+    (2, 24, 6, (33,), None, None, True),  # 1-D, more positions than a team's 32 lanes
+    (1, 8, 70, (2, 3, 4), "tanh", "hard_sigmoid", True),  # 3-D; two hidden rounds
+]
+
+
+def _x_strides(rng, n, c, hw):
+    """The spatial positions packed (they address as one dimension), the batch and channel strides
+    in a random order with gaps."""
+    gap = int(rng.integers(0, 3))
+    if rng.integers(2):
+        return (c * (hw + gap) + int(rng.integers(0, 3)), hw + gap)
+    return (hw + gap, n * (hw + gap) + int(rng.integers(0, 3)))
+
+
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_squeeze_excitation_against_numpy(dev, rng, case, dt):
+    n, c, r, spatial, a1, a2, bias = CASES[case]
+    npd = NP[dt]
+    hw = int(np.prod(spatial))
+    x = (rng.standard_normal((n, c, *spatial)) * 2).astype(npd)
+    w1 = (rng.standard_normal((r, c)) / np.sqrt(c)).astype(npd)
+    w2 = (rng.standard_normal((c, r)) / np.sqrt(r)).astype(npd)
+    b1, b2 = (rng.standard_normal(r).astype(npd), rng.standard_normal(c).astype(npd)) if bias else (None, None)
+    want, scale = reference(x, w1, b1, w2, b2, a1, a2, npd)
+    inner = tuple(int(np.prod(spatial[i + 1:])) for i in range(len(spatial)))
+    xd = TD(dt, x.shape, _x_strides(rng, n, c, hw) + inner)
+    descs = [xd, TD(dt, w1.shape, random_strides(rng, w1.shape, allow_broadcast=False)),
+             TD(dt, (r,), (int(rng.integers(1, 3)),)) if bias else None,
+             TD(dt, w2.shape, random_strides(rng, w2.shape, allow_broadcast=False)),
+             TD(dt, (c,), (int(rng.integers(1, 3)),)) if bias else None]
+    tensors = [None if d is None else place(dev, rng, d, v)[0] for d, v in zip(descs, (x, w1, b1, w2, b2))]
+    yd = TD(dt, (n, c), random_strides(rng, (n, c), allow_broadcast=False))
+    ty, _ = place(dev, rng, yd)
+    before = poison_against(ty, want.astype(npd), rng)
+    desc = se_op.SqueezeExcitationDesc(*descs, yd, ACTS[a1][0], ACTS[a2][0])
+    dev.compile(desc).execute(tensors, [ty])
+    after = assert_outside_unchanged(ty, before)
+    check(read_logical(after, ty.offset, yd), want, scale, dt)
+
+
+def _desc(c=8, r=4, dt=DT.FLOAT32, **over):
+    d = {"input_tensor": TD(dt, (2, c, 3, 3)), "filter1_tensor": TD(dt, (r, c)), "bias1_tensor": TD(dt, (r,)),
+         "filter2_tensor": TD(dt, (c, r)), "bias2_tensor": TD(dt, (c,)), "output_tensor": TD(dt, (2, c))}
+    d.update(over)
+    return se_op.SqueezeExcitationDesc(**d)
+
+
+@pytest.mark.parametrize("over, error, field", [
+    ({"filter1_tensor": TD(DT.FLOAT32, (4, 9))}, kdml.InvalidArgumentError, "filter1_tensor.sizes"),
+    ({"bias2_tensor": TD(DT.FLOAT32, (4,))}, kdml.InvalidArgumentError, "bias2_tensor.sizes"),
+    ({"output_tensor": TD(DT.FLOAT32, (8, 2))}, kdml.InvalidArgumentError, "output_tensor.sizes"),
+    ({"filter2_tensor": TD(DT.FLOAT16, (8, 4))}, kdml.InvalidArgumentError, "filter2_tensor.data_type"),
+    ({"input_tensor": TD(DT.FLOAT32, (2, 8, 3, 3), (72, 9, 4, 1))}, kdml.UnsupportedError, "input_tensor.strides"),
+    ({"output_tensor": TD(DT.FLOAT32, (2, 8), (1, 0))}, kdml.InvalidArgumentError, "output_tensor"),
+    ({"activation1": kdml.ActivationGeluDesc(None, None)}, kdml.UnsupportedError, "fused_activation"),
+])
+def test_refused(dev, over, error, field):
+    with pytest.raises(error, match=field.replace(".", r"\.")):
+        dev.compile(_desc(**over))
+
+
+def test_limits(dev):
+    big = se_op.MAX_CHANNELS + 1
+    with pytest.raises(kdml.UnsupportedError, match=r"input_tensor\.sizes"):
+        dev.compile(_desc(c=big))
+    with pytest.raises(kdml.UnsupportedError, match=r"filter1_tensor\.sizes"):
+        dev.compile(_desc(r=se_op.MAX_HIDDEN + 1))
+    # the device stays usable
+    assert dev.compile(_desc()) is not None
+
+
+def test_helper(dev, rng):
+    x = rng.standard_normal((2, 12, 4, 4)).astype(np.float32)
+    w1, w2 = rng.standard_normal((3, 12)).astype(np.float32), rng.standard_normal((12, 3)).astype(np.float32)
+    b1, b2 = rng.standard_normal(3).astype(np.float32), rng.standard_normal(12).astype(np.float32)
+    y = kdml.squeeze_excitation(x, w1, b1, w2, b2, activation1=ACTS["relu"][0], activation2=ACTS["sigmoid"][0],
+                                device=dev)
+    want, scale = reference(x, w1, b1, w2, b2, "relu", "sigmoid", np.float32)
+    assert y.shape == (2, 12)
+    check(y.numpy(), want, scale, DT.FLOAT32)
+    out = dev.empty((2, 12))
+    assert kdml.squeeze_excitation(x, w1, None, w2, None, out=out, device=dev) is out
+    want, scale = reference(x, w1, None, w2, None, None, None, np.float32)
+    check(out.numpy(), want, scale, DT.FLOAT32)
+
+
+# ---- the ONNX backend's fusion ----------------------------------------------------------------------------
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+
+from kompute_dml.onnx_backend import Backend, fusion_se  # noqa: E402
+
+N = helper.make_node
+ELEM = {np.float32: T.FLOAT, np.float16: T.FLOAT16}
+
+
+@pytest.fixture
+def _one_pass(monkeypatch):
+    """Dispatch counts without split-K's second dispatch (a GPU splits some small convolutions)."""
+    monkeypatch.setenv("KDML_CONV_SPLIT", "1")
+    monkeypatch.setattr(functional, "_compile_cache", {})
+
+
+def _block(rng, c, r, silu, gate, dt=np.float32, extra_output=False):
+    """x -> GlobalAveragePool -> Conv -> Relu | SiLU -> Conv -> gate -> Mul(x, .) as ONNX, its weights."""
+    w1 = (rng.standard_normal((r, c, 1, 1)) / np.sqrt(c)).astype(dt)
+    w2 = (rng.standard_normal((c, r, 1, 1)) / np.sqrt(r)).astype(dt)
+    b1, b2 = rng.standard_normal(r).astype(dt), rng.standard_normal(c).astype(dt)
+    nodes = [N("GlobalAveragePool", ["x"], ["m"]), N("Conv", ["m", "w1", "b1"], ["c1"])]
+    if silu:
+        nodes += [N("Sigmoid", ["c1"], ["s1"]), N("Mul", ["c1", "s1"], ["h"])]
+    else:
+        nodes += [N("Relu", ["c1"], ["h"])]
+    attrs = {"alpha": 1 / 6, "beta": 0.5} if gate == "HardSigmoid" else {}
+    nodes += [N("Conv", ["h", "w2", "b2"], ["c2"]), N(gate, ["c2"], ["g"], **attrs), N("Mul", ["x", "g"], ["y"])]
+    outs = [helper.make_tensor_value_info("y", ELEM[dt], None)]
+    if extra_output:
+        outs.append(helper.make_tensor_value_info("h", ELEM[dt], None))
+    inits = [numpy_helper.from_array(v, k) for k, v in (("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2))]
+    g = helper.make_graph(nodes, "se", [helper.make_tensor_value_info("x", ELEM[dt], None)], outs, initializer=inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    return model, (w1.reshape(r, c), b1, w2.reshape(c, r), b2)
+
+
+@pytest.mark.parametrize("silu, gate", [(False, "HardSigmoid"), (True, "Sigmoid"), (False, "Sigmoid")])
+@pytest.mark.parametrize("dt", [np.float32, np.float16], ids=["FLOAT32", "FLOAT16"])
+def test_block_is_one_dispatch_and_the_mul(rng, _one_pass, silu, gate, dt):
+    """float32: the gate in one dispatch, then the Mul; float16: node by node (measured faster)."""
+    model, (w1, b1, w2, b2) = _block(rng, 40, 10, silu, gate, dt)
+    x = (rng.standard_normal((2, 40, 5, 5)) * 2).astype(dt)
+    rep = Backend.prepare(model, "CPU")
+    (y,) = rep.run({"x": x})
+    label = "GlobalAveragePool+Conv+" + ("Sigmoid+Mul" if silu else "Relu") + "+Conv+" + gate
+    if dt == np.float32:
+        assert label in rep.summary() and "SQUEEZE_EXCITATION" in rep.summary()
+        assert rep.last_run.dispatches == 2  # the gate, the Mul
+    else:  # float16 blocks run node by node (fusion_se.FLOAT16), each Conv with its activation
+        assert "SQUEEZE_EXCITATION" not in rep.summary() and rep.last_run.dispatches == 4
+    gate_ref, scale = reference(x, w1, b1, w2, b2, "swish" if silu else "relu", gate.lower().replace("hards", "hard_s"),
+                                dt)
+    want = (x.astype(np.float64) * gate_ref[:, :, None, None]).astype(dt).astype(np.float64)
+    check(y, want, np.abs(x.astype(np.float64)) * (scale[:, :, None, None] + 1), DT.FLOAT32 if dt == np.float32 else
+          DT.FLOAT16)
+
+
+def test_many_positions_pool_first(rng, _one_pass):
+    """Past fusion_se.MEAN_POSITIONS the pool runs as its own dispatch and the gate reads its means."""
+    side = int(np.sqrt(fusion_se.MEAN_POSITIONS)) + 1
+    model, (w1, b1, w2, b2) = _block(rng, 12, 3, True, "Sigmoid")
+    x = rng.standard_normal((2, 12, side, side)).astype(np.float32)
+    rep = Backend.prepare(model, "CPU")
+    (y,) = rep.run({"x": x})
+    assert "SQUEEZE_EXCITATION" in rep.summary() and rep.last_run.dispatches == 3  # the pool, the gate, the Mul
+    gate_ref, scale = reference(x, w1, b1, w2, b2, "swish", "sigmoid", np.float32)
+    check(y, x.astype(np.float64) * gate_ref[:, :, None, None], np.abs(x.astype(np.float64)) * (scale[:, :, None, None] + 1),
+          DT.FLOAT32)
+
+
+def test_chains_left_node_by_node(rng, _one_pass):
+    # the hidden value also a graph output: not a chain
+    model, _ = _block(rng, 16, 4, False, "HardSigmoid", extra_output=True)
+    x = rng.standard_normal((1, 16, 3, 3)).astype(np.float32)
+    rep = Backend.prepare(model, "CPU")
+    rep.run({"x": x})
+    assert "SQUEEZE_EXCITATION" not in rep.summary()
+    # more channels than the kernel holds: the chain runs unfused, its Conv + activation pairs fused
+    c = se_op.MAX_CHANNELS + 8
+    model, (w1, b1, w2, b2) = _block(rng, c, 2, False, "HardSigmoid")
+    x = rng.standard_normal((1, c, 1, 1)).astype(np.float32)
+    rep = Backend.prepare(model, "CPU")
+    (y,) = rep.run({"x": x})
+    assert rep.last_run.dispatches == 4  # the pool, Conv+Relu, Conv+HardSigmoid, the Mul
+    gate_ref, scale = reference(x, w1, b1, w2, b2, "relu", "hard_sigmoid", np.float32)
+    check(y, x.astype(np.float64) * gate_ref[:, :, None, None], np.abs(x.astype(np.float64)) * (scale[:, :, None, None] + 1),
+          DT.FLOAT32)
