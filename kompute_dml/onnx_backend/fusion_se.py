@@ -5,12 +5,13 @@ torch.onnx.export writes torchvision's MobileNetV3 and EfficientNet blocks:
     GlobalAveragePool(x) -> Conv 1x1 -> Sigmoid -> Mul (SiLU) -> Conv 1x1 -> HardSigmoid | Sigmoid
 
 The Convs: group 1, a constant (R, C, 1, 1) / (C, R, 1, 1) weight, stride 1, no padding, constant
-or absent biases; float32 (float16 blocks run node by node: FLOAT16 below). The gate (N, C, 1, 1) is the chain's output; the Mul(x, gate)
-after it runs as it is. One dispatch instead of three (the pool, two Convs with their
-activations), two where the pool has more than MEAN_POSITIONS positions (the pool's own dispatch,
-then the gate from its means), within the float32 bound of the unfused chain
-(ops/squeeze_excitation.py: the sums in another order). Where the values do not fit (more than MAX_CHANNELS channels, ...) the chain runs
-node by node, its Conv + activation pairs fused as usual."""
+or absent biases; float32 (float16 blocks run node by node: FLOAT16 below). The gate (N, C, 1, 1)
+is the chain's output; the Mul(x, gate) after it runs as it is. One dispatch instead of three (the
+pool, two Convs with their activations), two where the pool has more than MEAN_POSITIONS positions
+(the pool's own dispatch, then the gate from its means), within the float32 bound of the unfused
+chain (ops/squeeze_excitation.py: the sums in another order). Where the values do not fit (more
+than MAX_CHANNELS channels, ...) the chain runs node by node, its Conv + activation pairs fused as
+usual."""
 
 from __future__ import annotations
 
@@ -35,9 +36,11 @@ if TYPE_CHECKING:
 
 _GATES = ("HardSigmoid", "Sigmoid")
 # Above this many spatial positions the pool runs first as its own dispatch (AVERAGE_POOLING: a work
-# group per channel) and the gate reads its means (one position): the operator sums a channel's
-# positions with 32 lanes, 1 / 32 of them each in turn, and at EfficientNet-B0's 112 x 112 that made
-# the fused run slower than the unfused one (H100, device call 172: 1.54 against 1.39 ms at batch 1)
+# group per channel) and the gate reads its means (one position): the operator's work group sums
+# its image's channels' positions itself (serially, an invocation per channel), which at
+# EfficientNet-B0's 112 x 112 made the fused run slower than the unfused one (H100, device call 172,
+# then with 32 lanes per channel: 1.54 against 1.39 ms at batch 1; call 174 with this limit: 1.32
+# against 1.35)
 MEAN_POSITIONS = 256
 # float16 blocks run node by node: the float16 gate measured slower than the unfused chain (H100, device
 # call 174, the whole run with and without the fusion: MobileNetV3-small 1.27 against 0.81 ms at
