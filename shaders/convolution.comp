@@ -116,17 +116,17 @@ void main() {
     precise float acc = 0.0;
 #if WIN
     // a WIN x WIN window of a 2-D convolution (the k table's order: ci, kh, kw), its taps unrolled
-    uint in_h_ = in_h, in_w_ = in_w, dh = p[P_DIL + 1], dw = p[P_DIL + 2];
+    uint dh = p[P_DIL + 1], dw = p[P_DIL + 2];
     bool flip = (p[P_FLAGS] & CONV_F_FLIP) != 0u, d_ok = id0 >= 0 && uint(id0) < in_d;
     uint x_c = pc.x_off + b * p[P_XS] + g * p[P_CING] * p[P_XS + 1] + uint(id0) * p[P_XS + 2];
     for (uint ci = 0u; ci < p[P_CING]; ci++, x_c += p[P_XS + 1], w_base += p[P_WS + 1]) {
         float xv[WIN * WIN], wv[WIN * WIN];
         [[unroll]] for (uint kh = 0u; kh < uint(WIN); kh++) {
             int ih = ih0 + int(kh * dh);
-            bool h_ok = d_ok && ih >= 0 && uint(ih) < in_h_;
+            bool h_ok = d_ok && ih >= 0 && uint(ih) < in_h;
             [[unroll]] for (uint kw = 0u; kw < uint(WIN); kw++) {
                 int iw = iw0 + int(kw * dw);
-                bool ok = h_ok && iw >= 0 && uint(iw) < in_w_;
+                bool ok = h_ok && iw >= 0 && uint(iw) < in_w;
                 float v = load_x(ok ? x_c + uint(ih) * p[P_XS + 3] + uint(iw) * p[P_XS + 4] : pc.x_off);
                 xv[kh * uint(WIN) + kw] = ok ? v : 0.0;
                 uint fh = flip ? uint(WIN) - 1u - kh : kh, fw = flip ? uint(WIN) - 1u - kw : kw;

@@ -95,6 +95,34 @@ float team_sums() {
     return r;
 }
 
+// One round of team sums: rows ROW0 .. ROW0 + 63 (of ROWS; 8 per team) of the matrix in W_BUF, element
+// (row, k) at W_OFF + row * W_ROW + k * W_K, times the shared vector VEC of K_N elements; invocation
+// o < 64 gets row ROW0 + o's sum in SUM. (A macro: GLSL passes no buffer to a function.)
+#define ROW_SUMS(W_BUF, W_OFF, W_ROW, W_K, ROW0, ROWS, VEC, K_N, SUM)                                      \
+    {                                                                                                    \
+        precise float acc_[8];                                                                           \
+        uint wr_[8];                                                                                     \
+        [[unroll]] for (uint o = 0u; o < 8u; o++) {                                                     \
+            acc_[o] = 0.0;                                                                               \
+            wr_[o] = (W_OFF) + min((ROW0) + 8u * team + o, (ROWS) - 1u) * (W_ROW);                        \
+        }                                                                                                \
+        for (uint k0 = lane; k0 < (K_N); k0 += 32u * UNROLL) {                                          \
+            float w_[UNROLL][8], v_[UNROLL];                                                             \
+            [[unroll]] for (uint u = 0u; u < UNROLL; u++) {                                             \
+                uint k = min(k0 + 32u * u, (K_N) - 1u);                                                  \
+                v_[u] = VEC[k];                                                                          \
+                [[unroll]] for (uint o = 0u; o < 8u; o++) w_[u][o] = LOAD(W_BUF, wr_[o] + k * (W_K));    \
+            }                                                                                            \
+            [[unroll]] for (uint u = 0u; u < UNROLL; u++) {                                             \
+                if (k0 + 32u * u < (K_N)) {                                                              \
+                    [[unroll]] for (uint o = 0u; o < 8u; o++) acc_[o] = fma(w_[u][o], v_[u], acc_[o]);   \
+                }                                                                                        \
+            }                                                                                            \
+        }                                                                                                \
+        [[unroll]] for (uint o = 0u; o < 8u; o++) s_part[8u * team + o][lane] = acc_[o];                \
+        SUM = team_sums();                                                                               \
+    }
+
 void main() {
     uint t = gl_LocalInvocationID.x, team = t / 32u, lane = t % 32u;
     uint n = gl_WorkGroupID.y, cn = pc.c, rn = pc.r, hw = pc.hw;
@@ -121,27 +149,8 @@ void main() {
 
     // the hidden values: W1's rows r0 .. r0 + 63 per round over the means
     for (uint r0 = 0u; r0 < rn; r0 += 64u) {
-        precise float acc[8];
-        uint wr[8];
-        [[unroll]] for (uint o = 0u; o < 8u; o++) {
-            acc[o] = 0.0;
-            wr[o] = pc.w1_off + min(r0 + 8u * team + o, rn - 1u) * pc.w1_r;
-        }
-        for (uint k0 = lane; k0 < cn; k0 += 32u * UNROLL) {
-            float w[UNROLL][8], m[UNROLL];
-            [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
-                uint k = min(k0 + 32u * u, cn - 1u);
-                m[u] = s_mean[k];
-                [[unroll]] for (uint o = 0u; o < 8u; o++) w[u][o] = LOAD(w1_buf, wr[o] + k * pc.w1_c);
-            }
-            [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
-                if (k0 + 32u * u < cn) {
-                    [[unroll]] for (uint o = 0u; o < 8u; o++) acc[o] = fma(w[u][o], m[u], acc[o]);
-                }
-            }
-        }
-        [[unroll]] for (uint o = 0u; o < 8u; o++) s_part[8u * team + o][lane] = acc[o];
-        float sum = team_sums();
+        float sum;
+        ROW_SUMS(w1_buf, pc.w1_off, pc.w1_r, pc.w1_c, r0, rn, s_mean, cn, sum);
         if (t < 64u && r0 + t < rn) {
             float b = LOAD(b1_buf, pc.b1_off + min(r0 + t, rn - 1u) * pc.b1_s);
             s_hid[r0 + t] = finish(sum, b, (pc.flags & F_BIAS1) != 0u, pc.act1, pc.act1_p0, pc.act1_p1);
@@ -151,27 +160,8 @@ void main() {
 
     // the gates of this work group's 64 channels: W2's rows over the hidden values
     uint c0 = gl_WorkGroupID.x * 64u;
-    precise float acc[8];
-    uint wc[8];
-    [[unroll]] for (uint o = 0u; o < 8u; o++) {
-        acc[o] = 0.0;
-        wc[o] = pc.w2_off + min(c0 + 8u * team + o, cn - 1u) * pc.w2_c;
-    }
-    for (uint k0 = lane; k0 < rn; k0 += 32u * UNROLL) {
-        float w[UNROLL][8], h[UNROLL];
-        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
-            uint k = min(k0 + 32u * u, rn - 1u);
-            h[u] = s_hid[k];
-            [[unroll]] for (uint o = 0u; o < 8u; o++) w[u][o] = LOAD(w2_buf, wc[o] + k * pc.w2_r);
-        }
-        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
-            if (k0 + 32u * u < rn) {
-                [[unroll]] for (uint o = 0u; o < 8u; o++) acc[o] = fma(w[u][o], h[u], acc[o]);
-            }
-        }
-    }
-    [[unroll]] for (uint o = 0u; o < 8u; o++) s_part[8u * team + o][lane] = acc[o];
-    float sum = team_sums();
+    float sum;
+    ROW_SUMS(w2_buf, pc.w2_off, pc.w2_c, pc.w2_r, c0, cn, s_hid, rn, sum);
     if (t < 64u && c0 + t < cn) {
         uint c = c0 + t;
         float b = LOAD(b2_buf, pc.b2_off + c * pc.b2_s);

@@ -164,6 +164,7 @@ from kompute_dml.onnx_backend import Backend, fusion_se  # noqa: E402
 
 N = helper.make_node
 ELEM = {np.float32: T.FLOAT, np.float16: T.FLOAT16}
+GATE_ACTS = {"HardSigmoid": "hard_sigmoid", "Sigmoid": "sigmoid"}  # node type -> ACTS' name
 
 
 @pytest.fixture
@@ -208,8 +209,7 @@ def test_block_is_one_dispatch_and_the_mul(rng, _one_pass, silu, gate, dt):
         assert rep.last_run.dispatches == 2  # the gate, the Mul
     else:  # float16 blocks run node by node (fusion_se.FLOAT16), each Conv with its activation
         assert "SQUEEZE_EXCITATION" not in rep.summary() and rep.last_run.dispatches == 4
-    gate_ref, scale = reference(x, w1, b1, w2, b2, "swish" if silu else "relu", gate.lower().replace("hards", "hard_s"),
-                                dt)
+    gate_ref, scale = reference(x, w1, b1, w2, b2, "swish" if silu else "relu", GATE_ACTS[gate], dt)
     want = (x.astype(np.float64) * gate_ref[:, :, None, None]).astype(dt).astype(np.float64)
     check(y, want, np.abs(x.astype(np.float64)) * (scale[:, :, None, None] + 1), DT.FLOAT32 if dt == np.float32 else
           DT.FLOAT16)
