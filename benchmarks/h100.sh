@@ -66,8 +66,9 @@ if [ "$part" = 5 ] || [ "$part" = all ]; then
         --families whisper-encoder,whisper-encoder-fp16,bert-fp16,vit-fp16,gpt2-fp16,llama-fp16
 fi
 if [ "$part" = 6 ] || [ "$part" = all ]; then
-    # the row kernels and the float32 GEMM's register blocks against torch; the latency-bound CNN layers
+    # the row kernels and the float32 GEMM's register blocks against torch, its K steps and load forms; the latency-bound CNN layers
     run bench_activation 120 "$py" -m benchmarks.bench_activation --rounds 5
     run bench_gemm_blocks 150 "$py" -m benchmarks.bench_gemm --blocks --rounds 3
+    run gemm_steps 120 "$py" -m benchmarks.gemm_steps --rounds 3
     run bench_small_layers 90 "$py" -m benchmarks.bench_small_layers --rounds 5 --n 20
 fi

@@ -42,12 +42,11 @@
 #define CONV_F_BACKWARD 8u
 #define CONV_F_W_KCONTIG 16u
 
-// the fused activation's parameters, through functions: act_math.glsl's functions have locals
-// named p; its kinds (ACT_*) and fused_act: fused_act.glsl
-uint conv_act_p0() { return p[P_ACT + 1]; }  // Alpha / Min
-uint conv_act_p1() { return p[P_ACT + 2]; }  // Beta / Max
-#define UM_P0 conv_act_p0()
-#define UM_P1 conv_act_p1()
+// the fused activation's parameters, which fused_act.glsl reads (its kinds ACT_*): set by
+// conv_finish_with from the epilogue's words
+uint g_act_p0 = 0u, g_act_p1 = 0u;  // Alpha / Min, Beta / Max
+#define UM_P0 g_act_p0
+#define UM_P1 g_act_p1
 #define FA_F16 F16
 #include "fused_act.glsl"
 
@@ -59,23 +58,47 @@ float conv_load_b(uint e) {
 #endif
 }
 
-// Output channel co's element from its float32 sum: + the bias (rounded), ReLU (ACTIVATION_RELU's
-// bits: -0 and negatives +0, NaN kept; it commutes with the FLOAT16 rounding), or another fused
-// activation applied to the value the output type holds (FLOAT16: the sum rounded to float16
-// first, as the standalone operator reads the unfused output), then rounded to the output type.
-// So a fused result is bit for bit the unfused chain's. Returns the output element's bits.
-uint conv_finish(float sum, uint co) {
+// The epilogue's words: the fused activation, its two parameters, whether a bias is bound. A kernel
+// that finishes many outputs per invocation reads them (and its channels' biases) once before its
+// loop, which then waits for no load per output (the tiled kernel's epilogue).
+struct ConvEpilogue {
+    uint kind;
+    uint p0;
+    uint p1;
+    bool bias;
+};
+
+ConvEpilogue conv_epilogue() {
+    return ConvEpilogue(p[P_ACT], p[P_ACT + 1], p[P_ACT + 2], (p[P_FLAGS] & CONV_F_BIAS) != 0u);
+}
+
+// output channel co's bias (0.0, unused, without one)
+float conv_bias(ConvEpilogue ep, uint co) { return ep.bias ? conv_load_b(pc.b_off + co * p[P_BS]) : 0.0; }
+
+// An output element from its float32 sum and its channel's bias: + the bias (rounded), ReLU
+// (ACTIVATION_RELU's bits: -0 and negatives +0, NaN kept; it commutes with the FLOAT16 rounding),
+// or another fused activation applied to the value the output type holds (FLOAT16: the sum rounded
+// to float16 first, as the standalone operator reads the unfused output), then rounded to the
+// output type. So a fused result is bit for bit the unfused chain's. Returns the element's bits.
+uint conv_finish_with(ConvEpilogue ep, float sum, float bias) {
     precise float v = sum;
-    uint kind = p[P_ACT];
-    if ((p[P_FLAGS] & CONV_F_BIAS) != 0u) v = v + conv_load_b(pc.b_off + co * p[P_BS]);
-    if (kind == ACT_RELU && v <= 0.0) v = 0.0;
+    if (ep.bias) v = v + bias;
+    if (ep.kind == ACT_RELU && v <= 0.0) v = 0.0;
+    g_act_p0 = ep.p0;
+    g_act_p1 = ep.p1;
 #if F16
     uint h = f2h(floatBitsToUint(v));
-    return kind > ACT_RELU ? f2h(fused_act(h2f(h), kind)) : h;
+    return ep.kind > ACT_RELU ? f2h(fused_act(h2f(h), ep.kind)) : h;
 #else
     uint x = floatBitsToUint(v);
-    return kind > ACT_RELU ? fused_act(x, kind) : x;
+    return ep.kind > ACT_RELU ? fused_act(x, ep.kind) : x;
 #endif
+}
+
+// output channel co's element from its float32 sum (conv_finish_with)
+uint conv_finish(float sum, uint co) {
+    ConvEpilogue ep = conv_epilogue();
+    return conv_finish_with(ep, sum, conv_bias(ep, co));
 }
 
 #endif

@@ -340,6 +340,14 @@ void conv_tile(uint g, uint m0, uint n0, uint sp) {
     // code) is inlined once, not 16 times (lavapipe's compile time), and `acc` stays in registers
     float sums[16];
     [[unroll]] for (uint e = 0u; e < 16u; e++) sums[e] = acc[e & 3u][e >> 2];
+    // the epilogue's words and this invocation's 4 channels' biases, loaded together before the loop
+    // (read per output inside it, each output waited for its loads: MobileNetV3-small's 1x1
+    // layers at batch 1, a 64 x 64 tile of 3 k steps, took 15-18 us on the H100, device call 175)
+    ConvEpilogue ep = conv_epilogue();
+    vec4 bias = vec4(0.0);
+    if (ep.bias) {
+        [[unroll]] for (uint i = 0u; i < 4u; i++) bias[i] = conv_bias(ep, g * coutg + min(m0 + 4u * ty + i, coutg - 1u));
+    }
     uvec4 y_pix;  // the 4 pixels' output offsets, decoded once each (not per channel: the divisions)
     [[unroll]] for (uint j = 0u; j < 4u; j++) {
         uint q = min(n0 + 4u * tx + j, npix - 1u);
@@ -353,7 +361,9 @@ void conv_tile(uint g, uint m0, uint n0, uint sp) {
         if (q >= npix || m >= coutg) continue;
         uint co = g * coutg + m, j = e >> 2;  // (selects, not an indexed array: registers)
         uint yp = j == 0u ? y_pix.x : j == 1u ? y_pix.y : j == 2u ? y_pix.z : y_pix.w;
-        store_y(yp + co * p[P_YS + 1], conv_finish(sums[e], co));
+        uint i = e & 3u;
+        float b = i == 0u ? bias.x : i == 1u ? bias.y : i == 2u ? bias.z : bias.w;
+        store_y(yp + co * p[P_YS + 1], conv_finish_with(ep, sums[e], b));
     }
 #endif
 }
