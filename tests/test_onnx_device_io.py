@@ -160,3 +160,31 @@ def test_first_run_with_every_input_on_the_device():
         rep = Backend.prepare(model)
         (got,) = rep.run({"x": rep.device.tensor(x)}, device_outputs=device_outputs)
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_device_output_runs_leave_out_the_host_copies(rng, monkeypatch):
+    """A plan run with its outputs left on the device runs its program less the copies of the outputs
+    into host memory (made at the first such run), host and device runs alternating on one plan, each
+    with its own inputs and right; the host staging keeps the last host run's outputs."""
+    rep = Backend.prepare(_relu_add(), "CPU")
+    b = rng.standard_normal((4, 3)).astype(np.float32)
+    xs = [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(6)]
+    rep.run({"x": xs[0], "b": b})  # plans (host outputs)
+    plan = next(iter(rep.state.plans.values()))
+    assert plan._device_program is None and len(plan._out_at) == 2
+    got = []
+    for i, x in enumerate(xs):
+        z, w = rep.run({"x": x, "b": b}, device_outputs=i % 2 == 1)
+        got.append((np.asarray(z.numpy() if i % 2 else z), np.asarray(w.numpy() if i % 2 else w)))
+        if i % 2:
+            assert plan._device_program is not None
+            assert plan._device_program.dispatch_count == plan.program.dispatch_count - 2
+            labels = plan.program._labels[-2:]
+            assert all(lb == ("outputs", "copy out") for lb in labels)
+            assert plan._device_program._labels == plan.program._labels[:-2]
+            # the host staging still holds the host run before (the device run copied nothing there)
+            staged = plan._out[plan._out_at[0]:plan._out_at[0] + 48].view(np.float32).reshape(4, 3)
+            np.testing.assert_array_equal(staged, np.maximum(xs[i - 1], 0) + b)
+    for (z, w), x in zip(got, xs):
+        np.testing.assert_array_equal(z, np.maximum(x, 0) + b)
+        np.testing.assert_array_equal(w.reshape(-1), [b[0, 0]])

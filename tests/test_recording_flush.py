@@ -114,3 +114,32 @@ def test_nothing_is_flushed_while_a_profile_is_open(dev):
         prog.run()
     np.testing.assert_array_equal(x.numpy(), 2)
     assert len(p.rows) == 2
+
+
+def test_a_program_without_its_tail(dev):
+    """RecordedProgram.without_tail(n): the same executions less the last n, on the same buffers; a
+    flushed program's head is pending until its own first run (the shorter one runs everything)."""
+    add, x = _counter(dev)
+    _, y = _counter(dev, 10.0)
+    with dev.capture() as rec:
+        add(rec, x)
+        rec.flush()
+        add(rec, x)
+        add(rec, y)
+        prog = rec.compile()
+    assert prog.head_pending
+    short = prog.without_tail(1)
+    assert short.dispatch_count == prog.dispatch_count - 1 and not short.head_pending
+    prog.run()
+    assert not prog.head_pending
+    np.testing.assert_array_equal(x.numpy(), 2)
+    np.testing.assert_array_equal(y.numpy(), 11)
+    short.run()
+    np.testing.assert_array_equal(x.numpy(), 4)  # both of x's additions, not y's
+    np.testing.assert_array_equal(y.numpy(), 11)
+    prog.run()
+    np.testing.assert_array_equal(x.numpy(), 6)
+    np.testing.assert_array_equal(y.numpy(), 12)
+    with pytest.raises(ValueError, match="n: 0 .. 3"):
+        prog.without_tail(4)
+    assert prog.without_tail(3).run() is None  # nothing to run

@@ -264,6 +264,22 @@ class RecordedProgram:
         """The recorded executions: (plans, bound tensors) each."""
         return self._work
 
+    @property
+    def head_pending(self) -> bool:
+        """Whether the next run is the first, which runs only what the recording did not start
+        (Recording.flush)."""
+        return self._head is not None
+
+    def without_tail(self, n: int) -> RecordedProgram:
+        """The same program less its last `n` executions (the ONNX backend's copies of the outputs
+        into host memory, which a run that leaves them on the device does not need): another
+        program over the same buffers, its own kp sequence recorded at its first run."""
+        if not 0 <= n <= len(self._work):
+            raise ValueError(f"n: 0 .. {len(self._work)} executions, got {n}")
+        end = len(self._work) - n
+        return RecordedProgram(self.device, self._keys[:end], self._work[:end], self._labels[:end],
+                               self.dispatch_count - n, None, self._checks)
+
     def run(self, wait: bool = True, copies: HostCopies | None = None) -> Submission | None:
         """Run the program; an execution's failed device check (ops/device_check.py) raises once
         the run completed (with `wait=False`: from the Submission's wait()). `copies`

@@ -1,21 +1,22 @@
 """A whole model as one device program per input signature.
 
-When every node of a model either runs on the device or reads no input data (host_eval.py),
-the first run of each input signature (names, shapes, types) plans the whole graph: host
-nodes are resolved with numpy, device nodes run their handlers (handlers*.py) with the
-device's executions captured (Device.capture), not run, into one RecordedProgram. Values
-stay on the device between nodes, in buffers of this plan (a buffer whose last reader has
-been recorded is reused for a later output: the recording's barriers order the reuse).
-Every run after that writes the inputs into their buffers, submits the program once, and
-reads the outputs back: one upload per input, one submission, one download per output.
-A plan made after another of the same input names repeats that plan's steps that read the very
-same values (step_reuse.py). On GPUs the plan also starts what it has recorded every few milliseconds of planning
-(DevicePolicy.plan_flush_ms, Recording.flush): the first run's early layers run on the
-device while the host plans the later ones, and the program's first run runs the rest.
+When every node of a model either runs on the device or reads no input data (host_eval.py), the first
+run of each input signature (names, shapes, types) plans the whole graph: host nodes are resolved with
+numpy, device nodes run their handlers (handlers*.py) with the device's executions captured
+(Device.capture), not run, into one RecordedProgram. Values stay on the device between nodes, in
+buffers of this plan (a buffer whose last reader has been recorded is reused for a later output: the
+recording's barriers order the reuse). Every run after that writes the inputs into their buffers,
+submits the program once, and reads the outputs back: one upload per input, one submission, one
+download per output (a run that leaves them on the device: the program less its copies into host
+memory, then one submission of their copies into new Tensors). A plan made after another of the same
+input names repeats that plan's steps that read the very same values (step_reuse.py). On GPUs the
+plan also starts what it has recorded every few milliseconds of planning (DevicePolicy.plan_flush_ms,
+Recording.flush): the first run's early layers run on the device while the host plans the later
+ones, and the program's first run runs the rest.
 
-PlanContext (plan_context.py) stands in for the BackendRep that handlers receive in node-by-node
-runs: the same handler code serves both, and a handler that needs a device value on the host
-while planning (a data-dependent shape) raises FallbackNeeded, so the model runs node by node instead."""
+PlanContext (plan_context.py) stands in for the BackendRep that handlers receive in node-by-node runs:
+the same handler code serves both, and a handler that needs a device value on the host while planning
+(a data-dependent shape) raises FallbackNeeded, so the model runs node by node instead."""
 
 from __future__ import annotations
 
@@ -44,16 +45,14 @@ from .values import CPU, HOST, DeviceValue, FallbackNeeded, RunStats, _is_tensor
 if TYPE_CHECKING:
     from .rep import BackendRep
 
-# Result arrays of at least this size are handed out again once nothing references them
-# (GraphPlan._result_array), at most RECYCLED per output: a fresh large array costs its
-# allocation, a page fault per page as it is filled and an unmap when it is freed.
+# Result arrays of at least this size are handed out again once nothing references them (GraphPlan._result_array), at most
+# RECYCLED per output: a fresh large array costs its allocation, a page fault per page as it is filled and an unmap when freed.
 RECYCLE_BYTES = 64 << 10
 RECYCLED = 2
-# Outputs the program itself copies into pinned host memory (shared by a model's plans), at most
-# this many bytes together; larger ones are downloaded after it through the staging ring, a
-# submission and a wait per staging.CHUNK_BYTES. Pinned memory grown past PLAN_IO_BYTES costs the
-# first run that needs it its allocation (32 MiB: 18 ms on the H100, a MiniLM 64 x 256 first run's
-# largest part after the run); staging costs every run of such a shape its extra submissions.
+# Outputs the program itself copies into pinned host memory (shared by a model's plans), at most this many bytes together;
+# larger ones are downloaded after it through the staging ring, a submission and a wait per staging.CHUNK_BYTES. Pinned
+# memory grown past PLAN_IO_BYTES costs the first run that needs it its allocation (32 MiB: 18 ms on the H100, a MiniLM
+# 64 x 256 first run's largest part after the run); staging costs every run of such a shape its extra submissions.
 PROGRAM_OUT_BYTES = 32 << 20
 _FREE_REFS = 3  # sys.getrefcount of a kept array nothing else holds: the list, the loop name, the argument
 
@@ -62,7 +61,6 @@ _FREE_REFS = 3  # sys.getrefcount of a kept array nothing else holds: the list, 
 class _PlanSteps:
     """The plan's part of a device step (fusions.StepExecutor): record a node, a chain's profile
     scope, keep a chain's outputs, drop an unfused chain's intermediate."""
-
     node: Callable[[int], None]
     scoped: Callable[[Any], Any]
     chain_done: Callable[[Any, list[Any]], None]
@@ -82,9 +80,8 @@ class GraphPlan:
         reuse = StepReuse(rep, frozenset(feeds)) if tracing else None  # step_reuse.py
         ctx = PlanContext(rep, reuse.lineage if reuse is not None else None)
         env: dict[str, Any] = {}
-        # Every input in one buffer (16-byte aligned parts), written once per run: host inputs
-        # first (the program's own upload covers them), then the Tensors fed on the device,
-        # copied in on the device before the program runs.
+        # Every input in one buffer (16-byte aligned parts), written once per run: host inputs first (the
+        # program's own upload covers them), then the Tensors fed on the device, copied in before the program.
         self.inputs: list[tuple[str, int, int]] = []  # host inputs: name, byte offset, byte size
         self.device_inputs: list[tuple[str, kdml.Tensor]] = []  # device inputs: name, their part
         descs = []
@@ -201,8 +198,7 @@ class GraphPlan:
             self._inputs_written = True
             if host_total:
                 rec.scope = "inputs"
-                rec.copy_in(self._in[:host_total],
-                            kdml.Tensor(self._input_buffer, kdml.TensorDesc(kdml.DataType.UINT8, (host_total,))))
+                rec.copy_in(self._in[:host_total], kdml.Tensor(self._input_buffer, kdml.TensorDesc(kdml.DataType.UINT8, (host_total,))))
             flushed_at = time.perf_counter()
             if reuse is not None:
                 reuse.begin(ctx, rec, env, lookup)
@@ -247,6 +243,7 @@ class GraphPlan:
         # checked from where the flushes' checks stopped: a decoder step's plan checks only its tail)
         missing = rep.device.policy.prepare_siblings and not rec.pipelines_made()
         self.program = rec.compile()
+        self._device_program: Any = None  # the program less its copies into host memory (run(on_device=True))
         ctx.share_buffers()
         keep_traces(traces, made, rep.state.trace_capacity)
         if reuse is not None:
@@ -269,17 +266,16 @@ class GraphPlan:
         self.plan_seconds = time.perf_counter() - t0
 
     def start_siblings(self) -> None:
-        """Queue the pipelines other input shapes may take (siblings.py) on their background
-        thread, once: after the plan's first run has waited for the device."""
+        """Queue the pipelines other input shapes may take (siblings.py) on their thread, once: after the first run's wait."""
         ops, self._sibling_ops = self._sibling_ops, None
         if ops is not None:
             self.siblings_prepared = prepare_siblings(self._device, self.program, ops)
 
     def _io_copies(self, rep: BackendRep, rec: Any) -> None:
-        """The program's own transfers, so a run is one submission and one wait (a separate
-        upload and download each cost a submission and a fence wait: ~0.1 ms per run on an
-        H100 host): the inputs from host memory into the input buffer first (recorded at
-        the start of the capture), the packed device outputs into host memory last."""
+        """The program's own transfers, so a run is one submission and one wait (a separate upload and
+        download each cost a submission and a fence wait: ~0.1 ms per run on an H100 host): the inputs from
+        host memory into the input buffer first (recorded at the start of the capture), the packed device
+        outputs into host memory last (the last executions: run(on_device=True) leaves them out)."""
         self._out_at: dict[int, int] = {}  # output index -> byte offset in the output host memory
         self._staged: set[int] = set()  # packed outputs past PROGRAM_OUT_BYTES: downloaded after the program
         self._kept: dict[int, list[np.ndarray]] = {}  # output index -> result arrays handed out
@@ -327,8 +323,13 @@ class GraphPlan:
         early = (None if on_device or out is not None
                  else early_copies(self.outputs, self._out_at, self._out, self._result_array))
         on_dev = None
+        # outputs left on the device: the program less its copies into host memory (GPT-2 small's
+        # prompt at batch 8 spent 333 of its 1,403 device us in them, H100 device call 179)
+        program = self.program
+        if on_device and self._out_at and not program.head_pending:
+            program = self._device_program = self._device_program or program.without_tail(len(self._out_at))
         try:  # on_device: the outputs' copies queued behind the program, the host waits once
-            running = self.program.run(wait=not on_device, copies=early[1] if early else None)
+            running = program.run(wait=not on_device, copies=early[1] if early else None)
             if on_device:
                 on_dev = device_results([v for _name, v in self.outputs], self._device)
                 running.wait()  # (done by now; raises a failed device check)
@@ -377,8 +378,8 @@ class GraphPlan:
         return results
 
     def _result_array(self, k: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        """A new array for output k: one this plan returned before that nothing references any
-        more (the caller dropped it, views included: a view holds its base), else a fresh one."""
+        """A new array for output k: one this plan returned before that nothing references any more
+        (the caller dropped it, views included: a view holds its base), else a fresh one."""
         kept = self._kept.setdefault(k, [])
         for arr in kept:
             if sys.getrefcount(arr) == _FREE_REFS:
