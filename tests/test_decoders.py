@@ -250,3 +250,27 @@ def test_static_cache_capacity_and_inputs_are_checked():
     assert rep.last_run is None or not rep.last_run.planned  # nothing ran
     gen = generation.greedy(rep, prompt, 4, capacity=8)  # the least capacity: every padding row used
     assert gen.tokens == decoders.torch_greedy(dec, prompt, 4)[0]
+
+
+def test_first_pasts_are_zeros_kept_on_the_device(monkeypatch):
+    """A static cache's first step feeds every layer's past from one Tensor of zeros per shape and
+    type, made at the first generation and fed again by the next (generation._zeros: no upload of
+    host zeros per prompt), at most ZERO_PASTS of them; the tokens are those of host zeros."""
+    from kompute_dml.onnx_backend import generation
+
+    dec = decoders.build("gpt2", "tiny")
+    rep = Backend.prepare(str(dec.path), "CPU")
+    prompt = np.random.default_rng(3).integers(1, decoders.VOCAB, (2, 9))
+    first = generation.greedy(rep, prompt, 4, capacity=128).tokens
+    (key, zeros), = rep.state.zero_pasts.items()
+    assert key[0][0] == 2 and key[0][2] == 128 - generation.CAPACITY_ROWS and isinstance(zeros, kdml.Tensor)
+    assert generation.greedy(rep, prompt, 4, capacity=128).tokens == first
+    assert next(iter(rep.state.zero_pasts.values())) is zeros and not zeros.numpy().any()
+    # the same tokens from host zeros (the uncached form)
+    monkeypatch.setattr(generation, "_zeros", lambda _rep, shape, dtype: np.zeros(shape, dtype))
+    assert generation.greedy(rep, prompt, 4, capacity=128).tokens == first
+    monkeypatch.undo()
+    monkeypatch.setattr(generation, "ZERO_PASTS", 2)
+    for cap in (192, 256, 320):
+        generation.greedy(rep, prompt, 2, capacity=cap)
+    assert len(rep.state.zero_pasts) == 2

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 # The static cache's capacity is the prompt plus the new tokens rounded up to this many rows, so
 # generations of nearby lengths share the step's plan (the masked rows cost attention work only)
 CAPACITY_ROWS = 64
+ZERO_PASTS = 8  # the first pasts' zeros kept on the device, one per shape and type (_zeros)
 
 
 @dataclass(frozen=True)
@@ -221,10 +222,25 @@ class _Setup:
                    None if eos is None else int(eos), prompt, pm, capacity - length if static else 0, retry)
 
 
+def _zeros(rep: BackendRep, shape: tuple[int, ...], dtype: Any) -> Any:
+    """The first step's past (`shape`: its padding rows): zeros on the device, made once per shape and
+    type and fed to every layer's past (the model only reads them), or an empty host array (no rows).
+    Uploaded as host zeros, GPT-2 small's 8 pasts at batch 8 were 4.2 MB of every prompt's inputs."""
+    if 0 in shape:
+        return np.zeros(shape, dtype)
+    cache, key = rep.state.zero_pasts, (shape, np.dtype(dtype).str)
+    t = cache.get(key)
+    if t is None:
+        if len(cache) >= ZERO_PASTS:
+            cache.pop(next(iter(cache)))
+        t = cache[key] = rep.device.tensor(np.zeros(shape, dtype))
+    return t
+
+
 def _steps(s: _Setup) -> Iterator[tuple[np.ndarray, Generation]]:
     """The loop: each step's new tokens and the generation so far."""
     m, rep, batch = s.model, s.rep, s.prompt.shape[0]
-    past: list[Any] = [np.zeros((batch, h, s.pad, d), dt) for (h, d), dt in zip(m.rows, m.dtypes)]
+    past: list[Any] = [_zeros(rep, (batch, h, s.pad, d), dt) for (h, d), dt in zip(m.rows, m.dtypes)]
     # the mask over the past and this step's rows; the padding is a left block of zeros per row
     ids, mask = s.prompt.astype(np.int64), np.concatenate([np.zeros((batch, s.pad), np.int64), s.pm], axis=1)
     positions, tokens = np.maximum(np.cumsum(s.pm, axis=1) - 1, 0), s.pm.sum(axis=1, keepdims=True)

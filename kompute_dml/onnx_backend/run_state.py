@@ -67,3 +67,4 @@ class RunState:
     plan_parent: dict[frozenset[str], Any] = field(default_factory=dict)
     step_reuse: bool = True  # False: plans repeat no steps
     step_names: dict[int, Any] = field(default_factory=dict)  # per step's node: the names it reads, writes
+    zero_pasts: dict[tuple[Any, ...], kdml.Tensor] = field(default_factory=dict)  # generation.py's first pasts
