@@ -70,5 +70,7 @@ if [ "$part" = 6 ] || [ "$part" = all ]; then
     run bench_activation 120 "$py" -m benchmarks.bench_activation --rounds 5
     run bench_gemm_blocks 150 "$py" -m benchmarks.bench_gemm --blocks --rounds 3
     run gemm_steps 120 "$py" -m benchmarks.gemm_steps --rounds 3
+    run prompt_profile 50 "$py" -m benchmarks.prompt_profile --decoder gpt2 --batch 8
+    run prompt_profile_host_pasts 50 "$py" -m benchmarks.prompt_profile --decoder gpt2 --batch 8 --host-pasts
     run bench_small_layers 90 "$py" -m benchmarks.bench_small_layers --rounds 5 --n 20
 fi
