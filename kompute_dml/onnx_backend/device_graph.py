@@ -323,8 +323,8 @@ class GraphPlan:
         early = (None if on_device or out is not None
                  else early_copies(self.outputs, self._out_at, self._out, self._result_array))
         on_dev = None
-        # outputs left on the device: the program less its copies into host memory (GPT-2 small's
-        # prompt at batch 8 spent 333 of its 1,403 device us in them, H100 device call 179)
+        # outputs left on the device: the program less its copies into host memory (16.6 MB at GPT-2
+        # small's prompt step at batch 8: benchmarks/prompt_profile.py lists the step's dispatches)
         program = self.program
         if on_device and self._out_at and not program.head_pending:
             program = self._device_program = self._device_program or program.without_tail(len(self._out_at))
