@@ -274,8 +274,8 @@ class RecordedProgram:
         """The same program less its last `n` executions (the ONNX backend's copies of the outputs
         into host memory, which a run that leaves them on the device does not need): another
         program over the same buffers, its own kp sequence recorded at its first run."""
-        if not 0 <= n <= len(self._work):
-            raise ValueError(f"n: 0 .. {len(self._work)} executions, got {n}")
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= len(self._work):
+            raise InvalidArgumentError(f"n: an integer 0 .. {len(self._work)} (executions), got {n!r}")
         end = len(self._work) - n
         return RecordedProgram(self.device, self._keys[:end], self._work[:end], self._labels[:end],
                                self.dispatch_count - n, None, self._checks)
