@@ -25,6 +25,7 @@ and yields each step's tokens as they come; `eos` ends rows, and the generation 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 # generations of nearby lengths share the step's plan (the masked rows cost attention work only)
 CAPACITY_ROWS = 64
 ZERO_PASTS = 8  # the first pasts' zeros kept on the device, one per shape and type (_zeros)
+_ZERO_LOCK = threading.Lock()  # generations of one model from several threads share its zeros
 
 
 @dataclass(frozen=True)
@@ -229,11 +231,12 @@ def _zeros(rep: BackendRep, shape: tuple[int, ...], dtype: Any) -> Any:
     if 0 in shape:
         return np.zeros(shape, dtype)
     cache, key = rep.state.zero_pasts, (shape, np.dtype(dtype).str)
-    t = cache.get(key)
-    if t is None:
-        if len(cache) >= ZERO_PASTS:
-            cache.pop(next(iter(cache)))
-        t = cache[key] = rep.device.tensor(np.zeros(shape, dtype))
+    with _ZERO_LOCK:
+        t = cache.get(key)
+        if t is None:
+            if len(cache) >= ZERO_PASTS:
+                cache.pop(next(iter(cache)))
+            t = cache[key] = rep.device.tensor(np.zeros(shape, dtype))
     return t
 
 
