@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import collections
-import time
 
 import numpy as np
 
 from kompute_dml.bench import decoders, gpu_clock
-from kompute_dml.bench.timing import median
+from kompute_dml.bench.timing import median, series
 from kompute_dml.onnx_backend import Backend, generation
 
 
@@ -49,11 +48,7 @@ def main() -> None:
 
     step()
     gpu_clock.hold(step, 1.0)
-    walls = []
-    for _ in range(20):
-        t0 = time.perf_counter()
-        step()
-        walls.append(time.perf_counter() - t0)
+    walls = series(step, 20)
     with rep.device.profile() as p:
         rep.run(feeds, device_outputs=True)
     by: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
