@@ -113,7 +113,8 @@ def main() -> None:
                   + ("  [the kernel's bits]" if same[f"a{n}"] else ""))
         for variant in also:
             t = med[f"also {variant}"]
-            print(f"  also {variant}: {t * 1e6:9.1f} us  x{med['kernel'] / t:.2f}")
+            print(f"  also {variant}: {t * 1e6:9.1f} us  x{med['kernel'] / t:.2f}"
+                  + ("  [the kernel's bits]" if same[f"also {variant}"] else ""))
         if "default" in ops:
             t = med["default"]
             print(f"  default ({ops['default'].plans[0].variant}): {t * 1e6:9.1f} us  x{med['kernel'] / t:.2f}"

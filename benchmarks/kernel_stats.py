@@ -5,6 +5,8 @@ alternative tile configurations, so occupancy is read rather than guessed.
 
     python -m benchmarks.kernel_stats [--shapes 8192x8192x8192,4096x4096x4096] [--alternatives]
         [--configs 128x128x64/64x64,...] [--include DIR]
+    python -m benchmarks.kernel_stats --shapes "" --overlay benchmarks/out/spirv_attention \
+        --variants mha_f32_blocked64:256:112:13,mha_f32_blocked64x3:256:112:13
 
 Builds the C++ tool with g++ (-lvulkan; Vulkan headers with VK_KHR_cooperative_matrix, e.g. the
 GPU bundle's), then per case compiles the operator through kompute_dml (the variant and
@@ -56,11 +58,11 @@ def desc_for(m: int, k: int, n: int, b_colmajor: bool) -> kdml.MatrixMultiplyInt
         f(D.FLOAT32, (1, 1)), None, None, f(D.FLOAT32, (m, n)))
 
 
-def stats(tool: Path, variant: str, push_words: int, spec: tuple[int, ...]) -> dict[str, str]:
+def stats(tool: Path, variant: str, push_words: int, spec: tuple[int, ...], bindings: int = 8) -> dict[str, str]:
     with tempfile.NamedTemporaryFile(suffix=".spv") as f:
         f.write(load_spirv(variant))
         f.flush()
-        args = [str(tool), f.name, str(4 * push_words), "8", *(f"{i}={v}" for i, v in enumerate(spec))]
+        args = [str(tool), f.name, str(4 * push_words), str(bindings), *(f"{i}={v}" for i, v in enumerate(spec))]
         res = subprocess.run(args, capture_output=True, text=True)
     if res.returncode:
         return {"error": (res.stdout + res.stderr).strip().splitlines()[-1]}
@@ -97,6 +99,9 @@ def main() -> int:
     ap.add_argument("--configs", help="also these tiles (coop_ksplit.py's BMxBNxBK/WMxWN[/kS][/s2][/t], "
                     "comma-separated; largest shape)")
     ap.add_argument("--include", help="Vulkan headers for the C++ tool (-I)")
+    ap.add_argument("--variants", default="", help="also these variants (no specialization constants), comma-separated "
+                    "NAME:INVOCATIONS:PUSH_BYTES:BINDINGS")
+    ap.add_argument("--overlay", action="append", default=[], help="a folder of overlay SPIR-V (benchmarks/out/...)")
     ap.add_argument("--sm-regs", type=int, default=65536)
     ap.add_argument("--sm-shared", type=int, default=228 * 1024)
     ap.add_argument("--sm-warps", type=int, default=64)
@@ -104,7 +109,11 @@ def main() -> int:
     tool = build_tool(args.include)
     dev = kdml.Device()
     print(f"device: {dev.name}; matmul family: {dev.policy.matmul_family}")
-    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    from kompute_dml.runtime import shaders
+
+    for folder in args.overlay:
+        shaders.add_overlay(Path(folder))
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
     cases = []
     for m, k, n in shapes:
         for colmajor in (True, False):
@@ -135,6 +144,14 @@ def main() -> int:
             print(f"    {key} = {val}")
         if wg and "error" not in st:
             print(f"    => {per_sm(st, wg, args)}")
+    for text in filter(None, args.variants.split(",")):
+        name, wg, push, binds = text.split(":")
+        st = stats(tool, name, int(push) // 4, (), int(binds))
+        print(f"\n{name}:")
+        for key, val in st.items():
+            print(f"    {key} = {val}")
+        if "error" not in st:
+            print(f"    => {per_sm(st, int(wg), args)}")
     return 0
 
 

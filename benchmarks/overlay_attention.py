@@ -53,7 +53,15 @@ MHA_BLOCKED_ABLATION = contract.family(
     "mha_blocked_ablation", "attention.comp", "mha_f32_blocked64a{part}", contract.MHA_PUSH,
     contract.MHA_BLOCKED[64].local_size, part=tuple(BLOCKED_ABLATIONS),  # (key tiles and head sizes of 64)
     defines=lambda part: {"BITS": 32, "KERNEL": 6, "BQ": 64, "BK": 64, "DMAX": 64, "ABL": BLOCKED_ABLATIONS[int(part)]})
-FAMILIES = (MHA_ABLATION, MHA_HALF_EXPERIMENT, MHA_BLOCKED_ABLATION)
+# the blocked kernel's structure: x1 key / value tiles loaded where stored (NOPF), x2 the tile maxima by
+# subgroup shuffles (SGMAX), x3 both
+BLOCKED_EXPERIMENTS = {1: (1, 0), 2: (0, 1), 3: (1, 1)}
+MHA_BLOCKED_EXPERIMENT = contract.family(
+    "mha_blocked_experiment", "attention.comp", "mha_f32_blocked64x{part}", contract.MHA_PUSH,
+    contract.MHA_BLOCKED[64].local_size, part=tuple(BLOCKED_EXPERIMENTS),
+    defines=lambda part: {"BITS": 32, "KERNEL": 6, "BQ": 64, "BK": 64, "DMAX": 64,
+                          "NOPF": BLOCKED_EXPERIMENTS[int(part)][0], "SGMAX": BLOCKED_EXPERIMENTS[int(part)][1]})
+FAMILIES = (MHA_ABLATION, MHA_HALF_EXPERIMENT, MHA_BLOCKED_ABLATION, MHA_BLOCKED_EXPERIMENT)
 
 
 @functools.cache

@@ -51,6 +51,16 @@
 #ifndef ABL  // benchmarks/overlay_attention.py's ablations of the tensor-core kernel (0: none)
 #define ABL 0
 #endif
+#ifndef NOPF  // the blocked kernel: key / value tiles loaded where stored (no register prefetch a phase ahead)
+#define NOPF 0
+#endif
+#ifndef SGMAX  // the blocked kernel: a row's tile maximum over its invocations by subgroup shuffles
+#define SGMAX 0
+#endif
+#if KERNEL == 6 && SGMAX
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
 #ifndef HALFP  // the tensor-core kernel's weights as one float16 each, exp by the device (allow_half_precision)
 #define HALFP 0
 #endif
@@ -994,15 +1004,22 @@ void main() {
     // keys inside the sequence and every one of the invocation's rows' causal limits, the rows inside seq)
     bool simple = pc.mask_type == 0u && !has(F_RB) && ir + 3u < pc.seq;
     float xk[NL], xv[NL];
+#if !NOPF
     if (kend > 0u) LOAD_ROWS(xk, 0u, kin, k_buf, kbase, kstep, pk_buf, pkbase, pkstep, kbias)
+#endif
     for (uint j0 = 0u; j0 < kend; j0 += uint(BK)) {
         barrier();  // the previous tile's values and weights are done with (first: the query block is written)
+#if NOPF
+        LOAD_ROWS(xk, j0, kin, k_buf, kbase, kstep, pk_buf, pkbase, pkstep, kbias)
+#endif
         [[unroll]] for (uint n = 0u; n < NL; ++n) {  // the key tile, transposed (key groups swizzled)
             uint c = lc + n * RP;
             kv[ld * K4 + ((c >> 2u) ^ (ld & 7u))][c & 3u] = xk[n];
         }
         barrier();
+#if !NOPF
         LOAD_ROWS(xv, j0, vin, v_buf, vbase, vstep, pv_buf, pvbase, pvstep, vbias)
+#endif
         precise float s[16];  // rows a, keys c: s[4 a + c]
         [[unroll]] for (uint n = 0u; n < 16u; ++n) s[n] = 0.0;
         [[dont_unroll]] for (uint d0 = 0u; d0 < uint(DMAX); d0 += 4u) {
@@ -1041,11 +1058,17 @@ void main() {
                 }
             }
         }
+#if SGMAX  // (the NC invocations of a row group are consecutive lanes of one subgroup)
+        for (uint x = 1u; x < NC; x <<= 1u) pm = max(pm, subgroupShuffleXor(pm, x));
+        vec4 mt = max(vec4(m[0], m[1], m[2], m[3]), pm);
+        barrier();  // every key read: the weights and values take their places
+#else
         pt[rslot(tc, tr)] = pm;
         barrier();
         vec4 mt = vec4(m[0], m[1], m[2], m[3]);
         for (uint k = 0u; k < NC; ++k) mt = max(mt, pt[rslot(k, tr)]);
         barrier();  // every partial read, every key read: the weights and values take their places
+#endif
         [[unroll]] for (uint a = 0u; a < 4u; ++a) {
             float alpha = (m[a] == NEG_INF) ? 0.0 : kdml_exp_le0(m[a] - mt[a]);
             precise float ts = 0.0;
@@ -1065,8 +1088,13 @@ void main() {
             [[unroll]] for (uint e = 0u; e < 4u; ++e) o[a * 4u + e] = o[a * 4u + e] * alpha;
         }
         [[unroll]] for (uint c = 0u; c < 4u; ++c) pt[pslot(tc * 4u + c, tr)] = vec4(s[c], s[4u + c], s[8u + c], s[12u + c]);
+#if NOPF
+        LOAD_ROWS(xv, j0, vin, v_buf, vbase, vstep, pv_buf, pvbase, pvstep, vbias)
+#endif
         [[unroll]] for (uint n = 0u; n < NL; ++n) kv[(lc + n * RP) * D4 + (ld >> 2u)][ld & 3u] = xv[n];  // the value tile
+#if !NOPF
         if (j0 + uint(BK) < kend) LOAD_ROWS(xk, j0 + uint(BK), kin, k_buf, kbase, kstep, pk_buf, pkbase, pkstep, kbias)
+#endif
         barrier();
         [[dont_unroll]] for (uint c0 = 0u; c0 < uint(BK); c0 += 4u) {
             [[unroll]] for (uint x = 0u; x < 4u; ++x) {

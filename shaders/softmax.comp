@@ -34,6 +34,8 @@
 // the flags, so it takes DIMS = 6 merged dimensions instead of 8.
 
 #extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 #include "f16_bits.glsl"
 #include "gelu_math.glsl"
@@ -89,18 +91,38 @@ shared float red[256];
 
 float max_nan(float a, float b) { return (kdml_is_nan(b) || b > a) ? b : a; }
 
-// the row's maximum / sum over its LANES invocations (every invocation of the group calls them): a
-// binary tree in shared memory, (i, i + w) for w = LANES / 2 .. 1. (Every lane reading the row's
-// LANES values after one barrier and adding them in registers measured 8-15% slower on the H100.)
+// The group's invocations numbered by their subgroups (SG: the softmax and log-softmax, where the
+// work group is whole subgroups; uniform), else by their local index: a row is LANES consecutive
+// numbers, so the levels of its tree below the subgroup size pair lanes of one subgroup.
+#define SG (MODE != 2 && gl_NumSubgroups * gl_SubgroupSize == 256u)
+uint inv_number() { return SG ? gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID : gl_LocalInvocationID.x; }
+
+// the row's maximum / sum over its LANES invocations (every invocation of the group calls them; t
+// its inv_number): a binary tree, (i, i + w) for w = LANES / 2 .. 1, its levels w >= the subgroup
+// size in shared memory (a barrier each), the others through subgroup shuffles (SG), the same
+// operations in the same order either way. (Every lane reading the row's LANES values after one
+// barrier and adding them in registers measured 8-15% slower on the H100.)
 #define ROW_REDUCE(NAME, OP)                                                \
-    float NAME(float v, uint lane) {                                        \
-        uint t = gl_LocalInvocationID.x;                                    \
+    float NAME(float v, uint lane, uint t) {                                \
+        uint sg = SG ? gl_SubgroupSize : 1u;                                \
+        if (uint(LANES) > sg) {                                             \
+            barrier();                                                      \
+            red[t] = v;                                                     \
+            for (uint s = uint(LANES) / 2u; s >= sg; s >>= 1) {             \
+                barrier();                                                  \
+                if (lane < s) red[t] = OP(red[t], red[t + s]);              \
+            }                                                               \
+            barrier();                                                      \
+            v = red[t];                                                     \
+        }                                                                   \
+        uint id = gl_SubgroupInvocationID;                                  \
+        for (uint s = min(uint(LANES), sg) / 2u; s > 0u; s >>= 1) {         \
+            float w = subgroupShuffle(v, min(id + s, gl_SubgroupSize - 1u)); \
+            if (lane < s) v = OP(v, w);                                     \
+        }                                                                   \
+        if (uint(LANES) <= sg) return subgroupShuffle(v, id - lane);        \
         barrier();                                                          \
         red[t] = v;                                                         \
-        for (uint s = uint(LANES) / 2u; s > 0u; s >>= 1) {                  \
-            barrier();                                                      \
-            if (lane < s) red[t] = OP(red[t], red[t + s]);                  \
-        }                                                                   \
         barrier();                                                          \
         return red[t - lane];                                               \
     }
@@ -243,8 +265,8 @@ void store(uint yb, uint k0, float v[EPT]) {
 }
 
 void main() {
-    uint lane = gl_LocalInvocationID.x % uint(LANES);
-    uint row = linear_group_id() * RPG + gl_LocalInvocationID.x / uint(LANES);
+    uint t = inv_number(), lane = t % uint(LANES);
+    uint row = linear_group_id() * RPG + t / uint(LANES);
     bool live = row < pc.rows;
     uint xb = pc.x_off, yb = pc.y_off, mb = 0u;
 #if EXT
@@ -287,7 +309,7 @@ void main() {
 #if MODE == 2
     uint first = row_argmax(best, best_i, lane);
 #else
-    m = row_max(m, lane);
+    m = row_max(m, lane, t);
     for (uint s = 0u; s < uint(K); ++s) {
         for (uint e = 0u; e < EPT; ++e) {
             uint k = (s * uint(LANES) + lane) * EPT + e;
@@ -302,7 +324,7 @@ void main() {
             }
         }
     }
-    float f = row_factor(row_sum(sum - comp, lane));
+    float f = row_factor(row_sum(sum - comp, lane, t));
 #endif
     if (live) {
         for (uint s = 0u; s < uint(K); ++s) {
@@ -334,7 +356,7 @@ void main() {
 #if MODE == 2
     uint first = row_argmax(best, best_i, lane);
 #else
-    m = row_max(m, lane);
+    m = row_max(m, lane, t);
     for (uint i = 0u; i < chunks; ++i) {
         for (uint e = 0u; e < EPT; ++e) {
             uint k = (i * uint(LANES) + lane) * EPT + e;
@@ -349,7 +371,7 @@ void main() {
             }
         }
     }
-    float f = row_factor(row_sum(sum - comp, lane));
+    float f = row_factor(row_sum(sum - comp, lane, t));
 #endif
     if (live) {
         for (uint i = 0u; i < chunks; ++i) {
