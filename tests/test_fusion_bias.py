@@ -93,3 +93,44 @@ def test_other_sums_run_node_by_node(rng, case):
         assert not rep.fusions.by_carrier
     else:
         assert "ran unfused" in " ".join(rep.last_run.events)
+
+
+def _scaled_model(scale, side, mul_side, dt=np.float32, rng=None):
+    """MatMul -> Add(bias) -> Mul(., scale): Whisper's query projection."""
+    model, w, bias = _model(dt, (2, 7, K), (M,), side, rng=rng)
+    g = model.graph
+    g.node[1].output[0] = "s"
+    g.node.append(N("Mul", ["s", "c"] if mul_side == 0 else ["c", "s"], ["y"]))
+    g.initializer.append(numpy_helper.from_array(np.array(scale, dt), "c"))
+    return model, w, bias
+
+
+@pytest.mark.parametrize("side,mul_side", [(0, 0), (1, 1)])
+@pytest.mark.parametrize("scale", [0.125, 4.0, 0.3])
+def test_product_bias_and_scale(rng, scale, side, mul_side):
+    """A power-of-two scale joins the GEMM (Alpha = Beta = scale) with the unfused bits; another
+    scale runs as its own Mul after the fused product and bias."""
+    model, w, bias = _scaled_model(scale, side, mul_side)
+    a = rng.standard_normal((2, 7, K)).astype(np.float32) * 3
+    a.reshape(-1)[:2] = (np.inf, -0.0)
+    rep = Backend.prepare(model, "CPU")
+    (y,) = rep.run({"a": a})
+    (want,) = Backend.prepare(model, "CPU", fuse=False).run({"a": a})
+    assert np.array_equal(_bits(y), _bits(want))
+    exact = scale != 0.3
+    assert rep.last_run.dispatches == (1 if exact else 2)
+    assert ("MatMul+Add+Mul x1 -> GEMM" in rep.summary()) == exact
+    with np.errstate(all="ignore"):
+        ref = (a.astype(np.float64) @ w.astype(np.float64) + bias.astype(np.float64)) * np.float32(scale)
+    finite = np.isfinite(ref)
+    np.testing.assert_allclose(y[finite], ref[finite], rtol=1e-5, atol=1e-5)
+
+
+def test_float16_product_bias_and_scale(rng):
+    model, w, bias = _scaled_model(0.125, 0, 0, np.float16)
+    a = rng.standard_normal((2, 7, K)).astype(np.float16)
+    rep = Backend.prepare(model, "CPU")
+    (y,) = rep.run({"a": a})
+    assert y.dtype == np.float16 and rep.last_run.dispatches == 1  # (rounded once, the unfused nodes twice)
+    ref = (a.astype(np.float64) @ w.astype(np.float64) + bias.astype(np.float64)) / 8
+    np.testing.assert_allclose(y.astype(np.float64), ref, rtol=2e-3, atol=3e-3)

@@ -10,7 +10,14 @@ biases where it has them), on DML_GEMM with the bias as C (beta 1) broadcast to 
 
 GEMM adds C to the float32 accumulator once, as the unfused Add adds it to the rounded product, so
 float32 results are the unfused bits wherever the product's own summation order is the same
-(`tests/test_fusion_bias.py` compares them); a float16 product is rounded once instead of twice."""
+(`tests/test_fusion_bias.py` compares them); a float16 product is rounded once instead of twice.
+
+MatMul -> Add(bias) -> Mul(., c), Whisper's query projection times head_size^-1/2 (c = 1/8 at 64):
+the same GEMM with Alpha = Beta = c, where c is a constant of one float element that is a power of
+two with a normal reciprocal (fusion_scale.exact_reciprocal): c S and c bias are exact, so the one
+rounding of c S + c bias is c times the rounding of S + bias, the unfused bits (but where the
+scaled result is subnormal or overflows, which no encoder's projection reaches). Other scales
+leave the Mul to run by itself after the fused MatMul -> Add."""
 
 from __future__ import annotations
 
@@ -22,7 +29,8 @@ import onnx
 
 import kompute_dml as kdml
 
-from .graph import other_input
+from .fusion_scale import exact_reciprocal
+from .graph import constant_float, other_input
 from .half_precision import use_half
 from .handlers_values import as_device
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
@@ -47,8 +55,31 @@ def check_matmul_bias(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     return ""
 
 
+def check_matmul_bias_scale(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
+    """Why the chain is not a product, its bias and an exact scale ("" where it is)."""
+    why = check_matmul_bias(rep, nodes[:2])
+    if why:
+        return why
+    name = other_input(nodes[2], nodes[1].output[0])
+    c = constant_float(rep, name)
+    if c is None or rep.constant_host(name).dtype not in _FLOAT_OUT:
+        return f"Mul's operand {name!r} is not a constant float32 / float16 of one element"
+    if exact_reciprocal(c) is None:
+        return f"a scale of {c!r} (no power of two with a normal reciprocal: the fused rounding would differ)"
+    return ""
+
+
+def run_matmul_bias_scale(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
+                          stats: RunStats) -> list[Any]:
+    c_v = lookup(other_input(nodes[2], nodes[1].output[0]))
+    if _value_dtype(c_v) not in _FLOAT_OUT or len(_value_shape(c_v)) > len(_value_shape(lookup(nodes[0].input[0]))):
+        raise FallbackNeeded(f"a scale of {_value_dtype(c_v)} {_value_shape(c_v)}")
+    c = float(np.asarray(ctx.host(c_v, stats)).reshape(-1)[0])
+    return run_matmul_bias(ctx, nodes[:2], lookup, stats, scale=c)
+
+
 def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
-                    stats: RunStats) -> list[Any]:
+                    stats: RunStats, scale: float = 1.0) -> list[Any]:
     mm = nodes[0]
     a_v, b_v = lookup(mm.input[0]), lookup(mm.input[1])
     bias_name = other_input(nodes[1], mm.output[0])
@@ -63,11 +94,13 @@ def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Calla
     if tuple(np.broadcast_shapes(shape, sc)) != shape:
         raise FallbackNeeded(f"a bias {sc} that broadcasts the product {shape}")
     a, b, c = (as_device(ctx, v, stats, n).tensor for v, n in ((a_v, mm.input[0]), (b_v, mm.input[1]), (c_v, bias_name)))
-    y = kdml.gemm(a, b, c, out=ctx.out_tensor(shape, dt), device=ctx.device)
+    y = kdml.gemm(a, b, c, alpha=scale, beta=scale, out=ctx.out_tensor(shape, dt), device=ctx.device)
     return [DeviceValue(y, shape, dt)]
 
 
 def matmul_bias_patterns(pattern: Callable[..., Any]) -> list[Any]:
-    """The product on either side of the Add."""
-    return [pattern("MatMul+Add", ("MatMul", "Add"), ((0, 1, k),), "GEMM", check_matmul_bias, run_matmul_bias)
-            for k in (0, 1)]
+    """The product on either side of the Add, then (first) the sum on either side of a Mul."""
+    return [*(pattern("MatMul+Add+Mul", ("MatMul", "Add", "Mul"), ((0, 1, k), (1, 2, j)), "GEMM", check_matmul_bias_scale,
+                      run_matmul_bias_scale) for k in (0, 1) for j in (0, 1)),
+            *(pattern("MatMul+Add", ("MatMul", "Add"), ((0, 1, k),), "GEMM", check_matmul_bias, run_matmul_bias)
+              for k in (0, 1))]
