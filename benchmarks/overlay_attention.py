@@ -61,13 +61,7 @@ MHA_BLOCKED_EXPERIMENT = contract.family(
     contract.MHA_BLOCKED[64].local_size, part=tuple(BLOCKED_EXPERIMENTS),
     defines=lambda part: {"BITS": 32, "KERNEL": 6, "BQ": 64, "BK": 64, "DMAX": 64,
                           "NOPF": BLOCKED_EXPERIMENTS[int(part)][0], "SGMAX": BLOCKED_EXPERIMENTS[int(part)][1]})
-# KERNEL 7: the blocked kernel's tiles with 8 x 8 ("w", CG 2) or 8 x 4 ("n", CG 1) register blocks
-MHA_WIDE = {(bq, cg): contract.family(
-    f"mha_wide_experiment{bq}{cg}", "attention.comp", f"mha_{{t}}_blocked{bq}{'w' if cg == 2 else 'n'}", contract.MHA_PUSH,
-    (bq // 8 * 64 // (4 * cg), 1, 1), t=("f32", "f16"),
-    defines=lambda t, bq=bq, cg=cg: {"BITS": 32 if t == "f32" else 16, "KERNEL": 7, "BQ": bq, "BK": 64, "DMAX": 64, "CG": cg})
-    for bq in (64, 32) for cg in (2, 1)}
-FAMILIES = (MHA_ABLATION, MHA_HALF_EXPERIMENT, MHA_BLOCKED_ABLATION, MHA_BLOCKED_EXPERIMENT, *MHA_WIDE.values())
+FAMILIES = (MHA_ABLATION, MHA_HALF_EXPERIMENT, MHA_BLOCKED_ABLATION, MHA_BLOCKED_EXPERIMENT)
 
 
 @functools.cache

@@ -74,11 +74,6 @@ layout(constant_id = 1) const uint SG = 32;   // subgroup size (BK, keys per til
 layout(local_size_x = 64) in;
 #elif KERNEL == 6
 layout(local_size_x = BQ / 4 * BK / 4) in;
-#elif KERNEL == 7
-#ifndef CG  // KERNEL 7's column groups per invocation (2: 8 x 8 register blocks, 1: 8 x 4)
-#define CG 2
-#endif
-layout(local_size_x = BQ / 8 * BK / (4 * CG)) in;
 #else
 layout(local_size_x = 256) in;
 #endif
@@ -151,7 +146,7 @@ void load_geometry() {  // in uniform control flow: it ends with a barrier
     for (uint w = gl_LocalInvocationID.x; w < 60u; w += gl_WorkGroupSize.x) geo[w] = g[w];
     barrier();
 }
-#elif KERNEL == 6 || KERNEL == 7
+#elif KERNEL == 6
 #define geo g  // read where used (cached): the shared memory is the tiles'
 #else
 uint geo[60];
@@ -902,7 +897,7 @@ void main() {
     store_out(e0, e1, row_bad ? QNAN : num[0] * inv, row_bad ? QNAN : num[EPT - 1u] * inv, two);
 }
 
-#elif KERNEL == 6 || KERNEL == 7
+#elif KERNEL == 6
 // ---- register blocks ------------------------------------------------------------------------
 // The tiled kernel's arithmetic (each dot product over d in order, online softmax per tile, the
 // value sum over the keys in order), as a blocked matrix product: invocation (tr, tc) owns query
@@ -917,15 +912,10 @@ void main() {
 // values during the scores' products, the next keys during the values' products. Head dimensions
 // past dqk / dv are zeros (their products add nothing); rows past seq store nothing. The geometry
 // is read from its buffer (the shared memory is the tiles': 48 KiB at 64 rows).
-#if KERNEL == 6
 const uint NC = uint(BK) / 4u;           // key (and head-dimension) groups per row group
 const uint NT = uint(BQ) / 4u * NC;      // invocations
-#else
-const uint NC = uint(BK) / (4u * uint(CG));  // invocations per pair of row groups (KERNEL 7)
-const uint NT = uint(BQ) / 8u * NC;
-#endif
 const uint Q4 = uint(BQ) / 4u, K4 = uint(BK) / 4u, D4 = uint(DMAX) / 4u;
-const uint RP = max(NT / uint(DMAX), 1u);  // rows per pass of the tiles' loads (KERNEL 7 at 32 rows: W_TILE)
+const uint RP = NT / uint(DMAX);         // rows per pass of the tiles' loads
 const uint NL = uint(BK) / RP;           // an invocation's loads per tile
 shared vec4 qt[DMAX * Q4];               // [d][row group ^ (d % 8)]
 shared vec4 kv[DMAX * K4];               // [d][key group ^ (d % 8)], then [key][d]
@@ -962,7 +952,6 @@ uint rslot(uint k, uint g) { return k * Q4 + (g ^ (k % Q4)); }          // key g
         }                                                                                         \
     }
 
-#if KERNEL == 6
 void main() {
     uint gid = linear_group_id();
     if (gid >= pc.batch * pc.heads * pc.blocks) return;  // the whole group (uniform)
@@ -1142,207 +1131,6 @@ void main() {
         }
     }
 }
-#else
-// KERNEL 7 (mha_blocked{64,32}w): KERNEL 6's tiles (BK = DMAX = 64, the same shared memory) with 8 x 8
-// register blocks: invocation (tr, tc) of BQ owns query rows 4 tr + a and BQ / 2 + 4 tr + a (row groups
-// tr and tr + BQ / 8) and, per tile, keys and head dimensions 4 tc + c and 32 + 4 tc + c (groups tc and tc + 8),
-// so each shared-memory read of 4 words feeds 32 fused multiply-adds, not 16 (the H100 spends KERNEL 6's
-// time on its shared-memory reads: `benchmarks.attention_ablation --kernel blocked`). The same arithmetic
-// per score and per accumulator (each dot product over d in order, the values over the keys in order);
-// a row's partial sums over 8 keys per tile and 8 invocations (KERNEL 6: 4 and 16). Tiles are loaded
-// where they are stored (4096 / BQ elements per invocation: no registers for a prefetch).
-// Register indices: row r (0..7: row group tr + 8 (r / 4), row r % 4 of it), column c (0..7 likewise).
-const uint CW = 4u * uint(CG);  // columns (keys, head dimensions) per invocation: 8 (CG 2) or 4 (CG 1)
-const uint HQ = uint(BQ) / 8u;  // the second row group's offset, in groups of 4 rows (8 at 64 rows)
-// fewer invocations than head dimensions (32 rows: lavapipe's 32 KiB): tile element e = t + NT n is key
-// / value row c = e / DMAX, dimension d = e % DMAX, each read through key_at / value_at
-#define W_TILE(VALUE, DST)                                                                          \
-    for (uint e = t; e < uint(BK * DMAX); e += NT) {                                                \
-        uint c = e / uint(DMAX), d = e % uint(DMAX), j = j0 + c;                                    \
-        bool in_ = j < kend && d < (VALUE ? pc.dv : pc.dqk);                                        \
-        DST = !in_ ? 0.0 : VALUE ? value_at(b, hk, j, pb, d) : key_at(b, hk, j, pb, d);             \
-    }
-
-uint w_at(uint g, uint r, uint half_) { return (r >> 2u) * half_ * 4u + g * 4u + (r & 3u); }  // row / column r of group g
-
-void main() {
-    uint gid = linear_group_id();
-    if (gid >= pc.batch * pc.heads * pc.blocks) return;  // the whole group (uniform)
-    uint qb = gid % pc.blocks, bh = gid / pc.blocks;
-    uint h = bh % pc.heads, b = bh / pc.heads, hk = h / pc.group;
-    uint t = gl_LocalInvocationID.x, tr = t / NC, tc = t % NC;
-    uint i0 = qb * uint(BQ);
-    uint pb = past_len(b), total = key_rows(pb);
-    uint last_row = min(i0 + uint(BQ), pc.seq) - 1u;
-    uint kend = uint(clamp(causal_last(total, last_row) + 1, 0, int(total)));  // keys the block reads
-    uint ld = t % uint(DMAX), lc = t / uint(DMAX);
-    bool kin = ld < pc.dqk, vin = ld < pc.dv;
-    uint lk = min(ld, pc.dqk - 1u), lv = min(ld, pc.dv - 1u);
-    uint qbase = pc.q_off + at(G_Q, b, h, 0u, lk), qstep = geo[G_Q + 3];
-    uint kbase = pc.k_off + at(G_K, b, hk, 0u, lk), kstep = geo[G_K + 3];
-    uint vbase = pc.v_off + at(G_V, b, hk, 0u, lv), vstep = geo[G_V + 3];
-    uint pkbase = pc.pk_off + at(G_PK, b, hk, 0u, lk), pkstep = geo[G_PK + 3];
-    uint pvbase = pc.pv_off + at(G_PV, b, hk, 0u, lv), pvstep = geo[G_PV + 3];
-    bool biased = has(F_BIAS);
-    float qbias = 0.0, kbias = 0.0, vbias = 0.0;
-    if (biased) {
-        if (kin) qbias = LD(b_buf, pc.bias_off + geo[G_BIAS] + (h * pc.dqk + ld) * geo[G_BIAS + 3]);
-        if (kin) kbias = LD(b_buf, pc.bias_off + geo[G_BIAS + 1] + (hk * pc.dqk + ld) * geo[G_BIAS + 3]);
-        if (vin) vbias = LD(b_buf, pc.bias_off + geo[G_BIAS + 2] + (hk * pc.dv + ld) * geo[G_BIAS + 3]);
-    }
-    for (uint e = t; e < uint(BQ * DMAX); e += NT) {  // the query block, transposed (row groups swizzled)
-        uint r = e / uint(DMAX), d = e % uint(DMAX), ii = i0 + r;
-        qt[d * Q4 + ((r >> 2u) ^ (d & 7u))][r & 3u] = (ii < pc.seq && d < pc.dqk) ? query_at(b, h, ii, d) : 0.0;
-    }
-    float m[8], lp[8];
-    uint bad = 0u;        // bit r: row r saw a NaN or +inf score
-    precise float o[8u * CW];  // rows r, head dimensions e: o[CW r + e]
-    [[unroll]] for (uint r = 0u; r < 8u; ++r) {
-        m[r] = NEG_INF;
-        lp[r] = 0.0;
-        [[unroll]] for (uint e = 0u; e < CW; ++e) o[r * CW + e] = 0.0;
-    }
-    uint ir = i0 + tr * 4u;  // this invocation's first row
-    bool simple = pc.mask_type == 0u && !has(F_RB) && ir + 4u * HQ + 3u < pc.seq;
-#if BQ / 8 * BK / (4 * CG) >= DMAX  // (the invocations)
-    float xt[NL];
-#endif
-    for (uint j0 = 0u; j0 < kend; j0 += uint(BK)) {
-        barrier();  // the previous tile's values and weights are done with (first: the query block is written)
-#if BQ / 8 * BK / (4 * CG) >= DMAX  // (the invocations)
-        LOAD_ROWS(xt, j0, kin, k_buf, kbase, kstep, pk_buf, pkbase, pkstep, kbias)
-        [[unroll]] for (uint n = 0u; n < NL; ++n) {  // the key tile, transposed (key groups swizzled)
-            uint c = lc + n * RP;
-            kv[ld * K4 + ((c >> 2u) ^ (ld & 7u))][c & 3u] = xt[n];
-        }
-#else
-        W_TILE(false, kv[d * K4 + ((c >> 2u) ^ (d & 7u))][c & 3u])
-#endif
-        barrier();
-        precise float s[8u * CW];  // rows r, keys c: s[CW r + c]
-        [[unroll]] for (uint n = 0u; n < 8u * CW; ++n) s[n] = 0.0;
-        [[dont_unroll]] for (uint d0 = 0u; d0 < uint(DMAX); d0 += 2u) {
-            [[unroll]] for (uint x = 0u; x < 2u; ++x) {
-                uint d = d0 + x, sw = d & 7u;
-                vec4 q0 = qt[d * Q4 + (tr ^ sw)], q1 = qt[d * Q4 + ((tr + HQ) ^ sw)];
-                [[unroll]] for (uint g = 0u; g < uint(CG); ++g) {
-                    vec4 kk = kv[d * K4 + ((tc + 8u * g) ^ sw)];
-                    [[unroll]] for (uint a = 0u; a < 4u; ++a) {
-                        [[unroll]] for (uint c = 0u; c < 4u; ++c) {
-                            s[a * CW + 4u * g + c] = fma(q0[a], kk[c], s[a * CW + 4u * g + c]);
-                            s[(4u + a) * CW + 4u * g + c] = fma(q1[a], kk[c], s[(4u + a) * CW + 4u * g + c]);
-                        }
-                    }
-                }
-            }
-        }
-        float pm[8];  // the rows' maxima over this invocation's keys
-        [[unroll]] for (uint r = 0u; r < 8u; ++r) pm[r] = NEG_INF;
-        if (simple && j0 + uint(BK) <= kend && causal_last(total, ir) >= int(j0 + uint(BK)) - 1) {
-            [[unroll]] for (uint n = 0u; n < 8u * CW; ++n) {  // a plain tile: the scaled products (score()'s rounding)
-                precise float v = s[n] * pc.scale;
-                if (bad_score(v)) bad |= 1u << (n / CW);
-                s[n] = v;
-                if (!kdml_is_nan(v)) pm[n / CW] = max(pm[n / CW], v);
-            }
-        } else {
-            [[unroll]] for (uint r = 0u; r < 8u; ++r) {
-                uint i = i0 + w_at(tr, r, HQ);
-                int climit = causal_last(total, i);
-                [[unroll]] for (uint c = 0u; c < CW; ++c) {
-                    uint j = j0 + w_at(tc, c, 8u);
-                    float v = NEG_INF;  // a key outside the row's attention: weight 0
-                    if (i < pc.seq && j < kend && int(j) <= climit) {
-                        v = score(s[r * CW + c], b, h, i, j);
-                        if (bad_score(v)) bad |= 1u << r;
-                    }
-                    s[r * CW + c] = v;
-                    if (!kdml_is_nan(v)) pm[r] = max(pm[r], v);
-                }
-            }
-        }
-        pt[rslot(tc, tr)] = vec4(pm[0], pm[1], pm[2], pm[3]);
-        pt[rslot(tc, tr + HQ)] = vec4(pm[4], pm[5], pm[6], pm[7]);
-        barrier();
-        vec4 mt0 = vec4(m[0], m[1], m[2], m[3]), mt1 = vec4(m[4], m[5], m[6], m[7]);
-        for (uint k = 0u; k < NC; ++k) {
-            mt0 = max(mt0, pt[rslot(k, tr)]);
-            mt1 = max(mt1, pt[rslot(k, tr + HQ)]);
-        }
-        barrier();  // every partial read, every key read: the weights and values take their places
-        [[unroll]] for (uint r = 0u; r < 8u; ++r) {
-            float mr = r < 4u ? mt0[r] : mt1[r - 4u];
-            float alpha = (m[r] == NEG_INF) ? 0.0 : kdml_exp_le0(m[r] - mr);
-            precise float ts = 0.0;
-            [[unroll]] for (uint c = 0u; c < CW; ++c) {
-                float v = s[r * CW + c];
-                float pw = (mr == NEG_INF || kdml_is_nan(v)) ? 0.0 : kdml_exp_le0(v - mr);
-                s[r * CW + c] = pw;
-                ts += pw;
-            }
-            precise float ln = lp[r] * alpha + ts;
-            lp[r] = ln;
-            m[r] = mr;
-            [[unroll]] for (uint e = 0u; e < CW; ++e) o[r * CW + e] = o[r * CW + e] * alpha;
-        }
-        [[unroll]] for (uint c = 0u; c < CW; ++c) {
-            uint key = w_at(tc, c, 8u);
-            pt[pslot(key, tr)] = vec4(s[c], s[CW + c], s[2u * CW + c], s[3u * CW + c]);
-            pt[pslot(key, tr + HQ)] = vec4(s[4u * CW + c], s[5u * CW + c], s[6u * CW + c], s[7u * CW + c]);
-        }
-#if BQ / 8 * BK / (4 * CG) >= DMAX  // (the invocations)
-        LOAD_ROWS(xt, j0, vin, v_buf, vbase, vstep, pv_buf, pvbase, pvstep, vbias)
-        [[unroll]] for (uint n = 0u; n < NL; ++n) kv[(lc + n * RP) * D4 + (ld >> 2u)][ld & 3u] = xt[n];  // the value tile
-#else
-        W_TILE(true, kv[c * D4 + (d >> 2u)][d & 3u])
-#endif
-        barrier();
-        [[dont_unroll]] for (uint c0 = 0u; c0 < uint(BK); c0 += 2u) {
-            [[unroll]] for (uint x = 0u; x < 2u; ++x) {
-                uint c = c0 + x;
-                vec4 p0 = pt[pslot(c, tr)], p1 = pt[pslot(c, tr + HQ)];
-                [[unroll]] for (uint g = 0u; g < uint(CG); ++g) {
-                    vec4 vv = kv[c * D4 + tc + 8u * g];
-                    [[unroll]] for (uint a = 0u; a < 4u; ++a) {
-                        [[unroll]] for (uint e = 0u; e < 4u; ++e) {
-                            o[a * CW + 4u * g + e] = fma(p0[a], vv[e], o[a * CW + 4u * g + e]);
-                            o[(4u + a) * CW + 4u * g + e] = fma(p1[a], vv[e], o[(4u + a) * CW + 4u * g + e]);
-                        }
-                    }
-                }
-            }
-        }
-    }
-    barrier();  // the last tile's weights are read
-    pt[rslot(tc, tr)] = vec4((bad & 1u) != 0u ? QNAN : lp[0], (bad & 2u) != 0u ? QNAN : lp[1],
-                             (bad & 4u) != 0u ? QNAN : lp[2], (bad & 8u) != 0u ? QNAN : lp[3]);
-    pt[rslot(tc, tr + HQ)] = vec4((bad & 16u) != 0u ? QNAN : lp[4], (bad & 32u) != 0u ? QNAN : lp[5],
-                                  (bad & 64u) != 0u ? QNAN : lp[6], (bad & 128u) != 0u ? QNAN : lp[7]);
-    barrier();
-    precise vec4 l0 = vec4(0.0), l1 = vec4(0.0);
-    for (uint k = 0u; k < NC; ++k) {
-        l0 += pt[rslot(k, tr)];
-        l1 += pt[rslot(k, tr + HQ)];
-    }
-    [[unroll]] for (uint r = 0u; r < 8u; ++r) {
-        uint i = i0 + w_at(tr, r, HQ);
-        if (i >= pc.seq) continue;
-        float lr = r < 4u ? l0[r] : l1[r - 4u];
-        bool row_bad = kdml_is_nan(lr) || lr == 0.0;
-        float inv = 1.0 / lr;
-        [[unroll]] for (uint e = 0u; e < CW; e += EPT) {
-            uint d = w_at(tc, e, 8u);
-            if (d < pc.dv) {
-                uint e0 = pc.o_off + at(G_O, b, h, i, d);
-                bool two = EPT == 2u && d + 1u < pc.dv;
-                uint e1 = two ? pc.o_off + at(G_O, b, h, i, d + 1u) : e0;
-                store_out(e0, e1, row_bad ? QNAN : o[r * CW + e] * inv, row_bad ? QNAN : o[r * CW + e + EPT - 1u] * inv,
-                          two);
-            }
-        }
-    }
-}
-#endif
 
 #else
 // ---- present key and value ------------------------------------------------------------------
