@@ -428,6 +428,56 @@ def test_products_sharing_their_activation_run_as_one_and_equal_their_own_produc
     assert plan.dispatches == 1
 
 
+def _float_projections(rng, dt, kinds):
+    """x [2, 5, 16] -> per kind a MatMul by constant weights ("bias": then Add(., bias), "scaled": then Add and
+    Mul(., 0.25), "plain": alone) -> Reshape -> Transpose, as a transformer's Q, K, V projections."""
+    inits, nodes = [], []
+    for i, kind in enumerate(kinds):
+        n = (8, 12, 8, 4)[i]
+        inits.append(numpy_helper.from_array(rng.standard_normal((16, n)).astype(dt), f"w{i}"))
+        nodes.append(helper.make_node("MatMul", ["x", f"w{i}"], [f"m{i}"]))
+        last = f"m{i}"
+        if kind in ("bias", "scaled"):
+            inits.append(numpy_helper.from_array(rng.standard_normal(n).astype(dt), f"bias{i}"))
+            nodes.append(helper.make_node("Add", [f"bias{i}", last] if i % 2 else [last, f"bias{i}"], [f"p{i}"]))
+            last = f"p{i}"
+        if kind == "scaled":
+            inits.append(numpy_helper.from_array(np.array(0.25, dt), f"c{i}"))
+            nodes.append(helper.make_node("Mul", [last, f"c{i}"], [f"s{i}"]))
+            last = f"s{i}"
+        nodes.append(helper.make_node("Reshape", [last, f"shape{i}"], [f"r{i}"]))
+        nodes.append(helper.make_node("Transpose", [f"r{i}"], [f"y{i}"], perm=[0, 2, 1, 3]))
+        inits.append(numpy_helper.from_array(np.array([2, 5, 2, n // 2], np.int64), f"shape{i}"))
+    elem = T.FLOAT if dt == np.float32 else T.FLOAT16
+    graph = helper.make_graph(nodes, "qkv", [helper.make_tensor_value_info("x", elem, [2, 5, 16])],
+                              [helper.make_tensor_value_info(f"y{i}", elem, None) for i in range(len(kinds))], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+@pytest.mark.parametrize("kinds,dispatches", [(("bias", "bias", "bias"), 1), (("plain", "plain", "plain"), 1),
+                                              (("bias", "plain", "bias", "scaled"), 3)])
+def test_float_products_sharing_their_activation_run_as_one(rng, dt, kinds, dispatches):
+    """Float projections on one activation (MatMul by constant weights, with a constant bias or without,
+    product_groups.find_float_groups) run as one GEMM whose column views feed the heads' Reshape /
+    Transpose; every output's bits equal those of the products run one by one, in whole-graph and
+    node-by-node runs. Members of one kind only (biased with biased), and a product whose sum a Mul by a
+    constant scales (fusion_bias's MatMul -> Add -> Mul) runs by itself."""
+    model = _float_projections(rng, dt, kinds)
+    feeds = {"x": rng.standard_normal((2, 5, 16)).astype(dt)}
+    single = Backend.prepare(model, "CPU", group_products=False)
+    want = single.run(feeds)
+    assert next(iter(single.state.plans.values())).dispatches == len(kinds)
+    grouped = Backend.prepare(model, "CPU")
+    for mode in (True, False):
+        grouped.state.node_by_node = not mode
+        got = grouped.run(feeds)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_array_equal(g.view(f"u{g.itemsize}"), w.view(f"u{w.itemsize}"))
+    assert next(iter(grouped.state.plans.values())).dispatches == dispatches
+
+
 def test_view_strides_agree_with_numpys_no_copy_reshape(rng):
     """handlers_values.view_strides: strides exactly where numpy reshapes a view without a copy,
     and then the same elements in the same order (random slices and transposes, random

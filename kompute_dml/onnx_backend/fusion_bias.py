@@ -29,6 +29,7 @@ import onnx
 
 import kompute_dml as kdml
 
+from . import product_groups
 from .fusion_scale import exact_reciprocal
 from .graph import constant_float, other_input
 from .half_precision import use_half
@@ -93,9 +94,26 @@ def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Calla
     shape = (*np.broadcast_shapes(sa[:-2], sb[:-2]), sa[-2], sb[-1])
     if tuple(np.broadcast_shapes(shape, sc)) != shape:
         raise FallbackNeeded(f"a bias {sc} that broadcasts the product {shape}")
+    group = product_groups.group_of(ctx, nodes[1]) if scale == 1.0 else None
+    if group is not None and isinstance(a_v, DeviceValue):  # the projections on one input as one GEMM
+        return [product_groups.run(ctx, group, nodes[1], a_v, lambda w, wn, bias, bn: grouped_gemm(
+            ctx, a_v, (w, wn), (bias, bn), stats))]
     a, b, c = (as_device(ctx, v, stats, n).tensor for v, n in ((a_v, mm.input[0]), (b_v, mm.input[1]), (c_v, bias_name)))
     y = kdml.gemm(a, b, c, alpha=scale, beta=scale, out=ctx.out_tensor(shape, dt), device=ctx.device)
     return [DeviceValue(y, shape, dt)]
+
+
+def grouped_gemm(ctx: NodeContext, a: DeviceValue, w: tuple[Any, str], bias: tuple[Any, str | None],
+                 stats: RunStats) -> DeviceValue:
+    """A float product group's one GEMM (product_groups.py): a times the merged weights, plus the
+    merged biases where the members have them."""
+    wt = as_device(ctx, w[0], stats, w[1])
+    shape = (*_value_shape(a)[:-1], _value_shape(wt)[-1])
+    out = ctx.out_tensor(shape, a.dtype)
+    if bias[0] is None:
+        return DeviceValue(kdml.matmul(a.tensor, wt.tensor, out=out, device=ctx.device), shape, a.dtype)
+    c = as_device(ctx, bias[0], stats, bias[1]).tensor
+    return DeviceValue(kdml.gemm(a.tensor, wt.tensor, c, out=out, device=ctx.device), shape, a.dtype)
 
 
 def matmul_bias_patterns(pattern: Callable[..., Any]) -> list[Any]:

@@ -11,7 +11,13 @@ them views through the heads' Reshape). One dispatch instead of three, and a wid
 that fills more of the GPU: at BERT 256 / 3 layers, 8 x 128, each projection was ~10 us of
 device time on an H100, mostly fixed cost.
 
-`groups(ctx)` finds them once per model; `run(ctx, node, ...)` serves a member.
+Float products likewise (find_float_groups): MatMul(A, W) with constant 2-D weights of one K and type
+on one A, each either followed by Add(., bias) as fusion_bias.py fuses it or alone, all of one kind: one
+GEMM over [W_q | W_k | W_v] (and [b_q | b_k | b_v]), each output element the same sum over K in order and
+the same bias addition as in its own GEMM (ViT's and Llama's projections: three dispatches of 520 x 256
+x 256 at ViT 8 x 64 x 64 images become one).
+
+`find_groups(rep)` / `find_float_groups(rep)` find them once per model; `run(ctx, group, node, ...)` serves a member.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from onnx import numpy_helper
 
 import kompute_dml as kdml
 
+from .graph import other_input
 from .handlers_values import strided
 from .values import DeviceValue, FallbackNeeded
 
@@ -37,7 +44,7 @@ if TYPE_CHECKING:
 class ProductGroup:
     key: tuple[str, ...]  # the shared inputs: A, A scale, A zero point
     columns: dict[str, tuple[int, int]]  # member output name -> (first column, columns)
-    names: tuple[str, str, str | None, str | None]  # merged constants: B, B scale, B zero point, bias
+    names: tuple[str | None, ...]  # merged constants: B, B scale, B zero point, bias (float: W, bias)
 
 
 def _const(rep: BackendRep, node: onnx.NodeProto, i: int) -> np.ndarray | None:
@@ -103,6 +110,58 @@ def find_groups(rep: BackendRep) -> dict[str, ProductGroup]:
             rep.constants[name] = numpy_helper.from_array(np.ascontiguousarray(arr), name)
             names.append(name)
         group = ProductGroup(key, columns, (str(names[0]), str(names[1]), names[2], names[3]))
+        for member in columns:
+            out[member] = group
+    return out
+
+
+def _scaled(rep: BackendRep, add: onnx.NodeProto, readers: dict[str, list[onnx.NodeProto]]) -> bool:
+    """The sum is read by a Mul by a constant alone (fusion_bias's MatMul -> Add -> Mul: its own scale)."""
+    after = readers.get(add.output[0], [])
+    return len(after) == 1 and after[0].op_type == "Mul" and other_input(after[0], add.output[0]) in rep.constants
+
+
+def find_float_groups(rep: BackendRep) -> dict[str, ProductGroup]:
+    """member output name -> its group, for groups of two or more float32 / float16 MatMul nodes
+    with the same A and constant 2-D weights of one K and type, each the only reader of its product
+    in an Add of a constant bias along the last axis (the member: the Add's output; not one a Mul
+    by a constant reads) or none of them (the member: the MatMul's output)."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in rep.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    outputs = {o.name for o in rep.graph.output}
+    by_a: dict[tuple[str, ...], list[tuple[str, np.ndarray, np.ndarray | None]]] = {}
+    for node in rep.graph.node:
+        if node.op_type != "MatMul" or node.input[1] not in rep.constants or node.input[1] in rep.input_names:
+            continue
+        w = rep.constant_host(node.input[1])
+        if w.ndim != 2 or w.dtype not in (np.float32, np.float16) or node.input[0] in rep.constants:
+            continue
+        member, bias, after = node.output[0], None, readers.get(node.output[0], [])
+        if len(after) == 1 and after[0].op_type == "Add" and member not in outputs:
+            name = other_input(after[0], member)
+            if name in rep.constants and name not in rep.input_names:
+                c = rep.constant_host(name)
+                if c.dtype != w.dtype or c.ndim == 0 or c.shape[-1] != w.shape[1] or any(d != 1 for d in c.shape[:-1]):
+                    continue
+                if _scaled(rep, after[0], readers):
+                    continue
+                member, bias = after[0].output[0], c.reshape(-1)
+        by_a.setdefault((node.input[0], "bias" if bias is not None else ""), []).append((member, w, bias))
+    out: dict[str, ProductGroup] = {}
+    for key, members in by_a.items():
+        if len(members) < 2 or len({(w.shape[0], w.dtype) for _m, w, _b in members}) != 1:
+            continue
+        stem, columns, start = f"{members[0][0]}#grouped", {}, 0
+        for member, w, _b in members:
+            columns[member] = (start, w.shape[1])
+            start += w.shape[1]
+        names: list[str | None] = [f"{stem}/W", f"{stem}/bias" if key[1] else None]
+        rep.constants[f"{stem}/W"] = numpy_helper.from_array(np.concatenate([w for _m, w, _b in members], axis=1), names[0])
+        if key[1]:
+            rep.constants[f"{stem}/bias"] = numpy_helper.from_array(np.concatenate([b for _m, _w, b in members]), names[1])
+        group = ProductGroup(key, columns, tuple(names))
         for member in columns:
             out[member] = group
     return out

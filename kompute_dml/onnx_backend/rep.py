@@ -30,7 +30,7 @@ from .graph import _densify
 from .handlers import handler_for
 from .handlers_values import OutputArrays, into
 from .nbits import expand_matmul_nbits
-from .product_groups import find_groups
+from .product_groups import find_float_groups, find_groups
 from .run_state import RunState
 from .transfers import ValueTransfers, device_results
 from .values import CPU, HOST, VULKAN, FallbackError, FallbackNeeded, NodePlacement, RunStats, at_node, signature
@@ -104,7 +104,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                                         "lets onnx's reference evaluator run it")
         self.graph_mode = all(t[0] != CPU for t in self._placement_static)
         # integer products sharing their A (product_groups.py): their merged weights join the constants now
-        self.product_groups: dict[str, Any] = find_groups(self) if group_products else {}
+        self.product_groups: dict[str, Any] = {**find_groups(self), **find_float_groups(self)} if group_products else {}
         self._ctx = EagerContext(self)  # what handlers run against node by node (context.py)
         self._outputs_type = namedtupledict("Outputs", self.output_names)  # made once: a class per call costs ~40 us
         # outputs declared with a type numpy knows only through ml_dtypes (bfloat16, float8, int4, ...),
