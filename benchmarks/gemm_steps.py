@@ -1,5 +1,5 @@
 """GEMM's tiled float32 kernel at K steps of 16, 32 and 64 terms, its loads in their bounds branches
-or at clamped addresses, and (k16v) its stores as 16-byte words (benchmarks/overlay_gemm.py), beside the policy's variant, on the encoders' products
+or at clamped addresses (benchmarks/overlay_gemm.py), beside the policy's variant, on the encoders' products
 (bench_gemm.block_cases: Whisper's at 8 x 1,500 frames, the small families' at 8 x 128, squares):
 where few work groups run, each walks K in serial steps (about 0.8 us each on the H100), so fewer,
 longer steps may pay. Every variant must give the policy's bits (checked: FAIL voids the row).
@@ -22,7 +22,7 @@ from kompute_dml.ops.gemm import compile_gemm
 
 from . import overlay_gemm as ov
 
-FORMS = [(kt, c) for kt in ov.STEPS for c in ("", "c")] + [(16, "v")]
+FORMS = [(kt, c) for kt in ov.STEPS for c in ("", "c")]
 
 
 def main() -> int:

@@ -2,8 +2,7 @@
 and load forms than the product's, for `python -m benchmarks.gemm_steps` to time beside the
 policy's: `gemmx{s}_f32_b{blk}_k{kt}{c}` is the BLK register block with KT terms per stage (16,
 32 or 64), `s` the split-K parts' variant, `c` the loads at clamped addresses with the padding
-selected after them (CLAMP=1; the product keeps each load inside its bounds branch), `v` a row's
-outputs stored as 16-byte words where the output is contiguous and aligned (VST=1, BLK >= 4). Every
+selected after them (CLAMP=1; the product keeps each load inside its bounds branch). Every
 variant sums each output over k in order from -0, so all give the product's bits. H100 (device
 call 177): the product's form was the fastest nearly everywhere; 32-term steps only at 1024 x 256
 x 256 and 1576 x 256 x 256 (8-9 %); RESULTS.md has the table.
@@ -29,9 +28,9 @@ STEPS = (16, 32, 64)  # KT; 128 x 128 tiles (BLK 8) take 16 and 32 (64 would nee
 
 GEMM_STEPS = contract.family(
     "gemm_steps", "gemm.comp", "gemmx{split}_f32_b{blk}_k{kt}{c}", contract.GEMM_PUSH, (16, 16, 1),
-    split=("", "s"), blk=contract.GEMM_BLOCKS, kt=STEPS, c=("", "c", "v"),
+    split=("", "s"), blk=contract.GEMM_BLOCKS, kt=STEPS, c=("", "c"),
     defines=lambda split, blk, kt, c: {"F16": 0, "BLK": blk, "KT": f"{kt}u", "CLAMP": int(c == "c"),
-                                       "VST": int(c == "v"), "SPLIT": int(split == "s")})
+                                       "SPLIT": int(split == "s")})
 FAMILIES = (GEMM_STEPS,)
 
 
