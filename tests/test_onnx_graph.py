@@ -428,9 +428,9 @@ def test_products_sharing_their_activation_run_as_one_and_equal_their_own_produc
     assert plan.dispatches == 1
 
 
-def _float_projections(rng, dt, kinds):
+def _float_projections(rng, dt, kinds, scale=0.25):
     """x [2, 5, 16] -> per kind a MatMul by constant weights ("bias": then Add(., bias), "scaled": then Add and
-    Mul(., 0.25), "plain": alone) -> Reshape -> Transpose, as a transformer's Q, K, V projections."""
+    Mul(., scale), "plain": alone) -> Reshape -> Transpose, as a transformer's Q, K, V projections."""
     inits, nodes = [], []
     for i, kind in enumerate(kinds):
         n = (8, 12, 8, 4)[i]
@@ -442,7 +442,7 @@ def _float_projections(rng, dt, kinds):
             nodes.append(helper.make_node("Add", [f"bias{i}", last] if i % 2 else [last, f"bias{i}"], [f"p{i}"]))
             last = f"p{i}"
         if kind == "scaled":
-            inits.append(numpy_helper.from_array(np.array(0.25, dt), f"c{i}"))
+            inits.append(numpy_helper.from_array(np.array(scale, dt), f"c{i}"))
             nodes.append(helper.make_node("Mul", [last, f"c{i}"], [f"s{i}"]))
             last = f"s{i}"
         nodes.append(helper.make_node("Reshape", [last, f"shape{i}"], [f"r{i}"]))
@@ -455,19 +455,22 @@ def _float_projections(rng, dt, kinds):
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float16])
-@pytest.mark.parametrize("kinds,dispatches", [(("bias", "bias", "bias"), 1), (("plain", "plain", "plain"), 1),
-                                              (("bias", "plain", "bias", "scaled"), 3)])
-def test_float_products_sharing_their_activation_run_as_one(rng, dt, kinds, dispatches):
+@pytest.mark.parametrize("kinds,scale,dispatches", [
+    (("bias", "bias", "bias"), 1, (1, 3)), (("plain", "plain", "plain"), 1, (1, 3)),
+    (("bias", "plain", "bias", "scaled"), 0.25, (2, 4)), (("scaled", "bias"), 8.0, (1, 2)),
+    (("bias", "plain", "bias", "scaled"), 0.3, (4, 5))])
+def test_float_products_sharing_their_activation_run_as_one(rng, dt, kinds, scale, dispatches):
     """Float projections on one activation (MatMul by constant weights, with a constant bias or without,
     product_groups.find_float_groups) run as one GEMM whose column views feed the heads' Reshape /
     Transpose; every output's bits equal those of the products run one by one, in whole-graph and
-    node-by-node runs. Members of one kind only (biased with biased), and a product whose sum a Mul by a
-    constant scales (fusion_bias's MatMul -> Add -> Mul) runs by itself."""
-    model = _float_projections(rng, dt, kinds)
+    node-by-node runs. Members of one kind only (biased with biased); a sum that a Mul by a power of two
+    scales (fusion_bias's MatMul -> Add -> Mul) is a biased member with its weights and bias scaled, a sum
+    scaled by another constant runs by itself (its Mul after it)."""
+    model = _float_projections(rng, dt, kinds, scale)
     feeds = {"x": rng.standard_normal((2, 5, 16)).astype(dt)}
     single = Backend.prepare(model, "CPU", group_products=False)
     want = single.run(feeds)
-    assert next(iter(single.state.plans.values())).dispatches == len(kinds)
+    assert next(iter(single.state.plans.values())).dispatches == dispatches[1]
     grouped = Backend.prepare(model, "CPU")
     for mode in (True, False):
         grouped.state.node_by_node = not mode
@@ -475,7 +478,7 @@ def test_float_products_sharing_their_activation_run_as_one(rng, dt, kinds, disp
         for g, w in zip(got, want):
             assert g.shape == w.shape and g.dtype == w.dtype
             np.testing.assert_array_equal(g.view(f"u{g.itemsize}"), w.view(f"u{w.itemsize}"))
-    assert next(iter(grouped.state.plans.values())).dispatches == dispatches
+    assert next(iter(grouped.state.plans.values())).dispatches == dispatches[0]
 
 
 def test_view_strides_agree_with_numpys_no_copy_reshape(rng):

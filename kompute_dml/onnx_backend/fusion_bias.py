@@ -76,11 +76,11 @@ def run_matmul_bias_scale(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup:
     if _value_dtype(c_v) not in _FLOAT_OUT or len(_value_shape(c_v)) > len(_value_shape(lookup(nodes[0].input[0]))):
         raise FallbackNeeded(f"a scale of {_value_dtype(c_v)} {_value_shape(c_v)}")
     c = float(np.asarray(ctx.host(c_v, stats)).reshape(-1)[0])
-    return run_matmul_bias(ctx, nodes[:2], lookup, stats, scale=c)
+    return run_matmul_bias(ctx, nodes[:2], lookup, stats, scale=c, member=nodes[2])
 
 
 def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
-                    stats: RunStats, scale: float = 1.0) -> list[Any]:
+                    stats: RunStats, scale: float = 1.0, member: onnx.NodeProto | None = None) -> list[Any]:
     mm = nodes[0]
     a_v, b_v = lookup(mm.input[0]), lookup(mm.input[1])
     bias_name = other_input(nodes[1], mm.output[0])
@@ -94,9 +94,11 @@ def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Calla
     shape = (*np.broadcast_shapes(sa[:-2], sb[:-2]), sa[-2], sb[-1])
     if tuple(np.broadcast_shapes(shape, sc)) != shape:
         raise FallbackNeeded(f"a bias {sc} that broadcasts the product {shape}")
-    group = product_groups.group_of(ctx, nodes[1]) if scale == 1.0 else None
-    if group is not None and isinstance(a_v, DeviceValue):  # the projections on one input as one GEMM
-        return [product_groups.run(ctx, group, nodes[1], a_v, lambda w, wn, bias, bn: grouped_gemm(
+    # the projections on one input as one GEMM (a scaled member's weights and bias carry its scale)
+    member = member or nodes[1]
+    group = product_groups.group_of(ctx, member)
+    if group is not None and isinstance(a_v, DeviceValue):
+        return [product_groups.run(ctx, group, member, a_v, lambda w, wn, bias, bn: grouped_gemm(
             ctx, a_v, (w, wn), (bias, bn), stats))]
     a, b, c = (as_device(ctx, v, stats, n).tensor for v, n in ((a_v, mm.input[0]), (b_v, mm.input[1]), (c_v, bias_name)))
     y = kdml.gemm(a, b, c, alpha=scale, beta=scale, out=ctx.out_tensor(shape, dt), device=ctx.device)

@@ -31,7 +31,7 @@ from onnx import numpy_helper
 
 import kompute_dml as kdml
 
-from .graph import other_input
+from .graph import constant_float, other_input
 from .handlers_values import strided
 from .values import DeviceValue, FallbackNeeded
 
@@ -115,17 +115,33 @@ def find_groups(rep: BackendRep) -> dict[str, ProductGroup]:
     return out
 
 
-def _scaled(rep: BackendRep, add: onnx.NodeProto, readers: dict[str, list[onnx.NodeProto]]) -> bool:
-    """The sum is read by a Mul by a constant alone (fusion_bias's MatMul -> Add -> Mul: its own scale)."""
+def _scale(rep: BackendRep, add: onnx.NodeProto, readers: dict[str, list[onnx.NodeProto]]) -> tuple[onnx.NodeProto | None, float]:
+    """The Mul by a constant that alone reads the sum (fusion_bias's MatMul -> Add -> Mul) and its scale: a
+    power of two (exact_reciprocal) that joins the weights and bias; NaN for another constant (no member);
+    (None, 1) where no such Mul reads it."""
+    from .fusion_scale import exact_reciprocal
+
     after = readers.get(add.output[0], [])
-    return len(after) == 1 and after[0].op_type == "Mul" and other_input(after[0], add.output[0]) in rep.constants
+    if len(after) != 1 or after[0].op_type != "Mul" or other_input(after[0], add.output[0]) not in rep.constants:
+        return None, 1.0
+    c = constant_float(rep, other_input(after[0], add.output[0]))
+    return after[0], c if c is not None and exact_reciprocal(c) is not None else float("nan")
+
+
+def _exactly_scaled(x: np.ndarray, c: float) -> np.ndarray | None:
+    """x * c where every element scales exactly (c a power of two: no overflow, no subnormal loss)."""
+    with np.errstate(all="ignore"):
+        y = (x * x.dtype.type(c)).astype(x.dtype)
+        back = (y / x.dtype.type(c)).astype(x.dtype)
+    return y if np.array_equal(back, x) and np.isfinite(y).all() == np.isfinite(x).all() else None
 
 
 def find_float_groups(rep: BackendRep) -> dict[str, ProductGroup]:
     """member output name -> its group, for groups of two or more float32 / float16 MatMul nodes
     with the same A and constant 2-D weights of one K and type, each the only reader of its product
-    in an Add of a constant bias along the last axis (the member: the Add's output; not one a Mul
-    by a constant reads) or none of them (the member: the MatMul's output)."""
+    in an Add of a constant bias along the last axis (the member: the Add's output; where a Mul by a
+    power of two alone reads it, the Mul's, its weights and bias scaled: c (x W) + c b and x (c W) + c b
+    round alike) or none of them (the member: the MatMul's output)."""
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in rep.graph.node:
         for name in node.input:
@@ -145,9 +161,13 @@ def find_float_groups(rep: BackendRep) -> dict[str, ProductGroup]:
                 c = rep.constant_host(name)
                 if c.dtype != w.dtype or c.ndim == 0 or c.shape[-1] != w.shape[1] or any(d != 1 for d in c.shape[:-1]):
                     continue
-                if _scaled(rep, after[0], readers):
-                    continue
                 member, bias = after[0].output[0], c.reshape(-1)
+                mul, scale = _scale(rep, after[0], readers)
+                if mul is not None:
+                    w, bias = _exactly_scaled(w, scale), _exactly_scaled(bias, scale)
+                    if w is None or bias is None:
+                        continue
+                    member = mul.output[0]
         by_a.setdefault((node.input[0], "bias" if bias is not None else ""), []).append((member, w, bias))
     out: dict[str, ProductGroup] = {}
     for key, members in by_a.items():
