@@ -45,7 +45,7 @@ The modules of this package, one concern each:
   float32 MatMul / Gemm / FusedMatMul / Conv in float16, CASTs around them
 - fusions.py: node chains run as one dispatch (one declaration per pattern; the chains' own modules
   fusion_*.py) and `Fusions.step`, the device step both executors take; fusion_match.py: where the
-  chains are (`find_fusions`, at prepare); product_groups.py: integer products sharing one input
+  chains are (`find_fusions`, at prepare); product_groups.py: integer and float products sharing one input
 - feeds.py: inputs (the input rule, declared types and shapes); ort_compat.py: the IR version and
   opset of sub-models
 - backend.py: `Backend`, device strings, model loading

@@ -115,7 +115,7 @@ class Backend(_OnnxBackend):
         onnxruntime then the reference evaluator; "onnxruntime"; "reference"), exclude_ops
         (op types to keep on the CPU), cpu_threads (onnxruntime intra-op threads), fuse (default
         True: the node chains of onnx_backend/fusions.py run as one dispatch each), group_products
-        (default True: integer products sharing their A run as one, onnx_backend/product_groups.py), kdml_device,
+        (default True: integer and float products sharing their A run as one, onnx_backend/product_groups.py), kdml_device,
         warmup (a dict of input name -> shape, or a list of such dicts: the model runs once
         per dict on zero-filled inputs of those shapes, so the pipelines, descriptor sets and
         recorded submissions those shapes need exist before the first real run),

@@ -14,7 +14,7 @@ float32 results are the unfused bits wherever the product's own summation order 
 
 MatMul -> Add(bias) -> Mul(., c), Whisper's query projection times head_size^-1/2 (c = 1/8 at 64):
 the same GEMM with Alpha = Beta = c, where c is a constant of one float element that is a power of
-two with a normal reciprocal (fusion_scale.exact_reciprocal): c S and c bias are exact, so the one
+two with a normal reciprocal (graph.exact_reciprocal): c S and c bias are exact, so the one
 rounding of c S + c bias is c times the rounding of S + bias, the unfused bits (but where the
 scaled result is subnormal or overflows, which no encoder's projection reaches). Other scales
 leave the Mul to run by itself after the fused MatMul -> Add."""
@@ -30,8 +30,7 @@ import onnx
 import kompute_dml as kdml
 
 from . import product_groups
-from .fusion_scale import exact_reciprocal
-from .graph import constant_float, other_input
+from .graph import constant_float, exact_reciprocal, other_input
 from .half_precision import use_half
 from .handlers_values import as_device
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
@@ -98,24 +97,11 @@ def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Calla
     member = member or nodes[1]
     group = product_groups.group_of(ctx, member)
     if group is not None and isinstance(a_v, DeviceValue):
-        return [product_groups.run(ctx, group, member, a_v, lambda w, wn, bias, bn: grouped_gemm(
+        return [product_groups.run(ctx, group, member, a_v, lambda w, wn, bias, bn: product_groups.grouped_gemm(
             ctx, a_v, (w, wn), (bias, bn), stats))]
     a, b, c = (as_device(ctx, v, stats, n).tensor for v, n in ((a_v, mm.input[0]), (b_v, mm.input[1]), (c_v, bias_name)))
     y = kdml.gemm(a, b, c, alpha=scale, beta=scale, out=ctx.out_tensor(shape, dt), device=ctx.device)
     return [DeviceValue(y, shape, dt)]
-
-
-def grouped_gemm(ctx: NodeContext, a: DeviceValue, w: tuple[Any, str], bias: tuple[Any, str | None],
-                 stats: RunStats) -> DeviceValue:
-    """A float product group's one GEMM (product_groups.py): a times the merged weights, plus the
-    merged biases where the members have them."""
-    wt = as_device(ctx, w[0], stats, w[1])
-    shape = (*_value_shape(a)[:-1], _value_shape(wt)[-1])
-    out = ctx.out_tensor(shape, a.dtype)
-    if bias[0] is None:
-        return DeviceValue(kdml.matmul(a.tensor, wt.tensor, out=out, device=ctx.device), shape, a.dtype)
-    c = as_device(ctx, bias[0], stats, bias[1]).tensor
-    return DeviceValue(kdml.gemm(a.tensor, wt.tensor, c, out=out, device=ctx.device), shape, a.dtype)
 
 
 def matmul_bias_patterns(pattern: Callable[..., Any]) -> list[Any]:

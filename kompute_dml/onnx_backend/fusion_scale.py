@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from .graph import constant_float, other_input
+from .graph import constant_float, exact_reciprocal, other_input
 from .half_precision import use_half
 from .handlers_nn import _matmul
 from .values import _FLOAT_OUT, FallbackNeeded, RunStats, _value_dtype, _value_shape
@@ -34,17 +34,6 @@ from .values import _FLOAT_OUT, FallbackNeeded, RunStats, _value_dtype, _value_s
 if TYPE_CHECKING:
     from .context import NodeContext
     from .rep import BackendRep
-
-_F32 = np.finfo(np.float32)
-
-
-def exact_reciprocal(c: float) -> float | None:
-    """1 / c where it is exact and a normal float32 (c a power of two); None otherwise."""
-    if not math.isfinite(c) or c == 0.0 or abs(math.frexp(c)[0]) != 0.5:
-        return None
-    r = 1.0 / c
-    return r if float(_F32.tiny) <= abs(r) <= float(_F32.max) else None
-
 
 def check_matmul_scale(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     """Why the chain is not a product and its exact scale ("" where it is)."""

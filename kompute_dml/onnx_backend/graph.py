@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -124,3 +125,14 @@ def _densify(sp: onnx.SparseTensorProto) -> np.ndarray:
     flat = idx.reshape(-1) if idx.ndim == 1 else np.ravel_multi_index(idx.T, tuple(sp.dims))
     dense[flat] = vals
     return dense.reshape(tuple(sp.dims))
+
+
+_F32 = np.finfo(np.float32)
+
+
+def exact_reciprocal(c: float) -> float | None:
+    """1 / c where it is exact and a normal float32 (c a power of two); None otherwise."""
+    if not math.isfinite(c) or c == 0.0 or abs(math.frexp(c)[0]) != 0.5:
+        return None
+    r = 1.0 / c
+    return r if float(_F32.tiny) <= abs(r) <= float(_F32.max) else None

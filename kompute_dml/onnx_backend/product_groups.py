@@ -31,9 +31,9 @@ from onnx import numpy_helper
 
 import kompute_dml as kdml
 
-from .graph import constant_float, other_input
-from .handlers_values import strided
-from .values import DeviceValue, FallbackNeeded
+from .graph import constant_float, exact_reciprocal, other_input
+from .handlers_values import as_device, strided
+from .values import DeviceValue, FallbackNeeded, RunStats, _value_shape
 
 if TYPE_CHECKING:
     from .context import NodeContext
@@ -119,8 +119,6 @@ def _scale(rep: BackendRep, add: onnx.NodeProto, readers: dict[str, list[onnx.No
     """The Mul by a constant that alone reads the sum (fusion_bias's MatMul -> Add -> Mul) and its scale: a
     power of two (exact_reciprocal) that joins the weights and bias; NaN for another constant (no member);
     (None, 1) where no such Mul reads it."""
-    from .fusion_scale import exact_reciprocal
-
     after = readers.get(add.output[0], [])
     if len(after) != 1 or after[0].op_type != "Mul" or other_input(after[0], add.output[0]) not in rep.constants:
         return None, 1.0
@@ -219,3 +217,16 @@ def run(ctx: NodeContext, group: ProductGroup, node: onnx.NodeProto, a: DeviceVa
         ctx.hold_for_members(whole, len(views))
     ctx.release_after_node(hit[2])
     return hit[1][node.output[0]]
+
+
+def grouped_gemm(ctx: NodeContext, a: DeviceValue, w: tuple[Any, str], bias: tuple[Any, str | None],
+                 stats: RunStats) -> DeviceValue:
+    """A float product group's one GEMM: a times the merged weights, plus the
+    merged biases where the members have them."""
+    wt = as_device(ctx, w[0], stats, w[1])
+    shape = (*_value_shape(a)[:-1], _value_shape(wt)[-1])
+    out = ctx.out_tensor(shape, a.dtype)
+    if bias[0] is None:
+        return DeviceValue(kdml.matmul(a.tensor, wt.tensor, out=out, device=ctx.device), shape, a.dtype)
+    c = as_device(ctx, bias[0], stats, bias[1]).tensor
+    return DeviceValue(kdml.gemm(a.tensor, wt.tensor, c, out=out, device=ctx.device), shape, a.dtype)

@@ -44,7 +44,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
     one paragraph; `run(inputs)` returns the outputs (numpy arrays, lists for sequences,
     None for absent optionals); `last_run` holds the RunStats of the latest run. `fuse`:
     run the node chains of fusions.PATTERNS as one dispatch each (`fusions`); `group_products`:
-    integer products that share their A run as one (product_groups.py); `allow_half_precision`:
+    integer and float products that share their A run as one (product_groups.py); `allow_half_precision`:
     float32 matrix products and convolutions computed in float16 (half_precision.py)."""
 
     def __init__(self, model: onnx.ModelProto, device: kdml.Device, *, fallback: str = "auto",
