@@ -31,7 +31,7 @@ from onnx import numpy_helper
 
 import kompute_dml as kdml
 
-from .graph import constant_float, exact_reciprocal, other_input
+from .graph import constant_float, other_input
 from .handlers_values import as_device, strided
 from .values import DeviceValue, FallbackNeeded, RunStats, _value_shape
 
@@ -115,57 +115,43 @@ def find_groups(rep: BackendRep) -> dict[str, ProductGroup]:
     return out
 
 
-def _scale(rep: BackendRep, add: onnx.NodeProto, readers: dict[str, list[onnx.NodeProto]]) -> tuple[onnx.NodeProto | None, float]:
-    """The Mul by a constant that alone reads the sum (fusion_bias's MatMul -> Add -> Mul) and its scale: a
-    power of two (exact_reciprocal) that joins the weights and bias; NaN for another constant (no member);
-    (None, 1) where no such Mul reads it."""
-    after = readers.get(add.output[0], [])
-    if len(after) != 1 or after[0].op_type != "Mul" or other_input(after[0], add.output[0]) not in rep.constants:
-        return None, 1.0
-    c = constant_float(rep, other_input(after[0], add.output[0]))
-    return after[0], c if c is not None and exact_reciprocal(c) is not None else float("nan")
-
-
 def _exactly_scaled(x: np.ndarray, c: float) -> np.ndarray | None:
     """x * c where every element scales exactly (c a power of two: no overflow, no subnormal loss)."""
     with np.errstate(all="ignore"):
         y = (x * x.dtype.type(c)).astype(x.dtype)
         back = (y / x.dtype.type(c)).astype(x.dtype)
-    return y if np.array_equal(back, x) and np.isfinite(y).all() == np.isfinite(x).all() else None
+    return y if np.array_equal(back, x) else None
 
 
 def find_float_groups(rep: BackendRep) -> dict[str, ProductGroup]:
     """member output name -> its group, for groups of two or more float32 / float16 MatMul nodes
-    with the same A and constant 2-D weights of one K and type, each the only reader of its product
-    in an Add of a constant bias along the last axis (the member: the Add's output; where a Mul by a
-    power of two alone reads it, the Mul's, its weights and bias scaled: c (x W) + c b and x (c W) + c b
-    round alike) or none of them (the member: the MatMul's output)."""
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in rep.graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
-    outputs = {o.name for o in rep.graph.output}
+    with the same A and constant 2-D weights of one K and type, each the head of a fusion_bias.py chain
+    (rep.fusions: MatMul -> Add(bias), the member the Add's output; MatMul -> Add -> Mul by a power of
+    two, the member the Mul's, its weights and bias scaled: c (x W) + c b and x (c W) + c b round alike)
+    or none of them in a chain at all (the member: the MatMul's output)."""
+    chains = {f.nodes[0]: f for f in rep.fusions.by_carrier.values() if f.pattern.name in ("MatMul+Add", "MatMul+Add+Mul")}
+    nodes = rep.graph.node
     by_a: dict[tuple[str, ...], list[tuple[str, np.ndarray, np.ndarray | None]]] = {}
-    for node in rep.graph.node:
-        if node.op_type != "MatMul" or node.input[1] not in rep.constants or node.input[1] in rep.input_names:
+    for i, node in enumerate(nodes):
+        chain = chains.get(i)
+        if (node.op_type != "MatMul" or (chain is None and i in rep.fusions.absorbed) or node.input[0] in rep.constants
+                or node.input[1] not in rep.constants or node.input[1] in rep.input_names):
             continue
         w = rep.constant_host(node.input[1])
-        if w.ndim != 2 or w.dtype not in (np.float32, np.float16) or node.input[0] in rep.constants:
+        if w.ndim != 2 or w.dtype not in (np.float32, np.float16):
             continue
-        member, bias, after = node.output[0], None, readers.get(node.output[0], [])
-        if len(after) == 1 and after[0].op_type == "Add" and member not in outputs:
-            name = other_input(after[0], member)
-            if name in rep.constants and name not in rep.input_names:
-                c = rep.constant_host(name)
-                if c.dtype != w.dtype or c.ndim == 0 or c.shape[-1] != w.shape[1] or any(d != 1 for d in c.shape[:-1]):
+        member, bias = node.output[0], None
+        if chain is not None:  # its check took the bias (a constant along the last axis) and the scale
+            add, last = nodes[chain.nodes[1]], nodes[chain.carrier]
+            bias = rep.constant_host(other_input(add, node.output[0])).reshape(-1)
+            if bias.dtype != w.dtype or bias.size != w.shape[1]:
+                continue
+            if last is not add:
+                c = constant_float(rep, other_input(last, add.output[0]))
+                w, bias = _exactly_scaled(w, c), _exactly_scaled(bias, c)
+                if w is None or bias is None:
                     continue
-                member, bias = after[0].output[0], c.reshape(-1)
-                mul, scale = _scale(rep, after[0], readers)
-                if mul is not None:
-                    w, bias = _exactly_scaled(w, scale), _exactly_scaled(bias, scale)
-                    if w is None or bias is None:
-                        continue
-                    member = mul.output[0]
+            member = last.output[0]
         by_a.setdefault((node.input[0], "bias" if bias is not None else ""), []).append((member, w, bias))
     out: dict[str, ProductGroup] = {}
     for key, members in by_a.items():
