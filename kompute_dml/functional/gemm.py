@@ -66,10 +66,13 @@ def _fold(batch: tuple[int, ...], strides: list[list[int]], fields: tuple[str, .
 
 
 def gemm(a: Any, b: Any, c: Any = None, *, trans_a: bool = False, trans_b: bool = False, alpha: float = 1.0,
-         beta: float = 1.0, out: Tensor | None = None, device: Device | None = None) -> Tensor:
+         beta: float = 1.0, fused_activation: Any = None, out: Tensor | None = None, device: Device | None = None) -> Tensor:
     """alpha * op(a) @ op(b) + beta * c on DML_GEMM (op: the transposition of the last two
     dimensions where trans_a / trans_b); numpy.matmul's shapes and broadcasting, `c` (optional)
-    broadcast to the result. float32 accumulation; see docs/gemm.md for the order and bound."""
+    broadcast to the result. float32 accumulation; see docs/gemm.md for the order and bound.
+    `fused_activation`: GemmDesc's FusedActivation, an activation descriptor whose tensors are None
+    (kdml.ActivationGeluDesc(None, None), kdml.ActivationReluDesc(None, None), ...), applied to
+    every output: the bits of the product then that activation."""
     ta_flag = _flag(trans_a, "trans_a")
     tb_flag = _flag(trans_b, "trans_b")
     alpha_f, beta_f = as_float32(alpha, "alpha"), as_float32(beta, "beta")
@@ -80,14 +83,18 @@ def gemm(a: Any, b: Any, c: Any = None, *, trans_a: bool = False, trans_b: bool 
     tc = ts[2] if c is not None else None
     if out is not None and not isinstance(out, Tensor):
         raise invalid("out", f"must be a kompute_dml Tensor, got {type(out).__name__}")
-    key = (id(dev), ta.desc, tb.desc, None if tc is None else tc.desc, ta_flag, tb_flag, _bits(alpha_f),
-           _bits(beta_f), None if out is None else out.desc)
-    hit = _prepared.get(key)
+    try:
+        key: Hashable = (id(dev), ta.desc, tb.desc, None if tc is None else tc.desc, ta_flag, tb_flag, _bits(alpha_f),
+                         _bits(beta_f), fused_activation, None if out is None else out.desc)
+        hit = _prepared.get(key)
+    except TypeError:  # an unhashable activation: the descriptor's validation names it
+        key, hit = None, None
     if hit is None or hit[0] is not dev:
-        hit = _prepare(dev, ta, tb, tc, ta_flag, tb_flag, alpha_f, beta_f, out)
+        hit = _prepare(dev, ta, tb, tc, ta_flag, tb_flag, alpha_f, beta_f, out, fused_activation)
         if len(_prepared) >= PREPARED_CAPACITY:
             _prepared.clear()
-        _prepared[key] = hit
+        if key is not None:
+            _prepared[key] = hit
     _, op, descs, res_desc = hit
     bound = [Tensor.trusted(t.buffer, d, t.offset) if t is not None and d is not None else None
              for t, d in zip((ta, tb, tc), descs[:3])]
@@ -114,7 +121,7 @@ def _flag(v: Any, field: str) -> bool:
 
 
 def _prepare(dev: Device, ta: Tensor, tb: Tensor, tc: Tensor | None, trans_a: bool, trans_b: bool, alpha: float,
-             beta: float, out: Tensor | None) -> tuple[Device, Any, tuple[TensorDesc | None, ...], TensorDesc]:
+             beta: float, out: Tensor | None, act: Any = None) -> tuple[Device, Any, tuple[TensorDesc | None, ...], TensorDesc]:
     da, db = ta.desc, tb.desc
     dt = da.data_type
     if db.data_type != dt:
@@ -164,7 +171,7 @@ def _prepare(dev: Device, ta: Tensor, tb: Tensor, tc: Tensor | None, trans_a: bo
     b4 = TensorDesc(dt, (*bsz, *sb[-2:]), (*bst[1], *b_full[nb:]))
     c4 = TensorDesc(dt, (*bsz, m, n), (*bst[2], *c_full[nb:])) if c_full is not None else None
     o4 = TensorDesc(dt, (*bsz, m, n), (*bst[3], *o_full[nb:]))
-    desc = GemmDesc(a4, b4, c4, o4, MatrixTransform(int(trans_a)), MatrixTransform(int(trans_b)), alpha, beta)
+    desc = GemmDesc(a4, b4, c4, o4, MatrixTransform(int(trans_a)), MatrixTransform(int(trans_b)), alpha, beta, act)
     op = dev.compile(desc)
     return dev, op, (a4, b4, c4, o4), res_desc
 

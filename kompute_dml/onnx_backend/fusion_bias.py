@@ -79,7 +79,9 @@ def run_matmul_bias_scale(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup:
 
 
 def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
-                    stats: RunStats, scale: float = 1.0, member: onnx.NodeProto | None = None) -> list[Any]:
+                    stats: RunStats, scale: float = 1.0, member: onnx.NodeProto | None = None,
+                    activation: Any = None) -> list[Any]:
+    """The GEMM (`scale`: Alpha = Beta; `activation`: its FusedActivation, fusion_bias_gelu.py)."""
     mm = nodes[0]
     a_v, b_v = lookup(mm.input[0]), lookup(mm.input[1])
     bias_name = other_input(nodes[1], mm.output[0])
@@ -95,12 +97,13 @@ def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Calla
         raise FallbackNeeded(f"a bias {sc} that broadcasts the product {shape}")
     # the projections on one input as one GEMM (a scaled member's weights and bias carry its scale)
     member = member or nodes[1]
-    group = product_groups.group_of(ctx, member)
+    group = product_groups.group_of(ctx, member) if activation is None else None
     if group is not None and isinstance(a_v, DeviceValue):
         return [product_groups.run(ctx, group, member, a_v, lambda w, wn, bias, bn: product_groups.grouped_gemm(
             ctx, a_v, (w, wn), (bias, bn), stats))]
     a, b, c = (as_device(ctx, v, stats, n).tensor for v, n in ((a_v, mm.input[0]), (b_v, mm.input[1]), (c_v, bias_name)))
-    y = kdml.gemm(a, b, c, alpha=scale, beta=scale, out=ctx.out_tensor(shape, dt), device=ctx.device)
+    y = kdml.gemm(a, b, c, alpha=scale, beta=scale, fused_activation=activation, out=ctx.out_tensor(shape, dt),
+                  device=ctx.device)
     return [DeviceValue(y, shape, dt)]
 
 

@@ -1,7 +1,7 @@
 """The exported exact GELU as one ACTIVATION_GELU dispatch (kdml.gelu; fusions.py's patterns), as
 torch.onnx.export writes nn.GELU() before opset 20 (ViT, Whisper, BERT):
 
-    Div(x, sqrt 2) | Mul(x, 1 / sqrt 2) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)
+    Div(x, sqrt 2) | Mul(x, 1 / sqrt 2) (either side) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)
 
 x the same value at the head and at the first Mul, the constants scalars (sqrt 2 within float32
 rounding). ACTIVATION_GELU computes x * 0.5 * (1 + erf(x / sqrt 2)) with one rounding to the type
@@ -50,14 +50,14 @@ def check_gelu(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     """Why the chain is not x * 0.5 * (1 + erf(x / sqrt 2)) ("" where it is)."""
     head, erf, add, mul_x, mul_half = nodes
     x = head.input[0]
+    if head.op_type == "Mul" and not _near(rep, head.input[1], math.sqrt(0.5)):  # Mul(c, x): x is its input 1
+        x = head.input[1]
     if rep._elem_dtype(x) not in _FLOAT_OUT:
         return f"x of type {rep._elem_dtype(x)}"
     if head.op_type == "Div" and not _near(rep, head.input[1], math.sqrt(2.0)):
         return "Div's divisor is not sqrt 2"
     if head.op_type == "Mul" and not _near(rep, other_input(head, x), math.sqrt(0.5)):
         return "Mul's factor is not 1 / sqrt 2"
-    if head.op_type == "Mul" and head.input[0] != x:  # Mul(c, x): x is its input 1
-        x = head.input[1]
     if constant_float(rep, other_input(add, erf.output[0])) != 1.0:
         return "Add's constant is not 1"
     if other_input(mul_x, add.output[0]) != x:

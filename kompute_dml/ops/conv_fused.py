@@ -11,6 +11,8 @@ unfused chain's bits. Their FLOAT parameters are validated as the standalone ope
 them (a number, not NaN; rounded to float32). Refused: other operators (UnsupportedError naming
 `fused_activation`), an activation's tensors other than None, a CLIP with a ScaleBias and an
 activation whose operator the device's feature level lacks (HARD_SWISH, SWISH before 6_2).
+GEMM (ops/gemm.py) fuses ACTIVATION_GELU too, in both forms (kompute_dml's extension for GEMM:
+the FFN's MatMul -> Add -> GELU of every transformer), from feature level 5_1 as the operator.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from typing import Any
 
 from ..core.errors import InvalidArgumentError, UnsupportedError, invalid
 from . import activation_params, elementwise_unary
+from .activation import ACTIVATION_GELU, GELU_APPROXIMATIONS, ActivationGeluDesc
 from .activation_relu import ActivationReluDesc
 from .identity import ActivationIdentityDesc
 
 # shaders/conv_common.glsl ACT_*
 ACT_NONE, ACT_RELU = 0, 1
+ACT_GELU, ACT_GELU_TANH = 10, 11  # ACTIVATION_GELU's forms (fused_act.glsl's FA_GELU: GEMM's epilogue only)
 # operator name (its UnaryOp row) -> kind
 _KINDS = {"ACTIVATION_LEAKY_RELU": 2, "ELEMENT_WISE_CLIP": 3, "ACTIVATION_SIGMOID": 4, "ACTIVATION_HARD_SIGMOID": 5,
           "ACTIVATION_HARD_SWISH": 6, "ACTIVATION_TANH": 7, "ACTIVATION_ELU": 8,
@@ -40,15 +44,17 @@ def _class_of(name: str) -> type:
 FUSED: dict[type, str] = {_class_of(name): name for name in _KINDS}
 
 
-def fused_words(device: Any, act: Any, operator: str = "CONVOLUTION") -> list[int]:
+def fused_words(device: Any, act: Any, operator: str = "CONVOLUTION", gelu: bool = False) -> list[int]:
     """[kind, parameter 0, parameter 1] of a descriptor's FusedActivation (float32 bit patterns);
-    the errors of the module docstring (`operator`: the operator they name, CONVOLUTION or
-    ELEMENT_WISE_ADD1)."""
+    the errors of the module docstring (`operator`: the operator they name, CONVOLUTION,
+    ELEMENT_WISE_ADD1 or GEMM; `gelu`: ACTIVATION_GELU fuses too)."""
     if act is None:
         return [ACT_NONE, 0, 0]
+    if gelu and isinstance(act, ActivationGeluDesc):
+        return _gelu_words(device, act)
     known = (ActivationReluDesc, ActivationIdentityDesc, *FUSED)
     if not isinstance(act, known):
-        names = ", ".join(["ACTIVATION_RELU", "ACTIVATION_IDENTITY", *FUSED.values()])
+        names = ", ".join(["ACTIVATION_RELU", "ACTIVATION_IDENTITY", *FUSED.values(), *(["ACTIVATION_GELU"] if gelu else [])])
         raise UnsupportedError(f"fused_activation: {operator} fuses {names} in kompute_dml, got {type(act).__name__}")
     if getattr(act, "input_tensor", None) is not None or getattr(act, "output_tensor", None) is not None:
         raise invalid("fused_activation", "a fused activation's tensors must be None")
@@ -67,3 +73,15 @@ def fused_words(device: Any, act: Any, operator: str = "CONVOLUTION") -> list[in
     except InvalidArgumentError as e:  # the field lies inside the fused activation
         raise InvalidArgumentError(f"fused_activation.{e}") from None
     return [_KINDS[name], words[3], words[4]]
+
+
+def _gelu_words(device: Any, act: ActivationGeluDesc) -> list[int]:
+    if act.input_tensor is not None or act.output_tensor is not None:
+        raise invalid("fused_activation", "a fused activation's tensors must be None")
+    first = ACTIVATION_GELU.introduced
+    if device.feature_level < first:
+        raise UnsupportedError(f"fused_activation: ACTIVATION_GELU needs feature level {first.name}, the device's is "
+                               f"{device.feature_level.name}")
+    if act.approximate not in GELU_APPROXIMATIONS:
+        raise invalid("fused_activation.approximate", f"must be one of {GELU_APPROXIMATIONS}, got {act.approximate!r}")
+    return [ACT_GELU_TANH if act.approximate == "tanh" else ACT_GELU, 0, 0]

@@ -6,17 +6,22 @@ The page's rules: every tensor has one DataType and one DimensionCount (4 from 1
 B {.., K, N} ({.., N, K} transposed), the output {.., M, N} and C, when present, the output's
 Sizes. The batch and channel sizes of A, B, C and the output are equal: an operand shared by
 every matrix is expressed by strides of 0 (DirectML's broadcasting), as are a C row or column
-repeated over the output. FusedActivation: None only (UnsupportedError naming the field).
+repeated over the output. FusedActivation (ops/conv_fused.py): None, ACTIVATION_IDENTITY, RELU,
+LEAKY_RELU, SIGMOID, HARD_SIGMOID, HARD_SWISH, TANH, ELU, SWISH, ELEMENT_WISE_CLIP and
+ACTIVATION_GELU (either form), applied to each output as the output type holds it by the
+standalone operator's own function, so the fused result is the bits of GEMM then the activation;
+others are refused (UnsupportedError naming `fused_activation`).
 
 One dispatch (shaders/gemm.comp, the "tiled" family): every matrix of the batch, every tensor through
 its own strides and offset, float32 accumulation over k in increasing order by fma, the epilogue
-alpha * S + beta * C with each product and the sum rounded once (docs/gemm.md states the order and
-derives the error bound the tests check). FLOAT16 products may take the cooperative-matrix family
-instead (ops/gemm_coop.py, shaders/gemm_coop.comp: tensor cores, their own bound in docs/gemm.md),
-as the device policy decides (DevicePolicy.gemm_family_for). Validation, in order: DML_BUFFER_TENSOR_DESC rules and the
-feature level's table (InvalidArgumentError / UnsupportedError naming the field), the fused
-activation, then the page's constraints and the scalar fields (InvalidArgumentError whose message
-starts with the field), then a non-overlapping output and 32-bit element addressing.
+alpha * S + beta * C with each product and the sum rounded once, then the fused activation (the
+`a` variants; docs/gemm.md states the order and derives the error bound the tests check). FLOAT16
+products may take the cooperative-matrix family instead (ops/gemm_coop.py, shaders/gemm_coop.comp:
+tensor cores, their own bound in docs/gemm.md), as the device policy decides
+(DevicePolicy.gemm_family_for). Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature
+level's table (InvalidArgumentError / UnsupportedError naming the field), the fused activation, then
+the page's constraints and the scalar fields (InvalidArgumentError whose message starts with the
+field), then a non-overlapping output and 32-bit element addressing.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan, TransferPlan
 from . import contract, gemm_split
 from .base import CompiledOperator, validate_tensors
+from .conv_fused import ACT_NONE, fused_words
 from .elementwise_plan import check_addressable
 from .gemm_coop import CoopTile, plan_gemm_coop
 from .onnx_types import FLOAT32_NUMPY, float_input, quantized_product
@@ -96,7 +102,8 @@ class GemmDesc:
     (C absent: alpha * TransA(A) x TransB(B); beta is then ignored). trans_a / trans_b are
     DML_MATRIX_TRANSFORM values (MatrixTransform.NONE = 0, TRANSPOSE = 1); alpha and beta are
     FLOATs (Python numbers rounded to float32; a finite value beyond float32's range is refused).
-    fused_activation must be None (kompute_dml implements no fused activation)."""
+    fused_activation: None or an activation descriptor whose tensors are None (the module
+    docstring's list), applied to every output."""
 
     a_tensor: TensorDesc
     b_tensor: TensorDesc
@@ -227,13 +234,26 @@ def choose_block(rule: str, m: int, n: int, nmat: int, k: int = 0) -> int:
     return 4 if tiles64 >= BIG_TILES_MIN and min(m, n) > 32 else 2
 
 
+def keeps_speed_with_activation(device: Device, float16: bool, m: int, n: int, k: int, nmat: int) -> bool:
+    """Whether the kernel the policy picks for this product keeps its speed with a fused activation:
+    the tiled kernel with a block of DevicePolicy.gemm_act_blocks (docs/gemm.md, "Fused activation")."""
+    if device.policy.gemm_family_for(float16, m, n, k) != "tiled":
+        return False
+    return choose_block(device.policy.gemm_tiles, m, n, nmat, k) in device.policy.gemm_act_blocks
+
+
 def _plan(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, beta: float, variant: str, total: int,
-          flags: int, spec: tuple[int, ...] = ()) -> DispatchPlan:
-    """The dispatch of either family (both read GEMM_PUSH): `total` work groups, `flags` beyond HAS_C."""
+          flags: int, spec: tuple[int, ...] = (), act: tuple[int, ...] = (ACT_NONE, 0, 0)) -> DispatchPlan:
+    """The dispatch of either family (both read GEMM_PUSH): `total` work groups, `flags` beyond HAS_C,
+    `act` the fused activation's words (conv_fused.fused_words): its kind the ACT variants' last
+    specialization constant, its parameters in the push block."""
     flags |= contract.GEMM_F_HAS_C if desc.c_tensor is not None else 0
+    if act[0] != ACT_NONE:
+        spec = (*spec, act[0])
     values: dict[str, Any] = dict(a_off=0, b_off=0, c_off=0, o_off=0, m=shape.m, n=shape.n, k=shape.k,
                                   nmat=shape.nb * shape.nc, nc=shape.nc, alpha=alpha,
-                                  beta=beta if desc.c_tensor is not None else 0.0, flags=flags, kchunk=0)
+                                  beta=beta if desc.c_tensor is not None else 0.0, flags=flags, kchunk=0,
+                                  act_p0=act[1], act_p1=act[2])
     for p, st in (("a", shape.a_st), ("b", shape.b_st), ("c", shape.c_st), ("o", shape.o_st)):
         names = ("sb", "sc", "sm", "sk") if p == "a" else ("sb", "sc", "sk", "sn") if p == "b" else ("sb", "sc", "sm", "sn")
         values.update({f"{p}_{nm}": s for nm, s in zip(names, st)})
@@ -250,8 +270,9 @@ def _plan(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, beta: 
     )
 
 
-def plan_gemm(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, beta: float) -> DispatchPlan:
-    """The tiled kernel's dispatch (shaders/gemm.comp)."""
+def plan_gemm(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, beta: float,
+              act: tuple[int, ...] = (ACT_NONE, 0, 0)) -> DispatchPlan:
+    """The tiled kernel's dispatch (shaders/gemm.comp); `act`: the fused activation's words."""
     dt = desc.a_tensor.data_type
     blk = choose_block(device.policy.gemm_tiles, shape.m, shape.n, shape.nb * shape.nc, shape.k)
     tile = 16 * blk
@@ -266,8 +287,13 @@ def plan_gemm(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, be
         flags |= contract.GEMM_F_A_MFAST
     if shape.k > 1 and b_st[2] == 1 and not (shape.n > 1 and b_st[3] == 1):
         flags |= contract.GEMM_F_B_KFAST
-    variant = contract.GEMM.name(t="f16" if dt == DataType.FLOAT16 else "f32", blk=blk)
-    return _plan(device, desc, shape, alpha, beta, variant, total, flags)
+    variant = contract.GEMM.name(t="f16" if dt == DataType.FLOAT16 else "f32", blk=blk, act=act_suffix(act))
+    return _plan(device, desc, shape, alpha, beta, variant, total, flags, act=act)
+
+
+def act_suffix(act: tuple[int, ...]) -> str:
+    """The variants' `act` parameter: "a" (the ACT variants) where an activation is fused."""
+    return "" if act[0] == ACT_NONE else "a"
 
 
 def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
@@ -276,10 +302,7 @@ def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
     `kernel` or KDML_GEMM_KERNEL ("tiled", "coopmat", "coopmat-emulated"); `config`: a forced tile of
     the cooperative-matrix families (tests, benchmarks)."""
     validate_tensors(SUPPORT, device.feature_level, desc, SUPPORT.fields, SUPPORT.outputs)
-    act = desc.fused_activation
-    if act is not None:
-        raise UnsupportedError(f"fused_activation: GEMM with a fused activation is not supported by kompute_dml "
-                               f"(FusedActivation must be None), got {type(act).__name__}")
+    act = tuple(fused_words(device, desc.fused_activation, "GEMM", gelu=True))
     _, alpha, beta = check_gemm(desc)
     descs = [getattr(desc, f) for f in SUPPORT.fields]
     present = [(i, f, d) for i, (f, d) in enumerate(zip(SUPPORT.fields, descs)) if d is not None]
@@ -289,10 +312,10 @@ def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
     def plans_for(d: GemmDesc) -> list[DispatchPlan | TransferPlan]:
         sh = check_gemm(d)[0]
         family = device.policy.gemm_family_for(dt == DataType.FLOAT16, sh.m, sh.n, sh.k, kernel)
-        coop = plan_gemm_coop(device, dt, sh, family, config) if family != "tiled" else None
+        coop = plan_gemm_coop(device, dt, sh, family, config, act_suffix(act)) if family != "tiled" else None
         if coop is not None:
-            return [_plan(device, d, sh, alpha, beta, coop.variant, coop.groups, coop.flags, coop.spec)]
-        return [plan_gemm(device, d, sh, alpha, beta)]
+            return [_plan(device, d, sh, alpha, beta, coop.variant, coop.groups, coop.flags, coop.spec, act)]
+        return [plan_gemm(device, d, sh, alpha, beta, act)]
 
     window = binding_window(device.limits)
     tensors = [d for _, _, d in present]

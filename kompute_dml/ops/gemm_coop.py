@@ -196,10 +196,10 @@ class CoopChoice:
 
 
 def plan_gemm_coop(device: Device, dt: DataType, shape: GemmShape, family: str,
-                   config: CoopTile | None = None) -> CoopChoice | None:
+                   config: CoopTile | None = None, act: str = "") -> CoopChoice | None:
     """The family's dispatch for a checked GEMM, or None where it does not apply (not FLOAT16).
     UnsupportedError where the device lacks the family's capabilities or shape (a forced family),
-    or no tile (a forced `config`) can run here."""
+    or no tile (a forced `config`) can run here. `act`: the variants' parameter ("a": a fused activation)."""
     if family not in FAMILIES:
         raise ValueError(f"GEMM family {family!r} is not a cooperative-matrix family ({', '.join(FAMILIES)})")
     if dt != DataType.FLOAT16:
@@ -217,7 +217,7 @@ def plan_gemm_coop(device: Device, dt: DataType, shape: GemmShape, family: str,
             break
     if problems:
         raise UnsupportedError(f"kernel: GEMM tile {tile} cannot run here: {'; '.join(problems)}")
-    variant = contract.GEMM_COOP.name(emulated=FAMILIES[family][0], a=a_order, b=b_order)
+    variant = contract.GEMM_COOP.name(emulated=FAMILIES[family][0], a=a_order, b=b_order, act=act)
     check_capabilities(variant, device.capabilities)
     groups = cdiv(shape.m, tile.bm) * cdiv(shape.n, tile.bn) * nmat
     if groups >= 1 << 31:

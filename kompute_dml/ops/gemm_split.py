@@ -52,7 +52,8 @@ def split_plans(device: Device, plan: DispatchPlan, m: int, n: int, k: int, nmat
                 gemm_grid: Any) -> tuple[list[DispatchPlan], Tensor] | None:
     """The tiled one-pass `plan` as split-K's two dispatches and their scratch (the operator's
     constant, binding-list entry 4), or None where it stays one pass."""
-    t, blk = plan.variant.split("_")[1], int(plan.variant.rsplit("_b", 1)[1])
+    t, blk_act = plan.variant.split("_")[1], plan.variant.rsplit("_b", 1)[1]
+    blk, act = int(blk_act.rstrip("a")), "a" if blk_act.endswith("a") else ""  # gemm_f32_b8a: fused activation
     tiles = cdiv(m, 16 * blk) * cdiv(n, 16 * blk) * nmat
     # the parts from the logical shape alone (64 x 64 tiles, whatever the block): a product's bits do
     # not depend on its tile or layout
@@ -63,10 +64,10 @@ def split_plans(device: Device, plan: DispatchPlan, m: int, n: int, k: int, nmat
     push = list(plan.push)
     push[contract.GEMM.offset("kchunk")] = chunk
     bindings = (*plan.bindings[:4], 4)
-    parts_plan = dataclasses.replace(plan, variant=contract.GEMM_SPLIT.name(t=t, blk=blk), push=tuple(push),
+    parts_plan = dataclasses.replace(plan, variant=contract.GEMM_SPLIT.name(t=t, blk=blk), push=tuple(push), spec=(),
                                      bindings=bindings, groups=gemm_grid(tiles * parts, device.limits["max_compute_work_group_count"]),
                                      writes=(4,))
-    reduce = dataclasses.replace(plan, variant=contract.GEMM_REDUCE.name(t=t), push=tuple(push), bindings=bindings,
+    reduce = dataclasses.replace(plan, variant=contract.GEMM_REDUCE.name(t=t, act=act), push=tuple(push), bindings=bindings,
                                  groups=grid_for(nmat * m * n, 256, device.limits["max_compute_work_group_count"][0]))
     desc = TensorDesc(DataType.UINT32, (words,))
     return [parts_plan, reduce], Tensor.scratch(device, desc)

@@ -205,6 +205,9 @@ class DevicePolicy:
     # "work" (CPU devices) the one with the least padded work per unit of speed (GEMM_CPU_B4_RATE),
     # "parallel" (GPUs) 64 x 64 only where enough such tiles keep the device busy (ops/gemm.py).
     gemm_tiles: str = "work"
+    # The tiled kernel's blocks that keep their speed with a fused activation, the only products the ONNX
+    # GELU fusions fuse (ops/gemm.py keeps_speed_with_activation; docs/gemm.md "Fused activation")
+    gemm_act_blocks: tuple[int, ...] = (2, 4)
     matmul_kernel: str = field(default_factory=lambda: os.environ.get(MATMUL_KERNEL_ENV, "auto"))  # forced family
     # FLOAT16 GEMM's family (large products, GEMM_COOP_MIN): "coopmat" with GEMM_COOP_CAPABILITIES and F16_SHAPE
     gemm_family: str = "tiled"

@@ -319,41 +319,21 @@ MVN_SKIP_PUSH = block("x_off", "s_off", "b_off", "y_off", "k_off", "r_off", "z_o
 MVN_SKIP = family("mvn_skip", "mvn.comp", "mvn_skip_{t}_{layout}", MVN_SKIP_PUSH, _L256, t=("f32", "f16"),
                   layout=("row", "gen"),
                   defines=lambda t, layout: {"ELEM_BITS": EW_TYPES[t][0], "GEN": int(layout == "gen"), "SKIP": 1})
-# ---- GEMM (ops/gemm.py, shaders/gemm.comp): offsets in elements; M, N, K of op(A) x op(B); the
-# number of matrices (batch x channel) and channels; per tensor its batch, channel, row and column
-# strides in elements (A: m, k of op(A), B: k, n of op(B): a transposition is a swap of the two,
-# made on the host); alpha, beta; flags (GEMM_F_*); kchunk (split-K's terms per part; 0: none). A
-# variant per element type and register block (BLK x BLK outputs per invocation, a 16 BLK x 16 BLK
-# tile per work group of 16 x 16).
-GEMM_PUSH = block("a_off", "b_off", "c_off", "o_off", "m", "n", "k", "nmat", "nc", "a_sb", "a_sc", "a_sm", "a_sk",
-                  "b_sb", "b_sc", "b_sk", "b_sn", "c_sb", "c_sc", "c_sm", "c_sn", "o_sb", "o_sc", "o_sm", "o_sn",
-                  "alpha:f32", "beta:f32", "flags", "kchunk")
-GEMM_F_HAS_C = 1  # C is bound: Output = alpha * S + beta * C (else alpha * S)
-GEMM_F_A_MFAST = 2  # A's tile is staged with consecutive invocations on consecutive m (else k)
-GEMM_F_B_KFAST = 4  # B's tile is staged with consecutive invocations on consecutive k (else n)
-GEMM_BLOCKS = (2, 4, 8)
-GEMM = family("gemm", "gemm.comp", "gemm_{t}_b{blk}", GEMM_PUSH, (16, 16, 1), t=("f32", "f16"), blk=GEMM_BLOCKS, shape=("blk",),
-              defines=lambda t, blk: {"F16": int(t == "f16"), "BLK": blk})
-# split-K (ops/gemm.py gemm_split; kchunk > 0 terms per part): gemms_* the parts' float32 sums to the
-# operator's scratch (binding 4), gemmr_* an invocation per output adds them in part order and applies
-# the epilogue
-GEMM_SPLIT = family("gemm_split", "gemm.comp", "gemms_{t}_b{blk}", GEMM_PUSH, (16, 16, 1), t=("f32", "f16"),
-                    blk=GEMM_BLOCKS, shape=("blk",), defines=lambda t, blk: {"F16": int(t == "f16"), "BLK": blk, "SPLIT": 1})
-GEMM_REDUCE = family("gemm_reduce", "gemm_reduce.comp", "gemmr_{t}", GEMM_PUSH, (256, 1, 1), t=("f32", "f16"),
-                     defines=lambda t: {"F16": int(t == "f16")})
-# FLOAT16 GEMM on cooperative matrices (ops/gemm_coop.py, shaders/gemm_coop.comp): the same block;
-# flags add GEMM_F_A_VEC / GEMM_F_B_VEC (16-byte loads). Tensor cores ("", the wheel's compiler), or
-# each cooperative-matrix operation as subgroup code (x: MMA=1, no device feature); the shared tiles
-# of A (a) and B (b) are stored row-major (r) or column-major (c), along the operand's contiguous
-# dimension. Tile sizes: specialization constants.
-GEMM_F_A_VEC = 8  # A: unit inner stride, every other stride a multiple of 8 elements
-GEMM_F_B_VEC = 16  # B: likewise
-_GEMMC_ORDER = {"r": 0, "c": 1}
-GEMM_COOP = family("gemm_coop", "gemm_coop.comp", "gemmc16{emulated}_{a}{b}", GEMM_PUSH, None, emulated=("", "x"),
-                   a=tuple(_GEMMC_ORDER), b=tuple(_GEMMC_ORDER),
-                   defines=lambda emulated, a, b: {"MMA": int(emulated == "x"), "AL": _GEMMC_ORDER[a],
-                                                   "BL": _GEMMC_ORDER[b]},
-                   target=lambda emulated, a, b: None if emulated else COOP_TARGET)
+# ---- GEMM (ops/gemm.py, shaders/gemm.comp, gemm_reduce.comp, gemm_coop.comp): contract/gemm.py
+from .gemm import (  # noqa: E402, F401
+    GEMM,
+    GEMM_ACTS,
+    GEMM_BLOCKS,
+    GEMM_COOP,
+    GEMM_F_A_MFAST,
+    GEMM_F_A_VEC,
+    GEMM_F_B_KFAST,
+    GEMM_F_B_VEC,
+    GEMM_F_HAS_C,
+    GEMM_PUSH,
+    GEMM_REDUCE,
+    GEMM_SPLIT,
+)
 
 # ---- REDUCE (ops/reduce.py, shaders/reduce.comp): one output element per invocation; offsets
 # (input elements, output units), output elements, reduced elements per output, the merged outer

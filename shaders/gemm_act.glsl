@@ -1,0 +1,35 @@
+// GEMM's FusedActivation (kompute_dml/ops/gemm.py; the families' ACT variants): the kind
+// (fused_act.glsl's ACT_*, kompute_dml/ops/conv_fused.py writes it) a specialization constant (id
+// GEMM_ACT_ID, default 0), so the driver keeps only that activation's code: with the kind in the push
+// block every kind's code stayed in the kernel, and Whisper's FC1 ran about 10x slower on the H100
+// (device call 199). Its two float32 parameters in act_p0 / act_p1, applied to each output as the
+// output type holds it
+// (FLOAT16: the rounded half, decoded exactly) by the standalone operators' own functions, then
+// rounded to the type again: the fused output is the unfused chain's bits (GEMM, then the
+// activation). The includer defines F16 and declares GEMM_PUSH (pc).
+#ifndef KDML_GEMM_ACT_GLSL
+#define KDML_GEMM_ACT_GLSL
+
+#define UM_P0 pc.act_p0
+#define UM_P1 pc.act_p1
+#define FA_F16 F16
+#define FA_GELU 1
+#include "fused_act.glsl"
+
+#ifndef GEMM_ACT_ID
+#define GEMM_ACT_ID 0
+#endif
+layout(constant_id = GEMM_ACT_ID) const uint ACT_KIND = 0u;
+uint gemm_act_kind() { return ACT_KIND; }
+
+// float32 bits -> the activation's float32 bits (ReLU: -0 and negatives +0, NaN kept)
+uint gemm_act(uint x, uint kind) {
+    if (kind == ACT_NONE) return x;
+    if (kind == ACT_RELU) return (x & 0x7FFFFFFFu) > 0x7F800000u ? x : ((x >> 31) != 0u ? 0u : x);
+    return fused_act(x, kind);
+}
+
+// a FLOAT16 output's bits -> the activation's FLOAT16 bits
+uint gemm_act16(uint h, uint kind) { return kind == ACT_NONE ? h : f2h(gemm_act(h2f(h), kind)); }
+
+#endif
