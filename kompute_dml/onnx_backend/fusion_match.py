@@ -108,34 +108,44 @@ def _match(rep: BackendRep, pattern: Pattern, head: int, uses: dict[str, list[tu
     return Fusion(pattern, tuple(chain), tuple(inputs), inner, shared)
 
 
-def _within(rep: BackendRep, outer: Fusion, uses: dict[str, list[tuple[int, int]]], producers: dict[str, int]) -> Fusion:
+def _by_head() -> dict[str, list[Pattern]]:
+    """PATTERNS by their first node type, in PATTERNS' order (read at each call: benchmarks and tests
+    replace PATTERNS)."""
+    heads: dict[str, list[Pattern]] = {}
+    for pattern in PATTERNS:
+        heads.setdefault(pattern.ops[0], []).append(pattern)
+    return heads
+
+
+def _within(rep: BackendRep, outer: Fusion, uses: dict[str, list[tuple[int, int]]], producers: dict[str, int],
+            heads: dict[str, list[Pattern]]) -> Fusion:
     """The chain with the shorter chains of PATTERNS among its nodes (none that claims a node)."""
     taken = set(range(len(rep.graph.node))) - set(outer.nodes)
     found = []
     for head in outer.nodes:
-        for pattern in PATTERNS:
-            f = None if pattern.claims or len(pattern.ops) >= len(outer.nodes) or head in taken or \
-                rep.graph.node[head].op_type != pattern.ops[0] else _match(rep, pattern, head, uses, taken, producers)
+        for pattern in heads.get(rep.graph.node[head].op_type, ()):
+            f = None if pattern.claims or len(pattern.ops) >= len(outer.nodes) or head in taken \
+                else _match(rep, pattern, head, uses, taken, producers)
             if f is not None:
                 # its own shorter chains too: an attention ending in Transpose holds the one without
                 # it, which holds MatMul -> Mul; where both attentions run unfused, the scale stays in GEMM
-                found.append(_within(rep, f, uses, producers))
+                found.append(_within(rep, f, uses, producers, heads))
                 taken.update(f.nodes)
     return dataclasses.replace(outer, within=tuple(found)) if found else outer
 
 
 def find_fusions(rep: BackendRep) -> Fusions:
     """Every chain of PATTERNS in the model (a node joins at most one chain; Fusion.within)."""
-    uses, producers = _uses(rep.graph), _producers(rep.graph)
+    uses, producers, heads = _uses(rep.graph), _producers(rep.graph), _by_head()
     found = Fusions()
     taken: set[int] = set()
     for head, node in enumerate(rep.graph.node):
-        for pattern in PATTERNS:
-            if node.op_type != pattern.ops[0] or head in taken:
+        for pattern in heads.get(node.op_type, ()):
+            if head in taken:
                 continue
             f = _match(rep, pattern, head, uses, taken, producers)
             if f is not None:
-                f = _within(rep, f, uses, producers)
+                f = _within(rep, f, uses, producers, heads)
                 found.by_carrier[f.carrier] = f
                 found.absorbed.update((i, f.carrier) for i in f.nodes[:-1])
                 taken.update(f.nodes)
