@@ -240,8 +240,8 @@ def _h_matmul(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: Run
     group = product_groups.group_of(ctx, node)
     a = ins[0]
     if group is not None and isinstance(a, DeviceValue) and _value_dtype(a) in _FLOAT_OUT and not use_half(ctx, a.dtype):
-        return [product_groups.run(ctx, group, node, a, lambda w, wn, _b, _bn: product_groups.grouped_gemm(
-            ctx, a, (w, wn), (None, None), stats))]
+        return [product_groups.run(ctx, group, node, a, lambda w, wn, bias, bn: product_groups.grouped_gemm(
+            ctx, a, (w, wn), (bias, bn), stats))]
     return _matmul(ctx, node, ins, stats, False, False, 1.0)
 
 

@@ -128,7 +128,8 @@ def find_float_groups(rep: BackendRep) -> dict[str, ProductGroup]:
     with the same A and constant 2-D weights of one K and type, each the head of a fusion_bias.py chain
     (rep.fusions: MatMul -> Add(bias), the member the Add's output; MatMul -> Add -> Mul by a power of
     two, the member the Mul's, its weights and bias scaled: c (x W) + c b and x (c W) + c b round alike)
-    or none of them in a chain at all (the member: the MatMul's output)."""
+    or none of them in a chain at all (the member: the MatMul's output); plain members on the A of
+    biased ones join those with a bias of -0."""
     chains = {f.nodes[0]: f for f in rep.fusions.by_carrier.values() if f.pattern.name in ("MatMul+Add", "MatMul+Add+Mul")}
     nodes = rep.graph.node
     by_a: dict[tuple[str, ...], list[tuple[str, np.ndarray, np.ndarray | None]]] = {}
@@ -153,6 +154,13 @@ def find_float_groups(rep: BackendRep) -> dict[str, ProductGroup]:
                     continue
             member = last.output[0]
         by_a.setdefault((node.input[0], "bias" if bias is not None else ""), []).append((member, w, bias))
+    for (a_name, kind), members in list(by_a.items()):
+        # plain products on a biased group's A join it with a bias of -0: S + (-0) is S for every S (an
+        # exact zero's sign included), so the member keeps its bits (Whisper's key projection has no bias)
+        biased = by_a.get((a_name, "bias"))
+        if kind == "" and biased is not None:
+            biased += [(m, w, np.full(w.shape[1], -0.0, w.dtype)) for m, w, _b in members]
+            del by_a[(a_name, kind)]
     out: dict[str, ProductGroup] = {}
     for key, members in by_a.items():
         if len(members) < 2 or len({(w.shape[0], w.dtype) for _m, w, _b in members}) != 1:
