@@ -151,8 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drop-pattern-suffix", action="append", default=[], metavar="SUFFIX",
                     help="an ablation: leave out the fusion patterns whose name ends so (+Transpose: the attention "
                          "chains ending in the Transpose after them; repeatable)")
+    ap.add_argument("--drop-pattern", action="append", default=[], metavar="NAME",
+                    help="an ablation: leave out the fusion patterns of exactly this name (MatMul+Transpose, ...; repeatable)")
     args = ap.parse_args(argv)
-    if args.drop_fusion or args.drop_pattern_suffix:
+    if args.drop_fusion or args.drop_pattern_suffix or args.drop_pattern:
         from kompute_dml.onnx_backend import fusion_match, fusions
 
         unknown = set(args.drop_fusion) - {p.operator for p in fusions.PATTERNS}
@@ -161,7 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         unmatched = [x for x in args.drop_pattern_suffix if not any(p.name.endswith(x) for p in fusions.PATTERNS)]
         if unmatched:
             ap.error(f"--drop-pattern-suffix: no pattern's name ends with {', '.join(unmatched)}")
+        unnamed = set(args.drop_pattern) - {p.name for p in fusions.PATTERNS}
+        if unnamed:
+            ap.error(f"--drop-pattern: no pattern is named {', '.join(sorted(unnamed))}")
         fusion_match.PATTERNS = tuple(p for p in fusions.PATTERNS if p.operator not in args.drop_fusion
+                                      and p.name not in args.drop_pattern
                                       and not any(p.name.endswith(x) for x in args.drop_pattern_suffix))
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     rows = []

@@ -20,7 +20,7 @@ pattern with its conditions; all give the unfused bits but the attention, RMS no
 GELU chains and the squeeze-and-excitation gate (within tolerance). Chains with modules of their own:
 fusion_attention.py, fusion_bias.py, fusion_bias_gelu.py,
 fusion_gelu.py, fusion_qconv.py, fusion_qdq.py, fusion_quant.py, fusion_rmsnorm.py,
-fusion_rotary.py, fusion_scale.py, fusion_se.py, fusion_swish.py.
+fusion_rotary.py, fusion_scale.py, fusion_se.py, fusion_swish.py, fusion_transpose.py.
 A chain that runs unfused runs the shorter chains matched inside it (Fusion.within: the attention's
 MatMul -> Mul as one GEMM) and its other nodes one by one. Here:
 - Add(a, b) -> LayerNormalization(axis = last): MEAN_VARIANCE_NORMALIZATION1 with a skip (the sum
@@ -61,6 +61,7 @@ from .fusion_rotary import rotary_patterns
 from .fusion_scale import matmul_scale_patterns
 from .fusion_se import se_patterns
 from .fusion_swish import swish_patterns
+from .fusion_transpose import matmul_transpose_patterns
 from .graph import _attr, _node_inputs, positive_zero_constant
 from .handlers_activation import FUSED_TYPES
 from .handlers_conv import run_conv_activation
@@ -282,6 +283,8 @@ PATTERNS = (
     *matmul_bias_patterns(Pattern),
     # MatMul -> Mul(., constant scalar) / Div(., power of two): fusion_scale.py (after the attention's)
     *matmul_scale_patterns(Pattern),
+    # MatMul -> Transpose keeping the last axis (an unfused attention's context): fusion_transpose.py
+    *matmul_transpose_patterns(Pattern),
     # Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x, .) -> Mul(0.5): fusion_gelu.py
     *gelu_patterns(Pattern),
     # GlobalAveragePool -> Conv 1x1 -> Relu | SiLU -> Conv 1x1 -> HardSigmoid | Sigmoid: fusion_se.py
