@@ -30,7 +30,7 @@ import onnx
 import kompute_dml as kdml
 
 from . import product_groups
-from .graph import constant_float, exact_reciprocal, other_input
+from .graph import constant_float, exact_reciprocal, float_product, other_input
 from .half_precision import use_half
 from .handlers_values import as_device
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
@@ -43,9 +43,9 @@ if TYPE_CHECKING:
 def check_matmul_bias(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     """Why the chain is not a product and its bias ("" where it is)."""
     mm = nodes[0]
-    dts = {rep._elem_dtype(n) for n in mm.input[:2]}
-    if not dts <= _FLOAT_OUT | {None}:
-        return f"a product of {sorted(map(str, dts - {None}))}"
+    why = float_product(rep, mm)
+    if why:
+        return why
     bias = other_input(nodes[1], mm.output[0])
     if bias not in rep.constants or bias in rep.input_names:
         return f"Add's operand {bias!r} is not a constant"

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from .graph import constant_float, exact_reciprocal, other_input
+from .graph import constant_float, exact_reciprocal, float_product, other_input
 from .half_precision import use_half
 from .handlers_nn import _matmul
 from .values import _FLOAT_OUT, FallbackNeeded, RunStats, _value_dtype, _value_shape
@@ -38,9 +38,9 @@ if TYPE_CHECKING:
 def check_matmul_scale(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     """Why the chain is not a product and its exact scale ("" where it is)."""
     mm, op = nodes
-    dts = {rep._elem_dtype(n) for n in mm.input[:2]}
-    if not dts <= _FLOAT_OUT | {None}:
-        return f"a product of {sorted(map(str, dts - {None}))}"
+    why = float_product(rep, mm)
+    if why:
+        return why
     name = other_input(op, mm.output[0])
     c = constant_float(rep, name)
     if c is None or rep.constant_host(name).dtype not in _FLOAT_OUT:

@@ -21,7 +21,7 @@ import onnx
 
 import kompute_dml as kdml
 
-from .graph import _attr
+from .graph import _attr, float_product
 from .half_precision import use_half
 from .handlers_values import as_device, strided
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
@@ -34,9 +34,9 @@ if TYPE_CHECKING:
 def check_matmul_transpose(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     """Why the chain is not a product and a transposition keeping its rows' columns together ("" where it is)."""
     mm, tr = nodes
-    dts = {rep._elem_dtype(n) for n in mm.input[:2]}
-    if not dts <= _FLOAT_OUT | {None}:
-        return f"a product of {sorted(map(str, dts - {None}))}"
+    why = float_product(rep, mm)
+    if why:
+        return why
     perm = _attr(tr, "perm", None)
     if perm is None or len(perm) < 2 or list(perm)[-1] != len(perm) - 1:
         return f"perm {perm} (the last axis must stay last)"

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .values import _is_tensor_value, _value_dtype, _value_shape
+from .values import _FLOAT_OUT, _is_tensor_value, _value_dtype, _value_shape
 
 
 # ---------------------------------------------------------------------------------
@@ -136,3 +136,9 @@ def exact_reciprocal(c: float) -> float | None:
         return None
     r = 1.0 / c
     return r if float(_F32.tiny) <= abs(r) <= float(_F32.max) else None
+
+
+def float_product(rep: Any, mm: onnx.NodeProto) -> str:
+    """Why a MatMul's declared operand types are not float32 / float16 ("" where they are, or are unknown)."""
+    dts = {rep._elem_dtype(n) for n in mm.input[:2]}
+    return "" if dts <= _FLOAT_OUT | {None} else f"a product of {sorted(map(str, dts - {None}))}"
