@@ -201,7 +201,7 @@ def test_the_attention_pattern_still_matches_first(rng, monkeypatch):
 def test_large_attention_runs_its_product_and_scale_as_one_gemm(rng, monkeypatch, node_by_node, transposed):
     """Past DevicePolicy.attention_fused_max_flops the attention runs unfused, its MatMul -> Mul
     as GEMM with alpha: one dispatch fewer than the nodes, the same bits (`transposed`: the chain
-    ending in Transpose holds the one without it, which holds MatMul -> Mul)."""
+    ending in Transpose holds MatMul -> Mul and MatMul -> Transpose, fusion_transpose.py)."""
     model, feeds = _whisper_attention(rng, transposed=transposed)
     rep = Backend.prepare(model, "CPU")
     monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, attention_fused_max_flops=0))

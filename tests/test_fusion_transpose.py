@@ -75,3 +75,36 @@ def test_other_transposes_run_node_by_node(rng, case):
     assert "MatMul+Transpose" not in rep.summary() or case == "half precision"
     want = np.transpose(feeds["a"] @ feeds["b"], perm)
     np.testing.assert_allclose(y, want, rtol=1e-2 if case == "half precision" else 1e-5, atol=1e-2)
+
+
+@pytest.mark.parametrize("node_by_node", [False, True])
+def test_unfused_attention_writes_its_context_transposed(rng, monkeypatch, node_by_node):
+    """An attention -> Transpose(0, 2, 1, 3) -> Reshape past DevicePolicy.attention_fused_max_flops runs
+    its products' chains (fusion_match does not nest the attention without its Transpose): MatMul ->
+    Mul and MatMul -> Transpose as GEMMs, the Reshape a view: 3 dispatches where the nodes take 5, the
+    same bits."""
+    import dataclasses
+
+    b, h, s, d = 2, 3, 12, 8
+    ins = [helper.make_tensor_value_info(n, T.FLOAT, [b, h, s, d]) for n in "qkv"]
+    nodes = [N("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), N("MatMul", ["q", "kt"], ["sc"]),
+             N("Mul", ["sc", "c"], ["scaled"]), N("Softmax", ["scaled"], ["p"], axis=-1), N("MatMul", ["p", "v"], ["pv"]),
+             N("Transpose", ["pv"], ["t"], perm=[0, 2, 1, 3]), N("Reshape", ["t", "shape"], ["y"])]
+    g = helper.make_graph(nodes, "attn", ins, [helper.make_tensor_value_info("y", T.FLOAT, None)],
+                          initializer=[numpy_helper.from_array(np.array(d ** -0.5, np.float32), "c"),
+                                       numpy_helper.from_array(np.array([b, s, h * d], np.int64), "shape")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    feeds = {n: rng.standard_normal((b, h, s, d)).astype(np.float32) for n in "qkv"}
+    rep = Backend.prepare(model, "CPU")
+    (f,) = rep.fusions.by_carrier.values()
+    assert f.pattern.operator == "MULTIHEAD_ATTENTION" and [w.pattern.name for w in f.within] == ["MatMul+Mul", "MatMul+Transpose"]
+    monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, attention_fused_max_flops=0))
+    rep.state.node_by_node = node_by_node
+    (y,) = rep.run(feeds)
+    assert "ran unfused" in " ".join(rep.last_run.events)
+    unfused = Backend.prepare(model, "CPU", fuse=False)
+    unfused.state.node_by_node = node_by_node
+    (want,) = unfused.run(feeds)
+    assert np.array_equal(_bits(y), _bits(want))
+    if not node_by_node:  # (RunStats.dispatches: the whole-graph program's)
+        assert (rep.last_run.dispatches, unfused.last_run.dispatches) == (3, 5)

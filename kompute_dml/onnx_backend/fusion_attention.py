@@ -252,8 +252,9 @@ def _zero_empty_rows(ctx: NodeContext, mask: kdml.Tensor, raw: kdml.Tensor, out:
 
 def attention_patterns(pattern: type) -> tuple[Any, ...]:
     """Every combination of the chain's optional nodes, one Pattern each (the longest first: those
-    ending in the Transpose before the same chains without it, which run inside them where they
-    run unfused); then the dynamo export's: Q and K^T scaled before the product, the NaN guard."""
+    ending in the Transpose before the same chains without it; fusion_match does not nest them, an
+    unfused one runs its products' chains); then the dynamo export's: Q and K^T scaled before the
+    product, the NaN guard."""
     out = []
     for transpose, head, scale, mask, casts in itertools.product((True, False), ("MatMul", "FusedMatMul"),
                                                                  ("Mul", "Div", ""), (True, False), (2, 1, 0)):

@@ -5,7 +5,8 @@ no other outputs in use and all run on the device (or are claimed: Pattern.claim
 passes. Patterns are tried in PATTERNS' order at each head, heads in graph order; a node joins at
 most one chain. Inside a matched chain, the shorter chains of PATTERNS among its nodes are matched
 too (Fusion.within): they run where the chain runs unfused (fusions._chain), so an attention past
-DevicePolicy.attention_fused_max_flops still runs its MatMul -> Mul as one GEMM (fusion_scale.py)."""
+DevicePolicy.attention_fused_max_flops still runs its MatMul -> Mul as one GEMM (fusion_scale.py) and
+its context -> Transpose as one GEMM (fusion_transpose.py)."""
 
 from __future__ import annotations
 
@@ -124,11 +125,14 @@ def _within(rep: BackendRep, outer: Fusion, uses: dict[str, list[tuple[int, int]
     found = []
     for head in outer.nodes:
         for pattern in heads.get(rep.graph.node[head].op_type, ()):
-            f = None if pattern.claims or len(pattern.ops) >= len(outer.nodes) or head in taken \
+            # an attention without its Transpose runs where the one with it runs (fusion_attention.py: the
+            # same run-time conditions), so it is not tried again inside it: its products' chains are
+            # (MatMul -> Mul as one GEMM, MatMul -> Transpose as one GEMM writing the transposed layout)
+            nested = pattern.operator == outer.pattern.operator == "MULTIHEAD_ATTENTION"
+            f = None if pattern.claims or len(pattern.ops) >= len(outer.nodes) or head in taken or nested \
                 else _match(rep, pattern, head, uses, taken, producers)
             if f is not None:
-                # its own shorter chains too: an attention ending in Transpose holds the one without
-                # it, which holds MatMul -> Mul; where both attentions run unfused, the scale stays in GEMM
+                # its own shorter chains too (MatMul -> Add -> GELU holds MatMul -> Add and the GELU chain)
                 found.append(_within(rep, f, uses, producers, heads))
                 taken.update(f.nodes)
     return dataclasses.replace(outer, within=tuple(found)) if found else outer
