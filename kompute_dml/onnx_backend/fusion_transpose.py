@@ -56,7 +56,8 @@ def run_matmul_transpose(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: 
         batch = tuple(int(d) for d in np.broadcast_shapes(sa[:-2], sb[:-2]))
     except ValueError:
         raise FallbackNeeded("batch shapes that do not broadcast (the MatMul says so)") from None
-    if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2] or len(perm) != len(batch) + 2 or sorted(perm) != list(range(len(perm))):
+    if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2] or len(perm) != len(batch) + 2 or sorted(perm) != list(range(len(perm))) \
+            or 0 in sa or 0 in sb:
         raise FallbackNeeded(f"a product of {sa} and {sb} transposed by {perm}")
     shape = (*batch, sa[-2], sb[-1])
     out_shape = tuple(shape[p] for p in perm)
