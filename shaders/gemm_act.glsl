@@ -1,9 +1,8 @@
 // GEMM's FusedActivation (kompute_dml/ops/gemm.py; the families' ACT variants): the kind
 // (fused_act.glsl's ACT_*, kompute_dml/ops/conv_fused.py writes it) a specialization constant (id
-// GEMM_ACT_ID, default 0), so the driver keeps only that activation's code: with the kind in the push
-// block every kind's code stayed in the kernel, and Whisper's FC1 ran about 10x slower on the H100
-// (device call 199). Its two float32 parameters in act_p0 / act_p1, applied to each output as the
-// output type holds it
+// GEMM_ACT_ID, default 0), so the driver keeps only that activation's code (with the kind in the push
+// block every kind's code stayed in the kernel, and the products ran several times slower on the H100).
+// Its two float32 parameters in act_p0 / act_p1, applied to each output as the output type holds it
 // (FLOAT16: the rounded half, decoded exactly) by the standalone operators' own functions, then
 // rounded to the type again: the fused output is the unfused chain's bits (GEMM, then the
 // activation). The includer defines F16 and declares GEMM_PUSH (pc).

@@ -123,7 +123,7 @@ def test_other_chains_run_in_pieces(rng, case):
     feeds = {"a": a, "bias": rng.standard_normal(M).astype(np.float32)} if case == "fed bias" else {"a": a}
     rep = Backend.prepare(model, "CPU", allow_half_precision=case == "half precision")
     (y,) = rep.run(feeds)
-    assert "MatMul+Add+Div" not in rep.summary() or rep.last_run.dispatches > 1
+    assert rep.last_run.dispatches > 1
     (want,) = Backend.prepare(model, "CPU", fuse=False, allow_half_precision=case == "half precision").run(feeds)
     np.testing.assert_allclose(y, want, rtol=1e-3 if case == "half precision" else 1e-5, atol=1e-3)
 
@@ -134,7 +134,7 @@ def test_slower_kernels_run_the_pieces(rng, monkeypatch):
     model, _, _ = _model(np.float32, "div", (4, 9, K), rng)
     a = rng.standard_normal((4, 9, K)).astype(np.float32)
     (fused,) = Backend.prepare(model, "CPU").run({"a": a})
-    monkeypatch.setattr("kompute_dml.onnx_backend.fusion_bias_gelu.keeps_speed_with_activation", lambda *args: False)
+    monkeypatch.setattr("kompute_dml.onnx_backend.fusion_bias.keeps_speed_with_activation", lambda *args: False)
     rep = Backend.prepare(model, "CPU")
     (y,) = rep.run({"a": a})
     assert rep.last_run.dispatches == 2 and np.array_equal(_bits(y), _bits(fused))

@@ -252,9 +252,9 @@ def _zero_empty_rows(ctx: NodeContext, mask: kdml.Tensor, raw: kdml.Tensor, out:
 
 def attention_patterns(pattern: type) -> tuple[Any, ...]:
     """Every combination of the chain's optional nodes, one Pattern each (the longest first: those
-    ending in the Transpose before the same chains without it; fusion_match does not nest them, an
-    unfused one runs its products' chains); then the dynamo export's: Q and K^T scaled before the
-    product, the NaN guard."""
+    ending in the Transpose before the same chains without it; none is nested in another (Pattern.nested:
+    the same run-time conditions), so an unfused one runs its products' chains); then the dynamo
+    export's: Q and K^T scaled before the product, the NaN guard."""
     out = []
     for transpose, head, scale, mask, casts in itertools.product((True, False), ("MatMul", "FusedMatMul"),
                                                                  ("Mul", "Div", ""), (True, False), (2, 1, 0)):
@@ -262,7 +262,7 @@ def attention_patterns(pattern: type) -> tuple[Any, ...]:
                *(("Transpose",) if transpose else ()))
         edges = tuple((i, i + 1, 0) for i in range(len(ops) - 1))
         out.append(pattern("+".join(ops), ops, edges, "MULTIHEAD_ATTENTION", check_attention, run_attention,
-                           ms_ops=frozenset({"FusedMatMul"})))
+                           ms_ops=frozenset({"FusedMatMul"}), nested=False))
     for transpose, pre, mask, guard in itertools.product((True, False), (True, False), (True, False), (True, False)):
         if not (pre or guard):
             continue  # the chains above
@@ -275,5 +275,6 @@ def attention_patterns(pattern: type) -> tuple[Any, ...]:
         edges += [(smx, smx + 1, 0), (smx + 1, smx + 2, 0), (smx, smx + 2, 2), (smx + 2, last, 0)] if guard \
             else [(smx, last, 0)]
         edges += [(last, last + 1, 0)] if transpose else []
-        out.append(pattern("+".join(ops), ops, tuple(edges), "MULTIHEAD_ATTENTION", check_attention, run_attention))
+        out.append(pattern("+".join(ops), ops, tuple(edges), "MULTIHEAD_ATTENTION", check_attention, run_attention,
+                           nested=False))
     return tuple(out)

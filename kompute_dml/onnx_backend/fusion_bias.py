@@ -21,6 +21,7 @@ leave the Mul to run by itself after the fused MatMul -> Add."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ import numpy as np
 import onnx
 
 import kompute_dml as kdml
+from kompute_dml.ops.gemm import keeps_speed_with_activation
 
 from . import product_groups
 from .graph import constant_float, exact_reciprocal, float_product, other_input
@@ -81,7 +83,8 @@ def run_matmul_bias_scale(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup:
 def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
                     stats: RunStats, scale: float = 1.0, member: onnx.NodeProto | None = None,
                     activation: Any = None) -> list[Any]:
-    """The GEMM (`scale`: Alpha = Beta; `activation`: its FusedActivation, fusion_bias_gelu.py)."""
+    """The GEMM (`scale`: Alpha = Beta; `activation`: its FusedActivation, fusion_bias_gelu.py, only where
+    the product's kernel keeps its speed with it: FallbackNeeded elsewhere, the pieces run)."""
     mm = nodes[0]
     a_v, b_v = lookup(mm.input[0]), lookup(mm.input[1])
     bias_name = other_input(nodes[1], mm.output[0])
@@ -95,6 +98,9 @@ def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Calla
     shape = (*np.broadcast_shapes(sa[:-2], sb[:-2]), sa[-2], sb[-1])
     if tuple(np.broadcast_shapes(shape, sc)) != shape:
         raise FallbackNeeded(f"a bias {sc} that broadcasts the product {shape}")
+    if activation is not None and not keeps_speed_with_activation(ctx.device, dt == np.float16, shape[-2], shape[-1],
+                                                                   sa[-1], math.prod(shape[:-2])):
+        raise FallbackNeeded("the product's kernel is slower with a fused activation (DevicePolicy.gemm_act_blocks)")
     # the projections on one input as one GEMM (a scaled member's weights and bias carry its scale)
     member = member or nodes[1]
     group = product_groups.group_of(ctx, member) if activation is None else None

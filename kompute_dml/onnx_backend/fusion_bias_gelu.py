@@ -9,7 +9,7 @@ conditions are its own: a constant bias along the last axis, float32 or float16,
 and then fusion_gelu.py's ACTIVATION_GELU, or the Gelu / BiasGelu node's, since GEMM applies the
 activation to each output as the output type holds it. Where a run-time condition fails, the
 pieces run by themselves (Fusion.within): also where the product's kernel is slower with a fused
-activation than the two dispatches (ops/gemm.py keeps_speed_with_activation, DevicePolicy.gemm_act_blocks:
+activation than the two dispatches (run_matmul_bias asks ops/gemm.py keeps_speed_with_activation, DevicePolicy.gemm_act_blocks:
 GELU's basic-arithmetic code costs the tensor-core kernels and the 128 x 128 tile their occupancy).
 
 Not matched: an exact chain whose x / sqrt 2 is a Mul reading x at the same input index as the
@@ -19,20 +19,16 @@ run it in two dispatches."""
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import onnx
 
 import kompute_dml as kdml
-from kompute_dml.ops.gemm import keeps_speed_with_activation
 
 from .fusion_bias import check_matmul_bias, run_matmul_bias
 from .fusion_gelu import check_gelu, check_gelu_tanh
 from .graph import attr_text
-from .values import FallbackNeeded, _value_dtype, _value_shape
 
 if TYPE_CHECKING:
     from .context import NodeContext
@@ -64,11 +60,6 @@ def _check_bias_gelu(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
 def _run(approximate: str | None) -> Callable[..., list[Any]]:
     """The fused run: GELU of the form `approximate` (None: the Gelu node's attribute)."""
     def run(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any], stats: RunStats) -> list[Any]:
-        sa, sb = _value_shape(lookup(nodes[0].input[0])), _value_shape(lookup(nodes[0].input[1]))
-        if len(sa) >= 2 and len(sb) >= 2 and not keeps_speed_with_activation(
-                ctx.device, _value_dtype(lookup(nodes[0].input[0])) == np.float16, sa[-2], sb[-1], sa[-1],
-                math.prod(np.broadcast_shapes(sa[:-2], sb[:-2]))):
-            raise FallbackNeeded("the product's kernel is slower with a fused activation (DevicePolicy.gemm_act_blocks)")
         form = approximate or _gelu_node_form(nodes[-1])
         return run_matmul_bias(ctx, nodes[:2], lookup, stats,
                                activation=kdml.ActivationGeluDesc(None, None, approximate=form))

@@ -125,11 +125,7 @@ def _within(rep: BackendRep, outer: Fusion, uses: dict[str, list[tuple[int, int]
     found = []
     for head in outer.nodes:
         for pattern in heads.get(rep.graph.node[head].op_type, ()):
-            # an attention without its Transpose runs where the one with it runs (fusion_attention.py: the
-            # same run-time conditions), so it is not tried again inside it: its products' chains are
-            # (MatMul -> Mul as one GEMM, MatMul -> Transpose as one GEMM writing the transposed layout)
-            nested = pattern.operator == outer.pattern.operator == "MULTIHEAD_ATTENTION"
-            f = None if pattern.claims or len(pattern.ops) >= len(outer.nodes) or head in taken or nested \
+            f = None if pattern.claims or not pattern.nested or len(pattern.ops) >= len(outer.nodes) or head in taken \
                 else _match(rep, pattern, head, uses, taken, producers)
             if f is not None:
                 # its own shorter chains too (MatMul -> Add -> GELU holds MatMul -> Add and the GELU chain)

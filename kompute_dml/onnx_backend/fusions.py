@@ -107,6 +107,10 @@ class Pattern:
     # chain positions whose output other nodes also read, all after the carrier: the run returns
     # it after the carrier's outputs (a residual sum that a skip normalization also writes)
     shared: tuple[int, ...] = ()
+    # False: never matched inside a longer chain (Fusion.within), which runs under the same run-time
+    # conditions (an attention inside the same attention with its Transpose): the longer one's products'
+    # chains take its nodes instead
+    nested: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,8 @@ that fills more of the GPU: at BERT 256 / 3 layers, 8 x 128, each projection was
 device time on an H100, mostly fixed cost.
 
 Float products likewise (find_float_groups): MatMul(A, W) with constant 2-D weights of one K and type
-on one A, each either followed by Add(., bias) as fusion_bias.py fuses it or alone, all of one kind: one
+on one A, each either followed by Add(., bias) as fusion_bias.py fuses it or alone (plain ones joining
+biased ones with a bias of -0, or all plain): one
 GEMM over [W_q | W_k | W_v] (and [b_q | b_k | b_v]), each output element the same sum over K in order and
 the same bias addition as in its own GEMM (ViT's and Llama's projections: three dispatches of 520 x 256
 x 256 at ViT 8 x 64 x 64 images become one).
