@@ -3,24 +3,32 @@
 
     python -m benchmarks.bench_activation            # GPU rows (torch CUDA if importable)
     python -m benchmarks.bench_activation --small    # lavapipe rows, no torch
+    python -m benchmarks.bench_activation --geometries   # softmax rows on each candidate geometry
 
 Ours runs N executions in one `with dev.record() as rec:` (two outputs, alternating); torch runs N
 launches (torch.softmax(x, -1), torch.nn.functional.gelu(x): the exact erf GELU), then
 synchronizes. A sample is the slope (t(N) - t(1)) / (N - 1) (timing.slopes); contenders
 alternate; the figure is the median over rounds. GB/s = (input + output bytes) / time; ratio = torch time / ours (> 1:
 ours is faster). Each result is also checked against a float64 reference (max abs error).
+With --geometries, each softmax row of GEOMETRY_ROWS runs on the geometry the plan picks and on
+each candidate (KDML_SOFTMAX_GEOMETRY, ops/softmax_geometry.py), torch beside; a candidate whose
+bits differ from the plan's is marked with its largest difference.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 import kompute_dml as kdml
 from kompute_dml.bench.timing import repeater, slopes
+from kompute_dml.ops.softmax_geometry import FORCE_ENV
 
 DT = kdml.DataType
 GPU_ROWS = [("softmax", DT.FLOAT32, (1, 12, 16, 16)), ("softmax", DT.FLOAT32, (8, 12, 128, 128)),
@@ -30,6 +38,16 @@ GPU_ROWS = [("softmax", DT.FLOAT32, (1, 12, 16, 16)), ("softmax", DT.FLOAT32, (8
             ("softmax", DT.FLOAT16, (8, 4, 1500, 1500)),
             ("gelu", DT.FLOAT32, (1, 16, 1536)), ("gelu", DT.FLOAT32, (8, 128, 1536)),
             ("gelu", DT.FLOAT32, (64, 256, 1536)), ("gelu", DT.FLOAT16, (64, 256, 1536))]
+# softmax rows and the geometries timed beside the plan's (ops/softmax_geometry.py)
+GEOMETRY_ROWS = [
+    (DT.FLOAT32, (8, 4, 1500, 1500), ("l256_k8", "l256_k2v", "l128_k3v")),
+    (DT.FLOAT16, (8, 4, 1500, 1500), ("l32_k32", "l256_k1v", "l128_k2v", "l64_k3v")),
+    (DT.FLOAT32, (64, 12, 256, 1000), ("l32_k32", "l256_k1v", "l128_k2v", "l64_k4v")),
+    (DT.FLOAT32, (8, 12, 512, 512), ("l32_k16", "l128_k1v", "l64_k2v", "l32_k4v")),
+    (DT.FLOAT32, (64, 12, 256, 256), ("l32_k8", "l64_k1v", "l32_k2v", "l16_k4v")),
+    (DT.FLOAT16, (64, 12, 256, 256), ("l32_k4", "l32_k1v", "l16_k2v", "l8_k4v")),
+    (DT.FLOAT32, (8, 12, 128, 128), ("l32_k4", "l32_k1v", "l16_k2v", "l8_k4v")),
+]
 SMALL_ROWS = [("softmax", DT.FLOAT32, (1, 12, 16, 16)), ("softmax", DT.FLOAT32, (2, 12, 128, 128)),
               ("gelu", DT.FLOAT32, (1, 16, 1536)), ("gelu", DT.FLOAT32, (2, 128, 1536))]
 
@@ -43,11 +61,69 @@ def reference(kind: str, x: np.ndarray) -> np.ndarray:
     return x64 * 0.5 * erfc(-x64 / math.sqrt(2)) if x.size <= 1 << 22 else None  # type: ignore[return-value]
 
 
+def geometries(dev: kdml.Device, torch: Any, rounds: int, n: int) -> None:
+    """GEOMETRY_ROWS: the plan's geometry against each candidate's (and torch), us and torch / ours."""
+    print("| type | shape | plan | torch us | " + " | ".join(f"geometry {i + 1}" for i in range(4)) + " |")
+    print("| --- | --- | --- | ---: |" + " --- |" * 4)
+    rng = np.random.default_rng(0)
+    for dt, shape, candidates in GEOMETRY_ROWS:
+        x = (rng.standard_normal(shape) * 4.0).astype(dt.numpy_dtype)
+        d = kdml.TensorDesc(dt, shape)
+        xt = kdml.Tensor(dev.buffer(x.tobytes()), d, 0)
+        runs: dict[str, Any] = {}
+        for g in ("", *candidates):
+            with _forced(g):
+                op = dev.compile(kdml.ActivationSoftmax1Desc(d, d, (len(shape) - 1,)))
+            outs = [kdml.Tensor(dev.buffer(d.byte_size), d, 0) for _ in range(2)]
+            runs[g or "plan"] = (op, outs)
+        contenders: dict[str, Any] = {name: _recorder(dev, op, xt, outs) for name, (op, outs) in runs.items()}
+        if torch is not None:
+            tx = torch.from_numpy(x).cuda()
+            make = repeater(lambda tx=tx: torch.softmax(tx, -1), torch.cuda.synchronize)
+            contenders["torch"] = lambda n, make=make: make(n)()
+        med = slopes(contenders, rounds, n)
+        plan_out = runs["plan"][1][0].numpy()
+        cells = []
+        for g in candidates:
+            got = runs[g][1][0].numpy()
+            same = np.array_equal(got.view(np.uint8), plan_out.view(np.uint8))
+            diff = "" if same else f", d {np.max(np.abs(got.astype(np.float64) - plan_out)):.1e}"
+            ratio = f" ({med['torch'] / med[g]:.2f}x)" if "torch" in med else ""
+            cells.append(f"{g} {med[g] * 1e6:.1f}{ratio}{diff}")
+        t_us = f"{med['torch'] * 1e6:.1f}" if "torch" in med else "-"
+        plan = runs["plan"][0].variants[0].split("_", 2)[2]
+        ratio = f" ({med['torch'] / med['plan']:.2f}x)" if "torch" in med else ""
+        print(f"| {dt.name} | {'x'.join(map(str, shape))} | {plan} {med['plan'] * 1e6:.1f}{ratio} | {t_us} | "
+              + " | ".join(cells) + " |", flush=True)
+
+
+@contextlib.contextmanager
+def _forced(geometry: str) -> Iterator[None]:
+    prior = os.environ.pop(FORCE_ENV, None)
+    if geometry:
+        os.environ[FORCE_ENV] = geometry
+    try:
+        yield
+    finally:
+        os.environ.pop(FORCE_ENV, None)
+        if prior is not None:
+            os.environ[FORCE_ENV] = prior
+
+
+def _recorder(dev: kdml.Device, op: Any, xt: Any, outs: list[Any]) -> Any:
+    def run(n: int) -> None:
+        with dev.record() as rec:
+            for i in range(n):
+                rec.execute(op, [xt], [outs[i % 2]])
+    return run
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("-n", type=int, default=20)
+    ap.add_argument("--geometries", action="store_true", help="softmax rows on each candidate geometry")
     args = ap.parse_args()
     torch = None
     if not args.small:
@@ -59,6 +135,10 @@ def main() -> None:
             pass
     dev = kdml.Device()
     print(f"device: {dev.name}; torch: {torch.__version__ + ' ' + torch.cuda.get_device_name() if torch else '-'}")
+    if args.geometries:
+        geometries(dev, torch, args.rounds, args.n)
+        dev.close()
+        return
     print("| op | type | shape | ours us | ours GB/s | torch us | torch GB/s | ratio | variant | max abs err |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
     rng = np.random.default_rng(0)

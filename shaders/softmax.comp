@@ -62,18 +62,26 @@ KDML_PUSH_BLOCK  // SMX_PUSH / SMX_EXT_PUSH of kompute_dml/ops/contract (generat
 #define NEG_INF uintBitsToFloat(0xFF800000u)
 
 #if BITS == 32
-#define EPT 1u
 #define LOAD(buf, e) uintBitsToFloat(buf[e])
 #else
-#define EPT 2u
 #define LOAD(buf, e) uintBitsToFloat(h2f(bitfieldExtract(buf[(e) >> 1], int(((e) & 1u) * 16u), 16)))
 #endif
+#if VEC && !FAST
+#error VEC needs FAST
+#endif
+#if VEC  // an invocation's EPT consecutive elements are one 16-byte word where the row allows
+#define EPT (128u / uint(BITS))
+layout(std430, binding = 0) readonly buffer XBuf4 { uvec4 x4_buf[]; };
+layout(std430, binding = 1) buffer YBuf4 { uvec4 y4_buf[]; };
+#elif BITS == 32
+#define EPT 1u
+#else
+#define EPT 2u
+#endif
 
-// the row's element at input element e and (EXT) mask element me: x, or x + mask rounded to the
-// element type (`precise`: one float32 addition, as ELEMENT_WISE_ADD; FLOAT16 rounded by f2h and
-// decoded again)
-float load(uint e, uint me) {
-    float v = LOAD(x_buf, e);
+// x, or (EXT) x + the mask's element me rounded to the element type (`precise`: one float32
+// addition, as ELEMENT_WISE_ADD; FLOAT16 rounded by f2h and decoded again)
+float masked(float v, uint me) {
 #if EXT
     if ((pc.flags & 1u) != 0u) {
         precise float s = v + LOAD(m_buf, me);
@@ -86,6 +94,9 @@ float load(uint e, uint me) {
 #endif
     return v;
 }
+
+// the row's element at input element e and (EXT) mask element me
+float load(uint e, uint me) { return masked(LOAD(x_buf, e), me); }
 
 shared float red[256];
 
@@ -238,22 +249,28 @@ float result(float v) {
     return v;
 }
 
-// the results of elements k0 .. k0 + EPT - 1 of the row (those below len)
-void store(uint yb, uint k0, float v[EPT]) {
+// the results of elements k0 .. k0 + SEPT - 1 of the row (those below len): one element (FLOAT32)
+// or a pair (FLOAT16), a and b
+#if BITS == 32
+#define SEPT 1u
+#else
+#define SEPT 2u
+#endif
+void store_unit(uint yb, uint k0, float a, float b) {
     uint xe, me;
 #if BITS == 32
     uint ye;
     offsets(k0, xe, ye, me);
-    y_buf[yb + ye] = floatBitsToUint(result(v[0]));
+    y_buf[yb + ye] = floatBitsToUint(result(a));
 #else
     uint o0, o1;
     offsets(k0, xe, o0, me);
     o0 += yb;
-    uint h0 = f2h(floatBitsToUint(result(v[0])));
+    uint h0 = f2h(floatBitsToUint(result(a)));
     if (k0 + 1u < pc.len) {
         offsets(k0 + 1u, xe, o1, me);
         o1 += yb;
-        uint h1 = f2h(floatBitsToUint(result(v[1])));
+        uint h1 = f2h(floatBitsToUint(result(b)));
         if ((o0 & 1u) == 0u && o1 == o0 + 1u) {
             y_buf[o0 >> 1] = h0 | (h1 << 16);
             return;
@@ -262,6 +279,28 @@ void store(uint yb, uint k0, float v[EPT]) {
     }
     STORE_FIELD(y_buf, o0 >> 1, (o0 & 1u) * 16u, 16u, h0);
 #endif
+}
+
+// the results of elements k0 .. k0 + EPT - 1 of the row (those below len); (VEC) as one 16-byte
+// word where the output's row is contiguous, its word aligned and whole
+void store(uint yb, uint k0, float v[EPT], bool vec_y) {
+#if VEC
+    if (vec_y && k0 + EPT <= pc.len) {
+        uint w[4];
+        for (uint j = 0u; j < 4u; ++j) {
+#if BITS == 32
+            w[j] = floatBitsToUint(result(v[j]));
+#else
+            w[j] = f2h(floatBitsToUint(result(v[2u * j]))) | (f2h(floatBitsToUint(result(v[2u * j + 1u]))) << 16);
+#endif
+        }
+        y4_buf[(yb + k0) / EPT] = uvec4(w[0], w[1], w[2], w[3]);
+        return;
+    }
+#endif
+    for (uint j = 0u; j < EPT; j += SEPT) {
+        if (k0 + j < pc.len) store_unit(yb, k0 + j, v[j], v[min(j + 1u, EPT - 1u)]);
+    }
 }
 
 void main() {
@@ -293,9 +332,34 @@ void main() {
 #endif
 #if FAST
     float v[K * EPT];
+#if VEC  // the row's words whole and aligned: each invocation's EPT elements one 16-byte load / store
+    bool vec_x = pc.x_str[LAST] == 1u && xb % EPT == 0u;
+    bool vec_y = pc.y_str[LAST] == 1u && yb % EPT == 0u;
+#else
+    bool vec_y = false;
+#endif
     for (uint s = 0u; s < uint(K); ++s) {
+        uint k0 = (s * uint(LANES) + lane) * EPT;
+#if VEC
+        if (live && vec_x && k0 + EPT <= len) {
+            uvec4 w = x4_buf[(xb + k0) / EPT];
+            for (uint e = 0u; e < EPT; ++e) {
+#if BITS == 32
+                float val = uintBitsToFloat(w[e]);
+#else
+                float val = uintBitsToFloat(h2f(bitfieldExtract(w[e >> 1], int((e & 1u) * 16u), 16)));
+#endif
+                uint me = 0u;
+                MASK_OFFSETS(k0 + e, me, LAST);
+                val = masked(val, mb + me);
+                TAKE(val, k0 + e);
+                v[s * EPT + e] = val;
+            }
+            continue;
+        }
+#endif
         for (uint e = 0u; e < EPT; ++e) {
-            uint k = (s * uint(LANES) + lane) * EPT + e;
+            uint k = k0 + e;
             float val = NEG_INF;
             if (live && k < len) {
                 uint me = 0u;
@@ -336,7 +400,7 @@ void main() {
 #else
                 for (uint e = 0u; e < EPT; ++e) out_[e] = apply(v[s * EPT + e], f);
 #endif
-                store(yb, k0, out_);
+                store(yb, k0, out_, vec_y);
             }
         }
     }
@@ -388,7 +452,7 @@ void main() {
                     out_[e] = apply(kept(d, kdml_exp_le0(d)), f);
 #endif
                 }
-                store(yb, k0, out_);
+                store(yb, k0, out_, false);
             }
         }
     }

@@ -17,7 +17,7 @@ from helpers import assert_outside_unchanged, place, poison_against, random_stri
 from test_softmax import random_sizes
 
 import kompute_dml as kdml
-from kompute_dml.ops.activation import FAST_ELEMENTS
+from kompute_dml.ops.softmax_geometry import FAST_ELEMENTS
 
 DT = kdml.DataType
 FL = kdml.FeatureLevel

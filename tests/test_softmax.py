@@ -17,7 +17,7 @@ from activation_reference import check_close, softmax_bound, softmax_ref
 from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
 
 import kompute_dml as kdml
-from kompute_dml.ops.activation import FAST_ELEMENTS
+from kompute_dml.ops.softmax_geometry import FAST_ELEMENTS
 
 DT = kdml.DataType
 FL = kdml.FeatureLevel
@@ -71,16 +71,39 @@ def test_last_axis(dev, rng, dt, length):
 
 
 @pytest.mark.parametrize("dt, length, variant", [
-    (DT.FLOAT32, 32, "l8_k4"), (DT.FLOAT32, 33, "l32_k2"), (DT.FLOAT32, 1024, "l32_k32"), (DT.FLOAT32, 1025, "l256_k8"),
-    (DT.FLOAT32, 1500, "l256_k8"), (DT.FLOAT32, 2049, "l256_k16"), (DT.FLOAT32, 8192, "l256_k32"),
-    (DT.FLOAT32, 8193, "g256"), (DT.FLOAT16, 64, "l8_k4"), (DT.FLOAT16, 65, "l32_k2"), (DT.FLOAT16, 2048, "l32_k32"),
-    (DT.FLOAT16, 2049, "l256_k8"), (DT.FLOAT16, 16384, "l256_k32"), (DT.FLOAT16, 16385, "g256")])
+    (DT.FLOAT32, 32, "l8_k4"), (DT.FLOAT32, 33, "l32_k2"), (DT.FLOAT32, 255, "l32_k8"), (DT.FLOAT32, 256, "l16_k4v"),
+    (DT.FLOAT32, 1024, "l64_k4v"), (DT.FLOAT32, 1025, "l128_k3v"), (DT.FLOAT32, 1500, "l128_k3v"),
+    (DT.FLOAT32, 2049, "l256_k3v"), (DT.FLOAT32, 4096, "l256_k4v"), (DT.FLOAT32, 4097, "l256_k32"),
+    (DT.FLOAT32, 8192, "l256_k32"), (DT.FLOAT32, 8193, "g256"), (DT.FLOAT16, 64, "l8_k4"), (DT.FLOAT16, 65, "l32_k2"),
+    (DT.FLOAT16, 511, "l32_k8"), (DT.FLOAT16, 512, "l16_k4v"), (DT.FLOAT16, 1500, "l64_k3v"),
+    (DT.FLOAT16, 2049, "l128_k3v"), (DT.FLOAT16, 8192, "l256_k4v"), (DT.FLOAT16, 8193, "l256_k32"),
+    (DT.FLOAT16, 16384, "l256_k32"), (DT.FLOAT16, 16385, "g256")])
 def test_fast_geometry(dev, dt, length, variant):
-    """A row takes the fewest lanes whose 32 elements per lane hold it, then the fewest elements
-    per lane (docs/softmax.md); longer rows the general variant."""
+    """Rows of at least 1 KiB take the fewest lanes that hold them in at most four 16-byte words
+    each; shorter ones the fewest lanes whose 32 elements per lane hold them, then the fewest
+    elements per lane; rows past 4,096 words the element geometries up to 8,192 elements (float16:
+    twice as many), longer rows the general variant (docs/softmax.md)."""
     d = TD(dt, (3, length))
     t = "f32" if dt == DT.FLOAT32 else "f16"
     assert dev.compile(kdml.ActivationSoftmax1Desc(d, d, (1,))).variants == [f"smx_{t}_{variant}"]
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=IDS)
+@pytest.mark.parametrize("length", [513, 1500, 1503])
+def test_word_geometry_layouts(dev, rng, dt, length):
+    """The word geometries read and write a lane's words whole only where the row is contiguous and
+    its word aligned: rows at strides that misalign every other row, an input or output whose row
+    is not contiguous, a length that leaves the last word partial; each against the reference."""
+    rows = 6
+    layouts = [((length, 1), (length, 1)),  # packed rows
+               ((length + 1, 1), (length, 1)),  # input rows misaligned in turn
+               ((length, 1), (length + 3, 1)),  # output rows misaligned in turn
+               ((1, rows), (length, 1)),  # input transposed (its row strided)
+               ((length, 1), (1, rows))]  # output transposed
+    for xs, ys in layouts:
+        x_desc, y_desc = TD(dt, (rows, length), xs), TD(dt, (rows, length), ys)
+        _, _, op = run(dev, rng, x_desc, y_desc, (1,), scores(rng, (rows, length), dt))
+        assert op.variants[0].endswith("v")
 
 
 @pytest.mark.parametrize("dt", FLOATS, ids=IDS)

@@ -4,8 +4,8 @@ dimensions.
 
 GELU runs on the element-wise plans (ops/elementwise_plan.py: merged dimensions, per-tensor
 strides, stride-0 broadcast, offsets, host-enumerated dimensions beyond the shader's rank) with
-shaders/float_unary.comp; SOFTMAX1 on its own plans (`plan_softmax`: a row per 8, 32 or 256
-invocations) with shaders/softmax.comp. The arithmetic of both (shaders/gelu_math.glsl) uses
+shaders/float_unary.comp; SOFTMAX1 on its own plans (`plan_softmax`: a row per 8 to 256
+invocations, ops/softmax_geometry.py) with shaders/softmax.comp. The arithmetic of both (shaders/gelu_math.glsl) uses
 only operations Vulkan rounds correctly, and its error bounds are in docs/gelu.md and
 docs/softmax.md. Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's
 table (InvalidArgumentError / UnsupportedError naming the field), then the pages' tensor
@@ -46,6 +46,7 @@ from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, CompiledElementWiseInPlace, check_same, type_code
 from .elementwise_plan import check_addressable, device_limits, plan_elementwise
 from .onnx_types import float_input
+from .softmax_geometry import fast_geometry, lanes_of
 from .spec import OnnxOp, OperatorSpec
 from .split_range import binding_window, fits, split_outer
 
@@ -140,9 +141,8 @@ def softmax_axes(axes: object, dimension_count: int) -> tuple[int, ...]:
 
 
 # A row of at most FAST_ELEMENTS (float16: twice as many) in one reduced dimension is read once,
-# into registers (contract.SMX_FAST, its geometries contract.SMX_GEOMETRIES); longer or
-# multi-dimensional rows are read three times.
-FAST_ELEMENTS = max(lanes * ks[-1] for lanes, ks in contract.SMX_GEOMETRIES.items())
+# into registers (contract.SMX_FAST, its geometry by ops/softmax_geometry.py); longer or
+# multi-dimensional rows are read three times (contract.SMX_GEN):
 GEN_WIDE_ABOVE = 4096  # rows longer than this take 256 invocations (smx_gen g256), else 32
 
 
@@ -188,15 +188,13 @@ def plan_softmax(x: TensorDesc, y: TensorDesc, axes: Sequence[int], max_groups: 
     nouter = dims - len(r_sizes)
     pad = nouter - len(o_sizes)
     rows, length = math.prod(o_sizes), math.prod(r_sizes)
-    ept = 4 // x.data_type.size
     t = type_code(x.data_type, True)
     fast_family, gen_family = (contract.SMX_EXT_FAST, contract.SMX_EXT_GEN) if ext else (
         families or (contract.SMX_FAST, contract.SMX_GEN))
-    if len(r_sizes) == 1 and length <= FAST_ELEMENTS * ept:
-        # the fewest lanes that hold the row, then the fewest elements per lane
-        lanes, k = next((lanes, k) for lanes, ks in contract.SMX_GEOMETRIES.items() for k in ks
-                        if k * lanes * ept >= length)
-        family, variant = fast_family, fast_family.name(t=t, g=f"l{lanes}_k{k}")
+    row_geometry = fast_geometry(length, x.data_type.size) if len(r_sizes) == 1 else None
+    if row_geometry is not None:
+        lanes, family = lanes_of(row_geometry), fast_family
+        variant = family.name(t=t, g=row_geometry)
     else:
         lanes = 256 if length > GEN_WIDE_ABOVE else 32
         family, variant = gen_family, gen_family.name(t=t, lanes=lanes)

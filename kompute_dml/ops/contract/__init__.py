@@ -278,9 +278,11 @@ from .softmax import (  # noqa: E402, F401
     SMX_EXT_GEN,
     SMX_EXT_PUSH,
     SMX_FAST,
+    SMX_FAST_GEOMETRIES,
     SMX_GEN,
     SMX_GEOMETRIES,
     SMX_PUSH,
+    SMX_VEC_GEOMETRIES,
 )
 
 # ---- DYNAMIC_QUANTIZE_LINEAR (ops/dynamic_quantize.py, shaders/dynamic_quantize.comp): two

@@ -17,20 +17,25 @@ _BITS = {"f32": 32, "f16": 16}
 # dimensions, [nouter, 8) the reduced ones. *_fast: one reduced dimension (slot 7) of at most
 # K * LANES * (32 / bits) elements, kept in registers; *_gen: any, read again per pass.
 SMX_PUSH = block("x_off", "y_off", "rows", "len", "nouter", "size[8]", "x_str[8]", "y_str[8]")
-# The fast variants' geometries, l{LANES}_k{K}: a row takes the fewest lanes whose K = 32 holds it
-# (ops/activation.py plan_softmax), so only these are ever chosen: 8 lanes for rows of up to 4 * 8
-# words, 32 up to 32 * 32, 256 (a row per work group) up to 32 * 256 (Whisper's 1,500 keys were
-# read three times by 32 lanes of the general variant before).
+# The fast variants' geometries, l{LANES}_k{K}: K elements (FLOAT16: K pairs) per lane. The plan
+# (ops/softmax_geometry.py) gives a row the fewest lanes whose K = 32 holds it (8 lanes for rows of up
+# to 4 * 8 words, 32 up to 32 * 32, 256, a row per work group, up to 32 * 256), and rows of at
+# least VEC_FROM_BYTES the word geometries.
 SMX_GEOMETRIES = {8: (1, 2, 4), 32: (2, 4, 8, 16, 32), 256: (8, 16, 32)}
-_SMX_G = tuple(f"l{lanes}_k{k}" for lanes, ks in SMX_GEOMETRIES.items() for k in ks)
-
+# The word geometries, l{LANES}_k{K}v (VEC 1): K 16-byte words per lane (4 FLOAT32 / 8 FLOAT16
+# consecutive elements each), read and written as one load / store where the row allows; a row takes
+# the fewest lanes that hold it in at most 4 words each (ops/softmax_geometry.py).
+SMX_VEC_GEOMETRIES = {lanes: (1, 2, 3, 4) for lanes in (8, 16, 32, 64, 128, 256)}
+SMX_FAST_GEOMETRIES = (tuple(f"l{lanes}_k{k}" for lanes, ks in SMX_GEOMETRIES.items() for k in ks)
+                       + tuple(f"l{lanes}_k{k}v" for lanes, ks in SMX_VEC_GEOMETRIES.items() for k in ks))
 
 def _fast(name: str, prefix: str, mode: int, ext: int, push: PushBlock = SMX_PUSH) -> ShaderFamily:
     def defines(t: str, g: str) -> dict[str, int]:
-        lanes, k = (int(part[1:]) for part in g.split("_"))
-        return {"BITS": _BITS[t], "LANES": lanes, "FAST": 1, "K": k, "EXT": ext, "MODE": mode}
+        vec = g.endswith("v")
+        lanes, k = (int(part[1:]) for part in g.rstrip("v").split("_"))
+        return {"BITS": _BITS[t], "LANES": lanes, "FAST": 1, "K": k, "EXT": ext, "MODE": mode, "VEC": int(vec)}
 
-    return family(name, "softmax.comp", prefix + "_{t}_{g}", push, _L256, t=tuple(_BITS), g=_SMX_G, shape=("g",),
+    return family(name, "softmax.comp", prefix + "_{t}_{g}", push, _L256, t=tuple(_BITS), g=SMX_FAST_GEOMETRIES, shape=("g",),
                   defines=defines)
 
 
@@ -38,7 +43,7 @@ def _gen(name: str, prefix: str, mode: int, ext: int, push: PushBlock = SMX_PUSH
     return family(name, "softmax.comp", prefix + "_{t}_g{lanes}", push, _L256, t=tuple(_BITS), lanes=(32, 256),
                   shape=("lanes",),
                   defines=lambda t, lanes: {"BITS": _BITS[t], "LANES": lanes, "FAST": 0, "K": 1, "EXT": ext,
-                                            "MODE": mode})
+                                            "MODE": mode, "VEC": 0})
 
 
 # ACTIVATION_SOFTMAX1 (ops/activation.py)
