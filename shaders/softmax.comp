@@ -69,6 +69,9 @@ KDML_PUSH_BLOCK  // SMX_PUSH / SMX_EXT_PUSH of kompute_dml/ops/contract (generat
 #if VEC && !FAST
 #error VEC needs FAST
 #endif
+#ifndef ABL
+#define ABL 0  // benchmark-only ablations (benchmarks/overlay_softmax.py); always 0 in the product
+#endif
 #if VEC  // an invocation's EPT consecutive elements are one 16-byte word where the row allows
 #define EPT (128u / uint(BITS))
 layout(std430, binding = 0) readonly buffer XBuf4 { uvec4 x4_buf[]; };
@@ -283,6 +286,9 @@ void store_unit(uint yb, uint k0, float a, float b) {
 
 // the results of elements k0 .. k0 + EPT - 1 of the row (those below len); (VEC) as one 16-byte
 // word where the output's row is contiguous, its word aligned and whole
+#if ABL & 2
+uint f2h_any(float x) { return abs(x) < 65520.0 ? f2h_finite(x) : f2h(floatBitsToUint(x)); }
+#endif
 void store(uint yb, uint k0, float v[EPT], bool vec_y) {
 #if VEC
     if (vec_y && k0 + EPT <= pc.len) {
@@ -290,6 +296,8 @@ void store(uint yb, uint k0, float v[EPT], bool vec_y) {
         for (uint j = 0u; j < 4u; ++j) {
 #if BITS == 32
             w[j] = floatBitsToUint(result(v[j]));
+#elif ABL & 2
+            w[j] = f2h_any(result(v[2u * j])) | (f2h_any(result(v[2u * j + 1u])) << 16);
 #else
             w[j] = f2h(floatBitsToUint(result(v[2u * j]))) | (f2h(floatBitsToUint(result(v[2u * j + 1u]))) << 16);
 #endif
@@ -346,6 +354,9 @@ void main() {
             for (uint e = 0u; e < EPT; ++e) {
 #if BITS == 32
                 float val = uintBitsToFloat(w[e]);
+#elif ABL & 2
+                uint h = bitfieldExtract(w[e >> 1], int((e & 1u) * 16u), 16);
+                float val = (h & 0x7C00u) != 0x7C00u ? h2f_finite(h) : uintBitsToFloat(h2f(h));
 #else
                 float val = uintBitsToFloat(h2f(bitfieldExtract(w[e >> 1], int((e & 1u) * 16u), 16)));
 #endif
@@ -373,22 +384,36 @@ void main() {
 #if MODE == 2
     uint first = row_argmax(best, best_i, lane);
 #else
+#if !(ABL & 8)
     m = row_max(m, lane, t);
+#endif
     for (uint s = 0u; s < uint(K); ++s) {
         for (uint e = 0u; e < EPT; ++e) {
             uint k = (s * uint(LANES) + lane) * EPT + e;
             if (live && k < len) {
                 precise float d = v[s * EPT + e] - m;
+#if ABL & 1
+                precise float ex = exp(d);
+#else
                 precise float ex = kdml_exp_le0(d);
+#endif
                 v[s * EPT + e] = kept(d, ex);
+#if ABL & 4
+                sum += ex;
+#else
                 precise float yk = ex - comp;
                 precise float tk = sum + yk;
                 comp = (tk - sum) - yk;
                 sum = tk;
+#endif
             }
         }
     }
+#if ABL & 8
+    float f = row_factor(sum - comp);
+#else
     float f = row_factor(row_sum(sum - comp, lane, t));
+#endif
 #endif
     if (live) {
         for (uint s = 0u; s < uint(K); ++s) {
