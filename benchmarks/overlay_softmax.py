@@ -21,9 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SPIRV_DIR = ROOT / "benchmarks" / "out" / "spirv_softmax"
 
 # ABL bits: what each leaves out of (or changes in) the kernel
-BITS = {1: "the device's exp", 2: "FLOAT16 conversions branch-free where finite (the same bits)",
-        4: "no compensated sum", 8: "no row reductions (each lane's own max and sum)"}
-ABLATIONS = (0, 1, 2, 4, 8, 1 | 4 | 8)
+# (bit 2, FLOAT16 conversions branch-free where finite, the same bits, went into the product after
+# device call 211 measured it at 1.07x at Whisper's FLOAT16 rows)
+BITS = {1: "the device's exp", 4: "no compensated sum", 8: "no row reductions (each lane's own max and sum)"}
+ABLATIONS = (0, 1, 4, 8, 1 | 4 | 8)
 GEOMETRIES = ("l128_k3v", "l64_k3v", "l16_k4v")
 
 SMX_ABLATION = contract.family(
