@@ -11,9 +11,10 @@ import kompute_dml as kdml
 
 from ..runtime.pipelines import pipeline_key
 
-# A family with more variants than this is not expanded (the integer products' tile families: their
-# variant is chosen from the matrix sizes the model's weights fix, not from the sequence length).
-_SIBLING_FAMILY_MAX = 32
+# A variant with more siblings than this is not expanded (a family whose variant is chosen from
+# sizes the model's weights fix, not from the sequence length, would create pipelines never used;
+# softmax's row geometries, 19 siblings per type and function, are expanded).
+_SIBLINGS_MAX = 24
 
 
 def prepare_siblings(device: kdml.Device, program: Any, operators: Iterable[Any]) -> int:
@@ -37,12 +38,15 @@ def prepare_siblings(device: kdml.Device, program: Any, operators: Iterable[Any]
                 continue
             done.add(plan.variant)
             fam = family_of(plan.variant)
-            if fam is None or len(fam.variants) > _SIBLING_FAMILY_MAX:
+            if fam is None:
+                continue
+            siblings = fam.siblings(plan.variant)
+            if len(siblings) > _SIBLINGS_MAX:
                 continue
             for other in fam.shape_specs:  # the same variant specialized for another output size
                 if other != plan.spec:
                     todo.append(dataclasses.replace(plan, spec=other))
-            for v in fam.siblings(plan.variant):
+            for v in siblings:
                 if v in done:
                     continue
                 done.add(v)

@@ -23,9 +23,12 @@ SMX_PUSH = block("x_off", "y_off", "rows", "len", "nouter", "size[8]", "x_str[8]
 # least VEC_FROM_BYTES the word geometries.
 SMX_GEOMETRIES = {8: (1, 2, 4), 32: (2, 4, 8, 16, 32), 256: (8, 16, 32)}
 # The word geometries, l{LANES}_k{K}v (VEC 1): K 16-byte words per lane (4 FLOAT32 / 8 FLOAT16
-# consecutive elements each), read and written as one load / store where the row allows; a row takes
-# the fewest lanes that hold it in at most 4 words each (ops/softmax_geometry.py).
-SMX_VEC_GEOMETRIES = {lanes: (1, 2, 3, 4) for lanes in (8, 16, 32, 64, 128, 256)}
+# consecutive elements each), read and written as one load / store where the row allows. A row of
+# at least 1 KiB (64 words) takes the fewest lanes that hold it in at most 4 words each
+# (ops/softmax_geometry.py), so only these are ever chosen (at 74dd870 the family also held K = 1
+# to 4 words at every lane count from 8, timed in docs/softmax.md; kept out since: each is a
+# pipeline the ONNX backend prepares ahead, onnx_backend/siblings.py).
+SMX_VEC_GEOMETRIES = {16: (4,), 32: (3, 4), 64: (3, 4), 128: (3, 4), 256: (3, 4)}
 SMX_FAST_GEOMETRIES = (tuple(f"l{lanes}_k{k}" for lanes, ks in SMX_GEOMETRIES.items() for k in ks)
                        + tuple(f"l{lanes}_k{k}v" for lanes, ks in SMX_VEC_GEOMETRIES.items() for k in ks))
 
