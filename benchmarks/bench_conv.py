@@ -5,6 +5,7 @@ same process, and onnxruntime's CPU Conv.
     python -m benchmarks.bench_conv --small          # lavapipe: small shapes
     python -m benchmarks.bench_conv --kernels [--tiles] [--json out.json]   # tiled vs tensor cores
     python -m benchmarks.bench_conv --kernels --quick                       # lavapipe: a check of the script
+    python -m benchmarks.bench_conv --pointwise    # 1 x 1 layers on each FLOAT32 kernel (bench_conv_pointwise.py)
 
 Ours runs N executions of one compiled operator in one recording; torch N launches then a
 synchronize; each sample is the slope (t(N) - t(1)) / (N - 1) (timing.slopes); onnxruntime one
@@ -68,7 +69,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="--kernels on small shapes (lavapipe: the emulated family)")
     ap.add_argument("--tiles", action="store_true", help="--kernels: also each tensor-core tile forced")
     ap.add_argument("--json", help="--kernels: write the rows there")
+    ap.add_argument("--pointwise", action="store_true", help="1 x 1 layers on each FLOAT32 kernel and GEMM's")
     args = ap.parse_args()
+    if args.pointwise:
+        from benchmarks.bench_conv_pointwise import run_pointwise
+
+        run_pointwise(args)
+        return
     if args.kernels:
         from benchmarks.bench_conv_kernels import run_kernels
 

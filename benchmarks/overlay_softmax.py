@@ -32,7 +32,15 @@ SMX_ABLATION = contract.family(
     t=("f32", "f16"), g=GEOMETRIES, shape=("g",),
     defines=lambda abl, t, g: {"BITS": 32 if t == "f32" else 16, "LANES": int(g.split("_")[0][1:]), "FAST": 1,
                                "K": int(g.split("_")[1][1:-1]), "EXT": 0, "MODE": 0, "VEC": 1, "ABL": int(abl)})
-FAMILIES = (SMX_ABLATION,)
+# PIPE rows per invocation, each row's words loaded while the one before is reduced (the grid
+# shrinks by PIPE; benchmarks.softmax_ablation plans it)
+PIPES = (1, 2, 4)
+SMX_PIPE = contract.family(
+    "smx_pipe", "softmax.comp", "smxp{pipe}_{t}_{g}", contract.SMX_PUSH, (256, 1, 1), pipe=PIPES,
+    t=("f32", "f16"), g=GEOMETRIES, shape=("g",),
+    defines=lambda pipe, t, g: {"BITS": 32 if t == "f32" else 16, "LANES": int(g.split("_")[0][1:]), "FAST": 1,
+                                "K": int(g.split("_")[1][1:-1]), "EXT": 0, "MODE": 0, "VEC": 1, "PIPE": int(pipe)})
+FAMILIES = (SMX_ABLATION, SMX_PIPE)
 
 
 @functools.cache

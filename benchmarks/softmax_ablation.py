@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
 
 import kompute_dml as kdml
 from kompute_dml.bench.timing import slopes
+from kompute_dml.core.ints import cdiv
+from kompute_dml.runtime import grid_for
 
 from . import overlay_softmax as ov
 
@@ -57,6 +60,12 @@ def main() -> None:
             op = dev.compile(kdml.ActivationSoftmax1Desc(d, d, (len(shape) - 1,)))
             op.plans[0] = dataclasses.replace(op.plans[0], variant=ov.SMX_ABLATION.name(abl=abl, t=t, g=g))
             ops[f"abl {abl}"] = op
+        rows, lanes = math.prod(shape[:-1]), int(g.split("_")[0][1:])
+        for pipe in ov.PIPES:  # PIPE rows per invocation: the grid shrinks by PIPE
+            op = dev.compile(kdml.ActivationSoftmax1Desc(d, d, (len(shape) - 1,)))
+            groups = grid_for(cdiv(rows, 256 // lanes * pipe) * 256, 256, dev.limits["max_compute_work_group_count"][0])
+            op.plans[0] = dataclasses.replace(op.plans[0], variant=ov.SMX_PIPE.name(pipe=pipe, t=t, g=g), groups=groups)
+            ops[f"pipe {pipe}"] = op
         outs = {name: [kdml.Tensor(dev.buffer(d.byte_size), d, 0) for _ in range(2)] for name in ops}
 
         med = slopes({name: _runner(dev, op, xt, outs[name]) for name, op in ops.items()}, args.rounds, args.n)
@@ -68,6 +77,11 @@ def main() -> None:
             what = "; ".join(text for bit, text in ov.BITS.items() if abl & bit) or "nothing left out"
             print(f"  abl {abl:2d} ({what}): {med[name] * 1e6:8.1f} us  x{med['product'] / med[name]:.2f}"
                   + ("  [the product's bits]" if same else ""))
+        for pipe in ov.PIPES:
+            name = f"pipe {pipe}"
+            same = np.array_equal(outs[name][0].numpy().view(np.uint8), base)
+            print(f"  {pipe} rows per invocation: {med[name] * 1e6:8.1f} us  x{med['product'] / med[name]:.2f}"
+                  + ("  [the product's bits]" if same else "  DIFFERENT BITS"))
     dev.close()
 
 

@@ -57,7 +57,7 @@ from ..core.tensor_desc import TensorDesc
 from ..device.memory import Tensor
 from ..runtime import DispatchPlan, TransferPlan, grid_for
 from ..runtime.coop_policy import CONV_KERNEL_ENV, DIRECT_BELOW_COUTG  # noqa: F401 (DIRECT_BELOW_COUTG re-exported)
-from . import contract, conv_coop
+from . import contract, conv_coop, conv_pointwise
 from .base import CompiledOperator, validate_tensors
 from .contract.conv import LANES_CHANNELS, LANES_PIXELS, LANES_UNROLL
 from .conv_fused import fused_words
@@ -271,8 +271,11 @@ def compile_convolution(device: Device, desc: ConvolutionDesc, *, allow_half_pre
     limit = device.limits["max_compute_work_group_count"]
     bias = 2 if desc.bias_tensor is not None else None
     half = x.data_type == _F16 or allow_half_precision
+    gemm_desc = conv_pointwise.pointwise(desc, v)
     family = device.policy.conv_family_for(half=half, coutg=coutg, klen=klen, backward=v["backward"], kernel=kernel,
-                                           lanes_work=lanes_work(npix, cout, klen))
+                                           lanes_work=lanes_work(npix, cout, klen), pointwise=gemm_desc is not None)
+    if family == "gemm" and gemm_desc is not None:  # GEMM's kernels (ops/conv_pointwise.py)
+        return _compiled(device, desc, *conv_pointwise.gemm_plans(device, gemm_desc))
     if w.data_type != x.data_type and family not in ("coopmat", "coopmat-emulated"):
         raise UnsupportedError(f"filter_tensor.data_type: a FLOAT16 filter with FLOAT32 tensors runs on the "
                                f"tensor-core kernel only, not the {family!r} kernel this convolution takes")

@@ -33,7 +33,7 @@ SCOPE_SUBGROUP = 3
 GEMM_COOP_MIN = 16
 
 CONV_KERNEL_ENV = "KDML_CONV_KERNEL"
-CONV_KERNELS = ("tiled", "direct", "lanes", "coopmat", "coopmat-emulated")
+CONV_KERNELS = ("tiled", "direct", "lanes", "coopmat", "coopmat-emulated", "gemm")
 # Convolutions of fewer output channels per group than DIRECT_BELOW_COUTG and at most DIRECT_MAX_K
 # reduction terms take the direct kernel (one output element per invocation): the tiled kernel
 # computes 64 channels of a group per work-group and idles the rest (H100, benchmarks/bench_conv.py:
@@ -94,7 +94,8 @@ def choose_gemm_family(policy_family: str, forced: str | None, float16: bool, m:
 
 
 def choose_conv_kernel(policy_family: str, *, half: bool, coutg: int, klen: int, backward: bool,
-                kernel: str | None = None, lanes_work: int | None = None) -> str:
+                       kernel: str | None = None, lanes_work: int | None = None, pointwise: bool = False,
+                       pointwise_gemm: bool = False) -> str:
     """CONVOLUTION's kernel: `kernel`, else KDML_CONV_KERNEL's, where one is forced (InvalidArgumentError
     ("kernel") for an unknown name); else "direct" for FORWARD with fewer than DIRECT_BELOW_COUTG output
     channels per group and at most DIRECT_MAX_K terms, "coopmat" for FORWARD in half precision (`half`: FLOAT16, or FLOAT32 under
@@ -108,6 +109,8 @@ def choose_conv_kernel(policy_family: str, *, half: bool, coutg: int, klen: int,
     coop_ok = half and not backward
     if choice in ("coopmat", "coopmat-emulated"):
         return choice if coop_ok else "tiled"
+    if choice == "gemm":
+        return "gemm" if pointwise else "tiled"
     if choice != "auto":
         return choice
     if not backward and coutg < DIRECT_BELOW_COUTG and klen <= DIRECT_MAX_K:
@@ -115,6 +118,8 @@ def choose_conv_kernel(policy_family: str, *, half: bool, coutg: int, klen: int,
     big = coutg >= CONV_COOP_MIN_COUTG and klen >= CONV_COOP_MIN_K
     if coop_ok and big and policy_family == "coopmat":
         return "coopmat"
+    if pointwise and pointwise_gemm and not half:
+        return "gemm"
     if not backward and not half and lanes_work is not None and lanes_work <= LANES_MAX_WORK:
         return "lanes"
     return "tiled"

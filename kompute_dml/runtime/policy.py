@@ -214,6 +214,7 @@ class DevicePolicy:
     gemm_kernel: str = field(default_factory=lambda: os.environ.get(GEMM_KERNEL_ENV, "auto"))  # forced family
     # CONVOLUTION's half-precision FORWARD family: "coopmat" where GEMM's is (KDML_CONV_KERNEL forces a kernel)
     conv_family: str = "tiled"
+    conv_pointwise_gemm: bool = False  # FLOAT32 1 x 1 convolutions on GEMM's kernels (ops/conv_pointwise.py; GPUs)
     weights: str = "rows"  # see WEIGHT_LAYOUTS
     coop_sums: str = "bytes"  # see COOP_SUMS
     gemv_max_m: int = GEMV_MAX_M  # see GEMV_MAX_M, GEMV_COOP_MAX_M
@@ -278,12 +279,13 @@ class DevicePolicy:
         return choose_gemm_family(self.gemm_family, self.gemm_kernel if kernel is None else kernel, float16, m, n, k)
 
     def conv_family_for(self, *, half: bool, coutg: int, klen: int, backward: bool, kernel: str | None = None,
-                        lanes_work: int | None = None) -> str:
+                        lanes_work: int | None = None, pointwise: bool = False) -> str:
         """CONVOLUTION's kernel (coop_policy.choose_conv_kernel): forced, else "direct" (few channels per group),
-        "coopmat" (half precision on a device that has it: the same capabilities and shape as GEMM's),
+        "coopmat" (half precision on a device that has it), "gemm" (FLOAT32 `pointwise` where conv_pointwise_gemm),
         "lanes" (GPUs: few output pixels, `lanes_work` small; None: not a candidate), "tiled"."""
         return choose_conv_kernel(self.conv_family, half=half, coutg=coutg, klen=klen, backward=backward, kernel=kernel,
-                                  lanes_work=None if self.name == "cpu" else lanes_work)
+                                  lanes_work=None if self.name == "cpu" else lanes_work, pointwise=pointwise,
+                                  pointwise_gemm=self.conv_pointwise_gemm)
 
     def copies_by_transfer(self, nbytes: int, regions: int = 1) -> bool:
         """Whether a dense copy writing `nbytes` in `regions` row regions runs as transfer commands."""
@@ -310,11 +312,9 @@ class DevicePolicy:
             "plan_flush_compiling": self.plan_flush_compiling,
             "gemm_tiles": self.gemm_tiles,
             "gemm_family": self.gemm_family,
-            "conv_family": self.conv_family,
-            "weights": self.weights,
-            "coop_sums": self.coop_sums,
-            "gemv_max_m": self.gemv_max_m,
-            "gemv_k_contiguous": self.gemv_k_contiguous,
+            "conv_family": self.conv_family, "conv_pointwise_gemm": self.conv_pointwise_gemm,
+            "weights": self.weights, "coop_sums": self.coop_sums,
+            "gemv_max_m": self.gemv_max_m, "gemv_k_contiguous": self.gemv_k_contiguous,
             "gemm_kernel": self.gemm_kernel, "attention_kernel": self.attention_kernel,
             "matmul_kernel": self.matmul_kernel,
             "matmul_table": self._table_text(),
@@ -355,6 +355,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
             weights="columns" if family == "coopmat" else "rows",
             gemv_max_m=GEMV_COOP_MAX_M if family == "coopmat" else GEMV_MAX_M, gemv_k_contiguous=family != "coopmat",
             attention_kernel="coopmat" if coop_family(capabilities, coop_shapes) == "coopmat" else "blocked",
+            conv_pointwise_gemm=True,
         )
     if "integer_dot_product" in capabilities:
         policy = replace(policy, coop_sums="dot")

@@ -1,0 +1,80 @@
+"""1 x 1 convolutions (MobileNetV3's and EfficientNet-B0's pointwise layers) on each FLOAT32 kernel:
+the policy's choice, the tiled and lanes convolution kernels and GEMM's kernels (ops/conv_pointwise.py),
+with torch CUDA's conv2d (cuDNN, its default TF32 allowed) beside them. us per execution (the slope
+over N recorded executions, median of rounds: kompute_dml.bench.timing), and the policy's x torch.
+
+    python -m benchmarks.bench_conv --pointwise [--rounds 5] [--n 20]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import kompute_dml as kdml
+from kompute_dml.bench.timing import slopes
+from kompute_dml.ops.convolution import compile_convolution
+
+DT = kdml.DataType
+TD = kdml.TensorDesc
+HARD_SWISH = kdml.ActivationHardSwishDesc(None, None)
+RELU = kdml.ActivationReluDesc(None, None)
+# (batch, input channels, output channels, height = width, activation): MobileNetV3-small's and
+# EfficientNet-B0's pointwise layers, then ResNet-50's bottleneck 1 x 1 layers
+ROWS = [(1, 16, 72, 56, None), (1, 24, 88, 28, None), (1, 40, 240, 14, HARD_SWISH), (1, 48, 288, 14, HARD_SWISH),
+        (1, 96, 576, 7, HARD_SWISH), (1, 576, 96, 7, None), (1, 120, 48, 14, None), (8, 16, 72, 56, None),
+        (8, 40, 240, 14, HARD_SWISH), (8, 96, 576, 7, HARD_SWISH), (8, 576, 96, 7, None), (8, 1152, 320, 7, None),
+        (1, 64, 256, 56, RELU), (1, 1024, 256, 14, RELU), (8, 256, 64, 56, RELU), (8, 1024, 256, 14, RELU),
+        (8, 512, 2048, 7, None)]
+KERNELS = (None, "tiled", "lanes", "gemm")
+
+
+def run_pointwise(args: Any) -> None:
+    try:
+        import torch
+
+        torch = torch if torch.cuda.is_available() else None
+    except ImportError:
+        torch = None
+    dev = kdml.Device()
+    print(f"device: {dev.name}; torch: {torch.cuda.get_device_name() if torch else 'none'}")
+    print("| layer | policy us | tiled us | lanes us | gemm us | torch us | policy x torch | policy's variants |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    rng = np.random.default_rng(0)
+    for n, cin, cout, hw, act in ROWS:
+        x = rng.standard_normal((n, cin, hw, hw)).astype(np.float32)
+        w = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float32)
+        b = rng.standard_normal((1, cout, 1, 1)).astype(np.float32)
+        tx, tw, tb = dev.tensor(x), dev.tensor(w), dev.tensor(b)
+        od = TD(DT.FLOAT32, (n, cout, hw, hw))
+        desc = kdml.ConvolutionDesc(tx.desc, tw.desc, tb.desc, od, fused_activation=act)
+        ys = [kdml.Tensor(dev.buffer(od.byte_size), od, 0) for _ in range(2)]
+        ops = {k or "policy": compile_convolution(dev, desc, kernel=k) for k in KERNELS}
+        runs: dict[str, Any] = {name: _recorder(dev, op, [tx, tw, tb], ys) for name, op in ops.items()}
+        if torch is not None:
+            cx, cw, cb = (torch.from_numpy(a).cuda() for a in (x, w, b.reshape(-1)))
+            def theirs(k: int, cx: Any = cx, cw: Any = cw, cb: Any = cb, act: Any = act,
+                       f: Any = torch.nn.functional) -> None:
+                for _ in range(k):
+                    y = f.conv2d(cx, cw, cb)
+                    if act is not None:
+                        (f.relu if act is RELU else f.hardswish)(y)
+                torch.cuda.synchronize()
+
+            runs["torch"] = theirs
+        t = slopes(runs, args.rounds, args.n)
+        name = f"{n}x{cin}->{cout} {hw}x{hw}{'' if act is None else ' +' + type(act).__name__[10:-4].lower()}"
+        cells = " | ".join(f"{t[k] * 1e6:.1f}" for k in ("policy", "tiled", "lanes", "gemm"))
+        torch_us = f"{t['torch'] * 1e6:.1f}" if "torch" in t else "-"
+        ratio = f"{t['torch'] / t['policy']:.2f}" if "torch" in t else "-"
+        print(f"| {name} | {cells} | {torch_us} | {ratio} | {', '.join(ops['policy'].variants)} |", flush=True)
+    dev.close()
+
+
+def _recorder(dev: kdml.Device, op: Any, inputs: list[Any], outs: list[Any]) -> Any:
+    def run(k: int) -> None:
+        with dev.record() as rec:
+            for i in range(k):
+                rec.execute(op, inputs, [outs[i % 2]])
+    return run
