@@ -1,6 +1,7 @@
 """CONVOLUTION's pointwise case on GEMM's kernels (ops/conv_pointwise.py; forced here with
 kernel="gemm", which GPUs' policy picks for FLOAT32): 1 x 1 windows, strides 1, no padding, one
-group, in NCHW, NHWC and gapped layouts, batches of 1 and 3, with and without bias and fused
+group (KDML_CONV_KERNEL=gemm; compiled by Device.compile, which checks the plans against the
+operator's families), in NCHW, NHWC and gapped layouts, batches of 1 and 3, with and without bias and fused
 activations, at random offsets, outputs poisoned and every other byte unchanged, against the float64
 reference within the convolution's bound; the fused activation gives the standalone operator's bits
 on the unfused result; convolutions that are not pointwise, or whose pixels do not address as one
@@ -16,7 +17,6 @@ from test_conv_fused import ACTS
 from test_convolution import check
 
 import kompute_dml as kdml
-from kompute_dml.ops.convolution import compile_convolution
 from kompute_dml.runtime.coop_policy import choose_conv_kernel
 
 DT = kdml.DataType
@@ -33,7 +33,12 @@ def layout(kind: str, sizes: tuple[int, ...]) -> tuple[int, ...]:
     return ((c + 1) * (h * w + 3), h * w + 3, w, 1)
 
 
-def run(dev, rng, dt, n, cin, cout, hw, kinds, bias, act, kernel="gemm"):
+@pytest.fixture(autouse=True)
+def _gemm(monkeypatch):
+    monkeypatch.setenv("KDML_CONV_KERNEL", "gemm")
+
+
+def run(dev, rng, dt, n, cin, cout, hw, kinds, bias, act):
     """The convolution on placed tensors (layouts `kinds` of input and output); returns (output, the
     float64 reference without the activation, S, the operator's variants)."""
     npd = dt.numpy_dtype
@@ -49,7 +54,7 @@ def run(dev, rng, dt, n, cin, cout, hw, kinds, bias, act, kernel="gemm"):
     tb = place(dev, rng, bd, b.reshape(bd.sizes))[0] if bias else None
     ty, _ = place(dev, rng, yd)
     before = poison_against(ty, np.nan_to_num(want).astype(npd), rng)
-    op = compile_convolution(dev, kdml.ConvolutionDesc(xd, wd, bd, yd, fused_activation=act), kernel=kernel)
+    op = dev.compile(kdml.ConvolutionDesc(xd, wd, bd, yd, fused_activation=act))  # (its plans' contract checked)
     op.execute([tx, tw, tb], [ty])
     got = read_logical(assert_outside_unchanged(ty, before), ty.offset, yd)
     return got, want, s, op.variants
@@ -83,11 +88,11 @@ def test_other_convolutions_take_the_convolution_kernels(dev, rng):
     x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
     w = rng.standard_normal((5, 4, 3, 3)).astype(np.float32)
     d = kdml.ConvolutionDesc(TD(DT.FLOAT32, x.shape), TD(DT.FLOAT32, w.shape), None, TD(DT.FLOAT32, (1, 5, 4, 4)))
-    assert compile_convolution(dev, d, kernel="gemm").variants == ["conv_f32"]
+    assert dev.compile(d).variants == ["conv_f32"]
     ys = (1, 5, 6, 6)
     rows_gapped = TD(DT.FLOAT32, ys, (5 * 6 * 8, 6 * 8, 8, 1))
     xd, wd = TD(DT.FLOAT32, (1, 4, 6, 6)), TD(DT.FLOAT32, (5, 4, 1, 1))
-    op = compile_convolution(dev, kdml.ConvolutionDesc(xd, wd, None, rows_gapped), kernel="gemm")
+    op = dev.compile(kdml.ConvolutionDesc(xd, wd, None, rows_gapped))
     assert op.variants == ["conv_f32"]
     w1 = rng.standard_normal((5, 4, 1, 1)).astype(np.float32)
     y = dev.empty(rows_gapped)
@@ -96,7 +101,8 @@ def test_other_convolutions_take_the_convolution_kernels(dev, rng):
     check(y.numpy(), want, s, 4, DT.FLOAT32)
 
 
-def test_policy_picks_gemm_for_float32_pointwise_where_it_says():
+def test_policy_picks_gemm_for_float32_pointwise_where_it_says(monkeypatch):
+    monkeypatch.delenv("KDML_CONV_KERNEL")
     kw = dict(coutg=96, klen=576, backward=False)
     assert choose_conv_kernel("tiled", half=False, pointwise=True, pointwise_gemm=True, **kw) == "gemm"
     assert choose_conv_kernel("tiled", half=False, pointwise=False, pointwise_gemm=True, **kw) != "gemm"
