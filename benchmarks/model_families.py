@@ -134,6 +134,18 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _no_pointwise_gemm() -> None:
+    """Every device's policy as if it lacked conv_pointwise_gemm (this process only)."""
+    from kompute_dml.runtime.policy import DevicePolicy
+
+    choose = DevicePolicy.conv_family_for
+
+    def without(self: DevicePolicy, **kw: Any) -> str:
+        return choose(self, **{**kw, "pointwise": False})
+
+    DevicePolicy.conv_family_for = without  # type: ignore[method-assign]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="small", choices=sorted(families.SIZES))
@@ -153,7 +165,11 @@ def main(argv: list[str] | None = None) -> int:
                          "chains ending in the Transpose after them; repeatable)")
     ap.add_argument("--drop-pattern", action="append", default=[], metavar="NAME",
                     help="an ablation: leave out the fusion patterns of exactly this name (MatMul+Transpose, ...; repeatable)")
+    ap.add_argument("--no-pointwise-gemm", action="store_true",
+                    help="an ablation: 1 x 1 convolutions on the convolution kernels, not GEMM's (ops/conv_pointwise.py)")
     args = ap.parse_args(argv)
+    if args.no_pointwise_gemm:
+        _no_pointwise_gemm()
     if args.drop_fusion or args.drop_pattern_suffix or args.drop_pattern:
         from kompute_dml.onnx_backend import fusion_match, fusions
 
