@@ -7,8 +7,8 @@ FLOAT32 (8 FLOAT16) elements as one 16-byte load where the row is contiguous and
 with the fewest lanes that hold the row in at most 4 words each. On the H100 (`python -m
 benchmarks.bench_activation --geometries`, docs/softmax.md "Speed") that rule picked the fastest
 geometry measured at 1,500, 1,000, 512 and 256 FLOAT32 elements and 1,500 FLOAT16. Rows of 512
-bytes (BERT-base's 128 FLOAT32 scores) read 3x slower in words in one call and 0.87x in another:
-the bound stays at 1 KiB until they are measured again.
+bytes (BERT-base's 128 FLOAT32 scores, 256 FLOAT16) also ran faster in words (0.87x, 0.83x) once the
+timing was primed; the bound is not lowered to them yet.
 KDML_SOFTMAX_GEOMETRY=l{LANES}_k{K}[v] forces a geometry (benchmarks) where it holds the row."""
 
 from __future__ import annotations
