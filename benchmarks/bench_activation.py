@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 import kompute_dml as kdml
+from kompute_dml.bench.cases import executions
 from kompute_dml.bench.timing import repeater, slopes
 from kompute_dml.ops.softmax_geometry import FORCE_ENV
 
@@ -78,7 +79,7 @@ def geometries(dev: kdml.Device, torch: Any, rounds: int, n: int) -> None:
                 raise SystemExit(f"geometry {g} does not run {dt.name} rows of {shape[-1]}: got {op.variants[0]}")
             outs = [kdml.Tensor(dev.buffer(d.byte_size), d, 0) for _ in range(2)]
             runs[g or "plan"] = (op, outs)
-        contenders: dict[str, Any] = {name: _recorder(dev, op, xt, outs) for name, (op, outs) in runs.items()}
+        contenders: dict[str, Any] = {name: executions(dev, op, [xt], outs) for name, (op, outs) in runs.items()}
         if torch is not None:
             tx = torch.from_numpy(x).cuda()
             make = repeater(lambda tx=tx: torch.softmax(tx, -1), torch.cuda.synchronize)
@@ -110,14 +111,6 @@ def _forced(geometry: str) -> Iterator[None]:
         os.environ.pop(FORCE_ENV, None)
         if prior is not None:
             os.environ[FORCE_ENV] = prior
-
-
-def _recorder(dev: kdml.Device, op: Any, xt: Any, outs: list[Any]) -> Any:
-    def run(n: int) -> None:
-        with dev.record() as rec:
-            for i in range(n):
-                rec.execute(op, [xt], [outs[i % 2]])
-    return run
 
 
 def main() -> None:
@@ -152,12 +145,7 @@ def main() -> None:
         op = dev.compile(desc)
         outs = [kdml.Tensor(dev.buffer(d.byte_size), d, 0) for _ in range(2)]
 
-        def ours(n: int, op: Any = op, xt: Any = xt, outs: Any = outs) -> None:
-            with dev.record() as rec:
-                for i in range(n):
-                    rec.execute(op, [xt], [outs[i % 2]])
-
-        contenders: dict[str, Any] = {"ours": ours}
+        contenders: dict[str, Any] = {"ours": executions(dev, op, [xt], outs)}
         if torch is not None:
             tx = torch.from_numpy(x).cuda()
             fn = ((lambda tx=tx: torch.softmax(tx, -1)) if kind == "softmax"

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 import kompute_dml as kdml
+from kompute_dml.bench.cases import executions
 from kompute_dml.bench.timing import slopes
 from kompute_dml.ops.convolution import compile_convolution
 
@@ -51,7 +52,7 @@ def run_pointwise(args: Any) -> None:
         desc = kdml.ConvolutionDesc(tx.desc, tw.desc, tb.desc, od, fused_activation=act)
         ys = [kdml.Tensor(dev.buffer(od.byte_size), od, 0) for _ in range(2)]
         ops = {k or "policy": compile_convolution(dev, desc, kernel=k) for k in KERNELS}
-        runs: dict[str, Any] = {name: _recorder(dev, op, [tx, tw, tb], ys) for name, op in ops.items()}
+        runs: dict[str, Any] = {name: executions(dev, op, [tx, tw, tb], ys) for name, op in ops.items()}
         if torch is not None:
             cx, cw, cb = (torch.from_numpy(a).cuda() for a in (x, w, b.reshape(-1)))
             def theirs(k: int, cx: Any = cx, cw: Any = cw, cb: Any = cb, act: Any = act,
@@ -71,10 +72,3 @@ def run_pointwise(args: Any) -> None:
         print(f"| {name} | {cells} | {torch_us} | {ratio} | {', '.join(ops['policy'].variants)} |", flush=True)
     dev.close()
 
-
-def _recorder(dev: kdml.Device, op: Any, inputs: list[Any], outs: list[Any]) -> Any:
-    def run(k: int) -> None:
-        with dev.record() as rec:
-            for i in range(k):
-                rec.execute(op, inputs, [outs[i % 2]])
-    return run

@@ -28,6 +28,7 @@ from unittest import mock
 import numpy as np
 
 import kompute_dml as kdml
+from kompute_dml.bench.cases import executions
 from kompute_dml.bench.timing import slopes
 from kompute_dml.ops import convolution as conv_op
 from kompute_dml.ops import pooling as pool_op
@@ -69,14 +70,6 @@ def _env(name: str, value: str | None) -> Any:
     """os.environ with `name` set to `value` (None: unset) while the block runs."""
     env = {k: v for k, v in os.environ.items() if k != name}
     return mock.patch.dict(os.environ, env if value is None else {**env, name: value}, clear=True)
-
-
-def _runner(dev: kdml.Device, op: Any, ins: list[Any], outs: list[Any]) -> Any:
-    def run(k: int) -> None:
-        with dev.record() as rec:
-            for _ in range(k):
-                rec.execute(op, ins, outs)
-    return run
 
 
 def _max_rel_diff(dev: kdml.Device, ops: dict[str, Any], ins: list[Any], y: Any) -> float:
@@ -122,7 +115,7 @@ def conv_rows(dev: kdml.Device, args: argparse.Namespace) -> None:
         with _env(conv_op.CONV_SPLIT_ENV, None):
             ops["auto"] = conv_op.compile_convolution(dev, desc)
         diff = _max_rel_diff(dev, ops, [tx, tw, None], y)
-        t = slopes({k: _runner(dev, op, [tx, tw, None], [y]) for k, op in ops.items()}, args.rounds, args.n)
+        t = slopes({k: executions(dev, op, [tx, tw, None], [y]) for k, op in ops.items()}, args.rounds, args.n)
         cells = [f"{t[f'split {s}'] * 1e6:.1f}" if f"split {s}" in t else "-" for s in SPLITS]
         print(f"{name} | " + " | ".join(cells) + f" | {t['direct'] * 1e6:.1f} | {t['lanes'] * 1e6:.1f} | {t['auto'] * 1e6:.1f} "
               f"({_variants(ops['auto'])}, {len(ops['auto'].plans)} dispatches) | {diff:.1e}")
@@ -142,7 +135,7 @@ def pool_rows(dev: kdml.Device, args: argparse.Namespace) -> None:
             with _env(pool_op.POOL_KERNEL_ENV, k):
                 ops[k or "auto"] = pool_op.compile_average_pooling(dev, desc)
         diff = _max_rel_diff(dev, ops, [tx], y)
-        t = slopes({k: _runner(dev, op, [tx], [y]) for k, op in ops.items()}, args.rounds, args.n)
+        t = slopes({k: executions(dev, op, [tx], [y]) for k, op in ops.items()}, args.rounds, args.n)
         print(f"{'x'.join(map(str, xs))} | {t['thread'] * 1e6:.1f} | {t['group'] * 1e6:.1f} | "
               f"{t['auto'] * 1e6:.1f} ({_variants(ops['auto'])}) | {diff:.1e}")
 

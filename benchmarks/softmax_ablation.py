@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 import kompute_dml as kdml
+from kompute_dml.bench.cases import executions
 from kompute_dml.bench.timing import slopes
 from kompute_dml.core.ints import cdiv
 from kompute_dml.runtime import grid_for
@@ -25,14 +26,6 @@ from . import overlay_softmax as ov
 
 DT = kdml.DataType
 ROWS = [(DT.FLOAT32, (8, 4, 1500, 1500)), (DT.FLOAT16, (8, 4, 1500, 1500)), (DT.FLOAT32, (64, 12, 256, 256))]
-
-
-def _runner(dev: kdml.Device, op: Any, xt: Any, outs: list[Any]) -> Any:
-    def run(n: int) -> None:
-        with dev.record() as rec:
-            for i in range(n):
-                rec.execute(op, [xt], [outs[i % 2]])
-    return run
 
 
 def main() -> None:
@@ -68,7 +61,7 @@ def main() -> None:
             ops[f"pipe {pipe}"] = op
         outs = {name: [kdml.Tensor(dev.buffer(d.byte_size), d, 0) for _ in range(2)] for name in ops}
 
-        med = slopes({name: _runner(dev, op, xt, outs[name]) for name, op in ops.items()}, args.rounds, args.n)
+        med = slopes({name: executions(dev, op, [xt], outs[name]) for name, op in ops.items()}, args.rounds, args.n)
         base = outs["product"][0].numpy().view(np.uint8)
         print(f"{dt.name} {'x'.join(map(str, shape))} ({variant}): product {med['product'] * 1e6:.1f} us")
         for abl in ov.ABLATIONS:

@@ -76,6 +76,16 @@ def recorded(dev: Any, op: Any, ins: list[Any], outs: list[Any]) -> Make:
     return make
 
 
+def executions(dev: Any, op: Any, ins: list[Any], outs: list[Any]) -> Callable[[int], None]:
+    """run(n): n executions of `op` in one `dev.record()`, execution i writing outs[i % len(outs)]
+    (timing.slopes' form of a contender)."""
+    def run(n: int) -> None:
+        with dev.record() as rec:
+            for i in range(n):
+                rec.execute(op, ins, [outs[i % len(outs)]])
+    return run
+
+
 POISON = 99  # outputs that an operator writes only in part start as this, so that a missed write shows
 
 

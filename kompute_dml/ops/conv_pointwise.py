@@ -4,7 +4,7 @@ image Output[o, p] = sum over c of Filter[o, c] Input[c, p] + Bias[o] over the p
 DML_GEMM with A the filter (Cout x Cin), B the image (Cin x pixels), C the bias broadcast along the
 pixels (Beta 1) and the convolution's FusedActivation as GEMM's. The tiled GEMM kernel has no
 implicit-GEMM addressing (no table of the reduction's terms), so MobileNet's and EfficientNet's 1 x 1
-layers run in 0.3-0.6x the convolution kernels' time on the H100 (`python -m benchmarks.bench_conv
+layers run in 0.43-0.78x the convolution kernels' best time on the H100 (`python -m benchmarks.bench_conv
 --pointwise`, docs/convolution.md). Each output is the GEMM's: its terms
 summed in the GEMM kernel's order, the bias then the activation added as the convolution adds them,
 within the convolution's error bound (tests/test_conv_pointwise.py)."""
