@@ -109,6 +109,42 @@ def test_squeeze_excitation_against_numpy(dev, rng, case, dt):
     check(read_logical(after, ty.offset, yd), want, scale, dt)
 
 
+# (C, R, positions): the mean's invocations per channel (mean_lanes_log2) 32, 8, 4, 2 and 1, streams
+# of more loads than a batch, channel boundaries inside a batch
+STREAMS = [(16, 8, 3136), (96, 24, 196), (240, 64, 196), (576, 144, 49), (2048, 8, 3)]
+
+
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+@pytest.mark.parametrize("gap", [0, 1, 4], ids=lambda g: f"gap{g}")
+@pytest.mark.parametrize("case", range(len(STREAMS)))
+def test_packed_filters_and_mean_streams(dev, rng, case, gap, dt):
+    """Filters whose rows are contiguous with `gap` elements between them: quads where the row
+    stride is a multiple of 4 (gap 0 and 4; tensors start 16-byte aligned), elements otherwise
+    (gap 1); the means spread over 2^mp invocations per channel."""
+    c, r, hw = STREAMS[case]
+    npd = NP[dt]
+    x = (rng.standard_normal((1, c, hw)) * 2 + 0.5).astype(npd)
+    w1 = (rng.standard_normal((r, c)) / np.sqrt(c)).astype(npd)
+    w2 = (rng.standard_normal((c, r)) / np.sqrt(r)).astype(npd)
+    b1, b2 = rng.standard_normal(r).astype(npd), rng.standard_normal(c).astype(npd)
+    want, scale = reference(x, w1, b1, w2, b2, "relu", "hard_sigmoid", npd)
+    descs = [TD(dt, x.shape), TD(dt, w1.shape, (c + gap, 1)), TD(dt, (r,)), TD(dt, w2.shape, (r + gap, 1)), TD(dt, (c,))]
+    tensors = [place(dev, rng, d, v)[0] for d, v in zip(descs, (x, w1, b1, w2, b2))]
+    yd = TD(dt, (1, c))
+    ty, _ = place(dev, rng, yd)
+    before = poison_against(ty, want.astype(npd), rng)
+    desc = se_op.SqueezeExcitationDesc(*descs, yd, ACTS["relu"][0], ACTS["hard_sigmoid"][0])
+    dev.compile(desc).execute(tensors, [ty])
+    check(read_logical(assert_outside_unchanged(ty, before), ty.offset, yd), want, scale, dt)
+
+
+def test_mean_lanes():
+    """The fewest loads per invocation within the shared memory's partial sums, the larger P of equals."""
+    assert [se_op.mean_lanes_log2(c, hw) for c, _, hw in STREAMS] == [5, 3, 2, 1, 0]
+    assert se_op.mean_lanes_log2(2048, 10_000) == 0  # 2048 x 2 partial sums do not fit
+    assert se_op.mean_lanes_log2(64, 1) == 0  # one position: one invocation
+
+
 def _desc(c=8, r=4, dt=DT.FLOAT32, **over):
     d = {"input_tensor": TD(dt, (2, c, 3, 3)), "filter1_tensor": TD(dt, (r, c)), "bias1_tensor": TD(dt, (r,)),
          "filter2_tensor": TD(dt, (c, r)), "bias2_tensor": TD(dt, (c,)), "output_tensor": TD(dt, (2, c))}

@@ -91,7 +91,7 @@ WORKGROUP_SCOPE_CAPABILITY = "cooperative_matrix_workgroup"
 _INCLUDE_RE = re.compile(r'^\s*#include\s+"([^"]+)"', re.M)
 
 
-def source_digest(path: Path, defines: dict[str, str], shader_dir: Path = SHADER_DIR) -> str:
+def source_digest(path: Path, defines: dict[str, str]) -> str:
     """Hash of a shader's text, every file it includes, its defines and the flags."""
     h = hashlib.sha256()
     seen: set[Path] = set()
@@ -102,10 +102,10 @@ def source_digest(path: Path, defines: dict[str, str], shader_dir: Path = SHADER
         seen.add(p)
         text = p.read_text()
         h.update(p.name.encode() + b"\0" + text.encode())
-        for inc in _INCLUDE_RE.findall(text):
-            feed(shader_dir / inc)
+        for inc in _INCLUDE_RE.findall(text):  # relative to the including file, as glslang finds them
+            feed((p.parent / inc).resolve())
 
-    feed(path)
+    feed(path.resolve())
     h.update(json.dumps([sorted(defines.items()), flags_for(defines)]).encode())
     return h.hexdigest()
 
@@ -273,7 +273,7 @@ def build(force: bool = False, quiet: bool = False, families: tuple | None = Non
     jobs = []
     skipped = []
     for name, (src, defines) in variants.items():
-        digest = source_digest(src, defines, shader_dir)
+        digest = source_digest(src, defines)
         out = out_dir / f"{name}.spv"
         entry = {"source": src.name, "defines": defines, "sha256": digest}
         if not force and out.exists() and old.get(name, {}).get("sha256") == digest:

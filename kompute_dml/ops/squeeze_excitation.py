@@ -53,6 +53,7 @@ SQUEEZE_EXCITATION = OperatorSupport("SQUEEZE_EXCITATION", None, (
         ("bias1_tensor", "optional input", (1, 1), FLOATS), ("filter2_tensor", "input", (2, 2), FLOATS),
         ("bias2_tensor", "optional input", (1, 1), FLOATS), ("output_tensor", "output", (2, 2), FLOATS)),))
 MAX_CHANNELS, MAX_HIDDEN = contract.SE_MAX_C, contract.SE_MAX_R
+_LANES = 256  # the work group
 _F_BIAS1, _F_BIAS2 = 1, 2
 
 
@@ -100,6 +101,21 @@ def _check(desc: SqueezeExcitationDesc) -> tuple[int, int, int, int, int]:
     return n, c, r, math.prod(x.sizes[2:]), strides[0]
 
 
+def mean_lanes_log2(c: int, hw: int) -> int:
+    """log2 of the invocations per channel's mean (shaders/squeeze_excitation.comp): the fewest loads
+    per invocation, cdiv(c, 256 / P) channels x cdiv(hw, P) positions, with c x P partial sums in
+    shared memory (contract.SE_PARTS) and P <= min(32, hw); of equals the larger P (neighbouring positions
+    of a channel in neighbouring invocations)."""
+    best = 0, cdiv(c, _LANES) * hw
+    for lg in range(1, 6):
+        if c << lg > contract.SE_PARTS or 1 << lg > hw:
+            break
+        loads = cdiv(c, _LANES >> lg) * cdiv(hw, 1 << lg)
+        if loads <= best[1]:
+            best = lg, loads
+    return best[0]
+
+
 def compile_squeeze_excitation(device: Device, desc: SqueezeExcitationDesc) -> CompiledOperator:
     support = SQUEEZE_EXCITATION
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
@@ -119,7 +135,8 @@ def compile_squeeze_excitation(device: Device, desc: SqueezeExcitationDesc) -> C
                       b1_s=b1.effective_strides[0] if b1 is not None else 0,
                       b2_s=b2.effective_strides[0] if b2 is not None else 0, y_b=ys[0], y_c=ys[1],
                       act1=act1[0], act1_p0=act1[1], act1_p1=act1[2], act2=act2[0], act2_p0=act2[1], act2_p1=act2[2],
-                      flags=(_F_BIAS1 if b1 is not None else 0) | (_F_BIAS2 if b2 is not None else 0)),
+                      flags=(_F_BIAS1 if b1 is not None else 0) | (_F_BIAS2 if b2 is not None else 0),
+                      mp=mean_lanes_log2(c, hw)),
         groups=(cdiv(c, 64), n, 1), writes=(5,),
         offset_slots=fam.slots(**{k: (i, unit) for k, i, d in zip(("x_off", "w1_off", "b1_off", "w2_off", "b2_off", "y_off"),
                                                                  range(6), (x, w1, b1, w2, b2, y)) if d is not None}))

@@ -107,7 +107,7 @@ def load_spirv(name: str) -> bytes:
             # the table's inputs where it names the variant (a changed push block or #define is
             # stale too), else the manifest's (a benchmark overlay's variants)
             defines = _table_inputs(str(entry["source"])).get(name) or {str(k): str(v) for k, v in dict(entry["defines"]).items()}  # type: ignore[call-overload]
-            if builder.source_digest(src, defines, SOURCE_DIR) != entry["sha256"]:
+            if builder.source_digest(src, defines) != entry["sha256"]:
                 raise ShaderBuildError(f"SPIR-V variant {name!r} is stale: {src.name} or its family in "
                                        f"kompute_dml/ops/contract changed since it was built; {FIX}")
     data = spv.read_bytes()

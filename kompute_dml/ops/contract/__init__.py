@@ -351,7 +351,7 @@ REDUCE = family("reduce", "reduce.comp", "reduce_{t}_{o}", REDUCE_PUSH, (64, 1, 
 # ---- CONVOLUTION (ops/convolution.py, ops/conv_coop.py), BATCH_NORMALIZATION: contract/conv.py
 from .conv import BN, CONV, CONV_COOP, CONV_DIRECT, CONV_LANES, CONV_PUSH, CONV_REDUCE, CONV_SPLIT, DIRECT_WINDOWS  # noqa: E402, F401
 from .rotary import ROTARY, ROTARY_PUSH, ROTARY_RANK  # noqa: E402, F401  (ROTARY_EMBEDDING: contract/rotary.py)
-from .squeeze import SE, SE_MAX_C, SE_MAX_R, SE_PUSH  # noqa: E402, F401  (SQUEEZE_EXCITATION: contract/squeeze.py)
+from .squeeze import SE, SE_MAX_C, SE_MAX_R, SE_PARTS, SE_PUSH  # noqa: E402, F401  (SQUEEZE_EXCITATION: contract/squeeze.py)
 
 # ---- MAX_POOLING2 / AVERAGE_POOLING (ops/pooling.py, pooling.comp): an output per invocation (k "_group": per group)
 POOL_PUSH = block("x_off", "y_off", "i_off")

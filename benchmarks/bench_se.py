@@ -1,0 +1,141 @@
+"""SQUEEZE_EXCITATION (ops/squeeze_excitation.py) at MobileNetV3-small's and EfficientNet-B0's
+blocks, batch 1 and 8, beside what it replaces and with parts left out (benchmarks/overlay_se.py):
+
+- product: the one dispatch (fusion_se runs it where the block has at most MEAN_POSITIONS positions);
+- pool+se: global AVERAGE_POOLING then the gate on the means (fusion_se past MEAN_POSITIONS);
+- chain: the unfused chain on the device (AVERAGE_POOLING, then two 1 x 1 CONVOLUTIONs with their
+  fused activations), as float16 blocks run;
+- before: the kernel before the means spread over invocations and the quad loads;
+- -means, -hidden, -gate, -all: the product with those phases left out (wrong by design);
+- torch: adaptive_avg_pool2d, conv2d, relu, conv2d, hardsigmoid on CUDA (inputs on the GPU).
+
+Each figure is the median slope over N executions of one recording (kompute_dml.bench.timing), us;
+"x before" is before / product, "x torch" torch / product.
+
+    python -m benchmarks.bench_se [--rounds 5] [-n 20] [--dtype float32|float16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+import kompute_dml as kdml
+from kompute_dml.bench.cases import executions
+from kompute_dml.bench.timing import slopes
+from kompute_dml.ops import squeeze_excitation as se_op
+
+from . import overlay_se as ov
+
+DT = kdml.DataType
+TD = kdml.TensorDesc
+RELU = kdml.ActivationReluDesc(None, None)
+HSIG = kdml.ActivationHardSigmoidDesc(None, None, 1 / 6, 0.5)
+# (channels, hidden, side): MobileNetV3-small's SE blocks, then EfficientNet-B0's
+BLOCKS = [(16, 8, 56), (96, 24, 14), (240, 64, 14), (120, 32, 14), (144, 40, 14), (288, 72, 7), (576, 144, 7),
+          (96, 4, 56), (144, 6, 28), (240, 10, 28), (480, 20, 14), (672, 28, 14), (1152, 48, 7)]
+BATCHES = (1, 8)
+ABLATED = ("means", "hidden", "gate", "all")  # overlay_se.ABLATIONS' names
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def _contenders(dev: Any, dt: Any, n: int, c: int, r: int, side: int, rng: np.random.Generator,
+                torch: Any) -> dict[str, Any]:
+    npd = dt.numpy_dtype
+    x = rng.standard_normal((n, c, side, side)).astype(npd)
+    w1 = (rng.standard_normal((r, c)) / np.sqrt(c)).astype(npd)
+    w2 = (rng.standard_normal((c, r)) / np.sqrt(r)).astype(npd)
+    b1, b2 = rng.standard_normal(r).astype(npd), rng.standard_normal(c).astype(npd)
+    tx, tw1, tb1, tw2, tb2 = (dev.tensor(a) for a in (x, w1, b1, w2, b2))
+    yd = TD(dt, (n, c))
+    ys = [kdml.Tensor(dev.buffer(yd.byte_size), yd, 0) for _ in range(2)]
+    ins = [tx, tw1, tb1, tw2, tb2]
+    se = kdml.SqueezeExcitationDesc(tx.desc, tw1.desc, tb1.desc, tw2.desc, tb2.desc, yd, RELU, HSIG)
+    runs: dict[str, Any] = {"product": executions(dev, dev.compile(se), ins, ys)}
+    # the pool first, then the gate on the (n, c, 1) means; and the unfused chain
+    md = TD(dt, (n, c, 1, 1))
+    m = kdml.Tensor(dev.buffer(md.byte_size), md, 0)
+    pool = dev.compile(kdml.AveragePoolingDesc(tx.desc, md, (side, side)))
+    gate = dev.compile(kdml.SqueezeExcitationDesc(TD(dt, (n, c, 1)), tw1.desc, tb1.desc, tw2.desc, tb2.desc, yd, RELU,
+                                                  HSIG))
+    hd, gd = TD(dt, (n, r, 1, 1)), TD(dt, (n, c, 1, 1))
+    h, g = (kdml.Tensor(dev.buffer(d.byte_size), d, 0) for d in (hd, gd))
+    cw1, cb1 = tw1.reshape(r, c, 1, 1), tb1.reshape(1, r, 1, 1)
+    cw2, cb2 = tw2.reshape(c, r, 1, 1), tb2.reshape(1, c, 1, 1)
+    conv1 = dev.compile(kdml.ConvolutionDesc(md, cw1.desc, cb1.desc, hd, fused_activation=RELU))
+    conv2 = dev.compile(kdml.ConvolutionDesc(hd, cw2.desc, cb2.desc, gd, fused_activation=HSIG))
+    m3 = m.reshape(n, c, 1)
+
+    def pool_se(k: int) -> None:
+        with dev.record() as rec:
+            for i in range(k):
+                rec.execute(pool, [tx], [m])
+                rec.execute(gate, [m3, tw1, tb1, tw2, tb2], [ys[i % 2]])
+
+    def chain(k: int) -> None:
+        with dev.record() as rec:
+            for _ in range(k):
+                rec.execute(pool, [tx], [m])
+                rec.execute(conv1, [m, cw1, cb1], [h])
+                rec.execute(conv2, [h, cw2, cb2], [g])
+
+    runs["pool+se"], runs["chain"] = pool_se, chain
+    if dt == DT.FLOAT32:
+        for name, variant in [("before", ov.SE_BEFORE.name(t="f32"))] + [
+                (f"-{label}", ov.SE_ABLATION.name(abl=a, t="f32")) for label, a in zip(ABLATED, ov.ABLATIONS)]:
+            op = dev.compile(se)
+            op.plans[0] = dataclasses.replace(op.plans[0], variant=variant)
+            runs[name] = executions(dev, op, ins, ys)
+    if torch is not None:
+        f = torch.nn.functional
+        cx, cw1t, cb1t, cw2t, cb2t = (torch.from_numpy(a).cuda() for a in (x, w1.reshape(r, c, 1, 1), b1,
+                                                                          w2.reshape(c, r, 1, 1), b2))
+
+        def theirs(k: int) -> None:
+            for _ in range(k):
+                f.hardsigmoid(f.conv2d(f.relu(f.conv2d(f.adaptive_avg_pool2d(cx, 1), cw1t, cb1t)), cw2t, cb2t))
+            torch.cuda.synchronize()
+
+        runs["torch"] = theirs
+    return runs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("-n", type=int, default=20)
+    ap.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+    args = ap.parse_args()
+    dt = DT.FLOAT32 if args.dtype == "float32" else DT.FLOAT16
+    ov.load()
+    torch = _torch()
+    dev = kdml.Device()
+    print(f"device: {dev.name}; torch: {torch.cuda.get_device_name() if torch else 'none'}; {dt.name}")
+    names = ["product", "pool+se", "chain"] + (["before", "-means", "-hidden", "-gate", "-all"] if dt == DT.FLOAT32
+                                                else []) + (["torch"] if torch else [])
+    print(f"| block | mp | {' | '.join(names)} | x before | x torch |")
+    print(f"| --- | ---: |{' ---: |' * (len(names) + 2)}")
+    rng = np.random.default_rng(0)
+    for n in BATCHES:
+        for c, r, side in BLOCKS:
+            runs = _contenders(dev, dt, n, c, r, side, rng, torch)
+            t = slopes(runs, args.rounds, args.n, prime=True)  # (torch's CUDA work between contenders)
+            cells = " | ".join(f"{t[k] * 1e6:.1f}" for k in names)
+            ratios = " | ".join(f"{t[k] / t['product']:.2f}" if k in t else "-" for k in ("before", "torch"))
+            mp = se_op.mean_lanes_log2(c, side * side)
+            print(f"| {n}x{c}->{r} {side}x{side} | {mp} | {cells} | {ratios} |", flush=True)
+    dev.close()
+
+
+if __name__ == "__main__":
+    main()
