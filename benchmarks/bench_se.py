@@ -9,7 +9,9 @@ blocks, batch 1 and 8, beside what it replaces and with parts left out (benchmar
 - -means, -hidden, -gate, -all: the product with those phases left out (wrong by design);
 - torch: adaptive_avg_pool2d, conv2d, relu, conv2d, hardsigmoid on CUDA (inputs on the GPU).
 
-Each figure is the median slope over N executions of one recording (kompute_dml.bench.timing), us;
+Each figure is the median slope over N executions of one recording (kompute_dml.bench.timing), us,
+every execution writing the same output, so each waits for the one before (a latency, as in a
+model);
 "x before" is before / product, "x torch" torch / product.
 
     python -m benchmarks.bench_se [--rounds 5] [-n 20] [--dtype float32|float16]
@@ -58,7 +60,7 @@ def _contenders(dev: Any, dt: Any, n: int, c: int, r: int, side: int, rng: np.ra
     b1, b2 = rng.standard_normal(r).astype(npd), rng.standard_normal(c).astype(npd)
     tx, tw1, tb1, tw2, tb2 = (dev.tensor(a) for a in (x, w1, b1, w2, b2))
     yd = TD(dt, (n, c))
-    ys = [kdml.Tensor(dev.buffer(yd.byte_size), yd, 0) for _ in range(2)]
+    ys = [kdml.Tensor(dev.buffer(yd.byte_size), yd, 0)]  # one output: each execution waits for the last
     ins = [tx, tw1, tb1, tw2, tb2]
     se = kdml.SqueezeExcitationDesc(tx.desc, tw1.desc, tb1.desc, tw2.desc, tb2.desc, yd, RELU, HSIG)
     runs: dict[str, Any] = {"product": executions(dev, dev.compile(se), ins, ys)}
@@ -78,9 +80,9 @@ def _contenders(dev: Any, dt: Any, n: int, c: int, r: int, side: int, rng: np.ra
 
     def pool_se(k: int) -> None:
         with dev.record() as rec:
-            for i in range(k):
+            for _ in range(k):
                 rec.execute(pool, [tx], [m])
-                rec.execute(gate, [m3, tw1, tb1, tw2, tb2], [ys[i % 2]])
+                rec.execute(gate, [m3, tw1, tb1, tw2, tb2], ys)
 
     def chain(k: int) -> None:
         with dev.record() as rec:
@@ -101,7 +103,7 @@ def _contenders(dev: Any, dt: Any, n: int, c: int, r: int, side: int, rng: np.ra
         cx, cw1t, cb1t, cw2t, cb2t = (torch.from_numpy(a).cuda() for a in (x, w1.reshape(r, c, 1, 1), b1,
                                                                           w2.reshape(c, r, 1, 1), b2))
 
-        def theirs(k: int) -> None:
+        def theirs(k: int) -> None:  # (CUDA orders the kernels of one stream)
             for _ in range(k):
                 f.hardsigmoid(f.conv2d(f.relu(f.conv2d(f.adaptive_avg_pool2d(cx, 1), cw1t, cb1t)), cw2t, cb2t))
             torch.cuda.synchronize()

@@ -54,7 +54,7 @@ SQUEEZE_EXCITATION = OperatorSupport("SQUEEZE_EXCITATION", None, (
         ("bias2_tensor", "optional input", (1, 1), FLOATS), ("output_tensor", "output", (2, 2), FLOATS)),))
 MAX_CHANNELS, MAX_HIDDEN = contract.SE_MAX_C, contract.SE_MAX_R
 _LANES = 256  # the work group
-_F_BIAS1, _F_BIAS2 = 1, 2
+_F_BIAS1, _F_BIAS2, _F_XQUADS = 1, 2, 4
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def _check(desc: SqueezeExcitationDesc) -> tuple[int, int, int, int, int]:
 
 def mean_lanes_log2(c: int, hw: int) -> int:
     """log2 of the invocations per channel's mean (shaders/squeeze_excitation.comp): the fewest loads
-    per invocation, cdiv(c, 256 / P) channels x cdiv(hw, P) positions, with c x P partial sums in
+    per invocation, cdiv(c, 256 / P) channels x cdiv(hw, P) items (positions or quads), with c x P partial sums in
     shared memory (contract.SE_PARTS) and P <= min(32, hw); of equals the larger P (neighbouring positions
     of a channel in neighbouring invocations)."""
     best = 0, cdiv(c, _LANES) * hw
@@ -127,6 +127,9 @@ def compile_squeeze_excitation(device: Device, desc: SqueezeExcitationDesc) -> C
     xs, w1s, w2s, ys = x.effective_strides, w1.effective_strides, w2.effective_strides, y.effective_strides
     fam = contract.SE
     unit = x.data_type.size
+    # the means load 4 positions at once where a channel's are contiguous and every channel's start
+    # is 4-aligned (tensors start 16-byte aligned; the kernel checks the offset)
+    quads = x_s == 1 and hw % 4 == 0 and xs[1] % 4 == 0 and (n == 1 or xs[0] % 4 == 0)
     plan = DispatchPlan(
         variant=fam.name(t="f16" if x.data_type == DataType.FLOAT16 else "f32"),
         bindings=(0, 1, 2 if b1 is not None else None, 3, 4 if b2 is not None else None, 5),
@@ -135,8 +138,9 @@ def compile_squeeze_excitation(device: Device, desc: SqueezeExcitationDesc) -> C
                       b1_s=b1.effective_strides[0] if b1 is not None else 0,
                       b2_s=b2.effective_strides[0] if b2 is not None else 0, y_b=ys[0], y_c=ys[1],
                       act1=act1[0], act1_p0=act1[1], act1_p1=act1[2], act2=act2[0], act2_p0=act2[1], act2_p1=act2[2],
-                      flags=(_F_BIAS1 if b1 is not None else 0) | (_F_BIAS2 if b2 is not None else 0),
-                      mp=mean_lanes_log2(c, hw)),
+                      flags=(_F_BIAS1 if b1 is not None else 0) | (_F_BIAS2 if b2 is not None else 0)
+                      | (_F_XQUADS if quads else 0),
+                      mp=mean_lanes_log2(c, hw // 4 if quads else hw)),
         groups=(cdiv(c, 64), n, 1), writes=(5,),
         offset_slots=fam.slots(**{k: (i, unit) for k, i, d in zip(("x_off", "w1_off", "b1_off", "w2_off", "b2_off", "y_off"),
                                                                  range(6), (x, w1, b1, w2, b2, y)) if d is not None}))
