@@ -8,13 +8,14 @@
 // activation on the value the type holds).
 // Work group (j, n): image n's means of every channel and its hidden values (shared memory; each
 // of the image's work groups computes them again: they are small), then the gates of channels
-// 64 j .. 64 j + 63. The time is the latency of dependent loads, so each invocation keeps many in
-// flight:
+// 64 j .. 64 j + 63. One work group's loads set the time, so each invocation keeps many in flight:
 // - A mean: P = 2^mp invocations per channel (the plan picks mp), invocation i summing items i,
-//   i + P, ... in order (float32), then the P partial sums added in order and divided once. An item
-//   is a position, or 4 (a 16-byte load; float16 8-byte) where the plan allows, added in order (P = 1
-//   on positions: AVERAGE_POOLING's one-invocation sum). Each invocation's (channel, item) stream is
-//   loaded MB (MBQ) at a time across channel boundaries.
+//   i + P, ... in order (float32), then the P partial sums added by a butterfly over the P lanes of
+//   one subgroup (level w adds the partner w lanes away: ((s0 + s1) + (s2 + s3)) + ...) and divided
+//   once. P lanes of one channel read neighbouring items, so one load instruction touches few
+//   cache lines. An item is a position, or 4 (a 16-byte load; float16 8-byte) where the plan
+//   allows, added in order (P = 1 on positions: AVERAGE_POOLING's one-invocation sum). Each
+//   invocation's (channel, item) stream is loaded MB (MBQ) at a time across channel boundaries.
 // - The products' sums are team sums: 64 outputs at a time, 8 per team of 32 invocations, lane l
 //   summing its terms in order (fma): terms l, l + 32, ..., or, where the matrix's rows are
 //   contiguous, 16-byte aligned quads (float16: 8-byte) 4 l .. 4 l + 3, then + 128, ...; UNROLL
@@ -24,6 +25,8 @@
 
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 #include "f16_bits.glsl"
 
@@ -66,7 +69,7 @@ uint g_p0 = 0u, g_p1 = 0u;
 
 shared float s_mean[SE_MAX_C];
 shared float s_hid[SE_MAX_R];
-shared float s_part[SE_PARTS];  // a mean's P partial sums per channel; a round's 64 x 33 partial sums
+shared float s_part[SE_PARTS];  // a round's 64 x 33 partial sums
 shared float s_quarter[64][4];
 
 #if F16
@@ -202,7 +205,12 @@ float team_sums() {
                     j++;                                                                                 \
                     if (j == j_n) {                                                                      \
                         uint c = ch + k * per_round;                                                     \
-                        if (c < cn) s_part[(c << lg) + sub] = acc;                                       \
+                        precise float r = acc;                                                           \
+                        for (uint w = 1u; w < p; w <<= 1) r = r + subgroupShuffleXor(r, w);             \
+                        if (sub == 0u && c < cn) {                                                       \
+                            precise float mean = r / float(hw);                                          \
+                            s_mean[c] = held(mean);                                                      \
+                        }                                                                                \
                         acc = 0.0;                                                                       \
                         j = 0u;                                                                          \
                         k++;                                                                             \
@@ -217,12 +225,14 @@ void main() {
     uint n = gl_WorkGroupID.y, cn = pc.c, rn = pc.r, hw = pc.hw;
     uint x_n = pc.x_off + n * pc.x_b;
 
-    // the means: invocation t sums items `sub`, sub + P, ... of channels ch, ch + per_round, ... (its
-    // stream of k_n x j_n loads), each channel's partial sum to s_part; an item is a position, or a
+    // the means: invocation ts sums items `sub`, sub + P, ... of channels ch, ch + per_round, ... (its
+    // stream of k_n x j_n loads), each channel's P partial sums added by a subgroup butterfly and
+    // its mean written by the lane with sub 0; an item is a position, or a
     // quad of 4 (XQUADS: the plan's flag where a channel's positions are contiguous, their count and
     // the channel and batch strides multiples of 4; the offset checked here)
     uint lg = pc.mp, p = 1u << lg, per_round = 256u >> lg;
-    uint sub = t & (p - 1u), ch = t >> lg, k_n = (cn + per_round - 1u) / per_round;
+    uint ts = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;  // P lanes: one subgroup's
+    uint sub = ts & (p - 1u), ch = ts >> lg, k_n = (cn + per_round - 1u) / per_round;
 #if ABL & 1
     k_n = 0u;
     for (uint c = t; c < cn; c += 256u) s_mean[c] = LOAD(x_buf, x_n + c * pc.x_c);
@@ -232,15 +242,6 @@ void main() {
     } else {
         MEAN_STREAM(float, MB, hw, LOAD(x_buf, x_n + c * pc.x_c + s * pc.x_s), ADD_ONE);
     }
-    barrier();
-#if !(ABL & 1)
-    for (uint c = t; c < cn; c += 256u) {
-        precise float s = s_part[c << lg];
-        for (uint i = 1u; i < p; i++) s = s + s_part[(c << lg) + i];
-        precise float mean = s / float(hw);
-        s_mean[c] = held(mean);
-    }
-#endif
     barrier();
 
     // the hidden values: W1's rows r0 .. r0 + 63 per round over the means

@@ -109,18 +109,22 @@ def test_squeeze_excitation_against_numpy(dev, rng, case, dt):
     check(read_logical(after, ty.offset, yd), want, scale, dt)
 
 
-# (C, R, positions): the mean's invocations per channel (mean_lanes_log2) 32, 8, 4, 2 and 1, streams
-# of more loads than a batch, channel boundaries inside a batch
+# (C, R, positions): streams of more loads than a batch, channel boundaries inside a batch; quads
+# (positions a multiple of 4) and single positions
 STREAMS = [(16, 8, 3136), (96, 24, 196), (240, 64, 196), (576, 144, 49), (2048, 8, 3)]
 
 
 @pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+@pytest.mark.parametrize("lanes", [None, 0, 1, 2, 3], ids=lambda v: f"mp{v}")
 @pytest.mark.parametrize("gap", [0, 1, 4], ids=lambda g: f"gap{g}")
 @pytest.mark.parametrize("case", range(len(STREAMS)))
-def test_packed_filters_and_mean_streams(dev, rng, case, gap, dt):
+def test_packed_filters_and_mean_streams(dev, rng, monkeypatch, case, gap, lanes, dt):
     """Filters whose rows are contiguous with `gap` elements between them: quads where the row
     stride is a multiple of 4 (gap 0 and 4; tensors start 16-byte aligned), elements otherwise
-    (gap 1); the means spread over 2^mp invocations per channel."""
+    (gap 1); the means spread over 2^mp invocations per channel (the plan's, and forced: 1 to 8,
+    the subgroup's butterfly)."""
+    if lanes is not None:
+        monkeypatch.setenv(se_op.MEAN_LANES_ENV, str(lanes))
     c, r, hw = STREAMS[case]
     npd = NP[dt]
     x = (rng.standard_normal((1, c, hw)) * 2 + 0.5).astype(npd)
@@ -139,10 +143,13 @@ def test_packed_filters_and_mean_streams(dev, rng, case, gap, dt):
 
 
 def test_mean_lanes():
-    """The fewest loads per invocation within the shared memory's partial sums, the larger P of equals."""
-    assert [se_op.mean_lanes_log2(c, hw) for c, _, hw in STREAMS] == [5, 3, 2, 1, 0]
-    assert se_op.mean_lanes_log2(2048, 10_000) == 0  # 2048 x 2 partial sums do not fit
-    assert se_op.mean_lanes_log2(64, 1) == 0  # one position: one invocation
+    """The largest P within 15% of the fewest loads per invocation, capped by the subgroup and the items."""
+    assert se_op.mean_lanes_log2(16, 784) == 5 and se_op.mean_lanes_log2(16, 784, 8) == 3
+    # 1152 channels x 49 positions: P = 1 to 32 load 245, 225, 234, 252, 288, 288 per invocation
+    assert se_op.mean_lanes_log2(1152, 49) == 3
+    assert se_op.mean_lanes_log2(96, 49) == 5  # 49, 25, 26, 21, 24, 24
+    assert se_op.mean_lanes_log2(64, 1) == 0  # one item: one invocation
+    assert se_op.mean_lanes_log2(2048, 3) == 0  # 24 loads, P = 2: 32
 
 
 def _desc(c=8, r=4, dt=DT.FLOAT32, **over):

@@ -28,6 +28,7 @@ field), one data type, the sizes above, the limits, the spatial strides, a non-o
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,7 @@ from . import contract
 from .base import CompiledOperator, validate_tensors
 from .conv_fused import fused_words
 from .elementwise_plan import check_addressable
+from .matmul_coop import subgroup_size
 from .spec import OperatorSpec
 
 _FIELDS = ("input_tensor", "filter1_tensor", "bias1_tensor", "filter2_tensor", "bias2_tensor", "output_tensor")
@@ -54,6 +56,8 @@ SQUEEZE_EXCITATION = OperatorSupport("SQUEEZE_EXCITATION", None, (
         ("bias2_tensor", "optional input", (1, 1), FLOATS), ("output_tensor", "output", (2, 2), FLOATS)),))
 MAX_CHANNELS, MAX_HIDDEN = contract.SE_MAX_C, contract.SE_MAX_R
 _LANES = 256  # the work group
+MEAN_SLACK = 1.15
+MEAN_LANES_ENV = "KDML_SE_MEAN_LANES"
 _F_BIAS1, _F_BIAS2, _F_XQUADS = 1, 2, 4
 
 
@@ -101,19 +105,19 @@ def _check(desc: SqueezeExcitationDesc) -> tuple[int, int, int, int, int]:
     return n, c, r, math.prod(x.sizes[2:]), strides[0]
 
 
-def mean_lanes_log2(c: int, hw: int) -> int:
-    """log2 of the invocations per channel's mean (shaders/squeeze_excitation.comp): the fewest loads
-    per invocation, cdiv(c, 256 / P) channels x cdiv(hw, P) items (positions or quads), with c x P partial sums in
-    shared memory (contract.SE_PARTS) and P <= min(32, hw); of equals the larger P (neighbouring positions
-    of a channel in neighbouring invocations)."""
-    best = 0, cdiv(c, _LANES) * hw
-    for lg in range(1, 6):
-        if c << lg > contract.SE_PARTS or 1 << lg > hw:
-            break
-        loads = cdiv(c, _LANES >> lg) * cdiv(hw, 1 << lg)
-        if loads <= best[1]:
-            best = lg, loads
-    return best[0]
+def mean_lanes_log2(c: int, items: int, subgroup: int = 32) -> int:
+    """log2 of the invocations per channel's mean (shaders/squeeze_excitation.comp), P <= 32, the
+    subgroup size and the items (positions or quads): the largest P whose loads per invocation,
+    cdiv(c, 256 / P) channels x cdiv(items, P), are within MEAN_SLACK of the fewest (a larger P
+    touches fewer cache lines per load instruction). KDML_SE_MEAN_LANES=log2 forces one (within
+    the cap)."""
+    cap = min(32, subgroup, items)
+    forced = os.environ.get(MEAN_LANES_ENV, "").strip()
+    if forced:  # tests and benchmarks: within the cap
+        return min(int(forced), cap.bit_length() - 1)
+    loads = {lg: cdiv(c, _LANES >> lg) * cdiv(items, 1 << lg) for lg in range(6) if 1 << lg <= cap}
+    least = min(loads.values())
+    return max(lg for lg, n in loads.items() if n <= least * MEAN_SLACK)
 
 
 def compile_squeeze_excitation(device: Device, desc: SqueezeExcitationDesc) -> CompiledOperator:
@@ -140,7 +144,7 @@ def compile_squeeze_excitation(device: Device, desc: SqueezeExcitationDesc) -> C
                       act1=act1[0], act1_p0=act1[1], act1_p1=act1[2], act2=act2[0], act2_p0=act2[1], act2_p1=act2[2],
                       flags=(_F_BIAS1 if b1 is not None else 0) | (_F_BIAS2 if b2 is not None else 0)
                       | (_F_XQUADS if quads else 0),
-                      mp=mean_lanes_log2(c, hw // 4 if quads else hw)),
+                      mp=mean_lanes_log2(c, hw // 4 if quads else hw, subgroup_size(device))),
         groups=(cdiv(c, 64), n, 1), writes=(5,),
         offset_slots=fam.slots(**{k: (i, unit) for k, i, d in zip(("x_off", "w1_off", "b1_off", "w2_off", "b2_off", "y_off"),
                                                                  range(6), (x, w1, b1, w2, b2, y)) if d is not None}))
