@@ -14,14 +14,16 @@ every execution writing the same output, so each waits for the one before (a lat
 model);
 "x before" is before / product, "x torch" torch / product.
 
-    python -m benchmarks.bench_se [--rounds 5] [-n 20] [--dtype float32|float16]
+    python -m benchmarks.bench_se [--rounds 5] [-n 20] [--dtype float32|float16] [--mean-lanes 0,3,5]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -29,6 +31,7 @@ import kompute_dml as kdml
 from kompute_dml.bench.cases import executions
 from kompute_dml.bench.timing import slopes
 from kompute_dml.ops import squeeze_excitation as se_op
+from kompute_dml.ops.matmul_coop import subgroup_size
 
 from . import overlay_se as ov
 
@@ -52,7 +55,7 @@ def _torch() -> Any:
 
 
 def _contenders(dev: Any, dt: Any, n: int, c: int, r: int, side: int, rng: np.random.Generator,
-                torch: Any) -> dict[str, Any]:
+                torch: Any, lanes: list[int]) -> dict[str, Any]:
     npd = dt.numpy_dtype
     x = rng.standard_normal((n, c, side, side)).astype(npd)
     w1 = (rng.standard_normal((r, c)) / np.sqrt(c)).astype(npd)
@@ -64,6 +67,9 @@ def _contenders(dev: Any, dt: Any, n: int, c: int, r: int, side: int, rng: np.ra
     ins = [tx, tw1, tb1, tw2, tb2]
     se = kdml.SqueezeExcitationDesc(tx.desc, tw1.desc, tb1.desc, tw2.desc, tb2.desc, yd, RELU, HSIG)
     runs: dict[str, Any] = {"product": executions(dev, dev.compile(se), ins, ys)}
+    for lg in lanes:  # the means on 2^lg invocations per channel, forced
+        with mock.patch.dict(os.environ, {se_op.MEAN_LANES_ENV: str(lg)}):
+            runs[f"mp{lg}"] = executions(dev, dev.compile(se), ins, ys)
     # the pool first, then the gate on the (n, c, 1) means; and the unfused chain
     md = TD(dt, (n, c, 1, 1))
     m = kdml.Tensor(dev.buffer(md.byte_size), md, 0)
@@ -117,24 +123,27 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("-n", type=int, default=20)
     ap.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+    ap.add_argument("--mean-lanes", default="", help="comma-separated log2 P to force beside the plan's (mp0, ...)")
     args = ap.parse_args()
     dt = DT.FLOAT32 if args.dtype == "float32" else DT.FLOAT16
     ov.load()
     torch = _torch()
     dev = kdml.Device()
     print(f"device: {dev.name}; torch: {torch.cuda.get_device_name() if torch else 'none'}; {dt.name}")
-    names = ["product", "pool+se", "chain"] + (["before", "-means", "-hidden", "-gate", "-all"] if dt == DT.FLOAT32
-                                                else []) + (["torch"] if torch else [])
+    lanes = [int(v) for v in args.mean_lanes.split(",") if v]
+    names = ["product", *(f"mp{lg}" for lg in lanes), "pool+se", "chain"]
+    names += (["before"] + [f"-{a}" for a in ABLATED] if dt == DT.FLOAT32 else []) + (["torch"] if torch else [])
     print(f"| block | mp | {' | '.join(names)} | x before | x torch |")
     print(f"| --- | ---: |{' ---: |' * (len(names) + 2)}")
     rng = np.random.default_rng(0)
     for n in BATCHES:
         for c, r, side in BLOCKS:
-            runs = _contenders(dev, dt, n, c, r, side, rng, torch)
+            runs = _contenders(dev, dt, n, c, r, side, rng, torch, lanes)
             t = slopes(runs, args.rounds, args.n, prime=True)  # (torch's CUDA work between contenders)
             cells = " | ".join(f"{t[k] * 1e6:.1f}" for k in names)
             ratios = " | ".join(f"{t[k] / t['product']:.2f}" if k in t else "-" for k in ("before", "torch"))
-            mp = se_op.mean_lanes_log2(c, side * side)
+            hw = side * side  # packed: quads where the positions are a multiple of 4
+            mp = se_op.mean_lanes_log2(c, hw // 4 if hw % 4 == 0 else hw, subgroup_size(dev))
             print(f"| {n}x{c}->{r} {side}x{side} | {mp} | {cells} | {ratios} |", flush=True)
     dev.close()
 
