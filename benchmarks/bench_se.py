@@ -1,8 +1,8 @@
 """SQUEEZE_EXCITATION (ops/squeeze_excitation.py) at MobileNetV3-small's and EfficientNet-B0's
 blocks, batch 1 and 8, beside what it replaces and with parts left out (benchmarks/overlay_se.py):
 
-- product: the one dispatch (fusion_se runs it where the block has at most MEAN_POSITIONS positions);
-- pool+se: global AVERAGE_POOLING then the gate on the means (fusion_se past MEAN_POSITIONS);
+- product: the one dispatch (fusion_se runs it where an image has at most MEAN_ELEMENTS elements);
+- pool+se: global AVERAGE_POOLING then the gate on the means (fusion_se past MEAN_ELEMENTS);
 - chain: the unfused chain on the device (AVERAGE_POOLING, then two 1 x 1 CONVOLUTIONs with their
   fused activations), as float16 blocks run;
 - before: the kernel before the means spread over invocations and the quad loads;

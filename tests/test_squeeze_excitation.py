@@ -143,13 +143,12 @@ def test_packed_filters_and_mean_streams(dev, rng, monkeypatch, case, gap, lanes
 
 
 def test_mean_lanes():
-    """The largest P within 15% of the fewest loads per invocation, capped by the subgroup and the items."""
-    assert se_op.mean_lanes_log2(16, 784) == 5 and se_op.mean_lanes_log2(16, 784, 8) == 3
-    # 1152 channels x 49 positions: P = 1 to 32 load 245, 225, 234, 252, 288, 288 per invocation
-    assert se_op.mean_lanes_log2(1152, 49) == 3
-    assert se_op.mean_lanes_log2(96, 49) == 5  # 49, 25, 26, 21, 24, 24
-    assert se_op.mean_lanes_log2(64, 1) == 0  # one item: one invocation
-    assert se_op.mean_lanes_log2(2048, 3) == 0  # 24 loads, P = 2: 32
+    """8 lanes per channel, doubled while the channels fill at most one round; capped by 32, the
+    subgroup, the items."""
+    assert se_op.mean_lanes_log2(1152, 49) == 3 and se_op.mean_lanes_log2(96, 49) == 3
+    assert se_op.mean_lanes_log2(16, 784) == 5 and se_op.mean_lanes_log2(32, 784) == 4
+    assert se_op.mean_lanes_log2(16, 784, 8) == 3  # lavapipe's subgroups of 8
+    assert se_op.mean_lanes_log2(64, 1) == 0 and se_op.mean_lanes_log2(2048, 3) == 1  # the items
 
 
 def _desc(c=8, r=4, dt=DT.FLOAT32, **over):
@@ -259,8 +258,8 @@ def test_block_is_one_dispatch_and_the_mul(rng, _one_pass, silu, gate, dt):
 
 
 def test_many_positions_pool_first(rng, _one_pass):
-    """Past fusion_se.MEAN_POSITIONS the pool runs as its own dispatch and the gate reads its means."""
-    side = int(np.sqrt(fusion_se.MEAN_POSITIONS)) + 1
+    """Past fusion_se.MEAN_ELEMENTS the pool runs as its own dispatch and the gate reads its means."""
+    side = int(np.sqrt(fusion_se.MEAN_ELEMENTS / 12)) + 1
     model, (w1, b1, w2, b2) = _block(rng, 12, 3, True, "Sigmoid")
     x = rng.standard_normal((2, 12, side, side)).astype(np.float32)
     rep = Backend.prepare(model, "CPU")

@@ -7,7 +7,7 @@ torch.onnx.export writes torchvision's MobileNetV3 and EfficientNet blocks:
 The Convs: group 1, a constant (R, C, 1, 1) / (C, R, 1, 1) weight, stride 1, no padding, constant
 or absent biases; float32 (float16 blocks run node by node: FLOAT16 below). The gate (N, C, 1, 1)
 is the chain's output; the Mul(x, gate) after it runs as it is. One dispatch instead of three (the
-pool, two Convs with their activations), two where the pool has more than MEAN_POSITIONS positions
+pool, two Convs with their activations), two where an image has more than MEAN_ELEMENTS elements
 (the pool's own dispatch, then the gate from its means), within the float32 bound of the unfused
 chain (ops/squeeze_excitation.py: the sums in another order). Where the values do not fit (more
 than MAX_CHANNELS channels, ...) the chain runs node by node, its Conv + activation pairs fused as
@@ -35,13 +35,13 @@ if TYPE_CHECKING:
     from .rep import BackendRep
 
 _GATES = ("HardSigmoid", "Sigmoid")
-# Above this many spatial positions the pool runs first as its own dispatch (AVERAGE_POOLING: a work
-# group per channel) and the gate reads its means (one position): the operator's work group sums
-# its image's channels' positions itself (serially, an invocation per channel), which at
-# EfficientNet-B0's 112 x 112 made the fused run slower than the unfused one (H100, device call 172,
-# then with 32 lanes per channel: 1.54 against 1.39 ms at batch 1; call 174 with this limit: 1.32
-# against 1.35)
-MEAN_POSITIONS = 256
+# Above this many input elements per image (channels x positions) the pool runs first as its own
+# dispatch (AVERAGE_POOLING: work groups over the channels) and the gate reads its means (one
+# position): the operator's work group sums all its image's elements itself. H100, device call 221
+# (`python -m benchmarks.bench_se`, batch 1, us, fused / pool first): 16 x 56 x 56 (50,176 elements)
+# 11.7 / 17.9, 240 x 14 x 14 12.8 / 15.9, 576 x 7 x 7 20.7 / 21.4; 1152 x 7 x 7 (56,448) 26.3 / 20.1,
+# 480 x 14 x 14 17.9 / 16.9, 96 x 56 x 56 30.1 / 18.7
+MEAN_ELEMENTS = 16 * 56 * 56
 # float16 blocks run node by node: the float16 gate measured slower than the unfused chain (H100, device
 # call 174, the whole run with and without the fusion: MobileNetV3-small 1.27 against 0.81 ms at
 # batch 1, EfficientNet-B0 4.53 against 3.66 ms at batch 8); float32 gained 2-6 % there
@@ -88,7 +88,7 @@ def _run(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], 
     dt, shape = x.dtype, tuple(x.shape)
     if dt != np.float32 or len(shape) not in (3, 4, 5):
         raise FallbackNeeded(FLOAT16 if dt == np.float16 else f"a pool input of {dt} {shape}")
-    if int(np.prod(shape[2:])) > MEAN_POSITIONS:
+    if int(np.prod(shape[1:])) > MEAN_ELEMENTS:
         (x,) = POOL_HANDLERS["GlobalAveragePool"](ctx, pool, [x], stats)
     w1, b1 = _weight(ctx, lookup, stats, conv1, dt)
     w2, b2 = _weight(ctx, lookup, stats, conv2, dt)

@@ -56,7 +56,12 @@ SQUEEZE_EXCITATION = OperatorSupport("SQUEEZE_EXCITATION", None, (
         ("bias2_tensor", "optional input", (1, 1), FLOATS), ("output_tensor", "output", (2, 2), FLOATS)),))
 MAX_CHANNELS, MAX_HIDDEN = contract.SE_MAX_C, contract.SE_MAX_R
 _LANES = 256  # the work group
-MEAN_SLACK = 1.15
+# 8 invocations per channel's mean (H100, device call 221, `python -m benchmarks.bench_se --mean-lanes
+# 0,2,3,5`): within 2 us of the best of 1, 4, 8 and 32 at every MobileNetV3-small and EfficientNet-B0
+# block, where 1 took up to 5.6x as long (16 and 96 channels of 56 x 56) and 32 up to 1.8x (1152 of 7 x
+# 7: its partial sums go through five butterfly levels per channel); 16 channels of 56 x 56 took 16.0
+# us on 8 and 11.7 on 32, hence more lanes where the channels fill at most one round
+MEAN_LANES = 8
 MEAN_LANES_ENV = "KDML_SE_MEAN_LANES"
 _F_BIAS1, _F_BIAS2, _F_XQUADS = 1, 2, 4
 
@@ -106,18 +111,18 @@ def _check(desc: SqueezeExcitationDesc) -> tuple[int, int, int, int, int]:
 
 
 def mean_lanes_log2(c: int, items: int, subgroup: int = 32) -> int:
-    """log2 of the invocations per channel's mean (shaders/squeeze_excitation.comp), P <= 32, the
-    subgroup size and the items (positions or quads): the largest P whose loads per invocation,
-    cdiv(c, 256 / P) channels x cdiv(items, P), are within MEAN_SLACK of the fewest (a larger P
-    touches fewer cache lines per load instruction). KDML_SE_MEAN_LANES=log2 forces one (within
-    the cap)."""
+    """log2 of the invocations per channel's mean (shaders/squeeze_excitation.comp): P = MEAN_LANES,
+    doubled while the channels fill at most one round of 256 lanes (few channels, long rows),
+    at most 32, the subgroup size and the items (positions or quads). KDML_SE_MEAN_LANES=log2
+    forces one (within the cap)."""
     cap = min(32, subgroup, items)
     forced = os.environ.get(MEAN_LANES_ENV, "").strip()
-    if forced:  # tests and benchmarks: within the cap
+    if forced:  # tests and benchmarks
         return min(int(forced), cap.bit_length() - 1)
-    loads = {lg: cdiv(c, _LANES >> lg) * cdiv(items, 1 << lg) for lg in range(6) if 1 << lg <= cap}
-    least = min(loads.values())
-    return max(lg for lg, n in loads.items() if n <= least * MEAN_SLACK)
+    p = MEAN_LANES
+    while p < 32 and c * p <= _LANES:
+        p *= 2
+    return min(p, cap).bit_length() - 1
 
 
 def compile_squeeze_excitation(device: Device, desc: SqueezeExcitationDesc) -> CompiledOperator:
