@@ -261,6 +261,37 @@ def test_group_kernel_against_numpy(dev, rng, case, fn, dt, monkeypatch):
     assert np.all(np.abs(got - want) <= bound), float(np.max(np.abs(got - want) / np.maximum(bound, 1e-300)))
 
 
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+@pytest.mark.parametrize("sizes", [(2, 3, 30, 20), (1, 2, 5, 7, 9), (1, 1, 3, 1500)], ids=lambda s: "x".join(map(str, s)))
+def test_global_run_same_bits(dev, rng, sizes, dt):
+    """A global window whose taps address as one dimension (pooling.global_run) loads them several at
+    a time, in the same order: the same bits as the same window over a layout that does not merge
+    (a gap after each row: the generic loop), for AVERAGE (with and without padding counted) and LP."""
+    x = (rng.standard_normal(sizes) * 3).astype(dt.numpy_dtype)
+    win = sizes[2:]
+    packed = TD(dt, sizes)
+    st = list(packed.effective_strides)
+    st[-2] = sizes[-1] + 3  # rows 3 elements apart
+    for i in range(len(sizes) - 3, -1, -1):
+        st[i] = st[i + 1] * sizes[i + 1]
+    gapped = TD(dt, sizes, tuple(st))
+    yd = TD(dt, (*sizes[:2], *(1,) * len(win)))
+    outs = []
+    for xd in (packed, gapped):
+        tx, _ = place(dev, rng, xd, x)
+        for desc in (kdml.AveragePoolingDesc(xd, yd, win, include_padding=True), kdml.LpPoolingDesc(xd, yd, win, p=2)):
+            op = dev.compile(desc)
+            flags = int(op.constants[0].numpy()[34])
+            assert op.plans[0].variant.endswith("_group") and bool(flags & 8) == (xd is packed), (xd, flags)
+            ty = dev.empty(yd)
+            op.execute([tx], [ty])
+            outs.append(ty.numpy())
+    np.testing.assert_array_equal(outs[0].view(np.uint8), outs[2].view(np.uint8))
+    np.testing.assert_array_equal(outs[1].view(np.uint8), outs[3].view(np.uint8))
+    want = x.astype(np.float64).reshape(*sizes[:2], -1).mean(axis=2).reshape(yd.sizes)
+    assert np.allclose(outs[0], want, rtol=1e-3 if dt == DT.FLOAT16 else 1e-5, atol=1e-3 if dt == DT.FLOAT16 else 1e-6)
+
+
 @pytest.mark.parametrize("dt", [DT.INT8, DT.UINT8], ids=lambda d: d.name)
 def test_group_kernel_bytes(dev, rng, dt):
     info = np.iinfo(dt.numpy_dtype)

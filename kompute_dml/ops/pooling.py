@@ -47,7 +47,7 @@ import numpy as np
 from ..core.dtypes import DataType
 from ..core.errors import invalid
 from ..core.ints import as_int
-from ..core.layout import check_no_overlap
+from ..core.layout import check_no_overlap, merge_dims
 from ..core.registry import FL, FLOATS, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan, grid_for
@@ -204,6 +204,16 @@ def choose_pool_kernel(taps: int, outputs: int) -> bool:
     return taps >= GROUP_MIN_TAPS and outputs <= GROUP_OUTPUTS_PER_TAP * taps
 
 
+def global_run(x: TensorDesc, window: tuple[int, ...], dil: tuple[int, ...], start: tuple[int, ...]) -> int | None:
+    """The element stride of a global window's taps where they address as one dimension (the window
+    is the input's spatial extent from its origin, undilated, and the spatial strides merge): the
+    work-group kernel then loads them at tap x stride, several at a time; else None."""
+    if tuple(window) != tuple(x.sizes[2:]) or any(d != 1 for d in dil) or any(start):
+        return None
+    merged, (st,) = merge_dims(x.sizes[2:], x.effective_strides[2:])
+    return st[0] if len(merged) == 1 else None
+
+
 def writes_words(y: TensorDesc) -> bool:
     """FLOAT16 outputs whose words each hold two adjacent outputs of a row (the last dimension of
     even size and stride 1, every other stride even; offsets are multiples of 16 bytes): the
@@ -247,10 +257,12 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) 
     total = y.element_count
     k = "_group" if choose_pool_kernel(math.prod(window), total) else ""
     pairs = not k and writes_words(y)
-    flags = (1 if getattr(desc, "include_padding", False) else 0) | (2 if ind is not None else 0) | (4 if pairs else 0)
+    run = global_run(x, window, dil, start) if k else None
+    flags = ((1 if getattr(desc, "include_padding", False) else 0) | (2 if ind is not None else 0) | (4 if pairs else 0)
+             | (8 if run is not None else 0))
     words = np.array([x.sizes[1], *three(x.sizes[2:], 1), *out3, *three(window, 1), *three(strides, 1),
                       *three(dil, 1), *three(start, 0), *strides5(x), *strides5(y), *strides5(ind), flags,
-                      total, math.prod(out3), out3[1] * out3[2], power], dtype=np.uint32)
+                      total, math.prod(out3), out3[1] * out3[2], power, run or 0], dtype=np.uint32)
     q8 = {DataType.INT8: "i8", DataType.UINT8: "u8"}.get(x.data_type)
     fam = contract.POOL_Q8 if q8 else contract.POOL_LP if lp else contract.POOL
     unit = x.data_type.size
