@@ -14,7 +14,7 @@ Each figure is the slope of N executions of one compiled operator in one recordi
 column the candidates' largest disagreement relative to the output's largest magnitude (each sums in
 its own order; past 1e-4 the script stops).
 
-    python -m benchmarks.bench_small_layers [--rounds 5] [--n 20] [--quick]
+    python -m benchmarks.bench_small_layers [--rounds 5] [--n 20] [--quick] [--pools]
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ CONVS = [
     ("effb0 1x1 1152->192 7x7 b8", (8, 1152, 7, 7), (192, 1152, 1, 1), 1),
     ("depthwise 3x3 576 7x7 b8", (8, 576, 7, 7), (576, 1, 3, 3), 576),
 ]
-POOLS = [(1, 96, 14, 14), (1, 576, 7, 7), (1, 16, 56, 56), (8, 240, 14, 14), (8, 576, 7, 7), (8, 2048, 7, 7),
+POOLS = [(1, 96, 14, 14), (1, 576, 7, 7), (1, 16, 56, 56), (1, 32, 112, 112), (1, 96, 56, 56), (8, 240, 14, 14),
+         (8, 576, 7, 7), (8, 2048, 7, 7), (8, 32, 112, 112),
          (32, 2048, 7, 7)]
 SPLITS = (1, 2, 4, 8, 16, 32)
 
@@ -145,10 +146,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--quick", action="store_true", help="channels / 8 (lavapipe: a check of the script)")
+    ap.add_argument("--pools", action="store_true", help="only the pooling rows")
     args = ap.parse_args()
     dev = kdml.Device()
     print(f"device: {dev.name}")
-    conv_rows(dev, args)
+    if not args.pools:
+        conv_rows(dev, args)
     pool_rows(dev, args)
 
 
