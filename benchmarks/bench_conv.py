@@ -33,6 +33,8 @@ DT = kdml.DataType
 # (name, x sizes, filter sizes, strides, padding, groups, dtype)
 ROWS = [
     ("resnet stem 7x7/2 b1", (1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3), 1, DT.FLOAT32),
+    ("effnet stem 3x3/2 b1", (1, 3, 224, 224), (32, 3, 3, 3), (2, 2), (1, 1), 1, DT.FLOAT32),
+    ("mbv3 stem 3x3/2 b1", (1, 3, 224, 224), (16, 3, 3, 3), (2, 2), (1, 1), 1, DT.FLOAT32),
     ("resnet 3x3 64 56x56 b1", (1, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1), 1, DT.FLOAT32),
     ("resnet 3x3 64 56x56 b8", (8, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1), 1, DT.FLOAT32),
     ("resnet 3x3 256 14x14 b8", (8, 256, 14, 14), (256, 256, 3, 3), (1, 1), (1, 1), 1, DT.FLOAT32),

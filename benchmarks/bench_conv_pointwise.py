@@ -21,13 +21,15 @@ DT = kdml.DataType
 TD = kdml.TensorDesc
 HARD_SWISH = kdml.ActivationHardSwishDesc(None, None)
 RELU = kdml.ActivationReluDesc(None, None)
+SWISH = kdml.ActivationSwishDesc(None, None)
 # (batch, input channels, output channels, height = width, activation): MobileNetV3-small's and
-# EfficientNet-B0's pointwise layers, then ResNet-50's bottleneck 1 x 1 layers
+# EfficientNet-B0's pointwise layers, then ResNet-50's bottleneck 1 x 1 layers, then EfficientNet-B0's
+# 16 -> 96 expansion at 112 x 112 with and without its SiLU
 ROWS = [(1, 16, 72, 56, None), (1, 24, 88, 28, None), (1, 40, 240, 14, HARD_SWISH), (1, 48, 288, 14, HARD_SWISH),
         (1, 96, 576, 7, HARD_SWISH), (1, 576, 96, 7, None), (1, 120, 48, 14, None), (8, 16, 72, 56, None),
         (8, 40, 240, 14, HARD_SWISH), (8, 96, 576, 7, HARD_SWISH), (8, 576, 96, 7, None), (8, 1152, 320, 7, None),
         (1, 64, 256, 56, RELU), (1, 1024, 256, 14, RELU), (8, 256, 64, 56, RELU), (8, 1024, 256, 14, RELU),
-        (8, 512, 2048, 7, None)]
+        (8, 512, 2048, 7, None), (1, 16, 96, 112, SWISH), (1, 16, 96, 112, None), (8, 16, 96, 112, SWISH)]
 KERNELS = (None, "tiled", "lanes", "gemm")
 
 
@@ -60,7 +62,7 @@ def run_pointwise(args: Any) -> None:
                 for _ in range(k):
                     y = f.conv2d(cx, cw, cb)
                     if act is not None:
-                        (f.relu if act is RELU else f.hardswish)(y)
+                        {RELU: f.relu, SWISH: f.silu}.get(act, f.hardswish)(y)
                 torch.cuda.synchronize()
 
             runs["torch"] = theirs
