@@ -84,7 +84,7 @@ def geometries(dev: kdml.Device, torch: Any, rounds: int, n: int) -> None:
             tx = torch.from_numpy(x).cuda()
             make = repeater(lambda tx=tx: torch.softmax(tx, -1), torch.cuda.synchronize)
             contenders["torch"] = lambda n, make=make: make(n)()
-        med = slopes(contenders, rounds, n, prime=True)  # (torch's CUDA work between contenders)
+        med = slopes(contenders, rounds, n)
         plan_out = runs["plan"][1][0].numpy()
         cells = []
         for g in candidates:

@@ -66,7 +66,7 @@ def run_pointwise(args: Any) -> None:
                 torch.cuda.synchronize()
 
             runs["torch"] = theirs
-        t = slopes(runs, args.rounds, args.n, prime=True)  # (torch's CUDA work between contenders)
+        t = slopes(runs, args.rounds, args.n)
         name = f"{n}x{cin}->{cout} {hw}x{hw}{'' if act is None else ' +' + type(act).__name__[10:-4].lower()}"
         cells = " | ".join(f"{t[k] * 1e6:.1f}" for k in ("policy", "tiled", "lanes", "gemm"))
         torch_us = f"{t['torch'] * 1e6:.1f}" if "torch" in t else "-"

@@ -286,7 +286,7 @@ def bench_row(dev: kdml.Device, default: Any, row: Row, variants: list[str], tor
         counts[k] = int(min(args.max_n, max(3, args.target_ms / 1e3 / per)))
         r(1)  # the recordings the samples replay (a recording of new length is encoded once)
         r(counts[k])
-    seconds = slopes(runners, args.rounds, counts, warmup=0, prime=True)
+    seconds = slopes(runners, args.rounds, counts, warmup=0)
     nbytes = moved_bytes(row, x)
     res: dict[str, Any] = {"row": row.name, "bytes": nbytes, "n": counts, "plans": plans, "torch_note": row.torch_note}
     for k, s in seconds.items():

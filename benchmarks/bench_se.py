@@ -139,7 +139,7 @@ def main() -> None:
     for n in BATCHES:
         for c, r, side in BLOCKS:
             runs = _contenders(dev, dt, n, c, r, side, rng, torch, lanes)
-            t = slopes(runs, args.rounds, args.n, prime=True)  # (torch's CUDA work between contenders)
+            t = slopes(runs, args.rounds, args.n)
             cells = " | ".join(f"{t[k] * 1e6:.1f}" for k in names)
             ratios = " | ".join(f"{t[k] / t['product']:.2f}" if k in t else "-" for k in ("before", "torch"))
             hw = side * side  # packed: quads where the positions are a multiple of 4

@@ -192,11 +192,13 @@ def batched(makes: dict[str, Make], rounds: int, target: float = 0.05, limit: in
 
 
 def slopes(runs: dict[str, Callable[[int], Any]], rounds: int, n: int | dict[str, int], warmup: int = 2,
-           prime: bool = False) -> dict[str, float]:
+           prime: bool = True) -> dict[str, float]:
     """Median seconds per execution of each run(k) (k executions, then a wait) as the slope
     (t(n) - t(1)) / (n - 1): one submission's or synchronize's fixed cost cancels. `n`: one for
-    all, or per run. Rounds round-robin over the runs; `prime`: each timed call is the second
-    of two (the first after another contender's work pays a context switch)."""
+    all, or per run. Rounds round-robin over the runs; `prime` (the default): each timed call is
+    the second of two (the first after another contender's work pays a context switch: on the
+    H100 a recording timed right after torch's CUDA work read about 9 us low per execution,
+    device calls 210 and 213)."""
     ns = n if isinstance(n, dict) else dict.fromkeys(runs, n)
     fns: dict[str, Callable[[], Any]] = {}
     for name, run in runs.items():
