@@ -6,6 +6,7 @@ blocks, batch 1 and 8, beside what it replaces and with parts left out (benchmar
 - chain: the unfused chain on the device (AVERAGE_POOLING, then two 1 x 1 CONVOLUTIONs with their
   fused activations), as float16 blocks run;
 - before: the kernel before the means spread over invocations and the quad loads;
+- u8q4, u4q3: the product with more of the products' loads issued together (UNROLL scalars, UNROLL_Q quads);
 - -means, -hidden, -gate, -all: the product with those phases left out (wrong by design);
 - torch: adaptive_avg_pool2d, conv2d, relu, conv2d, hardsigmoid on CUDA (inputs on the GPU).
 
@@ -104,6 +105,10 @@ def _contenders(dev: Any, dt: Any, n: int, c: int, r: int, side: int, rng: np.ra
             op = dev.compile(se)
             op.plans[0] = dataclasses.replace(op.plans[0], variant=variant)
             runs[name] = executions(dev, op, ins, ys)
+        for u in ov.UNROLLS:
+            op = dev.compile(se)
+            op.plans[0] = dataclasses.replace(op.plans[0], variant=ov.SE_UNROLL.name(u=u, t="f32"))
+            runs[u] = executions(dev, op, ins, ys)
     if torch is not None:
         f = torch.nn.functional
         cx, cw1t, cb1t, cw2t, cb2t = (torch.from_numpy(a).cuda() for a in (x, w1.reshape(r, c, 1, 1), b1,
@@ -132,7 +137,7 @@ def main() -> None:
     print(f"device: {dev.name}; torch: {torch.cuda.get_device_name() if torch else 'none'}; {dt.name}")
     lanes = [int(v) for v in args.mean_lanes.split(",") if v]
     names = ["product", *(f"mp{lg}" for lg in lanes), "pool+se", "chain"]
-    names += (["before"] + [f"-{a}" for a in ABLATED] if dt == DT.FLOAT32 else []) + (["torch"] if torch else [])
+    names += ([*ov.UNROLLS, "before"] + [f"-{a}" for a in ABLATED] if dt == DT.FLOAT32 else []) + (["torch"] if torch else [])
     print(f"| block | mp | {' | '.join(names)} | x before | x torch |")
     print(f"| --- | ---: |{' ---: |' * (len(names) + 2)}")
     rng = np.random.default_rng(0)

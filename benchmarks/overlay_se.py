@@ -3,7 +3,8 @@
 - SE_BEFORE: the kernel before the means spread over invocations and the quad loads
   (benchmarks/shaders/se_before.comp, a copy kept for the comparison; it ignores the push block's mp);
 - SE_ABLATION: the product's kernel (shaders/squeeze_excitation.comp) with phases left out (its
-  ABL bits), so their results are wrong by design.
+  ABL bits), so their results are wrong by design;
+- SE_UNROLL: the product's kernel with more of the products' loads issued together.
 
     python -m benchmarks.overlay_se   # build both into benchmarks/out/spirv_se_*
 """
@@ -31,7 +32,12 @@ SE_BEFORE = contract.family("se_before", "se_before.comp", "seb_{t}", contract.S
                             defines=lambda t: {"F16": 0, **_DEFINES})
 SE_ABLATION = contract.family("se_ablation", "squeeze_excitation.comp", "sea{abl}_{t}", contract.SE_PUSH, (256, 1, 1),
                               abl=ABLATIONS, t=("f32",), defines=lambda abl, t: {"F16": 0, "ABL": int(abl), **_DEFINES})
-FAMILIES = (SE_ABLATION,)  # tools/build_spirv.py --overlay: the ones whose sources are in shaders/
+# the products' loads per output issued together: UNROLL scalars, UNROLL_Q quads (the product: 4, 2)
+UNROLLS = {"u8q4": (8, 4), "u4q3": (4, 3)}
+SE_UNROLL = contract.family("se_unroll", "squeeze_excitation.comp", "seu_{u}_{t}", contract.SE_PUSH, (256, 1, 1),
+                            u=tuple(UNROLLS), t=("f32",),
+                            defines=lambda u, t: {"F16": 0, "UNROLL": UNROLLS[u][0], "UNROLL_Q": UNROLLS[u][1], **_DEFINES})
+FAMILIES = (SE_ABLATION, SE_UNROLL)  # tools/build_spirv.py --overlay: the ones whose sources are in shaders/
 
 
 def build() -> int:
@@ -41,7 +47,7 @@ def build() -> int:
     b = builder()
     return (b.build(quiet=True, families=(SE_BEFORE,), shader_dir=ROOT / "benchmarks" / "shaders",
                     out_dir=OUT / "spirv_se_before")
-            | b.build(quiet=True, families=(SE_ABLATION,), out_dir=OUT / "spirv_se_ablation"))
+            | b.build(quiet=True, families=(SE_ABLATION, SE_UNROLL), out_dir=OUT / "spirv_se_ablation"))
 
 
 @functools.cache
