@@ -38,9 +38,10 @@ _GATES = ("HardSigmoid", "Sigmoid")
 # Above this many input elements per image (channels x positions) the pool runs first as its own
 # dispatch (AVERAGE_POOLING: work groups over the channels) and the gate reads its means (one
 # position): the operator's work group sums all its image's elements itself. H100, device call 221
-# (`python -m benchmarks.bench_se`, batch 1, us, fused / pool first): 16 x 56 x 56 (50,176 elements)
-# 11.7 / 17.9, 240 x 14 x 14 12.8 / 15.9, 576 x 7 x 7 20.7 / 21.4; 1152 x 7 x 7 (56,448) 26.3 / 20.1,
-# 480 x 14 x 14 17.9 / 16.9, 96 x 56 x 56 30.1 / 18.7
+# (`python -m benchmarks.bench_se --mean-lanes 0,2,3,5`, batch 1, us, fused with 8 lanes per mean or 32
+# for 16 channels / pool first): 16 x 56 x 56 (50,176 elements) 11.7 / 17.9, 240 x 14 x 14 12.8 / 15.9,
+# 576 x 7 x 7 22.0 / 21.4; 1152 x 7 x 7 (56,448) 28.2 / 20.1, 480 x 14 x 14 17.9 / 16.9, 96 x 56 x 56
+# 30.1 / 18.7. (At batch 8 the 14 x 14 pools are slower: 8 x 480 x 14 x 14 18.6 / 29.0, call 226.)
 MEAN_ELEMENTS = 16 * 56 * 56
 # float16 blocks run node by node: the float16 gate measured slower than the unfused chain (H100, device
 # call 174, the whole run with and without the fusion: MobileNetV3-small 1.27 against 0.81 ms at

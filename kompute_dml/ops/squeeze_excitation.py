@@ -58,9 +58,10 @@ MAX_CHANNELS, MAX_HIDDEN = contract.SE_MAX_C, contract.SE_MAX_R
 _LANES = 256  # the work group
 # 8 invocations per channel's mean (H100, device call 221, `python -m benchmarks.bench_se --mean-lanes
 # 0,2,3,5`): within 2 us of the best of 1, 4, 8 and 32 at every MobileNetV3-small and EfficientNet-B0
-# block, where 1 took up to 5.6x as long (16 and 96 channels of 56 x 56) and 32 up to 1.8x (1152 of 7 x
-# 7: its partial sums go through five butterfly levels per channel); 16 channels of 56 x 56 took 16.0
-# us on 8 and 11.7 on 32, hence more lanes where the channels fill at most one round
+# block but 240 x 28 x 28 (28.3 against 4's 25.1; call 222: 23.9 against 23.7), where 1 took up to 5.6x
+# as long (16 channels of 56 x 56) and 32 up to 1.85x (1152 of 7 x 7: its partial sums go through five
+# butterfly levels per channel); 16 channels of 56 x 56 took 16.0 us on 8 and 11.7 on 32, hence more
+# lanes where the channels fill at most one round
 MEAN_LANES = 8
 MEAN_LANES_ENV = "KDML_SE_MEAN_LANES"
 _F_BIAS1, _F_BIAS2, _F_XQUADS = 1, 2, 4
