@@ -151,6 +151,14 @@ def test_mean_lanes():
     assert se_op.mean_lanes_log2(64, 1) == 0 and se_op.mean_lanes_log2(2048, 3) == 1  # the items
 
 
+def test_mean_lanes_forced(monkeypatch):
+    monkeypatch.setenv(se_op.MEAN_LANES_ENV, "5")
+    assert se_op.mean_lanes_log2(1152, 49, 8) == 3  # within the subgroup
+    monkeypatch.setenv(se_op.MEAN_LANES_ENV, "six")
+    with pytest.raises(ValueError, match="KDML_SE_MEAN_LANES='six'"):
+        se_op.mean_lanes_log2(96, 49)
+
+
 def _desc(c=8, r=4, dt=DT.FLOAT32, **over):
     d = {"input_tensor": TD(dt, (2, c, 3, 3)), "filter1_tensor": TD(dt, (r, c)), "bias1_tensor": TD(dt, (r,)),
          "filter2_tensor": TD(dt, (c, r)), "bias2_tensor": TD(dt, (c,)), "output_tensor": TD(dt, (2, c))}

@@ -119,6 +119,8 @@ def mean_lanes_log2(c: int, items: int, subgroup: int = 32) -> int:
     cap = min(32, subgroup, items)
     forced = os.environ.get(MEAN_LANES_ENV, "").strip()
     if forced:  # tests and benchmarks
+        if forced not in ("0", "1", "2", "3", "4", "5"):
+            raise ValueError(f"{MEAN_LANES_ENV}={forced!r}: log2 of the lanes per mean, 0 to 5")
         return min(int(forced), cap.bit_length() - 1)
     p = MEAN_LANES
     while p < 32 and c * p <= _LANES:
