@@ -2,7 +2,7 @@
 # Every H100 table of benchmarks/RESULTS.md, each command's stdout + stderr in OUTDIR/<name>.txt
 # (its exit status and seconds on the last line); a failing command does not stop the others.
 #
-#   bash benchmarks/h100.sh OUTDIR [1|2|3|4|5|6]   # from the repository's root; no part: all
+#   bash benchmarks/h100.sh OUTDIR [1|2|3|4|5|6|7]   # from the repository's root; no part: all
 #
 # A part fits one 10-minute device call: each command runs under `timeout` (seconds below),
 # the limits of a part sum to at most 600 s (its device setup comes on top). MiniLM is left out (its weights are not offline).
@@ -73,4 +73,8 @@ if [ "$part" = 6 ] || [ "$part" = all ]; then
     run prompt_profile 50 "$py" -m benchmarks.prompt_profile --decoder gpt2 --batch 8
     run prompt_profile_host_pasts 50 "$py" -m benchmarks.prompt_profile --decoder gpt2 --batch 8 --host-pasts
     run bench_small_layers 90 "$py" -m benchmarks.bench_small_layers --rounds 5 --n 20
+fi
+if [ "$part" = 7 ] || [ "$part" = all ]; then
+    # the squeeze-and-excitation gate at MobileNetV3's and EfficientNet's blocks, its lanes per mean forced
+    run bench_se 200 "$py" -m benchmarks.bench_se --rounds 5 --mean-lanes 2,3,4,5
 fi
