@@ -43,13 +43,13 @@ def values(rng, dt: DT, shape, spread: int = 4) -> np.ndarray:
 
 def with_specials(rng, dt: DT, m: int, n: int, k: int, count: int) -> tuple[np.ndarray, ...]:
     """A (m x k), B (k x n), C (m x n) of small values with `count` infinities and NaNs each,
-    and B[0, 0] = 0: an infinity of A meets a zero of B somewhere (NaN)."""
+    A[0, 0] = inf and B[0, 0] = 0: an infinity of A meets a zero of B (output (0, 0) is NaN)."""
     specials = np.array([np.inf, -np.inf, np.nan], dt.numpy_dtype)
     a, b, c = values(rng, dt, (m, k), 2), values(rng, dt, (k, n), 2), values(rng, dt, (m, n), 2)
     for x in (a, b, c):
         pos = rng.choice(x.size, count, replace=False)
         x.reshape(-1)[pos] = rng.choice(specials, count)
-    b[0, 0] = 0
+    a[0, 0], b[0, 0] = np.inf, 0
     return a, b, c
 
 
