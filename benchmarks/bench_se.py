@@ -44,7 +44,6 @@ HSIG = kdml.ActivationHardSigmoidDesc(None, None, 1 / 6, 0.5)
 BLOCKS = [(16, 8, 56), (96, 24, 14), (240, 64, 14), (120, 32, 14), (144, 40, 14), (288, 72, 7), (576, 144, 7),
           (96, 4, 56), (144, 6, 28), (240, 10, 28), (480, 20, 14), (672, 28, 14), (1152, 48, 7)]
 BATCHES = (1, 8)
-ABLATED = ("means", "hidden", "gate", "all")  # overlay_se.ABLATIONS' names
 
 
 def _torch() -> Any:
@@ -99,16 +98,13 @@ def _contenders(dev: Any, dt: Any, n: int, c: int, r: int, side: int, rng: np.ra
                 rec.execute(conv2, [h, cw2, cb2], [g])
 
     runs["pool+se"], runs["chain"] = pool_se, chain
-    if dt == DT.FLOAT32:
-        for name, variant in [("before", ov.SE_BEFORE.name(t="f32"))] + [
-                (f"-{label}", ov.SE_ABLATION.name(abl=a, t="f32")) for label, a in zip(ABLATED, ov.ABLATIONS)]:
+    if dt == DT.FLOAT32:  # the overlay's kernels in the product's plan
+        variants = [("before", ov.SE_BEFORE.name(t="f32")), *((u, ov.SE_UNROLL.name(u=u, t="f32")) for u in ov.UNROLLS),
+                    *((f"-{label}", ov.SE_ABLATION.name(abl=a, t="f32")) for a, label in ov.ABLATIONS.items())]
+        for name, variant in variants:
             op = dev.compile(se)
             op.plans[0] = dataclasses.replace(op.plans[0], variant=variant)
             runs[name] = executions(dev, op, ins, ys)
-        for u in ov.UNROLLS:
-            op = dev.compile(se)
-            op.plans[0] = dataclasses.replace(op.plans[0], variant=ov.SE_UNROLL.name(u=u, t="f32"))
-            runs[u] = executions(dev, op, ins, ys)
     if torch is not None:
         f = torch.nn.functional
         cx, cw1t, cb1t, cw2t, cb2t = (torch.from_numpy(a).cuda() for a in (x, w1.reshape(r, c, 1, 1), b1,
@@ -137,7 +133,9 @@ def main() -> None:
     print(f"device: {dev.name}; torch: {torch.cuda.get_device_name() if torch else 'none'}; {dt.name}")
     lanes = [int(v) for v in args.mean_lanes.split(",") if v]
     names = ["product", *(f"mp{lg}" for lg in lanes), "pool+se", "chain"]
-    names += ([*ov.UNROLLS, "before"] + [f"-{a}" for a in ABLATED] if dt == DT.FLOAT32 else []) + (["torch"] if torch else [])
+    if dt == DT.FLOAT32:
+        names += [*ov.UNROLLS, "before", *(f"-{label}" for label in ov.ABLATIONS.values())]
+    names += ["torch"] if torch else []
     print(f"| block | mp | {' | '.join(names)} | x before | x torch |")
     print(f"| --- | ---: |{' ---: |' * (len(names) + 2)}")
     rng = np.random.default_rng(0)

