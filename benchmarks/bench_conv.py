@@ -72,7 +72,13 @@ def main() -> None:
     ap.add_argument("--tiles", action="store_true", help="--kernels: also each tensor-core tile forced")
     ap.add_argument("--json", help="--kernels: write the rows there")
     ap.add_argument("--pointwise", action="store_true", help="1 x 1 layers on each FLOAT32 kernel and GEMM's")
+    ap.add_argument("--swish-forms", action="store_true", help="the FusedActivation epilogue's forms (overlay_act.py)")
     args = ap.parse_args()
+    if args.swish_forms:
+        from benchmarks.bench_conv_pointwise import run_forms
+
+        run_forms(args)
+        return
     if args.pointwise:
         from benchmarks.bench_conv_pointwise import run_pointwise
 

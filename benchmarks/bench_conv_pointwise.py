@@ -74,3 +74,48 @@ def run_pointwise(args: Any) -> None:
         print(f"| {name} | {cells} | {torch_us} | {ratio} | {', '.join(ops['policy'].variants)} |", flush=True)
     dev.close()
 
+
+
+# --swish-forms: EfficientNet-B0's SiLU expansion and MobileNetV3's HardSwish layers on the overlay's
+# epilogues (benchmarks/overlay_act.py), beside the policy's
+FORM_ROWS = [(1, 16, 96, 112, SWISH), (8, 16, 96, 112, SWISH), (8, 40, 240, 14, HARD_SWISH), (1, 96, 576, 7, HARD_SWISH)]
+
+
+def run_forms(args: Any) -> None:
+    import dataclasses
+
+    from benchmarks import overlay_act
+
+    overlay_act.load()
+    dev = kdml.Device()
+    print(f"device: {dev.name}")
+    rng = np.random.default_rng(0)
+    for n, cin, cout, hw, act in FORM_ROWS:
+        x = rng.standard_normal((n, cin, hw, hw)).astype(np.float32)
+        w = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float32)
+        b = rng.standard_normal((1, cout, 1, 1)).astype(np.float32)
+        ins = [dev.tensor(a) for a in (x, w, b)]
+        od = TD(DT.FLOAT32, (n, cout, hw, hw))
+        desc = kdml.ConvolutionDesc(ins[0].desc, ins[1].desc, ins[2].desc, od, fused_activation=act)
+        policy = compile_convolution(dev, desc, kernel="gemm")
+        blk = policy.plans[0].variant.removeprefix("gemm_f32_b")[:1]
+        if not policy.plans[0].variant.startswith("gemm_f32_b") or blk not in "24":
+            print(f"{n}x{cin}->{cout} {hw}x{hw}: the policy runs {policy.variants}, not one of the overlay's blocks")
+            continue
+        ops = {"policy": policy}
+        for form in overlay_act.FORMS:
+            for t in ("", "t"):
+                op = compile_convolution(dev, desc, kernel="gemm")
+                op.plans[0] = dataclasses.replace(op.plans[0], variant=f"gemmab_f32_b{blk}_s{form}{t}")
+                ops[f"s{form}{t}"] = op
+        outs = {k: [kdml.Tensor(dev.buffer(od.byte_size), od, 0) for _ in range(2)] for k in ops}
+        runs = {k: executions(dev, op, ins, outs[k]) for k, op in ops.items()}
+        for k, op in ops.items():
+            op.execute(ins, [outs[k][0]])
+        ref = outs["policy"][0].numpy()
+        t = slopes(runs, args.rounds, args.n)
+        print(f"{n}x{cin}->{cout} {hw}x{hw} {type(act).__name__[10:-4]} ({policy.variants[0]}): us, bits equal the policy's")
+        for k in ops:
+            same = np.array_equal(outs[k][0].numpy().view(np.uint32), ref.view(np.uint32))
+            print(f"  {k:8s} {t[k] * 1e6:7.1f}  {same}", flush=True)
+    dev.close()

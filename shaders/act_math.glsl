@@ -104,8 +104,16 @@ uint um_hard_swish(uint x) { return um_mul(x, um_hard_sigmoid(x)); }
 // denormal mode), unary_math.glsl's sigmoid, rounded to float16 where `f16` (the value a FLOAT16
 // SIGMOID writes and MULTIPLY reads back), then the device's float32 product as MULTIPLY computes
 // it (`precise`: no fusing into anything around it); the caller rounds that to the element type
+#ifndef SWISH_ABL  // benchmark overlay only (benchmarks/overlay_act.py): 3 a float32 formula, 4 no activation
+#define SWISH_ABL 0
+#endif
 uint um_swish(uint x, bool f16) {
-    uint s = um_sigmoid(um_mul(UM_P0, x));
+#if SWISH_ABL == 3
+    return floatBitsToUint(uintBitsToFloat(x) / (1.0 + exp(-uintBitsToFloat(x))));
+#elif SWISH_ABL == 4
+    return x;
+#endif
+    uint s = um_sigmoid((SWISH_ABL == 1 && UM_P0 == 0x3F800000u) ? x : um_mul(UM_P0, x));
     if (f16) s = h2f(f2h(s));
     precise float r = uintBitsToFloat(x) * uintBitsToFloat(s);
     return floatBitsToUint(r);
