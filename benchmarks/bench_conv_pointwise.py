@@ -104,7 +104,7 @@ def run_forms(args: Any) -> None:
             continue
         ops = {"policy": policy}
         for form in overlay_act.FORMS:
-            for t in ("", "t"):
+            for t in ("",) if form > 4 else ("", "t"):
                 op = compile_convolution(dev, desc, kernel="gemm")
                 op.plans[0] = dataclasses.replace(op.plans[0], variant=f"gemmab_f32_b{blk}_s{form}{t}")
                 ops[f"s{form}{t}"] = op

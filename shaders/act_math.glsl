@@ -104,7 +104,7 @@ uint um_hard_swish(uint x) { return um_mul(x, um_hard_sigmoid(x)); }
 // denormal mode), unary_math.glsl's sigmoid, rounded to float16 where `f16` (the value a FLOAT16
 // SIGMOID writes and MULTIPLY reads back), then the device's float32 product as MULTIPLY computes
 // it (`precise`: no fusing into anything around it); the caller rounds that to the element type
-#ifndef SWISH_ABL  // benchmark overlay only (benchmarks/overlay_act.py): 3 a float32 formula, 4 no activation
+#ifndef SWISH_ABL  // benchmark overlay only (benchmarks/overlay_act.py, FORMS)
 #define SWISH_ABL 0
 #endif
 uint um_swish(uint x, bool f16) {
@@ -112,6 +112,23 @@ uint um_swish(uint x, bool f16) {
     return floatBitsToUint(uintBitsToFloat(x) / (1.0 + exp(-uintBitsToFloat(x))));
 #elif SWISH_ABL == 4
     return x;
+#elif SWISH_ABL == 5 || SWISH_ABL == 6
+    if (um_nan(x)) return um_quiet(x);
+#if SWISH_ABL == 6
+    uint e = floatBitsToUint(exp(-abs(uintBitsToFloat(x))));
+#else
+    uint e = um_exp(x | 0x80000000u);
+#endif
+    precise float d = 1.0 + uintBitsToFloat(e);
+    float num = (x >> 31) != 0u ? uintBitsToFloat(e) : 1.0;
+#if SWISH_ABL == 5
+    precise float q = num / d;
+    uint sg = floatBitsToUint(q);
+#else
+    uint sg = f32_div_bits(floatBitsToUint(num), floatBitsToUint(d));
+#endif
+    precise float r5 = uintBitsToFloat(x) * uintBitsToFloat(sg);
+    return floatBitsToUint(r5);
 #endif
     uint s = um_sigmoid((SWISH_ABL == 1 && UM_P0 == 0x3F800000u) ? x : um_mul(UM_P0, x));
     if (f16) s = h2f(f2h(s));
