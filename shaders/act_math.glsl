@@ -112,6 +112,13 @@ uint um_swish(uint x, bool f16) {
     return floatBitsToUint(uintBitsToFloat(x) / (1.0 + exp(-uintBitsToFloat(x))));
 #elif SWISH_ABL == 4
     return x;
+#elif SWISH_ABL == 7
+    if (um_nan(x)) return um_quiet(x);
+    uint e = um_exp(x | 0x80000000u);
+    precise float d = 1.0 + uintBitsToFloat(e);
+    uint sg = (x >> 31) != 0u ? (e == 0u ? 0u : um_sig_div(e, d)) : um_sig_div(0x3F800000u, d);
+    precise float r7 = uintBitsToFloat(x) * uintBitsToFloat(sg);
+    return floatBitsToUint(r7);
 #elif SWISH_ABL == 5 || SWISH_ABL == 6
     if (um_nan(x)) return um_quiet(x);
 #if SWISH_ABL == 6
