@@ -1,10 +1,13 @@
 """Benchmark-only shader overlay: GEMM's FLOAT32 FusedActivation epilogue (shaders/gemm.comp's ACT
-variants) in other forms, for `python -m benchmarks.bench_conv --swish-forms`: `gemmab_f32_b{blk}_s{form}{t}`
-with SWISH_ABL = form (FORMS: 0 the product's Swish; 1 the product's, its input scale skipped where it is 1,
-the same bits; 3 x / (1 + exp(-x)) in the device's float32; 4 no activation; 5, 6, 7, 9 the product's
-sigmoid with one of its two steps replaced) and `t` the epilogue
-staged through shared memory, one activation per loop step (ACT_STAGED), where the product inlines
-one per output of the register block.
+variants) with other forms of ACTIVATION_SWISH, for `python -m benchmarks.bench_conv --swish-forms`:
+`gemmab_f32_b{blk}_s{form}` builds act_math.glsl's um_swish with SWISH_ABL = form (FORMS). Form 2 is
+the product before device call 229 (the sigmoid's quotient correctly rounded in integer code, the input
+scale always applied), kept to time the change; 3 and 4 bound what any exact form could gain.
+
+Dropped after measuring (H100, 8 x 16 -> 96 x 112 x 112 with SiLU, us; the product then 127): the
+epilogue staged through shared memory with one activation per loop step (1.6-1.8x slower in every form,
+device calls 227-229, at da3dd79); the quotient corrected by its remainder in integer code with a
+fallback to f32_div_bits (95.7; 83.3 without the fallback; at 4c05f3c, call 229).
 
     python -m benchmarks.overlay_act   # build them into benchmarks/out/spirv_act
 """
@@ -23,13 +26,11 @@ except KeyError:
 
 ROOT = Path(__file__).resolve().parent.parent
 SPIRV_DIR = ROOT / "benchmarks" / "out" / "spirv_act"
-FORMS = {0: "product", 1: "scale 1 skipped", 3: "float32 formula", 4: "none", 5: "um_exp, the device's division",
-         6: "the device's exp, the exact division", 7: "um_exp, um_sig_div", 9: "um_exp, um_sig_div without its fallback"}
+FORMS = {0: "the product", 2: "before call 229: exact division", 3: "x / (1 + exp(-x)), the device's float32", 4: "none"}
 GEMM_ACT_FORMS = contract.family(
-    "gemm_act_forms", "gemm.comp", "gemmab_f32_b{blk}_s{form}{t}", contract.GEMM_PUSH, (16, 16, 1),
-    blk=(2, 4), form=tuple(str(f) for f in FORMS), t=("", "t"),
-    defines=lambda blk, form, t: {"F16": 0, "BLK": blk, "ACT": 1, "SWISH_ABL": 7 if form == "9" else int(form),
-                                       "SIG_DIV_FALLBACK": int(form != "9"), "ACT_STAGED": int(t == "t")})
+    "gemm_act_forms", "gemm.comp", "gemmab_f32_b{blk}_s{form}", contract.GEMM_PUSH, (16, 16, 1),
+    blk=(2, 4), form=tuple(str(f) for f in FORMS),
+    defines=lambda blk, form: {"F16": 0, "BLK": blk, "ACT": 1, "SWISH_ABL": int(form)})
 FAMILIES = (GEMM_ACT_FORMS,)
 
 

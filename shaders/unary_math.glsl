@@ -205,38 +205,20 @@ uint um_log(uint x) {
     return floatBitsToUint(y);
 }
 
-#ifndef SIG_DIV_FALLBACK  // benchmark overlay only (benchmarks/overlay_act.py): 0 leaves the fallback out
-#define SIG_DIV_FALLBACK 1
-#endif
-// n / d correctly rounded, for a normal n in (0, 1] and d in [1, 2] (the sigmoid's quotients): the
-// device's quotient q (Vulkan: within 2.5 ulp), then the remainder R = n - q d exactly in integers, in
-// units of ulp(q) d / md (the significands' product, whose low 32 bits hold R since |R| < 2^26), and q
-// moved by k ulps, k the nearest integer to R / md (|k| <= 3; never a tie: a quotient of 24-bit
-// numbers is never the midpoint of two floats). Quotients outside that (a subnormal or zero n, q
-// moved across a power of two, a device quotient off by more than 3 ulps) take f32_div_bits.
-uint um_sig_div(uint n, float d) {
-    precise float q0 = uintBitsToFloat(n) / d;
-    uint qb = floatBitsToUint(q0), db = floatBitsToUint(d);
-    int en = int(n >> 23), eq = int(qb >> 23), ed = int(db >> 23) - 127;
-    int sh = 23 + en - eq - ed;
-    uint mn = (n & 0x7FFFFFu) | 0x800000u, md = (db & 0x7FFFFFu) | 0x800000u, mq = (qb & 0x7FFFFFu) | 0x800000u;
-    int r2 = 2 * int((mn << uint(clamp(sh, 0, 31))) - mq * md), m = int(md);
-    int k = int(r2 > m) + int(r2 > 3 * m) + int(r2 > 5 * m) - int(r2 < -m) - int(r2 < -3 * m) - int(r2 < -5 * m);
-    uint mk = mq + uint(k);
-    bool ok = en > 0 && sh >= 22 && sh <= 24 && r2 < 7 * m && r2 > -7 * m && mk >= 0x800000u && mk <= 0x1000000u;
-#if SIG_DIV_FALLBACK
-    if (!ok) return f32_div_bits(n, db);
-#endif
-    return qb + uint(k);
-}
-
 // sigmoid(x) = 1 / (1 + e) for x >= 0, e / (1 + e) for x < 0, e = exp(-|x|) (no overflow, no
-// cancellation); the divisions correctly rounded
+// cancellation). The quotient is the device's division (Vulkan: within 2.5 ulp; normal operands, the
+// divisor in [1, 2]), where 1 + e rounds to 1 the numerator itself (exact, subnormal e included, which
+// a division might flush). The correctly rounded division (f32_div_bits) took 2.6x as long in a
+// convolution's fused SiLU on the H100: 127 against 49 us at 8 x 16 -> 96 x 112 x 112
+// (`python -m benchmarks.bench_conv --swish-forms`, device call 229, forms 0 and 5).
 uint um_sigmoid(uint x) {
     if (um_nan(x)) return um_quiet(x);
     uint e = um_exp(x | 0x80000000u);
     precise float d = 1.0 + uintBitsToFloat(e);  // a subnormal e (flushed or not) leaves 1
-    return f32_div_bits((x >> 31) != 0u ? e : 0x3F800000u, floatBitsToUint(d));
+    uint n = (x >> 31) != 0u ? e : 0x3F800000u;
+    if (d == 1.0) return n;
+    precise float q = uintBitsToFloat(n) / d;
+    return floatBitsToUint(q);
 }
 
 // softsign(x) = x / (1 + |x|): +-inf -> +-1

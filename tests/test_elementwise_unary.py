@@ -26,7 +26,10 @@ FLOATS = (DT.FLOAT32, DT.FLOAT16)
 # ulps of the data type (docs/elementwise_unary.md): the stated bounds, 5-10% above the largest errors
 # measured (tools/measure_unary.py and the suite's random inputs: a sampled maximum is not a bound,
 # and bounds at the sampled maximum failed on a random draw: SIGMOID 2.40 against 2.3)
-BOUND = {"exp": (1.3, 0.5), "log": (0.9, 0.5), "sigmoid": (2.6, 0.5), "softsign": (1.6, 0.5), "tanh": (1.6, 0.5),
+# SIGMOID: 2.6 with a correctly rounded division (lavapipe's: 2.40 measured), plus 2 for the device's
+# division (Vulkan lets OpFDiv be off by 2.5 ulp; shaders/unary_math.glsl um_sigmoid)
+SIGMOID_ULPS = 2.6 + 2.0
+BOUND = {"exp": (1.3, 0.5), "log": (0.9, 0.5), "sigmoid": (SIGMOID_ULPS, 0.5), "softsign": (1.6, 0.5), "tanh": (1.6, 0.5),
          "elementwise_tanh": (1.6, 0.5), "erf": (1.6, 0.5), "softplus": (2.1, 0.5),
          "sin": (0.85, 0.5), "cos": (0.85, 0.5),  # SIN / COS: 0.819 / 0.813 over every float32 (docs/elementwise_unary.md)
          # ops/elementwise_trig.py (docs/elementwise_trig.md: the largest errors over every float32)
