@@ -79,7 +79,8 @@ def run_pointwise(args: Any) -> None:
 # --swish-forms: EfficientNet-B0's SiLU expansion (first at 28 x 28, where the clock rises) and MobileNetV3's
 # HardSwish layers on the overlay's epilogues (benchmarks/overlay_act.py), beside the policy's
 FORM_ROWS = [(1, 16, 96, 28, SWISH), (1, 16, 96, 112, SWISH), (8, 16, 96, 112, SWISH),
-             (8, 40, 240, 14, HARD_SWISH), (1, 96, 576, 7, HARD_SWISH)]
+             (8, 24, 96, 28, HARD_SWISH), (8, 40, 240, 14, HARD_SWISH),
+             (1, 96, 576, 7, HARD_SWISH)]
 
 
 def run_forms(args: Any) -> None:

@@ -95,8 +95,20 @@ uint um_elu(uint x) {
     return ((x >> 31) == 0u || x == 0x80000000u) ? x : um_mul(UM_P0, um_expm1(x));
 }
 
+#ifndef SWISH_ABL  // benchmark overlay only (benchmarks/overlay_act.py, FORMS: HardSwish and Swish)
+#define SWISH_ABL 0
+#endif
 // x HardSigmoid(x, Alpha, Beta): the hard sigmoid as above, then the product rounded
-uint um_hard_swish(uint x) { return um_mul(x, um_hard_sigmoid(x)); }
+uint um_hard_swish(uint x) {
+#if SWISH_ABL == 4
+    return x;
+#elif SWISH_ABL == 3
+    precise float hs = uintBitsToFloat(x) * clamp(uintBitsToFloat(UM_P0) * uintBitsToFloat(x) + uintBitsToFloat(UM_P1), 0.0, 1.0);
+    return floatBitsToUint(hs);
+#else
+    return um_mul(x, um_hard_sigmoid(x));
+#endif
+}
 
 // x Sigmoid(SigmoidInputScale x) (ACTIVATION_SWISH), built from the unfused pair's own steps so
 // that a scale of 1 gives the bits of ELEMENT_WISE_MULTIPLY(x, ACTIVATION_SIGMOID(x)): the scaled
@@ -104,9 +116,6 @@ uint um_hard_swish(uint x) { return um_mul(x, um_hard_sigmoid(x)); }
 // denormal mode), unary_math.glsl's sigmoid, rounded to float16 where `f16` (the value a FLOAT16
 // SIGMOID writes and MULTIPLY reads back), then the device's float32 product as MULTIPLY computes
 // it (`precise`: no fusing into anything around it); the caller rounds that to the element type
-#ifndef SWISH_ABL  // benchmark overlay only (benchmarks/overlay_act.py, FORMS)
-#define SWISH_ABL 0
-#endif
 uint um_swish(uint x, bool f16) {
 #if SWISH_ABL == 3
     return floatBitsToUint(uintBitsToFloat(x) / (1.0 + exp(-uintBitsToFloat(x))));
