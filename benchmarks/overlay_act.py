@@ -1,9 +1,11 @@
 """Benchmark-only shader overlay: GEMM's FLOAT32 FusedActivation epilogue (shaders/gemm.comp's ACT
 variants) with other forms of ACTIVATION_SWISH, for `python -m benchmarks.bench_conv --swish-forms`:
 `gemmab_f32_b{blk}_s{form}` builds act_math.glsl's um_swish and um_hard_swish with SWISH_ABL = form
-(FORMS). Form 2 is Swish before device call 229 (the sigmoid's quotient correctly rounded in integer code,
-the input scale always applied), kept to time the change; 3 (x / (1 + exp(-x)); x clamp(Alpha x + Beta,
-0, 1)) and 4 (x) bound what any exact form could gain.
+(FORMS). Form 1 is the exact form inlined in each output of the register block, as the product did
+before its fast forms (gemm_act.glsl gemm_act_fast); form 2 is Swish before device call 229 (the
+sigmoid's quotient correctly rounded in integer code, the input scale always applied), kept to time the
+change; 3 (x / (1 + exp(-x)); x clamp(Alpha x + Beta, 0, 1)) and 4 (x) bound what any exact form could
+gain.
 
 Dropped after measuring (H100, 8 x 16 -> 96 x 112 x 112 with SiLU, us; the product then 127): the
 epilogue staged through shared memory with one activation per loop step (1.6-1.8x slower in every form,
@@ -27,7 +29,8 @@ except KeyError:
 
 ROOT = Path(__file__).resolve().parent.parent
 SPIRV_DIR = ROOT / "benchmarks" / "out" / "spirv_act"
-FORMS = {0: "the product", 2: "before call 229: exact division", 3: "the device's float32 formula", 4: "none"}
+FORMS = {0: "the product", 1: "the exact form in every output", 2: "before call 229: exact division",
+         3: "the device's float32 formula", 4: "none"}
 GEMM_ACT_FORMS = contract.family(
     "gemm_act_forms", "gemm.comp", "gemmab_f32_b{blk}_s{form}", contract.GEMM_PUSH, (16, 16, 1),
     blk=(2, 4), form=tuple(str(f) for f in FORMS),

@@ -99,6 +99,48 @@ uint um_elu(uint x) {
 #define SWISH_ABL 0
 #endif
 // x HardSigmoid(x, Alpha, Beta): the hard sigmoid as above, then the product rounded
+// The fast forms of HardSwish and Swish (GEMM's epilogue, gemm_act.glsl): the exact forms' bits
+// wherever `slow` stays false, with none of their rarely taken integer code (f32_mul_bits' subnormal and
+// overflowing products, um_ldexp's subnormal results, NaN), which inlined in each output of a register
+// block made the kernels up to 2x as slow (benchmarks/overlay_act.py's forms 3 and 4). Where `slow`
+// is set the caller runs the exact form.
+
+// um_mul(a, b) where a and b are normal or zero and the device's product is normal, or an operand is
+// zero (the zero of the signs' product, as IEEE's product of a zero and a finite number)
+uint um_mul_fast(uint a, uint b, inout bool slow) {
+    precise float r = uintBitsToFloat(a) * uintBitsToFloat(b);
+    uint rb = floatBitsToUint(r);
+    bool za = (a & 0x7FFFFFFFu) == 0u, zb = (b & 0x7FFFFFFFu) == 0u;
+    bool na = ((a >> 23) & 0xFFu) - 1u < 254u, nb = ((b >> 23) & 0xFFu) - 1u < 254u;
+    slow = slow || !((na || za) && (nb || zb) && (za || zb || ((rb >> 23) & 0xFFu) - 1u < 254u));
+    return rb;
+}
+
+// um_hard_sigmoid: the clamp's comparisons as floats, equal to um_key's for a normal, zero or infinite s
+// (-0 stays -0); a NaN x or s, or a subnormal s (which a device may compare as zero) is slow
+uint um_hard_sigmoid_fast(uint x, inout bool slow) {
+    uint p = um_mul_fast(UM_P0, x, slow);
+    precise float s = uintBitsToFloat(p) + uintBitsToFloat(UM_P1);
+    uint sb = floatBitsToUint(s);
+    slow = slow || um_nan(x) || um_nan(sb) || ((sb & 0x7F800000u) == 0u && (sb & 0x7FFFFFu) != 0u);
+    return s > 1.0 ? UM_ONE : (s < 0.0 ? 0u : sb);
+}
+
+uint um_hard_swish_fast(uint x, inout bool slow) { return um_mul_fast(x, um_hard_sigmoid_fast(x, slow), slow); }
+
+// um_swish(x, false): its sigmoid's exp normal, its scaled input as um_mul_fast's
+uint um_swish_fast(uint x, inout bool slow) {
+    uint t = UM_P0 == UM_ONE ? x : um_mul_fast(UM_P0, x, slow);
+    slow = slow || um_nan(t);
+    uint e = um_exp_fast(t | 0x80000000u, slow);
+    precise float d = 1.0 + uintBitsToFloat(e);
+    uint n = (t >> 31) != 0u ? e : UM_ONE;
+    precise float q = uintBitsToFloat(n) / d;
+    uint sg = d == 1.0 ? n : floatBitsToUint(q);
+    precise float r = uintBitsToFloat(x) * uintBitsToFloat(sg);
+    return floatBitsToUint(r);
+}
+
 uint um_hard_swish(uint x) {
 #if SWISH_ABL == 4
     return x;

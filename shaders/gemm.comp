@@ -254,6 +254,12 @@ void main() {
 #if ACT
     const uint act = gemm_act_kind();
 #endif
+#if ACT && !F16
+    // outputs whose activation's fast form may differ from the exact one (bit i BLK + j): each stores its
+    // sum r, which the loop after the tile's stores reads back and replaces by the exact activation, so
+    // the kernel holds one copy of the exact form's code, not one per output (gemm_act.glsl)
+    uvec2 redo = uvec2(0u);
+#endif
     [[unroll]] for (uint i = 0u; i < BLK; ++i) {
         uint m = m0 + ty * BLK + i;
         if (m >= M) break;
@@ -266,7 +272,10 @@ void main() {
                 r = r + t2;
             }
 #if ACT && !F16
-            v[j] = uintBitsToFloat(gemm_act(floatBitsToUint(r), act));
+            bool slow = false;
+            uint fa = gemm_act_fast(floatBitsToUint(r), act, slow);
+            v[j] = slow ? r : uintBitsToFloat(fa);
+            if (slow && n < N) redo[(i * BLK + j) >> 5] |= 1u << ((i * BLK + j) & 31u);
 #else
             v[j] = r;
 #endif
@@ -292,7 +301,13 @@ void main() {
 #else
 #if BLK >= 4
         uint nb = n0 + tx * BLK;
-        if (pc.o_sn == 1u && ((orow + nb) & 3u) == 0u && nb + uint(BLK) <= N) {
+#if ACT
+        // (a row with outputs to redo is stored through o_buf: the loop below reads them back through it)
+        const bool row_redo = ((redo[(i * BLK) >> 5] >> ((i * BLK) & 31u)) & ((1u << BLK) - 1u)) != 0u;
+#else
+        const bool row_redo = false;
+#endif
+        if (pc.o_sn == 1u && ((orow + nb) & 3u) == 0u && nb + uint(BLK) <= N && !row_redo) {
             [[unroll]] for (uint j = 0u; j < BLK; j += 4u)
                 o4_buf[(orow + nb + j) >> 2] = floatBitsToUint(vec4(v[j], v[j + 1u], v[j + 2u], v[j + 3u]));
             continue;
@@ -305,4 +320,13 @@ void main() {
         }
 #endif
     }
+#if ACT && !F16
+    if (redo != uvec2(0u)) {
+        [[dont_unroll]] for (uint e = 0u; e < uint(BLK * BLK); ++e) {
+            if (((redo[e >> 5] >> (e & 31u)) & 1u) == 0u) continue;
+            uint at = o_base + (m0 + ty * BLK + e / BLK) * pc.o_sm + (n0 + tx * BLK + e % BLK) * pc.o_sn;
+            o_buf[at] = gemm_act(o_buf[at], act);
+        }
+    }
+#endif
 }

@@ -28,6 +28,16 @@ uint gemm_act(uint x, uint kind) {
     return fused_act(x, kind);
 }
 
+// gemm_act's bits where `slow` stays false, without the exact forms' rarely taken code for the kinds
+// that have a fast form (act_math.glsl: HardSwish, Swish); the caller runs gemm_act where it is set
+uint gemm_act_fast(uint x, uint kind, inout bool slow) {
+#if SWISH_ABL == 0  // (benchmarks/overlay_act.py's other forms: gemm_act in every output)
+    if (kind == ACT_HARD_SWISH) return um_hard_swish_fast(x, slow);
+    if (kind == ACT_SWISH) return um_swish_fast(x, slow);
+#endif
+    return gemm_act(x, kind);
+}
+
 // a FLOAT16 output's bits -> the activation's FLOAT16 bits
 uint gemm_act16(uint h, uint kind) { return kind == ACT_NONE ? h : f2h(gemm_act(h2f(h), kind)); }
 

@@ -153,9 +153,9 @@ uint um_ldexp(float p, int k) {
 }
 
 // exp(a) = 2^-k exp(-r), a = -(k ln 2 + r) (Cody-Waite with gelu_math.glsl's constants and
-// polynomial); a is clamped to [-110, 100], beyond which the result is 0 or infinity anyway
-uint um_exp(uint x) {
-    if (um_nan(x)) return um_quiet(x);
+// polynomial); a is clamped to [-110, 100], beyond which the result is 0 or infinity anyway.
+// um_exp_parts: p and k_ for a non-NaN x (exp(x) = p 2^k_); um_exp: p 2^k_ in integer code (um_ldexp)
+float um_exp_parts(uint x, out int k_) {
     precise float hi = -clamp(uintBitsToFloat(x), -110.0, 100.0);
     precise float k = roundEven(hi * KDML_LOG2E);
     precise float r = (hi - k * KDML_LN2_HI) - k * KDML_LN2_LO;
@@ -167,7 +167,25 @@ uint um_exp(uint x) {
     p = p * r + KDML_EXP_C[2];
     p = p * r + KDML_EXP_C[1];
     p = 1.0 + r * p;
-    return um_ldexp(p, -int(k));
+    k_ = -int(k);
+    return p;
+}
+
+uint um_exp(uint x) {
+    if (um_nan(x)) return um_quiet(x);
+    int k;
+    float p = um_exp_parts(x, k);
+    return um_ldexp(p, k);
+}
+
+// um_exp's bits for an x that is not NaN and whose exp is normal (or infinite); `slow` set where that
+// does not hold (a subnormal or zero result: um_ldexp's rounding), the result then not um_exp's
+uint um_exp_fast(uint x, inout bool slow) {
+    int k;
+    uint pb = floatBitsToUint(um_exp_parts(x, k));
+    int e = int((pb >> 23) & 0xFFu) + k;
+    slow = slow || e < 1;
+    return e >= 255 ? F32_INF : (uint(e) << 23) | (pb & 0x7FFFFFu);
 }
 
 float um_div(float a, float b) { return uintBitsToFloat(f32_div_bits(floatBitsToUint(a), floatBitsToUint(b))); }

@@ -117,6 +117,40 @@ def test_register_blocks_and_specials(dev, rng, monkeypatch, blk, dt):
     assert np.isnan(got).any()
 
 
+# FLOAT32 values where HardSwish's and Swish's fast forms (shaders/act_math.glsl *_fast) hand over to
+# the exact ones: zeros, subnormals, the smallest normals, products Alpha x that are subnormal (2e-38 /
+# 6), sums Alpha x + Beta near zero (x near -3), exp(-|x|) subnormal or zero (x below -87.3), huge
+# values, infinities and NaN; and ordinary ones
+_EDGES = [0.0, -0.0, 1e-40, -1e-40, 1.4e-45, -1.4e-45, 1.1754944e-38, -1.1754944e-38, 2e-38, -2e-38, -3.0,
+          -3.0000002, -2.9999998, 3.0, -87.0, -87.5, -88.0, -100.0, -103.9, -104.0, -150.0, 88.0, 100.0, 3e38,
+          -3e38, 3.4028235e38, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 0.5, -0.5, 2.5, -2.5, 7.0, -7.0]
+_EDGE_ACTS = {"hard_swish": (kdml.ActivationHardSwishDesc(None, None), kdml.hard_swish, {}),
+              "hard_swish_odd": (kdml.ActivationHardSwishDesc(None, None, alpha=3e37, beta=-1e-38), kdml.hard_swish,
+                                 {"alpha": 3e37, "beta": -1e-38}),
+              "swish": (kdml.ActivationSwishDesc(None, None), kdml.swish, {}),
+              "swish_scaled": (kdml.ActivationSwishDesc(None, None, sigmoid_input_scale=1e-30), kdml.swish,
+                               {"sigmoid_input_scale": 1e-30})}
+
+
+@pytest.mark.parametrize("blk", [2, 4, 8])
+@pytest.mark.parametrize("name", _EDGE_ACTS)
+def test_fast_forms_hand_over(dev, rng, monkeypatch, blk, name):
+    """FLOAT32 HardSwish and Swish (their fast forms, the exact ones where those hand over) give the
+    unfused chain's bits on the values where the hand-over happens, scaled by powers of two (a K = 1
+    product: each output is one value times one scale), on every register block, with C and without."""
+    monkeypatch.setattr("kompute_dml.ops.gemm.choose_block", lambda *args: blk)
+    monkeypatch.setenv("KDML_GEMM_SPLIT", "1")
+    act, fn, kw = _EDGE_ACTS[name]
+    edges = np.array(_EDGES, np.float32)
+    a = rng.permutation(np.concatenate([edges, rng.standard_normal(27).astype(np.float32) * 4]))[:, None]
+    b = np.array([[1.0, -1.0, 0.5, 2.0 ** -20, 2.0 ** 20, -2.0 ** -100, 3.0, 1.0] * 5], np.float32)
+    m, n = a.shape[0], b.shape[1]
+    for has_c in (False, True):
+        c = np.zeros((m, n), np.float32) if has_c else None
+        got, tmp, _ = run_fused(dev, rng, DT.FLOAT32, act, "tiled", (), m, n, 1, has_c=has_c, vals=(a, b, c))
+        _assert_same(got, fn(tmp, device=dev, **kw).numpy(), f"{name} b{blk}")
+
+
 def _gelu64(x):
     return 0.5 * x * np.vectorize(math.erfc)(-x / math.sqrt(2.0))  # erfc: no cancellation in the negative tail
 
