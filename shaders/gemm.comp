@@ -26,7 +26,9 @@
 // part p summing k in [p kchunk, (p + 1) kchunk) from -0 as above, its sums S_p stored raw to the
 // scratch; gemm_reduce.comp then adds S_0 + S_1 + ... in part order and applies the epilogue.
 //
-// ACT (the *a variants): the descriptor's FusedActivation applied to each output (gemm_act.glsl).
+// ACT (the *a variants): the descriptor's FusedActivation applied to each output (gemm_act.glsl);
+// FLOAT32 HardSwish and Swish in fast forms, the outputs they hand over redone by the exact form in
+// one loop at the end (redo below).
 //
 // FLOAT16 output: a word whose two halves are both this invocation's outputs (unit column
 // stride, even element) is written whole; any other half is merged with STORE_FIELD (atomics),
