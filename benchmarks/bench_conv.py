@@ -73,7 +73,13 @@ def main() -> None:
     ap.add_argument("--json", help="--kernels: write the rows there")
     ap.add_argument("--pointwise", action="store_true", help="1 x 1 layers on each FLOAT32 kernel and GEMM's")
     ap.add_argument("--swish-forms", action="store_true", help="the FusedActivation epilogue's forms (overlay_act.py)")
+    ap.add_argument("--act-kinds", action="store_true", help="depthwise layers with the activation's kind compiled in")
     args = ap.parse_args()
+    if args.act_kinds:
+        from benchmarks.bench_conv_pointwise import run_act_kinds
+
+        run_act_kinds(args)
+        return
     if args.swish_forms:
         from benchmarks.bench_conv_pointwise import run_forms
 

@@ -121,3 +121,47 @@ def run_forms(args: Any) -> None:
             label = "policy" if k == "policy" else f"{k} {overlay_act.FORMS[int(k[1:])]}"
             print(f"  {label:48s} {t[k] * 1e6:7.1f}  {same}", flush=True)
     dev.close()
+
+
+# --act-kinds: depthwise layers of EfficientNet-B0 (SiLU) and MobileNetV3-small (HardSwish) at batch 8 on
+# the direct kernel (the policy's for them on the H100), against the overlay's variant with the activation's
+# kind compiled in (overlay_act.CONV_DIRECT_ACT): (batch, channels, input side, window, stride, activation)
+DEPTHWISE_ROWS = [(8, 32, 112, 3, 1, SWISH), (8, 96, 112, 3, 2, SWISH), (8, 144, 56, 5, 2, SWISH), (8, 240, 28, 3, 1, SWISH),
+                  (8, 96, 28, 5, 2, HARD_SWISH), (8, 240, 14, 5, 1, HARD_SWISH)]
+
+
+def run_act_kinds(args: Any) -> None:
+    import dataclasses
+
+    from benchmarks import overlay_act
+
+    overlay_act.load()
+    dev = kdml.Device()
+    print(f"device: {dev.name}")
+    print("| layer | policy's variant | policy us | kind compiled in us | same bits |")
+    print("| --- | --- | ---: | ---: | --- |")
+    rng = np.random.default_rng(0)
+    for n, c, hw, win, stride, act in DEPTHWISE_ROWS:
+        x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
+        w = (rng.standard_normal((c, 1, win, win)) / win).astype(np.float32)
+        b = rng.standard_normal((1, c, 1, 1)).astype(np.float32)
+        ins = [dev.tensor(a) for a in (x, w, b)]
+        side = (hw + 2 * (win // 2) - win) // stride + 1
+        od = TD(DT.FLOAT32, (n, c, side, side))
+        desc = kdml.ConvolutionDesc(ins[0].desc, ins[1].desc, ins[2].desc, od, strides=(stride, stride),
+                                    start_padding=(win // 2,) * 2, end_padding=(win // 2,) * 2, group_count=c,
+                                    fused_activation=act)
+        policy = compile_convolution(dev, desc, kernel="direct")
+        kind = "sw" if act is SWISH else "hs"
+        fixed = compile_convolution(dev, desc, kernel="direct")
+        fixed.plans[0] = dataclasses.replace(fixed.plans[0], variant=f"convdk{win}_{kind}_f32")
+        ops = {"policy": policy, "fixed": fixed}
+        outs = {k: [kdml.Tensor(dev.buffer(od.byte_size), od, 0) for _ in range(2)] for k in ops}
+        for k, op in ops.items():
+            op.execute(ins, [outs[k][0]])
+        same = np.array_equal(outs["fixed"][0].numpy().view(np.uint32), outs["policy"][0].numpy().view(np.uint32))
+        t = slopes({k: executions(dev, op, ins, outs[k]) for k, op in ops.items()}, args.rounds, args.n)
+        name = f"{n}x{c} {hw}x{hw} dw{win}/{stride} +{type(act).__name__[10:-4].lower()}"
+        print(f"| {name} | {policy.variants[0]} | {t['policy'] * 1e6:.1f} | {t['fixed'] * 1e6:.1f} | {same} |", flush=True)
+    dev.close()
+
