@@ -98,12 +98,12 @@ uint um_elu(uint x) {
 #ifndef SWISH_ABL  // benchmark overlay only (benchmarks/overlay_act.py, FORMS: HardSwish and Swish)
 #define SWISH_ABL 0
 #endif
-// x HardSigmoid(x, Alpha, Beta): the hard sigmoid as above, then the product rounded
 // The fast forms of HardSwish and Swish (GEMM's epilogue, gemm_act.glsl): the exact forms' bits
 // wherever `slow` stays false, with none of their rarely taken integer code (f32_mul_bits' subnormal and
-// overflowing products, um_ldexp's subnormal results, NaN), which inlined in each output of a register
-// block made the kernels up to 2x as slow (benchmarks/overlay_act.py's forms 3 and 4). Where `slow`
-// is set the caller runs the exact form.
+// overflowing products, um_ldexp's subnormal results, NaN). Inlined in each output of a register block,
+// the exact forms took up to 2x the float32 formula's time (H100, `bench_conv --swish-forms`, call 232:
+// 8 x 24 -> 96 x 28 x 28 HardSwish 46.8 against 23.0 us; the fast forms 35.9). Where `slow` is set the
+// caller runs the exact form.
 
 // um_mul(a, b) where a and b are normal or zero and the device's product is normal, or an operand is
 // zero (the zero of the signs' product, as IEEE's product of a zero and a finite number)
@@ -141,6 +141,7 @@ uint um_swish_fast(uint x, inout bool slow) {
     return floatBitsToUint(r);
 }
 
+// x HardSigmoid(x, Alpha, Beta): the hard sigmoid as above, then the product rounded
 uint um_hard_swish(uint x) {
 #if SWISH_ABL == 4
     return x;
@@ -173,7 +174,7 @@ uint um_swish(uint x, bool f16) {
     return floatBitsToUint(r2);
 #endif
     // a scale of 1 (SiLU) leaves x: um_mul(1, x) is x, or x quieted where it is a NaN, which the sigmoid
-    // quiets anyway (skipping it: 125 -> 107 us in device call 227's form 1)
+    // quiets anyway (skipping it: 125 -> 107 us, `bench_conv --swish-forms` at da3dd79, device call 227)
     uint s = um_sigmoid(UM_P0 == 0x3F800000u ? x : um_mul(UM_P0, x));
     if (f16) s = h2f(f2h(s));
     precise float r = uintBitsToFloat(x) * uintBitsToFloat(s);

@@ -228,7 +228,7 @@ uint um_log(uint x) {
 // divisor in [1, 2]), where 1 + e rounds to 1 the numerator itself (exact, subnormal e included, which
 // a division might flush). The correctly rounded division (f32_div_bits) took 2.6x as long in a
 // convolution's fused SiLU on the H100: 127 against 49 us at 8 x 16 -> 96 x 112 x 112
-// (`python -m benchmarks.bench_conv --swish-forms`, device call 229, forms 0 and 5).
+// (`python -m benchmarks.bench_conv --swish-forms` at 4c05f3c, device call 229; benchmarks/RESULTS.md).
 uint um_sigmoid(uint x) {
     if (um_nan(x)) return um_quiet(x);
     uint e = um_exp(x | 0x80000000u);
