@@ -8,7 +8,7 @@ change; 3 (x / (1 + exp(-x)); x clamp(Alpha x + Beta, 0, 1)) and 4 (x) bound wha
 gain.
 
 Dropped after measuring (H100, 8 x 16 -> 96 x 112 x 112 with SiLU, us; the product then 127): the
-epilogue staged through shared memory with one activation per loop step (1.6-1.8x slower in every form,
+epilogue staged through shared memory with one activation per loop step (1.6-2.3x as slow in every form,
 device calls 227-229, at da3dd79); the quotient corrected by its remainder in integer code with a
 fallback to f32_div_bits (95.7; 83.3 without the fallback; at 4c05f3c, call 229).
 
