@@ -6,6 +6,8 @@ same process, and onnxruntime's CPU Conv.
     python -m benchmarks.bench_conv --kernels [--tiles] [--json out.json]   # tiled vs tensor cores
     python -m benchmarks.bench_conv --kernels --quick                       # lavapipe: a check of the script
     python -m benchmarks.bench_conv --pointwise    # 1 x 1 layers on each FLOAT32 kernel (bench_conv_pointwise.py)
+    python -m benchmarks.bench_conv --swish-forms  # GEMM's Swish / HardSwish epilogue forms (benchmarks/overlay_act.py)
+    python -m benchmarks.bench_conv --act-kinds    # depthwise layers, the activation's kind compiled in (overlay_act.py)
 
 Ours runs N executions of one compiled operator in one recording; torch N launches then a
 synchronize; each sample is the slope (t(N) - t(1)) / (N - 1) (timing.slopes); onnxruntime one
