@@ -75,6 +75,17 @@ def run_pointwise(args: Any) -> None:
     dev.close()
 
 
+def _versus_policy(dev: Any, ops: dict[str, Any], ins: list[Any], od: Any, args: Any) -> tuple[dict, dict]:
+    """Each op of `ops` (one named "policy") run once and timed (timing.slopes): its us and whether its
+    output's bits equal the policy's."""
+    outs = {k: [kdml.Tensor(dev.buffer(od.byte_size), od, 0) for _ in range(2)] for k in ops}
+    for k, op in ops.items():
+        op.execute(ins, [outs[k][0]])
+    ref = outs["policy"][0].numpy().view(np.uint32)
+    same = {k: np.array_equal(outs[k][0].numpy().view(np.uint32), ref) for k in ops}
+    t = slopes({k: executions(dev, op, ins, outs[k]) for k, op in ops.items()}, args.rounds, args.n)
+    return {k: v * 1e6 for k, v in t.items()}, same
+
 
 # --swish-forms: EfficientNet-B0's SiLU expansion (first at 28 x 28, where the clock rises) and MobileNetV3's
 # HardSwish layers on the overlay's epilogues (benchmarks/overlay_act.py), beside the policy's
@@ -109,17 +120,11 @@ def run_forms(args: Any) -> None:
             op = compile_convolution(dev, desc, kernel="gemm")
             op.plans[0] = dataclasses.replace(op.plans[0], variant=f"gemmab_f32_b{blk}_s{form}")
             ops[f"s{form}"] = op
-        outs = {k: [kdml.Tensor(dev.buffer(od.byte_size), od, 0) for _ in range(2)] for k in ops}
-        runs = {k: executions(dev, op, ins, outs[k]) for k, op in ops.items()}
-        for k, op in ops.items():
-            op.execute(ins, [outs[k][0]])
-        ref = outs["policy"][0].numpy()
-        t = slopes(runs, args.rounds, args.n)
+        t, same = _versus_policy(dev, ops, ins, od, args)
         print(f"{n}x{cin}->{cout} {hw}x{hw} {type(act).__name__[10:-4]} ({policy.variants[0]}): us, bits equal the policy's")
         for k in ops:
-            same = np.array_equal(outs[k][0].numpy().view(np.uint32), ref.view(np.uint32))
             label = "policy" if k == "policy" else f"{k} {overlay_act.FORMS[int(k[1:])]}"
-            print(f"  {label:48s} {t[k] * 1e6:7.1f}  {same}", flush=True)
+            print(f"  {label:48s} {t[k]:7.1f}  {same[k]}", flush=True)
     dev.close()
 
 
@@ -155,13 +160,7 @@ def run_act_kinds(args: Any) -> None:
         kind = "sw" if act is SWISH else "hs"
         fixed = compile_convolution(dev, desc, kernel="direct")
         fixed.plans[0] = dataclasses.replace(fixed.plans[0], variant=f"convdk{win}_{kind}_f32")
-        ops = {"policy": policy, "fixed": fixed}
-        outs = {k: [kdml.Tensor(dev.buffer(od.byte_size), od, 0) for _ in range(2)] for k in ops}
-        for k, op in ops.items():
-            op.execute(ins, [outs[k][0]])
-        same = np.array_equal(outs["fixed"][0].numpy().view(np.uint32), outs["policy"][0].numpy().view(np.uint32))
-        t = slopes({k: executions(dev, op, ins, outs[k]) for k, op in ops.items()}, args.rounds, args.n)
+        t, same = _versus_policy(dev, {"policy": policy, "fixed": fixed}, ins, od, args)
         name = f"{n}x{c} {hw}x{hw} dw{win}/{stride} +{type(act).__name__[10:-4].lower()}"
-        print(f"| {name} | {policy.variants[0]} | {t['policy'] * 1e6:.1f} | {t['fixed'] * 1e6:.1f} | {same} |", flush=True)
+        print(f"| {name} | {policy.variants[0]} | {t['policy']:.1f} | {t['fixed']:.1f} | {same['fixed']} |", flush=True)
     dev.close()
-

@@ -80,13 +80,10 @@ float conv_bias(ConvEpilogue ep, uint co) { return ep.bias ? conv_load_b(pc.b_of
 // or another fused activation applied to the value the output type holds (FLOAT16: the sum rounded
 // to float16 first, as the standalone operator reads the unfused output), then rounded to the
 // output type. So a fused result is bit for bit the unfused chain's. Returns the element's bits.
-#ifdef CONV_ACT_FIXED  // benchmark overlay only (benchmarks/overlay_act.py): the kind compiled in, not read from the constant
-#define CONV_ACT_KIND(ep) CONV_ACT_FIXED
-#else
-#define CONV_ACT_KIND(ep) (ep).kind
-#endif
 uint conv_finish_with(ConvEpilogue ep, float sum, float bias) {
-    ep.kind = CONV_ACT_KIND(ep);
+#ifdef CONV_ACT_FIXED  // benchmark overlay only (benchmarks/overlay_act.py): the kind compiled in, not read from the constant
+    ep.kind = CONV_ACT_FIXED;
+#endif
     precise float v = sum;
     if (ep.bias) v = v + bias;
     if (ep.kind == ACT_RELU && v <= 0.0) v = 0.0;
