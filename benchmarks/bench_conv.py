@@ -74,6 +74,7 @@ def main() -> None:
     ap.add_argument("--tiles", action="store_true", help="--kernels: also each tensor-core tile forced")
     ap.add_argument("--json", help="--kernels: write the rows there")
     ap.add_argument("--pointwise", action="store_true", help="1 x 1 layers on each FLOAT32 kernel and GEMM's")
+    ap.add_argument("--half", action="store_true", help="--pointwise: FLOAT16 layers (tiled, tensor cores, GEMM)")
     ap.add_argument("--swish-forms", action="store_true", help="the FusedActivation epilogue's forms (overlay_act.py)")
     ap.add_argument("--act-kinds", action="store_true", help="depthwise layers with the activation's kind compiled in")
     args = ap.parse_args()

@@ -2,8 +2,10 @@
 the policy's choice, the tiled and lanes convolution kernels and GEMM's kernels (ops/conv_pointwise.py),
 with torch CUDA's conv2d (cuDNN, its default TF32 allowed) beside them. us per execution (the slope
 over N recorded executions, median of rounds: kompute_dml.bench.timing), and the policy's x torch.
+--half: the same layers in FLOAT16 on the tiled and tensor-core convolution kernels and GEMM's (its
+tensor-core kernel where the GEMM policy picks it), torch in float16.
 
-    python -m benchmarks.bench_conv --pointwise [--rounds 5] [--n 20]
+    python -m benchmarks.bench_conv --pointwise [--half] [--rounds 5] [--n 20]
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ ROWS = [(1, 16, 72, 56, None), (1, 24, 88, 28, None), (1, 40, 240, 14, HARD_SWIS
         (8, 40, 240, 14, HARD_SWISH), (8, 96, 576, 7, HARD_SWISH), (8, 576, 96, 7, None), (8, 1152, 320, 7, None),
         (1, 64, 256, 56, RELU), (1, 1024, 256, 14, RELU), (8, 256, 64, 56, RELU), (8, 1024, 256, 14, RELU),
         (8, 512, 2048, 7, None), (1, 16, 96, 112, SWISH), (1, 16, 96, 112, None), (8, 16, 96, 112, SWISH)]
-KERNELS = (None, "tiled", "lanes", "gemm")
+KERNELS = {False: (None, "tiled", "lanes", "gemm"), True: (None, "tiled", "coopmat", "gemm")}
 
 
 def run_pointwise(args: Any) -> None:
@@ -41,19 +43,24 @@ def run_pointwise(args: Any) -> None:
     except ImportError:
         torch = None
     dev = kdml.Device()
-    print(f"device: {dev.name}; torch: {torch.cuda.get_device_name() if torch else 'none'}")
-    print("| layer | policy us | tiled us | lanes us | gemm us | torch us | policy x torch | policy's variants |")
+    half = bool(getattr(args, "half", False))
+    kernels, npt, dt = KERNELS[half], (np.float16 if half else np.float32), (DT.FLOAT16 if half else DT.FLOAT32)
+    if "cooperative_matrix" not in dev.capabilities:  # lavapipe: the tensor-core kernel's emulation
+        kernels = tuple("coopmat-emulated" if k == "coopmat" else k for k in kernels)
+    names = [k or "policy" for k in kernels]
+    print(f"device: {dev.name}; torch: {torch.cuda.get_device_name() if torch else 'none'}; {dt.name}")
+    print(f"| layer | {' | '.join(f'{k} us' for k in names)} | torch us | policy x torch | policy's variants |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     rng = np.random.default_rng(0)
     for n, cin, cout, hw, act in ROWS:
-        x = rng.standard_normal((n, cin, hw, hw)).astype(np.float32)
-        w = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float32)
-        b = rng.standard_normal((1, cout, 1, 1)).astype(np.float32)
+        x = rng.standard_normal((n, cin, hw, hw)).astype(npt)
+        w = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(npt)
+        b = rng.standard_normal((1, cout, 1, 1)).astype(npt)
         tx, tw, tb = dev.tensor(x), dev.tensor(w), dev.tensor(b)
-        od = TD(DT.FLOAT32, (n, cout, hw, hw))
+        od = TD(dt, (n, cout, hw, hw))
         desc = kdml.ConvolutionDesc(tx.desc, tw.desc, tb.desc, od, fused_activation=act)
         ys = [kdml.Tensor(dev.buffer(od.byte_size), od, 0) for _ in range(2)]
-        ops = {k or "policy": compile_convolution(dev, desc, kernel=k) for k in KERNELS}
+        ops = {k or "policy": compile_convolution(dev, desc, kernel=k) for k in kernels}
         runs: dict[str, Any] = {name: executions(dev, op, [tx, tw, tb], ys) for name, op in ops.items()}
         if torch is not None:
             cx, cw, cb = (torch.from_numpy(a).cuda() for a in (x, w, b.reshape(-1)))
@@ -68,10 +75,11 @@ def run_pointwise(args: Any) -> None:
             runs["torch"] = theirs
         t = slopes(runs, args.rounds, args.n)
         name = f"{n}x{cin}->{cout} {hw}x{hw}{'' if act is None else ' +' + type(act).__name__[10:-4].lower()}"
-        cells = " | ".join(f"{t[k] * 1e6:.1f}" for k in ("policy", "tiled", "lanes", "gemm"))
+        cells = " | ".join(f"{t[k] * 1e6:.1f}" for k in names)
         torch_us = f"{t['torch'] * 1e6:.1f}" if "torch" in t else "-"
         ratio = f"{t['torch'] / t['policy']:.2f}" if "torch" in t else "-"
-        print(f"| {name} | {cells} | {torch_us} | {ratio} | {', '.join(ops['policy'].variants)} |", flush=True)
+        print(f"| {name} | {cells} | {torch_us} | {ratio} | {', '.join(ops['policy'].variants)} "
+              f"(gemm: {', '.join(ops['gemm'].variants)}) |", flush=True)
     dev.close()
 
 
