@@ -2,14 +2,15 @@
 the policy's choice, the tiled and lanes convolution kernels and GEMM's kernels (ops/conv_pointwise.py),
 with torch CUDA's conv2d (cuDNN, its default TF32 allowed) beside them. us per execution (the slope
 over N recorded executions, median of rounds: kompute_dml.bench.timing), and the policy's x torch.
---half: the same layers in FLOAT16 on the tiled and tensor-core convolution kernels and GEMM's (its
-tensor-core kernel where the GEMM policy picks it), torch in float16.
+--half: the same layers in FLOAT16 on the tiled and tensor-core convolution kernels and GEMM's (the
+GEMM policy's kernel, and its tiled one forced: gemm-tiled), torch in float16.
 
     python -m benchmarks.bench_conv --pointwise [--half] [--rounds 5] [--n 20]
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ ROWS = [(1, 16, 72, 56, None), (1, 24, 88, 28, None), (1, 40, 240, 14, HARD_SWIS
         (8, 40, 240, 14, HARD_SWISH), (8, 96, 576, 7, HARD_SWISH), (8, 576, 96, 7, None), (8, 1152, 320, 7, None),
         (1, 64, 256, 56, RELU), (1, 1024, 256, 14, RELU), (8, 256, 64, 56, RELU), (8, 1024, 256, 14, RELU),
         (8, 512, 2048, 7, None), (1, 16, 96, 112, SWISH), (1, 16, 96, 112, None), (8, 16, 96, 112, SWISH)]
-KERNELS = {False: (None, "tiled", "lanes", "gemm"), True: (None, "tiled", "coopmat", "gemm")}
+KERNELS = {False: (None, "tiled", "lanes", "gemm"), True: (None, "tiled", "coopmat", "gemm", "gemm-tiled")}
 
 
 def run_pointwise(args: Any) -> None:
@@ -50,7 +51,7 @@ def run_pointwise(args: Any) -> None:
     names = [k or "policy" for k in kernels]
     print(f"device: {dev.name}; torch: {torch.cuda.get_device_name() if torch else 'none'}; {dt.name}")
     print(f"| layer | {' | '.join(f'{k} us' for k in names)} | torch us | policy x torch | policy's variants |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print(f"| --- | {' | '.join('---:' for _ in names)} | ---: | ---: | --- |")
     rng = np.random.default_rng(0)
     for n, cin, cout, hw, act in ROWS:
         x = rng.standard_normal((n, cin, hw, hw)).astype(npt)
@@ -60,7 +61,7 @@ def run_pointwise(args: Any) -> None:
         od = TD(dt, (n, cout, hw, hw))
         desc = kdml.ConvolutionDesc(tx.desc, tw.desc, tb.desc, od, fused_activation=act)
         ys = [kdml.Tensor(dev.buffer(od.byte_size), od, 0) for _ in range(2)]
-        ops = {k or "policy": compile_convolution(dev, desc, kernel=k) for k in kernels}
+        ops = {k or "policy": _compiled(dev, desc, k) for k in kernels}
         runs: dict[str, Any] = {name: executions(dev, op, [tx, tw, tb], ys) for name, op in ops.items()}
         if torch is not None:
             cx, cw, cb = (torch.from_numpy(a).cuda() for a in (x, w, b.reshape(-1)))
@@ -81,6 +82,18 @@ def run_pointwise(args: Any) -> None:
         print(f"| {name} | {cells} | {torch_us} | {ratio} | {', '.join(ops['policy'].variants)} "
               f"(gemm: {', '.join(ops['gemm'].variants)}) |", flush=True)
     dev.close()
+
+
+def _compiled(dev: Any, desc: Any, kernel: str | None) -> Any:
+    """compile_convolution's op on `kernel`; "gemm-tiled": GEMM's kernels with GEMM's tiled family forced."""
+    if kernel != "gemm-tiled":
+        return compile_convolution(dev, desc, kernel=kernel)
+    from unittest import mock
+
+    from kompute_dml.ops import conv_pointwise, gemm
+
+    with mock.patch.object(conv_pointwise, "compile_gemm", functools.partial(gemm.compile_gemm, kernel="tiled")):
+        return compile_convolution(dev, desc, kernel="gemm")
 
 
 def _versus_policy(dev: Any, ops: dict[str, Any], ins: list[Any], od: Any, args: Any) -> tuple[dict, dict]:

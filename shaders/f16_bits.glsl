@@ -3,16 +3,18 @@
 #ifndef KDML_F16_BITS_GLSL
 #define KDML_F16_BITS_GLSL
 
-// float16 bits -> float32 bits, exact (float16 subnormals are float32 normals)
+// float16 bits -> float32 bits, exact (float16 subnormals are float32 normals; a NaN keeps its
+// payload). Branch-free: a select of three forms, the subnormal one by one float32 product whose
+// result is a normal float32 (exact on every device: no flush). The form with branches made the
+// float16 kernels that convert every operand (SQUEEZE_EXCITATION, the tiled GEMM's loads, pooling)
+// several times slower than their float32 variants on the H100 (device call 237).
 uint h2f(uint h) {
-    uint s = (h & 0x8000u) << 16;
-    uint e = (h >> 10) & 0x1Fu;
-    uint m = h & 0x3FFu;
-    if (e == 0x1Fu) return s | 0x7F800000u | (m << 13);
-    if (e != 0u) return s | ((e + 112u) << 23) | (m << 13);
-    if (m == 0u) return s;
-    int top = findMSB(m);  // m * 2^-24 = 1.f * 2^(top - 24)
-    return s | (uint(top + 103) << 23) | ((m << uint(23 - top)) & 0x7FFFFFu);
+    uint em = h & 0x7FFFu;
+    uint normal = (em << 13) + 0x38000000u;  // exponent + 112
+    uint special = (em << 13) | 0x7F800000u;  // exponent 31: infinity or NaN, the payload kept
+    uint subnormal = floatBitsToUint(float(h & 0x3FFu) * 5.9604644775390625e-08);  // m 2^-24
+    uint v = em >= 0x7C00u ? special : (em < 0x400u ? subnormal : normal);
+    return ((h & 0x8000u) << 16) | v;
 }
 
 // float32 bits -> float16 bits, rounded to nearest even
