@@ -70,16 +70,17 @@ def test_pointwise_on_gemm_against_numpy(dev, rng, dt, kinds, n, cin, cout, hw):
         check(got, want, s, cin, dt)
 
 
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
 @pytest.mark.parametrize("name", ["relu", "hard_swish", "sigmoid", "clip"])
-def test_fused_activation_is_the_standalone_operators(dev, rng, name):
+def test_fused_activation_is_the_standalone_operators(dev, rng, dt, name):
     desc, fn, params = ACTS[name]
     seed = int(rng.integers(1 << 30))
-    plain, _, _, _ = run(dev, np.random.default_rng(seed), DT.FLOAT32, 2, 24, 40, (6, 6), ("nchw", "nchw"), True, None)
-    fused, _, _, variants = run(dev, np.random.default_rng(seed), DT.FLOAT32, 2, 24, 40, (6, 6), ("nchw", "nchw"), True,
-                                desc)
+    plain, _, _, _ = run(dev, np.random.default_rng(seed), dt, 2, 24, 40, (6, 6), ("nchw", "nchw"), True, None)
+    fused, _, _, variants = run(dev, np.random.default_rng(seed), dt, 2, 24, 40, (6, 6), ("nchw", "nchw"), True, desc)
     assert variants[0].startswith("gemm") and variants[0].endswith("a")
     chain = fn(plain, **params).numpy()
-    np.testing.assert_array_equal(fused.view(np.uint32), chain.view(np.uint32))
+    bits = np.uint32 if dt == DT.FLOAT32 else np.uint16
+    np.testing.assert_array_equal(fused.view(bits), chain.view(bits))
 
 
 def test_other_convolutions_take_the_convolution_kernels(dev, rng):
@@ -109,3 +110,19 @@ def test_policy_picks_gemm_for_float32_pointwise_where_it_says(monkeypatch):
     assert choose_conv_kernel("tiled", half=False, pointwise=True, pointwise_gemm=False, **kw) != "gemm"
     assert choose_conv_kernel("coopmat", half=True, pointwise=True, pointwise_gemm=True, **kw) == "coopmat"
     assert choose_conv_kernel("tiled", half=False, pointwise=False, pointwise_gemm=True, kernel="gemm", **kw) == "tiled"
+
+
+@pytest.mark.parametrize("cin, pixels, want", [(16, 3136, "gemm"), (128, 12544, "gemm"), (1152, 49, "gemm"),
+                                               (256, 3136, "coopmat"), (1024, 196, "coopmat"), (1024, 8, "coopmat"),
+                                               (8, 3136, "direct")])
+def test_policy_picks_gemm_for_float16_pointwise_within_its_bounds(monkeypatch, cin, pixels, want):
+    """FLOAT16 tensors: GEMM (its tensor-core family) for few input channels or small images, where the
+    device's family is coopmat; half precision of FLOAT32 tensors (allow_half_precision) keeps the tensor-core
+    convolution; so does a device without tensor cores."""
+    monkeypatch.delenv("KDML_CONV_KERNEL")
+    coutg = 4 if want == "direct" else 96
+    kw = dict(coutg=coutg, klen=cin, backward=False, pointwise=True, pointwise_gemm=True, pixels=pixels)
+    assert choose_conv_kernel("coopmat", half=True, float16=True, **kw) == want
+    if want == "gemm":
+        assert choose_conv_kernel("coopmat", half=True, float16=False, **kw) == "coopmat"
+        assert choose_conv_kernel("tiled", half=True, float16=True, **kw) == "tiled"

@@ -273,7 +273,8 @@ def compile_convolution(device: Device, desc: ConvolutionDesc, *, allow_half_pre
     half = x.data_type == _F16 or allow_half_precision
     gemm_desc = conv_pointwise.pointwise(desc, v)
     family = device.policy.conv_family_for(half=half, coutg=coutg, klen=klen, backward=v["backward"], kernel=kernel,
-                                           lanes_work=lanes_work(npix, cout, klen), pointwise=gemm_desc is not None)
+                                           lanes_work=lanes_work(npix, cout, klen), pointwise=gemm_desc is not None,
+                                           float16=x.data_type == _F16, pixels=math.prod(v["spatial"]))
     if family == "gemm" and gemm_desc is not None:  # GEMM's kernels (ops/conv_pointwise.py)
         return _compiled(device, desc, *conv_pointwise.gemm_plans(device, gemm_desc))
     if w.data_type != x.data_type and family not in ("coopmat", "coopmat-emulated"):

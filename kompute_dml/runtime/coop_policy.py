@@ -59,6 +59,16 @@ LANES_MAX_WORK = 1024
 # `python -m benchmarks.bench_conv --kernels` times the tiled and coopmat kernels side by side.
 CONV_COOP_MIN_COUTG = 16
 CONV_COOP_MIN_K = 16
+# FLOAT16 pointwise convolutions (ops/conv_pointwise.py) take GEMM's kernels where the device's GEMM
+# family is "coopmat" and the product reaches its tensor cores (at least GEMM_COOP_MIN output channels,
+# input channels and pixels per image), with at most POINTWISE_F16_GEMM_MAX_K input channels or at most
+# POINTWISE_F16_GEMM_MAX_PIXELS pixels per image. H100, device call 238 (`python -m benchmarks.bench_conv
+# --pointwise --half`, the tensor-core convolution / GEMM, us): 8 x 16 -> 72 at 56 x 56 39.9 / 16.3,
+# 8 x 16 -> 96 at 112 x 112 with SiLU 225.9 / 124.9, 8 x 96 -> 576 at 7 x 7 15.5 / 10.0, 8 x 1152 -> 320 at
+# 7 x 7 18.8 / 16.5, 1 x 64 -> 256 at 56 x 56 13.8 / 8.7; past both bounds the convolution kernels:
+# 8 x 256 -> 64 at 56 x 56 33.5 / 79.1, 8 x 1024 -> 256 at 14 x 14 29.6 / 32.8.
+POINTWISE_F16_GEMM_MAX_K = 128
+POINTWISE_F16_GEMM_MAX_PIXELS = 64
 
 
 def has_f16_shape(shapes: Any) -> bool:
@@ -95,14 +105,16 @@ def choose_gemm_family(policy_family: str, forced: str | None, float16: bool, m:
 
 def choose_conv_kernel(policy_family: str, *, half: bool, coutg: int, klen: int, backward: bool,
                        kernel: str | None = None, lanes_work: int | None = None, pointwise: bool = False,
-                       pointwise_gemm: bool = False) -> str:
+                       pointwise_gemm: bool = False, float16: bool = False, pixels: int = 0) -> str:
     """CONVOLUTION's kernel: `kernel`, else KDML_CONV_KERNEL's, where one is forced (InvalidArgumentError
     ("kernel") for an unknown name); else "direct" for FORWARD with fewer than DIRECT_BELOW_COUTG output
     channels per group and at most DIRECT_MAX_K terms, "coopmat" for FORWARD in half precision (`half`: FLOAT16, or FLOAT32 under
     allow_half_precision) of at least CONV_COOP_MIN_COUTG channels per group and CONV_COOP_MIN_K terms
     on a device that has it (`policy_family`), else "lanes" for FORWARD FLOAT32 where `lanes_work` (the
     lanes kernel's work-groups times its rounds over the terms, ops/convolution.lanes_work; None: not a
-    candidate) is at most LANES_MAX_WORK, else "tiled". A forced coop family applies to FORWARD in half precision
+    candidate) is at most LANES_MAX_WORK, else "tiled". `pointwise` (a 1 x 1 convolution GEMM can run,
+    `pixels` per image) takes "gemm" where `pointwise_gemm`: FLOAT32 always, FLOAT16 tensors (`float16`)
+    within the bounds of POINTWISE_F16_GEMM_MAX_K. A forced coop family applies to FORWARD in half precision
     only ("tiled" otherwise)."""
     forced = kernel if kernel is not None else os.environ.get(CONV_KERNEL_ENV)
     choice = _forced(forced, CONV_KERNELS, f"{CONV_KERNEL_ENV}, read at each compile")
@@ -115,6 +127,10 @@ def choose_conv_kernel(policy_family: str, *, half: bool, coutg: int, klen: int,
         return choice
     if not backward and coutg < DIRECT_BELOW_COUTG and klen <= DIRECT_MAX_K:
         return "direct"
+    if (pointwise and pointwise_gemm and float16 and policy_family == "coopmat"
+            and min(coutg, klen, pixels) >= GEMM_COOP_MIN
+            and (klen <= POINTWISE_F16_GEMM_MAX_K or pixels <= POINTWISE_F16_GEMM_MAX_PIXELS)):
+        return "gemm"
     big = coutg >= CONV_COOP_MIN_COUTG and klen >= CONV_COOP_MIN_K
     if coop_ok and big and policy_family == "coopmat":
         return "coopmat"

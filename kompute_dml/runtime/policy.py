@@ -214,7 +214,7 @@ class DevicePolicy:
     gemm_kernel: str = field(default_factory=lambda: os.environ.get(GEMM_KERNEL_ENV, "auto"))  # forced family
     # CONVOLUTION's half-precision FORWARD family: "coopmat" where GEMM's is (KDML_CONV_KERNEL forces a kernel)
     conv_family: str = "tiled"
-    conv_pointwise_gemm: bool = False  # FLOAT32 1 x 1 convolutions on GEMM's kernels (ops/conv_pointwise.py; GPUs)
+    conv_pointwise_gemm: bool = False  # 1 x 1 convolutions on GEMM's kernels (ops/conv_pointwise.py; GPUs)
     weights: str = "rows"  # see WEIGHT_LAYOUTS
     coop_sums: str = "bytes"  # see COOP_SUMS
     gemv_max_m: int = GEMV_MAX_M  # see GEMV_MAX_M, GEMV_COOP_MAX_M
@@ -279,13 +279,15 @@ class DevicePolicy:
         return choose_gemm_family(self.gemm_family, self.gemm_kernel if kernel is None else kernel, float16, m, n, k)
 
     def conv_family_for(self, *, half: bool, coutg: int, klen: int, backward: bool, kernel: str | None = None,
-                        lanes_work: int | None = None, pointwise: bool = False) -> str:
+                        lanes_work: int | None = None, pointwise: bool = False, float16: bool = False,
+                        pixels: int = 0) -> str:
         """CONVOLUTION's kernel (coop_policy.choose_conv_kernel): forced, else "direct" (few channels per group),
-        "coopmat" (half precision on a device that has it), "gemm" (FLOAT32 `pointwise` where conv_pointwise_gemm),
-        "lanes" (GPUs: few output pixels, `lanes_work` small; None: not a candidate), "tiled"."""
+        "gemm" (`pointwise` where conv_pointwise_gemm: FLOAT32, and FLOAT16 (`float16` tensors, `pixels` per image)
+        within coop_policy's bounds), "coopmat" (half precision on a device that has it), "lanes" (GPUs: few output
+        pixels, `lanes_work` small; None: not a candidate), "tiled"."""
         return choose_conv_kernel(self.conv_family, half=half, coutg=coutg, klen=klen, backward=backward, kernel=kernel,
                                   lanes_work=None if self.name == "cpu" else lanes_work, pointwise=pointwise,
-                                  pointwise_gemm=self.conv_pointwise_gemm)
+                                  pointwise_gemm=self.conv_pointwise_gemm, float16=float16, pixels=pixels)
 
     def copies_by_transfer(self, nbytes: int, regions: int = 1) -> bool:
         """Whether a dense copy writing `nbytes` in `regions` row regions runs as transfer commands."""
