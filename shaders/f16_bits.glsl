@@ -17,27 +17,23 @@ uint h2f(uint h) {
     return ((h & 0x8000u) << 16) | v;
 }
 
-// float32 bits -> float16 bits, rounded to nearest even
+// float32 bits -> float16 bits, rounded to nearest even (a NaN -> the quiet NaN 0x7E00 of its
+// sign). Branch-free, integer code: a select of the normal, subnormal, infinite and NaN results
+// (each computed for every input; the subnormal one shifts the significand right by 14 .. 31
+// places and rounds the remainder, which also gives +-0 below half the smallest subnormal)
 uint f2h(uint x) {
     uint s = (x >> 16) & 0x8000u;
     uint ax = x & 0x7FFFFFFFu;
-    if (ax > 0x7F800000u) return s | 0x7E00u;
-    if (ax >= 0x477FF000u) return s | 0x7C00u;  // >= 65520: rounds to infinity
-    int e = int(ax >> 23) - 127;
-    if (e >= -14) {
-        uint v = (uint(e + 15) << 10) | ((ax >> 13) & 0x3FFu);
-        uint rem = ax & 0x1FFFu;
-        if (rem > 0x1000u || (rem == 0x1000u && (v & 1u) != 0u)) v += 1u;
-        return s | v;
-    }
-    if (e < -25) return s;
-    uint m = (ax & 0x7FFFFFu) | 0x800000u;  // value = m * 2^(e - 23); units of 2^-24
-    uint shift = uint(-(e + 1));  // 14 .. 24
+    uint normal = ((ax + 0xFFFu + ((ax >> 13) & 1u)) >> 13) - (112u << 10);  // rounded at bit 13, rebiased
+    uint m = (ax & 0x7FFFFFu) | 0x800000u;  // value = m * 2^(e - 150), e the biased exponent
+    uint shift = uint(clamp(126 - int(ax >> 23), 1, 31));  // result units of 2^-24
+    uint rem = m & ((1u << shift) - 1u), half_ = 1u << (shift - 1u);
     uint v = m >> shift;
-    uint rem = m & ((1u << shift) - 1u);
-    uint half_ = 1u << (shift - 1u);
-    if (rem > half_ || (rem == half_ && (v & 1u) != 0u)) v += 1u;
-    return s | v;
+    uint subnormal = v + uint(rem > half_ || (rem == half_ && (v & 1u) != 0u));
+    uint r = ax < 0x38800000u ? subnormal : normal;  // below 2^-14: a subnormal (or zero) result
+    r = ax >= 0x477FF000u ? 0x7C00u : r;  // >= 65520 (infinity included): rounds to infinity
+    r = ax > 0x7F800000u ? 0x7E00u : r;
+    return s | r;
 }
 
 // float16 bits -> float32, exact, for bits that are no infinity or NaN: branch-free (the
