@@ -247,17 +247,19 @@ def _block(rng, c, r, silu, gate, dt=np.float32, extra_output=False):
 
 @pytest.mark.parametrize("silu, gate", [(False, "HardSigmoid"), (True, "Sigmoid"), (False, "Sigmoid")])
 @pytest.mark.parametrize("dt", [np.float32, np.float16], ids=["FLOAT32", "FLOAT16"])
-def test_block_is_one_dispatch_and_the_mul(rng, _one_pass, silu, gate, dt):
-    """float32: the gate in one dispatch, then the Mul; float16: node by node (measured faster)."""
-    model, (w1, b1, w2, b2) = _block(rng, 40, 10, silu, gate, dt)
-    x = (rng.standard_normal((2, 40, 5, 5)) * 2).astype(dt)
+@pytest.mark.parametrize("c, r", [(40, 10), (fusion_se.F16_MAX_CHANNELS + 1, 12)])
+def test_block_is_one_dispatch_and_the_mul(rng, _one_pass, silu, gate, dt, c, r):
+    """The gate in one dispatch, then the Mul; float16 blocks of more than F16_MAX_CHANNELS channels node
+    by node (measured faster)."""
+    model, (w1, b1, w2, b2) = _block(rng, c, r, silu, gate, dt)
+    x = (rng.standard_normal((2, c, 5, 5)) * 2).astype(dt)
     rep = Backend.prepare(model, "CPU")
     (y,) = rep.run({"x": x})
     label = "GlobalAveragePool+Conv+" + ("Sigmoid+Mul" if silu else "Relu") + "+Conv+" + gate
-    if dt == np.float32:
+    if dt == np.float32 or c <= fusion_se.F16_MAX_CHANNELS:
         assert label in rep.summary() and "SQUEEZE_EXCITATION" in rep.summary()
         assert rep.last_run.dispatches == 2  # the gate, the Mul
-    else:  # float16 blocks run node by node (fusion_se.FLOAT16), each Conv with its activation
+    else:  # wide float16 blocks run node by node (fusion_se.FLOAT16), each Conv with its activation
         assert "SQUEEZE_EXCITATION" not in rep.summary() and rep.last_run.dispatches == 4
     gate_ref, scale = reference(x, w1, b1, w2, b2, "swish" if silu else "relu", GATE_ACTS[gate], dt)
     want = (x.astype(np.float64) * gate_ref[:, :, None, None]).astype(dt).astype(np.float64)

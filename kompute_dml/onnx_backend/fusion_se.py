@@ -5,7 +5,7 @@ torch.onnx.export writes torchvision's MobileNetV3 and EfficientNet blocks:
     GlobalAveragePool(x) -> Conv 1x1 -> Sigmoid -> Mul (SiLU) -> Conv 1x1 -> HardSigmoid | Sigmoid
 
 The Convs: group 1, a constant (R, C, 1, 1) / (C, R, 1, 1) weight, stride 1, no padding, constant
-or absent biases; float32 (float16 blocks run node by node: FLOAT16 below). The gate (N, C, 1, 1)
+or absent biases; float32, and float16 up to F16_MAX_CHANNELS channels (below). The gate (N, C, 1, 1)
 is the chain's output; the Mul(x, gate) after it runs as it is. One dispatch instead of three (the
 pool, two Convs with their activations), two where an image has more than MEAN_ELEMENTS elements
 (the pool's own dispatch, then the gate from its means), within the float32 bound of the unfused
@@ -43,10 +43,14 @@ _GATES = ("HardSigmoid", "Sigmoid")
 # 576 x 7 x 7 22.0 / 21.4; 1152 x 7 x 7 (56,448) 28.2 / 20.1, 480 x 14 x 14 17.9 / 16.9, 96 x 56 x 56
 # 30.1 / 18.7. (At batch 8 the 14 x 14 pools are slower: 8 x 480 x 14 x 14 18.6 / 29.0, call 226.)
 MEAN_ELEMENTS = 16 * 56 * 56
-# float16 blocks run node by node: the float16 gate measured slower than the unfused chain (H100, device
-# call 174, the whole run with and without the fusion: MobileNetV3-small 1.27 against 0.81 ms at
-# batch 1, EfficientNet-B0 4.53 against 3.66 ms at batch 8); float32 gained 2-6 % there
-FLOAT16 = "a float16 block (the fused float16 gate is slower: node by node)"
+# float16 blocks of at most F16_MAX_CHANNELS channels are fused; wider ones run node by node, where the
+# float16 gate (its weights converted from float16 term by term) is slower than the unfused chain. H100,
+# device call 239 (`python -m benchmarks.bench_se --dtype float16`, us, the gate (the pool first past
+# MEAN_ELEMENTS) / the chain): batch 1 96 x 14 x 14 13.8 / 20.8, 288 x 7 x 7 22.2 / 23.5, 144 x 28 x 28
+# 17.7 / 22.9, 480 x 14 x 14 22.5 / 22.0, 576 x 7 x 7 38.0 / 24.6, 1152 x 7 x 7 32.0 / 28.5; batch 8
+# 240 x 14 x 14 21.8 / 33.5, 288 x 7 x 7 23.9 / 37.5, 480 x 14 x 14 45.3 / 43.3, 576 x 7 x 7 39.7 / 36.9.
+F16_MAX_CHANNELS = 288
+FLOAT16 = f"a float16 block of more than {F16_MAX_CHANNELS} channels (its fused gate is slower: node by node)"
 
 
 def _check_pointwise(rep: BackendRep, conv: onnx.NodeProto) -> str:
@@ -66,10 +70,11 @@ def _check_pointwise(rep: BackendRep, conv: onnx.NodeProto) -> str:
 
 
 def check_se(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
-    if rep._elem_dtype(nodes[0].input[0]) == np.float16:
-        return FLOAT16
     convs = [n for n in nodes if n.op_type == "Conv"]
-    return next((why for why in (_check_pointwise(rep, c) for c in convs) if why), "")
+    why = next((why for why in (_check_pointwise(rep, c) for c in convs) if why), "")
+    if not why and rep._elem_dtype(nodes[0].input[0]) == np.float16 and rep.constants[convs[0].input[1]].dims[1] > F16_MAX_CHANNELS:
+        return FLOAT16
+    return why
 
 
 def _weight(ctx: NodeContext, lookup: Callable[[str], Any], stats: RunStats, conv: onnx.NodeProto,
@@ -87,8 +92,8 @@ def _run(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], 
     pool, conv1, conv2, gate = nodes[0], nodes[1], nodes[-2], nodes[-1]
     x = as_device(ctx, lookup(pool.input[0]), stats, pool.input[0])
     dt, shape = x.dtype, tuple(x.shape)
-    if dt != np.float32 or len(shape) not in (3, 4, 5):
-        raise FallbackNeeded(FLOAT16 if dt == np.float16 else f"a pool input of {dt} {shape}")
+    if dt not in (np.float32, np.float16) or len(shape) not in (3, 4, 5):
+        raise FallbackNeeded(f"a pool input of {dt} {shape}")
     if int(np.prod(shape[1:])) > MEAN_ELEMENTS:
         (x,) = POOL_HANDLERS["GlobalAveragePool"](ctx, pool, [x], stats)
     w1, b1 = _weight(ctx, lookup, stats, conv1, dt)
