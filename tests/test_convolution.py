@@ -97,6 +97,38 @@ def test_both_kernels_give_the_same_bits(dev, rng, monkeypatch, case):
     np.testing.assert_array_equal(got["tiled"].view(np.uint32), got["direct"].view(np.uint32))
 
 
+@pytest.mark.parametrize("kernel", ["direct", "split"])
+@pytest.mark.parametrize("layout", ["packed", "channel gaps", "row gaps"])
+def test_float16_outputs_stored_in_pairs(dev, rng, monkeypatch, kernel, layout):
+    """The direct kernel and split-K's second dispatch store FLOAT16 outputs a word at a time where
+    neighbouring invocations hold its two halves (convolution.comp store_y_paired), as 16-bit fields
+    elsewhere: outputs of 49 pixels per channel (channels starting at even and odd elements), packed and
+    with gaps after channels or rows; every byte outside the output unchanged, within the reference's
+    bound; the direct kernel gives the tiled kernel's bits."""
+    cin, g = (3, 3) if kernel == "direct" else (16, 1)
+    xs, ws = (2, cin, 7, 7), (3, cin // g, 3, 3)
+    x = (rng.standard_normal(xs) * 2).astype(np.float16)
+    w = (rng.standard_normal(ws) * 0.5).astype(np.float16)
+    want, s = reference(x, w, None, (1, 1), (1, 1), (1, 1), (1, 1), g)
+    strides = {"packed": None, "channel gaps": (3 * 51, 51, 7, 1), "row gaps": (3 * 7 * 9, 7 * 9, 9, 1)}[layout]
+    yd = TD(DT.FLOAT16, want.shape, strides)
+    offset = 16 * int(rng.integers(4))
+    init = rng.integers(0, 256, offset + yd.byte_size + 6, dtype=np.uint8).tobytes()
+    monkeypatch.setenv("KDML_CONV_SPLIT", "3" if kernel == "split" else "1")
+    got = {}
+    for k in ("tiled", "direct") if kernel == "direct" else ("tiled",):
+        monkeypatch.setenv("KDML_CONV_KERNEL", k)
+        y = kdml.Tensor(dev.buffer(init), yd, offset)
+        op = dev.compile(kdml.ConvolutionDesc(TD(DT.FLOAT16, xs), TD(DT.FLOAT16, ws), None, yd, group_count=g,
+                                              start_padding=(1, 1), end_padding=(1, 1)))
+        assert op.variants[-1] == {"direct": "convd3_f16", "tiled": "convr_f16" if kernel == "split" else "conv_f16"}[k]
+        op.execute([dev.tensor(x), dev.tensor(w), None], [y])
+        got[k] = read_logical(assert_outside_unchanged(y, init), offset, yd)
+        check(got[k], want, s, int(np.prod(ws[1:])), DT.FLOAT16)
+    if kernel == "direct":
+        np.testing.assert_array_equal(got["tiled"].view(np.uint16), got["direct"].view(np.uint16))
+
+
 def test_broadcast_input_and_special_values(dev, rng):
     """A stride-0 (broadcast) input, and inf / NaN reaching the sums: IEEE results (a NaN or an
     inf times 0 gives NaN; inf + finite stays inf)."""

@@ -281,10 +281,9 @@ class DevicePolicy:
     def conv_family_for(self, *, half: bool, coutg: int, klen: int, backward: bool, kernel: str | None = None,
                         lanes_work: int | None = None, pointwise: bool = False, float16: bool = False,
                         pixels: int = 0) -> str:
-        """CONVOLUTION's kernel (coop_policy.choose_conv_kernel): forced, else "direct" (few channels per group),
-        "gemm" (`pointwise` where conv_pointwise_gemm: FLOAT32, and FLOAT16 (`float16` tensors, `pixels` per image)
-        within coop_policy's bounds), "coopmat" (half precision on a device that has it), "lanes" (GPUs: few output
-        pixels, `lanes_work` small; None: not a candidate), "tiled"."""
+        """CONVOLUTION's kernel (coop_policy.choose_conv_kernel): forced, else "direct" (few channels per group), "gemm"
+        (`pointwise` where conv_pointwise_gemm: FLOAT32; FLOAT16 tensors within coop_policy's bounds), "coopmat" (half
+        precision where the device has it), "lanes" (GPUs: few output pixels, `lanes_work` small), "tiled"."""
         return choose_conv_kernel(self.conv_family, half=half, coutg=coutg, klen=klen, backward=backward, kernel=kernel,
                                   lanes_work=None if self.name == "cpu" else lanes_work, pointwise=pointwise,
                                   pointwise_gemm=self.conv_pointwise_gemm, float16=float16, pixels=pixels)
