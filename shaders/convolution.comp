@@ -18,7 +18,6 @@
 
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
-#extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 #include "f16_bits.glsl"
 
@@ -75,34 +74,13 @@ void store_y(uint e, uint bits) {
 #endif
 }
 
-// store_y where `valid`, for kernels of one output element per invocation; called by every invocation
-// of the subgroup. float16: neighbouring invocations whose elements are the two halves of one word pair
-// up and the even element's invocation stores the word whole; others store their half as a field (two
-// atomics, which made the float16 direct kernel twice as slow as the float32 one: H100, device call 240,
-// EfficientNet-B0 float16 batch 8 depthwise layers 867 us against 416 in float32, call 232)
-void store_y_paired(uint e, uint bits, bool valid) {
-#if F16
-    uint pe = subgroupShuffleXor(e, 1u), pbits = subgroupShuffleXor(bits, 1u);
-    bool paired = subgroupShuffleXor(uint(valid), 1u) != 0u && (e ^ 1u) == pe;
-    if (!valid) return;
-    if (!paired) {
-        store_y(e, bits);
-    } else if ((e & 1u) == 0u) {
-        y_buf[e >> 1] = bits | (pbits << 16);
-    }
-#else
-    if (valid) store_y(e, bits);
-#endif
-}
-
 #if REDUCE
 // Split-K's second dispatch: one invocation per output element (channel-major over pixels as
 // s_buf holds them), the parts' partial sums added in part order, then the epilogue.
 void main() {
     uint idx = linear_group_id() * 256u + gl_LocalInvocationID.x;
     uint npix = p[P_NPIX], cout = p[P_COUT];
-    bool valid = idx < npix * cout;  // the others idle along to store_y_paired (output 0's work, not stored)
-    idx = valid ? idx : 0u;
+    if (idx >= npix * cout) return;
     uint co = idx / npix, q = idx % npix;
     precise float v = uintBitsToFloat(s_buf[idx]);
     for (uint sp = 1u; sp < p[P_SPLIT]; sp++) v = v + uintBitsToFloat(s_buf[sp * cout * npix + idx]);
@@ -110,8 +88,7 @@ void main() {
     uint qb = q / p[P_ODHW], qrem = q % p[P_ODHW];
     uint qd = qrem / p[P_OHW], qhw = qrem % p[P_OHW];
     uint qh = qhw / p[P_OUT + 2], qw = qhw % p[P_OUT + 2];
-    store_y_paired(pc.y_off + qb * p[P_YS] + co * p[P_YS + 1] + qd * p[P_YS + 2] + qh * p[P_YS + 3] + qw * p[P_YS + 4],
-                   bits, valid);
+    store_y(pc.y_off + qb * p[P_YS] + co * p[P_YS + 1] + qd * p[P_YS + 2] + qh * p[P_YS + 3] + qw * p[P_YS + 4], bits);
 }
 #elif DIRECT
 // The direct variant (depthwise and other convolutions of few channels per group, where a 64-row
@@ -122,8 +99,7 @@ void main() {
 void main() {
     uint idx = linear_group_id() * 256u + gl_LocalInvocationID.x;
     uint odhw = p[P_ODHW], cout = p[P_COUT];
-    bool valid = idx < p[P_NPIX] * cout;  // the others idle along to store_y_paired (output 0's work, not stored)
-    idx = valid ? idx : 0u;
+    if (idx >= p[P_NPIX] * cout) return;
     uint b = idx / (cout * odhw), r = idx % (cout * odhw);
     uint co = r / odhw, sp = r % odhw;
     uint od = sp / p[P_OHW], ohw = sp % p[P_OHW];
@@ -177,8 +153,8 @@ void main() {
         }
     }
 #endif
-    store_y_paired(pc.y_off + b * p[P_YS] + co * p[P_YS + 1] + od * p[P_YS + 2] + oh * p[P_YS + 3] + ow * p[P_YS + 4],
-                   conv_finish(acc, co), valid);
+    store_y(pc.y_off + b * p[P_YS] + co * p[P_YS + 1] + od * p[P_YS + 2] + oh * p[P_YS + 3] + ow * p[P_YS + 4],
+            conv_finish(acc, co));
 }
 #elif LANES
 // The lanes variant (few output pixels: a squeeze-and-excitation block's 1 x 1 layers, pointwise

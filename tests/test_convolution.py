@@ -99,12 +99,11 @@ def test_both_kernels_give_the_same_bits(dev, rng, monkeypatch, case):
 
 @pytest.mark.parametrize("kernel", ["direct", "split"])
 @pytest.mark.parametrize("layout", ["packed", "channel gaps", "row gaps"])
-def test_float16_outputs_stored_in_pairs(dev, rng, monkeypatch, kernel, layout):
-    """The direct kernel and split-K's second dispatch store FLOAT16 outputs a word at a time where
-    neighbouring invocations hold its two halves (convolution.comp store_y_paired), as 16-bit fields
-    elsewhere: outputs of 49 pixels per channel (channels starting at even and odd elements), packed and
-    with gaps after channels or rows; every byte outside the output unchanged, within the reference's
-    bound; the direct kernel gives the tiled kernel's bits."""
+def test_float16_outputs_of_one_element_per_invocation(dev, rng, monkeypatch, kernel, layout):
+    """The direct kernel and split-K's second dispatch store each FLOAT16 output as a 16-bit field of a
+    word a neighbouring invocation may write too: outputs of 49 pixels per channel (channels starting at
+    even and odd elements), packed and with gaps after channels or rows; every byte outside the output
+    unchanged, within the reference's bound; the direct kernel gives the tiled kernel's bits."""
     cin, g = (3, 3) if kernel == "direct" else (16, 1)
     xs, ws = (2, cin, 7, 7), (3, cin // g, 3, 3)
     x = (rng.standard_normal(xs) * 2).astype(np.float16)
