@@ -17,6 +17,17 @@ uint h2f(uint h) {
     return ((h & 0x8000u) << 16) | v;
 }
 
+// float16 bits -> its float32 value, exact except a NaN's payload (any NaN stays a NaN): the device's
+// conversion (UnpackHalf2x16, correctly rounded: exact), except subnormals, which a device may flush,
+// by one float32 product (exact: a normal result). For operands whose NaNs need no payload (the
+// convolution's loads): about half h2f's instructions; EfficientNet-B0 float16's depthwise layers at
+// batch 8 took 595 us against 897 with h2f (H100, device calls 242 and 241)
+float h2f_value(uint h) {
+    float v = unpackHalf2x16(h).x;
+    float sub = float(h & 0x3FFu) * 5.9604644775390625e-08;  // m 2^-24
+    return (h & 0x7C00u) == 0u ? ((h & 0x8000u) != 0u ? -sub : sub) : v;
+}
+
 // float32 bits -> float16 bits, rounded to nearest even (a NaN -> the quiet NaN 0x7E00 of its
 // sign). Branch-free, integer code: a select of the normal, subnormal, infinite and NaN results
 // (each computed for every input; the subnormal one shifts the significand right by 14 .. 31
