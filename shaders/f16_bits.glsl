@@ -20,8 +20,9 @@ uint h2f(uint h) {
 // float16 bits -> its float32 value, exact except a NaN's payload (any NaN stays a NaN): the device's
 // conversion (UnpackHalf2x16, correctly rounded: exact), except subnormals, which a device may flush,
 // by one float32 product (exact: a normal result). For operands whose NaNs need no payload (the
-// convolution's loads): about half h2f's instructions; EfficientNet-B0 float16's depthwise layers at
-// batch 8 took 595 us against 897 with h2f (H100, device calls 242 and 241)
+// convolution's loads). H100, `encoder_profile --family efficientnet-b0-fp16 --shape 8x128`: the
+// depthwise layers took 897 us with h2f (device call 241) and 595 with UnpackHalf2x16 alone (call 242,
+// f595a2b, kept in main's history by a merge); this form (the subnormal select added) was not timed
 float h2f_value(uint h) {
     float v = unpackHalf2x16(h).x;
     float sub = float(h & 0x3FFu) * 5.9604644775390625e-08;  // m 2^-24
