@@ -51,7 +51,7 @@ shared vec4 b_tile[BK][BN / 4];
 
 float load_x(uint e) {
 #if F16
-    return uintBitsToFloat(h2f((x_buf[e >> 1] >> ((e & 1u) * 16u)) & 0xFFFFu));
+    return unpackHalf2x16(x_buf[e >> 1] >> ((e & 1u) * 16u)).x;  // EXPERIMENT: the device's conversion
 #else
     return uintBitsToFloat(x_buf[e]);
 #endif
@@ -59,7 +59,7 @@ float load_x(uint e) {
 
 float load_w(uint e) {
 #if F16
-    return uintBitsToFloat(h2f((w_buf[e >> 1] >> ((e & 1u) * 16u)) & 0xFFFFu));
+    return unpackHalf2x16(w_buf[e >> 1] >> ((e & 1u) * 16u)).x;  // EXPERIMENT
 #else
     return uintBitsToFloat(w_buf[e]);
 #endif
