@@ -5,9 +5,9 @@
 
 // float16 bits -> float32 bits, exact (float16 subnormals are float32 normals; a NaN keeps its
 // payload). Branch-free: a select of three forms, the subnormal one by one float32 product whose
-// result is a normal float32 (exact on every device: no flush). The form with branches made the
-// float16 kernels that convert every operand (SQUEEZE_EXCITATION, the tiled GEMM's loads, pooling)
-// several times slower than their float32 variants on the H100 (device call 237).
+// result is a normal float32 (exact on every device: no flush). H100, `python -m benchmarks.bench_se
+// --dtype float16`: SQUEEZE_EXCITATION's gate at 1 x 576 -> 144 x 7 x 7 took 98.4 us with the form with
+// branches (device call 237), 38.0 with this one (call 239).
 uint h2f(uint h) {
     uint em = h & 0x7FFFu;
     uint normal = (em << 13) + 0x38000000u;  // exponent + 112
