@@ -128,6 +128,28 @@ def test_float16_outputs_of_one_element_per_invocation(dev, rng, monkeypatch, ke
         np.testing.assert_array_equal(got["tiled"].view(np.uint16), got["direct"].view(np.uint16))
 
 
+@pytest.mark.parametrize("kernel", ["direct", "tiled"])
+def test_float16_operands_exact_subnormals_and_specials(dev, monkeypatch, kernel):
+    """The float16 loads (f16_bits.glsl h2f_value) give every float16 value exactly, subnormals included
+    (a device may flush them in its own conversion): x times a filter of 1 is x, bit for bit, for every
+    finite float16 of either sign; infinities stay infinite, NaNs NaN."""
+    monkeypatch.setenv("KDML_CONV_KERNEL", kernel)
+    monkeypatch.setenv("KDML_CONV_SPLIT", "1")
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    x = bits.view(np.float16).reshape(1, 1, 256, 256)
+    y = dev.empty(TD(DT.FLOAT16, x.shape))
+    op = dev.compile(kdml.ConvolutionDesc(TD(DT.FLOAT16, x.shape), TD(DT.FLOAT16, (1, 1, 1, 1)), None, y.desc))
+    op.execute([dev.tensor(x), dev.tensor(np.ones((1, 1, 1, 1), np.float16)), None], [y])
+    got = y.numpy().reshape(-1)
+    finite = np.isfinite(x.reshape(-1))
+    zero = (bits & 0x7FFF) == 0
+    np.testing.assert_array_equal(got.view(np.uint16)[finite & ~zero], bits[finite & ~zero])
+    assert np.all(got[zero] == 0)  # (the sum starts at +0: -0 + +0 is +0)
+    inf = np.isinf(x.reshape(-1))
+    np.testing.assert_array_equal(got[inf], x.reshape(-1)[inf])
+    assert np.all(np.isnan(got[np.isnan(x.reshape(-1))]))
+
+
 def test_broadcast_input_and_special_values(dev, rng):
     """A stride-0 (broadcast) input, and inf / NaN reaching the sums: IEEE results (a NaN or an
     inf times 0 gives NaN; inf + finite stays inf)."""
