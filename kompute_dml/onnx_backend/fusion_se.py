@@ -44,7 +44,7 @@ _GATES = ("HardSigmoid", "Sigmoid")
 # 30.1 / 18.7. (At batch 8 the 14 x 14 pools are slower: 8 x 480 x 14 x 14 18.6 / 29.0, call 226.)
 MEAN_ELEMENTS = 16 * 56 * 56
 # float16 blocks of at most F16_MAX_CHANNELS channels are fused; wider ones run node by node, where the
-# float16 gate (its weights converted from float16 term by term) is slower than the unfused chain. H100,
+# float16 gate measured slower than the unfused chain. H100,
 # device call 239 (`python -m benchmarks.bench_se --dtype float16`, us, the gate (the pool first past
 # MEAN_ELEMENTS) / the chain): batch 1 96 x 14 x 14 13.8 / 20.8, 288 x 7 x 7 22.2 / 23.5, 144 x 28 x 28
 # 17.7 / 22.9, 480 x 14 x 14 22.5 / 22.0, 576 x 7 x 7 38.0 / 24.6, 1152 x 7 x 7 32.0 / 28.5; batch 8
