@@ -16,8 +16,10 @@ import dataclasses
 import numpy as np
 import onnx
 import pytest
+from act_edges import EDGE_ACTS, EDGES16, EDGES32
 from helpers import compile_at_level
 from onnx import TensorProto, helper, numpy_helper
+from test_gemm_coop import coop_available
 
 import kompute_dml as kdml
 from kompute_dml.onnx_backend import Backend
@@ -85,6 +87,34 @@ def test_fused_equals_unfused_chain(dev, rng, monkeypatch, kernel, dt):
                                           start_padding=(1, 0), end_padding=(0, 1), strides=(1, 2),
                                           fused_activation=ACTS["elu"][0]), allow_half_precision=half)
     assert op.variants[0].startswith(pre)
+
+
+@pytest.mark.parametrize("kernel", [*KERNELS, "tensor_cores"])
+@pytest.mark.parametrize("dt", [F32, F16], ids=lambda d: d.name)
+def test_fast_forms_hand_over(dev, rng, monkeypatch, kernel, dt):
+    """HardSwish and Swish in the epilogue (fused_act.glsl's fast forms, the exact ones where those hand
+    over) give the unfused chain's bits on the values where the hand-over happens (test_gemm_fused's),
+    times 8 scales: a 1 x 1 filter over one channel, so each output is one value times one scale."""
+    if kernel == "tensor_cores" and (why := coop_available(dev)):
+        pytest.skip(why)
+    env, split, _pre = KERNELS.get(kernel, ("coopmat", "1", "convc_"))
+    monkeypatch.setenv("KDML_CONV_KERNEL", env)
+    monkeypatch.setenv("KDML_CONV_SPLIT", split)
+    edges = np.array(EDGES16 if dt == F16 else EDGES32, dt.numpy_dtype)
+    x = rng.permutation(np.concatenate([edges, (rng.standard_normal(30) * 4).astype(dt.numpy_dtype)]))
+    scales = [1.0, -1.0, 0.5, 2.0 ** -10, 2.0 ** 10, -2.0 ** -14, 3.0, 1.0]
+    if dt == F32:
+        scales[3:6] = [2.0 ** -20, 2.0 ** 20, -2.0 ** -100]
+    w = np.array(scales, dt.numpy_dtype).reshape(8, 1, 1, 1)
+    half = kernel.startswith("coop") or kernel == "tensor_cores"
+    plain = kdml.conv(x.reshape(1, 1, 1, -1), w, allow_half_precision=half and dt == F32)
+    bits = np.uint16 if dt == F16 else np.uint32
+    for name in ("hard_swish", "swish", "swish_scaled"):
+        desc, fn, params = EDGE_ACTS[name]
+        fused = kdml.conv(x.reshape(1, 1, 1, -1), w, activation=desc, allow_half_precision=half and dt == F32).numpy()
+        chain = fn(plain, **params).numpy()
+        bad = np.flatnonzero(fused.view(bits) != chain.view(bits))
+        assert bad.size == 0, f"{name}: {bad.size} differ, first {fused.flat[bad[0]]!r} != {chain.flat[bad[0]]!r}"
 
 
 def test_refusals(dev):

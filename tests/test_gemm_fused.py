@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 import pytest
+from act_edges import EDGE_ACTS, EDGES16, EDGES32
 from helpers import assert_outside_unchanged, compile_at_level, place, poison_against, read_logical
 from test_add1_fused import _same
 from test_conv_fused import ACTS
@@ -121,25 +122,8 @@ def test_register_blocks_and_specials(dev, rng, monkeypatch, blk, dt):
     assert np.isnan(got).any()
 
 
-# FLOAT32 values where HardSwish's and Swish's fast forms (shaders/act_math.glsl *_fast) hand over to
-# the exact ones: zeros, subnormals, the smallest normals, products Alpha x that are subnormal (2e-38 /
-# 6), sums Alpha x + Beta near zero (x near -3), exp(-|x|) subnormal or zero (x below -87.3), huge
-# values, infinities and NaN; and ordinary ones. Alpha and Beta stay normal: a device may flush a
-# subnormal one in one kernel and not in another (Vulkan leaves denormals to the implementation), and
-# the H100 did, for Beta = -1e-38 (x = -0: the standalone HardSwish +0, the fused -0; device call 233)
-_EDGES = [0.0, -0.0, 1e-40, -1e-40, 1.4e-45, -1.4e-45, 1.1754944e-38, -1.1754944e-38, 2e-38, -2e-38, -3.0,
-          -3.0000002, -2.9999998, 3.0, -87.0, -87.5, -88.0, -100.0, -103.9, -104.0, -150.0, 88.0, 100.0, 3e38,
-          -3e38, 3.4028235e38, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 0.5, -0.5, 2.5, -2.5, 7.0, -7.0]
-_EDGE_ACTS = {"hard_swish": (kdml.ActivationHardSwishDesc(None, None), kdml.hard_swish, {}),
-              "hard_swish_odd": (kdml.ActivationHardSwishDesc(None, None, alpha=3e37, beta=-2e-38), kdml.hard_swish,
-                                 {"alpha": 3e37, "beta": -2e-38}),
-              "swish": (kdml.ActivationSwishDesc(None, None), kdml.swish, {}),
-              "swish_scaled": (kdml.ActivationSwishDesc(None, None, sigmoid_input_scale=1e-30), kdml.swish,
-                               {"sigmoid_input_scale": 1e-30})}
-
-
 @pytest.mark.parametrize("blk", [2, 4, 8])
-@pytest.mark.parametrize("name", _EDGE_ACTS)
+@pytest.mark.parametrize("name", EDGE_ACTS)
 def test_fast_forms_hand_over(dev, rng, monkeypatch, blk, name):
     """FLOAT32 HardSwish and Swish (their fast forms, the exact ones where those hand over) give the
     unfused chain's bits on the values where the hand-over happens, times 8 scales (a K = 1 product:
@@ -147,8 +131,8 @@ def test_fast_forms_hand_over(dev, rng, monkeypatch, blk, name):
     product), on every register block, with C and without."""
     monkeypatch.setattr("kompute_dml.ops.gemm.choose_block", lambda *args: blk)
     monkeypatch.setenv("KDML_GEMM_SPLIT", "1")
-    act, fn, kw = _EDGE_ACTS[name]
-    edges = np.array(_EDGES, np.float32)
+    act, fn, kw = EDGE_ACTS[name]
+    edges = np.array(EDGES32, np.float32)
     a = rng.permutation(np.concatenate([edges, rng.standard_normal(27).astype(np.float32) * 4]))[:, None]
     b = np.array([[1.0, -1.0, 0.5, 2.0 ** -20, 2.0 ** 20, -2.0 ** -100, 3.0, 1.0] * 5], np.float32)
     m, n = a.shape[0], b.shape[1]
@@ -156,6 +140,34 @@ def test_fast_forms_hand_over(dev, rng, monkeypatch, blk, name):
         c = np.zeros((m, n), np.float32) if has_c else None
         got, tmp, _ = run_fused(dev, rng, DT.FLOAT32, act, "tiled", (), m, n, 1, has_c=has_c, vals=(a, b, c), broadcast=False)
         _assert_same(got, fn(tmp, device=dev, **kw).numpy(), f"{name} b{blk}")
+
+
+_KERNELS16 = [("tiled", 2), ("tiled", 4), ("tiled", 8), pytest.param("coop", 0, marks=pytest.mark.slow),
+              ("tensor_cores", 0)]
+
+
+@pytest.mark.parametrize(("kernel", "blk"), _KERNELS16)
+@pytest.mark.parametrize("name", ["hard_swish", "swish", "swish_scaled"])
+def test_fast_forms_hand_over_float16(dev, rng, monkeypatch, kernel, blk, name):
+    """FLOAT16 HardSwish and Swish (gemm_act16: the fast forms on the rounded half, the exact ones where
+    those hand over) give the unfused chain's bits on the hand-over values times 8 scales, on the tiled
+    kernel's register blocks and the cooperative-matrix family, with C and without."""
+    if kernel == "tensor_cores" and (why := coop_available(dev)):
+        pytest.skip(why)
+    if blk:
+        monkeypatch.setattr("kompute_dml.ops.gemm.choose_block", lambda *args: blk)
+    monkeypatch.setenv("KDML_GEMM_SPLIT", "1")
+    act, fn, kw = EDGE_ACTS[name]
+    edges = np.array(EDGES16, np.float16)
+    a = rng.permutation(np.concatenate([edges, (rng.standard_normal(31) * 4).astype(np.float16)]))[:, None]
+    b = np.array([[1.0, -1.0, 0.5, 2.0 ** -10, 2.0 ** 10, -2.0 ** -14, 3.0, 1.0] * 5], np.float16)
+    m, n = a.shape[0], b.shape[1]
+    for has_c in (False, True):
+        c = np.zeros((m, n), np.float16) if has_c else None
+        got, tmp, variants = run_fused(dev, rng, DT.FLOAT16, act, KERNELS[kernel][0], (), m, n, 1, has_c=has_c,
+                                       vals=(a, b, c), broadcast=False)
+        assert variants[-1].endswith("a"), variants
+        _assert_same(got, fn(tmp, device=dev, **kw).numpy(), f"{name} {kernel} b{blk}")
 
 
 def _gelu64(x):
