@@ -166,6 +166,16 @@ def force_kernel(monkeypatch, dev, kernel: str) -> None:
     monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, matmul_kernel=kernel))
 
 
+def direct_kernel(monkeypatch, kernel: str) -> str:
+    """Force CONVOLUTION's kernel for one test: "direct-rows" is the direct kernel with its row
+    variants for every size (ops/conv_direct.py), "direct" with one output per invocation; any other
+    name as KDML_CONV_KERNEL takes it. Returns the KDML_CONV_KERNEL value set."""
+    env = "direct" if kernel == "direct-rows" else kernel
+    monkeypatch.setenv("KDML_CONV_KERNEL", env)
+    monkeypatch.setattr("kompute_dml.runtime.coop_policy.DIRECT_ROW_MIN_OUTPUTS", 0 if kernel == "direct-rows" else 1 << 62)
+    return env
+
+
 @functools.cache
 def ablation_overlay():  # type: ignore[no-untyped-def]
     """benchmarks/overlay_ablation.py (the benchmark-only ablation kernels)."""

@@ -1,6 +1,6 @@
 """CONVOLUTION's fused activations (ops/conv_fused.py, shaders/conv_common.glsl): LEAKY_RELU, CLIP
 (ReLU6), SIGMOID, HARD_SIGMOID, HARD_SWISH, TANH, ELU, SWISH (SigmoidInputScale 1 and not; at 1
-also the bits of MULTIPLY(y, SIGMOID(y))) and RELU give, in every kernel (tiled, direct,
+also the bits of MULTIPLY(y, SIGMOID(y))) and RELU give, in every kernel (tiled, direct and its row variant,
 split-K, the tensor cores' emulated family in FLOAT16 and FLOAT32 under allow_half_precision), the
 bits of the unfused chain: the convolution without activation, then the standalone operator on its
 output. Sums cover the activations' regimes (scales 1e-3 to 1e2, FLOAT16 overflow to infinity) and
@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import pytest
 from act_edges import EDGE_ACTS, EDGES16, EDGES32
-from helpers import compile_at_level
+from helpers import compile_at_level, direct_kernel
 from onnx import TensorProto, helper, numpy_helper
 from test_gemm_coop import coop_available
 
@@ -46,7 +46,8 @@ ACTS = {
                      {"sigmoid_input_scale": 1.702}),
 }
 # kernel -> (KDML_CONV_KERNEL, KDML_CONV_SPLIT, the first variant's prefix)
-KERNELS = {"tiled": ("tiled", "1", "conv_"), "direct": ("direct", "1", "convd3_"), "split": ("tiled", "3", "convs_"),
+KERNELS = {"tiled": ("tiled", "1", "conv_"), "direct": ("direct", "1", "convd3_"),
+           "direct-rows": ("direct-rows", "1", "convd3s2_"), "split": ("tiled", "3", "convs_"),
            "coop": ("coopmat-emulated", "1", "convcx_"), "coop-split": ("coopmat-emulated", "2", "convcxs_")}
 
 
@@ -63,7 +64,7 @@ def inputs(rng, npd):
 @pytest.mark.parametrize("dt", [F32, F16], ids=lambda d: d.name)
 def test_fused_equals_unfused_chain(dev, rng, monkeypatch, kernel, dt):
     env, split, pre = KERNELS[kernel]
-    monkeypatch.setenv("KDML_CONV_KERNEL", env)
+    direct_kernel(monkeypatch, env)
     monkeypatch.setenv("KDML_CONV_SPLIT", split)
     half = kernel.startswith("coop") and dt == F32  # FLOAT32 on the tensor-core kernel: allow_half_precision
     npd = dt.numpy_dtype
@@ -98,7 +99,7 @@ def test_fast_forms_hand_over(dev, rng, monkeypatch, kernel, dt):
     if kernel == "tensor_cores" and (why := coop_available(dev)):
         pytest.skip(why)
     env, split, _pre = KERNELS.get(kernel, ("coopmat", "1", "convc_"))
-    monkeypatch.setenv("KDML_CONV_KERNEL", env)
+    direct_kernel(monkeypatch, env)
     monkeypatch.setenv("KDML_CONV_SPLIT", split)
     edges = np.array(EDGES16 if dt == F16 else EDGES32, dt.numpy_dtype)
     x = rng.permutation(np.concatenate([edges, (rng.standard_normal(30) * 4).astype(dt.numpy_dtype)]))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conv_reference import reference, reference_backward
-from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
+from helpers import assert_outside_unchanged, direct_kernel, place, poison_against, random_strides, read_logical
 
 import kompute_dml as kdml
 
@@ -42,13 +42,14 @@ CASES = [  # x sizes, filter sizes, strides, dilations, start, end, groups
 ]
 
 
-@pytest.mark.parametrize("kernel", ["tiled", "direct", "split", "lanes"])
+@pytest.mark.parametrize("kernel", ["tiled", "direct", "direct-rows", "split", "lanes"])
 @pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_convolution_against_numpy(dev, rng, monkeypatch, case, dt, kernel):
     """"split": the tiled kernel over parts of the reduction (split-K, forced here; GPUs take it
-    for grids of few tiles), the parts added by a second dispatch: the same bound."""
-    monkeypatch.setenv("KDML_CONV_KERNEL", "tiled" if kernel == "split" else kernel)
+    for grids of few tiles), the parts added by a second dispatch: the same bound. "direct-rows": the
+    direct kernel's row variants where the window has them (cases 0, 2, 8 and 9)."""
+    direct_kernel(monkeypatch, "tiled" if kernel == "split" else kernel)
     monkeypatch.setenv("KDML_CONV_SPLIT", str(2 + case % 3) if kernel == "split" else "1")
     xs, ws, st, dl, ps, pe, g = CASES[case]
     flip, relu, bias = bool(rng.integers(2)), bool(rng.integers(2)), case % 3 != 2
@@ -77,55 +78,63 @@ def test_convolution_against_numpy(dev, rng, monkeypatch, case, dt, kernel):
 @pytest.mark.parametrize("case", [0, 1, 2, 5, 8, 9])
 def test_both_kernels_give_the_same_bits(dev, rng, monkeypatch, case):
     """The direct and the tiled kernel sum in the same order: their outputs are bit for bit equal
-    (cases 0, 2, 8 and 9: the direct kernel's unrolled 3 x 3 and 5 x 5 windows, convd3 / convd5)."""
+    (cases 0, 2, 8 and 9: the direct kernel's unrolled 3 x 3 and 5 x 5 windows, convd3 / convd5, and
+    their row variants, convd3s1 / convd3s2 / convd5s2)."""
     xs, ws, st, dl, ps, pe, g = CASES[case]
     x = rng.standard_normal(xs).astype(np.float32)
     w = rng.standard_normal(ws).astype(np.float32)
     got = {}
     shape = reference(x, w, None, st, dl, ps, pe, g)[0].shape
     monkeypatch.setenv("KDML_CONV_SPLIT", "1")  # (a GPU splits the reduction of some: another order)
-    for kernel in ("tiled", "direct"):
-        monkeypatch.setenv("KDML_CONV_KERNEL", kernel)
+    for kernel in ("tiled", "direct", "direct-rows"):
+        direct_kernel(monkeypatch, kernel)
         y = dev.empty(kdml.TensorDesc(DT.FLOAT32, shape))
         op = dev.compile(kdml.ConvolutionDesc(TD(DT.FLOAT32, xs), TD(DT.FLOAT32, ws), None, y.desc,
                                               kdml.ConvolutionMode.CROSS_CORRELATION, kdml.ConvolutionDirection.FORWARD,
                                               st, dl, ps, pe, (0,) * len(st), g))
-        window = ws[2:] if len(ws) == 4 and ws[2] == ws[3] in (3, 5) else ""
-        assert op.variants[0] == (f"convd{window and window[0]}_f32" if kernel == "direct" else "conv_f32")
+        window = str(ws[2]) if len(ws) == 4 and ws[2] == ws[3] in (3, 5) else ""
+        if kernel == "direct-rows" and window and dl[-1] == 1 and st[-1] in (1, 2):
+            window += f"s{st[-1]}"
+        assert op.variants[0] == (f"convd{window}_f32" if kernel != "tiled" else "conv_f32")
         op.execute([dev.tensor(x), dev.tensor(w), None], [y])
         got[kernel] = y.numpy()
     np.testing.assert_array_equal(got["tiled"].view(np.uint32), got["direct"].view(np.uint32))
+    np.testing.assert_array_equal(got["tiled"].view(np.uint32), got["direct-rows"].view(np.uint32))
 
 
-@pytest.mark.parametrize("kernel", ["direct", "split"])
-@pytest.mark.parametrize("layout", ["packed", "channel gaps", "row gaps"])
+@pytest.mark.parametrize("kernel", ["direct", "direct-rows", "split"])
+@pytest.mark.parametrize("layout", ["packed", "channel gaps", "row gaps", "column gaps"])
 def test_float16_outputs_of_one_element_per_invocation(dev, rng, monkeypatch, kernel, layout):
     """The direct kernel and split-K's second dispatch store each FLOAT16 output as a 16-bit field of a
-    word a neighbouring invocation may write too: outputs of 49 pixels per channel (channels starting at
-    even and odd elements), packed and with gaps after channels or rows; every byte outside the output
-    unchanged, within the reference's bound; the direct kernel gives the tiled kernel's bits."""
-    cin, g = (3, 3) if kernel == "direct" else (16, 1)
+    word a neighbouring invocation may write too (the direct kernel's row variants store two of their
+    own outputs that share a word whole): outputs of 49 pixels per channel (channels starting at even
+    and odd elements), packed and with gaps after channels, rows or elements; every byte outside the
+    output unchanged, within the reference's bound; the direct kernel gives the tiled kernel's bits."""
+    direct = kernel.startswith("direct")
+    cin, g = (3, 3) if direct else (16, 1)
     xs, ws = (2, cin, 7, 7), (3, cin // g, 3, 3)
     x = (rng.standard_normal(xs) * 2).astype(np.float16)
     w = (rng.standard_normal(ws) * 0.5).astype(np.float16)
     want, s = reference(x, w, None, (1, 1), (1, 1), (1, 1), (1, 1), g)
-    strides = {"packed": None, "channel gaps": (3 * 51, 51, 7, 1), "row gaps": (3 * 7 * 9, 7 * 9, 9, 1)}[layout]
+    strides = {"packed": None, "channel gaps": (3 * 51, 51, 7, 1), "row gaps": (3 * 7 * 9, 7 * 9, 9, 1),
+               "column gaps": (3 * 7 * 14, 7 * 14, 14, 2)}[layout]
     yd = TD(DT.FLOAT16, want.shape, strides)
     offset = 16 * int(rng.integers(4))
     init = rng.integers(0, 256, offset + yd.byte_size + 6, dtype=np.uint8).tobytes()
     monkeypatch.setenv("KDML_CONV_SPLIT", "3" if kernel == "split" else "1")
     got = {}
-    for k in ("tiled", "direct") if kernel == "direct" else ("tiled",):
-        monkeypatch.setenv("KDML_CONV_KERNEL", k)
+    for k in ("tiled", kernel) if direct else ("tiled",):
+        direct_kernel(monkeypatch, k)
         y = kdml.Tensor(dev.buffer(init), yd, offset)
         op = dev.compile(kdml.ConvolutionDesc(TD(DT.FLOAT16, xs), TD(DT.FLOAT16, ws), None, yd, group_count=g,
                                               start_padding=(1, 1), end_padding=(1, 1)))
-        assert op.variants[-1] == {"direct": "convd3_f16", "tiled": "convr_f16" if kernel == "split" else "conv_f16"}[k]
+        assert op.variants[-1] == {"direct": "convd3_f16", "direct-rows": "convd3s1_f16",
+                                   "tiled": "convr_f16" if kernel == "split" else "conv_f16"}[k]
         op.execute([dev.tensor(x), dev.tensor(w), None], [y])
         got[k] = read_logical(assert_outside_unchanged(y, init), offset, yd)
         check(got[k], want, s, int(np.prod(ws[1:])), DT.FLOAT16)
-    if kernel == "direct":
-        np.testing.assert_array_equal(got["tiled"].view(np.uint16), got["direct"].view(np.uint16))
+    if direct:
+        np.testing.assert_array_equal(got["tiled"].view(np.uint16), got[kernel].view(np.uint16))
 
 
 @pytest.mark.parametrize("kernel", ["direct", "tiled"])

@@ -60,6 +60,7 @@ from ..runtime.coop_policy import CONV_KERNEL_ENV, DIRECT_BELOW_COUTG  # noqa: F
 from . import contract, conv_coop, conv_pointwise
 from .base import CompiledOperator, validate_tensors
 from .contract.conv import LANES_CHANNELS, LANES_PIXELS, LANES_UNROLL
+from .conv_direct import direct_window
 from .conv_fused import fused_words
 from .conv_split import CONV_SPLIT_ENV, TILE_K, conv_parts, conv_split  # noqa: F401 (conv_split re-exported)
 from .elementwise_plan import check_addressable
@@ -284,10 +285,9 @@ def compile_convolution(device: Device, desc: ConvolutionDesc, *, allow_half_pre
         if v["backward"]:
             raise UnsupportedError(f"direction: BACKWARD runs on the tiled kernel only ({CONV_KERNEL_ENV}={family})")
         if family == "direct":
-            window = three(w.sizes[2:], 1)
-            win = str(window[1]) if window[0] == 1 and window[1] == window[2] in contract.DIRECT_WINDOWS else ""
+            win, invocations = direct_window(v, three(w.sizes[2:], 1), npix, cout)
             variant = contract.CONV_DIRECT.name(win=win, t="f16" if x.data_type == _F16 else "f32")
-            plan = _plan(contract.CONV_DIRECT, x.data_type, (0, 1, bias, 3), grid_for(npix * cout, 256, limit[0]), (3,),
+            plan = _plan(contract.CONV_DIRECT, x.data_type, (0, 1, bias, 3), grid_for(invocations, 256, limit[0]), (3,),
                          variant)
         elif cdiv(cout, LANES_CHANNELS) > limit[1]:
             raise UnsupportedError(f"filter_tensor: {cout} output channels need {cdiv(cout, LANES_CHANNELS)} "

@@ -43,6 +43,11 @@ CONV_KERNELS = ("tiled", "direct", "lanes", "coopmat", "coopmat-emulated", "gemm
 # 45.1; EfficientNet's squeeze 96 -> 4 at 1 x 1 direct 29.4, tiled in 3 parts 11.7).
 DIRECT_BELOW_COUTG = 8
 DIRECT_MAX_K = 64
+# The direct kernel's row variants (4 outputs of a row per invocation: the filter's taps and each
+# input row loaded once for the 4, ops/conv_direct.py) for convolutions of at least
+# DIRECT_ROW_MIN_OUTPUTS output elements; smaller ones keep one output per invocation (a quarter of
+# the invocations would leave the GPU idle). Not measured yet: `python -m benchmarks.bench_conv --depthwise`.
+DIRECT_ROW_MIN_OUTPUTS = 0
 # FLOAT32 FORWARD convolutions of few output pixels take the lanes kernel (32 invocations per output
 # channel and 4 pixels, the terms over the lanes) on GPUs where ops/convolution.lanes_work <= LANES_MAX_WORK: the
 # tiled kernel's reduction is serial per work-group and split-K adds a second dispatch. H100,
@@ -139,3 +144,8 @@ def choose_conv_kernel(policy_family: str, *, half: bool, coutg: int, klen: int,
     if not backward and not half and lanes_work is not None and lanes_work <= LANES_MAX_WORK:
         return "lanes"
     return "tiled"
+
+
+def direct_rows(outputs: int) -> bool:
+    """Whether a direct convolution of `outputs` output elements takes its window's row variant."""
+    return outputs >= DIRECT_ROW_MIN_OUTPUTS

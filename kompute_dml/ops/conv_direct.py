@@ -1,0 +1,25 @@
+"""The direct CONVOLUTION kernel's window variants (shaders/convolution.comp DIRECT, contract.CONV_DIRECT):
+any window through the k table, a 2-D 3 x 3 or 5 x 5 window with its taps unrolled, and that window's
+row variants (DIRECT_ROW neighbouring outputs of a row per invocation), which the device policy takes
+by size (coop_policy.direct_rows)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.ints import cdiv
+from ..runtime.coop_policy import direct_rows
+from . import contract
+from .contract.conv import DIRECT_ROW, DIRECT_ROW_STRIDES
+from .spatial import three
+
+
+def direct_window(v: dict[str, Any], window: tuple[int, ...], npix: int, cout: int) -> tuple[str, int]:
+    """The variant's `win` and its invocations for a validated convolution `v` of `window` (3 sizes),
+    `npix` output pixels (batch included) and `cout` output channels."""
+    if not (window[0] == 1 and window[1] == window[2] in contract.DIRECT_WINDOWS):
+        return "", npix * cout
+    ow, sw = three(v["spatial"], 1)[2], three(v["strides"], 1)[2]
+    if three(v["dilations"], 1)[2] == 1 and sw in DIRECT_ROW_STRIDES and direct_rows(npix * cout):
+        return f"{window[1]}s{sw}", npix // ow * cdiv(ow, DIRECT_ROW) * cout
+    return str(window[1]), npix * cout
