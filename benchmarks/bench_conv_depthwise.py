@@ -3,7 +3,7 @@ activations, batch 1 and 8) on the direct kernel with one output per invocation 
 (4 outputs of a row per invocation: ops/conv_direct.py), FLOAT32 and FLOAT16, whether both give the same
 bits, and torch CUDA's conv2d (cuDNN, the convolution alone) beside them. us per execution (the slope
 over N recorded executions, median of rounds: kompute_dml.bench.timing). The rows / single column sets
-coop_policy.DIRECT_ROW_MIN_OUTPUTS.
+coop_policy.DIRECT_ROW_MIN_OUTPUTS's table.
 
     python -m benchmarks.bench_conv --depthwise [--rounds 5] [--n 20]
 """
@@ -35,7 +35,7 @@ LAYERS = [(*row, SWISH) for row in EFFICIENTNET] + MOBILENET
 
 
 def _compiled(dev: Any, desc: Any, rows: bool) -> Any:
-    with mock.patch("kompute_dml.runtime.coop_policy.DIRECT_ROW_MIN_OUTPUTS", 0 if rows else 1 << 62):
+    with mock.patch("kompute_dml.ops.conv_direct.direct_rows", lambda *args: rows):
         return compile_convolution(dev, desc, kernel="direct")
 
 

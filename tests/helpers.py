@@ -172,7 +172,7 @@ def direct_kernel(monkeypatch, kernel: str) -> str:
     name as KDML_CONV_KERNEL takes it. Returns the KDML_CONV_KERNEL value set."""
     env = "direct" if kernel == "direct-rows" else kernel
     monkeypatch.setenv("KDML_CONV_KERNEL", env)
-    monkeypatch.setattr("kompute_dml.runtime.coop_policy.DIRECT_ROW_MIN_OUTPUTS", 0 if kernel == "direct-rows" else 1 << 62)
+    monkeypatch.setattr("kompute_dml.ops.conv_direct.direct_rows", lambda *args: kernel == "direct-rows")
     return env
 
 

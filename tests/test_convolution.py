@@ -481,3 +481,28 @@ def test_lanes_kernel_under_capped_grids(dev, rng, monkeypatch):
     monkeypatch.setattr(dev, "limits", types.MappingProxyType({**limits, "max_compute_work_group_count": (65535, 2, 1)}))
     with pytest.raises(kdml.UnsupportedError, match="^filter_tensor: 24 output channels need 3 work-groups"):
         dev.compile(desc)
+
+
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+def test_direct_row_variants_by_size_stride_and_dilation(dev, monkeypatch, dt):
+    """The policy's table (coop_policy.DIRECT_ROW_MIN_OUTPUTS): a depthwise 3 x 3 layer takes the row
+    variant from its bound of outputs, one output per invocation below it; a horizontal dilation or a
+    stride beyond 2 never takes rows."""
+    from kompute_dml.runtime.coop_policy import DIRECT_ROW_MIN_OUTPUTS
+
+    monkeypatch.delenv("KDML_CONV_KERNEL", raising=False)
+    t = "f16" if dt == DT.FLOAT16 else "f32"
+
+    def variant(c, hw, stride=1, dil=1):
+        side = (hw + 2 - 2 * dil - 1) // stride + 1
+        desc = kdml.ConvolutionDesc(TD(dt, (1, c, hw, hw)), TD(dt, (c, 1, 3, 3)), None, TD(dt, (1, c, side, side)),
+                                    strides=(stride, stride), dilations=(dil, dil), start_padding=(1, 1),
+                                    end_padding=(1, 1), group_count=c)
+        return dev.compile(desc).variants[0]
+
+    bound = DIRECT_ROW_MIN_OUTPUTS[(dt == DT.FLOAT16, 3, 1)]
+    big = -(-bound // (64 * 64))
+    assert variant(big, 64) == f"convd3s1_{t}"
+    assert variant(max(1, bound // (64 * 64) - 1), 64) == f"convd3_{t}"
+    assert variant(big, 64, dil=2) == f"convd3_{t}"
+    assert variant(big, 64, stride=3) == f"convd3_{t}"

@@ -14,12 +14,12 @@ from .contract.conv import DIRECT_ROW, DIRECT_ROW_STRIDES
 from .spatial import three
 
 
-def direct_window(v: dict[str, Any], window: tuple[int, ...], npix: int, cout: int) -> tuple[str, int]:
+def direct_window(v: dict[str, Any], window: tuple[int, ...], npix: int, cout: int, float16: bool) -> tuple[str, int]:
     """The variant's `win` and its invocations for a validated convolution `v` of `window` (3 sizes),
-    `npix` output pixels (batch included) and `cout` output channels."""
+    `npix` output pixels (batch included), `cout` output channels and FLOAT16 tensors or not."""
     if not (window[0] == 1 and window[1] == window[2] in contract.DIRECT_WINDOWS):
         return "", npix * cout
     ow, sw = three(v["spatial"], 1)[2], three(v["strides"], 1)[2]
-    if three(v["dilations"], 1)[2] == 1 and sw in DIRECT_ROW_STRIDES and direct_rows(npix * cout):
+    if three(v["dilations"], 1)[2] == 1 and sw in DIRECT_ROW_STRIDES and direct_rows(npix * cout, float16, window[1], sw):
         return f"{window[1]}s{sw}", npix // ow * cdiv(ow, DIRECT_ROW) * cout
     return str(window[1]), npix * cout

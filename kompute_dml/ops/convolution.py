@@ -285,7 +285,7 @@ def compile_convolution(device: Device, desc: ConvolutionDesc, *, allow_half_pre
         if v["backward"]:
             raise UnsupportedError(f"direction: BACKWARD runs on the tiled kernel only ({CONV_KERNEL_ENV}={family})")
         if family == "direct":
-            win, invocations = direct_window(v, three(w.sizes[2:], 1), npix, cout)
+            win, invocations = direct_window(v, three(w.sizes[2:], 1), npix, cout, x.data_type == _F16)
             variant = contract.CONV_DIRECT.name(win=win, t="f16" if x.data_type == _F16 else "f32")
             plan = _plan(contract.CONV_DIRECT, x.data_type, (0, 1, bias, 3), grid_for(invocations, 256, limit[0]), (3,),
                          variant)

@@ -44,10 +44,17 @@ CONV_KERNELS = ("tiled", "direct", "lanes", "coopmat", "coopmat-emulated", "gemm
 DIRECT_BELOW_COUTG = 8
 DIRECT_MAX_K = 64
 # The direct kernel's row variants (4 outputs of a row per invocation: the filter's taps and each
-# input row loaded once for the 4, ops/conv_direct.py) for convolutions of at least
-# DIRECT_ROW_MIN_OUTPUTS output elements; smaller ones keep one output per invocation (a quarter of
-# the invocations would leave the GPU idle). Not measured yet: `python -m benchmarks.bench_conv --depthwise`.
-DIRECT_ROW_MIN_OUTPUTS = 0
+# input row loaded once for the 4, ops/conv_direct.py) from DIRECT_ROW_MIN_OUTPUTS[(float16, window,
+# horizontal stride)] output elements; smaller convolutions keep one output per invocation (a quarter
+# of the invocations leaves more of the GPU idle). H100, `python -m benchmarks.bench_conv --depthwise`
+# (device call 244; us one per invocation / rows, EfficientNet-B0's and MobileNetV3-small's layers):
+# FLOAT32 3 x 3 stride 1 8 x 144 x 56 x 56 54.3 / 33.4 but 1 x 480 x 14 x 14 (94 k outputs) 3.9 / 4.6;
+# 3 x 3 stride 2 at most 1.04x faster (8 x 96 x 56 x 56, 2.4 M outputs), 0.91-0.99 below; 5 x 5 from
+# 56 k outputs (1 x 1152 x 7 x 7 4.4 / 4.3; 8 x 240 x 28 x 28 39.9 / 20.1); FLOAT16 from 56 k outputs
+# (8 x 240 x 28 x 28 5 x 5 88.8 / 40.7), 3 x 3 stride 2 from 301 k (1 x 96 x 56 x 56 11.2 / 9.4;
+# 1 x 72 x 28 x 28 4.6 / 5.5).
+DIRECT_ROW_MIN_OUTPUTS = {(False, 3, 1): 1 << 18, (False, 3, 2): 1 << 21, (False, 5, 1): 1 << 16, (False, 5, 2): 1 << 16,
+                          (True, 3, 1): 1 << 16, (True, 3, 2): 1 << 18, (True, 5, 1): 1 << 16, (True, 5, 2): 1 << 16}
 # FLOAT32 FORWARD convolutions of few output pixels take the lanes kernel (32 invocations per output
 # channel and 4 pixels, the terms over the lanes) on GPUs where ops/convolution.lanes_work <= LANES_MAX_WORK: the
 # tiled kernel's reduction is serial per work-group and split-K adds a second dispatch. H100,
@@ -146,6 +153,7 @@ def choose_conv_kernel(policy_family: str, *, half: bool, coutg: int, klen: int,
     return "tiled"
 
 
-def direct_rows(outputs: int) -> bool:
-    """Whether a direct convolution of `outputs` output elements takes its window's row variant."""
-    return outputs >= DIRECT_ROW_MIN_OUTPUTS
+def direct_rows(outputs: int, float16: bool, window: int, stride: int) -> bool:
+    """Whether a direct convolution of `outputs` output elements (FLOAT16 tensors: `float16`) with a
+    `window` x `window` filter and horizontal `stride` takes that window's row variant."""
+    return outputs >= DIRECT_ROW_MIN_OUTPUTS.get((float16, window, stride), 1 << 62)
