@@ -128,8 +128,8 @@ uint um_hard_sigmoid_fast(uint x, inout bool slow) {
 
 uint um_hard_swish_fast(uint x, inout bool slow) { return um_mul_fast(x, um_hard_sigmoid_fast(x, slow), slow); }
 
-// um_swish(x, f16): its sigmoid's exp normal, its scaled input as um_mul_fast's
-uint um_swish_fast(uint x, bool f16, inout bool slow) {
+// um_swish(x, false): its sigmoid's exp normal, its scaled input as um_mul_fast's
+uint um_swish_fast(uint x, inout bool slow) {
     uint t = UM_P0 == UM_ONE ? x : um_mul_fast(UM_P0, x, slow);
     slow = slow || um_nan(t);
     uint e = um_exp_fast(t | 0x80000000u, slow);
@@ -137,7 +137,6 @@ uint um_swish_fast(uint x, bool f16, inout bool slow) {
     uint n = (t >> 31) != 0u ? e : UM_ONE;
     precise float q = uintBitsToFloat(n) / d;
     uint sg = d == 1.0 ? n : floatBitsToUint(q);
-    if (f16) sg = h2f(f2h(sg));
     precise float r = uintBitsToFloat(x) * uintBitsToFloat(sg);
     return floatBitsToUint(r);
 }

@@ -91,19 +91,10 @@ uint conv_finish_with(ConvEpilogue ep, float sum, float bias) {
     g_act_p1 = ep.p1;
 #if F16
     uint h = f2h(floatBitsToUint(v));
-    if (ep.kind <= ACT_RELU) return h;
-    uint x = h2f(h);
+    return ep.kind > ACT_RELU ? f2h(fused_act(h2f(h), ep.kind)) : h;
 #else
     uint x = floatBitsToUint(v);
-    if (ep.kind <= ACT_RELU) return x;
-#endif
-    bool slow = false;
-    uint y = fused_act_fast(x, ep.kind, slow);
-    if (slow) y = fused_act(x, ep.kind);
-#if F16
-    return f2h(y);
-#else
-    return y;
+    return ep.kind > ACT_RELU ? fused_act(x, ep.kind) : x;
 #endif
 }
 

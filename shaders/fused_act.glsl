@@ -49,17 +49,4 @@ uint fused_act(uint x, uint kind) {
     }
 }
 
-
-// fused_act's bits where `slow` stays false: HardSwish's and Swish's fast forms (act_math.glsl), exact
-// wherever they do not hand over; every other kind sets `slow`. The caller runs fused_act where it is
-// set, so a kernel holds one copy of the exact forms' code (CONVOLUTION's epilogue: every kind's)
-uint fused_act_fast(uint x, uint kind, inout bool slow) {
-#if SWISH_ABL == 0  // (benchmarks/overlay_act.py's other forms: fused_act in every output)
-    if (kind == ACT_HARD_SWISH) return um_hard_swish_fast(x, slow);
-    if (kind == ACT_SWISH) return um_swish_fast(x, FA_F16 != 0, slow);
-#endif
-    slow = true;
-    return x;
-}
-
 #endif

@@ -33,25 +33,12 @@ uint gemm_act(uint x, uint kind) {
 uint gemm_act_fast(uint x, uint kind, inout bool slow) {
 #if SWISH_ABL == 0  // (benchmarks/overlay_act.py's other forms: gemm_act in every output)
     if (kind == ACT_HARD_SWISH) return um_hard_swish_fast(x, slow);
-    if (kind == ACT_SWISH) return um_swish_fast(x, F16 != 0, slow);
+    if (kind == ACT_SWISH) return um_swish_fast(x, slow);
 #endif
     return gemm_act(x, kind);
 }
 
-// a FLOAT16 output's bits -> the activation's FLOAT16 bits (exact)
+// a FLOAT16 output's bits -> the activation's FLOAT16 bits
 uint gemm_act16(uint h, uint kind) { return kind == ACT_NONE ? h : f2h(gemm_act(h2f(h), kind)); }
-
-// a FLOAT16 output's bits from its float32 value x, the activation by its fast form (gemm_act_fast);
-// where that hands over, `slow` is set and the bits are the output's before the activation: the
-// caller stores them and redoes them with gemm_act16 in one loop after its stores, so a kernel holds
-// one copy of the exact forms' code. H100, `bench_conv --pointwise --half`, 8 x 16 -> 96 x 112 x 112
-// with SiLU on the tensor cores (gemmc16_rra): 124.9 us with gemm_act16 in every output (call 238)
-uint gemm_out16(float x, uint kind, out bool slow) {
-    uint h = f2h(floatBitsToUint(x));
-    slow = false;
-    if (kind == ACT_NONE) return h;
-    uint y = gemm_act_fast(h2f(h), kind, slow);
-    return slow ? h : f2h(y);
-}
 
 #endif

@@ -1,6 +1,7 @@
-"""Values where the fast forms of HardSwish and Swish (shaders/act_math.glsl *_fast: GEMM's epilogue,
-gemm_act.glsl, and CONVOLUTION's, fused_act.glsl's fused_act_fast) hand over to the exact ones, and the
-activations to run on them (test_gemm_fused.py, test_conv_fused.py)."""
+"""Values where the fast forms of HardSwish and Swish (shaders/act_math.glsl *_fast: GEMM's FLOAT32
+epilogue, gemm_act.glsl) hand over to the exact ones, the activations' edges in FLOAT32 and FLOAT16, and
+the activations to run on them (test_gemm_fused.py, test_conv_fused.py: every epilogue gives the unfused
+chain's bits on them)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ EDGE_ACTS = {"hard_swish": (kdml.ActivationHardSwishDesc(None, None), kdml.hard_
              "swish_scaled": (kdml.ActivationSwishDesc(None, None, sigmoid_input_scale=1e-30), kdml.swish,
                               {"sigmoid_input_scale": 1e-30})}
 
-# FLOAT16 values where the fast forms hand over: zeros, float16 subnormals, the smallest normals, x near
+# FLOAT16 values at the activations' edges: zeros, float16 subnormals, the smallest normals, x near
 # -3 (HardSwish's sum near zero), exp(-|x|) subnormal or zero in float32 (x below -87.3), the largest
 # halves, infinities and NaN; the tests' scales keep a product in float16's range or overflow it
 EDGES16 = [0.0, -0.0, 6e-8, -6e-8, 3e-5, -3e-5, 6.1035e-05, -6.1035e-05, -3.0, -3.002, -2.998, 3.0, -87.0, -87.5,

@@ -92,10 +92,10 @@ def test_fused_equals_unfused_chain(dev, rng, monkeypatch, kernel, dt):
 
 @pytest.mark.parametrize("kernel", [*KERNELS, "tensor_cores"])
 @pytest.mark.parametrize("dt", [F32, F16], ids=lambda d: d.name)
-def test_fast_forms_hand_over(dev, rng, monkeypatch, kernel, dt):
-    """HardSwish and Swish in the epilogue (fused_act.glsl's fast forms, the exact ones where those hand
-    over) give the unfused chain's bits on the values where the hand-over happens (test_gemm_fused's),
-    times 8 scales: a 1 x 1 filter over one channel, so each output is one value times one scale."""
+def test_activation_edges(dev, rng, monkeypatch, kernel, dt):
+    """HardSwish and Swish in the epilogue give the unfused chain's bits on the activations' edge values
+    (act_edges: where GEMM's fast forms hand over; FLOAT16's edges) times 8 scales, on every kernel: a
+    1 x 1 filter over one channel, so each output is one value times one scale."""
     if kernel == "tensor_cores" and (why := coop_available(dev)):
         pytest.skip(why)
     env, split, _pre = KERNELS.get(kernel, ("coopmat", "1", "convc_"))

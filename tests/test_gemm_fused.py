@@ -148,10 +148,10 @@ _KERNELS16 = [("tiled", 2), ("tiled", 4), ("tiled", 8), pytest.param("coop", 0, 
 
 @pytest.mark.parametrize(("kernel", "blk"), _KERNELS16)
 @pytest.mark.parametrize("name", ["hard_swish", "swish", "swish_scaled"])
-def test_fast_forms_hand_over_float16(dev, rng, monkeypatch, kernel, blk, name):
-    """FLOAT16 HardSwish and Swish (gemm_act16: the fast forms on the rounded half, the exact ones where
-    those hand over) give the unfused chain's bits on the hand-over values times 8 scales, on the tiled
-    kernel's register blocks and the cooperative-matrix family, with C and without."""
+def test_float16_activation_edges(dev, rng, monkeypatch, kernel, blk, name):
+    """FLOAT16 HardSwish and Swish (gemm_act16 on the rounded half) give the unfused chain's bits on the
+    activations' edge values (act_edges.EDGES16) times 8 scales, on the tiled kernel's register blocks and
+    the cooperative-matrix family, with C and without."""
     if kernel == "tensor_cores" and (why := coop_available(dev)):
         pytest.skip(why)
     if blk:
