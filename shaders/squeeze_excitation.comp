@@ -75,8 +75,9 @@ shared float s_part[SE_PARTS];  // a round's 64 x 33 partial sums
 shared float s_quarter[64][4];
 
 #if F16
-#define LOAD(buf, e) uintBitsToFloat(h2f(((buf)[(e) >> 1] >> (((e) & 1u) * 16u)) & 0xFFFFu))
-#define HALF(u) uintBitsToFloat(h2f((u) & 0xFFFFu))
+// (h2f_value: the device's conversion, subnormals exact; a NaN's payload is not kept, which the sums lose anyway)
+#define LOAD(buf, e) h2f_value(((buf)[(e) >> 1] >> (((e) & 1u) * 16u)) & 0xFFFFu)
+#define HALF(u) h2f_value((u) & 0xFFFFu)
 #define QLOAD(buf, e) vec4(HALF(buf[(e) >> 2].x), HALF(buf[(e) >> 2].x >> 16), HALF(buf[(e) >> 2].y), \
                            HALF(buf[(e) >> 2].y >> 16))
 #else
