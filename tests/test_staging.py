@@ -242,7 +242,8 @@ def test_parallel_host_copy_moves_every_byte(monkeypatch, rng):
     monkeypatch.setattr(staging, "PARALLEL_BYTES", 1000)
     pool = staging.CopyPool(3)
     try:
-        for n in (999, 100_003):
+        assert [pool.parts(n) for n in (999, 1000, 2_500, 100_003)] == [1, 1, 2, 3]  # parts of >= PARALLEL_BYTES
+        for n in (999, 2_500, 100_003):
             src = rng.integers(0, 256, n, dtype=np.uint8)
             dst = np.zeros_like(src)
             staging.host_copy(dst, src, pool)
