@@ -224,7 +224,7 @@ def _one_pass(monkeypatch):
     monkeypatch.setattr(functional, "_compile_cache", {})
 
 
-def _block(rng, c, r, silu, gate, dt=np.float32, extra_output=False):
+def _block(rng, c, r, silu, gate, dt=np.float32, extra_output=False, shape=None):
     """x -> GlobalAveragePool -> Conv -> Relu | SiLU -> Conv -> gate -> Mul(x, .) as ONNX, its weights."""
     w1 = (rng.standard_normal((r, c, 1, 1)) / np.sqrt(c)).astype(dt)
     w2 = (rng.standard_normal((c, r, 1, 1)) / np.sqrt(r)).astype(dt)
@@ -240,7 +240,7 @@ def _block(rng, c, r, silu, gate, dt=np.float32, extra_output=False):
     if extra_output:
         outs.append(helper.make_tensor_value_info("h", ELEM[dt], None))
     inits = [numpy_helper.from_array(v, k) for k, v in (("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2))]
-    g = helper.make_graph(nodes, "se", [helper.make_tensor_value_info("x", ELEM[dt], None)], outs, initializer=inits)
+    g = helper.make_graph(nodes, "se", [helper.make_tensor_value_info("x", ELEM[dt], shape)], outs, initializer=inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
     return model, (w1.reshape(r, c), b1, w2.reshape(c, r), b2)
 
@@ -265,6 +265,22 @@ def test_block_is_one_dispatch_and_the_mul(rng, _one_pass, silu, gate, dt, c, r)
     want = (x.astype(np.float64) * gate_ref[:, :, None, None]).astype(dt).astype(np.float64)
     check(y, want, np.abs(x.astype(np.float64)) * (scale[:, :, None, None] + 1), DT.FLOAT32 if dt == np.float32 else
           DT.FLOAT16)
+
+
+@pytest.mark.parametrize("side, fused", [(5, False), (14, True)])
+def test_wide_float16_blocks_fused_where_their_pool_runs_first(rng, _one_pass, side, fused):
+    """A float16 block of more than F16_MAX_CHANNELS channels is fused where its declared image has more
+    than MEAN_ELEMENTS elements (the pool, the gate, the Mul: 3 dispatches), else runs node by node (4)."""
+    c = fusion_se.F16_MAX_CHANNELS + 1
+    assert (c * side * side > fusion_se.MEAN_ELEMENTS) == fused
+    model, (w1, b1, w2, b2) = _block(rng, c, 12, True, "Sigmoid", np.float16, shape=["N", c, side, side])
+    x = rng.standard_normal((2, c, side, side)).astype(np.float16)
+    rep = Backend.prepare(model, "CPU")
+    (y,) = rep.run({"x": x})
+    assert ("SQUEEZE_EXCITATION" in rep.summary()) == fused and rep.last_run.dispatches == (3 if fused else 4)
+    gate_ref, scale = reference(x, w1, b1, w2, b2, "swish", "sigmoid", np.float16)
+    want = (x.astype(np.float64) * gate_ref[:, :, None, None]).astype(np.float16).astype(np.float64)
+    check(y, want, np.abs(x.astype(np.float64)) * (scale[:, :, None, None] + 1), DT.FLOAT16)
 
 
 def test_many_positions_pool_first(rng, _one_pass):

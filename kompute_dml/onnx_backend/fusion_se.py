@@ -5,8 +5,8 @@ torch.onnx.export writes torchvision's MobileNetV3 and EfficientNet blocks:
     GlobalAveragePool(x) -> Conv 1x1 -> Sigmoid -> Mul (SiLU) -> Conv 1x1 -> HardSigmoid | Sigmoid
 
 The Convs: group 1, a constant (R, C, 1, 1) / (C, R, 1, 1) weight, stride 1, no padding, constant
-or absent biases; float32, and float16 up to F16_MAX_CHANNELS channels (below). The gate (N, C, 1, 1)
-is the chain's output; the Mul(x, gate) after it runs as it is. One dispatch instead of three (the
+or absent biases; float32, and float16 up to F16_MAX_CHANNELS channels or past MEAN_ELEMENTS elements
+per image (below). The gate (N, C, 1, 1) is the chain's output; the Mul(x, gate) after it runs as it is. One dispatch instead of three (the
 pool, two Convs with their activations), two where an image has more than MEAN_ELEMENTS elements
 (the pool's own dispatch, then the gate from its means), within the float32 bound of the unfused
 chain (ops/squeeze_excitation.py: the sums in another order). Where the values do not fit (more
@@ -43,14 +43,24 @@ _GATES = ("HardSigmoid", "Sigmoid")
 # 576 x 7 x 7 22.0 / 21.4; 1152 x 7 x 7 (56,448) 28.2 / 20.1, 480 x 14 x 14 17.9 / 16.9, 96 x 56 x 56
 # 30.1 / 18.7. (At batch 8 the 14 x 14 pools are slower: 8 x 480 x 14 x 14 18.6 / 29.0, call 226.)
 MEAN_ELEMENTS = 16 * 56 * 56
-# float16 blocks of at most F16_MAX_CHANNELS channels are fused; wider ones run node by node, where the
-# float16 gate measured slower than the unfused chain. H100,
-# device call 239 (`python -m benchmarks.bench_se --dtype float16`, us, the gate (the pool first past
-# MEAN_ELEMENTS) / the chain): batch 1 96 x 14 x 14 13.8 / 20.8, 288 x 7 x 7 22.2 / 23.5, 144 x 28 x 28
-# 17.7 / 22.9, 480 x 14 x 14 22.5 / 22.0, 576 x 7 x 7 38.0 / 24.6, 1152 x 7 x 7 32.0 / 28.5; batch 8
-# 240 x 14 x 14 21.8 / 33.5, 288 x 7 x 7 23.9 / 37.5, 480 x 14 x 14 45.3 / 43.3, 576 x 7 x 7 39.7 / 36.9.
+# float16 blocks of at most F16_MAX_CHANNELS channels are fused, and wider ones whose images have more
+# than MEAN_ELEMENTS elements (their pool runs first); the others run node by node, where the float16 gate
+# measured slower than the unfused chain. H100, device call 247 (`python -m benchmarks.bench_se --dtype
+# float16`, us, the gate (the pool first past MEAN_ELEMENTS) / the chain): batch 1 288 x 7 x 7 17.7 /
+# 23.2, 576 x 7 x 7 32.4 / 25.2, 480 x 14 x 14 20.9 / 25.8, 1152 x 7 x 7 27.8 / 29.6; batch 8 576 x 7 x 7
+# 33.3 / 38.1, 672 x 14 x 14 44.7 / 49.1, 1152 x 7 x 7 35.0 / 33.1.
 F16_MAX_CHANNELS = 288
-FLOAT16 = f"a float16 block of more than {F16_MAX_CHANNELS} channels (its fused gate is slower: node by node)"
+FLOAT16 = (f"a float16 block of more than {F16_MAX_CHANNELS} channels and at most {MEAN_ELEMENTS} elements per image "
+           "(or of unknown size; its fused gate is slower: node by node)")
+
+
+def _elements_per_image(rep: BackendRep, name: str) -> int | None:
+    """The declared elements per image (all dimensions but the first) of `name`, None where unknown."""
+    tp = rep.declared_types.get(name)
+    if tp is None or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+        return None
+    dims = [d.dim_value if d.HasField("dim_value") else 0 for d in tp.tensor_type.shape.dim[1:]]
+    return int(np.prod(dims)) if dims and all(d > 0 for d in dims) else None
 
 
 def _check_pointwise(rep: BackendRep, conv: onnx.NodeProto) -> str:
@@ -73,7 +83,9 @@ def check_se(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     convs = [n for n in nodes if n.op_type == "Conv"]
     why = next((why for why in (_check_pointwise(rep, c) for c in convs) if why), "")
     if not why and rep._elem_dtype(nodes[0].input[0]) == np.float16 and rep.constants[convs[0].input[1]].dims[1] > F16_MAX_CHANNELS:
-        return FLOAT16
+        elements = _elements_per_image(rep, nodes[0].input[0])
+        if elements is None or elements <= MEAN_ELEMENTS:
+            return FLOAT16
     return why
 
 
