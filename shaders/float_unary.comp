@@ -106,7 +106,9 @@ void main() {
         eo += first * pc.o_str[RANK - 1];
     } else {
         uint rem = first;
-        for (int d = RANK - 1; d >= 0; --d) {
+        for (int d = RANK - 1; d >= 0; --d) {  // (the block's padding dimensions, size 1: no division)
+            coord[d] = 0u;
+            if (pc.size[d] == 1u) continue;   // (uniform)
             coord[d] = rem % pc.size[d];
             rem /= pc.size[d];
         }
