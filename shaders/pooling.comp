@@ -90,8 +90,9 @@ void store_y(uint e, float v) {  // a window wholly in the padding (-inf): the t
 }
 #else
 float load_x(uint e) {
-#if F16
-    return uintBitsToFloat(h2f((x_buf[e >> 1] >> ((e & 1u) * 16u)) & 0xFFFFu));
+#if F16  // (h2f_value: the device's conversion, subnormals exact; a NaN's payload is not kept, and the
+         // output's NaN is the quiet one of its sign anyway: f2h)
+    return h2f_value((x_buf[e >> 1] >> ((e & 1u) * 16u)) & 0xFFFFu);
 #else
     return uintBitsToFloat(x_buf[e]);
 #endif

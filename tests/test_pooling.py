@@ -111,6 +111,22 @@ def test_special_values_and_helpers(dev, rng):
     assert np.isnan(a[0, 0, 0, 0]) and a[0, 0, 1, 1] == np.inf
 
 
+@pytest.mark.parametrize("fn", ["max", "avg"])
+def test_float16_values_exact_subnormals_and_specials(dev, fn):
+    """The float16 loads (f16_bits.glsl h2f_value) give every float16 value exactly, subnormals included
+    (a device may flush them in its own conversion): a 1 x 1 window passes every finite nonzero float16
+    of either sign bit for bit; infinities stay infinite, NaNs NaN."""
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    x = bits.view(np.float16).reshape(1, 1, 256, 256)
+    pool = kdml.max_pool if fn == "max" else kdml.avg_pool
+    got = pool(x, (1, 1), device=dev).numpy().reshape(-1)
+    flat = x.reshape(-1)
+    keep = np.isfinite(flat) & ((bits & 0x7FFF) != 0)
+    np.testing.assert_array_equal(got.view(np.uint16)[keep], bits[keep])
+    np.testing.assert_array_equal(got[np.isinf(flat)], flat[np.isinf(flat)])
+    assert np.all(np.isnan(got[np.isnan(flat)])) and np.all(got[(bits & 0x7FFF) == 0] == 0)
+
+
 F = DT.FLOAT32
 BASE = kdml.MaxPooling2Desc(TD(F, (1, 2, 5, 5)), TD(F, (1, 2, 2, 2)), None, (3, 3), (2, 2))
 
