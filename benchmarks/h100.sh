@@ -77,4 +77,10 @@ fi
 if [ "$part" = 7 ] || [ "$part" = all ]; then
     # the squeeze-and-excitation gate at MobileNetV3's and EfficientNet's blocks, its lanes per mean forced
     run bench_se 200 "$py" -m benchmarks.bench_se --rounds 5 --mean-lanes 2,3,4,5
+    # the float16 gate, the depthwise layers by outputs and by rows, the host copies' parts
+    run bench_se_f16 100 "$py" -m benchmarks.bench_se --dtype float16 --rounds 5
+    run bench_conv_depthwise 240 "$py" -m benchmarks.bench_conv --depthwise --rounds 5 --n 20
+    run copy_threads 150 "$py" -m benchmarks.copy_threads --families mobilenet-v3-small,efficientnet-b0 --rounds 15
+    run model_families_cnn 200 "$py" -m benchmarks.model_families \
+        --families efficientnet-b0-fp16,mobilenet-v3-small-fp16,efficientnet-b0,mobilenet-v3-small,resnet50 --shapes 1x128,8x128 --repeat 15
 fi
