@@ -3,6 +3,9 @@
 #ifndef KDML_F16_BITS_GLSL
 #define KDML_F16_BITS_GLSL
 
+// the magnitude of float16 bits with a zero exponent field, m 2^-24: exact (a normal float32, or zero)
+float f16_subnormal(uint h) { return float(h & 0x3FFu) * 5.9604644775390625e-08; }
+
 // float16 bits -> float32 bits, exact (float16 subnormals are float32 normals; a NaN keeps its
 // payload). Branch-free: a select of three forms, the subnormal one by one float32 product whose
 // result is a normal float32 (exact on every device: no flush). H100, `python -m benchmarks.bench_se
@@ -12,7 +15,7 @@ uint h2f(uint h) {
     uint em = h & 0x7FFFu;
     uint normal = (em << 13) + 0x38000000u;  // exponent + 112
     uint special = (em << 13) | 0x7F800000u;  // exponent 31: infinity or NaN, the payload kept
-    uint subnormal = floatBitsToUint(float(h & 0x3FFu) * 5.9604644775390625e-08);  // m 2^-24
+    uint subnormal = floatBitsToUint(f16_subnormal(h));
     uint v = em >= 0x7C00u ? special : (em < 0x400u ? subnormal : normal);
     return ((h & 0x8000u) << 16) | v;
 }
@@ -25,7 +28,7 @@ uint h2f(uint h) {
 // f595a2b, kept in main's history by a merge); this form (the subnormal select added) was not timed
 float h2f_value(uint h) {
     float v = unpackHalf2x16(h).x;
-    float sub = float(h & 0x3FFu) * 5.9604644775390625e-08;  // m 2^-24
+    float sub = f16_subnormal(h);
     return (h & 0x7C00u) == 0u ? ((h & 0x8000u) != 0u ? -sub : sub) : v;
 }
 
@@ -51,7 +54,7 @@ uint f2h(uint x) {
 // float16 bits -> float32, exact, for bits that are no infinity or NaN: branch-free (the
 // tensor-core attention's weights, float16 as the device converted them)
 float h2f_finite(uint h) {
-    float denormal = float(h & 0x3FFu) * 5.9604644775390625e-08;  // m 2^-24, exact
+    float denormal = f16_subnormal(h);
     float normal = uintBitsToFloat(((h & 0x7FFFu) << 13) + 0x38000000u);  // exponent + 112
     float v = (h & 0x7C00u) == 0u ? denormal : normal;
     return (h & 0x8000u) != 0u ? -v : v;

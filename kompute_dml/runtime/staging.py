@@ -80,7 +80,7 @@ class CopyPool:
 
     def parts(self, n: int) -> int:
         """How many parts a copy of n bytes is split into."""
-        return max(1, min(self.threads, n // PARALLEL_BYTES))
+        return max(1, min(self.threads, n // max(1, PARALLEL_BYTES)))
 
     def close(self) -> None:
         with self._lock:
