@@ -29,6 +29,7 @@ import argparse
 import numpy as np
 
 import kompute_dml as kdml
+from kompute_dml.bench.gpu_peers import cuda_torch
 from kompute_dml.bench.timing import interleaved, median, slopes
 
 DT = kdml.DataType
@@ -105,12 +106,7 @@ def main() -> None:
 
         run_kernels(args)
         return
-    try:
-        import torch
-
-        torch = torch if torch.cuda.is_available() and not args.small else None
-    except ImportError:
-        torch = None
+    torch = None if args.small else cuda_torch()
     dev = kdml.Device()
     print(f"device: {dev.name}; torch: {torch.cuda.get_device_name() if torch else 'none'}")
     print("layer | ours ms | TFLOPS | x torch | x onnxruntime CPU | max |ours - onnxruntime|")

@@ -17,6 +17,7 @@ import numpy as np
 
 import kompute_dml as kdml
 from kompute_dml.bench.cases import executions
+from kompute_dml.bench.gpu_peers import cuda_torch
 from kompute_dml.bench.timing import slopes
 from kompute_dml.ops.convolution import compile_convolution
 
@@ -40,12 +41,7 @@ def _compiled(dev: Any, desc: Any, rows: bool) -> Any:
 
 
 def run_depthwise(args: Any) -> None:
-    try:
-        import torch
-
-        torch = torch if torch.cuda.is_available() else None
-    except ImportError:
-        torch = None
+    torch = cuda_torch()
     dev = kdml.Device()
     print(f"device: {dev.name}; torch: {torch.cuda.get_device_name() if torch else 'none'}")
     print("| layer | type | single us | rows us | single / rows | same bits | torch us | rows x torch | variants |")

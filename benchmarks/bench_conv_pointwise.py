@@ -17,6 +17,7 @@ import numpy as np
 
 import kompute_dml as kdml
 from kompute_dml.bench.cases import executions
+from kompute_dml.bench.gpu_peers import cuda_torch
 from kompute_dml.bench.timing import slopes
 from kompute_dml.ops.convolution import compile_convolution
 
@@ -37,12 +38,7 @@ KERNELS = {False: (None, "tiled", "lanes", "gemm"), True: (None, "tiled", "coopm
 
 
 def run_pointwise(args: Any) -> None:
-    try:
-        import torch
-
-        torch = torch if torch.cuda.is_available() else None
-    except ImportError:
-        torch = None
+    torch = cuda_torch()
     dev = kdml.Device()
     half = bool(getattr(args, "half", False))
     kernels, npt, dt = KERNELS[half], (np.float16 if half else np.float32), (DT.FLOAT16 if half else DT.FLOAT32)

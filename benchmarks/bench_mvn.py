@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 import kompute_dml as kdml
+from kompute_dml.bench.gpu_peers import cuda_torch
 from kompute_dml.bench.timing import slopes
 
 DT = kdml.DataType
@@ -61,12 +62,7 @@ def main() -> None:
     ap.add_argument("--rows", default="", help="keep the rows whose name contains one of these comma-separated words")
     args = ap.parse_args()
     keep = [w for w in args.rows.split(",") if w]
-    try:
-        import torch
-
-        torch = torch if torch.cuda.is_available() and not args.small else None
-    except ImportError:
-        torch = None
+    torch = None if args.small else cuda_torch()
     dev = kdml.Device()
     print(f"device: {dev.name}; torch: {torch.cuda.get_device_name() if torch else 'none'}")
     rng = np.random.default_rng(0)

@@ -30,6 +30,7 @@ import numpy as np
 
 import kompute_dml as kdml
 from kompute_dml.bench.cases import executions
+from kompute_dml.bench.gpu_peers import cuda_torch
 from kompute_dml.bench.timing import slopes
 from kompute_dml.ops import squeeze_excitation as se_op
 from kompute_dml.ops.matmul_coop import subgroup_size
@@ -44,14 +45,6 @@ HSIG = kdml.ActivationHardSigmoidDesc(None, None, 1 / 6, 0.5)
 BLOCKS = [(16, 8, 56), (96, 24, 14), (240, 64, 14), (120, 32, 14), (144, 40, 14), (288, 72, 7), (576, 144, 7),
           (96, 4, 56), (144, 6, 28), (240, 10, 28), (480, 20, 14), (672, 28, 14), (1152, 48, 7)]
 BATCHES = (1, 8)
-
-
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
 
 
 def _contenders(dev: Any, dt: Any, n: int, c: int, r: int, side: int, rng: np.random.Generator,
@@ -128,7 +121,7 @@ def main() -> None:
     args = ap.parse_args()
     dt = DT.FLOAT32 if args.dtype == "float32" else DT.FLOAT16
     ov.load()
-    torch = _torch()
+    torch = cuda_torch()
     dev = kdml.Device()
     print(f"device: {dev.name}; torch: {torch.cuda.get_device_name() if torch else 'none'}; {dt.name}")
     lanes = [int(v) for v in args.mean_lanes.split(",") if v]

@@ -166,14 +166,12 @@ def force_kernel(monkeypatch, dev, kernel: str) -> None:
     monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, matmul_kernel=kernel))
 
 
-def direct_kernel(monkeypatch, kernel: str) -> str:
+def direct_kernel(monkeypatch, kernel: str) -> None:
     """Force CONVOLUTION's kernel for one test: "direct-rows" is the direct kernel with its row
     variants for every size (ops/conv_direct.py), "direct" with one output per invocation; any other
-    name as KDML_CONV_KERNEL takes it. Returns the KDML_CONV_KERNEL value set."""
-    env = "direct" if kernel == "direct-rows" else kernel
-    monkeypatch.setenv("KDML_CONV_KERNEL", env)
+    name as KDML_CONV_KERNEL takes it."""
+    monkeypatch.setenv("KDML_CONV_KERNEL", "direct" if kernel == "direct-rows" else kernel)
     monkeypatch.setattr("kompute_dml.ops.conv_direct.direct_rows", lambda *args: kernel == "direct-rows")
-    return env
 
 
 @functools.cache

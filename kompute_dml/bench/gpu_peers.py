@@ -35,6 +35,15 @@ from .timing import Make, interleaved, median, repeat, repeater
 Ref = Callable[[], np.ndarray]  # the numpy reference of a row's output (computed once)
 
 
+def cuda_torch() -> Any:
+    """The torch module where it is installed and sees a CUDA device, else None (benchmarks' peer)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
 class GpuPeer:
     """Common shape of a GPU peer: where arrays live, how to wait, how a row's source view is
     taken. Subclasses add the operations they have an equivalent for."""

@@ -24,6 +24,7 @@ import onnx
 
 import kompute_dml as kdml
 
+from .feeds import declared_shape
 from .graph import _attr, attr_text
 from .handlers_activation import fused_activation
 from .handlers_pool import POOL_HANDLERS
@@ -56,11 +57,8 @@ FLOAT16 = (f"a float16 block of more than {F16_MAX_CHANNELS} channels and at mos
 
 def _elements_per_image(rep: BackendRep, name: str) -> int | None:
     """The declared elements per image (all dimensions but the first) of `name`, None where unknown."""
-    tp = rep.declared_types.get(name)
-    if tp is None or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
-        return None
-    dims = [d.dim_value if d.HasField("dim_value") else 0 for d in tp.tensor_type.shape.dim[1:]]
-    return int(np.prod(dims)) if dims and all(d > 0 for d in dims) else None
+    dims = (declared_shape(rep.declared_types.get(name)) or ())[1:]
+    return int(np.prod(dims)) if dims and all(d for d in dims) else None
 
 
 def _check_pointwise(rep: BackendRep, conv: onnx.NodeProto) -> str:
