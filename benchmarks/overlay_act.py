@@ -48,7 +48,14 @@ CONV_DIRECT_ACT = contract.family(
     win=("3", "5"), kind=tuple(CONV_ACT_KINDS),
     defines=lambda win, kind: {"F16": 0, "DIRECT": 1, "REDUCE": 0, "SPLIT": 0, "LANES": 0, "WIN": int(win),
                                "CONV_ACT_FIXED": f"{CONV_ACT_KINDS[kind]}u"})
-FAMILIES = (GEMM_ACT_FORMS, CONV_DIRECT_ACT)
+# FLOAT16: GEMM's tensor-core family (A and B row-major, the 1 x 1 convolutions' orders) with the forms
+# (the product's FLOAT16 epilogue is the exact form: gemm_act16)
+GEMM_COOP_ACT_FORMS = contract.family(
+    "gemm_coop_act_forms", "gemm_coop.comp", "gemmc16ab_rr_s{form}", contract.GEMM_PUSH, None,
+    form=tuple(str(f) for f in FORMS if f != 1),
+    defines=lambda form: {"MMA": 0, "AL": 0, "BL": 0, "ACT": 1, "SWISH_ABL": int(form)},
+    target=lambda form: contract.COOP_TARGET)
+FAMILIES = (GEMM_ACT_FORMS, CONV_DIRECT_ACT, GEMM_COOP_ACT_FORMS)
 
 
 @functools.cache

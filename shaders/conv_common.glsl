@@ -68,8 +68,21 @@ struct ConvEpilogue {
     bool bias;
 };
 
+// The kind as a specialization constant where the includer names its id (CONV_ACT_ID; the plan's
+// last constant, ops/conv_fused.py with_act_kind), so the driver keeps that activation's code alone:
+// with the kind read from the constant every kind's code stays in the kernel, inlined once per output
+// of the row variants (H100, as GEMM's was: gemm_act.glsl). CONV_ACT_ANY (no constant given): the
+// constant's word.
+#define CONV_ACT_ANY 0xFFFFFFFFu
+#ifdef CONV_ACT_ID
+layout(constant_id = CONV_ACT_ID) const uint CONV_ACT_KIND = CONV_ACT_ANY;
+#else
+const uint CONV_ACT_KIND = CONV_ACT_ANY;
+#endif
+
 ConvEpilogue conv_epilogue() {
-    return ConvEpilogue(p[P_ACT], p[P_ACT + 1], p[P_ACT + 2], (p[P_FLAGS] & CONV_F_BIAS) != 0u);
+    uint kind = CONV_ACT_KIND != CONV_ACT_ANY ? CONV_ACT_KIND : p[P_ACT];
+    return ConvEpilogue(kind, p[P_ACT + 1], p[P_ACT + 2], (p[P_FLAGS] & CONV_F_BIAS) != 0u);
 }
 
 // output channel co's bias (0.0, unused, without one)

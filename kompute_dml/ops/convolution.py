@@ -61,7 +61,7 @@ from . import contract, conv_coop, conv_pointwise
 from .base import CompiledOperator, validate_tensors
 from .contract.conv import LANES_CHANNELS, LANES_PIXELS, LANES_UNROLL
 from .conv_direct import direct_window
-from .conv_fused import fused_words
+from .conv_fused import fused_words, with_act_kind
 from .conv_split import CONV_SPLIT_ENV, TILE_K, conv_parts, conv_split  # noqa: F401 (conv_split re-exported)
 from .elementwise_plan import check_addressable
 from .gemm_coop import CoopTile
@@ -340,8 +340,8 @@ def _coop_plan(coop: Any, split: int, dt: DataType, bias: int | None, grid: tupl
 
 def _compiled(device: Device, desc: ConvolutionDesc, plans: list[DispatchPlan | TransferPlan],
               constants: list[Tensor]) -> CompiledOperator:
-    return CompiledOperator(device, desc, CONVOLUTION, CONVOLUTION.inputs, CONVOLUTION.outputs, plans,
-                            constants=constants)
+    return CompiledOperator(device, desc, CONVOLUTION, CONVOLUTION.inputs, CONVOLUTION.outputs,
+                            with_act_kind(plans, fused_words(device, desc.fused_activation)[0]), constants=constants)
 
 
 def _plan(fam: Any, dt: DataType, tensors: tuple[int | None, ...], grid: tuple[int, int, int],
