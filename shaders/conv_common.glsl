@@ -99,7 +99,12 @@ uint conv_finish_with(ConvEpilogue ep, float sum, float bias) {
 #endif
     precise float v = sum;
     if (ep.bias) v = v + bias;
-    if (ep.kind == ACT_RELU && v <= 0.0) v = 0.0;
+    // ReLU on the bits (gemm_act's form): with the kind a specialization constant NVIDIA's compiler
+    // (H200) turned `v <= 0.0 ? 0.0 : v` into a maximum, which made NaN +0 (tests/test_conv_fused.py)
+    if (ep.kind == ACT_RELU) {
+        uint b = floatBitsToUint(v);
+        v = uintBitsToFloat((b & 0x7FFFFFFFu) > 0x7F800000u ? b : ((b >> 31) != 0u ? 0u : b));
+    }
     g_act_p0 = ep.p0;
     g_act_p1 = ep.p1;
 #if F16
