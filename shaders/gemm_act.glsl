@@ -38,7 +38,19 @@ uint gemm_act_fast(uint x, uint kind, inout bool slow) {
     return gemm_act(x, kind);
 }
 
-// a FLOAT16 output's bits -> the activation's FLOAT16 bits
-uint gemm_act16(uint h, uint kind) { return kind == ACT_NONE ? h : f2h(gemm_act(h2f(h), kind)); }
+// a FLOAT16 output's bits -> the activation's FLOAT16 bits. Where the includer binds a table
+// (ACT_TABLE_BINDING: 65,536 halves, the standalone operator's result for every float16 input,
+// ops/act_table.py), one lookup gives them for the kinds past ReLU: the same bits as the exact code,
+// which inlined per output made the tensor-core kernel 1.6x as slow (H200, device call 252)
+#ifdef ACT_TABLE_BINDING
+layout(std430, binding = ACT_TABLE_BINDING) readonly buffer ActTable { uint act_table[]; };
+#endif
+uint gemm_act16(uint h, uint kind) {
+    if (kind == ACT_NONE) return h;
+#ifdef ACT_TABLE_BINDING
+    if (kind != ACT_RELU) return (act_table[h >> 1] >> ((h & 1u) << 4)) & 0xFFFFu;
+#endif
+    return f2h(gemm_act(h2f(h), kind));
+}
 
 #endif

@@ -170,6 +170,32 @@ def test_float16_activation_edges(dev, rng, monkeypatch, kernel, blk, name):
         _assert_same(got, fn(tmp, device=dev, **kw).numpy(), f"{name} {kernel} b{blk}")
 
 
+@pytest.mark.parametrize("name", ["swish", "hard_swish", "gelu"])
+def test_float16_table_while_capturing(dev, rng, monkeypatch, name):
+    """A FLOAT16 product whose activation runs from its table (ops/act_table.py) compiled while a
+    capture is open (as the ONNX backend plans): the table is made then, not captured, and every one
+    of its 65,536 halves is the standalone operator's result for that float16 input; the captured
+    product gives the eager one's bits."""
+    monkeypatch.setenv("KDML_GEMM_SPLIT", "1")
+    act, fn, kw = ACTS_GEMM[name]
+    m, n, k = 9, 70, 5
+    a, b = (rng.standard_normal(s).astype(np.float16) * 4 for s in ((m, k), (k, n)))
+    at, bt = dev.tensor(a), dev.tensor(b)
+    desc = kdml.GemmDesc(at.desc, bt.desc, None, TD(DT.FLOAT16, (m, n)), fused_activation=act)
+    with dev.capture() as rec:
+        op = compile_gemm(dev, desc, kernel="tiled")
+        out = dev.tensor(np.zeros((m, n), np.float16))
+        op.execute([at, bt, None], [out])
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    want = fn(dev.tensor(every), device=dev, **kw).numpy()
+    (table,) = op.constants
+    np.testing.assert_array_equal(table.numpy().view(np.uint16), want.view(np.uint16))
+    rec.submit()
+    eager = dev.tensor(np.zeros((m, n), np.float16))
+    compile_gemm(dev, desc, kernel="tiled").execute([at, bt, None], [eager])
+    np.testing.assert_array_equal(out.numpy().view(np.uint16), eager.numpy().view(np.uint16))
+
+
 def _gelu64(x):
     return 0.5 * x * np.vectorize(math.erfc)(-x / math.sqrt(2.0))  # erfc: no cancellation in the negative tail
 

@@ -213,6 +213,11 @@ class Device:
         with self.engine.capture_into(rec):
             yield rec
 
+    def uncaptured(self) -> Any:
+        """A context in which this thread's executions run even while it captures (a constant an
+        operator computes on the device when it is compiled: ops/act_table.py)."""
+        return self.engine.capture_into(None)
+
     def synchronize(self) -> None:
         """Wait for every submission made with `wait=False`."""
         self.engine.synchronize()

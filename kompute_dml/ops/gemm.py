@@ -42,6 +42,7 @@ from ..core.registry import FL, FLOATS, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan, TransferPlan
 from . import contract, gemm_split
+from .act_table import act_table, gemm_bindings, uses_table
 from .base import CompiledOperator, validate_tensors
 from .conv_fused import ACT_NONE, fused_words
 from .elementwise_plan import check_addressable
@@ -261,7 +262,7 @@ def _plan(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, beta: 
     fam = contract.GEMM  # GEMM_COOP shares its block
     return DispatchPlan(
         variant=variant,
-        bindings=(0, 1, 2, 3),
+        bindings=gemm_bindings(desc.a_tensor.data_type, act),
         push=fam.pack(**values),
         groups=gemm_grid(total, device.limits["max_compute_work_group_count"]),
         writes=(3,),
@@ -317,6 +318,9 @@ def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
             return [_plan(device, d, sh, alpha, beta, coop.variant, coop.groups, coop.flags, coop.spec, act)]
         return [plan_gemm(device, d, sh, alpha, beta, act)]
 
+    def table() -> list[Any]:  # the constant at TABLE_ENTRY where the plans read it
+        return [act_table(device, desc.fused_activation, act)] if uses_table(dt, act) else []
+
     window = binding_window(device.limits)
     tensors = [d for _, _, d in present]
     if fits(tensors, window):
@@ -324,9 +328,9 @@ def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
         sh = check_gemm(desc)[0]
         split = (gemm_split.split_plans(device, plans[0], sh.m, sh.n, sh.k, sh.nb * sh.nc, gemm_grid)  # type: ignore[arg-type]
                  if plans[0].variant.startswith("gemm_") else None)
-        if split is not None:  # few tiles over a long K (ops/gemm_split.py)
+        if split is not None:  # few tiles over a long K (ops/gemm_split.py; its reduce applies the activation itself)
             return CompiledOperator(device, desc, SUPPORT, SUPPORT.inputs, SUPPORT.outputs, split[0], constants=[split[1]])
-        return CompiledOperator(device, desc, SUPPORT, SUPPORT.inputs, SUPPORT.outputs, plans)
+        return CompiledOperator(device, desc, SUPPORT, SUPPORT.inputs, SUPPORT.outputs, plans, constants=table())
     # a value beyond one binding: the matrices in parts (batch, then channel), then A's, C's and the
     # output's rows, then B's, C's and the output's columns (ops/split_range.py); K is never cut (a
     # B of K rows beyond one binding stays refused)
@@ -342,7 +346,7 @@ def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
         return plans_for(dataclasses.replace(desc, **parts))  # type: ignore[arg-type]
 
     plans = split_outer(tensors, levels, window, part, [i for i, _, _ in present])  # type: ignore[arg-type]
-    return CompiledOperator(device, desc, SUPPORT, SUPPORT.inputs, SUPPORT.outputs, plans)
+    return CompiledOperator(device, desc, SUPPORT, SUPPORT.inputs, SUPPORT.outputs, plans, constants=table())
 
 
 # ---- spec (kompute_dml/ops/spec.py) --------------------------------------------------------

@@ -17,10 +17,12 @@ class CaptureSlot(threading.local):
 
     @contextlib.contextmanager
     def into(self, rec: Any) -> Iterator[Any]:
-        if self.rec is not None:
+        """Executions go into `rec` inside; `rec` None: they run, also inside an open capture, which
+        goes on after (Device.uncaptured)."""
+        if rec is not None and self.rec is not None:
             raise RuntimeError("a capture is already open on this thread")
-        self.rec = rec
+        before, self.rec = self.rec, rec
         try:
             yield rec
         finally:
-            self.rec = None
+            self.rec = before if rec is None else None

@@ -1,0 +1,56 @@
+"""FLOAT16 fused activations as tables: GEMM's FLOAT16 kernels apply a fused activation (other than
+ReLU) to an output's float16 bits by one lookup, `act_table[h >> 1]`'s half h & 1, instead of the
+activation's exact float32 code inlined per output (shaders/gemm_act.glsl gemm_act16).
+
+A float16 input has 65,536 values, so the table is the activation of each: made once per device and
+activation by the standalone operator itself on a tensor of every bit pattern, so a fused output is
+the unfused chain's bits (GEMM, then the activation) by construction. H200, `python -m
+benchmarks.bench_conv --pointwise --half` and device call 252 (us, 8 x 16 -> 96 x 112 x 112 with SiLU on
+the tensor cores): 132.3 with the exact code in every output, 83.0 with no activation code at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ..core.dtypes import DataType
+from ..core.tensor_desc import TensorDesc
+from .conv_fused import ACT_NONE, ACT_RELU
+
+TABLE_ENTRY = 4  # the table's entry in GEMM's operator: its first constant (at shader binding 5)
+
+
+def uses_table(dt: DataType, act: tuple[int, ...]) -> bool:
+    """Whether a FLOAT16 product's fused activation is applied by its table (gemm_act.glsl): kinds past ReLU."""
+    return dt == DataType.FLOAT16 and act[0] not in (ACT_NONE, ACT_RELU)
+
+
+def gemm_bindings(dt: DataType, act: tuple[int, ...]) -> tuple[int | None, ...]:
+    """A, B, C, the output; the FLOAT16 ACT variants declare the table at binding 5 (ReLU: none bound; ops/gemm.py)."""
+    if dt != DataType.FLOAT16 or act[0] == ACT_NONE:
+        return (0, 1, 2, 3)
+    return (0, 1, 2, 3, None, TABLE_ENTRY if uses_table(dt, act) else None)
+
+
+# per device, per the activation's words (conv_fused.fused_words): its table
+_TABLES: weakref.WeakKeyDictionary[Any, dict[tuple[int, ...], Any]] = weakref.WeakKeyDictionary()
+
+
+def act_table(device: Any, act: Any, words: tuple[int, ...]) -> Any:
+    """A FLOAT16 tensor of 65,536 elements: element h is `act` (a FusedActivation descriptor) of the
+    float16 value of bits h, as the standalone operator computes it; made once per device and words."""
+    tables = _TABLES.setdefault(device, {})
+    table = tables.get(words)
+    if table is None:
+        every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+        td = TensorDesc(DataType.FLOAT16, (1 << 16,))
+        op = device.compile(dataclasses.replace(act, input_tensor=td, output_tensor=td))
+        table = device.tensor(np.zeros(1 << 16, np.float16))
+        with device.uncaptured():  # computed now, also while the caller captures a program
+            op.execute([device.tensor(every)], [table])
+        tables[words] = table
+    return table
