@@ -7,7 +7,6 @@ same process, and onnxruntime's CPU Conv.
     python -m benchmarks.bench_conv --kernels --quick                       # lavapipe: a check of the script
     python -m benchmarks.bench_conv --pointwise    # 1 x 1 layers on each FLOAT32 kernel (bench_conv_pointwise.py)
     python -m benchmarks.bench_conv --swish-forms  # GEMM's Swish / HardSwish epilogue forms (benchmarks/overlay_act.py)
-    python -m benchmarks.bench_conv --act-kinds    # depthwise layers, the activation's kind compiled in (overlay_act.py)
     python -m benchmarks.bench_conv --depthwise    # depthwise layers, one output per invocation and rows (bench_conv_depthwise.py)
 
 Ours runs N executions of one compiled operator in one recording; torch N launches then a
@@ -78,18 +77,12 @@ def main() -> None:
     ap.add_argument("--pointwise", action="store_true", help="1 x 1 layers on each FLOAT32 kernel and GEMM's")
     ap.add_argument("--half", action="store_true", help="--pointwise: FLOAT16 layers (tiled, tensor cores, GEMM)")
     ap.add_argument("--swish-forms", action="store_true", help="the FusedActivation epilogue's forms (overlay_act.py)")
-    ap.add_argument("--act-kinds", action="store_true", help="depthwise layers with the activation's kind compiled in")
     ap.add_argument("--depthwise", action="store_true", help="depthwise layers: the direct kernel by outputs and by rows")
     args = ap.parse_args()
     if args.depthwise:
         from benchmarks.bench_conv_depthwise import run_depthwise
 
         run_depthwise(args)
-        return
-    if args.act_kinds:
-        from benchmarks.bench_conv_pointwise import run_act_kinds
-
-        run_act_kinds(args)
         return
     if args.swish_forms:
         from benchmarks.bench_conv_pointwise import run_forms

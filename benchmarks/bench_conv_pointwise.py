@@ -28,12 +28,13 @@ RELU = kdml.ActivationReluDesc(None, None)
 SWISH = kdml.ActivationSwishDesc(None, None)
 # (batch, input channels, output channels, height = width, activation): MobileNetV3-small's and
 # EfficientNet-B0's pointwise layers, then ResNet-50's bottleneck 1 x 1 layers, then EfficientNet-B0's
-# 16 -> 96 expansion at 112 x 112 with and without its SiLU
+# 16 -> 96 expansion at 112 x 112 with and without its SiLU, and its batch-8 SiLU expansions after it
 ROWS = [(1, 16, 72, 56, None), (1, 24, 88, 28, None), (1, 40, 240, 14, HARD_SWISH), (1, 48, 288, 14, HARD_SWISH),
         (1, 96, 576, 7, HARD_SWISH), (1, 576, 96, 7, None), (1, 120, 48, 14, None), (8, 16, 72, 56, None),
         (8, 40, 240, 14, HARD_SWISH), (8, 96, 576, 7, HARD_SWISH), (8, 576, 96, 7, None), (8, 1152, 320, 7, None),
         (1, 64, 256, 56, RELU), (1, 1024, 256, 14, RELU), (8, 256, 64, 56, RELU), (8, 1024, 256, 14, RELU),
-        (8, 512, 2048, 7, None), (1, 16, 96, 112, SWISH), (1, 16, 96, 112, None), (8, 16, 96, 112, SWISH)]
+        (8, 512, 2048, 7, None), (1, 16, 96, 112, SWISH), (1, 16, 96, 112, None), (8, 16, 96, 112, SWISH),
+        (8, 16, 96, 112, None), (8, 24, 144, 56, SWISH), (8, 40, 240, 28, SWISH), (8, 80, 480, 14, SWISH)]
 KERNELS = {False: (None, "tiled", "lanes", "gemm"), True: (None, "tiled", "coopmat", "gemm", "gemm-tiled")}
 
 
@@ -142,42 +143,4 @@ def run_forms(args: Any) -> None:
         for k in ops:
             label = "policy" if k == "policy" else f"{k} {overlay_act.FORMS[int(k[1:])]}"
             print(f"  {label:48s} {t[k]:7.1f}  {same[k]}", flush=True)
-    dev.close()
-
-
-# --act-kinds: depthwise layers of EfficientNet-B0 (SiLU) and MobileNetV3-small (HardSwish) at batch 8 on
-# the direct kernel (the policy's for them on the H100), against the overlay's variant with the activation's
-# kind compiled in (overlay_act.CONV_DIRECT_ACT): (batch, channels, input side, window, stride, activation)
-DEPTHWISE_ROWS = [(8, 32, 112, 3, 1, SWISH), (8, 96, 112, 3, 2, SWISH), (8, 144, 56, 5, 2, SWISH), (8, 240, 28, 5, 1, SWISH),
-                  (8, 96, 28, 5, 2, HARD_SWISH), (8, 240, 14, 5, 1, HARD_SWISH)]
-
-
-def run_act_kinds(args: Any) -> None:
-    import dataclasses
-
-    from benchmarks import overlay_act
-
-    overlay_act.load()
-    dev = kdml.Device()
-    print(f"device: {dev.name}")
-    print("| layer | policy's variant | policy us | kind compiled in us | same bits |")
-    print("| --- | --- | ---: | ---: | --- |")
-    rng = np.random.default_rng(0)
-    for n, c, hw, win, stride, act in DEPTHWISE_ROWS:
-        x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
-        w = (rng.standard_normal((c, 1, win, win)) / win).astype(np.float32)
-        b = rng.standard_normal((1, c, 1, 1)).astype(np.float32)
-        ins = [dev.tensor(a) for a in (x, w, b)]
-        side = (hw + 2 * (win // 2) - win) // stride + 1
-        od = TD(DT.FLOAT32, (n, c, side, side))
-        desc = kdml.ConvolutionDesc(ins[0].desc, ins[1].desc, ins[2].desc, od, strides=(stride, stride),
-                                    start_padding=(win // 2,) * 2, end_padding=(win // 2,) * 2, group_count=c,
-                                    fused_activation=act)
-        policy = compile_convolution(dev, desc, kernel="direct")
-        kind = "sw" if act is SWISH else "hs"
-        fixed = compile_convolution(dev, desc, kernel="direct")
-        fixed.plans[0] = dataclasses.replace(fixed.plans[0], variant=f"convdk{win}_{kind}_f32")
-        t, same = _versus_policy(dev, {"policy": policy, "fixed": fixed}, ins, od, args)
-        name = f"{n}x{c} {hw}x{hw} dw{win}/{stride} +{type(act).__name__[10:-4].lower()}"
-        print(f"| {name} | {policy.variants[0]} | {t['policy']:.1f} | {t['fixed']:.1f} | {same['fixed']} |", flush=True)
     dev.close()

@@ -12,9 +12,6 @@ epilogue staged through shared memory with one activation per loop step (1.6-2.3
 device calls 227-229, at da3dd79); the quotient corrected by its remainder in integer code with a
 fallback to f32_div_bits (95.7; 83.3 without the fallback; at 4c05f3c, call 229).
 
-CONV_DIRECT_ACT (`python -m benchmarks.bench_conv --act-kinds`): the direct convolution kernel with the
-fused activation's kind compiled in. Not yet timed on the H100; lavapipe gives the policy's bits.
-
     python -m benchmarks.overlay_act   # build them into benchmarks/out/spirv_act
 """
 
@@ -38,24 +35,7 @@ GEMM_ACT_FORMS = contract.family(
     "gemm_act_forms", "gemm.comp", "gemmab_f32_b{blk}_s{form}", contract.GEMM_PUSH, (16, 16, 1),
     blk=(2, 4), form=tuple(str(f) for f in FORMS),
     defines=lambda blk, form: {"F16": 0, "BLK": blk, "ACT": 1, "SWISH_ABL": int(form)})
-# the direct convolution kernels (depthwise 3 x 3 / 5 x 5, conv_common.glsl's epilogue) with the fused
-# activation's kind compiled in (CONV_ACT_FIXED: fused_act.glsl's ACT_* numbers), where the product reads
-# it from the operator's constant and so holds every kind's code, as GEMM's did before its kind became
-# a specialization constant (gemm_act.glsl)
-CONV_ACT_KINDS = {"hs": 6, "sw": 9}  # HardSwish, Swish
-CONV_DIRECT_ACT = contract.family(
-    "conv_direct_act", "convolution.comp", "convdk{win}_{kind}_f32", contract.CONV_PUSH, (256, 1, 1),
-    win=("3", "5"), kind=tuple(CONV_ACT_KINDS),
-    defines=lambda win, kind: {"F16": 0, "DIRECT": 1, "REDUCE": 0, "SPLIT": 0, "LANES": 0, "WIN": int(win),
-                               "CONV_ACT_FIXED": f"{CONV_ACT_KINDS[kind]}u"})
-# FLOAT16: GEMM's tensor-core family (A and B row-major, the 1 x 1 convolutions' orders) with the forms
-# (the product's FLOAT16 epilogue is the exact form: gemm_act16)
-GEMM_COOP_ACT_FORMS = contract.family(
-    "gemm_coop_act_forms", "gemm_coop.comp", "gemmc16ab_rr_s{form}", contract.GEMM_PUSH, None,
-    form=tuple(str(f) for f in FORMS if f != 1),
-    defines=lambda form: {"MMA": 0, "AL": 0, "BL": 0, "ACT": 1, "SWISH_ABL": int(form)},
-    target=lambda form: contract.COOP_TARGET)
-FAMILIES = (GEMM_ACT_FORMS, CONV_DIRECT_ACT, GEMM_COOP_ACT_FORMS)
+FAMILIES = (GEMM_ACT_FORMS,)
 
 
 @functools.cache

@@ -94,9 +94,6 @@ float conv_bias(ConvEpilogue ep, uint co) { return ep.bias ? conv_load_b(pc.b_of
 // to float16 first, as the standalone operator reads the unfused output), then rounded to the
 // output type. So a fused result is bit for bit the unfused chain's. Returns the element's bits.
 uint conv_finish_with(ConvEpilogue ep, float sum, float bias) {
-#ifdef CONV_ACT_FIXED  // benchmark overlay only (benchmarks/overlay_act.py): the kind compiled in, not read from the constant
-    ep.kind = CONV_ACT_FIXED;
-#endif
     precise float v = sum;
     if (ep.bias) v = v + bias;
     // ReLU on the bits (gemm_act's form): with the kind a specialization constant NVIDIA's compiler

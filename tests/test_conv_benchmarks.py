@@ -2,7 +2,7 @@
 cooperative-matrix ceiling: its emulated variants run the harness, data layout and exact check; the
 check fails on a wrong count of trips; the tensor-core run where the device has them) and
 `bench_conv --kernels --quick` (benchmarks/bench_conv_kernels.py: every contender compiles, runs and
-is within its precision of the float64 reference); `--swish-forms` and `--act-kinds` on small layers."""
+is within its precision of the float64 reference); `--swish-forms` on small layers."""
 
 from __future__ import annotations
 
@@ -77,9 +77,9 @@ def test_bench_small_layers_quick(monkeypatch, capsys):
 
 
 def test_activation_overlays_quick(monkeypatch, capsys):
-    """`bench_conv --swish-forms` and `--act-kinds` (benchmarks/overlay_act.py) on small layers: the
-    overlay's exact forms give the policy's bits (the product's form, the exact form in every output,
-    the direct kernel with the kind compiled in), so their timings compare the same results."""
+    """`bench_conv --swish-forms` (benchmarks/overlay_act.py) on small layers: the overlay's exact forms
+    give the policy's bits (the product's form, the exact form in every output), so their timings
+    compare the same results."""
     import benchmarks.bench_conv_pointwise as bp
     from benchmarks import overlay_act
 
@@ -90,12 +90,8 @@ def test_activation_overlays_quick(monkeypatch, capsys):
             pytest.skip("the activation overlay is not built and glslangValidator is missing: it cannot be built here")
         raise
     monkeypatch.setattr(bp, "FORM_ROWS", [(1, 8, 24, 10, bp.SWISH), (2, 8, 16, 6, bp.HARD_SWISH)])
-    monkeypatch.setattr(bp, "DEPTHWISE_ROWS", [(1, 8, 9, 3, 1, bp.SWISH), (2, 8, 10, 5, 2, bp.HARD_SWISH)])
     args = argparse.Namespace(rounds=1, n=2)
     bp.run_forms(args)
-    bp.run_act_kinds(args)
     out = capsys.readouterr().out
     same = [line.split()[-1] for line in out.splitlines() if line.lstrip().startswith(("s0 ", "s1 "))]
     assert same == ["True"] * 4, out
-    kinds = [line for line in out.splitlines() if " dw" in line]
-    assert len(kinds) == 2 and all(line.rstrip().endswith("| True |") for line in kinds), out
