@@ -71,7 +71,7 @@ struct ConvEpilogue {
 // The kind as a specialization constant where the includer names its id (CONV_ACT_ID; the plan's
 // last constant, ops/conv_fused.py with_act_kind), so the driver keeps that activation's code alone:
 // with the kind read from the constant every kind's code stays in the kernel, inlined once per output
-// of the row variants (H100, as GEMM's was: gemm_act.glsl). CONV_ACT_ANY (no constant given): the
+// of the row variants (H200: docs/convolution.md; GEMM too: gemm_act.glsl). CONV_ACT_ANY (no constant given): the
 // constant's word.
 #define CONV_ACT_ANY 0xFFFFFFFFu
 #ifdef CONV_ACT_ID
