@@ -69,11 +69,14 @@ struct ConvEpilogue {
 };
 
 // The kind as a specialization constant where the includer names its id (CONV_ACT_ID; the plan's
-// last constant, ops/conv_fused.py with_act_kind), so the driver keeps that activation's code alone:
+// last constant, ops/act_table.py conv_act), so the driver keeps that activation's code alone:
 // with the kind read from the constant every kind's code stays in the kernel, inlined once per output
 // of the row variants (H200: docs/convolution.md; GEMM too: gemm_act.glsl). CONV_ACT_ANY (no constant given): the
 // constant's word.
 #define CONV_ACT_ANY 0xFFFFFFFFu
+#ifdef CONV_TABLE_BINDING
+layout(std430, binding = CONV_TABLE_BINDING) readonly buffer ActTable { uint act_table[]; };
+#endif
 #ifdef CONV_ACT_ID
 layout(constant_id = CONV_ACT_ID) const uint CONV_ACT_KIND = CONV_ACT_ANY;
 #else
@@ -106,7 +109,11 @@ uint conv_finish_with(ConvEpilogue ep, float sum, float bias) {
     g_act_p1 = ep.p1;
 #if F16
     uint h = f2h(floatBitsToUint(v));
+#ifdef CONV_TABLE_BINDING  // the FLOAT16 activation's table (ops/act_table.py, as GEMM's: gemm_act.glsl)
+    return ep.kind > ACT_RELU ? (act_table[h >> 1] >> ((h & 1u) << 4)) & 0xFFFFu : h;
+#else
     return ep.kind > ACT_RELU ? f2h(fused_act(h2f(h), ep.kind)) : h;
+#endif
 #else
     uint x = floatBitsToUint(v);
     return ep.kind > ACT_RELU ? fused_act(x, ep.kind) : x;

@@ -1,6 +1,7 @@
-"""FLOAT16 fused activations as tables: GEMM's FLOAT16 kernels apply a fused activation (other than
-ReLU) to an output's float16 bits by one lookup, `act_table[h >> 1]`'s half h & 1, instead of the
-activation's exact float32 code inlined per output (shaders/gemm_act.glsl gemm_act16).
+"""FLOAT16 fused activations as tables: GEMM's and CONVOLUTION's FLOAT16 kernels apply a fused
+activation (other than ReLU) to an output's float16 bits by one lookup, `act_table[h >> 1]`'s half
+h & 1, instead of the activation's exact float32 code inlined per output (shaders/gemm_act.glsl
+gemm_act16, conv_common.glsl conv_finish_with).
 
 A float16 input has 65,536 values, so the table is the activation of each: made once per device and
 activation by the standalone operator itself on a tensor of every bit pattern, so a fused output is
@@ -19,7 +20,8 @@ import numpy as np
 
 from ..core.dtypes import DataType
 from ..core.tensor_desc import TensorDesc
-from .conv_fused import ACT_NONE, ACT_RELU
+from ..runtime import DispatchPlan
+from .conv_fused import ACT_NONE, ACT_RELU, fused_words
 
 TABLE_ENTRY = 4  # the table's entry in GEMM's operator: its first constant (at shader binding 5)
 
@@ -54,3 +56,33 @@ def act_table(device: Any, act: Any, words: tuple[int, ...]) -> Any:
             op.execute([device.tensor(every)], [table])
         tables[words] = table
     return table
+
+
+CONV_TABLE_BINDING = 6  # the convolution kernels' FLOAT16 variants (conv_common.glsl)
+
+
+def conv_act(device: Any, desc: Any, plans: list[Any], constants: list[Any]) -> tuple[list[Any], list[Any]]:
+    """CONVOLUTION's plans and constants with its fused activation compiled in: the kind appended to the
+    specialization constants of the convolution's own kernels (conv_common.glsl CONV_ACT_ID: the next
+    constant after theirs), so each pipeline holds that activation's code alone, and their FLOAT16
+    variants' table at binding 6 (kinds past ReLU: the table, a constant after the operator's others;
+    else none bound). GEMM's plans (the pointwise case) carry their own."""
+    words = tuple(fused_words(device, desc.fused_activation))
+    own = [p for p in plans if isinstance(p, DispatchPlan) and p.variant.startswith("conv")]
+    entry = None
+    if words[0] not in (ACT_NONE, ACT_RELU) and any(p.variant.endswith("_f16") for p in own):
+        entry, constants = 4 + len(constants), [*constants, act_table(device, desc.fused_activation, words)]
+
+    def compiled_in(p: DispatchPlan) -> DispatchPlan:
+        return table_slot(dataclasses.replace(p, spec=(*p.spec, words[0])), entry)
+
+    return [compiled_in(p) if any(p is o for o in own) else p for p in plans], constants
+
+
+def table_slot(plan: Any, entry: int | None = None) -> Any:
+    """A convolution kernel's FLOAT16 plan with its binding 6 (the table's entry, or None); others as they are
+    (also for the plans made ahead for other shapes: ops/convolution.plans_ahead)."""
+    if not plan.variant.endswith("_f16") or len(plan.bindings) > CONV_TABLE_BINDING:
+        return plan
+    pad = (None,) * (CONV_TABLE_BINDING - len(plan.bindings))
+    return dataclasses.replace(plan, bindings=(*plan.bindings, *pad, entry))

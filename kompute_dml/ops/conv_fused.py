@@ -17,11 +17,9 @@ the FFN's MatMul -> Add -> GELU of every transformer), from feature level 5_1 as
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from ..core.errors import InvalidArgumentError, UnsupportedError, invalid
-from ..runtime import DispatchPlan
 from . import activation_params, elementwise_unary
 from .activation import ACTIVATION_GELU, GELU_APPROXIMATIONS, ActivationGeluDesc
 from .activation_relu import ActivationReluDesc
@@ -88,10 +86,3 @@ def _gelu_words(device: Any, act: ActivationGeluDesc) -> list[int]:
         raise invalid("fused_activation.approximate", f"must be one of {GELU_APPROXIMATIONS}, got {act.approximate!r}")
     return [ACT_GELU_TANH if act.approximate == "tanh" else ACT_GELU, 0, 0]
 
-
-def with_act_kind(plans: list[Any], kind: int) -> list[Any]:
-    """CONVOLUTION's plans with the fused activation's kind appended to the specialization constants of
-    its own kernels' dispatches (conv_common.glsl CONV_ACT_ID: the next constant after theirs), so each
-    pipeline holds that activation's code alone; GEMM's plans (the pointwise case) carry theirs already."""
-    return [dataclasses.replace(p, spec=(*p.spec, kind)) if isinstance(p, DispatchPlan) and p.variant.startswith("conv")
-            else p for p in plans]

@@ -58,10 +58,11 @@ from ..device.memory import Tensor
 from ..runtime import DispatchPlan, TransferPlan, grid_for
 from ..runtime.coop_policy import CONV_KERNEL_ENV, DIRECT_BELOW_COUTG  # noqa: F401 (DIRECT_BELOW_COUTG re-exported)
 from . import contract, conv_coop, conv_pointwise
+from .act_table import conv_act, table_slot
 from .base import CompiledOperator, validate_tensors
 from .contract.conv import LANES_CHANNELS, LANES_PIXELS, LANES_UNROLL
 from .conv_direct import direct_window
-from .conv_fused import fused_words, with_act_kind
+from .conv_fused import fused_words
 from .conv_split import CONV_SPLIT_ENV, TILE_K, conv_parts, conv_split  # noqa: F401 (conv_split re-exported)
 from .elementwise_plan import check_addressable
 from .gemm_coop import CoopTile
@@ -340,8 +341,8 @@ def _coop_plan(coop: Any, split: int, dt: DataType, bias: int | None, grid: tupl
 
 def _compiled(device: Device, desc: ConvolutionDesc, plans: list[DispatchPlan | TransferPlan],
               constants: list[Tensor]) -> CompiledOperator:
-    return CompiledOperator(device, desc, CONVOLUTION, CONVOLUTION.inputs, CONVOLUTION.outputs,
-                            with_act_kind(plans, fused_words(device, desc.fused_activation)[0]), constants=constants)
+    plans, constants = conv_act(device, desc, plans, constants)  # the activation compiled in (act_table.py)
+    return CompiledOperator(device, desc, CONVOLUTION, CONVOLUTION.inputs, CONVOLUTION.outputs, plans, constants=constants)
 
 
 def _plan(fam: Any, dt: DataType, tensors: tuple[int | None, ...], grid: tuple[int, int, int],
@@ -385,7 +386,7 @@ def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[Di
                 out += [dataclasses.replace(plan, variant=f"{head}s_{t}", bindings=(0, 1, None, None, 4, 4)),
                         dataclasses.replace(plan, variant=contract.CONV_REDUCE.name(t=t[:3]), spec=(),
                                             bindings=(None, None, plan.bindings[2], 3, 4, 4))]
-    return out
+    return [table_slot(p) for p in out]  # the FLOAT16 variants' binding 6, as the plans' own (act_table.py)
 
 
 EXPORTS = {"ConvolutionMode": ConvolutionMode, "ConvolutionDirection": ConvolutionDirection}
