@@ -91,3 +91,65 @@ def test_a_released_model_makes_a_new_arena(rng):
     assert rep.state.constant_arena is not first
     for k, g in enumerate(got):
         np.testing.assert_array_equal(g, want[f"y{k}"])
+
+
+def _arena_writes(monkeypatch):
+    """Counts the writes into the arena's chunks (DeviceMemory.write of a chunk's memory)."""
+    from kompute_dml.runtime import memory
+
+    writes, made, wrote = [], [], memory.DeviceMemory.write
+    real = kdml.Buffer
+
+    def chunk(device, nbytes, **kw):  # the arena's chunks, dirty as in the test above
+        buf = real(device, nbytes, **kw)
+        buf.write(np.full(nbytes, 0xAB, np.uint8))
+        made.append(buf.memory)
+        return buf
+
+    def counted(self, *a, **kw):
+        if any(self is m for m in made):
+            writes.append(a)
+        return wrote(self, *a, **kw)
+
+    monkeypatch.setattr(constant_arena.kdml, "Buffer", chunk)
+    monkeypatch.setattr(memory.DeviceMemory, "write", counted)
+    return writes
+
+
+def test_a_plan_writes_its_constants_in_one_transfer_per_chunk(rng, monkeypatch):
+    writes = _arena_writes(monkeypatch)
+    monkeypatch.setenv("KDML_PLAN_FLUSH_MS", "0")  # (no flush of the recording while planning)
+    model, feeds, want = _model(rng)
+    rep = Backend.prepare(model, "CPU")
+    got = rep.run(feeds)
+    assert rep.last_run.planned and rep.state.constant_arena.chunks == 1
+    assert len(writes) == 1  # six constants, one transfer
+    for k, g in enumerate(got):
+        np.testing.assert_array_equal(g, want[f"y{k}"])
+
+
+def test_a_plan_that_stops_still_writes_the_constants_it_placed(rng, monkeypatch):
+    """Constants placed by a whole-graph plan that stops (FallbackNeeded at a later node) are in the
+    model's device constants: the node-by-node run that follows binds them, so they were written."""
+    from kompute_dml.onnx_backend.values import FallbackNeeded
+
+    writes = _arena_writes(monkeypatch)
+    model, feeds, want = _model(rng)
+    rep = Backend.prepare(model, "CPU")
+    handler_for, planning = type(rep).handler_for, []
+
+    def stops_at_the_fourth(self, node):
+        h = handler_for(self, node)
+        if node.output[0] != "y3" or rep.state.node_by_node or planning:
+            return h
+        planning.append(node)
+
+        def refuse(*_a, **_k):
+            raise FallbackNeeded("stopped by the test")
+        return refuse
+
+    monkeypatch.setattr(type(rep), "handler_for", stops_at_the_fourth)
+    got = rep.run(feeds)
+    assert planning and not rep.last_run.planned and writes
+    for k, g in enumerate(got):
+        np.testing.assert_array_equal(g, want[f"y{k}"])
