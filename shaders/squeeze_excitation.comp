@@ -94,12 +94,26 @@ float held(float v) {
 #endif
 }
 
+// The activations' kinds as specialization constants 0 and 1 (the plan's, ops/squeeze_excitation.py),
+// so the driver keeps their code alone, as CONVOLUTION's (conv_common.glsl): read from the push
+// constants, every kind's code stayed in the kernel twice, and se_f16 took 1.4 s to compile on the
+// H200's driver (a cold first run of
+// EfficientNet-B0 float16: `python -m benchmarks.cold_start --family efficientnet-b0-fp16`). SE_ACT_ANY
+// (no constant given): the push constants' kinds.
+#define SE_ACT_ANY 0xFFFFFFFFu
+layout(constant_id = 0) const uint SE_ACT1 = SE_ACT_ANY;
+layout(constant_id = 1) const uint SE_ACT2 = SE_ACT_ANY;
+
 // a Conv output from its sum: + the bias, then ReLU, or another fused activation of `kind` on the
 // value the type holds (conv_common.glsl's conv_finish), held by the type
 float finish(float sum, float bias, bool has_bias, uint kind, uint p0, uint p1) {
     precise float v = sum;
     if (has_bias) v = v + bias;
-    if (kind == ACT_RELU && v <= 0.0) v = 0.0;
+    // ReLU on the bits (conv_common.glsl's form: a float compare against 0 became a maximum, NaN +0)
+    if (kind == ACT_RELU) {
+        uint b = floatBitsToUint(v);
+        v = uintBitsToFloat((b & 0x7FFFFFFFu) > 0x7F800000u ? b : ((b >> 31) != 0u ? 0u : b));
+    }
     float h = held(v);
     if (kind <= ACT_RELU) return h;
     g_p0 = p0;
@@ -256,7 +270,7 @@ void main() {
         ROW_SUMS(w1_buf, w1_quad, pc.w1_off, pc.w1_r, pc.w1_c, r0, rn, s_mean, cn, sum);
         if (t < 64u && r0 + t < rn) {
             float b = LOAD(b1_buf, pc.b1_off + min(r0 + t, rn - 1u) * pc.b1_s);
-            s_hid[r0 + t] = finish(sum, b, (pc.flags & F_BIAS1) != 0u, pc.act1, pc.act1_p0, pc.act1_p1);
+            s_hid[r0 + t] = finish(sum, b, (pc.flags & F_BIAS1) != 0u, SE_ACT1 != SE_ACT_ANY ? SE_ACT1 : pc.act1, pc.act1_p0, pc.act1_p1);
         }
     }
 #endif
@@ -273,7 +287,7 @@ void main() {
     if (t < 64u && c0 + t < cn) {
         uint c = c0 + t;
         float b = LOAD(b2_buf, pc.b2_off + c * pc.b2_s);
-        float g = finish(sum, b, (pc.flags & F_BIAS2) != 0u, pc.act2, pc.act2_p0, pc.act2_p1);
+        float g = finish(sum, b, (pc.flags & F_BIAS2) != 0u, SE_ACT2 != SE_ACT_ANY ? SE_ACT2 : pc.act2, pc.act2_p0, pc.act2_p1);
         uint e = pc.y_off + n * pc.y_b + c * pc.y_c;
 #if F16
         STORE_FIELD(y_buf, e >> 1, (e & 1u) * 16u, 16u, f2h(floatBitsToUint(g)));

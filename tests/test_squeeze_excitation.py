@@ -205,6 +205,21 @@ def test_helper(dev, rng):
     check(out.numpy(), want, scale, DT.FLOAT32)
 
 
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16])
+def test_relu_keeps_nan(dev, rng, dt):
+    """ReLU as ACTIVATION_RELU: a NaN kept (with the kind compiled in, a float compare against 0 may
+    become a maximum, which makes NaN +0). Image 0's NaN channel makes every hidden value NaN, so
+    every gate of it; image 1's as the reference."""
+    npd = NP[dt]
+    x = rng.standard_normal((2, 12, 3, 3)).astype(npd)
+    x[0, 5, 1, 1] = np.nan
+    w1, w2 = rng.standard_normal((4, 12)).astype(npd), rng.standard_normal((12, 4)).astype(npd)
+    b1, b2 = rng.standard_normal(4).astype(npd), rng.standard_normal(12).astype(npd)
+    y = kdml.squeeze_excitation(x, w1, b1, w2, b2, activation1=ACTS["relu"][0], device=dev).numpy()
+    assert np.isnan(y[0]).all()
+    want, scale = reference(x[1:], w1, b1, w2, b2, "relu", None, npd)
+    check(y[1:], want, scale, dt)
+
 # ---- the ONNX backend's fusion ----------------------------------------------------------------------------
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto as T  # noqa: E402

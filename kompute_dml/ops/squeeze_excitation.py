@@ -153,7 +153,7 @@ def compile_squeeze_excitation(device: Device, desc: SqueezeExcitationDesc) -> C
                       flags=(_F_BIAS1 if b1 is not None else 0) | (_F_BIAS2 if b2 is not None else 0)
                       | (_F_XQUADS if quads else 0),
                       mp=mean_lanes_log2(c, hw // 4 if quads else hw, subgroup_size(device))),
-        groups=(cdiv(c, 64), n, 1), writes=(5,),
+        groups=(cdiv(c, 64), n, 1), writes=(5,), spec=(act1[0], act2[0]),  # the kinds compiled in (the shader's SE_ACT1, SE_ACT2)
         offset_slots=fam.slots(**{k: (i, unit) for k, i, d in zip(("x_off", "w1_off", "b1_off", "w2_off", "b2_off", "y_off"),
                                                                  range(6), (x, w1, b1, w2, b2, y)) if d is not None}))
     return CompiledOperator(device, desc, support, support.inputs, support.outputs, [plan])
