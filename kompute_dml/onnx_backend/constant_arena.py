@@ -12,18 +12,11 @@ and a constant of more than a quarter of that keeps a buffer of its own.
 A range is written once, before any plan binds it (its constant is uploaded where a plan first
 asks for it), so its write does not wait for the submissions in flight that read other ranges
 of the chunk (Engine.write's `settle`): the device orders the copy after them (every submission
-starts with a global barrier) and nothing reads the range before the copy.
-
-While a whole-graph plan records (`deferred`), the writes wait and go together, one transfer per
-chunk, where the plan lets the device read them (PlanContext.write_staged: before each flush of the
-recording, and at its end): a transfer each was a fence wait each, 146 of them, about a third of
-EfficientNet-B0's warm first run on the H200's host (`benchmarks/cold_start.py`)."""
+starts with a global barrier) and nothing reads the range before the copy."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -48,20 +41,6 @@ class ConstantArena:
         self.used = 0
         self.chunks = 0
         self.largest = min(CHUNK_BYTES, largest_buffer(device.limits), int(device.limits["max_storage_buffer_range"]))
-        self.pending: list[tuple[kdml.Buffer, int, np.ndarray]] | None = None  # (chunk, offset, bytes) held back
-
-    @contextlib.contextmanager
-    def deferred(self) -> Iterator[None]:
-        """Writes held back inside (`flush` writes them), and written at the end, also on failure:
-        a range handed out is always written before anything else may bind it."""
-        self.pending = []
-        try:
-            yield
-        finally:
-            try:
-                self.flush()
-            finally:
-                self.pending = None
 
     def tensor(self, arr: np.ndarray) -> kdml.Tensor:
         """A packed tensor of `arr` (contiguous) on the device."""
@@ -81,31 +60,10 @@ class ConstantArena:
             padded = np.zeros(size, np.uint8)
             padded[:n] = raw
             raw = padded
-        if self.pending is None:
-            self.chunk.memory.write(offset, raw, settle=False)
-        else:
-            self.pending.append((self.chunk, offset, raw))
+        self.chunk.memory.write(offset, raw, settle=False)
         self.used = offset + size
         self.left = max(0, self.left - size)
         return kdml.Tensor(self.chunk, desc, offset)
-
-    def flush(self) -> None:
-        """Write the ranges held back: per chunk one transfer of the span they fill (placed in order,
-        so no range of another constant lies inside; the alignment gaps, which nothing reads, zeros)."""
-        pending, i = self.pending, 0
-        if not pending:
-            return
-        self.pending = []
-        while i < len(pending):
-            chunk, lo = pending[i][:2]
-            j = i
-            while j < len(pending) and pending[j][0] is chunk:
-                j += 1
-            data = np.zeros(pending[j - 1][1] + pending[j - 1][2].size - lo, np.uint8)
-            for _, at, raw in pending[i:j]:
-                data[at - lo:at - lo + raw.size] = raw
-            chunk.memory.write(lo, data, settle=False)
-            i = j
 
 
 def expected_bytes(constants: dict[str, Any]) -> int:

@@ -192,7 +192,7 @@ class GraphPlan:
         engine = rep.device.engine
         ignore_allocations = rep.device.policy.plan_flush_allocating
         ignore_compiles = rep.device.policy.plan_flush_compiling
-        with rep.device.capture() as rec, rep.constant_arena().deferred():  # (constants: written by write_staged)
+        with rep.device.capture() as rec:
             self._in = host_io(rep, "in", total)
             self._write_inputs(feeds)  # now: the program's first executions may start while it is planned
             self._inputs_written = True

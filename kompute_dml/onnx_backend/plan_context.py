@@ -176,9 +176,7 @@ class PlanContext:
 
     def write_staged(self) -> None:
         """Write the host values placed since the last call: before the device may read them
-        (device_graph.py calls it before each flush and at the plan's end), and the constants held back."""
-        if self.rep.state.constant_arena is not None:
-            self.rep.state.constant_arena.flush()
+        (device_graph.py calls it before each flush and at the plan's end)."""
         if not self._pending:
             return
         start = self._pending[0][0]  # placed in order: [start, used) holds them all, and no earlier one

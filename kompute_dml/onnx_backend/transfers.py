@@ -176,18 +176,14 @@ class ValueTransfers:
             if dtype is not None:
                 arr = arr.astype(dtype)
             check_bindable(self.device, arr.nbytes)
-            t = self.constant_arena().tensor(np.ascontiguousarray(arr.T if columns else arr))
+            if self.state.constant_arena is None:
+                self.state.constant_arena = ConstantArena(self.device, expected_bytes(self.constants))
+            t = self.state.constant_arena.tensor(np.ascontiguousarray(arr.T if columns else arr))
             if columns:
                 t = kdml.Tensor(t.buffer, kdml.TensorDesc(t.desc.data_type, arr.shape, (1, arr.shape[0])), t.offset)
             dv = self.state.device_constants[key] = DeviceValue(t, arr.shape, arr.dtype)
             stats.constant_uploads += 1
         return dv.tensor
-
-    def constant_arena(self) -> ConstantArena:
-        """The buffers the model's constants share on the device (constant_arena.py)."""
-        if self.state.constant_arena is None:
-            self.state.constant_arena = ConstantArena(self.device, expected_bytes(self.constants))
-        return self.state.constant_arena  # type: ignore[no-any-return]
 
     def _arena_get(self, key: tuple[Any, ...]) -> Any:
         hit = self.state.arena.get(key)
