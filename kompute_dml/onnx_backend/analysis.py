@@ -34,8 +34,8 @@ def shape_model(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` for onnx's shape inference: its graph with the large initializers declared as inputs of
     their type and shape instead of holding their data. onnx serializes the model for its C++ pass
     and parses the result back: with the weights in it that was most of `prepare` (a ResNet-50 of
-    102 MB: 0.61 s of 0.78 on this repository's CI host, cProfile of Backend.prepare); the types it
-    infers are the same (tests/test_onnx_shape_model.py)."""
+    102 MB on the CI host, `python -m benchmarks.prepare_time [--whole]`: 126.5 ms against 706.8);
+    the types it infers are the same (tests/test_onnx_shape_model.py)."""
     g = model.graph
     big = [t for t in g.initializer if math.prod(t.dims) > SHAPE_MODEL_ELEMENTS]
     if not big:
