@@ -52,8 +52,9 @@ def main(argv: list[str] | None = None) -> None:
             _row(rep, seq, delay, args)
 
 
-def _row(rep: Any, seq: int, delay: float, args: Any) -> None:
-    """One row: `seq`-token requests through a Batcher of max_delay_ms `delay`."""
+def _row(rep: Any, seq: int, delay: float, args: Any, make: Any = None, label: str | None = None) -> None:
+    """One row: `seq`-token requests through a Batcher of max_delay_ms `delay` (`make`: another Batcher
+    class, a benchmark overlay's; `label`: the row's delay column then)."""
     from ..serving import Batcher
     from .bert_models import random_feeds
     from .gpu_clock import WARM_SECONDS, hold
@@ -67,7 +68,7 @@ def _row(rep: Any, seq: int, delay: float, args: Any) -> None:
     alone = hold(lambda: rep.run(one), args.seconds) / args.seconds
     latencies: list[float] = []
     lock = threading.Lock()
-    with Batcher(rep, max_batch=args.max_batch, max_delay_ms=delay) as batcher:
+    with (make or Batcher)(rep, max_batch=args.max_batch, max_delay_ms=delay) as batcher:
         hold(lambda: batcher.submit(one).result(), WARM_SECONDS)
         before = dict(batcher.stats)
         stop = time.perf_counter() + args.seconds
@@ -91,7 +92,7 @@ def _row(rep: Any, seq: int, delay: float, args: Any) -> None:
     ceiling = args.max_batch / (batch_ms / 1e3) / alone
     p50, p99 = percentile(latencies, 50) * 1e3, percentile(latencies, 99) * 1e3
     n = max(1, got["batches"])
-    print(f"| {seq} | {delay:g} | {alone:.0f} | {rate:.0f} | {rate / alone:.2f} | {ceiling:.2f} | {p50:.2f} | {p99:.2f} | "
+    print(f"| {seq} | {label or f'{delay:g}'} | {alone:.0f} | {rate:.0f} | {rate / alone:.2f} | {ceiling:.2f} | {p50:.2f} | {p99:.2f} | "
           f"{batch_ms:.2f} | {p99 / batch_ms:.2f} | {got['batches']:.0f} | "
           f"{got['run_s'] / n * 1e3:.3f} / {got['gather_s'] / n * 1e3:.3f} |", flush=True)
 
