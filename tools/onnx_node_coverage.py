@@ -6,7 +6,8 @@ the host's shape arithmetic, or onnxruntime's CPU provider), summed per ONNX op 
 
 A case counts "on the device" when it passed with no node on the CPU provider and at least one on
 the device; "passed on the CPU" when it passed with a node there (a type, attribute or dimension
-kompute_dml leaves to onnxruntime); "failed" when onnx's runner reported a failure or error.
+kompute_dml leaves to onnxruntime; "(at run time)" where a device node fell back when it ran); "failed"
+when onnx's runner reported a failure or error.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ def run(pattern: str) -> list[dict[str, Any]]:
             warnings.simplefilter("ignore")
             case(name).run(result)
         placed = [(p.op_type, p.target) for rep in _Recording.reps for p in rep.placement]
+        # a device node that fell back at run time (a type or shape the plan refused: RunStats.events)
+        placed += [("(at run time)", CPU) for rep in _Recording.reps if rep.last_run is not None
+                   and (rep.last_run.runtime_fallbacks or rep.last_run.cpu_segments)
+                   and not any(p.target == CPU for p in rep.placement)]
         status = ("skipped" if result.skipped else "failed" if result.failures or result.errors else "passed")
         why = "; ".join(str(e[1]).strip().splitlines()[-1][:200] for e in result.failures + result.errors)
         ops = sorted({op for op, _ in placed} - {"Constant"})

@@ -146,19 +146,23 @@ def _h_gather_elements(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], s
 
 
 def _h_dequantize(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """DequantizeLinear on DEQUANTIZE_LINEAR: a per-tensor scale and zero point, or per-axis ones
+    (1-D, along `axis`) seen as stride-0 views, as QuantizeLinear's; blocked ones (block_size) on the CPU."""
     x, scale = ins[0], ins[1]
     zp = ins[2] if len(ins) > 2 else None
-    if _value_shape(scale) not in ((), (1,)) or (zp is not None and _value_shape(zp) not in ((), (1,))):
-        raise FallbackNeeded("per-axis DequantizeLinear")  # the axis attribute: not mapped yet
+    if int(_attr(node, "block_size", 0)):
+        raise FallbackNeeded("blocked DequantizeLinear (block_size)")
     if zp is not None and _value_dtype(zp) != _value_dtype(x):
         raise ValueError(f"DequantizeLinear {node.name!r}: x_zero_point's type differs from x's")
     present = [v for v in (x, scale, zp) if v is not None]
     tensors = _operands(ctx, node, present, stats)
     dt = _value_dtype(scale)
     shape, out = _out(ctx, [x], dt)
-    tx, ts = tensors[0], tensors[1]
-    tz = tensors[2] if zp is not None else None
-    return [DeviceValue(kdml.dequantize_linear(tx, ts, tz, out=out, device=ctx.device), shape, dt)]
+    tx, ts, *tz = tensors
+    if math.prod(_value_shape(scale)) != 1 or (zp is not None and math.prod(_value_shape(zp)) != 1):
+        axis = int(_attr(node, "axis", 1)) % max(len(shape), 1)  # per axis: stride-0 elsewhere
+        ts, *tz = (_along(t, tuple(shape), axis) for t in (ts, *tz))
+    return [DeviceValue(kdml.dequantize_linear(tx, ts, tz[0] if tz else None, out=out, device=ctx.device), shape, dt)]
 
 
 def _along(t: kdml.Tensor, shape: tuple[int, ...], axis: int) -> kdml.Tensor:

@@ -17,7 +17,7 @@ import kompute_dml as kdml
 
 from .graph import _attr, attr_text
 from .half_precision import as_float32, half_operand, use_half
-from .handlers_values import as_device, strided
+from .handlers_values import _strides_of, as_device, strided
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
 if TYPE_CHECKING:
@@ -213,8 +213,15 @@ def _matmul(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     half = use_half(ctx, dt)
     a, b = (half_operand(ctx, ins[i], node.input[i], stats) if half else as_device(ctx, ins[i], stats, node.input[i])
             for i in range(2))
+    vec_a, vec_b = len(a.shape) == 1, len(b.shape) == 1
+    if (vec_a or vec_b) and (trans_a or trans_b):
+        raise FallbackNeeded("a 1-D operand of a transposed product")
+    if vec_a:  # numpy's matmul: (K,) as (1, K), the 1 dropped from the result
+        a = strided(a, (1, *a.shape), (0, *_strides_of(a)))
+    if vec_b:  # (K,) as (K, 1), the 1 dropped from the result
+        b = strided(b, (*b.shape, 1), (*_strides_of(b), 0))
     if len(a.shape) < 2 or len(b.shape) < 2:
-        raise FallbackNeeded("a 1-D operand")
+        raise FallbackNeeded("a 0-D operand")
     if trans_a:
         a = _swap_last(a)
     if trans_b:
@@ -226,12 +233,14 @@ def _matmul(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"{node.op_type} {node.name!r}: {a.shape} and {b.shape} do not multiply")
     shape = (*batch, a.shape[-2], b.shape[-1])
-    out = ctx.out_tensor(shape, a.dtype)
+    final = shape[:len(shape) - 2] + shape[-2:][vec_a:2 - vec_b]  # (less the dimensions a 1-D operand added)
+    y = ctx.out_tensor(final, a.dtype)
+    out = y if final == shape else kdml.Tensor.trusted(y.buffer, kdml.TensorDesc(y.desc.data_type, shape), y.offset)
     if alpha == 1.0:
-        y = kdml.matmul(a.tensor, b.tensor, out=out, device=ctx.device)
+        kdml.matmul(a.tensor, b.tensor, out=out, device=ctx.device)
     else:
-        y = kdml.gemm(a.tensor, b.tensor, alpha=alpha, out=out, device=ctx.device)
-    return [as_float32(ctx, y, shape) if half else DeviceValue(y, shape, dt)]
+        kdml.gemm(a.tensor, b.tensor, alpha=alpha, out=out, device=ctx.device)
+    return [as_float32(ctx, y, final) if half else DeviceValue(y, final, dt)]
 
 
 def _h_matmul(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
