@@ -30,12 +30,10 @@ def _model(shape, qt, axis, zero_point, per_axis_len):
         zp = rng.integers(info.min, info.max + 1, per_axis_len).astype(qt)
         inits.append(numpy_helper.from_array(zp, "z"))
         names.append("z")
-    attrs = {"axis": axis}
-    node = helper.make_node("DequantizeLinear", names, ["y"], **attrs)
+    node = helper.make_node("DequantizeLinear", names, ["y"], axis=axis)
     graph = helper.make_graph([node], "dq", [helper.make_tensor_value_info("x", ELEM[qt], list(shape))],
                               [helper.make_tensor_value_info("y", T.FLOAT, list(shape))], inits)
-    opset = 19
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=9), scale, zp
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9), scale, zp
 
 
 @pytest.mark.parametrize("qt", [np.int8, np.uint8])
