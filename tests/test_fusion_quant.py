@@ -68,15 +68,16 @@ def test_quantize_dynamic_products_run_fused_and_exact(tmp_path, rng, per_channe
         np.testing.assert_array_equal(y, _oracle(model, x))
 
 
-def test_a_matmul_integer_alone_stays_on_the_cpu(rng):
+def test_a_matmul_integer_alone_runs_on_the_device(rng):
+    """Its int32 result read as it is (no Cast -> Mul): a 1 x 1 CONVOLUTION_INTEGER
+    (tests/test_onnx_matmul_integer.py covers its forms)."""
     a = rng.integers(0, 256, (3, 5), dtype=np.uint8)
     b = rng.integers(-128, 128, (5, 4), dtype=np.int8)
     g = helper.make_graph([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], "g",
                           [helper.make_tensor_value_info("a", T.UINT8, [3, 5])],
                           [helper.make_tensor_value_info("y", T.INT32, None)], initializer=[numpy_helper.from_array(b, "b")])
     rep = Backend.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), "CPU")
-    assert rep.placement[0].target == CPU
-    skip_unless_exact(np.uint8, np.int8, "MatMulInteger")  # the CPU runs it
+    assert rep.placement[0].target == VULKAN
     (y,) = rep.run({"a": a})
     np.testing.assert_array_equal(y, a.astype(np.int64) @ b.astype(np.int64))
 

@@ -1,7 +1,7 @@
 """Where fusions.PATTERNS' chains are in a prepared model (`find_fusions`, at prepare): a pattern
 matches where every intermediate value (the first output of every node but the last) is read only
 by its edges (no other node, no second use, no subgraph) and is not a graph output, the nodes have
-no other outputs in use and all run on the device (or are claimed: Pattern.claims), and its check
+no other outputs in use and all run on the device, and its check
 passes. Patterns are tried in PATTERNS' order at each head, heads in graph order; a node joins at
 most one chain. Inside a matched chain, the shorter chains of PATTERNS among its nodes are matched
 too (Fusion.within): they run where the chain runs unfused (fusions._chain), so an attention past
@@ -17,7 +17,7 @@ import onnx
 
 from .fusions import PATTERNS, Fusion, Fusions, Pattern
 from .graph import _node_inputs
-from .values import CPU, MS_DOMAIN, VULKAN
+from .values import MS_DOMAIN, VULKAN
 
 if TYPE_CHECKING:
     from .rep import BackendRep
@@ -83,9 +83,7 @@ def _match(rep: BackendRep, pattern: Pattern, head: int, uses: dict[str, list[tu
         node = g.node[i]
         default = node.domain in ("", "ai.onnx") and node.op_type not in pattern.ms_ops
         if not (default or (node.domain == MS_DOMAIN and node.op_type in pattern.ms_ops)) or \
-                (rep._placement_static[i][0] != VULKAN and pos not in pattern.claims):
-            return None
-        if pos in pattern.claims and (node.op_type in rep.exclude_ops or rep._placement_static[i][0] != CPU):
+                rep._placement_static[i][0] != VULKAN:
             return None
         if any(o for o in node.output[1:]):  # optional outputs in use (LayerNormalization's mean)
             return None
@@ -120,12 +118,12 @@ def _by_head() -> dict[str, list[Pattern]]:
 
 def _within(rep: BackendRep, outer: Fusion, uses: dict[str, list[tuple[int, int]]], producers: dict[str, int],
             heads: dict[str, list[Pattern]]) -> Fusion:
-    """The chain with the shorter chains of PATTERNS among its nodes (none that claims a node)."""
+    """The chain with the shorter chains of PATTERNS among its nodes."""
     taken = set(range(len(rep.graph.node))) - set(outer.nodes)
     found = []
     for head in outer.nodes:
         for pattern in heads.get(rep.graph.node[head].op_type, ()):
-            f = None if pattern.claims or not pattern.nested or len(pattern.ops) >= len(outer.nodes) or head in taken \
+            f = None if not pattern.nested or len(pattern.ops) >= len(outer.nodes) or head in taken \
                 else _match(rep, pattern, head, uses, taken, producers)
             if f is not None:
                 # its own shorter chains too (MatMul -> Add -> GELU holds MatMul -> Add and the GELU chain)
@@ -149,6 +147,4 @@ def find_fusions(rep: BackendRep) -> Fusions:
                 found.by_carrier[f.carrier] = f
                 found.absorbed.update((i, f.carrier) for i in f.nodes[:-1])
                 taken.update(f.nodes)
-                for pos in pattern.claims:  # on the device as part of the chain
-                    rep._placement_static[f.nodes[pos]] = (VULKAN, pattern.operator, "")
     return found

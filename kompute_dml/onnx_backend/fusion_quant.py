@@ -4,12 +4,10 @@
 quantize_dynamic writes each float MatMul as DynamicQuantizeLinear(x) -> MatMulInteger(xq, W,
 x_zp, [W_zp]) -> Cast(to FLOAT) -> Mul(., x_scale * W_scale), the scale product being its own Mul
 node; onnxruntime fuses that into MatMulIntegerToFloat only at some optimization levels and
-versions. MatMulInteger has no DirectML operator of its own here (its int32 output is only ever
-cast and scaled), so the chain is claimed whole (fusions.Pattern.claims): the product's exact
-int32 sums, converted to float32 and multiplied by the scale, the same two roundings as Cast then
-Mul (the scale goes in as one of the operator's two scales, the other 1.0, which is exact). A
-run the kernel cannot take (fusions.Unfused) runs the three nodes one by one, MatMulInteger on the
-CPU (its handler asks for that).
+versions. The chain is one product: the exact int32 sums, converted to float32 and multiplied by
+the scale, the same two roundings as Cast then Mul (the scale goes in as one of the operator's two
+scales, the other 1.0, which is exact). A run the kernel cannot take (fusions.Unfused) runs the
+three nodes one by one, MatMulInteger as a 1 x 1 CONVOLUTION_INTEGER (handlers_conv_integer.py).
 """
 
 from __future__ import annotations

@@ -102,7 +102,6 @@ class Pattern:
     operator: str  # the DirectML operator the fused dispatch runs on
     check: Callable[[BackendRep, list[onnx.NodeProto]], str]  # why not to fuse ("" to fuse)
     run: Callable[[Any, list[onnx.NodeProto], Callable[[str], Any], RunStats], list[Any]]  # the carrier's outputs
-    claims: tuple[int, ...] = ()  # chain positions of nodes with no operator alone, on the device in the chain
     ms_ops: frozenset[str] = frozenset()  # node types of the chain in the com.microsoft domain (FusedMatMul)
     # chain positions whose output other nodes also read, all after the carrier: the run returns
     # it after the carrier's outputs (a residual sum that a skip normalization also writes)
@@ -266,7 +265,7 @@ PATTERNS = (
     *(Pattern(f"Conv+{t}", ("Conv", t), ((0, 1, 0),), "CONVOLUTION", _check_conv_act, run_conv_activation)
       for t in FUSED_TYPES),
     Pattern("MatMulInteger+Cast+Mul", ("MatMulInteger", "Cast", "Mul"), ((0, 1, 0), (1, 2, 0)),
-            "MATRIX_MULTIPLY_INTEGER_TO_FLOAT", check_integer_product, run_integer_product, claims=(0,)),
+            "MATRIX_MULTIPLY_INTEGER_TO_FLOAT", check_integer_product, run_integer_product),
     Pattern("BatchNormalization+Relu", ("BatchNormalization", "Relu"), ((0, 1, 0),), "BATCH_NORMALIZATION",
             lambda rep, nodes: "", _run_batch_norm_relu),
     Pattern("Add+Relu", ("Add", "Relu"), ((0, 1, 0),), "ELEMENT_WISE_ADD1", lambda rep, nodes: _float_sum(rep, nodes[0]),

@@ -3,10 +3,12 @@ with a height of 1) and 2-D, int8 / uint8 data and weights, an optional scalar x
 scalar or per-output-channel w zero point, kernel_shape, strides, dilations, group, pads or
 auto_pad as for Conv (handlers_conv.conv_padding); the INT32 result exact (sums modulo 2^32).
 `quantize_dynamic` writes DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul for a float Conv:
-each of them runs on the device."""
+each of them runs on the device. MatMulInteger alone (not in the Cast -> Mul chain fusion_quant.py
+runs) as a 1 x 1 CONVOLUTION_INTEGER (matmul_integer)."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -73,4 +75,46 @@ def _h_conv_integer(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stat
     return [DeviceValue(y, onnx_shape, np.dtype(np.int32))]
 
 
-CONV_INTEGER_HANDLERS = {"ConvInteger": _h_conv_integer}
+def matmul_integer(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """ONNX MatMulInteger alone (INT32 out) as a 1 x 1 CONVOLUTION_INTEGER: A (..., M, K) seen as the
+    input (batch, K, M, 1), the 2-D B (K, N) as the filter (N, K, 1, 1), the result (..., M, N) as the
+    output (batch, N, M, 1), all through strides; A's zero point a scalar, B's a scalar or one per
+    column (the filter's per-output-channel one). Per-row A zero points, batched or 1-D B, 1-D A and
+    A's batch dimensions that do not merge into one stride: the CPU."""
+    a_shape, b_shape = tuple(_value_shape(ins[0])), tuple(_value_shape(ins[1]))
+    if _value_dtype(ins[0]) not in _Q8 or _value_dtype(ins[1]) not in _Q8:
+        raise FallbackNeeded(f"MatMulInteger of {_value_dtype(ins[0])} and {_value_dtype(ins[1])} (int8 / uint8 only)")
+    if len(a_shape) < 2 or len(b_shape) < 2 or any(d != 1 for d in b_shape[:-2]):
+        raise FallbackNeeded("MatMulInteger of a 1-D operand or a batched B")
+    (m, k), n = a_shape[-2:], b_shape[-1]
+    if b_shape[-2] != k:
+        raise ValueError(f"MatMulInteger {node.name!r}: {a_shape} and {b_shape} do not multiply")
+    if 0 in a_shape or 0 in b_shape:
+        raise FallbackNeeded("an empty tensor")
+    a, b = (as_device(ctx, ins[i], stats, node.input[i]) for i in range(2))
+    zps = []
+    for i, count in ((2, 1), (3, n)):
+        if len(ins) > i and ins[i] is not None and node.input[i]:
+            if _value_dtype(ins[i]) != _value_dtype(ins[i - 2]):
+                raise ValueError(f"MatMulInteger {node.name!r}: input {i}'s type differs from input {i - 2}'s")
+            if math.prod(_value_shape(ins[i])) not in (1, count):
+                raise FallbackNeeded(f"MatMulInteger's input {i} of {math.prod(_value_shape(ins[i]))} zero points")
+            zps.append(as_device(ctx, ins[i], stats, node.input[i]).tensor)
+        else:
+            zps.append(None)
+    st = tuple(a.tensor.desc.effective_strides)
+    batch = a_shape[:-2]
+    if any(st[i] != st[i + 1] * batch[i + 1] for i in range(len(batch) - 1) if batch[i] > 1):
+        raise FallbackNeeded("A's batch dimensions do not merge into one stride")
+    count = math.prod(batch)
+    x = strided(a, (count, k, m, 1), (st[len(batch) - 1] if batch else 0, st[-1], st[-2], 0))
+    bs = tuple(b.tensor.desc.effective_strides)
+    w = strided(b, (n, k, 1, 1), (bs[-1], bs[-2], 0, 0))
+    shape = (*batch, m, n)
+    y = ctx.out_tensor(shape, np.int32)
+    view = kdml.Tensor.trusted(y.buffer, kdml.TensorDesc(kdml.DataType.INT32, (count, n, m, 1), (m * n, 1, n, 1)), y.offset)
+    kdml.conv_integer(x.tensor, w.tensor, zps[0], zps[1], out=view, device=ctx.device)
+    return [DeviceValue(y, shape, np.dtype(np.int32))]
+
+
+CONV_INTEGER_HANDLERS = {"ConvInteger": _h_conv_integer, "MatMulInteger": matmul_integer}

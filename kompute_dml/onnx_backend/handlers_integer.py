@@ -1,7 +1,7 @@
 """Device handlers of the integer products: com.microsoft MatMulIntegerToFloat, DynamicQuantizeMatMul
 and DynamicQuantizeLinear, ONNX QLinearMatMul (MATRIX_MULTIPLY_INTEGER_TO_FLOAT, requantized by
-ELEMENT_WISE_QUANTIZE_LINEAR) and MatMulInteger (alone: the CPU; its Cast -> Mul chain:
-fusion_quant.py), with the shape rules they share (numpy-matmul broadcasting, 1-D operands)."""
+ELEMENT_WISE_QUANTIZE_LINEAR) and MatMulInteger's Cast -> Mul chain (fusion_quant.py; MatMulInteger
+alone: handlers_conv_integer.py), with the shape rules they share (numpy-matmul broadcasting, 1-D operands)."""
 
 from __future__ import annotations
 
@@ -181,11 +181,6 @@ def _h_qlinear_matmul(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], st
     return [DeviceValue(y, shape, ydt)]
 
 
-def _h_matmul_integer(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    """MatMulInteger outside its Cast -> Mul chain (fusion_quant.py): no operator here gives its int32 output."""
-    raise FallbackNeeded("MatMulInteger alone (int32 output): only its Cast -> Mul chain runs on the device")
-
-
 def _in(ins: list[Any], node: onnx.NodeProto, i: int) -> tuple[Any, str | None]:
     if i < len(ins) and node.input[i]:
         return ins[i], node.input[i]
@@ -255,7 +250,6 @@ def _h_dqmm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
 INTEGER_HANDLERS = {
     "MatMulIntegerToFloat": _h_mmitf,
     "QLinearMatMul": _h_qlinear_matmul,
-    "MatMulInteger": _h_matmul_integer,
     "DynamicQuantizeMatMul": _h_dqmm,
     "DynamicQuantizeLinear": _h_dql,
 }

@@ -172,7 +172,7 @@ def conv_integer(x: Any, w: Any, x_zero_point: Any = None, w_zero_point: Any = N
 
 
 def _q8_inputs(t: NodeTypes) -> str:
-    """ONNX ConvInteger: x and w INT8 / UINT8."""
+    """ONNX ConvInteger (and MatMulInteger): the data and the weights INT8 / UINT8."""
     bad = [dt for dt in (t.elem(0), t.elem(1)) if dt is not None and dt not in (np.dtype(np.int8), np.dtype(np.uint8))]
     return f"type {bad[0]} is not int8 / uint8" if bad else ""
 
@@ -180,6 +180,8 @@ def _q8_inputs(t: NodeTypes) -> str:
 _X = TensorDesc(DataType.UINT8, (1, 2, 5, 5))
 SPECS = (OperatorSpec(
     ConvolutionIntegerDesc, CONVOLUTION_INTEGER, compile_convolution_integer, (contract.CONV_INT,),
-    helpers=("conv_integer",), onnx=(OnnxOp("ConvInteger", "", "conv_integer", check=_q8_inputs),),
+    helpers=("conv_integer",), onnx=(OnnxOp("ConvInteger", "", "conv_integer", check=_q8_inputs),
+                                     # alone, as a 1 x 1 convolution (onnx_backend/handlers_conv_integer.matmul_integer)
+                                     OnnxOp("MatMulInteger", "", "conv_integer", check=_q8_inputs)),
     example=lambda: ConvolutionIntegerDesc(_X, TensorDesc(DataType.UINT8, (1, 1, 1, 1)), TensorDesc(DataType.INT8, (3, 2, 3, 3)),
                                            TensorDesc(DataType.INT8, (1, 3, 1, 1)), TensorDesc(DataType.INT32, (1, 3, 3, 3)))),)
