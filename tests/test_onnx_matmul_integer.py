@@ -67,12 +67,18 @@ def test_on_the_device(rng, at, bt, zero_points, a_shape, b_shape):
     assert rep.last_run.planned and not rep.last_run.runtime_fallbacks and not rep.last_run.cpu_segments
 
 
-def test_a_strided_a(rng):
+def test_a_strided_a(rng, monkeypatch):
+    """A the Transpose's view of its input: the kernel reads it through strides (M's stride 1)."""
+    import kompute_dml as kdml
+
+    seen, real = [], kdml.conv_integer
+    monkeypatch.setattr(kdml, "conv_integer", lambda x, *a, **k: seen.append(x.desc.effective_strides) or real(x, *a, **k))
     a, b = _q(rng, np.uint8, (2, 6, 11)), _q(rng, np.int8, (11, 4))
     azp, bzp = _q(rng, np.uint8, ()), _q(rng, np.int8, (4,))
     y, rep = _run(a, b, azp, bzp, transpose_a=True)
     np.testing.assert_array_equal(y, _want(a, b, azp, bzp))
     assert rep.last_run.planned and not rep.last_run.runtime_fallbacks
+    assert seen and tuple(seen[0][:3]) == (66, 6, 1), seen  # (batch, K, M): the transposed input's own strides
 
 
 def test_a_batched_b_on_the_cpu_and_exact(rng):

@@ -34,6 +34,24 @@ def _as_2d(v: DeviceValue) -> DeviceValue:
     return strided(v, (v.shape[0], v.shape[1], 1, v.shape[2]), (st[0], st[1], 0, st[2]))
 
 
+def _zero_points(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats,
+                 counts: tuple[int, int] | None = None) -> list[Any]:
+    """The optional zero points (inputs 2 and 3) on the device, each of its data's type (else
+    ValueError); `counts`: how many values each may hold besides one (else the CPU runs the node)."""
+    zps = []
+    for i in (2, 3):
+        if len(ins) > i and ins[i] is not None and node.input[i]:
+            if _value_dtype(ins[i]) != _value_dtype(ins[i - 2]):
+                raise ValueError(f"{node.op_type} {node.name!r}: input {i}'s type differs from input {i - 2}'s")
+            size = math.prod(_value_shape(ins[i]))
+            if counts is not None and size not in (1, counts[i - 2]):
+                raise FallbackNeeded(f"{node.op_type}'s input {i} of {size} zero points")
+            zps.append(as_device(ctx, ins[i], stats, node.input[i]).tensor)
+        else:
+            zps.append(None)
+    return zps
+
+
 def _h_conv_integer(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     if _value_dtype(ins[0]) not in _Q8 or _value_dtype(ins[1]) not in _Q8:
         raise FallbackNeeded(f"ConvInteger of {_value_dtype(ins[0])} and {_value_dtype(ins[1])} (int8 / uint8 only)")
@@ -51,14 +69,7 @@ def _h_conv_integer(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stat
     dilations = tuple(int(d) for d in _attr(node, "dilations", [1] * n))
     start, end = conv_padding(node, tuple(shape[2:]), window, strides, dilations)
     x, w = (as_device(ctx, ins[i], stats, node.input[i]) for i in range(2))
-    zps = []
-    for i in (2, 3):
-        if len(ins) > i and ins[i] is not None and node.input[i]:
-            if _value_dtype(ins[i]) != _value_dtype(ins[i - 2]):
-                raise ValueError(f"ConvInteger {node.name!r}: input {i}'s type differs from input {i - 2}'s")
-            zps.append(as_device(ctx, ins[i], stats, node.input[i]).tensor)
-        else:
-            zps.append(None)
+    zps = _zero_points(ctx, node, ins, stats)
     if n == 1:
         x, w = _as_2d(x), _as_2d(w)
         strides, dilations, start, end = (1, *strides), (1, *dilations), (0, *start), (0, *end)
@@ -92,16 +103,7 @@ def matmul_integer(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats
     if 0 in a_shape or 0 in b_shape:
         raise FallbackNeeded("an empty tensor")
     a, b = (as_device(ctx, ins[i], stats, node.input[i]) for i in range(2))
-    zps = []
-    for i, count in ((2, 1), (3, n)):
-        if len(ins) > i and ins[i] is not None and node.input[i]:
-            if _value_dtype(ins[i]) != _value_dtype(ins[i - 2]):
-                raise ValueError(f"MatMulInteger {node.name!r}: input {i}'s type differs from input {i - 2}'s")
-            if math.prod(_value_shape(ins[i])) not in (1, count):
-                raise FallbackNeeded(f"MatMulInteger's input {i} of {math.prod(_value_shape(ins[i]))} zero points")
-            zps.append(as_device(ctx, ins[i], stats, node.input[i]).tensor)
-        else:
-            zps.append(None)
+    zps = _zero_points(ctx, node, ins, stats, (1, n))
     st = tuple(a.tensor.desc.effective_strides)
     batch = a_shape[:-2]
     if any(st[i] != st[i + 1] * batch[i + 1] for i in range(len(batch) - 1) if batch[i] > 1):

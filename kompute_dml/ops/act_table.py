@@ -23,7 +23,7 @@ from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan
 from .conv_fused import ACT_NONE, ACT_RELU, fused_words
 
-TABLE_ENTRY = 4  # the table's entry in GEMM's operator: its first constant (at shader binding 5)
+TABLE_ENTRY = 4  # an operator's first constant's entry (after its four tensors): GEMM's table (at shader binding 5)
 
 
 def uses_table(dt: DataType, act: tuple[int, ...]) -> bool:
@@ -70,8 +70,8 @@ def conv_act(device: Any, desc: Any, plans: list[Any], constants: list[Any]) -> 
     words = tuple(fused_words(device, desc.fused_activation))
     own = [p for p in plans if isinstance(p, DispatchPlan) and p.variant.startswith("conv")]
     entry = None
-    if words[0] not in (ACT_NONE, ACT_RELU) and any(p.variant.endswith("_f16") for p in own):
-        entry, constants = 4 + len(constants), [*constants, act_table(device, desc.fused_activation, words)]
+    if uses_table(DataType.FLOAT16, words) and any(p.variant.endswith("_f16") for p in own):
+        entry, constants = TABLE_ENTRY + len(constants), [*constants, act_table(device, desc.fused_activation, words)]
 
     def compiled_in(p: DispatchPlan) -> DispatchPlan:
         return table_slot(dataclasses.replace(p, spec=(*p.spec, words[0])), entry)

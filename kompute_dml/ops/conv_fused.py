@@ -85,4 +85,3 @@ def _gelu_words(device: Any, act: ActivationGeluDesc) -> list[int]:
     if act.approximate not in GELU_APPROXIMATIONS:
         raise invalid("fused_activation.approximate", f"must be one of {GELU_APPROXIMATIONS}, got {act.approximate!r}")
     return [ACT_GELU_TANH if act.approximate == "tanh" else ACT_GELU, 0, 0]
-
