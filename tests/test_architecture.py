@@ -249,6 +249,8 @@ TYPE_ONLY_CIRCLES = {
     (f"{PACKAGE}.runtime.memory", f"{PACKAGE}.runtime.engine"): "DeviceMemory names its Engine",
     (f"{PACKAGE}.runtime.memory", f"{PACKAGE}.runtime.staging"): "DeviceMemory names the staging it reads through",
     (f"{PACKAGE}.runtime.staging", f"{PACKAGE}.runtime.memory"): "staging copies name DeviceMemory",
+    (f"{PACKAGE}.runtime.deferred_writes", f"{PACKAGE}.runtime.memory"): "deferred copies name DeviceMemory",
+    (f"{PACKAGE}.runtime.deferred_writes", f"{PACKAGE}.runtime.staging"): "deferred copies fill the staging slots",
     # the prepared model's parts are built by BackendRep's passes and take it as their argument
     **{(f"{_B}.{m}", f"{_B}.rep"): "built from the prepared model (BackendRep)"
        for m in ("context", "device_graph", "fallback", "feeds", *_PATTERNS, "fusion_match", "fusions", "plan_context",

@@ -146,9 +146,9 @@ def buffer_with(device: Device, data: np.ndarray, nbytes: int | None = None) -> 
     if pad:
         padded = np.zeros(alloc, np.uint8)
         padded[:n] = raw
-        buf.memory.write(0, padded)
-    elif n:
-        buf.memory.write(0, raw)
+        raw = padded
+    if raw.nbytes:  # nothing binds the new buffer yet: the copy goes with the next submission (deferred_writes.py)
+        buf.memory.write(0, raw, settle=False)
     return buf
 
 

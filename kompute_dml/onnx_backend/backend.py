@@ -17,6 +17,7 @@ from onnx.backend.base import Backend as _OnnxBackend
 import kompute_dml as kdml
 
 from ..runtime.selection import default_index, resolve_device
+from . import file_weights
 from .graph import _type_proto_of_value
 from .rep import BackendRep
 
@@ -66,6 +67,12 @@ def load_model(model: Any) -> onnx.ModelProto:
     """The model, refused with a ValueError naming its source and the field where it is no ONNX
     model this onnx package can read: empty, corrupt, an IR version or an ai.onnx opset newer
     than it knows (onnxruntime refuses those too)."""
+    return load_model_and_weights(model)[0]
+
+
+def load_model_and_weights(model: Any) -> tuple[onnx.ModelProto, file_weights.FileWeights | None]:
+    """load_model's model, and its initializers' bytes as views of the bytes read (file_weights.py)."""
+    weights = None
     if isinstance(model, onnx.ModelProto):
         proto, source = model, "the model"
     elif isinstance(model, (bytes, bytearray, str, os.PathLike)):
@@ -76,7 +83,7 @@ def load_model(model: Any) -> onnx.ModelProto:
         if (len(data) if data is not None else Path(model).stat().st_size) == 0:
             raise ValueError(f"{source}: empty (0 bytes), not an ONNX model")
         try:
-            proto = onnx.load_from_string(data) if data is not None else onnx.load(str(Path(model)))
+            proto, weights = file_weights.load(data if data is not None else Path(model))
         except Exception as e:  # protobuf's DecodeError, a missing external-data file, ...
             raise ValueError(f"{source}: not a readable ONNX model ({str(e).splitlines()[0] if str(e) else e})") from e
     else:
@@ -92,7 +99,7 @@ def load_model(model: Any) -> onnx.ModelProto:
         if op.domain in ("", "ai.onnx") and op.version > newest:
             raise ValueError(f"{source}: opset_import ai.onnx version {op.version} is newer than this onnx package "
                              f"knows (up to {newest})")
-    return proto
+    return proto, weights
 
 
 class Backend(_OnnxBackend):
@@ -122,11 +129,11 @@ class Backend(_OnnxBackend):
         allow_half_precision (default False: DirectML's DML_EXECUTION_FLAG_ALLOW_HALF_PRECISION_COMPUTATION;
         True: float32 MatMul, Gemm, FusedMatMul and Conv compute in float16 with float32
         accumulation, onnx_backend/half_precision.py)."""
-        proto = load_model(model)
+        proto, weights = load_model_and_weights(model)
         dev = kwargs.pop("kdml_device", None) or _kdml_device(device, kwargs.pop("feature_level", None))
         kwargs.pop("feature_level", None)
         allowed = {"fallback", "exclude_ops", "cpu_threads", "fuse", "group_products", "allow_half_precision"}
-        rep = BackendRep(proto, dev, **{k: v for k, v in kwargs.items() if k in allowed})
+        rep = BackendRep(proto, dev, file_weights=weights, **{k: v for k, v in kwargs.items() if k in allowed})
         warm = kwargs.get("warmup")
         for shapes in [warm] if isinstance(warm, dict) else (warm or []):
             rep.warmup(shapes)

@@ -21,6 +21,7 @@ from .analysis import GraphAnalysis, in_topological_order
 from .context import EagerContext
 from .device_graph import GraphPlan
 from .feeds import normalize_inputs
+from .file_weights import FileWeights
 from .fold import fold_constants, fold_summary
 from .fusion_match import find_fusions
 from .fusion_qdq import dedicate_dequantize, product_inputs
@@ -49,7 +50,8 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
 
     def __init__(self, model: onnx.ModelProto, device: kdml.Device, *, fallback: str = "auto",
                  exclude_ops: Iterable[str] = (), cpu_threads: int | None = None, fuse: bool = True,
-                 group_products: bool = True, allow_half_precision: bool = False) -> None:
+                 group_products: bool = True, allow_half_precision: bool = False,
+                 file_weights: FileWeights | None = None) -> None:
         if fallback not in ("auto", "onnxruntime", "reference"):
             raise ValueError(f"fallback must be 'auto', 'onnxruntime' or 'reference', got {fallback!r}")
         model = in_topological_order(model)  # a copy, reordered, only where the nodes are out of order
@@ -64,6 +66,7 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self.cpu_threads = cpu_threads
         self.exclude_ops = set(exclude_ops)
         self.state = RunState()  # what runs change (run_state.py); the rest is frozen after these passes
+        self.file_weights = file_weights  # the initializers' bytes as read, where prepare read them (file_weights.py)
         g = model.graph
         constants: dict[str, TensorProto] = {t.name: t for t in g.initializer}
         for sp in g.sparse_initializer:  # rare: densified once

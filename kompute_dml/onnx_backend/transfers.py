@@ -20,6 +20,7 @@ from ..runtime import staging
 from ..runtime.replay import HostCopies
 from .constant_arena import ConstantArena, expected_bytes
 from .fallback import CpuSegment
+from .file_weights import FileWeights
 from .handlers_values import BOOL, is_packed
 from .host_eval import SHAPE_ONLY, evaluate
 from .plan_context import _block
@@ -43,15 +44,16 @@ _RAW_TYPES = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64, Ten
               TensorProto.INT64: np.int64, TensorProto.UINT64: np.uint64, TensorProto.BOOL: np.bool_}
 
 
-def constant_array(t: TensorProto) -> np.ndarray:
+def constant_array(t: TensorProto, weights: FileWeights | None = None) -> np.ndarray:
     """An initializer's values: a read-only view of its raw bytes where they are the array
     (a plain type, little-endian host), else numpy_helper's copy. A model's weights are read
     at its first run, where those copies were 8-12% of a warm first run on the H100 host
-    (ResNet-18's 47 MB, Llama's; benchmarks/cold_start.py times first runs)."""
+    (ResNet-18's 47 MB, Llama's; benchmarks/cold_start.py times first runs). `weights`: the
+    bytes the model was read from, where raw_data is viewed without protobuf's copy (file_weights.py)."""
     dt = _RAW_TYPES.get(t.data_type)
     if dt is not None and t.HasField("raw_data") and sys.byteorder == "little" and not t.external_data:
         dims = tuple(t.dims)
-        raw = t.raw_data
+        raw = (weights.raw(t) if weights is not None else None) or t.raw_data
         if len(raw) == int(np.prod(dims, dtype=np.int64)) * np.dtype(dt).itemsize:
             return np.frombuffer(raw, dt).reshape(dims)
     return numpy_helper.to_array(t)
@@ -62,6 +64,7 @@ class ValueTransfers:
 
     device: kdml.Device
     constants: dict[str, TensorProto]
+    file_weights: FileWeights | None
     state: RunState
     folded_outputs: set[str]
     graph: onnx.GraphProto
@@ -70,7 +73,7 @@ class ValueTransfers:
     def constant_host(self, name: str) -> np.ndarray:
         arr = self.state.host_constants.get(name)
         if arr is None:
-            arr = constant_array(self.constants[name])
+            arr = constant_array(self.constants[name], self.file_weights)
             self.state.host_constants[name] = arr
         return arr
 

@@ -175,10 +175,13 @@ class Engine:
         return None if (where := host_origin(data, self._host)) is None else HostRange(*where, data.nbytes)
 
     def write(self, memory: DeviceMemory, offset: int, data: np.ndarray, settle: bool = True) -> None:
-        """Bytes [offset, offset + len(data)) of `memory` <- `data` (uint8) after the work binding it (constant_arena.py: not)."""
+        """Bytes [offset, offset + len(data)) of `memory` <- `data` (uint8) after the work binding it; `settle=False`:
+        no unfinished work reads the range (a new buffer, constant_arena.py), the copy waits for the next submission."""
         with self.lock:
             self.check_open()
-            self.inflight.settle(memory.serial if settle else -1)  # (-1: no buffer's serial)
+            if not settle:
+                return self.staging.deferred.add(memory, offset, data)
+            self.inflight.settle(memory.serial)
             self.staging.upload(memory, offset, data, host_origin(data, self._host))
 
     def read_into(self, memory: DeviceMemory, offset: int, out: np.ndarray) -> None:
@@ -204,15 +207,13 @@ class Engine:
 
     @staticmethod
     def _host_released(engine_ref: weakref.ref[Engine], serial: int) -> None:
-        engine = engine_ref()
-        if engine is not None:
+        if (engine := engine_ref()) is not None:
             with engine.lock:
                 if not engine.closed:
                     engine.staging.forget(serial)
 
     def _transfer_ops(self, ops: list[Any]) -> None:
-        """Run transfer commands (fills) after one global barrier (an execution that
-        completed by a completion word may not have had its fence waited yet)."""
+        """Run transfer commands (fills) after one global barrier (a word-completed execution's fence may be unwaited)."""
         with self.lock:
             self.check_open()
             seq = self._misc_seq
@@ -220,6 +221,7 @@ class Engine:
             seq.record(global_barrier())
             for op in ops:
                 seq.record(op)
+            self.staging.deferred.submit()
             self.guarded(seq.kdml_run)
 
     @staticmethod
@@ -256,6 +258,7 @@ class Engine:
         with self.lock:
             self.check_open()
             replay = self._encode(work, labels)
+            self.staging.deferred.submit()
             if replay.pending:
                 self.heads.start(replay, self.lock)
             return replay.dispatches
@@ -301,6 +304,7 @@ class Engine:
         run: e.g. an exact in-place copy). Every execution's path: called under the lock.
         A first run goes through the shared sequence, a later one through the submission's
         own, recorded at its second run (runtime/replay.py)."""
+        self.staging.deferred.submit()  # (copies the executions may read)
         if replay.run is None:
             if not replay.pending:
                 return None if wait else finished(self.lock)
@@ -345,6 +349,7 @@ class Engine:
 
     def synchronize(self) -> None:
         with self.lock:  # every submission made without waiting
+            self.staging.deferred.settle()
             self.inflight.settle()
 
     def _encode(self, work: Sequence[Work], labels: Sequence[Any] = ()) -> Replay:
@@ -356,27 +361,21 @@ class Engine:
 
     # ---- state ---------------------------------------------------------------------------
     def prepare_many(self, plans: Sequence[DispatchPlan]) -> int:
-        """Create the shared pipelines `plans` will use, binding nothing (Device.warmup, the
-        ONNX backend's siblings): Programs.prepare_many; returns how many were made now."""
+        """Make the pipelines `plans` use, binding nothing (Device.warmup, siblings.py); returns how many were new."""
         with self.lock:
             self.check_open()
             return self.programs.prepare_many(plans, self.pipeline_threads)
 
     def stats(self) -> dict[str, int]:
         programs, created = self.manager.kdml_program_counts()
-        return {
-            "programs": int(programs),  # shared pipelines of this device
-            "pipelines_created": int(created),
-            "descriptor_sets": self.programs.descriptor_sets,  # made so far (one per encoded dispatch)
-            "recorded_sequences": len(self._replays),  # cached submissions
-            "sequences_created": self.sequences_created,
+        return {  # programs: shared pipelines of this device; descriptor sets: one per encoded dispatch
+            "programs": int(programs), "pipelines_created": int(created), "descriptor_sets": self.programs.descriptor_sets,
+            "recorded_sequences": len(self._replays), "sequences_created": self.sequences_created,  # cached submissions
             "first_runs": self.first_runs.runs,
             "word_sequences": sum(1 for r in self._replays.values() if r.seq is not None and r.seq.kdml_completes_by_word()),
-            "live_buffers": len(self._live),
-            "pooled_buffers": len(self.pool),
-            "spare_buffers": len(self.later.spares),
-            "allocated_bytes": self.budget.allocated,
-            "staging_bytes": self.staging.held_bytes,
+            "live_buffers": len(self._live), "pooled_buffers": len(self.pool), "spare_buffers": len(self.later.spares),
+            "allocated_bytes": self.budget.allocated, "staging_bytes": self.staging.held_bytes,
+            "deferred_write_submissions": self.staging.deferred.submissions,
             "pipeline_cache_loaded_bytes": self.disk_cache.loaded_bytes,
         }
 
@@ -387,6 +386,7 @@ class Engine:
             if self.closed:
                 return
             with contextlib.suppress(DeviceError):
+                self.staging.deferred.settle()
                 self.inflight.settle()
                 # one fence-completed submission after all others: word-completed ones no fence covered
                 self._transfer_ops([])  # yet are then retired for Vulkan before their descriptor sets go

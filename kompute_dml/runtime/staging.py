@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import kp
 import numpy as np
 
+from .deferred_writes import DeferredWrites
 from .encode import ACCESS_HOST_READ, ACCESS_TRANSFER_WRITE, STAGE_HOST, STAGE_TRANSFER, global_barrier
 
 if TYPE_CHECKING:
@@ -153,6 +154,7 @@ class Staging:
         self._once: list[Any] = []  # per slot: the sequence of first transfers, re-recorded for each
         self._seen: collections.OrderedDict[tuple[Any, ...], None] = collections.OrderedDict()
         self.copies = CopyPool()  # this device's large host copies
+        self.deferred = DeferredWrites(self, SLOTS)  # writes waiting for the next submission
 
     @property
     def held_bytes(self) -> int:
@@ -215,6 +217,7 @@ class Staging:
 
     def upload(self, dst: DeviceMemory, offset: int, data: np.ndarray, direct: tuple[HostMemory, int] | None) -> None:
         """Write `data` (contiguous uint8) to bytes [offset, offset + len) of `dst`."""
+        self.deferred.settle()
         if direct is not None:  # the device reads the user's host array itself
             mem, start = direct
             self._direct_copy(("up", SLOTS, (dst.serial, mem.serial), start, offset, data.size),
@@ -231,6 +234,7 @@ class Staging:
 
     def download(self, src: DeviceMemory, offset: int, out: np.ndarray, direct: tuple[HostMemory, int] | None) -> None:
         """Read bytes [offset, offset + len(out)) of `src` into `out` (contiguous uint8)."""
+        self.deferred.settle()
         def to_host() -> Any:
             return kp.OpGlobalBarrier(ACCESS_TRANSFER_WRITE, ACCESS_HOST_READ, STAGE_TRANSFER, STAGE_HOST)
 
