@@ -18,6 +18,8 @@ them; a value is downloaded once, when a fallback sub-graph or a graph output ne
 
 The modules of this package, one concern each:
 
+- file_weights.py: a model read from bytes or a binary file keeps them; its initializers' raw_data
+  are views of them (transfers.constant_array), not protobuf's copies
 - fold.py: `prepare`'s first pass, constant folding (Constant nodes and what reads only constants);
   nbits.py: the next, com.microsoft MatMulNBits as a MatMul of its weights dequantized once
 - values.py: constants, `DeviceValue`, `NodePlacement`, `RunStats`, `FallbackNeeded`
