@@ -434,3 +434,20 @@ def test_qoperator_chain_is_one_ep_group():
     assert _assigned(sess) == {kort.get_ep_name(): [["conv", "add", "pool", "flatten", "gemm"]]}, _assigned(sess)
     np.testing.assert_array_equal(got, Backend.prepare(onnx.load_from_string(model), "CPU").run(feeds)[0])
     assert np.abs(got.astype(int) - _cpu(model, feeds)[0].astype(int)).max() <= 1
+
+
+def test_compiled_graphs_read_their_weights_without_protobufs_copy(monkeypatch):
+    """A compiled sub-graph's initializers are views of the bytes its graph was built from
+    (onnx_backend/file_weights.py), not a copy made at the first run, and the results stand."""
+    reps = []
+    init = kort.plugin.Kernel.__init__
+    monkeypatch.setattr(kort.plugin.Kernel, "__init__", lambda self, name, rep, *a, **k: reps.append(rep) or init(
+        self, name, rep, *a, **k))
+    sess = _session(CHAIN, optimize=False)
+    x = RNG.standard_normal((3, 8)).astype(np.float32)
+    for g, w in zip(sess.run(None, {"x": x}), _cpu(CHAIN, {"x": x})):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    (rep,) = reps
+    w1 = rep.constant_host("W1")
+    assert rep.file_weights is not None and not w1.flags.owndata and not w1.flags.writeable
+    np.testing.assert_array_equal(w1, W1)

@@ -130,6 +130,7 @@ class Backend(_OnnxBackend):
         True: float32 MatMul, Gemm, FusedMatMul and Conv compute in float16 with float32
         accumulation, onnx_backend/half_precision.py)."""
         proto, weights = load_model_and_weights(model)
+        weights = kwargs.pop("kdml_weights", None) or weights  # (the plugin EP's: file_weights.FileWeights.of)
         dev = kwargs.pop("kdml_device", None) or _kdml_device(device, kwargs.pop("feature_level", None))
         kwargs.pop("feature_level", None)
         allowed = {"fallback", "exclude_ops", "cpu_threads", "fuse", "group_products", "allow_half_precision"}

@@ -6,8 +6,9 @@ weights through `TensorProto.raw_data` copied all of them into fresh memory at i
 first run). Where `prepare` got the model as bytes or as a binary file (read into bytes once, as
 onnx.load does), those bytes are kept and each initializer's raw_data is found in them by walking
 the protobuf wire format (ModelProto.graph = 7, GraphProto.initializer = 5, TensorProto.name = 8,
-raw_data = 9); its values are then a read-only view, no copy. A model given as a ModelProto, a
-reordered copy (graph.in_topological_order) or external data keep the copying path."""
+raw_data = 9); its values are then a read-only view, no copy. The onnxruntime plugin EP's graphs
+keep the bytes their initializers were set from the same way (`FileWeights.of`). A model given as a
+ModelProto, a reordered copy (graph.in_topological_order) or external data keep the copying path."""
 
 from __future__ import annotations
 
@@ -85,6 +86,14 @@ class FileWeights:
         view = memoryview(data)
         # each entry keeps its TensorProto: the view serves that very object alone
         self.views = {t.name: (t, view[r[0] : r[1]]) for t in proto.graph.initializer if (r := ranges.get(t.name))}
+
+    @classmethod
+    def of(cls, proto: onnx.ModelProto, raw: dict[str, bytes]) -> FileWeights:
+        """Views of the bytes each initializer's raw_data was set from (`raw`, by name: the plugin
+        EP's graph, kompute_dml/ort/graph.py), for `proto`'s own TensorProtos."""
+        weights = cls.__new__(cls)
+        weights.views = {t.name: (t, memoryview(raw[t.name])) for t in proto.graph.initializer if t.name in raw}
+        return weights
 
     def raw(self, t: Any) -> memoryview | None:
         """`t.raw_data` without a copy, where `t` is one of the parsed model's initializers."""

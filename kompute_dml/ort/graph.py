@@ -7,6 +7,8 @@ from typing import Any
 import onnx
 from onnx import helper
 
+from ..onnx_backend.file_weights import FileWeights
+
 _LIST_TYPES = {"ints": onnx.AttributeProto.INTS, "floats": onnx.AttributeProto.FLOATS,
                "strings": onnx.AttributeProto.STRINGS}
 
@@ -46,11 +48,17 @@ def to_model(desc: dict[str, Any], input_shapes: bool = True) -> onnx.ModelProto
     False: the graph inputs declare their element types only (a sub-graph compiled to run: its
     inputs are values onnxruntime computed, whose shapes may differ from the ones its inference
     declared, e.g. (1,) for a value declared rank 0)."""
-    initializers = []
+    return to_model_and_weights(desc, input_shapes)[0]
+
+
+def to_model_and_weights(desc: dict[str, Any], input_shapes: bool = True) -> tuple[onnx.ModelProto, FileWeights]:
+    """to_model's model, and its initializers' raw_data as views of the bytes they were set from
+    (onnx_backend/file_weights.py: the model's first run reads them without protobuf's copy)."""
+    initializers, raw = [], {}
     for name, elem_type, dims, data in desc["initializers"]:
         t = onnx.TensorProto(name=name, data_type=elem_type, dims=list(dims))
         if data is not None:
-            t.raw_data = bytes(data)
+            t.raw_data = raw[name] = bytes(data)  # (onnxruntime may free its copy after compile)
         initializers.append(t)
     nodes: list[onnx.NodeProto] = []
     value_info: list[onnx.ValueInfoProto] = []
@@ -65,4 +73,5 @@ def to_model(desc: dict[str, Any], input_shapes: bool = True) -> onnx.ModelProto
                               value_info=[v for v in value_info if v.name not in
                                           {vi[0] for vi in desc["inputs"] + desc["outputs"]}])
     opsets = [helper.make_opsetid(domain, int(version)) for domain, version in desc["opsets"]]
-    return helper.make_model(graph, opset_imports=opsets, ir_version=onnx.IR_VERSION)
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=onnx.IR_VERSION)
+    return model, FileWeights.of(model, raw)

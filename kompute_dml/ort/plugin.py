@@ -24,7 +24,7 @@ from kompute_dml.onnx_backend.backend import Backend, _kdml_device
 from kompute_dml.onnx_backend.feeds import declared_shape
 from kompute_dml.onnx_backend.values import CPU
 
-from .graph import tensor_elem_types, to_model
+from .graph import tensor_elem_types, to_model, to_model_and_weights
 
 EP_NAME = "KomputeDmlExecutionProvider"
 # The same EP with its inputs and outputs in device memory: what onnxruntime's IO binding needs to
@@ -168,8 +168,8 @@ class Ep:
         return [run for kind, run in runs if kind == "ep"]
 
     def compile(self, desc: dict[str, Any], fused_name: str, io: tuple[list[str], list[str]]) -> Kernel:
-        model = to_model(desc, input_shapes=False)
-        rep = Backend.prepare(model, kdml_device=self.device, **self.prepare_options)
+        model, weights = to_model_and_weights(desc, input_shapes=False)
+        rep = Backend.prepare(model, kdml_device=self.device, kdml_weights=weights, **self.prepare_options)
         return Kernel(fused_name, rep, list(io[0]), list(io[1]), self.device_memory)
 
 
