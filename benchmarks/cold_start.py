@@ -9,6 +9,10 @@ measured in `--processes` fresh processes, interleaved:
     python -m benchmarks.cold_start --family resnet18 --settings ";NO_PROGRAM_RECORD=1"
     python -m benchmarks.cold_start --family bert-fp16 --settings ";SIBLINGS_WITH_PLAN=1"
     python -m benchmarks.cold_start --family bert-fp16 --settings ";PYTHONPATH=/path/to/another/tree"
+    python -m benchmarks.cold_start --family resnet50 --ep    # an InferenceSession with the plugin EP
+
+`--ep`: "prepare" is the onnxruntime InferenceSession's creation with kompute_dml's plugin EP
+(kompute_dml.ort.session_options), the first run its first `run`; "its plan" is not known there (0).
 
 One line per setting: medians of prepare and first-run seconds, cold and warm, the cold first
 run's planning (in it), the pipelines the cold first run created, and the cold process's next
@@ -43,7 +47,23 @@ SIBLINGS_WITH_PLAN = "SIBLINGS_WITH_PLAN"
 AFTER_SECONDS = 3.0
 
 
-def child(family: str, size: str, batch: int, seq: int, after_runs: bool) -> None:
+def _ep_session(path: str) -> tuple[object, object]:
+    """An InferenceSession with the plugin EP (run(feeds) as Backend's: output arrays) and a stand-in
+    for BackendRep's attributes the child reads (no plan seconds; the EP's device's stats)."""
+    import types
+
+    import onnxruntime as ort
+
+    import kompute_dml.ort as kort
+    from kompute_dml.onnx_backend import backend
+
+    sess = ort.InferenceSession(path, sess_options=kort.session_options())
+    device = next(iter(backend._devices.values()))
+    return types.SimpleNamespace(run=lambda feeds: sess.run(None, feeds),
+                                 last_run=types.SimpleNamespace(plan_seconds=0.0), device=device), sess
+
+
+def child(family: str, size: str, batch: int, seq: int, after_runs: bool, ep: bool = False) -> None:
     import numpy as np
 
     from kompute_dml.bench import families
@@ -72,7 +92,7 @@ def child(family: str, size: str, batch: int, seq: int, after_runs: bool) -> Non
 
     path = families.build(family, size)
     rep: list = []
-    prepare = once(lambda: rep.append(Backend.prepare(str(path), "CPU")))
+    prepare = once(lambda: rep.append(_ep_session(str(path))[0] if ep else Backend.prepare(str(path), "CPU")))
     feeds = families.feeds(family, batch, seq, np.random.default_rng(0), size)
     first = once(lambda: rep[0].run(feeds))
     plan = rep[0].last_run.plan_seconds
@@ -87,7 +107,8 @@ def child(family: str, size: str, batch: int, seq: int, after_runs: bool) -> Non
 
 
 def _run(env: dict[str, str], args: argparse.Namespace, after_runs: bool) -> dict[str, float]:
-    cmd = [*CHILD, args.family, "--size", args.size, "--shape", args.shape, *(["--after-runs"] if after_runs else [])]
+    cmd = [*CHILD, args.family, "--size", args.size, "--shape", args.shape, *(["--after-runs"] if after_runs else []),
+           *(["--ep"] if args.ep else [])]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode or not lines:
@@ -104,10 +125,11 @@ def main() -> None:
     ap.add_argument("--settings", default="", help="';'-separated settings, each 'NAME=value[,NAME=value]' ('' = as is)")
     ap.add_argument("--child", nargs="?", const=None, default=False)
     ap.add_argument("--after-runs", action="store_true", help=argparse.SUPPRESS)  # (a child's: the later runs)
+    ap.add_argument("--ep", action="store_true", help="through onnxruntime's InferenceSession with the plugin EP")
     args = ap.parse_args()
     if args.child is not False:
         b, s = (int(v) for v in args.shape.split("x"))
-        child(args.child, args.size, b, s, args.after_runs)
+        child(args.child, args.size, b, s, args.after_runs, args.ep)
         return
     from kompute_dml.bench import families
 
@@ -125,7 +147,8 @@ def main() -> None:
                     got = _run(env, args, phase == "cold")
                     for key, value in got.items():
                         rows[setting].setdefault(f"{phase} {key}", []).append(value)
-    print(f"{args.family} ({args.size}) first run at {args.shape}, {args.processes} processes per setting; seconds (medians)")
+    print(f"{args.family} ({args.size}) first run at {args.shape}{' through the plugin EP' if args.ep else ''}, "
+          f"{args.processes} processes per setting; seconds (medians)")
     # "its plan": the first run's planning (GraphPlan.plan_seconds: with a cold driver cache, the
     # compiles of its own pipelines); the rest of the first run is its execution and what holds it up
     # "second", "slowest after": the cold process's next run and the slowest of its runs in the
