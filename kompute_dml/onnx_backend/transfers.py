@@ -26,9 +26,14 @@ from .host_eval import SHAPE_ONLY, evaluate
 from .plan_context import _block
 from .values import _DML_NUMPY, DeviceValue, RunStats, _value_shape, check_bindable
 
-# The host memory a model's first plan takes for its plans' inputs and outputs on GPUs (host_io):
-# MiniLM's inputs at 64 x 256 take 384 KiB, BERT-base's 8 x 128 outputs 3 MiB.
+# The host memory a model's first plan takes for its plans' inputs and outputs on GPUs (host_io): room for
+# IO_HEADROOM times what the first plan moves (a batch of 8 after a batch of 1), at least IO_MIN_BYTES and at
+# most PLAN_IO_BYTES (MiniLM's inputs at 64 x 256 take 384 KiB, BERT-base's 8 x 128 outputs 3 MiB). Pinned
+# memory costs its allocation (about 0.6 ms per MiB on the H100's and H200's hosts), which a first run pays:
+# 8 MiB for ResNet-50's 4 KB of logits was a tenth of its warm first run.
 PLAN_IO_BYTES = {"in": 1 << 20, "out": 8 << 20}
+IO_HEADROOM = 8
+IO_MIN_BYTES = 256 << 10
 
 if TYPE_CHECKING:
     import onnx
@@ -330,11 +335,11 @@ def host_io(rep: BackendRep, key: str, nbytes: int) -> np.ndarray:
     """Host memory (Device.host_array) of at least nbytes for the plans' inputs ("in") or
     outputs ("out"): one per model and direction, shared by its plans (runs never overlap),
     grown by plan_context's size classes (a plan made before keeps the smaller one it recorded).
-    Where the policy prepares for other input shapes (GPUs), the first is at least PLAN_IO_BYTES:
+    Where the policy prepares for other input shapes (GPUs), the first has room for larger ones (IO_HEADROOM):
     pinned memory cost a first run of a larger shape 2.1 ms on the H100 (benchmarks/plan_split.py at 16a7ab2, 8x128)."""
     arr = rep.state.plan_io.get(key)
     if arr is None or arr.nbytes < nbytes:
         if arr is None and rep.device.policy.prepare_siblings:
-            nbytes = max(nbytes, PLAN_IO_BYTES[key])
+            nbytes = max(nbytes, min(PLAN_IO_BYTES[key], max(IO_HEADROOM * nbytes, IO_MIN_BYTES)))
         arr = rep.state.plan_io[key] = rep.device.host_array(_block(nbytes), np.uint8)
     return arr
