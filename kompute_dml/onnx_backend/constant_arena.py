@@ -11,8 +11,9 @@ and a constant of more than a quarter of that keeps a buffer of its own.
 
 A range is written once, before any plan binds it (its constant is uploaded where a plan first
 asks for it), so its write does not wait for the submissions in flight that read other ranges
-of the chunk (Engine.write's `settle`): the device orders the copy after them (every submission
-starts with a global barrier) and nothing reads the range before the copy."""
+of the chunk (Engine.write's `settle`): it is deferred to the engine's next submission
+(runtime/deferred_writes.py), the device orders the copy after them (every submission starts
+with a global barrier) and nothing reads the range before the copy."""
 
 from __future__ import annotations
 

@@ -2,9 +2,10 @@
 
 protobuf's Python API hands out a bytes field as a new copy at each access: reading a model's
 weights through `TensorProto.raw_data` copied all of them into fresh memory at its first run
-(ResNet-50's 102 MB: about 55 ms on the CI host, 69 ms on an H200's host, a third of its warm
-first run). Where `prepare` got the model as bytes or as a binary file (read into bytes once, as
-onnx.load does), those bytes are kept and each initializer's raw_data is found in them by walking
+(ResNet-50's 102 MB; with runtime/deferred_writes.py its warm first run on an H200 went from 0.210
+to 0.112 s: benchmarks/RESULTS.md, cold_start). Where `prepare` got the model as bytes or as a
+binary file (read into bytes once, as onnx.load does), those bytes are kept and each
+initializer's raw_data is found in them by walking
 the protobuf wire format (ModelProto.graph = 7, GraphProto.initializer = 5, TensorProto.name = 8,
 raw_data = 9); its values are then a read-only view, no copy. The onnxruntime plugin EP's graphs
 keep the bytes their initializers were set from the same way (`FileWeights.of`). A model given as a

@@ -29,8 +29,8 @@ from .values import _DML_NUMPY, DeviceValue, RunStats, _value_shape, check_binda
 # The host memory a model's first plan takes for its plans' inputs and outputs on GPUs (host_io): room for
 # IO_HEADROOM times what the first plan moves (a batch of 8 after a batch of 1), at least IO_MIN_BYTES and at
 # most PLAN_IO_BYTES (MiniLM's inputs at 64 x 256 take 384 KiB, BERT-base's 8 x 128 outputs 3 MiB). Pinned
-# memory costs its allocation (about 0.6 ms per MiB on the H100's and H200's hosts), which a first run pays:
-# 8 MiB for ResNet-50's 4 KB of logits was a tenth of its warm first run.
+# memory costs its allocation (32 MiB: 18 ms on the H100's host, device_graph.PROGRAM_OUT_BYTES), which a
+# first run pays: it took 8 MiB for ResNet-50's 4 KB of logits.
 PLAN_IO_BYTES = {"in": 1 << 20, "out": 8 << 20}
 IO_HEADROOM = 8
 IO_MIN_BYTES = 256 << 10
