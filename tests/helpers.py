@@ -188,10 +188,8 @@ def cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     return (g * w).sum(1) / (np.linalg.norm(g, axis=1) * np.linalg.norm(w, axis=1))
 
 
-def compiled_variants(desc_prefix: str) -> set[str]:
-    """The first dispatch's variant of every operator the helpers compiled (kompute_dml.functional's
-    compile cache) whose descriptor class name starts with desc_prefix."""
-    import kompute_dml.functional as functional
-
-    return {op.plans[0].variant for op in functional._compile_cache.values()
+def compiled_variants(desc_prefix: str, device) -> set[str]:
+    """The first dispatch's variant of every operator the helpers compiled on `device` (kompute_dml.functional's
+    compile cache, Device.caches["compiled"]) whose descriptor class name starts with desc_prefix."""
+    return {op.plans[0].variant for op in device.caches.get("compiled", {}).values()
             if type(op.desc).__name__.startswith(desc_prefix)}

@@ -29,7 +29,6 @@ FLOATS = {"f32": DT.FLOAT32, "f16": DT.FLOAT16}
 def kdev(request, dev, monkeypatch):
     """The session's device with the policy's attention kernel forced; the helpers' compile cache
     emptied (it keys operators by descriptor, not by the policy they were compiled under)."""
-    import kompute_dml.functional as functional
 
     kernel = request.param
     if kernel == "coopmat" and dev.policy.gemm_family != "coopmat":
@@ -37,7 +36,7 @@ def kdev(request, dev, monkeypatch):
     # blocked: from one query row (the GPU policy's threshold would leave the small cases to the tiled kernel)
     monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel=kernel,
                                                            attention_blocked_min_rows=1))
-    monkeypatch.setattr(functional, "_compile_cache", {})
+    monkeypatch.setitem(dev.caches, "compiled", {})
     return dev
 
 

@@ -222,16 +222,15 @@ def test_float16_chain_keeps_float16_weights(rng, monkeypatch, dt, half, want):
     allow_half_precision the tensor-core kernel's float32 variant (float16 as it loads)."""
     import dataclasses
 
-    import kompute_dml.functional as functional
 
     model = graph(rng, dt=dt, cast_to=T.FLOAT16 if dt == np.float16 else T.FLOAT)
     rep = Backend.prepare(model, "CPU", allow_half_precision=half)
     monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, attention_kernel="coopmat-emulated",
                                                                   attention_fused_min_rows=1))
-    monkeypatch.setattr(functional, "_compile_cache", {})
+    monkeypatch.setitem(rep.device.caches, "compiled", {})
     feeds = {"x": rng.standard_normal((B, S, H * D)).astype(dt)}
     (got,) = rep.run(feeds)
-    variants = compiled_variants("MultiheadAttention")
+    variants = compiled_variants("MultiheadAttention", rep.device)
     assert len(variants) == 1 and variants.pop().startswith(want), variants
     (ref,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     if half:  # float16 inputs to products and attention (scores of tens here): the flag's per-row cosine

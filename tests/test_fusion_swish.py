@@ -13,7 +13,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto as T  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
 
-from kompute_dml import functional  # noqa: E402
+import kompute_dml as kdml  # noqa: E402
 from kompute_dml.onnx_backend import Backend  # noqa: E402
 
 
@@ -24,7 +24,7 @@ def _one_pass_convolutions(monkeypatch):
     compiled operators are cached by descriptor, so this module gets a cache of its own: an earlier
     test's convolution of the same shape, compiled without the variable, would have its parts."""
     monkeypatch.setenv("KDML_CONV_SPLIT", "1")
-    monkeypatch.setattr(functional, "_compile_cache", {})
+    monkeypatch.setitem(kdml.default_device().caches, "compiled", {})  # (Backend.prepare's "CPU" device)
 
 N = helper.make_node
 ELEM = {np.float32: T.FLOAT, np.float16: T.FLOAT16}

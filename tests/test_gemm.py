@@ -489,12 +489,10 @@ def test_gemm_helper(dev, rng):
     assert r is out
     check(out.numpy(), at.numpy(), np.array([[1, 2], [3, 4], [5, 6]], np.float16), np.full((2, 2), 1.5, np.float16),
           False, False, 1.0, 1.0)
-    # a repeated call reuses its compiled operator
-    from kompute_dml.functional import gemm as functional_gemm
-
-    n0 = len(functional_gemm._prepared)
+    # a repeated call reuses its compiled operator (the device's gemm cache)
+    n0 = len(dev.caches["gemm"])
     kdml.gemm(at, [[1, 2], [3, 4], [5, 6]], 1.5, out=out)
-    assert len(functional_gemm._prepared) == n0
+    assert len(dev.caches["gemm"]) == n0
     # -0.0 and NaN scalars are their own calls (not another call's cached operator)
     bt = dev.tensor(np.zeros((3, 2), np.float32))
     a32 = dev.tensor(np.ones((2, 3), np.float32))

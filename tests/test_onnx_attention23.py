@@ -502,16 +502,14 @@ def test_float16_weights_follow_softmax_precision(rng, monkeypatch, dt, precisio
     float64 reference."""
     import dataclasses
 
-    import kompute_dml.functional as functional
-
     ins, attrs, outs = _inputs(rng, dt, (4, 2, 2, 2, 9, 12, 0, 16, 16, False, None, None, None))
     if precision is not None:
         attrs["softmax_precision"] = precision
     model, feeds = _model("Attention", ins, outs, attrs, opset=23)
     rep = Backend.prepare(model, "CPU")
     monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, attention_kernel="coopmat-emulated"))
-    monkeypatch.setattr(functional, "_compile_cache", {})
+    monkeypatch.setitem(rep.device.caches, "compiled", {})
     (got,) = rep.run(feeds)
-    variants = compiled_variants("MultiheadAttention")
+    variants = compiled_variants("MultiheadAttention", rep.device)
     assert len(variants) == 1 and variants.pop().startswith(want)
     np.testing.assert_allclose(got.astype(np.float64), np.asarray(_ref(ins, attrs)[0], np.float64), **TOL[dt])

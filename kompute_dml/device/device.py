@@ -2,8 +2,9 @@
 
 It reads the arguments, the physical device's limits and the policy, and hands execution to
 its runtime Engine (kompute_dml/runtime/engine.py: the kp Manager, the lock, memory,
-caches, submission). A Device left open is released at interpreter exit by kp's own exit
-callback (kp Manager.destroy waits for the device and writes the pipeline cache file).
+caches, submission). A Device left open is released with its last reference (the helpers' caches
+are its own: `caches`), or at interpreter exit by kp's own exit callback (kp Manager.destroy waits
+for the device and writes the pipeline cache file).
 Recordings of many executions (Device.record, Device.capture) are in recording.py.
 """
 
@@ -89,6 +90,9 @@ class Device:
         features: Any = None,
     ) -> None:
         self.feature_level = coerce_feature_level(feature_level)
+        # the helpers' caches of this device (compiled operators, constants, tables: functional/, ops/act_table.py),
+        # held here so that they go with it: in module-level dicts they kept a dropped device and its Vulkan device
+        self.caches: dict[str, Any] = {}
         requested = requested_capabilities(features)
         infos = physical_devices()
         if not infos:

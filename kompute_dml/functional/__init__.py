@@ -81,19 +81,17 @@ def as_tensor(x: Any, device: Device, field: str = "x") -> Tensor:
     return pooled_upload(device, as_host_array(x, field))
 
 
-_compile_cache: dict[tuple[int, Any, bool], Any] = {}
-
-
 def compile_cached(device: Device, desc: Any, allow_half_precision: bool = False) -> Any:
-    """dev.compile with a per-device cache keyed by the (hashable) descriptor and the flags (not the
-    kernel-forcing variables such as KDML_CONV_SPLIT: they apply to descriptors compiled after they are set)."""
-    key = (device, desc, bool(allow_half_precision))  # (identity hash: not id(), core/tags.py says why)
-    op = _compile_cache.get(key)
-    if op is None or op.device is not device:
+    """dev.compile with a per-device cache (Device.caches) keyed by the (hashable) descriptor and the flags (not
+    the kernel-forcing variables such as KDML_CONV_SPLIT: they apply to descriptors compiled after they are set)."""
+    cache = device.caches.setdefault("compiled", {})
+    key = (desc, bool(allow_half_precision))
+    op = cache.get(key)
+    if op is None:
         op = device.compile(desc, allow_half_precision=True) if allow_half_precision else device.compile(desc)
-        if len(_compile_cache) > 512:
-            _compile_cache.clear()
-        _compile_cache[key] = op
+        if len(cache) > 512:
+            cache.clear()
+        cache[key] = op
     return op
 
 

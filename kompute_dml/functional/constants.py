@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import threading
-import weakref
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +23,7 @@ if TYPE_CHECKING:
 SMALL_ELEMENTS = 64
 CAPACITY = 256
 
-_lock = threading.Lock()
-_caches: weakref.WeakKeyDictionary[Device, collections.OrderedDict[Hashable, Tensor]] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()  # (the caches are Device.caches["constants"]: they go with the device)
 
 
 def constant_key(arr: np.ndarray) -> Hashable | None:
@@ -39,7 +37,7 @@ def device_constant(device: Device, arr: np.ndarray, key: Any = None) -> Tensor:
     """A packed tensor on `device` holding `arr` (at most SMALL_ELEMENTS elements)."""
     key = constant_key(arr) if key is None else key
     with _lock:
-        cache = _caches.setdefault(device, collections.OrderedDict())
+        cache = device.caches.setdefault("constants", collections.OrderedDict())
         t = cache.get(key)
         if t is not None and not device.closed:
             cache.move_to_end(key)

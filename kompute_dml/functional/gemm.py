@@ -42,8 +42,7 @@ from .elementwise import _operands
 from .matmul_integer import _mm_broadcast_strides
 
 PREPARED_CAPACITY = 512
-# (id(device), descs, flags, scalar bits, out desc) -> (device, compiled operator, the 4-D descs)
-_prepared: dict[Hashable, tuple[Device, Any, tuple[TensorDesc | None, ...], TensorDesc]] = {}
+# per device (Device.caches["gemm"]): (descs, flags, scalar bits, out desc) -> (device, compiled operator, the 4-D descs)
 
 
 def _bits(x: float) -> int:
@@ -83,18 +82,19 @@ def gemm(a: Any, b: Any, c: Any = None, *, trans_a: bool = False, trans_b: bool 
     tc = ts[2] if c is not None else None
     if out is not None and not isinstance(out, Tensor):
         raise invalid("out", f"must be a kompute_dml Tensor, got {type(out).__name__}")
+    prepared = dev.caches.setdefault("gemm", {})
     try:
-        key: Hashable = (id(dev), ta.desc, tb.desc, None if tc is None else tc.desc, ta_flag, tb_flag, _bits(alpha_f),
+        key: Hashable = (ta.desc, tb.desc, None if tc is None else tc.desc, ta_flag, tb_flag, _bits(alpha_f),
                          _bits(beta_f), fused_activation, None if out is None else out.desc)
-        hit = _prepared.get(key)
+        hit = prepared.get(key)
     except TypeError:  # an unhashable activation: the descriptor's validation names it
         key, hit = None, None
-    if hit is None or hit[0] is not dev:
+    if hit is None:
         hit = _prepare(dev, ta, tb, tc, ta_flag, tb_flag, alpha_f, beta_f, out, fused_activation)
-        if len(_prepared) >= PREPARED_CAPACITY:
-            _prepared.clear()
+        if len(prepared) >= PREPARED_CAPACITY:
+            prepared.clear()
         if key is not None:
-            _prepared[key] = hit
+            prepared[key] = hit
     _, op, descs, res_desc = hit
     bound = [Tensor.trusted(t.buffer, d, t.offset) if t is not None and d is not None else None
              for t, d in zip((ta, tb, tc), descs[:3])]

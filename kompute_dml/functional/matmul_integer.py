@@ -53,9 +53,8 @@ def _mm_quant_view(t: Tensor, count: int, per_row: bool, field: str) -> Tensor:
 
 _NOT_CACHED = object()
 PREPARED_CAPACITY = 256
-# (id(device), operand keys) -> _Prepared: a repeated call with the same shapes and types
-# builds no descriptor, compiles nothing and uploads no constant (issue 22).
-_prepared: dict[Hashable, _Prepared] = {}
+# per device (Device.caches["matmul_integer"]): operand keys -> _Prepared: a repeated call with the same
+# shapes and types builds no descriptor, compiles nothing and uploads no constant (issue 22).
 # the ids of a call's arguments -> BoundCall (recent_calls.py): no key to build, no desc to hash
 _ready: RecentCalls[BoundCall] = RecentCalls()
 
@@ -131,15 +130,16 @@ def matmul_integer_to_float(
     if isinstance(a, Tensor) and isinstance(b, Tensor) and a.device is dev and b.device is dev:
         keys = tuple(_operand_key(x) for x in args)
         if _NOT_CACHED not in keys and (out is None or (isinstance(out, Tensor) and out.device is dev)):
-            key = (id(dev), keys, out_data_type, None if out is None else out.desc)
-    prep = _prepared.get(key) if key is not _NOT_CACHED else None
-    if prep is None or prep.device is not dev:
+            key = (keys, out_data_type, None if out is None else out.desc)
+    prepared = dev.caches.setdefault("matmul_integer", {})
+    prep = prepared.get(key) if key is not _NOT_CACHED else None
+    if prep is None:
         prep, reusable = _prepare(dev, args, out_data_type, out)
         if key is _NOT_CACHED or not reusable:
             return prep.run(args, out)
-        if len(_prepared) >= PREPARED_CAPACITY:
-            _prepared.clear()
-        _prepared[key] = prep
+        if len(prepared) >= PREPARED_CAPACITY:
+            prepared.clear()
+        prepared[key] = prep
     inputs = prep.bound_inputs(args)
     result = prep.run(args, out, inputs)
     # the same argument objects again: straight to the bound operator (recent_calls.py);

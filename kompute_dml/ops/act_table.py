@@ -13,7 +13,6 @@ with SiLU): 133.8 with the exact code in every output, 73.0 with the table (62.0
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from typing import Any
 
 import numpy as np
@@ -38,14 +37,12 @@ def gemm_bindings(dt: DataType, act: tuple[int, ...]) -> tuple[int | None, ...]:
     return (0, 1, 2, 3, None, TABLE_ENTRY if uses_table(dt, act) else None)
 
 
-# per device, per the activation's words (conv_fused.fused_words): its table
-_TABLES: weakref.WeakKeyDictionary[Any, dict[tuple[int, ...], Any]] = weakref.WeakKeyDictionary()
 
 
 def act_table(device: Any, act: Any, words: tuple[int, ...]) -> Any:
     """A FLOAT16 tensor of 65,536 elements: element h is `act` (a FusedActivation descriptor) of the
     float16 value of bits h, as the standalone operator computes it; made once per device and words."""
-    tables = _TABLES.setdefault(device, {})
+    tables = device.caches.setdefault("act_tables", {})  # per the activation's words (conv_fused.fused_words)
     table = tables.get(words)
     if table is None:
         every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
