@@ -19,7 +19,7 @@ Each row is a call a user or the ONNX backend makes again and again, and the cac
   last_submission   ops/base.CompiledOperator._last: an operator's last submission, by its
                     binding key's identity. Bypassed: the engine's cache answers instead.
                     Timed: op.execute on the same tensors.
-  compiled_helpers  functional.compile_cached and functional/gemm._prepared: helpers' compiled
+  compiled_helpers  functional.compile_cached and functional/gemm's cache (Device.caches): helpers' compiled
                     operators by (id(device), descriptors). Bypassed: every call compiles.
                     Timed: kdml.cast on a new Tensor object, kdml.gemm (64x64 float16).
   onnx_arena        onnx_backend RunState.arena (rep.state): node-by-node runs' device buffers by (node,
@@ -41,9 +41,7 @@ from typing import Any
 import numpy as np
 
 import kompute_dml as kdml
-from kompute_dml import functional
 from kompute_dml.bench.timing import interleaved
-from kompute_dml.functional import gemm as functional_gemm
 from kompute_dml.functional.recent_calls import RecentCalls
 from kompute_dml.ops import base as ops_base
 from kompute_dml.runtime import engine as engine_mod
@@ -57,6 +55,20 @@ def patched(obj: Any, name: str, value: Any) -> Iterator[None]:
         yield
     finally:
         setattr(obj, name, old)
+
+
+@contextlib.contextmanager
+def swapped(d: dict[str, Any], key: str, value: Any) -> Iterator[None]:
+    """d[key] = value for the block (a device's cache: Device.caches)."""
+    old = d.get(key)
+    d[key] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            d.pop(key, None)
+        else:
+            d[key] = old
 
 
 def with_and_without(fn: Callable[[], Any], bypass: Callable[[], contextlib.AbstractContextManager[Any]]
@@ -166,8 +178,8 @@ def case_compiled_helpers(dev: kdml.Device) -> dict[str, Callable[[], Any]]:
 
     def bypass() -> contextlib.AbstractContextManager[Any]:
         stack = contextlib.ExitStack()
-        stack.enter_context(patched(functional, "_compile_cache", {}))
-        stack.enter_context(patched(functional_gemm, "_prepared", {}))
+        stack.enter_context(swapped(dev.caches, "compiled", {}))
+        stack.enter_context(swapped(dev.caches, "gemm", {}))
         return stack
     out = {f"cast/{k}": f for k, f in with_and_without(cast, bypass).items()}
     out.update({f"gemm/{k}": f for k, f in with_and_without(mm, bypass).items()})

@@ -16,7 +16,6 @@ import pytest
 from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
 
 import kompute_dml as kdml
-from kompute_dml import functional
 from kompute_dml.ops import squeeze_excitation as se_op
 
 DT = kdml.DataType
@@ -236,7 +235,7 @@ GATE_ACTS = {"HardSigmoid": "hard_sigmoid", "Sigmoid": "sigmoid"}  # node type -
 def _one_pass(monkeypatch):
     """Dispatch counts without split-K's second dispatch (a GPU splits some small convolutions)."""
     monkeypatch.setenv("KDML_CONV_SPLIT", "1")
-    monkeypatch.setattr(functional, "_compile_cache", {})
+    monkeypatch.setitem(kdml.default_device().caches, "compiled", {})  # (Backend.prepare's "CPU" device)
 
 
 def _block(rng, c, r, silu, gate, dt=np.float32, extra_output=False, shape=None):

@@ -26,7 +26,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from conv_reference import reference, reference_backward  # noqa: E402
 
 import kompute_dml as kdml  # noqa: E402
-from kompute_dml.functional import _compile_cache  # noqa: E402
 
 U = 2.0 ** -24
 LAYERS = {  # x sizes, filter sizes, strides, dilations, start, end, groups
@@ -90,7 +89,7 @@ def main() -> None:
     for kernel in ("auto", "tiled", "split"):  # split: the tiled kernel in 4 parts (split-K) where K allows
         os.environ["KDML_CONV_KERNEL"] = "tiled" if kernel == "split" else kernel
         os.environ["KDML_CONV_SPLIT"] = "4" if kernel == "split" else "1"
-        _compile_cache.clear()  # the helpers' compiled operators were chosen under the previous setting
+        kdml.default_device().caches.pop("compiled", None)  # the helpers' operators were chosen under the previous setting
         for dt in (kdml.DataType.FLOAT32, kdml.DataType.FLOAT16):
             measure(dt, args.seeds)
 
