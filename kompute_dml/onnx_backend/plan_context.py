@@ -183,7 +183,9 @@ class PlanContext:
         data = np.zeros(self._staged_used - start, np.uint8)
         for at, raw in self._pending:
             data[at - start:at - start + raw.size] = raw
-        self._staged_buf.write(data, start)  # type: ignore[union-attr]
+        # no submission has bound [start, used) yet: the copy goes with the next one (runtime/deferred_writes.py),
+        # not after a wait for the heads in flight that read the buffer's earlier ranges
+        self._staged_buf.memory.write(start, data, settle=False)  # type: ignore[union-attr]
         self._pending.clear()
         if self._small:  # written: later plans may bind them (a plan that fails never writes its own)
             small = self.rep.state.plan_small
