@@ -48,9 +48,11 @@ if [ "$part" = 3 ] || [ "$part" = all ]; then
     done
 fi
 if [ "$part" = 4 ] || [ "$part" = all ]; then
-    # the onnxruntime plugin EP (built in place first: the GPU machine has no venv)
+    # the onnxruntime plugin EP (built in place first: the GPU machine has no venv, nor the network that
+    # scripts/ort-headers.sh needs: carry .cache/ort-headers, which `make setup` fills here)
     run ort_ep_build 120 "$py" setup.py -q build_ext --inplace
     run ort_ep 300 "$py" -m benchmarks.ort_ep --models minilm-shape,bert256 --rounds 21
+    run cold_start_ep_resnet50 200 "$py" -m benchmarks.cold_start --family resnet50 --processes 3 --ep
     run batcher 120 "$py" -m kompute_dml.bench.batcher --seq 128,32 --max-delay-ms 0,2 --seconds 3
 fi
 if [ "$part" = 5 ] || [ "$part" = all ]; then
