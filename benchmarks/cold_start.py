@@ -47,9 +47,9 @@ SIBLINGS_WITH_PLAN = "SIBLINGS_WITH_PLAN"
 AFTER_SECONDS = 3.0
 
 
-def _ep_session(path: str) -> tuple[object, object]:
-    """An InferenceSession with the plugin EP (run(feeds) as Backend's: output arrays) and a stand-in
-    for BackendRep's attributes the child reads (no plan seconds; the EP's device's stats)."""
+def _ep_session(path: str) -> object:
+    """An InferenceSession with the plugin EP, as the BackendRep attributes the child reads: run(feeds)
+    (output arrays), no plan seconds, the EP's device (its stats)."""
     import types
 
     import onnxruntime as ort
@@ -60,7 +60,7 @@ def _ep_session(path: str) -> tuple[object, object]:
     sess = ort.InferenceSession(path, sess_options=kort.session_options())
     device = next(iter(backend._devices.values()))
     return types.SimpleNamespace(run=lambda feeds: sess.run(None, feeds),
-                                 last_run=types.SimpleNamespace(plan_seconds=0.0), device=device), sess
+                                 last_run=types.SimpleNamespace(plan_seconds=0.0), device=device)
 
 
 def child(family: str, size: str, batch: int, seq: int, after_runs: bool, ep: bool = False) -> None:
@@ -92,7 +92,7 @@ def child(family: str, size: str, batch: int, seq: int, after_runs: bool, ep: bo
 
     path = families.build(family, size)
     rep: list = []
-    prepare = once(lambda: rep.append(_ep_session(str(path))[0] if ep else Backend.prepare(str(path), "CPU")))
+    prepare = once(lambda: rep.append(_ep_session(str(path)) if ep else Backend.prepare(str(path), "CPU")))
     feeds = families.feeds(family, batch, seq, np.random.default_rng(0), size)
     first = once(lambda: rep[0].run(feeds))
     plan = rep[0].last_run.plan_seconds

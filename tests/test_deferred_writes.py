@@ -108,7 +108,9 @@ def test_close_with_deferred_writes_pending():
     validation message, no crash; the closed device refuses work."""
     dev = kdml.Device()
     t = dev.tensor(np.arange(1000, dtype=np.float32))
-    assert dev.engine.staging.deferred.regions
+    deferred = dev.engine.staging.deferred
+    assert deferred.regions and deferred.submissions == 0
     dev.close()
+    assert deferred.submissions == 1 and not deferred.regions and not any(deferred.running)
     with pytest.raises(kdml.DeviceError):
         t.numpy()

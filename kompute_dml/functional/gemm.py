@@ -42,7 +42,7 @@ from .elementwise import _operands
 from .matmul_integer import _mm_broadcast_strides
 
 PREPARED_CAPACITY = 512
-# per device (Device.caches["gemm"]): (descs, flags, scalar bits, out desc) -> (device, compiled operator, the 4-D descs)
+# per device (Device.caches["gemm"]): (descs, flags, scalar bits, out desc) -> (compiled operator, the 4-D descs)
 
 
 def _bits(x: float) -> int:
@@ -95,7 +95,7 @@ def gemm(a: Any, b: Any, c: Any = None, *, trans_a: bool = False, trans_b: bool 
             prepared.clear()
         if key is not None:
             prepared[key] = hit
-    _, op, descs, res_desc = hit
+    op, descs, res_desc = hit
     bound = [Tensor.trusted(t.buffer, d, t.offset) if t is not None and d is not None else None
              for t, d in zip((ta, tb, tc), descs[:3])]
     if out is None:
@@ -121,7 +121,7 @@ def _flag(v: Any, field: str) -> bool:
 
 
 def _prepare(dev: Device, ta: Tensor, tb: Tensor, tc: Tensor | None, trans_a: bool, trans_b: bool, alpha: float,
-             beta: float, out: Tensor | None, act: Any = None) -> tuple[Device, Any, tuple[TensorDesc | None, ...], TensorDesc]:
+             beta: float, out: Tensor | None, act: Any = None) -> tuple[Any, tuple[TensorDesc | None, ...], TensorDesc]:
     da, db = ta.desc, tb.desc
     dt = da.data_type
     if db.data_type != dt:
@@ -173,7 +173,7 @@ def _prepare(dev: Device, ta: Tensor, tb: Tensor, tc: Tensor | None, trans_a: bo
     o4 = TensorDesc(dt, (*bsz, m, n), (*bst[3], *o_full[nb:]))
     desc = GemmDesc(a4, b4, c4, o4, MatrixTransform(int(trans_a)), MatrixTransform(int(trans_b)), alpha, beta, act)
     op = dev.compile(desc)
-    return dev, op, (a4, b4, c4, o4), res_desc
+    return op, (a4, b4, c4, o4), res_desc
 
 
 __all__ = ["gemm", "matmul"]

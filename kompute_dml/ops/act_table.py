@@ -37,8 +37,6 @@ def gemm_bindings(dt: DataType, act: tuple[int, ...]) -> tuple[int | None, ...]:
     return (0, 1, 2, 3, None, TABLE_ENTRY if uses_table(dt, act) else None)
 
 
-
-
 def act_table(device: Any, act: Any, words: tuple[int, ...]) -> Any:
     """A FLOAT16 tensor of 65,536 elements: element h is `act` (a FusedActivation descriptor) of the
     float16 value of bits h, as the standalone operator computes it; made once per device and words."""
