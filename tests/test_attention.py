@@ -21,7 +21,9 @@ import kompute_dml as kdml
 DT = kdml.DataType
 TD = kdml.TensorDesc
 MT = kdml.MultiheadAttentionMaskType
-KERNELS = ("rows", "tiled", "blocked", "coopmat")  # coopmat: its emulation where the device has no tensor cores
+# coopmat: its emulation where the device has no tensor cores; gemm: the two-GEMM kernel (ops/attention_gemm.py) at every
+# size, the device's own kernel for the problems it does not take
+KERNELS = ("rows", "tiled", "blocked", "coopmat", "gemm")
 FLOATS = {"f32": DT.FLOAT32, "f16": DT.FLOAT16}
 
 
@@ -33,9 +35,11 @@ def kdev(request, dev, monkeypatch):
     kernel = request.param
     if kernel == "coopmat" and dev.policy.gemm_family != "coopmat":
         kernel = "coopmat-emulated"
+    two = kernel == "gemm"
     # blocked: from one query row (the GPU policy's threshold would leave the small cases to the tiled kernel)
-    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel=kernel,
-                                                           attention_blocked_min_rows=1))
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel=dev.policy.attention_kernel if two
+                                                           else kernel, attention_blocked_min_rows=1,
+                                                           attention_gemm_min_flops=0.0 if two else float("inf")))
     monkeypatch.setitem(dev.caches, "compiled", {})
     return dev
 
@@ -220,6 +224,7 @@ CASES = {
     "psl-prompt": Case(Hq=2, Hkv=1, S=5, T=5, P=3, psl=True, present=True),
     "past-only": Case(form="past", P=11, mask=MT.KEY_SEQUENCE_LENGTH),
     "split": Case(form="split", S=9, T=11, bias=True, causal=True),
+    "split-rb": Case(form="split", S=9, T=40, rb=True),
     "stacked-qk": Case(form="sqk", T=5, bias=True),
     "stacked-kv": Case(form="skv", mask=MT.BOOLEAN),
     "stacked-qkv": Case(form="sqkv", T=5, P=2, present=True),
@@ -247,13 +252,26 @@ def _takes_coop(kdev, c: Case) -> bool:
     return kdev.policy.attention_kernel.startswith("coopmat") and not c.bias and c.S > 4 and max(c.D, c.Dv) <= 128
 
 
+def _takes_gemm(kdev, c: Case, t: str) -> bool:
+    """Whether the two-GEMM kernel takes case c under kdev's policy: FLOAT32 without mask tensor, bias,
+    past, causality, GQA's shared heads or stacked tensors."""
+    return kdev.policy.attention_gemm_min_flops == 0 and t == "f32" and not (c.bias or c.mask or c.P or c.causal or c.psl) \
+        and c.Hq == c.Hkv and c.form in ("sep", "split")
+
+
 @pytest.mark.parametrize("t", FLOATS)
 @pytest.mark.parametrize("name", CASES)
 def test_attention(kdev, name, t):
     if kdev.policy.attention_kernel.startswith("coopmat") and t == "f32":
         pytest.skip("the tensor-core kernel takes FLOAT16 only (FLOAT32: the blocked and tiled kernels, tested as such)")
+    two = _takes_gemm(kdev, CASES[name], t)
+    if kdev.policy.attention_gemm_min_flops == 0 and not two:
+        pytest.skip("the two-GEMM kernel does not take it: the device's own kernel, tested as such")
     c = CASES[name]
     op, _ = run_case(kdev, np.random.default_rng(abs(hash((name, t))) % 2**32), c, FLOATS[t])
+    assert op.plans[0].variant.startswith("gemmx_") == two, op.plans[0].variant
+    if two:
+        return
     coop = _takes_coop(kdev, c)
     assert op.plans[0].variant.startswith("mhac16") == coop, op.plans[0].variant
     # the blocked kernel: forced, or the "coopmat" policy's for what the tensor cores do not take (the fixture's
@@ -276,6 +294,8 @@ def test_attention_half_precision(kdev, monkeypatch, name, k16, t):
 
         monkeypatch.setattr(attention_policy, "ATTENTION_COOP_HALF_K16_MIN_GROUPS", 0)
     c = CASES[name]
+    if kdev.policy.attention_gemm_min_flops == 0:
+        pytest.skip("the two-GEMM kernel is the same with or without the flag (test_attention)")
     rng = np.random.default_rng(abs(hash((name, "half"))) % 2**32)
     op, _ = run_case(kdev, rng, c, FLOATS[t], half=True)
     plain, _ = run_case(kdev, rng, c, FLOATS[t])

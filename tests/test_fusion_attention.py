@@ -175,6 +175,29 @@ def test_beyond_the_policys_flops_the_chain_runs_unfused(rng, monkeypatch):
     np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
 
 
+@pytest.mark.parametrize("mask", [True, False])
+def test_from_the_policys_gemm_flops_a_float32_chain_runs_as_two_gemms(rng, monkeypatch, mask):
+    """From DevicePolicy.attention_gemm_min_flops, past the fused kernels' limit, the float32 chain
+    runs on MULTIHEAD_ATTENTION's two-GEMM kernel (ops/attention_gemm.py: its mask as the scores'
+    C), not as its nodes."""
+    import dataclasses
+
+    model = graph(rng, mask=mask)
+    rep = Backend.prepare(model, "CPU")
+    dev = rep.device
+    flops = 4 * B * H * S * S * D
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_fused_max_flops=flops - 1,
+                                                           attention_gemm_min_flops=flops))
+    monkeypatch.setitem(dev.caches, "compiled", {})
+    feeds = {"x": rng.standard_normal((B, S, H * D)).astype(np.float32)}
+    (got,) = rep.run(feeds)
+    assert not any("ran unfused" in e for e in rep.last_run.events), rep.last_run.events
+    variants = compiled_variants("MultiheadAttention", dev)
+    assert variants and all(v.startswith("gemmx_f32_") for v in variants), variants
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+
+
 def test_below_the_policys_rows_the_chain_runs_unfused(rng, monkeypatch):
     """Fewer query rows than DevicePolicy.attention_fused_min_rows (a GPU's decoding step) run the
     chain as its nodes, with the note."""

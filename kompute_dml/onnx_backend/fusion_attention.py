@@ -42,6 +42,7 @@ import onnx
 
 import kompute_dml as kdml
 
+from ..ops.attention_gemm import shape_takes
 from ..ops.attention_layout import COOP_ROWS, blocked_takes, coop_takes
 from ..runtime.attention_policy import fused_max_flops
 from .graph import _attr, constant_float, positive_zero_constant
@@ -178,11 +179,13 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
     half = half_weights(ctx, dt == np.float16)  # (float16 always; float32 under the flag)
     coop = coop_takes(policy.attention_kernel, half, width, seq, False)
     blocked = blocked_takes(policy.attention_kernel, width, seq, policy.attention_blocked_min_rows)
-    if flops > fused_max_flops(policy, coop, batch * heads * -(-seq // COOP_ROWS), blocked):
+    # the two-GEMM kernel (ops/attention_gemm.py): the unfused chain's products less its softmax pass
+    two = not coop and dt == np.float32 and shape_takes(ctx.device, batch, heads, seq, keys, qs[3])
+    if not two and flops > fused_max_flops(policy, coop, batch * heads * -(-seq // COOP_ROWS), blocked):
         raise FallbackNeeded(f"{flops:.3g} flops: the unfused chain is faster there (DevicePolicy.attention_fused_max_flops)")
-    if seq < policy.attention_fused_min_rows:
+    if not two and seq < policy.attention_fused_min_rows:
         raise FallbackNeeded(f"{seq} query rows: the unfused chain is faster there (DevicePolicy.attention_fused_min_rows)")
-    if heads > 1 and policy.attention_fused_min_rows > 1 and (kst[1] == 0 or vst[1] == 0):
+    if not two and heads > 1 and policy.attention_fused_min_rows > 1 and (kst[1] == 0 or vst[1] == 0):
         raise FallbackNeeded("key / value heads repeated (GQA's expanded heads): the unfused chain is faster there")
     scale = (float(_attr(head, "alpha", 1.0)) if head.op_type == "FusedMatMul" else 1.0) * pre_factor
     if "Mul" in r:

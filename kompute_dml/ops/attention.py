@@ -42,6 +42,8 @@ from ..core.tensor_desc import TensorDesc
 from ..device.memory import Tensor
 from ..functional.constants import device_constant
 from ..runtime import DispatchPlan, TransferPlan, grid_for
+from . import contract
+from .attention_gemm import gemm_plans, gemm_takes
 from .attention_layout import COOP_ROWS, Problem, blocked_for, coop_choice, key_splits, plans_ahead, resolve, tile_for
 from .attention_rules import attention_rule
 from .base import CompiledOperator, validate_tensors
@@ -255,8 +257,9 @@ def compile_attention(device: Device, desc: Any, *, allow_half_precision: bool =
     t = "f32" if size == 4 else "f16"
     kernel = device.policy.attention_kernel
     coop = coop_choice(device, desc, p, kernel, size, allow_half_precision)
-    blocked = blocked_for(device, p, kernel) if coop is None else None
-    tile = tile_for(p) if kernel != "rows" and coop is None and blocked is None else None
+    two = coop is None and gemm_takes(device, desc, p, causal)  # two GEMM dispatches (ops/attention_gemm.py)
+    blocked = blocked_for(device, p, kernel) if coop is None and not two else None
+    tile = tile_for(p) if kernel != "rows" and coop is None and blocked is None and not two else None
     maxg = device.limits["max_compute_work_group_count"][0]
     common = dict(batch=p.batch, seq=p.seq, kv_seq=p.kv_seq, past=p.past, present=p.present, heads=p.heads,
                   group=p.heads // p.kv_heads, dqk=p.dqk, dv=p.dv, scale=scale, mask_filter=filt, mask_type=kind,
@@ -264,7 +267,9 @@ def compile_attention(device: Device, desc: Any, *, allow_half_precision: bool =
     out = (entry["output_tensor"],)
     constants: list[Tensor] = []
     plans: list[DispatchPlan | TransferPlan] = []
-    if coop is not None:
+    if two:
+        plans, constants = gemm_plans(device, desc, p, entry, scale, len(names) + 1)  # type: ignore[assignment]
+    elif coop is not None:
         variant, spec = coop
         blocks = cdiv(p.seq, COOP_ROWS)
         count = p.batch * p.heads * blocks * spec[0]
@@ -381,7 +386,7 @@ def _spec(desc: type, support: OperatorSupport) -> OperatorSpec:
          OnnxOp("Attention", "", "multihead_attention", check=attention_rule))
     return OperatorSpec(desc, support, compile_attention,
                         (C.MHA_TILED, *C.MHA_BLOCKED.values(), C.MHA_ROWS, C.MHA_PRESENT, C.MHA_SPLIT, C.MHA_COMBINE,
-                         C.MHA_COOP, C.MHA_COOP_HALF, C.MHA_COOP32),
+                         C.MHA_COOP, C.MHA_COOP_HALF, C.MHA_COOP32, contract.GEMM_SOFTMAX),
                         helpers=("multihead_attention",), onnx=onnx, ahead=plans_ahead, example=lambda: _example(mha1),
                         flags=("allow_half_precision",),
                         field_example=field_example, tied_fields=TIED_FIELDS)

@@ -280,16 +280,20 @@ def plan_gemm(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, be
     total = cdiv(shape.m, tile) * cdiv(shape.n, tile) * shape.nb * shape.nc
     if total >= 1 << 31:
         raise UnsupportedError(f"a_tensor.sizes: {total} tiles of {tile} x {tile} exceed the shader's 31-bit count")
-    a_st, b_st = shape.a_st, shape.b_st
-    # stage along the unit stride: A by m where m is contiguous (a transposed A), B by k where
-    # k is contiguous (a transposed B)
-    flags = 0
-    if shape.m > 1 and a_st[2] == 1 and not (shape.k > 1 and a_st[3] == 1):
-        flags |= contract.GEMM_F_A_MFAST
-    if shape.k > 1 and b_st[2] == 1 and not (shape.n > 1 and b_st[3] == 1):
-        flags |= contract.GEMM_F_B_KFAST
+    flags = staging_flags(shape.m, shape.n, shape.k, shape.a_st, shape.b_st)
     variant = contract.GEMM.name(t="f16" if dt == DataType.FLOAT16 else "f32", blk=blk, act=act_suffix(act))
     return _plan(device, desc, shape, alpha, beta, variant, total, flags, act=act)
+
+
+def staging_flags(m: int, n: int, k: int, a_st: tuple[int, ...], b_st: tuple[int, ...]) -> int:
+    """The tiled kernel's staging along the unit stride (a_st: b, c, m, k; b_st: b, c, k, n): A by m
+    where m is contiguous (a transposed A), B by k where k is contiguous (a transposed B)."""
+    flags = 0
+    if m > 1 and a_st[2] == 1 and not (k > 1 and a_st[3] == 1):
+        flags |= contract.GEMM_F_A_MFAST
+    if k > 1 and b_st[2] == 1 and not (n > 1 and b_st[3] == 1):
+        flags |= contract.GEMM_F_B_KFAST
+    return flags
 
 
 def act_suffix(act: tuple[int, ...]) -> str:

@@ -29,6 +29,12 @@ ATTENTION_BLOCKED32_MAX_GROUPS = 64
 # Whisper small's encoder at batch 1 (2.3 Gflop per layer) ran 0.13-0.17 ms slower fused (`benchmarks.model_families`,
 # runs 50 and 54: 2.02 / 1.85 and 2.04 / 1.91 ms), so the limit lies below it.
 ATTENTION_BLOCKED_MAX_FLOPS = 2e9
+# FLOAT32 attention of at least this many flops (4 b h q k d) runs as two GEMM dispatches (ops/attention_gemm.py:
+# the scores with each row's softmax statistics, then softmax(scores) x V: the unfused chain's products less its
+# softmax pass) where that kernel takes it, and the exported chain with it (onnx_backend/fusion_attention.py): the
+# blocked kernel lost to the unfused chain from 2.3 Gflop (ATTENTION_BLOCKED_MAX_FLOPS). CPU devices: never (the
+# rows kernel; tests force it).
+ATTENTION_GEMM_MIN_FLOPS = {"gpu": ATTENTION_BLOCKED_MAX_FLOPS, "cpu": float("inf")}
 # The exported graphs' attention chain (onnx_backend/fusion_attention.py) runs fused up to MAX_FLOPS (4 b h q k d)
 # from MIN_ROWS query rows, its key / value heads not repeated (GQA's stride-0 heads), else as its nodes. H100,
 # `benchmarks/bench_attention.py --unfused --rounds 3` at c70c79a: fused / unfused 147 / 621 us at BERT-base 8x128

@@ -133,10 +133,8 @@ TINY_K, TINY_B_BYTES = 512, 256 * 1024
 def is_tiny(k: int, n: int) -> bool:
     return k <= TINY_K and k * n <= TINY_B_BYTES
 
-
 def _rows(desc: Any) -> int:
     return int(desc.a_tensor.sizes[-2])
-
 
 def _always(device: Any, desc: Any) -> bool:
     return True
@@ -226,6 +224,7 @@ class DevicePolicy:
     attention_blocked_min_rows: int = ap.ATTENTION_BLOCKED_MIN_ROWS  # see ap.ATTENTION_KERNELS
     attention_blocked_max_flops: float = ap.ATTENTION_BLOCKED_MAX_FLOPS
     attention_blocked32_max_groups: int = ap.ATTENTION_BLOCKED32_MAX_GROUPS  # see there
+    attention_gemm_min_flops: float = ap.ATTENTION_GEMM_MIN_FLOPS["gpu"]  # see there
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -338,7 +337,8 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
         policy = DevicePolicy("cpu", transfer_commands=True, matmul_family="cpu", capabilities=capabilities,
                               constant_below=CONSTANT_BELOW, attention_kernel="rows",
                               attention_fused_max_flops=ap.ATTENTION_FUSED_MAX_FLOPS["cpu"],
-                              attention_fused_min_rows=ap.ATTENTION_FUSED_MIN_ROWS["cpu"])
+                              attention_fused_min_rows=ap.ATTENTION_FUSED_MIN_ROWS["cpu"],
+                              attention_gemm_min_flops=ap.ATTENTION_GEMM_MIN_FLOPS["cpu"])
     else:
         # tensor cores where enabled; else the same tiled kernel on OpSDot where the device has
         # integer dot products, for matrices of at most DOT_MAX_M rows (see there)

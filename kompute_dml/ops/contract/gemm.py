@@ -31,6 +31,13 @@ GEMM = family("gemm", "gemm.comp", "gemm_{t}_b{blk}{act}", GEMM_PUSH, (16, 16, 1
 # the epilogue
 GEMM_SPLIT = family("gemm_split", "gemm.comp", "gemms_{t}_b{blk}", GEMM_PUSH, (16, 16, 1), t=("f32", "f16"),
                     blk=GEMM_BLOCKS, shape=("blk",), defines=lambda t, blk: {"F16": int(t == "f16"), "BLK": blk, "SPLIT": 1})
+# MULTIHEAD_ATTENTION's two-GEMM kernel (ops/attention_gemm.py): FLOAT32 GEMM whose epilogue also writes each
+# row's maximum and sum of exponentials per column tile (s: the scores, binding 6), or whose A is staged as
+# exp(a - the row's maximum) and output scaled by 1 / the row's sum (x: softmax(scores) x V; kchunk: the
+# scores' column tiles per row)
+GEMM_SOFTMAX = family("gemm_softmax", "gemm.comp", "gemmx_{t}_b{blk}{mode}", GEMM_PUSH, (16, 16, 1), t=("f32",),
+                      blk=GEMM_BLOCKS, mode=("s", "x"), shape=("blk",),
+                      defines=lambda t, blk, mode: {"F16": 0, "BLK": blk, "STATS": int(mode == "s"), "SMX": int(mode == "x")})
 GEMM_REDUCE = family("gemm_reduce", "gemm_reduce.comp", "gemmr_{t}{act}", GEMM_PUSH, (256, 1, 1), t=("f32", "f16"),
                      act=GEMM_ACTS, defines=lambda t, act: {"F16": int(t == "f16"), "ACT": int(act == "a")})
 # FLOAT16 GEMM on cooperative matrices (ops/gemm_coop.py, shaders/gemm_coop.comp): the same block;
