@@ -31,13 +31,14 @@
 // one loop at the end (redo below).
 //
 // SOFTMAX (MULTIHEAD_ATTENTION's two-GEMM kernel, ops/attention_gemm.py; FLOAT32, no split, no
-// activation): STATS=1 is the scores GEMM: after its outputs r (alpha S + beta C, stored as ever),
-// each row's maximum mx over the tile's columns and the sum of exp(r - mx) go to binding 6 as one
-// partial per (matrix, row, column tile) (a row whose tile maximum is -inf sums 0). SMX=1 is the
-// product of softmax(scores) with V: the row's partials (pc.kchunk of them) merged first (mx the
-// largest, l = sum of l_t exp(mx_t - mx), in tile order), each A element staged as exp(a - mx), and
-// the output (P V) * (1 / l). exp by gelu_math.glsl's kdml_exp_le0 (the arguments are <= 0): a row
-// holding a NaN or +inf score, or only -inf, is NaN, as MULTIHEAD_ATTENTION's other kernels give it.
+// activation): STATS=1 is the scores GEMM: from its outputs r (alpha S + beta C) each row's maximum
+// mx_t over the tile's columns t, stores exp(r - mx_t) in place of r (0 where mx_t is -inf), and
+// their sum l_t with mx_t to binding 6, one partial per (matrix, row, column tile). SMX=1 is the
+// product of those weights with V: the row's pc.kchunk partials merged first (mx the largest, f_t =
+// exp(mx_t - mx), l = sum of l_t f_t in tile order), each A element of column tile t (pc.act_p0:
+// log2 of the scores' tile width) staged times f_t, the output (P V) * (1 / l). exp by
+// gelu_math.glsl's kdml_exp_le0 (the arguments are <= 0): a row holding a NaN or +inf score, or only
+// -inf, is NaN, as MULTIHEAD_ATTENTION's other kernels give it.
 //
 // FLOAT16 output: a word whose two halves are both this invocation's outputs (unit column
 // stride, even element) is written whole; any other half is merged with STORE_FIELD (atomics),
@@ -116,12 +117,6 @@ layout(std430, binding = 3) buffer OBuf4 { uvec4 o4_buf[]; };
 #endif
 #define NV (uint(BLK) / VW)
 
-// A's padding: +0, or -inf where it is staged as exp(a - mx) (SMX: a weight of 0)
-#if SMX
-#define A_PAD uintBitsToFloat(0xFF800000u)
-#else
-#define A_PAD 0.0
-#endif
 #if F16
 #define LOADF(buf, e) uintBitsToFloat(h2f(bitfieldExtract(buf[(e) >> 1], int(((e) & 1u) << 4), 16)))
 #if ACT
@@ -138,7 +133,9 @@ layout(std430, binding = 3) buffer OBuf4 { uvec4 o4_buf[]; };
 shared VEC sA[KT][16u * NV];
 shared VEC sB[KT][16u * NV];  // sB[k][v * 16 + c]: columns c*BLK + v*VW .. + VW-1 of the B tile
 #if SMX
-shared float s_mx[TM], s_il[TM];  // the tile's rows: their maxima and 1 / their sums
+#define SMX_TILES 32u  // the scores' column tiles per row at most (ops/attention_gemm.py)
+shared float s_f[TM][SMX_TILES];  // the tile's rows: exp(mx_t - mx) per scores column tile t
+shared float s_il[TM];  // ... and 1 / their sums
 #endif
 #if STATS
 shared float s_red[TM][17];  // (row, tx) partial maxima, then sums; 17: no bank conflicts between rows
@@ -236,7 +233,7 @@ void main() {
 #define LOAD_STAGE(K0)                                                                            \
     [[unroll]] for (uint j = 0u; j < NL; ++j) {                                                   \
         uint m = m0 + am[j], k = (K0) + ak[j];                                                    \
-        ra[j] = (m < M && k < K) ? LOADF(a_buf, a_base + m * pc.a_sm + k * pc.a_sk) : A_PAD;      \
+        ra[j] = (m < M && k < K) ? LOADF(a_buf, a_base + m * pc.a_sm + k * pc.a_sk) : 0.0;        \
         uint kb = (K0) + bk[j], n = n0 + bn[j];                                                   \
         rb[j] = (kb < K && n < N) ? LOADF(b_buf, b_base + kb * pc.b_sk + n * pc.b_sn) : NEG0;     \
     }
@@ -246,21 +243,20 @@ void main() {
     if (lid < TM) {  // the row's partials merged in tile order
         const uint m = m0 + lid;
         float mx = uintBitsToFloat(0xFF800000u), l = 0.0;
-        if (m < M) {
-            const uint sb = (bc * M + m) * pc.kchunk;
-            for (uint t = 0u; t < pc.kchunk; ++t) mx = max(mx, st_buf[sb + t].x);
-            for (uint t = 0u; t < pc.kchunk; ++t) {
-                vec2 pt = st_buf[sb + t];
-                l += pt.y * kdml_exp_le0(pt.x - mx);
-            }
+        const uint sb = (bc * M + min(m, M - 1u)) * pc.kchunk;
+        for (uint t = 0u; t < pc.kchunk; ++t) mx = max(mx, st_buf[sb + t].x);
+        for (uint t = 0u; t < pc.kchunk; ++t) {
+            vec2 pt = st_buf[sb + t];
+            float f = kdml_exp_le0(pt.x - mx);
+            s_f[lid][t] = f;
+            l += pt.y * f;
         }
-        s_mx[lid] = mx;
         s_il[lid] = 1.0 / l;
     }
     barrier();
-#define STAGE_A(j) kdml_exp_le0(ra[j] - s_mx[am[j]])
+#define STAGE_A(j, K0) ((K0) + ak[j] < K ? ra[j] * s_f[am[j]][((K0) + ak[j]) >> pc.act_p0] : 0.0)
 #else
-#define STAGE_A(j) ra[j]
+#define STAGE_A(j, K0) ra[j]
 #endif
     precise VEC acc[BLK][NV];  // acc[i][v][e]: output (ty*BLK + i, tx*BLK + v*VW + e) of the tile
     [[unroll]] for (uint i = 0u; i < BLK; ++i) {
@@ -274,7 +270,7 @@ void main() {
 #endif
     for (uint k0 = KLO; k0 < K; k0 += KT) {
         [[unroll]] for (uint j = 0u; j < NL; ++j) {
-            sA[ak[j]][((am[j] % BLK) / VW) * 16u + am[j] / BLK][am[j] % VW] = STAGE_A(j);
+            sA[ak[j]][((am[j] % BLK) / VW) * 16u + am[j] / BLK][am[j] % VW] = STAGE_A(j, k0);
             sB[bk[j]][((bn[j] % BLK) / VW) * 16u + bn[j] / BLK][bn[j] % VW] = rb[j];
         }
         barrier();
@@ -320,8 +316,8 @@ void main() {
     uvec2 redo = uvec2(0u);
 #endif
 #if STATS
-    // the outputs first (the stores below take them with alpha 1 and no C: the same bits), then the
-    // tile's row maxima and sums of exp(r - maximum), each reduced over the row's 16 invocations
+    // the outputs r first, then the tile's row maxima mx_t and the weights exp(r - mx_t) (the stores
+    // below take them with alpha 1 and no C), their sums reduced over the row's 16 invocations
     [[unroll]] for (uint i = 0u; i < BLK; ++i) {
         uint m = m0 + ty * BLK + i;
         float lm = uintBitsToFloat(0xFF800000u);
@@ -344,12 +340,13 @@ void main() {
         s_rmx[lid] = mx;
     }
     barrier();
-    [[unroll]] for (uint i = 0u; i < BLK; ++i) {
+    [[unroll]] for (uint i = 0u; i < BLK; ++i) {  // the weights exp(r - mx_t), stored below, and their sums
         const float mx = s_rmx[ty * BLK + i];
         float ls = 0.0;
         [[unroll]] for (uint j = 0u; j < BLK; ++j) {
-            if (n0 + tx * BLK + j < N && mx != uintBitsToFloat(0xFF800000u))
-                ls += kdml_exp_le0(acc[i][j / VW][j % VW] - mx);
+            float w = mx != uintBitsToFloat(0xFF800000u) ? kdml_exp_le0(acc[i][j / VW][j % VW] - mx) : 0.0;
+            acc[i][j / VW][j % VW] = w;
+            if (n0 + tx * BLK + j < N) ls += w;
         }
         s_red[ty * BLK + i][tx] = ls;
     }

@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 import pytest
 from attention_reference import bound, mha_ref
-from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
+from helpers import assert_outside_unchanged, compiled_variants, place, poison_against, random_strides, read_logical
 
 import kompute_dml as kdml
 
@@ -279,6 +279,45 @@ def test_attention(kdev, name, t):
     blocked = (kdev.policy.attention_kernel == "blocked" or (not coop and kdev.policy.attention_kernel.startswith("coopmat"))) \
         and max(c.D, c.Dv) <= 64
     assert ("_blocked" in op.plans[0].variant) == blocked, op.plans[0].variant
+
+
+@pytest.mark.parametrize("d", [8, 16, 32])
+def test_rows_kernel_policy_past_llvmpipes_loop_limit(dev, monkeypatch, d):
+    """Under the rows kernel's policy (CPU devices), keys whose loops would pass llvmpipe's 65,535
+    iterations per invocation (attention_layout.ROWS_MAX_ITERATIONS; the rows kernel's output was
+    cut short there: checked) take the tiled kernel, and the result is the float64 one."""
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel="rows",
+                                                           attention_gemm_min_flops=float("inf")))
+    rng = np.random.default_rng(d)
+    for keys, rows in ((300, True), (4000, False)):
+        monkeypatch.setitem(dev.caches, "compiled", {})
+        q = rng.standard_normal((1, 2, d)).astype(np.float32)
+        k, v = (rng.standard_normal((1, keys, d)).astype(np.float32) for _ in range(2))
+        y = kdml.multihead_attention(q, k, v, heads=1, scale=0.25, device=dev).numpy().astype(np.float64)
+        variants = compiled_variants("MultiheadAttention", dev)
+        assert len(variants) == 1 and variants.pop().endswith("_rows") == rows, (keys, variants)
+        s = (q[0].astype(np.float64) @ k[0].T.astype(np.float64)) * 0.25
+        p = np.exp(s - s.max(-1, keepdims=True))
+        np.testing.assert_allclose(y[0], (p / p.sum(-1, keepdims=True)) @ v[0].astype(np.float64), rtol=1e-5, atol=1e-6)
+
+
+def test_two_gemm_kernel_refuses_more_score_tiles_than_its_factors(dev, monkeypatch):
+    """Keys beyond SMX_TILES column tiles of the scores GEMM (gemm.comp's shared factors per tile)
+    keep the device's own kernel, as does a FLOAT32 problem below the policy's flops."""
+    from kompute_dml.ops.attention_gemm import SMX_TILES
+
+    rng = np.random.default_rng(3)
+    for keys, floor, two in ((SMX_TILES * 128 + 1, 0.0, False), (300, 0.0, True), (300, 1e12, False)):
+        monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_gemm_min_flops=floor))
+        monkeypatch.setitem(dev.caches, "compiled", {})
+        q = rng.standard_normal((1, 2, 16)).astype(np.float32)
+        k, v = (rng.standard_normal((1, keys, 16)).astype(np.float32) for _ in range(2))
+        y = kdml.multihead_attention(q, k, v, heads=1, scale=0.25, device=dev).numpy().astype(np.float64)
+        variants = compiled_variants("MultiheadAttention", dev)
+        assert len(variants) == 1 and variants.pop().startswith("gemmx_") == two, (keys, floor, variants)
+        s = (q[0].astype(np.float64) @ k[0].T.astype(np.float64)) * 0.25
+        p = np.exp(s - s.max(-1, keepdims=True))
+        np.testing.assert_allclose(y[0], (p / p.sum(-1, keepdims=True)) @ v[0].astype(np.float64), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("t", FLOATS)

@@ -44,7 +44,7 @@ from ..functional.constants import device_constant
 from ..runtime import DispatchPlan, TransferPlan, grid_for
 from . import contract
 from .attention_gemm import gemm_plans, gemm_takes
-from .attention_layout import COOP_ROWS, Problem, blocked_for, coop_choice, key_splits, plans_ahead, resolve, tile_for
+from .attention_layout import COOP_ROWS, Problem, blocked_for, coop_choice, key_splits, plans_ahead, resolve, rows_fit, tile_for
 from .attention_rules import attention_rule
 from .base import CompiledOperator, validate_tensors
 from .contract import attention as C
@@ -259,7 +259,7 @@ def compile_attention(device: Device, desc: Any, *, allow_half_precision: bool =
     coop = coop_choice(device, desc, p, kernel, size, allow_half_precision)
     two = coop is None and gemm_takes(device, desc, p, causal)  # two GEMM dispatches (ops/attention_gemm.py)
     blocked = blocked_for(device, p, kernel) if coop is None and not two else None
-    tile = tile_for(p) if kernel != "rows" and coop is None and blocked is None and not two else None
+    tile = tile_for(p) if (kernel != "rows" or not rows_fit(p)) and coop is None and blocked is None and not two else None
     maxg = device.limits["max_compute_work_group_count"][0]
     common = dict(batch=p.batch, seq=p.seq, kv_seq=p.kv_seq, past=p.past, present=p.present, heads=p.heads,
                   group=p.heads // p.kv_heads, dqk=p.dqk, dv=p.dv, scale=scale, mask_filter=filt, mask_type=kind,

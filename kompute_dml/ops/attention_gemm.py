@@ -2,11 +2,13 @@
 attention_gemm_min_flops): FLOAT32 problems too large for the fused kernels to beat the unfused
 chain, as two dispatches of shaders/gemm.comp (contract.GEMM_SOFTMAX):
 
-1. the scores, Query x Key^T * Scale [+ RelativePositionBias] (GEMM's alpha and C), to a scratch
-   [batch x heads, query rows, keys]; its epilogue also writes, per row and 16 BLK-column tile, the
-   tile's maximum and sum of exp(score - maximum);
-2. softmax(scores) x Value: each row's partials merged, each score staged as exp(score - maximum),
-   the product scaled by 1 / the row's sum, written to the output through its strides.
+1. the scores, Query x Key^T * Scale [+ RelativePositionBias] (GEMM's alpha and C); per row and
+   16 BLK-column tile (at most SMX_TILES of them) the epilogue takes the tile's maximum, stores
+   exp(score - maximum) to a scratch [batch x heads, query rows, keys] and the maximum and the sum
+   of those weights to another;
+2. softmax(scores) x Value: each row's partials merged, each weight staged times exp(its tile's
+   maximum - the row's), the product scaled by 1 / the row's sum, written to the output through
+   its strides.
 
 The unfused chain's two products less its softmax pass (a read and a write of every score). It
 takes no mask tensor, bias, past or present outputs, causality, GQA's shared heads or stacked
@@ -32,6 +34,7 @@ from .split_range import binding_window, fits
 if TYPE_CHECKING:
     from ..device.device import Device
 
+SMX_TILES = 32  # the scores' column tiles per row at most (gemm.comp's SMX_TILES: its shared factors)
 _ABSENT = ("bias_tensor", "mask_tensor", "past_key_tensor", "past_value_tensor", "past_sequence_lengths_tensor",
            "output_present_key_tensor", "output_present_value_tensor")
 
@@ -52,6 +55,8 @@ def shape_takes(device: Device, batch: int, heads: int, seq: int, keys: int, dqk
     if 4 * batch * heads * seq * keys * dqk < device.policy.attention_gemm_min_flops:
         return False
     scores = batch * heads * seq * keys
+    if cdiv(keys, 16 * choose_block(device.policy.gemm_tiles, seq, keys, batch * heads, dqk)) > SMX_TILES:
+        return False
     return scores < 1 << 31 and fits([TensorDesc(DataType.FLOAT32, (scores,))], binding_window(device.limits))
 
 
@@ -77,7 +82,7 @@ def gemm_plans(device: Device, desc: Any, p: Problem, entry: dict[str, int], sca
     q, k, v, o = (entry[p.source.get(n, n)] for n in ("q", "k", "v", "output_tensor"))
     rb = entry.get("relative_position_bias_tensor")
     packed = dict(sb=p.heads * p.seq * keys, sc=p.seq * keys, sm=keys)
-    common = dict(a_off=0, b_off=0, c_off=0, o_off=0, nmat=nmat, nc=p.heads, act_p0=0, act_p1=0)
+    common = dict(a_off=0, b_off=0, c_off=0, o_off=0, nmat=nmat, nc=p.heads, act_p1=0)
     fam, maxg = contract.GEMM_SOFTMAX, device.limits["max_compute_work_group_count"]
 
     def plan(mode: str, blk: int, m: int, n: int, kk: int, values: dict[str, Any], bindings: tuple[int | None, ...],
@@ -95,13 +100,13 @@ def gemm_plans(device: Device, desc: Any, p: Problem, entry: dict[str, int], sca
                         **_strides("b", p.views["k"], ("sb", "sc", "sn", "sk")),
                         **_strides("c", p.views.get("rb") if rb is not None else None, ("sb", "sc", "sm", "sn")),
                         o_sb=packed["sb"], o_sc=packed["sc"], o_sm=keys, o_sn=1, alpha=scale,
-                        beta=1.0 if rb is not None else 0.0, kchunk=0,
+                        beta=1.0 if rb is not None else 0.0, kchunk=0, act_p0=0,
                         flags=contract.GEMM_F_HAS_C if rb is not None else 0)
     context_values = dict(a_sb=packed["sb"], a_sc=packed["sc"], a_sm=keys, a_sk=1,
                           **_strides("b", p.views["v"], ("sb", "sc", "sk", "sn")),
                           **_strides("c", None, ("sb", "sc", "sm", "sn")),
                           **_strides("o", p.views["o"], ("sb", "sc", "sm", "sn")), alpha=1.0, beta=0.0,
-                          kchunk=tiles, flags=0)
+                          kchunk=tiles, flags=0, act_p0=(16 * blk_s).bit_length() - 1)
     plans = [plan("s", blk_s, p.seq, keys, p.dqk, score_values, (q, k, rb, si, None, None, ti), (si, ti)),
              plan("x", blk_x, p.seq, p.dv, keys, context_values, (si, v, None, o, None, None, ti), (o,))]
     return plans, [scores, stats]

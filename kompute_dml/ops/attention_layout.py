@@ -244,6 +244,18 @@ def _bias_mask(desc: object, p: Problem) -> None:
         p.views["mask"] = View(0, sx, 0, 0, 0)
 
 
+# llvmpipe (lavapipe) stops every loop of an invocation once its loops together have iterated 65,535 times
+# (gallivm's loop limiter), silently: the rows kernel's invocation walks every key with its dot product and
+# value loops, about dqk + min(dv, 64) + 8 iterations a key (its first key past the limit measured at d = 8,
+# 16, 32), so past ROWS_MAX_ITERATIONS of them the problem takes the tiled kernel instead.
+ROWS_MAX_ITERATIONS = 50_000
+
+
+def rows_fit(p: Problem) -> bool:
+    """Whether the rows kernel's invocations stay within ROWS_MAX_ITERATIONS loop iterations."""
+    return (p.past + p.kv_seq) * (p.dqk + min(p.dv, 64) + 8) <= ROWS_MAX_ITERATIONS
+
+
 def tile_for(p: Problem) -> str | None:
     """The tiled kernel's variant: the smallest bound on both head sizes, of blocks of 4 rows where
     the query has at most MHA_FEW_ROWS (None: past the largest bound, the rows kernel)."""
