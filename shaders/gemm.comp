@@ -240,20 +240,35 @@ void main() {
 #endif
 
 #if SMX
-    if (lid < TM) {  // the row's partials merged in tile order
-        const uint m = m0 + lid;
-        float mx = uintBitsToFloat(0xFF800000u), l = 0.0;
-        const uint sb = (bc * M + min(m, M - 1u)) * pc.kchunk;
-        for (uint t = 0u; t < pc.kchunk; ++t) mx = max(mx, st_buf[sb + t].x);
-        for (uint t = 0u; t < pc.kchunk; ++t) {
-            vec2 pt = st_buf[sb + t];
-            float f = kdml_exp_le0(pt.x - mx);
-            s_f[lid][t] = f;
-            l += pt.y * f;
+    // the row's partials merged, every invocation taking its share of the (row, tile) pairs; stage 0's
+    // loads issued first, their latency under the merge
+    LOAD_STAGE(KLO)
+    {
+        const uint pairs = TM * pc.kchunk;
+        for (uint e = lid; e < pairs; e += 256u) {
+            const uint r = e / pc.kchunk, t = e % pc.kchunk;
+            s_f[r][t] = st_buf[(bc * M + min(m0 + r, M - 1u)) * pc.kchunk + t].x;
         }
-        s_il[lid] = 1.0 / l;
+        barrier();
+        if (lid < TM) {  // the row's maximum
+            float mx = uintBitsToFloat(0xFF800000u);
+            for (uint t = 0u; t < pc.kchunk; ++t) mx = max(mx, s_f[lid][t]);
+            s_il[lid] = mx;
+        }
+        barrier();
+        for (uint e = lid; e < pairs; e += 256u) {  // each tile's factor exp(mx_t - mx)
+            const uint r = e / pc.kchunk, t = e % pc.kchunk;
+            s_f[r][t] = kdml_exp_le0(s_f[r][t] - s_il[r]);
+        }
+        barrier();
+        if (lid < TM) {  // the row's sum, in tile order
+            const uint sb = (bc * M + min(m0 + lid, M - 1u)) * pc.kchunk;
+            float l = 0.0;
+            for (uint t = 0u; t < pc.kchunk; ++t) l += st_buf[sb + t].y * s_f[lid][t];
+            s_il[lid] = 1.0 / l;
+        }
+        barrier();
     }
-    barrier();
 #define STAGE_A(j, K0) ((K0) + ak[j] < K ? ra[j] * s_f[am[j]][((K0) + ak[j]) >> pc.act_p0] : 0.0)
 #else
 #define STAGE_A(j, K0) ra[j]
@@ -265,7 +280,7 @@ void main() {
 
 #if CLAMP
     if (KLO < K) LOAD_STAGE(KLO)  // (uniform: K >= 1 below, the clamped addresses' bound)
-#else
+#elif !SMX
     LOAD_STAGE(KLO)
 #endif
     for (uint k0 = KLO; k0 < K; k0 += KT) {
