@@ -702,3 +702,15 @@ def test_required_and_binding_checks(dev):
     out_alias = kdml.Tensor(shared, d.output_tensor, 16)
     with pytest.raises(kdml.InvalidArgumentError, match="^output_tensor"):
         op.execute([a_alias, *ins[1:]], [out_alias])
+
+
+@pytest.mark.parametrize("mkn", [(3, 65_537, 5), (8, 65_552, 16)], ids=str)
+def test_long_sums_exact_within_llvmpipes_loop_limit(dev, rng, mkn):
+    """K past the CPU family's bound (runtime/llvmpipe.CPU_MATMUL_MAX_K: lavapipe stops an invocation's
+    loops after 65,535 iterations, and the CPU family's generic variant returned partial sums there:
+    checked) is still exact: on CPU devices such products take the gpu family's tiles."""
+    m, k, n = mkn
+    a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    y = kdml.matmul_integer_to_float(a, b, np.float32(1.0), np.float32(1.0), device=dev).numpy()
+    np.testing.assert_array_equal(y, (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32))

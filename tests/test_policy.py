@@ -223,13 +223,13 @@ def _tried(policy, m: int, kernel=None, b_strides=(4096, 1)) -> list[str]:
 
 
 @pytest.mark.parametrize("device_type, caps, few, many", [
-    ("cpu", {"cooperative_matrix", "integer_dot_product"}, ["cpu"], ["cpu"]),
+    ("cpu", {"cooperative_matrix", "integer_dot_product"}, ["cpu", "gpu"], ["cpu", "gpu"]),
     ("discrete-gpu", set(), ["gemv", "wide", "gpu"], ["wide", "gpu"]),
     ("discrete-gpu", {"cooperative_matrix"}, ["gemv", "coopmat", "wide", "gpu"], ["coopmat", "wide", "gpu"]),
     ("integrated-gpu", {"integer_dot_product"}, ["gemv", "dot", "wide", "gpu"], ["wide", "gpu"]),
 ])
 def test_matmul_table_order(monkeypatch, device_type, caps, few, many):
-    """The automatic order per device kind: lavapipe (CPU) its own family alone; GPUs gemv for at
+    """The automatic order per device kind: lavapipe (CPU) its own family (the gpu tiles past its loop limit: below); GPUs gemv for at
     most gemv_max_m rows (GEMV_COOP_MAX_M on tensor-core GPUs), their family (dot up to DOT_MAX_M rows), wide (16/32-bit), gpu last."""
     monkeypatch.delenv(MATMUL_KERNEL_ENV, raising=False)
     policy = policy_for(device_type, frozenset(caps), LIMITS)
@@ -246,11 +246,25 @@ def test_matmul_table_order(monkeypatch, device_type, caps, few, many):
     assert policy.describe()["matmul_table"][0].startswith(few[0])
 
 
+def test_cpu_family_within_llvmpipes_loop_limit(monkeypatch):
+    """On CPU devices the CPU family takes K up to CPU_MATMUL_MAX_K (llvmpipe stops an invocation's
+    loops after 65,535 iterations: runtime/llvmpipe.py), the gpu family's tiles beyond."""
+    from types import SimpleNamespace
+
+    from kompute_dml.runtime.llvmpipe import CPU_MATMUL_MAX_K
+
+    monkeypatch.delenv(MATMUL_KERNEL_ENV, raising=False)
+    policy = policy_for("cpu", frozenset(), LIMITS)
+    for k, first in ((CPU_MATMUL_MAX_K, "cpu"), (CPU_MATMUL_MAX_K + 1, "gpu")):
+        desc = SimpleNamespace(a_tensor=SimpleNamespace(sizes=(3, k)))
+        assert next(c.family for c in policy.matmul_table() if c.applies(None, desc)) == first, k
+
+
 def test_matmul_table_forced():
     """A forced family first; where its planner declines, what it falls back to."""
     gpu = policy_for("discrete-gpu", frozenset(), LIMITS)
     cpu = policy_for("cpu", frozenset(), LIMITS)
-    assert _tried(gpu, 1, "gemv") == ["gemv", "wide", "gpu"] and _tried(cpu, 1, "gemv") == ["gemv", "cpu"]
+    assert _tried(gpu, 1, "gemv") == ["gemv", "wide", "gpu"] and _tried(cpu, 1, "gemv") == ["gemv", "cpu", "gpu"]
     assert _tried(cpu, 1, "coopmat") == ["coopmat", "wide", "gpu"]
     assert _tried(cpu, 1, "Wide") == ["wide", "gpu"] and _tried(gpu, 1, "gpu") == ["gpu"]
     assert _tried(gpu, 1, "cpu-ssbo") == ["cpu-ssbo"] and _tried(gpu, 1, "auto") == _tried(gpu, 1)

@@ -244,10 +244,9 @@ def _bias_mask(desc: object, p: Problem) -> None:
         p.views["mask"] = View(0, sx, 0, 0, 0)
 
 
-# llvmpipe (lavapipe) stops every loop of an invocation once its loops together have iterated 65,535 times
-# (gallivm's loop limiter), silently: the rows kernel's invocation walks every key with its dot product and
-# value loops, about dqk + min(dv, 64) + 8 iterations a key (its first key past the limit measured at d = 8,
-# 16, 32), so past ROWS_MAX_ITERATIONS of them the problem takes the tiled kernel instead.
+# The rows kernel's invocation walks every key with its dot product and value loops, about dqk + min(dv, 64)
+# + 8 iterations a key (llvmpipe's limit reached there at head sizes 8 to 128: runtime/llvmpipe.py), so past
+# ROWS_MAX_ITERATIONS of them the problem takes the tiled kernel instead.
 ROWS_MAX_ITERATIONS = 50_000
 
 

@@ -41,6 +41,7 @@ from .coop_policy import (  # noqa: F401 (re-exported: the float16 cooperative-m
     coop_family,
     has_f16_shape,
 )
+from .llvmpipe import CPU_MATMUL_MAX_K, cpu_matmul_fits
 from .pipelines import pipeline_threads
 from .plan_flush import GPU_PLAN_FLUSH_MS, PLAN_FLUSH_ALLOCATING_ENV, PLAN_FLUSH_COMPILING_ENV, PLAN_FLUSH_ENV
 
@@ -142,8 +143,7 @@ def _always(device: Any, desc: Any) -> bool:
 
 @dataclass(frozen=True)
 class KernelCandidate:
-    """One entry of a policy's matrix-product table: `family` is tried where `applies(device,
-    desc)` holds (its planner may still decline: None); `when` says so in words."""
+    """A matrix-product table's entry: `family` tried where `applies(device, desc)` holds (its planner may decline); `when`: in words."""
 
     family: str
     applies: Callable[[Any, Any], bool] = _always
@@ -255,14 +255,14 @@ class DevicePolicy:
         override, itself "auto" unless KDML_MATMUL_KERNEL was set): the first whose candidate applies
         and whose planner returns a plan takes the descriptor. Automatic GPU families: gemv for few
         rows, then the policy's family ("dot" up to DOT_MAX_M rows), "wide" (16/32-bit inputs), "gpu";
-        the CPU family alone on CPU devices. A forced family comes first; where its planner
+        the CPU family on CPU devices (the gpu tiles past its loop limit, llvmpipe.py). A forced family comes first; where its planner
         declines, what it falls back to (gemv: the automatic table; the coop families: wide, then gpu)."""
         choice = self.matmul_kernel_for(kernel)
         gpu_tail = (KernelCandidate("wide"), KernelCandidate("gpu"))
         if choice == "auto":
             family = self.matmul_family if self.matmul_family in MATMUL_KERNELS else "gpu"
-            if family in ("cpu", "cpu-ssbo"):
-                return (KernelCandidate(family),)
+            if family in ("cpu", "cpu-ssbo"):  # (its loops within llvmpipe's limit, else the "gpu" tiles)
+                return (KernelCandidate(family, cpu_matmul_fits, f"K <= {CPU_MATMUL_MAX_K}"), KernelCandidate("gpu"))
             head = {"coopmat": (KernelCandidate("coopmat"),), "dot": (_DOT,)}.get(family, ())
             gemv = (gemv_candidate(self.gemv_max_m, self.gemv_k_contiguous),) if family in ("gpu", "coopmat", "dot") else ()
             return (*gemv, *head, *gpu_tail)
