@@ -301,6 +301,28 @@ def test_rows_kernel_policy_past_llvmpipes_loop_limit(dev, monkeypatch, d):
         np.testing.assert_allclose(y[0], (p / p.sum(-1, keepdims=True)) @ v[0].astype(np.float64), rtol=1e-5, atol=1e-6)
 
 
+def test_head_sizes_past_the_tiles_past_llvmpipes_loop_limit(dev, monkeypatch):
+    """Head sizes no tile takes (the rows kernel's alone) over keys past the loop limit, on a CPU
+    device: FLOAT32 on the two-GEMM kernel, the float64 result; FLOAT16 refused, naming the keys
+    (the rows kernel's output was wrong there: checked)."""
+    if dev.device_type != "cpu":
+        pytest.skip("llvmpipe's loop limit: CPU devices only")
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_gemm_min_flops=float("inf")))
+    rng = np.random.default_rng(300)
+    q = rng.standard_normal((1, 2, 300)).astype(np.float32)
+    k, v = (rng.standard_normal((1, 1000, 300)).astype(np.float32) for _ in range(2))
+    monkeypatch.setitem(dev.caches, "compiled", {})
+    y = kdml.multihead_attention(q, k, v, heads=1, scale=0.1, device=dev).numpy().astype(np.float64)
+    variants = compiled_variants("MultiheadAttention", dev)
+    assert variants and all(x.startswith("gemmx_f32_") for x in variants), variants
+    s = (q[0].astype(np.float64) @ k[0].T.astype(np.float64)) * 0.1
+    p = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(y[0], (p / p.sum(-1, keepdims=True)) @ v[0].astype(np.float64), rtol=1e-5, atol=1e-6)
+    with pytest.raises(kdml.UnsupportedError, match="^key_tensor: 1000 keys of head size 300 pass the rows kernel's loop"):
+        kdml.multihead_attention(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16), heads=1, scale=0.1,
+                                 device=dev)
+
+
 def test_two_gemm_kernel_refuses_more_score_tiles_than_its_factors(dev, monkeypatch):
     """Keys beyond SMX_TILES column tiles of the scores GEMM (gemm.comp's shared factors per tile)
     keep the device's own kernel, as does a FLOAT32 problem below the policy's flops."""

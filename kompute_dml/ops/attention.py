@@ -260,6 +260,11 @@ def compile_attention(device: Device, desc: Any, *, allow_half_precision: bool =
     two = coop is None and gemm_takes(device, desc, p, causal)  # two GEMM dispatches (ops/attention_gemm.py)
     blocked = blocked_for(device, p, kernel) if coop is None and not two else None
     tile = tile_for(p) if (kernel != "rows" or not rows_fit(p)) and coop is None and blocked is None and not two else None
+    if not two and coop is None and blocked is None and tile is None and device.device_type == "cpu" and not rows_fit(p):
+        two = gemm_takes(device, desc, p, causal, any_size=True)  # the rows kernel past llvmpipe's loop limit
+        if not two:
+            raise UnsupportedError(f"key_tensor: {p.past + p.kv_seq} keys of head size {p.dqk} pass the rows kernel's loop "
+                                   "limit on this CPU device (runtime/llvmpipe.py), and the two-GEMM kernel does not take them")
     maxg = device.limits["max_compute_work_group_count"][0]
     common = dict(batch=p.batch, seq=p.seq, kv_seq=p.kv_seq, past=p.past, present=p.present, heads=p.heads,
                   group=p.heads // p.kv_heads, dqk=p.dqk, dv=p.dv, scale=scale, mask_filter=filt, mask_type=kind,

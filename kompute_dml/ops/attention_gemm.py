@@ -39,20 +39,22 @@ _ABSENT = ("bias_tensor", "mask_tensor", "past_key_tensor", "past_value_tensor",
            "output_present_key_tensor", "output_present_value_tensor")
 
 
-def gemm_takes(device: Device, desc: Any, p: Problem, causal: bool) -> bool:
-    """Whether the two-GEMM kernel takes this problem under the device's policy."""
+def gemm_takes(device: Device, desc: Any, p: Problem, causal: bool, any_size: bool = False) -> bool:
+    """Whether the two-GEMM kernel takes this problem under the device's policy (`any_size`: below its
+    attention_gemm_min_flops too)."""
     if desc.output_tensor.data_type != DataType.FLOAT32 or causal or p.past or not p.kv_seq or p.kv_heads != p.heads:
         return False
     if any(getattr(desc, f, None) is not None for f in _ABSENT):
         return False
     if any(v.base for v in p.views.values()):  # stacked tensors: their views start inside the binding
         return False
-    return shape_takes(device, p.batch, p.heads, p.seq, p.kv_seq, p.dqk)
+    return shape_takes(device, p.batch, p.heads, p.seq, p.kv_seq, p.dqk, any_size)
 
 
-def shape_takes(device: Device, batch: int, heads: int, seq: int, keys: int, dqk: int) -> bool:
-    """The policy's size rule (attention_gemm_min_flops of 4 b h q k d) and scores within one binding."""
-    if 4 * batch * heads * seq * keys * dqk < device.policy.attention_gemm_min_flops:
+def shape_takes(device: Device, batch: int, heads: int, seq: int, keys: int, dqk: int, any_size: bool = False) -> bool:
+    """The policy's size rule (attention_gemm_min_flops of 4 b h q k d, unless `any_size`) and scores within one
+    binding in at most SMX_TILES column tiles a row."""
+    if not any_size and 4 * batch * heads * seq * keys * dqk < device.policy.attention_gemm_min_flops:
         return False
     scores = batch * heads * seq * keys
     if cdiv(keys, 16 * choose_block(device.policy.gemm_tiles, seq, keys, batch * heads, dqk)) > SMX_TILES:
