@@ -274,3 +274,16 @@ def test_first_pasts_are_zeros_kept_on_the_device(monkeypatch):
     for cap in (192, 256, 320):
         generation.greedy(rep, prompt, 2, capacity=cap)
     assert len(rep.state.zero_pasts) == 2
+
+
+def test_steps_after_a_long_prompt():
+    """GPT-2 (small: head size 64) after a 490-token prompt: each step's fused attention over ~490 keys
+    passed lavapipe's loop limit on the rows kernel, and the tokens differed from torch's from the second
+    (a3f9ca1: checked); the tiled kernel takes such problems on CPU devices (ops/attention_layout.rows_fit)."""
+    from kompute_dml.onnx_backend import generation
+
+    dec = decoders.build("gpt2", "small")
+    rep = Backend.prepare(str(dec.path), "CPU")
+    prompt = np.random.default_rng(7).integers(1, decoders.VOCAB, (1, 490))
+    want, _ = decoders.torch_greedy(dec, prompt, 6)
+    assert generation.greedy(rep, prompt, 6).tokens == want
