@@ -235,18 +235,18 @@ def test_out_of_range_raises_nothing_written(dev, rng, it):
 
 def test_lines_within_llvmpipes_loop_limit(dev):
     """A CPU device links duplicates by one invocation a tuple walking the tuple's line: within
-    CPU_LINE_MAX tuples the sums are exact; past it (lavapipe's loop limit: 70,000 tuples added into
+    CPU_WALK_MAX tuples the sums are exact; past it (lavapipe's loop limit: 70,000 tuples added into
     10 positions gave 65,535 each: checked) the operator is refused, naming the indices."""
-    from kompute_dml.runtime.llvmpipe import CPU_LINE_MAX
+    from kompute_dml.runtime.llvmpipe import CPU_WALK_MAX
 
     if dev.device_type != "cpu":
         pytest.skip("llvmpipe's loop limit: CPU devices only")
     rng = np.random.default_rng(0)
-    idx = rng.integers(0, 10, (1, CPU_LINE_MAX)).astype(np.int64)
+    idx = rng.integers(0, 10, (1, CPU_WALK_MAX)).astype(np.int64)
     y = kdml.scatter_elements(np.zeros((1, 10), np.float32), idx, np.ones(idx.shape, np.float32), axis=1,
                               reduction="add", device=dev).numpy()
     np.testing.assert_array_equal(y, np.bincount(idx[0], minlength=10)[None].astype(np.float32))
-    idx = rng.integers(0, 10, (1, CPU_LINE_MAX + 1)).astype(np.int64)
-    with pytest.raises(kdml.UnsupportedError, match=f"^indices_tensor: {CPU_LINE_MAX + 1} index tuples along one line"):
+    idx = rng.integers(0, 10, (1, CPU_WALK_MAX + 1)).astype(np.int64)
+    with pytest.raises(kdml.UnsupportedError, match=f"^indices_tensor: {CPU_WALK_MAX + 1} index tuples along one line"):
         kdml.scatter_elements(np.zeros((1, 10), np.float32), idx, np.ones(idx.shape, np.float32), axis=1,
                               reduction="add", device=dev)

@@ -212,3 +212,20 @@ def test_onnx_fed_k_read_at_each_run():
         for g_, w_ in zip(rep.run(feeds), sess.run(None, feeds)):
             np.testing.assert_array_equal(g_, w_)
     assert [p.target for p in rep.placement] == ["vulkan"]
+
+
+def test_candidates_within_llvmpipes_loop_limit(dev):
+    """A long sequence's candidates (tiles x min(K, 1024)) are each ranked against all by one invocation:
+    on a CPU device more than CPU_WALK_MAX of them are refused, naming k (lavapipe's loop limit: 100,000
+    elements at K = 1,000 gave wrong values: checked); fewer are exact."""
+    from kompute_dml.runtime.llvmpipe import CPU_WALK_MAX
+
+    if dev.device_type != "cpu":
+        pytest.skip("llvmpipe's loop limit: CPU devices only")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 20_000)).astype(np.float32)
+    values, _ = kdml.top_k(x, 1000, axis=1, device=dev)
+    np.testing.assert_array_equal(values.numpy(), -np.sort(-x, 1)[:, :1000])
+    n = 1024 * (CPU_WALK_MAX // 1000 + 1)  # tiles x 1,000 candidates, past the limit
+    with pytest.raises(kdml.UnsupportedError, match=f"^k: 1000 of {n} elements make"):
+        kdml.top_k(np.zeros((1, n), np.float32), 1000, axis=1, device=dev)

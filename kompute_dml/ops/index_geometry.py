@@ -27,7 +27,7 @@ from ..core.errors import UnsupportedError, invalid
 from ..core.tensor_desc import TensorDesc
 from ..device.memory import Tensor
 from ..runtime import DispatchPlan, TransferPlan, grid_for
-from ..runtime.llvmpipe import CPU_LINE_MAX
+from ..runtime.llvmpipe import CPU_WALK_MAX
 from .base import CompiledOperator
 from .contract.indexing import IDX_LINK, IDX_MOVE, IDX_PREP, IDX_REDUCE, INDEX_PUSH, ONE_HOT
 from .device_check import DeviceCheck
@@ -150,10 +150,10 @@ class IndexPlans:
             return CompiledOperator(self.device, self.desc, support, support.inputs, support.outputs, plans,
                                     constants=constants)
         n = tuples.count
-        if not gather and line[1] > CPU_LINE_MAX and self.device.device_type == "cpu":
+        if not gather and line[1] > CPU_WALK_MAX and self.device.device_type == "cpu":
             # the link pass walks a tuple's line in one invocation: past llvmpipe's loop limit it stops short
             raise UnsupportedError(f"indices_tensor: {line[1]} index tuples along one line pass this CPU device's loop "
-                                   f"limit for finding duplicates ({CPU_LINE_MAX}: runtime/llvmpipe.py)")
+                                   f"limit for finding duplicates ({CPU_WALK_MAX}: runtime/llvmpipe.py)")
         scratch_words = n if gather else 3 * n
         sd = TensorDesc(DataType.UINT32, (scratch_words,))
         constants.append(Tensor.scratch(self.device, sd))

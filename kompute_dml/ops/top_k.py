@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.dtypes import DataType
-from ..core.errors import invalid
+from ..core.errors import UnsupportedError, invalid
 from ..core.ints import as_int, cdiv
 from ..core.layout import check_no_overlap, merge_dims
 from ..core.registry import FL, FLOATS, INTS_8_32, INTS_64, D, OperatorSupport, row
@@ -42,6 +42,7 @@ from ..device.memory import Tensor
 from ..functional import _packed, check_out, compile_cached, pooled_empty
 from ..functional.elementwise import _operands
 from ..runtime import DispatchPlan, TransferPlan, grid_for
+from ..runtime.llvmpipe import CPU_WALK_MAX
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .cumulative import AxisDirection
@@ -155,6 +156,10 @@ def compile_top_k(device: Device, desc: TopK1Desc) -> CompiledOperator:
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     axis, k = _check(desc)
     plans, words = _plans(desc, axis, k, device.limits["max_compute_work_group_count"][0])
+    cand = cdiv(desc.input_tensor.sizes[axis], TILE) * min(k, TILE) if desc.input_tensor.sizes[axis] > TILE else 0
+    if cand > CPU_WALK_MAX and device.device_type == "cpu":  # the rank pass walks every candidate in one invocation
+        raise UnsupportedError(f"k: {k} of {desc.input_tensor.sizes[axis]} elements make {cand} candidates, past this CPU "
+                               f"device's loop limit for ranking them ({CPU_WALK_MAX}: runtime/llvmpipe.py)")
     constants: list[Tensor] = []
     if words:  # the candidates: every word the rank dispatch reads, the tile dispatch writes first
         sd = TensorDesc(DataType.UINT32, (words,))
