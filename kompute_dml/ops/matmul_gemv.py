@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from ..core.errors import UnsupportedError
 from ..core.ints import cdiv
 from ..runtime import DispatchPlan
-from ..runtime.policy import GEMV_MAX_M, TINY_B_BYTES, TINY_K, is_tiny  # noqa: F401 (re-exported)
+from ..runtime.matmul_table import GEMV_MAX_M, TINY_B_BYTES, TINY_K, is_tiny  # noqa: F401 (re-exported)
 from ..runtime.shaders import check_capabilities
 from . import contract
 from .base import CompiledOperator, validate_tensors
@@ -66,7 +66,7 @@ GPU_ROW_CONFIG_TILED = (4, 16, 256)
 # and only as many k-slices as K has groups of 4 (a whole subgroup at least): one chunk covers K.
 # H100, benchmarks/tiny_matmul.py: 2.3-6.6 us less per eager call than the decode defaults from 1x64x64
 # to 16x512x512 (docs/matmul_gemv.md, "Tiny products").
-# (TINY_K, TINY_B_BYTES and is_tiny live in the policy, whose automatic table reads them too)
+# (TINY_K, TINY_B_BYTES and is_tiny live in runtime/matmul_table.py: the policy's automatic table reads them too)
 TINY_NL = 8
 
 # c_flags: matmul_common's flag bits (F_A_SIGNED ... F_SUM_B), and A staged as words

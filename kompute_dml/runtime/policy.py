@@ -20,9 +20,7 @@ Every choice here is a measured one (figures in docs/ and benchmarks/RESULTS.md)
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import cache
 from typing import Any
 
 from . import attention_policy as ap  # MULTIHEAD_ATTENTION's kernel and the attention fusion's limits
@@ -42,6 +40,18 @@ from .coop_policy import (  # noqa: F401 (re-exported: the float16 cooperative-m
     has_f16_shape,
 )
 from .llvmpipe import CPU_MATMUL_MAX_K, cpu_matmul_fits
+from .matmul_table import (  # noqa: F401 (re-exported: the table's entries and limits)
+    _DOT,
+    DOT_MAX_M,
+    GEMV_COOP_MAX_M,
+    GEMV_MAX_M,
+    GEMV_TINY_MAX_M,
+    TINY_B_BYTES,
+    TINY_K,
+    KernelCandidate,
+    gemv_candidate,
+    is_tiny,
+)
 from .pipelines import pipeline_threads
 from .plan_flush import GPU_PLAN_FLUSH_MS, PLAN_FLUSH_ALLOCATING_ENV, PLAN_FLUSH_COMPILING_ENV, PLAN_FLUSH_ENV
 
@@ -65,12 +75,6 @@ GPU_TRANSFER_REGIONS = 4
 # 35.10 us by its zero fill + band kernel against 8.09 / 7.77 by the copy. 64 KiB: a bound on
 # what each such operator keeps on the device.
 CONSTANT_BELOW = 64 * 1024
-# Rows of A up to which the "dot" family (matmul_coop.comp on OpSDot) beats the tiled "gpu" family
-# (float FMAs); taller matrices take "gpu" (DevicePolicy.matmul_family_for). H100, cooperative
-# matrices unused, `benchmarks/bench_coop.py --rounds 5` (dot_gemm_Brow / gpu_gemm_Brow, TOPS):
-# 16x4096x4096 14.1 / 1.8, 128x384x1536 11.7 / 4.4, 512x384x1536 9.2 / 12.0, 4096^3 13.6 / 20.6,
-# 8192^3 13.9 / 19.3: the crossover lies between 128 and 512 rows. (At most GEMV_MAX_M rows take gemv.)
-DOT_MAX_M = 128
 # How an execution learns that the device is done (DevicePolicy.completion; KDML_COMPLETION=fence
 # or word overrides): "word" polls a host-visible word the command buffer writes last (kp patch
 # level 7), "fence" polls the sequence's fence. `bash benchmarks/vk_floor/run.sh` (C, no kp), median
@@ -115,57 +119,6 @@ MATMUL_KERNELS = ("cpu", "cpu-ssbo", "gpu", "coopmat", "dot", "coopmat-emulated"
 # The tensor-core kernel's zero-point sums: "dot" (mmc8s_*: OpSDot) with integer_dot_product, else "bytes" (mmc8_*).
 # H100, benchmarks/coop_quant_parts.py at 16a7ab2: quantized 4096^3 / 8192^3 at 0.874 / 0.894 of s8 "bytes", 0.928 / 0.963 "dot".
 COOP_SUMS = ("bytes", "dot")
-# Rows of A up to which an automatic GPU family tries gemv first (forced: ops/matmul_gemv.MAX_M)
-GEMV_MAX_M = 32
-# ... on "coopmat" GPUs (gemv_max_m). H100, benchmarks/gemv_crossover.py at 16a7ab2 (s8, quantized; K x N 384 x
-# 1536 to 11008 x 4096): tensor cores faster at 8 rows in 13 of 14 cases, at 12-32 in all, at 4 in 10.
-# There gemv takes no k-contiguous B (gemv_k_contiguous): matmul_coop.split_k is as fast at 1 row, faster from 2.
-GEMV_COOP_MAX_M = 4
-# ... and up to GEMV_TINY_MAX_M rows where the product is tiny (ops/matmul_gemv.is_tiny: K <= 512,
-# K x N <= 256 KiB, B row-major: its one-row-per-work-group configuration). H100,
-# `benchmarks/tiny_matmul.py --repeats 600` (64^3: 1000; eager us, gemm case; gemv / the automatic coopmat):
-# 48x64x64 20.71 / 24.22, 64x64x64 23.65 / 28.21, 64x128x128 20.72 / 24.00, 64x256x256 21.80 /
-# 25.58, 64x384x384 23.29 / 26.91, 64x512x512 25.86 / 27.71 (the quantized case alike).
-GEMV_TINY_MAX_M = 64
-# A tiny product (ops/matmul_gemv.py: its one-row-per-work-group configuration on GPUs)
-TINY_K, TINY_B_BYTES = 512, 256 * 1024
-
-
-def is_tiny(k: int, n: int) -> bool:
-    return k <= TINY_K and k * n <= TINY_B_BYTES
-
-def _rows(desc: Any) -> int:
-    return int(desc.a_tensor.sizes[-2])
-
-def _always(device: Any, desc: Any) -> bool:
-    return True
-
-
-@dataclass(frozen=True)
-class KernelCandidate:
-    """A matrix-product table's entry: `family` tried where `applies(device, desc)` holds (its planner may decline); `when`: in words."""
-
-    family: str
-    applies: Callable[[Any, Any], bool] = _always
-    when: str = "always"
-
-
-@cache  # one per limit (matmul_table runs at every compile)
-def gemv_candidate(max_m: int, k_contiguous: bool = True) -> KernelCandidate:
-    """The gemv entry of a GPU's table: at most `max_m` rows (of a B that is not k-contiguous unless
-    `k_contiguous`), or GEMV_TINY_MAX_M for tiny products."""
-    def applies(device: Any, desc: Any) -> bool:
-        rows, b = _rows(desc), desc.b_tensor
-        if rows <= max_m and (k_contiguous or b.effective_strides[-2] != 1):
-            return True
-        if rows > GEMV_TINY_MAX_M:
-            return False
-        return b.effective_strides[-1] == 1 and is_tiny(int(b.sizes[-2]), int(b.sizes[-1]))
-    which = "" if k_contiguous else " of a B not k-contiguous"
-    return KernelCandidate("gemv", applies, f"M <= {max_m}{which}, or M <= {GEMV_TINY_MAX_M} for tiny products")
-
-
-_DOT = KernelCandidate("dot", lambda device, desc: _rows(desc) <= DOT_MAX_M, f"M <= {DOT_MAX_M}")
 
 
 @dataclass(frozen=True)
@@ -255,8 +208,9 @@ class DevicePolicy:
         override, itself "auto" unless KDML_MATMUL_KERNEL was set): the first whose candidate applies
         and whose planner returns a plan takes the descriptor. Automatic GPU families: gemv for few
         rows, then the policy's family ("dot" up to DOT_MAX_M rows), "wide" (16/32-bit inputs), "gpu";
-        the CPU family on CPU devices (the gpu tiles past its loop limit, llvmpipe.py). A forced family comes first; where its planner
-        declines, what it falls back to (gemv: the automatic table; the coop families: wide, then gpu)."""
+        the CPU family on CPU devices (the gpu tiles past its loop limit, llvmpipe.py). A forced family
+        comes first; where its planner declines, what it falls back to (gemv: the automatic table; the
+        coop families: wide, then gpu)."""
         choice = self.matmul_kernel_for(kernel)
         gpu_tail = (KernelCandidate("wide"), KernelCandidate("gpu"))
         if choice == "auto":
