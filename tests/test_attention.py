@@ -10,6 +10,7 @@ stay unchanged; the rows of NaN and infinities; refusals; the helper."""
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import numpy as np
 import pytest
@@ -321,6 +322,29 @@ def test_head_sizes_past_the_tiles_past_llvmpipes_loop_limit(dev, monkeypatch):
     with pytest.raises(kdml.UnsupportedError, match="^key_tensor: 1000 keys of head size 300 pass the rows kernel's loop"):
         kdml.multihead_attention(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16), heads=1, scale=0.1,
                                  device=dev)
+
+
+def test_two_gemm_kernel_blocks_within_the_devices_shared_memory(dev, monkeypatch):
+    """The two-GEMM kernel halves a dispatch's block until its shared memory fits the device's (the product
+    with V at BLK 4 takes 16,640 bytes, past Vulkan's guaranteed 16 KiB), and the result is unchanged."""
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_gemm_min_flops=0.0))
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((1, 70, 64)).astype(np.float32)
+    k, v = (rng.standard_normal((1, 90, 64)).astype(np.float32) for _ in range(2))
+    got, own = {}, dev.limits["max_compute_shared_memory_size"]
+    for smem in (own, 16384):
+        monkeypatch.setattr(dev, "limits", types.MappingProxyType({**dev.limits, "max_compute_shared_memory_size": smem}))
+        monkeypatch.setitem(dev.caches, "compiled", {})
+        y = kdml.multihead_attention(q, k, v, heads=1, scale=0.125, device=dev).numpy()
+        ops = [o for o in dev.caches["compiled"].values() if type(o.desc).__name__.startswith("MultiheadAttention")]
+        got[smem] = (y, [p.variant for p in ops[0].plans])
+    assert got[16384][1] == ["gemmx_f32_b4s", "gemmx_f32_b2x"], got[16384][1]
+    assert got[own][1][1] != "gemmx_f32_b2x" or own < 16640
+    s = (q[0].astype(np.float64) @ k[0].T.astype(np.float64)) * 0.125
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ v[0].astype(np.float64)
+    for y, _ in got.values():
+        np.testing.assert_allclose(y[0], want, rtol=1e-5, atol=1e-6)
 
 
 def test_two_gemm_kernel_refuses_more_score_tiles_than_its_factors(dev, monkeypatch):

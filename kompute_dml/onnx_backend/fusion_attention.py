@@ -180,7 +180,7 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
     coop = coop_takes(policy.attention_kernel, half, width, seq, False)
     blocked = blocked_takes(policy.attention_kernel, width, seq, policy.attention_blocked_min_rows)
     # the two-GEMM kernel (ops/attention_gemm.py): the unfused chain's products less its softmax pass
-    two = not coop and dt == np.float32 and shape_takes(ctx.device, batch, heads, seq, keys, qs[3])
+    two = not coop and dt == np.float32 and shape_takes(ctx.device, batch, heads, seq, keys, qs[3], vs[3])
     if not two and flops > fused_max_flops(policy, coop, batch * heads * -(-seq // COOP_ROWS), blocked):
         raise FallbackNeeded(f"{flops:.3g} flops: the unfused chain is faster there (DevicePolicy.attention_fused_max_flops)")
     if not two and seq < policy.attention_fused_min_rows:

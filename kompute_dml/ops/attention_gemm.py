@@ -48,18 +48,43 @@ def gemm_takes(device: Device, desc: Any, p: Problem, causal: bool, any_size: bo
         return False
     if any(v.base for v in p.views.values()):  # stacked tensors: their views start inside the binding
         return False
-    return shape_takes(device, p.batch, p.heads, p.seq, p.kv_seq, p.dqk, any_size)
+    return shape_takes(device, p.batch, p.heads, p.seq, p.kv_seq, p.dqk, p.dv, any_size)
 
 
-def shape_takes(device: Device, batch: int, heads: int, seq: int, keys: int, dqk: int, any_size: bool = False) -> bool:
-    """The policy's size rule (attention_gemm_min_flops of 4 b h q k d, unless `any_size`) and scores within one
-    binding in at most SMX_TILES column tiles a row."""
+def shape_takes(device: Device, batch: int, heads: int, seq: int, keys: int, dqk: int, dv: int,
+                any_size: bool = False) -> bool:
+    """The policy's size rule (attention_gemm_min_flops of 4 b h q k d, unless `any_size`), both dispatches'
+    shared memory within the device's, and scores within one binding in at most SMX_TILES column tiles a row."""
     if not any_size and 4 * batch * heads * seq * keys * dqk < device.policy.attention_gemm_min_flops:
         return False
-    scores = batch * heads * seq * keys
-    if cdiv(keys, 16 * choose_block(device.policy.gemm_tiles, seq, keys, batch * heads, dqk)) > SMX_TILES:
+    blocks = _blocks(device, batch * heads, seq, keys, dqk, dv)
+    if blocks is None or cdiv(keys, 16 * blocks[0]) > SMX_TILES:
         return False
+    scores = batch * heads * seq * keys
     return scores < 1 << 31 and fits([TensorDesc(DataType.FLOAT32, (scores,))], binding_window(device.limits))
+
+
+def _shared_bytes(mode: str, blk: int) -> int:
+    """gemm.comp's shared memory in the GEMM_SOFTMAX variants: the staged A and B tiles (16 stage rows of
+    16 BLK floats each), then the scores' row reductions (s: 17 + 1 floats a row) or the product's factors
+    and reciprocals (x: SMX_TILES + 1 floats a row)."""
+    tm = 16 * blk
+    return 2 * 16 * tm * 4 + tm * 4 * (18 if mode == "s" else SMX_TILES + 1)
+
+
+def _blocks(device: Device, nmat: int, seq: int, keys: int, dqk: int, dv: int) -> tuple[int, int] | None:
+    """The scores' and the product's BLK: the GEMM rule's, halved until the variant's shared memory fits the
+    device's (None: not even BLK 2 does)."""
+    smem = int(device.limits.get("max_compute_shared_memory_size", 16384))
+    out = []
+    for mode, (m, n, k) in (("s", (seq, keys, dqk)), ("x", (seq, dv, keys))):
+        blk = choose_block(device.policy.gemm_tiles, m, n, nmat, k)
+        while blk > 2 and _shared_bytes(mode, blk) > smem:
+            blk //= 2
+        if _shared_bytes(mode, blk) > smem:
+            return None
+        out.append(blk)
+    return out[0], out[1]
 
 
 def _strides(prefix: str, view: View | None, names: tuple[str, str, str, str]) -> dict[str, int]:
@@ -74,9 +99,7 @@ def gemm_plans(device: Device, desc: Any, p: Problem, entry: dict[str, int], sca
     """The two dispatches and their scratch tensors (the operator's constants from `first_constant`);
     `entry`: the descriptor's fields -> their index in the operator's tensor list."""
     nmat, keys = p.batch * p.heads, p.kv_seq
-    rule = device.policy.gemm_tiles
-    blk_s = choose_block(rule, p.seq, keys, nmat, p.dqk)
-    blk_x = choose_block(rule, p.seq, p.dv, nmat, keys)
+    blk_s, blk_x = _blocks(device, nmat, p.seq, keys, p.dqk, p.dv)  # type: ignore[misc]  (gemm_takes: not None)
     tiles = cdiv(keys, 16 * blk_s)  # the scores' column tiles: partials per row
     scores = Tensor.scratch(device, TensorDesc(DataType.FLOAT32, (nmat * p.seq * keys,)))
     stats = Tensor.scratch(device, TensorDesc(DataType.FLOAT32, (nmat * p.seq * tiles * 2,)))
