@@ -105,6 +105,12 @@ def _check(desc: TopK1Desc) -> tuple[int, int]:
     return axis, k
 
 
+def candidates(length: int, k: int) -> int:
+    """A sequence's candidates: min(K, TILE) from each tile of TILE elements where it has more than one
+    tile, else none (one work group sorts it whole)."""
+    return cdiv(length, TILE) * min(k, TILE) if length > TILE else 0
+
+
 def _plans(desc: TopK1Desc, axis: int, k: int, max_groups: int) -> tuple[list[DispatchPlan | TransferPlan], int]:
     """The dispatches and the scratch words they need (0: one tile per sequence, none)."""
     x, v, i = desc.input_tensor, desc.output_value_tensor, desc.output_index_tensor
@@ -118,8 +124,7 @@ def _plans(desc: TopK1Desc, axis: int, k: int, max_groups: int) -> tuple[list[Di
     rows = math.prod(sizes[d] for d in inner)
     length = x.sizes[axis]
     ntiles = 1 if length <= TILE else cdiv(length, TILE)
-    per = min(k, TILE)
-    cand = ntiles * per if ntiles > 1 else 0
+    cand = candidates(length, k)
     f = contract.TOPK
     t = type_code(x.data_type, True)
     ib = 8 * i.data_type.size
@@ -155,11 +160,11 @@ def compile_top_k(device: Device, desc: TopK1Desc) -> CompiledOperator:
     support = TOP_K1
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     axis, k = _check(desc)
-    plans, words = _plans(desc, axis, k, device.limits["max_compute_work_group_count"][0])
-    cand = cdiv(desc.input_tensor.sizes[axis], TILE) * min(k, TILE) if desc.input_tensor.sizes[axis] > TILE else 0
+    cand = candidates(desc.input_tensor.sizes[axis], k)
     if cand > CPU_WALK_MAX and device.device_type == "cpu":  # the rank pass walks every candidate in one invocation
         raise UnsupportedError(f"k: {k} of {desc.input_tensor.sizes[axis]} elements make {cand} candidates, past this CPU "
                                f"device's loop limit for ranking them ({CPU_WALK_MAX}: runtime/llvmpipe.py)")
+    plans, words = _plans(desc, axis, k, device.limits["max_compute_work_group_count"][0])
     constants: list[Tensor] = []
     if words:  # the candidates: every word the rank dispatch reads, the tile dispatch writes first
         sd = TensorDesc(DataType.UINT32, (words,))

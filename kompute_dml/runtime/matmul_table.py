@@ -68,4 +68,4 @@ def gemv_candidate(max_m: int, k_contiguous: bool = True) -> KernelCandidate:
     return KernelCandidate("gemv", applies, f"M <= {max_m}{which}, or M <= {GEMV_TINY_MAX_M} for tiny products")
 
 
-_DOT = KernelCandidate("dot", lambda device, desc: _rows(desc) <= DOT_MAX_M, f"M <= {DOT_MAX_M}")
+DOT_CANDIDATE = KernelCandidate("dot", lambda device, desc: _rows(desc) <= DOT_MAX_M, f"M <= {DOT_MAX_M}")

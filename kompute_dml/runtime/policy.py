@@ -41,7 +41,7 @@ from .coop_policy import (  # noqa: F401 (re-exported: the float16 cooperative-m
 )
 from .llvmpipe import CPU_MATMUL_MAX_K, cpu_matmul_fits
 from .matmul_table import (  # noqa: F401 (re-exported: the table's entries and limits)
-    _DOT,
+    DOT_CANDIDATE,
     DOT_MAX_M,
     GEMV_COOP_MAX_M,
     GEMV_MAX_M,
@@ -217,7 +217,7 @@ class DevicePolicy:
             family = self.matmul_family if self.matmul_family in MATMUL_KERNELS else "gpu"
             if family in ("cpu", "cpu-ssbo"):  # (its loops within llvmpipe's limit, else the "gpu" tiles)
                 return (KernelCandidate(family, cpu_matmul_fits, f"K <= {CPU_MATMUL_MAX_K}"), KernelCandidate("gpu"))
-            head = {"coopmat": (KernelCandidate("coopmat"),), "dot": (_DOT,)}.get(family, ())
+            head = {"coopmat": (KernelCandidate("coopmat"),), "dot": (DOT_CANDIDATE,)}.get(family, ())
             gemv = (gemv_candidate(self.gemv_max_m, self.gemv_k_contiguous),) if family in ("gpu", "coopmat", "dot") else ()
             return (*gemv, *head, *gpu_tail)
         if choice == "gemv":
