@@ -5,6 +5,9 @@ where few work groups run, each walks K in serial steps (about 0.8 us each on th
 longer steps may pay. Every variant must give the policy's bits (checked: FAIL voids the row).
 
     python -m benchmarks.gemm_steps [--rounds 3] [--only 1024x]
+
+--forms times the policy's tile by other work-group forms instead (overlay_gemm.GEMM_FORMS: 8 x 8
+work groups of larger blocks, two shared stages), beside torch fp32 (TF32 off).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import numpy as np
 
 import kompute_dml as kdml
 from benchmarks.bench_coop import time_interleaved
-from benchmarks.bench_gemm import Ours, block_cases
+from benchmarks.bench_gemm import Ours, block_cases, torch_peers
 from kompute_dml.ops.gemm import compile_gemm
 
 from . import overlay_gemm as ov
@@ -29,13 +32,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", nargs="*", default=[], help="cases whose name contains one of these")
+    ap.add_argument("--forms", action="store_true", help="the policy's tile by other work-group forms, and torch fp32")
     args = ap.parse_args()
     dev = kdml.Device()
     ov.load()
     rng = np.random.default_rng(0)
     ok = True
-    print(f"{'case':<28} {'policy':<14} {'policy us':>9} " + " ".join(f"{f'k{kt}{c} us':>9}" for kt, c in FORMS)
-          + f" {'best':>6} {'x policy':>8}")
+    if not args.forms:
+        print(f"{'case':<28} {'policy':<14} {'policy us':>9} " + " ".join(f"{f'k{kt}{c} us':>9}" for kt, c in FORMS)
+              + f" {'best':>6} {'x policy':>8}")
     for case in block_cases(False):
         if args.only and not any(w in case["name"] for w in args.only):
             continue
@@ -49,22 +54,30 @@ def main() -> int:
         poison = np.full(ours.out.shape, np.nan, np.float32)
         split, blk = "s" if first.startswith("gemms") else "", int(first.rsplit("_b", 1)[1])
         makes = {"policy": ours.make}
-        for kt, c in FORMS:
-            if not ov.runs(blk, kt):
-                continue
+        alts = ({f"b{b}w{wd}{db}": ov.form_name(split, b, wd, db) for b, wd, db in ov.FORMS_BY_TILE[16 * blk]} if args.forms
+                else {f"k{kt}{c}": ov.GEMM_STEPS.name(split=split, blk=blk, kt=kt, c=c) for kt, c in FORMS if ov.runs(blk, kt)})
+        for key, variant in alts.items():
             op = compile_gemm(dev, ours.op.desc, kernel="tiled")
             assert op is not ours.op
-            op.plans[0] = dataclasses.replace(op.plans[0], variant=ov.GEMM_STEPS.name(split=split, blk=blk, kt=kt, c=c))
+            op.plans[0] = dataclasses.replace(op.plans[0], variant=variant)
             ours.out.write_numpy(poison)
             op.execute(ours.ins, [ours.out])
             same = np.array_equal(ours.out.numpy().view(np.uint32), want)
             good &= same
             alt = copy.copy(ours)  # the same tensors, the overlay's operator
             alt.op = op
-            makes[f"k{kt}{c}"] = alt.make
+            makes[key] = alt.make
         ok &= good
+        if args.forms:
+            makes.update(torch_peers(ours, ("torch_f32",)))
         secs = time_interleaved(makes, args.rounds)
-        best = min(secs, key=secs.__getitem__)
+        best = min((k for k in secs if not k.startswith("torch")), key=secs.__getitem__)
+        if args.forms:
+            torch_s = secs.get("torch_f32")
+            print(f"{case['name']:<28} {first:<14} " + "  ".join(f"{k} {v * 1e6:.1f}" for k, v in secs.items())
+                  + f"  best {best} x policy {secs['policy'] / secs[best]:.2f}"
+                  + (f" torch/best {torch_s / secs[best]:.2f}" if torch_s else "") + ("" if good else "  FAIL"), flush=True)
+            continue
         print(f"{case['name']:<28} {first:<14} {secs['policy'] * 1e6:9.1f} "
               + " ".join(f"{secs[f'k{kt}{c}'] * 1e6:9.1f}" if f"k{kt}{c}" in secs else f"{'-':>9}" for kt, c in FORMS)
               + f" {best:>6} {secs['policy'] / secs[best]:8.2f}" + ("" if good else "  FAIL"), flush=True)

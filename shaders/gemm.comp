@@ -49,7 +49,15 @@
 #include "common.glsl"
 #include "f16_bits.glsl"
 
-layout(local_size_x = 16, local_size_y = 16) in;
+#ifndef WD  // the work group's side: WD x WD invocations (16; 8: benchmarks/overlay_gemm.py)
+#define WD 16
+#endif
+#define WDU uint(WD)
+#define THREADS (WDU * WDU)
+#ifndef DB  // 1: two shared stages, one barrier a stage (benchmarks/overlay_gemm.py)
+#define DB 0
+#endif
+layout(local_size_x = WD, local_size_y = WD) in;
 
 layout(std430, binding = 0) readonly buffer ABuf { uint a_buf[]; };
 layout(std430, binding = 1) readonly buffer BBuf { uint b_buf[]; };
@@ -84,14 +92,14 @@ layout(std430, binding = 6) buffer StBuf { vec2 st_buf[]; };
 #define F_A_MFAST 2u
 #define F_B_KFAST 4u
 
-#define TM (16u * uint(BLK))
-#define TN (16u * uint(BLK))
+#define TM (WDU * uint(BLK))
+#define TN (WDU * uint(BLK))
 // K per stage: 16, or 32 / 64 (fewer serial steps where few work groups run; the same sums in the
 // same order, so the same bits); NL elements of A and of B staged per invocation and stage
 #ifndef KT
 #define KT 16u
 #endif
-#define NL (uint(BLK) * KT / 16u)
+#define NL (uint(BLK) * KT / WDU)
 #ifndef CLAMP  // benchmark overlay only (benchmarks/overlay_gemm.py): 1 issues the FLOAT32 loads at clamped addresses
 #define CLAMP 0
 #endif
@@ -130,15 +138,15 @@ layout(std430, binding = 3) buffer OBuf4 { uvec4 o4_buf[]; };
 
 // sA[k][v * 16 + r]: rows r*BLK + v*VW .. + VW-1 of the A tile at stage position k (an
 // invocation's vectors 16 apart: a quarter warp reads 8 consecutive ones, no bank conflict)
-shared VEC sA[KT][16u * NV];
-shared VEC sB[KT][16u * NV];  // sB[k][v * 16 + c]: columns c*BLK + v*VW .. + VW-1 of the B tile
+shared VEC sA[(DB + 1u) * KT][WDU * NV];
+shared VEC sB[(DB + 1u) * KT][WDU * NV];  // sB[k][v * 16 + c]: columns c*BLK + v*VW .. + VW-1 of the B tile
 #if SMX
 #define SMX_TILES 32u  // the scores' column tiles per row at most (ops/attention_gemm.py)
 shared float s_f[TM][SMX_TILES];  // the tile's rows: exp(mx_t - mx) per scores column tile t
 shared float s_il[TM];  // ... and 1 / their sums
 #endif
 #if STATS
-shared float s_red[TM][17];  // (row, tx) partial maxima, then sums; 17: no bank conflicts between rows
+shared float s_red[TM][WD + 1];  // (row, tx) partial maxima, then sums; WD + 1: no bank conflicts between rows
 shared float s_rmx[TM];
 #endif
 
@@ -160,7 +168,7 @@ void main() {
 #endif
     const uint bi = bc / pc.nc, ci = bc % pc.nc;
     const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
-    const uint lid = ty * 16u + tx;
+    const uint lid = ty * WDU + tx;
     const uint m0 = mt * TM, n0 = nt * TN;
     const uint a_base = pc.a_off + bi * pc.a_sb + ci * pc.a_sc;
     const uint b_base = pc.b_off + bi * pc.b_sb + ci * pc.b_sc;
@@ -174,7 +182,7 @@ void main() {
     // FLOAT16: each invocation stages NL / 2 pairs of neighbours along the fast dimension, read
     // as one word where they share one (unit stride, even element), else as two halves
     [[unroll]] for (uint j = 0u; j < NL; j += 2u) {
-        uint l = lid + 128u * j;
+        uint l = lid + (THREADS / 2u) * j;
         uint af = a_mfast ? 2u * (l % (TM / 2u)) : 2u * (l % (KT / 2u));
         uint as_ = a_mfast ? l / (TM / 2u) : l / (KT / 2u);
         am[j] = a_mfast ? af : as_;
@@ -190,7 +198,7 @@ void main() {
     }
 #else
     [[unroll]] for (uint j = 0u; j < NL; ++j) {
-        uint l = lid + 256u * j;
+        uint l = lid + THREADS * j;
         am[j] = a_mfast ? l % TM : l / KT;
         ak[j] = a_mfast ? l / TM : l % KT;
         bk[j] = b_kfast ? l % KT : l / TN;
@@ -245,7 +253,7 @@ void main() {
     LOAD_STAGE(KLO)
     {
         const uint pairs = TM * pc.kchunk;
-        for (uint e = lid; e < pairs; e += 256u) {
+        for (uint e = lid; e < pairs; e += THREADS) {
             const uint r = e / pc.kchunk, t = e % pc.kchunk;
             s_f[r][t] = st_buf[(bc * M + min(m0 + r, M - 1u)) * pc.kchunk + t].x;
         }
@@ -256,7 +264,7 @@ void main() {
             s_il[lid] = mx;
         }
         barrier();
-        for (uint e = lid; e < pairs; e += 256u) {  // each tile's factor exp(mx_t - mx)
+        for (uint e = lid; e < pairs; e += THREADS) {  // each tile's factor exp(mx_t - mx)
             const uint r = e / pc.kchunk, t = e % pc.kchunk;
             s_f[r][t] = kdml_exp_le0(s_f[r][t] - s_il[r]);
         }
@@ -283,26 +291,50 @@ void main() {
 #elif !SMX
     LOAD_STAGE(KLO)
 #endif
+#define STORE_STAGE(SO, K0)                                                                       \
+    [[unroll]] for (uint j = 0u; j < NL; ++j) {                                                   \
+        sA[(SO) + ak[j]][((am[j] % BLK) / VW) * WDU + am[j] / BLK][am[j] % VW] = STAGE_A(j, K0);    \
+        sB[(SO) + bk[j]][((bn[j] % BLK) / VW) * WDU + bn[j] / BLK][bn[j] % VW] = rb[j];             \
+    }
+#define PRODUCTS(SO)                                                                              \
+    [[unroll]] for (uint kk = 0u; kk < KT; ++kk) {                                                \
+        VEC av[NV], bv[NV];                                                                       \
+        [[unroll]] for (uint v = 0u; v < NV; ++v) {                                               \
+            av[v] = sA[(SO) + kk][v * WDU + ty];                                                  \
+            bv[v] = sB[(SO) + kk][v * WDU + tx];                                                  \
+        }                                                                                         \
+        [[unroll]] for (uint i = 0u; i < BLK; ++i) {                                              \
+            VEC ai = VEC(av[i / VW][i % VW]);                                                     \
+            [[unroll]] for (uint v = 0u; v < NV; ++v) acc[i][v] = fma(ai, bv[v], acc[i][v]);      \
+        }                                                                                         \
+    }
+#if DB
+    // two stages in shared memory: the next stage stored into the other one after this stage's products,
+    // one barrier a stage
+    uint so = 0u;
+    if (KLO < K) {
+        STORE_STAGE(0u, KLO)
+    }
+    barrier();
     for (uint k0 = KLO; k0 < K; k0 += KT) {
-        [[unroll]] for (uint j = 0u; j < NL; ++j) {
-            sA[ak[j]][((am[j] % BLK) / VW) * 16u + am[j] / BLK][am[j] % VW] = STAGE_A(j, k0);
-            sB[bk[j]][((bn[j] % BLK) / VW) * 16u + bn[j] / BLK][bn[j] % VW] = rb[j];
+        const bool more = k0 + KT < K;
+        if (more) LOAD_STAGE(k0 + KT)
+        PRODUCTS(so)
+        if (more) {
+            STORE_STAGE(so ^ KT, k0 + KT)
         }
+        barrier();
+        so ^= KT;
+    }
+#else
+    for (uint k0 = KLO; k0 < K; k0 += KT) {
+        STORE_STAGE(0u, k0)
         barrier();
         if (k0 + KT < K) LOAD_STAGE(k0 + KT)
-        [[unroll]] for (uint kk = 0u; kk < KT; ++kk) {
-            VEC av[NV], bv[NV];
-            [[unroll]] for (uint v = 0u; v < NV; ++v) {
-                av[v] = sA[kk][v * 16u + ty];
-                bv[v] = sB[kk][v * 16u + tx];
-            }
-            [[unroll]] for (uint i = 0u; i < BLK; ++i) {
-                VEC ai = VEC(av[i / VW][i % VW]);
-                [[unroll]] for (uint v = 0u; v < NV; ++v) acc[i][v] = fma(ai, bv[v], acc[i][v]);
-            }
-        }
+        PRODUCTS(0u)
         barrier();
     }
+#endif
 
 #if SPLIT
     [[unroll]] for (uint i = 0u; i < BLK; ++i) {
@@ -351,7 +383,7 @@ void main() {
     barrier();
     if (lid < TM) {
         float mx = s_red[lid][0];
-        for (uint t = 1u; t < 16u; ++t) mx = max(mx, s_red[lid][t]);
+        for (uint t = 1u; t < WDU; ++t) mx = max(mx, s_red[lid][t]);
         s_rmx[lid] = mx;
     }
     barrier();
@@ -368,7 +400,7 @@ void main() {
     barrier();
     if (lid < TM && m0 + lid < M) {
         float l = 0.0;
-        for (uint t = 0u; t < 16u; ++t) l += s_red[lid][t];
+        for (uint t = 0u; t < WDU; ++t) l += s_red[lid][t];
         st_buf[(bc * M + m0 + lid) * NT + nt] = vec2(s_rmx[lid], l);
     }
     const float alpha = 1.0;
