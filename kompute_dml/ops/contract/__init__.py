@@ -334,6 +334,7 @@ from .gemm import (  # noqa: E402, F401
     GEMM_F_HAS_C,
     GEMM_PUSH,
     GEMM_REDUCE,
+    GEMM_SMX_TILES,
     GEMM_SOFTMAX,
     GEMM_SPLIT,
 )

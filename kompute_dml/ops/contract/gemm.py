@@ -35,9 +35,11 @@ GEMM_SPLIT = family("gemm_split", "gemm.comp", "gemms_{t}_b{blk}", GEMM_PUSH, (1
 # row's maximum and sum of exponentials per column tile (s: the scores, binding 6), or whose A is staged as
 # exp(a - the row's maximum) and output scaled by 1 / the row's sum (x: softmax(scores) x V; kchunk: the
 # scores' column tiles per row)
+GEMM_SMX_TILES = 32  # the scores' column tiles a row at most (x: its shared table of factors)
 GEMM_SOFTMAX = family("gemm_softmax", "gemm.comp", "gemmx_{t}_b{blk}{mode}", GEMM_PUSH, (16, 16, 1), t=("f32",),
                       blk=GEMM_BLOCKS, mode=("s", "x"), shape=("blk",),
-                      defines=lambda t, blk, mode: {"F16": 0, "BLK": blk, "STATS": int(mode == "s"), "SMX": int(mode == "x")})
+                      defines=lambda t, blk, mode: {"F16": 0, "BLK": blk, "STATS": int(mode == "s"), "SMX": int(mode == "x"),
+                                                    "SMX_TILES": f"{GEMM_SMX_TILES}u"})
 GEMM_REDUCE = family("gemm_reduce", "gemm_reduce.comp", "gemmr_{t}{act}", GEMM_PUSH, (256, 1, 1), t=("f32", "f16"),
                      act=GEMM_ACTS, defines=lambda t, act: {"F16": int(t == "f16"), "ACT": int(act == "a")})
 # FLOAT16 GEMM on cooperative matrices (ops/gemm_coop.py, shaders/gemm_coop.comp): the same block;
