@@ -66,10 +66,10 @@ def shape_takes(device: Device, batch: int, heads: int, seq: int, keys: int, dqk
 
 def _shared_bytes(mode: str, blk: int) -> int:
     """gemm.comp's shared memory in the GEMM_SOFTMAX variants: the staged A and B tiles (16 stage rows of
-    16 BLK floats each), the reductions' exchange (a float per invocation), and the product's factors and
-    reciprocals (x: SMX_TILES + 1 floats a row)."""
+    16 BLK floats each), then the scores' row reductions (s: 17 + 1 floats a row) or the product's factors
+    and reciprocals (x: SMX_TILES + 1 floats a row)."""
     tm = 16 * blk
-    return 2 * 16 * tm * 4 + 256 * 4 + (tm * 4 * (SMX_TILES + 1) if mode == "x" else 0)
+    return 2 * 16 * tm * 4 + tm * 4 * (18 if mode == "s" else SMX_TILES + 1)
 
 
 def _blocks(device: Device, nmat: int, seq: int, keys: int, dqk: int, dv: int) -> tuple[int, int] | None:
