@@ -21,7 +21,9 @@ import numpy as np
 import kompute_dml as kdml
 from benchmarks.bench_coop import time_interleaved
 from benchmarks.bench_gemm import Ours, block_cases, torch_peers
-from kompute_dml.ops.gemm import compile_gemm
+from kompute_dml.core.ints import cdiv
+from kompute_dml.ops import contract
+from kompute_dml.ops.gemm import compile_gemm, gemm_grid
 
 from . import overlay_gemm as ov
 
@@ -54,12 +56,17 @@ def main() -> int:
         poison = np.full(ours.out.shape, np.nan, np.float32)
         split, blk = "s" if first.startswith("gemms") else "", int(first.rsplit("_b", 1)[1])
         makes = {"policy": ours.make}
-        alts = ({f"b{b}w{wd}{db}": ov.form_name(split, b, wd, db) for b, wd, db in ov.FORMS_BY_TILE[16 * blk]} if args.forms
-                else {f"k{kt}{c}": ov.GEMM_STEPS.name(split=split, blk=blk, kt=kt, c=c) for kt, c in FORMS if ov.runs(blk, kt)})
-        for key, variant in alts.items():
+        alts = ({f"{bm}x{bn}w{wd}": (ov.form_name(split, bm, bn, wd), wd * bm, wd * bn) for bm, bn, wd in ov.FORMS}
+                if args.forms else
+                {f"k{kt}{c}": (ov.GEMM_STEPS.name(split=split, blk=blk, kt=kt, c=c), 16 * blk, 16 * blk)
+                 for kt, c in FORMS if ov.runs(blk, kt)})
+        for key, (variant, tm, tn) in alts.items():
             op = compile_gemm(dev, ours.op.desc, kernel="tiled")
             assert op is not ours.op
-            op.plans[0] = dataclasses.replace(op.plans[0], variant=variant)
+            chunk = op.plans[0].push[contract.GEMM.offset("kchunk")]  # split-K's terms per part (0: none)
+            total = cdiv(ours.m, tm) * cdiv(ours.n, tn) * ours.batch * (cdiv(ours.k, chunk) if chunk else 1)
+            op.plans[0] = dataclasses.replace(op.plans[0], variant=variant,
+                                              groups=gemm_grid(total, dev.limits["max_compute_work_group_count"]))
             ours.out.write_numpy(poison)
             op.execute(ours.ins, [ours.out])
             same = np.array_equal(ours.out.numpy().view(np.uint32), want)

@@ -31,22 +31,24 @@ GEMM_STEPS = contract.family(
     split=("", "s"), blk=contract.GEMM_BLOCKS, kt=STEPS, c=("", "c"),
     defines=lambda split, blk, kt, c: {"F16": 0, "BLK": blk, "KT": f"{kt}u", "CLAMP": int(c == "c"),
                                        "SPLIT": int(split == "s")})
-# the same tile by other work-group forms: `gemmw{s}_f32_b{blk}_w{wd}{d}`, a WD x WD work group of BLK x BLK
-# blocks (WD 8: a quarter of the invocations, each with four times the outputs), `d` two shared stages and
-# one barrier a stage (DB=1); the local size is the family's, so one family per WD
+# other work-group forms: `gemmw{s}_f32_m{bm}n{bn}_w{wd}`, a WD x WD work group of BM x BN register blocks
+# (a (WD BM) x (WD BN) tile; WD 8: a quarter of the invocations); the local size is the family's, so one
+# family per WD
 GEMM_FORMS = tuple(contract.family(
-    f"gemm_forms{wd}", "gemm.comp", "gemmw{split}_f32_b{blk}_w" + str(wd) + "{db}", contract.GEMM_PUSH, (wd, wd, 1),
-    split=("", "s"), blk=contract.GEMM_BLOCKS, db=("", "d"),
-    defines=lambda split, blk, db, wd=wd: {"F16": 0, "BLK": blk, "WD": wd, "DB": int(db == "d"), "SPLIT": int(split == "s")})
+    f"gemm_forms{wd}", "gemm.comp", "gemmw{split}_f32_m{bm}n{bn}_w" + str(wd), contract.GEMM_PUSH, (wd, wd, 1),
+    split=("", "s"), bm=contract.GEMM_BLOCKS, bn=contract.GEMM_BLOCKS,
+    defines=lambda split, bm, bn, wd=wd: {"F16": 0, "BLK": max(bm, bn), "BM": bm, "BN": bn, "WD": wd,
+                                          "SPLIT": int(split == "s")})
     for wd in (8, 16))
 FAMILIES = (GEMM_STEPS, *GEMM_FORMS)
-# the forms that cover the policy's tile (16 BLK square): (blk, wd, db)
-FORMS_BY_TILE = {32: ((2, 16, "d"), (4, 8, ""), (4, 8, "d")), 64: ((4, 16, "d"), (8, 8, ""), (8, 8, "d")),
-                 128: ((8, 16, "d"),)}
+# the forms timed (bm, bn, wd): the policy's square blocks, rectangular ones, 8 x 8 work groups
+FORMS = ((2, 2, 16), (4, 4, 16), (8, 8, 16), (8, 4, 16), (4, 8, 16), (2, 4, 16), (4, 2, 16), (4, 4, 8), (8, 8, 8),
+         (8, 4, 8), (4, 8, 8))
 
 
-def form_name(split: str, blk: int, wd: int, db: str) -> str:
-    return f"gemmw{split}_f32_b{blk}_w{wd}{db}"
+def form_name(split: str, bm: int, bn: int, wd: int) -> str:
+    return f"gemmw{split}_f32_m{bm}n{bn}_w{wd}"
+
 
 
 def runs(blk: int, kt: int) -> bool:

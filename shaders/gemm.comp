@@ -92,38 +92,54 @@ layout(std430, binding = 6) buffer StBuf { vec2 st_buf[]; };
 #define F_A_MFAST 2u
 #define F_B_KFAST 4u
 
-#define TM (WDU * uint(BLK))
-#define TN (WDU * uint(BLK))
+// BM x BN: an invocation's register block (BLK x BLK unless the variant sets them: benchmarks/overlay_gemm.py)
+#ifndef BM
+#define BM BLK
+#endif
+#ifndef BN
+#define BN BLK
+#endif
+#define TM (WDU * uint(BM))
+#define TN (WDU * uint(BN))
 // K per stage: 16, or 32 / 64 (fewer serial steps where few work groups run; the same sums in the
-// same order, so the same bits); NL elements of A and of B staged per invocation and stage
+// same order, so the same bits); NLA elements of A and NLB of B staged per invocation and stage
 #ifndef KT
 #define KT 16u
 #endif
-#define NL (uint(BLK) * KT / WDU)
+#define NLA (uint(BM) * KT / WDU)
+#define NLB (uint(BN) * KT / WDU)
+#define NLM max(NLA, NLB)  // the staging loops' count; j < NLA (NLB) guards A (B): constant, folded
 #ifndef CLAMP  // benchmark overlay only (benchmarks/overlay_gemm.py): 1 issues the FLOAT32 loads at clamped addresses
 #define CLAMP 0
 #endif
-#if !F16 && BLK >= 4
-// the output's words four at a time (the same binding): a FLOAT32 row's BLK outputs stored as 16-byte
+#if !F16 && BN >= 4
+// the output's words four at a time (the same binding): a FLOAT32 row's BN outputs stored as 16-byte
 // words where the output is contiguous and aligned. H100, `python -m benchmarks.gemm_steps` at 199979a
 // (its k16v column against k16, device calls 193-194): Whisper's scores 8 x 4 x 1500 x 1500 x 64 435 ->
 // 382 us, BERT's 8 x 12 x 128 x 128 x 32 11.9 -> 8.9, 4096^3 3724 -> 3598; the same bits
 layout(std430, binding = 3) buffer OBuf4 { uvec4 o4_buf[]; };
 #endif
-// An invocation's BLK rows (columns) of a stage are NV vectors of VW floats in shared memory
-#if BLK == 8
+// An invocation's BM rows (BN columns) of a stage are NVA (NVB) vectors of VWA (VWB) floats in shared memory
+#if BM >= 4
+#define VECA vec4
+#define VWA 4u
+#elif BM == 2
+#define VECA vec2
+#define VWA 2u
+#else
+#error BM must be 2, 4 or 8
+#endif
+#if BN >= 4
 #define VEC vec4
 #define VW 4u
-#elif BLK == 4
-#define VEC vec4
-#define VW 4u
-#elif BLK == 2
+#elif BN == 2
 #define VEC vec2
 #define VW 2u
 #else
-#error BLK must be 2, 4 or 8
+#error BN must be 2, 4 or 8
 #endif
-#define NV (uint(BLK) / VW)
+#define NVA (uint(BM) / VWA)
+#define NV (uint(BN) / VW)
 
 #if F16
 #define LOADF(buf, e) uintBitsToFloat(h2f(bitfieldExtract(buf[(e) >> 1], int(((e) & 1u) << 4), 16)))
@@ -136,10 +152,10 @@ layout(std430, binding = 3) buffer OBuf4 { uvec4 o4_buf[]; };
 #define LOADF(buf, e) uintBitsToFloat(buf[e])
 #endif
 
-// sA[k][v * 16 + r]: rows r*BLK + v*VW .. + VW-1 of the A tile at stage position k (an
-// invocation's vectors 16 apart: a quarter warp reads 8 consecutive ones, no bank conflict)
-shared VEC sA[(DB + 1u) * KT][WDU * NV];
-shared VEC sB[(DB + 1u) * KT][WDU * NV];  // sB[k][v * 16 + c]: columns c*BLK + v*VW .. + VW-1 of the B tile
+// sA[k][v * WD + r]: rows r*BM + v*VWA .. + VWA-1 of the A tile at stage position k (an
+// invocation's vectors WD apart: a quarter warp reads 8 consecutive ones, no bank conflict)
+shared VECA sA[(DB + 1u) * KT][WDU * NVA];
+shared VEC sB[(DB + 1u) * KT][WDU * NV];  // sB[k][v * WD + c]: columns c*BN + v*VW .. + VW-1 of the B tile
 #if SMX
 // SMX_TILES (the family's define, contract.GEMM_SMX_TILES): the scores' column tiles per row at most
 shared float s_f[TM][SMX_TILES];  // the tile's rows: exp(mx_t - mx) per scores column tile t
@@ -177,35 +193,43 @@ void main() {
     const float NEG0 = uintBitsToFloat(0x80000000u);
 
     // this invocation's staging positions (tile-relative) and the next stage's values
-    uint am[NL], ak[NL], bk[NL], bn[NL];
+    uint am[NLA], ak[NLA], bk[NLB], bn[NLB];
 #if F16
-    // FLOAT16: each invocation stages NL / 2 pairs of neighbours along the fast dimension, read
+    // FLOAT16: each invocation stages NLA / 2 (NLB / 2) pairs of neighbours along the fast dimension, read
     // as one word where they share one (unit stride, even element), else as two halves
-    [[unroll]] for (uint j = 0u; j < NL; j += 2u) {
+    [[unroll]] for (uint j = 0u; j < NLM; j += 2u) {
         uint l = lid + (THREADS / 2u) * j;
+        if (j < NLA) {
         uint af = a_mfast ? 2u * (l % (TM / 2u)) : 2u * (l % (KT / 2u));
         uint as_ = a_mfast ? l / (TM / 2u) : l / (KT / 2u);
         am[j] = a_mfast ? af : as_;
         ak[j] = a_mfast ? as_ : af;
         am[j + 1u] = am[j] + (a_mfast ? 1u : 0u);
         ak[j + 1u] = ak[j] + (a_mfast ? 0u : 1u);
+        }
+        if (j < NLB) {
         uint bf = b_kfast ? 2u * (l % (KT / 2u)) : 2u * (l % (TN / 2u));
         uint bs_ = b_kfast ? l / (KT / 2u) : l / (TN / 2u);
         bk[j] = b_kfast ? bf : bs_;
         bn[j] = b_kfast ? bs_ : bf;
         bk[j + 1u] = bk[j] + (b_kfast ? 1u : 0u);
         bn[j + 1u] = bn[j] + (b_kfast ? 0u : 1u);
+        }
     }
 #else
-    [[unroll]] for (uint j = 0u; j < NL; ++j) {
+    [[unroll]] for (uint j = 0u; j < NLM; ++j) {
         uint l = lid + THREADS * j;
-        am[j] = a_mfast ? l % TM : l / KT;
-        ak[j] = a_mfast ? l / TM : l % KT;
-        bk[j] = b_kfast ? l % KT : l / TN;
-        bn[j] = b_kfast ? l / KT : l % TN;
+        if (j < NLA) {
+            am[j] = a_mfast ? l % TM : l / KT;
+            ak[j] = a_mfast ? l / TM : l % KT;
+        }
+        if (j < NLB) {
+            bk[j] = b_kfast ? l % KT : l / TN;
+            bn[j] = b_kfast ? l / KT : l % TN;
+        }
     }
 #endif
-    float ra[NL], rb[NL];
+    float ra[NLA], rb[NLB];
 #if F16
 #define LOAD_PAIR(buf, dst, j, e0, e1, ok0, ok1, PAD)                                             \
     if (ok0 && ok1 && (e1) == (e0) + 1u && ((e0) & 1u) == 0u) {                                   \
@@ -217,33 +241,46 @@ void main() {
         dst[j + 1u] = ok1 ? LOADF(buf, e1) : PAD;                                                 \
     }
 #define LOAD_STAGE(K0)                                                                            \
-    [[unroll]] for (uint j = 0u; j < NL; j += 2u) {                                               \
+    [[unroll]] for (uint j = 0u; j < NLM; j += 2u) {                                              \
+        if (j < NLA) {                                                                            \
         uint m = m0 + am[j], k = (K0) + ak[j], m1 = m0 + am[j + 1u], k1 = (K0) + ak[j + 1u];        \
         uint ea = a_base + m * pc.a_sm + k * pc.a_sk, ea1 = a_base + m1 * pc.a_sm + k1 * pc.a_sk; \
         LOAD_PAIR(a_buf, ra, j, ea, ea1, (m < M && k < K), (m1 < M && k1 < K), 0.0)               \
+        }                                                                                         \
+        if (j < NLB) {                                                                            \
         uint kb = (K0) + bk[j], n = n0 + bn[j], kb1 = (K0) + bk[j + 1u], n1 = n0 + bn[j + 1u];     \
         uint eb = b_base + kb * pc.b_sk + n * pc.b_sn, eb1 = b_base + kb1 * pc.b_sk + n1 * pc.b_sn; \
         LOAD_PAIR(b_buf, rb, j, eb, eb1, (kb < K && n < N), (kb1 < K && n1 < N), NEG0)           \
+        }                                                                                         \
     }
 #elif CLAMP
 // (overlay) every load of a stage at an address clamped into the operand (M, N >= 1 for a tile to
 // exist; K > the stage's first k), the padding selected afterwards: slower than the branches on the
 // H100 (4096^3 4710 us against 3735; benchmarks/gemm_steps.py, device call 177)
 #define LOAD_STAGE(K0)                                                                            \
-    [[unroll]] for (uint j = 0u; j < NL; ++j) {                                                   \
-        uint m = m0 + am[j], k = (K0) + ak[j], kb = (K0) + bk[j], n = n0 + bn[j];                 \
-        float a_ = LOADF(a_buf, a_base + min(m, M - 1u) * pc.a_sm + min(k, K - 1u) * pc.a_sk);   \
-        float b_ = LOADF(b_buf, b_base + min(kb, K - 1u) * pc.b_sk + min(n, N - 1u) * pc.b_sn);  \
-        ra[j] = (m < M && k < K) ? a_ : 0.0;                                                      \
-        rb[j] = (kb < K && n < N) ? b_ : NEG0;                                                    \
+    [[unroll]] for (uint j = 0u; j < NLM; ++j) {                                                  \
+        if (j < NLA) {                                                                            \
+            uint m = m0 + am[j], k = (K0) + ak[j];                                                \
+            float a_ = LOADF(a_buf, a_base + min(m, M - 1u) * pc.a_sm + min(k, K - 1u) * pc.a_sk); \
+            ra[j] = (m < M && k < K) ? a_ : 0.0;                                                  \
+        }                                                                                         \
+        if (j < NLB) {                                                                            \
+            uint kb = (K0) + bk[j], n = n0 + bn[j];                                               \
+            float b_ = LOADF(b_buf, b_base + min(kb, K - 1u) * pc.b_sk + min(n, N - 1u) * pc.b_sn); \
+            rb[j] = (kb < K && n < N) ? b_ : NEG0;                                                \
+        }                                                                                         \
     }
 #else
 #define LOAD_STAGE(K0)                                                                            \
-    [[unroll]] for (uint j = 0u; j < NL; ++j) {                                                   \
-        uint m = m0 + am[j], k = (K0) + ak[j];                                                    \
-        ra[j] = (m < M && k < K) ? LOADF(a_buf, a_base + m * pc.a_sm + k * pc.a_sk) : 0.0;        \
-        uint kb = (K0) + bk[j], n = n0 + bn[j];                                                   \
-        rb[j] = (kb < K && n < N) ? LOADF(b_buf, b_base + kb * pc.b_sk + n * pc.b_sn) : NEG0;     \
+    [[unroll]] for (uint j = 0u; j < NLM; ++j) {                                                  \
+        if (j < NLA) {                                                                            \
+            uint m = m0 + am[j], k = (K0) + ak[j];                                                \
+            ra[j] = (m < M && k < K) ? LOADF(a_buf, a_base + m * pc.a_sm + k * pc.a_sk) : 0.0;    \
+        }                                                                                         \
+        if (j < NLB) {                                                                            \
+            uint kb = (K0) + bk[j], n = n0 + bn[j];                                               \
+            rb[j] = (kb < K && n < N) ? LOADF(b_buf, b_base + kb * pc.b_sk + n * pc.b_sn) : NEG0; \
+        }                                                                                         \
     }
 #endif
 
@@ -281,8 +318,8 @@ void main() {
 #else
 #define STAGE_A(j, K0) ra[j]
 #endif
-    precise VEC acc[BLK][NV];  // acc[i][v][e]: output (ty*BLK + i, tx*BLK + v*VW + e) of the tile
-    [[unroll]] for (uint i = 0u; i < BLK; ++i) {
+    precise VEC acc[BM][NV];  // acc[i][v][e]: output (ty*BM + i, tx*BN + v*VW + e) of the tile
+    [[unroll]] for (uint i = 0u; i < BM; ++i) {
         [[unroll]] for (uint v = 0u; v < NV; ++v) acc[i][v] = VEC(NEG0);
     }
 
@@ -292,19 +329,18 @@ void main() {
     LOAD_STAGE(KLO)
 #endif
 #define STORE_STAGE(SO, K0)                                                                       \
-    [[unroll]] for (uint j = 0u; j < NL; ++j) {                                                   \
-        sA[(SO) + ak[j]][((am[j] % BLK) / VW) * WDU + am[j] / BLK][am[j] % VW] = STAGE_A(j, K0);    \
-        sB[(SO) + bk[j]][((bn[j] % BLK) / VW) * WDU + bn[j] / BLK][bn[j] % VW] = rb[j];             \
+    [[unroll]] for (uint j = 0u; j < NLM; ++j) {                                                  \
+        if (j < NLA) sA[(SO) + ak[j]][((am[j] % BM) / VWA) * WDU + am[j] / BM][am[j] % VWA] = STAGE_A(j, K0); \
+        if (j < NLB) sB[(SO) + bk[j]][((bn[j] % BN) / VW) * WDU + bn[j] / BN][bn[j] % VW] = rb[j];         \
     }
 #define PRODUCTS(SO)                                                                              \
     [[unroll]] for (uint kk = 0u; kk < KT; ++kk) {                                                \
-        VEC av[NV], bv[NV];                                                                       \
-        [[unroll]] for (uint v = 0u; v < NV; ++v) {                                               \
-            av[v] = sA[(SO) + kk][v * WDU + ty];                                                  \
-            bv[v] = sB[(SO) + kk][v * WDU + tx];                                                  \
-        }                                                                                         \
-        [[unroll]] for (uint i = 0u; i < BLK; ++i) {                                              \
-            VEC ai = VEC(av[i / VW][i % VW]);                                                     \
+        VECA av[NVA];                                                                             \
+        VEC bv[NV];                                                                               \
+        [[unroll]] for (uint v = 0u; v < NVA; ++v) av[v] = sA[(SO) + kk][v * WDU + ty];           \
+        [[unroll]] for (uint v = 0u; v < NV; ++v) bv[v] = sB[(SO) + kk][v * WDU + tx];            \
+        [[unroll]] for (uint i = 0u; i < BM; ++i) {                                               \
+            VEC ai = VEC(av[i / VWA][i % VWA]);                                                   \
             [[unroll]] for (uint v = 0u; v < NV; ++v) acc[i][v] = fma(ai, bv[v], acc[i][v]);      \
         }                                                                                         \
     }
@@ -337,12 +373,12 @@ void main() {
 #endif
 
 #if SPLIT
-    [[unroll]] for (uint i = 0u; i < BLK; ++i) {
-        uint m = m0 + ty * BLK + i;
+    [[unroll]] for (uint i = 0u; i < BM; ++i) {
+        uint m = m0 + ty * BM + i;
         if (m >= M) break;
         uint srow = ((sp * pc.nmat + bc) * M + m) * N;
-        [[unroll]] for (uint j = 0u; j < BLK; ++j) {
-            uint n = n0 + tx * BLK + j;
+        [[unroll]] for (uint j = 0u; j < BN; ++j) {
+            uint n = n0 + tx * BN + j;
             if (n >= N) break;
             s_buf[srow + n] = floatBitsToUint(acc[i][j / VW][j % VW]);
         }
@@ -357,7 +393,7 @@ void main() {
     const uint act = gemm_act_kind();
 #endif
 #if ACT && !F16
-    // outputs whose activation's fast form may differ from the exact one (bit i BLK + j): each stores its
+    // outputs whose activation's fast form may differ from the exact one (bit i BN + j): each stores its
     // sum r, which the loop after the tile's stores reads back and replaces by the exact activation, so
     // the kernel holds one copy of the exact form's code, not one per output (gemm_act.glsl)
     uvec2 redo = uvec2(0u);
@@ -365,11 +401,11 @@ void main() {
 #if STATS
     // the outputs r first, then the tile's row maxima mx_t and the weights exp(r - mx_t) (the stores
     // below take them with alpha 1 and no C), their sums reduced over the row's 16 invocations
-    [[unroll]] for (uint i = 0u; i < BLK; ++i) {
-        uint m = m0 + ty * BLK + i;
+    [[unroll]] for (uint i = 0u; i < BM; ++i) {
+        uint m = m0 + ty * BM + i;
         float lm = uintBitsToFloat(0xFF800000u);
-        [[unroll]] for (uint j = 0u; j < BLK; ++j) {
-            uint n = n0 + tx * BLK + j;
+        [[unroll]] for (uint j = 0u; j < BN; ++j) {
+            uint n = n0 + tx * BN + j;
             precise float r = pc.alpha * acc[i][j / VW][j % VW];
             if (has_c && n < N && m < M) {
                 precise float t2 = pc.beta * LOADF(c_buf, c_base + m * pc.c_sm + n * pc.c_sn);
@@ -378,7 +414,7 @@ void main() {
             acc[i][j / VW][j % VW] = r;
             if (n < N) lm = max(lm, r);
         }
-        s_red[ty * BLK + i][tx] = lm;
+        s_red[ty * BM + i][tx] = lm;
     }
     barrier();
     if (lid < TM) {
@@ -387,15 +423,15 @@ void main() {
         s_rmx[lid] = mx;
     }
     barrier();
-    [[unroll]] for (uint i = 0u; i < BLK; ++i) {  // the weights exp(r - mx_t), stored below, and their sums
-        const float mx = s_rmx[ty * BLK + i];
+    [[unroll]] for (uint i = 0u; i < BM; ++i) {  // the weights exp(r - mx_t), stored below, and their sums
+        const float mx = s_rmx[ty * BM + i];
         float ls = 0.0;
-        [[unroll]] for (uint j = 0u; j < BLK; ++j) {
+        [[unroll]] for (uint j = 0u; j < BN; ++j) {
             float w = mx != uintBitsToFloat(0xFF800000u) ? kdml_exp_le0(acc[i][j / VW][j % VW] - mx) : 0.0;
             acc[i][j / VW][j % VW] = w;
-            if (n0 + tx * BLK + j < N) ls += w;
+            if (n0 + tx * BN + j < N) ls += w;
         }
-        s_red[ty * BLK + i][tx] = ls;
+        s_red[ty * BM + i][tx] = ls;
     }
     barrier();
     if (lid < TM && m0 + lid < M) {
@@ -409,15 +445,15 @@ void main() {
     const float alpha = pc.alpha;
     const bool has_c_e = has_c;
 #endif
-    [[unroll]] for (uint i = 0u; i < BLK; ++i) {
-        uint m = m0 + ty * BLK + i;
+    [[unroll]] for (uint i = 0u; i < BM; ++i) {
+        uint m = m0 + ty * BM + i;
         if (m >= M) break;
-        float v[BLK];
+        float v[BN];
 #if SMX
-        const float il = s_il[ty * BLK + i];
+        const float il = s_il[ty * BM + i];
 #endif
-        [[unroll]] for (uint j = 0u; j < BLK; ++j) {
-            uint n = n0 + tx * BLK + j;
+        [[unroll]] for (uint j = 0u; j < BN; ++j) {
+            uint n = n0 + tx * BN + j;
 #if SMX
             precise float r = alpha * (acc[i][j / VW][j % VW] * il);
 #else
@@ -431,15 +467,15 @@ void main() {
             bool slow = false;
             uint fa = gemm_act_fast(floatBitsToUint(r), act, slow);
             v[j] = slow ? r : uintBitsToFloat(fa);
-            if (slow && n < N) redo[(i * BLK + j) >> 5] |= 1u << ((i * BLK + j) & 31u);
+            if (slow && n < N) redo[(i * BN + j) >> 5] |= 1u << ((i * BN + j) & 31u);
 #else
             v[j] = r;
 #endif
         }
         uint orow = o_base + m * pc.o_sm;
 #if F16
-        [[unroll]] for (uint j = 0u; j < BLK; j += 2u) {
-            uint n = n0 + tx * BLK + j;
+        [[unroll]] for (uint j = 0u; j < BN; j += 2u) {
+            uint n = n0 + tx * BN + j;
             if (n >= N) break;
             uint e = orow + n * pc.o_sn;
             uint h0 = OUT16(v[j]);
@@ -455,22 +491,22 @@ void main() {
             }
         }
 #else
-#if BLK >= 4
-        uint nb = n0 + tx * BLK;
+#if BN >= 4
+        uint nb = n0 + tx * BN;
 #if ACT
         // (a row with outputs to redo is stored through o_buf: the loop below reads them back through it)
-        const bool row_redo = ((redo[(i * BLK) >> 5] >> ((i * BLK) & 31u)) & ((1u << BLK) - 1u)) != 0u;
+        const bool row_redo = ((redo[(i * BN) >> 5] >> ((i * BN) & 31u)) & ((1u << BN) - 1u)) != 0u;
 #else
         const bool row_redo = false;
 #endif
-        if (pc.o_sn == 1u && ((orow + nb) & 3u) == 0u && nb + uint(BLK) <= N && !row_redo) {
-            [[unroll]] for (uint j = 0u; j < BLK; j += 4u)
+        if (pc.o_sn == 1u && ((orow + nb) & 3u) == 0u && nb + uint(BN) <= N && !row_redo) {
+            [[unroll]] for (uint j = 0u; j < BN; j += 4u)
                 o4_buf[(orow + nb + j) >> 2] = floatBitsToUint(vec4(v[j], v[j + 1u], v[j + 2u], v[j + 3u]));
             continue;
         }
 #endif
-        [[unroll]] for (uint j = 0u; j < BLK; ++j) {
-            uint n = n0 + tx * BLK + j;
+        [[unroll]] for (uint j = 0u; j < BN; ++j) {
+            uint n = n0 + tx * BN + j;
             if (n >= N) break;
             o_buf[orow + n * pc.o_sn] = floatBitsToUint(v[j]);
         }
@@ -478,9 +514,9 @@ void main() {
     }
 #if ACT && !F16
     if (redo != uvec2(0u)) {
-        [[dont_unroll]] for (uint e = 0u; e < uint(BLK * BLK); ++e) {
+        [[dont_unroll]] for (uint e = 0u; e < uint(BM * BN); ++e) {
             if (((redo[e >> 5] >> (e & 31u)) & 1u) == 0u) continue;
-            uint at = o_base + (m0 + ty * BLK + e / BLK) * pc.o_sm + (n0 + tx * BLK + e % BLK) * pc.o_sn;
+            uint at = o_base + (m0 + ty * BM + e / BN) * pc.o_sm + (n0 + tx * BN + e % BN) * pc.o_sn;
             o_buf[at] = gemm_act(o_buf[at], act);
         }
     }
