@@ -150,5 +150,5 @@ def test_which_kernels_keep_their_speed(dev, monkeypatch):
     assert keeps_speed_with_activation(dev, False, 1024, 1024, 256, 1)  # 64 x 64 tiles
     assert not keeps_speed_with_activation(dev, False, 4096, 4096, 4096, 1)  # 128 x 128 tiles
     assert not keeps_speed_with_activation(dev, True, 4096, 4096, 4096, 1)  # tensor cores
-    monkeypatch.setattr(dev, "policy", dataclasses.replace(gpu, gemm_act_blocks=(2, 4, 8)))
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(gpu, gemm_act_blocks=("2", "4", "8")))
     assert keeps_speed_with_activation(dev, False, 4096, 4096, 4096, 1)

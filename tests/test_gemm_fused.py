@@ -103,12 +103,12 @@ def test_fused_activation(dev, rng, monkeypatch, kernel, dt, name):
         assert variants[-1].endswith("a") and all(not v.endswith("a") for v in variants[:-1]), variants
 
 
-@pytest.mark.parametrize("blk", [2, 4, 8])
+@pytest.mark.parametrize("blk", ["2", "4", "8", "8x4"])
 @pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
 def test_register_blocks_and_specials(dev, rng, monkeypatch, blk, dt):
     """Each register block (FLOAT32's 16-byte stores included, a contiguous output) with GELU, and
     infinities and NaN through the product and C."""
-    monkeypatch.setattr("kompute_dml.ops.gemm.choose_block", lambda *args: blk)
+    monkeypatch.setattr("kompute_dml.ops.gemm.gemm_block", lambda *args: blk)
     monkeypatch.setenv("KDML_GEMM_SPLIT", "1")
     for m, n, k in ((70, 130, 19), (33, 31, 5)):
         got, tmp, variants = run_fused(dev, rng, dt, GELU, "tiled", (2,), m, n, k)
@@ -122,14 +122,14 @@ def test_register_blocks_and_specials(dev, rng, monkeypatch, blk, dt):
     assert np.isnan(got).any()
 
 
-@pytest.mark.parametrize("blk", [2, 4, 8])
+@pytest.mark.parametrize("blk", ["2", "4", "8", "8x4"])
 @pytest.mark.parametrize("name", EDGE_ACTS)
 def test_fast_forms_hand_over(dev, rng, monkeypatch, blk, name):
     """FLOAT32 HardSwish and Swish (their fast forms, the exact ones where those hand over) give the
     unfused chain's bits on the values where the hand-over happens, times 8 scales (a K = 1 product:
     each output is one value times one scale; no broadcast layouts, so every value reaches the
     product), on every register block, with C and without."""
-    monkeypatch.setattr("kompute_dml.ops.gemm.choose_block", lambda *args: blk)
+    monkeypatch.setattr("kompute_dml.ops.gemm.gemm_block", lambda *args: blk)
     monkeypatch.setenv("KDML_GEMM_SPLIT", "1")
     act, fn, kw = EDGE_ACTS[name]
     edges = np.array(EDGES32, np.float32)
@@ -142,8 +142,8 @@ def test_fast_forms_hand_over(dev, rng, monkeypatch, blk, name):
         _assert_same(got, fn(tmp, device=dev, **kw).numpy(), f"{name} b{blk}")
 
 
-_KERNELS16 = [("tiled", 2), ("tiled", 4), ("tiled", 8), pytest.param("coop", 0, marks=pytest.mark.slow),
-              ("tensor_cores", 0)]
+_KERNELS16 = [("tiled", "2"), ("tiled", "4"), ("tiled", "8"), ("tiled", "8x4"), pytest.param("coop", "", marks=pytest.mark.slow),
+              ("tensor_cores", "")]
 
 
 @pytest.mark.parametrize(("kernel", "blk"), _KERNELS16)
@@ -155,7 +155,7 @@ def test_float16_activation_edges(dev, rng, monkeypatch, kernel, blk, name):
     if kernel == "tensor_cores" and (why := coop_available(dev)):
         pytest.skip(why)
     if blk:
-        monkeypatch.setattr("kompute_dml.ops.gemm.choose_block", lambda *args: blk)
+        monkeypatch.setattr("kompute_dml.ops.gemm.gemm_block", lambda *args: blk)
     monkeypatch.setenv("KDML_GEMM_SPLIT", "1")
     act, fn, kw = EDGE_ACTS[name]
     edges = np.array(EDGES16, np.float16)

@@ -81,6 +81,12 @@ BIG_TILES_MIN = 64
 # against 437) and with fewer tiles (1024 x 4096 x 1024: 64 tiles, 464 against 304; 12000 x 1024
 # x 256: 188 tiles).
 BLK8_MIN_K, BLK8_MIN_TILES = 1024, 256
+# FLOAT32 on GPUs: where 64 x 64 is chosen and there are RECT_MIN_TILES tiles of 128 x 64, an 8 x 4 block
+# (gemm_block). H200 (`python -m benchmarks.gemm_steps --forms`, device call 276): Whisper's 12000 x 256 x
+# 1024 217 -> 197 us, 12000 x 1024 x 256 220 -> 195, its scores 383 -> 354 and context 326 -> 282, 1024 x
+# 768 x 3072 167 -> 148, 1576 x 256 x 1024 46 -> 38; with fewer tiles it lost (1576 x 256 x 256 on 52:
+# 17.4 -> 23.3). The same sums in the same order: the same bits.
+RECT_MIN_TILES = 128
 CPU_B4_RATE = 2.4
 _U32 = 1 << 32
 
@@ -235,12 +241,21 @@ def choose_block(rule: str, m: int, n: int, nmat: int, k: int = 0) -> int:
     return 4 if tiles64 >= BIG_TILES_MIN and min(m, n) > 32 else 2
 
 
+def gemm_block(rule: str, float16: bool, m: int, n: int, nmat: int, k: int = 0) -> str:
+    """The tiled kernel's register block (a contract.GEMM_TILES entry): choose_block's square one, or
+    8 x 4 (a 128 x 64 tile) for FLOAT32 on GPUs where 64 x 64 is chosen and RECT_MIN_TILES such tiles exist."""
+    blk = choose_block(rule, m, n, nmat, k)
+    if rule == "parallel" and not float16 and blk == 4 and m > 64 and cdiv(m, 128) * cdiv(n, 64) * nmat >= RECT_MIN_TILES:
+        return "8x4"
+    return str(blk)
+
+
 def keeps_speed_with_activation(device: Device, float16: bool, m: int, n: int, k: int, nmat: int) -> bool:
     """Whether the kernel the policy picks for this product keeps its speed with a fused activation:
     the tiled kernel with a block of DevicePolicy.gemm_act_blocks (docs/gemm.md, "Fused activation")."""
     if device.policy.gemm_family_for(float16, m, n, k) != "tiled":
         return False
-    return choose_block(device.policy.gemm_tiles, m, n, nmat, k) in device.policy.gemm_act_blocks
+    return gemm_block(device.policy.gemm_tiles, float16, m, n, nmat, k) in device.policy.gemm_act_blocks
 
 
 def _plan(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, beta: float, variant: str, total: int,
@@ -275,11 +290,11 @@ def plan_gemm(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, be
               act: tuple[int, ...] = (ACT_NONE, 0, 0)) -> DispatchPlan:
     """The tiled kernel's dispatch (shaders/gemm.comp); `act`: the fused activation's words."""
     dt = desc.a_tensor.data_type
-    blk = choose_block(device.policy.gemm_tiles, shape.m, shape.n, shape.nb * shape.nc, shape.k)
-    tile = 16 * blk
-    total = cdiv(shape.m, tile) * cdiv(shape.n, tile) * shape.nb * shape.nc
+    blk = gemm_block(device.policy.gemm_tiles, dt == DataType.FLOAT16, shape.m, shape.n, shape.nb * shape.nc, shape.k)
+    tm, tn = (16 * side for side in contract.block_sides(blk))
+    total = cdiv(shape.m, tm) * cdiv(shape.n, tn) * shape.nb * shape.nc
     if total >= 1 << 31:
-        raise UnsupportedError(f"a_tensor.sizes: {total} tiles of {tile} x {tile} exceed the shader's 31-bit count")
+        raise UnsupportedError(f"a_tensor.sizes: {total} tiles of {tm} x {tn} exceed the shader's 31-bit count")
     flags = staging_flags(shape.m, shape.n, shape.k, shape.a_st, shape.b_st)
     variant = contract.GEMM.name(t="f16" if dt == DataType.FLOAT16 else "f32", blk=blk, act=act_suffix(act))
     return _plan(device, desc, shape, alpha, beta, variant, total, flags, act=act)

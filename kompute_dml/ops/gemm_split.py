@@ -53,7 +53,10 @@ def split_plans(device: Device, plan: DispatchPlan, m: int, n: int, k: int, nmat
     """The tiled one-pass `plan` as split-K's two dispatches and their scratch (the operator's
     constant, binding-list entry 4), or None where it stays one pass."""
     t, blk_act = plan.variant.split("_")[1], plan.variant.rsplit("_b", 1)[1]
-    blk, act = int(blk_act.rstrip("a")), "a" if blk_act.endswith("a") else ""  # gemm_f32_b8a: fused activation
+    bm, bn = contract.block_sides(blk_act.rstrip("a"))
+    if bm != bn:  # (the 8 x 4 block: chosen only where there are many tiles, so never split)
+        return None
+    blk, act = bm, "a" if blk_act.endswith("a") else ""  # gemm_f32_b8a: fused activation
     tiles = cdiv(m, 16 * blk) * cdiv(n, 16 * blk) * nmat
     # the parts from the logical shape alone (64 x 64 tiles, whatever the block): a product's bits do
     # not depend on its tile or layout

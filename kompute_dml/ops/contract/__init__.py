@@ -337,6 +337,8 @@ from .gemm import (  # noqa: E402, F401
     GEMM_SMX_TILES,
     GEMM_SOFTMAX,
     GEMM_SPLIT,
+    GEMM_TILES,
+    block_sides,
 )
 
 # ---- REDUCE (ops/reduce.py, shaders/reduce.comp): one output element per invocation; offsets

@@ -23,9 +23,21 @@ GEMM_F_HAS_C = 1  # C is bound: Output = alpha * S + beta * C (else alpha * S)
 GEMM_F_A_MFAST = 2  # A's tile is staged with consecutive invocations on consecutive m (else k)
 GEMM_F_B_KFAST = 4  # B's tile is staged with consecutive invocations on consecutive k (else n)
 GEMM_BLOCKS = (2, 4, 8)
+# the one-pass kernel's blocks: BLK x BLK, and 8 x 4 (a 128 x 64 tile: ops/gemm.py gemm_block)
+GEMM_TILES = (*(str(b) for b in GEMM_BLOCKS), "8x4")
 GEMM_ACTS = ("", "a")  # without, with the FusedActivation
-GEMM = family("gemm", "gemm.comp", "gemm_{t}_b{blk}{act}", GEMM_PUSH, (16, 16, 1), t=("f32", "f16"), blk=GEMM_BLOCKS,
-              act=GEMM_ACTS, shape=("blk",), defines=lambda t, blk, act: {"F16": int(t == "f16"), "BLK": blk, "ACT": int(act == "a")})
+
+
+def block_sides(blk: str) -> tuple[int, int]:
+    """A GEMM_TILES entry's (BM, BN): the rows and columns of an invocation's register block."""
+    bm, _, bn = str(blk).partition("x")
+    return int(bm), int(bn or bm)
+
+
+GEMM = family("gemm", "gemm.comp", "gemm_{t}_b{blk}{act}", GEMM_PUSH, (16, 16, 1), t=("f32", "f16"), blk=GEMM_TILES,
+              act=GEMM_ACTS, shape=("blk",),
+              defines=lambda t, blk, act: {"F16": int(t == "f16"), "BLK": max(block_sides(blk)), "BM": block_sides(blk)[0],
+                                           "BN": block_sides(blk)[1], "ACT": int(act == "a")})
 # split-K (ops/gemm.py gemm_split; kchunk > 0 terms per part): gemms_* the parts' float32 sums to the
 # operator's scratch (binding 4), gemmr_* an invocation per output adds them in part order and applies
 # the epilogue
