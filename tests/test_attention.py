@@ -24,7 +24,7 @@ TD = kdml.TensorDesc
 MT = kdml.MultiheadAttentionMaskType
 # coopmat: its emulation where the device has no tensor cores; gemm: the two-GEMM kernel (ops/attention_gemm.py) at every
 # size, the device's own kernel for the problems it does not take
-KERNELS = ("rows", "tiled", "blocked", "coopmat", "gemm", "gemm8x4")
+KERNELS = ("rows", "tiled", "blocked", "coopmat", "gemm")
 FLOATS = {"f32": DT.FLOAT32, "f16": DT.FLOAT16}
 
 
@@ -36,9 +36,7 @@ def kdev(request, dev, monkeypatch):
     kernel = request.param
     if kernel == "coopmat" and dev.policy.gemm_family != "coopmat":
         kernel = "coopmat-emulated"
-    two = kernel.startswith("gemm")
-    if kernel == "gemm8x4":  # both dispatches on the 8 x 4 block (GPUs take it for FLOAT32 where tiles abound)
-        monkeypatch.setattr("kompute_dml.ops.attention_gemm.gemm_block", lambda *args: "8x4")
+    two = kernel == "gemm"
     # blocked: from one query row (the GPU policy's threshold would leave the small cases to the tiled kernel)
     monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, attention_kernel=dev.policy.attention_kernel if two
                                                            else kernel, attention_blocked_min_rows=1,

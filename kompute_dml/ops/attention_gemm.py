@@ -28,7 +28,7 @@ from ..device.memory import Tensor
 from ..runtime import DispatchPlan
 from . import contract
 from .attention_layout import Problem, View
-from .gemm import gemm_block, gemm_grid, staging_flags
+from .gemm import choose_block, gemm_grid, staging_flags
 from .split_range import binding_window, fits
 
 if TYPE_CHECKING:
@@ -58,32 +58,29 @@ def shape_takes(device: Device, batch: int, heads: int, seq: int, keys: int, dqk
     if not any_size and 4 * batch * heads * seq * keys * dqk < device.policy.attention_gemm_min_flops:
         return False
     blocks = _blocks(device, batch * heads, seq, keys, dqk, dv)
-    if blocks is None or cdiv(keys, 16 * contract.block_sides(blocks[0])[1]) > SMX_TILES:
+    if blocks is None or cdiv(keys, 16 * blocks[0]) > SMX_TILES:
         return False
     scores = batch * heads * seq * keys
     return scores < 1 << 31 and fits([TensorDesc(DataType.FLOAT32, (scores,))], binding_window(device.limits))
 
 
-def _shared_bytes(mode: str, blk: str) -> int:
+def _shared_bytes(mode: str, blk: int) -> int:
     """gemm.comp's shared memory in the GEMM_SOFTMAX variants: the staged A and B tiles (16 stage rows of
-    16 BM and 16 BN floats), then the scores' row reductions (s: 17 + 1 floats a row) or the product's
-    factors and reciprocals (x: SMX_TILES + 1 floats a row)."""
-    tm, tn = (16 * side for side in contract.block_sides(blk))
-    return 16 * (tm + tn) * 4 + tm * 4 * (18 if mode == "s" else SMX_TILES + 1)
+    16 BLK floats each), then the scores' row reductions (s: 17 + 1 floats a row) or the product's factors
+    and reciprocals (x: SMX_TILES + 1 floats a row)."""
+    tm = 16 * blk
+    return 2 * 16 * tm * 4 + tm * 4 * (18 if mode == "s" else SMX_TILES + 1)
 
 
-_SMALLER = {"8": "4", "8x4": "4", "4": "2"}  # a block halved
-
-
-def _blocks(device: Device, nmat: int, seq: int, keys: int, dqk: int, dv: int) -> tuple[str, str] | None:
-    """The scores' and the product's blocks: GEMM's (gemm_block), halved until the variant's shared memory
-    fits the device's (None: not even BLK 2 does)."""
+def _blocks(device: Device, nmat: int, seq: int, keys: int, dqk: int, dv: int) -> tuple[int, int] | None:
+    """The scores' and the product's BLK: the GEMM rule's, halved until the variant's shared memory fits the
+    device's (None: not even BLK 2 does)."""
     smem = int(device.limits.get("max_compute_shared_memory_size", 16384))
     out = []
     for mode, (m, n, k) in (("s", (seq, keys, dqk)), ("x", (seq, dv, keys))):
-        blk = gemm_block(device.policy.gemm_tiles, False, m, n, nmat, k)
-        while blk in _SMALLER and _shared_bytes(mode, blk) > smem:
-            blk = _SMALLER[blk]
+        blk = choose_block(device.policy.gemm_tiles, m, n, nmat, k)
+        while blk > 2 and _shared_bytes(mode, blk) > smem:
+            blk //= 2
         if _shared_bytes(mode, blk) > smem:
             return None
         out.append(blk)
@@ -103,8 +100,7 @@ def gemm_plans(device: Device, desc: Any, p: Problem, entry: dict[str, int], sca
     `entry`: the descriptor's fields -> their index in the operator's tensor list."""
     nmat, keys = p.batch * p.heads, p.kv_seq
     blk_s, blk_x = _blocks(device, nmat, p.seq, keys, p.dqk, p.dv)  # type: ignore[misc]  (gemm_takes: not None)
-    tn_s = 16 * contract.block_sides(blk_s)[1]
-    tiles = cdiv(keys, tn_s)  # the scores' column tiles: partials per row
+    tiles = cdiv(keys, 16 * blk_s)  # the scores' column tiles: partials per row
     scores = Tensor.scratch(device, TensorDesc(DataType.FLOAT32, (nmat * p.seq * keys,)))
     stats = Tensor.scratch(device, TensorDesc(DataType.FLOAT32, (nmat * p.seq * tiles * 2,)))
     si, ti = first_constant, first_constant + 1
@@ -114,13 +110,12 @@ def gemm_plans(device: Device, desc: Any, p: Problem, entry: dict[str, int], sca
     common = dict(a_off=0, b_off=0, c_off=0, o_off=0, nmat=nmat, nc=p.heads, act_p1=0)
     fam, maxg = contract.GEMM_SOFTMAX, device.limits["max_compute_work_group_count"]
 
-    def plan(mode: str, blk: str, m: int, n: int, kk: int, values: dict[str, Any], bindings: tuple[int | None, ...],
+    def plan(mode: str, blk: int, m: int, n: int, kk: int, values: dict[str, Any], bindings: tuple[int | None, ...],
              writes: tuple[int, ...]) -> DispatchPlan:
         a_st = tuple(values[f"a_{s}"] for s in ("sb", "sc", "sm", "sk"))
         b_st = tuple(values[f"b_{s}"] for s in ("sb", "sc", "sk", "sn"))
         flags = values.pop("flags") | staging_flags(m, n, kk, a_st, b_st)
-        bm, bn = contract.block_sides(blk)
-        total = cdiv(m, 16 * bm) * cdiv(n, 16 * bn) * nmat
+        total = cdiv(m, 16 * blk) * cdiv(n, 16 * blk) * nmat
         slots = {f"{x}_off": (bindings[i], 4) for i, x in enumerate("abco") if bindings[i] is not None}
         return DispatchPlan(variant=fam.name(t="f32", blk=blk, mode=mode), bindings=bindings,
                             push=fam.pack(**common, **values, m=m, n=n, k=kk, flags=flags),
@@ -136,7 +131,7 @@ def gemm_plans(device: Device, desc: Any, p: Problem, entry: dict[str, int], sca
                           **_strides("b", p.views["v"], ("sb", "sc", "sk", "sn")),
                           **_strides("c", None, ("sb", "sc", "sm", "sn")),
                           **_strides("o", p.views["o"], ("sb", "sc", "sm", "sn")), alpha=1.0, beta=0.0,
-                          kchunk=tiles, flags=0, act_p0=tn_s.bit_length() - 1)
+                          kchunk=tiles, flags=0, act_p0=(16 * blk_s).bit_length() - 1)
     plans = [plan("s", blk_s, p.seq, keys, p.dqk, score_values, (q, k, rb, si, None, None, ti), (si, ti)),
              plan("x", blk_x, p.seq, p.dv, keys, context_values, (si, v, None, o, None, None, ti), (o,))]
     return plans, [scores, stats]

@@ -49,10 +49,9 @@ GEMM_SPLIT = family("gemm_split", "gemm.comp", "gemms_{t}_b{blk}", GEMM_PUSH, (1
 # scores' column tiles per row)
 GEMM_SMX_TILES = 32  # the scores' column tiles a row at most (x: its shared table of factors)
 GEMM_SOFTMAX = family("gemm_softmax", "gemm.comp", "gemmx_{t}_b{blk}{mode}", GEMM_PUSH, (16, 16, 1), t=("f32",),
-                      blk=GEMM_TILES, mode=("s", "x"), shape=("blk",),
-                      defines=lambda t, blk, mode: {"F16": 0, "BLK": max(block_sides(blk)), "BM": block_sides(blk)[0],
-                                                    "BN": block_sides(blk)[1], "STATS": int(mode == "s"),
-                                                    "SMX": int(mode == "x"), "SMX_TILES": f"{GEMM_SMX_TILES}u"})
+                      blk=GEMM_BLOCKS, mode=("s", "x"), shape=("blk",),
+                      defines=lambda t, blk, mode: {"F16": 0, "BLK": blk, "STATS": int(mode == "s"), "SMX": int(mode == "x"),
+                                                    "SMX_TILES": f"{GEMM_SMX_TILES}u"})
 GEMM_REDUCE = family("gemm_reduce", "gemm_reduce.comp", "gemmr_{t}{act}", GEMM_PUSH, (256, 1, 1), t=("f32", "f16"),
                      act=GEMM_ACTS, defines=lambda t, act: {"F16": int(t == "f16"), "ACT": int(act == "a")})
 # FLOAT16 GEMM on cooperative matrices (ops/gemm_coop.py, shaders/gemm_coop.comp): the same block;
