@@ -103,7 +103,7 @@ def test_fused_activation(dev, rng, monkeypatch, kernel, dt, name):
         assert variants[-1].endswith("a") and all(not v.endswith("a") for v in variants[:-1]), variants
 
 
-@pytest.mark.parametrize("blk", ["2", "4", "8", "8x4"])
+@pytest.mark.parametrize("blk", ["2", "4", "8"])
 @pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
 def test_register_blocks_and_specials(dev, rng, monkeypatch, blk, dt):
     """Each register block (FLOAT32's 16-byte stores included, a contiguous output) with GELU, and
@@ -122,7 +122,7 @@ def test_register_blocks_and_specials(dev, rng, monkeypatch, blk, dt):
     assert np.isnan(got).any()
 
 
-@pytest.mark.parametrize("blk", ["2", "4", "8", "8x4"])
+@pytest.mark.parametrize("blk", ["2", "4", "8"])
 @pytest.mark.parametrize("name", EDGE_ACTS)
 def test_fast_forms_hand_over(dev, rng, monkeypatch, blk, name):
     """FLOAT32 HardSwish and Swish (their fast forms, the exact ones where those hand over) give the
@@ -142,7 +142,7 @@ def test_fast_forms_hand_over(dev, rng, monkeypatch, blk, name):
         _assert_same(got, fn(tmp, device=dev, **kw).numpy(), f"{name} b{blk}")
 
 
-_KERNELS16 = [("tiled", "2"), ("tiled", "4"), ("tiled", "8"), ("tiled", "8x4"), pytest.param("coop", "", marks=pytest.mark.slow),
+_KERNELS16 = [("tiled", "2"), ("tiled", "4"), ("tiled", "8"), pytest.param("coop", "", marks=pytest.mark.slow),
               ("tensor_cores", "")]
 
 

@@ -28,7 +28,8 @@ from ..device.memory import Tensor
 from ..runtime import DispatchPlan
 from . import contract
 from .attention_layout import Problem, View
-from .gemm import choose_block, gemm_grid, staging_flags
+from .gemm import gemm_grid, staging_flags
+from .gemm_blocks import choose_block
 from .split_range import binding_window, fits
 
 if TYPE_CHECKING:

@@ -46,6 +46,7 @@ from .act_table import act_table, gemm_bindings, uses_table
 from .base import CompiledOperator, validate_tensors
 from .conv_fused import ACT_NONE, fused_words
 from .elementwise_plan import check_addressable
+from .gemm_blocks import BIG_TILES_MIN, BLK8_MIN_K, BLK8_MIN_TILES, RECT_MIN_TILES, choose_block, gemm_block  # noqa: F401
 from .gemm_coop import CoopTile, plan_gemm_coop
 from .onnx_types import FLOAT32_NUMPY, float_input, quantized_product
 from .spec import OnnxOp, OperatorSpec
@@ -65,29 +66,6 @@ GEMM = OperatorSupport("GEMM", 54, tuple(
 
 SUPPORT = GEMM
 LOCAL = 256  # invocations per work group (16 x 16)
-# A 16 BLK x 16 BLK output tile per work group (contract.GEMM_BLOCKS), chosen by the policy's
-# `gemm_tiles` (choose_block). GPUs ("parallel"): 128 x 128 (BLK 8) where K >= BLK8_MIN_K and
-# there are BLK8_MIN_TILES of them, else the largest of 64 x 64 (BLK 4) and 32 x 32 of which a
-# problem has at least BIG_TILES_MIN; M and N must exceed half the tile.
-# CPU devices ("work"): the tile with the least padded work divided by its speed: on lavapipe
-# (2 cores, llvmpipe 256-bit) the 64 x 64 tile computed 4.96-5.00 GFLOPS against 2.08-2.13 for
-# 32 x 32 at 256^3 (FLOAT32 / FLOAT16), 2.18 / 0.86 at 96 x 200 x 130, 3.30 / 1.40 on 16 matrices
-# of 128 x 32 x 128: CPU_B4_RATE.
-BIG_TILES_MIN = 64
-# 128 x 128 tiles only over long sums and for enough of them (two per multiprocessor of an H100):
-# on the H100 (benchmarks/bench_gemm.py --blocks, at 72f5805) they beat 64 x 64 at 4096^3 (3,656
-# us against 4,469), 2048^3, 8192 x 4096 x 1024, 4096 x 1024 x 4096 and 8192 x 2048 x 2048, and
-# lost at K < 1,024 (Whisper's 12000 x 256 x 1024 240 against 222, its scores at K = 64 713
-# against 437) and with fewer tiles (1024 x 4096 x 1024: 64 tiles, 464 against 304; 12000 x 1024
-# x 256: 188 tiles).
-BLK8_MIN_K, BLK8_MIN_TILES = 1024, 256
-# FLOAT32 on GPUs: where 64 x 64 is chosen and there are RECT_MIN_TILES tiles of 128 x 64, an 8 x 4 block
-# (gemm_block). H200 (`python -m benchmarks.gemm_steps --forms`, device call 276): Whisper's 12000 x 256 x
-# 1024 217 -> 197 us, 12000 x 1024 x 256 220 -> 195, its scores 383 -> 354 and context 326 -> 282, 1024 x
-# 768 x 3072 167 -> 148, 1576 x 256 x 1024 46 -> 38; with fewer tiles it lost (1576 x 256 x 256 on 52:
-# 17.4 -> 23.3). The same sums in the same order: the same bits.
-RECT_MIN_TILES = 128
-CPU_B4_RATE = 2.4
 _U32 = 1 << 32
 
 
@@ -229,33 +207,12 @@ def gemm_grid(total: int, limits: Any) -> tuple[int, int, int]:
     return (gx, gy, gz)
 
 
-def choose_block(rule: str, m: int, n: int, nmat: int, k: int = 0) -> int:
-    """BLK (outputs per invocation per side) for M x N outputs of `nmat` matrices over K (see BIG_TILES_MIN)."""
-    if rule == "work":
-        small = cdiv(m, 32) * cdiv(n, 32) * 32 * 32
-        big = cdiv(m, 64) * cdiv(n, 64) * 64 * 64
-        return 4 if big < small * CPU_B4_RATE else 2
-    if k >= BLK8_MIN_K and cdiv(m, 128) * cdiv(n, 128) * nmat >= BLK8_MIN_TILES and min(m, n) > 64:
-        return 8
-    tiles64 = cdiv(m, 64) * cdiv(n, 64) * nmat
-    return 4 if tiles64 >= BIG_TILES_MIN and min(m, n) > 32 else 2
-
-
-def gemm_block(rule: str, float16: bool, m: int, n: int, nmat: int, k: int = 0) -> str:
-    """The tiled kernel's register block (a contract.GEMM_TILES entry): choose_block's square one, or
-    8 x 4 (a 128 x 64 tile) for FLOAT32 on GPUs where 64 x 64 is chosen and RECT_MIN_TILES such tiles exist."""
-    blk = choose_block(rule, m, n, nmat, k)
-    if rule == "parallel" and not float16 and blk == 4 and m > 64 and cdiv(m, 128) * cdiv(n, 64) * nmat >= RECT_MIN_TILES:
-        return "8x4"
-    return str(blk)
-
-
 def keeps_speed_with_activation(device: Device, float16: bool, m: int, n: int, k: int, nmat: int) -> bool:
     """Whether the kernel the policy picks for this product keeps its speed with a fused activation:
     the tiled kernel with a block of DevicePolicy.gemm_act_blocks (docs/gemm.md, "Fused activation")."""
     if device.policy.gemm_family_for(float16, m, n, k) != "tiled":
         return False
-    return gemm_block(device.policy.gemm_tiles, float16, m, n, nmat, k) in device.policy.gemm_act_blocks
+    return gemm_block(device.policy.gemm_tiles, float16, True, m, n, nmat, k) in device.policy.gemm_act_blocks
 
 
 def _plan(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, beta: float, variant: str, total: int,
@@ -290,13 +247,18 @@ def plan_gemm(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, be
               act: tuple[int, ...] = (ACT_NONE, 0, 0)) -> DispatchPlan:
     """The tiled kernel's dispatch (shaders/gemm.comp); `act`: the fused activation's words."""
     dt = desc.a_tensor.data_type
-    blk = gemm_block(device.policy.gemm_tiles, dt == DataType.FLOAT16, shape.m, shape.n, shape.nb * shape.nc, shape.k)
+    blk = gemm_block(device.policy.gemm_tiles, dt == DataType.FLOAT16, act[0] != ACT_NONE, shape.m, shape.n,
+                     shape.nb * shape.nc, shape.k)
     tm, tn = (16 * side for side in contract.block_sides(blk))
     total = cdiv(shape.m, tm) * cdiv(shape.n, tn) * shape.nb * shape.nc
     if total >= 1 << 31:
         raise UnsupportedError(f"a_tensor.sizes: {total} tiles of {tm} x {tn} exceed the shader's 31-bit count")
     flags = staging_flags(shape.m, shape.n, shape.k, shape.a_st, shape.b_st)
-    variant = contract.GEMM.name(t="f16" if dt == DataType.FLOAT16 else "f32", blk=blk, act=act_suffix(act))
+    if "x" in blk:  # (gemm_block: FLOAT32 without an activation only)
+        assert dt == DataType.FLOAT32 and act[0] == ACT_NONE, (blk, dt, act)
+        variant = contract.GEMM_RECT.name(blk=blk)
+    else:
+        variant = contract.GEMM.name(t="f16" if dt == DataType.FLOAT16 else "f32", blk=blk, act=act_suffix(act))
     return _plan(device, desc, shape, alpha, beta, variant, total, flags, act=act)
 
 
@@ -395,7 +357,7 @@ def rnn_rule(op_type: str) -> Any:
     return rule
 
 
-SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM, contract.GEMM_SPLIT, contract.GEMM_REDUCE,
+SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM, contract.GEMM_RECT, contract.GEMM_SPLIT, contract.GEMM_REDUCE,
                                                        contract.GEMM_COOP), helpers=("gemm", "matmul"),
                       onnx=(OnnxOp("MatMul", "", "matmul", check=float_input), OnnxOp("Gemm", "", "gemm", check=float_input),
                             OnnxOp("FusedMatMul", "com.microsoft", "gemm", check=float_input),

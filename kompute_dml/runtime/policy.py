@@ -158,7 +158,7 @@ class DevicePolicy:
     gemm_tiles: str = "work"
     # The tiled kernel's blocks that keep their speed with a fused activation, the only products the ONNX
     # GELU fusions fuse (ops/gemm.py keeps_speed_with_activation; docs/gemm.md "Fused activation")
-    gemm_act_blocks: tuple[str, ...] = ("2", "4", "8x4")
+    gemm_act_blocks: tuple[str, ...] = ("2", "4")
     matmul_kernel: str = field(default_factory=lambda: os.environ.get(MATMUL_KERNEL_ENV, "auto"))  # forced family
     # FLOAT16 GEMM's family (large products, GEMM_COOP_MIN): "coopmat" with GEMM_COOP_CAPABILITIES and F16_SHAPE
     gemm_family: str = "tiled"

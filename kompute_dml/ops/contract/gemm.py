@@ -23,21 +23,20 @@ GEMM_F_HAS_C = 1  # C is bound: Output = alpha * S + beta * C (else alpha * S)
 GEMM_F_A_MFAST = 2  # A's tile is staged with consecutive invocations on consecutive m (else k)
 GEMM_F_B_KFAST = 4  # B's tile is staged with consecutive invocations on consecutive k (else n)
 GEMM_BLOCKS = (2, 4, 8)
-# the one-pass kernel's blocks: BLK x BLK, and 8 x 4 (a 128 x 64 tile: ops/gemm.py gemm_block)
-GEMM_TILES = (*(str(b) for b in GEMM_BLOCKS), "8x4")
 GEMM_ACTS = ("", "a")  # without, with the FusedActivation
 
 
 def block_sides(blk: str) -> tuple[int, int]:
-    """A GEMM_TILES entry's (BM, BN): the rows and columns of an invocation's register block."""
+    """A block's (BM, BN), the rows and columns of an invocation's outputs: "4" -> (4, 4), "8x4" -> (8, 4)."""
     bm, _, bn = str(blk).partition("x")
     return int(bm), int(bn or bm)
 
 
-GEMM = family("gemm", "gemm.comp", "gemm_{t}_b{blk}{act}", GEMM_PUSH, (16, 16, 1), t=("f32", "f16"), blk=GEMM_TILES,
-              act=GEMM_ACTS, shape=("blk",),
-              defines=lambda t, blk, act: {"F16": int(t == "f16"), "BLK": max(block_sides(blk)), "BM": block_sides(blk)[0],
-                                           "BN": block_sides(blk)[1], "ACT": int(act == "a")})
+GEMM = family("gemm", "gemm.comp", "gemm_{t}_b{blk}{act}", GEMM_PUSH, (16, 16, 1), t=("f32", "f16"), blk=GEMM_BLOCKS,
+              act=GEMM_ACTS, shape=("blk",), defines=lambda t, blk, act: {"F16": int(t == "f16"), "BLK": blk, "ACT": int(act == "a")})
+# FLOAT32 without an activation on an 8 x 4 block (a 128 x 64 tile; ops/gemm.py gemm_block): GPUs where tiles abound
+GEMM_RECT = family("gemm_rect", "gemm.comp", "gemm_f32_b{blk}", GEMM_PUSH, (16, 16, 1), blk=("8x4",),
+                   defines=lambda blk: {"F16": 0, "BLK": 8, "BM": block_sides(blk)[0], "BN": block_sides(blk)[1], "ACT": 0})
 # split-K (ops/gemm.py gemm_split; kchunk > 0 terms per part): gemms_* the parts' float32 sums to the
 # operator's scratch (binding 4), gemmr_* an invocation per output adds them in part order and applies
 # the epilogue
