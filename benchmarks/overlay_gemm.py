@@ -5,7 +5,9 @@ policy's: `gemmx{s}_f32_b{blk}_k{kt}{c}` is the BLK register block with KT terms
 selected after them (CLAMP=1; the product keeps each load inside its bounds branch). Every
 variant sums each output over k in order from -0, so all give the product's bits. H100 (device
 call 177): the product's form was the fastest nearly everywhere; 32-term steps only at 1024 x 256
-x 256 and 1576 x 256 x 256 (8-9 %); RESULTS.md has the table.
+x 256 and 1576 x 256 x 256 (8-9 %); RESULTS.md has the table. `gemmw{s}_f32_m{bm}n{bn}_w{wd}` (GEMM_FORMS,
+for `gemm_steps --forms`): BM x BN blocks in WD x WD work groups; the product took 8 x 4 from them (H200,
+device call 276: ops/gemm_blocks.py).
 
     python tools/build_spirv.py --overlay benchmarks/overlay_gemm.py --out benchmarks/out/spirv_gemm
 """

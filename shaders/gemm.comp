@@ -54,9 +54,6 @@
 #endif
 #define WDU uint(WD)
 #define THREADS (WDU * WDU)
-#ifndef DB  // 1: two shared stages, one barrier a stage (benchmarks/overlay_gemm.py)
-#define DB 0
-#endif
 layout(local_size_x = WD, local_size_y = WD) in;
 
 layout(std430, binding = 0) readonly buffer ABuf { uint a_buf[]; };
@@ -154,8 +151,8 @@ layout(std430, binding = 3) buffer OBuf4 { uvec4 o4_buf[]; };
 
 // sA[k][v * WD + r]: rows r*BM + v*VWA .. + VWA-1 of the A tile at stage position k (an
 // invocation's vectors WD apart: a quarter warp reads 8 consecutive ones, no bank conflict)
-shared VECA sA[(DB + 1u) * KT][WDU * NVA];
-shared VEC sB[(DB + 1u) * KT][WDU * NV];  // sB[k][v * WD + c]: columns c*BN + v*VW .. + VW-1 of the B tile
+shared VECA sA[KT][WDU * NVA];
+shared VEC sB[KT][WDU * NV];  // sB[k][v * WD + c]: columns c*BN + v*VW .. + VW-1 of the B tile
 #if SMX
 // SMX_TILES (the family's define, contract.GEMM_SMX_TILES): the scores' column tiles per row at most
 shared float s_f[TM][SMX_TILES];  // the tile's rows: exp(mx_t - mx) per scores column tile t
@@ -328,49 +325,29 @@ void main() {
 #elif !SMX
     LOAD_STAGE(KLO)
 #endif
-#define STORE_STAGE(SO, K0)                                                                       \
+#define STORE_STAGE(K0)                                                                           \
     [[unroll]] for (uint j = 0u; j < NLM; ++j) {                                                  \
-        if (j < NLA) sA[(SO) + ak[j]][((am[j] % BM) / VWA) * WDU + am[j] / BM][am[j] % VWA] = STAGE_A(j, K0); \
-        if (j < NLB) sB[(SO) + bk[j]][((bn[j] % BN) / VW) * WDU + bn[j] / BN][bn[j] % VW] = rb[j];         \
+        if (j < NLA) sA[ak[j]][((am[j] % BM) / VWA) * WDU + am[j] / BM][am[j] % VWA] = STAGE_A(j, K0); \
+        if (j < NLB) sB[bk[j]][((bn[j] % BN) / VW) * WDU + bn[j] / BN][bn[j] % VW] = rb[j];         \
     }
-#define PRODUCTS(SO)                                                                              \
+#define PRODUCTS()                                                                                \
     [[unroll]] for (uint kk = 0u; kk < KT; ++kk) {                                                \
         VECA av[NVA];                                                                             \
         VEC bv[NV];                                                                               \
-        [[unroll]] for (uint v = 0u; v < NVA; ++v) av[v] = sA[(SO) + kk][v * WDU + ty];           \
-        [[unroll]] for (uint v = 0u; v < NV; ++v) bv[v] = sB[(SO) + kk][v * WDU + tx];            \
+        [[unroll]] for (uint v = 0u; v < NVA; ++v) av[v] = sA[kk][v * WDU + ty];           \
+        [[unroll]] for (uint v = 0u; v < NV; ++v) bv[v] = sB[kk][v * WDU + tx];            \
         [[unroll]] for (uint i = 0u; i < BM; ++i) {                                               \
             VEC ai = VEC(av[i / VWA][i % VWA]);                                                   \
             [[unroll]] for (uint v = 0u; v < NV; ++v) acc[i][v] = fma(ai, bv[v], acc[i][v]);      \
         }                                                                                         \
     }
-#if DB
-    // two stages in shared memory: the next stage stored into the other one after this stage's products,
-    // one barrier a stage
-    uint so = 0u;
-    if (KLO < K) {
-        STORE_STAGE(0u, KLO)
-    }
-    barrier();
     for (uint k0 = KLO; k0 < K; k0 += KT) {
-        const bool more = k0 + KT < K;
-        if (more) LOAD_STAGE(k0 + KT)
-        PRODUCTS(so)
-        if (more) {
-            STORE_STAGE(so ^ KT, k0 + KT)
-        }
-        barrier();
-        so ^= KT;
-    }
-#else
-    for (uint k0 = KLO; k0 < K; k0 += KT) {
-        STORE_STAGE(0u, k0)
+        STORE_STAGE(k0)
         barrier();
         if (k0 + KT < K) LOAD_STAGE(k0 + KT)
-        PRODUCTS(0u)
+        PRODUCTS()
         barrier();
     }
-#endif
 
 #if SPLIT
     [[unroll]] for (uint i = 0u; i < BM; ++i) {
