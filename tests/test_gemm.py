@@ -141,6 +141,7 @@ def test_tile_sizes(dev, rng, monkeypatch):
     assert gemm_block("parallel", True, False, 128 * RECT_MIN_TILES, 64, 1) == "4"
     assert gemm_block("parallel", False, True, 128 * RECT_MIN_TILES, 64, 1) == "4"
     assert gemm_block("parallel", False, False, 64, 128 * RECT_MIN_TILES, 4) == "4"
+    assert gemm_block("parallel", False, False, 128 * RECT_MIN_TILES * 4, 48, 1) == "4"  # (N < RECT_MIN_N)
     assert gemm_block("parallel", False, False, 128 * 16, 128 * 16, BLK8_MIN_TILES // 256, BLK8_MIN_K) == "8"
     assert gemm_block("work", False, False, 128 * RECT_MIN_TILES, 64, 1) == "4"
     # GPUs: 64 x 64 where there are enough such tiles; CPU devices: the least padded work per speed
