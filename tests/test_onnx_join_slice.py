@@ -99,8 +99,8 @@ def test_concat_and_slice_run_in_one_submission(rng, elem, dtype):
 
 
 def test_concat_of_an_empty_input_and_an_empty_slice():
-    """An input empty along the axis is left out of JOIN; a Slice whose result is empty runs on
-    the CPU (kompute_dml tensors are never empty)."""
+    """An input empty along the axis is left out of JOIN; a Slice whose result is empty is an empty
+    host value (kompute_dml tensors are never empty): no fallback, the graph still one program."""
     n = helper.make_node
     nodes = [n("Add", ["a", "a"], ["a2"]),
              n("Concat", ["a2", "e"], ["c"], axis=1),
@@ -114,7 +114,29 @@ def test_concat_of_an_empty_input_and_an_empty_slice():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     c, empty = rep.run({"a": a, "e": np.zeros((2, 0), np.float32)})
     np.testing.assert_array_equal(c, a + a)
-    assert empty.shape == (2, 0)
+    assert empty.shape == (2, 0) and empty.dtype == np.float32
+    assert rep.last_run.runtime_fallbacks == 0 and rep.last_run.cpu_segments == 0
+
+
+def test_an_empty_slice_joined_to_device_values_keeps_the_program():
+    """Phi-3's rotary embedding over the whole head: x[..., 8:] is empty and is concatenated to the rotated
+    part; the run stays one recorded program (no node-by-node run, no fallback) and equals onnxruntime."""
+    n = helper.make_node
+    nodes = [n("Mul", ["x", "x"], ["r"]), n("Slice", ["x", "st", "en", "ax"], ["tail"]),
+             n("Concat", ["r", "tail"], ["y"], axis=-1), n("Shape", ["tail"], ["ts"])]
+    inits = [_i64("st", [8]), _i64("en", [2 ** 62]), _i64("ax", [-1])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, ["b", "s", 8])],
+                   [helper.make_tensor_value_info("y", T.FLOAT, None), helper.make_tensor_value_info("ts", T.INT64, None)],
+                   inits)
+    rep = Backend.prepare(model, "CPU")
+    for b, s in ((1, 7), (3, 5), (1, 7)):
+        x = np.random.default_rng(b).standard_normal((b, s, 8)).astype(np.float32)
+        y, ts = rep.run({"x": x})
+        np.testing.assert_array_equal(y, x * x)
+        np.testing.assert_array_equal(ts, [b, s, 0])
+        st = rep.last_run
+        assert st.runtime_fallbacks == 0 and st.cpu_segments == 0 and not st.events, st.events
+        assert st.uploads == 1 and st.downloads == 1
 
 
 def test_slice_with_starts_computed_on_the_device_falls_back():

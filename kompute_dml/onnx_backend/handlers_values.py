@@ -252,8 +252,8 @@ def _h_slice(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunS
     offsets, sizes, strides, out_shape = onnx_slice_window(shape, starts, ends, axes, steps)
     if dt != BOOL and dt not in _DML_NUMPY:
         raise FallbackNeeded(f"type {dt} is not a DirectML type")
-    if 0 in out_shape or 0 in shape:
-        raise FallbackNeeded("an empty tensor")
+    if 0 in out_shape:  # nothing to compute: an empty host value (Concat leaves it out; Phi-3's rotary pass-through)
+        return [np.empty(out_shape, dt)]
     if isinstance(x, DeviceValue) and min(strides) > 0:
         view = _slice_view(x, offsets, strides, out_shape)
         if view is not None:
