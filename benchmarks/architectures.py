@@ -36,7 +36,9 @@ H = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "inter
 SEQ2SEQ = {"vocab_size": 100, "d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 4,
            "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}
 # name -> (configuration class, model class, configuration keywords, inputs: "text" | "text-tt" | "seq2seq" |
-# "image" | "audio" | "mel"); the text models take a vocabulary of 100 and H unless they override it
+# "image" | "audio" | "mel" | "spectrogram"); the text models take a vocabulary of 100 and H unless they override it
+_CONV_AUDIO = {"conv_dim": (16, 16), "conv_stride": (5, 2), "conv_kernel": (10, 3), "num_feat_extract_layers": 2,
+               "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 2}
 TRANSFORMERS: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "albert": ("AlbertConfig", "AlbertModel", {"embedding_size": 16}, "text"),
     "electra": ("ElectraConfig", "ElectraModel", {"embedding_size": 16}, "text"),
@@ -97,10 +99,42 @@ TRANSFORMERS: dict[str, tuple[str, str, dict[str, Any], str]] = {
             "image"),
     "poolformer": ("PoolFormerConfig", "PoolFormerModel", {"hidden_sizes": [16, 32, 32, 32], "depths": [1, 1, 1, 1]},
                    "image"),
-    "wav2vec2": ("Wav2Vec2Config", "Wav2Vec2Model", {**H, "conv_dim": (16, 16), "conv_stride": (5, 2),
-                                                     "conv_kernel": (10, 3), "num_feat_extract_layers": 2,
-                                                     "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 2},
-                 "audio"),
+    "wav2vec2": ("Wav2Vec2Config", "Wav2Vec2Model", {**H, **_CONV_AUDIO}, "audio"),
+    # added at 587ccc4 (Phi-3's empty rotary pass-through slice found by this set)
+    "rembert": ("RemBertConfig", "RemBertModel", {"input_embedding_size": 16, "output_embedding_size": 16}, "text"),
+    "data2vec-text": ("Data2VecTextConfig", "Data2VecTextModel", {}, "text"),
+    "ernie": ("ErnieConfig", "ErnieModel", {}, "text"),
+    "codegen": ("CodeGenConfig", "CodeGenModel", {"n_embd": 32, "n_layer": 2, "n_head": 4, "rotary_dim": 4, "n_positions": 64},
+                "text"),
+    "gpt-bigcode": ("GPTBigCodeConfig", "GPTBigCodeModel", {"n_embd": 32, "n_layer": 2, "n_head": 4, "multi_query": True,
+                                                             "n_positions": 64}, "text"),
+    "mpt": ("MptConfig", "MptModel", {"d_model": 32, "n_heads": 4, "n_layers": 2}, "text"),
+    "phi3": ("Phi3Config", "Phi3Model", {"num_key_value_heads": 2, "pad_token_id": 0}, "text"),
+    "olmo": ("OlmoConfig", "OlmoModel", {"num_key_value_heads": 2}, "text"),
+    "granite": ("GraniteConfig", "GraniteModel", {"num_key_value_heads": 2}, "text"),
+    "pegasus": ("PegasusConfig", "PegasusModel", {**SEQ2SEQ, "max_position_embeddings": 64, "pad_token_id": 0,
+                                                  "decoder_start_token_id": 0}, "seq2seq"),
+    "m2m100": ("M2M100Config", "M2M100Model", {**SEQ2SEQ, "max_position_embeddings": 64, "pad_token_id": 0,
+                                               "decoder_start_token_id": 2}, "seq2seq"),
+    "mbart": ("MBartConfig", "MBartModel", {**SEQ2SEQ, "max_position_embeddings": 64}, "seq2seq"),
+    "hubert": ("HubertConfig", "HubertModel", {**H, **_CONV_AUDIO}, "audio"),
+    "wavlm": ("WavLMConfig", "WavLMModel", {**H, **_CONV_AUDIO, "num_buckets": 32, "max_bucket_distance": 64}, "audio"),
+    "swinv2": ("Swinv2Config", "Swinv2Model", {"image_size": 32, "patch_size": 4, "embed_dim": 16, "depths": [1, 1],
+                                               "num_heads": [2, 2], "window_size": 4}, "image"),
+    "convnextv2": ("ConvNextV2Config", "ConvNextV2Model", {"hidden_sizes": [16, 32], "depths": [1, 1], "num_stages": 2},
+                   "image"),
+    "pvt-v2": ("PvtV2Config", "PvtV2Model", {"hidden_sizes": [16, 32], "depths": [1, 1], "num_encoder_blocks": 2,
+                                            "sr_ratios": [2, 1], "num_attention_heads": [1, 2], "patch_sizes": [7, 3],
+                                            "strides": [4, 2], "mlp_ratios": [2, 2]}, "image"),
+    "regnet": ("RegNetConfig", "RegNetModel", {"hidden_sizes": [16, 32], "depths": [1, 1], "embedding_size": 16,
+                                               "groups_width": 8}, "image"),
+    "resnet-hf": ("ResNetConfig", "ResNetModel", {"hidden_sizes": [16, 32], "depths": [1, 1], "embedding_size": 16}, "image"),
+    "focalnet": ("FocalNetConfig", "FocalNetModel", {"image_size": 32, "patch_size": 4, "embed_dim": 16, "depths": [1, 1],
+                                                     "focal_levels": [2, 2], "focal_windows": [3, 3]}, "image"),
+    "dpt": ("DPTConfig", "DPTModel", {**H, "image_size": 32, "patch_size": 8, "neck_hidden_sizes": [16, 32],
+                                      "fusion_hidden_size": 16, "backbone_out_indices": [0, 1]}, "image"),
+    "ast": ("ASTConfig", "ASTModel", {**H, "num_mel_bins": 16, "max_length": 32, "patch_size": 8, "frequency_stride": 8,
+                                      "time_stride": 8}, "spectrogram"),
 }
 # timm networks (random weights) at their own input size, one or two of each family people deploy
 TIMM = ("resnet50", "efficientnet_b0", "mobilenetv3_large_100", "mobilenetv4_conv_small", "convnext_atto",
@@ -131,6 +165,8 @@ def _inputs(kind: str, b: int, s: int, rng: np.random.Generator) -> dict[str, np
     if kind == "mel":
         return {"input_features": rng.standard_normal((b, 16, 64)).astype(np.float32),
                 "decoder_input_ids": rng.integers(3, 100, (b, max(1, s // 3))).astype(np.int64)}
+    if kind == "spectrogram":
+        return {"input_values": rng.standard_normal((b, 32, 16)).astype(np.float32)}
     return {"input_values": rng.standard_normal((b, 400)).astype(np.float32)}
 
 
