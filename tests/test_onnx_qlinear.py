@@ -204,10 +204,12 @@ def test_qlinear_softmax(rng, opset, axis):
         assert np.abs(got.astype(int) - peer.astype(int)).max() <= 1  # onnxruntime's lookup-table exp
 
 
-def test_qlinear_concat(rng):
+@pytest.mark.parametrize("middle", [5, 0])
+def test_qlinear_concat(rng, middle):
+    """QLinearConcat; an input empty along the axis left out, as Concat leaves it (no fallback)."""
     inits = {"y_scale": F32(0.05), "y_zp": np.uint8(128), "s0": F32(0.02), "z0": np.uint8(10), "s1": F32(0.09),
              "z1": np.uint8(200), "s2": F32(0.05), "z2": np.uint8(128)}
-    shapes = [(2, 3, 4), (2, 5, 4), (2, 1, 4)]
+    shapes = [(2, 3, 4), (2, middle, 4), (2, 1, 4)]
     node = helper.make_node("QLinearConcat", ["y_scale", "y_zp", "a", "s0", "z0", "b", "s1", "z1", "c", "s2", "z2"], ["y"],
                             domain="com.microsoft", axis=1)
     m = _single(node, [helper.make_tensor_value_info(n, onnx.TensorProto.UINT8, s) for n, s in zip("abc", shapes)], inits)
@@ -221,6 +223,7 @@ def test_qlinear_concat(rng):
         (got,) = rep.run(feeds)
         np.testing.assert_array_equal(got, want)  # the same float32 steps
         assert np.abs(got.astype(int) - peer.astype(int)).max() <= 1
+        assert rep.last_run.runtime_fallbacks == 0 and rep.last_run.cpu_segments == 0
 
 
 @pytest.mark.parametrize("count_include_pad", [0, 1])

@@ -31,7 +31,7 @@ import kompute_dml as kdml
 
 from ..functional.constants import device_constant
 from .graph import _attr
-from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype
+from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
 if TYPE_CHECKING:
     from .context import NodeContext
@@ -129,7 +129,8 @@ def _h_concat(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: Run
     if len(ins) < 5 or (len(ins) - 2) % 3:
         raise ValueError(f"QLinearConcat {node.name!r}: Y_scale, Y_zero_point and (X, X_scale, X_zero_point) triples, "
                          f"got {len(ins)} inputs")
-    parts = [(_dq(ctx, node, ins, i, stats), "") for i in range(2, len(ins), 3)]
+    # (an input empty along the axis is left out, as Concat leaves it: Phi-3's rotary pass-through)
+    parts = [(_dq(ctx, node, ins, i, stats), "") for i in range(2, len(ins), 3) if 0 not in _value_shape(ins[i])]
     joined = _step(ctx, "Concat", node, parts, stats, axis=int(_attr(node, "axis", 0)))
     return _q(ctx, node, joined, ins, 0, stats, like=2)
 
