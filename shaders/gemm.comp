@@ -13,8 +13,9 @@
 //   (-0 + x = x for every x). K positions past K in the last tile stage A as +0 and B as -0, whose
 //   product -0 leaves every accumulator unchanged.
 //
-// Work distribution: a 16 x 16 work group computes a TM x TN = 16 BLK x 16 BLK tile of one
-// matrix (BLK 2, 4 or 8); each invocation a BLK x BLK register block (rows ty*BLK.., columns tx*BLK..). K is
+// Work distribution: a 16 x 16 work group computes a TM x TN = 16 BM x 16 BN tile of one matrix
+// (BM = BN = BLK: 2, 4 or 8; gemm_f32_b8x4: 8 x 4, a 128 x 64 tile); each invocation a BM x BN register
+// block (rows ty*BM.., columns tx*BN..; WD x WD work groups: benchmarks/overlay_gemm.py's forms). K is
 // walked in stages of KT = 16 (32 and 64: benchmarks/overlay_gemm.py): each invocation loads BLK elements of A and BLK of B into
 // registers (the next stage's loads are issued before this stage's products), stores them into
 // shared memory, and after a barrier every invocation reads its rows of A and columns of B as
@@ -116,7 +117,7 @@ layout(std430, binding = 6) buffer StBuf { vec2 st_buf[]; };
 // 382 us, BERT's 8 x 12 x 128 x 128 x 32 11.9 -> 8.9, 4096^3 3724 -> 3598; the same bits
 layout(std430, binding = 3) buffer OBuf4 { uvec4 o4_buf[]; };
 #endif
-// An invocation's BM rows (BN columns) of a stage are NVA (NVB) vectors of VWA (VWB) floats in shared memory
+// An invocation's BM rows (BN columns) of a stage are NVA (NV) vectors of VWA (VW) floats in shared memory
 #if BM >= 4
 #define VECA vec4
 #define VWA 4u
@@ -197,20 +198,20 @@ void main() {
     [[unroll]] for (uint j = 0u; j < NLM; j += 2u) {
         uint l = lid + (THREADS / 2u) * j;
         if (j < NLA) {
-        uint af = a_mfast ? 2u * (l % (TM / 2u)) : 2u * (l % (KT / 2u));
-        uint as_ = a_mfast ? l / (TM / 2u) : l / (KT / 2u);
-        am[j] = a_mfast ? af : as_;
-        ak[j] = a_mfast ? as_ : af;
-        am[j + 1u] = am[j] + (a_mfast ? 1u : 0u);
-        ak[j + 1u] = ak[j] + (a_mfast ? 0u : 1u);
+            uint af = a_mfast ? 2u * (l % (TM / 2u)) : 2u * (l % (KT / 2u));
+            uint as_ = a_mfast ? l / (TM / 2u) : l / (KT / 2u);
+            am[j] = a_mfast ? af : as_;
+            ak[j] = a_mfast ? as_ : af;
+            am[j + 1u] = am[j] + (a_mfast ? 1u : 0u);
+            ak[j + 1u] = ak[j] + (a_mfast ? 0u : 1u);
         }
         if (j < NLB) {
-        uint bf = b_kfast ? 2u * (l % (KT / 2u)) : 2u * (l % (TN / 2u));
-        uint bs_ = b_kfast ? l / (KT / 2u) : l / (TN / 2u);
-        bk[j] = b_kfast ? bf : bs_;
-        bn[j] = b_kfast ? bs_ : bf;
-        bk[j + 1u] = bk[j] + (b_kfast ? 1u : 0u);
-        bn[j + 1u] = bn[j] + (b_kfast ? 0u : 1u);
+            uint bf = b_kfast ? 2u * (l % (KT / 2u)) : 2u * (l % (TN / 2u));
+            uint bs_ = b_kfast ? l / (KT / 2u) : l / (TN / 2u);
+            bk[j] = b_kfast ? bf : bs_;
+            bn[j] = b_kfast ? bs_ : bf;
+            bk[j + 1u] = bk[j] + (b_kfast ? 1u : 0u);
+            bn[j + 1u] = bn[j] + (b_kfast ? 0u : 1u);
         }
     }
 #else
@@ -240,14 +241,14 @@ void main() {
 #define LOAD_STAGE(K0)                                                                            \
     [[unroll]] for (uint j = 0u; j < NLM; j += 2u) {                                              \
         if (j < NLA) {                                                                            \
-        uint m = m0 + am[j], k = (K0) + ak[j], m1 = m0 + am[j + 1u], k1 = (K0) + ak[j + 1u];        \
-        uint ea = a_base + m * pc.a_sm + k * pc.a_sk, ea1 = a_base + m1 * pc.a_sm + k1 * pc.a_sk; \
-        LOAD_PAIR(a_buf, ra, j, ea, ea1, (m < M && k < K), (m1 < M && k1 < K), 0.0)               \
+            uint m = m0 + am[j], k = (K0) + ak[j], m1 = m0 + am[j + 1u], k1 = (K0) + ak[j + 1u];    \
+            uint ea = a_base + m * pc.a_sm + k * pc.a_sk, ea1 = a_base + m1 * pc.a_sm + k1 * pc.a_sk; \
+            LOAD_PAIR(a_buf, ra, j, ea, ea1, (m < M && k < K), (m1 < M && k1 < K), 0.0)           \
         }                                                                                         \
         if (j < NLB) {                                                                            \
-        uint kb = (K0) + bk[j], n = n0 + bn[j], kb1 = (K0) + bk[j + 1u], n1 = n0 + bn[j + 1u];     \
-        uint eb = b_base + kb * pc.b_sk + n * pc.b_sn, eb1 = b_base + kb1 * pc.b_sk + n1 * pc.b_sn; \
-        LOAD_PAIR(b_buf, rb, j, eb, eb1, (kb < K && n < N), (kb1 < K && n1 < N), NEG0)           \
+            uint kb = (K0) + bk[j], n = n0 + bn[j], kb1 = (K0) + bk[j + 1u], n1 = n0 + bn[j + 1u]; \
+            uint eb = b_base + kb * pc.b_sk + n * pc.b_sn, eb1 = b_base + kb1 * pc.b_sk + n1 * pc.b_sn; \
+            LOAD_PAIR(b_buf, rb, j, eb, eb1, (kb < K && n < N), (kb1 < K && n1 < N), NEG0)       \
         }                                                                                         \
     }
 #elif CLAMP
