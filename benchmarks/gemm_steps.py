@@ -6,8 +6,8 @@ longer steps may pay. Every variant must give the policy's bits (checked: FAIL v
 
     python -m benchmarks.gemm_steps [--rounds 3] [--only 1024x]
 
---forms times the policy's tile by other work-group forms instead (overlay_gemm.GEMM_FORMS: 8 x 8
-work groups of larger blocks, two shared stages), beside torch fp32 (TF32 off).
+--forms times the policy's variant beside other work-group forms instead (overlay_gemm.GEMM_FORMS:
+rectangular blocks, 8 x 8 work groups of larger blocks, each on its own grid) and torch fp32 (TF32 off).
 """
 
 from __future__ import annotations
@@ -54,12 +54,14 @@ def main() -> int:
         good = ours.check()
         want = ours.out.numpy().view(np.uint32).copy()
         poison = np.full(ours.out.shape, np.nan, np.float32)
-        split, blk = "s" if first.startswith("gemms") else "", int(first.rsplit("_b", 1)[1])
+        split = "s" if first.startswith("gemms") else ""
+        bm, bn = contract.block_sides(first.rsplit("_b", 1)[1])
+        blk = bm  # (the K steps: square blocks only)
         makes = {"policy": ours.make}
         alts = ({f"{bm}x{bn}w{wd}": (ov.form_name(split, bm, bn, wd), wd * bm, wd * bn) for bm, bn, wd in ov.FORMS}
                 if args.forms else
                 {f"k{kt}{c}": (ov.GEMM_STEPS.name(split=split, blk=blk, kt=kt, c=c), 16 * blk, 16 * blk)
-                 for kt, c in FORMS if ov.runs(blk, kt)})
+                 for kt, c in FORMS if ov.runs(blk, kt) and bm == bn})
         for key, (variant, tm, tn) in alts.items():
             op = compile_gemm(dev, ours.op.desc, kernel="tiled")
             assert op is not ours.op
