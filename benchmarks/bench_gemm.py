@@ -259,24 +259,25 @@ def block_cases(quick: bool) -> list[dict[str, Any]]:
 
 
 def blocks(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator) -> tuple[list[dict[str, Any]], bool]:
-    """--blocks: the float32 tiled kernel with each register block (contract.GEMM_BLOCKS) forced, and torch fp32."""
+    """--blocks: the float32 tiled kernel with each register block forced (contract.GEMM_BLOCKS and the 8 x 4
+    of contract.GEMM_RECT), and torch fp32."""
     from kompute_dml.ops import gemm
-    from kompute_dml.ops.contract import GEMM_BLOCKS
 
+    blocks = ("2", "4", "8", "8x4")
     rows, ok = [], True
-    choose = gemm.choose_block
-    print(f"{'case':<28} {'policy':<12} {'policy us':>10} " + " ".join(f"{f'b{b} us':>10}" for b in GEMM_BLOCKS)
+    choose = gemm.gemm_block
+    print(f"{'case':<28} {'policy':<12} {'policy us':>10} " + " ".join(f"{f'b{b} us':>10}" for b in blocks)
           + f" {'torch us':>10} {'best TFLOPS':>12} {'torch/best':>11}")
     for case in block_cases(args.quick):
         if args.only and not any(w in case["name"] for w in args.only):
             continue
         ours = {"policy": Ours(dev, case, D.FLOAT32, rng, kernel="tiled")}
-        for blk in GEMM_BLOCKS:
-            gemm.choose_block = lambda *_a, blk=blk: blk  # type: ignore[assignment]
+        for blk in blocks:
+            gemm.gemm_block = lambda *_a, blk=blk: blk  # type: ignore[assignment]
             try:
                 ours[f"b{blk}"] = Ours(dev, case, D.FLOAT32, rng, kernel="tiled")
             finally:
-                gemm.choose_block = choose  # type: ignore[assignment]
+                gemm.gemm_block = choose  # type: ignore[assignment]
         good = all(o.check() for o in ours.values())
         ok &= good
         makes = {k: o.make for k, o in ours.items() if k != "policy"}
@@ -288,7 +289,7 @@ def blocks(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator)
         rows.append({"case": case["name"], "policy": ours["policy"].op.plans[0].variant, "correct": good,
                      **{f"{k}_us": v * 1e6 for k, v in secs.items()}})
         print(f"{case['name']:<28} {ours['policy'].op.plans[0].variant:<12} {secs['policy'] * 1e6:10.1f} "
-              + " ".join(f"{secs[f'b{b}'] * 1e6:10.1f}" for b in GEMM_BLOCKS)
+              + " ".join(f"{secs[f'b{b}'] * 1e6:10.1f}" for b in blocks)
               + (f" {torch_s * 1e6:10.1f}" if torch_s else f" {'-':>10}")
               + f" {flops / secs[best] / 1e12:12.1f}" + (f" {torch_s / secs[best]:11.2f}" if torch_s else f" {'-':>11}")
               + ("" if good else "  FAIL"), flush=True)
