@@ -47,6 +47,22 @@ def test_greedy_tokens_equal_torch_with_the_cache_on_the_device(name, static, mo
         assert rep.last_run.uploads == 1 and rep.last_run.downloads == 0 and rep.last_run.cpu_segments == 0
 
 
+@pytest.mark.parametrize("name", sorted(decoders.OTHERS))
+def test_other_decoder_families(name):
+    """Phi-3 (rotary over the whole head: its pass-through slice is empty), Qwen2 (biased Q, K, V) and Gemma
+    (one key/value head): torch's greedy tokens, wholly on the device, the cache kept there."""
+    from kompute_dml.onnx_backend import generation
+
+    dec = decoders.build(name, "tiny")
+    rep = Backend.prepare(str(dec.path), "CPU")
+    assert not [p.op_type for p in rep.placement if p.target == CPU]
+    prompt = np.random.default_rng(7).integers(1, decoders.VOCAB, (2, 7))
+    want, _ = decoders.torch_greedy(dec, prompt, 5)
+    assert generation.greedy(rep, prompt, 5, static=True).tokens == want
+    st = rep.last_run
+    assert (st.uploads, st.downloads, st.cpu_segments, st.runtime_fallbacks) == (1, 0, 0, 0) and not st.events, st.events
+
+
 @pytest.mark.parametrize("name, gpu_policy", [("gpt2", False), ("llama", False), ("gpt2", True)],
                          ids=["gpt2", "llama", "gpt2-flushed-siblings"])
 def test_new_lengths_replay_node_traces_bit_for_bit(name, gpu_policy, monkeypatch):

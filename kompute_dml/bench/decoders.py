@@ -54,6 +54,14 @@ class Decoder:
                 **{f"past_{i}": p for i, p in enumerate(past)}}
 
 
+# Llama-style decoders beyond GPT-2 and Llama (tests/test_decoders.py): configuration and model classes and
+# their own keywords. Phi-3: rotary over the whole head (an empty pass-through slice); Qwen2: biased Q, K, V;
+# Gemma: one key/value head
+OTHERS = {"phi3": ("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0}),
+          "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+          "gemma": ("GemmaConfig", "GemmaForCausalLM", {"num_key_value_heads": 1})}
+
+
 def torch_model(name: str, size: str, seed: int = 0) -> Any:
     import torch
     import transformers
@@ -61,17 +69,21 @@ def torch_model(name: str, size: str, seed: int = 0) -> Any:
     s = SIZES[size]
     torch.manual_seed(seed)
     common = {"vocab_size": VOCAB, "bos_token_id": 0, "eos_token_id": 0, "initializer_range": INIT_RANGE}
+    llama_like = dict(hidden_size=s["hidden"], num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
+                      num_key_value_heads=max(1, s["heads"] // 2), intermediate_size=s["ffn"], max_position_embeddings=512)
     if name == "gpt2":
         cfg = transformers.GPT2Config(n_embd=s["hidden"], n_layer=s["layers"], n_head=s["heads"], n_inner=s["ffn"],
                                       n_positions=512, **common)
         cls = transformers.GPT2LMHeadModel
     elif name == "llama":
-        cfg = transformers.LlamaConfig(hidden_size=s["hidden"], num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
-                                       num_key_value_heads=max(1, s["heads"] // 2), intermediate_size=s["ffn"],
-                                       max_position_embeddings=512, pad_token_id=0, **common)
+        cfg = transformers.LlamaConfig(**llama_like, pad_token_id=0, **common)
         cls = transformers.LlamaForCausalLM
+    elif name in OTHERS:
+        config, model, own = OTHERS[name]
+        cfg = getattr(transformers, config)(**{**llama_like, **common, "head_dim": s["hidden"] // s["heads"], **own})
+        cls = getattr(transformers, model)
     else:
-        raise ValueError(f"decoder {name!r}: gpt2 or llama")
+        raise ValueError(f"decoder {name!r}: gpt2, llama or one of {sorted(OTHERS)}")
     cfg._attn_implementation = "eager"
     return cls(cfg).eval()
 
