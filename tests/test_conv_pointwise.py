@@ -9,6 +9,8 @@ dimension, take the convolution kernels."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from conv_reference import reference
@@ -126,3 +128,15 @@ def test_policy_picks_gemm_for_float16_pointwise_within_its_bounds(monkeypatch, 
     if want == "gemm":
         assert choose_conv_kernel("coopmat", half=True, float16=False, **kw) == "coopmat"
         assert choose_conv_kernel("tiled", half=True, float16=True, **kw) == "tiled"
+
+
+def test_pointwise_keeps_square_blocks_where_gemm_takes_8x4(dev, monkeypatch):
+    """GEMM's 8 x 4 block (ops/gemm_blocks.py) is not measured on convolutions: under the GPUs' tile rule a
+    1 x 1 layer of many 128 x 64 tiles stays on 64 x 64, where GEMM's own product of that shape takes 8 x 4."""
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, gemm_tiles="parallel", gemm_family="tiled"))
+    monkeypatch.setitem(dev.caches, "compiled", {})
+    n, cin, cout, hw = 8, 64, 256, (56, 56)
+    xd, wd, yd = TD(DT.FLOAT32, (n, cin, *hw)), TD(DT.FLOAT32, (cout, cin, 1, 1)), TD(DT.FLOAT32, (n, cout, *hw))
+    assert dev.compile(kdml.ConvolutionDesc(xd, wd, None, yd)).variants == ["gemm_f32_b4"]
+    a, b, o = TD(DT.FLOAT32, (n, 1, cout, cin)), TD(DT.FLOAT32, (n, 1, cin, hw[0] * hw[1])), TD(DT.FLOAT32, (n, 1, cout, hw[0] * hw[1]))
+    assert dev.compile(kdml.GemmDesc(a, b, None, o)).variants == ["gemm_f32_b8x4"]

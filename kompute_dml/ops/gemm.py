@@ -244,10 +244,11 @@ def _plan(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, beta: 
 
 
 def plan_gemm(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, beta: float,
-              act: tuple[int, ...] = (ACT_NONE, 0, 0)) -> DispatchPlan:
-    """The tiled kernel's dispatch (shaders/gemm.comp); `act`: the fused activation's words."""
+              act: tuple[int, ...] = (ACT_NONE, 0, 0), square: bool = False) -> DispatchPlan:
+    """The tiled kernel's dispatch (shaders/gemm.comp); `act`: the fused activation's words; `square`:
+    square register blocks only (gemm_block)."""
     dt = desc.a_tensor.data_type
-    blk = gemm_block(device.policy.gemm_tiles, dt == DataType.FLOAT16, act[0] != ACT_NONE, shape.m, shape.n,
+    blk = gemm_block(device.policy.gemm_tiles, dt == DataType.FLOAT16, square or act[0] != ACT_NONE, shape.m, shape.n,
                      shape.nb * shape.nc, shape.k)
     tm, tn = (16 * side for side in contract.block_sides(blk))
     total = cdiv(shape.m, tm) * cdiv(shape.n, tn) * shape.nb * shape.nc
@@ -279,10 +280,10 @@ def act_suffix(act: tuple[int, ...]) -> str:
 
 
 def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
-                 config: CoopTile | None = None) -> CompiledOperator:
+                 config: CoopTile | None = None, square: bool = False) -> CompiledOperator:
     """GEMM on the family the device policy chooses (DevicePolicy.gemm_family_for): forced by
     `kernel` or KDML_GEMM_KERNEL ("tiled", "coopmat", "coopmat-emulated"); `config`: a forced tile of
-    the cooperative-matrix families (tests, benchmarks)."""
+    the cooperative-matrix families (tests, benchmarks); `square`: the tiled kernel's square blocks only."""
     validate_tensors(SUPPORT, device.feature_level, desc, SUPPORT.fields, SUPPORT.outputs)
     act = tuple(fused_words(device, desc.fused_activation, "GEMM", gelu=True))
     _, alpha, beta = check_gemm(desc)
@@ -297,7 +298,7 @@ def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
         coop = plan_gemm_coop(device, dt, sh, family, config, act_suffix(act)) if family != "tiled" else None
         if coop is not None:
             return [_plan(device, d, sh, alpha, beta, coop.variant, coop.groups, coop.flags, coop.spec, act)]
-        return [plan_gemm(device, d, sh, alpha, beta, act)]
+        return [plan_gemm(device, d, sh, alpha, beta, act, square)]
 
     def table() -> list[Any]:  # the constant at TABLE_ENTRY where the plans read it
         return [act_table(device, desc.fused_activation, act)] if uses_table(dt, act) else []

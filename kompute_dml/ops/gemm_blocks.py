@@ -27,8 +27,8 @@ BLK8_MIN_K, BLK8_MIN_TILES = 1024, 256
 # 1576 x 256 x 1024 46 -> 38; with fewer tiles it lost (1576 x 256 x 256 on 52: 17.4 -> 23.3). With GELU
 # fused it lost in the models (call 278, encoder_profile: BERT's and ViT's FC1 155 / 151 us against 125 on
 # 64 x 64), and the two-GEMM attention's kernels too (Whisper's 2,013 / 1,664 against 1,896 / 1,594). The
-# same sums in the same order: the same bits. Not measured on narrow products (1 x 1 convolutions of few
-# output channels): below RECT_MIN_N columns they keep 64 x 64.
+# same sums in the same order: the same bits. Not measured on narrow products (below RECT_MIN_N columns they
+# keep 64 x 64) nor on convolutions' 1 x 1 layers (ops/conv_pointwise.py asks for square blocks).
 RECT_MIN_TILES = 128
 RECT_MIN_N = 64  # the narrowest product measured (Whisper's attention context, N = 64): not below
 CPU_B4_RATE = 2.4
@@ -46,12 +46,12 @@ def choose_block(rule: str, m: int, n: int, nmat: int, k: int = 0) -> int:
     return 4 if tiles64 >= BIG_TILES_MIN and min(m, n) > 32 else 2
 
 
-def gemm_block(rule: str, float16: bool, act: bool, m: int, n: int, nmat: int, k: int = 0) -> str:
+def gemm_block(rule: str, float16: bool, square: bool, m: int, n: int, nmat: int, k: int = 0) -> str:
     """The tiled kernel's register block: choose_block's square one ("2", "4", "8"), or "8x4" (a 128 x 64
-    tile, contract.GEMM_RECT) for FLOAT32 without an activation on GPUs where 64 x 64 is chosen, N >= RECT_MIN_N
-    and RECT_MIN_TILES such tiles exist."""
+    tile, contract.GEMM_RECT) for FLOAT32 on GPUs where 64 x 64 is chosen, N >= RECT_MIN_N and RECT_MIN_TILES
+    such tiles exist, unless `square` (a fused activation; a convolution's 1 x 1 layer: not measured)."""
     blk = choose_block(rule, m, n, nmat, k)
-    if (rule == "parallel" and not float16 and not act and blk == 4 and m > 64 and n >= RECT_MIN_N
+    if (rule == "parallel" and not float16 and not square and blk == 4 and m > 64 and n >= RECT_MIN_N
             and cdiv(m, 128) * cdiv(n, 64) * nmat >= RECT_MIN_TILES):
         return "8x4"
     return str(blk)
