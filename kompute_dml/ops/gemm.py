@@ -212,7 +212,7 @@ def keeps_speed_with_activation(device: Device, float16: bool, m: int, n: int, k
     the tiled kernel with a block of DevicePolicy.gemm_act_blocks (docs/gemm.md, "Fused activation")."""
     if device.policy.gemm_family_for(float16, m, n, k) != "tiled":
         return False
-    return gemm_block(device.policy.gemm_tiles, float16, True, m, n, nmat, k) in device.policy.gemm_act_blocks
+    return gemm_block(device.policy.gemm_tiles, float16, True, m, n, nmat, k) in device.policy.gemm_act_blocks  # (square)
 
 
 def _plan(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, beta: float, variant: str, total: int,

@@ -34,7 +34,7 @@ def block_sides(blk: str) -> tuple[int, int]:
 
 GEMM = family("gemm", "gemm.comp", "gemm_{t}_b{blk}{act}", GEMM_PUSH, (16, 16, 1), t=("f32", "f16"), blk=GEMM_BLOCKS,
               act=GEMM_ACTS, shape=("blk",), defines=lambda t, blk, act: {"F16": int(t == "f16"), "BLK": blk, "ACT": int(act == "a")})
-# FLOAT32 without an activation on an 8 x 4 block (a 128 x 64 tile; ops/gemm.py gemm_block): GPUs where tiles abound
+# FLOAT32 without an activation on an 8 x 4 block (a 128 x 64 tile; ops/gemm_blocks.py gemm_block): GPUs where tiles abound
 GEMM_RECT = family("gemm_rect", "gemm.comp", "gemm_f32_b{blk}", GEMM_PUSH, (16, 16, 1), blk=("8x4",),
                    defines=lambda blk: {"F16": 0, "BLK": 8, "BM": block_sides(blk)[0], "BN": block_sides(blk)[1], "ACT": 0})
 # split-K (ops/gemm.py gemm_split; kchunk > 0 terms per part): gemms_* the parts' float32 sums to the
