@@ -171,6 +171,7 @@ def _inputs(kind: str, b: int, s: int, rng: np.random.Generator) -> dict[str, np
 
 
 DYNAMO = False  # --exporter dynamo
+FLOAT64 = False  # --float64: the float32 models against torch's float64 run too
 
 
 def _export(module: Any, names: list[str], example: dict[str, np.ndarray], path: str) -> None:
@@ -305,7 +306,30 @@ def _transformers_case(name: str, tmp: str, variant: str) -> str:
     example = _inputs(kind, 2, 9, np.random.default_rng(0))
     path = os.path.join(tmp, f"{name}.onnx")
     _export(model, list(example), example, path)
-    return _compare(path, lambda b, rng: _inputs(kind, b, 7 if b == 1 else 13, rng), variant)
+    line = _compare(path, lambda b, rng: _inputs(kind, b, 7 if b == 1 else 13, rng), variant)
+    return line + (_float64(model, path, _inputs(kind, 1, 7, np.random.default_rng(1))) if FLOAT64 and variant == "fp32" else "")
+
+
+def _float64(model: Any, path: str, feeds: dict[str, np.ndarray]) -> str:
+    """Ours and onnxruntime's (with and without its graph optimizations) largest error relative to torch's
+    float64 run of the same model, at batch 1: which of two disagreeing runs is the inexact one."""
+    import onnxruntime as ort
+    import torch
+
+    from kompute_dml.onnx_backend import Backend
+
+    with torch.no_grad():
+        args = {k: torch.from_numpy(v).double() if v.dtype == np.float32 else torch.from_numpy(v) for k, v in feeds.items()}
+        out = model.double()(**args)
+    ref = (out[0] if isinstance(out, tuple) else getattr(out, "last_hidden_state", out)).numpy()
+    plain = ort.SessionOptions()
+    plain.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    runs = {"ours": Backend.prepare(path, "CPU").run(feeds)[0],
+            "ORT": ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0],
+            "ORT unoptimized": ort.InferenceSession(path, plain, providers=["CPUExecutionProvider"]).run(None, feeds)[0]}
+    scale = np.abs(ref).max() + 1e-300
+    return " | vs torch float64 rel: " + ", ".join(f"{k} {np.abs(v.astype(np.float64) - ref).max() / scale:.1e}"
+                                                  for k, v in runs.items())
 
 
 def _torchvision_case(name: str, tmp: str, variant: str) -> str:
@@ -348,10 +372,14 @@ def main() -> None:
                          "qdq / qop: quantize_static (random calibration) in QDQ or QOperator format")
     ap.add_argument("--exporter", default="torchscript", choices=("torchscript", "dynamo"),
                     help="dynamo: torch.export (torch.onnx.export's default since torch 2.9), opset 18")
+    ap.add_argument("--float64", action="store_true",
+                    help="transformers, fp32: ours and onnxruntime's error against torch's float64 run too")
     ap.add_argument("names", nargs="*", help="a subset of the set's names")
     args = ap.parse_args()
     global DYNAMO
     DYNAMO = args.exporter == "dynamo"
+    global FLOAT64
+    FLOAT64 = args.float64
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     warnings.filterwarnings("ignore")
     cases: list[tuple[str, Callable[[str, str, str], str]]] = []
