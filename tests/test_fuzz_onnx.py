@@ -81,9 +81,11 @@ def _versions(model, ir=None, opset=None):
 
 
 BAD: list[Bad] = [
-    Bad("missing-input", _run(_unary("Identity", [3]), []), ValueError, r"missing input\(s\) \['x'\]"),
-    Bad("too-many-inputs", _run(_unary("Identity", [3]), [np.ones(3, np.float32)] * 3), ValueError, "3 inputs given"),
-    Bad("unknown-input-name", _run(_unary("Identity", [3]), {"q": np.ones(3, np.float32)}), ValueError, "unknown input"),
+    Bad("missing-input", _run(_unary("Identity", [3]), []), kdml.InvalidArgumentError, r"missing input\(s\) \['x'\]"),
+    Bad("too-many-inputs", _run(_unary("Identity", [3]), [np.ones(3, np.float32)] * 3), kdml.InvalidArgumentError,
+        "3 inputs given"),
+    Bad("unknown-input-name", _run(_unary("Identity", [3]), {"q": np.ones(3, np.float32)}), kdml.InvalidArgumentError,
+        "unknown input"),
     Bad("wrong-input-type", _run(_unary("Identity", [3]), [np.ones(3, np.float64)]), ValueError,
         "expected float32, got float64"),
     Bad("trilu-k-not-scalar", _run(_unary("Trilu", [3, 4], extra_inputs=[("k", TP.INT64, [2])]), [Z34, np.array([1, 2])]),

@@ -102,7 +102,7 @@ def normalize_inputs(rep: BackendRep, inputs: Any, cast: bool = False) -> dict[s
         feeds = dict(inputs)
         unknown = [k for k in feeds if k not in rep.input_names]
         if unknown:
-            raise ValueError(f"unknown input(s) {unknown}; the model's inputs are {rep.feed_names}")
+            raise InvalidArgumentError(f"unknown input(s) {unknown}; the model's inputs are {rep.feed_names}")
     else:
         if _is_tensor_value(inputs) and not isinstance(inputs, DeviceValue):
             inputs = [inputs]
@@ -111,11 +111,11 @@ def normalize_inputs(rep: BackendRep, inputs: Any, cast: bool = False) -> dict[s
         seq = list(inputs)
         names = rep.feed_names if len(seq) <= len(rep.feed_names) else rep.input_names
         if len(seq) > len(names):
-            raise ValueError(f"{len(seq)} inputs given; the model takes {len(rep.feed_names)}: {rep.feed_names}")
+            raise InvalidArgumentError(f"{len(seq)} inputs given; the model takes {len(rep.feed_names)}: {rep.feed_names}")
         feeds = dict(zip(names, seq))
     missing = [n for n in rep.feed_names if n not in feeds]
     if missing:
-        raise ValueError(f"missing input(s) {missing}; the model's inputs are {rep.feed_names}")
+        raise InvalidArgumentError(f"missing input(s) {missing}; the model's inputs are {rep.feed_names}")
     for name, given in list(feeds.items()):
         v = _host_value(rep, name, given)
         if isinstance(v, np.ndarray):
