@@ -259,11 +259,9 @@ def block_cases(quick: bool) -> list[dict[str, Any]]:
 
 
 def blocks(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator) -> tuple[list[dict[str, Any]], bool]:
-    """--blocks: the float32 tiled kernel with each register block forced (contract.GEMM_BLOCKS and the 8 x 4
-    of contract.GEMM_RECT), and torch fp32."""
+    """--blocks: the float32 tiled kernel with each register block forced (contract.GEMM_TILES), and torch fp32."""
     from kompute_dml.ops import gemm
-
-    blocks = ("2", "4", "8", "8x4")
+    from kompute_dml.ops.contract import GEMM_TILES as blocks
     rows, ok = [], True
     choose = gemm.gemm_block
     print(f"{'case':<28} {'policy':<12} {'policy us':>10} " + " ".join(f"{f'b{b} us':>10}" for b in blocks)

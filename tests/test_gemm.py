@@ -160,6 +160,19 @@ def test_tile_sizes(dev, rng, monkeypatch):
     assert dev.policy.gemm_tiles == ("work" if dev.device_type == "cpu" else "parallel")
 
 
+def test_the_8x4_block_is_a_float32_sibling_only():
+    """The 8 x 4 block exists for FLOAT32 without an activation (the family's `where` rule), and is a sibling
+    of those square blocks, so a model's other shapes have its pipeline made ahead (onnx_backend/siblings.py)."""
+    from kompute_dml.ops import contract
+
+    assert [v for v in contract.GEMM.variants if "8x4" in v] == ["gemm_f32_b8x4"]
+    assert set(contract.GEMM.siblings("gemm_f32_b4")) == {"gemm_f32_b2", "gemm_f32_b8", "gemm_f32_b8x4"}
+    assert set(contract.GEMM.siblings("gemm_f32_b4a")) == {"gemm_f32_b2a", "gemm_f32_b8a"}
+    assert set(contract.GEMM.siblings("gemm_f16_b4")) == {"gemm_f16_b2", "gemm_f16_b8"}
+    with pytest.raises(ValueError, match="not one of its variants"):
+        contract.GEMM.name(t="f16", blk="8x4", act="")
+
+
 @pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
 @pytest.mark.parametrize("parts", ["2", "5"])
 def test_split_k(dev, rng, monkeypatch, dt, parts):

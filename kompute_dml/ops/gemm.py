@@ -255,11 +255,7 @@ def plan_gemm(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, be
     if total >= 1 << 31:
         raise UnsupportedError(f"a_tensor.sizes: {total} tiles of {tm} x {tn} exceed the shader's 31-bit count")
     flags = staging_flags(shape.m, shape.n, shape.k, shape.a_st, shape.b_st)
-    if "x" in blk:  # (gemm_block: FLOAT32 without an activation only)
-        assert dt == DataType.FLOAT32 and act[0] == ACT_NONE, (blk, dt, act)
-        variant = contract.GEMM_RECT.name(blk=blk)
-    else:
-        variant = contract.GEMM.name(t="f16" if dt == DataType.FLOAT16 else "f32", blk=blk, act=act_suffix(act))
+    variant = contract.GEMM.name(t="f16" if dt == DataType.FLOAT16 else "f32", blk=blk, act=act_suffix(act))
     return _plan(device, desc, shape, alpha, beta, variant, total, flags, act=act)
 
 
@@ -358,7 +354,7 @@ def rnn_rule(op_type: str) -> Any:
     return rule
 
 
-SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM, contract.GEMM_RECT, contract.GEMM_SPLIT, contract.GEMM_REDUCE,
+SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM, contract.GEMM_SPLIT, contract.GEMM_REDUCE,
                                                        contract.GEMM_COOP), helpers=("gemm", "matmul"),
                       onnx=(OnnxOp("MatMul", "", "matmul", check=float_input), OnnxOp("Gemm", "", "gemm", check=float_input),
                             OnnxOp("FusedMatMul", "com.microsoft", "gemm", check=float_input),

@@ -48,7 +48,7 @@ def choose_block(rule: str, m: int, n: int, nmat: int, k: int = 0) -> int:
 
 def gemm_block(rule: str, float16: bool, square: bool, m: int, n: int, nmat: int, k: int = 0) -> str:
     """The tiled kernel's register block: choose_block's square one ("2", "4", "8"), or "8x4" (a 128 x 64
-    tile, contract.GEMM_RECT) for FLOAT32 on GPUs where 64 x 64 is chosen, N >= RECT_MIN_N and RECT_MIN_TILES
+    tile, contract.GEMM_TILES) for FLOAT32 on GPUs where 64 x 64 is chosen, N >= RECT_MIN_N and RECT_MIN_TILES
     such tiles exist, unless `square` (a fused activation; a convolution's 1 x 1 layer: not measured)."""
     blk = choose_block(rule, m, n, nmat, k)
     if (rule == "parallel" and not float16 and not square and blk == 4 and m > 64 and n >= RECT_MIN_N

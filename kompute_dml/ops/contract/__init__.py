@@ -333,11 +333,11 @@ from .gemm import (  # noqa: E402, F401
     GEMM_F_B_VEC,
     GEMM_F_HAS_C,
     GEMM_PUSH,
-    GEMM_RECT,
     GEMM_REDUCE,
     GEMM_SMX_TILES,
     GEMM_SOFTMAX,
     GEMM_SPLIT,
+    GEMM_TILES,
     block_sides,
 )
 

@@ -189,6 +189,9 @@ class ShaderFamily:
     # kernels' chunks per invocation: 1 for small outputs, gpu_memory.VECS beyond), created
     # ahead of time like the siblings
     shape_specs: tuple[tuple[int, ...], ...] = ()
+    # which combinations of the parameters' values are variants (a callable of the values, by field name;
+    # None: every combination): a block only one data type takes, say
+    where: Callable[..., bool] | None = None
 
     def __post_init__(self) -> None:
         fields = {f for _, f, _, _ in string.Formatter().parse(self.template) if f is not None}
@@ -201,7 +204,8 @@ class ShaderFamily:
 
     def _combos(self) -> list[dict[str, str]]:
         keys = [k for k, _ in self.params]
-        return [dict(zip(keys, combo)) for combo in itertools.product(*(v for _, v in self.params))]
+        combos = (dict(zip(keys, combo)) for combo in itertools.product(*(v for _, v in self.params)))
+        return [c for c in combos if self.where is None or self.where(**c)]
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -225,7 +229,10 @@ class ShaderFamily:
         for k, v in values.items():
             if str(v) not in allowed[k]:
                 raise ValueError(f"shader family {self.key}: {k}={v!r} is not one of {allowed[k]}")
-        return self.template.format(**{k: str(v) for k, v in values.items()})
+        combo = {k: str(v) for k, v in values.items()}
+        if self.where is not None and not self.where(**combo):
+            raise ValueError(f"shader family {self.key}: {combo} is not one of its variants")
+        return self.template.format(**combo)
 
     def builds(self) -> dict[str, dict[str, str]]:
         """variant -> its compile inputs: its #defines, the KDML_PUSH_BLOCK define (the GLSL
@@ -275,9 +282,9 @@ class ShaderFamily:
 def family(key: str, source: str, template: str, push: PushBlock, local_size: tuple[int, int, int] | None, *,
            defines: Defines = (), target: str | Callable[..., str | None] | None = None,  # type: ignore[assignment]
            shape: tuple[str, ...] = (), specs: tuple[tuple[int, ...], ...] = (),
-           **params: tuple[object, ...]) -> ShaderFamily:
+           where: Callable[..., bool] | None = None, **params: tuple[object, ...]) -> ShaderFamily:
     return ShaderFamily(key, source, template, tuple((k, tuple(str(v) for v in vs)) for k, vs in params.items()),
-                        push, local_size, defines, target, shape, specs)
+                        push, local_size, defines, target, shape, specs, where)
 
 
 def by_variant(families: tuple[ShaderFamily, ...]) -> dict[str, ShaderFamily]:

@@ -32,11 +32,13 @@ def block_sides(blk: str) -> tuple[int, int]:
     return int(bm), int(bn or bm)
 
 
-GEMM = family("gemm", "gemm.comp", "gemm_{t}_b{blk}{act}", GEMM_PUSH, (16, 16, 1), t=("f32", "f16"), blk=GEMM_BLOCKS,
-              act=GEMM_ACTS, shape=("blk",), defines=lambda t, blk, act: {"F16": int(t == "f16"), "BLK": blk, "ACT": int(act == "a")})
-# FLOAT32 without an activation on an 8 x 4 block (a 128 x 64 tile; ops/gemm_blocks.py gemm_block): GPUs where tiles abound
-GEMM_RECT = family("gemm_rect", "gemm.comp", "gemm_f32_b{blk}", GEMM_PUSH, (16, 16, 1), blk=("8x4",),
-                   defines=lambda blk: {"F16": 0, "BLK": 8, "BM": block_sides(blk)[0], "BN": block_sides(blk)[1], "ACT": 0})
+# BLK x BLK blocks, and the 8 x 4 one (a 128 x 64 tile; ops/gemm_blocks.py gemm_block) for FLOAT32 without an
+# activation only (GPUs where tiles abound): a sibling of the FLOAT32 square blocks for other shapes
+GEMM_TILES = (*(str(b) for b in GEMM_BLOCKS), "8x4")
+GEMM = family("gemm", "gemm.comp", "gemm_{t}_b{blk}{act}", GEMM_PUSH, (16, 16, 1), t=("f32", "f16"), blk=GEMM_TILES,
+              act=GEMM_ACTS, shape=("blk",), where=lambda t, blk, act: "x" not in blk or (t == "f32" and act == ""),
+              defines=lambda t, blk, act: {"F16": int(t == "f16"), "BLK": max(block_sides(blk)), "BM": block_sides(blk)[0],
+                                           "BN": block_sides(blk)[1], "ACT": int(act == "a")})
 # split-K (ops/gemm.py gemm_split; kchunk > 0 terms per part): gemms_* the parts' float32 sums to the
 # operator's scratch (binding 4), gemmr_* an invocation per output adds them in part order and applies
 # the epilogue
