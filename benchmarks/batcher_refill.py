@@ -34,11 +34,13 @@ class RefillBatcher(Batcher):
     def _deadline(self, first: Any) -> float:
         return max(super()._deadline(first), self._free_at + self.share * self._last_run)
 
-    def _run(self, batch: list[Any]) -> None:
+    def _run(self, rep: Any, batch: list[Any]) -> list[Any]:
         t0 = time.monotonic()
-        super()._run(batch)
-        self._free_at = time.monotonic()
-        self._last_run = self._free_at - t0
+        try:
+            return super()._run(rep, batch)
+        finally:
+            self._free_at = time.monotonic()
+            self._last_run = self._free_at - t0
 
 
 class StandIn:

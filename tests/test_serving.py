@@ -201,3 +201,44 @@ def test_batcher_arguments_are_checked(rep):
     for kwargs in ({"max_batch": 0}, {"max_batch": 2.0}, {"max_delay_ms": -1}):
         with pytest.raises(ValueError, match=next(iter(kwargs))):
             Batcher(rep, **kwargs)
+
+
+class _Counted:
+    """A prepared model whose runs are counted, each `delay` seconds late (a slower copy)."""
+
+    def __init__(self, rep, delay):
+        self.rep, self.delay, self.runs = rep, delay, 0
+        self.feed_names, self.check_inputs = rep.feed_names, rep.check_inputs
+
+    def run(self, feeds):
+        self.runs += 1
+        time.sleep(self.delay)
+        return self.rep.run(feeds)
+
+
+def test_copies_of_a_model_get_a_worker_each_and_answers_keep_their_order(model):
+    """Two prepared copies, the first slow: each has its worker, so batches finish out of order on the
+    device side; the futures still complete in submission order, each with its own rows, and an
+    error reaches only its request."""
+    rng = np.random.default_rng(6)
+    reqs = [request(rng) for _ in range(24)]
+    reqs[13] = {"ids": np.full((1, SEQ), V + 5, np.int64), "mask": reqs[13]["mask"]}  # refused by its run
+    slow, fast = (_Counted(Backend.prepare(model[0], "CPU"), d) for d in (0.05, 0.0))
+    done: list[int] = []
+    with Batcher([slow, fast], max_batch=2) as b:
+        futures = []
+        for i, f in enumerate(reqs):
+            futures.append(b.submit(f))
+            futures[-1].add_done_callback(lambda _f, i=i: done.append(i))
+            time.sleep(0.002)  # (requests arrive over time: both workers take batches)
+        errors = [f.exception(JOIN) for f in futures]
+    assert done == list(range(len(reqs))), "answers in submission order"
+    assert slow.runs > 0 and fast.runs > 0, (slow.runs, fast.runs)
+    assert [i for i, e in enumerate(errors) if e is not None] == [13]
+    assert isinstance(errors[13], kdml.InvalidArgumentError)
+    for i, f in enumerate(futures):
+        if i != 13:
+            np.testing.assert_array_equal(f.result().y, _alone(model, reqs[i]))
+    assert b.stats["requests"] == len(reqs)
+    with pytest.raises(ValueError, match="rep"):
+        Batcher([])
