@@ -34,13 +34,11 @@ class RefillBatcher(Batcher):
     def _deadline(self, first: Any) -> float:
         return max(super()._deadline(first), self._free_at + self.share * self._last_run)
 
-    def _run(self, rep: Any, batch: list[Any]) -> list[Any]:
+    def _run(self, batch: list[Any]) -> None:
         t0 = time.monotonic()
-        try:
-            return super()._run(rep, batch)
-        finally:
-            self._free_at = time.monotonic()
-            self._last_run = self._free_at - t0
+        super()._run(batch)
+        self._free_at = time.monotonic()
+        self._last_run = self._free_at - t0
 
 
 class StandIn:

@@ -20,11 +20,6 @@ outputs do not all have the batch's rows on axis 0, is run again request by requ
 error reaches only the request that causes it. `close()` runs what is pending (or, with
 `cancel_pending=True`, cancels it) and stops the worker thread; a submit after it raises.
 
-Several prepared copies of one model (`Batcher([rep_a, rep_b])`: the same model prepared twice
-on one device, or once on each of several devices) get a worker each: one copy's batch runs on
-its device while another's worker gathers, copies and submits the next (a prepared model runs
-one batch at a time). Answers still come in submission order.
-
 A request's rows equal its run alone where the model computes every row by itself (float
 encoders: products, normalizations and softmax are per row); dynamically quantized models
 quantize a whole batch with one scale, so their rows depend on their batch-mates.
@@ -56,39 +51,31 @@ class _Request:
 
 class Batcher:
     """Dynamic batching of requests to one prepared model (`rep`: a BackendRep, or anything
-    with its `run(feeds)`, `feed_names` and `check_inputs(feeds)`; or a list of such copies of one
-    model, a worker each). `max_batch`: the most rows one batch takes (a larger request runs
-    alone); `max_delay_ms`: how long the oldest waiting request waits for others. `stats`: batches
-    and requests run so far, and the workers' seconds in `rep.run` (`run_s`) and waiting for a
-    batch to fill (`gather_s`)."""
+    with its `run(feeds)`, `feed_names` and `check_inputs(feeds)`). `max_batch`: the most rows
+    one batch takes (a larger request runs alone); `max_delay_ms`: how long the oldest waiting
+    request waits for others. `stats`: batches and requests run so far, and the worker's seconds
+    in `rep.run` (`run_s`) and waiting for a batch to fill (`gather_s`)."""
 
     def __init__(self, rep: Any, max_batch: int = 8, max_delay_ms: float = 0.0, *, name: str = "kdml-batcher") -> None:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch: must be an integer >= 1, got {max_batch!r}")
         if not isinstance(max_delay_ms, (int, float)) or not max_delay_ms >= 0:
             raise ValueError(f"max_delay_ms: must be a number >= 0, got {max_delay_ms!r}")
-        self.reps = list(rep) if isinstance(rep, (list, tuple)) else [rep]
-        if not self.reps:
-            raise ValueError("rep: a prepared model, or a non-empty list of copies of one")
-        self.rep, self.max_batch, self.max_delay = self.reps[0], max_batch, max_delay_ms / 1000.0
+        self.rep, self.max_batch, self.max_delay = rep, max_batch, max_delay_ms / 1000.0
         self.stats: dict[str, float] = {"batches": 0, "requests": 0, "rerun_alone": 0, "run_s": 0.0, "gather_s": 0.0}
-        self._stats_lock = threading.Lock()  # (several workers add to them)
         self._queue: collections.deque[_Request] = collections.deque()
         self._rows: collections.Counter[tuple[Any, ...]] = collections.Counter()  # waiting rows per signature
         self._cond = threading.Condition()
         self._closing = False
         self._cancel = False
         # A second thread hands results back: waking each caller costs the waker tens of us on a
-        # VM (an inter-processor interrupt per thread), time the worker spends running the next batch.
-        # Per batch, its number (batches are answered in the order they were taken) and per request
-        # (request, its result, whether that is an exception); None: a worker has stopped
-        self._handback: queue.SimpleQueue[tuple[int, list[tuple[_Request, Any, bool]]] | None] = queue.SimpleQueue()
-        self._taken = 0  # batches taken so far (the next one's number)
-        self._workers = [threading.Thread(target=self._serve, args=(r,), name=f"{name}-{i}" if i else name, daemon=True)
-                         for i, r in enumerate(self.reps)]
+        # VM (an inter-processor interrupt per thread), time the worker spends running the next batch
+        # (request, its result, whether that is an exception) per request of a batch, in order
+        self._handback: queue.SimpleQueue[list[tuple[_Request, Any, bool]] | None] = queue.SimpleQueue()
         self._answerer = threading.Thread(target=self._hand_back, name=f"{name}-results", daemon=True)
-        for t in (self._answerer, *self._workers):
-            t.start()
+        self._answerer.start()
+        self._worker = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._worker.start()
 
     # ---- callers ------------------------------------------------------------------
     def submit(self, feeds: Mapping[str, Any] | Sequence[Any]) -> Future[Any]:
@@ -125,9 +112,8 @@ class Batcher:
             self._closing = True
             self._cancel = self._cancel or cancel_pending
             self._cond.notify_all()
-        end = None if timeout is None else time.monotonic() + timeout
-        for w in (*self._workers, self._answerer):
-            w.join(None if end is None else max(0.0, end - time.monotonic()))
+        self._worker.join(timeout)
+        self._answerer.join(timeout)
 
     def __enter__(self) -> Batcher:
         return self
@@ -136,42 +122,27 @@ class Batcher:
         self.close()
 
     # ---- the worker ------------------------------------------------------------------
-    def _serve(self, rep: Any) -> None:
+    def _serve(self) -> None:
         try:
             while True:
-                taken = self._next_batch()
-                if taken is None:
+                batch = self._next_batch()
+                if batch is None:
                     return
-                number, batch = taken
-                answers: list[tuple[_Request, Any, bool]] = []
-                try:
-                    if batch:
-                        answers = self._run(rep, batch)
-                finally:
-                    self._handback.put((number, answers))
+                if batch:
+                    self._run(batch)
         finally:
             self._handback.put(None)
 
     def _hand_back(self) -> None:
-        """Answers in the order their batches were taken (a later batch of another worker waits)."""
-        held: dict[int, list[tuple[_Request, Any, bool]]] = {}
-        following, running = 0, len(self._workers)
-        while running:
-            item = self._handback.get()
-            if item is None:
-                running -= 1
-                continue
-            held[item[0]] = item[1]
-            while following in held:
-                for r, value, failed in held.pop(following):
-                    if failed:
-                        r.future.set_exception(value)
-                    else:
-                        r.future.set_result(value)
-                following += 1
+        while (answers := self._handback.get()) is not None:
+            for r, value, failed in answers:
+                if failed:
+                    r.future.set_exception(value)
+                else:
+                    r.future.set_result(value)
 
-    def _next_batch(self) -> tuple[int, list[_Request]] | None:
-        """The next batch's number and requests ([] where all were cancelled), None once closed and empty."""
+    def _next_batch(self) -> list[_Request] | None:
+        """The requests of the next batch ([] where all were cancelled), None once closed and empty."""
         t0 = time.perf_counter()
         with self._cond:
             while not self._queue and not self._closing:
@@ -188,10 +159,8 @@ class Batcher:
                 if self._rows[first.key] >= self.max_batch or left <= 0:
                     break
                 self._cond.wait(left)
-            number = self._taken
-            self._taken += 1
             if self._cancel:
-                return number, []
+                return []
             batch: list[_Request] = []
             rest: collections.deque[_Request] = collections.deque()
             rows = 0
@@ -205,42 +174,41 @@ class Batcher:
             self._rows[first.key] -= rows
             if not self._rows[first.key]:
                 del self._rows[first.key]
-        self._count(gather_s=time.perf_counter() - t0)
-        return number, [r for r in batch if r.future.set_running_or_notify_cancel()]
-
-    def _count(self, **add: float) -> None:
-        with self._stats_lock:
-            for k, v in add.items():
-                self.stats[k] += v
+        self.stats["gather_s"] += time.perf_counter() - t0
+        return [r for r in batch if r.future.set_running_or_notify_cancel()]
 
     def _deadline(self, first: _Request) -> float:
         """When the batch led by `first` starts without a full batch (time.monotonic(); benchmark
         overlays change the rule: benchmarks/batcher_refill.py)."""
         return first.arrived + self.max_delay
 
-    def _run(self, rep: Any, batch: list[_Request]) -> list[tuple[_Request, Any, bool]]:
-        """Each request's answer: (request, its outputs or the exception, whether an exception)."""
+    def _run(self, batch: list[_Request]) -> None:
+        self.stats["batches"] += 1
+        self.stats["requests"] += len(batch)
         t0 = time.perf_counter()
-        rerun = 0
         try:
-            if len(batch) > 1:
-                try:
-                    outs = rep.run({n: np.concatenate([r.feeds[n] for r in batch]) for n in batch[0].feeds})
-                    parts = _split(outs, [r.rows for r in batch])
-                except Exception:
-                    parts = None  # run each alone below: an error reaches only its request
-                if parts is not None:
-                    return [(r, p, False) for r, p in zip(batch, parts)]
-                rerun = 1
-            answers = []
-            for r in batch:
-                try:
-                    answers.append((r, rep.run(r.feeds), False))
-                except Exception as e:
-                    answers.append((r, e, True))
-            return answers
+            self._answer(batch)
         finally:
-            self._count(batches=1, requests=len(batch), rerun_alone=rerun, run_s=time.perf_counter() - t0)
+            self.stats["run_s"] += time.perf_counter() - t0
+
+    def _answer(self, batch: list[_Request]) -> None:
+        if len(batch) > 1:
+            try:
+                outs = self.rep.run({n: np.concatenate([r.feeds[n] for r in batch]) for n in batch[0].feeds})
+                parts = _split(outs, [r.rows for r in batch])
+            except Exception:
+                parts = None  # run each alone below: an error reaches only its request
+            if parts is not None:
+                self._handback.put([(r, p, False) for r, p in zip(batch, parts)])
+                return
+            self.stats["rerun_alone"] += 1
+        answers = []
+        for r in batch:
+            try:
+                answers.append((r, self.rep.run(r.feeds), False))
+            except Exception as e:
+                answers.append((r, e, True))
+        self._handback.put(answers)
 
 
 def _split(outs: Any, rows: list[int]) -> list[Any] | None:

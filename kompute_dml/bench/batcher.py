@@ -3,7 +3,7 @@ kompute_dml.serving.Batcher against one thread calling `rep.run` request by requ
 single batch-of-max_batch run beside them for the latency bound.
 
     python -m kompute_dml.bench.batcher [--model bert256] [--seq 128] [--threads 8] [--max-batch 8]
-        [--max-delay-ms 0,2] [--seconds 5] [--replicas 1,2]
+        [--max-delay-ms 0,2] [--seconds 5]
 
 `kompute-dml bench --scaling` runs it after kompute_dml.bench.scaling (torch exports the model).
 
@@ -11,11 +11,9 @@ Prints requests/s both ways and their ratio, the ratio's ceiling (max_batch requ
 run against one request per run: what a batcher without overhead reaches), the batcher's p50 /
 p99 latency per request and both as multiples of one batch-of-max_batch run (median), the batches
 the batcher ran, and where its worker's time went per batch: in `rep.run`, and gathering the next
-batch (`Batcher.stats`). --seq takes a list: one row per length; --replicas too: the Batcher then
-serves that many prepared copies of the model on the device, a worker each (one copy's batch runs
-while another's is gathered, copied and submitted). The model is a float32 random BERT (quantized
-models scale a batch as one: docs/serving.md), warmed for kompute_dml.bench.gpu_clock.WARM_SECONDS
-before each figure.
+batch (`Batcher.stats`). --seq takes a list: one row per length. The
+model is a float32 random BERT (quantized models scale a batch as one: docs/serving.md), warmed
+for kompute_dml.bench.gpu_clock.WARM_SECONDS before each figure.
 """
 
 from __future__ import annotations
@@ -42,28 +40,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-delay-ms", default="0,2", help="comma-separated Batcher max_delay_ms values, one row each "
                     "(0: a batch of what waits starts as soon as the device is free)")
     ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--replicas", default="1", help="comma-separated counts of prepared copies the Batcher serves, one row each")
     args = ap.parse_args(argv)
-    path = str(fp32_beside(build_random_bert(*MODELS[args.model])))  # (its float32 export)
-    counts = [int(c) for c in args.replicas.split(",")]
-    reps = [Backend.prepare(path) for _ in range(max(counts))]
-    print(f"{args.model} float32, batch-1 requests on {reps[0].device.name}; {args.threads} threads, "
+    rep = Backend.prepare(str(fp32_beside(build_random_bert(*MODELS[args.model]))))  # (its float32 export)
+    print(f"{args.model} float32, batch-1 requests on {rep.device.name}; {args.threads} threads, "
           f"max_batch {args.max_batch}")
     print("| seq | max_delay_ms | one thread, rep.run req/s | batcher req/s | x one thread | ceiling | p50 ms | p99 ms | batch run ms "
           "| p99 / batch run | batches | worker per batch: run / gather ms |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for seq in map(int, args.seq.split(",")):
         for delay in map(float, args.max_delay_ms.split(",")):
-            for n in counts:
-                _row(reps[0], seq, delay, args, replicas=reps[:n],
-                     label=None if counts == [1] else f"{delay:g}, {n} cop{'y' if n == 1 else 'ies'}")
+            _row(rep, seq, delay, args)
 
 
-def _row(rep: Any, seq: int, delay: float, args: Any, make: Any = None, label: str | None = None,
-         replicas: list[Any] | None = None) -> None:
+def _row(rep: Any, seq: int, delay: float, args: Any, make: Any = None, label: str | None = None) -> None:
     """One row: `seq`-token requests through a Batcher of max_delay_ms `delay` (`make`: another Batcher
-    class, a benchmark overlay's; `label`: the row's delay column then; `replicas`: the Batcher's
-    prepared copies, `rep` first, where more than one)."""
+    class, a benchmark overlay's; `label`: the row's delay column then)."""
     from ..serving import Batcher
     from .bert_models import random_feeds
     from .gpu_clock import WARM_SECONDS, hold
@@ -77,8 +68,7 @@ def _row(rep: Any, seq: int, delay: float, args: Any, make: Any = None, label: s
     alone = hold(lambda: rep.run(one), args.seconds) / args.seconds
     latencies: list[float] = []
     lock = threading.Lock()
-    served = replicas if replicas and len(replicas) > 1 else rep
-    with (make or Batcher)(served, max_batch=args.max_batch, max_delay_ms=delay) as batcher:
+    with (make or Batcher)(rep, max_batch=args.max_batch, max_delay_ms=delay) as batcher:
         hold(lambda: batcher.submit(one).result(), WARM_SECONDS)
         before = dict(batcher.stats)
         stop = time.perf_counter() + args.seconds
