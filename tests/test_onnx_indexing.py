@@ -120,6 +120,30 @@ def test_one_hot(np_it, np_dt, np_vt, axis):
     run_both(model, {"i": idx, "v": vals})
 
 
+def test_one_hot_values_computed_on_the_host_beside_a_constant_depth():
+    """OneHot's values from shape arithmetic (host values, CANINE's export) beside constant indices
+    and depth: each uploaded under its own name (the values went up as the depth once: a 1-element
+    values tensor, refused)."""
+    n = helper.make_node
+    c = numpy_helper.from_array
+    nodes = [n("Shape", ["x"], ["sh"]), n("Gather", ["sh", "one"], ["len"], axis=0), n("Mod", ["len", "two"], ["md"]),
+             n("Add", ["md", "two"], ["ad"]), n("Reshape", ["ad", "shp1"], ["rs"]), n("Concat", ["c1", "rs"], ["v"], axis=0),
+             n("OneHot", ["i", "d", "v"], ["y"])]
+    inits = [c(np.array(1, np.int64), "one"), c(np.array(2, np.int64), "two"), c(np.array([1], np.int64), "shp1"),
+             c(np.array([1], np.int64), "c1"), c(np.array([2, 0], np.int64), "i"), c(np.array(4, np.int64), "d")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", I64, ["b", "s"])],
+                              [helper.make_tensor_value_info("y", I64, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    rep = Backend.prepare(model, "CPU")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for s in (9, 6, 9):
+        x = np.zeros((2, s), np.int64)
+        got, want = rep.run({"x": x})[0], sess.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, want)
+        assert rep.last_run.runtime_fallbacks == 0
+
+
 def test_node_cases_placement():
     """Every case passes; all wholly on Vulkan but OneHot's bfloat16 values (no DirectML type)."""
     from onnx_node_cases import node_cases, run_case

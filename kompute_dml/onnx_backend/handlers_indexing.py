@@ -86,7 +86,7 @@ def _h_one_hot(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: Ru
     if not -len(qs) - 1 <= axis <= len(qs):
         raise ValueError(f"OneHot {node.name!r}: axis {axis} is out of range for indices of rank {len(qs)}")
     a = axis % (len(qs) + 1)
-    ti, tv = _operands(ctx, node, [idx, values], stats)
+    ti, tv = _operands(ctx, node, [idx, values], stats, [node.input[0], node.input[2]])
     if _value_dtype(idx) not in _INDEX_TYPES:
         ti = kdml.cast(ti, kdml.DataType.INT32, out=ctx.out_tensor(qs or (1,), np.int32), device=ctx.device)
     shape = (*qs[:a], d, *qs[a:])

@@ -24,14 +24,17 @@ if TYPE_CHECKING:
     from .context import NodeContext
 
 
-def _operands(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[kdml.Tensor]:
+def _operands(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats,
+              names: list[str] | None = None) -> list[kdml.Tensor]:
+    """The values' device tensors; `names`: their input names where `ins` are not node.input's first
+    inputs in order (a constant is uploaded once under its name: a wrong name uploads another's)."""
     for v in ins:
         dt = _value_dtype(v)
         if dt != BOOL and dt not in _DML_NUMPY:
             raise FallbackNeeded(f"type {dt} is not a DirectML type")
         if 0 in _value_shape(v):
             raise FallbackNeeded("an empty tensor")
-    return [device_tensor(ctx, v, stats, n) for v, n in zip(ins, node.input)]
+    return [device_tensor(ctx, v, stats, n) for v, n in zip(ins, node.input if names is None else names, strict=names is not None)]
 
 
 def _out(ctx: NodeContext, ins: list[Any], dt: np.dtype) -> tuple[tuple[int, ...], kdml.Tensor]:
