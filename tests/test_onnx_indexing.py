@@ -144,6 +144,34 @@ def test_one_hot_values_computed_on_the_host_beside_a_constant_depth():
         assert rep.last_run.runtime_fallbacks == 0
 
 
+def test_one_hot_of_shape_arithmetic_is_resolved_on_the_host():
+    """torch's repeat counts exported as a OneHot of shape arithmetic (YOSO): resolved on the host
+    with the rest of the shape arithmetic, so the Tile they feed plans into the one program (the
+    OneHot on the device made every run node by node, 8 uploads and 3 downloads)."""
+    n = helper.make_node
+    c = numpy_helper.from_array
+    nodes = [n("Shape", ["x"], ["sh"]), n("Gather", ["sh", "one"], ["len"], axis=0), n("Mod", ["len", "two"], ["md"]),
+             n("Add", ["md", "two"], ["ad"]), n("Reshape", ["ad", "shp1"], ["rs"]), n("Concat", ["c1", "rs"], ["v"], axis=0),
+             n("OneHot", ["i", "d", "v"], ["oh"]), n("Reshape", ["oh", "shp4"], ["reps"]), n("Mul", ["x", "x"], ["xx"]),
+             n("Tile", ["xx", "reps"], ["y"])]
+    inits = [c(np.array(1, np.int64), "one"), c(np.array(2, np.int64), "two"), c(np.array([1], np.int64), "shp1"),
+             c(np.array([1], np.int64), "c1"), c(np.array([1], np.int64), "i"), c(np.array(2, np.int64), "d"),
+             c(np.array([2], np.int64), "shp4")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, ["b", "s"])],
+                              [helper.make_tensor_value_info("y", F32, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    rep = Backend.prepare(model, "CPU")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for s in (7, 4, 7):
+        x = np.random.default_rng(s).standard_normal((2, s)).astype(np.float32)
+        got, want = rep.run({"x": x})[0], sess.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, want)
+        st = rep.last_run
+        assert st.planned or st.submissions == 1, st
+        assert (st.uploads, st.downloads, st.runtime_fallbacks) == (1, 1, 0) and not st.events, st
+
+
 def test_node_cases_placement():
     """Every case passes; all wholly on Vulkan but OneHot's bfloat16 values (no DirectML type)."""
     from onnx_node_cases import node_cases, run_case

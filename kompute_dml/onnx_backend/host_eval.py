@@ -282,7 +282,8 @@ HOST_EVAL: dict[str, Callable[[onnx.NodeProto, list[Any]], Any]] = {
     # the rest of what shape arithmetic uses: the fallback engine for one node
     **{op: _engine for op in ("Mod", "Pow", "Max", "Min", "Clip", "ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin",
                               "ScatterND", "ScatterElements", "Trilu", "CumSum",  # (Swin's shifted-window mask)
-                              "QuantizeLinear")},  # (a QDQ MobileViT's quantized float shape arithmetic)
+                              "QuantizeLinear",  # (a QDQ MobileViT's quantized float shape arithmetic)
+                              "OneHot")},  # (torch's repeat counts as a OneHot of shape arithmetic: YOSO, CANINE)
 }
 
 
