@@ -172,6 +172,33 @@ def test_one_hot_of_shape_arithmetic_is_resolved_on_the_host():
         assert (st.uploads, st.downloads, st.runtime_fallbacks) == (1, 1, 0) and not st.events, st
 
 
+@pytest.mark.parametrize("rank", [1, 2])
+def test_nonzero_of_a_mask_from_shapes_is_resolved_on_the_host(rank):
+    """NonZero of a mask built from shapes (X-MOD's language routing) is shape arithmetic: resolved on
+    the host, the Gather it indexes in the one program (it ran on the CPU: 2 sub-graphs, 14 uploads)."""
+    n = helper.make_node
+    c = numpy_helper.from_array
+    nodes = [n("Shape", ["x"], ["sh"]), n("Slice", ["sh", "z", "r"], ["lead"]), n("ConstantOfShape", ["lead"], ["m"],
+             value=helper.make_tensor("v", I64, [1], [3])), n("Equal", ["m", "three"], ["eq"]), n("NonZero", ["eq"], ["nz"]),
+             n("Mul", ["x", "x"], ["xx"]), n("GatherND", ["xx", "nzt"], ["y"])]
+    nodes.insert(5, n("Transpose", ["nz"], ["nzt"], perm=[1, 0]))
+    inits = [c(np.array([0], np.int64), "z"), c(np.array([rank], np.int64), "r"), c(np.array(3, np.int64), "three")]
+    dims = ["b", "s", "h"]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, dims)],
+                              [helper.make_tensor_value_info("y", F32, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    rep = Backend.prepare(model, "CPU")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for shape in ((2, 3, 4), (1, 5, 4)):
+        x = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
+        got, want = rep.run({"x": x})[0], sess.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, want)
+        st = rep.last_run
+        assert (st.uploads, st.downloads, st.cpu_segments, st.runtime_fallbacks) == (1, 1, 0, 0), st
+    assert "NonZero" not in {p.op_type for p in rep.placement if p.target == "cpu"}
+
+
 def test_node_cases_placement():
     """Every case passes; all wholly on Vulkan but OneHot's bfloat16 values (no DirectML type)."""
     from onnx_node_cases import node_cases, run_case

@@ -239,6 +239,13 @@ def _unary(fn: Callable[[Any], Any]) -> Callable[[onnx.NodeProto, list[Any]], An
     return run
 
 
+def _nonzero(node: onnx.NodeProto, ins: list[Any]) -> Any:
+    x = np.asarray(ins[0])
+    if x.ndim == 0:
+        raise NotImplementedError  # (a scalar's: the fallback engine's)
+    return np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
+
+
 def _engine(node: onnx.NodeProto, ins: list[Any]) -> Any:
     raise NotImplementedError  # onnxruntime (or onnx's reference evaluator) for this one node
 
@@ -272,6 +279,7 @@ HOST_EVAL: dict[str, Callable[[onnx.NodeProto, list[Any]], Any]] = {
     "And": _binary(np.logical_and, "b"),
     "Or": _binary(np.logical_or, "b"),
     "Not": lambda node, ins: np.logical_not(np.asarray(ins[0])),
+    "NonZero": _nonzero,  # (X-MOD's language routing: nonzero of a mask made from shapes)
     "Add": _binary(np.add, floats=True),
     "Sub": _binary(np.subtract, floats=True),
     "Mul": _binary(np.multiply, floats=True),
