@@ -3,7 +3,8 @@ and torchvision networks exported with torch.onnx.export (opset 17), each run th
 against onnxruntime's CPU provider at two batch sizes: where its nodes run (the node types left on
 the CPU), the CPU sub-graphs and transfers of a run, the largest relative difference and the
 smallest per-row cosine, and how many attention chains it fuses (fusion_attention.py). A correctness
-sweep of model shapes no test builds, not a timing. `--variant fp16` converts each export to float16
+sweep of model shapes no test builds, not a timing (the configurations: benchmarks/architecture_configs.py).
+`--variant fp16` converts each export to float16
 (onnxruntime's convert_float_to_float16, float32 inputs and outputs kept) and compares it with
 onnxruntime running the float32 export; `--variant int8` quantizes it with quantize_dynamic (int8
 weights) and compares with onnxruntime running the int8 model; `--variant qdq` / `qop` with
@@ -32,122 +33,7 @@ from typing import Any
 
 import numpy as np
 
-H = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
-SEQ2SEQ = {"vocab_size": 100, "d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 4,
-           "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}
-# name -> (configuration class, model class, configuration keywords, inputs: "text" | "text-tt" | "seq2seq" |
-# "image" | "audio" | "mel" | "spectrogram"); the text models take a vocabulary of 100 and H unless they override it
-_CONV_AUDIO = {"conv_dim": (16, 16), "conv_stride": (5, 2), "conv_kernel": (10, 3), "num_feat_extract_layers": 2,
-               "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 2}
-TRANSFORMERS: dict[str, tuple[str, str, dict[str, Any], str]] = {
-    "albert": ("AlbertConfig", "AlbertModel", {"embedding_size": 16}, "text"),
-    "electra": ("ElectraConfig", "ElectraModel", {"embedding_size": 16}, "text"),
-    "deberta-v2": ("DebertaV2Config", "DebertaV2Model", {}, "text"),
-    "mobilebert": ("MobileBertConfig", "MobileBertModel", {"embedding_size": 16, "intra_bottleneck_size": 16,
-                                                           "true_hidden_size": 16, "num_feedforward_networks": 1}, "text"),
-    "mpnet": ("MPNetConfig", "MPNetModel", {}, "text"),
-    "xlm-roberta": ("XLMRobertaConfig", "XLMRobertaModel", {}, "text"),
-    "bert-token-types": ("BertConfig", "BertModel", {}, "text-tt"),
-    "convbert": ("ConvBertConfig", "ConvBertModel", {"embedding_size": 32, "conv_kernel_size": 3, "head_ratio": 2}, "text"),
-    "squeezebert": ("SqueezeBertConfig", "SqueezeBertModel", {"embedding_size": 32, "q_groups": 2, "k_groups": 2,
-                                                              "v_groups": 2, "post_attention_groups": 2,
-                                                              "intermediate_groups": 2, "output_groups": 2}, "text"),
-    "xlnet": ("XLNetConfig", "XLNetModel", {"d_model": 32, "n_layer": 2, "n_head": 4, "d_inner": 64}, "text"),
-    "roformer": ("RoFormerConfig", "RoFormerModel", {"embedding_size": 32}, "text"),
-    "esm": ("EsmConfig", "EsmModel", {"pad_token_id": 1, "position_embedding_type": "rotary"}, "text"),
-    "opt": ("OPTConfig", "OPTModel", {"ffn_dim": 64, "word_embed_proj_dim": 32, "max_position_embeddings": 64}, "text"),
-    "bloom": ("BloomConfig", "BloomModel", {"n_layer": 2, "n_head": 4}, "text"),
-    "gpt-neo": ("GPTNeoConfig", "GPTNeoModel", {"num_layers": 2, "num_heads": 4, "window_size": 8,
-                                                "attention_types": [[["global", "local"], 1]]}, "text"),
-    "gptj": ("GPTJConfig", "GPTJModel", {"n_embd": 32, "n_layer": 2, "n_head": 4, "rotary_dim": 4, "n_positions": 64}, "text"),
-    "gpt-neox": ("GPTNeoXConfig", "GPTNeoXModel", {"rotary_pct": 0.5}, "text"),
-    "mistral": ("MistralConfig", "MistralModel", {"num_key_value_heads": 2, "sliding_window": None}, "text"),
-    "qwen2": ("Qwen2Config", "Qwen2Model", {"num_key_value_heads": 2}, "text"),
-    "qwen3": ("Qwen3Config", "Qwen3Model", {"num_key_value_heads": 2, "head_dim": 8}, "text"),
-    "phi": ("PhiConfig", "PhiModel", {}, "text"),
-    "gemma": ("GemmaConfig", "GemmaModel", {"num_key_value_heads": 1, "head_dim": 8}, "text"),
-    "falcon": ("FalconConfig", "FalconModel", {}, "text"),
-    "stablelm": ("StableLmConfig", "StableLmModel", {"num_key_value_heads": 2}, "text"),
-    "t5-encoder": ("T5Config", "T5EncoderModel", {"d_model": 32, "d_ff": 64, "num_layers": 2, "num_heads": 4, "d_kv": 8},
-                   "text"),
-    "t5": ("T5Config", "T5Model", {"vocab_size": 100, "d_model": 32, "d_ff": 64, "num_layers": 1, "num_decoder_layers": 1,
-                                   "num_heads": 4, "d_kv": 8}, "seq2seq"),
-    "bart": ("BartConfig", "BartModel", {**SEQ2SEQ, "max_position_embeddings": 64}, "seq2seq"),
-    "marian": ("MarianConfig", "MarianModel", {**SEQ2SEQ, "max_position_embeddings": 64, "pad_token_id": 0,
-                                               "decoder_start_token_id": 0}, "seq2seq"),
-    "whisper": ("WhisperConfig", "WhisperModel", {**SEQ2SEQ, "num_mel_bins": 16, "max_source_positions": 32,
-                                                  "max_target_positions": 32, "pad_token_id": 0, "bos_token_id": 1,
-                                                  "eos_token_id": 2, "decoder_start_token_id": 1}, "mel"),
-    "deit": ("DeiTConfig", "DeiTModel", {**H, "image_size": 32, "patch_size": 8}, "image"),
-    "beit": ("BeitConfig", "BeitModel", {**H, "image_size": 32, "patch_size": 8}, "image"),
-    "dinov2": ("Dinov2Config", "Dinov2Model", {**H, "image_size": 32, "patch_size": 8}, "image"),
-    "clip-vision": ("CLIPVisionConfig", "CLIPVisionModel", {**H, "image_size": 32, "patch_size": 8}, "image"),
-    "yolos": ("YolosConfig", "YolosModel", {**H, "image_size": [32, 32], "patch_size": 8, "num_detection_tokens": 4},
-              "image"),
-    "swin": ("SwinConfig", "SwinModel", {"image_size": 32, "patch_size": 4, "embed_dim": 16, "depths": [1, 1],
-                                         "num_heads": [2, 2], "window_size": 4}, "image"),
-    "convnext": ("ConvNextConfig", "ConvNextModel", {"hidden_sizes": [16, 32], "depths": [1, 1], "num_stages": 2}, "image"),
-    "segformer": ("SegformerConfig", "SegformerModel", {"hidden_sizes": [8, 16], "depths": [1, 1], "num_encoder_blocks": 2,
-                                                        "sr_ratios": [2, 1], "num_attention_heads": [1, 2],
-                                                        "strides": [4, 2], "patch_sizes": [7, 3], "mlp_ratios": [2, 2]},
-                  "image"),
-    "mobilevit": ("MobileViTConfig", "MobileViTModel", {"image_size": 32, "hidden_sizes": [16, 24, 32],
-                                                        "neck_hidden_sizes": [8, 8, 16, 16, 24, 32, 64]}, "image"),
-    "levit": ("LevitConfig", "LevitModel", {"image_size": 32, "hidden_sizes": [16, 24, 32], "num_attention_heads": [1, 2, 2],
-                                            "depths": [1, 1, 1], "key_dim": [8, 8, 8]}, "image"),
-    "bit": ("BitConfig", "BitModel", {"hidden_sizes": [16, 32], "depths": [1, 1], "embedding_size": 16, "num_groups": 4},
-            "image"),
-    "poolformer": ("PoolFormerConfig", "PoolFormerModel", {"hidden_sizes": [16, 32, 32, 32], "depths": [1, 1, 1, 1]},
-                   "image"),
-    "wav2vec2": ("Wav2Vec2Config", "Wav2Vec2Model", {**H, **_CONV_AUDIO}, "audio"),
-    # added at 587ccc4 (Phi-3's empty rotary pass-through slice found by this set)
-    "rembert": ("RemBertConfig", "RemBertModel", {"input_embedding_size": 16, "output_embedding_size": 16}, "text"),
-    "data2vec-text": ("Data2VecTextConfig", "Data2VecTextModel", {}, "text"),
-    "ernie": ("ErnieConfig", "ErnieModel", {}, "text"),
-    "codegen": ("CodeGenConfig", "CodeGenModel", {"n_embd": 32, "n_layer": 2, "n_head": 4, "rotary_dim": 4, "n_positions": 64},
-                "text"),
-    "gpt-bigcode": ("GPTBigCodeConfig", "GPTBigCodeModel", {"n_embd": 32, "n_layer": 2, "n_head": 4, "multi_query": True,
-                                                             "n_positions": 64}, "text"),
-    "mpt": ("MptConfig", "MptModel", {"d_model": 32, "n_heads": 4, "n_layers": 2}, "text"),
-    "phi3": ("Phi3Config", "Phi3Model", {"num_key_value_heads": 2, "pad_token_id": 0}, "text"),
-    "olmo": ("OlmoConfig", "OlmoModel", {"num_key_value_heads": 2}, "text"),
-    "granite": ("GraniteConfig", "GraniteModel", {"num_key_value_heads": 2}, "text"),
-    "pegasus": ("PegasusConfig", "PegasusModel", {**SEQ2SEQ, "max_position_embeddings": 64, "pad_token_id": 0,
-                                                  "decoder_start_token_id": 0}, "seq2seq"),
-    "m2m100": ("M2M100Config", "M2M100Model", {**SEQ2SEQ, "max_position_embeddings": 64, "pad_token_id": 0,
-                                               "decoder_start_token_id": 2}, "seq2seq"),
-    "mbart": ("MBartConfig", "MBartModel", {**SEQ2SEQ, "max_position_embeddings": 64}, "seq2seq"),
-    "hubert": ("HubertConfig", "HubertModel", {**H, **_CONV_AUDIO}, "audio"),
-    "wavlm": ("WavLMConfig", "WavLMModel", {**H, **_CONV_AUDIO, "num_buckets": 32, "max_bucket_distance": 64}, "audio"),
-    "swinv2": ("Swinv2Config", "Swinv2Model", {"image_size": 32, "patch_size": 4, "embed_dim": 16, "depths": [1, 1],
-                                               "num_heads": [2, 2], "window_size": 4}, "image"),
-    "convnextv2": ("ConvNextV2Config", "ConvNextV2Model", {"hidden_sizes": [16, 32], "depths": [1, 1], "num_stages": 2},
-                   "image"),
-    "pvt-v2": ("PvtV2Config", "PvtV2Model", {"hidden_sizes": [16, 32], "depths": [1, 1], "num_encoder_blocks": 2,
-                                            "sr_ratios": [2, 1], "num_attention_heads": [1, 2], "patch_sizes": [7, 3],
-                                            "strides": [4, 2], "mlp_ratios": [2, 2]}, "image"),
-    "regnet": ("RegNetConfig", "RegNetModel", {"hidden_sizes": [16, 32], "depths": [1, 1], "embedding_size": 16,
-                                               "groups_width": 8}, "image"),
-    "resnet-hf": ("ResNetConfig", "ResNetModel", {"hidden_sizes": [16, 32], "depths": [1, 1], "embedding_size": 16}, "image"),
-    "focalnet": ("FocalNetConfig", "FocalNetModel", {"image_size": 32, "patch_size": 4, "embed_dim": 16, "depths": [1, 1],
-                                                     "focal_levels": [2, 2], "focal_windows": [3, 3]}, "image"),
-    "dpt": ("DPTConfig", "DPTModel", {**H, "image_size": 32, "patch_size": 8, "neck_hidden_sizes": [16, 32],
-                                      "fusion_hidden_size": 16, "backbone_out_indices": [0, 1]}, "image"),
-    "ast": ("ASTConfig", "ASTModel", {**H, "num_mel_bins": 16, "max_length": 32, "patch_size": 8, "frequency_stride": 8,
-                                      "time_stride": 8}, "spectrogram"),
-}
-# timm networks (random weights) at their own input size, one or two of each family people deploy
-TIMM = ("resnet50", "efficientnet_b0", "mobilenetv3_large_100", "mobilenetv4_conv_small", "convnext_atto",
-        "vit_tiny_patch16_224", "deit_tiny_patch16_224", "eva02_tiny_patch14_224", "regnety_002", "ghostnet_100",
-        "mixnet_s", "rexnet_100", "lcnet_050", "tinynet_a", "mobilevit_xxs", "mobileone_s0", "efficientformer_l1",
-        "efficientvit_b0", "levit_128s", "swin_tiny_patch4_window7_224", "maxvit_nano_rw_256", "coatnet_nano_rw_224",
-        "edgenext_xx_small", "fastvit_t8", "repvgg_a0", "cspdarknet53", "dla34", "hrnet_w18_small", "nfnet_l0",
-        "res2net50_26w_4s", "resnest14d", "seresnext26d_32x4d", "densenet121", "pvt_v2_b0", "xcit_nano_12_p16_224",
-        "botnet26t_256", "volo_d1_224", "caformer_s18", "inception_next_tiny", "hgnetv2_b0", "starnet_s1",
-        "crossvit_tiny_240")
-TORCHVISION = ("resnet18", "mobilenet_v3_small", "efficientnet_b0", "densenet121", "regnet_y_400mf", "convnext_tiny",
-               "squeezenet1_1", "shufflenet_v2_x0_5", "mnasnet0_5", "swin_t", "segmentation.deeplabv3_mobilenet_v3_large",
-               "segmentation.lraspp_mobilenet_v3_large")
+from .architecture_configs import TIMM, TORCHVISION, TRANSFORMERS, H
 
 
 def _inputs(kind: str, b: int, s: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
