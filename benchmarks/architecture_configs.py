@@ -134,6 +134,17 @@ TRANSFORMERS: dict[str, tuple[str, str, dict[str, Any], str]] = {
                                          "mlp_ratios": [2, 2], "decoder_hidden_size": 16}, "image"),
     "sew": ("SEWConfig", "SEWModel", {**H, **_CONV_AUDIO, "squeeze_factor": 2}, "audio"),
     "unispeech": ("UniSpeechConfig", "UniSpeechModel", {**H, **_CONV_AUDIO}, "audio"),
+    "wav2vec2-conformer": ("Wav2Vec2ConformerConfig", "Wav2Vec2ConformerModel",
+                           {**H, **_CONV_AUDIO, "position_embeddings_type": "rotary", "conv_depthwise_kernel_size": 3}, "audio"),
+    "data2vec-audio": ("Data2VecAudioConfig", "Data2VecAudioModel",
+                       {**H, **_CONV_AUDIO, "num_conv_pos_embeddings": 4, "num_conv_pos_embedding_groups": 2}, "audio"),
+    "data2vec-vision": ("Data2VecVisionConfig", "Data2VecVisionModel", {**H, "image_size": 32, "patch_size": 8}, "image"),
+    "markuplm": ("MarkupLMConfig", "MarkupLMModel", {}, "text"),
+    "starcoder2": ("Starcoder2Config", "Starcoder2Model", {"num_key_value_heads": 2}, "text"),
+    "persimmon": ("PersimmonConfig", "PersimmonModel", {}, "text"),
+    "nemotron": ("NemotronConfig", "NemotronModel", {"num_key_value_heads": 2}, "text"),
+    "gemma2": ("Gemma2Config", "Gemma2Model", {"num_key_value_heads": 2, "head_dim": 8}, "text"),
+    "gemma3-text": ("Gemma3TextConfig", "Gemma3TextModel", {"num_key_value_heads": 2, "head_dim": 8}, "text"),
 }
 # timm networks (random weights) at their own input size, one or two of each family people deploy
 TIMM = ("resnet50", "efficientnet_b0", "mobilenetv3_large_100", "mobilenetv4_conv_small", "convnext_atto",
