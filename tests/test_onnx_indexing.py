@@ -199,6 +199,35 @@ def test_nonzero_of_a_mask_from_shapes_is_resolved_on_the_host(rank):
     assert "NonZero" not in {p.op_type for p in rep.placement if p.target == "cpu"}
 
 
+def test_qlinear_shape_arithmetic_is_resolved_on_the_host():
+    """onnxruntime's QOperator quantization writes a mask's shape arithmetic as QLinearMul (X-MOD's
+    language routing): resolved on the host (the CPU engine for the node) like the float Mul it
+    replaces, the NonZero after it too (they ran on the CPU: 2 sub-graphs, 75 uploads a run)."""
+    n = helper.make_node
+    c = numpy_helper.from_array
+    nodes = [n("Shape", ["x"], ["sh"]), n("Slice", ["sh", "z", "one"], ["lead"]),
+             n("ConstantOfShape", ["lead"], ["m"], value=helper.make_tensor("v", F32, [1], [1.0])),
+             n("QuantizeLinear", ["m", "s", "zp"], ["mq"]),
+             n("QLinearMul", ["mq", "s", "zp", "kq", "s", "zp", "s", "zp"], ["pq"], domain="com.microsoft"),
+             n("DequantizeLinear", ["pq", "s", "zp"], ["p"]), n("Equal", ["p", "three"], ["eq"]),
+             n("NonZero", ["eq"], ["nz"]), n("Transpose", ["nz"], ["nzt"], perm=[1, 0]),
+             n("Mul", ["x", "x"], ["xx"]), n("GatherND", ["xx", "nzt"], ["y"])]
+    inits = [c(np.array([0], np.int64), "z"), c(np.array([1], np.int64), "one"), c(np.array(0.5, np.float32), "s"),
+             c(np.array(0, np.uint8), "zp"), c(np.array(6, np.uint8), "kq"), c(np.array(3.0, np.float32), "three")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, ["b", "h"])],
+                              [helper.make_tensor_value_info("y", F32, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    rep = Backend.prepare(model, "CPU")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for shape in ((3, 4), (2, 5), (3, 4)):
+        x = np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)
+        got, want = rep.run({"x": x})[0], sess.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, want)
+        st = rep.last_run
+        assert (st.uploads, st.downloads, st.cpu_segments, st.runtime_fallbacks) == (1, 1, 0, 0), st
+
+
 def test_node_cases_placement():
     """Every case passes; all wholly on Vulkan but OneHot's bfloat16 values (no DirectML type)."""
     from onnx_node_cases import node_cases, run_case

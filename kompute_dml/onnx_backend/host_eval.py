@@ -295,9 +295,16 @@ HOST_EVAL: dict[str, Callable[[onnx.NodeProto, list[Any]], Any]] = {
 }
 
 
+# com.microsoft nodes the fallback engine resolves where their inputs are host values: onnxruntime's
+# QOperator quantization writes the shape arithmetic's Mul and Add as QLinearMul / QLinearAdd (X-MOD)
+MS_HOST_EVAL = frozenset({"QLinearMul", "QLinearAdd"})
+
+
 def host_evaluable(node: onnx.NodeProto) -> bool:
     """A node type the host may resolve (numpy here, or the fallback engine for one node)."""
     domain = node.domain if node.domain != "ai.onnx" else ""
+    if domain == "com.microsoft":
+        return node.op_type in MS_HOST_EVAL
     return not domain and (node.op_type in HOST_EVAL or node.op_type in SHAPE_ONLY)
 
 
@@ -352,6 +359,8 @@ def evaluate(node: onnx.NodeProto, ins: list[Any], shape_of: Callable[[Any], tup
              fallback: Callable[[], list[Any]]) -> list[Any]:
     """The node's outputs from host inputs (`shape_of` gives a value's shape without
     reading it: Shape of a device value); `fallback` runs it on the CPU engine."""
+    if node.domain == "com.microsoft":
+        return fallback()
     if node.op_type in SHAPE_ONLY:
         return [SHAPE_ONLY[node.op_type](node, ins, shape_of)]
     fn = HOST_EVAL.get(node.op_type)
