@@ -77,7 +77,8 @@ GPU_TRANSFER_REGIONS = 4
 CONSTANT_BELOW = 64 * 1024
 # How an execution learns that the device is done (DevicePolicy.completion; KDML_COMPLETION=fence
 # or word overrides): "word" polls a host-visible word the command buffer writes last (kp patch
-# level 7), "fence" polls the sequence's fence. `bash benchmarks/vk_floor/run.sh` (C, no kp), median
+# level 7; since level 16 after a barrier that makes every earlier write available to the host, as
+# the outputs are read at the word), "fence" polls the sequence's fence. `bash benchmarks/vk_floor/run.sh` (C, no kp), median
 # us from vkQueueSubmit to completion of barrier + one dispatch, word / fence polled, two runs each:
 # H100 16.25 / 46.36 and 16.85 / 48.57 (the driver's slow mode for fences: the fence reports about
 # 30 us after the word; p10 of the second run's fence 16.28), in its fast mode 17.01 / 16.97 and
