@@ -201,15 +201,16 @@ def test_nonzero_of_a_mask_from_shapes_is_resolved_on_the_host(rank):
 
 def test_qlinear_shape_arithmetic_is_resolved_on_the_host():
     """onnxruntime's QOperator quantization writes a mask's shape arithmetic as QLinearMul (X-MOD's
-    language routing): resolved on the host (the CPU engine for the node) like the float Mul it
-    replaces, the NonZero after it too (they ran on the CPU: 2 sub-graphs, 75 uploads a run)."""
+    language routing; here with com.microsoft's DequantizeLinear after it): resolved on the host (the
+    CPU engine for the node) like the float Mul it replaces, the NonZero after it too (they ran on
+    the CPU: 2 sub-graphs, 75 uploads a run)."""
     n = helper.make_node
     c = numpy_helper.from_array
     nodes = [n("Shape", ["x"], ["sh"]), n("Slice", ["sh", "z", "one"], ["lead"]),
              n("ConstantOfShape", ["lead"], ["m"], value=helper.make_tensor("v", F32, [1], [1.0])),
              n("QuantizeLinear", ["m", "s", "zp"], ["mq"]),
              n("QLinearMul", ["mq", "s", "zp", "kq", "s", "zp", "s", "zp"], ["pq"], domain="com.microsoft"),
-             n("DequantizeLinear", ["pq", "s", "zp"], ["p"]), n("Equal", ["p", "three"], ["eq"]),
+             n("DequantizeLinear", ["pq", "s", "zp"], ["p"], domain="com.microsoft"), n("Equal", ["p", "three"], ["eq"]),
              n("NonZero", ["eq"], ["nz"]), n("Transpose", ["nz"], ["nzt"], perm=[1, 0]),
              n("Mul", ["x", "x"], ["xx"]), n("GatherND", ["xx", "nzt"], ["y"])]
     inits = [c(np.array([0], np.int64), "z"), c(np.array([1], np.int64), "one"), c(np.array(0.5, np.float32), "s"),

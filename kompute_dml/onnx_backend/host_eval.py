@@ -297,7 +297,7 @@ HOST_EVAL: dict[str, Callable[[onnx.NodeProto, list[Any]], Any]] = {
 
 # com.microsoft nodes the fallback engine resolves where their inputs are host values: onnxruntime's
 # QOperator quantization writes the shape arithmetic's Mul and Add as QLinearMul / QLinearAdd (X-MOD)
-MS_HOST_EVAL = frozenset({"QLinearMul", "QLinearAdd"})
+MS_HOST_EVAL = frozenset({"QLinearMul", "QLinearAdd", "QuantizeLinear", "DequantizeLinear"})  # (and its Q / DQ for 16-bit types)
 
 
 def host_evaluable(node: onnx.NodeProto) -> bool:
