@@ -56,10 +56,20 @@ class Decoder:
 
 # Llama-style decoders beyond GPT-2 and Llama (tests/test_decoders.py): configuration and model classes and
 # their own keywords. Phi-3: rotary over the whole head (an empty pass-through slice); Qwen2: biased Q, K, V;
-# Gemma: one key/value head
+# Gemma (1-3): one key/value head; Gemma 2 also soft-capped logits, Gemma 3 and Qwen3 normalized Q and K,
+# StarCoder2 biased products and LayerNorm, Nemotron squared ReLU, Granite its scaling multipliers
 OTHERS = {"phi3": ("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0}),
           "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
-          "gemma": ("GemmaConfig", "GemmaForCausalLM", {"num_key_value_heads": 1})}
+          "gemma": ("GemmaConfig", "GemmaForCausalLM", {"num_key_value_heads": 1}),
+          "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"num_key_value_heads": 1}),
+          "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", {"num_key_value_heads": 1}),
+          "mistral": ("MistralConfig", "MistralForCausalLM", {}),
+          "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {}),
+          "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM", {}),
+          "nemotron": ("NemotronConfig", "NemotronForCausalLM", {}),
+          "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}),
+          "granite": ("GraniteConfig", "GraniteForCausalLM", {}),
+          "stablelm": ("StableLmConfig", "StableLmForCausalLM", {})}
 
 
 def torch_model(name: str, size: str, seed: int = 0) -> Any:
