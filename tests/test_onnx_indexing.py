@@ -120,28 +120,43 @@ def test_one_hot(np_it, np_dt, np_vt, axis):
     run_both(model, {"i": idx, "v": vals})
 
 
+def _graph(nodes, inits, x_type, dims, out_type, ms=False):
+    """A model of `nodes` reading input x (`x_type`, `dims`) and writing y; `ms`: com.microsoft's opset too."""
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", x_type, dims)],
+                              [helper.make_tensor_value_info("y", out_type, None)], initializer=inits)
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid("com.microsoft", 1)] if ms else [])
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    return model
+
+
+def _runs(model, xs):
+    """Each x run by the backend, equal to onnxruntime's; the backend's RunStats of each run."""
+    rep = Backend.prepare(model, "CPU")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for x in xs:
+        np.testing.assert_array_equal(rep.run({"x": x})[0], sess.run(None, {"x": x})[0])
+        yield rep, rep.last_run
+
+
+def _length_one_hot(out, i, d):
+    """OneHot(i, d, [1, len % 2 + 2]) of x's axis-1 length, as torch exports repeat counts; nodes and initializers."""
+    n, c = helper.make_node, numpy_helper.from_array
+    nodes = [n("Shape", ["x"], ["sh"]), n("Gather", ["sh", "one"], ["len"], axis=0), n("Mod", ["len", "two"], ["md"]),
+             n("Add", ["md", "two"], ["ad"]), n("Reshape", ["ad", "shp1"], ["rs"]), n("Concat", ["c1", "rs"], ["v"], axis=0),
+             n("OneHot", ["i", "d", "v"], [out])]
+    inits = [c(np.array(1, np.int64), "one"), c(np.array(2, np.int64), "two"), c(np.array([1], np.int64), "shp1"),
+             c(np.array([1], np.int64), "c1"), c(np.array(i, np.int64), "i"), c(np.array(d, np.int64), "d")]
+    return nodes, inits
+
+
 def test_one_hot_values_computed_on_the_host_beside_a_constant_depth():
     """OneHot's values from shape arithmetic (host values, CANINE's export) beside constant indices
     and depth: each uploaded under its own name (the values went up as the depth once: a 1-element
     values tensor, refused)."""
-    n = helper.make_node
-    c = numpy_helper.from_array
-    nodes = [n("Shape", ["x"], ["sh"]), n("Gather", ["sh", "one"], ["len"], axis=0), n("Mod", ["len", "two"], ["md"]),
-             n("Add", ["md", "two"], ["ad"]), n("Reshape", ["ad", "shp1"], ["rs"]), n("Concat", ["c1", "rs"], ["v"], axis=0),
-             n("OneHot", ["i", "d", "v"], ["y"])]
-    inits = [c(np.array(1, np.int64), "one"), c(np.array(2, np.int64), "two"), c(np.array([1], np.int64), "shp1"),
-             c(np.array([1], np.int64), "c1"), c(np.array([2, 0], np.int64), "i"), c(np.array(4, np.int64), "d")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", I64, ["b", "s"])],
-                              [helper.make_tensor_value_info("y", I64, None)], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    rep = Backend.prepare(model, "CPU")
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for s in (9, 6, 9):
-        x = np.zeros((2, s), np.int64)
-        got, want = rep.run({"x": x})[0], sess.run(None, {"x": x})[0]
-        np.testing.assert_array_equal(got, want)
-        assert rep.last_run.runtime_fallbacks == 0
+    nodes, inits = _length_one_hot("y", [2, 0], 4)
+    for _rep, st in _runs(_graph(nodes, inits, I64, ["b", "s"], I64), [np.zeros((2, s), np.int64) for s in (9, 6, 9)]):
+        assert st.runtime_fallbacks == 0
 
 
 def test_one_hot_of_shape_arithmetic_is_resolved_on_the_host():
@@ -149,25 +164,11 @@ def test_one_hot_of_shape_arithmetic_is_resolved_on_the_host():
     with the rest of the shape arithmetic, so the Tile they feed plans into the one program (the
     OneHot on the device made every run node by node, 8 uploads and 3 downloads)."""
     n = helper.make_node
-    c = numpy_helper.from_array
-    nodes = [n("Shape", ["x"], ["sh"]), n("Gather", ["sh", "one"], ["len"], axis=0), n("Mod", ["len", "two"], ["md"]),
-             n("Add", ["md", "two"], ["ad"]), n("Reshape", ["ad", "shp1"], ["rs"]), n("Concat", ["c1", "rs"], ["v"], axis=0),
-             n("OneHot", ["i", "d", "v"], ["oh"]), n("Reshape", ["oh", "shp4"], ["reps"]), n("Mul", ["x", "x"], ["xx"]),
-             n("Tile", ["xx", "reps"], ["y"])]
-    inits = [c(np.array(1, np.int64), "one"), c(np.array(2, np.int64), "two"), c(np.array([1], np.int64), "shp1"),
-             c(np.array([1], np.int64), "c1"), c(np.array([1], np.int64), "i"), c(np.array(2, np.int64), "d"),
-             c(np.array([2], np.int64), "shp4")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, ["b", "s"])],
-                              [helper.make_tensor_value_info("y", F32, None)], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    rep = Backend.prepare(model, "CPU")
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for s in (7, 4, 7):
-        x = np.random.default_rng(s).standard_normal((2, s)).astype(np.float32)
-        got, want = rep.run({"x": x})[0], sess.run(None, {"x": x})[0]
-        np.testing.assert_array_equal(got, want)
-        st = rep.last_run
+    nodes, inits = _length_one_hot("oh", [1], 2)
+    nodes += [n("Reshape", ["oh", "shp4"], ["reps"]), n("Mul", ["x", "x"], ["xx"]), n("Tile", ["xx", "reps"], ["y"])]
+    inits.append(numpy_helper.from_array(np.array([2], np.int64), "shp4"))
+    xs = [np.random.default_rng(s).standard_normal((2, s)).astype(np.float32) for s in (7, 4, 7)]
+    for _rep, st in _runs(_graph(nodes, inits, F32, ["b", "s"], F32), xs):
         assert st.planned or st.submissions == 1, st
         assert (st.uploads, st.downloads, st.runtime_fallbacks) == (1, 1, 0) and not st.events, st
 
@@ -176,27 +177,15 @@ def test_one_hot_of_shape_arithmetic_is_resolved_on_the_host():
 def test_nonzero_of_a_mask_from_shapes_is_resolved_on_the_host(rank):
     """NonZero of a mask built from shapes (X-MOD's language routing) is shape arithmetic: resolved on
     the host, the Gather it indexes in the one program (it ran on the CPU: 2 sub-graphs, 14 uploads)."""
-    n = helper.make_node
-    c = numpy_helper.from_array
+    n, c = helper.make_node, numpy_helper.from_array
     nodes = [n("Shape", ["x"], ["sh"]), n("Slice", ["sh", "z", "r"], ["lead"]), n("ConstantOfShape", ["lead"], ["m"],
              value=helper.make_tensor("v", I64, [1], [3])), n("Equal", ["m", "three"], ["eq"]), n("NonZero", ["eq"], ["nz"]),
-             n("Mul", ["x", "x"], ["xx"]), n("GatherND", ["xx", "nzt"], ["y"])]
-    nodes.insert(5, n("Transpose", ["nz"], ["nzt"], perm=[1, 0]))
+             n("Transpose", ["nz"], ["nzt"], perm=[1, 0]), n("Mul", ["x", "x"], ["xx"]), n("GatherND", ["xx", "nzt"], ["y"])]
     inits = [c(np.array([0], np.int64), "z"), c(np.array([rank], np.int64), "r"), c(np.array(3, np.int64), "three")]
-    dims = ["b", "s", "h"]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, dims)],
-                              [helper.make_tensor_value_info("y", F32, None)], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    rep = Backend.prepare(model, "CPU")
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for shape in ((2, 3, 4), (1, 5, 4)):
-        x = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
-        got, want = rep.run({"x": x})[0], sess.run(None, {"x": x})[0]
-        np.testing.assert_array_equal(got, want)
-        st = rep.last_run
+    xs = [np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32) for shape in ((2, 3, 4), (1, 5, 4))]
+    for rep, st in _runs(_graph(nodes, inits, F32, ["b", "s", "h"], F32), xs):
         assert (st.uploads, st.downloads, st.cpu_segments, st.runtime_fallbacks) == (1, 1, 0, 0), st
-    assert "NonZero" not in {p.op_type for p in rep.placement if p.target == "cpu"}
+        assert "NonZero" not in {p.op_type for p in rep.placement if p.target == "cpu"}
 
 
 def test_qlinear_shape_arithmetic_is_resolved_on_the_host():
@@ -204,8 +193,7 @@ def test_qlinear_shape_arithmetic_is_resolved_on_the_host():
     language routing; here with com.microsoft's DequantizeLinear after it): resolved on the host (the
     CPU engine for the node) like the float Mul it replaces, the NonZero after it too (they ran on
     the CPU: 2 sub-graphs, 75 uploads a run)."""
-    n = helper.make_node
-    c = numpy_helper.from_array
+    n, c = helper.make_node, numpy_helper.from_array
     nodes = [n("Shape", ["x"], ["sh"]), n("Slice", ["sh", "z", "one"], ["lead"]),
              n("ConstantOfShape", ["lead"], ["m"], value=helper.make_tensor("v", F32, [1], [1.0])),
              n("QuantizeLinear", ["m", "s", "zp"], ["mq"]),
@@ -215,17 +203,8 @@ def test_qlinear_shape_arithmetic_is_resolved_on_the_host():
              n("Mul", ["x", "x"], ["xx"]), n("GatherND", ["xx", "nzt"], ["y"])]
     inits = [c(np.array([0], np.int64), "z"), c(np.array([1], np.int64), "one"), c(np.array(0.5, np.float32), "s"),
              c(np.array(0, np.uint8), "zp"), c(np.array(6, np.uint8), "kq"), c(np.array(3.0, np.float32), "three")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, ["b", "h"])],
-                              [helper.make_tensor_value_info("y", F32, None)], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = 8
-    rep = Backend.prepare(model, "CPU")
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for shape in ((3, 4), (2, 5), (3, 4)):
-        x = np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)
-        got, want = rep.run({"x": x})[0], sess.run(None, {"x": x})[0]
-        np.testing.assert_array_equal(got, want)
-        st = rep.last_run
+    xs = [np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32) for shape in ((3, 4), (2, 5), (3, 4))]
+    for _rep, st in _runs(_graph(nodes, inits, F32, ["b", "h"], F32, ms=True), xs):
         assert (st.uploads, st.downloads, st.cpu_segments, st.runtime_fallbacks) == (1, 1, 0, 0), st
 
 
