@@ -34,7 +34,7 @@ from kompute_dml.ops.gemm import keeps_speed_with_activation
 from . import product_groups
 from .graph import constant_float, exact_reciprocal, float_product, other_input
 from .half_precision import use_half
-from .handlers_values import as_device
+from .handlers_values import as_device, gemm_foldable
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
 if TYPE_CHECKING:
@@ -107,9 +107,9 @@ def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Calla
     if group is not None and isinstance(a_v, DeviceValue):
         return [product_groups.run(ctx, group, member, a_v, lambda w, wn, bias, bn: product_groups.grouped_gemm(
             ctx, a_v, (w, wn), (bias, bn), stats))]
-    a, b, c = (as_device(ctx, v, stats, n).tensor for v, n in ((a_v, mm.input[0]), (b_v, mm.input[1]), (c_v, bias_name)))
-    y = kdml.gemm(a, b, c, alpha=scale, beta=scale, fused_activation=activation, out=ctx.out_tensor(shape, dt),
-                  device=ctx.device)
+    a, b = gemm_foldable(ctx, as_device(ctx, a_v, stats, mm.input[0]), as_device(ctx, b_v, stats, mm.input[1]), stats)
+    y = kdml.gemm(a.tensor, b.tensor, as_device(ctx, c_v, stats, bias_name).tensor, alpha=scale, beta=scale,
+                  fused_activation=activation, out=ctx.out_tensor(shape, dt), device=ctx.device)
     return [DeviceValue(y, shape, dt)]
 
 

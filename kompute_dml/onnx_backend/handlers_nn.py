@@ -17,7 +17,7 @@ import kompute_dml as kdml
 
 from .graph import _attr, attr_text
 from .half_precision import as_float32, half_operand, use_half
-from .handlers_values import _strides_of, as_device, strided
+from .handlers_values import _strides_of, as_device, gemm_foldable, strided
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
 if TYPE_CHECKING:
@@ -232,6 +232,7 @@ def _matmul(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
         raise ValueError(f"{node.op_type} {node.name!r}: batch shapes do not broadcast: {e}") from None
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"{node.op_type} {node.name!r}: {a.shape} and {b.shape} do not multiply")
+    a, b = gemm_foldable(ctx, a, b, stats)
     shape = (*batch, a.shape[-2], b.shape[-1])
     final = shape[:len(shape) - 2] + shape[-2:][vec_a:2 - vec_b]  # (less the dimensions a 1-D operand added)
     y = ctx.out_tensor(final, a.dtype)

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 
 import kompute_dml as kdml
+from kompute_dml.core.layout import merge_dims
 from kompute_dml.core.tensor_desc import MINIMUM_BUFFER_TENSOR_ALIGNMENT, packed_strides
 from kompute_dml.ops.join import onnx_slice_window
 
@@ -65,6 +66,33 @@ def packed(ctx: NodeContext, v: DeviceValue, stats: RunStats) -> DeviceValue:
     t = v.tensor
     out = ctx.out_tensor(t.desc.sizes, dml_numpy(v.dtype))
     return DeviceValue(kdml.copy(t, out=out, device=ctx.device), v.shape, v.dtype)
+
+
+def gemm_foldable(ctx: NodeContext, a: DeviceValue, b: DeviceValue, stats: RunStats) -> tuple[DeviceValue, DeviceValue]:
+    """Product operands (rank >= 2, after any transposition view) whose batch dimensions DirectML
+    GEMM's two (batch, channel) address: as they are where they fold (functional/gemm.py's rule), else
+    the operand strided across more than two of them (a window or head view of a Transpose) packed,
+    and where two broadcasts still keep more than two, both expanded to the whole batch."""
+    batch = tuple(int(x) for x in np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    if len(batch) <= 2:
+        return a, b
+    out = [math.prod(batch[i + 1:]) for i in range(len(batch))]  # a packed result's, in whole matrices
+
+    def over(v: DeviceValue) -> list[int]:  # v's strides over the batch (0 where it broadcasts)
+        pad = len(batch) - (len(v.shape) - 2)
+        st = v.tensor.desc.effective_strides
+        return [0 if i < pad or v.shape[i - pad] == 1 else int(st[i - pad]) for i in range(len(batch))]
+
+    def folds(*vs: DeviceValue) -> bool:
+        return len(merge_dims(batch, *(over(v) for v in vs), out)[0]) <= 2
+
+    if folds(a, b):
+        return a, b
+    a, b = (v if folds(v) else packed(ctx, v, stats) for v in (a, b))
+    if folds(a, b):
+        return a, b
+    return tuple(packed(ctx, strided(v, (*batch, *v.shape[-2:]), (*over(v), *v.tensor.desc.effective_strides[-2:])), stats)
+                 for v in (a, b))  # type: ignore[return-value]
 
 
 def view_strides(shape: tuple[int, ...], strides: tuple[int, ...], new: tuple[int, ...]) -> tuple[int, ...] | None:
