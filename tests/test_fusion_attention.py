@@ -263,3 +263,33 @@ def test_float16_chain_keeps_float16_weights(rng, monkeypatch, dt, half, want):
     else:
         tol = 2e-2 if dt == np.float16 else TOL
         np.testing.assert_allclose(got.astype(np.float64), ref.astype(np.float64), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_windows_of_rank_5_fuse(rng, dt):
+    """Attention within windows (Twins, NesT, Hiera): Q, K, V of [batch, windows, heads, seq, d], views of one
+    packed projection whose batch and windows merge: one dispatch over batch x windows."""
+    w, et = 4, helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    inits = [numpy_helper.from_array((rng.standard_normal((H * D, 3 * H * D)) * 0.3).astype(dt), "wqkv"),
+             numpy_helper.from_array(np.array([B, w, S, 3, H, D], np.int64), "s6"),
+             numpy_helper.from_array(np.array(D ** -0.5, dt), "c")]
+    nodes = [helper.make_node("MatMul", ["x", "wqkv"], ["qkv"]), helper.make_node("Reshape", ["qkv", "s6"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[3, 0, 1, 4, 2, 5]),  # [3, B, W, H, S, D]
+             helper.make_node("Split", ["t"], ["q1", "k1", "v1"], axis=0, num_outputs=3)]
+    nodes += [helper.make_node("Squeeze", [f"{p}1", "ax0"], [f"{p}2"]) for p in "qkv"]
+    inits.append(numpy_helper.from_array(np.array([0], np.int64), "ax0"))
+    nodes += [helper.make_node("Transpose", ["k2"], ["kt"], perm=[0, 1, 2, 4, 3]),
+              helper.make_node("MatMul", ["q2", "kt"], ["sc"]), helper.make_node("Mul", ["sc", "c"], ["scaled"]),
+              helper.make_node("Softmax", ["scaled"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v2"], ["y"])]
+    g = helper.make_graph(nodes, "windows", [helper.make_tensor_value_info("x", et, [B, w, S, H * D])],
+                          [helper.make_tensor_value_info("y", et, None)], initializer=inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    feeds = {"x": rng.standard_normal((B, w, S, H * D)).astype(dt)}
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    rep = Backend.prepare(model, "CPU")
+    for _ in range(2):
+        (got,) = rep.run(feeds)
+        assert not any("ran unfused" in e for e in rep.last_run.events), rep.last_run.events
+        tol = TOL if dt == np.float32 else 2e-2
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+    assert rep.last_run.dispatches and not rep.last_run.cpu_segments

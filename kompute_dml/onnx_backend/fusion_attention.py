@@ -42,6 +42,7 @@ import onnx
 
 import kompute_dml as kdml
 
+from ..core.layout import merge_dims
 from ..ops.attention_gemm import shape_takes
 from ..ops.attention_layout import COOP_ROWS, blocked_takes, coop_takes
 from ..runtime.attention_policy import fused_max_flops
@@ -132,12 +133,18 @@ def check_attention(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
 
 
 def _bhsd(v: DeviceValue, name: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """(sizes, strides) of a rank-4 value, rank 3 as one head (None for other ranks)."""
+    """(sizes, strides) of a rank-4 value, rank 3 as one head, a higher rank with its leading
+    dimensions as one batch where its strides merge them (windows x batch: Twins, NesT, Hiera);
+    None otherwise."""
     st = tuple(v.tensor.desc.effective_strides)
     if len(v.shape) == 4:
         return v.shape, st
     if len(v.shape) == 3:
         return (v.shape[0], 1, *v.shape[1:]), (st[0], 0, *st[1:])
+    if len(v.shape) > 4:
+        lead, lead_st = merge_dims(v.shape[:-3], st[:-3])
+        if len(lead) == 1:
+            return (lead[0], *v.shape[-3:]), (lead_st[0][0], *st[-3:])
     return None
 
 
@@ -165,7 +172,7 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
     if dt not in _FLOAT_OUT or _value_dtype(kt) != dt or _value_dtype(v) != dt:
         raise FallbackNeeded(f"operands of {_value_dtype(q)}, {_value_dtype(kt)}, {_value_dtype(v)}")
     views = [_bhsd(x, n) for x, n in ((q, "query"), (kt, "key"), (v, "value"))]
-    if any(x is None for x in views):
+    if any(x is None for x in views) or (len(q.shape) > 4 and not q.shape[:-2] == kt.shape[:-2] == v.shape[:-2]):
         raise FallbackNeeded(f"operands of ranks {len(q.shape)}, {len(kt.shape)}, {len(v.shape)}")
     (qs, qst), (ks, kst), (vs, vst) = views  # type: ignore[misc]
     trans_b = head.op_type == "FusedMatMul" and bool(_attr(head, "transB", 0))
@@ -195,6 +202,8 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
     mask = None
     if "Add" in r:
         m = as_device(ctx, lookup(r["Add"].input[1]), stats, r["Add"].input[1])
+        if len(q.shape) > 4:
+            raise FallbackNeeded(f"a mask over scores of rank {len(q.shape)}")
         if _value_dtype(m) != dt or len(m.shape) > 4:
             raise FallbackNeeded(f"a mask of {_value_dtype(m)} {m.shape}")
         shape4 = (batch, heads, seq, keys)
@@ -219,7 +228,7 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
             raise FallbackNeeded(f"a Transpose after an attention of rank {len(q.shape)}")
         out_shape, ostrides = (batch, seq, heads, dv), (seq * heads * dv, dv, heads * dv, 1)
     else:
-        out_shape = sizes if len(q.shape) == 4 else (batch, seq, dv)
+        out_shape = (batch, seq, dv) if len(q.shape) == 3 else (*q.shape[:-1], dv)
         ostrides = (heads * seq * dv, seq * dv, dv, 1)
     out = ctx.out_tensor(out_shape, dt)
     guard = mask is not None and "Where" in r  # rows the mask leaves no key: zeros (the Where's)
