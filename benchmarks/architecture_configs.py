@@ -154,7 +154,8 @@ TIMM = ("resnet50", "efficientnet_b0", "mobilenetv3_large_100", "mobilenetv4_con
         "edgenext_xx_small", "fastvit_t8", "repvgg_a0", "cspdarknet53", "dla34", "hrnet_w18_small", "nfnet_l0",
         "res2net50_26w_4s", "resnest14d", "seresnext26d_32x4d", "densenet121", "pvt_v2_b0", "xcit_nano_12_p16_224",
         "botnet26t_256", "volo_d1_224", "caformer_s18", "inception_next_tiny", "hgnetv2_b0", "starnet_s1",
-        "crossvit_tiny_240")
+        "crossvit_tiny_240", "twins_svt_small", "nest_tiny", "hiera_tiny_224", "lambda_resnet26t", "gmlp_ti16_224",
+        "resmlp_12_224", "sequencer2d_s")
 TORCHVISION = ("resnet18", "mobilenet_v3_small", "efficientnet_b0", "densenet121", "regnet_y_400mf", "convnext_tiny",
                "squeezenet1_1", "shufflenet_v2_x0_5", "mnasnet0_5", "swin_t", "segmentation.deeplabv3_mobilenet_v3_large",
                "segmentation.lraspp_mobilenet_v3_large")
