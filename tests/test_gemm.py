@@ -525,6 +525,27 @@ def test_gemm_helper(dev, rng):
     assert np.isnan(kdml.gemm(a32, bt, alpha=float("nan")).numpy()).all()
 
 
+@pytest.mark.parametrize("ta", [False, True])
+def test_shared_b_makes_one_matrix_of_the_batch(dev, rng, ta):
+    """B shared by every matrix and A, C and the output continuing their rows across the batch: one
+    product of batch x M rows (a ConvNeXt Linear over [batch, H, W, C] is 7-row matrices otherwise),
+    the same values; a C or an output whose batch does not continue its rows keeps the batch."""
+    dt = DT.FLOAT32
+    a = values(rng, dt, (2, 3, 6, 7) if ta else (2, 3, 7, 6), 2)
+    b, c = values(rng, dt, (6, 5), 2), values(rng, dt, (5,), 2)
+    got = kdml.gemm(a, b, c, trans_a=ta, device=dev)
+    op_a = np.swapaxes(a, -1, -2) if ta else a
+    check(got.numpy(), op_a, np.broadcast_to(b, (2, 3, 6, 5)), np.broadcast_to(c, (2, 3, 7, 5)), False, False, 1.0, 1.0)
+    descs = [d for _, d, _ in dev.caches["gemm"].values() if d[1].sizes == (1, 1, 6, 5)]
+    assert any(d[3].sizes == (1, 1, 42, 5) for d in descs), [d[3].sizes for d in descs]
+    # an output strided across its batch (every other matrix of a larger one): the batch stays
+    big = dev.empty(TD(DT.FLOAT32, (2, 6, 7, 5)))
+    out = kdml.Tensor(big.buffer, TD(DT.FLOAT32, (2, 3, 7, 5), (6 * 35, 70, 5, 1)), big.offset)
+    kdml.gemm(a, b, c, trans_a=ta, out=out, device=dev)
+    check(out.numpy(), op_a, np.broadcast_to(b, (2, 3, 6, 5)), np.broadcast_to(c, (2, 3, 7, 5)), False, False, 1.0, 1.0)
+    assert any(d[3].sizes[2:] == (7, 5) for _, d, _ in dev.caches["gemm"].values())
+
+
 def test_helper_refusals(dev, rng):
     f32 = np.float32
     with pytest.raises(kdml.InvalidArgumentError, match="^b"):

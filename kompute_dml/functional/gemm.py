@@ -18,7 +18,9 @@ any layout it has: nothing is copied. The descriptor is 4-D (every feature level
 result's leading dimensions are folded into DirectML's two (batch, channel) where every tensor's
 strides allow it (numpy's broadcasting and packed layouts always do up to two leading
 dimensions, and packed operands with any number); where they do not, UnsupportedError names the
-operand (`kdml.copy` it into a packed tensor first). The result is a new packed Tensor from the
+operand (`kdml.copy` it into a packed tensor first). Where B is shared by every matrix and the
+batch continues the rows of op(A), C and the result in their strides, the descriptor is one
+matrix of batch x M rows instead (the same sums; row tiles filled where M is small). The result is a new packed Tensor from the
 device's buffer pool, or `out=` (the result's shape and data type, any non-overlapping strides).
 A repeated call with the same operand layouts, flags and scalars reuses its compiled operator.
 """
@@ -62,6 +64,23 @@ def _fold(batch: tuple[int, ...], strides: list[list[int]], fields: tuple[str, .
     raise UnsupportedError(f"{culprit}: the batch dimensions {batch} do not fold into DirectML GEMM's two (batch, "
                            f"channel) with this operand's strides (broadcast or strided across more than two of them); "
                            f"kdml.copy it into a packed tensor first")
+
+
+def _batch_as_rows(batch: tuple[int, ...], m: int, a_full: Any, b_full: Any, c_full: Any, o_full: Any,
+                   trans_a: bool) -> tuple[int, tuple[int, int, int]] | None:
+    """(batch x M, the row strides of op(A), C and the output) where B is shared by every matrix
+    and the batch dimensions continue the rows of op(A), C and the output in their strides
+    (layout.merge_dims): one product of batch x M rows instead of a batch of M-row products, which
+    fills a kernel's row tiles where M is small (a ConvNeXt Linear over [batch, H, W, C]: 7-row
+    matrices); None otherwise. Every output element is the same sum of the same terms either way."""
+    nb = len(batch)
+    if not nb or any(b_full[:nb]):
+        return None
+    lists = [[*a_full[:nb], a_full[nb + (1 if trans_a else 0)]], [*(c_full or o_full)[:nb + 1]], [*o_full[:nb + 1]]]
+    sizes, merged = merge_dims((*batch, m), *lists)
+    if len(sizes) != 1 or sizes[0] == m:
+        return None
+    return sizes[0], (merged[0][0], merged[1][0], merged[2][0])
 
 
 def gemm(a: Any, b: Any, c: Any = None, *, trans_a: bool = False, trans_b: bool = False, alpha: float = 1.0,
@@ -162,6 +181,16 @@ def _prepare(dev: Device, ta: Tensor, tb: Tensor, tc: Tensor | None, trans_a: bo
             raise invalid("c", f"data type must be a's ({dt.name}), got {tc.desc.data_type.name}")
         c_full = full(_mm_broadcast_strides(tc.desc.sizes, tc.desc.effective_strides, res, "c"))
     nb = len(batch)
+    rows = _batch_as_rows(batch, m, a_full, b_full, c_full, o_full, trans_a) if not a_vec else None
+    if rows is not None:  # one matrix of batch x M rows
+        mm, (ar, cr, orow) = rows
+        a4 = TensorDesc(dt, (1, 1, sa[-2], mm) if trans_a else (1, 1, mm, sa[-1]),
+                        (0, 0, a_full[nb], ar) if trans_a else (0, 0, ar, a_full[nb + 1]))
+        b4 = TensorDesc(dt, (1, 1, *sb[-2:]), (0, 0, *b_full[nb:]))
+        c4 = TensorDesc(dt, (1, 1, mm, n), (0, 0, cr, c_full[nb + 1])) if c_full is not None else None
+        o4 = TensorDesc(dt, (1, 1, mm, n), (0, 0, orow, o_full[nb + 1]))
+        desc = GemmDesc(a4, b4, c4, o4, MatrixTransform(int(trans_a)), MatrixTransform(int(trans_b)), alpha, beta, act)
+        return dev.compile(desc), (a4, b4, c4, o4), res_desc
     strides = [a_full[:nb], b_full[:nb]] + ([c_full[:nb]] if c_full is not None else []) + [o_full[:nb]]
     fields = ("a", "b", "c", "out") if c_full is not None else ("a", "b", "out")
     bsz, bst = _fold(batch, strides, fields)
