@@ -39,6 +39,7 @@ CASES = [  # x sizes, filter sizes, strides, dilations, start, end, groups
     ((3, 300, 1, 1), (19, 300, 1, 1), (1, 1), (1, 1), (0, 0), (0, 0), 1),  # squeeze-and-excitation: 1 pixel, long K
     ((1, 20, 5, 4), (10, 10, 3, 3), (1, 1), (1, 1), (1, 0), (1, 2), 2),  # more terms than a lanes round
     ((2, 4, 10, 9), (4, 1, 5, 5), (1, 2), (2, 1), (2, 1), (3, 2), 4),  # depthwise 5 x 5, dilated, padded unevenly
+    ((2, 6, 9, 8), (6, 1, 7, 7), (1, 1), (1, 1), (3, 3), (3, 2), 6),  # depthwise 7 x 7 (ConvNeXt), padded unevenly
 ]
 
 
@@ -75,11 +76,11 @@ def test_convolution_against_numpy(dev, rng, monkeypatch, case, dt, kernel):
     check(got, want, s, int(np.prod(ws[1:])), dt)
 
 
-@pytest.mark.parametrize("case", [0, 1, 2, 5, 8, 9])
+@pytest.mark.parametrize("case", [0, 1, 2, 5, 8, 9, 10])
 def test_both_kernels_give_the_same_bits(dev, rng, monkeypatch, case):
     """The direct and the tiled kernel sum in the same order: their outputs are bit for bit equal
-    (cases 0, 2, 8 and 9: the direct kernel's unrolled 3 x 3 and 5 x 5 windows, convd3 / convd5, and
-    their row variants, convd3s1 / convd3s2 / convd5s2)."""
+    (cases 0, 2, 8, 9 and 10: the direct kernel's unrolled 3 x 3, 5 x 5 and 7 x 7 windows, convd3 /
+    convd5 / convd7, and the row variants of the first two, convd3s1 / convd3s2 / convd5s2)."""
     xs, ws, st, dl, ps, pe, g = CASES[case]
     x = rng.standard_normal(xs).astype(np.float32)
     w = rng.standard_normal(ws).astype(np.float32)
@@ -92,8 +93,8 @@ def test_both_kernels_give_the_same_bits(dev, rng, monkeypatch, case):
         op = dev.compile(kdml.ConvolutionDesc(TD(DT.FLOAT32, xs), TD(DT.FLOAT32, ws), None, y.desc,
                                               kdml.ConvolutionMode.CROSS_CORRELATION, kdml.ConvolutionDirection.FORWARD,
                                               st, dl, ps, pe, (0,) * len(st), g))
-        window = str(ws[2]) if len(ws) == 4 and ws[2] == ws[3] in (3, 5) else ""
-        if kernel == "direct-rows" and window and dl[-1] == 1 and st[-1] in (1, 2):
+        window = str(ws[2]) if len(ws) == 4 and ws[2] == ws[3] in (3, 5, 7) else ""
+        if kernel == "direct-rows" and window in ("3", "5") and dl[-1] == 1 and st[-1] in (1, 2):
             window += f"s{st[-1]}"
         assert op.variants[0] == (f"convd{window}_f32" if kernel != "tiled" else "conv_f32")
         op.execute([dev.tensor(x), dev.tensor(w), None], [y])
