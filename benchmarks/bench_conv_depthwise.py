@@ -1,5 +1,5 @@
 """Depthwise convolutions (EfficientNet-B0's and MobileNetV3-small's 3 x 3 and 5 x 5 layers with their
-activations, batch 1 and 8) on the direct kernel with one output per invocation and on its row variants
+activations, ConvNeXt-Tiny's 7 x 7 layers, batch 1 and 8) on the direct kernel with one output per invocation and on its row variants
 (4 outputs of a row per invocation: ops/conv_direct.py), FLOAT32 and FLOAT16, whether both give the same
 bits, and torch CUDA's conv2d (cuDNN, the convolution alone) beside them. us per execution (the slope
 over N recorded executions, median of rounds: kompute_dml.bench.timing). The rows / single column sets
@@ -32,7 +32,8 @@ EFFICIENTNET = [(32, 112, 3, 1), (96, 112, 3, 2), (144, 56, 3, 1), (144, 56, 5, 
 MOBILENET = [(16, 112, 3, 2, RELU), (72, 56, 3, 2, RELU), (88, 28, 3, 1, RELU), (96, 28, 5, 2, HARD_SWISH),
              (240, 14, 5, 1, HARD_SWISH), (120, 14, 5, 1, HARD_SWISH), (288, 14, 5, 2, HARD_SWISH),
              (576, 7, 5, 1, HARD_SWISH)]
-LAYERS = [(*row, SWISH) for row in EFFICIENTNET] + MOBILENET
+CONVNEXT = [(96, 56, 7, 1, None), (192, 28, 7, 1, None), (384, 14, 7, 1, None), (768, 7, 7, 1, None)]
+LAYERS = [(*row, SWISH) for row in EFFICIENTNET] + MOBILENET + CONVNEXT
 
 
 def _compiled(dev: Any, desc: Any, rows: bool) -> Any:
@@ -77,7 +78,7 @@ def run_depthwise(args: Any) -> None:
 
                     runs["torch"] = theirs
                 t = {k: v * 1e6 for k, v in slopes(runs, args.rounds, args.n).items()}
-                act_name = type(act).__name__[10:-4].lower()
+                act_name = type(act).__name__[10:-4].lower() if act is not None else "none"
                 torch_us = f"{t['torch']:.1f}" if "torch" in t else "-"
                 ratio = f"{t['torch'] / t['rows']:.2f}" if "torch" in t else "-"
                 print(f"| {n}x{c} {hw}x{hw} dw{win}/{stride} +{act_name} | {dt.name.lower()} | {t['single']:.1f} | "
