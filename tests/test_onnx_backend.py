@@ -127,6 +127,21 @@ def test_matmul_integer_to_float_broadcast_shapes(rng, a_shape, b_shape, pair, o
 
 
 @needs_mmitf
+def test_a_shared_weight_makes_one_matrix_of_the_batch(rng, monkeypatch):
+    """A 2-D B shared by every matrix of a packed [batch, H, W, K] A: one product of batch x H x W rows
+    (7-row matrices otherwise: a Linear over ConvNeXt's [batch, H, W, C]), exact."""
+    import kompute_dml as kdml
+
+    shapes = []
+    real = kdml.matmul_integer_to_float
+    monkeypatch.setattr(kdml, "matmul_integer_to_float", lambda a, *r, **kw: shapes.append(a.desc.sizes) or real(a, *r, **kw))
+    model, feeds, exact = _mmitf_case(rng, "u8s8", (2, 3, 7, 16), (16, 5), zp=True, bias=True, per_column=True, b_const=True)
+    (got,) = Backend.prepare(model, "CPU").run(feeds)
+    assert got.shape == (2, 3, 7, 5) and shapes == [(42, 16)], shapes
+    assert_product(got, exact, what="kompute_dml")
+
+
+@needs_mmitf
 def test_matmul_integer_to_float_float16_output(rng):
     a = np.array([[11, 7, 3], [10, 6, 2]], np.uint8)
     b = np.array([[1, 4], [2, 5], [3, 6]], np.uint8)

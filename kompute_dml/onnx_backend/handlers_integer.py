@@ -87,6 +87,12 @@ def _mm_integer_to_float(ctx: NodeContext, node: onnx.NodeProto, a: Any, a_name:
             b_name = None
         folded = out_shape
         out_shape = (math.prod(out_shape[:-2]), *out_shape[-2:])
+    elif a_batch and not b_batch and (not isinstance(a, DeviceValue) or a.tensor.desc.strides is None):
+        # a weight shared by every matrix: one product of batch x M rows (a Linear over ConvNeXt's
+        # [batch, H, W, C] is 7-row matrices otherwise); the same integer sums
+        a = _reshaped(ctx, a, (math.prod(a_shape[:-1]), a_shape[-1]), stats)
+        a_name = None
+        folded, out_shape = out_shape, (math.prod(out_shape[:-1]), n)
     else:
         folded = None
     if math.prod(_value_shape(a_scale)) != 1:
