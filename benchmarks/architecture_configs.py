@@ -158,4 +158,5 @@ TIMM = ("resnet50", "efficientnet_b0", "mobilenetv3_large_100", "mobilenetv4_con
         "resmlp_12_224", "sequencer2d_s")
 TORCHVISION = ("resnet18", "mobilenet_v3_small", "efficientnet_b0", "densenet121", "regnet_y_400mf", "convnext_tiny",
                "squeezenet1_1", "shufflenet_v2_x0_5", "mnasnet0_5", "swin_t", "segmentation.deeplabv3_mobilenet_v3_large",
-               "segmentation.lraspp_mobilenet_v3_large")
+               "segmentation.lraspp_mobilenet_v3_large", "mobilenet_v2", "mobilenet_v3_large", "resnext50_32x4d",
+               "efficientnet_v2_s", "swin_v2_t", "segmentation.fcn_resnet50")
