@@ -14,12 +14,23 @@ from __future__ import annotations
 
 import argparse
 import collections
+from typing import Any
 
 import numpy as np
 
 from kompute_dml.bench import encoder_speed, gpu_clock
 from kompute_dml.bench.timing import median, once, series
 from kompute_dml.onnx_backend import Backend
+
+
+def node_costs(rows: Any) -> dict[str, list[float]]:
+    """A profile's rows (Device.profile) summed per "node type -> operator": [microseconds, dispatches]."""
+    by_op: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
+    for r in rows:
+        node_type = r.scope.split(" ")[1] if " " in r.scope else r.scope
+        by_op[f"{node_type} -> {r.operator}"][0] += r.microseconds
+        by_op[f"{node_type} -> {r.operator}"][1] += 1
+    return by_op
 
 
 def main() -> None:
@@ -70,11 +81,7 @@ def main() -> None:
     walls = series(lambda: rep.run(feeds), 10, warmup=3)
     with rep.device.profile() as p:
         rep.run(feeds)
-    by_op: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
-    for r in p.rows:
-        node_type = r.scope.split(" ")[1] if " " in r.scope else r.scope
-        by_op[f"{node_type} -> {r.operator}"][0] += r.microseconds
-        by_op[f"{node_type} -> {r.operator}"][1] += 1
+    by_op = node_costs(p.rows)
     total = p.total_us()
     print(f"{args.model} {batch}x{seq}: wall median {median(walls) * 1e3:.2f} ms over 10 runs; "
           f"device time {total / 1e3:.2f} ms in {len(p.rows)} dispatches (profiled: one timestamp each); "

@@ -14,7 +14,6 @@ default input size unless --size); video networks take clips of 8 frames. Needs 
 from __future__ import annotations
 
 import argparse
-import collections
 import functools
 import os
 import tempfile
@@ -55,31 +54,21 @@ def _ms(fn: Any, repeat: int) -> float:
     return median([once(fn) for _ in range(repeat)]) * 1e3
 
 
-def _cos(got: np.ndarray, want: np.ndarray) -> float:
-    g, w = (a.reshape(a.shape[0], -1).astype(np.float64) for a in (got, want))
-    s = np.abs(w).max(axis=1, keepdims=True)
-    g, w = g / np.where(s > 0, s, 1), w / np.where(s > 0, s, 1)
-    return float(((g * w).sum(1) / (np.linalg.norm(g, axis=1) * np.linalg.norm(w, axis=1) + 1e-30)).min())
-
-
 def _profile(rep: Any, feeds: dict[str, np.ndarray], top: int) -> None:
+    from benchmarks.encoder_profile import node_costs
+
     with rep.device.profile() as p:
         rep.run(feeds)
-    by: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
-    for r in p.rows:
-        node = r.scope.split(" ")[1] if " " in r.scope else r.scope
-        by[f"{node} -> {r.operator} [{r.variant}]"][0] += r.microseconds
-        by[f"{node} -> {r.operator} [{r.variant}]"][1] += 1
     total = p.total_us()
     print(f"  device {total / 1e3:.2f} ms in {len(p.rows)} dispatches; the costliest:")
-    for k, (us, n) in sorted(by.items(), key=lambda kv: -kv[1][0])[:top]:
+    for k, (us, n) in sorted(node_costs(p.rows).items(), key=lambda kv: -kv[1][0])[:top]:
         print(f"  {k[:96]:<96} {us:9.1f} us {us / total:6.1%} {n:4d}")
 
 
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    from benchmarks.architectures import _export
+    from benchmarks.architectures import _export, _min_cos
     from kompute_dml.onnx_backend import Backend
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -112,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
                 row = f"| {spec} | {b} | {ours:.2f} | {st.cpu_segments}, {st.uploads} / {st.downloads} | "
                 x = torch.from_numpy(feeds["x"])
                 if not cuda:
-                    print(row + f"- | - | - | - | {_cos(got, model(x).numpy()):.6f} |", flush=True)
+                    print(row + f"- | - | - | - | {_min_cos(got, model(x).numpy(), b):.6f} |", flush=True)
                     continue
                 x = x.cuda()
                 want = peers[0](x).float().cpu().numpy()
@@ -120,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
                 for m, xi in zip(peers, (x, x.half())):
                     gpu_clock.hold(lambda m=m, xi=xi: (m(xi), torch.cuda.synchronize()))
                     ms.append(_ms(lambda m=m, xi=xi: (m(xi), torch.cuda.synchronize()), args.repeat))
-                print(row + f"{ms[0]:.2f} | {ms[1]:.2f} | {ms[0] / ours:.2f} | {ms[1] / ours:.2f} | {_cos(got, want):.6f} |",
+                print(row + f"{ms[0]:.2f} | {ms[1]:.2f} | {ms[0] / ours:.2f} | {ms[1] / ours:.2f} | {_min_cos(got, want, b):.6f} |",
                       flush=True)
             if args.profile:
                 _profile(rep, feeds, args.profile)
