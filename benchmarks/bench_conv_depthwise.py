@@ -1,6 +1,7 @@
 """Depthwise convolutions (EfficientNet-B0's and MobileNetV3-small's 3 x 3 and 5 x 5 layers with their
-activations, ConvNeXt-Tiny's 7 x 7 layers, batch 1 and 8) on the direct kernel with one output per invocation and on its row variants
-(4 outputs of a row per invocation: ops/conv_direct.py), FLOAT32 and FLOAT16, whether both give the same
+activations, ConvNeXt-Tiny's 7 x 7 layers, batch 1 and 8) on the direct kernel with one output per invocation
+and on its row variants (4 outputs of a row per invocation: ops/conv_direct.py; a 7 x 7 window has none, so
+both columns are its one kernel), FLOAT32 and FLOAT16, whether both give the same
 bits, and torch CUDA's conv2d (cuDNN, the convolution alone) beside them. us per execution (the slope
 over N recorded executions, median of rounds: kompute_dml.bench.timing). The rows / single column sets
 coop_policy.DIRECT_ROW_MIN_OUTPUTS's table.

@@ -49,7 +49,7 @@ CASES = [  # x sizes, filter sizes, strides, dilations, start, end, groups
 def test_convolution_against_numpy(dev, rng, monkeypatch, case, dt, kernel):
     """"split": the tiled kernel over parts of the reduction (split-K, forced here; GPUs take it
     for grids of few tiles), the parts added by a second dispatch: the same bound. "direct-rows": the
-    direct kernel's row variants where the window has them (cases 0, 2, 8, 9 and 10)."""
+    direct kernel's row variants where the window has them (cases 0, 2, 8 and 9)."""
     direct_kernel(monkeypatch, "tiled" if kernel == "split" else kernel)
     monkeypatch.setenv("KDML_CONV_SPLIT", str(2 + case % 3) if kernel == "split" else "1")
     xs, ws, st, dl, ps, pe, g = CASES[case]
@@ -80,7 +80,7 @@ def test_convolution_against_numpy(dev, rng, monkeypatch, case, dt, kernel):
 def test_both_kernels_give_the_same_bits(dev, rng, monkeypatch, case):
     """The direct and the tiled kernel sum in the same order: their outputs are bit for bit equal
     (cases 0, 2, 8, 9 and 10: the direct kernel's unrolled 3 x 3, 5 x 5 and 7 x 7 windows, convd3 /
-    convd5 / convd7, and their row variants, convd3s1 / convd3s2 / convd5s2 / convd7s1)."""
+    convd5 / convd7, and the row variants of the first two, convd3s1 / convd3s2 / convd5s2)."""
     xs, ws, st, dl, ps, pe, g = CASES[case]
     x = rng.standard_normal(xs).astype(np.float32)
     w = rng.standard_normal(ws).astype(np.float32)
@@ -94,7 +94,7 @@ def test_both_kernels_give_the_same_bits(dev, rng, monkeypatch, case):
                                               kdml.ConvolutionMode.CROSS_CORRELATION, kdml.ConvolutionDirection.FORWARD,
                                               st, dl, ps, pe, (0,) * len(st), g))
         window = str(ws[2]) if len(ws) == 4 and ws[2] == ws[3] in (3, 5, 7) else ""
-        if kernel == "direct-rows" and window and dl[-1] == 1 and st[-1] in (1, 2):
+        if kernel == "direct-rows" and window in ("3", "5") and dl[-1] == 1 and st[-1] in (1, 2):
             window += f"s{st[-1]}"
         assert op.variants[0] == (f"convd{window}_f32" if kernel != "tiled" else "conv_f32")
         op.execute([dev.tensor(x), dev.tensor(w), None], [y])

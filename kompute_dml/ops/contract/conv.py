@@ -29,14 +29,14 @@ CONV, CONV_SPLIT, CONV_REDUCE, CONV_LANES = (
     for name, kind in (("conv", ""), ("convs", "SPLIT"), ("convr", "REDUCE"), ("convl", "LANES")))
 # the direct kernel: any window through the k table (win ""), or a 2-D 3 x 3 / 5 x 5 / 7 x 7 window with
 # its taps unrolled (depthwise layers: every load of the window issued before the sums; 7 x 7: ConvNeXt's)
-# and its row variants (win "3s1": 3 x 3, horizontal stride 1 and dilation 1; DIRECT_ROW outputs of a
-# row per invocation; the policy takes them by coop_policy.DIRECT_ROW_MIN_OUTPUTS, measured for 3 x 3
-# and 5 x 5: 7 x 7's row variants run where a benchmark or test forces them, until measured)
+# and the row variants of the windows coop_policy.DIRECT_ROW_MIN_OUTPUTS has measured (win "3s1": 3 x 3,
+# horizontal stride 1 and dilation 1; DIRECT_ROW outputs of a row per invocation)
 DIRECT_WINDOWS = (3, 5, 7)
+DIRECT_ROW_WINDOWS = (3, 5)
 DIRECT_ROW_STRIDES = (1, 2)
 DIRECT_ROW = 4  # shaders/convolution.comp's OX
 CONV_DIRECT = family("conv_direct", "convolution.comp", "convd{win}_{t}", CONV_PUSH, (256, 1, 1),
-                     win=("", *map(str, DIRECT_WINDOWS), *(f"{k}s{s}" for k in DIRECT_WINDOWS for s in DIRECT_ROW_STRIDES)),
+                     win=("", *map(str, DIRECT_WINDOWS), *(f"{k}s{s}" for k in DIRECT_ROW_WINDOWS for s in DIRECT_ROW_STRIDES)),
                      t=("f32", "f16"),
                      defines=lambda win, t: {"F16": int(t == "f16"), "DIRECT": 1, "REDUCE": 0, "SPLIT": 0, "LANES": 0,
                                              "WIN": int(win[:1] or 0), "SX": int(win[2:] or 0)})
