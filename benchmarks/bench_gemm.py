@@ -255,7 +255,11 @@ def block_cases(quick: bool) -> list[dict[str, Any]]:
             # a classifier at batch 8 and 1, a decoding step's
             *(dict(name=f"{m}x{k}x{n}", kind="plain", m=m, k=k, n=n) for m, n, k in (
                 (1024, 256, 256), (1024, 1024, 256), (1024, 256, 1024), (1576, 256, 256), (1576, 1024, 256),
-                (1576, 256, 1024), (8, 1000, 1024), (1, 1000, 1024), (1, 768, 256)))]
+                (1576, 256, 1024), (8, 1000, 1024), (1, 1000, 1024), (1, 768, 256),
+                # base size (hidden 768, feed-forward 3,072): BERT at batch 8 x 128 and 1 x 128, ViT-B/16 at
+                # batch 8 and 1 (197 tokens): QKV, output, FC1, FC2
+                *((m, n, k) for m in (1024, 1576, 128, 197) for n, k in ((2304, 768), (768, 768), (3072, 768),
+                                                                          (768, 3072)))))]
 
 
 def blocks(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator) -> tuple[list[dict[str, Any]], bool]:

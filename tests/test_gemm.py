@@ -19,7 +19,7 @@ from helpers import assert_outside_unchanged, place, poison_against, random_stri
 
 import kompute_dml as kdml
 from kompute_dml.ops.gemm import BIG_TILES_MIN, BLK8_MIN_K, BLK8_MIN_TILES, RECT_MIN_TILES, choose_block, gemm_block, gemm_grid
-from kompute_dml.ops.gemm_split import gemm_split
+from kompute_dml.ops.gemm_split import SPLIT_FROM_K, gemm_split
 
 DT = kdml.DataType
 FL = kdml.FeatureLevel
@@ -144,6 +144,12 @@ def test_tile_sizes(dev, rng, monkeypatch):
     assert gemm_block("parallel", False, False, 128 * RECT_MIN_TILES * 4, 48, 1) == "4"  # (N < RECT_MIN_N)
     assert gemm_block("parallel", False, False, 128 * 16, 128 * 16, BLK8_MIN_TILES // 256, BLK8_MIN_K) == "8"
     assert gemm_block("work", False, False, 128 * RECT_MIN_TILES, 64, 1) == "4"
+    # GPUs, FLOAT32 over K >= SPLIT_FROM_K: 64 x 64 however few the tiles (split-K makes the work groups)
+    assert gemm_block("parallel", False, False, 128, 768, 1, SPLIT_FROM_K) == "4"
+    assert gemm_block("parallel", False, False, 128, 768, 1, SPLIT_FROM_K - 1) == "2"
+    assert gemm_block("parallel", True, False, 128, 768, 1, SPLIT_FROM_K) == "2"
+    assert gemm_block("parallel", False, False, 32, 768, 1, SPLIT_FROM_K) == "2"
+    assert gemm_block("work", False, False, 128, 768, 1, SPLIT_FROM_K) == "4"
     # GPUs: 64 x 64 where there are enough such tiles; CPU devices: the least padded work per speed
     assert choose_block("parallel", 128 * 16, 128 * 16, BLK8_MIN_TILES // 256, BLK8_MIN_K) == 8
     assert choose_block("parallel", 128 * 16, 128 * 16, BLK8_MIN_TILES // 256, BLK8_MIN_K - 1) == 4
@@ -202,7 +208,8 @@ def test_split_k_rule(monkeypatch):
     cpu = types.SimpleNamespace(policy=types.SimpleNamespace(name="cpu"))
     assert gemm_split(gpu, 64, 1024) == (4, 256)  # 1024 x 256 outputs on 64 x 64 tiles, K 1,024
     assert gemm_split(gpu, 32, 1024) == (8, 128)  # a classifier's 1,000 columns on 32 x 32 tiles
-    assert gemm_split(gpu, 64, 200) == (1, 200) and gemm_split(gpu, 300, 4096) == (1, 4096)
+    assert gemm_split(gpu, 64, 200) == (1, 200) and gemm_split(gpu, 300, 1024) == (1, 1024)
+    assert gemm_split(gpu, 300, 3072) == (2, 1536) and gemm_split(gpu, 512, 4096) == (1, 4096)  # (LONG_K)
     assert gemm_split(gpu, 100, 256) == (1, 256)  # short K: one pass
     assert gemm_split(cpu, 8, 4096) == (1, 4096)
     monkeypatch.setenv("KDML_GEMM_SPLIT", "3")

@@ -30,10 +30,14 @@ import numpy as np
 from .bert_models import CACHE, tool_versions
 
 SIZES = {"tiny": {"hidden": 64, "layers": 2, "heads": 4, "ffn": 128, "audio": 64, "image": 64, "unet": 8},
-         "small": {"hidden": 256, "layers": 4, "heads": 4, "ffn": 1024, "audio": 1500, "image": 224, "unet": 32}}
+         "small": {"hidden": 256, "layers": 4, "heads": 4, "ffn": 1024, "audio": 1500, "image": 224, "unet": 32},
+         # the published models' dimensions: BERT-base, GPT-2 (124M), ViT-B/16 at 224 x 224, Whisper-small's encoder
+         "base": {"hidden": 768, "layers": 12, "heads": 12, "ffn": 3072, "audio": 1500, "image": 224, "unet": 64,
+                  "vit_image": 224, "vit_patch": 16}}
 # "audio": Whisper's encoder positions; its input is twice as many mel frames (3000 = 30 s at "small");
 # "image": the convolution nets' input height and width (torchvision's architectures at full width);
-# "unet": the UNet's first-level channels (kompute_dml/bench/unet.py)
+# "unet": the UNet's first-level channels (kompute_dml/bench/unet.py); "vit_image" / "vit_patch": ViT's input
+# height and width and its patch (64 and 8 where absent)
 VOCAB = 1000
 
 
@@ -124,8 +128,8 @@ def _llama(s: dict[str, int]) -> Any:
 def _vit(s: dict[str, int]) -> Any:
     import transformers
 
-    cfg = transformers.ViTConfig(image_size=64, patch_size=8, hidden_size=s["hidden"], num_hidden_layers=s["layers"],
-                                 num_attention_heads=s["heads"], intermediate_size=s["ffn"])
+    cfg = transformers.ViTConfig(image_size=s.get("vit_image", 64), patch_size=s.get("vit_patch", 8), hidden_size=s["hidden"],
+                                 num_hidden_layers=s["layers"], num_attention_heads=s["heads"], intermediate_size=s["ffn"])
     cfg._attn_implementation = "eager"
     return _Wrapped.of(transformers.ViTModel(cfg, add_pooling_layer=False), ("pixel_values",), "last_hidden_state")
 
@@ -183,8 +187,8 @@ FAMILIES = {f.name: f for f in (
     Family("gpt2-fused", _gpt2, _text_feeds, "fused:gpt2"),
     Family("llama", _llama, _text_feeds),
     Family("llama-fused", _llama, _text_feeds, "fused:gpt2"),  # the model type ORT's Llama export scripts use
-    Family("vit", _vit, lambda b, _s, rng, _z: {"pixel_values": rng.standard_normal((b, 3, 64, 64)).astype(np.float32)},
-           dynamic=("batch",)),
+    Family("vit", _vit, lambda b, _s, rng, z: {"pixel_values": rng.standard_normal(
+        (b, 3, z.get("vit_image", 64), z.get("vit_image", 64))).astype(np.float32)}, dynamic=("batch",)),
     Family("whisper-encoder", _whisper,
            lambda b, _s, rng, z: {"input_features": rng.standard_normal((b, 80, 2 * z["audio"])).astype(np.float32)},
            dynamic=("batch",)),

@@ -29,6 +29,11 @@ SPLIT_MIN_K = 128
 # benchmarks.bench_gemm --blocks --only 1576x`: 1576 x 256 x 256 17.3 us in one pass, 20.5 in two parts)
 SPLIT_FROM_K = 512
 SPLIT_MAX = 16
+# Two parts over K >= LONG_K where the tiles fall short of twice SPLIT_TARGET_GROUPS: ViT-B/16's second
+# feed-forward product at batch 8, 1576 x 3072 x 768 on 300 tiles, 325.7 us in one pass, 286.0 in two, 286.5 in
+# four (H200, `python -m benchmarks.bench_gemm --blocks --only 1576x3072` with KDML_GEMM_SPLIT unset, 2, 4;
+# device call 296); at K = 768 on 300 tiles two parts gained nothing (1576 x 768 x 768: 88.0 / 87.4 us)
+LONG_K = 2048
 KT = 16  # gemm.comp's K step: every part but the last a multiple of it
 GEMM_SPLIT_ENV = "KDML_GEMM_SPLIT"
 
@@ -40,10 +45,10 @@ def gemm_split(device: Device, tiles: int, k: int) -> tuple[int, int]:
         if not forced.isdigit() or int(forced) < 1:
             raise ValueError(f"{GEMM_SPLIT_ENV}={forced!r}: a count of parts >= 1")
         want = int(forced)
-    elif device.policy.name == "cpu" or tiles >= SPLIT_TARGET_GROUPS or k < SPLIT_FROM_K:
+    elif device.policy.name == "cpu" or k < SPLIT_FROM_K or tiles >= SPLIT_TARGET_GROUPS * (2 if k >= LONG_K else 1):
         return 1, k
     else:
-        want = min(SPLIT_MAX, cdiv(SPLIT_TARGET_GROUPS, tiles), k // SPLIT_MIN_K)
+        want = min(SPLIT_MAX, max(2, cdiv(SPLIT_TARGET_GROUPS, tiles)), k // SPLIT_MIN_K)
     chunk = cdiv(cdiv(k, max(want, 1)), KT) * KT
     return max(1, cdiv(k, chunk)), chunk
 
