@@ -128,10 +128,12 @@ def test_other_chains_run_in_pieces(rng, case):
     np.testing.assert_allclose(y, want, rtol=1e-3 if case == "half precision" else 1e-5, atol=1e-3)
 
 
-def test_slower_kernels_run_the_pieces(rng, monkeypatch):
+@pytest.mark.parametrize("form", ["div", "bias_gelu"])
+def test_slower_kernels_run_the_pieces(rng, monkeypatch, form):
     """Where the product's kernel would be slower with the activation (keeps_speed_with_activation:
-    the tensor cores, the 128 x 128 tile) the two pieces run, with the same bits."""
-    model, _, _ = _model(np.float32, "div", (4, 9, K), rng)
+    the tensor cores, the 128 x 128 and 128 x 64 tiles) the two pieces run, with the same bits: the
+    product with its bias, then GELU (BiasGelu too: its bias the product's C, not a third dispatch)."""
+    model, _, _ = _model(np.float32, form, (4, 9, K), rng)
     a = rng.standard_normal((4, 9, K)).astype(np.float32)
     (fused,) = Backend.prepare(model, "CPU").run({"a": a})
     monkeypatch.setattr("kompute_dml.onnx_backend.fusion_bias.keeps_speed_with_activation", lambda *args: False)
@@ -148,6 +150,7 @@ def test_which_kernels_keep_their_speed(dev, monkeypatch):
     gpu = dataclasses.replace(dev.policy, gemm_tiles="parallel", gemm_family="coopmat", gemm_kernel="auto")
     monkeypatch.setattr(dev, "policy", gpu)
     assert keeps_speed_with_activation(dev, False, 1024, 1024, 256, 1)  # 64 x 64 tiles
+    assert not keeps_speed_with_activation(dev, False, 1576, 3072, 768, 1)  # the 128 x 64 tile without it
     assert not keeps_speed_with_activation(dev, False, 4096, 4096, 4096, 1)  # 128 x 128 tiles
     assert not keeps_speed_with_activation(dev, True, 4096, 4096, 4096, 1)  # tensor cores
     monkeypatch.setattr(dev, "policy", dataclasses.replace(gpu, gemm_act_blocks=("2", "4", "8")))

@@ -80,6 +80,10 @@ def run_matmul_bias_scale(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup:
     return run_matmul_bias(ctx, nodes[:2], lookup, stats, scale=c, member=nodes[2])
 
 
+class SlowerFused(FallbackNeeded):
+    """The product's kernel is slower with the fused activation than the two dispatches (keeps_speed_with_activation)."""
+
+
 def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
                     stats: RunStats, scale: float = 1.0, member: onnx.NodeProto | None = None,
                     activation: Any = None) -> list[Any]:
@@ -100,7 +104,7 @@ def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Calla
         raise FallbackNeeded(f"a bias {sc} that broadcasts the product {shape}")
     if activation is not None and not keeps_speed_with_activation(ctx.device, dt == np.float16, shape[-2], shape[-1],
                                                                    sa[-1], math.prod(shape[:-2])):
-        raise FallbackNeeded("the product's kernel is slower with a fused activation (DevicePolicy.gemm_act_blocks)")
+        raise SlowerFused("the product's kernel is slower with a fused activation (DevicePolicy.gemm_act_blocks)")
     # the projections on one input as one GEMM (a scaled member's weights and bias carry its scale)
     member = member or nodes[1]
     group = product_groups.group_of(ctx, member) if activation is None else None

@@ -10,7 +10,9 @@ and then fusion_gelu.py's ACTIVATION_GELU, or the Gelu / BiasGelu node's, since 
 activation to each output as the output type holds it. Where a run-time condition fails, the
 pieces run by themselves (Fusion.within): also where the product's kernel is slower with a fused
 activation than the two dispatches (run_matmul_bias asks ops/gemm.py keeps_speed_with_activation, DevicePolicy.gemm_act_blocks:
-GELU's basic-arithmetic code costs the tensor-core kernels and the 128 x 128 tile their occupancy).
+GELU's basic-arithmetic code costs the tensor-core kernels and the 128 x 128 tile their occupancy; the 128 x 64
+tile has no activation variant), MatMul -> BiasGelu included: there the bias is the product's C and GELU its own
+dispatch (two, where BiasGelu's handler alone adds the bias in a third).
 
 Not matched: an exact chain whose x / sqrt 2 is a Mul reading x at the same input index as the
 chain's Mul(x, .) (the two readers cannot be told apart): fusion_bias.py and fusion_gelu.py still
@@ -26,9 +28,10 @@ import onnx
 
 import kompute_dml as kdml
 
-from .fusion_bias import check_matmul_bias, run_matmul_bias
+from .fusion_bias import SlowerFused, check_matmul_bias, run_matmul_bias
 from .fusion_gelu import check_gelu, check_gelu_tanh
 from .graph import attr_text
+from .values import DeviceValue
 
 if TYPE_CHECKING:
     from .context import NodeContext
@@ -61,8 +64,17 @@ def _run(approximate: str | None) -> Callable[..., list[Any]]:
     """The fused run: GELU of the form `approximate` (None: the Gelu node's attribute)."""
     def run(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any], stats: RunStats) -> list[Any]:
         form = approximate or _gelu_node_form(nodes[-1])
-        return run_matmul_bias(ctx, nodes[:2], lookup, stats,
-                               activation=kdml.ActivationGeluDesc(None, None, approximate=form))
+        try:
+            return run_matmul_bias(ctx, nodes[:2], lookup, stats,
+                                   activation=kdml.ActivationGeluDesc(None, None, approximate=form))
+        except SlowerFused:
+            if nodes[-1].op_type != "BiasGelu":
+                raise  # the pieces run: the product with its bias, then the GELU chain's own fusion
+            # BiasGelu's own handler would add the bias in a dispatch of its own: here it is the product's C,
+            # the same rounding (one float32 addition to the product's sum), then ACTIVATION_GELU
+            (y,) = run_matmul_bias(ctx, nodes[:2], lookup, stats)
+            out = kdml.gelu(y.tensor, out=ctx.out_tensor(y.shape, y.dtype), device=ctx.device)
+            return [DeviceValue(out, y.shape, y.dtype)]
     return run
 
 

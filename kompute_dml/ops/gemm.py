@@ -212,6 +212,8 @@ def keeps_speed_with_activation(device: Device, float16: bool, m: int, n: int, k
     the tiled kernel with a block of DevicePolicy.gemm_act_blocks (docs/gemm.md, "Fused activation")."""
     if device.policy.gemm_family_for(float16, m, n, k) != "tiled":
         return False
+    if gemm_block(device.policy.gemm_tiles, float16, False, m, n, nmat, k) == "8x4":
+        return False  # the 128 x 64 tile (no activation variant), then the activation's own dispatch (docs/gemm.md)
     return gemm_block(device.policy.gemm_tiles, float16, True, m, n, nmat, k) in device.policy.gemm_act_blocks  # (square)
 
 
