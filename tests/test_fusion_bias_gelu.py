@@ -23,7 +23,7 @@ from kompute_dml.onnx_backend.fusion_bias_gelu import matmul_bias_gelu_patterns 
 N = helper.make_node
 ELEM = {np.float32: T.FLOAT, np.float16: T.FLOAT16}
 K, M = 24, 40
-FORMS = ["div", "mul", "mul_swapped", "tanh", "gelu20", "gelu20_tanh", "ms_gelu", "bias_gelu"]
+FORMS = ["div", "mul", "mul_swapped", "tanh", "gelu20", "gelu20_tanh", "ms_gelu", "bias_gelu", "fast_gelu"]
 
 
 def _c(name, value, dt):
@@ -57,8 +57,9 @@ def _model(dt, form, a_shape, rng, fed_bias=False):
     inputs = [helper.make_tensor_value_info("a", ELEM[dt], list(a_shape))]
     if fed_bias:
         inputs.append(helper.make_tensor_value_info("bias", ELEM[dt], [M]))
-    if form == "bias_gelu":
-        nodes = [N("MatMul", ["a", "w"], ["p"]), N("BiasGelu", ["p", "bias"], ["y"], domain="com.microsoft")]
+    if form in ("bias_gelu", "fast_gelu"):
+        op = "BiasGelu" if form == "bias_gelu" else "FastGelu"
+        nodes = [N("MatMul", ["a", "w"], ["p"]), N(op, ["p", "bias"], ["y"], domain="com.microsoft")]
         consts, extra = [], [helper.make_opsetid("com.microsoft", 1)]
     else:
         nodes, consts, extra = _gelu_nodes(form, "x", dt)
@@ -87,7 +88,7 @@ def _two_dispatches(model, feeds, monkeypatch):
 @pytest.mark.parametrize("dt", [np.float32, np.float16], ids=["f32", "f16"])
 @pytest.mark.parametrize("form", FORMS)
 def test_one_gemm_with_the_two_dispatches_bits(rng, monkeypatch, dt, form):
-    a_shape = (3, 7, K) if form in ("div", "tanh", "bias_gelu") else (9, K)
+    a_shape = (3, 7, K) if form in ("div", "tanh", "bias_gelu", "fast_gelu") else (9, K)
     model, w, bias = _model(dt, form, a_shape, rng)
     a = (rng.standard_normal(a_shape) * 2).astype(dt)
     a.reshape(-1)[:2] = (np.inf, np.nan)
@@ -99,14 +100,14 @@ def test_one_gemm_with_the_two_dispatches_bits(rng, monkeypatch, dt, form):
     (eager,) = rep.run({"a": a})
     want, dispatches = _two_dispatches(model, {"a": a}, monkeypatch)
     assert np.array_equal(_bits(eager), _bits(y))
-    if form == "bias_gelu":  # MatMul, then BiasGelu's Add and GELU: FLOAT16's product rounded twice
+    if form in ("bias_gelu", "fast_gelu"):  # MatMul, then the node's Add and GELU: FLOAT16's product rounded twice
         assert dispatches == 3
         assert dt == np.float16 or np.array_equal(_bits(y), _bits(want))
     else:
         assert dispatches == 2 and np.array_equal(_bits(y), _bits(want))
     with np.errstate(all="ignore"):
         x = a.astype(np.float64) @ w.astype(np.float64) + bias.astype(np.float64)
-        if "tanh" in form:
+        if "tanh" in form or form == "fast_gelu":
             ref = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
         else:
             ref = 0.5 * x * np.vectorize(math.erfc)(-x / math.sqrt(2))
@@ -128,7 +129,7 @@ def test_other_chains_run_in_pieces(rng, case):
     np.testing.assert_allclose(y, want, rtol=1e-3 if case == "half precision" else 1e-5, atol=1e-3)
 
 
-@pytest.mark.parametrize("form", ["div", "bias_gelu"])
+@pytest.mark.parametrize("form", ["div", "bias_gelu", "fast_gelu"])
 def test_slower_kernels_run_the_pieces(rng, monkeypatch, form):
     """Where the product's kernel would be slower with the activation (keeps_speed_with_activation:
     the tensor cores, the 128 x 128 and 128 x 64 tiles) the two pieces run, with the same bits: the

@@ -1,7 +1,7 @@
 """A product, its bias and GELU in one GEMM dispatch (fusions.py's patterns): the feed-forward's first
 layer as torch.onnx.export writes it, MatMul -> Add(bias) -> the exact GELU chain (BERT, ViT, Whisper)
 or the tanh chain (GPT-2), and as onnxruntime's optimizer leaves it, MatMul -> Add -> Gelu (opset 20
-or com.microsoft) and MatMul -> com.microsoft BiasGelu; on DML_GEMM with the bias as C and
+or com.microsoft), MatMul -> com.microsoft BiasGelu and MatMul -> com.microsoft FastGelu(x, bias) (tanh); on DML_GEMM with the bias as C and
 ACTIVATION_GELU as its FusedActivation (ops/conv_fused.py: kompute_dml's extension of GEMM's list).
 
 The result is the bits of the two pieces run one after the other: fusion_bias.py's GEMM (the
@@ -11,8 +11,8 @@ activation to each output as the output type holds it. Where a run-time conditio
 pieces run by themselves (Fusion.within): also where the product's kernel is slower with a fused
 activation than the two dispatches (run_matmul_bias asks ops/gemm.py keeps_speed_with_activation, DevicePolicy.gemm_act_blocks:
 GELU's basic-arithmetic code costs the tensor-core kernels and the 128 x 128 tile their occupancy; the 128 x 64
-tile has no activation variant), MatMul -> BiasGelu included: there the bias is the product's C and GELU its own
-dispatch (two, where BiasGelu's handler alone adds the bias in a third).
+tile has no activation variant), MatMul -> BiasGelu / FastGelu included: there the bias is the product's C and
+GELU its own dispatch (two, where the node's handler alone adds the bias in a third).
 
 Not matched: an exact chain whose x / sqrt 2 is a Mul reading x at the same input index as the
 chain's Mul(x, .) (the two readers cannot be told apart): fusion_bias.py and fusion_gelu.py still
@@ -55,8 +55,12 @@ def _check_gelu_node(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
 
 
 def _check_bias_gelu(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
+    """BiasGelu(x, bias) or FastGelu(x, bias): x the product, the bias as fusion_bias.py takes an Add's."""
+    op = nodes[1].op_type
     if list(nodes[1].input[:1]) != [nodes[0].output[0]]:
-        return "BiasGelu's x is not the product"
+        return f"{op}'s x is not the product"
+    if len(nodes[1].input) < 2 or not nodes[1].input[1]:
+        return f"{op} without a bias"
     return check_matmul_bias(rep, nodes)
 
 
@@ -68,12 +72,12 @@ def _run(approximate: str | None) -> Callable[..., list[Any]]:
             return run_matmul_bias(ctx, nodes[:2], lookup, stats,
                                    activation=kdml.ActivationGeluDesc(None, None, approximate=form))
         except SlowerFused:
-            if nodes[-1].op_type != "BiasGelu":
+            if nodes[-1].op_type not in ("BiasGelu", "FastGelu"):
                 raise  # the pieces run: the product with its bias, then the GELU chain's own fusion
-            # BiasGelu's own handler would add the bias in a dispatch of its own: here it is the product's C,
+            # the node's own handler would add the bias in a dispatch of its own: here it is the product's C,
             # the same rounding (one float32 addition to the product's sum), then ACTIVATION_GELU
             (y,) = run_matmul_bias(ctx, nodes[:2], lookup, stats)
-            out = kdml.gelu(y.tensor, out=ctx.out_tensor(y.shape, y.dtype), device=ctx.device)
+            out = kdml.gelu(y.tensor, approximate=form, out=ctx.out_tensor(y.shape, y.dtype), device=ctx.device)
             return [DeviceValue(out, y.shape, y.dtype)]
     return run
 
@@ -103,4 +107,6 @@ def matmul_bias_gelu_patterns(pattern: Callable[..., Any]) -> list[Any]:
                            _check(_check_gelu_node), _run(None), ms_ops=frozenset({"Gelu"})))
     out.append(pattern("MatMul+BiasGelu", ("MatMul", "BiasGelu"), ((0, 1, 0),), "GEMM", _check_bias_gelu, _run("none"),
                        ms_ops=frozenset({"BiasGelu"})))
+    out.append(pattern("MatMul+FastGelu", ("MatMul", "FastGelu"), ((0, 1, 0),), "GEMM", _check_bias_gelu, _run("tanh"),
+                       ms_ops=frozenset({"FastGelu"})))
     return out

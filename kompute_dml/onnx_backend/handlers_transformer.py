@@ -2,8 +2,8 @@
 com.microsoft EmbedLayerNormalization (GATHERs, then one MEAN_VARIANCE_NORMALIZATION1 with its skip
 extension; the mask index by LOGICAL_EQUALS, CAST and REDUCE), SimplifiedLayerNormalization /
 RMSNormalization / com.microsoft SkipSimplifiedLayerNormalization (RMS normalization:
-MEAN_VARIANCE_NORMALIZATION1 with use_mean False, kdml.rms_norm), com.microsoft FastGelu (GELU's
-tanh form on element-wise operators), BiasAdd and RotaryEmbedding (rotary.py)."""
+MEAN_VARIANCE_NORMALIZATION1 with use_mean False, kdml.rms_norm), com.microsoft FastGelu (ACTIVATION_GELU's
+tanh form after the bias), BiasAdd and RotaryEmbedding (rotary.py)."""
 
 from __future__ import annotations
 
@@ -103,29 +103,17 @@ def _h_skip_rms_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], sta
     return outs
 
 
-_GELU_A = math.sqrt(2.0 / math.pi)  # FastGelu: 0.5 x (1 + tanh(a (x + b x^3))), onnxruntime's constants
-_GELU_B = 0.044715 * _GELU_A
-
-
 def _h_fast_gelu(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-    """com.microsoft FastGelu(X, bias) = 0.5 u (1 + tanh(u (a + b u^2))), u = X + bias: GELU's tanh
-    form as onnxruntime's kernel writes it, on ELEMENT_WISE_ADD1 / MULTIPLY and ACTIVATION_TANH /
-    LINEAR (scale and bias)."""
+    """com.microsoft FastGelu(X, bias) = 0.5 u (1 + tanh(sqrt(2 / pi) (u + 0.044715 u^3))), u = X + bias:
+    ELEMENT_WISE_ADD (where there is a bias) and ACTIVATION_GELU's tanh form (kompute_dml's extension, each
+    step rounded to the type: within float32 rounding of onnxruntime's kernel, whose tanh is MLAS's own).
+    After a MatMul the bias is the product's C (fusion_bias_gelu.py)."""
     dt = _floats(node, [v for v in ins[:2] if v is not None])
     shape = _value_shape(ins[0])
     x = _dev(ctx, node, ins, 0, stats)
-    b = _dev(ctx, node, ins, 1, stats) if len(ins) > 1 else None
-
-    def tmp() -> kdml.Tensor:
-        return ctx.out_tensor(shape, dt)
-
-    dev = ctx.device
-    u = x if b is None else kdml.add(x, b, out=tmp(), device=dev)
-    u2 = kdml.mul(u, u, out=tmp(), device=dev)
-    inner = kdml.linear(u2, alpha=_GELU_B, beta=_GELU_A, out=tmp(), device=dev)  # a + b u^2
-    t = kdml.tanh(kdml.mul(u, inner, out=tmp(), device=dev), out=tmp(), device=dev)
-    half = kdml.linear(t, alpha=0.5, beta=0.5, out=tmp(), device=dev)  # 0.5 (1 + tanh)
-    y = kdml.mul(u, half, out=ctx.out_tensor(shape, dt), device=dev)
+    if len(ins) > 1 and ins[1] is not None:
+        x = kdml.add(x, _dev(ctx, node, ins, 1, stats), out=ctx.out_tensor(shape, dt), device=ctx.device)
+    y = kdml.gelu(x, approximate="tanh", out=ctx.out_tensor(shape, dt), device=ctx.device)
     return [DeviceValue(y, shape, dt)]
 
 
