@@ -90,3 +90,39 @@ def test_other_chains_run_node_by_node(rng, case):
     (want,) = Backend.prepare(model, "CPU", fuse=False).run(feeds)
     assert not rep.fusions.by_carrier and rep.last_run.dispatches == 5
     assert np.array_equal(y.view(np.uint32), want.view(np.uint32))
+
+
+
+def _tanh_model():
+    """The tanh chain as torch.onnx.export writes GELU(approximate="tanh")."""
+    a, b = (float(np.float32(v)) for v in (math.sqrt(2 / math.pi), 0.044715))
+    nodes = [N("Mul", ["x", "half"], ["h"]), N("Pow", ["x", "three"], ["t0"]), N("Mul", ["t0", "cb"], ["t1"]),
+             N("Add", ["x", "t1"], ["t2"]), N("Mul", ["t2", "ca"], ["t3"]), N("Tanh", ["t3"], ["t4"]),
+             N("Add", ["t4", "one"], ["t5"]), N("Mul", ["h", "t5"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(v, np.float32), k)
+             for k, v in {"half": 0.5, "three": 3.0, "cb": b, "ca": a, "one": 1.0}.items()]
+    g = helper.make_graph(nodes, "gelu_tanh", [helper.make_tensor_value_info("x", T.FLOAT, ["B", 33])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+@pytest.mark.parametrize("form", ["erf", "tanh"])
+def test_types_the_graph_does_not_declare(rng, form):
+    """x behind a com.microsoft FastGelu, whose output onnx's shape inference cannot type (as in
+    onnxruntime's optimized graphs): either GELU chain is still one dispatch (its type checked at run
+    time; the tanh chain's constants read at their own type), with the bits of the chain on a typed x."""
+    model = _model() if form == "erf" else _tanh_model()
+    x = _x(rng, np.float32)
+    front = helper.make_model(helper.make_graph(
+        [N("FastGelu", ["x_in"], ["x"], domain="com.microsoft")], "front",
+        [helper.make_tensor_value_info("x_in", T.FLOAT, ["B", 33])], [helper.make_tensor_value_info("x", T.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)], ir_version=10)
+    (gx,) = Backend.prepare(front, "CPU").run({"x_in": x})
+    (want,) = Backend.prepare(model, "CPU").run({"x": gx})
+    model.graph.input[0].name = "x_in"
+    model.graph.node.insert(0, front.graph.node[0])
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    rep = Backend.prepare(model, "CPU")
+    (y,) = rep.run({"x_in": x})
+    assert rep.last_run.dispatches == 2 and "ACTIVATION_GELU" in rep.summary(), rep.summary()
+    assert np.array_equal(y.view(np.uint32), want.view(np.uint32))

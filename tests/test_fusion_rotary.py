@@ -74,6 +74,22 @@ def test_exported_rotary_is_one_dispatch(rng, sides):
     assert np.array_equal(rep.run(feeds)[0].view(np.uint32), y.view(np.uint32))
 
 
+def test_types_the_graph_does_not_declare(rng):
+    """x behind a com.microsoft FastGelu, whose output onnx's shape inference cannot type (as in
+    onnxruntime's optimized Llama graphs): the chain is fused, its type checked at run time."""
+    model = _model()
+    model.graph.input[0].name = "x_in"
+    model.graph.node.insert(0, helper.make_node("FastGelu", ["x_in"], ["x"], domain="com.microsoft"))
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    feeds = _feeds(rng, np.float32)
+    feeds["x_in"] = feeds.pop("x")
+    rep = Backend.prepare(model, "CPU")
+    (y,) = rep.run(feeds)
+    assert rep.last_run.dispatches == 2 and "ROTARY_EMBEDDING" in rep.summary(), rep.summary()
+    (unfused,) = Backend.prepare(model, "CPU", fuse=False).run(feeds)
+    assert np.array_equal(y.view(np.uint32), unfused.view(np.uint32))
+
+
 def test_float16(rng):
     model = _model(np.float16, sides=(1, 0, 1))
     feeds = _feeds(rng, np.float16, b=1, s=9)

@@ -52,7 +52,7 @@ def check_gelu(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     x = head.input[0]
     if head.op_type == "Mul" and not _near(rep, head.input[1], math.sqrt(0.5)):  # Mul(c, x): x is its input 1
         x = head.input[1]
-    if rep._elem_dtype(x) not in _FLOAT_OUT:
+    if rep._elem_dtype(x) not in (*_FLOAT_OUT, None):  # (None: undeclared, as after contrib nodes: run_gelu checks)
         return f"x of type {rep._elem_dtype(x)}"
     if head.op_type == "Div" and not _near(rep, head.input[1], math.sqrt(2.0)):
         return "Div's divisor is not sqrt 2"
@@ -87,7 +87,9 @@ def check_gelu_tanh(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     """Why the chain is not (x 0.5) (tanh((x + x^3 b) a) + 1) of float32 or float16 x ("" where it is)."""
     half, pow_, mul_b, add_x, mul_a, _tanh, add_1, _mul = nodes
     x = pow_.input[0]
-    dt = rep._elem_dtype(x)
+    # x's type, or where the graph does not declare it (after contrib nodes) its constants' (ONNX's Mul
+    # takes operands of one type; run_gelu_tanh checks x's at run time)
+    dt = rep._elem_dtype(x) or rep._elem_dtype(other_input(mul_a, add_x.output[0]))
     if dt not in (np.float32, np.float16):
         return f"x of type {dt}"
     a, b = _tanh_constants(np.dtype(dt))
