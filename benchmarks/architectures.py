@@ -9,11 +9,13 @@ sweep of model shapes no test builds, not a timing (the configurations: benchmar
 onnxruntime running the float32 export; `--variant int8` quantizes it with quantize_dynamic (int8
 weights) and compares with onnxruntime running the int8 model; `--variant qdq` / `qop` with
 quantize_static (u8 activations, s8 weights, calibrated on four random batches) in the QDQ or the
-QOperator (QLinearConv, QLinearMatMul, ...) format. `--exporter dynamo` exports with torch.export
+QOperator (QLinearConv, QLinearMatMul, ...) format; `--variant ort-fused` with onnxruntime's transformers optimizer
+(`optimize_model`, model type bert: its contrib nodes) against onnxruntime running the optimized model.
+`--exporter dynamo` exports with torch.export
 (torch.onnx.export's default since torch 2.9: opset 18 and up, onnxscript's graph optimizer; needs
 onnxscript) instead of TorchScript.
 
-    python -m benchmarks.architectures [--set transformers|torchvision|timm|all] [--variant fp32|fp16|int8|qdq|qop]
+    python -m benchmarks.architectures [--set transformers|torchvision|timm|all] [--variant fp32|fp16|int8|qdq|qop|ort-fused]
         [--exporter torchscript|dynamo] [NAME ...]
 
 Needs torch and transformers (requirements-model.txt); the torchvision set needs torchvision, the
@@ -142,6 +144,12 @@ def _variant(path: str, variant: str, feeds: Callable[[int, np.random.Generator]
                 quant_pre_process(path, pre, skip_symbolic_shape=True)
                 quantize(pre)
         return out, [("", out), ("vs float32 ", path)]
+    if variant == "ort-fused":  # onnxruntime's transformers optimizer (model type bert, its default; heads detected)
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        out = path.replace(".onnx", "-ort-fused.onnx")
+        optimize_model(path, model_type="bert").save_model_to_file(out)
+        return out, [("", out), ("vs float32 ", path)]
     return path, [("", path)]
 
 
@@ -263,9 +271,10 @@ def export_torchvision(name: str, tmp: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", default="all", choices=("transformers", "torchvision", "timm", "all"))
-    ap.add_argument("--variant", default="fp32", choices=("fp32", "fp16", "int8", "qdq", "qop"),
+    ap.add_argument("--variant", default="fp32", choices=("fp32", "fp16", "int8", "qdq", "qop", "ort-fused"),
                     help="fp16: converted, float32 I/O kept, against the float32 export; int8: quantize_dynamic; "
-                         "qdq / qop: quantize_static (random calibration) in QDQ or QOperator format")
+                         "qdq / qop: quantize_static (random calibration) in QDQ or QOperator format; ort-fused: "
+                         "onnxruntime's transformers optimizer (model type bert)")
     ap.add_argument("--exporter", default="torchscript", choices=("torchscript", "dynamo"),
                     help="dynamo: torch.export (torch.onnx.export's default since torch 2.9), opset 18")
     ap.add_argument("--float64", action="store_true",
