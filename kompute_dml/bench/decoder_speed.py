@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import decoders
+from . import decoders, gpu_clock
 
 
 def _per_token(times: list[float]) -> float:
@@ -27,8 +27,6 @@ def _per_token(times: list[float]) -> float:
 
 def _prompt_ms(run: Any) -> float:
     """The median of 10 prompt steps (a generation of one token) after the GPU's clock is held up."""
-    from . import gpu_clock
-
     gpu_clock.hold(run, 1.0)
     walls = []
     for _ in range(10):
@@ -77,11 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         sess = ort.InferenceSession(str(dec.path), providers=["CPUExecutionProvider"])
         theirs, t_ort = decoders.ort_greedy(sess, dec, prompt, args.new + 1)
         dev = "cuda" if torch.cuda.is_available() else "cpu"
-        decoders.torch_greedy(dec, prompt, 3, dev)
+        # torch's GPU clock up after onnxruntime's CPU runs left the GPU idle (gpu_clock.py), as ours is held
+        gpu_clock.hold(partial(decoders.torch_greedy, dec, prompt, 3, dev), 1.0)
         ref, t_torch = decoders.torch_greedy(dec, prompt, args.new + 1, dev)
         half: list[Any] = []
         if dev == "cuda":  # the fp16 peer with its cache (its tokens may differ: float16 logits)
-            decoders.torch_greedy(dec, prompt, 3, dev, half=True)
+            gpu_clock.hold(partial(decoders.torch_greedy, dec, prompt, 3, dev, half=True), 1.0)
             half = list(decoders.torch_greedy(dec, prompt, args.new + 1, dev, half=True))
         print(f"{name} ({args.size}, {args.variant}), batch {args.batch}, prompt {args.prompt}, {args.new} new tokens; "
               f"CPU nodes: {', '.join(cpu) or 'none'}; tokens equal torch: {ours == ref}, onnxruntime: {theirs == ref}")
