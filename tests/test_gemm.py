@@ -19,6 +19,7 @@ from helpers import assert_outside_unchanged, place, poison_against, random_stri
 
 import kompute_dml as kdml
 from kompute_dml.ops.gemm import BIG_TILES_MIN, BLK8_MIN_K, BLK8_MIN_TILES, RECT_MIN_TILES, choose_block, gemm_block, gemm_grid
+from kompute_dml.ops.gemm_blocks import RECT_MIN_TILES_LONG_K
 from kompute_dml.ops.gemm_split import SPLIT_FROM_K, gemm_split
 
 DT = kdml.DataType
@@ -144,6 +145,9 @@ def test_tile_sizes(dev, rng, monkeypatch):
     assert gemm_block("parallel", False, False, 128 * RECT_MIN_TILES * 4, 48, 1) == "4"  # (N < RECT_MIN_N)
     assert gemm_block("parallel", False, False, 128 * 16, 128 * 16, BLK8_MIN_TILES // 256, BLK8_MIN_K) == "8"
     assert gemm_block("work", False, False, 128 * RECT_MIN_TILES, 64, 1) == "4"
+    # ... over K >= SPLIT_FROM_K from RECT_MIN_TILES_LONG_K tiles
+    assert gemm_block("parallel", False, False, 128 * RECT_MIN_TILES, 64, 1, SPLIT_FROM_K) == "4"
+    assert gemm_block("parallel", False, False, 128 * RECT_MIN_TILES_LONG_K, 64, 1, SPLIT_FROM_K) == "8x4"
     # GPUs, FLOAT32 over K >= SPLIT_FROM_K: 64 x 64 however few the tiles (split-K makes the work groups)
     assert gemm_block("parallel", False, False, 128, 768, 1, SPLIT_FROM_K) == "4"
     assert gemm_block("parallel", False, False, 128, 768, 1, SPLIT_FROM_K - 1) == "2"

@@ -30,11 +30,14 @@ BLK8_MIN_K, BLK8_MIN_TILES = 1024, 256
 # 64 x 64), and the two-GEMM attention's kernels too (Whisper's 2,013 / 1,664 against 1,896 / 1,594). The
 # same sums in the same order: the same bits. Not measured on narrow products (below RECT_MIN_N columns they
 # keep 64 x 64) nor on convolutions' 1 x 1 layers (ops/conv_pointwise.py asks for square blocks).
-# From 128 to 200 tiles at the base size (H200, `python -m benchmarks.bench_gemm --blocks --only 1576x 1024x768x2304`,
-# device call 296): ViT-B's products at batch 8 on 156 tiles of 128 x 64 lost to 64 x 64 (1576 x 3072 x 768 370.8 us
-# against 325.7, and 286.0 in two parts: gemm_split.LONG_K; 1576 x 768 x 768 98.6 against 88.0), at 288 tiles
-# within 5 % (1024 x 768 x 2304 148.2 against 141.5), from 384 they won (1024 x 768 x 3072 147.3 against 166.6)
-RECT_MIN_TILES = 200
+RECT_MIN_TILES = 128
+# Over K >= SPLIT_FROM_K from RECT_MIN_TILES_LONG_K tiles (H200, `python -m benchmarks.bench_gemm --blocks --only
+# 1576x 1024x768x2304`, device call 296, us): on 156 tiles ViT-B's products at batch 8 lost to 64 x 64 (1576 x 3072 x
+# 768 370.8 against 325.7, 286.0 in two parts: gemm_split.LONG_K; 1576 x 768 x 768 98.6 against 88.0), on 288 by 5 %
+# (1024 x 768 x 2304 148.2 against 141.5); from 376 they won (Whisper's 12000 x 1024 x 256 above; 1024 x 768 x 3072
+# on 384, 147.3 against 166.6; 1576 x 768 x 2304 on 468, 190.7 against 195.7). Shorter sums keep the 128-tile rule
+# (1576 x 256 x 1024 on 208 above)
+RECT_MIN_TILES_LONG_K = 300
 RECT_MIN_N = 64  # the narrowest product measured (Whisper's attention context, N = 64): not below
 CPU_B4_RATE = 2.4
 # FLOAT32 products of few 64 x 64 tiles over K >= SPLIT_FROM_K are split (ops/gemm_split.py, into parts by the logical
@@ -58,13 +61,15 @@ def choose_block(rule: str, m: int, n: int, nmat: int, k: int = 0) -> int:
 def gemm_block(rule: str, float16: bool, square: bool, m: int, n: int, nmat: int, k: int = 0) -> str:
     """The tiled kernel's register block: choose_block's square one ("2", "4", "8"), or "8x4" (a 128 x 64
     tile, contract.GEMM_TILES) for FLOAT32 on GPUs where 64 x 64 is chosen, N >= RECT_MIN_N and RECT_MIN_TILES
-    such tiles exist, unless `square` (a fused activation; a convolution's 1 x 1 layer: not measured).
+    such tiles exist (RECT_MIN_TILES_LONG_K over K >= SPLIT_FROM_K), unless `square` (a fused activation; a
+    convolution's 1 x 1 layer: not measured).
     FLOAT32 on GPUs over K >= gemm_split.SPLIT_FROM_K, M and N > 32: 64 x 64 however few the tiles
     (split-K makes the work groups the tiles lack)."""
     blk = choose_block(rule, m, n, nmat, k)
     if rule == "parallel" and not float16 and blk == 2 and k >= SPLIT_FROM_K and min(m, n) > 32:
         blk = 4
+    least = RECT_MIN_TILES_LONG_K if k >= SPLIT_FROM_K else RECT_MIN_TILES
     if (rule == "parallel" and not float16 and not square and blk == 4 and m > 64 and n >= RECT_MIN_N
-            and cdiv(m, 128) * cdiv(n, 64) * nmat >= RECT_MIN_TILES):
+            and cdiv(m, 128) * cdiv(n, 64) * nmat >= least):
         return "8x4"
     return str(blk)
