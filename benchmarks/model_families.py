@@ -105,10 +105,12 @@ def bench(name: str, size: str, shapes: list[tuple[int, int]], repeat: int, half
         st = rep.last_run
         on_device = {k: rep.device.tensor(v) for k, v in feeds.items()}
         ours_dev = _ms(lambda f=on_device: rep.run(f, device_outputs=True), repeat)
+        ours_mhz = gpu_clock.sm_clock_mhz()  # (outside the timed runs: about 50 ms of nvidia-smi)
         got = rep.run(feeds)[0]
         want = sess.run(None, feeds)[0]
         ort_ms = _ms(lambda f=feeds: sess.run(None, f), max(3, repeat // 4))
         torch_ms = peer.ms(feeds, repeat) if peer.module is not None else None
+        torch_mhz = gpu_clock.sm_clock_mhz() if torch_ms is not None else None
         label = name + (" (allow_half_precision)" if half else "")
         rows.append({"family": label, "shape": f"{b}x{s}", "vulkan": where[VULKAN], "host": where[HOST], "cpu": where[CPU],
                      "cpu_ops": dict(cpu_ops), "segments": st.cpu_segments, "fallbacks": st.runtime_fallbacks,
@@ -119,7 +121,7 @@ def bench(name: str, size: str, shapes: list[tuple[int, int]], repeat: int, half
         print(f"  {name} {r['shape']}: ours {ours:.2f} ms (first {first:.0f}; device I/O {ours_dev:.2f}), "
               f"onnxruntime {ort_ms:.2f}, "
               f"torch {torch_ms if torch_ms is None else round(torch_ms, 2)}; cos {r['cos_min']:.6f}; "
-              f"{st.dispatches} dispatches", flush=True)
+              f"{st.dispatches} dispatches; SM clock after ours / torch {ours_mhz} / {torch_mhz} MHz", flush=True)
     rep.release()
     return rows
 
