@@ -126,3 +126,38 @@ def test_a_scale_that_is_fed_stays_outside_the_chain(rng, monkeypatch):
     (got,) = rep.run(f)
     assert not any("ran unfused" in e for e in rep.last_run.events), rep.last_run.events
     np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+
+
+def test_layers_on_one_mask_test_its_rows_once(rng, monkeypatch):
+    """Two attentions, each making its additive mask from the one boolean mask with constants of its own
+    (as torch's scaled_dot_product_attention exports every layer): the repeated mask nodes are merged at
+    prepare (cse.py), so the guard's rows-with-keys test (REDUCE, LOGICAL_GREATER_THAN) runs once a run,
+    each layer's zeros (ELEMENT_WISE_IF) its own."""
+    model = graph(rng)
+    g = model.graph
+    own = {"ax", "zero", "ninf"}  # the second layer's copies of these constants, by other names
+    weights = {"wq", "wk", "wv"}  # and weights of its own (an identical layer would be merged whole)
+    g.initializer.extend([numpy_helper.from_array(numpy_helper.to_array(t) * (0.5 if t.name in weights else 1),
+                                                  f"l2_{t.name}") for t in g.initializer if t.name in own | weights])
+    own |= weights
+    made = {o for n in g.node for o in n.output}
+    for n in list(g.node):
+        c = helper.make_node(n.op_type, [f"l2_{i}" if i in made or i in own else i for i in n.input],
+                             [f"l2_{o}" for o in n.output])
+        c.attribute.extend(n.attribute)
+        g.node.append(c)
+    g.output.append(helper.make_tensor_value_info("l2_y", T.FLOAT, None))
+    f = feeds(rng)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)
+    rep = Backend.prepare(model, "CPU")
+    assert rep.merged >= 2, rep.summary()  # (the mask's Unsqueeze and Where, and the projections: one input)
+    monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, attention_fused_min_rows=1,
+                                                                  attention_fused_max_flops=1e12))
+    rep.run(f)  # the plan
+    with rep.device.profile() as p:
+        got = rep.run(f)
+    ops = [r.operator for r in p.rows]
+    assert ops.count("MULTIHEAD_ATTENTION") == 2 and ops.count("REDUCE") == 1, ops
+    assert ops.count("ELEMENT_WISE_LOGICAL_GREATER_THAN") == 1, ops
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=TOL, atol=TOL)

@@ -239,20 +239,34 @@ def run_attention(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callabl
                              split_heads=True, out=_split(raw, sizes, ostrides), device=ctx.device,
                              allow_half_precision=half)
     if guard:
-        _zero_empty_rows(ctx, mask, raw, out, sizes, ostrides, dt)
+        _zero_empty_rows(ctx, _rows_with_keys(ctx, m, mask, dt), raw, out, sizes, ostrides, dt)
     return [DeviceValue(out, out_shape, dt)]
 
 
-def _zero_empty_rows(ctx: NodeContext, mask: kdml.Tensor, raw: kdml.Tensor, out: kdml.Tensor,
-                     sizes: tuple[int, ...], strides: tuple[int, ...], dt: np.dtype) -> None:
-    """out = raw where the mask's row (rank 4, broadcast to the scores) holds a score above -inf, else
-    0: the chain's Where(IsNaN(softmax), 0, .) on a row of only -inf scores. raw and out are laid out
-    alike; `sizes` / `strides` their [batch, heads, seq, dv] view."""
+def _rows_with_keys(ctx: NodeContext, m: DeviceValue, mask: kdml.Tensor, dt: np.dtype) -> kdml.Tensor:
+    """Whether each row of the mask (rank 4, broadcast to the scores; a view of the value m) holds a score
+    above -inf: REDUCE and LOGICAL_GREATER_THAN, once per mask value and view in a run (every layer of a
+    model reads one mask: the run's memo, held as long as m)."""
+    key = ("rows with keys", id(m), tuple(mask.desc.sizes), tuple(mask.desc.effective_strides), mask.offset)
+    hit = ctx.memo.get(key)
+    if hit is not None and hit[0] is m:
+        return hit[1].tensor
     pad = 4 - mask.desc.dimension_count  # right-aligned to the scores
     mask = kdml.Tensor.trusted(mask.buffer, kdml.TensorDesc(mask.desc.data_type, (1,) * pad + tuple(mask.desc.sizes),
                                                             (0,) * pad + tuple(mask.desc.effective_strides)), mask.offset)
     row = kdml.reduce_max(mask, axes=[3], out=ctx.out_tensor((*mask.desc.sizes[:3], 1), dt), device=ctx.device)
     cond = kdml.greater(row, np.array(-np.inf, dt), out=ctx.out_tensor(row.desc.sizes, np.uint8), device=ctx.device)
+    value = DeviceValue(cond, tuple(cond.desc.sizes), np.dtype(np.uint8))
+    ctx.memo[key] = (m, value)
+    ctx.attach(m, value)  # a whole-graph plan: the condition lives as long as the mask
+    return cond
+
+
+def _zero_empty_rows(ctx: NodeContext, cond: kdml.Tensor, raw: kdml.Tensor, out: kdml.Tensor,
+                     sizes: tuple[int, ...], strides: tuple[int, ...], dt: np.dtype) -> None:
+    """out = raw where `cond` (_rows_with_keys) holds, else 0: the chain's Where(IsNaN(softmax), 0, .) on
+    a row of only -inf scores. raw and out are laid out alike; `sizes` / `strides` their [batch, heads,
+    seq, dv] view."""
     st = cond.desc.effective_strides
     spread = tuple(0 if n == 1 else stride for n, stride in zip(cond.desc.sizes[:3], st[:3]))
 

@@ -19,6 +19,7 @@ import kompute_dml as kdml
 
 from .analysis import GraphAnalysis, in_topological_order
 from .context import EagerContext
+from .cse import merge_common
 from .device_graph import GraphPlan
 from .feeds import normalize_inputs
 from .file_weights import FileWeights
@@ -86,6 +87,9 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             t = self.constants[name]
             self.declared_types.setdefault(name, helper.make_tensor_type_proto(t.data_type, list(t.dims)))
         self.qdq_product_inputs: frozenset[str] = frozenset()  # the values QDQ products read (fusion_qdq.py)
+        self.merged = 0  # repeated nodes read through their first occurrence (cse.py)
+        if fuse:
+            self.graph, self.merged = merge_common(self.graph, set(self.output_names), self.constants, set(self.input_names))
         if fuse:  # a DequantizeLinear per quantized product reading a shared one (fusion_qdq.py)
             self.graph, copies = dedicate_dequantize(self.graph, set(self.output_names), self.constants.__contains__)
             for name, of in copies.items():
@@ -165,6 +169,8 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                          + fold_summary(self.folded))
         if self.fold_note:
             lines.append(f"  constant nodes {self.fold_note}")
+        if self.merged:
+            lines.append(f"{self.merged} nodes repeated an earlier one's inputs and work: merged at prepare (cse.py)")
         if self.nbits_expanded:
             lines.append(f"{self.nbits_expanded} com.microsoft MatMulNBits became MatMul of weights dequantized at "
                          "prepare (nbits.py: their results, not a 4-bit product's speed)")
