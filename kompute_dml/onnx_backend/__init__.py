@@ -21,7 +21,8 @@ The modules of this package, one concern each:
 - file_weights.py: a model read from bytes or a binary file keeps them; its initializers' raw_data
   are views of them (transfers.constant_array), not protobuf's copies
 - fold.py: `prepare`'s first pass, constant folding (Constant nodes and what reads only constants);
-  nbits.py: the next, com.microsoft MatMulNBits as a MatMul of its weights dequantized once
+  nbits.py: the next, com.microsoft MatMulNBits as a MatMul of its weights dequantized once;
+  cse.py: then repeated nodes read through their first occurrence
 - values.py: constants, `DeviceValue`, `NodePlacement`, `RunStats`, `FallbackNeeded`
 - graph.py: graph helpers (the names a node reads, attributes, types of runtime values)
 - fallback.py: `CpuSegment`, the CPU fallback runner (onnxruntime, then onnx.reference)
