@@ -61,9 +61,10 @@ def test_what_is_not_merged(rng, case):
     elif case == "overridable":  # a graph input with a default: a feed may change it
         extra = (helper.make_tensor_value_info("a2", T.FLOAT, []),)
         feeds["a2"] = np.array(5.0, np.float32)
-    elif case == "random":  # two draws of one shape: never one
+    elif case == "random":  # two draws of one shape: never one (nor two Dropouts: in training mode, draws)
         nodes = [N("RandomUniformLike", ["x"], ["r1"], seed=1.0), N("RandomUniformLike", ["x"], ["r2"], seed=1.0),
-                 N("Sub", ["r1", "r2"], ["y"])]
+                 N("Dropout", ["x"], ["d1"]), N("Dropout", ["x"], ["d2"]), N("Sub", ["r1", "r2"], ["t"]),
+                 N("Add", ["d1", "d2"], ["u"]), N("Add", ["t", "u"], ["y"])]
     elif case == "sub-graph":  # a sub-graph may read values by name: the graph is left as it is
         branch = helper.make_graph([N("Identity", ["m1"], ["z"])], "b", [], [helper.make_tensor_value_info("z", T.FLOAT, None)])
         nodes += [N("ReduceSum", ["x"], ["s"], keepdims=0), N("Greater", ["s", "a1"], ["c"]),

@@ -6,7 +6,7 @@ What it finds in the exports: torch's scaled_dot_product_attention writes each l
 anew from the one boolean mask (Where(mask, 0, -inf) per layer), so the attention fusion's test of
 the mask's rows (fusion_attention._rows_with_keys) and the mask itself are made once, not per layer.
 Small constant inputs compare by value (each layer's own Constant nodes hold the same numbers).
-Not merged: random draws (a new draw each), nodes with sub-graphs (and no node of a graph that has
+Not merged: random draws (a new draw each, Dropout's included), nodes with sub-graphs (and no node of a graph that has
 one: a sub-graph may read a value by name), nodes without outputs or with an output the graph returns.
 The graph is returned as it is where nothing merges; the model itself is never changed.
 """
@@ -22,7 +22,9 @@ from onnx import AttributeProto, helper, numpy_helper
 from .fold import KEEP
 
 _DOMAINS = ("", "ai.onnx", "com.microsoft")
-_RANDOM = frozenset(op for op in KEEP if op.startswith(("Random", "Multinomial", "Bernoulli")))
+# draws: each node its own (Dropout's mask too, where its training_mode input is true)
+_RANDOM = frozenset({*(op for op in KEEP if op.startswith(("Random", "Multinomial", "Bernoulli"))),
+                     "Dropout", "BiasDropout", "BitmaskDropout", "BitmaskBiasDropout"})
 
 
 def _has_subgraph(node: onnx.NodeProto) -> bool:
