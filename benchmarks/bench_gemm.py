@@ -260,7 +260,7 @@ def block_cases(quick: bool) -> list[dict[str, Any]]:
                 # batch 8 and 1 (197 tokens): QKV, output, FC1, FC2
                 *((m, n, k) for m in (1024, 1576, 128, 197) for n, k in ((2304, 768), (768, 768), (3072, 768),
                                                                           (768, 3072)))))]
-    return list({c["name"]: c for c in out}.values())  # (BERT-base's 1024 x 768 x 3072 is also cases()')
+    return list({c["name"]: c for c in out}.values())  # (BERT-base's 1024 x 768 x 3072 is also one of cases())
 
 
 def blocks(dev: kdml.Device, args: argparse.Namespace, rng: np.random.Generator) -> tuple[list[dict[str, Any]], bool]:

@@ -129,7 +129,7 @@ def test_other_chains_run_in_pieces(rng, case):
     np.testing.assert_allclose(y, want, rtol=1e-3 if case == "half precision" else 1e-5, atol=1e-3)
 
 
-@pytest.mark.parametrize("form", ["div", "bias_gelu", "fast_gelu"])
+@pytest.mark.parametrize("form", FORMS)
 def test_slower_kernels_run_the_pieces(rng, monkeypatch, form):
     """Where the product's kernel would be slower with the activation (keeps_speed_with_activation:
     the tensor cores, the 128 x 128 and 128 x 64 tiles) the two pieces run, with the same bits: the

@@ -1,8 +1,8 @@
 """A product, its bias and GELU in one GEMM dispatch (fusions.py's patterns): the feed-forward's first
 layer as torch.onnx.export writes it, MatMul -> Add(bias) -> the exact GELU chain (BERT, ViT, Whisper)
 or the tanh chain (GPT-2), and as onnxruntime's optimizer leaves it, MatMul -> Add -> Gelu (opset 20
-or com.microsoft), MatMul -> com.microsoft BiasGelu and MatMul -> com.microsoft FastGelu(x, bias) (tanh); on DML_GEMM with the bias as C and
-ACTIVATION_GELU as its FusedActivation (ops/conv_fused.py: kompute_dml's extension of GEMM's list).
+or com.microsoft), MatMul -> com.microsoft BiasGelu and MatMul -> com.microsoft FastGelu(x, bias) (tanh);
+on DML_GEMM with the bias as C and ACTIVATION_GELU as its FusedActivation (ops/conv_fused.py: kompute_dml's extension of GEMM's list).
 
 The result is the bits of the two pieces run one after the other: fusion_bias.py's GEMM (the
 conditions are its own: a constant bias along the last axis, float32 or float16, no half precision)
@@ -11,8 +11,8 @@ activation to each output as the output type holds it. Where a run-time conditio
 pieces run by themselves (Fusion.within): also where the product's kernel is slower with a fused
 activation than the two dispatches (run_matmul_bias asks ops/gemm.py keeps_speed_with_activation, DevicePolicy.gemm_act_blocks:
 GELU's basic-arithmetic code costs the tensor-core kernels and the 128 x 128 tile their occupancy; the 128 x 64
-tile has no activation variant), MatMul -> BiasGelu / FastGelu included: there the bias is the product's C and
-GELU its own dispatch (two, where the node's handler alone adds the bias in a third).
+tile has no activation variant): there the chain runs the product with its bias as C, then GELU's own dispatch
+(for BiasGelu / FastGelu two, where the node's handler alone adds the bias in a third).
 
 Not matched: an exact chain whose x / sqrt 2 is a Mul reading x at the same input index as the
 chain's Mul(x, .) (the two readers cannot be told apart): fusion_bias.py and fusion_gelu.py still
@@ -72,10 +72,9 @@ def _run(approximate: str | None) -> Callable[..., list[Any]]:
             return run_matmul_bias(ctx, nodes[:2], lookup, stats,
                                    activation=kdml.ActivationGeluDesc(None, None, approximate=form))
         except SlowerFused:
-            if nodes[-1].op_type not in ("BiasGelu", "FastGelu"):
-                raise  # the pieces run: the product with its bias, then the GELU chain's own fusion
-            # the node's own handler would add the bias in a dispatch of its own: here it is the product's C,
-            # the same rounding (one float32 addition to the product's sum), then ACTIVATION_GELU
+            # the two pieces: the product with its bias as C (for BiasGelu / FastGelu too, whose own handlers
+            # would add the bias in a dispatch of its own: the same rounding, one float32 addition to the
+            # product's sum), then ACTIVATION_GELU, as the chain's shorter fusions run them
             (y,) = run_matmul_bias(ctx, nodes[:2], lookup, stats)
             out = kdml.gelu(y.tensor, approximate=form, out=ctx.out_tensor(y.shape, y.dtype), device=ctx.device)
             return [DeviceValue(out, y.shape, y.dtype)]

@@ -88,9 +88,8 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
             self.declared_types.setdefault(name, helper.make_tensor_type_proto(t.data_type, list(t.dims)))
         self.qdq_product_inputs: frozenset[str] = frozenset()  # the values QDQ products read (fusion_qdq.py)
         self.merged = 0  # repeated nodes read through their first occurrence (cse.py)
-        if fuse:
+        if fuse:  # then a DequantizeLinear per quantized product reading a shared one (fusion_qdq.py)
             self.graph, self.merged = merge_common(self.graph, set(self.output_names), self.constants, set(self.input_names))
-        if fuse:  # a DequantizeLinear per quantized product reading a shared one (fusion_qdq.py)
             self.graph, copies = dedicate_dequantize(self.graph, set(self.output_names), self.constants.__contains__)
             for name, of in copies.items():
                 if of in self.declared_types:
