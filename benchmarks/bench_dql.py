@@ -4,6 +4,7 @@ the scale and zero point on the device, x / scale, round, add, clamp, cast).
 
     python -m benchmarks.bench_dql                                # 64 Ki to 64 Mi elements
     python -m benchmarks.bench_dql --sizes 65536,1048576          # lavapipe, no torch
+    python -m benchmarks.bench_dql --geometries 4096,4 1024,1     # the policy's dql_geometry choices
 
 Ours runs N executions in one `with dev.record() as rec:`; torch N launches of its chain, then
 synchronizes. A sample is the slope (t(N) - t(1)) / (N - 1) (timing.slopes): one submission's or
@@ -18,6 +19,7 @@ and, where importable, onnxruntime.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 import numpy as np
@@ -72,8 +74,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--geometries", nargs="*", default=[],
+                    help="ELEMENTS,LOADS pairs (DevicePolicy.dql_geometry) timed side by side; default the policy's")
     args = ap.parse_args()
     dev = kdml.Device()
+    geometries = [tuple(int(v) for v in g.split(",")) for g in args.geometries] or [dev.policy.dql_geometry]
     print(f"device: {dev.name}")
     try:
         import torch
@@ -95,31 +100,38 @@ def main() -> int:
     except ImportError:
         sess = None
     rng = np.random.default_rng(0)
-    print("| elements | ours us | ours GB/s | torch chain us | ratio | bits vs reference | vs onnxruntime |")
-    print("| ---: | ---: | ---: | ---: | ---: | --- | --- |")
+    print("| elements | geometry | ours us | ours GB/s | torch chain us | ratio | bits vs reference | vs onnxruntime |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | --- | --- |")
+    policy = dev.policy
     for n in (int(s) for s in args.sizes.split(",")):
         x = (rng.standard_normal(n) * 3).astype(np.float32)
-        op, xt, outs, run = ours(dev, x)
-        runs = {"ours": run} | ({"torch": torch_chain(x)} if has_torch else {})
+        mine = {}
+        for g in geometries:  # each geometry's operator compiled under a policy that picks it
+            dev.policy = dataclasses.replace(policy, dql_geometry=g)
+            mine[g] = ours(dev, x)
+        dev.policy = policy
+        runs = {g: m[3] for g, m in mine.items()} | ({"torch": torch_chain(x)} if has_torch else {})
         t = slopes(runs, args.rounds, args.reps)
-        t_ours, t_torch = t["ours"], t.get("torch")
-        y, s, z = outs[0].numpy(), outs[1].numpy()[0], outs[2].numpy()[0]
+        t_torch = t.get("torch")
         ry, rs, rz = dynamic_quantize_ref(x, np.uint8)
-        same = bool((y == ry).all() and np.float32(s).view(np.uint32) == np.float32(rs).view(np.uint32) and z == rz)
-        vs_ort = "-"
+        oy = os_ = oz = None
         if sess is not None:
             oy, os_, oz = sess.run(None, {"x": x})
-            vs_ort = str(bool((y == oy).all() and np.float32(s).view(np.uint32) == np.float32(os_).view(np.uint32)
-                              and z == oz))
-        gbs = 5 * n / t_ours / 1e9
-        tt = f"{t_torch * 1e6:.1f}" if t_torch else "-"
-        ratio = f"{t_torch / t_ours:.2f}" if t_torch else "-"
-        print(f"| {n} | {t_ours * 1e6:.1f} | {gbs:.0f} | {tt} | {ratio} | {same} | {vs_ort} |", flush=True)
-        if args.profile:
-            with dev.profile() as p:
-                op.execute([xt], outs)
-            print(p)
-        del xt, outs, op
+        for g, (op, xt, outs, _) in mine.items():
+            t_ours = t[g]
+            y, s, z = outs[0].numpy(), outs[1].numpy()[0], outs[2].numpy()[0]
+            same = bool((y == ry).all() and np.float32(s).view(np.uint32) == np.float32(rs).view(np.uint32) and z == rz)
+            vs_ort = "-" if oy is None else str(bool(
+                (y == oy).all() and np.float32(s).view(np.uint32) == np.float32(os_).view(np.uint32) and z == oz))
+            gbs = 5 * n / t_ours / 1e9
+            tt = f"{t_torch * 1e6:.1f}" if t_torch else "-"
+            ratio = f"{t_torch / t_ours:.2f}" if t_torch else "-"
+            print(f"| {n} | {g[0]},{g[1]} | {t_ours * 1e6:.1f} | {gbs:.0f} | {tt} | {ratio} | {same} | {vs_ort} |", flush=True)
+            if args.profile:
+                with dev.profile() as p:
+                    op.execute([xt], outs)
+                print(p)
+        del mine
     dev.close()
     return 0
 

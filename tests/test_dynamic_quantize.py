@@ -11,6 +11,8 @@ into matmul_integer_to_float against onnxruntime's DynamicQuantizeMatMul; the ON
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from helpers import element_byte_positions, place, poison_against, random_strides, random_values, read_logical
@@ -159,6 +161,28 @@ def test_packed_lengths(dev, rng):
     for n in [*range(1, 41), 255, 256, 257, 4095, 4096, 4097, 8191, 8192, 8193, 3 * 8192 + 5]:
         for src in IN_TYPES:
             run(dev, rng, src, OUT_TYPES[n % 2], (n,), x_strides=None, y_strides=None)
+
+
+@pytest.mark.parametrize("geometry", [(1024, 2), (1024, 1), (256, 1)], ids=lambda g: f"{g[0]}x{g[1]}")
+def test_every_geometry(dev, rng, geometry):
+    """The policy's other geometries (DevicePolicy.dql_geometry: more min / max groups; dql_quant's
+    _v2 / _v1 variants, 2 / 1 loads per invocation): lengths around their steps and past the
+    MAX_PARTS cap, packed at random aligned offsets and strided, bit for bit the reference."""
+    per_group, units = geometry
+    policy = dev.policy
+    dev.policy = dataclasses.replace(policy, dql_geometry=geometry)
+    try:
+        step = 256 * units * 4  # FLOAT32 elements per quantizing work group
+        for n in (1, 17, step - 1, step + 3, per_group * 3 + 5, dq_op.MAX_PARTS * per_group + 4 * step + 9):
+            for src in IN_TYPES:
+                run(dev, rng, src, OUT_TYPES[n % 2], (n,), x_strides=None, y_strides=None)
+        ones = (1,) * 1
+        variant = dev.compile(Desc(TD(DT.FLOAT32, (4096,)), TD(DT.UINT8, (4096,)), TD(DT.FLOAT32, ones),
+                                   TD(DT.UINT8, ones))).plans[1].variant
+        assert variant.endswith({4: "_v", 2: "_v2", 1: "_v1"}[units])
+        run(dev, rng, DT.FLOAT32, DT.UINT8, (per_group // 3, 5))  # random strides: the element variants
+    finally:
+        dev.policy = policy
 
 
 def test_host_unfriendly_layouts(dev, rng):

@@ -78,6 +78,22 @@ def test_weight_layout_follows_the_family_and_the_environment(monkeypatch):
         policy_for("cpu", frozenset(), LIMITS)
 
 
+def test_dql_geometry_per_device_and_environment(monkeypatch):
+    """DYNAMIC_QUANTIZE_LINEAR's geometry: the table's per device kind, KDML_DQL_GEOMETRY's where set,
+    and a value that is not ELEMENTS,LOADS (ELEMENTS >= 256, LOADS 4, 2 or 1) refused, naming it."""
+    from kompute_dml.runtime.policy import DQL_GEOMETRY, DQL_GEOMETRY_ENV
+
+    monkeypatch.delenv(DQL_GEOMETRY_ENV, raising=False)
+    assert policy_for("cpu", frozenset(), LIMITS).dql_geometry == DQL_GEOMETRY["cpu"]
+    assert policy_for("discrete-gpu", frozenset(), LIMITS).describe()["dql_geometry"] == DQL_GEOMETRY["gpu"]
+    monkeypatch.setenv(DQL_GEOMETRY_ENV, "512,1")
+    assert policy_for("cpu", frozenset(), LIMITS).dql_geometry == (512, 1)
+    for bad in ("512", "512,3", "100,4", "a,b"):
+        monkeypatch.setenv(DQL_GEOMETRY_ENV, bad)
+        with pytest.raises(kdml.InvalidArgumentError, match=DQL_GEOMETRY_ENV):
+            policy_for("discrete-gpu", frozenset(), LIMITS)
+
+
 def test_requested_capabilities(monkeypatch):
     monkeypatch.delenv("KDML_FEATURES", raising=False)
     assert requested_capabilities(None) is None

@@ -65,10 +65,13 @@ LOCAL_SIZE = 256
 # 8-byte load per invocation (2 KiB per group, against its 16 KiB of FLOAT32 input) and one
 # shared-memory pass (reduce_keys); dql_minmax keeps QUANT_UNITS loads in flight per invocation
 # to make up for the fewer groups.
+# The device's policy sets dql_minmax's share per group and dql_quant's 16-byte loads per invocation
+# (DevicePolicy.dql_geometry): few groups suit lavapipe, whose every group is a loop on a core;
+# a GPU wants groups enough for its multiprocessors at a model's sizes (runtime/policy.py, figures).
 MAX_PARTS = LOCAL_SIZE
 ELEMENTS_PER_GROUP = 16 * LOCAL_SIZE
 SCRATCH_WORDS = 2 * MAX_PARTS  # group g's (lo, hi) keys at words 2g, 2g + 1
-QUANT_UNITS = 4  # the _v variants: 16-byte input loads per invocation (shaders/dynamic_quantize.comp, UNITS)
+QUANT_UNITS = contract.DQL_UNITS  # the packed variants' 16-byte input loads per invocation (shaders: UNITS)
 _MAX_RANK = 8
 # the binding list: input, output, scale, zero point, then the operator's scratch
 _X, _Y, _SCALE, _ZP, _SCRATCH = range(5)
@@ -116,13 +119,17 @@ def _dims(sizes: list[int], *strides: list[int]) -> dict[str, object]:
             **{name: [*st, *([0] * pad)] for name, st in zip(("x_str", "y_str"), strides)}}
 
 
-def plan_dynamic_quantize(desc: DynamicQuantizeLinearDesc, max_groups: int) -> list[DispatchPlan]:
-    """The two dispatches (min / max keys; parameters and quantization) of a checked descriptor."""
+def plan_dynamic_quantize(desc: DynamicQuantizeLinearDesc, max_groups: int,
+                          geometry: tuple[int, int] = (ELEMENTS_PER_GROUP, 4)) -> list[DispatchPlan]:
+    """The two dispatches (min / max keys; parameters and quantization) of a checked descriptor;
+    `geometry`: (input elements per dql_minmax group, at least; dql_quant's 16-byte loads per
+    invocation, a value of QUANT_UNITS)."""
     x, y = desc.input_tensor, desc.output_tensor
     n = x.element_count
     t, o = _TYPE[x.data_type], _TYPE[y.data_type]
     xs, ys = x.data_type.size, y.data_type.size
-    parts = min(MAX_PARTS, max(1, cdiv(n, ELEMENTS_PER_GROUP)))
+    per_group, units = geometry
+    parts = min(MAX_PARTS, max(1, cdiv(n, per_group)))
     sizes, (x_str,) = merge_dims(x.sizes, x.effective_strides)
     f = contract.DQL_MINMAX
     v = "_v" if x_str == [1] else ""  # one dimension of stride 1: 16-byte loads
@@ -130,8 +137,9 @@ def plan_dynamic_quantize(desc: DynamicQuantizeLinearDesc, max_groups: int) -> l
                           push=f.pack(x_off=0, count=n, **_dims(sizes, x_str)), offset_slots=f.slots(x_off=(_X, xs)))
     sizes, (x_str, y_str) = merge_dims(x.sizes, x.effective_strides, y.effective_strides)
     f = contract.DQL_QUANT
-    v = "_v" if x_str == y_str == [1] else ""  # both of stride 1: QUANT_UNITS 16-byte loads per invocation
-    per_inv = QUANT_UNITS * 16 // xs if v else 4
+    # both of stride 1: `units` 16-byte loads per invocation
+    v = next(k for k, u in QUANT_UNITS.items() if u == units) if x_str == y_str == [1] else ""
+    per_inv = units * 16 // xs if v else 4
     quant = DispatchPlan(variant=f.name(t=t, o=o, v=v), bindings=(_X, _SCRATCH, _Y, _SCALE, _ZP),
                          writes=(_Y, _SCALE, _ZP), groups=grid_for(cdiv(n, per_inv), LOCAL_SIZE, max_groups),
                          push=f.pack(x_off=0, y_off=0, scale_off=0, zp_off=0, parts=parts, count=n,
@@ -144,7 +152,7 @@ def compile_dynamic_quantize_linear(device: Device, desc: DynamicQuantizeLinearD
     support = DYNAMIC_QUANTIZE_LINEAR
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     _check(desc)
-    plans = plan_dynamic_quantize(desc, device.limits["max_compute_work_group_count"][0])
+    plans = plan_dynamic_quantize(desc, device.limits["max_compute_work_group_count"][0], device.policy.dql_geometry)
     # not zeroed (no fill submission per compile): dql_minmax writes every key dql_quant reads;
     # made on kp's thread (a synchronous allocation waits while a plan's large ones are made)
     scratch_desc = TensorDesc(DataType.UINT32, (SCRATCH_WORDS,))

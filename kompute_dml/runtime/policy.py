@@ -121,6 +121,18 @@ MATMUL_KERNELS = ("cpu", "cpu-ssbo", "gpu", "coopmat", "dot", "coopmat-emulated"
 # H100, benchmarks/coop_quant_parts.py at 16a7ab2: quantized 4096^3 / 8192^3 at 0.874 / 0.894 of s8 "bytes", 0.928 / 0.963 "dot".
 COOP_SUMS = ("bytes", "dot")
 
+# DYNAMIC_QUANTIZE_LINEAR's geometry (DevicePolicy.dql_geometry, ops/dynamic_quantize.py): input
+# elements per min / max work group (at least; at most 256 groups) and 16-byte loads per
+# quantizing invocation (4, 2 or 1). KDML_DQL_GEOMETRY=ELEMENTS,LOADS overrides it (for
+# `benchmarks.bench_dql --geometries` and model-level comparisons in one process each). H200, device
+# call 302 (`bench_dql --rounds 5 --geometries ...`, us per execution, 4096,4 / 1024,2 / 1024,1):
+# 256 Ki elements (a small encoder's 1024 x 256 activations) 11.6 / 10.8 / 10.7, 1 Mi 13.2 / 12.7 /
+# 12.9, 4 Mi 20.6 / 22.2 / 24.8; DistilBERT int8 (small) at 8 x 128, `encoder_profile`, its 16
+# DYNAMIC_QUANTIZE_LINEAR 215 / 201 / 188 us of device time. lavapipe keeps few groups (each a loop
+# on a core): 262144 elements 2.67 ms at 4096,4 against 4.15 at 1024,1 (bench_dql --rounds 2).
+DQL_GEOMETRY = {"cpu": (4096, 4), "gpu": (1024, 2)}
+DQL_GEOMETRY_ENV = "KDML_DQL_GEOMETRY"
+
 
 @dataclass(frozen=True)
 class DevicePolicy:
@@ -167,6 +179,9 @@ class DevicePolicy:
     # CONVOLUTION's half-precision FORWARD family: "coopmat" where GEMM's is (KDML_CONV_KERNEL forces a kernel)
     conv_family: str = "tiled"
     conv_pointwise_gemm: bool = False  # 1 x 1 convolutions on GEMM's kernels (ops/conv_pointwise.py; GPUs)
+    # DYNAMIC_QUANTIZE_LINEAR's (elements per min / max group, 16-byte loads per quantizing
+    # invocation): ops/dynamic_quantize.py, DQL_GEOMETRY
+    dql_geometry: tuple[int, int] = DQL_GEOMETRY["cpu"]
     weights: str = "rows"  # see WEIGHT_LAYOUTS
     coop_sums: str = "bytes"  # see COOP_SUMS
     gemv_max_m: int = GEMV_MAX_M  # see GEMV_MAX_M, GEMV_COOP_MAX_M
@@ -268,7 +283,7 @@ class DevicePolicy:
             "gemm_tiles": self.gemm_tiles,
             "gemm_family": self.gemm_family,
             "conv_family": self.conv_family, "conv_pointwise_gemm": self.conv_pointwise_gemm,
-            "weights": self.weights, "coop_sums": self.coop_sums,
+            "weights": self.weights, "coop_sums": self.coop_sums, "dql_geometry": self.dql_geometry,
             "gemv_max_m": self.gemv_max_m, "gemv_k_contiguous": self.gemv_k_contiguous,
             "gemm_kernel": self.gemm_kernel, "attention_kernel": self.attention_kernel,
             "matmul_kernel": self.matmul_kernel,
@@ -311,7 +326,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
             weights="columns" if family == "coopmat" else "rows",
             gemv_max_m=GEMV_COOP_MAX_M if family == "coopmat" else GEMV_MAX_M, gemv_k_contiguous=family != "coopmat",
             attention_kernel="coopmat" if coop_family(capabilities, coop_shapes) == "coopmat" else "blocked",
-            conv_pointwise_gemm=True,
+            conv_pointwise_gemm=True, dql_geometry=DQL_GEOMETRY["gpu"],
         )
     if "integer_dot_product" in capabilities:
         policy = replace(policy, coop_sums="dot")
@@ -327,6 +342,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
     flush_compiling = _env_choice(PLAN_FLUSH_COMPILING_ENV, ("0", "1"))
     weights = _env_choice(WEIGHTS_ENV, WEIGHT_LAYOUTS)
     forced = _env_choice(ap.ATTENTION_KERNEL_ENV, ap.ATTENTION_KERNELS)  # "blocked": from one row
+    policy = replace(policy, dql_geometry=dql_geometry_from_env() or policy.dql_geometry)
     policy = replace(policy, completion=completion or policy.completion, first_run=first_run or policy.first_run,
                      attention_kernel=forced or policy.attention_kernel,
                      attention_blocked_min_rows=1 if forced == "blocked" else policy.attention_blocked_min_rows,
@@ -353,3 +369,20 @@ def _env_choice(name: str, allowed: tuple[str, ...] | None) -> Any:
 
     rule = "a number of milliseconds" if allowed is None else f"one of {', '.join(allowed)}"
     raise invalid(name, f"must be {rule}, got {value!r}")
+
+
+def dql_geometry_from_env() -> tuple[int, int] | None:
+    """KDML_DQL_GEOMETRY's (elements per group >= 256, loads 4 / 2 / 1), None where unset;
+    InvalidArgumentError naming it otherwise."""
+    value = os.environ.get(DQL_GEOMETRY_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        per_group, loads = (int(v) for v in value.split(","))
+    except ValueError:
+        per_group, loads = 0, 0
+    if per_group < 256 or loads not in (4, 2, 1):
+        from ..core.errors import invalid
+
+        raise invalid(DQL_GEOMETRY_ENV, f"must be ELEMENTS,LOADS (ELEMENTS >= 256, LOADS 4, 2 or 1), got {value!r}")
+    return per_group, loads

@@ -295,13 +295,17 @@ DQL_OUT_TYPES = {"u8": (0, 255), "i8": (-128, 127)}
 DQL_MINMAX_PUSH = block("x_off", "count", "rank", "size[8]", "x_str[8]")
 DQL_QUANT_PUSH = block("x_off", "y_off", "scale_off", "zp_off", "parts", "count", "rank", "size[8]", "x_str[8]",
                        "y_str[8]")
-# "_v" variants: one dimension of stride 1 (16-byte loads and stores; offsets are 16-byte aligned)
+# "_v" variants: one dimension of stride 1 (16-byte loads and stores; offsets are 16-byte aligned);
+# dql_quant's "_v2" / "_v1" take 2 / 1 of them per invocation ("_v": DQL_UNITS["_v"] = 4), more work
+# groups for the same input (ops/dynamic_quantize.py, the policy's dql_geometry)
 DQL_MINMAX = family("dql_minmax", "dynamic_quantize.comp", "dql_minmax_{t}{v}", DQL_MINMAX_PUSH, _L256, t=DQL_IN_TYPES,
                     v=("", "_v"), shape=("v",), defines=lambda t, v: {"STAGE": 1, "IN_BITS": EW_TYPES[t][0], "PACKED": int(v == "_v")})
+DQL_UNITS = {"_v": 4, "_v2": 2, "_v1": 1}
 DQL_QUANT = family("dql_quant", "dynamic_quantize.comp", "dql_quant_{t}_{o}{v}", DQL_QUANT_PUSH, _L256, t=DQL_IN_TYPES,
-                   o=tuple(DQL_OUT_TYPES), v=("", "_v"), shape=("v",),
+                   o=tuple(DQL_OUT_TYPES), v=("", *DQL_UNITS), shape=("v",),
                    defines=lambda t, o, v: {"STAGE": 2, "IN_BITS": EW_TYPES[t][0], "QMIN": DQL_OUT_TYPES[o][0],
-                                            "QMAX": DQL_OUT_TYPES[o][1], "PACKED": int(v == "_v")})
+                                            "QMAX": DQL_OUT_TYPES[o][1], "PACKED": int(v in DQL_UNITS),
+                                            **({"UNITS": f"{DQL_UNITS[v]}u"} if v in DQL_UNITS else {})})
 # ---- MEAN_VARIANCE_NORMALIZATION1 (ops/mean_variance_normalization.py, shaders/mvn.comp): a row per
 # 2^tpr_log2 invocations; offsets (elements), epsilon, flags (1 scale, 2 bias, 4 normalize
 # variance), the row length and the number of rows; "row" variants: the row's stride per tensor
