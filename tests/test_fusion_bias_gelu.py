@@ -17,6 +17,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto as T  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
 
+import kompute_dml as kdml  # noqa: E402
 from kompute_dml.onnx_backend import Backend, fusion_match, fusions  # noqa: E402
 from kompute_dml.onnx_backend.fusion_bias_gelu import matmul_bias_gelu_patterns  # noqa: E402
 
@@ -141,6 +142,35 @@ def test_slower_kernels_run_the_pieces(rng, monkeypatch, form):
     rep = Backend.prepare(model, "CPU")
     (y,) = rep.run({"a": a})
     assert rep.last_run.dispatches == 2 and np.array_equal(_bits(y), _bits(fused))
+
+
+def test_the_batch_of_rows_is_the_product_asked(rng, monkeypatch):
+    """The kernel choice is asked for the product the kernel runs: a [batch, rows, K] input over shared
+    weights is one product of batch x rows (functional gemm), not a batch of short matrices. Under
+    a GPU's tile rule, 8 x 65 rows (ViT's 65 tokens) times N = 1024 over K = 256 takes 64 x 64 tiles as
+    520 rows (fused: one dispatch) where 8 matrices of 65 rows would have taken the 128 x 64 tile."""
+    import dataclasses
+
+    from kompute_dml.functional.gemm import planned_product
+    from kompute_dml.ops.gemm_blocks import gemm_block
+
+    assert gemm_block("parallel", False, False, 65, 1024, 8, 256) == "8x4"  # what the batch's shape would pick
+    assert gemm_block("parallel", False, True, 520, 1024, 1, 256) == "4"
+    f32 = kdml.DataType.FLOAT32
+    assert planned_product(kdml.TensorDesc(f32, (8, 65, 256)), kdml.TensorDesc(f32, (256, 1024)),
+                           kdml.TensorDesc(f32, (1024,))) == (520, 1024, 256, 1)
+    model = _model(np.float32, "div", (8, 65, 256), rng)[0]
+    g = model.graph
+    w = (rng.standard_normal((256, 1024)) * 0.05).astype(np.float32)
+    g.initializer[0].CopyFrom(numpy_helper.from_array(w, "w"))
+    g.initializer[1].CopyFrom(numpy_helper.from_array(rng.standard_normal(1024).astype(np.float32), "bias"))
+    a = rng.standard_normal((8, 65, 256)).astype(np.float32)
+    rep = Backend.prepare(model, "CPU")
+    monkeypatch.setattr(rep.device, "policy", dataclasses.replace(rep.device.policy, gemm_tiles="parallel"))
+    (y,) = rep.run({"a": a})
+    assert rep.last_run.dispatches == 1
+    (want,) = Backend.prepare(model, "CPU", fuse=False).run({"a": a})
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
 
 def test_which_kernels_keep_their_speed(dev, monkeypatch):

@@ -28,11 +28,12 @@ A repeated call with the same operand layouts, flags and scalars reuses its comp
 from __future__ import annotations
 
 import struct
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
 
+from ..core.dtypes import DataType
 from ..core.errors import UnsupportedError, invalid
 from ..core.layout import merge_dims
 from ..core.tensor_desc import TensorDesc
@@ -141,7 +142,30 @@ def _flag(v: Any, field: str) -> bool:
 
 def _prepare(dev: Device, ta: Tensor, tb: Tensor, tc: Tensor | None, trans_a: bool, trans_b: bool, alpha: float,
              beta: float, out: Tensor | None, act: Any = None) -> tuple[Any, tuple[TensorDesc | None, ...], TensorDesc]:
-    da, db = ta.desc, tb.desc
+    def check(res: tuple[int, ...], dt: DataType) -> None:
+        if out is not None:
+            check_out(out, dev, res, dt)
+
+    desc, descs, res_desc = gemm_desc(ta.desc, tb.desc, None if tc is None else tc.desc, trans_a, trans_b, alpha, beta,
+                                      None if out is None else out.desc, act, check)
+    return dev.compile(desc), descs, res_desc
+
+
+def planned_product(a: TensorDesc, b: TensorDesc, c: TensorDesc | None = None, out: TensorDesc | None = None) -> tuple[int, int, int, int]:
+    """(M, N, K, matrices) of the GEMM that `gemm` runs for operands of these descriptors (no
+    transposition): a batch whose B is shared runs as one product of batch x M rows where the
+    strides allow (_batch_as_rows), so its kernel choice is that product's (the fusions ask it)."""
+    desc = gemm_desc(a, b, c, False, False, 1.0, 1.0, out)[0]
+    o = desc.output_tensor.sizes
+    return o[2], o[3], desc.a_tensor.sizes[3], o[0] * o[1]
+
+
+def gemm_desc(da: TensorDesc, db: TensorDesc, dc: TensorDesc | None, trans_a: bool, trans_b: bool, alpha: float,
+              beta: float, out: TensorDesc | None, act: Any = None,
+              check: Callable[[tuple[int, ...], DataType], None] | None = None
+              ) -> tuple[GemmDesc, tuple[TensorDesc | None, ...], TensorDesc]:
+    """The GemmDesc (4-D operand views), those views and the packed result's descriptor of `gemm`;
+    `check` sees the result's sizes and type before `out`'s strides are read (gemm's `out` checks)."""
     dt = da.data_type
     if db.data_type != dt:
         raise invalid("b", f"data type must be a's ({dt.name}; GEMM's operands share one), got {db.data_type.name}")
@@ -163,8 +187,8 @@ def _prepare(dev: Device, ta: Tensor, tb: Tensor, tc: Tensor | None, trans_a: bo
         raise invalid("b", f"batch dimensions of {db.sizes} do not broadcast with a's {da.sizes}") from None
     res = (*batch, *(() if a_vec else (m,)), *(() if b_vec else (n,))) or (1,)
     res_desc = _packed(dt, res)
-    if out is not None:
-        check_out(out, dev, res, dt)
+    if check is not None:
+        check(res, dt)
     keep = [True] * len(batch) + [not a_vec, not b_vec]
 
     def full(res_strides: list[int]) -> list[int]:
@@ -172,14 +196,14 @@ def _prepare(dev: Device, ta: Tensor, tb: Tensor, tc: Tensor | None, trans_a: bo
         it = iter(res_strides)
         return [next(it) if kp else 0 for kp in keep]
 
-    o_full = full(list((out.desc if out is not None else res_desc).effective_strides))
+    o_full = full(list((out if out is not None else res_desc).effective_strides))
     a_full = _mm_broadcast_strides(sa, sta, (*batch, *sa[-2:]), "a")
     b_full = _mm_broadcast_strides(sb, stb, (*batch, *sb[-2:]), "b")
     c_full = None
-    if tc is not None:
-        if tc.desc.data_type != dt:
-            raise invalid("c", f"data type must be a's ({dt.name}), got {tc.desc.data_type.name}")
-        c_full = full(_mm_broadcast_strides(tc.desc.sizes, tc.desc.effective_strides, res, "c"))
+    if dc is not None:
+        if dc.data_type != dt:
+            raise invalid("c", f"data type must be a's ({dt.name}), got {dc.data_type.name}")
+        c_full = full(_mm_broadcast_strides(dc.sizes, dc.effective_strides, res, "c"))
     nb = len(batch)
     rows = _batch_as_rows(batch, m, a_full, b_full, c_full, o_full, trans_a) if not a_vec else None
     if rows is not None:  # one matrix of batch x M rows
@@ -190,7 +214,7 @@ def _prepare(dev: Device, ta: Tensor, tb: Tensor, tc: Tensor | None, trans_a: bo
         c4 = TensorDesc(dt, (1, 1, mm, n), (0, 0, cr, c_full[nb + 1])) if c_full is not None else None
         o4 = TensorDesc(dt, (1, 1, mm, n), (0, 0, orow, o_full[nb + 1]))
         desc = GemmDesc(a4, b4, c4, o4, MatrixTransform(int(trans_a)), MatrixTransform(int(trans_b)), alpha, beta, act)
-        return dev.compile(desc), (a4, b4, c4, o4), res_desc
+        return desc, (a4, b4, c4, o4), res_desc
     strides = [a_full[:nb], b_full[:nb]] + ([c_full[:nb]] if c_full is not None else []) + [o_full[:nb]]
     fields = ("a", "b", "c", "out") if c_full is not None else ("a", "b", "out")
     bsz, bst = _fold(batch, strides, fields)
@@ -201,8 +225,7 @@ def _prepare(dev: Device, ta: Tensor, tb: Tensor, tc: Tensor | None, trans_a: bo
     c4 = TensorDesc(dt, (*bsz, m, n), (*bst[2], *c_full[nb:])) if c_full is not None else None
     o4 = TensorDesc(dt, (*bsz, m, n), (*bst[3], *o_full[nb:]))
     desc = GemmDesc(a4, b4, c4, o4, MatrixTransform(int(trans_a)), MatrixTransform(int(trans_b)), alpha, beta, act)
-    op = dev.compile(desc)
-    return op, (a4, b4, c4, o4), res_desc
+    return desc, (a4, b4, c4, o4), res_desc
 
 
 __all__ = ["gemm", "matmul"]

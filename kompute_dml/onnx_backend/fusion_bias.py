@@ -21,7 +21,6 @@ leave the Mul to run by itself after the fused MatMul -> Add."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +28,7 @@ import numpy as np
 import onnx
 
 import kompute_dml as kdml
+from kompute_dml.functional.gemm import planned_product
 from kompute_dml.ops.gemm import keeps_speed_with_activation
 
 from . import product_groups
@@ -102,9 +102,11 @@ def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Calla
     shape = (*np.broadcast_shapes(sa[:-2], sb[:-2]), sa[-2], sb[-1])
     if tuple(np.broadcast_shapes(shape, sc)) != shape:
         raise FallbackNeeded(f"a bias {sc} that broadcasts the product {shape}")
-    if activation is not None and not keeps_speed_with_activation(ctx.device, dt == np.float16, shape[-2], shape[-1],
-                                                                   sa[-1], math.prod(shape[:-2])):
-        raise SlowerFused("the product's kernel is slower with a fused activation (DevicePolicy.gemm_act_blocks)")
+    if activation is not None:
+        # the product the kernel runs: a batch over a shared B is one product of batch x M rows (functional gemm)
+        m, n, k, nmat = planned_product(*(_desc(v, sh, dt) for v, sh in ((a_v, sa), (b_v, sb), (c_v, sc))))
+        if not keeps_speed_with_activation(ctx.device, dt == np.float16, m, n, k, nmat):
+            raise SlowerFused("the product's kernel is slower with a fused activation (DevicePolicy.gemm_act_blocks)")
     # the projections on one input as one GEMM (a scaled member's weights and bias carry its scale)
     member = member or nodes[1]
     group = product_groups.group_of(ctx, member) if activation is None else None
@@ -115,6 +117,13 @@ def run_matmul_bias(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Calla
     y = kdml.gemm(a.tensor, b.tensor, as_device(ctx, c_v, stats, bias_name).tensor, alpha=scale, beta=scale,
                   fused_activation=activation, out=ctx.out_tensor(shape, dt), device=ctx.device)
     return [DeviceValue(y, shape, dt)]
+
+
+def _desc(v: Any, shape: tuple[int, ...], dt: np.dtype) -> kdml.TensorDesc:
+    """A product operand's descriptor: a device value's own, a host value's packed (as its upload)."""
+    if isinstance(v, DeviceValue):
+        return v.tensor.desc
+    return kdml.TensorDesc(kdml.DataType.from_numpy(dt), tuple(int(x) for x in shape) or (1,))
 
 
 def matmul_bias_patterns(pattern: Callable[..., Any]) -> list[Any]:
