@@ -181,8 +181,8 @@ def test_which_kernels_keep_their_speed(dev, monkeypatch):
     gpu = dataclasses.replace(dev.policy, gemm_tiles="parallel", gemm_family="coopmat", gemm_kernel="auto")
     monkeypatch.setattr(dev, "policy", gpu)
     assert keeps_speed_with_activation(dev, False, 512, 1024, 256, 1)  # 64 x 64 tiles
-    assert not keeps_speed_with_activation(dev, False, 1024, 1024, 256, 1)  # the 128 x 64 tile without it
-    assert not keeps_speed_with_activation(dev, False, 1576, 3072, 768, 1)
+    assert keeps_speed_with_activation(dev, False, 1024, 1024, 256, 1)  # the 128 x 64 tile alone, but K < 512: fused
+    assert not keeps_speed_with_activation(dev, False, 1576, 3072, 768, 1)  # the 128 x 64 tile over K >= 512
     assert not keeps_speed_with_activation(dev, False, 4096, 4096, 4096, 1)  # 128 x 128 tiles
     assert not keeps_speed_with_activation(dev, True, 4096, 4096, 4096, 1)  # tensor cores
     monkeypatch.setattr(dev, "policy", dataclasses.replace(gpu, gemm_act_blocks=("2", "4", "8")))

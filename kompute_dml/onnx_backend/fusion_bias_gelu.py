@@ -11,7 +11,7 @@ activation to each output as the output type holds it. Where a run-time conditio
 pieces run by themselves (Fusion.within): also where the product's kernel is slower with a fused
 activation than the two dispatches (run_matmul_bias asks ops/gemm.py keeps_speed_with_activation, DevicePolicy.gemm_act_blocks:
 GELU's basic-arithmetic code costs the tensor-core kernels and the 128 x 128 tile their occupancy; the 128 x 64
-tile has no activation variant): there the chain runs the product with its bias as C, then GELU's own dispatch
+tile, which a product alone takes over K >= 512, has no activation variant): there the chain runs the product with its bias as C, then GELU's own dispatch
 (for BiasGelu / FastGelu two, where the node's handler alone adds the bias in a third).
 
 Not matched: an exact chain whose x / sqrt 2 is a Mul reading x at the same input index as the

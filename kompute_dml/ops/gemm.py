@@ -48,6 +48,7 @@ from .conv_fused import ACT_NONE, fused_words
 from .elementwise_plan import check_addressable
 from .gemm_blocks import BIG_TILES_MIN, BLK8_MIN_K, BLK8_MIN_TILES, RECT_MIN_TILES, choose_block, gemm_block  # noqa: F401
 from .gemm_coop import CoopTile, plan_gemm_coop
+from .gemm_split import SPLIT_FROM_K
 from .onnx_types import FLOAT32_NUMPY, float_input, quantized_product
 from .spec import OnnxOp, OperatorSpec
 from .split_range import binding_window, fits, split_outer
@@ -209,10 +210,11 @@ def gemm_grid(total: int, limits: Any) -> tuple[int, int, int]:
 
 def keeps_speed_with_activation(device: Device, float16: bool, m: int, n: int, k: int, nmat: int) -> bool:
     """Whether the kernel the policy picks for this product keeps its speed with a fused activation:
-    the tiled kernel with a block of DevicePolicy.gemm_act_blocks (docs/gemm.md, "Fused activation")."""
+    the tiled kernel with a block of DevicePolicy.gemm_act_blocks, unless the product alone takes the
+    128 x 64 tile over K >= SPLIT_FROM_K (docs/gemm.md, "Fused activation")."""
     if device.policy.gemm_family_for(float16, m, n, k) != "tiled":
         return False
-    if gemm_block(device.policy.gemm_tiles, float16, False, m, n, nmat, k) == "8x4":
+    if gemm_block(device.policy.gemm_tiles, float16, False, m, n, nmat, k) == "8x4" and k >= SPLIT_FROM_K:
         return False  # the 128 x 64 tile (no activation variant), then the activation's own dispatch (docs/gemm.md)
     return gemm_block(device.policy.gemm_tiles, float16, True, m, n, nmat, k) in device.policy.gemm_act_blocks  # (square)
 
