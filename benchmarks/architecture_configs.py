@@ -8,6 +8,9 @@ from typing import Any
 H = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
 SEQ2SEQ = {"vocab_size": 100, "d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 4,
            "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}
+# mixtures of experts as batched products of each token's experts' weights (transformers' default
+# grouped_mm sorts tokens by expert and counts them with torch.histc, which torch.onnx cannot export)
+MOE = {"experts_implementation": "batched_mm"}
 # name -> (configuration class, model class, configuration keywords, inputs: "text" | "text-tt" | "seq2seq" |
 # "image" | "audio" | "mel" | "spectrogram"); the text models take a vocabulary of 100 and H unless they override it
 _CONV_AUDIO = {"conv_dim": (16, 16), "conv_stride": (5, 2), "conv_kernel": (10, 3), "num_feat_extract_layers": 2,
@@ -145,6 +148,25 @@ TRANSFORMERS: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "nemotron": ("NemotronConfig", "NemotronModel", {"num_key_value_heads": 2}, "text"),
     "gemma2": ("Gemma2Config", "Gemma2Model", {"num_key_value_heads": 2, "head_dim": 8}, "text"),
     "gemma3-text": ("Gemma3TextConfig", "Gemma3TextModel", {"num_key_value_heads": 2, "head_dim": 8}, "text"),
+    # mixtures of experts (routing by TopK, experts by index), and other decoders and encoders added at 36f314e
+    "mixtral": ("MixtralConfig", "MixtralModel", {**MOE, "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2,
+                                                  "sliding_window": None}, "text"),
+    "qwen2-moe": ("Qwen2MoeConfig", "Qwen2MoeModel", {**MOE, "num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2,
+                                                      "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32},
+                  "text"),
+    "olmoe": ("OlmoeConfig", "OlmoeModel", {**MOE, "num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2}, "text"),
+    "qwen3-moe": ("Qwen3MoeConfig", "Qwen3MoeModel", {**MOE, "num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2,
+                                                      "moe_intermediate_size": 32, "head_dim": 8}, "text"),
+    "biogpt": ("BioGptConfig", "BioGptModel", {}, "text"),
+    "xglm": ("XGLMConfig", "XGLMModel", {"d_model": 32, "num_layers": 2, "attention_heads": 4, "ffn_dim": 64}, "text"),
+    "deberta": ("DebertaConfig", "DebertaModel", {}, "text"),
+    "camembert": ("CamembertConfig", "CamembertModel", {}, "text"),
+    "smollm3": ("SmolLM3Config", "SmolLM3Model", {"num_key_value_heads": 2, "pad_token_id": 0}, "text"),
+    "modernbert": ("ModernBertConfig", "ModernBertModel", {"global_attn_every_n_layers": 2, "local_attention": 8,
+                                                          "pad_token_id": 0}, "text"),
+    "olmo2": ("Olmo2Config", "Olmo2Model", {"num_key_value_heads": 2}, "text"),
+    "gpt-oss": ("GptOssConfig", "GptOssModel", {**MOE, "num_key_value_heads": 2, "head_dim": 8, "num_local_experts": 4,
+                                                "num_experts_per_tok": 2, "sliding_window": 8}, "text"),
 }
 # timm networks (random weights) at their own input size, one or two of each family people deploy
 TIMM = ("resnet50", "efficientnet_b0", "mobilenetv3_large_100", "mobilenetv4_conv_small", "convnext_atto",

@@ -488,6 +488,48 @@ keeps its -0 products' sign); a sum that a Mul by a power of two
     assert next(iter(grouped.state.plans.values())).dispatches == dispatches[0]
 
 
+@pytest.mark.parametrize("kind", ["float32", "float16", "integer"])
+def test_grouped_members_start_on_the_tensor_alignment(rng, kind):
+    """Members whose widths are no multiple of 16 bytes (a router's 5 columns beside projections of 3 and
+    7: Qwen2-MoE's shared expert after onnxruntime's optimizer) start at aligned columns of the one
+    product, zero columns between them, so each column view binds where DirectML's 16-byte offset rule
+    allows (a Sigmoid reads each; before, the second member's view at byte 20 was refused); every
+    output's bits equal the products run one by one."""
+    dt = {"float32": np.float32, "float16": np.float16, "integer": np.float32}[kind]
+    elem = T.FLOAT16 if dt == np.float16 else T.FLOAT
+    inits, nodes = [], []
+    for i, n in enumerate((5, 3, 7)):
+        if kind == "integer":
+            inits += [numpy_helper.from_array(rng.integers(-128, 128, (16, n), dtype=np.int8), f"w{i}"),
+                      numpy_helper.from_array(rng.uniform(0.001, 0.1, n).astype(np.float32), f"bs{i}"),
+                      numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), f"bias{i}")]
+            nodes.append(helper.make_node("MatMulIntegerToFloat", ["a", f"w{i}", "s", f"bs{i}", "z", "", f"bias{i}"],
+                                          [f"p{i}"], domain="com.microsoft"))
+        else:
+            inits += [numpy_helper.from_array(rng.standard_normal((16, n)).astype(dt), f"w{i}"),
+                      numpy_helper.from_array(rng.standard_normal(n).astype(dt), f"bias{i}")]
+            nodes += [helper.make_node("MatMul", ["a", f"w{i}"], [f"m{i}"]),
+                      helper.make_node("Add", [f"m{i}", f"bias{i}"], [f"p{i}"])]
+        nodes.append(helper.make_node("Sigmoid", [f"p{i}"], [f"y{i}"]))
+    if kind == "integer":
+        ins = [helper.make_tensor_value_info("a", T.UINT8, [2, 5, 16]), helper.make_tensor_value_info("s", T.FLOAT, []),
+               helper.make_tensor_value_info("z", T.UINT8, [])]
+        feeds = {"a": rng.integers(0, 256, (2, 5, 16), dtype=np.uint8), "s": np.array(0.02, np.float32),
+                 "z": np.array(9, np.uint8)}
+    else:
+        ins = [helper.make_tensor_value_info("a", elem, [2, 5, 16])]
+        feeds = {"a": rng.standard_normal((2, 5, 16)).astype(dt)}
+    graph = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info(f"y{i}", elem, None) for i in range(3)],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    want = Backend.prepare(model, "CPU", group_products=False).run(feeds)
+    grouped = Backend.prepare(model, "CPU")
+    got = grouped.run(feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.view(f"u{g.itemsize}"), w.view(f"u{w.itemsize}"))
+    assert next(iter(grouped.state.plans.values())).dispatches == 4  # one product, three Sigmoids
+
+
 def test_view_strides_agree_with_numpys_no_copy_reshape(rng):
     """handlers_values.view_strides: strides exactly where numpy reshapes a view without a copy,
     and then the same elements in the same order (random slices and transposes, random

@@ -125,6 +125,21 @@ def _llama(s: dict[str, int]) -> Any:
     return _Wrapped.of(transformers.LlamaForCausalLM(cfg), ("input_ids", "attention_mask"), "logits")
 
 
+def _mixtral(s: dict[str, int]) -> Any:
+    """A mixture of experts: Llama's attention, each token's top 2 of 4 SwiGLU experts by a router, run as
+    batched products of the tokens' experts' weights (transformers' "batched_mm": its default grouped_mm
+    counts tokens with torch.histc, which torch.onnx does not export)."""
+    import transformers
+
+    cfg = transformers.MixtralConfig(vocab_size=VOCAB, hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+                                     num_attention_heads=s["heads"], num_key_value_heads=max(1, s["heads"] // 2),
+                                     intermediate_size=s["ffn"], max_position_embeddings=512, use_cache=False,
+                                     num_local_experts=4, num_experts_per_tok=2, sliding_window=None,
+                                     bos_token_id=0, eos_token_id=0, pad_token_id=0, experts_implementation="batched_mm")
+    cfg._attn_implementation = "eager"
+    return _Wrapped.of(transformers.MixtralForCausalLM(cfg), ("input_ids", "attention_mask"), "logits")
+
+
 def _vit(s: dict[str, int]) -> Any:
     import transformers
 
@@ -187,6 +202,7 @@ FAMILIES = {f.name: f for f in (
     Family("gpt2-fused", _gpt2, _text_feeds, "fused:gpt2"),
     Family("llama", _llama, _text_feeds),
     Family("llama-fused", _llama, _text_feeds, "fused:gpt2"),  # the model type ORT's Llama export scripts use
+    Family("mixtral", _mixtral, _text_feeds),
     Family("vit", _vit, lambda b, _s, rng, z: {"pixel_values": rng.standard_normal(
         (b, 3, z.get("vit_image", 64), z.get("vit_image", 64))).astype(np.float32)}, dynamic=("batch",)),
     Family("whisper-encoder", _whisper,
@@ -222,6 +238,7 @@ CPU_NODE_TYPES: dict[str, frozenset[str]] = {
     "gpt2-fused": frozenset(),
     "llama": frozenset(),
     "llama-fused": frozenset(),
+    "mixtral": frozenset(),
     "vit": frozenset(),
     "whisper-encoder": frozenset(),
     "resnet18": frozenset(),
@@ -249,6 +266,7 @@ DESCRIBED = {
     "gpt2-fused": "GPT-2, onnxruntime's optimizer (model type gpt2: SkipLayerNormalization, FastGelu)",
     "llama": "Llama (GQA, RMSNorm, rotary, SiLU)",
     "llama-fused": "Llama, onnxruntime's optimizer (model type gpt2: SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization)",
+    "mixtral": "Mixtral (a mixture of experts: the top 2 of 4 SwiGLU experts per token, Llama's attention)",
     "vit": "ViT",
     "whisper-encoder": "Whisper encoder",
     "resnet18": "ResNet-18 (torchvision)",

@@ -31,6 +31,7 @@ import onnx
 from onnx import numpy_helper
 
 import kompute_dml as kdml
+from kompute_dml.core.tensor_desc import MINIMUM_BUFFER_TENSOR_ALIGNMENT
 
 from .graph import constant_float, other_input
 from .handlers_values import as_device, strided
@@ -64,6 +65,27 @@ def _per_column(v: np.ndarray | None, n: int, dtype: Any) -> np.ndarray:
     return np.broadcast_to(v.reshape(-1), (n,)).astype(dtype)
 
 
+def _aligned(start: int, itemsize: int) -> int:
+    """The first column at or after `start` whose output starts on DirectML's 16-byte tensor alignment:
+    a member's column view is bound at its first element (a router's 4 columns beside a projection's)."""
+    unit = MINIMUM_BUFFER_TENSOR_ALIGNMENT // itemsize
+    return -(-start // unit) * unit
+
+
+def _padded(parts: list[np.ndarray], starts: list[int], axis: int) -> np.ndarray:
+    """The members' parts side by side along `axis`, each at its start column, zeros between them
+    (columns no member reads: zero weights, scales and biases)."""
+    gaps = [b - (a + p.shape[axis]) for a, b, p in zip(starts, starts[1:], parts)]
+    out: list[np.ndarray] = []
+    for part, gap in zip(parts, [*gaps, 0]):
+        out.append(part)
+        if gap:
+            shape = list(part.shape)
+            shape[axis] = gap
+            out.append(np.zeros(shape, part.dtype))
+    return np.concatenate(out, axis=axis)
+
+
 def find_groups(rep: BackendRep) -> dict[str, ProductGroup]:
     """member output name -> its group, for groups of two or more MatMulIntegerToFloat nodes
     with the same A, A scale and A zero point, and constant 2-D B (one K and type), B scales
@@ -88,20 +110,22 @@ def find_groups(rep: BackendRep) -> dict[str, ProductGroup]:
         if len(members) < 2 or len(kinds) != 1:
             continue
         stem = f"{members[0][0].output[0]}#grouped"
-        bs_, scales, zps, biases, columns = [], [], [], [], {}
+        bs_, scales, zps, biases, columns, starts = [], [], [], [], {}, []
         start = 0
         for node, (b, bs, bzp, bias) in members:
             n = b.shape[1]
+            start = _aligned(start, bs.dtype.itemsize)  # the output's type is the scales'
             columns[node.output[0]] = (start, n)
+            starts.append(start)
             start += n
             bs_.append(b)
             scales.append(_per_column(bs, n, bs.dtype))
             zps.append(_per_column(bzp, n, b.dtype))
             biases.append(bias)
         any_zp = any(m[1][2] is not None for m in members)
-        merged = {"B": np.concatenate(bs_, axis=1), "B_scale": np.concatenate(scales),
-                  "B_zero_point": np.concatenate(zps) if any_zp else None,
-                  "bias": None if biases[0] is None else np.concatenate(biases)}
+        merged = {"B": _padded(bs_, starts, 1), "B_scale": _padded(scales, starts, 0),
+                  "B_zero_point": _padded(zps, starts, 0) if any_zp else None,
+                  "bias": None if biases[0] is None else _padded(biases, starts, 0)}
         names: list[str | None] = []
         for what, arr in merged.items():
             if arr is None:
@@ -166,14 +190,17 @@ def find_float_groups(rep: BackendRep) -> dict[str, ProductGroup]:
     for key, members in by_a.items():
         if len(members) < 2 or len({(w.shape[0], w.dtype) for _m, w, _b in members}) != 1:
             continue
-        stem, columns, start = f"{members[0][0]}#grouped", {}, 0
+        stem, columns, start, starts = f"{members[0][0]}#grouped", {}, 0, []
         for member, w, _b in members:
+            start = _aligned(start, w.dtype.itemsize)
             columns[member] = (start, w.shape[1])
+            starts.append(start)
             start += w.shape[1]
         names: list[str | None] = [f"{stem}/W", f"{stem}/bias" if key[1] else None]
-        rep.constants[f"{stem}/W"] = numpy_helper.from_array(np.concatenate([w for _m, w, _b in members], axis=1), names[0])
+        rep.constants[f"{stem}/W"] = numpy_helper.from_array(_padded([w for _m, w, _b in members], starts, 1), names[0])
         if key[1]:
-            rep.constants[f"{stem}/bias"] = numpy_helper.from_array(np.concatenate([b for _m, _w, b in members]), names[1])
+            rep.constants[f"{stem}/bias"] = numpy_helper.from_array(_padded([b for _m, _w, b in members], starts, 0),
+                                                                    names[1])
         group = ProductGroup(key, columns, tuple(names))
         for member in columns:
             out[member] = group
