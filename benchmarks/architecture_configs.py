@@ -11,6 +11,11 @@ SEQ2SEQ = {"vocab_size": 100, "d_model": 32, "encoder_layers": 1, "decoder_layer
 # mixtures of experts as batched products of each token's experts' weights (transformers' default
 # grouped_mm sorts tokens by expert and counts them with torch.histc, which torch.onnx cannot export)
 MOE = {"experts_implementation": "batched_mm"}
+RESNET = {"model_type": "resnet", "embedding_size": 16, "hidden_sizes": [16, 32, 32, 64], "depths": [1, 1, 1, 1],
+          "out_features": ["stage4"]}
+DETR = {"d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+        "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "num_queries": 10, "use_timm_backbone": False,
+        "use_pretrained_backbone": False}
 # name -> (configuration class, model class, configuration keywords, inputs: "text" | "text-tt" | "seq2seq" |
 # "image" | "audio" | "mel" | "spectrogram"); the text models take a vocabulary of 100 and H unless they override it
 _CONV_AUDIO = {"conv_dim": (16, 16), "conv_stride": (5, 2), "conv_kernel": (10, 3), "num_feat_extract_layers": 2,
@@ -165,6 +170,23 @@ TRANSFORMERS: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "modernbert": ("ModernBertConfig", "ModernBertModel", {"global_attn_every_n_layers": 2, "local_attention": 8,
                                                           "pad_token_id": 0}, "text"),
     "olmo2": ("Olmo2Config", "Olmo2Model", {"num_key_value_heads": 2}, "text"),
+    "vitdet": ("VitDetConfig", "VitDetModel", {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                               "mlp_ratio": 2, "image_size": 32, "patch_size": 8,
+                                               "pretrain_image_size": 32}, "image"),
+    "swin2sr": ("Swin2SRConfig", "Swin2SRModel", {"image_size": 32, "embed_dim": 16, "depths": [1, 1], "num_heads": [2, 2],
+                                                  "window_size": 4, "upscale": 2}, "image"),
+    "mobilenet-v2-hf": ("MobileNetV2Config", "MobileNetV2Model", {"image_size": 32, "depth_multiplier": 0.35}, "image"),
+    "ijepa": ("IJepaConfig", "IJepaModel", {**H, "image_size": 32, "patch_size": 8}, "image"),
+    "textnet": ("TextNetConfig", "TextNetModel", {}, "image"),
+    # detection transformers on a small ResNet (no timm, no pretrained backbone), and a depth estimator on DINOv2
+    "detr": ("DetrConfig", "DetrModel", {**DETR, "backbone_config": RESNET}, "image"),
+    "conditional-detr": ("ConditionalDetrConfig", "ConditionalDetrModel", {**DETR, "backbone_config": RESNET}, "image"),
+    "table-transformer": ("TableTransformerConfig", "TableTransformerModel", {**DETR, "backbone_config": RESNET}, "image"),
+    "depth-anything": ("DepthAnythingConfig", "DepthAnythingForDepthEstimation", {
+        "backbone_config": {"model_type": "dinov2", **H, "num_hidden_layers": 4, "image_size": 32, "patch_size": 8,
+                            "out_features": ["stage1", "stage2", "stage3", "stage4"], "reshape_hidden_states": False},
+        "reassemble_hidden_size": 32, "neck_hidden_sizes": [8, 16, 32, 32], "fusion_hidden_size": 16,
+        "head_hidden_size": 8, "patch_size": 8}, "image"),
     "gpt-oss": ("GptOssConfig", "GptOssModel", {**MOE, "num_key_value_heads": 2, "head_dim": 8, "num_local_experts": 4,
                                                 "num_experts_per_tok": 2, "sliding_window": 8}, "text"),
 }

@@ -50,7 +50,8 @@ def test_greedy_tokens_equal_torch_with_the_cache_on_the_device(name, static, mo
 @pytest.mark.parametrize("name", sorted(decoders.OTHERS))
 def test_other_decoder_families(name):
     """Phi-3 (rotary over the whole head: its pass-through slice is empty), Qwen2 (biased Q, K, V), Gemma 1-3
-    (one key/value head), Mistral, Qwen3, StarCoder2, Nemotron, OLMo 2, Granite and StableLM (decoders.OTHERS):
+    (one key/value head), Mistral, Qwen3, StarCoder2, Nemotron, OLMo 2, Granite, StableLM, and the mixtures of
+    experts Mixtral and Qwen3-MoE (decoders.OTHERS):
     torch's greedy tokens, wholly on the device, the cache kept there."""
     from kompute_dml.onnx_backend import generation
 

@@ -57,7 +57,9 @@ class Decoder:
 # Llama-style decoders beyond GPT-2 and Llama (tests/test_decoders.py): configuration and model classes and
 # their own keywords. Phi-3: rotary over the whole head (an empty pass-through slice); Qwen2: biased Q, K, V;
 # Gemma (1-3): one key/value head; Gemma 2 also soft-capped logits, Gemma 3 and Qwen3 normalized Q and K,
-# StarCoder2 biased products and LayerNorm, Nemotron squared ReLU, Granite its scaling multipliers
+# StarCoder2 biased products and LayerNorm, Nemotron squared ReLU, Granite its scaling multipliers; Mixtral and
+# Qwen3-MoE route each token to 2 of 4 experts
+_MOE = {"num_experts_per_tok": 2, "experts_implementation": "batched_mm"}
 OTHERS = {"phi3": ("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0}),
           "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
           "gemma": ("GemmaConfig", "GemmaForCausalLM", {"num_key_value_heads": 1}),
@@ -69,7 +71,11 @@ OTHERS = {"phi3": ("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0}),
           "nemotron": ("NemotronConfig", "NemotronForCausalLM", {}),
           "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}),
           "granite": ("GraniteConfig", "GraniteForCausalLM", {}),
-          "stablelm": ("StableLmConfig", "StableLmForCausalLM", {})}
+          "stablelm": ("StableLmConfig", "StableLmForCausalLM", {}),
+          # mixtures of experts (each token's top 2 of 4 experts; transformers' batched_mm experts: its default
+          # grouped_mm counts tokens with torch.histc, which torch.onnx does not export)
+          "mixtral": ("MixtralConfig", "MixtralForCausalLM", {**_MOE, "num_local_experts": 4, "sliding_window": None}),
+          "qwen3-moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", {**_MOE, "num_experts": 4, "moe_intermediate_size": 32})}
 
 
 def torch_model(name: str, size: str, seed: int = 0) -> Any:
