@@ -9,10 +9,11 @@ conditions are its own: a constant bias along the last axis, float32 or float16,
 and then fusion_gelu.py's ACTIVATION_GELU, or the Gelu / BiasGelu node's, since GEMM applies the
 activation to each output as the output type holds it. Where a run-time condition fails, the
 pieces run by themselves (Fusion.within): also where the product's kernel is slower with a fused
-activation than the two dispatches (run_matmul_bias asks ops/gemm.py keeps_speed_with_activation, DevicePolicy.gemm_act_blocks:
-GELU's basic-arithmetic code costs the tensor-core kernels and the 128 x 128 tile their occupancy; the 128 x 64
-tile, which a product alone takes over K >= 512, has no activation variant): there the chain runs the product with its bias as C, then GELU's own dispatch
-(for BiasGelu / FastGelu two, where the node's handler alone adds the bias in a third).
+activation than the two dispatches (run_matmul_bias asks ops/gemm.py keeps_speed_with_activation,
+DevicePolicy.gemm_act_blocks: GELU's basic-arithmetic code costs the tensor-core kernels and the 128 x 128 tile
+their occupancy; the 128 x 64 tile, which a product alone takes over K >= 512, has no activation variant): there
+the chain runs the product with its bias as C, then GELU's own dispatch (for BiasGelu / FastGelu two, where the
+node's handler alone adds the bias in a third).
 
 Not matched: an exact chain whose x / sqrt 2 is a Mul reading x at the same input index as the
 chain's Mul(x, .) (the two readers cannot be told apart): fusion_bias.py and fusion_gelu.py still
