@@ -1,7 +1,8 @@
 """Device handlers of ONNX's parameterized activations and Clip (ops/activation_params.py):
 LeakyRelu (alpha), Elu (alpha), Celu (alpha), Selu (alpha, gamma), HardSigmoid (alpha, beta),
 HardSwish (alpha 1/6, beta 0.5), ThresholdedRelu (alpha), Shrink (bias, lambd -> threshold): each
-node's attributes (the ONNX defaults where absent) become the operator's float32 parameters.
+node's attributes (the ONNX defaults where absent) become the operator's float32 parameters. Mish: its
+function body's three operators.
 
 Clip: min / max attributes up to opset 10, optional inputs from 11, read on the host (a fed bound
 makes the model run node by node, read at each run). Integer Clip (opset 12 on)
@@ -115,6 +116,19 @@ def variadic(helper: str, mean: bool = False) -> Any:
     return handler
 
 
+def _h_mish(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """Mish (opset 18): x * tanh(softplus(x)), its function body as ONNX defines it, in three dispatches
+    (ACTIVATION_SOFTPLUS, ACTIVATION_TANH, ELEMENT_WISE_MULTIPLY; DirectML has no Mish): the bits of the
+    body's nodes, as onnxruntime's CPU provider expands it. torch.onnx writes it from opset 18 (the
+    dynamo exporter); below, the three nodes themselves."""
+    dt = _floats(node, ins[:1])
+    shape = _value_shape(ins[0])
+    x = _dev(ctx, node, ins, 0, stats)
+    sp = kdml.softplus(x, out=ctx.out_tensor(shape, dt), device=ctx.device)
+    th = kdml.tanh(sp, out=ctx.out_tensor(shape, dt), device=ctx.device)
+    return [DeviceValue(kdml.mul(x, th, out=ctx.out_tensor(shape, dt), device=ctx.device), shape, dt)]
+
+
 # the node types CONVOLUTION fuses (onnx_backend/fusions.py's Conv+<type>): their descriptors' classes
 # and attributes, as the handlers above and the float_unary kind read them
 _FUSED: dict[str, tuple[str, dict[str, tuple[str, float]]]] = {
@@ -158,4 +172,5 @@ ACT_HANDLERS = {
     "Swish": _attr_unary("swish", {"alpha": ("sigmoid_input_scale", 1.0)}),  # opset 24
     "QuickGelu": _attr_unary("swish", {"alpha": ("sigmoid_input_scale", 1.702)}),  # com.microsoft
     "Clip": _h_clip,
+    "Mish": _h_mish,
 }

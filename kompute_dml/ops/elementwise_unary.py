@@ -300,6 +300,8 @@ def _spec(op: UnaryOp, home: dict[str, Any] | None = None,
     example_fields = {"scale_bias": ScaleBias(0.5, 0.25)} if op.scale_bias else {}
     onnx = onnx_op if onnx_op is not None else (
         (OnnxOp(op.onnx, "", op.helper, kind="float_unary"),) if op.onnx else ())
+    if op.onnx == "Softplus":  # Mish: x * tanh(softplus(x)), its function body (onnx_backend/handlers_activation.py)
+        onnx += (OnnxOp("Mish", "", op.helper, check=float_input),)
     return OperatorSpec(desc_type, support, _compiler(op, support), (contract.FLOAT_UNARY[op.fn],),
                         helpers=(op.helper,), onnx=onnx,
                         example=lambda: desc_type(_F32_4D, _F32_4D, **example_fields))
