@@ -225,3 +225,32 @@ def test_pipeline_threads_env_is_checked(monkeypatch):
     monkeypatch.setenv("KDML_PIPELINE_THREADS", "many")
     with pytest.raises(ValueError, match="KDML_PIPELINE_THREADS"):
         kdml.Device()
+
+
+def test_memory_held_only_by_a_reference_cycle_is_freed_before_refusing():
+    """A model dropped while in a reference cycle (a BackendRep is one) keeps its buffers until CPython's
+    cyclic collector runs, which device memory never triggers: an allocation that does not fit collects
+    first, so the budget counts live buffers only. The automatic collector is off here, so only the
+    allocator's collection can free the cycle."""
+    import gc
+
+    small = kdml.Device(memory_budget=3 << 20)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        class Holder:
+            pass
+
+        h = Holder()
+        h.me, h.buffer = h, small.buffer(2 << 20)
+        del h
+        assert small.stats()["allocated_bytes"] >= 2 << 20  # the cycle still holds it
+        kept = small.buffer(2 << 20)  # fits once the cycle is collected
+        assert small.stats()["allocated_bytes"] < 3 << 20
+        with pytest.raises(kdml.OutOfMemoryError, match="memory budget"):
+            small.buffer(2 << 20)  # live buffers are never collected
+        del kept
+    finally:
+        if enabled:
+            gc.enable()
+        small.close()

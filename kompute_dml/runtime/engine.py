@@ -134,8 +134,11 @@ class Engine:
 
     def _allocate(self, words: int, zeroed: bool, later: bool) -> DeviceMemory:
         nbytes = words * 4
-        if not self.budget.fits(nbytes) and self.pool.trim():
-            gc.collect()  # pooled buffers just released: let their memory go first
+        if not self.budget.fits(nbytes):
+            # pooled buffers released, and whatever only a reference cycle still holds (a dropped model's plans:
+            # CPython frees cycles by allocation counts, never by device memory) let go before refusing
+            self.pool.trim()
+            gc.collect()
         self.budget.check(nbytes)
         try:
             if later and not zeroed:
