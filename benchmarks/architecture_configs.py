@@ -199,7 +199,13 @@ TIMM = ("resnet50", "efficientnet_b0", "mobilenetv3_large_100", "mobilenetv4_con
         "res2net50_26w_4s", "resnest14d", "seresnext26d_32x4d", "densenet121", "pvt_v2_b0", "xcit_nano_12_p16_224",
         "botnet26t_256", "volo_d1_224", "caformer_s18", "inception_next_tiny", "hgnetv2_b0", "starnet_s1",
         "crossvit_tiny_240", "twins_svt_small", "nest_tiny", "hiera_tiny_224", "lambda_resnet26t", "gmlp_ti16_224",
-        "resmlp_12_224", "sequencer2d_s")
+        "resmlp_12_224", "sequencer2d_s",
+        # added at 15b5cba
+        "convnextv2_atto", "efficientvit_m0", "fastvit_sa12", "repvit_m0_9", "tiny_vit_5m_224", "davit_tiny",
+        "gcvit_xxtiny", "poolformerv2_s12", "mvitv2_tiny", "pit_ti_224", "cait_xxs24_224", "coat_lite_tiny",
+        "convit_tiny", "visformer_tiny", "dpn68", "vovnet39a", "selecsls42b", "fbnetv3_b", "mobilevitv2_050",
+        "inception_v3", "xception41", "skresnet18", "ghostnetv2_100", "vit_relpos_small_patch16_224",
+        "deit3_small_patch16_224", "flexivit_small")
 TORCHVISION = ("resnet18", "mobilenet_v3_small", "efficientnet_b0", "densenet121", "regnet_y_400mf", "convnext_tiny",
                "squeezenet1_1", "shufflenet_v2_x0_5", "mnasnet0_5", "swin_t", "segmentation.deeplabv3_mobilenet_v3_large",
                "segmentation.lraspp_mobilenet_v3_large", "mobilenet_v2", "mobilenet_v3_large", "resnext50_32x4d",
