@@ -5,11 +5,10 @@ siblings' compiles, Programs.prepare_later, whose registry kp locks), allocation
 budget, the pipeline cache, the replay cache, the functional helpers' buffer pool, and submission. Everything above it (memory.Buffer,
 ops/base.CompiledOperator, device.Device, recording.Recording) calls the public methods here.
 
-Submission has one path, for eager executions and recordings alike: a list of executions, each
-(plans, bound tensors), under a key naming the operators, buffers and offsets. The first
-submission of a key encodes the plans (kp operations, each with a descriptor set of its own) and
-caches them; its first run is recorded into a sequence shared by all first runs, its second into a kp
-sequence of its own with its barriers, which every later one replays without encoding or
+Submission has one path, for eager executions and recordings alike: a list of executions, each (plans, bound tensors),
+under a key naming the operators, buffers and offsets. The first submission of a key encodes the plans (kp operations,
+each with a descriptor set of its own) and caches them; its first run is recorded into a sequence shared by all first
+runs, its second into a kp sequence of its own with its barriers, which every later one replays without encoding or
 recording anything (runtime/replay.py).
 """
 
@@ -134,10 +133,8 @@ class Engine:
 
     def _allocate(self, words: int, zeroed: bool, later: bool) -> DeviceMemory:
         nbytes = words * 4
-        if not self.budget.fits(nbytes):
-            # pooled buffers released, and whatever only a reference cycle still holds (a dropped model's plans:
-            # CPython frees cycles by allocation counts, never by device memory) let go before refusing
-            self.pool.trim()
+        if not self.budget.fits(nbytes):  # pooled buffers, then what only a reference cycle still holds (a dropped
+            self.pool.trim()  # model's plans: CPython collects cycles by object counts, never by device memory)
             gc.collect()
         self.budget.check(nbytes)
         try:
