@@ -176,9 +176,8 @@ def test_every_geometry(dev, rng, geometry):
         for n in (1, 17, step - 1, step + 3, per_group * 3 + 5, dq_op.MAX_PARTS * per_group + 4 * step + 9):
             for src in IN_TYPES:
                 run(dev, rng, src, OUT_TYPES[n % 2], (n,), x_strides=None, y_strides=None)
-        ones = (1,) * 1
-        variant = dev.compile(Desc(TD(DT.FLOAT32, (4096,)), TD(DT.UINT8, (4096,)), TD(DT.FLOAT32, ones),
-                                   TD(DT.UINT8, ones))).plans[1].variant
+        variant = dev.compile(Desc(TD(DT.FLOAT32, (4096,)), TD(DT.UINT8, (4096,)), TD(DT.FLOAT32, (1,)),
+                                   TD(DT.UINT8, (1,)))).plans[1].variant
         assert variant.endswith({4: "_v", 2: "_v2", 1: "_v1"}[units])
         run(dev, rng, DT.FLOAT32, DT.UINT8, (per_group // 3, 5))  # random strides: the element variants
     finally:

@@ -118,9 +118,9 @@ def variadic(helper: str, mean: bool = False) -> Any:
 
 def _h_mish(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     """Mish (opset 18): x * tanh(softplus(x)), its function body as ONNX defines it, in three dispatches
-    (ACTIVATION_SOFTPLUS, ACTIVATION_TANH, ELEMENT_WISE_MULTIPLY; DirectML has no Mish): the bits of the
-    body's nodes, as onnxruntime's CPU provider expands it. torch.onnx writes it from opset 18 (the
-    dynamo exporter); below, the three nodes themselves."""
+    (ACTIVATION_SOFTPLUS, ACTIVATION_TANH, ELEMENT_WISE_MULTIPLY; DirectML has no Mish): the bits of
+    the body's three nodes as this backend runs them (not onnxruntime's, whose Softplus and Tanh round
+    otherwise). torch.onnx writes it from opset 18 (the dynamo exporter); below, the three nodes themselves."""
     dt = _floats(node, ins[:1])
     shape = _value_shape(ins[0])
     x = _dev(ctx, node, ins, 0, stats)

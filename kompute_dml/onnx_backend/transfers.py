@@ -3,7 +3,6 @@ downloads cached, and the buffer arena each node reuses from run to run."""
 
 from __future__ import annotations
 
-import gc
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -225,8 +224,7 @@ class ValueTransfers:
         try:
             return make()
         except kdml.OutOfMemoryError:
-            self.state.arena.clear()
-            gc.collect()
+            self.state.arena.clear()  # (the retry's allocation collects reference cycles itself: runtime/engine.py)
             return make()
 
     def upload_group(self, arrays: list[np.ndarray], stats: RunStats,

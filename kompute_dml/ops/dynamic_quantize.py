@@ -42,6 +42,7 @@ from ..device.device import Device
 from ..device.memory import Tensor
 from ..functional import _packed, as_tensor, check_out, compile_cached, device_of, pooled_empty
 from ..runtime import DispatchPlan, grid_for
+from ..runtime.policy import DQL_GEOMETRY
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
@@ -59,7 +60,7 @@ DYNAMIC_QUANTIZE_LINEAR = OperatorSupport("DYNAMIC_QUANTIZE_LINEAR", 148, (
 
 
 LOCAL_SIZE = 256
-# dql_minmax's work groups: at least ELEMENTS_PER_GROUP elements each (16 per invocation), at most
+# dql_minmax's work groups: at least ELEMENTS_PER_GROUP elements each (lavapipe's policy: 16 per invocation), at most
 # MAX_PARTS, each looping over more elements beyond that. Every dql_quant work group reduces all
 # their keys before it quantizes, one key pair per invocation: the cap keeps that prologue to one
 # 8-byte load per invocation (2 KiB per group, against its 16 KiB of FLOAT32 input) and one
@@ -69,7 +70,7 @@ LOCAL_SIZE = 256
 # (DevicePolicy.dql_geometry): few groups suit lavapipe, whose every group is a loop on a core;
 # a GPU wants groups enough for its multiprocessors at a model's sizes (runtime/policy.py, figures).
 MAX_PARTS = LOCAL_SIZE
-ELEMENTS_PER_GROUP = 16 * LOCAL_SIZE
+ELEMENTS_PER_GROUP = DQL_GEOMETRY["cpu"][0]  # (the default geometry's: plan_dynamic_quantize)
 SCRATCH_WORDS = 2 * MAX_PARTS  # group g's (lo, hi) keys at words 2g, 2g + 1
 QUANT_UNITS = contract.DQL_UNITS  # the packed variants' 16-byte input loads per invocation (shaders: UNITS)
 _MAX_RANK = 8
@@ -120,7 +121,7 @@ def _dims(sizes: list[int], *strides: list[int]) -> dict[str, object]:
 
 
 def plan_dynamic_quantize(desc: DynamicQuantizeLinearDesc, max_groups: int,
-                          geometry: tuple[int, int] = (ELEMENTS_PER_GROUP, 4)) -> list[DispatchPlan]:
+                          geometry: tuple[int, int] = DQL_GEOMETRY["cpu"]) -> list[DispatchPlan]:
     """The two dispatches (min / max keys; parameters and quantization) of a checked descriptor;
     `geometry`: (input elements per dql_minmax group, at least; dql_quant's 16-byte loads per
     invocation, a value of QUANT_UNITS)."""

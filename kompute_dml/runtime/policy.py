@@ -127,8 +127,8 @@ COOP_SUMS = ("bytes", "dot")
 # `benchmarks.bench_dql --geometries` and model-level comparisons in one process each). H200, device
 # call 302 (`bench_dql --rounds 5 --geometries ...`, us per execution, 4096,4 / 1024,2 / 1024,1):
 # 256 Ki elements (a small encoder's 1024 x 256 activations) 11.6 / 10.8 / 10.7, 1 Mi 13.2 / 12.7 /
-# 12.9, 4 Mi 20.6 / 22.2 / 24.8; DistilBERT int8 (small) at 8 x 128, `encoder_profile`, its 16
-# DYNAMIC_QUANTIZE_LINEAR 215 / 201 / 188 us of device time. lavapipe keeps few groups (each a loop
+# 12.9, 4 Mi 20.6 / 22.2 / 24.8; DistilBERT int8 (small) at 8 x 128, `encoder_profile`, device time
+# 0.72 / 0.70 / 0.68 ms, its 16 DYNAMIC_QUANTIZE_LINEAR 215 / 201 us at the first two. lavapipe keeps few groups (each a loop
 # on a core): 262144 elements 2.67 ms at 4096,4 against 4.15 at 1024,1 (bench_dql --rounds 2).
 DQL_GEOMETRY = {"cpu": (4096, 4), "gpu": (1024, 2)}
 DQL_GEOMETRY_ENV = "KDML_DQL_GEOMETRY"
