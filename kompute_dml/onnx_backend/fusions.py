@@ -17,8 +17,8 @@ anything and the executor runs the chain's nodes one by one instead.
 
 The fused kernels are the operators' kompute_dml extensions. docs/onnx.md's fusion table lists every
 pattern with its conditions; all give the unfused bits but the attention, RMS normalization and
-GELU chains and the squeeze-and-excitation gate (within tolerance). Chains with modules of their own:
-fusion_attention.py, fusion_bias.py, fusion_bias_gelu.py,
+GELU chains, the squeeze-and-excitation gate and the experts' products (within tolerance). Chains with
+modules of their own: fusion_attention.py, fusion_bias.py, fusion_bias_gelu.py, fusion_experts.py,
 fusion_gelu.py, fusion_qconv.py, fusion_qdq.py, fusion_quant.py, fusion_rmsnorm.py,
 fusion_rotary.py, fusion_scale.py, fusion_se.py, fusion_swish.py, fusion_transpose.py.
 A chain that runs unfused runs the shorter chains matched inside it (Fusion.within: the attention's
@@ -52,6 +52,7 @@ from kompute_dml.functional.elementwise import broadcast_view
 from .fusion_attention import attention_patterns
 from .fusion_bias import matmul_bias_patterns
 from .fusion_bias_gelu import matmul_bias_gelu_patterns
+from .fusion_experts import experts_patterns
 from .fusion_gelu import gelu_patterns
 from .fusion_qconv import check_qdq_conv, run_qdq_conv
 from .fusion_qdq import check_qdq_matmul, check_qdq_pair, run_qdq_matmul, run_qdq_pair
@@ -280,6 +281,8 @@ PATTERNS = (
     *attention_patterns(Pattern),
     # Pow -> ReduceMean -> Add(eps) -> Sqrt -> 1 / s -> Mul(x, .) -> [Cast] -> Mul(weight, .): fusion_rmsnorm.py
     *rms_norm_patterns(Pattern),
+    # Gather(experts' weights, slots' experts) -> MatMul(., slots' inputs): fusion_experts.py
+    *experts_patterns(Pattern),
     # MatMul(a, w) -> Add(constant bias) -> GELU (exact or tanh chain, Gelu, BiasGelu): fusion_bias_gelu.py
     *matmul_bias_gelu_patterns(Pattern),
     # MatMul(a, w) -> Add(., constant bias along the last axis): fusion_bias.py (after the attention's MatMul+Add)
