@@ -3,6 +3,9 @@ blocks, batch 1 and 8, beside what it replaces and with parts left out (benchmar
 
 - product: the one dispatch (fusion_se runs it where an image has at most MEAN_ELEMENTS elements);
 - pool+se: global AVERAGE_POOLING then the gate on the means (fusion_se past MEAN_ELEMENTS);
+- scaled: the product also writing x * gate (ScaledOutputTensor: the block's Mul in the same
+  dispatch, fusion_se.py where DevicePolicy.se_scale_max_elements allows); se+mul: the product, then
+  ELEMENT_WISE_MULTIPLY of x by the broadcast gate (the two dispatches it replaces);
 - chain: the unfused chain on the device (AVERAGE_POOLING, then two 1 x 1 CONVOLUTIONs with their
   fused activations), as float16 blocks run;
 - before: the kernel before the means spread over invocations and the quad loads;
@@ -29,7 +32,6 @@ from unittest import mock
 import numpy as np
 
 import kompute_dml as kdml
-from kompute_dml.bench.cases import executions
 from kompute_dml.bench.gpu_peers import cuda_torch
 from kompute_dml.bench.timing import slopes
 from kompute_dml.ops import squeeze_excitation as se_op
@@ -56,13 +58,23 @@ def _contenders(dev: Any, dt: Any, n: int, c: int, r: int, side: int, rng: np.ra
     b1, b2 = rng.standard_normal(r).astype(npd), rng.standard_normal(c).astype(npd)
     tx, tw1, tb1, tw2, tb2 = (dev.tensor(a) for a in (x, w1, b1, w2, b2))
     yd = TD(dt, (n, c))
-    ys = [kdml.Tensor(dev.buffer(yd.byte_size), yd, 0)]  # one output: each execution waits for the last
+    ys = [kdml.Tensor(dev.buffer(yd.byte_size), yd, 0), None]  # one output: each execution waits for the last
+    zd = TD(dt, x.shape)
+    z = kdml.Tensor(dev.buffer(zd.byte_size), zd, 0)
+
+    def executions(op: Any, ins: list[Any], outs: list[Any]) -> Any:
+        def run(k: int) -> None:
+            with dev.record() as rec:
+                for _ in range(k):
+                    rec.execute(op, ins, outs)
+        return run
+
     ins = [tx, tw1, tb1, tw2, tb2]
     se = kdml.SqueezeExcitationDesc(tx.desc, tw1.desc, tb1.desc, tw2.desc, tb2.desc, yd, RELU, HSIG)
-    runs: dict[str, Any] = {"product": executions(dev, dev.compile(se), ins, ys)}
+    runs: dict[str, Any] = {"product": executions(dev.compile(se), ins, ys)}
     for lg in lanes:  # the means on 2^lg invocations per channel, forced
         with mock.patch.dict(os.environ, {se_op.MEAN_LANES_ENV: str(lg)}):
-            runs[f"mp{lg}"] = executions(dev, dev.compile(se), ins, ys)
+            runs[f"mp{lg}"] = executions(dev.compile(se), ins, ys)
     # the pool first, then the gate on the (n, c, 1) means; and the unfused chain
     md = TD(dt, (n, c, 1, 1))
     m = kdml.Tensor(dev.buffer(md.byte_size), md, 0)
@@ -91,13 +103,25 @@ def _contenders(dev: Any, dt: Any, n: int, c: int, r: int, side: int, rng: np.ra
                 rec.execute(conv2, [h, cw2, cb2], [g])
 
     runs["pool+se"], runs["chain"] = pool_se, chain
+    y4 = ys[0].reshape(n, c, 1, 1)
+    gate_b = kdml.Tensor.trusted(y4.buffer, TD(dt, x.shape, (c, 1, 0, 0)), y4.offset)  # the gate broadcast
+    product, mul = dev.compile(se), dev.compile(kdml.ElementWiseMultiplyDesc(tx.desc, gate_b.desc, zd))
+    runs["scaled"] = executions(dev.compile(dataclasses.replace(se, scaled_output_tensor=zd)), ins, [ys[0], z])
+
+    def se_mul(k: int) -> None:
+        with dev.record() as rec:
+            for _ in range(k):
+                rec.execute(product, ins, ys)
+                rec.execute(mul, [tx, gate_b], [z])
+
+    runs["se+mul"] = se_mul
     if dt == DT.FLOAT32:  # the overlay's kernels in the product's plan
         variants = [("before", ov.SE_BEFORE.name(t="f32")), *((u, ov.SE_UNROLL.name(u=u, t="f32")) for u in ov.UNROLLS),
                     *((f"-{label}", ov.SE_ABLATION.name(abl=a, t="f32")) for a, label in ov.ABLATIONS.items())]
         for name, variant in variants:
             op = dev.compile(se)
             op.plans[0] = dataclasses.replace(op.plans[0], variant=variant)
-            runs[name] = executions(dev, op, ins, ys)
+            runs[name] = executions(op, ins, ys)
     if torch is not None:
         f = torch.nn.functional
         cx, cw1t, cb1t, cw2t, cb2t = (torch.from_numpy(a).cuda() for a in (x, w1.reshape(r, c, 1, 1), b1,
@@ -125,7 +149,7 @@ def main() -> None:
     dev = kdml.Device()
     print(f"device: {dev.name}; torch: {torch.cuda.get_device_name() if torch else 'none'}; {dt.name}")
     lanes = [int(v) for v in args.mean_lanes.split(",") if v]
-    names = ["product", *(f"mp{lg}" for lg in lanes), "pool+se", "chain"]
+    names = ["product", *(f"mp{lg}" for lg in lanes), "scaled", "se+mul", "pool+se", "chain"]
     if dt == DT.FLOAT32:
         names += [*ov.UNROLLS, "before", *(f"-{label}" for label in ov.ABLATIONS.values())]
     names += ["torch"] if torch else []

@@ -11,6 +11,8 @@ float16."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from helpers import assert_outside_unchanged, place, poison_against, random_strides, read_logical
@@ -103,7 +105,7 @@ def test_squeeze_excitation_against_numpy(dev, rng, case, dt):
     ty, _ = place(dev, rng, yd)
     before = poison_against(ty, want.astype(npd), rng)
     desc = se_op.SqueezeExcitationDesc(*descs, yd, ACTS[a1][0], ACTS[a2][0])
-    dev.compile(desc).execute(tensors, [ty])
+    dev.compile(desc).execute(tensors, [ty, None])
     after = assert_outside_unchanged(ty, before)
     check(read_logical(after, ty.offset, yd), want, scale, dt)
 
@@ -137,8 +139,44 @@ def test_packed_filters_and_mean_streams(dev, rng, monkeypatch, case, gap, lanes
     ty, _ = place(dev, rng, yd)
     before = poison_against(ty, want.astype(npd), rng)
     desc = se_op.SqueezeExcitationDesc(*descs, yd, ACTS["relu"][0], ACTS["hard_sigmoid"][0])
-    dev.compile(desc).execute(tensors, [ty])
+    dev.compile(desc).execute(tensors, [ty, None])
     check(read_logical(assert_outside_unchanged(ty, before), ty.offset, yd), want, scale, dt)
+
+
+# (N, C, R, spatial): one and several work groups of 64 channels; float16 images of an odd element
+# count (a word of the scaled output shared by two images or two work groups)
+SCALED = [(1, 16, 8, (56, 56)), (3, 70, 9, (7, 7)), (2, 130, 5, (3, 1)), (1, 576, 144, (7, 7))]
+
+
+@pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
+@pytest.mark.parametrize("case", range(len(SCALED)))
+def test_scaled_output(dev, rng, case, dt):
+    """ScaledOutputTensor: x times the gate (ELEMENT_WISE_MULTIPLY's product of the gate the output
+    holds: those bits exactly), x strided, the scaled output packed at an offset, poisoned first,
+    every byte outside it unchanged; the gate as without it."""
+    n, c, r, spatial = SCALED[case]
+    npd = NP[dt]
+    hw = int(np.prod(spatial))
+    x = (rng.standard_normal((n, c, *spatial)) * 2).astype(npd)
+    x.reshape(-1)[:2] = (-0.0, 0.0)  # (an infinity or NaN would make its image's gate NaN)
+    w1 = (rng.standard_normal((r, c)) / np.sqrt(c)).astype(npd)
+    w2 = (rng.standard_normal((c, r)) / np.sqrt(r)).astype(npd)
+    b1, b2 = rng.standard_normal(r).astype(npd), rng.standard_normal(c).astype(npd)
+    inner = tuple(int(np.prod(spatial[i + 1:])) for i in range(len(spatial)))
+    descs = [TD(dt, x.shape, _x_strides(rng, n, c, hw) + inner), TD(dt, w1.shape), TD(dt, (r,)), TD(dt, w2.shape),
+             TD(dt, (c,))]
+    tensors = [place(dev, rng, d, v)[0] for d, v in zip(descs, (x, w1, b1, w2, b2))]
+    yd, zd = TD(dt, (n, c)), TD(dt, x.shape)
+    ty, tz = place(dev, rng, yd)[0], place(dev, rng, zd)[0]
+    want_y, scale = reference(x, w1, b1, w2, b2, "relu", "hard_sigmoid", npd)
+    before = poison_against(tz, x, rng)
+    desc = se_op.SqueezeExcitationDesc(*descs, yd, ACTS["relu"][0], ACTS["hard_sigmoid"][0], zd)
+    dev.compile(desc).execute(tensors, [ty, tz])
+    z = read_logical(assert_outside_unchanged(tz, before), tz.offset, zd)
+    y = ty.numpy()
+    check(y, want_y, scale, dt)
+    want = (x.astype(np.float32) * y.astype(np.float32).reshape(n, c, *(1,) * len(spatial))).astype(npd)
+    assert np.array_equal(z.view(f"u{z.itemsize}"), want.view(f"u{want.itemsize}"))
 
 
 def test_mean_lanes():
@@ -173,6 +211,10 @@ def _desc(c=8, r=4, dt=DT.FLOAT32, **over):
     ({"input_tensor": TD(DT.FLOAT32, (2, 8, 3, 3), (72, 9, 4, 1))}, kdml.UnsupportedError, "input_tensor.strides"),
     ({"output_tensor": TD(DT.FLOAT32, (2, 8), (1, 0))}, kdml.InvalidArgumentError, "output_tensor"),
     ({"activation1": kdml.ActivationGeluDesc(None, None)}, kdml.UnsupportedError, "fused_activation"),
+    ({"scaled_output_tensor": TD(DT.FLOAT32, (2, 8, 9))}, kdml.InvalidArgumentError, "scaled_output_tensor.sizes"),
+    ({"scaled_output_tensor": TD(DT.FLOAT16, (2, 8, 3, 3))}, kdml.InvalidArgumentError, "scaled_output_tensor.data_type"),
+    ({"scaled_output_tensor": TD(DT.FLOAT32, (2, 8, 3, 3), (80, 9, 3, 1))}, kdml.UnsupportedError,
+     "scaled_output_tensor.strides"),
 ])
 def test_refused(dev, over, error, field):
     with pytest.raises(error, match=field.replace(".", r"\.")):
@@ -262,17 +304,24 @@ def _block(rng, c, r, silu, gate, dt=np.float32, extra_output=False, shape=None)
 @pytest.mark.parametrize("silu, gate", [(False, "HardSigmoid"), (True, "Sigmoid"), (False, "Sigmoid")])
 @pytest.mark.parametrize("dt", [np.float32, np.float16], ids=["FLOAT32", "FLOAT16"])
 @pytest.mark.parametrize("c, r", [(40, 10), (fusion_se.F16_MAX_CHANNELS + 1, 12)])
-def test_block_is_one_dispatch_and_the_mul(rng, _one_pass, silu, gate, dt, c, r):
-    """The gate in one dispatch, then the Mul; float16 blocks of more than F16_MAX_CHANNELS channels node
-    by node (measured faster)."""
+def test_block_is_one_dispatch_and_the_mul(rng, _one_pass, monkeypatch, silu, gate, dt, c, r):
+    """The gate and the Mul in one dispatch (the scaled output), the Mul's bits of the gate as its own
+    dispatch reads it (DevicePolicy.se_scale_max_elements 0: two dispatches); float16 blocks of more than
+    F16_MAX_CHANNELS channels node by node (measured faster)."""
     model, (w1, b1, w2, b2) = _block(rng, c, r, silu, gate, dt)
     x = (rng.standard_normal((2, c, 5, 5)) * 2).astype(dt)
     rep = Backend.prepare(model, "CPU")
     (y,) = rep.run({"x": x})
     label = "GlobalAveragePool+Conv+" + ("Sigmoid+Mul" if silu else "Relu") + "+Conv+" + gate
     if dt == np.float32 or c <= fusion_se.F16_MAX_CHANNELS:
-        assert label in rep.summary() and "SQUEEZE_EXCITATION" in rep.summary()
-        assert rep.last_run.dispatches == 2  # the gate, the Mul
+        assert label + "+Mul x1" in rep.summary() and "SQUEEZE_EXCITATION" in rep.summary()
+        assert rep.last_run.dispatches == 1 and not rep.last_run.events  # the gate and the Mul
+        dev = kdml.default_device()
+        monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, se_scale_max_elements=0))
+        two = Backend.prepare(model, "CPU")
+        (y2,) = two.run({"x": x})
+        assert two.last_run.dispatches == 2  # the gate, the Mul (the shape undeclared: decided at run time)
+        assert np.array_equal(y.view(f"u{y.itemsize}"), y2.view(f"u{y2.itemsize}"))
     else:  # wide float16 blocks run node by node (fusion_se.FLOAT16), each Conv with its activation
         assert "SQUEEZE_EXCITATION" not in rep.summary() and rep.last_run.dispatches == 4
     gate_ref, scale = reference(x, w1, b1, w2, b2, "swish" if silu else "relu", GATE_ACTS[gate], dt)
@@ -295,6 +344,23 @@ def test_wide_float16_blocks_fused_where_their_pool_runs_first(rng, _one_pass, s
     gate_ref, scale = reference(x, w1, b1, w2, b2, "swish", "sigmoid", np.float16)
     want = (x.astype(np.float64) * gate_ref[:, :, None, None]).astype(np.float16).astype(np.float64)
     check(y, want, np.abs(x.astype(np.float64)) * (scale[:, :, None, None] + 1), DT.FLOAT16)
+
+
+@pytest.mark.parametrize("side", [14, 56])
+def test_scaled_output_within_the_policy(rng, _one_pass, side):
+    """A declared image decides at prepare: 16 channels of 14 x 14 (3,136 elements per work group) scale
+    in the gate's dispatch; of 56 x 56 (50,176, past DevicePolicy.se_scale_max_elements) the Mul runs
+    alone, with no run-time event either way."""
+    model, (w1, b1, w2, b2) = _block(rng, 16, 4, False, "HardSigmoid", shape=["N", 16, side, side])
+    x = rng.standard_normal((1, 16, side, side)).astype(np.float32)
+    rep = Backend.prepare(model, "CPU")
+    (y,) = rep.run({"x": x})
+    fits = 16 * side * side <= kdml.default_device().policy.se_scale_max_elements
+    assert fits == (side == 14)
+    assert rep.last_run.dispatches == (1 if fits else 2) and not rep.last_run.events
+    gate_ref, scale = reference(x, w1, b1, w2, b2, "relu", "hard_sigmoid", np.float32)
+    check(y, x.astype(np.float64) * gate_ref[:, :, None, None], np.abs(x.astype(np.float64)) * (scale[:, :, None, None] + 1),
+          DT.FLOAT32)
 
 
 def test_many_positions_pool_first(rng, _one_pass):

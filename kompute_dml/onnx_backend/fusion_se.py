@@ -6,10 +6,15 @@ torch.onnx.export writes torchvision's MobileNetV3 and EfficientNet blocks:
 
 The Convs: group 1, a constant (R, C, 1, 1) / (C, R, 1, 1) weight, stride 1, no padding, constant
 or absent biases; float32, and float16 up to F16_MAX_CHANNELS channels or past MEAN_ELEMENTS elements
-per image (below). The gate (N, C, 1, 1) is the chain's output; the Mul(x, gate) after it runs as it is. One dispatch instead of three (the
-pool, two Convs with their activations), two where an image has more than MEAN_ELEMENTS elements
-(the pool's own dispatch, then the gate from its means), within the float32 bound of the unfused
-chain (ops/squeeze_excitation.py: the sums in another order). Where the values do not fit (more
+per image (below). The gate (N, C, 1, 1) is the chain's output. One dispatch instead of three (the pool, two Convs with
+their activations), two where an image has more than MEAN_ELEMENTS elements (the pool's own dispatch,
+then the gate from its means), within the float32 bound of the unfused chain (ops/squeeze_excitation.py:
+the sums in another order). With the block's Mul(x, gate) after it (either side, x the pool's own
+input), the same dispatch also writes x * gate (the operator's ScaledOutputTensor: ELEMENT_WISE_MULTIPLY's
+bits of the gate it wrote) where one dispatch runs the gate and each work group scales at most
+DevicePolicy.se_scale_max_elements elements (its channels, at most 64, times the positions; known at
+prepare where the graph declares the image's shape, else checked at run time); otherwise the Mul runs as
+it is. Where the values do not fit (more
 than MAX_CHANNELS channels, ...) the chain runs node by node, its Conv + activation pairs fused as
 usual."""
 
@@ -25,7 +30,7 @@ import onnx
 import kompute_dml as kdml
 
 from .feeds import declared_shape
-from .graph import _attr, attr_text
+from .graph import _attr, attr_text, other_input
 from .handlers_activation import fused_activation
 from .handlers_pool import POOL_HANDLERS
 from .handlers_values import as_device
@@ -87,6 +92,31 @@ def check_se(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     return why
 
 
+def _scale_fits(policy: Any, c: int, elements: int) -> str:
+    """Why the gate's dispatch does not also write x * gate for images of `c` channels and
+    `elements` elements ("" where it does)."""
+    if elements > MEAN_ELEMENTS:
+        return f"images of {elements} elements (more than {MEAN_ELEMENTS}: the pool runs first)"
+    per_group = min(64, c) * (elements // c)
+    if per_group > policy.se_scale_max_elements:
+        return f"{per_group} elements per work group (DevicePolicy.se_scale_max_elements {policy.se_scale_max_elements})"
+    return ""
+
+
+def check_se_scaled(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
+    """check_se, the Mul reading the pool's own x, and the scaled output's limits where the image's
+    shape is declared."""
+    why = check_se(rep, nodes[:-1])
+    if why:
+        return why
+    x = nodes[0].input[0]
+    if other_input(nodes[-1], nodes[-2].output[0]) != x:
+        return "the Mul's other operand is not the pool's input"
+    elements = _elements_per_image(rep, x)
+    c = rep.constants[nodes[1].input[1]].dims[1]
+    return "" if elements is None else _scale_fits(rep.device.policy, c, elements)
+
+
 def _weight(ctx: NodeContext, lookup: Callable[[str], Any], stats: RunStats, conv: onnx.NodeProto,
             dt: np.dtype) -> tuple[Any, Any]:
     """The Conv's weight as a 2-D (out, in) view on the device and its bias (or None), both of type `dt`."""
@@ -98,12 +128,17 @@ def _weight(ctx: NodeContext, lookup: Callable[[str], Any], stats: RunStats, con
 
 
 def _run(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any], stats: RunStats,
-         silu: bool) -> list[Any]:
+         silu: bool, scaled: bool = False) -> list[Any]:
+    if scaled:
+        nodes = nodes[:-1]  # (the Mul: the scaled output)
     pool, conv1, conv2, gate = nodes[0], nodes[1], nodes[-2], nodes[-1]
     x = as_device(ctx, lookup(pool.input[0]), stats, pool.input[0])
     dt, shape = x.dtype, tuple(x.shape)
     if dt not in (np.float32, np.float16) or len(shape) not in (3, 4, 5):
         raise FallbackNeeded(f"a pool input of {dt} {shape}")
+    why = _scale_fits(ctx.device.policy, shape[1], int(np.prod(shape[1:]))) if scaled else ""
+    if why:
+        raise FallbackNeeded(why)
     if int(np.prod(shape[1:])) > MEAN_ELEMENTS:
         (x,) = POOL_HANDLERS["GlobalAveragePool"](ctx, pool, [x], stats)
     w1, b1 = _weight(ctx, lookup, stats, conv1, dt)
@@ -112,15 +147,24 @@ def _run(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], 
     act2 = fused_activation(ctx, gate, [], stats, dt)
     out_shape = (shape[0], shape[1]) + (1,) * (len(shape) - 2)
     out = ctx.out_tensor(out_shape, dt)
+    z = ctx.out_tensor(shape, dt) if scaled else None
     kdml.squeeze_excitation(x.tensor, w1, b1, w2, b2, activation1=act1, activation2=act2,
-                            out=out.reshape(shape[0], shape[1]), device=ctx.device)
-    return [DeviceValue(out, out_shape, np.dtype(dt))]
+                            out=out.reshape(shape[0], shape[1]), scaled_out=z, device=ctx.device)
+    return [DeviceValue(z, shape, np.dtype(dt)) if z is not None else DeviceValue(out, out_shape, np.dtype(dt))]
 
 
 def se_patterns(pattern: Callable[..., Any]) -> list[Any]:
     """The two block forms of the module docstring, each with either gate (and the SiLU's Mul reading
-    the Sigmoid on either side)."""
+    the Sigmoid on either side); first each with the block's Mul(x, gate), the gate on either side."""
+    relu = ("GlobalAveragePool", "Conv", "Relu", "Conv")
+    silu = ("GlobalAveragePool", "Conv", "Sigmoid", "Mul", "Conv")
     return [
+        *(pattern(f"GlobalAveragePool+Conv+Relu+Conv+{g}+Mul", (*relu, g, "Mul"),
+                  ((0, 1, 0), (1, 2, 0), (2, 3, 0), (3, 4, 0), (4, 5, j)), "SQUEEZE_EXCITATION", check_se_scaled,
+                  functools.partial(_run, silu=False, scaled=True)) for g in _GATES for j in (0, 1)),
+        *(pattern(f"GlobalAveragePool+Conv+Sigmoid+Mul+Conv+{g}+Mul", (*silu, g, "Mul"),
+                  ((0, 1, 0), (1, 2, 0), (1, 3, 1 - k), (2, 3, k), (3, 4, 0), (4, 5, 0), (5, 6, j)), "SQUEEZE_EXCITATION",
+                  check_se_scaled, functools.partial(_run, silu=True, scaled=True)) for g in _GATES for k in (0, 1) for j in (0, 1)),
         *(pattern(f"GlobalAveragePool+Conv+Relu+Conv+{g}", ("GlobalAveragePool", "Conv", "Relu", "Conv", g),
                   ((0, 1, 0), (1, 2, 0), (2, 3, 0), (3, 4, 0)), "SQUEEZE_EXCITATION", check_se,
                   functools.partial(_run, silu=False)) for g in _GATES),

@@ -131,6 +131,10 @@ COOP_SUMS = ("bytes", "dot")
 # 0.72 / 0.70 / 0.68 ms, its 16 DYNAMIC_QUANTIZE_LINEAR 215 / 201 us at the first two. lavapipe keeps few groups (each a loop
 # on a core): 262144 elements 2.67 ms at 4096,4 against 4.15 at 1024,1 (bench_dql --rounds 2).
 DQL_GEOMETRY = {"cpu": (4096, 4), "gpu": (1024, 2)}
+# SQUEEZE_EXCITATION's scaled output (fusion_se.py: the block's Mul(x, gate) in the gate's dispatch) where
+# one work group scales at most this many elements (its channels, at most 64, times the positions);
+# past it the Mul runs as its own ELEMENT_WISE_MULTIPLY over the whole device. 0: never.
+SE_SCALE_MAX_ELEMENTS = 64 * 14 * 14
 DQL_GEOMETRY_ENV = "KDML_DQL_GEOMETRY"
 
 
@@ -182,6 +186,7 @@ class DevicePolicy:
     # DYNAMIC_QUANTIZE_LINEAR's (elements per min / max group, 16-byte loads per quantizing
     # invocation): ops/dynamic_quantize.py, DQL_GEOMETRY
     dql_geometry: tuple[int, int] = DQL_GEOMETRY["cpu"]
+    se_scale_max_elements: int = SE_SCALE_MAX_ELEMENTS  # see SE_SCALE_MAX_ELEMENTS
     weights: str = "rows"  # see WEIGHT_LAYOUTS
     coop_sums: str = "bytes"  # see COOP_SUMS
     gemv_max_m: int = GEMV_MAX_M  # see GEMV_MAX_M, GEMV_COOP_MAX_M
