@@ -317,7 +317,7 @@ def test_block_is_one_dispatch_and_the_mul(rng, _one_pass, monkeypatch, silu, ga
         assert label + "+Mul x1" in rep.summary() and "SQUEEZE_EXCITATION" in rep.summary()
         assert rep.last_run.dispatches == 1 and not rep.last_run.events  # the gate and the Mul
         dev = kdml.default_device()
-        monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, se_scale_max_elements=0))
+        monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, se_scale_max_elements=(0, 0)))
         two = Backend.prepare(model, "CPU")
         (y2,) = two.run({"x": x})
         assert two.last_run.dispatches == 2  # the gate, the Mul (the shape undeclared: decided at run time)
@@ -355,7 +355,7 @@ def test_scaled_output_within_the_policy(rng, _one_pass, side):
     x = rng.standard_normal((1, 16, side, side)).astype(np.float32)
     rep = Backend.prepare(model, "CPU")
     (y,) = rep.run({"x": x})
-    fits = 16 * side * side <= kdml.default_device().policy.se_scale_max_elements
+    fits = 16 * side * side <= kdml.default_device().policy.se_scale_max_elements[0]
     assert fits == (side == 14)
     assert rep.last_run.dispatches == (1 if fits else 2) and not rep.last_run.events
     gate_ref, scale = reference(x, w1, b1, w2, b2, "relu", "hard_sigmoid", np.float32)

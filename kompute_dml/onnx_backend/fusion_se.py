@@ -92,14 +92,15 @@ def check_se(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     return why
 
 
-def _scale_fits(policy: Any, c: int, elements: int) -> str:
+def _scale_fits(policy: Any, c: int, elements: int, dt: Any) -> str:
     """Why the gate's dispatch does not also write x * gate for images of `c` channels and
-    `elements` elements ("" where it does)."""
+    `elements` elements of type `dt` ("" where it does)."""
     if elements > MEAN_ELEMENTS:
         return f"images of {elements} elements (more than {MEAN_ELEMENTS}: the pool runs first)"
     per_group = min(64, c) * (elements // c)
-    if per_group > policy.se_scale_max_elements:
-        return f"{per_group} elements per work group (DevicePolicy.se_scale_max_elements {policy.se_scale_max_elements})"
+    most = policy.se_scale_max_elements[np.dtype(dt) == np.float16]
+    if per_group > most:
+        return f"{per_group} {np.dtype(dt)} elements per work group (DevicePolicy.se_scale_max_elements: {most})"
     return ""
 
 
@@ -112,9 +113,9 @@ def check_se_scaled(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     x = nodes[0].input[0]
     if other_input(nodes[-1], nodes[-2].output[0]) != x:
         return "the Mul's other operand is not the pool's input"
-    elements = _elements_per_image(rep, x)
+    elements, dt = _elements_per_image(rep, x), rep._elem_dtype(x)
     c = rep.constants[nodes[1].input[1]].dims[1]
-    return "" if elements is None else _scale_fits(rep.device.policy, c, elements)
+    return "" if elements is None or dt is None else _scale_fits(rep.device.policy, c, elements, dt)
 
 
 def _weight(ctx: NodeContext, lookup: Callable[[str], Any], stats: RunStats, conv: onnx.NodeProto,
@@ -136,7 +137,7 @@ def _run(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], 
     dt, shape = x.dtype, tuple(x.shape)
     if dt not in (np.float32, np.float16) or len(shape) not in (3, 4, 5):
         raise FallbackNeeded(f"a pool input of {dt} {shape}")
-    why = _scale_fits(ctx.device.policy, shape[1], int(np.prod(shape[1:]))) if scaled else ""
+    why = _scale_fits(ctx.device.policy, shape[1], int(np.prod(shape[1:])), dt) if scaled else ""
     if why:
         raise FallbackNeeded(why)
     if int(np.prod(shape[1:])) > MEAN_ELEMENTS:

@@ -132,9 +132,13 @@ COOP_SUMS = ("bytes", "dot")
 # on a core): 262144 elements 2.67 ms at 4096,4 against 4.15 at 1024,1 (bench_dql --rounds 2).
 DQL_GEOMETRY = {"cpu": (4096, 4), "gpu": (1024, 2)}
 # SQUEEZE_EXCITATION's scaled output (fusion_se.py: the block's Mul(x, gate) in the gate's dispatch) where
-# one work group scales at most this many elements (its channels, at most 64, times the positions);
-# past it the Mul runs as its own ELEMENT_WISE_MULTIPLY over the whole device. 0: never.
-SE_SCALE_MAX_ELEMENTS = 64 * 14 * 14
+# one work group scales at most this many elements (its channels, at most 64, times the positions),
+# float32 and float16; past it the Mul runs as its own ELEMENT_WISE_MULTIPLY over the whole device (0:
+# never). H200, device call 309 (`python -m benchmarks.bench_se --rounds 3 -n 20 [--dtype float16]`, us,
+# scaled / the gate then the Mul, batch 1): float32 96 x 14 x 14 12.4 / 14.2, 576 x 7 x 7 20.8 / 24.0,
+# 672 x 14 x 14 25.5 / 25.7, but 144 x 28 x 28 (50,176 per work group) 31.8 / 20.7; float16 288 x 7 x 7
+# 22.5 / 25.2, 1152 x 7 x 7 47.1 / 50.9, but 96 x 14 x 14 22.6 / 19.1 (batch 8 alike).
+SE_SCALE_MAX_ELEMENTS = (64 * 14 * 14, 64 * 7 * 7)
 DQL_GEOMETRY_ENV = "KDML_DQL_GEOMETRY"
 
 
@@ -186,7 +190,7 @@ class DevicePolicy:
     # DYNAMIC_QUANTIZE_LINEAR's (elements per min / max group, 16-byte loads per quantizing
     # invocation): ops/dynamic_quantize.py, DQL_GEOMETRY
     dql_geometry: tuple[int, int] = DQL_GEOMETRY["cpu"]
-    se_scale_max_elements: int = SE_SCALE_MAX_ELEMENTS  # see SE_SCALE_MAX_ELEMENTS
+    se_scale_max_elements: tuple[int, int] = SE_SCALE_MAX_ELEMENTS  # (float32, float16): see there
     weights: str = "rows"  # see WEIGHT_LAYOUTS
     coop_sums: str = "bytes"  # see COOP_SUMS
     gemv_max_m: int = GEMV_MAX_M  # see GEMV_MAX_M, GEMV_COOP_MAX_M
