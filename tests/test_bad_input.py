@@ -469,8 +469,8 @@ simple("device-index-string", IAE, "device_index", "integer", lambda c: kdml.Dev
 simple("device-index-float", IAE, "device_index", "integer", lambda c: kdml.Device(0.0))
 simple("device-index-none", IAE, "device_index", "integer", lambda c: kdml.Device(None))
 simple("device-level-unknown", IAE, "feature_level", "not a DML_FEATURE_LEVEL", lambda c: kdml.Device(feature_level=0x1234))
-simple("device-level-above-implemented", UNS, "feature_level", "above the highest level implemented",
-       lambda c: kdml.Device(feature_level=0x6400))
+simple("device-level-above-the-highest", IAE, "feature_level", "not a DML_FEATURE_LEVEL",
+       lambda c: kdml.Device(feature_level=0x6500))
 simple("device-level-float", IAE, "feature_level", "must be a FeatureLevel", lambda c: kdml.Device(feature_level=6.2))
 simple("device-level-bad-string", IAE, "feature_level", "not a DML_FEATURE_LEVEL", lambda c: kdml.Device(feature_level="7_1"))
 simple("device-budget-negative", IAE, "memory_budget", "at least", lambda c: kdml.Device(memory_budget=-1))

@@ -98,10 +98,11 @@ class FeatureLevel(IntEnum):
     FL_6_1 = 0x6100
     FL_6_2 = 0x6200
     FL_6_3 = 0x6300  # MULTIHEAD_ATTENTION1 (the only operator of this level kompute_dml implements)
+    FL_6_4 = 0x6400  # FOLD (the only operator of this level kompute_dml implements)
 
     @property
     def label(self) -> str:
         return f"{self.value >> 12}_{(self.value >> 8) & 0xF}"
 
 
-HIGHEST_FEATURE_LEVEL = FeatureLevel.FL_6_3
+HIGHEST_FEATURE_LEVEL = FeatureLevel.FL_6_4

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..core.dtypes import HIGHEST_FEATURE_LEVEL, DataType, FeatureLevel
-from ..core.errors import DeviceError, DMLError, UnsupportedError, invalid
+from ..core.errors import DeviceError, DMLError, invalid
 from ..core.inputs import as_host_array, check_dml_dtype
 from ..core.ints import as_int
 from ..core.tensor_desc import TensorDesc, validate_desc
@@ -66,10 +66,6 @@ def coerce_feature_level(level: object) -> FeatureLevel:
         value = int(level)
         if value in {m.value for m in FeatureLevel}:
             return FeatureLevel(value)
-        if value > HIGHEST_FEATURE_LEVEL and value == 0x6400:
-            raise UnsupportedError(
-                f"feature_level: 0x{value:x} is above the highest level implemented (0x{HIGHEST_FEATURE_LEVEL:x})"
-            )
         raise invalid("feature_level", f"0x{value:x} is not a DML_FEATURE_LEVEL value")
     raise invalid("feature_level", f"must be a FeatureLevel, got {type(level).__name__}")
 

@@ -1,7 +1,8 @@
 """Device handlers of the convolutional networks' ONNX nodes beyond Conv and pooling: Resize and
 Upsample (RESAMPLE2 through kdml.resize, ops/resample.py), DepthToSpace and SpaceToDepth
-(DEPTH_TO_SPACE1 / SPACE_TO_DEPTH1, ops/depth_space.py: bit copies, booleans as UINT8) and LRN
-(LOCAL_RESPONSE_NORMALIZATION, ops/local_response_normalization.py).
+(DEPTH_TO_SPACE1 / SPACE_TO_DEPTH1, ops/depth_space.py: bit copies, booleans as UINT8), LRN
+(LOCAL_RESPONSE_NORMALIZATION, ops/local_response_normalization.py) and Col2Im (FOLD, ops/fold.py:
+image_shape and block_shape read on the host; float32 / float16 of at most 3 spatial dimensions).
 
 Resize's roi, scales and sizes inputs (and Upsample's scales) are read on the host: constants and
 host values as they are, a device-computed one makes the node run on the CPU (FallbackNeeded while
@@ -134,5 +135,27 @@ def _h_lrn(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
     return [DeviceValue(out, shape, dt)]
 
 
+def _h_col2im(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+    """Col2Im on FOLD: input (N, C x prod(block_shape), L), pads [begin..., end...]."""
+    dt, shape = _value_dtype(ins[0]), tuple(_value_shape(ins[0]))
+    image, block = (tuple(int(v) for v in np.asarray(ctx.host(v, stats)).reshape(-1)) for v in ins[1:3])
+    d = len(block)
+    if dt not in (np.float32, np.float16) or len(shape) != 3 or len(image) != d or not 1 <= d <= 3 or 0 in shape:
+        raise FallbackNeeded(f"Col2Im of {dt} {shape}, image_shape {image}, block_shape {block}")
+    pads = [int(p) for p in _attr(node, "pads", [0] * (2 * d))]
+    strides = [int(v) for v in _attr(node, "strides", [1] * d)]
+    dilations = [int(v) for v in _attr(node, "dilations", [1] * d)]
+    if len(pads) != 2 * d:
+        raise ValueError(f"Col2Im {node.name!r}: pads must hold {2 * d} values, got {pads}")
+    k = math.prod(block)
+    if k < 1 or shape[1] % k:
+        raise ValueError(f"Col2Im {node.name!r}: input dimension 1 ({shape[1]}) is no multiple of prod(block_shape) {k}")
+    out_shape = (shape[0], shape[1] // k, *image)
+    out = ctx.out_tensor(out_shape, dt)
+    kdml.fold(as_device(ctx, ins[0], stats, node.input[0]).tensor, image, block, strides=strides, dilations=dilations,
+              start_padding=pads[:d], end_padding=pads[d:], out=out, device=ctx.device)
+    return [DeviceValue(out, out_shape, np.dtype(dt))]
+
+
 VISION_HANDLERS = {"LRN": _h_lrn, "Resize": _h_resize, "Upsample": _h_resize, "DepthToSpace": _h_depth_space,
-                   "SpaceToDepth": _h_depth_space}
+                   "SpaceToDepth": _h_depth_space, "Col2Im": _h_col2im}

@@ -204,7 +204,8 @@ def squeeze_excitation(x: Any, filter1: Any, bias1: Any, filter2: Any, bias2: An
 def _example() -> SqueezeExcitationDesc:
     f32 = DataType.FLOAT32
     return SqueezeExcitationDesc(TensorDesc(f32, (2, 8, 3, 3)), TensorDesc(f32, (4, 8)), TensorDesc(f32, (4,)),
-                                 TensorDesc(f32, (8, 4)), TensorDesc(f32, (8,)), TensorDesc(f32, (2, 8)))
+                                 TensorDesc(f32, (8, 4)), TensorDesc(f32, (8,)), TensorDesc(f32, (2, 8)),
+                                 scaled_output_tensor=TensorDesc(f32, (2, 8, 3, 3)))
 
 
 SPECS = (OperatorSpec(SqueezeExcitationDesc, SQUEEZE_EXCITATION, compile_squeeze_excitation, (contract.SE,),

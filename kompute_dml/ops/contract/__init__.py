@@ -207,7 +207,7 @@ from .fill_pad import FILL, FILL_PUSH, FILL_SEQ, PAD, PAD_PUSH, PAD_RANK  # noqa
 from .indexing import INDEX_FAMILIES  # noqa: E402, F401  (GATHER_ND(1), SCATTER(_ND), ONE_HOT)
 from .quant import CONV_INT, CONV_INT_PUSH, QCONV, QCONV_PUSH, QCONV_REDUCE, QCONV_SPLIT, QCONV_TILED, QUANT, QUANT_RT  # noqa: E402, F401
 from .top_k import TOPK, TOPK_PUSH, TOPK_RANK, TOPK_TILE  # noqa: E402, F401
-from .vision import LRN, LRN_PUSH, RESAMPLE, RESAMPLE_PUSH  # noqa: E402, F401
+from .vision import FOLD, FOLD_PUSH, LRN, LRN_PUSH, RESAMPLE, RESAMPLE_PUSH  # noqa: E402, F401
 
 # ---- CAST (ops/cast.py, shaders/cast.comp): the element-wise block and plans, a variant per
 # (input type, output type) of the 8- to 64-bit types (64-bit integers as word pairs)
