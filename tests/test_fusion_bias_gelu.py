@@ -24,7 +24,7 @@ from kompute_dml.onnx_backend.fusion_bias_gelu import matmul_bias_gelu_patterns 
 N = helper.make_node
 ELEM = {np.float32: T.FLOAT, np.float16: T.FLOAT16}
 K, M = 24, 40
-FORMS = ["div", "mul", "mul_swapped", "tanh", "gelu20", "gelu20_tanh", "ms_gelu", "bias_gelu", "fast_gelu"]
+FORMS = ["div", "mul", "mul_swapped", "div_dynamo", "tanh", "gelu20", "gelu20_tanh", "ms_gelu", "bias_gelu", "fast_gelu"]
 
 
 def _c(name, value, dt):
@@ -33,11 +33,14 @@ def _c(name, value, dt):
 
 def _gelu_nodes(form, x, dt):
     """The GELU of `x` as `form` writes it -> (nodes, constants, opsets beyond the default)."""
-    if form in ("div", "mul", "mul_swapped"):
-        head = N("Div", [x, "sqrt2"], ["g0"]) if form == "div" else \
+    if form in ("div", "mul", "mul_swapped", "div_dynamo"):
+        head = N("Div", [x, "sqrt2"], ["g0"]) if form.startswith("div") else \
             N("Mul", [x, "rsqrt2"] if form == "mul" else ["rsqrt2", x], ["g0"])
-        nodes = [head, N("Erf", ["g0"], ["g1"]), N("Add", ["one", "g1"], ["g2"]),
-                 N("Mul", ["g2", x] if form == "mul" else [x, "g2"], ["g3"]), N("Mul", ["half", "g3"], ["y"])]
+        nodes = [head, N("Erf", ["g0"], ["g1"]), N("Add", ["one", "g1"], ["g2"])]
+        if form == "div_dynamo":  # the dynamo exporter's order: the 0.5 first
+            nodes += [N("Mul", ["half", "g2"], ["g3"]), N("Mul", [x, "g3"], ["y"])]
+        else:
+            nodes += [N("Mul", ["g2", x] if form == "mul" else [x, "g2"], ["g3"]), N("Mul", ["half", "g3"], ["y"])]
         return nodes, [_c("sqrt2", math.sqrt(2), dt), _c("rsqrt2", math.sqrt(0.5), dt), _c("one", 1, dt),
                        _c("half", 0.5, dt)], []
     if form == "tanh":

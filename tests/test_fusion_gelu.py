@@ -1,5 +1,6 @@
 """The exported exact GELU (kompute_dml/onnx_backend/fusion_gelu.py): Div(x, sqrt 2) or Mul(x, 1 / sqrt 2)
--> Erf -> Add(1) -> Mul(x, .) -> Mul(0.5), each operand on either side, runs as one ACTIVATION_GELU
+-> Erf -> Add(1) -> Mul(x, .) -> Mul(0.5), or the dynamo exporter's Mul(0.5) -> Mul(x, .), each operand on
+either side (and after a MatMul and its bias: one GEMM), runs as one ACTIVATION_GELU
 dispatch within float32 (float16) rounding of a float64 reference and of the unfused nodes; other
 constants, or a Mul reading another value, run node by node with the unfused bits."""
 
@@ -21,15 +22,18 @@ N = helper.make_node
 ELEM = {np.float32: T.FLOAT, np.float16: T.FLOAT16}
 
 
-def _model(dt=np.float32, head="Div", sides=(0, 0, 0), consts=None, other=False):
+def _model(dt=np.float32, head="Div", sides=(0, 0, 0), consts=None, other=False, half_first=False):
     c = {"s": math.sqrt(2.0) if head == "Div" else math.sqrt(0.5), "one": 1.0, "half": 0.5, **(consts or {})}
 
     def pair(a, b, side):
         return [a, b] if side == 0 else [b, a]
 
     x2 = "z" if other else "x"
-    nodes = [N(head, ["x", "s"], ["h"]), N("Erf", ["h"], ["e"]), N("Add", pair("e", "one", sides[0]), ["p"]),
-             N("Mul", pair("p", x2, sides[1]), ["m"]), N("Mul", pair("m", "half", sides[2]), ["y"])]
+    nodes = [N(head, ["x", "s"], ["h"]), N("Erf", ["h"], ["e"]), N("Add", pair("e", "one", sides[0]), ["p"])]
+    if half_first:  # the dynamo exporter's order
+        nodes += [N("Mul", pair("p", "half", sides[2]), ["m"]), N("Mul", pair("m", x2, sides[1]), ["y"])]
+    else:
+        nodes += [N("Mul", pair("p", x2, sides[1]), ["m"]), N("Mul", pair("m", "half", sides[2]), ["y"])]
     inits = [numpy_helper.from_array(np.array(v, dt), k) for k, v in c.items()]
     inputs = [helper.make_tensor_value_info(n, ELEM[dt], ["B", 33]) for n in (["x", "z"] if other else ["x"])]
     g = helper.make_graph(nodes, "gelu", inputs, [helper.make_tensor_value_info("y", ELEM[dt], None)], initializer=inits)
@@ -56,9 +60,10 @@ def _gelu64(x):
     return x * 0.5 * (1.0 + np.vectorize(erf)(x / math.sqrt(2.0)))
 
 
+@pytest.mark.parametrize("half_first", [False, True], ids=["torchscript", "dynamo"])
 @pytest.mark.parametrize("head,sides", list(itertools.product(("Div", "Mul"), itertools.product((0, 1), repeat=3))))
-def test_exported_gelu_is_one_dispatch(rng, head, sides):
-    model = _model(head=head, sides=sides)
+def test_exported_gelu_is_one_dispatch(rng, head, sides, half_first):
+    model = _model(head=head, sides=sides, half_first=half_first)
     x = _x(rng, np.float32)
     rep = Backend.prepare(model, "CPU")
     (y,) = rep.run({"x": x})
@@ -78,10 +83,11 @@ def test_float16_gelu(rng):
     _close(y, _gelu64(x), x, 1e-3)
 
 
+@pytest.mark.parametrize("half_first", [False, True], ids=["torchscript", "dynamo"])
 @pytest.mark.parametrize("case", ["divisor 2", "add 2", "half 0.25", "another value"])
-def test_other_chains_run_node_by_node(rng, case):
+def test_other_chains_run_node_by_node(rng, case, half_first):
     consts = {"divisor 2": {"s": 2.0}, "add 2": {"one": 2.0}, "half 0.25": {"half": 0.25}}.get(case)
-    model = _model(consts=consts, other=case == "another value")
+    model = _model(consts=consts, other=case == "another value", half_first=half_first)
     feeds = {"x": _x(rng, np.float32)}
     if case == "another value":
         feeds["z"] = _x(rng, np.float32)

@@ -87,11 +87,15 @@ def matmul_bias_gelu_patterns(pattern: Callable[..., Any]) -> list[Any]:
     the sum (their operands on either side), a Gelu node, or BiasGelu alone."""
     out = []
     for k in (0, 1):
-        for head, kx, k_add, k_mul, k_half in itertools.product(("Div", "Mul"), (0, 1), (0, 1), (0, 1), (0, 1)):
+        for head, kx, k_add, k_mul, k_half, half_first in itertools.product(("Div", "Mul"), (0, 1), (0, 1), (0, 1), (0, 1),
+                                                                            (False, True)):
             if head == "Div" and kx == 1:
                 continue
-            # positions: MatMul 0, Add 1 (x), x / sqrt 2 2, Erf 3, Add 4, Mul(x, .) 5, Mul(., 0.5) 6
-            edges = ((0, 1, k), (1, 2, kx), (2, 3, 0), (3, 4, k_add), (4, 5, k_mul), (1, 5, 1 - k_mul), (5, 6, k_half))
+            # positions: MatMul 0, Add 1 (x), x / sqrt 2 2, Erf 3, Add 4, Mul(x, .) 5, Mul(., 0.5) 6; or (the dynamo
+            # exporter's order) Mul(., 0.5) 5, Mul(x, .) 6
+            tail = (((4, 5, k_half), (5, 6, k_mul), (1, 6, 1 - k_mul)) if half_first else
+                    ((4, 5, k_mul), (1, 5, 1 - k_mul), (5, 6, k_half)))
+            edges = ((0, 1, k), (1, 2, kx), (2, 3, 0), (3, 4, k_add), *tail)
             out.append(pattern(f"MatMul+Add+{head}+Erf+Add+Mul+Mul", ("MatMul", "Add", head, "Erf", "Add", "Mul", "Mul"),
                                edges, "GEMM", _check(check_gelu), _run("none")))
         for kh, k_half in itertools.product((0, 1), (0, 1)):

@@ -3,9 +3,11 @@ torch.onnx.export writes nn.GELU() before opset 20 (ViT, Whisper, BERT):
 
     Div(x, sqrt 2) | Mul(x, 1 / sqrt 2) (either side) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)
 
-x the same value at the head and at the first Mul, the constants scalars (sqrt 2 within float32
-rounding). ACTIVATION_GELU computes x * 0.5 * (1 + erf(x / sqrt 2)) with one rounding to the type
-at the end, where the unfused nodes round each step: within the families' tolerance
+and, as the dynamo exporter (torch.export: torch.onnx.export's default since torch 2.9) writes it,
+the two products the other way round, ... -> Add(., 1) -> Mul(., 0.5) -> Mul(x, .); x the same value
+at the head and at the Mul that reads it, the constants scalars (sqrt 2 within float32 rounding).
+ACTIVATION_GELU computes x * 0.5 * (1 + erf(x / sqrt 2)) with one rounding to the type at the end,
+where the unfused nodes round each step: within the families' tolerance
 (tests/test_fusion_gelu.py against float64 and the unfused nodes).
 
 And GELU's tanh form as GPT-2's NewGELUActivation exports it, FLOAT32 or FLOAT16:
@@ -46,9 +48,17 @@ def _near(rep: BackendRep, name: str, want: float) -> bool:
     return abs(v - own) <= 1e-6 * want
 
 
+def _x_and_half(rep: BackendRep, nodes: list[onnx.NodeProto]) -> tuple[onnx.NodeProto, onnx.NodeProto]:
+    """The chain's Mul by x and its Mul by 0.5, in either order (the 0.5 first: the dynamo exporter's)."""
+    add, first, last = nodes[2], nodes[3], nodes[4]
+    half_first = constant_float(rep, other_input(first, add.output[0])) == 0.5
+    return (last, first) if half_first else (first, last)
+
+
 def check_gelu(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     """Why the chain is not x * 0.5 * (1 + erf(x / sqrt 2)) ("" where it is)."""
-    head, erf, add, mul_x, mul_half = nodes
+    head, erf, add = nodes[:3]
+    mul_x, mul_half = _x_and_half(rep, nodes)
     x = head.input[0]
     if head.op_type == "Mul" and not _near(rep, head.input[1], math.sqrt(0.5)):  # Mul(c, x): x is its input 1
         x = head.input[1]
@@ -60,22 +70,30 @@ def check_gelu(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
         return "Mul's factor is not 1 / sqrt 2"
     if constant_float(rep, other_input(add, erf.output[0])) != 1.0:
         return "Add's constant is not 1"
-    if other_input(mul_x, add.output[0]) != x:
+    first = nodes[3]
+    if other_input(mul_x, first.output[0] if mul_x is not first else add.output[0]) != x:
         return "the Mul does not read the head's x"
-    if constant_float(rep, other_input(mul_half, mul_x.output[0])) != 0.5:
-        return "the last Mul's constant is not 0.5"
+    if constant_float(rep, other_input(mul_half, first.output[0] if mul_half is not first else add.output[0])) != 0.5:
+        return "the Mul's constant is not 0.5"
     return ""
 
 
 def run_gelu(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any], stats: RunStats) -> list[Any]:
-    add, mul_x = nodes[2], nodes[3]
-    name = other_input(mul_x, add.output[0])
+    name = gelu_x(nodes)
     x = lookup(name)
     dt, shape = _value_dtype(x), _value_shape(x)
     if dt not in _FLOAT_OUT or not shape or 0 in shape:
         raise FallbackNeeded(f"x of {dt} {shape}")
     y = kdml.gelu(as_device(ctx, x, stats, name).tensor, out=ctx.out_tensor(shape, dt), device=ctx.device)
     return [DeviceValue(y, shape, np.dtype(dt))]
+
+
+def gelu_x(nodes: list[onnx.NodeProto]) -> str:
+    """The exact chain's x (the chain as matched, its products in either order): the operand of the
+    Mul by x from outside the chain, which the head reads too (the 0.5 is no input of the head)."""
+    head, add, first, last = nodes[0], nodes[2], nodes[3], nodes[4]
+    a = other_input(first, add.output[0])
+    return a if a in head.input else other_input(last, first.output[0])
 
 
 def _tanh_constants(dt: np.dtype) -> tuple[float, float]:
@@ -121,8 +139,8 @@ def gelu_patterns(pattern: Callable[..., Any]) -> list[Any]:
     """x / sqrt 2 by Div or Mul, each later operand on either side; the tanh form with the last Mul's
     operands on either side (the others as torch.onnx.export orders them)."""
     exact = [pattern(f"{head}+Erf+Add+Mul+Mul", (head, "Erf", "Add", "Mul", "Mul"),
-                     ((0, 1, 0), (1, 2, k_add), (2, 3, k_mul), (3, 4, k_half)), "ACTIVATION_GELU", check_gelu, run_gelu)
-             for head, k_add, k_mul, k_half in itertools.product(("Div", "Mul"), (0, 1), (0, 1), (0, 1))]
+                     ((0, 1, 0), (1, 2, k_add), (2, 3, k_first), (3, 4, k_last)), "ACTIVATION_GELU", check_gelu, run_gelu)
+             for head, k_add, k_first, k_last in itertools.product(("Div", "Mul"), (0, 1), (0, 1), (0, 1))]
     tanh = [pattern("Mul+Pow+Mul+Add+Mul+Tanh+Add+Mul", ("Mul", "Pow", "Mul", "Add", "Mul", "Tanh", "Add", "Mul"),
                     ((1, 2, 0), (2, 3, 1), (3, 4, 0), (4, 5, 0), (5, 6, 0), (0, 7, k_half), (6, 7, 1 - k_half)),
                     "ACTIVATION_GELU", check_gelu_tanh, run_gelu_tanh)
