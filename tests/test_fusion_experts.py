@@ -1,6 +1,7 @@
 """Gather(experts' weights, slots' experts) -> MatMul as one GEMM over every expert and a GATHER_ND of
 each slot's own (kompute_dml/onnx_backend/fusion_experts.py), transformers' "batched_mm" mixture of
-experts, the gathered weights on either side of the MatMul (Mixtral's left, gpt-oss's right): float32
+experts, the gathered weights on either side of the MatMul (Mixtral's left, gpt-oss's right), gathered by
+Gather or (the dynamo exporter's) GatherND of indices with a last dimension of 1: float32
 and float16, indices of rank 1 and 2, negative indices, the weights an initializer or an input,
 whole-graph and node by node, against float64 numpy's products and the unfused nodes; inputs of more
 than one column (row), a Gather along another axis and half precision run the nodes one by one."""
@@ -20,12 +21,15 @@ N = helper.make_node
 ELEM = {np.float32: T.FLOAT, np.float16: T.FLOAT16}
 
 
-def _model(dt, w, slots, k, cols=1, axis=0, w_input=False, right=False):
-    """right: MatMul(x, gathered) with x (slots, cols, k), W (E, k, M)."""
-    nodes = [N("Gather", ["w", "idx"], ["g"], axis=axis), N("MatMul", ["x", "g"] if right else ["g", "x"], ["y"])]
+def _model(dt, w, slots, k, cols=1, axis=0, w_input=False, right=False, nd=False):
+    """right: MatMul(x, gathered) with x (slots, cols, k), W (E, k, M); nd: GatherND(w, idx[..., None]) as the
+    dynamo exporter writes the Gather."""
+    gather = ([N("Unsqueeze", ["idx", "last"], ["idx1"]), N("GatherND", ["w", "idx1"], ["g"])] if nd else
+              [N("Gather", ["w", "idx"], ["g"], axis=axis)])
+    nodes = [*gather, N("MatMul", ["x", "g"] if right else ["g", "x"], ["y"])]
     ins = [helper.make_tensor_value_info("idx", T.INT64, list(slots)),
            helper.make_tensor_value_info("x", ELEM[dt], [*slots, cols, k] if right else [*slots, k, cols])]
-    inits = []
+    inits = [numpy_helper.from_array(np.array([-1], np.int64), "last")] if nd else []
     if w_input:
         ins.append(helper.make_tensor_value_info("w", ELEM[dt], list(w.shape)))
     else:
@@ -41,6 +45,7 @@ def _reference(w, idx, x, right=False):
     return np.stack([w64[i] @ x64[s] for s, i in enumerate(idx.reshape(-1))]).reshape(*idx.shape, w.shape[1], x.shape[-1])
 
 
+@pytest.mark.parametrize("nd", [False, True], ids=["gather", "gather_nd"])
 @pytest.mark.parametrize("right", [False, True], ids=["left", "right"])
 @pytest.mark.parametrize("dt", [np.float32, np.float16], ids=["f32", "f16"])
 @pytest.mark.parametrize("experts,m,k,slots,w_input", [
@@ -48,15 +53,15 @@ def _reference(w, idx, x, right=False):
     (3, 7, 5, (3, 2), False),  # indices of rank 2, odd sizes
     (8, 16, 32, (33,), True),  # the weights fed at run time
 ])
-def test_every_expert_in_one_gemm(rng, dt, experts, m, k, slots, w_input, right):
+def test_every_expert_in_one_gemm(rng, dt, experts, m, k, slots, w_input, right, nd):
     w = rng.standard_normal((experts, k, m) if right else (experts, m, k)).astype(dt)
     idx = rng.integers(-experts, experts, size=slots).astype(np.int64)  # negative indices count from the end
     x = rng.standard_normal((*slots, 1, k) if right else (*slots, k, 1)).astype(dt)
-    model = _model(dt, w, slots, k, w_input=w_input, right=right)
+    model = _model(dt, w, slots, k, w_input=w_input, right=right, nd=nd)
     feeds = {"idx": idx, "x": x, **({"w": w} if w_input else {})}
     rep = Backend.prepare(model, "CPU")
     (y,) = rep.run(feeds)
-    assert "Gather+MatMul x1 -> GEMM" in rep.summary() and not rep.last_run.events
+    assert f"{'GatherND' if nd else 'Gather'}+MatMul x1 -> GEMM" in rep.summary() and not rep.last_run.events
     rep.state.node_by_node = True
     (eager,) = rep.run(feeds)
     (unfused,) = Backend.prepare(model, "CPU", fuse=False).run(feeds)

@@ -1,6 +1,7 @@
 """A mixture of experts' products without their gathered weights (fusions.py's patterns): Gather(W,
 idx) -> MatMul, as transformers' "batched_mm" experts export (Mixtral, Qwen-MoE, OLMoE: the weights on
-the left; gpt-oss: on the right):
+the left; gpt-oss: on the right; the dynamo exporter writes the Gather as GatherND(W, idx[..., None])
+with batch_dims 0, the same rows):
 
     W (E, M, K) experts' weights, idx (S..) each slot's expert, x (S.., K, 1) each slot's input:
     y[s] = W[idx[s]] @ x[s]                                                       (S.., M, 1)
@@ -44,9 +45,11 @@ if TYPE_CHECKING:
 
 
 def check_gathered_matmul(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
-    """Why Gather -> MatMul is not a float product of gathered experts' weights ("" where it is)."""
+    """Why Gather (GatherND) -> MatMul is not a float product of gathered experts' weights ("" where it is)."""
     gather, mm = nodes
-    if int(_attr(gather, "axis", 0)) != 0:
+    if gather.op_type == "GatherND" and int(_attr(gather, "batch_dims", 0)) != 0:
+        return f"a GatherND of batch_dims {_attr(gather, 'batch_dims', 0)} (0: whole experts)"
+    if gather.op_type == "Gather" and int(_attr(gather, "axis", 0)) != 0:
         return f"a Gather along axis {_attr(gather, 'axis', 0)} (the experts' axis must be 0)"
     return float_product(rep, mm)
 
@@ -56,6 +59,11 @@ def run_gathered_matmul(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: C
     gather, mm = nodes
     x_name = mm.input[0] if right else mm.input[1]
     w, idx, x = lookup(gather.input[0]), lookup(gather.input[1]), lookup(x_name)
+    if gather.op_type == "GatherND":  # idx (S.., 1): whole experts along W's axis 0, Gather's rows
+        qs = tuple(_value_shape(idx))
+        if not qs or qs[-1] != 1:
+            raise FallbackNeeded(f"GatherND indices {qs} (their last dimension must be 1)")
+        idx = reshaped(ctx, idx, qs[:-1], stats) if len(qs) > 1 else idx
     dt = _value_dtype(w)
     if dt not in _FLOAT_OUT or _value_dtype(x) != dt or use_half(ctx, dt):
         raise FallbackNeeded(f"operands of {dt}, {_value_dtype(x)} (or half precision)")
@@ -84,5 +92,5 @@ def run_gathered_matmul(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: C
 
 
 def experts_patterns(pattern: Callable[..., Any]) -> list[Any]:
-    return [pattern("Gather+MatMul", ("Gather", "MatMul"), ((0, 1, k),), "GEMM", check_gathered_matmul,
-                    functools.partial(run_gathered_matmul, right=k == 1)) for k in (0, 1)]
+    return [pattern(f"{g}+MatMul", (g, "MatMul"), ((0, 1, k),), "GEMM", check_gathered_matmul,
+                    functools.partial(run_gathered_matmul, right=k == 1)) for g in ("Gather", "GatherND") for k in (0, 1)]
