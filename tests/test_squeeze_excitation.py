@@ -280,12 +280,17 @@ def _one_pass(monkeypatch):
     monkeypatch.setitem(kdml.default_device().caches, "compiled", {})  # (Backend.prepare's "CPU" device)
 
 
-def _block(rng, c, r, silu, gate, dt=np.float32, extra_output=False, shape=None):
-    """x -> GlobalAveragePool -> Conv -> Relu | SiLU -> Conv -> gate -> Mul(x, .) as ONNX, its weights."""
+def _block(rng, c, r, silu, gate, dt=np.float32, extra_output=False, shape=None, mean=None, axes=(2, 3)):
+    """x -> GlobalAveragePool -> Conv -> Relu | SiLU -> Conv -> gate -> Mul(x, .) as ONNX, its weights;
+    `mean`: the pool as the dynamo exporter writes it, ReduceMean(x, axes, keepdims) with the axes an
+    attribute ("attr", opset 17) or an input ("input", opset 18)."""
     w1 = (rng.standard_normal((r, c, 1, 1)) / np.sqrt(c)).astype(dt)
     w2 = (rng.standard_normal((c, r, 1, 1)) / np.sqrt(r)).astype(dt)
     b1, b2 = rng.standard_normal(r).astype(dt), rng.standard_normal(c).astype(dt)
-    nodes = [N("GlobalAveragePool", ["x"], ["m"]), N("Conv", ["m", "w1", "b1"], ["c1"])]
+    head = (N("GlobalAveragePool", ["x"], ["m"]) if mean is None else
+            N("ReduceMean", ["x"], ["m"], axes=list(axes), keepdims=1) if mean == "attr" else
+            N("ReduceMean", ["x", "axes"], ["m"], keepdims=1))
+    nodes = [head, N("Conv", ["m", "w1", "b1"], ["c1"])]
     if silu:
         nodes += [N("Sigmoid", ["c1"], ["s1"]), N("Mul", ["c1", "s1"], ["h"])]
     else:
@@ -296,8 +301,10 @@ def _block(rng, c, r, silu, gate, dt=np.float32, extra_output=False, shape=None)
     if extra_output:
         outs.append(helper.make_tensor_value_info("h", ELEM[dt], None))
     inits = [numpy_helper.from_array(v, k) for k, v in (("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2))]
+    if mean == "input":
+        inits.append(numpy_helper.from_array(np.array(axes, np.int64), "axes"))
     g = helper.make_graph(nodes, "se", [helper.make_tensor_value_info("x", ELEM[dt], shape)], outs, initializer=inits)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18 if mean == "input" else 17)], ir_version=10)
     return model, (w1.reshape(r, c), b1, w2.reshape(c, r), b2)
 
 
@@ -374,6 +381,32 @@ def test_many_positions_pool_first(rng, _one_pass):
     gate_ref, scale = reference(x, w1, b1, w2, b2, "swish", "sigmoid", np.float32)
     check(y, x.astype(np.float64) * gate_ref[:, :, None, None], np.abs(x.astype(np.float64)) * (scale[:, :, None, None] + 1),
           DT.FLOAT32)
+
+
+@pytest.mark.parametrize("mean", ["attr", "input"])
+@pytest.mark.parametrize("side", [5, 70], ids=["gate", "pool first"])
+def test_reduce_mean_head(rng, _one_pass, mean, side):
+    """The dynamo exporter's pool, ReduceMean over the spatial axes with keepdims: the same dispatches
+    as GlobalAveragePool's chain (one; past MEAN_ELEMENTS the pool, the gate and the Mul)."""
+    model, (w1, b1, w2, b2) = _block(rng, 12, 3, True, "Sigmoid", mean=mean, axes=(-2, -1) if mean == "input" else (2, 3))
+    x = rng.standard_normal((2, 12, side, side)).astype(np.float32)
+    rep = Backend.prepare(model, "CPU")
+    (y,) = rep.run({"x": x})
+    assert "ReduceMean+Conv+Sigmoid+Mul+Conv+Sigmoid" in rep.summary(), rep.summary()
+    assert rep.last_run.dispatches == (1 if side == 5 else 3)
+    gate_ref, scale = reference(x, w1, b1, w2, b2, "swish", "sigmoid", np.float32)
+    check(y, x.astype(np.float64) * gate_ref[:, :, None, None], np.abs(x.astype(np.float64)) * (scale[:, :, None, None] + 1),
+          DT.FLOAT32)
+
+
+def test_reduce_mean_of_other_axes_runs_node_by_node(rng, _one_pass):
+    model, _ = _block(rng, 12, 3, False, "HardSigmoid", mean="attr", axes=(3,), shape=["N", 12, 5, 5])
+    x = rng.standard_normal((2, 12, 5, 5)).astype(np.float32)
+    rep = Backend.prepare(model, "CPU")
+    (y,) = rep.run({"x": x})
+    assert "SQUEEZE_EXCITATION" not in rep.summary()
+    (want,) = Backend.prepare(model, "CPU", fuse=False).run({"x": x})
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
 
 
 def test_chains_left_node_by_node(rng, _one_pass):

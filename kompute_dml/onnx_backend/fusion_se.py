@@ -4,6 +4,10 @@ torch.onnx.export writes torchvision's MobileNetV3 and EfficientNet blocks:
     GlobalAveragePool(x) -> Conv 1x1 -> Relu -> Conv 1x1 -> HardSigmoid | Sigmoid
     GlobalAveragePool(x) -> Conv 1x1 -> Sigmoid -> Mul (SiLU) -> Conv 1x1 -> HardSigmoid | Sigmoid
 
+the pool also as the dynamo exporter (torch.onnx.export's default since torch 2.9) writes
+adaptive_avg_pool2d(x, 1): ReduceMean over every spatial axis with keepdims (a constant axes input or
+attribute; where the graph does not declare x's rank, its axes are checked at run time).
+
 The Convs: group 1, a constant (R, C, 1, 1) / (C, R, 1, 1) weight, stride 1, no padding, constant
 or absent biases; float32, and float16 up to F16_MAX_CHANNELS channels or past MEAN_ELEMENTS elements
 per image (below). The gate (N, C, 1, 1) is the chain's output. One dispatch instead of three (the pool, two Convs with
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
     from .rep import BackendRep
 
 _GATES = ("HardSigmoid", "Sigmoid")
+_HEADS = ("GlobalAveragePool", "ReduceMean")
 # Above this many input elements per image (channels x positions) the pool runs first as its own
 # dispatch (AVERAGE_POOLING: work groups over the channels) and the gate reads its means (one
 # position): the operator's work group sums all its image's elements itself. H100, device call 221
@@ -82,9 +87,36 @@ def _check_pointwise(rep: BackendRep, conv: onnx.NodeProto) -> str:
     return "" if dt is None or dt in _FLOAT_OUT else f"Conv of {dt}"
 
 
+def _mean_axes(node: onnx.NodeProto, constant: Callable[[str], Any]) -> list[int] | None:
+    """A ReduceMean's axes (attribute, or its input 1 through `constant`: None where not constant), [] for all."""
+    if len(node.input) > 1 and node.input[1]:
+        v = constant(node.input[1])
+        return None if v is None else [int(a) for a in np.asarray(v).reshape(-1)]
+    return [int(a) for a in _attr(node, "axes", [])]
+
+
+def _spatial_mean(axes: list[int] | None, rank: int) -> bool:
+    """The axes are every spatial axis (2 .. rank - 1) of a rank-`rank` x."""
+    return axes is not None and rank >= 3 and sorted({a % rank for a in axes}) == list(range(2, rank)) and \
+        all(-rank <= a < rank for a in axes)
+
+
+def _check_head(rep: BackendRep, head: onnx.NodeProto) -> str:
+    """Why the chain's first node is not a global average pool ("" where it is, or its rank is known at run)."""
+    if head.op_type == "GlobalAveragePool":
+        return ""
+    if int(_attr(head, "keepdims", 1)) != 1:
+        return "ReduceMean without keepdims"
+    axes = _mean_axes(head, lambda n: None if n in rep.input_names or n not in rep.constants else rep.constant_host(n))
+    if not axes:
+        return "ReduceMean's axes are not constant spatial axes"
+    dims = declared_shape(rep.declared_types.get(head.input[0]))
+    return "" if dims is None or _spatial_mean(axes, len(dims)) else f"ReduceMean over axes {axes} of a rank-{len(dims)} x"
+
+
 def check_se(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     convs = [n for n in nodes if n.op_type == "Conv"]
-    why = next((why for why in (_check_pointwise(rep, c) for c in convs) if why), "")
+    why = _check_head(rep, nodes[0]) or next((why for why in (_check_pointwise(rep, c) for c in convs) if why), "")
     if not why and rep._elem_dtype(nodes[0].input[0]) == np.float16 and rep.constants[convs[0].input[1]].dims[1] > F16_MAX_CHANNELS:
         elements = _elements_per_image(rep, nodes[0].input[0])
         if elements is None or elements <= MEAN_ELEMENTS:
@@ -137,11 +169,15 @@ def _run(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], 
     dt, shape = x.dtype, tuple(x.shape)
     if dt not in (np.float32, np.float16) or len(shape) not in (3, 4, 5):
         raise FallbackNeeded(f"a pool input of {dt} {shape}")
+    if pool.op_type == "ReduceMean" and not _spatial_mean(_mean_axes(pool, lambda n: ctx.host(lookup(n), stats)), len(shape)):
+        raise FallbackNeeded(f"ReduceMean's axes are not the spatial axes of x {shape}")
     why = _scale_fits(ctx.device.policy, shape[1], int(np.prod(shape[1:])), dt) if scaled else ""
     if why:
         raise FallbackNeeded(why)
     if int(np.prod(shape[1:])) > MEAN_ELEMENTS:
-        (x,) = POOL_HANDLERS["GlobalAveragePool"](ctx, pool, [x], stats)
+        head = pool if pool.op_type == "GlobalAveragePool" else \
+            onnx.helper.make_node("GlobalAveragePool", pool.input[:1], pool.output[:1], name=pool.name)  # (ReduceMean's)
+        (x,) = POOL_HANDLERS["GlobalAveragePool"](ctx, head, [x], stats)
     w1, b1 = _weight(ctx, lookup, stats, conv1, dt)
     w2, b2 = _weight(ctx, lookup, stats, conv2, dt)
     act1 = kdml.ActivationSwishDesc(None, None) if silu else fused_activation(ctx, nodes[2], [], stats, dt)
@@ -157,19 +193,22 @@ def _run(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], 
 def se_patterns(pattern: Callable[..., Any]) -> list[Any]:
     """The two block forms of the module docstring, each with either gate (and the SiLU's Mul reading
     the Sigmoid on either side); first each with the block's Mul(x, gate), the gate on either side."""
-    relu = ("GlobalAveragePool", "Conv", "Relu", "Conv")
-    silu = ("GlobalAveragePool", "Conv", "Sigmoid", "Mul", "Conv")
-    return [
-        *(pattern(f"GlobalAveragePool+Conv+Relu+Conv+{g}+Mul", (*relu, g, "Mul"),
-                  ((0, 1, 0), (1, 2, 0), (2, 3, 0), (3, 4, 0), (4, 5, j)), "SQUEEZE_EXCITATION", check_se_scaled,
-                  functools.partial(_run, silu=False, scaled=True)) for g in _GATES for j in (0, 1)),
-        *(pattern(f"GlobalAveragePool+Conv+Sigmoid+Mul+Conv+{g}+Mul", (*silu, g, "Mul"),
-                  ((0, 1, 0), (1, 2, 0), (1, 3, 1 - k), (2, 3, k), (3, 4, 0), (4, 5, 0), (5, 6, j)), "SQUEEZE_EXCITATION",
-                  check_se_scaled, functools.partial(_run, silu=True, scaled=True)) for g in _GATES for k in (0, 1) for j in (0, 1)),
-        *(pattern(f"GlobalAveragePool+Conv+Relu+Conv+{g}", ("GlobalAveragePool", "Conv", "Relu", "Conv", g),
-                  ((0, 1, 0), (1, 2, 0), (2, 3, 0), (3, 4, 0)), "SQUEEZE_EXCITATION", check_se,
-                  functools.partial(_run, silu=False)) for g in _GATES),
-        *(pattern(f"GlobalAveragePool+Conv+Sigmoid+Mul+Conv+{g}", ("GlobalAveragePool", "Conv", "Sigmoid", "Mul", "Conv", g),
-                  ((0, 1, 0), (1, 2, 0), (1, 3, 1 - k), (2, 3, k), (3, 4, 0), (4, 5, 0)), "SQUEEZE_EXCITATION", check_se,
-                  functools.partial(_run, silu=True)) for g in _GATES for k in (0, 1)),
-    ]
+    out = []
+    for h in _HEADS:
+        relu = (h, "Conv", "Relu", "Conv")
+        silu = (h, "Conv", "Sigmoid", "Mul", "Conv")
+        out += [
+            *(pattern(f"{h}+Conv+Relu+Conv+{g}+Mul", (*relu, g, "Mul"),
+                      ((0, 1, 0), (1, 2, 0), (2, 3, 0), (3, 4, 0), (4, 5, j)), "SQUEEZE_EXCITATION", check_se_scaled,
+                      functools.partial(_run, silu=False, scaled=True)) for g in _GATES for j in (0, 1)),
+            *(pattern(f"{h}+Conv+Sigmoid+Mul+Conv+{g}+Mul", (*silu, g, "Mul"),
+                      ((0, 1, 0), (1, 2, 0), (1, 3, 1 - k), (2, 3, k), (3, 4, 0), (4, 5, 0), (5, 6, j)),
+                      "SQUEEZE_EXCITATION", check_se_scaled, functools.partial(_run, silu=True, scaled=True))
+              for g in _GATES for k in (0, 1) for j in (0, 1)),
+            *(pattern(f"{h}+Conv+Relu+Conv+{g}", (*relu, g), ((0, 1, 0), (1, 2, 0), (2, 3, 0), (3, 4, 0)),
+                      "SQUEEZE_EXCITATION", check_se, functools.partial(_run, silu=False)) for g in _GATES),
+            *(pattern(f"{h}+Conv+Sigmoid+Mul+Conv+{g}", (*silu, g),
+                      ((0, 1, 0), (1, 2, 0), (1, 3, 1 - k), (2, 3, k), (3, 4, 0), (4, 5, 0)), "SQUEEZE_EXCITATION", check_se,
+                      functools.partial(_run, silu=True)) for g in _GATES for k in (0, 1)),
+        ]
+    return out
