@@ -20,6 +20,7 @@ from onnx import helper, numpy_helper  # noqa: E402
 import kompute_dml as kdml  # noqa: E402
 from kompute_dml.onnx_backend import Backend, fusion_match, fusions  # noqa: E402
 from kompute_dml.onnx_backend.fusion_bias_gelu import matmul_bias_gelu_patterns  # noqa: E402
+from kompute_dml.ops.gemm import keeps_speed_with_activation  # noqa: E402
 
 N = helper.make_node
 ELEM = {np.float32: T.FLOAT, np.float16: T.FLOAT16}
@@ -98,7 +99,10 @@ def test_one_gemm_with_the_two_dispatches_bits(rng, monkeypatch, dt, form):
     a.reshape(-1)[:2] = (np.inf, np.nan)
     rep = Backend.prepare(model, "CPU")
     (y,) = rep.run({"a": a})
-    assert rep.last_run.dispatches == 1, rep.summary()
+    # one GEMM with its GELU where the device's product kernel keeps its speed with it (lavapipe; on the
+    # H200 the float16 tensor cores run the product, then the GELU: the two dispatches' bits either way)
+    fused = keeps_speed_with_activation(kdml.default_device(), dt == np.float16, math.prod(a_shape[:-1]), M, K, 1)
+    assert rep.last_run.dispatches == (1 if fused else 2), rep.summary()
     assert "-> GEMM" in rep.summary() and ("Gelu" in rep.summary() or "Erf" in rep.summary() or "Tanh" in rep.summary())
     rep.state.node_by_node = True
     (eager,) = rep.run({"a": a})
