@@ -96,3 +96,20 @@ def test_other_products_run_node_by_node(rng, case):
         want = _reference(w, idx, x, right)
     tol = 1e-2 if case == "half precision" else 1e-5
     np.testing.assert_allclose(y.astype(np.float64), want, rtol=tol, atol=tol)
+
+
+def test_constant_indices(rng):
+    """The slots' experts a constant (the weights fed): uploaded once under its name, then seen as
+    the slots' column."""
+    experts, m, k, slots = 3, 5, 4, (2, 3)
+    w = rng.standard_normal((experts, m, k)).astype(np.float32)
+    idx = rng.integers(0, experts, size=slots).astype(np.int64)
+    x = rng.standard_normal((*slots, k, 1)).astype(np.float32)
+    model = _model(np.float32, w, slots, k, w_input=True)
+    model.graph.input.remove(next(i for i in model.graph.input if i.name == "idx"))
+    model.graph.initializer.append(numpy_helper.from_array(idx, "idx"))
+    rep = Backend.prepare(model, "CPU")
+    for _ in range(2):
+        (y,) = rep.run({"x": x, "w": w})
+        assert "Gather+MatMul x1 -> GEMM" in rep.summary() and not rep.last_run.events
+        np.testing.assert_allclose(y.astype(np.float64), _reference(w, idx, x), rtol=1e-5, atol=1e-5)

@@ -35,7 +35,6 @@ import kompute_dml as kdml
 
 from .graph import _attr, float_product
 from .half_precision import use_half
-from .handlers_math import _operands
 from .handlers_values import as_device, reshaped, strided
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
@@ -59,6 +58,9 @@ def run_gathered_matmul(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: C
     gather, mm = nodes
     x_name = mm.input[0] if right else mm.input[1]
     w, idx, x = lookup(gather.input[0]), lookup(gather.input[1]), lookup(x_name)
+    if 0 in _value_shape(idx):
+        raise FallbackNeeded("no slots")
+    idx = as_device(ctx, idx, stats, gather.input[1])  # (uploaded under its name as it is; views of it below)
     if gather.op_type == "GatherND":  # idx (S.., 1): whole experts along W's axis 0, Gather's rows
         qs = tuple(_value_shape(idx))
         if not qs or qs[-1] != 1:
@@ -84,9 +86,8 @@ def run_gathered_matmul(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: C
         rows = DeviceValue(ctx.out_tensor((s, e, m), dt), (s, e, m), np.dtype(dt))
         flat = reshaped(ctx, rows, (s, e * m), stats)
         kdml.gemm(xv.tensor, reshaped(ctx, wd, (e * m, k), stats).tensor, trans_b=True, out=flat.tensor, device=ctx.device)
-    (ti,) = _operands(ctx, gather, [reshaped(ctx, idx, (s, 1), stats)], stats, names=[gather.input[1]])
     out = ctx.out_tensor((s, m), dt)
-    kdml.gather_nd(rows.tensor, ti, 1, out=out, device=ctx.device)
+    kdml.gather_nd(rows.tensor, reshaped(ctx, idx, (s, 1), stats).tensor, 1, out=out, device=ctx.device)
     shape = (*qs, 1, m) if right else (*qs, m, 1)
     return [reshaped(ctx, DeviceValue(out, (s, m), np.dtype(dt)), shape, stats)]
 
