@@ -32,6 +32,7 @@ from unittest import mock
 import numpy as np
 
 import kompute_dml as kdml
+from kompute_dml.bench.cases import executions
 from kompute_dml.bench.gpu_peers import cuda_torch
 from kompute_dml.bench.timing import slopes
 from kompute_dml.ops import squeeze_excitation as se_op
@@ -62,19 +63,12 @@ def _contenders(dev: Any, dt: Any, n: int, c: int, r: int, side: int, rng: np.ra
     zd = TD(dt, x.shape)
     z = kdml.Tensor(dev.buffer(zd.byte_size), zd, 0)
 
-    def executions(op: Any, ins: list[Any], outs: list[Any]) -> Any:
-        def run(k: int) -> None:
-            with dev.record() as rec:
-                for _ in range(k):
-                    rec.execute(op, ins, outs)
-        return run
-
     ins = [tx, tw1, tb1, tw2, tb2]
     se = kdml.SqueezeExcitationDesc(tx.desc, tw1.desc, tb1.desc, tw2.desc, tb2.desc, yd, RELU, HSIG)
-    runs: dict[str, Any] = {"product": executions(dev.compile(se), ins, ys)}
+    runs: dict[str, Any] = {"product": executions(dev, dev.compile(se), ins, [ys])}
     for lg in lanes:  # the means on 2^lg invocations per channel, forced
         with mock.patch.dict(os.environ, {se_op.MEAN_LANES_ENV: str(lg)}):
-            runs[f"mp{lg}"] = executions(dev.compile(se), ins, ys)
+            runs[f"mp{lg}"] = executions(dev, dev.compile(se), ins, [ys])
     # the pool first, then the gate on the (n, c, 1) means; and the unfused chain
     md = TD(dt, (n, c, 1, 1))
     m = kdml.Tensor(dev.buffer(md.byte_size), md, 0)
@@ -106,7 +100,7 @@ def _contenders(dev: Any, dt: Any, n: int, c: int, r: int, side: int, rng: np.ra
     y4 = ys[0].reshape(n, c, 1, 1)
     gate_b = kdml.Tensor.trusted(y4.buffer, TD(dt, x.shape, (c, 1, 0, 0)), y4.offset)  # the gate broadcast
     product, mul = dev.compile(se), dev.compile(kdml.ElementWiseMultiplyDesc(tx.desc, gate_b.desc, zd))
-    runs["scaled"] = executions(dev.compile(dataclasses.replace(se, scaled_output_tensor=zd)), ins, [ys[0], z])
+    runs["scaled"] = executions(dev, dev.compile(dataclasses.replace(se, scaled_output_tensor=zd)), ins, [[ys[0], z]])
 
     def se_mul(k: int) -> None:
         with dev.record() as rec:
@@ -121,7 +115,7 @@ def _contenders(dev: Any, dt: Any, n: int, c: int, r: int, side: int, rng: np.ra
         for name, variant in variants:
             op = dev.compile(se)
             op.plans[0] = dataclasses.replace(op.plans[0], variant=variant)
-            runs[name] = executions(op, ins, ys)
+            runs[name] = executions(dev, op, ins, [ys])
     if torch is not None:
         f = torch.nn.functional
         cx, cw1t, cb1t, cw2t, cb2t = (torch.from_numpy(a).cuda() for a in (x, w1.reshape(r, c, 1, 1), b1,

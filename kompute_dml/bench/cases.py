@@ -78,11 +78,13 @@ def recorded(dev: Any, op: Any, ins: list[Any], outs: list[Any]) -> Make:
 
 def executions(dev: Any, op: Any, ins: list[Any], outs: list[Any]) -> Callable[[int], None]:
     """run(n): n executions of `op` in one `dev.record()`, execution i writing outs[i % len(outs)]
-    (timing.slopes' form of a contender)."""
+    (a tensor, or a list: every output binding of an operator with several) (timing.slopes' form
+    of a contender)."""
     def run(n: int) -> None:
         with dev.record() as rec:
             for i in range(n):
-                rec.execute(op, ins, [outs[i % len(outs)]])
+                o = outs[i % len(outs)]
+                rec.execute(op, ins, o if isinstance(o, list) else [o])
     return run
 
 

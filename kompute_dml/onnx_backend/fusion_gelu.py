@@ -48,17 +48,16 @@ def _near(rep: BackendRep, name: str, want: float) -> bool:
     return abs(v - own) <= 1e-6 * want
 
 
-def _x_and_half(rep: BackendRep, nodes: list[onnx.NodeProto]) -> tuple[onnx.NodeProto, onnx.NodeProto]:
-    """The chain's Mul by x and its Mul by 0.5, in either order (the 0.5 first: the dynamo exporter's)."""
+def _outside(nodes: list[onnx.NodeProto]) -> tuple[str, str]:
+    """The two operands the chain's last two Muls read from outside it: x and the 0.5, in either
+    order (the 0.5 first: the dynamo exporter's)."""
     add, first, last = nodes[2], nodes[3], nodes[4]
-    half_first = constant_float(rep, other_input(first, add.output[0])) == 0.5
-    return (last, first) if half_first else (first, last)
+    return other_input(first, add.output[0]), other_input(last, first.output[0])
 
 
 def check_gelu(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
     """Why the chain is not x * 0.5 * (1 + erf(x / sqrt 2)) ("" where it is)."""
     head, erf, add = nodes[:3]
-    mul_x, mul_half = _x_and_half(rep, nodes)
     x = head.input[0]
     if head.op_type == "Mul" and not _near(rep, head.input[1], math.sqrt(0.5)):  # Mul(c, x): x is its input 1
         x = head.input[1]
@@ -70,10 +69,10 @@ def check_gelu(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
         return "Mul's factor is not 1 / sqrt 2"
     if constant_float(rep, other_input(add, erf.output[0])) != 1.0:
         return "Add's constant is not 1"
-    first = nodes[3]
-    if other_input(mul_x, first.output[0] if mul_x is not first else add.output[0]) != x:
+    a, b = _outside(nodes)
+    if x not in (a, b):
         return "the Mul does not read the head's x"
-    if constant_float(rep, other_input(mul_half, first.output[0] if mul_half is not first else add.output[0])) != 0.5:
+    if constant_float(rep, b if a == x else a) != 0.5:
         return "the Mul's constant is not 0.5"
     return ""
 
@@ -89,11 +88,9 @@ def run_gelu(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[st
 
 
 def gelu_x(nodes: list[onnx.NodeProto]) -> str:
-    """The exact chain's x (the chain as matched, its products in either order): the operand of the
-    Mul by x from outside the chain, which the head reads too (the 0.5 is no input of the head)."""
-    head, add, first, last = nodes[0], nodes[2], nodes[3], nodes[4]
-    a = other_input(first, add.output[0])
-    return a if a in head.input else other_input(last, first.output[0])
+    """The exact chain's x (the chain as matched): of `_outside`'s two, the one the head reads too."""
+    a, b = _outside(nodes)
+    return a if a in nodes[0].input else b
 
 
 def _tanh_constants(dt: np.dtype) -> tuple[float, float]:
