@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 FOLD = OperatorSupport("FOLD", 176, (
     row(FL.FL_6_4, ("input_tensor", "input", (3, 8), FLOATS), ("output_tensor", "output", (3, 8), FLOATS)),))
-MAX_SPATIAL = 3  # kompute_dml's shader (contract.FOLD_PUSH)
+MAX_SPATIAL = 3  # kompute_dml's shader (contract.vision.FOLD_PUSH)
 _ARRAYS = ("window_sizes", "strides", "dilations", "start_padding", "end_padding")
 
 
@@ -133,7 +133,7 @@ def compile_fold(device: Device, desc: FoldDesc) -> CompiledOperator:
     def three(v: Sequence[int], fill: int) -> list[int]:
         return [fill] * pad3 + list(v)
 
-    fam = contract.FOLD
+    fam = contract.vision.FOLD
     unit = x.data_type.size
     total = y.element_count
     push = fam.pack(x_off=0, y_off=0, total=total, c=c, k=k, xs=list(xs), ys=[ys[0], ys[1], *three(ys[2:], 0)],
@@ -184,5 +184,5 @@ def _example() -> FoldDesc:
     return FoldDesc(TensorDesc(f32, (1, 9, 4)), TensorDesc(f32, (1, 1, 4, 4)), (3, 3), (1, 1), (1, 1), (0, 0), (0, 0))
 
 
-SPECS = (OperatorSpec(FoldDesc, FOLD, compile_fold, (contract.FOLD,), helpers=("fold",),
+SPECS = (OperatorSpec(FoldDesc, FOLD, compile_fold, (contract.vision.FOLD,), helpers=("fold",),
                       onnx=(OnnxOp("Col2Im", "", "fold", check=float_input),), example=_example),)

@@ -28,6 +28,7 @@ library only (setup.py's build step), so it imports nothing from kompute_dml.
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 from . import check
@@ -207,7 +208,7 @@ from .fill_pad import FILL, FILL_PUSH, FILL_SEQ, PAD, PAD_PUSH, PAD_RANK  # noqa
 from .indexing import INDEX_FAMILIES  # noqa: E402, F401  (GATHER_ND(1), SCATTER(_ND), ONE_HOT)
 from .quant import CONV_INT, CONV_INT_PUSH, QCONV, QCONV_PUSH, QCONV_REDUCE, QCONV_SPLIT, QCONV_TILED, QUANT, QUANT_RT  # noqa: E402, F401
 from .top_k import TOPK, TOPK_PUSH, TOPK_RANK, TOPK_TILE  # noqa: E402, F401
-from .vision import FOLD, FOLD_PUSH, LRN, LRN_PUSH, RESAMPLE, RESAMPLE_PUSH  # noqa: E402, F401
+from .vision import LRN, LRN_PUSH, RESAMPLE, RESAMPLE_PUSH  # noqa: E402, F401
 
 # ---- CAST (ops/cast.py, shaders/cast.comp): the element-wise block and plans, a variant per
 # (input type, output type) of the 8- to 64-bit types (64-bit integers as word pairs)
@@ -371,18 +372,27 @@ POOL_Q8 = family("pool_q8", "pooling.comp", "pool_max_{t}{k}", POOL_PUSH, (256, 
 POOL_LP = family("pool_lp", "pooling.comp", "pool_lp_{t}{k}", POOL_PUSH, (256, 1, 1), t=("f32", "f16"), k=("", "_group"),
                  defines=lambda t, k: {"MAX": 0, "LP": 1, "F16": int(t == "f16"), "GROUP": int(k != "")})
 
-def _declared(names: dict[str, object]) -> tuple[ShaderFamily, ...]:
-    """Every family bound here (alone or in a dict / tuple: FLOAT_UNARY, MHA_BLOCKED, INDEX_FAMILIES),
-    once, in binding order: declared here or imported from its submodule, a family is built."""
+def _submodules() -> list[dict[str, object]]:
+    """The namespaces of this package's other modules, each imported by its file name: a family
+    declared in a module of its own here is found without a line in this file (an operator module
+    reads it as `contract.<module>.<NAME>`)."""
+    names = sorted(p.stem for p in Path(__file__).parent.glob("*.py") if p.stem not in ("__init__", "core", "check"))
+    return [vars(importlib.import_module(f"{__name__}.{n}")) for n in names]
+
+
+def _declared(*namespaces: dict[str, object]) -> tuple[ShaderFamily, ...]:
+    """Every family bound in `namespaces` (alone or in a dict / tuple: FLOAT_UNARY, MHA_BLOCKED,
+    INDEX_FAMILIES), once, in binding order: declared here or in a submodule, a family is built."""
     found: dict[int, ShaderFamily] = {}
-    for v in names.values():
-        for f in v.values() if isinstance(v, dict) else v if isinstance(v, tuple) else (v,):
-            if isinstance(f, ShaderFamily):
-                found.setdefault(id(f), f)
+    for names in namespaces:
+        for v in names.values():
+            for f in v.values() if isinstance(v, dict) else v if isinstance(v, tuple) else (v,):
+                if isinstance(f, ShaderFamily):
+                    found.setdefault(id(f), f)
     return tuple(found.values())
 
 
-FAMILIES: tuple[ShaderFamily, ...] = _declared(dict(globals()))
+FAMILIES: tuple[ShaderFamily, ...] = _declared(dict(globals()), *_submodules())
 
 
 def by_variant(families: tuple[ShaderFamily, ...] = FAMILIES) -> dict[str, ShaderFamily]:

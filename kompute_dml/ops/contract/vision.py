@@ -1,6 +1,7 @@
-"""The convolutional networks' families of the contract beside convolution and pooling
-(kompute_dml/ops/contract/__init__.py re-exports them): shaders/resample.comp (ops/resample.py),
-shaders/lrn.comp (ops/local_response_normalization.py), shaders/fold.comp (ops/fold.py).
+"""The convolutional networks' families of the contract beside convolution and pooling:
+shaders/resample.comp (ops/resample.py), shaders/lrn.comp (ops/local_response_normalization.py),
+both re-exported by kompute_dml/ops/contract/__init__.py, and shaders/fold.comp (ops/fold.py, which
+reads `contract.vision.FOLD`: the package finds every module's families, no re-export needed).
 Imports nothing from kompute_dml (the build loads the contract package by path)."""
 
 from __future__ import annotations
