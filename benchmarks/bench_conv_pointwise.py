@@ -35,7 +35,7 @@ ROWS = [(1, 16, 72, 56, None), (1, 24, 88, 28, None), (1, 40, 240, 14, HARD_SWIS
         (1, 64, 256, 56, RELU), (1, 1024, 256, 14, RELU), (8, 256, 64, 56, RELU), (8, 1024, 256, 14, RELU),
         (8, 512, 2048, 7, None), (1, 16, 96, 112, SWISH), (1, 16, 96, 112, None), (8, 16, 96, 112, SWISH),
         (8, 16, 96, 112, None), (8, 24, 144, 56, SWISH), (8, 40, 240, 28, SWISH), (8, 80, 480, 14, SWISH)]
-KERNELS = {False: (None, "tiled", "lanes", "gemm"), True: (None, "tiled", "coopmat", "gemm", "gemm-tiled")}
+KERNELS = {False: (None, "tiled", "lanes", "gemm", "gemm-tiled", "gemm-stream"), True: (None, "tiled", "coopmat", "gemm", "gemm-tiled")}
 
 
 def run_pointwise(args: Any) -> None:
@@ -82,14 +82,16 @@ def run_pointwise(args: Any) -> None:
 
 
 def _compiled(dev: Any, desc: Any, kernel: str | None) -> Any:
-    """compile_convolution's op on `kernel`; "gemm-tiled": GEMM's kernels with GEMM's tiled family forced."""
-    if kernel != "gemm-tiled":
+    """compile_convolution's op on `kernel`; "gemm-tiled" / "gemm-stream": GEMM's kernels with GEMM's tiled family
+    or its streaming kernel (ops/gemm_stream.py, where the layer's layout allows it) forced."""
+    if kernel not in ("gemm-tiled", "gemm-stream"):
         return compile_convolution(dev, desc, kernel=kernel)
     from unittest import mock
 
     from kompute_dml.ops import conv_pointwise, gemm
 
-    with mock.patch.object(conv_pointwise, "compile_gemm", functools.partial(gemm.compile_gemm, kernel="tiled")):
+    forced = functools.partial(gemm.compile_gemm, kernel=kernel[5:])
+    with mock.patch.object(conv_pointwise, "compile_gemm", forced):
         return compile_convolution(dev, desc, kernel="gemm")
 
 

@@ -41,7 +41,7 @@ from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..runtime import DispatchPlan, TransferPlan
-from . import contract, gemm_split
+from . import contract, gemm_split, gemm_stream
 from .act_table import act_table, gemm_bindings, uses_table
 from .base import CompiledOperator, validate_tensors
 from .conv_fused import ACT_NONE, fused_words
@@ -219,11 +219,12 @@ def keeps_speed_with_activation(device: Device, float16: bool, m: int, n: int, k
     return gemm_block(device.policy.gemm_tiles, float16, True, m, n, nmat, k) in device.policy.gemm_act_blocks  # (square)
 
 
-def _plan(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, beta: float, variant: str, total: int,
-          flags: int, spec: tuple[int, ...] = (), act: tuple[int, ...] = (ACT_NONE, 0, 0)) -> DispatchPlan:
-    """The dispatch of either family (both read GEMM_PUSH): `total` work groups, `flags` beyond HAS_C,
-    `act` the fused activation's words (conv_fused.fused_words): its kind the ACT variants' last
-    specialization constant, its parameters in the push block."""
+def gemm_dispatch(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, beta: float, variant: str, total: int,
+                  flags: int, spec: tuple[int, ...] = (), act: tuple[int, ...] = (ACT_NONE, 0, 0),
+                  grid: tuple[int, int, int] | None = None) -> DispatchPlan:
+    """The dispatch of a family reading GEMM_PUSH: `total` work groups folded into the grid (or `grid` as
+    given: gemm_stream's), `flags` beyond HAS_C, `act` the fused activation's words (conv_fused.fused_words):
+    its kind the ACT variants' last specialization constant, its parameters in the push block."""
     flags |= contract.GEMM_F_HAS_C if desc.c_tensor is not None else 0
     if act[0] != ACT_NONE:
         spec = (*spec, act[0])
@@ -240,7 +241,7 @@ def _plan(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, beta: 
         variant=variant,
         bindings=gemm_bindings(desc.a_tensor.data_type, act),
         push=fam.pack(**values),
-        groups=gemm_grid(total, device.limits["max_compute_work_group_count"]),
+        groups=grid or gemm_grid(total, device.limits["max_compute_work_group_count"]),
         writes=(3,),
         offset_slots=fam.slots(a_off=(0, size), b_off=(1, size), c_off=(2, size), o_off=(3, size)),
         spec=spec,
@@ -260,7 +261,7 @@ def plan_gemm(device: Device, desc: GemmDesc, shape: GemmShape, alpha: float, be
         raise UnsupportedError(f"a_tensor.sizes: {total} tiles of {tm} x {tn} exceed the shader's 31-bit count")
     flags = staging_flags(shape.m, shape.n, shape.k, shape.a_st, shape.b_st)
     variant = contract.GEMM.name(t="f16" if dt == DataType.FLOAT16 else "f32", blk=blk, act=act_suffix(act))
-    return _plan(device, desc, shape, alpha, beta, variant, total, flags, act=act)
+    return gemm_dispatch(device, desc, shape, alpha, beta, variant, total, flags, act=act)
 
 
 def staging_flags(m: int, n: int, k: int, a_st: tuple[int, ...], b_st: tuple[int, ...]) -> int:
@@ -282,7 +283,8 @@ def act_suffix(act: tuple[int, ...]) -> str:
 def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
                  config: CoopTile | None = None, square: bool = False) -> CompiledOperator:
     """GEMM on the family the device policy chooses (DevicePolicy.gemm_family_for): forced by
-    `kernel` or KDML_GEMM_KERNEL ("tiled", "coopmat", "coopmat-emulated"); `config`: a forced tile of
+    `kernel` or KDML_GEMM_KERNEL ("tiled", "stream", "coopmat", "coopmat-emulated"; FLOAT32 products the tiled
+    family takes run on gemm_stream.py's kernel where its rule or "stream" says so); `config`: a forced tile of
     the cooperative-matrix families (tests, benchmarks); `square`: the tiled kernel's square blocks only."""
     validate_tensors(SUPPORT, device.feature_level, desc, SUPPORT.fields, SUPPORT.outputs)
     act = tuple(fused_words(device, desc.fused_activation, "GEMM", gelu=True))
@@ -295,10 +297,12 @@ def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
     def plans_for(d: GemmDesc) -> list[DispatchPlan | TransferPlan]:
         sh = check_gemm(d)[0]
         family = device.policy.gemm_family_for(dt == DataType.FLOAT16, sh.m, sh.n, sh.k, kernel)
-        coop = plan_gemm_coop(device, dt, sh, family, config, act_suffix(act)) if family != "tiled" else None
+        coop = plan_gemm_coop(device, dt, sh, family, config, act_suffix(act)) if family not in ("tiled", "stream") else None
         if coop is not None:
-            return [_plan(device, d, sh, alpha, beta, coop.variant, coop.groups, coop.flags, coop.spec, act)]
-        return [plan_gemm(device, d, sh, alpha, beta, act, square)]
+            return [gemm_dispatch(device, d, sh, alpha, beta, coop.variant, coop.groups, coop.flags, coop.spec, act)]
+        tiled_forced = (kernel or device.policy.gemm_kernel) == "tiled"  # (the streaming kernel's A / B baseline)
+        stream = None if tiled_forced else gemm_stream.plan_stream(device, d, sh, alpha, beta, act, family == "stream")
+        return [stream or plan_gemm(device, d, sh, alpha, beta, act, square)]
 
     def table() -> list[Any]:  # the constant at TABLE_ENTRY where the plans read it
         return [act_table(device, desc.fused_activation, act)] if uses_table(dt, act) else []
@@ -359,7 +363,7 @@ def rnn_rule(op_type: str) -> Any:
 
 
 SPECS = (OperatorSpec(GemmDesc, SUPPORT, compile_gemm, (contract.GEMM, contract.GEMM_SPLIT, contract.GEMM_REDUCE,
-                                                       contract.GEMM_COOP), helpers=("gemm", "matmul"),
+                                                       contract.GEMM_COOP, contract.gemm_stream.GEMM_STREAM), helpers=("gemm", "matmul"),
                       onnx=(OnnxOp("MatMul", "", "matmul", check=float_input), OnnxOp("Gemm", "", "gemm", check=float_input),
                             OnnxOp("FusedMatMul", "com.microsoft", "gemm", check=float_input),
                             OnnxOp("Einsum", "", "matmul", check=float_input),

@@ -21,7 +21,7 @@ import os
 from typing import Any
 
 GEMM_KERNEL_ENV = "KDML_GEMM_KERNEL"
-GEMM_KERNELS = ("tiled", "coopmat", "coopmat-emulated")
+GEMM_KERNELS = ("tiled", "stream", "coopmat", "coopmat-emulated")  # stream: ops/gemm_stream.py where it fits (tiled: never)
 # What the coopmat kernels need: the capabilities their SPIR-V declares, and the f16 x f16 -> f32 16x16x16
 # subgroup shape (as VkCooperativeMatrixPropertiesKHR lists it, like matmul_coop.S8_SHAPE: M, N, K,
 # A, B, C, result (VkComponentTypeKHR FLOAT16 = 0, FLOAT32 = 1); scope (subgroup = 3) at index 8).
@@ -31,6 +31,9 @@ SCOPE_SUBGROUP = 3
 # M, N and K from which an automatic FLOAT16 GEMM takes "coopmat" (one 16 x 16 x 16 fragment each;
 # below it the tiled kernel wastes less). Not measured yet: benchmarks/bench_gemm.py times both.
 GEMM_COOP_MIN = 16
+# FLOAT32 products the tiled family takes that run on ops/gemm_stream.py's kernel (GPUs; 0: none): (at most
+# this many terms K, at least this many output columns N x matrices). Not measured yet.
+GEMM_STREAM = (192, 8192)
 
 CONV_KERNEL_ENV = "KDML_CONV_KERNEL"
 CONV_KERNELS = ("tiled", "direct", "lanes", "coopmat", "coopmat-emulated", "gemm")

@@ -33,6 +33,7 @@ from .coop_policy import (  # noqa: F401 (re-exported: the float16 cooperative-m
     GEMM_COOP_MIN,
     GEMM_KERNEL_ENV,
     GEMM_KERNELS,
+    GEMM_STREAM,
     SCOPE_SUBGROUP,
     choose_conv_kernel,
     choose_gemm_family,
@@ -187,6 +188,7 @@ class DevicePolicy:
     # CONVOLUTION's half-precision FORWARD family: "coopmat" where GEMM's is (KDML_CONV_KERNEL forces a kernel)
     conv_family: str = "tiled"
     conv_pointwise_gemm: bool = False  # 1 x 1 convolutions on GEMM's kernels (ops/conv_pointwise.py; GPUs)
+    gemm_stream: tuple[int, int] = (0, 0)  # see GEMM_STREAM
     # DYNAMIC_QUANTIZE_LINEAR's (elements per min / max group, 16-byte loads per quantizing
     # invocation): ops/dynamic_quantize.py, DQL_GEOMETRY
     dql_geometry: tuple[int, int] = DQL_GEOMETRY["cpu"]
@@ -291,7 +293,7 @@ class DevicePolicy:
             "plan_flush_compiling": self.plan_flush_compiling,
             "gemm_tiles": self.gemm_tiles,
             "gemm_family": self.gemm_family,
-            "conv_family": self.conv_family, "conv_pointwise_gemm": self.conv_pointwise_gemm,
+            "conv_family": self.conv_family, "conv_pointwise_gemm": self.conv_pointwise_gemm, "gemm_stream": self.gemm_stream,
             "weights": self.weights, "coop_sums": self.coop_sums, "dql_geometry": self.dql_geometry,
             "gemv_max_m": self.gemv_max_m, "gemv_k_contiguous": self.gemv_k_contiguous,
             "gemm_kernel": self.gemm_kernel, "attention_kernel": self.attention_kernel,
@@ -335,7 +337,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
             weights="columns" if family == "coopmat" else "rows",
             gemv_max_m=GEMV_COOP_MAX_M if family == "coopmat" else GEMV_MAX_M, gemv_k_contiguous=family != "coopmat",
             attention_kernel="coopmat" if coop_family(capabilities, coop_shapes) == "coopmat" else "blocked",
-            conv_pointwise_gemm=True, dql_geometry=DQL_GEOMETRY["gpu"],
+            conv_pointwise_gemm=True, dql_geometry=DQL_GEOMETRY["gpu"], gemm_stream=GEMM_STREAM,
         )
     if "integer_dot_product" in capabilities:
         policy = replace(policy, coop_sums="dot")
