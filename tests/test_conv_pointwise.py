@@ -133,7 +133,8 @@ def test_policy_picks_gemm_for_float16_pointwise_within_its_bounds(monkeypatch, 
 def test_pointwise_keeps_square_blocks_where_gemm_takes_8x4(dev, monkeypatch):
     """GEMM's 8 x 4 block (ops/gemm_blocks.py) is not measured on convolutions: under the GPUs' tile rule a
     1 x 1 layer of many 128 x 64 tiles stays on 64 x 64, where GEMM's own product of that shape takes 8 x 4."""
-    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, gemm_tiles="parallel", gemm_family="tiled"))
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, gemm_tiles="parallel", gemm_family="tiled",
+                                                                  gemm_stream=(0, 0)))  # (the tiled kernel's blocks)
     monkeypatch.setitem(dev.caches, "compiled", {})
     n, cin, cout, hw = 8, 64, 256, (56, 56)
     xd, wd, yd = TD(DT.FLOAT32, (n, cin, *hw)), TD(DT.FLOAT32, (cout, cin, 1, 1)), TD(DT.FLOAT32, (n, cout, *hw))

@@ -136,17 +136,20 @@ def test_other_forms_run_on_the_tiled_kernel(dev, rng, monkeypatch, form):
     out = kdml.Tensor(dev.buffer(od.byte_size), od, 0)
     op = dev.compile(kdml.GemmDesc(ta.desc, tbt.desc, None, od, 0, int(tb)))
     op.execute([ta, tbt, None], [out])
-    assert op.variants[0].startswith("gemm_"), op.variants
+    assert op.variants[0].startswith(("gemm_", "gemms_")), op.variants  # (split-K on GPUs)
     want = a.astype(np.float64) @ (b.T if tb else b).astype(np.float64)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-2 if dt == DT.FLOAT16 else 1e-5, atol=1e-2)
 
 
 def test_the_policys_rule(dev, monkeypatch):
-    """(at most K terms, at least N x matrices columns): inside it the kernel, outside the tiled one."""
+    """(at most K terms, at least N columns per matrix), no fused activation: inside it the kernel, outside the
+    tiled one."""
     forced(monkeypatch, dev, "auto", rule=(32, 64))
-    for (batch, k, n), want in [(((2,), 32, 32), "gemmn_"), (((2,), 33, 32), "gemm_"), (((1,), 32, 60), "gemm_")]:
-        d = kdml.GemmDesc(TD(F32, (*batch, 8, k)), TD(F32, (*batch, k, n)), None, TD(F32, (*batch, 8, n)))
-        assert dev.compile(d).variants[0].startswith(want), (batch, k, n)
+    relu = kdml.ActivationReluDesc(None, None)
+    for (k, n, act), want in [((32, 64, None), "gemmn_"), ((33, 64, None), "gemm_"), ((32, 60, None), "gemm_"),
+                              ((32, 64, relu), "gemm_")]:
+        d = kdml.GemmDesc(TD(F32, (2, 8, k)), TD(F32, (2, k, n)), None, TD(F32, (2, 8, n)), fused_activation=act)
+        assert dev.compile(d).variants[0].startswith(want), (k, n, act)
     forced(monkeypatch, dev, "auto", rule=(0, 0))
     assert dev.compile(kdml.GemmDesc(TD(F32, (8, 4)), TD(F32, (4, 64)), None, TD(F32, (8, 64)))).variants[0].startswith("gemm_")
 

@@ -393,8 +393,7 @@ EXPORTS = {"ConvolutionMode": ConvolutionMode, "ConvolutionDirection": Convoluti
 SPECS = (OperatorSpec(
     ConvolutionDesc, CONVOLUTION, compile_convolution,
     (contract.CONV, contract.CONV_DIRECT, contract.CONV_SPLIT, contract.CONV_REDUCE, contract.CONV_LANES, contract.CONV_COOP,
-     # the pointwise case: conv_pointwise.py
-     contract.GEMM, contract.GEMM_SPLIT, contract.GEMM_REDUCE, contract.GEMM_COOP, contract.gemm_stream.GEMM_STREAM),
+     contract.GEMM, contract.GEMM_SPLIT, contract.GEMM_REDUCE, contract.GEMM_COOP, contract.gemm_stream.GEMM_STREAM),  # (1 x 1)
     helpers=("conv", "conv_transpose"), ahead=plans_ahead, flags=("allow_half_precision",),
     onnx=(OnnxOp("Conv", "", "conv", check=float_input), OnnxOp("ConvTranspose", "", "conv_transpose", check=float_input)),
     example=lambda: ConvolutionDesc(TensorDesc(_F32, (1, 4, 5, 5)), TensorDesc(_F32, (6, 4, 3, 3)),

@@ -27,6 +27,7 @@ field), then a non-overlapping output and 32-bit element addressing.
 from __future__ import annotations
 
 import dataclasses
+import math
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
@@ -301,8 +302,10 @@ def compile_gemm(device: Device, desc: GemmDesc, kernel: str | None = None,
         if coop is not None:
             return [gemm_dispatch(device, d, sh, alpha, beta, coop.variant, coop.groups, coop.flags, coop.spec, act)]
         tiled_forced = (kernel or device.policy.gemm_kernel) == "tiled"  # (the streaming kernel's A / B baseline)
-        stream = None if tiled_forced else gemm_stream.plan_stream(device, d, sh, alpha, beta, act, family == "stream")
-        return [stream or plan_gemm(device, d, sh, alpha, beta, act, square)]
+        stream = None if tiled_forced else gemm_stream.stream_dispatch(device, dt, sh, act, family == "stream")
+        if stream is not None:
+            return [gemm_dispatch(device, d, sh, alpha, beta, stream[0], math.prod(stream[1]), 0, act=act, grid=stream[1])]
+        return [plan_gemm(device, d, sh, alpha, beta, act, square)]
 
     def table() -> list[Any]:  # the constant at TABLE_ENTRY where the plans read it
         return [act_table(device, desc.fused_activation, act)] if uses_table(dt, act) else []

@@ -9,7 +9,8 @@ rows (K <= contract.gemm_stream.STREAM_MAX_K) in shared memory, and reads B's ro
 output 16 bytes per invocation. The arithmetic is the tiled kernel's (the same bits where K is a
 multiple of its 16-term stage: each output's terms by fma in ascending k, alpha, beta * C, the
 FusedActivation), so the choice between them is speed alone: the device policy's
-`gemm_stream` (runtime/coop_policy.GEMM_STREAM: at most K terms, at least N x matrices columns),
+`gemm_stream` (runtime/coop_policy.GEMM_STREAM: products without a fused activation, at most K terms,
+at least N columns per matrix),
 or forced with GEMM's kernel "stream" (KDML_GEMM_KERNEL=stream), where the layout allows it.
 """
 
@@ -19,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.dtypes import DataType
 from ..core.ints import cdiv
-from ..runtime import DispatchPlan
 from . import contract
+from .conv_fused import ACT_NONE
 
 if TYPE_CHECKING:
     from ..device.device import Device
@@ -39,17 +40,15 @@ def stream_fits(dt: DataType, sh: Any, limits: dict[str, Any]) -> bool:
             and cdiv(sh.n // 4, LOCAL) <= gx and cdiv(sh.m, fam.STREAM_ROWS) <= gy and sh.nb * sh.nc <= gz)
 
 
-def plan_stream(device: Device, desc: Any, sh: Any, alpha: float, beta: float, act: tuple[int, ...],
-                forced: bool = False) -> DispatchPlan | None:
-    """The kernel's dispatch where it fits and the policy's rule (or `forced`) takes the product, else None."""
-    max_k, min_columns = device.policy.gemm_stream
-    dt = desc.a_tensor.data_type
+def stream_dispatch(device: Device, dt: DataType, sh: Any, act: tuple[int, ...],
+                    forced: bool = False) -> tuple[str, tuple[int, int, int]] | None:
+    """The kernel's (variant, grid) where it fits and the policy's rule (or `forced`) takes the product, else
+    None. The rule (runtime/coop_policy.GEMM_STREAM): no fused activation, at most K terms, at least N columns
+    per matrix (a work group's 1024)."""
+    max_k, min_n = device.policy.gemm_stream
     if not stream_fits(dt, sh, device.limits):
         return None
-    if not forced and not (sh.k <= max_k and sh.n * sh.nb * sh.nc >= min_columns):
+    if not forced and not (act[0] == ACT_NONE and sh.k <= max_k and sh.n >= min_n):
         return None
-    from .gemm import act_suffix, gemm_dispatch  # (gemm imports this module)
-
     grid = (cdiv(sh.n // 4, LOCAL), cdiv(sh.m, contract.gemm_stream.STREAM_ROWS), sh.nb * sh.nc)
-    variant = contract.gemm_stream.GEMM_STREAM.name(act=act_suffix(act))
-    return gemm_dispatch(device, desc, sh, alpha, beta, variant, grid[0] * grid[1] * grid[2], 0, act=act, grid=grid)
+    return contract.gemm_stream.GEMM_STREAM.name(act="" if act[0] == ACT_NONE else "a"), grid

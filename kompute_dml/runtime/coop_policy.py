@@ -31,9 +31,13 @@ SCOPE_SUBGROUP = 3
 # M, N and K from which an automatic FLOAT16 GEMM takes "coopmat" (one 16 x 16 x 16 fragment each;
 # below it the tiled kernel wastes less). Not measured yet: benchmarks/bench_gemm.py times both.
 GEMM_COOP_MIN = 16
-# FLOAT32 products the tiled family takes that run on ops/gemm_stream.py's kernel (GPUs; 0: none): (at most
-# this many terms K, at least this many output columns N x matrices). Not measured yet.
-GEMM_STREAM = (192, 8192)
+# FLOAT32 products the tiled family takes that run on ops/gemm_stream.py's kernel (GPUs; 0: none): those without
+# a fused activation of at most this many terms K and at least this many columns N per matrix. H200, device call
+# 316 (`python -m benchmarks.bench_conv --pointwise --rounds 3`, us, GEMM's tiled kernel / the streaming one):
+# 8x16->96 at 112 x 112 29.6 / 21.0, 8x16->72 at 56 x 56 8.8 / 7.0, but 8x256->64 at 56 x 56 with ReLU 31.5 / 40.3,
+# 8x80->480 at 14 x 14 with SiLU 12.2 / 20.2 (196 columns: 49 invocations of a group busy); with SiLU fused,
+# EfficientNet-B0's 8 x 224 layers on it took 124 us against the tiled kernel's 105 (`encoder_profile`).
+GEMM_STREAM = (192, 1024)
 
 CONV_KERNEL_ENV = "KDML_CONV_KERNEL"
 CONV_KERNELS = ("tiled", "direct", "lanes", "coopmat", "coopmat-emulated", "gemm")
