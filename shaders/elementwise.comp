@@ -62,6 +62,7 @@ layout(local_size_x = 256) in;
 #define OP_SHR 30
 #define OP_POPCNT 31  // ELEMENT_WISE_BIT_COUNT: one input, UINT8 / UINT32 output
 #define OP_DSQ 32  // ELEMENT_WISE_DIFFERENCE_SQUARE: (a - b) (a - b)
+#define OP_MEAN 40  // ELEMENT_WISE_MEAN (ops/elementwise_extra.py): (a + b) / 2, no overflow
 
 #if NIN == 3
 layout(std430, binding = 0) readonly buffer CBuf { uint c_buf[]; };
@@ -578,6 +579,29 @@ OVAL result(VAL a, VAL b) {
 #else
     uint d = a - b;
     return d * d;
+#endif
+#elif OP == OP_MEAN
+#if IN_KIND == 2
+    // float32 (float16 exact in it): the sum, then halved; correctly rounded (a sum whose half is
+    // subnormal is exact; float16 is rounded once more, which is innocuous from float32); a sum that
+    // overflows while neither operand is infinite takes the halves instead (both exact there)
+    precise float x = to_f(a);
+    precise float y = to_f(b);
+    precise float s = x + y;
+    precise float r = s * 0.5;
+    if (isinf(s) && !isinf(x) && !isinf(y)) {
+        precise float hx = x * 0.5;
+        precise float hy = y * 0.5;
+        r = hx + hy;
+    }
+    return from_f(r);
+#elif IN_KIND == 1
+    // the exact mean truncated toward zero (DIVIDE's rounding): floor from the halves, +1 for an odd
+    // negative sum
+    int f = (int(a) >> 1) + (int(b) >> 1) + int(a & b & 1u);
+    return uint(f + ((f < 0 && ((a ^ b) & 1u) != 0u) ? 1 : 0));
+#else
+    return (a >> 1) + (b >> 1) + (a & b & 1u);
 #endif
 #elif OP == OP_PRELU
     // x for x >= 0 (-0 included), else slope * x: floats NaN x -> NaN (quieted), the product

@@ -121,16 +121,20 @@ void main() {
         xb += c * pc.xs[d];
         yb += c * pc.ys[d];
     }
-    uint fn = pc.fn;
+    uint fn = pc.fn & 0xFFu;
     uint n = pc.rlen;
 #if OUT_IDX != 0
-    // ARGMAX / ARGMIN: the first index of the extreme; a NaN is the extreme (its first index wins)
+    // ARGMAX / ARGMIN: the first index of the extreme; a NaN is the extreme (its first index wins).
+    // fn's bit 8 (ARGMIN / ARGMAX with DML_AXIS_DIRECTION_DECREASING, ops/arg_min_max.py): the last
+    bool last = (pc.fn & 0x100u) != 0u;
     uint best = 0u;
 #if IS_FLOAT
     float bv = load_f(x_at(xb, 0u));
     FOR_K(1u) {
         float v = load_f(x_at(xb, K));
-        if (!isnan(bv) && (isnan(v) || (fn == F_ARGMAX ? v > bv : v < bv))) { bv = v; best = K; }
+        bool better = fn == F_ARGMAX ? v > bv : v < bv;
+        bool take = last ? isnan(v) || (!isnan(bv) && (better || v == bv)) : !isnan(bv) && (isnan(v) || better);
+        if (take) { bv = v; best = K; }
     }
 #else
     int bi = load_i(x_at(xb, 0u));  // signed types: sign-extended
@@ -138,10 +142,10 @@ void main() {
     FOR_K(1u) {
 #if IS_SIGNED
         int v = load_i(x_at(xb, K));
-        if (fn == F_ARGMAX ? v > bi : v < bi) { bi = v; best = K; }
+        if ((fn == F_ARGMAX ? v > bi : v < bi) || (last && v == bi)) { bi = v; best = K; }
 #else
         uint v = load_bits(x_at(xb, K));
-        if (fn == F_ARGMAX ? v > bu : v < bu) { bu = v; best = K; }
+        if ((fn == F_ARGMAX ? v > bu : v < bu) || (last && v == bu)) { bu = v; best = K; }
 #endif
     }
 #endif

@@ -20,7 +20,8 @@ vi = helper.make_tensor_value_info
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):
     g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    domains = [helper.make_opsetid("", opset), helper.make_opsetid("ai.onnx.ml", 3)]  # (Scaler: a CPU node)
+    return helper.make_model(g, opset_imports=domains, ir_version=8)
 
 
 def _relu_add():
@@ -123,8 +124,7 @@ def test_host_outputs_are_written_into_the_callers_arrays(node_by_node):
     w = np.arange(12, dtype=np.float32).reshape(4, 3) - 5
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.zeros(3, np.float32), "zero")]
     if node_by_node:  # a node with no kompute_dml operator sends the run node by node
-        nodes.append(n("ReverseSequence", ["y", "lens"], ["h"], batch_axis=1, time_axis=0))
-        inits.append(numpy_helper.from_array(np.ones(3, np.int64), "lens"))
+        nodes.append(n("Scaler", ["y"], ["h"], domain="ai.onnx.ml", offset=[0.0], scale=[1.0]))
     outs = [vi("r", T.FLOAT, ["b", 3]), vi("pos", T.BOOL, ["b", 3]), vi("y", T.FLOAT, ["b", 3])]
     if node_by_node:
         outs.append(vi("h", T.FLOAT, ["b", 3]))

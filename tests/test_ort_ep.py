@@ -35,22 +35,22 @@ W2 = RNG.standard_normal((8, 4)).astype(np.float32)
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):
     g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=9).SerializeToString()
+    domains = [helper.make_opsetid("", opset), helper.make_opsetid("ai.onnx.ml", 3)]  # (Scaler: a CPU node)
+    return helper.make_model(g, opset_imports=domains, ir_version=9).SerializeToString()
 
 
 def _float(name, dims):
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
 
 
-# MatMul -> ReverseSequence (no kompute_dml operator yet; every length 1: y as it is) -> Add -> MatMul:
+# MatMul -> ai.onnx.ml Scaler (no kompute_dml operator; offset 0, scale 1: y as it is) -> Add -> MatMul:
 # two device groups around a CPU node
 SPLIT = _model([helper.make_node("MatMul", ["x", "W1"], ["y"], name="mm1"),
-                helper.make_node("ReverseSequence", ["y", "lens8"], ["h"], name="revseq", batch_axis=1, time_axis=0),
+                helper.make_node("Scaler", ["y"], ["h"], name="scaler", domain="ai.onnx.ml", offset=[0.0], scale=[1.0]),
                 helper.make_node("Add", ["h", "y"], ["s"], name="add"),
                 helper.make_node("MatMul", ["s", "W2"], ["out"], name="mm2")],
                [_float("x", ["N", 8])], [_float("out", ["N", 4])],
-               [numpy_helper.from_array(W1, "W1"), numpy_helper.from_array(W2, "W2"),
-                numpy_helper.from_array(np.ones(8, np.int64), "lens8")])
+               [numpy_helper.from_array(W1, "W1"), numpy_helper.from_array(W2, "W2")])
 # two outputs (listed in the other order than made), one of them the relu
 CHAIN = _model([helper.make_node("MatMul", ["x", "W1"], ["y"]), helper.make_node("Relu", ["y"], ["r"]),
                 helper.make_node("Sigmoid", ["r"], ["s"]), helper.make_node("MatMul", ["s", "W2"], ["out"])],
@@ -94,7 +94,7 @@ def test_unsupported_node_is_left_to_the_cpu_and_the_rest_is_claimed_in_two_grou
     assert sess.get_providers()[0] == kort.get_ep_name()
     groups = _assigned(sess)
     assert sorted(map(sorted, groups[kort.get_ep_name()])) == [["add", "mm2"], ["mm1"]]
-    assert groups["CPUExecutionProvider"] == [["revseq"]]
+    assert groups["CPUExecutionProvider"] == [["scaler"]]
     for n in (1, 5):
         x = RNG.standard_normal((n, 8)).astype(np.float32)
         (got,), (want,) = sess.run(None, {"x": x}), _cpu(SPLIT, {"x": x})
@@ -137,11 +137,11 @@ def test_a_rank_0_value_crosses_the_boundary_as_rank_0():
     i0 = numpy_helper.from_array(np.array(1, np.int64), "i0")
     ax = numpy_helper.from_array(np.array([0], np.int64), "ax")
     model = _model([helper.make_node("Shape", ["x"], ["shp"]), helper.make_node("Gather", ["shp", "i0"], ["n"], axis=0),
-                    helper.make_node("ReverseSequence", ["x", "lens3"], ["h"], batch_axis=1, time_axis=0),  # CPU: a split
+                    helper.make_node("Scaler", ["x"], ["h"], domain="ai.onnx.ml", offset=[0.0], scale=[1.0]),  # CPU: a split
                     helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]), helper.make_node("Concat", ["n1", "ax"], ["c"], axis=0)],
                    [_float("x", ["N", 3])], [helper.make_tensor_value_info("n", TensorProto.INT64, []),
                                              helper.make_tensor_value_info("c", TensorProto.INT64, [2]), _float("h", ["N", 3])],
-                   [i0, ax, numpy_helper.from_array(np.ones(3, np.int64), "lens3")])
+                   [i0, ax])
     feeds = {"x": np.ones((5, 3), np.float32)}
     got = _session(model, optimize=False).run(None, feeds)
     for g, w in zip(got, _cpu(model, feeds)):

@@ -118,8 +118,10 @@ def test_every_operator_has_an_example():
 def test_derived_tables():
     """The compile table, the exports and the ONNX placement come from the specs."""
     assert set(COMPILERS) == {s.desc_type for s in SPECS}
-    exported_descs = {n for n in kdml.__all__ if n.endswith("Desc") and n != "TensorDesc"}
-    assert exported_descs == {s.desc_type.__name__ for s in SPECS}
+    exported_descs = {n: getattr(kdml, n) for n in kdml.__all__ if n.endswith("Desc") and n != "TensorDesc"}
+    assert set(exported_descs.values()) == {s.desc_type for s in SPECS}
+    # every spec's own name, and DirectML.h's aliases of them (ScatterElementsDesc is ScatterDesc) beside them
+    assert {s.desc_type.__name__ for s in SPECS} <= set(exported_descs)
     for s in SPECS:
         assert getattr(kdml, s.desc_type.__name__) is s.desc_type
         for h in (*s.helpers, *(o.helper for o in s.onnx)):

@@ -116,7 +116,10 @@ def _validate(device: Device, desc: ConvolutionIntegerDesc) -> dict[str, Any]:
     return {"groups": groups, "strides": strides, "dilations": dilations, "start": start}
 
 
-def compile_convolution_integer(device: Device, desc: ConvolutionIntegerDesc) -> CompiledOperator:
+def plan_convolution_integer(device: Device, desc: ConvolutionIntegerDesc) -> tuple[DispatchPlan, np.ndarray]:
+    """The descriptor validated; its one dispatch (bindings: the five fields, then the geometry
+    constant at 5) and that constant's words. MATRIX_MULTIPLY_INTEGER plans its 1 x 1 forms with it
+    (ops/matrix_multiply_integer.py)."""
     v = _validate(device, desc)
     x, xz, w, wz, y = (getattr(desc, f) for f in CONVOLUTION_INTEGER.fields)
     flags = ((1 if x.data_type == DataType.INT8 else 0) | (2 if w.data_type == DataType.INT8 else 0)
@@ -131,7 +134,12 @@ def compile_convolution_integer(device: Device, desc: ConvolutionIntegerDesc) ->
         variant=fam.name(), bindings=(0, 1, 2, 3, 4, 5), push=fam.pack(x_off=0, xz_off=0, w_off=0, wz_off=0, y_off=0),
         groups=grid_for(y.element_count, 256, device.limits["max_compute_work_group_count"][0]), writes=(4,),
         offset_slots=fam.slots(x_off=(0, 1), xz_off=(1, 1), w_off=(2, 1), wz_off=(3, 1), y_off=(4, 4)))
-    constant = device.tensor(np.array(geometry, dtype=np.uint32))
+    return plan, np.array(geometry, dtype=np.uint32)
+
+
+def compile_convolution_integer(device: Device, desc: ConvolutionIntegerDesc) -> CompiledOperator:
+    plan, geometry = plan_convolution_integer(device, desc)
+    constant = device.tensor(geometry)
     return CompiledOperator(device, desc, CONVOLUTION_INTEGER, CONVOLUTION_INTEGER.inputs, CONVOLUTION_INTEGER.outputs,
                             [plan], constants=[constant])
 

@@ -92,7 +92,12 @@ def _block_strides(deep: TensorDesc, b: int, c: int, order: DepthSpaceOrder) -> 
 
 
 def _compile(device: Device, desc: Any, to_space: bool) -> CompiledOperator:
-    support = DEPTH_TO_SPACE1 if to_space else SPACE_TO_DEPTH1
+    return compile_depth_space(device, desc, to_space, DEPTH_TO_SPACE1 if to_space else SPACE_TO_DEPTH1)
+
+
+def compile_depth_space(device: Device, desc: Any, to_space: bool, support: OperatorSupport) -> CompiledOperator:
+    """Either direction of either version (the first versions, ops/depth_space_first.py, have no
+    `order` field: DEPTH_COLUMN_ROW) against `support`, the version's table."""
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     x, y = desc.input_tensor, desc.output_tensor
     check_like(x, y)
@@ -100,7 +105,7 @@ def _compile(device: Device, desc: Any, to_space: bool) -> CompiledOperator:
     if b < 1:
         raise invalid("block_size", f"must be >= 1, got {b}")
     try:
-        order = DepthSpaceOrder(desc.order)
+        order = DepthSpaceOrder(getattr(desc, "order", DepthSpaceOrder.DEPTH_COLUMN_ROW))
     except ValueError:
         raise invalid("order", f"must be a DML_DEPTH_SPACE_ORDER, got {desc.order!r}") from None
     n, c, h, w = x.sizes

@@ -170,9 +170,13 @@ def slice1_window(desc: Slice1Desc) -> tuple[int, tuple[int, ...]]:
 
 
 def compile_slice1(device: Device, desc: Slice1Desc) -> CompiledOperator:
-    support = SLICE1
-    validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
-    start, steps = slice1_window(desc)
+    validate_tensors(SLICE1, device.feature_level, desc, SLICE1.fields, SLICE1.outputs)
+    return compile_window(device, desc, SLICE1, *slice1_window(desc))
+
+
+def compile_window(device: Device, desc: Any, support: Any, start: int, steps: tuple[int, ...]) -> CompiledOperator:
+    """A validated slice's copy (SLICE1, and SLICE's first version, ops/slice_first.py): the output's
+    elements read from `start` in `steps` (input elements per output step, per dimension)."""
     x, y = desc.input_tensor, desc.output_tensor
     check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
     check_addressable(support.fields, (x, y))

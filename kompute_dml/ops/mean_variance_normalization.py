@@ -175,8 +175,8 @@ def _validate_skip(support: OperatorSupport, level: FeatureLevel, desc: MeanVari
             support.check_tensor(level, SKIP_ROW[f], t, name=f)
 
 
-def _validate(device: Device, desc: MeanVarianceNormalization1Desc) -> tuple[tuple[int, ...], bool, float]:
-    support = MEAN_VARIANCE_NORMALIZATION1
+def _validate(device: Device, desc: MeanVarianceNormalization1Desc, support: OperatorSupport,
+              channel_rule: bool) -> tuple[tuple[int, ...], bool, float]:
     level = device.feature_level
     validate_tensors(support, level, desc, support.fields, support.outputs)
     _validate_skip(support, level, desc)
@@ -204,7 +204,7 @@ def _validate(device: Device, desc: MeanVarianceNormalization1Desc) -> tuple[tup
         if bad:
             raise invalid(f"{f}.sizes", f"each size must be 1 or input_tensor's {x.sizes}, got {t.sizes} "
                                         f"(dimension {bad[0]})")
-        if f in _FIELDS and level < FeatureLevel.FL_4_0 and n >= 2 and t.sizes[1] != x.sizes[1]:
+        if f in _FIELDS and channel_rule and level < FeatureLevel.FL_4_0 and n >= 2 and t.sizes[1] != x.sizes[1]:
             raise invalid(f"{f}.sizes", f"below feature level 4_0 dimension 1 (ChannelCount) must equal "
                                         f"input_tensor's ({x.sizes[1]}), got {t.sizes}")
     if level < FeatureLevel.FL_5_2 and (s is None) != (b is None):
@@ -266,8 +266,16 @@ def geometry_words(rows: tuple[list[int], list[list[int]]], outer: tuple[list[in
 
 
 def compile_mean_variance_normalization1(device: Device, desc: MeanVarianceNormalization1Desc) -> CompiledOperator:
-    support = MEAN_VARIANCE_NORMALIZATION1
-    axes, nv, eps = _validate(device, desc)
+    return compile_normalization(device, desc, MEAN_VARIANCE_NORMALIZATION1)
+
+
+def compile_normalization(device: Device, desc: MeanVarianceNormalization1Desc, support: OperatorSupport,
+                          as_desc: Any = None, channel_rule: bool = True) -> CompiledOperator:
+    """`desc` against `support`, the table of the version compiled (ops/mean_variance_normalization_versions.py
+    compiles the first version and MEAN_VARIANCE_NORMALIZATION2 as the 1 version's descriptor, `as_desc`
+    being theirs; `channel_rule`: the 1 version's ChannelCount rule below 4_0, which the first
+    version's page does not have)."""
+    axes, nv, eps = _validate(device, desc, support, channel_rule)
     skip = desc.skip_tensor is not None
     # the binding list: DirectML's fields, the extension's after its inputs and after its output
     inputs = support.inputs + (SKIP_INPUTS if skip else ())
@@ -320,7 +328,7 @@ def compile_mean_variance_normalization1(device: Device, desc: MeanVarianceNorma
     variant = fam.name(t="f32" if x.data_type == DataType.FLOAT32 else "f16", layout="gen" if general else "row")
     writes = tuple(entry[f] for f, p in zip(names, present) if p and f in writes_to)
     plan = DispatchPlan(variant=variant, bindings=bindings, push=push, groups=groups, writes=writes, offset_slots=slots)
-    return CompiledOperator(device, desc, support, inputs, outputs, [plan], constants)
+    return CompiledOperator(device, desc if as_desc is None else as_desc, support, inputs, outputs, [plan], constants)
 
 
 def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[DispatchPlan]:

@@ -231,7 +231,9 @@ def _example(kind: str) -> Any:
     return ScatterDesc(x, TensorDesc(u32, (1, 2, 2, 4)), TensorDesc(f32, (1, 2, 2, 4)), x, 2)
 
 
-EXPORTS = {"ScatterReduction": ScatterReduction}
+# DirectML.h: `using DML_SCATTER_ELEMENTS_OPERATOR_DESC = DML_SCATTER_OPERATOR_DESC` and
+# DML_OPERATOR_SCATTER = DML_OPERATOR_SCATTER_ELEMENTS (94): one operator, so one spec, two names
+EXPORTS = {"ScatterReduction": ScatterReduction, "ScatterElementsDesc": ScatterElementsDesc}
 _FAMILIES = (contract.IDX_PREP, contract.IDX_LINK, contract.IDX_MOVE, contract.IDX_REDUCE)
 SPECS = (
     OperatorSpec(ScatterDesc, SCATTER, compile_scatter, _FAMILIES, helpers=("scatter_elements",),

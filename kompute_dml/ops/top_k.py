@@ -159,6 +159,13 @@ def _plans(desc: TopK1Desc, axis: int, k: int, max_groups: int) -> tuple[list[Di
 def compile_top_k(device: Device, desc: TopK1Desc) -> CompiledOperator:
     support = TOP_K1
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
+    plans, constants = plan_top_k(device, desc)
+    return CompiledOperator(device, desc, support, support.inputs, support.outputs, plans, constants=constants)
+
+
+def plan_top_k(device: Device, desc: TopK1Desc) -> tuple[list[DispatchPlan | TransferPlan], list[Tensor]]:
+    """The descriptor's rules after its table (TOP_K, the first version, plans through it), then
+    its dispatches and the operator's constants (the candidates' scratch)."""
     axis, k = _check(desc)
     cand = candidates(desc.input_tensor.sizes[axis], k)
     if cand > CPU_WALK_MAX and device.device_type == "cpu":  # the rank pass walks every candidate in one invocation
@@ -169,7 +176,7 @@ def compile_top_k(device: Device, desc: TopK1Desc) -> CompiledOperator:
     if words:  # the candidates: every word the rank dispatch reads, the tile dispatch writes first
         sd = TensorDesc(DataType.UINT32, (words,))
         constants.append(Tensor.scratch(device, sd))
-    return CompiledOperator(device, desc, support, support.inputs, support.outputs, plans, constants=constants)
+    return plans, constants
 
 
 def top_k(x: Any, k: int, *, axis: int = -1, largest: bool = True, index_type: Any = D.UINT32,
