@@ -62,7 +62,8 @@ CONVS = [
     ("depthwise 3x3 576 7x7 b8", (8, 576, 7, 7), (576, 1, 3, 3), 576),
 ]
 POOLS = [(1, 96, 14, 14), (1, 576, 7, 7), (1, 16, 56, 56), (1, 32, 112, 112), (1, 96, 56, 56), (8, 240, 14, 14),
-         (8, 576, 7, 7), (8, 2048, 7, 7), (8, 32, 112, 112), (32, 2048, 7, 7)]
+         (8, 576, 7, 7), (8, 2048, 7, 7), (8, 32, 112, 112), (32, 2048, 7, 7),
+         (8, 144, 56, 56), (8, 480, 14, 14), (8, 672, 14, 14), (8, 1152, 7, 7), (8, 1280, 7, 7)]  # (EfficientNet-B0's, b8)
 SPLITS = (1, 2, 4, 8, 16, 32)
 
 
@@ -123,7 +124,7 @@ def conv_rows(dev: kdml.Device, args: argparse.Namespace) -> None:
 
 def pool_rows(dev: kdml.Device, args: argparse.Namespace) -> None:
     rng = np.random.default_rng(1)
-    print("global average pool | thread | group | auto (picked) | max rel diff")
+    print("global average pool | thread | group | team | auto (picked) | max rel diff")
     for xs in POOLS:
         if args.quick:
             xs = (xs[0], max(1, xs[1] // 16), *xs[2:])
@@ -131,12 +132,12 @@ def pool_rows(dev: kdml.Device, args: argparse.Namespace) -> None:
         y = dev.empty(kdml.TensorDesc(DT.FLOAT32, (xs[0], xs[1], 1, 1)))
         desc = pool_op.AveragePoolingDesc(tx.desc, y.desc, tuple(xs[2:]), (1, 1), (0, 0), (0, 0))
         ops = {}
-        for k in ("thread", "group", None):
+        for k in ("thread", "group", "team", None):
             with _env(pool_op.POOL_KERNEL_ENV, k):
                 ops[k or "auto"] = pool_op.compile_average_pooling(dev, desc)
         diff = _max_rel_diff(dev, ops, [tx], y)
         t = slopes({k: executions(dev, op, [tx], [y]) for k, op in ops.items()}, args.rounds, args.n)
-        print(f"{'x'.join(map(str, xs))} | {t['thread'] * 1e6:.1f} | {t['group'] * 1e6:.1f} | "
+        print(f"{'x'.join(map(str, xs))} | {t['thread'] * 1e6:.1f} | {t['group'] * 1e6:.1f} | {t['team'] * 1e6:.1f} | "
               f"{t['auto'] * 1e6:.1f} ({_variants(ops['auto'])}) | {diff:.1e}")
 
 

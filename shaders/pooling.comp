@@ -13,6 +13,9 @@
 // over the 256 partial results. MAX keeps (value, tap) pairs and combines them by the sequential
 // rule (the first NaN, else the largest, the earlier tap among equals): the same element and index
 // as the one-invocation kernel. AVERAGE: float32 partial sums, then 8 levels of pairwise sums.
+// TS (the team's size, 256 by default) below 256 (the `_team` variants: TS 32): a work group is
+// 256 / TS teams, one output element each, lane t of a team visiting taps t, t + TS, ..., then the
+// same tree over the team's TS partials: many outputs of fewer taps (squeeze-and-excitation pools).
 // LP variants (LP_POOLING): AVERAGE's sums of |x|^P, then the P-th root instead of the division.
 
 #extension GL_GOOGLE_include_directive : require
@@ -108,6 +111,9 @@ void store_y(uint e, float v) {
 #endif
 
 #if defined(GROUP) && GROUP != 0
+#ifndef TS
+#define TS 256u
+#endif
 shared float s_val[256];
 shared uint s_tap[256];  // MAX: the tap of s_val (NONE: no tap); AVERAGE: the taps counted
 #define NONE 0xFFFFFFFFu
@@ -123,9 +129,12 @@ bool first_wins(float a, uint ka, float b, uint kb) {  // (a, ka) is the sequent
 #endif
 
 void main() {
-    uint idx = linear_group_id();
-    if (idx >= p[P_TOTAL]) return;  // uniform across the group
-    uint t = gl_LocalInvocationID.x;
+    uint idx = linear_group_id() * (256u / TS) + gl_LocalInvocationID.x / TS;  // this team's output
+    const uint team = gl_LocalInvocationID.x - gl_LocalInvocationID.x % TS;  // its first invocation
+    const bool live = idx < p[P_TOTAL];  // (every invocation reaches the barriers below)
+    if (TS == 256u && !live) return;  // uniform across the group
+    idx = min(idx, p[P_TOTAL] - 1u);  // a team past the outputs computes the last one and stores nothing
+    uint t = gl_LocalInvocationID.x % TS;
     uint c_ = p[P_C], odhw = p[P_ODHW];
     uint bc = idx / odhw, sp = idx % odhw;
     uint b = bc / c_, c = bc % c_;
@@ -147,11 +156,11 @@ void main() {
     uint counted = 0u;
     if ((p[P_FLAGS] & 8u) != 0u) {  // a global window along one dimension: the same taps in the same
         uint run = p[P_RUN];          // order, RUN_BATCH loads issued together (uniform branch)
-        for (uint k0 = t; k0 < taps; k0 += 256u * RUN_BATCH) {
+        for (uint k0 = t; k0 < taps; k0 += TS * RUN_BATCH) {
             float v[RUN_BATCH];
-            [[unroll]] for (uint u = 0u; u < RUN_BATCH; u++) v[u] = load_x(x_base + min(k0 + 256u * u, taps - 1u) * run);
+            [[unroll]] for (uint u = 0u; u < RUN_BATCH; u++) v[u] = load_x(x_base + min(k0 + TS * u, taps - 1u) * run);
             [[unroll]] for (uint u = 0u; u < RUN_BATCH; u++) {
-                if (k0 + 256u * u < taps) {
+                if (k0 + TS * u < taps) {
                     precise float s = acc + TERM(v[u]);
                     acc = s;
                     counted++;
@@ -161,7 +170,7 @@ void main() {
         k_first = taps;
     }
 #endif
-    for (uint k = k_first; k < taps; k += 256u) {
+    for (uint k = k_first; k < taps; k += TS) {
         uint kd = k / khw_n, kh = (k % khw_n) / kw_n, kw = k % kw_n;
         int id = d0 + int(kd * p[P_DIL]), ih = h0 + int(kh * p[P_DIL + 1]), iw = w0 + int(kw * p[P_DIL + 2]);
         if (id < 0 || uint(id) >= in_d || ih < 0 || uint(ih) >= in_h || iw < 0 || uint(iw) >= in_w) continue;
@@ -177,34 +186,35 @@ void main() {
         counted++;
 #endif
     }
+    const uint me = team + t;
 #if MAX
-    s_val[t] = best;
-    s_tap[t] = best_k;
+    s_val[me] = best;
+    s_tap[me] = best_k;
 #else
-    s_val[t] = acc;
-    s_tap[t] = counted;
+    s_val[me] = acc;
+    s_tap[me] = counted;
 #endif
     barrier();
-    for (uint half_ = 128u; half_ > 0u; half_ >>= 1) {
+    for (uint half_ = TS / 2u; half_ > 0u; half_ >>= 1) {
         if (t < half_) {
 #if MAX
-            if (!first_wins(s_val[t], s_tap[t], s_val[t + half_], s_tap[t + half_])) {
-                s_val[t] = s_val[t + half_];
-                s_tap[t] = s_tap[t + half_];
+            if (!first_wins(s_val[me], s_tap[me], s_val[me + half_], s_tap[me + half_])) {
+                s_val[me] = s_val[me + half_];
+                s_tap[me] = s_tap[me + half_];
             }
 #else
-            precise float s = s_val[t] + s_val[t + half_];
-            s_val[t] = s;
-            s_tap[t] += s_tap[t + half_];
+            precise float s = s_val[me] + s_val[me + half_];
+            s_val[me] = s;
+            s_tap[me] += s_tap[me + half_];
 #endif
         }
         barrier();
     }
-    if (t != 0u) return;
+    if (t != 0u || !live) return;
     uint y_at = pc.y_off + b * p[P_YS] + c * p[P_YS + 1] + od * p[P_YS + 2] + oh * p[P_YS + 3] + ow * p[P_YS + 4];
 #if MAX
-    uint k = s_tap[0];
-    store_y(y_at, s_val[0]);
+    uint k = s_tap[team];
+    store_y(y_at, s_val[team]);
     if ((p[P_FLAGS] & 2u) != 0u) {
         uint at = 0u;  // a window wholly in the padding: index 0
         if (k != NONE) {
@@ -216,10 +226,10 @@ void main() {
     }
 #else
 #if defined(LP) && LP != 0
-    store_y(y_at, lp_root(s_val[0]));
+    store_y(y_at, lp_root(s_val[team]));
 #else
-    uint n = (p[P_FLAGS] & 1u) != 0u ? taps : s_tap[0];
-    precise float avg = s_val[0] / float(n);
+    uint n = (p[P_FLAGS] & 1u) != 0u ? taps : s_tap[team];
+    precise float avg = s_val[team] / float(n);
     store_y(y_at, avg);
 #endif
 #endif

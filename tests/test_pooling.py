@@ -233,13 +233,18 @@ GROUP_CASES = [  # (x sizes, window, strides, dilations, start, end)
 ]
 
 
+@pytest.mark.parametrize("kernel", ["group", "team"])
 @pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
 @pytest.mark.parametrize("fn", ["max", "avg", "avg-include"])
 @pytest.mark.parametrize("case", range(len(GROUP_CASES)))
-def test_group_kernel_against_numpy(dev, rng, case, fn, dt, monkeypatch):
-    """One work group per output (pooling.choose_pool_kernel): MAX's values and indices as the sequential
-    rule's (ties, NaN, -inf; a window wholly in the padding), the same bits as the one-invocation
-    kernel; AVERAGE within (ceil(n / 256) + 8 + 4) u S / count (256 partial sums, 8 tree levels)."""
+def test_group_kernel_against_numpy(dev, rng, case, fn, dt, kernel, monkeypatch):
+    """One work group per output (pooling.choose_pool_kernel), or one team of contract.POOL_TEAM (forced:
+    GPUs take it for many outputs): MAX's values and indices as the sequential rule's (ties, NaN, -inf; a
+    window wholly in the padding), the same bits as the one-invocation kernel; AVERAGE within
+    (ceil(n / T) + log2 T + 4) u S / count (T partial sums, log2 T tree levels)."""
+    ts = 256 if kernel == "group" else kdml.ops.contract.POOL_TEAM
+    if kernel == "team":
+        monkeypatch.setenv("KDML_POOL_KERNEL", "team")
     xs, win, st, dl, ps, pe = GROUP_CASES[case]
     npd = dt.numpy_dtype
     x = (rng.standard_normal(xs) * 3).astype(npd)
@@ -251,7 +256,7 @@ def test_group_kernel_against_numpy(dev, rng, case, fn, dt, monkeypatch):
     if fn == "max":
         desc = kdml.MaxPooling2Desc(xd, yd, idd, win, st, ps, pe, dl)
         op = dev.compile(desc)
-        assert op.plans[0].variant.endswith("_group")
+        assert op.plans[0].variant.endswith(f"_{kernel}")
         op.execute([tx], [ty, ti])
         assert_output(ty, before, want.astype(npd))
         assert_output(ti, ibefore, want_idx.astype(np.uint32))
@@ -269,11 +274,11 @@ def test_group_kernel_against_numpy(dev, rng, case, fn, dt, monkeypatch):
         ty, _ = place(dev, rng, yd)
         before = poison_against(ty, want.astype(npd), rng)
     op = dev.compile(kdml.AveragePoolingDesc(xd, yd, win, st, ps, pe, fn == "avg-include"))
-    assert op.plans[0].variant.endswith("_group")
+    assert op.plans[0].variant.endswith(f"_{kernel}")
     op.execute([tx], [ty])
     got = read_logical(assert_outside_unchanged(ty, before), ty.offset, yd).astype(np.float64)
     n = int(np.prod(win))
-    bound = (-(-n // 256) + 12) * U * scale + (np.abs(want) * 2.0 ** -11 + 2.0 ** -25 if dt == DT.FLOAT16 else 0)
+    bound = (-(-n // ts) + ts.bit_length() - 1 + 4) * U * scale + (np.abs(want) * 2.0 ** -11 + 2.0 ** -25 if dt == DT.FLOAT16 else 0)
     assert np.all(np.abs(got - want) <= bound), float(np.max(np.abs(got - want) / np.maximum(bound, 1e-300)))
 
 
@@ -361,10 +366,18 @@ def test_pool_kernel_choice(monkeypatch):
     assert choose_pool_kernel(196, 96)  # MobileNetV3's squeeze at 14 x 14, batch 1
     assert choose_pool_kernel(49, 576) and not choose_pool_kernel(49, 8 * 576)  # 7 x 7: batch 1, batch 8
     assert choose_pool_kernel(3136, 16) and not choose_pool_kernel(9, 4)  # 56 x 56; a 3x3 window
+    # the team kernel on GPUs where the variant exists (pooling.TEAM_*): EfficientNet's squeeze pools at batch 8 and
+    # MobileNetV3's at batch 1; not the largest windows over few outputs, nor the most outputs
+    assert choose_pool_kernel(49, 8 * 1152, team=True, gpu=True) == choose_pool_kernel(196, 96, team=True, gpu=True) == "_team"
+    assert choose_pool_kernel(49, 8 * 1152, team=True, gpu=False) == choose_pool_kernel(49, 8 * 1152, gpu=True) == ""
+    assert choose_pool_kernel(3136, 96, team=True, gpu=True) == "_group"
+    assert choose_pool_kernel(49, 8 * 2048, team=True, gpu=True) == ""
     monkeypatch.setenv("KDML_POOL_KERNEL", "thread")
     assert not choose_pool_kernel(3136, 16)
     monkeypatch.setenv("KDML_POOL_KERNEL", "group")
     assert choose_pool_kernel(9, 10 ** 6)
+    monkeypatch.setenv("KDML_POOL_KERNEL", "team")
+    assert choose_pool_kernel(9, 4, team=True) == "_team" and choose_pool_kernel(9, 4) == "_group"
     monkeypatch.setenv("KDML_POOL_KERNEL", "warp")
     with pytest.raises(ValueError, match="KDML_POOL_KERNEL='warp'"):
         choose_pool_kernel(9, 4)

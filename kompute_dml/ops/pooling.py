@@ -182,7 +182,7 @@ class LpPooling1Desc:
     p: int = 2
 
 
-POOL_KERNEL_ENV = "KDML_POOL_KERNEL"  # "thread" or "group" forces one (tests, benchmarks)
+POOL_KERNEL_ENV = "KDML_POOL_KERNEL"  # "thread", "group" or "team" forces one (tests, benchmarks)
 # The work-group kernel where a window has at least GROUP_MIN_TAPS taps and there are at most
 # GROUP_OUTPUTS_PER_TAP outputs per tap: with few outputs the one-invocation kernel's serial window
 # sets the time, with many the work-group kernel's 256 invocations per output do. H100,
@@ -191,17 +191,37 @@ POOL_KERNEL_ENV = "KDML_POOL_KERNEL"  # "thread" or "group" forces one (tests, b
 # 8x576x7x7 10.0 / 15.2, 8x2048x7x7 9.9 / 40.7.
 GROUP_MIN_TAPS = 32
 GROUP_OUTPUTS_PER_TAP = 24
+# On GPUs the team kernel (contract.POOL_TEAM invocations per output; MAX_POOLING2 / AVERAGE_POOLING's
+# FLOAT32 / FLOAT16 only) takes windows of GROUP_MIN_TAPS to TEAM_TAPS[1] taps over TEAM_OUTPUTS outputs,
+# windows past TEAM_TAPS[0] taps only from TEAM_TAPS[0] outputs. H200, device call 319 (`python -m
+# benchmarks.bench_small_layers --pools --rounds 3`, global average pools, us, thread / group / team):
+# 1x96x14x14 16.0 / 5.2 / 4.7, 1x576x7x7 9.0 / 5.9 / 4.5, 8x240x14x14 16.8 / 10.7 / 4.9, 8x672x14x14
+# 17.7 / 22.9 / 7.5, 8x1152x7x7 10.0 / 30.6 / 9.1, 8x144x56x56 423.6 / 9.0 / 8.1; but 1x96x56x56 199.5 / 5.4 /
+# 6.9, 8x32x112x112 1655 / 8.4 / 16.2 (the group kernel), 8x2048x7x7 9.5 / 47.5 / 11.2, 32x2048x7x7 11.2 / 180.6
+# / 33.9 (one output per invocation). EfficientNet-B0 at 8 x 224: its pools 187 -> 149 us with the team kernel
+# where the group kernel's rule left the one-invocation kernel (`encoder_profile`, calls 316 / 319).
+TEAM_ON_GPUS = True
+TEAM_TAPS = (1024, 4096)
+TEAM_OUTPUTS = (64, 12288)
 
 
-def choose_pool_kernel(taps: int, outputs: int) -> bool:
-    """Whether a pooling of `taps`-element windows and `outputs` outputs takes the work-group kernel
-    (KDML_POOL_KERNEL forces one)."""
+def choose_pool_kernel(taps: int, outputs: int, team: bool = False, gpu: bool = False) -> str:
+    """The kernel of a pooling of `taps`-element windows and `outputs` outputs: "" (an output per
+    invocation), "_group" (per work group) or, where `team` allows it (the variant exists) and on GPUs,
+    "_team" (per team of contract.POOL_TEAM invocations); KDML_POOL_KERNEL forces one ("team" where the
+    variant does not exist: "_group")."""
     forced = os.environ.get(POOL_KERNEL_ENV, "auto")
-    if forced not in ("auto", "thread", "group"):
-        raise ValueError(f"{POOL_KERNEL_ENV}={forced!r}: auto, thread or group")
+    kinds = {"thread": "", "group": "_group", "team": "_team" if team else "_group"}
+    if forced != "auto" and forced not in kinds:
+        raise ValueError(f"{POOL_KERNEL_ENV}={forced!r}: auto, thread, group or team")
     if forced != "auto":
-        return forced == "group"
-    return taps >= GROUP_MIN_TAPS and outputs <= GROUP_OUTPUTS_PER_TAP * taps
+        return kinds[forced]
+    if taps < GROUP_MIN_TAPS:
+        return ""
+    if (team and gpu and TEAM_ON_GPUS and taps <= TEAM_TAPS[1] and TEAM_OUTPUTS[0] <= outputs <= TEAM_OUTPUTS[1]
+            and (taps <= TEAM_TAPS[0] or outputs >= TEAM_TAPS[0])):
+        return "_team"
+    return "_group" if outputs <= GROUP_OUTPUTS_PER_TAP * taps else ""
 
 
 def global_run(x: TensorDesc, window: tuple[int, ...], dil: tuple[int, ...], start: tuple[int, ...]) -> int | None:
@@ -255,7 +275,8 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) 
     check_addressable(fields, tuple(t for t in (x, y, ind) if t is not None))
     out3 = three(spatial, 1)
     total = y.element_count
-    k = "_group" if choose_pool_kernel(math.prod(window), total) else ""
+    q8 = {DataType.INT8: "i8", DataType.UINT8: "u8"}.get(x.data_type)
+    k = choose_pool_kernel(math.prod(window), total, team=not (q8 or lp), gpu=device.policy.name != "cpu")
     pairs = not k and writes_words(y)
     run = global_run(x, window, dil, start) if k else None
     flags = ((1 if getattr(desc, "include_padding", False) else 0) | (2 if ind is not None else 0) | (4 if pairs else 0)
@@ -263,7 +284,6 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) 
     words = np.array([x.sizes[1], *three(x.sizes[2:], 1), *out3, *three(window, 1), *three(strides, 1),
                       *three(dil, 1), *three(start, 0), *strides5(x), *strides5(y), *strides5(ind), flags,
                       total, math.prod(out3), out3[1] * out3[2], power, run or 0], dtype=np.uint32)
-    q8 = {DataType.INT8: "i8", DataType.UINT8: "u8"}.get(x.data_type)
     fam = contract.POOL_Q8 if q8 else contract.POOL_LP if lp else contract.POOL
     unit = x.data_type.size
     const = len(support.fields)  # the constant's binding-list index
@@ -271,7 +291,8 @@ def _compile(device: Device, desc: Any, support: OperatorSupport, is_max: bool) 
         variant=fam.name(t=q8 or ("f16" if x.data_type == DataType.FLOAT16 else "f32"), k=k,
                          **({} if q8 or lp else {"fn": "max" if is_max else "avg"})),
         bindings=(0, 1, 2 if ind is not None else None, const), push=fam.pack(x_off=0, y_off=0, i_off=0),
-        groups=grid_for(total * 256 if k else total // 2 if pairs else total, 256, device.limits["max_compute_work_group_count"][0]),
+        groups=grid_for(total * {"_group": 256, "_team": contract.POOL_TEAM}.get(k, 1) // (2 if pairs else 1), 256,
+                        device.limits["max_compute_work_group_count"][0]),
         writes=(1, 2) if ind is not None else (1,),
         offset_slots=fam.slots(x_off=(0, unit), y_off=(1, unit),
                                **({"i_off": (2, 4)} if "output_indices_tensor" in support.fields else {})))
