@@ -359,22 +359,12 @@ REDUCE = family("reduce", "reduce.comp", "reduce_{t}_{o}", REDUCE_PUSH, (64, 1, 
 
 # ---- CONVOLUTION (ops/convolution.py, ops/conv_coop.py), BATCH_NORMALIZATION: contract/conv.py
 from .conv import BN, CONV, CONV_COOP, CONV_DIRECT, CONV_LANES, CONV_PUSH, CONV_REDUCE, CONV_SPLIT, DIRECT_WINDOWS  # noqa: E402, F401
+
+# ---- MAX_POOLING2 / AVERAGE_POOLING / LP_POOLING (ops/pooling.py, pooling.comp): contract/pooling.py
+from .pooling import POOL, POOL_LP, POOL_PUSH, POOL_Q8, POOL_TEAM  # noqa: E402, F401
 from .rotary import ROTARY, ROTARY_PUSH, ROTARY_RANK  # noqa: E402, F401  (ROTARY_EMBEDDING: contract/rotary.py)
 from .squeeze import SE, SE_MAX_C, SE_MAX_R, SE_PARTS, SE_PUSH  # noqa: E402, F401  (SQUEEZE_EXCITATION: contract/squeeze.py)
 
-# ---- MAX_POOLING2 / AVERAGE_POOLING (ops/pooling.py, pooling.comp): an output per invocation (k "_group": per group,
-# "_team": per team of POOL_TEAM invocations, 256 / POOL_TEAM outputs per group)
-POOL_PUSH = block("x_off", "y_off", "i_off")
-POOL_TEAM = 32
-POOL = family("pool", "pooling.comp", "pool_{fn}_{t}{k}", POOL_PUSH, (256, 1, 1), fn=("max", "avg"), t=("f32", "f16"),
-              k=("", "_group", "_team"),
-              defines=lambda fn, t, k: {"MAX": int(fn == "max"), "F16": int(t == "f16"), "GROUP": int(k != ""),
-                                        **({"TS": f"{POOL_TEAM}u"} if k == "_team" else {})})
-POOL_Q8 = family("pool_q8", "pooling.comp", "pool_max_{t}{k}", POOL_PUSH, (256, 1, 1), t=("i8", "u8"), k=("", "_group"),  # 8-bit
-                 defines=lambda t, k: {"MAX": 1, "F16": 0, "Q8": 1 + int(t == "u8"), "GROUP": int(k != "")})
-# LP_POOLING / LP_POOLING1: AVERAGE's sums of |x|^P, then the P-th root (P: the constant's word 38)
-POOL_LP = family("pool_lp", "pooling.comp", "pool_lp_{t}{k}", POOL_PUSH, (256, 1, 1), t=("f32", "f16"), k=("", "_group"),
-                 defines=lambda t, k: {"MAX": 0, "LP": 1, "F16": int(t == "f16"), "GROUP": int(k != "")})
 
 def _submodules() -> list[dict[str, object]]:
     """The namespaces of this package's other modules, each imported by its file name: a family
