@@ -122,14 +122,14 @@ def test_resample2_against_numpy(dev, rng, case, mode, dt):
 @pytest.mark.parametrize("dt", [DT.FLOAT32, DT.FLOAT16], ids=lambda d: d.name)
 @pytest.mark.parametrize("im", [IM.NEAREST_NEIGHBOR, IM.LINEAR], ids=lambda m: m.name)
 def test_resample1_and_resample(dev, rng, dt, im):
-    """RESAMPLE1's nearest is RESAMPLE2's DECREASING one with OutputPixelOffsets 0.5 less; RESAMPLE
-    is RESAMPLE1 with offsets 0.5 and -0.5."""
+    """RESAMPLE1's nearest is floor(c + 1/2): RESAMPLE2's DECREASING one with InputPixelOffsets 0.5
+    less (tests/test_resample_rounding.py); RESAMPLE is RESAMPLE1 with offsets 0.5 and -0.5."""
     xs, ys, sc = (1, 2, 5, 6), (1, 2, 8, 3), (1, 1, 1.5, 0.5)
     ip, op = (0.5, 0.5, 0.25, 0.5), (-0.5, -0.5, 0.5, -0.5)
     x = (rng.standard_normal(xs) * 4).astype(dt.numpy_dtype)
     shift = 0.5 if im == IM.NEAREST_NEIGHBOR else 0.0
     for desc, (i_off, o_off) in ((kdml.Resample1Desc, (ip, op)), (kdml.ResampleDesc, ((0.5,) * 4, (-0.5,) * 4))):
-        want, scale = reference(x, ys, im, False, sc, i_off, tuple(o - shift for o in o_off))
+        want, scale = reference(x, ys, im, False, sc, tuple(i - shift for i in i_off), o_off)
         xd, yd, tx, ty, before = _place(dev, rng, dt, x, want)
         args = (xd, yd, im, sc, ip, op) if desc is kdml.Resample1Desc else (xd, yd, im, sc)
         dev.compile(desc(*args)).execute([tx], [ty])
@@ -162,7 +162,7 @@ def test_special_values(dev):
     or NaN neighbour of weight 0 and keeps -0; a NaN inside the kernel gives NaN."""
     x = np.array([[1.0, -0.0, np.inf, 4.0, np.nan, 6.0]], np.float32)
     x.view(np.uint32)[0, 4] = 0x7FC00123
-    y = kdml.resample(x, (1, 2), mode="nearest", output_pixel_offsets=(-1, -1), device=dev).numpy()  # RESAMPLE1's
+    y = kdml.resample(x, (1, 2), mode="nearest", output_pixel_offsets=(-1, -1), device=dev).numpy()  # floor(o / 2)
     np.testing.assert_array_equal(y.view(np.uint32), np.repeat(x, 2, axis=1).view(np.uint32))
     # asymmetric offsets, scale 1: every output sits on a sample
     y = kdml.resample(x, (1, 1), mode="linear", input_pixel_offsets=(0, 0), output_pixel_offsets=(0, 0),

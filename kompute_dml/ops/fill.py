@@ -83,7 +83,7 @@ def _words(bits: int) -> tuple[int, int]:
     return bits & 0xFFFFFFFF, bits >> 32
 
 
-def _plan(device: Device, family: contract.ShaderFamily, variant: str, y: TensorDesc, value: int,
+def plan_fill(device: Device, family: contract.ShaderFamily, variant: str, y: TensorDesc, value: int,
           delta: int = 0) -> DispatchPlan:
     check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
     n = y.element_count
@@ -107,7 +107,7 @@ def compile_fill_value_constant(device: Device, desc: FillValueConstantDesc) -> 
     dt = _type_of(desc)
     bits = value1_bits(desc.value, dt, "value")
     y = desc.output_tensor
-    plan = _plan(device, contract.FILL, contract.FILL.name(bits=8 * dt.size), y, bits)
+    plan = plan_fill(device, contract.FILL, contract.FILL.name(bits=8 * dt.size), y, bits)
     return CompiledElementWise(device, desc, support, support.inputs, support.outputs, [plan])
 
 
@@ -132,7 +132,7 @@ def compile_fill_value_sequence(device: Device, desc: FillValueSequenceDesc) -> 
     dt = _type_of(desc)
     start = value1_bits(desc.value_start, dt, "value_start")
     delta = _delta_bits(desc.value_delta, dt)
-    plan = _plan(device, contract.FILL_SEQ, sequence_variant(dt), desc.output_tensor, start, delta)
+    plan = plan_fill(device, contract.FILL_SEQ, sequence_variant(dt), desc.output_tensor, start, delta)
     return CompiledElementWise(device, desc, support, support.inputs, support.outputs, [plan])
 
 

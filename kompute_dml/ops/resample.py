@@ -1,15 +1,32 @@
-"""DirectML's RESAMPLE, RESAMPLE1 and RESAMPLE2 (DML_RESAMPLE*_OPERATOR_DESC): each output element
-interpolated from the input at the coordinate the pages' relation gives, axis by axis:
+"""DirectML's RESAMPLE, RESAMPLE1, RESAMPLE2 and RESAMPLE3 (DML_RESAMPLE*_OPERATOR_DESC): each output
+element interpolated from the input at the coordinate the pages' relation gives, axis by axis:
 
     OutputX = (InputX + InputPixelOffset) * Scale + OutputPixelOffset
-    so  InputX = (OutputX - OutputPixelOffset) / Scale - InputPixelOffset
+    so  c = InputX = (OutputX - OutputPixelOffset) / Scale - InputPixelOffset
 
-NEAREST_NEIGHBOR takes the element at InputX rounded by RESAMPLE2's RoundingDirection (DECREASING:
-floor, INCREASING: ceil); LINEAR weighs the two neighbours of each axis (2^n elements); InputX is
-clamped into the input (the pages' "output edges are clamped"). RESAMPLE is RESAMPLE1 with offsets
-0.5 and -0.5; RESAMPLE1's nearest is RESAMPLE2's with DECREASING and OutputPixelOffsets 0.5 less
-(RESAMPLE2's remarks). ONNX Resize and Upsample run on RESAMPLE2 (onnx_backend/handlers_resize.py;
-helpers kdml.resample, kdml.resize in functional/resample.py).
+LINEAR weighs the two neighbours of each axis (2^n elements), c clamped into the input (the pages'
+"output edges are clamped"). NEAREST_NEIGHBOR takes one element per axis, its index clamped:
+RESAMPLE2 / RESAMPLE3 round c by RoundingDirection (DECREASING floor(c), INCREASING ceil(c): the
+page; onnxruntime's DirectML provider maps ONNX's nearest_mode "floor" to DECREASING with no offset
+change and "ceil" to INCREASING). RESAMPLE and RESAMPLE1 take "the input element nearest to the
+corresponding pixel center": floor(c + 1/2), halves rounded up (RESAMPLE2 DECREASING with the
+InputPixelOffsets 0.5 less). The evidence, weighed (docs/resample.md "NEAREST_NEIGHBOR's rounding"):
+- onnxruntime's DirectML provider while it built RESAMPLE1 (DmlOperatorResize.cpp, before RESAMPLE2):
+  "DML's nearest neighbor mode uses round-halves-up (or round_prefer_ceil) via floor(input.x + 0.5)";
+  it passed round_prefer_ceil's offsets unchanged and made "floor" by adding 0.5 to the
+  InputPixelOffsets, which is floor(c) only if RESAMPLE1 computes floor(c + 0.5). Its RESAMPLE2 port
+  gives round_prefer_ceil DECREASING with the InputPixelOffsets 0.5 less: the same index.
+- the pages' words, nearest to the pixel centre: at RESAMPLE's offsets (0.5, -0.5) floor(c + 1/2) is
+  floor((OutputX + 0.5) / Scale), the classic nearest (scale 3 over [0, 1, 2]: 0 0 0 1 1 1 2 2 2).
+- RESAMPLE2's remarks ("equivalent ... RoundingDirection DECREASING, and OutputPixelOffsets adjusted
+  an additional -0.5") agree at Scale 1 only: moving the output offset moves c by 0.5 / Scale
+  (scale 3 would give 0 0 0 0 1 1 1 2 2, no nearest selection); read as the input offset they agree.
+- RESAMPLE_GRAD's example (a RESAMPLE1 nearest, scales 0.5 height and 1.5 width: [[1, 2], [3, 4]] ->
+  [[1, 1, 2]]) names no offsets; at RESAMPLE's (0.5, -0.5) both axes land on exact halves (c = 0.5),
+  where halves rounded up give [[3, 4, 4]]; the example holds with InputPixelOffsets 0.5 and
+  OutputPixelOffsets 0 (floor(OutputX / Scale)), as tests/test_resample_rounding.py runs it.
+ONNX Resize and Upsample run on RESAMPLE2 (onnx_backend/handlers_vision.py; helpers kdml.resample,
+kdml.resize in functional/resample.py), whose RoundingDirection the above does not touch.
 
 kompute_dml's coordinates are exact: the host evaluates the relation per axis and output index in
 rational arithmetic (Scales and offsets may be floats, taken at their exact binary value, or
@@ -18,12 +35,14 @@ weights (taps at one clamped index merged, taps of weight 0 dropped); DirectML c
 in float32 on the GPU, so a coordinate its rounding moves across an integer (nearest) differs.
 shaders/resample.comp then gathers: NEAREST copies bits (exact); LINEAR sums w0 w1 w2 w3 x in float32
 in row-major tap order: |error| <= (2n + K + 1) u sum |w x| (K taps, n axes, u = 2^-24; FLOAT16 one
-more rounding). kompute_dml's extensions of RESAMPLE2 (docs/resample.md): InterpolationMode CUBIC
-(Keys' cubic convolution with `cubic_coeff_a`, four taps per axis at floor(InputX) - 1 ..
-floor(InputX) + 2, indices clamped), `exclude_outside` (the taps outside the input zeroed, the rest
-renormalized), `extrapolation_value` (outputs whose coordinate lies outside [0, size - 1] on some
-axis take it; for NEAREST, whose rounded index lies outside the input) and `antialias` (LINEAR and
-CUBIC kernels widened by 1 / Scale when downsampling, normalized: RESAMPLE3's Antialiased).
+more rounding). RESAMPLE3's Antialiased (LINEAR; ignored by NEAREST_NEIGHBOR, as ONNX Resize-18's
+antialias, which onnxruntime passes for every mode) widens the kernel by 1 / Scale where Scale < 1,
+weights normalized; its table (1 to 4 dimensions, FLOAT32 / FLOAT16, level 6_4) is taken from RESAMPLE2's
+(the page's tail was not at hand). kompute_dml's extensions of RESAMPLE2 (docs/resample.md): InterpolationMode CUBIC
+(Keys' cubic convolution with `cubic_coeff_a`, four taps per axis at floor(c) - 1 .. floor(c) + 2,
+indices clamped), `exclude_outside` (the taps outside the input zeroed, the rest renormalized),
+`extrapolation_value` (outputs whose c lies outside [0, size - 1] on some axis take it; for NEAREST,
+whose rounded index lies outside the input) and `antialias` (LINEAR and CUBIC: RESAMPLE3's).
 
 Validation, in order: the tables (InvalidArgumentError / UnsupportedError naming the field), then
 the pages' rules (InvalidArgumentError whose message starts with the field): the output's data type
@@ -76,6 +95,7 @@ def _table(name: str, op_type: int, level: FL, dims: tuple[int, int]) -> Operato
 RESAMPLE = _table("RESAMPLE", 96, FL.FL_1_0, (4, 4))
 RESAMPLE1 = _table("RESAMPLE1", 116, FL.FL_2_1, (4, 4))
 RESAMPLE2 = _table("RESAMPLE2", 161, FL.FL_5_1, (1, 4))
+RESAMPLE3 = _table("RESAMPLE3", 175, FL.FL_6_4, (1, 4))
 
 
 @dataclass(frozen=True)
@@ -121,6 +141,22 @@ class Resample2Desc:
     exclude_outside: bool = False
     extrapolation_value: float | None = None
     antialias: bool = False
+
+
+@dataclass(frozen=True)
+class Resample3Desc:
+    """DML_RESAMPLE3_OPERATOR_DESC { InputTensor, OutputTensor, InterpolationMode, RoundingDirection,
+    DimensionCount, Scales, InputPixelOffsets, OutputPixelOffsets, Antialiased }: RESAMPLE2's fields
+    plus Antialiased (LINEAR's kernel widened by 1 / Scale where Scale < 1)."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+    interpolation_mode: InterpolationMode
+    rounding_direction: AxisDirection
+    scales: tuple[Any, ...]
+    input_pixel_offsets: tuple[Any, ...]
+    output_pixel_offsets: tuple[Any, ...]
+    antialiased: bool = False
 
 
 def exact(value: Any, name: str) -> Fraction:
@@ -189,9 +225,10 @@ _F32 = np.dtype("<f4")
 
 def geometry_words(x: TensorDesc, y: TensorDesc, mode: InterpolationMode, increasing: bool,
                    params: list[tuple[Fraction, Fraction, Fraction]], a: Fraction, exclude: bool,
-                   extrapolation: float | None, antialias: bool = False) -> tuple[np.ndarray, bool]:
+                   extrapolation: float | None, antialias: bool = False, pairs: bool = True) -> tuple[np.ndarray, bool]:
     """shaders/resample.comp's constant (its P_* words, then each axis' table) and whether every
-    tap is a single weight of 1 (the element copied: the nearest variant serves)."""
+    tap is a single weight of 1 (the element copied: the nearest variant serves). `pairs`: FLOAT16
+    outputs may be written a word (two elements) at a time where the layout allows."""
     lead = 4 - x.dimension_count
     n_in = [1] * lead + list(x.sizes)
     n_out = [1] * lead + list(y.sizes)
@@ -213,7 +250,7 @@ def geometry_words(x: TensorDesc, y: TensorDesc, mode: InterpolationMode, increa
     bases = np.cumsum([head] + [len(tb) for tb in tables[:-1]]).tolist()
     xs = [0] * lead + list(x.effective_strides)
     ys = [0] * lead + list(y.effective_strides)
-    flags = (1 if extrapolation is not None else 0) | (2 if writes_words(y) else 0)
+    flags = (1 if extrapolation is not None else 0) | (2 if pairs and writes_words(y) else 0)
     extra = int(np.array([extrapolation or 0.0], _F32).view(np.uint32)[0])
     words = np.concatenate([np.array([y.element_count, *n_out, *xs, *ys, *taps, *bases, flags, extra], np.uint32),
                             *tables])
@@ -230,12 +267,38 @@ def _mode(value: Any, extension: bool) -> InterpolationMode:
     return mode
 
 
+def plan_resample(device: Device, x: TensorDesc, y: TensorDesc, mode: InterpolationMode, increasing: bool,
+                  params: list[tuple[Fraction, Fraction, Fraction]], a: Fraction = Fraction(-3, 4), exclude: bool = False,
+                  extrapolation: float | None = None, antialias: bool = False,
+                  starts: tuple[tuple[int, int], ...] = ((0, 0),)) -> tuple[list[DispatchPlan], np.ndarray]:
+    """shaders/resample.comp's dispatches over x -> y (at most 4 dimensions; per axis (Scale, input
+    offset, output offset) of the relation) and their constant: one dispatch per (x, y) start in
+    elements (UPSAMPLE_2D's leading axes beyond 4), bindings x, y, the constant."""
+    pairs = writes_words(y) and all(yo % 2 == 0 for _, yo in starts)  # a start inside a word: element stores
+    words, copies = geometry_words(x, y, mode, increasing, params, a, exclude, extrapolation, antialias, pairs)
+    kind = "nearest" if mode == InterpolationMode.NEAREST_NEIGHBOR or copies else "interp"
+    fam = contract.RESAMPLE
+    unit = x.data_type.size
+    total = y.element_count
+    groups = grid_for(total // 2 if pairs else total, 256, device.limits["max_compute_work_group_count"][0])
+    variant = fam.name(k=kind, t="f16" if x.data_type == DataType.FLOAT16 else "f32")
+    return [DispatchPlan(variant=variant, bindings=(0, 1, 2), push=fam.pack(x_off=xo, y_off=yo), writes=(1,),
+                         offset_slots=fam.slots(x_off=(0, unit), y_off=(1, unit)), groups=groups)
+            for xo, yo in starts], words
+
+
+def resample1_nearest_offsets(ips: list[Fraction]) -> list[Fraction]:
+    """RESAMPLE / RESAMPLE1's nearest, floor(c + 1/2), as RESAMPLE2's DECREASING floor: the
+    InputPixelOffsets 0.5 less (the module's docstring weighs the evidence)."""
+    return [i - Fraction(1, 2) for i in ips]
+
+
 def _compile(device: Device, desc: Any, support: OperatorSupport) -> CompiledOperator:
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     x, y = desc.input_tensor, desc.output_tensor
     n = x.dimension_count
     check_like(x, y)
-    v2 = isinstance(desc, Resample2Desc)
+    v2, v3 = isinstance(desc, Resample2Desc), isinstance(desc, Resample3Desc)
     mode = _mode(desc.interpolation_mode, v2)
     scales = _numbers(desc, "scales", n, positive=True)
     if isinstance(desc, ResampleDesc):
@@ -243,15 +306,18 @@ def _compile(device: Device, desc: Any, support: OperatorSupport) -> CompiledOpe
     else:
         ips, ops = _numbers(desc, "input_pixel_offsets", n), _numbers(desc, "output_pixel_offsets", n)
     increasing, a, exclude, extrapolation, antialias = False, Fraction(-3, 4), False, None, False
-    if v2:
+    if v2 or v3:
         try:
             increasing = AxisDirection(desc.rounding_direction) == AxisDirection.INCREASING
         except ValueError:
             raise invalid("rounding_direction", f"must be a DML_AXIS_DIRECTION, got {desc.rounding_direction!r}") from None
-        a = exact(desc.cubic_coeff_a, "cubic_coeff_a")
-        for f in ("exclude_outside", "antialias"):
+        for f in ("antialiased",) if v3 else ("exclude_outside", "antialias"):
             if not isinstance(getattr(desc, f), (bool, np.bool_)):
                 raise invalid(f, f"must be a bool, got {getattr(desc, f)!r}")
+    if v3:  # ONNX Resize-18's antialias, which onnxruntime passes for every mode: nearest ignores it
+        antialias = bool(desc.antialiased) and mode != InterpolationMode.NEAREST_NEIGHBOR
+    elif v2:
+        a = exact(desc.cubic_coeff_a, "cubic_coeff_a")
         exclude, antialias = bool(desc.exclude_outside), bool(desc.antialias)
         if antialias and mode == InterpolationMode.NEAREST_NEIGHBOR:
             raise invalid("antialias", "applies to LINEAR and CUBIC only (kompute_dml's extension), not NEAREST_NEIGHBOR")
@@ -261,20 +327,12 @@ def _compile(device: Device, desc: Any, support: OperatorSupport) -> CompiledOpe
                 raise invalid("extrapolation_value", f"must be None or a float, got {e!r}")
             extrapolation = float(e)
     elif mode == InterpolationMode.NEAREST_NEIGHBOR:
-        ops = [o - Fraction(1, 2) for o in ops]  # RESAMPLE2's remarks: RESAMPLE1's nearest, DECREASING
+        ips = resample1_nearest_offsets(ips)
     check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
     check_addressable(support.fields, (x, y))
-    words, copies = geometry_words(x, y, mode, increasing, list(zip(scales, ips, ops)), a, exclude, extrapolation,
-                                   antialias)
-    kind = "nearest" if mode == InterpolationMode.NEAREST_NEIGHBOR or copies else "interp"
-    fam = contract.RESAMPLE
-    unit = x.data_type.size
-    total = y.element_count
-    plan = DispatchPlan(
-        variant=fam.name(k=kind, t="f16" if x.data_type == DataType.FLOAT16 else "f32"), bindings=(0, 1, 2),
-        push=fam.pack(x_off=0, y_off=0), writes=(1,), offset_slots=fam.slots(x_off=(0, unit), y_off=(1, unit)),
-        groups=grid_for(total // 2 if writes_words(y) else total, 256, device.limits["max_compute_work_group_count"][0]))
-    return CompiledOperator(device, desc, support, support.inputs, support.outputs, [plan], constants=[device.tensor(words)])
+    plans, words = plan_resample(device, x, y, mode, increasing, list(zip(scales, ips, ops)), a, exclude, extrapolation,
+                                 antialias)
+    return CompiledOperator(device, desc, support, support.inputs, support.outputs, plans, constants=[device.tensor(words)])
 
 
 def compile_resample(device: Device, desc: ResampleDesc) -> CompiledOperator:
@@ -287,6 +345,10 @@ def compile_resample1(device: Device, desc: Resample1Desc) -> CompiledOperator:
 
 def compile_resample2(device: Device, desc: Resample2Desc) -> CompiledOperator:
     return _compile(device, desc, RESAMPLE2)
+
+
+def compile_resample3(device: Device, desc: Resample3Desc) -> CompiledOperator:
+    return _compile(device, desc, RESAMPLE3)
 
 
 def _text(v: Any) -> str:
@@ -314,6 +376,9 @@ SPECS = (
                  onnx=(OnnxOp("Resize", "", "resize", check=resize_rule), OnnxOp("Upsample", "", "resize", check=resize_rule)),
                  example=lambda: Resample2Desc(_X, _Y, InterpolationMode.LINEAR, AxisDirection.DECREASING, (1, 1, 2, 2),
                                                (0.5,) * 4, (-0.5,) * 4)),
+    OperatorSpec(Resample3Desc, RESAMPLE3, compile_resample3, (contract.RESAMPLE,),
+                 example=lambda: Resample3Desc(_X, _Y, InterpolationMode.LINEAR, AxisDirection.DECREASING, (1, 1, 0.5, 0.5),
+                                               (0.5,) * 4, (-0.5,) * 4, True)),
     OperatorSpec(Resample1Desc, RESAMPLE1, compile_resample1, (contract.RESAMPLE,),
                  example=lambda: Resample1Desc(_X, _Y, _NN, (1, 1, 2, 2), (0.5,) * 4, (-0.5,) * 4)),
     OperatorSpec(ResampleDesc, RESAMPLE, compile_resample, (contract.RESAMPLE,),
