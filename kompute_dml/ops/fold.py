@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..core.dtypes import DataType
 from ..core.errors import UnsupportedError, invalid
@@ -78,7 +78,7 @@ def blocks_per_dimension(size: Sequence[int], window: Sequence[int], strides: Se
                  for s, w, st, d, p, q in zip(size, window, strides, dilations, start, end))
 
 
-def _arrays(desc: FoldDesc) -> dict[str, tuple[int, ...]]:
+def _arrays(desc: Any, name: str) -> dict[str, tuple[int, ...]]:
     vals = {f: as_int_tuple(getattr(desc, f), f) for f in _ARRAYS}
     d = len(vals["window_sizes"])
     if not 1 <= d <= 6:
@@ -90,7 +90,7 @@ def _arrays(desc: FoldDesc) -> dict[str, tuple[int, ...]]:
         if any(x < low for x in v):
             raise invalid(f, f"values must be >= {low}, got {v}")
     if d > MAX_SPATIAL:
-        raise UnsupportedError(f"window_sizes: kompute_dml's FOLD takes at most {MAX_SPATIAL} spatial dimensions, got {d}")
+        raise UnsupportedError(f"window_sizes: kompute_dml's {name} takes at most {MAX_SPATIAL} spatial dimensions, got {d}")
     return vals
 
 
@@ -102,29 +102,53 @@ def _logical(t: TensorDesc, keep: int, field: str) -> tuple[int, ...]:
     return t.sizes[t.dimension_count - keep:]
 
 
-def compile_fold(device: Device, desc: FoldDesc) -> CompiledOperator:
-    support = FOLD
-    validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
+class Windows(NamedTuple):
+    """A checked FOLD / UNFOLD descriptor's geometry: its arrays, the image's N, C and spatial sizes, the
+    window's element count K and the blocks per dimension."""
+
+    arrays: dict[str, tuple[int, ...]]
+    n: int
+    c: int
+    spatial: tuple[int, ...]
+    k: int
+    blocks: tuple[int, ...]
+
+
+def check_windows(desc: Any, name: str, image_field: str, columns_field: str) -> Windows:
+    """FOLD's and UNFOLD's shared rules (the pages'): one data type; the image (N, C, spatial...) and the
+    columns (N, C x prod(WindowSizes), BlockCount), the columns of 3 dimensions or the image's count (the
+    pages' examples against their constraints: module docstring); every window inside the padded image."""
     x, y = desc.input_tensor, desc.output_tensor
     if y.data_type != x.data_type:
         raise invalid("output_tensor.data_type", f"must equal input_tensor's ({x.data_type.name}), got {y.data_type.name}")
-    a = _arrays(desc)
+    a = _arrays(desc, name)
     d = len(a["window_sizes"])
-    if x.dimension_count not in (3, y.dimension_count):
-        raise invalid("input_tensor.sizes", f"dimension count must be 3 or output_tensor's ({y.dimension_count}), "
-                                            f"got {x.dimension_count}")
-    n, c, *spatial = _logical(y, d + 2, "output_tensor")
-    xn, rows, count = _logical(x, 3, "input_tensor")
+    image, cols = getattr(desc, image_field), getattr(desc, columns_field)
+    if cols.dimension_count not in (3, image.dimension_count):
+        raise invalid(f"{columns_field}.sizes", f"dimension count must be 3 or {image_field}'s ({image.dimension_count}), "
+                                                f"got {cols.dimension_count}")
+    n, c, *spatial = _logical(image, d + 2, image_field)
+    cn, rows, count = _logical(cols, 3, columns_field)
     k = math.prod(a["window_sizes"])
     blocks = blocks_per_dimension(spatial, a["window_sizes"], a["strides"], a["dilations"], a["start_padding"],
                                   a["end_padding"])
     if min(blocks) < 1:
+        padded = [s + p + q for s, p, q in zip(spatial, a["start_padding"], a["end_padding"])]
         raise invalid("window_sizes", f"a window of {a['window_sizes']} (dilations {a['dilations']}) is longer than the "
-                                      f"padded output {[s + p + q for s, p, q in zip(spatial, a['start_padding'], a['end_padding'])]}")
+                                      f"padded {image_field.split('_')[0]} {padded}")
     want = (n, c * k, math.prod(blocks))
-    if (xn, rows, count) != want:
-        raise invalid("input_tensor.sizes", f"must be (N, C x prod(WindowSizes), BlockCount) = {want} for output_tensor "
-                                            f"{y.sizes} (blocks per dimension {blocks}), got {x.sizes}")
+    if (cn, rows, count) != want:
+        raise invalid(f"{columns_field}.sizes", f"must be (N, C x prod(WindowSizes), BlockCount) = {want} for "
+                                                f"{image_field} {image.sizes} (blocks per dimension {blocks}), got {cols.sizes}")
+    return Windows(a, n, c, tuple(spatial), k, blocks)
+
+
+def compile_fold(device: Device, desc: FoldDesc) -> CompiledOperator:
+    support = FOLD
+    validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
+    x, y = desc.input_tensor, desc.output_tensor
+    a, _, c, spatial, k, blocks = check_windows(desc, "FOLD", "output_tensor", "input_tensor")
+    d = len(a["window_sizes"])
     check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
     check_addressable(support.fields, (x, y))
     pad3 = MAX_SPATIAL - d

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.dtypes import DataType
-from ..core.errors import UnsupportedError, invalid
+from ..core.errors import invalid
 from ..core.ints import as_int_tuple
 from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, INTS_8_32, OperatorSupport, row
@@ -45,7 +45,7 @@ from ..runtime import DispatchPlan, grid_for
 from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
-from .fold import blocks_per_dimension
+from .fold import blocks_per_dimension, check_windows
 from .spec import OperatorSpec
 
 if TYPE_CHECKING:
@@ -56,7 +56,6 @@ _TYPES = FLOATS | INTS_8_32
 UNFOLD = OperatorSupport("UNFOLD", 177, (
     row(FL.FL_6_4, ("input_tensor", "input", (3, 8), _TYPES), ("output_tensor", "output", (3, 8), _TYPES)),))
 MAX_SPATIAL = 3  # kompute_dml's shader (contract.unfold.UNFOLD_PUSH)
-_ARRAYS = ("window_sizes", "strides", "dilations", "start_padding", "end_padding")
 
 
 @dataclass(frozen=True)
@@ -73,53 +72,12 @@ class UnfoldDesc:
     end_padding: Sequence[int]
 
 
-def _arrays(desc: UnfoldDesc) -> dict[str, tuple[int, ...]]:
-    vals = {f: as_int_tuple(getattr(desc, f), f) for f in _ARRAYS}
-    d = len(vals["window_sizes"])
-    if not 1 <= d <= 6:
-        raise invalid("window_sizes", f"DimensionCount must be 1 to 6, got {d}")
-    for f, v in vals.items():
-        if len(v) != d:
-            raise invalid(f, f"must hold DimensionCount ({d}) values, got {len(v)}")
-        low = 0 if f.endswith("padding") else 1
-        if any(x < low for x in v):
-            raise invalid(f, f"values must be >= {low}, got {v}")
-    if d > MAX_SPATIAL:
-        raise UnsupportedError(f"window_sizes: kompute_dml's UNFOLD takes at most {MAX_SPATIAL} spatial dimensions, got {d}")
-    return vals
-
-
-def _logical(t: TensorDesc, keep: int, field: str) -> tuple[int, ...]:
-    """t's last `keep` sizes (its leading ones must be 1)."""
-    lead = t.sizes[:t.dimension_count - keep]
-    if t.dimension_count < keep or any(s != 1 for s in lead):
-        raise invalid(f"{field}.sizes", f"must be {keep} sizes after leading 1s, got {t.sizes}")
-    return t.sizes[t.dimension_count - keep:]
-
-
 def compile_unfold(device: Device, desc: UnfoldDesc) -> CompiledOperator:
     support = UNFOLD
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
     x, y = desc.input_tensor, desc.output_tensor
-    if y.data_type != x.data_type:
-        raise invalid("output_tensor.data_type", f"must equal input_tensor's ({x.data_type.name}), got {y.data_type.name}")
-    a = _arrays(desc)
+    a, _, c, spatial, k, blocks = check_windows(desc, "UNFOLD", "input_tensor", "output_tensor")
     d = len(a["window_sizes"])
-    if y.dimension_count not in (3, x.dimension_count):
-        raise invalid("output_tensor.sizes", f"dimension count must be 3 or input_tensor's ({x.dimension_count}), "
-                                             f"got {y.dimension_count}")
-    n, c, *spatial = _logical(x, d + 2, "input_tensor")
-    yn, rows, count = _logical(y, 3, "output_tensor")
-    k = math.prod(a["window_sizes"])
-    blocks = blocks_per_dimension(spatial, a["window_sizes"], a["strides"], a["dilations"], a["start_padding"],
-                                  a["end_padding"])
-    if min(blocks) < 1:
-        raise invalid("window_sizes", f"a window of {a['window_sizes']} (dilations {a['dilations']}) is longer than the "
-                                      f"padded input {[s + p + q for s, p, q in zip(spatial, a['start_padding'], a['end_padding'])]}")
-    want = (n, c * k, math.prod(blocks))
-    if (yn, rows, count) != want:
-        raise invalid("output_tensor.sizes", f"must be (N, C x prod(WindowSizes), BlockCount) = {want} for input_tensor "
-                                             f"{x.sizes} (blocks per dimension {blocks}), got {y.sizes}")
     check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
     check_addressable(support.fields, (x, y))
     pad3 = MAX_SPATIAL - d
