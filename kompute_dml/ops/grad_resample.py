@@ -53,7 +53,7 @@ from . import contract
 from .base import CompiledOperator, check_like, validate_tensors
 from .cumulative import AxisDirection
 from .elementwise_plan import check_addressable
-from .resample import InterpolationMode, axis_taps, exact, resample1_nearest_offsets
+from .resample import InterpolationMode, axis_taps, exact_numbers, resample1_nearest_offsets
 from .spec import OperatorSpec
 
 if TYPE_CHECKING:
@@ -94,18 +94,6 @@ class ResampleGrad1Desc:
     scales: tuple[Any, ...]
     input_pixel_offsets: tuple[Any, ...]
     output_pixel_offsets: tuple[Any, ...]
-
-
-def _numbers(desc: Any, name: str, n: int, positive: bool = False) -> list[Fraction]:
-    values = getattr(desc, name)
-    if not isinstance(values, (tuple, list)) or len(values) != n:
-        got = len(values) if isinstance(values, (tuple, list)) else type(values).__name__
-        raise invalid(name, f"must hold DimensionCount ({n}) numbers (the tensors' dimension count), got {got}")
-    out = [exact(v, f"{name}[{i}]") for i, v in enumerate(values)]
-    for i, v in enumerate(out):
-        if positive and v <= 0:
-            raise invalid(f"{name}[{i}]", f"must be > 0, got {values[i]!r}")
-    return out
 
 
 def inverse_taps(n_in: int, n_out: int, mode: InterpolationMode, increasing: bool, scale: Fraction, ip: Fraction,
@@ -168,8 +156,8 @@ def _compile(device: Device, desc: Any, support: OperatorSupport) -> CompiledOpe
             increasing = AxisDirection(desc.rounding_direction) == AxisDirection.INCREASING
         except ValueError:
             raise invalid("rounding_direction", f"must be a DML_AXIS_DIRECTION, got {desc.rounding_direction!r}") from None
-    scales = _numbers(desc, "scales", n, positive=True)
-    ips, ops = _numbers(desc, "input_pixel_offsets", n), _numbers(desc, "output_pixel_offsets", n)
+    scales = exact_numbers(desc, "scales", n, positive=True)
+    ips, ops = exact_numbers(desc, "input_pixel_offsets", n), exact_numbers(desc, "output_pixel_offsets", n)
     if isinstance(desc, ResampleGradDesc) and mode == InterpolationMode.NEAREST_NEIGHBOR:
         ips = resample1_nearest_offsets(ips)  # RESAMPLE1's floor(c + 1/2) as DECREASING's floor
     check_no_overlap(y.sizes, y.effective_strides, "output_gradient_tensor")

@@ -168,7 +168,7 @@ def exact(value: Any, name: str) -> Fraction:
     return Fraction(value) if isinstance(value, (int, Fraction)) else Fraction(float(value))
 
 
-def _numbers(desc: Any, name: str, n: int, positive: bool = False) -> list[Fraction]:
+def exact_numbers(desc: Any, name: str, n: int, positive: bool = False) -> list[Fraction]:
     values = getattr(desc, name)
     if not isinstance(values, (tuple, list)) or len(values) != n:
         got = len(values) if isinstance(values, (tuple, list)) else type(values).__name__
@@ -300,11 +300,11 @@ def _compile(device: Device, desc: Any, support: OperatorSupport) -> CompiledOpe
     check_like(x, y)
     v2, v3 = isinstance(desc, Resample2Desc), isinstance(desc, Resample3Desc)
     mode = _mode(desc.interpolation_mode, v2)
-    scales = _numbers(desc, "scales", n, positive=True)
+    scales = exact_numbers(desc, "scales", n, positive=True)
     if isinstance(desc, ResampleDesc):
         ips, ops = [Fraction(1, 2)] * n, [Fraction(-1, 2)] * n
     else:
-        ips, ops = _numbers(desc, "input_pixel_offsets", n), _numbers(desc, "output_pixel_offsets", n)
+        ips, ops = exact_numbers(desc, "input_pixel_offsets", n), exact_numbers(desc, "output_pixel_offsets", n)
     increasing, a, exclude, extrapolation, antialias = False, Fraction(-3, 4), False, None, False
     if v2 or v3:
         try:
