@@ -270,6 +270,7 @@ from .ops.grad_pooling import AveragePoolingGradDesc as AveragePoolingGradDesc
 from .ops.grad_pooling import MaxPoolingGradDesc as MaxPoolingGradDesc
 from .ops.grad_resample import ResampleGrad1Desc as ResampleGrad1Desc
 from .ops.grad_resample import ResampleGradDesc as ResampleGradDesc
+from .ops.grad_roi_align import RoiAlignGradDesc as RoiAlignGradDesc
 from .ops.grad_slice import SliceGradDesc as SliceGradDesc
 from .ops.grad_slice import slice_grad as slice_grad
 from .ops.gru import GruDesc as GruDesc
