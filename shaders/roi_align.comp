@@ -47,6 +47,10 @@ void main() {
     precise float x2 = LOAD(r_buf, rb + 2u * pc.rs[1]) * pc.scale_x;
     precise float y2 = LOAD(r_buf, rb + 3u * pc.rs[1]) * pc.scale_y;
     precise float wx = x2 - x1, wy = y2 - y1;
+    if ((pc.flags & 8u) != 0u) {  // kompute_dml's extension (ONNX's output_half_pixel): regions at least one pixel
+        wx = wx < 1.0 ? 1.0 : wx;
+        wy = wy < 1.0 ? 1.0 : wy;
+    }
     uint b = b_buf[pc.b_off + r * pc.bs];
     float result = pc.oob;  // a batch index outside [0, BatchCount): OutOfBoundsInputValue
     if (b < pc.n) {

@@ -1,7 +1,7 @@
 // ROI_ALIGN1's sampling (docs/roi_align.md), shared by shaders/roi_align.comp (the forward) and
 // shaders/grad_roi_align.comp (its gradient, which must recompute the forward's sample coordinates,
 // counts and values bit for bit). The includer provides: the push block `pc` with min_s, max_s,
-// flags (1 MAX, 2 NEAREST_NEIGHBOR, 4 AlignRegionsToCorners), out_off, in_off, oob, ih, iw, xs[4];
+// flags (1 MAX, 2 NEAREST_NEIGHBOR, 4 AlignRegionsToCorners, 8 regions at least one pixel: ROI_ALIGN1's extension), out_off, in_off, oob, ih, iw, xs[4];
 // the input's buffer x_buf and LOAD(buf, e); f32_exact.glsl.
 
 // a / b correctly rounded on every device (integer code, f32_exact.glsl: GLSL's division may be 2.5 ulp off)

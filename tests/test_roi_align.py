@@ -22,8 +22,9 @@ F = np.float32
 
 
 def reference(x, rois, bidx, oh, ow, *, fn="avg", nearest=False, sx=1.0, sy=1.0, ipo=0.5, opo=-0.5, oob=0.0, lo=1,
-              hi=ra.UINT_MAX, align=False):
-    """(R, C, oh, ow) float32, every operation rounded to float32 in the shader's order."""
+              hi=ra.UINT_MAX, align=False, one=False):
+    """(R, C, oh, ow) float32, every operation rounded to float32 in the shader's order (`one`: regions below
+    one pixel taken as one, ROI_ALIGN1's min_region_one extension: onnxruntime's output_half_pixel)."""
     n, c, h, w = x.shape
     xf = x.astype(F)
     lo, hi = min(lo, ra.MAX_SAMPLES), min(hi, ra.MAX_SAMPLES)
@@ -59,6 +60,8 @@ def reference(x, rois, bidx, oh, ow, *, fn="avg", nearest=False, sx=1.0, sy=1.0,
     for r in range(len(rois)):
         x1, y1, x2, y2 = (F(F(v) * F(s)) for v, s in zip(rois[r].astype(F), (sx, sy, sx, sy)))
         wx, wy = F(x2 - x1), F(y2 - y1)
+        if one:
+            wx, wy = (F(1) if v < 1 else v for v in (wx, wy))
         if bidx[r] >= n:
             out[r] = F(oob)
             continue
@@ -207,15 +210,19 @@ def _ort_roi_align(x, rois, bidx, oh, ow, ctm, ratio, scale):
                                                ("output_half_pixel", 3, 1.0)])
 def test_helper_against_onnxruntime(dev, rng, ctm, ratio, scale):
     x = rng.standard_normal((2, 3, 10, 12)).astype(F)
-    rois = np.array([[0, 0, 9, 9], [2.5, 1.25, 11, 7], [1, 3, 6.5, 9.75], [4, 4, 8, 5]], F) / scale
-    bidx = np.array([0, 1, 1, 0], np.int64)
+    # the last two regions below one pixel: output_half_pixel takes them as one (onnxruntime, min_region_one)
+    rois = np.array([[0, 0, 9, 9], [2.5, 1.25, 11, 7], [1, 3, 6.5, 9.75], [4, 4, 8, 5], [3.2, 4.1, 3.4, 4.2],
+                     [1, 1, 1.5, 7]], F) / scale
+    bidx = np.array([0, 1, 1, 0, 1, 0], np.int64)
     want = _ort_roi_align(x, rois, bidx, 3, 4, ctm, ratio, scale)
     lo, hi = (ratio, ratio) if ratio else (1, ra.UINT_MAX)
+    one = ctm == "output_half_pixel"
     y = kdml.roi_align(x, rois, dev.tensor(bidx), (3, 4), spatial_scale=scale,
-                       input_pixel_offset=0.5 if ctm == "half_pixel" else 0.0, min_samples=lo, max_samples=hi, device=dev)
+                       input_pixel_offset=0.5 if ctm == "half_pixel" else 0.0, min_samples=lo, max_samples=hi,
+                       min_region_one=one, device=dev)
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)  # onnxruntime's coordinates round otherwise
     np.testing.assert_array_equal(y.numpy(), reference(x, rois, bidx, 3, 4, sx=scale, sy=scale, lo=lo, hi=hi,
-                                                       ipo=0.5 if ctm == "half_pixel" else 0.0))
+                                                       ipo=0.5 if ctm == "half_pixel" else 0.0, one=one))
     with pytest.raises(kdml.InvalidArgumentError, match="batch_indices"):
         kdml.roi_align(x, rois, np.array([0, -1, 0, 0]), (3, 4), device=dev)
 
@@ -234,3 +241,26 @@ def test_onnx_roialign_node_cases(name):
         return
     (rep,) = run_on_device(ROI, name)
     assert "ROI_ALIGN1" in rep.summary()
+
+
+def test_onnx_output_half_pixel_takes_small_regions_as_one_pixel():
+    """ONNX RoiAlign in output_half_pixel mode (torchvision's aligned=False detection exports) on the device:
+    regions below one pixel as onnxruntime takes them (ROI_ALIGN1's min_region_one)."""
+    from onnx import TensorProto, helper
+    from onnx_node_cases import one_node_model
+
+    from kompute_dml.onnx_backend import Backend
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 2, 10, 10)).astype(F)
+    rois = np.array([[1.0, 1.0, 1.5, 1.3], [2, 2, 8, 8], [3.2, 4.1, 3.4, 4.2]], F)
+    bidx = np.zeros(3, np.int64)
+    node = helper.make_node("RoiAlign", ["X", "R", "B"], ["y"], coordinate_transformation_mode="output_half_pixel",
+                            output_height=2, output_width=2, sampling_ratio=0, spatial_scale=1.0)
+    model = one_node_model(node, [("X", TensorProto.FLOAT, x.shape), ("R", TensorProto.FLOAT, rois.shape),
+                                  ("B", TensorProto.INT64, bidx.shape)], TensorProto.FLOAT, opset=16)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"X": x, "R": rois, "B": bidx})[0]
+    rep = Backend.prepare(model)
+    got = rep.run({"X": x, "R": rois, "B": bidx})[0]
+    assert [p.target for p in rep.placement] == ["vulkan"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -7,8 +7,9 @@ spatial_scale, InputPixelOffset 0.5 for half_pixel (opset 16's default) and 0 fo
 output_half_pixel (opset 10's only behaviour), OutputPixelOffset -0.5, OutOfBoundsInputValue 0,
 sampling_ratio s as Minimum = Maximum = s (0: 1 and UINT_MAX), bilinear. Its int64 batch_indices
 are read as their low words (a view, no copy: ops/roi_align.batch_indices_view); mode "max" stays
-on the CPU (ops/roi_align._roi_rule). output_half_pixel does not take regions below one pixel up to
-one as onnxruntime does (nor does ROI_ALIGN1). MaxRoiPool's rois (R, 5) are read as (1, 1, R, 5).
+on the CPU (ops/roi_align._roi_rule). output_half_pixel takes regions below one pixel up to one, as
+onnxruntime does (ROI_ALIGN1's `min_region_one` extension: detection exports of torchvision's aligned=False
+RoIAlign have small proposals). MaxRoiPool's rois (R, 5) are read as (1, 1, R, 5).
 MaxUnpool's int64 indices are taken as UINT64 (a negative one writes nothing); they count the
 elements of the inferred shape ((in - 1) stride + kernel - pads per spatial axis); an output_shape
 (read on the host) at least as large is filled with zeros (FILL_VALUE_CONSTANT) and the inferred
@@ -60,8 +61,8 @@ def _h_roi_align(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: 
     out = ctx.out_tensor(out_shape, dt)
     lo, hi = (ratio, ratio) if ratio else (1, UINT_MAX)
     y = kdml.roi_align(tx, tr, tb, (oh, ow), spatial_scale=float(_attr(node, "spatial_scale", 1.0)),
-                       input_pixel_offset=0.5 if ctm == "half_pixel" else 0.0, min_samples=lo, max_samples=hi, out=out,
-                       device=ctx.device)
+                       input_pixel_offset=0.5 if ctm == "half_pixel" else 0.0, min_samples=lo, max_samples=hi,
+                       min_region_one=ctm == "output_half_pixel", out=out, device=ctx.device)
     return [DeviceValue(y, out_shape, dt)]
 
 

@@ -87,7 +87,9 @@ class RoiAlign1Desc:
     """DML_ROI_ALIGN1_OPERATOR_DESC { InputTensor, ROITensor, BatchIndicesTensor, OutputTensor,
     ReductionFunction, InterpolationMode, SpatialScaleX, SpatialScaleY, InputPixelOffset,
     OutputPixelOffset, OutOfBoundsInputValue, MinimumSamplesPerOutput, MaximumSamplesPerOutput,
-    AlignRegionsToCorners }."""
+    AlignRegionsToCorners }, and kompute_dml's extension `min_region_one`: a region narrower or shorter than
+    one pixel (after the spatial scale) is taken as one pixel wide / high from its start, as onnxruntime's
+    RoiAlign does in its output_half_pixel mode (torchvision's aligned=False export)."""
 
     input_tensor: TensorDesc
     roi_tensor: TensorDesc
@@ -103,6 +105,7 @@ class RoiAlign1Desc:
     minimum_samples_per_output: int = 1
     maximum_samples_per_output: int = UINT_MAX
     align_regions_to_corners: bool = False
+    min_region_one: bool = False
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,7 @@ def _compile(device: Device, desc: Any, support: OperatorSupport) -> CompiledOpe
     floats = {f: _float(desc, f) for f in ("spatial_scale_x", "spatial_scale_y", "input_pixel_offset",
                                            "output_pixel_offset", "out_of_bounds_input_value") if hasattr(desc, f)}
     align = bool(getattr(desc, "align_regions_to_corners", False))
+    one = bool(getattr(desc, "min_region_one", False))
     check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
     check_addressable(support.fields, (x, r, b, y))
     fam = contract.detection.ROI_ALIGN
@@ -178,7 +182,8 @@ def _compile(device: Device, desc: Any, support: OperatorSupport) -> CompiledOpe
                     scale_x=floats["spatial_scale_x"], scale_y=floats["spatial_scale_y"],
                     in_off=floats.get("input_pixel_offset", 0.5), out_off=floats.get("output_pixel_offset", -0.5),
                     oob=floats["out_of_bounds_input_value"], min_s=min(lo, MAX_SAMPLES), max_s=min(hi, MAX_SAMPLES),
-                    flags=int(fn == ReduceFunction.MAX) | 2 * int(mode == InterpolationMode.NEAREST_NEIGHBOR) | 4 * int(align))
+                    flags=int(fn == ReduceFunction.MAX) | 2 * int(mode == InterpolationMode.NEAREST_NEIGHBOR) | 4 * int(align)
+                    | 8 * int(one))
     plan = DispatchPlan(variant=fam.name(t="f16" if x.data_type == DataType.FLOAT16 else "f32"), bindings=(0, 1, 2, 3),
                         push=push, writes=(3,), groups=grid_for(total, 256, device.limits["max_compute_work_group_count"][0]),
                         offset_slots=fam.slots(x_off=(0, unit), r_off=(1, unit), b_off=(2, 4), y_off=(3, unit)))
@@ -212,11 +217,12 @@ def batch_indices_view(t: Tensor) -> Tensor:
 def roi_align(x: Any, rois: Any, batch_indices: Any, output_size: Sequence[int], *, mode: str = "avg",
               interpolation: str = "linear", spatial_scale: float | Sequence[float] = 1.0, input_pixel_offset: float = 0.5,
               output_pixel_offset: float = -0.5, out_of_bounds_value: float = 0.0, min_samples: int = 1,
-              max_samples: int = UINT_MAX, align_corners: bool = False, out: Tensor | None = None,
-              device: Device | None = None) -> Tensor:
+              max_samples: int = UINT_MAX, align_corners: bool = False, min_region_one: bool = False,
+              out: Tensor | None = None, device: Device | None = None) -> Tensor:
     """DML_ROI_ALIGN1: x (N, C, H, W), rois (R, 4) [x1, y1, x2, y2], batch_indices (R,) integers ->
     (R, C, *output_size); mode "avg" / "max", interpolation "linear" / "nearest"; spatial_scale one
-    value or (x, y). ONNX RoiAlign's sampling_ratio s: min_samples = max_samples = s (0: 1 and UINT_MAX)."""
+    value or (x, y). ONNX RoiAlign's sampling_ratio s: min_samples = max_samples = s (0: 1 and UINT_MAX);
+    `min_region_one`: regions below one pixel taken as one (its output_half_pixel mode)."""
     if mode not in ("avg", "max") or interpolation not in ("linear", "nearest"):
         raise invalid("mode", f"mode must be 'avg' or 'max' and interpolation 'linear' or 'nearest', got {mode!r}, "
                               f"{interpolation!r}")
@@ -238,7 +244,8 @@ def roi_align(x: Any, rois: Any, batch_indices: Any, output_size: Sequence[int],
     desc = RoiAlign1Desc(tx.desc, tr.desc, tb.desc, od, ReduceFunction.MAX if mode == "max" else ReduceFunction.AVERAGE,
                          InterpolationMode.NEAREST_NEIGHBOR if interpolation == "nearest" else InterpolationMode.LINEAR,
                          float(sx), float(sy), float(input_pixel_offset), float(output_pixel_offset),
-                         float(out_of_bounds_value), int(min_samples), int(max_samples), bool(align_corners))
+                         float(out_of_bounds_value), int(min_samples), int(max_samples), bool(align_corners),
+                         bool(min_region_one))
     op = compile_cached(dev, desc)
     if out is None:
         out = pooled_empty(dev, od)
