@@ -106,6 +106,20 @@ def _packed(data_type: DataType, sizes: tuple[int, ...]) -> TensorDesc:
     return TensorDesc(data_type, sizes)
 
 
+def run_into(dev: Device, make: Any, inputs: list[Any], sizes: tuple[int, ...], dt: DataType,
+             out: Tensor | None) -> Tensor:
+    """A helper's operator run into `out` (checked: check_out) or a new packed tensor of `sizes` and `dt` from the
+    device's pool: `make(output_desc)` gives the descriptor, compiled once per descriptor (compile_cached) before
+    anything is allocated."""
+    if out is not None:
+        check_out(out, dev, sizes, dt)
+    od = out.desc if out is not None else _packed(dt, tuple(sizes))
+    op = compile_cached(dev, make(od))
+    y = out if out is not None else pooled_empty(dev, od)
+    op.execute(inputs, [y])
+    return y
+
+
 def check_out(out: Any, dev: Device, sizes: tuple[int, ...], dt: DataType, field: str = "out") -> None:
     """InvalidArgumentError naming `field` unless `out` is a Tensor of `dev` with these sizes and type."""
     if not isinstance(out, Tensor):

@@ -33,7 +33,7 @@ from ..core.registry import FL, FLOATS, INTS_8_32, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..device.device import Device
 from ..device.memory import Tensor
-from ..functional import _packed, check_out, compile_cached, pooled_empty
+from ..functional import run_into
 from ..functional.elementwise import _operands
 from ..functional.reduce import normalize_axes
 from ..runtime import DispatchPlan
@@ -121,11 +121,7 @@ def _helper(cls: type, x: Any, axes: Any, axis_direction: Any, index_type: Any, 
     red = normalize_axes(axes, d.dimension_count)
     shape = tuple(1 if i in red else s for i, s in enumerate(d.sizes))
     dt = DataType.coerce(index_type, "index_type")
-    if out is not None:
-        check_out(out, dev, shape, dt)
-    y = out if out is not None else pooled_empty(dev, _packed(dt, shape))
-    compile_cached(dev, cls(d, y.desc, red, axis_direction)).execute([t], [y])
-    return y
+    return run_into(dev, lambda od: cls(d, od, red, axis_direction), [t], shape, dt, out)
 
 
 def arg_min(x: Any, axes: Any = None, *, axis_direction: Any = AxisDirection.INCREASING, index_type: Any = DataType.INT64,

@@ -39,7 +39,7 @@ from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..device.memory import Tensor
-from ..functional import _packed, check_out, compile_cached, pooled_empty
+from ..functional import run_into
 from ..functional.elementwise import _operands
 from ..runtime import DispatchPlan, grid_for
 from . import contract
@@ -191,16 +191,9 @@ def fold(x: Any, output_size: Sequence[int], window_sizes: Sequence[int], *, str
     k = math.prod(win) if win and min(win) > 0 else 1
     shape = (t.desc.sizes[0], t.desc.sizes[1] // k, *size)
     dt = t.desc.data_type
-    if out is not None:
-        check_out(out, dev, shape, dt)
-    od = out.desc if out is not None else _packed(dt, shape)
     xd = TensorDesc(dt, (1,) * (len(shape) - 3) + t.desc.sizes, (0,) * (len(shape) - 3) + t.desc.effective_strides)
-    op = compile_cached(dev, FoldDesc(xd, od, win, arr(strides, 1), arr(dilations, 1), arr(start_padding, 0),
-                                      arr(end_padding, 0)))
-    if out is None:
-        out = pooled_empty(dev, od)
-    op.execute([Tensor.trusted(t.buffer, xd, t.offset)], [out])
-    return out
+    return run_into(dev, lambda od: FoldDesc(xd, od, win, arr(strides, 1), arr(dilations, 1), arr(start_padding, 0),
+                                             arr(end_padding, 0)), [Tensor.trusted(t.buffer, xd, t.offset)], shape, dt, out)
 
 
 def _example() -> FoldDesc:

@@ -67,7 +67,6 @@ import numpy as np
 
 from ..core.dtypes import DataType
 from ..core.errors import UnsupportedError, invalid
-from ..core.ints import as_int
 from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
@@ -79,7 +78,7 @@ from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
 from .reduce import ReduceFunction
 from .resample import InterpolationMode
-from .roi_align import MAX_SAMPLES, UINT_MAX, _float, _last
+from .roi_align import UINT_MAX, check_sampling, check_trailing, float_field
 from .spec import OperatorSpec
 
 if TYPE_CHECKING:
@@ -116,29 +115,6 @@ class RoiAlignGradDesc:
     align_regions_to_corners: bool = False
 
 
-def _enums(desc: RoiAlignGradDesc) -> tuple[ReduceFunction, InterpolationMode, int, int]:
-    """ROI_ALIGN1's rules for the enums and the sample bounds (its InvalidArgumentErrors)."""
-    try:
-        fn = ReduceFunction(desc.reduction_function)
-    except ValueError as e:
-        raise invalid("reduction_function", str(e)) from None
-    try:
-        mode = InterpolationMode(desc.interpolation_mode)
-    except ValueError as e:
-        raise invalid("interpolation_mode", str(e)) from None
-    if fn not in (ReduceFunction.AVERAGE, ReduceFunction.MAX):
-        raise invalid("reduction_function", f"must be AVERAGE or MAX, got {fn.name}")
-    if mode not in (InterpolationMode.NEAREST_NEIGHBOR, InterpolationMode.LINEAR):
-        raise invalid("interpolation_mode", f"must be NEAREST_NEIGHBOR or LINEAR, got {mode.name}")
-    lo = as_int(desc.minimum_samples_per_output, "minimum_samples_per_output")
-    hi = as_int(desc.maximum_samples_per_output, "maximum_samples_per_output")
-    if not 0 <= hi <= UINT_MAX:
-        raise invalid("maximum_samples_per_output", f"must be a UINT, got {hi}")
-    if not 1 <= lo <= hi:
-        raise invalid("minimum_samples_per_output", f"must be >= 1 and <= maximum_samples_per_output ({hi}), got {lo}")
-    return fn, mode, min(lo, MAX_SAMPLES), min(hi, MAX_SAMPLES)
-
-
 def search_iterations(rois: int, oh: int, ow: int, hi: int) -> int:
     """An invocation's loop iterations before any sample: the region loop and, per region and axis,
     two binary searches over at most size x hi samples."""
@@ -165,12 +141,12 @@ def compile_roi_align_grad(device: Device, desc: RoiAlignGradDesc) -> CompiledOp
         raise invalid("output_gradient_tensor.sizes", f"must be (BatchCount, ChannelCount {c}, H, W), got {y.sizes}")
     if x is not None and x.sizes != y.sizes:
         raise invalid("input_tensor.sizes", f"must equal output_gradient_tensor's {y.sizes}, got {x.sizes}")
-    _last(r, 2, "roi_tensor", (rois, 4))
-    _last(b, 1, "batch_indices_tensor", (rois,))
-    fn, mode, lo, hi = _enums(desc)
+    check_trailing(r, 2, "roi_tensor", (rois, 4))
+    check_trailing(b, 1, "batch_indices_tensor", (rois,))
+    fn, mode, lo, hi = check_sampling(desc)
     if fn == ReduceFunction.MAX and x is None:
         raise invalid("input_tensor", "is required when reduction_function is MAX")
-    floats = {f: _float(desc, f) for f in ("spatial_scale_x", "spatial_scale_y", "input_pixel_offset", "output_pixel_offset")}
+    floats = {f: float_field(desc, f) for f in ("spatial_scale_x", "spatial_scale_y", "input_pixel_offset", "output_pixel_offset")}
     align = bool(desc.align_regions_to_corners)
     check_no_overlap(y.sizes, y.effective_strides, "output_gradient_tensor")
     present = [(f, t) for f, t in zip(support.fields, (x, g, r, b, y)) if t is not None]

@@ -34,7 +34,7 @@ from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, INTS_8_32, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..device.memory import Tensor
-from ..functional import _packed, check_out, compile_cached, pooled_empty
+from ..functional import run_into
 from ..functional.elementwise import _operands
 from . import contract
 from .base import CompiledOperator, validate_tensors
@@ -132,14 +132,8 @@ def slice_grad(dy: Any, input_sizes: Any, offsets: Any, sizes: Any, strides: Any
     dev, (t,) = _operands((dy,), ("dy",), device)
     shape = as_int_tuple(input_sizes, "input_sizes")
     dt = t.desc.data_type
-    if out is not None:
-        check_out(out, dev, shape, dt)
-    od = out.desc if out is not None else _packed(dt, shape)
-    op = compile_cached(dev, SliceGradDesc(t.desc, od, tuple(offsets), tuple(sizes), tuple(strides)))
-    if out is None:
-        out = pooled_empty(dev, od)
-    op.execute([t], [out])
-    return out
+    return run_into(dev, lambda od: SliceGradDesc(t.desc, od, tuple(offsets), tuple(sizes), tuple(strides)), [t], shape,
+                    dt, out)
 
 
 def _example() -> SliceGradDesc:

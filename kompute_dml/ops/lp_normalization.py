@@ -122,7 +122,7 @@ def lp_normalization(x: Any, axis: int = -1, *, p: int = 2, epsilon: float = 1e-
                      device: Any = None) -> Any:
     """DML_LP_NORMALIZATION: x / max(||x||_p, epsilon) along `axis` (negative counts from the end),
     p 1 or 2, into a new packed Tensor or `out`."""
-    from ..functional import _packed, check_out, compile_cached, pooled_empty
+    from ..functional import run_into
     from ..functional.elementwise import _operands
 
     dev, (t,) = _operands((x,), ("x",), device)
@@ -131,13 +131,7 @@ def lp_normalization(x: Any, axis: int = -1, *, p: int = 2, epsilon: float = 1e-
     a = as_int(axis, "axis")
     if not -rank <= a < rank:
         raise invalid("axis", f"must be in [{-rank}, {rank}) for x of rank {rank}, got {a}")
-    if out is not None:
-        check_out(out, dev, d.sizes, d.data_type)
-    else:
-        out = pooled_empty(dev, _packed(d.data_type, d.sizes))
-    op = compile_cached(dev, LpNormalizationDesc(d, out.desc, a % rank, epsilon, p))
-    op.execute([t], [out])
-    return out
+    return run_into(dev, lambda od: LpNormalizationDesc(d, od, a % rank, epsilon, p), [t], d.sizes, d.data_type, out)
 
 
 _F32_4D = TensorDesc(DataType.FLOAT32, (2, 3, 4, 5))

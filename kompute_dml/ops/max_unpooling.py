@@ -31,7 +31,7 @@ from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, INTS_8_32, INTS_64, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..device.memory import Tensor
-from ..functional import _packed, check_out, compile_cached, pooled_empty
+from ..functional import run_into
 from ..functional.elementwise import _operands
 from ..runtime import DispatchPlan, grid_for
 from . import contract
@@ -98,14 +98,7 @@ def max_unpool(x: Any, indices: Any, output_size: Sequence[int], *, out: Tensor 
         ti = Tensor.trusted(ti.buffer, TensorDesc(u, ti.desc.sizes, ti.desc.effective_strides), ti.offset)
     shape = tuple(as_int(v, "output_size") for v in output_size)
     dt = tx.desc.data_type
-    if out is not None:
-        check_out(out, dev, shape, dt)
-    od = out.desc if out is not None else _packed(dt, shape)
-    op = compile_cached(dev, MaxUnpoolingDesc(tx.desc, ti.desc, od))
-    if out is None:
-        out = pooled_empty(dev, od)
-    op.execute([tx, ti], [out])
-    return out
+    return run_into(dev, lambda od: MaxUnpoolingDesc(tx.desc, ti.desc, od), [tx, ti], shape, dt, out)
 
 
 def _example() -> MaxUnpoolingDesc:

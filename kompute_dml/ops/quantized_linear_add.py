@@ -43,7 +43,7 @@ from ..core.layout import check_no_overlap
 from ..core.registry import F32, FL, D, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..device.memory import Tensor
-from ..functional import as_tensor, check_out, compile_cached, device_of, pooled_empty
+from ..functional import as_tensor, device_of, run_into
 from ..runtime import DispatchPlan
 from . import contract
 from .base import CompiledOperator, validate_tensors
@@ -175,16 +175,9 @@ def quantized_linear_add(a: Any, a_scale: Any, b: Any, b_scale: Any, y_scale: An
         (a_scale, "a_scale", f32), (a_zero_point, "a_zero_point", ta.desc.data_type), (b_scale, "b_scale", f32),
         (b_zero_point, "b_zero_point", tb.desc.data_type), (y_scale, "y_scale", f32), (y_zero_point, "y_zero_point", yt))]
     shape = ta.desc.sizes
-    if out is not None:
-        check_out(out, dev, shape, yt)
-    od = out.desc if out is not None else TensorDesc(yt, shape)
     ts = [ta, ps[0], ps[1], tb, ps[2], ps[3], ps[4], ps[5]]
     descs = [t.desc if t is not None else None for t in ts]
-    op = compile_cached(dev, ElementWiseQuantizedLinearAddDesc(*descs, od))  # type: ignore[arg-type]
-    if out is None:
-        out = pooled_empty(dev, od)
-    op.execute(ts, [out])
-    return out
+    return run_into(dev, lambda od: ElementWiseQuantizedLinearAddDesc(*descs, od), ts, shape, yt, out)  # type: ignore[arg-type]
 
 
 def _example() -> ElementWiseQuantizedLinearAddDesc:

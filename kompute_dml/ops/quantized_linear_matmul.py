@@ -48,7 +48,7 @@ from ..core.layout import check_no_overlap
 from ..core.registry import F32, FL, D, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..device.memory import Tensor
-from ..functional import as_tensor, check_out, compile_cached, device_of, pooled_empty
+from ..functional import as_tensor, device_of, run_into
 from ..runtime import DispatchPlan
 from . import contract
 from .base import CompiledOperator, validate_tensors
@@ -207,16 +207,9 @@ def quantized_linear_matmul(a: Any, a_scale: Any, b: Any, b_scale: Any, y_scale:
         (a_scale, "a_scale", f32, m, True), (a_zero_point, "a_zero_point", at, m, True), (b_scale, "b_scale", f32, n, False),
         (b_zero_point, "b_zero_point", bt, n, False), (y_scale, "y_scale", f32, m, True), (y_zero_point, "y_zero_point", yt, m, True))]
     shape = (*ta.desc.sizes[:-1], n)
-    if out is not None:
-        check_out(out, dev, shape, yt)
-    od = out.desc if out is not None else TensorDesc(yt, shape)
     ts = [ta, ps[0], ps[1], tb, ps[2], ps[3], ps[4], ps[5]]
     descs = [t.desc if t is not None else None for t in ts]
-    op = compile_cached(dev, QuantizedLinearMatrixMultiplyDesc(*descs, od))  # type: ignore[arg-type]
-    if out is None:
-        out = pooled_empty(dev, od)
-    op.execute(ts, [out])
-    return out
+    return run_into(dev, lambda od: QuantizedLinearMatrixMultiplyDesc(*descs, od), ts, shape, yt, out)  # type: ignore[arg-type]
 
 
 _S = TensorDesc(DataType.FLOAT32, (1, 1, 1, 1))

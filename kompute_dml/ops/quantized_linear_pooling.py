@@ -50,7 +50,7 @@ from ..core.layout import check_no_overlap
 from ..core.registry import F32, FL, D, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..device.memory import Tensor
-from ..functional import as_tensor, check_out, compile_cached, device_of, pooled_empty
+from ..functional import as_tensor, device_of, run_into
 from ..runtime import DispatchPlan, grid_for
 from ..runtime.llvmpipe import CPU_WALK_MAX
 from . import contract
@@ -185,16 +185,9 @@ def quantized_linear_avg_pool(x: Any, x_scale: Any, y_scale: Any, x_zero_point: 
     st, sp, ep, dl = (tuple(v) if v is not None else (dflt,) * d for v, dflt in
                       ((strides, 1), (start_padding, 0), (end_padding, 0), (dilations, 1)))
     shape = (*tx.desc.sizes[:2], *output_sizes(tx.desc.sizes[2:], win, st, dl, sp, ep))
-    if out is not None:
-        check_out(out, dev, shape, yt)
-    od = out.desc if out is not None else TensorDesc(yt, shape)
     descs = [t.desc if t is not None else None for t in (tx, *ps)]
-    op = compile_cached(dev, QuantizedLinearAveragePoolingDesc(*descs, od, st, win, sp, ep, dl,  # type: ignore[arg-type]
-                                                               bool(include_padding)))
-    if out is None:
-        out = pooled_empty(dev, od)
-    op.execute([tx, *ps], [out])
-    return out
+    return run_into(dev, lambda od: QuantizedLinearAveragePoolingDesc(*descs, od, st, win, sp, ep, dl,  # type: ignore[arg-type]
+                                                                      bool(include_padding)), [tx, *ps], shape, yt, out)
 
 
 def _example() -> QuantizedLinearAveragePoolingDesc:

@@ -118,7 +118,7 @@ def reverse_subsequences(x: Any, lengths: Any, axis: int, *, out: Any = None, de
     """DML_REVERSE_SUBSEQUENCES: along `axis` (negative counts from the end), each line's first
     lengths[...] elements reversed (lengths: x's shape with 1 at the axis, UINT32; host integers are
     converted), into a new packed Tensor or `out`."""
-    from ..functional import _packed, check_out, compile_cached, pooled_empty
+    from ..functional import run_into
     from ..functional.elementwise import _operands
 
     dev, (t,) = _operands((x,), ("x",), device)
@@ -134,13 +134,8 @@ def reverse_subsequences(x: Any, lengths: Any, axis: int, *, out: Any = None, de
         want = tuple(1 if d == a else s for d, s in enumerate(t.desc.sizes))
         lengths = arr.astype(np.uint32).reshape(want)
     _, (tl,) = _operands((lengths,), ("lengths",), dev)
-    if out is not None:
-        check_out(out, dev, t.desc.sizes, t.desc.data_type)
-    else:
-        out = pooled_empty(dev, _packed(t.desc.data_type, t.desc.sizes))
-    op = compile_cached(dev, ReverseSubsequencesDesc(t.desc, tl.desc, out.desc, a))
-    op.execute([t, tl], [out])
-    return out
+    return run_into(dev, lambda od: ReverseSubsequencesDesc(t.desc, tl.desc, od, a), [t, tl], t.desc.sizes, t.desc.data_type,
+                    out)
 
 
 def _example() -> ReverseSubsequencesDesc:

@@ -127,14 +127,14 @@ class RoiAlignDesc:
     maximum_samples_per_output: int = UINT_MAX
 
 
-def _last(t: TensorDesc, keep: int, field: str, want: tuple[int, ...]) -> None:
+def check_trailing(t: TensorDesc, keep: int, field: str, want: tuple[int, ...]) -> None:
     """t's sizes must be `want` after leading 1s."""
     lead = t.sizes[:t.dimension_count - keep]
     if t.dimension_count < keep or any(s != 1 for s in lead) or t.sizes[t.dimension_count - keep:] != want:
         raise invalid(f"{field}.sizes", f"must be {want} after leading 1s, got {t.sizes}")
 
 
-def _float(desc: Any, field: str) -> float:
+def float_field(desc: Any, field: str) -> float:
     v = getattr(desc, field)
     if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
         raise invalid(field, f"must be a float, got {v!r}")
@@ -150,24 +150,10 @@ def _compile(device: Device, desc: Any, support: OperatorSupport) -> CompiledOpe
     rois, c, oh, ow = y.sizes
     if c != x.sizes[1]:
         raise invalid("output_tensor.sizes", f"must be (NumROIs, ChannelCount {x.sizes[1]}, H, W), got {y.sizes}")
-    _last(r, 2, "roi_tensor", (rois, 4))
-    _last(b, 1, "batch_indices_tensor", (rois,))
-    try:
-        fn = ReduceFunction(desc.reduction_function)
-        mode = InterpolationMode(desc.interpolation_mode)
-    except ValueError as e:
-        raise invalid("reduction_function" if "Reduce" in str(e) else "interpolation_mode", str(e)) from None
-    if fn not in (ReduceFunction.AVERAGE, ReduceFunction.MAX):
-        raise invalid("reduction_function", f"must be AVERAGE or MAX, got {fn.name}")
-    if mode not in (InterpolationMode.NEAREST_NEIGHBOR, InterpolationMode.LINEAR):
-        raise invalid("interpolation_mode", f"must be NEAREST_NEIGHBOR or LINEAR, got {mode.name}")
-    lo = as_int(desc.minimum_samples_per_output, "minimum_samples_per_output")
-    hi = as_int(desc.maximum_samples_per_output, "maximum_samples_per_output")
-    if not 0 <= hi <= UINT_MAX:
-        raise invalid("maximum_samples_per_output", f"must be a UINT, got {hi}")
-    if not 1 <= lo <= hi:
-        raise invalid("minimum_samples_per_output", f"must be >= 1 and <= maximum_samples_per_output ({hi}), got {lo}")
-    floats = {f: _float(desc, f) for f in ("spatial_scale_x", "spatial_scale_y", "input_pixel_offset",
+    check_trailing(r, 2, "roi_tensor", (rois, 4))
+    check_trailing(b, 1, "batch_indices_tensor", (rois,))
+    fn, mode, lo, hi = check_sampling(desc)
+    floats = {f: float_field(desc, f) for f in ("spatial_scale_x", "spatial_scale_y", "input_pixel_offset",
                                            "output_pixel_offset", "out_of_bounds_input_value") if hasattr(desc, f)}
     align = bool(getattr(desc, "align_regions_to_corners", False))
     one = bool(getattr(desc, "min_region_one", False))
@@ -181,13 +167,37 @@ def _compile(device: Device, desc: Any, support: OperatorSupport) -> CompiledOpe
                     n=x.sizes[0], xs=list(x.effective_strides), rs=list(rs), bs=bs, ys=list(y.effective_strides),
                     scale_x=floats["spatial_scale_x"], scale_y=floats["spatial_scale_y"],
                     in_off=floats.get("input_pixel_offset", 0.5), out_off=floats.get("output_pixel_offset", -0.5),
-                    oob=floats["out_of_bounds_input_value"], min_s=min(lo, MAX_SAMPLES), max_s=min(hi, MAX_SAMPLES),
+                    oob=floats["out_of_bounds_input_value"], min_s=lo, max_s=hi,
                     flags=int(fn == ReduceFunction.MAX) | 2 * int(mode == InterpolationMode.NEAREST_NEIGHBOR) | 4 * int(align)
                     | 8 * int(one))
     plan = DispatchPlan(variant=fam.name(t="f16" if x.data_type == DataType.FLOAT16 else "f32"), bindings=(0, 1, 2, 3),
                         push=push, writes=(3,), groups=grid_for(total, 256, device.limits["max_compute_work_group_count"][0]),
                         offset_slots=fam.slots(x_off=(0, unit), r_off=(1, unit), b_off=(2, 4), y_off=(3, unit)))
     return CompiledOperator(device, desc, support, support.inputs, support.outputs, [plan])
+
+
+def check_sampling(desc: Any) -> tuple[ReduceFunction, InterpolationMode, int, int]:
+    """ROI_ALIGN1's rules for the enums and the sample bounds (InvalidArgumentErrors naming the field), shared
+    with ROI_ALIGN_GRAD: (function, mode, the bounds clamped to MAX_SAMPLES)."""
+    try:
+        fn = ReduceFunction(desc.reduction_function)
+    except ValueError as e:
+        raise invalid("reduction_function", str(e)) from None
+    try:
+        mode = InterpolationMode(desc.interpolation_mode)
+    except ValueError as e:
+        raise invalid("interpolation_mode", str(e)) from None
+    if fn not in (ReduceFunction.AVERAGE, ReduceFunction.MAX):
+        raise invalid("reduction_function", f"must be AVERAGE or MAX, got {fn.name}")
+    if mode not in (InterpolationMode.NEAREST_NEIGHBOR, InterpolationMode.LINEAR):
+        raise invalid("interpolation_mode", f"must be NEAREST_NEIGHBOR or LINEAR, got {mode.name}")
+    lo = as_int(desc.minimum_samples_per_output, "minimum_samples_per_output")
+    hi = as_int(desc.maximum_samples_per_output, "maximum_samples_per_output")
+    if not 0 <= hi <= UINT_MAX:
+        raise invalid("maximum_samples_per_output", f"must be a UINT, got {hi}")
+    if not 1 <= lo <= hi:
+        raise invalid("minimum_samples_per_output", f"must be >= 1 and <= maximum_samples_per_output ({hi}), got {lo}")
+    return fn, mode, min(lo, MAX_SAMPLES), min(hi, MAX_SAMPLES)
 
 
 def compile_roi_align1(device: Device, desc: RoiAlign1Desc) -> CompiledOperator:

@@ -39,7 +39,7 @@ from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..device.memory import Tensor
-from ..functional import _packed, check_out, compile_cached, pooled_empty
+from ..functional import run_into
 from ..functional.elementwise import _operands
 from ..runtime import DispatchPlan, grid_for
 from ..runtime.llvmpipe import CPU_WALK_MAX
@@ -126,14 +126,8 @@ def roi_pool(x: Any, rois: Any, pooled_size: Sequence[int], *, spatial_scale: fl
     ph, pw = (as_int(v, "pooled_size") for v in pooled_size)
     shape = (rd.sizes[-2], tx.desc.sizes[1], ph, pw)
     dt = tx.desc.data_type
-    if out is not None:
-        check_out(out, dev, shape, dt)
-    od = out.desc if out is not None else _packed(dt, shape)
-    op = compile_cached(dev, RoiPoolingDesc(tx.desc, rd, od, float(spatial_scale), (ph, pw)))
-    if out is None:
-        out = pooled_empty(dev, od)
-    op.execute([tx, tr], [out])
-    return out
+    return run_into(dev, lambda od: RoiPoolingDesc(tx.desc, rd, od, float(spatial_scale), (ph, pw)), [tx, tr], shape, dt,
+                    out)
 
 
 def _example() -> RoiPoolingDesc:

@@ -39,7 +39,7 @@ from ..core.layout import check_no_overlap
 from ..core.registry import FL, FLOATS, INTS_8_32, OperatorSupport, row
 from ..core.tensor_desc import TensorDesc
 from ..device.memory import Tensor
-from ..functional import _packed, check_out, compile_cached, pooled_empty
+from ..functional import run_into
 from ..functional.elementwise import _operands
 from ..runtime import DispatchPlan, grid_for
 from . import contract
@@ -122,14 +122,7 @@ def unfold(x: Any, window_sizes: Sequence[int], *, strides: Sequence[int] | None
     n, c = t.desc.sizes[:2]
     shape = (n, c * math.prod(win), math.prod(blocks))
     dt = t.desc.data_type
-    if out is not None:
-        check_out(out, dev, shape, dt)
-    od = out.desc if out is not None else _packed(dt, shape)
-    op = compile_cached(dev, UnfoldDesc(t.desc, od, win, st, dil, sp, ep))
-    if out is None:
-        out = pooled_empty(dev, od)
-    op.execute([t], [out])
-    return out
+    return run_into(dev, lambda od: UnfoldDesc(t.desc, od, win, st, dil, sp, ep), [t], shape, dt, out)
 
 
 def _example() -> UnfoldDesc:
