@@ -125,8 +125,6 @@ from .ops.diagonal import DiagonalMatrix1Desc as DiagonalMatrix1Desc
 from .ops.diagonal import DiagonalMatrixDesc as DiagonalMatrixDesc
 from .ops.dynamic_quantize import DynamicQuantizeLinearDesc as DynamicQuantizeLinearDesc
 from .ops.dynamic_quantize import dynamic_quantize_linear as dynamic_quantize_linear
-from .ops.dynamic_quantize_matmul import DynamicQuantizeMatMulDesc as DynamicQuantizeMatMulDesc
-from .ops.dynamic_quantize_matmul import dynamic_quantize_matmul as dynamic_quantize_matmul
 from .ops.elementwise import ElementWiseAdd1Desc as ElementWiseAdd1Desc
 from .ops.elementwise import ElementWiseAddDesc as ElementWiseAddDesc
 from .ops.elementwise import ElementWiseDivideDesc as ElementWiseDivideDesc

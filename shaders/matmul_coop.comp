@@ -39,9 +39,6 @@
 #ifndef ABL
 #define ABL 0                                      // ablation (see above); 0: the real kernel
 #endif
-#ifndef QA   // 1 (mmcq8*_r*, ops/dynamic_quantize_matmul.py): A is FLOAT32 (k contiguous, K a multiple of 16),
-#define QA 0 // quantized to uint8 as it is staged with DYNAMIC_QUANTIZE_LINEAR's arithmetic, its scale and zero
-#endif       // point derived by every work group from dql_minmax's keys (bound as AScale; as_s: their count)
 #if MMA == 0
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -110,36 +107,6 @@ spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [
 int rsum_sdot4(uint a, uint b, spirv_literal int packed_format);
 #endif
 
-#if QA
-#define QMIN 0
-#define QMAX 255
-#include "f32_exact.glsl"
-#include "dql_params.glsl"
-shared uint qa_lo, qa_hi;   // the least and greatest key over the dql_minmax groups
-uint qa_scale, qa_zp, qa_rcp;   // quant_params of them (every invocation computes them)
-
-// 16 FLOAT32 elements of A from uvec4 `at` (16-byte aligned), quantized (DYNAMIC_QUANTIZE_LINEAR's
-// quantize: the fast path, then the exact quotient for the few it leaves), as 16 uint8 bytes
-uvec4 qa_fetch(uint at) {
-    uvec4 r = uvec4(0u);
-    uint need = 0u;
-    [[unroll]] for (uint q = 0u; q < 4u; ++q) {
-        const uvec4 w = a_buf4[at + q];
-        [[unroll]] for (uint c = 0u; c < 4u; ++c) {
-            uint v = quantize_fast(w[c], qa_rcp, int(qa_zp));
-            if (v == NEEDS_EXACT) { need |= 1u << (4u * q + c); v = 0u; }
-            r[q] |= v << (8u * c);
-        }
-    }
-    while (need != 0u) {
-        const uint e = uint(findLSB(need));
-        need &= need - 1u;
-        r[e >> 2u] |= quantize_exact(a_buf[4u * at + e], qa_scale, int(qa_zp)) << (8u * (e & 3u));
-    }
-    return r;
-}
-#endif
-
 #define F_SUM_A 0x20000000u
 #define F_SUM_B 0x40000000u
 
@@ -150,9 +117,7 @@ uvec4 qa_fetch(uint at) {
 #define LD_BUF a_buf
 #define LD_BUF4 a_buf4
 #define LD_SUMS sumA
-#define LD_QA QA
 #include "matmul_coop_load.glsl"
-#undef LD_QA
 #define LD_MODE BL
 #define LD_OP b
 #define LD_TMN BN
@@ -237,26 +202,6 @@ void main() {
     const uint wm0 = (sgmn % SGM) * WM, wn0 = (sgmn / SGM) * WN;
     const uint tid = gl_LocalInvocationID.x;
 
-#if QA   // A's scale and zero point: dql_minmax's keys reduced (every work group the same), then quant_params
-    if (tid == 0u) { qa_lo = 0xFFFFFFFFu; qa_hi = 0u; }
-    barrier();
-    {
-        uint lo = KEY_ZERO, hi = KEY_ZERO;
-        for (uint i = tid; i < pc.as_s; i += WG) {
-            lo = min(lo, as_buf[pc.as_off + 2u * i]);
-            hi = max(hi, as_buf[pc.as_off + 2u * i + 1u]);
-        }
-        atomicMin(qa_lo, lo);
-        atomicMax(qa_hi, hi);
-    }
-    barrier();
-    {
-        const uvec3 p = quant_params(qa_lo, qa_hi);
-        qa_scale = p.x;
-        qa_zp = p.y;
-        qa_rcp = p.z;
-    }
-#endif
     for (uint i = tid; i < BM; i += WG) sumA[i] = 0;
     for (uint i = tid; i < BN; i += WG) sumB[i] = 0;
     [[unroll]] for (uint i = 0u; i < part_a.length(); ++i) part_a[i] = 0;
@@ -359,14 +304,9 @@ void main() {
                     [[unroll]] for (uint z = 0u; z < KSPLIT; ++z)
                         quad += smem[((z * SGMN + sgmn) * FM * FN + i * FN + j) * 64u + r * 4u + (c >> 2u)];
                 }
-#if QA
-                const int za = s8((qa_zp ^ a_xe) & 0xFFu);
-                const float asc = uintBitsToFloat(qa_scale);
-#else
                 const int za = s8((ZP(azp_buf, pc.azp_off + m * pc.azp_s) ^ a_xe) & 0xFFu);
-                const float asc = LOAD_REAL(as_buf, pc.as_off + m * pc.as_s, f16);
-#endif
                 const int ra = sumA[ml] - int(K) * za;   // RA - K za', wrapping
+                const float asc = LOAD_REAL(as_buf, pc.as_off + m * pc.as_s, f16);
                 const bool both = n + 1u < N;
                 float val[2];
                 [[unroll]] for (uint e = 0u; e < 2u; ++e) {

@@ -176,11 +176,7 @@ void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn
         mn = min(mn, MN - 1u);   // (sizes are at least 1)
         k = min(k, K - 1u);
         if (LD_MODE == 1) k &= ~15u; else mn &= ~15u;   // the chunk's first byte (16-byte aligned)
-#if defined(LD_QA) && LD_QA   // FLOAT32 A: the chunk's first uvec4 (16-byte binding offsets: 4-element aligned)
-        at[i] = (base + mn * s_mn + k) >> 2u;
-#else
         at[i] = (base + (LD_MODE == 1 ? mn * s_mn + k : k * s_k + mn)) >> 4u;
-#endif
     }
 #else   // ablations: LDV 1 every tile taken as interior; 2 the addresses chosen in a branch
     const uint tid = gl_LocalInvocationID.x, per = (LD_MODE == 2) ? 4u : 1u;
@@ -204,11 +200,7 @@ void LD_LOAD(uint slot, uint base, uint s_mn, uint s_k, uint MN, uint K, uint mn
     }
 #endif
     [[unroll]] for (uint i = 0u; i < nr; ++i) {
-#if defined(LD_QA) && LD_QA
-        uvec4 v = qa_fetch(at[i]);   // (FLOAT32 A: `at` counts 16-element chunks, quantized here)
-#else
         uvec4 v = LD_BUF4[at[i]];
-#endif
 #if PIPE == 1
         v = LD_MASK16(v ^ (xe * 0x01010101u), keep[i]);
 #endif

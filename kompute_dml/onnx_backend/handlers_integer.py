@@ -13,8 +13,6 @@ import onnx
 
 import kompute_dml as kdml
 
-from ..ops.dynamic_quantize_matmul import FUSED_FAMILIES
-from ..ops.matmul_integer import kernel_family
 from . import product_groups
 from .quantize import dynamic_quantize_uint8
 from .values import _FLOAT_OUT, _QUANT_TYPES, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
@@ -43,16 +41,14 @@ def _matmul_out_shape(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tup
 def _mm_integer_to_float(ctx: NodeContext, node: onnx.NodeProto, a: Any, a_name: str | None, b: Any, b_name: str | None,
                          a_scale: Any, a_scale_name: str | None, b_scale: Any, b_scale_name: str,
                          a_zp: Any, a_zp_name: str | None, b_zp: Any, b_zp_name: str | None,
-                         bias: Any, bias_name: str | None, stats: RunStats, quantize_a: bool = False) -> Any:
-    """The product on MATRIX_MULTIPLY_INTEGER_TO_FLOAT; `quantize_a`: A is float32, quantized as
-    DynamicQuantizeLinear does on the way (DYNAMIC_QUANTIZE_MATRIX_MULTIPLY; a_scale, a_zp None)."""
+                         bias: Any, bias_name: str | None, stats: RunStats) -> Any:
     a_shape, b_shape = _value_shape(a), _value_shape(b)
     for what, v in (("A", a), ("B", b)):
-        if _value_dtype(v) not in _QUANT_TYPES and not (quantize_a and what == "A"):
+        if _value_dtype(v) not in _QUANT_TYPES:
             raise FallbackNeeded(f"{what} type {_value_dtype(v)} is not int8/uint8")
         if len(_value_shape(v)) < 1:
             raise FallbackNeeded(f"{what} is a scalar")
-    out_dt = np.dtype(np.float32) if quantize_a else _value_dtype(a_scale)
+    out_dt = _value_dtype(a_scale)
     if out_dt not in _FLOAT_OUT:
         raise FallbackNeeded(f"scale type {out_dt} is not float32/float16")
     squeeze = []
@@ -99,7 +95,7 @@ def _mm_integer_to_float(ctx: NodeContext, node: onnx.NodeProto, a: Any, a_name:
         folded, out_shape = out_shape, (math.prod(out_shape[:-1]), n)
     else:
         folded = None
-    if not quantize_a and math.prod(_value_shape(a_scale)) != 1:
+    if math.prod(_value_shape(a_scale)) != 1:
         raise FallbackNeeded("a_scale is not a scalar")
     if a_zp is not None and math.prod(_value_shape(a_zp)) != 1:
         raise FallbackNeeded("a_zero_point is not a scalar")
@@ -152,10 +148,6 @@ def _mm_integer_to_float(ctx: NodeContext, node: onnx.NodeProto, a: Any, a_name:
         group = ctx.upload_group([np.asarray(args[i][0]) for i in pending], stats, tuple(args[i][1] for i in pending))
         for i, t in zip(pending, group):
             bound[i] = t
-    if quantize_a:
-        dqmm = kdml.dynamic_quantize_matmul  # type: ignore[attr-defined]
-        t = dqmm(bound[0], bound[1], bound[3], bound[5], bound[6], out=ctx.out_tensor(out_shape, out_dt), device=ctx.device)
-        return final(DeviceValue(t, out_shape, out_dt))
     mmitf = kdml.matmul_integer_to_float  # type: ignore[attr-defined]
     t = mmitf(*bound, out_data_type=kdml.DataType.from_numpy(out_dt), out=ctx.out_tensor(out_shape, out_dt),
               device=ctx.device)
@@ -246,10 +238,6 @@ def _h_dqmm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
         raise FallbackNeeded(f"b_scale type {_value_dtype(b_s)} is not float32")
     if _value_dtype(b) not in _QUANT_TYPES:
         raise FallbackNeeded(f"B type {_value_dtype(b)} is not int8/uint8")
-    if isinstance(a, DeviceValue) and math.prod(_value_shape(a)) and kernel_family(ctx.device) in FUSED_FAMILIES:
-        # the product's family has a variant quantizing A as it stages it: no quantized A in memory
-        return [_mm_integer_to_float(ctx, node, a, an, b, bn or "", None, None, b_s, b_sn or "", None, None, b_zp,
-                                     b_zpn, bias, bias_n, stats, quantize_a=True)]
     # A quantized with ONNX Runtime's CPU kernel's parameters, on the device where A is not empty;
     # once per value (a transformer's Q, K and V products share their A)
     memo = ctx.memo
