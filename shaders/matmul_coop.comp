@@ -65,11 +65,6 @@ layout(constant_id = 7) const uint GROUP_M = 8;   // tile rows walked together (
 layout(constant_id = 8) const uint STAGES = 2;    // shared-memory stages: 2 or 1
 layout(constant_id = 9) const uint KFLAGS = 0u;   // bit 31 set: the F_* flags, fixed at pipeline creation
 layout(constant_id = 10) const uint KSPLIT = 1u;  // subgroups along K: each multiplies BK / KSPLIT of a step
-// kompute_dml's FusedActivation (MatrixMultiplyIntegerToFloatDesc.fused_activation, FLOAT32 outputs):
-// fused_act.glsl's kind and its two float32 parameter words; 0 (none): its code is specialized away
-layout(constant_id = 11) const uint ACT_KIND = 0u;
-layout(constant_id = 12) const uint ACT_P0 = 0u;
-layout(constant_id = 13) const uint ACT_P1 = 0u;
 
 const uint FM = WM / 16u, FN = WN / 16u;          // accumulators per subgroup: FM x FN
 const uint SGM = BM / WM;                         // subgroups along M
@@ -111,19 +106,6 @@ KDML_PUSH_BLOCK  // push constants: MATMUL_PUSH of kompute_dml/ops/contract (gen
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
 int rsum_sdot4(uint a, uint b, spirv_literal int packed_format);
 #endif
-
-#define UM_P0 ACT_P0
-#define UM_P1 ACT_P1
-#define FA_F16 0
-#define FA_GELU 1
-#include "f16_bits.glsl"
-#include "fused_act.glsl"
-
-// the activation of a FLOAT32 output's bits (ReLU: -0 and negatives +0, NaN kept), as ACTIVATION_* computes it
-uint mmc_act(uint x) {
-    if (ACT_KIND == ACT_RELU) return (x & 0x7FFFFFFFu) > 0x7F800000u ? x : ((x >> 31) != 0u ? 0u : x);
-    return fused_act(x, ACT_KIND);
-}
 
 #define F_SUM_A 0x20000000u
 #define F_SUM_B 0x40000000u
@@ -348,23 +330,6 @@ void main() {
                 }
             }
             subgroupBarrier();   // the staging is rewritten by the next accumulator
-        }
-    }
-    // The fused activation: a second pass over this invocation's own outputs (the pairs it stored above,
-    // read back in program order), so its code is there once, outside the unrolled epilogue whose
-    // registers hold the accumulators; the stored float32 value activated as ACTIVATION_* does it
-    if (ACT_KIND != ACT_NONE && !f16) {
-        for (uint i = 0u; i < FM; ++i) {
-            for (uint j = 0u; j < FN; ++j) {
-                for (uint p = lane; p < 128u; p += SG) {
-                    const uint r = p >> 3u, c = (p & 7u) * 2u;
-                    const uint m = m0 + wm0 + 16u * i + r, n = n0 + wn0 + 16u * j + c;
-                    if (m >= M || n >= N) continue;
-                    const uint o = o_base + m * pc.o_sm + n * o_sn;
-                    out_buf[o] = mmc_act(out_buf[o]);
-                    if (n + 1u < N) out_buf[o + o_sn] = mmc_act(out_buf[o + o_sn]);
-                }
-            }
         }
     }
 }

@@ -102,7 +102,7 @@ def _operand_key(x: Any) -> Hashable:
 
 def matmul_integer_to_float(
     a: Any, b: Any, a_scale: Any, b_scale: Any, a_zero_point: Any = None, b_zero_point: Any = None, bias: Any = None,
-    *, out_data_type: Any = None, out: Tensor | None = None, fused_activation: Any = None, device: Device | None = None,
+    *, out_data_type: Any = None, out: Tensor | None = None, device: Device | None = None,
 ) -> Tensor:
     """ONNX com.microsoft MatMulIntegerToFloat on DML_MATRIX_MULTIPLY_INTEGER_TO_FLOAT.
 
@@ -114,16 +114,14 @@ def matmul_integer_to_float(
     numpy arrays; zero points are converted to their matrix's type and scales / bias to the
     output type on the host when they differ (Tensors of another type take a host round
     trip). The output type is `out_data_type`, else the scale's (FLOAT32 for non-float16
-    numpy scales). Returns `out` (packed, of the result shape) or a new tensor. `fused_activation`:
-    kompute_dml's extension of the descriptor (an activation descriptor whose tensors are None,
-    kdml.ActivationGeluDesc(None, None) for instance), applied to every output.
+    numpy scales). Returns `out` (packed, of the result shape) or a new tensor.
 
     A call with device tensors `a` and `b` and the same shapes, types and small host
     constants (Python numbers, arrays of up to 64 elements) as an earlier one reuses that
     call's descriptors, compiled operator, binding checks and device-resident constants.
     """
     ready = _ready.get((id(a), id(b), id(a_scale), id(b_scale), id(a_zero_point), id(b_zero_point), id(bias),
-                        id(out), id(out_data_type), id(device), id(fused_activation)))
+                        id(out), id(out_data_type), id(device)))
     if ready is not None:
         return ready.run(out)
     dev = device_of(a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias, out, device=device)
@@ -132,11 +130,11 @@ def matmul_integer_to_float(
     if isinstance(a, Tensor) and isinstance(b, Tensor) and a.device is dev and b.device is dev:
         keys = tuple(_operand_key(x) for x in args)
         if _NOT_CACHED not in keys and (out is None or (isinstance(out, Tensor) and out.device is dev)):
-            key = (keys, out_data_type, None if out is None else out.desc, fused_activation)
+            key = (keys, out_data_type, None if out is None else out.desc)
     prepared = dev.caches.setdefault("matmul_integer", {})
     prep = prepared.get(key) if key is not _NOT_CACHED else None
     if prep is None:
-        prep, reusable = _prepare(dev, args, out_data_type, out, fused_activation)
+        prep, reusable = _prepare(dev, args, out_data_type, out)
         if key is _NOT_CACHED or not reusable:
             return prep.run(args, out)
         if len(prepared) >= PREPARED_CAPACITY:
@@ -148,14 +146,13 @@ def matmul_integer_to_float(
     # only after a call that succeeded, so an entry never skips a check that failed. Not while
     # the device captures (a plan: its calls bind new tensors, and ~10 us an entry bought nothing)
     if (dev.engine.capturing is None and all(immutable(x) for x in args) and immutable(out)
-            and immutable(out_data_type) and immutable(fused_activation)):
-        _ready.add((a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias, out, out_data_type, device, fused_activation),
+            and immutable(out_data_type)):
+        _ready.add((a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias, out, out_data_type, device),
                    BoundCall(prep.op, inputs, prep.res_desc, prep.out_desc, out))
     return result
 
 
-def _prepare(dev: Device, args: tuple[Any, ...], out_data_type: Any, out: Tensor | None,
-             fused_activation: Any = None) -> tuple[_Prepared, bool]:
+def _prepare(dev: Device, args: tuple[Any, ...], out_data_type: Any, out: Tensor | None) -> tuple[_Prepared, bool]:
     """Descriptors, operator and operands of one call; True where all of it depends only on
     the call's key (no operand took a host conversion or an upload of its own)."""
     a, a_scale, a_zero_point, b, b_scale, b_zero_point, bias = args
@@ -227,7 +224,7 @@ def _prepare(dev: Device, args: tuple[Any, ...], out_data_type: Any, out: Tensor
     tbz = _mm_quant_view(tz, n, False, "b_zero_point") if tz is not None else None
     desc = MatrixMultiplyIntegerToFloatDesc(
         a_desc, tas.desc, None if taz is None else taz.desc, b_desc, tbs.desc, None if tbz is None else tbz.desc,
-        None if vbias is None else vbias.desc, o_desc, fused_activation,
+        None if vbias is None else vbias.desc, o_desc,
     )
     op = compile_cached(dev, desc)
 

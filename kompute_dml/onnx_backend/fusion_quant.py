@@ -1,5 +1,5 @@
 """onnxruntime's `quantize_dynamic` output as one integer product: MatMulInteger -> Cast(float)
--> Mul(scale) runs as MATRIX_MULTIPLY_INTEGER_TO_FLOAT; and the product's GELU with it (below).
+-> Mul(scale) runs as MATRIX_MULTIPLY_INTEGER_TO_FLOAT.
 
 quantize_dynamic writes each float MatMul as DynamicQuantizeLinear(x) -> MatMulInteger(xq, W,
 x_zp, [W_zp]) -> Cast(to FLOAT) -> Mul(., x_scale * W_scale), the scale product being its own Mul
@@ -20,10 +20,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-import kompute_dml as kdml
-
-from .graph import _attr, attr_text
-from .handlers_integer import _h_dqmm, _in, _mm_integer_to_float
+from .graph import _attr
+from .handlers_integer import _mm_integer_to_float
 from .values import RunStats, _value_shape
 
 if TYPE_CHECKING:
@@ -62,36 +60,3 @@ def run_integer_product(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: C
     return [_mm_integer_to_float(ctx, mmi, a, an, b, bn or "", a_s, a_sn, b_s, b_sn or "", a_zp, a_zpn,
                                  b_zp, b_zpn, None, None, stats)]
 
-
-
-# ---- DynamicQuantizeMatMul / MatMulIntegerToFloat -> Gelu (com.microsoft or opset 20): the feed-forward's first
-# product of onnxruntime's quantized transformers with its GELU as the operator's fused activation (kompute_dml's
-# extension: the product's bits, then ACTIVATION_GELU's, in the tensor-core kernel's epilogue or a dispatch after it)
-def check_product_gelu(rep: BackendRep, nodes: list[onnx.NodeProto]) -> str:
-    product, gelu = nodes
-    if list(gelu.input) != [product.output[0]]:
-        return "the Gelu reads more than the product"
-    form = attr_text(gelu, "approximate", "none")
-    return "" if form in ("none", "tanh") else f"Gelu's approximate {form!r}"
-
-
-def run_product_gelu(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],
-                     stats: RunStats) -> list[Any]:
-    product, gelu = nodes
-    act = kdml.ActivationGeluDesc(None, None, approximate=attr_text(gelu, "approximate", "none"))
-    ins = [lookup(n) if n else None for n in product.input]
-    if product.op_type == "DynamicQuantizeMatMul":
-        return _h_dqmm(ctx, product, ins, stats, activation=act)
-    (a, an), (b, bn), (a_s, a_sn), (b_s, b_sn), (a_zp, a_zpn), (b_zp, b_zpn), (c, cn) = (
-        _in(ins, product, i) for i in range(7))
-    return [_mm_integer_to_float(ctx, product, a, an, b, bn or "", a_s, a_sn, b_s, b_sn or "", a_zp, a_zpn, b_zp, b_zpn,
-                                 c, cn, stats, activation=act)]
-
-
-def product_gelu_patterns(pattern: Callable[..., Any]) -> list[Any]:
-    out = []
-    for product in ("DynamicQuantizeMatMul", "MatMulIntegerToFloat"):
-        for ms in (frozenset({product, "Gelu"}), frozenset({product})):
-            out.append(pattern(f"{product}+Gelu", (product, "Gelu"), ((0, 1, 0),), "MATRIX_MULTIPLY_INTEGER_TO_FLOAT",
-                               check_product_gelu, run_product_gelu, ms_ops=ms))
-    return out

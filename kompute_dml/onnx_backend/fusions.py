@@ -56,7 +56,7 @@ from .fusion_experts import experts_patterns
 from .fusion_gelu import gelu_patterns
 from .fusion_qconv import check_qdq_conv, run_qdq_conv
 from .fusion_qdq import check_qdq_matmul, check_qdq_pair, run_qdq_matmul, run_qdq_pair
-from .fusion_quant import check_integer_product, product_gelu_patterns, run_integer_product
+from .fusion_quant import check_integer_product, run_integer_product
 from .fusion_rmsnorm import rms_norm_patterns
 from .fusion_rotary import rotary_patterns
 from .fusion_scale import matmul_scale_patterns
@@ -267,8 +267,6 @@ PATTERNS = (
       for t in FUSED_TYPES),
     Pattern("MatMulInteger+Cast+Mul", ("MatMulInteger", "Cast", "Mul"), ((0, 1, 0), (1, 2, 0)),
             "MATRIX_MULTIPLY_INTEGER_TO_FLOAT", check_integer_product, run_integer_product),
-    # DynamicQuantizeMatMul | MatMulIntegerToFloat -> Gelu: fusion_quant.py
-    *product_gelu_patterns(Pattern),
     Pattern("BatchNormalization+Relu", ("BatchNormalization", "Relu"), ((0, 1, 0),), "BATCH_NORMALIZATION",
             lambda rep, nodes: "", _run_batch_norm_relu),
     Pattern("Add+Relu", ("Add", "Relu"), ((0, 1, 0),), "ELEMENT_WISE_ADD1", lambda rep, nodes: _float_sum(rep, nodes[0]),

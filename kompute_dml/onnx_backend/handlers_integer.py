@@ -41,9 +41,7 @@ def _matmul_out_shape(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tup
 def _mm_integer_to_float(ctx: NodeContext, node: onnx.NodeProto, a: Any, a_name: str | None, b: Any, b_name: str | None,
                          a_scale: Any, a_scale_name: str | None, b_scale: Any, b_scale_name: str,
                          a_zp: Any, a_zp_name: str | None, b_zp: Any, b_zp_name: str | None,
-                         bias: Any, bias_name: str | None, stats: RunStats, activation: Any = None) -> Any:
-    """The product on MATRIX_MULTIPLY_INTEGER_TO_FLOAT; `activation`: its fused activation (kompute_dml's
-    extension: fusion_quant.py's product -> Gelu chains)."""
+                         bias: Any, bias_name: str | None, stats: RunStats) -> Any:
     a_shape, b_shape = _value_shape(a), _value_shape(b)
     for what, v in (("A", a), ("B", b)):
         if _value_dtype(v) not in _QUANT_TYPES:
@@ -152,7 +150,7 @@ def _mm_integer_to_float(ctx: NodeContext, node: onnx.NodeProto, a: Any, a_name:
             bound[i] = t
     mmitf = kdml.matmul_integer_to_float  # type: ignore[attr-defined]
     t = mmitf(*bound, out_data_type=kdml.DataType.from_numpy(out_dt), out=ctx.out_tensor(out_shape, out_dt),
-              fused_activation=activation, device=ctx.device)
+              device=ctx.device)
     return final(DeviceValue(t, out_shape, out_dt))
 
 
@@ -232,7 +230,7 @@ def _h_dql(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSta
     return list(_quantize(ctx, ins[0], node.input[0], stats))
 
 
-def _h_dqmm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats, activation: Any = None) -> list[Any]:
+def _h_dqmm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     (a, an), (b, bn), (b_s, b_sn), (b_zp, b_zpn), (bias, bias_n) = (_in(ins, node, i) for i in range(5))
     if _value_dtype(a) != np.float32:
         raise FallbackNeeded(f"A type {_value_dtype(a)} is not float32")
@@ -252,7 +250,7 @@ def _h_dqmm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
             memo[id(a)] = (a, (q, scale, zp))
             ctx.attach(a, q, scale, zp)  # a whole-graph plan: q lives as long as a
     return [_mm_integer_to_float(ctx, node, q, None, b, bn or "", scale, None, b_s, b_sn or "", zp, None, b_zp,
-                                 b_zpn, bias, bias_n, stats, activation)]
+                                 b_zpn, bias, bias_n, stats)]
 
 
 INTEGER_HANDLERS = {

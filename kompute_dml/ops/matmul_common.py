@@ -7,7 +7,7 @@ planner imports another for them (matmul_integer imports the others to dispatch 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..core.dtypes import DataType
 from ..core.errors import UnsupportedError, invalid
@@ -66,13 +66,7 @@ F_B_PACKED = 1 << 30
 
 @dataclass(frozen=True)
 class MatrixMultiplyIntegerToFloatDesc:
-    """DML_MATRIX_MULTIPLY_INTEGER_TO_FLOAT_OPERATOR_DESC (optional tensors may be None).
-
-    kompute_dml's extension (not DirectML's): `fused_activation`, None or an activation descriptor
-    whose tensors are None (GEMM's list, ACTIVATION_GELU included: ops/conv_fused.py), applied to every
-    output as the output type holds it: the bits of the product, then that ACTIVATION_* operator
-    (ops/matmul_integer.py: in the tensor-core kernel for FLOAT32 outputs, a dispatch of its own after
-    the product elsewhere)."""
+    """DML_MATRIX_MULTIPLY_INTEGER_TO_FLOAT_OPERATOR_DESC (optional tensors may be None)."""
 
     a_tensor: TensorDesc
     a_scale_tensor: TensorDesc
@@ -82,7 +76,6 @@ class MatrixMultiplyIntegerToFloatDesc:
     b_zero_point_tensor: TensorDesc | None
     bias_tensor: TensorDesc | None
     output_tensor: TensorDesc
-    fused_activation: Any = None
 
 
 def pad4(desc: TensorDesc) -> tuple[list[int], list[int]]:

@@ -29,7 +29,6 @@ from ..runtime import DispatchPlan
 from ..runtime.policy import MATMUL_KERNEL_ENV, MATMUL_KERNELS
 from . import contract
 from .base import CompiledOperator, validate_tensors
-from .conv_fused import ACT_NONE, fused_words
 from .matmul_common import (
     F_A_PACKED,
     F_B_PACKED,
@@ -107,7 +106,6 @@ def compile_matmul_integer(
     or KDML_MATMUL_KERNEL, else the device's) that applies and plans the descriptor."""
     validate_tensors(MATRIX_MULTIPLY_INTEGER_TO_FLOAT, device.feature_level, desc, FIELDS, OUTPUT_FIELDS)
     _check(desc)
-    act = fused_words(device, desc.fused_activation, "MATRIX_MULTIPLY_INTEGER_TO_FLOAT", gelu=True)
     for candidate in device.policy.matmul_table(kernel):
         if candidate.applies(device, desc):
             plan = PLANNERS[candidate.family](device, desc)
@@ -115,33 +113,9 @@ def compile_matmul_integer(
                 break
     else:  # the tables end in a family that always plans
         raise AssertionError(f"no matrix-product family planned {desc}")
-    plans: list[Any] = [plan]
-    constants: list[Any] = []
-    if act[0] != ACT_NONE:
-        if plan.variant.startswith("mmc8") and desc.output_tensor.data_type == D.FLOAT32:
-            plans = [dataclasses.replace(plan, spec=(*plan.spec, *act))]  # (matmul_coop.comp's ACT_KIND, ACT_P0, ACT_P1)
-        else:
-            more, constants = activation_plans(device, desc)
-            plans += more
     return CompiledOperator(
-        device, desc, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, INPUT_FIELDS, OUTPUT_FIELDS, plans, constants=constants
+        device, desc, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, INPUT_FIELDS, OUTPUT_FIELDS, [plan]
     )
-
-
-_OUT = len(FIELDS) - 1  # the output's index in the binding list (its last field)
-
-
-def activation_plans(device: Device, desc: MatrixMultiplyIntegerToFloatDesc) -> tuple[list[Any], list[Any]]:
-    """The fused activation as its own operator's dispatches on the output, in place (the families
-    without it in their epilogue), bound to this operator's binding list, and the constants they bind."""
-    out = desc.output_tensor
-    op = device.compile(dataclasses.replace(desc.fused_activation, input_tensor=out, output_tensor=out))
-    to = {0: _OUT, 1: _OUT, **{2 + i: len(FIELDS) + i for i in range(len(op.constants))}}
-    plans = [dataclasses.replace(
-        p, bindings=tuple(None if i is None else to[i] for i in p.bindings), writes=tuple(to[i] for i in p.writes),
-        offset_slots=tuple((w, to[i], u) for w, i, u in p.offset_slots),
-        windows=tuple((to[i], d, n) for i, d, n in p.windows)) for p in op.plans]
-    return plans, list(op.constants)
 
 
 # Rows of A at which the automatic families change pipelines: gemv's rows per work group (1 to 16),
@@ -275,8 +249,7 @@ SPECS = (
     OperatorSpec(
         MatrixMultiplyIntegerToFloatDesc, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, compile_matmul_integer,
         (contract.MMI_TEXEL, contract.MMI_PACKED, contract.MMI_GENERIC, contract.MMI_GPU, contract.MMC,
-         contract.MMG, contract.MMW,
-         *contract.FLOAT_UNARY.values(), contract.EW_EXT),  # (a fused activation's own dispatch: activation_plans)
+         contract.MMG, contract.MMW),
         helpers=("matmul_integer_to_float",),
         ahead=plans_ahead,
         onnx=(OnnxOp("MatMulIntegerToFloat", _MS, "matmul_integer_to_float", check=quantized_product((0, 1), 2, FLOAT_NUMPY)),
