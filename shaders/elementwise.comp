@@ -633,13 +633,8 @@ OVAL result(VAL a, VAL b) {
 #define RESULT() result(LOAD(a_buf, ea))
 #endif
 
-#if OUT_BITS == 64
+#if OUT_BITS >= 32
 #define EPI 1u
-#elif OUT_BITS == 32
-// four consecutive elements per invocation, the later ones by stepping the coordinates: the
-// divisions that find an element's coordinates (most of a binary operator's instructions) once
-// per four (ops/elementwise_plan.py: per_invocation)
-#define EPI 4u
 #else
 #define EPI (32u / uint(OUT_BITS))
 #define OMASK ((1u << uint(OUT_BITS)) - 1u)
@@ -675,43 +670,12 @@ void main() {
 #endif
     }
 
-#if NIN >= 2
-#define STEP_B(op) eb op pc.b_str[d];
-#else
-#define STEP_B(op)
-#endif
-#if NIN == 3
-#define STEP_C(op) ec op pc.c_str[d];
-#else
-#define STEP_C(op)
-#endif
-// the next element in row-major order: each tensor's element index moved along
-#define NEXT_ELEMENT()                                                                            \
-    for (int d = RANK - 1; d >= 0; --d) {                                                         \
-        coord[d] += 1u;                                                                           \
-        ea += pc.a_str[d];                                                                        \
-        eo += pc.o_str[d];                                                                        \
-        STEP_B(+=)                                                                                \
-        STEP_C(+=)                                                                                \
-        if (coord[d] < pc.size[d]) break;                                                         \
-        ea -= coord[d] * pc.a_str[d];                                                             \
-        eo -= coord[d] * pc.o_str[d];                                                             \
-        STEP_B(-= coord[d] *)                                                                     \
-        STEP_C(-= coord[d] *)                                                                     \
-        coord[d] = 0u;                                                                            \
-    }
-
 #if OUT_BITS == 64
     OVAL r = RESULT();
     o_buf[2u * eo] = r.x;
     o_buf[2u * eo + 1u] = r.y;
 #elif OUT_BITS == 32
-    const uint n = min(EPI, pc.count - first);
-    for (uint k = 0u; k < EPI; ++k) {
-        o_buf[eo] = RESULT();
-        if (k + 1u >= n) break;
-        NEXT_ELEMENT()
-    }
+    o_buf[eo] = RESULT();
 #else
     uint n = min(EPI, pc.count - first);
     uint vals[EPI];
@@ -721,7 +685,27 @@ void main() {
             vals[k] = RESULT() & OMASK;
             outs[k] = eo;
         }
-        NEXT_ELEMENT()
+        for (int d = RANK - 1; d >= 0; --d) {  // the next element in row-major order
+            coord[d] += 1u;
+            ea += pc.a_str[d];
+            eo += pc.o_str[d];
+#if NIN >= 2
+            eb += pc.b_str[d];
+#endif
+#if NIN == 3
+            ec += pc.c_str[d];
+#endif
+            if (coord[d] < pc.size[d]) break;
+            ea -= coord[d] * pc.a_str[d];
+            eo -= coord[d] * pc.o_str[d];
+#if NIN >= 2
+            eb -= coord[d] * pc.b_str[d];
+#endif
+#if NIN == 3
+            ec -= coord[d] * pc.c_str[d];
+#endif
+            coord[d] = 0u;
+        }
     }
     bool whole_word = (n == EPI) && (outs[0] % EPI == 0u);
     for (uint k = 1u; k < EPI; ++k) whole_word = whole_word && (outs[k] == outs[0] + k);

@@ -49,14 +49,6 @@ def device_limits(device: Any) -> dict[str, Any]:
     return {"max_groups": device.limits["max_compute_work_group_count"][0], "window": binding_window(device.limits)}
 
 
-def per_invocation(family: contract.ShaderFamily, size: int) -> int:
-    """Output elements per invocation: a 32-bit word of narrower ones; elementwise.comp's 32-bit
-    outputs four (its EPI: the divisions that find an element's coordinates once per four elements)."""
-    if size == 4 and getattr(family, "source", "") == "elementwise.comp":
-        return 4
-    return max(1, 4 // size)
-
-
 def plan_elementwise(family: contract.ShaderFamily, variant: str, descs: Sequence[TensorDesc],
                      max_groups: int = 65535, unused_b: Sequence[int] = (), prm: Sequence[int] = (),
                      window: tuple[int, int] = (0, 16), vector: str | None = None) -> list[DispatchPlan]:
@@ -83,7 +75,7 @@ def plan_elementwise(family: contract.ShaderFamily, variant: str, descs: Sequenc
     inner = [d for d in range(len(sizes)) if d not in host]
     pad = [1] * (rank - len(inner))
     count = math.prod(sizes[d] for d in inner)
-    per_inv = per_invocation(family, out.data_type.size)
+    per_inv = max(1, 4 // out.data_type.size)
     if vector is not None and len(sizes) == 1 and all(st[0] == 1 for st in strides):
         variant, per_inv = vector, 16 // out.data_type.size
     groups = grid_for(cdiv(count, per_inv), LOCAL_SIZE, max_groups)
