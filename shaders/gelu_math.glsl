@@ -9,12 +9,12 @@
 // ---- constants (tools/fit_gelu.py) -----------------------------------------------------------
 // R(a) = exp(a^2 / 2) erfc(a / sqrt 2) on [0,1), [1,2), [2,4), [4,8), [8,14.5]: degree 9 in
 // a - KDML_ERFCX_MID[piece]
-const float KDML_ERFCX_C[5][10] = float[5][10](
-    float[](6.992376447e-01, -4.482657313e-01, 2.375523746e-01, -1.098298579e-01, 4.566004872e-02, -1.739984192e-02, 6.152243353e-03, -2.045645146e-03, 6.770621985e-04, -1.975861232e-04),
-    float[](4.115613401e-01, -1.805425584e-01, 7.037374377e-02, -2.499398030e-02, 8.220735937e-03, -2.532582963e-03, 7.365021738e-04, -2.038440871e-04, 5.602089732e-05, -1.403325405e-05),
-    float[](2.430278957e-01, -6.880086660e-02, 1.831263117e-02, -4.620984197e-03, 1.112508471e-03, -2.567400807e-04, 5.679886453e-05, -1.221296134e-05, 2.806127441e-06, -5.524392463e-07),
-    float[](1.295586377e-01, -2.053278871e-02, 3.180932254e-03, -4.823692434e-04, 7.171593461e-05, -1.045216413e-05, 1.474890041e-06, -2.087723487e-07, 3.507370039e-08, -4.633339046e-09),
-    float[](7.037547976e-02, -6.160436664e-03, 5.352793378e-04, -4.617443483e-05, 3.956336059e-06, -3.364327767e-07, 2.803545129e-08, -2.362941620e-09, 2.388815257e-10, -1.933945018e-11));
+const float KDML_ERFCX_C[50] = float[50](  // piece-major: piece p's coefficient j at 10 p + j
+    6.992376447e-01, -4.482657313e-01, 2.375523746e-01, -1.098298579e-01, 4.566004872e-02, -1.739984192e-02, 6.152243353e-03, -2.045645146e-03, 6.770621985e-04, -1.975861232e-04,
+    4.115613401e-01, -1.805425584e-01, 7.037374377e-02, -2.499398030e-02, 8.220735937e-03, -2.532582963e-03, 7.365021738e-04, -2.038440871e-04, 5.602089732e-05, -1.403325405e-05,
+    2.430278957e-01, -6.880086660e-02, 1.831263117e-02, -4.620984197e-03, 1.112508471e-03, -2.567400807e-04, 5.679886453e-05, -1.221296134e-05, 2.806127441e-06, -5.524392463e-07,
+    1.295586377e-01, -2.053278871e-02, 3.180932254e-03, -4.823692434e-04, 7.171593461e-05, -1.045216413e-05, 1.474890041e-06, -2.087723487e-07, 3.507370039e-08, -4.633339046e-09,
+    7.037547976e-02, -6.160436664e-03, 5.352793378e-04, -4.617443483e-05, 3.956336059e-06, -3.364327767e-07, 2.803545129e-08, -2.362941620e-09, 2.388815257e-10, -1.933945018e-11);
 const float KDML_EXP_C[8] = float[](1.000000000e+00, -1.000000000e+00, 5.000000000e-01, -1.666666418e-01, 4.166626930e-02, -8.333659731e-03, 1.394608524e-03, -1.972811879e-04);
 const float KDML_ERFCX_MID[5] = float[](0.5, 1.5, 3.0, 6.0, 11.25);
 const float KDML_GELU_AMAX = 14.5;  // beyond: GELU(x) = x (x > 0) or -0 (|GELU| < 2^-150)
@@ -52,26 +52,23 @@ float kdml_exp_le0(float d) {
 }
 
 // R(a) = exp(a^2 / 2) erfc(a / sqrt 2) for 0 <= a <= 14.5, the piece chosen by a's exponent
-// (shared by GELU here and ERF in unary_math.glsl)
+// (shared by GELU here and ERF in unary_math.glsl). The piece's coefficients by index into the
+// constant table: a chain of selects per coefficient (40 instructions an element) made GELU's
+// dispatches bound by their arithmetic
 float kdml_erfcx(float a) {
     int piece = clamp(int(floatBitsToUint(a) >> 23) - 126, 0, 4);
-    bool p1 = piece == 1, p2 = piece == 2, p3 = piece == 3, p4 = piece == 4;
-    precise float u = a - (p4 ? KDML_ERFCX_MID[4] : p3 ? KDML_ERFCX_MID[3] : p2 ? KDML_ERFCX_MID[2]
-                           : p1 ? KDML_ERFCX_MID[1] : KDML_ERFCX_MID[0]);
-    // the piece's coefficient j by selects (constant indices, no dynamic array indexing)
-#define KDML_RC(j) (p4 ? KDML_ERFCX_C[4][j] : p3 ? KDML_ERFCX_C[3][j] : p2 ? KDML_ERFCX_C[2][j] \
-                    : p1 ? KDML_ERFCX_C[1][j] : KDML_ERFCX_C[0][j])
-    precise float p = KDML_RC(9);
-    p = p * u + KDML_RC(8);
-    p = p * u + KDML_RC(7);
-    p = p * u + KDML_RC(6);
-    p = p * u + KDML_RC(5);
-    p = p * u + KDML_RC(4);
-    p = p * u + KDML_RC(3);
-    p = p * u + KDML_RC(2);
-    p = p * u + KDML_RC(1);
-    p = p * u + KDML_RC(0);
-#undef KDML_RC
+    precise float u = a - KDML_ERFCX_MID[piece];
+    int c = 10 * piece;
+    precise float p = KDML_ERFCX_C[c + 9];
+    p = p * u + KDML_ERFCX_C[c + 8];
+    p = p * u + KDML_ERFCX_C[c + 7];
+    p = p * u + KDML_ERFCX_C[c + 6];
+    p = p * u + KDML_ERFCX_C[c + 5];
+    p = p * u + KDML_ERFCX_C[c + 4];
+    p = p * u + KDML_ERFCX_C[c + 3];
+    p = p * u + KDML_ERFCX_C[c + 2];
+    p = p * u + KDML_ERFCX_C[c + 1];
+    p = p * u + KDML_ERFCX_C[c];
     return p;
 }
 

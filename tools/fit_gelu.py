@@ -130,8 +130,9 @@ def glsl(k: dict[str, np.ndarray]) -> str:
     def fmt(v: float) -> str:
         return f"{float(v):.9e}"
 
-    rows = ",\n    ".join("float[](" + ", ".join(fmt(v) for v in row) + ")" for row in k["R"])
-    return (f"const float KDML_ERFCX_C[5][{R_DEG + 1}] = float[5][{R_DEG + 1}](\n    {rows});\n"
+    rows = ",\n    ".join(", ".join(fmt(v) for v in row) for row in k["R"])
+    n = 5 * (R_DEG + 1)
+    return (f"const float KDML_ERFCX_C[{n}] = float[{n}](  // piece-major: piece p's coefficient j at 10 p + j\n    {rows});\n"
             f"const float KDML_EXP_C[{EXP_DEG + 1}] = float[](" + ", ".join(fmt(v) for v in k["E"]) + ");")
 
 
