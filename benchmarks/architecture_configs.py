@@ -189,10 +189,11 @@ TRANSFORMERS: dict[str, tuple[str, str, dict[str, Any], str]] = {
         "head_hidden_size": 8, "patch_size": 8}, "image"),
     "gpt-oss": ("GptOssConfig", "GptOssModel", {**MOE, "num_key_value_heads": 2, "head_dim": 8, "num_local_experts": 4,
                                                 "num_experts_per_tok": 2, "sliding_window": 8}, "text"),
-    # added at this commit: text towers of the contrastive models, Splinter, FSMT
+    # added at 7d5a41f: text towers of the contrastive models, Splinter, FSMT; then OWLv2's vision tower
     "clip-text": ("CLIPTextConfig", "CLIPTextModel", {"max_position_embeddings": 64}, "text"),
     "siglip-text": ("SiglipTextConfig", "SiglipTextModel", {"max_position_embeddings": 64}, "text"),
     "splinter": ("SplinterConfig", "SplinterModel", {}, "text"),
+    "owlv2-vision": ("Owlv2VisionConfig", "Owlv2VisionModel", {**H, "image_size": 32, "patch_size": 8}, "image"),
     "fsmt": ("FSMTConfig", "FSMTModel", {"langs": ["en", "de"], "src_vocab_size": 100, "tgt_vocab_size": 100, "d_model": 32,
                                          "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 4,
                                          "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
