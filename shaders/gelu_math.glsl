@@ -52,24 +52,37 @@ float kdml_exp_le0(float d) {
 }
 
 // R(a) = exp(a^2 / 2) erfc(a / sqrt 2) for 0 <= a <= 14.5, the piece chosen by a's exponent
-// (shared by GELU here and ERF in unary_math.glsl). The piece's coefficients by index into the
-// constant table, not by a chain of four selects per coefficient: H200, `python -m
-// benchmarks.encoder_profile --family whisper-encoder-fp16 --size small --shape 8x128`, the four
-// feed-forward GELU dispatches 265.1 us (device call 329) against 327.6 (call 323), the same bits
+// (shared by GELU here and ERF in unary_math.glsl). The piece's coefficients either by index into
+// the constant table (KDML_ERFCX_TABLE: float_unary.comp's gelu_tab_* variants, which the device
+// policy gives GPUs) or by a chain of selects per coefficient (constant indices: literals). The same
+// constants and arithmetic either way: the same bits. H200, `python -m benchmarks.encoder_profile
+// --family whisper-encoder-fp16 --size small --shape 8x128`: the four feed-forward GELU dispatches
+// 265.1 us with the table (device call 329) against 327.6 with the selects (call 323); lavapipe took
+// about 100 times as long with the table (tests/test_gelu.py without a shader cache: 171 s against 1.5)
 float kdml_erfcx(float a) {
     int piece = clamp(int(floatBitsToUint(a) >> 23) - 126, 0, 4);
+#ifdef KDML_ERFCX_TABLE
     precise float u = a - KDML_ERFCX_MID[piece];
     int c = 10 * piece;
-    precise float p = KDML_ERFCX_C[c + 9];
-    p = p * u + KDML_ERFCX_C[c + 8];
-    p = p * u + KDML_ERFCX_C[c + 7];
-    p = p * u + KDML_ERFCX_C[c + 6];
-    p = p * u + KDML_ERFCX_C[c + 5];
-    p = p * u + KDML_ERFCX_C[c + 4];
-    p = p * u + KDML_ERFCX_C[c + 3];
-    p = p * u + KDML_ERFCX_C[c + 2];
-    p = p * u + KDML_ERFCX_C[c + 1];
-    p = p * u + KDML_ERFCX_C[c];
+#define KDML_RC(j) KDML_ERFCX_C[c + (j)]
+#else
+    bool p1 = piece == 1, p2 = piece == 2, p3 = piece == 3, p4 = piece == 4;
+    precise float u = a - (p4 ? KDML_ERFCX_MID[4] : p3 ? KDML_ERFCX_MID[3] : p2 ? KDML_ERFCX_MID[2]
+                           : p1 ? KDML_ERFCX_MID[1] : KDML_ERFCX_MID[0]);
+#define KDML_RC(j) (p4 ? KDML_ERFCX_C[40 + (j)] : p3 ? KDML_ERFCX_C[30 + (j)] : p2 ? KDML_ERFCX_C[20 + (j)] \
+                    : p1 ? KDML_ERFCX_C[10 + (j)] : KDML_ERFCX_C[j])
+#endif
+    precise float p = KDML_RC(9);
+    p = p * u + KDML_RC(8);
+    p = p * u + KDML_RC(7);
+    p = p * u + KDML_RC(6);
+    p = p * u + KDML_RC(5);
+    p = p * u + KDML_RC(4);
+    p = p * u + KDML_RC(3);
+    p = p * u + KDML_RC(2);
+    p = p * u + KDML_RC(1);
+    p = p * u + KDML_RC(0);
+#undef KDML_RC
     return p;
 }
 

@@ -72,6 +72,25 @@ def test_every_float16(dev):
     assert np.all(np.isnan(got) == np.isnan(x))
 
 
+def test_the_coefficient_table_gives_the_same_bits(dev, monkeypatch):
+    """gelu_tab_* (the erfc coefficients from the table, DevicePolicy.gelu_table: GPUs) against gelu_*
+    (selects), float32 bit for bit over the five polynomial pieces, their bounds and the special values.
+    FLOAT32 alone here: lavapipe takes about half a minute to compile the table's variant (two for
+    FLOAT16, which the GPU runs cover)."""
+    import dataclasses
+
+    x = np.concatenate([float32_sweep(1 << 12), np.array([0.5, 1.0, 2.0, 4.0, 8.0, 14.5, 0.99999994, 1.9999999,
+                                                          3.9999998, 7.9999995, np.nan, np.inf, -np.inf], np.float32)])
+    want = run_packed(dev, x)
+    monkeypatch.setattr(dev, "policy", dataclasses.replace(dev.policy, gelu_table=not dev.policy.gelu_table))
+    monkeypatch.setitem(dev.caches, "compiled", {})  # (compile_cached keys by descriptor, not by the policy)
+    desc = kdml.ActivationGeluDesc(kdml.TensorDesc(kdml.DataType.FLOAT32, x.shape), kdml.TensorDesc(kdml.DataType.FLOAT32, x.shape))
+    assert any(v.startswith("gelu_tab" if dev.policy.gelu_table else "gelu_f32") for v in dev.compile(desc).variants)
+    got = run_packed(dev, x)
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), x[~same][:8]
+
+
 SPECIAL = [  # (input, expected exactly)
     (0.0, 0.0), (-0.0, -0.0), (np.inf, np.inf), (-np.inf, -0.0), (float(np.finfo(np.float32).max), None),
     (-float(np.finfo(np.float32).max), -0.0), (20.0, 20.0), (6.0, 6.0), (-15.0, -0.0), (-14.5, None), (1e-45, None),

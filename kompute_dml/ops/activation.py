@@ -50,7 +50,9 @@ from .softmax_geometry import fast_geometry, lanes_of
 from .spec import OnnxOp, OperatorSpec
 from .split_range import binding_window, fits, split_outer
 
-FLOAT_UNARY = ("gelu", "gelu_tanh")  # ACTIVATION_GELU's families in shaders/float_unary.comp (ops/contract reads this line)
+# ACTIVATION_GELU's families in shaders/float_unary.comp (ops/contract reads this line); gelu_tab: the erfc
+# coefficients from a table (DevicePolicy.gelu_table)
+FLOAT_UNARY = ("gelu", "gelu_tab", "gelu_tanh")
 GELU_APPROXIMATIONS = ("none", "tanh")
 
 
@@ -119,7 +121,8 @@ def compile_gelu(device: Device, desc: ActivationGeluDesc) -> CompiledOperator:
     check_addressable(support.fields, (x, y))
     if desc.approximate not in GELU_APPROXIMATIONS:
         raise invalid("approximate", f"must be one of {GELU_APPROXIMATIONS}, got {desc.approximate!r}")
-    family = contract.FLOAT_UNARY["gelu_tanh" if desc.approximate == "tanh" else "gelu"]
+    exact = "gelu_tab" if device.policy.gelu_table else "gelu"
+    family = contract.FLOAT_UNARY["gelu_tanh" if desc.approximate == "tanh" else exact]
     t = type_code(x.data_type, True)
     plans = plan_elementwise(family, family.name(t=t, vec=""), (x, y), **device_limits(device),
                              vector=family.name(t=t, vec="_v"))
@@ -345,7 +348,8 @@ def gelu(x: Any, *, approximate: str = "none", out: Tensor | None = None, device
 # ---- specs (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (
     OperatorSpec(ActivationGeluDesc, ACTIVATION_GELU, compile_gelu,
-                 (contract.FLOAT_UNARY["gelu"], contract.FLOAT_UNARY["gelu_tanh"]), helpers=("gelu",),
+                 (contract.FLOAT_UNARY["gelu"], contract.FLOAT_UNARY["gelu_tab"], contract.FLOAT_UNARY["gelu_tanh"]),
+                 helpers=("gelu",),
                  onnx=(OnnxOp("Gelu", "com.microsoft", "gelu", check=float_input), OnnxOp("Gelu", "", "gelu", check=float_input),
                        OnnxOp("BiasGelu", "com.microsoft", "gelu", check=float_input),
                        # GELU's tanh form, on element-wise operators (onnx_backend/handlers_transformer.py)

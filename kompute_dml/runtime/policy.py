@@ -189,9 +189,8 @@ class DevicePolicy:
     conv_family: str = "tiled"
     conv_pointwise_gemm: bool = False  # 1 x 1 convolutions on GEMM's kernels (ops/conv_pointwise.py; GPUs)
     gemm_stream: tuple[int, int] = (0, 0)  # see GEMM_STREAM
-    # DYNAMIC_QUANTIZE_LINEAR's (elements per min / max group, 16-byte loads per quantizing
-    # invocation): ops/dynamic_quantize.py, DQL_GEOMETRY
-    dql_geometry: tuple[int, int] = DQL_GEOMETRY["cpu"]
+    dql_geometry: tuple[int, int] = DQL_GEOMETRY["cpu"]  # DYNAMIC_QUANTIZE_LINEAR's: see DQL_GEOMETRY
+    gelu_table: bool = False  # ACTIVATION_GELU's erfc coefficients from a table (GPUs: shaders/gelu_math.glsl's figures)
     se_scale_max_elements: tuple[int, int] = SE_SCALE_MAX_ELEMENTS  # (float32, float16): see there
     weights: str = "rows"  # see WEIGHT_LAYOUTS
     coop_sums: str = "bytes"  # see COOP_SUMS
@@ -337,7 +336,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
             weights="columns" if family == "coopmat" else "rows",
             gemv_max_m=GEMV_COOP_MAX_M if family == "coopmat" else GEMV_MAX_M, gemv_k_contiguous=family != "coopmat",
             attention_kernel="coopmat" if coop_family(capabilities, coop_shapes) == "coopmat" else "blocked",
-            conv_pointwise_gemm=True, dql_geometry=DQL_GEOMETRY["gpu"], gemm_stream=GEMM_STREAM,
+            conv_pointwise_gemm=True, dql_geometry=DQL_GEOMETRY["gpu"], gemm_stream=GEMM_STREAM, gelu_table=True,
         )
     if "integer_dot_product" in capabilities:
         policy = replace(policy, coop_sums="dot")
