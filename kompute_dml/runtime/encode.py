@@ -8,7 +8,8 @@ kp 0.9 records no compute->compute barrier, and one transfer->compute barrier pe
 tensor before every dispatch; kompute_dml builds kp with a patch
 (scripts/kp-patches/05-commands.patch) whose OpDispatch records the dispatch alone and whose
 OpGlobalBarrier records one global memory barrier: a sequence gets one at its start and one
-before every dispatch that touches a buffer an earlier dispatch wrote (RAW, WAW) or read (WAR).
+between levels of dispatches (`levels`: each dispatch after every earlier one that wrote a buffer
+it touches (RAW, WAW) or read one it writes (WAR), as early as that allows).
 """
 
 from __future__ import annotations
@@ -213,39 +214,65 @@ def global_barrier() -> Any:
     return _BARRIER[0]
 
 
+def levels(dispatches: Sequence[EncodedDispatch]) -> list[list[int]]:
+    """The dispatches' indices (skipped ones left out) in levels: each as early as its hazards
+    with earlier dispatches allow (after every earlier dispatch that wrote what it reads or
+    touched what it writes: RAW, WAW, WAR), in program order within a level. No two of a level
+    conflict, so one global barrier between levels orders every hazard, and independent work
+    (a transformer's mask chain beside its embeddings, a Gather's index check beside the
+    gather) runs between the same two barriers: a barrier and a dispatch cost a GPU about
+    4 us however little the dispatch does (benchmarks/RESULTS.md, latency). One pass over
+    the accesses: per memory, the level of its last write and the highest level that read
+    it since."""
+    written: dict[int, int] = {}
+    read: dict[int, int] = {}
+    out: list[list[int]] = []
+    for i, d in enumerate(dispatches):
+        if d.skip:
+            continue
+        lv = 0
+        for m in d.reads:
+            w = written.get(m)
+            if w is not None and w >= lv:
+                lv = w + 1
+        for m in d.writes:
+            w, r = written.get(m, -1), read.get(m, -1)
+            lv = max(lv, w + 1, r + 1)
+        for m in d.reads:
+            if read.get(m, -1) < lv:
+                read[m] = lv
+        for m in d.writes:
+            written[m] = lv
+        if lv == len(out):
+            out.append([])
+        out[lv].append(i)
+    return out
+
+
 def record_dispatches(seq: Any, dispatches: Sequence[EncodedDispatch], positions: list[int | None] | None = None) -> int:
-    """Record dispatches into a kp sequence with the barriers their hazards need; returns
-    how many barriers it recorded between dispatches.
+    """Record dispatches into a kp sequence with the barriers their hazards need, in `levels`'
+    order; returns how many barriers it recorded between dispatches.
 
     Every barrier is one global memory barrier (one vkCmdPipelineBarrier, whatever the
     buffers): its execution dependency orders all earlier compute and transfer work of the
     queue, earlier submissions included, and it makes every pending write visible. The
     sequence starts with one (the uploads and dispatches of earlier submissions), and one
-    goes before every dispatch that reads what an earlier one wrote (RAW) or writes what an
-    earlier one touched (WAW, WAR); the access sets are reset after it. `positions`, when
-    given, receives per dispatch the index of kp's timestamp after it (None: skipped)."""
+    goes between two levels. `positions`, when given, receives per dispatch (in the order
+    given) the index of kp's timestamp after it (None: skipped)."""
     seq.record(global_barrier())
     recorded = 1
-    written: set[int] = set()
-    read: set[int] = set()
-    barriers = 0
-    for d in dispatches:
-        if d.skip:
-            if positions is not None:
-                positions.append(None)
-            continue
-        if (d.reads & written) or (d.writes & (written | read)):
+    at: list[int | None] = [None] * len(dispatches)
+    order = levels(dispatches)
+    for n, level in enumerate(order):
+        if n:
             seq.record(global_barrier())
             recorded += 1
-            barriers += 1
-            written.clear()
-            read.clear()
-        seq.record(d.op)
-        recorded += 1
-        if positions is not None:  # kp's timestamp after this command (runtime/profile.py)
-            positions.append(recorded)
-        written |= d.writes
-        read |= d.reads
+        for i in level:
+            seq.record(dispatches[i].op)
+            recorded += 1
+            at[i] = recorded  # kp's timestamp after this command (runtime/profile.py)
+    if positions is not None:
+        positions.extend(at)
     if any(d.to_host and not d.skip for d in dispatches):  # host reads after the fence
         seq.record(kp.OpGlobalBarrier(ACCESS_TRANSFER_WRITE, ACCESS_HOST_READ, STAGE_TRANSFER, STAGE_HOST))
-    return barriers
+    return max(len(order) - 1, 0)
