@@ -7,7 +7,8 @@
 //   starting from +0's key (the range always includes 0), and writes them to the operator's
 //   scratch, words 2g and 2g + 1.
 // 2 `dql_quant_*`: every work group first derives the scale and zero point itself: it reduces the
-//   groups' keys (one per invocation) to lo <= 0 <= hi and computes scale = hi == lo ? 1 :
+//   groups' keys (or an input_keys_tensor's, which another operator wrote: MEAN_VARIANCE_NORMALIZATION1's
+//   keys_output_tensor; from word k_off, any number) to lo <= 0 <= hi and computes scale = hi == lo ? 1 :
 //   (hi - lo) / (qmax - qmin) and the zero point RoundHalfToEven(max(qmin, min(qmax, qmin - lo /
 //   scale))) (a NaN gives qmax, as C++'s std::min does), every float32 operation correctly
 //   rounded (quant_params()); work group 0 writes the scale and zero point outputs. Then
@@ -29,7 +30,7 @@ layout(std430, binding = 0) readonly buffer XVec { uvec4 x_vec[]; };  // the sam
 #if STAGE == 1
 layout(std430, binding = 1) writeonly buffer SBuf { uvec2 part_keys[]; };  // group g's (lo, hi) keys
 #else
-layout(std430, binding = 1) readonly buffer SBuf { uvec2 part_keys[]; };
+layout(std430, binding = 1) readonly buffer SBuf { uint part_keys[]; };  // (lo, hi) pairs from word k_off
 layout(std430, binding = 2) buffer YBuf { uint y_buf[]; };
 layout(std430, binding = 3) writeonly buffer ScaleBuf { uint scale_buf[]; };
 layout(std430, binding = 4) buffer ZpBuf { uint zp_buf[]; };
@@ -246,8 +247,12 @@ void main() {
     // the scale and zero point, derived by every work group from dql_minmax's partial keys (at
     // most LOCAL: one per invocation) before anything returns (barriers); group 0 writes them out
     uint lid = gl_LocalInvocationID.x;
-    uvec2 part = lid < pc.parts ? part_keys[lid] : uvec2(KEY_ZERO);
-    uvec2 keys = reduce_keys(part.x, part.y, pc.parts);
+    uvec2 part = uvec2(KEY_ZERO);
+    for (uint p = lid; p < pc.parts; p += LOCAL) {  // (more than LOCAL: an input_keys_tensor's)
+        uvec2 k = uvec2(part_keys[pc.k_off + 2u * p], part_keys[pc.k_off + 2u * p + 1u]);
+        part = uvec2(min(part.x, k.x), max(part.y, k.y));
+    }
+    uvec2 keys = reduce_keys(part.x, part.y, min(pc.parts, LOCAL));
     if (lid == 0u) {
         s_params = quant_params(keys.x, keys.y);
         if (linear_group_id() == 0u) {

@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from ..core.dtypes import FeatureLevel
+from ..core.dtypes import DataType, FeatureLevel
 from ..core.errors import UnsupportedError, invalid
 from ..core.ints import as_int, as_int_tuple
 from ..core.tensor_desc import TensorDesc
 from ..device.device import Device
 from ..device.memory import Tensor
-from ..ops.mean_variance_normalization import MEAN_VARIANCE_NORMALIZATION1, MeanVarianceNormalization1Desc
+from ..ops.mean_variance_normalization import MEAN_VARIANCE_NORMALIZATION1, MeanVarianceNormalization1Desc, key_parts
 from . import _packed, check_out, compile_cached, pooled_empty
 from .constants import device_constant
 from .elementwise import _operands, broadcast_view
@@ -98,7 +98,8 @@ def _fit(tensors: list[Tensor | None], axes: tuple[int, ...], lo: int, hi: int,
 
 
 def _normalize(dev: Device, tensors: list[Tensor | None], red: tuple[int, ...], normalize_variance: bool,
-               epsilon: float, out: Tensor | None, names: tuple[str, ...] = _NAMES, use_mean: bool = True) -> Tensor:
+               epsilon: float, out: Tensor | None, names: tuple[str, ...] = _NAMES, use_mean: bool = True,
+               keys: Tensor | None = None) -> Tensor:
     """One MEAN_VARIANCE_NORMALIZATION1 execution on `tensors` (x, scale, bias; then skip, skip
     bias and the sum's output tensor, or None: the skip extension), each already of x's shape
     (broadcast views); `names`: theirs in errors, in _NAMES' order. Returns the output (`out`, or
@@ -121,9 +122,11 @@ def _normalize(dev: Device, tensors: list[Tensor | None], red: tuple[int, ...], 
     xv, sv, bv, yv, kv, rv, zv = (None if v is None else v.desc for v in views)
     assert xv is not None and yv is not None
     desc = MeanVarianceNormalization1Desc(xv, sv, bv, yv, red, normalize_variance, epsilon, skip_tensor=kv,
-                                          skip_bias_tensor=rv, sum_output_tensor=zv, use_mean=use_mean)
+                                          skip_bias_tensor=rv, sum_output_tensor=zv, use_mean=use_mean,
+                                          keys_output_tensor=None if keys is None else keys.desc)
     skip = kv is not None
-    ins, outs = views[:3] + (views[4:6] if skip else []), views[3:4] + (views[6:] if skip else [])
+    ins = views[:3] + (views[4:6] if skip else [])
+    outs = views[3:4] + (views[6:] if skip else []) + ([keys] if keys is not None else [])
     compile_cached(dev, desc).execute(ins, outs)
     return yt
 
@@ -198,7 +201,7 @@ def rms_norm(x: Any, scale: Any = None, bias: Any = None, *, axis: Any = -1, eps
 
 def skip_layer_norm(x: Any, skip: Any, scale: Any, bias: Any = None, beta: Any = None, *, epsilon: float = 1e-12,
                     sum_out: bool | Tensor = False, use_mean: bool = True, out: Tensor | None = None,
-                    device: Device | None = None) -> Tensor | tuple[Tensor, Tensor]:
+                    keys_out: Tensor | None = None, device: Device | None = None) -> Tensor | tuple[Tensor, Tensor]:
     """com.microsoft SkipLayerNormalization in one MEAN_VARIANCE_NORMALIZATION1 dispatch (its skip
     extension): s = x + skip (+ bias), each addition rounded to the data type exactly as
     ELEMENT_WISE_ADD1 rounds it (x + skip first, onnxruntime's order; x and skip broadcast to
@@ -206,7 +209,9 @@ def skip_layer_norm(x: Any, skip: Any, scale: Any, bias: Any = None, beta: Any =
     last dimension. Returns the normalized output, or (output, s) with `sum_out` (ONNX's
     input_skip_bias_sum): True for a new packed tensor, or a Tensor of that shape and type (any
     strides) to write it to. `use_mean` False: the sum RMS-normalized (kdml.rms_norm; com.microsoft
-    SkipSimplifiedLayerNormalization)."""
+    SkipSimplifiedLayerNormalization). `keys_out`: a packed UINT32 Tensor of sizes
+    (skip_layer_norm_key_parts(shape, dtype), 2) for the operator's keys_output_tensor (the output's
+    partial keys, kdml.dynamic_quantize_linear's `keys`)."""
     dev, found = _operand_map((x, skip, scale, bias, beta), ("x", "skip", "scale", "bias", "beta"), device)
     try:
         shape = tuple(np.broadcast_shapes(found["x"].desc.sizes, found["skip"].desc.sizes))
@@ -222,8 +227,18 @@ def skip_layer_norm(x: Any, skip: Any, scale: Any, bias: Any = None, beta: Any =
         total: Tensor | None = sum_out
     else:
         total = pooled_empty(dev, _packed(dt, shape)) if sum_out else None
-    y = _normalize(dev, [*views, total], (len(shape) - 1,), True, epsilon, out, names, use_mean)
+    if keys_out is not None and not isinstance(keys_out, Tensor):
+        raise invalid("keys_out", f"must be a kompute_dml Tensor, got {type(keys_out).__name__}")
+    y = _normalize(dev, [*views, total], (len(shape) - 1,), True, epsilon, out, names, use_mean, keys_out)
     return (y, total) if total is not None else y
+
+
+def skip_layer_norm_key_parts(shape: Any, data_type: Any) -> int:
+    """The pairs of keys skip_layer_norm's `keys_out` holds for a sum of `shape` and `data_type`
+    (its work groups: ops/mean_variance_normalization.key_parts)."""
+    sizes = as_int_tuple(shape, "shape")
+    x = TensorDesc(DataType.coerce(data_type, "data_type"), sizes)
+    return key_parts(MeanVarianceNormalization1Desc(x, None, None, x, (len(sizes) - 1,), True, 0.0))
 
 
 def _channel_view(t: Tensor, groups: int, per: int, r: int, field: str) -> Tensor:

@@ -66,7 +66,7 @@ from .fusion_transpose import matmul_transpose_patterns
 from .graph import _attr, _node_inputs, positive_zero_constant
 from .handlers_activation import FUSED_TYPES
 from .handlers_conv import run_conv_activation
-from .handlers_nn import _floats, _opset
+from .handlers_nn import _floats, _opset, keys_for, with_keys
 from .handlers_pool import batch_norm_node
 from .handlers_values import as_device
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape, at_node
@@ -176,10 +176,11 @@ def _run_add_layer_norm(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: C
         raise Unfused("LayerNormalization's operand types differ")
     scale, beta = (None if v is None else as_device(ctx, v, stats, ln.input[i]).tensor for i, v in zip((1, 2), params))
     out, total = ctx.out_tensor(shape, dt), ctx.out_tensor(shape, dt) if keep_sum else False
+    keys = keys_for(ctx, ln.output[0], shape, dt)
     kdml.skip_layer_norm(x, skip, scale, None, beta, epsilon=float(_attr(ln, "epsilon", 1e-5)), sum_out=total,
-                         out=out, device=ctx.device)
+                         out=out, keys_out=keys, device=ctx.device)
     kept = [None] * (len(ln.output) - 1) + [DeviceValue(total, shape, dt)] if keep_sum else []  # Pattern.shared
-    return [DeviceValue(out, shape, dt), *kept]
+    return [with_keys(ctx, DeviceValue(out, shape, dt), keys), *kept]
 
 
 def _run_masked_softmax(ctx: NodeContext, nodes: list[onnx.NodeProto], lookup: Callable[[str], Any],

@@ -220,9 +220,11 @@ def _quantize(ctx: NodeContext, x: Any, name: str | None, stats: RunStats) -> tu
         xt = ctx.to_device(x, stats, name)
     else:
         xt = ctx.upload_group([np.asarray(x).reshape(shape or (1,))], stats, (name,) if shape else None)[0]
+    # the keys x's producer wrote beside it (handlers_nn.keys_for): one dispatch instead of two
+    keys = x.keys if isinstance(x, DeviceValue) and xt is x.tensor else None
     y, s, z = kdml.dynamic_quantize_linear(  # type: ignore[attr-defined]
         xt, out=ctx.out_tensor(xt.desc.sizes, np.uint8), scale_out=ctx.out_tensor((), np.float32),
-        zero_point_out=ctx.out_tensor((), np.uint8), device=ctx.device)
+        zero_point_out=ctx.out_tensor((), np.uint8), keys=keys, device=ctx.device)
     return DeviceValue(y, shape, np.uint8), DeviceValue(s, (), np.float32), DeviceValue(z, (), np.uint8)
 
 

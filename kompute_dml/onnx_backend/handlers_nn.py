@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 
 import kompute_dml as kdml
+from kompute_dml.functional.mean_variance_normalization import skip_layer_norm_key_parts
 
 from .graph import _attr, attr_text
 from .half_precision import as_float32, half_operand, use_half
@@ -117,6 +118,24 @@ def _h_group_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats:
     return [DeviceValue(y, shape, dt)]
 
 
+def keys_for(ctx: NodeContext, name: str, shape: tuple[int, ...], dt: np.dtype) -> kdml.Tensor | None:
+    """A skip normalization's keys_out for its output `name` where a dynamic quantization reads
+    that (rep.dynamic_quantized: its DYNAMIC_QUANTIZE_LINEAR then runs in one dispatch instead of
+    two), else None: float32 (what DynamicQuantizeLinear takes), one row or more."""
+    if name not in ctx.prepared.dynamic_quantized or dt != np.float32 or not shape or 0 in shape:
+        return None
+    parts = skip_layer_norm_key_parts(shape, kdml.DataType.FLOAT32)
+    return ctx.out_tensor((parts, 2), np.uint32)
+
+
+def with_keys(ctx: NodeContext, value: DeviceValue, keys: kdml.Tensor | None) -> DeviceValue:
+    """`value` carrying `keys` (DeviceValue.keys), kept alive while the value's buffer is."""
+    if keys is not None:
+        value.keys = keys
+        ctx.attach(value, DeviceValue(keys, keys.desc.sizes, np.uint32))
+    return value
+
+
 def _h_skip_layer_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
     """output = LayerNorm(input + skip (+ bias)) * gamma + beta; the fourth output is the sum. One
     MEAN_VARIANCE_NORMALIZATION1 dispatch (its skip extension, kdml.skip_layer_norm)."""
@@ -133,9 +152,10 @@ def _h_skip_layer_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], s
     x, skip, gamma, beta, bias = (_dev(ctx, node, ins, i, stats) for i in range(5))
     out = ctx.out_tensor(shape, dt)
     total = ctx.out_tensor(shape, dt) if len(node.output) > 3 and node.output[3] else None
+    keys = keys_for(ctx, node.output[0], shape, dt)
     kdml.skip_layer_norm(x, skip, gamma, bias, beta, epsilon=float(_attr(node, "epsilon", 1e-12)),
-                         sum_out=total if total is not None else False, out=out, device=ctx.device)
-    outs: list[Any] = [DeviceValue(out, shape, dt), None, None]
+                         sum_out=total if total is not None else False, out=out, keys_out=keys, device=ctx.device)
+    outs: list[Any] = [with_keys(ctx, DeviceValue(out, shape, dt), keys), None, None]
     if total is not None:
         outs.append(DeviceValue(total, shape, dt))
     return outs

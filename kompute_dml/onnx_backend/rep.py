@@ -95,6 +95,10 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
                 if of in self.declared_types:
                     self.declared_types[name] = self.declared_types[of]
             self.qdq_product_inputs = product_inputs(self.graph, self.constants.__contains__)
+        # the values a dynamic quantization reads (DynamicQuantizeLinear, DynamicQuantizeMatMul's A): their
+        # normalizations write the partial keys it needs beside them (handlers_nn.keys_for)
+        self.dynamic_quantized = frozenset(n.input[0] for n in self.graph.node if n.input and (n.op_type, n.domain) in (
+            ("DynamicQuantizeLinear", ""), ("DynamicQuantizeLinear", "ai.onnx"), ("DynamicQuantizeMatMul", "com.microsoft")))
         self.feed_rules: dict[str, Any] = {}  # feeds.py: each input's declared type and shape, read once
 
         self._validate_graph()

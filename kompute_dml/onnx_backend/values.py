@@ -86,10 +86,13 @@ class DeviceValue:
     """A tensor that lives on the device: the kdml.Tensor plus its ONNX shape and dtype
     (a rank-0 ONNX tensor is a 1-element DirectML tensor). The host copy is cached."""
 
-    __slots__ = ("_host", "dtype", "shape", "tensor")
+    __slots__ = ("_host", "dtype", "keys", "shape", "tensor")
 
     def __init__(self, tensor: kdml.Tensor, shape: Sequence[int], dtype: Any) -> None:
         self.tensor = tensor
+        # the tensor's partial keys as its producer wrote them beside it (MEAN_VARIANCE_NORMALIZATION1's
+        # keys_output_tensor), for a DynamicQuantizeLinear of it in one dispatch (handlers_integer.py)
+        self.keys: kdml.Tensor | None = None
         # as given where it is already a tuple of ints and a numpy type (handlers pass their
         # inputs' own: a plan makes hundreds of values)
         self.shape = shape if type(shape) is tuple and is_int_tuple(shape) else tuple(int(s) for s in shape)

@@ -26,6 +26,7 @@ zero point hold one element; the output has the input's sizes), then a non-overl
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +38,7 @@ from ..core.inputs import as_host_array, conform, is_python_data
 from ..core.ints import cdiv
 from ..core.layout import check_no_overlap, merge_dims
 from ..core.registry import F32, FL, FLOATS, D, OperatorSupport, row
-from ..core.tensor_desc import TensorDesc
+from ..core.tensor_desc import TensorDesc, validate_desc
 from ..device.device import Device
 from ..device.memory import Tensor
 from ..functional import _packed, as_tensor, check_out, compile_cached, device_of, pooled_empty
@@ -74,8 +75,11 @@ ELEMENTS_PER_GROUP = DQL_GEOMETRY["cpu"][0]  # (the default geometry's: plan_dyn
 SCRATCH_WORDS = 2 * MAX_PARTS  # group g's (lo, hi) keys at words 2g, 2g + 1
 QUANT_UNITS = contract.DQL_UNITS  # the packed variants' 16-byte input loads per invocation (shaders: UNITS)
 _MAX_RANK = 8
-# the binding list: input, output, scale, zero point, then the operator's scratch
+# the binding list: input, output, scale, zero point, then the operator's scratch; with an
+# input_keys_tensor (_KEYS in place of the scratch) the list is input, keys, output, scale, zero point
 _X, _Y, _SCALE, _ZP, _SCRATCH = range(5)
+_KEYS = 5
+_REMAP = {_X: 0, _KEYS: 1, _Y: 2, _SCALE: 3, _ZP: 4}
 _TYPE = {DataType.FLOAT32: "f32", DataType.FLOAT16: "f16", DataType.UINT8: "u8", DataType.INT8: "i8"}
 
 
@@ -94,6 +98,21 @@ class DynamicQuantizeLinearDesc:
     output_tensor: TensorDesc
     output_scale_tensor: TensorDesc
     output_zero_point_tensor: TensorDesc
+    # kompute_dml's extension: the input's partial keys as another operator wrote them with the
+    # input (MEAN_VARIANCE_NORMALIZATION1's keys_output_tensor): UINT32 (P, 2), packed; one dispatch
+    input_keys_tensor: TensorDesc | None = None
+
+
+def _check_keys(desc: DynamicQuantizeLinearDesc) -> None:
+    k = desc.input_keys_tensor
+    if k is None:
+        return
+    validate_desc(k, "input_keys_tensor")
+    if k.data_type != DataType.UINT32:
+        raise invalid("input_keys_tensor.data_type", f"must be UINT32, got {k.data_type.name}")
+    if k.dimension_count != 2 or k.sizes[1] != 2 or k.sizes[0] < 1 or k.effective_strides != (2, 1):
+        raise invalid("input_keys_tensor.sizes", f"must be packed (P, 2), P >= 1: a pair of keys per part, got sizes "
+                                                 f"{k.sizes} strides {k.effective_strides}")
 
 
 def _check(desc: DynamicQuantizeLinearDesc) -> None:
@@ -141,19 +160,29 @@ def plan_dynamic_quantize(desc: DynamicQuantizeLinearDesc, max_groups: int,
     # both of stride 1: `units` 16-byte loads per invocation
     v = next(k for k, u in QUANT_UNITS.items() if u == units) if x_str == y_str == [1] else ""
     per_inv = units * 16 // xs if v else 4
-    quant = DispatchPlan(variant=f.name(t=t, o=o, v=v), bindings=(_X, _SCRATCH, _Y, _SCALE, _ZP),
+    keys = desc.input_keys_tensor
+    quant = DispatchPlan(variant=f.name(t=t, o=o, v=v), bindings=(_X, _SCRATCH if keys is None else _KEYS, _Y, _SCALE, _ZP),
                          writes=(_Y, _SCALE, _ZP), groups=grid_for(cdiv(n, per_inv), LOCAL_SIZE, max_groups),
-                         push=f.pack(x_off=0, y_off=0, scale_off=0, zp_off=0, parts=parts, count=n,
+                         push=f.pack(x_off=0, y_off=0, scale_off=0, zp_off=0, k_off=0,
+                                     parts=parts if keys is None else keys.sizes[0], count=n,
                                      **_dims(sizes, x_str, y_str)),
-                         offset_slots=f.slots(x_off=(_X, xs), y_off=(_Y, ys), scale_off=(_SCALE, 4), zp_off=(_ZP, 1)))
-    return [minmax, quant]
+                         offset_slots=f.slots(x_off=(_X, xs), y_off=(_Y, ys), scale_off=(_SCALE, 4), zp_off=(_ZP, 1),
+                                              **({} if keys is None else {"k_off": (_KEYS, 4)})))
+    return [minmax, quant] if keys is None else [quant]
 
 
 def compile_dynamic_quantize_linear(device: Device, desc: DynamicQuantizeLinearDesc) -> CompiledOperator:
     support = DYNAMIC_QUANTIZE_LINEAR
     validate_tensors(support, device.feature_level, desc, support.fields, support.outputs)
+    _check_keys(desc)
     _check(desc)
     plans = plan_dynamic_quantize(desc, device.limits["max_compute_work_group_count"][0], device.policy.dql_geometry)
+    if desc.input_keys_tensor is not None:  # the keys are an input: no scratch (binding list: the inputs first)
+        ins = (*support.inputs, "input_keys_tensor")
+        plans = [dataclasses.replace(p, bindings=tuple(_REMAP[b] for b in p.bindings), writes=tuple(_REMAP[b] for b in p.writes),
+                                     offset_slots=tuple((w, _REMAP[e], u) for w, e, u in p.offset_slots))
+                 for p in plans]
+        return CompiledOperator(device, desc, support, ins, support.outputs, list(plans))
     # not zeroed (no fill submission per compile): dql_minmax writes every key dql_quant reads;
     # made on kp's thread (a synchronous allocation waits while a plan's large ones are made)
     scratch_desc = TensorDesc(DataType.UINT32, (SCRATCH_WORDS,))
@@ -189,14 +218,16 @@ def _one_element(t: Any, dev: Device, dt: DataType, field: str) -> None:
 
 def dynamic_quantize_linear(
     x: Any, *, data_type: Any = DataType.UINT8, out: Tensor | None = None, scale_out: Tensor | None = None,
-    zero_point_out: Tensor | None = None, device: Device | None = None,
+    zero_point_out: Tensor | None = None, keys: Tensor | None = None, device: Device | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(y, scale, zero_point) of ONNX DynamicQuantizeLinear (DML_DYNAMIC_QUANTIZE_LINEAR), bit for
     bit as ONNX Runtime's CPU kernel computes it for UINT8 (INT8: DirectML's range -128..127):
     scale = (max(x, 0) - min(x, 0)) / (qmax - qmin) in float32 (1 when both are 0; NaNs left out),
     zero_point = round-half-even(clamp(qmin - min / scale, qmin, qmax)),
     y = clamp(round-half-even(x / scale) + zero_point, qmin, qmax), x / scale correctly rounded,
-    NaN elements -> qmin. scale and zero_point have sizes (1,) (module docstring)."""
+    NaN elements -> qmin. scale and zero_point have sizes (1,) (module docstring). `keys`: x's
+    partial keys as the operator that wrote x also wrote them (kdml.skip_layer_norm's `keys_out`;
+    the descriptor's input_keys_tensor): one dispatch instead of two."""
     if is_python_data(x):
         x = conform(as_host_array(x, "x", dml=False), np.dtype(np.float32), "x", python=True)
     dev = device_of(x, out, scale_out, zero_point_out, device=device)
@@ -212,12 +243,16 @@ def dynamic_quantize_linear(
     y_desc = out.desc if out is not None else _packed(dt, sizes)
     ones = (1,) * len(sizes)
     s_desc, z_desc = _packed(DataType.FLOAT32, ones), _packed(dt, ones)  # (cached: every layer of a plan asks)
-    op = compile_cached(dev, DynamicQuantizeLinearDesc(tx.desc, y_desc, s_desc, z_desc))
+    if keys is not None and (not isinstance(keys, Tensor) or keys.device is not dev):
+        raise invalid("keys", "must be a kompute_dml Tensor of x's Device")
+    op = compile_cached(dev, DynamicQuantizeLinearDesc(tx.desc, y_desc, s_desc, z_desc,
+                                                       None if keys is None else keys.desc))
     y = out if out is not None else pooled_empty(dev, y_desc)
     scale = scale_out if scale_out is not None else pooled_empty(dev, _packed(DataType.FLOAT32, (1,)))
     zp = zero_point_out if zero_point_out is not None else pooled_empty(dev, _packed(dt, (1,)))
     # one element each (checked above, or made so): seen with x's rank, the same element
-    op.execute([tx], [y, Tensor.trusted(scale.buffer, s_desc, scale.offset), Tensor.trusted(zp.buffer, z_desc, zp.offset)])
+    op.execute([tx] if keys is None else [tx, keys],
+               [y, Tensor.trusted(scale.buffer, s_desc, scale.offset), Tensor.trusted(zp.buffer, z_desc, zp.offset)])
     return y, scale, zp
 
 

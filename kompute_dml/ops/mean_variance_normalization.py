@@ -19,6 +19,10 @@ ELEMENT_WISE_ADD rounds it, and `sum_output_tensor` (optional) receives that sum
 SkipLayerNormalization and Add -> LayerNormalization in one dispatch, bit for bit the
 two-dispatch result. Its tensors are bound after DirectML's (inputs: input, scale, bias, skip,
 skip bias; outputs: output, sum output); a descriptor without them binds as DirectML's does.
+With a skip, `keys_output_tensor` (UINT32, sizes (key_parts(desc), 2), packed; the "_q" variants)
+receives per work group the order keys of the least and greatest non-NaN output it wrote and +0:
+DYNAMIC_QUANTIZE_LINEAR's partial keys of the output (its input_keys_tensor), so that a dynamic
+quantization of the normalized rows (an int8 transformer's next product) needs no pass of its own.
 Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's table
 (InvalidArgumentError / UnsupportedError naming the field; the extension's tensors against the
 input's and output's rows), FusedActivation (None only: UnsupportedError naming
@@ -94,7 +98,9 @@ class MeanVarianceNormalization1Desc:
     (broadcast) or the input's, the sum output has the input's sizes; skip_bias_tensor and
     sum_output_tensor need skip_tensor. `use_mean` False (kompute_dml's, as DirectML's
     MEAN_VARIANCE_NORMALIZATION2 UseMean): Mean is 0, Output = Scale * Input / sqrt(mean(Input^2) +
-    Epsilon) + Bias (RMS normalization)."""
+    Epsilon) + Bias (RMS normalization). `keys_output_tensor` (with skip_tensor; UINT32, sizes
+    (key_parts(self), 2), packed): per work group, the order keys of its outputs' range with +0,
+    DynamicQuantizeLinearDesc's input_keys_tensor for the output."""
 
     input_tensor: TensorDesc
     scale_tensor: TensorDesc | None
@@ -108,6 +114,7 @@ class MeanVarianceNormalization1Desc:
     skip_bias_tensor: TensorDesc | None = None
     sum_output_tensor: TensorDesc | None = None
     use_mean: bool = True
+    keys_output_tensor: TensorDesc | None = None
 
     def __post_init__(self) -> None:
         # a list of axes is kept as a tuple (the descriptor is hashable); values are checked at compile
@@ -137,6 +144,15 @@ def row_layout(rlen: int, data_type: DataType) -> tuple[int, int]:
     return min(WG.bit_length() - 1, (cdiv(units, CACHE[data_type]) - 1).bit_length()), epu
 
 
+def key_parts(desc: MeanVarianceNormalization1Desc) -> int:
+    """The work groups of the normalization, each one pair of keys in keys_output_tensor: the rows
+    (the input's elements over those of one row) over the rows a work group takes."""
+    x = desc.input_tensor
+    rlen = math.prod(x.sizes[a] for a in as_int_tuple(desc.axes, "axes"))
+    tl, _ = row_layout(rlen, x.data_type)
+    return cdiv(x.element_count // max(rlen, 1), WG >> tl)
+
+
 def summation_depth(rlen: int, data_type: DataType) -> int:
     """The float32 additions on any path of the shader's row sums: an invocation's own elements
     in order, then the pairwise tree (docs/mean_variance_normalization.md's N)."""
@@ -164,7 +180,7 @@ def _validate_skip(support: OperatorSupport, level: FeatureLevel, desc: MeanVari
     """The skip extension's tensors: the others only with skip_tensor; each a valid buffer tensor
     that the table row of its DirectML counterpart (SKIP_ROW) takes."""
     if desc.skip_tensor is None:
-        for f in SKIP_INPUTS[1:] + SKIP_OUTPUTS:
+        for f in SKIP_INPUTS[1:] + SKIP_OUTPUTS + ("keys_output_tensor",):
             if getattr(desc, f) is not None:
                 raise invalid("skip_tensor", f"is required when {f} is present (kompute_dml's skip extension)")
         return
@@ -173,6 +189,14 @@ def _validate_skip(support: OperatorSupport, level: FeatureLevel, desc: MeanVari
         if t is not None:
             validate_desc(t, f, output=f in SKIP_OUTPUTS)
             support.check_tensor(level, SKIP_ROW[f], t, name=f)
+    q = desc.keys_output_tensor
+    if q is not None:
+        validate_desc(q, "keys_output_tensor", output=True)
+        if q.data_type != DataType.UINT32:
+            raise invalid("keys_output_tensor.data_type", f"must be UINT32, got {q.data_type.name}")
+        if q.sizes != (key_parts(desc), 2) or q.effective_strides != (2, 1):
+            raise invalid("keys_output_tensor.sizes", f"must be packed ({key_parts(desc)}, 2): a pair of keys per "
+                                                      f"work group, got sizes {q.sizes} strides {q.effective_strides}")
 
 
 def _validate(device: Device, desc: MeanVarianceNormalization1Desc, support: OperatorSupport,
@@ -276,10 +300,10 @@ def compile_normalization(device: Device, desc: MeanVarianceNormalization1Desc, 
     being theirs; `channel_rule`: the 1 version's ChannelCount rule below 4_0, which the first
     version's page does not have)."""
     axes, nv, eps = _validate(device, desc, support, channel_rule)
-    skip = desc.skip_tensor is not None
+    skip, keys = desc.skip_tensor is not None, desc.keys_output_tensor is not None
     # the binding list: DirectML's fields, the extension's after its inputs and after its output
     inputs = support.inputs + (SKIP_INPUTS if skip else ())
-    outputs = support.outputs + (SKIP_OUTPUTS if skip else ())
+    outputs = support.outputs + (SKIP_OUTPUTS if skip else ()) + (("keys_output_tensor",) if keys else ())
     entry = {f: i for i, f in enumerate(inputs + outputs)}
     # the shader's tensors in its order (x, s, b, y, then the extension's k, r, z): its bindings
     # 0..6 and the push members' letters
@@ -309,7 +333,7 @@ def compile_normalization(device: Device, desc: MeanVarianceNormalization1Desc, 
     if skip:
         fam = contract.MVN_SKIP
         flags |= (8 if present[5] else 0) | (16 if present[6] else 0)
-        geometry.update({f"{c}_ks": st[0] for c, st in zip(letters, kst)}, kper=kper if not general else nrows)
+        geometry.update({f"{c}_ks": st[0] for c, st in zip(letters, kst)}, kper=kper if not general else nrows, q_off=0)
     else:
         fam = contract.MVN
         ksz = [1] * (ROW_OUTER - len(outer[0])) + outer[0] if not general else [1] * ROW_OUTER
@@ -325,8 +349,14 @@ def compile_normalization(device: Device, desc: MeanVarianceNormalization1Desc, 
         words = np.array(geometry_words(rows, outer), np.uint32)
         constants = [device_constant(device, words, ("mvn-geometry", words.tobytes()))]
         bindings += (len(entry),)  # the operator's constants follow its inputs and outputs
-    variant = fam.name(t="f32" if x.data_type == DataType.FLOAT32 else "f16", layout="gen" if general else "row")
+    t = "f32" if x.data_type == DataType.FLOAT32 else "f16"
+    layout = "gen" if general else "row"
+    variant = fam.name(t=t, layout=layout, q="_q" if keys else "") if skip else fam.name(t=t, layout=layout)
     writes = tuple(entry[f] for f, p in zip(names, present) if p and f in writes_to)
+    if keys:  # (shaders/mvn.comp: the binding after the geometry constant's place)
+        bindings += (entry["keys_output_tensor"],)
+        writes += (entry["keys_output_tensor"],)
+        slots += fam.slots(q_off=(entry["keys_output_tensor"], 4))
     plan = DispatchPlan(variant=variant, bindings=bindings, push=push, groups=groups, writes=writes, offset_slots=slots)
     return CompiledOperator(device, desc if as_desc is None else as_desc, support, inputs, outputs, [plan], constants)
 
@@ -337,9 +367,14 @@ def plans_ahead(device: Device, op: CompiledOperator, done: set[Any]) -> list[Di
     out = []
     for plan in op.plans:
         assert isinstance(plan, DispatchPlan)  # normalization has one dispatch and no transfers
-        row = plan.variant.endswith("_row")
-        bindings = (*plan.bindings, len(plan.bindings)) if row else plan.bindings[:-1]
-        out.append(dataclasses.replace(plan, variant=plan.variant[:-3] + ("gen" if row else "row"), bindings=bindings))
+        keys = plan.variant.endswith("_q")  # (its binding stays last, after the geometry constant's)
+        base, tail = (plan.variant[:-2], plan.bindings[-1:]) if keys else (plan.variant, ())
+        head = plan.bindings[:-1] if keys else plan.bindings
+        row = base.endswith("_row")
+        constant = len(op.input_fields) + len(op.output_fields)  # the geometry constant's place after them
+        head = (*head, constant) if row else head[:-1]
+        out.append(dataclasses.replace(plan, variant=base[:-3] + ("gen" if row else "row") + ("_q" if keys else ""),
+                                       bindings=(*head, *tail)))
     return out
 
 

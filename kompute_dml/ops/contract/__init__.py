@@ -295,7 +295,7 @@ DQL_IN_TYPES = ("f32", "f16")
 DQL_OUT_TYPES = {"u8": (0, 255), "i8": (-128, 127)}
 DQL_MINMAX_PUSH = block("x_off", "count", "rank", "size[8]", "x_str[8]")
 DQL_QUANT_PUSH = block("x_off", "y_off", "scale_off", "zp_off", "parts", "count", "rank", "size[8]", "x_str[8]",
-                       "y_str[8]")
+                       "y_str[8]", "k_off")  # k_off: the parts' keys (words), where an input_keys_tensor gives them
 # "_v" variants: one dimension of stride 1 (16-byte loads and stores; offsets are 16-byte aligned);
 # dql_quant's "_v2" / "_v1" take 2 / 1 of them per invocation ("_v": DQL_UNITS["_v"] = 4), more work
 # groups for the same input (ops/dynamic_quantize.py, the policy's dql_geometry)
@@ -320,12 +320,15 @@ MVN = family("mvn", "mvn.comp", "mvn_{t}_{layout}", MVN_PUSH, _L256, t=("f32", "
 # the sum optionally written): three more tensors (k skip, r skip bias, z sum output), so the "row"
 # variants take one outer dimension (*_ks) to stay within 128 bytes; flags add 8 (skip bias), 16 (sum
 # output) and 64 << t for an input t (x s b . k r) repeating every kper rows. "gen": a geometry constant.
+# "_q" variants (keys_output_tensor): each work group also writes the order keys of the least and greatest
+# non-NaN output it wrote (and of +0) at words q_off + 2 g, q_off + 2 g + 1, DYNAMIC_QUANTIZE_LINEAR's partial keys
 MVN_SKIP_PUSH = block("x_off", "s_off", "b_off", "y_off", "k_off", "r_off", "z_off", "eps:f32", "flags", "rlen",
                       "tpr_log2", "nrows", "x_rs", "s_rs", "b_rs", "y_rs", "k_rs", "r_rs", "z_rs", "x_ks", "s_ks",
-                      "b_ks", "y_ks", "k_ks", "r_ks", "z_ks", "kper")
-MVN_SKIP = family("mvn_skip", "mvn.comp", "mvn_skip_{t}_{layout}", MVN_SKIP_PUSH, _L256, t=("f32", "f16"),
-                  layout=("row", "gen"),
-                  defines=lambda t, layout: {"ELEM_BITS": EW_TYPES[t][0], "GEN": int(layout == "gen"), "SKIP": 1})
+                      "b_ks", "y_ks", "k_ks", "r_ks", "z_ks", "kper", "q_off")
+MVN_SKIP = family("mvn_skip", "mvn.comp", "mvn_skip_{t}_{layout}{q}", MVN_SKIP_PUSH, _L256, t=("f32", "f16"),
+                  layout=("row", "gen"), q=("", "_q"),
+                  defines=lambda t, layout, q: {"ELEM_BITS": EW_TYPES[t][0], "GEN": int(layout == "gen"), "SKIP": 1,
+                                                "KEYS": int(q == "_q")})
 # ---- GEMM (ops/gemm.py, shaders/gemm.comp, gemm_reduce.comp, gemm_coop.comp): contract/gemm.py
 from .gemm import (  # noqa: E402, F401
     GEMM,
