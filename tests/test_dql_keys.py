@@ -175,7 +175,7 @@ def test_onnx_normalization_then_dynamic_quantization(dev):
     """SkipLayerNormalization and Add -> LayerNormalization, each read by a DynamicQuantizeLinear:
     the quantizations run one dispatch each (no dql_minmax) and give numpy's quantization of the
     normalized values the model also outputs, bit for bit."""
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto as T
     from onnx import helper, numpy_helper
 
