@@ -9,18 +9,16 @@ recorded under its own order. ms per run (median), and each order's barriers per
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import numpy as np
-
-from kompute_dml.bench import families, gpu_clock
-from kompute_dml.bench.timing import interleaved, median
 from kompute_dml.onnx_backend import Backend
 from kompute_dml.runtime import encode
 from kompute_dml.runtime.encode import EncodedDispatch
+
+from . import model_ab
+from .model_ab import Make
 
 
 def program_order(dispatches: Sequence[EncodedDispatch]) -> list[list[int]]:
@@ -57,37 +55,22 @@ def ordered_by(fn: Any, counts: list[int]) -> Iterator[None]:
         encode.levels = real
 
 
+def _make(fn: Any) -> Make:
+    def make(path: str, feeds: dict[str, Any]) -> tuple[Any, str]:
+        counts: list[int] = []
+        with ordered_by(fn, counts):
+            rep = Backend.prepare(path, "CPU")
+            rep.run(feeds)  # the plan (its first run)
+            counts.clear()
+            rep.run(feeds)  # its submissions' own sequences, recorded
+            rep.run(feeds)
+        return rep, str(sum(counts))
+    return make
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--families", default="distilbert-int8,gpt2,llama")
-    ap.add_argument("--shapes", default="1x128,8x128")
-    ap.add_argument("--size", default="small")
-    ap.add_argument("--rounds", type=int, default=15)
-    args = ap.parse_args()
-    print("| family | shape | barriers: levels / program order | levels ms | program order ms | program order / levels |")
-    print("| --- | --- | --- | ---: | ---: | ---: |")
-    for name in args.families.split(","):
-        path = str(families.build(name, args.size))
-        for shape in args.shapes.split(","):
-            batch, seq = (int(v) for v in shape.split("x"))
-            feeds = families.feeds(name, batch, seq, np.random.default_rng(0), args.size)
-            reps, barriers = {}, {}
-            for label, fn in (("levels", encode.levels), ("program order", program_order)):
-                counts: list[int] = []
-                with ordered_by(fn, counts):
-                    rep = Backend.prepare(path, "CPU")
-                    rep.run(feeds)  # the plan (its first run)
-                    counts.clear()
-                    rep.run(feeds)  # its submissions' own sequences, recorded
-                    rep.run(feeds)
-                reps[label], barriers[label] = rep, sum(counts)
-            runs = {k: (lambda r=r, f=feeds: r.run(f)) for k, r in reps.items()}
-            gpu_clock.hold(runs["levels"], gpu_clock.WARM_SECONDS)
-            t = {k: median(v) * 1e3 for k, v in interleaved(runs, args.rounds, warmup=3, prime=True).items()}
-            print(f"| {name} | {shape} | {barriers['levels']} / {barriers['program order']} | {t['levels']:.3f} | "
-                  f"{t['program order']:.3f} | {t['program order'] / t['levels']:.3f} |", flush=True)
-            for r in reps.values():
-                r.release()
+    args = model_ab.arguments(__doc__, "distilbert-int8,gpt2,llama")
+    model_ab.table(args, "barriers", {"levels": _make(encode.levels), "program order": _make(program_order)})
 
 
 if __name__ == "__main__":
