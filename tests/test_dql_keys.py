@@ -199,6 +199,8 @@ def test_onnx_normalization_then_dynamic_quantization(dev):
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
                               ir_version=8)
     rep = Backend.prepare(model.SerializeToString(), "CPU")
+    eager = Backend.prepare(model.SerializeToString(), "CPU")
+    eager.state.node_by_node = True  # (the executor of graphs with CPU nodes: no whole-graph plan)
     for b, s in ((1, 5), (4, 33), (4, 33)):  # (the second 4 x 33: the plan's replay)
         feeds = {n: rng.standard_normal((b, s, h)).astype(np.float32) for n in ("x", "s")}
         got = dict(zip(rep.output_names, rep.run(feeds)))
@@ -207,6 +209,8 @@ def test_onnx_normalization_then_dynamic_quantization(dev):
             np.testing.assert_array_equal(got["q" + i], want[0])
             assert got["s" + i].view(np.uint32) == np.float32(want[1]).view(np.uint32)
             assert int(got["z" + i]) == want[2]
+        for a, e in zip(rep.run(feeds), eager.run(feeds)):
+            np.testing.assert_array_equal(a, e)
     with rep.device.profile() as p:
         rep.run(feeds)
     variants = [r.variant for r in p.rows]
