@@ -69,6 +69,64 @@ uint fn_at(uint e) { return fn16(bitfieldExtract(a_buf[e >> 1], int((e & 1u) * 1
 layout(std430, binding = 0) readonly buffer ABuf4 { uvec4 a_buf4[]; };
 layout(std430, binding = 1) buffer OBuf4 { uvec4 o_buf4[]; };
 const uint VPI = 128u / uint(BITS);
+#if KEYS
+// the gelu_keys family (FLOAT32): as below, and each work group g also writes the order keys
+// (dynamic_quantize.comp's f_key) of the least and greatest non-NaN output it wrote and of +0 to
+// words b_off + 2 g and b_off + 2 g + 1 of binding 2: DYNAMIC_QUANTIZE_LINEAR's partial keys
+layout(std430, binding = 2) restrict writeonly buffer QBuf { uint q_buf[]; };
+shared uint key_s[512];
+uint key_lo = 0x80000000u, key_hi = 0x80000000u;  // +0's key: the range always includes 0
+void key_fold(uint bits) {
+    if ((bits & 0x7FFFFFFFu) <= 0x7F800000u) {
+        uint k = (bits & 0x80000000u) != 0u ? ~bits : (bits | 0x80000000u);
+        key_lo = min(key_lo, k);
+        key_hi = max(key_hi, k);
+    }
+}
+void main() {
+    uint lid = gl_LocalInvocationID.x;
+    uint first = (linear_group_id() * gl_WorkGroupSize.x + lid) * VPI;
+    if (first < pc.count) {  // (no return before the barriers below)
+        uint ea = pc.a_off + pc.a_base + first, eo = pc.o_off + pc.o_base + first;
+        uint n = min(VPI, pc.count - first);
+        if (n == VPI && ea % VPI == 0u && eo % VPI == 0u) {
+            uvec4 w = a_buf4[ea / VPI], r;
+            [[unroll]] for (uint k = 0u; k < 4u; ++k) {
+                r[k] = fn32(w[k]);
+                key_fold(r[k]);
+            }
+            o_buf4[eo / VPI] = r;
+        } else {
+            for (uint k = 0u; k < n; ++k) {
+                uint r = fn_at(ea + k);
+                o_buf[eo + k] = r;
+                key_fold(r);
+            }
+        }
+    }
+    key_s[lid] = key_lo;
+    key_s[256u + lid] = key_hi;
+    barrier();
+    if (lid < 16u) {  // 16 invocations fold every 16th pair, then invocation 0 their 16
+        for (uint i = lid + 16u; i < 256u; i += 16u) {
+            key_lo = min(key_lo, key_s[i]);
+            key_hi = max(key_hi, key_s[256u + i]);
+        }
+        key_s[lid] = key_lo;
+        key_s[256u + lid] = key_hi;
+    }
+    barrier();
+    uint g = linear_group_id();
+    if (lid == 0u && g * 256u * VPI < pc.count) {
+        for (uint i = 1u; i < 16u; ++i) {
+            key_lo = min(key_lo, key_s[i]);
+            key_hi = max(key_hi, key_s[256u + i]);
+        }
+        q_buf[pc.b_off + 2u * g] = key_lo;
+        q_buf[pc.b_off + 2u * g + 1u] = key_hi;
+    }
+}
+#else
 void main() {
     uint inv = linear_group_id() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
     uint first = inv * VPI;
@@ -95,6 +153,7 @@ void main() {
     for (uint k = 0u; k < n; ++k) STORE_FIELD(o_buf, (eo + k) >> 1, ((eo + k) & 1u) * 16u, 16u, vals[k]);
 #endif
 }
+#endif  // KEYS
 #else
 void main() {
     uint inv = linear_group_id() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;

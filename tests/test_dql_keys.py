@@ -1,8 +1,9 @@
-"""MEAN_VARIANCE_NORMALIZATION1's keys_output_tensor (the skip extension's "_q" variants) and
-DYNAMIC_QUANTIZE_LINEAR's input_keys_tensor: a skip normalization writes, per work group, the
-order keys of the range of the outputs it wrote (with +0), and the quantization takes them in
-place of its own first pass (one dispatch instead of two), as the ONNX backend runs a
-normalization that a DynamicQuantizeLinear / DynamicQuantizeMatMul reads.
+"""MEAN_VARIANCE_NORMALIZATION1's keys_output_tensor (the skip extension's "_q" variants),
+ACTIVATION_GELU's (ops/gelu_keys.py) and DYNAMIC_QUANTIZE_LINEAR's input_keys_tensor: a skip
+normalization or a GELU writes, per work group, the order keys of the range of the outputs it
+wrote (with +0), and the quantization takes them in place of its own first pass (one dispatch
+instead of two), as the ONNX backend runs a normalization or GELU that a DynamicQuantizeLinear /
+DynamicQuantizeMatMul reads.
 
 Oracles: the keys against numpy's minimum and maximum of the output as stored, per row group
 (the rows a work group takes: ops/mean_variance_normalization.row_layout); the quantization
@@ -18,6 +19,7 @@ from quantize_reference import dynamic_quantize_ref
 
 import kompute_dml as kdml
 from kompute_dml.functional.mean_variance_normalization import skip_layer_norm_key_parts
+from kompute_dml.ops.gelu_keys import gelu_key_parts
 from kompute_dml.ops.mean_variance_normalization import WG, row_layout
 
 DT = kdml.DataType
@@ -143,6 +145,44 @@ def test_more_parts_than_a_work_group(dev):
     np.testing.assert_array_equal(got[0].numpy().reshape(-1), want[0][:-2])
 
 
+@pytest.mark.parametrize("n", [1, 5, 1024, 1027, 70000])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_keys(dev, n, approximate):
+    """ACTIVATION_GELU's keys per 1024 outputs (a work group's) against numpy's, poisoned words
+    around them unchanged, the outputs those without keys, the one-dispatch quantization numpy's."""
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * 4).astype(np.float32)
+    if n > 8:
+        x[:4] = [np.nan, -np.inf, np.inf, -0.0]
+    parts = gelu_key_parts(n)
+    assert parts == -(-n // 1024)
+    whole, keys = _keys_in_poisoned(dev, parts)
+    y = kdml.gelu(dev.tensor(x), approximate=approximate, keys_out=keys, device=dev)
+    words = whole.numpy()
+    assert (words[:8] == POISON).all() and (words[8 + 2 * parts:] == POISON).all()
+    yn = y.numpy()
+    np.testing.assert_array_equal(keys.numpy(), _want_keys(yn.reshape(-1, 1), 1024))
+    plain = kdml.gelu(dev.tensor(x), approximate=approximate, device=dev).numpy()
+    np.testing.assert_array_equal(yn.view(np.uint32), plain.view(np.uint32))
+    q = kdml.dynamic_quantize_linear(y, keys=keys, device=dev)
+    want = dynamic_quantize_ref(yn)
+    np.testing.assert_array_equal(q[0].numpy(), want[0])
+    assert q[1].numpy()[0].view(np.uint32) == np.float32(want[1]).view(np.uint32)
+
+
+def test_gelu_keys_rules(dev):
+    x = TD(DT.FLOAT32, (8, 300))
+    good = TD(DT.UINT32, (gelu_key_parts(2400), 2))
+    cases = [(TD(DT.UINT32, (5, 2)), x, kdml.InvalidArgumentError, r"keys_output_tensor\.sizes"),
+             (TD(DT.FLOAT32, good.sizes), x, kdml.InvalidArgumentError, r"keys_output_tensor\.data_type"),
+             (good, TD(DT.FLOAT32, (8, 300), (600, 2)), kdml.UnsupportedError, "keys_output_tensor"),
+             (TD(DT.UINT32, good.sizes), TD(DT.FLOAT16, (8, 300)), kdml.UnsupportedError, "keys_output_tensor")]
+    for keys, xd, err, field in cases:
+        yd = TD(xd.data_type, xd.sizes)
+        with pytest.raises(err, match=field):
+            dev.compile(kdml.ActivationGeluDesc(xd, yd, "none", keys))
+
+
 def _mvn_desc(shape: tuple[int, ...], keys: TD | None, skip: bool = True) -> kdml.MeanVarianceNormalization1Desc:
     x = TD(DT.FLOAT32, shape)
     return kdml.MeanVarianceNormalization1Desc(x, None, None, x, (len(shape) - 1,), True, 1e-5,
@@ -172,7 +212,7 @@ def test_input_keys_rules(dev, keys):
 
 
 def test_onnx_normalization_then_dynamic_quantization(dev):
-    """SkipLayerNormalization and Add -> LayerNormalization, each read by a DynamicQuantizeLinear:
+    """SkipLayerNormalization, Add -> LayerNormalization and com.microsoft Gelu, each read by a DynamicQuantizeLinear:
     the quantizations run one dispatch each (no dql_minmax) and give numpy's quantization of the
     normalized values the model also outputs, bit for bit."""
     pytest.importorskip("onnx")
@@ -190,11 +230,14 @@ def test_onnx_normalization_then_dynamic_quantization(dev):
         helper.make_node("Add", ["n1", "x"], ["sum"]),
         helper.make_node("LayerNormalization", ["sum", "g", "b"], ["n2"], axis=-1, epsilon=1e-5),
         helper.make_node("DynamicQuantizeLinear", ["n2"], ["q2", "s2", "z2"]),
+        helper.make_node("Gelu", ["n2"], ["n3"], domain="com.microsoft"),
+        helper.make_node("DynamicQuantizeLinear", ["n3"], ["q3", "s3", "z3"]),
     ]
     shape = ["B", "S", h]
     outs = [helper.make_tensor_value_info(n, t, None) for n, t in (
         ("n1", T.FLOAT), ("q1", T.UINT8), ("s1", T.FLOAT), ("z1", T.UINT8),
-        ("n2", T.FLOAT), ("q2", T.UINT8), ("s2", T.FLOAT), ("z2", T.UINT8))]
+        ("n2", T.FLOAT), ("q2", T.UINT8), ("s2", T.FLOAT), ("z2", T.UINT8),
+        ("n3", T.FLOAT), ("q3", T.UINT8), ("s3", T.FLOAT), ("z3", T.UINT8))]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, T.FLOAT, shape) for n in ("x", "s")], outs, inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
                               ir_version=8)
@@ -204,7 +247,7 @@ def test_onnx_normalization_then_dynamic_quantization(dev):
     for b, s in ((1, 5), (4, 33), (4, 33)):  # (the second 4 x 33: the plan's replay)
         feeds = {n: rng.standard_normal((b, s, h)).astype(np.float32) for n in ("x", "s")}
         got = dict(zip(rep.output_names, rep.run(feeds)))
-        for i in ("1", "2"):
+        for i in ("1", "2", "3"):
             want = dynamic_quantize_ref(got["n" + i])
             np.testing.assert_array_equal(got["q" + i], want[0])
             assert got["s" + i].view(np.uint32) == np.float32(want[1]).view(np.uint32)
@@ -216,3 +259,4 @@ def test_onnx_normalization_then_dynamic_quantization(dev):
     variants = [r.variant for r in p.rows]
     assert not any(v.startswith("dql_minmax") for v in variants), variants
     assert sum(v.startswith("mvn_skip") and v.endswith("_q") for v in variants) == 2, variants
+    assert sum(v.endswith("_f32_vq") for v in variants) == 1, variants

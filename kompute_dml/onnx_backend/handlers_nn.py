@@ -8,6 +8,7 @@ Gelu (ACTIVATION_GELU), MatMul and com.microsoft FusedMatMul
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,6 +16,7 @@ import onnx
 
 import kompute_dml as kdml
 from kompute_dml.functional.mean_variance_normalization import skip_layer_norm_key_parts
+from kompute_dml.ops.gelu_keys import gelu_key_parts
 
 from .graph import _attr, attr_text
 from .half_precision import as_float32, half_operand, use_half
@@ -118,13 +120,14 @@ def _h_group_norm(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats:
     return [DeviceValue(y, shape, dt)]
 
 
-def keys_for(ctx: NodeContext, name: str, shape: tuple[int, ...], dt: np.dtype) -> kdml.Tensor | None:
-    """A skip normalization's keys_out for its output `name` where a dynamic quantization reads
-    that (rep.dynamic_quantized: its DYNAMIC_QUANTIZE_LINEAR then runs in one dispatch instead of
-    two), else None: float32 (what DynamicQuantizeLinear takes), one row or more."""
+def keys_for(ctx: NodeContext, name: str, shape: tuple[int, ...], dt: np.dtype, gelu: bool = False) -> kdml.Tensor | None:
+    """A skip normalization's (or with `gelu`, a GELU's) keys_out for its output `name` where a
+    dynamic quantization reads that (rep.dynamic_quantized: its DYNAMIC_QUANTIZE_LINEAR then runs
+    in one dispatch instead of two), else None: float32 (what DynamicQuantizeLinear takes), one
+    row or more."""
     if name not in ctx.prepared.dynamic_quantized or dt != np.float32 or not shape or 0 in shape:
         return None
-    parts = skip_layer_norm_key_parts(shape, kdml.DataType.FLOAT32)
+    parts = gelu_key_parts(math.prod(shape)) if gelu else skip_layer_norm_key_parts(shape, kdml.DataType.FLOAT32)
     return ctx.out_tensor((parts, 2), np.uint32)
 
 
@@ -191,9 +194,15 @@ def _h_gelu(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
         raise ValueError(f"Gelu {node.name!r}: approximate {approximate!r} (none or tanh)")
     dt = _floats(node, ins[:1])
     shape = _value_shape(ins[0])
-    y = kdml.gelu(_dev(ctx, node, ins, 0, stats), approximate=approximate, out=ctx.out_tensor(shape, dt),
-                  device=ctx.device)
-    return [DeviceValue(y, shape, dt)]
+    x = _dev(ctx, node, ins, 0, stats)
+    keys = keys_for(ctx, node.output[0], shape, dt, gelu=True) if _packed_run(x) else None
+    y = kdml.gelu(x, approximate=approximate, out=ctx.out_tensor(shape, dt), keys_out=keys, device=ctx.device)
+    return [with_keys(ctx, DeviceValue(y, shape, dt), keys)]
+
+
+def _packed_run(t: kdml.Tensor) -> bool:
+    """t's elements are one run of unit strides (ACTIVATION_GELU's keys_output_tensor needs it)."""
+    return t.desc.effective_strides == kdml.TensorDesc(t.desc.data_type, t.desc.sizes).effective_strides
 
 
 def _h_bias_gelu(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
@@ -206,8 +215,9 @@ def _h_bias_gelu(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: 
         raise ValueError(f"BiasGelu {node.name!r}: bias of shape {_value_shape(ins[1])} is not ({shape[-1]},)")
     x, b = _dev(ctx, node, ins, 0, stats), _dev(ctx, node, ins, 1, stats)
     s = kdml.add(x, b, out=ctx.out_tensor(shape, dt), device=ctx.device)  # numpy broadcasting
-    y = kdml.gelu(s, out=ctx.out_tensor(shape, dt), device=ctx.device)
-    return [DeviceValue(y, shape, dt)]
+    keys = keys_for(ctx, node.output[0], shape, dt, gelu=True)  # (s is packed)
+    y = kdml.gelu(s, out=ctx.out_tensor(shape, dt), keys_out=keys, device=ctx.device)
+    return [with_keys(ctx, DeviceValue(y, shape, dt), keys)]
 
 
 def float_unary(helper: str) -> Any:

@@ -45,6 +45,7 @@ from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, CompiledElementWiseInPlace, check_same, type_code
 from .elementwise_plan import check_addressable, device_limits, plan_elementwise
+from .gelu_keys import compile_gelu_keys
 from .onnx_types import float_input
 from .softmax_geometry import fast_geometry, lanes_of
 from .spec import OnnxOp, OperatorSpec
@@ -75,11 +76,14 @@ class ActivationGeluDesc:
     0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) in the order torch.onnx.export writes it, each
     step rounded to the type: (x 0.5) (tanh((x + x^3 b) a) + 1), a and b rounded to the type, x^3 as
     (x x) x in FLOAT32 and as ELEMENT_WISE_POW(x, 3) in FLOAT16 (the ONNX backend's Pow by 3): the
-    bits of those element-wise operators run one by one."""
+    bits of those element-wise operators run one by one. `keys_output_tensor` (UINT32, packed
+    (gelu_key_parts(n), 2); FLOAT32 input and output of one run of unit strides): per work group the
+    order keys of its outputs' range with +0, DynamicQuantizeLinearDesc's input_keys_tensor."""
 
     input_tensor: TensorDesc
     output_tensor: TensorDesc
     approximate: str = "none"
+    keys_output_tensor: TensorDesc | None = None
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,10 @@ def compile_gelu(device: Device, desc: ActivationGeluDesc) -> CompiledOperator:
     if desc.approximate not in GELU_APPROXIMATIONS:
         raise invalid("approximate", f"must be one of {GELU_APPROXIMATIONS}, got {desc.approximate!r}")
     exact = "gelu_tab" if device.policy.gelu_table else "gelu"
-    family = contract.FLOAT_UNARY["gelu_tanh" if desc.approximate == "tanh" else exact]
+    fn = "gelu_tanh" if desc.approximate == "tanh" else exact
+    if desc.keys_output_tensor is not None:  # (ops/gelu_keys.py)
+        return compile_gelu_keys(device, desc, fn, ACTIVATION_GELU)
+    family = contract.FLOAT_UNARY[fn]
     t = type_code(x.data_type, True)
     plans = plan_elementwise(family, family.name(t=t, vec=""), (x, y), **device_limits(device),
                              vector=family.name(t=t, vec="_v"))
@@ -338,17 +345,31 @@ def softmax(x: Any, *, axes: Any = (-1,), mask: Any = None, nan_to_zero: bool = 
     return _unary(ActivationSoftmax1Desc, t, out, dev, m, axes=norm, nan_to_zero=nan_to_zero)
 
 
-def gelu(x: Any, *, approximate: str = "none", out: Tensor | None = None, device: Device | None = None) -> Tensor:
+def gelu(x: Any, *, approximate: str = "none", out: Tensor | None = None, keys_out: Tensor | None = None,
+         device: Device | None = None) -> Tensor:
     """x * 0.5 * (1 + erf(x / sqrt 2)) (DML_ACTIVATION_GELU, the exact erf form; com.microsoft
     Gelu), computed in float32 within the bound of docs/gelu.md; approximate="tanh": ONNX Gelu's
-    tanh form, rounded as its exported element-wise chain (ActivationGeluDesc)."""
-    return _unary(ActivationGeluDesc, x, out, device, approximate=approximate)
+    tanh form, rounded as its exported element-wise chain (ActivationGeluDesc). `keys_out`: a packed
+    UINT32 Tensor of sizes (gelu_key_parts(x's elements), 2) for the keys_output_tensor extension
+    (kdml.dynamic_quantize_linear's `keys`)."""
+    if keys_out is None:
+        return _unary(ActivationGeluDesc, x, out, device, approximate=approximate)
+    if not isinstance(keys_out, Tensor):
+        raise invalid("keys_out", f"must be a kompute_dml Tensor, got {type(keys_out).__name__}")
+    dev, (t,) = _operands((x,), ("x",), device)
+    if out is not None:
+        check_out(out, dev, t.desc.sizes, t.desc.data_type)
+    y = out if out is not None else pooled_empty(dev, _packed(t.desc.data_type, t.desc.sizes))
+    op = compile_cached(dev, ActivationGeluDesc(t.desc, y.desc, approximate, keys_out.desc))
+    op.execute([t], [y, keys_out])
+    return y
 
 
 # ---- specs (kompute_dml/ops/spec.py) --------------------------------------------------------
 SPECS = (
     OperatorSpec(ActivationGeluDesc, ACTIVATION_GELU, compile_gelu,
-                 (contract.FLOAT_UNARY["gelu"], contract.FLOAT_UNARY["gelu_tab"], contract.FLOAT_UNARY["gelu_tanh"]),
+                 (contract.FLOAT_UNARY["gelu"], contract.FLOAT_UNARY["gelu_tab"], contract.FLOAT_UNARY["gelu_tanh"],
+                  contract.elementwise.GELU_KEYS),
                  helpers=("gelu",),
                  onnx=(OnnxOp("Gelu", "com.microsoft", "gelu", check=float_input), OnnxOp("Gelu", "", "gelu", check=float_input),
                        OnnxOp("BiasGelu", "com.microsoft", "gelu", check=float_input),

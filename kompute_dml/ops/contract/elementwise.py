@@ -126,3 +126,10 @@ CUM_WG = family("cum_wg", "cumulative.comp", "cum_wg_{op}_{t}", CUM_PUSH, _L256,
                 t=("f32", "f16", "b32", "b64"),
                 defines=lambda op, t: {"OP_PROD": int(op == "prod"), "BITS": EW_TYPES[t][0],
                                        "FLOAT": int(EW_TYPES[t][1] == 2), "RANK": CUM_RANK, "WG": 1})
+
+# ---- ACTIVATION_GELU with kompute_dml's keys_output_tensor (ops/activation.py, shaders/float_unary.comp
+# KEYS): FLOAT32 over one run of unit strides (VEC), each work group also writing the order keys of its
+# outputs' range with +0 at words b_off + 2 g, b_off + 2 g + 1 of binding 2 (DYNAMIC_QUANTIZE_LINEAR's
+# input_keys_tensor); the block's B members are unused by a unary operator, b_off carries the keys' offset
+GELU_KEYS = family("gelu_keys", "float_unary.comp", "{fn}_f32_vq", EW_PUSH, _L256, fn=("gelu", "gelu_tab", "gelu_tanh"),
+                   defines=lambda fn: {"BITS": 32, "RANK": EW_RANK, f"FN_{fn.upper()}": 1, "VEC": 1, "KEYS": 1})
