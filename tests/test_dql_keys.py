@@ -212,7 +212,8 @@ def test_input_keys_rules(dev, keys):
 
 
 def test_onnx_normalization_then_dynamic_quantization(dev):
-    """SkipLayerNormalization, Add -> LayerNormalization and com.microsoft Gelu, each read by a DynamicQuantizeLinear:
+    """SkipLayerNormalization, Add -> LayerNormalization, com.microsoft Gelu and FastGelu, each read by a
+    DynamicQuantizeLinear:
     the quantizations run one dispatch each (no dql_minmax) and give numpy's quantization of the
     normalized values the model also outputs, bit for bit."""
     pytest.importorskip("onnx")
@@ -232,12 +233,15 @@ def test_onnx_normalization_then_dynamic_quantization(dev):
         helper.make_node("DynamicQuantizeLinear", ["n2"], ["q2", "s2", "z2"]),
         helper.make_node("Gelu", ["n2"], ["n3"], domain="com.microsoft"),
         helper.make_node("DynamicQuantizeLinear", ["n3"], ["q3", "s3", "z3"]),
+        helper.make_node("FastGelu", ["n2", "b"], ["n4"], domain="com.microsoft"),
+        helper.make_node("DynamicQuantizeLinear", ["n4"], ["q4", "s4", "z4"]),
     ]
     shape = ["B", "S", h]
     outs = [helper.make_tensor_value_info(n, t, None) for n, t in (
         ("n1", T.FLOAT), ("q1", T.UINT8), ("s1", T.FLOAT), ("z1", T.UINT8),
         ("n2", T.FLOAT), ("q2", T.UINT8), ("s2", T.FLOAT), ("z2", T.UINT8),
-        ("n3", T.FLOAT), ("q3", T.UINT8), ("s3", T.FLOAT), ("z3", T.UINT8))]
+        ("n3", T.FLOAT), ("q3", T.UINT8), ("s3", T.FLOAT), ("z3", T.UINT8),
+        ("n4", T.FLOAT), ("q4", T.UINT8), ("s4", T.FLOAT), ("z4", T.UINT8))]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, T.FLOAT, shape) for n in ("x", "s")], outs, inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
                               ir_version=8)
@@ -247,7 +251,7 @@ def test_onnx_normalization_then_dynamic_quantization(dev):
     for b, s in ((1, 5), (4, 33), (4, 33)):  # (the second 4 x 33: the plan's replay)
         feeds = {n: rng.standard_normal((b, s, h)).astype(np.float32) for n in ("x", "s")}
         got = dict(zip(rep.output_names, rep.run(feeds)))
-        for i in ("1", "2", "3"):
+        for i in ("1", "2", "3", "4"):
             want = dynamic_quantize_ref(got["n" + i])
             np.testing.assert_array_equal(got["q" + i], want[0])
             assert got["s" + i].view(np.uint32) == np.float32(want[1]).view(np.uint32)
@@ -259,4 +263,4 @@ def test_onnx_normalization_then_dynamic_quantization(dev):
     variants = [r.variant for r in p.rows]
     assert not any(v.startswith("dql_minmax") for v in variants), variants
     assert sum(v.startswith("mvn_skip") and v.endswith("_q") for v in variants) == 2, variants
-    assert sum(v.endswith("_f32_vq") for v in variants) == 1, variants
+    assert sum(v.endswith("_f32_vq") for v in variants) == 2, variants

@@ -195,12 +195,12 @@ def _h_gelu(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
     dt = _floats(node, ins[:1])
     shape = _value_shape(ins[0])
     x = _dev(ctx, node, ins, 0, stats)
-    keys = keys_for(ctx, node.output[0], shape, dt, gelu=True) if _packed_run(x) else None
+    keys = keys_for(ctx, node.output[0], shape, dt, gelu=True) if packed_run(x) else None
     y = kdml.gelu(x, approximate=approximate, out=ctx.out_tensor(shape, dt), keys_out=keys, device=ctx.device)
     return [with_keys(ctx, DeviceValue(y, shape, dt), keys)]
 
 
-def _packed_run(t: kdml.Tensor) -> bool:
+def packed_run(t: kdml.Tensor) -> bool:
     """t's elements are one run of unit strides (ACTIVATION_GELU's keys_output_tensor needs it)."""
     return t.desc.effective_strides == kdml.TensorDesc(t.desc.data_type, t.desc.sizes).effective_strides
 

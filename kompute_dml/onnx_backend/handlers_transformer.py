@@ -17,7 +17,7 @@ import kompute_dml as kdml
 
 from .graph import _attr
 from .handlers_attention import need
-from .handlers_nn import _dev, _floats, _only_first_output
+from .handlers_nn import _dev, _floats, _only_first_output, keys_for, packed_run, with_keys
 from .rotary import rotate
 from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
@@ -113,8 +113,9 @@ def _h_fast_gelu(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: 
     x = _dev(ctx, node, ins, 0, stats)
     if len(ins) > 1 and ins[1] is not None:
         x = kdml.add(x, _dev(ctx, node, ins, 1, stats), out=ctx.out_tensor(shape, dt), device=ctx.device)
-    y = kdml.gelu(x, approximate="tanh", out=ctx.out_tensor(shape, dt), device=ctx.device)
-    return [DeviceValue(y, shape, dt)]
+    keys = keys_for(ctx, node.output[0], shape, dt, gelu=True) if packed_run(x) else None  # (a quantized product next)
+    y = kdml.gelu(x, approximate="tanh", out=ctx.out_tensor(shape, dt), keys_out=keys, device=ctx.device)
+    return [with_keys(ctx, DeviceValue(y, shape, dt), keys)]
 
 
 def _h_bias_add(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
