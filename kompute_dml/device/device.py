@@ -24,7 +24,7 @@ from ..core.inputs import as_host_array, check_dml_dtype
 from ..core.ints import as_int
 from ..core.tensor_desc import TensorDesc, validate_desc
 from ..ops import compile_operator
-from ..runtime import DispatchPlan, Engine, Profile, binding_window
+from ..runtime import DispatchPlan, Engine, Profile, binding_window, encode
 from ..runtime.policy import policy_for, requested_capabilities
 from ..runtime.vulkan_info import PhysicalDeviceInfo, physical_devices
 from .memory import Buffer, Tensor, buffer_with, packed_desc_for
@@ -129,6 +129,7 @@ class Device:
         self.engine.set_adaptive_spin(self.policy.wait_spin_cap_us)
         self.engine.shared_first_runs = self.policy.first_run == "shared"
         self.engine.pipeline_threads = self.policy.pipeline_threads
+        self.engine.set_order(encode.levels if self.policy.barrier_levels else encode.program_order)
 
     def __repr__(self) -> str:
         return f"Device({self.index}, {self.name!r}, feature_level={self.feature_level.name})"
@@ -233,7 +234,7 @@ class Device:
             if engine.profile is not None:
                 raise DMLError("a profile is already open on this Device")
             engine.synchronize()
-            p = Profile(engine.manager, float(self.limits.get("timestamp_period_ns") or 1.0), engine.guarded)
+            p = Profile(engine.manager, float(self.limits.get("timestamp_period_ns") or 1.0), engine.guarded, engine.first_runs.order)
             engine.profile = p
         try:
             yield p

@@ -1,9 +1,9 @@
 """Engine: the one owner of a Device's execution (the kp Manager and everything made from it).
 
-It holds the lock (kp is not thread-safe: every kp call happens under one re-entrant lock, but the
-siblings' compiles, Programs.prepare_later, whose registry kp locks), allocation under the memory
-budget, the pipeline cache, the replay cache, the functional helpers' buffer pool, and submission. Everything above it (memory.Buffer,
-ops/base.CompiledOperator, device.Device, recording.Recording) calls the public methods here.
+It holds the lock (kp is not thread-safe: every kp call happens under one re-entrant lock, but the siblings' compiles,
+Programs.prepare_later, whose registry kp locks), allocation under the memory budget, the pipeline cache, the replay
+cache, the functional helpers' buffer pool, and submission. Everything above it (memory.Buffer, ops/base.CompiledOperator,
+device.Device, recording.Recording) calls the public methods here.
 
 Submission has one path, for eager executions and recordings alike: a list of executions, each (plans, bound tensors),
 under a key naming the operators, buffers and offsets. The first submission of a key encodes the plans (kp operations,
@@ -32,7 +32,7 @@ from ..core.errors import DeviceError, OutOfMemoryError
 from .budget import MemoryBudget
 from .capture import CaptureSlot
 from .disk_cache import DiskPipelineCache
-from .encode import EncodeCache, global_barrier
+from .encode import EncodeCache, Order, global_barrier
 from .inflight import InFlight, Submission, finished
 from .later import SPARE_WORDS, MadeLater
 from .manager import create_manager
@@ -97,16 +97,12 @@ class Engine:
         self.first_runs = FirstRuns(self.manager, self.guarded)  # runtime/replay.py
         self.heads = Heads(self.manager, self.inflight)  # recordings' heads (start_head)
         self.sequences_created = 0  # kp sequences of cached submissions (their second runs)
-        # Variants and plans whose pipelines were made before first use (onnx_backend/device_graph.py)
-        self.prepared_variants: set[Any] = set()
+        self.prepared_variants: set[Any] = set()  # pipelines made before first use (onnx_backend/device_graph.py)
         self._capture = CaptureSlot()  # Device.capture(): per thread, the Recording executions go into
         self.profile: Profile | None = None  # set while Device.profile() is open
-        # Replays complete by a completion word where kp has them and this is True (DevicePolicy.completion)
-        self.completion_word = False
+        self.completion_word = False  # replays complete by a completion word where kp has them (DevicePolicy.completion)
         self._spin_cap_ns = 0  # adaptive waits (set_adaptive_spin): poll up to 2x the last run, at most this
-        # First runs go through the shared sequence (runtime/replay.py) where this is True
-        # (set from DevicePolicy.first_run), else each submission records its own at once.
-        self.shared_first_runs = False
+        self.shared_first_runs = False  # first runs through the shared sequence (DevicePolicy.first_run), else their own
         self.pipeline_threads = 1  # new pipelines compiled at once (DevicePolicy.pipeline_threads)
         self._replays: collections.OrderedDict[Hashable, Replay] = collections.OrderedDict()
         self._live: weakref.WeakValueDictionary[int, DeviceMemory] = weakref.WeakValueDictionary()
@@ -114,6 +110,9 @@ class Engine:
         self.dummy = self.allocate(4)  # bound where an optional tensor is absent
 
     # ---- memory ------------------------------------------------------------------------
+    def set_order(self, order: Order) -> None:  # submissions from now on in encode.levels or encode.program_order
+        self.first_runs.order = self.heads.order = order
+
     def check_open(self) -> None:
         if self.closed:
             raise DeviceError("the device has been closed")
@@ -312,7 +311,8 @@ class Engine:
                 if wait and not replay.ran and self.shared_first_runs:
                     self.first_runs.run(replay)
                     return None
-                replay.own(self.manager.kdml_word_sequence() if self.completion_word else self.manager.sequence())
+                replay.own(self.manager.kdml_word_sequence() if self.completion_word else self.manager.sequence(),
+                           self.first_runs.order)
                 self.sequences_created += 1
         if replay.running:  # its command buffer is still on the device
             self.inflight.finish(replay)

@@ -191,6 +191,7 @@ class DevicePolicy:
     gemm_stream: tuple[int, int] = (0, 0)  # see GEMM_STREAM
     dql_geometry: tuple[int, int] = DQL_GEOMETRY["cpu"]  # DYNAMIC_QUANTIZE_LINEAR's: see DQL_GEOMETRY
     gelu_table: bool = False  # ACTIVATION_GELU's erfc coefficients from a table (GPUs: shaders/gelu_math.glsl's figures)
+    barrier_levels: bool = False  # submissions in encode.levels (GPUs: RESULTS.md, barrier_levels), else program order
     se_scale_max_elements: tuple[int, int] = SE_SCALE_MAX_ELEMENTS  # (float32, float16): see there
     weights: str = "rows"  # see WEIGHT_LAYOUTS
     coop_sums: str = "bytes"  # see COOP_SUMS
@@ -336,7 +337,7 @@ def policy_for(device_type: str, capabilities: frozenset[str], limits: Any, *, t
             weights="columns" if family == "coopmat" else "rows",
             gemv_max_m=GEMV_COOP_MAX_M if family == "coopmat" else GEMV_MAX_M, gemv_k_contiguous=family != "coopmat",
             attention_kernel="coopmat" if coop_family(capabilities, coop_shapes) == "coopmat" else "blocked",
-            conv_pointwise_gemm=True, dql_geometry=DQL_GEOMETRY["gpu"], gemm_stream=GEMM_STREAM, gelu_table=True,
+            conv_pointwise_gemm=True, dql_geometry=DQL_GEOMETRY["gpu"], gemm_stream=GEMM_STREAM, gelu_table=True, barrier_levels=True,
         )
     if "integer_dot_product" in capabilities:
         policy = replace(policy, coop_sums="dot")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .encode import record_dispatches
+from .encode import Order, levels, record_dispatches
 from .plans import DispatchPlan
 
 
@@ -32,8 +32,10 @@ class ProfileRow:
 class Profile:
     """The rows collected while a profile is open."""
 
-    def __init__(self, manager: Any, period_ns: float, guarded: Callable[[Callable[[], object]], None]) -> None:
+    def __init__(self, manager: Any, period_ns: float, guarded: Callable[[Callable[[], object]], None],
+                 order: Order = levels) -> None:
         self._manager = manager
+        self.order = order  # the engine's (encode.levels or program_order)
         self._period_us = period_ns / 1000.0
         self._guarded = guarded
         self.rows: list[ProfileRow] = []
@@ -54,7 +56,7 @@ class Profile:
         dispatches = replay.dispatches
         seq = self._manager.sequence(0, 2 * len(dispatches) + 2)
         positions: list[int | None] = []
-        record_dispatches(seq, [d for d, _ in dispatches], positions)
+        record_dispatches(seq, [d for d, _ in dispatches], positions, self.order)
         self._guarded(seq.kdml_run)
         ts = seq.get_timestamps()
         for (_d, (label, plan)), pos in zip(dispatches, positions):

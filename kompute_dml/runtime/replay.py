@@ -18,7 +18,7 @@ import collections
 from collections.abc import Callable
 from typing import Any
 
-from .encode import EncodedDispatch, record_dispatches
+from .encode import EncodedDispatch, Order, levels, record_dispatches
 from .plans import Plan
 
 SPIN_DEFAULT_NS = 250_000  # the kp patch's default poll before a blocking wait
@@ -74,9 +74,9 @@ class Replay:
         self.run: Callable[..., None] | None = None  # complete(seq[, copies]): submit and wait
         self.spin_ns = SPIN_DEFAULT_NS  # how long its next wait polls (Engine.set_adaptive_spin)
 
-    def own(self, seq: Any) -> None:
-        """Record the submission into `seq`, its own sequence from now on."""
-        record_dispatches(seq, [d for d, _ in self.dispatches])
+    def own(self, seq: Any, order: Order = levels) -> None:
+        """Record the submission into `seq` (in `order`: the engine's), its own sequence from now on."""
+        record_dispatches(seq, [d for d, _ in self.dispatches], order=order)
         self.seq, self.run, self.pending = seq, lambda copies=None: complete(seq, copies), False
 
 
@@ -89,6 +89,7 @@ class FirstRuns:
         self._guarded = guarded  # runs a kp call that waits, its failure as DeviceError
         self._seq: Any = None
         self.runs = 0
+        self.order: Order = levels  # the engine's (Engine.set_order)
 
     def run(self, replay: Replay) -> None:
         """Record `replay`'s operations into the shared sequence, run it and wait."""
@@ -97,7 +98,7 @@ class FirstRuns:
             seq = self._seq = self._manager.sequence()
         replay.ran = True
         try:
-            record_dispatches(seq, [d for d, _ in replay.dispatches])  # the first record() resets it
+            record_dispatches(seq, [d for d, _ in replay.dispatches], order=self.order)  # the first record() resets it
             self._guarded(lambda: complete(seq))
         finally:
             seq.clear()  # drops the operations (and what they hold); re-recorded before any rerun
@@ -115,6 +116,7 @@ class Heads:
     def __init__(self, manager: Any, inflight: Any) -> None:
         self._manager = manager
         self._inflight = inflight  # runtime/inflight.py: host accesses wait for a running head
+        self.order: Order = levels  # the engine's (Engine.set_order)
         self._ring: collections.deque[tuple[Any, Replay]] = collections.deque()
 
     def start(self, replay: Replay, lock: Any) -> None:
@@ -125,7 +127,7 @@ class Heads:
             seq, old = self._ring.popleft()
             self._inflight.finish(old)
             seq.clear()  # drops the operations (and the buffers they hold) of the head it ran
-        replay.own(seq)
+        replay.own(seq, self.order)
         self._ring.append((seq, replay))
         self._inflight.start(replay, lock)
 
