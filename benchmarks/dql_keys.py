@@ -12,20 +12,20 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from kompute_dml.onnx_backend import Backend, fusions, handlers_nn
+from kompute_dml.onnx_backend import Backend, fusions, handlers_nn, handlers_transformer
 
 from . import model_ab
 
 
 @contextlib.contextmanager
 def without_keys() -> Iterator[None]:
-    """Normalizations write no keys while the block runs (both places that ask for them)."""
+    """Normalizations and GELUs write no keys while the block runs (every place that asks for them)."""
     real = handlers_nn.keys_for
-    handlers_nn.keys_for = fusions.keys_for = lambda *a, **k: None
+    handlers_nn.keys_for = fusions.keys_for = handlers_transformer.keys_for = lambda *a, **k: None
     try:
         yield
     finally:
-        handlers_nn.keys_for = fusions.keys_for = real
+        handlers_nn.keys_for = fusions.keys_for = handlers_transformer.keys_for = real
 
 
 def _dispatches(rep: Any, feeds: dict[str, Any]) -> str:

@@ -264,3 +264,30 @@ def test_onnx_normalization_then_dynamic_quantization(dev):
     assert not any(v.startswith("dql_minmax") for v in variants), variants
     assert sum(v.startswith("mvn_skip") and v.endswith("_q") for v in variants) == 2, variants
     assert sum(v.endswith("_f32_vq") for v in variants) == 2, variants
+
+
+@pytest.mark.parametrize("name", ["distilbert-int8", "roberta-int8"])
+def test_int8_families_with_and_without_keys(dev, name, monkeypatch):
+    """A quantized family planned with the keys and without them (handlers_nn.keys_for returning
+    None): the same bits, and fewer dispatches with them."""
+    pytest.importorskip("torch", reason="torch (requirements-model.txt) exports the models")
+    pytest.importorskip("transformers", reason="transformers (requirements-model.txt) defines the models")
+    from kompute_dml.bench import families
+    from kompute_dml.onnx_backend import Backend, fusions, handlers_nn, handlers_transformer
+
+    path = str(families.build(name, "tiny"))
+    feeds = families.feeds(name, 3, 17, np.random.default_rng(4))
+    outs, counts = [], []
+    for keys in (True, False):
+        if not keys:
+            for module in (handlers_nn, fusions, handlers_transformer):
+                monkeypatch.setattr(module, "keys_for", lambda *a, **k: None)
+        rep = Backend.prepare(path, "CPU", kdml_device=dev)
+        outs.append(rep.run(feeds))
+        with dev.profile() as p:
+            rep.run(feeds)
+        counts.append(len(p.rows))
+        rep.release()
+    for x, y in zip(*outs):
+        np.testing.assert_array_equal(np.asarray(x).view(np.uint8), np.asarray(y).view(np.uint8))
+    assert counts[0] < counts[1], counts
