@@ -198,6 +198,16 @@ TRANSFORMERS: dict[str, tuple[str, str, dict[str, Any], str]] = {
                                          "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 4,
                                          "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
                                          "max_position_embeddings": 64}, "seq2seq"),
+    # added at this session's end: recent decoder families, and encoders of other attention forms
+    "cohere": ("CohereConfig", "CohereModel", {"num_key_value_heads": 2}, "text"),
+    "glm4": ("Glm4Config", "Glm4Model", {"num_key_value_heads": 2, "head_dim": 8, "pad_token_id": 0}, "text"),
+    "helium": ("HeliumConfig", "HeliumModel", {"num_key_value_heads": 2, "head_dim": 8}, "text"),
+    "ernie4-5": ("Ernie4_5Config", "Ernie4_5Model", {"num_key_value_heads": 2, "head_dim": 8}, "text"),
+    "exaone4": ("Exaone4Config", "Exaone4Model", {"num_key_value_heads": 2, "head_dim": 8, "sliding_window": 8,
+                                                  "layer_types": ["sliding_attention", "full_attention"]}, "text"),
+    "olmo3": ("Olmo3Config", "Olmo3Model", {"num_key_value_heads": 2, "sliding_window": 8}, "text"),
+    "apertus": ("ApertusConfig", "ApertusModel", {"num_key_value_heads": 2}, "text"),
+    "bitnet": ("BitNetConfig", "BitNetModel", {"num_key_value_heads": 2}, "text"),
 }
 # timm networks (random weights) at their own input size, one or two of each family people deploy
 TIMM = ("resnet50", "efficientnet_b0", "mobilenetv3_large_100", "mobilenetv4_conv_small", "convnext_atto",
