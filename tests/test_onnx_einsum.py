@@ -12,7 +12,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto as T  # noqa: E402
-from onnx import helper  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
 
 from kompute_dml.onnx_backend import CPU, Backend  # noqa: E402
 from kompute_dml.onnx_backend.handlers_einsum import parse  # noqa: E402
@@ -105,3 +105,25 @@ def test_a_size_mismatch_names_the_subscript(rng):
     model = _model("ij,jk->ik", [(2, 3), (4, 5)])
     with pytest.raises(ValueError, match="subscript 'j' is 3 in one operand and 4"):
         Backend.prepare(model, "CPU").run({"x0": np.ones((2, 3), np.float32), "x1": np.ones((4, 5), np.float32)})
+
+
+def test_batch_dimensions_that_fold_only_packed(rng):
+    """Mamba-2's chunk-state product: its second operand a Slice along the chunks of a (b, h, c, n, p)
+    tensor, transposed: the batch dimensions (b, c, h) fold into GEMM's two in neither operand's
+    strides, so that operand is packed first (handlers_values.gemm_foldable): no CPU fallback at a
+    batch above 1."""
+    b, c, l, h, p, n = 3, 2, 4, 2, 3, 5
+    x0 = helper.make_tensor_value_info("x0", T.FLOAT, ["B", c, l, h, n])
+    x1 = helper.make_tensor_value_info("x1", T.FLOAT, ["B", h, c + 1, n, p])
+    cut = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in (("s", [0]), ("e", [c]), ("a", [2]))]
+    g = helper.make_graph([helper.make_node("Slice", ["x1", "s", "e", "a"], ["y1"]),
+                           helper.make_node("Transpose", ["y1"], ["t1"], perm=[0, 2, 1, 4, 3]),
+                           helper.make_node("Einsum", ["x0", "t1"], ["y"], equation="bclhn,bchpn->bclhp")],
+                          "einsum", [x0, x1], [helper.make_tensor_value_info("y", T.FLOAT, None)], cut)
+    rep = Backend.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), "CPU")
+    for batch in (1, b):
+        a0 = rng.standard_normal((batch, c, l, h, n)).astype(np.float32)
+        a1 = rng.standard_normal((batch, h, c + 1, n, p)).astype(np.float32)
+        got = rep.run({"x0": a0, "x1": a1})[0]
+        _check("bclhn,bchpn->bclhp", [a0, a1[:, :, :c].transpose(0, 2, 1, 4, 3)], got)
+        assert rep.last_run.cpu_segments == 0 and rep.last_run.runtime_fallbacks == 0, rep.last_run.events

@@ -4,7 +4,8 @@ does. A subscript of one operand that the output lacks is summed first (REDUCE S
 two operands, the subscripts both operands and the output share are the batch, those both
 operands share alone are contracted, and the rest are each operand's free dimensions: each
 operand is viewed (strided) in the order batch, free, contracted, merged into (batch..., M, K) and
-(batch..., K, N) (a copy only where strides cannot express it), multiplied by GEMM (kdml.matmul:
+(batch..., K, N) (a copy only where strides cannot express it, or where the batch dimensions fold into
+GEMM's two only packed: handlers_values.gemm_foldable), multiplied by GEMM (kdml.matmul:
 float32 sums, docs/gemm.md), and the product is viewed in the output's order. Three or more
 operands, repeated subscripts and other types run on the CPU."""
 
@@ -19,7 +20,7 @@ import onnx
 import kompute_dml as kdml
 
 from .graph import attr_text
-from .handlers_values import as_device, reshaped, strided
+from .handlers_values import as_device, gemm_foldable, reshaped, strided
 from .values import _FLOAT_OUT, DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
 if TYPE_CHECKING:
@@ -125,6 +126,8 @@ def _h_einsum(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: Run
     mm, kk, nn = (math.prod(size[c] for c in s) for s in (m, k, n))
     a2 = reshaped(ctx, _permuted(a, ta, batch + m + k), (*a_batch, mm, kk), stats)
     b2 = reshaped(ctx, _permuted(b, tb, batch + k + n), (*b_batch, kk, nn), stats)
+    # (batch dimensions that fold into GEMM's two only once an operand is packed: Mamba-2's (batch, chunks, heads))
+    a2, b2 = gemm_foldable(ctx, a2, b2, stats)
     full = tuple(np.broadcast_shapes(a_batch, b_batch))
     y = ctx.out_tensor((*full, mm, nn), dt)
     kdml.matmul(a2.tensor, b2.tensor, out=y, device=ctx.device)
