@@ -17,7 +17,7 @@ from kompute_dml.ops import SPECS
 from .graph import _attr, _np_dtype_of_onnx
 from .handlers_integer import _reshaped
 from .handlers_math import binary, compare
-from .handlers_nn import float_unary
+from .handlers_nn import float_unary, unary
 from .values import (
     _DML_NUMPY,
     DeviceValue,
@@ -145,7 +145,7 @@ _SEED_HANDLERS = {
 
 
 # node types of a generic kind (OnnxOp.kind): one handler per kind, made for each operator's declaration
-KINDS = {"float_unary": float_unary, "binary": binary, "compare": compare}
+KINDS = {"float_unary": float_unary, "unary": unary, "binary": binary, "compare": compare}
 
 
 def _kind_handler(spec_name: str, op: Any) -> Any:

@@ -220,6 +220,17 @@ def _h_bias_gelu(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: 
     return [with_keys(ctx, DeviceValue(y, shape, dt), keys)]
 
 
+def unary(helper: str) -> Any:
+    """The handler of an OnnxOp of kind "unary": kdml.<helper> on the one input, of any type the
+    operator's rows (and the declaration's check) take; the output of its shape and type."""
+    fn = getattr(kdml, helper)
+
+    def handler(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
+        dt, shape = _value_dtype(ins[0]), _value_shape(ins[0])
+        return [DeviceValue(fn(_dev(ctx, node, ins, 0, stats), out=ctx.out_tensor(shape, dt), device=ctx.device), shape, dt)]
+    return handler
+
+
 def float_unary(helper: str) -> Any:
     """The handler of an OnnxOp of kind "float_unary": kdml.<helper> on the one input."""
     fn = getattr(kdml, helper)

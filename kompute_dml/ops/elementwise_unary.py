@@ -39,8 +39,9 @@ the function; scale and bias are rounded to float32 at compile. That step uses t
 float32 multiply and add, so a subnormal product or sum may be flushed to zero on a device that
 flushes (the function itself never is).
 
-kompute_dml implements the pages' FLOAT32 / FLOAT16 rows; integer types (ABS, NEGATE, SIGN at
-later levels) are refused. The output may alias the input exactly (the pages allow in-place
+kompute_dml implements the pages' FLOAT32 / FLOAT16 rows, and NEGATE's signed integer ones
+(ops/negate_integer.py: 0 - x, wrapping); the other integer rows (ABS, SIGN at later levels) are
+refused. The output may alias the input exactly (the pages allow in-place
 execution). Validation, in order: DML_BUFFER_TENSOR_DESC rules and the feature level's table
 (InvalidArgumentError / UnsupportedError naming the field), the same DataType, DimensionCount
 and Sizes for both tensors, scale_bias / rounding_mode / steepness (finite, >= 1: the page's
@@ -72,7 +73,8 @@ from .activation import _unary
 from .base import CompiledOperator, validate_tensors
 from .elementwise import CompiledElementWise, CompiledElementWiseInPlace, check_same, type_code
 from .elementwise_plan import check_addressable, device_limits, plan_elementwise
-from .onnx_types import NodeTypes, float_input
+from .negate_integer import SIGNED, compile_integer_negate
+from .onnx_types import NodeTypes, float_input, float_or_signed_input
 from .spec import OnnxOp, OperatorSpec
 
 # their families in shaders/float_unary.comp (FN_<NAME>: shaders/unary_math.glsl); ops/contract reads this line
@@ -134,11 +136,12 @@ class UnaryOp:
     # FLOAT fields (name, default) in the descriptor's order, sent in b_str[3], b_str[4] (not NaN;
     # ops/activation_params.py)
     params: tuple[tuple[str, float], ...] = ()
+    ints: frozenset[DataType] = frozenset()  # the page's integer rows (NEGATE's signed ones: ops/negate_integer.py)
 
 
 OPS = (
     UnaryOp("ELEMENT_WISE_ABS", 2, "Abs", "abs", "abs", L10, True, "|x|", True),
-    UnaryOp("ELEMENT_WISE_NEGATE", 156, "Neg", "neg", "neg", L50, False, "-x", True),
+    UnaryOp("ELEMENT_WISE_NEGATE", 156, "Neg", "neg", "neg", L50, False, "-x", True, ints=SIGNED),
     UnaryOp("ELEMENT_WISE_CEIL", 7, "Ceil", "ceil", "ceil", L10, True, "ceil(x)", True),
     UnaryOp("ELEMENT_WISE_FLOOR", 12, "Floor", "floor", "floor", L10, True, "floor(x)", True),
     UnaryOp("ELEMENT_WISE_ROUND", 99, "Round", "round", "round", L21, False, "x rounded to an integer by "
@@ -162,7 +165,7 @@ OPS = (
 
 def _support(op: UnaryOp) -> OperatorSupport:
     return OperatorSupport(op.name, op.op_type, tuple(
-        row(level, ("input_tensor", "input", dims, FLOATS), ("output_tensor", "output", dims, FLOATS))
+        row(level, ("input_tensor", "input", dims, FLOATS | op.ints), ("output_tensor", "output", dims, FLOATS | op.ints))
         for level, dims in op.rows))
 
 
@@ -237,6 +240,8 @@ def _compiler(op: UnaryOp, support: OperatorSupport) -> Callable[[Device, Any], 
         x, y = desc.input_tensor, desc.output_tensor
         check_no_overlap(y.sizes, y.effective_strides, "output_tensor")
         check_addressable(support.fields, (x, y))
+        if x.data_type in op.ints:
+            return compile_integer_negate(device, desc, support)
         family = contract.FLOAT_UNARY[op.fn]
         t = type_code(x.data_type, True)
         plans = plan_elementwise(family, family.name(t=t, vec=""), (x, y), **device_limits(device), unused_b=words,
@@ -299,10 +304,12 @@ def _spec(op: UnaryOp, home: dict[str, Any] | None = None,
     home[op.helper] = _helper(op, desc_type, home["__name__"])
     example_fields = {"scale_bias": ScaleBias(0.5, 0.25)} if op.scale_bias else {}
     onnx = onnx_op if onnx_op is not None else (
-        (OnnxOp(op.onnx, "", op.helper, kind="float_unary"),) if op.onnx else ())
+        (OnnxOp(op.onnx, "", op.helper, kind="unary" if op.ints else "float_unary",
+                check=float_or_signed_input if op.ints else None),) if op.onnx else ())
     if op.onnx == "Softplus":  # Mish: x * tanh(softplus(x)), its function body (onnx_backend/handlers_activation.py)
         onnx += (OnnxOp("Mish", "", op.helper, check=float_input),)
-    return OperatorSpec(desc_type, support, _compiler(op, support), (contract.FLOAT_UNARY[op.fn],),
+    return OperatorSpec(desc_type, support, _compiler(op, support),
+                        (contract.FLOAT_UNARY[op.fn], *((contract.EW_SUB,) if op.ints else ())),
                         helpers=(op.helper,), onnx=onnx,
                         example=lambda: desc_type(_F32_4D, _F32_4D, **example_fields))
 

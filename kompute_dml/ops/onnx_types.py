@@ -56,6 +56,13 @@ def float_inputs(t: NodeTypes) -> str:
     return f"type {bad[0]} is not float32/float16" if bad else ""
 
 
+def float_or_signed_input(t: NodeTypes) -> str:
+    """float32 / float16 or a signed integer of 8 to 64 bits (ELEMENT_WISE_NEGATE's rows)."""
+    dt = t.elem(0) if t.inputs else None
+    ok = FLOAT_NUMPY | {np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64)}
+    return f"type {dt} is not float32/float16 or a signed integer" if dt is not None and dt not in ok else ""
+
+
 def float32_input(t: NodeTypes) -> str:
     dt = t.elem(0) if t.inputs else None
     return f"input type {dt} is not float32" if dt is not None and dt != np.float32 else ""

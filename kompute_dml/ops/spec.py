@@ -39,7 +39,8 @@ class OnnxOp:
     helper: str
     # a node shape the backend runs through one generic handler (onnx_backend/handlers.py KINDS), so
     # the operator module's declaration is all it takes: "float_unary" (one float32 / float16
-    # input, an output of its shape and type, no attributes), "binary" (two operands of one type,
+    # input, an output of its shape and type, no attributes), "unary" (the same, of the types its
+    # check allows), "binary" (two operands of one type,
     # numpy-broadcast, an output of that type), "compare" (the same, a boolean output); "" for
     # node types with handlers of their own
     kind: str = ""
