@@ -227,6 +227,17 @@ TRANSFORMERS: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "ministral": ("MinistralConfig", "MinistralModel", {"num_key_value_heads": 2, "head_dim": 8, "sliding_window": 8,
                                                         "layer_types": ["sliding_attention", "full_attention"]}, "text"),
     "arcee": ("ArceeConfig", "ArceeModel", {"num_key_value_heads": 2}, "text"),
+    "dinov2-registers": ("Dinov2WithRegistersConfig", "Dinov2WithRegistersModel", {**H, "image_size": 32, "patch_size": 8,
+                                                                                  "num_register_tokens": 2}, "image"),
+    "hgnet-v2": ("HGNetV2Config", "HGNetV2Backbone", {"embedding_size": 16, "stem_channels": [3, 8, 16],
+                                                       "stage_in_channels": [16, 32], "stage_mid_channels": [8, 16],
+                                                       "stage_out_channels": [32, 64], "stage_num_blocks": [1, 1],
+                                                       "stage_downsample": [False, True], "stage_light_block": [False, False],
+                                                       "stage_kernel_size": [3, 3], "stage_numb_of_layers": [2, 2],
+                                                       "depths": [1, 1], "hidden_sizes": [32, 64]}, "image"),
+    "sew-d": ("SEWDConfig", "SEWDModel", {**H, **_CONV_AUDIO, "squeeze_factor": 2, "max_position_embeddings": 64,
+                                          "position_buckets": 16}, "audio"),
+    "unispeech-sat": ("UniSpeechSatConfig", "UniSpeechSatModel", {**H, **_CONV_AUDIO}, "audio"),
 }
 # timm networks (random weights) at their own input size, one or two of each family people deploy
 TIMM = ("resnet50", "efficientnet_b0", "mobilenetv3_large_100", "mobilenetv4_conv_small", "convnext_atto",
