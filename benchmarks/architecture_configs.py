@@ -270,7 +270,10 @@ TIMM = ("resnet50", "efficientnet_b0", "mobilenetv3_large_100", "mobilenetv4_con
         "gcvit_xxtiny", "poolformerv2_s12", "mvitv2_tiny", "pit_ti_224", "cait_xxs24_224", "coat_lite_tiny",
         "convit_tiny", "visformer_tiny", "dpn68", "vovnet39a", "selecsls42b", "fbnetv3_b", "mobilevitv2_050",
         "inception_v3", "xception41", "skresnet18", "ghostnetv2_100", "vit_relpos_small_patch16_224",
-        "deit3_small_patch16_224", "flexivit_small")
+        "deit3_small_patch16_224", "flexivit_small",
+        # added at this session's end
+        "mobilenetv4_hybrid_medium", "efficientnetv2_rw_t", "convformer_s18", "regnetz_b16", "fastvit_mci0", "rdnet_tiny",
+        "mambaout_femto", "nextvit_small", "vit_small_patch16_rope_224", "efficientvit_l1")
 TORCHVISION = ("resnet18", "mobilenet_v3_small", "efficientnet_b0", "densenet121", "regnet_y_400mf", "convnext_tiny",
                "squeezenet1_1", "shufflenet_v2_x0_5", "mnasnet0_5", "swin_t", "segmentation.deeplabv3_mobilenet_v3_large",
                "segmentation.lraspp_mobilenet_v3_large", "mobilenet_v2", "mobilenet_v3_large", "resnext50_32x4d",
