@@ -277,4 +277,7 @@ TIMM = ("resnet50", "efficientnet_b0", "mobilenetv3_large_100", "mobilenetv4_con
 TORCHVISION = ("resnet18", "mobilenet_v3_small", "efficientnet_b0", "densenet121", "regnet_y_400mf", "convnext_tiny",
                "squeezenet1_1", "shufflenet_v2_x0_5", "mnasnet0_5", "swin_t", "segmentation.deeplabv3_mobilenet_v3_large",
                "segmentation.lraspp_mobilenet_v3_large", "mobilenet_v2", "mobilenet_v3_large", "resnext50_32x4d",
-               "efficientnet_v2_s", "swin_v2_t", "segmentation.fcn_resnet50")
+               "efficientnet_v2_s", "swin_v2_t", "segmentation.fcn_resnet50",
+               # added at this session's end
+               "googlenet", "inception_v3", "wide_resnet50_2", "regnet_x_400mf", "shufflenet_v2_x1_0", "mnasnet1_0",
+               "segmentation.deeplabv3_resnet50")
