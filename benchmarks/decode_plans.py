@@ -11,6 +11,7 @@ first generation's time per token: plan, first run, argmax), the device nodes it
 The tokens of all are compared.
 
     python -m benchmarks.decode_plans [--decoders gpt2,llama] [--size small] [--prompt 16] [--new 24]
+        [--order policy|levels|program]
 """
 
 from __future__ import annotations
@@ -68,9 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt", type=int, default=16)
     ap.add_argument("--new", type=int, default=24)
     ap.add_argument("--skip", type=int, default=3, help="steps left out of the medians (the prompt, the first plans)")
+    ap.add_argument("--order", choices=("policy", "levels", "program"), default="policy",
+                    help="how submissions are recorded (runtime/encode.py; the device's policy by default)")
     args = ap.parse_args(argv)
     import kompute_dml as kdml
     from kompute_dml.onnx_backend import Backend
+    from kompute_dml.runtime import encode
 
     for name in args.decoders.split(","):
         dec = decoders.build(name, args.size)
@@ -78,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         loops = {}
         for label, capacity, reuse in (("reuse", None, True), ("traces", None, False), ("no traces", 0, False)):
             # a Device each: neither finds the operators the other compiled for a new length
-            rep = Backend.prepare(str(dec.path), kdml_device=kdml.Device())
+            device = kdml.Device()
+            if args.order != "policy":
+                device.engine.set_order(encode.levels if args.order == "levels" else encode.program_order)
+            rep = Backend.prepare(str(dec.path), kdml_device=device)
             rep.state.step_reuse = reuse
             if capacity is not None:
                 rep.state.trace_capacity = capacity

@@ -71,18 +71,11 @@ layout(std430, binding = 1) buffer OBuf4 { uvec4 o_buf4[]; };
 const uint VPI = 128u / uint(BITS);
 #if KEYS
 // the gelu_keys family (FLOAT32): as below, and each work group g also writes the order keys
-// (dynamic_quantize.comp's f_key) of the least and greatest non-NaN output it wrote and of +0 to
+// (order_keys.glsl's f_key) of the least and greatest non-NaN output it wrote and of +0 to
 // words b_off + 2 g and b_off + 2 g + 1 of binding 2: DYNAMIC_QUANTIZE_LINEAR's partial keys
 layout(std430, binding = 2) restrict writeonly buffer QBuf { uint q_buf[]; };
-shared uint key_s[512];
-uint key_lo = 0x80000000u, key_hi = 0x80000000u;  // +0's key: the range always includes 0
-void key_fold(uint bits) {
-    if ((bits & 0x7FFFFFFFu) <= 0x7F800000u) {
-        uint k = (bits & 0x80000000u) != 0u ? ~bits : (bits | 0x80000000u);
-        key_lo = min(key_lo, k);
-        key_hi = max(key_hi, k);
-    }
-}
+#include "order_keys.glsl"  // fold_key, reduce_keys (a work group of KEY_LOCAL = 256 invocations)
+uint key_lo = KEY_ZERO, key_hi = KEY_ZERO;  // this invocation's output keys so far
 void main() {
     uint lid = gl_LocalInvocationID.x;
     uint first = (linear_group_id() * gl_WorkGroupSize.x + lid) * VPI;
@@ -93,37 +86,22 @@ void main() {
             uvec4 w = a_buf4[ea / VPI], r;
             [[unroll]] for (uint k = 0u; k < 4u; ++k) {
                 r[k] = fn32(w[k]);
-                key_fold(r[k]);
+                fold_key(r[k], key_lo, key_hi);
             }
             o_buf4[eo / VPI] = r;
         } else {
             for (uint k = 0u; k < n; ++k) {
                 uint r = fn_at(ea + k);
                 o_buf[eo + k] = r;
-                key_fold(r);
+                fold_key(r, key_lo, key_hi);
             }
         }
     }
-    key_s[lid] = key_lo;
-    key_s[256u + lid] = key_hi;
-    barrier();
-    if (lid < 16u) {  // 16 invocations fold every 16th pair, then invocation 0 their 16
-        for (uint i = lid + 16u; i < 256u; i += 16u) {
-            key_lo = min(key_lo, key_s[i]);
-            key_hi = max(key_hi, key_s[256u + i]);
-        }
-        key_s[lid] = key_lo;
-        key_s[256u + lid] = key_hi;
-    }
-    barrier();
+    uvec2 keys = reduce_keys(key_lo, key_hi, 256u);  // the work group's (invocation 0's)
     uint g = linear_group_id();
     if (lid == 0u && g * 256u * VPI < pc.count) {
-        for (uint i = 1u; i < 16u; ++i) {
-            key_lo = min(key_lo, key_s[i]);
-            key_hi = max(key_hi, key_s[256u + i]);
-        }
-        q_buf[pc.b_off + 2u * g] = key_lo;
-        q_buf[pc.b_off + 2u * g + 1u] = key_hi;
+        q_buf[pc.b_off + 2u * g] = keys.x;
+        q_buf[pc.b_off + 2u * g + 1u] = keys.y;
     }
 }
 #else

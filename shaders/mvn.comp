@@ -14,7 +14,7 @@
 // also written to SumOutput where flag 16 says it is bound. Bindings 4, 5, 6: Skip, SkipBias,
 // SumOutput; the geometry constant at 7. "row" takes one outer dimension (MVN_SKIP_PUSH).
 // KEYS 1 (SKIP's "_q" variants, the keys_output_tensor extension): the binding after the others
-// receives, per work group g below the row groups' count, the order keys (dynamic_quantize.comp's
+// receives, per work group g below the row groups' count, the order keys (order_keys.glsl's
 // f_key) of the least and greatest non-NaN value it wrote to Output, +0 included, at words
 // q_off + 2 g and q_off + 2 g + 1: DYNAMIC_QUANTIZE_LINEAR's partial keys of the output, so that
 // its quantizing dispatch needs no pass of its own over it (the values as stored: FLOAT16 ones
@@ -78,17 +78,9 @@ KDML_PUSH_BLOCK  // MVN_PUSH / MVN_SKIP_PUSH of kompute_dml/ops/contract (genera
 #endif
 
 #if KEYS
-#define KEY_ZERO 0x80000000u  // +0's key
+#include "order_keys.glsl"  // fold_key, reduce_keys (a work group of KEY_LOCAL = WG invocations)
 uint key_lo = KEY_ZERO, key_hi = KEY_ZERO;  // this invocation's output keys so far
-shared uint key_s[2u * WG];
-// order-preserving unsigned key of a float32 (dynamic_quantize.comp's f_key), folded in unless NaN
-void key_fold(uint bits) {
-    if ((bits & 0x7FFFFFFFu) <= 0x7F800000u) {
-        uint k = (bits & 0x80000000u) != 0u ? ~bits : (bits | 0x80000000u);
-        key_lo = min(key_lo, k);
-        key_hi = max(key_hi, k);
-    }
-}
+void key_fold(uint bits) { fold_key(bits, key_lo, key_hi); }
 #define KEY_F32(bits) key_fold(bits)
 #define KEY_F16(h) key_fold(h2f(h))
 #else
@@ -594,28 +586,11 @@ void main() {
         emit(u, x0, x1, mean, rstd);
     }
 #if KEYS
-    // the work group's keys: ROOT invocations fold every ROOT-th pair, then invocation 0 theirs
-    key_s[lid] = key_lo;
-    key_s[WG + lid] = key_hi;
-    barrier();
-    const uint ROOT = 16u;
-    if (lid < ROOT) {
-        for (uint i = lid + ROOT; i < WG; i += ROOT) {
-            key_lo = min(key_lo, key_s[i]);
-            key_hi = max(key_hi, key_s[WG + i]);
-        }
-        key_s[lid] = key_lo;
-        key_s[WG + lid] = key_hi;
-    }
-    barrier();
+    uvec2 keys = reduce_keys(key_lo, key_hi, WG);  // the work group's (invocation 0's)
     uint g = linear_group_id(), rows_per = WG >> tl;
     if (lid == 0u && g < (pc.nrows + rows_per - 1u) / rows_per) {
-        for (uint i = 1u; i < ROOT; ++i) {
-            key_lo = min(key_lo, key_s[i]);
-            key_hi = max(key_hi, key_s[WG + i]);
-        }
-        q_buf[pc.q_off + 2u * g] = key_lo;
-        q_buf[pc.q_off + 2u * g + 1u] = key_hi;
+        q_buf[pc.q_off + 2u * g] = keys.x;
+        q_buf[pc.q_off + 2u * g + 1u] = keys.y;
     }
 #endif
 }

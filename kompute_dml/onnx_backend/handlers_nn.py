@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 
 import kompute_dml as kdml
+from kompute_dml.core.tensor_desc import packed_strides
 from kompute_dml.functional.mean_variance_normalization import skip_layer_norm_key_parts
 from kompute_dml.ops.gelu_keys import gelu_key_parts
 
@@ -202,7 +203,7 @@ def _h_gelu(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunSt
 
 def packed_run(t: kdml.Tensor) -> bool:
     """t's elements are one run of unit strides (ACTIVATION_GELU's keys_output_tensor needs it)."""
-    return t.desc.effective_strides == kdml.TensorDesc(t.desc.data_type, t.desc.sizes).effective_strides
+    return t.desc.effective_strides == packed_strides(t.desc.sizes)
 
 
 def _h_bias_gelu(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
@@ -220,26 +221,22 @@ def _h_bias_gelu(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: 
     return [with_keys(ctx, DeviceValue(y, shape, dt), keys)]
 
 
-def unary(helper: str) -> Any:
+def unary(helper: str, floats: bool = False) -> Any:
     """The handler of an OnnxOp of kind "unary": kdml.<helper> on the one input, of any type the
-    operator's rows (and the declaration's check) take; the output of its shape and type."""
+    operator's rows (and the declaration's check) take; the output of its shape and type.
+    `floats`: float32 / float16 only (kind "float_unary": _floats refuses the rest)."""
     fn = getattr(kdml, helper)
 
     def handler(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-        dt, shape = _value_dtype(ins[0]), _value_shape(ins[0])
+        dt = _floats(node, ins[:1]) if floats else _value_dtype(ins[0])
+        shape = _value_shape(ins[0])
         return [DeviceValue(fn(_dev(ctx, node, ins, 0, stats), out=ctx.out_tensor(shape, dt), device=ctx.device), shape, dt)]
     return handler
 
 
 def float_unary(helper: str) -> Any:
-    """The handler of an OnnxOp of kind "float_unary": kdml.<helper> on the one input."""
-    fn = getattr(kdml, helper)
-
-    def handler(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: RunStats) -> list[Any]:
-        dt = _floats(node, ins[:1])
-        shape = _value_shape(ins[0])
-        return [DeviceValue(fn(_dev(ctx, node, ins, 0, stats), out=ctx.out_tensor(shape, dt), device=ctx.device), shape, dt)]
-    return handler
+    """The handler of an OnnxOp of kind "float_unary": kdml.<helper> on the one float input."""
+    return unary(helper, floats=True)
 
 
 def _swap_last(v: DeviceValue) -> DeviceValue:

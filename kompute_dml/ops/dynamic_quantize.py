@@ -26,7 +26,6 @@ zero point hold one element; the output has the input's sizes), then a non-overl
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +47,7 @@ from . import contract
 from .base import CompiledOperator, validate_tensors
 from .elementwise_plan import check_addressable
 from .onnx_types import float32_input
+from .plan_chain import rebind
 from .spec import OnnxOp, OperatorSpec
 
 # ---- DYNAMIC_QUANTIZE_LINEAR from
@@ -179,9 +179,7 @@ def compile_dynamic_quantize_linear(device: Device, desc: DynamicQuantizeLinearD
     plans = plan_dynamic_quantize(desc, device.limits["max_compute_work_group_count"][0], device.policy.dql_geometry)
     if desc.input_keys_tensor is not None:  # the keys are an input: no scratch (binding list: the inputs first)
         ins = (*support.inputs, "input_keys_tensor")
-        plans = [dataclasses.replace(p, bindings=tuple(_REMAP[b] for b in p.bindings), writes=tuple(_REMAP[b] for b in p.writes),
-                                     offset_slots=tuple((w, _REMAP[e], u) for w, e, u in p.offset_slots))
-                 for p in plans]
+        plans = [rebind(p, _REMAP) for p in plans]
         return CompiledOperator(device, desc, support, ins, support.outputs, list(plans))
     # not zeroed (no fill submission per compile): dql_minmax writes every key dql_quant reads;
     # made on kp's thread (a synchronous allocation waits while a plan's large ones are made)

@@ -8,7 +8,6 @@ attention (SEW-D, DeBERTa) stays on the device."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,6 +18,7 @@ from ..functional.constants import device_constant
 from . import contract
 from .elementwise import CompiledElementWiseInPlace, type_code
 from .elementwise_plan import device_limits, plan_elementwise
+from .plan_chain import rebind
 
 if TYPE_CHECKING:
     from ..device.device import Device
@@ -37,8 +37,5 @@ def compile_integer_negate(device: Device, desc: Any, support: OperatorSupport) 
     plans = plan_elementwise(family, family.name(t=type_code(x.data_type, False)), (broadcast, x, y),
                              **device_limits(device))
     # plan_elementwise binds (a, b, output) as 0, 1, 2; the operator's list is (input, output, zero)
-    remap = {0: 2, 1: 0, 2: 1}
-    plans = [dataclasses.replace(p, bindings=tuple(remap[b] for b in p.bindings), writes=tuple(remap[b] for b in p.writes),
-                                 offset_slots=tuple((w, remap[e], u) for w, e, u in p.offset_slots),
-                                 windows=tuple((remap[e], d, n) for e, d, n in p.windows)) for p in plans]
+    plans = [rebind(p, {0: 2, 1: 0, 2: 1}) for p in plans]
     return CompiledElementWiseInPlace(device, desc, support, support.inputs, support.outputs, list(plans), [zero])

@@ -219,8 +219,8 @@ def levels(dispatches: Sequence[EncodedDispatch]) -> list[list[int]]:
     with earlier dispatches allow (after every earlier dispatch that wrote what it reads or
     touched what it writes: RAW, WAW, WAR), in program order within a level. No two of a level
     conflict, so one global barrier between levels orders every hazard, and independent work
-    (a transformer's mask chain beside its embeddings, a Gather's index check beside the
-    gather) runs between the same two barriers: a barrier and a dispatch cost a GPU about
+    (a transformer's attention-mask chain beside its embeddings, a decoder's key and value
+    concatenations) runs between the same two barriers: a barrier and a dispatch cost a GPU about
     4 us however little the dispatch does (benchmarks/RESULTS.md, latency). One pass over
     the accesses: per memory, the level of its last write and the highest level that read
     it since."""
@@ -252,9 +252,9 @@ def levels(dispatches: Sequence[EncodedDispatch]) -> list[list[int]]:
 def program_order(dispatches: Sequence[EncodedDispatch]) -> list[list[int]]:
     """Levels in program order (the skipped dispatches left out): a new level at each dispatch that
     conflicts with one of the current level. CPU devices' order (DevicePolicy.barrier_levels):
-    lavapipe runs a submission's dispatches one after another, so `levels` gains it no overlap and
-    its hoisting parts a producer from its consumer (a decoder's new-length steps 193-203 ms
-    against 216-227 with levels, `python -m benchmarks.decode_plans --decoders llama --new 12`)."""
+    lavapipe runs a submission's dispatches one after another, so `levels` gains it nothing (a
+    decoder's new-length steps 106.32 ms against 105.96 with levels, `python -m
+    benchmarks.decode_plans --decoders llama --new 12 --order program` and `--order levels`)."""
     out: list[list[int]] = []
     written: set[int] = set()
     read: set[int] = set()
