@@ -50,9 +50,9 @@ fi
 # ---- 3. kp, patched, built offline and cached -------------------------------------
 # kp 0.9.0's PyPI source with the patch series scripts/kp-patches/NN-*.patch applied in order;
 # what each patch adds, and the patch levels 1-13: scripts/kp-patches/README.md.
-# The patched build is 0.9.0+kdml16 (pyproject.toml pins it).
-KP_LOCAL_VERSION="$KP_VERSION+kdml16"
-KP_PATCH_LEVEL=16
+# The patched build is 0.9.0+kdml17 (pyproject.toml pins it).
+KP_LOCAL_VERSION="$KP_VERSION+kdml17"
+KP_PATCH_LEVEL=17
 PATCHES=("$ROOT"/scripts/kp-patches/[0-9][0-9]-*.patch)
 # The wheel's cache key: the series concatenated in order (what scripts/kp-patch.sh prints).
 patch_sha=$(bash "$ROOT/scripts/kp-patch.sh" | sha256sum | cut -c1-12)

@@ -175,7 +175,7 @@ def test_adaptive_wait_spin_follows_each_submission_within_its_bounds(monkeypatc
     come from a fake clock (the rule is checked, never a timing); results stay exact."""
     import types
 
-    from kompute_dml.runtime import engine as engine_mod
+    from kompute_dml.runtime import inflight as inflight_mod
     from kompute_dml.runtime.policy import WAIT_SPIN_CAP_US
 
     monkeypatch.delenv("KDML_WAIT_SPIN_US", raising=False)
@@ -197,7 +197,7 @@ def test_adaptive_wait_spin_follows_each_submission_within_its_bounds(monkeypatc
             for seconds, spin_after in ((0.001, 700_000), (0.0002, 400_000), (0.00001, DEFAULT_SPIN_NS)):
                 ticks = iter((0.0, seconds))
                 clock = types.SimpleNamespace(perf_counter=ticks.__next__)
-                monkeypatch.setattr(engine_mod, "time", clock)
+                monkeypatch.setattr(inflight_mod, "time", clock)  # (the submission's start and its wait's end)
                 spin_before = replay.spin_ns
                 y.write_numpy(np.zeros(desc.sizes, np.float32))
                 op.execute([x], [y])

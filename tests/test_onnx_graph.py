@@ -602,12 +602,18 @@ def test_outputs_are_copied_in_the_waits_native_call(rng, monkeypatch):
     """A replayed run copies its outputs into the caller's arrays inside kp's wait
     (kdml_wait_copy: the GIL taken back once per run), giving the bits of the copy made after
     the wait, run after run; outputs past staging.PARALLEL_BYTES keep the copy threads."""
-    from kompute_dml.runtime import replay, staging
+    from kompute_dml.runtime import staging
+    from kompute_dml.runtime.inflight import InFlight, Owned
 
     made = []
-    complete = replay.complete
-    monkeypatch.setattr(replay, "complete", lambda seq, copies=None: (complete(seq, copies),
-                                                                       made.append(copies is not None and copies.done)))
+    wait_owned = InFlight.wait_owned
+
+    def waited(self, owned, spin_cap_ns=0):  # every replayed run's wait (engine._launch)
+        wait_owned(self, owned, spin_cap_ns)
+        if isinstance(owned, Owned):
+            made.append(owned.copies is not None and owned.copies.done)
+
+    monkeypatch.setattr(InFlight, "wait_owned", waited)
     model, _weights = _encoder_like(rng)
     rep = Backend.prepare(model, "CPU")
     feeds = [_feeds(rng, 2, 5) for _ in range(4)]

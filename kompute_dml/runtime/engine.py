@@ -1,9 +1,10 @@
 """Engine: the one owner of a Device's execution (the kp Manager and everything made from it).
 
-It holds the lock (kp is not thread-safe: every kp call happens under one re-entrant lock, but the siblings' compiles,
-Programs.prepare_later, whose registry kp locks), allocation under the memory budget, the pipeline cache, the replay
-cache, the functional helpers' buffer pool, and submission. Everything above it (memory.Buffer, ops/base.CompiledOperator,
-device.Device, recording.Recording) calls the public methods here.
+It holds the lock (kp is not thread-safe: every kp call happens under one re-entrant lock but the siblings' compiles, whose
+registry kp locks, and the wait for a replayed run, made after the lock by the thread that submitted it: inflight.py),
+allocation under the memory budget, the pipeline cache, the replay cache, the helpers' buffer pool, and submission.
+Everything above it (memory.Buffer, ops/base.CompiledOperator, device.Device, recording.Recording) calls the public
+methods here.
 
 Submission has one path, for eager executions and recordings alike: a list of executions, each (plans, bound tensors),
 under a key naming the operators, buffers and offsets. The first submission of a key encodes the plans (kp operations,
@@ -20,7 +21,6 @@ import gc
 import itertools
 import os
 import threading
-import time
 import weakref
 from collections.abc import Hashable, Sequence
 from typing import Any
@@ -31,9 +31,10 @@ import numpy as np
 from ..core.errors import DeviceError, OutOfMemoryError
 from .budget import MemoryBudget
 from .capture import CaptureSlot
+from .counters import engine_stats
 from .disk_cache import DiskPipelineCache
 from .encode import EncodeCache, Order, global_barrier
-from .inflight import InFlight, Submission, finished
+from .inflight import InFlight, Owned, Submission, finished
 from .later import SPARE_WORDS, MadeLater
 from .manager import create_manager
 from .memory import DeviceMemory, HostRange, allocation_error
@@ -41,7 +42,7 @@ from .pipelines import Programs
 from .plans import DispatchPlan, Plan
 from .pool import BufferPool
 from .profile import Profile
-from .replay import SPIN_DEFAULT_NS, FirstRuns, Heads, HostCopies, Replay
+from .replay import FirstRuns, Heads, HostCopies, Replay
 from .staging import HostMemory, Staging, host_origin
 
 # One execution of an operator: its plans and the bound tensors (inputs then outputs; None
@@ -67,10 +68,8 @@ class Engine:
     """The kp Manager of one Vulkan physical device and everything that runs on it (`requested`
     restricts the optional capabilities enabled; None: all the device has)."""
 
-    def __init__(
-        self, index: int, requested: frozenset[str] | None, *, memory_budget: int, max_allocations: int,
-        host_memory: bool, device_name: str = "",
-    ) -> None:
+    def __init__(self, index: int, requested: frozenset[str] | None, *, memory_budget: int, max_allocations: int,
+                 host_memory: bool, device_name: str = "") -> None:
         self.lock = threading.RLock()
         try:
             self.manager = create_manager(index, requested)
@@ -248,7 +247,8 @@ class Engine:
                 self._cache(key, replay)
             else:
                 self._replays.move_to_end(key)
-            return replay, self._launch(replay, wait)
+            launched = self._launch(replay, wait, owned=True)
+        return replay, self.inflight.wait_owned(launched, self._spin_cap_ns)
 
     def start_head(self, work: Sequence[Work], labels: Sequence[Any] = ()) -> list[Any]:
         """Encode executions and start them on the device without waiting: the head of a
@@ -288,21 +288,25 @@ class Engine:
 
     def rerun(self, replay: Replay, wait: bool = True, copies: HostCopies | None = None) -> bool | Submission | None:
         """Submit again what `submit` returned, for an execution of the same key, without the cache
-        lookup: an eager operator's repeated call. False, having run nothing, when the submission
-        has left the cache since (then `submit`); else what `submit` returns (None when waited).
-        `copies`: host copies to make in the wait's native call where it can (replay.HostCopies)."""
+        lookup: an eager operator's repeated call. False, having run nothing, when the submission has left the
+        cache since (then `submit`); else what `submit` returns (None when waited). `copies`: host copies to
+        make in the wait's native call where it can (replay.HostCopies)."""
         with self.lock:
             if self.closed:  # (inline: an eager operator's repeated call)
                 raise DeviceError("the device has been closed")
             if not replay.live:
                 return False
-            return self._launch(replay, wait, copies)
+            launched = self._launch(replay, wait, copies, owned=True)
+        return self.inflight.wait_owned(launched, self._spin_cap_ns)
 
-    def _launch(self, replay: Replay, wait: bool, copies: HostCopies | None = None) -> Submission | None:
+    def _launch(self, replay: Replay, wait: bool, copies: HostCopies | None = None,
+                owned: bool = False) -> Submission | Owned | None:
         """Run a cached submission and wait, or start it (nothing where it has nothing to
         run: e.g. an exact in-place copy). Every execution's path: called under the lock.
         A first run goes through the shared sequence, a later one through the submission's
-        own, recorded at its second run (runtime/replay.py)."""
+        own, recorded at its second run (runtime/replay.py). `owned`: a replayed run is only
+        submitted, and returned as an inflight.Owned for the caller to wait for once it let go
+        of the lock (InFlight.wait_owned), so other threads submit while the device runs it."""
         self.staging.deferred.submit()  # (copies the executions may read)
         if replay.run is None:
             if not replay.pending:
@@ -322,13 +326,10 @@ class Engine:
             cap = self._spin_cap_ns
             if cap:  # (process-wide in kp: set at every wait, another engine may have changed it)
                 kp.kdml_set_wait_spin_ns(replay.spin_ns)
-            t0 = time.perf_counter()
-            try:
-                replay.run(copies)  # type: ignore[misc]
-            except RuntimeError as e:
-                raise DeviceError(f"Vulkan submission failed (device lost?): {e}") from e
-            if cap:
-                replay.spin_ns = min(cap, max(SPIN_DEFAULT_NS, int(2e9 * (time.perf_counter() - t0))))
+            sub = self.inflight.start_owned(replay, copies)
+            if owned:
+                return sub
+            self.inflight.wait_owned(sub, cap)
         else:
             return self.inflight.start(replay, self.lock)
         return None if wait else finished(self.lock)
@@ -344,7 +345,7 @@ class Engine:
         """The Recording this thread's executions go into (Device.capture), else None."""
         return self._capture.rec
 
-    def capture_into(self, rec: Any) -> Any:
+    def capture_into(self, rec: Any) -> Any:  # Device.capture
         return self._capture.into(rec)
 
     def synchronize(self) -> None:
@@ -367,17 +368,7 @@ class Engine:
             return self.programs.prepare_many(plans, self.pipeline_threads)
 
     def stats(self) -> dict[str, int]:
-        programs, created = self.manager.kdml_program_counts()
-        return {  # programs: shared pipelines of this device; descriptor sets: one per encoded dispatch
-            "programs": int(programs), "pipelines_created": int(created), "descriptor_sets": self.programs.descriptor_sets,
-            "recorded_sequences": len(self._replays), "sequences_created": self.sequences_created,  # cached submissions
-            "first_runs": self.first_runs.runs,
-            "word_sequences": sum(1 for r in self._replays.values() if r.seq is not None and r.seq.kdml_completes_by_word()),
-            "live_buffers": len(self._live), "pooled_buffers": len(self.pool), "spare_buffers": len(self.later.spares),
-            "allocated_bytes": self.budget.allocated, "staging_bytes": self.staging.held_bytes,
-            "deferred_write_submissions": self.staging.deferred.submissions,
-            "pipeline_cache_loaded_bytes": self.disk_cache.loaded_bytes,
-        }
+        return engine_stats(self, self._replays.values(), len(self._live))
 
     def close(self) -> None:
         """Release every Vulkan object; later calls raise DeviceError."""

@@ -14,8 +14,11 @@ host waiting in between. The host waits only where it must:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from .replay import SPIN_DEFAULT_NS
 
 # A device check of an execution in a submission (ops/device_check.py): (the check, occurrence,
 # bound tensors, operator name, recording scope: None for an eager execution); `check.error(k,
@@ -25,7 +28,11 @@ Pending = tuple[Any, int, Sequence[Any], str, "str | None"]
 
 class InFlight:
     """The cached submissions (replay.Replay) running on the device, by id. Callers hold the
-    engine's lock."""
+    engine's lock, except `wait_owned`: the thread that submitted a run waits for it outside
+    that lock, so other threads submit meanwhile (another model's run, another device's copies).
+    Whoever waits holds the submission's `waiting` lock, so a kp sequence is waited for by one
+    thread at a time; the submitter's wait needs no engine lock, so a thread that holds it and
+    waits for the same submission (a host read, a free) cannot deadlock with it."""
 
     def __init__(self, guarded: Callable[[Callable[[], object]], None]) -> None:
         self._guarded = guarded  # runs a kp wait, its failure as DeviceError
@@ -44,8 +51,39 @@ class InFlight:
     def finish(self, replay: Any) -> None:
         if not replay.running:
             return
+        with replay.waiting:
+            if replay.running:
+                self._wait(replay, replay.seq.kdml_wait)
+
+    def start_owned(self, replay: Any, copies: Any) -> Owned:
+        """Submit `replay` for the calling thread to wait for after it let go of the engine's lock."""
+        t0 = time.perf_counter()
+        self.start(replay, None)
+        return Owned(replay, copies, t0, replay.generation)
+
+    def wait_owned(self, owned: Any, spin_cap_ns: int = 0) -> Any:
+        """The submitting thread's wait (`owned`: what start_owned returned; anything else is
+        returned as it is), with the output copies (replay.HostCopies) made in the wait's native
+        call where it is still running; at once where another thread waited for it already (then
+        the copies are left undone). With `spin_cap_ns`, the replay's next wait polls up to twice
+        this run's time (Engine.set_adaptive_spin)."""
+        if not isinstance(owned, Owned):
+            return owned
+        replay, copies = owned.replay, owned.copies
+        with replay.waiting:
+            if replay.running and replay.generation == owned.generation:
+                if copies is not None and copies.items:
+                    self._wait(replay, lambda: replay.seq.kdml_wait_copy(copies.items))
+                    copies.done = True
+                else:
+                    self._wait(replay, replay.seq.kdml_wait)
+        if spin_cap_ns:
+            replay.spin_ns = min(spin_cap_ns, max(SPIN_DEFAULT_NS, int(2e9 * (time.perf_counter() - owned.t0))))
+        return None
+
+    def _wait(self, replay: Any, wait: Callable[[], object]) -> None:
         try:
-            self._guarded(replay.seq.kdml_wait)
+            self._guarded(wait)
         finally:
             replay.running = False
             self._running.pop(id(replay), None)
@@ -55,6 +93,16 @@ class InFlight:
         for replay in list(self._running.values()):
             if serial is None or serial in replay.memories:
                 self.finish(replay)
+
+
+class Owned:
+    """A replayed run submitted under the engine's lock, for the submitting thread to wait for
+    after it (InFlight.wait_owned)."""
+
+    __slots__ = ("copies", "generation", "replay", "t0")
+
+    def __init__(self, replay: Any, copies: Any, t0: float, generation: int) -> None:
+        self.replay, self.copies, self.t0, self.generation = replay, copies, t0, generation
 
 
 class Submission:

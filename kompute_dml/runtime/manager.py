@@ -13,7 +13,7 @@ from typing import Any
 import kp
 
 KP_PATCH_LEVEL: int = getattr(kp, "kdml_patch_level", 0)
-REQUIRED_PATCH_LEVEL = 16  # the completion word after every write is available to the host (15: Sequence.kdml_wait_copy)
+REQUIRED_PATCH_LEVEL = 17  # a sequence waited for on one thread while another submits (16: the completion word after every write)
 if KP_PATCH_LEVEL < REQUIRED_PATCH_LEVEL:
     raise ImportError(f"kp is built with kompute_dml's patch level {KP_PATCH_LEVEL}, this code needs "
                       f"{REQUIRED_PATCH_LEVEL}: run `make setup` (scripts/setup.sh rebuilds kp)")

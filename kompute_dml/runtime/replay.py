@@ -15,6 +15,7 @@ own sequence (or the profile's) at once.
 from __future__ import annotations
 
 import collections
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -59,7 +60,8 @@ class Replay:
     before its second run, and for a submission with nothing to run) and the call that
     runs that sequence and waits, and the serials of the buffers it binds."""
 
-    __slots__ = ("dispatches", "generation", "live", "memories", "pending", "ran", "run", "running", "seq", "spin_ns")
+    __slots__ = ("dispatches", "generation", "live", "memories", "pending", "ran", "run", "running", "seq", "spin_ns",
+                 "waiting")
 
     def __init__(self, memories: frozenset[int], dispatches: list[tuple[EncodedDispatch, tuple[Any, Plan]]]) -> None:
         self.dispatches = dispatches  # (encoded command, (operator, plan)): recorded, and for Profile.run
@@ -73,6 +75,7 @@ class Replay:
         self.seq: Any = None
         self.run: Callable[..., None] | None = None  # complete(seq[, copies]): submit and wait
         self.spin_ns = SPIN_DEFAULT_NS  # how long its next wait polls (Engine.set_adaptive_spin)
+        self.waiting = threading.Lock()  # held by the one thread that waits for its submission (inflight.py)
 
     def own(self, seq: Any, order: Order = levels) -> None:
         """Record the submission into `seq` (in `order`: the engine's), its own sequence from now on."""
