@@ -81,3 +81,36 @@ def test_a_device_output_feeds_another_model() -> None:
         z = b.run({"x": y})[0]
         np.testing.assert_array_equal(z, b.run({"x": y.numpy()})[0])
         np.testing.assert_allclose(z, _reference(second, _reference(first, x).astype(np.float32)), rtol=1e-4, atol=1e-4)
+
+
+def test_a_submission_settled_again_inside_its_own_wait_does_not_deadlock() -> None:
+    """The thread waiting for a replayed run may, inside that wait, be asked to settle the same
+    submission (a buffer's finalizer run by the collector: Engine._released): the wait's lock is
+    re-entrant, so it finishes instead of waiting for itself. Fakes stand in for kp's sequence."""
+    from kompute_dml.runtime.inflight import InFlight
+    from kompute_dml.runtime.replay import Replay
+
+    inflight = InFlight(lambda call: call())
+    replay = Replay(frozenset({1}), [])
+    waits: list[int] = []
+
+    class Seq:
+        def kdml_submit(self) -> None:
+            pass
+
+        def kdml_wait(self) -> None:
+            waits.append(len(waits))
+            if len(waits) == 1:
+                inflight.settle(1)  # re-entered from the waiting thread
+
+    replay.seq = Seq()
+    done = threading.Event()
+
+    def run() -> None:
+        inflight.wait_owned(inflight.start_owned(replay, None))
+        done.set()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    assert done.wait(10), "the wait waited for itself"
+    assert not replay.running and len(inflight) == 0 and waits == [0, 1]

@@ -70,13 +70,13 @@ class InFlight:
         if not isinstance(owned, Owned):
             return owned
         replay, copies = owned.replay, owned.copies
+        seq, items = replay.seq, copies.items if copies is not None else None
+        wait = (lambda: seq.kdml_wait_copy(items)) if items else seq.kdml_wait  # (made before the lock is taken)
         with replay.waiting:
             if replay.running and replay.generation == owned.generation:
-                if copies is not None and copies.items:
-                    self._wait(replay, lambda: replay.seq.kdml_wait_copy(copies.items))
+                self._wait(replay, wait)
+                if items:
                     copies.done = True
-                else:
-                    self._wait(replay, replay.seq.kdml_wait)
         if spin_cap_ns:
             replay.spin_ns = min(spin_cap_ns, max(SPIN_DEFAULT_NS, int(2e9 * (time.perf_counter() - owned.t0))))
         return None

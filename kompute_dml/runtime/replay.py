@@ -75,7 +75,9 @@ class Replay:
         self.seq: Any = None
         self.run: Callable[..., None] | None = None  # complete(seq[, copies]): submit and wait
         self.spin_ns = SPIN_DEFAULT_NS  # how long its next wait polls (Engine.set_adaptive_spin)
-        self.waiting = threading.Lock()  # held by the one thread that waits for its submission (inflight.py)
+        # held by the one thread that waits for its submission (inflight.py); re-entrant: a buffer's
+        # finalizer run by the collector inside that wait (Engine._released) may settle the same submission
+        self.waiting = threading.RLock()
 
     def own(self, seq: Any, order: Order = levels) -> None:
         """Record the submission into `seq` (in `order`: the engine's), its own sequence from now on."""
