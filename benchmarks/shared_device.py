@@ -1,31 +1,19 @@
-"""Several prepared models on one device, a thread each, against one of them alone (issue 55:
-concurrent callers on one GPU): runs per second of the random BERT (hidden 256, 3 layers) from
-one thread, then from N threads at once (each its own prepared copy), after a warm-up of every
-copy (kompute_dml.bench.gpu_clock). A device runs one submission at a time, so N threads gain
-only what one run's host work (writing inputs, the plan lookup, submitting, copying outputs)
-overlaps with another's device time. `--locked` is the overlay of the runtime before waits were
-made after the engine's lock (every replayed run waited for under it, runtime/inflight.py): the
-threads' host work then queued behind each other's waits.
+"""Overlay of kompute_dml.bench.shared_device: `--locked` waits for every replayed run under the engine's
+lock, as the runtime did before (runtime/inflight.py); the threads' host work then queues behind each
+other's waits. Without it, the module as it is.
 
-    python -m benchmarks.shared_device [--copies 2] [--shapes 1x16,1x128,8x128,64x256] [--seconds 2] [--locked]
+    python -m benchmarks.shared_device [--locked] [kompute_dml.bench.shared_device's options]
 """
 
 from __future__ import annotations
 
-import argparse
-import functools
-import threading
+import sys
 
-import numpy as np
-
-import kompute_dml as kdml
-from kompute_dml.bench.bert_models import build_random_bert, random_feeds
-from kompute_dml.bench.gpu_clock import hold, sm_clock_mhz
-from kompute_dml.onnx_backend import Backend
+from kompute_dml.bench import shared_device
 
 
 def lock_the_waits() -> None:
-    """The overlay: Engine._launch never hands a replayed run's wait to its caller."""
+    """Engine._launch never hands a replayed run's wait to its caller."""
     from kompute_dml.runtime import engine
 
     launch = engine.Engine._launch
@@ -36,50 +24,13 @@ def lock_the_waits() -> None:
     engine.Engine._launch = locked  # type: ignore[method-assign]
 
 
-def together(reps: list, feeds: list, seconds: float) -> tuple[list[int], int | None]:
-    """Runs of each copy from a thread each, started together, in `seconds`; the SM clock meanwhile."""
-    counts = [0] * len(reps)
-    start = threading.Barrier(len(reps))
-
-    def go(k: int) -> None:
-        start.wait()
-        counts[k] = hold(functools.partial(reps[k].run, feeds[k]), seconds)
-
-    threads = [threading.Thread(target=go, args=(k,)) for k in range(len(reps))]
-    for t in threads:
-        t.start()
-    mhz = sm_clock_mhz()
-    for t in threads:
-        t.join()
-    return counts, mhz
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--copies", type=int, default=2, help="prepared copies of the model, a thread each")
-    ap.add_argument("--shapes", default="1x16,1x128,8x128,64x256")
-    ap.add_argument("--seconds", type=float, default=2.0)
-    ap.add_argument("--locked", action="store_true", help="wait for every run under the engine's lock (the runtime before)")
-    args = ap.parse_args(argv)
-    if args.locked:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--locked" in args:
+        args.remove("--locked")
         lock_the_waits()
-    path = str(build_random_bert(256, 3, 4))
-    dev = kdml.default_device()
-    reps = [Backend.prepare(path, kdml_device=dev) for _ in range(args.copies)]
-    print(f"{dev.name}; {args.copies} copies of bert256; waits {'under' if args.locked else 'after'} the engine's lock")
-    print("| batch x seq | one thread runs/s | threads runs/s | x one thread | per thread | SM MHz |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for shape in args.shapes.split(","):
-        batch, seq = (int(v) for v in shape.split("x"))
-        feeds = [random_feeds(batch, seq, 1000, np.random.default_rng(k)) for k in range(len(reps))]
-        for rep, f in zip(reps, feeds):
-            hold(functools.partial(rep.run, f), 1.0)
-        one = hold(functools.partial(reps[0].run, feeds[0]), args.seconds) / args.seconds
-        counts, mhz = together(reps, feeds, args.seconds)
-        total = sum(counts) / args.seconds
-        print(f"| {shape} | {one:.1f} | {total:.1f} | {total / one:.2f} | {' / '.join(str(round(c / args.seconds)) for c in counts)}"
-              f" | {mhz if mhz is not None else 'n/a'} |", flush=True)
-    return 0
+        print("overlay: every wait under the engine's lock")
+    return shared_device.main(args)
 
 
 if __name__ == "__main__":

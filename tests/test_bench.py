@@ -249,13 +249,14 @@ def test_gpu_clock_reads_nvidia_smi_or_says_none(monkeypatch, tmp_path):
 
 def test_bench_decoders_and_scaling_sections_run_their_modules(dev, monkeypatch, capsys):
     """--decoders, --conv and --scaling run kompute_dml.bench.decoder_speed, benchmarks/bench_conv.py
-    (its small shapes on lavapipe), kompute_dml.bench.scaling and kompute_dml.bench.batcher after the table,
+    (its small shapes on lavapipe), kompute_dml.bench.scaling, shared_device and batcher after the table,
     with the names and shapes given (the modules themselves: tests/test_decoders.py, on a GPU host)."""
-    from kompute_dml.bench import batcher, decoder_speed, scaling
+    from kompute_dml.bench import batcher, decoder_speed, scaling, shared_device
 
     calls = []
     monkeypatch.setattr(decoder_speed, "main", lambda argv: calls.append(("decoders", argv)) or 0)
     monkeypatch.setattr(scaling, "main", lambda argv: calls.append(("scaling", argv)) or 0)
+    monkeypatch.setattr(shared_device, "main", lambda argv: calls.append(("shared", argv)) or 0)
     monkeypatch.setattr(batcher, "main", lambda argv: calls.append(("batcher", argv)) or 0)
     import subprocess
 
@@ -277,6 +278,6 @@ def test_bench_decoders_and_scaling_sections_run_their_modules(dev, monkeypatch,
     if "cooperative_matrix" in dev.capabilities:  # the tensor-core kernels too (a GPU)
         conv.append(("conv", ["-m", "benchmarks.bench_conv", "--kernels", "--quick"]))
     assert calls == [("decoders", ["--decoders", "gpt2"]), *conv, ("scaling", ["--shapes", "1x16", "--seconds", "2"]),
-                     *batch_rows]
-    assert "python -m kompute_dml.bench.scaling" in out
+                     ("shared", ["--copies", "2", "--shapes", "1x128,8x128", "--seconds", "1"]), *batch_rows]
+    assert "python -m kompute_dml.bench.scaling" in out and "python -m kompute_dml.bench.shared_device" in out
     assert not batch_rows or "python -m kompute_dml.bench.batcher" in out

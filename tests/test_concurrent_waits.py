@@ -114,3 +114,20 @@ def test_a_submission_settled_again_inside_its_own_wait_does_not_deadlock() -> N
     t.start()
     assert done.wait(10), "the wait waited for itself"
     assert not replay.running and len(inflight) == 0 and waits == [0, 1]
+
+
+def test_shared_device_bench_runs_both_ways(capsys: pytest.CaptureFixture[str]) -> None:
+    """kompute_dml.bench.shared_device (kompute-dml bench --scaling) and its overlay with every wait
+    under the engine's lock print a row per shape (the overlay's patch undone after)."""
+    from benchmarks import shared_device as overlay
+    from kompute_dml.bench import shared_device
+    from kompute_dml.runtime import engine
+
+    launch = engine.Engine._launch
+    assert shared_device.main(["--copies", "2", "--shapes", "1x8", "--seconds", "0.05"]) == 0
+    try:
+        assert overlay.main(["--locked", "--copies", "2", "--shapes", "1x8", "--seconds", "0.05"]) == 0
+    finally:
+        engine.Engine._launch = launch
+    out = capsys.readouterr().out
+    assert out.count("| 1x8 |") == 2 and "overlay: every wait under the engine's lock" in out

@@ -119,6 +119,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--scaling", metavar="SHAPES", nargs="?", const="8x128,64x256", default=None,
                     help="also measure throughput over every GPU from one thread per GPU and one process per GPU "
                          "against one GPU (kompute_dml.bench.scaling, a random BERT; default 8x128,64x256), then "
+                         "two models from two threads on one GPU (kompute_dml.bench.shared_device), then "
                          "batch-1 requests from 8 threads through serving.Batcher on one GPU (kompute_dml.bench.batcher)")
     ap.add_argument("--conv", action="store_true",
                     help="also the convolution layers (ResNet's, depthwise 3x3, 1x1, ViT's patches, Whisper's) against "
@@ -278,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
         sc = ["--shapes", args.scaling, "--seconds", "2" if args.quick else "5"]
         console.print("scaling over GPUs (python -m kompute_dml.bench.scaling " + " ".join(sc) + ")")
         scaling.main(sc)
+        from . import shared_device
+
+        sd = ["--copies", "2", "--shapes", "1x128,8x128", "--seconds", "1" if args.quick else "2"]
+        console.print("one GPU, a model per thread (python -m kompute_dml.bench.shared_device " + " ".join(sd) + ")")
+        shared_device.main(sd)
         _batcher_section(console, args.quick)
     return 0
 
