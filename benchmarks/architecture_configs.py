@@ -17,7 +17,8 @@ DETR = {"d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attent
         "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "num_queries": 10, "use_timm_backbone": False,
         "use_pretrained_backbone": False}
 # name -> (configuration class, model class, configuration keywords, inputs: "text" | "text-tt" | "seq2seq" |
-# "image" | "audio" | "mel" | "spectrogram"); the text models take a vocabulary of 100 and H unless they override it
+# "image" | "audio" | "mel" | "spectrogram" | "ids" (input_ids alone)); the text models take a vocabulary of 100 and
+# H unless they override it
 _CONV_AUDIO = {"conv_dim": (16, 16), "conv_stride": (5, 2), "conv_kernel": (10, 3), "num_feat_extract_layers": 2,
                "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 2}
 TRANSFORMERS: dict[str, tuple[str, str, dict[str, Any], str]] = {
@@ -254,7 +255,35 @@ TRANSFORMERS: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "longt5": ("LongT5Config", "LongT5Model", {"vocab_size": 100, "d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 1,
                                               "num_decoder_layers": 1, "num_heads": 4, "local_radius": 4,
                                               "encoder_attention_type": "local"}, "seq2seq"),
+    # added 2026-11-29: encoders of other token mixers, state-space and recurrent decoders, mixtures of experts
+    "mra": ("MraConfig", "MraModel", {"max_position_embeddings": 64, "block_per_row": 2, "approx_mode": "full"}, "ids"),
+    "mamba": ("MambaConfig", "MambaModel", {"state_size": 8, "expand": 2, "conv_kernel": 4}, "text"),
+    "falcon-mamba": ("FalconMambaConfig", "FalconMambaModel", {"state_size": 8, "expand": 2, "conv_kernel": 4}, "text"),
+    "rwkv": ("RwkvConfig", "RwkvModel", {"attention_hidden_size": 32, "context_length": 64}, "ids"),
+    "recurrent-gemma": ("RecurrentGemmaConfig", "RecurrentGemmaModel", {"num_key_value_heads": 1, "lru_width": 32,
+                                                                        "attention_window_size": 8, "conv1d_width": 4,
+                                                                        "block_types": ["recurrent", "attention"]}, "text"),
+    "doge": ("DogeConfig", "DogeModel", {"num_key_value_heads": 2, "keep_window_size": 4}, "text"),
+    "hunyuan-dense": ("HunYuanDenseV1Config", "HunYuanDenseV1Model", {"num_key_value_heads": 2, "head_dim": 8}, "text"),
+    "dbrx": ("DbrxConfig", "DbrxModel", {**MOE, "d_model": 32, "n_heads": 4, "n_layers": 2, "max_seq_len": 64,
+                                         "attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
+                                         "ffn_config": {"ffn_hidden_size": 32, "moe_num_experts": 4, "moe_top_k": 2}}, "text"),
+    "glm4-moe": ("Glm4MoeConfig", "Glm4MoeModel", {**MOE, "num_key_value_heads": 2, "head_dim": 8, "moe_intermediate_size": 16,
+                                                   "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1,
+                                                   "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1}, "text"),
+    "dots1": ("Dots1Config", "Dots1Model", {**MOE, "num_key_value_heads": 2, "head_dim": 8, "moe_intermediate_size": 16,
+                                            "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1,
+                                            "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1}, "text"),
+    "bigbird-pegasus": ("BigBirdPegasusConfig", "BigBirdPegasusModel", {**SEQ2SEQ, "max_position_embeddings": 64,
+                                                                        "attention_type": "original_full"}, "seq2seq"),
+    "nllb-moe": ("NllbMoeConfig", "NllbMoeModel", {**SEQ2SEQ, "max_position_embeddings": 64, "num_experts": 4,
+                                                   "encoder_sparse_step": 1, "decoder_sparse_step": 1}, "seq2seq"),
 }
+# exports whose traced graph holds the example's sequence length (9) as a constant (the state-space and recurrent
+# scans): onnxruntime refuses them at other lengths as well, so they are compared at 9 (at batch sizes 1 and 3).
+# Longformer and LED (their padded attention windows), Switch Transformers (experts split by the example's token
+# counts) and CANINE are left out: onnxruntime refuses their exports at other batch sizes or at any size.
+TRACED_LENGTH = frozenset({"mamba", "falcon-mamba", "rwkv", "recurrent-gemma"})
 # timm networks (random weights) at their own input size, one or two of each family people deploy
 TIMM = ("resnet50", "efficientnet_b0", "mobilenetv3_large_100", "mobilenetv4_conv_small", "convnext_atto",
         "vit_tiny_patch16_224", "deit_tiny_patch16_224", "eva02_tiny_patch14_224", "regnety_002", "ghostnet_100",

@@ -35,11 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from .architecture_configs import TIMM, TORCHVISION, TRANSFORMERS, H
+from .architecture_configs import TIMM, TORCHVISION, TRACED_LENGTH, TRANSFORMERS, H
 
 
 def _inputs(kind: str, b: int, s: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Feeds of `kind` for batch b and length s (text rows after the first padded at the end)."""
+    if kind == "ids":  # (models that take no attention mask)
+        return {"input_ids": rng.integers(3, 100, (b, s)).astype(np.int64)}
     if kind in ("text", "text-tt", "seq2seq"):
         f = {"input_ids": rng.integers(3, 100, (b, s)).astype(np.int64), "attention_mask": np.ones((b, s), np.int64)}
         f["attention_mask"][1:, s - 2:] = 0
@@ -198,13 +200,14 @@ def _transformers_case(name: str, tmp: str, variant: str) -> str:
     import transformers
 
     cfg_cls, model_cls, kw, kind = TRANSFORMERS[name]
-    base = {"vocab_size": 100, **H} if kind.startswith("text") else {}
+    base = {"vocab_size": 100, **H} if kind.startswith("text") or kind == "ids" else {}
     torch.manual_seed(0)
     model = getattr(transformers, model_cls)(getattr(transformers, cfg_cls)(**{**base, **kw})).eval()
     example = _inputs(kind, 2, 9, np.random.default_rng(0))
     path = os.path.join(tmp, f"{name}.onnx")
     _export(model, list(example), example, path)
-    line = _compare(path, lambda b, rng: _inputs(kind, b, 7 if b == 1 else 13, rng), variant)
+    fixed = name in TRACED_LENGTH  # (architecture_configs.py)
+    line = _compare(path, lambda b, rng: _inputs(kind, b, 9 if fixed else 7 if b == 1 else 13, rng), variant)
     return line + (_float64(model, path, _inputs(kind, 1, 7, np.random.default_rng(1))) if FLOAT64 and variant == "fp32" else "")
 
 
