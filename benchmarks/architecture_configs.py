@@ -302,7 +302,13 @@ TIMM = ("resnet50", "efficientnet_b0", "mobilenetv3_large_100", "mobilenetv4_con
         "deit3_small_patch16_224", "flexivit_small",
         # added at this session's end
         "mobilenetv4_hybrid_medium", "efficientnetv2_rw_t", "convformer_s18", "regnetz_b16", "fastvit_mci0", "rdnet_tiny",
-        "mambaout_femto", "nextvit_small", "vit_small_patch16_rope_224", "efficientvit_l1")
+        "mambaout_femto", "nextvit_small", "vit_small_patch16_rope_224", "efficientvit_l1",
+        # added 2026-11-29
+        "mnasnet_100", "spnasnet_100", "hardcorenas_a", "gernet_s", "halonet26t", "ecaresnet26t", "nf_resnet26",
+        "efficientnet_lite0", "mobilenetv1_100", "ese_vovnet19b_dw", "regnetx_002", "semnasnet_075", "focalnet_tiny_srf",
+        "resnetv2_50x1_bit", "tresnet_m", "sebotnet33ts_256", "haloregnetz_b", "cspresnet50", "dla46_c",
+        "legacy_seresnet18", "eca_nfnet_l0", "tf_efficientnetv2_b0", "hgnet_tiny", "efficientformerv2_s0", "fasternet_t0",
+        "shvit_s1")
 TORCHVISION = ("resnet18", "mobilenet_v3_small", "efficientnet_b0", "densenet121", "regnet_y_400mf", "convnext_tiny",
                "squeezenet1_1", "shufflenet_v2_x0_5", "mnasnet0_5", "swin_t", "segmentation.deeplabv3_mobilenet_v3_large",
                "segmentation.lraspp_mobilenet_v3_large", "mobilenet_v2", "mobilenet_v3_large", "resnext50_32x4d",
