@@ -315,4 +315,7 @@ TORCHVISION = ("resnet18", "mobilenet_v3_small", "efficientnet_b0", "densenet121
                "efficientnet_v2_s", "swin_v2_t", "segmentation.fcn_resnet50",
                # added at this session's end
                "googlenet", "inception_v3", "wide_resnet50_2", "regnet_x_400mf", "shufflenet_v2_x1_0", "mnasnet1_0",
-               "segmentation.deeplabv3_resnet50")
+               "segmentation.deeplabv3_resnet50",
+               # added 2026-11-29: video classification (Conv3d, 3-D pooling, 3-D windowed attention), 8 x 112 x 112
+               # (S3D's last pooling window needs 16 x 224 x 224: left out)
+               "video.r3d_18", "video.mc3_18", "video.r2plus1d_18", "video.swin3d_t")

@@ -234,9 +234,15 @@ def _float64(model: Any, path: str, feeds: dict[str, np.ndarray]) -> str:
                                                   for k, v in runs.items())
 
 
+def _torchvision_shape(name: str) -> tuple[int, ...]:
+    """An input's shape past the batch: 96 x 96 images; the video networks 8 frames of 112 x 112."""
+    return (3, 8, 112, 112) if name.startswith("video.") else (3, 96, 96)
+
+
 def _torchvision_case(name: str, tmp: str, variant: str) -> str:
     path = export_torchvision(name, tmp)
-    return _compare(path, lambda b, rng: {"x": rng.standard_normal((b, 3, 96, 96)).astype(np.float32)}, variant)
+    shape = _torchvision_shape(name)
+    return _compare(path, lambda b, rng: {"x": rng.standard_normal((b, *shape)).astype(np.float32)}, variant)
 
 
 def _timm_case(name: str, tmp: str, variant: str) -> str:
@@ -261,7 +267,8 @@ def _timm_case(name: str, tmp: str, variant: str) -> str:
 
 
 def export_torchvision(name: str, tmp: str) -> str:
-    """torchvision's `name` (random weights) exported to tmp at 96 x 96, batch dynamic; its path."""
+    """torchvision's `name` (random weights) exported to tmp at its input shape (_torchvision_shape), batch dynamic;
+    its path."""
     import torch
     import torchvision
 
@@ -271,7 +278,7 @@ def export_torchvision(name: str, tmp: str) -> str:
         factory = getattr(factory, part)
     model = factory(weights=None, weights_backbone=None) if name.startswith("segmentation.") else factory()
     path = os.path.join(tmp, f"{name}.onnx")
-    _export(model.eval(), ["x"], {"x": np.zeros((2, 3, 96, 96), np.float32)}, path)
+    _export(model.eval(), ["x"], {"x": np.zeros((2, *_torchvision_shape(name)), np.float32)}, path)
     return path
 
 
