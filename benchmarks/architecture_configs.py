@@ -17,8 +17,8 @@ DETR = {"d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attent
         "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "num_queries": 10, "use_timm_backbone": False,
         "use_pretrained_backbone": False}
 # name -> (configuration class, model class, configuration keywords, inputs: "text" | "text-tt" | "seq2seq" |
-# "image" | "audio" | "mel" | "spectrogram" | "ids" (input_ids alone)); the text models take a vocabulary of 100 and
-# H unless they override it
+# "image" | "audio" | "mel" | "spectrogram" | "ids" (input_ids alone) | "fbank" | "audio-seq2seq"); the text models
+# take a vocabulary of 100 and H unless they override it
 _CONV_AUDIO = {"conv_dim": (16, 16), "conv_stride": (5, 2), "conv_kernel": (10, 3), "num_feat_extract_layers": 2,
                "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 2}
 TRANSFORMERS: dict[str, tuple[str, str, dict[str, Any], str]] = {
@@ -276,6 +276,15 @@ TRANSFORMERS: dict[str, tuple[str, str, dict[str, Any], str]] = {
                                             "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1}, "text"),
     "bigbird-pegasus": ("BigBirdPegasusConfig", "BigBirdPegasusModel", {**SEQ2SEQ, "max_position_embeddings": 64,
                                                                         "attention_type": "original_full"}, "seq2seq"),
+    "speech-to-text": ("Speech2TextConfig", "Speech2TextModel", {**SEQ2SEQ, "input_feat_per_channel": 16, "num_conv_layers": 2,
+                                                                 "conv_channels": 32, "conv_kernel_sizes": [5, 5],
+                                                                 "max_source_positions": 64, "max_target_positions": 64},
+                       "fbank"),
+    "moonshine": ("MoonshineConfig", "MoonshineModel", {"vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
+                                                        "encoder_num_hidden_layers": 1, "decoder_num_hidden_layers": 1,
+                                                        "encoder_num_attention_heads": 4, "decoder_num_attention_heads": 4,
+                                                        "encoder_num_key_value_heads": 4, "decoder_num_key_value_heads": 4},
+                  "audio-seq2seq"),
     "nllb-moe": ("NllbMoeConfig", "NllbMoeModel", {**SEQ2SEQ, "max_position_embeddings": 64, "num_experts": 4,
                                                    "encoder_sparse_step": 1, "decoder_sparse_step": 1}, "seq2seq"),
 }

@@ -57,6 +57,12 @@ def _inputs(kind: str, b: int, s: int, rng: np.random.Generator) -> dict[str, np
                 "decoder_input_ids": rng.integers(3, 100, (b, max(1, s // 3))).astype(np.int64)}
     if kind == "spectrogram":
         return {"input_values": rng.standard_normal((b, 32, 16)).astype(np.float32)}
+    if kind == "fbank":  # (filter-bank frames, 16 features each, and the decoder's tokens)
+        return {"input_features": rng.standard_normal((b, 32, 16)).astype(np.float32),
+                "decoder_input_ids": rng.integers(3, 100, (b, max(1, s // 3))).astype(np.int64)}
+    if kind == "audio-seq2seq":  # (a waveform and the decoder's tokens)
+        return {"input_values": rng.standard_normal((b, 4000)).astype(np.float32),
+                "decoder_input_ids": rng.integers(3, 100, (b, max(1, s // 3))).astype(np.int64)}
     return {"input_values": rng.standard_normal((b, 400)).astype(np.float32)}
 
 
