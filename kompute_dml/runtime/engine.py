@@ -308,7 +308,7 @@ class Engine:
         submitted, and returned as an inflight.Owned for the caller to wait for once it let go
         of the lock (InFlight.wait_owned), so other threads submit while the device runs it."""
         self.staging.deferred.submit()  # (copies the executions may read)
-        if replay.run is None:
+        if replay.seq is None:
             if not replay.pending:
                 return None if wait else finished(self.lock)
             if self.profile is None:  # (a profile runs its own sequence: profile.py)
@@ -324,7 +324,7 @@ class Engine:
             self.profile.run(replay)
         elif wait:
             cap = self._spin_cap_ns
-            if cap:  # (process-wide in kp: set at every wait, another engine may have changed it)
+            if cap:  # (process-wide in kp: set at every submission; another thread's may apply to this wait)
                 kp.kdml_set_wait_spin_ns(replay.spin_ns)
             sub = self.inflight.start_owned(replay, copies)
             if owned:

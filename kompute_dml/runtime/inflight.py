@@ -42,11 +42,14 @@ class InFlight:
         return len(self._running)
 
     def start(self, replay: Any, lock: Any) -> Submission:
+        self._submit(replay)
+        return Submission(self, replay, replay.generation, lock)
+
+    def _submit(self, replay: Any) -> None:
         self._guarded(replay.seq.kdml_submit)
         replay.generation += 1
         replay.running = True
         self._running[id(replay)] = replay
-        return Submission(self, replay, replay.generation, lock)
 
     def finish(self, replay: Any) -> None:
         if not replay.running:
@@ -58,7 +61,7 @@ class InFlight:
     def start_owned(self, replay: Any, copies: Any) -> Owned:
         """Submit `replay` for the calling thread to wait for after it let go of the engine's lock."""
         t0 = time.perf_counter()
-        self.start(replay, None)
+        self._submit(replay)
         return Owned(replay, copies, t0, replay.generation)
 
     def wait_owned(self, owned: Any, spin_cap_ns: int = 0) -> Any:

@@ -43,8 +43,8 @@ class HostCopies:
 
 def complete(seq: Any, copies: HostCopies | None = None) -> None:
     """kdml_submit then kdml_wait (with `copies`: kdml_wait_copy): the GIL released while the
-    device runs the sequence. Every cached submission's run and every first run goes through it
-    (looked up at each call): kp's kdml_run (submit and wait in one call) holds the GIL
+    device runs the sequence. Every first run goes through it (a cached submission's later runs
+    wait in runtime/inflight.py, after the engine's lock): kp's kdml_run (submit and wait in one call) holds the GIL
     throughout its wait, so another thread's Python work (a second device's run, the caller's
     own threads) stopped while a device ran (`python -m benchmarks.gil_probe`, docs/serving.md)."""
     seq.kdml_submit()
@@ -57,10 +57,10 @@ def complete(seq: Any, copies: HostCopies | None = None) -> None:
 
 class Replay:
     """A cached submission: its encoded operations, its kp sequence once it has one (None
-    before its second run, and for a submission with nothing to run) and the call that
-    runs that sequence and waits, and the serials of the buffers it binds."""
+    before its second run, and for a submission with nothing to run) and the serials of the
+    buffers it binds."""
 
-    __slots__ = ("dispatches", "generation", "live", "memories", "pending", "ran", "run", "running", "seq", "spin_ns",
+    __slots__ = ("dispatches", "generation", "live", "memories", "pending", "ran", "running", "seq", "spin_ns",
                  "waiting")
 
     def __init__(self, memories: frozenset[int], dispatches: list[tuple[EncodedDispatch, tuple[Any, Plan]]]) -> None:
@@ -72,8 +72,7 @@ class Replay:
         # something to run and no sequence of its own yet; `ran`: its first run is done
         self.pending = not all(d.skip for d, _ in dispatches)
         self.ran = False
-        self.seq: Any = None
-        self.run: Callable[..., None] | None = None  # complete(seq[, copies]): submit and wait
+        self.seq: Any = None  # its own kp sequence (own), submitted and waited for by inflight.py
         self.spin_ns = SPIN_DEFAULT_NS  # how long its next wait polls (Engine.set_adaptive_spin)
         # held by the one thread that waits for its submission (inflight.py); re-entrant: a buffer's
         # finalizer run by the collector inside that wait (Engine._released) may settle the same submission
@@ -82,7 +81,7 @@ class Replay:
     def own(self, seq: Any, order: Order = levels) -> None:
         """Record the submission into `seq` (in `order`: the engine's), its own sequence from now on."""
         record_dispatches(seq, [d for d, _ in self.dispatches], order=order)
-        self.seq, self.run, self.pending = seq, lambda copies=None: complete(seq, copies), False
+        self.seq, self.pending = seq, False
 
 
 class FirstRuns:
