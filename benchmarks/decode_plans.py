@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 device.engine.set_order(encode.levels if args.order == "levels" else encode.program_order)
             rep = Backend.prepare(str(dec.path), kdml_device=device)
             rep.state.step_reuse = reuse
+            rep.state.cache_padding.enabled = False  # a plan per length (cache_padding.py pads them)
             if capacity is not None:
                 rep.state.trace_capacity = capacity
             loops[label] = _Steps(rep, dec, prompt)

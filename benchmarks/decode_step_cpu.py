@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.decoders.split(","):
             dec = decoders.build(name, args.size)
             rep = Backend.prepare(str(dec.path))
+            rep.state.cache_padding.enabled = False  # a plan per length (cache_padding.py pads them)
             prompt = np.random.default_rng(0).integers(1, decoders.VOCAB, (1, 24 + 12 * args.rounds))
             _steps(rep, dec, prompt, 4)  # the operators of the step shapes compiled, first traces made
             new, plans, kept, same = [], [], [], True

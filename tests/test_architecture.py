@@ -253,7 +253,7 @@ TYPE_ONLY_CIRCLES = {
     (f"{PACKAGE}.runtime.deferred_writes", f"{PACKAGE}.runtime.staging"): "deferred copies fill the staging slots",
     # the prepared model's parts are built by BackendRep's passes and take it as their argument
     **{(f"{_B}.{m}", f"{_B}.rep"): "built from the prepared model (BackendRep)"
-       for m in ("context", "device_graph", "fallback", "feeds", *_PATTERNS, "fusion_match", "fusions", "plan_context",
+       for m in ("cache_padding", "context", "device_graph", "fallback", "feeds", *_PATTERNS, "fusion_match", "fusions", "plan_context",
                  "product_groups", "step_reuse", "transfers")},
     (f"{_B}.step_reuse", f"{_B}.plan_context"): "a step is repeated through the plan's context",
     # handlers are typed by the context protocol that the executors implement

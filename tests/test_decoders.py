@@ -18,16 +18,20 @@ from kompute_dml.bench.families import CPU_NODE_TYPES as STILL_ON_THE_CPU
 from kompute_dml.onnx_backend import CPU, Backend
 
 
-@pytest.mark.parametrize("static", [True, False], ids=["static-cache", "growing-cache"])
+@pytest.mark.parametrize("static, padded", [(True, True), (False, True), (False, False)],
+                         ids=["static-cache", "growing-cache", "growing-cache-unpadded"])
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
-def test_greedy_tokens_equal_torch_with_the_cache_on_the_device(name, static, monkeypatch, plans_made):
+def test_greedy_tokens_equal_torch_with_the_cache_on_the_device(name, static, padded, monkeypatch, plans_made):
     """Both caches (onnx_backend/generation.py): one capacity, left-padded and masked, whose steps
-    replay one plan, and one that grows by a row per step, a plan each; the tokens are torch's and
-    the last position's logits torch's to float32 roundoff."""
+    replay one plan, and one that grows by a row per step: its pasts left-padded to their bucket
+    (onnx_backend/cache_padding.py: the prompt's plan, the first step's unpadded and padded, then one
+    replayed), or with that padding off a plan per step; the tokens are torch's and the last
+    position's logits torch's to float32 roundoff."""
     from kompute_dml.onnx_backend import generation
 
     dec = decoders.build(name, "tiny")
     rep = Backend.prepare(str(dec.path), "CPU")
+    rep.state.cache_padding.enabled = padded
     assert {p.op_type for p in rep.placement if p.target == CPU} == STILL_ON_THE_CPU[name]
     prompt = np.random.default_rng(7).integers(1, decoders.VOCAB, (2, 7))
     torch_logits: list[np.ndarray] = []
@@ -38,12 +42,16 @@ def test_greedy_tokens_equal_torch_with_the_cache_on_the_device(name, static, mo
     gen = generation.greedy(rep, prompt, 6, static=static, keep_logits=True)
     assert gen.tokens == want
     assert gen.capacity == (generation.CAPACITY_ROWS if static else None)
-    assert len(plans_made) == (2 if static else 6)  # static: the prompt's plan and the step's
+    assert len(plans_made) == (2 if static else 3 if padded else 6)  # static: the prompt's plan and the step's
     for step, (ours, theirs) in enumerate(zip(gen.logits, torch_logits)):
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * np.abs(theirs).max(), err_msg=f"step {step}")
     if not STILL_ON_THE_CPU[name]:  # wholly on the device: the logits are all that is read back
         # the last position's logits: the prompt's sliced and packed on the device first
-        assert reads == [(2, decoders.VOCAB)] + [(2, 1, decoders.VOCAB)] * 5
+        if static or not padded:
+            assert reads == [(2, decoders.VOCAB)] + [(2, 1, decoders.VOCAB)] * 5
+        else:  # the padding's check read the first step's outputs once, the presents too
+            assert [r for r in reads if len(r) == 3 or len(r) == 2] == [(2, decoders.VOCAB)] + [(2, 1, decoders.VOCAB)] * 6
+            assert len([r for r in reads if len(r) == 4]) == len(rep.output_names) - 1
         assert rep.last_run.uploads == 1 and rep.last_run.downloads == 0 and rep.last_run.cpu_segments == 0
 
 
@@ -85,6 +93,8 @@ def test_new_lengths_replay_node_traces_bit_for_bit(name, gpu_policy, monkeypatc
     slow = Backend.prepare(str(dec.path), "CPU")
     slow.state.trace_capacity = 0
     reuse = Backend.prepare(str(dec.path), "CPU")
+    for r in (fast, slow, reuse):  # a plan per length: the pasts as they grow (cache_padding.py off)
+        r.state.cache_padding.enabled = False
     prompt = np.random.default_rng(3).integers(1, decoders.VOCAB, (1, 5))
     pasts = {id(r): dec.empty_past(1) for r in (fast, slow, reuse)}
     ids, length, replayed, reused = prompt, 0, [], []

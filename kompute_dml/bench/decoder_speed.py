@@ -1,9 +1,11 @@
 """Greedy generation with the key/value cache (kompute_dml/bench/decoders.py: GPT-2, Llama,
 random weights): the prompt's ms and the new tokens per second of ours (the cache on the device at
 one capacity, onnx_backend/generation.py: a first generation, which plans the prompt and the step,
-the same generation again, and a first generation of a cache that grows by a row per step, a plan
-per step), onnxruntime CPU (the same step model, its cache in host arrays) and PyTorch CUDA eager
-float32 (and float16 on CUDA) with its own cache; the tokens of all three compared. Tokens/s are
+the same generation again, a cache that grows by a row per step, its pasts padded to their
+bucket (onnx_backend/cache_padding.py), and the same unpadded: a plan per step), the same loop as
+a user's onnxruntime session with our execution provider (host arrays), onnxruntime CPU (the
+same step model, its cache in host arrays) and PyTorch CUDA eager float32 (and float16 on CUDA)
+with its own cache; the tokens of all compared. Tokens/s are
 the new tokens over their steps' whole time (a first generation's plans included).
 
     python -m kompute_dml.bench.decoder_speed [--size small] [--prompt 128] [--new 32] [--batch 1] [--variant fp16]
@@ -42,6 +44,20 @@ def _line(who: str, times: list[float], batch: int) -> str:
     return f"  {who:12} prompt {times[0] * 1e3:8.2f} ms   {batch / step:8.1f} tokens/s ({step * 1e3:.2f} ms per step)"
 
 
+def _ep_session(path: str) -> Any:
+    """An onnxruntime session of the model with our execution provider, or None where it is not built."""
+    try:
+        import kompute_dml.ort as kort
+
+        kort.get_library_path()
+    except (ImportError, FileNotFoundError) as e:
+        print(f"  (no execution provider row: {e})")
+        return None
+    import onnxruntime as ort
+
+    return ort.InferenceSession(path, sess_options=kort.session_options())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="small")
@@ -71,9 +87,18 @@ def main(argv: list[str] | None = None) -> int:
         near = max(1, args.prompt - 8)  # a new prompt length in the same bucket (generation.CAPACITY_ROWS)
         _, t_near = decoders.greedy(rep, dec, prompt[:, :near], args.new + 1)
         decoders.greedy(rep, dec, prompt, 3, static=False)  # first plans of the first lengths
+        # a cache that grows by a row per step: its pasts padded to their bucket (cache_padding.py) and,
+        # with that off, a plan per step
         grow, t_grow = decoders.greedy(rep, dec, prompt, args.new + 1, static=False)
+        rep.state.cache_padding.enabled = False
+        unpadded, t_unpadded = decoders.greedy(rep, dec, prompt, args.new + 1, static=False)
+        rep.state.cache_padding.enabled = True
         sess = ort.InferenceSession(str(dec.path), providers=["CPUExecutionProvider"])
         theirs, t_ort = decoders.ort_greedy(sess, dec, prompt, args.new + 1)
+        ep = _ep_session(str(dec.path))  # the same loop through our execution provider: host arrays in and out
+        if ep is not None:
+            decoders.ort_greedy(ep, dec, prompt, 3)
+            ep_tokens, t_ep = decoders.ort_greedy(ep, dec, prompt, args.new + 1)
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         # torch's GPU clock up after onnxruntime's CPU runs left the GPU idle (gpu_clock.py), as ours is held
         gpu_clock.hold(partial(decoders.torch_greedy, dec, prompt, 3, dev), 1.0)
@@ -87,8 +112,13 @@ def main(argv: list[str] | None = None) -> int:
         print(_line("kompute_dml", t_ours, args.batch) + "  (first generation: the prompt's plan and the step's)")
         print(_line("kompute_dml", t_warm, args.batch) + f"  (again: plans kept; tokens equal: {warm == ours})")
         print(_line("kompute_dml", t_near, args.batch) + f"  (a {near}-token prompt after them: its bucket's plans)")
-        print(_line("kompute_dml", t_grow, args.batch) + f"  (a growing cache's first generation: a plan per "
-                                                      f"step; tokens equal: {grow == ours})")
+        print(_line("kompute_dml", t_grow, args.batch) + f"  (a growing cache, padded to its bucket; tokens equal: "
+                                                      f"{grow == ours})")
+        print(_line("kompute_dml", t_unpadded, args.batch) + f"  (a growing cache's first generation unpadded: a plan "
+                                                          f"per step; tokens equal: {unpadded == ours})")
+        if ep is not None:
+            print(_line("ours via EP", t_ep, args.batch) + f"  (onnxruntime with our execution provider, the "
+                                                        f"cache in host arrays; tokens equal: {ep_tokens == ours})")
         print(_line("onnxruntime", t_ort, args.batch))
         print(_line(f"torch {dev}", t_torch, args.batch))
         if half:
@@ -104,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         peer = _prompt_ms(partial(decoders.torch_greedy, dec, prompt, 1, dev))
         print(f"  prompt, plans kept (median of 10, the GPU's clock held): ours {kept:.2f} ms, torch {dev} {peer:.2f} ms, "
               f"onnxruntime {_prompt_ms(partial(decoders.ort_greedy, sess, dec, prompt, 1)):.2f} ms")
-        for label, t in (("first", t_ours), ("again", t_warm), ("growing", t_grow)):
+        rows = [("first", t_ours), ("again", t_warm), ("growing", t_grow), ("unpadded", t_unpadded)]
+        for label, t in rows + ([("via EP", t_ep)] if ep is not None else []):
             print(f"  {label}: ours / torch tokens/s: {_per_token(t_torch) / _per_token(t):.2f}; ours / onnxruntime: "
                   f"{_per_token(t_ort) / _per_token(t):.2f}; prompt torch/ours {t_torch[0] / t[0]:.2f}"
                   + (f"; ours / torch fp16 tokens/s: {_per_token(half[1]) / _per_token(t):.2f}" if half else ""),

@@ -25,7 +25,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="comma-separated token ids; repeat for more rows of the batch")
     ap.add_argument("--new", type=int, default=32, help="new tokens per row (default 32)")
     ap.add_argument("--eos", type=int, default=None, help="a token id that ends a row (and, on every row, the run)")
-    ap.add_argument("--growing", action="store_true", help="grow the cache by a row per step (a plan per step)")
+    ap.add_argument("--growing", action="store_true",
+                    help="grow the cache by a row per step (its pasts padded to a bucket where the model allows)")
     ap.add_argument("--device", default="CPU", help=HELP)
     return ap
 

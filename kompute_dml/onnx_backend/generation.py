@@ -25,6 +25,7 @@ and yields each step's tokens as they come; `eos` ends rows, and the generation 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -254,7 +255,8 @@ def _steps(s: _Setup) -> Iterator[tuple[np.ndarray, Generation]]:
         if m.positions:
             feeds["position_ids"] = positions
         t0 = time.perf_counter()
-        out = rep.run({**feeds, **s.fixed, **dict(zip(m.pasts, past))}, device_outputs=True)
+        with rep.state.cache_padding.suspended() if s.static else contextlib.nullcontext():
+            out = rep.run({**feeds, **s.fixed, **dict(zip(m.pasts, past))}, device_outputs=True)
         last = _last_position(out[0])
         if step == 0 and s.retry is not None and not np.isfinite(last).all():
             yield from _steps(_Setup.of(rep, **s.retry))

@@ -258,6 +258,8 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         self.state.last_run = stats
         t0 = time.perf_counter()
         feeds = inputs if normalized else self._normalize_inputs(inputs, cast)
+        if (padded := self.state.cache_padding.run(self, feeds, device_outputs, out)) is not None:
+            return padded  # a growing cache's step, left-padded to its bucket's plan (cache_padding.py)
         self.state.feeds_now = set(feeds)
         self.state.uploads = {}
         self.state.memo = {}  # results handlers share within this run (handlers.py)

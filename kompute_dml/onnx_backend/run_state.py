@@ -18,6 +18,7 @@ import numpy as np
 
 import kompute_dml as kdml
 
+from .cache_padding import CachePadding
 from .fallback import CpuSegment
 from .host_eval import HostMemo
 from .values import DeviceValue, RunStats
@@ -68,3 +69,4 @@ class RunState:
     step_reuse: bool = True  # False: plans repeat no steps
     step_names: dict[int, Any] = field(default_factory=dict)  # per step's node: the names it reads, writes
     zero_pasts: dict[tuple[Any, ...], kdml.Tensor] = field(default_factory=dict)  # generation.py's first pasts
+    cache_padding: CachePadding = field(default_factory=CachePadding)  # a growing cache's pasts padded

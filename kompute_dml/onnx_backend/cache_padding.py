@@ -1,0 +1,259 @@
+"""A growing key/value cache run as a static one: a decoder step's pasts left-padded to a bucket.
+
+A user's own decoding loop (an onnxruntime session's, optimum's, a transformers export's) feeds each
+step the previous step's presents, so the pasts grow by a row, every step is a new input signature,
+and every step makes a whole-graph plan: 15-30 ms of host work per token on the H200's host, where a
+replayed plan takes about 1 ms (benchmarks/RESULTS.md, `kompute_dml.bench.decoder_speed`). Where the
+model takes `attention_mask` and `position_ids`, rows of zeros before the pasts, masked by zeros in
+the mask's first columns, change no result: attention depends on the mask and on the positions, not
+on where the keys stand (generation.py's static cache rests on the same rule). So a step whose
+pasts have L > 0 rows is fed pasts of P = L rounded up to ROWS rows (zeros first) and a mask P - L
+columns wider: the steps of a bucket share one signature and replay one plan. The presents come
+back without the padding rows: host arrays as the caller expects them, device outputs as views of
+tensors whose rows before the view are the padding's zeros. Fed back as the next pasts (the same
+Tensor objects), those views are widened over the zeros instead of copied into padded ones.
+
+Which inputs are the pasts: the rank-4 feeds whose axis 2 holds L = the mask's width less the
+step's positions, batch first. Which outputs are the presents, and whether the rule holds for this
+model at all, the first padded step finds out: it also runs unpadded, returns the unpadded results,
+and keeps padding only where each output of the padded run equals the unpadded one (the presents
+past their padding rows, those of another length along axis 2 only) within a tolerance of its
+largest magnitude (TOLERANCE by the pasts' type: the sums of the padded attention add zeros in
+another order). A model that fails the check (a mask added to the scores, a fused attention that
+reads key lengths from the mask, positions taken from the past's length) is never padded again.
+`rep.state.cache_padding.enabled = False`, or KDML_CACHE_PADDING=0 in the environment, turns it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import kompute_dml as kdml
+
+from .values import DeviceValue
+
+if TYPE_CHECKING:
+    from .rep import BackendRep
+
+ROWS = 64  # generation.CAPACITY_ROWS: a bucket's rows; the padding costs attention work only
+MASKS = ("attention_mask", "decoder_attention_mask")
+POSITIONS = ("position_ids", "decoder_position_ids")
+# a padded output's largest difference from the unpadded one, relative to the unpadded output's
+# largest magnitude: float32 pasts' sums in another order; float16's round each partial result
+TOLERANCE = {np.dtype(np.float32): 1e-4, np.dtype(np.float16): 1e-2}
+
+
+def _enabled_by_env() -> bool:
+    return os.environ.get("KDML_CACHE_PADDING", "1") != "0"
+
+
+@dataclass(eq=False)
+class Padded:
+    """One step's padded feeds and where its results go back to their own shapes."""
+
+    feeds: dict[str, Any]
+    pad: int  # P - L: the rows of zeros before each past
+    dtype: np.dtype  # the pasts' element type
+
+
+@dataclass(eq=False)
+class CachePadding:
+    """Per prepared model (rep.state.cache_padding): whether its steps are padded, and the views
+    it handed out whose base holds zero rows before them (id -> (weak reference, rows))."""
+
+    enabled: bool = field(default_factory=_enabled_by_env)
+    verified: bool = False  # the first padded step agreed with the unpadded one
+    presents: tuple[int, ...] = ()  # the outputs that are presents (found by the check)
+    checks: int = 0  # padded steps checked against unpadded ones (one per model, unless refused)
+    padded_runs: int = 0
+    widened_pasts: int = 0  # device pasts fed as views over the zeros before them
+    copied_pasts: int = 0  # device pasts copied after zeros (not handed out by a padded step)
+    refusal: str = ""  # why padding was turned off for this model
+    busy: bool = False  # inside a padded run: its own run is not padded again
+    _views: dict[int, tuple[Any, int]] = field(default_factory=dict)
+    _held: threading.local = field(default_factory=threading.local)
+
+    @contextlib.contextmanager
+    def suspended(self) -> Iterator[None]:
+        """This thread's runs fed as given meanwhile (generation.py's static cache pads its own pasts)."""
+        self._held.depth = getattr(self._held, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self._held.depth -= 1
+
+    # ---- deciding ---------------------------------------------------------------------------
+    def layout(self, feeds: dict[str, Any]) -> tuple[str, int, list[str]] | None:
+        """(mask name, past rows L, past names) where this step can be padded, else None."""
+        mask = next((n for n in MASKS if n in feeds), None)
+        pos = next((n for n in POSITIONS if n in feeds), None)
+        if mask is None or pos is None:
+            return None
+        m, p = feeds[mask], feeds[pos]
+        if not isinstance(m, np.ndarray) or m.ndim != 2 or np.ndim(p) < 1 or (
+                m.dtype.kind == "f" and not np.isin(m, (0, 1)).all()):  # an additive float mask: zeros keep
+            return None
+        rows = m.shape[1] - np.shape(p)[-1]
+        pasts = [n for n, v in feeds.items() if n not in (mask, pos) and _rank4(v)
+                 and _shape(v)[2] == rows and _shape(v)[0] == m.shape[0]]
+        if rows <= 0 or not pasts or -(-rows // ROWS) * ROWS == rows:
+            return None
+        dtypes = {np.dtype(_dtype(feeds[n])) for n in pasts}
+        if len(dtypes) != 1 or next(iter(dtypes)) not in TOLERANCE:
+            return None
+        return mask, rows, pasts
+
+    def run(self, rep: BackendRep, feeds: dict[str, Any], device_outputs: bool, out: Any) -> Any:
+        """The step's results through a padded run, or None where it runs as given."""
+        if not self.enabled or self.busy or getattr(self._held, "depth", 0):
+            return None
+        found = self.layout(feeds)
+        if found is None:
+            return None
+        mask, rows, pasts = found
+        padded = self._pad(rep, feeds, mask, rows, pasts)
+        self.busy = True
+        try:
+            if not self.verified:
+                return self._check(rep, feeds, padded, device_outputs, out)
+            results = list(rep._run(padded.feeds, device_outputs=device_outputs,
+                                    out=self._out(out, padded.pad), normalized=True))
+        finally:
+            self.busy = False
+        self.padded_runs += 1
+        return rep._outputs_type(*self._unpad(results, padded.pad, device_outputs, out))
+
+    # ---- feeds ------------------------------------------------------------------------------
+    def _pad(self, rep: BackendRep, feeds: dict[str, Any], mask: str, rows: int, pasts: list[str]) -> Padded:
+        total = -(-rows // ROWS) * ROWS
+        pad = total - rows
+        new = dict(feeds)
+        m = feeds[mask]
+        new[mask] = np.concatenate([np.zeros((m.shape[0], pad), m.dtype), m], axis=1)
+        copies = []
+        for name in pasts:
+            v = feeds[name]
+            if isinstance(v, DeviceValue):
+                widened = self._widened(v.tensor, pad)
+                if widened is None:
+                    copies.append(name)
+                else:
+                    self.widened_pasts += 1
+                    new[name] = DeviceValue(widened, widened.shape, v.dtype)
+            else:
+                arr = np.asarray(v)
+                host = np.zeros((*arr.shape[:2], total, *arr.shape[3:]), arr.dtype)
+                host[:, :, pad:] = arr
+                new[name] = host
+        self.copied_pasts += len(copies)
+        if copies:  # device pasts not handed out by a padded step: copied after zeros, in one submission
+            with rep.device.capture() as rec:
+                for name in copies:
+                    t = feeds[name].tensor
+                    shape = (*t.shape[:2], total, *t.shape[3:])
+                    z = kdml.Tensor(kdml.Buffer(rep.device, kdml.TensorDesc(t.desc.data_type, shape).byte_size),
+                                    kdml.TensorDesc(t.desc.data_type, shape))
+                    kdml.copy(t, out=z[:, :, pad:])
+                    new[name] = DeviceValue(z, shape, feeds[name].dtype)
+            rec.submit(wait=False)
+        return Padded(new, pad, np.dtype(_dtype(feeds[pasts[0]])))
+
+    def _widened(self, t: kdml.Tensor, pad: int) -> kdml.Tensor | None:
+        """`t` as a view `pad` rows earlier over the zeros before it, where this model handed it out
+        with at least that many; else None."""
+        entry = self._views.get(id(t))
+        if entry is None or entry[0]() is not t or entry[1] < pad:
+            return None
+        d = t.desc
+        strides = d.effective_strides
+        sizes = (*d.sizes[:2], d.sizes[2] + pad, *d.sizes[3:])
+        return kdml.Tensor(t.buffer, kdml.TensorDesc(d.data_type, sizes, strides),
+                           t.offset - pad * strides[2] * d.data_type.size)
+
+    # ---- results ----------------------------------------------------------------------------
+    def _out(self, out: Any, pad: int) -> Any:
+        """The caller's output arrays (an execution provider's), the presents' held back: the padded
+        run writes those into arrays of its own, copied without the padding (_unpad)."""
+        if out is None:
+            return None
+        presents = set(self.presents)
+        return lambda k, shape, dtype: np.empty(shape, dtype) if k in presents else out(k, shape, dtype)
+
+    def _unpad(self, results: list[Any], pad: int, device_outputs: bool, out: Any) -> list[Any]:
+        for k in self.presents:
+            r = results[k]
+            if isinstance(r, kdml.Tensor):
+                view = r[:, :, pad:]
+                self._views[id(view)] = (weakref.ref(view, _forget(self._views, id(view))), pad)
+                results[k] = view
+            elif out is not None:
+                dst = out(k, r[:, :, pad:].shape, r.dtype)
+                np.copyto(dst, r[:, :, pad:])
+                results[k] = dst
+            else:
+                results[k] = np.ascontiguousarray(r[:, :, pad:])
+        return results
+
+    def _check(self, rep: BackendRep, feeds: dict[str, Any], padded: Padded, device_outputs: bool, out: Any) -> Any:
+        """The first padded step: run unpadded (its results are returned) and padded; keep padding
+        where every output agrees."""
+        results = rep._run(feeds, device_outputs=device_outputs, out=out, normalized=True)
+        trial = list(rep._run(padded.feeds, normalized=True))
+        self.checks += 1
+        presents, why = [], ""
+        for k, (r, p) in enumerate(zip(results, trial)):
+            r = np.asarray(r.numpy() if isinstance(r, kdml.Tensor) else r)
+            p = np.asarray(p)
+            if r.shape != p.shape:
+                if r.ndim != 4 or p.shape != (*r.shape[:2], r.shape[2] + padded.pad, *r.shape[3:]):
+                    why = f"output {rep.output_names[k]!r}: {p.shape} padded, {r.shape} as given"
+                    break
+                presents.append(k)
+                p = p[:, :, padded.pad:]
+            if not _agrees(r, p, TOLERANCE[padded.dtype]):
+                why = f"output {rep.output_names[k]!r} differs padded"
+                break
+        if why or not presents:
+            self.enabled = False
+            self.refusal = why or "no output grew with the padding"
+            rep._note(f"a growing cache is fed as it grows (a plan per step): {self.refusal}")
+        else:
+            self.verified, self.presents = True, tuple(presents)
+        return results
+
+
+def _agrees(r: np.ndarray, p: np.ndarray, tol: float) -> bool:
+    """`p` equals `r` (integers), or differs by at most tol x r's largest finite magnitude where r is
+    finite and is not finite where r is not."""
+    if r.dtype.kind != "f":
+        return bool(np.array_equal(r, p))
+    finite = np.isfinite(r)
+    if not np.array_equal(finite, np.isfinite(p)) or not np.array_equal(r[~finite], p[~finite]):
+        return False
+    if not finite.any():
+        return True
+    return float(np.max(np.abs(p[finite] - r[finite]))) <= tol * max(float(np.max(np.abs(r[finite]))), 1e-30)
+
+
+def _forget(views: dict[int, Any], key: int) -> Any:
+    return lambda _ref: views.pop(key, None)
+
+
+def _rank4(v: Any) -> bool:
+    return len(_shape(v)) == 4
+
+
+def _shape(v: Any) -> tuple[int, ...]:
+    return v.shape if isinstance(v, (DeviceValue, np.ndarray)) else np.shape(v)
+
+
+def _dtype(v: Any) -> Any:
+    return v.dtype if isinstance(v, (DeviceValue, np.ndarray)) else np.asarray(v).dtype

@@ -1,0 +1,206 @@
+"""A growing key/value cache fed by the caller, step by step (onnx_backend/cache_padding.py): the pasts
+left-padded to a bucket so that a bucket's steps replay one plan, every step's outputs as onnxruntime's
+CPU provider computes them from the unpadded feeds, and the check that turns padding off for models
+whose results the padding would change (positions from the past's length, a mask added to the scores)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import kompute_dml as kdml  # noqa: E402
+from kompute_dml.onnx_backend import Backend, cache_padding  # noqa: E402
+
+E, H, D, V, MAXPOS = 16, 2, 8, 40, 256
+RNG = np.random.default_rng(3)
+W = {n: RNG.standard_normal(s).astype(np.float32) * sc for n, s, sc in (
+    ("wte", (V, E), 1.0), ("wpe", (MAXPOS, E), 1.0), ("wq", (E, E), 0.5), ("wk", (E, E), 0.5),
+    ("wv", (E, E), 0.5), ("wo", (E, E), 0.5), ("lm", (E, V), 1.0))}
+
+
+def _i64(name, v):
+    return numpy_helper.from_array(np.asarray(v, np.int64), name)
+
+
+def decoder(positions="input", mask="multiply") -> bytes:
+    """A one-layer decoder step: (input_ids, attention_mask, position_ids, past_key, past_value) ->
+    (logits, present_key, present_value). `positions`: "input" reads position_ids, "length" counts
+    from the past's length (position_ids unread); `mask`: "multiply" (1 keep, 0 padding, as
+    transformers' exports) or "add" (a float mask added to the scores)."""
+    n = helper.make_node
+    nodes = [n("Gather", ["wte", "input_ids"], ["tok"]),
+             n("Shape", ["past_key"], ["pshape"]), n("Gather", ["pshape", "two"], ["past_len"]),
+             n("Shape", ["input_ids"], ["ishape"]), n("Gather", ["ishape", "one"], ["step_len"]),
+             n("Add", ["past_len", "step_len"], ["total"]),
+             n("Range", ["past_len", "total", "one"], ["qpos"])]
+    if positions == "input":
+        nodes.append(n("Gather", ["wpe", "position_ids"], ["pos"]))
+    else:
+        nodes += [n("Unsqueeze", ["qpos", "zero1"], ["qpos2"]), n("Gather", ["wpe", "qpos2"], ["pos"])]
+    nodes += [n("Add", ["tok", "pos"], ["x"])]
+    for p in "qkv":
+        nodes += [n("MatMul", ["x", f"w{p}"], [f"{p}0"]), n("Reshape", [f"{p}0", "heads"], [f"{p}1"]),
+                  n("Transpose", [f"{p}1"], [f"{p}"], perm=[0, 2, 1, 3])]
+    nodes += [n("Concat", ["past_key", "k"], ["present_key"], axis=2),
+              n("Concat", ["past_value", "v"], ["present_value"], axis=2),
+              n("Transpose", ["present_key"], ["kt"], perm=[0, 1, 3, 2]),
+              n("MatMul", ["q", "kt"], ["s0"]), n("Mul", ["s0", "scale"], ["s1"])]
+    if mask == "multiply":
+        nodes += [n("Cast", ["attention_mask"], ["mf"], to=TensorProto.FLOAT), n("Sub", ["onef", "mf"], ["mi"]),
+                  n("Mul", ["mi", "neg"], ["madd"])]
+    else:
+        nodes += [n("Identity", ["attention_mask"], ["madd"])]
+    nodes += [n("Unsqueeze", ["madd", "axes12"], ["m4"]), n("Add", ["s1", "m4"], ["s2"]),
+              # causal: key j is seen by the query at position past_len + i where j <= past_len + i
+              n("Range", ["zero", "total", "one"], ["kpos"]), n("Unsqueeze", ["kpos", "zero1"], ["kpos2"]),
+              n("Unsqueeze", ["qpos", "one1"], ["qpos3"]), n("LessOrEqual", ["kpos2", "qpos3"], ["allowed"]),
+              n("Where", ["allowed", "zerof", "neg"], ["causal"]), n("Add", ["s2", "causal"], ["s3"]),
+              n("Softmax", ["s3"], ["p"], axis=-1), n("MatMul", ["p", "present_value"], ["a0"]),
+              n("Transpose", ["a0"], ["a1"], perm=[0, 2, 1, 3]), n("Reshape", ["a1", "flat"], ["a2"]),
+              n("MatMul", ["a2", "wo"], ["a3"]), n("Add", ["a3", "x"], ["h"]), n("MatMul", ["h", "lm"], ["logits"])]
+    inits = [numpy_helper.from_array(w, k) for k, w in W.items()] + [
+        _i64("two", 2), _i64("one", 1), _i64("zero", 0), _i64("zero1", [0]), _i64("one1", [1]),
+        _i64("axes12", [1, 2]), _i64("heads", [0, 0, H, D]), _i64("flat", [0, 0, E]),
+        numpy_helper.from_array(np.float32(1 / np.sqrt(D)), "scale"), numpy_helper.from_array(np.float32(1), "onef"),
+        numpy_helper.from_array(np.float32(-1e9), "neg"), numpy_helper.from_array(np.float32(0), "zerof")]
+    mtype = TensorProto.INT64 if mask == "multiply" else TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "S"]),
+              helper.make_tensor_value_info("attention_mask", mtype, ["B", "T"]),
+              helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["B", "S"]),
+              helper.make_tensor_value_info("past_key", TensorProto.FLOAT, ["B", H, "L", D]),
+              helper.make_tensor_value_info("past_value", TensorProto.FLOAT, ["B", H, "L", D])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["B", "S", V]),
+               helper.make_tensor_value_info("present_key", TensorProto.FLOAT, ["B", H, "T", D]),
+               helper.make_tensor_value_info("present_value", TensorProto.FLOAT, ["B", H, "T", D])]
+    g = helper.make_graph(nodes, "step", inputs, outputs, initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9).SerializeToString()
+
+
+def _loop(run, prompt, prompt_mask, steps, *, mask="multiply", device=None):
+    """The caller's greedy loop: each step's feeds (host arrays) and outputs; `run(feeds)` -> outputs.
+    With `device`, the pasts fed are the previous outputs as they came (device Tensors)."""
+    batch = prompt.shape[0]
+    past = [np.zeros((batch, H, 0, D), np.float32)] * 2
+    ids, mask_now = prompt, prompt_mask.astype(np.int64)
+    positions = np.maximum(np.cumsum(prompt_mask, axis=1) - 1, 0)
+    seen = prompt_mask.sum(axis=1, keepdims=True)
+    record = []
+    for step in range(steps):
+        m = mask_now if mask == "multiply" else np.where(mask_now > 0, 0, -1e9).astype(np.float32)
+        feeds = {"input_ids": ids, "attention_mask": m, "position_ids": positions, "past_key": past[0],
+                 "past_value": past[1]}
+        out = list(run(feeds))
+        record.append((feeds, out))
+        logits = out[0].numpy() if isinstance(out[0], kdml.Tensor) else out[0]
+        nxt = logits[:, -1].argmax(-1)
+        past = out[1:]
+        ids, positions = nxt.reshape(batch, 1).astype(np.int64), seen + step
+        mask_now = np.concatenate([mask_now, np.ones((batch, 1), np.int64)], axis=1)
+    return record
+
+
+def _host(v):
+    return v.numpy() if isinstance(v, kdml.Tensor) else np.asarray(v)
+
+
+def _check_against_cpu(model, record):
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for feeds, out in record:
+        ref = sess.run(None, {k: _host(v) for k, v in feeds.items()})
+        for r, o in zip(ref, out):
+            o = _host(o)
+            assert o.shape == r.shape
+            np.testing.assert_allclose(o, r, rtol=1e-4, atol=2e-6 * max(1.0, float(np.abs(r).max())))
+
+
+@pytest.fixture(scope="module")
+def device():
+    return kdml.Device()
+
+
+def test_a_growing_cache_replays_one_plan_per_bucket_as_onnxruntime_computes_it(device):
+    model = decoder()
+    rep = Backend.prepare(model, "CPU", kdml_device=device)
+    prompt = np.array([[0, 0, 3, 4, 5, 6, 7], [1, 2, 3, 4, 5, 6, 7]], np.int64)
+    pm = np.array([[0, 0, 1, 1, 1, 1, 1], [1] * 7])  # the first row left-padded
+    steps = 70  # past rows 7 .. 75: two buckets (64, 128)
+    record = _loop(rep.run, prompt, pm, steps)
+    _check_against_cpu(model, record)
+    cp = rep.state.cache_padding
+    assert cp.verified and cp.presents == (1, 2) and cp.checks == 1
+    # the prompt's past is empty, the first past's step is the check, a past of 64 rows fills its bucket
+    # (fed as it is: the bucket's signature)
+    assert cp.padded_runs == steps - 3
+    # the prompt, the check's own, its padded, and the next bucket's: not a plan per step
+    assert len(rep.state.plans) == 4
+    assert all(out[1].flags.c_contiguous and out[1].shape[2] == feeds["attention_mask"].shape[1]
+               for feeds, out in record)
+
+
+def test_device_pasts_handed_back_are_widened_not_copied(device):
+    model = decoder()
+    rep = Backend.prepare(model, "CPU", kdml_device=device)
+    prompt = RNG.integers(0, V, (1, 9))
+    pm = np.ones_like(prompt)
+    record = _loop(lambda f: rep.run(f, device_outputs=True), prompt, pm, 12)
+    _check_against_cpu(model, record)
+    cp = rep.state.cache_padding
+    # copied: the check's padded pasts (the prompt's presents) and the next step's (the check's unpadded
+    # results); every later step's pasts are the views a padded step handed out
+    assert cp.padded_runs == 10 and cp.copied_pasts == 4 and cp.widened_pasts == 2 * 9
+    host = _loop(rep.run, prompt, pm, 12)
+    for (_, a), (_, b) in zip(record, host):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(_host(x), y)
+
+
+@pytest.mark.parametrize("kind", ["length", "add"])
+def test_a_model_the_padding_would_change_is_not_padded(device, kind):
+    """Positions from the past's length, or a float mask added to the scores (all zeros: every key
+    kept, the padding's too): the check finds the padded step different and padding stops."""
+    model = decoder(positions="input" if kind == "add" else "length", mask="add" if kind == "add" else "multiply")
+    rep = Backend.prepare(model, "CPU", kdml_device=device)
+    prompt = RNG.integers(0, V, (2, 6))
+    record = _loop(rep.run, prompt, np.ones_like(prompt), 8, mask="add" if kind == "add" else "multiply")
+    _check_against_cpu(model, record)
+    cp = rep.state.cache_padding
+    assert not cp.enabled and cp.checks == 1 and cp.padded_runs == 0 and "differs padded" in cp.refusal
+    assert len(rep.state.plans) == 8 + 1  # a plan per step, and the check's padded one
+
+
+def test_padding_turned_off(device, monkeypatch):
+    monkeypatch.setenv("KDML_CACHE_PADDING", "0")
+    rep = Backend.prepare(decoder(), "CPU", kdml_device=device)
+    prompt = RNG.integers(0, V, (1, 5))
+    _loop(rep.run, prompt, np.ones_like(prompt), 4)
+    assert not rep.state.cache_padding.enabled and rep.state.cache_padding.checks == 0
+    assert len(rep.state.plans) == 4
+
+
+def test_the_execution_provider_loop(device):
+    """An onnxruntime session with our execution provider (its outputs in onnxruntime's arrays)."""
+    kort = pytest.importorskip("kompute_dml.ort")
+    try:
+        kort.get_library_path()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    model = decoder()
+    sess = ort.InferenceSession(model, sess_options=kort.session_options())
+    assert sess.get_providers()[0] == kort.get_ep_name()
+    prompt = RNG.integers(0, V, (2, 5))
+    record = _loop(lambda f: sess.run(None, f), prompt, np.ones_like(prompt), 8)
+    _check_against_cpu(model, record)
+
+
+def test_the_bucket_rows():
+    cp = cache_padding.CachePadding()
+    feeds = {"attention_mask": np.ones((1, 70), np.int64), "position_ids": np.zeros((1, 1), np.int64),
+             "past_key": np.zeros((1, H, 69, D), np.float32), "x": np.zeros((1, H, 68, D), np.float32)}
+    assert cp.layout(feeds) == ("attention_mask", 69, ["past_key"])
+    feeds["past_key"] = np.zeros((1, H, 64, D), np.float32)  # a whole bucket: nothing to pad
+    feeds["attention_mask"] = np.ones((1, 65), np.int64)
+    assert cp.layout(feeds) is None
