@@ -204,3 +204,34 @@ def test_the_bucket_rows():
     feeds["past_key"] = np.zeros((1, H, 64, D), np.float32)  # a whole bucket: nothing to pad
     feeds["attention_mask"] = np.ones((1, 65), np.int64)
     assert cp.layout(feeds) is None
+
+
+def test_after_the_check_only_its_pasts_are_padded():
+    """An input of the pasts' rank and rows by chance (a fixed cross-attention cache of L rows) is
+    not padded once the check has named the pasts; a step without them all is not padded."""
+    cp = cache_padding.CachePadding(verified=True, pasts=("past_key",))
+    feeds = {"attention_mask": np.ones((1, 70), np.int64), "position_ids": np.zeros((1, 1), np.int64),
+             "past_key": np.zeros((1, H, 69, D), np.float32), "cross": np.zeros((1, H, 69, D), np.float32)}
+    assert cp.layout(feeds) == ("attention_mask", 69, ["past_key"])
+    feeds["past_key"] = np.zeros((1, H, 68, D), np.float32)
+    assert cp.layout(feeds) is None
+
+
+def test_a_padded_step_that_fails_turns_padding_off(device, monkeypatch):
+    """The check's padded run raising (a model that cannot take the padded shapes): the step's
+    results are the unpadded run's and the model is not padded again, the reason kept."""
+    model = decoder()
+    rep = Backend.prepare(model, "CPU", kdml_device=device)
+    real = type(rep)._run
+
+    def refuse_padded(self, feeds, *a, **kw):
+        if feeds["attention_mask"].shape[1] % cache_padding.ROWS == 1:  # a padded step's mask
+            raise kdml.UnsupportedError("no padded shapes here")
+        return real(self, feeds, *a, **kw)
+
+    monkeypatch.setattr(type(rep), "_run", refuse_padded)
+    prompt = RNG.integers(0, V, (1, 5))
+    record = _loop(rep.run, prompt, np.ones_like(prompt), 4)
+    _check_against_cpu(model, record)
+    cp = rep.state.cache_padding
+    assert not cp.enabled and cp.padded_runs == 0 and "UnsupportedError: no padded shapes here" in cp.refusal

@@ -138,3 +138,8 @@ def test_whisper_decoder_through_generation_greedy_with_a_static_cache(tmp_path,
     assert gen.tokens == [want]
     assert len(plans_made) == 2 and gen.capacity == generation.CAPACITY_ROWS
     assert rep.last_run.cpu_segments == 0 and rep.last_run.uploads == 1
+    # a cache that grows (onnx_backend/cache_padding.py): its own pasts padded, the cross-attention's left alone
+    grown = generation.greedy(rep, np.array([[1]]), STEPS, fixed=fixed, static=False)
+    cp = rep.state.cache_padding
+    assert grown.tokens == [want] and cp.verified and cp.padded_runs == STEPS - 2
+    assert sorted(cp.pasts) == sorted(n for i, n in enumerate(names) if i % 4 < 2)

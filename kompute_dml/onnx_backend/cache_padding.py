@@ -62,6 +62,7 @@ class Padded:
     feeds: dict[str, Any]
     pad: int  # P - L: the rows of zeros before each past
     dtype: np.dtype  # the pasts' element type
+    names: tuple[str, ...]  # the pasts padded
 
 
 @dataclass(eq=False)
@@ -72,6 +73,7 @@ class CachePadding:
     enabled: bool = field(default_factory=_enabled_by_env)
     verified: bool = False  # the first padded step agreed with the unpadded one
     presents: tuple[int, ...] = ()  # the outputs that are presents (found by the check)
+    pasts: tuple[str, ...] = ()  # the inputs the check padded: the only ones padded after it
     checks: int = 0  # padded steps checked against unpadded ones (one per model, unless refused)
     padded_runs: int = 0
     widened_pasts: int = 0  # device pasts fed as views over the zeros before them
@@ -104,6 +106,10 @@ class CachePadding:
         rows = m.shape[1] - np.shape(p)[-1]
         pasts = [n for n, v in feeds.items() if n not in (mask, pos) and _rank4(v)
                  and _shape(v)[2] == rows and _shape(v)[0] == m.shape[0]]
+        if self.verified:  # the pasts the check padded, those alone (a fixed input of L rows by chance is not one)
+            if not set(self.pasts) <= set(pasts):
+                return None
+            pasts = list(self.pasts)
         if rows <= 0 or not pasts or -(-rows // ROWS) * ROWS == rows:
             return None
         dtypes = {np.dtype(_dtype(feeds[n])) for n in pasts}
@@ -164,7 +170,7 @@ class CachePadding:
                     kdml.copy(t, out=z[:, :, pad:])
                     new[name] = DeviceValue(z, shape, feeds[name].dtype)
             rec.submit(wait=False)
-        return Padded(new, pad, np.dtype(_dtype(feeds[pasts[0]])))
+        return Padded(new, pad, np.dtype(_dtype(feeds[pasts[0]])), tuple(pasts))
 
     def _widened(self, t: kdml.Tensor, pad: int) -> kdml.Tensor | None:
         """`t` as a view `pad` rows earlier over the zeros before it, where this model handed it out
@@ -206,9 +212,14 @@ class CachePadding:
         """The first padded step: run unpadded (its results are returned) and padded; keep padding
         where every output agrees."""
         results = rep._run(feeds, device_outputs=device_outputs, out=out, normalized=True)
-        trial = list(rep._run(padded.feeds, normalized=True))
         self.checks += 1
-        presents, why = [], ""
+        try:
+            trial = list(rep._run(padded.feeds, normalized=True))
+        except Exception as e:  # noqa: BLE001 (a model that cannot take the padded shapes: fed as it is)
+            trial, why = [], f"the padded step failed: {type(e).__name__}: {e}"
+        else:
+            why = ""
+        presents = []
         for k, (r, p) in enumerate(zip(results, trial)):
             r = np.asarray(r.numpy() if isinstance(r, kdml.Tensor) else r)
             p = np.asarray(p)
@@ -226,7 +237,7 @@ class CachePadding:
             self.refusal = why or "no output grew with the padding"
             rep._note(f"a growing cache is fed as it grows (a plan per step): {self.refusal}")
         else:
-            self.verified, self.presents = True, tuple(presents)
+            self.verified, self.presents, self.pasts = True, tuple(presents), tuple(padded.names)
         return results
 
 
