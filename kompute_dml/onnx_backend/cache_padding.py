@@ -215,7 +215,7 @@ class CachePadding:
         self.checks += 1
         try:
             trial = list(rep._run(padded.feeds, normalized=True))
-        except Exception as e:  # noqa: BLE001 (a model that cannot take the padded shapes: fed as it is)
+        except Exception as e:  # a model that cannot take the padded shapes: fed as it is
             trial, why = [], f"the padded step failed: {type(e).__name__}: {e}"
         else:
             why = ""
