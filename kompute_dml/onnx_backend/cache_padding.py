@@ -93,17 +93,20 @@ class CachePadding:
             self._held.depth -= 1
 
     # ---- deciding ---------------------------------------------------------------------------
-    def layout(self, feeds: dict[str, Any]) -> tuple[str, int, list[str]] | None:
-        """(mask name, past rows L, past names) where this step can be padded, else None."""
+    def layout(self, feeds: dict[str, Any]) -> tuple[str, np.ndarray, int, list[str]] | None:
+        """(mask name, its host array, past rows L, past names) where this step can be padded, else None."""
         mask = next((n for n in MASKS if n in feeds), None)
         pos = next((n for n in POSITIONS if n in feeds), None)
         if mask is None or pos is None:
             return None
         m, p = feeds[mask], feeds[pos]
-        if not isinstance(m, np.ndarray) or m.ndim != 2 or np.ndim(p) < 1 or (
+        if isinstance(m, DeviceValue) and len(m.shape) == 2 and m.dtype != np.bool_:
+            # (the device-memory execution provider's inputs are all on the device: its mask read back, a row a step)
+            m = m.tensor.numpy().reshape(m.shape)
+        if not isinstance(m, np.ndarray) or m.ndim != 2 or len(_shape(p)) < 1 or (
                 m.dtype.kind == "f" and not np.isin(m, (0, 1)).all()):  # an additive float mask: zeros keep
             return None
-        rows = m.shape[1] - np.shape(p)[-1]
+        rows = m.shape[1] - _shape(p)[-1]
         pasts = [n for n, v in feeds.items() if n not in (mask, pos) and _rank4(v)
                  and _shape(v)[2] == rows and _shape(v)[0] == m.shape[0]]
         if self.verified:  # the pasts the check padded, those alone (a fixed input of L rows by chance is not one)
@@ -115,7 +118,7 @@ class CachePadding:
         dtypes = {np.dtype(_dtype(feeds[n])) for n in pasts}
         if len(dtypes) != 1 or next(iter(dtypes)) not in TOLERANCE:
             return None
-        return mask, rows, pasts
+        return mask, m, rows, pasts
 
     def run(self, rep: BackendRep, feeds: dict[str, Any], device_outputs: bool, out: Any) -> Any:
         """The step's results through a padded run, or None where it runs as given."""
@@ -124,8 +127,7 @@ class CachePadding:
         found = self.layout(feeds)
         if found is None:
             return None
-        mask, rows, pasts = found
-        padded = self._pad(rep, feeds, mask, rows, pasts)
+        padded = self._pad(rep, feeds, *found)
         self.busy = True
         try:
             if not self.verified:
@@ -138,11 +140,10 @@ class CachePadding:
         return rep._outputs_type(*self._unpad(results, padded.pad, device_outputs, out))
 
     # ---- feeds ------------------------------------------------------------------------------
-    def _pad(self, rep: BackendRep, feeds: dict[str, Any], mask: str, rows: int, pasts: list[str]) -> Padded:
+    def _pad(self, rep: BackendRep, feeds: dict[str, Any], mask: str, m: np.ndarray, rows: int, pasts: list[str]) -> Padded:
         total = -(-rows // ROWS) * ROWS
         pad = total - rows
         new = dict(feeds)
-        m = feeds[mask]
         new[mask] = np.concatenate([np.zeros((m.shape[0], pad), m.dtype), m], axis=1)
         copies = []
         for name in pasts:

@@ -235,8 +235,8 @@ class BackendRep(GraphAnalysis, ValueTransfers, _OnnxBackendRep):
         Inputs may be kompute_dml Tensors on the model's device: fed without a host round trip.
         `cast=True`: host inputs of another element type are converted to the declared one
         (numpy's astype) instead of refused where the conversion would change values.
-        `device_outputs=True`: tensor outputs stay on the device, as new kdml.Tensors that no
-        later run changes (onnxruntime's IO binding); bool outputs come back as host arrays.
+        `device_outputs=True`: tensor outputs stay on the device, as new kdml.Tensors that no later run
+        changes (IO binding; a padded cache's presents are views: cache_padding.py); bool ones host arrays.
         `out(k, shape, dtype)`: where host output k goes, an array of that shape and type the
         caller provides (an execution provider's output buffer): read into it directly where
         the device result allows, copied into it otherwise; what it returns is the output."""

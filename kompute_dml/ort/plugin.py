@@ -19,6 +19,7 @@ import onnx
 
 import kompute_dml
 from kompute_dml.core.errors import invalid
+from kompute_dml.core.tensor_desc import packed_strides
 from kompute_dml.onnx_backend.analysis import kind_runs
 from kompute_dml.onnx_backend.backend import Backend, _kdml_device
 from kompute_dml.onnx_backend.feeds import declared_shape
@@ -245,7 +246,11 @@ class Kernel:
             if isinstance(value, kompute_dml.Tensor):
                 dst = alloc(i, () if k in self._scalars else tuple(value.shape))  # rank 0 comes back as (1,)
                 if isinstance(dst, tuple):
-                    _device_copy(value.buffer, value.offset, dst[0], dst[1], value.nbytes)
+                    if value.desc.strides is None or value.desc.effective_strides == packed_strides(value.shape):
+                        _device_copy(value.buffer, value.offset, dst[0], dst[1], value.nbytes)
+                    else:  # a view (a growing cache's present past its padding: cache_padding.py), element by element
+                        packed = kompute_dml.TensorDesc(value.desc.data_type, value.shape)
+                        kompute_dml.copy(value, out=kompute_dml.Tensor(dst[0], packed, dst[1]))
                     continue
                 value = value.numpy()  # ORT put this output in host memory
             else:
