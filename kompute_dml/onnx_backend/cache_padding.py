@@ -161,15 +161,16 @@ class CachePadding:
                 host[:, :, pad:] = arr
                 new[name] = host
         self.copied_pasts += len(copies)
-        if copies:  # device pasts not handed out by a padded step: copied after zeros, in one submission
+        if copies:  # device pasts not handed out by a padded step: copied after zeros (one zeroed buffer), one submission
+            descs = [kdml.TensorDesc(feeds[n].tensor.desc.data_type, (*feeds[n].shape[:2], total, *feeds[n].shape[3:]))
+                     for n in copies]
+            ends = np.cumsum([0] + [-(-d.byte_size // 16) * 16 for d in descs])
+            buf = kdml.Buffer(rep.device, int(ends[-1]))
             with rep.device.capture() as rec:
-                for name in copies:
-                    t = feeds[name].tensor
-                    shape = (*t.shape[:2], total, *t.shape[3:])
-                    z = kdml.Tensor(kdml.Buffer(rep.device, kdml.TensorDesc(t.desc.data_type, shape).byte_size),
-                                    kdml.TensorDesc(t.desc.data_type, shape))
-                    kdml.copy(t, out=z[:, :, pad:])
-                    new[name] = DeviceValue(z, shape, feeds[name].dtype)
+                for name, desc, at in zip(copies, descs, ends):
+                    z = kdml.Tensor(buf, desc, int(at))
+                    kdml.copy(feeds[name].tensor, out=_rows_from(z, pad))
+                    new[name] = DeviceValue(z, desc.sizes, feeds[name].dtype)
             rec.submit(wait=False)
         return Padded(new, pad, np.dtype(_dtype(feeds[pasts[0]])), tuple(pasts))
 
@@ -179,11 +180,7 @@ class CachePadding:
         entry = self._views.get(id(t))
         if entry is None or entry[0]() is not t or entry[1] < pad:
             return None
-        d = t.desc
-        strides = d.effective_strides
-        sizes = (*d.sizes[:2], d.sizes[2] + pad, *d.sizes[3:])
-        return kdml.Tensor(t.buffer, kdml.TensorDesc(d.data_type, sizes, strides),
-                           t.offset - pad * strides[2] * d.data_type.size)
+        return _rows_from(t, -pad)
 
     # ---- results ----------------------------------------------------------------------------
     def _out(self, out: Any, pad: int) -> Any:
@@ -198,7 +195,7 @@ class CachePadding:
         for k in self.presents:
             r = results[k]
             if isinstance(r, kdml.Tensor):
-                view = r[:, :, pad:]
+                view = _rows_from(r, pad)
                 self._views[id(view)] = (weakref.ref(view, _forget(self._views, id(view))), pad)
                 results[k] = view
             elif out is not None:
@@ -253,6 +250,17 @@ def _agrees(r: np.ndarray, p: np.ndarray, tol: float) -> bool:
     if not finite.any():
         return True
     return float(np.max(np.abs(p[finite] - r[finite]))) <= tol * max(float(np.max(np.abs(r[finite]))), 1e-30)
+
+
+def _rows_from(t: kdml.Tensor, rows: int) -> kdml.Tensor:
+    """`t` ([batch, heads, keys, head size]) from its key `rows` on (negative: that many rows before it, within
+    the tensor it was taken from): a view through t's strides, without views.py's general indexing (a step
+    makes one per present: 1.4 against 7.3 us on lavapipe's host)."""
+    d = t.desc
+    strides = d.effective_strides
+    sizes = (*d.sizes[:2], d.sizes[2] - rows, *d.sizes[3:])
+    return kdml.Tensor.trusted(t.buffer, kdml.TensorDesc(d.data_type, sizes, strides),
+                               t.offset + rows * strides[2] * d.data_type.size)
 
 
 def _forget(views: dict[int, Any], key: int) -> Any:
