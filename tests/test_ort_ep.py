@@ -116,6 +116,35 @@ def test_outputs_equal_backend_run_bit_for_bit(optimize):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
+def _if_model() -> bytes:
+    """If(c): then MatMul(x, W) -> Relu, else MatMul(x, W) -> Sigmoid; the branches read x (an outer
+    input) and W (an outer initializer), none of their own inputs."""
+    def branch(name, op):
+        nodes = [helper.make_node("MatMul", ["x", "W1"], [f"{name}_y"], name=f"{name}_mm"),
+                 helper.make_node(op, [f"{name}_y"], [f"{name}_out"], name=f"{name}_act")]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, None)])
+
+    node = helper.make_node("If", ["c"], ["out"], then_branch=branch("then", "Relu"), else_branch=branch("else", "Sigmoid"),
+                            name="if")
+    return _model([node], [helper.make_tensor_value_info("c", TensorProto.BOOL, []), _float("x", ["N", 8])],
+                  [_float("out", ["N", 8])], [numpy_helper.from_array(W1, "W1")])
+
+
+def test_if_branches_reading_outer_values_are_claimed(capfd):
+    """onnxruntime offers each branch of an If to the provider: the outer values the branch reads (an input
+    of the main graph, its initializer) join the branch's description, so its nodes run on the device
+    (before, the capability call failed, logged an error and left them to the CPU)."""
+    model = _if_model()
+    sess = _session(model)
+    x = RNG.standard_normal((3, 8)).astype(np.float32)
+    for c in (True, False):
+        got = sess.run(None, {"c": np.array(c), "x": x})[0]
+        np.testing.assert_allclose(got, _cpu(model, {"c": np.array(c), "x": x})[0], rtol=1e-5, atol=1e-6)
+    groups = _assigned(sess)
+    assert sorted(map(sorted, groups[kort.get_ep_name()])) == [["else_act", "else_mm"], ["then_act", "then_mm"]]
+    assert "GetCapability" not in capfd.readouterr().err
+
+
 def test_integer_and_boolean_values_cross_the_boundary():
     # Cast to int32 and a comparison on the device; the bool output and the int output come back
     model = _model([helper.make_node("Cast", ["x"], ["i"], to=TensorProto.INT32),

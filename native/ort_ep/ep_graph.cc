@@ -9,6 +9,8 @@
 //   ("tensor", elem_type, dims, bytes),
 //   or None for what the EP never claims (graph attributes).
 // The memoryviews point at ORT's memory: valid only during the call that received them.
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "ep_common.h"
@@ -256,6 +258,50 @@ PyObject* node_desc(const OrtNode* node) {
   return Py_BuildValue("(sssOOOO)", op, domain ? domain : "", name ? name : "", ins.p, outs.p, attrs.p, out_types.p);
 }
 
+// A control-flow node's graph (an If branch, a Loop body) reads values of the graphs around it, which
+// are none of its inputs: an outer initializer joins the initializers (onnxruntime feeds the compiled
+// node no such value), any other outer value the inputs (the compiled node's inputs hold it), so that
+// the described graph is whole (the backend refuses a value that nothing provides).
+OrtStatus* add_outer_values(const std::vector<const OrtNode*>& nodes, PyObject* inputs, PyObject* initializers,
+                            size_t max_initializer_bytes) {
+  std::vector<std::string> seen;
+  for (Py_ssize_t i = 0; i < PyList_Size(inputs); ++i)
+    seen.emplace_back(PyUnicode_AsUTF8(PyTuple_GET_ITEM(PyList_GET_ITEM(inputs, i), 0)));
+  for (Py_ssize_t i = 0; i < PyList_Size(initializers); ++i)
+    seen.emplace_back(PyUnicode_AsUTF8(PyTuple_GET_ITEM(PyList_GET_ITEM(initializers, i), 0)));
+  for (const OrtNode* node : nodes) {
+    size_t n = 0;
+    KDML_RETURN_IF_ERROR(ort->Node_GetNumInputs(node, &n));
+    std::vector<const OrtValueInfo*> vis(n, nullptr);
+    if (n > 0) KDML_RETURN_IF_ERROR(ort->Node_GetInputs(node, vis.data(), n));
+    for (const OrtValueInfo* vi : vis) {
+      bool outer = false;
+      if (vi == nullptr) continue;
+      KDML_RETURN_IF_ERROR(ort->ValueInfo_IsFromOuterScope(vi, &outer));
+      if (!outer) continue;
+      const char* name = nullptr;
+      KDML_RETURN_IF_ERROR(ort->GetValueInfoName(vi, &name));
+      if (std::find(seen.begin(), seen.end(), name) != seen.end()) continue;
+      seen.emplace_back(name);
+      const OrtValue* value = nullptr;
+      KDML_RETURN_IF_ERROR(ort->ValueInfo_GetInitializerValue(vi, &value));
+      if (value != nullptr) {
+        size_t nbytes = 0;
+        if (OrtStatus* st = ort->GetTensorSizeInBytes(value, &nbytes)) ort->ReleaseStatus(st);
+        Ref view(tensor_view(value, nbytes <= max_initializer_bytes));
+        if (!view) return nullptr;  // (the Python error stays set)
+        Ref t(Py_BuildValue("(sOOO)", name, PyTuple_GET_ITEM(view.p, 1), PyTuple_GET_ITEM(view.p, 2),
+                            PyTuple_GET_ITEM(view.p, 3)));
+        if (!t || PyList_Append(initializers, t.p) != 0) return nullptr;
+        continue;
+      }
+      Ref item(value_info(vi));
+      if (!item || PyList_Append(inputs, item.p) != 0) return nullptr;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 PyObject* node_io(const OrtNode* node) {
@@ -320,6 +366,8 @@ PyObject* describe_graph(const OrtGraph* graph, size_t max_initializer_bytes) {
   }
   std::vector<const OrtNode*> nodes;
   if (OrtStatus* st = graph_nodes(graph, nodes)) return raise_ort(st);
+  if (OrtStatus* st = add_outer_values(nodes, inputs.p, initializers.p, max_initializer_bytes)) return raise_ort(st);
+  if (PyErr_Occurred()) return nullptr;
   Ref node_list(PyList_New(static_cast<Py_ssize_t>(nodes.size())));
   PY_CHECK(node_list.p);
   for (size_t i = 0; i < nodes.size(); ++i) {
