@@ -272,3 +272,13 @@ def test_the_execution_provider_loop_on_the_device(device):
         nxt = want[0][:, -1].argmax(-1)
         ids, positions = nxt.reshape(2, 1).astype(np.int64), np.full((2, 1), 5 + step, np.int64)
         mask = np.ones((2, mask.shape[1] + 1), np.int64)
+
+
+def test_rows_off_the_16_byte_grid_are_not_padded():
+    """A head of 2 float32 (8 bytes a row): a view past the padding could not start a binding."""
+    cp = cache_padding.CachePadding()
+    feeds = {"attention_mask": np.ones((1, 70), np.int64), "position_ids": np.zeros((1, 1), np.int64),
+             "past_key": np.zeros((1, H, 69, 2), np.float32)}
+    assert cp.layout(feeds) is None
+    feeds["past_key"] = np.zeros((1, H, 69, 4), np.float32)
+    assert cp.layout(feeds) is not None

@@ -14,7 +14,8 @@ tensors whose rows before the view are the padding's zeros. Fed back as the next
 Tensor objects), those views are widened over the zeros instead of copied into padded ones.
 
 Which inputs are the pasts: the rank-4 feeds whose axis 2 holds L = the mask's width less the
-step's positions, batch first. Which outputs are the presents, and whether the rule holds for this
+step's positions, batch first, their rows whole multiples of 16 bytes (a DirectML binding starts on
+that grid: a view past the padding must too). Which outputs are the presents, and whether the rule holds for this
 model at all, the first padded step finds out: it also runs unpadded, returns the unpadded results,
 and keeps padding only where each output of the padded run equals the unpadded one (the presents
 past their padding rows, those of another length along axis 2 only) within a tolerance of its
@@ -118,6 +119,8 @@ class CachePadding:
         dtypes = {np.dtype(_dtype(feeds[n])) for n in pasts}
         if len(dtypes) != 1 or next(iter(dtypes)) not in TOLERANCE:
             return None
+        if any(_shape(feeds[n])[3] * next(iter(dtypes)).itemsize % 16 for n in pasts):
+            return None  # a row not a multiple of 16 bytes: views past the padding would start off a binding's grid
         return mask, m, rows, pasts
 
     def run(self, rep: BackendRep, feeds: dict[str, Any], device_outputs: bool, out: Any) -> Any:
