@@ -168,8 +168,11 @@ def test_a_model_the_padding_would_change_is_not_padded(device, kind):
     record = _loop(rep.run, prompt, np.ones_like(prompt), 8, mask="add" if kind == "add" else "multiply")
     _check_against_cpu(model, record)
     cp = rep.state.cache_padding
-    assert not cp.enabled and cp.checks == 1 and cp.padded_runs == 0 and "differs padded" in cp.refusal
-    assert len(rep.state.plans) == 8 + 1  # a plan per step, and the check's padded one
+    assert cp.checks == 1 and cp.padded_runs == 0 and "differs padded" in cp.refusal
+    assert cp.prompt_runs == 0
+    if kind == "length":  # the prompt's padding changes its positions too (an additive mask's prompt is not padded)
+        assert "differs padded" in cp.prompt_refusal
+    assert len(rep.state.plans) == 8 + 1 + (kind == "length")  # a plan per step, and the checks' padded ones
 
 
 def test_padding_turned_off(device, monkeypatch):
@@ -234,7 +237,7 @@ def test_a_padded_step_that_fails_turns_padding_off(device, monkeypatch):
     record = _loop(rep.run, prompt, np.ones_like(prompt), 4)
     _check_against_cpu(model, record)
     cp = rep.state.cache_padding
-    assert not cp.enabled and cp.padded_runs == 0 and "UnsupportedError: no padded shapes here" in cp.refusal
+    assert cp.padded_runs == 0 and "UnsupportedError: no padded shapes here" in cp.refusal
 
 
 def test_the_execution_provider_loop_on_the_device(device):
@@ -282,3 +285,32 @@ def test_rows_off_the_16_byte_grid_are_not_padded():
     assert cp.layout(feeds) is None
     feeds["past_key"] = np.zeros((1, H, 69, 4), np.float32)
     assert cp.layout(feeds) is not None
+
+
+def test_prompts_of_one_bucket_share_a_plan(device):
+    """Prompts (no past rows, the mask all ones) of 5, 9 and 30 tokens run as 64: the first also runs
+    as given (the check), the others replay its plan; each step as onnxruntime computes it, and the
+    presents' views over the padding tokens' rows are widened by the next step, not copied."""
+    model = decoder()
+    rep = Backend.prepare(model, "CPU", kdml_device=device)
+    cp = rep.state.cache_padding
+    plans = []
+    for n in (5, 9, 30):
+        prompt = RNG.integers(0, V, (2, n))
+        record = _loop(lambda f: rep.run(f, device_outputs=True), prompt, np.ones_like(prompt), 4)
+        _check_against_cpu(model, record)
+        plans.append(len(rep.state.plans))
+    assert cp.prompt_verified and cp.prompt_cuts == {0: 1, 1: 2, 2: 2} and cp.prompt_runs == 2
+    # the first prompt: its check's two plans, the decode check's unpadded one and the bucket's; later none
+    assert plans == [4, 4, 4]
+    # pasts copied only after the checks (their results are not views); every later past widened
+    assert cp.copied_pasts == 4 and cp.widened_pasts == 2 * (3 * 3 - 2)
+
+
+def test_a_prompt_padded_by_its_caller_is_not_padded(device):
+    rep = Backend.prepare(decoder(), "CPU", kdml_device=device)
+    prompt = RNG.integers(0, V, (2, 6))
+    mask = np.ones_like(prompt)
+    mask[0, :2] = 0
+    _check_against_cpu(decoder(), _loop(rep.run, prompt, mask, 2))
+    assert rep.state.cache_padding.prompt_runs == 0 and not rep.state.cache_padding.prompt_verified

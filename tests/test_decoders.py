@@ -23,9 +23,9 @@ from kompute_dml.onnx_backend import CPU, Backend
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_greedy_tokens_equal_torch_with_the_cache_on_the_device(name, static, padded, monkeypatch, plans_made):
     """Both caches (onnx_backend/generation.py): one capacity, left-padded and masked, whose steps
-    replay one plan, and one that grows by a row per step: its pasts left-padded to their bucket
-    (onnx_backend/cache_padding.py: the prompt's plan, the first step's unpadded and padded, then one
-    replayed), or with that padding off a plan per step; the tokens are torch's and the last
+    replay one plan, and one that grows by a row per step: its prompt and pasts left-padded to their
+    bucket (onnx_backend/cache_padding.py: the prompt's plan as given and padded, the first step's too,
+    then replayed), or with that padding off a plan per step; the tokens are torch's and the last
     position's logits torch's to float32 roundoff."""
     from kompute_dml.onnx_backend import generation
 
@@ -42,16 +42,18 @@ def test_greedy_tokens_equal_torch_with_the_cache_on_the_device(name, static, pa
     gen = generation.greedy(rep, prompt, 6, static=static, keep_logits=True)
     assert gen.tokens == want
     assert gen.capacity == (generation.CAPACITY_ROWS if static else None)
-    assert len(plans_made) == (2 if static else 3 if padded else 6)  # static: the prompt's plan and the step's
+    # static: the prompt's plan and the step's; padded: the prompt's and the first step's as given and padded
+    assert len(plans_made) == (2 if static else 4 if padded else 6)
     for step, (ours, theirs) in enumerate(zip(gen.logits, torch_logits)):
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * np.abs(theirs).max(), err_msg=f"step {step}")
     if not STILL_ON_THE_CPU[name]:  # wholly on the device: the logits are all that is read back
         # the last position's logits: the prompt's sliced and packed on the device first
         if static or not padded:
             assert reads == [(2, decoders.VOCAB)] + [(2, 1, decoders.VOCAB)] * 5
-        else:  # the padding's check read the first step's outputs once, the presents too
-            assert [r for r in reads if len(r) == 3 or len(r) == 2] == [(2, decoders.VOCAB)] + [(2, 1, decoders.VOCAB)] * 6
-            assert len([r for r in reads if len(r) == 4]) == len(rep.output_names) - 1
+        else:  # the paddings' checks (the prompt's, the first step's) read those steps' outputs once, presents too
+            assert [r for r in reads if len(r) != 4] == [(2, 7, decoders.VOCAB), (2, decoders.VOCAB)] + [
+                (2, 1, decoders.VOCAB)] * 6
+            assert len([r for r in reads if len(r) == 4]) == 2 * (len(rep.output_names) - 1)
         assert rep.last_run.uploads == 1 and rep.last_run.downloads == 0 and rep.last_run.cpu_segments == 0
 
 
@@ -162,6 +164,10 @@ def test_float16_and_int8_decoders(name, variant):
     assert rep.last_run.cpu_segments == 0 and rep.last_run.runtime_fallbacks == 0
     growing = generation.greedy(rep, prompt, 6, static=False, keep_logits=True)
     assert static.tokens == growing.tokens
+    # the growing cache padded (cache_padding.py); its prompt too, but for int8's dynamic quantization
+    cp = rep.state.cache_padding
+    assert cp.verified and cp.padded_runs == 4 and cp.prompt_runs == 0
+    assert cp.prompt_verified == (variant != "int8"), (cp.prompt_refusal, cp.refusal)
     for step, (a, b) in enumerate(zip(static.logits, growing.logits)):
         np.testing.assert_allclose(a, b, rtol=0, atol=2e-3 * np.abs(b).max(), err_msg=f"step {step}")
     # the prompt padded to its bucket (float16; int8 is not padded): float16 products of other shapes

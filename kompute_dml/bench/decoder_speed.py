@@ -85,13 +85,17 @@ def main(argv: list[str] | None = None) -> int:
         ours, t_ours = decoders.greedy(rep, dec, prompt, args.new + 1)
         warm, t_warm = decoders.greedy(rep, dec, prompt, args.new + 1)
         near = max(1, args.prompt - 8)  # a new prompt length in the same bucket (generation.CAPACITY_ROWS)
-        _, t_near = decoders.greedy(rep, dec, prompt[:, :near], args.new + 1)
+        near_tokens, t_near = decoders.greedy(rep, dec, prompt[:, :near], args.new + 1)
         decoders.greedy(rep, dec, prompt, 3, static=False)  # first plans of the first lengths
         # a cache that grows by a row per step: its pasts padded to their bucket (cache_padding.py) and,
         # with that off, a plan per step
         grow, t_grow = decoders.greedy(rep, dec, prompt, args.new + 1, static=False)
+        # a prompt of a new length in a bucket seen (the prompt's padding checked at another length first)
+        decoders.greedy(rep, dec, prompt[:, :near + 1], 2, static=False)
+        grow_near, t_grow_near = decoders.greedy(rep, dec, prompt[:, :near], args.new + 1, static=False)
         rep.state.cache_padding.enabled = False
         unpadded, t_unpadded = decoders.greedy(rep, dec, prompt, args.new + 1, static=False)
+        t_new_length = decoders.greedy(rep, dec, prompt[:, :near - 1], 1, static=False)[1][0]  # its own plan
         rep.state.cache_padding.enabled = True
         sess = ort.InferenceSession(str(dec.path), providers=["CPUExecutionProvider"])
         theirs, t_ort = decoders.ort_greedy(sess, dec, prompt, args.new + 1)
@@ -114,8 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         print(_line("kompute_dml", t_near, args.batch) + f"  (a {near}-token prompt after them: its bucket's plans)")
         print(_line("kompute_dml", t_grow, args.batch) + f"  (a growing cache, padded to its bucket; tokens equal: "
                                                       f"{grow == ours})")
+        print(_line("kompute_dml", t_grow_near, args.batch) + f"  (a growing cache, a {near}-token prompt: its "
+                                                           f"bucket's plans; tokens equal: {grow_near == near_tokens})")
         print(_line("kompute_dml", t_unpadded, args.batch) + f"  (a growing cache's first generation unpadded: a plan "
-                                                          f"per step; tokens equal: {unpadded == ours})")
+                                                          f"per step; tokens equal: {unpadded == ours}; a "
+                                                          f"{near - 1}-token prompt unpadded: {t_new_length * 1e3:.2f} ms)")
         if ep is not None:
             print(_line("ours via EP", t_ep, args.batch) + f"  (onnxruntime with our execution provider, the "
                                                         f"cache in host arrays; tokens equal: {ep_tokens == ours})")

@@ -22,7 +22,15 @@ past their padding rows, those of another length along axis 2 only) within a tol
 largest magnitude (TOLERANCE by the pasts' type: the sums of the padded attention add zeros in
 another order). A model that fails the check (a mask added to the scores, a fused attention that
 reads key lengths from the mask, positions taken from the past's length) is never padded again.
-`rep.state.cache_padding.enabled = False`, or KDML_CACHE_PADDING=0 in the environment, turns it off.
+A prompt (no past rows, S >= 2 tokens, the mask all ones) is padded the same way (_pad_prompt):
+its token inputs gain S rounded up to ROWS less S masked tokens in front (id 0, position 0), so
+prompts of new lengths in a bucket seen replay its plan instead of planning their own; its outputs
+are cut after those rows (logits along axis 1, presents along axis 2: their views are handed out
+over the padding tokens' rows, which the mask hides at every later step). Its own check (the first
+padded prompt) also wants those rows finite. Not where the caller padded the prompt (a masked query
+row attends to nothing, and what it then gets depends on the keys there are) nor where activations
+are quantized dynamically (the padding tokens' values would join a tensor's scale).
+`rep.state.cache_padding.enabled = False`, or KDML_CACHE_PADDING=0 in the environment, turns both off.
 """
 
 from __future__ import annotations
@@ -61,9 +69,10 @@ class Padded:
     """One step's padded feeds and where its results go back to their own shapes."""
 
     feeds: dict[str, Any]
-    pad: int  # P - L: the rows of zeros before each past
-    dtype: np.dtype  # the pasts' element type
-    names: tuple[str, ...]  # the pasts padded
+    pad: int  # P - L: the rows of zeros before each past (a prompt: its padding tokens)
+    dtype: np.dtype  # the pasts' element type (the check's tolerance)
+    names: tuple[str, ...]  # the inputs padded
+    prompt: bool = False  # a prompt's tokens padded (_pad_prompt), not a cache's rows
 
 
 @dataclass(eq=False)
@@ -79,7 +88,13 @@ class CachePadding:
     padded_runs: int = 0
     widened_pasts: int = 0  # device pasts fed as views over the zeros before them
     copied_pasts: int = 0  # device pasts copied after zeros (not handed out by a padded step)
-    refusal: str = ""  # why padding was turned off for this model
+    refusal: str = ""  # why padding was turned off for this model's caches
+    # a prompt (no past rows) of S tokens fed as ROWS-rounded, its padding tokens first (_pad_prompt)
+    prompt_verified: bool = False
+    prompt_cuts: dict[int, int] = field(default_factory=dict)  # output -> the axis its padding is cut from
+    prompt_names: tuple[str, ...] = ()
+    prompt_runs: int = 0
+    prompt_refusal: str = ""
     busy: bool = False  # inside a padded run: its own run is not padded again
     _views: dict[int, tuple[Any, int]] = field(default_factory=dict)
     _held: threading.local = field(default_factory=threading.local)
@@ -127,20 +142,29 @@ class CachePadding:
         """The step's results through a padded run, or None where it runs as given."""
         if not self.enabled or self.busy or getattr(self._held, "depth", 0):
             return None
-        found = self.layout(feeds)
-        if found is None:
+        found = self.layout(feeds) if not self.refusal else None
+        if found is not None:
+            padded: Padded | None = self._pad(rep, feeds, *found)
+            verified, cuts = self.verified, dict.fromkeys(self.presents, 2)
+        else:
+            # (not where activations are quantized dynamically: the padding tokens' values would join a scale)
+            padded = self._pad_prompt(feeds) if not self.prompt_refusal and not rep.dynamic_quantized else None
+            verified, cuts = self.prompt_verified, self.prompt_cuts
+        if padded is None:
             return None
-        padded = self._pad(rep, feeds, *found)
         self.busy = True
         try:
-            if not self.verified:
+            if not verified:
                 return self._check(rep, feeds, padded, device_outputs, out)
-            results = list(rep._run(padded.feeds, device_outputs=device_outputs,
-                                    out=self._out(out, padded.pad), normalized=True))
+            results = list(rep._run(padded.feeds, device_outputs=device_outputs, out=self._out(out, cuts),
+                                    normalized=True))
         finally:
             self.busy = False
-        self.padded_runs += 1
-        return rep._outputs_type(*self._unpad(results, padded.pad, device_outputs, out))
+        if padded.prompt:
+            self.prompt_runs += 1
+        else:
+            self.padded_runs += 1
+        return rep._outputs_type(*self._unpad(results, padded.pad, cuts, out))
 
     # ---- feeds ------------------------------------------------------------------------------
     def _pad(self, rep: BackendRep, feeds: dict[str, Any], mask: str, m: np.ndarray, rows: int, pasts: list[str]) -> Padded:
@@ -177,68 +201,119 @@ class CachePadding:
             rec.submit(wait=False)
         return Padded(new, pad, np.dtype(_dtype(feeds[pasts[0]])), tuple(pasts))
 
+    def _pad_prompt(self, feeds: dict[str, Any]) -> Padded | None:
+        """A prompt (S >= 2 tokens, no past rows, its mask all ones) as S rounded up to ROWS tokens, the
+        padding first: every [batch, S(, ...)] input (ids, positions, mask) gains zeros in front (a masked
+        token 0 at position 0), so prompts of a bucket share one plan, as generation.greedy's do; None
+        where it runs as given."""
+        mask = next((n for n in MASKS if n in feeds), None)
+        pos = next((n for n in POSITIONS if n in feeds), None)
+        if mask is None or pos is None or len(_shape(feeds[mask])) != 2:
+            return None
+        batch, steps = _shape(feeds[mask])
+        pasts = [v for v in feeds.values() if _rank4(v)]
+        total = -(-steps // ROWS) * ROWS
+        if steps < 2 or total == steps or _shape(feeds[pos])[-1] != steps or any(_shape(v)[2] for v in pasts):
+            return None
+        names = tuple(n for n, v in feeds.items() if len(_shape(v)) in (2, 3) and _shape(v)[:2] == (batch, steps))
+        if self.prompt_verified and set(names) != set(self.prompt_names):
+            return None
+        new = dict(feeds)
+        for n in names:
+            v = feeds[n]
+            arr = v.tensor.numpy().reshape(v.shape) if isinstance(v, DeviceValue) else np.asarray(v)
+            if arr.dtype == np.bool_ or (n == mask and not (arr == 1).all()):
+                # a row padded by the caller attends to nothing, and what it gets then depends on the keys
+                # there are (its outputs would differ); a float mask other than ones may be additive
+                return None
+            new[n] = np.concatenate([np.zeros((batch, total - steps, *arr.shape[2:]), arr.dtype), arr], axis=1)
+        dtype = np.dtype(_dtype(pasts[0])) if pasts else np.dtype(np.float32)
+        return Padded(new, total - steps, dtype if dtype in TOLERANCE else np.dtype(np.float32), names, prompt=True)
+
     def _widened(self, t: kdml.Tensor, pad: int) -> kdml.Tensor | None:
-        """`t` as a view `pad` rows earlier over the zeros before it, where this model handed it out
-        with at least that many; else None."""
+        """`t` as a view `pad` rows earlier over the rows before it (the padding's zeros, or a padded
+        prompt's tokens: rows the mask hides), where this model handed it out with at least that many;
+        else None."""
         entry = self._views.get(id(t))
         if entry is None or entry[0]() is not t or entry[1] < pad:
             return None
         return _rows_from(t, -pad)
 
     # ---- results ----------------------------------------------------------------------------
-    def _out(self, out: Any, pad: int) -> Any:
-        """The caller's output arrays (an execution provider's), the presents' held back: the padded
-        run writes those into arrays of its own, copied without the padding (_unpad)."""
+    def _out(self, out: Any, cuts: dict[int, int]) -> Any:
+        """The caller's output arrays (an execution provider's), those of the outputs the padding grew
+        held back: the padded run writes those into arrays of its own, copied without the padding (_unpad)."""
         if out is None:
             return None
-        presents = set(self.presents)
-        return lambda k, shape, dtype: np.empty(shape, dtype) if k in presents else out(k, shape, dtype)
+        return lambda k, shape, dtype: np.empty(shape, dtype) if k in cuts else out(k, shape, dtype)
 
-    def _unpad(self, results: list[Any], pad: int, device_outputs: bool, out: Any) -> list[Any]:
-        for k in self.presents:
+    def _unpad(self, results: list[Any], pad: int, cuts: dict[int, int], out: Any) -> list[Any]:
+        """Each grown output less its first `pad` rows along its axis: presents (axis 2) on the device as
+        views over those rows (registered: the next step widens them), others sliced (views.py: a view or
+        a copy), host arrays copied."""
+        for k, axis in cuts.items():
             r = results[k]
             if isinstance(r, kdml.Tensor):
-                view = _rows_from(r, pad)
-                self._views[id(view)] = (weakref.ref(view, _forget(self._views, id(view))), pad)
+                if axis == 2:
+                    view = _rows_from(r, pad)
+                    self._views[id(view)] = (weakref.ref(view, _forget(self._views, id(view))), pad)
+                else:
+                    view = r[:, pad:]
                 results[k] = view
-            elif out is not None:
-                dst = out(k, r[:, :, pad:].shape, r.dtype)
-                np.copyto(dst, r[:, :, pad:])
-                results[k] = dst
+                continue
+            part = r[:, :, pad:] if axis == 2 else r[:, pad:]
+            if out is not None:
+                results[k] = out(k, part.shape, r.dtype)
+                np.copyto(results[k], part)
             else:
-                results[k] = np.ascontiguousarray(r[:, :, pad:])
+                results[k] = np.ascontiguousarray(part)
         return results
 
     def _check(self, rep: BackendRep, feeds: dict[str, Any], padded: Padded, device_outputs: bool, out: Any) -> Any:
-        """The first padded step: run unpadded (its results are returned) and padded; keep padding
-        where every output agrees."""
+        """The first padded step of its kind: run unpadded (its results are returned) and padded; keep
+        padding where every output agrees, an output the padding grew (by `pad` rows along axis 2, or
+        along axis 1 for a prompt's) past its padding, whose cut rows are finite (a prompt's padding
+        tokens' keys and values stay in the cache, hidden by the mask)."""
         results = rep._run(feeds, device_outputs=device_outputs, out=out, normalized=True)
-        self.checks += 1
         try:
             trial = list(rep._run(padded.feeds, normalized=True))
         except Exception as e:  # a model that cannot take the padded shapes: fed as it is
             trial, why = [], f"the padded step failed: {type(e).__name__}: {e}"
         else:
             why = ""
-        presents = []
+        cuts: dict[int, int] = {}
         for k, (r, p) in enumerate(zip(results, trial)):
             r = np.asarray(r.numpy() if isinstance(r, kdml.Tensor) else r)
             p = np.asarray(p)
-            if r.shape != p.shape:
-                if r.ndim != 4 or p.shape != (*r.shape[:2], r.shape[2] + padded.pad, *r.shape[3:]):
-                    why = f"output {rep.output_names[k]!r}: {p.shape} padded, {r.shape} as given"
+            axis = next((a for a in ((1, 2) if padded.prompt else (2,)) if r.ndim > a and p.shape ==
+                         (*r.shape[:a], r.shape[a] + padded.pad, *r.shape[a + 1:])), None)
+            if r.shape != p.shape and axis is None:
+                why = f"output {rep.output_names[k]!r}: {p.shape} padded, {r.shape} as given"
+                break
+            if axis is not None:
+                cuts[k] = axis
+                cut, p = (p[:, :, :padded.pad], p[:, :, padded.pad:]) if axis == 2 else (p[:, :padded.pad], p[:, padded.pad:])
+                if p.dtype.kind == "f" and not np.isfinite(cut).all():
+                    why = f"output {rep.output_names[k]!r}: its padding rows are not finite"
                     break
-                presents.append(k)
-                p = p[:, :, padded.pad:]
             if not _agrees(r, p, TOLERANCE[padded.dtype]):
                 why = f"output {rep.output_names[k]!r} differs padded"
                 break
-        if why or not presents:
-            self.enabled = False
-            self.refusal = why or "no output grew with the padding"
-            rep._note(f"a growing cache is fed as it grows (a plan per step): {self.refusal}")
+        presents = tuple(k for k, a in cuts.items() if a == 2)
+        why = why or ("" if presents else "no present grew with the padding")
+        if padded.prompt:
+            if why:
+                self.prompt_refusal = why
+                rep._note(f"a prompt runs at its own length (a plan per length): {why}")
+            else:
+                self.prompt_verified, self.prompt_cuts, self.prompt_names = True, cuts, padded.names
         else:
-            self.verified, self.presents, self.pasts = True, tuple(presents), tuple(padded.names)
+            self.checks += 1
+            if why:
+                self.refusal = why
+                rep._note(f"a growing cache is fed as it grows (a plan per step): {why}")
+            else:
+                self.verified, self.presents, self.pasts = True, presents, padded.names
         return results
 
 
