@@ -164,10 +164,15 @@ def test_float16_and_int8_decoders(name, variant):
     assert rep.last_run.cpu_segments == 0 and rep.last_run.runtime_fallbacks == 0
     growing = generation.greedy(rep, prompt, 6, static=False, keep_logits=True)
     assert static.tokens == growing.tokens
-    # the growing cache padded (cache_padding.py); its prompt too, but for int8's dynamic quantization
+    # the growing cache padded (cache_padding.py); its prompt checked, but for int8's dynamic quantization
+    # (float16 products of other shapes may take other kernels on a GPU: the H200's check refused the
+    # padded prompt's logits, lavapipe's kept them)
     cp = rep.state.cache_padding
     assert cp.verified and cp.padded_runs == 4 and cp.prompt_runs == 0
-    assert cp.prompt_verified == (variant != "int8"), (cp.prompt_refusal, cp.refusal)
+    if variant == "int8":
+        assert not cp.prompt_verified and not cp.prompt_refusal
+    else:
+        assert cp.prompt_verified or "differs padded" in cp.prompt_refusal
     for step, (a, b) in enumerate(zip(static.logits, growing.logits)):
         np.testing.assert_allclose(a, b, rtol=0, atol=2e-3 * np.abs(b).max(), err_msg=f"step {step}")
     # the prompt padded to its bucket (float16; int8 is not padded): float16 products of other shapes
