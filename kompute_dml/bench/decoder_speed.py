@@ -44,7 +44,7 @@ def _line(who: str, times: list[float], batch: int) -> str:
     return f"  {who:12} prompt {times[0] * 1e3:8.2f} ms   {batch / step:8.1f} tokens/s ({step * 1e3:.2f} ms per step)"
 
 
-def _ep_session(path: str) -> Any:
+def _ep_session(path: str, device_memory: bool = False) -> Any:
     """An onnxruntime session of the model with our execution provider, or None where it is not built."""
     try:
         import kompute_dml.ort as kort
@@ -55,7 +55,7 @@ def _ep_session(path: str) -> Any:
         return None
     import onnxruntime as ort
 
-    return ort.InferenceSession(path, sess_options=kort.session_options())
+    return ort.InferenceSession(path, sess_options=kort.session_options(device_memory=device_memory))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         if ep is not None:
             decoders.ort_greedy(ep, dec, prompt, 3)
             ep_tokens, t_ep = decoders.ort_greedy(ep, dec, prompt, args.new + 1)
+            # and with IO binding: the device-memory provider keeps the presents on the device
+            ep_io = _ep_session(str(dec.path), device_memory=True)
+            decoders.ort_greedy_io(ep_io, dec, prompt, 3)
+            io_tokens, t_io = decoders.ort_greedy_io(ep_io, dec, prompt, args.new + 1)
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         # torch's GPU clock up after onnxruntime's CPU runs left the GPU idle (gpu_clock.py), as ours is held
         gpu_clock.hold(partial(decoders.torch_greedy, dec, prompt, 3, dev), 1.0)
@@ -126,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         if ep is not None:
             print(_line("ours via EP", t_ep, args.batch) + f"  (onnxruntime with our execution provider, the "
                                                         f"cache in host arrays; tokens equal: {ep_tokens == ours})")
+            print(_line("EP, IO bound", t_io, args.batch) + f"  (its device-memory variant, the presents bound on "
+                                                         f"the device; tokens equal: {io_tokens == ours})")
         print(_line("onnxruntime", t_ort, args.batch))
         print(_line(f"torch {dev}", t_torch, args.batch))
         if half:
@@ -142,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  prompt, plans kept (median of 10, the GPU's clock held): ours {kept:.2f} ms, torch {dev} {peer:.2f} ms, "
               f"onnxruntime {_prompt_ms(partial(decoders.ort_greedy, sess, dec, prompt, 1)):.2f} ms")
         rows = [("first", t_ours), ("again", t_warm), ("growing", t_grow), ("unpadded", t_unpadded)]
-        for label, t in rows + ([("via EP", t_ep)] if ep is not None else []):
+        for label, t in rows + ([("via EP", t_ep), ("EP, IO bound", t_io)] if ep is not None else []):
             print(f"  {label}: ours / torch tokens/s: {_per_token(t_torch) / _per_token(t):.2f}; ours / onnxruntime: "
                   f"{_per_token(t_ort) / _per_token(t):.2f}; prompt torch/ours {t_torch[0] / t[0]:.2f}"
                   + (f"; ours / torch fp16 tokens/s: {_per_token(half[1]) / _per_token(t):.2f}" if half else ""),
