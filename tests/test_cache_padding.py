@@ -314,3 +314,26 @@ def test_a_prompt_padded_by_its_caller_is_not_padded(device):
     mask[0, :2] = 0
     _check_against_cpu(decoder(), _loop(rep.run, prompt, mask, 2))
     assert rep.state.cache_padding.prompt_runs == 0 and not rep.state.cache_padding.prompt_verified
+
+
+def test_device_pasts_not_handed_out_are_copied_after_zeros(device):
+    """Pasts on the device that no padded step handed out (an execution provider's buffers, the caller's
+    own tensors): copied by transfers into a padded tensor kept per input, whose rows before the past are
+    zeros, also where an earlier, longer past wrote them; each step as onnxruntime computes it."""
+    model = decoder()
+    rep = Backend.prepare(model, "CPU", kdml_device=device)
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    cp = rep.state.cache_padding
+    for rows in (10, 12, 8):  # one bucket; the third's padding covers rows the second wrote
+        feeds = {"input_ids": RNG.integers(0, V, (2, 1)), "attention_mask": np.ones((2, rows + 1), np.int64),
+                 "position_ids": np.full((2, 1), rows, np.int64),
+                 "past_key": RNG.standard_normal((2, H, rows, D)).astype(np.float32),
+                 "past_value": RNG.standard_normal((2, H, rows, D)).astype(np.float32)}
+        got = rep.run({k: device.tensor(v) if k.startswith("past") else v for k, v in feeds.items()})
+        for g, w in zip(got, sess.run(None, feeds)):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-6 * max(1.0, float(np.abs(w).max())))
+        z, zeros = cp._padded["past_key"]
+        held = z.numpy()
+        assert zeros == 64 - rows and not held[:, :, :zeros].any()
+        np.testing.assert_array_equal(held[:, :, zeros:], feeds["past_key"])
+    assert cp.copied_pasts == 2 * 3

@@ -97,6 +97,7 @@ class CachePadding:
     prompt_refusal: str = ""
     busy: bool = False  # inside a padded run: its own run is not padded again
     _views: dict[int, tuple[Any, int]] = field(default_factory=dict)
+    _padded: dict[str, list[Any]] = field(default_factory=dict)  # input -> [its padded tensor, rows of zeros first]
     _held: threading.local = field(default_factory=threading.local)
 
     @contextlib.contextmanager
@@ -188,16 +189,11 @@ class CachePadding:
                 host[:, :, pad:] = arr
                 new[name] = host
         self.copied_pasts += len(copies)
-        if copies:  # device pasts not handed out by a padded step: copied after zeros (one zeroed buffer), one submission
-            descs = [kdml.TensorDesc(feeds[n].tensor.desc.data_type, (*feeds[n].shape[:2], total, *feeds[n].shape[3:]))
-                     for n in copies]
-            ends = np.cumsum([0] + [-(-d.byte_size // 16) * 16 for d in descs])
-            buf = kdml.Buffer(rep.device, int(ends[-1]))
-            with rep.device.capture() as rec:
-                for name, desc, at in zip(copies, descs, ends):
-                    z = kdml.Tensor(buf, desc, int(at))
-                    kdml.copy(feeds[name].tensor, out=_rows_from(z, pad))
-                    new[name] = DeviceValue(z, desc.sizes, feeds[name].dtype)
+        if copies:  # device pasts not handed out by a padded step (an execution provider's): copied after zeros
+            with rep.device.capture() as rec:  # one submission of transfers, nothing compiled for the new length
+                for name in copies:
+                    new[name] = DeviceValue(self._after_zeros(rep, rec, name, feeds[name].tensor, pad),
+                                            (*feeds[name].shape[:2], total, *feeds[name].shape[3:]), feeds[name].dtype)
             rec.submit(wait=False)
         return Padded(new, pad, np.dtype(_dtype(feeds[pasts[0]])), tuple(pasts))
 
@@ -229,6 +225,21 @@ class CachePadding:
             new[n] = np.concatenate([np.zeros((batch, total - steps, *arr.shape[2:]), arr.dtype), arr], axis=1)
         dtype = np.dtype(_dtype(pasts[0])) if pasts else np.dtype(np.float32)
         return Padded(new, total - steps, dtype if dtype in TOLERANCE else np.dtype(np.float32), names, prompt=True)
+
+    def _after_zeros(self, rep: BackendRep, rec: Any, name: str, t: kdml.Tensor, pad: int) -> kdml.Tensor:
+        """Past `t` copied into rows pad.. of its input's padded tensor, kept per input from step to step
+        (zeroed when made; the rows before `pad` it wrote at an earlier step zeroed again)."""
+        shape = (*t.shape[:2], t.shape[2] + pad, *t.shape[3:])
+        held = self._padded.get(name)
+        if held is None or held[0].shape != shape or held[0].desc.data_type != t.desc.data_type:
+            desc = kdml.TensorDesc(t.desc.data_type, shape)
+            held = self._padded[name] = [kdml.Tensor(kdml.Buffer(rep.device, desc.byte_size), desc), shape[2]]
+        z, zeros = held
+        if pad > zeros:  # rows an earlier step wrote, now padding
+            rec.zero_blocks(_rows(z, zeros, pad))
+        rec.copy_blocks(t, _rows_from(z, pad))
+        held[1] = pad
+        return z
 
     def _widened(self, t: kdml.Tensor, pad: int) -> kdml.Tensor | None:
         """`t` as a view `pad` rows earlier over the rows before it (the padding's zeros, or a padded
@@ -330,15 +341,20 @@ def _agrees(r: np.ndarray, p: np.ndarray, tol: float) -> bool:
     return float(np.max(np.abs(p[finite] - r[finite]))) <= tol * max(float(np.max(np.abs(r[finite]))), 1e-30)
 
 
-def _rows_from(t: kdml.Tensor, rows: int) -> kdml.Tensor:
-    """`t` ([batch, heads, keys, head size]) from its key `rows` on (negative: that many rows before it, within
-    the tensor it was taken from): a view through t's strides, without views.py's general indexing (a step
-    makes one per present: 1.4 against 7.3 us on lavapipe's host)."""
+def _rows(t: kdml.Tensor, start: int, stop: int) -> kdml.Tensor:
+    """Key rows start .. stop - 1 of `t` ([batch, heads, keys, head size]; start < 0: rows before it,
+    within the tensor it was taken from): a view through t's strides, without views.py's general
+    indexing (a step makes one per present: 1.4 against 7.3 us on lavapipe's host)."""
     d = t.desc
     strides = d.effective_strides
-    sizes = (*d.sizes[:2], d.sizes[2] - rows, *d.sizes[3:])
+    sizes = (*d.sizes[:2], stop - start, *d.sizes[3:])
     return kdml.Tensor.trusted(t.buffer, kdml.TensorDesc(d.data_type, sizes, strides),
-                               t.offset + rows * strides[2] * d.data_type.size)
+                               t.offset + start * strides[2] * d.data_type.size)
+
+
+def _rows_from(t: kdml.Tensor, rows: int) -> kdml.Tensor:
+    """`t` from its key `rows` on (negative: that many rows before it, widened)."""
+    return _rows(t, rows, t.shape[2])
 
 
 def _forget(views: dict[int, Any], key: int) -> Any:

@@ -241,20 +241,22 @@ class Kernel:
     def _run_on_device(self, feeds: dict[str, Any], alloc: Any) -> list[np.ndarray | None]:
         """Outputs left on the device and copied into onnxruntime's device buffers."""
         results = self.rep.run(feeds, device_outputs=True)
-        for i, k in enumerate(self._order):
-            value = results[k]
+        host: list[tuple[Any, Any]] = []  # (value, ORT's memory for it) written after the device copies
+        with self.rep.device.capture() as rec:  # the device copies as one submission of transfers (nothing compiled)
+            for i, k in enumerate(self._order):
+                value = results[k]
+                if isinstance(value, kompute_dml.Tensor):
+                    dst = alloc(i, () if k in self._scalars else tuple(value.shape))  # rank 0 comes back as (1,)
+                    if isinstance(dst, tuple):
+                        _copy_to(rec, value, dst[0], dst[1])
+                        continue
+                else:
+                    dst = alloc(i, np.shape(value))
+                host.append((value, dst))
+        rec.submit()
+        for value, dst in host:
             if isinstance(value, kompute_dml.Tensor):
-                dst = alloc(i, () if k in self._scalars else tuple(value.shape))  # rank 0 comes back as (1,)
-                if isinstance(dst, tuple):
-                    if value.desc.strides is None or value.desc.effective_strides == packed_strides(value.shape):
-                        _device_copy(value.buffer, value.offset, dst[0], dst[1], value.nbytes)
-                    else:  # a view (a growing cache's present past its padding: cache_padding.py), element by element
-                        packed = kompute_dml.TensorDesc(value.desc.data_type, value.shape)
-                        kompute_dml.copy(value, out=kompute_dml.Tensor(dst[0], packed, dst[1]))
-                    continue
                 value = value.numpy()  # ORT put this output in host memory
-            else:
-                dst = alloc(i, np.shape(value))
             raw = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
             if isinstance(dst, tuple):
                 dst[0].write(raw, dst[1])
@@ -265,6 +267,26 @@ class Kernel:
 
 _DML_TYPES = {np.dtype(t) for t in (np.float32, np.float16, np.uint32, np.uint16, np.uint8, np.int32, np.int16,
                                     np.int8, np.float64, np.uint64, np.int64)}
+
+
+def _copy_to(rec: Any, value: Any, dst: Any, dst_offset: int) -> None:
+    """Output Tensor `value` into Buffer `dst` from dst_offset, packed, recorded into `rec` (a capture): a
+    transfer for a packed value, a region per block for a view whose last two dimensions are contiguous (a
+    growing cache's present past its padding: cache_padding.py), else a COPY."""
+    packed = kompute_dml.TensorDesc(value.desc.data_type, value.shape)
+    st = value.desc.effective_strides
+    try:
+        out = kompute_dml.Tensor(dst, packed, dst_offset)
+    except kompute_dml.InvalidArgumentError:
+        out = None
+    if out is None:  # an offset off the binding grid: the bytes of a packed copy
+        _device_copy(kompute_dml.copy(value).buffer, 0, dst, dst_offset, value.nbytes)
+    elif st == packed_strides(value.shape):
+        rec.copy_tensor(value, out)
+    elif len(st) >= 2 and st[-1] == 1 and st[-2] == value.shape[-1]:
+        rec.copy_blocks(value, out)
+    else:
+        kompute_dml.copy(value, out=out)
 
 
 def _device_copy(src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None:
