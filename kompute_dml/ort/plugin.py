@@ -20,9 +20,11 @@ import onnx
 import kompute_dml
 from kompute_dml.core.errors import invalid
 from kompute_dml.core.tensor_desc import packed_strides
+from kompute_dml.functional import _pool_take
 from kompute_dml.onnx_backend.analysis import kind_runs
 from kompute_dml.onnx_backend.backend import Backend, _kdml_device
 from kompute_dml.onnx_backend.feeds import declared_shape
+from kompute_dml.onnx_backend.plan_context import _block
 from kompute_dml.onnx_backend.values import CPU
 
 from .graph import tensor_elem_types, to_model, to_model_and_weights
@@ -92,8 +94,11 @@ class Factory:
 
     # ---- the device-memory variant's memory (ep_memory.cc) ---------------------------------
     def alloc(self, index: int, nbytes: int) -> Any:
-        """A Buffer of nbytes on Vulkan device `index` (None for an empty block)."""
-        return kompute_dml.Buffer(_kdml_device(f"VULKAN:{index}"), nbytes) if nbytes else None
+        """A Buffer of at least nbytes on Vulkan device `index` (None for an empty block): a pooled one of the
+        plans' size classes, free again once onnxruntime frees the block, so that a decoder's presents, a row
+        longer at every step, find the last steps' buffers instead of a new zeroed allocation each (a
+        submission and a wait apiece: ten a step through IO binding, on lavapipe)."""
+        return _pool_take(_kdml_device(f"VULKAN:{index}"), _block(nbytes)) if nbytes else None
 
     def copy(self, pairs: list[tuple[Any, Any, int]]) -> None:
         """onnxruntime's copies: (source, destination, bytes), each (Buffer, byte offset) in
