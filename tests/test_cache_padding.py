@@ -184,13 +184,19 @@ def test_padding_turned_off(device, monkeypatch):
     assert len(rep.state.plans) == 4
 
 
-def test_the_execution_provider_loop(device):
-    """An onnxruntime session with our execution provider (its outputs in onnxruntime's arrays)."""
-    kort = pytest.importorskip("kompute_dml.ort")
+@pytest.fixture(scope="module")
+def kort():
+    """kompute_dml.ort, where its plugin EP library was built (onnxruntime's headers at set-up)."""
+    module = pytest.importorskip("kompute_dml.ort")
     try:
-        kort.get_library_path()
+        module.get_library_path()
     except FileNotFoundError as e:
         pytest.skip(str(e))
+    return module
+
+
+def test_the_execution_provider_loop(device, kort):
+    """An onnxruntime session with our execution provider (its outputs in onnxruntime's arrays)."""
     model = decoder()
     sess = ort.InferenceSession(model, sess_options=kort.session_options())
     assert sess.get_providers()[0] == kort.get_ep_name()
@@ -240,14 +246,9 @@ def test_a_padded_step_that_fails_turns_padding_off(device, monkeypatch):
     assert cp.padded_runs == 0 and "UnsupportedError: no padded shapes here" in cp.refusal
 
 
-def test_the_execution_provider_loop_on_the_device(device):
+def test_the_execution_provider_loop_on_the_device(device, kort):
     """The device-memory provider with IO binding: each step's presents (views past their padding)
     copied into onnxruntime's device buffers and bound as the next step's pasts."""
-    kort = pytest.importorskip("kompute_dml.ort")
-    try:
-        kort.get_library_path()
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
     model = decoder()
     sess = ort.InferenceSession(model, sess_options=kort.session_options(device_memory=True))
     cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
