@@ -119,15 +119,11 @@ class CachePadding:
         if mask is None or pos is None:
             return None
         m, p = feeds[mask], feeds[pos]
-        if isinstance(m, DeviceValue) and len(m.shape) == 2 and m.dtype != np.bool_:
-            # (the device-memory execution provider's inputs are all on the device: its mask read back, a row a step)
-            m = m.tensor.numpy().reshape(m.shape)
-        if not isinstance(m, np.ndarray) or m.ndim != 2 or len(_shape(p)) < 1 or (
-                m.dtype.kind == "f" and not np.isin(m, (0, 1)).all()):  # an additive float mask: zeros keep
+        if len(_shape(m)) != 2 or len(_shape(p)) < 1:
             return None
-        rows = m.shape[1] - _shape(p)[-1]
+        rows = _shape(m)[1] - _shape(p)[-1]
         pasts = [n for n, v in feeds.items() if n not in (mask, pos) and _rank4(v)
-                 and _shape(v)[2] == rows and _shape(v)[0] == m.shape[0]]
+                 and _shape(v)[2] == rows and _shape(v)[0] == _shape(m)[0]]
         if self.verified:  # the pasts the check padded, those alone (a fixed input of L rows by chance is not one)
             if not set(self.pasts) <= set(pasts):
                 return None
@@ -139,6 +135,11 @@ class CachePadding:
             return None
         if any(_shape(feeds[n])[3] * next(iter(dtypes)).itemsize % 16 for n in pasts):
             return None  # a row not a multiple of 16 bytes: views past the padding would start off a binding's grid
+        if isinstance(m, DeviceValue) and m.dtype != np.bool_:
+            # (the device-memory execution provider's inputs are all on the device: its mask read back, a row a step)
+            m = m.tensor.numpy().reshape(m.shape)
+        if not isinstance(m, np.ndarray) or (m.dtype.kind == "f" and not np.isin(m, (0, 1)).all()):
+            return None  # (an additive float mask: its zeros would keep the padding)
         return mask, m, rows, pasts
 
     def run(self, rep: BackendRep, feeds: dict[str, Any], device_outputs: bool, out: Any) -> Any:
