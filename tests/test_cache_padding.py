@@ -338,3 +338,5 @@ def test_device_pasts_not_handed_out_are_copied_after_zeros(device):
         assert zeros == 64 - rows and not held[:, :, :zeros].any()
         np.testing.assert_array_equal(held[:, :, zeros:], feeds["past_key"])
     assert cp.copied_pasts == 2 * 3
+    rep.release()  # the padded tensors kept per input go with the plans
+    assert not cp._padded

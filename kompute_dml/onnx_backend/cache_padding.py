@@ -102,6 +102,13 @@ class CachePadding:
     _held_out: dict[int, np.ndarray] = field(default_factory=dict)  # output -> the padded run's array for it
     _held: threading.local = field(default_factory=threading.local)
 
+    def release(self) -> None:
+        """Drop the padded pasts and outputs kept from step to step (BackendRep.release); what the checks
+        found stays."""
+        self._padded.clear()
+        self._host_padded.clear()
+        self._held_out.clear()
+
     @contextlib.contextmanager
     def suspended(self) -> Iterator[None]:
         """This thread's runs fed as given meanwhile (generation.py's static cache pads its own pasts)."""

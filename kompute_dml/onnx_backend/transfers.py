@@ -273,6 +273,7 @@ class ValueTransfers:
             self.state.plan_parent.clear()
             self.state.plan_buffers.clear()
             self.state.plan_io.clear()
+            self.state.cache_padding.release()  # its padded pasts and outputs kept from step to step
 
 
 def device_results(values: list[Any], device: kdml.Device) -> list[Any]:
