@@ -47,6 +47,7 @@ import numpy as np
 
 import kompute_dml as kdml
 
+from .cache_views import agrees, dtype_of, forget, rank4, rows, rows_from, shape_of
 from .values import DeviceValue
 
 if TYPE_CHECKING:
@@ -126,21 +127,21 @@ class CachePadding:
         if mask is None or pos is None:
             return None
         m, p = feeds[mask], feeds[pos]
-        if len(_shape(m)) != 2 or len(_shape(p)) < 1:
+        if len(shape_of(m)) != 2 or len(shape_of(p)) < 1:
             return None
-        rows = _shape(m)[1] - _shape(p)[-1]
-        pasts = [n for n, v in feeds.items() if n not in (mask, pos) and _rank4(v)
-                 and _shape(v)[2] == rows and _shape(v)[0] == _shape(m)[0]]
+        rows = shape_of(m)[1] - shape_of(p)[-1]
+        pasts = [n for n, v in feeds.items() if n not in (mask, pos) and rank4(v)
+                 and shape_of(v)[2] == rows and shape_of(v)[0] == shape_of(m)[0]]
         if self.verified:  # the pasts the check padded, those alone (a fixed input of L rows by chance is not one)
             if not set(self.pasts) <= set(pasts):
                 return None
             pasts = list(self.pasts)
         if rows <= 0 or not pasts or -(-rows // ROWS) * ROWS == rows:
             return None
-        dtypes = {np.dtype(_dtype(feeds[n])) for n in pasts}
+        dtypes = {np.dtype(dtype_of(feeds[n])) for n in pasts}
         if len(dtypes) != 1 or next(iter(dtypes)) not in TOLERANCE:
             return None
-        if any(_shape(feeds[n])[3] * next(iter(dtypes)).itemsize % 16 for n in pasts):
+        if any(shape_of(feeds[n])[3] * next(iter(dtypes)).itemsize % 16 for n in pasts):
             return None  # a row not a multiple of 16 bytes: views past the padding would start off a binding's grid
         if isinstance(m, DeviceValue) and m.dtype != np.bool_:
             # (the device-memory execution provider's inputs are all on the device: its mask read back, a row a step)
@@ -202,7 +203,7 @@ class CachePadding:
                     new[name] = DeviceValue(self._after_zeros(rep, rec, name, feeds[name].tensor, pad),
                                             (*feeds[name].shape[:2], total, *feeds[name].shape[3:]), feeds[name].dtype)
             rec.submit(wait=False)
-        return Padded(new, pad, np.dtype(_dtype(feeds[pasts[0]])), tuple(pasts))
+        return Padded(new, pad, np.dtype(dtype_of(feeds[pasts[0]])), tuple(pasts))
 
     def _pad_prompt(self, feeds: dict[str, Any]) -> Padded | None:
         """A prompt (S >= 2 tokens, no past rows, its mask all ones) as S rounded up to ROWS tokens, the
@@ -211,14 +212,14 @@ class CachePadding:
         where it runs as given."""
         mask = next((n for n in MASKS if n in feeds), None)
         pos = next((n for n in POSITIONS if n in feeds), None)
-        if mask is None or pos is None or len(_shape(feeds[mask])) != 2:
+        if mask is None or pos is None or len(shape_of(feeds[mask])) != 2:
             return None
-        batch, steps = _shape(feeds[mask])
-        pasts = [v for v in feeds.values() if _rank4(v)]
+        batch, steps = shape_of(feeds[mask])
+        pasts = [v for v in feeds.values() if rank4(v)]
         total = -(-steps // ROWS) * ROWS
-        if steps < 2 or total == steps or _shape(feeds[pos])[-1] != steps or any(_shape(v)[2] for v in pasts):
+        if steps < 2 or total == steps or shape_of(feeds[pos])[-1] != steps or any(shape_of(v)[2] for v in pasts):
             return None
-        names = tuple(n for n, v in feeds.items() if len(_shape(v)) in (2, 3) and _shape(v)[:2] == (batch, steps))
+        names = tuple(n for n, v in feeds.items() if len(shape_of(v)) in (2, 3) and shape_of(v)[:2] == (batch, steps))
         if self.prompt_verified and set(names) != set(self.prompt_names):
             return None
         new = dict(feeds)
@@ -230,7 +231,7 @@ class CachePadding:
                 # there are (its outputs would differ); a float mask other than ones may be additive
                 return None
             new[n] = np.concatenate([np.zeros((batch, total - steps, *arr.shape[2:]), arr.dtype), arr], axis=1)
-        dtype = np.dtype(_dtype(pasts[0])) if pasts else np.dtype(np.float32)
+        dtype = np.dtype(dtype_of(pasts[0])) if pasts else np.dtype(np.float32)
         return Padded(new, total - steps, dtype if dtype in TOLERANCE else np.dtype(np.float32), names, prompt=True)
 
     def _after_zeros(self, rep: BackendRep, rec: Any, name: str, t: kdml.Tensor, pad: int) -> kdml.Tensor:
@@ -243,8 +244,8 @@ class CachePadding:
             held = self._padded[name] = [kdml.Tensor(kdml.Buffer(rep.device, desc.byte_size), desc), shape[2]]
         z, zeros = held
         if pad > zeros:  # rows an earlier step wrote, now padding
-            rec.zero_blocks(_rows(z, zeros, pad))
-        rec.copy_blocks(t, _rows_from(z, pad))
+            rec.zero_blocks(rows(z, zeros, pad))
+        rec.copy_blocks(t, rows_from(z, pad))
         held[1] = pad
         return z
 
@@ -270,7 +271,7 @@ class CachePadding:
         entry = self._views.get(id(t))
         if entry is None or entry[0]() is not t or entry[1] < pad:
             return None
-        return _rows_from(t, -pad)
+        return rows_from(t, -pad)
 
     # ---- results ----------------------------------------------------------------------------
     def _out(self, out: Any, cuts: dict[int, int]) -> Any:
@@ -295,8 +296,8 @@ class CachePadding:
             r = results[k]
             if isinstance(r, kdml.Tensor):
                 if axis == 2:
-                    view = _rows_from(r, pad)
-                    self._views[id(view)] = (weakref.ref(view, _forget(self._views, id(view))), pad)
+                    view = rows_from(r, pad)
+                    self._views[id(view)] = (weakref.ref(view, forget(self._views, id(view))), pad)
                 else:
                     view = r[:, pad:]
                 results[k] = view
@@ -336,7 +337,7 @@ class CachePadding:
                 if p.dtype.kind == "f" and not np.isfinite(cut).all():
                     why = f"output {rep.output_names[k]!r}: its padding rows are not finite"
                     break
-            if not _agrees(r, p, TOLERANCE[padded.dtype]):
+            if not agrees(r, p, TOLERANCE[padded.dtype]):
                 why = f"output {rep.output_names[k]!r} differs padded"
                 break
         presents = tuple(k for k, a in cuts.items() if a == 2)
@@ -355,48 +356,3 @@ class CachePadding:
             else:
                 self.verified, self.presents, self.pasts = True, presents, padded.names
         return results
-
-
-def _agrees(r: np.ndarray, p: np.ndarray, tol: float) -> bool:
-    """`p` equals `r` (integers), or differs by at most tol x r's largest finite magnitude where r is
-    finite and is not finite where r is not."""
-    if r.dtype.kind != "f":
-        return bool(np.array_equal(r, p))
-    finite = np.isfinite(r)
-    if not np.array_equal(finite, np.isfinite(p)) or not np.array_equal(r[~finite], p[~finite]):
-        return False
-    if not finite.any():
-        return True
-    return float(np.max(np.abs(p[finite] - r[finite]))) <= tol * max(float(np.max(np.abs(r[finite]))), 1e-30)
-
-
-def _rows(t: kdml.Tensor, start: int, stop: int) -> kdml.Tensor:
-    """Key rows start .. stop - 1 of `t` ([batch, heads, keys, head size]; start < 0: rows before it,
-    within the tensor it was taken from): a view through t's strides, without views.py's general
-    indexing (a step makes one per present: 1.4 against 7.3 us on lavapipe's host)."""
-    d = t.desc
-    strides = d.effective_strides
-    sizes = (*d.sizes[:2], stop - start, *d.sizes[3:])
-    return kdml.Tensor.trusted(t.buffer, kdml.TensorDesc(d.data_type, sizes, strides),
-                               t.offset + start * strides[2] * d.data_type.size)
-
-
-def _rows_from(t: kdml.Tensor, rows: int) -> kdml.Tensor:
-    """`t` from its key `rows` on (negative: that many rows before it, widened)."""
-    return _rows(t, rows, t.shape[2])
-
-
-def _forget(views: dict[int, Any], key: int) -> Any:
-    return lambda _ref: views.pop(key, None)
-
-
-def _rank4(v: Any) -> bool:
-    return len(_shape(v)) == 4
-
-
-def _shape(v: Any) -> tuple[int, ...]:
-    return v.shape if isinstance(v, (DeviceValue, np.ndarray)) else np.shape(v)
-
-
-def _dtype(v: Any) -> Any:
-    return v.dtype if isinstance(v, (DeviceValue, np.ndarray)) else np.asarray(v).dtype
