@@ -205,22 +205,32 @@ def greedy(rep: Any, dec: Decoder, prompt: np.ndarray, steps: int,
     return gen.tokens, gen.seconds
 
 
-def ort_greedy(sess: Any, dec: Decoder, prompt: np.ndarray, steps: int) -> tuple[list[list[int]], list[float]]:
-    """The same loop through an onnxruntime session of the step model, its cache growing in host
-    arrays: tokens and seconds per step."""
-    batch, past, ids, length = prompt.shape[0], dec.empty_past(prompt.shape[0]), prompt.astype(np.int64), 0
+def _greedy_loop(step: Any, past: list[Any], prompt: np.ndarray, steps: int) -> tuple[list[list[int]], list[float]]:
+    """A greedy loop whose step(ids, length, past) returns (logits [batch, new, vocab] on the host, the
+    presents): tokens per row and seconds per step."""
+    batch, ids, length = prompt.shape[0], prompt.astype(np.int64), 0
     tokens: list[list[int]] = [[] for _ in range(batch)]
     times = []
     for _ in range(steps):
         length += ids.shape[1]
         t0 = time.perf_counter()
-        out = sess.run(None, dec.feeds(ids, length, past))
-        nxt = out[0][:, -1].argmax(-1)
+        logits, past = step(ids, length, past)
+        nxt = logits[:, -1].argmax(-1)
         times.append(time.perf_counter() - t0)
         for b in range(batch):
             tokens[b].append(int(nxt[b]))
-        past, ids = out[1:], nxt.reshape(batch, 1).astype(np.int64)
+        ids = nxt.reshape(batch, 1).astype(np.int64)
     return tokens, times
+
+
+def ort_greedy(sess: Any, dec: Decoder, prompt: np.ndarray, steps: int) -> tuple[list[list[int]], list[float]]:
+    """The same loop through an onnxruntime session of the step model, its cache growing in host
+    arrays: tokens and seconds per step."""
+    def step(ids: np.ndarray, length: int, past: list[Any]) -> tuple[np.ndarray, list[Any]]:
+        out = sess.run(None, dec.feeds(ids, length, past))
+        return out[0], out[1:]
+
+    return _greedy_loop(step, dec.empty_past(prompt.shape[0]), prompt, steps)
 
 
 def ort_greedy_io(sess: Any, dec: Decoder, prompt: np.ndarray, steps: int) -> tuple[list[list[int]], list[float]]:
@@ -229,14 +239,9 @@ def ort_greedy_io(sess: Any, dec: Decoder, prompt: np.ndarray, steps: int) -> tu
     to the host: tokens and seconds per step."""
     import onnxruntime as ort
 
-    batch, ids, length = prompt.shape[0], prompt.astype(np.int64), 0
-    past = [ort.OrtValue.ortvalue_from_numpy(p) for p in dec.empty_past(batch)]
     names = [o.name for o in sess.get_outputs()]
-    tokens: list[list[int]] = [[] for _ in range(batch)]
-    times = []
-    for _ in range(steps):
-        length += ids.shape[1]
-        t0 = time.perf_counter()
+
+    def step(ids: np.ndarray, length: int, past: list[Any]) -> tuple[np.ndarray, list[Any]]:
         io = sess.io_binding()
         for name, v in dec.feeds(ids, length, []).items():
             io.bind_cpu_input(name, np.ascontiguousarray(v))
@@ -247,12 +252,9 @@ def ort_greedy_io(sess: Any, dec: Decoder, prompt: np.ndarray, steps: int) -> tu
             io.bind_output(name, "gpu", 0)
         sess.run_with_iobinding(io)
         outs = io.get_outputs()
-        nxt = outs[0].numpy()[:, -1].argmax(-1)
-        times.append(time.perf_counter() - t0)
-        for b in range(batch):
-            tokens[b].append(int(nxt[b]))
-        past, ids = outs[1:], nxt.reshape(batch, 1).astype(np.int64)
-    return tokens, times
+        return outs[0].numpy(), outs[1:]
+
+    return _greedy_loop(step, [ort.OrtValue.ortvalue_from_numpy(p) for p in dec.empty_past(prompt.shape[0])], prompt, steps)
 
 
 def torch_greedy(dec: Decoder, prompt: np.ndarray, steps: int, device: str = "cpu", half: bool = False,

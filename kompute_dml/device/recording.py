@@ -129,46 +129,30 @@ class Recording:
 
     def copy_blocks(self, src: Tensor, dst: Tensor) -> None:
         """Record a copy of `src`'s elements into `dst`'s (one shape and type, another buffer), where
-        each tensor's last two dimensions are one contiguous block (strides (..., columns, 1)): one
-        transfer of a region per block and no compiled operator (a padded key / value cache's views,
-        a new shape at every decoder step: onnx_backend/cache_padding.py)."""
+        each tensor's last two dimensions are one contiguous block (`contiguous_blocks`): one transfer
+        of a region per block and no compiled operator (a padded key / value cache's views, a new shape
+        at every decoder step: onnx_backend/cache_padding.py)."""
         if src.desc.data_type != dst.desc.data_type or src.shape != dst.shape or src.buffer is dst.buffer:
             raise InvalidArgumentError("dst: must have src's shape and type, in another buffer")
-        self._packed_rows(src, "src")
-        self._packed_rows(dst, "dst")
-        item, sizes = src.desc.data_type.size, src.shape
-        lead = np.indices(sizes[:-2]).reshape(len(sizes) - 2, -1).T if len(sizes) > 2 else np.zeros((1, 0), np.int64)
-        at = [lead @ np.array(t.desc.effective_strides[:-2], np.int64) * item for t in (src, dst)]
-        regions = np.stack([at[0], at[1], np.full(len(lead), sizes[-2] * sizes[-1] * item)], axis=1).astype(np.int64)
+        self._packed(src, "src", blocks=True)
+        self._packed(dst, "dst", blocks=True)
+        starts = _block_starts(src)
+        regions = np.stack([starts, _block_starts(dst), np.full(len(starts), src.nbytes // len(starts))], axis=1)
         regions.flags.writeable = False
         key = ("blocks", src.binding_key, dst.binding_key, regions.tobytes())
         self._record_copy(key, (src, dst), TransferPlan("copy", (0, 1), regions, (1,)), "copy")
 
     def zero_blocks(self, dst: Tensor) -> None:
-        """Record zeros into `dst`'s elements (its last two dimensions contiguous blocks, each a whole
-        number of 32-bit words): a fill region per block."""
-        self._packed_rows(dst, "dst")
-        item, sizes = dst.desc.data_type.size, dst.shape
-        if sizes[-2] * sizes[-1] * item % 4:
+        """Record zeros into `dst`'s elements (`contiguous_blocks`, each block a whole number of 32-bit
+        words): a fill region per block."""
+        self._packed(dst, "dst", blocks=True)
+        starts = _block_starts(dst)
+        if dst.nbytes // len(starts) % 4:
             raise InvalidArgumentError("dst: each block must be a whole number of 32-bit words")
-        lead = np.indices(sizes[:-2]).reshape(len(sizes) - 2, -1).T if len(sizes) > 2 else np.zeros((1, 0), np.int64)
-        at = lead @ np.array(dst.desc.effective_strides[:-2], np.int64) * item
-        regions = np.stack([at, np.full(len(lead), sizes[-2] * sizes[-1] * item)], axis=1).astype(np.int64)
+        regions = np.stack([starts, np.full(len(starts), dst.nbytes // len(starts))], axis=1)
         regions.flags.writeable = False
         self._record_copy(("zeros", dst.binding_key, regions.tobytes()), (dst,), TransferPlan("fill", (0,), regions, (0,)),
                           "fill")
-
-    def _packed_rows(self, tensor: Any, field: str) -> None:
-        """InvalidArgumentError unless `tensor` is a Tensor of this device whose last two dimensions are
-        contiguous (strides (..., columns, 1)) and the recording open."""
-        if self._done:
-            raise DMLError("this recording was already submitted")
-        self.device.engine.check_open()
-        if not isinstance(tensor, Tensor) or tensor.buffer.device is not self.device:
-            raise InvalidArgumentError(f"{field}: must be a kompute_dml Tensor of this device")
-        st, sizes = tensor.desc.effective_strides, tensor.shape
-        if len(sizes) < 2 or st[-1] != 1 or st[-2] != sizes[-1]:
-            raise InvalidArgumentError(f"{field}: its last two dimensions must be contiguous (strides (..., {sizes[-1]}, 1))")
 
     def _copy(self, host: np.ndarray, tensor: Tensor, to_host: bool) -> None:
         self._packed(tensor, "tensor")
@@ -182,15 +166,19 @@ class Recording:
         self._record_copy(key, (tensor, where) if to_host else (where, tensor), _copy_plan(host.nbytes),
                           "copy out" if to_host else "copy in")
 
-    def _packed(self, tensor: Any, field: str) -> None:
-        """InvalidArgumentError unless `tensor` is a packed Tensor of this device (and the recording open)."""
+    def _packed(self, tensor: Any, field: str, blocks: bool = False) -> None:
+        """InvalidArgumentError unless `tensor` is a packed Tensor of this device (`blocks`: its last two
+        dimensions contiguous, contiguous_blocks) and the recording open."""
         if self._done:
             raise DMLError("this recording was already submitted")
         self.device.engine.check_open()
         if not isinstance(tensor, Tensor) or tensor.buffer.device is not self.device:
             raise InvalidArgumentError(f"{field}: must be a kompute_dml Tensor of this device")
         d = tensor.desc
-        if d.strides is not None and tuple(d.strides) != packed_strides(d.sizes):
+        if blocks:
+            if not contiguous_blocks(tensor):
+                raise InvalidArgumentError(f"{field}: its last two dimensions must be contiguous (strides (..., columns, 1))")
+        elif d.strides is not None and tuple(d.strides) != packed_strides(d.sizes):
             raise InvalidArgumentError(f"{field}: must be packed (its elements one contiguous byte range)")
 
     def _record_copy(self, key: Hashable, bound: tuple[Any, Any], plan: TransferPlan, label: str) -> None:
@@ -277,6 +265,21 @@ class Recording:
 
 
 @functools.lru_cache(maxsize=256)
+def contiguous_blocks(t: Tensor) -> bool:
+    """Whether t's last two dimensions are one contiguous block (strides (..., columns, 1)):
+    Recording.copy_blocks' and zero_blocks' rule."""
+    st, sizes = t.desc.effective_strides, t.shape
+    return len(sizes) >= 2 and st[-1] == 1 and st[-2] == sizes[-1]
+
+
+def _block_starts(t: Tensor) -> np.ndarray:
+    """The byte offset of each of t's [rows, columns] blocks from its binding, leading indices in order."""
+    at = np.zeros(1, np.int64)
+    for size, stride in zip(t.shape[:-2], t.desc.effective_strides[:-2]):
+        at = (at[:, None] + np.arange(size, dtype=np.int64) * stride).reshape(-1)
+    return at * t.desc.data_type.size
+
+
 def _copy_plan(nbytes: int) -> TransferPlan:
     """The transfer of `nbytes` from binding 0 to binding 1, one object per size: the engine's
     encoded dispatches are cached by plan (runtime/encode.py), and a copy between the same

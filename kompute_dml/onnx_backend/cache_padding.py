@@ -47,7 +47,7 @@ import numpy as np
 
 import kompute_dml as kdml
 
-from .cache_views import agrees, dtype_of, forget, rank4, rows, rows_from, shape_of
+from .cache_views import agrees, dtype_of, forget, key_rows, rank4, rows_from, shape_of
 from .values import DeviceValue
 
 if TYPE_CHECKING:
@@ -59,6 +59,11 @@ POSITIONS = ("position_ids", "decoder_position_ids")
 # a padded output's largest difference from the unpadded one, relative to the unpadded output's
 # largest magnitude: float32 pasts' sums in another order; float16's round each partial result
 TOLERANCE = {np.dtype(np.float32): 1e-4, np.dtype(np.float16): 1e-2}
+
+
+def _mask_and_positions(feeds: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The names of the step's attention mask and position ids among its feeds (None: absent)."""
+    return next((n for n in MASKS if n in feeds), None), next((n for n in POSITIONS if n in feeds), None)
 
 
 def _enabled_by_env() -> bool:
@@ -122,8 +127,7 @@ class CachePadding:
     # ---- deciding ---------------------------------------------------------------------------
     def layout(self, feeds: dict[str, Any]) -> tuple[str, np.ndarray, int, list[str]] | None:
         """(mask name, its host array, past rows L, past names) where this step can be padded, else None."""
-        mask = next((n for n in MASKS if n in feeds), None)
-        pos = next((n for n in POSITIONS if n in feeds), None)
+        mask, pos = _mask_and_positions(feeds)
         if mask is None or pos is None:
             return None
         m, p = feeds[mask], feeds[pos]
@@ -152,8 +156,8 @@ class CachePadding:
 
     def run(self, rep: BackendRep, feeds: dict[str, Any], device_outputs: bool, out: Any) -> Any:
         """The step's results through a padded run, or None where it runs as given."""
-        if not self.enabled or self.busy or getattr(self._held, "depth", 0):
-            return None
+        if not self.enabled or self.busy or getattr(self._held, "depth", 0) or _mask_and_positions(feeds)[1] is None:
+            return None  # (every run of every model comes here: most take no position ids)
         found = self.layout(feeds) if not self.refusal else None
         if found is not None:
             padded: Padded | None = self._pad(rep, feeds, *found)
@@ -210,8 +214,7 @@ class CachePadding:
         padding first: every [batch, S(, ...)] input (ids, positions, mask) gains zeros in front (a masked
         token 0 at position 0), so prompts of a bucket share one plan, as generation.greedy's do; None
         where it runs as given."""
-        mask = next((n for n in MASKS if n in feeds), None)
-        pos = next((n for n in POSITIONS if n in feeds), None)
+        mask, pos = _mask_and_positions(feeds)
         if mask is None or pos is None or len(shape_of(feeds[mask])) != 2:
             return None
         batch, steps = shape_of(feeds[mask])
@@ -244,15 +247,14 @@ class CachePadding:
             held = self._padded[name] = [kdml.Tensor(kdml.Buffer(rep.device, desc.byte_size), desc), shape[2]]
         z, zeros = held
         if pad > zeros:  # rows an earlier step wrote, now padding
-            rec.zero_blocks(rows(z, zeros, pad))
+            rec.zero_blocks(key_rows(z, zeros, pad))
         rec.copy_blocks(t, rows_from(z, pad))
         held[1] = pad
         return z
 
     def _host_after_zeros(self, name: str, arr: np.ndarray, pad: int) -> np.ndarray:
         """Host past `arr` copied into rows pad.. of its input's padded array, kept per input from step to
-        step as _after_zeros keeps the device's (a new array a step cost its pages' first touch: 2 ms a
-        step for GPT-2 small's 9 MB of pasts at batch 8 on lavapipe's host, with the copy)."""
+        step as _after_zeros keeps the device's (a new array a step would cost its pages' first touch)."""
         shape = (*arr.shape[:2], arr.shape[2] + pad, *arr.shape[3:])
         held = self._host_padded.get(name)
         if held is None or held[0].shape != shape or held[0].dtype != arr.dtype:

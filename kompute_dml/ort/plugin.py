@@ -20,6 +20,7 @@ import onnx
 import kompute_dml
 from kompute_dml.core.errors import invalid
 from kompute_dml.core.tensor_desc import packed_strides
+from kompute_dml.device.recording import contiguous_blocks
 from kompute_dml.functional import _pool_take
 from kompute_dml.onnx_backend.analysis import kind_runs
 from kompute_dml.onnx_backend.backend import Backend, _kdml_device
@@ -96,8 +97,8 @@ class Factory:
     def alloc(self, index: int, nbytes: int) -> Any:
         """A Buffer of at least nbytes on Vulkan device `index` (None for an empty block): a pooled one of the
         plans' size classes, free again once onnxruntime frees the block, so that a decoder's presents, a row
-        longer at every step, find the last steps' buffers instead of a new zeroed allocation each (a
-        submission and a wait apiece: ten a step through IO binding, on lavapipe)."""
+        longer at every step, find the last steps' buffers instead of a new zeroed allocation each (a fill
+        submission and a wait apiece)."""
         return _pool_take(_kdml_device(f"VULKAN:{index}"), _block(nbytes)) if nbytes else None
 
     def copy(self, pairs: list[tuple[Any, Any, int]]) -> None:
@@ -279,16 +280,15 @@ def _copy_to(rec: Any, value: Any, dst: Any, dst_offset: int) -> None:
     transfer for a packed value, a region per block for a view whose last two dimensions are contiguous (a
     growing cache's present past its padding: cache_padding.py), else a COPY."""
     packed = kompute_dml.TensorDesc(value.desc.data_type, value.shape)
-    st = value.desc.effective_strides
     try:
         out = kompute_dml.Tensor(dst, packed, dst_offset)
     except kompute_dml.InvalidArgumentError:
         out = None
     if out is None:  # an offset off the binding grid: the bytes of a packed copy
         _device_copy(kompute_dml.copy(value).buffer, 0, dst, dst_offset, value.nbytes)
-    elif st == packed_strides(value.shape):
+    elif value.desc.effective_strides == packed_strides(value.shape):
         rec.copy_tensor(value, out)
-    elif len(st) >= 2 and st[-1] == 1 and st[-2] == value.shape[-1]:
+    elif contiguous_blocks(value):
         rec.copy_blocks(value, out)
     else:
         kompute_dml.copy(value, out=out)
