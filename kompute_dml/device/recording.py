@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..core.errors import DMLError, InvalidArgumentError
-from ..core.tensor_desc import packed_strides
+from ..core.tensor_desc import TensorDesc, packed_strides
 from ..runtime import DeviceMemory, Submission, TransferPlan, Work, finished
 from ..runtime.inflight import Pending, settle
 from .memory import Tensor
@@ -264,11 +264,17 @@ class Recording:
         return self._count
 
 
-@functools.lru_cache(maxsize=256)
 def contiguous_blocks(t: Tensor) -> bool:
     """Whether t's last two dimensions are one contiguous block (strides (..., columns, 1)):
     Recording.copy_blocks' and zero_blocks' rule."""
-    st, sizes = t.desc.effective_strides, t.shape
+    return _contiguous_blocks(t.desc)
+
+
+@functools.lru_cache(maxsize=256)
+def _contiguous_blocks(desc: TensorDesc) -> bool:
+    # keyed by the (interned, immutable) descriptor, never the Tensor: a cache holding Tensors holds
+    # their device buffers (a decoder loop's presents, none of them ever free for the buffer pool)
+    st, sizes = desc.effective_strides, desc.sizes
     return len(sizes) >= 2 and st[-1] == 1 and st[-2] == sizes[-1]
 
 
