@@ -19,8 +19,6 @@ import onnx
 
 import kompute_dml
 from kompute_dml.core.errors import invalid
-from kompute_dml.core.tensor_desc import packed_strides
-from kompute_dml.device.recording import contiguous_blocks
 from kompute_dml.functional import _pool_take
 from kompute_dml.onnx_backend.analysis import kind_runs
 from kompute_dml.onnx_backend.backend import Backend, _kdml_device
@@ -28,6 +26,7 @@ from kompute_dml.onnx_backend.feeds import declared_shape
 from kompute_dml.onnx_backend.plan_context import _block
 from kompute_dml.onnx_backend.values import CPU
 
+from . import deferred
 from .graph import tensor_elem_types, to_model, to_model_and_weights
 
 EP_NAME = "KomputeDmlExecutionProvider"
@@ -99,7 +98,15 @@ class Factory:
         plans' size classes, free again once onnxruntime frees the block, so that a decoder's presents, a row
         longer at every step, find the last steps' buffers instead of a new zeroed allocation each (a fill
         submission and a wait apiece)."""
-        return _pool_take(_kdml_device(f"VULKAN:{index}"), _block(nbytes)) if nbytes else None
+        if not nbytes:
+            return None
+        buffer = _pool_take(_kdml_device(f"VULKAN:{index}"), _block(nbytes))
+        deferred.forget(buffer)
+        return buffer
+
+    def free(self, buffer: Any) -> None:
+        """onnxruntime freed the block of `buffer` (which the pool takes back): its kept contents are void."""
+        deferred.forget(buffer)
 
     def copy(self, pairs: list[tuple[Any, Any, int]]) -> None:
         """onnxruntime's copies: (source, destination, bytes), each (Buffer, byte offset) in
@@ -108,11 +115,21 @@ class Factory:
             if not nbytes:
                 continue
             if isinstance(src, tuple) and isinstance(dst, tuple):
-                _device_copy(src[0], src[1], dst[0], dst[1], nbytes)
-            elif isinstance(dst, tuple):
-                dst[0].write(np.frombuffer(src, np.uint8, count=nbytes), dst[1])
+                deferred.flush(src[0])
+                deferred.flush(dst[0])
+                deferred.device_copy(src[0], src[1], dst[0], dst[1], nbytes)
+            elif isinstance(dst, tuple):  # kept on the host while small (deferred.py)
+                deferred.write_host(dst[0], dst[1], np.frombuffer(src, np.uint8, count=nbytes))
             else:
-                src[0].read_into(np.frombuffer(dst, np.uint8, count=nbytes), src[1])
+                out = np.frombuffer(dst, np.uint8, count=nbytes)
+                kept = deferred.at(src[0], src[1], nbytes)
+                if isinstance(kept, np.ndarray):
+                    out[:] = kept
+                elif kept is not None:  # an output of ours by reference: read from itself
+                    out[:] = np.ascontiguousarray(kept.numpy()).reshape(-1).view(np.uint8)
+                else:
+                    deferred.flush(src[0])
+                    src[0].read_into(out, src[1])
 
     def create_ep(self, metadata: list[dict[str, str]], config: dict[str, str]) -> Ep:
         """The EP of one session; config holds the session's entries, provider options among
@@ -237,6 +254,13 @@ class Kernel:
         if at is None or int(np.prod(shape)) == 0:
             return np.zeros(shape, dtype)
         buffer, offset = at
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        kept = deferred.at(buffer, offset, nbytes)
+        if isinstance(kept, np.ndarray):  # a small input onnxruntime copied from the host: that host array
+            return kept.view(dtype).reshape(shape).copy()
+        if kept is not None and kept.desc.data_type.numpy_dtype == dtype and tuple(kept.shape) == shape:
+            return kept  # an output of ours (a present fed back as the next step's past): itself
+        deferred.flush(buffer)
         if dtype in _DML_TYPES and shape and buffer.device is self.rep.device:
             desc = kompute_dml.TensorDesc(kompute_dml.DataType.from_numpy(dtype), shape)
             return kompute_dml.Tensor(buffer, desc, offset)
@@ -247,24 +271,23 @@ class Kernel:
     def _run_on_device(self, feeds: dict[str, Any], alloc: Any) -> list[np.ndarray | None]:
         """Outputs left on the device and copied into onnxruntime's device buffers."""
         results = self.rep.run(feeds, device_outputs=True)
-        host: list[tuple[Any, Any]] = []  # (value, ORT's memory for it) written after the device copies
-        with self.rep.device.capture() as rec:  # the device copies as one submission of transfers (nothing compiled)
-            for i, k in enumerate(self._order):
-                value = results[k]
-                if isinstance(value, kompute_dml.Tensor):
-                    dst = alloc(i, () if k in self._scalars else tuple(value.shape))  # rank 0 comes back as (1,)
-                    if isinstance(dst, tuple):
-                        _copy_to(rec, value, dst[0], dst[1])
-                        continue
-                else:
-                    dst = alloc(i, np.shape(value))
-                host.append((value, dst))
-        rec.submit()
+        host: list[tuple[Any, Any]] = []  # (value, ORT's memory for it)
+        for i, k in enumerate(self._order):
+            value = results[k]
+            if isinstance(value, kompute_dml.Tensor):
+                dst = alloc(i, () if k in self._scalars else tuple(value.shape))  # rank 0 comes back as (1,)
+                if isinstance(dst, tuple):  # by reference: written there when read (deferred.py)
+                    deferred.keep_output(dst[0], dst[1], value)
+                    continue
+            else:
+                dst = alloc(i, np.shape(value))
+            host.append((value, dst))
         for value, dst in host:
             if isinstance(value, kompute_dml.Tensor):
                 value = value.numpy()  # ORT put this output in host memory
             raw = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
             if isinstance(dst, tuple):
+                deferred.flush(dst[0])
                 dst[0].write(raw, dst[1])
             elif dst is not None and raw.nbytes:
                 np.frombuffer(dst, np.uint8)[:] = raw
@@ -273,30 +296,3 @@ class Kernel:
 
 _DML_TYPES = {np.dtype(t) for t in (np.float32, np.float16, np.uint32, np.uint16, np.uint8, np.int32, np.int16,
                                     np.int8, np.float64, np.uint64, np.int64)}
-
-
-def _copy_to(rec: Any, value: Any, dst: Any, dst_offset: int) -> None:
-    """Output Tensor `value` into Buffer `dst` from dst_offset, packed, recorded into `rec` (a capture): a
-    transfer for a packed value, a region per block for a view whose last two dimensions are contiguous (a
-    growing cache's present past its padding: cache_padding.py), else a COPY."""
-    packed = kompute_dml.TensorDesc(value.desc.data_type, value.shape)
-    try:
-        out = kompute_dml.Tensor(dst, packed, dst_offset)
-    except kompute_dml.InvalidArgumentError:
-        out = None
-    if out is None:  # an offset off the binding grid: the bytes of a packed copy
-        _device_copy(kompute_dml.copy(value).buffer, 0, dst, dst_offset, value.nbytes)
-    elif value.desc.effective_strides == packed_strides(value.shape):
-        rec.copy_tensor(value, out)
-    elif contiguous_blocks(value):
-        rec.copy_blocks(value, out)
-    else:
-        kompute_dml.copy(value, out=out)
-
-
-def _device_copy(src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None:
-    """nbytes from Buffer src at src_offset to Buffer dst at dst_offset, on the device."""
-    word = 4 if nbytes % 4 == 0 and src_offset % 4 == 0 and dst_offset % 4 == 0 else 1
-    dt = kompute_dml.DataType.UINT32 if word == 4 else kompute_dml.DataType.UINT8
-    desc = kompute_dml.TensorDesc(dt, (nbytes // word,))
-    kompute_dml.copy(kompute_dml.Tensor(src, desc, src_offset), out=kompute_dml.Tensor(dst, desc, dst_offset))

@@ -46,8 +46,9 @@ void* alloc_block(OrtAllocator* a_, size_t nbytes) noexcept {
   return range;
 }
 
-void free_block(OrtAllocator*, void* p) noexcept {
+void free_block(OrtAllocator* a_, void* p) noexcept {
   if (p == nullptr) return;
+  auto* a = static_cast<Allocator*>(a_);
   Block b{nullptr, 0};
   {
     std::lock_guard<std::mutex> lock(blocks_mutex);
@@ -58,6 +59,14 @@ void free_block(OrtAllocator*, void* p) noexcept {
   }
   munmap(p, b.nbytes);
   Gil gil;
+  // what the factory kept for the block's contents (plugin.Factory.free) goes with it
+  PyObject *type, *value, *trace;
+  PyErr_Fetch(&type, &value, &trace);  // (an error being raised where ORT frees stays the error raised)
+  {
+    Ref done(PyObject_CallMethod(a->memory->factory, "free", "O", b.buffer));
+    if (!done) PyErr_Print();
+  }
+  PyErr_Restore(type, value, trace);
   Py_XDECREF(b.buffer);
 }
 
