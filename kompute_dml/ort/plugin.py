@@ -69,6 +69,7 @@ class Factory:
         self.registered_name = registered_name
         self.device_memory = device_memory
         self.ep_name = DEVICE_MEMORY_EP_NAME if device_memory else EP_NAME
+        self._devices: dict[int, Any] = {}  # the allocator's, by Vulkan index
 
     def devices(self, hardware: list[tuple[int, int, int, str, dict[str, str]]]) -> list[tuple[int, dict, dict, int]]:
         """(hardware index, metadata, default options, Vulkan index) per Vulkan device offered. A Vulkan device
@@ -100,7 +101,10 @@ class Factory:
         submission and a wait apiece)."""
         if not nbytes:
             return None
-        buffer = _pool_take(_kdml_device(f"VULKAN:{index}"), _block(nbytes))
+        device = self._devices.get(index)
+        if device is None or device.closed:  # (parsing the name took most of an allocation's host time)
+            device = self._devices[index] = _kdml_device(f"VULKAN:{index}")
+        buffer = _pool_take(device, _block(nbytes))
         deferred.forget(buffer)
         return buffer
 
