@@ -271,13 +271,14 @@ def cpp_driver(tmp_path: Path) -> Path:
     return exe
 
 
-def run_cpp_driver(exe: Path, library: str, tmp_path: Path) -> None:
-    """The driver runs CHAIN through the EP library from C++; its output equals Backend.run's."""
+def run_cpp_driver(exe: Path, library: str, tmp_path: Path, env: dict[str, str] | None = None) -> None:
+    """The driver runs CHAIN through the EP library from C++ (in environment `env`, default this
+    process's); its output equals Backend.run's."""
     (tmp_path / "m.onnx").write_bytes(CHAIN)
     x = RNG.standard_normal((3, 8)).astype(np.float32)
     x.tofile(tmp_path / "x.raw")
     run = subprocess.run([str(exe), library, str(tmp_path / "m.onnx"), "x", str(tmp_path / "x.raw"),
-                          "3", "8", "--", str(tmp_path / "out.raw")], capture_output=True, text=True, timeout=300)
+                          "3", "8", "--", str(tmp_path / "out.raw")], capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "device KomputeDmlExecutionProvider" in run.stdout and "output 3 4" in run.stdout
     got = np.fromfile(tmp_path / "out.raw", np.float32).reshape(3, 4)

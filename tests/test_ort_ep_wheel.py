@@ -6,6 +6,8 @@ site-packages through a .pth line, so no network is needed.)"""
 
 from __future__ import annotations
 
+import importlib
+import os
 import site
 import subprocess
 import sys
@@ -40,6 +42,16 @@ print("providers", sess.get_providers(), "library", kort.get_library_path())
 '''
 
 
+def _import_root(name: str) -> str:
+    """The sys.path entry module `name` is imported from."""
+    file = Path(importlib.import_module(name).__file__).resolve()
+    return str(file.parent.parent if file.name == "__init__.py" else file.parent)
+
+
+# the fresh environment's processes see nothing of this one's PYTHONPATH (the source tree may be on it)
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wheel")
@@ -55,8 +67,11 @@ def venv(tmp_path_factory):
     py = env / "bin" / "python"
     target = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                             capture_output=True, text=True, check=True).stdout.strip()
-    # this environment's packages, after the fresh one's own (kompute_dml comes from the wheel)
-    Path(target, "deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    # this environment's packages, after the fresh one's own (kompute_dml comes from the wheel), and wherever
+    # else the dependencies were found (a machine with kp installed on PYTHONPATH), never the source tree
+    roots = [*site.getsitepackages(), *(_import_root(m) for m in ("numpy", "onnx", "onnxruntime", "kp"))]
+    roots = [r for r in dict.fromkeys(roots) if Path(r).resolve() != ROOT]
+    Path(target, "deps.pth").write_text("\n".join(roots) + "\n")
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", target, str(wheel)],
                    check=True, timeout=300)
     return py, tmp
@@ -68,7 +83,7 @@ def test_wheel_runs_the_readme_snippet_in_a_fresh_venv(venv):
     x = np.random.default_rng(5).standard_normal((3, 8)).astype(np.float32)
     np.save(tmp / "x.npy", x)
     run = subprocess.run([str(py), "-c", SNIPPET, str(tmp / "m.onnx"), str(tmp / "x.npy"), str(tmp / "y.npy")],
-                         capture_output=True, text=True, timeout=300, cwd=tmp)
+                         capture_output=True, text=True, timeout=300, cwd=tmp, env=CLEAN_ENV)
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"library {tmp}" in run.stdout and "KomputeDmlExecutionProvider" in run.stdout
     from kompute_dml.onnx_backend import Backend
@@ -81,4 +96,4 @@ def test_wheel_library_in_a_cpp_host_starts_the_fresh_venvs_python(venv, tmp_pat
     (its pyvenv.cfg) and runs from there."""
     _py, tmp = venv
     (library,) = (tmp / "venv").rglob("libkompute_dml_ep*.so")
-    t.run_cpp_driver(t.cpp_driver(tmp_path), str(library), tmp_path)
+    t.run_cpp_driver(t.cpp_driver(tmp_path), str(library), tmp_path, env=CLEAN_ENV)
