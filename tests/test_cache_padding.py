@@ -31,10 +31,11 @@ def _i64(name, v):
     return numpy_helper.from_array(np.asarray(v, np.int64), name)
 
 
-def decoder(positions="input", mask="multiply") -> bytes:
+def decoder(positions="input", mask="multiply", position_input=True) -> bytes:
     """A one-layer decoder step: (input_ids, attention_mask, position_ids, past_key, past_value) ->
     (logits, present_key, present_value). `positions`: "input" reads position_ids, "length" counts
-    from the past's length (position_ids unread); `mask`: "multiply" (1 keep, 0 padding, as
+    from the past's length (position_ids unread), "mask" from the mask's running count (no position_ids
+    input; neither has "length" with `position_input=False`); `mask`: "multiply" (1 keep, 0 padding, as
     transformers' exports) or "add" (a float mask added to the scores)."""
     n = helper.make_node
     nodes = [n("Gather", ["wte", "input_ids"], ["tok"]),
@@ -44,6 +45,11 @@ def decoder(positions="input", mask="multiply") -> bytes:
              n("Range", ["past_len", "total", "one"], ["qpos"])]
     if positions == "input":
         nodes.append(n("Gather", ["wpe", "position_ids"], ["pos"]))
+    elif positions == "mask":  # the mask's running count less one (ALiBi's rule), the step's columns
+        nodes += [n("CumSum", ["attention_mask", "one"], ["count"]), n("Sub", ["count", "one"], ["pos_all"]),
+                  n("Unsqueeze", ["past_len", "zero1"], ["past_len1"]), n("Unsqueeze", ["total", "zero1"], ["total1"]),
+                  n("Slice", ["pos_all", "past_len1", "total1", "one1"], ["step_pos"]),
+                  n("Gather", ["wpe", "step_pos"], ["pos"])]
     else:
         nodes += [n("Unsqueeze", ["qpos", "zero1"], ["qpos2"]), n("Gather", ["wpe", "qpos2"], ["pos"])]
     nodes += [n("Add", ["tok", "pos"], ["x"])]
@@ -75,7 +81,8 @@ def decoder(positions="input", mask="multiply") -> bytes:
     mtype = TensorProto.INT64 if mask == "multiply" else TensorProto.FLOAT
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "S"]),
               helper.make_tensor_value_info("attention_mask", mtype, ["B", "T"]),
-              helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["B", "S"]),
+              *([helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["B", "S"])]
+                if position_input and positions != "mask" else []),
               helper.make_tensor_value_info("past_key", TensorProto.FLOAT, ["B", H, "L", D]),
               helper.make_tensor_value_info("past_value", TensorProto.FLOAT, ["B", H, "L", D])]
     outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["B", "S", V]),
@@ -85,10 +92,10 @@ def decoder(positions="input", mask="multiply") -> bytes:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9).SerializeToString()
 
 
-def _loop(run, prompt, prompt_mask, steps, *, mask="multiply", device=None):
+def _loop(run, prompt, prompt_mask, steps, *, mask="multiply", device=None, positions=True):
     """The caller's greedy loop: each step's feeds (host arrays) and outputs; `run(feeds)` -> outputs.
     With `device`, the pasts fed are the previous outputs as they came (device Tensors)."""
-    batch = prompt.shape[0]
+    batch, with_positions = prompt.shape[0], positions
     past = [np.zeros((batch, H, 0, D), np.float32)] * 2
     ids, mask_now = prompt, prompt_mask.astype(np.int64)
     positions = np.maximum(np.cumsum(prompt_mask, axis=1) - 1, 0)
@@ -98,6 +105,8 @@ def _loop(run, prompt, prompt_mask, steps, *, mask="multiply", device=None):
         m = mask_now if mask == "multiply" else np.where(mask_now > 0, 0, -1e9).astype(np.float32)
         feeds = {"input_ids": ids, "attention_mask": m, "position_ids": positions, "past_key": past[0],
                  "past_value": past[1]}
+        if not with_positions:
+            del feeds["position_ids"]
         out = list(run(feeds))
         record.append((feeds, out))
         logits = out[0].numpy() if isinstance(out[0], kdml.Tensor) else out[0]
@@ -178,6 +187,31 @@ def test_a_model_the_padding_would_change_is_not_padded(device, kind):
     if kind == "length":  # the prompt's padding changes its positions too (an additive mask's prompt is not padded)
         assert "differs padded" in cp.prompt_refusal
     assert len(rep.state.plans) == 8 + 1 + (kind == "length")  # a plan per step, and the checks' padded ones
+
+
+def test_positions_from_the_mask_without_position_ids_are_padded(device):
+    """No position_ids input: the step's tokens counted by its ids; positions from the mask's running count
+    stand where the padding puts zeros in front, so the check keeps padding (a plan per bucket)."""
+    model = decoder(positions="mask")
+    rep = Backend.prepare(model, "CPU", kdml_device=device)
+    prompt = np.array([[0, 3, 4, 5, 6], [1, 2, 3, 4, 5]], np.int64)
+    pm = np.array([[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]], np.int64)
+    record = _loop(rep.run, prompt, pm, 70, positions=False)
+    _check_against_cpu(model, record)
+    cp = rep.state.cache_padding
+    # past rows 5 .. 73: the check's step, and the 64-row step (its bucket's signature as it is) unpadded
+    assert cp.verified and cp.padded_runs == 70 - 3 and not cp.refusal
+    assert len(rep.state.plans) == 4  # the prompt, the check's own, its padded, the next bucket's
+
+
+def test_positions_from_the_length_without_position_ids_are_not_padded(device):
+    model = decoder(positions="length", position_input=False)
+    rep = Backend.prepare(model, "CPU", kdml_device=device)
+    prompt = RNG.integers(0, V, (2, 6))
+    record = _loop(rep.run, prompt, np.ones_like(prompt), 6, positions=False)
+    _check_against_cpu(model, record)
+    cp = rep.state.cache_padding
+    assert cp.checks == 1 and cp.padded_runs == 0 and "differs padded" in cp.refusal
 
 
 def test_padding_turned_off(device, monkeypatch):

@@ -4,9 +4,10 @@ A user's own decoding loop (an onnxruntime session's, optimum's, a transformers 
 step the previous step's presents, so the pasts grow by a row, every step is a new input signature,
 and every step makes a whole-graph plan: 15-30 ms of host work per token on the H200's host, where a
 replayed plan takes about 1 ms (benchmarks/RESULTS.md, `kompute_dml.bench.decoder_speed`). Where the
-model takes `attention_mask` and `position_ids`, rows of zeros before the pasts, masked by zeros in
-the mask's first columns, change no result: attention depends on the mask and on the positions, not
-on where the keys stand (generation.py's static cache rests on the same rule). So a step whose
+model takes `attention_mask` and `position_ids` (or computes its positions from the mask, as ALiBi's
+cumulative sum does), rows of zeros before the pasts, masked by zeros in the mask's first columns,
+change no result: attention depends on the mask and on the positions, not on where the keys stand
+(generation.py's static cache rests on the same rule). So a step whose
 pasts have L > 0 rows is fed pasts of P = L rounded up to ROWS rows (zeros first) and a mask P - L
 columns wider: the steps of a bucket share one signature and replay one plan. The presents come
 back without the padding rows: host arrays as the caller expects them, device outputs as views of
@@ -14,7 +15,7 @@ tensors whose rows before the view are the padding's zeros. Fed back as the next
 Tensor objects), those views are widened over the zeros instead of copied into padded ones.
 
 Which inputs are the pasts: the rank-4 feeds whose axis 2 holds L = the mask's width less the
-step's positions, batch first, their rows whole multiples of 16 bytes (a DirectML binding starts on
+step's positions (its token ids where it takes no positions), batch first, their rows whole multiples of 16 bytes (a DirectML binding starts on
 that grid: a view past the padding must too). Which outputs are the presents, and whether the rule holds for this
 model at all, the first padded step finds out: it also runs unpadded, returns the unpadded results,
 and keeps padding only where each output of the padded run equals the unpadded one (the presents
@@ -61,9 +62,22 @@ POSITIONS = ("position_ids", "decoder_position_ids")
 TOLERANCE = {np.dtype(np.float32): 1e-4, np.dtype(np.float16): 1e-2}
 
 
+IDS = ("input_ids", "decoder_input_ids")
+
+
 def _mask_and_positions(feeds: dict[str, Any]) -> tuple[str | None, str | None]:
     """The names of the step's attention mask and position ids among its feeds (None: absent)."""
     return next((n for n in MASKS if n in feeds), None), next((n for n in POSITIONS if n in feeds), None)
+
+
+def _step_tokens(feeds: dict[str, Any]) -> str | None:
+    """The feed whose last axis counts the step's tokens, where the step has an attention mask and pasts to
+    pad: its position ids, else (positions computed in the model, which the check then judges) its token ids."""
+    mask, pos = _mask_and_positions(feeds)
+    if mask is None or pos is not None:
+        return pos
+    ids = next((n for n in IDS if n in feeds), None)
+    return ids if ids is not None and any(rank4(v) for v in feeds.values()) else None
 
 
 def _enabled_by_env() -> bool:
@@ -127,7 +141,7 @@ class CachePadding:
     # ---- deciding ---------------------------------------------------------------------------
     def layout(self, feeds: dict[str, Any]) -> tuple[str, np.ndarray, int, list[str]] | None:
         """(mask name, its host array, past rows L, past names) where this step can be padded, else None."""
-        mask, pos = _mask_and_positions(feeds)
+        mask, pos = _mask_and_positions(feeds)[0], _step_tokens(feeds)
         if mask is None or pos is None:
             return None
         m, p = feeds[mask], feeds[pos]
@@ -156,8 +170,8 @@ class CachePadding:
 
     def run(self, rep: BackendRep, feeds: dict[str, Any], device_outputs: bool, out: Any) -> Any:
         """The step's results through a padded run, or None where it runs as given."""
-        if not self.enabled or self.busy or getattr(self._held, "depth", 0) or _mask_and_positions(feeds)[1] is None:
-            return None  # (every run of every model comes here: most take no position ids)
+        if not self.enabled or self.busy or getattr(self._held, "depth", 0) or _step_tokens(feeds) is None:
+            return None  # (every run of every model comes here: most take no position ids nor pasts)
         found = self.layout(feeds) if not self.refusal else None
         if found is not None:
             padded: Padded | None = self._pad(rep, feeds, *found)
