@@ -16,8 +16,8 @@ Tensor objects), those views are widened over the zeros instead of copied into p
 
 Which inputs are the pasts: the rank-4 feeds whose axis 2 holds L = the mask's width less the
 step's positions (its token ids where it takes no positions), batch first, their rows whole multiples
-of 16 bytes (a DirectML binding starts on that grid: a view past the padding must too). Which outputs are the presents, and whether the rule holds for this
-model at all, the first padded step finds out: it also runs unpadded, returns the unpadded results,
+of 16 bytes (a DirectML binding starts on that grid: a view past the padding must too). Which outputs
+are the presents, and whether the rule holds for this model at all, the first padded step finds out: it also runs unpadded, returns the unpadded results,
 and keeps padding only where each output of the padded run equals the unpadded one (the presents
 past their padding rows, those of another length along axis 2 only) within a tolerance of its
 largest magnitude (TOLERANCE by the pasts' type: the sums of the padded attention add zeros in
