@@ -14,25 +14,24 @@ back without the padding rows: host arrays as the caller expects them, device ou
 tensors whose rows before the view are the padding's zeros. Fed back as the next pasts (the same
 Tensor objects), those views are widened over the zeros instead of copied into padded ones.
 
-Which inputs are the pasts: the rank-4 feeds whose axis 2 holds L = the mask's width less the
-step's positions (its token ids where it takes no positions), batch first, their rows whole multiples
-of 16 bytes (a DirectML binding starts on that grid: a view past the padding must too). Which outputs
-are the presents, and whether the rule holds for this model at all, the first padded step finds out: it also runs unpadded, returns the unpadded results,
-and keeps padding only where each output of the padded run equals the unpadded one (the presents
-past their padding rows, those of another length along axis 2 only) within a tolerance of its
-largest magnitude (TOLERANCE by the pasts' type: the sums of the padded attention add zeros in
-another order). A model that fails the check (a mask added to the scores, a fused attention that
-reads key lengths from the mask, positions taken from the past's length) is never padded again.
-A prompt (no past rows, S >= 2 tokens, the mask all ones) is padded the same way (_pad_prompt):
-its token inputs gain S rounded up to ROWS less S masked tokens in front (id 0, position 0), so
-prompts of new lengths in a bucket seen replay its plan instead of planning their own; its outputs
-are cut after those rows (logits along axis 1, presents along axis 2: their views are handed out
-over the padding tokens' rows, which the mask hides at every later step). Its own check (the first
-padded prompt) also wants those rows finite. Not where the caller padded the prompt (a masked query
-row attends to nothing, and what it then gets depends on the keys there are) nor where activations
-are quantized dynamically (the padding tokens' values would join a tensor's scale).
-`rep.state.cache_padding.enabled = False`, or KDML_CACHE_PADDING=0 in the environment, turns both off.
-"""
+Which inputs are the pasts: the rank-4 feeds whose axis 2 holds L = the mask's width less the step's
+positions (its token ids where it takes no positions), batch first, their rows whole multiples of 16
+bytes (a DirectML binding starts on that grid: a view past the padding must too). Which outputs are the
+presents, and whether the rule holds for this model at all, the first padded step finds out: it also
+runs unpadded, returns the unpadded results, and keeps padding only where each output of the padded run
+equals the unpadded one (the presents past their padding rows, those of another length along axis 2
+only) within a tolerance of its largest magnitude (TOLERANCE by the pasts' type: the sums of the padded
+attention add zeros in another order). A model that fails the check (a mask added to the scores, a fused
+attention that reads key lengths from the mask, positions taken from the past's length) is never padded
+again. A prompt (no past rows, S >= 2 tokens, the mask all ones) is padded the same way (_pad_prompt):
+its token inputs gain S rounded up to ROWS less S masked tokens in front (id 0, position 0), so prompts
+of new lengths in a bucket seen replay its plan instead of planning their own; its outputs are cut after
+those rows (logits along axis 1, presents along axis 2: their views are handed out over the padding
+tokens' rows, which the mask hides at every later step). Its own check (the first padded prompt) also
+wants those rows finite. Not where the caller padded the prompt (a masked query row attends to nothing,
+and what it then gets depends on the keys there are) nor where activations are quantized dynamically
+(the padding tokens' values would join a tensor's scale). `rep.state.cache_padding.enabled = False`, or
+KDML_CACHE_PADDING=0 in the environment, turns both off. """
 
 from __future__ import annotations
 
