@@ -326,3 +326,23 @@ def test_steps_after_a_long_prompt():
     prompt = np.random.default_rng(7).integers(1, decoders.VOCAB, (1, 490))
     want, _ = decoders.torch_greedy(dec, prompt, 6)
     assert generation.greedy(rep, prompt, 6).tokens == want
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_onnxruntime_loops_through_our_provider_give_torchs_tokens(name):
+    """A user's own greedy loop in onnxruntime with our execution provider, the cache in host arrays and
+    bound on the device (IO binding: the presents handed over by reference, kompute_dml/ort/deferred.py),
+    across a padding bucket's edge (past rows 58 .. 67): torch's tokens both ways."""
+    ort = pytest.importorskip("onnxruntime")
+    kort = pytest.importorskip("kompute_dml.ort")
+    try:
+        kort.get_library_path()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    dec = decoders.build(name, "tiny")
+    prompt = np.random.default_rng(11).integers(1, decoders.VOCAB, (2, 58))
+    want = decoders.torch_greedy(dec, prompt, 10)[0]
+    host = ort.InferenceSession(str(dec.path), sess_options=kort.session_options())
+    on_device = ort.InferenceSession(str(dec.path), sess_options=kort.session_options(device_memory=True))
+    assert decoders.ort_greedy(host, dec, prompt, 10)[0] == want
+    assert decoders.ort_greedy_io(on_device, dec, prompt, 10)[0] == want
