@@ -262,7 +262,8 @@ class Kernel:
         kept = deferred.at(buffer, offset, nbytes)
         if isinstance(kept, np.ndarray):  # a small input onnxruntime copied from the host: that host array
             return kept.view(dtype).reshape(shape).copy()
-        if kept is not None and kept.desc.data_type.numpy_dtype == dtype and tuple(kept.shape) == shape:
+        if (kept is not None and kept.device is self.rep.device and kept.desc.data_type.numpy_dtype == dtype
+                and tuple(kept.shape) == shape):
             return kept  # an output of ours (a present fed back as the next step's past): itself
         deferred.flush(buffer)
         if dtype in _DML_TYPES and shape and buffer.device is self.rep.device:
