@@ -21,6 +21,7 @@ reference and the pool takes the buffer back (Factory.alloc then forgets what wa
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any
 
@@ -32,8 +33,10 @@ from kompute_dml.device.recording import contiguous_blocks
 
 SMALL = 4096  # bytes of a host write kept (a decoder batch's step inputs; 8 x 4096 int64 mask columns are not)
 
-# buffer -> {offset: host bytes (uint8) or a Tensor of ours}, the ranges apart
+# buffer -> {offset: host bytes (uint8) or a Tensor of ours}, the ranges apart; one lock for all (onnxruntime
+# may copy into one block from several threads: a write kept by one must not be lost to another's)
 _kept: weakref.WeakKeyDictionary[Any, dict[int, Any]] = weakref.WeakKeyDictionary()
+_lock = threading.RLock()
 
 
 def _nbytes(v: Any) -> int:
@@ -41,10 +44,15 @@ def _nbytes(v: Any) -> int:
 
 
 def _keep(buffer: Any, offset: int, value: Any) -> None:
+    with _lock:
+        _keep_locked(buffer, offset, value)
+
+
+def _keep_locked(buffer: Any, offset: int, value: Any) -> None:
     kept = _kept.get(buffer)
     end = offset + _nbytes(value)
     if kept and any(o != offset and o < end and offset < o + _nbytes(v) for o, v in kept.items()):
-        flush(buffer)  # a partial overlap: the older contents first, in order
+        _flush_locked(buffer)  # a partial overlap: the older contents first, in order
         kept = None
     if kept is None:
         kept = _kept[buffer] = {}
@@ -54,8 +62,9 @@ def _keep(buffer: Any, offset: int, value: Any) -> None:
 def write_host(buffer: Any, offset: int, data: np.ndarray) -> None:
     """onnxruntime's copy of host bytes `data` (uint8) into `buffer` at `offset`."""
     if data.nbytes > SMALL:
-        flush(buffer)
-        buffer.write(data, offset)
+        with _lock:  # (the kept contents, then this write, in order)
+            _flush_locked(buffer)
+            buffer.write(data, offset)
     else:
         _keep(buffer, offset, data.copy())
 
@@ -68,13 +77,19 @@ def keep_output(buffer: Any, offset: int, value: Any) -> None:
 
 def at(buffer: Any, offset: int, nbytes: int) -> Any:
     """What is kept for exactly this range of `buffer`: host bytes (uint8, not to be written), a Tensor, or None."""
-    kept = _kept.get(buffer)
-    v = kept.get(offset) if kept else None
+    with _lock:
+        kept = _kept.get(buffer)
+        v = kept.get(offset) if kept else None
     return v if v is not None and _nbytes(v) == nbytes else None
 
 
 def flush(buffer: Any) -> None:
     """Write what is kept for `buffer` into it: before anything else reads or writes it."""
+    with _lock:
+        _flush_locked(buffer)
+
+
+def _flush_locked(buffer: Any) -> None:
     kept = _kept.pop(buffer, None)
     if not kept:
         return
@@ -91,7 +106,8 @@ def flush(buffer: Any) -> None:
 
 def forget(buffer: Any) -> None:
     """`buffer` handed out anew: whatever was kept for its last use is void."""
-    _kept.pop(buffer, None)
+    with _lock:
+        _kept.pop(buffer, None)
 
 
 def copy_to(rec: Any, value: Any, dst: Any, dst_offset: int) -> None:
