@@ -19,6 +19,7 @@ from kompute_dml.ops.reduce import ONNX_REDUCE
 
 from .graph import _attr
 from .handlers_values import device_tensor, dml_numpy
+from .int64_sum import sum_int64
 from .values import DeviceValue, FallbackNeeded, RunStats, _value_dtype, _value_shape
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ def _h_reduce(ctx: NodeContext, node: onnx.NodeProto, ins: list[Any], stats: Run
     red = {a % len(shape) for a in axes}
     out_shape = tuple(1 if d in red else s for d, s in enumerate(shape)) if keepdims else \
         tuple(s for d, s in enumerate(shape) if d not in red)
+    if node.op_type == "ReduceSum" and dt.kind in "iu" and dt.itemsize == 8:  # (REDUCE takes no 64-bit integers)
+        return [sum_int64(ctx, t, shape, red, out_shape, dt, stats)]
     out_dt = np.dtype(np.int64) if node.op_type in ("ArgMax", "ArgMin") else dt
     out = ctx.out_tensor(out_shape, dml_numpy(out_dt))
     helper = getattr(kdml, ONNX_REDUCE[node.op_type])

@@ -225,6 +225,8 @@ def _node_rule(fn: ReduceFunction) -> Any:
     """The ONNX node's input type is one the function takes from 5_0 (ops/onnx_types.py). An axes
     input is read on the host: a fed one runs the model node by node, read at each run."""
     allowed = frozenset(d.numpy_dtype for d in function_types(FL.FL_3_0, fn))
+    if fn == RF.SUM:  # 64-bit integers summed exactly from their 16-bit parts (onnx_backend/int64_sum.py)
+        allowed |= {np.dtype(np.int64), np.dtype(np.uint64)}
 
     def rule(t: Any) -> str:
         dt = t.elem(0) if t.inputs else None
