@@ -35,7 +35,7 @@ from . import contract
 from .base import CompiledOperator, validate_tensors
 from .contract.sequence import NZ_RANK
 from .elementwise_plan import check_addressable
-from .spec import OperatorSpec
+from .spec import OnnxOp, OperatorSpec
 
 if TYPE_CHECKING:
     from ..device.device import Device
@@ -124,5 +124,15 @@ def _example() -> NonzeroCoordinatesDesc:
                                   TensorDesc(u32, (1, 1, 8, 3)))
 
 
+def nonzero_rule(t: Any) -> str:
+    """ONNX NonZero on the device (onnx_backend/handlers_nonzero.py): any type the device holds but float64 (bool as
+    its bytes, 64-bit integers through their words); ranks and sizes are checked at run time."""
+    dt = t.elem(0) if t.inputs else None
+    if dt is not None and (dt.kind not in "biuf" or (dt.kind == "f" and dt.itemsize == 8)):
+        return f"type {dt} is not one NonZero takes on the device"
+    return ""
+
+
 SPECS = (OperatorSpec(NonzeroCoordinatesDesc, NONZERO_COORDINATES, compile_nonzero_coordinates, (contract.sequence.NZ,),
-                      helpers=("nonzero_coordinates",), example=_example),)
+                      helpers=("nonzero_coordinates",), example=_example,
+                      onnx=(OnnxOp("NonZero", "", "nonzero_coordinates", check=nonzero_rule),)),)
