@@ -324,6 +324,59 @@ def test_the_execution_provider_loop_on_the_device(device, kort):
     assert len(pool) == pooled, (pooled, len(pool))
 
 
+def _io_loop(sess, prompt, steps):
+    """A greedy loop through IO binding: the presents bound on the device as the next pasts; each step's logits."""
+    batch, n = prompt.shape
+    ids, mask = prompt, np.ones_like(prompt)
+    positions = np.broadcast_to(np.arange(n), (batch, n)).astype(np.int64)
+    past = [ort.OrtValue.ortvalue_from_numpy(np.zeros((batch, H, 0, D), np.float32))] * 2
+    logits = []
+    for step in range(steps):
+        io = sess.io_binding()
+        for name, v in (("input_ids", ids), ("attention_mask", mask), ("position_ids", positions)):
+            io.bind_cpu_input(name, np.ascontiguousarray(v))
+        io.bind_ortvalue_input("past_key", past[0])
+        io.bind_ortvalue_input("past_value", past[1])
+        io.bind_output("logits", "cpu")
+        for name in ("present_key", "present_value"):
+            io.bind_output(name, "gpu", 0)
+        sess.run_with_iobinding(io)
+        outs = io.get_outputs()
+        logits.append(outs[0].numpy())
+        past = outs[1:]
+        ids = logits[-1][:, -1].argmax(-1).reshape(batch, 1).astype(np.int64)
+        positions = np.full((batch, 1), n + step, np.int64)
+        mask = np.ones((batch, mask.shape[1] + 1), np.int64)
+    return logits
+
+
+def test_execution_provider_loops_from_several_threads(kort):
+    """Three sessions of the device-memory provider, each a loop of its own in a thread of its own (the outputs
+    kept by reference, the small host writes kept: deferred.py's table shared): each as it runs alone."""
+    import threading
+
+    model = decoder()
+    prompts = [RNG.integers(0, V, (2, 4 + 3 * i)) for i in range(3)]
+    sessions = [ort.InferenceSession(model, sess_options=kort.session_options(device_memory=True)) for _ in prompts]
+    for s, p in zip(sessions, prompts):  # (each session's first loop makes the padding's checks: other sums)
+        _io_loop(s, p, 10)
+    alone = [_io_loop(s, p, 10) for s, p in zip(sessions, prompts)]
+    together: list = [None] * 3
+
+    def work(i):
+        together[i] = _io_loop(sessions[i], prompts[i], 10)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for a, b in zip(alone, together):
+        assert b is not None and len(a) == len(b)
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+
+
 def test_a_tensor_is_not_kept_by_the_block_rule(device):
     t = device.tensor(np.zeros((2, 3, 4), np.float32))
     assert recording.contiguous_blocks(t) and not recording.contiguous_blocks(t[:, :, :2])
