@@ -54,11 +54,13 @@ def test_int64_sums_are_exact_on_the_device(rng, dtype, kind, shape, axes, keepd
     m = model(shape, axes, keepdims, dtype)
     rep = Backend.prepare(m, "CPU")
     assert all(p.target != CPU for p in rep.placement), [p.reason for p in rep.placement]
-    for _ in range(2):  # the plan, then its replay
+    for planned in (True, False):  # the plan, then its replay: one submission each, nothing on the CPU
         x = values(rng, shape, dtype, kind)
         got, want = rep.run({"x": x})[0], want_sum(x, axes, keepdims)
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(got, want)
+        run = rep.last_run
+        assert run.planned == planned and run.submissions == 1 and run.runtime_fallbacks == 0 and run.cpu_segments == 0
 
 
 def test_a_transposed_mask_summed(rng):

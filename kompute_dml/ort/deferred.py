@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 
 import kompute_dml
-from kompute_dml.core.tensor_desc import packed_strides
 from kompute_dml.device.recording import contiguous_blocks
+from kompute_dml.onnx_backend.handlers_values import is_packed
+from kompute_dml.onnx_backend.transfers import copy_into
 
 SMALL = 4096  # bytes of a host write kept (a decoder batch's step inputs; 8 x 4096 int64 mask columns are not)
 
@@ -39,10 +40,6 @@ _kept: weakref.WeakKeyDictionary[Any, dict[int, Any]] = weakref.WeakKeyDictionar
 _lock = threading.RLock()
 
 
-def _nbytes(v: Any) -> int:
-    return v.nbytes
-
-
 def _keep(buffer: Any, offset: int, value: Any) -> None:
     with _lock:
         _keep_locked(buffer, offset, value)
@@ -50,8 +47,8 @@ def _keep(buffer: Any, offset: int, value: Any) -> None:
 
 def _keep_locked(buffer: Any, offset: int, value: Any) -> None:
     kept = _kept.get(buffer)
-    end = offset + _nbytes(value)
-    if kept and any(o != offset and o < end and offset < o + _nbytes(v) for o, v in kept.items()):
+    end = offset + value.nbytes
+    if kept and any(o != offset and o < end and offset < o + v.nbytes for o, v in kept.items()):
         _flush_locked(buffer)  # a partial overlap: the older contents first, in order
         kept = None
     if kept is None:
@@ -80,7 +77,7 @@ def at(buffer: Any, offset: int, nbytes: int) -> Any:
     with _lock:
         kept = _kept.get(buffer)
         v = kept.get(offset) if kept else None
-    return v if v is not None and _nbytes(v) == nbytes else None
+    return v if v is not None and v.nbytes == nbytes else None
 
 
 def flush(buffer: Any) -> None:
@@ -121,12 +118,10 @@ def copy_to(rec: Any, value: Any, dst: Any, dst_offset: int) -> None:
         out = None
     if out is None:  # an offset off the binding grid: the bytes of a packed copy
         device_copy(kompute_dml.copy(value).buffer, 0, dst, dst_offset, value.nbytes)
-    elif value.desc.effective_strides == packed_strides(value.shape):
-        rec.copy_tensor(value, out)
-    elif contiguous_blocks(value):
+    elif not is_packed(value) and contiguous_blocks(value):
         rec.copy_blocks(value, out)
     else:
-        kompute_dml.copy(value, out=out)
+        copy_into(rec, value, out)
 
 
 def device_copy(src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None:

@@ -130,7 +130,7 @@ class Factory:
                 if isinstance(kept, np.ndarray):
                     out[:] = kept
                 elif kept is not None:  # an output of ours by reference: read from itself
-                    out[:] = np.ascontiguousarray(kept.numpy()).reshape(-1).view(np.uint8)
+                    out[:] = kept.numpy().reshape(-1).view(np.uint8)
                 else:
                     deferred.flush(src[0])
                     src[0].read_into(out, src[1])
@@ -274,7 +274,8 @@ class Kernel:
         return host
 
     def _run_on_device(self, feeds: dict[str, Any], alloc: Any) -> list[np.ndarray | None]:
-        """Outputs left on the device and copied into onnxruntime's device buffers."""
+        """Outputs left on the device, onnxruntime's device buffers standing for them (deferred.keep_output); those
+        onnxruntime puts in host memory copied there."""
         results = self.rep.run(feeds, device_outputs=True)
         host: list[tuple[Any, Any]] = []  # (value, ORT's memory for it)
         for i, k in enumerate(self._order):
